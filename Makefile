@@ -1,0 +1,41 @@
+# The two commands of the README:
+#   make quickstart   set up .venv and run a real sweep (examples/quickstart.py)
+#   make test         set up .venv and run ruff and the test suite
+# Both create the virtual environment on first use. torch is installed first, from TORCH_SPEC, so that
+# fluidsalus's own `torch` requirement is already met and pip never pulls a second (CUDA) build.
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.fluidsalus-installed
+
+.PHONY: quickstart test lint bench-trivial bench-digits clean-venv
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+quickstart: $(STAMP)
+	$(BIN)/python examples/quickstart.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+# pytest exits 5 when it collected no tests: that must fail, not pass silently.
+test: lint
+	$(BIN)/python -m pytest; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+
+bench-trivial: $(STAMP)
+	$(BIN)/python benchmarks/compare.py --sweep trivial
+
+bench-digits: $(STAMP)
+	$(BIN)/python benchmarks/compare.py --sweep digits
+
+clean-venv:
+	rm -rf $(VENV)

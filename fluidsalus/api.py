@@ -1,0 +1,268 @@
+"""``fluidsalus.run``: run a sweep of a function trainable and return its :class:`ResultGrid`.
+
+Everything is checked before any trial starts and before anything is written: a bad argument raises one
+:class:`ConfigError` naming it, and leaves no experiment folder behind. A metric that no trial reports can
+only be seen once the first result arrives; that also raises a ConfigError, and the half-run experiment is
+removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import cloudpickle
+import ray
+
+from fluidsalus import space as sp
+from fluidsalus.config import RunSpec, build
+from fluidsalus.errors import ConfigError
+from fluidsalus.gpu.device import plan_devices
+from fluidsalus.gpu.host import stop_rule
+from fluidsalus.result import ResultGrid
+from fluidsalus.searchers import BaseSearcher, RandomSearch
+from fluidsalus.store import DB_FILENAME, ExperimentStore, loads
+from fluidsalus.trialgroup.executor import Executor, ExecutorSettings
+from fluidsalus.trialgroup.trial import Trial
+
+logger = logging.getLogger(__name__)
+
+# Experiment statuses in the store.
+EXP_RUNNING, EXP_FINISHED, EXP_ERROR, EXP_INTERRUPTED = "RUNNING", "FINISHED", "ERROR", "INTERRUPTED"
+
+
+def run(
+    trainable: Callable[[dict[str, Any]], Any],
+    config: Mapping[str, Any] | None = None,
+    *,
+    num_samples: int = 1,
+    metric: str | None = None,
+    mode: str | None = None,
+    stop: Mapping[str, float] | Callable[[str, Mapping[str, Any]], bool] | None = None,
+    name: str | None = None,
+    storage_path: str | None = None,
+    seed: int | None = None,
+    searcher: BaseSearcher | None = None,
+    devices: int | None = None,
+    cpus_per_device: int | None = None,
+    max_concurrent_trials: int | None = None,
+    verbose: int = 1,
+    resume: bool = False,
+) -> ResultGrid:
+    """Run a hyperparameter sweep of ``trainable`` on the cluster's devices.
+
+    Args:
+        trainable: A function ``f(config)`` that calls :func:`fluidsalus.report` once per iteration (or
+            returns / yields a dict or a number, as in Ray Tune).
+        config: The search space: constants, domains (``uniform(0, 1)``, ``choice([...])``, ...) and
+            ``grid_search([...])``, possibly nested.
+        num_samples: Samples per grid point.
+        metric: The metric to optimise; every result must report it.
+        mode: ``"min"`` or ``"max"``; required with ``metric``.
+        stop: ``{key: threshold}`` (a trial stops once ``result[key] >= threshold``) or a callable
+            ``f(trial_id, result) -> bool``. Evaluated at each report, in the trial's own thread.
+        name: Experiment folder name under ``storage_path``. Default: ``<trainable>_<timestamp>``.
+        storage_path: Where experiments go (default ``~/fluidsalus_results`` or ``$FLUIDSALUS_STORAGE_PATH``).
+        seed: Seed of the sampler, for reproducible configurations.
+        searcher: A searcher that proposes the trials. Default: random/grid search over ``config``.
+        devices: Number of devices. Default: every GPU, else one virtual CPU device per 2 cores.
+        cpus_per_device: CPU slots per device.
+        max_concurrent_trials: Cap on trials running at once across all devices.
+        verbose: 0 silent, 1 a summary, 2 a line per finished trial.
+        resume: Continue the experiment ``name``: finished trials are kept, unfinished ones resume from their
+            last checkpoint (or restart when they have none).
+
+    Returns:
+        A :class:`ResultGrid` of every trial.
+
+    Raises:
+        ConfigError: For bad input, naming the argument and what is allowed.
+    """
+    spec: RunSpec = build(
+        RunSpec, num_samples=num_samples, metric=metric, mode=mode, name=name, storage_path=storage_path,
+        seed=seed, devices=devices, cpus_per_device=cpus_per_device,
+        max_concurrent_trials=max_concurrent_trials, verbose=verbose, resume=resume,
+    )
+    trainable_name = _check_trainable(trainable)
+    space = dict(config or {})
+    if searcher is None:
+        sp.validate_space(space)
+        searcher = RandomSearch(space, num_samples=spec.num_samples, seed=spec.seed)
+    elif not isinstance(searcher, BaseSearcher):
+        raise ConfigError(f"searcher: must be a fluidsalus BaseSearcher, got {type(searcher).__name__}")
+    rule = stop_rule(stop)
+    _check_picklable("trainable", trainable)
+    if stop is not None and callable(stop):
+        _check_picklable("stop", stop)
+    storage = spec.resolved_storage_path()
+    _check_writable(storage)
+    exp_name = spec.name or f"{trainable_name}_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}"
+    exp_dir = os.path.join(storage, exp_name)
+    exists = os.path.exists(os.path.join(exp_dir, DB_FILENAME))
+    if exists and not spec.resume:
+        raise ConfigError(
+            f"name: an experiment named {exp_name!r} already exists at {exp_dir}. Pass resume=True to "
+            "continue it, or choose another name."
+        )
+    if not exists and spec.resume:
+        raise ConfigError(f"resume: there is no experiment named {exp_name!r} at {exp_dir} to resume")
+    if not exists and os.path.isdir(exp_dir) and os.listdir(exp_dir):
+        raise ConfigError(
+            f"name: {exp_dir} exists and is not an empty folder or an experiment; choose another name"
+        )
+
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False, configure_logging=False, log_to_driver=True)
+    device_specs = plan_devices(ray.cluster_resources(), spec.devices, spec.cpus_per_device)
+
+    created_here = not exists
+    trials: list[Trial] = []
+    if exists:
+        store = ExperimentStore.open(exp_dir)
+        trials = _load_trials(store)
+        exp = store.experiment()
+        if exp["searcher_state"]:
+            searcher.load_state_dict(loads(exp["searcher_state"]))
+        store.set_experiment(status=EXP_RUNNING, error=None, finished_at=None)
+        store.add_events([(time.time(), "resume", None, None, {"unfinished": sum(
+            t.status not in ("TERMINATED", "ERROR") for t in trials)})])
+    else:
+        store = ExperimentStore.create(
+            exp_dir, exp_name, _describe(spec, space, stop, trainable_name), spec.metric, spec.mode
+        )
+    executor = Executor(
+        trainable,
+        searcher,
+        store,
+        device_specs,
+        ExecutorSettings(
+            experiment_name=exp_name,
+            experiment_dir=exp_dir,
+            trainable_name=trainable_name,
+            metric=spec.metric,
+            mode=spec.mode,
+            stop=rule,
+            max_concurrent_trials=spec.max_concurrent_trials,
+            verbose=spec.verbose,
+        ),
+        trials=trials,
+    )
+    started = time.time()
+    try:
+        executor.run()
+    except ConfigError:
+        store.close()
+        if created_here:
+            shutil.rmtree(exp_dir, ignore_errors=True)
+        raise
+    except KeyboardInterrupt:
+        store.set_experiment(status=EXP_INTERRUPTED, finished_at=time.time())
+        store.close()
+        raise
+    except BaseException as e:
+        with contextlib.suppress(Exception):
+            store.set_experiment(status=EXP_ERROR, error=f"{type(e).__name__}: {e}", finished_at=time.time())
+        store.close()
+        raise
+    store.set_experiment(status=EXP_FINISHED, finished_at=time.time())
+    grid = ResultGrid.from_store(store)
+    store.close()
+    if spec.verbose >= 1:
+        _print_summary(grid, exp_dir, time.time() - started, spec.metric, spec.mode)
+    return grid
+
+
+def _check_trainable(trainable: Any) -> str:
+    if not callable(trainable):
+        raise ConfigError(
+            f"trainable: must be a function f(config) that reports with fluidsalus.report(); "
+            f"got {type(trainable).__name__}"
+        )
+    if isinstance(trainable, type):
+        raise ConfigError(
+            f"trainable: class trainables ({trainable.__name__}) are not supported by fluidsalus.run; "
+            "pass a function f(config)"
+        )
+    return getattr(trainable, "__name__", type(trainable).__name__)
+
+
+def _check_picklable(field: str, obj: Any) -> None:
+    try:
+        cloudpickle.dumps(obj)
+    except Exception as e:  # noqa: BLE001 - pickling can fail with any exception type
+        raise ConfigError(
+            f"{field}: cannot be pickled to send it to the device actors ({type(e).__name__}: {e}). Create "
+            "objects such as locks, open files, sockets or clients inside the function instead of "
+            "capturing them."
+        ) from None
+
+
+def _check_writable(storage: str) -> None:
+    try:
+        os.makedirs(storage, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=storage, prefix=".write_test_"):
+            pass
+    except OSError as e:
+        raise ConfigError(
+            f"storage_path: {storage!r} is not writable ({e.strerror or e}). Pass a folder you can write to."
+        ) from None
+
+
+def _describe(spec: RunSpec, space: Mapping[str, Any], stop: Any, trainable_name: str) -> dict[str, Any]:
+    return {
+        "trainable": trainable_name,
+        "space": {k: repr(v) for k, v in sp.flatten_space(space).items()} if space else {},
+        "stop": stop if isinstance(stop, Mapping) else (repr(stop) if stop is not None else None),
+        **spec.model_dump(exclude={"name", "storage_path", "resume"}),
+    }
+
+
+def _load_trials(store: ExperimentStore) -> list[Trial]:
+    """The trials of a stored experiment; unfinished ones restart from their last whole checkpoint."""
+    checkpoint_metrics = {c["path"]: c["metrics"] or {} for c in store.checkpoints()}
+    out = []
+    for row in store.trials():
+        final = row.status in ("TERMINATED", "ERROR")
+        trial = Trial(
+            trial_id=row.trial_id,
+            seq=row.seq,
+            config=row.config,
+            trial_dir=os.path.join(store.experiment_dir, row.trial_id),
+            group_id=row.group_id,
+            budget=row.budget,
+            status=row.status,
+            attempt=row.attempt if final else row.attempt + 1,
+            last_iteration=row.last_iteration,
+            last_result=row.last_result,
+            checkpoint_path=row.checkpoint_path,
+        )
+        if not final:
+            ckpt = trial.checkpoint_path
+            if ckpt is None or not os.path.isdir(ckpt) or ckpt not in checkpoint_metrics:
+                trial.checkpoint_path, trial.last_iteration, trial.time_total_s = None, 0, 0.0
+            else:
+                metrics = checkpoint_metrics[ckpt]
+                trial.last_iteration = int(metrics.get("training_iteration", 0))
+                trial.time_total_s = float(metrics.get("time_total_s", 0.0))
+        out.append(trial)
+    return out
+
+
+def _print_summary(grid: ResultGrid, exp_dir: str, elapsed: float, metric: str | None, mode: str | None) -> None:
+    line = (f"fluidsalus: {len(grid)} trials in {elapsed:.1f}s ({grid.num_terminated} terminated, "
+            f"{grid.num_errors} errored) -> {exp_dir}")
+    if metric and mode:
+        try:
+            best = grid.get_best_result()
+            line += f"\nBest {metric}={best.metrics[metric]:.6g} with config {best.config}"  # type: ignore[index]
+        except RuntimeError:
+            pass
+    print(line, flush=True)
+

@@ -1,0 +1,117 @@
+"""A checkpoint is a directory, as in Ray Tune (``ray.tune.Checkpoint``).
+
+A trainable writes files into a directory of its own and passes ``Checkpoint.from_directory(dir)`` to
+:func:`fluidsalus.report`. The engine copies the directory into the experiment folder
+(``<experiment>/<trial_id>/checkpoint_<iteration>``) before the result is acknowledged, so the trainable may
+delete or reuse its directory as soon as ``report`` returns. ``get_checkpoint()`` later hands back a
+:class:`Checkpoint` that points at the persisted copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+_METADATA_FILE = ".metadata.json"
+
+
+class Checkpoint:
+    """A directory of files that captures a trial's state.
+
+    Args:
+        path: The directory. It must exist when the checkpoint is reported.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+
+    @classmethod
+    def from_directory(cls, path: str | os.PathLike[str]) -> Checkpoint:
+        """Create a checkpoint from an existing directory.
+
+        Args:
+            path: The directory holding the checkpoint's files.
+
+        Returns:
+            A checkpoint that refers to ``path`` (nothing is copied yet).
+        """
+        if not os.path.isdir(path):
+            raise ValueError(f"Checkpoint.from_directory: {os.fspath(path)!r} is not a directory")
+        return cls(path)
+
+    def to_directory(self, path: str | os.PathLike[str] | None = None) -> str:
+        """Copy the checkpoint's files into ``path`` (a new temporary directory if None).
+
+        Returns:
+            The directory the files were copied into.
+        """
+        target = os.fspath(path) if path is not None else tempfile.mkdtemp(prefix="fluidsalus_ckpt_")
+        os.makedirs(target, exist_ok=True)
+        shutil.copytree(self.path, target, dirs_exist_ok=True)
+        return target
+
+    @contextlib.contextmanager
+    def as_directory(self) -> Iterator[str]:
+        """Give a local directory with the checkpoint's files, for reading.
+
+        The checkpoint already is a local directory, so this yields it without copying. Do not write to it.
+        """
+        yield self.path
+
+    def get_metadata(self) -> dict[str, Any]:
+        """Return the metadata dict stored with the checkpoint (empty if none)."""
+        file = Path(self.path) / _METADATA_FILE
+        if not file.exists():
+            return {}
+        return json.loads(file.read_text())
+
+    def set_metadata(self, metadata: dict[str, Any]) -> None:
+        """Replace the checkpoint's metadata with ``metadata`` (must be JSON-serialisable)."""
+        (Path(self.path) / _METADATA_FILE).write_text(json.dumps(metadata))
+
+    def update_metadata(self, metadata: dict[str, Any]) -> None:
+        """Merge ``metadata`` into the checkpoint's metadata."""
+        merged = self.get_metadata()
+        merged.update(metadata)
+        self.set_metadata(merged)
+
+    def __repr__(self) -> str:
+        return f"Checkpoint(path={self.path!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Checkpoint) and os.path.abspath(self.path) == os.path.abspath(other.path)
+
+    def __hash__(self) -> int:
+        return hash(os.path.abspath(self.path))
+
+
+def persist_checkpoint(checkpoint: Checkpoint, trial_dir: str, iteration: int) -> str:
+    """Copy a reported checkpoint into the trial's folder of the experiment.
+
+    The copy is written under a temporary name and renamed into place, so a crash never leaves a
+    half-copied ``checkpoint_<iteration>`` directory that a resume could mistake for a whole one.
+
+    Args:
+        checkpoint: The checkpoint the trainable reported.
+        trial_dir: ``<experiment>/<trial_id>``.
+        iteration: The ``training_iteration`` of the result the checkpoint belongs to.
+
+    Returns:
+        The path of the persisted copy.
+    """
+    final = os.path.join(trial_dir, f"checkpoint_{iteration:06d}")
+    if os.path.abspath(checkpoint.path) == os.path.abspath(final):
+        return final
+    os.makedirs(trial_dir, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".incoming_", dir=trial_dir)
+    shutil.copytree(checkpoint.path, staging, dirs_exist_ok=True)
+    if os.path.exists(final):
+        shutil.rmtree(final)
+    os.replace(staging, final)
+    return final

@@ -1,0 +1,142 @@
+"""The ``fluidsalus`` console script.
+
+- ``fluidsalus run TARGET [ARGS...]``: run an example by name (``quickstart``), a Python file, or a module.
+- ``fluidsalus ls [STORAGE_PATH]``: list experiments with status, trial counts, best metric and duration.
+
+Bad input (a path that is not an experiment, an unknown example) prints one line and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from fluidsalus.config import DEFAULT_STORAGE_PATH, STORAGE_PATH_ENV
+from fluidsalus.errors import StoreError
+from fluidsalus.result import _finite
+from fluidsalus.store import DB_FILENAME, ExperimentStore
+
+EXIT_USAGE = 2
+
+
+class _UsageError(Exception):
+    """A problem with the command line's input: reported in one line, exit code 2."""
+
+
+def _examples_dirs() -> list[Path]:
+    here = Path(__file__).resolve().parent
+    return [Path.cwd() / "examples", here.parent / "examples"]
+
+
+def _find_target(target: str) -> tuple[str, str]:
+    """Return ("path", file) or ("module", name) for ``fluidsalus run TARGET``."""
+    if target.endswith(".py") or os.sep in target:
+        if not os.path.isfile(target):
+            raise _UsageError(f"run: no such file {target!r}")
+        return "path", target
+    for folder in _examples_dirs():
+        candidate = folder / f"{target}.py"
+        if candidate.is_file():
+            return "path", str(candidate)
+    try:
+        import importlib.util
+
+        if importlib.util.find_spec(target) is not None:
+            return "module", target
+    except (ImportError, ValueError):
+        pass
+    known = sorted({p.stem for d in _examples_dirs() if d.is_dir() for p in d.glob("*.py")
+                    if not p.stem.startswith("_")})
+    raise _UsageError(
+        f"run: {target!r} is not an example, a .py file or an importable module"
+        + (f" (examples: {', '.join(known)})" if known else "")
+    )
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    kind, what = _find_target(args.target)
+    sys.argv = [what, *args.args]
+    if kind == "path":
+        sys.path.insert(0, str(Path(what).resolve().parent))
+        runpy.run_path(what, run_name="__main__")
+    else:
+        runpy.run_module(what, run_name="__main__", alter_sys=True)
+    return 0
+
+
+def _duration(exp: dict) -> str:
+    end = exp["finished_at"] or exp["updated_at"]
+    seconds = max(0.0, (end or exp["created_at"]) - exp["created_at"])
+    return f"{seconds:.1f}s"
+
+
+def _best(store: ExperimentStore, metric: str | None, mode: str | None) -> str:
+    if not metric or not mode:
+        return "-"
+    values = [r.last_result[metric] for r in store.trials()
+              if r.last_result is not None and _finite(r.last_result.get(metric))]
+    if not values:
+        return "-"
+    return f"{metric}={(max(values) if mode == 'max' else min(values)):.6g}"
+
+
+def _cmd_ls(args: argparse.Namespace) -> int:
+    root = os.path.abspath(os.path.expanduser(
+        args.storage_path or os.environ.get(STORAGE_PATH_ENV) or DEFAULT_STORAGE_PATH))
+    if not os.path.isdir(root):
+        raise _UsageError(f"ls: {root!r} is not a folder")
+    rows = []
+    for entry in sorted(os.scandir(root), key=lambda e: e.name):
+        if not entry.is_dir() or not os.path.exists(os.path.join(entry.path, DB_FILENAME)):
+            continue
+        try:
+            with ExperimentStore.open(entry.path, readonly=True) as store:
+                exp = store.experiment()
+                trials = store.trials()
+                counts: dict[str, int] = {}
+                for t in trials:
+                    counts[t.status] = counts.get(t.status, 0) + 1
+                summary = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))
+                rows.append((entry.name, exp["status"], f"{len(trials)} ({summary})" if trials else "0",
+                             _best(store, exp["metric"], exp["mode"]), _duration(exp)))
+        except StoreError as e:
+            rows.append((entry.name, "UNREADABLE", "-", str(e), "-"))
+    if not rows:
+        print(f"no experiments in {root}")
+        return 0
+    header = ("EXPERIMENT", "STATUS", "TRIALS", "BEST", "DURATION")
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fluidsalus", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_run = sub.add_parser("run", help="run an example by name, a .py file, or a module")
+    p_run.add_argument("target", help="example name (e.g. quickstart), path/to/script.py, or package.module")
+    p_run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the target")
+    p_run.set_defaults(func=_cmd_run)
+    p_ls = sub.add_parser("ls", help="list the experiments in a storage path")
+    p_ls.add_argument("storage_path", nargs="?", default=None,
+                      help=f"default: ${STORAGE_PATH_ENV} or {DEFAULT_STORAGE_PATH}")
+    p_ls.set_defaults(func=_cmd_ls)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (_UsageError, StoreError) as e:
+        print(f"fluidsalus: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Validated run settings (pydantic), turned into :class:`ConfigError` s that name the field."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from fluidsalus.errors import ConfigError
+
+#: Where experiments go when no ``storage_path`` is given; ``FLUIDSALUS_STORAGE_PATH`` overrides it.
+DEFAULT_STORAGE_PATH = os.path.join("~", "fluidsalus_results")
+STORAGE_PATH_ENV = "FLUIDSALUS_STORAGE_PATH"
+_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.=+-][A-Za-z0-9_.=+ -]*$")
+
+
+class RunSpec(BaseModel):
+    """The scalar settings of one run. Each field's constraint is its documentation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    num_samples: int = Field(1, ge=1, description="Samples per grid point (Ray Tune's num_samples).")
+    metric: str | None = Field(None, min_length=1)
+    mode: Literal["min", "max"] | None = None
+    name: str | None = None
+    storage_path: str | None = None
+    seed: int | None = None
+    devices: int | None = Field(None, ge=1)
+    cpus_per_device: int | None = Field(None, ge=1)
+    max_concurrent_trials: int | None = Field(None, ge=1)
+    verbose: int = Field(1, ge=0, le=3)
+    resume: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and (not _NAME_PATTERN.match(value) or value in {".", ".."}):
+            raise ValueError(
+                "must be a plain folder name: letters, digits, spaces and _ . = + - (no path separators)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _metric_and_mode(self) -> RunSpec:
+        if (self.metric is None) != (self.mode is None):
+            raise ValueError("metric and mode must be given together (mode is 'min' or 'max')")
+        return self
+
+    def resolved_storage_path(self) -> str:
+        path = self.storage_path or os.environ.get(STORAGE_PATH_ENV) or DEFAULT_STORAGE_PATH
+        return os.path.abspath(os.path.expanduser(path))
+
+
+def build(model: type[BaseModel], **fields: Any) -> Any:
+    """Validate ``fields`` into ``model``; any problem becomes one ConfigError naming each bad field."""
+    try:
+        return model(**fields)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "arguments"
+            message = err["msg"].removeprefix("Value error, ")
+            got = err.get("input")
+            shown = "" if isinstance(got, dict) else f" (got {got!r})"
+            if err["type"] == "extra_forbidden":
+                message, shown = "is not a known setting", ""
+            problems.append(f"{where}: {message}{shown}")
+        raise ConfigError("; ".join(problems)) from None

@@ -1,0 +1,76 @@
+"""The Ray adapter of a device: one long-lived actor per device, reused by every trial of a run.
+
+The actor only forwards to a :class:`~fluidsalus.gpu.host.DeviceHost`. It is a threaded actor, so the
+driver's long ``poll`` never blocks ``submit`` or ``stop``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import ray
+
+from fluidsalus.gpu.device import DeviceSpec
+from fluidsalus.gpu.host import DeviceHost, HostSettings, TrialSpec
+
+#: Concurrent method calls the actor serves: one long poll plus submit/stop/info calls beside it.
+ACTOR_MAX_CONCURRENCY = 4
+
+
+class _DeviceActor:
+    def __init__(self, device: DeviceSpec, trainable: Callable[..., Any], settings: HostSettings) -> None:
+        self.device = device
+        torch_device = "cpu"
+        physical: list[str] = []
+        if device.kind == "cuda":
+            physical = [str(g) for g in ray.get_gpu_ids()]
+            torch_device = "cuda:0" if _cuda_available() else "cpu"
+        settings.device = torch_device
+        self._info = {
+            "device": device.name,
+            "kind": device.kind,
+            "slots": device.slots,
+            "torch_device": torch_device,
+            "gpu_ids": physical,
+            "pid": os.getpid(),
+            "hostname": socket.gethostname(),
+            "node_ip": ray.util.get_node_ip_address(),
+        }
+        self.host = DeviceHost(trainable, settings)
+
+    def info(self) -> dict[str, Any]:
+        return self._info
+
+    def submit(self, specs: list[TrialSpec]) -> None:
+        self.host.submit(specs)
+
+    def stop(self, trial_ids: list[str]) -> None:
+        self.host.stop(trial_ids)
+
+    def poll(self, max_wait_s: float) -> list[tuple[Any, ...]]:
+        return self.host.poll(max_wait_s)
+
+    def shutdown(self, timeout_s: float) -> list[str]:
+        return self.host.shutdown(timeout_s)
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return False
+    return bool(torch.cuda.is_available())
+
+
+DeviceActor = ray.remote(max_concurrency=ACTOR_MAX_CONCURRENCY)(_DeviceActor)
+
+
+def start_device_actor(device: DeviceSpec, trainable: Callable[..., Any], settings: HostSettings) -> Any:
+    """Create the actor for ``device`` with the Ray resources the device stands for."""
+    options: dict[str, Any] = {"num_cpus": device.slots}
+    if device.kind == "cuda":
+        options["num_gpus"] = 1
+    return DeviceActor.options(**options).remote(device, trainable, settings)

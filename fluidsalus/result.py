@@ -1,0 +1,261 @@
+"""``ResultGrid`` and ``Result``, with Ray Tune's API, read from an experiment's store."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fluidsalus.checkpoint import Checkpoint
+from fluidsalus.errors import TrialError
+from fluidsalus.store import ERROR, TERMINATED, ExperimentStore
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: The scopes ``get_best_result`` accepts, as in Ray Tune.
+SCOPES = ("last", "avg", "last-5-avg", "last-10-avg", "all")
+MODES = ("min", "max")
+
+
+@dataclass
+class Result:
+    """The outcome of one trial.
+
+    Attributes:
+        metrics: The trial's last reported result (with ``config``, as in Ray Tune), or None.
+        checkpoint: Its latest persisted checkpoint, or None.
+        error: A :class:`TrialError` with the trial's traceback if it failed, else None.
+        path: The trial's folder in the experiment.
+        metrics_dataframe: Every result of the trial, one row per iteration.
+        best_checkpoints: ``(checkpoint, metrics)`` for each persisted checkpoint the trial still has.
+    """
+
+    metrics: dict[str, Any] | None
+    checkpoint: Checkpoint | None
+    error: Exception | None
+    path: str
+    metrics_dataframe: pd.DataFrame | None = None
+    best_checkpoints: list[tuple[Checkpoint, dict[str, Any]]] | None = None
+    trial_id: str = ""
+    status: str = TERMINATED
+    _history: list[dict[str, Any]] | None = None
+
+    @property
+    def config(self) -> dict[str, Any] | None:
+        """The trial's configuration."""
+        return None if self.metrics is None else self.metrics.get("config")
+
+    def get_best_checkpoint(self, metric: str, mode: str) -> Checkpoint | None:
+        """The persisted checkpoint whose result is best for ``metric`` in ``mode``."""
+        _check_mode(mode)
+        scored = [(c, m[metric]) for c, m in (self.best_checkpoints or []) if _finite(m.get(metric))]
+        if not scored:
+            return None
+        pick = max if mode == "max" else min
+        return pick(scored, key=lambda cm: cm[1])[0]
+
+    def __repr__(self) -> str:
+        shown = {k: v for k, v in (self.metrics or {}).items() if k != "config"}
+        parts = [f"metrics={shown!r}", f"path={self.path!r}"]
+        if self.error is not None:
+            parts.append(f"error={self.error!r}")
+        return f"Result({', '.join(parts)})"
+
+
+class ResultGrid:
+    """All trials of an experiment (``ray.tune.ResultGrid``'s API).
+
+    Args:
+        results: One :class:`Result` per trial, in trial order.
+        experiment_path: The experiment folder.
+        metric: Default metric for :meth:`get_best_result`.
+        mode: Default mode for :meth:`get_best_result`.
+    """
+
+    def __init__(self, results: list[Result], experiment_path: str, metric: str | None = None,
+                 mode: str | None = None) -> None:
+        self._results = results
+        self.experiment_path = experiment_path
+        self._metric = metric
+        self._mode = mode
+
+    @classmethod
+    def from_store(cls, store: ExperimentStore) -> ResultGrid:
+        """Build the grid from an experiment's store (works on a running experiment too)."""
+        import pandas as pd
+
+        exp = store.experiment()
+        history: dict[str, list[dict[str, Any]]] = {}
+        for row in store.results():
+            history.setdefault(row.trial_id, []).append(row.metrics)
+        checkpoints: dict[str, list[tuple[Checkpoint, dict[str, Any]]]] = {}
+        for c in store.checkpoints():
+            if os.path.isdir(c["path"]):
+                checkpoints.setdefault(c["trial_id"], []).append((Checkpoint(c["path"]), c["metrics"] or {}))
+        results = []
+        for t in store.trials():
+            rows = history.get(t.trial_id, [])
+            metrics = dict(t.last_result) if t.last_result is not None else (dict(rows[-1]) if rows else None)
+            if metrics is not None:
+                if t.status in (TERMINATED, ERROR):
+                    metrics["done"] = True
+                metrics["config"] = t.config
+            error = TrialError(f"Trial {t.trial_id} failed: {t.error}\n{t.traceback or ''}".rstrip()) \
+                if t.status == ERROR else None
+            ckpts = checkpoints.get(t.trial_id, [])
+            results.append(
+                Result(
+                    metrics=metrics,
+                    checkpoint=ckpts[-1][0] if ckpts else None,
+                    error=error,
+                    path=os.path.join(store.experiment_dir, t.trial_id),
+                    metrics_dataframe=pd.DataFrame(rows) if rows else None,
+                    best_checkpoints=ckpts,
+                    trial_id=t.trial_id,
+                    status=t.status,
+                    _history=rows,
+                )
+            )
+        return cls(results, store.experiment_dir, exp["metric"], exp["mode"])
+
+    # ------------------------------------------------------------------ container protocol
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+    def __getitem__(self, index: int) -> Result:
+        return self._results[index]
+
+    def __iter__(self) -> Iterator[Result]:
+        return iter(self._results)
+
+    def __repr__(self) -> str:
+        return f"ResultGrid<{len(self)} trials, {self.num_errors} errored, path={self.experiment_path!r}>"
+
+    # ------------------------------------------------------------------ summaries
+
+    @property
+    def errors(self) -> list[Exception]:
+        """The errors of the trials that failed."""
+        return [r.error for r in self._results if r.error is not None]
+
+    @property
+    def num_errors(self) -> int:
+        return len(self.errors)
+
+    @property
+    def num_terminated(self) -> int:
+        return sum(1 for r in self._results if r.status == TERMINATED)
+
+    def get_best_result(self, metric: str | None = None, mode: str | None = None, scope: str = "last",
+                        filter_nan_and_inf: bool = True) -> Result:
+        """The trial with the best ``metric``.
+
+        Args:
+            metric: Metric to compare; defaults to the run's metric.
+            mode: ``"min"`` or ``"max"``; defaults to the run's mode.
+            scope: Which of a trial's results count: ``"last"`` (its last result), ``"avg"`` (the mean of
+                all), ``"last-5-avg"``, ``"last-10-avg"``, or ``"all"`` (its best result).
+            filter_nan_and_inf: Ignore NaN and infinite values.
+
+        Returns:
+            The best trial's :class:`Result`.
+
+        Raises:
+            ValueError: No metric/mode (neither given nor set for the run), or a bad mode/scope.
+            RuntimeError: No trial reported a usable value of the metric.
+        """
+        metric = metric or self._metric
+        mode = mode or self._mode
+        if not metric or not mode:
+            raise ValueError(
+                "get_best_result: no metric/mode given, and the run set none. Pass metric= and mode= "
+                "(mode is 'min' or 'max')."
+            )
+        _check_mode(mode)
+        if scope not in SCOPES:
+            raise ValueError(f"get_best_result: scope must be one of {SCOPES}, got {scope!r}")
+        best: tuple[float, Result] | None = None
+        for result in self._results:
+            score = _score(result._history or [], metric, mode, scope, filter_nan_and_inf)
+            if score is None:
+                continue
+            if best is None or (score > best[0] if mode == "max" else score < best[0]):
+                best = (score, result)
+        if best is None:
+            raise RuntimeError(
+                f"No best trial found for the given metric: {metric}. This means that no trial has reported "
+                "this metric, or all values reported for this metric are NaN. To not ignore NaN values, you "
+                "can set the `filter_nan_and_inf` arg to False."
+            )
+        return best[1]
+
+    def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None) -> pd.DataFrame:
+        """One row per trial: its last result (or, with a filter, its best), with ``config/...`` columns.
+
+        Args:
+            filter_metric: Pick each trial's row by this metric instead of taking its last result.
+            filter_mode: ``"min"`` or ``"max"``, required with ``filter_metric``.
+        """
+        import pandas as pd
+
+        if (filter_metric is None) != (filter_mode is None):
+            raise ValueError("get_dataframe: pass both filter_metric and filter_mode, or neither")
+        if filter_mode is not None:
+            _check_mode(filter_mode)
+        rows = []
+        for result in self._results:
+            history = result._history or []
+            row: dict[str, Any] | None = None
+            if filter_metric is not None:
+                scored = [r for r in history if _finite(r.get(filter_metric))]
+                if scored:
+                    pick = max if filter_mode == "max" else min
+                    row = dict(pick(scored, key=lambda r: r[filter_metric]))
+            elif result.metrics is not None:
+                row = {k: v for k, v in result.metrics.items() if k != "config"}
+            if row is None:
+                row = {"trial_id": result.trial_id}
+            for key, value in _flatten(result.config or {}).items():
+                row[f"config/{key}"] = value
+            row["logdir"] = result.path
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _score(history: list[Mapping[str, Any]], metric: str, mode: str, scope: str, filter_nan: bool
+           ) -> float | None:
+    values = [r[metric] for r in history if metric in r and isinstance(r[metric], (int, float))]
+    window = {"last": 1, "last-5-avg": 5, "last-10-avg": 10}.get(scope)
+    if window is not None:
+        values = values[-window:]
+    if filter_nan:
+        values = [v for v in values if _finite(v)]
+    if not values:
+        return None
+    if scope == "all":
+        return float(max(values) if mode == "max" else min(values))
+    return float(sum(values) / len(values))
+
+
+def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, path + "/"))
+        else:
+            out[path] = value
+    return out

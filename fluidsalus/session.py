@@ -1,0 +1,230 @@
+"""The session API a trainable calls: :func:`report`, :func:`get_checkpoint`, :func:`get_context`.
+
+Many trials share one device actor process, each in its own thread, so the current trial is found through a
+thread-local :class:`TrialSession`. The device host (``fluidsalus.gpu.host``) installs one before it calls the
+trainable and removes it afterwards.
+
+Each :func:`report` call is one iteration. As Ray Tune does, it adds ``training_iteration``,
+``time_this_iter_s``, ``time_total_s``, ``timestamp`` and a few identifying fields to the metrics.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from numbers import Number
+from typing import Any
+
+from fluidsalus.checkpoint import Checkpoint, persist_checkpoint
+from fluidsalus.errors import SessionError
+
+#: Keys the engine adds to every result. A metric to optimise must be one the trainable reports itself.
+AUTO_RESULT_KEYS: frozenset[str] = frozenset(
+    {
+        "training_iteration",
+        "time_this_iter_s",
+        "time_total_s",
+        "timestamp",
+        "trial_id",
+        "date",
+        "done",
+        "pid",
+        "hostname",
+        "node_ip",
+        "time_since_restore",
+        "iterations_since_restore",
+        "checkpoint_dir_name",
+    }
+)
+
+#: The metric name a trainable's bare number return value is reported under (Ray Tune's name).
+DEFAULT_METRIC = "_metric"
+
+_HOSTNAME = socket.gethostname()
+_local = threading.local()
+
+
+class StopTrial(BaseException):
+    """Raised inside the trial thread at a report boundary when the trial must stop.
+
+    It derives from BaseException so that a trainable's ``except Exception`` does not swallow it.
+    """
+
+
+@dataclass
+class TrialContext:
+    """What a trainable can ask about the trial it runs in (``ray.tune.get_context()``'s API)."""
+
+    trial_id: str
+    trial_name: str
+    experiment_name: str
+    trial_dir: str
+    device: str = "cpu"
+    resources: dict[str, float] = field(default_factory=dict)
+    world_rank: int = 0
+    world_size: int = 1
+
+    def get_trial_id(self) -> str:
+        return self.trial_id
+
+    def get_trial_name(self) -> str:
+        return self.trial_name
+
+    def get_experiment_name(self) -> str:
+        return self.experiment_name
+
+    def get_trial_dir(self) -> str:
+        return self.trial_dir
+
+    def get_trial_resources(self) -> dict[str, float]:
+        return dict(self.resources)
+
+    def get_world_rank(self) -> int:
+        return self.world_rank
+
+    def get_world_size(self) -> int:
+        return self.world_size
+
+    def get_local_rank(self) -> int:
+        return self.world_rank
+
+    def get_local_world_size(self) -> int:
+        return self.world_size
+
+    def get_node_rank(self) -> int:
+        return 0
+
+    def get_device(self) -> str:
+        """The torch device string of the device this trial runs on (``"cpu"`` or ``"cuda:0"``)."""
+        return self.device
+
+
+class TrialSession:
+    """The per-trial state behind the session functions.
+
+    Args:
+        context: Identity of the trial, returned by :func:`get_context`.
+        sink: Called with each finished result dict (the host's outbox). Must be cheap and thread-safe.
+        checkpoint: The checkpoint to resume from, or None for a fresh start.
+        start_iteration: Iterations already done before this (re)start; the first report is this + 1.
+        time_total_offset: ``time_total_s`` accumulated before this (re)start.
+        should_stop: Called with each result; True stops the trial right after the result is delivered.
+    """
+
+    def __init__(
+        self,
+        context: TrialContext,
+        sink: Callable[[dict[str, Any]], None],
+        checkpoint: Checkpoint | None = None,
+        start_iteration: int = 0,
+        time_total_offset: float = 0.0,
+        should_stop: Callable[[Mapping[str, Any]], bool] | None = None,
+    ) -> None:
+        self.context = context
+        self._sink = sink
+        self.checkpoint = checkpoint
+        self.iteration = start_iteration
+        self._start_iteration = start_iteration
+        self._time_total_offset = time_total_offset
+        self._should_stop = should_stop
+        self._started = time.time()
+        self._last = self._started
+        self.stop_requested = threading.Event()
+        self.stopped_by_rule = False
+
+    def report(self, metrics: Mapping[str, Any], checkpoint: Checkpoint | None = None) -> None:
+        if not isinstance(metrics, Mapping):
+            raise TypeError(f"report(metrics=...): metrics must be a dict, got {type(metrics).__name__}")
+        now = time.time()
+        self.iteration += 1
+        result: dict[str, Any] = dict(metrics)
+        result.update(
+            training_iteration=self.iteration,
+            time_this_iter_s=now - self._last,
+            time_total_s=self._time_total_offset + (now - self._started),
+            timestamp=int(now),
+            trial_id=self.context.trial_id,
+            date=datetime.datetime.fromtimestamp(now).strftime("%Y-%m-%d_%H-%M-%S"),
+            done=False,
+            pid=os.getpid(),
+            hostname=_HOSTNAME,
+            time_since_restore=now - self._started,
+            iterations_since_restore=self.iteration - self._start_iteration,
+        )
+        self._last = now
+        if checkpoint is not None:
+            if not isinstance(checkpoint, Checkpoint):
+                raise TypeError(
+                    f"report(checkpoint=...): expected a fluidsalus.Checkpoint, got {type(checkpoint).__name__}"
+                )
+            path = persist_checkpoint(checkpoint, self.context.trial_dir, self.iteration)
+            self.checkpoint = Checkpoint(path)
+            result["checkpoint_dir_name"] = os.path.basename(path)
+        stop = self.stop_requested.is_set()
+        if not stop and self._should_stop is not None and self._should_stop(result):
+            stop = self.stopped_by_rule = True
+        if stop:
+            result["done"] = True
+        self._sink(result)
+        if stop:
+            raise StopTrial()
+
+    def report_return_value(self, output: Any) -> None:
+        """Report what a function trainable returned or yielded, as Ray Tune does."""
+        if output is None:
+            return
+        if isinstance(output, Mapping):
+            self.report(output)
+        elif isinstance(output, Number) and not isinstance(output, bool):
+            self.report({DEFAULT_METRIC: float(output)})  # type: ignore[arg-type]
+        else:
+            raise ValueError(
+                "Invalid return or yield value: a trainable may return or yield a single number or a dict, "
+                f"got {type(output).__name__}"
+            )
+
+
+def _current(function: str) -> TrialSession:
+    session: TrialSession | None = getattr(_local, "session", None)
+    if session is None:
+        raise SessionError(
+            f"fluidsalus.{function}() was called outside a trial. Call it inside a trainable that "
+            "fluidsalus runs (fluidsalus.run(...) or tune.Tuner(...).fit()), from the trial's own thread."
+        )
+    return session
+
+
+def set_session(session: TrialSession | None) -> None:
+    """Install (or with None remove) the session of the calling thread. Used by the device host."""
+    _local.session = session
+
+
+def report(metrics: Mapping[str, Any], checkpoint: Checkpoint | None = None) -> None:
+    """Report one iteration's metrics, and optionally a checkpoint, from inside a trainable.
+
+    Args:
+        metrics: The metrics of this iteration, e.g. ``{"accuracy": 0.93}``.
+        checkpoint: A :class:`Checkpoint` of the trial's state after this iteration.
+
+    Raises:
+        SessionError: When called outside a trial.
+    """
+    _current("report").report(metrics, checkpoint)
+
+
+def get_checkpoint() -> Checkpoint | None:
+    """Return the checkpoint this trial should resume from, or None when it starts fresh.
+
+    After the trial reports a checkpoint, this returns that (persisted) checkpoint.
+    """
+    return _current("get_checkpoint").checkpoint
+
+
+def get_context() -> TrialContext:
+    """Return the :class:`TrialContext` of the running trial."""
+    return _current("get_context").context

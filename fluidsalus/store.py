@@ -1,0 +1,491 @@
+"""The experiment store: one SQLite file per experiment, ``<storage_path>/<name>/experiment.db``.
+
+Only the driver writes to it. It runs in WAL mode, so readers (``fluidsalus inspect``, a notebook) can
+read a running experiment without blocking the writer, and every transaction that has committed survives
+the driver being killed (the data is in the WAL file before ``COMMIT`` returns). The executor commits a
+batch of results *before* it acts on them (the searcher, callbacks, the progress view); that is what
+"acknowledged" means, and so no acknowledged result is ever lost.
+
+Tables: ``experiment`` (one row), ``trials``, ``results`` (one row per reported iteration and attempt),
+``events`` (placements, starts, stops, failures, lane activity), ``checkpoints``.
+
+The file carries ``PRAGMA application_id`` (so a stray SQLite file is not mistaken for a store) and
+``PRAGMA user_version`` = :data:`SCHEMA_VERSION` (so an older fluidsalus refuses a newer file clearly).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fluidsalus.errors import StoreError
+
+#: Version of the table layout below. Bump it, and add a migration, whenever the layout changes.
+SCHEMA_VERSION = 1
+#: ``PRAGMA application_id`` of a fluidsalus store: the bytes "FlSa".
+APPLICATION_ID = 0x466C5361
+DB_FILENAME = "experiment.db"
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+_SCHEMA = """
+CREATE TABLE experiment (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    name TEXT NOT NULL,
+    status TEXT NOT NULL,
+    metric TEXT,
+    mode TEXT,
+    spec_json TEXT NOT NULL,
+    searcher_state TEXT,
+    error TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    finished_at REAL
+);
+CREATE TABLE trials (
+    trial_id TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    config_json TEXT NOT NULL,
+    status TEXT NOT NULL,
+    group_id TEXT,
+    budget REAL,
+    device TEXT,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    num_failures INTEGER NOT NULL DEFAULT 0,
+    last_iteration INTEGER NOT NULL DEFAULT 0,
+    last_result_json TEXT,
+    checkpoint_path TEXT,
+    stop_reason TEXT,
+    error TEXT,
+    traceback TEXT,
+    created_at REAL NOT NULL,
+    started_at REAL,
+    finished_at REAL
+);
+CREATE TABLE results (
+    id INTEGER PRIMARY KEY,
+    trial_id TEXT NOT NULL REFERENCES trials(trial_id),
+    attempt INTEGER NOT NULL,
+    iteration INTEGER NOT NULL,
+    ts REAL NOT NULL,
+    metrics_json TEXT NOT NULL
+);
+CREATE INDEX results_by_trial ON results(trial_id, iteration);
+CREATE TABLE events (
+    id INTEGER PRIMARY KEY,
+    ts REAL NOT NULL,
+    kind TEXT NOT NULL,
+    trial_id TEXT,
+    device TEXT,
+    data_json TEXT
+);
+CREATE INDEX events_by_kind ON events(kind, ts);
+CREATE TABLE checkpoints (
+    id INTEGER PRIMARY KEY,
+    trial_id TEXT NOT NULL REFERENCES trials(trial_id),
+    iteration INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    metrics_json TEXT,
+    created_at REAL NOT NULL,
+    deleted INTEGER NOT NULL DEFAULT 0
+);
+"""
+
+# Trial statuses, as Ray Tune names them.
+PENDING = "PENDING"
+RUNNING = "RUNNING"
+TERMINATED = "TERMINATED"
+ERROR = "ERROR"
+TRIAL_STATUSES = (PENDING, RUNNING, TERMINATED, ERROR)
+FINAL_STATUSES = frozenset({TERMINATED, ERROR})
+
+_TRIAL_COLUMNS = frozenset(
+    {
+        "status",
+        "group_id",
+        "budget",
+        "device",
+        "attempt",
+        "num_failures",
+        "last_iteration",
+        "last_result_json",
+        "checkpoint_path",
+        "stop_reason",
+        "error",
+        "traceback",
+        "started_at",
+        "finished_at",
+    }
+)
+
+
+def _to_jsonable(value: Any) -> Any:
+    """Turn numpy/torch scalars and other foreign objects into JSON-friendly Python values."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_to_jsonable(v) for v in value]
+    item = getattr(value, "item", None)  # numpy and torch scalars
+    if callable(item):
+        try:
+            return _to_jsonable(item())
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):
+        return _to_jsonable(tolist())
+    return repr(value)
+
+
+def dumps(value: Any) -> str:
+    """JSON-encode a result or config. NaN and infinities are kept (Python's json reads them back)."""
+    try:
+        return json.dumps(value, allow_nan=True)
+    except TypeError:
+        return json.dumps(_to_jsonable(value), allow_nan=True)
+
+
+def loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+@dataclass
+class TrialRow:
+    """One row of the ``trials`` table, decoded."""
+
+    trial_id: str
+    seq: int
+    config: dict[str, Any]
+    status: str
+    group_id: str | None
+    budget: float | None
+    device: str | None
+    attempt: int
+    num_failures: int
+    last_iteration: int
+    last_result: dict[str, Any] | None
+    checkpoint_path: str | None
+    stop_reason: str | None
+    error: str | None
+    traceback: str | None
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+
+
+@dataclass
+class ResultRow:
+    trial_id: str
+    attempt: int
+    iteration: int
+    ts: float
+    metrics: dict[str, Any]
+
+
+@dataclass
+class EventRow:
+    ts: float
+    kind: str
+    trial_id: str | None
+    device: str | None
+    data: dict[str, Any] | None
+
+
+def _check_sqlite_file(db_path: str) -> None:
+    try:
+        with open(db_path, "rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except OSError as e:
+        raise StoreError(f"cannot read experiment store {db_path!r}: {e.strerror}") from None
+    if head != _SQLITE_MAGIC:
+        raise StoreError(f"{db_path!r} is not a fluidsalus experiment store (it is not an SQLite file)")
+
+
+def resolve_db_path(path: str | os.PathLike[str]) -> str:
+    """Map an experiment folder or a path to its ``experiment.db`` onto the database file path."""
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        return os.path.join(p, DB_FILENAME)
+    return p
+
+
+class ExperimentStore:
+    """Reads and (from the driver only) writes one experiment's SQLite file.
+
+    Use :meth:`create` for a new experiment and :meth:`open` for an existing one.
+    """
+
+    def __init__(self, conn: sqlite3.Connection, db_path: str, readonly: bool) -> None:
+        self._conn = conn
+        self.db_path = db_path
+        self.readonly = readonly
+        self._in_tx = False
+
+    @property
+    def experiment_dir(self) -> str:
+        return os.path.dirname(os.path.abspath(self.db_path))
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def create(cls, experiment_dir: str, name: str, spec: Mapping[str, Any], metric: str | None,
+               mode: str | None) -> ExperimentStore:
+        """Create the experiment folder and a new, empty store in it.
+
+        Raises:
+            StoreError: If a store already exists there.
+        """
+        db_path = os.path.join(experiment_dir, DB_FILENAME)
+        if os.path.exists(db_path):
+            raise StoreError(f"an experiment store already exists at {db_path!r}")
+        os.makedirs(experiment_dir, exist_ok=True)
+        conn = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+        try:
+            cls._configure(conn)
+            now = time.time()
+            conn.execute("BEGIN")
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(
+                "INSERT INTO experiment (id, name, status, metric, mode, spec_json, created_at, updated_at)"
+                " VALUES (1, ?, 'RUNNING', ?, ?, ?, ?, ?)",
+                (name, metric, mode, dumps(dict(spec)), now, now),
+            )
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.close()
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(db_path + suffix)
+            raise
+        return cls(conn, db_path, readonly=False)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], readonly: bool = False) -> ExperimentStore:
+        """Open an existing store, given its experiment folder or its ``experiment.db``.
+
+        Args:
+            path: The experiment folder or the database file.
+            readonly: Open without any write access (safe on a running experiment).
+
+        Raises:
+            StoreError: If there is no store there, the file is not a fluidsalus store, or it was written
+                by a newer fluidsalus.
+        """
+        db_path = resolve_db_path(path)
+        if not os.path.exists(db_path):
+            raise StoreError(f"{os.fspath(path)!r} is not a fluidsalus experiment (no {DB_FILENAME} found)")
+        _check_sqlite_file(db_path)
+        try:
+            if readonly:
+                uri = "file:" + os.path.abspath(db_path) + "?mode=ro"
+                conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            else:
+                conn = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{db_path!r} is not a fluidsalus experiment store ({e})") from None
+        if app_id != APPLICATION_ID:
+            conn.close()
+            raise StoreError(f"{db_path!r} is an SQLite file but not a fluidsalus experiment store")
+        if version > SCHEMA_VERSION:
+            conn.close()
+            raise StoreError(
+                f"{db_path!r} was written by a newer fluidsalus (store schema {version}; this version "
+                f"reads schema {SCHEMA_VERSION} and older). Upgrade fluidsalus to open it."
+            )
+        if not readonly:
+            cls._configure(conn)
+        return cls(conn, db_path, readonly=readonly)
+
+    @staticmethod
+    def _configure(conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA journal_mode = WAL")
+        # NORMAL in WAL mode: a committed transaction survives a killed process (it is in the WAL file);
+        # only an OS crash or power loss can drop the last transactions. FULL would fsync every batch.
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.close()
+
+    def __enter__(self) -> ExperimentStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ writing
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Group writes into one transaction; it commits (is durable) when the block exits normally."""
+        if self.readonly:
+            raise StoreError(f"{self.db_path!r} was opened read-only")
+        if self._in_tx:
+            yield
+            return
+        self._conn.execute("BEGIN")
+        self._in_tx = True
+        try:
+            yield
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        else:
+            self._conn.execute("COMMIT")
+        finally:
+            self._in_tx = False
+
+    def set_experiment(self, **fields: Any) -> None:
+        """Update the experiment row (``status``, ``error``, ``finished_at``, ``searcher_state``, ...)."""
+        allowed = {"status", "error", "finished_at", "searcher_state", "spec_json", "metric", "mode"}
+        unknown = set(fields) - allowed
+        if unknown:
+            raise ValueError(f"unknown experiment fields {sorted(unknown)}")
+        fields["updated_at"] = time.time()
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        with self.transaction():
+            self._conn.execute(f"UPDATE experiment SET {cols} WHERE id = 1", tuple(fields.values()))
+
+    def add_trials(self, trials: Iterable[tuple[str, int, Mapping[str, Any]]], group_id: str | None = None,
+                   budget: float | None = None) -> None:
+        """Insert new PENDING trials given as ``(trial_id, seq, config)``."""
+        now = time.time()
+        rows = [(tid, seq, dumps(dict(cfg)), PENDING, group_id, budget, now) for tid, seq, cfg in trials]
+        with self.transaction():
+            self._conn.executemany(
+                "INSERT INTO trials (trial_id, seq, config_json, status, group_id, budget, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+
+    def update_trial(self, trial_id: str, **fields: Any) -> None:
+        """Set columns of one trial. ``last_result`` (a dict) is encoded to ``last_result_json``."""
+        if "last_result" in fields:
+            fields["last_result_json"] = dumps(fields.pop("last_result"))
+        unknown = set(fields) - _TRIAL_COLUMNS
+        if unknown:
+            raise ValueError(f"unknown trial fields {sorted(unknown)}")
+        if "status" in fields and fields["status"] not in TRIAL_STATUSES:
+            raise ValueError(f"status must be one of {TRIAL_STATUSES}, got {fields['status']!r}")
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        with self.transaction():
+            self._conn.execute(f"UPDATE trials SET {cols} WHERE trial_id = ?", (*fields.values(), trial_id))
+
+    def add_results(self, rows: Sequence[tuple[str, int, int, float, Mapping[str, Any]]]) -> None:
+        """Insert results given as ``(trial_id, attempt, iteration, ts, metrics)``."""
+        with self.transaction():
+            self._conn.executemany(
+                "INSERT INTO results (trial_id, attempt, iteration, ts, metrics_json) VALUES (?, ?, ?, ?, ?)",
+                [(t, a, i, ts, dumps(m)) for t, a, i, ts, m in rows],
+            )
+
+    def add_events(self, rows: Sequence[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]]
+                   ) -> None:
+        """Insert events given as ``(ts, kind, trial_id, device, data)``."""
+        with self.transaction():
+            self._conn.executemany(
+                "INSERT INTO events (ts, kind, trial_id, device, data_json) VALUES (?, ?, ?, ?, ?)",
+                [(ts, k, t, d, None if data is None else dumps(data)) for ts, k, t, d, data in rows],
+            )
+
+    def add_checkpoint(self, trial_id: str, iteration: int, path: str, metrics: Mapping[str, Any]) -> None:
+        with self.transaction():
+            self._conn.execute(
+                "INSERT INTO checkpoints (trial_id, iteration, path, metrics_json, created_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (trial_id, iteration, path, dumps(metrics), time.time()),
+            )
+
+    # ------------------------------------------------------------------ reading
+
+    def experiment(self) -> dict[str, Any]:
+        row = self._conn.execute(
+            "SELECT name, status, metric, mode, spec_json, searcher_state, error, created_at, updated_at,"
+            " finished_at FROM experiment WHERE id = 1"
+        ).fetchone()
+        if row is None:
+            raise StoreError(f"{self.db_path!r} has no experiment row (the store is damaged)")
+        keys = ("name", "status", "metric", "mode", "spec", "searcher_state", "error", "created_at",
+                "updated_at", "finished_at")
+        out = dict(zip(keys, row, strict=True))
+        out["spec"] = loads(out["spec"])
+        return out
+
+    def trials(self) -> list[TrialRow]:
+        cur = self._conn.execute(
+            "SELECT trial_id, seq, config_json, status, group_id, budget, device, attempt, num_failures,"
+            " last_iteration, last_result_json, checkpoint_path, stop_reason, error, traceback, created_at,"
+            " started_at, finished_at FROM trials ORDER BY seq"
+        )
+        out = []
+        for r in cur.fetchall():
+            out.append(TrialRow(r[0], r[1], loads(r[2]), r[3], r[4], r[5], r[6], r[7], r[8], r[9], loads(r[10]),
+                                *r[11:]))
+        return out
+
+    def results(self, trial_id: str | None = None, latest_attempt_only: bool = True) -> list[ResultRow]:
+        """Results in order. With ``latest_attempt_only``, an iteration redone after a failure or a
+        restore shows once, from its latest attempt."""
+        sql = "SELECT trial_id, attempt, iteration, ts, metrics_json FROM results"
+        args: tuple[Any, ...] = ()
+        if trial_id is not None:
+            sql += " WHERE trial_id = ?"
+            args = (trial_id,)
+        sql += " ORDER BY trial_id, iteration, attempt"
+        rows = [ResultRow(r[0], r[1], r[2], r[3], loads(r[4])) for r in self._conn.execute(sql, args)]
+        if not latest_attempt_only:
+            return rows
+        latest: dict[tuple[str, int], ResultRow] = {}
+        for row in rows:
+            latest[(row.trial_id, row.iteration)] = row
+        return list(latest.values())
+
+    def events(self, kind: str | None = None) -> list[EventRow]:
+        sql = "SELECT ts, kind, trial_id, device, data_json FROM events"
+        args: tuple[Any, ...] = ()
+        if kind is not None:
+            sql += " WHERE kind = ?"
+            args = (kind,)
+        sql += " ORDER BY id"
+        return [EventRow(r[0], r[1], r[2], r[3], loads(r[4])) for r in self._conn.execute(sql, args)]
+
+    def checkpoints(self, trial_id: str | None = None, include_deleted: bool = False) -> list[dict[str, Any]]:
+        sql = "SELECT trial_id, iteration, path, metrics_json, created_at, deleted FROM checkpoints"
+        clauses, args = [], []
+        if trial_id is not None:
+            clauses.append("trial_id = ?")
+            args.append(trial_id)
+        if not include_deleted:
+            clauses.append("deleted = 0")
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        sql += " ORDER BY id"
+        return [
+            {"trial_id": r[0], "iteration": r[1], "path": r[2], "metrics": loads(r[3]), "created_at": r[4]}
+            for r in self._conn.execute(sql, args)
+        ]
+
+    def count(self, table: str) -> int:
+        if table not in {"trials", "results", "events", "checkpoints"}:
+            raise ValueError(f"unknown table {table!r}")
+        return int(self._conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
+
+def finite(value: Any) -> bool:
+    """True for a real number that is neither NaN nor infinite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

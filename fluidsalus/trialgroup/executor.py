@@ -1,0 +1,391 @@
+"""The driver loop: searcher → TrialGroups → devices → results → store → decisions.
+
+One :class:`Executor` runs one experiment. It keeps one long poll outstanding per device actor and handles
+whatever batch of events comes back first. Each batch is written to the store in one transaction *before*
+anything acts on it; only then do the searcher, the decisions and the progress view see it.
+
+Placement in this first slice is least-loaded-device-first with a small per-device prefetch; the
+water-filling planner replaces :meth:`Executor._dispatch` without changing anything else here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from fluidsalus.errors import ConfigError, FluidsalusError
+from fluidsalus.gpu.actor import start_device_actor
+from fluidsalus.gpu.device import DeviceSpec
+from fluidsalus.gpu.host import (
+    EV_END,
+    EV_FATAL,
+    EV_RESULT,
+    EV_START,
+    OUT_COMPLETED,
+    OUT_ERRORED,
+    OUT_STOPPED,
+    HostSettings,
+    TrialSpec,
+)
+from fluidsalus.searchers._base import BaseSearcher, Decision
+from fluidsalus.session import AUTO_RESULT_KEYS
+from fluidsalus.store import ERROR, FINAL_STATUSES, PENDING, RUNNING, TERMINATED, ExperimentStore, dumps
+from fluidsalus.trialgroup.trial import Trial
+
+logger = logging.getLogger(__name__)
+
+#: Longest a device holds a poll when it has nothing to report. It bounds how long the driver goes without
+#: hearing from a device (and so how late it notices Ctrl-C or a dead actor); it costs nothing when trials
+#: report, since a poll returns as soon as there is an event.
+POLL_WAIT_S = 0.5
+#: Trials queued on a device beyond the ones it runs, so it starts its next trial without waiting a driver
+#: round trip. One is enough to hide that round trip, and keeps the rest free to go to whichever device
+#: frees up first.
+PREFETCH_PER_DEVICE = 1
+#: How long the driver waits for the device actors to start before it gives up with an error naming the
+#: resources asked for. Starting an actor takes about a second here; a cluster too small for the devices
+#: asked for never starts them, and this turns that hang into an error.
+ACTOR_START_TIMEOUT_S = 120.0
+#: Grace period for trials to reach a report boundary when the run ends early (Ctrl-C, fatal error).
+SHUTDOWN_GRACE_S = 2.0
+
+
+@dataclass
+class ExecutorSettings:
+    """Run-level settings the executor needs (validated earlier, at the public boundary)."""
+
+    experiment_name: str
+    experiment_dir: str
+    trainable_name: str
+    metric: str | None = None
+    mode: str | None = None
+    stop: Callable[[str, Mapping[str, Any]], bool] | None = None
+    max_concurrent_trials: int | None = None
+    verbose: int = 1
+
+
+@dataclass
+class _Device:
+    spec: DeviceSpec
+    actor: Any
+    info: dict[str, Any]
+    max_running: int
+    assigned: set[str]
+    poll_ref: Any = None
+    alive: bool = True
+
+
+class Executor:
+    """Runs one experiment's trials on device actors and records everything in the store.
+
+    Args:
+        trainable: The user's function trainable.
+        searcher: Proposes the TrialGroups and decides on results.
+        store: The experiment's store (opened for writing; only this executor writes to it).
+        devices: The devices to start one actor each on.
+        settings: Run-level settings.
+        trials: Trials already in the store (a resumed run); unfinished ones are queued again.
+    """
+
+    def __init__(
+        self,
+        trainable: Callable[..., Any],
+        searcher: BaseSearcher,
+        store: ExperimentStore,
+        devices: list[DeviceSpec],
+        settings: ExecutorSettings,
+        trials: list[Trial] | None = None,
+    ) -> None:
+        self.trainable = trainable
+        self.searcher = searcher
+        self.store = store
+        self.device_specs = devices
+        self.settings = settings
+        self.trials: dict[str, Trial] = {}
+        self.pending: deque[str] = deque()
+        self._devices: list[_Device] = []
+        self._seq = 0
+        self._run_tag = os.urandom(3).hex()[:5]
+        self._metric_checked = settings.metric is None
+        for trial in trials or []:
+            self.trials[trial.trial_id] = trial
+            self._seq = max(self._seq, trial.seq + 1)
+            if trial.status not in FINAL_STATUSES:
+                trial.status = PENDING
+                self.pending.append(trial.trial_id)
+
+    # ------------------------------------------------------------------ public
+
+    def run(self) -> None:
+        """Run until the searcher is finished and every trial has ended.
+
+        Raises:
+            ConfigError: A run-level input error found while running (metric not reported, stop key missing).
+            KeyboardInterrupt: After stopping the trials and flushing the store.
+        """
+        try:
+            self._start_devices()
+            self._loop()
+        finally:
+            self._stop_devices()
+
+    # ------------------------------------------------------------------ devices
+
+    def _start_devices(self) -> None:
+        actors = []
+        for spec in self.device_specs:
+            settings = HostSettings(
+                experiment_name=self.settings.experiment_name,
+                max_running=spec.slots,
+                torch_threads=1 if spec.kind == "cpu" else None,
+                stop=self.settings.stop,
+                resources={"cpu": float(spec.slots), "gpu": 1.0 if spec.kind == "cuda" else 0.0},
+            )
+            actors.append(start_device_actor(spec, self.trainable, settings))
+        try:
+            infos = ray.get([a.info.remote() for a in actors], timeout=ACTOR_START_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            for a in actors:
+                ray.kill(a)
+            wanted = ", ".join(f"{d.name} ({d.slots} CPU{', 1 GPU' if d.kind == 'cuda' else ''})"
+                               for d in self.device_specs)
+            raise FluidsalusError(
+                f"the device actors did not start within {ACTOR_START_TIMEOUT_S:.0f} s. Asked for: {wanted}; "
+                f"Ray has available: {ray.available_resources()}. Free resources or ask for fewer devices."
+            ) from None
+        events = []
+        now = time.time()
+        for spec, actor, info in zip(self.device_specs, actors, infos, strict=True):
+            self._devices.append(_Device(spec, actor, info, max_running=spec.slots, assigned=set()))
+            events.append((now, "device_start", None, spec.name, info))
+        self.store.add_events(events)
+
+    def _stop_devices(self) -> None:
+        live = [d for d in self._devices if d.alive]
+        if live:
+            refs = [d.actor.shutdown.remote(SHUTDOWN_GRACE_S) for d in live]
+            try:
+                ray.get(refs, timeout=SHUTDOWN_GRACE_S + POLL_WAIT_S + 5)
+            except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+                pass
+        for device in self._devices:
+            ray.kill(device.actor, no_restart=True)
+            device.alive = False
+
+    # ------------------------------------------------------------------ main loop
+
+    def _loop(self) -> None:
+        while True:
+            self._take_groups()
+            self._dispatch()
+            if self._finished():
+                return
+            refs = []
+            for device in self._devices:
+                if device.alive and device.poll_ref is None:
+                    device.poll_ref = device.actor.poll.remote(POLL_WAIT_S)
+                if device.alive:
+                    refs.append(device.poll_ref)
+            if not refs:
+                raise FluidsalusError("every device actor has died; the run cannot go on")
+            ready, _ = ray.wait(refs, num_returns=1)
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if len(refs) > 1 else (ready, None)
+            by_ref = {d.poll_ref: d for d in self._devices if d.poll_ref is not None}
+            for ref in ready:
+                device = by_ref[ref]
+                device.poll_ref = None
+                try:
+                    batch = ray.get(ref)
+                except ray.exceptions.RayActorError as e:
+                    self._device_died(device, e)
+                    continue
+                if batch:
+                    self._handle(device, batch)
+
+    def _finished(self) -> bool:
+        if self.pending or not self.searcher.is_finished():
+            return False
+        return all(not d.assigned for d in self._devices)
+
+    def _take_groups(self) -> None:
+        groups = self.searcher.next_groups()
+        if not groups:
+            return
+        new: list[Trial] = []
+        for group in groups:
+            for config in group.configs:
+                trial_id = f"{self._run_tag}_{self._seq:05d}"
+                trial = Trial(
+                    trial_id=trial_id,
+                    seq=self._seq,
+                    config=config,
+                    trial_dir=os.path.join(self.settings.experiment_dir, trial_id),
+                    group_id=group.group_id,
+                    budget=group.budget,
+                )
+                self._seq += 1
+                new.append(trial)
+        with self.store.transaction():
+            for group in groups:
+                members = [t for t in new if t.group_id == group.group_id]
+                self.store.add_trials([(t.trial_id, t.seq, t.config) for t in members],
+                                      group_id=group.group_id, budget=group.budget)
+            self.store.set_experiment(searcher_state=dumps(self.searcher.state_dict()))
+        for trial in new:
+            self.trials[trial.trial_id] = trial
+            self.pending.append(trial.trial_id)
+
+    def _running_count(self) -> int:
+        return sum(len(d.assigned) for d in self._devices)
+
+    def _dispatch(self) -> None:
+        """Hand pending trials to the least-loaded devices, up to each device's slots plus prefetch."""
+        if not self.pending:
+            return
+        limit = self.settings.max_concurrent_trials
+        placed: list[tuple[Trial, _Device]] = []
+        while self.pending:
+            if limit is not None and self._running_count() >= limit:
+                break
+            candidates = [d for d in self._devices if d.alive
+                          and len(d.assigned) < d.max_running + PREFETCH_PER_DEVICE]
+            if not candidates:
+                break
+            device = min(candidates, key=lambda d: (len(d.assigned) / d.max_running, d.spec.index))
+            trial = self.trials[self.pending.popleft()]
+            trial.device = device.spec.index
+            device.assigned.add(trial.trial_id)
+            placed.append((trial, device))
+        if not placed:
+            return
+        now = time.time()
+        with self.store.transaction():
+            self.store.add_events(
+                [(now, "place", t.trial_id, d.spec.name, {"attempt": t.attempt}) for t, d in placed]
+            )
+            for t, d in placed:
+                self.store.update_trial(t.trial_id, device=d.spec.name)
+        batches: dict[int, tuple[_Device, list[TrialSpec]]] = {}
+        for t, d in placed:
+            batches.setdefault(d.spec.index, (d, []))[1].append(self._spec_for(t))
+        for device, specs in batches.values():
+            device.actor.submit.remote(specs)
+
+    def _spec_for(self, trial: Trial) -> TrialSpec:
+        return TrialSpec(
+            trial_id=trial.trial_id,
+            trial_name=f"{self.settings.trainable_name}_{trial.trial_id}",
+            config=trial.config,
+            trial_dir=trial.trial_dir,
+            attempt=trial.attempt,
+            checkpoint_path=trial.checkpoint_path,
+            start_iteration=trial.last_iteration if trial.checkpoint_path else 0,
+            time_total_offset=trial.time_total_s if trial.checkpoint_path else 0.0,
+        )
+
+    # ------------------------------------------------------------------ events
+
+    def _handle(self, device: _Device, batch: list[tuple[Any, ...]]) -> None:
+        results: list[tuple[str, int, int, float, Mapping[str, Any]]] = []
+        events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]] = []
+        acted: list[tuple[str, Trial, tuple[Any, ...]]] = []
+        fatal: str | None = None
+        name = device.spec.name
+        with self.store.transaction():
+            for event in batch:
+                kind, trial_id, attempt, ts = event[0], event[1], event[2], event[3]
+                trial = self.trials.get(trial_id)
+                if trial is None or attempt != trial.attempt:
+                    continue  # an event of an earlier attempt that was already given up on
+                if kind == EV_RESULT:
+                    metrics = event[4]
+                    results.append((trial_id, attempt, metrics["training_iteration"], ts, metrics))
+                    trial.last_result = metrics
+                    trial.last_iteration = metrics["training_iteration"]
+                    trial.time_total_s = metrics.get("time_total_s", trial.time_total_s)
+                    if "checkpoint_dir_name" in metrics:
+                        trial.checkpoint_path = os.path.join(trial.trial_dir, metrics["checkpoint_dir_name"])
+                        self.store.add_checkpoint(trial_id, trial.last_iteration, trial.checkpoint_path, metrics)
+                    acted.append((kind, trial, event))
+                elif kind == EV_START:
+                    trial.status = RUNNING
+                    self.store.update_trial(trial_id, status=RUNNING, started_at=ts, attempt=attempt)
+                    events.append((ts, "trial_start", trial_id, name, {"attempt": attempt}))
+                elif kind == EV_END:
+                    outcome, error, trace = event[4], event[5], event[6]
+                    trial.status = ERROR if outcome == OUT_ERRORED else TERMINATED
+                    trial.error = error
+                    device.assigned.discard(trial_id)
+                    self.store.update_trial(
+                        trial_id, status=trial.status, finished_at=ts, error=error, traceback=trace,
+                        stop_reason=outcome, last_iteration=trial.last_iteration,
+                        checkpoint_path=trial.checkpoint_path,
+                        **({"last_result": trial.last_result} if trial.last_result is not None else {}),
+                    )
+                    events.append((ts, "trial_end", trial_id, name, {"attempt": attempt, "outcome": outcome}))
+                    acted.append((kind, trial, event))
+                elif kind == EV_FATAL:
+                    fatal = event[4]
+            if results:
+                self.store.add_results(results)
+                last: dict[str, Trial] = {r[0]: self.trials[r[0]] for r in results}
+                for trial in last.values():
+                    if trial.status not in FINAL_STATUSES:
+                        self.store.update_trial(trial.trial_id, last_result=trial.last_result,
+                                                last_iteration=trial.last_iteration)
+            if events:
+                self.store.add_events(events)
+        # Everything above is committed (acknowledged); now act on it.
+        if fatal is not None:
+            raise ConfigError(fatal)
+        stops: list[str] = []
+        for kind, trial, event in acted:
+            if kind == EV_RESULT:
+                self._check_metric(trial.trial_id, event[4])
+                if trial.status == RUNNING and self.searcher.on_result(trial.trial_id, event[4]) == Decision.STOP:
+                    stops.append(trial.trial_id)
+            else:
+                self.searcher.on_trial_complete(trial.trial_id, trial.last_result, error=trial.status == ERROR)
+                self._log_end(trial, event[4])
+        if stops:
+            device.actor.stop.remote(stops)
+
+    def _check_metric(self, trial_id: str, result: Mapping[str, Any]) -> None:
+        metric = self.settings.metric
+        if metric is None or metric in result:
+            return
+        reported = sorted(k for k in result if k not in AUTO_RESULT_KEYS)
+        raise ConfigError(
+            f"metric={metric!r} is not in the results: trial {trial_id} reported {reported}. "
+            "Pass the name of a metric the trainable reports."
+        )
+
+    def _device_died(self, device: _Device, error: Exception) -> None:
+        device.alive = False
+        now = time.time()
+        message = f"device actor {device.spec.name} died: {error}"
+        with self.store.transaction():
+            self.store.add_events([(now, "device_died", None, device.spec.name, {"error": str(error)})])
+            for trial_id in list(device.assigned):
+                trial = self.trials[trial_id]
+                trial.status, trial.error = ERROR, message
+                self.store.update_trial(trial_id, status=ERROR, error=message, finished_at=now)
+        for trial_id in list(device.assigned):
+            self.searcher.on_trial_complete(trial_id, self.trials[trial_id].last_result, error=True)
+        device.assigned.clear()
+
+    def _log_end(self, trial: Trial, outcome: str) -> None:
+        if self.settings.verbose < 2:
+            return
+        metric = self.settings.metric
+        value = trial.last_result.get(metric) if (trial.last_result and metric) else None
+        shown = f" {metric}={value:.6g}" if isinstance(value, (int, float)) else ""
+        what = {OUT_COMPLETED: "finished", OUT_STOPPED: "stopped", OUT_ERRORED: "errored"}[outcome]
+        print(f"Trial {trial.trial_id} {what} after {trial.last_iteration} iterations{shown}", flush=True)

@@ -1,0 +1,28 @@
+"""Shared fixtures. One real, small Ray (2 CPUs) is started once per test session and shared."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+#: CPUs of the shared test Ray: the size of this project's CI machine.
+TEST_RAY_CPUS = 2
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=TEST_RAY_CPUS, include_dashboard=False, configure_logging=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(
+                     p for p in [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                 os.environ.get("PYTHONPATH", "")] if p)}})
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def storage(tmp_path):
+    return str(tmp_path / "results")

@@ -1,0 +1,627 @@
+"""Tests of fluidsalus.space: domains, variant generation (Ray's semantics), flattening and Optuna."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+
+from fluidsalus.errors import ConfigError, SpaceError
+from fluidsalus.space import (
+    Categorical,
+    Float,
+    Function,
+    Integer,
+    Normal,
+    choice,
+    count_variants,
+    flatten_space,
+    generate_variants,
+    grid_search,
+    has_grid,
+    iter_variants,
+    lograndint,
+    loguniform,
+    qlograndint,
+    qloguniform,
+    qrandint,
+    qrandn,
+    quniform,
+    randint,
+    randn,
+    sample_from,
+    split_constants,
+    to_optuna_distributions,
+    unflatten,
+    uniform,
+    validate_space,
+)
+
+DRAWS = 3000
+SEED = 1234
+
+
+def draw(domain, n: int = DRAWS, seed: int = SEED) -> list:
+    rng = np.random.default_rng(seed)
+    return [domain.sample(rng) for _ in range(n)]
+
+
+def is_multiple(value: float, q: float) -> bool:
+    return math.isclose(value / q, round(value / q), abs_tol=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Distributions: bounds and shapes
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_uniform_bounds_and_mean():
+    values = draw(uniform(2, 5))
+    assert all(2 <= v < 5 for v in values)
+    assert all(type(v) is float for v in values)
+    assert abs(np.mean(values) - 3.5) < 0.1
+
+
+def test_quniform_values_are_multiples_and_upper_is_reachable():
+    values = draw(quniform(0, 1, 0.25))
+    assert all(0 <= v <= 1 and is_multiple(v, 0.25) for v in values)
+    assert {round(v, 9) for v in values} == {0.0, 0.25, 0.5, 0.75, 1.0}
+
+
+def test_loguniform_is_log_distributed():
+    values = draw(loguniform(1e-4, 1e-1))
+    assert all(1e-4 <= v <= 1e-1 for v in values)
+    # Log-uniform over three decades: about a third of the draws in each decade.
+    decades = collections.Counter(math.floor(math.log10(v)) for v in values)
+    for decade in (-4, -3, -2):
+        assert abs(decades[decade] / DRAWS - 1 / 3) < 0.05
+    assert abs(np.mean(np.log10(values)) - (-2.5)) < 0.05
+
+
+def test_loguniform_base_does_not_change_the_distribution():
+    assert draw(loguniform(1e-3, 1, base=2), n=50) == draw(loguniform(1e-3, 1), n=50)
+
+
+def test_qloguniform_multiples_within_bounds():
+    values = draw(qloguniform(0.1, 10, 0.1))
+    assert all(0.1 - 1e-9 <= v <= 10 + 1e-9 and is_multiple(v, 0.1) for v in values)
+    assert sum(v < 1 for v in values) / DRAWS > 0.3  # log scale: the lowest decade is half the mass
+
+
+def test_randn_mean_and_sd():
+    values = draw(randn(5, 2))
+    assert abs(np.mean(values) - 5) < 0.15
+    assert abs(np.std(values) - 2) < 0.15
+
+
+def test_qrandn_multiples():
+    values = draw(qrandn(0, 1, 0.5))
+    assert all(is_multiple(v, 0.5) for v in values)
+    assert all(type(v) is float for v in values)
+
+
+def test_randint_upper_is_exclusive():
+    values = draw(randint(0, 10))
+    assert set(values) == set(range(10))
+    assert all(type(v) is int for v in values)
+
+
+@pytest.mark.parametrize(
+    ("lower", "upper", "q", "expected"),
+    [
+        (0, 10, 5, {0, 5, 10}),  # upper included for q > 1
+        (0, 10, 1, set(range(10))),  # but excluded for q == 1, as Ray documents
+        (1, 10, 3, {3, 6, 9}),  # multiples of q only
+        (-6, 6, 4, {-4, 0, 4}),
+        (5, 5, 5, {5}),
+    ],
+)
+def test_qrandint_values(lower, upper, q, expected):
+    assert set(draw(qrandint(lower, upper, q), n=500)) == expected
+
+
+def test_qrandint_default_q_is_randint():
+    assert draw(qrandint(0, 10), n=200) == draw(randint(0, 10), n=200)
+
+
+def test_integer_domains_match_brute_force_over_many_bounds():
+    for lower, upper, q in itertools.product(range(-7, 8, 3), range(-5, 12, 4), (None, 1, 2, 3, 5)):
+        step = q or 1
+        if step == 1:
+            expected = set(range(lower, upper))
+        else:
+            expected = {v for v in range(lower, upper + 1) if v % step == 0}
+        if not expected:
+            with pytest.raises(SpaceError):
+                Integer(lower, upper, q=q)
+            continue
+        domain = Integer(lower, upper, q=q)
+        assert set(draw(domain, n=400)) == expected, (lower, upper, q)
+        low, high, inc = domain.inclusive_bounds()
+        assert set(range(low, high + 1, inc)) == expected
+
+
+def test_lograndint_upper_exclusive_and_log_shaped():
+    values = draw(lograndint(1, 1000))
+    assert all(1 <= v < 1000 for v in values)
+    assert sum(v < 10 for v in values) / DRAWS > 0.25  # a third of the log mass lies below 10
+    small = set(draw(lograndint(1, 10)))
+    assert small == set(range(1, 10))
+
+
+def test_qlograndint_multiples_and_upper_inclusive():
+    values = draw(qlograndint(2, 20, 2))
+    assert set(values) <= set(range(2, 21, 2))
+    assert 20 in values and 2 in values
+
+
+def test_choice_keeps_types_and_covers_categories():
+    values = draw(choice(["x", 2, None, 1.5]), n=400)
+    assert set(map(repr, values)) == {"'x'", "2", "None", "1.5"}
+
+
+def test_choice_copies_mutable_categories():
+    domain = choice([{"a": [1]}])
+    first = domain.sample(np.random.default_rng(0))
+    first["a"].append(2)
+    assert domain.categories == [{"a": [1]}]
+
+
+def test_grid_search_returns_ray_dict():
+    assert grid_search((1, 2)) == {"grid_search": [1, 2]}
+    assert grid_search(range(3)) == {"grid_search": [0, 1, 2]}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Argument validation
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("build", "fragments"),
+    [
+        (lambda: uniform(5, 1), ["uniform(lower=5, upper=1)", "lower must be < upper"]),
+        (lambda: uniform("a", 1), ["uniform", "lower must be a real number"]),
+        (lambda: uniform(0, math.inf), ["uniform", "upper must be finite"]),
+        (lambda: quniform(0, 1, 0), ["quniform", "q must be > 0"]),
+        (lambda: quniform(0.05, 1, 0.1), ["quniform", "lower must be a multiple of q"]),
+        (lambda: quniform(0, 1.05, 0.1), ["quniform", "upper must be a multiple of q"]),
+        (lambda: loguniform(0, 1), ["loguniform(lower=0, upper=1)", "lower must be > 0"]),
+        (lambda: loguniform(1, 0.5), ["loguniform", "lower must be < upper"]),
+        (lambda: loguniform(1, 10, base=1), ["loguniform", "base must be > 0 and != 1"]),
+        (lambda: qloguniform(0.1, 1, -0.1), ["qloguniform", "q must be > 0"]),
+        (lambda: randn(0, 0), ["randn(mean=0, sd=0)", "sd must be > 0"]),
+        (lambda: qrandn(0, 1, 0), ["qrandn", "q must be > 0"]),
+        (lambda: randint(3, 3), ["randint(lower=3, upper=3)", "lower must be < upper"]),
+        (lambda: randint(0.5, 3), ["randint", "lower must be an integer"]),
+        (lambda: qrandint(0, 10, 0), ["qrandint", "q must be > 0"]),
+        (lambda: qrandint(0, 10, 1.5), ["qrandint", "q must be an integer"]),
+        (lambda: qrandint(1, 2, 5), ["qrandint", "no multiple of q between lower and upper"]),
+        (lambda: lograndint(0, 10), ["lograndint", "lower must be > 0"]),
+        (lambda: qlograndint(1, 10, 0), ["qlograndint", "q must be > 0"]),
+        (lambda: choice([]), ["choice", "categories must be a non-empty sequence"]),
+        (lambda: choice("abc"), ["choice", "categories must be a non-empty sequence"]),
+        (lambda: choice(5), ["choice", "categories must be a non-empty sequence"]),
+        (lambda: grid_search([]), ["grid_search", "values must be a non-empty list"]),
+        (lambda: grid_search("ab"), ["grid_search", "values must be a non-empty list"]),
+        (lambda: sample_from(3), ["sample_from", "func must be callable"]),
+        (lambda: sample_from(lambda a, b: a), ["sample_from", "no argument or one"]),
+    ],
+)
+def test_domain_arguments_are_checked_at_construction(build, fragments):
+    with pytest.raises(SpaceError) as info:
+        build()
+    for fragment in fragments:
+        assert fragment in str(info.value)
+    assert isinstance(info.value, ConfigError) and isinstance(info.value, ValueError)
+
+
+def test_integral_floats_are_accepted_for_integer_bounds():
+    domain = randint(1, 1e3)
+    assert (domain.lower, domain.upper) == (1, 1000)
+    assert all(type(v) is int for v in draw(domain, n=20))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Variant generation
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_grid_cross_product_order_and_repetition():
+    space = {"a": grid_search([1, 2]), "b": grid_search(["x", "y", "z"]), "c": 7}
+    configs = generate_variants(space, 2, seed=0)
+    assert len(configs) == 12 == count_variants(space, 2)
+    pairs = [(c["a"], c["b"]) for c in configs]
+    # Ray's order: grid parameters sorted by path, the first one varies fastest; the grid repeats per sample.
+    one_pass = [(1, "x"), (2, "x"), (1, "y"), (2, "y"), (1, "z"), (2, "z")]
+    assert pairs == one_pass * 2
+    assert all(c["c"] == 7 for c in configs)
+
+
+def test_grid_order_follows_sorted_paths_not_insertion():
+    space = {"z": grid_search([1, 2]), "a": grid_search([3, 4])}
+    assert [(c["a"], c["z"]) for c in generate_variants(space, 1)] == [(3, 1), (4, 1), (3, 2), (4, 2)]
+
+
+def test_random_domains_are_resampled_for_every_variant():
+    space = {"g": grid_search([1, 2, 3]), "x": uniform(0, 1)}
+    xs = [c["x"] for c in generate_variants(space, 4, seed=3)]
+    assert len(xs) == 12 and len(set(xs)) == 12
+
+
+def test_nested_dicts_grids_and_lists():
+    space = {
+        "model": {"lr": loguniform(1e-4, 1e-1), "layers": grid_search([1, 2]), "opt": {"name": "adam"}},
+        "pair": [randint(0, 3), "keep"],
+        "tup": (uniform(0, 1), 5),
+        "seed": grid_search([10, 20]),
+    }
+    configs = generate_variants(space, 3, seed=1)
+    assert len(configs) == 12 == count_variants(space, 3)
+    assert {(c["model"]["layers"], c["seed"]) for c in configs} == {(1, 10), (2, 10), (1, 20), (2, 20)}
+    for config in configs:
+        assert 1e-4 <= config["model"]["lr"] <= 1e-1
+        assert config["model"]["opt"] == {"name": "adam"}
+        assert config["pair"][0] in {0, 1, 2} and config["pair"][1] == "keep"
+        assert isinstance(config["tup"], tuple) and 0 <= config["tup"][0] < 1 and config["tup"][1] == 5
+
+
+def test_grid_values_holding_domains_and_grids_are_resolved():
+    space = {
+        "opt": grid_search(
+            [{"name": "sgd", "mom": grid_search([0.0, 0.9])}, {"name": "adam", "lr": uniform(0, 1)}]
+        ),
+    }
+    configs = generate_variants(space, 1, seed=0)
+    assert count_variants(space, 1) == 3 == len(configs)
+    assert [c["opt"]["name"] for c in configs] == ["sgd", "sgd", "adam"]
+    assert [c["opt"].get("mom") for c in configs[:2]] == [0.0, 0.9]
+    assert 0 <= configs[2]["opt"]["lr"] < 1
+
+
+def test_constants_are_copied_not_shared():
+    space = {"lst": [1, 2], "g": grid_search([1, 2])}
+    configs = generate_variants(space, 1)
+    configs[0]["lst"].append(3)
+    assert configs[1]["lst"] == [1, 2] and space["lst"] == [1, 2]
+
+
+def test_empty_space_gives_one_empty_config_per_sample():
+    assert generate_variants({}, 3) == [{}, {}, {}]
+
+
+def test_sample_from_with_spec_config_access():
+    space = {
+        "a": randint(1, 10),
+        "m": {"b": sample_from(lambda spec: spec.config.a * 2)},
+        "c": sample_from(lambda spec: spec["config"]["m"]["b"] + 1),
+        "d": sample_from(lambda config: config["a"] - 1),  # the config-style call Ray documents
+        "e": sample_from(lambda: 42),
+    }
+    for config in generate_variants(space, 20, seed=2):
+        assert config["m"]["b"] == 2 * config["a"]
+        assert config["c"] == config["m"]["b"] + 1
+        assert config["d"] == config["a"] - 1
+        assert config["e"] == 42
+
+
+def test_sample_from_resolves_in_dependency_order_whatever_the_key_order():
+    space = {
+        "d": sample_from(lambda spec: spec.config.c + 1),
+        "c": sample_from(lambda spec: spec.config.b * 10),
+        "b": sample_from(lambda spec: spec.config.a + 1),
+        "a": grid_search([1, 2]),
+    }
+    assert [(c["b"], c["c"], c["d"]) for c in generate_variants(space, 1)] == [(2, 20, 21), (3, 30, 31)]
+
+
+def test_sample_from_sees_values_of_nested_grid_values():
+    space = {"g": grid_search([{"x": uniform(0, 1)}]), "y": sample_from(lambda spec: spec.config.g.x * 100)}
+    for config in generate_variants(space, 5, seed=0):
+        assert config["y"] == pytest.approx(config["g"]["x"] * 100)
+
+
+def test_sample_from_cycle_names_the_parameters():
+    space = {"a": sample_from(lambda spec: spec.config.b), "b": sample_from(lambda spec: spec.config.a)}
+    with pytest.raises(SpaceError, match="cycle") as info:
+        generate_variants(space, 1)
+    assert "'a' waits for 'b'" in str(info.value) and "'b' waits for 'a'" in str(info.value)
+
+
+def test_sample_from_exception_names_the_parameter_path():
+    space = {"model": {"bad": sample_from(lambda spec: 1 / 0)}}
+    with pytest.raises(SpaceError, match="model/bad") as info:
+        generate_variants(space, 1)
+    assert "ZeroDivisionError" in str(info.value)
+    assert isinstance(info.value.__cause__, ZeroDivisionError)
+
+
+def test_sample_from_missing_key_reports_both_calls():
+    with pytest.raises(SpaceError, match="no key 'nope'"):
+        generate_variants({"a": sample_from(lambda spec: spec.config.nope)}, 1)
+
+
+def test_seeded_generation_is_reproducible_and_seeds_differ():
+    space = {
+        "a": uniform(0, 1),
+        "b": randint(0, 1000),
+        "c": choice(list(range(50))),
+        "g": grid_search([1, 2]),
+    }
+    first = generate_variants(space, 5, seed=11)
+    assert first == generate_variants(space, 5, seed=11)
+    assert first != generate_variants(space, 5, seed=12)
+    assert generate_variants(space, 5) != generate_variants(space, 5)  # fresh entropy
+
+
+def test_values_are_plain_python_and_json_serialisable():
+    space = {
+        "f": uniform(0, 1),
+        "lf": qloguniform(0.1, 1, 0.1),
+        "n": qrandn(0, 1, 0.1),
+        "i": qlograndint(1, 64, 1),
+        "c": choice(np.array([1, 2, 3])),
+        "s": choice(np.array(["a", "b"])),
+        "g": grid_search(np.linspace(0, 1, 3)),
+        "fn": sample_from(lambda: np.int64(7)),
+    }
+    for config in generate_variants(space, 3, seed=0):
+        for value in config.values():
+            assert not isinstance(value, np.generic)
+            assert type(value) in (float, int, str)
+        json.dumps(config)
+
+
+def test_infinite_num_samples_repeats_the_grid_forever():
+    space = {"g": grid_search([1, 2, 3]), "x": uniform(0, 1)}
+    configs = list(itertools.islice(iter_variants(space, -1, seed=0), 10))
+    assert len(configs) == 10
+    assert [c["g"] for c in configs] == [1, 2, 3] * 3 + [1]
+    assert count_variants(space, -1) is None
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True, "3", None])
+def test_num_samples_is_checked(bad):
+    with pytest.raises(SpaceError, match="num_samples"):
+        iter_variants({"a": 1}, bad)
+    with pytest.raises(SpaceError, match="num_samples"):
+        count_variants({"a": 1}, bad)
+
+
+def test_generate_variants_refuses_endless_stream():
+    with pytest.raises(SpaceError, match="num_samples=-1"):
+        generate_variants({"a": uniform(0, 1)}, -1)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "x"])
+def test_seed_is_checked(bad):
+    with pytest.raises(SpaceError, match="seed"):
+        iter_variants({"a": 1}, 1, seed=bad)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Space validation
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("space", "fragments"),
+    [
+        ([1, 2], ["must be a dict", "list"]),
+        ({}, ["the search space is empty; it needs at least one parameter"]),
+        ({1: uniform(0, 1)}, ["key 1", "must be a string"]),
+        ({"model": {"lr": 1, 2: 3}}, ["key 2 at 'model'", "must be a string"]),
+        ({"model": {"lr": {"grid_search": []}}}, ["model/lr", "non-empty list"]),
+        ({"model": {"lr": {"grid_search": 5}}}, ["model/lr", "non-empty list"]),
+        ({"layers": [{"units": {"grid_search": "ab"}}]}, ["layers/0/units", "non-empty list"]),
+        ({"g": {"grid_search": [{"x": {"grid_search": []}}]}}, ["g/grid_search/0/x"]),
+    ],
+)
+def test_validate_space_errors(space, fragments):
+    with pytest.raises(SpaceError) as info:
+        validate_space(space)
+    for fragment in fragments:
+        assert fragment in str(info.value)
+
+
+def test_validate_space_accepts_good_spaces():
+    validate_space(
+        {"a": 1, "m": {"lr": loguniform(1e-3, 1), "g": {"grid_search": (1, 2)}}, "l": [1, {"x": 2}]}
+    )
+    validate_space({}, allow_empty=True)
+
+
+def test_ray_domains_are_refused_with_a_hint():
+    tune = pytest.importorskip("ray.tune")
+    with pytest.raises(SpaceError, match="m/lr.*Ray Tune domain"):
+        validate_space({"m": {"lr": tune.uniform(0, 1)}})
+
+
+def test_has_grid():
+    assert has_grid({"a": {"b": [grid_search([1])]}})
+    assert not has_grid({"a": uniform(0, 1), "b": {"c": [1]}})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Flattening and Optuna
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_flatten_and_unflatten_round_trip():
+    lr = loguniform(1e-4, 1)
+    space = {"model": {"lr": lr, "opt": {"name": "adam"}, "empty": {}}, "g": grid_search([1]), "l": [1, 2]}
+    flat = flatten_space(space)
+    assert flat == {
+        "model/lr": lr,
+        "model/opt/name": "adam",
+        "model/empty": {},
+        "g": {"grid_search": [1]},
+        "l": [1, 2],
+    }
+    assert unflatten(flat) == space
+
+
+def test_flatten_refuses_separator_in_keys_and_unflatten_conflicts():
+    with pytest.raises(SpaceError, match="'a/b'"):
+        flatten_space({"m": {"a/b": 1}})
+    with pytest.raises(SpaceError, match="conflicts"):
+        unflatten({"a": 1, "a/b": 2})
+    with pytest.raises(SpaceError, match="conflicts"):
+        unflatten({"a/b": 2, "a": 1})
+
+
+def test_split_constants():
+    domains, constants = split_constants({"a": randint(0, 3), "m": {"k": 1, "g": grid_search([1, 2])}})
+    assert set(domains) == {"a", "m/g"} and constants == {"m/k": 1}
+    with pytest.raises(SpaceError, match="'l'.*inside a list"):
+        split_constants({"l": [uniform(0, 1)]})
+
+
+def test_to_optuna_distributions_mapping():
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    space = {
+        "u": uniform(-1, 1),
+        "qu": quniform(0, 1, 0.25),
+        "lu": loguniform(1e-4, 1e-1, base=2),
+        "ri": randint(0, 10),
+        "qri": qrandint(1, 10, 3),
+        "qri1": qrandint(0, 10, 1),
+        "lri": lograndint(1, 100),
+        "qlri1": qlograndint(1, 100, 1),
+        "c": choice(["a", 1, None]),
+        "model": {"g": grid_search([16, 32])},
+        "constant": "skip me",
+    }
+    assert to_optuna_distributions(space) == {
+        "u": FloatDistribution(-1, 1),
+        "qu": FloatDistribution(0, 1, step=0.25),
+        "lu": FloatDistribution(1e-4, 1e-1, log=True),
+        "ri": IntDistribution(0, 9),
+        "qri": IntDistribution(3, 9, step=3),
+        "qri1": IntDistribution(0, 9),
+        "lri": IntDistribution(1, 99, log=True),
+        "qlri1": IntDistribution(1, 99, log=True),
+        "c": CategoricalDistribution(["a", 1, None]),
+        "model/g": CategoricalDistribution([16, 32]),
+    }
+
+
+@pytest.mark.parametrize(
+    ("domain", "fragment"),
+    [
+        (randn(0, 1), "no normal distribution"),
+        (qrandn(0, 1, 0.5), "no normal distribution"),
+        (sample_from(lambda spec: 1), "cannot sample from a function"),
+        (qloguniform(0.1, 1, 0.1), "log-scaled and stepped"),
+        (qlograndint(2, 100, 2), "log-scaled with a step"),
+        (choice([uniform(0, 1), 2]), "CategoricalDistribution cannot express"),
+    ],
+)
+def test_to_optuna_refuses_what_optuna_cannot_express(domain, fragment):
+    with pytest.raises(SpaceError) as info:
+        to_optuna_distributions({"m": {"p": domain}})
+    assert "parameter 'm/p'" in str(info.value) and fragment in str(info.value)
+
+
+def test_domain_classes_and_repr():
+    assert isinstance(uniform(0, 1), Float) and isinstance(randn(), Normal)
+    assert isinstance(randint(0, 2), Integer) and isinstance(choice([1]), Categorical)
+    assert isinstance(sample_from(lambda: 1), Function)
+    assert repr(qrandint(0, 10, 5)) == "qrandint(lower=0, upper=10, q=5)"
+    assert len(choice([1, 2, 3])) == 3
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Differential tests against Ray Tune (imported, never started)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _every_domain(module) -> dict:
+    return {
+        "a": module.uniform(-1, 3),
+        "b": module.loguniform(1e-4, 1e-1),
+        "c": module.randint(0, 10),
+        "d": module.qrandint(1, 10, 3),
+        "e": module.lograndint(1, 1000),
+        "f": module.qlograndint(2, 100, 2),
+        "g": module.choice(["x", 2, None]),
+        "h": module.randn(1, 2),
+        "i": module.qrandn(0, 1, 0.5),
+        "j": module.quniform(0, 1, 0.1),
+        "k": module.qloguniform(0.1, 10, 0.1),
+        "l": module.qrandint(0, 10),
+        "nest": {"m": module.uniform(0, 1), "g1": module.grid_search([1, 2])},
+        "g0": module.grid_search(["p", "q", "r"]),
+        "opt": module.grid_search([{"n": "sgd", "mom": module.grid_search([0, 1])}, {"n": "adam"}]),
+        "lst": [module.randint(0, 5), 7],
+        "s": module.sample_from(lambda spec: spec.config.c * 2),
+        "const": "k",
+    }
+
+
+def test_same_configs_as_ray_for_the_same_seed():
+    tune = pytest.importorskip("ray.tune")
+    from ray.tune.search.variant_generator import generate_variants as ray_generate_variants
+
+    from fluidsalus import space as ours
+
+    num_samples, seed = 3, 42
+    rng = np.random.default_rng(seed)
+    theirs = []
+    for _ in range(num_samples):  # BasicVariantGenerator: the whole grid once per sample, one shared rng
+        theirs += [
+            spec["config"]
+            for _, spec in ray_generate_variants({"config": _every_domain(tune)}, random_state=rng)
+        ]
+    assert generate_variants(_every_domain(ours), num_samples, seed=seed) == theirs
+    assert len(theirs) == 3 * 2 * 3 * 3
+
+
+def test_grid_count_matches_ray():
+    tune = pytest.importorskip("ray.tune")
+    from ray.tune.search.variant_generator import _count_spec_samples
+
+    from fluidsalus import space as ours
+
+    def build(module):
+        return {
+            "a": module.grid_search([1, 2, 3]),
+            "m": {"b": module.grid_search(["x", "y"]), "c": module.uniform(0, 1)},
+        }
+
+    for num_samples in (1, 4):
+        assert count_variants(build(ours), num_samples) == _count_spec_samples(build(tune), num_samples)
+        assert len(generate_variants(build(ours), num_samples)) == _count_spec_samples(
+            build(tune), num_samples
+        )
+
+
+def test_integer_bounds_and_optuna_conversion_match_ray():
+    tune = pytest.importorskip("ray.tune")
+    pytest.importorskip("optuna")
+    from ray.tune.search.optuna import OptunaSearch
+
+    for fn, args in [
+        ("randint", (0, 10)),
+        ("lograndint", (1, 100)),
+        ("uniform", (0, 2)),
+        ("loguniform", (1e-3, 1)),
+    ]:
+        theirs, mine = getattr(tune, fn)(*args), globals()[fn](*args)
+        assert (theirs.lower, theirs.upper) == (mine.lower, mine.upper)
+    space = {
+        "a": randint(0, 10),
+        "b": lograndint(1, 100),
+        "c": uniform(0, 2),
+        "m": {"d": loguniform(1e-3, 1)},
+    }
+    ray_space = {"a": tune.randint(0, 10), "b": tune.lograndint(1, 100), "c": tune.uniform(0, 2)}
+    ray_space["m"] = {"d": tune.loguniform(1e-3, 1)}
+    ray_space["e"] = tune.choice(["x", "y"])
+    space["e"] = choice(["x", "y"])
+    assert to_optuna_distributions(space) == OptunaSearch.convert_search_space(ray_space)

@@ -1,0 +1,147 @@
+"""The experiment store: schema, durability on a killed writer, and clear errors for bad files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from fluidsalus.errors import StoreError
+from fluidsalus.store import DB_FILENAME, SCHEMA_VERSION, ExperimentStore
+
+
+def _new(tmp_path, name="exp"):
+    return ExperimentStore.create(str(tmp_path / name), name, {"num_samples": 2}, "acc", "max")
+
+
+def test_create_writes_schema_and_experiment_row(tmp_path):
+    store = _new(tmp_path)
+    exp = store.experiment()
+    assert exp["name"] == "exp" and exp["status"] == "RUNNING"
+    assert exp["metric"] == "acc" and exp["mode"] == "max" and exp["spec"] == {"num_samples": 2}
+    conn = sqlite3.connect(store.db_path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"experiment", "trials", "results", "events", "checkpoints"} <= tables
+
+
+def test_round_trip_trials_results_events_checkpoints(tmp_path):
+    store = _new(tmp_path)
+    store.add_trials([("t0", 0, {"lr": 0.1}), ("t1", 1, {"lr": 0.2, "nested": {"a": 1}})], group_id="g")
+    store.add_results([("t0", 0, 1, 1.0, {"acc": 0.5, "nan": float("nan")}), ("t0", 0, 2, 2.0, {"acc": 0.7})])
+    store.add_results([("t0", 1, 2, 3.0, {"acc": 0.8})])  # iteration 2 redone in attempt 1
+    store.add_events([(1.0, "trial_start", "t0", "cpu:0", {"attempt": 0})])
+    store.add_checkpoint("t0", 2, "/x/checkpoint_000002", {"acc": 0.7})
+    store.update_trial("t0", status="TERMINATED", last_result={"acc": 0.8}, last_iteration=2)
+    trials = store.trials()
+    assert [t.trial_id for t in trials] == ["t0", "t1"]
+    assert trials[0].status == "TERMINATED" and trials[0].last_result == {"acc": 0.8}
+    assert trials[1].config == {"lr": 0.2, "nested": {"a": 1}} and trials[1].group_id == "g"
+    latest = store.results("t0")
+    assert [(r.iteration, r.attempt, r.metrics["acc"]) for r in latest] == [(1, 0, 0.5), (2, 1, 0.8)]
+    assert len(store.results("t0", latest_attempt_only=False)) == 3
+    assert store.results("t0")[0].metrics["nan"] != store.results("t0")[0].metrics["nan"]  # NaN kept
+    assert store.events("trial_start")[0].data == {"attempt": 0}
+    assert store.checkpoints("t0")[0]["iteration"] == 2
+
+
+def test_numpy_values_are_stored_as_plain_numbers(tmp_path):
+    np = pytest.importorskip("numpy")
+    store = _new(tmp_path)
+    store.add_trials([("t0", 0, {"x": 1})])
+    store.add_results([("t0", 0, 1, 1.0, {"acc": np.float32(0.25), "n": np.int64(3), "v": np.arange(2)})])
+    assert store.results("t0")[0].metrics == {"acc": 0.25, "n": 3, "v": [0, 1]}
+
+
+def test_unknown_trial_field_is_refused(tmp_path):
+    store = _new(tmp_path)
+    store.add_trials([("t0", 0, {})])
+    with pytest.raises(ValueError, match="unknown trial fields"):
+        store.update_trial("t0", colour="red")
+    with pytest.raises(ValueError, match="status must be one of"):
+        store.update_trial("t0", status="DONE")
+
+
+def test_failed_transaction_writes_nothing(tmp_path):
+    store = _new(tmp_path)
+    store.add_trials([("t0", 0, {})])
+    with pytest.raises(RuntimeError), store.transaction():
+        store.add_results([("t0", 0, 1, 1.0, {"acc": 1.0})])
+        raise RuntimeError("boom")
+    assert store.results() == []
+
+
+def test_create_refuses_existing_store(tmp_path):
+    _new(tmp_path).close()
+    with pytest.raises(StoreError, match="already exists"):
+        _new(tmp_path)
+
+
+def test_open_missing_not_sqlite_foreign_and_newer(tmp_path):
+    with pytest.raises(StoreError, match="not a fluidsalus experiment"):
+        ExperimentStore.open(str(tmp_path / "nothing"))
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / DB_FILENAME).write_text("hello, not a database")
+    with pytest.raises(StoreError, match="not an SQLite file"):
+        ExperimentStore.open(str(junk))
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    sqlite3.connect(foreign / DB_FILENAME).execute("CREATE TABLE t(x)")
+    with pytest.raises(StoreError, match="SQLite file but not a fluidsalus"):
+        ExperimentStore.open(str(foreign))
+    store = _new(tmp_path, "newer")
+    store.close()
+    conn = sqlite3.connect(os.path.join(tmp_path, "newer", DB_FILENAME))
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(StoreError, match="newer fluidsalus"):
+        ExperimentStore.open(str(tmp_path / "newer"))
+
+
+def test_readonly_reader_sees_committed_rows_while_writer_is_open(tmp_path):
+    writer = _new(tmp_path)
+    writer.add_trials([("t0", 0, {})])
+    writer.add_results([("t0", 0, 1, 1.0, {"acc": 0.5})])
+    reader = ExperimentStore.open(str(tmp_path / "exp"), readonly=True)
+    assert len(reader.results()) == 1
+    writer.add_results([("t0", 0, 2, 2.0, {"acc": 0.6})])
+    assert len(reader.results()) == 2
+    with pytest.raises(StoreError, match="read-only"):
+        reader.add_events([(1.0, "x", None, None, None)])
+
+
+def test_every_committed_result_survives_a_killed_writer(tmp_path):
+    """A writer process is SIGKILLed mid-stream: every result it committed (and then announced) is there."""
+    exp = tmp_path / "killed"
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from fluidsalus.store import ExperimentStore
+        store = ExperimentStore.create({str(exp)!r}, "killed", {{}}, None, None)
+        store.add_trials([("t0", 0, {{}})])
+        i = 0
+        while True:
+            i += 1
+            store.add_results([("t0", 0, i, time.time(), {{"i": i}})])
+            print(i, flush=True)  # announced only after COMMIT returned
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    announced = 0
+    for line in proc.stdout:  # type: ignore[union-attr]
+        announced = int(line)
+        if announced >= 200:
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    store = ExperimentStore.open(str(exp), readonly=False)
+    stored = {r.iteration for r in store.results()}
+    assert set(range(1, announced + 1)) <= stored
