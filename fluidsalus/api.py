@@ -24,6 +24,7 @@ import ray
 from fluidsalus import space as sp
 from fluidsalus.config import RunSpec, build
 from fluidsalus.errors import ConfigError
+from fluidsalus.gpu.actor import pack_trainable
 from fluidsalus.gpu.device import plan_devices
 from fluidsalus.gpu.host import stop_rule
 from fluidsalus.result import ResultGrid
@@ -91,16 +92,15 @@ def run(
         max_concurrent_trials=max_concurrent_trials, verbose=verbose, resume=resume,
     )
     trainable_name = _check_trainable(trainable)
-    space = dict(config or {})
+    space = {} if config is None else config
     if searcher is None:
         sp.validate_space(space)
+        space = dict(space)
         searcher = RandomSearch(space, num_samples=spec.num_samples, seed=spec.seed)
     elif not isinstance(searcher, BaseSearcher):
         raise ConfigError(f"searcher: must be a fluidsalus BaseSearcher, got {type(searcher).__name__}")
     rule = stop_rule(stop)
-    _check_picklable("trainable", trainable)
-    if stop is not None and callable(stop):
-        _check_picklable("stop", stop)
+    payload = _pack(trainable, rule)
     storage = spec.resolved_storage_path()
     _check_writable(storage)
     exp_name = spec.name or f"{trainable_name}_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}"
@@ -138,7 +138,7 @@ def run(
             exp_dir, exp_name, _describe(spec, space, stop, trainable_name), spec.metric, spec.mode
         )
     executor = Executor(
-        trainable,
+        payload,
         searcher,
         store,
         device_specs,
@@ -148,7 +148,6 @@ def run(
             trainable_name=trainable_name,
             metric=spec.metric,
             mode=spec.mode,
-            stop=rule,
             max_concurrent_trials=spec.max_concurrent_trials,
             verbose=spec.verbose,
         ),
@@ -193,10 +192,15 @@ def _check_trainable(trainable: Any) -> str:
     return getattr(trainable, "__name__", type(trainable).__name__)
 
 
-def _check_picklable(field: str, obj: Any) -> None:
+def _pack(trainable: Any, rule: Any) -> bytes:
+    """Pickle the trainable and stop rule once for every device; an unpicklable one is a ConfigError."""
     try:
-        cloudpickle.dumps(obj)
+        return pack_trainable(trainable, rule)
     except Exception as e:  # noqa: BLE001 - pickling can fail with any exception type
+        field = "trainable"
+        with contextlib.suppress(Exception):
+            cloudpickle.dumps(trainable)
+            field = "stop"
         raise ConfigError(
             f"{field}: cannot be pickled to send it to the device actors ({type(e).__name__}: {e}). Create "
             "objects such as locks, open files, sockets or clients inside the function instead of "

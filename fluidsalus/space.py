@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
 
 __all__ = [
+    "DEFAULT_LOG_BASE",
     "GRID_SEARCH_KEY",
     "INFINITE_SAMPLES",
     "PATH_SEPARATOR",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 #: CPUs of the shared test Ray: the size of this project's CI machine.
@@ -15,10 +13,7 @@ def ray_cluster():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=TEST_RAY_CPUS, include_dashboard=False, configure_logging=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(
-                     p for p in [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                 os.environ.get("PYTHONPATH", "")] if p)}})
+        ray.init(num_cpus=TEST_RAY_CPUS, include_dashboard=False, configure_logging=False)
     yield ray
     ray.shutdown()
 

@@ -345,6 +345,14 @@ def test_sample_from_missing_key_reports_both_calls():
         generate_variants({"a": sample_from(lambda spec: spec.config.nope)}, 1)
 
 
+def test_self_producing_sample_from_is_stopped():
+    def forever():
+        return sample_from(forever)
+
+    with pytest.raises(SpaceError, match="nest domains"):
+        generate_variants({"x": sample_from(forever)}, 1)
+
+
 def test_seeded_generation_is_reproducible_and_seeds_differ():
     space = {
         "a": uniform(0, 1),

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import cloudpickle
 import ray
 
 from fluidsalus.gpu.device import DeviceSpec
@@ -21,7 +23,14 @@ ACTOR_MAX_CONCURRENCY = 4
 
 
 class _DeviceActor:
-    def __init__(self, device: DeviceSpec, trainable: Callable[..., Any], settings: HostSettings) -> None:
+    def __init__(self, device: DeviceSpec, payload: bytes, settings: HostSettings, driver_sys_path: list[str]
+                 ) -> None:
+        # The trainable (and a callable stop rule) may live in a module beside the user's script, which
+        # cloudpickle pickles by reference: make the driver's import path visible before unpickling.
+        for entry in driver_sys_path:
+            if entry not in sys.path and os.path.isdir(entry):
+                sys.path.append(entry)
+        trainable, settings.stop = cloudpickle.loads(payload)
         self.device = device
         torch_device = "cpu"
         physical: list[str] = []
@@ -68,9 +77,21 @@ def _cuda_available() -> bool:
 DeviceActor = ray.remote(max_concurrency=ACTOR_MAX_CONCURRENCY)(_DeviceActor)
 
 
-def start_device_actor(device: DeviceSpec, trainable: Callable[..., Any], settings: HostSettings) -> Any:
-    """Create the actor for ``device`` with the Ray resources the device stands for."""
+def pack_trainable(trainable: Callable[..., Any],
+                   stop: Callable[[str, Mapping[str, Any]], bool] | None) -> bytes:
+    """Pickle what every device needs from the user once per run (raises what cloudpickle raises)."""
+    return cloudpickle.dumps((trainable, stop))
+
+
+def start_device_actor(device: DeviceSpec, payload: bytes, settings: HostSettings) -> Any:
+    """Create the actor for ``device`` with the Ray resources the device stands for.
+
+    Args:
+        device: The device the actor stands for.
+        payload: :func:`pack_trainable`'s bytes.
+        settings: The device host's settings (its ``stop`` comes from ``payload``).
+    """
     options: dict[str, Any] = {"num_cpus": device.slots}
     if device.kind == "cuda":
         options["num_gpus"] = 1
-    return DeviceActor.options(**options).remote(device, trainable, settings)
+    return DeviceActor.options(**options).remote(device, payload, settings, list(sys.path))

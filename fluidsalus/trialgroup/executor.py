@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +66,6 @@ class ExecutorSettings:
     trainable_name: str
     metric: str | None = None
     mode: str | None = None
-    stop: Callable[[str, Mapping[str, Any]], bool] | None = None
     max_concurrent_trials: int | None = None
     verbose: int = 1
 
@@ -86,7 +85,7 @@ class Executor:
     """Runs one experiment's trials on device actors and records everything in the store.
 
     Args:
-        trainable: The user's function trainable.
+        payload: The trainable and stop rule, pickled once (``gpu.actor.pack_trainable``).
         searcher: Proposes the TrialGroups and decides on results.
         store: The experiment's store (opened for writing; only this executor writes to it).
         devices: The devices to start one actor each on.
@@ -96,14 +95,14 @@ class Executor:
 
     def __init__(
         self,
-        trainable: Callable[..., Any],
+        payload: bytes,
         searcher: BaseSearcher,
         store: ExperimentStore,
         devices: list[DeviceSpec],
         settings: ExecutorSettings,
         trials: list[Trial] | None = None,
     ) -> None:
-        self.trainable = trainable
+        self.payload = payload
         self.searcher = searcher
         self.store = store
         self.device_specs = devices
@@ -145,10 +144,9 @@ class Executor:
                 experiment_name=self.settings.experiment_name,
                 max_running=spec.slots,
                 torch_threads=1 if spec.kind == "cpu" else None,
-                stop=self.settings.stop,
                 resources={"cpu": float(spec.slots), "gpu": 1.0 if spec.kind == "cuda" else 0.0},
             )
-            actors.append(start_device_actor(spec, self.trainable, settings))
+            actors.append(start_device_actor(spec, self.payload, settings))
         try:
             infos = ray.get([a.info.remote() for a in actors], timeout=ACTOR_START_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:

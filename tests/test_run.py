@@ -1,0 +1,229 @@
+"""End-to-end runs through real Ray device actors (one shared 2-CPU Ray for the whole test session)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+import fluidsalus
+from fluidsalus.errors import ConfigError
+from fluidsalus.store import DB_FILENAME, ExperimentStore
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+
+def objective(config):
+    for step in range(1, 6):
+        if config.get("fail_at") == step:
+            raise RuntimeError(f"failing on purpose at step {step}")
+        fluidsalus.report({"score": config["x"] * step, "loss": 1.0 / (config["x"] * step + 1)})
+
+
+def test_sweep_records_everything_and_returns_a_result_grid(storage):
+    grid = fluidsalus.run(objective, {"x": fluidsalus.uniform(0, 1), "fail_at": fluidsalus.grid_search([None, 3])},
+                          num_samples=3, metric="score", mode="max", storage_path=storage, name="sweep",
+                          seed=7, verbose=0)
+    assert len(grid) == 6
+    assert grid.num_errors == 3 and grid.num_terminated == 3
+    assert all("failing on purpose at step 3" in str(e) and "RuntimeError" in str(e) for e in grid.errors)
+    ok = [r for r in grid if r.error is None]
+    assert all(r.metrics["training_iteration"] == 5 and r.metrics["done"] for r in ok)
+    assert all(len(r.metrics_dataframe) == 5 for r in ok)
+    failed = [r for r in grid if r.error is not None]
+    assert all(len(r.metrics_dataframe) == 2 for r in failed)  # results before the failure are kept
+
+    best = grid.get_best_result()
+    assert best.config["fail_at"] is None
+    assert best.metrics["score"] == max(r.metrics["score"] for r in ok)
+    # scope="all" sees the failed trials' earlier results too; "avg" averages each trial's history.
+    best_avg = grid.get_best_result("loss", "min", scope="avg")
+    assert best_avg.metrics_dataframe["loss"].mean() == min(
+        r.metrics_dataframe["loss"].mean() for r in grid)
+    df = grid.get_dataframe()
+    assert len(df) == 6 and {"score", "config/x", "config/fail_at", "logdir", "trial_id"} <= set(df.columns)
+    best_rows = grid.get_dataframe(filter_metric="score", filter_mode="max")
+    assert best_rows["score"].max() == best.metrics["score"]
+
+    store = ExperimentStore.open(os.path.join(storage, "sweep"), readonly=True)
+    assert store.experiment()["status"] == "FINISHED"
+    assert store.count("results") == 3 * 5 + 3 * 2
+    kinds = {e.kind for e in store.events()}
+    assert {"device_start", "place", "trial_start", "trial_end"} <= kinds
+    errored = [t for t in store.trials() if t.status == "ERROR"]
+    assert len(errored) == 3 and all("raise RuntimeError" in t.traceback for t in errored)
+
+
+def test_grid_is_repeated_num_samples_times_and_seed_reproduces(storage):
+    space = {"x": fluidsalus.uniform(0, 1), "g": fluidsalus.grid_search(["a", "b", "c"])}
+    kw = dict(num_samples=2, storage_path=storage, seed=3, verbose=0)
+    a = fluidsalus.run(objective, space, name="a", **kw)
+    b = fluidsalus.run(objective, space, name="b", **kw)
+    assert len(a) == 6 and sorted(r.config["g"] for r in a) == ["a", "a", "b", "b", "c", "c"]
+    assert [r.config for r in a] == [r.config for r in b]
+
+
+def test_stop_dict_and_callable(storage):
+    grid = fluidsalus.run(objective, {"x": 0.5}, stop={"training_iteration": 2}, storage_path=storage,
+                          name="stopdict", verbose=0)
+    assert grid[0].metrics["training_iteration"] == 2 and grid[0].error is None
+    grid = fluidsalus.run(objective, {"x": 0.5}, stop=lambda tid, r: r["score"] >= 1.5,
+                          storage_path=storage, name="stopfn", verbose=0)
+    assert grid[0].metrics["training_iteration"] == 3
+
+
+def _no_experiment_left(storage, name):
+    return not os.path.exists(os.path.join(storage, name))
+
+
+def test_metric_no_trial_reports_fails_after_first_result_and_leaves_nothing(storage):
+    with pytest.raises(ConfigError, match=r"metric='acc' is not in the results.*\['loss', 'score'\]"):
+        fluidsalus.run(objective, {"x": 0.5}, metric="acc", mode="max", storage_path=storage, name="m",
+                       verbose=0)
+    assert _no_experiment_left(storage, "m")
+
+
+def test_stop_key_no_trial_reports_fails_and_leaves_nothing(storage):
+    with pytest.raises(ConfigError, match="stop criterion 'epochs' is not in the result"):
+        fluidsalus.run(objective, {"x": 0.5}, stop={"epochs": 3}, storage_path=storage, name="s", verbose=0)
+    assert _no_experiment_left(storage, "s")
+
+
+class _Unpicklable:
+    def __reduce__(self):
+        raise TypeError("cannot pickle '_thread.lock' object")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(metric="score", mode="maximize"), r"mode: Input should be 'min' or 'max'.*'maximize'"),
+        (dict(metric="score"), "metric and mode must be given together"),
+        (dict(config={}), "search space is empty"),
+        (dict(config=[1, 2]), "must be a dict"),
+        (dict(config={"x": {"grid_search": []}}), "grid_search"),
+        (dict(num_samples=0), r"num_samples: Input should be greater than or equal to 1"),
+        (dict(trainable=42), r"trainable: must be a function f\(config\)"),
+        (dict(verbose=7), "verbose"),
+        (dict(name="a/b"), "name: must be a plain folder name"),
+    ],
+)
+def test_bad_input_is_refused_before_anything_is_written(storage, kwargs, message):
+    args = {"trainable": objective, "config": {"x": 0.5}, "storage_path": storage, "name": "bad", "verbose": 0}
+    args.update(kwargs)
+    with pytest.raises(ConfigError, match=message):
+        fluidsalus.run(args.pop("trainable"), args.pop("config"), **args)
+    assert not os.path.exists(storage) or os.listdir(storage) == []
+
+
+def test_unpicklable_trainable_is_refused(storage):
+    lock = threading.Lock()
+
+    def uses_lock(config):
+        with lock:
+            fluidsalus.report({"x": 1})
+
+    with pytest.raises(ConfigError, match=r"trainable: cannot be pickled.*lock"):
+        fluidsalus.run(uses_lock, {"x": 1}, storage_path=storage, name="u", verbose=0)
+    assert not os.path.exists(os.path.join(storage, "u"))
+
+
+def test_storage_path_not_writable(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    with pytest.raises(ConfigError, match=r"storage_path: .* is not writable"):
+        fluidsalus.run(objective, {"x": 1}, storage_path=str(blocker / "results"), verbose=0)
+
+
+def test_existing_name_is_refused_unless_resuming(storage):
+    fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, name="once", verbose=0)
+    with pytest.raises(ConfigError, match="name: an experiment named 'once' already exists.*resume=True"):
+        fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, name="once", verbose=0)
+    with pytest.raises(ConfigError, match="resume: there is no experiment named 'never'"):
+        fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, name="never", resume=True, verbose=0)
+
+
+def checkpointing(config):
+    start = 0
+    ckpt = fluidsalus.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            start = int(open(os.path.join(d, "step")).read())
+    for step in range(start + 1, 7):
+        d = os.path.join(fluidsalus.get_context().get_trial_dir(), "scratch")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "step"), "w") as f:
+            f.write(str(step))
+        fluidsalus.report({"step": step, "resumed_from": start},
+                          checkpoint=fluidsalus.Checkpoint.from_directory(d) if step % 2 == 0 else None)
+
+
+def test_resume_keeps_finished_trials_and_continues_unfinished_from_checkpoint(storage):
+    grid = fluidsalus.run(checkpointing, {"x": fluidsalus.grid_search([1, 2])}, storage_path=storage,
+                          name="res", verbose=0)
+    assert [r.metrics["step"] for r in grid] == [6, 6]
+    exp = os.path.join(storage, "res")
+    # Make the first trial look as if the driver died after its 5th result (checkpoint at step 4).
+    store = ExperimentStore.open(exp)
+    first = store.trials()[0]
+    conn = sqlite3.connect(os.path.join(exp, DB_FILENAME))
+    conn.execute("UPDATE trials SET status='RUNNING', checkpoint_path=? WHERE trial_id=?",
+                 (os.path.join(exp, first.trial_id, "checkpoint_000004"), first.trial_id))
+    conn.execute("DELETE FROM results WHERE trial_id=? AND iteration=6", (first.trial_id,))
+    conn.commit()
+    conn.close()
+    store.close()
+    before_second = len(ExperimentStore.open(exp, readonly=True).results(grid[1].trial_id))
+
+    grid = fluidsalus.run(checkpointing, {"x": fluidsalus.grid_search([1, 2])}, storage_path=storage,
+                          name="res", resume=True, verbose=0)
+    assert [r.metrics["step"] for r in grid] == [6, 6]
+    assert grid[0].metrics["resumed_from"] == 4 and grid[0].metrics["training_iteration"] == 6
+    assert [row["step"] for _, row in grid[0].metrics_dataframe.iterrows()] == [1, 2, 3, 4, 5, 6]
+    reader = ExperimentStore.open(exp, readonly=True)
+    assert len(reader.results(grid[1].trial_id)) == before_second  # the finished trial did not run again
+    assert [r.attempt for r in reader.results(first.trial_id)][-2:] == [1, 1]
+
+
+def test_results_acknowledged_before_a_driver_kill_are_in_the_store(tmp_path, ray_cluster):
+    """The driver is SIGKILLed mid-run; every result it acknowledged (acted on) is in experiment.db."""
+    storage = str(tmp_path / "killed")
+    script = textwrap.dedent(
+        f"""
+        import time, ray, fluidsalus
+        from fluidsalus.searchers import RandomSearch
+
+        class Announce(RandomSearch):
+            def on_result(self, trial_id, result):  # called only after the result's batch committed
+                print(trial_id, result["training_iteration"], flush=True)
+                return super().on_result(trial_id, result)
+
+        def slow(config):
+            for i in range(1000):
+                time.sleep(0.002)
+                fluidsalus.report({{"v": i}})
+
+        ray.init(address={ray_cluster.get_runtime_context().gcs_address!r}, configure_logging=False)
+        fluidsalus.run(slow, searcher=Announce({{"x": fluidsalus.uniform(0, 1)}}, num_samples=4),
+                       storage_path={storage!r}, name="k", verbose=0)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    acked = []
+    for line in proc.stdout:  # type: ignore[union-attr]
+        trial_id, iteration = line.split()
+        acked.append((trial_id, int(iteration)))
+        if len(acked) >= 150:
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    store = ExperimentStore.open(os.path.join(storage, "k"), readonly=True)
+    stored = {(r.trial_id, r.iteration) for r in store.results()}
+    assert set(acked) <= stored
+    assert store.experiment()["status"] == "RUNNING"  # never marked finished: a resume can pick it up

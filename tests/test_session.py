@@ -1,0 +1,105 @@
+"""The session API inside and outside a trial."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import fluidsalus
+from fluidsalus.errors import SessionError
+from fluidsalus.session import StopTrial, TrialContext, TrialSession, set_session
+
+
+def _session(tmp_path, **kwargs):
+    got: list[dict] = []
+    ctx = TrialContext("t0", "f_t0", "exp", str(tmp_path / "t0"))
+    return TrialSession(ctx, got.append, **kwargs), got
+
+
+@pytest.mark.parametrize("call", [
+    lambda: fluidsalus.report({"x": 1}),
+    fluidsalus.get_checkpoint,
+    fluidsalus.get_context,
+])
+def test_outside_a_trial_raises_a_clear_error(call):
+    with pytest.raises(SessionError, match=r"outside a trial.*fluidsalus.run"):
+        call()
+
+
+def test_report_adds_ray_fields_and_counts_iterations(tmp_path):
+    session, got = _session(tmp_path)
+    set_session(session)
+    try:
+        fluidsalus.report({"acc": 0.5})
+        fluidsalus.report({"acc": 0.6})
+    finally:
+        set_session(None)
+    assert [r["training_iteration"] for r in got] == [1, 2]
+    assert [r["acc"] for r in got] == [0.5, 0.6]
+    for key in ("time_this_iter_s", "time_total_s", "timestamp", "trial_id", "date", "pid", "hostname"):
+        assert key in got[0], key
+    assert got[1]["time_total_s"] >= got[0]["time_total_s"] >= 0
+    assert got[0]["trial_id"] == "t0" and got[1]["done"] is False
+
+
+def test_restart_continues_iteration_and_time_counters(tmp_path):
+    session, got = _session(tmp_path, start_iteration=5, time_total_offset=100.0)
+    session.report({"acc": 1})
+    assert got[0]["training_iteration"] == 6
+    assert got[0]["iterations_since_restore"] == 1
+    assert got[0]["time_total_s"] >= 100.0
+
+
+def test_stop_rule_delivers_the_result_then_stops(tmp_path):
+    session, got = _session(tmp_path, should_stop=lambda r: r["training_iteration"] >= 2)
+    session.report({"a": 1})
+    with pytest.raises(StopTrial):
+        session.report({"a": 2})
+    assert [r["done"] for r in got] == [False, True]
+
+
+def test_checkpoint_is_copied_into_the_trial_folder(tmp_path):
+    session, got = _session(tmp_path)
+    src = tmp_path / "mine"
+    src.mkdir()
+    (src / "state.txt").write_text("42")
+    session.report({"a": 1}, checkpoint=fluidsalus.Checkpoint.from_directory(src))
+    (src / "state.txt").write_text("changed after report")  # the trainable may reuse its folder
+    persisted = session.checkpoint
+    assert persisted is not None and persisted.path == str(tmp_path / "t0" / "checkpoint_000001")
+    with persisted.as_directory() as d:
+        assert open(os.path.join(d, "state.txt")).read() == "42"
+    assert got[0]["checkpoint_dir_name"] == "checkpoint_000001"
+
+
+def test_report_rejects_bad_arguments(tmp_path):
+    session, _ = _session(tmp_path)
+    with pytest.raises(TypeError, match="metrics must be a dict"):
+        session.report([1, 2])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="expected a fluidsalus.Checkpoint"):
+        session.report({"a": 1}, checkpoint="/tmp")  # type: ignore[arg-type]
+
+
+def test_return_values_are_reported_like_ray_tune(tmp_path):
+    session, got = _session(tmp_path)
+    session.report_return_value({"acc": 0.9})
+    session.report_return_value(3)
+    session.report_return_value(None)
+    assert got[0]["acc"] == 0.9 and got[1]["_metric"] == 3.0 and len(got) == 2
+    with pytest.raises(ValueError, match="single number or a dict"):
+        session.report_return_value("text")
+
+
+def test_checkpoint_helpers(tmp_path):
+    with pytest.raises(ValueError, match="is not a directory"):
+        fluidsalus.Checkpoint.from_directory(tmp_path / "missing")
+    src = tmp_path / "c"
+    src.mkdir()
+    (src / "f").write_text("x")
+    ckpt = fluidsalus.Checkpoint.from_directory(src)
+    ckpt.set_metadata({"epoch": 3})
+    ckpt.update_metadata({"lr": 0.1})
+    assert ckpt.get_metadata() == {"epoch": 3, "lr": 0.1}
+    out = ckpt.to_directory(tmp_path / "copy")
+    assert open(os.path.join(out, "f")).read() == "x"
