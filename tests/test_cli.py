@@ -1,0 +1,56 @@
+"""The ``fluidsalus`` console script: ``ls`` and ``run``, and exit code 2 with one line for bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import fluidsalus
+from fluidsalus.cli import EXIT_USAGE, main
+
+
+def _objective(config):
+    for i in range(3):
+        fluidsalus.report({"acc": config["x"] * (i + 1)})
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_ls_lists_experiments_with_status_counts_best_and_duration(storage, capsys):
+    fluidsalus.run(_objective, {"x": fluidsalus.grid_search([0.1, 0.3])}, metric="acc", mode="max",
+                   storage_path=storage, name="first", verbose=0)
+    os.makedirs(os.path.join(storage, "not_an_experiment"))
+    assert main(["ls", storage]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["EXPERIMENT", "STATUS", "TRIALS", "BEST", "DURATION"]
+    assert len(out) == 2  # the folder without a store is not listed
+    row = out[1]
+    assert row.startswith("first") and "FINISHED" in row and "2 (2 terminated)" in row
+    assert "acc=0.9" in row and row.rstrip().endswith("s")
+
+
+def test_ls_on_a_missing_folder_exits_2_with_one_line(tmp_path, capsys):
+    assert main(["ls", str(tmp_path / "nope")]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a folder" in err
+
+
+def test_ls_empty_folder(tmp_path, capsys):
+    assert main(["ls", str(tmp_path)]) == 0
+    assert "no experiments" in capsys.readouterr().out
+
+
+def test_run_unknown_target_exits_2_and_names_examples(capsys):
+    assert main(["run", "no_such_example_or_module"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "is not an example, a .py file or an importable module" in err and "quickstart" in err
+
+
+def test_run_a_script_passes_arguments(tmp_path):
+    script = tmp_path / "hello.py"
+    script.write_text("import sys\nprint('args', sys.argv[1:])\n")
+    out = subprocess.run([sys.executable, "-m", "fluidsalus.cli", "run", str(script), "--x", "1"],
+                         capture_output=True, text=True, check=True)
+    assert "args ['--x', '1']" in out.stdout
