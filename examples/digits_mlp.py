@@ -273,7 +273,8 @@ def main() -> None:
     args = parser.parse_args()
     config = {"lr": args.lr, "hidden": args.hidden}
     for result in train_epochs(config, epochs=args.epochs):
-        print(f"epoch {result['epoch']:3d}  val accuracy {result['accuracy']:.4f}  val loss {result['loss']:.4f}")
+        print(f"epoch {result['epoch']:3d}  validation accuracy {result['accuracy']:.4f}  "
+              f"loss {result['loss']:.4f}")
 
 
 if __name__ == "__main__":

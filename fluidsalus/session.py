@@ -21,7 +21,7 @@ from numbers import Number
 from typing import Any
 
 from fluidsalus.checkpoint import Checkpoint, persist_checkpoint
-from fluidsalus.errors import SessionError
+from fluidsalus.errors import ConfigError, SessionError
 
 #: Keys the engine adds to every result. A metric to optimise must be one the trainable reports itself.
 AUTO_RESULT_KEYS: frozenset[str] = frozenset(
@@ -47,6 +47,10 @@ DEFAULT_METRIC = "_metric"
 
 _HOSTNAME = socket.gethostname()
 _local = threading.local()
+
+
+class BudgetKeyError(ConfigError):
+    """The searcher's ``time_attr`` is missing from a result, so the trial's budget cannot be checked."""
 
 
 class StopTrial(BaseException):
@@ -109,21 +113,30 @@ class TrialSession:
 
     Args:
         context: Identity of the trial, returned by :func:`get_context`.
-        sink: Called with each finished result dict (the host's outbox). Must be cheap and thread-safe.
+        sink: Called with each finished result dict and whether the trial now pauses at its budget (the
+            host's outbox). Must be cheap and thread-safe.
         checkpoint: The checkpoint to resume from, or None for a fresh start.
         start_iteration: Iterations already done before this (re)start; the first report is this + 1.
         time_total_offset: ``time_total_s`` accumulated before this (re)start.
         should_stop: Called with each result; True stops the trial right after the result is delivered.
+        budget: Pause once ``result[time_attr] >= budget`` and wait for :meth:`resume` or a stop (None: never).
+        time_attr: The result key budgets are measured in (the searcher's resource unit).
+        on_pause: Called when the trial pauses at its budget (the host takes its compute slot back).
+        on_resume: Called when it is resumed or stopped while paused; blocks until it has a slot again.
     """
 
     def __init__(
         self,
         context: TrialContext,
-        sink: Callable[[dict[str, Any]], None],
+        sink: Callable[[dict[str, Any], bool], None],
         checkpoint: Checkpoint | None = None,
         start_iteration: int = 0,
         time_total_offset: float = 0.0,
         should_stop: Callable[[Mapping[str, Any]], bool] | None = None,
+        budget: float | None = None,
+        time_attr: str = "training_iteration",
+        on_pause: Callable[[], None] | None = None,
+        on_resume: Callable[[], None] | None = None,
     ) -> None:
         self.context = context
         self._sink = sink
@@ -136,6 +149,32 @@ class TrialSession:
         self._last = self._started
         self.stop_requested = threading.Event()
         self.stopped_by_rule = False
+        self.budget = budget
+        self.time_attr = time_attr
+        self._resumed = threading.Event()
+        self._on_pause = on_pause
+        self._on_resume = on_resume
+
+    def at_budget(self, result: Mapping[str, Any]) -> bool:
+        """True when ``result`` reaches the trial's budget (the trial then pauses after reporting it)."""
+        if self.budget is None:
+            return False
+        if self.time_attr not in result:
+            raise BudgetKeyError(
+                f"time_attr: the searcher measures budgets in {self.time_attr!r}, which is not in the result "
+                f"reported by trial {self.context.trial_id} (its keys are {sorted(result)})"
+            )
+        return bool(result[self.time_attr] >= self.budget)
+
+    def resume(self, budget: float | None) -> None:
+        """Let a trial paused at its budget run on, to ``budget`` (None: to the end)."""
+        self.budget = budget
+        self._resumed.set()
+
+    def request_stop(self) -> None:
+        """Stop the trial at its next report, or now if it is paused at its budget."""
+        self.stop_requested.set()
+        self._resumed.set()
 
     def report(self, metrics: Mapping[str, Any], checkpoint: Checkpoint | None = None) -> None:
         if not isinstance(metrics, Mapping):
@@ -168,11 +207,24 @@ class TrialSession:
         stop = self.stop_requested.is_set()
         if not stop and self._should_stop is not None and self._should_stop(result):
             stop = self.stopped_by_rule = True
+        paused = not stop and self.at_budget(result)
         if stop:
             result["done"] = True
-        self._sink(result)
+        self._sink(result, paused)
         if stop:
             raise StopTrial()
+        if paused:
+            # Salus-style fast switching: the trial's state stays resident while it waits for its verdict,
+            # and its compute slot goes to another trial meanwhile.
+            if self._on_pause is not None:
+                self._on_pause()
+            self._resumed.wait()
+            self._resumed.clear()
+            if self._on_resume is not None:
+                self._on_resume()
+            if self.stop_requested.is_set():
+                raise StopTrial()
+            self._last = time.time()  # time spent paused is not part of the next iteration
 
     def report_return_value(self, output: Any) -> None:
         """Report what a function trainable returned or yielded, as Ray Tune does."""

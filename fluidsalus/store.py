@@ -100,9 +100,10 @@ CREATE TABLE checkpoints (
 # Trial statuses, as Ray Tune names them.
 PENDING = "PENDING"
 RUNNING = "RUNNING"
+PAUSED = "PAUSED"  # reached its group's budget; resident on its device, waiting for the searcher
 TERMINATED = "TERMINATED"
 ERROR = "ERROR"
-TRIAL_STATUSES = (PENDING, RUNNING, TERMINATED, ERROR)
+TRIAL_STATUSES = (PENDING, RUNNING, PAUSED, TERMINATED, ERROR)
 FINAL_STATUSES = frozenset({TERMINATED, ERROR})
 
 _TRIAL_COLUMNS = frozenset(

@@ -227,3 +227,56 @@ def test_results_acknowledged_before_a_driver_kill_are_in_the_store(tmp_path, ra
     stored = {(r.trial_id, r.iteration) for r in store.results()}
     assert set(acked) <= stored
     assert store.experiment()["status"] == "RUNNING"  # never marked finished: a resume can pick it up
+
+
+class _TwoRungs(fluidsalus.searchers.BaseSearcher):
+    """A tiny synchronous successive halving: 4 trials to budget 2, the best 2 promoted to budget 4."""
+
+    def __init__(self):
+        self.added, self.paused, self.stage = [], {}, 0
+
+    def next_groups(self):
+        if self.stage == 0:
+            self.stage = 1
+            return [fluidsalus.trialgroup.TrialGroup("rung0", [{"x": x} for x in (1, 2, 3, 4)], budget=2)]
+        if self.stage == 1 and len(self.paused) == 4:
+            self.stage = 2
+            top = sorted(self.paused, key=self.paused.get, reverse=True)[:2]
+            return [fluidsalus.trialgroup.TrialGroup("rung1", budget=4, trial_ids=top)]
+        return []
+
+    def on_trial_add(self, trial_id, group_id, config):
+        self.added.append((trial_id, group_id, config["x"]))
+
+    def on_result(self, trial_id, result):
+        if result["training_iteration"] == 2:
+            self.paused[trial_id] = result["score"]
+        return fluidsalus.searchers.Decision.CONTINUE
+
+    def collect_stops(self):
+        if self.stage == 2:
+            self.stage = 3
+            return sorted(self.paused, key=self.paused.get, reverse=True)[2:]
+        return []
+
+    def is_finished(self):
+        return self.stage == 3
+
+
+def long_objective(config):
+    for step in range(1, 100):
+        fluidsalus.report({"score": config["x"] * step})
+
+
+def test_groups_pause_at_budget_and_promoted_trials_continue_in_place(storage):
+    searcher = _TwoRungs()
+    grid = fluidsalus.run(long_objective, searcher=searcher, storage_path=storage, name="rungs", verbose=0)
+    assert [g for _, g, _ in searcher.added] == ["rung0"] * 4
+    iterations = {r.config["x"]: r.metrics["training_iteration"] for r in grid}
+    assert iterations == {1: 2, 2: 2, 3: 4, 4: 4}  # the best two ran on to budget 4, the rest stopped at 2
+    assert all(r.error is None for r in grid)
+    reader = ExperimentStore.open(os.path.join(storage, "rungs"), readonly=True)
+    promoted = [t for t in reader.trials() if t.group_id == "rung1"]
+    assert len(promoted) == 2 and all(t.attempt == 0 for t in promoted)  # resumed in place, never restarted
+    assert [e.data["outcome"] for e in reader.events("trial_end")].count("stopped") == 4
+    assert {len(r.metrics_dataframe) for r in grid} == {2, 4}

@@ -14,7 +14,7 @@ from fluidsalus.session import StopTrial, TrialContext, TrialSession, set_sessio
 def _session(tmp_path, **kwargs):
     got: list[dict] = []
     ctx = TrialContext("t0", "f_t0", "exp", str(tmp_path / "t0"))
-    return TrialSession(ctx, got.append, **kwargs), got
+    return TrialSession(ctx, lambda result, paused: got.append(result), **kwargs), got
 
 
 @pytest.mark.parametrize("call", [

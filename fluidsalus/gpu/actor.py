@@ -59,6 +59,9 @@ class _DeviceActor:
     def stop(self, trial_ids: list[str]) -> None:
         self.host.stop(trial_ids)
 
+    def resume(self, budgets: dict[str, float | None]) -> None:
+        self.host.resume(budgets)
+
     def poll(self, max_wait_s: float) -> list[tuple[Any, ...]]:
         return self.host.poll(max_wait_s)
 

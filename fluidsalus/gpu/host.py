@@ -5,8 +5,9 @@ trial-running logic is tested in-process in milliseconds.
 
 Protocol with the driver:
 
-- :meth:`DeviceHost.submit` queues :class:`TrialSpec` s. At most ``max_running`` run at once; the rest wait
-  in the device queue in arrival order.
+- :meth:`DeviceHost.submit` queues :class:`TrialSpec` s. At most ``max_running`` compute at once; the rest
+  wait in the device queue in arrival order. A trial paused at its budget stays resident but gives back its
+  compute slot; resumed, it takes the next free slot before any queued trial.
 - Trials report through :mod:`fluidsalus.session`. Each result becomes an event in the host's outbox.
   ``report()`` never waits for the driver: a stop rule is evaluated right in the trial thread, and a stop
   decision from the driver takes effect at the trial's next report.
@@ -28,14 +29,14 @@ from typing import Any
 
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError
-from fluidsalus.session import StopTrial, TrialContext, TrialSession, set_session
+from fluidsalus.session import BudgetKeyError, StopTrial, TrialContext, TrialSession, set_session
 
 #: Environment variables that cap the compute threads of torch (and the BLAS/OpenMP it uses) at import.
 _THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 # Event kinds sent from a device to the driver. Each event is a tuple whose first item is its kind.
 EV_START = "start"  # (EV_START, trial_id, attempt, ts)
-EV_RESULT = "result"  # (EV_RESULT, trial_id, attempt, ts, metrics)
+EV_RESULT = "result"  # (EV_RESULT, trial_id, attempt, ts, metrics, paused_at_budget)
 EV_END = "end"  # (EV_END, trial_id, attempt, ts, outcome, error, traceback)
 EV_FATAL = "fatal"  # (EV_FATAL, trial_id, attempt, ts, message): a run-level configuration error
 
@@ -57,6 +58,7 @@ class TrialSpec:
     checkpoint_path: str | None = None
     start_iteration: int = 0
     time_total_offset: float = 0.0
+    budget: float | None = None
 
 
 @dataclass
@@ -87,6 +89,7 @@ class HostSettings:
     torch_threads: int | None = None
     stop: Callable[[str, Mapping[str, Any]], bool] | None = None
     resources: dict[str, float] = field(default_factory=dict)
+    time_attr: str = "training_iteration"
 
 
 class StopRuleError(ConfigError):
@@ -109,6 +112,11 @@ class DeviceHost:
         self._outbox: list[tuple[Any, ...]] = []
         self._queue: deque[TrialSpec] = deque()
         self._running: dict[str, _Running] = {}
+        # Compute slots: a trial holds one while it computes. A trial paused at its budget gives its slot
+        # back (its state stays resident) and, once resumed, takes one again before any queued trial starts.
+        self._active = 0
+        self._resuming = 0
+        self._slot_free = threading.Condition(self._lock)
         self._closed = False
         self._torch_configured = False
         if settings.torch_threads is not None:
@@ -138,7 +146,15 @@ class DeviceHost:
                 running = self._running.get(tid)
                 if running is not None:
                     running.stop_requested = True
-                    running.session.stop_requested.set()
+                    running.session.request_stop()
+
+    def resume(self, budgets: dict[str, float | None]) -> None:
+        """Let trials paused at their budget run on to a new budget (None: to the end)."""
+        with self._lock:
+            for tid, budget in budgets.items():
+                running = self._running.get(tid)
+                if running is not None:
+                    running.session.resume(budget)
 
     def poll(self, max_wait_s: float) -> list[tuple[Any, ...]]:
         """Return all events gathered so far, waiting up to ``max_wait_s`` for the first one."""
@@ -148,10 +164,10 @@ class DeviceHost:
             out, self._outbox = self._outbox, []
             return out
 
-    def load(self) -> tuple[int, int]:
-        """(running, queued) trial counts."""
+    def load(self) -> tuple[int, int, int]:
+        """(computing, resident, queued) trial counts: resident includes trials paused at their budget."""
         with self._lock:
-            return len(self._running), len(self._queue)
+            return self._active, len(self._running), len(self._queue)
 
     def shutdown(self, timeout_s: float = 0.0) -> list[str]:
         """Stop every trial at its next report and drop the queue.
@@ -163,7 +179,7 @@ class DeviceHost:
             self._closed = True
             self._queue.clear()
             for running in self._running.values():
-                running.session.stop_requested.set()
+                running.session.request_stop()
             threads = [r.thread for r in self._running.values()]
         deadline = time.time() + timeout_s
         for thread in threads:
@@ -177,8 +193,24 @@ class DeviceHost:
         self._outbox.append(event)
         self._outbox_ready.notify_all()
 
+    def _release_slot(self) -> None:
+        with self._lock:
+            self._active -= 1
+            self._slot_free.notify_all()
+            self._start_ready_locked()
+
+    def _acquire_slot(self) -> None:
+        with self._lock:
+            self._resuming += 1
+            while self._active >= self.settings.max_running:
+                self._slot_free.wait()
+            self._resuming -= 1
+            self._active += 1
+
     def _start_ready_locked(self) -> None:
-        while self._queue and len(self._running) < self.settings.max_running and not self._closed:
+        while (self._queue and self._active < self.settings.max_running and not self._resuming
+               and not self._closed):
+            self._active += 1
             spec = self._queue.popleft()
             session = self._make_session(spec)
             thread = threading.Thread(
@@ -192,9 +224,9 @@ class DeviceHost:
         attempt = spec.attempt
         trial_id = spec.trial_id
 
-        def sink(result: dict[str, Any]) -> None:
+        def sink(result: dict[str, Any], paused: bool) -> None:
             with self._lock:
-                self._emit_locked((EV_RESULT, trial_id, attempt, time.time(), result))
+                self._emit_locked((EV_RESULT, trial_id, attempt, time.time(), result, paused))
 
         stop_rule = self.settings.stop
         should_stop = None
@@ -219,6 +251,10 @@ class DeviceHost:
             start_iteration=spec.start_iteration,
             time_total_offset=spec.time_total_offset,
             should_stop=should_stop,
+            budget=spec.budget,
+            time_attr=self.settings.time_attr,
+            on_pause=self._release_slot,
+            on_resume=self._acquire_slot,
         )
 
     def _run_trial(self, spec: TrialSpec, session: TrialSession) -> None:
@@ -238,7 +274,7 @@ class DeviceHost:
                 session.report_return_value(output)
         except StopTrial:
             outcome = OUT_STOPPED
-        except StopRuleError as e:
+        except (StopRuleError, BudgetKeyError) as e:
             fatal = str(e)
             outcome, error, trace = OUT_ERRORED, str(e), tb.format_exc()
         except BaseException as e:  # noqa: BLE001 - a trial's failure must never take the device down
@@ -248,6 +284,8 @@ class DeviceHost:
         now = time.time()
         with self._lock:
             self._running.pop(spec.trial_id, None)
+            self._active -= 1
+            self._slot_free.notify_all()
             if fatal is not None:
                 self._emit_locked((EV_FATAL, spec.trial_id, spec.attempt, now, fatal))
             self._emit_locked((EV_END, spec.trial_id, spec.attempt, now, outcome, error, trace))

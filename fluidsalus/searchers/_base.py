@@ -24,7 +24,17 @@ class BaseSearcher(abc.ABC):
 
     Only :meth:`next_groups` must be implemented. A searcher whose groups are all proposed and which needs
     no more results reports :meth:`is_finished`.
+
+    Budgets are measured in :attr:`time_attr` (a result key, Ray Tune's ``time_attr``). A trial that reaches
+    its group's budget pauses, resident on its device, until a later group promotes it or
+    :meth:`collect_stops` (or a STOP decision on that last result) ends it.
     """
+
+    #: The result key budgets are measured in.
+    time_attr: str = "training_iteration"
+
+    def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
+        """Told the id the executor gave to each new config of a group, in the group's order."""
 
     @abc.abstractmethod
     def next_groups(self) -> list[TrialGroup]:
@@ -48,6 +58,10 @@ class BaseSearcher(abc.ABC):
 
     def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
         """Told once when a trial ends (finished, stopped or errored), with its last result."""
+
+    def collect_stops(self) -> list[str]:
+        """Paused trials the searcher has decided to end (asked after every batch of results)."""
+        return []
 
     def is_finished(self) -> bool:
         """True when the searcher will propose no more groups."""

@@ -36,7 +36,7 @@ from fluidsalus.gpu.host import (
 )
 from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.session import AUTO_RESULT_KEYS
-from fluidsalus.store import ERROR, FINAL_STATUSES, PENDING, RUNNING, TERMINATED, ExperimentStore, dumps
+from fluidsalus.store import ERROR, FINAL_STATUSES, PAUSED, PENDING, RUNNING, TERMINATED, ExperimentStore, dumps
 from fluidsalus.trialgroup.trial import Trial
 
 logger = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ class Executor:
         self._devices: list[_Device] = []
         self._seq = 0
         self._run_tag = os.urandom(3).hex()[:5]
-        self._metric_checked = settings.metric is None
+        self._stopping: set[str] = set()  # stop sent, end not yet seen
         for trial in trials or []:
             self.trials[trial.trial_id] = trial
             self._seq = max(self._seq, trial.seq + 1)
@@ -145,6 +145,7 @@ class Executor:
                 max_running=spec.slots,
                 torch_threads=1 if spec.kind == "cpu" else None,
                 resources={"cpu": float(spec.slots), "gpu": 1.0 if spec.kind == "cuda" else 0.0},
+                time_attr=self.searcher.time_attr,
             )
             actors.append(start_device_actor(spec, self.payload, settings))
         try:
@@ -210,38 +211,96 @@ class Executor:
     def _finished(self) -> bool:
         if self.pending or not self.searcher.is_finished():
             return False
-        return all(not d.assigned for d in self._devices)
+        live = [tid for d in self._devices for tid in d.assigned]
+        paused = [tid for tid in live if self.trials[tid].status == PAUSED]
+        if paused and len(paused) == len(live):
+            # The searcher is done and will promote no one: paused trials have reached their last budget.
+            self._stop_trials(paused)
+        return not live
 
     def _take_groups(self) -> None:
+        """Register the searcher's new groups (new trials, promotions) and carry out its stops."""
         groups = self.searcher.next_groups()
+        stops = self.searcher.collect_stops()
+        if stops:
+            self._stop_trials(stops)
         if not groups:
             return
         new: list[Trial] = []
         for group in groups:
             for config in group.configs:
                 trial_id = f"{self._run_tag}_{self._seq:05d}"
-                trial = Trial(
+                new.append(Trial(
                     trial_id=trial_id,
                     seq=self._seq,
                     config=config,
                     trial_dir=os.path.join(self.settings.experiment_dir, trial_id),
                     group_id=group.group_id,
                     budget=group.budget,
-                )
+                ))
                 self._seq += 1
-                new.append(trial)
+        resumes: dict[int, dict[str, float | None]] = {}
+        requeued: list[Trial] = []
         with self.store.transaction():
             for group in groups:
                 members = [t for t in new if t.group_id == group.group_id]
                 self.store.add_trials([(t.trial_id, t.seq, t.config) for t in members],
                                       group_id=group.group_id, budget=group.budget)
+                for trial_id in group.trial_ids:
+                    trial = self.trials[trial_id]
+                    trial.budget, trial.group_id = group.budget, group.group_id
+                    if trial.status == PAUSED and trial.device is not None:
+                        trial.status = RUNNING
+                        resumes.setdefault(trial.device, {})[trial_id] = group.budget
+                    elif trial.status in FINAL_STATUSES or trial.status == PENDING:
+                        if trial.status != PENDING:
+                            trial.status, trial.attempt = PENDING, trial.attempt + 1
+                            requeued.append(trial)
+                    else:
+                        raise FluidsalusError(
+                            f"searcher promoted trial {trial_id} while it is {trial.status}; only paused or "
+                            "ended trials can be promoted"
+                        )
+                    self.store.update_trial(trial_id, status=trial.status, group_id=group.group_id,
+                                            budget=group.budget, attempt=trial.attempt)
             self.store.set_experiment(searcher_state=dumps(self.searcher.state_dict()))
         for trial in new:
             self.trials[trial.trial_id] = trial
             self.pending.append(trial.trial_id)
+            self.searcher.on_trial_add(trial.trial_id, trial.group_id or "", trial.config)
+        for trial in requeued:
+            if trial.checkpoint_path is None:
+                trial.last_iteration, trial.time_total_s = 0, 0.0
+            self.pending.append(trial.trial_id)
+        by_index = {d.spec.index: d for d in self._devices}
+        for index, budgets in resumes.items():
+            by_index[index].actor.resume.remote(budgets)
 
-    def _running_count(self) -> int:
-        return sum(len(d.assigned) for d in self._devices)
+    def _stop_trials(self, trial_ids: list[str]) -> None:
+        """Stop trials: unplaced ones end at once, placed ones at their next report (or now, if paused)."""
+        by_device: dict[int, list[str]] = {}
+        for trial_id in trial_ids:
+            trial = self.trials[trial_id]
+            if trial.status in FINAL_STATUSES or trial_id in self._stopping:
+                continue
+            if trial_id in self.pending:
+                self.pending.remove(trial_id)
+                self._end_unstarted(trial)
+            elif trial.device is not None:
+                self._stopping.add(trial_id)
+                by_device.setdefault(trial.device, []).append(trial_id)
+        by_index = {d.spec.index: d for d in self._devices}
+        for index, ids in by_device.items():
+            by_index[index].actor.stop.remote(ids)
+
+    def _end_unstarted(self, trial: Trial) -> None:
+        trial.status = TERMINATED
+        self.store.update_trial(trial.trial_id, status=TERMINATED, stop_reason=OUT_STOPPED, finished_at=time.time())
+        self.searcher.on_trial_complete(trial.trial_id, trial.last_result, error=False)
+
+    def _computing(self, device: _Device) -> int:
+        """Trials placed on ``device`` that hold or wait for a compute slot (paused ones hold none)."""
+        return sum(1 for tid in device.assigned if self.trials[tid].status != PAUSED)
 
     def _dispatch(self) -> None:
         """Hand pending trials to the least-loaded devices, up to each device's slots plus prefetch."""
@@ -249,17 +308,21 @@ class Executor:
             return
         limit = self.settings.max_concurrent_trials
         placed: list[tuple[Trial, _Device]] = []
+        load = {d.spec.index: self._computing(d) for d in self._devices if d.alive}
+        running = sum(load.values())
         while self.pending:
-            if limit is not None and self._running_count() >= limit:
+            if limit is not None and running >= limit:
                 break
             candidates = [d for d in self._devices if d.alive
-                          and len(d.assigned) < d.max_running + PREFETCH_PER_DEVICE]
+                          and load[d.spec.index] < d.max_running + PREFETCH_PER_DEVICE]
             if not candidates:
                 break
-            device = min(candidates, key=lambda d: (len(d.assigned) / d.max_running, d.spec.index))
+            device = min(candidates, key=lambda d: (load[d.spec.index] / d.max_running, d.spec.index))
             trial = self.trials[self.pending.popleft()]
             trial.device = device.spec.index
             device.assigned.add(trial.trial_id)
+            load[device.spec.index] += 1
+            running += 1
             placed.append((trial, device))
         if not placed:
             return
@@ -286,6 +349,7 @@ class Executor:
             checkpoint_path=trial.checkpoint_path,
             start_iteration=trial.last_iteration if trial.checkpoint_path else 0,
             time_total_offset=trial.time_total_s if trial.checkpoint_path else 0.0,
+            budget=trial.budget,
         )
 
     # ------------------------------------------------------------------ events
@@ -304,6 +368,8 @@ class Executor:
                     continue  # an event of an earlier attempt that was already given up on
                 if kind == EV_RESULT:
                     metrics = event[4]
+                    if event[5]:
+                        trial.status = PAUSED
                     results.append((trial_id, attempt, metrics["training_iteration"], ts, metrics))
                     trial.last_result = metrics
                     trial.last_iteration = metrics["training_iteration"]
@@ -321,6 +387,7 @@ class Executor:
                     trial.status = ERROR if outcome == OUT_ERRORED else TERMINATED
                     trial.error = error
                     device.assigned.discard(trial_id)
+                    self._stopping.discard(trial_id)
                     self.store.update_trial(
                         trial_id, status=trial.status, finished_at=ts, error=error, traceback=trace,
                         stop_reason=outcome, last_iteration=trial.last_iteration,
@@ -336,7 +403,7 @@ class Executor:
                 last: dict[str, Trial] = {r[0]: self.trials[r[0]] for r in results}
                 for trial in last.values():
                     if trial.status not in FINAL_STATUSES:
-                        self.store.update_trial(trial.trial_id, last_result=trial.last_result,
+                        self.store.update_trial(trial.trial_id, status=trial.status, last_result=trial.last_result,
                                                 last_iteration=trial.last_iteration)
             if events:
                 self.store.add_events(events)
@@ -347,13 +414,14 @@ class Executor:
         for kind, trial, event in acted:
             if kind == EV_RESULT:
                 self._check_metric(trial.trial_id, event[4])
-                if trial.status == RUNNING and self.searcher.on_result(trial.trial_id, event[4]) == Decision.STOP:
+                live = trial.status in (RUNNING, PAUSED)
+                if live and self.searcher.on_result(trial.trial_id, event[4]) == Decision.STOP:
                     stops.append(trial.trial_id)
             else:
                 self.searcher.on_trial_complete(trial.trial_id, trial.last_result, error=trial.status == ERROR)
                 self._log_end(trial, event[4])
         if stops:
-            device.actor.stop.remote(stops)
+            self._stop_trials(stops)
 
     def _check_metric(self, trial_id: str, result: Mapping[str, Any]) -> None:
         metric = self.settings.metric

@@ -1,0 +1,539 @@
+"""Run the same sweep under fluidsalus, Ray Tune and Optuna, one after another, and compare them.
+
+    python benchmarks/compare.py --sweep trivial                      # engine overhead only
+    python benchmarks/compare.py --sweep digits --tools fluidsalus,optuna
+    python benchmarks/compare.py --sweep digits --json-only           # only the JSON line on stdout
+
+Sweeps:
+
+``trivial``
+    64 trials of 10 reports each, with no work at all: it measures each engine's own overhead. Ray is
+    started once, before any timing, and shared by fluidsalus and Ray Tune; ``wall_s`` excludes its start.
+    For fluidsalus the script also times every ``fluidsalus.report`` call inside the trainable
+    (``report_ms_p50``, ``report_ms_p95``).
+
+``digits``
+    81 random configurations of the digits MLP of ``examples/digits_mlp.py``, up to 27 epochs each,
+    ``wall_s`` end to end as a user sees it: for fluidsalus and Ray Tune it includes starting Ray (Ray is
+    shut down between tools). Ray Tune prunes with ASHA and Optuna with successive halving (both with
+    reduction factor 3); fluidsalus has no early-stopping scheduler yet, so it runs every trial in full.
+    ``best`` is the best validation accuracy found: the highest last-reported accuracy of any trial.
+
+The script prints a table, and as its last line one JSON object::
+
+    {"sweep": ..., "fluidsalus": {"wall_s": ..., "best": ..., ...}, "ray": {...}, "optuna": {...},
+     "ray_over_fluidsalus": <Ray Tune wall_s / fluidsalus wall_s>, "optuna_over_fluidsalus": ...}
+
+A tool that was not asked for is ``null``; a tool that failed is ``{"error": "..."}`` (the others still
+run, and the exit status is 1). A ratio is ``null`` unless both of its tools ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES_DIR = os.path.join(REPO_ROOT, "examples")
+
+
+def _make_importable(*paths: str) -> None:
+    """Let this process and Ray's worker processes import from ``paths``.
+
+    Ray's workers inherit the environment of the process that starts Ray, so ``PYTHONPATH`` reaches them
+    as long as it is set before Ray starts; ``sys.path`` covers this process.
+    """
+    current = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join([*paths, *[p for p in current if p not in paths]])
+    for path in reversed(paths):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+
+
+# fluidsalus (when it is not installed) and the digits example, in the driver and in the trials.
+_make_importable(REPO_ROOT, EXAMPLES_DIR)
+
+TOOLS = ("fluidsalus", "ray", "optuna")
+SWEEPS = ("trivial", "digits")
+#: Seed of every tool's random search. fluidsalus and Ray Tune's BasicVariantGenerator sample the same
+#: configurations for the same seed; Optuna's RandomSampler draws different ones from the same space (and
+#: with n_jobs=2 not exactly the same ones from run to run).
+SEED = 0
+
+# ---- trivial sweep ----
+TRIVIAL_TRIALS = 64
+TRIVIAL_REPORTS = 10  # reports (iterations) per trial
+TRIVIAL_METRIC, TRIVIAL_MODE = "score", "max"
+TRIVIAL_X_RANGE = (0.0, 1.0)  # the one hyperparameter, x ~ uniform(0, 1)
+
+# ---- digits sweep ----
+DIGITS_TRIALS = 81  # 3**4 configurations
+DIGITS_MAX_EPOCHS = 27  # 3**3: the full budget of a trial
+DIGITS_METRIC, DIGITS_MODE = "accuracy", "max"
+REDUCTION_FACTOR = 3  # of ASHA (Ray Tune) and successive halving (Optuna): keep the best third per rung
+MIN_EPOCHS = 1  # ASHA's grace period and successive halving's min_resource: the first rung
+OPTUNA_JOBS = 2  # Optuna's n_jobs: threads that run trials at once (this machine's 2 cores)
+CPUS_PER_RAY_TRIAL = 1  # Ray Tune: one CPU, hence one torch thread, per trial
+
+
+def trivial_value(x: float, step: int) -> float:
+    """What a trivial trial reports at ``step`` (0-based): rises linearly to ``x`` at the last step."""
+    return x * (step + 1) / TRIVIAL_REPORTS
+
+
+# -----------------------------------------------------------------------------------------------------
+# Helpers
+# -----------------------------------------------------------------------------------------------------
+
+
+def ray_init() -> None:
+    """Start a local Ray with every core; the same call for every Ray-based tool."""
+    import ray
+
+    ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, configure_logging=False)
+
+
+def ray_shutdown() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+@contextlib.contextmanager
+def storage_dir(tool: str) -> Iterator[str]:
+    """A temporary folder for one tool's experiment files, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix=f"compare_{tool}_", ignore_cleanup_errors=True) as path:
+        yield path
+
+
+def summary(wall_s: float, trials: int, iterations: int, best: float, **extra: Any) -> dict[str, Any]:
+    """One tool's JSON entry."""
+    return {
+        "wall_s": round(wall_s, 3),
+        "trials": trials,
+        "trials_per_s": round(trials / wall_s, 3) if wall_s > 0 else None,
+        "iterations": iterations,  # reports over all trials (epochs trained, for digits)
+        "best": best,
+        **extra,
+    }
+
+
+def check_no_trial_errors(tool: str, errors: list[Any]) -> None:
+    """A sweep whose trials fail measures nothing: make the tool fail, showing the first error."""
+    if errors:
+        raise RuntimeError(f"{tool}: {len(errors)} trial(s) failed; the first: {errors[0]}")
+
+
+def optuna_study(direction: str, pruner: Any = None) -> Any:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(
+        direction=direction, sampler=optuna.samplers.RandomSampler(seed=SEED), pruner=pruner
+    )
+
+
+def optuna_best_last_value(study: Any, mode: str) -> float:
+    """The best of the trials' last reported values (pruned trials included, as for the other tools)."""
+    last = [t.intermediate_values[max(t.intermediate_values)] for t in study.trials if t.intermediate_values]
+    return max(last) if mode == "max" else min(last)
+
+
+def optuna_iterations(study: Any) -> int:
+    return sum(len(t.intermediate_values) for t in study.trials)
+
+
+# -----------------------------------------------------------------------------------------------------
+# trivial: engine overhead
+# -----------------------------------------------------------------------------------------------------
+
+
+def fluidsalus_trivial_trainable(config: dict[str, Any]) -> None:
+    """Reports TRIVIAL_REPORTS times; each report carries how long the previous ``report`` call took."""
+    import fluidsalus
+
+    prev_report_ms = None
+    for step in range(TRIVIAL_REPORTS):
+        metrics = {TRIVIAL_METRIC: trivial_value(config["x"], step)}
+        if prev_report_ms is not None:
+            metrics["prev_report_ms"] = prev_report_ms
+        start = time.perf_counter()
+        fluidsalus.report(metrics)
+        prev_report_ms = (time.perf_counter() - start) * 1e3
+
+
+def fluidsalus_trivial() -> dict[str, Any]:
+    import fluidsalus
+
+    with storage_dir("fluidsalus") as storage:
+        start = time.perf_counter()
+        grid = fluidsalus.run(
+            fluidsalus_trivial_trainable,
+            config={"x": fluidsalus.uniform(*TRIVIAL_X_RANGE)},
+            num_samples=TRIVIAL_TRIALS,
+            metric=TRIVIAL_METRIC,
+            mode=TRIVIAL_MODE,
+            storage_path=storage,
+            seed=SEED,
+            verbose=0,
+        )
+        wall_s = time.perf_counter() - start
+        check_no_trial_errors("fluidsalus", grid.errors)
+        report_ms = [
+            ms
+            for result in grid
+            if result.metrics_dataframe is not None and "prev_report_ms" in result.metrics_dataframe
+            for ms in result.metrics_dataframe["prev_report_ms"].dropna()
+        ]
+        return summary(
+            wall_s,
+            trials=len(grid),
+            iterations=sum(int(r.metrics["training_iteration"]) for r in grid if r.metrics),
+            best=grid.get_best_result().metrics[TRIVIAL_METRIC],
+            report_ms_p50=round(statistics.median(report_ms), 4) if report_ms else None,
+            report_ms_p95=round(statistics.quantiles(report_ms, n=20)[-1], 4) if len(report_ms) > 1 else None,
+        )
+
+
+def ray_trivial_trainable(config: dict[str, Any]) -> None:
+    from ray import tune
+
+    for step in range(TRIVIAL_REPORTS):
+        tune.report({TRIVIAL_METRIC: trivial_value(config["x"], step)})
+
+
+def ray_trivial() -> dict[str, Any]:
+    from ray import tune
+    from ray.tune.search import BasicVariantGenerator
+
+    with storage_dir("ray") as storage:
+        tuner = tune.Tuner(
+            tune.with_resources(ray_trivial_trainable, {"cpu": CPUS_PER_RAY_TRIAL}),
+            tune_config=tune.TuneConfig(
+                num_samples=TRIVIAL_TRIALS,
+                metric=TRIVIAL_METRIC,
+                mode=TRIVIAL_MODE,
+                search_alg=BasicVariantGenerator(random_state=SEED),
+            ),
+            param_space={"x": tune.uniform(*TRIVIAL_X_RANGE)},
+            run_config=tune.RunConfig(storage_path=storage, verbose=0),
+        )
+        start = time.perf_counter()
+        results = tuner.fit()
+        wall_s = time.perf_counter() - start
+        check_no_trial_errors("ray", results.errors)
+        return summary(
+            wall_s,
+            trials=len(results),
+            iterations=sum(int(r.metrics["training_iteration"]) for r in results if r.metrics),
+            best=results.get_best_result().metrics[TRIVIAL_METRIC],
+        )
+
+
+def optuna_trivial() -> dict[str, Any]:
+    def objective(trial: Any) -> float:
+        x = trial.suggest_float("x", *TRIVIAL_X_RANGE)
+        value = 0.0
+        for step in range(TRIVIAL_REPORTS):
+            value = trivial_value(x, step)
+            trial.report(value, step)
+        return value
+
+    study = optuna_study("maximize" if TRIVIAL_MODE == "max" else "minimize")
+    start = time.perf_counter()
+    study.optimize(objective, n_trials=TRIVIAL_TRIALS, n_jobs=OPTUNA_JOBS)
+    wall_s = time.perf_counter() - start
+    return summary(
+        wall_s,
+        trials=len(study.trials),
+        iterations=optuna_iterations(study),
+        best=optuna_best_last_value(study, TRIVIAL_MODE),
+    )
+
+
+# -----------------------------------------------------------------------------------------------------
+# digits: the MLP of examples/digits_mlp.py
+# -----------------------------------------------------------------------------------------------------
+
+
+def digits_module() -> Any:
+    """``examples/digits_mlp.py``, imported on first use (it needs torch, scikit-learn and fluidsalus)."""
+    import digits_mlp
+
+    return digits_mlp
+
+
+def run_fluidsalus_digits(storage: str) -> Any:
+    """The fluidsalus digits sweep.
+
+    fluidsalus has no ASHA scheduler yet, so every trial trains for all DIGITS_MAX_EPOCHS epochs while Ray
+    Tune and Optuna stop most trials early. When the engine gains one, pass it in this call (and only here).
+    """
+    import fluidsalus
+
+    d = digits_module()
+    return fluidsalus.run(
+        d.digits_trainable,
+        config={**d.SEARCH_SPACE, "epochs": DIGITS_MAX_EPOCHS},
+        num_samples=DIGITS_TRIALS,
+        metric=DIGITS_METRIC,
+        mode=DIGITS_MODE,
+        stop={"training_iteration": DIGITS_MAX_EPOCHS},
+        storage_path=storage,
+        seed=SEED,
+        verbose=0,
+    )
+
+
+def fluidsalus_digits() -> dict[str, Any]:
+    digits_module()  # import outside the timed region, as for the other tools
+    ray_shutdown()  # fluidsalus starts Ray itself: that is part of what a user waits for
+    with storage_dir("fluidsalus") as storage:
+        try:
+            start = time.perf_counter()
+            grid = run_fluidsalus_digits(storage)
+            wall_s = time.perf_counter() - start
+        finally:
+            ray_shutdown()
+        check_no_trial_errors("fluidsalus", grid.errors)
+        return summary(
+            wall_s,
+            trials=len(grid),
+            iterations=sum(int(r.metrics["training_iteration"]) for r in grid if r.metrics),
+            best=grid.get_best_result(scope="last").metrics[DIGITS_METRIC],
+        )
+
+
+def ray_digits_space() -> dict[str, Any]:
+    """``digits_mlp.SEARCH_SPACE`` with Ray Tune's sampling functions, keys in the same order."""
+    from ray import tune
+
+    d = digits_module()
+    space = {
+        "lr": tune.loguniform(*d.LR_RANGE),
+        "momentum": tune.uniform(*d.MOMENTUM_RANGE),
+        "hidden": tune.choice(d.HIDDEN_CHOICES),
+        "layers": tune.choice(d.LAYERS_CHOICES),
+        "batch_size": tune.choice(d.BATCH_SIZE_CHOICES),
+        "optimizer": d.SEARCH_SPACE["optimizer"],
+        "epochs": DIGITS_MAX_EPOCHS,
+        "seed": d.SEARCH_SPACE["seed"],
+    }
+    assert list(space) == list(d.SEARCH_SPACE), "ray_digits_space is out of step with SEARCH_SPACE"
+    return space
+
+
+def ray_digits_trainable(config: dict[str, Any]) -> None:
+    import torch
+    from ray import tune
+
+    torch.set_num_threads(CPUS_PER_RAY_TRIAL)
+    for result in digits_module().train_epochs(config):
+        tune.report(result)
+
+
+def ray_digits() -> dict[str, Any]:
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+    from ray.tune.search import BasicVariantGenerator
+
+    ray_shutdown()
+    with storage_dir("ray") as storage:
+        try:
+            start = time.perf_counter()
+            ray_init()
+            tuner = tune.Tuner(
+                tune.with_resources(ray_digits_trainable, {"cpu": CPUS_PER_RAY_TRIAL}),
+                tune_config=tune.TuneConfig(
+                    num_samples=DIGITS_TRIALS,
+                    metric=DIGITS_METRIC,
+                    mode=DIGITS_MODE,
+                    search_alg=BasicVariantGenerator(random_state=SEED),
+                    scheduler=ASHAScheduler(
+                        time_attr="training_iteration",
+                        max_t=DIGITS_MAX_EPOCHS,
+                        grace_period=MIN_EPOCHS,
+                        reduction_factor=REDUCTION_FACTOR,
+                    ),
+                ),
+                param_space=ray_digits_space(),
+                run_config=tune.RunConfig(storage_path=storage, verbose=0),
+            )
+            results = tuner.fit()
+            wall_s = time.perf_counter() - start
+        finally:
+            ray_shutdown()
+        check_no_trial_errors("ray", results.errors)
+        return summary(
+            wall_s,
+            trials=len(results),
+            iterations=sum(int(r.metrics["training_iteration"]) for r in results if r.metrics),
+            best=results.get_best_result(scope="last").metrics[DIGITS_METRIC],
+        )
+
+
+def optuna_digits_config(trial: Any) -> dict[str, Any]:
+    """``digits_mlp.SEARCH_SPACE`` through Optuna's suggest API, mapped by hand."""
+    d = digits_module()
+    config = {
+        "lr": trial.suggest_float("lr", *d.LR_RANGE, log=True),
+        "momentum": trial.suggest_float("momentum", *d.MOMENTUM_RANGE),
+        "hidden": trial.suggest_categorical("hidden", d.HIDDEN_CHOICES),
+        "layers": trial.suggest_categorical("layers", d.LAYERS_CHOICES),
+        "batch_size": trial.suggest_categorical("batch_size", d.BATCH_SIZE_CHOICES),
+        "optimizer": d.SEARCH_SPACE["optimizer"],
+        "epochs": DIGITS_MAX_EPOCHS,
+        "seed": d.SEARCH_SPACE["seed"],
+    }
+    assert list(config) == list(d.SEARCH_SPACE), "optuna_digits_config is out of step with SEARCH_SPACE"
+    return config
+
+
+def optuna_digits() -> dict[str, Any]:
+    import optuna
+    import torch
+
+    d = digits_module()
+
+    def objective(trial: optuna.Trial) -> float:
+        accuracy = 0.0
+        for result in d.train_epochs(optuna_digits_config(trial)):
+            accuracy = result[DIGITS_METRIC]
+            trial.report(accuracy, result["epoch"])
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+        return accuracy
+
+    pruner = optuna.pruners.SuccessiveHalvingPruner(
+        min_resource=MIN_EPOCHS, reduction_factor=REDUCTION_FACTOR
+    )
+    study = optuna_study("maximize" if DIGITS_MODE == "max" else "minimize", pruner=pruner)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # trials run as threads of this process: one torch thread each
+    try:
+        start = time.perf_counter()
+        study.optimize(objective, n_trials=DIGITS_TRIALS, n_jobs=OPTUNA_JOBS)
+        wall_s = time.perf_counter() - start
+    finally:
+        torch.set_num_threads(threads)
+    return summary(
+        wall_s,
+        trials=len(study.trials),
+        iterations=optuna_iterations(study),
+        best=optuna_best_last_value(study, DIGITS_MODE),
+    )
+
+
+# -----------------------------------------------------------------------------------------------------
+# Driver
+# -----------------------------------------------------------------------------------------------------
+
+RUNNERS: dict[str, dict[str, Callable[[], dict[str, Any]]]] = {
+    "trivial": {"fluidsalus": fluidsalus_trivial, "ray": ray_trivial, "optuna": optuna_trivial},
+    "digits": {"fluidsalus": fluidsalus_digits, "ray": ray_digits, "optuna": optuna_digits},
+}
+
+
+def run_tools(sweep: str, tools: list[str]) -> dict[str, dict[str, Any] | None]:
+    """Run ``sweep`` under each tool in turn; a failing tool gets ``{"error": ...}``."""
+    entries: dict[str, dict[str, Any] | None] = {tool: None for tool in TOOLS}
+    # For the trivial sweep Ray's start is not part of any tool's time: start it once, before timing.
+    shared_ray = sweep == "trivial" and any(tool in ("fluidsalus", "ray") for tool in tools)
+    try:
+        if shared_ray:
+            ray_init()
+        for tool in tools:
+            print(f"\n=== {sweep}: {tool} ===", flush=True)
+            try:
+                entries[tool] = RUNNERS[sweep][tool]()
+                print(f"{tool}: {entries[tool]}", flush=True)
+            except Exception as e:  # noqa: BLE001 - report any failure and go on with the next tool
+                traceback.print_exc()
+                entries[tool] = {"error": f"{type(e).__name__}: {e}"}
+    finally:
+        ray_shutdown()
+    return entries
+
+
+def ratio(entries: dict[str, dict[str, Any] | None], tool: str) -> float | None:
+    """``tool``'s wall time over fluidsalus's, or None unless both ran."""
+    ours, theirs = entries.get("fluidsalus"), entries.get(tool)
+    if not ours or not theirs or "wall_s" not in ours or "wall_s" not in theirs or ours["wall_s"] <= 0:
+        return None
+    return round(theirs["wall_s"] / ours["wall_s"], 3)
+
+
+def print_table(sweep: str, entries: dict[str, dict[str, Any] | None]) -> None:
+    columns = ("tool", "wall_s", "trials", "trials/s", "iterations", "best", "wall / fluidsalus")
+    rows = []
+    for tool, entry in entries.items():
+        if entry is None:
+            continue
+        if "error" in entry:
+            rows.append((tool, f"FAILED: {entry['error']}"))
+            continue
+        rel = 1.0 if tool == "fluidsalus" else ratio(entries, tool)
+        rows.append((
+            tool,
+            f"{entry['wall_s']:.2f}",
+            str(entry["trials"]),
+            f"{entry['trials_per_s']:.2f}",
+            str(entry["iterations"]),
+            f"{entry['best']:.4f}",
+            "-" if rel is None else f"{rel:.2f}x",
+        ))
+    # A failed tool's row is (tool, message): its message may run past the columns without widening them.
+    widths = [max([len(columns[i]), *(len(r[i]) for r in rows if len(r) == len(columns) or i == 0)])
+              for i in range(len(columns))]
+    print(f"\nSweep: {sweep}")
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)).rstrip())
+    ours = entries.get("fluidsalus")
+    if ours and ours.get("report_ms_p50") is not None:
+        print(f"fluidsalus.report(): p50 {ours['report_ms_p50']:.4f} ms, p95 {ours['report_ms_p95']:.4f} ms")
+
+
+def parse_tools(text: str) -> list[str]:
+    tools = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [t for t in tools if t not in TOOLS]
+    if unknown or not tools:
+        raise argparse.ArgumentTypeError(f"choose from {','.join(TOOLS)}; got {text!r}")
+    return list(dict.fromkeys(tools))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="Compare fluidsalus, Ray Tune and Optuna on one sweep.")
+    parser.add_argument("--sweep", choices=SWEEPS, required=True)
+    parser.add_argument("--tools", type=parse_tools, default=list(TOOLS),
+                        help=f"comma-separated subset of {','.join(TOOLS)} (default: all)")
+    parser.add_argument("--json-only", action="store_true",
+                        help="print only the JSON line on stdout (everything else goes to stderr)")
+    args = parser.parse_args()
+
+    progress = sys.stderr if args.json_only else sys.stdout
+    with contextlib.redirect_stdout(progress):
+        entries = run_tools(args.sweep, args.tools)
+        print_table(args.sweep, entries)
+    out = {
+        "sweep": args.sweep,
+        **entries,
+        "ray_over_fluidsalus": ratio(entries, "ray"),
+        "optuna_over_fluidsalus": ratio(entries, "optuna"),
+    }
+    print(json.dumps(out), flush=True)
+    return 1 if any(e is not None and "error" in e for e in entries.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
