@@ -29,7 +29,6 @@ class Result:
         checkpoint: Its latest persisted checkpoint, or None.
         error: A :class:`TrialError` with the trial's traceback if it failed, else None.
         path: The trial's folder in the experiment.
-        metrics_dataframe: Every result of the trial, one row per iteration.
         best_checkpoints: ``(checkpoint, metrics)`` for each persisted checkpoint the trial still has.
     """
 
@@ -37,11 +36,19 @@ class Result:
     checkpoint: Checkpoint | None
     error: Exception | None
     path: str
-    metrics_dataframe: pd.DataFrame | None = None
     best_checkpoints: list[tuple[Checkpoint, dict[str, Any]]] | None = None
     trial_id: str = ""
     status: str = TERMINATED
     _history: list[dict[str, Any]] | None = None
+
+    @property
+    def metrics_dataframe(self) -> pd.DataFrame | None:
+        """Every result of the trial, one row per iteration (built when first asked for)."""
+        if not self._history:
+            return None
+        import pandas as pd
+
+        return pd.DataFrame(self._history)
 
     @property
     def config(self) -> dict[str, Any] | None:
@@ -85,8 +92,6 @@ class ResultGrid:
     @classmethod
     def from_store(cls, store: ExperimentStore) -> ResultGrid:
         """Build the grid from an experiment's store (works on a running experiment too)."""
-        import pandas as pd
-
         exp = store.experiment()
         history: dict[str, list[dict[str, Any]]] = {}
         for row in store.results():
@@ -112,7 +117,6 @@ class ResultGrid:
                     checkpoint=ckpts[-1][0] if ckpts else None,
                     error=error,
                     path=os.path.join(store.experiment_dir, t.trial_id),
-                    metrics_dataframe=pd.DataFrame(rows) if rows else None,
                     best_checkpoints=ckpts,
                     trial_id=t.trial_id,
                     status=t.status,
