@@ -22,6 +22,7 @@ import cloudpickle
 import ray
 
 from fluidsalus import space as sp
+from fluidsalus.callbacks import Callback
 from fluidsalus.config import RunSpec, build
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.actor import pack_trainable
@@ -56,6 +57,7 @@ def run(
     max_concurrent_trials: int | None = None,
     verbose: int = 1,
     resume: bool = False,
+    callbacks: list[Callback] | None = None,
 ) -> ResultGrid:
     """Run a hyperparameter sweep of ``trainable`` on the cluster's devices.
 
@@ -79,6 +81,7 @@ def run(
         verbose: 0 silent, 1 a summary, 2 a line per finished trial.
         resume: Continue the experiment ``name``: finished trials are kept, unfinished ones resume from their
             last checkpoint (or restart when they have none).
+        callbacks: :class:`fluidsalus.callbacks.Callback` s, told of each result once it is safely stored.
 
     Returns:
         A :class:`ResultGrid` of every trial.
@@ -150,6 +153,7 @@ def run(
             mode=spec.mode,
             max_concurrent_trials=spec.max_concurrent_trials,
             verbose=spec.verbose,
+            callbacks=_check_callbacks(callbacks),
         ),
         trials=trials,
     )
@@ -176,6 +180,14 @@ def run(
     if spec.verbose >= 1:
         _print_summary(grid, exp_dir, time.time() - started, spec.metric, spec.mode)
     return grid
+
+
+def _check_callbacks(callbacks: Any) -> list[Callback]:
+    if callbacks is None:
+        return []
+    if not isinstance(callbacks, (list, tuple)) or not all(isinstance(c, Callback) for c in callbacks):
+        raise ConfigError("callbacks: must be a list of fluidsalus.callbacks.Callback instances")
+    return list(callbacks)
 
 
 def _check_trainable(trainable: Any) -> str:

@@ -197,12 +197,11 @@ def test_results_acknowledged_before_a_driver_kill_are_in_the_store(tmp_path, ra
     script = textwrap.dedent(
         f"""
         import time, ray, fluidsalus
-        from fluidsalus.searchers import RandomSearch
+        from fluidsalus.callbacks import Callback
 
-        class Announce(RandomSearch):
-            def on_result(self, trial_id, result):  # called only after the result's batch committed
+        class Announce(Callback):
+            def on_trial_result(self, trial_id, result):  # called only after the result's batch committed
                 print(trial_id, result["training_iteration"], flush=True)
-                return super().on_result(trial_id, result)
 
         def slow(config):
             for i in range(1000):
@@ -210,7 +209,7 @@ def test_results_acknowledged_before_a_driver_kill_are_in_the_store(tmp_path, ra
                 fluidsalus.report({{"v": i}})
 
         ray.init(address={ray_cluster.get_runtime_context().gcs_address!r}, configure_logging=False)
-        fluidsalus.run(slow, searcher=Announce({{"x": fluidsalus.uniform(0, 1)}}, num_samples=4),
+        fluidsalus.run(slow, {{"x": fluidsalus.uniform(0, 1)}}, num_samples=4, callbacks=[Announce()],
                        storage_path={storage!r}, name="k", verbose=0)
         """
     )

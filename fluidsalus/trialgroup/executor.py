@@ -15,11 +15,12 @@ import os
 import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
 
+from fluidsalus.callbacks import Callback
 from fluidsalus.errors import ConfigError, FluidsalusError
 from fluidsalus.gpu.actor import start_device_actor
 from fluidsalus.gpu.device import DeviceSpec
@@ -68,6 +69,7 @@ class ExecutorSettings:
     mode: str | None = None
     max_concurrent_trials: int | None = None
     verbose: int = 1
+    callbacks: list[Callback] = field(default_factory=list)
 
 
 @dataclass
@@ -407,21 +409,33 @@ class Executor:
                                                 last_iteration=trial.last_iteration)
             if events:
                 self.store.add_events(events)
-        # Everything above is committed (acknowledged); now act on it.
-        if fatal is not None:
-            raise ConfigError(fatal)
-        stops: list[str] = []
-        for kind, trial, event in acted:
-            if kind == EV_RESULT:
-                self._check_metric(trial.trial_id, event[4])
-                live = trial.status in (RUNNING, PAUSED)
-                if live and self.searcher.on_result(trial.trial_id, event[4]) == Decision.STOP:
-                    stops.append(trial.trial_id)
-            else:
-                self.searcher.on_trial_complete(trial.trial_id, trial.last_result, error=trial.status == ERROR)
-                self._log_end(trial, event[4])
+            if fatal is not None:
+                raise ConfigError(fatal)
+            # The searcher consumes the batch in memory, and its new state commits together with the batch:
+            # after a crash, the stored results and the stored searcher state always agree. Nothing leaves
+            # this process (stop messages, printed lines) before the commit.
+            stops: list[str] = []
+            for kind, trial, event in acted:
+                if kind == EV_RESULT:
+                    self._check_metric(trial.trial_id, event[4])
+                    live = trial.status in (RUNNING, PAUSED)
+                    if live and self.searcher.on_result(trial.trial_id, event[4]) == Decision.STOP:
+                        stops.append(trial.trial_id)
+                else:
+                    self.searcher.on_trial_complete(trial.trial_id, trial.last_result, error=trial.status == ERROR)
+            if acted:
+                self.store.set_experiment(searcher_state=dumps(self.searcher.state_dict()))
+        # Committed: the batch is acknowledged. Now act on it.
         if stops:
             self._stop_trials(stops)
+        for kind, trial, event in acted:
+            if kind == EV_RESULT:
+                for callback in self.settings.callbacks:
+                    callback.on_trial_result(trial.trial_id, event[4])
+            else:
+                self._log_end(trial, event[4])
+                for callback in self.settings.callbacks:
+                    callback.on_trial_complete(trial.trial_id, trial.status, trial.last_result)
 
     def _check_metric(self, trial_id: str, result: Mapping[str, Any]) -> None:
         metric = self.settings.metric
