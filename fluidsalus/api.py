@@ -13,6 +13,7 @@ import datetime
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -55,6 +56,7 @@ def run(
     devices: int | None = None,
     cpus_per_device: int | None = None,
     max_concurrent_trials: int | None = None,
+    max_failures: int = 0,
     verbose: int = 1,
     resume: bool = False,
     callbacks: list[Callback] | None = None,
@@ -78,6 +80,8 @@ def run(
         devices: Number of devices. Default: every GPU, else one virtual CPU device per 2 cores.
         cpus_per_device: CPU slots per device.
         max_concurrent_trials: Cap on trials running at once across all devices.
+        max_failures: Times a failing trial is started again (from its last checkpoint) before it is recorded
+            as errored; -1 retries without limit (Ray Tune's ``FailureConfig.max_failures``).
         verbose: 0 silent, 1 a summary, 2 a line per finished trial.
         resume: Continue the experiment ``name``: finished trials are kept, unfinished ones resume from their
             last checkpoint (or restart when they have none).
@@ -92,7 +96,7 @@ def run(
     spec: RunSpec = build(
         RunSpec, num_samples=num_samples, metric=metric, mode=mode, name=name, storage_path=storage_path,
         seed=seed, devices=devices, cpus_per_device=cpus_per_device,
-        max_concurrent_trials=max_concurrent_trials, verbose=verbose, resume=resume,
+        max_concurrent_trials=max_concurrent_trials, max_failures=max_failures, verbose=verbose, resume=resume,
     )
     trainable_name = _check_trainable(trainable)
     space = {} if config is None else config
@@ -152,6 +156,7 @@ def run(
             metric=spec.metric,
             mode=spec.mode,
             max_concurrent_trials=spec.max_concurrent_trials,
+            max_failures=spec.max_failures if spec.max_failures >= 0 else sys.maxsize,
             verbose=spec.verbose,
             callbacks=_check_callbacks(callbacks),
         ),
@@ -258,6 +263,7 @@ def _load_trials(store: ExperimentStore) -> list[Trial]:
             last_iteration=row.last_iteration,
             last_result=row.last_result,
             checkpoint_path=row.checkpoint_path,
+            num_failures=row.num_failures,
         )
         if not final:
             ckpt = trial.checkpoint_path

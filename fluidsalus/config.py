@@ -30,6 +30,7 @@ class RunSpec(BaseModel):
     devices: int | None = Field(None, ge=1)
     cpus_per_device: int | None = Field(None, ge=1)
     max_concurrent_trials: int | None = Field(None, ge=1)
+    max_failures: int = Field(0, ge=-1, description="Retries of a failing trial; -1 retries forever (Ray).")
     verbose: int = Field(1, ge=0, le=3)
     resume: bool = False
 

@@ -387,6 +387,11 @@ class ExperimentStore:
         with self.transaction():
             self._conn.execute(f"UPDATE trials SET {cols} WHERE trial_id = ?", (*fields.values(), trial_id))
 
+    def update_trial_config(self, trial_id: str, config: Mapping[str, Any]) -> None:
+        """Replace a trial's config (PBT's exploit restarts a trial with a new one)."""
+        with self.transaction():
+            self._conn.execute("UPDATE trials SET config_json = ? WHERE trial_id = ?", (dumps(dict(config)), trial_id))
+
     def add_results(self, rows: Sequence[tuple[str, int, int, float, Mapping[str, Any]]]) -> None:
         """Insert results given as ``(trial_id, attempt, iteration, ts, metrics)``."""
         with self.transaction():

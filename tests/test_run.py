@@ -279,3 +279,36 @@ def test_groups_pause_at_budget_and_promoted_trials_continue_in_place(storage):
     assert len(promoted) == 2 and all(t.attempt == 0 for t in promoted)  # resumed in place, never restarted
     assert [e.data["outcome"] for e in reader.events("trial_end")].count("stopped") == 4
     assert {len(r.metrics_dataframe) for r in grid} == {2, 4}
+
+
+def flaky(config):
+    """Fails at iteration 3 unless it was restored from a checkpoint; always fails when config says so."""
+    restored = fluidsalus.get_checkpoint()
+    start = 0
+    if restored is not None:
+        with restored.as_directory() as d:
+            start = int(open(os.path.join(d, "it")).read())
+    for it in range(start + 1, 6):
+        if it == 3 and (restored is None or config["always"]):
+            raise RuntimeError("flaky failure")
+        d = os.path.join(fluidsalus.get_context().get_trial_dir(), f"scratch{it}")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "it"), "w") as f:
+            f.write(str(it))
+        fluidsalus.report({"it": it, "restored_from": start}, checkpoint=fluidsalus.Checkpoint.from_directory(d))
+
+
+def test_failing_trials_are_retried_from_checkpoint_up_to_max_failures(storage):
+    grid = fluidsalus.run(flaky, {"always": fluidsalus.grid_search([False, True])}, max_failures=2,
+                          storage_path=storage, name="retry", verbose=0)
+    recovered, hopeless = grid[0], grid[1]
+    assert recovered.error is None and recovered.metrics["it"] == 5 and recovered.metrics["restored_from"] == 2
+    assert list(recovered.metrics_dataframe["it"]) == [1, 2, 3, 4, 5]
+    assert hopeless.error is not None and "flaky failure" in str(hopeless.error)
+    reader = ExperimentStore.open(os.path.join(storage, "retry"), readonly=True)
+    rows = {t.trial_id: t for t in reader.trials()}
+    assert rows[recovered.trial_id].num_failures == 1 and rows[recovered.trial_id].attempt == 1
+    assert rows[hopeless.trial_id].num_failures == 2 and rows[hopeless.trial_id].attempt == 2
+    restarts = [e for e in reader.events("trial_restart") if e.trial_id == hopeless.trial_id]
+    assert [e.data["reason"] for e in restarts] == ["retry", "retry"]
+    assert all(e.data["from_iteration"] == 2 and "flaky failure" in e.data["traceback"] for e in restarts)

@@ -68,8 +68,26 @@ class ExecutorSettings:
     metric: str | None = None
     mode: str | None = None
     max_concurrent_trials: int | None = None
+    max_failures: int = 0
     verbose: int = 1
     callbacks: list[Callback] = field(default_factory=list)
+
+
+@dataclass
+class _Restart:
+    """How to start a trial again once its current attempt has ended."""
+
+    reason: str  # "retry" after a failure, "exploit" for PBT, ...
+    error: str | None = None
+    config: dict[str, Any] | None = None
+    checkpoint_path: str | None = None
+    iteration: int = 0
+    time_total_s: float = 0.0
+
+
+def _checkpoint_iteration(path: str) -> int:
+    """The iteration a persisted checkpoint belongs to, from its folder name ``checkpoint_<iteration>``."""
+    return int(os.path.basename(path).rsplit("_", 1)[-1])
 
 
 @dataclass
@@ -115,6 +133,7 @@ class Executor:
         self._seq = 0
         self._run_tag = os.urandom(3).hex()[:5]
         self._stopping: set[str] = set()  # stop sent, end not yet seen
+        self._restarts: dict[str, _Restart] = {}  # start again once the current attempt ends
         for trial in trials or []:
             self.trials[trial.trial_id] = trial
             self._seq = max(self._seq, trial.seq + 1)
@@ -386,10 +405,17 @@ class Executor:
                     events.append((ts, "trial_start", trial_id, name, {"attempt": attempt}))
                 elif kind == EV_END:
                     outcome, error, trace = event[4], event[5], event[6]
-                    trial.status = ERROR if outcome == OUT_ERRORED else TERMINATED
-                    trial.error = error
                     device.assigned.discard(trial_id)
                     self._stopping.discard(trial_id)
+                    restart = self._restarts.pop(trial_id, None)
+                    if restart is None and outcome == OUT_ERRORED and trial.num_failures < self.settings.max_failures:
+                        trial.num_failures += 1
+                        restart = _Restart(reason="retry", error=error)
+                    if restart is not None:
+                        self._requeue(trial, restart, ts, name, trace, events)
+                        continue
+                    trial.status = ERROR if outcome == OUT_ERRORED else TERMINATED
+                    trial.error = error
                     self.store.update_trial(
                         trial_id, status=trial.status, finished_at=ts, error=error, traceback=trace,
                         stop_reason=outcome, last_iteration=trial.last_iteration,
@@ -436,6 +462,33 @@ class Executor:
                 self._log_end(trial, event[4])
                 for callback in self.settings.callbacks:
                     callback.on_trial_complete(trial.trial_id, trial.status, trial.last_result)
+
+    def _requeue(self, trial: Trial, restart: _Restart, ts: float, device_name: str, trace: str | None,
+                 events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]]) -> None:
+        """Start ``trial`` again on a new attempt (inside the batch's transaction).
+
+        It resumes from ``restart.checkpoint`` (another trial's, for an exploit) or its own last checkpoint,
+        or from scratch when there is none; results it redoes are stored again under the new attempt.
+        """
+        if restart.config is not None:
+            trial.config = dict(restart.config)
+        if restart.checkpoint_path is not None:
+            trial.checkpoint_path = restart.checkpoint_path
+            trial.last_iteration, trial.time_total_s = restart.iteration, restart.time_total_s
+        elif trial.checkpoint_path is None:
+            trial.last_iteration, trial.time_total_s = 0, 0.0
+        else:
+            trial.last_iteration = _checkpoint_iteration(trial.checkpoint_path)
+        trial.attempt += 1
+        trial.status = PENDING
+        self.pending.append(trial.trial_id)
+        self.store.update_trial(trial.trial_id, status=PENDING, attempt=trial.attempt, num_failures=trial.num_failures,
+                                checkpoint_path=trial.checkpoint_path, error=restart.error)
+        if restart.config is not None:
+            self.store.update_trial_config(trial.trial_id, trial.config)
+        events.append((ts, "trial_restart", trial.trial_id, device_name, {
+            "attempt": trial.attempt, "reason": restart.reason, "from_iteration": trial.last_iteration,
+            "error": restart.error, "traceback": trace}))
 
     def _check_metric(self, trial_id: str, result: Mapping[str, Any]) -> None:
         metric = self.settings.metric

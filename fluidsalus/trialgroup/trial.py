@@ -48,5 +48,6 @@ class Trial:
     last_result: dict[str, Any] | None = None
     checkpoint_path: str | None = None
     time_total_s: float = 0.0
+    num_failures: int = 0
     error: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
