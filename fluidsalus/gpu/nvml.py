@@ -1,0 +1,252 @@
+"""GPU utilisation and memory from NVML (``pynvml``, the nvidia-ml-py package).
+
+:class:`NvmlSampler` samples one GPU on a background daemon thread into a bounded ring buffer.
+Where there is no NVML library or no GPU (a laptop, CI) it records nothing and raises nothing:
+``available`` is False and :meth:`NvmlSampler.samples` is empty.
+
+Device indices. NVML numbers GPUs physically and ignores ``CUDA_VISIBLE_DEVICES``; inside a Ray actor
+``cuda:0`` is whichever GPU Ray assigned. :func:`nvml_device_for_cuda` maps a CUDA index through
+``CUDA_VISIBLE_DEVICES`` (integer ids, or ``GPU-…`` UUIDs, which NVML accepts as they are). With integer ids
+this assumes ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` ordering (NVML's), which Ray's ids follow; on a machine mixing
+GPU models with CUDA's default "fastest first" order, set ``CUDA_DEVICE_ORDER=PCI_BUS_ID``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+#: Seconds between samples when the caller does not say. NVML's utilisation counter is itself an average
+#: over a 1/6 s to 1 s window (depending on the GPU), so sampling faster adds no information.
+DEFAULT_INTERVAL_S = 0.5
+
+#: Samples kept in the ring buffer: 10 minutes at :data:`DEFAULT_INTERVAL_S`, about 100 KB. The goodput
+#: collector drains samples long before that; older ones are dropped, never the newest.
+DEFAULT_RING_SIZE = 1200
+
+#: Device memory kept out of the lanes for what is not allocated through the lane allocator: the CUDA
+#: context and the kernels of torch, cuBLAS and cuDNN loaded into it, plus per-stream library workspaces.
+#: With lazy module loading (the default since CUDA 12.2 and set by torch since 1.13) PyTorch measured a bare
+#: context at 287 MB against 667 MB loaded eagerly (pytorch/pytorch#86509); cuBLAS/cuDNN kernels loaded on
+#: first use and one cuBLAS workspace per lane stream (up to 32 MiB each with torch's default
+#: ``CUBLAS_WORKSPACE_CONFIG`` on recent GPUs) come on top. 1 GiB covers even an eager context plus several
+#: lanes' workspaces; it is under 1.3% of an 80 GB H100. Pass ``reserve_bytes`` to override.
+CUDA_CONTEXT_RESERVE_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One NVML reading.
+
+    Attributes:
+        ts: Wall-clock time of the reading (``time.time()`` unless another clock was given).
+        gpu_util_pct: Percent of the last sample window during which a kernel ran.
+        mem_util_pct: Percent of the window during which device memory was read or written.
+        mem_used: Device memory in use, bytes (all processes).
+        mem_total: Device memory, bytes.
+    """
+
+    ts: float
+    gpu_util_pct: int
+    mem_util_pct: int
+    mem_used: int
+    mem_total: int
+
+
+def _import_pynvml() -> Any | None:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    return pynvml
+
+
+def _nvml_errors(nvml: Any) -> tuple[type[BaseException], ...]:
+    err = getattr(nvml, "NVMLError", None)
+    return (err, OSError) if isinstance(err, type) else (OSError,)
+
+
+def nvml_device_for_cuda(cuda_index: int, env: Mapping[str, str] | None = None) -> int | str:
+    """The NVML device (index or UUID) of a CUDA device index of this process.
+
+    Args:
+        cuda_index: Index as torch sees it (``cuda:<cuda_index>``).
+        env: Environment to read ``CUDA_VISIBLE_DEVICES`` from (default ``os.environ``).
+
+    Returns:
+        The physical NVML index, or the UUID string when ``CUDA_VISIBLE_DEVICES`` lists UUIDs. Without
+        ``CUDA_VISIBLE_DEVICES`` (or with an entry out of range), ``cuda_index`` itself.
+    """
+    visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+    if not visible:
+        return cuda_index
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    if not 0 <= cuda_index < len(entries):
+        return cuda_index
+    entry = entries[cuda_index]
+    return int(entry) if entry.isdigit() else entry
+
+
+def _handle(nvml: Any, device: int | str) -> Any:
+    if isinstance(device, str):
+        return nvml.nvmlDeviceGetHandleByUUID(device)
+    return nvml.nvmlDeviceGetHandleByIndex(device)
+
+
+def device_free_memory(device: int | str, reserve_bytes: int = CUDA_CONTEXT_RESERVE_BYTES) -> int | None:
+    """Memory the lanes of a GPU may reserve: NVML's free memory minus a reserve.
+
+    Call it before this process creates its CUDA context (before torch first touches the GPU): the reserve
+    stands for that context. Once the context exists its memory already counts as used, so pass a smaller
+    ``reserve_bytes`` (the library workspaces only), or 0.
+
+    Args:
+        device: NVML index or UUID (see :func:`nvml_device_for_cuda`).
+        reserve_bytes: Bytes kept out of the lanes; see :data:`CUDA_CONTEXT_RESERVE_BYTES`.
+
+    Returns:
+        ``max(0, free - reserve_bytes)``, or None when NVML or the device is not available.
+    """
+    nvml = _import_pynvml()
+    if nvml is None:
+        return None
+    errors = _nvml_errors(nvml)
+    try:
+        nvml.nvmlInit()
+    except errors:
+        return None
+    try:
+        free = int(nvml.nvmlDeviceGetMemoryInfo(_handle(nvml, device)).free)
+    except errors:
+        return None
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except errors:
+            pass
+    return max(0, free - reserve_bytes)
+
+
+class NvmlSampler:
+    """Samples one GPU's utilisation and memory on a background daemon thread.
+
+    NVML reference-counts ``nvmlInit``/``nvmlShutdown``, so several samplers (and :func:`device_free_memory`)
+    may live in one process.
+
+    Args:
+        device_index: NVML index or UUID of the GPU (see :func:`nvml_device_for_cuda`).
+        interval_s: Seconds between samples.
+        ring_size: Samples kept; the oldest are dropped first.
+        start: Start the thread now (tests pass False and call :meth:`sample_once`).
+        clock: Timestamp source for the samples.
+
+    Raises:
+        ValueError: If ``interval_s`` <= 0 or ``ring_size`` < 1.
+    """
+
+    def __init__(
+        self,
+        device_index: int | str = 0,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        *,
+        ring_size: int = DEFAULT_RING_SIZE,
+        start: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not interval_s > 0:
+            raise ValueError(f"interval_s: must be > 0 seconds, got {interval_s!r}")
+        if ring_size < 1:
+            raise ValueError(f"ring_size: must be >= 1, got {ring_size!r}")
+        self.device = device_index
+        self.interval_s = interval_s
+        self.errors = 0  # NVML errors while sampling (the sample is skipped)
+        self._clock = clock
+        self._ring: deque[GpuSample] = deque(maxlen=ring_size)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._nvml = _import_pynvml()
+        self._errors: tuple[type[BaseException], ...] = ()
+        self._handle: Any = None
+        if self._nvml is not None:
+            self._errors = _nvml_errors(self._nvml)
+            try:
+                self._nvml.nvmlInit()
+            except self._errors:
+                self._nvml = None
+            else:
+                try:
+                    self._handle = _handle(self._nvml, device_index)
+                except self._errors:
+                    self._shutdown()
+        if start and self.available:
+            self._thread = threading.Thread(target=self._loop, name=f"nvml-sampler-{device_index}", daemon=True)
+            self._thread.start()
+
+    @property
+    def available(self) -> bool:
+        """True when NVML is loaded and the device was found (until :meth:`stop`)."""
+        return self._handle is not None
+
+    def sample_once(self) -> GpuSample | None:
+        """Take one reading now and append it to the ring.
+
+        Returns:
+            The sample, or None when NVML is unavailable or the reading failed (counted in ``errors``).
+        """
+        nvml, handle = self._nvml, self._handle
+        if nvml is None or handle is None:
+            return None
+        try:
+            util = nvml.nvmlDeviceGetUtilizationRates(handle)
+            mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+        except self._errors:
+            self.errors += 1
+            return None
+        sample = GpuSample(self._clock(), int(util.gpu), int(util.memory), int(mem.used), int(mem.total))
+        with self._lock:
+            self._ring.append(sample)
+        return sample
+
+    def samples(self) -> list[GpuSample]:
+        """The samples in the ring, oldest first."""
+        with self._lock:
+            return list(self._ring)
+
+    def latest(self) -> GpuSample | None:
+        """The newest sample, or None."""
+        with self._lock:
+            return self._ring[-1] if self._ring else None
+
+    def stop(self) -> None:
+        """Stop the thread and release NVML. Idempotent; the samples stay readable."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        self._thread = None
+        self._shutdown()
+
+    def __enter__(self) -> NvmlSampler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample_once()
+            self._stop.wait(self.interval_s)
+
+    def _shutdown(self) -> None:
+        if self._nvml is None:
+            return
+        nvml, self._nvml, self._handle = self._nvml, None, None
+        try:
+            nvml.nvmlShutdown()
+        except self._errors:
+            pass

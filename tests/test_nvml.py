@@ -1,0 +1,157 @@
+"""NVML sampling: silent where there is no GPU; sampling and the ring bound with a fake pynvml."""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+
+import pytest
+
+from fluidsalus.gpu import nvml
+from fluidsalus.gpu.nvml import (
+    CUDA_CONTEXT_RESERVE_BYTES,
+    GpuSample,
+    NvmlSampler,
+    device_free_memory,
+    nvml_device_for_cuda,
+)
+
+GIB = 1 << 30
+#: How long the threaded test waits for samples before failing.
+WAIT_S = 5.0
+
+
+class FakeNvml(types.ModuleType):
+    """The few pynvml functions the sampler uses, over a scripted device."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, *, init_fails=False, devices=1):
+        super().__init__("pynvml")
+        self.init_fails = init_fails
+        self.devices = devices
+        self.inits = 0
+        self.shutdowns = 0
+        self.reads = 0
+        self.fail_reads = False
+
+    def nvmlInit(self):
+        if self.init_fails:
+            raise self.NVMLError("NVML Shared Library Not Found")
+        self.inits += 1
+
+    def nvmlShutdown(self):
+        self.shutdowns += 1
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        if index >= self.devices:
+            raise self.NVMLError("Invalid Argument")
+        return ("h", index)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        return ("h", uuid)
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        if self.fail_reads:
+            raise self.NVMLError("GPU is lost")
+        self.reads += 1
+        return types.SimpleNamespace(gpu=self.reads % 101, memory=7)
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return types.SimpleNamespace(used=3 * GIB, total=80 * GIB, free=77 * GIB)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    mod = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", mod)
+    return mod
+
+
+def test_no_gpu_here_records_nothing_and_raises_nothing():
+    # this machine has the pynvml package but no NVML library (or a GPU, if it has one: skip then)
+    probe = NvmlSampler(0, 0.01, start=False)
+    has_gpu = probe.available
+    probe.stop()
+    if has_gpu:
+        pytest.skip("this machine has a GPU")
+    s = NvmlSampler(0, 0.01)
+    time.sleep(0.05)
+    assert not s.available
+    assert s.samples() == [] and s.latest() is None and s.sample_once() is None
+    s.stop()
+    s.stop()
+    assert device_free_memory(0) is None
+
+
+def test_missing_package_is_not_an_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
+    with NvmlSampler(0, 0.01) as s:
+        assert not s.available and s.samples() == []
+    assert device_free_memory(0) is None
+
+
+def test_init_failure_and_missing_device(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(init_fails=True))
+    assert not NvmlSampler(0, 0.01).available
+    mod = FakeNvml(devices=1)
+    monkeypatch.setitem(sys.modules, "pynvml", mod)
+    s = NvmlSampler(3, 0.01)
+    assert not s.available and mod.shutdowns == mod.inits == 1
+    assert device_free_memory(3) is None
+
+
+def test_sampling_and_ring_bound(fake):
+    clock = iter(range(100)).__next__
+    s = NvmlSampler(0, 1.0, ring_size=4, start=False, clock=clock)
+    assert s.available
+    for _ in range(6):
+        s.sample_once()
+    got = s.samples()
+    assert len(got) == 4  # bounded: the two oldest were dropped
+    assert [x.ts for x in got] == [2, 3, 4, 5]
+    assert got[-1] == s.latest() == GpuSample(5, 6, 7, 3 * GIB, 80 * GIB)
+    fake.fail_reads = True
+    assert s.sample_once() is None and s.errors == 1 and len(s.samples()) == 4
+    s.stop()
+    assert fake.shutdowns == 1 and not s.available
+    assert s.sample_once() is None and len(s.samples()) == 4  # still readable after stop
+
+
+def test_background_thread_samples_until_stopped(fake):
+    s = NvmlSampler(0, 0.001, ring_size=5)
+    deadline = time.monotonic() + WAIT_S
+    while fake.reads < 10 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert fake.reads >= 10
+    assert len(s.samples()) == 5
+    s.stop()
+    reads = fake.reads
+    time.sleep(0.02)
+    assert fake.reads == reads  # the thread is gone
+
+
+def test_device_free_memory_subtracts_the_reserve(fake):
+    assert device_free_memory(0) == 77 * GIB - CUDA_CONTEXT_RESERVE_BYTES
+    assert device_free_memory(0, reserve_bytes=0) == 77 * GIB
+    assert device_free_memory(0, reserve_bytes=100 * GIB) == 0
+    assert device_free_memory("GPU-1234") == 77 * GIB - CUDA_CONTEXT_RESERVE_BYTES
+    assert fake.inits == fake.shutdowns == 4
+
+
+def test_cuda_index_maps_through_cuda_visible_devices():
+    assert nvml_device_for_cuda(1, env={}) == 1
+    assert nvml_device_for_cuda(0, env={"CUDA_VISIBLE_DEVICES": "3,5"}) == 3
+    assert nvml_device_for_cuda(1, env={"CUDA_VISIBLE_DEVICES": "3, 5"}) == 5
+    assert nvml_device_for_cuda(0, env={"CUDA_VISIBLE_DEVICES": "GPU-ab12"}) == "GPU-ab12"
+    assert nvml_device_for_cuda(4, env={"CUDA_VISIBLE_DEVICES": "3"}) == 4
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="interval_s"):
+        NvmlSampler(0, 0)
+    with pytest.raises(ValueError, match="ring_size"):
+        NvmlSampler(0, 1.0, ring_size=0)
+    assert nvml.DEFAULT_RING_SIZE >= 1 and nvml.DEFAULT_INTERVAL_S > 0
