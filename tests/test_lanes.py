@@ -56,7 +56,7 @@ def test_admits_is_the_salus_rule():
 
 
 def test_new_lane_of_exactly_p_plus_t_then_smallest_fitting_lane():
-    m = LaneManager(100, max_lanes=2)
+    m = LaneManager(100, max_lanes=2, grow_lanes=False)
     a = m.admit("a", 10, 30)
     assert (a.lane_id, a.capacity, a.new_lane) == (0, 40, True)
     b = m.admit("b", 5, 20)
@@ -72,7 +72,7 @@ def test_new_lane_of_exactly_p_plus_t_then_smallest_fitting_lane():
 
 
 def test_best_fit_picks_the_smallest_lane_that_admits():
-    m = LaneManager(100, max_lanes=2)
+    m = LaneManager(100, max_lanes=2, grow_lanes=False)
     m.admit("big", 10, 50)  # lane 0, 60
     m.admit("small", 2, 10)  # lane 1, 12
     # lanes full; x (P=1, T=9): lane 1 gives 2+1+10 = 13 > 12, lane 0 gives 10+1+50 = 61 > 60 -> waits
@@ -86,7 +86,7 @@ def test_best_fit_picks_the_smallest_lane_that_admits():
 
 
 def test_a_new_lane_needs_unreserved_memory_and_a_free_lane_slot():
-    m = LaneManager(50, max_lanes=4)
+    m = LaneManager(50, max_lanes=4, grow_lanes=False)
     m.admit("a", 10, 30)  # 40 reserved, 10 left
     p = m.admit("b", 2, 8)  # exactly the unreserved 10: new lane
     assert p.new_lane and m.unreserved == 0
@@ -96,7 +96,7 @@ def test_a_new_lane_needs_unreserved_memory_and_a_free_lane_slot():
 
 
 def test_empty_lane_dissolves_and_the_queue_is_retried_in_order():
-    m = LaneManager(100, max_lanes=1)
+    m = LaneManager(100, max_lanes=1, grow_lanes=False)
     m.admit("a", 10, 40)  # lane 0 (50)
     assert m.admit("b", 30, 30) is None  # 10+30+40 = 80 > 50
     assert m.admit("c", 0, 1) is None  # strict FIFO: behind b although it would fit
@@ -109,7 +109,7 @@ def test_empty_lane_dissolves_and_the_queue_is_retried_in_order():
 
 
 def test_backfill_lets_a_fitting_trial_pass_a_waiting_one():
-    m = LaneManager(100, max_lanes=1, backfill=True)
+    m = LaneManager(100, max_lanes=1, backfill=True, grow_lanes=False)
     m.admit("a", 10, 40)
     assert m.admit("b", 30, 30) is None
     assert m.admit("c", 0, 1).lane_id == 0
@@ -117,7 +117,7 @@ def test_backfill_lets_a_fitting_trial_pass_a_waiting_one():
 
 
 def test_leaving_the_queue_lets_the_next_one_in_under_fifo():
-    m = LaneManager(100, max_lanes=1)
+    m = LaneManager(100, max_lanes=1, grow_lanes=False)
     m.admit("a", 10, 40)
     assert m.admit("b", 30, 30) is None
     assert m.admit("c", 0, 1) is None
@@ -128,10 +128,10 @@ def test_leaving_the_queue_lets_the_next_one_in_under_fifo():
 
 def test_misuse_is_refused():
     with pytest.raises(ConfigError, match="max_lanes"):
-        LaneManager(100, max_lanes=0)
+        LaneManager(100, max_lanes=0, grow_lanes=False)
     with pytest.raises(ConfigError, match="capacity_bytes"):
-        LaneManager(-1, max_lanes=1)
-    m = LaneManager(100, max_lanes=1)
+        LaneManager(-1, max_lanes=1, grow_lanes=False)
+    m = LaneManager(100, max_lanes=1, grow_lanes=False)
     m.admit("a", 1, 1)
     with pytest.raises(LaneError, match="already"):
         m.admit("a", 1, 1)
@@ -150,7 +150,7 @@ def test_misuse_is_refused():
 
 
 def test_sole_member_lane_tracks_its_estimate():
-    m = LaneManager(100, max_lanes=2)
+    m = LaneManager(100, max_lanes=2, grow_lanes=False)
     m.admit("a", 10, 50)  # a first, conservative guess
     m.drain_events()
     d = m.update_estimate("a", 10, 20)
@@ -164,7 +164,7 @@ def test_sole_member_lane_tracks_its_estimate():
 
 
 def test_shared_lane_estimate_changes():
-    m = LaneManager(100, max_lanes=1)
+    m = LaneManager(100, max_lanes=1, grow_lanes=False)
     m.admit("a", 10, 50)  # lane 0 (60)
     assert m.admit("b", 0, 50).lane_id == 0  # 10 + 0 + 50 = 60
     # still within the lane: stay
@@ -182,7 +182,7 @@ def test_shared_lane_estimate_changes():
 
 
 def test_a_trial_that_no_longer_fits_moves_to_another_lane():
-    m = LaneManager(100, max_lanes=2)
+    m = LaneManager(100, max_lanes=2, grow_lanes=False)
     m.admit("a", 10, 50)  # lane 0 (60)
     m.admit("b", 0, 40)  # lane 1 (40), nothing unreserved
     assert m.admit("c", 0, 50).lane_id == 0
@@ -192,7 +192,7 @@ def test_a_trial_that_no_longer_fits_moves_to_another_lane():
     d = m.update_estimate("a", 10, 55)
     assert d.action == ACT_WAIT and m.waiting == ("a",)
     m.check_invariants()
-    m2 = LaneManager(100, max_lanes=2)
+    m2 = LaneManager(100, max_lanes=2, grow_lanes=False)
     m2.admit("a", 0, 60)  # lane 0 (60)
     m2.admit("b", 0, 40)  # lane 1 (40)
     assert m2.admit("c", 0, 30).lane_id == 1  # smallest fitting lane: 0 + 0 + 40 <= 40
@@ -202,7 +202,7 @@ def test_a_trial_that_no_longer_fits_moves_to_another_lane():
 
 
 def test_estimate_of_a_waiting_trial_and_too_large_estimates():
-    m = LaneManager(100, max_lanes=1)
+    m = LaneManager(100, max_lanes=1, grow_lanes=False)
     m.admit("a", 10, 50)
     assert m.admit("w", 50, 50) is None
     d = m.update_estimate("w", 0, 40)  # now fits lane 0: 10 + 0 + 50
@@ -214,7 +214,7 @@ def test_estimate_of_a_waiting_trial_and_too_large_estimates():
 
 
 def test_a_lower_estimate_lets_waiting_trials_in():
-    m = LaneManager(100, max_lanes=1)
+    m = LaneManager(100, max_lanes=1, grow_lanes=False)
     m.admit("a", 10, 50)
     m.admit("b", 0, 50)
     assert m.admit("c", 5, 5) is None  # 10+0+5 + 50 = 65 > 60
@@ -229,7 +229,7 @@ def test_a_lower_estimate_lets_waiting_trials_in():
 
 
 def test_oom_grows_the_estimate_then_fails_after_the_retry_limit():
-    m = LaneManager(1000, max_lanes=2, max_oom_retries=2)
+    m = LaneManager(1000, max_lanes=2, max_oom_retries=2, grow_lanes=False)
     m.admit("a", 10, 20)
     m.drain_events()
     d = m.on_oom("a")
@@ -244,7 +244,7 @@ def test_oom_grows_the_estimate_then_fails_after_the_retry_limit():
 
 
 def test_oom_clamps_to_the_whole_device_then_fails():
-    m = LaneManager(100, max_lanes=2)
+    m = LaneManager(100, max_lanes=2, grow_lanes=False)
     m.admit("a", 30, 30)
     d = m.on_oom("a")  # 60 + 60 > 100: clamped, P kept at 60
     assert m.estimate("a") == (60, 40) and d.placement.capacity == 100
@@ -253,12 +253,12 @@ def test_oom_clamps_to_the_whole_device_then_fails():
 
 
 def test_oom_in_a_shared_lane_waits_for_a_lane_alone():
-    m = LaneManager(100, max_lanes=1)
+    m = LaneManager(100, max_lanes=1, grow_lanes=False)
     m.admit("a", 10, 40)  # lane 0 (50)
     m.admit("b", 0, 40)  # lane 0: 10 + 0 + 40 = 50
     d = m.on_oom("b")  # b -> (0, 80): lane 0 needs 10 + 0 + 80 = 90 <= 50 + 50 unreserved: it grows
     assert d.action == ACT_RESIZE and d.placement.capacity == 90
-    m2 = LaneManager(100, max_lanes=1)
+    m2 = LaneManager(100, max_lanes=1, grow_lanes=False)
     m2.admit("a", 20, 60)  # lane 0 (80), 20 unreserved
     m2.admit("b", 0, 60)
     d = m2.on_oom("b")  # (0, 120) -> clamped to (0, 100): lane needs 120 > 100 -> waits
@@ -269,14 +269,14 @@ def test_oom_in_a_shared_lane_waits_for_a_lane_alone():
 
 
 def test_zero_estimates_still_grow_on_oom():
-    m = LaneManager(10, max_lanes=1)
+    m = LaneManager(10, max_lanes=1, grow_lanes=False)
     m.admit("a", 0, 0)
     m.on_oom("a")
     assert sum(m.estimate("a")) == 1
 
 
 def test_events_cover_open_admit_wait_leave_close():
-    m = LaneManager(10, max_lanes=1)
+    m = LaneManager(10, max_lanes=1, grow_lanes=False)
     m.admit("a", 2, 8)
     m.admit("b", 5, 5)
     m.leave("a")
@@ -296,7 +296,7 @@ def test_events_cover_open_admit_wait_leave_close():
 
 
 def test_check_invariants_catches_corruption():
-    m = LaneManager(10, max_lanes=1)
+    m = LaneManager(10, max_lanes=1, grow_lanes=False)
     m.admit("a", 2, 8)
     m._lanes[0].members["a"] = (5, 8)
     with pytest.raises(LaneInvariantError, match="capacity"):
@@ -315,9 +315,9 @@ class LaneMachine(RuleBasedStateMachine):
     manager returns) must always match the manager's, so no trial is lost or placed without the caller
     knowing; the invariants must hold after every step; and draining the device admits every waiting trial."""
 
-    @initialize(max_lanes=st.integers(1, 4), backfill=st.booleans())
-    def setup(self, max_lanes, backfill):
-        self.m = LaneManager(CAPACITY, max_lanes, backfill=backfill, max_oom_retries=2)
+    @initialize(max_lanes=st.integers(1, 4), backfill=st.booleans(), grow=st.booleans())
+    def setup(self, max_lanes, backfill, grow):
+        self.m = LaneManager(CAPACITY, max_lanes, backfill=backfill, max_oom_retries=2, grow_lanes=grow)
         self.placed: dict[str, int] = {}  # the caller's view: trial -> lane
         self.waiting: set[str] = set()
         self.next_id = 0
@@ -396,3 +396,24 @@ LaneMachine.TestCase.settings = settings(
     max_examples=80, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 test_lane_machine = LaneMachine.TestCase
+
+
+def test_growth_lets_identical_trials_share_a_lane_once_every_lane_is_open():
+    # Two lanes may exist. Trials of P=10, T=5: lanes open at 15 each; the third joins the lane needing
+    # the least growth (lane 0: sum P 10+10 + max T 5 = 25, so +10), the fourth grows lane 1 the same way.
+    m = LaneManager(100, max_lanes=2)
+    placements = [m.admit(t, 10, 5) for t in "abcd"]
+    assert [(p.lane_id, p.capacity, p.new_lane) for p in placements] == [
+        (0, 15, True), (1, 15, True), (0, 25, False), (1, 25, False)]
+    assert m.reserved == 50
+    m.check_invariants()
+
+
+def test_growth_stops_at_the_device_capacity_and_then_trials_wait():
+    m = LaneManager(40, max_lanes=1)
+    assert m.admit("a", 10, 10).capacity == 20
+    assert m.admit("b", 10, 10).capacity == 30
+    assert m.admit("c", 10, 10).capacity == 40
+    assert m.admit("d", 10, 10) is None and m.waiting == ("d",)
+    assert [p.trial_id for p in m.leave("a")] == ["d"]
+    m.check_invariants()

@@ -203,6 +203,9 @@ class LaneManager:
             device, or a measured value on a GPU. Always the caller's setting, never a constant here.
         backfill: Let a trial that fits jump ahead of waiting trials that do not (see the module doc).
         max_oom_retries: Out-of-memory re-admissions per trial before ``ACT_FAIL``.
+        grow_lanes: When no new lane may open and the trial fits no lane, grow the lane that needs the least
+            extra capacity, if the device has that much unreserved memory (see docs/lanes.md). False keeps
+            the strict rule, under which such a trial waits.
 
     Raises:
         ConfigError: If ``capacity_bytes`` < 0 or ``max_lanes`` < 1.
@@ -215,6 +218,7 @@ class LaneManager:
         *,
         backfill: bool = False,
         max_oom_retries: int = DEFAULT_MAX_OOM_RETRIES,
+        grow_lanes: bool = True,
     ) -> None:
         if isinstance(capacity_bytes, bool) or not isinstance(capacity_bytes, int) or capacity_bytes < 0:
             raise ConfigError(f"capacity_bytes: must be an int >= 0 (bytes of the device), got {capacity_bytes!r}")
@@ -226,6 +230,7 @@ class LaneManager:
         self.max_lanes = max_lanes
         self.backfill = backfill
         self.max_oom_retries = max_oom_retries
+        self.grow_lanes = grow_lanes
         self._lanes: dict[int, _Lane] = {}
         self._where: dict[str, int] = {}  # placed trial -> lane id
         self._waiting: deque[tuple[str, int, int]] = deque()  # (trial_id, p, t), FIFO
@@ -452,14 +457,33 @@ class LaneManager:
     # -------------------------------------------------------------- internals
 
     def _find(self, p: int, t: int) -> tuple[str, int | None] | None:
-        """Best fit without side effects: ("new", None), ("lane", lane_id) or None."""
+        """Best fit without side effects: ("new", None), ("lane", lane_id), ("grow", lane_id) or None.
+
+        When no new lane may open (``max_lanes`` reached), a lane the trial does not fit grows into
+        unreserved memory, choosing the lane that needs the least growth: this is what lets identical
+        trials share (time-slice) a lane once every lane is open.
+        """
         if len(self._lanes) < self.max_lanes and p + t <= self.unreserved:
             return ("new", None)
         fits = [lane for lane in self._lanes.values() if lane.admits(p, t)]
         if fits:
             best = min(fits, key=lambda lane: (lane.capacity, lane.lane_id))
             return ("lane", best.lane_id)
+        if not self.grow_lanes:
+            return None
+        # Least growth first; on a tie the smaller lane, so that time-slicing spreads evenly over lanes.
+        growth = [(self._growth(lane, p, t), lane.capacity, lane.lane_id) for lane in self._lanes.values()]
+        growable = [g for g in growth if g[0] <= self.unreserved]
+        if growable:
+            return ("grow", min(growable)[2])
         return None
+
+    @staticmethod
+    def _growth(lane: _Lane, p: int, t: int) -> int:
+        """Extra capacity ``lane`` needs to admit a trial with ``(p, t)`` by the safety condition."""
+        ps = [mp for mp, _ in lane.members.values()]
+        ts = [mt for _, mt in lane.members.values()]
+        return lane_requirement([*ps, p], [*ts, t]) - lane.capacity
 
     def _place(self, trial_id: str, p: int, t: int) -> Placement | None:
         found = self._find(p, t)
@@ -472,6 +496,10 @@ class LaneManager:
             self._lanes[lane_id] = _Lane(lane_id, p + t)
             self._events.append((EV_LANE_OPEN, lane_id, p + t))
         lane = self._lanes[lane_id]
+        if kind == "grow":
+            old = lane.capacity
+            lane.capacity = old + self._growth(lane, p, t)
+            self._events.append((EV_LANE_RESIZE, lane_id, old, lane.capacity))
         lane.members[trial_id] = (p, t)
         self._where[trial_id] = lane_id
         self._events.append((EV_ADMIT, trial_id, lane_id, p, t))
