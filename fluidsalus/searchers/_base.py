@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import enum
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from fluidsalus.trialgroup.trial import TrialGroup
@@ -17,6 +18,44 @@ class Decision(str, enum.Enum):
     STOP = "stop"
     PAUSE = "pause"
     PROMOTE = "promote"
+
+
+@dataclass(frozen=True)
+class ExploitRequest:
+    """Restart ``trial_id`` from ``source_trial_id``'s checkpoint with ``config`` (what the executor must do).
+
+    Semantics the executor implements for each request it takes with :meth:`PBT.take_exploits` (called right
+    after ``next_groups``):
+
+    1. ``trial_id`` is paused at its perturbation point. Its current attempt ends *silently*: no checkpoint is
+       saved, no ``on_trial_complete`` is sent, it is not an error.
+    2. Its config becomes ``config``; ``group_id`` and ``budget`` become the request's.
+    3. It restarts on a new attempt from the checkpoint that ``source_trial_id`` reported with its result at
+       ``training_iteration == source_iteration`` (copied into the trial's own directory, so that the source
+       may delete its copy). Iteration count and ``time_total_s`` continue from that result, exactly as a
+       restore of the trial's own checkpoint would.
+    4. It runs until ``result[time_attr] >= budget`` and pauses there: its next perturbation point.
+
+    If that checkpoint no longer exists, the executor calls :meth:`PBT.cancel_exploit` instead; the trial is
+    then promoted unchanged by the next ``next_groups``.
+
+    Attributes:
+        trial_id: The bottom-quantile trial that exploits.
+        source_trial_id: The top-quantile trial it clones.
+        source_iteration: ``training_iteration`` of the source's result that carried the checkpoint.
+        source_time: ``time_attr`` of that result (where the trial's ``time_attr`` resumes).
+        config: The explored configuration of the restarted trial.
+        budget: Where the restarted trial pauses next, in ``time_attr``.
+        group_id: The group the restarted trial belongs to from now on.
+    """
+
+    trial_id: str
+    source_trial_id: str
+    source_iteration: int
+    source_time: float
+    config: dict[str, Any]
+    budget: float
+    group_id: str
 
 
 class BaseSearcher(abc.ABC):
@@ -62,6 +101,17 @@ class BaseSearcher(abc.ABC):
     def collect_stops(self) -> list[str]:
         """Paused trials the searcher has decided to end (asked after every batch of results)."""
         return []
+
+    def take_exploits(self) -> list[ExploitRequest]:
+        """Paused trials to restart from another trial's checkpoint with a new config (PBT's exploit).
+
+        Asked right after every :meth:`next_groups`; the executor applies each request as
+        :class:`ExploitRequest` describes, or calls :meth:`cancel_exploit` when it cannot.
+        """
+        return []
+
+    def cancel_exploit(self, trial_id: str) -> None:
+        """Told that a taken exploit request could not be applied (its source checkpoint is gone)."""
 
     def is_finished(self) -> bool:
         """True when the searcher will propose no more groups."""

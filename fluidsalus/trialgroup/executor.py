@@ -21,6 +21,7 @@ from typing import Any
 import ray
 
 from fluidsalus.callbacks import Callback
+from fluidsalus.checkpoint import Checkpoint, persist_checkpoint
 from fluidsalus.errors import ConfigError, FluidsalusError
 from fluidsalus.gpu.actor import start_device_actor
 from fluidsalus.gpu.device import DeviceSpec
@@ -134,6 +135,7 @@ class Executor:
         self._run_tag = os.urandom(3).hex()[:5]
         self._stopping: set[str] = set()  # stop sent, end not yet seen
         self._restarts: dict[str, _Restart] = {}  # start again once the current attempt ends
+        self._exploits: list[str] = []  # exploit restarts decided, stop not yet sent
         for trial in trials or []:
             self.trials[trial.trial_id] = trial
             self._seq = max(self._seq, trial.seq + 1)
@@ -246,6 +248,9 @@ class Executor:
         if stops:
             self._stop_trials(stops)
         if not groups:
+            with self.store.transaction():
+                self._take_exploits()
+            self._stop_exploited()
             return
         new: list[Trial] = []
         for group in groups:
@@ -284,11 +289,13 @@ class Executor:
                         )
                     self.store.update_trial(trial_id, status=trial.status, group_id=group.group_id,
                                             budget=group.budget, attempt=trial.attempt)
+            for trial in new:
+                self.trials[trial.trial_id] = trial
+                self.pending.append(trial.trial_id)
+                self.searcher.on_trial_add(trial.trial_id, trial.group_id or "", trial.config)
+            self._take_exploits()
+            # Saved after on_trial_add, so a resumed searcher knows every trial id it has been given.
             self.store.set_experiment(searcher_state=dumps(self.searcher.state_dict()))
-        for trial in new:
-            self.trials[trial.trial_id] = trial
-            self.pending.append(trial.trial_id)
-            self.searcher.on_trial_add(trial.trial_id, trial.group_id or "", trial.config)
         for trial in requeued:
             if trial.checkpoint_path is None:
                 trial.last_iteration, trial.time_total_s = 0, 0.0
@@ -296,6 +303,33 @@ class Executor:
         by_index = {d.spec.index: d for d in self._devices}
         for index, budgets in resumes.items():
             by_index[index].actor.resume.remote(budgets)
+        self._stop_exploited()
+
+    def _stop_exploited(self) -> None:
+        """End the current attempts of exploiting trials; each restarts when its end arrives (_requeue)."""
+        if self._exploits:
+            ids, self._exploits = self._exploits, []
+            self._stop_trials(ids)
+
+    def _take_exploits(self) -> None:
+        """Apply the searcher's exploit requests: each paused trial restarts from its source's checkpoint."""
+        for request in self.searcher.take_exploits():
+            trial = self.trials[request.trial_id]
+            source = [c for c in self.store.checkpoints(request.source_trial_id)
+                      if c["iteration"] == request.source_iteration and os.path.isdir(c["path"])]
+            if trial.status != PAUSED or not source:
+                self.searcher.cancel_exploit(request.trial_id)
+                continue
+            copied = persist_checkpoint(Checkpoint(source[-1]["path"]), trial.trial_dir, request.source_iteration)
+            metrics = source[-1]["metrics"] or {}
+            self.store.add_checkpoint(trial.trial_id, request.source_iteration, copied, metrics)
+            trial.budget, trial.group_id = request.budget, request.group_id
+            self.store.update_trial(trial.trial_id, group_id=request.group_id, budget=request.budget)
+            self._restarts[trial.trial_id] = _Restart(
+                reason="exploit", config=dict(request.config), checkpoint_path=copied,
+                iteration=request.source_iteration, time_total_s=float(metrics.get("time_total_s", 0.0)),
+            )
+            self._exploits.append(trial.trial_id)
 
     def _stop_trials(self, trial_ids: list[str]) -> None:
         """Stop trials: unplaced ones end at once, placed ones at their next report (or now, if paused)."""

@@ -1,0 +1,423 @@
+"""Any Optuna sampler as a searcher, through ``Study.ask`` / ``Study.tell`` (Ray Tune's ``OptunaSearch``).
+
+The search space is converted with :func:`fluidsalus.space.to_optuna_distributions` (nested keys flattened
+with ``"/"``). Each new trial is ``study.ask(distributions)``; its config is the sampled values unflattened,
+with the space's constants merged back. Every result is reported to the Optuna trial
+(``trial.report(value, training_iteration)``), so pruners and dashboards see learning curves, and the trial is
+told its outcome when it ends:
+
+* finished or stopped (stop rule, trainable returned): ``COMPLETE`` with the **last** reported value of
+  ``metric``, as Ray's ``OptunaSearch`` does (a NaN value becomes ``FAIL``, as in Optuna's ``tell``);
+* stopped by the pruner (``pruner=``): ``PRUNED`` (Optuna records the last intermediate value);
+* ended without any value of ``metric``: ``PRUNED``, as Ray does;
+* errored: ``FAIL`` (Ray tells ``COMPLETE`` when an errored trial had reported a value; we do not).
+
+Proposals depend on completed trials, so trials are proposed in small groups: first ``batch_size`` trials,
+then one new trial per trial that ends, until ``num_samples`` trials are proposed. At most ``batch_size`` trials
+are asked and not yet told at any time, so a sequential sampler such as TPE learns from the finished ones.
+"""
+
+from __future__ import annotations
+
+import copy
+import numbers
+import warnings
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.pruners import BasePruner, NopPruner
+from optuna.samplers import BaseSampler, TPESampler
+from optuna.study import StudyDirection
+from optuna.trial import TrialState
+
+from fluidsalus import space as sp
+from fluidsalus.errors import ConfigError, SpaceError
+from fluidsalus.searchers._base import BaseSearcher, Decision
+from fluidsalus.trialgroup.trial import TrialGroup
+
+__all__ = ["DEFAULT_BATCH_SIZE", "OptunaSearch"]
+
+#: Trials asked and not yet told at any time, by default: the first batch, then one per ended trial. Small, so
+#: that a sequential sampler learns from most trials, yet enough to keep a few devices busy.
+DEFAULT_BATCH_SIZE = 4
+#: Prefix of the group ids.
+GROUP_ID_PREFIX = "optuna"
+#: Result key used as the ``step`` of ``trial.report`` (Ray's choice).
+STEP_KEY = "training_iteration"
+#: User attribute of each Optuna trial holding the fluidsalus trial id (to find it again after a resume).
+TRIAL_ID_ATTR = "fluidsalus_trial_id"
+#: User attribute of the trials added from ``evaluated_rewards``: the index of their point.
+EVALUATED_POINT_ATTR = "fluidsalus_evaluated_point"
+#: Optuna direction of each mode.
+DIRECTIONS = {"min": StudyDirection.MINIMIZE, "max": StudyDirection.MAXIMIZE}
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _check_int(name: str, value: Any, low: int) -> int:
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
+        raise ConfigError(f"OptunaSearch: {name} must be an int >= {low} (got {value!r})")
+    return int(value)
+
+
+class OptunaSearch(BaseSearcher):
+    """Propose configurations with an Optuna sampler (TPE by default) and tell Optuna every outcome.
+
+    Args:
+        space: The search space (fluidsalus/Ray domains, ``grid_search`` as a categorical, nested dicts).
+            ``randn`` and ``sample_from`` have no Optuna equivalent and are refused.
+        num_samples: Trials to run, ``>= 1``.
+        metric: The result key to optimise.
+        mode: ``"min"`` or ``"max"``.
+        sampler: An ``optuna.samplers.BaseSampler``; default ``TPESampler(seed=seed)``.
+        seed: Seed of the default sampler (ignored, with a warning, when ``sampler`` is given, as in Ray).
+        study: An existing single-objective ``optuna.Study`` to fill (its storage, name and sampler are kept);
+            default a new in-memory study. Its direction must match ``mode``. Configure its sampler with
+            ``optuna.create_study`` rather than ``sampler=``.
+        pruner: An ``optuna.pruners.BasePruner`` (``MedianPruner``, ``SuccessiveHalvingPruner``,
+            ``HyperbandPruner``, ...). Each result is reported to it and a trial it prunes is stopped and told
+            ``PRUNED``. Without it nothing is pruned (as in Ray), even if ``study`` has a pruner of its own;
+            with it and ``study``, it becomes ``study.pruner``.
+        points_to_evaluate: Configurations (nested or ``"/"``-flattened, possibly partial) to run first, in
+            order; the sampler fills in missing parameters.
+        evaluated_rewards: Values already known for ``points_to_evaluate``: the points are added to the study
+            as finished trials instead of being run (they do not count against ``num_samples``).
+        batch_size: Trials asked and not yet told at any time (default :data:`DEFAULT_BATCH_SIZE`).
+
+    Raises:
+        ConfigError: A parameter is invalid, or the space has a parameter Optuna cannot express (the message
+            names it).
+    """
+
+    def __init__(
+        self,
+        space: Mapping[str, Any],
+        num_samples: int,
+        metric: str,
+        mode: str,
+        sampler: BaseSampler | None = None,
+        seed: int | None = None,
+        study: optuna.Study | None = None,
+        pruner: BasePruner | None = None,
+        points_to_evaluate: Sequence[Mapping[str, Any]] | None = None,
+        evaluated_rewards: Sequence[float] | None = None,
+        batch_size: int | None = None,
+    ) -> None:
+        if not isinstance(space, Mapping):
+            raise ConfigError(f"OptunaSearch: space must be a dict (the search space), got {type(space).__name__}")
+        try:
+            self._distributions: dict[str, BaseDistribution] = sp.to_optuna_distributions(dict(space))
+            _, self._constants = sp.split_constants(dict(space))
+        except SpaceError as exc:
+            raise SpaceError(f"OptunaSearch: {exc}") from exc
+        self.num_samples = _check_int("num_samples", num_samples, 1)
+        if not isinstance(metric, str) or not metric:
+            raise ConfigError(f"OptunaSearch: metric must be the name of a result key, got {metric!r}")
+        if mode not in DIRECTIONS:
+            raise ConfigError(f"OptunaSearch: mode must be one of {sorted(DIRECTIONS)} (got {mode!r})")
+        if sampler is not None and not isinstance(sampler, BaseSampler):
+            raise ConfigError(
+                f"OptunaSearch: sampler must be an optuna.samplers.BaseSampler, got {type(sampler).__name__}"
+            )
+        if pruner is not None and not isinstance(pruner, BasePruner):
+            raise ConfigError(
+                f"OptunaSearch: pruner must be an optuna.pruners.BasePruner, got {type(pruner).__name__}"
+            )
+        if seed is not None:
+            _check_int("seed", seed, 0)
+            if sampler is not None or study is not None:
+                warnings.warn(
+                    f"OptunaSearch: seed is ignored because a {'sampler' if sampler is not None else 'study'} was "
+                    "given; seed the sampler itself",
+                    stacklevel=2,
+                )
+        self.batch_size = DEFAULT_BATCH_SIZE if batch_size is None else _check_int("batch_size", batch_size, 1)
+        self.space = dict(space)
+        self.metric = metric
+        self.mode = mode
+        self.seed = seed
+        self._points = self._check_points(points_to_evaluate)
+        self.study = self._make_study(study, sampler, pruner)
+        self._prune = pruner is not None
+        if evaluated_rewards is not None:
+            self._add_evaluated(evaluated_rewards)
+            self._points = []
+        self._asked = 0
+        self._group_seq = 0
+        self._unassigned: dict[str, deque[optuna.Trial]] = {}
+        self._trials: dict[str, optuna.Trial] = {}  # running (or finished in this process)
+        self._params: dict[str, dict[str, Any]] = {}  # every trial's flat parameters
+        self._intermediate: dict[str, dict[int, float]] = {}
+        self._pruned: set[str] = set()
+        self._told: dict[str, tuple[str, float | None]] = {}  # trial id -> (TrialState name, value)
+
+    # ------------------------------------------------------------------ construction helpers
+
+    def _make_study(
+        self, study: optuna.Study | None, sampler: BaseSampler | None, pruner: BasePruner | None
+    ) -> optuna.Study:
+        direction = DIRECTIONS[self.mode]
+        if study is None:
+            return optuna.create_study(
+                sampler=sampler if sampler is not None else TPESampler(seed=self.seed),
+                pruner=pruner if pruner is not None else NopPruner(),
+                direction=direction,
+            )
+        if not isinstance(study, optuna.Study):
+            raise ConfigError(f"OptunaSearch: study must be an optuna.Study, got {type(study).__name__}")
+        if sampler is not None:
+            raise ConfigError(
+                "OptunaSearch: pass either study or sampler, not both (give the sampler to optuna.create_study)"
+            )
+        if len(study.directions) != 1:
+            raise ConfigError("OptunaSearch: study must be single-objective (it has several directions)")
+        if study.direction != direction:
+            raise ConfigError(
+                f"OptunaSearch: study.direction is {study.direction.name} but mode={self.mode!r} asks for "
+                f"{direction.name}; make them agree"
+            )
+        if pruner is not None:
+            study.pruner = pruner
+        return study
+
+    def _check_points(self, points: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+        """Flatten and validate ``points_to_evaluate``; return them as flat parameter dicts."""
+        if points is None:
+            return []
+        if isinstance(points, Mapping) or not isinstance(points, Sequence):
+            raise ConfigError(
+                f"OptunaSearch: points_to_evaluate must be a list of configs, got {type(points).__name__}"
+            )
+        flat_points = []
+        for index, point in enumerate(points):
+            if not isinstance(point, Mapping):
+                raise ConfigError(
+                    f"OptunaSearch: points_to_evaluate[{index}] must be a dict, got {type(point).__name__}"
+                )
+            flat: dict[str, Any] = {}
+            for key, value in self._flatten_point(index, point).items():
+                if key in self._constants:
+                    if value != self._constants[key]:
+                        raise ConfigError(
+                            f"OptunaSearch: points_to_evaluate[{index}]['{key}'] = {value!r} but the space fixes "
+                            f"it to the constant {self._constants[key]!r}"
+                        )
+                    continue
+                distribution = self._distributions.get(key)
+                if distribution is None:
+                    raise ConfigError(
+                        f"OptunaSearch: points_to_evaluate[{index}] has '{key}', which is not a parameter of the "
+                        f"space (parameters: {sorted(self._distributions)})"
+                    )
+                if not self._contains(distribution, value):
+                    raise ConfigError(
+                        f"OptunaSearch: points_to_evaluate[{index}]['{key}'] = {value!r} is outside the "
+                        f"parameter's range {distribution}"
+                    )
+                flat[key] = value
+            flat_points.append(flat)
+        return flat_points
+
+    @staticmethod
+    def _flatten_point(index: int, point: Mapping[str, Any]) -> dict[str, Any]:
+        """A point given nested (``{"model": {"lr": 0.1}}``) or flattened (``{"model/lr": 0.1}``), flattened."""
+        if any(isinstance(key, str) and sp.PATH_SEPARATOR in key for key in point):
+            return dict(point)
+        try:
+            return sp.flatten_space(dict(point))
+        except SpaceError as exc:
+            raise ConfigError(f"OptunaSearch: points_to_evaluate[{index}]: {exc}") from exc
+
+    @staticmethod
+    def _contains(distribution: BaseDistribution, value: Any) -> bool:
+        try:
+            return bool(distribution._contains(distribution.to_internal_repr(value)))
+        except (TypeError, ValueError):
+            return False
+
+    def _add_evaluated(self, rewards: Sequence[float]) -> None:
+        if not self._points:
+            raise ConfigError("OptunaSearch: evaluated_rewards needs points_to_evaluate (the points they belong to)")
+        if isinstance(rewards, (str, bytes)) or not isinstance(rewards, Sequence) or len(rewards) != len(
+            self._points
+        ):
+            raise ConfigError(
+                f"OptunaSearch: evaluated_rewards must be a list with one value per point of points_to_evaluate "
+                f"({len(self._points)}), got {rewards!r}"
+            )
+        for index, reward in enumerate(rewards):
+            if not _is_real(reward):
+                raise ConfigError(f"OptunaSearch: evaluated_rewards[{index}] must be a number, got {reward!r}")
+        present = {
+            ft.user_attrs[EVALUATED_POINT_ATTR] for ft in self.study.get_trials(deepcopy=False)
+            if EVALUATED_POINT_ATTR in ft.user_attrs
+        }
+        for index, (point, reward) in enumerate(zip(self._points, rewards, strict=True)):
+            if index in present:
+                continue  # a persistent study reopened by a resumed run already holds it
+            self.study.add_trial(optuna.trial.create_trial(
+                params=point, distributions={k: self._distributions[k] for k in point}, value=float(reward),
+                user_attrs={EVALUATED_POINT_ATTR: index},
+            ))
+
+    # ------------------------------------------------------------------ searcher interface
+
+    def _ask(self, params: Mapping[str, Any] | None) -> optuna.Trial:
+        """Ask the study for a trial; ``params`` (flat, possibly partial) are fixed through the queue."""
+        if params:
+            self.study.enqueue_trial(dict(params))
+        return self.study.ask(self._distributions)
+
+    def _config(self, trial: optuna.Trial) -> dict[str, Any]:
+        return sp.unflatten({**copy.deepcopy(self._constants), **trial.params})
+
+    def next_groups(self) -> list[TrialGroup]:
+        """One group of new trials, as many as free batch slots and the remaining samples allow.
+
+        Returns:
+            A list with at most one TrialGroup (no budget: trials run to their end).
+        """
+        in_flight = self._asked - len(self._told)
+        count = min(self.batch_size - in_flight, self.num_samples - self._asked)
+        if count <= 0:
+            return []
+        trials = []
+        for _ in range(count):
+            point = self._points[self._asked] if self._asked < len(self._points) else None
+            trials.append(self._ask(point))
+            self._asked += 1
+        group_id = f"{GROUP_ID_PREFIX}-{self._group_seq}"
+        self._group_seq += 1
+        self._unassigned[group_id] = deque(trials)
+        return [TrialGroup(group_id=group_id, configs=[self._config(t) for t in trials])]
+
+    def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
+        queue = self._unassigned.get(group_id)
+        if not queue:
+            return
+        trial = queue.popleft()
+        if not queue:
+            del self._unassigned[group_id]
+        trial.set_user_attr(TRIAL_ID_ATTR, trial_id)
+        self._trials[trial_id] = trial
+        self._params[trial_id] = dict(trial.params)
+        self._intermediate[trial_id] = {}
+
+    def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
+        """Report the value to the Optuna trial; STOP when the pruner prunes it.
+
+        Returns:
+            ``Decision.STOP`` for a pruned trial, otherwise ``Decision.CONTINUE``.
+        """
+        trial = self._trials.get(trial_id)
+        value, step = result.get(self.metric), result.get(STEP_KEY)
+        if trial is None or trial_id in self._told or not _is_real(value) or not _is_real(step):
+            return Decision.CONTINUE
+        reported = self._intermediate[trial_id]
+        if int(step) in reported:
+            return Decision.CONTINUE  # a restarted attempt reports a step again: Optuna keeps the first
+        trial.report(float(value), int(step))
+        reported[int(step)] = float(value)
+        if self._prune and trial.should_prune():
+            self._pruned.add(trial_id)
+            return Decision.STOP
+        return Decision.CONTINUE
+
+    def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
+        """Tell the study the trial's outcome (see the module docstring for the states)."""
+        trial = self._trials.get(trial_id)
+        if trial is None or trial_id in self._told:
+            return
+        value = result.get(self.metric) if result else None
+        if error:
+            frozen = self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+        elif trial_id in self._pruned or value is None:
+            frozen = self.study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
+        else:
+            frozen = self.study.tell(trial, value, skip_if_finished=True)
+        self._told[trial_id] = (frozen.state.name, frozen.value)
+
+    def is_finished(self) -> bool:
+        """True once ``num_samples`` trials are proposed."""
+        return self._asked >= self.num_samples
+
+    def optuna_trial(self, trial_id: str) -> optuna.Trial | None:
+        """The Optuna trial behind a fluidsalus trial (None for an unknown id)."""
+        return self._trials.get(trial_id)
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs: every proposed trial's parameters, intermediate values and outcome.
+
+        The Optuna study itself is not in it. :meth:`load_state_dict` replays the finished trials into the
+        study when they are not there (an in-memory study), and asks running trials again.
+
+        Returns:
+            A JSON-serialisable dict.
+        """
+        trials = {}
+        for trial_id, params in self._params.items():
+            state, value = self._told.get(trial_id, (None, None))
+            trials[trial_id] = {
+                "params": dict(params),
+                "intermediate_values": {str(step): v for step, v in self._intermediate[trial_id].items()},
+                "state": state,
+                "value": value,
+                "pruned": trial_id in self._pruned,
+            }
+        return {
+            "asked": self._asked,
+            "group_seq": self._group_seq,
+            "trials": trials,
+            "unassigned": {gid: [dict(t.params) for t in queue] for gid, queue in self._unassigned.items()},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned, into this searcher's study.
+
+        Finished trials found in the study (by their ``fluidsalus_trial_id`` user attribute, e.g. a persistent
+        study) are kept; the others are added with ``study.add_trial(create_trial(...))``, so the sampler
+        learns from them again (their trial numbers and timestamps are new). A trial that was running is
+        asked again with the same parameters and its intermediate values re-reported (a stale RUNNING copy in
+        a persistent study is told ``FAIL``): the resumed run continues it from its checkpoint.
+        """
+        existing = {
+            ft.user_attrs[TRIAL_ID_ATTR]: ft for ft in self.study.get_trials(deepcopy=False)
+            if TRIAL_ID_ATTR in ft.user_attrs
+        }
+        self._asked = int(state["asked"])
+        self._group_seq = int(state["group_seq"])
+        self._trials, self._params, self._intermediate, self._pruned, self._told = {}, {}, {}, set(), {}
+        self._unassigned = {}
+        for trial_id, record in state["trials"].items():
+            params = dict(record["params"])
+            self._params[trial_id] = params
+            intermediate = {int(step): float(v) for step, v in record["intermediate_values"].items()}
+            if record["pruned"]:
+                self._pruned.add(trial_id)
+            old = existing.get(trial_id)
+            if record["state"] is not None:
+                if old is None:
+                    self.study.add_trial(optuna.trial.create_trial(
+                        state=TrialState[record["state"]], value=record["value"], params=params,
+                        distributions={k: self._distributions[k] for k in params},
+                        intermediate_values=intermediate, user_attrs={TRIAL_ID_ATTR: trial_id},
+                    ))
+                self._told[trial_id] = (record["state"], record["value"])
+                self._intermediate[trial_id] = intermediate
+                continue
+            if old is not None and old.state == TrialState.RUNNING:
+                self.study.tell(old.number, state=TrialState.FAIL, skip_if_finished=True)
+            trial = self._ask(params)
+            trial.set_user_attr(TRIAL_ID_ATTR, trial_id)
+            for step, value in sorted(intermediate.items()):
+                trial.report(value, step)
+            self._trials[trial_id], self._intermediate[trial_id] = trial, intermediate
+        for group_id, records in state["unassigned"].items():
+            self._unassigned[group_id] = deque(self._ask(params) for params in records)

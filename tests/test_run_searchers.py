@@ -1,0 +1,68 @@
+"""Searchers through the real engine (Ray device actors): PBT's exploits, Optuna's ask/tell."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import optuna
+import pytest
+
+import fluidsalus
+from fluidsalus.searchers import PBT, OptunaSearch
+from fluidsalus.store import ExperimentStore
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+
+def pbt_trainable(config):
+    """score grows by lr per step; the state (step, score) is checkpointed every step."""
+    step, score = 0, 0.0
+    ckpt = fluidsalus.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            state = json.load(open(os.path.join(d, "state.json")))
+        step, score = state["step"], state["score"]
+    while step < 8:
+        step += 1
+        score += config["lr"]
+        d = os.path.join(fluidsalus.get_context().get_trial_dir(), f"s{step}")
+        os.makedirs(d, exist_ok=True)
+        json.dump({"step": step, "score": score}, open(os.path.join(d, "state.json"), "w"))
+        fluidsalus.report({"score": score, "lr": config["lr"]}, checkpoint=fluidsalus.Checkpoint.from_directory(d))
+
+
+def test_pbt_exploits_restart_trials_from_a_better_trials_checkpoint(storage):
+    space = {"lr": fluidsalus.grid_search([0.1, 0.2, 0.3, 1.0])}
+    searcher = PBT(space, num_samples=1, metric="score", mode="max", time_attr="training_iteration",
+                   perturbation_interval=2, hyperparam_mutations={"lr": [0.1, 0.2, 0.3, 1.0]},
+                   quantile_fraction=0.25, seed=0)
+    grid = fluidsalus.run(pbt_trainable, searcher=searcher, metric="score", mode="max", storage_path=storage,
+                          name="pbt", verbose=0)
+    assert len(grid) == 4 and grid.num_errors == 0
+    reader = ExperimentStore.open(os.path.join(storage, "pbt"), readonly=True)
+    exploits = [e for e in reader.events("trial_restart") if e.data["reason"] == "exploit"]
+    assert exploits, "the bottom trial never exploited"
+    worst = min(grid, key=lambda r: r.metrics_dataframe["score"].iloc[0])  # lr=0.1 at the start
+    history = worst.metrics_dataframe
+    # After an exploit the worst trial continues from the source's state: its score jumps above what
+    # lr=0.1 alone could reach, and its iterations continue without a gap.
+    assert list(history["training_iteration"]) == list(range(1, len(history) + 1))
+    assert history["score"].iloc[-1] > 0.1 * len(history) + 1e-9
+    assert all(r.metrics["training_iteration"] == 8 for r in grid)
+
+
+def quadratic(config):
+    fluidsalus.report({"loss": (config["x"] - 0.3) ** 2})
+
+
+def test_optuna_search_drives_a_real_study_through_the_engine(storage):
+    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=0))
+    searcher = OptunaSearch({"x": fluidsalus.uniform(0, 1)}, num_samples=12, metric="loss", mode="min",
+                            study=study)
+    grid = fluidsalus.run(quadratic, searcher=searcher, metric="loss", mode="min", storage_path=storage,
+                          name="opt", verbose=0)
+    assert len(grid) == 12
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == 12
+    assert study.best_value == pytest.approx(grid.get_best_result().metrics["loss"])
