@@ -6,7 +6,8 @@ Ray actor per device runs many small trials side by side. Every run is recorded 
 Public names:
 
 - :func:`run` runs a sweep and returns a :class:`ResultGrid`.
-- Inside a trainable: :func:`report`, :func:`get_checkpoint`, :func:`get_context`, :class:`Checkpoint`.
+- Inside a trainable: :func:`report`, :func:`step`, :func:`get_checkpoint`, :func:`get_context`,
+  :class:`Checkpoint`.
 - Search space: :func:`uniform`, :func:`quniform`, :func:`loguniform`, :func:`qloguniform`, :func:`randn`,
   :func:`qrandn`, :func:`randint`, :func:`qrandint`, :func:`lograndint`, :func:`qlograndint`,
   :func:`choice`, :func:`grid_search`, :func:`sample_from`.
@@ -16,7 +17,7 @@ from fluidsalus.api import run
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError, FluidsalusError, SessionError, SpaceError, StoreError, TrialError
 from fluidsalus.result import Result, ResultGrid
-from fluidsalus.session import get_checkpoint, get_context, report
+from fluidsalus.session import get_checkpoint, get_context, report, step
 from fluidsalus.space import (
     choice,
     grid_search,
@@ -61,5 +62,6 @@ __all__ = [
     "report",
     "run",
     "sample_from",
+    "step",
     "uniform",
 ]

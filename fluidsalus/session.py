@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from numbers import Number
-from typing import Any
+from typing import Any, Protocol
 
 from fluidsalus.checkpoint import Checkpoint, persist_checkpoint
 from fluidsalus.errors import ConfigError, SessionError
@@ -47,6 +47,22 @@ DEFAULT_METRIC = "_metric"
 
 _HOSTNAME = socket.gethostname()
 _local = threading.local()
+
+
+class LaneTurns(Protocol):
+    """A trial's handle on its lane's turn (implemented by the device host)."""
+
+    def acquire(self) -> None:
+        """Wait until the trial holds the turn."""
+
+    def release(self) -> None:
+        """Give the turn away; the trial is not ready (it pauses)."""
+
+    def boundary(self) -> None:
+        """An iteration boundary: hand the turn to the next ready trial, if any, and wait for it back."""
+
+    def step(self) -> None:
+        """Like ``boundary`` once the trial has computed for at least the quantum; else nothing."""
 
 
 class BudgetKeyError(ConfigError):
@@ -121,8 +137,7 @@ class TrialSession:
         should_stop: Called with each result; True stops the trial right after the result is delivered.
         budget: Pause once ``result[time_attr] >= budget`` and wait for :meth:`resume` or a stop (None: never).
         time_attr: The result key budgets are measured in (the searcher's resource unit).
-        on_pause: Called when the trial pauses at its budget (the host takes its compute slot back).
-        on_resume: Called when it is resumed or stopped while paused; blocks until it has a slot again.
+        turns: The trial's handle on its lane's turn (None: the trial never waits for a turn).
     """
 
     def __init__(
@@ -135,8 +150,7 @@ class TrialSession:
         should_stop: Callable[[Mapping[str, Any]], bool] | None = None,
         budget: float | None = None,
         time_attr: str = "training_iteration",
-        on_pause: Callable[[], None] | None = None,
-        on_resume: Callable[[], None] | None = None,
+        turns: LaneTurns | None = None,
     ) -> None:
         self.context = context
         self._sink = sink
@@ -152,8 +166,7 @@ class TrialSession:
         self.budget = budget
         self.time_attr = time_attr
         self._resumed = threading.Event()
-        self._on_pause = on_pause
-        self._on_resume = on_resume
+        self._turns = turns
 
     def at_budget(self, result: Mapping[str, Any]) -> bool:
         """True when ``result`` reaches the trial's budget (the trial then pauses after reporting it)."""
@@ -215,16 +228,31 @@ class TrialSession:
             raise StopTrial()
         if paused:
             # Salus-style fast switching: the trial's state stays resident while it waits for its verdict,
-            # and its compute slot goes to another trial meanwhile.
-            if self._on_pause is not None:
-                self._on_pause()
+            # and its lane's turn goes to another trial meanwhile.
+            if self._turns is not None:
+                self._turns.release()
             self._resumed.wait()
             self._resumed.clear()
-            if self._on_resume is not None:
-                self._on_resume()
             if self.stop_requested.is_set():
                 raise StopTrial()
-            self._last = time.time()  # time spent paused is not part of the next iteration
+            if self._turns is not None:
+                self._turns.acquire()
+        elif self._turns is not None:
+            self._turns.boundary()  # an iteration boundary: the lane may switch to another trial here
+            if self.stop_requested.is_set():
+                raise StopTrial()
+        self._last = time.time()  # time spent paused or waiting for the lane is not part of an iteration
+
+    def start_clock(self) -> None:
+        """Start the trial's clocks (called once the trial first holds its lane's turn)."""
+        self._started = self._last = time.time()
+
+    def step(self) -> None:
+        """A finer boundary than ``report()``: the lane may switch here once the quantum has passed."""
+        if self._turns is not None:
+            self._turns.step()
+            if self.stop_requested.is_set():
+                raise StopTrial()
 
     def report_return_value(self, output: Any) -> None:
         """Report what a function trainable returned or yielded, as Ray Tune does."""
@@ -275,6 +303,16 @@ def get_checkpoint() -> Checkpoint | None:
     After the trial reports a checkpoint, this returns that (persisted) checkpoint.
     """
     return _current("get_checkpoint").checkpoint
+
+
+def step() -> None:
+    """Mark a point inside an iteration where the trial may give its lane to another trial.
+
+    Call it, for example, after every minibatch of a long epoch. The lane switches here only once the trial
+    has computed for ``quantum_ms`` since it last got the lane; otherwise this returns at once. Raises
+    nothing outside a stop: a trial the searcher stopped ends here.
+    """
+    _current("step").step()
 
 
 def get_context() -> TrialContext:

@@ -12,6 +12,7 @@ from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.host import (
     EV_END,
     EV_FATAL,
+    EV_LANE,
     EV_RESULT,
     EV_START,
     OUT_COMPLETED,
@@ -24,6 +25,13 @@ from fluidsalus.gpu.host import (
 )
 
 WAIT_S = 10.0
+#: A device big enough for every test here: 1 GiB, trials estimated at 1 MiB + 1 MiB.
+CAPACITY = 2**30
+ESTIMATE = (2**20, 2**20)
+
+
+def _settings(max_lanes, capacity=CAPACITY, **kwargs):
+    return HostSettings("exp", max_lanes=max_lanes, capacity_bytes=capacity, trial_estimate=ESTIMATE, **kwargs)
 
 
 def _spec(tmp_path, i, **config):
@@ -44,11 +52,11 @@ def test_trials_run_reports_and_end(tmp_path):
         for i in range(3):
             fluidsalus.report({"v": config["x"] * i})
 
-    host = DeviceHost(f, HostSettings("exp", max_running=2))
+    host = DeviceHost(f, _settings(max_lanes=2))
     host.submit([_spec(tmp_path, i, x=i) for i in range(4)])
     events = _drain(host, 4)
     for i in range(4):
-        mine = [e for e in events if e[1] == f"t{i}"]
+        mine = [e for e in events if e[1] == f"t{i}" and e[0] != EV_LANE]
         assert [e[0] for e in mine] == [EV_START, EV_RESULT, EV_RESULT, EV_RESULT, EV_END]
         assert [e[4]["v"] for e in mine if e[0] == EV_RESULT] == [0, i, 2 * i]
         assert mine[-1][4] == OUT_COMPLETED
@@ -65,7 +73,7 @@ def test_never_more_than_max_running_at_once(tmp_path):
         with lock:
             now[0] -= 1
 
-    host = DeviceHost(f, HostSettings("exp", max_running=2))
+    host = DeviceHost(f, _settings(max_lanes=2))
     host.submit([_spec(tmp_path, i) for i in range(6)])
     _drain(host, 6)
     assert peak[0] == 2
@@ -78,7 +86,7 @@ def test_an_error_fails_only_its_trial_with_traceback(tmp_path):
             raise ZeroDivisionError("bad config")
         fluidsalus.report({"v": 2})
 
-    host = DeviceHost(f, HostSettings("exp", max_running=2))
+    host = DeviceHost(f, _settings(max_lanes=2))
     host.submit([_spec(tmp_path, 0, bad=True), _spec(tmp_path, 1, bad=False)])
     ends = {e[1]: e for e in _drain(host, 2) if e[0] == EV_END}
     assert ends["t0"][4] == OUT_ERRORED and "ZeroDivisionError: bad config" in ends["t0"][5]
@@ -95,7 +103,7 @@ def test_driver_stop_takes_effect_at_next_report_and_drops_queued(tmp_path):
         fluidsalus.report({"v": 2})  # stops here
         fluidsalus.report({"v": 3})
 
-    host = DeviceHost(f, HostSettings("exp", max_running=1))
+    host = DeviceHost(f, _settings(max_lanes=1, capacity=sum(ESTIMATE)))  # memory for one trial only
     host.submit([_spec(tmp_path, 0), _spec(tmp_path, 1)])
     first = host.poll(WAIT_S)
     while not any(e[0] == EV_RESULT for e in first):
@@ -115,7 +123,7 @@ def test_stop_rule_dict_has_ray_semantics(tmp_path):
         for i in range(100):
             fluidsalus.report({"v": i})
 
-    host = DeviceHost(f, HostSettings("exp", max_running=1, stop=stop_rule({"training_iteration": 5})))
+    host = DeviceHost(f, _settings(max_lanes=1, stop=stop_rule({"training_iteration": 5})))
     host.submit([_spec(tmp_path, 0)])
     events = _drain(host, 1)
     assert [e[4]["training_iteration"] for e in events if e[0] == EV_RESULT] == [1, 2, 3, 4, 5]
@@ -125,7 +133,7 @@ def test_stop_rule_on_a_missing_key_is_a_run_level_error(tmp_path):
     def f(config):
         fluidsalus.report({"v": 1})
 
-    host = DeviceHost(f, HostSettings("exp", max_running=1, stop=stop_rule({"epochs": 5})))
+    host = DeviceHost(f, _settings(max_lanes=1, stop=stop_rule({"epochs": 5})))
     host.submit([_spec(tmp_path, 0)])
     events = _drain(host, 1)
     fatal = [e for e in events if e[0] == EV_FATAL]
@@ -146,7 +154,7 @@ def test_generator_trainable_and_returned_dict(tmp_path):
         return {"v": 7}
 
     for fn, expect in ((gen, [0, 1, 2]), (ret, [7])):
-        host = DeviceHost(fn, HostSettings("exp", max_running=1))
+        host = DeviceHost(fn, _settings(max_lanes=1))
         host.submit([_spec(tmp_path, 0)])
         assert [e[4]["v"] for e in _drain(host, 1) if e[0] == EV_RESULT] == expect
 
@@ -157,9 +165,87 @@ def test_shutdown_stops_running_trials(tmp_path):
             fluidsalus.report({"v": 1})
             time.sleep(0.01)
 
-    host = DeviceHost(f, HostSettings("exp", max_running=2))
+    host = DeviceHost(f, _settings(max_lanes=2))
     host.submit([_spec(tmp_path, i) for i in range(3)])
     time.sleep(0.1)
     assert host.shutdown(timeout_s=WAIT_S) == []
     with pytest.raises(RuntimeError, match="shut down"):
         host.submit([_spec(tmp_path, 9)])
+
+
+def test_trials_of_one_lane_alternate_per_iteration_and_switches_are_recorded(tmp_path):
+    order = []
+
+    def f(config):
+        for i in range(3):
+            order.append(config["name"])
+            time.sleep(0.02)  # the other trial becomes ready meanwhile
+            fluidsalus.report({"i": i})
+
+    host = DeviceHost(f, _settings(max_lanes=1))  # one lane: the two trials time-slice it
+    host.submit([_spec(tmp_path, 0, name="a"), _spec(tmp_path, 1, name="b")])
+    events = _drain(host, 2)
+    assert order == ["a", "b", "a", "b", "a", "b"]
+    switches = [e for e in events if e[0] == EV_LANE and e[4] == "switch"]
+    assert len(switches) >= 5
+    assert all(e[5]["latency_ms"] >= 0 and e[5]["from"] != e[1] for e in switches)
+    kinds = [e[4] for e in events if e[0] == EV_LANE]
+    assert kinds.count("lane_open") == 1 and kinds.count("lane_resize") == 1 and kinds.count("lane_close") == 1
+
+
+def test_lanes_run_side_by_side_up_to_max_lanes(tmp_path):
+    lock, now, peak = threading.Lock(), [0], [0]
+
+    def f(config):
+        for _ in range(5):
+            with lock:
+                now[0] += 1
+                peak[0] = max(peak[0], now[0])
+            time.sleep(0.005)
+            with lock:
+                now[0] -= 1
+            fluidsalus.report({"x": 1})
+
+    host = DeviceHost(f, _settings(max_lanes=2))
+    host.submit([_spec(tmp_path, i) for i in range(6)])
+    events = _drain(host, 6)
+    assert peak[0] == 2  # never more compute threads than lanes, and both lanes were used at once
+    assert sum(1 for e in events if e[0] == EV_LANE and e[4] == "lane_open") == 2
+
+
+def test_a_trial_that_does_not_fit_waits_and_starts_when_memory_frees(tmp_path):
+    def f(config):
+        fluidsalus.report({"x": 1})
+
+    host = DeviceHost(f, _settings(max_lanes=2, capacity=sum(ESTIMATE)))
+    host.submit([_spec(tmp_path, 0), _spec(tmp_path, 1)])
+    events = _drain(host, 2)
+    starts = [e[1] for e in events if e[0] == EV_START]
+    ends = [e[1] for e in events if e[0] == EV_END]
+    assert starts == ["t0", "t1"] and events.index(next(e for e in events if e[0] == EV_START and e[1] == "t1")) > \
+        events.index(next(e for e in events if e[0] == EV_END and e[1] == "t0"))
+    assert ends == ["t0", "t1"]
+    assert any(e[0] == EV_LANE and e[4] == "lane_wait" and e[1] == "t1" for e in events)
+
+
+def test_a_trial_larger_than_the_device_fails_with_a_clear_error(tmp_path):
+    host = DeviceHost(lambda c: None, _settings(max_lanes=1, capacity=sum(ESTIMATE) - 1))
+    host.submit([_spec(tmp_path, 0)])
+    end = next(e for e in _drain(host, 1) if e[0] == EV_END)
+    assert end[4] == OUT_ERRORED and "cannot run here" in end[5]
+
+
+def test_step_switches_only_after_the_quantum(tmp_path):
+    order = []
+
+    def f(config):
+        for _ in range(4):
+            order.append(config["name"])
+            time.sleep(0.02)
+            fluidsalus.step()
+        fluidsalus.report({"done": 1})
+
+    host = DeviceHost(f, _settings(max_lanes=1, quantum_ms=0.0))
+    host.submit([_spec(tmp_path, 0, name="a"), _spec(tmp_path, 1, name="b")])
+    _drain(host, 2)
+    assert order[:4] == ["a", "b", "a", "b"]  # a zero quantum switches at every step()

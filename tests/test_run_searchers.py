@@ -46,10 +46,17 @@ def test_pbt_exploits_restart_trials_from_a_better_trials_checkpoint(storage):
     worst = min(grid, key=lambda r: r.metrics_dataframe["score"].iloc[0])  # lr=0.1 at the start
     history = worst.metrics_dataframe
     # After an exploit the worst trial continues from the source's state: its score jumps above what
-    # lr=0.1 alone could reach, and its iterations continue without a gap.
-    assert list(history["training_iteration"]) == list(range(1, len(history) + 1))
-    assert history["score"].iloc[-1] > 0.1 * len(history) + 1e-9
-    assert all(r.metrics["training_iteration"] == 8 for r in grid)
+    # lr=0.1 alone could reach, and its iterations go on from the source's (they may jump, never go back).
+    iterations = list(history["training_iteration"])
+    assert iterations == sorted(set(iterations))
+    assert history["score"].iloc[-1] > 0.1 * iterations[-1] + 1e-9
+    for exploit in (e for e in exploits if e.trial_id == worst.trial_id):
+        later = [i for i in iterations if i > exploit.data["from_iteration"]]
+        assert not later or later[0] == exploit.data["from_iteration"] + 1
+    # Every trial ends TERMINATED. A trial that cloned a source already at iteration 8 has nothing left to
+    # run, as in Ray Tune, so its last result may be earlier than 8.
+    assert all(r.status == "TERMINATED" and r.metrics["training_iteration"] <= 8 for r in grid)
+    assert all(e.data["from_iteration"] % 2 == 0 for e in exploits)  # only at perturbation points
 
 
 def quadratic(config):

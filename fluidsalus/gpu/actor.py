@@ -15,6 +15,7 @@ from typing import Any
 import cloudpickle
 import ray
 
+from fluidsalus.gpu import nvml
 from fluidsalus.gpu.device import DeviceSpec
 from fluidsalus.gpu.host import DeviceHost, HostSettings, TrialSpec
 
@@ -37,6 +38,10 @@ class _DeviceActor:
         if device.kind == "cuda":
             physical = [str(g) for g in ray.get_gpu_ids()]
             torch_device = "cuda:0" if _cuda_available() else "cpu"
+            # Read before torch creates a CUDA context: the reserve stands for that context.
+            free = nvml.device_free_memory(nvml.nvml_device_for_cuda(0))
+            if free is not None:
+                settings.capacity_bytes = free
         settings.device = torch_device
         self._info = {
             "device": device.name,

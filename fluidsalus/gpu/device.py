@@ -7,10 +7,19 @@ This module is pure: it turns the cluster's resource totals into a list of :clas
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fluidsalus.errors import ConfigError
+
+#: Share of the host's physical memory that the virtual CPU devices split between them as their lane
+#: capacity. The other half is left to the driver, Ray's own processes and the OS.
+VIRTUAL_DEVICE_MEMORY_FRACTION = 0.5
+#: Memory assumed for a trial until it is measured: persistent (model, optimizer state) and ephemeral
+#: (activations, gradients) bytes. Generous for the small models that benefit from co-location (the digits
+#: MLP needs under 1 MiB of each), and small enough that a 12 GiB virtual device holds dozens of trials.
+DEFAULT_TRIAL_ESTIMATE = (256 * 2**20, 256 * 2**20)
 
 #: Default cores per virtual CPU device. Two cores let a device overlap one trial's Python work with
 #: another's compute, while a 2-core machine (this project's CI) still gets one device, as documented.
@@ -34,6 +43,16 @@ class DeviceSpec:
     kind: str
     index: int
     slots: int
+
+
+def host_memory_bytes() -> int:
+    """Physical memory of this machine, in bytes."""
+    return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def virtual_device_capacity(n_devices: int) -> int:
+    """Lane capacity of each of ``n_devices`` virtual CPU devices on this machine."""
+    return int(host_memory_bytes() * VIRTUAL_DEVICE_MEMORY_FRACTION / max(1, n_devices))
 
 
 def plan_devices(

@@ -1,16 +1,27 @@
-"""The device host: runs trials as threads on one device, with no Ray in sight.
+"""The device host: the Salus-style lane runtime of one device, with no Ray in sight.
 
 The Ray actor of :mod:`fluidsalus.gpu.actor` is a thin wrapper around one :class:`DeviceHost`, so the
 trial-running logic is tested in-process in milliseconds.
 
+**Lanes.** A submitted trial is admitted to a lane by :class:`~fluidsalus.gpu.lanes.LaneManager` (the
+safety condition ``sum(P) + P_j + max(T) <= C_l``, best fit), or waits in the device queue until memory
+frees. Each trial runs in its own thread, so a function trainable keeps its Python stack. The trials of one
+lane **time-slice**: only the lane's turn holder computes. At each iteration boundary (``report()``, or
+``fluidsalus.step()`` once ``quantum_ms`` has passed), the holder hands the turn to the ready trial the
+lane policy picks (``fifo``, ``fair``, ``rr``, ``pack``, ``srtf``, ``priority``). It hands over through a
+per-trial event, so a switch wakes exactly one thread and moves no memory: the waiting trial's model and
+optimizer stay where they are. Lanes run side by side; there are at most ``max_lanes`` of them (a CPU
+device's compute slots), so a device never runs more compute threads than that. A trial paused at its
+budget gives the turn away but stays in its lane (resident). A trial that ends leaves its lane; an empty
+lane dissolves, and waiting trials are admitted.
+
 Protocol with the driver:
 
-- :meth:`DeviceHost.submit` queues :class:`TrialSpec` s. At most ``max_running`` compute at once; the rest
-  wait in the device queue in arrival order. A trial paused at its budget stays resident but gives back its
-  compute slot; resumed, it takes the next free slot before any queued trial.
-- Trials report through :mod:`fluidsalus.session`. Each result becomes an event in the host's outbox.
-  ``report()`` never waits for the driver: a stop rule is evaluated right in the trial thread, and a stop
-  decision from the driver takes effect at the trial's next report.
+- :meth:`DeviceHost.submit` admits or queues :class:`TrialSpec` s.
+- Trials report through :mod:`fluidsalus.session`. Each result becomes an event in the host's outbox, and so
+  do lane events (open/close/resize, admit/leave/wait, every switch with its latency). ``report()`` never
+  waits for the driver: a stop rule is evaluated right in the trial thread, and a stop decision from the
+  driver takes effect at the trial's next boundary.
 - :meth:`DeviceHost.poll` long-polls the outbox and returns every event gathered so far, in order, as one
   batch (so a busy device sends one message per driver round trip, not one per report).
 """
@@ -22,13 +33,14 @@ import sys
 import threading
 import time
 import traceback as tb
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError
+from fluidsalus.gpu import lanes as ln
+from fluidsalus.gpu.policies import DEFAULT_POLICY, TrialView, choose, get_policy
 from fluidsalus.session import BudgetKeyError, StopTrial, TrialContext, TrialSession, set_session
 
 #: Environment variables that cap the compute threads of torch (and the BLAS/OpenMP it uses) at import.
@@ -39,11 +51,17 @@ EV_START = "start"  # (EV_START, trial_id, attempt, ts)
 EV_RESULT = "result"  # (EV_RESULT, trial_id, attempt, ts, metrics, paused_at_budget)
 EV_END = "end"  # (EV_END, trial_id, attempt, ts, outcome, error, traceback)
 EV_FATAL = "fatal"  # (EV_FATAL, trial_id, attempt, ts, message): a run-level configuration error
+EV_LANE = "lane"  # (EV_LANE, trial_id | None, attempt | None, ts, kind, data): lane activity, for goodput
 
 # Outcomes of EV_END.
 OUT_COMPLETED = "completed"  # the trainable returned
 OUT_STOPPED = "stopped"  # the stop rule fired or the driver stopped it
 OUT_ERRORED = "errored"  # the trainable raised
+
+#: Default ``quantum_ms``: the least time a trial computes before ``fluidsalus.step()`` hands its lane over.
+#: Salus switches at iteration granularity; a quantum of a few milliseconds keeps a switch (~0.1 ms here)
+#: a small share of the time while letting long iterations interleave.
+DEFAULT_QUANTUM_MS = 5.0
 
 
 @dataclass
@@ -59,14 +77,7 @@ class TrialSpec:
     start_iteration: int = 0
     time_total_offset: float = 0.0
     budget: float | None = None
-
-
-@dataclass
-class _Running:
-    spec: TrialSpec
-    session: TrialSession
-    thread: threading.Thread
-    stop_requested: bool = False
+    priority: float = 0.0
 
 
 @dataclass
@@ -76,28 +87,84 @@ class HostSettings:
     Attributes:
         experiment_name: Shown to trainables through ``get_context()``.
         device: Torch device string trials use (``"cpu"``, ``"cuda:0"``).
-        max_running: Trials that run at once on this device.
-        torch_threads: Intra-op threads torch may use in this process (None leaves torch alone). The
-            host sets it so that ``max_running`` trials never run more compute threads than the device has.
-            torch is not imported for this: a trainable that never uses torch never pays for its import.
+        max_lanes: Lanes that may exist (and run) at once: the compute slots of a CPU device.
+        capacity_bytes: Memory the device's lanes may reserve.
+        trial_estimate: ``(P, T)`` bytes assumed for a trial until it is measured.
+        policy: The lane policy's name (see :mod:`fluidsalus.gpu.policies`).
+        quantum_ms: Least compute time before ``fluidsalus.step()`` hands the lane over.
+        torch_threads: Intra-op threads torch may use in this process (None leaves torch alone). With one
+            thread per trial and at most ``max_lanes`` trials computing, the device never runs more compute
+            threads than its slots. torch is not imported for this: a trainable that never uses torch never
+            pays for its import.
         stop: The run's stop rule, evaluated in the trial thread at each report (see ``stop_rule``).
+        resources: What ``get_context().get_trial_resources()`` reports.
+        time_attr: The result key budgets are measured in.
     """
 
     experiment_name: str
     device: str = "cpu"
-    max_running: int = 1
+    max_lanes: int = 1
+    capacity_bytes: int = 0
+    trial_estimate: tuple[int, int] = (0, 0)
+    policy: str = DEFAULT_POLICY
+    quantum_ms: float = DEFAULT_QUANTUM_MS
     torch_threads: int | None = None
     stop: Callable[[str, Mapping[str, Any]], bool] | None = None
     resources: dict[str, float] = field(default_factory=dict)
     time_attr: str = "training_iteration"
 
 
+@dataclass
+class _Running:
+    """A trial admitted to a lane (its thread may be computing, waiting for its turn, or paused)."""
+
+    spec: TrialSpec
+    session: TrialSession
+    thread: threading.Thread
+    lane_id: int
+    seq: int
+    turn: threading.Event = field(default_factory=threading.Event)
+    used_time_s: float = 0.0
+    iterations: int = 0
+    turn_started: float = 0.0
+
+
+@dataclass
+class _LaneTurn:
+    """Whose turn it is in one lane, and who is ready for the next."""
+
+    holder: str | None = None
+    ready: dict[str, float] = field(default_factory=dict)  # trial_id -> ready since (perf_counter)
+    released_at: float = 0.0
+    released_by: str | None = None
+    stream: Any = None  # the lane's CUDA stream on a GPU device
+
+
 class StopRuleError(ConfigError):
     """The stop rule cannot be evaluated on a result (e.g. a stop key that no result has)."""
 
 
+class _Turns:
+    """The session's handle on its lane (see :class:`TrialSession`)."""
+
+    def __init__(self, host: DeviceHost, trial_id: str) -> None:
+        self._host, self._trial_id = host, trial_id
+
+    def acquire(self) -> None:
+        self._host._acquire(self._trial_id)
+
+    def release(self) -> None:
+        self._host._release(self._trial_id, ready=False)
+
+    def boundary(self) -> None:
+        self._host._boundary(self._trial_id)
+
+    def step(self) -> None:
+        self._host._step(self._trial_id)
+
+
 class DeviceHost:
-    """Runs trials of one trainable as threads on one device.
+    """The lane runtime of one device: admits, time-slices and runs trials of one trainable as threads.
 
     Args:
         trainable: The user's function trainable, ``f(config)``.
@@ -107,16 +174,15 @@ class DeviceHost:
     def __init__(self, trainable: Callable[[dict[str, Any]], Any], settings: HostSettings) -> None:
         self._trainable = trainable
         self.settings = settings
+        self._policy = get_policy(settings.policy)
+        self._lanes = ln.LaneManager(settings.capacity_bytes, settings.max_lanes)
         self._lock = threading.Lock()
         self._outbox_ready = threading.Condition(self._lock)
         self._outbox: list[tuple[Any, ...]] = []
-        self._queue: deque[TrialSpec] = deque()
+        self._waiting: dict[str, TrialSpec] = {}  # admitted later, in the lane manager's queue order
         self._running: dict[str, _Running] = {}
-        # Compute slots: a trial holds one while it computes. A trial paused at its budget gives its slot
-        # back (its state stays resident) and, once resumed, takes one again before any queued trial starts.
-        self._active = 0
-        self._resuming = 0
-        self._slot_free = threading.Condition(self._lock)
+        self._turns: dict[int, _LaneTurn] = {}
+        self._seq = 0
         self._closed = False
         self._torch_configured = False
         if settings.torch_threads is not None:
@@ -127,26 +193,38 @@ class DeviceHost:
     # ------------------------------------------------------------------ driver-facing
 
     def submit(self, specs: list[TrialSpec]) -> None:
-        """Queue trials; they start as soon as a slot is free."""
+        """Admit trials to lanes; those that do not fit wait in the device queue."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("device host is shut down")
-            self._queue.extend(specs)
-            self._start_ready_locked()
+            p, t = self.settings.trial_estimate
+            for spec in specs:
+                try:
+                    placement = self._lanes.admit(spec.trial_id, p, t)
+                except ln.TrialTooLargeError as e:
+                    self._emit_lane_events_locked()
+                    self._emit_locked((EV_END, spec.trial_id, spec.attempt, time.time(), OUT_ERRORED, str(e), None))
+                    continue
+                if placement is None:
+                    self._waiting[spec.trial_id] = spec
+                else:
+                    self._start_locked(spec, placement.lane_id)
+            self._emit_lane_events_locked()
 
     def stop(self, trial_ids: list[str]) -> None:
-        """Stop trials at their next report; trials still queued are dropped and reported stopped."""
+        """Stop trials at their next boundary (at once if paused); waiting ones leave the queue stopped."""
         now = time.time()
         with self._lock:
-            wanted = set(trial_ids)
-            for spec in [s for s in self._queue if s.trial_id in wanted]:
-                self._queue.remove(spec)
-                self._emit_locked((EV_END, spec.trial_id, spec.attempt, now, OUT_STOPPED, None, None))
-            for tid in wanted:
+            for tid in trial_ids:
+                spec = self._waiting.pop(tid, None)
+                if spec is not None:
+                    self._lanes.leave(tid)
+                    self._emit_locked((EV_END, tid, spec.attempt, now, OUT_STOPPED, None, None))
+                    continue
                 running = self._running.get(tid)
                 if running is not None:
-                    running.stop_requested = True
                     running.session.request_stop()
+            self._emit_lane_events_locked()
 
     def resume(self, budgets: dict[str, float | None]) -> None:
         """Let trials paused at their budget run on to a new budget (None: to the end)."""
@@ -167,17 +245,25 @@ class DeviceHost:
     def load(self) -> tuple[int, int, int]:
         """(computing, resident, queued) trial counts: resident includes trials paused at their budget."""
         with self._lock:
-            return self._active, len(self._running), len(self._queue)
+            computing = sum(1 for turn in self._turns.values() if turn.holder is not None)
+            return computing, len(self._running), len(self._waiting)
+
+    def lanes(self) -> list[ln.LaneView]:
+        """A snapshot of the device's lanes."""
+        with self._lock:
+            return self._lanes.lanes()
 
     def shutdown(self, timeout_s: float = 0.0) -> list[str]:
-        """Stop every trial at its next report and drop the queue.
+        """Stop every trial at its next boundary and drop the queue.
 
         Returns:
             The ids of trials still running after ``timeout_s`` (a trainable that never reports).
         """
         with self._lock:
             self._closed = True
-            self._queue.clear()
+            for tid in list(self._waiting):
+                self._lanes.leave(tid)
+            self._waiting.clear()
             for running in self._running.values():
                 running.session.request_stop()
             threads = [r.thread for r in self._running.values()]
@@ -187,38 +273,132 @@ class DeviceHost:
         with self._lock:
             return list(self._running)
 
-    # ------------------------------------------------------------------ internals
+    # ------------------------------------------------------------------ lanes: turns
+
+    def _view(self, trial_id: str, ready_since: float) -> TrialView:
+        r = self._running[trial_id]
+        budget = r.session.budget
+        remaining = None if budget is None else max(0.0, budget - r.session.iteration)
+        sec = r.used_time_s / r.iterations if r.iterations else None
+        return TrialView(trial_id, r.seq, ready_since, r.used_time_s, r.iterations, remaining, sec,
+                         r.spec.priority)
+
+    def _grant_locked(self, turn: _LaneTurn) -> None:
+        """Give a free lane's turn to the ready trial the policy picks."""
+        if turn.holder is not None or not turn.ready:
+            return
+        views = [self._view(tid, since) for tid, since in turn.ready.items()]
+        chosen = choose(self._policy, views)
+        del turn.ready[chosen]
+        turn.holder = chosen
+        self._running[chosen].turn.set()
+
+    def _acquire(self, trial_id: str) -> None:
+        """Become ready and wait for the lane's turn."""
+        with self._lock:
+            r = self._running[trial_id]
+            turn = self._turns[r.lane_id]
+            if turn.holder != trial_id:
+                turn.ready[trial_id] = time.perf_counter()
+                self._grant_locked(turn)
+        self._wait_turn(r, turn)
+
+    def _wait_turn(self, r: _Running, turn: _LaneTurn) -> None:
+        r.turn.wait()
+        r.turn.clear()
+        now = time.perf_counter()
+        r.turn_started = now
+        if turn.released_by is not None and turn.released_by != r.spec.trial_id:
+            latency_ms = (now - turn.released_at) * 1e3
+            with self._lock:
+                self._emit_locked((EV_LANE, r.spec.trial_id, r.spec.attempt, time.time(), "switch",
+                                   {"lane": r.lane_id, "from": turn.released_by, "latency_ms": latency_ms}))
+        turn.released_by = None
+
+    def _release(self, trial_id: str, ready: bool) -> None:
+        with self._lock:
+            self._release_locked(self._running[trial_id], ready)
+
+    def _release_locked(self, r: _Running, ready: bool) -> None:
+        """Hand the lane's turn on (to the policy's pick among the ready, maybe ``r`` itself if ``ready``)."""
+        turn = self._turns[r.lane_id]
+        if turn.holder != r.spec.trial_id:
+            turn.ready.pop(r.spec.trial_id, None)
+            return
+        now = time.perf_counter()
+        r.used_time_s += now - r.turn_started
+        turn.holder, turn.released_at, turn.released_by = None, now, r.spec.trial_id
+        if ready:
+            turn.ready[r.spec.trial_id] = now
+        self._grant_locked(turn)
+
+    def _boundary(self, trial_id: str) -> None:
+        """An iteration boundary: switch to another ready trial of the lane, if the policy says so."""
+        r = self._running[trial_id]
+        r.iterations += 1
+        turn = self._turns[r.lane_id]
+        with self._lock:
+            if not turn.ready:  # nobody else is waiting: keep the turn, no switch
+                now = time.perf_counter()
+                r.used_time_s += now - r.turn_started
+                r.turn_started = now
+                return
+            self._release_locked(r, ready=True)
+        self._wait_turn(r, turn)
+
+    def _step(self, trial_id: str) -> None:
+        r = self._running[trial_id]
+        if (time.perf_counter() - r.turn_started) * 1e3 >= self.settings.quantum_ms:
+            self._boundary(trial_id)
+
+    # ------------------------------------------------------------------ lanes: membership
 
     def _emit_locked(self, event: tuple[Any, ...]) -> None:
         self._outbox.append(event)
         self._outbox_ready.notify_all()
 
-    def _release_slot(self) -> None:
-        with self._lock:
-            self._active -= 1
-            self._slot_free.notify_all()
-            self._start_ready_locked()
+    def _emit_lane_events_locked(self) -> None:
+        now = time.time()
+        for event in self._lanes.drain_events():
+            kind, rest = event[0], event[1:]
+            if kind in (ln.EV_LANE_OPEN, ln.EV_LANE_CLOSE, ln.EV_LANE_RESIZE):
+                data = dict(zip(("lane", "capacity", "new_capacity"), rest, strict=False))
+                if kind == ln.EV_LANE_RESIZE:
+                    data = {"lane": rest[0], "old_capacity": rest[1], "capacity": rest[2]}
+                self._emit_locked((EV_LANE, None, None, now, kind, data))
+            else:
+                trial_id = rest[0]
+                attempt = self._attempt_of(trial_id)
+                self._emit_locked((EV_LANE, trial_id, attempt, now, kind, {"detail": list(rest[1:])}))
+            if kind == ln.EV_LANE_CLOSE:
+                self._turns.pop(rest[0], None)
 
-    def _acquire_slot(self) -> None:
-        with self._lock:
-            self._resuming += 1
-            while self._active >= self.settings.max_running:
-                self._slot_free.wait()
-            self._resuming -= 1
-            self._active += 1
+    def _attempt_of(self, trial_id: str) -> int | None:
+        if trial_id in self._running:
+            return self._running[trial_id].spec.attempt
+        if trial_id in self._waiting:
+            return self._waiting[trial_id].attempt
+        return None
 
-    def _start_ready_locked(self) -> None:
-        while (self._queue and self._active < self.settings.max_running and not self._resuming
-               and not self._closed):
-            self._active += 1
-            spec = self._queue.popleft()
-            session = self._make_session(spec)
-            thread = threading.Thread(
-                target=self._run_trial, args=(spec, session), name=f"trial-{spec.trial_id}", daemon=True
-            )
-            self._running[spec.trial_id] = _Running(spec, session, thread)
-            self._emit_locked((EV_START, spec.trial_id, spec.attempt, time.time()))
-            thread.start()
+    def _start_locked(self, spec: TrialSpec, lane_id: int) -> None:
+        session = self._make_session(spec)
+        thread = threading.Thread(target=self._run_trial, args=(spec, session), name=f"trial-{spec.trial_id}",
+                                  daemon=True)
+        self._turns.setdefault(lane_id, _LaneTurn())
+        self._running[spec.trial_id] = _Running(spec, session, thread, lane_id, self._seq)
+        self._seq += 1
+        self._emit_locked((EV_START, spec.trial_id, spec.attempt, time.time()))
+        thread.start()
+
+    def _leave_locked(self, trial_id: str) -> None:
+        """A trial ended: its turn goes on, it leaves its lane, and waiting trials are admitted."""
+        r = self._running[trial_id]
+        self._release_locked(r, ready=False)
+        del self._running[trial_id]
+        for placement in self._lanes.leave(trial_id):
+            spec = self._waiting.pop(placement.trial_id)
+            self._start_locked(spec, placement.lane_id)
+        self._emit_lane_events_locked()
 
     def _make_session(self, spec: TrialSpec) -> TrialSession:
         attempt = spec.attempt
@@ -253,8 +433,7 @@ class DeviceHost:
             should_stop=should_stop,
             budget=spec.budget,
             time_attr=self.settings.time_attr,
-            on_pause=self._release_slot,
-            on_resume=self._acquire_slot,
+            turns=_Turns(self, trial_id),
         )
 
     def _run_trial(self, spec: TrialSpec, session: TrialSession) -> None:
@@ -266,6 +445,11 @@ class DeviceHost:
         fatal: str | None = None
         try:
             os.makedirs(spec.trial_dir, exist_ok=True)
+            self._acquire(spec.trial_id)
+            self._use_lane_stream(spec.trial_id)
+            session.start_clock()
+            if session.stop_requested.is_set():
+                raise StopTrial()
             output = self._trainable(dict(spec.config))
             if hasattr(output, "__next__"):  # a generator trainable: each yield is a report
                 for item in output:
@@ -283,13 +467,22 @@ class DeviceHost:
             set_session(None)
         now = time.time()
         with self._lock:
-            self._running.pop(spec.trial_id, None)
-            self._active -= 1
-            self._slot_free.notify_all()
             if fatal is not None:
                 self._emit_locked((EV_FATAL, spec.trial_id, spec.attempt, now, fatal))
             self._emit_locked((EV_END, spec.trial_id, spec.attempt, now, outcome, error, trace))
-            self._start_ready_locked()
+            self._leave_locked(spec.trial_id)  # after its END: trials admitted now start after it ended
+
+    def _use_lane_stream(self, trial_id: str) -> None:
+        """On a GPU, run the trial on its lane's CUDA stream (lanes run concurrently, each on its own)."""
+        if not self.settings.device.startswith("cuda"):
+            return
+        import torch
+
+        with self._lock:
+            turn = self._turns[self._running[trial_id].lane_id]
+            if turn.stream is None:
+                turn.stream = torch.cuda.Stream(device=self.settings.device)
+        torch.cuda.set_stream(turn.stream)
 
 
 def stop_rule(stop: Mapping[str, float] | Callable[[str, Mapping[str, Any]], bool] | None

@@ -24,10 +24,11 @@ from fluidsalus.callbacks import Callback
 from fluidsalus.checkpoint import Checkpoint, persist_checkpoint
 from fluidsalus.errors import ConfigError, FluidsalusError
 from fluidsalus.gpu.actor import start_device_actor
-from fluidsalus.gpu.device import DeviceSpec
+from fluidsalus.gpu.device import DEFAULT_TRIAL_ESTIMATE, DeviceSpec, virtual_device_capacity
 from fluidsalus.gpu.host import (
     EV_END,
     EV_FATAL,
+    EV_LANE,
     EV_RESULT,
     EV_START,
     OUT_COMPLETED,
@@ -36,6 +37,7 @@ from fluidsalus.gpu.host import (
     HostSettings,
     TrialSpec,
 )
+from fluidsalus.gpu.policies import DEFAULT_POLICY
 from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.session import AUTO_RESULT_KEYS
 from fluidsalus.store import ERROR, FINAL_STATUSES, PAUSED, PENDING, RUNNING, TERMINATED, ExperimentStore, dumps
@@ -70,6 +72,7 @@ class ExecutorSettings:
     mode: str | None = None
     max_concurrent_trials: int | None = None
     max_failures: int = 0
+    lane_policy: str = DEFAULT_POLICY
     verbose: int = 1
     callbacks: list[Callback] = field(default_factory=list)
 
@@ -162,10 +165,14 @@ class Executor:
 
     def _start_devices(self) -> None:
         actors = []
+        capacity = virtual_device_capacity(sum(1 for d in self.device_specs if d.kind == "cpu"))
         for spec in self.device_specs:
             settings = HostSettings(
                 experiment_name=self.settings.experiment_name,
-                max_running=spec.slots,
+                max_lanes=spec.slots,
+                capacity_bytes=capacity,  # a GPU device's actor replaces it with the GPU's free memory
+                trial_estimate=DEFAULT_TRIAL_ESTIMATE,
+                policy=self.settings.lane_policy,
                 torch_threads=1 if spec.kind == "cpu" else None,
                 resources={"cpu": float(spec.slots), "gpu": 1.0 if spec.kind == "cuda" else 0.0},
                 time_attr=self.searcher.time_attr,
@@ -418,6 +425,9 @@ class Executor:
         with self.store.transaction():
             for event in batch:
                 kind, trial_id, attempt, ts = event[0], event[1], event[2], event[3]
+                if kind == EV_LANE:  # lane activity: stored as it is, for goodput
+                    events.append((ts, event[4], trial_id, name, {**event[5], "attempt": attempt}))
+                    continue
                 trial = self.trials.get(trial_id)
                 if trial is None or attempt != trial.attempt:
                     continue  # an event of an earlier attempt that was already given up on
