@@ -1,11 +1,32 @@
 """Searchers: algorithms that propose TrialGroups and decide what happens to trials after each result.
 
-One algorithm per private module, re-exported here (the layout of Optuna's ``optuna/pruners``).
+One algorithm per private module, re-exported here (the layout of Optuna's ``optuna/pruners``):
+
+- :class:`RandomSearch`: random and grid search (Ray Tune's BasicVariantGenerator);
+- :class:`ASHA`: asynchronous successive halving (Ray's AsyncHyperBandScheduler decisions);
+- :class:`HyperBand`: synchronous HyperBand, each rung one TrialGroup;
+- :class:`BOHB` / :class:`SyncBOHB`: BOHB's KDE model over ASHA / over HyperBand;
+- :class:`PBT`: population based training, exploiting through checkpoints;
+- :class:`OptunaSearch`: any Optuna sampler through ask/tell, optionally with an Optuna pruner.
 """
 
+from fluidsalus.searchers._asha import ASHA
 from fluidsalus.searchers._base import BaseSearcher, Decision, ExploitRequest
+from fluidsalus.searchers._bohb import BOHB, SyncBOHB
+from fluidsalus.searchers._hyperband import HyperBand
 from fluidsalus.searchers._optuna import OptunaSearch
 from fluidsalus.searchers._pbt import PBT
 from fluidsalus.searchers._random import RandomSearch
 
-__all__ = ["PBT", "BaseSearcher", "Decision", "ExploitRequest", "OptunaSearch", "RandomSearch"]
+__all__ = [
+    "ASHA",
+    "BOHB",
+    "PBT",
+    "BaseSearcher",
+    "Decision",
+    "ExploitRequest",
+    "HyperBand",
+    "OptunaSearch",
+    "RandomSearch",
+    "SyncBOHB",
+]
