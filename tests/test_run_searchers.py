@@ -73,3 +73,28 @@ def test_optuna_search_drives_a_real_study_through_the_engine(storage):
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(done) == 12
     assert study.best_value == pytest.approx(grid.get_best_result().metrics["loss"])
+
+
+def curve(config):
+    for step in range(1, 28):
+        fluidsalus.report({"acc": config["q"] * (1 - 0.5 ** step)})
+
+
+@pytest.mark.parametrize("make", [
+    lambda space: fluidsalus.searchers.ASHA(space, num_samples=1, metric="acc", mode="max", max_t=27,
+                                            grace_period=1, reduction_factor=3),
+    lambda space: fluidsalus.searchers.HyperBand(space, num_samples=1, metric="acc", mode="max", max_t=27,
+                                                 reduction_factor=3),
+], ids=["asha", "hyperband"])
+def test_successive_halving_searchers_stop_trials_exactly_at_rungs(storage, make):
+    space = {"q": fluidsalus.grid_search([i / 12 for i in range(1, 13)])}
+    grid = fluidsalus.run(curve, searcher=make(space), metric="acc", mode="max", storage_path=storage,
+                          verbose=0)
+    assert len(grid) == 12 and grid.num_errors == 0
+    ends = sorted(r.metrics["training_iteration"] for r in grid)
+    assert set(ends) <= {1, 3, 9, 27}  # every trial ends on a rung: no overshoot past a decision point
+    assert ends.count(27) >= 1 and ends.count(27) < 12  # the best went all the way, most were stopped early
+    best = grid.get_best_result()
+    assert best.config["q"] == 1.0 and best.metrics["training_iteration"] == 27
+    reader = ExperimentStore.open(grid.experiment_path, readonly=True)
+    assert all(t.attempt == 0 for t in reader.trials())  # promotions resumed trials in place
