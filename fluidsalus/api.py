@@ -28,7 +28,7 @@ from fluidsalus.config import RunSpec, build
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.actor import pack_trainable
 from fluidsalus.gpu.device import plan_devices
-from fluidsalus.gpu.host import stop_rule
+from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS, stop_rule
 from fluidsalus.result import ResultGrid
 from fluidsalus.searchers import BaseSearcher, RandomSearch
 from fluidsalus.store import DB_FILENAME, ExperimentStore, loads
@@ -57,6 +57,8 @@ def run(
     cpus_per_device: int | None = None,
     max_concurrent_trials: int | None = None,
     max_failures: int = 0,
+    lane_policy: str = "fifo",
+    quantum_ms: float = DEFAULT_QUANTUM_MS,
     verbose: int = 1,
     resume: bool = False,
     callbacks: list[Callback] | None = None,
@@ -82,6 +84,9 @@ def run(
         max_concurrent_trials: Cap on trials running at once across all devices.
         max_failures: Times a failing trial is started again (from its last checkpoint) before it is recorded
             as errored; -1 retries without limit (Ray Tune's ``FailureConfig.max_failures``).
+        lane_policy: How a lane picks its next trial at an iteration boundary: ``fifo``, ``fair``, ``rr``,
+            ``pack``, ``srtf`` or ``priority`` (see docs/lanes.md).
+        quantum_ms: Least compute time before ``fluidsalus.step()`` lets a lane switch trials.
         verbose: 0 silent, 1 a summary, 2 a line per finished trial.
         resume: Continue the experiment ``name``: finished trials are kept, unfinished ones resume from their
             last checkpoint (or restart when they have none).
@@ -97,6 +102,7 @@ def run(
         RunSpec, num_samples=num_samples, metric=metric, mode=mode, name=name, storage_path=storage_path,
         seed=seed, devices=devices, cpus_per_device=cpus_per_device,
         max_concurrent_trials=max_concurrent_trials, max_failures=max_failures, verbose=verbose, resume=resume,
+        lane_policy=lane_policy, quantum_ms=quantum_ms,
     )
     trainable_name = _check_trainable(trainable)
     space = {} if config is None else config
@@ -157,6 +163,8 @@ def run(
             mode=spec.mode,
             max_concurrent_trials=spec.max_concurrent_trials,
             max_failures=spec.max_failures if spec.max_failures >= 0 else sys.maxsize,
+            lane_policy=spec.lane_policy,
+            quantum_ms=spec.quantum_ms,
             verbose=spec.verbose,
             callbacks=_check_callbacks(callbacks),
         ),

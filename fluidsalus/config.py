@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fluidsalus.errors import ConfigError
+from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS
 
 #: Where experiments go when no ``storage_path`` is given; ``FLUIDSALUS_STORAGE_PATH`` overrides it.
 DEFAULT_STORAGE_PATH = os.path.join("~", "fluidsalus_results")
@@ -31,6 +32,8 @@ class RunSpec(BaseModel):
     cpus_per_device: int | None = Field(None, ge=1)
     max_concurrent_trials: int | None = Field(None, ge=1)
     max_failures: int = Field(0, ge=-1, description="Retries of a failing trial; -1 retries forever (Ray).")
+    lane_policy: Literal["fifo", "fair", "rr", "pack", "srtf", "priority"] = "fifo"
+    quantum_ms: float = Field(DEFAULT_QUANTUM_MS, ge=0)
     verbose: int = Field(1, ge=0, le=3)
     resume: bool = False
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -112,6 +113,7 @@ class _Unpicklable:
         (dict(trainable=42), r"trainable: must be a function f\(config\)"),
         (dict(verbose=7), "verbose"),
         (dict(name="a/b"), "name: must be a plain folder name"),
+        (dict(lane_policy="lifo"), r"lane_policy: Input should be 'fifo', 'fair', 'rr', 'pack', 'srtf' or 'priority'"),
     ],
 )
 def test_bad_input_is_refused_before_anything_is_written(storage, kwargs, message):
@@ -312,3 +314,21 @@ def test_failing_trials_are_retried_from_checkpoint_up_to_max_failures(storage):
     restarts = [e for e in reader.events("trial_restart") if e.trial_id == hopeless.trial_id]
     assert [e.data["reason"] for e in restarts] == ["retry", "retry"]
     assert all(e.data["from_iteration"] == 2 and "flaky failure" in e.data["traceback"] for e in restarts)
+
+
+def sleepy(config):
+    for i in range(4):
+        time.sleep(0.01)
+        fluidsalus.report({"i": i})
+
+
+@pytest.mark.parametrize("policy", ["fifo", "rr"])
+def test_lane_activity_is_recorded_in_the_store(storage, policy):
+    grid = fluidsalus.run(sleepy, {"x": fluidsalus.grid_search(list(range(6)))}, lane_policy=policy,
+                          devices=1, cpus_per_device=1, max_concurrent_trials=3, storage_path=storage, verbose=0)
+    assert grid.num_errors == 0
+    reader = ExperimentStore.open(grid.experiment_path, readonly=True)
+    kinds = [e.kind for e in reader.events()]
+    assert {"lane_open", "lane_admit", "lane_leave", "lane_close", "switch"} <= set(kinds)
+    switches = reader.events("switch")
+    assert all(e.data["latency_ms"] >= 0 and e.data["from"] != e.trial_id for e in switches)

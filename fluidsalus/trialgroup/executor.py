@@ -26,6 +26,7 @@ from fluidsalus.errors import ConfigError, FluidsalusError
 from fluidsalus.gpu.actor import start_device_actor
 from fluidsalus.gpu.device import DEFAULT_TRIAL_ESTIMATE, DeviceSpec, virtual_device_capacity
 from fluidsalus.gpu.host import (
+    DEFAULT_QUANTUM_MS,
     EV_END,
     EV_FATAL,
     EV_LANE,
@@ -73,6 +74,7 @@ class ExecutorSettings:
     max_concurrent_trials: int | None = None
     max_failures: int = 0
     lane_policy: str = DEFAULT_POLICY
+    quantum_ms: float = DEFAULT_QUANTUM_MS
     verbose: int = 1
     callbacks: list[Callback] = field(default_factory=list)
 
@@ -173,6 +175,7 @@ class Executor:
                 capacity_bytes=capacity,  # a GPU device's actor replaces it with the GPU's free memory
                 trial_estimate=DEFAULT_TRIAL_ESTIMATE,
                 policy=self.settings.lane_policy,
+                quantum_ms=self.settings.quantum_ms,
                 torch_threads=1 if spec.kind == "cpu" else None,
                 resources={"cpu": float(spec.slots), "gpu": 1.0 if spec.kind == "cuda" else 0.0},
                 time_attr=self.searcher.time_attr,

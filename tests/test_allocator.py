@@ -1,0 +1,527 @@
+"""The C++ lane allocator over host memory: arenas, accounting, caps, threads, and the CUDA entry points.
+
+The arena logic does not depend on where its memory comes from, so everything the CUDA allocator does is
+tested here over host memory. The CUDA entry points themselves (fs_cuda_malloc/fs_cuda_free and the
+torch.OutOfMemoryError they raise) are exercised by a small C++ program, since ctypes cannot catch C++
+exceptions.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fluidsalus.gpu import allocator as fa
+from fluidsalus.gpu.allocator import ALIGNMENT, NO_TAG, LaneAllocator, LaneAllocatorError, Status
+
+UNIT = ALIGNMENT
+
+
+@pytest.fixture
+def alloc():
+    a = LaneAllocator("host")
+    yield a
+    a.close()
+
+
+def assert_no_overlap(blocks: list[tuple[int, int]], lo: int | None = None, hi: int | None = None) -> None:
+    """Intervals [address, address + size) are pairwise disjoint (and inside [lo, hi) if given)."""
+    ordered = sorted(blocks)
+    for (a0, s0), (a1, _) in zip(ordered, ordered[1:], strict=False):
+        assert a0 + s0 <= a1, f"blocks overlap: {a0:#x}+{s0} and {a1:#x}"
+    if ordered and lo is not None and hi is not None:
+        assert ordered[0][0] >= lo and ordered[-1][0] + ordered[-1][1] <= hi
+
+
+def rounded(n: int) -> int:
+    return max(1, -(-n // UNIT)) * UNIT
+
+
+# ---- arena: alignment, best fit, coalescing ------------------------------------------------------------
+
+
+def test_every_address_is_aligned_and_sizes_are_rounded(alloc):
+    lane = alloc.create_lane(64 * UNIT + 100)  # capacity rounds down
+    assert alloc.lane_stats(lane).capacity == 64 * UNIT
+    alloc.assign(1, lane)
+    sizes = [0, 1, 511, 512, 513, 1000, 4096, 5000]
+    addrs = [alloc.malloc(n, 1) for n in sizes]
+    assert all(a and a % ALIGNMENT == 0 for a in addrs)
+    assert alloc.tag_stats(1) == (sum(map(rounded, sizes)),) * 2
+    blocks = {b.address: b.size for b in alloc.lane_blocks(lane) if not b.free}
+    assert [blocks[a] for a in addrs] == [rounded(n) for n in sizes]
+    # the memory is real host memory
+    import ctypes
+
+    ctypes.memset(addrs[-1], 0xAB, 5000)
+    assert ctypes.string_at(addrs[-1] + 4999, 1) == b"\xab"
+
+
+def test_best_fit_takes_the_smallest_adequate_block(alloc):
+    lane = alloc.create_lane(16 * UNIT)
+    alloc.assign(1, lane)
+    big_hole = alloc.malloc(4 * UNIT, 1)  # low address
+    alloc.malloc(UNIT, 1)
+    small_hole = alloc.malloc(2 * UNIT, 1)  # higher address
+    alloc.malloc(UNIT, 1)
+    alloc.free(big_hole)
+    alloc.free(small_hole)
+    # free blocks now: 4 units (low), 2 units (middle), 8 units (the tail)
+    assert [b.size // UNIT for b in alloc.lane_blocks(lane) if b.free] == [4, 2, 8]
+    # first fit would take the 4-unit hole; best fit takes the 2-unit one
+    assert alloc.malloc(2 * UNIT, 1) == small_hole
+    # a 3-unit request: the 4-unit hole beats the 8-unit tail, and the remainder stays free
+    assert alloc.malloc(3 * UNIT, 1) == big_hole
+    assert [b.size // UNIT for b in alloc.lane_blocks(lane) if b.free] == [1, 8]
+    alloc.check_lane(lane)
+
+
+def test_coalescing_merges_free_neighbours(alloc):
+    lane = alloc.create_lane(8 * UNIT)
+    alloc.assign(1, lane)
+    addrs = [alloc.malloc(UNIT, 1) for _ in range(8)]
+    assert alloc.lane_stats(lane).free_blocks == 0
+    for a in addrs[1::2]:
+        alloc.free(a)
+    stats = alloc.lane_stats(lane)
+    assert (stats.free_blocks, stats.largest_free, stats.used) == (4, UNIT, 4 * UNIT)
+    # fragmented: 4 units free, but no two in a row
+    assert alloc.malloc(2 * UNIT, 1) == 0
+    assert fa.last_error() == Status.LANE_FULL
+    # freeing a block between two free ones merges all three
+    alloc.free(addrs[2])
+    assert [b.size // UNIT for b in alloc.lane_blocks(lane) if b.free] == [3, 1, 1]
+    alloc.check_lane(lane)
+    for a in (addrs[6], addrs[0], addrs[4]):
+        alloc.free(a)
+        alloc.check_lane(lane)
+    stats = alloc.lane_stats(lane)
+    assert (stats.free_blocks, stats.largest_free, stats.used, stats.allocated_blocks) == (1, 8 * UNIT, 0, 0)
+    assert alloc.malloc(8 * UNIT, 1) == addrs[0]
+
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("alloc"), st.integers(0, 24 * UNIT), st.integers(0, 2)),
+        st.tuples(st.just("free"), st.integers(0, 10_000), st.just(0)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS)
+def test_random_alloc_free_never_overlaps(alloc, ops):
+    capacity = 64 * UNIT
+    lane = alloc.create_lane(capacity)
+    base = alloc.lane_stats(lane).base
+    for tag in range(3):
+        alloc.assign(tag, lane)
+    live: dict[int, tuple[int, int]] = {}  # address -> (rounded size, tag)
+    try:
+        for op, arg, tag in ops:
+            if op == "alloc":
+                addr = alloc.malloc(arg, tag)
+                if addr:
+                    assert addr % ALIGNMENT == 0 and addr not in live
+                    live[addr] = (rounded(arg), tag)
+                else:
+                    # a refusal is only allowed when no free block is large enough
+                    assert fa.last_error() == Status.LANE_FULL
+                    assert alloc.lane_stats(lane).largest_free < rounded(arg)
+            elif live:
+                addr = sorted(live)[arg % len(live)]
+                alloc.free(addr)
+                del live[addr]
+            assert_no_overlap([(a, s) for a, (s, _) in live.items()], base, base + capacity)
+            alloc.check_lane(lane)
+            stats = alloc.lane_stats(lane)
+            assert stats.used == sum(s for s, _ in live.values())
+            assert stats.allocated_blocks == len(live)
+            for t in range(3):
+                assert alloc.tag_stats(t)[0] == sum(s for s, tt in live.values() if tt == t)
+    finally:
+        for addr in list(live):
+            alloc.free(addr)
+    stats = alloc.lane_stats(lane)
+    assert (stats.free_blocks, stats.largest_free, stats.used) == (1, capacity, 0)
+    alloc.dissolve_lane(lane)
+
+
+# ---- caps --------------------------------------------------------------------------------------------
+
+
+def test_lane_cap_fails_only_in_that_lane(alloc):
+    small = alloc.create_lane(4 * UNIT)
+    other = alloc.create_lane(16 * UNIT)
+    alloc.assign(1, small)
+    alloc.assign(2, other)
+    assert alloc.malloc(4 * UNIT, 1)
+    assert alloc.malloc(1, 1) == 0
+    assert fa.last_error() == Status.LANE_FULL
+    assert alloc.tag_info(1).failures == 1
+    assert alloc.malloc(5 * UNIT, 1) == 0
+    # the other lane is unaffected
+    assert all(alloc.malloc(4 * UNIT, 2) for _ in range(4))
+    assert alloc.lane_stats(other).used == 16 * UNIT
+    assert alloc.tag_info(2).failures == 0
+
+
+def test_tag_cap_fails_for_that_tag_only(alloc):
+    lane = alloc.create_lane(64 * UNIT)
+    alloc.assign(1, lane)
+    alloc.assign(2, lane)
+    alloc.set_tag_cap(1, 3 * UNIT)
+    a = alloc.malloc(2 * UNIT, 1)
+    assert a
+    assert alloc.malloc(UNIT, 1)  # exactly at the cap
+    assert alloc.malloc(1, 1) == 0
+    assert fa.last_error() == Status.TAG_CAP
+    # tag 2, same lane, keeps allocating
+    assert all(alloc.malloc(4 * UNIT, 2) for _ in range(8))
+    # tag 1 allocates again once it frees, and the cap never let live pass it
+    alloc.free(a)
+    assert alloc.malloc(2 * UNIT, 1)
+    info = alloc.tag_info(1)
+    assert (info.cap, info.live, info.peak, info.failures) == (3 * UNIT, 3 * UNIT, 3 * UNIT, 1)
+    # lowering the cap below the live bytes is allowed: allocations fail until enough is freed
+    alloc.set_tag_cap(1, UNIT)
+    assert alloc.malloc(1, 1) == 0
+    alloc.set_tag_cap(1, None)
+    assert alloc.malloc(UNIT, 1) and alloc.tag_info(1).cap is None
+
+
+# ---- accounting --------------------------------------------------------------------------------------
+
+
+def test_live_and_peak_per_tag_give_p_and_t(alloc):
+    lane = alloc.create_lane(64 * UNIT)
+    alloc.assign(7, lane)
+    alloc.assign(8, lane)
+    persistent = [alloc.malloc(UNIT, 7) for _ in range(3)]  # P = 3 units
+    assert alloc.tag_stats(7) == (3 * UNIT, 3 * UNIT)
+    # iteration boundary: P = live; reset the peak
+    p = alloc.tag_stats(7)[0]
+    alloc.reset_peak(7)
+    # one iteration: temporaries of 2 and 4 units alive at once, then freed; tag 8 allocates meanwhile
+    t1 = alloc.malloc(2 * UNIT, 7)
+    other = alloc.malloc(10 * UNIT, 8)
+    t2 = alloc.malloc(4 * UNIT, 7)
+    alloc.free(t1)
+    alloc.free(t2)
+    live, peak = alloc.tag_stats(7)
+    assert (live, peak - p) == (3 * UNIT, 6 * UNIT)  # P and T of tag 7, unaffected by tag 8
+    assert alloc.tag_stats(8) == (10 * UNIT, 10 * UNIT)
+    alloc.reset_peak(7)
+    assert alloc.tag_stats(7) == (3 * UNIT, 3 * UNIT)
+    info = alloc.tag_info(7)
+    assert (info.allocations, info.lane, info.failures) == (3, lane, 0)
+    for a in [*persistent, other]:
+        alloc.free(a)
+    assert alloc.tag_stats(7) == (0, 3 * UNIT)
+    assert alloc.live_bytes() == 0
+
+
+def test_unknown_and_forgotten_tags(alloc):
+    with pytest.raises(LaneAllocatorError) as e:
+        alloc.tag_info(42)
+    assert e.value.status == Status.NO_TAG
+    assert alloc.malloc(UNIT, 42) == 0 and fa.last_error() == Status.NO_LANE
+    lane = alloc.create_lane(8 * UNIT)
+    alloc.assign(42, lane)
+    a = alloc.malloc(UNIT, 42)
+    with pytest.raises(LaneAllocatorError) as e:
+        alloc.forget_tag(42)
+    assert e.value.status == Status.LANE_BUSY
+    alloc.free(a)
+    alloc.forget_tag(42)
+    assert alloc.lane_stats(lane).tags == 0
+
+
+# ---- lane life cycle ---------------------------------------------------------------------------------
+
+
+def test_dissolve_only_when_empty(alloc):
+    lane = alloc.create_lane(8 * UNIT)
+    alloc.assign(1, lane)
+    a = alloc.malloc(UNIT, 1)
+    with pytest.raises(LaneAllocatorError) as e:
+        alloc.dissolve_lane(lane)
+    assert e.value.status == Status.LANE_BUSY
+    assert alloc.lanes() == [lane]
+    alloc.free(a)
+    alloc.dissolve_lane(lane)
+    assert alloc.lanes() == []
+    # its tags are unassigned: they cannot allocate until assigned again
+    assert alloc.tag_info(1).lane is None
+    assert alloc.malloc(UNIT, 1) == 0 and fa.last_error() == Status.NO_LANE
+    with pytest.raises(LaneAllocatorError) as e:
+        alloc.dissolve_lane(lane)
+    assert e.value.status == Status.NO_LANE
+    with pytest.raises(LaneAllocatorError) as e:
+        alloc.free(a)
+    assert e.value.status == Status.NOT_OURS
+
+
+def test_resize_an_empty_lane(alloc):
+    lane = alloc.create_lane(8 * UNIT)
+    alloc.assign(1, lane)
+    a = alloc.malloc(UNIT, 1)
+    with pytest.raises(LaneAllocatorError) as e:
+        alloc.resize_lane(lane, 32 * UNIT)
+    assert e.value.status == Status.LANE_BUSY
+    alloc.free(a)
+    alloc.resize_lane(lane, 32 * UNIT)
+    stats = alloc.lane_stats(lane)
+    assert (stats.capacity, stats.largest_free, stats.tags) == (32 * UNIT, 32 * UNIT, 1)
+    assert alloc.malloc(20 * UNIT, 1)  # the tag keeps its lane
+    alloc.check_lane(lane)
+
+
+def test_bad_arguments(alloc):
+    with pytest.raises(LaneAllocatorError) as e:
+        alloc.create_lane(UNIT - 1)
+    assert e.value.status == Status.INVALID
+    lane = alloc.create_lane(4 * UNIT)
+    with pytest.raises(LaneAllocatorError):
+        alloc.assign(1, lane + 99)
+    with pytest.raises(LaneAllocatorError):
+        alloc.assign(-5, lane)
+    with pytest.raises(ValueError):
+        alloc.set_tag_cap(1, -1)
+    with pytest.raises(LaneAllocatorError) as e:
+        alloc.free(0x1000)
+    assert e.value.status == Status.NOT_OURS
+    alloc.free(0)  # like free(NULL)
+    with pytest.raises(ValueError):
+        LaneAllocator("cuda")  # type: ignore[arg-type]
+
+
+def test_virtual_backing_holds_lanes_larger_than_memory():
+    with LaneAllocator("virtual") as a:
+        lane = a.create_lane(1 << 40)  # 1 TiB, no memory behind it
+        other = a.create_lane(1 << 40)
+        a.assign(1, lane)
+        a.assign(2, other)
+        x = a.malloc(300 << 30, 1)
+        y = a.malloc(300 << 30, 2)
+        assert x % ALIGNMENT == 0 and y % ALIGNMENT == 0
+        assert_no_overlap([(x, 300 << 30), (y, 300 << 30)])
+        assert a.backing == "virtual"
+        assert a.lane_stats(lane).used == 300 << 30
+
+
+# ---- threads -----------------------------------------------------------------------------------------
+
+
+def test_many_threads_allocate_and_free_at_once(alloc):
+    lanes = [alloc.create_lane(512 * UNIT) for _ in range(2)]
+    n_threads, n_tags, ops = 8, 4, 3000
+    for tag in range(n_tags):  # two threads share each tag
+        alloc.assign(tag, lanes[tag % 2])
+    alloc.set_tag_cap(3, 40 * UNIT)
+    outstanding: list[dict[int, tuple[int, int]]] = [{} for _ in range(n_threads)]
+    barrier = threading.Barrier(n_threads)
+    errors: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        try:
+            rng = random.Random(i)
+            mine = outstanding[i]
+            tag = i % n_tags
+            barrier.wait()
+            for _ in range(ops):
+                if mine and rng.random() < 0.45:
+                    addr = rng.choice(list(mine))
+                    alloc.free(addr)
+                    del mine[addr]
+                else:
+                    n = rng.randint(1, 8 * UNIT)
+                    addr = alloc.malloc(n, tag)
+                    if addr:
+                        mine[addr] = (rounded(n), tag)
+                    else:
+                        assert fa.last_error() in (Status.LANE_FULL, Status.TAG_CAP)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    # the totals agree with what every thread holds
+    held = {addr: v for mine in outstanding for addr, v in mine.items()}
+    assert len(held) == sum(len(m) for m in outstanding)  # no address handed out twice
+    assert_no_overlap([(a, s) for a, (s, _) in held.items()])
+    for tag in range(n_tags):
+        assert alloc.tag_stats(tag)[0] == sum(s for s, t in held.values() if t == tag)
+    assert alloc.tag_info(3).peak <= 40 * UNIT  # the cap held under contention
+    for i, lane in enumerate(lanes):
+        alloc.check_lane(lane)
+        assert alloc.lane_stats(lane).used == sum(s for s, t in held.values() if t % 2 == i)
+    for addr in held:
+        alloc.free(addr)
+    assert alloc.live_bytes() == 0
+    for lane in lanes:
+        stats = alloc.lane_stats(lane)
+        assert (stats.free_blocks, stats.used) == (1, 0)
+        alloc.dissolve_lane(lane)
+
+
+def test_thread_tag_and_stream_fallback(alloc):
+    lane = alloc.create_lane(64 * UNIT)
+    alloc.assign(5, lane)
+    alloc.assign(6, lane)
+    base = alloc.lane_stats(lane).base
+    got: dict[str, int] = {}
+
+    def trial_thread() -> None:
+        with fa.thread_tag(5):
+            assert fa.get_thread_tag() == 5
+            got["tagged"] = alloc.malloc(2 * UNIT)
+        assert fa.get_thread_tag() is None
+
+    def helper_thread() -> None:  # e.g. autograd's device thread: no tag, but the lane's stream
+        got["stream"] = alloc.malloc(3 * UNIT, stream=0xABC)
+        got["untagged"] = alloc.malloc(UNIT)
+
+    alloc.bind_stream(0xABC, lane)
+    alloc.set_lane_tag(lane, 6)
+    assert alloc.lane_stats(lane).active_tag == 6
+    for fn in (trial_thread, helper_thread):
+        t = threading.Thread(target=fn)
+        t.start()
+        t.join()
+    assert alloc.tag_stats(5)[0] == 2 * UNIT
+    assert alloc.tag_stats(6)[0] == 3 * UNIT
+    assert base <= got["stream"] < base + 64 * UNIT
+    # no tag and no bound stream: outside every lane, still accounted
+    assert not base <= got["untagged"] < base + 64 * UNIT
+    assert got["untagged"] % ALIGNMENT == 0
+    assert alloc.tag_stats(NO_TAG)[0] == UNIT
+    for addr in got.values():
+        alloc.free(addr)
+    assert alloc.live_bytes() == 0
+    alloc.bind_stream(0xABC, None)
+
+
+# ---- library loading and the CUDA entry points -------------------------------------------------------
+
+
+def test_missing_library_gives_a_clear_error(monkeypatch):
+    monkeypatch.delenv(fa.LIBRARY_ENV_VAR, raising=False)
+    monkeypatch.setattr(fa.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(fa.LaneAllocatorUnavailable, match="installed without its compiled lane allocator"):
+        fa.library_path()
+
+
+# Drives fs_cuda_malloc/fs_cuda_free over host memory, as PyTorch's CUDAPluggableAllocator would, and reports
+# the type of what a refused allocation throws.
+_HARNESS = r"""
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <sys/types.h>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <typeinfo>
+using i64 = int64_t;
+template <typename T> T sym(void* lib, const char* name) { return reinterpret_cast<T>(dlsym(lib, name)); }
+int main(int, char** argv) {
+  void* lib = dlopen(argv[1], RTLD_LAZY | RTLD_LOCAL);  // lazy: PyInit's Python symbols are never bound
+  if (!lib) { std::printf("dlopen failed\n"); return 2; }
+  auto global = sym<void* (*)()>(lib, "fs_global_allocator")();
+  std::printf("set_backing %lld\n", (long long)sym<i64 (*)(i64)>(lib, "fs_global_set_backing")(0));
+  std::printf("bind %lld\n", (long long)sym<i64 (*)(const char*)>(lib, "fs_cuda_bind_torch")(argv[2]));
+  i64 lane = sym<i64 (*)(void*, i64, i64)>(lib, "fs_lane_create")(global, 1 << 20, 0);
+  auto assign = sym<i64 (*)(void*, i64, i64)>(lib, "fs_assign_tag");
+  assign(global, 1, lane);
+  assign(global, 2, lane);
+  sym<i64 (*)(void*, i64, i64)>(lib, "fs_set_tag_cap")(global, 1, 64 << 10);
+  auto set_tag = sym<void (*)(i64)>(lib, "fs_set_thread_tag");
+  auto cmalloc = sym<void* (*)(ssize_t, int, void*)>(lib, "fs_cuda_malloc");
+  auto cfree = sym<void (*)(void*, ssize_t, int, void*)>(lib, "fs_cuda_free");
+  set_tag(1);
+  void* p = cmalloc(1000, 0, nullptr);
+  std::printf("p %d\n", p != nullptr && reinterpret_cast<uintptr_t>(p) % 512 == 0);
+  try {
+    cmalloc(128 << 10, 0, nullptr);
+    std::printf("throw none\n");
+  } catch (const std::exception& e) {
+    std::printf("throw %s\n", abi::__cxa_current_exception_type()->name());
+    std::printf("what %s\n", e.what());
+  }
+  set_tag(2);
+  void* q = cmalloc(128 << 10, 0, nullptr);
+  std::printf("q %d\n", q != nullptr);
+  cfree(p, 1000, 0, nullptr);
+  cfree(q, 128 << 10, 0, nullptr);
+  std::printf("zero %d\n", cmalloc(0, 0, nullptr) == nullptr);
+  std::printf("live %lld\n", (long long)sym<i64 (*)(void*)>(lib, "fs_allocator_live_bytes")(global));
+  return 0;
+}
+"""
+
+
+def _libc10() -> str | None:
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return None
+    path = Path(spec.origin).parent / "lib" / "libc10.so"
+    return str(path) if path.is_file() else None
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to build the C++ harness")
+def test_cuda_entry_points_raise_torch_oom_for_the_capped_tag_only(tmp_path):
+    libc10 = _libc10()
+    if libc10 is None:
+        pytest.skip("torch's libc10.so not found")
+    src = tmp_path / "harness.cpp"
+    src.write_text(_HARNESS)
+    exe = tmp_path / "harness"
+    subprocess.run(["g++", "-std=c++17", "-O0", "-w", str(src), "-o", str(exe), "-ldl"], check=True)
+    env = {k: v for k, v in os.environ.items() if k != fa.LIBRARY_ENV_VAR}
+    out = subprocess.run(
+        [str(exe), fa.library_path(), libc10], capture_output=True, text=True, check=True, timeout=60, env=env
+    ).stdout
+    lines = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+    assert lines["set_backing"] == "0" and lines["bind"] == "0"
+    assert lines["p"] == "1"
+    assert lines["throw"] == "N3c1016OutOfMemoryErrorE"  # what PyTorch turns into torch.OutOfMemoryError
+    assert "tag 1 could not get 128.00 KiB" in lines["what"] and "cap" in lines["what"]
+    assert lines["q"] == "1"  # tag 2, same lane, unaffected
+    assert lines["zero"] == "1"
+    assert lines["live"] == "0"
+
+
+def test_cuda_backing_without_a_gpu_fails_cleanly():
+    device = LaneAllocator.device()
+    assert device.backing == "cuda"
+    try:
+        lane = device.create_lane(1 << 20)
+    except LaneAllocatorError as e:
+        assert e.status == Status.BACKING
+        assert "cuda" in str(e).lower()  # says why: no libcudart, no device, ...
+    else:  # pragma: no cover - a GPU is present
+        device.dissolve_lane(lane)
+        pytest.skip("a GPU is present: tests/test_allocator_cuda.py covers it")
+    assert device.lanes() == []
+
+
+def test_install_cuda_allocator_needs_cuda():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available: tests/test_allocator_cuda.py covers it")
+    with pytest.raises(LaneAllocatorError, match="needs CUDA"):
+        fa.install_cuda_allocator()
