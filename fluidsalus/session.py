@@ -165,6 +165,8 @@ class TrialSession:
         self.stopped_by_rule = False
         self.budget = budget
         self.time_attr = time_attr
+        #: (iteration, time_total_s) of the checkpoint a restart would resume from.
+        self.checkpoint_at = (start_iteration, time_total_offset)
         self._resumed = threading.Event()
         self._turns = turns
 
@@ -216,6 +218,7 @@ class TrialSession:
                 )
             path = persist_checkpoint(checkpoint, self.context.trial_dir, self.iteration)
             self.checkpoint = Checkpoint(path)
+            self.checkpoint_at = (self.iteration, result["time_total_s"])
             result["checkpoint_dir_name"] = os.path.basename(path)
         stop = self.stop_requested.is_set()
         if not stop and self._should_stop is not None and self._should_stop(result):

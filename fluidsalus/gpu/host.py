@@ -57,6 +57,7 @@ EV_LANE = "lane"  # (EV_LANE, trial_id | None, attempt | None, ts, kind, data): 
 OUT_COMPLETED = "completed"  # the trainable returned
 OUT_STOPPED = "stopped"  # the stop rule fired or the driver stopped it
 OUT_ERRORED = "errored"  # the trainable raised
+OUT_OOM = "oom"  # ran out of memory: re-admitted with a larger estimate, never sent to the driver as an end
 
 #: Default ``quantum_ms``: the least time a trial computes before ``fluidsalus.step()`` hands its lane over.
 #: Salus switches at iteration granularity; a quantum of a few milliseconds keeps a switch (~0.1 ms here)
@@ -321,7 +322,9 @@ class DeviceHost:
 
     def _release_locked(self, r: _Running, ready: bool) -> None:
         """Hand the lane's turn on (to the policy's pick among the ready, maybe ``r`` itself if ``ready``)."""
-        turn = self._turns[r.lane_id]
+        turn = self._turns.get(r.lane_id)
+        if turn is None:  # the lane already dissolved (its last member failed out of memory)
+            return
         if turn.holder != r.spec.trial_id:
             turn.ready.pop(r.spec.trial_id, None)
             return
@@ -395,7 +398,8 @@ class DeviceHost:
         r = self._running[trial_id]
         self._release_locked(r, ready=False)
         del self._running[trial_id]
-        for placement in self._lanes.leave(trial_id):
+        admitted = self._lanes.leave(trial_id) if trial_id in self._lanes else []  # not after an OOM failure
+        for placement in admitted:
             spec = self._waiting.pop(placement.trial_id)
             self._start_locked(spec, placement.lane_id)
         self._emit_lane_events_locked()
@@ -458,19 +462,59 @@ class DeviceHost:
                 session.report_return_value(output)
         except StopTrial:
             outcome = OUT_STOPPED
-        except (StopRuleError, BudgetKeyError) as e:
-            fatal = str(e)
-            outcome, error, trace = OUT_ERRORED, str(e), tb.format_exc()
         except BaseException as e:  # noqa: BLE001 - a trial's failure must never take the device down
-            outcome, error, trace = OUT_ERRORED, f"{type(e).__name__}: {e}", tb.format_exc()
+            error, trace = f"{type(e).__name__}: {e}", tb.format_exc()
+            outcome = OUT_OOM if _is_out_of_memory(e) else OUT_ERRORED
+            if isinstance(e, (StopRuleError, BudgetKeyError)):
+                fatal = error = str(e)
         finally:
             set_session(None)
         now = time.time()
         with self._lock:
+            if outcome == OUT_OOM and self._readmit_locked(spec, session, error or "", trace):
+                return
+            if outcome == OUT_OOM:
+                outcome = OUT_ERRORED
             if fatal is not None:
                 self._emit_locked((EV_FATAL, spec.trial_id, spec.attempt, now, fatal))
             self._emit_locked((EV_END, spec.trial_id, spec.attempt, now, outcome, error, trace))
             self._leave_locked(spec.trial_id)  # after its END: trials admitted now start after it ended
+
+    def _readmit_locked(self, spec: TrialSpec, session: TrialSession, error: str, trace: str | None) -> bool:
+        """A trial ran out of memory: re-admit it with a larger estimate, from its last checkpoint.
+
+        Its lane neighbours keep running. The lane manager grows its estimate (alone in a lane if need be),
+        up to its retry limit.
+
+        Returns:
+            True when the trial was re-admitted (or queued for it); False when it must fail.
+        """
+        r = self._running[spec.trial_id]
+        self._release_locked(r, ready=False)
+        decision = self._lanes.on_oom(spec.trial_id)
+        self._emit_lane_events_locked()
+        if decision.action == ln.ACT_FAIL:  # the manager forgot the trial; it ends as errored
+            return False
+        del self._running[spec.trial_id]
+        iteration, time_total = session.checkpoint_at
+        respec = TrialSpec(
+            trial_id=spec.trial_id, trial_name=spec.trial_name, config=spec.config, trial_dir=spec.trial_dir,
+            attempt=spec.attempt,
+            checkpoint_path=session.checkpoint.path if session.checkpoint is not None else None,
+            start_iteration=iteration if session.checkpoint is not None else 0,
+            time_total_offset=time_total if session.checkpoint is not None else 0.0,
+            budget=session.budget, priority=spec.priority,
+        )
+        self._emit_locked((EV_LANE, spec.trial_id, spec.attempt, time.time(), "oom_readmit",
+                           {"action": decision.action, "from_iteration": respec.start_iteration, "error": error,
+                            "traceback": trace}))
+        if decision.placement is None:
+            self._waiting[spec.trial_id] = respec
+        else:
+            self._start_locked(respec, decision.placement.lane_id)
+        for placement in decision.admitted:
+            self._start_locked(self._waiting.pop(placement.trial_id), placement.lane_id)
+        return True
 
     def _use_lane_stream(self, trial_id: str) -> None:
         """On a GPU, run the trial on its lane's CUDA stream (lanes run concurrently, each on its own)."""
@@ -483,6 +527,14 @@ class DeviceHost:
             if turn.stream is None:
                 turn.stream = torch.cuda.Stream(device=self.settings.device)
         torch.cuda.set_stream(turn.stream)
+
+
+def _is_out_of_memory(error: BaseException) -> bool:
+    """A device out-of-memory error: torch's (which the lane allocator also raises at a cap) or Python's."""
+    if isinstance(error, MemoryError):
+        return True
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(error, torch.OutOfMemoryError)
 
 
 def stop_rule(stop: Mapping[str, float] | Callable[[str, Mapping[str, Any]], bool] | None
