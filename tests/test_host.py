@@ -32,6 +32,8 @@ ESTIMATE = (2**20, 2**20)
 
 
 def _settings(max_lanes, capacity=CAPACITY, **kwargs):
+    """Fixed estimates (no profiling) unless a test asks for it: these tests are about the rules."""
+    kwargs.setdefault("profile_memory", False)
     return HostSettings("exp", max_lanes=max_lanes, capacity_bytes=capacity, trial_estimate=ESTIMATE, **kwargs)
 
 
@@ -294,3 +296,45 @@ def test_out_of_memory_beyond_the_retry_limit_fails_the_trial(tmp_path):
     host.submit([_spec(tmp_path, 0)])
     end = next(e for e in _drain(host, 1) if e[0] == EV_END)
     assert end[4] == OUT_ERRORED and "always out of memory" in end[5]
+
+
+def test_profiling_measures_the_model_and_shrinks_the_lane_so_waiting_trials_get_in(tmp_path):
+    torch = pytest.importorskip("torch")
+    width = 256
+
+    def f(config):
+        model = torch.nn.Linear(width, width)  # P = (256*256 + 256) float32 = 263,168 bytes
+        x = torch.randn(8, width)
+        for _ in range(4):
+            time.sleep(0.01)
+            model(x).sum().backward()
+            fluidsalus.report({"ok": 1})
+
+    # Room for one trial at an initial 32 MiB + 32 MiB guess; measured, a trial needs a few MiB at most.
+    guess = (32 * 2**20, 32 * 2**20)
+    host = DeviceHost(f, HostSettings("exp", max_lanes=1, capacity_bytes=80 * 2**20, trial_estimate=guess))
+    host.submit([_spec(tmp_path, i) for i in range(3)])
+    events = _drain(host, 3)
+    memory = [e[5] for e in events if e[0] == EV_LANE and e[4] == "memory" and e[1] == "t0"]
+    params = (width * width + width) * 4
+    assert memory and memory[0]["p"] >= params  # the weights (and, after backward, their gradients)
+    assert all(m["p"] <= 3 * params for m in memory)
+    starts = [e for e in events if e[0] == EV_START]
+    first_end = next(i for i, e in enumerate(events) if e[0] == EV_END)
+    assert sum(1 for i, e in enumerate(events) if e[0] == EV_START and i < first_end) >= 2  # admitted early
+    assert len(starts) == 3
+
+
+def test_a_trial_measured_larger_than_its_device_fails_and_its_neighbours_go_on(tmp_path):
+    torch = pytest.importorskip("torch")
+
+    def f(config):
+        big = torch.zeros(config["floats"])  # P = 4 bytes per float
+        for _ in range(2):
+            fluidsalus.report({"n": int(big.numel())})
+
+    host = DeviceHost(f, HostSettings("exp", max_lanes=2, capacity_bytes=8 * 2**20, trial_estimate=(2**20, 0)))
+    host.submit([_spec(tmp_path, 0, floats=4 * 2**20), _spec(tmp_path, 1, floats=16)])  # 16 MiB vs 64 bytes
+    ends = {e[1]: e for e in _drain(host, 2) if e[0] == EV_END}
+    assert ends["t0"][4] == OUT_ERRORED and "needs more memory than the device has" in ends["t0"][5]
+    assert ends["t1"][4] == OUT_COMPLETED

@@ -40,6 +40,7 @@ from typing import Any
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu import lanes as ln
+from fluidsalus.gpu import memory as mem
 from fluidsalus.gpu.policies import DEFAULT_POLICY, TrialView, choose, get_policy
 from fluidsalus.session import BudgetKeyError, StopTrial, TrialContext, TrialSession, set_session
 
@@ -63,6 +64,10 @@ OUT_OOM = "oom"  # ran out of memory: re-admitted with a larger estimate, never 
 #: Salus switches at iteration granularity; a quantum of a few milliseconds keeps a switch (~0.1 ms here)
 #: a small share of the time while letting long iterations interleave.
 DEFAULT_QUANTUM_MS = 5.0
+#: Iterations at the start of each trial (and after each re-admission) that measure its memory, as DESIGN.md's
+#: profiling rule says ("the first iterations measure time and memory"). Three boundaries see the model, the
+#: optimizer state created by the first step, and one steady iteration.
+PROFILE_ITERATIONS = 3
 
 
 @dataclass
@@ -100,6 +105,8 @@ class HostSettings:
         stop: The run's stop rule, evaluated in the trial thread at each report (see ``stop_rule``).
         resources: What ``get_context().get_trial_resources()`` reports.
         time_attr: The result key budgets are measured in.
+        profile_memory: Measure each trial's P and T during its first :data:`PROFILE_ITERATIONS` iterations
+            (CPU devices) and re-fit its lane; False keeps ``trial_estimate`` (changed only by an OOM).
     """
 
     experiment_name: str
@@ -113,6 +120,7 @@ class HostSettings:
     stop: Callable[[str, Mapping[str, Any]], bool] | None = None
     resources: dict[str, float] = field(default_factory=dict)
     time_attr: str = "training_iteration"
+    profile_memory: bool = True
 
 
 @dataclass
@@ -128,6 +136,9 @@ class _Running:
     used_time_s: float = 0.0
     iterations: int = 0
     turn_started: float = 0.0
+    memory: mem.MemoryEstimate = field(default_factory=mem.MemoryEstimate)
+    window: tuple[int | None, int, int] | None = None  # (rss at start, grant seq, lanes computing) of an iteration
+    readmitted: threading.Event | None = None  # set when a trial that had to wait for memory is placed again
 
 
 @dataclass
@@ -139,6 +150,10 @@ class _LaneTurn:
     released_at: float = 0.0
     released_by: str | None = None
     stream: Any = None  # the lane's CUDA stream on a GPU device
+
+
+class DeviceTooSmallError(RuntimeError):
+    """A trial's measured memory exceeds its whole device: it fails (there is nothing to retry)."""
 
 
 class StopRuleError(ConfigError):
@@ -184,6 +199,7 @@ class DeviceHost:
         self._running: dict[str, _Running] = {}
         self._turns: dict[int, _LaneTurn] = {}
         self._seq = 0
+        self._grant_seq = 0  # counts every turn given anywhere on the device (for "ran alone" checks)
         self._closed = False
         self._torch_configured = False
         if settings.torch_threads is not None:
@@ -292,6 +308,7 @@ class DeviceHost:
         chosen = choose(self._policy, views)
         del turn.ready[chosen]
         turn.holder = chosen
+        self._grant_seq += 1
         self._running[chosen].turn.set()
 
     def _acquire(self, trial_id: str) -> None:
@@ -309,6 +326,7 @@ class DeviceHost:
         r.turn.clear()
         now = time.perf_counter()
         r.turn_started = now
+        self._open_window(r)
         if turn.released_by is not None and turn.released_by != r.spec.trial_id:
             latency_ms = (now - turn.released_at) * 1e3
             with self._lock:
@@ -336,18 +354,94 @@ class DeviceHost:
         self._grant_locked(turn)
 
     def _boundary(self, trial_id: str) -> None:
-        """An iteration boundary: switch to another ready trial of the lane, if the policy says so."""
+        """An iteration boundary: measure memory while profiling, then switch if another trial is ready."""
         r = self._running[trial_id]
         r.iterations += 1
+        if self._profiling(r):
+            if self._profile(r):  # the trial changed lane or had to wait for memory: it holds a turn again
+                return
         turn = self._turns[r.lane_id]
         with self._lock:
             if not turn.ready:  # nobody else is waiting: keep the turn, no switch
                 now = time.perf_counter()
                 r.used_time_s += now - r.turn_started
                 r.turn_started = now
+                self._open_window(r)
                 return
             self._release_locked(r, ready=True)
         self._wait_turn(r, turn)
+
+    # ------------------------------------------------------------------ memory profiling (CPU devices)
+
+    def _profiling(self, r: _Running) -> bool:
+        return self.settings.profile_memory and self.settings.device == "cpu" and r.memory.samples < PROFILE_ITERATIONS
+
+    def _open_window(self, r: _Running) -> None:
+        """Start measuring the coming iteration (only while the trial is still being profiled)."""
+        if not self._profiling(r):
+            r.window = None
+            return
+        computing = sum(1 for t in self._turns.values() if t.holder is not None)
+        if computing == 1:
+            mem.reset_peak_rss()
+        r.window = (mem.current_rss(), self._grant_seq, computing)
+
+    def _profile(self, r: _Running) -> bool:
+        """Measure P (and T when the trial ran alone) at this boundary and re-fit its lane.
+
+        P counts the modules, optimizers and tensors reachable from the trainable's local variables. T is the
+        peak RSS rise of an iteration during which no other trial computed on the device, less P's growth
+        (see :mod:`fluidsalus.gpu.memory`); otherwise the previous T is kept.
+
+        Returns:
+            True when the trial moved to another lane or waited for memory (it holds a turn again).
+        """
+        p = _reachable_bytes()
+        t = r.memory.t if r.memory.samples else self.settings.trial_estimate[1]
+        window = r.window
+        alone = window is not None and window[2] == 1 and window[1] == self._grant_seq and window[0] is not None
+        if alone:
+            computing = sum(1 for turn in self._turns.values() if turn.holder is not None)
+            if computing == 1:
+                grown = max(0, p - r.memory.p) if r.memory.samples else 0
+                t = max(0, mem.peak_rss() - window[0] - grown)  # type: ignore[operator]
+        r.memory.update(p, t)
+        with self._lock:
+            self._emit_locked((EV_LANE, r.spec.trial_id, r.spec.attempt, time.time(), "memory",
+                               {"p": r.memory.p, "t": r.memory.t, "alone": alone, "sample": r.memory.samples}))
+            decision = self._lanes.update_estimate(r.spec.trial_id, r.memory.p, r.memory.t)
+            self._emit_lane_events_locked()
+            self._place_admitted_locked(decision.admitted)
+            if decision.action == ln.ACT_FAIL:  # not an OOM to retry: the device can never hold this trial
+                raise DeviceTooSmallError(f"trial {r.spec.trial_id} needs more memory than the device has "
+                                          f"(measured P={r.memory.p}, T={r.memory.t} bytes; device "
+                                          f"{self.settings.capacity_bytes} bytes)")
+            moved = decision.placement is not None and decision.placement.lane_id != r.lane_id
+            if not moved and decision.action != ln.ACT_WAIT:
+                return False
+            self._release_locked(r, ready=False)
+            if decision.action == ln.ACT_WAIT:
+                r.readmitted = threading.Event()
+            else:
+                r.lane_id = decision.placement.lane_id  # type: ignore[union-attr]
+                self._turns.setdefault(r.lane_id, _LaneTurn())
+        if r.readmitted is not None:
+            r.readmitted.wait()  # the memory it needs is not free yet: it waits, holding no lane's turn
+            r.readmitted = None
+        self._acquire(r.spec.trial_id)
+        return True
+
+    def _place_admitted_locked(self, placements: tuple[ln.Placement, ...] | list[ln.Placement]) -> None:
+        """Start newly admitted trials; wake running ones that were waiting to be placed again."""
+        for placement in placements:
+            if placement.trial_id in self._waiting:
+                self._start_locked(self._waiting.pop(placement.trial_id), placement.lane_id)
+                continue
+            r = self._running[placement.trial_id]
+            r.lane_id = placement.lane_id
+            self._turns.setdefault(r.lane_id, _LaneTurn())
+            if r.readmitted is not None:
+                r.readmitted.set()
 
     def _step(self, trial_id: str) -> None:
         r = self._running[trial_id]
@@ -399,9 +493,7 @@ class DeviceHost:
         self._release_locked(r, ready=False)
         del self._running[trial_id]
         admitted = self._lanes.leave(trial_id) if trial_id in self._lanes else []  # not after an OOM failure
-        for placement in admitted:
-            spec = self._waiting.pop(placement.trial_id)
-            self._start_locked(spec, placement.lane_id)
+        self._place_admitted_locked(admitted)
         self._emit_lane_events_locked()
 
     def _make_session(self, spec: TrialSpec) -> TrialSession:
@@ -512,8 +604,7 @@ class DeviceHost:
             self._waiting[spec.trial_id] = respec
         else:
             self._start_locked(respec, decision.placement.lane_id)
-        for placement in decision.admitted:
-            self._start_locked(self._waiting.pop(placement.trial_id), placement.lane_id)
+        self._place_admitted_locked(decision.admitted)
         return True
 
     def _use_lane_stream(self, trial_id: str) -> None:
@@ -527,6 +618,42 @@ class DeviceHost:
             if turn.stream is None:
                 turn.stream = torch.cuda.Stream(device=self.settings.device)
         torch.cuda.set_stream(turn.stream)
+
+
+def _reachable_bytes() -> int:
+    """Bytes of the torch modules, optimizers and tensors in the trainable's local variables.
+
+    Walks the calling thread's frames from the session up to the device host, skipping fluidsalus's own
+    frames, and looks one level into lists, tuples and dict values. Storages are counted once.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return 0
+    modules: list[Any] = []
+    optimizers: list[Any] = []
+    tensors: list[Any] = []
+
+    def take(value: Any) -> None:
+        if isinstance(value, torch.nn.Module):
+            modules.append(value)
+        elif isinstance(value, torch.optim.Optimizer):
+            optimizers.append(value)
+        elif isinstance(value, torch.Tensor):
+            tensors.append(value)
+
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code is not _RUN_TRIAL_CODE:
+        if not str(frame.f_globals.get("__name__", "")).startswith("fluidsalus."):
+            for value in list(frame.f_locals.values()):
+                take(value)
+                if isinstance(value, (list, tuple)):
+                    for item in value:
+                        take(item)
+                elif isinstance(value, dict):
+                    for item in value.values():
+                        take(item)
+        frame = frame.f_back
+    return mem.persistent_bytes(modules, optimizers, tensors)
 
 
 def _is_out_of_memory(error: BaseException) -> bool:
@@ -569,3 +696,6 @@ def stop_rule(stop: Mapping[str, float] | Callable[[str, Mapping[str, Any]], boo
         return by_thresholds
     raise ConfigError(f"stop: must be a dict of thresholds, a callable (trial_id, result) -> bool, or None; "
                       f"got {type(stop).__name__}")
+
+
+_RUN_TRIAL_CODE = DeviceHost._run_trial.__code__
