@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.fluidsalus-installed
 
-.PHONY: quickstart test lint bench-trivial bench-digits clean-venv
+.PHONY: quickstart test test-gpu lint bench-trivial bench-digits clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+
+# On a machine with a CUDA GPU: the GPU tests (they are skipped elsewhere) and the lane benchmark on the GPU.
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -q tests/test_allocator_cuda.py -rs
+	$(BIN)/python benchmarks/lanes.py --device cuda
 
 bench-trivial: $(STAMP)
 	$(BIN)/python benchmarks/compare.py --sweep trivial

@@ -6,6 +6,7 @@ driver's long ``poll`` never blocks ``submit`` or ``stop``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import sys
@@ -17,7 +18,7 @@ import ray
 
 from fluidsalus.gpu import nvml
 from fluidsalus.gpu.device import DeviceSpec
-from fluidsalus.gpu.host import DeviceHost, HostSettings, TrialSpec
+from fluidsalus.gpu.host import EV_LANE, DeviceHost, HostSettings, TrialSpec
 
 #: Concurrent method calls the actor serves: one long poll plus submit/stop/info calls beside it.
 ACTOR_MAX_CONCURRENCY = 4
@@ -54,6 +55,9 @@ class _DeviceActor:
             "node_ip": ray.util.get_node_ip_address(),
         }
         self.host = DeviceHost(trainable, settings)
+        # Utilisation and memory of the GPU, sampled in the background and sent with each poll (for goodput).
+        self._nvml = nvml.NvmlSampler(nvml.nvml_device_for_cuda(0)) if device.kind == "cuda" else None
+        self._nvml_sent = 0.0
 
     def info(self) -> dict[str, Any]:
         return self._info
@@ -68,9 +72,17 @@ class _DeviceActor:
         self.host.resume(budgets)
 
     def poll(self, max_wait_s: float) -> list[tuple[Any, ...]]:
-        return self.host.poll(max_wait_s)
+        events = self.host.poll(max_wait_s)
+        if self._nvml is not None and self._nvml.available:
+            for sample in self._nvml.samples():
+                if sample.ts > self._nvml_sent:
+                    events.append((EV_LANE, None, None, sample.ts, "nvml", dataclasses.asdict(sample)))
+                    self._nvml_sent = sample.ts
+        return events
 
     def shutdown(self, timeout_s: float) -> list[str]:
+        if self._nvml is not None:
+            self._nvml.stop()
         return self.host.shutdown(timeout_s)
 
 
