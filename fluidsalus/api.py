@@ -59,6 +59,11 @@ def run(
     max_failures: int = 0,
     lane_policy: str = "fifo",
     quantum_ms: float = DEFAULT_QUANTUM_MS,
+    time_budget_s: float | None = None,
+    fail_fast: bool | str = False,
+    checkpoint_num_to_keep: int | None = None,
+    checkpoint_score_attribute: str | None = None,
+    checkpoint_score_order: str = "max",
     verbose: int = 1,
     resume: bool = False,
     callbacks: list[Callback] | None = None,
@@ -73,8 +78,10 @@ def run(
         num_samples: Samples per grid point.
         metric: The metric to optimise; every result must report it.
         mode: ``"min"`` or ``"max"``; required with ``metric``.
-        stop: ``{key: threshold}`` (a trial stops once ``result[key] >= threshold``) or a callable
-            ``f(trial_id, result) -> bool``. Evaluated at each report, in the trial's own thread.
+        stop: ``{key: threshold}`` (a trial stops once ``result[key] >= threshold``), a callable
+            ``f(trial_id, result) -> bool``, or a Ray-style Stopper (a callable with ``stop_all()``). The
+            per-trial rule runs at each report in the trial's own thread. A Stopper's driver-side copy also sees
+            every acknowledged result, and its ``stop_all()`` ends the experiment.
         name: Experiment folder name under ``storage_path``. Default: ``<trainable>_<timestamp>``.
         storage_path: Where experiments go (default ``~/fluidsalus_results`` or ``$FLUIDSALUS_STORAGE_PATH``).
         seed: Seed of the sampler, for reproducible configurations.
@@ -87,6 +94,14 @@ def run(
         lane_policy: How a lane picks its next trial at an iteration boundary: ``fifo``, ``fair``, ``rr``,
             ``pack``, ``srtf`` or ``priority`` (see docs/lanes.md).
         quantum_ms: Least compute time before ``fluidsalus.step()`` lets a lane switch trials.
+        time_budget_s: End the experiment after this many seconds: running trials stop at their next
+            boundary, and unstarted ones never start.
+        fail_fast: True ends the experiment once a trial has failed for good (after its retries); ``"raise"``
+            also raises that trial's error.
+        checkpoint_num_to_keep: Checkpoints kept per trial: the best by ``checkpoint_score_attribute`` (or the
+            newest), plus always the latest. None keeps all.
+        checkpoint_score_attribute: Result key that ranks checkpoints for ``checkpoint_num_to_keep``.
+        checkpoint_score_order: ``"max"`` or ``"min"``: which scores are best.
         verbose: 0 silent, 1 a summary, 2 a line per finished trial.
         resume: Continue the experiment ``name``: finished trials are kept, unfinished ones resume from their
             last checkpoint (or restart when they have none).
@@ -102,10 +117,17 @@ def run(
         RunSpec, num_samples=num_samples, metric=metric, mode=mode, name=name, storage_path=storage_path,
         seed=seed, devices=devices, cpus_per_device=cpus_per_device,
         max_concurrent_trials=max_concurrent_trials, max_failures=max_failures, verbose=verbose, resume=resume,
-        lane_policy=lane_policy, quantum_ms=quantum_ms,
+        lane_policy=lane_policy, quantum_ms=quantum_ms, time_budget_s=time_budget_s, fail_fast=fail_fast,
+        checkpoint_num_to_keep=checkpoint_num_to_keep, checkpoint_score_attribute=checkpoint_score_attribute,
+        checkpoint_score_order=checkpoint_score_order,
     )
     trainable_name = _check_trainable(trainable)
     space = {} if config is None else config
+    if spec.num_samples == -1 and spec.time_budget_s is None and not hasattr(stop, "stop_all"):
+        raise ConfigError(
+            "num_samples=-1 samples until the run is stopped: also pass time_budget_s, or a stop= Stopper "
+            "whose stop_all() ends the run"
+        )
     if searcher is None:
         sp.validate_space(space)
         space = dict(space)
@@ -165,6 +187,12 @@ def run(
             max_failures=spec.max_failures if spec.max_failures >= 0 else sys.maxsize,
             lane_policy=spec.lane_policy,
             quantum_ms=spec.quantum_ms,
+            time_budget_s=spec.time_budget_s,
+            fail_fast=spec.fail_fast,
+            stopper=stop if hasattr(stop, "stop_all") else None,
+            checkpoint_num_to_keep=spec.checkpoint_num_to_keep,
+            checkpoint_score_attribute=spec.checkpoint_score_attribute,
+            checkpoint_score_order=spec.checkpoint_score_order,
             verbose=spec.verbose,
             callbacks=_check_callbacks(callbacks),
         ),

@@ -6,7 +6,7 @@ import os
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS
@@ -22,7 +22,7 @@ class RunSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    num_samples: int = Field(1, ge=1, description="Samples per grid point (Ray Tune's num_samples).")
+    num_samples: int = Field(1, ge=-1, description="Samples per grid point (Ray Tune's); -1: until stopped.")
     metric: str | None = Field(None, min_length=1)
     mode: Literal["min", "max"] | None = None
     name: str | None = None
@@ -34,6 +34,11 @@ class RunSpec(BaseModel):
     max_failures: int = Field(0, ge=-1, description="Retries of a failing trial; -1 retries forever (Ray).")
     lane_policy: Literal["fifo", "fair", "rr", "pack", "srtf", "priority"] = "fifo"
     quantum_ms: float = Field(DEFAULT_QUANTUM_MS, ge=0)
+    time_budget_s: float | None = Field(None, gt=0)
+    fail_fast: StrictBool | Literal["raise"] = False
+    checkpoint_num_to_keep: int | None = Field(None, ge=1)
+    checkpoint_score_attribute: str | None = None
+    checkpoint_score_order: Literal["max", "min"] = "max"
     verbose: int = Field(1, ge=0, le=3)
     resume: bool = False
 
@@ -50,6 +55,8 @@ class RunSpec(BaseModel):
     def _metric_and_mode(self) -> RunSpec:
         if (self.metric is None) != (self.mode is None):
             raise ValueError("metric and mode must be given together (mode is 'min' or 'max')")
+        if self.num_samples == 0:
+            raise ValueError("num_samples must be >= 1, or -1 to sample until the run is stopped")
         return self
 
     def resolved_storage_path(self) -> str:

@@ -387,6 +387,11 @@ class ExperimentStore:
         with self.transaction():
             self._conn.execute(f"UPDATE trials SET {cols} WHERE trial_id = ?", (*fields.values(), trial_id))
 
+    def mark_checkpoints_deleted(self, paths: Sequence[str]) -> None:
+        """Record that checkpoint folders were removed (retention); they are no longer offered for restore."""
+        with self.transaction():
+            self._conn.executemany("UPDATE checkpoints SET deleted = 1 WHERE path = ?", [(p,) for p in paths])
+
     def update_trial_config(self, trial_id: str, config: Mapping[str, Any]) -> None:
         """Replace a trial's config (PBT's exploit restarts a trial with a new one)."""
         with self.transaction():

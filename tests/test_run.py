@@ -109,7 +109,9 @@ class _Unpicklable:
         (dict(config={}), "search space is empty"),
         (dict(config=[1, 2]), "must be a dict"),
         (dict(config={"x": {"grid_search": []}}), "grid_search"),
-        (dict(num_samples=0), r"num_samples: Input should be greater than or equal to 1"),
+        (dict(num_samples=0), r"num_samples must be >= 1, or -1"),
+        (dict(num_samples=-1), r"num_samples=-1 samples until the run is stopped: also pass time_budget_s"),
+        (dict(fail_fast="yes"), r"fail_fast"),
         (dict(trainable=42), r"trainable: must be a function f\(config\)"),
         (dict(verbose=7), "verbose"),
         (dict(name="a/b"), "name: must be a plain folder name"),
@@ -332,3 +334,83 @@ def test_lane_activity_is_recorded_in_the_store(storage, policy):
     assert {"lane_open", "lane_admit", "lane_leave", "lane_close", "switch"} <= set(kinds)
     switches = reader.events("switch")
     assert all(e.data["latency_ms"] >= 0 and e.data["from"] != e.trial_id for e in switches)
+
+
+def endless(config):
+    for i in range(1000):
+        time.sleep(0.005)
+        fluidsalus.report({"v": config["x"] + i})
+
+
+def test_endless_search_ends_with_its_time_budget(storage):
+    started = time.time()
+    grid = fluidsalus.run(endless, {"x": fluidsalus.uniform(0, 1)}, num_samples=-1, time_budget_s=3,
+                          storage_path=storage, name="budget", verbose=0)
+    assert time.time() - started < 3 + 15  # the budget plus start-up and one boundary per trial
+    assert len(grid) >= 2 and grid.num_errors == 0
+    assert all(r.status == "TERMINATED" for r in grid)
+    reader = ExperimentStore.open(grid.experiment_path, readonly=True)
+    assert [e.data["reason"] for e in reader.events("experiment_ending")] == ["time_budget"]
+
+
+class _StopAfter:
+    """A Ray-style Stopper: per trial after 3 results; the whole experiment once 10 results were seen."""
+
+    def __init__(self):
+        self.seen = 0
+
+    def __call__(self, trial_id, result):
+        self.seen += 1
+        return result["training_iteration"] >= 3
+
+    def stop_all(self):
+        return self.seen >= 10
+
+
+def test_stopper_stops_trials_and_stop_all_ends_the_experiment(storage):
+    grid = fluidsalus.run(endless, {"x": fluidsalus.uniform(0, 1)}, num_samples=-1, stop=_StopAfter(),
+                          storage_path=storage, name="stopper", verbose=0)
+    ran = [r for r in grid if r.metrics is not None]  # trials proposed but never started have no result
+    assert ran and all(r.metrics["training_iteration"] <= 3 for r in ran)
+    reader = ExperimentStore.open(grid.experiment_path, readonly=True)
+    assert [e.data["reason"] for e in reader.events("experiment_ending")] == ["stop_all"]
+
+
+def fails_on_negative(config):
+    for i in range(50):
+        time.sleep(0.01)
+        if config["x"] < 0 and i == 1:
+            raise ValueError("negative x")
+        fluidsalus.report({"v": i})
+
+
+@pytest.mark.parametrize("mode", [True, "raise"])
+def test_fail_fast_ends_the_experiment_at_the_first_failure(storage, mode):
+    kwargs = dict(num_samples=1, fail_fast=mode, storage_path=storage, name=f"ff{mode}", verbose=0,
+                  max_concurrent_trials=2)
+    config = {"x": fluidsalus.grid_search([-1, 1, 2, 3, 4, 5])}
+    if mode == "raise":
+        with pytest.raises(fluidsalus.TrialError, match="negative x"):
+            fluidsalus.run(fails_on_negative, config, **kwargs)
+        return
+    grid = fluidsalus.run(fails_on_negative, config, **kwargs)
+    assert grid.num_errors == 1
+    assert sum(1 for r in grid if r.metrics and r.metrics["training_iteration"] == 50) == 0  # nobody finished
+
+
+def keeps_checkpoints(config):
+    for i in range(1, 7):
+        d = os.path.join(fluidsalus.get_context().get_trial_dir(), f"c{i}")
+        os.makedirs(d, exist_ok=True)
+        fluidsalus.report({"score": [5, 1, 9, 2, 3, 4][i - 1]}, checkpoint=fluidsalus.Checkpoint.from_directory(d))
+
+
+def test_checkpoint_retention_keeps_the_best_and_the_latest(storage):
+    grid = fluidsalus.run(keeps_checkpoints, {"x": 1}, checkpoint_num_to_keep=2, checkpoint_score_attribute="score",
+                          checkpoint_score_order="max", storage_path=storage, name="keep", verbose=0)
+    result = grid[0]
+    kept = sorted(int(os.path.basename(c.path).rsplit("_", 1)[1]) for c, _ in result.best_checkpoints)
+    assert kept == [1, 3, 6]  # scores 9 (iteration 3) and 5 (iteration 1) are the best two; 6 is the latest
+    on_disk = sorted(d for d in os.listdir(result.path) if d.startswith("checkpoint_"))
+    assert on_disk == ["checkpoint_000001", "checkpoint_000003", "checkpoint_000006"]
+    assert result.get_best_checkpoint("score", "max").path.endswith("checkpoint_000003")

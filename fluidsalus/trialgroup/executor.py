@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -22,7 +23,7 @@ import ray
 
 from fluidsalus.callbacks import Callback
 from fluidsalus.checkpoint import Checkpoint, persist_checkpoint
-from fluidsalus.errors import ConfigError, FluidsalusError
+from fluidsalus.errors import ConfigError, FluidsalusError, TrialError
 from fluidsalus.gpu.actor import start_device_actor
 from fluidsalus.gpu.device import DEFAULT_TRIAL_ESTIMATE, DeviceSpec, virtual_device_capacity
 from fluidsalus.gpu.host import (
@@ -75,6 +76,12 @@ class ExecutorSettings:
     max_failures: int = 0
     lane_policy: str = DEFAULT_POLICY
     quantum_ms: float = DEFAULT_QUANTUM_MS
+    time_budget_s: float | None = None
+    fail_fast: bool | str = False
+    stopper: Any = None  # a driver-side Ray-style Stopper (its stop_all() ends the experiment)
+    checkpoint_num_to_keep: int | None = None
+    checkpoint_score_attribute: str | None = None
+    checkpoint_score_order: str = "max"
     verbose: int = 1
     callbacks: list[Callback] = field(default_factory=list)
 
@@ -141,6 +148,9 @@ class Executor:
         self._stopping: set[str] = set()  # stop sent, end not yet seen
         self._restarts: dict[str, _Restart] = {}  # start again once the current attempt ends
         self._exploits: list[str] = []  # exploit restarts decided, stop not yet sent
+        self._ending: str | None = None  # why the experiment ends early (time budget, fail_fast, stop_all)
+        self._started = time.time()
+        self._first_error: str | None = None
         for trial in trials or []:
             self.trials[trial.trial_id] = trial
             self._seq = max(self._seq, trial.seq + 1)
@@ -215,9 +225,13 @@ class Executor:
 
     def _loop(self) -> None:
         while True:
-            self._take_groups()
-            self._dispatch()
+            self._check_end()
+            if self._ending is None:
+                self._take_groups()
+                self._dispatch()
             if self._finished():
+                if self._ending == "fail_fast" and self.settings.fail_fast == "raise":
+                    raise TrialError(self._first_error or "a trial failed (fail_fast='raise')")
                 return
             refs = []
             for device in self._devices:
@@ -241,7 +255,31 @@ class Executor:
                 if batch:
                     self._handle(device, batch)
 
+    def _check_end(self) -> None:
+        """End the experiment early when its time budget is spent, a trial failed under fail_fast, or the
+        stopper's ``stop_all()`` says so: every trial stops at its next boundary, unstarted ones never start."""
+        if self._ending is not None:
+            return
+        budget = self.settings.time_budget_s
+        if budget is not None and time.time() - self._started >= budget:
+            self._ending = "time_budget"
+        elif self._first_error is not None and self.settings.fail_fast:
+            self._ending = "fail_fast"
+        elif self.settings.stopper is not None and hasattr(self.settings.stopper, "stop_all") \
+                and self.settings.stopper.stop_all():
+            self._ending = "stop_all"
+        if self._ending is None:
+            return
+        self.store.add_events([(time.time(), "experiment_ending", None, None, {"reason": self._ending})])
+        with self.store.transaction():
+            for trial_id in list(self.pending):
+                self.pending.remove(trial_id)
+                self._end_unstarted(self.trials[trial_id])
+        self._stop_trials([tid for d in self._devices for tid in d.assigned])
+
     def _finished(self) -> bool:
+        if self._ending is not None:
+            return not self.pending and all(not d.assigned for d in self._devices)
         if self.pending or not self.searcher.is_finished():
             return False
         live = [tid for d in self._devices for tid in d.assigned]
@@ -503,6 +541,14 @@ class Executor:
             self._stop_trials(stops)
         for kind, trial, event in acted:
             if kind == EV_RESULT:
+                if self.settings.stopper is not None:
+                    self.settings.stopper(trial.trial_id, event[4])  # keeps the driver's copy's state for stop_all
+                if "checkpoint_dir_name" in event[4] and self.settings.checkpoint_num_to_keep is not None:
+                    self._retain_checkpoints(trial)
+            elif trial.status == ERROR and self._first_error is None:
+                self._first_error = f"Trial {trial.trial_id} failed: {trial.error}"
+        for kind, trial, event in acted:
+            if kind == EV_RESULT:
                 for callback in self.settings.callbacks:
                     callback.on_trial_result(trial.trial_id, event[4])
             else:
@@ -536,6 +582,30 @@ class Executor:
         events.append((ts, "trial_restart", trial.trial_id, device_name, {
             "attempt": trial.attempt, "reason": restart.reason, "from_iteration": trial.last_iteration,
             "error": restart.error, "traceback": trace}))
+
+    def _retain_checkpoints(self, trial: Trial) -> None:
+        """Keep the trial's ``num_to_keep`` best checkpoints (by score, else the newest) and always its latest."""
+        keep = self.settings.checkpoint_num_to_keep or 0
+        checkpoints = self.store.checkpoints(trial.trial_id)
+        if len(checkpoints) <= keep:
+            return
+        latest = checkpoints[-1]
+        attr, order = self.settings.checkpoint_score_attribute, self.settings.checkpoint_score_order
+        if attr is None:
+            ranked = sorted(checkpoints, key=lambda c: c["iteration"], reverse=True)
+        else:
+            def score(c: dict[str, Any]) -> float:
+                value = (c["metrics"] or {}).get(attr)
+                if not isinstance(value, (int, float)):
+                    return float("-inf")
+                return float(value) if order == "max" else -float(value)
+
+            ranked = sorted(checkpoints, key=score, reverse=True)
+        kept = {c["path"] for c in ranked[:keep]} | {latest["path"]}
+        doomed = [c for c in checkpoints if c["path"] not in kept]
+        self.store.mark_checkpoints_deleted([c["path"] for c in doomed])
+        for c in doomed:
+            shutil.rmtree(c["path"], ignore_errors=True)
 
     def _check_metric(self, trial_id: str, result: Mapping[str, Any]) -> None:
         metric = self.settings.metric
