@@ -64,6 +64,7 @@ def run(
     checkpoint_num_to_keep: int | None = None,
     checkpoint_score_attribute: str | None = None,
     checkpoint_score_order: str = "max",
+    call_handler: Callable[[str, str, tuple[Any, ...]], Any] | None = None,
     verbose: int = 1,
     resume: bool = False,
     callbacks: list[Callback] | None = None,
@@ -102,6 +103,8 @@ def run(
             newest), plus always the latest. None keeps all.
         checkpoint_score_attribute: Result key that ranks checkpoints for ``checkpoint_num_to_keep``.
         checkpoint_score_order: ``"max"`` or ``"min"``: which scores are best.
+        call_handler: Answers ``fluidsalus.session.call_driver(method, *args)`` from inside trials, as
+            ``handler(trial_id, method, args)``, on the driver (front ends use it for define-by-run APIs).
         verbose: 0 silent, 1 a summary, 2 a line per finished trial.
         resume: Continue the experiment ``name``: finished trials are kept, unfinished ones resume from their
             last checkpoint (or restart when they have none).
@@ -193,6 +196,7 @@ def run(
             checkpoint_num_to_keep=spec.checkpoint_num_to_keep,
             checkpoint_score_attribute=spec.checkpoint_score_attribute,
             checkpoint_score_order=spec.checkpoint_score_order,
+            call_handler=call_handler,
             verbose=spec.verbose,
             callbacks=_check_callbacks(callbacks),
         ),

@@ -2,8 +2,11 @@
 
 - ``fluidsalus run TARGET [ARGS...]``: run an example by name (``quickstart``), a Python file, or a module.
 - ``fluidsalus ls [STORAGE_PATH]``: list experiments with status, trial counts, best metric and duration.
+- ``fluidsalus inspect EXPERIMENT [--json] [--plot FILE.png]``: per-device goodput of a running or finished
+  experiment (read-only), with totals and the best trial; ``--json`` for machines, ``--plot`` for a figure.
 
-Bad input (a path that is not an experiment, an unknown example) prints one line and exits with code 2.
+Bad input (a path that is not an experiment, a store from a newer fluidsalus, an experiment with no results yet,
+an unknown example) prints one line and exits with code 2.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import runpy
+import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -115,6 +119,40 @@ def _cmd_ls(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from fluidsalus.inspect import inspect
+
+    if args.plot is not None:
+        folder = os.path.dirname(os.path.abspath(args.plot))
+        if not os.path.isdir(folder):
+            raise _UsageError(f"inspect: --plot: folder {folder!r} does not exist")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise _UsageError("inspect: --plot needs matplotlib (pip install matplotlib)") from None
+    if args.bin is not None and args.bin <= 0:
+        raise _UsageError(f"inspect: --bin must be a positive number of seconds, got {args.bin}")
+    if args.start is not None and args.end is not None and args.end <= args.start:
+        raise _UsageError(f"inspect: --end ({args.end}) must be after --start ({args.start})")
+    window = None if args.start is None and args.end is None else (args.start, args.end)
+    try:
+        report = inspect(args.experiment, window=window, bin_s=args.bin)
+    except sqlite3.Error as e:
+        raise _UsageError(f"inspect: cannot read {args.experiment!r}: {e}") from None
+    if args.json:
+        print(report.to_json())
+    else:
+        print(report.render_table())
+    if args.plot is not None:
+        try:
+            report.plot(args.plot)
+        except OSError as e:
+            raise _UsageError(f"inspect: cannot write {args.plot!r}: {e.strerror or e}") from None
+        if not args.json:
+            print(f"plot written to {args.plot}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fluidsalus", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -126,6 +164,18 @@ def build_parser() -> argparse.ArgumentParser:
     p_ls.add_argument("storage_path", nargs="?", default=None,
                       help=f"default: ${STORAGE_PATH_ENV} or {DEFAULT_STORAGE_PATH}")
     p_ls.set_defaults(func=_cmd_ls)
+    p_in = sub.add_parser("inspect", help="per-device goodput of an experiment, running or finished (read-only)")
+    p_in.add_argument("experiment", help="the experiment folder, its experiment.db, or a name under the storage path")
+    p_in.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+    p_in.add_argument("--plot", metavar="FILE.png", default=None,
+                      help="draw the lane timeline per device and goodput over time into FILE.png")
+    p_in.add_argument("--start", type=float, default=None, metavar="S",
+                      help="only count from S seconds after the first device started")
+    p_in.add_argument("--end", type=float, default=None, metavar="S",
+                      help="only count up to S seconds after the first device started")
+    p_in.add_argument("--bin", type=float, default=None, metavar="S",
+                      help="width of the goodput-over-time bins in seconds (default: the run in 60 bins)")
+    p_in.set_defaults(func=_cmd_inspect)
     return parser
 
 

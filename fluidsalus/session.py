@@ -169,6 +169,7 @@ class TrialSession:
         self.checkpoint_at = (start_iteration, time_total_offset)
         self._resumed = threading.Event()
         self._turns = turns
+        self._caller: Callable[[str, tuple[Any, ...]], Any] | None = None
 
     def at_budget(self, result: Mapping[str, Any]) -> bool:
         """True when ``result`` reaches the trial's budget (the trial then pauses after reporting it)."""
@@ -246,6 +247,12 @@ class TrialSession:
                 raise StopTrial()
         self._last = time.time()  # time spent paused or waiting for the lane is not part of an iteration
 
+    def call(self, method: str, *args: Any) -> Any:
+        """Call ``method`` on the driver's call handler and wait for its answer (see ``fluidsalus.session.call``)."""
+        if self._caller is None:
+            raise SessionError("this trial has no driver to call (no call handler was set for the run)")
+        return self._caller(method, args)
+
     def start_clock(self) -> None:
         """Start the trial's clocks (called once the trial first holds its lane's turn)."""
         self._started = self._last = time.time()
@@ -306,6 +313,23 @@ def get_checkpoint() -> Checkpoint | None:
     After the trial reports a checkpoint, this returns that (persisted) checkpoint.
     """
     return _current("get_checkpoint").checkpoint
+
+
+def call_driver(method: str, *args: Any) -> Any:
+    """From inside a trial, call the run's driver-side call handler and return its answer.
+
+    This is the channel front ends use for define-by-run APIs (an Optuna trial's ``suggest_float`` asks the
+    real study, which lives on the driver). The trial waits for the answer; an exception raised by the
+    handler is raised here.
+
+    Args:
+        method: The name the handler dispatches on.
+        *args: Its arguments (picklable).
+
+    Returns:
+        The handler's return value.
+    """
+    return _current("call_driver").call(method, *args)
 
 
 def step() -> None:

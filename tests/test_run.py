@@ -414,3 +414,28 @@ def test_checkpoint_retention_keeps_the_best_and_the_latest(storage):
     on_disk = sorted(d for d in os.listdir(result.path) if d.startswith("checkpoint_"))
     assert on_disk == ["checkpoint_000001", "checkpoint_000003", "checkpoint_000006"]
     assert result.get_best_checkpoint("score", "max").path.endswith("checkpoint_000003")
+
+
+def asks_driver(config):
+    total = fluidsalus.session.call_driver("add", config["x"], 10)
+    fluidsalus.report({"total": total})
+    try:
+        fluidsalus.session.call_driver("boom")
+    except KeyError as e:
+        fluidsalus.report({"total": total, "error": str(e)})
+
+
+def test_trials_call_the_driver_and_get_answers_or_errors(storage):
+    seen = []
+
+    def handler(trial_id, method, args):
+        seen.append((trial_id, method))
+        if method == "add":
+            return sum(args)
+        raise KeyError(f"no method {method}")
+
+    grid = fluidsalus.run(asks_driver, {"x": fluidsalus.grid_search([1, 2])}, call_handler=handler,
+                          storage_path=storage, name="calls", verbose=0)
+    assert sorted(r.metrics["total"] for r in grid) == [11, 12]
+    assert all("no method boom" in r.metrics["error"] for r in grid)
+    assert sorted(m for _, m in seen) == ["add", "add", "boom", "boom"]

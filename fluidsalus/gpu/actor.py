@@ -71,6 +71,9 @@ class _DeviceActor:
     def resume(self, budgets: dict[str, float | None]) -> None:
         self.host.resume(budgets)
 
+    def answer(self, call_id: int, value: Any, is_error: bool = False) -> None:
+        self.host.answer(call_id, value, is_error)
+
     def poll(self, max_wait_s: float) -> list[tuple[Any, ...]]:
         events = self.host.poll(max_wait_s)
         if self._nvml is not None and self._nvml.available:

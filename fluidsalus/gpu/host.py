@@ -52,6 +52,7 @@ EV_START = "start"  # (EV_START, trial_id, attempt, ts)
 EV_RESULT = "result"  # (EV_RESULT, trial_id, attempt, ts, metrics, paused_at_budget)
 EV_END = "end"  # (EV_END, trial_id, attempt, ts, outcome, error, traceback)
 EV_FATAL = "fatal"  # (EV_FATAL, trial_id, attempt, ts, message): a run-level configuration error
+EV_CALL = "call"  # (EV_CALL, trial_id, attempt, ts, call_id, method, args): the trial waits for answer()
 EV_LANE = "lane"  # (EV_LANE, trial_id | None, attempt | None, ts, kind, data): lane activity, for goodput
 
 # Outcomes of EV_END.
@@ -199,6 +200,8 @@ class DeviceHost:
         self._running: dict[str, _Running] = {}
         self._turns: dict[int, _LaneTurn] = {}
         self._seq = 0
+        self._calls: dict[int, list[Any]] = {}  # call id -> [event, answer, is_error]
+        self._call_seq = 0
         self._grant_seq = 0  # counts every turn given anywhere on the device (for "ran alone" checks)
         self._closed = False
         self._torch_configured = False
@@ -251,6 +254,29 @@ class DeviceHost:
                 if running is not None:
                     running.session.resume(budget)
 
+    def answer(self, call_id: int, value: Any, is_error: bool = False) -> None:
+        """Deliver the driver's answer to a trial waiting in ``call_driver`` (an exception if ``is_error``)."""
+        with self._lock:
+            slot = self._calls.get(call_id)
+            if slot is None:
+                return
+            slot[1], slot[2] = value, is_error
+            slot[0].set()
+
+    def _call(self, trial_id: str, attempt: int, method: str, args: tuple[Any, ...]) -> Any:
+        with self._lock:
+            self._call_seq += 1
+            call_id = self._call_seq
+            slot: list[Any] = [threading.Event(), None, False]
+            self._calls[call_id] = slot
+            self._emit_locked((EV_CALL, trial_id, attempt, time.time(), call_id, method, args))
+        slot[0].wait()
+        with self._lock:
+            del self._calls[call_id]
+        if slot[2]:
+            raise slot[1]
+        return slot[1]
+
     def poll(self, max_wait_s: float) -> list[tuple[Any, ...]]:
         """Return all events gathered so far, waiting up to ``max_wait_s`` for the first one."""
         with self._lock:
@@ -283,6 +309,9 @@ class DeviceHost:
             self._waiting.clear()
             for running in self._running.values():
                 running.session.request_stop()
+            for slot in self._calls.values():  # a trial waiting for the driver will not get an answer now
+                slot[1], slot[2] = StopTrial(), True
+                slot[0].set()
             threads = [r.thread for r in self._running.values()]
         deadline = time.time() + timeout_s
         for thread in threads:
@@ -520,7 +549,7 @@ class DeviceHost:
             resources=dict(self.settings.resources),
         )
         checkpoint = Checkpoint(spec.checkpoint_path) if spec.checkpoint_path else None
-        return TrialSession(
+        session = TrialSession(
             context,
             sink,
             checkpoint=checkpoint,
@@ -531,6 +560,8 @@ class DeviceHost:
             time_attr=self.settings.time_attr,
             turns=_Turns(self, trial_id),
         )
+        session._caller = lambda method, args: self._call(trial_id, attempt, method, args)
+        return session
 
     def _run_trial(self, spec: TrialSpec, session: TrialSession) -> None:
         if not self._torch_configured and self.settings.torch_threads is not None and "torch" in sys.modules:

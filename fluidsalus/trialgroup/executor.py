@@ -15,7 +15,7 @@ import os
 import shutil
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ from fluidsalus.gpu.actor import start_device_actor
 from fluidsalus.gpu.device import DEFAULT_TRIAL_ESTIMATE, DeviceSpec, virtual_device_capacity
 from fluidsalus.gpu.host import (
     DEFAULT_QUANTUM_MS,
+    EV_CALL,
     EV_END,
     EV_FATAL,
     EV_LANE,
@@ -82,6 +83,8 @@ class ExecutorSettings:
     checkpoint_num_to_keep: int | None = None
     checkpoint_score_attribute: str | None = None
     checkpoint_score_order: str = "max"
+    #: Answers ``fluidsalus.session.call_driver(method, *args)`` from trials: ``handler(trial_id, method, args)``.
+    call_handler: Callable[[str, str, tuple[Any, ...]], Any] | None = None
     verbose: int = 1
     callbacks: list[Callback] = field(default_factory=list)
 
@@ -466,6 +469,9 @@ class Executor:
         with self.store.transaction():
             for event in batch:
                 kind, trial_id, attempt, ts = event[0], event[1], event[2], event[3]
+                if kind == EV_CALL:  # a trial waits for the driver: answer at once (nothing to store)
+                    self._answer_call(device, event)
+                    continue
                 if kind == EV_LANE:  # lane activity: stored as it is, for goodput
                     events.append((ts, event[4], trial_id, name, {**event[5], "attempt": attempt}))
                     continue
@@ -582,6 +588,17 @@ class Executor:
         events.append((ts, "trial_restart", trial.trial_id, device_name, {
             "attempt": trial.attempt, "reason": restart.reason, "from_iteration": trial.last_iteration,
             "error": restart.error, "traceback": trace}))
+
+    def _answer_call(self, device: _Device, event: tuple[Any, ...]) -> None:
+        trial_id, call_id, method, args = event[1], event[4], event[5], event[6]
+        handler = self.settings.call_handler
+        try:
+            if handler is None:
+                raise FluidsalusError(f"trial {trial_id} called the driver ({method!r}); the run has no call handler")
+            value, is_error = handler(trial_id, method, tuple(args)), False
+        except Exception as e:  # noqa: BLE001 - the error is raised in the calling trial, where it belongs
+            value, is_error = e, True
+        device.actor.answer.remote(call_id, value, is_error)
 
     def _retain_checkpoints(self, trial: Trial) -> None:
         """Keep the trial's ``num_to_keep`` best checkpoints (by score, else the newest) and always its latest."""

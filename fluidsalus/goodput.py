@@ -1,0 +1,854 @@
+"""Goodput accounting: what each device did with its time, computed from the store's results and events.
+
+Pure functions over the store's rows (:class:`~fluidsalus.store.ResultRow`, :class:`~fluidsalus.store.EventRow`);
+nothing here starts Ray or writes anything. The exact definitions are in ``docs/goodput.md``; in short:
+
+- **Device time.** A device exists from its ``device_start`` event to the end of that run of its actor: its
+  ``device_died`` event, else its last recorded activity, and for the last run of a finished experiment the
+  experiment's ``finished_at``. A resumed experiment starts the actor again: each ``device_start`` opens a new
+  *epoch* (lane ids restart at 0 in each). ``device_seconds`` is the time inside the analysed window.
+- **Turns.** Each stored result is one iteration. The trial held its lane's turn over
+  ``[ts - time_this_iter_s, ts]``: ``time_this_iter_s`` counts from the moment the trial (re)gained the turn
+  (waiting for the turn, or paused at a budget, is excluded by the session). The lane of a result is the lane
+  of the trial's latest ``lane_admit`` (data ``detail = [lane_id, P, T]``) on that device at or before ``ts``.
+- **Busy.** A lane is busy while some member holds its turn: the union of its members' turn intervals. A device
+  is busy while at least one of its lanes is.
+- **Useful and wasted iterations.** Results are stored per (trial, attempt, iteration). When an iteration is
+  reported again later (a retry after a failure, an out-of-memory re-admission, a PBT exploit rollback, a
+  resumed experiment), every earlier report of it was wasted. The latest report of each iteration is useful: the
+  searcher consumed it and it was never redone. Results of trials the searcher stopped stay useful. The cause of
+  a waste is the first restart marker of that trial between the wasted report and its redo.
+- **Throughput** = iterations / device_seconds; **goodput** = useful iterations / device_seconds.
+
+Every setting is a named constant below.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fluidsalus.store import EventRow, ResultRow
+
+#: Result key a trainable may report with the number of training samples of the iteration.
+SAMPLES_KEY = "num_samples"
+#: Result key holding the iteration's compute time (Ray Tune's, filled in by the session).
+ITER_TIME_KEY = "time_this_iter_s"
+#: Percentiles of switch latency that are reported.
+SWITCH_P50, SWITCH_P99 = 50.0, 99.0
+#: Bins a whole-run timeline is cut into when the caller gives no bin width.
+DEFAULT_TIMELINE_BINS = 60
+#: Smallest timeline bin, in seconds: below it a bin holds too few iterations to mean anything.
+MIN_TIMELINE_BIN_S = 0.05
+#: Device name given to results whose device cannot be found from any event.
+UNKNOWN_DEVICE = "unknown"
+#: Device name of the totals row.
+TOTAL_DEVICE = "total"
+
+# Causes of wasted work.
+WASTE_RETRY = "retry"  # a failed attempt started again (trial_restart reason "retry")
+WASTE_OOM = "oom"  # re-admitted after an out-of-memory error (oom_readmit)
+WASTE_EXPLOIT = "exploit"  # PBT exploit: restarted from another trial's checkpoint (trial_restart reason "exploit")
+WASTE_RESUME = "resume"  # the experiment was interrupted and resumed (resume event)
+WASTE_OTHER = "restart"  # redone after a restart that no event names (e.g. a promoted trial that had ended)
+WASTE_CAUSES = (WASTE_RETRY, WASTE_OOM, WASTE_EXPLOIT, WASTE_RESUME, WASTE_OTHER)
+
+# Kinds of markers (failures and the like) placed on the lane timeline.
+MARK_FAILURE = "failure"  # an attempt raised: retried (trial_restart retry) or final (trial_end errored)
+MARK_OOM = "oom"  # out of memory (oom_readmit, or lane_fail after the last retry)
+MARK_EXPLOIT = "exploit"  # a PBT exploit restart
+
+
+# ---------------------------------------------------------------------------------------------- small helpers
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-th percentile of ``values`` by linear interpolation between closest ranks (numpy's default).
+
+    Returns None for no values. ``percentile(v, 50)`` is the median.
+    """
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def merge_intervals(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of closed intervals, as sorted disjoint intervals (touching ones are joined)."""
+    out: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if out and start <= out[-1][1]:
+            if end > out[-1][1]:
+                out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return out
+
+
+def overlap(start: float, end: float, w0: float, w1: float) -> float:
+    """Length of ``[start, end] ∩ [w0, w1]``."""
+    return max(0.0, min(end, w1) - max(start, w0))
+
+
+def covered(merged: Sequence[tuple[float, float]], w0: float, w1: float) -> float:
+    """Length of the part of ``[w0, w1]`` covered by sorted disjoint intervals."""
+    return sum(overlap(s, e, w0, w1) for s, e in merged)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+@dataclass
+class StepSeries:
+    """A piecewise-constant quantity: 0 before the first point, then each point's value until the next one.
+
+    Points are ``(ts, value)``; several at one ``ts`` keep the last (in insertion order).
+    """
+
+    points: list[tuple[float, float]] = field(default_factory=list)
+
+    def add(self, ts: float, value: float) -> None:
+        self.points.append((ts, value))
+
+    def finish(self) -> None:
+        """Sort the points by time (stable: same-time points keep their order)."""
+        self.points.sort(key=lambda p: p[0])
+
+    def value_at(self, t: float) -> float:
+        """The value in force at ``t`` (the last point at or before ``t``)."""
+        i = bisect.bisect_right(self.points, t, key=lambda p: p[0])
+        return self.points[i - 1][1] if i else 0.0
+
+    def peak(self, w0: float, w1: float) -> float:
+        """Largest value in force at any time in ``[w0, w1]``."""
+        best = self.value_at(w0)
+        for ts, value in self.points:
+            if w0 < ts <= w1:
+                best = max(best, value)
+        return best
+
+    def integral(self, w0: float, w1: float) -> float:
+        """Integral of the value over ``[w0, w1]`` (value × seconds)."""
+        if w1 <= w0:
+            return 0.0
+        total, t, value = 0.0, w0, self.value_at(w0)
+        for ts, v in self.points:
+            if ts <= w0:
+                continue
+            if ts >= w1:
+                break
+            total += value * (ts - t)
+            t, value = ts, v
+        return total + value * (w1 - t)
+
+    @staticmethod
+    def summed(series: Sequence[StepSeries]) -> StepSeries:
+        """The pointwise sum of several series (e.g. lanes open on all devices at once)."""
+        merged = sorted(((ts, i, v) for i, s in enumerate(series) for ts, v in s.points), key=lambda x: x[0])
+        current = [0.0] * len(series)
+        out = StepSeries()
+        for ts, i, v in merged:
+            current[i] = v
+            out.add(ts, sum(current))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------- parsed activity
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """One life of a device's actor: from its ``device_start`` to its end (see the module docstring)."""
+
+    device: str
+    index: int
+    start: float
+    end: float
+    kind: str | None
+    slots: int | None
+
+
+@dataclass(frozen=True)
+class Span:
+    """One reported iteration: the interval in which its trial held its lane's turn, and what became of it."""
+
+    trial_id: str
+    attempt: int
+    iteration: int
+    device: str
+    epoch: int
+    lane: int | None
+    start: float
+    end: float
+    samples: float | None
+    useful: bool
+    waste_cause: str | None
+
+
+@dataclass
+class LaneLife:
+    """A lane from ``lane_open`` to ``lane_close`` (None while it is still open)."""
+
+    device: str
+    epoch: int
+    lane: int
+    opened_at: float
+    closed_at: float | None
+    capacity_peak_bytes: int
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A ``switch`` event: ``trial_id`` got the lane's turn from ``from_trial`` after ``latency_ms``."""
+
+    ts: float
+    device: str
+    epoch: int
+    lane: int | None
+    trial_id: str | None
+    from_trial: str | None
+    latency_ms: float
+
+
+@dataclass(frozen=True)
+class Marker:
+    """Something that went wrong (or was rolled back), for the lane timeline."""
+
+    ts: float
+    kind: str
+    device: str
+    epoch: int
+    lane: int | None
+    trial_id: str | None
+    detail: str | None
+
+
+@dataclass
+class Activity:
+    """Everything parsed from one experiment's results and events; summarised by :func:`summarize`.
+
+    Attributes:
+        epochs: Per device, its epochs in time order.
+        spans: Every reported iteration (all attempts), in time order of its end.
+        lanes: Every lane that was opened.
+        switches: Every lane switch.
+        markers: Failures, out-of-memory re-admissions and exploit rollbacks.
+        lanes_open, reserved, used, waiting: Per device, the number of open lanes, the bytes the lanes reserve
+            (sum of capacities), the bytes their members need by their estimates (per lane ``sum P + max T``)
+            and the number of trials waiting for a lane, over time.
+        gpu_util, gpu_mem: Per device, NVML samples ``(ts, gpu_util_pct)`` and ``(ts, mem_used)`` (may be empty).
+        lane_busy: Per ``(device, epoch, lane)``, the merged turn intervals.
+        device_busy: Per device, the merged intervals when at least one lane was busy.
+    """
+
+    epochs: dict[str, list[Epoch]]
+    spans: list[Span]
+    lanes: list[LaneLife]
+    switches: list[Switch]
+    markers: list[Marker]
+    lanes_open: dict[str, StepSeries]
+    reserved: dict[str, StepSeries]
+    used: dict[str, StepSeries]
+    waiting: dict[str, StepSeries]
+    gpu_util: dict[str, list[tuple[float, float]]]
+    gpu_mem: dict[str, StepSeries]
+    lane_busy: dict[tuple[str, int, int | None], list[tuple[float, float]]]
+    device_busy: dict[str, list[tuple[float, float]]]
+
+    @property
+    def devices(self) -> list[str]:
+        """Device names, in the order they first started."""
+        return sorted(self.epochs, key=lambda d: (self.epochs[d][0].start, d))
+
+    @property
+    def start(self) -> float | None:
+        """Start of the earliest epoch (None when nothing was recorded)."""
+        starts = [e.start for eps in self.epochs.values() for e in eps]
+        return min(starts) if starts else None
+
+    @property
+    def end(self) -> float | None:
+        """End of the latest epoch."""
+        ends = [e.end for eps in self.epochs.values() for e in eps]
+        return max(ends) if ends else None
+
+    def epoch_of(self, device: str, ts: float) -> int:
+        """The epoch of ``device`` at ``ts`` (the last one started at or before it; 0 before the first)."""
+        return _epoch_index([e.start for e in self.epochs.get(device, [])], ts)
+
+
+def _epoch_index(starts: Sequence[float], ts: float) -> int:
+    return max(0, bisect.bisect_right(starts, ts) - 1)
+
+
+class _LaneState:
+    """Lanes, members and the queue of one device epoch, replayed from lane events."""
+
+    def __init__(self) -> None:
+        self.capacity: dict[int, int] = {}
+        self.members: dict[int, dict[str, tuple[int, int]]] = {}
+        self.where: dict[str, int] = {}
+        self.waiting: set[str] = set()
+
+    def used(self) -> int:
+        total = 0
+        for members in self.members.values():
+            if members:
+                total += sum(p for p, _ in members.values()) + max(t for _, t in members.values())
+        return total
+
+    def remove_member(self, trial_id: str) -> None:
+        lane = self.where.pop(trial_id, None)
+        if lane is not None:
+            self.members.get(lane, {}).pop(trial_id, None)
+
+
+def _detail(event: EventRow) -> list[Any]:
+    data = event.data or {}
+    detail = data.get("detail")
+    return list(detail) if isinstance(detail, (list, tuple)) else []
+
+
+def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
+                   finished_at: float | None = None) -> Activity:
+    """Parse an experiment's results (all attempts) and events (in store order) into an :class:`Activity`.
+
+    Args:
+        results: Every stored result, all attempts (``store.results(latest_attempt_only=False)``).
+        events: Every stored event, in the order they were written (``store.events()``).
+        finished_at: The experiment's ``finished_at`` (None while it runs); it ends the devices' last epochs.
+    """
+    results = list(results)
+    events = list(events)
+
+    # Epochs from device_start / device_died.
+    starts: dict[str, list[tuple[float, dict[str, Any]]]] = defaultdict(list)
+    died: dict[str, list[float]] = defaultdict(list)
+    for ev in events:
+        if ev.kind == "device_start" and ev.device is not None:
+            starts[ev.device].append((ev.ts, ev.data or {}))
+        elif ev.kind == "device_died" and ev.device is not None:
+            died[ev.device].append(ev.ts)
+    start_ts = {d: sorted(ts for ts, _ in s) for d, s in starts.items()}
+
+    def epoch_of(device: str, ts: float) -> int:
+        return _epoch_index(start_ts.get(device, []), ts)
+
+    # Where each (trial, attempt) ran: trial_start events, else place events.
+    started: dict[tuple[str, int], list[tuple[float, str]]] = defaultdict(list)
+    placed: dict[tuple[str, int], list[tuple[float, str]]] = defaultdict(list)
+    for ev in events:
+        if ev.kind in ("trial_start", "place") and ev.trial_id is not None and ev.device is not None:
+            attempt = (ev.data or {}).get("attempt", 0)
+            (started if ev.kind == "trial_start" else placed)[(ev.trial_id, int(attempt or 0))].append(
+                (ev.ts, ev.device))
+
+    def device_of(trial_id: str, attempt: int, ts: float) -> str:
+        for table in (started, placed):
+            rows = table.get((trial_id, attempt))
+            if rows:
+                before = [d for t, d in rows if t <= ts]
+                return before[-1] if before else rows[0][1]
+        return UNKNOWN_DEVICE
+
+    # Replay lane events per device.
+    lane_state: dict[str, _LaneState] = {}
+    lanes_open: dict[str, StepSeries] = defaultdict(StepSeries)
+    reserved: dict[str, StepSeries] = defaultdict(StepSeries)
+    used: dict[str, StepSeries] = defaultdict(StepSeries)
+    waiting: dict[str, StepSeries] = defaultdict(StepSeries)
+    lives: dict[tuple[str, int, int], LaneLife] = {}
+    admits: dict[tuple[str, int, str], list[tuple[float, int]]] = defaultdict(list)
+    switches: list[Switch] = []
+    gpu_util: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    gpu_mem: dict[str, StepSeries] = defaultdict(StepSeries)
+    restarts: dict[str, list[tuple[float, str]]] = defaultdict(list)  # trial -> (ts, cause)
+    resumes: list[float] = []
+    raw_markers: list[tuple[float, str, str, str | None, str | None]] = []  # ts, kind, device, trial, detail
+    last_ts: dict[tuple[str, int], float] = {}
+
+    def touch(device: str, ts: float) -> None:
+        key = (device, epoch_of(device, ts))
+        last_ts[key] = max(last_ts.get(key, ts), ts)
+
+    def record(device: str, ts: float, state: _LaneState) -> None:
+        lanes_open[device].add(ts, len(state.capacity))
+        reserved[device].add(ts, sum(state.capacity.values()))
+        used[device].add(ts, state.used())
+        waiting[device].add(ts, len(state.waiting))
+
+    for ev in events:
+        data = ev.data or {}
+        if ev.kind == "resume":
+            resumes.append(ev.ts)
+        if ev.kind == "trial_restart" and ev.trial_id is not None:
+            reason = str(data.get("reason") or WASTE_OTHER)
+            restarts[ev.trial_id].append((ev.ts, reason))
+            kind = MARK_EXPLOIT if reason == WASTE_EXPLOIT else MARK_FAILURE
+            raw_markers.append((ev.ts, kind, ev.device or UNKNOWN_DEVICE, ev.trial_id, data.get("error")))
+        elif ev.kind == "oom_readmit" and ev.trial_id is not None:
+            restarts[ev.trial_id].append((ev.ts, WASTE_OOM))
+            raw_markers.append((ev.ts, MARK_OOM, ev.device or UNKNOWN_DEVICE, ev.trial_id, data.get("error")))
+        elif ev.kind == "trial_end" and data.get("outcome") == "errored":
+            raw_markers.append((ev.ts, MARK_FAILURE, ev.device or UNKNOWN_DEVICE, ev.trial_id, None))
+        if ev.device is None:
+            continue
+        device = ev.device
+        touch(device, ev.ts)
+        if ev.kind == "device_start":
+            lane_state[device] = _LaneState()
+            record(device, ev.ts, lane_state[device])
+            continue
+        if ev.kind == "nvml":
+            util, mem = _number(data.get("gpu_util_pct")), _number(data.get("mem_used"))
+            if util is not None:
+                gpu_util[device].append((ev.ts, util))
+            if mem is not None:
+                gpu_mem[device].add(ev.ts, mem)
+            continue
+        if ev.kind == "switch":
+            latency = _number(data.get("latency_ms"))
+            if latency is not None:
+                lane = data.get("lane")
+                switches.append(Switch(ev.ts, device, epoch_of(device, ev.ts), lane if isinstance(lane, int) else None,
+                                       ev.trial_id, data.get("from"), latency))
+            continue
+        if not ev.kind.startswith("lane_"):
+            continue
+        state = lane_state.setdefault(device, _LaneState())
+        epoch = epoch_of(device, ev.ts)
+        detail = _detail(ev)
+        if ev.kind == "lane_open":
+            lane, cap = int(data["lane"]), int(data.get("capacity") or 0)
+            state.capacity[lane] = cap
+            state.members.setdefault(lane, {})
+            lives[(device, epoch, lane)] = LaneLife(device, epoch, lane, ev.ts, None, cap)
+        elif ev.kind == "lane_resize":
+            lane, cap = int(data["lane"]), int(data.get("capacity") or 0)
+            state.capacity[lane] = cap
+            life = lives.get((device, epoch, lane))
+            if life is not None:
+                life.capacity_peak_bytes = max(life.capacity_peak_bytes, cap)
+        elif ev.kind == "lane_close":
+            lane = int(data["lane"])
+            state.capacity.pop(lane, None)
+            for tid in state.members.pop(lane, {}):
+                state.where.pop(tid, None)
+            life = lives.get((device, epoch, lane))
+            if life is not None:
+                life.closed_at = ev.ts
+        elif ev.kind == "lane_admit" and ev.trial_id is not None and len(detail) >= 3:
+            lane, p, t = int(detail[0]), int(detail[1]), int(detail[2])
+            state.remove_member(ev.trial_id)
+            state.members.setdefault(lane, {})[ev.trial_id] = (p, t)
+            state.where[ev.trial_id] = lane
+            state.waiting.discard(ev.trial_id)
+            admits[(device, epoch, ev.trial_id)].append((ev.ts, lane))
+        elif ev.kind == "lane_leave" and ev.trial_id is not None:
+            state.remove_member(ev.trial_id)
+            state.waiting.discard(ev.trial_id)
+        elif ev.kind == "lane_wait" and ev.trial_id is not None:
+            state.remove_member(ev.trial_id)
+            state.waiting.add(ev.trial_id)
+        elif ev.kind in ("lane_estimate", "lane_oom") and ev.trial_id is not None:
+            p_t = detail[-2:] if len(detail) >= 2 else None
+            lane = state.where.get(ev.trial_id)
+            if p_t is not None and lane is not None:
+                state.members[lane][ev.trial_id] = (int(p_t[0]), int(p_t[1]))
+        elif ev.kind == "lane_fail" and ev.trial_id is not None:
+            state.remove_member(ev.trial_id)
+            state.waiting.discard(ev.trial_id)
+            raw_markers.append((ev.ts, MARK_OOM, device, ev.trial_id, str(detail[0]) if detail else None))
+        else:
+            continue
+        record(device, ev.ts, state)
+
+    # Which report of each iteration is useful, and why the others were wasted.
+    by_iteration: dict[tuple[str, int], list[ResultRow]] = defaultdict(list)
+    for r in results:
+        by_iteration[(r.trial_id, r.iteration)].append(r)
+    for rows in restarts.values():
+        rows.sort()
+    resumes.sort()
+    verdict: dict[int, str | None] = {}  # id(row) -> waste cause (None: useful)
+    for (trial_id, _), rows in by_iteration.items():
+        rows.sort(key=lambda r: (r.attempt, r.ts))
+        for row, redo in zip(rows, rows[1:], strict=False):
+            verdict[id(row)] = _cause(restarts.get(trial_id, []), resumes, row.ts, redo.ts)
+        verdict[id(rows[-1])] = None
+
+    # Spans.
+    spans: list[Span] = []
+    for r in sorted(results, key=lambda r: r.ts):
+        device = device_of(r.trial_id, r.attempt, r.ts)
+        epoch = epoch_of(device, r.ts)
+        history = admits.get((device, epoch, r.trial_id), [])
+        before = [lane for ts, lane in history if ts <= r.ts]
+        lane = before[-1] if before else (history[0][1] if history else None)
+        dt = _number(r.metrics.get(ITER_TIME_KEY))
+        dt = max(0.0, dt) if dt is not None else 0.0
+        cause = verdict.get(id(r))
+        spans.append(Span(r.trial_id, r.attempt, r.iteration, device, epoch, lane, r.ts - dt, r.ts,
+                          _number(r.metrics.get(SAMPLES_KEY)), cause is None, cause))
+        touch(device, r.ts)
+
+    # Epoch bounds.
+    epochs: dict[str, list[Epoch]] = {}
+    for device, rows in starts.items():
+        rows.sort(key=lambda x: x[0])
+        out = []
+        for i, (ts, info) in enumerate(rows):
+            nxt = rows[i + 1][0] if i + 1 < len(rows) else math.inf
+            end = last_ts.get((device, i), ts)
+            deaths = [d for d in died.get(device, []) if ts <= d < nxt]
+            if deaths:
+                end = deaths[0]
+            elif nxt == math.inf and finished_at is not None and finished_at > end:
+                end = finished_at
+            slots = info.get("slots")
+            out.append(Epoch(device, i, ts, end, info.get("kind"), int(slots) if isinstance(slots, int) else None))
+        epochs[device] = out
+    orphans = defaultdict(list)
+    for s in spans:
+        if s.device not in epochs:
+            orphans[s.device].append(s)
+    for device, rows in orphans.items():  # results of a device no device_start names: span their extent
+        epochs[device] = [Epoch(device, 0, min(s.start for s in rows), max(s.end for s in rows), None, None)]
+
+    # Every series drops to 0 when an epoch ends (its actor and lanes are gone).
+    for device, eps in epochs.items():
+        for ep in eps:
+            for series in (lanes_open, reserved, used, waiting):
+                series[device].add(ep.end, 0.0)
+    for table in (lanes_open, reserved, used, waiting, gpu_mem):
+        for s in table.values():
+            s.finish()
+
+    # Busy intervals.
+    per_lane: dict[tuple[str, int, int | None], list[tuple[float, float]]] = defaultdict(list)
+    for s in spans:
+        per_lane[(s.device, s.epoch, s.lane)].append((s.start, s.end))
+    lane_busy = {key: merge_intervals(iv) for key, iv in per_lane.items()}
+    per_device: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for (device, _, _), iv in lane_busy.items():
+        per_device[device].extend(iv)
+    device_busy = {d: merge_intervals(iv) for d, iv in per_device.items()}
+
+    # Markers sit on the lane where the trial last computed before them.
+    last_lane: dict[tuple[str, str], list[tuple[float, int | None]]] = defaultdict(list)
+    for s in spans:
+        last_lane[(s.device, s.trial_id)].append((s.end, s.lane))
+    markers = []
+    for ts, kind, device, trial_id, detail in sorted(raw_markers, key=lambda m: m[0]):
+        history = last_lane.get((device, trial_id or ""), [])
+        before = [lane for end, lane in history if end <= ts]
+        lane = before[-1] if before else None
+        markers.append(Marker(ts, kind, device, epoch_of(device, ts), lane, trial_id, detail))
+
+    return Activity(
+        epochs=epochs, spans=spans, lanes=sorted(lives.values(), key=lambda x: (x.device, x.epoch, x.opened_at)),
+        switches=switches, markers=markers, lanes_open=dict(lanes_open), reserved=dict(reserved), used=dict(used),
+        waiting=dict(waiting), gpu_util=dict(gpu_util), gpu_mem=dict(gpu_mem), lane_busy=lane_busy,
+        device_busy=device_busy,
+    )
+
+
+def _cause(restarts: Sequence[tuple[float, str]], resumes: Sequence[float], done: float, redo: float) -> str:
+    """Why a report at ``done`` was redone at ``redo``: the first restart marker in between."""
+    found: list[tuple[float, str]] = [(ts, c) for ts, c in restarts if done <= ts <= redo]
+    found += [(ts, WASTE_RESUME) for ts in resumes if done <= ts <= redo]
+    return min(found)[1] if found else WASTE_OTHER
+
+
+# ---------------------------------------------------------------------------------------------- summaries
+
+
+@dataclass
+class WasteStats:
+    """Wasted iterations of one cause and the compute seconds they took."""
+
+    iterations: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class LaneStats:
+    """One lane over the analysed window."""
+
+    device: str
+    epoch: int
+    lane: int
+    opened_at: float
+    closed_at: float | None
+    open_s: float
+    busy_s: float
+    occupancy: float | None
+    iterations: int
+    trials: int
+    capacity_peak_bytes: int
+
+
+@dataclass
+class DeviceStats:
+    """What one device (or, for ``device == "total"``, all of them) did in the analysed window.
+
+    Rates are per device-second; a figure that cannot be computed (no device time, no samples) is None.
+    See ``docs/goodput.md`` for each definition.
+    """
+
+    device: str
+    kind: str | None
+    slots: int | None
+    device_seconds: float
+    busy_s: float
+    busy_fraction: float | None
+    lane_busy_s: float
+    mean_busy_lanes: float | None
+    slot_occupancy: float | None
+    trials: int
+    iterations: int
+    useful_iterations: int
+    wasted_iterations: int
+    throughput: float | None
+    goodput: float | None
+    goodput_fraction: float | None
+    samples: float | None
+    samples_per_s: float | None
+    useful_samples_per_s: float | None
+    switches: int
+    switch_latency_ms_p50: float | None
+    switch_latency_ms_p99: float | None
+    lanes_peak: int
+    lanes_mean: float | None
+    waiting_peak: int
+    reserved_peak_bytes: int
+    used_peak_bytes: int
+    gpu_util_mean_pct: float | None
+    gpu_mem_used_peak_bytes: int | None
+    wasted: dict[str, WasteStats] = field(default_factory=dict)
+
+
+@dataclass
+class Goodput:
+    """The summary of one window: per device, the totals, and per lane."""
+
+    start: float
+    end: float
+    devices: list[DeviceStats]
+    totals: DeviceStats
+    lanes: list[LaneStats]
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den > 0 else None
+
+
+def _window(activity: Activity, window: tuple[float, float] | None) -> tuple[float, float]:
+    if window is not None:
+        return float(window[0]), float(window[1])
+    start, end = activity.start, activity.end
+    if start is None or end is None:
+        return 0.0, 0.0
+    return start, end
+
+
+def _waste(spans: Iterable[Span]) -> dict[str, WasteStats]:
+    out: dict[str, WasteStats] = {}
+    for s in spans:
+        if s.waste_cause is not None:
+            w = out.setdefault(s.waste_cause, WasteStats())
+            w.iterations += 1
+            w.seconds += s.end - s.start
+    return out
+
+
+def _stats(device: str, kind: str | None, slots: int | None, device_seconds: float, busy_s: float,
+           lane_busy_s: float, slot_seconds: float, spans: Sequence[Span], latencies: Sequence[float],
+           lanes_peak: float, lanes_integral: float, lanes_time: float, waiting_peak: float, reserved_peak: float,
+           used_peak: float, util: Sequence[float], mem_peak: float | None) -> DeviceStats:
+    useful = [s for s in spans if s.useful]
+    samples_all = [s.samples for s in spans if s.samples is not None]
+    samples_useful = [s.samples for s in useful if s.samples is not None]
+    total_samples = sum(samples_all) if samples_all else None
+    return DeviceStats(
+        device=device, kind=kind, slots=slots, device_seconds=device_seconds, busy_s=busy_s,
+        busy_fraction=_ratio(busy_s, device_seconds), lane_busy_s=lane_busy_s,
+        mean_busy_lanes=_ratio(lane_busy_s, device_seconds), slot_occupancy=_ratio(lane_busy_s, slot_seconds),
+        trials=len({s.trial_id for s in spans}), iterations=len(spans), useful_iterations=len(useful),
+        wasted_iterations=len(spans) - len(useful), throughput=_ratio(len(spans), device_seconds),
+        goodput=_ratio(len(useful), device_seconds), goodput_fraction=_ratio(len(useful), len(spans)),
+        samples=total_samples,
+        samples_per_s=None if total_samples is None else _ratio(total_samples, device_seconds),
+        useful_samples_per_s=None if not samples_useful else _ratio(sum(samples_useful), device_seconds),
+        switches=len(latencies), switch_latency_ms_p50=percentile(latencies, SWITCH_P50),
+        switch_latency_ms_p99=percentile(latencies, SWITCH_P99), lanes_peak=int(lanes_peak),
+        lanes_mean=_ratio(lanes_integral, lanes_time), waiting_peak=int(waiting_peak),
+        reserved_peak_bytes=int(reserved_peak), used_peak_bytes=int(used_peak),
+        gpu_util_mean_pct=(sum(util) / len(util)) if util else None,
+        gpu_mem_used_peak_bytes=None if mem_peak is None else int(mem_peak), wasted=_waste(spans),
+    )
+
+
+def summarize(activity: Activity, window: tuple[float, float] | None = None) -> Goodput:
+    """Goodput per device, in total and per lane, over ``window`` (absolute seconds; default: the whole run).
+
+    An iteration belongs to the window its report falls in (``start < ts <= end``, and ``ts == start`` for a
+    window that starts the run); busy and open times are clipped to the window.
+    """
+    w0, w1 = _window(activity, window)
+    run_start = activity.start
+
+    def inside(ts: float) -> bool:
+        return w0 < ts <= w1 or (ts == w0 and (run_start is None or w0 <= run_start))
+
+    empty = StepSeries()
+    devices: list[DeviceStats] = []
+    all_latencies: list[float] = []
+    all_util: list[float] = []
+    all_spans: list[Span] = []
+    slot_seconds_total = 0.0
+    for device in activity.devices:
+        eps = activity.epochs[device]
+        device_seconds = sum(overlap(e.start, e.end, w0, w1) for e in eps)
+        slots = eps[-1].slots
+        slot_seconds = sum(overlap(e.start, e.end, w0, w1) * (e.slots or 0) for e in eps)
+        slot_seconds_total += slot_seconds
+        spans = [s for s in activity.spans if s.device == device and inside(s.end)]
+        all_spans.extend(spans)
+        busy_s = covered(activity.device_busy.get(device, []), w0, w1)
+        lane_busy_s = sum(covered(iv, w0, w1) for (d, _, _), iv in activity.lane_busy.items() if d == device)
+        latencies = [s.latency_ms for s in activity.switches if s.device == device and inside(s.ts)]
+        all_latencies.extend(latencies)
+        util = [u for ts, u in activity.gpu_util.get(device, []) if inside(ts)]
+        all_util.extend(util)
+        mem = activity.gpu_mem.get(device)
+        lanes = activity.lanes_open.get(device, empty)
+        devices.append(_stats(
+            device, eps[-1].kind, slots, device_seconds, busy_s, lane_busy_s, slot_seconds, spans, latencies,
+            lanes.peak(w0, w1), lanes.integral(w0, w1), device_seconds,
+            activity.waiting.get(device, empty).peak(w0, w1), activity.reserved.get(device, empty).peak(w0, w1),
+            activity.used.get(device, empty).peak(w0, w1), util,
+            mem.peak(w0, w1) if mem is not None and mem.points else None,
+        ))
+
+    names = activity.devices
+
+    def total_series(table: Mapping[str, StepSeries]) -> StepSeries:
+        return StepSeries.summed([table.get(d, empty) for d in names])
+
+    total_lanes = total_series(activity.lanes_open)
+    mems = [activity.gpu_mem[d] for d in names if d in activity.gpu_mem and activity.gpu_mem[d].points]
+    kinds = {d.kind for d in devices}
+    totals = _stats(
+        TOTAL_DEVICE, kinds.pop() if len(kinds) == 1 else None,
+        sum(d.slots or 0 for d in devices) or None, sum(d.device_seconds for d in devices),
+        sum(d.busy_s for d in devices), sum(d.lane_busy_s for d in devices), slot_seconds_total, all_spans,
+        all_latencies, total_lanes.peak(w0, w1), total_lanes.integral(w0, w1), w1 - w0,
+        total_series(activity.waiting).peak(w0, w1), total_series(activity.reserved).peak(w0, w1),
+        total_series(activity.used).peak(w0, w1), all_util,
+        StepSeries.summed(mems).peak(w0, w1) if mems else None,
+    )
+
+    by_lane: dict[tuple[str, int, int | None], list[Span]] = defaultdict(list)
+    for s in all_spans:
+        by_lane[(s.device, s.epoch, s.lane)].append(s)
+    lanes: list[LaneStats] = []
+    for life in activity.lanes:
+        eps = activity.epochs.get(life.device, [])
+        epoch_end = eps[life.epoch].end if life.epoch < len(eps) else life.opened_at
+        closed = life.closed_at if life.closed_at is not None else epoch_end
+        open_s = overlap(life.opened_at, closed, w0, w1)
+        if open_s <= 0 and not (w0 <= life.opened_at <= w1):
+            continue
+        busy = covered(activity.lane_busy.get((life.device, life.epoch, life.lane), []), w0, w1)
+        mine = by_lane.get((life.device, life.epoch, life.lane), [])
+        lanes.append(LaneStats(life.device, life.epoch, life.lane, life.opened_at, life.closed_at, open_s, busy,
+                               _ratio(busy, open_s), len(mine), len({s.trial_id for s in mine}),
+                               life.capacity_peak_bytes))
+    return Goodput(w0, w1, devices, totals, lanes)
+
+
+@dataclass(frozen=True)
+class TimelineBin:
+    """One device (or ``"total"``) in one time bin."""
+
+    start: float
+    end: float
+    device: str
+    device_seconds: float
+    iterations: int
+    useful_iterations: int
+    lane_busy_s: float
+    busy_s: float
+    throughput: float | None
+    goodput: float | None
+
+
+def timeline_bin_width(activity: Activity, bins: int = DEFAULT_TIMELINE_BINS) -> float:
+    """The bin width that cuts the whole run into ``bins`` bins (at least :data:`MIN_TIMELINE_BIN_S`)."""
+    start, end = activity.start, activity.end
+    if start is None or end is None:
+        return MIN_TIMELINE_BIN_S
+    return max((end - start) / bins, MIN_TIMELINE_BIN_S)
+
+
+def timeline(activity: Activity, bin_s: float | None = None) -> list[TimelineBin]:
+    """Goodput over time: per bin of ``bin_s`` seconds from the run's start, per device and in total.
+
+    An iteration counts in the bin its report falls in; busy and device time are split across bins.
+    """
+    start, end = activity.start, activity.end
+    if start is None or end is None:
+        return []
+    width = bin_s if bin_s is not None and bin_s > 0 else timeline_bin_width(activity)
+    n = max(1, math.ceil((end - start) / width - 1e-9))
+    edges = [(start + i * width, start + (i + 1) * width) for i in range(n)]
+
+    def index(ts: float) -> int:
+        return min(n - 1, max(0, math.ceil((ts - start) / width) - 1))
+
+    out: list[TimelineBin] = []
+    totals = [[0.0, 0, 0, 0.0, 0.0] for _ in range(n)]
+    for device in activity.devices:
+        counts = [[0, 0] for _ in range(n)]
+        for s in activity.spans:
+            if s.device == device:
+                c = counts[index(s.end)]
+                c[0] += 1
+                c[1] += int(s.useful)
+        lane_ivs = [iv for (d, _, _), iv in activity.lane_busy.items() if d == device]
+        busy_iv = activity.device_busy.get(device, [])
+        eps = activity.epochs[device]
+        for i, (b0, b1) in enumerate(edges):
+            ds = sum(overlap(e.start, e.end, b0, b1) for e in eps)
+            lane_busy = sum(covered(iv, b0, b1) for iv in lane_ivs)
+            busy = covered(busy_iv, b0, b1)
+            it, useful = counts[i]
+            out.append(TimelineBin(b0, b1, device, ds, it, useful, lane_busy, busy, _ratio(it, ds), _ratio(useful, ds)))
+            t = totals[i]
+            t[0] += ds
+            t[1] += it
+            t[2] += useful
+            t[3] += lane_busy
+            t[4] += busy
+    for (b0, b1), (ds, it, useful, lane_busy, busy) in zip(edges, totals, strict=True):
+        out.append(TimelineBin(b0, b1, TOTAL_DEVICE, ds, int(it), int(useful), lane_busy, busy, _ratio(it, ds),
+                               _ratio(useful, ds)))
+    return out
+
+
+def from_store(store: Any, window: tuple[float, float] | None = None) -> tuple[Activity, Goodput]:
+    """Read an open :class:`~fluidsalus.store.ExperimentStore` and summarise it (the store is only read)."""
+    exp = store.experiment()
+    activity = build_activity(store.results(latest_attempt_only=False), store.events(), exp.get("finished_at"))
+    return activity, summarize(activity, window)

@@ -1,0 +1,535 @@
+"""``fluidsalus.inspect(path)``: an experiment's goodput report, for notebooks and for ``fluidsalus inspect``.
+
+The store is opened read-only (SQLite ``mode=ro``), so a running experiment can be inspected without
+disturbing its writer, and nothing on disk changes. The figures are defined in ``docs/goodput.md`` and computed
+by :mod:`fluidsalus.goodput`.
+
+    report = fluidsalus.inspect("~/fluidsalus_results/my_sweep")
+    report.devices            # a pandas DataFrame, one row per device
+    report.totals             # the same figures for the whole cluster (a dict)
+    report.plot("sweep.png")  # lane timeline per device and goodput over time
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from fluidsalus import goodput as gp
+from fluidsalus.config import DEFAULT_STORAGE_PATH, STORAGE_PATH_ENV
+from fluidsalus.errors import StoreError
+from fluidsalus.store import DB_FILENAME, TERMINATED, TRIAL_STATUSES, ExperimentStore, TrialRow, finite
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: Version of the JSON layout of :meth:`Report.to_dict`; bumped when a field changes meaning or goes away.
+JSON_SCHEMA_VERSION = 1
+#: The trial outcome (``stop_reason``) of a trial the searcher or the stop rule ended early.
+STOPPED_OUTCOME = "stopped"
+
+# Plot settings.
+#: Figure width, inches.
+PLOT_WIDTH_IN = 13.0
+#: Height of one lane row of the timeline, inches, and the fixed part of each device's panel.
+PLOT_LANE_ROW_IN, PLOT_DEVICE_BASE_IN = 0.45, 0.9
+#: Height of the goodput-over-time panel, of the title and legend band, and of the bottom margin, inches.
+PLOT_GOODPUT_IN, PLOT_HEADER_IN, PLOT_FOOTER_IN = 2.6, 1.3, 0.6
+#: Resolution of the PNG.
+PLOT_DPI = 110
+#: Height of a busy bar within its lane row (1 = the whole row).
+PLOT_BAR_HEIGHT = 0.7
+#: A trial id is written into its bar when the bar is at least this fraction of the time axis wide.
+PLOT_LABEL_MIN_FRACTION = 0.035
+#: Consecutive iterations of one trial in one lane are drawn as one bar when the gap between them is below
+#: this fraction of the time axis (the gap is then invisible anyway; a longer one, e.g. a pause, stays visible).
+PLOT_MERGE_GAP_FRACTION = 0.002
+#: Colours: one per trial (cycled), lane open but idle, wasted work and goodput.
+PLOT_TRIAL_CMAP = "tab20"
+PLOT_IDLE_COLOR = "#e6e6e6"
+PLOT_WASTE_COLOR = "#d62728"
+PLOT_GOODPUT_COLOR = "#2ca02c"
+PLOT_THROUGHPUT_COLOR = "#555555"
+#: Marker style per timeline marker kind: (matplotlib marker, colour, label).
+PLOT_MARKERS = {
+    gp.MARK_FAILURE: ("X", "#d62728", "failure"),
+    gp.MARK_OOM: ("*", "#ff7f0e", "out of memory"),
+    gp.MARK_EXPLOIT: ("D", "#1f77b4", "exploit (rollback)"),
+}
+
+
+class NoResultsError(StoreError):
+    """The experiment exists but has no results yet: there is nothing to account for."""
+
+
+@dataclass
+class BestTrial:
+    """The best trial by the experiment's metric and mode, judged on each trial's last result (as ``ls``)."""
+
+    trial_id: str
+    metric: str
+    mode: str
+    value: float
+    iteration: int
+    status: str
+    config: dict[str, Any]
+
+
+def resolve_experiment(path: str | os.PathLike[str]) -> str:
+    """An experiment folder, its ``experiment.db``, or a bare experiment name under the storage path.
+
+    A bare name (no path separator) that is not an existing path is looked up in ``$FLUIDSALUS_STORAGE_PATH``
+    or the default storage path.
+    """
+    text = os.path.expanduser(os.fspath(path))
+    if os.path.exists(text) or os.sep in text:
+        return text
+    root = os.path.expanduser(os.environ.get(STORAGE_PATH_ENV) or DEFAULT_STORAGE_PATH)
+    candidate = os.path.join(root, text)
+    return candidate if os.path.exists(os.path.join(candidate, DB_FILENAME)) else text
+
+
+def _fmt_bytes(value: float | None) -> str:
+    if value is None:
+        return "-"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(value) >= size:
+            return f"{value / size:.2f}{unit}"
+    return f"{int(value)}B"
+
+
+def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _short(trial_id: str) -> str:
+    """The distinctive part of a trial id (``ab12c_00007`` -> ``00007``)."""
+    return trial_id.rsplit("_", 1)[-1]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+class Report:
+    """An experiment's goodput report: per device, totals, lanes, trials and a timeline.
+
+    Objects: :attr:`device_stats` (``goodput.DeviceStats`` list), :attr:`total_stats`, :attr:`lane_stats`,
+    :attr:`best`, :attr:`activity` (the parsed events). DataFrames (pandas, built on first use):
+    :attr:`devices`, :attr:`lanes`, :attr:`trials`, :attr:`timeline`, :attr:`waste`, :attr:`switches`.
+    """
+
+    def __init__(self, path: str, experiment: dict[str, Any], trial_rows: list[TrialRow], activity: gp.Activity,
+                 summary: gp.Goodput, bin_s: float | None = None) -> None:
+        self.path = path
+        self.experiment = experiment
+        self.trial_rows = trial_rows
+        self.activity = activity
+        self.summary = summary
+        self.timeline_bins = gp.timeline(activity, bin_s)
+        self._frames: dict[str, pd.DataFrame] = {}
+
+    # ------------------------------------------------------------------ objects
+
+    @property
+    def name(self) -> str:
+        return str(self.experiment["name"])
+
+    @property
+    def status(self) -> str:
+        return str(self.experiment["status"])
+
+    @property
+    def device_stats(self) -> list[gp.DeviceStats]:
+        return self.summary.devices
+
+    @property
+    def total_stats(self) -> gp.DeviceStats:
+        return self.summary.totals
+
+    @property
+    def lane_stats(self) -> list[gp.LaneStats]:
+        return self.summary.lanes
+
+    @property
+    def totals(self) -> dict[str, Any]:
+        """The totals row as a dict (same keys as a row of :attr:`devices`)."""
+        return asdict(self.summary.totals)
+
+    @property
+    def duration_s(self) -> float:
+        """Wall time of the experiment: to ``finished_at``, or to the last thing recorded while it runs."""
+        exp = self.experiment
+        end = exp["finished_at"] or max(exp["updated_at"] or exp["created_at"], self.activity.end or 0.0)
+        return max(0.0, end - exp["created_at"])
+
+    @property
+    def trial_counts(self) -> dict[str, int]:
+        """Trials per status (every status present, 0 when none)."""
+        counts = dict.fromkeys(TRIAL_STATUSES, 0)
+        for t in self.trial_rows:
+            counts[t.status] = counts.get(t.status, 0) + 1
+        return counts
+
+    @property
+    def stopped(self) -> int:
+        """Trials ended early by the searcher or the stop rule."""
+        return sum(1 for t in self.trial_rows if t.status == TERMINATED and t.stop_reason == STOPPED_OUTCOME)
+
+    @property
+    def best(self) -> BestTrial | None:
+        """The best trial by its last result, or None without a metric or a finite value."""
+        metric, mode = self.experiment["metric"], self.experiment["mode"]
+        if not metric or mode not in ("min", "max"):
+            return None
+        scored = [(t.last_result[metric], t) for t in self.trial_rows
+                  if t.last_result is not None and finite(t.last_result.get(metric))]
+        if not scored:
+            return None
+        value, trial = (max if mode == "max" else min)(scored, key=lambda x: x[0])
+        return BestTrial(trial.trial_id, metric, mode, float(value), trial.last_iteration, trial.status,
+                         trial.config)
+
+    # ------------------------------------------------------------------ DataFrames
+
+    def _frame(self, key: str, rows: list[dict[str, Any]], columns: Sequence[str] | None = None) -> pd.DataFrame:
+        if key not in self._frames:
+            import pandas as pd
+
+            self._frames[key] = pd.DataFrame(rows, columns=list(columns) if columns else None)
+        return self._frames[key]
+
+    @property
+    def devices(self) -> pd.DataFrame:
+        """One row per device: every field of :class:`goodput.DeviceStats` (``wasted`` as a dict)."""
+        return self._frame("devices", [asdict(d) for d in self.device_stats],
+                           [f for f in gp.DeviceStats.__dataclass_fields__])
+
+    @property
+    def lanes(self) -> pd.DataFrame:
+        """One row per lane: open and busy seconds, occupancy, iterations, trials, peak capacity."""
+        return self._frame("lanes", [asdict(lane) for lane in self.lane_stats],
+                           [f for f in gp.LaneStats.__dataclass_fields__])
+
+    @property
+    def trials(self) -> pd.DataFrame:
+        """One row per trial: status, device, attempts, iterations reported, useful and wasted, compute time."""
+        per: dict[str, dict[str, float]] = defaultdict(lambda: {"reported": 0, "useful": 0, "wasted": 0,
+                                                                "compute_s": 0.0})
+        for s in self.activity.spans:
+            row = per[s.trial_id]
+            row["reported"] += 1
+            row["useful" if s.useful else "wasted"] += 1
+            row["compute_s"] += s.end - s.start
+        metric = self.experiment["metric"]
+        rows = []
+        for t in self.trial_rows:
+            last = (t.last_result or {}).get(metric) if metric else None
+            rows.append({
+                "trial_id": t.trial_id, "status": t.status, "stop_reason": t.stop_reason, "device": t.device,
+                "attempts": t.attempt + 1, "failures": t.num_failures, "iteration": t.last_iteration,
+                **{k: per[t.trial_id][k] for k in ("reported", "useful", "wasted", "compute_s")},
+                "metric": last if finite(last) else None, "error": t.error, "config": t.config,
+            })
+        return self._frame("trials", rows, ["trial_id", "status", "stop_reason", "device", "attempts", "failures",
+                                            "iteration", "reported", "useful", "wasted", "compute_s", "metric",
+                                            "error", "config"])
+
+    @property
+    def timeline(self) -> pd.DataFrame:
+        """Goodput over time: one row per (bin, device) plus ``device == "total"`` rows; times from run start."""
+        t0 = self.activity.start or 0.0
+        rows = [{**asdict(b), "start_s": b.start - t0, "end_s": b.end - t0} for b in self.timeline_bins]
+        return self._frame("timeline", rows, [*gp.TimelineBin.__dataclass_fields__, "start_s", "end_s"])
+
+    @property
+    def waste(self) -> pd.DataFrame:
+        """Wasted iterations and their compute seconds, per device and cause."""
+        rows = [{"device": d.device, "cause": cause, "iterations": w.iterations, "seconds": w.seconds}
+                for d in self.device_stats for cause, w in sorted(d.wasted.items())]
+        return self._frame("waste", rows, ["device", "cause", "iterations", "seconds"])
+
+    @property
+    def switches(self) -> pd.DataFrame:
+        """Every lane switch: time, device, lane, the trial that got the turn and the one that gave it, latency."""
+        rows = [asdict(s) for s in self.activity.switches]
+        return self._frame("switches", rows, [f for f in gp.Switch.__dataclass_fields__])
+
+    # ------------------------------------------------------------------ output
+
+    def to_dict(self) -> dict[str, Any]:
+        """The machine-readable report (the ``--json`` output); see ``docs/goodput.md`` for the schema."""
+        exp = self.experiment
+        t0 = self.activity.start or exp["created_at"]
+        best = self.best
+        return _jsonable({
+            "schema_version": JSON_SCHEMA_VERSION,
+            "experiment": {
+                "name": exp["name"], "path": os.path.abspath(self.path), "status": exp["status"],
+                "metric": exp["metric"], "mode": exp["mode"], "created_at": exp["created_at"],
+                "finished_at": exp["finished_at"], "duration_s": self.duration_s,
+                "trials": self.trial_counts, "trials_total": len(self.trial_rows), "stopped": self.stopped,
+            },
+            "window": {"start": self.summary.start, "end": self.summary.end,
+                       "start_s": self.summary.start - t0, "end_s": self.summary.end - t0},
+            "devices": [asdict(d) for d in self.device_stats],
+            "totals": asdict(self.total_stats),
+            "lanes": [asdict(lane) for lane in self.lane_stats],
+            "best": None if best is None else asdict(best),
+            "timeline": [{**asdict(b), "start_s": b.start - t0, "end_s": b.end - t0} for b in self.timeline_bins
+                         if b.device == gp.TOTAL_DEVICE],
+        })
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False, default=str)
+
+    def render_table(self) -> str:
+        """The human-readable report: a header, the per-device table with totals, waste, and the best trial."""
+        counts = self.trial_counts
+        exp = self.experiment
+        head = (f"experiment {exp['name']} ({exp['status']}, {self.duration_s:.1f}s): {len(self.trial_rows)} trials, "
+                f"{counts['RUNNING']} running, {counts['PENDING'] + counts['PAUSED']} waiting, "
+                f"{counts['TERMINATED']} done ({self.stopped} stopped early), {counts['ERROR']} errored")
+        t0 = self.activity.start or exp["created_at"]
+        window = (f"window {self.summary.start - t0:.2f}s .. {self.summary.end - t0:.2f}s from the first device "
+                  f"start; {self.total_stats.device_seconds:.2f} device-seconds")
+        header = ("DEVICE", "BUSY", "SLOTS", "ITERS", "USEFUL", "WASTED", "IT/S", "GOODPUT", "SAMPLES/S", "LANES",
+                  "SWITCHES", "SW_P50", "SW_P99", "RESERVED", "USED", "GPU%")
+        rows = []
+        for d in [*self.device_stats, self.total_stats]:
+            rows.append((
+                d.device, _fmt(d.busy_fraction, ".0%"), _fmt(d.slot_occupancy, ".0%"), str(d.iterations),
+                str(d.useful_iterations), str(d.wasted_iterations), _fmt(d.throughput, ".2f"), _fmt(d.goodput, ".2f"),
+                _fmt(d.samples_per_s, ".1f"), str(d.lanes_peak), str(d.switches),
+                _fmt(d.switch_latency_ms_p50, ".2f", "ms"), _fmt(d.switch_latency_ms_p99, ".2f", "ms"),
+                _fmt_bytes(d.reserved_peak_bytes), _fmt_bytes(d.used_peak_bytes), _fmt(d.gpu_util_mean_pct, ".0f"),
+            ))
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        lines = [head, window, ""]
+        for i, row in enumerate([header, *rows]):
+            if i == len(rows):  # the totals row
+                lines.append("  ".join("-" * w for w in widths))
+            lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        lines.append("")
+        lines.append("BUSY: time at least one lane computes; SLOTS: busy lane-seconds / (slots x device-seconds); "
+                     "IT/S and GOODPUT: all and useful iterations per device-second; LANES: peak open lanes.")
+        waste = self.total_stats.wasted
+        if waste:
+            parts = [f"{cause} {w.iterations} it ({w.seconds:.2f}s)" for cause, w in sorted(waste.items())]
+            lines.append("wasted by cause: " + ", ".join(parts))
+        else:
+            lines.append("wasted by cause: none")
+        best = self.best
+        if best is None:
+            lines.append("best trial: -")
+        else:
+            lines.append(f"best trial: {best.trial_id} {best.metric}={best.value:.6g} ({best.mode}) at iteration "
+                         f"{best.iteration}, {best.status.lower()}, config {best.config}")
+        return "\n".join(lines)
+
+    def plot(self, path: str | os.PathLike[str]) -> str:
+        """Draw the lane timeline of each device and goodput over time into one PNG; returns its path."""
+        return plot_report(self, path)
+
+
+def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | None] | None = None,
+            bin_s: float | None = None) -> Report:
+    """The goodput report of an experiment, running or finished, read without writing anything.
+
+    Args:
+        path: The experiment folder, its ``experiment.db``, or an experiment name under the storage path.
+        window: Restrict the figures to ``(start, end)`` seconds after the first device started; None for either
+            end means the start or the end of the run (default: the whole run).
+        bin_s: Width of the timeline bins in seconds (default: the run cut into ``goodput.DEFAULT_TIMELINE_BINS``).
+
+    Raises:
+        StoreError: The path is not an experiment, or the store is from a newer fluidsalus.
+        NoResultsError: The experiment has no results yet.
+    """
+    resolved = resolve_experiment(path)
+    with ExperimentStore.open(resolved, readonly=True) as store:
+        exp = store.experiment()
+        if store.count("results") == 0:
+            raise NoResultsError(f"experiment {exp['name']!r} at {os.fspath(path)!r} has no results yet; "
+                                 "inspect it again once a trial has reported")
+        trials = store.trials()
+        activity = gp.build_activity(store.results(latest_attempt_only=False), store.events(), exp["finished_at"])
+    absolute = None
+    if window is not None:
+        t0 = activity.start or exp["created_at"]
+        start, end = window
+        absolute = (t0 + (start or 0.0), activity.end or t0 if end is None else t0 + end)
+    return Report(resolved, exp, trials, activity, gp.summarize(activity, absolute), bin_s)
+
+
+# ---------------------------------------------------------------------------------------------- plot
+
+
+def _lane_rows(lives: list[gp.LaneLife], epoch_end: dict[tuple[str, int], float]) -> dict[tuple[int, int], int]:
+    """Give each lane of one device a display row: lanes whose lives do not overlap share a row."""
+    free_at: list[float] = []
+    rows: dict[tuple[int, int], int] = {}
+    for life in sorted(lives, key=lambda x: (x.opened_at, x.lane)):
+        end = life.closed_at if life.closed_at is not None else epoch_end.get((life.device, life.epoch), life.opened_at)
+        row = next((i for i, t in enumerate(free_at) if t <= life.opened_at), None)
+        if row is None:
+            row = len(free_at)
+            free_at.append(end)
+        else:
+            free_at[row] = end
+        rows[(life.epoch, life.lane)] = row
+    return rows
+
+
+def _bars(spans: list[gp.Span], merge_gap: float) -> list[tuple[float, float, gp.Span]]:
+    """Consecutive spans of one trial attempt in one lane, with equal usefulness, joined into bars."""
+    bars: list[tuple[float, float, gp.Span]] = []
+    for s in sorted(spans, key=lambda x: x.start):
+        if bars:
+            b0, b1, first = bars[-1]
+            same = (first.trial_id, first.attempt, first.useful) == (s.trial_id, s.attempt, s.useful)
+            if same and s.start - b1 <= merge_gap:
+                bars[-1] = (b0, max(b1, s.end), first)
+                continue
+        bars.append((s.start, s.end, s))
+    return bars
+
+
+def plot_report(report: Report, path: str | os.PathLike[str]) -> str:
+    """Draw ``report`` into ``path`` (PNG) on matplotlib's Agg canvas; returns the path.
+
+    One panel per device: a row per lane position, a grey bar while a lane is open (memory reserved) and a
+    coloured bar per trial while it holds the lane's turn (its id written in when there is room); hatched red
+    bars are iterations redone later (wasted); ticks mark switches; crosses, stars and diamonds mark failures,
+    out-of-memory re-admissions and exploit rollbacks. The bottom panel shows all and useful iterations per
+    device-second over time, the gap between them shaded as waste.
+    """
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    act = report.activity
+    t0 = act.start or report.experiment["created_at"]
+    t_end = max(act.end or t0, t0) - t0
+    x_range = max(t_end, gp.MIN_TIMELINE_BIN_S)
+    devices = act.devices
+    epoch_end = {(d, e.index): e.end for d, eps in act.epochs.items() for e in eps}
+    rows_of: dict[str, dict[tuple[int, int], int]] = {}
+    n_rows: dict[str, int] = {}
+    for device in devices:
+        rows_of[device] = _lane_rows([x for x in act.lanes if x.device == device], epoch_end)
+        unlaned = any(s.device == device and s.lane is None for s in act.spans)
+        n_rows[device] = max([*rows_of[device].values(), -1]) + 1 + int(unlaned)
+    heights = [PLOT_DEVICE_BASE_IN + PLOT_LANE_ROW_IN * max(1, n_rows[d]) for d in devices] + [PLOT_GOODPUT_IN]
+    # A bare Figure on the Agg canvas: no pyplot, so a notebook's backend and open figures are left alone.
+    total_in = sum(heights) + PLOT_HEADER_IN + PLOT_FOOTER_IN
+    fig = Figure(figsize=(PLOT_WIDTH_IN, total_in), dpi=PLOT_DPI)
+    FigureCanvasAgg(fig)
+    grid = fig.add_gridspec(len(heights), 1, height_ratios=heights, top=1 - PLOT_HEADER_IN / total_in,
+                            bottom=PLOT_FOOTER_IN / total_in, left=0.08, right=0.98, hspace=0.45)
+    axes = [fig.add_subplot(grid[i]) for i in range(len(heights))]
+    for ax in axes[1:]:
+        ax.sharex(axes[0])
+    cmap = matplotlib.colormaps[PLOT_TRIAL_CMAP]
+    seq = {t.trial_id: t.seq for t in report.trial_rows}
+    stats = {d.device: d for d in report.device_stats}
+
+    def color(trial_id: str) -> Any:
+        return cmap(seq.get(trial_id, abs(hash(trial_id))) % cmap.N)
+
+    for ax, device in zip(axes, devices, strict=False):
+        rows = rows_of[device]
+        nothing_row = n_rows[device] - 1
+
+        def row_of(epoch: int, lane: int | None, rows: dict[tuple[int, int], int] = rows,
+                   fallback: int = nothing_row) -> int:
+            return fallback if lane is None else rows.get((epoch, lane), fallback)
+
+        for life in (x for x in act.lanes if x.device == device):
+            end = life.closed_at if life.closed_at is not None else epoch_end.get((device, life.epoch), life.opened_at)
+            ax.barh(row_of(life.epoch, life.lane), end - life.opened_at, left=life.opened_at - t0, height=0.9,
+                    color=PLOT_IDLE_COLOR, edgecolor="none", zorder=1)
+        by_lane: dict[tuple[int, int | None], list[gp.Span]] = defaultdict(list)
+        for s in act.spans:
+            if s.device == device:
+                by_lane[(s.epoch, s.lane)].append(s)
+        for (epoch, lane), spans in by_lane.items():
+            y = row_of(epoch, lane)
+            for b0, b1, s in _bars(spans, PLOT_MERGE_GAP_FRACTION * x_range):
+                kwargs: dict[str, Any] = {"color": color(s.trial_id), "edgecolor": "white", "linewidth": 0.4}
+                if not s.useful:
+                    kwargs.update(hatch="////", edgecolor=PLOT_WASTE_COLOR, linewidth=0.8)
+                ax.barh(y, b1 - b0, left=b0 - t0, height=PLOT_BAR_HEIGHT, zorder=2, **kwargs)
+                if (b1 - b0) >= PLOT_LABEL_MIN_FRACTION * x_range:
+                    ax.text((b0 + b1) / 2 - t0, y, _short(s.trial_id), ha="center", va="center", fontsize=7,
+                            zorder=3, color="black")
+        sw = [(s.ts - t0, row_of(s.epoch, s.lane)) for s in act.switches if s.device == device]
+        if sw:
+            ax.scatter([x for x, _ in sw], [y + PLOT_BAR_HEIGHT / 2 for _, y in sw], marker="v", s=10,
+                       color="black", zorder=4, linewidths=0)
+        for kind, (marker, mcolor, _) in PLOT_MARKERS.items():
+            pts = [(m.ts - t0, row_of(m.epoch, m.lane)) for m in act.markers if m.device == device and m.kind == kind]
+            if pts:
+                ax.scatter([x for x, _ in pts], [y for _, y in pts], marker=marker, s=90, color=mcolor,
+                           edgecolors="black", linewidths=0.6, zorder=5)
+        labels = [f"lane {i + 1}" for i in range(len(set(rows.values())))]
+        if n_rows[device] > len(labels):
+            labels.append("no lane")
+        ax.set_yticks(range(len(labels)), labels, fontsize=8)
+        ax.set_ylim(len(labels) - 0.5 if labels else 0.5, -0.5)
+        d = stats.get(device)
+        info = "" if d is None else (
+            f": busy {_fmt(d.busy_fraction, '.0%')}, {d.iterations} iterations ({d.wasted_iterations} wasted), "
+            f"{d.switches} switches (median {_fmt(d.switch_latency_ms_p50, '.2f', ' ms')}), "
+            f"peak {d.lanes_peak} lanes, {_fmt_bytes(d.reserved_peak_bytes)} reserved")
+        ax.set_title(f"{device}{info}", fontsize=9, loc="left")
+        ax.grid(axis="x", color="#cccccc", linewidth=0.5)
+        ax.tick_params(axis="x", labelbottom=False)
+
+    ax = axes[-1]
+    bins = [b for b in report.timeline_bins if b.device == gp.TOTAL_DEVICE]
+    if bins:
+        xs = [b.start - t0 for b in bins] + [bins[-1].end - t0]
+        thr = [b.throughput or 0.0 for b in bins]
+        good = [b.goodput or 0.0 for b in bins]
+        ax.stairs(thr, xs, color=PLOT_THROUGHPUT_COLOR, linewidth=1.2, label="all iterations (throughput)")
+        ax.stairs(good, xs, color=PLOT_GOODPUT_COLOR, linewidth=1.8, label="useful iterations (goodput)")
+        ax.stairs(thr, xs, baseline=good, fill=True, color=PLOT_WASTE_COLOR, alpha=0.3, label="wasted")
+    ax.set_xlabel("seconds since the first device started")
+    ax.set_ylabel("iterations / device-s")
+    ax.set_title("goodput over time (all devices)", fontsize=9, loc="left")
+    ax.grid(color="#cccccc", linewidth=0.5)
+    ax.legend(loc="upper right", fontsize=8)
+    ax.set_xlim(0, x_range)
+    ax.set_ylim(bottom=0)
+
+    tot = report.total_stats
+    fig.suptitle(
+        f"{report.name} ({report.status}, {report.duration_s:.1f}s, {len(report.trial_rows)} trials): goodput "
+        f"{_fmt(tot.goodput, '.2f')} of {_fmt(tot.throughput, '.2f')} iterations per device-second, "
+        f"busy {_fmt(tot.busy_fraction, '.0%')}, {tot.switches} switches", fontsize=11, y=1 - 0.15 / total_in)
+    handles = [
+        Patch(facecolor=PLOT_IDLE_COLOR, label="lane open, idle"),
+        Patch(facecolor=cmap(0), edgecolor="white", label="trial holds the lane (colour and number = trial)"),
+        Patch(facecolor="white", hatch="////", edgecolor=PLOT_WASTE_COLOR, label="wasted: redone later"),
+        Line2D([], [], marker="v", linestyle="none", color="black", markersize=5, label="switch"),
+    ] + [Line2D([], [], marker=m, linestyle="none", color=c, markeredgecolor="black", markersize=9, label=lab)
+         for m, c, lab in PLOT_MARKERS.values()]
+    fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, 1 - 0.55 / total_in))
+    out = os.fspath(path)
+    fig.savefig(out, dpi=PLOT_DPI)
+    return out
