@@ -286,8 +286,11 @@ def _describe(spec: RunSpec, space: Mapping[str, Any], stop: Any, trainable_name
 
 
 def _load_trials(store: ExperimentStore) -> list[Trial]:
-    """The trials of a stored experiment; unfinished ones restart from their last whole checkpoint."""
-    checkpoint_metrics = {c["path"]: c["metrics"] or {} for c in store.checkpoints()}
+    """The trials of a stored experiment; unfinished ones restart from their latest whole checkpoint."""
+    latest: dict[str, dict[str, Any]] = {}
+    for c in store.checkpoints():  # in the order they were taken; a checkpoint on disk is whole (renamed in)
+        if os.path.isdir(c["path"]):
+            latest[c["trial_id"]] = c
     out = []
     for row in store.trials():
         final = row.status in ("TERMINATED", "ERROR")
@@ -306,12 +309,13 @@ def _load_trials(store: ExperimentStore) -> list[Trial]:
             num_failures=row.num_failures,
         )
         if not final:
-            ckpt = trial.checkpoint_path
-            if ckpt is None or not os.path.isdir(ckpt) or ckpt not in checkpoint_metrics:
+            ckpt = latest.get(row.trial_id)
+            if ckpt is None:
                 trial.checkpoint_path, trial.last_iteration, trial.time_total_s = None, 0, 0.0
             else:
-                metrics = checkpoint_metrics[ckpt]
-                trial.last_iteration = int(metrics.get("training_iteration", 0))
+                metrics = ckpt["metrics"] or {}
+                trial.checkpoint_path = ckpt["path"]
+                trial.last_iteration = int(ckpt["iteration"])
                 trial.time_total_s = float(metrics.get("time_total_s", 0.0))
         out.append(trial)
     return out

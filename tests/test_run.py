@@ -180,6 +180,8 @@ def test_resume_keeps_finished_trials_and_continues_unfinished_from_checkpoint(s
     conn.execute("UPDATE trials SET status='RUNNING', checkpoint_path=? WHERE trial_id=?",
                  (os.path.join(exp, first.trial_id, "checkpoint_000004"), first.trial_id))
     conn.execute("DELETE FROM results WHERE trial_id=? AND iteration=6", (first.trial_id,))
+    # Its 6th checkpoint folder may be on disk (the device copied it), but it was never acknowledged.
+    conn.execute("DELETE FROM checkpoints WHERE trial_id=? AND iteration=6", (first.trial_id,))
     conn.commit()
     conn.close()
     store.close()
@@ -439,3 +441,102 @@ def test_trials_call_the_driver_and_get_answers_or_errors(storage):
     assert sorted(r.metrics["total"] for r in grid) == [11, 12]
     assert all("no method boom" in r.metrics["error"] for r in grid)
     assert sorted(m for _, m in seen) == ["add", "add", "boom", "boom"]
+
+
+def checkpoints_each_step(config):
+    start = 0
+    if fluidsalus.get_checkpoint() is not None:
+        with fluidsalus.get_checkpoint().as_directory() as d:
+            start = int(open(os.path.join(d, "it")).read())
+    for it in range(start + 1, 9):
+        time.sleep(0.02)
+        d = os.path.join(fluidsalus.get_context().get_trial_dir(), f"s{it}")
+        os.makedirs(d, exist_ok=True)
+        open(os.path.join(d, "it"), "w").write(str(it))
+        fluidsalus.report({"it": it, "start": start}, checkpoint=fluidsalus.Checkpoint.from_directory(d))
+
+
+class _KillDeviceOnce(fluidsalus.callbacks.Callback):
+    def __init__(self, after: int):
+        self.after, self.seen, self.acked, self.killed = after, 0, [], False
+
+    def on_trial_result(self, trial_id, result):
+        import ray
+
+        self.seen += 1
+        self.acked.append((trial_id, result["training_iteration"]))
+        if self.seen == self.after and not self.killed:
+            names = [n for n in ray.util.list_named_actors() if n.startswith("fluidsalus:killed:")]
+            assert names, "no named device actor found"
+            ray.kill(ray.get_actor(names[0]))
+            self.killed = True
+
+
+def test_a_killed_device_actor_loses_nothing_and_its_trials_resume_from_checkpoints(storage):
+    killer = _KillDeviceOnce(after=6)
+    grid = fluidsalus.run(checkpoints_each_step, {"x": fluidsalus.grid_search([1, 2, 3])}, callbacks=[killer],
+                          storage_path=storage, name="killed", verbose=0)
+    assert killer.killed
+    assert grid.num_errors == 0 and all(r.metrics["it"] == 8 for r in grid)
+    reader = ExperimentStore.open(grid.experiment_path, readonly=True)
+    stored = {(r.trial_id, r.iteration) for r in reader.results(latest_attempt_only=False)}
+    assert set(killer.acked) <= stored  # no acknowledged result lost
+    assert reader.events("device_died") and any(e.data.get("replacement") for e in reader.events("device_start"))
+    restarted = [e for e in reader.events("trial_restart") if e.data["reason"] == "device_died"]
+    assert restarted  # the trials on the dead actor resumed...
+    resumed = [r for r in grid if r.metrics["start"] > 0]
+    assert resumed  # ...from their checkpoints, not from scratch
+    for r in grid:
+        assert list(r.metrics_dataframe["it"]) == list(range(1, 9))
+
+
+def _driver_script(storage: str, name: str, gcs: str) -> str:
+    return textwrap.dedent(
+        f"""
+        import sys, ray, fluidsalus
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        from test_run import checkpoints_each_step
+        from fluidsalus.callbacks import Callback
+
+        class Announce(Callback):
+            def on_trial_result(self, trial_id, result):
+                print(trial_id, result["training_iteration"], flush=True)
+
+        ray.init(address={gcs!r}, configure_logging=False)
+        fluidsalus.run(checkpoints_each_step, {{"x": fluidsalus.grid_search([1, 2, 3, 4])}}, callbacks=[Announce()],
+                       storage_path={storage!r}, name={name!r}, verbose=0)
+        """
+    )
+
+
+@pytest.mark.parametrize("how", ["sigkill", "ctrl_c"])
+def test_an_interrupted_driver_resumes_to_the_results_of_an_uninterrupted_run(tmp_path, ray_cluster, how):
+    storage, name = str(tmp_path / "results"), "interrupted"
+    script = _driver_script(storage, name, ray_cluster.get_runtime_context().gcs_address)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    acked = []
+    for line in proc.stdout:  # type: ignore[union-attr]
+        trial_id, iteration = line.split()
+        acked.append((trial_id, int(iteration)))
+        if len(acked) >= 10:
+            break
+    os.kill(proc.pid, signal.SIGKILL if how == "sigkill" else signal.SIGINT)
+    proc.communicate(timeout=60)
+    exp = os.path.join(storage, name)
+    before = ExperimentStore.open(exp, readonly=True)
+    status = before.experiment()["status"]
+    assert status == ("RUNNING" if how == "sigkill" else "INTERRUPTED")
+    finished_before = {t.trial_id: len(before.results(t.trial_id)) for t in before.trials() if t.status == "TERMINATED"}
+    assert set(acked) <= {(r.trial_id, r.iteration) for r in before.results(latest_attempt_only=False)}
+    before.close()
+
+    grid = fluidsalus.run(checkpoints_each_step, {"x": fluidsalus.grid_search([1, 2, 3, 4])}, storage_path=storage,
+                          name=name, resume=True, verbose=0)
+    # The same final results as a run that was never interrupted: every trial reached iteration 8.
+    assert len(grid) == 4 and grid.num_errors == 0
+    assert all(list(r.metrics_dataframe["it"]) == list(range(1, 9)) for r in grid)
+    after = ExperimentStore.open(exp, readonly=True)
+    for trial_id, count in finished_before.items():  # finished trials were not run again
+        assert len(after.results(trial_id, latest_attempt_only=False)) == count
+    assert any(r.metrics["start"] > 0 for r in grid)  # unfinished ones resumed from their checkpoints
+    assert after.experiment()["status"] == "FINISHED"

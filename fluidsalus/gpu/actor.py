@@ -106,15 +106,18 @@ def pack_trainable(trainable: Callable[..., Any],
     return cloudpickle.dumps((trainable, stop))
 
 
-def start_device_actor(device: DeviceSpec, payload: bytes, settings: HostSettings) -> Any:
+def start_device_actor(device: DeviceSpec, payload: bytes, settings: HostSettings, name: str | None = None) -> Any:
     """Create the actor for ``device`` with the Ray resources the device stands for.
 
     Args:
         device: The device the actor stands for.
         payload: :func:`pack_trainable`'s bytes.
         settings: The device host's settings (its ``stop`` comes from ``payload``).
+        name: The actor's name (``ray.get_actor(name)`` finds it), or None for an anonymous actor.
     """
     options: dict[str, Any] = {"num_cpus": device.slots}
+    if name is not None:
+        options["name"] = name
     if device.kind == "cuda":
         options["num_gpus"] = 1
     return DeviceActor.options(**options).remote(device, payload, settings, list(sys.path))

@@ -178,14 +178,11 @@ class Executor:
 
     # ------------------------------------------------------------------ devices
 
-    def _start_devices(self) -> None:
-        actors = []
-        capacity = virtual_device_capacity(sum(1 for d in self.device_specs if d.kind == "cpu"))
-        for spec in self.device_specs:
-            settings = HostSettings(
+    def _host_settings(self, spec: DeviceSpec) -> HostSettings:
+        return HostSettings(
                 experiment_name=self.settings.experiment_name,
                 max_lanes=spec.slots,
-                capacity_bytes=capacity,  # a GPU device's actor replaces it with the GPU's free memory
+                capacity_bytes=self._capacity,  # a GPU device's actor replaces it with the GPU's free memory
                 trial_estimate=DEFAULT_TRIAL_ESTIMATE,
                 policy=self.settings.lane_policy,
                 quantum_ms=self.settings.quantum_ms,
@@ -193,7 +190,15 @@ class Executor:
                 resources={"cpu": float(spec.slots), "gpu": 1.0 if spec.kind == "cuda" else 0.0},
                 time_attr=self.searcher.time_attr,
             )
-            actors.append(start_device_actor(spec, self.payload, settings))
+
+    def _actor_name(self, spec: DeviceSpec) -> str:
+        """Named so that operators (and tests) can find a device's actor: ``fluidsalus:<experiment>:<device>``."""
+        return f"fluidsalus:{self.settings.experiment_name}:{spec.name}:{self._run_tag}"
+
+    def _start_devices(self) -> None:
+        self._capacity = virtual_device_capacity(sum(1 for d in self.device_specs if d.kind == "cpu"))
+        actors = [start_device_actor(spec, self.payload, self._host_settings(spec), self._actor_name(spec))
+                  for spec in self.device_specs]
         try:
             infos = ray.get([a.info.remote() for a in actors], timeout=ACTOR_START_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:
@@ -523,7 +528,8 @@ class Executor:
                 for trial in last.values():
                     if trial.status not in FINAL_STATUSES:
                         self.store.update_trial(trial.trial_id, status=trial.status, last_result=trial.last_result,
-                                                last_iteration=trial.last_iteration)
+                                                last_iteration=trial.last_iteration,
+                                                checkpoint_path=trial.checkpoint_path)
             if events:
                 self.store.add_events(events)
             if fatal is not None:
@@ -635,18 +641,34 @@ class Executor:
         )
 
     def _device_died(self, device: _Device, error: Exception) -> None:
+        """A device actor died: its trials resume from their last checkpoints, on a replacement actor.
+
+        Every acknowledged result is already in the store; iterations after a trial's last checkpoint are run
+        again (and stored under the new attempt). The replacement stands for the same device and takes the
+        resources the dead actor gave back; if it cannot start, the device is gone and the trials go to the
+        others (the run fails only when no device is left).
+        """
         device.alive = False
         now = time.time()
-        message = f"device actor {device.spec.name} died: {error}"
+        events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]] = [
+            (now, "device_died", None, device.spec.name, {"error": str(error)})]
         with self.store.transaction():
-            self.store.add_events([(now, "device_died", None, device.spec.name, {"error": str(error)})])
-            for trial_id in list(device.assigned):
+            for trial_id in sorted(device.assigned):
                 trial = self.trials[trial_id]
-                trial.status, trial.error = ERROR, message
-                self.store.update_trial(trial_id, status=ERROR, error=message, finished_at=now)
-        for trial_id in list(device.assigned):
-            self.searcher.on_trial_complete(trial_id, self.trials[trial_id].last_result, error=True)
+                self._stopping.discard(trial_id)
+                restart = self._restarts.pop(trial_id, None) or _Restart(reason="device_died", error=str(error))
+                self._requeue(trial, restart, now, device.spec.name, None, events)
+            self.store.add_events(events)
         device.assigned.clear()
+        try:
+            actor = start_device_actor(device.spec, self.payload, self._host_settings(device.spec),
+                                       self._actor_name(device.spec) + f":{int(now)}")
+            info = ray.get(actor.info.remote(), timeout=ACTOR_START_TIMEOUT_S)
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as e:
+            self.store.add_events([(time.time(), "device_lost", None, device.spec.name, {"error": str(e)})])
+            return
+        device.actor, device.info, device.alive, device.poll_ref = actor, info, True, None
+        self.store.add_events([(time.time(), "device_start", None, device.spec.name, {**info, "replacement": True})])
 
     def _log_end(self, trial: Trial, outcome: str) -> None:
         if self.settings.verbose < 2:

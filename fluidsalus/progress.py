@@ -1,0 +1,250 @@
+"""Live progress of a run: a compact ``rich`` view on a terminal, a periodic plain line elsewhere.
+
+The executor builds one :class:`Progress` per run and calls :meth:`Progress.update` with a snapshot dict
+whenever it likes (every loop turn is fine: ``update`` only stores the snapshot and redraws at most once per
+refresh interval), then :meth:`Progress.close` at the end. The snapshot contract::
+
+    {
+        "elapsed_s": float,                      # since the run started
+        "trials": {"PENDING": n, "RUNNING": n, "PAUSED": n, "TERMINATED": n, "ERROR": n},
+        "stopped": n,                            # TERMINATED early by the searcher or the stop rule
+        "best": float | None,                    # best value of the metric so far
+        "devices": [{"device": "cpu:0", "lanes": n_lanes_open, "computing": n}],
+        "total_trials": int | None,              # when the searcher knows it
+        "iterations_done": int,
+        "iterations_budget": int | None,         # when the budget is known
+    }
+
+Missing keys are read as empty or unknown, so a partial snapshot never breaks a run.
+
+- ``verbose=0``: silent.
+- ``verbose>=1`` on a terminal (``stream.isatty()``): a ``rich.live.Live`` view that redraws in place, at most
+  every :data:`LIVE_REFRESH_S`: trials running, waiting, done, stopped and errored, the best metric so far,
+  lanes in use per device, elapsed time, and the ETA when the budget (iterations or trials) is known.
+- ``verbose>=1`` elsewhere (a log file, CI): the same facts as one plain line every :data:`PLAIN_INTERVAL_S`.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TextIO
+
+#: Least time between two redraws of the live view, seconds. Twice a second looks live and costs nothing.
+LIVE_REFRESH_S = 0.5
+#: Time between two plain progress lines off a terminal, seconds: often enough to follow, rare enough to read.
+PLAIN_INTERVAL_S = 5.0
+#: Width of the completion bar of the live view, characters.
+BAR_WIDTH = 30
+#: Prefix of every plain progress line.
+PLAIN_PREFIX = "[fluidsalus]"
+
+
+def format_duration(seconds: float | None) -> str:
+    """``42.0s``, ``3m05s``, ``2h07m``; ``-`` for None or a non-finite value."""
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+class Progress:
+    """Shows a run's progress; see the module docstring.
+
+    Args:
+        verbose: 0 silent; 1 or more shows progress.
+        metric: The metric the best value is of (None: no best shown).
+        mode: ``"min"`` or ``"max"`` (shown beside the best value).
+        total_trials: Trials the run will have, when known (a snapshot's ``total_trials`` overrides it).
+        stream: Where to write (default ``sys.stdout``).
+        live: Force the live view (True) or plain lines (False); default: live when ``stream`` is a terminal.
+        refresh_s: Least time between two redraws of the live view.
+        plain_interval_s: Time between two plain lines.
+        clock: Monotonic clock, for tests.
+    """
+
+    def __init__(self, verbose: int, metric: str | None, mode: str | None, total_trials: int | None, *,
+                 stream: TextIO | None = None, live: bool | None = None, refresh_s: float = LIVE_REFRESH_S,
+                 plain_interval_s: float = PLAIN_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.verbose = verbose
+        self.metric = metric
+        self.mode = mode
+        self.total_trials = total_trials
+        self._stream = stream if stream is not None else sys.stdout
+        if live is None:
+            isatty = getattr(self._stream, "isatty", None)
+            live = bool(isatty()) if callable(isatty) else False
+        self.live = live
+        self._interval = refresh_s if live else plain_interval_s
+        self._clock = clock
+        self._snapshot: Mapping[str, Any] | None = None
+        self._shown: Mapping[str, Any] | None = None  # the snapshot last drawn
+        self._last_draw = -math.inf
+        self._live_view: Any = None  # rich.live.Live, started on the first draw
+        self._closed = False
+        self.draws = 0
+
+    # ------------------------------------------------------------------ public
+
+    def update(self, snapshot: Mapping[str, Any]) -> None:
+        """Take the run's current state; redraw if the refresh interval has passed. Cheap: no I/O otherwise."""
+        if self.verbose <= 0 or self._closed:
+            return
+        self._snapshot = snapshot
+        now = self._clock()
+        if now - self._last_draw >= self._interval:
+            self._last_draw = now
+            self._draw(snapshot)
+
+    def close(self) -> None:
+        """Draw the final state (if not drawn yet) and stop the live view. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.verbose <= 0:
+            return
+        if self._snapshot is not None and self._snapshot is not self._shown:
+            self._draw(self._snapshot)
+        if self._live_view is not None:
+            self._live_view.stop()
+            self._live_view = None
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ facts
+
+    def facts(self, snap: Mapping[str, Any]) -> dict[str, Any]:
+        """The figures shown, from a snapshot (missing keys read as empty or unknown)."""
+        trials = snap.get("trials") or {}
+        count = {k: int(trials.get(k, 0) or 0) for k in ("PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR")}
+        total = snap.get("total_trials")
+        if total is None:
+            total = self.total_trials
+        finished = count["TERMINATED"] + count["ERROR"]
+        done, budget = snap.get("iterations_done"), snap.get("iterations_budget")
+        fraction = None
+        if budget and done is not None:
+            fraction = min(1.0, done / budget)
+        elif total:
+            fraction = min(1.0, finished / total)
+        elapsed = float(snap.get("elapsed_s") or 0.0)
+        eta = None
+        if fraction is not None and fraction >= 1.0:
+            eta = 0.0
+        elif fraction:
+            eta = elapsed * (1.0 - fraction) / fraction
+        best = snap.get("best")
+        best_ok = isinstance(best, (int, float)) and not isinstance(best, bool) and math.isfinite(best)
+        return {
+            "elapsed_s": elapsed, "eta_s": eta, "fraction": fraction, "total": total,
+            "running": count["RUNNING"], "waiting": count["PENDING"] + count["PAUSED"], "paused": count["PAUSED"],
+            "done": count["TERMINATED"], "stopped": int(snap.get("stopped") or 0), "errored": count["ERROR"],
+            "best": float(best) if best_ok else None, "devices": list(snap.get("devices") or []),
+            "iterations_done": done, "iterations_budget": budget,
+        }
+
+    def _best_text(self, best: float | None) -> str:
+        if not self.metric:
+            return ""
+        mode = f" ({self.mode})" if self.mode else ""
+        return f"best {self.metric}={best:.6g}{mode}" if best is not None else f"best {self.metric}=-"
+
+    def line(self, snap: Mapping[str, Any]) -> str:
+        """The plain progress line of a snapshot."""
+        f = self.facts(snap)
+        of = f" of {f['total']}" if f["total"] else ""
+        paused = f" ({f['paused']} paused)" if f["paused"] else ""
+        parts = [
+            f"{PLAIN_PREFIX} {format_duration(f['elapsed_s'])}",
+            f"trials{of}: {f['running']} running, {f['waiting']} waiting{paused}, {f['done']} done "
+            f"({f['stopped']} stopped), {f['errored']} errored",
+        ]
+        best = self._best_text(f["best"])
+        if best:
+            parts.append(best)
+        if f["devices"]:
+            parts.append("lanes " + ", ".join(
+                f"{d.get('device', '?')} {d.get('computing', 0)}/{d.get('lanes', 0)}" for d in f["devices"]))
+        if f["iterations_budget"]:
+            parts.append(f"iterations {f['iterations_done'] or 0}/{f['iterations_budget']}")
+        if f["eta_s"] is not None:
+            parts.append(f"ETA {format_duration(f['eta_s'])}")
+        return " | ".join(parts)
+
+    # ------------------------------------------------------------------ drawing
+
+    def _draw(self, snap: Mapping[str, Any]) -> None:
+        self._shown = snap
+        self.draws += 1
+        if self.live and self._draw_live(snap):
+            return
+        print(self.line(snap), file=self._stream, flush=True)
+
+    def _draw_live(self, snap: Mapping[str, Any]) -> bool:
+        """Redraw the rich view; False when rich is not installed (plain lines are used instead)."""
+        try:
+            from rich.console import Console
+            from rich.live import Live
+        except ImportError:
+            self.live = False
+            return False
+        renderable = self.renderable(snap)
+        if self._live_view is None:
+            console = Console(file=self._stream, force_terminal=True)
+            self._live_view = Live(renderable, console=console, auto_refresh=False, transient=False)
+            self._live_view.start(refresh=True)
+        else:
+            self._live_view.update(renderable, refresh=True)
+        return True
+
+    def renderable(self, snap: Mapping[str, Any]) -> Any:
+        """The rich renderable of the live view for a snapshot."""
+        from rich.console import Group
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+        from rich.text import Text
+
+        f = self.facts(snap)
+        head = Table.grid(padding=(0, 2))
+        head.add_row(
+            Text("fluidsalus", style="bold"),
+            Text(f"elapsed {format_duration(f['elapsed_s'])}"),
+            Text(f"ETA {format_duration(f['eta_s'])}" if f["eta_s"] is not None else "ETA -"),
+            ProgressBar(total=1.0, completed=f["fraction"] or 0.0, width=BAR_WIDTH)
+            if f["fraction"] is not None else Text(""),
+            Text(f"{f['fraction']:.0%}" if f["fraction"] is not None else ""),
+        )
+        of = f" of {f['total']}" if f["total"] else ""
+        paused = f" ({f['paused']} paused)" if f["paused"] else ""
+        trials = Text.assemble(
+            (f"trials{of}: ", "bold"), (f"{f['running']} running", "cyan"), ", ",
+            (f"{f['waiting']} waiting{paused}", "yellow"), ", ", (f"{f['done']} done", "green"),
+            f" ({f['stopped']} stopped), ", (f"{f['errored']} errored", "red" if f["errored"] else ""),
+        )
+        if f["iterations_budget"]:
+            trials.append(f"   iterations {f['iterations_done'] or 0}/{f['iterations_budget']}")
+        parts: list[Any] = [head, trials]
+        best = self._best_text(f["best"])
+        if best:
+            parts.append(Text(best, style="bold magenta"))
+        if f["devices"]:
+            table = Table(box=None, padding=(0, 2), show_edge=False, header_style="bold")
+            table.add_column("device")
+            table.add_column("lanes open", justify="right")
+            table.add_column("computing", justify="right")
+            for d in f["devices"]:
+                table.add_row(str(d.get("device", "?")), str(d.get("lanes", 0)), str(d.get("computing", 0)))
+            parts.append(table)
+        return Group(*parts)
