@@ -11,6 +11,7 @@ water-filling planner replaces :meth:`Executor._dispatch` without changing anyth
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 import time
@@ -41,6 +42,7 @@ from fluidsalus.gpu.host import (
     TrialSpec,
 )
 from fluidsalus.gpu.policies import DEFAULT_POLICY
+from fluidsalus.progress import Progress
 from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.session import AUTO_RESULT_KEYS
 from fluidsalus.store import ERROR, FINAL_STATUSES, PAUSED, PENDING, RUNNING, TERMINATED, ExperimentStore, dumps
@@ -115,6 +117,7 @@ class _Device:
     assigned: set[str]
     poll_ref: Any = None
     alive: bool = True
+    lanes: int = 0  # open lanes, from the device's lane events (for the progress view)
 
 
 class Executor:
@@ -152,6 +155,10 @@ class Executor:
         self._restarts: dict[str, _Restart] = {}  # start again once the current attempt ends
         self._exploits: list[str] = []  # exploit restarts decided, stop not yet sent
         self._ending: str | None = None  # why the experiment ends early (time budget, fail_fast, stop_all)
+        self._best: float | None = None
+        self._iterations = 0
+        self._stopped = 0
+        self._progress = Progress(settings.verbose, settings.metric, settings.mode, None)
         self._started = time.time()
         self._first_error: str | None = None
         for trial in trials or []:
@@ -174,6 +181,7 @@ class Executor:
             self._start_devices()
             self._loop()
         finally:
+            self._progress.close()
             self._stop_devices()
 
     # ------------------------------------------------------------------ devices
@@ -231,8 +239,22 @@ class Executor:
 
     # ------------------------------------------------------------------ main loop
 
+    def _snapshot(self) -> dict[str, Any]:
+        """What the live progress view shows (see ``fluidsalus.progress.Progress.update``)."""
+        counts = {status: 0 for status in (PENDING, RUNNING, PAUSED, TERMINATED, ERROR)}
+        for trial in self.trials.values():
+            counts[trial.status] = counts.get(trial.status, 0) + 1
+        devices = [{"device": d.spec.name, "lanes": d.lanes,
+                    "computing": sum(1 for t in d.assigned if self.trials[t].status == RUNNING)}
+                   for d in self._devices]
+        return {"elapsed_s": time.time() - self._started, "trials": counts, "stopped": self._stopped,
+                "best": self._best, "devices": devices, "total_trials": None,
+                "iterations_done": self._iterations, "iterations_budget": None}
+
     def _loop(self) -> None:
         while True:
+            if self.settings.verbose > 0:
+                self._progress.update(self._snapshot())
             self._check_end()
             if self._ending is None:
                 self._take_groups()
@@ -478,6 +500,8 @@ class Executor:
                     self._answer_call(device, event)
                     continue
                 if kind == EV_LANE:  # lane activity: stored as it is, for goodput
+                    if event[4] in ("lane_open", "lane_close"):
+                        device.lanes += 1 if event[4] == "lane_open" else -1
                     events.append((ts, event[4], trial_id, name, {**event[5], "attempt": attempt}))
                     continue
                 trial = self.trials.get(trial_id)
@@ -553,12 +577,19 @@ class Executor:
             self._stop_trials(stops)
         for kind, trial, event in acted:
             if kind == EV_RESULT:
+                self._iterations += 1
+                value = event[4].get(self.settings.metric) if self.settings.metric else None
+                if isinstance(value, (int, float)) and math.isfinite(value):
+                    better = max if self.settings.mode == "max" else min
+                    self._best = float(value) if self._best is None else better(self._best, float(value))
                 if self.settings.stopper is not None:
                     self.settings.stopper(trial.trial_id, event[4])  # keeps the driver's copy's state for stop_all
                 if "checkpoint_dir_name" in event[4] and self.settings.checkpoint_num_to_keep is not None:
                     self._retain_checkpoints(trial)
             elif trial.status == ERROR and self._first_error is None:
                 self._first_error = f"Trial {trial.trial_id} failed: {trial.error}"
+            elif kind == EV_END and event[4] == OUT_STOPPED:
+                self._stopped += 1
         for kind, trial, event in acted:
             if kind == EV_RESULT:
                 for callback in self.settings.callbacks:
