@@ -5,7 +5,8 @@ Ray actor per device runs many small trials side by side. Every run is recorded 
 
 Public names:
 
-- :func:`run` runs a sweep and returns a :class:`ResultGrid`.
+- :func:`run` runs a sweep and returns a :class:`ResultGrid`; :func:`inspect` reads an experiment's goodput
+  report; ``fluidsalus.tune`` and ``fluidsalus.optuna`` are the Ray Tune and Optuna front ends.
 - Inside a trainable: :func:`report`, :func:`step`, :func:`get_checkpoint`, :func:`get_context`,
   :class:`Checkpoint`.
 - Search space: :func:`uniform`, :func:`quniform`, :func:`loguniform`, :func:`qloguniform`, :func:`randn`,
@@ -16,6 +17,7 @@ Public names:
 from fluidsalus.api import run
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError, FluidsalusError, SessionError, SpaceError, StoreError, TrialError
+from fluidsalus.inspect import Report, inspect
 from fluidsalus.result import Result, ResultGrid
 from fluidsalus.session import get_checkpoint, get_context, report, step
 from fluidsalus.space import (
@@ -36,9 +38,21 @@ from fluidsalus.space import (
 
 __version__ = "0.1.0"
 
+#: Front ends and tools loaded on first use, so that ``import fluidsalus`` does not import optuna etc.
+_LAZY_SUBMODULES = frozenset({"optuna", "tune", "searchers", "callbacks", "session"})
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"fluidsalus.{name}")
+    raise AttributeError(f"module 'fluidsalus' has no attribute {name!r}")
+
 __all__ = [
     "Checkpoint",
     "ConfigError",
+    "Report",
     "FluidsalusError",
     "Result",
     "ResultGrid",
@@ -50,6 +64,7 @@ __all__ = [
     "get_checkpoint",
     "get_context",
     "grid_search",
+    "inspect",
     "lograndint",
     "loguniform",
     "qlograndint",

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from fluidsalus.config import DEFAULT_STORAGE_PATH, STORAGE_PATH_ENV
 from fluidsalus.errors import StoreError
+from fluidsalus.inspect import open_readonly
 from fluidsalus.result import _finite
 from fluidsalus.store import DB_FILENAME, ExperimentStore
 
@@ -98,7 +99,7 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         if not entry.is_dir() or not os.path.exists(os.path.join(entry.path, DB_FILENAME)):
             continue
         try:
-            with ExperimentStore.open(entry.path, readonly=True) as store:
+            with open_readonly(entry.path) as store:
                 exp = store.experiment()
                 trials = store.trials()
                 counts: dict[str, int] = {}
@@ -120,7 +121,7 @@ def _cmd_ls(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from fluidsalus.inspect import inspect
+    from fluidsalus.inspect import inspect  # pandas and matplotlib load only when used
 
     if args.plot is not None:
         folder = os.path.dirname(os.path.abspath(args.plot))

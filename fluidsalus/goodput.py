@@ -18,6 +18,10 @@ nothing here starts Ray or writes anything. The exact definitions are in ``docs/
   resumed experiment), every earlier report of it was wasted. The latest report of each iteration is useful: the
   searcher consumed it and it was never redone. Results of trials the searcher stopped stay useful. The cause of
   a waste is the first restart marker of that trial between the wasted report and its redo.
+- **Partial iterations.** The iteration a failure cut short has no result. It held the turn from the latest of
+  the attempt's last result, the trial's last ``switch`` into it and its ``trial_start``, up to the failure
+  (``trial_restart`` with reason ``retry``, ``oom_readmit``, or ``trial_end`` with outcome ``errored``). It counts as
+  busy time and as wasted seconds of that cause, never as an iteration.
 - **Throughput** = iterations / device_seconds; **goodput** = useful iterations / device_seconds.
 
 Every setting is a named constant below.
@@ -55,7 +59,10 @@ WASTE_OOM = "oom"  # re-admitted after an out-of-memory error (oom_readmit)
 WASTE_EXPLOIT = "exploit"  # PBT exploit: restarted from another trial's checkpoint (trial_restart reason "exploit")
 WASTE_RESUME = "resume"  # the experiment was interrupted and resumed (resume event)
 WASTE_OTHER = "restart"  # redone after a restart that no event names (e.g. a promoted trial that had ended)
-WASTE_CAUSES = (WASTE_RETRY, WASTE_OOM, WASTE_EXPLOIT, WASTE_RESUME, WASTE_OTHER)
+WASTE_DEVICE_DIED = "device_died"  # the device actor died; its trials restarted elsewhere (trial_restart reason)
+WASTE_FAILED = "failed"  # the partial iteration of an attempt that failed for good (trial_end errored)
+#: The causes this module names. A ``trial_restart`` reason it does not know is used as the cause as it is.
+WASTE_CAUSES = (WASTE_RETRY, WASTE_OOM, WASTE_EXPLOIT, WASTE_DEVICE_DIED, WASTE_RESUME, WASTE_OTHER, WASTE_FAILED)
 
 # Kinds of markers (failures and the like) placed on the lane timeline.
 MARK_FAILURE = "failure"  # an attempt raised: retried (trial_restart retry) or final (trial_end errored)
@@ -98,8 +105,13 @@ def overlap(start: float, end: float, w0: float, w1: float) -> float:
 
 
 def covered(merged: Sequence[tuple[float, float]], w0: float, w1: float) -> float:
-    """Length of the part of ``[w0, w1]`` covered by sorted disjoint intervals."""
-    return sum(overlap(s, e, w0, w1) for s, e in merged)
+    """Length of the part of ``[w0, w1]`` covered by sorted disjoint intervals (as :func:`merge_intervals` gives)."""
+    i = bisect.bisect_right(merged, w0, key=lambda iv: iv[1])  # the first interval that ends after w0
+    total = 0.0
+    while i < len(merged) and merged[i][0] < w1:
+        total += overlap(merged[i][0], merged[i][1], w0, w1)
+        i += 1
+    return total
 
 
 def _number(value: Any) -> float | None:
@@ -180,7 +192,11 @@ class Epoch:
 
 @dataclass(frozen=True)
 class Span:
-    """One reported iteration: the interval in which its trial held its lane's turn, and what became of it."""
+    """One reported iteration: the interval in which its trial held its lane's turn, and what became of it.
+
+    A *partial* span is the iteration a failure cut short: it has no result (``iteration`` is the one it was
+    computing), it is never useful, and it is not counted as an iteration.
+    """
 
     trial_id: str
     attempt: int
@@ -193,6 +209,7 @@ class Span:
     samples: float | None
     useful: bool
     waste_cause: str | None
+    partial: bool = False
 
 
 @dataclass
@@ -313,6 +330,13 @@ class _LaneState:
             self.members.get(lane, {}).pop(trial_id, None)
 
 
+def _as_int(value: Any) -> int | None:
+    """An int from an event field (ints, or floats that hold one), else None: malformed events are skipped."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return int(value)
+
+
 def _detail(event: EventRow) -> list[Any]:
     data = event.data or {}
     detail = data.get("detail")
@@ -375,6 +399,8 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
     restarts: dict[str, list[tuple[float, str]]] = defaultdict(list)  # trial -> (ts, cause)
     resumes: list[float] = []
     raw_markers: list[tuple[float, str, str, str | None, str | None]] = []  # ts, kind, device, trial, detail
+    failures: list[tuple[float, str, str, int, str]] = []  # ts, device, trial, attempt, cause: cut-short iterations
+    switch_in: dict[tuple[str, str], list[float]] = defaultdict(list)  # (device, trial) -> switch times
     last_ts: dict[tuple[str, int], float] = {}
 
     def touch(device: str, ts: float) -> None:
@@ -391,16 +417,24 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
         data = ev.data or {}
         if ev.kind == "resume":
             resumes.append(ev.ts)
+        attempt = data.get("attempt")
+        attempt = attempt if isinstance(attempt, int) else 0
         if ev.kind == "trial_restart" and ev.trial_id is not None:
             reason = str(data.get("reason") or WASTE_OTHER)
             restarts[ev.trial_id].append((ev.ts, reason))
             kind = MARK_EXPLOIT if reason == WASTE_EXPLOIT else MARK_FAILURE
             raw_markers.append((ev.ts, kind, ev.device or UNKNOWN_DEVICE, ev.trial_id, data.get("error")))
+            if reason == WASTE_RETRY and ev.device is not None:  # data["attempt"] is the new attempt
+                failures.append((ev.ts, ev.device, ev.trial_id, attempt - 1, WASTE_RETRY))
         elif ev.kind == "oom_readmit" and ev.trial_id is not None:
             restarts[ev.trial_id].append((ev.ts, WASTE_OOM))
             raw_markers.append((ev.ts, MARK_OOM, ev.device or UNKNOWN_DEVICE, ev.trial_id, data.get("error")))
-        elif ev.kind == "trial_end" and data.get("outcome") == "errored":
+            if ev.device is not None:
+                failures.append((ev.ts, ev.device, ev.trial_id, attempt, WASTE_OOM))
+        elif ev.kind == "trial_end" and data.get("outcome") == "errored" and ev.trial_id is not None:
             raw_markers.append((ev.ts, MARK_FAILURE, ev.device or UNKNOWN_DEVICE, ev.trial_id, None))
+            if ev.device is not None:
+                failures.append((ev.ts, ev.device, ev.trial_id, attempt, WASTE_FAILED))
         if ev.device is None:
             continue
         device = ev.device
@@ -422,33 +456,36 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
                 lane = data.get("lane")
                 switches.append(Switch(ev.ts, device, epoch_of(device, ev.ts), lane if isinstance(lane, int) else None,
                                        ev.trial_id, data.get("from"), latency))
+            if ev.trial_id is not None:
+                switch_in[(device, ev.trial_id)].append(ev.ts)
             continue
         if not ev.kind.startswith("lane_"):
             continue
         state = lane_state.setdefault(device, _LaneState())
         epoch = epoch_of(device, ev.ts)
         detail = _detail(ev)
-        if ev.kind == "lane_open":
-            lane, cap = int(data["lane"]), int(data.get("capacity") or 0)
+        lane = _as_int(data.get("lane"))
+        cap = _as_int(data.get("capacity")) or 0
+        if ev.kind == "lane_open" and lane is not None:
             state.capacity[lane] = cap
             state.members.setdefault(lane, {})
             lives[(device, epoch, lane)] = LaneLife(device, epoch, lane, ev.ts, None, cap)
-        elif ev.kind == "lane_resize":
-            lane, cap = int(data["lane"]), int(data.get("capacity") or 0)
+        elif ev.kind == "lane_resize" and lane is not None:
             state.capacity[lane] = cap
             life = lives.get((device, epoch, lane))
             if life is not None:
                 life.capacity_peak_bytes = max(life.capacity_peak_bytes, cap)
-        elif ev.kind == "lane_close":
-            lane = int(data["lane"])
+        elif ev.kind == "lane_close" and lane is not None:
             state.capacity.pop(lane, None)
             for tid in state.members.pop(lane, {}):
                 state.where.pop(tid, None)
             life = lives.get((device, epoch, lane))
             if life is not None:
                 life.closed_at = ev.ts
-        elif ev.kind == "lane_admit" and ev.trial_id is not None and len(detail) >= 3:
-            lane, p, t = int(detail[0]), int(detail[1]), int(detail[2])
+        elif ev.kind == "lane_admit" and ev.trial_id is not None:
+            lane, p, t = (_as_int(x) for x in [*detail, None, None, None][:3])
+            if lane is None or p is None or t is None:
+                continue  # a malformed admission changes nothing
             state.remove_member(ev.trial_id)
             state.members.setdefault(lane, {})[ev.trial_id] = (p, t)
             state.where[ev.trial_id] = lane
@@ -461,14 +498,13 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
             state.remove_member(ev.trial_id)
             state.waiting.add(ev.trial_id)
         elif ev.kind in ("lane_estimate", "lane_oom") and ev.trial_id is not None:
-            p_t = detail[-2:] if len(detail) >= 2 else None
-            lane = state.where.get(ev.trial_id)
-            if p_t is not None and lane is not None:
-                state.members[lane][ev.trial_id] = (int(p_t[0]), int(p_t[1]))
-        elif ev.kind == "lane_fail" and ev.trial_id is not None:
+            p_t = [_as_int(x) for x in detail[-2:]] if len(detail) >= 2 else [None]
+            where = state.where.get(ev.trial_id)
+            if None not in p_t and where is not None:
+                state.members[where][ev.trial_id] = (p_t[0], p_t[1])
+        elif ev.kind == "lane_fail" and ev.trial_id is not None:  # the failure itself is marked by its trial_end
             state.remove_member(ev.trial_id)
             state.waiting.discard(ev.trial_id)
-            raw_markers.append((ev.ts, MARK_OOM, device, ev.trial_id, str(detail[0]) if detail else None))
         else:
             continue
         record(device, ev.ts, state)
@@ -488,19 +524,39 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
         verdict[id(rows[-1])] = None
 
     # Spans.
+    def lane_at(device: str, epoch: int, trial_id: str, ts: float) -> int | None:
+        history = admits.get((device, epoch, trial_id), [])
+        before = [lane for t, lane in history if t <= ts]
+        return before[-1] if before else (history[0][1] if history else None)
+
     spans: list[Span] = []
+    last_result: dict[tuple[str, str, int], list[tuple[float, int]]] = defaultdict(list)
     for r in sorted(results, key=lambda r: r.ts):
         device = device_of(r.trial_id, r.attempt, r.ts)
         epoch = epoch_of(device, r.ts)
-        history = admits.get((device, epoch, r.trial_id), [])
-        before = [lane for ts, lane in history if ts <= r.ts]
-        lane = before[-1] if before else (history[0][1] if history else None)
         dt = _number(r.metrics.get(ITER_TIME_KEY))
         dt = max(0.0, dt) if dt is not None else 0.0
         cause = verdict.get(id(r))
-        spans.append(Span(r.trial_id, r.attempt, r.iteration, device, epoch, lane, r.ts - dt, r.ts,
-                          _number(r.metrics.get(SAMPLES_KEY)), cause is None, cause))
+        spans.append(Span(r.trial_id, r.attempt, r.iteration, device, epoch, lane_at(device, epoch, r.trial_id, r.ts),
+                          r.ts - dt, r.ts, _number(r.metrics.get(SAMPLES_KEY)), cause is None, cause))
+        last_result[(device, r.trial_id, r.attempt)].append((r.ts, r.iteration))
         touch(device, r.ts)
+
+    # The iteration each failure cut short held the turn from the trial's last result, switch-in or start.
+    for ts, device, trial_id, attempt, cause in failures:
+        reports = sorted((t, it) for t, it in last_result.get((device, trial_id, attempt), []) if t <= ts)
+        since = [t for t, _ in reports[-1:]]
+        since += [t for t in switch_in.get((device, trial_id), []) if t <= ts]
+        # (A start stamped at the failure itself is the re-admission that follows it, not the failed iteration's.)
+        since += [t for t, d in started.get((trial_id, attempt), []) if d == device and t < ts]
+        if not since:
+            continue
+        start = max(since)
+        epoch = epoch_of(device, ts)
+        iteration = reports[-1][1] + 1 if reports else 1
+        spans.append(Span(trial_id, attempt, iteration, device, epoch, lane_at(device, epoch, trial_id, start), start,
+                          ts, None, False, cause, partial=True))
+    spans.sort(key=lambda s: s.end)
 
     # Epoch bounds.
     epochs: dict[str, list[Epoch]] = {}
@@ -575,9 +631,16 @@ def _cause(restarts: Sequence[tuple[float, str]], resumes: Sequence[float], done
 
 @dataclass
 class WasteStats:
-    """Wasted iterations of one cause and the compute seconds they took."""
+    """Work of one cause that was thrown away.
+
+    Attributes:
+        iterations: Completed (reported) iterations that were redone later.
+        partial: Iterations cut short by a failure (no result).
+        seconds: Compute time of both: the time their trials held the lane's turn.
+    """
 
     iterations: int = 0
+    partial: int = 0
     seconds: float = 0.0
 
 
@@ -667,7 +730,10 @@ def _waste(spans: Iterable[Span]) -> dict[str, WasteStats]:
     for s in spans:
         if s.waste_cause is not None:
             w = out.setdefault(s.waste_cause, WasteStats())
-            w.iterations += 1
+            if s.partial:
+                w.partial += 1
+            else:
+                w.iterations += 1
             w.seconds += s.end - s.start
     return out
 
@@ -676,6 +742,8 @@ def _stats(device: str, kind: str | None, slots: int | None, device_seconds: flo
            lane_busy_s: float, slot_seconds: float, spans: Sequence[Span], latencies: Sequence[float],
            lanes_peak: float, lanes_integral: float, lanes_time: float, waiting_peak: float, reserved_peak: float,
            used_peak: float, util: Sequence[float], mem_peak: float | None) -> DeviceStats:
+    wasted = _waste(spans)
+    spans = [s for s in spans if not s.partial]
     useful = [s for s in spans if s.useful]
     samples_all = [s.samples for s in spans if s.samples is not None]
     samples_useful = [s.samples for s in useful if s.samples is not None]
@@ -695,7 +763,7 @@ def _stats(device: str, kind: str | None, slots: int | None, device_seconds: flo
         lanes_mean=_ratio(lanes_integral, lanes_time), waiting_peak=int(waiting_peak),
         reserved_peak_bytes=int(reserved_peak), used_peak_bytes=int(used_peak),
         gpu_util_mean_pct=(sum(util) / len(util)) if util else None,
-        gpu_mem_used_peak_bytes=None if mem_peak is None else int(mem_peak), wasted=_waste(spans),
+        gpu_mem_used_peak_bytes=None if mem_peak is None else int(mem_peak), wasted=wasted,
     )
 
 
@@ -771,7 +839,7 @@ def summarize(activity: Activity, window: tuple[float, float] | None = None) -> 
         if open_s <= 0 and not (w0 <= life.opened_at <= w1):
             continue
         busy = covered(activity.lane_busy.get((life.device, life.epoch, life.lane), []), w0, w1)
-        mine = by_lane.get((life.device, life.epoch, life.lane), [])
+        mine = [s for s in by_lane.get((life.device, life.epoch, life.lane), []) if not s.partial]
         lanes.append(LaneStats(life.device, life.epoch, life.lane, life.opened_at, life.closed_at, open_s, busy,
                                _ratio(busy, open_s), len(mine), len({s.trial_id for s in mine}),
                                life.capacity_peak_bytes))
@@ -822,7 +890,7 @@ def timeline(activity: Activity, bin_s: float | None = None) -> list[TimelineBin
     for device in activity.devices:
         counts = [[0, 0] for _ in range(n)]
         for s in activity.spans:
-            if s.device == device:
+            if s.device == device and not s.partial:
                 c = counts[index(s.end)]
                 c[0] += 1
                 c[1] += int(s.useful)

@@ -1,6 +1,6 @@
 """``fluidsalus.inspect(path)``: an experiment's goodput report, for notebooks and for ``fluidsalus inspect``.
 
-The store is opened read-only (SQLite ``mode=ro``), so a running experiment can be inspected without
+The store is opened read-only (:func:`open_readonly`), so a running experiment can be inspected without
 disturbing its writer, and nothing on disk changes. The figures are defined in ``docs/goodput.md`` and computed
 by :mod:`fluidsalus.goodput`.
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sqlite3
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -23,7 +24,17 @@ from typing import TYPE_CHECKING, Any
 from fluidsalus import goodput as gp
 from fluidsalus.config import DEFAULT_STORAGE_PATH, STORAGE_PATH_ENV
 from fluidsalus.errors import StoreError
-from fluidsalus.store import DB_FILENAME, TERMINATED, TRIAL_STATUSES, ExperimentStore, TrialRow, finite
+from fluidsalus.store import (
+    APPLICATION_ID,
+    DB_FILENAME,
+    SCHEMA_VERSION,
+    TERMINATED,
+    TRIAL_STATUSES,
+    ExperimentStore,
+    TrialRow,
+    finite,
+    resolve_db_path,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,8 +55,12 @@ PLOT_GOODPUT_IN, PLOT_HEADER_IN, PLOT_FOOTER_IN = 2.6, 1.3, 0.6
 PLOT_DPI = 110
 #: Height of a busy bar within its lane row (1 = the whole row).
 PLOT_BAR_HEIGHT = 0.7
-#: A trial id is written into its bar when the bar is at least this fraction of the time axis wide.
-PLOT_LABEL_MIN_FRACTION = 0.035
+#: A trial's number is written into its bar when the bar is at least this fraction of the time axis wide.
+PLOT_LABEL_MIN_FRACTION = 0.012
+#: Box behind a trial's number, so that it stays readable on hatching.
+PLOT_LABEL_BOX = {"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.75}
+#: Headroom above the highest goodput-over-time value, so that the legend never hides a line.
+PLOT_GOODPUT_HEADROOM = 1.35
 #: Consecutive iterations of one trial in one lane are drawn as one bar when the gap between them is below
 #: this fraction of the time axis (the gap is then invisible anyway; a longer one, e.g. a pause, stays visible).
 PLOT_MERGE_GAP_FRACTION = 0.002
@@ -53,13 +68,15 @@ PLOT_MERGE_GAP_FRACTION = 0.002
 PLOT_TRIAL_CMAP = "tab20"
 PLOT_IDLE_COLOR = "#e6e6e6"
 PLOT_WASTE_COLOR = "#d62728"
+#: Hatching of wasted work on the timeline (its colour is dark so that it shows on every trial colour).
+PLOT_WASTE_HATCH, PLOT_HATCH_COLOR = "xxxx", "#222222"
 PLOT_GOODPUT_COLOR = "#2ca02c"
 PLOT_THROUGHPUT_COLOR = "#555555"
 #: Marker style per timeline marker kind: (matplotlib marker, colour, label).
 PLOT_MARKERS = {
     gp.MARK_FAILURE: ("X", "#d62728", "failure"),
     gp.MARK_OOM: ("*", "#ff7f0e", "out of memory"),
-    gp.MARK_EXPLOIT: ("D", "#1f77b4", "exploit (rollback)"),
+    gp.MARK_EXPLOIT: ("D", "#1f77b4", "PBT exploit (restart)"),
 }
 
 
@@ -94,6 +111,53 @@ def resolve_experiment(path: str | os.PathLike[str]) -> str:
     return candidate if os.path.exists(os.path.join(candidate, DB_FILENAME)) else text
 
 
+#: The first bytes of every SQLite database file.
+_SQLITE_HEADER = b"SQLite format 3\x00"
+#: Suffix of SQLite's write-ahead log beside the database; it exists while any connection has the store open.
+_WAL_SUFFIX = "-wal"
+
+
+def open_readonly(path: str | os.PathLike[str]) -> ExperimentStore:
+    """Open a store for reading without changing anything on disk.
+
+    While the experiment runs (its write-ahead log ``experiment.db-wal`` exists) this is
+    ``ExperimentStore.open(path, readonly=True)``: a WAL reader sees every committed transaction and never
+    blocks the writer. A store nobody has open has no ``-wal`` file, and a plain read-only open would create an
+    empty ``-wal`` and ``-shm`` beside it; it is then opened with SQLite's ``immutable=1``, which reads the
+    database file alone and creates nothing.
+
+    Raises:
+        StoreError: As :meth:`ExperimentStore.open`: not an experiment, not a store, or a newer schema.
+    """
+    db_path = resolve_db_path(path)
+    if not os.path.isfile(db_path) or os.path.exists(db_path + _WAL_SUFFIX):
+        return ExperimentStore.open(path, readonly=True)
+    try:
+        with open(db_path, "rb") as f:
+            is_sqlite = f.read(len(_SQLITE_HEADER)) == _SQLITE_HEADER
+    except OSError:
+        is_sqlite = False
+    if not is_sqlite:  # ExperimentStore.open reports it, before it connects (nothing is created)
+        return ExperimentStore.open(path, readonly=True)
+    uri = "file:" + os.path.abspath(db_path) + "?mode=ro&immutable=1"
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+    except sqlite3.DatabaseError as e:
+        raise StoreError(f"{db_path!r} is not a fluidsalus experiment store ({e})") from None
+    if app_id != APPLICATION_ID:
+        conn.close()
+        raise StoreError(f"{db_path!r} is an SQLite file but not a fluidsalus experiment store")
+    if version > SCHEMA_VERSION:
+        conn.close()
+        raise StoreError(
+            f"{db_path!r} was written by a newer fluidsalus (store schema {version}; this version reads schema "
+            f"{SCHEMA_VERSION} and older). Upgrade fluidsalus to open it."
+        )
+    return ExperimentStore(conn, db_path, readonly=True)
+
+
 def _fmt_bytes(value: float | None) -> str:
     if value is None:
         return "-"
@@ -107,9 +171,15 @@ def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
 
 
+def _plural(n: int, word: str, plural: str | None = None) -> str:
+    """``1 trial``, ``2 trials``; ``plural`` where adding an s is wrong (``switches``)."""
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
 def _short(trial_id: str) -> str:
-    """The distinctive part of a trial id (``ab12c_00007`` -> ``00007``)."""
-    return trial_id.rsplit("_", 1)[-1]
+    """The trial's number within its experiment (``ab12c_00007`` -> ``7``), or the whole id if it has none."""
+    tail = trial_id.rsplit("_", 1)[-1]
+    return str(int(tail)) if tail.isdigit() else trial_id
 
 
 def _jsonable(value: Any) -> Any:
@@ -139,6 +209,15 @@ class Report:
         self.summary = summary
         self.timeline_bins = gp.timeline(activity, bin_s)
         self._frames: dict[str, pd.DataFrame] = {}
+
+    def __repr__(self) -> str:
+        t = self.total_stats
+        return (f"<Report {self.name} ({self.status}): {_plural(len(self.device_stats), 'device')}, "
+                f"{_plural(len(self.trial_rows), 'trial')}, goodput {_fmt(t.goodput, '.3g')} of "
+                f"{_fmt(t.throughput, '.3g')} iterations per device-second>")
+
+    def __str__(self) -> str:
+        return self.render_table()
 
     # ------------------------------------------------------------------ objects
 
@@ -229,9 +308,10 @@ class Report:
                                                                 "compute_s": 0.0})
         for s in self.activity.spans:
             row = per[s.trial_id]
-            row["reported"] += 1
-            row["useful" if s.useful else "wasted"] += 1
             row["compute_s"] += s.end - s.start
+            if not s.partial:
+                row["reported"] += 1
+                row["useful" if s.useful else "wasted"] += 1
         metric = self.experiment["metric"]
         rows = []
         for t in self.trial_rows:
@@ -256,9 +336,9 @@ class Report:
     @property
     def waste(self) -> pd.DataFrame:
         """Wasted iterations and their compute seconds, per device and cause."""
-        rows = [{"device": d.device, "cause": cause, "iterations": w.iterations, "seconds": w.seconds}
-                for d in self.device_stats for cause, w in sorted(d.wasted.items())]
-        return self._frame("waste", rows, ["device", "cause", "iterations", "seconds"])
+        rows = [{"device": d.device, "cause": cause, "iterations": w.iterations, "partial": w.partial,
+                 "seconds": w.seconds} for d in self.device_stats for cause, w in sorted(d.wasted.items())]
+        return self._frame("waste", rows, ["device", "cause", "iterations", "partial", "seconds"])
 
     @property
     def switches(self) -> pd.DataFrame:
@@ -326,7 +406,8 @@ class Report:
                      "IT/S and GOODPUT: all and useful iterations per device-second; LANES: peak open lanes.")
         waste = self.total_stats.wasted
         if waste:
-            parts = [f"{cause} {w.iterations} it ({w.seconds:.2f}s)" for cause, w in sorted(waste.items())]
+            parts = [f"{cause} {w.iterations} it" + (f" + {w.partial} cut short" if w.partial else "")
+                     + f" ({w.seconds:.2f}s)" for cause, w in sorted(waste.items())]
             lines.append("wasted by cause: " + ", ".join(parts))
         else:
             lines.append("wasted by cause: none")
@@ -358,7 +439,7 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
         NoResultsError: The experiment has no results yet.
     """
     resolved = resolve_experiment(path)
-    with ExperimentStore.open(resolved, readonly=True) as store:
+    with open_readonly(resolved) as store:
         exp = store.experiment()
         if store.count("results") == 0:
             raise NoResultsError(f"experiment {exp['name']!r} at {os.fspath(path)!r} has no results yet; "
@@ -369,7 +450,7 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
     if window is not None:
         t0 = activity.start or exp["created_at"]
         start, end = window
-        absolute = (t0 + (start or 0.0), activity.end or t0 if end is None else t0 + end)
+        absolute = (t0 + (start or 0.0), (activity.end or t0) if end is None else t0 + end)
     return Report(resolved, exp, trials, activity, gp.summarize(activity, absolute), bin_s)
 
 
@@ -409,11 +490,12 @@ def _bars(spans: list[gp.Span], merge_gap: float) -> list[tuple[float, float, gp
 def plot_report(report: Report, path: str | os.PathLike[str]) -> str:
     """Draw ``report`` into ``path`` (PNG) on matplotlib's Agg canvas; returns the path.
 
-    One panel per device: a row per lane position, a grey bar while a lane is open (memory reserved) and a
-    coloured bar per trial while it holds the lane's turn (its id written in when there is room); hatched red
-    bars are iterations redone later (wasted); ticks mark switches; crosses, stars and diamonds mark failures,
-    out-of-memory re-admissions and exploit rollbacks. The bottom panel shows all and useful iterations per
-    device-second over time, the gap between them shaded as waste.
+    One panel per device: a row per lane position (lanes that never coexist share a row), a grey bar while a
+    lane is open (memory reserved) and a coloured bar per trial while it holds the lane's turn (its number
+    written in when there is room); cross-hatched bars are iterations redone later or cut short by a failure
+    (wasted); small triangles mark switches; crosses, stars and diamonds mark failures, out-of-memory
+    re-admissions and PBT exploits. The bottom panel shows all and useful iterations per device-second over
+    time, the gap between them shaded as waste.
     """
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -470,12 +552,12 @@ def plot_report(report: Report, path: str | os.PathLike[str]) -> str:
             y = row_of(epoch, lane)
             for b0, b1, s in _bars(spans, PLOT_MERGE_GAP_FRACTION * x_range):
                 kwargs: dict[str, Any] = {"color": color(s.trial_id), "edgecolor": "white", "linewidth": 0.4}
-                if not s.useful:
-                    kwargs.update(hatch="////", edgecolor=PLOT_WASTE_COLOR, linewidth=0.8)
+                if not s.useful:  # the hatch takes the edge colour; a zero-width edge keeps the bar's outline
+                    kwargs.update(hatch=PLOT_WASTE_HATCH, edgecolor=PLOT_HATCH_COLOR, linewidth=0)
                 ax.barh(y, b1 - b0, left=b0 - t0, height=PLOT_BAR_HEIGHT, zorder=2, **kwargs)
                 if (b1 - b0) >= PLOT_LABEL_MIN_FRACTION * x_range:
                     ax.text((b0 + b1) / 2 - t0, y, _short(s.trial_id), ha="center", va="center", fontsize=7,
-                            zorder=3, color="black")
+                            zorder=3, color="black", bbox=PLOT_LABEL_BOX)
         sw = [(s.ts - t0, row_of(s.epoch, s.lane)) for s in act.switches if s.device == device]
         if sw:
             ax.scatter([x for x, _ in sw], [y + PLOT_BAR_HEIGHT / 2 for _, y in sw], marker="v", s=10,
@@ -491,10 +573,11 @@ def plot_report(report: Report, path: str | os.PathLike[str]) -> str:
         ax.set_yticks(range(len(labels)), labels, fontsize=8)
         ax.set_ylim(len(labels) - 0.5 if labels else 0.5, -0.5)
         d = stats.get(device)
+        median = "" if d is None or d.switch_latency_ms_p50 is None else f" (median {d.switch_latency_ms_p50:.2f} ms)"
         info = "" if d is None else (
-            f": busy {_fmt(d.busy_fraction, '.0%')}, {d.iterations} iterations ({d.wasted_iterations} wasted), "
-            f"{d.switches} switches (median {_fmt(d.switch_latency_ms_p50, '.2f', ' ms')}), "
-            f"peak {d.lanes_peak} lanes, {_fmt_bytes(d.reserved_peak_bytes)} reserved")
+            f": busy {_fmt(d.busy_fraction, '.0%')}, {_plural(d.iterations, 'iteration')} "
+            f"({d.wasted_iterations} wasted), {_plural(d.switches, 'switch', 'switches')}{median}, "
+            f"at most {_plural(d.lanes_peak, 'lane')} open, {_fmt_bytes(d.reserved_peak_bytes)} reserved at peak")
         ax.set_title(f"{device}{info}", fontsize=9, loc="left")
         ax.grid(axis="x", color="#cccccc", linewidth=0.5)
         ax.tick_params(axis="x", labelbottom=False)
@@ -508,23 +591,25 @@ def plot_report(report: Report, path: str | os.PathLike[str]) -> str:
         ax.stairs(thr, xs, color=PLOT_THROUGHPUT_COLOR, linewidth=1.2, label="all iterations (throughput)")
         ax.stairs(good, xs, color=PLOT_GOODPUT_COLOR, linewidth=1.8, label="useful iterations (goodput)")
         ax.stairs(thr, xs, baseline=good, fill=True, color=PLOT_WASTE_COLOR, alpha=0.3, label="wasted")
+        ax.set_ylim(0, max([*thr, *good, 0.0]) * PLOT_GOODPUT_HEADROOM or 1.0)
     ax.set_xlabel("seconds since the first device started")
     ax.set_ylabel("iterations / device-s")
     ax.set_title("goodput over time (all devices)", fontsize=9, loc="left")
     ax.grid(color="#cccccc", linewidth=0.5)
     ax.legend(loc="upper right", fontsize=8)
     ax.set_xlim(0, x_range)
-    ax.set_ylim(bottom=0)
 
     tot = report.total_stats
     fig.suptitle(
-        f"{report.name} ({report.status}, {report.duration_s:.1f}s, {len(report.trial_rows)} trials): goodput "
-        f"{_fmt(tot.goodput, '.2f')} of {_fmt(tot.throughput, '.2f')} iterations per device-second, "
-        f"busy {_fmt(tot.busy_fraction, '.0%')}, {tot.switches} switches", fontsize=11, y=1 - 0.15 / total_in)
+        f"{report.name} ({report.status}, {report.duration_s:.1f}s, {_plural(len(report.trial_rows), 'trial')}): "
+        f"goodput {_fmt(tot.goodput, '.2f')} of {_fmt(tot.throughput, '.2f')} iterations per device-second, "
+        f"busy {_fmt(tot.busy_fraction, '.0%')}, {_plural(tot.switches, 'switch', 'switches')}",
+        fontsize=11, y=1 - 0.15 / total_in)
     handles = [
         Patch(facecolor=PLOT_IDLE_COLOR, label="lane open, idle"),
-        Patch(facecolor=cmap(0), edgecolor="white", label="trial holds the lane (colour and number = trial)"),
-        Patch(facecolor="white", hatch="////", edgecolor=PLOT_WASTE_COLOR, label="wasted: redone later"),
+        Patch(facecolor=cmap(0), edgecolor="white", label="trial computes (colour, number = trial)"),
+        Patch(facecolor="white", hatch=PLOT_WASTE_HATCH, edgecolor=PLOT_HATCH_COLOR, linewidth=0,
+              label="wasted (redone or cut short)"),
         Line2D([], [], marker="v", linestyle="none", color="black", markersize=5, label="switch"),
     ] + [Line2D([], [], marker=m, linestyle="none", color=c, markeredgecolor="black", markersize=9, label=lab)
          for m, c, lab in PLOT_MARKERS.values()]

@@ -86,7 +86,7 @@ class Progress:
         self._interval = refresh_s if live else plain_interval_s
         self._clock = clock
         self._snapshot: Mapping[str, Any] | None = None
-        self._shown: Mapping[str, Any] | None = None  # the snapshot last drawn
+        self._pending = False  # an update came since the last draw
         self._last_draw = -math.inf
         self._live_view: Any = None  # rich.live.Live, started on the first draw
         self._closed = False
@@ -99,6 +99,7 @@ class Progress:
         if self.verbose <= 0 or self._closed:
             return
         self._snapshot = snapshot
+        self._pending = True
         now = self._clock()
         if now - self._last_draw >= self._interval:
             self._last_draw = now
@@ -111,7 +112,7 @@ class Progress:
         self._closed = True
         if self.verbose <= 0:
             return
-        if self._snapshot is not None and self._snapshot is not self._shown:
+        if self._snapshot is not None and self._pending:
             self._draw(self._snapshot)
         if self._live_view is not None:
             self._live_view.stop()
@@ -186,7 +187,7 @@ class Progress:
     # ------------------------------------------------------------------ drawing
 
     def _draw(self, snap: Mapping[str, Any]) -> None:
-        self._shown = snap
+        self._pending = False
         self.draws += 1
         if self.live and self._draw_live(snap):
             return
@@ -233,12 +234,13 @@ class Progress:
             (f"{f['waiting']} waiting{paused}", "yellow"), ", ", (f"{f['done']} done", "green"),
             f" ({f['stopped']} stopped), ", (f"{f['errored']} errored", "red" if f["errored"] else ""),
         )
-        if f["iterations_budget"]:
-            trials.append(f"   iterations {f['iterations_done'] or 0}/{f['iterations_budget']}")
         parts: list[Any] = [head, trials]
-        best = self._best_text(f["best"])
-        if best:
-            parts.append(Text(best, style="bold magenta"))
+        facts = Text(self._best_text(f["best"]), style="bold magenta")
+        if f["iterations_budget"]:
+            facts.append(f"{'   ' if facts else ''}iterations {f['iterations_done'] or 0}/{f['iterations_budget']}",
+                         style="")
+        if facts:
+            parts.append(facts)
         if f["devices"]:
             table = Table(box=None, padding=(0, 2), show_edge=False, header_style="bold")
             table.add_column("device")

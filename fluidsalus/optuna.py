@@ -1,0 +1,997 @@
+"""The Optuna front end: ``fluidsalus.optuna.optimize(study, objective, ...)``.
+
+``optimize`` is ``study.optimize`` with the objective running on fluidsalus's device actors (lanes) instead of
+Optuna's threads. Each Optuna trial is one fluidsalus trial, run by :func:`fluidsalus.run` with a searcher
+that proposes empty fluidsalus trials and a call handler that owns the real study on the driver.
+
+The objective gets a :class:`DeviceTrial`, which has ``optuna.Trial``'s API. Each of its calls goes to the
+real ``optuna.Trial`` on the driver through :func:`fluidsalus.session.call_driver` (one round trip; a
+parameter already suggested with the same distribution is answered from a local copy, as Optuna does), so the
+study's sampler, pruner and storage (in-memory, RDB/SQLite, JournalStorage, ...) see exactly what
+``study.optimize`` would show them, define-by-run included, and the study shows up in optuna-dashboard like
+any other.
+
+A trial's life, and the Optuna state it ends in:
+
+1. The executor places the fluidsalus trial on a device; once it holds its lane, the objective wrapper asks
+   the driver to start it. Only then is the Optuna trial created (``study.ask()``), so a trial waiting for a
+   lane is no RUNNING Optuna trial yet and samplers learn from every trial finished before it starts.
+   After ``timeout``, ``study.stop()`` or an uncaught exception, no new trial starts; running ones finish.
+2. The objective runs. ``trial.report(value, step)`` records the value in the study and is an iteration
+   boundary of the lane (where another trial of the lane may take its turn); ``trial.should_prune()`` asks the
+   study's pruner.
+3. The wrapper classifies the outcome on the device and tells the driver, which tells the study:
+
+   * a return value: ``COMPLETE`` (a float, or a sequence for a multi-objective study); ``None``, NaN, a value
+     that is no number, or the wrong number of values: ``FAIL``, and the optimisation goes on (as in Optuna);
+   * ``optuna.TrialPruned``: ``PRUNED``, with the last reported value as the trial's value (Optuna's rule);
+   * an exception in ``catch``: ``FAIL``, and the optimisation goes on;
+   * any other exception: ``FAIL``; no new trial starts, running trials finish, and ``optimize`` raises the
+     exception (re-created on the driver from its pickle, with the device's traceback as its ``__cause__``).
+
+   Then Optuna's log line is written through Optuna's logger and the callbacks get ``(study, FrozenTrial)``.
+4. A trial the engine starts again (a device out-of-memory error re-admits it with a larger memory estimate;
+   a dead device actor is replaced; ``max_failures=``) runs its objective again on the **same** Optuna trial:
+   the suggestions are the same and steps already reported are not reported again. A trial that the engine
+   ends before the objective returns (out of memory for good, an engine error, ``KeyboardInterrupt``) is told
+   ``FAIL``; it counts as an exception that ``catch`` did not name, unless it was an out-of-memory error of a
+   type in ``catch``.
+
+The fluidsalus experiment (``storage_path``/``name``) records every trial's intermediate values, its Optuna
+number and final state, so ``fluidsalus inspect`` shows the lanes' goodput for the study.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import gc
+import inspect
+import math
+import numbers
+import re
+import time
+import traceback
+import uuid
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.exceptions import ExperimentalWarning
+from optuna.trial import BaseTrial, FrozenTrial, TrialState
+
+from fluidsalus import session
+from fluidsalus.api import run
+from fluidsalus.errors import ConfigError, FluidsalusError, TrialError
+from fluidsalus.gpu.host import _is_out_of_memory
+from fluidsalus.searchers._base import BaseSearcher
+from fluidsalus.trialgroup.trial import TrialGroup
+
+try:  # Optuna's own heartbeat helpers (what study.optimize uses for RDBStorage(heartbeat_interval=...)).
+    from optuna.storages._heartbeat import get_heartbeat_thread, is_heartbeat_enabled
+except ImportError as exc:  # pragma: no cover - present in every supported Optuna (>=4,<6)
+    raise ImportError(f"fluidsalus.optuna needs optuna>=4,<6 (optuna.storages._heartbeat: {exc})") from exc
+
+__all__ = ["DeviceStudy", "DeviceTraceback", "DeviceTrial", "optimize"]
+
+#: Prefix of the driver calls this front end makes (``fluidsalus.session.call_driver``).
+CALL_PREFIX = "optuna."
+M_START = CALL_PREFIX + "start"
+M_SUGGEST = CALL_PREFIX + "suggest"
+M_REPORT = CALL_PREFIX + "report"
+M_SHOULD_PRUNE = CALL_PREFIX + "should_prune"
+M_SET_USER_ATTR = CALL_PREFIX + "set_user_attr"
+M_CONSTRAINTS = CALL_PREFIX + "constraints"
+M_SET_CONSTRAINT = CALL_PREFIX + "set_constraint"
+M_STUDY = CALL_PREFIX + "study"
+M_FAILING = CALL_PREFIX + "failing"
+M_FINISH = CALL_PREFIX + "finish"
+
+#: How the objective ended (sent with ``M_FINISH``).
+OUT_RETURNED, OUT_PRUNED, OUT_FAILED = "returned", "pruned", "failed"
+
+#: Proposed fluidsalus trials that have not started their objective yet. One is enough: the executor always
+#: has a trial ready for the next free lane, and each start proposes the next one (a loop turn, milliseconds).
+#: More would only sit in queues; the Optuna trial is created when the objective starts, not when proposed.
+PROPOSALS_AHEAD = 1
+#: Prefix of the TrialGroup ids (one fresh trial per group).
+GROUP_ID_PREFIX = "optuna"
+#: System attribute of each Optuna trial: ``{"experiment": name, "trial_id": id}`` of its fluidsalus trial.
+SYSTEM_ATTR = "fluidsalus"
+#: Result keys: every ``trial.report`` stores (number, step, intermediate value); the end stores the outcome.
+KEY_NUMBER, KEY_STEP, KEY_INTERMEDIATE = "optuna_number", "optuna_step", "optuna_intermediate_value"
+KEY_STATE, KEY_VALUES = "optuna_state", "optuna_values"
+#: Characters of the study name kept in the default experiment name (file names have a length limit).
+MAX_STUDY_NAME_CHARS = 80
+#: Characters a fluidsalus experiment name may not hold (see ``fluidsalus.config``), replaced with ``_``.
+_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.=+-]")
+
+#: ``fluidsalus.run`` arguments that ``optimize`` passes on (``**run_kwargs``).
+RUN_KWARGS = frozenset({
+    "name", "storage_path", "devices", "cpus_per_device", "max_concurrent_trials", "max_failures", "lane_policy",
+    "quantum_ms", "verbose",
+})
+#: ``fluidsalus.run`` arguments ``optimize`` sets itself or that have an Optuna equivalent: what to use instead.
+_REFUSED_RUN_KWARGS = {
+    "config": "the objective suggests its parameters through the trial",
+    "searcher": "the study's sampler proposes the parameters",
+    "call_handler": "optimize answers the trials' calls itself",
+    "num_samples": "use n_trials=",
+    "time_budget_s": "use timeout= (running trials then finish, as in Optuna)",
+    "stop": "use timeout=, n_trials= or study.stop() in a callback",
+    "fail_fast": "an exception that is not in catch= already stops the optimisation",
+    "metric": "the study's directions say what is optimised",
+    "mode": "the study's directions say what is optimised",
+    "seed": "seed the study's sampler",
+    "resume": "call optimize again on the same study storage: trial numbers continue",
+    "callbacks": "pass Optuna callbacks f(study, frozen_trial) as callbacks=",
+}
+
+# Optuna writes its per-trial lines through these loggers; ours go through the same ones.
+_STUDY_LOGGER = optuna.logging.get_logger("optuna.study.study")
+_OPTIMIZE_LOGGER = optuna.logging.get_logger("optuna.study._optimize")
+
+
+# ---------------------------------------------------------------------------------------------- wire format
+
+
+class DeviceTraceback(Exception):
+    """The traceback of an exception raised in another process, set as the ``__cause__`` of its re-creation."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return "\n" + self.text
+
+
+@dataclass(frozen=True)
+class _PackedError:
+    """An exception on its way between the device and the driver: its pickle, or enough to describe it."""
+
+    type_name: str
+    text: str
+    shown: str
+    trace: str
+    pickled: bytes | None
+    pickle_error: str | None
+
+    @classmethod
+    def of(cls, error: BaseException) -> _PackedError:
+        pickled, problem = None, None
+        try:
+            pickled = cloudpickle.dumps(error)
+        except Exception as e:  # noqa: BLE001 - any object may fail to pickle, in any way
+            problem = f"{type(e).__name__}: {e}"
+        return cls(
+            type_name=type(error).__name__,
+            text=str(error),
+            shown=repr(error),
+            trace="".join(traceback.format_exception(error)),
+            pickled=pickled,
+            pickle_error=problem,
+        )
+
+    def unpack(self) -> BaseException:
+        """The exception again (or a :class:`TrialError` describing it), with the remote traceback as cause."""
+        error: BaseException | None = None
+        problem = self.pickle_error
+        if self.pickled is not None:
+            try:
+                error = cloudpickle.loads(self.pickled)
+            except Exception as e:  # noqa: BLE001 - e.g. an exception class whose __init__ needs other args
+                problem = f"{type(e).__name__}: {e}"
+        if not isinstance(error, BaseException):
+            error = TrialError(
+                f"{self.type_name}: {self.text} (the exception could not be re-created in this process: {problem})"
+            )
+        error.__cause__ = DeviceTraceback(self.trace)
+        return error
+
+
+class _Uncastable:
+    """A returned value that ``float()`` refused on the device; ``float()`` refuses it again on the driver."""
+
+    def __init__(self, shown: str) -> None:
+        self.shown = shown
+
+    def __float__(self) -> float:
+        raise TypeError(f"{self.shown} is not a number")
+
+    def __repr__(self) -> str:
+        return self.shown
+
+
+class _Shown:
+    """Prints as the text it holds (the ``repr`` of an object that stayed on the device)."""
+
+    def __init__(self, shown: str) -> None:
+        self.shown = shown
+
+    def __repr__(self) -> str:
+        return self.shown
+
+
+@dataclass(frozen=True)
+class _TrialSnapshot:
+    """What the device needs to know of a started Optuna trial."""
+
+    number: int
+    datetime_start: datetime.datetime | None
+    params: dict[str, Any]
+    distributions: dict[str, BaseDistribution]
+    user_attrs: dict[str, Any]
+    steps: frozenset[int]
+    study_name: str
+    directions: list[optuna.study.StudyDirection]
+
+
+def _call(method: str, *args: Any) -> Any:
+    """Call the driver's handler from the trial's thread and return its answer, or raise its exception.
+
+    The arguments travel pickled, so a value that cannot be pickled fails here, in the objective, as a
+    TypeError, not in the engine.
+    """
+    try:
+        blob = cloudpickle.dumps(args)
+    except Exception as e:  # noqa: BLE001 - any object may fail to pickle, in any way
+        raise TypeError(f"cannot send the arguments of {method.removeprefix(CALL_PREFIX)}() to the driver, where "
+                        f"the study lives: they do not pickle ({type(e).__name__}: {e})") from e
+    ok, payload = session.call_driver(method, blob)
+    if ok:
+        return cloudpickle.loads(payload)
+    raise payload.unpack()
+
+
+def _to_wire(output: Any) -> list[Any] | None:
+    """The objective's return value as Optuna reads it (a sequence is several values), made of floats."""
+    if output is None:
+        return None
+    items = list(output) if isinstance(output, Sequence) else [output]
+    wired: list[Any] = []
+    for item in items:
+        try:
+            wired.append(float(item))
+        except Exception:  # noqa: BLE001 - float() of an arbitrary object (a tensor, ...) can raise anything
+            wired.append(_Uncastable(repr(item)))
+    return wired
+
+
+# ---------------------------------------------------------------------------------------------- device side
+
+
+class DeviceStudy:
+    """The study, as seen from inside a trial on a device: each attribute asks the real study on the driver.
+
+    Available: ``study_name``, ``directions``, ``direction``, ``best_trial``, ``best_value``, ``best_params``,
+    ``best_trials``, ``trials``, ``user_attrs``, ``metric_names``, ``get_trials()``, ``set_user_attr()``,
+    ``enqueue_trial()`` and ``stop()``.
+    """
+
+    def __init__(self, study_name: str, directions: list[optuna.study.StudyDirection]) -> None:
+        self.study_name = study_name
+        self._directions = list(directions)
+
+    def _ask(self, attr: str, *args: Any, **kwargs: Any) -> Any:
+        return _call(M_STUDY, attr, args, kwargs)
+
+    @property
+    def directions(self) -> list[optuna.study.StudyDirection]:
+        return list(self._directions)
+
+    @property
+    def direction(self) -> optuna.study.StudyDirection:
+        return self._ask("direction")
+
+    @property
+    def best_trial(self) -> FrozenTrial:
+        return self._ask("best_trial")
+
+    @property
+    def best_value(self) -> float:
+        return self._ask("best_value")
+
+    @property
+    def best_params(self) -> dict[str, Any]:
+        return self._ask("best_params")
+
+    @property
+    def best_trials(self) -> list[FrozenTrial]:
+        return self._ask("best_trials")
+
+    @property
+    def trials(self) -> list[FrozenTrial]:
+        return self._ask("trials")
+
+    @property
+    def user_attrs(self) -> dict[str, Any]:
+        return self._ask("user_attrs")
+
+    @property
+    def metric_names(self) -> list[str] | None:
+        return self._ask("metric_names")
+
+    def get_trials(self, deepcopy: bool = True, states: Iterable[TrialState] | None = None) -> list[FrozenTrial]:
+        """``Study.get_trials`` (the trials are copies in any case: they crossed a process boundary)."""
+        return self._ask("get_trials", deepcopy=deepcopy, states=None if states is None else tuple(states))
+
+    def set_user_attr(self, key: str, value: Any) -> None:
+        self._ask("set_user_attr", key, value)
+
+    def enqueue_trial(self, params: dict[str, Any], user_attrs: dict[str, Any] | None = None,
+                      skip_if_exists: bool = False) -> None:
+        self._ask("enqueue_trial", params, user_attrs=user_attrs, skip_if_exists=skip_if_exists)
+
+    def stop(self) -> None:
+        """``Study.stop``: start no new trial; the running ones finish, then ``optimize`` returns."""
+        self._ask("stop")
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(
+            f"study.{name} is not available inside a trial that fluidsalus runs on a device (the study lives on "
+            "the driver). Available: study_name, directions, direction, best_trial, best_value, best_params, "
+            "best_trials, trials, user_attrs, metric_names, get_trials(), set_user_attr(), enqueue_trial(), stop()"
+        )
+
+
+class DeviceTrial(BaseTrial):
+    """The trial an objective gets from :func:`optimize`: ``optuna.Trial``'s API, answered by the real trial.
+
+    Every call is one round trip to the driver, where the real ``optuna.Trial`` lives, except a parameter
+    already suggested with the same distribution (answered from the local copy, as Optuna answers it from its
+    cache) and the read-only properties. Call it from the objective's own thread.
+
+    Args:
+        snapshot: The started Optuna trial, as the driver sent it.
+    """
+
+    def __init__(self, snapshot: _TrialSnapshot) -> None:
+        self._number = snapshot.number
+        self._datetime_start = snapshot.datetime_start
+        self._params = dict(snapshot.params)
+        self._distributions = dict(snapshot.distributions)
+        self._user_attrs = dict(snapshot.user_attrs)
+        self._earlier_steps = snapshot.steps  # steps an earlier attempt of this trial reported
+        self._steps: set[int] = set()
+        self.study = DeviceStudy(snapshot.study_name, snapshot.directions)
+
+    # ---------------------------------------------------------------- suggestions
+
+    def _suggest(self, name: str, distribution: BaseDistribution) -> Any:
+        if self._distributions.get(name) == distribution:
+            return self._params[name]
+        value, stored = _call(M_SUGGEST, name, distribution)
+        self._params[name], self._distributions[name] = value, stored
+        return value
+
+    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
+                      log: bool = False) -> float:
+        """Suggest a float in ``[low, high]`` (``optuna.Trial.suggest_float``)."""
+        return self._suggest(name, FloatDistribution(low, high, log=log, step=step))
+
+    def suggest_int(self, name: str, low: int, high: int, *, step: int = 1, log: bool = False) -> int:
+        """Suggest an int in ``[low, high]`` (``optuna.Trial.suggest_int``)."""
+        return int(self._suggest(name, IntDistribution(low, high, log=log, step=step)))
+
+    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
+        """Suggest one of ``choices`` (``optuna.Trial.suggest_categorical``)."""
+        return self._suggest(name, CategoricalDistribution(choices))
+
+    def suggest_uniform(self, name: str, low: float, high: float) -> float:
+        """Deprecated in Optuna 3.0: ``suggest_float(name, low, high)``."""
+        _deprecated("suggest_uniform", "suggest_float(name, low, high)")
+        return self.suggest_float(name, low, high)
+
+    def suggest_loguniform(self, name: str, low: float, high: float) -> float:
+        """Deprecated in Optuna 3.0: ``suggest_float(name, low, high, log=True)``."""
+        _deprecated("suggest_loguniform", "suggest_float(name, low, high, log=True)")
+        return self.suggest_float(name, low, high, log=True)
+
+    def suggest_discrete_uniform(self, name: str, low: float, high: float, q: float) -> float:
+        """Deprecated in Optuna 3.0: ``suggest_float(name, low, high, step=q)``."""
+        _deprecated("suggest_discrete_uniform", "suggest_float(name, low, high, step=q)")
+        return self.suggest_float(name, low, high, step=q)
+
+    # ---------------------------------------------------------------- pruning
+
+    def report(self, value: float, step: int) -> None:
+        """Record an intermediate value in the study (``optuna.Trial.report``); also a lane boundary.
+
+        Args:
+            value: The intermediate value (anything ``float()`` accepts).
+            step: The step, a non-negative int.
+        """
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"The `value` argument is of type '{type(value)}' but supposed to be a float.") from None
+        try:
+            step = int(step)
+        except (TypeError, ValueError):
+            raise TypeError(f"The `step` argument is of type '{type(step)}' but supposed to be an int.") from None
+        if step in self._earlier_steps and step not in self._steps:
+            self._steps.add(step)  # a restarted attempt redoes a step the study already holds: nothing to tell
+        else:
+            _call(M_REPORT, value, step)
+            self._steps.add(step)
+        session.report({KEY_NUMBER: self._number, KEY_STEP: step, KEY_INTERMEDIATE: value})
+
+    def should_prune(self) -> bool:
+        """Ask the study's pruner about this trial (``optuna.Trial.should_prune``)."""
+        return bool(_call(M_SHOULD_PRUNE))
+
+    # ---------------------------------------------------------------- attributes
+
+    def set_user_attr(self, key: str, value: Any) -> None:
+        """Set a user attribute of the trial (``optuna.Trial.set_user_attr``)."""
+        _call(M_SET_USER_ATTR, key, value)
+        self._user_attrs[key] = value
+
+    def set_constraint(self, key: str, value: float) -> None:
+        """Set a constraint value of the trial (``optuna.Trial.set_constraint``)."""
+        _call(M_SET_CONSTRAINT, key, value)
+
+    @property
+    def constraints(self) -> dict[str, float]:
+        return _call(M_CONSTRAINTS)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return copy.deepcopy(self._params)
+
+    @property
+    def distributions(self) -> dict[str, BaseDistribution]:
+        return copy.deepcopy(self._distributions)
+
+    @property
+    def user_attrs(self) -> dict[str, Any]:
+        return copy.deepcopy(self._user_attrs)
+
+    @property
+    def datetime_start(self) -> datetime.datetime | None:
+        return self._datetime_start
+
+    @property
+    def number(self) -> int:
+        return self._number
+
+    def __repr__(self) -> str:
+        return f"DeviceTrial(number={self._number}, params={self._params})"
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"{old} has been deprecated in Optuna v3.0.0; use {new} instead.", FutureWarning, stacklevel=3)
+
+
+class _ObjectiveRunner:
+    """The fluidsalus trainable: runs the objective once with a :class:`DeviceTrial` and tells its outcome.
+
+    The outcome is classified here, on the device, where the exception is (``catch`` travels in the closure).
+
+    Args:
+        objective: The user's objective ``f(trial) -> float | Sequence[float]``.
+        catch: Exception types that fail the trial without stopping the optimisation.
+        gc_after_trial: Run ``gc.collect()`` in the device process after each trial.
+    """
+
+    def __init__(self, objective: Callable[[Any], Any], catch: tuple[type[BaseException], ...],
+                 gc_after_trial: bool) -> None:
+        self.objective = objective
+        self.catch = catch
+        self.gc_after_trial = gc_after_trial
+        self.__name__ = getattr(objective, "__name__", type(objective).__name__)
+
+    def __call__(self, config: Mapping[str, Any]) -> dict[str, Any] | None:
+        snapshot: _TrialSnapshot | None = _call(M_START)
+        if snapshot is None:
+            return None  # the optimisation ended (timeout, study.stop(), an error) before this trial started
+        try:
+            return self._run(DeviceTrial(snapshot))
+        finally:
+            if self.gc_after_trial:
+                gc.collect()
+
+    def _run(self, trial: DeviceTrial) -> dict[str, Any]:
+        values = None
+        try:
+            output = self.objective(trial)
+        except optuna.TrialPruned as e:
+            state = _call(M_FINISH, OUT_PRUNED, None, None, _PackedError.of(e), False)
+        except Exception as e:
+            packed, caught = _PackedError.of(e), isinstance(e, self.catch)
+            if _is_out_of_memory(e):
+                # The lane runtime re-admits the trial with a larger memory estimate and runs the objective again
+                # on the same Optuna trial; the driver keeps the error in case that cannot be done.
+                _call(M_FAILING, packed, caught)
+                raise
+            state = _call(M_FINISH, OUT_FAILED, None, None, packed, caught)
+        else:
+            values = _to_wire(output)
+            state = _call(M_FINISH, OUT_RETURNED, values, repr(output), None, False)
+        result: dict[str, Any] = {KEY_NUMBER: trial.number, KEY_STATE: state}
+        if state == TrialState.COMPLETE.name and values is not None:
+            result[KEY_VALUES] = values
+        return result
+
+
+# ---------------------------------------------------------------------------------------------- driver side
+
+
+@dataclass
+class _Live:
+    """A started Optuna trial and what the driver knows of it."""
+
+    trial_id: str
+    trial: optuna.Trial
+    heartbeat: Any
+    steps: set[int] = field(default_factory=set)
+    failing: tuple[_PackedError, bool] | None = None  # an out-of-memory error being retried, and if caught
+    told: bool = False
+
+
+def _infeasibility(values: list[Any] | None, n_objectives: int) -> str | None:
+    """Why Optuna would fail a trial that returned ``values`` (its message), or None when they are fine."""
+    if values is None:
+        return "The value None could not be cast to float."
+    problems = []
+    for value in values:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            problems.append(f"The value {value!r} could not be cast to float")
+            continue
+        if math.isnan(number):
+            problems.append(f"The value {value} is not acceptable")
+    if problems:
+        return "; ".join(problems)
+    if len(values) != n_objectives:
+        return (f"The number of the values {len(values)} did not match the number of the objectives "
+                f"{n_objectives}")
+    return None
+
+
+def _completed_logger(study: optuna.Study) -> Callable[[optuna.Trial, list[float]], None]:
+    """Optuna's own "Trial N finished with value ..." line (``Study._log_completed_trial``, by its signature)."""
+    method = getattr(study, "_log_completed_trial", None)
+    names = list(inspect.signature(method).parameters) if method is not None else []
+    if names[:3] == ["values", "number", "params"]:  # Optuna >= 4.4
+        return lambda trial, values: method(values, trial.number, trial.params)
+    if names[:2] == ["trial", "values"]:  # older Optuna 4
+        return lambda trial, values: method(trial, values)
+    return lambda trial, values: _log_completed(study, trial, values)  # pragma: no cover - unknown Optuna
+
+
+def _log_completed(study: optuna.Study, trial: optuna.Trial, values: list[float]) -> None:  # pragma: no cover
+    """Optuna's completed-trial line, written out (for an Optuna whose method we do not recognise)."""
+    if len(values) > 1:
+        _STUDY_LOGGER.info(f"Trial {trial.number} finished with values: {values} and parameters: {trial.params}.")
+        return
+    message = f"Trial {trial.number} finished with value: {values[0]} and parameters: {trial.params}."
+    try:
+        best = study.best_trial
+        message += f" Best is trial {best.number} with value: {best.value}."
+    except ValueError:
+        pass
+    _STUDY_LOGGER.info(message)
+
+
+def _log_failed(number: int, params: Mapping[str, Any], message: str, shown: Any,
+                exc_info: BaseException | None = None) -> None:
+    """Optuna's two warning lines for a failed trial (``optuna.study._optimize``), through its logger."""
+    _OPTIMIZE_LOGGER.warning(
+        f"Trial {number} failed with parameters: {params} because of the following error: {message}.",
+        exc_info=exc_info,
+    )
+    _OPTIMIZE_LOGGER.warning(f"Trial {number} failed with value {shown!r}.")
+
+
+class _StudyDriver(BaseSearcher):
+    """The searcher and call handler of one ``optimize`` call: owns the real study on the driver.
+
+    It proposes one empty fluidsalus trial at a time (:data:`PROPOSALS_AHEAD` ahead of the starts), creates the
+    Optuna trial when the objective starts, answers the trial's calls, tells the outcome, logs and runs the
+    callbacks. Every method runs in the driver's thread (the executor's loop).
+
+    Args:
+        study: The study to optimise.
+        n_trials: Trials to run (None: no limit).
+        timeout: Seconds after which no new trial starts (None: no limit).
+        callbacks: ``f(study, frozen_trial)`` after each told trial.
+        experiment: The fluidsalus experiment name (recorded on each Optuna trial).
+    """
+
+    def __init__(self, study: optuna.Study, n_trials: int | None, timeout: float | None,
+                 callbacks: list[Callable[[optuna.Study, FrozenTrial], None]], experiment: str) -> None:
+        self.study = study
+        self.n_trials = n_trials
+        self.timeout = timeout
+        self.callbacks = callbacks
+        self.experiment = experiment
+        self.error: BaseException | None = None  # the first error optimize must raise
+        self._started: float | None = None  # when the devices were up (the first next_groups)
+        self._live: dict[str, _Live] = {}
+        self._unstarted: set[str] = set()
+        self._proposed_unadded = 0
+        self._stop_sent: set[str] = set()
+        self._group_seq = 0
+        self._asked = 0
+        self._log_completed = _completed_logger(study)
+        self._calls: dict[str, Callable[..., Any]] = {
+            M_START: self._on_start, M_SUGGEST: self._on_suggest, M_REPORT: self._on_report,
+            M_SHOULD_PRUNE: self._on_should_prune, M_SET_USER_ATTR: self._on_set_user_attr,
+            M_CONSTRAINTS: self._on_constraints, M_SET_CONSTRAINT: self._on_set_constraint,
+            M_STUDY: self._on_study, M_FAILING: self._on_failing, M_FINISH: self._on_finish,
+        }
+
+    # ---------------------------------------------------------------- stopping
+
+    def stopping(self) -> bool:
+        """True once no new trial may start: an error to raise, ``study.stop()``, or ``timeout`` passed."""
+        return (
+            self.error is not None
+            or self.study._stop_flag  # set by study.stop() (Optuna's own flag)
+            or (self.timeout is not None and self._started is not None
+                and time.monotonic() - self._started >= self.timeout)
+        )
+
+    def _fail(self, error: BaseException) -> None:
+        if self.error is None:
+            self.error = error
+
+    # ---------------------------------------------------------------- searcher
+
+    def next_groups(self) -> list[TrialGroup]:
+        """One new (empty) fluidsalus trial when fewer than :data:`PROPOSALS_AHEAD` wait to start."""
+        if self._started is None:
+            self._started = time.monotonic()  # the executor asks once its device actors are up
+        waiting = len(self._unstarted) + self._proposed_unadded
+        if self.stopping() or waiting >= PROPOSALS_AHEAD:
+            return []
+        if self.n_trials is not None and self._asked + waiting >= self.n_trials:
+            return []
+        self._proposed_unadded += 1
+        self._group_seq += 1
+        return [TrialGroup(group_id=f"{GROUP_ID_PREFIX}-{self._group_seq - 1}", configs=[{}])]
+
+    def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
+        self._proposed_unadded = max(0, self._proposed_unadded - 1)
+        self._unstarted.add(trial_id)
+
+    def collect_stops(self) -> list[str]:
+        """Once stopping, the proposed trials that have not started: they end without running."""
+        if not self.stopping():
+            return []
+        stops = sorted(self._unstarted - self._stop_sent)
+        self._stop_sent.update(stops)
+        return stops
+
+    def is_finished(self) -> bool:
+        return self.stopping() or (self.n_trials is not None and self._asked >= self.n_trials)
+
+    def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
+        """A fluidsalus trial ended; one whose objective never told its outcome is told ``FAIL`` here."""
+        self._unstarted.discard(trial_id)
+        live = self._live.get(trial_id)
+        if live is None:
+            if error and not self.stopping():
+                self._fail(FluidsalusError(
+                    f"fluidsalus trial {trial_id} (experiment {self.experiment!r}) failed before its objective "
+                    "started; its error is in the experiment store (fluidsalus inspect)"
+                ))
+            return
+        if live.told:
+            return
+        if live.failing is not None:
+            packed, caught = live.failing
+            self._tell_packed(live, OUT_FAILED, packed, caught)
+            return
+        how = "errored" if error else "was stopped"
+        reason = TrialError(f"Trial {live.trial.number} (fluidsalus trial {trial_id}) {how} on its device before "
+                            "its objective returned; see the experiment store (fluidsalus inspect) for why")
+        self._tell(live, OUT_FAILED, error=reason, message=repr(reason))
+
+    # ---------------------------------------------------------------- calls from the trials
+
+    def handle_call(self, trial_id: str, method: str, args: tuple[Any, ...]) -> tuple[bool, Any]:
+        """``fluidsalus.run``'s call handler: ``(True, pickled answer)`` or ``(False, packed exception)``."""
+        try:
+            handler = self._calls.get(method)
+            if handler is None:
+                raise FluidsalusError(f"unknown driver call {method!r} from trial {trial_id}")
+            (blob,) = args
+            answer = handler(trial_id, *cloudpickle.loads(blob))
+            return True, cloudpickle.dumps(answer)
+        except Exception as e:  # noqa: BLE001 - the exception belongs to the calling objective
+            return False, _PackedError.of(e)
+
+    def _trial(self, trial_id: str) -> optuna.Trial:
+        live = self._live.get(trial_id)
+        if live is None or live.told:
+            raise RuntimeError(f"fluidsalus trial {trial_id} has no running Optuna trial")
+        return live.trial
+
+    def _snapshot(self, live: _Live) -> _TrialSnapshot:
+        trial = live.trial
+        return _TrialSnapshot(
+            number=trial.number, datetime_start=trial.datetime_start, params=trial.params,
+            distributions=trial.distributions, user_attrs=trial.user_attrs, steps=frozenset(live.steps),
+            study_name=self.study.study_name, directions=list(self.study.directions),
+        )
+
+    def _on_start(self, trial_id: str) -> _TrialSnapshot | None:
+        live = self._live.get(trial_id)
+        if live is not None:  # the engine restarted this trial (out of memory, device lost): same Optuna trial
+            return None if live.told else self._snapshot(live)
+        self._unstarted.discard(trial_id)
+        if self.stopping():
+            return None
+        storage = self.study._storage
+        try:
+            if is_heartbeat_enabled(storage):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ExperimentalWarning)
+                    optuna.storages.fail_stale_trials(self.study)
+            trial = self.study.ask()
+            storage.set_trial_system_attr(trial._trial_id, SYSTEM_ATTR,
+                                          {"experiment": self.experiment, "trial_id": trial_id})
+        except Exception as e:  # noqa: BLE001 - a storage or sampler error ends the optimisation, as in Optuna
+            self._fail(e)
+            return None
+        heartbeat = get_heartbeat_thread(trial._trial_id, storage)
+        heartbeat.start()
+        live = self._live[trial_id] = _Live(trial_id, trial, heartbeat)
+        self._asked += 1
+        return self._snapshot(live)
+
+    def _on_suggest(self, trial_id: str, name: str, distribution: BaseDistribution) -> tuple[Any, BaseDistribution]:
+        trial = self._trial(trial_id)
+        if isinstance(distribution, FloatDistribution):
+            value = trial.suggest_float(name, distribution.low, distribution.high, step=distribution.step,
+                                        log=distribution.log)
+        elif isinstance(distribution, IntDistribution):
+            value = trial.suggest_int(name, distribution.low, distribution.high, step=distribution.step,
+                                      log=distribution.log)
+        elif isinstance(distribution, CategoricalDistribution):
+            value = trial.suggest_categorical(name, distribution.choices)
+        else:
+            raise TypeError(f"cannot suggest {name!r} from a {type(distribution).__name__}")
+        return value, trial.distributions[name]
+
+    def _on_report(self, trial_id: str, value: float, step: int) -> None:
+        self._trial(trial_id).report(value, step)
+        self._live[trial_id].steps.add(step)
+
+    def _on_should_prune(self, trial_id: str) -> bool:
+        return self._trial(trial_id).should_prune()
+
+    def _on_set_user_attr(self, trial_id: str, key: str, value: Any) -> None:
+        self._trial(trial_id).set_user_attr(key, value)
+
+    def _on_constraints(self, trial_id: str) -> dict[str, float]:
+        return self._trial(trial_id).constraints
+
+    def _on_set_constraint(self, trial_id: str, key: str, value: float) -> None:
+        self._trial(trial_id).set_constraint(key, value)
+
+    #: What a DeviceStudy may read (attributes) or call (methods) on the real study.
+    _STUDY_READS = frozenset({"direction", "best_trial", "best_value", "best_params", "best_trials", "trials",
+                              "user_attrs", "metric_names"})
+    _STUDY_METHODS = frozenset({"get_trials", "set_user_attr", "enqueue_trial", "stop"})
+
+    def _on_study(self, trial_id: str, attr: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if attr in self._STUDY_READS:
+            return getattr(self.study, attr)
+        if attr in self._STUDY_METHODS:
+            return getattr(self.study, attr)(*args, **kwargs)
+        raise AttributeError(f"study.{attr} is not available inside a trial")
+
+    def _on_failing(self, trial_id: str, packed: _PackedError, caught: bool) -> None:
+        live = self._live.get(trial_id)
+        if live is not None:
+            live.failing = (packed, caught)
+
+    def _on_finish(self, trial_id: str, outcome: str, values: list[Any] | None, shown: str | None,
+                   packed: _PackedError | None, caught: bool) -> str | None:
+        live = self._live.get(trial_id)
+        if live is None:
+            raise RuntimeError(f"fluidsalus trial {trial_id} has no Optuna trial to finish")
+        if live.told:
+            return self.study._storage.get_trial(live.trial._trial_id).state.name
+        if packed is not None:
+            return self._tell_packed(live, outcome, packed, caught)
+        return self._tell(live, outcome, values=values, shown=shown)
+
+    # ---------------------------------------------------------------- telling
+
+    def _tell(self, live: _Live, outcome: str, *, values: list[Any] | None = None, shown: str | None = None,
+              error: BaseException | None = None, message: str = "", caught: bool = False,
+              interrupted: bool = False) -> str | None:
+        """Tell the study how the trial ended, log Optuna's line and run the callbacks (as ``_run_trial`` does).
+
+        Args:
+            live: The trial.
+            outcome: ``OUT_RETURNED``, ``OUT_PRUNED`` or ``OUT_FAILED``.
+            values: What the objective returned (``OUT_RETURNED``), as floats or ``_Uncastable`` s.
+            shown: The ``repr`` of the returned object, for the log.
+            error: The exception that failed the trial (``OUT_FAILED``).
+            message: ``repr(error)`` as the device saw it (``OUT_FAILED``), or ``str(TrialPruned)`` (``OUT_PRUNED``).
+            caught: Whether ``catch`` names the error (then the optimisation goes on).
+            interrupted: The run itself ended under the trial (its error is raised anyway): no callbacks.
+
+        Returns:
+            The trial's final state name, or None when telling failed (that error then ends the optimisation).
+        """
+        live.told = True
+        live.heartbeat.join()
+        trial, study = live.trial, self.study
+        problem = _infeasibility(values, len(study.directions)) if outcome == OUT_RETURNED else None
+        try:
+            if outcome == OUT_RETURNED and problem is None:
+                frozen = study.tell(trial, [float(v) for v in values or []])
+            elif outcome == OUT_PRUNED:
+                frozen = study.tell(trial, state=TrialState.PRUNED)
+            else:
+                frozen = study.tell(trial, state=TrialState.FAIL)
+        except Exception as e:  # noqa: BLE001 - the sampler's after_trial or the storage failed: raise it later
+            self._fail(e)
+            return None
+        if frozen.state == TrialState.COMPLETE:
+            self._log_completed(trial, list(frozen.values))
+        elif frozen.state == TrialState.PRUNED:
+            _OPTIMIZE_LOGGER.info(f"Trial {trial.number} pruned. {message}")
+        elif error is not None:
+            _log_failed(trial.number, trial.params, message, None, exc_info=error)
+        else:
+            _log_failed(trial.number, trial.params, problem or "", _Shown(shown if shown is not None else "None"))
+        if interrupted:
+            return frozen.state.name
+        if error is not None and not caught:
+            self._fail(error)  # as in Optuna: no callbacks for the trial whose exception ends the optimisation
+            return frozen.state.name
+        for callback in self.callbacks:
+            try:
+                callback(study, copy.deepcopy(frozen))
+            except Exception as e:  # noqa: BLE001 - a callback's error ends the optimisation, as in Optuna
+                self._fail(e)
+                break
+        return frozen.state.name
+
+    def _tell_packed(self, live: _Live, outcome: str, packed: _PackedError, caught: bool) -> str | None:
+        """Tell a trial that ended with an exception raised on the device (pruned or failed)."""
+        if outcome == OUT_PRUNED:
+            return self._tell(live, OUT_PRUNED, message=packed.text)
+        return self._tell(live, OUT_FAILED, error=packed.unpack(), message=packed.shown, caught=caught)
+
+    def fail_unfinished(self, reason: BaseException) -> None:
+        """Tell ``FAIL`` for every started trial not told yet (the run ended under them: Ctrl-C, an engine error)."""
+        for live in self._live.values():
+            if not live.told:
+                self._tell(live, OUT_FAILED, error=reason, message=repr(reason), interrupted=True)
+
+    def close(self) -> None:
+        """Stop the heartbeats of trials that are still running (only after an interrupted run)."""
+        for live in self._live.values():
+            if not live.told:
+                live.heartbeat.join()
+                live.told = True
+
+
+# ---------------------------------------------------------------------------------------------- optimize
+
+
+def _check_catch(catch: Any) -> tuple[type[BaseException], ...]:
+    classes = tuple(catch) if isinstance(catch, Iterable) else (catch,)
+    for item in classes:
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            raise ConfigError(f"catch: must be an exception class or an iterable of them, got {item!r}")
+    return classes
+
+
+def _check_run_kwargs(run_kwargs: Mapping[str, Any]) -> None:
+    for key in run_kwargs:
+        if key in _REFUSED_RUN_KWARGS:
+            raise ConfigError(f"{key}: optimize() does not take fluidsalus.run's {key}=; {_REFUSED_RUN_KWARGS[key]}")
+        if key not in RUN_KWARGS:
+            raise ConfigError(
+                f"{key}: not an argument of optimize() or of the fluidsalus.run options it passes on "
+                f"({', '.join(sorted(RUN_KWARGS))})"
+            )
+
+
+def _experiment_name(study: optuna.Study) -> str:
+    study_part = _UNSAFE_NAME_CHARS.sub("_", study.study_name)[:MAX_STUDY_NAME_CHARS]
+    return f"optuna_{study_part}_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}_{uuid.uuid4().hex[:6]}"
+
+
+def optimize(
+    study: optuna.Study,
+    objective: Callable[[Any], float | Sequence[float] | None],
+    n_trials: int | None = None,
+    timeout: float | None = None,
+    n_jobs: int = 1,
+    catch: Iterable[type[Exception]] | type[Exception] = (),
+    callbacks: Iterable[Callable[[optuna.Study, FrozenTrial], None]] | None = None,
+    gc_after_trial: bool = False,
+    show_progress_bar: bool = False,
+    **run_kwargs: Any,
+) -> None:
+    """Optimise ``study`` like ``study.optimize(objective, ...)``, with the objective on fluidsalus's lanes.
+
+    The objective gets a :class:`DeviceTrial` (``optuna.Trial``'s API) and runs in a device actor; its
+    suggestions, reports and pruning questions go to the real trial on the driver, so the study's sampler,
+    pruner and storage are used exactly as ``study.optimize`` uses them, and the log lines are Optuna's.
+    See the module docstring for how each trial's end maps to an Optuna state.
+
+    Args:
+        study: The study to optimise (any storage; single- or multi-objective).
+        objective: ``f(trial)`` returning a float (a sequence of floats for a multi-objective study). It is
+            pickled to the devices, so it must not capture locks, open files or clients.
+        n_trials: Trials to run in this call; None runs until ``timeout``, ``study.stop()`` or an error.
+        timeout: Seconds after which no new trial starts; running trials finish (Optuna's rule). The clock
+            starts once the device actors are up (starting them, a second or two, is not counted).
+        n_jobs: Accepted for compatibility and ignored: the lanes decide how many trials run at once (cap it
+            with ``max_concurrent_trials=``).
+        catch: Exception types that fail a trial (``FAIL``) without stopping the optimisation.
+        callbacks: Functions ``f(study, frozen_trial)`` called on the driver after each trial is told (not for a
+            trial whose exception ends the optimisation). ``study.stop()`` in a callback ends the optimisation
+            once the running trials finish.
+        gc_after_trial: Run ``gc.collect()`` in the device process after each trial.
+        show_progress_bar: Show fluidsalus's own progress and summary (``verbose=1``) instead of nothing; an
+            explicit ``verbose=`` wins.
+        **run_kwargs: Options of :func:`fluidsalus.run` passed on: ``name``, ``storage_path``, ``devices``,
+            ``cpus_per_device``, ``max_concurrent_trials``, ``max_failures``, ``lane_policy``, ``quantum_ms``,
+            ``verbose``. The default name is ``optuna_<study name>_<timestamp>_<random>``.
+
+    Raises:
+        ConfigError: A bad argument, or a ``fluidsalus.run`` option that ``optimize`` sets itself (the message
+            says what to use instead).
+        RuntimeError: When called while this study is already being optimised in this thread.
+        Exception: The exception of a trial that ``catch`` does not name, re-created on the driver (a
+            :class:`TrialError` when it cannot be unpickled), with the device's traceback as ``__cause__``; or
+            the exception of a callback or of the study's storage or sampler.
+    """
+    del n_jobs  # the lanes decide concurrency
+    if not isinstance(study, optuna.Study):
+        raise ConfigError(f"study: must be an optuna.Study, got {type(study).__name__}")
+    if not callable(objective):
+        raise ConfigError(f"objective: must be a function f(trial), got {type(objective).__name__}")
+    if n_trials is not None and (not isinstance(n_trials, numbers.Integral) or isinstance(n_trials, bool)
+                                 or n_trials < 0):
+        raise ConfigError(f"n_trials: must be an int >= 0 or None, got {n_trials!r}")
+    if timeout is not None and (not isinstance(timeout, numbers.Real) or isinstance(timeout, bool) or timeout < 0):
+        raise ConfigError(f"timeout: must be a number of seconds >= 0 or None, got {timeout!r}")
+    classes = _check_catch(catch)
+    if callbacks is not None and (isinstance(callbacks, (str, bytes)) or not isinstance(callbacks, Iterable)):
+        raise ConfigError(f"callbacks: must be a list of functions f(study, frozen_trial), got {callbacks!r}")
+    callback_list = list(callbacks or [])
+    if not all(callable(c) for c in callback_list):
+        raise ConfigError("callbacks: every callback must be a function f(study, frozen_trial)")
+    _check_run_kwargs(run_kwargs)
+    if study._thread_local.in_optimize_loop:
+        raise RuntimeError("Nested invocation of `Study.optimize` method isn't allowed (the study is already being "
+                           "optimised in this thread).")
+    if n_trials == 0 or timeout == 0:
+        return
+
+    name = run_kwargs.pop("name", None) or _experiment_name(study)
+    verbose = run_kwargs.pop("verbose", 1 if show_progress_bar else 0)
+    driver = _StudyDriver(study, None if n_trials is None else int(n_trials), timeout, callback_list, name)
+    runner = _ObjectiveRunner(objective, classes, bool(gc_after_trial))
+    study._stop_flag = False
+    study._thread_local.in_optimize_loop = True  # study.stop() works in callbacks; ask() knows it is optimize
+    try:
+        run(runner, searcher=driver, call_handler=driver.handle_call, name=name, verbose=verbose, **run_kwargs)
+    except BaseException as e:
+        driver.fail_unfinished(e)
+        raise
+    finally:
+        driver.close()
+        study._thread_local.in_optimize_loop = False
+        study._storage.remove_session()
+    if driver.error is not None:
+        raise driver.error

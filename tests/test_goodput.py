@@ -1,0 +1,272 @@
+"""Goodput accounting on hand-built event logs with known answers (docs/goodput.md has the definitions)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fluidsalus import goodput as gp
+from fluidsalus.store import EventRow, ExperimentStore, ResultRow
+
+DEV = "cpu:0"
+MiB = 1 << 20
+
+
+def ev(ts, what, trial=None, device=DEV, **data):
+    return EventRow(ts, what, trial, device, data or None)
+
+
+def res(trial, attempt, iteration, ts, dt, samples=10):
+    return ResultRow(trial, attempt, iteration, ts, {"acc": 0.1 * iteration, "training_iteration": iteration,
+                                                      "time_this_iter_s": dt, "num_samples": samples})
+
+
+def scenario():
+    """One device, 2 slots, 8 s of device time (100 -> finished 108).
+
+    Lane 0: A and B time-slice ([101, 105]); B ends and A gets the turn at 105, runs out of memory at 105.5 and,
+    having no checkpoint, redoes iterations 1 and 2 in the same attempt. Lane 1: C; it fails at 104.5, in the
+    iteration it started at 104, and is retried from its checkpoint at iteration 1 in lane 2. D waits for a lane
+    from 101 and is stopped at 102 without running.
+    """
+    events = [
+        ev(100.0, "device_start", device=DEV, kind="cpu", slots=2),
+        ev(101.0, "trial_start", "A", attempt=0), ev(101.0, "trial_start", "B", attempt=0),
+        ev(101.0, "trial_start", "C", attempt=0),
+        ev(101.0, "lane_open", lane=0, capacity=200), ev(101.0, "lane_admit", "A", detail=[0, 100, 100]),
+        ev(101.0, "lane_resize", lane=0, old_capacity=200, capacity=300),
+        ev(101.0, "lane_admit", "B", detail=[0, 100, 100]),
+        ev(101.0, "lane_open", lane=1, capacity=50), ev(101.0, "lane_admit", "C", detail=[1, 20, 30]),
+        ev(101.0, "lane_wait", "D", detail=[100, 100]),
+        ev(102.0, "switch", "B", lane=0, **{"from": "A"}, latency_ms=2.0),
+        ev(102.0, "lane_leave", "D", detail=[None]), ev(102.0, "trial_end", "D", attempt=0, outcome="stopped"),
+        ev(103.0, "switch", "A", lane=0, **{"from": "B"}, latency_ms=4.0),
+        ev(104.0, "switch", "B", lane=0, **{"from": "A"}, latency_ms=6.0),
+        ev(104.5, "trial_restart", "C", attempt=1, reason="retry", from_iteration=1, error="RuntimeError: boom"),
+        ev(104.5, "lane_leave", "C", detail=[1]), ev(104.5, "lane_close", lane=1),
+        ev(104.6, "trial_start", "C", attempt=1),
+        ev(104.6, "lane_open", lane=2, capacity=80), ev(104.6, "lane_admit", "C", detail=[2, 20, 30]),
+        ev(105.0, "trial_end", "B", attempt=0, outcome="completed"),
+        ev(105.0, "switch", "A", lane=0, **{"from": "B"}, latency_ms=8.0),
+        ev(105.1, "lane_leave", "B", detail=[0]),
+        ev(105.5, "lane_oom", "A", detail=[0, 1, 200, 200]),
+        ev(105.5, "lane_resize", lane=0, old_capacity=300, capacity=400),
+        ev(105.5, "oom_readmit", "A", action="resize", from_iteration=0, error="MemoryError"),
+        ev(105.5, "trial_start", "A", attempt=0),
+        ev(107.2, "trial_end", "C", attempt=1, outcome="completed"),
+        ev(107.2, "lane_leave", "C", detail=[2]), ev(107.2, "lane_close", lane=2),
+        ev(107.6, "trial_end", "A", attempt=0, outcome="completed"),
+        ev(107.6, "lane_leave", "A", detail=[0]), ev(107.6, "lane_close", lane=0),
+    ]
+    results = [
+        res("A", 0, 1, 102.0, 1.0), res("B", 0, 1, 103.0, 1.0), res("C", 0, 1, 103.0, 2.0),
+        res("A", 0, 2, 104.0, 1.0), res("C", 0, 2, 104.0, 1.0), res("B", 0, 2, 105.0, 1.0),
+        res("C", 1, 2, 106.0, 1.0), res("A", 0, 1, 106.5, 1.0), res("C", 1, 3, 107.0, 1.0),
+        res("A", 0, 2, 107.5, 1.0),
+    ]
+    return results, events
+
+
+FINISHED_AT = 108.0
+
+
+@pytest.fixture
+def activity():
+    results, events = scenario()
+    return gp.build_activity(results, events, finished_at=FINISHED_AT)
+
+
+def test_device_figures_over_the_whole_run(activity):
+    summary = gp.summarize(activity)
+    assert (summary.start, summary.end) == (100.0, 108.0)
+    [d] = summary.devices
+    assert d.device == DEV and d.kind == "cpu" and d.slots == 2
+    assert d.device_seconds == pytest.approx(8.0)
+    assert d.iterations == 10 and d.useful_iterations == 7 and d.wasted_iterations == 3
+    assert d.throughput == pytest.approx(10 / 8) and d.goodput == pytest.approx(7 / 8)
+    assert d.goodput_fraction == pytest.approx(0.7)
+    # Lane 0: [101, 105] + A's cut-short iteration [105, 105.5] + [105.5, 107.5] = 6.5 s; lane 1: [101, 104] +
+    # C's cut-short iteration [104, 104.5] = 3.5 s; lane 2: [105, 107] = 2 s.
+    assert d.lane_busy_s == pytest.approx(12.0)
+    assert d.busy_s == pytest.approx(6.5)  # some lane busy over [101, 107.5]
+    assert d.busy_fraction == pytest.approx(6.5 / 8)
+    assert d.mean_busy_lanes == pytest.approx(12 / 8)
+    assert d.slot_occupancy == pytest.approx(12 / 16)
+    assert d.samples == 100 and d.samples_per_s == pytest.approx(12.5)
+    assert d.useful_samples_per_s == pytest.approx(70 / 8)
+    assert d.trials == 3
+
+
+def test_switches_lanes_memory_and_waiting(activity):
+    d = gp.summarize(activity).devices[0]
+    assert d.switches == 4
+    assert d.switch_latency_ms_p50 == pytest.approx(5.0)  # of 2, 4, 6, 8 ms
+    assert d.switch_latency_ms_p99 == pytest.approx(7.94)  # 6 + 0.97 * (8 - 6)
+    assert d.lanes_peak == 2
+    # Open lanes: 2 over [101, 104.5], 1 over [104.5, 104.6], 2 over [104.6, 107.2], 1 over [107.2, 107.6].
+    assert d.lanes_mean == pytest.approx((7.0 + 0.1 + 5.2 + 0.4) / 8)
+    assert d.waiting_peak == 1
+    # Reserved peaks after A's OOM: lane 0 at 400 plus lane 2 at 80. Used: lane 0 sum P + max T = 200 + 200,
+    # lane 2 = 20 + 30: 450. At 101 both were 350.
+    assert d.reserved_peak_bytes == 480
+    assert d.used_peak_bytes == 450
+    assert d.gpu_util_mean_pct is None and d.gpu_mem_used_peak_bytes is None  # no NVML on a CPU device
+
+
+def test_waste_by_cause(activity):
+    d = gp.summarize(activity).devices[0]
+    assert set(d.wasted) == {gp.WASTE_OOM, gp.WASTE_RETRY}
+    oom, retry = d.wasted[gp.WASTE_OOM], d.wasted[gp.WASTE_RETRY]
+    assert (oom.iterations, oom.partial, oom.seconds) == (2, 1, pytest.approx(2.5))
+    assert (retry.iterations, retry.partial, retry.seconds) == (1, 1, pytest.approx(1.5))
+    wasted = {(s.trial_id, s.attempt, s.iteration, s.end) for s in activity.spans if not s.useful and not s.partial}
+    assert wasted == {("A", 0, 1, 102.0), ("A", 0, 2, 104.0), ("C", 0, 2, 104.0)}
+    # The iterations the failures cut short: C's third (since its result at 104), A's third (since its switch-in).
+    cut = {(s.trial_id, s.attempt, s.iteration, s.lane, s.start, s.end, s.waste_cause)
+           for s in activity.spans if s.partial}
+    assert cut == {("C", 0, 3, 1, 104.0, 104.5, gp.WASTE_RETRY), ("A", 0, 3, 0, 105.0, 105.5, gp.WASTE_OOM)}
+    # C's iteration 1 was never redone (the retry resumed from its checkpoint), so it stays useful.
+    assert any(s.trial_id == "C" and s.iteration == 1 and s.useful for s in activity.spans)
+
+
+def test_lanes_and_markers(activity):
+    lanes = {lane.lane: lane for lane in gp.summarize(activity).lanes}
+    assert set(lanes) == {0, 1, 2}
+    assert lanes[0].busy_s == pytest.approx(6.5) and lanes[0].open_s == pytest.approx(6.6)
+    assert lanes[0].occupancy == pytest.approx(6.5 / 6.6)
+    assert lanes[0].iterations == 6 and lanes[0].trials == 2 and lanes[0].capacity_peak_bytes == 400
+    assert lanes[1].busy_s == pytest.approx(3.5) and lanes[1].open_s == pytest.approx(3.5)
+    assert lanes[2].busy_s == pytest.approx(2.0) and lanes[2].open_s == pytest.approx(2.6)
+    assert [(s.trial_id, s.lane) for s in activity.spans if s.trial_id == "C"] == [
+        ("C", 1), ("C", 1), ("C", 1), ("C", 2), ("C", 2)]
+    marks = [(m.kind, m.trial_id, m.lane, m.ts) for m in activity.markers]
+    assert marks == [(gp.MARK_FAILURE, "C", 1, 104.5), (gp.MARK_OOM, "A", 0, 105.5)]
+
+
+def test_a_time_window(activity):
+    d = gp.summarize(activity, window=(101.0, 103.0)).devices[0]
+    assert d.device_seconds == pytest.approx(2.0)
+    assert d.iterations == 3 and d.useful_iterations == 2  # A1 (wasted later), B1, C1 report in (101, 103]
+    assert d.lane_busy_s == pytest.approx(4.0) and d.busy_fraction == pytest.approx(1.0)
+    assert d.switches == 2 and d.waiting_peak == 1
+
+
+def test_timeline_bins(activity):
+    bins = [b for b in gp.timeline(activity, bin_s=2.0) if b.device == DEV]
+    assert [(b.start, b.end) for b in bins] == [(100, 102), (102, 104), (104, 106), (106, 108)]
+    assert [b.iterations for b in bins] == [1, 4, 2, 3]
+    assert [b.useful_iterations for b in bins] == [0, 2, 2, 3]
+    assert [b.device_seconds for b in bins] == pytest.approx([2, 2, 2, 2])
+    assert [b.lane_busy_s for b in bins] == pytest.approx([2, 4, 3.5, 2.5])
+    totals = [b for b in gp.timeline(activity, bin_s=2.0) if b.device == gp.TOTAL_DEVICE]
+    assert [b.goodput for b in totals] == pytest.approx([0, 1, 1, 1.5])
+    assert len(gp.timeline(activity)) == 2 * gp.DEFAULT_TIMELINE_BINS  # the device and the totals
+
+
+def test_other_waste_causes_and_stopped_trials_stay_useful():
+    events = [
+        ev(0.0, "device_start", kind="cpu", slots=1),
+        ev(4.5, "trial_restart", "E", attempt=1, reason="exploit", from_iteration=2),
+        ev(10.0, "resume", None, device=None, unfinished=1),
+        ev(2.5, "trial_end", "H", attempt=0, outcome="stopped"),
+    ]
+    events += [ev(0.5, "trial_start", t, attempt=a) for t in "EFGH" for a in (0, 1)]
+    results = [res("E", 0, i, float(i), 1.0) for i in (1, 2, 3, 4)] + [res("E", 1, 3, 5.0, 1.0),
+                                                                        res("E", 1, 4, 6.0, 1.0)]
+    results += [res("F", 0, 1, 8.0, 0.5), res("F", 0, 2, 9.0, 0.5), res("F", 1, 1, 11.0, 0.5)]
+    results += [res("G", 0, 1, 1.0, 0.25), res("G", 1, 1, 7.0, 0.25)]  # a redo no event explains
+    results += [res("H", 0, 1, 1.5, 0.5), res("H", 0, 2, 2.5, 0.5)]  # stopped by the searcher at 2
+    act = gp.build_activity(results, events)
+    d = gp.summarize(act).devices[0]
+    assert {k: (w.iterations, w.seconds) for k, w in d.wasted.items()} == {
+        gp.WASTE_EXPLOIT: (2, 2.0), gp.WASTE_RESUME: (1, 0.5), gp.WASTE_OTHER: (1, 0.25)}
+    assert all(s.useful for s in act.spans if s.trial_id == "H")
+    assert [m.kind for m in act.markers] == [gp.MARK_EXPLOIT]
+    assert d.device_seconds == pytest.approx(11.0)  # a running experiment: up to its last activity
+
+
+def test_two_devices_totals_and_nvml():
+    events = []
+    results = []
+    for i, device in enumerate(("cuda:0", "cuda:1")):
+        trial = f"T{i}"
+        events += [
+            EventRow(0.0, "device_start", None, device, {"kind": "cuda", "slots": 4}),
+            EventRow(1.0, "lane_open", None, device, {"lane": 0, "capacity": 100 * MiB}),
+            EventRow(1.0, "lane_admit", trial, device, {"detail": [0, 60 * MiB, 20 * MiB]}),
+            EventRow(1.0, "trial_start", trial, device, {"attempt": 0}),
+            EventRow(2.0 + i, "switch", trial, device, {"lane": 0, "from": "x", "latency_ms": 1.0 + 2 * i}),
+            EventRow(1.0, "nvml", None, device, {"gpu_util_pct": 40 + 20 * i, "mem_used": 1000 * (i + 1)}),
+            EventRow(3.0, "nvml", None, device, {"gpu_util_pct": 60 + 20 * i, "mem_used": 500}),
+            EventRow(5.0, "lane_leave", trial, device, {"detail": [0]}),
+            EventRow(5.0, "lane_close", None, device, {"lane": 0}),
+        ]
+        results += [res(trial, 0, it, 1.0 + it, 1.0) for it in (1, 2, 3, 4)]
+    act = gp.build_activity(results, events, finished_at=10.0)
+    summary = gp.summarize(act)
+    a, b = summary.devices
+    assert (a.device, b.device) == ("cuda:0", "cuda:1")
+    assert a.gpu_util_mean_pct == pytest.approx(50) and b.gpu_util_mean_pct == pytest.approx(70)
+    assert a.gpu_mem_used_peak_bytes == 1000 and b.gpu_mem_used_peak_bytes == 2000
+    t = summary.totals
+    assert t.device == gp.TOTAL_DEVICE and t.slots == 8 and t.kind == "cuda"
+    assert t.device_seconds == pytest.approx(20) and t.iterations == 8
+    assert t.throughput == pytest.approx(8 / 20) and t.goodput == pytest.approx(8 / 20)
+    assert t.busy_fraction == pytest.approx(8 / 20) and t.slot_occupancy == pytest.approx(8 / 80)
+    assert t.lanes_peak == 2 and a.lanes_peak == 1  # both devices' lanes are open at once
+    assert t.lanes_mean == pytest.approx(8 / 10)  # 2 lanes over 4 s of the 10 s window
+    assert t.reserved_peak_bytes == 200 * MiB and t.used_peak_bytes == 160 * MiB
+    assert t.switches == 2 and t.switch_latency_ms_p50 == pytest.approx(2.0)
+    assert t.gpu_util_mean_pct == pytest.approx(60) and t.gpu_mem_used_peak_bytes == 3000
+
+
+def test_results_without_lane_events_still_count():
+    results = [res("Z", 0, 1, 2.0, 1.0), res("Z", 0, 2, 3.0, 1.0)]
+    act = gp.build_activity(results, [])
+    d = gp.summarize(act).devices[0]
+    assert d.device == gp.UNKNOWN_DEVICE and d.iterations == 2 and d.busy_s == pytest.approx(2.0)
+    assert d.lanes_peak == 0 and d.switches == 0 and d.switch_latency_ms_p50 is None
+
+
+def test_malformed_events_are_skipped():
+    events = [ev(0.0, "device_start", slots=1), ev(1.0, "lane_open"), ev(1.0, "lane_admit", "Z", detail=["x"]),
+              ev(1.0, "lane_estimate", "Z", detail=None), ev(1.5, "switch", "Z", latency_ms="slow"),
+              ev(1.5, "nvml", gpu_util_pct=None), ev(2.0, "lane_close", lane=None),
+              ev(1.0, "trial_start", "Z", attempt=0)]
+    act = gp.build_activity([res("Z", 0, 1, 2.0, None)], events)
+    d = gp.summarize(act).devices[0]
+    assert d.iterations == 1 and d.lanes_peak == 0 and d.switches == 0 and d.gpu_util_mean_pct is None
+    assert d.busy_s == 0.0  # no time_this_iter_s: a zero-length turn
+
+
+def test_empty_activity():
+    act = gp.build_activity([], [])
+    summary = gp.summarize(act)
+    assert summary.devices == [] and summary.totals.iterations == 0 and summary.totals.throughput is None
+    assert gp.timeline(act) == []
+
+
+def test_the_same_numbers_through_a_real_store(tmp_path):
+    results, events = scenario()
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "acc", "max")
+    store.add_trials([(t, i, {"x": i}) for i, t in enumerate("ABCD")])
+    store.add_events([(e.ts, e.kind, e.trial_id, e.device, e.data) for e in events])
+    store.add_results([(r.trial_id, r.attempt, r.iteration, r.ts, r.metrics) for r in results])
+    store.set_experiment(status="FINISHED", finished_at=FINISHED_AT)
+    activity, summary = gp.from_store(store)
+    store.close()
+    d = summary.devices[0]
+    assert (d.iterations, d.useful_iterations, d.device_seconds) == (10, 7, pytest.approx(8.0))
+    assert d.lane_busy_s == pytest.approx(12.0) and d.switches == 4 and d.reserved_peak_bytes == 480
+
+
+def test_helpers():
+    assert gp.percentile([], 50) is None
+    assert gp.percentile([3.0], 99) == 3.0
+    assert gp.percentile([1, 2, 3, 4], 50) == pytest.approx(2.5)
+    assert gp.merge_intervals([(3, 4), (0, 1), (1, 2), (0.5, 1.5)]) == [(0, 2), (3, 4)]
+    s = gp.StepSeries([(1.0, 2.0), (3.0, 5.0), (4.0, 0.0)])
+    assert s.value_at(0.5) == 0 and s.value_at(3.0) == 5.0
+    assert s.peak(0, 2) == 2.0 and s.peak(3.5, 10) == 5.0
+    assert s.integral(0, 10) == pytest.approx(2 * 2 + 5 * 1)
+    total = gp.StepSeries.summed([s, gp.StepSeries([(2.0, 1.0)])])
+    assert total.value_at(2.5) == 3.0 and total.peak(0, 10) == 6.0

@@ -1,0 +1,246 @@
+"""``fluidsalus inspect`` and ``fluidsalus.inspect()``: a real sweep (one, shared), the plot, JSON, bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+import fluidsalus
+from fluidsalus import goodput as gp
+from fluidsalus.cli import EXIT_USAGE, main
+from fluidsalus.inspect import PLOT_DPI, PLOT_WIDTH_IN, NoResultsError, Report, inspect
+from fluidsalus.store import DB_FILENAME, SCHEMA_VERSION, ExperimentStore
+
+#: Iterations each trial of the shared sweep reports, and the one (0-based) where a failing trial fails once.
+ITERS, FAIL_AT = 6, 3
+#: Trials of the shared sweep: a grid over how a trial fails, twice.
+FAILS, SAMPLES = ["none", "error", "oom", "none"], 2
+#: Keys every device entry (and the totals) of ``--json`` must have.
+REQUIRED_KEYS = {"device", "busy_fraction", "throughput", "goodput", "lanes_peak", "switches",
+                 "switch_latency_ms_p50"}
+
+
+def _trainable(config):
+    """Checkpoints every second iteration; a failing trial raises once at FAIL_AT, then resumes."""
+    flag = os.path.join(fluidsalus.get_context().get_trial_dir(), "failed_once")
+    start = 0
+    checkpoint = fluidsalus.get_checkpoint()
+    if checkpoint is not None:
+        with open(os.path.join(checkpoint.path, "it")) as f:
+            start = int(f.read())
+    for i in range(start, ITERS):
+        time.sleep(0.01)
+        if i == FAIL_AT and config["fail"] != "none" and not os.path.exists(flag):
+            open(flag, "w").close()
+            if config["fail"] == "oom":
+                raise MemoryError("simulated out of memory")
+            raise RuntimeError("simulated failure")
+        saved = None
+        if i % 2 == 1:
+            folder = tempfile.mkdtemp()
+            with open(os.path.join(folder, "it"), "w") as f:
+                f.write(str(i + 1))
+            saved = fluidsalus.Checkpoint.from_directory(folder)
+        fluidsalus.report({"acc": config["x"] * (i + 1), "num_samples": 32}, checkpoint=saved)
+
+
+@pytest.fixture(scope="module")
+def sweep(ray_cluster, tmp_path_factory):
+    """One real sweep through Ray, shared by every test here: 8 trials, 2 retried after an error, 2 after OOM."""
+    storage = str(tmp_path_factory.mktemp("inspect") / "results")
+    fluidsalus.run(_trainable, {"x": fluidsalus.uniform(0.1, 1), "fail": fluidsalus.grid_search(FAILS)},
+                   num_samples=SAMPLES, metric="acc", mode="max", storage_path=storage, name="sweep",
+                   max_failures=1, verbose=0)
+    return os.path.join(storage, "sweep")
+
+
+def _files(folder):
+    """Name -> sha256 of every file in ``folder`` (the name alone for the WAL index ``-shm``, which every
+    reader of a live store updates: it is shared memory, not data)."""
+    out = {}
+    for name in sorted(os.listdir(folder)):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            with open(path, "rb") as f:
+                out[name] = "" if name.endswith("-shm") else hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def test_report_of_a_real_sweep(sweep):
+    report = inspect(sweep)
+    assert isinstance(report, Report) and report.status == "FINISHED"
+    assert report.trial_counts["TERMINATED"] == len(FAILS) * SAMPLES
+    t = report.total_stats
+    failing = SAMPLES * 2  # "error" and "oom", twice each
+    # Each failing trial redoes the one iteration reported after its last checkpoint, and loses the one it was in.
+    assert t.useful_iterations == len(FAILS) * SAMPLES * ITERS
+    assert t.iterations == t.useful_iterations + failing
+    assert {k: (w.iterations, w.partial) for k, w in t.wasted.items()} == {
+        gp.WASTE_RETRY: (SAMPLES, SAMPLES), gp.WASTE_OOM: (SAMPLES, SAMPLES)}
+    kinds = sorted(m.kind for m in report.activity.markers)
+    assert kinds == sorted([gp.MARK_FAILURE] * SAMPLES + [gp.MARK_OOM] * SAMPLES)
+    [device] = report.device_stats
+    assert device.device == "cpu:0" and 1 <= device.lanes_peak <= device.slots
+    assert device.switches > 0 and device.switch_latency_ms_p50 > 0
+    assert 0 < device.busy_fraction <= 1 and device.goodput < device.throughput
+    assert device.samples == 32 * t.iterations
+    assert device.reserved_peak_bytes >= device.used_peak_bytes > 0
+    best = report.best
+    assert best is not None and best.value == max(r.metric for r in report.trials.itertuples())
+    # The same figures as DataFrames.
+    assert list(report.devices["device"]) == ["cpu:0"] and report.devices.loc[0, "iterations"] == t.iterations
+    assert len(report.trials) == len(FAILS) * SAMPLES and report.trials["useful"].sum() == t.useful_iterations
+    assert set(report.waste["cause"]) == {gp.WASTE_RETRY, gp.WASTE_OOM}
+    assert (report.timeline["device"] == gp.TOTAL_DEVICE).any() and len(report.lanes) >= 1
+    assert len(report.switches) == device.switches
+
+
+def test_plot_of_a_real_sweep(sweep, tmp_path):
+    image = pytest.importorskip("matplotlib.image")
+    png = tmp_path / "sweep.png"
+    assert main(["inspect", sweep, "--plot", str(png)]) == 0
+    assert png.stat().st_size > 20_000
+    pixels = image.imread(str(png))
+    height, width = pixels.shape[:2]
+    assert width == round(PLOT_WIDTH_IN * PLOT_DPI) and height > 500
+    colours = {tuple(p) for p in (pixels[::4, ::4, :3] * 255).astype(int).reshape(-1, 3)}
+    assert len(colours) > 50  # bars of many trials, markers, lines: not a blank canvas
+
+
+def test_json_output(sweep, capsys):
+    assert main(["inspect", sweep, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["schema_version"] == 1 and out["experiment"]["status"] == "FINISHED"
+    assert out["experiment"]["trials"]["TERMINATED"] == len(FAILS) * SAMPLES
+    assert out["devices"] and all(REQUIRED_KEYS <= set(d) for d in out["devices"])
+    assert REQUIRED_KEYS <= set(out["totals"]) and out["totals"]["device"] == "total"
+    assert out["totals"]["iterations"] == sum(d["iterations"] for d in out["devices"])
+    assert set(out["totals"]["wasted"]) == {"retry", "oom"}
+    assert out["best"]["metric"] == "acc" and out["timeline"] and out["lanes"]
+
+
+def test_table_output_and_ls(sweep, capsys):
+    assert main(["inspect", sweep]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith("experiment sweep (FINISHED")
+    header = next(line for line in lines if line.startswith("DEVICE"))
+    assert header.split()[:8] == ["DEVICE", "BUSY", "SLOTS", "ITERS", "USEFUL", "WASTED", "IT/S", "GOODPUT"]
+    assert any(line.startswith("cpu:0") for line in lines) and any(line.startswith("total") for line in lines)
+    assert f"oom {SAMPLES} it + {SAMPLES} cut short" in out and "best trial:" in out
+    assert main(["ls", os.path.dirname(sweep)]) == 0
+    row = capsys.readouterr().out.splitlines()[1]
+    assert row.startswith("sweep") and "FINISHED" in row and "8 (8 terminated)" in row and "acc=" in row
+    assert row.rstrip().endswith("s")
+
+
+def test_inspect_and_ls_read_only(sweep, capsys):
+    before = _files(sweep)
+    assert main(["inspect", sweep, "--json"]) == 0
+    assert main(["ls", os.path.dirname(sweep)]) == 0
+    capsys.readouterr()
+    assert _files(sweep) == before
+    assert DB_FILENAME + "-wal" not in before  # the finished run closed its store: no SQLite files were added
+
+
+def test_by_name_under_the_storage_path_and_a_window(sweep, monkeypatch):
+    monkeypatch.setenv("FLUIDSALUS_STORAGE_PATH", os.path.dirname(sweep))
+    whole = inspect("sweep")
+    half = whole.total_stats.device_seconds / 2
+    first = inspect("sweep", window=(0, half))
+    second = inspect("sweep", window=(half, None))
+    assert first.total_stats.device_seconds == pytest.approx(half)
+    assert first.total_stats.iterations + second.total_stats.iterations == whole.total_stats.iterations
+
+
+# ---------------------------------------------------------------------------------------------- without Ray
+
+
+def _store(tmp_path, name="exp"):
+    store = ExperimentStore.create(str(tmp_path / name), name, {}, "acc", "max")
+    store.add_trials([("t0", 0, {"x": 1})])
+    store.add_events([(10.0, "device_start", None, "cpu:0", {"kind": "cpu", "slots": 1}),
+                      (10.5, "trial_start", "t0", "cpu:0", {"attempt": 0}),
+                      (10.5, "lane_open", None, "cpu:0", {"lane": 0, "capacity": 100}),
+                      (10.5, "lane_admit", "t0", "cpu:0", {"detail": [0, 50, 50], "attempt": 0})])
+    return store
+
+
+def test_a_running_experiment_is_read_without_disturbing_its_writer(tmp_path):
+    store = _store(tmp_path)
+    store.add_results([("t0", 0, 1, 11.0, {"acc": 1, "time_this_iter_s": 0.5})])
+    with store.transaction():  # the writer is mid-transaction: the reader sees what was committed
+        store.add_results([("t0", 0, 2, 12.0, {"acc": 2, "time_this_iter_s": 1.0})])
+        report = inspect(store.experiment_dir)
+        assert report.status == "RUNNING" and report.total_stats.iterations == 1
+        assert report.total_stats.device_seconds == pytest.approx(1.0)  # up to the last thing recorded
+        report.plot(tmp_path / "running.png")  # a lane still open draws to the last activity
+    store.add_results([("t0", 0, 3, 13.0, {"acc": 3, "time_this_iter_s": 1.0})])  # the writer goes on
+    assert inspect(store.experiment_dir).total_stats.iterations == 3
+    store.close()
+    assert (tmp_path / "running.png").stat().st_size > 0
+
+
+def _bad(path, capsys):
+    code = main(["inspect", str(path)])
+    captured = capsys.readouterr()
+    assert code == EXIT_USAGE and captured.out == ""
+    assert captured.err.count("\n") == 1 and captured.err.startswith("fluidsalus: ")
+    assert "Traceback" not in captured.err
+    return captured.err
+
+
+def test_bad_input_gives_one_line_and_exit_2_and_changes_nothing(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "is not a fluidsalus experiment" in _bad(empty, capsys)
+    assert os.listdir(empty) == []
+
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    assert "not a fluidsalus experiment store" in _bad(text, capsys)
+
+    newer = _store(tmp_path, "newer")
+    newer.add_results([("t0", 0, 1, 11.0, {"acc": 1})])
+    newer.close()
+    conn = sqlite3.connect(tmp_path / "newer" / DB_FILENAME)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    before = _files(tmp_path / "newer")
+    assert "newer fluidsalus" in _bad(tmp_path / "newer", capsys)
+    assert _files(tmp_path / "newer") == before
+
+    fresh = _store(tmp_path, "fresh")
+    before = _files(tmp_path / "fresh")
+    assert "has no results yet" in _bad(tmp_path / "fresh", capsys)
+    assert _files(tmp_path / "fresh") == before
+    with pytest.raises(NoResultsError):
+        inspect(tmp_path / "fresh")
+    fresh.close()
+
+
+def test_bad_options_exit_2(tmp_path, capsys):
+    store = _store(tmp_path)
+    store.add_results([("t0", 0, 1, 11.0, {"acc": 1})])
+    store.close()
+    path = str(tmp_path / "exp")
+    assert main(["inspect", path, "--plot", str(tmp_path / "no" / "such" / "x.png")]) == EXIT_USAGE
+    assert main(["inspect", path, "--start", "3", "--end", "1"]) == EXIT_USAGE
+    assert main(["inspect", path, "--bin", "0"]) == EXIT_USAGE
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and all(line.startswith("fluidsalus: inspect:") for line in err)
+
+
+def test_console_script_exit_code(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "fluidsalus.cli", "inspect", str(tmp_path / "nope")],
+                          capture_output=True, text=True)
+    assert done.returncode == EXIT_USAGE and done.stdout == ""
+    assert done.stderr.strip().count("\n") == 0 and "is not a fluidsalus experiment" in done.stderr

@@ -1,0 +1,512 @@
+"""fluidsalus.optuna.optimize: Optuna's ``study.optimize`` semantics, with the objective on device lanes.
+
+These mirror Optuna's own ``optimize`` tests: n_trials, timeout, catch, callbacks and ``study.stop()``, pruned
+values with a real pruner, best_trial/best_value, define-by-run, re-raised exceptions, multi-objective studies,
+persistent storages (SQLite through RDBStorage, JournalStorage) and the log lines. The objective runs in a
+device actor, so what it sees is recorded in user attributes and checked on the driver.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import math
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import FrozenTrial, TrialState
+
+import fluidsalus.optuna as fo
+from fluidsalus.errors import ConfigError, TrialError
+from fluidsalus.store import ExperimentStore
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+
+class Boom(Exception):
+    """An exception with state of its own, to check that it comes back whole."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message, code)
+        self.code = code
+
+
+class NotRecreatable(Exception):
+    """Pickles, but cannot be unpickled (its __init__ wants two arguments, its args hold one)."""
+
+    def __init__(self, a: str, b: str) -> None:
+        super().__init__(f"{a}-{b}")
+
+
+def _optimize(study: optuna.Study, objective: Any, tmp_path: Any, **kwargs: Any) -> None:
+    fo.optimize(study, objective, storage_path=str(tmp_path / "fluidsalus"), **kwargs)
+
+
+def _quadratic(trial: Any) -> float:
+    x = trial.suggest_float("x", -10, 10)
+    return (x - 2) ** 2
+
+
+@pytest.fixture
+def optuna_records() -> Iterator[list[logging.LogRecord]]:
+    """Optuna's log records at INFO (Optuna's logger does not propagate to pytest's handlers)."""
+    records: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Collect(level=logging.INFO)
+    root = logging.getLogger("optuna")
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.INFO)
+    root.addHandler(handler)
+    yield records
+    root.removeHandler(handler)
+    optuna.logging.set_verbosity(verbosity)
+
+
+# ---------------------------------------------------------------------------------------------- basics
+
+
+def test_n_trials_best_trial_and_records(tmp_path):
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0))
+    _optimize(study, _quadratic, tmp_path, n_trials=8, name="quad")
+
+    assert [t.number for t in study.trials] == list(range(8))
+    assert all(t.state == TrialState.COMPLETE for t in study.trials)
+    best = min(study.trials, key=lambda t: t.value)
+    assert study.best_trial.number == best.number
+    assert study.best_value == best.value == pytest.approx((best.params["x"] - 2) ** 2)
+    assert study.best_params == best.params
+    # Each Optuna trial names its fluidsalus trial; the experiment records the Optuna numbers and states.
+    links = {t.system_attrs[fo.SYSTEM_ATTR]["trial_id"]: t.number for t in study.trials}
+    assert {t.system_attrs[fo.SYSTEM_ATTR]["experiment"] for t in study.trials} == {"quad"}
+    store = ExperimentStore.open(tmp_path / "fluidsalus" / "quad", readonly=True)
+    try:
+        finals = {row.trial_id: row.last_result for row in store.trials() if row.last_result}
+    finally:
+        store.close()
+    assert {fid: r[fo.KEY_NUMBER] for fid, r in finals.items()} == links
+    assert all(r[fo.KEY_STATE] == "COMPLETE" for r in finals.values())
+
+
+def test_define_by_run_conditional_space_and_trial_api(tmp_path):
+    def objective(trial: Any) -> float:
+        kind = trial.suggest_categorical("kind", ["svc", "forest"])
+        if kind == "svc":
+            c = trial.suggest_float("c", 1e-3, 1e3, log=True)
+            assert trial.suggest_float("c", 1e-3, 1e3, log=True) == c  # a repeated suggestion: the same value
+            value = math.log10(c) ** 2
+        else:
+            depth = trial.suggest_int("depth", 2, 32, step=2)
+            value = depth / 10
+        try:
+            trial.suggest_int("kind_as_int", 0, 1)
+            trial.suggest_float("kind_as_int", 0.0, 1.0)  # incompatible with the first distribution
+        except ValueError as e:
+            trial.set_user_attr("incompatible", type(e).__name__)
+        try:
+            trial.set_user_attr("lock", threading.Lock())
+        except TypeError:
+            trial.set_user_attr("unpicklable", "TypeError")
+        trial.set_user_attr("seen_params", trial.params)
+        trial.set_user_attr("distribution_types", sorted(type(d).__name__ for d in trial.distributions.values()))
+        trial.set_user_attr("number", trial.number)
+        trial.set_user_attr("started", isinstance(trial.datetime_start, datetime.datetime))
+        trial.set_user_attr("study_name", trial.study.study_name)
+        trial.set_user_attr("user_attrs_seen", sorted(trial.user_attrs))
+        trial.set_constraint("c0", -1.0)
+        trial.set_user_attr("constraints", trial.constraints)
+        assert isinstance(trial, optuna.trial.BaseTrial)
+        return value
+
+    study = optuna.create_study(study_name="dbr", sampler=optuna.samplers.RandomSampler(seed=1))
+    _optimize(study, objective, tmp_path, n_trials=10)
+
+    assert len(study.trials) == 10 and all(t.state == TrialState.COMPLETE for t in study.trials)
+    kinds = {t.params["kind"] for t in study.trials}
+    assert kinds == {"svc", "forest"}
+    for t in study.trials:
+        branch = {"c"} if t.params["kind"] == "svc" else {"depth"}
+        assert set(t.params) == {"kind", "kind_as_int"} | branch
+        attrs = t.user_attrs
+        assert attrs["incompatible"] == "ValueError" and attrs["unpicklable"] == "TypeError"
+        assert attrs["seen_params"] == t.params
+        assert attrs["number"] == t.number and attrs["started"] and attrs["study_name"] == "dbr"
+        assert attrs["user_attrs_seen"] == ["distribution_types", "incompatible", "number", "seen_params", "started",
+                                            "study_name", "unpicklable"]
+        branch_type = "FloatDistribution" if t.params["kind"] == "svc" else "IntDistribution"
+        assert attrs["distribution_types"] == sorted(["CategoricalDistribution", "IntDistribution", branch_type])
+        assert attrs["constraints"] == {"c0": -1.0}
+        if t.params["kind"] == "forest":
+            assert t.params["depth"] % 2 == 0 and isinstance(t.params["depth"], int)
+
+
+# ---------------------------------------------------------------------------------------------- same as Optuna
+
+
+def _scenario(trial: Any) -> Any:
+    """Every way a trial can end; the enqueued x picks the way."""
+    x = trial.suggest_float("x", 0, 4)
+    trial.set_user_attr("x_seen", x)
+    if x == 3.0:
+        raise ValueError("boom")
+    if x == 1.0:
+        return None
+    if x == 1.5:
+        return float("nan")
+    if x == 2.5:
+        return "abc"
+    if x == 2.0:
+        trial.report(4.0, 0)
+        trial.report(5.0, 1)
+        raise optuna.TrialPruned("not promising")
+    if x == 3.5:
+        trial.report(1.0, 0)
+        raise optuna.TrialPruned()
+    return x**2
+
+
+SCENARIO_XS = [0.5, 3.0, 1.0, 1.5, 2.0, 2.5, 0.25, 3.5, 0.75]
+
+
+def _scenario_study() -> optuna.Study:
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for x in SCENARIO_XS:
+        study.enqueue_trial({"x": x})
+    return study
+
+
+def _facts(study: optuna.Study) -> list[tuple[Any, ...]]:
+    return [(t.number, t.state, t.values, t.params, t.intermediate_values, t.user_attrs) for t in study.trials]
+
+
+def _messages(records: list[logging.LogRecord]) -> list[tuple[str, int, str]]:
+    return [(r.name, r.levelno, r.getMessage()) for r in records if "new study created" not in r.getMessage()]
+
+
+def test_states_values_and_log_lines_are_optunas(tmp_path, optuna_records):
+    """The same enqueued trials through study.optimize and through fluidsalus: same trials, same log lines."""
+    reference = _scenario_study()
+    reference.optimize(_scenario, n_trials=len(SCENARIO_XS), catch=(ValueError,))
+    expected = _messages(optuna_records)
+    optuna_records.clear()
+
+    study = _scenario_study()
+    _optimize(study, _scenario, tmp_path, n_trials=len(SCENARIO_XS), catch=(ValueError,),
+              max_concurrent_trials=1)  # one at a time, so "Best is trial ..." is computed over the same trials
+
+    assert _facts(study) == _facts(reference)
+    states = [t.state for t in study.trials]
+    assert states == [TrialState.COMPLETE, TrialState.FAIL, TrialState.FAIL, TrialState.FAIL, TrialState.PRUNED,
+                      TrialState.FAIL, TrialState.COMPLETE, TrialState.PRUNED, TrialState.COMPLETE]
+    assert study.trials[4].value == 5.0  # a pruned trial keeps its last reported value
+    assert _messages(optuna_records) == expected
+    assert any("Trial 0 finished with value: 0.25 and parameters: {'x': 0.5}. Best is trial 0 with value: 0.25."
+               == m for _, _, m in expected)
+    failed = [r for r in optuna_records if "because of the following error: ValueError('boom')" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].exc_info is not None  # the traceback is logged, as Optuna does
+    assert "raise ValueError" in logging.Formatter().formatException(failed[0].exc_info)
+
+
+def test_multi_objective_is_optunas(tmp_path, optuna_records):
+    def objective(trial: Any) -> Any:
+        x = trial.suggest_float("x", 0, 1)
+        try:
+            trial.report(x, 0)
+        except NotImplementedError as e:
+            trial.set_user_attr("report", type(e).__name__)
+        if x == 0.0:
+            return x  # one value for two objectives: FAIL
+        return x, (1 - x) ** 2
+
+    def make() -> optuna.Study:
+        study = optuna.create_study(directions=["minimize", "minimize"], sampler=optuna.samplers.RandomSampler(1))
+        for x in (0.0, 0.2, 0.6):
+            study.enqueue_trial({"x": x})
+        return study
+
+    reference = make()
+    reference.optimize(objective, n_trials=4)
+    expected = _messages(optuna_records)
+    optuna_records.clear()
+    study = make()
+    _optimize(study, objective, tmp_path, n_trials=4, max_concurrent_trials=1)
+
+    assert _facts(study) == _facts(reference)
+    assert [t.state for t in study.trials[:3]] == [TrialState.FAIL, TrialState.COMPLETE, TrialState.COMPLETE]
+    assert all(t.user_attrs["report"] == "NotImplementedError" for t in study.trials)
+    assert {t.number for t in study.best_trials} >= {1}
+    assert _messages(optuna_records) == expected
+
+
+# ---------------------------------------------------------------------------------------------- errors
+
+
+def test_catch_fails_the_trial_and_goes_on(tmp_path):
+    def objective(trial: Any) -> float:
+        x = trial.suggest_float("x", 0, 1)
+        if trial.number % 2:
+            raise KeyError(f"odd trial {trial.number}")
+        return x
+
+    study = optuna.create_study()
+    _optimize(study, objective, tmp_path, n_trials=6, catch=[KeyError, ValueError], gc_after_trial=True)
+
+    assert len(study.trials) == 6
+    for t in study.trials:
+        assert t.state == (TrialState.FAIL if t.number % 2 else TrialState.COMPLETE)
+
+
+def test_uncaught_exception_stops_and_is_reraised(tmp_path):
+    n_trials = 30
+
+    def objective(trial: Any) -> float:
+        x = trial.suggest_float("x", 0, 1)
+        time.sleep(0.05)
+        if trial.number == 2:
+            raise Boom("trial two broke", 7)
+        return x
+
+    study = optuna.create_study()
+    with pytest.raises(Boom, match="trial two broke") as info:
+        _optimize(study, objective, tmp_path, n_trials=n_trials, catch=(ValueError,))
+
+    assert info.value.code == 7  # the exception came back whole, with the device's traceback as its cause
+    assert isinstance(info.value.__cause__, fo.DeviceTraceback)
+    assert 'raise Boom("trial two broke", 7)' in info.value.__cause__.text
+    assert study.trials[2].state == TrialState.FAIL
+    assert all(t.state.is_finished() for t in study.trials)  # running trials finished
+    assert len(study.trials) < n_trials  # no new trial started after the error
+
+
+def test_exception_that_cannot_be_recreated_becomes_trial_error():
+    packed = fo._PackedError.of(NotRecreatable("left", "right"))
+    error = packed.unpack()
+    assert isinstance(error, TrialError) and "NotRecreatable: left-right" in str(error)
+    assert isinstance(error.__cause__, fo.DeviceTraceback)
+    unpicklable = ValueError("holds a lock")
+    unpicklable.lock = threading.Lock()
+    error = fo._PackedError.of(unpicklable).unpack()
+    assert isinstance(error, TrialError) and "ValueError: holds a lock" in str(error) and "pickle" in str(error)
+
+
+def test_out_of_memory_reruns_the_same_optuna_trial(tmp_path):
+    def objective(trial: Any) -> float:
+        x = trial.suggest_float("x", 0, 1)
+        first = "x_first" not in trial.user_attrs
+        if first:
+            trial.set_user_attr("x_first", x)
+        for step in range(3):
+            trial.report(x + step + (0 if first else 100), step)
+            if first and step == 1:
+                raise MemoryError("out of memory on the first attempt")
+        return x
+
+    study = optuna.create_study()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # re-reported steps of the first attempt are skipped without a warning
+        _optimize(study, objective, tmp_path, n_trials=2)
+
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
+    for t in study.trials:
+        x = t.params["x"]
+        assert t.user_attrs["x_first"] == x  # the same Optuna trial, the same suggestion
+        assert t.intermediate_values == {0: x, 1: x + 1, 2: x + 102}  # steps 0-1 from the first attempt
+
+
+def test_interrupted_run_fails_its_running_trials(tmp_path):
+    def objective(trial: Any) -> float:
+        x = trial.suggest_float("x", 0, 1)
+        for step in range(20):
+            time.sleep(0.05)
+            trial.report(x, step)
+        return x
+
+    def interrupt(study: optuna.Study, trial: FrozenTrial) -> None:
+        raise KeyboardInterrupt
+
+    study = optuna.create_study()
+    with pytest.raises(KeyboardInterrupt):
+        _optimize(study, objective, tmp_path, n_trials=10, callbacks=[interrupt])
+    states = [t.state for t in study.trials]
+    assert TrialState.COMPLETE in states and TrialState.RUNNING not in states
+    assert not study._thread_local.in_optimize_loop
+
+
+# ---------------------------------------------------------------------------------------------- stopping
+
+
+def test_callbacks_get_frozen_trials_and_can_stop_the_study(tmp_path):
+    seen: list[tuple[int, TrialState]] = []
+
+    def record(study: optuna.Study, trial: FrozenTrial) -> None:
+        assert isinstance(trial, FrozenTrial)
+        seen.append((trial.number, trial.state))
+        if len(seen) == 3:
+            study.stop()
+
+    def objective(trial: Any) -> float:
+        x = trial.suggest_float("x", 0, 1)
+        if trial.number == 1:
+            raise optuna.TrialPruned()
+        return x
+
+    study = optuna.create_study()
+    _optimize(study, objective, tmp_path, n_trials=50, callbacks=[record])
+
+    assert 3 <= len(study.trials) < 50
+    assert all(t.state.is_finished() for t in study.trials)
+    assert sorted(n for n, _ in seen) == [t.number for t in study.trials]  # once per trial, after its tell
+    assert dict(seen)[1] == TrialState.PRUNED
+
+
+def test_callback_error_is_raised(tmp_path):
+    def broken(study: optuna.Study, trial: FrozenTrial) -> None:
+        raise RuntimeError("callback broke")
+
+    study = optuna.create_study()
+    with pytest.raises(RuntimeError, match="callback broke"):
+        _optimize(study, _quadratic, tmp_path, n_trials=20, callbacks=[broken])
+    assert 1 <= len(study.trials) < 20 and all(t.state == TrialState.COMPLETE for t in study.trials)
+
+
+def test_study_stop_from_the_objective(tmp_path):
+    def objective(trial: Any) -> float:
+        x = trial.suggest_float("x", 0, 1)
+        if trial.number == 2:
+            trial.study.stop()
+        return x
+
+    study = optuna.create_study()
+    _optimize(study, objective, tmp_path, n_trials=40)
+    assert 3 <= len(study.trials) < 40 and all(t.state == TrialState.COMPLETE for t in study.trials)
+
+
+def test_timeout_starts_no_new_trial_and_lets_running_ones_finish(tmp_path):
+    sleep_s, timeout_s = 0.3, 1.5
+
+    def objective(trial: Any) -> float:
+        x = trial.suggest_float("x", 0, 1)
+        time.sleep(sleep_s)
+        return x
+
+    study = optuna.create_study()
+    started = time.monotonic()
+    _optimize(study, objective, tmp_path, timeout=timeout_s)
+    elapsed = time.monotonic() - started
+
+    assert len(study.trials) >= 1
+    assert all(t.state == TrialState.COMPLETE for t in study.trials)  # none cut short
+    assert elapsed >= timeout_s
+    last_start = max(t.datetime_start for t in study.trials)
+    first_start = min(t.datetime_start for t in study.trials)
+    assert (last_start - first_start).total_seconds() < timeout_s
+
+
+# ---------------------------------------------------------------------------------------------- pruning
+
+
+def test_median_pruner_prunes_with_the_last_reported_value(tmp_path):
+    steps = 5
+
+    def objective(trial: Any) -> float:
+        x = trial.suggest_float("x", 0, 10)
+        for step in range(steps):
+            trial.report(x + (steps - step), step)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+        return x
+
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3),
+                                pruner=optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=1))
+    _optimize(study, objective, tmp_path, n_trials=16, name="median")
+
+    pruned = [t for t in study.trials if t.state == TrialState.PRUNED]
+    complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert pruned and complete
+    for t in pruned:
+        last = max(t.intermediate_values)
+        assert t.value == t.intermediate_values[last]
+        assert last >= 1  # n_warmup_steps=1: never pruned at step 0
+    for t in complete:
+        assert sorted(t.intermediate_values) == list(range(steps))
+    assert study.best_value == min(t.value for t in complete)
+    # Each report was an iteration in the experiment too (learning curves for fluidsalus inspect).
+    store = ExperimentStore.open(tmp_path / "fluidsalus" / "median", readonly=True)
+    try:
+        curves = [r.metrics for r in store.results() if fo.KEY_INTERMEDIATE in r.metrics]
+    finally:
+        store.close()
+    assert len(curves) == sum(len(t.intermediate_values) for t in study.trials)
+
+
+# ---------------------------------------------------------------------------------------------- storages
+
+
+def test_sqlite_study_resumes_where_it_stopped(tmp_path):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+
+    def objective(trial: Any) -> float:
+        trial.set_user_attr("trials_seen", len(trial.study.trials))
+        return _quadratic(trial)
+
+    study = optuna.create_study(study_name="resumable", storage=url, sampler=optuna.samplers.TPESampler(seed=0))
+    _optimize(study, objective, tmp_path, n_trials=3)
+    again = optuna.load_study(study_name="resumable", storage=url, sampler=optuna.samplers.TPESampler(seed=1))
+    _optimize(again, objective, tmp_path, n_trials=3)
+
+    trials = optuna.load_study(study_name="resumable", storage=url).trials
+    assert [t.number for t in trials] == list(range(6))
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+    assert all(t.user_attrs["trials_seen"] >= 4 for t in trials[3:])  # the second run sees the first's trials
+    assert len({t.system_attrs[fo.SYSTEM_ATTR]["experiment"] for t in trials}) == 2
+    assert again.best_value == min(t.value for t in trials)
+
+
+def test_journal_storage(tmp_path):
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    path = str(tmp_path / "journal.log")
+    study = optuna.create_study(study_name="journal", storage=JournalStorage(JournalFileBackend(path)))
+    _optimize(study, _quadratic, tmp_path, n_trials=4)
+
+    reread = optuna.load_study(study_name="journal", storage=JournalStorage(JournalFileBackend(path)))
+    assert [t.state for t in reread.trials] == [TrialState.COMPLETE] * 4
+    assert reread.best_value == study.best_value
+
+
+# ---------------------------------------------------------------------------------------------- arguments
+
+
+def test_bad_arguments_are_refused_before_anything_runs(tmp_path):
+    study = optuna.create_study()
+    with pytest.raises(ConfigError, match="timeout="):
+        fo.optimize(study, _quadratic, n_trials=1, time_budget_s=5)
+    with pytest.raises(ConfigError, match="not an argument"):
+        fo.optimize(study, _quadratic, n_trials=1, no_such_option=1)
+    with pytest.raises(ConfigError, match="catch"):
+        fo.optimize(study, _quadratic, n_trials=1, catch=[42])
+    with pytest.raises(ConfigError, match="n_trials"):
+        fo.optimize(study, _quadratic, n_trials=-1)
+    with pytest.raises(ConfigError, match="study"):
+        fo.optimize("study", _quadratic, n_trials=1)
+    fo.optimize(study, _quadratic, n_trials=0, storage_path=str(tmp_path))
+    assert study.trials == [] and not any(tmp_path.iterdir())
+
+    def nested(trial: Any) -> float:
+        return 0.0
+
+    study._thread_local.in_optimize_loop = True
+    try:
+        with pytest.raises(RuntimeError, match="Nested"):
+            fo.optimize(study, nested, n_trials=1)
+    finally:
+        study._thread_local.in_optimize_loop = False

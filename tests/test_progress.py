@@ -1,0 +1,112 @@
+"""Live progress: silent at verbose=0, rate-limited, a rich view on a terminal and plain lines elsewhere."""
+
+from __future__ import annotations
+
+import io
+import time
+
+import pytest
+
+from fluidsalus.progress import LIVE_REFRESH_S, PLAIN_INTERVAL_S, PLAIN_PREFIX, Progress, format_duration
+
+
+def snapshot(elapsed=12.5, done=5, budget=None, total=12, best=0.93123):
+    return {
+        "elapsed_s": elapsed,
+        "trials": {"PENDING": 2, "RUNNING": 3, "PAUSED": 1, "TERMINATED": done, "ERROR": 1},
+        "stopped": 2,
+        "best": best,
+        "devices": [{"device": "cpu:0", "lanes": 2, "computing": 1}, {"device": "cpu:1", "lanes": 1, "computing": 1}],
+        "total_trials": total,
+        "iterations_done": 40,
+        "iterations_budget": budget,
+    }
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_verbose_0_is_silent():
+    out = Tty()
+    p = Progress(0, "acc", "max", 10, stream=out)
+    p.update(snapshot())
+    p.close()
+    assert out.getvalue() == "" and p.draws == 0
+
+
+def test_plain_lines_are_periodic_off_a_terminal():
+    out, clock = io.StringIO(), Clock()
+    p = Progress(1, "acc", "max", None, stream=out, clock=clock)
+    assert not p.live  # a StringIO is not a terminal
+    p.update(snapshot(elapsed=1.0))  # 6 of 12 trials ended (5 done, 1 errored) in 1 s: 1 s to go
+    clock.t = PLAIN_INTERVAL_S / 2
+    p.update(snapshot(elapsed=2.0))  # too soon: not drawn
+    clock.t = PLAIN_INTERVAL_S
+    p.update(snapshot(elapsed=6.0))
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and all(line.startswith(PLAIN_PREFIX) for line in lines)
+    assert lines[0] == (f"{PLAIN_PREFIX} 1.0s | trials of 12: 3 running, 3 waiting (1 paused), 5 done (2 stopped), "
+                        "1 errored | best acc=0.93123 (max) | lanes cpu:0 1/2, cpu:1 1/1 | ETA 1.0s")
+    clock.t = PLAIN_INTERVAL_S + 1
+    p.update(snapshot(elapsed=7.0, done=11))
+    p.close()  # draws the last state, which was not shown yet
+    p.close()  # idempotent
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 and "11 done" in lines[-1] and "7.0s" in lines[-1]
+
+
+def test_eta_from_the_iteration_budget_and_unknown_budget():
+    p = Progress(1, "loss", "min", None, stream=io.StringIO())
+    facts = p.facts(snapshot(elapsed=10.0, budget=160))
+    assert facts["fraction"] == pytest.approx(0.25) and facts["eta_s"] == pytest.approx(30.0)
+    line = p.line(snapshot(elapsed=10.0, budget=160, total=None))
+    assert "iterations 40/160" in line and "ETA 30.0s" in line and "trials:" in line
+    unknown = p.line({"elapsed_s": 3.0, "trials": {"RUNNING": 1}, "best": None})
+    assert "ETA" not in unknown and "best loss=-" in unknown
+    assert p.facts({})["running"] == 0  # a partial snapshot is read as empty, never an error
+
+
+def test_live_view_on_a_terminal_is_rate_limited():
+    out, clock = Tty(), Clock()
+    p = Progress(1, "acc", "max", 12, stream=out, clock=clock)
+    assert p.live
+    for i in range(1000):  # many cheap updates within one refresh interval: one draw
+        p.update(snapshot(elapsed=i * 1e-4))
+    assert p.draws == 1
+    clock.t = LIVE_REFRESH_S
+    p.update(snapshot(elapsed=20.0, done=6))
+    assert p.draws == 2
+    p.close()
+    text = out.getvalue()
+    for fragment in ("fluidsalus", "3 running", "3 waiting (1 paused)", "6 done", "(2 stopped)", "1 errored",
+                     "best acc=0.93123 (max)", "cpu:0", "cpu:1", "lanes open", "computing", "elapsed 20.0s",
+                     "ETA 14.3s"):  # 7 of 12 trials ended in 20 s
+        assert fragment in text, fragment
+    assert "\x1b[" in text  # drawn in place by rich (cursor movement, colours)
+
+
+def test_update_is_cheap():
+    p = Progress(1, "acc", "max", 12, stream=io.StringIO())
+    snap = snapshot()
+    p.update(snap)
+    start = time.perf_counter()
+    for _ in range(20000):
+        p.update(snap)
+    assert time.perf_counter() - start < 0.5
+    assert p.draws == 1
+
+
+def test_format_duration():
+    assert format_duration(None) == "-" and format_duration(float("inf")) == "-"
+    assert format_duration(42.04) == "42.0s" and format_duration(185) == "3m05s"
+    assert format_duration(7620) == "2h07m"
