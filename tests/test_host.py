@@ -338,3 +338,27 @@ def test_a_trial_measured_larger_than_its_device_fails_and_its_neighbours_go_on(
     ends = {e[1]: e for e in _drain(host, 2) if e[0] == EV_END}
     assert ends["t0"][4] == OUT_ERRORED and "needs more memory than the device has" in ends["t0"][5]
     assert ends["t1"][4] == OUT_COMPLETED
+
+
+def test_an_idle_lane_handover_is_not_a_switch(tmp_path):
+    """t0 pauses at its budget, so its lane idles (t0 stays resident). t1 joins that lane 0.2 s later: that
+    start is not a switch, and the idle 0.2 s must not appear as switch latency."""
+
+    def f(config):
+        for i in range(3):
+            fluidsalus.report({"i": i})
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    paused = _spec(tmp_path, 0)
+    paused.budget = 1
+    host.submit([paused])
+    events = host.poll(WAIT_S)
+    while not any(e[0] == EV_RESULT for e in events):
+        events += host.poll(WAIT_S)
+    time.sleep(0.2)
+    host.submit([_spec(tmp_path, 1)])
+    events += [e for e in _drain(host, 1)]
+    host.stop(["t0"])
+    events += _drain(host, 1)
+    assert any(e[0] == EV_LANE and e[4] == "lane_resize" for e in events)  # t1 joined t0's lane
+    assert not [e for e in events if e[0] == EV_LANE and e[4] == "switch"]

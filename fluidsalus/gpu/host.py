@@ -381,6 +381,8 @@ class DeviceHost:
         if ready:
             turn.ready[r.spec.trial_id] = now
         self._grant_locked(turn)
+        if turn.holder is None:  # nobody was ready: the lane idles, and the next start is not a switch
+            turn.released_by = None
 
     def _boundary(self, trial_id: str) -> None:
         """An iteration boundary: measure memory while profiling, then switch if another trial is ready."""

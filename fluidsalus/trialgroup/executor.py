@@ -10,6 +10,7 @@ water-filling planner replaces :meth:`Executor._dispatch` without changing anyth
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -233,6 +234,9 @@ class Executor:
                 ray.get(refs, timeout=SHUTDOWN_GRACE_S + POLL_WAIT_S + 5)
             except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
                 pass
+        now = time.time()
+        with contextlib.suppress(Exception):  # the store may already be closed by a failing run
+            self.store.add_events([(now, "device_stop", None, d.spec.name, None) for d in self._devices if d.alive])
         for device in self._devices:
             ray.kill(device.actor, no_restart=True)
             device.alive = False
@@ -360,6 +364,10 @@ class Executor:
                         if trial.status != PENDING:
                             trial.status, trial.attempt = PENDING, trial.attempt + 1
                             requeued.append(trial)
+                            self.store.add_events([(time.time(), "trial_restart", trial_id, None, {
+                                "attempt": trial.attempt, "reason": "promoted",
+                                "from_iteration": _checkpoint_iteration(trial.checkpoint_path)
+                                if trial.checkpoint_path else 0})])
                     else:
                         raise FluidsalusError(
                             f"searcher promoted trial {trial_id} while it is {trial.status}; only paused or "
