@@ -252,7 +252,9 @@ class Executor:
                     "computing": sum(1 for t in d.assigned if self.trials[t].status == RUNNING)}
                    for d in self._devices]
         return {"elapsed_s": time.time() - self._started, "trials": counts, "stopped": self._stopped,
-                "best": self._best, "devices": devices, "total_trials": None,
+                "best": self._best, "devices": devices,
+                # Known once the searcher will propose no more trials: then the view shows an ETA.
+                "total_trials": len(self.trials) if self.searcher.is_finished() else None,
                 "iterations_done": self._iterations, "iterations_budget": None}
 
     def _loop(self) -> None:
