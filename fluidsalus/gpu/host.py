@@ -405,7 +405,24 @@ class DeviceHost:
     # ------------------------------------------------------------------ memory profiling (CPU devices)
 
     def _profiling(self, r: _Running) -> bool:
-        return self.settings.profile_memory and self.settings.device == "cpu" and r.memory.samples < PROFILE_ITERATIONS
+        return self.settings.profile_memory and r.memory.samples < PROFILE_ITERATIONS
+
+    def _memory_now(self) -> int | None:
+        """Memory in use by this process on the device: RSS on a CPU device, allocated bytes on a GPU."""
+        if self.settings.device.startswith("cuda"):
+            return int(sys.modules["torch"].cuda.memory_allocated(self.settings.device))
+        return mem.current_rss()
+
+    def _memory_peak(self) -> int:
+        if self.settings.device.startswith("cuda"):
+            return int(sys.modules["torch"].cuda.max_memory_allocated(self.settings.device))
+        return mem.peak_rss()
+
+    def _reset_memory_peak(self) -> None:
+        if self.settings.device.startswith("cuda"):
+            sys.modules["torch"].cuda.reset_peak_memory_stats(self.settings.device)
+        else:
+            mem.reset_peak_rss()
 
     def _open_window(self, r: _Running) -> None:
         """Start measuring the coming iteration (only while the trial is still being profiled)."""
@@ -414,15 +431,17 @@ class DeviceHost:
             return
         computing = sum(1 for t in self._turns.values() if t.holder is not None)
         if computing == 1:
-            mem.reset_peak_rss()
-        r.window = (mem.current_rss(), self._grant_seq, computing)
+            self._reset_memory_peak()
+        r.window = (self._memory_now(), self._grant_seq, computing)
 
     def _profile(self, r: _Running) -> bool:
         """Measure P (and T when the trial ran alone) at this boundary and re-fit its lane.
 
-        P counts the modules, optimizers and tensors reachable from the trainable's local variables. T is the
-        peak RSS rise of an iteration during which no other trial computed on the device, less P's growth
-        (see :mod:`fluidsalus.gpu.memory`); otherwise the previous T is kept.
+        P counts the modules, optimizers and tensors reachable from the trainable's local variables (on any
+        device). T is the peak rise of the device's memory over an iteration during which no other trial
+        computed on it, less P's growth: the process's RSS on a CPU device (see :mod:`fluidsalus.gpu.memory`),
+        PyTorch's caching allocator's ``max_memory_allocated`` on a GPU (a measured solo iteration, the
+        caching-allocator mode of docs/allocator.md). Otherwise the previous T is kept.
 
         Returns:
             True when the trial moved to another lane or waited for memory (it holds a turn again).
@@ -435,7 +454,7 @@ class DeviceHost:
             computing = sum(1 for turn in self._turns.values() if turn.holder is not None)
             if computing == 1:
                 grown = max(0, p - r.memory.p) if r.memory.samples else 0
-                t = max(0, mem.peak_rss() - window[0] - grown)  # type: ignore[operator]
+                t = max(0, self._memory_peak() - window[0] - grown)  # type: ignore[operator]
         r.memory.update(p, t)
         with self._lock:
             self._emit_locked((EV_LANE, r.spec.trial_id, r.spec.attempt, time.time(), "memory",

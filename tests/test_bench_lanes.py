@@ -1,0 +1,56 @@
+"""benchmarks/lanes.py runs end to end on CPU (``--quick``) and prints the JSON its readers rely on."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO_ROOT, "benchmarks", "lanes.py")
+TIMEOUT_S = 120
+QUICK_NS = {1, 2, 4}
+MODES = {"serial", "lanes", "processes", "fused"}
+MODELS = {"mlp", "cnn"}
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH", "")) if p)
+    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=TIMEOUT_S,
+                          cwd=REPO_ROOT, env=env)
+
+
+def test_quick_cpu_run_prints_the_json_summary_last():
+    proc = _run("--device", "cpu", "--json", "--quick")
+    assert proc.returncode == 0, (f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
+                                  f"stderr:\n{proc.stderr[-3000:]}")
+    last = proc.stdout.strip().splitlines()[-1]
+    out = json.loads(last)
+
+    p50 = out["switch_latency_ms_p50"]
+    assert isinstance(p50, (int, float)) and math.isfinite(p50) and p50 > 0
+
+    results = out["results"]
+    assert isinstance(results, list) and results
+    for r in results:
+        assert {"mode", "n", "model", "samples_per_s", "peak_mem_mb"} <= set(r), r
+        assert r["mode"] in MODES and r["model"] in MODELS
+        assert r["samples_per_s"] > 0, r
+        assert r["peak_mem_mb"] > 0, r
+    seen = {(r["model"], r["n"], r["mode"]) for r in results}
+    assert seen == {(model, n, mode) for model in MODELS for n in QUICK_NS for mode in MODES}
+    assert all(not r["errors"] for r in results if r["mode"] == "lanes")
+
+
+def test_cuda_without_a_gpu_is_a_clear_usage_error():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    proc = _run("--device", "cuda", "--json")
+    assert proc.returncode == 2
+    assert "cuda" in proc.stderr and "not available" in proc.stderr
