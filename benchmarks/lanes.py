@@ -54,10 +54,11 @@ have flattered the other modes by up to 30x. The lanes mode always runs ``torch_
 Every mode's timed region covers building the N models, their data and optimizers, and training them (on
 CUDA between ``torch.cuda.synchronize()`` calls). ``samples_per_s`` is the total number of training samples
 of all N trials divided by the wall time. Peak memory: on CPU the peak RSS (``VmHWM`` of ``/proc``, reset
-before each mode through ``/proc/self/clear_refs`` and sampled every :data:`PEAK_SAMPLE_S` because the lane
-runtime resets it too; ``ru_maxrss`` where that is not possible) of this process, or the sum over the N
-processes, each including its own Python and torch runtime; on CUDA ``torch.cuda.max_memory_allocated``
-(summed over processes; the CUDA context of each process is not counted).
+before each mode through ``/proc/self/clear_refs``; ``ru_maxrss`` where that is not possible) of this
+process, or the sum over the N processes, each including its own Python and torch runtime; on CUDA
+``torch.cuda.max_memory_allocated`` (summed over processes; the CUDA context of each process is not
+counted). In-process modes sample the peak every :data:`PEAK_SAMPLE_S` because the lane runtime's memory
+profiling resets it too.
 
 The script prints a table and, with ``--json``, as its last line one JSON object::
 
@@ -126,7 +127,7 @@ SWITCH_ITERS_QUICK = 100
 SWITCH_TENSOR = 64  # elements of the tiny tensor an iteration adds to
 
 # ---- lanes mode ----
-PEAK_SAMPLE_S = 0.005  # CPU: how often the peak-RSS sampler reads VmHWM during an in-process mode
+PEAK_SAMPLE_S = 0.005  # how often the peak-memory sampler reads the peak during an in-process mode
 CUDA_CAPACITY_FRACTION = 0.9  # CUDA capacity_bytes = this x free device memory
 POLL_S = 0.1  # the driver's long-poll, as the device actor's
 RUN_TIMEOUT_S = 300.0  # a mode that has not finished by then has hung
@@ -192,23 +193,24 @@ def reset_peak_mem(device: str) -> None:
         torch.cuda.synchronize()
         gc.collect()
         torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
+        torch.cuda.reset_peak_memory_stats(device)
     else:
         reset_peak_rss()
 
 
 def peak_mem_bytes(device: str) -> int:
     if device.startswith("cuda"):
-        return int(torch.cuda.max_memory_allocated())
+        return int(torch.cuda.max_memory_allocated(device))
     return peak_rss_bytes()
 
 
 class PeakMemory:
     """Peak memory of this process over a ``with`` block: ``.bytes`` afterwards.
 
-    On CPU a thread also reads ``VmHWM`` every :data:`PEAK_SAMPLE_S` and keeps the largest value: the lane
-    runtime's memory profiling resets ``VmHWM`` (``/proc/self/clear_refs``) at iteration boundaries, so the
-    value read at the end alone would miss the peaks before its last reset.
+    A thread also reads the peak (``VmHWM`` on CPU, ``torch.cuda.max_memory_allocated`` on CUDA) every
+    :data:`PEAK_SAMPLE_S` and keeps the largest value: the lane runtime's memory profiling resets that peak
+    (``/proc/self/clear_refs``, ``torch.cuda.reset_peak_memory_stats``) at iteration boundaries, so the value
+    read at the end alone would miss the peaks before its last reset.
     """
 
     def __init__(self, device: str) -> None:
@@ -216,16 +218,17 @@ class PeakMemory:
         self.bytes = 0
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
+        if device.startswith("cuda"):
+            torch.cuda.init()  # the sampler thread queries the allocator of an initialised device
 
     def _sample(self) -> None:
         while not self._done.wait(PEAK_SAMPLE_S):
-            self.bytes = max(self.bytes, peak_rss_bytes())
+            self.bytes = max(self.bytes, peak_mem_bytes(self.device))
 
     def __enter__(self) -> PeakMemory:
         reset_peak_mem(self.device)
-        if not self.device.startswith("cuda"):
-            self._thread = threading.Thread(target=self._sample, name="peak-rss", daemon=True)
-            self._thread.start()
+        self._thread = threading.Thread(target=self._sample, name="peak-memory", daemon=True)
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -615,14 +615,21 @@ class DeviceHost:
             set_session(None)
         now = time.time()
         with self._lock:
-            if outcome == OUT_OOM and self._readmit_locked(spec, session, error or "", trace):
-                return
+            try:
+                if outcome == OUT_OOM and self._readmit_locked(spec, session, error or "", trace):
+                    return
+            except Exception as e:  # noqa: BLE001 - the trial must still end, or the driver waits forever
+                error, trace = f"{error}; re-admission failed: {type(e).__name__}: {e}", tb.format_exc()
             if outcome == OUT_OOM:
                 outcome = OUT_ERRORED
             if fatal is not None:
                 self._emit_locked((EV_FATAL, spec.trial_id, spec.attempt, now, fatal))
             self._emit_locked((EV_END, spec.trial_id, spec.attempt, now, outcome, error, trace))
-            self._leave_locked(spec.trial_id)  # after its END: trials admitted now start after it ended
+            try:
+                self._leave_locked(spec.trial_id)  # after its END: trials admitted now start after it ended
+            except Exception:  # noqa: BLE001 - bookkeeping must not kill the thread silently: say so, go on
+                self._emit_locked((EV_LANE, spec.trial_id, spec.attempt, time.time(), "runtime_error",
+                                   {"traceback": tb.format_exc()}))
 
     def _readmit_locked(self, spec: TrialSpec, session: TrialSession, error: str, trace: str | None) -> bool:
         """A trial ran out of memory: re-admit it with a larger estimate, from its last checkpoint.
