@@ -98,3 +98,14 @@ def test_successive_halving_searchers_stop_trials_exactly_at_rungs(storage, make
     assert best.config["q"] == 1.0 and best.metrics["training_iteration"] == 27
     reader = ExperimentStore.open(grid.experiment_path, readonly=True)
     assert all(t.attempt == 0 for t in reader.trials())  # promotions resumed trials in place
+
+
+def test_a_trial_whose_result_meets_the_stop_rule_at_its_budget_is_not_promoted(storage):
+    """Its result at the perturbation point also meets the stop rule: it ends there, and PBT's promotion of it
+    is ignored instead of failing the run (Ray's pbt_function example hits exactly this)."""
+    space = {"lr": fluidsalus.grid_search([0.1, 0.2, 0.3, 1.0])}
+    searcher = PBT(space, num_samples=1, metric="score", mode="max", time_attr="training_iteration",
+                   perturbation_interval=4, hyperparam_mutations={"lr": [0.1, 0.2, 0.3, 1.0]}, seed=0)
+    grid = fluidsalus.run(pbt_trainable, searcher=searcher, stop={"training_iteration": 4}, metric="score",
+                          mode="max", storage_path=storage, name="pbtstop", verbose=0)
+    assert grid.num_errors == 0 and all(r.metrics["training_iteration"] == 4 for r in grid)

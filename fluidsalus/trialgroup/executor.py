@@ -358,6 +358,10 @@ class Executor:
                                       group_id=group.group_id, budget=group.budget)
                 for trial_id in group.trial_ids:
                     trial = self.trials[trial_id]
+                    if trial.finished_by_rule:  # it met the run's stop rule: nothing may run it further
+                        self.store.add_events([(time.time(), "promotion_ignored", trial_id, None,
+                                                {"group": group.group_id, "reason": "stop rule met"})])
+                        continue
                     trial.budget, trial.group_id = group.budget, group.group_id
                     if trial.status == PAUSED and trial.device is not None:
                         trial.status = RUNNING
@@ -521,6 +525,8 @@ class Executor:
                     metrics = event[4]
                     if event[5]:
                         trial.status = PAUSED
+                    if metrics.get("done") and trial_id not in self._stopping:
+                        trial.finished_by_rule = True  # the run's stop rule ended it, not a decision
                     results.append((trial_id, attempt, metrics["training_iteration"], ts, metrics))
                     trial.last_result = metrics
                     trial.last_iteration = metrics["training_iteration"]

@@ -49,5 +49,6 @@ class Trial:
     checkpoint_path: str | None = None
     time_total_s: float = 0.0
     num_failures: int = 0
+    finished_by_rule: bool = False  # a result met the run's stop rule: it ends, and is never promoted
     error: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
