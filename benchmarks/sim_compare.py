@@ -1,0 +1,60 @@
+"""Compare the planners in the simulator over several seeds and searchers (``python -m fluidsalus.sim`` is one).
+
+    python benchmarks/sim_compare.py                                  # 64 GPUs, 1000 trials, asha + bohb, seeds 0-4
+    python benchmarks/sim_compare.py --searchers asha --seeds 0,1 --gpus 16 --trials 200
+
+Prints one row per (searcher, seed): each planner's makespan and waterfill's speed-ups over ``one_per_gpu`` and
+over the best static fractional packing of that run, then the medians; its last line is one JSON object
+``{searcher: {"runs": [...], "median_vs_one_per_gpu": ..., "median_vs_best_fractional": ...}}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fluidsalus.sim import PLANNERS, Hardware, RunSpec, compare, generate_workload, speedups  # noqa: E402
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--gpus", type=int, default=64)
+    p.add_argument("--trials", type=int, default=1000)
+    p.add_argument("--searchers", default="asha,bohb")
+    p.add_argument("--seeds", default="0,1,2,3,4")
+    p.add_argument("--max-concurrent-brackets", type=int, help="bohb/hyperband: brackets at once (default: all)")
+    args = p.parse_args()
+    hardware = Hardware(gpus=args.gpus)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    out: dict[str, dict] = {}
+    header = "".join(f"{name:>16}" for name in PLANNERS)
+    print(f"{'searcher':<10}{'seed':>5}{header}{'vs_1/gpu':>10}{'vs_frac':>9}")
+    for searcher in args.searchers.split(","):
+        runs = []
+        for seed in seeds:
+            workload = generate_workload(args.trials, seed, hardware.gpu_memory)
+            spec = RunSpec(searcher, args.trials, seed, hardware, brackets=args.max_concurrent_brackets)
+            results = compare(spec, workload)
+            ratios = speedups(results)
+            makespans = {name: round(r.makespan_s, 1) for name, r in results.items()}
+            runs.append({"seed": seed, "makespan_s": makespans, **ratios})
+            print(f"{searcher:<10}{seed:>5}" + "".join(f"{makespans[name]:>16.0f}" for name in PLANNERS)
+                  + f"{ratios['vs_one_per_gpu']:>10.2f}{ratios['vs_best_fractional']:>9.2f}", flush=True)
+        out[searcher] = {
+            "runs": runs,
+            "median_vs_one_per_gpu": statistics.median(r["vs_one_per_gpu"] for r in runs),
+            "median_vs_best_fractional": statistics.median(r["vs_best_fractional"] for r in runs),
+        }
+        print(f"# {searcher}: median speed-up vs one_per_gpu {out[searcher]['median_vs_one_per_gpu']:.2f}, "
+              f"vs the best fractional packing {out[searcher]['median_vs_best_fractional']:.2f}")
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

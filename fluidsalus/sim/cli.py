@@ -1,0 +1,125 @@
+"""``python -m fluidsalus.sim``: compare the planners on a simulated cluster.
+
+    python -m fluidsalus.sim --gpus 64 --trials 1000 --searcher asha --json
+    python -m fluidsalus.sim --gpus 64 --trials 1000 --searcher bohb --json --seed 1
+    python -m fluidsalus.sim --trace runs/trace.json --searcher asha --json
+    python -m fluidsalus.sim --bench
+
+Prints a table (one row per planner), the speed-ups of ``waterfill``, the simulator's speed, and with
+``--json`` as its last line one JSON object mapping each planner's name to its figures (``makespan_s``,
+``time_to_target_s``, ``mean_jct_s``, ``utilisation``, ``sim_iterations_per_s``, ...). ``--bench`` measures
+the engine alone on a long-trial workload and prints ``{"bench": {...}}`` as its last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from fluidsalus.errors import ConfigError
+from fluidsalus.sim.engine import SimResult, SimulationError
+from fluidsalus.sim.model import GIB, Hardware
+from fluidsalus.sim.runner import RunSpec, bench, compare, speedups
+from fluidsalus.sim.searchers import SEARCHERS
+from fluidsalus.sim.strategies import PLANNERS
+from fluidsalus.sim.workload import generate_workload, load_trace, records_summary, save_trace
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m fluidsalus.sim", description=__doc__.split("\n\n")[0])
+    p.add_argument("--gpus", type=int, default=64, help="virtual GPUs (default 64)")
+    p.add_argument("--trials", type=int, default=1000, help="trials the searcher creates (default 1000)")
+    p.add_argument("--searcher", choices=SEARCHERS, default="asha")
+    p.add_argument("--seed", type=int, default=0, help="seed of the workload and the searcher (default 0)")
+    p.add_argument("--trace", help="a recorded trace (.json or .csv) instead of the synthetic workload")
+    p.add_argument("--save-trace", metavar="FILE", help="write the workload as a JSON trace and go on")
+    p.add_argument("--planners", default=",".join(PLANNERS), help="comma-separated planners (default: all)")
+    p.add_argument("--max-t", type=int, help="largest budget (default: the searcher's)")
+    p.add_argument("--target", type=float, help="metric value of time-to-target (default: the 95th percentile "
+                   "of the values the trials reach at the largest budget)")
+    p.add_argument("--gpus-per-node", type=int)
+    p.add_argument("--gpu-memory-gib", type=float)
+    p.add_argument("--slots", type=int, help="compute slots (lanes) per GPU")
+    p.add_argument("--interference", type=float, help="throughput lost per co-running trial")
+    p.add_argument("--startup-s", type=float)
+    p.add_argument("--move-s", type=float)
+    p.add_argument("--lane-policy", default="fifo", help="lane policy of waterfill (default fifo)")
+    p.add_argument("--max-concurrent-brackets", type=int, help="bohb/hyperband: brackets at once (default: all)")
+    p.add_argument("--driver-latency-s", type=float, help="delay of the driver's decisions after a change")
+    p.add_argument("--context-mib", type=float, help="GPU memory of one CUDA context")
+    p.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
+    p.add_argument("--bench", action="store_true", help="measure the engine's simulated iterations per second")
+    return p
+
+
+def _hardware(args: argparse.Namespace, traced: dict) -> Hardware:
+    memory = None if args.gpu_memory_gib is None else int(args.gpu_memory_gib * GIB)
+    return Hardware.from_dict(traced, gpus=args.gpus, gpus_per_node=args.gpus_per_node, gpu_memory=memory,
+                              slots=args.slots, interference=args.interference, startup_s=args.startup_s,
+                              move_s=args.move_s, driver_latency_s=args.driver_latency_s,
+                              context_bytes=None if args.context_mib is None else int(args.context_mib * 2**20))
+
+
+def _table(results: dict[str, SimResult]) -> str:
+    head = f"{'planner':<16}{'makespan_s':>12}{'ttt_s':>10}{'mean_jct_s':>12}{'util':>7}{'ooms':>6}" \
+           f"{'moves':>7}{'iters':>8}{'iters/s':>10}"
+    rows = [head]
+    for name, r in results.items():
+        ttt = "-" if r.time_to_target_s is None else f"{r.time_to_target_s:.0f}"
+        rows.append(f"{name:<16}{r.makespan_s:>12.0f}{ttt:>10}{r.mean_jct_s:>12.0f}{r.utilisation:>7.3f}"
+                    f"{r.ooms:>6}{r.moves:>7}{r.iterations:>8}{r.sim_iterations_per_s:>10.0f}")
+    return "\n".join(rows)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point.
+
+    Args:
+        argv: Arguments (None: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status.
+    """
+    args = _parser().parse_args(argv)
+    try:
+        if args.bench:
+            hardware = _hardware(args, {})
+            figures = bench(hardware, seed=args.seed)
+            print(f"# engine benchmark: {figures['iterations']} simulated trial-iterations in {figures['wall_s']} s"
+                  f" on {hardware.gpus} GPUs: {figures['sim_iterations_per_s']:.0f} iterations/s")
+            print(json.dumps({"bench": figures}))
+            return 0
+        workload = load_trace(args.trace) if args.trace else None
+        hardware = _hardware(args, workload.hardware if workload else {})
+        if workload is None:
+            workload = generate_workload(args.trials, args.seed, hardware.gpu_memory)
+        planners = [p.strip() for p in args.planners.split(",") if p.strip()]
+        unknown = [p for p in planners if p not in PLANNERS]
+        if unknown:
+            raise ConfigError(f"--planners: unknown {unknown}; choose from {', '.join(PLANNERS)}")
+        spec = RunSpec(args.searcher, args.trials, args.seed, hardware, max_t=args.max_t, target=args.target,
+                       lane_policy=args.lane_policy, brackets=args.max_concurrent_brackets)
+        if args.save_trace:
+            save_trace(workload, args.save_trace, args.max_t or 100, hardware.to_dict())
+        summary = records_summary(workload.records)
+        print(f"# {args.searcher}, {args.trials} trials on {hardware.gpus} GPUs ({hardware.gpu_memory / GIB:.0f} GiB, "
+              f"{hardware.slots} slots), workload {workload.source}: mean {summary['sec_per_iter_mean']:.1f} s/iter, "
+              f"demand {summary['demand_mean']:.2f}, {summary['memory_gib_mean']:.2f} GiB")
+        results = compare(spec, workload, planners)
+    except (ConfigError, SimulationError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(_table(results))
+    ratios = speedups(results)
+    if ratios:
+        parts = [f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in ratios.items()]
+        print("# waterfill makespan speed-up: " + ", ".join(parts))
+    iterations = sum(r.iterations for r in results.values())
+    wall = sum(r.wall_s for r in results.values())
+    print(f"# simulator: {iterations} trial-iterations in {wall:.2f} s ({iterations / wall:.0f} iterations/s, "
+          "searcher and planner included)")
+    if args.json:
+        print(json.dumps({name: r.figures() for name, r in results.items()}))
+    return 0

@@ -1,0 +1,1324 @@
+"""The water-filling planner (Fluid, MLSys'21) over Salus lanes: a pure function from trials, devices and
+profiles to placements.
+
+No Ray, no clock, no threads: :func:`plan` maps the same input to the same :class:`Plan`. The executor keeps a
+:class:`Planner` (a :class:`ProfileBook` plus settings), feeds it each iteration's measured time with
+:meth:`Planner.observe`, and calls :meth:`Planner.plan` whenever the set of trials changes: a group arrives, a
+trial ends, is stopped, pauses at its budget or is promoted. It applies only :attr:`Plan.changes`: start the
+trials in :attr:`Plan.starts`, move the ones in :attr:`Plan.moves` at their next iteration boundary (from a
+checkpoint), checkpoint and queue the ones in :attr:`Plan.preempted`. Everything else stays where it is.
+
+**Regimes.** Let ``C`` be the number of *computing* trials (not paused, budget not reached) and ``D`` the
+number of devices.
+
+* ``C > D``, **intra-GPU**: every trial gets one device. Trials already placed keep their device (a
+  data-parallel trial shrinks to its first device). The others, longest predicted remaining time first, go
+  to the least-loaded device (load: the predicted remaining seconds of its computing trials; ties: fewer
+  trials, then the lower index) that (1) admits the trial's memory by the Salus lane rule (the device's
+  lanes with its kept residents, paused ones included: :class:`LaneMemory`, the memory side of
+  :class:`~fluidsalus.gpu.lanes.LaneManager`) and (2) still gains from one more co-located trial: a device
+  with ``n`` computing trials takes another only while ``n < slots`` and the measured marginal gain
+  ``X(n+1) / X(n) - 1`` is at least :data:`MIN_MARGINAL_GAIN`, where ``X(n)`` is the aggregate throughput with
+  ``n`` co-located trials (:meth:`ProfileBook.colocation_gain`). A trial that fits nowhere may take the memory
+  of paused trials on a device that gains (they are preempted: paused trials hold memory, not compute).
+  Then co-location is evened out: while a device runs two or more computing trials more than an open one,
+  its longest trial moves there if the predicted saving exceeds the move cost. Trials left stay queued,
+  longest first.
+* ``C <= D``, **inter-GPU**: every computing trial gets a device of its own. Queued trials take free devices
+  (taking back a data-parallel trial's last extra device, the one it loses least by, when none is free; and
+  co-located as above when nothing else is left). On a device with several computing trials the longest
+  stays and each other one moves to a free device when its predicted saving pays for the move. Then the water
+  level rises: the next free device goes to the data-parallel trial with the most predicted remaining time, as
+  long as its scaling profile says ``k + 1`` devices cut the time per iteration by more than
+  :data:`MIN_SCALING_GAIN` and, for a running trial, the saving over its remaining budget exceeds the move
+  cost. An unmeasured step is a probe, taken only once the trial's time at ``k`` devices is measured (or as
+  the first step of a trial that starts now). Only trials whose trainable declared data-parallel support
+  (``TrialDemand.data_parallel``) get more than one device, and only whole devices.
+
+**Stability.** A trial whose placement is still valid (its devices exist and its ``P + T`` fits them) keeps it:
+its :class:`Assignment` is ``KEEP``. A trial changes device only as an explicit ``MOVE``/``RESIZE`` (applied
+at an iteration boundary, from a checkpoint), issued only by a rule above: a shrink to one device when trials
+outnumber devices, a rebalance or spread that pays for the move, a water-filling step, or an extra device
+whose measured scaling no longer pays. Re-planning an applied plan with the same profiles changes nothing
+(tested as a property). Memory: pass each device's lanes (``DeviceView.lanes``, from its lane manager) and the
+planner starts from them; otherwise it rebuilds them by admitting the placed trials in arrival order, and a
+device whose rebuilt lanes cannot hold all its residents (another admission order, or a grown estimate) keeps
+them and takes nothing new.
+
+**Profiles.** :class:`ProfileBook` keeps, per trial and per allocation actually tried (``k`` devices, ``n``
+co-located computing trials), an EMA of seconds per iteration (:class:`~fluidsalus.gpu.memory.Ema`). From
+trials measured at neighbouring allocations it pools two curves per ``curve_key`` (a device class): the
+co-location steps ``n -> n + 1`` and the scaling steps ``k -> k + 1``. Fallbacks for allocations never tried
+are documented on :meth:`ProfileBook.predict`, :meth:`ProfileBook.colocation_gain` and
+:meth:`ProfileBook.scaling_ratio`; docs/planner.md has the whole picture with worked examples.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from fluidsalus.errors import ConfigError, FluidsalusError
+from fluidsalus.gpu.lanes import LaneView, lane_requirement
+from fluidsalus.gpu.memory import DEFAULT_EMA_ALPHA, Ema
+
+__all__ = [
+    "DEFAULT_CURVE_KEY",
+    "DEFAULT_MOVE_COST_S",
+    "DEFAULT_SERIAL_FRACTION",
+    "MIN_MARGINAL_GAIN",
+    "MIN_SCALING_GAIN",
+    "Assignment",
+    "DeviceView",
+    "LaneMemory",
+    "Plan",
+    "PlanError",
+    "Planner",
+    "PlannerSettings",
+    "ProfileBook",
+    "TrialDemand",
+    "plan",
+]
+
+#: Smallest relative gain in a device's aggregate throughput that justifies co-locating one more trial on it:
+#: with ``n`` computing trials, another joins only if ``X(n+1) / X(n) - 1 >= MIN_MARGINAL_GAIN``. 5% is about
+#: the run-to-run noise of a measured iteration time; a smaller gain cannot be told apart from noise, and the
+#: trial added for it slows each of its neighbours (see docs/planner.md).
+MIN_MARGINAL_GAIN = 0.05
+#: Smallest relative cut in seconds per iteration that justifies one more device for a data-parallel trial:
+#: ``time(k + 1) < time(k) * (1 - MIN_SCALING_GAIN)``. Same reasoning as :data:`MIN_MARGINAL_GAIN`.
+MIN_SCALING_GAIN = 0.05
+#: Seconds a move costs a trial (checkpoint, leave, restore on the new devices), used to decide whether a
+#: spread or a water-filling step pays: the predicted saving over the trial's remaining budget must exceed it.
+#: Callers that measured their checkpoint and restore times pass their own (:class:`PlannerSettings`).
+DEFAULT_MOVE_COST_S = 5.0
+#: Until a data-parallel trial's scaling is measured (by itself or, pooled, by others), it is assumed to follow
+#: Amdahl's law with this serial fraction: ``time(k) = time(1) * (s + (1 - s) / k)``. With 0.5 the first extra
+#: device is predicted to cut the time to 75%, the third to 94% of the previous: a cautious probe of at most
+#: three extra devices, corrected by the first measurement.
+DEFAULT_SERIAL_FRACTION = 0.5
+#: Seconds per iteration assumed for a trial when nothing at all has been measured (not the trial, no other):
+#: remaining work is then counted in iterations.
+DEFAULT_SEC_PER_ITER = 1.0
+#: Curve key of devices that do not name a class: all devices share one interference and scaling curve.
+DEFAULT_CURVE_KEY = "default"
+#: EMA weight of one sample in the pooled co-location and scaling curves. Each sample is one trial's step,
+#: which differs between trials by more than one trial's iteration times differ, so the pooled curves average
+#: over about 1/0.05 = 20 samples.
+CURVE_EMA_ALPHA = 0.05
+#: Co-location counts the slowdown cache of a curve covers at least (it grows on demand).
+_CUM_MIN = 17
+#: Predicted remaining seconds of a trial with an open-ended budget (``remaining=None``): larger than any real
+#: one, so such trials go first and count as the heaviest load.
+OPEN_ENDED_S = 1e18
+
+# Actions of an Assignment.
+KEEP = "keep"  # same devices as before: nothing to do
+START = "start"  # was not placed: start (or resume from its checkpoint) on ``devices``
+MOVE = "move"  # placed elsewhere before: at its next iteration boundary, checkpoint, leave, resume on ``devices``
+RESIZE = "resize"  # same first device, other device count: restart from its checkpoint on ``devices``
+
+# Regimes of a Plan.
+INTRA = "intra"  # more computing trials than devices: co-locate
+INTER = "inter"  # no more computing trials than devices: one or more whole devices per trial
+
+
+class PlanError(FluidsalusError, ValueError):
+    """Inconsistent planner input: duplicate trial or device ids, a negative estimate."""
+
+
+@dataclass(frozen=True)
+class DeviceView:
+    """What the planner knows of one device.
+
+    Attributes:
+        index: The device's index in the run (unique).
+        capacity_bytes: Memory its lanes may reserve (the capacity of its
+            :class:`~fluidsalus.gpu.lanes.LaneManager`).
+        slots: Compute slots: the most lanes that run at once (``max_lanes``). Also the hard cap on co-located
+            computing trials (more would only time-slice a lane, which adds no throughput).
+        reserved_bytes: Memory held on the device by anything the planner is not given (another job, a
+            trial being torn down); subtracted from ``capacity_bytes``.
+        curve_key: Device class whose co-location and scaling curves apply (devices of one model share them).
+        lanes: The device's lanes now (``LaneManager.lanes()``), or None. Given, the planner starts from them
+            (trials no longer in its input leave them); without, it rebuilds each device's lanes by admitting the
+            placed trials in arrival order, which can differ from the real lanes once lanes are shared.
+    """
+
+    index: int
+    capacity_bytes: int
+    slots: int
+    reserved_bytes: int = 0
+    curve_key: str = DEFAULT_CURVE_KEY
+    lanes: tuple[LaneView, ...] | None = None
+
+
+class TrialDemand(NamedTuple):
+    """What the planner knows of one trial.
+
+    Attributes:
+        trial_id: Unique id.
+        remaining: Iterations left to the budget of its group (None: open-ended, runs until it stops).
+        p_bytes: Persistent-memory estimate P.
+        t_bytes: Ephemeral-memory estimate T.
+        data_parallel: The trainable declared data-parallel support: the trial may get more than one device.
+        devices: Where it is placed now (first: its home device); empty when it is not placed.
+        paused: Resident but not computing (paused at its group's budget): it keeps its devices and memory but
+            counts for no compute. A trial whose ``remaining`` is 0 is treated the same way.
+        seq: Arrival order; ties between equal predictions go to the smaller ``seq``, then the smaller id.
+    """
+
+    trial_id: str
+    remaining: float | None
+    p_bytes: int
+    t_bytes: int
+    data_parallel: bool = False
+    devices: tuple[int, ...] = ()
+    paused: bool = False
+    seq: int = 0
+
+    @property
+    def computing(self) -> bool:
+        """Not paused and with budget left."""
+        return not self.paused and (self.remaining is None or self.remaining > 0)
+
+
+class Assignment(NamedTuple):
+    """Where a placed trial runs after the plan, and what the executor must do about it.
+
+    Attributes:
+        trial_id: The trial.
+        devices: Its devices (first: home; several only for a data-parallel trial).
+        previous: Its devices before the plan (empty: it was not placed).
+        action: ``KEEP``, ``START``, ``MOVE`` or ``RESIZE``.
+    """
+
+    trial_id: str
+    devices: tuple[int, ...]
+    previous: tuple[int, ...]
+    action: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's output.
+
+    Attributes:
+        regime: ``INTRA`` or ``INTER``.
+        assignments: Every placed trial, in the order the planner decided them (kept ones first).
+        queued: Trials not placed, first to start first (longest predicted remaining time first). Includes
+            the preempted and the unplaceable ones.
+        preempted: Trials that were placed and are not any more (their memory no longer fits): checkpoint them
+            at their next iteration boundary and queue them.
+        unplaceable: Trials whose ``P + T`` exceeds every device: they can never run here.
+    """
+
+    regime: str
+    assignments: tuple[Assignment, ...]
+    queued: tuple[str, ...]
+    preempted: tuple[str, ...] = ()
+    unplaceable: tuple[str, ...] = ()
+
+    def placement(self, trial_id: str) -> tuple[int, ...] | None:
+        """The devices of a placed trial, or None when it is queued or unknown."""
+        for a in self.assignments:
+            if a.trial_id == trial_id:
+                return a.devices
+        return None
+
+    def by_trial(self) -> dict[str, Assignment]:
+        """``trial_id -> Assignment`` of the placed trials."""
+        return {a.trial_id: a for a in self.assignments}
+
+    @property
+    def changes(self) -> tuple[Assignment, ...]:
+        """The assignments the executor must act on (every action but ``KEEP``)."""
+        return tuple(a for a in self.assignments if a.action != KEEP)
+
+    @property
+    def starts(self) -> tuple[Assignment, ...]:
+        """Trials to start (or resume from a checkpoint) on their devices."""
+        return tuple(a for a in self.assignments if a.action == START)
+
+    @property
+    def moves(self) -> tuple[Assignment, ...]:
+        """Trials to move at their next iteration boundary, from a checkpoint (``MOVE`` and ``RESIZE``)."""
+        return tuple(a for a in self.assignments if a.action in (MOVE, RESIZE))
+
+
+@dataclass(frozen=True)
+class PlannerSettings:
+    """Thresholds of the planner (see the module constants for their reasoning).
+
+    Attributes:
+        min_marginal_gain: :data:`MIN_MARGINAL_GAIN`.
+        min_scaling_gain: :data:`MIN_SCALING_GAIN`.
+        move_cost_s: :data:`DEFAULT_MOVE_COST_S`.
+
+    Raises:
+        ConfigError: A threshold outside ``[0, 1)`` or a negative move cost.
+    """
+
+    min_marginal_gain: float = MIN_MARGINAL_GAIN
+    min_scaling_gain: float = MIN_SCALING_GAIN
+    move_cost_s: float = DEFAULT_MOVE_COST_S
+
+    def __post_init__(self) -> None:
+        for name in ("min_marginal_gain", "min_scaling_gain"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ConfigError(f"{name}: must be in [0, 1), got {value!r}")
+        if not self.move_cost_s >= 0.0:
+            raise ConfigError(f"move_cost_s: must be >= 0 seconds, got {self.move_cost_s!r}")
+
+
+# ------------------------------------------------------------------------------------------ profiles
+
+
+def _amdahl_ratio(serial: float, k: int) -> float:
+    """``time(k + 1) / time(k)`` under Amdahl's law with serial fraction ``serial``."""
+    serial = min(max(serial, 0.0), 1.0)
+    return (serial + (1.0 - serial) / (k + 1)) / (serial + (1.0 - serial) / k)
+
+
+class ProfileBook:
+    """Measured seconds per iteration, per trial and per allocation tried, and the curves pooled from them.
+
+    An *allocation* is ``(k, n)``: ``k`` devices, ``n`` computing trials co-located on the trial's home device
+    (itself included). :meth:`record` keeps an EMA per ``(trial, k, n)``. When a trial's allocation changes to a
+    neighbouring one (a co-runner joins or leaves, ``k = 1``; or it gains or loses a device, ``n = 1``), the ratio
+    of its new time to its smoothed time at the old allocation is one sample ``log(time(n+1) / time(n))`` of its
+    curve key's co-location step ``n`` (or scaling step ``k``), pooled by an EMA over all trials.
+
+    Args:
+        alpha: EMA weight of a new sample of one trial's time at one allocation.
+        curve_alpha: EMA weight of one sample of a pooled curve step.
+        min_marginal_gain: The gain an unmeasured co-location step is assumed to have (it "just pays"); keep it
+            equal to the planner's threshold.
+    """
+
+    def __init__(
+        self, alpha: float = DEFAULT_EMA_ALPHA, curve_alpha: float = CURVE_EMA_ALPHA,
+        min_marginal_gain: float = MIN_MARGINAL_GAIN,
+    ) -> None:
+        Ema(alpha)  # validates alpha
+        Ema(curve_alpha)
+        self.alpha = alpha
+        self.curve_alpha = curve_alpha
+        self.min_marginal_gain = min_marginal_gain
+        self._times: dict[str, dict[tuple[int, int], Ema]] = {}
+        self._key: dict[str, str] = {}  # trial -> curve key of its last record
+        self._last: dict[str, tuple[int, int]] = {}  # trial -> allocation of its last record
+        self._coloc: dict[str, dict[int, Ema]] = {}  # curve key -> n -> EMA of log(time(n+1) / time(n))
+        self._scale: dict[str, dict[int, Ema]] = {}  # curve key -> k -> EMA of log(time(k+1) / time(k))
+        self._typical_sum = 0.0  # sum over trials of their first alone-equivalent sample
+        self._alone: dict[str, float] = {}  # trial -> alone estimate as of its last record
+        self._cum: dict[str, list[float]] = {}  # curve key -> slowdown(n) for n = 1, 2, ... (cache)
+        self._typical_count = 0
+
+    # ---------------------------------------------------------------- recording
+
+    def record(
+        self,
+        trial_id: str,
+        sec_per_iter: float,
+        *,
+        devices: int = 1,
+        colocated: int = 1,
+        curve_key: str = DEFAULT_CURVE_KEY,
+    ) -> None:
+        """Fold in one measured iteration.
+
+        Args:
+            trial_id: The trial.
+            sec_per_iter: The iteration's duration, in seconds (> 0).
+            devices: Devices the trial ran on (``k``).
+            colocated: Computing trials on its home device during the iteration, itself included (``n``).
+            curve_key: The home device's class.
+
+        Raises:
+            PlanError: A non-positive time or allocation.
+        """
+        if not sec_per_iter > 0 or devices < 1 or colocated < 1:
+            raise PlanError(f"record({trial_id!r}): need sec_per_iter > 0, devices >= 1, colocated >= 1; got "
+                            f"{sec_per_iter!r}, {devices!r}, {colocated!r}")
+        key = (devices, colocated)
+        per = self._times.get(trial_id)
+        if per is None:
+            per = self._times[trial_id] = {}
+            equivalent = sec_per_iter / (self._slowdown(curve_key, colocated) * self._scale_factor(curve_key, devices))
+            self._typical_sum += equivalent
+            self._typical_count += 1
+            previous = key
+        else:
+            previous = self._last[trial_id]
+        self._last[trial_id] = key
+        self._key[trial_id] = curve_key
+        ema = per.get(key)
+        if ema is None:
+            ema = per[key] = Ema(self.alpha)
+        value = ema.update(sec_per_iter)
+        if previous != key:
+            # The trial just changed allocation: one sample of the step between its last allocation (its recent
+            # smoothed time there) and this one, if they are neighbours.
+            k0, n0 = previous
+            before = per[previous].value
+            if k0 == devices == 1 and abs(n0 - colocated) == 1:
+                low = min(n0, colocated)
+                self._step(self._coloc, curve_key, low, value / before if colocated > n0 else before / value)
+            elif n0 == colocated == 1 and abs(k0 - devices) == 1:
+                low = min(k0, devices)
+                self._step(self._scale, curve_key, low, value / before if devices > k0 else before / value)
+        one = per.get((1, 1))
+        if one is not None:
+            self._alone[trial_id] = one.value
+        elif devices == 1:
+            self._alone[trial_id] = value / self._slowdown(curve_key, colocated)
+        else:
+            self._alone[trial_id] = value / (self._slowdown(curve_key, colocated)
+                                             * self._scale_factor(curve_key, devices))
+
+    def _step(self, curves: dict[str, dict[int, Ema]], curve_key: str, step: int, ratio: float) -> None:
+        steps = curves.get(curve_key)
+        if steps is None:
+            steps = curves[curve_key] = {}
+        ema = steps.get(step)
+        if ema is None:
+            ema = steps[step] = Ema(self.curve_alpha)
+            old = math.log((step + 1) / step / (1.0 + self.min_marginal_gain))  # the fallback it replaces
+        else:
+            old = ema.value
+        new = ema.update(math.log(ratio))
+        if curves is self._coloc:
+            cum = self._cum.get(curve_key)
+            if cum is not None:  # log slowdown(m) for m > step moves by the step's change
+                delta = new - old
+                for m in range(step, len(cum)):
+                    cum[m] += delta
+
+    def forget(self, trial_id: str) -> None:
+        """Drop a trial's own measurements (the pooled curves keep what it contributed)."""
+        self._times.pop(trial_id, None)
+        self._key.pop(trial_id, None)
+        self._last.pop(trial_id, None)
+        self._alone.pop(trial_id, None)
+
+    # ---------------------------------------------------------------- curves
+
+    def colocation_step(self, curve_key: str, n: int) -> float | None:
+        """Measured ``log(time(n+1) / time(n))`` of a trial when one more computing trial joins, or None."""
+        ema = self._coloc.get(curve_key, {}).get(n)
+        return None if ema is None else ema.value
+
+    def colocation_gain(self, curve_key: str, n: int, min_gain: float | None = None) -> tuple[float, bool]:
+        """Marginal gain of co-locating an ``(n+1)``-th computing trial on a device of class ``curve_key``.
+
+        With ``X(n) = n / slowdown(n)`` the aggregate throughput of ``n`` co-located trials (each runs
+        ``slowdown(n)`` times slower than alone), the gain is ``X(n+1) / X(n) - 1 = (n+1)/n * exp(-step_n) - 1``.
+
+        Fallbacks: an unmeasured step is assumed to *just pay*: its gain is ``min_gain`` (so packing proceeds
+        up to the device's slots until measurements say otherwise), unless a smaller step was measured and did
+        not pay, in which case the curve is taken to be saturated (gain 0). ``n == 0`` (an empty device)
+        always pays.
+
+        Args:
+            curve_key: Device class.
+            n: Computing trials already on the device.
+            min_gain: The threshold the caller uses (None: the book's ``min_marginal_gain``).
+
+        Returns:
+            ``(gain, measured)``.
+        """
+        if min_gain is None:
+            min_gain = self.min_marginal_gain
+        if n <= 0:
+            return math.inf, True
+        step = self.colocation_step(curve_key, n)
+        if step is not None:
+            return (n + 1) / n * math.exp(-step) - 1.0, True
+        for m in range(1, n):
+            lower = self.colocation_step(curve_key, m)
+            if lower is not None and (m + 1) / m * math.exp(-lower) - 1.0 < min_gain:
+                return 0.0, False
+        return min_gain, False
+
+    def _slowdown(self, curve_key: str, n: int) -> float:
+        """``time(n) / time(1)`` for co-location ``n``, from the measured steps (unmeasured: just paying)."""
+        cum = self._cum.get(curve_key)
+        if cum is None or len(cum) < n:
+            cum = self._cum[curve_key] = self._cumulative(curve_key, n)
+        return math.exp(cum[n - 1]) if n >= 1 else 1.0
+
+    def _cumulative(self, curve_key: str, n: int) -> list[float]:
+        """``log slowdown(m)`` for ``m = 1 .. max(n, CUM_MIN)``."""
+        gain = self.min_marginal_gain
+        steps = self._coloc.get(curve_key, {})
+        cum = [0.0]
+        for m in range(1, max(n, _CUM_MIN)):
+            ema = steps.get(m)
+            cum.append(cum[-1] + (ema.value if ema is not None else math.log((m + 1) / m / (1.0 + gain))))
+        return cum
+
+    def slowdown(self, curve_key: str, n: int) -> float:
+        """How many times slower a trial runs with ``n`` computing trials on its device than alone.
+
+        Unmeasured steps use the just-paying fallback of :meth:`colocation_gain`.
+        """
+        return self._slowdown(curve_key, n)
+
+    def scaling_ratio(self, trial_id: str, k: int, curve_key: str = DEFAULT_CURVE_KEY) -> tuple[float, str]:
+        """Predicted ``time(k + 1) / time(k)`` of a data-parallel trial, and where the prediction came from.
+
+        In order: the trial's own measurements at ``k`` and ``k + 1`` (``"trial"``); the pooled step of its curve
+        key (``"pooled"``); an Amdahl fit of its own times at 1 and ``k`` devices (``"fit"``, ``k >= 2``);
+        Amdahl's law with :data:`DEFAULT_SERIAL_FRACTION` (``"default"``).
+
+        Args:
+            trial_id: The trial.
+            k: Devices it has.
+            curve_key: Its home device's class.
+
+        Returns:
+            ``(ratio, source)``.
+        """
+        per = self._times.get(trial_id, {})
+        now, nxt = per.get((k, 1)), per.get((k + 1, 1))
+        if now is not None and nxt is not None:
+            return nxt.value / now.value, "trial"
+        pooled = self._scale.get(curve_key, {}).get(k)
+        if pooled is not None:
+            return math.exp(pooled.value), "pooled"
+        one = per.get((1, 1))
+        if k >= 2 and now is not None and one is not None:
+            serial = (k * now.value / one.value - 1.0) / (k - 1)
+            return _amdahl_ratio(serial, k), "fit"
+        return _amdahl_ratio(DEFAULT_SERIAL_FRACTION, k), "default"
+
+    def _scale_factor(self, curve_key: str, k: int) -> float:
+        """``time(k) / time(1)`` from the pooled steps (unmeasured steps: the Amdahl default)."""
+        factor = 1.0
+        steps = self._scale.get(curve_key, {})
+        for m in range(1, k):
+            ema = steps.get(m)
+            factor *= math.exp(ema.value) if ema is not None else _amdahl_ratio(DEFAULT_SERIAL_FRACTION, m)
+        return factor
+
+    # ---------------------------------------------------------------- predictions
+
+    def measured(self, trial_id: str, devices: int = 1, colocated: int = 1) -> float | None:
+        """The trial's smoothed time at exactly this allocation, or None if it was never tried."""
+        ema = self._times.get(trial_id, {}).get((devices, colocated))
+        return None if ema is None else ema.value
+
+    def typical(self) -> float:
+        """Mean alone-equivalent time per iteration of the trials measured so far (their first sample, converted
+        by the curves), or :data:`DEFAULT_SEC_PER_ITER` before any measurement."""
+        if not self._typical_count:
+            return DEFAULT_SEC_PER_ITER
+        return self._typical_sum / self._typical_count
+
+    def alone(self, trial_id: str) -> float:
+        """Predicted seconds per iteration of the trial alone on one device, as of its last measurement.
+
+        Its own EMA at ``(1, 1)`` when it ran alone; else its last measured allocation's EMA divided by the
+        co-location slowdown and the scaling factor of that allocation (pooled curves at the time of that
+        measurement, unmeasured steps by their fallbacks); a trial never measured gets :meth:`typical`.
+        """
+        value = self._alone.get(trial_id)
+        return self.typical() if value is None else value
+
+    def predict(self, trial_id: str, devices: int = 1, colocated: int = 1, curve_key: str | None = None) -> float:
+        """Predicted seconds per iteration at an allocation, with fallbacks for allocations never tried.
+
+        1. The trial's own EMA at exactly ``(devices, colocated)``.
+        2. Its alone time (:meth:`alone`) times the slowdown of ``colocated`` (:meth:`slowdown`) and the
+           product of the scaling ratios up to ``devices`` (:meth:`scaling_ratio`: its own steps first).
+        3. A trial never measured: :meth:`typical` times the factors.
+
+        Args:
+            trial_id: The trial.
+            devices: ``k``.
+            colocated: ``n``.
+            curve_key: Device class (default: that of the trial's last record).
+
+        Returns:
+            Seconds per iteration.
+        """
+        exact = self.measured(trial_id, devices, colocated)
+        if exact is not None:
+            return exact
+        key = curve_key if curve_key is not None else self._key.get(trial_id, DEFAULT_CURVE_KEY)
+        base = self.alone(trial_id)
+        factor = 1.0
+        for m in range(1, devices):
+            factor *= self.scaling_ratio(trial_id, m, key)[0]
+        return base * factor * self._slowdown(key, colocated)
+
+    def trials(self) -> list[str]:
+        """Trials with measurements."""
+        return list(self._times)
+
+
+# ------------------------------------------------------------------------------------------ memory
+
+
+class LaneMemory:
+    """The memory side of one device's :class:`~fluidsalus.gpu.lanes.LaneManager`: the Salus rule and best fit,
+    without the queue, events or out-of-memory handling.
+
+    :meth:`admit` answers exactly as ``LaneManager(capacity, max_lanes, grow_lanes=True).admit`` would (a new
+    lane of ``P + T`` if one may open; else the smallest lane where ``sum(P) + P_j + max(T) <= C_l``, ties to
+    the older lane; else the lane that needs the least growth, if the device has it unreserved; ties to the
+    smaller, then older lane), and :meth:`leave` frees as it does (a lane dissolves when its last member
+    leaves; a shared lane never shrinks). tests/test_planner.py checks both against ``LaneManager`` on random
+    sequences. It exists because the planner asks these questions thousands of times per plan.
+
+    Args:
+        capacity: Bytes the lanes may reserve.
+        max_lanes: Most lanes at once.
+    """
+
+    __slots__ = ("capacity", "max_lanes", "reserved", "_lanes", "_where", "_next")
+
+    def __init__(self, capacity: int, max_lanes: int) -> None:
+        self.capacity = capacity
+        self.max_lanes = max_lanes
+        self.reserved = 0
+        # lane: [lane_id, capacity, sum_p, max_t, members {trial_id: (p, t)}], oldest first
+        self._lanes: list[list] = []
+        self._where: dict[str, list] = {}
+        self._next = 0
+
+    def __contains__(self, trial_id: object) -> bool:
+        return trial_id in self._where
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def admit(self, trial_id: str, p: int, t: int) -> bool:
+        """Place a trial by best fit; False (nothing changes) when it would have to wait."""
+        unreserved = self.capacity - self.reserved
+        if p + t > self.capacity:
+            return False
+        lanes = self._lanes
+        if len(lanes) < self.max_lanes and p + t <= unreserved:
+            lane = [self._next, p + t, 0, 0, {}]
+            self._next += 1
+            lanes.append(lane)
+            self.reserved += p + t
+        else:
+            lane = None
+            for cand in lanes:
+                if cand[2] + p + (cand[3] if cand[3] > t else t) <= cand[1] and (lane is None or cand[1] < lane[1]):
+                    lane = cand
+            if lane is None:
+                best = None
+                for cand in lanes:
+                    growth = cand[2] + p + (cand[3] if cand[3] > t else t) - cand[1]
+                    if growth <= unreserved and (best is None or (growth, cand[1]) < best[:2]):
+                        best = (growth, cand[1], cand)
+                if best is None:
+                    return False
+                lane = best[2]
+                lane[1] += best[0]
+                self.reserved += best[0]
+        lane[2] += p
+        if t > lane[3]:
+            lane[3] = t
+        lane[4][trial_id] = (p, t)
+        self._where[trial_id] = lane
+        return True
+
+    def leave(self, trial_id: str) -> None:
+        """Remove a placed trial (unknown ids are ignored)."""
+        lane = self._where.pop(trial_id, None)
+        if lane is None:
+            return
+        members = lane[4]
+        del members[trial_id]
+        if not members:
+            self._lanes.remove(lane)
+            self.reserved -= lane[1]
+            return
+        lane[2] = sum(p for p, _ in members.values())
+        lane[3] = max(t for _, t in members.values())
+
+    @classmethod
+    def from_lanes(cls, capacity: int, max_lanes: int, lanes: Sequence[LaneView]) -> LaneMemory:
+        """The lanes of a device as its lane manager reports them (``LaneManager.lanes()``)."""
+        mem = cls(capacity, max_lanes)
+        for view in lanes:
+            members = {tid: (int(p), int(t)) for tid, (p, t) in view.members.items()}
+            lane = [mem._next, int(view.capacity), sum(p for p, _ in members.values()),
+                    max((t for _, t in members.values()), default=0), members]
+            mem._next += 1
+            mem._lanes.append(lane)
+            mem.reserved += lane[1]
+            for tid in members:
+                mem._where[tid] = lane
+        return mem
+
+    def copy(self) -> LaneMemory:
+        """An independent copy (to try evictions and undo them)."""
+        other = LaneMemory(self.capacity, self.max_lanes)
+        other.reserved, other._next = self.reserved, self._next
+        for lane in self._lanes:
+            clone = [lane[0], lane[1], lane[2], lane[3], dict(lane[4])]
+            other._lanes.append(clone)
+            for tid in clone[4]:
+                other._where[tid] = clone
+        return other
+
+    def bound(self) -> tuple[int, int]:
+        """``(B, A)``: a trial with ``P + T > B`` or ``P > A`` cannot be admitted (a necessary condition)."""
+        unreserved = self.capacity - self.reserved
+        b = unreserved if len(self._lanes) < self.max_lanes else -1
+        a = b
+        for lane in self._lanes:
+            room = lane[1] - lane[2] + unreserved
+            b = max(b, room)
+            a = max(a, room - lane[3])
+        return b, a
+
+    def requirements(self) -> list[int]:
+        """``sum(P) + max(T)`` of each lane (tests use it to check the rule)."""
+        return [lane_requirement([p for p, _ in lane[4].values()], [t for _, t in lane[4].values()])
+                for lane in self._lanes]
+
+    def lane_capacities(self) -> list[int]:
+        """Capacity of each lane, oldest first."""
+        return [lane[1] for lane in self._lanes]
+
+
+# ------------------------------------------------------------------------------------------ planning
+
+
+#: Sort key of trials by arrival: ``(seq, trial_id)``.
+_ARRIVAL = operator.attrgetter("seq", "trial_id")
+
+
+class _Planning:
+    """State of one :func:`plan` call. Not reused across calls.
+
+    Memory is checked on a :class:`LaneMemory` per device, built lazily: a device whose residents' ``P + T``
+    sum to no more than its capacity holds them all whatever the lanes (each lane's capacity is at most the sum
+    of its members' ``P + T``), so its lanes are only replayed, in the same order, when the plan first admits
+    something there. The answers are those of an eager replay.
+    """
+
+    def __init__(
+        self, trials: Sequence[TrialDemand], devices: Sequence[DeviceView], book: ProfileBook,
+        cfg: PlannerSettings,
+    ) -> None:
+        self.book, self.cfg = book, cfg
+        self.devices = sorted(devices, key=lambda d: d.index)
+        self.dev: dict[int, DeviceView] = {}
+        self.capacity: dict[int, int] = {}
+        for d in self.devices:
+            if d.index in self.dev:
+                raise PlanError(f"device index {d.index} appears twice")
+            if d.slots < 1 or d.capacity_bytes < 0 or d.reserved_bytes < 0:
+                raise PlanError(f"device {d.index}: needs slots >= 1 and non-negative memory, got {d!r}")
+            self.dev[d.index] = d
+            self.capacity[d.index] = max(0, d.capacity_bytes - d.reserved_bytes)
+        self.trials: dict[str, TrialDemand] = {}
+        self.rem: dict[str, float] = {}
+        self.comp: set[str] = set()  # computing trials: not paused, budget left
+        alone_of = book._alone.get
+        typical = book.typical()
+        for t in trials:
+            tid = t.trial_id
+            if tid in self.trials:
+                raise PlanError(f"trial {tid!r} appears twice")
+            if t.p_bytes < 0 or t.t_bytes < 0:
+                raise PlanError(f"trial {tid!r}: negative memory estimate")
+            if type(t.devices) is not tuple:
+                t = t._replace(devices=tuple(t.devices))
+            self.trials[tid] = t
+            remaining = t.remaining
+            if remaining is None:
+                self.rem[tid] = OPEN_ENDED_S
+            elif remaining <= 0:
+                self.rem[tid] = 0.0
+            else:
+                alone = alone_of(tid)
+                self.rem[tid] = remaining * (typical if alone is None else alone)
+            if not t.paused and (remaining is None or remaining > 0):
+                self.comp.add(tid)
+        self._mem: dict[int, LaneMemory] = {}
+        self._pending: dict[int, list[str]] = {d.index: [] for d in self.devices}  # admitted, not yet replayed
+        self._snap: dict[int, set[str]] = {}  # device -> trials in its reported lanes
+        self._leaving: dict[int, set[str]] = {}  # device -> reported members that leave its lanes in this plan
+        for d in self.devices:
+            if d.lanes is not None:
+                self._snap[d.index] = {tid for lane in d.lanes for tid in lane.members}
+        self.alloc: dict[str, list[int]] = {}  # trial -> devices after the plan
+        self.order: list[str] = []  # decision order of placed trials
+        self.ncomp: dict[int, int] = {d.index: 0 for d in self.devices}
+        self.load: dict[int, float] = {d.index: 0.0 for d in self.devices}
+        self._gates: dict[tuple[str, int], bool] = {}
+        self._rejected: dict[int, list[tuple[int, int]]] = {d.index: [] for d in self.devices}
+        self._no_room: list[tuple[int, int]] = []  # (P, T) that no device admits even without its paused trials
+        self._paused_on: dict[int, list[str]] | None = None  # device -> its placed paused trials, latest first
+        self._full: set[int] = set()  # devices whose replay could not hold every resident
+        self.left: list[TrialDemand] | None = None  # intra: candidates left unplaced, in queue order
+
+    # ---- helpers
+
+    def key(self, t: TrialDemand) -> tuple:
+        """Longest predicted remaining time first; ties by arrival, then id."""
+        return (-self.rem[t.trial_id], t.seq, t.trial_id)
+
+    def mem(self, d: int) -> LaneMemory:
+        """Device ``d``'s lanes, replaying what was admitted there so far on first use."""
+        m = self._mem.get(d)
+        if m is None and d in self._snap:  # the reported lanes, less the trials that left them
+            view = self.dev[d]
+            m = self._mem[d] = LaneMemory.from_lanes(self.capacity[d], view.slots, view.lanes or ())
+            for tid in self._leaving.pop(d, ()):
+                m.leave(tid)
+        elif m is None:
+            m = self._mem[d] = LaneMemory(self.capacity[d], self.dev[d].slots)
+            for tid in self._pending.pop(d):
+                t = self.trials[tid]
+                m.admit(tid, t.p_bytes, t.t_bytes)
+        return m
+
+    def admit(self, t: TrialDemand, d: int) -> bool:
+        """Admit ``t``'s memory on device ``d`` by the lane rule; False when it does not fit."""
+        p, q = t.p_bytes, t.t_bytes
+        if d in self._full:
+            return False
+        rejected = self._rejected[d]
+        for rp, rq in rejected:
+            if p >= rp and q >= rq:  # admission only gets harder while nothing leaves: dominated, no fit
+                return False
+        if self.mem(d).admit(t.trial_id, p, q):
+            return True
+        rejected.append((p, q))
+        return False
+
+    def admit_unchecked(self, t: TrialDemand, d: int) -> None:
+        """Record ``t`` on device ``d`` without a check (its residents fit whatever the order: see the class)."""
+        if d in self._mem or d in self._snap:
+            self.mem(d).admit(t.trial_id, t.p_bytes, t.t_bytes)
+        else:
+            self._pending[d].append(t.trial_id)
+
+    def release(self, t: TrialDemand, d: int) -> None:
+        """Undo an admission on ``d``."""
+        if d in self._mem or d in self._snap:
+            self.mem(d).leave(t.trial_id)
+            self._rejected[d].clear()
+        else:
+            self._pending[d].remove(t.trial_id)
+
+    def gate(self, d: int) -> bool:
+        """Does device ``d`` take one more computing trial (slots and measured marginal gain)?"""
+        n = self.ncomp[d]
+        view = self.dev[d]
+        if n >= view.slots:
+            return False
+        if n == 0:
+            return True
+        cached = self._gates.get((view.curve_key, n))
+        if cached is None:
+            gain, _ = self.book.colocation_gain(view.curve_key, n, self.cfg.min_marginal_gain)
+            cached = self._gates[(view.curve_key, n)] = gain >= self.cfg.min_marginal_gain
+        return cached
+
+    def sec(self, t: TrialDemand, k: int) -> float:
+        """Predicted seconds per iteration of ``t`` alone on ``k`` devices."""
+        return self.book.predict(t.trial_id, k, 1, self.dev[self.alloc[t.trial_id][0]].curve_key)
+
+    def place(self, t: TrialDemand, devices: list[int]) -> None:
+        self.alloc[t.trial_id] = devices
+        self.order.append(t.trial_id)
+        if t.trial_id in self.comp:
+            home = devices[0]
+            self.ncomp[home] += 1
+            self.load[home] += self.rem[t.trial_id]
+
+    # ---- phases
+
+    def keep(self, intra: bool) -> None:
+        """Keep the placed trials whose placement is still valid: their devices exist and their ``P + T`` fits
+        the device. In the intra regime a computing trial keeps only its first device (it shrinks; the executor
+        resizes it); a trial that lost some devices keeps the others. The others are left unplaced (placed again
+        below, or queued and reported as preempted).
+
+        Kept trials are re-admitted in arrival order to rebuild each device's lanes. A device whose replay does
+        not hold all its residents (its real lanes were filled in another order, or an estimate grew) keeps them
+        all (its own lane manager is the authority on its residents) and takes nothing new in this plan."""
+        known = self.dev
+        residents = [t for t in self.trials.values() if t.devices]
+        residents.sort(key=_ARRIVAL)
+        kept_devs: list[list[int]] = []
+        total: dict[int, int] = dict.fromkeys(known, 0)
+        staying: dict[int, set[str]] = {d: set() for d in self._snap}
+        for t in residents:
+            devices = t.devices
+            if len(devices) == 1 or (intra and t.trial_id in self.comp):
+                devs = [devices[0]] if devices[0] in known else []
+            else:
+                devs = [d for d in dict.fromkeys(devices) if d in known]
+            kept_devs.append(devs)
+            size = t.p_bytes + t.t_bytes
+            for d in devs:
+                total[d] += size
+                if d in staying:
+                    staying[d].add(t.trial_id)
+        for d, members in self._snap.items():  # reported lanes: trials that left (ended, shrunk) free theirs
+            leaving = members - staying[d]
+            if leaving:
+                self._leaving[d] = leaving
+        capacity = self.capacity
+        replay = {d for d, need in total.items() if need > capacity[d] and d not in self._snap}
+        pending = self._pending
+        for t, devs in zip(residents, kept_devs, strict=True):
+            if not devs:
+                continue
+            if len(devs) == 1 and devs[0] not in replay and devs[0] not in self._snap:
+                d = devs[0]
+                if d in self._mem:
+                    self._mem[d].admit(t.trial_id, t.p_bytes, t.t_bytes)
+                else:
+                    pending[d].append(t.trial_id)
+                self.place(t, devs)
+                continue
+            size = t.p_bytes + t.t_bytes
+            if any(size > capacity[d] for d in devs):
+                continue  # can never fit there: placed again below, or preempted
+            recorded: list[int] = []  # devices whose lanes now hold the trial
+            displaced = False
+            for d in devs:
+                if d in self._snap:
+                    if t.trial_id not in self._snap[d] and not self.admit(t, d):
+                        displaced = True  # the device has not got it (it waits in the device's queue): re-place it
+                        break
+                elif d in replay:
+                    if not self.admit(t, d):
+                        # The replay's lanes differ from the device's real ones (another admission order), or
+                        # the trial's estimate grew: the device's own lane manager holds or queues it. Keep it,
+                        # and admit nothing more on that device in this plan.
+                        self._full.add(d)
+                        continue
+                else:
+                    self.admit_unchecked(t, d)
+                recorded.append(d)
+            if displaced:
+                for d in recorded:
+                    self.release(t, d)
+                for d in devs:  # a reported lane still holding it past the failing device
+                    if d in self._snap and d not in recorded and t.trial_id in self._snap[d]:
+                        self.mem(d).leave(t.trial_id)
+                continue
+            self.place(t, devs)
+
+    def fill_intra(self, candidates: list[TrialDemand], exclude: frozenset[int] = frozenset()) -> list[TrialDemand]:
+        """Longest first onto the least-loaded device that admits and gains; return the trials left.
+
+        A trial that no open device admits may take the memory of paused residents (:meth:`make_room`).
+        Devices in ``exclude`` (a data-parallel trial's devices) take nothing.
+        """
+        open_devs = {d.index for d in self.devices if d.index not in exclude and self.gate(d.index)}
+        heap = [(self.load[d], self.ncomp[d], d) for d in sorted(open_devs)]
+        heapq.heapify(heap)
+        bounds: dict[int, tuple[int, int] | None] = {
+            d: (-1, -1) if d in self._full else self.mem(d).bound() if d in self._mem else None for d in open_devs
+        }
+        left: list[TrialDemand] = []
+
+        def bound(d: int) -> tuple[int, int]:
+            b = bounds.get(d)
+            if b is None:
+                b = bounds[d] = self.mem(d).bound()
+            return b
+
+        best_b = best_a = -1
+        stale = True
+        for t in candidates:
+            if not heap:
+                left.append(t)
+                continue
+            if stale:
+                best_b = max((bound(d)[0] for _, _, d in heap), default=-1)
+                best_a = max((bound(d)[1] for _, _, d in heap), default=-1)
+                stale = False
+            size = t.p_bytes + t.t_bytes
+            chosen = None
+            if size <= best_b and t.p_bytes <= best_a:
+                skipped = []
+                while heap:
+                    item = heapq.heappop(heap)
+                    b, a = bound(item[2])
+                    if size <= b and t.p_bytes <= a and self.admit(t, item[2]):
+                        chosen = item[2]
+                        break
+                    skipped.append(item)
+                for item in skipped:
+                    heapq.heappush(heap, item)
+            if chosen is None:
+                chosen = self.make_room(t, sorted(heap))
+                if chosen is None:
+                    left.append(t)
+                    continue
+                heap = [item for item in heap if item[2] != chosen]
+                heapq.heapify(heap)
+            self.place(t, [chosen])
+            bounds[chosen] = self.mem(chosen).bound()
+            stale = True
+            if self.gate(chosen):
+                heapq.heappush(heap, (self.load[chosen], self.ncomp[chosen], chosen))
+        return left
+
+    def rebalance(self) -> bool:
+        """Even out co-location after :meth:`fill_intra`: while a device runs at least two computing trials more
+        than a device whose gate is open, move the crowded device's trial with the most predicted remaining time
+        there, if the move pays: ``remaining * (slowdown(n_from) - slowdown(n_to + 1)) > move_cost``. Trials that
+        end unevenly otherwise leave long trials crowded on some devices while others idle."""
+        cfg = self.cfg
+        moved: set[str] = set()
+        by_dev: dict[int, list[str]] = {d.index: [] for d in self.devices}
+        for tid in self.order:
+            devs = self.alloc.get(tid)
+            if devs is not None and tid in self.comp:
+                by_dev[devs[0]].append(tid)
+        while True:
+            crowded = max(self.devices, key=lambda d: (self.ncomp[d.index], self.load[d.index], -d.index)).index
+            open_devs = [d.index for d in self.devices if d.index != crowded and self.gate(d.index)]
+            if not open_devs:
+                return bool(moved)
+            target = min(open_devs, key=lambda d: (self.ncomp[d], self.load[d], d))
+            n_from, n_to = self.ncomp[crowded], self.ncomp[target]
+            if n_from - n_to < 2:
+                return bool(moved)
+            candidates = [self.trials[tid] for tid in by_dev[crowded] if tid not in moved]
+            candidates.sort(key=self.key)
+            key_from = self.dev[crowded].curve_key
+            key_to = self.dev[target].curve_key
+            gap = self.book.slowdown(key_from, n_from) - self.book.slowdown(key_to, n_to + 1)
+            for t in candidates:
+                if self.rem[t.trial_id] * gap <= cfg.move_cost_s:
+                    return bool(moved)  # the longest cannot pay for the move: no shorter one can
+                self.release(t, crowded)
+                if self.admit(t, target):
+                    break
+                self.admit_unchecked(t, crowded)  # it fitted there: put it back
+            else:
+                return bool(moved)
+            tid = t.trial_id
+            moved.add(tid)
+            self.alloc[tid] = [target]
+            by_dev[crowded].remove(tid)
+            by_dev[target].append(tid)
+            rem = self.rem[tid]
+            self.ncomp[crowded] -= 1
+            self.load[crowded] -= rem
+            self.ncomp[target] += 1
+            self.load[target] += rem
+
+    def make_room(self, t: TrialDemand, order: list[tuple[float, int, int]]) -> int | None:
+        """Evict paused residents (most recent arrival first) from the first device, in ``order``, where that
+        lets ``t`` in. Paused trials hold memory but no compute; without this, a synchronous rung whose paused
+        trials fill every device would wait forever for its last trials. Returns the device, or None."""
+        if self._paused_on is None:
+            self._paused_on = {}
+            for tid in reversed(self.order):
+                if tid in self.alloc and tid not in self.comp:
+                    for d in self.alloc[tid]:
+                        self._paused_on.setdefault(d, []).append(tid)
+        if not self._paused_on:
+            return None
+        for rp, rq in self._no_room:
+            if t.p_bytes >= rp and t.t_bytes >= rq:
+                return None
+        for _, _, d in order:
+            if d in self._full or not self._paused_on.get(d):
+                continue
+            victims = list(self._paused_on[d])
+            touched = {dev for tid in victims for dev in self.alloc[tid]}
+            saved = {dev: self.mem(dev).copy() for dev in touched}
+            evicted: list[TrialDemand] = []
+            for tid in victims:
+                victim = self.trials[tid]
+                for dev in self.alloc[tid]:
+                    self.release(victim, dev)
+                evicted.append(victim)
+                if self.admit(t, d):
+                    for v in evicted:
+                        for dev in self.alloc.pop(v.trial_id):
+                            self._paused_on[dev].remove(v.trial_id)
+                    return d
+            self._mem.update(saved)  # no room even without them: undo the evictions
+        self._no_room.append((t.p_bytes, t.t_bytes))
+        return None
+
+    def free_devices(self) -> list[int]:
+        """Devices no computing trial uses (home or extra), by index."""
+        used: set[int] = set()
+        for tid, devs in self.alloc.items():
+            if tid in self.comp:
+                used.update(devs)
+        return [d.index for d in self.devices if d.index not in used]
+
+    def inter(self) -> None:
+        """The inter-GPU regime after :meth:`keep`."""
+        cfg = self.cfg
+        computing = [self.trials[tid] for tid in self.alloc if tid in self.comp]
+        computing.sort(key=self.key)
+        # 1. Homes: the longest trial on a device owns it; the others there share it (step 4 may spread them).
+        owner: dict[int, str] = {}
+        for t in computing:
+            owner.setdefault(self.alloc[t.trial_id][0], t.trial_id)
+        # 2. Extras: a device is an extra only if no other computing trial lives there, and only while the
+        # measured scaling step (the trial's own or the pooled one) pays.
+        for t in computing:
+            devs = self.alloc[t.trial_id]
+            if len(devs) < 2:
+                continue
+            keep = [devs[0]]
+            if owner.get(devs[0]) != t.trial_id:  # shares its home: it cannot hold whole devices either
+                for d in devs[1:]:
+                    self.release(t, d)
+                self.alloc[t.trial_id] = keep
+                continue
+            for d in devs[1:]:
+                ratio, source = self.book.scaling_ratio(t.trial_id, len(keep), self.dev[devs[0]].curve_key)
+                measured_no_gain = source in ("trial", "pooled") and not ratio < 1.0 - cfg.min_scaling_gain
+                if d in owner or measured_no_gain:
+                    self.release(t, d)
+                    continue
+                keep.append(d)
+                owner[d] = t.trial_id
+            self.alloc[t.trial_id] = keep
+        # 3. Queued and displaced trials take free devices, longest first.
+        candidates = sorted(
+            [self.trials[tid] for tid in self.comp if tid not in self.alloc], key=self.key
+        )
+        left: list[TrialDemand] = []
+        for t in candidates:
+            target = self._free_device_for(t, owner)
+            if target is None:
+                target = self._reclaim_extra(t, owner)
+            if target is not None:
+                self.place(t, [target])
+                owner[target] = t.trial_id
+            else:
+                left.append(t)
+        if left:  # no free device admits them: co-locate like the intra regime, not on a data-parallel trial's
+            # devices (it holds them whole)
+            whole = frozenset(d for tid, devs in self.alloc.items() if tid in self.comp and len(devs) > 1
+                              for d in devs)
+            self.fill_intra(left, whole)
+        # 4. Spread: on a device with several computing trials (kept there, or co-located by the fallback above)
+        # the longest stays and each other one moves to a free device when its predicted saving pays for the
+        # move (a trial that only starts now moves for free).
+        homes: dict[int, list[TrialDemand]] = {}
+        for tid in self.order:
+            devs = self.alloc.get(tid)
+            if devs is not None and tid in self.comp:
+                homes.setdefault(devs[0], []).append(self.trials[tid])
+        for home in sorted(homes):
+            crowd = sorted(homes[home], key=self.key)
+            if len(crowd) < 2:
+                continue
+            curve = self.dev[home].curve_key
+            for t in crowd[1:]:
+                n = self.ncomp[home]
+                saving = self.rem[t.trial_id] * (self.book.slowdown(curve, n) - 1.0) if n > 1 else 0.0
+                if saving <= (cfg.move_cost_s if t.devices else 0.0):
+                    continue
+                target = self._free_device_for(t, owner)
+                if target is None:
+                    continue
+                self.release(t, home)
+                self.alloc[t.trial_id] = [target]
+                owner[target] = t.trial_id
+                self.ncomp[home] -= 1
+                self.load[home] -= self.rem[t.trial_id]
+                self.ncomp[target] += 1
+                self.load[target] += self.rem[t.trial_id]
+        # 5. Water-filling: the next free device to the data-parallel trial with the most predicted remaining
+        # time whose scaling profile says one more device pays. A step nobody measured yet is a probe (below).
+        free = [d for d in self.free_devices() if d not in owner]
+        saturated: set[str] = set()
+        growers = [t for t in computing + candidates if t.data_parallel]
+        while free:
+            best = None
+            best_key = None
+            for t in growers:
+                tid = t.trial_id
+                if tid in saturated or tid not in self.alloc or owner.get(self.alloc[tid][0]) != tid:
+                    continue  # not placed, or shares its home: it cannot grow
+                k = len(self.alloc[tid])
+                remaining_s = self.rem[tid] * self.sec(t, k) / self.sec(t, 1)
+                key = (-remaining_s, t.seq, tid)
+                if best_key is None or key < best_key:
+                    best, best_key = t, key
+            if best is None or best_key is None:
+                break
+            tid = best.trial_id
+            k = len(self.alloc[tid])
+            ratio, source = self.book.scaling_ratio(tid, k, self.dev[self.alloc[tid][0]].curve_key)
+            remaining_s = -best_key[0]
+            pays = ratio < 1.0 - cfg.min_scaling_gain
+            # Growing a running trial restarts it from its checkpoint; a trial that starts now pays nothing.
+            if pays and best.devices and remaining_s * (1.0 - ratio) <= cfg.move_cost_s:
+                pays = False
+            # An unmeasured step k -> k + 1 is a probe, taken only once the trial's time at k devices is measured
+            # (or as the first step of a trial that starts now): each probe is measured before the next, and
+            # re-planning with the same profiles changes nothing.
+            if source not in ("trial", "pooled") and self.book.measured(tid, k) is None \
+                    and not (k == 1 and not best.devices):
+                pays = False
+            if not pays:
+                saturated.add(tid)
+                continue
+            target = next((d for d in free if self.admit(best, d)), None)
+            if target is None:
+                saturated.add(tid)
+                continue
+            free.remove(target)
+            self.alloc[tid] = self.alloc[tid] + [target]
+            owner[target] = tid
+
+    def _free_device_for(self, t: TrialDemand, owner: dict[int, str]) -> int | None:
+        for d in self.devices:
+            if d.index in owner or self.ncomp[d.index] > 0:
+                continue
+            if self.admit(t, d.index):
+                return d.index
+        return None
+
+    def _reclaim_extra(self, t: TrialDemand, owner: dict[int, str]) -> int | None:
+        """Take back the extra device that costs its data-parallel trial the least, if ``t`` fits there."""
+        options = []
+        for tid, devs in self.alloc.items():
+            if len(devs) < 2 or tid not in self.comp:
+                continue
+            other = self.trials[tid]
+            k = len(devs)
+            loss = self.rem[tid] * (self.sec(other, k - 1) - self.sec(other, k)) / self.sec(other, 1)
+            options.append((loss, other.seq, tid))
+        for _, _, tid in sorted(options):
+            other = self.trials[tid]
+            d = self.alloc[tid][-1]
+            self.release(other, d)
+            if self.admit(t, d):
+                self.alloc[tid] = self.alloc[tid][:-1]
+                owner[d] = t.trial_id
+                return d
+            self.mem(d).admit(other.trial_id, other.p_bytes, other.t_bytes)  # put it back: it fitted before
+        return None
+
+    # ---- result
+
+    def result(self, regime: str) -> Plan:
+        assignments = []
+        alloc, trials = self.alloc, self.trials
+        for tid in self.order:
+            devs = alloc.get(tid)
+            if devs is None:
+                continue
+            before = trials[tid].devices
+            devs_t = tuple(devs)
+            if not before:
+                action = START
+            elif devs_t == before:
+                action = KEEP
+            elif devs_t[0] == before[0]:
+                action = RESIZE
+            else:
+                action = MOVE
+            assignments.append(Assignment(tid, devs_t, before, action))
+        if self.left is not None and len(alloc) + len(self.left) == len(trials):
+            rest = [t for t in self.left if t.trial_id not in alloc]  # already in queue order
+        else:
+            rest = [t for t in trials.values() if t.trial_id not in alloc]
+            rest.sort(key=self.key)
+        queued = tuple(t.trial_id for t in rest)
+        preempted = tuple(t.trial_id for t in rest if t.devices)
+        biggest = max(self.capacity.values(), default=-1)
+        unplaceable = tuple(t.trial_id for t in rest if t.p_bytes + t.t_bytes > biggest)
+        return Plan(regime, tuple(assignments), queued, preempted, unplaceable)
+
+
+def plan(
+    trials: Sequence[TrialDemand],
+    devices: Sequence[DeviceView],
+    book: ProfileBook | None = None,
+    settings: PlannerSettings | None = None,
+) -> Plan:
+    """Place trials on devices by water-filling (see the module docstring for the rules).
+
+    Pure and deterministic: the same trials, devices, profile book contents and settings give the same plan,
+    whatever the order of ``trials`` and ``devices``.
+
+    Args:
+        trials: Every trial of the current groups that is placed, paused or waiting, with its remaining budget.
+        devices: The devices.
+        book: Measured profiles (None: nothing measured).
+        settings: Thresholds (None: the defaults).
+
+    Returns:
+        The plan.
+
+    Raises:
+        PlanError: Duplicate ids or invalid estimates.
+    """
+    work = _Planning(trials, devices, book if book is not None else ProfileBook(), settings or PlannerSettings())
+    return _run(work)
+
+
+def _run(work: _Planning) -> Plan:
+    """The phases of one plan (split from :func:`plan` so that tests can inspect the lanes it built)."""
+    intra = len(work.comp) > len(work.devices)
+    work.keep(intra)
+    if intra:
+        candidates = [t for t in work.trials.values() if t.trial_id in work.comp and t.trial_id not in work.alloc]
+        candidates.sort(key=work.key)
+        work.left = work.fill_intra(candidates)
+        while work.rebalance() and work.left:  # a move may have opened a device for a queued trial
+            before = len(work.left)
+            work.left = work.fill_intra(work.left)
+            if len(work.left) == before:
+                break
+        return work.result(INTRA)
+    work.inter()
+    return work.result(INTER)
+
+
+class Planner:
+    """What the executor holds: a :class:`ProfileBook` and settings, and :func:`plan` over them.
+
+    Call :meth:`observe` after every measured iteration and :meth:`plan` whenever a group arrives or a trial
+    ends, is stopped, pauses at its budget or is promoted; apply :attr:`Plan.changes`.
+
+    Args:
+        settings: Thresholds (None: the defaults).
+        book: A profile book to start from (None: an empty one).
+    """
+
+    def __init__(self, settings: PlannerSettings | None = None, book: ProfileBook | None = None) -> None:
+        self.settings = settings or PlannerSettings()
+        self.book = book if book is not None else ProfileBook()
+
+    def observe(
+        self, trial_id: str, sec_per_iter: float, *, devices: int = 1, colocated: int = 1,
+        curve_key: str = DEFAULT_CURVE_KEY,
+    ) -> None:
+        """Record one measured iteration (:meth:`ProfileBook.record`)."""
+        self.book.record(trial_id, sec_per_iter, devices=devices, colocated=colocated, curve_key=curve_key)
+
+    def forget(self, trial_id: str) -> None:
+        """Drop an ended trial's own measurements."""
+        self.book.forget(trial_id)
+
+    def plan(self, trials: Sequence[TrialDemand], devices: Sequence[DeviceView]) -> Plan:
+        """:func:`plan` with this planner's book and settings."""
+        return plan(trials, devices, self.book, self.settings)

@@ -1,0 +1,207 @@
+"""The simulator: hand-computed runs, determinism, every planner finishing, traces and the CLI (all fast)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fluidsalus.errors import ConfigError
+from fluidsalus.sim import (
+    PLANNERS,
+    Hardware,
+    RunSpec,
+    Simulation,
+    TrialRecord,
+    Workload,
+    bench,
+    compare,
+    generate_workload,
+    load_trace,
+    make_strategy,
+    save_trace,
+    simulate,
+)
+from fluidsalus.sim.cli import main
+from fluidsalus.sim.model import colocated_speed, dp_factor
+from fluidsalus.sim.searchers import make_searcher
+from fluidsalus.sim.strategies import RayGpuPool
+
+GIB = 2**30
+
+#: A cost-free cluster: no interference, start-up, move, driver latency, context or all-reduce cost.
+FREE = dict(context_bytes=0, interference=0.0, startup_s=0.0, move_s=0.0, comm_fraction=0.0, driver_latency_s=0.0)
+
+
+def record(**kw) -> TrialRecord:
+    values = dict(sec_per_iter=10.0, demand=0.5, p_bytes=GIB // 2, t_bytes=GIB // 2, serial_fraction=1.0,
+                  data_parallel=False, curve_params=(0.9, 0.1, 0.5))
+    values.update(kw)
+    return TrialRecord(**values)
+
+
+def test_model_formulas():
+    assert colocated_speed(1.0, 0.5, 1, 0.03) == 1.0
+    assert colocated_speed(1.0, 2.0, 4, 0.0) == 0.5  # oversubscribed twice: half speed
+    assert colocated_speed(1.0, 1.0, 3, 0.1) == pytest.approx(0.81)
+    assert colocated_speed(0.8, 0.9, 2, 0.0) == 0.8  # an MPS share caps it
+    assert dp_factor(0.5, 1, 0.05) == 1.0
+    assert dp_factor(0.5, 4, 0.0) == 0.625
+    assert dp_factor(0.2, 2, 0.05) == pytest.approx(0.2 + 0.4 + 0.05)
+
+
+def test_makespan_ordering_on_a_hand_computed_case():
+    # 4 identical trials of 2 iterations at 10 s, each keeping half a GPU busy, on 2 GPUs of one node:
+    # - one_per_gpu: two waves of 20 s -> 40 s (completion times 20, 20, 40, 40: mean 30).
+    # - fractional_2 and waterfill: two trials per GPU, demands sum to 1, full speed -> 20 s.
+    # - fractional_4 / _8: Ray's best fit packs all four onto GPU 0 (demands sum to 2: half speed) -> 40 s.
+    # - fluid_heuristic: a 0.6 and a 0.4 share per GPU; the 0.4 share runs at 0.4 / 0.5 = 0.8 -> 25 s.
+    hw = Hardware(gpus=2, gpus_per_node=2, slots=4, **FREE)
+    results = compare(RunSpec("random", 4, 0, hw, max_t=2), Workload((record(),)))
+    makespan = {name: r.makespan_s for name, r in results.items()}
+    assert makespan == pytest.approx({"waterfill": 20.0, "one_per_gpu": 40.0, "fractional_2": 20.0,
+                                      "fractional_4": 40.0, "fractional_8": 40.0, "fluid_heuristic": 25.0})
+    assert results["one_per_gpu"].mean_jct_s == pytest.approx(30.0)
+    assert results["fluid_heuristic"].mean_jct_s == pytest.approx(22.5)
+    # Utilisation: useful work is 8 iterations * 0.5 * 10 s = 40 GPU-seconds.
+    assert results["waterfill"].utilisation == pytest.approx(1.0)
+    assert results["one_per_gpu"].utilisation == pytest.approx(0.5)
+    assert results["fluid_heuristic"].utilisation == pytest.approx(0.8)
+
+
+def test_waterfill_grows_a_lone_data_parallel_trial_one_measured_step_at_a_time():
+    # One data-parallel trial, 100 iterations of 10 s alone, serial fraction 0.5, on 4 free GPUs. Unmeasured, the
+    # planner assumes Amdahl with serial 0.5 and probes one step per measurement: iterations 1-2 on 2 GPUs
+    # (7.5 s), 3-4 on 3 GPUs (6.667 s), then 96 on 4 GPUs (6.25 s) = 628.33 s; one_per_gpu: 1000 s.
+    hw = Hardware(gpus=4, gpus_per_node=4, slots=4, **FREE)
+    wl = Workload((record(demand=1.0, serial_fraction=0.5, data_parallel=True),))
+    results = compare(RunSpec("random", 1, 0, hw, max_t=100), wl, ["waterfill", "one_per_gpu"])
+    assert results["waterfill"].makespan_s == pytest.approx(15 + 2 * 10 * (0.5 + 0.5 / 3) + 96 * 6.25)
+    assert results["waterfill"].moves == 2
+    assert results["one_per_gpu"].makespan_s == pytest.approx(1000.0)
+    # Without the trainable's data-parallel flag it gets one GPU.
+    single = Workload((record(demand=1.0, serial_fraction=0.5, data_parallel=False),))
+    assert simulate(RunSpec("random", 1, 0, hw, max_t=100), single, "waterfill").makespan_s == pytest.approx(1000.0)
+
+
+def test_static_packing_runs_out_of_memory_and_retries_while_waterfill_checks():
+    # Trials of 5 GiB on 16 GiB GPUs with 0.3 GiB contexts: three fit a GPU, fractional_4 puts four there.
+    hw = Hardware(gpus=1, gpus_per_node=1, slots=4, context_bytes=300 * 2**20, interference=0.0,
+                  startup_s=1.0, move_s=1.0, driver_latency_s=0.0)
+    wl = Workload((record(p_bytes=2 * GIB, t_bytes=3 * GIB, demand=0.2),))
+    results = compare(RunSpec("random", 8, 0, hw, max_t=3), wl, ["waterfill", "fractional_4"])
+    assert results["fractional_4"].ooms > 0
+    assert results["waterfill"].ooms == 0
+    for r in results.values():
+        assert r.trials == 8 and r.iterations == 8 * 3
+
+
+@pytest.mark.parametrize("searcher", ["asha", "bohb"])
+def test_every_planner_finishes_every_trial(searcher):
+    hw = Hardware(gpus=4, gpus_per_node=2, slots=4)
+    wl = generate_workload(40, 3, hw.gpu_memory)
+    for planner in PLANNERS:
+        s, max_it = make_searcher(searcher, 40, 3, wl.metric, wl.mode, hw.gpus)
+        sim = Simulation(make_strategy(planner), wl, s, max_it, hw, target=wl.default_target(max_it))
+        result = sim.run()
+        assert result.trials == 40
+        assert all(t.ended_at is not None for t in sim.trials.values()), planner
+        assert s.is_finished()
+        assert result.makespan_s == pytest.approx(max(t.ended_at for t in sim.trials.values()))
+        assert 0 < result.utilisation <= 1
+        assert result.sim_iterations_per_s > 0  # measured (its value depends on the machine)
+        assert all(lm_empty(dev) for dev in sim.devices)
+
+
+def lm_empty(dev) -> bool:
+    return dev.lm is None or (not dev.lm.lanes() and not dev.lm.waiting)
+
+
+def test_runs_are_deterministic_for_a_seed():
+    hw = Hardware(gpus=4, gpus_per_node=4)
+    wl = generate_workload(30, 7, hw.gpu_memory)
+    spec = RunSpec("asha", 30, 7, hw)
+    first = {k: {f: v for f, v in r.figures().items() if f not in ("sim_wall_s", "sim_iterations_per_s")}
+             for k, r in compare(spec, wl).items()}
+    second = {k: {f: v for f, v in r.figures().items() if f not in ("sim_wall_s", "sim_iterations_per_s")}
+              for k, r in compare(spec, wl).items()}
+    assert first == second
+    assert generate_workload(30, 7) == generate_workload(30, 7)
+    assert generate_workload(30, 7) != generate_workload(30, 8)
+
+
+def test_time_to_target():
+    hw = Hardware(gpus=1, gpus_per_node=1, **FREE)
+    # The curve reaches 0.5 after iteration 3 (recorded trace): with 10 s iterations, at t = 30 s.
+    wl = Workload((record(curve=(0.1, 0.3, 0.5, 0.6), curve_params=None),))
+    result = simulate(RunSpec("random", 1, 0, hw, max_t=4, target=0.5), wl, "one_per_gpu")
+    assert result.time_to_target_s == pytest.approx(30.0)
+    assert result.best == 0.6
+    assert simulate(RunSpec("random", 1, 0, hw, max_t=4, target=0.9), wl, "one_per_gpu").time_to_target_s is None
+
+
+def test_trace_round_trip_json_and_csv(tmp_path):
+    wl = generate_workload(5, 1)
+    path = tmp_path / "trace.json"
+    save_trace(wl, str(path), iterations=4, hardware={"gpu_memory": 8 * GIB})
+    loaded = load_trace(str(path))
+    assert len(loaded.records) == 5 and loaded.hardware == {"gpu_memory": 8 * GIB}
+    assert [r.value(3) for r in loaded.records] == pytest.approx([r.value(3) for r in wl.records])
+    assert loaded.records[0].demand == wl.records[0].demand
+    csv_path = tmp_path / "trace.csv"
+    csv_path.write_text("trial,iteration,sec_per_iter,metric,demand\n"
+                        "a,1,2.0,0.1,0.3\na,2,4.0,0.2,0.3\nb,1,1.0,0.5,\n")
+    traced = load_trace(str(csv_path))
+    a, b = traced.records
+    assert a.sec_per_iter == (2.0, 4.0) and a.base_time(2) == 4.0 and a.base_time(9) == 4.0
+    assert a.curve == (0.1, 0.2) and a.demand == 0.3 and b.demand == 1.0  # a missing demand fills the GPU
+    hw = Hardware(gpus=1, gpus_per_node=1, **FREE)
+    result = simulate(RunSpec("random", 2, 0, hw, max_t=2), traced, "one_per_gpu")
+    assert result.makespan_s == pytest.approx(2.0 + 4.0 + 1.0 + 1.0)
+
+
+def test_bad_traces_are_rejected(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": "something-else"}))
+    with pytest.raises(ConfigError, match="fluidsalus-sim-trace"):
+        load_trace(str(bad))
+    bad.write_text(json.dumps({"format": "fluidsalus-sim-trace", "trials": [{"curve": [0.1]}]}))
+    with pytest.raises(ConfigError, match="sec_per_iter"):
+        load_trace(str(bad))
+
+
+def test_ray_pool_packs_best_fit_within_a_node():
+    pool = RayGpuPool(gpus=4, per_node=2)
+    quarter = 30  # of 120 units per GPU
+    # Best fit packs GPU 0 of node 0 while the node stays under the 0.5 spread threshold (3 quarters: 37.5%);
+    # the 4th would bring it to 50%, so the hybrid policy takes the emptier node 1 (best fit: GPU 2).
+    assert [pool.allocate(quarter) for _ in range(5)] == [0, 0, 0, 2, 2]
+    # Whole GPUs: node 1 would be at 75% and node 0 at 87.5%: the less utilised node wins.
+    assert pool.allocate(120) == 3
+    assert pool.allocate(120) == 1
+    assert pool.allocate(120) is None
+    pool.free(1, 120)
+    assert pool.allocate(120) == 1
+
+
+def test_bench_measures_iterations_per_second():
+    figures = bench(Hardware(gpus=4, gpus_per_node=4), trials=8, max_t=5, planners=("one_per_gpu", "waterfill"))
+    assert figures["iterations"] == 2 * 8 * 5
+    assert figures["sim_iterations_per_s"] > 0 and set(figures["per_planner"]) == {"one_per_gpu", "waterfill"}
+
+
+def test_cli_last_line_is_the_json_of_every_planner(capsys):
+    assert main(["--gpus", "4", "--trials", "24", "--searcher", "asha", "--json", "--seed", "2"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    figures = json.loads(lines[-1])
+    assert list(figures) == list(PLANNERS)
+    for values in figures.values():
+        assert values["makespan_s"] > 0 and "time_to_target_s" in values and "mean_jct_s" in values
+        assert "utilisation" in values and values["sim_iterations_per_s"] > 0
+    assert any("speed-up" in line for line in lines)
+
+
+def test_cli_reports_bad_input(capsys, tmp_path):
+    assert main(["--planners", "nope", "--gpus", "2", "--trials", "4"]) == 2
+    assert "unknown" in capsys.readouterr().err
+    assert main(["--trace", str(tmp_path / "missing.json"), "--gpus", "2"]) == 2
