@@ -1,0 +1,125 @@
+"""Ray Tune's API on fluidsalus: change ``from ray import tune`` to ``from fluidsalus import tune``.
+
+The names a Ray Tune script touches, with Ray 2.x's signatures and defaults:
+
+- :class:`Tuner` (``fit``, ``restore``, ``can_restore``, ``get_results``), :class:`TuneConfig`,
+  :class:`RunConfig`, :class:`CheckpointConfig`, :class:`FailureConfig`;
+- inside a trainable: :func:`report`, :func:`get_checkpoint`, :func:`get_context`, :class:`Checkpoint`;
+- :func:`with_parameters`, :func:`with_resources`, :class:`Trainable`, :class:`PlacementGroupFactory`;
+- the search-space functions (:func:`uniform`, :func:`choice`, :func:`grid_search`, ...);
+- :class:`Stopper` (and :mod:`fluidsalus.tune.stopper`), :class:`Callback`;
+- :mod:`fluidsalus.tune.schedulers` and :mod:`fluidsalus.tune.search` (``search.bohb``, ``search.optuna``);
+- :class:`ResultGrid`, :class:`Result`.
+
+``Tuner.fit()`` turns the search algorithm and the scheduler into one fluidsalus searcher and runs it with
+:func:`fluidsalus.run`. docs/compatibility.md lists what maps to what and what differs; docs/migrating.md
+shows the switch side by side.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from fluidsalus import session as _session
+from fluidsalus.checkpoint import Checkpoint as _EngineCheckpoint
+from fluidsalus.errors import ConfigError
+from fluidsalus.errors import FluidsalusError as TuneError
+from fluidsalus.result import Result, ResultGrid
+from fluidsalus.session import TrialContext as TuneContext
+from fluidsalus.space import (
+    choice,
+    grid_search,
+    lograndint,
+    loguniform,
+    qlograndint,
+    qloguniform,
+    qrandint,
+    qrandn,
+    quniform,
+    randint,
+    randn,
+    sample_from,
+    uniform,
+)
+from fluidsalus.tune import schedulers, search, stopper
+from fluidsalus.tune._config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+from fluidsalus.tune._trainable import PlacementGroupFactory, Trainable, with_parameters, with_resources
+from fluidsalus.tune._tuner import Tuner
+from fluidsalus.tune.callback import Callback
+from fluidsalus.tune.stopper import Stopper
+
+
+class Checkpoint(_EngineCheckpoint):
+    """A directory of files that captures a trial's state (``ray.tune.Checkpoint``).
+
+    It is :class:`fluidsalus.Checkpoint` with Ray's signature: ``filesystem`` must be None (the checkpoint is a
+    local or mounted directory).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], filesystem: Any = None) -> None:
+        if filesystem is not None:
+            raise ConfigError("Checkpoint: filesystem is not supported by fluidsalus; use a local or mounted path")
+        super().__init__(path)
+
+
+def report(metrics: Mapping[str, Any], *, checkpoint: _EngineCheckpoint | None = None) -> None:
+    """Report one iteration's metrics, and optionally a checkpoint (``ray.tune.report``).
+
+    Args:
+        metrics: The metrics of this iteration.
+        checkpoint: A :class:`Checkpoint` of the trial's state after this iteration; it is copied into the
+            experiment before ``report`` returns.
+    """
+    _session.report(metrics, checkpoint)
+
+
+def get_checkpoint() -> Checkpoint | None:
+    """The checkpoint to resume from (``ray.tune.get_checkpoint``), or None when the trial starts fresh."""
+    checkpoint = _session.get_checkpoint()
+    return None if checkpoint is None else Checkpoint(checkpoint.path)
+
+
+def get_context() -> TuneContext:
+    """The running trial's context (``ray.tune.get_context``): ids, name, folder, resources, device."""
+    return _session.get_context()
+
+
+__all__ = [
+    "Callback",
+    "Checkpoint",
+    "CheckpointConfig",
+    "FailureConfig",
+    "PlacementGroupFactory",
+    "Result",
+    "ResultGrid",
+    "RunConfig",
+    "Stopper",
+    "TuneConfig",
+    "TuneContext",
+    "TuneError",
+    "Trainable",
+    "Tuner",
+    "choice",
+    "get_checkpoint",
+    "get_context",
+    "grid_search",
+    "lograndint",
+    "loguniform",
+    "qlograndint",
+    "qloguniform",
+    "qrandint",
+    "qrandn",
+    "quniform",
+    "randint",
+    "randn",
+    "report",
+    "sample_from",
+    "schedulers",
+    "search",
+    "stopper",
+    "uniform",
+    "with_parameters",
+    "with_resources",
+]

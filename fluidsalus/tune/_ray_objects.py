@@ -1,0 +1,207 @@
+"""Ray Tune's own scheduler and search-algorithm objects, translated into fluidsalus.tune's holders.
+
+A script that changed ``from ray import tune`` but kept ``from ray.tune.schedulers import ASHAScheduler``
+passes Ray's object. Its constructor arguments are read back from the object (Ray keeps them in private
+attributes) and the equal fluidsalus.tune holder is built, with a ``UserWarning`` that names both. Classes
+with no fluidsalus equivalent (HyperOptSearch, PB2, ResourceChangingScheduler, ...) raise a
+:class:`~fluidsalus.errors.ConfigError` that names them and lists what is supported.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from fluidsalus.errors import ConfigError
+from fluidsalus.searchers import BaseSearcher
+from fluidsalus.tune.schedulers import (
+    AsyncHyperBandScheduler,
+    FIFOScheduler,
+    HyperBandForBOHB,
+    HyperBandScheduler,
+    MedianStoppingRule,
+    PopulationBasedTraining,
+    TrialScheduler,
+)
+from fluidsalus.tune.search import BasicVariantGenerator, ConcurrencyLimiter, SearchAlgorithm
+from fluidsalus.tune.search.bohb import TuneBOHB
+from fluidsalus.tune.search.optuna import OptunaSearch
+
+__all__ = ["adopt_scheduler", "adopt_search_alg", "is_ray_object"]
+
+_SUPPORTED_SCHEDULERS = ("FIFOScheduler", "AsyncHyperBandScheduler/ASHAScheduler", "HyperBandScheduler",
+                         "HyperBandForBOHB", "MedianStoppingRule", "PopulationBasedTraining")
+_SUPPORTED_SEARCHERS = ("BasicVariantGenerator", "ConcurrencyLimiter", "TuneBOHB", "OptunaSearch")
+
+
+def is_ray_object(value: Any) -> bool:
+    """Whether ``value``'s class (or a base class) comes from Ray."""
+    return any(cls.__module__.startswith("ray.") for cls in type(value).__mro__)
+
+
+def _ray_class_name(value: Any) -> str:
+    for cls in type(value).__mro__:
+        if cls.__module__.startswith("ray."):
+            return cls.__name__
+    return type(value).__name__
+
+
+def _read(value: Any, attr: str) -> Any:
+    if not hasattr(value, attr):
+        raise ConfigError(
+            f"cannot read {attr} from Ray's {type(value).__name__} (a Ray version fluidsalus does not know); "
+            f"use fluidsalus.tune's {type(value).__name__} instead"
+        )
+    return getattr(value, attr)
+
+
+def _asha(value: Any) -> AsyncHyperBandScheduler:
+    brackets = _read(value, "_brackets")
+    rungs = brackets[0]._rungs if brackets else []
+    grace_period = rungs[-1][0] if rungs else _read(value, "_max_t")
+    return AsyncHyperBandScheduler(
+        time_attr=_read(value, "_time_attr"), metric=_read(value, "_metric"), mode=_read(value, "_mode"),
+        max_t=_read(value, "_max_t"), grace_period=grace_period,
+        reduction_factor=_read(value, "_reduction_factor"), brackets=len(brackets),
+        stop_last_trials=_read(value, "_stop_last_trials"),
+    )
+
+
+def _hyperband(cls: type[HyperBandScheduler]) -> Callable[[Any], HyperBandScheduler]:
+    def build(value: Any) -> HyperBandScheduler:
+        return cls(time_attr=_read(value, "_time_attr"), metric=_read(value, "_metric"), mode=_read(value, "_mode"),
+                   max_t=_read(value, "_max_t_attr"), reduction_factor=_read(value, "_eta"),
+                   stop_last_trials=_read(value, "_stop_last_trials"))
+
+    return build
+
+
+def _median(value: Any) -> MedianStoppingRule:
+    return MedianStoppingRule(
+        time_attr=_read(value, "_time_attr"), metric=_read(value, "_metric"), mode=_read(value, "_mode"),
+        grace_period=_read(value, "_grace_period"), min_samples_required=_read(value, "_min_samples_required"),
+        min_time_slice=_read(value, "_min_time_slice"), hard_stop=_read(value, "_hard_stop"),
+    )
+
+
+def _pbt(value: Any) -> PopulationBasedTraining:
+    names = ("time_attr", "metric", "mode", "perturbation_interval", "burn_in_period", "hyperparam_mutations",
+             "quantile_fraction", "resample_probability", "perturbation_factors", "custom_explore_fn",
+             "log_config", "require_attrs", "synch")
+    return PopulationBasedTraining(**{name: _read(value, f"_{name}") for name in names})
+
+
+_SCHEDULERS: dict[str, Callable[[Any], TrialScheduler]] = {
+    "FIFOScheduler": lambda value: FIFOScheduler(),
+    "AsyncHyperBandScheduler": _asha,
+    "HyperBandScheduler": _hyperband(HyperBandScheduler),
+    "HyperBandForBOHB": _hyperband(HyperBandForBOHB),
+    "MedianStoppingRule": _median,
+    "PopulationBasedTraining": _pbt,
+}
+
+
+def _basic_variant(value: Any) -> BasicVariantGenerator:
+    state = _read(value, "_random_state")
+    rng = getattr(state, "_rng", state)
+    return BasicVariantGenerator(points_to_evaluate=_read(value, "_points_to_evaluate"),
+                                 max_concurrent=_read(value, "max_concurrent"),
+                                 constant_grid_search=_read(value, "_constant_grid_search"), random_state=rng)
+
+
+def _limiter(value: Any) -> ConcurrencyLimiter:
+    return ConcurrencyLimiter(adopt_search_alg(_read(value, "searcher"), warn=False),
+                              max_concurrent=_read(value, "max_concurrent"), batch=_read(value, "batch"))
+
+
+def _bohb(value: Any) -> TuneBOHB:
+    return TuneBOHB(space=_read(value, "_space") or None, bohb_config=_read(value, "_bohb_config"),
+                    metric=_read(value, "_metric"), mode=_read(value, "_mode"),
+                    points_to_evaluate=_read(value, "_points_to_evaluate"), seed=_read(value, "_seed"),
+                    max_concurrent=_read(value, "_max_concurrent"))
+
+
+def _optuna(value: Any) -> OptunaSearch:
+    storage = _read(value, "_storage")
+    return OptunaSearch(space=_read(value, "_space") or None, metric=_read(value, "_metric"),
+                        mode=_read(value, "_mode"), points_to_evaluate=_read(value, "_points_to_evaluate") or None,
+                        sampler=_read(value, "_sampler"),
+                        study_name=_read(value, "_study_name") if storage is not None else None,
+                        storage=storage, seed=_read(value, "_seed"),
+                        evaluated_rewards=_read(value, "_evaluated_rewards"))
+
+
+_SEARCHERS: dict[str, Callable[[Any], SearchAlgorithm]] = {
+    "BasicVariantGenerator": _basic_variant,
+    "ConcurrencyLimiter": _limiter,
+    "TuneBOHB": _bohb,
+    "OptunaSearch": _optuna,
+}
+
+
+def _warn(field: str, ray_name: str, ours: Any, module: str) -> None:
+    warnings.warn(
+        f"fluidsalus.tune: TuneConfig.{field} is Ray Tune's {ray_name}; it was translated into {ours!r}. Change "
+        f"the import to `from {module} import {type(ours).__name__}`.",
+        UserWarning,
+        stacklevel=4,
+    )
+
+
+def adopt_scheduler(value: Any) -> TrialScheduler | None:
+    """``TuneConfig.scheduler`` as a fluidsalus.tune scheduler (Ray's own are translated with a warning).
+
+    Raises:
+        ConfigError: Not a scheduler, or a Ray scheduler with no fluidsalus equivalent.
+    """
+    if value is None or isinstance(value, TrialScheduler):
+        return value
+    if is_ray_object(value):
+        name = _ray_class_name(value)
+        build = _SCHEDULERS.get(name)
+        if build is None:
+            raise ConfigError(
+                f"TuneConfig: scheduler is Ray Tune's {name}, which fluidsalus has no equivalent for; supported: "
+                f"{', '.join(_SUPPORTED_SCHEDULERS)}"
+            )
+        with warnings.catch_warnings():  # one warning, for the whole object
+            warnings.simplefilter("ignore", UserWarning)
+            ours = build(value)
+        _warn("scheduler", name, ours, "fluidsalus.tune.schedulers")
+        return ours
+    raise ConfigError(
+        f"TuneConfig: scheduler must be None or one of fluidsalus.tune.schedulers' {', '.join(_SUPPORTED_SCHEDULERS)} "
+        f"(got {type(value).__name__})"
+    )
+
+
+def adopt_search_alg(value: Any, warn: bool = True) -> Any:
+    """``TuneConfig.search_alg`` as a fluidsalus.tune search algorithm (Ray's own translated with a warning).
+
+    A fluidsalus :class:`~fluidsalus.searchers.BaseSearcher` is returned as it is.
+
+    Raises:
+        ConfigError: Not a search algorithm, or a Ray one with no fluidsalus equivalent.
+    """
+    if value is None or isinstance(value, (SearchAlgorithm, BaseSearcher)):
+        return value
+    if is_ray_object(value):
+        name = _ray_class_name(value)
+        build = _SEARCHERS.get(name)
+        if build is None:
+            raise ConfigError(
+                f"TuneConfig: search_alg is Ray Tune's {name}, which fluidsalus has no equivalent for; supported: "
+                f"{', '.join(_SUPPORTED_SEARCHERS)}"
+            )
+        with warnings.catch_warnings():  # one warning, for the whole object
+            warnings.simplefilter("ignore", UserWarning)
+            ours = build(value)
+        if warn:
+            module = {"TuneBOHB": "fluidsalus.tune.search.bohb", "OptunaSearch": "fluidsalus.tune.search.optuna"}
+            _warn("search_alg", name, ours, module.get(name, "fluidsalus.tune.search"))
+        return ours
+    raise ConfigError(
+        f"TuneConfig: search_alg must be None, one of fluidsalus.tune.search's {', '.join(_SUPPORTED_SEARCHERS)} "
+        f"or a fluidsalus.searchers searcher (got {type(value).__name__})"
+    )

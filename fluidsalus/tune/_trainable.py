@@ -1,0 +1,556 @@
+"""Trainables: :func:`with_parameters`, :func:`with_resources`, the class API :class:`Trainable`, and the
+one picklable entry point (:class:`TrialEntry`) that the device actors call for every trial.
+
+* ``with_parameters(trainable, **kwargs)`` keeps the objects; at ``fit()`` each is put in Ray's object store
+  once per run, and every trial gets its own copy with ``ray.get`` on its device (as in Ray).
+* ``with_resources(trainable, resources)`` records a resource request. fluidsalus places trials itself
+  (several per device, in lanes), so the request is a *hint*: it is what ``get_context().get_trial_resources()``
+  returns inside the trial, and a fractional ``gpu`` is never a hard share of a GPU.
+* A :class:`Trainable` subclass (``setup``/``step``/``save_checkpoint``/``load_checkpoint``/``cleanup``) runs
+  as a function trainable: one ``report`` per ``step()``, ``"done": True`` ends it, and it checkpoints as
+  ``CheckpointConfig(checkpoint_frequency=..., checkpoint_at_end=...)`` asks (at every iteration under
+  population based training, whose exploits restart trials from checkpoints).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import json
+import math
+import numbers
+import os
+import pickle
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fluidsalus.checkpoint import Checkpoint
+from fluidsalus.errors import ConfigError
+
+__all__ = [
+    "ClassOptions",
+    "PlacementGroupFactory",
+    "Prepared",
+    "Trainable",
+    "TrialEntry",
+    "adopt_ray_trainable",
+    "trainable_name",
+    "with_parameters",
+    "with_resources",
+]
+
+#: File of a class trainable's checkpoint that holds the dict ``save_checkpoint`` returned.
+DICT_CHECKPOINT_FILE = "_dict_checkpoint.pkl"
+#: File of a class trainable's checkpoint that holds its counters.
+STATE_FILE = "_trainable_state.json"
+#: Result keys a class trainable's ``step()`` may set to steer the loop (Ray's).
+DONE_KEY, SHOULD_CHECKPOINT_KEY = "done", "should_checkpoint"
+#: Resource names that are spelled in upper case in Ray's placement groups.
+_RESOURCE_ALIASES = {"CPU": "cpu", "GPU": "gpu"}
+
+
+def _is_trainable_class(value: Any) -> bool:
+    return isinstance(value, type) and issubclass(value, Trainable)
+
+
+def _check_base(value: Any, where: str) -> None:
+    if isinstance(value, str):
+        raise ConfigError(
+            f"{where}: trainable {value!r} is a registered name; fluidsalus has no trainable registry. Pass the "
+            "function (or fluidsalus.tune.Trainable subclass) itself"
+        )
+    if isinstance(value, type):
+        if issubclass(value, Trainable):
+            return
+        if any(cls.__module__.startswith("ray.") for cls in value.__mro__):
+            raise ConfigError(
+                f"{where}: {value.__name__} subclasses Ray's {value.__mro__[1].__name__}; fluidsalus runs function "
+                "trainables and fluidsalus.tune.Trainable subclasses. Import Trainable from fluidsalus.tune "
+                "(Ray Train trainers such as TorchTrainer are not supported)"
+            )
+        raise ConfigError(f"{where}: the class {value.__name__} is not a fluidsalus.tune.Trainable subclass")
+    if type(value).__module__.startswith("ray.train") or hasattr(value, "as_trainable"):
+        raise ConfigError(
+            f"{where}: {type(value).__name__} (a Ray Train trainer) is not supported; pass a function trainable"
+        )
+    if not callable(value):
+        raise ConfigError(f"{where}: trainable must be a function f(config) or a Trainable subclass "
+                          f"(got {type(value).__name__})")
+
+
+def trainable_name(trainable: Any) -> str:
+    """The name an experiment is named after (a function's or class's ``__name__``)."""
+    base = trainable.base if isinstance(trainable, Prepared) else trainable
+    return getattr(base, "__name__", type(base).__name__)
+
+
+def _check_resources(resources: Any) -> dict[str, float] | Callable[[dict[str, Any]], Any]:
+    if callable(resources) and not isinstance(resources, Mapping) and not hasattr(resources, "bundles"):
+        return resources
+    return normalize_resources(resources)
+
+
+def normalize_resources(resources: Any) -> dict[str, float]:
+    """A resource request as ``{name: amount}``: a dict, or a placement group factory's bundles summed.
+
+    Raises:
+        ConfigError: Not a dict / placement group factory, or an amount that is not a number ``>= 0``.
+    """
+    bundles = getattr(resources, "bundles", None)
+    if bundles is not None and not isinstance(resources, Mapping):
+        total: dict[str, float] = {}
+        for bundle in bundles:
+            for key, value in dict(bundle).items():
+                total[key] = total.get(key, 0.0) + value
+        resources = total
+    if not isinstance(resources, Mapping):
+        raise ConfigError(
+            "with_resources: resources must be a dict such as {'cpu': 1, 'gpu': 0.5}, a placement group factory "
+            f"or a function of the config returning one (got {type(resources).__name__})"
+        )
+    out: dict[str, float] = {}
+    for key, value in resources.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"with_resources: resource names must be strings (got {key!r})")
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+            raise ConfigError(f"with_resources: resources[{key!r}] must be a number >= 0 (got {value!r})")
+        name = _RESOURCE_ALIASES.get(key, key)
+        out[name] = out.get(name, 0.0) + float(value)
+    return out
+
+
+class Prepared:
+    """A trainable with parameters and/or a resource request attached (what the two wrappers return).
+
+    Calling it runs the trainable in this process with the parameters (no Ray needed); ``Tuner.fit()`` turns
+    it into a :class:`TrialEntry` that fetches them from Ray's object store.
+    """
+
+    def __init__(self, base: Any, parameters: Mapping[str, Any] | None = None,
+                 resources: dict[str, float] | Callable[[dict[str, Any]], Any] | None = None) -> None:
+        self.base = base
+        self.parameters = dict(parameters or {})
+        self.resources = resources
+        self.__name__ = trainable_name(base)
+        self.__doc__ = getattr(base, "__doc__", None)
+        self.__wrapped__ = base
+
+    def __call__(self, config: dict[str, Any]) -> Any:
+        if _is_trainable_class(self.base):
+            raise TypeError("a Trainable class runs under Tuner.fit(); it cannot be called directly")
+        return self.base(config, **self.parameters)
+
+    def __repr__(self) -> str:
+        return (f"Prepared({self.__name__}, parameters={sorted(self.parameters)}, "
+                f"resources={self.resources!r})")
+
+
+def with_parameters(trainable: Any, **kwargs: Any) -> Prepared:
+    """Pass large objects to a trainable once per run (``ray.tune.with_parameters``).
+
+    The trainable is called as ``trainable(config, **kwargs)`` (a Trainable class gets them in ``setup``). At
+    ``Tuner.fit()`` every object is put in Ray's object store once, and each trial gets it with ``ray.get``
+    on its device.
+
+    Args:
+        trainable: A function ``f(config, **kwargs)``, or a :class:`Trainable` subclass whose ``setup`` takes
+            the keyword arguments.
+        **kwargs: The objects.
+
+    Returns:
+        The trainable with its parameters attached.
+    """
+    if isinstance(trainable, Prepared):
+        _check_base(trainable.base, "with_parameters")
+        return Prepared(trainable.base, {**trainable.parameters, **kwargs}, trainable.resources)
+    _check_base(trainable, "with_parameters")
+    return Prepared(trainable, kwargs)
+
+
+def with_resources(trainable: Any, resources: Any) -> Prepared:
+    """Attach a resource request to a trainable (``ray.tune.with_resources``).
+
+    fluidsalus reads it as a hint: the trial records it (``get_context().get_trial_resources()``), and the
+    engine still places trials several to a device, in lanes; a fractional ``gpu`` is not a hard share.
+
+    Args:
+        trainable: A function or :class:`Trainable` subclass.
+        resources: ``{"cpu": 1, "gpu": 0.5, ...}``, a placement group factory (its bundles are summed), or a
+            function ``f(config)`` that returns one of these for each trial.
+
+    Returns:
+        The trainable with the request attached.
+    """
+    checked = _check_resources(resources)
+    if isinstance(trainable, Prepared):
+        _check_base(trainable.base, "with_resources")
+        return Prepared(trainable.base, trainable.parameters, checked)
+    _check_base(trainable, "with_resources")
+    return Prepared(trainable, None, checked)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The class API
+# ---------------------------------------------------------------------------------------------------------
+
+
+class Trainable:
+    """The class trainable API (``ray.tune.Trainable``): override ``setup``, ``step``, ``save_checkpoint``,
+    ``load_checkpoint`` and ``cleanup``.
+
+    ``step()`` returns one iteration's metrics (``{"done": True}`` ends the trial). ``save_checkpoint(dir)``
+    writes files into ``dir`` and returns None, or returns a dict that fluidsalus stores;
+    ``load_checkpoint`` then gets the directory, or that dict.
+
+    Args:
+        config: The trial's configuration (kept as ``self.config``; ``setup`` gets a copy).
+        storage: Accepted for Ray's signature; unused.
+    """
+
+    def __init__(self, config: dict[str, Any] | None = None, storage: Any = None) -> None:
+        self.config = dict(config or {})
+        self._iteration = 0
+        self._time_total = 0.0
+        self._iterations_since_restore = 0
+        self._restored = False
+        self._last_result: dict[str, Any] | None = None
+        setup_kwargs = getattr(self, "_fluidsalus_setup_kwargs", {})
+        self.setup(copy.deepcopy(self.config), **setup_kwargs)
+
+    # ------------------------------------------------------------------ user hooks
+
+    def setup(self, config: dict[str, Any]) -> None:
+        """Initialise the trial (called once, with a copy of ``config``)."""
+
+    def step(self) -> dict[str, Any]:
+        """Run one iteration and return its metrics."""
+        raise NotImplementedError(f"{type(self).__name__}.step() must be implemented")
+
+    def save_checkpoint(self, checkpoint_dir: str) -> dict[str, Any] | None:
+        """Write the state into ``checkpoint_dir`` (return None), or return it as a dict."""
+        raise NotImplementedError(f"{type(self).__name__}.save_checkpoint() must be implemented to checkpoint")
+
+    def load_checkpoint(self, checkpoint: dict[str, Any] | str | None) -> None:
+        """Restore from what ``save_checkpoint`` wrote (the directory) or returned (the dict)."""
+        raise NotImplementedError(f"{type(self).__name__}.load_checkpoint() must be implemented to restore")
+
+    def cleanup(self) -> None:
+        """Release resources when the trial ends."""
+
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        """Ray's actor reuse hook; fluidsalus never calls it."""
+        return False
+
+    # ------------------------------------------------------------------ the loop's API (Ray's names)
+
+    def train(self) -> dict[str, Any]:
+        """Run ``step()`` once and count the iteration."""
+        start = time.time()
+        result = self.step()
+        if not isinstance(result, dict):
+            raise TypeError(f"{type(self).__name__}.step() must return a dict, got {type(result).__name__}")
+        result = dict(result)
+        self._iteration += 1
+        self._iterations_since_restore += 1
+        self._time_total += time.time() - start
+        self._last_result = result
+        return result
+
+    def save(self, checkpoint_dir: str | None = None) -> Checkpoint:
+        """Save a checkpoint into ``checkpoint_dir`` (a new temporary folder if None)."""
+        target = checkpoint_dir or tempfile.mkdtemp(prefix="fluidsalus_trainable_")
+        os.makedirs(target, exist_ok=True)
+        state = self.save_checkpoint(target)
+        if isinstance(state, dict):
+            with open(os.path.join(target, DICT_CHECKPOINT_FILE), "wb") as f:
+                pickle.dump(state, f)
+        elif state is not None and not isinstance(state, str):
+            raise TypeError(f"{type(self).__name__}.save_checkpoint() must return None or a dict, "
+                            f"got {type(state).__name__}")
+        with open(os.path.join(target, STATE_FILE), "w") as f:
+            json.dump({"iteration": self._iteration, "time_total": self._time_total}, f)
+        return Checkpoint.from_directory(target)
+
+    def restore(self, checkpoint_path: Checkpoint | str) -> None:
+        """Restore from a checkpoint that :meth:`save` made (a :class:`Checkpoint` or its folder)."""
+        path = checkpoint_path.path if isinstance(checkpoint_path, Checkpoint) else os.fspath(checkpoint_path)
+        state_file = os.path.join(path, STATE_FILE)
+        if os.path.exists(state_file):
+            with open(state_file) as f:
+                state = json.load(f)
+            self._iteration = int(state.get("iteration", 0))
+            self._time_total = float(state.get("time_total", 0.0))
+        dict_file = os.path.join(path, DICT_CHECKPOINT_FILE)
+        if os.path.exists(dict_file):
+            with open(dict_file, "rb") as f:
+                self.load_checkpoint(pickle.load(f))
+        else:
+            self.load_checkpoint(path)
+        self._restored = True
+        self._iterations_since_restore = 0
+
+    def stop(self) -> None:
+        """End the trial: calls ``cleanup()``."""
+        self.cleanup()
+
+    def get_config(self) -> dict[str, Any]:
+        """The trial's configuration."""
+        return self.config
+
+    @property
+    def iteration(self) -> int:
+        """Iterations done so far (counting those before a restore)."""
+        return self._iteration
+
+    @property
+    def training_iteration(self) -> int:
+        """Ray's alias of :attr:`iteration`."""
+        return self._iteration
+
+    @property
+    def trial_id(self) -> str:
+        """The trial's id (``"default"`` outside a trial, as in Ray)."""
+        return self._context_value("get_trial_id", "default")
+
+    @property
+    def trial_name(self) -> str:
+        """The trial's name (``"default"`` outside a trial)."""
+        return self._context_value("get_trial_name", "default")
+
+    @property
+    def logdir(self) -> str:
+        """The trial's folder (the current folder outside a trial)."""
+        return self._context_value("get_trial_dir", os.getcwd())
+
+    @property
+    def trial_resources(self) -> dict[str, float]:
+        """The trial's recorded resources (empty outside a trial)."""
+        return self._context_value("get_trial_resources", {})
+
+    @staticmethod
+    def _context_value(method: str, default: Any) -> Any:
+        from fluidsalus.errors import SessionError
+        from fluidsalus.session import get_context
+
+        try:
+            return getattr(get_context(), method)()
+        except SessionError:
+            return default
+
+
+@dataclass(frozen=True)
+class ClassOptions:
+    """When a class :class:`Trainable` checkpoints.
+
+    Attributes:
+        checkpoint_frequency: Every this many iterations (0: never).
+        checkpoint_at_end: When the trainable ends itself (``"done": True``).
+        every_iteration: At every iteration (population based training needs a checkpoint at each
+            perturbation point).
+    """
+
+    checkpoint_frequency: int = 0
+    checkpoint_at_end: bool = False
+    every_iteration: bool = False
+
+    def wants(self, iteration: int, result: Mapping[str, Any], done: bool) -> bool:
+        """Whether to checkpoint after ``iteration``."""
+        return bool(
+            self.every_iteration
+            or result.get(SHOULD_CHECKPOINT_KEY)
+            or (self.checkpoint_frequency and iteration % self.checkpoint_frequency == 0)
+            or (done and self.checkpoint_at_end)
+        )
+
+
+def run_trainable_class(cls: type[Trainable], config: dict[str, Any], parameters: Mapping[str, Any],
+                        options: ClassOptions) -> None:
+    """Run a :class:`Trainable` subclass as a function trainable (inside a trial)."""
+    from fluidsalus.session import get_checkpoint, report
+
+    trainable = cls.__new__(cls)
+    trainable._fluidsalus_setup_kwargs = dict(parameters)
+    cls.__init__(trainable, config)
+    try:
+        checkpoint = get_checkpoint()
+        if checkpoint is not None:
+            trainable.restore(checkpoint)
+        while True:
+            result = trainable.train()
+            done = bool(result.pop(DONE_KEY, False))
+            save = options.wants(trainable.iteration, result, done)
+            result.pop(SHOULD_CHECKPOINT_KEY, None)
+            if save:
+                saved = trainable.save()
+                try:
+                    report(result, checkpoint=saved)
+                finally:
+                    shutil.rmtree(saved.path, ignore_errors=True)
+            else:
+                report(result)
+            if done:
+                return
+    finally:
+        trainable.stop()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What the device actors run
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _load_entry(base: Any, refs_blob: bytes, resources: Any, options: ClassOptions | None, name: str) -> TrialEntry:
+    import ray
+
+    return TrialEntry(base, ray.cloudpickle.loads(refs_blob), resources, options, name)
+
+
+class TrialEntry:
+    """The picklable function every trial of a ``Tuner.fit()`` runs.
+
+    It records the trial's resource request, fetches the ``with_parameters`` objects from Ray's object store
+    and calls the trainable (a :class:`Trainable` subclass runs through :func:`run_trainable_class`).
+
+    Object references are pickled with Ray's own pickler (``ray.cloudpickle``), which registers their owner, so
+    the device actors can fetch them; a plain ``cloudpickle`` of a reference cannot be resolved there.
+
+    Args:
+        base: The function or Trainable subclass.
+        refs: Parameter name -> ``ray.ObjectRef``.
+        resources: The resource request (a dict, a function of the config, or None).
+        options: Checkpointing of a Trainable subclass (None for functions).
+        name: The trainable's name.
+    """
+
+    def __init__(self, base: Any, refs: Mapping[str, Any], resources: Any, options: ClassOptions | None,
+                 name: str) -> None:
+        self.base = base
+        self.refs = dict(refs)
+        self.resources = resources
+        self.options = options
+        self.__name__ = name
+        functools.update_wrapper(self, base, assigned=("__doc__",), updated=())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        import ray
+
+        return (_load_entry, (self.base, ray.cloudpickle.dumps(self.refs), self.resources, self.options,
+                              self.__name__))
+
+    def _record_resources(self, config: dict[str, Any]) -> None:
+        from fluidsalus.errors import SessionError
+        from fluidsalus.session import get_context
+
+        if self.resources is None:
+            return
+        request = self.resources(config) if callable(self.resources) else self.resources
+        with contextlib.suppress(SessionError):
+            get_context().resources = normalize_resources(request)
+
+    def __call__(self, config: dict[str, Any]) -> Any:
+        import ray
+
+        self._record_resources(config)
+        parameters = {name: ray.get(ref) for name, ref in self.refs.items()}
+        if _is_trainable_class(self.base):
+            return run_trainable_class(self.base, config, parameters, self.options or ClassOptions())
+        return self.base(config, **parameters)
+
+
+def make_entry(trainable: Any, options: ClassOptions | None) -> tuple[TrialEntry, list[Any]]:
+    """The :class:`TrialEntry` of a user's trainable; the ``with_parameters`` objects are put in Ray now.
+
+    Ray must be initialised. Returns the entry and the object references (keep them alive for the run).
+    """
+    import ray
+
+    prepared = trainable if isinstance(trainable, Prepared) else Prepared(trainable)
+    _check_base(prepared.base, "Tuner")
+    refs = {name: ray.put(value) for name, value in prepared.parameters.items()}
+    is_class = _is_trainable_class(prepared.base)
+    entry = TrialEntry(prepared.base, refs, prepared.resources, options if is_class else None, prepared.__name__)
+    return entry, list(refs.values())
+
+
+def is_class_trainable(trainable: Any) -> bool:
+    """Whether ``trainable`` (possibly wrapped) is a :class:`Trainable` subclass."""
+    base = trainable.base if isinstance(trainable, Prepared) else trainable
+    return _is_trainable_class(base)
+
+
+class PlacementGroupFactory:
+    """A resource request as bundles (``ray.tune.PlacementGroupFactory``), for :func:`with_resources`.
+
+    fluidsalus sums the bundles into one request and records it as a hint (see :func:`with_resources`).
+
+    Args:
+        bundles: A list of ``{resource: amount}`` dicts.
+        strategy: Ray's placement strategy; accepted and not used.
+    """
+
+    def __init__(self, bundles: list[dict[str, float]], strategy: str = "PACK", *args: Any, **kwargs: Any) -> None:
+        if not isinstance(bundles, (list, tuple)) or not all(isinstance(b, Mapping) for b in bundles):
+            raise ConfigError(f"PlacementGroupFactory: bundles must be a list of dicts (got {bundles!r})")
+        self.bundles = [dict(b) for b in bundles]
+        self.strategy = strategy
+
+    @property
+    def required_resources(self) -> dict[str, float]:
+        """The bundles summed."""
+        return normalize_resources(self)
+
+    def __repr__(self) -> str:
+        return f"PlacementGroupFactory({self.bundles!r}, strategy={self.strategy!r})"
+
+
+#: Module of Ray's ``with_parameters``/``with_resources``.
+_RAY_TRAINABLE_UTIL = "ray.tune.trainable.util"
+#: Name of the function Ray's ``with_parameters`` returns for a function trainable.
+_RAY_WRAPPER_NAME = "inner"
+
+
+def adopt_ray_trainable(trainable: Any) -> Any:
+    """A trainable wrapped by Ray's own ``with_parameters`` / ``with_resources``, as fluidsalus's wrappers.
+
+    Ray's ``with_parameters`` keeps the objects in a registry of object references that only Ray's trial
+    runner can pickle, and ``with_resources`` sets a ``_resources`` attribute on the function. The objects
+    and the request are read back on the driver and attached with :class:`Prepared`, with a ``UserWarning``.
+    Anything else is returned as it is.
+    """
+    if isinstance(trainable, Prepared) or isinstance(trainable, type) or not callable(trainable):
+        return trainable
+    code = getattr(trainable, "__code__", None)
+    parameters: dict[str, Any] = {}
+    base = trainable
+    translated = []
+    if getattr(trainable, "__module__", None) == _RAY_TRAINABLE_UTIL and code is not None \
+            and code.co_name == _RAY_WRAPPER_NAME:
+        import inspect
+
+        closure = inspect.getclosurevars(trainable).nonlocals
+        registry, prefix = closure["parameter_registry"], closure["prefix"]
+        base = closure["trainable"]
+        parameters = {key: registry.get(prefix + key) for key in closure["keys"]}
+        translated.append("with_parameters")
+    ray_resources = getattr(trainable, "_resources", None)
+    resources = None
+    if ray_resources is not None:
+        resources = ray_resources if callable(ray_resources) and not hasattr(ray_resources, "bundles") \
+            else normalize_resources(ray_resources)
+        translated.append("with_resources")
+    if not translated:
+        return trainable
+    import warnings
+
+    warnings.warn(
+        f"fluidsalus.tune: the trainable was wrapped by Ray Tune's {' and '.join(translated)}; it was translated "
+        "into fluidsalus.tune's. Change `from ray import tune` to `from fluidsalus import tune`.",
+        UserWarning,
+        stacklevel=3,
+    )
+    return Prepared(base, parameters, resources)

@@ -1,0 +1,436 @@
+"""One fluidsalus searcher from Ray Tune's (search algorithm, scheduler, param_space, metric/mode).
+
+Ray splits the work in two: a search algorithm proposes configurations and a scheduler stops, pauses or
+perturbs trials. fluidsalus's searchers do both and propose TrialGroups, so :func:`plan` combines the pair:
+
+=============================================  ======================================================
+search_alg (+ ConcurrencyLimiter)              scheduler                  -> fluidsalus searcher
+=============================================  ======================================================
+None / BasicVariantGenerator                   None / FIFOScheduler       -> RandomSearch
+None / BasicVariantGenerator                   AsyncHyperBandScheduler    -> ASHA
+None / BasicVariantGenerator                   HyperBandScheduler         -> HyperBand
+None / BasicVariantGenerator                   HyperBandForBOHB           -> HyperBand (warning: bracket order)
+TuneBOHB                                       HyperBandForBOHB           -> SyncBOHB
+TuneBOHB                                       AsyncHyperBandScheduler    -> BOHB
+None / BasicVariantGenerator                   PopulationBasedTraining    -> PBT
+OptunaSearch                                   None / FIFOScheduler       -> OptunaSearch
+OptunaSearch                                   AsyncHyperBandScheduler    -> OptunaSearch + SuccessiveHalvingPruner
+None / BasicVariantGenerator / OptunaSearch    MedianStoppingRule         -> OptunaSearch + MedianPruner
+a fluidsalus BaseSearcher                      None / FIFOScheduler       -> that searcher, as it is
+=============================================  ======================================================
+
+Every other pair raises a :class:`~fluidsalus.errors.ConfigError` naming both and the pairs that work. Ray
+Tune's own scheduler and search-algorithm objects (an import that was not changed) are first translated into
+the fluidsalus.tune holders with a ``UserWarning`` (:mod:`fluidsalus.tune._ray_objects`).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fluidsalus import space as sp
+from fluidsalus.errors import ConfigError
+from fluidsalus.searchers import ASHA, BOHB, PBT, BaseSearcher, HyperBand, OptunaSearch, RandomSearch, SyncBOHB
+from fluidsalus.tune._config import INFINITE_SAMPLES, TuneConfig
+from fluidsalus.tune._domains import translate_ray_values
+from fluidsalus.tune._ray_objects import adopt_scheduler, adopt_search_alg
+from fluidsalus.tune.schedulers import (
+    AsyncHyperBandScheduler,
+    FIFOScheduler,
+    HyperBandForBOHB,
+    HyperBandScheduler,
+    MedianStoppingRule,
+    PopulationBasedTraining,
+    TrialScheduler,
+)
+from fluidsalus.tune.search import BasicVariantGenerator, ConcurrencyLimiter
+from fluidsalus.tune.search.bohb import TuneBOHB
+from fluidsalus.tune.search.optuna import OptunaSearch as OptunaHolder
+
+__all__ = ["MaxBudgetStop", "Plan", "plan"]
+
+#: The result key Optuna's pruners count steps in (``trial.report(value, training_iteration)``).
+OPTUNA_STEP_KEY = "training_iteration"
+#: Ray's default study name of an OptunaSearch (used with a storage when no name is given).
+DEFAULT_STUDY_NAME = "optuna"
+
+_WORKING_PAIRS = (
+    "FIFO/None or BasicVariantGenerator with FIFOScheduler, AsyncHyperBandScheduler, HyperBandScheduler, "
+    "HyperBandForBOHB, MedianStoppingRule or PopulationBasedTraining; TuneBOHB with HyperBandForBOHB or "
+    "AsyncHyperBandScheduler; OptunaSearch with FIFOScheduler, AsyncHyperBandScheduler or MedianStoppingRule"
+)
+
+
+@dataclass(frozen=True)
+class MaxBudgetStop:
+    """Stops a trial once ``result[time_attr] >= max_t`` (ASHA's ``max_t`` when Optuna's pruner replaces it)."""
+
+    time_attr: str
+    max_t: float
+
+    def __call__(self, trial_id: str, result: Mapping[str, Any]) -> bool:
+        value = result.get(self.time_attr)
+        return value is not None and value >= self.max_t
+
+
+@dataclass
+class Plan:
+    """What ``Tuner.fit()`` passes to ``fluidsalus.run``.
+
+    Attributes:
+        searcher: The one fluidsalus searcher.
+        space: The search space it searches (for the run's record).
+        metric: The metric (from TuneConfig, the scheduler or the search algorithm), or None.
+        mode: The mode, or None.
+        max_concurrent_trials: Cap on running trials (TuneConfig, ConcurrencyLimiter, ``max_concurrent``).
+        extra_stops: Per-trial stop rules to add to the user's ``stop``.
+        checkpoint_every_iteration: A class Trainable must checkpoint at every iteration (PBT).
+        summary: A one-line description, e.g. ``"ASHAScheduler -> ASHA(max_t=100, ...)"``.
+    """
+
+    searcher: BaseSearcher
+    space: dict[str, Any]
+    metric: str | None
+    mode: str | None
+    max_concurrent_trials: int | None = None
+    extra_stops: list[Callable[[str, Mapping[str, Any]], bool]] = field(default_factory=list)
+    checkpoint_every_iteration: bool = False
+    summary: str = ""
+
+
+def _pick(what: str, values: list[tuple[str, str | None]]) -> str | None:
+    """The one value given among ``(source, value)`` pairs; different values are a ConfigError."""
+    given = [(source, value) for source, value in values if value is not None]
+    distinct = {value for _, value in given}
+    if len(distinct) > 1:
+        shown = ", ".join(f"{source}={value!r}" for source, value in given)
+        raise ConfigError(
+            f"{what}: given differently to {shown}; give it once (to TuneConfig, or to the scheduler / search "
+            "algorithm)"
+        )
+    return given[0][1] if given else None
+
+
+def _unwrap(search_alg: Any) -> tuple[Any, list[int]]:
+    limits: list[int] = []
+    while isinstance(search_alg, ConcurrencyLimiter):
+        limits.append(search_alg.max_concurrent)
+        search_alg = adopt_search_alg(search_alg.searcher)
+    return search_alg, limits
+
+
+def _concurrency(tune_config: TuneConfig, limits: list[int], search_alg: Any) -> int | None:
+    own = getattr(search_alg, "max_concurrent", 0) or 0
+    if isinstance(search_alg, (BasicVariantGenerator, TuneBOHB)) and own:
+        limits = [*limits, own]
+    cap = tune_config.concurrency_cap
+    if cap is not None and limits and cap != min(limits):
+        raise ConfigError(
+            f"TuneConfig: max_concurrent_trials={cap} but the search algorithm already limits concurrency to "
+            f"{min(limits)} (ConcurrencyLimiter / max_concurrent); set only one of them, as Ray requires"
+        )
+    values = [*limits, *([cap] if cap is not None else [])]
+    return min(values) if values else None
+
+
+def _merge_space(param_space: dict[str, Any], own: dict[str, Any] | None, owner: str) -> dict[str, Any]:
+    """The searched space: ``param_space``, or the search algorithm's own space plus ``param_space``'s constants."""
+    if own is None:
+        return param_space
+    if param_space:
+        domains, constants = sp.split_constants(param_space)
+        if domains:
+            raise ConfigError(
+                f"TuneConfig: the search algorithm {owner} was given its own search space, and param_space holds "
+                f"parameters to search too ({', '.join(sorted(domains))}); as in Ray, put them all in one place"
+            )
+        flat_own = sp.flatten_space(own)
+        return sp.unflatten({**constants, **flat_own})
+    return own
+
+
+def _need_metric(owner: str, metric: str | None, mode: str | None) -> tuple[str, str]:
+    if metric is None or mode is None:
+        missing = " and ".join(name for name, value in (("metric", metric), ("mode", mode)) if value is None)
+        raise ConfigError(
+            f"TuneConfig: {owner} needs a metric and a mode; {missing} not given. Pass them to "
+            "TuneConfig(metric=..., mode=...) or to the scheduler / search algorithm"
+        )
+    return metric, mode
+
+
+def _no_points(owner: str, points: list[Any], target: str) -> None:
+    if points:
+        raise ConfigError(
+            f"{owner}: points_to_evaluate is not supported with {target} (fluidsalus's {target} has no warm "
+            "start); remove it, or use OptunaSearch, which runs points_to_evaluate first"
+        )
+
+
+def _finite_samples(num_samples: int, target: str) -> None:
+    if num_samples == INFINITE_SAMPLES:
+        raise ConfigError(
+            f"TuneConfig: num_samples=-1 (sample until stopped) works with random search only; {target} needs "
+            "a number of samples >= 1"
+        )
+
+
+def _describe(searcher: BaseSearcher, names: tuple[str, ...]) -> str:
+    args = ", ".join(f"{name}={getattr(searcher, name)!r}" for name in names if hasattr(searcher, name))
+    return f"{type(searcher).__name__}({args})"
+
+
+def _optuna_study(holder: OptunaHolder, mode: str, pruner: Any, sampler: Any) -> Any:
+    """The study of an OptunaSearch that names a storage (None: let fluidsalus's OptunaSearch create one)."""
+    if holder.storage is None:
+        return None
+    import optuna
+
+    if sampler is None:
+        sampler = optuna.samplers.TPESampler(seed=holder.seed)
+    return optuna.create_study(
+        storage=holder.storage, study_name=holder.study_name or DEFAULT_STUDY_NAME, sampler=sampler,
+        pruner=pruner, direction="maximize" if mode == "max" else "minimize", load_if_exists=True,
+    )
+
+
+def _optuna(holder: OptunaHolder | None, space: dict[str, Any], num_samples: int, metric: str, mode: str,
+            pruner: Any, batch_size: int | None, default_sampler: Any = None, seed: int | None = None,
+            points: list[dict[str, Any]] | None = None) -> OptunaSearch:
+    sampler = holder.sampler if holder is not None else None
+    if sampler is None:
+        sampler = default_sampler
+    study = _optuna_study(holder, mode, pruner, sampler) if holder is not None else None
+    seed = holder.seed if holder is not None else seed
+    return OptunaSearch(
+        space, num_samples, metric, mode,
+        sampler=None if study is not None else sampler,
+        seed=None if (study is not None or sampler is not None) else seed,
+        study=study,
+        pruner=pruner,
+        points_to_evaluate=(holder.points_to_evaluate if holder is not None else points) or None,
+        evaluated_rewards=holder.evaluated_rewards if holder is not None else None,
+        batch_size=batch_size,
+    )
+
+
+def _sha_pruner(scheduler: AsyncHyperBandScheduler) -> Any:
+    import optuna
+
+    owner = "OptunaSearch with AsyncHyperBandScheduler"
+    if scheduler.time_attr != OPTUNA_STEP_KEY:
+        raise ConfigError(
+            f"{owner}: time_attr must be {OPTUNA_STEP_KEY!r} (Optuna's pruner counts steps in it), got "
+            f"{scheduler.time_attr!r}"
+        )
+    if scheduler.brackets != 1:
+        raise ConfigError(f"{owner}: brackets must be 1 (Optuna's SuccessiveHalvingPruner is one bracket), got "
+                          f"{scheduler.brackets}")
+    grace = scheduler.grace_period
+    if float(grace) != int(grace) or grace < 1:
+        raise ConfigError(f"{owner}: grace_period must be a whole number of iterations >= 1, got {grace!r}")
+    return optuna.pruners.SuccessiveHalvingPruner(
+        min_resource=int(grace), reduction_factor=int(scheduler.reduction_factor)
+        if float(scheduler.reduction_factor).is_integer() else scheduler.reduction_factor,
+        min_early_stopping_rate=0,
+    )
+
+
+def _median_pruner(rule: MedianStoppingRule) -> Any:
+    import optuna
+
+    owner = "MedianStoppingRule"
+    if rule.time_attr != OPTUNA_STEP_KEY:
+        raise ConfigError(
+            f"{owner}: time_attr must be {OPTUNA_STEP_KEY!r} in fluidsalus (got {rule.time_attr!r}). It runs as "
+            "Optuna's MedianPruner, which counts iterations; pass time_attr='training_iteration' and a "
+            "grace_period in iterations"
+        )
+    if not rule.hard_stop:
+        raise ConfigError(f"{owner}: hard_stop=False (pause instead of stop) is not supported; use hard_stop=True")
+    return optuna.pruners.MedianPruner(
+        n_startup_trials=rule.min_samples_required, n_warmup_steps=int(math.floor(rule.grace_period)),
+        interval_steps=1, n_min_trials=rule.min_samples_required,
+    )
+
+
+def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
+         class_trainable: bool = False) -> Plan:
+    """Combine a TuneConfig's search algorithm and scheduler with ``param_space`` into one fluidsalus searcher.
+
+    Args:
+        tune_config: The TuneConfig.
+        param_space: The Tuner's ``param_space`` (Ray domains in it are translated, with a warning).
+        class_trainable: The trainable is a Trainable subclass (PBT then checkpoints it at every iteration).
+
+    Returns:
+        The :class:`Plan`.
+
+    Raises:
+        ConfigError: An unsupported pair, conflicting metric/mode/concurrency, or a bad argument.
+    """
+    space = translate_ray_values(dict(param_space or {}), "param_space")
+    sp.validate_space(space, allow_empty=True)
+    search_alg = adopt_search_alg(tune_config.search_alg)
+    scheduler: TrialScheduler = adopt_scheduler(tune_config.scheduler) or FIFOScheduler()
+    search_alg, limits = _unwrap(search_alg)
+    cap = _concurrency(tune_config, limits, search_alg)
+    sources_metric = [("TuneConfig.metric", tune_config.metric), (f"{type(scheduler).__name__}.metric",
+                      scheduler.metric)]
+    sources_mode = [("TuneConfig.mode", tune_config.mode), (f"{type(scheduler).__name__}.mode", scheduler.mode)]
+    if search_alg is not None and not isinstance(search_alg, (BasicVariantGenerator, BaseSearcher)):
+        sources_metric.append((f"{type(search_alg).__name__}.metric", search_alg.metric))
+        sources_mode.append((f"{type(search_alg).__name__}.mode", search_alg.mode))
+    metric = _pick("metric", sources_metric)
+    mode = _pick("mode", sources_mode)
+    n = tune_config.num_samples
+    pair = f"search_alg={type(search_alg).__name__ if search_alg is not None else None}, " \
+           f"scheduler={type(scheduler).__name__}"
+
+    if isinstance(search_alg, BaseSearcher):
+        if type(scheduler) is not FIFOScheduler:
+            raise ConfigError(
+                f"TuneConfig: {pair}: a fluidsalus searcher already decides when trials stop; use no scheduler"
+            )
+        return Plan(search_alg, space, metric or getattr(search_alg, "metric", None),
+                    mode or getattr(search_alg, "mode", None), cap,
+                    summary=f"{type(search_alg).__name__} (given as it is)")
+
+    if isinstance(search_alg, TuneBOHB):
+        return _plan_bohb(search_alg, scheduler, space, metric, mode, n, cap, pair)
+    if isinstance(search_alg, OptunaHolder) or isinstance(scheduler, MedianStoppingRule):
+        return _plan_optuna(search_alg, scheduler, space, metric, mode, n, cap, pair, limits)
+    if search_alg is not None and not isinstance(search_alg, BasicVariantGenerator):
+        raise ConfigError(f"TuneConfig: search_alg {type(search_alg).__name__} is not supported; use one of "
+                          "BasicVariantGenerator, ConcurrencyLimiter, TuneBOHB, OptunaSearch")
+
+    generator = search_alg if search_alg is not None else BasicVariantGenerator()
+    if generator.constant_grid_search:
+        raise ConfigError("BasicVariantGenerator: constant_grid_search=True is not supported by fluidsalus's random "
+                          "search; remove it")
+    seed = generator.seed()
+    target = {FIFOScheduler: "RandomSearch", AsyncHyperBandScheduler: "ASHA", HyperBandScheduler: "HyperBand",
+              HyperBandForBOHB: "HyperBand", PopulationBasedTraining: "PBT"}.get(type(scheduler))
+    if target is None:
+        raise ConfigError(f"TuneConfig: {pair} has no fluidsalus equivalent; supported pairs: {_WORKING_PAIRS}")
+    _no_points("BasicVariantGenerator", generator.points_to_evaluate, target)
+    name = type(scheduler).__name__
+    if isinstance(scheduler, FIFOScheduler):
+        searcher: BaseSearcher = RandomSearch(space, num_samples=n, seed=seed)
+        return Plan(searcher, space, metric, mode, cap, summary=f"{name} -> RandomSearch(num_samples={n}, "
+                    f"seed={seed})")
+    _finite_samples(n, target)
+    metric, mode = _need_metric(name, metric, mode)
+    if isinstance(scheduler, AsyncHyperBandScheduler):
+        searcher = ASHA(space, n, metric, mode, time_attr=scheduler.time_attr, max_t=scheduler.max_t,
+                        grace_period=scheduler.grace_period, reduction_factor=scheduler.reduction_factor,
+                        brackets=scheduler.brackets, stop_last_trials=scheduler.stop_last_trials, seed=seed)
+        names: tuple[str, ...] = ("time_attr", "max_t", "grace_period", "reduction_factor", "brackets",
+                                  "stop_last_trials")
+    elif isinstance(scheduler, HyperBandScheduler):
+        if isinstance(scheduler, HyperBandForBOHB):
+            warnings.warn(
+                "fluidsalus.tune: HyperBandForBOHB without TuneBOHB runs as fluidsalus's HyperBand, which fills "
+                "its brackets from the smallest up (HyperBandForBOHB goes from the largest down); pair it with "
+                "TuneBOHB for BOHB",
+                UserWarning,
+                stacklevel=3,
+            )
+        searcher = HyperBand(space, n, metric, mode, time_attr=scheduler.time_attr, max_t=scheduler.max_t,
+                             reduction_factor=scheduler.reduction_factor,
+                             stop_last_trials=scheduler.stop_last_trials, seed=seed)
+        names = ("time_attr", "max_t", "reduction_factor", "stop_last_trials")
+    else:
+        assert isinstance(scheduler, PopulationBasedTraining)
+        searcher = PBT(space, n, metric, mode, seed=seed, **scheduler.engine_kwargs())
+        names = ("time_attr", "perturbation_interval", "burn_in_period", "quantile_fraction",
+                 "resample_probability", "synch")
+        return Plan(searcher, space, metric, mode, cap, checkpoint_every_iteration=class_trainable,
+                    summary=f"{name} -> {_describe(searcher, names)}")
+    return Plan(searcher, space, metric, mode, cap, summary=f"{name} -> {_describe(searcher, names)}")
+
+
+def _plan_bohb(holder: TuneBOHB, scheduler: TrialScheduler, param_space: dict[str, Any], metric: str | None,
+               mode: str | None, n: int, cap: int | None, pair: str) -> Plan:
+    space = _merge_space(param_space, holder.own_space(), "TuneBOHB")
+    if not isinstance(scheduler, (HyperBandForBOHB, AsyncHyperBandScheduler)):
+        raise ConfigError(
+            f"TuneConfig: {pair} has no fluidsalus equivalent: TuneBOHB needs HyperBandForBOHB (-> SyncBOHB) or "
+            "AsyncHyperBandScheduler (-> BOHB) as its scheduler"
+        )
+    target = "SyncBOHB" if isinstance(scheduler, HyperBandForBOHB) else "BOHB"
+    _no_points("TuneBOHB", holder.points_to_evaluate, target)
+    _finite_samples(n, target)
+    metric, mode = _need_metric("TuneBOHB", metric, mode)
+    model = holder.model_kwargs()
+    if isinstance(scheduler, HyperBandForBOHB):
+        searcher: BaseSearcher = SyncBOHB(
+            space, n, metric, mode, time_attr=scheduler.time_attr, max_t=scheduler.max_t,
+            reduction_factor=scheduler.reduction_factor, stop_last_trials=scheduler.stop_last_trials,
+            seed=holder.seed, **model)
+        names: tuple[str, ...] = ("time_attr", "max_t", "reduction_factor", "stop_last_trials")
+    else:
+        assert isinstance(scheduler, AsyncHyperBandScheduler)
+        extra = {"max_concurrent": cap} if cap is not None else {}
+        searcher = BOHB(
+            space, n, metric, mode, time_attr=scheduler.time_attr, max_t=scheduler.max_t,
+            grace_period=scheduler.grace_period, reduction_factor=scheduler.reduction_factor,
+            brackets=scheduler.brackets, stop_last_trials=scheduler.stop_last_trials, seed=holder.seed,
+            **model, **extra)
+        names = ("time_attr", "max_t", "grace_period", "reduction_factor", "brackets", "stop_last_trials")
+    return Plan(searcher, space, metric, mode, cap,
+                summary=f"TuneBOHB + {type(scheduler).__name__} -> {_describe(searcher, names)}")
+
+
+def _plan_optuna(holder: Any, scheduler: TrialScheduler, param_space: dict[str, Any], metric: str | None,
+                 mode: str | None, n: int, cap: int | None, pair: str, limits: list[int]) -> Plan:
+    import optuna
+
+    optuna_holder = holder if isinstance(holder, OptunaHolder) else None
+    if holder is not None and optuna_holder is None and not isinstance(holder, BasicVariantGenerator):
+        raise ConfigError(f"TuneConfig: {pair} has no fluidsalus equivalent; supported pairs: {_WORKING_PAIRS}")
+    space = _merge_space(param_space, optuna_holder.own_space() if optuna_holder else None, "OptunaSearch")
+    _finite_samples(n, "OptunaSearch")
+    owner = type(scheduler).__name__ if isinstance(scheduler, MedianStoppingRule) else "OptunaSearch"
+    metric, mode = _need_metric(owner, metric, mode)
+    batch = min(limits) if limits else cap
+    extra_stops: list[Callable[[str, Mapping[str, Any]], bool]] = []
+    default_sampler = None
+    generator = holder if isinstance(holder, BasicVariantGenerator) else None
+    if generator is not None and generator.constant_grid_search:
+        raise ConfigError("BasicVariantGenerator: constant_grid_search=True is not supported; remove it")
+    seed = generator.seed() if generator is not None else None
+    if isinstance(scheduler, FIFOScheduler):
+        pruner = None
+        how = "OptunaSearch"
+    elif isinstance(scheduler, AsyncHyperBandScheduler):
+        pruner = _sha_pruner(scheduler)
+        if scheduler.stop_last_trials:
+            extra_stops.append(MaxBudgetStop(scheduler.time_attr, float(scheduler.max_t)))
+        how = (f"OptunaSearch + AsyncHyperBandScheduler -> OptunaSearch(pruner=SuccessiveHalvingPruner("
+               f"min_resource={scheduler.grace_period}, reduction_factor={scheduler.reduction_factor}), "
+               f"stop at {scheduler.time_attr} >= {scheduler.max_t})")
+    elif isinstance(scheduler, MedianStoppingRule):
+        pruner = _median_pruner(scheduler)
+        if optuna_holder is None:
+            default_sampler = optuna.samplers.RandomSampler(seed=seed)
+            if sp.has_grid(space):
+                warnings.warn(
+                    "fluidsalus.tune: MedianStoppingRule runs through Optuna, which samples grid_search values "
+                    "at random instead of enumerating the grid",
+                    UserWarning,
+                    stacklevel=4,
+                )
+        how = (f"MedianStoppingRule -> OptunaSearch({'RandomSampler' if optuna_holder is None else 'its sampler'}, "
+               f"pruner=MedianPruner(n_startup_trials={scheduler.min_samples_required}, "
+               f"n_warmup_steps={int(scheduler.grace_period)}, n_min_trials={scheduler.min_samples_required}))")
+    else:
+        raise ConfigError(f"TuneConfig: {pair} has no fluidsalus equivalent; supported pairs: {_WORKING_PAIRS}")
+    points = copy.deepcopy(generator.points_to_evaluate) if generator is not None else None
+    searcher = _optuna(optuna_holder, space, n, metric, mode, pruner, batch, default_sampler, seed, points)
+    return Plan(searcher, space, metric, mode, cap, extra_stops=extra_stops, summary=how)

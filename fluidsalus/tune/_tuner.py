@@ -1,0 +1,438 @@
+"""``Tuner``: Ray Tune's entry point, run by ``fluidsalus.run``.
+
+``Tuner(trainable, param_space=..., tune_config=..., run_config=...).fit()`` combines the search algorithm,
+the scheduler, ``param_space`` and ``metric``/``mode`` into one fluidsalus searcher
+(:func:`fluidsalus.tune._translate.plan`), wraps the trainable (``with_parameters`` objects go to Ray's object
+store once), and calls :func:`fluidsalus.run` with the run settings taken from ``RunConfig``:
+
+============================================  ==============================================
+Ray                                           fluidsalus.run
+============================================  ==============================================
+RunConfig.name / storage_path                 name / storage_path (default ``~/ray_results``)
+RunConfig.stop (dict, callable, Stopper)      stop (plus the rules the translation adds)
+RunConfig.verbose                             verbose
+RunConfig.callbacks                           callbacks (Ray hooks through an adapter)
+FailureConfig.max_failures / fail_fast        max_failures / fail_fast
+CheckpointConfig.num_to_keep / score_*        checkpoint_num_to_keep / checkpoint_score_*
+TuneConfig.num_samples                        num_samples (-1: until the time budget / stop_all)
+TuneConfig.max_concurrent_trials              max_concurrent_trials
+TuneConfig.time_budget_s                      time_budget_s
+Tuner.restore(path, ...).fit()                resume=True on the same experiment
+============================================  ==============================================
+
+The experiment folder gets a ``tuner.pkl`` (param_space, TuneConfig and RunConfig, as Ray keeps one) once the
+first result is stored, so :meth:`Tuner.restore` can rebuild the same Tuner after a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import os
+import re
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import cloudpickle
+import ray
+
+from fluidsalus.api import run
+from fluidsalus.callbacks import Callback as EngineCallback
+from fluidsalus.errors import ConfigError
+from fluidsalus.gpu.host import stop_rule
+from fluidsalus.result import ResultGrid
+from fluidsalus.store import DB_FILENAME, ExperimentStore
+from fluidsalus.tune._config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+from fluidsalus.tune._trainable import (
+    ClassOptions,
+    adopt_ray_trainable,
+    is_class_trainable,
+    make_entry,
+    trainable_name,
+)
+from fluidsalus.tune._translate import Plan, plan
+from fluidsalus.tune.callback import RayCallbackAdapter
+
+__all__ = ["TUNER_STATE_FILE", "Tuner"]
+
+#: The file in the experiment folder that lets :meth:`Tuner.restore` rebuild the Tuner (Ray's name for it).
+TUNER_STATE_FILE = "tuner.pkl"
+#: Version of what ``tuner.pkl`` holds.
+_STATE_VERSION = 1
+#: Timestamp of default experiment names (the same as ``fluidsalus.run``'s and Ray's).
+_NAME_TIMESTAMP = "%Y-%m-%d_%H-%M-%S"
+#: Characters a default experiment name may not hold (``<lambda>`` becomes ``lambda``).
+_UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.=+-]+")
+#: Default experiment name prefix when the trainable's name has no usable character.
+_FALLBACK_NAME = "trainable"
+#: Ray's callback hooks; an object with any of them is run through :class:`RayCallbackAdapter`.
+_RAY_HOOKS = ("setup", "on_trial_start", "on_trial_result", "on_trial_complete", "on_trial_error",
+              "on_experiment_end", "on_step_begin", "on_step_end")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Stop rules
+# ---------------------------------------------------------------------------------------------------------
+
+
+class AnyStop:
+    """Stops a trial when any of ``rules`` says so; every rule sees every result (stateful stoppers)."""
+
+    def __init__(self, rules: list[Callable[[str, Mapping[str, Any]], bool]]) -> None:
+        self.rules = list(rules)
+
+    def __call__(self, trial_id: str, result: Mapping[str, Any]) -> bool:
+        return any([bool(rule(trial_id, result)) for rule in self.rules])
+
+
+class AnyStopWithStopper(AnyStop):
+    """:class:`AnyStop` whose first rule is a Stopper; its ``stop_all()`` ends the experiment."""
+
+    def __init__(self, stopper: Any, rules: list[Callable[[str, Mapping[str, Any]], bool]]) -> None:
+        super().__init__([stopper, *rules])
+        self.stopper = stopper
+
+    def stop_all(self) -> bool:
+        return bool(self.stopper.stop_all())
+
+
+def combine_stops(stop: Any, extra: list[Callable[[str, Mapping[str, Any]], bool]]) -> Any:
+    """The user's ``stop`` with the rules a translation adds (the user's own when there are none)."""
+    if not extra:
+        return stop
+    if callable(getattr(stop, "stop_all", None)):
+        return AnyStopWithStopper(stop, extra)
+    rule = stop_rule(stop)
+    return AnyStop(([rule] if rule is not None else []) + extra)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Callbacks
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _split_callbacks(callbacks: list[Any] | None) -> tuple[list[EngineCallback], list[Any]]:
+    engine, ray_style = [], []
+    for index, callback in enumerate(callbacks or []):
+        if isinstance(callback, EngineCallback):
+            engine.append(callback)
+        elif any(callable(getattr(callback, hook, None)) for hook in _RAY_HOOKS):
+            ray_style.append(callback)
+        else:
+            raise ConfigError(
+                f"RunConfig: callbacks[{index}] must be a fluidsalus.tune.Callback (Ray's hooks) or a "
+                f"fluidsalus.callbacks.Callback (got {type(callback).__name__})"
+            )
+    return engine, ray_style
+
+
+class _SaveOnFirstEvent(EngineCallback):
+    """Writes ``tuner.pkl`` when the first result or trial end is stored (the experiment folder exists then)."""
+
+    def __init__(self, save: Callable[[], None]) -> None:
+        self._save: Callable[[], None] | None = save
+
+    def _once(self) -> None:
+        if self._save is not None:
+            save, self._save = self._save, None
+            save()
+
+    def on_trial_result(self, trial_id: str, result: Mapping[str, Any]) -> None:
+        self._once()
+
+    def on_trial_complete(self, trial_id: str, status: str, result: Mapping[str, Any] | None) -> None:
+        self._once()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Configs given as Ray's objects (an import left unchanged)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _from_ray(value: Any, cls: type, field: str, warn: bool = True) -> Any:
+    if value is None:
+        return cls()
+    if isinstance(value, cls):
+        return value
+    if type(value).__name__ == cls.__name__ and type(value).__module__.startswith("ray."):
+        names = [f.name for f in dataclasses.fields(cls)]
+        kwargs = {name: getattr(value, name) for name in names if hasattr(value, name)}
+        if cls is RunConfig:
+            kwargs["verbose"] = getattr(value, "_verbose", kwargs.get("verbose"))
+            for name in ("sync_config", "progress_reporter", "local_dir", "storage_filesystem"):
+                kwargs.pop(name, None)
+            for name, sub in (("failure_config", FailureConfig), ("checkpoint_config", CheckpointConfig)):
+                if kwargs.get(name) is not None:
+                    kwargs[name] = _from_ray(kwargs[name], sub, f"{field}.{name}", warn=False)
+        if warn:
+            warnings.warn(
+                f"fluidsalus.tune: {field} is Ray Tune's {cls.__name__}; it was translated into "
+                f"fluidsalus.tune.{cls.__name__}. Change the import to `from fluidsalus.tune import {cls.__name__}`.",
+                UserWarning,
+                stacklevel=4,
+            )
+        return cls(**kwargs)
+    raise ConfigError(f"Tuner: {field} must be None or a fluidsalus.tune.{cls.__name__} (got {type(value).__name__})")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The Tuner
+# ---------------------------------------------------------------------------------------------------------
+
+
+class Tuner:
+    """Tune a trainable's hyperparameters (``ray.tune.Tuner``).
+
+    Args:
+        trainable: A function ``f(config)`` that calls :func:`fluidsalus.tune.report`, a
+            :class:`fluidsalus.tune.Trainable` subclass, or either wrapped by ``with_parameters`` /
+            ``with_resources``.
+        param_space: The search space: constants, ``tune.uniform(...)`` and other domains,
+            ``tune.grid_search([...])``, nested dicts.
+        tune_config: A :class:`TuneConfig` (metric, mode, search algorithm, scheduler, samples, ...).
+        run_config: A :class:`RunConfig` (name, storage_path, stop, callbacks, failure and checkpoint configs).
+    """
+
+    def __init__(
+        self,
+        trainable: Any = None,
+        *,
+        param_space: dict[str, Any] | None = None,
+        tune_config: TuneConfig | None = None,
+        run_config: RunConfig | None = None,
+    ) -> None:
+        if param_space is not None and not isinstance(param_space, Mapping):
+            raise ConfigError(f"Tuner: param_space must be None or a dict (got {type(param_space).__name__})")
+        self._trainable = trainable
+        self._param_space = dict(param_space) if param_space is not None else None
+        self._tune_config: TuneConfig = _from_ray(tune_config, TuneConfig, "tune_config")
+        self._run_config: RunConfig = _from_ray(run_config, RunConfig, "run_config")
+        self._experiment_dir: str | None = None
+        self._resume = False
+        self._results: ResultGrid | None = None
+        self.plan: Plan | None = None  #: The translation of the last fit() (searcher, metric, ...).
+
+    # ------------------------------------------------------------------ restore
+
+    @classmethod
+    def can_restore(cls, path: str | os.PathLike[str], storage_filesystem: Any = None) -> bool:
+        """Whether ``path`` is an experiment folder that :meth:`restore` can continue.
+
+        Args:
+            path: The experiment folder (``<storage_path>/<name>``).
+            storage_filesystem: Not supported (must be None).
+        """
+        if storage_filesystem is not None:
+            raise ConfigError("Tuner.can_restore: storage_filesystem is not supported by fluidsalus")
+        folder = os.path.abspath(os.path.expanduser(os.fspath(path)))
+        return os.path.isfile(os.path.join(folder, DB_FILENAME)) and os.path.isfile(
+            os.path.join(folder, TUNER_STATE_FILE))
+
+    @classmethod
+    def restore(
+        cls,
+        path: str,
+        trainable: Any,
+        resume_unfinished: bool = True,
+        resume_errored: bool = False,
+        restart_errored: bool = False,
+        param_space: dict[str, Any] | None = None,
+        storage_filesystem: Any = None,
+    ) -> Tuner:
+        """Continue an interrupted (or finished) experiment (``ray.tune.Tuner.restore``).
+
+        Finished trials are kept; unfinished ones resume from their last checkpoint (or start again without
+        one); errored ones stay errored. The search algorithm and scheduler continue from their saved state.
+
+        Args:
+            path: The experiment folder (``<storage_path>/<name>``).
+            trainable: The trainable (it is not saved, as in Ray).
+            resume_unfinished: Must be True: fluidsalus always resumes unfinished trials.
+            resume_errored: Must be False: errored trials cannot be resumed yet.
+            restart_errored: Must be False: errored trials cannot be restarted yet.
+            param_space: A param_space to use instead of the saved one (for objects that cannot be pickled).
+            storage_filesystem: Not supported (must be None).
+
+        Returns:
+            A Tuner whose :meth:`fit` continues the experiment.
+
+        Raises:
+            ConfigError: No restorable experiment at ``path``, or an unsupported option.
+        """
+        if storage_filesystem is not None:
+            raise ConfigError("Tuner.restore: storage_filesystem is not supported by fluidsalus")
+        for name, value, allowed in (("resume_unfinished", resume_unfinished, True),
+                                     ("resume_errored", resume_errored, False),
+                                     ("restart_errored", restart_errored, False)):
+            if value is not allowed:
+                raise ConfigError(
+                    f"Tuner.restore: {name}={value!r} is not supported; fluidsalus resumes unfinished trials and "
+                    f"keeps errored trials as they are (only {name}={allowed} works)"
+                )
+        folder = os.path.abspath(os.path.expanduser(os.fspath(path)))
+        if not cls.can_restore(folder):
+            raise ConfigError(
+                f"Tuner.restore: path {folder!r} is not a restorable fluidsalus.tune experiment (it needs "
+                f"{DB_FILENAME} and {TUNER_STATE_FILE}); check Tuner.can_restore(path) first"
+            )
+        with open(os.path.join(folder, TUNER_STATE_FILE), "rb") as f:
+            state = cloudpickle.load(f)
+        if state.get("version") != _STATE_VERSION:
+            raise ConfigError(f"Tuner.restore: {TUNER_STATE_FILE} has version {state.get('version')!r}; this "
+                              f"fluidsalus reads version {_STATE_VERSION}")
+        run_config = dataclasses.replace(state["run_config"], name=os.path.basename(folder),
+                                         storage_path=os.path.dirname(folder))
+        tuner = cls(trainable, param_space=param_space if param_space is not None else state["param_space"],
+                    tune_config=state["tune_config"], run_config=run_config)
+        tuner._experiment_dir = folder
+        tuner._resume = True
+        return tuner
+
+    # ------------------------------------------------------------------ results
+
+    def get_results(self) -> ResultGrid:
+        """The results of the last :meth:`fit`, or of the restored experiment as stored.
+
+        Raises:
+            RuntimeError: The experiment has not been run yet.
+        """
+        if self._results is not None:
+            return self._results
+        if self._experiment_dir and os.path.isfile(os.path.join(self._experiment_dir, DB_FILENAME)):
+            store = ExperimentStore.open(self._experiment_dir, readonly=True)
+            try:
+                return ResultGrid.from_store(store)
+            finally:
+                store.close()
+        raise RuntimeError("Can't return results as experiment has not been run, yet. Call `Tuner.fit()` to run "
+                           "the experiment first.")
+
+    # ------------------------------------------------------------------ fit
+
+    def _check_checkpointing(self, class_trainable: bool) -> ClassOptions:
+        config = self._run_config.checkpoint_config
+        assert config is not None
+        frequency = config.checkpoint_frequency or 0
+        at_end = bool(config.checkpoint_at_end)
+        if not class_trainable and (frequency or at_end):
+            raise ConfigError(
+                "CheckpointConfig: checkpoint_frequency and checkpoint_at_end are not supported for function "
+                "trainables (as in Ray): report checkpoints with tune.report(metrics, checkpoint=...) instead"
+            )
+        return ClassOptions(checkpoint_frequency=frequency, checkpoint_at_end=at_end)
+
+    def _experiment_name(self, storage: str, name: str) -> str:
+        if self._resume:
+            return name
+        if not os.path.exists(os.path.join(storage, name, DB_FILENAME)):
+            return name
+        stamp = datetime.datetime.now().strftime(_NAME_TIMESTAMP)
+        fresh, count = f"{name}_{stamp}", 1
+        while os.path.exists(os.path.join(storage, fresh)):
+            count += 1
+            fresh = f"{name}_{stamp}_{count}"
+        warnings.warn(
+            f"fluidsalus.tune: an experiment named {name!r} already exists in {storage}; this run is named "
+            f"{fresh!r}. Use Tuner.restore({os.path.join(storage, name)!r}, trainable) to continue the old one.",
+            UserWarning,
+            stacklevel=3,
+        )
+        return fresh
+
+    def _save_state(self, experiment_dir: str) -> None:
+        """Write ``tuner.pkl`` (without callbacks if they cannot be pickled)."""
+        state = {"version": _STATE_VERSION, "param_space": self._param_space, "tune_config": self._tune_config,
+                 "run_config": self._run_config, "trainable_name": trainable_name(self._trainable)}
+        try:
+            blob = cloudpickle.dumps(state)
+        except Exception as exc:  # noqa: BLE001 - any object in the configs may refuse pickling
+            warnings.warn(
+                f"fluidsalus.tune: the RunConfig cannot be pickled for Tuner.restore ({type(exc).__name__}: {exc}); "
+                "saved without its callbacks and stop rule",
+                UserWarning,
+                stacklevel=2,
+            )
+            state["run_config"] = dataclasses.replace(self._run_config, callbacks=None, stop=None)
+            try:
+                blob = cloudpickle.dumps(state)
+            except Exception as again:  # noqa: BLE001
+                warnings.warn(f"fluidsalus.tune: Tuner.restore will not work for this experiment: the Tuner "
+                              f"cannot be pickled ({type(again).__name__}: {again})", UserWarning, stacklevel=2)
+                return
+        target = os.path.join(experiment_dir, TUNER_STATE_FILE)
+        staging = target + ".tmp"
+        with open(staging, "wb") as f:
+            f.write(blob)
+        os.replace(staging, target)
+
+    def fit(self) -> ResultGrid:
+        """Run the experiment (or continue it, after :meth:`restore`) and return its :class:`ResultGrid`.
+
+        Raises:
+            ConfigError: Bad or unsupported input, before any trial starts.
+            TrialError: A trial failed under ``FailureConfig(fail_fast="raise")``.
+        """
+        if self._trainable is None:
+            raise ConfigError("Tuner: trainable is required (a function f(config) or a Trainable subclass)")
+        tune_config, run_config = self._tune_config, self._run_config
+        trainable = adopt_ray_trainable(self._trainable)
+        class_trainable = is_class_trainable(trainable)
+        options = self._check_checkpointing(class_trainable)
+        self.plan = planned = plan(tune_config, self._param_space, class_trainable=class_trainable)
+        if planned.checkpoint_every_iteration:
+            options = dataclasses.replace(options, every_iteration=True)
+        ignored = tune_config.ignored() + run_config.ignored()
+        if ignored:
+            warnings.warn(f"fluidsalus.tune: {', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} accepted "
+                          "but not used by fluidsalus", UserWarning, stacklevel=2)
+        engine_callbacks, ray_callbacks = _split_callbacks(run_config.callbacks)
+        if not ray.is_initialized():
+            ray.init(include_dashboard=False, configure_logging=False, log_to_driver=True)
+        entry, refs = make_entry(trainable, options)
+        storage = os.path.abspath(os.path.expanduser(run_config.storage_path or ""))
+        base_name = _UNSAFE_NAME_CHARS.sub("_", entry.__name__).strip("_") or _FALLBACK_NAME
+        default_name = f"{base_name}_{datetime.datetime.now().strftime(_NAME_TIMESTAMP)}"
+        name = self._experiment_name(storage, run_config.name or default_name)
+        experiment_dir = os.path.join(storage, name)
+        adapter = RayCallbackAdapter(ray_callbacks, experiment_dir, entry.__name__) if ray_callbacks else None
+        saver = _SaveOnFirstEvent(lambda: self._save_state(experiment_dir))
+        failure = run_config.failure_config
+        checkpoint = run_config.checkpoint_config
+        assert failure is not None and checkpoint is not None
+        if adapter is not None:
+            adapter.setup(stop=run_config.stop, num_samples=tune_config.num_samples, total_num_samples=None)
+        try:
+            grid = run(
+                entry,
+                config=planned.space,
+                num_samples=tune_config.num_samples,
+                metric=planned.metric,
+                mode=planned.mode,
+                stop=combine_stops(run_config.stop, planned.extra_stops),
+                name=name,
+                storage_path=storage,
+                searcher=planned.searcher,
+                max_concurrent_trials=planned.max_concurrent_trials,
+                max_failures=failure.max_failures,
+                time_budget_s=tune_config.time_budget,
+                fail_fast=failure.fail_fast,
+                checkpoint_num_to_keep=checkpoint.num_to_keep,
+                checkpoint_score_attribute=checkpoint.checkpoint_score_attribute,
+                checkpoint_score_order=checkpoint.checkpoint_score_order or "max",
+                verbose=run_config.verbosity(),
+                resume=self._resume,
+                callbacks=[saver, *engine_callbacks, *([adapter] if adapter is not None else [])],
+            )
+        finally:
+            if adapter is not None:
+                adapter.experiment_end()
+            if os.path.isfile(os.path.join(experiment_dir, DB_FILENAME)) and not os.path.isfile(
+                    os.path.join(experiment_dir, TUNER_STATE_FILE)):
+                with contextlib.suppress(OSError):
+                    self._save_state(experiment_dir)
+            del refs  # the objects stay in Ray's store while the run needed them
+        self._experiment_dir = experiment_dir
+        self._results = grid
+        return grid

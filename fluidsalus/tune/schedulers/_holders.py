@@ -1,0 +1,322 @@
+"""Ray Tune's trial schedulers as configuration holders.
+
+Each class has the signature and defaults of its ``ray.tune.schedulers`` namesake (Ray 2.x) and only keeps
+its arguments. Ray's schedulers act on a search algorithm's trials; fluidsalus's searchers do both jobs, so
+at ``Tuner.fit()`` the scheduler, the search algorithm, the ``param_space`` and ``metric``/``mode`` are
+combined into one :mod:`fluidsalus.searchers` searcher (see :mod:`fluidsalus.tune._translate`).
+
+The arguments are checked when the scheduler is built, by building the fluidsalus searcher it maps onto
+over a placeholder space, so a bad value fails at once with the engine's message under the Ray class's name,
+for example ``AsyncHyperBandScheduler: reduction_factor must be > 1 (got 1)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from fluidsalus.errors import ConfigError
+from fluidsalus.tune._config import check_metric, check_mode
+from fluidsalus.tune._domains import translate_ray_values
+
+__all__ = [
+    "ASHAScheduler",
+    "AsyncHyperBandScheduler",
+    "FIFOScheduler",
+    "HyperBandForBOHB",
+    "HyperBandScheduler",
+    "MedianStoppingRule",
+    "PopulationBasedTraining",
+    "TrialScheduler",
+]
+
+#: Placeholder space, metric and mode used to check a scheduler's arguments with the engine's own checks.
+_PROBE_SPACE: dict[str, Any] = {"_": 0}
+_PROBE_METRIC = "_metric"
+_PROBE_MODE = "max"
+
+
+def _probe(owner: str, engine_name: str, build: Callable[[], Any]) -> None:
+    """Build the engine searcher once to check the arguments; its ConfigError is renamed after ``owner``."""
+    try:
+        build()
+    except ConfigError as exc:
+        message = str(exc)
+        prefix = f"{engine_name}: "
+        raise ConfigError(f"{owner}: {message.removeprefix(prefix)}") from None
+
+
+class TrialScheduler:
+    """Base class of the schedulers (``ray.tune.schedulers.TrialScheduler``): holds ``metric`` and ``mode``."""
+
+    def __init__(self, metric: str | None = None, mode: str | None = None) -> None:
+        owner = type(self).__name__
+        self._metric = check_metric(owner, metric)
+        self._mode = check_mode(owner, mode)
+
+    @property
+    def metric(self) -> str | None:
+        """The metric given to the scheduler, or None."""
+        return self._metric
+
+    @property
+    def mode(self) -> str | None:
+        """The mode given to the scheduler, or None."""
+        return self._mode
+
+    def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
+        """Ray's hook: take ``metric``/``mode`` unless the scheduler already has its own (then False)."""
+        if (self._metric and metric) or (self._mode and mode):
+            return False
+        if metric:
+            self._metric = check_metric(type(self).__name__, metric)
+        if mode:
+            self._mode = check_mode(type(self).__name__, mode)
+        return True
+
+    def describe(self) -> dict[str, Any]:
+        """The constructor arguments (for messages and docs)."""
+        return {"metric": self._metric, "mode": self._mode}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.describe().items())
+        return f"{type(self).__name__}({args})"
+
+
+class FIFOScheduler(TrialScheduler):
+    """Runs every trial to the end (``ray.tune.schedulers.FIFOScheduler``): plain random/grid search."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    def describe(self) -> dict[str, Any]:
+        return {}
+
+
+class AsyncHyperBandScheduler(TrialScheduler):
+    """Asynchronous successive halving (``ray.tune.schedulers.AsyncHyperBandScheduler`` / ``ASHAScheduler``).
+
+    Maps onto :class:`fluidsalus.searchers.ASHA`, which makes Ray's decisions result for result; paired with
+    an ``OptunaSearch`` it becomes Optuna's ``SuccessiveHalvingPruner`` (see docs/compatibility.md).
+
+    Args:
+        time_attr: Result key budgets are measured in (monotonic).
+        metric: Result key to optimise (or give it to ``TuneConfig``).
+        mode: ``"min"`` or ``"max"``.
+        max_t: Largest budget; trials stop there (``stop_last_trials``).
+        grace_period: First milestone; no trial is stopped before it.
+        reduction_factor: Rung spacing; about ``1/reduction_factor`` of the trials pass each rung.
+        brackets: Number of brackets.
+        stop_last_trials: Stop trials that reach ``max_t``.
+    """
+
+    def __init__(
+        self,
+        time_attr: str = "training_iteration",
+        metric: str | None = None,
+        mode: str | None = None,
+        max_t: int = 100,
+        grace_period: int = 1,
+        reduction_factor: float = 4,
+        brackets: int = 1,
+        stop_last_trials: bool = True,
+    ) -> None:
+        super().__init__(metric, mode)
+        self.time_attr = time_attr
+        self.max_t = max_t
+        self.grace_period = grace_period
+        self.reduction_factor = reduction_factor
+        self.brackets = brackets
+        self.stop_last_trials = stop_last_trials
+        from fluidsalus.searchers import ASHA
+
+        _probe(type(self).__name__, ASHA._owner, lambda: ASHA(
+            _PROBE_SPACE, 1, _PROBE_METRIC, _PROBE_MODE, time_attr=time_attr, max_t=max_t,
+            grace_period=grace_period, reduction_factor=reduction_factor, brackets=brackets,
+            stop_last_trials=stop_last_trials, seed=0))
+
+    def describe(self) -> dict[str, Any]:
+        return {"time_attr": self.time_attr, **super().describe(), "max_t": self.max_t,
+                "grace_period": self.grace_period, "reduction_factor": self.reduction_factor,
+                "brackets": self.brackets, "stop_last_trials": self.stop_last_trials}
+
+
+#: Ray's alias.
+ASHAScheduler = AsyncHyperBandScheduler
+
+
+class HyperBandScheduler(TrialScheduler):
+    """Synchronous HyperBand (``ray.tune.schedulers.HyperBandScheduler``).
+
+    Maps onto :class:`fluidsalus.searchers.HyperBand` (Ray's bracket sizes and promotions).
+
+    Args:
+        time_attr: Result key budgets are measured in.
+        metric: Result key to optimise.
+        mode: ``"min"`` or ``"max"``.
+        max_t: Largest budget (``>= 1``).
+        reduction_factor: Ray's ``eta`` (``> 1``).
+        stop_last_trials: Stop trials at the last rung's budget.
+    """
+
+    def __init__(
+        self,
+        time_attr: str = "training_iteration",
+        metric: str | None = None,
+        mode: str | None = None,
+        max_t: int = 81,
+        reduction_factor: float = 3,
+        stop_last_trials: bool = True,
+    ) -> None:
+        super().__init__(metric, mode)
+        self.time_attr = time_attr
+        self.max_t = max_t
+        self.reduction_factor = reduction_factor
+        self.stop_last_trials = stop_last_trials
+        from fluidsalus.searchers import HyperBand
+
+        _probe(type(self).__name__, HyperBand._owner, lambda: HyperBand(
+            _PROBE_SPACE, 1, _PROBE_METRIC, _PROBE_MODE, time_attr=time_attr, max_t=max_t,
+            reduction_factor=reduction_factor, stop_last_trials=stop_last_trials, seed=0))
+
+    def describe(self) -> dict[str, Any]:
+        return {"time_attr": self.time_attr, **super().describe(), "max_t": self.max_t,
+                "reduction_factor": self.reduction_factor, "stop_last_trials": self.stop_last_trials}
+
+
+class HyperBandForBOHB(HyperBandScheduler):
+    """HyperBand for BOHB (``ray.tune.schedulers.HyperBandForBOHB``): brackets from the largest down.
+
+    With :class:`fluidsalus.tune.search.bohb.TuneBOHB` it maps onto :class:`fluidsalus.searchers.SyncBOHB`.
+    Without it (random configurations), onto :class:`fluidsalus.searchers.HyperBand`, whose brackets are
+    filled from the smallest up (a warning says so).
+    """
+
+
+class MedianStoppingRule(TrialScheduler):
+    """Median stopping (``ray.tune.schedulers.MedianStoppingRule``).
+
+    fluidsalus has no median-stopping searcher: this maps onto :class:`fluidsalus.searchers.OptunaSearch`
+    with a random sampler (or the ``OptunaSearch``'s own sampler) and ``optuna.pruners.MedianPruner``, with
+    ``n_warmup_steps=grace_period`` and ``n_startup_trials=n_min_trials=min_samples_required``. Optuna
+    counts in ``training_iteration``, so ``time_attr`` must be ``"training_iteration"``, and it compares a
+    trial's value at a step with the median of the *completed* trials' values at that step, where Ray compares
+    running means against every trial. ``hard_stop=False`` (pause instead of stop) is refused. See
+    docs/compatibility.md.
+
+    Args:
+        time_attr: Must be ``"training_iteration"`` (Ray's default ``"time_total_s"`` is refused at ``fit()``).
+        metric: Result key to optimise.
+        mode: ``"min"`` or ``"max"``.
+        grace_period: Iterations before a trial may be stopped.
+        min_samples_required: Completed trials needed before anything is stopped.
+        min_time_slice: Ray's pausing granularity; not used (trials stop, they are never paused for this).
+        hard_stop: Must be True.
+    """
+
+    def __init__(
+        self,
+        time_attr: str = "time_total_s",
+        metric: str | None = None,
+        mode: str | None = None,
+        grace_period: float = 60.0,
+        min_samples_required: int = 3,
+        min_time_slice: int = 0,
+        hard_stop: bool = True,
+    ) -> None:
+        super().__init__(metric, mode)
+        owner = type(self).__name__
+        if not isinstance(time_attr, str) or not time_attr:
+            raise ConfigError(f"{owner}: time_attr must be a result key (got {time_attr!r})")
+        if isinstance(grace_period, bool) or not isinstance(grace_period, (int, float)) or grace_period < 0:
+            raise ConfigError(f"{owner}: grace_period must be a number >= 0 (got {grace_period!r})")
+        if isinstance(min_samples_required, bool) or not isinstance(min_samples_required, int) \
+                or min_samples_required < 1:
+            raise ConfigError(f"{owner}: min_samples_required must be an int >= 1 (got {min_samples_required!r})")
+        if isinstance(min_time_slice, bool) or not isinstance(min_time_slice, (int, float)) or min_time_slice < 0:
+            raise ConfigError(f"{owner}: min_time_slice must be a number >= 0 (got {min_time_slice!r})")
+        if not isinstance(hard_stop, bool):
+            raise ConfigError(f"{owner}: hard_stop must be True or False (got {hard_stop!r})")
+        self.time_attr = time_attr
+        self.grace_period = grace_period
+        self.min_samples_required = min_samples_required
+        self.min_time_slice = min_time_slice
+        self.hard_stop = hard_stop
+
+    def describe(self) -> dict[str, Any]:
+        return {"time_attr": self.time_attr, **super().describe(), "grace_period": self.grace_period,
+                "min_samples_required": self.min_samples_required, "min_time_slice": self.min_time_slice,
+                "hard_stop": self.hard_stop}
+
+
+class PopulationBasedTraining(TrialScheduler):
+    """Population based training (``ray.tune.schedulers.PopulationBasedTraining``).
+
+    Maps onto :class:`fluidsalus.searchers.PBT` (Ray's quantiles, explore and exploit rules). Exploits restart
+    a trial from another trial's checkpoint, so the trainable must report checkpoints at its perturbation
+    points, as in Ray.
+
+    Args:
+        time_attr: Result key perturbation intervals are measured in.
+        metric: Result key to optimise.
+        mode: ``"min"`` or ``"max"``.
+        perturbation_interval: Interval between perturbations, in ``time_attr``.
+        burn_in_period: No perturbation before this, in ``time_attr``.
+        hyperparam_mutations: Per key: a list of values, a domain or a callable to resample from.
+        quantile_fraction: Share of the population in the top and bottom quantiles (``[0, 0.5]``).
+        resample_probability: Chance of resampling a value instead of perturbing it.
+        perturbation_factors: Factors a numeric value is multiplied by when perturbed.
+        custom_explore_fn: Called on each explored config.
+        log_config: Keep a log of every exploit.
+        require_attrs: Require ``time_attr`` and ``metric`` in every result.
+        synch: Synchronous PBT: perturb the whole population at once.
+    """
+
+    def __init__(
+        self,
+        time_attr: str = "time_total_s",
+        metric: str | None = None,
+        mode: str | None = None,
+        perturbation_interval: float = 60.0,
+        burn_in_period: float = 0.0,
+        hyperparam_mutations: Mapping[str, Any] | None = None,
+        quantile_fraction: float = 0.25,
+        resample_probability: float = 0.25,
+        perturbation_factors: Sequence[float] = (1.2, 0.8),
+        custom_explore_fn: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        log_config: bool = True,
+        require_attrs: bool = True,
+        synch: bool = False,
+    ) -> None:
+        super().__init__(metric, mode)
+        owner = type(self).__name__
+        self.time_attr = time_attr
+        self.perturbation_interval = perturbation_interval
+        self.burn_in_period = burn_in_period
+        self.hyperparam_mutations = (
+            None if hyperparam_mutations is None else translate_ray_values(hyperparam_mutations, owner)
+        )
+        self.quantile_fraction = quantile_fraction
+        self.resample_probability = resample_probability
+        self.perturbation_factors = perturbation_factors
+        self.custom_explore_fn = custom_explore_fn
+        self.log_config = log_config
+        self.require_attrs = require_attrs
+        self.synch = synch
+        from fluidsalus.searchers import PBT
+
+        _probe(owner, "PBT", lambda: PBT({}, 1, _PROBE_METRIC, _PROBE_MODE, **self.engine_kwargs()))
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """The arguments of :class:`fluidsalus.searchers.PBT` besides space, num_samples, metric and mode."""
+        return {
+            "time_attr": self.time_attr, "perturbation_interval": self.perturbation_interval,
+            "burn_in_period": self.burn_in_period, "hyperparam_mutations": self.hyperparam_mutations,
+            "quantile_fraction": self.quantile_fraction, "resample_probability": self.resample_probability,
+            "perturbation_factors": self.perturbation_factors, "custom_explore_fn": self.custom_explore_fn,
+            "log_config": self.log_config, "require_attrs": self.require_attrs, "synch": self.synch,
+        }
+
+    def describe(self) -> dict[str, Any]:
+        kwargs = self.engine_kwargs()
+        return {"time_attr": kwargs.pop("time_attr"), **super().describe(), **kwargs}

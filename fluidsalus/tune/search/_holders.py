@@ -1,0 +1,185 @@
+"""Ray Tune's search algorithms as configuration holders: :class:`Searcher`, :class:`BasicVariantGenerator`
+and :class:`ConcurrencyLimiter` (``TuneBOHB`` and ``OptunaSearch`` live in the ``bohb`` and ``optuna``
+submodules, as in Ray).
+
+Each class keeps its arguments, with Ray 2.x's signature and defaults. At ``Tuner.fit()`` the search
+algorithm, the scheduler, the ``param_space`` and ``metric``/``mode`` become one
+:mod:`fluidsalus.searchers` searcher (see :mod:`fluidsalus.tune._translate`).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from fluidsalus.errors import ConfigError
+from fluidsalus.tune._config import check_metric, check_mode
+
+__all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "Searcher", "SearchAlgorithm"]
+
+#: Bits of the seed drawn from a user's NumPy ``Generator`` (``random_state``).
+_SEED_BITS = 63
+#: Exclusive upper bound of the seed drawn from a legacy ``RandomState`` (its ``randint`` takes int32 bounds).
+_LEGACY_SEED_BOUND = 2**31 - 1
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+class SearchAlgorithm:
+    """Base of every search algorithm (``ray.tune.search.SearchAlgorithm``)."""
+
+    def describe(self) -> dict[str, Any]:
+        """The constructor arguments (for messages)."""
+        return {}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.describe().items())
+        return f"{type(self).__name__}({args})"
+
+
+class Searcher(SearchAlgorithm):
+    """Base of the model-based search algorithms (``ray.tune.search.Searcher``): holds ``metric``/``mode``.
+
+    Args:
+        metric: The result key to optimise (or give it to ``TuneConfig``).
+        mode: ``"min"`` or ``"max"``.
+    """
+
+    def __init__(self, metric: str | None = None, mode: str | None = None) -> None:
+        owner = type(self).__name__
+        self._metric = check_metric(owner, metric)
+        self._mode = check_mode(owner, mode)
+
+    @property
+    def metric(self) -> str | None:
+        """The metric given to the search algorithm, or None."""
+        return self._metric
+
+    @property
+    def mode(self) -> str | None:
+        """The mode given to the search algorithm, or None."""
+        return self._mode
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any],
+                              **spec: Any) -> bool:
+        """Ray's hook: take ``metric``/``mode`` unless the search algorithm already has its own (then False)."""
+        if (self._metric and metric) or (self._mode and mode):
+            return False
+        if metric:
+            self._metric = check_metric(type(self).__name__, metric)
+        if mode:
+            self._mode = check_mode(type(self).__name__, mode)
+        return True
+
+    def set_max_concurrency(self, max_concurrent: int) -> bool:
+        """Ray's hook; concurrency is applied by the engine, so this always returns False (use a limiter)."""
+        return False
+
+    def own_space(self) -> dict[str, Any] | None:
+        """The search space given to the search algorithm itself, as a fluidsalus space, or None."""
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {"metric": self._metric, "mode": self._mode}
+
+
+class BasicVariantGenerator(SearchAlgorithm):
+    """Random and grid search over ``param_space`` (``ray.tune.search.BasicVariantGenerator``).
+
+    Maps onto :class:`fluidsalus.searchers.RandomSearch`, which draws the same configurations as Ray for the
+    same integer ``random_state``.
+
+    Args:
+        points_to_evaluate: Configurations to run first. Not supported by the engine's random search yet:
+            refused at ``fit()`` when not empty.
+        max_concurrent: Cap on trials running at once (0: no cap).
+        constant_grid_search: Ray's "same random values for every grid point". Not supported: refused at
+            ``fit()`` when True.
+        random_state: An int seed (the same configurations as Ray's), or a NumPy ``Generator`` /
+            ``RandomState`` from which one seed is drawn (reproducible, but not Ray's configurations).
+    """
+
+    def __init__(
+        self,
+        points_to_evaluate: list[dict[str, Any]] | None = None,
+        max_concurrent: int = 0,
+        constant_grid_search: bool = False,
+        random_state: np.random.Generator | np.random.RandomState | int | None = None,
+    ) -> None:
+        owner = type(self).__name__
+        if points_to_evaluate is not None and not isinstance(points_to_evaluate, (list, tuple)):
+            raise ConfigError(f"{owner}: points_to_evaluate must be None or a list of dicts "
+                              f"(got {type(points_to_evaluate).__name__})")
+        if not _is_int(max_concurrent) or max_concurrent < 0:
+            raise ConfigError(f"{owner}: max_concurrent must be an int >= 0 (0: no cap) (got {max_concurrent!r})")
+        if not isinstance(constant_grid_search, bool):
+            raise ConfigError(f"{owner}: constant_grid_search must be True or False (got {constant_grid_search!r})")
+        if random_state is not None and not (
+            (_is_int(random_state) and random_state >= 0)
+            or isinstance(random_state, (np.random.Generator, np.random.RandomState))
+        ):
+            raise ConfigError(
+                f"{owner}: random_state must be None, an int >= 0, a numpy Generator or RandomState "
+                f"(got {random_state!r})"
+            )
+        self.points_to_evaluate = list(points_to_evaluate or [])
+        self.max_concurrent = int(max_concurrent)
+        self.constant_grid_search = constant_grid_search
+        self.random_state = random_state
+
+    def seed(self) -> int | None:
+        """The sampler's seed: the int ``random_state`` itself, or one drawn from a NumPy generator."""
+        state = self.random_state
+        if state is None or _is_int(state):
+            return None if state is None else int(state)
+        if isinstance(state, np.random.Generator):
+            return int(state.integers(0, 2**_SEED_BITS))
+        return int(state.randint(0, _LEGACY_SEED_BOUND))
+
+    def describe(self) -> dict[str, Any]:
+        return {"points_to_evaluate": self.points_to_evaluate, "max_concurrent": self.max_concurrent,
+                "constant_grid_search": self.constant_grid_search, "random_state": self.random_state}
+
+
+class ConcurrencyLimiter(SearchAlgorithm):
+    """Caps the trials running at once (``ray.tune.search.ConcurrencyLimiter``).
+
+    It becomes ``max_concurrent_trials`` of the run (and the batch size of an ``OptunaSearch``, so at most
+    ``max_concurrent`` trials are asked and not yet told, as with Ray's limiter).
+
+    Args:
+        searcher: The search algorithm to limit.
+        max_concurrent: Trials running at once, ``>= 1``.
+        batch: Ray's "wait for the whole batch before suggesting more". Accepted; fluidsalus's OptunaSearch
+            refills one trial per ended trial.
+    """
+
+    def __init__(self, searcher: Any, max_concurrent: int, batch: bool = False) -> None:
+        owner = type(self).__name__
+        if searcher is None or isinstance(searcher, (Mapping, Sequence)):
+            raise ConfigError(f"{owner}: searcher must be a search algorithm (got {type(searcher).__name__})")
+        if not _is_int(max_concurrent) or max_concurrent < 1:
+            raise ConfigError(f"{owner}: max_concurrent must be an int >= 1 (got {max_concurrent!r})")
+        if not isinstance(batch, bool):
+            raise ConfigError(f"{owner}: batch must be True or False (got {batch!r})")
+        self.searcher = searcher
+        self.max_concurrent = int(max_concurrent)
+        self.batch = batch
+
+    @property
+    def metric(self) -> str | None:
+        """The wrapped search algorithm's metric."""
+        return getattr(self.searcher, "metric", None)
+
+    @property
+    def mode(self) -> str | None:
+        """The wrapped search algorithm's mode."""
+        return getattr(self.searcher, "mode", None)
+
+    def describe(self) -> dict[str, Any]:
+        return {"searcher": self.searcher, "max_concurrent": self.max_concurrent, "batch": self.batch}

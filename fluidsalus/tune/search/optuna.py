@@ -1,0 +1,99 @@
+"""``OptunaSearch`` (``ray.tune.search.optuna.OptunaSearch``) as a configuration holder.
+
+It maps onto :class:`fluidsalus.searchers.OptunaSearch` (``Study.ask``/``Study.tell`` with the given
+sampler, TPE by default). Paired with :class:`~fluidsalus.tune.schedulers.AsyncHyperBandScheduler` it gets
+Optuna's ``SuccessiveHalvingPruner``; with :class:`~fluidsalus.tune.schedulers.MedianStoppingRule`, Optuna's
+``MedianPruner`` (see docs/compatibility.md).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+from fluidsalus.errors import ConfigError
+from fluidsalus.tune._domains import from_optuna_distributions, translate_ray_values
+from fluidsalus.tune.search._holders import Searcher
+
+__all__ = ["OptunaSearch"]
+
+
+class OptunaSearch(Searcher):
+    """Optuna's samplers as a search algorithm (``ray.tune.search.optuna.OptunaSearch``).
+
+    Args:
+        space: None (use ``param_space``), or a dict of parameters: Optuna distributions under ``"/"``-joined
+            keys (as Ray takes them; each is converted into the fluidsalus domain that samples the same values,
+            or refused, naming it) or fluidsalus domains. A define-by-run function or a list of tuples is
+            refused: fluidsalus's OptunaSearch asks with fixed distributions.
+        metric: The result key to optimise (one; multi-objective search is refused).
+        mode: ``"min"`` or ``"max"``.
+        points_to_evaluate: Configurations to run first (a point may be partial).
+        sampler: An ``optuna.samplers.BaseSampler``; default ``TPESampler(seed=seed)``.
+        study_name: Name of the study in ``storage``.
+        storage: An Optuna storage (URL or object); the study is created there, or loaded if it exists.
+        seed: Seed of the default sampler.
+        evaluated_rewards: Rewards of ``points_to_evaluate``, which are then added as finished trials.
+    """
+
+    def __init__(
+        self,
+        space: dict[str, Any] | None = None,
+        metric: str | list[str] | None = None,
+        mode: str | list[str] | None = None,
+        points_to_evaluate: list[dict[str, Any]] | None = None,
+        sampler: Any = None,
+        study_name: str | None = None,
+        storage: Any = None,
+        seed: int | None = None,
+        evaluated_rewards: list[float] | None = None,
+    ) -> None:
+        owner = type(self).__name__
+        if isinstance(mode, (list, tuple)):
+            raise ConfigError(f"{owner}: mode must be 'min' or 'max'; multi-objective search is not supported "
+                              f"by fluidsalus (got {mode!r})")
+        super().__init__(metric, mode)  # refuses a list of metrics
+        if callable(space) and not isinstance(space, Mapping):
+            raise ConfigError(
+                f"{owner}: space is a define-by-run function ({getattr(space, '__name__', space)!r}); fluidsalus's "
+                "OptunaSearch asks Optuna with fixed distributions and cannot run it. Write the space as a dict "
+                "of tune.uniform/tune.choice/... (or Optuna distributions); a conditional parameter can be "
+                "sampled always and ignored where it does not apply."
+            )
+        if space is not None and not isinstance(space, Mapping):
+            raise ConfigError(
+                f"{owner}: space must be None or a dict of Optuna distributions / fluidsalus domains "
+                f"(got {type(space).__name__})"
+            )
+        if sampler is not None:
+            from optuna.samplers import BaseSampler
+
+            if not isinstance(sampler, BaseSampler):
+                raise ConfigError(
+                    f"{owner}: sampler must be an optuna.samplers.BaseSampler (got {type(sampler).__name__})"
+                )
+        if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0):
+            raise ConfigError(f"{owner}: seed must be None or an int >= 0 (got {seed!r})")
+        if study_name is not None and (not isinstance(study_name, str) or not study_name):
+            raise ConfigError(f"{owner}: study_name must be None or a non-empty string (got {study_name!r})")
+        if evaluated_rewards is not None and not points_to_evaluate:
+            raise ConfigError(f"{owner}: evaluated_rewards needs points_to_evaluate (one reward per point)")
+        self.space = (
+            None if not space else from_optuna_distributions(translate_ray_values(dict(space), f"{owner}.space"),
+                                                             owner)
+        )
+        self.points_to_evaluate = list(points_to_evaluate or [])
+        self.sampler = sampler
+        self.study_name = study_name
+        self.storage = storage
+        self.seed = seed
+        self.evaluated_rewards = None if evaluated_rewards is None else list(evaluated_rewards)
+
+    def own_space(self) -> dict[str, Any] | None:
+        return self.space or None
+
+    def describe(self) -> dict[str, Any]:
+        return {"space": self.space, **super().describe(), "points_to_evaluate": self.points_to_evaluate,
+                "sampler": self.sampler, "study_name": self.study_name, "storage": self.storage,
+                "seed": self.seed, "evaluated_rewards": self.evaluated_rewards}

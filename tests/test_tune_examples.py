@@ -1,0 +1,142 @@
+"""Ray Tune's own examples, run unchanged but for their imports.
+
+Each example is copied from the installed Ray wheel (``ray/tune/examples/``) into the test's temporary
+folder, its ``ray.tune`` imports are rewritten to ``fluidsalus.tune`` (``import ray`` and ``ray.init(...)`` are
+left alone: the scripts start Ray themselves), and it runs in a subprocess whose ``HOME`` is the temporary
+folder, so Ray's default ``~/ray_results`` lands there too. Each must finish and print its best config.
+
+``optuna_define_by_run_example.py`` must fail with fluidsalus's clear refusal of a define-by-run space, and
+``pbt_function.py`` fails on an engine bug (see docs/compatibility.md); both are checked for exactly that.
+
+The full (not ``--smoke-test``) run of ``tune_basic_example.py`` takes minutes on 2 CPUs (100 trials of 100
+steps of 0.1 s); it is marked ``slow`` and runs only with ``FLUIDSALUS_RUN_SLOW=1``.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ray_tune = pytest.importorskip("ray.tune")
+
+#: Where the installed wheel keeps Ray Tune's examples.
+EXAMPLES_DIR = Path(ray_tune.__file__).parent / "examples"
+#: The repository root (put on the subprocess's PYTHONPATH).
+REPO_ROOT = Path(__file__).resolve().parent.parent
+#: Longest an example may take (a smoke test takes 10-25 s here, most of it starting Ray).
+EXAMPLE_TIMEOUT_S = 240
+#: The full basic example's limit.
+FULL_RUN_TIMEOUT_S = 1800
+#: Set to run the slow tests.
+SLOW_ENV = "FLUIDSALUS_RUN_SLOW"
+
+_FROM_RAY_IMPORT_TUNE = re.compile(r"^(\s*)from ray import tune\b", flags=re.MULTILINE)
+_FROM_RAY_TUNE_X_IMPORT = re.compile(r"^(\s*)from ray\.tune((?:\.\w+)*) import\b", flags=re.MULTILINE)
+_IMPORT_RAY_TUNE = re.compile(r"^(\s*)import ray\.tune((?:\.\w+)*)(\s+as\s+\w+)?\s*$", flags=re.MULTILINE)
+
+
+def rewrite_imports(source: str) -> str:
+    """Change only the imports of ``ray.tune`` into imports of ``fluidsalus.tune``.
+
+    ``from ray import tune`` -> ``from fluidsalus import tune``; ``from ray.tune.x import Y`` ->
+    ``from fluidsalus.tune.x import Y``; ``import ray.tune.x as y`` -> ``import fluidsalus.tune.x as y``.
+    ``import ray`` and every other line stay as they are.
+    """
+    source = _FROM_RAY_IMPORT_TUNE.sub(r"\1from fluidsalus import tune", source)
+    source = _FROM_RAY_TUNE_X_IMPORT.sub(r"\1from fluidsalus.tune\2 import", source)
+    return _IMPORT_RAY_TUNE.sub(r"\1import fluidsalus.tune\2\3", source)
+
+
+def test_rewrite_imports_touches_only_tune_imports() -> None:
+    source = ("import ray\nfrom ray import tune\nfrom ray.tune.schedulers import ASHAScheduler\n"
+              "from ray.tune import Checkpoint\nimport ray.tune.search as s\nray.init(num_cpus=2)\n"
+              "x = 'from ray import tune'\n")
+    assert rewrite_imports(source) == (
+        "import ray\nfrom fluidsalus import tune\nfrom fluidsalus.tune.schedulers import ASHAScheduler\n"
+        "from fluidsalus.tune import Checkpoint\nimport fluidsalus.tune.search as s\nray.init(num_cpus=2)\n"
+        "x = 'from ray import tune'\n")
+
+
+def run_example(name: str, tmp_path: Path, *args: str, timeout: float = EXAMPLE_TIMEOUT_S
+                ) -> subprocess.CompletedProcess[str]:
+    """Copy ``name`` from Ray's wheel into ``tmp_path``, rewrite its imports and run it."""
+    source = (EXAMPLES_DIR / name).read_text()
+    script = tmp_path / name
+    script.write_text(rewrite_imports(source))
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env = {key: value for key, value in os.environ.items() if key not in ("RAY_ADDRESS", "RAY_STORAGE")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env["HOME"] = str(home)
+    return subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def best_config(output: str, label: str) -> dict:
+    """The dict printed after ``label`` (the example's last line about its best config)."""
+    lines = [line for line in output.splitlines() if line.startswith(label)]
+    assert lines, f"no line starting with {label!r} in the output:\n{output[-3000:]}"
+    return ast.literal_eval(lines[-1][len(label):].strip())
+
+
+def _check(process: subprocess.CompletedProcess[str]) -> str:
+    assert process.returncode == 0, f"exit {process.returncode}\n{process.stdout[-3000:]}\n{process.stderr[-5000:]}"
+    return process.stdout
+
+
+@pytest.mark.parametrize("name, label, keys", [
+    ("tune_basic_example.py", "Best hyperparameters found were: ", {"steps", "width", "height", "activation"}),
+    ("async_hyperband_example.py", "Best hyperparameters found: ", {"steps", "width", "height"}),
+    ("hyperband_function_example.py", "Best hyperparameters found were: ", {"height"}),
+    ("optuna_example.py", "Best hyperparameters found were: ", {"steps", "width", "height", "activation"}),
+])
+def test_smoke_test_finishes_with_a_best_config(name: str, label: str, keys: set[str], tmp_path: Path) -> None:
+    output = _check(run_example(name, tmp_path, "--smoke-test"))
+    assert set(best_config(output, label)) == keys
+    assert (tmp_path / "home" / "ray_results").is_dir()  # Ray's default storage path, under HOME
+
+
+def test_custom_func_checkpointing_prints_the_best_checkpoint(tmp_path: Path) -> None:
+    output = _check(run_example("custom_func_checkpointing.py", tmp_path, "--smoke-test"))
+    assert set(best_config(output, "Best hyperparameters: ")) == {"steps", "width", "height"}
+    line = [x for x in output.splitlines() if x.startswith("Best checkpoint: ")][-1]
+    path = re.search(r"Checkpoint\(path='([^']+)'\)", line).group(1)  # type: ignore[union-attr]
+    assert Path(path).is_dir() and (Path(path) / "checkpoint.json").is_file()
+
+
+def test_bohb_example_runs(tmp_path: Path) -> None:
+    # It has no --smoke-test flag: 32 trials of a class Trainable, at most 10 iterations each.
+    output = _check(run_example("bohb_example.py", tmp_path))
+    config = best_config(output, "Best hyperparameters found were: ")
+    assert set(config) == {"iterations", "width", "height", "activation"}
+
+
+def test_optuna_define_by_run_example_is_refused_clearly(tmp_path: Path) -> None:
+    process = run_example("optuna_define_by_run_example.py", tmp_path, "--smoke-test")
+    assert process.returncode != 0
+    assert "ConfigError: OptunaSearch: space is a define-by-run function ('define_by_run_func')" in process.stderr
+
+
+def test_pbt_function_example(tmp_path: Path) -> None:
+    process = run_example("pbt_function.py", tmp_path, "--smoke-test")
+    if process.returncode != 0 and "while it is RUNNING; only paused or ended trials can be promoted" in process.stderr:
+        pytest.xfail("engine bug: PBT promotes a trial whose last result both reached its perturbation point and "
+                     "met the stop rule (docs/compatibility.md)")
+    output = _check(process)
+    assert set(best_config(output, "Best hyperparameters found were: ")) == {"lr", "some_other_factor",
+                                                                             "checkpoint_interval"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get(SLOW_ENV), reason=f"full example run; set {SLOW_ENV}=1")
+def test_basic_example_full_run(tmp_path: Path) -> None:
+    output = _check(run_example("tune_basic_example.py", tmp_path, timeout=FULL_RUN_TIMEOUT_S))
+    assert set(best_config(output, "Best hyperparameters found were: ")) == {"steps", "width", "height",
+                                                                            "activation"}
+    assert "fluidsalus: 100 trials" in output

@@ -1,0 +1,657 @@
+"""The Ray Tune-compatible front end (``fluidsalus.tune``).
+
+- Signatures: every name a script touches has Ray's parameter names, kinds and defaults (checked against the
+  installed Ray with ``inspect.signature``).
+- Translation: our schedulers / search algorithms, and Ray's own objects, become the right fluidsalus
+  searcher with the right parameters; unsupported pairs and bad input raise ConfigErrors naming the field.
+- Runs on the shared 2-CPU Ray: with_parameters / with_resources, callbacks, stop rules (dict, callable,
+  Stopper with stop_all, num_samples=-1 with a time budget), class Trainables, Tuner.restore / can_restore.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import time
+import warnings
+
+import cloudpickle
+import numpy as np
+import optuna
+import pytest
+
+from fluidsalus import searchers
+from fluidsalus import space as sp
+from fluidsalus.errors import ConfigError
+from fluidsalus.tune import Tuner
+from fluidsalus.tune._trainable import make_entry
+from fluidsalus.tune._translate import MaxBudgetStop, plan
+from fluidsalus.tune._tuner import TUNER_STATE_FILE
+
+rt = pytest.importorskip("ray.tune")
+from fluidsalus import tune  # noqa: E402
+
+# ---------------------------------------------------------------------------------------------------------
+# Signatures
+# ---------------------------------------------------------------------------------------------------------
+
+_TOP_LEVEL = [
+    "Tuner", "TuneConfig", "RunConfig", "CheckpointConfig", "FailureConfig", "report", "get_checkpoint",
+    "get_context", "Checkpoint", "with_resources", "with_parameters", "Stopper", "Callback", "Trainable",
+    "PlacementGroupFactory", "uniform", "quniform", "loguniform", "qloguniform", "randn", "qrandn", "randint",
+    "qrandint", "lograndint", "qlograndint", "choice", "grid_search", "sample_from",
+]
+_SCHEDULERS = ["ASHAScheduler", "AsyncHyperBandScheduler", "HyperBandScheduler", "HyperBandForBOHB",
+               "FIFOScheduler", "MedianStoppingRule", "PopulationBasedTraining"]
+_STOPPERS = ["CombinedStopper", "ExperimentPlateauStopper", "FunctionStopper", "MaximumIterationStopper",
+             "NoopStopper", "TimeoutStopper", "TrialPlateauStopper"]
+_CALLBACK_HOOKS = ["setup", "on_trial_start", "on_trial_result", "on_trial_complete", "on_trial_error",
+                   "on_experiment_end", "on_step_begin", "on_step_end", "on_checkpoint", "on_trial_save",
+                   "on_trial_restore", "on_trial_recover"]
+_TRAINABLE_METHODS = ["setup", "step", "save_checkpoint", "load_checkpoint", "cleanup", "reset_config", "train",
+                      "save", "restore", "stop", "get_config"]
+
+
+def _ray_pairs() -> list[tuple[str, object, object]]:
+    import ray.tune.schedulers as ray_schedulers
+    import ray.tune.search as ray_search
+    import ray.tune.stopper as ray_stopper
+    from ray.tune.search.bohb import bohb_search as ray_bohb
+    from ray.tune.search.optuna import OptunaSearch as RayOptunaSearch
+
+    from fluidsalus.tune.search.bohb import TuneBOHB
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    pairs = [(name, getattr(tune, name), getattr(rt, name)) for name in _TOP_LEVEL]
+    for method in ("restore", "can_restore", "fit", "get_results"):
+        pairs.append((f"Tuner.{method}", getattr(tune.Tuner, method), getattr(rt.Tuner, method)))
+    pairs += [(name, getattr(tune.schedulers, name), getattr(ray_schedulers, name)) for name in _SCHEDULERS]
+    pairs += [(name, getattr(tune.search, name), getattr(ray_search, name))
+              for name in ("BasicVariantGenerator", "ConcurrencyLimiter", "Searcher")]
+    pairs += [("OptunaSearch", OptunaSearch, RayOptunaSearch), ("TuneBOHB", TuneBOHB, ray_bohb.TuneBOHB)]
+    pairs += [(name, getattr(tune.stopper, name), getattr(ray_stopper, name)) for name in _STOPPERS]
+    pairs += [(f"Callback.{h}", getattr(tune.Callback, h), getattr(rt.Callback, h)) for h in _CALLBACK_HOOKS]
+    pairs += [(f"Trainable.{m}", getattr(tune.Trainable, m), getattr(rt.Trainable, m)) for m in _TRAINABLE_METHODS]
+    pairs += [(f"ResultGrid.{m}", getattr(tune.ResultGrid, m), getattr(rt.ResultGrid, m))
+              for m in ("get_best_result", "get_dataframe")]
+    return pairs
+
+
+def _public_parameters(obj: object) -> list[inspect.Parameter]:
+    return [p for p in inspect.signature(obj).parameters.values() if not p.name.startswith("_") and p.name != "self"]
+
+
+def _is_private_sentinel(value: object) -> bool:
+    """Ray marks deprecated arguments with private sentinel defaults (``_MISSING = object()``)."""
+    return type(value) is object
+
+
+@pytest.mark.parametrize("name, ours, theirs", _ray_pairs(), ids=lambda v: v if isinstance(v, str) else "")
+def test_signature_matches_ray(name: str, ours: object, theirs: object) -> None:
+    mine, ray_params = _public_parameters(ours), _public_parameters(theirs)
+    assert [(p.name, p.kind) for p in mine] == [(p.name, p.kind) for p in ray_params], name
+    for a, b in zip(mine, ray_params, strict=True):
+        if _is_private_sentinel(b.default):
+            assert a.default is not inspect.Parameter.empty, f"{name}.{a.name} needs a default"
+            continue
+        assert a.default == b.default, f"{name}.{a.name}: default {a.default!r}, Ray's is {b.default!r}"
+
+
+def test_run_config_defaults_are_rays(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ray.train.constants import DEFAULT_STORAGE_PATH
+
+    monkeypatch.delenv("RAY_STORAGE", raising=False)
+    assert tune.RunConfig().storage_path == DEFAULT_STORAGE_PATH
+    assert tune.RunConfig().failure_config == tune.FailureConfig()
+    assert tune.RunConfig().checkpoint_config == tune.CheckpointConfig()
+    monkeypatch.setenv("RAY_STORAGE", "/somewhere")
+    with pytest.warns(UserWarning, match="RAY_STORAGE"):
+        assert tune.RunConfig().storage_path == "/somewhere"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Translation: our holders -> one fluidsalus searcher
+# ---------------------------------------------------------------------------------------------------------
+
+SPACE = {"x": tune.uniform(0, 1), "k": tune.choice([1, 2, 3]), "const": 7}
+
+
+def _plan(**kwargs):
+    space = kwargs.pop("space", SPACE)
+    return plan(tune.TuneConfig(**kwargs), space)
+
+
+def test_fifo_and_basic_variant_generator_become_random_search() -> None:
+    planned = _plan(num_samples=3)
+    assert isinstance(planned.searcher, searchers.RandomSearch)
+    assert planned.searcher.num_samples == 3 and planned.searcher.seed is None
+    seeded = _plan(num_samples=3, search_alg=tune.search.BasicVariantGenerator(random_state=5, max_concurrent=2),
+                   scheduler=tune.schedulers.FIFOScheduler())
+    assert seeded.searcher.seed == 5 and seeded.max_concurrent_trials == 2
+    # an int random_state draws the configurations Ray's BasicVariantGenerator draws for it
+    assert seeded.searcher.next_groups()[0].configs == sp.generate_variants(SPACE, 3, 5)
+
+
+def test_asha_scheduler_becomes_asha_with_its_parameters() -> None:
+    sched = tune.schedulers.ASHAScheduler(max_t=27, grace_period=3, reduction_factor=3, brackets=2,
+                                          stop_last_trials=False)
+    planned = _plan(metric="loss", mode="min", scheduler=sched, num_samples=5)
+    s = planned.searcher
+    assert isinstance(s, searchers.ASHA)
+    assert (s.metric, s.mode, s.num_samples, s.max_t, s.grace_period, s.reduction_factor, s.brackets,
+            s.stop_last_trials, s.time_attr) == ("loss", "min", 5, 27, 3, 3, 2, False, "training_iteration")
+
+
+def test_metric_and_mode_may_be_given_to_the_scheduler() -> None:
+    sched = tune.schedulers.AsyncHyperBandScheduler(metric="acc", mode="max")
+    planned = _plan(scheduler=sched)
+    assert (planned.metric, planned.mode) == ("acc", "max")
+    assert (planned.searcher.metric, planned.searcher.mode) == ("acc", "max")
+
+
+def test_conflicting_metric_is_refused() -> None:
+    sched = tune.schedulers.AsyncHyperBandScheduler(metric="acc", mode="max")
+    with pytest.raises(ConfigError, match="metric: given differently"):
+        _plan(metric="loss", mode="max", scheduler=sched)
+
+
+def test_hyperband_scheduler_becomes_hyperband() -> None:
+    s = _plan(metric="m", mode="max", scheduler=tune.schedulers.HyperBandScheduler(max_t=9, reduction_factor=3),
+              num_samples=4).searcher
+    assert isinstance(s, searchers.HyperBand) and (s.max_t, s.reduction_factor) == (9, 3)
+
+
+def test_hyperband_for_bohb_alone_becomes_hyperband_with_a_warning() -> None:
+    with pytest.warns(UserWarning, match="HyperBandForBOHB without TuneBOHB"):
+        s = _plan(metric="m", mode="max", scheduler=tune.schedulers.HyperBandForBOHB(max_t=9)).searcher
+    assert type(s) is searchers.HyperBand
+
+
+def test_tune_bohb_with_hyperband_for_bohb_becomes_sync_bohb() -> None:
+    from fluidsalus.tune.search.bohb import TuneBOHB
+
+    bohb = TuneBOHB(bohb_config={"num_samples": 16, "top_n_percent": 20, "random_fraction": 0.5}, seed=3)
+    sched = tune.schedulers.HyperBandForBOHB(max_t=10, reduction_factor=2, stop_last_trials=False)
+    planned = _plan(metric="r", mode="max", search_alg=tune.search.ConcurrencyLimiter(bohb, max_concurrent=4),
+                    scheduler=sched, num_samples=8)
+    s = planned.searcher
+    assert isinstance(s, searchers.SyncBOHB)
+    assert (s.max_t, s.reduction_factor, s.stop_last_trials, s.seed) == (10, 2, False, 3)
+    assert (s.model.num_candidates, s.model.top_n_percent, s.model.random_fraction) == (16, 20, 0.5)
+    assert planned.max_concurrent_trials == 4
+
+
+def test_tune_bohb_with_asha_becomes_bohb() -> None:
+    from fluidsalus.tune.search.bohb import TuneBOHB
+
+    s = _plan(metric="r", mode="max", search_alg=TuneBOHB(seed=1),
+              scheduler=tune.schedulers.ASHAScheduler(max_t=16, grace_period=2)).searcher
+    assert isinstance(s, searchers.BOHB) and (s.max_t, s.grace_period) == (16, 2)
+
+
+def test_population_based_training_becomes_pbt() -> None:
+    pbt = tune.schedulers.PopulationBasedTraining(
+        time_attr="training_iteration", perturbation_interval=4, burn_in_period=2,
+        hyperparam_mutations={"x": tune.uniform(0, 1), "k": [1, 2, 3]}, quantile_fraction=0.5, synch=True)
+    planned = _plan(metric="m", mode="max", scheduler=pbt, num_samples=6)
+    s = planned.searcher
+    assert isinstance(s, searchers.PBT)
+    assert (s.time_attr, s.perturbation_interval, s.burn_in_period, s.quantile_fraction, s.synch, s.num_samples) \
+        == ("training_iteration", 4, 2, 0.5, True, 6)
+    assert set(s.hyperparam_mutations) == {"x", "k"}
+
+
+def test_optuna_search_becomes_our_optuna_search() -> None:
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    sampler = optuna.samplers.RandomSampler(seed=4)
+    holder = OptunaSearch(sampler=sampler, points_to_evaluate=[{"x": 0.5, "k": 2}])
+    planned = _plan(metric="loss", mode="min", search_alg=holder, num_samples=6)
+    s = planned.searcher
+    assert isinstance(s, searchers.OptunaSearch)
+    assert s.study.sampler is sampler and isinstance(s.study.pruner, optuna.pruners.NopPruner)
+    assert s.study.direction == optuna.study.StudyDirection.MINIMIZE
+    assert s.next_groups()[0].configs[0] == {"x": 0.5, "k": 2, "const": 7}
+
+
+def test_optuna_search_seed_seeds_the_default_tpe_sampler() -> None:
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    s = _plan(metric="m", mode="max", search_alg=OptunaSearch(seed=11)).searcher
+    assert isinstance(s.study.sampler, optuna.samplers.TPESampler)
+
+
+def test_optuna_search_with_asha_gets_a_successive_halving_pruner() -> None:
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    limiter = tune.search.ConcurrencyLimiter(OptunaSearch(), max_concurrent=3)
+    sched = tune.schedulers.ASHAScheduler(max_t=20, grace_period=2, reduction_factor=3)
+    planned = _plan(metric="m", mode="min", search_alg=limiter, scheduler=sched, num_samples=9)
+    pruner = planned.searcher.study.pruner
+    assert isinstance(pruner, optuna.pruners.SuccessiveHalvingPruner)
+    assert (pruner._min_resource, pruner._reduction_factor, pruner._min_early_stopping_rate) == (2, 3, 0)
+    assert planned.extra_stops == [MaxBudgetStop("training_iteration", 20.0)]
+    assert planned.max_concurrent_trials == 3 and planned.searcher.batch_size == 3
+
+
+def test_median_stopping_rule_becomes_optuna_with_a_median_pruner() -> None:
+    rule = tune.schedulers.MedianStoppingRule(time_attr="training_iteration", grace_period=5,
+                                              min_samples_required=4)
+    s = _plan(metric="m", mode="max", scheduler=rule, search_alg=tune.search.BasicVariantGenerator(random_state=2),
+              space={"x": tune.uniform(0, 1)}).searcher
+    assert isinstance(s, searchers.OptunaSearch)
+    assert isinstance(s.study.sampler, optuna.samplers.RandomSampler)
+    pruner = s.study.pruner
+    assert isinstance(pruner, optuna.pruners.MedianPruner)
+    assert (pruner._n_startup_trials, pruner._n_warmup_steps, pruner._n_min_trials) == (4, 5, 4)
+
+
+def test_median_stopping_rule_on_time_is_refused_clearly() -> None:
+    with pytest.raises(ConfigError, match="MedianStoppingRule: time_attr must be 'training_iteration'"):
+        _plan(metric="m", mode="max", scheduler=tune.schedulers.MedianStoppingRule())
+
+
+def test_optuna_distributions_space_is_converted() -> None:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    holder = OptunaSearch(space={"lr": FloatDistribution(1e-4, 1e-1, log=True), "n": IntDistribution(1, 4),
+                                 "model/act": CategoricalDistribution(["relu", "tanh"])})
+    planned = _plan(metric="m", mode="max", search_alg=holder, space={"epochs": 3})
+    dists = sp.to_optuna_distributions(planned.space)
+    assert dists == {"lr": FloatDistribution(1e-4, 1e-1, log=True), "n": IntDistribution(1, 4),
+                     "model/act": CategoricalDistribution(["relu", "tanh"])}
+    config = planned.searcher.next_groups()[0].configs[0]
+    assert config["epochs"] == 3 and config["model"]["act"] in ("relu", "tanh") and 1 <= config["n"] <= 4
+    nested = OptunaSearch(space={"model": {"act": CategoricalDistribution(["relu", "tanh"])}})
+    assert sp.to_optuna_distributions(nested.own_space()) == {"model/act": CategoricalDistribution(["relu", "tanh"])}
+    with pytest.raises(ConfigError, match="'odd'.*multiples of the step"):
+        OptunaSearch(space={"odd": IntDistribution(1, 10, step=3)})
+
+
+def test_searcher_space_and_param_space_domains_are_refused_together() -> None:
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    with pytest.raises(ConfigError, match="own search space"):
+        _plan(metric="m", mode="max", search_alg=OptunaSearch(space={"y": tune.uniform(0, 1)}))
+
+
+def test_a_fluidsalus_searcher_is_taken_as_it_is() -> None:
+    ours = searchers.ASHA(SPACE, 4, "m", "max", max_t=8)
+    assert _plan(search_alg=ours).searcher is ours
+
+
+def test_ray_domains_in_param_space_are_translated() -> None:
+    with pytest.warns(UserWarning, match="Ray Tune domains"):
+        planned = _plan(space={"a": rt.qrandint(1, 10, 3), "b": rt.loguniform(1e-3, 1), "c": rt.choice([1, 2]),
+                               "d": rt.randn(0, 2), "e": rt.grid_search([1, 2])})
+    space = planned.space
+    assert isinstance(space["a"], sp.Integer) and (space["a"].lower, space["a"].upper, space["a"].q) == (1, 10, 3)
+    assert isinstance(space["b"], sp.Float) and space["b"].log
+    assert isinstance(space["c"], sp.Categorical) and space["c"].categories == [1, 2]
+    assert isinstance(space["d"], sp.Normal) and space["d"].sd == 2
+    assert space["e"] == {"grid_search": [1, 2]}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Ray's own objects (an import left unchanged)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_rays_asha_is_translated_with_a_warning() -> None:
+    from ray.tune.schedulers import ASHAScheduler
+
+    with pytest.warns(UserWarning, match="Ray Tune's AsyncHyperBandScheduler"):
+        s = _plan(metric="m", mode="max", scheduler=ASHAScheduler(max_t=50, grace_period=5, brackets=2)).searcher
+    assert isinstance(s, searchers.ASHA) and (s.max_t, s.grace_period, s.brackets) == (50, 5, 2)
+
+
+def test_rays_hyperband_median_and_pbt_are_translated() -> None:
+    from ray.tune.schedulers import HyperBandScheduler, MedianStoppingRule, PopulationBasedTraining
+
+    with pytest.warns(UserWarning, match="Ray Tune's HyperBandScheduler"):
+        s = _plan(metric="m", mode="max", scheduler=HyperBandScheduler(max_t=27, reduction_factor=3)).searcher
+    assert isinstance(s, searchers.HyperBand) and s.max_t == 27
+    with pytest.warns(UserWarning, match="Ray Tune's MedianStoppingRule"):
+        s = _plan(metric="m", mode="max",
+                  scheduler=MedianStoppingRule(time_attr="training_iteration", grace_period=3)).searcher
+    assert s.study.pruner._n_warmup_steps == 3
+    pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=3,
+                                  hyperparam_mutations={"x": rt.uniform(0, 1)})
+    with pytest.warns(UserWarning, match="Ray Tune's PopulationBasedTraining"):
+        s = _plan(metric="m", mode="max", scheduler=pbt).searcher
+    assert isinstance(s, searchers.PBT) and isinstance(s.hyperparam_mutations["x"], sp.Float)
+
+
+def test_rays_search_algorithms_are_translated() -> None:
+    from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter
+    from ray.tune.search.optuna import OptunaSearch
+
+    with pytest.warns(UserWarning, match="Ray Tune's BasicVariantGenerator"):
+        assert _plan(search_alg=BasicVariantGenerator(max_concurrent=3)).max_concurrent_trials == 3
+    sampler = optuna.samplers.RandomSampler(seed=0)
+    with pytest.warns(UserWarning, match="Ray Tune's ConcurrencyLimiter"):
+        planned = _plan(metric="m", mode="max", search_alg=ConcurrencyLimiter(OptunaSearch(sampler=sampler), 2))
+    assert isinstance(planned.searcher, searchers.OptunaSearch) and planned.searcher.study.sampler is sampler
+    assert planned.max_concurrent_trials == 2
+
+
+def test_rays_tune_bohb_is_translated() -> None:
+    # Ray's TuneBOHB needs hpbandster to be built; its state is what the translation reads.
+    from ray.tune.search.bohb import TuneBOHB
+
+    ray_bohb = object.__new__(TuneBOHB)
+    ray_bohb.__dict__.update(_space=None, _bohb_config={"num_samples": 8}, _metric="r", _mode="max",
+                             _points_to_evaluate=None, _seed=2, _max_concurrent=0)
+    with pytest.warns(UserWarning, match="Ray Tune's TuneBOHB"):
+        s = _plan(search_alg=ray_bohb, scheduler=tune.schedulers.HyperBandForBOHB(max_t=8)).searcher
+    assert isinstance(s, searchers.SyncBOHB) and s.model.num_candidates == 8 and s.seed == 2
+
+
+def test_rays_unsupported_scheduler_is_refused() -> None:
+    from ray.tune.schedulers import ResourceChangingScheduler
+
+    with pytest.raises(ConfigError, match="Ray Tune's ResourceChangingScheduler, which fluidsalus has no"):
+        _plan(metric="m", mode="max", scheduler=ResourceChangingScheduler())
+
+
+def test_rays_config_objects_are_translated() -> None:
+    with pytest.warns(UserWarning, match="Ray Tune's RunConfig"):
+        tuner = Tuner(lambda c: None, run_config=rt.RunConfig(
+            name="x", failure_config=rt.FailureConfig(max_failures=2),
+            checkpoint_config=rt.CheckpointConfig(num_to_keep=3)))
+    assert tuner._run_config.failure_config.max_failures == 2
+    assert tuner._run_config.checkpoint_config.num_to_keep == 3
+    with pytest.warns(UserWarning, match="Ray Tune's TuneConfig"):
+        tuner = Tuner(lambda c: None, tune_config=rt.TuneConfig(num_samples=4, metric="m", mode="min"))
+    assert tuner._tune_config.num_samples == 4
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: tune.TuneConfig(num_samples=0), "TuneConfig: num_samples must be an int >= 1, or -1"),
+    (lambda: tune.TuneConfig(mode="best"), "TuneConfig: mode must be 'min' or 'max'"),
+    (lambda: tune.TuneConfig(time_budget_s=-1), "TuneConfig: time_budget_s must be"),
+    (lambda: tune.FailureConfig(max_failures=2, fail_fast=True), "max_failures must be 0 if fail_fast"),
+    (lambda: tune.FailureConfig(fail_fast="sometimes"), "FailureConfig: fail_fast must be True, False or 'raise'"),
+    (lambda: tune.CheckpointConfig(num_to_keep=0), "CheckpointConfig: num_to_keep must be None or an int >= 1"),
+    (lambda: tune.CheckpointConfig(checkpoint_score_order="best"), "checkpoint_score_order must be 'max' or"),
+    (lambda: tune.RunConfig(local_dir="/tmp/x"), "RunConfig: local_dir is deprecated"),
+    (lambda: tune.RunConfig(stop=3), "RunConfig: stop must be None, a dict"),
+    (lambda: tune.schedulers.ASHAScheduler(reduction_factor=1), "AsyncHyperBandScheduler: reduction_factor must"),
+    (lambda: tune.schedulers.ASHAScheduler(grace_period=200), "AsyncHyperBandScheduler: grace_period must be"),
+    (lambda: tune.schedulers.HyperBandScheduler(mode="up"), "HyperBandScheduler: mode must be"),
+    (lambda: tune.schedulers.PopulationBasedTraining(), "PopulationBasedTraining: hyperparam_mutations is empty"),
+    (lambda: tune.search.ConcurrencyLimiter(tune.search.BasicVariantGenerator(), 0),
+     "ConcurrencyLimiter: max_concurrent must be an int >= 1"),
+    (lambda: tune.with_resources(lambda c: None, {"gpu": -1}), r"with_resources: resources\['gpu'\] must be"),
+    (lambda: tune.with_parameters("PPO"), "no trainable registry"),
+])
+def test_bad_input_names_the_field(build, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build()
+
+
+def test_define_by_run_optuna_space_is_refused() -> None:
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    with pytest.raises(ConfigError, match="define-by-run"):
+        OptunaSearch(space=lambda trial: None)
+
+
+def _bohb():
+    from fluidsalus.tune.search.bohb import TuneBOHB
+
+    return TuneBOHB()
+
+
+def _optuna_holder():
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    return OptunaSearch()
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: {"search_alg": _bohb(), "scheduler": tune.schedulers.HyperBandScheduler()},
+     "TuneBOHB needs HyperBandForBOHB"),
+    (lambda: {"search_alg": _optuna_holder(), "scheduler": tune.schedulers.HyperBandScheduler()},
+     "no fluidsalus equivalent"),
+    (lambda: {"scheduler": tune.schedulers.ASHAScheduler(), "num_samples": -1}, "num_samples=-1.*random search only"),
+    (lambda: {"scheduler": tune.schedulers.ASHAScheduler(), "metric": None, "mode": None},
+     "needs a metric and a mode"),
+    (lambda: {"search_alg": tune.search.BasicVariantGenerator(points_to_evaluate=[{"x": 0.1}])},
+     "points_to_evaluate"),
+    (lambda: {"search_alg": tune.search.ConcurrencyLimiter(tune.search.BasicVariantGenerator(), 2),
+              "max_concurrent_trials": 3}, "already limits concurrency to 2"),
+    (lambda: {"search_alg": object()}, "search_alg must be None"),
+])
+def test_unsupported_combinations_are_refused(make, message: str) -> None:
+    kwargs = {"metric": "m", "mode": "max", **make()}
+    with pytest.raises(ConfigError, match=message):
+        plan(tune.TuneConfig(**kwargs), SPACE)
+
+
+def test_trainables_that_cannot_run_are_refused(storage: str) -> None:
+    class RayStyle(rt.Trainable):
+        pass
+
+    with pytest.raises(ConfigError, match="subclasses Ray's Trainable"):
+        tune.with_resources(RayStyle, {"cpu": 1})
+    with pytest.raises(ConfigError, match="checkpoint_frequency and checkpoint_at_end are not supported for"):
+        Tuner(lambda c: None, run_config=tune.RunConfig(
+            storage_path=storage, checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=2))).fit()
+    with pytest.raises(ConfigError, match="Tuner.restore: resume_errored=True is not supported"):
+        Tuner.restore(storage, lambda c: None, resume_errored=True)
+    assert not Tuner.can_restore(storage)
+    with pytest.raises(RuntimeError, match="has not been run"):
+        Tuner(lambda c: None).get_results()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Runs
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _steps(config):
+    for i in range(config.get("steps", 3)):
+        tune.report({"score": config["x"] * (i + 1), "i": i})
+
+
+def _run(trainable, storage, param_space=None, run_config_kwargs=None, **tune_kwargs):
+    run_kwargs = {"storage_path": storage, "verbose": 0, **(run_config_kwargs or {})}
+    tuner = Tuner(trainable, param_space=param_space if param_space is not None else {"x": tune.uniform(0, 1)},
+                  tune_config=tune.TuneConfig(**tune_kwargs), run_config=tune.RunConfig(**run_kwargs))
+    return tuner, tuner.fit()
+
+
+def test_fit_runs_a_grid_with_a_dict_stop(ray_cluster, storage: str) -> None:
+    _, grid = _run(_steps, storage, {"x": tune.grid_search([0.1, 0.5, 0.9]), "steps": 5},
+                   run_config_kwargs={"name": "grid", "stop": {"training_iteration": 2}},
+                   metric="score", mode="max", num_samples=1)
+    assert len(grid) == 3 and grid.num_errors == 0
+    assert all(r.metrics["training_iteration"] == 2 for r in grid)
+    assert grid.get_best_result().config["x"] == 0.9
+    assert grid.experiment_path == os.path.join(storage, "grid")
+
+
+def test_with_parameters_and_with_resources(ray_cluster, storage: str) -> None:
+    data = np.arange(200_000, dtype=np.float64)
+
+    def train(config, data=None, offset=0):
+        resources = tune.get_context().get_trial_resources()
+        tune.report({"total": float(data.sum()) + offset, "gpu": resources["gpu"], "cpu": resources["cpu"]})
+
+    trainable = tune.with_resources(tune.with_parameters(train, data=data, offset=1), {"cpu": 1, "gpu": 0.25})
+    entry, refs = make_entry(trainable, None)
+    assert len(cloudpickle.dumps(entry)) < data.nbytes / 10  # the array travels through Ray's store, not the payload
+    del entry, refs
+    _, grid = _run(trainable, storage, num_samples=2)
+    assert [r.metrics["total"] for r in grid] == [float(data.sum()) + 1] * 2
+    assert all((r.metrics["gpu"], r.metrics["cpu"]) == (0.25, 1.0) for r in grid)
+
+
+def test_rays_own_with_parameters_and_with_resources_are_translated(ray_cluster, storage: str) -> None:
+    def train(config, data=None):
+        tune.report({"total": float(data.sum()), "gpu": tune.get_context().get_trial_resources()["gpu"]})
+
+    wrapped = rt.with_parameters(rt.with_resources(train, {"cpu": 1, "gpu": 0.5}), data=np.ones(10))
+    with pytest.warns(UserWarning, match="Ray Tune's with_parameters and with_resources"):
+        _, grid = _run(wrapped, storage, num_samples=1)
+    assert (grid[0].metrics["total"], grid[0].metrics["gpu"]) == (10.0, 0.5)
+
+
+class _Recorder(tune.Callback):
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+
+    def setup(self, stop=None, num_samples=None, total_num_samples=None, **info):
+        self.events.append(("setup", num_samples))
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.events.append(("start", trial.trial_id))
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.events.append(("result", trial.trial_id, trial.config["x"], result["config"]["x"],
+                            result["training_iteration"], iteration))
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.events.append(("complete", trial.trial_id, trial.last_result["training_iteration"], len(trials)))
+
+    def on_experiment_end(self, trials, **info):
+        self.events.append(("end", len(trials)))
+
+
+def test_ray_style_callbacks_see_every_result(ray_cluster, storage: str) -> None:
+    recorder = _Recorder()
+    _, grid = _run(_steps, storage, run_config_kwargs={"callbacks": [recorder]}, num_samples=3)
+    kinds = [e[0] for e in recorder.events]
+    assert kinds[0] == "setup" and kinds[-1] == "end" and recorder.events[-1] == ("end", 3)
+    results = [e for e in recorder.events if e[0] == "result"]
+    assert len(results) == 9 and all(e[2] == e[3] for e in results)
+    assert [e[-1] for e in results] == sorted(e[-1] for e in results)  # iteration grows
+    configs = {r.trial_id: r.config["x"] for r in grid}
+    assert all(configs[e[1]] == e[2] for e in results)
+    assert sorted(e[1] for e in recorder.events if e[0] == "start") == sorted(configs)
+    assert sorted(e[1] for e in recorder.events if e[0] == "complete") == sorted(configs)
+
+
+class _StopAllAfter(tune.Stopper):
+    """Stops nothing per trial; ends the experiment once the driver's copy has seen ``n`` results."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.seen = n, 0
+
+    def __call__(self, trial_id, result):
+        self.seen += 1
+        return False
+
+    def stop_all(self):
+        return self.seen >= self.n
+
+
+def _forever(config):
+    i = 0
+    while True:
+        i += 1
+        time.sleep(0.02)
+        tune.report({"x": config["x"], "i": i})
+
+
+def test_stop_callable_and_stopper_with_endless_samples(ray_cluster, storage: str) -> None:
+    _, grid = _run(_forever, storage, run_config_kwargs={"stop": lambda tid, r: r["i"] >= 3}, num_samples=2)
+    assert [r.metrics["i"] for r in grid] == [3, 3]
+    started = time.time()
+    _, grid = _run(_steps, storage, {"x": tune.uniform(0, 1), "steps": 1},
+                   run_config_kwargs={"stop": _StopAllAfter(5)}, num_samples=-1)
+    assert len(grid) >= 5 and time.time() - started < 30
+    _, grid = _run(_forever, storage, run_config_kwargs={"stop": tune.stopper.MaximumIterationStopper(2)},
+                   num_samples=-1, time_budget_s=5)  # the budget also covers starting the device actors
+    assert len(grid) >= 1 and all(r.metrics is None or r.metrics["i"] <= 2 for r in grid)
+
+
+class _Counter(tune.Trainable):
+    def setup(self, config, start=0):
+        self.value = start
+
+    def step(self):
+        self.value += self.config["x"]
+        return {"value": self.value, "done": self.iteration >= 3}
+
+    def save_checkpoint(self, checkpoint_dir):
+        return {"value": self.value}
+
+    def load_checkpoint(self, checkpoint):
+        self.value = checkpoint["value"]
+
+
+def test_class_trainable_with_parameters_and_checkpoint_frequency(ray_cluster, storage: str) -> None:
+    tuner = Tuner(tune.with_parameters(_Counter, start=10), param_space={"x": tune.grid_search([1, 2])},
+                  run_config=tune.RunConfig(storage_path=storage, verbose=0,
+                                            checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=2)))
+    grid = tuner.fit()
+    assert sorted(r.metrics["value"] for r in grid) == [14, 18]  # 10 + 4 steps of x: done after the 4th
+    assert all(r.metrics["training_iteration"] == 4 for r in grid)
+    assert all([int(c.path[-6:]) for c, _ in r.best_checkpoints] == [2, 4] for r in grid)
+
+
+class _InterruptOnce(tune.Callback):
+    """Raises KeyboardInterrupt at the n-th result, the first time only (a marker file remembers)."""
+
+    def __init__(self, marker: str, n: int) -> None:
+        self.marker, self.n, self.seen = marker, n, 0
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.seen += 1
+        if self.seen == self.n and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            raise KeyboardInterrupt
+
+
+def _resumable(config):
+    start = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder, open(os.path.join(folder, "state.json")) as f:
+            start = json.load(f)["i"]
+    for i in range(start + 1, 7):
+        time.sleep(0.1)
+        folder = os.path.join(tune.get_context().get_trial_dir(), f"tmp_{i}")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "state.json"), "w") as f:
+            json.dump({"i": i}, f)
+        tune.report({"i": i, "resumed_from": start}, checkpoint=tune.Checkpoint.from_directory(folder))
+
+
+def test_restore_continues_an_interrupted_experiment(ray_cluster, storage: str, tmp_path) -> None:
+    callback = _InterruptOnce(str(tmp_path / "interrupted"), n=4)
+    tuner = Tuner(_resumable, param_space={"x": tune.uniform(0, 1)},
+                  tune_config=tune.TuneConfig(num_samples=3, metric="i", mode="max"),
+                  run_config=tune.RunConfig(name="resumable", storage_path=storage, verbose=0, callbacks=[callback]))
+    with pytest.raises(KeyboardInterrupt):
+        tuner.fit()
+    path = os.path.join(storage, "resumable")
+    assert Tuner.can_restore(path) and os.path.isfile(os.path.join(path, TUNER_STATE_FILE))
+    restored = Tuner.restore(path, _resumable)
+    before = restored.get_results()
+    assert any(r.status != "TERMINATED" for r in before)
+    grid = restored.fit()
+    assert len(grid) == 3 and grid.num_errors == 0
+    assert all(r.metrics["i"] == 6 for r in grid)
+    assert any(r.metrics["resumed_from"] > 0 for r in grid)  # continued from a checkpoint, not from scratch
+    assert restored.get_results() is grid
+    assert grid.get_best_result().metrics["i"] == 6
+
+
+def test_running_twice_under_one_name_keeps_both(ray_cluster, storage: str) -> None:
+    _run(_steps, storage, run_config_kwargs={"name": "same"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _, grid = _run(_steps, storage, run_config_kwargs={"name": "same"})
+    assert any("already exists" in str(w.message) for w in caught)
+    assert os.path.basename(grid.experiment_path).startswith("same_")
