@@ -5,8 +5,8 @@ folder, its ``ray.tune`` imports are rewritten to ``fluidsalus.tune`` (``import 
 left alone: the scripts start Ray themselves), and it runs in a subprocess whose ``HOME`` is the temporary
 folder, so Ray's default ``~/ray_results`` lands there too. Each must finish and print its best config.
 
-``optuna_define_by_run_example.py`` must fail with fluidsalus's clear refusal of a define-by-run space, and
-``pbt_function.py`` fails on an engine bug (see docs/compatibility.md); both are checked for exactly that.
+``optuna_define_by_run_example.py`` must fail with fluidsalus's clear refusal of a define-by-run space; the
+test checks for exactly that.
 
 The full (not ``--smoke-test``) run of ``tune_basic_example.py`` takes minutes on 2 CPUs (100 trials of 100
 steps of 0.1 s); it is marked ``slow`` and runs only with ``FLUIDSALUS_RUN_SLOW=1``.
@@ -125,9 +125,6 @@ def test_optuna_define_by_run_example_is_refused_clearly(tmp_path: Path) -> None
 
 def test_pbt_function_example(tmp_path: Path) -> None:
     process = run_example("pbt_function.py", tmp_path, "--smoke-test")
-    if process.returncode != 0 and "while it is RUNNING; only paused or ended trials can be promoted" in process.stderr:
-        pytest.xfail("engine bug: PBT promotes a trial whose last result both reached its perturbation point and "
-                     "met the stop rule (docs/compatibility.md)")
     output = _check(process)
     assert set(best_config(output, "Best hyperparameters found were: ")) == {"lr", "some_other_factor",
                                                                              "checkpoint_interval"}
