@@ -205,7 +205,7 @@ class TrialSession:
             timestamp=int(now),
             trial_id=self.context.trial_id,
             date=datetime.datetime.fromtimestamp(now).strftime("%Y-%m-%d_%H-%M-%S"),
-            done=False,
+            done=metrics.get("done") is True,  # a trainable may end itself by reporting done=True, as in Ray
             pid=os.getpid(),
             hostname=_HOSTNAME,
             time_since_restore=now - self._started,
@@ -223,6 +223,8 @@ class TrialSession:
             result["checkpoint_dir_name"] = os.path.basename(path)
         stop = self.stop_requested.is_set()
         if not stop and self._should_stop is not None and self._should_stop(result):
+            stop = self.stopped_by_rule = True
+        if not stop and result["done"]:
             stop = self.stopped_by_rule = True
         paused = not stop and self.at_budget(result)
         if stop:

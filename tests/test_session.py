@@ -103,3 +103,13 @@ def test_checkpoint_helpers(tmp_path):
     assert ckpt.get_metadata() == {"epoch": 3, "lr": 0.1}
     out = ckpt.to_directory(tmp_path / "copy")
     assert open(os.path.join(out, "f")).read() == "x"
+
+
+def test_a_reported_done_is_kept_and_ends_the_trial_as_in_ray(tmp_path):
+    seen = []
+    session, got = _session(tmp_path, should_stop=lambda r: seen.append(r["done"]) or r["done"] is True)
+    session.report({"a": 1})
+    with pytest.raises(StopTrial):
+        session.report({"a": 2, "done": True})
+    assert seen == [False, True]  # stop={"done": True} sees the trainable's own done
+    assert [r["done"] for r in got] == [False, True]
