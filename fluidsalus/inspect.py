@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sqlite3
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -25,9 +24,7 @@ from fluidsalus import goodput as gp
 from fluidsalus.config import DEFAULT_STORAGE_PATH, STORAGE_PATH_ENV
 from fluidsalus.errors import StoreError
 from fluidsalus.store import (
-    APPLICATION_ID,
     DB_FILENAME,
-    SCHEMA_VERSION,
     TERMINATED,
     TRIAL_STATUSES,
     ExperimentStore,
@@ -130,32 +127,8 @@ def open_readonly(path: str | os.PathLike[str]) -> ExperimentStore:
         StoreError: As :meth:`ExperimentStore.open`: not an experiment, not a store, or a newer schema.
     """
     db_path = resolve_db_path(path)
-    if not os.path.isfile(db_path) or os.path.exists(db_path + _WAL_SUFFIX):
-        return ExperimentStore.open(path, readonly=True)
-    try:
-        with open(db_path, "rb") as f:
-            is_sqlite = f.read(len(_SQLITE_HEADER)) == _SQLITE_HEADER
-    except OSError:
-        is_sqlite = False
-    if not is_sqlite:  # ExperimentStore.open reports it, before it connects (nothing is created)
-        return ExperimentStore.open(path, readonly=True)
-    uri = "file:" + os.path.abspath(db_path) + "?mode=ro&immutable=1"
-    try:
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-    except sqlite3.DatabaseError as e:
-        raise StoreError(f"{db_path!r} is not a fluidsalus experiment store ({e})") from None
-    if app_id != APPLICATION_ID:
-        conn.close()
-        raise StoreError(f"{db_path!r} is an SQLite file but not a fluidsalus experiment store")
-    if version > SCHEMA_VERSION:
-        conn.close()
-        raise StoreError(
-            f"{db_path!r} was written by a newer fluidsalus (store schema {version}; this version reads schema "
-            f"{SCHEMA_VERSION} and older). Upgrade fluidsalus to open it."
-        )
-    return ExperimentStore(conn, db_path, readonly=True)
+    idle = os.path.isfile(db_path) and not os.path.exists(db_path + _WAL_SUFFIX)
+    return ExperimentStore.open(path, readonly=True, immutable=idle)
 
 
 def _fmt_bytes(value: float | None) -> str:

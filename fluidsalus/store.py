@@ -273,12 +273,14 @@ class ExperimentStore:
         return cls(conn, db_path, readonly=False)
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], readonly: bool = False) -> ExperimentStore:
+    def open(cls, path: str | os.PathLike[str], readonly: bool = False, immutable: bool = False) -> ExperimentStore:
         """Open an existing store, given its experiment folder or its ``experiment.db``.
 
         Args:
             path: The experiment folder or the database file.
             readonly: Open without any write access (safe on a running experiment).
+            immutable: With ``readonly``, read the database file alone (SQLite's ``immutable=1``) and create no
+                ``-wal``/``-shm`` files: only for a store that no process has open.
 
         Raises:
             StoreError: If there is no store there, the file is not a fluidsalus store, or it was written
@@ -290,7 +292,7 @@ class ExperimentStore:
         _check_sqlite_file(db_path)
         try:
             if readonly:
-                uri = "file:" + os.path.abspath(db_path) + "?mode=ro"
+                uri = "file:" + os.path.abspath(db_path) + "?mode=ro" + ("&immutable=1" if immutable else "")
                 conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
             else:
                 conn = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
