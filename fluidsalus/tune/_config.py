@@ -359,3 +359,32 @@ class TuneConfig:
         if self.chdir_to_trial_dir != DEPRECATED:
             out.append("chdir_to_trial_dir")
         return out
+
+
+class MetricModeHolder:
+    """What Ray's schedulers and searchers share: an optional ``metric``/``mode``, settable once by Tune."""
+
+    def __init__(self, metric: str | None = None, mode: str | None = None) -> None:
+        owner = type(self).__name__
+        self._metric = check_metric(owner, metric)
+        self._mode = check_mode(owner, mode)
+
+    @property
+    def metric(self) -> str | None:
+        """The metric given to this object, or None."""
+        return self._metric
+
+    @property
+    def mode(self) -> str | None:
+        """The mode given to this object, or None."""
+        return self._mode
+
+    def _take_metric_mode(self, metric: str | None, mode: str | None) -> bool:
+        """Ray's ``set_search_properties`` rule: take them unless this object already has its own (False)."""
+        if (self._metric and metric) or (self._mode and mode):
+            return False
+        if metric:
+            self._metric = check_metric(type(self).__name__, metric)
+        if mode:
+            self._mode = check_mode(type(self).__name__, mode)
+        return True

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fluidsalus.errors import ConfigError
-from fluidsalus.tune._config import check_metric, check_mode
+from fluidsalus.tune._config import MetricModeHolder
 from fluidsalus.tune._domains import translate_ray_values
 
 __all__ = [
@@ -46,33 +46,15 @@ def _probe(owner: str, engine_name: str, build: Callable[[], Any]) -> None:
         raise ConfigError(f"{owner}: {message.removeprefix(prefix)}") from None
 
 
-class TrialScheduler:
+class TrialScheduler(MetricModeHolder):
     """Base class of the schedulers (``ray.tune.schedulers.TrialScheduler``): holds ``metric`` and ``mode``."""
 
     def __init__(self, metric: str | None = None, mode: str | None = None) -> None:
-        owner = type(self).__name__
-        self._metric = check_metric(owner, metric)
-        self._mode = check_mode(owner, mode)
-
-    @property
-    def metric(self) -> str | None:
-        """The metric given to the scheduler, or None."""
-        return self._metric
-
-    @property
-    def mode(self) -> str | None:
-        """The mode given to the scheduler, or None."""
-        return self._mode
+        super().__init__(metric, mode)
 
     def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
         """Ray's hook: take ``metric``/``mode`` unless the scheduler already has its own (then False)."""
-        if (self._metric and metric) or (self._mode and mode):
-            return False
-        if metric:
-            self._metric = check_metric(type(self).__name__, metric)
-        if mode:
-            self._mode = check_mode(type(self).__name__, mode)
-        return True
+        return self._take_metric_mode(metric, mode)
 
     def describe(self) -> dict[str, Any]:
         """The constructor arguments (for messages and docs)."""

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from fluidsalus.errors import ConfigError
-from fluidsalus.tune._config import check_metric, check_mode
+from fluidsalus.tune._config import MetricModeHolder
 
 __all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "Searcher", "SearchAlgorithm"]
 
@@ -42,7 +42,7 @@ class SearchAlgorithm:
         return f"{type(self).__name__}({args})"
 
 
-class Searcher(SearchAlgorithm):
+class Searcher(MetricModeHolder, SearchAlgorithm):
     """Base of the model-based search algorithms (``ray.tune.search.Searcher``): holds ``metric``/``mode``.
 
     Args:
@@ -51,30 +51,12 @@ class Searcher(SearchAlgorithm):
     """
 
     def __init__(self, metric: str | None = None, mode: str | None = None) -> None:
-        owner = type(self).__name__
-        self._metric = check_metric(owner, metric)
-        self._mode = check_mode(owner, mode)
-
-    @property
-    def metric(self) -> str | None:
-        """The metric given to the search algorithm, or None."""
-        return self._metric
-
-    @property
-    def mode(self) -> str | None:
-        """The mode given to the search algorithm, or None."""
-        return self._mode
+        MetricModeHolder.__init__(self, metric, mode)
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any],
                               **spec: Any) -> bool:
         """Ray's hook: take ``metric``/``mode`` unless the search algorithm already has its own (then False)."""
-        if (self._metric and metric) or (self._mode and mode):
-            return False
-        if metric:
-            self._metric = check_metric(type(self).__name__, metric)
-        if mode:
-            self._mode = check_mode(type(self).__name__, mode)
-        return True
+        return self._take_metric_mode(metric, mode)
 
     def set_max_concurrency(self, max_concurrent: int) -> bool:
         """Ray's hook; concurrency is applied by the engine, so this always returns False (use a limiter)."""
