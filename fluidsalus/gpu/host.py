@@ -73,7 +73,26 @@ PROFILE_ITERATIONS = 3
 
 @dataclass
 class TrialSpec:
-    """Everything a device needs to start (or restart) one trial."""
+    """Everything a device needs to start (or restart) one trial.
+
+    A data-parallel trial on k devices (see :mod:`fluidsalus.distributed`) is k specs, one per device, with
+    the same ``trial_id``, ``attempt``, ``config``, ``checkpoint_path`` and ``budget``, ``world_size = k``,
+    ranks ``0 .. k-1`` and one ``rendezvous`` address (``DeviceActor.free_port()`` on rank 0's actor).
+
+    **Rank 0** is the trial as the driver sees it: its events (start, results, end, calls) are those of a
+    one-device trial. **A rank > 0 is a worker**: it runs the same trainable and follows rank 0 at each
+    ``report()`` (it continues, pauses at the budget, resumes or stops when rank 0 does). It sends no
+    ``EV_START``/``EV_RESULT``/``EV_END``: its start and end are ``EV_LANE`` events of kind
+    ``"worker_start"`` and ``"worker_end"`` whose data holds ``rank`` and ``world_size`` (and, at the end,
+    ``outcome``, ``error`` and ``traceback``). Rank 0 sends its ``EV_END`` only after every worker has ended
+    (or after the rendezvous timeout), and a worker's error is added to rank 0's error text.
+
+    Attributes:
+        rank: This spec's rank in its trial (0 for an ordinary trial).
+        world_size: Devices (ranks) the trial runs on (1 for an ordinary trial).
+        rendezvous: ``"ip:port"`` where rank 0 serves the trial's rendezvous store; required when
+            ``world_size > 1``.
+    """
 
     trial_id: str
     trial_name: str
@@ -85,6 +104,9 @@ class TrialSpec:
     time_total_offset: float = 0.0
     budget: float | None = None
     priority: float = 0.0
+    rank: int = 0
+    world_size: int = 1
+    rendezvous: str | None = None
 
 
 @dataclass
