@@ -205,3 +205,40 @@ def test_cli_reports_bad_input(capsys, tmp_path):
     assert main(["--planners", "nope", "--gpus", "2", "--trials", "4"]) == 2
     assert "unknown" in capsys.readouterr().err
     assert main(["--trace", str(tmp_path / "missing.json"), "--gpus", "2"]) == 2
+
+
+def test_fast_lane_policy_keys_choose_as_the_policies_do():
+    # The engine picks a lane's next trial with SIM_POLICY_KEYS instead of building TrialViews; on random ready
+    # sets (ties in ready time included) each key picks the trial that fluidsalus.gpu.policies.choose picks.
+    import random
+
+    from fluidsalus.gpu.policies import TrialView, choose, get_policy
+    from fluidsalus.sim.engine import SIM_POLICY_KEYS, SimTrial
+
+    rng = random.Random(0)
+    for name, key in SIM_POLICY_KEYS.items():
+        policy = get_policy(name)
+        for _ in range(200):
+            ready = []
+            for i in rng.sample(range(50), rng.randint(2, 6)):
+                t = SimTrial(f"t{i:02d}", i, record(), None, 0.0)
+                t.ready_since = float(rng.randint(0, 3))
+                t.arrival = rng.randint(0, 9)
+                t.used_s = float(rng.randint(0, 3))
+                t.iteration = rng.randint(0, 3)
+                ready.append(t)
+            views = [TrialView(t.tid, t.arrival, t.ready_since, t.used_s, t.iteration, None, None) for t in ready]
+            assert min(ready, key=key).tid == choose(policy, views), name
+
+
+@pytest.mark.parametrize("searcher", ["asha", "bohb", "bohb-async"])
+def test_cached_demand_views_stay_fresh(searcher):
+    # The engine caches each trial's TrialDemand and drops the cache wherever a field it depends on changes;
+    # check_views compares every cached demand with a freshly built one at every plan.
+    from fluidsalus.sim.strategies import WaterfillStrategy
+
+    hw = Hardware(gpus=8, gpus_per_node=4, slots=4)
+    wl = generate_workload(60, 5, hw.gpu_memory)
+    s, max_it = make_searcher(searcher, 60, 5, wl.metric, wl.mode, hw.gpus)
+    result = Simulation(WaterfillStrategy(check_views=True), wl, s, max_it, hw).run()
+    assert result.trials == 60 and result.extra["plans"] > 0

@@ -24,7 +24,7 @@ import heapq
 import itertools
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, ValuesView
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +60,17 @@ _STOP = Decision.STOP
 
 #: Guard against a run that never ends (a searcher bug): events processed at most.
 MAX_EVENTS = 50_000_000
+
+#: Sort keys over :class:`SimTrial` equal to the lane policies' keys over the :class:`TrialView` the engine would
+#: build (``arrival_seq`` = ``arrival``, ``used_time_s`` = ``used_s``, ``iterations`` = ``iteration``): the
+#: engine picks a lane's next trial with them instead of building views (tests/test_sim.py checks that they
+#: choose as :func:`fluidsalus.gpu.policies.choose` does). Policies not listed go through ``choose``.
+SIM_POLICY_KEYS: dict[str, Callable[[SimTrial], tuple]] = {
+    "fifo": lambda t: (t.ready_since, t.arrival, t.tid),
+    "fair": lambda t: (t.used_s, t.ready_since, t.arrival, t.tid),
+    "rr": lambda t: (t.iteration, t.ready_since, t.arrival, t.tid),
+    "pack": lambda t: (t.arrival, t.ready_since, t.tid),
+}
 
 
 class SimulationError(RuntimeError):
@@ -104,7 +115,7 @@ class SimTrial:
         self.waiting_admission: set[int] = set()
         self.end_reason: str | None = None
         self.attempts = 0
-        self.view: TrialDemand | None = None  # cached demand_view while queued
+        self.view: TrialDemand | None = None  # cached demand_view (None: stale)
         self.iter_left = 0.0  # work left in the running iteration (seconds at full speed)
         self.iter_last = 0.0  # when iter_left was last brought up to date
         self.iter_rate = 1.0  # current speed of the running iteration
@@ -117,19 +128,27 @@ class SimTrial:
         return max(0.0, top - self.iteration)
 
     def demand_view(self, max_iterations: int) -> TrialDemand:
-        """What the water-filling planner is told about this trial (cached while it waits in the queue)."""
+        """What the water-filling planner is told about this trial (:meth:`build_view`, cached).
+
+        The cache, ``view``, is reset to None wherever a field the view depends on changes (the trial's
+        iteration, budget, state, devices, pending move or preemption).
+        """
+        view = self.view
+        if view is None:
+            view = self.view = self.build_view(max_iterations)
+        return view
+
+    def build_view(self, max_iterations: int) -> TrialDemand:
+        """The trial's :class:`~fluidsalus.trialgroup.planner.TrialDemand` now (uncached)."""
         if self.state == QUEUED:
-            if self.view is None:
-                self.view = TrialDemand(self.tid, self.remaining(max_iterations), self.rec.p_bytes, self.rec.t_bytes,
-                                        self.rec.data_parallel, (), False, self.seq)
-            return self.view
-        devices = self.next_devices if self.next_devices is not None else self.devices
-        if self.preempt_pending:
-            devices = ()
-        return TrialDemand(
-            self.tid, self.remaining(max_iterations), self.rec.p_bytes, self.rec.t_bytes, self.rec.data_parallel,
-            devices, self.state == PAUSED, self.seq,
-        )
+            devices: tuple[int, ...] = ()
+        else:
+            devices = self.next_devices if self.next_devices is not None else self.devices
+            if self.preempt_pending:
+                devices = ()
+        rec = self.rec
+        return TrialDemand(self.tid, self.remaining(max_iterations), rec.p_bytes, rec.t_bytes, rec.data_parallel,
+                           devices, self.state == PAUSED, self.seq)
 
 
 class SimLane:
@@ -249,6 +268,7 @@ class Simulation:
         self.hardware = hardware
         self.target = target
         self.policy = get_policy(lane_policy)
+        self._policy_key = SIM_POLICY_KEYS.get(self.policy.name)
         self.metric = workload.metric
         self.sign = 1.0 if workload.mode == "max" else -1.0
         lane_capacity = hardware.gpu_memory - hardware.context_bytes
@@ -298,6 +318,10 @@ class Simulation:
         """Trials created and not ended, in creation order."""
         return iter(list(self._live.values()))
 
+    def live_trials(self) -> ValuesView[SimTrial]:
+        """The live trials, in creation order, without a copy (do not end or create trials while iterating)."""
+        return self._live.values()
+
     # ------------------------------------------------------------------ events
 
     def _push(self, at: float, kind: int, trial: SimTrial | None, epoch: int = 0) -> None:
@@ -328,10 +352,7 @@ class Simulation:
         if len(ready) == 1:
             trial = ready.pop()
         else:
-            views = [TrialView(t.tid, t.arrival, t.ready_since, t.used_s, t.iteration,
-                               t.remaining(self.max_iterations), None) for t in ready]
-            chosen = choose(self.policy, views)
-            trial = next(t for t in ready if t.tid == chosen)
+            trial = self.pick(ready)
             ready.remove(trial)
         demand = trial.eff_demand
         changed = False
@@ -358,6 +379,16 @@ class Simulation:
         trial.epoch += 1
         heapq.heappush(self._heap, (now + trial.iter_left / rate, next(self._seq), EV_ITER, trial, trial.epoch))
 
+    def pick(self, ready: list[SimTrial]) -> SimTrial:
+        """The ready trial a lane runs next, by the lane policy."""
+        key = self._policy_key
+        if key is not None:
+            return min(ready, key=key)
+        views = [TrialView(t.tid, t.arrival, t.ready_since, t.used_s, t.iteration, t.remaining(self.max_iterations),
+                           None) for t in ready]
+        chosen = choose(self.policy, views)
+        return next(t for t in ready if t.tid == chosen)
+
     def _reprice(self, dev: SimDevice, now: float) -> None:
         """The GPU's set of running trials changed: every iteration in flight there continues at its new speed
         (processor sharing); its completion event is rescheduled."""
@@ -378,6 +409,7 @@ class Simulation:
 
     def _make_ready(self, trial: SimTrial, now: float) -> None:
         trial.state = RUNNING
+        trial.view = None
         trial.ready_since = now
         lane = trial.lane
         assert lane is not None
@@ -425,11 +457,13 @@ class Simulation:
         dev = self.devices[gpu]
         need = trial.rec.p_bytes + trial.rec.t_bytes + hw.context_bytes
         trial.devices = (gpu,)
+        trial.view = None
         trial.resident = True
         trial.dp = 1.0
         trial.cap = min(1.0, share / trial.rec.demand)
         trial.eff_demand = min(trial.rec.demand, share)
         trial.state = STARTING
+        trial.view = None
         trial.epoch += 1
         self.starts += 1
         trial.attempts += 1
@@ -468,6 +502,7 @@ class Simulation:
 
     def _set_allocation(self, trial: SimTrial, devices: tuple[int, ...]) -> None:
         trial.devices = devices
+        trial.view = None
         trial.resident = True
         k = len(devices)
         trial.dp = dp_factor(trial.rec.serial_fraction, k, self.hardware.comm_fraction)
@@ -482,6 +517,7 @@ class Simulation:
         trial.epoch += 1
         self._set_allocation(trial, self._admit(trial, devices, now))
         trial.state = STARTING
+        trial.view = None
         self.starts += 1
         trial.attempts += 1
         if not trial.waiting_admission:
@@ -517,6 +553,7 @@ class Simulation:
             self.strategy.released(trial)
         trial.resident = False
         trial.devices = ()
+        trial.view = None
 
     def move(self, trial: SimTrial, devices: tuple[int, ...], now: float) -> None:
         """Move a placed trial to ``devices``: now if it is at an iteration boundary, else at the next one."""
@@ -530,6 +567,7 @@ class Simulation:
             self._release(trial, now)
             if state == STARTING:  # it never started: a start there, not a move
                 trial.state = QUEUED
+                trial.view = None
                 self.start_lanes(trial, devices, now)
             else:
                 self._do_move(trial, devices, now)
@@ -537,6 +575,7 @@ class Simulation:
         current = trial.lane.current if trial.lane is not None else None
         if trial.state in (STARTING, MOVING) or current is trial:
             trial.next_devices = devices
+            trial.view = None
             return
         self._do_move(trial, devices, now)
 
@@ -545,12 +584,14 @@ class Simulation:
         self._release(trial, now)
         trial.epoch += 1
         trial.next_devices = None
+        trial.view = None
         self._set_allocation(trial, self._admit(trial, devices, now))
         self.moves += 1
         if paused:
             trial.cold = True  # restores from its checkpoint when promoted
             return
         trial.state = MOVING
+        trial.view = None
         if not trial.waiting_admission:
             self._push(now + self.hardware.move_s, EV_READY, trial, trial.epoch)
 
@@ -561,6 +602,7 @@ class Simulation:
         current = trial.lane.current if trial.lane is not None else None
         if trial.state in (STARTING, MOVING) or current is trial:
             trial.preempt_pending = True
+            trial.view = None
             return
         self._do_preempt(trial, now)
 
@@ -570,6 +612,7 @@ class Simulation:
         trial.epoch += 1
         trial.preempt_pending = False
         trial.next_devices = None
+        trial.view = None
         trial.cold = True
         if paused:
             return  # stays PAUSED, off-device, until promoted
@@ -583,6 +626,7 @@ class Simulation:
         self._unready(trial, now)
         self._release(trial, now)
         trial.state = ENDED
+        trial.view = None
         trial.epoch += 1
         trial.ended_at = now
         trial.end_reason = reason
@@ -599,6 +643,7 @@ class Simulation:
             target = trial.next_devices
             if target == trial.devices:
                 trial.next_devices = None
+                trial.view = None
                 return False
             self._do_move(trial, target, now)
             return True
@@ -610,6 +655,7 @@ class Simulation:
         duration = now - trial.iter_start
         trial.used_s += duration
         iteration = trial.iteration = trial.iteration + 1
+        trial.view = None
         self.iterations += 1
         self.colocated_sum += trial.iter_n
         if len(trial.devices) > 1:
@@ -637,6 +683,7 @@ class Simulation:
         at_budget = budget is not None and iteration >= budget
         if at_budget:
             trial.state = PAUSED
+            trial.view = None
         if self._on_result(trial.tid, result) is _STOP or trial.stop_pending:
             self._end(trial, now, "stopped")
         elif iteration >= self.max_iterations:
@@ -666,6 +713,7 @@ class Simulation:
         if trial.state == STARTING or trial.state == MOVING:
             if trial.budget is not None and trial.iteration >= trial.budget:
                 trial.state = PAUSED  # promoted to a budget it already reached: nothing to run
+                trial.view = None
                 self._dirty()
                 return
             self._make_ready(trial, now)
@@ -676,9 +724,11 @@ class Simulation:
         trial.resident = False
         self.strategy.released(trial)
         trial.devices = ()
+        trial.view = None
         trial.epoch += 1
         if trial.stop_pending:
             trial.state = QUEUED
+            trial.view = None
             self._end(trial, now, "stopped")
             return
         trial.cold = trial.iteration > 0
@@ -703,15 +753,18 @@ class Simulation:
             for tid in group.trial_ids:
                 trial = self.trials[tid]
                 trial.budget = group.budget
+                trial.view = None
                 if trial.state != PAUSED:
                     raise SimulationError(f"the searcher promoted {tid} while it is {STATE_NAMES[trial.state]}")
                 if trial.resident and trial.waiting_admission:
                     trial.state = MOVING  # its lane manager lets it in later; _on_admitted starts it
+                    trial.view = None
                     trial.epoch += 1
                 elif trial.resident and not trial.cold:
                     self._make_ready(trial, now)
                 elif trial.resident:  # moved while paused: restore on its new devices first
                     trial.state = MOVING
+                    trial.view = None
                     trial.epoch += 1
                     self._push(now + self.hardware.move_s, EV_READY, trial, trial.epoch)
                 else:

@@ -211,14 +211,16 @@ class WaterfillStrategy(Strategy):
 
     Args:
         settings: Planner thresholds (None: defaults, with the hardware's move time as the move cost).
+        check_views: Tests: check at every plan that each trial's cached demand equals a freshly built one.
     """
 
     name = "waterfill"
     lanes = True
     keeps_paused = True
 
-    def __init__(self, settings: PlannerSettings | None = None) -> None:
+    def __init__(self, settings: PlannerSettings | None = None, check_views: bool = False) -> None:
         self.settings = settings
+        self.check_views = check_views
 
     def bind(self, sim: Simulation) -> None:
         super().bind(sim)
@@ -246,7 +248,13 @@ class WaterfillStrategy(Strategy):
 
     def place(self, now: float) -> None:
         sim = self.sim
-        demands = [trial.demand_view(sim.max_iterations) for trial in sim.live()]
+        max_iterations = sim.max_iterations
+        demands = [trial.view if trial.view is not None else trial.demand_view(max_iterations)
+                   for trial in sim.live_trials()]
+        if self.check_views:
+            stale = [d for d in demands if d != sim.trials[d.trial_id].build_view(max_iterations)]
+            if stale:
+                raise AssertionError(f"stale demand views: {stale[:3]}")
         if not demands:
             return
         plan = self.planner.plan(demands, self.device_views())
