@@ -1,28 +1,43 @@
-"""Run the same sweep under fluidsalus, Ray Tune and Optuna, one after another, and compare them.
+"""Run the same sweep under fluidsalus (through each front end), Ray Tune and Optuna, one after another.
 
     python benchmarks/compare.py --sweep trivial                      # engine overhead only
-    python benchmarks/compare.py --sweep digits --tools fluidsalus,optuna
+    python benchmarks/compare.py --sweep digits --tools fluidsalus_optuna,optuna
     python benchmarks/compare.py --sweep digits --json-only           # only the JSON line on stdout
+
+Tools:
+
+``fluidsalus``
+    fluidsalus's own API: ``fluidsalus.run`` with its ``ASHA`` searcher.
+``fluidsalus_tune``
+    The Ray Tune script of the ``ray`` tool with its imports changed to ``from fluidsalus import tune``
+    (``fluidsalus.tune.schedulers.ASHAScheduler``, ``fluidsalus.tune.search.BasicVariantGenerator``).
+``fluidsalus_optuna``
+    The Optuna script of the ``optuna`` tool with ``study.optimize(...)`` changed to
+    ``fluidsalus.optuna.optimize(study, ...)``: the same study, sampler and pruner.
+``ray``, ``optuna``
+    Ray Tune 2.60 and Optuna with ``n_jobs=2`` (this machine's cores).
 
 Sweeps:
 
 ``trivial``
     64 trials of 10 reports each, with no work at all: it measures each engine's own overhead. Ray is
-    started once, before any timing, and shared by fluidsalus and Ray Tune; ``wall_s`` excludes its start.
+    started once, before any timing, and shared by the Ray-based tools; ``wall_s`` excludes its start.
     For fluidsalus the script also times every ``fluidsalus.report`` call inside the trainable
     (``report_ms_p50``, ``report_ms_p95``).
 
 ``digits``
     81 random configurations of the digits MLP of ``examples/digits_mlp.py``, up to 27 epochs each,
-    ``wall_s`` end to end as a user sees it: for fluidsalus and Ray Tune it includes starting Ray (Ray is
-    shut down between tools). Ray Tune prunes with ASHA and Optuna with successive halving (both with
-    reduction factor 3); fluidsalus has no early-stopping scheduler yet, so it runs every trial in full.
-    ``best`` is the best validation accuracy found: the highest last-reported accuracy of any trial.
+    ``wall_s`` end to end as a user sees it: for every Ray-based tool it includes starting Ray (Ray is
+    shut down between tools). Ray Tune and fluidsalus prune with ASHA and Optuna (and
+    ``fluidsalus_optuna``, whose study it is) with successive halving, all with grace period 1 and reduction
+    factor 3. ``best`` is the best validation accuracy found: the highest last-reported accuracy of any trial.
 
 The script prints a table, and as its last line one JSON object::
 
-    {"sweep": ..., "fluidsalus": {"wall_s": ..., "best": ..., ...}, "ray": {...}, "optuna": {...},
-     "ray_over_fluidsalus": <Ray Tune wall_s / fluidsalus wall_s>, "optuna_over_fluidsalus": ...}
+    {"sweep": ..., "fluidsalus": {"wall_s": ..., "best": ..., ...}, "fluidsalus_tune": {...}, ...,
+     "ray_over_fluidsalus": <Ray Tune wall_s / fluidsalus wall_s>, "optuna_over_fluidsalus": ...,
+     "comparisons": {"fluidsalus_optuna": {"ray_over": ..., "optuna_over": ..., "best_minus_ray_pp": ...,
+                                           "best_minus_optuna_pp": ...}, ...}}
 
 A tool that was not asked for is ``null``; a tool that failed is ``{"error": "..."}`` (the others still
 run, and the exit status is 1). A ratio is ``null`` unless both of its tools ran.
@@ -62,7 +77,10 @@ def _make_importable(*paths: str) -> None:
 # fluidsalus (when it is not installed) and the digits example, in the driver and in the trials.
 _make_importable(REPO_ROOT, EXAMPLES_DIR)
 
-TOOLS = ("fluidsalus", "ray", "optuna")
+#: fluidsalus through each of its front ends (its own ``run``, the Ray Tune script with its imports changed, and
+#: ``fluidsalus.optuna.optimize``), then the tools it replaces.
+FLUIDSALUS_TOOLS = ("fluidsalus", "fluidsalus_tune", "fluidsalus_optuna")
+TOOLS = (*FLUIDSALUS_TOOLS, "ray", "optuna")
 SWEEPS = ("trivial", "digits")
 #: Seed of every tool's random search. fluidsalus and Ray Tune's BasicVariantGenerator sample the same
 #: configurations for the same seed; Optuna's RandomSampler draws different ones from the same space (and
@@ -153,6 +171,35 @@ def optuna_iterations(study: Any) -> int:
     return sum(len(t.intermediate_values) for t in study.trials)
 
 
+def tune_modules(front_end: str) -> tuple[Any, Any, Any]:
+    """``(tune, tune.schedulers, tune.search)`` of Ray Tune (``"ray"``) or of fluidsalus's drop-in front end.
+
+    A Ray Tune script switches by changing ``from ray import tune`` to ``from fluidsalus import tune`` (and the
+    same for ``tune.schedulers``/``tune.search``); the rest of the script is shared code below.
+    """
+    if front_end == "ray":
+        from ray import tune
+        from ray.tune import schedulers, search
+    else:
+        from fluidsalus import tune
+        from fluidsalus.tune import schedulers, search
+    return tune, schedulers, search
+
+
+def optimize(front_end: str, study: Any, objective: Callable[[Any], float], n_trials: int, storage: str) -> None:
+    """``study.optimize(objective, n_trials, n_jobs=2)``, or the same through ``fluidsalus.optuna.optimize``.
+
+    fluidsalus ignores ``n_jobs`` (its lanes decide how many trials run at once) and starts Ray itself when
+    it is not running: that start is inside the caller's timed region, as a user waits for it.
+    """
+    if front_end == "optuna":
+        study.optimize(objective, n_trials=n_trials, n_jobs=OPTUNA_JOBS)
+    else:
+        import fluidsalus.optuna
+
+        fluidsalus.optuna.optimize(study, objective, n_trials=n_trials, n_jobs=OPTUNA_JOBS, storage_path=storage)
+
+
 # -----------------------------------------------------------------------------------------------------
 # trivial: engine overhead
 # -----------------------------------------------------------------------------------------------------
@@ -212,18 +259,26 @@ def ray_trivial_trainable(config: dict[str, Any]) -> None:
         tune.report({TRIVIAL_METRIC: trivial_value(config["x"], step)})
 
 
-def ray_trivial() -> dict[str, Any]:
-    from ray import tune
-    from ray.tune.search import BasicVariantGenerator
+def fluidsalus_tune_trivial_trainable(config: dict[str, Any]) -> None:
+    """:func:`ray_trivial_trainable` with its import changed, as a Ray Tune user switching would do."""
+    from fluidsalus import tune
 
-    with storage_dir("ray") as storage:
+    for step in range(TRIVIAL_REPORTS):
+        tune.report({TRIVIAL_METRIC: trivial_value(config["x"], step)})
+
+
+def tune_trivial(front_end: str) -> dict[str, Any]:
+    """The Ray Tune script of the trivial sweep, on ``ray.tune`` or (imports changed) ``fluidsalus.tune``."""
+    tune, _, search = tune_modules(front_end)
+    trainable = ray_trivial_trainable if front_end == "ray" else fluidsalus_tune_trivial_trainable
+    with storage_dir(front_end) as storage:
         tuner = tune.Tuner(
-            tune.with_resources(ray_trivial_trainable, {"cpu": CPUS_PER_RAY_TRIAL}),
+            tune.with_resources(trainable, {"cpu": CPUS_PER_RAY_TRIAL}),
             tune_config=tune.TuneConfig(
                 num_samples=TRIVIAL_TRIALS,
                 metric=TRIVIAL_METRIC,
                 mode=TRIVIAL_MODE,
-                search_alg=BasicVariantGenerator(random_state=SEED),
+                search_alg=search.BasicVariantGenerator(random_state=SEED),
             ),
             param_space={"x": tune.uniform(*TRIVIAL_X_RANGE)},
             run_config=tune.RunConfig(storage_path=storage, verbose=0),
@@ -231,7 +286,7 @@ def ray_trivial() -> dict[str, Any]:
         start = time.perf_counter()
         results = tuner.fit()
         wall_s = time.perf_counter() - start
-        check_no_trial_errors("ray", results.errors)
+        check_no_trial_errors(front_end, results.errors)
         return summary(
             wall_s,
             trials=len(results),
@@ -240,19 +295,23 @@ def ray_trivial() -> dict[str, Any]:
         )
 
 
-def optuna_trivial() -> dict[str, Any]:
-    def objective(trial: Any) -> float:
-        x = trial.suggest_float("x", *TRIVIAL_X_RANGE)
-        value = 0.0
-        for step in range(TRIVIAL_REPORTS):
-            value = trivial_value(x, step)
-            trial.report(value, step)
-        return value
+def trivial_objective(trial: Any) -> float:
+    """The trivial sweep as an Optuna objective (module level, so fluidsalus can pickle it to its devices)."""
+    x = trial.suggest_float("x", *TRIVIAL_X_RANGE)
+    value = 0.0
+    for step in range(TRIVIAL_REPORTS):
+        value = trivial_value(x, step)
+        trial.report(value, step)
+    return value
 
+
+def optuna_trivial(front_end: str = "optuna") -> dict[str, Any]:
+    """The Optuna script of the trivial sweep: ``study.optimize`` or ``fluidsalus.optuna.optimize``."""
     study = optuna_study("maximize" if TRIVIAL_MODE == "max" else "minimize")
-    start = time.perf_counter()
-    study.optimize(objective, n_trials=TRIVIAL_TRIALS, n_jobs=OPTUNA_JOBS)
-    wall_s = time.perf_counter() - start
+    with storage_dir(front_end) as storage:
+        start = time.perf_counter()
+        optimize(front_end, study, trivial_objective, TRIVIAL_TRIALS, storage)
+        wall_s = time.perf_counter() - start
     return summary(
         wall_s,
         trials=len(study.trials),
@@ -311,10 +370,9 @@ def fluidsalus_digits() -> dict[str, Any]:
         )
 
 
-def ray_digits_space() -> dict[str, Any]:
-    """``digits_mlp.SEARCH_SPACE`` with Ray Tune's sampling functions, keys in the same order."""
-    from ray import tune
-
+def tune_digits_space(front_end: str) -> dict[str, Any]:
+    """``digits_mlp.SEARCH_SPACE`` with the front end's sampling functions, keys in the same order."""
+    tune, _, _ = tune_modules(front_end)
     d = digits_module()
     space = {
         "lr": tune.loguniform(*d.LR_RANGE),
@@ -326,7 +384,7 @@ def ray_digits_space() -> dict[str, Any]:
         "epochs": DIGITS_MAX_EPOCHS,
         "seed": d.SEARCH_SPACE["seed"],
     }
-    assert list(space) == list(d.SEARCH_SPACE), "ray_digits_space is out of step with SEARCH_SPACE"
+    assert list(space) == list(d.SEARCH_SPACE), "tune_digits_space is out of step with SEARCH_SPACE"
     return space
 
 
@@ -339,38 +397,48 @@ def ray_digits_trainable(config: dict[str, Any]) -> None:
         tune.report(result)
 
 
-def ray_digits() -> dict[str, Any]:
-    from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
-    from ray.tune.search import BasicVariantGenerator
+def fluidsalus_tune_digits_trainable(config: dict[str, Any]) -> None:
+    """:func:`ray_digits_trainable` with its import changed, as a Ray Tune user switching would do."""
+    import torch
 
+    from fluidsalus import tune
+
+    torch.set_num_threads(CPUS_PER_RAY_TRIAL)
+    for result in digits_module().train_epochs(config):
+        tune.report(result)
+
+
+def tune_digits(front_end: str) -> dict[str, Any]:
+    """The Ray Tune script of the digits sweep, on ``ray.tune`` or (imports changed) ``fluidsalus.tune``."""
+    tune, schedulers, search = tune_modules(front_end)
+    trainable = ray_digits_trainable if front_end == "ray" else fluidsalus_tune_digits_trainable
     ray_shutdown()
-    with storage_dir("ray") as storage:
+    with storage_dir(front_end) as storage:
         try:
             start = time.perf_counter()
             ray_init()
             tuner = tune.Tuner(
-                tune.with_resources(ray_digits_trainable, {"cpu": CPUS_PER_RAY_TRIAL}),
+                tune.with_resources(trainable, {"cpu": CPUS_PER_RAY_TRIAL}),
                 tune_config=tune.TuneConfig(
                     num_samples=DIGITS_TRIALS,
                     metric=DIGITS_METRIC,
                     mode=DIGITS_MODE,
-                    search_alg=BasicVariantGenerator(random_state=SEED),
-                    scheduler=ASHAScheduler(
+                    search_alg=search.BasicVariantGenerator(random_state=SEED),
+                    scheduler=schedulers.ASHAScheduler(
                         time_attr="training_iteration",
                         max_t=DIGITS_MAX_EPOCHS,
                         grace_period=MIN_EPOCHS,
                         reduction_factor=REDUCTION_FACTOR,
                     ),
                 ),
-                param_space=ray_digits_space(),
+                param_space=tune_digits_space(front_end),
                 run_config=tune.RunConfig(storage_path=storage, verbose=0),
             )
             results = tuner.fit()
             wall_s = time.perf_counter() - start
         finally:
             ray_shutdown()
-        check_no_trial_errors("ray", results.errors)
+        check_no_trial_errors(front_end, results.errors)
         return summary(
             wall_s,
             trials=len(results),
@@ -396,33 +464,40 @@ def optuna_digits_config(trial: Any) -> dict[str, Any]:
     return config
 
 
-def optuna_digits() -> dict[str, Any]:
+def digits_objective(trial: Any) -> float:
+    """The digits sweep as an Optuna objective with pruning (module level, so fluidsalus can pickle it)."""
+    import optuna
+
+    accuracy = 0.0
+    for result in digits_module().train_epochs(optuna_digits_config(trial)):
+        accuracy = result[DIGITS_METRIC]
+        trial.report(accuracy, result["epoch"])
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+    return accuracy
+
+
+def optuna_digits(front_end: str = "optuna") -> dict[str, Any]:
+    """The Optuna script of the digits sweep: ``study.optimize`` or ``fluidsalus.optuna.optimize``."""
     import optuna
     import torch
 
-    d = digits_module()
-
-    def objective(trial: optuna.Trial) -> float:
-        accuracy = 0.0
-        for result in d.train_epochs(optuna_digits_config(trial)):
-            accuracy = result[DIGITS_METRIC]
-            trial.report(accuracy, result["epoch"])
-            if trial.should_prune():
-                raise optuna.TrialPruned()
-        return accuracy
-
-    pruner = optuna.pruners.SuccessiveHalvingPruner(
-        min_resource=MIN_EPOCHS, reduction_factor=REDUCTION_FACTOR
-    )
+    pruner = optuna.pruners.SuccessiveHalvingPruner(min_resource=MIN_EPOCHS, reduction_factor=REDUCTION_FACTOR)
     study = optuna_study("maximize" if DIGITS_MODE == "max" else "minimize", pruner=pruner)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # trials run as threads of this process: one torch thread each
+    if front_end == "optuna":
+        torch.set_num_threads(1)  # trials run as threads of this process: one torch thread each
+    else:
+        ray_shutdown()  # fluidsalus starts Ray itself: that is part of what a user waits for
     try:
-        start = time.perf_counter()
-        study.optimize(objective, n_trials=DIGITS_TRIALS, n_jobs=OPTUNA_JOBS)
-        wall_s = time.perf_counter() - start
+        with storage_dir(front_end) as storage:
+            start = time.perf_counter()
+            optimize(front_end, study, digits_objective, DIGITS_TRIALS, storage)
+            wall_s = time.perf_counter() - start
     finally:
         torch.set_num_threads(threads)
+        if front_end != "optuna":
+            ray_shutdown()
     return summary(
         wall_s,
         trials=len(study.trials),
@@ -436,8 +511,20 @@ def optuna_digits() -> dict[str, Any]:
 # -----------------------------------------------------------------------------------------------------
 
 RUNNERS: dict[str, dict[str, Callable[[], dict[str, Any]]]] = {
-    "trivial": {"fluidsalus": fluidsalus_trivial, "ray": ray_trivial, "optuna": optuna_trivial},
-    "digits": {"fluidsalus": fluidsalus_digits, "ray": ray_digits, "optuna": optuna_digits},
+    "trivial": {
+        "fluidsalus": fluidsalus_trivial,
+        "fluidsalus_tune": lambda: tune_trivial("fluidsalus_tune"),
+        "fluidsalus_optuna": lambda: optuna_trivial("fluidsalus_optuna"),
+        "ray": lambda: tune_trivial("ray"),
+        "optuna": optuna_trivial,
+    },
+    "digits": {
+        "fluidsalus": fluidsalus_digits,
+        "fluidsalus_tune": lambda: tune_digits("fluidsalus_tune"),
+        "fluidsalus_optuna": lambda: optuna_digits("fluidsalus_optuna"),
+        "ray": lambda: tune_digits("ray"),
+        "optuna": optuna_digits,
+    },
 }
 
 
@@ -445,7 +532,7 @@ def run_tools(sweep: str, tools: list[str]) -> dict[str, dict[str, Any] | None]:
     """Run ``sweep`` under each tool in turn; a failing tool gets ``{"error": ...}``."""
     entries: dict[str, dict[str, Any] | None] = {tool: None for tool in TOOLS}
     # For the trivial sweep Ray's start is not part of any tool's time: start it once, before timing.
-    shared_ray = sweep == "trivial" and any(tool in ("fluidsalus", "ray") for tool in tools)
+    shared_ray = sweep == "trivial" and any(tool != "optuna" for tool in tools)
     try:
         if shared_ray:
             ray_init()
@@ -462,12 +549,34 @@ def run_tools(sweep: str, tools: list[str]) -> dict[str, dict[str, Any] | None]:
     return entries
 
 
-def ratio(entries: dict[str, dict[str, Any] | None], tool: str) -> float | None:
-    """``tool``'s wall time over fluidsalus's, or None unless both ran."""
-    ours, theirs = entries.get("fluidsalus"), entries.get(tool)
-    if not ours or not theirs or "wall_s" not in ours or "wall_s" not in theirs or ours["wall_s"] <= 0:
+def ratio(entries: dict[str, dict[str, Any] | None], tool: str, ours: str = "fluidsalus") -> float | None:
+    """``tool``'s wall time over ``ours``'s, or None unless both ran."""
+    mine, theirs = entries.get(ours), entries.get(tool)
+    if not mine or not theirs or "wall_s" not in mine or "wall_s" not in theirs or mine["wall_s"] <= 0:
         return None
-    return round(theirs["wall_s"] / ours["wall_s"], 3)
+    return round(theirs["wall_s"] / mine["wall_s"], 3)
+
+
+def best_gap_pp(entries: dict[str, dict[str, Any] | None], tool: str, ours: str) -> float | None:
+    """``ours``'s best minus ``tool``'s, in percentage points (digits: accuracy), or None unless both ran."""
+    mine, theirs = entries.get(ours), entries.get(tool)
+    if not mine or not theirs or "best" not in mine or "best" not in theirs:
+        return None
+    return round(100.0 * (mine["best"] - theirs["best"]), 2)
+
+
+def comparisons(entries: dict[str, dict[str, Any] | None]) -> dict[str, dict[str, float | None]]:
+    """For each fluidsalus front end that ran: how much faster than Ray Tune and Optuna, and the best's gap."""
+    return {
+        ours: {
+            "ray_over": ratio(entries, "ray", ours),
+            "optuna_over": ratio(entries, "optuna", ours),
+            "best_minus_ray_pp": best_gap_pp(entries, "ray", ours),
+            "best_minus_optuna_pp": best_gap_pp(entries, "optuna", ours),
+        }
+        for ours in FLUIDSALUS_TOOLS
+        if entries.get(ours) and "wall_s" in entries[ours]  # type: ignore[operator]
+    }
 
 
 def print_table(sweep: str, entries: dict[str, dict[str, Any] | None]) -> None:
@@ -496,6 +605,10 @@ def print_table(sweep: str, entries: dict[str, dict[str, Any] | None]) -> None:
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)).rstrip())
+    for ours, c in comparisons(entries).items():
+        shown = [f"{k} {v}" for k, v in c.items() if v is not None]
+        if shown:
+            print(f"{ours}: " + ", ".join(shown))
     ours = entries.get("fluidsalus")
     if ours and ours.get("report_ms_p50") is not None:
         print(f"fluidsalus.report(): p50 {ours['report_ms_p50']:.4f} ms, p95 {ours['report_ms_p95']:.4f} ms")
@@ -527,6 +640,7 @@ def main() -> int:
         **entries,
         "ray_over_fluidsalus": ratio(entries, "ray"),
         "optuna_over_fluidsalus": ratio(entries, "optuna"),
+        "comparisons": comparisons(entries),
     }
     print(json.dumps(out), flush=True)
     return 1 if any(e is not None and "error" in e for e in entries.values()) else 0
