@@ -13,6 +13,7 @@ import datetime
 import logging
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -26,7 +27,7 @@ from fluidsalus import space as sp
 from fluidsalus.callbacks import Callback
 from fluidsalus.config import RunSpec, build
 from fluidsalus.errors import ConfigError
-from fluidsalus.gpu.actor import pack_trainable
+from fluidsalus.gpu.actor import cluster_nodes, pack_trainable
 from fluidsalus.gpu.device import plan_devices
 from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS, stop_rule
 from fluidsalus.result import ResultGrid
@@ -39,6 +40,9 @@ logger = logging.getLogger(__name__)
 
 # Experiment statuses in the store.
 EXP_RUNNING, EXP_FINISHED, EXP_ERROR, EXP_INTERRUPTED = "RUNNING", "FINISHED", "ERROR", "INTERRUPTED"
+#: Seconds to wait for a TCP connection to ``address`` before ``ray.init`` is tried. Ray itself retries an
+#: unreachable head for minutes; this turns a mistyped address into a prompt ConfigError.
+ADDRESS_CONNECT_TIMEOUT_S = 5.0
 
 
 def run(
@@ -68,6 +72,7 @@ def run(
     verbose: int = 1,
     resume: bool = False,
     callbacks: list[Callback] | None = None,
+    address: str | None = None,
 ) -> ResultGrid:
     """Run a hyperparameter sweep of ``trainable`` on the cluster's devices.
 
@@ -109,6 +114,10 @@ def run(
         resume: Continue the experiment ``name``: finished trials are kept, unfinished ones resume from their
             last checkpoint (or restart when they have none).
         callbacks: :class:`fluidsalus.callbacks.Callback` s, told of each result once it is safely stored.
+        address: The Ray cluster to run on when this process has not initialised Ray yet: the head node's
+            ``host:port``, ``ray://host:port`` (Ray Client) or ``"auto"``, as in ``ray.init(address=...)``.
+            None starts a local Ray (or joins ``$RAY_ADDRESS``). The devices are planned node by node: one per
+            GPU of every node, or virtual CPU devices within each node, each actor pinned to its node.
 
     Returns:
         A :class:`ResultGrid` of every trial.
@@ -122,7 +131,7 @@ def run(
         max_concurrent_trials=max_concurrent_trials, max_failures=max_failures, verbose=verbose, resume=resume,
         lane_policy=lane_policy, quantum_ms=quantum_ms, time_budget_s=time_budget_s, fail_fast=fail_fast,
         checkpoint_num_to_keep=checkpoint_num_to_keep, checkpoint_score_attribute=checkpoint_score_attribute,
-        checkpoint_score_order=checkpoint_score_order,
+        checkpoint_score_order=checkpoint_score_order, address=address,
     )
     trainable_name = _check_trainable(trainable)
     space = {} if config is None else config
@@ -156,9 +165,8 @@ def run(
             f"name: {exp_dir} exists and is not an empty folder or an experiment; choose another name"
         )
 
-    if not ray.is_initialized():
-        ray.init(include_dashboard=False, configure_logging=False, log_to_driver=True)
-    device_specs = plan_devices(ray.cluster_resources(), spec.devices, spec.cpus_per_device)
+    _connect(spec.address)
+    device_specs = plan_devices(cluster_nodes(), spec.devices, spec.cpus_per_device)
 
     created_here = not exists
     trials: list[Trial] = []
@@ -225,6 +233,42 @@ def run(
     if spec.verbose >= 1:
         _print_summary(grid, exp_dir, time.time() - started, spec.metric, spec.mode)
     return grid
+
+
+def _connect(address: str | None) -> None:
+    """Initialise Ray if this process has not: a local Ray, or the cluster at ``address``.
+
+    Args:
+        address: A validated ``RunSpec.address``, or None.
+
+    Raises:
+        ConfigError: If nothing answers at ``address``, or Ray is already connected to a cluster whose GCS port
+            differs from the one a ``host:port`` address names (host names are not compared: one node has
+            several).
+    """
+    if ray.is_initialized():
+        # A ``ray://`` address names the Ray Client server, whose port is not the GCS port: not compared.
+        if address is not None and address not in ("auto", "local") and not address.startswith("ray://"):
+            connected = ray.get_runtime_context().gcs_address
+            if address.rsplit(":", 1)[1] != connected.rsplit(":", 1)[1]:
+                raise ConfigError(
+                    f"address: this process is already connected to the Ray cluster at {connected}, not "
+                    f"{address!r}. Call ray.shutdown() first, or leave address out to use the connected cluster."
+                )
+        return
+    if address is not None and address not in ("auto", "local"):
+        host, port = address.removeprefix("ray://").rsplit(":", 1)
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=ADDRESS_CONNECT_TIMEOUT_S).close()
+        except OSError as e:
+            raise ConfigError(
+                f"address: no Ray cluster answers at {address!r} ({e.strerror or e}). Pass the head node's "
+                "address as `ray start --head` or `ray status` prints it."
+            ) from None
+    try:
+        ray.init(address=address, include_dashboard=False, configure_logging=False, log_to_driver=True)
+    except ConnectionError as e:
+        raise ConfigError(f"address: cannot connect to a Ray cluster at {address!r} ({e})") from None
 
 
 def _check_callbacks(callbacks: Any) -> list[Callback]:

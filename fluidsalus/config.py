@@ -15,6 +15,11 @@ from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS
 DEFAULT_STORAGE_PATH = os.path.join("~", "fluidsalus_results")
 STORAGE_PATH_ENV = "FLUIDSALUS_STORAGE_PATH"
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.=+-][A-Za-z0-9_.=+ -]*$")
+#: Addresses ``ray.init(address=...)`` accepts: ``auto`` (the cluster this machine belongs to), ``local``, or a
+#: head node's GCS ``host:port`` (a bracketed IPv6 host allowed), optionally as a Ray Client ``ray://host:port``.
+_ADDRESS_KEYWORDS = ("auto", "local")
+_ADDRESS_PATTERN = re.compile(r"^(?:ray://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>[0-9]{1,5})$")
+_MAX_PORT = 65535
 
 
 class RunSpec(BaseModel):
@@ -41,6 +46,7 @@ class RunSpec(BaseModel):
     checkpoint_score_order: Literal["max", "min"] = "max"
     verbose: int = Field(1, ge=0, le=3)
     resume: bool = False
+    address: str | None = Field(None, description="Ray cluster to connect to when Ray is not yet initialised.")
 
     @field_validator("name")
     @classmethod
@@ -48,6 +54,19 @@ class RunSpec(BaseModel):
         if value is not None and (not _NAME_PATTERN.match(value) or value in {".", ".."}):
             raise ValueError(
                 "must be a plain folder name: letters, digits, spaces and _ . = + - (no path separators)"
+            )
+        return value
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is None or value in _ADDRESS_KEYWORDS:
+            return value
+        match = _ADDRESS_PATTERN.match(value)
+        if match is None or not 0 < int(match["port"]) <= _MAX_PORT:
+            raise ValueError(
+                "must be 'auto', 'local', the head node's 'host:port' (as `ray start --head` prints it) or "
+                "'ray://host:port'"
             )
         return value
 

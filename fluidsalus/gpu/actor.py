@@ -1,7 +1,9 @@
 """The Ray adapter of a device: one long-lived actor per device, reused by every trial of a run.
 
 The actor only forwards to a :class:`~fluidsalus.gpu.host.DeviceHost`. It is a threaded actor, so the
-driver's long ``poll`` never blocks ``submit`` or ``stop``.
+driver's long ``poll`` never blocks ``submit`` or ``stop``. A device planned on a node (``DeviceSpec.node_id``)
+gets its actor pinned to that node with a hard node-affinity scheduling strategy (docs/architecture.md,
+"Several nodes").
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from typing import Any
 
 import cloudpickle
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from fluidsalus.gpu import nvml
-from fluidsalus.gpu.device import DeviceSpec
+from fluidsalus.gpu.device import DeviceSpec, NodeResources
 from fluidsalus.gpu.host import EV_LANE, DeviceHost, HostSettings, TrialSpec
 
 #: Concurrent method calls the actor serves: one long poll plus submit/stop/info calls beside it.
@@ -53,6 +56,9 @@ class _DeviceActor:
             "pid": os.getpid(),
             "hostname": socket.gethostname(),
             "node_ip": ray.util.get_node_ip_address(),
+            # Where Ray actually put the actor, and what it gave it (``gpu_ids`` above are Ray's GPU ids).
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "assigned_resources": ray.get_runtime_context().get_assigned_resources(),
         }
         self.host = DeviceHost(trainable, settings)
         # Utilisation and memory of the GPU, sampled in the background and sent with each poll (for goodput).
@@ -106,18 +112,45 @@ def pack_trainable(trainable: Callable[..., Any],
     return cloudpickle.dumps((trainable, stop))
 
 
+def cluster_nodes() -> dict[str, NodeResources]:
+    """The alive nodes of the connected Ray cluster and their total resources, for ``plan_devices``.
+
+    The driver's own node comes first (so a one-node run numbers its devices as before), then the others by
+    address and id, so the same cluster always gives the same device names.
+
+    Returns:
+        ``{node_id: resources}``, e.g. ``{"a1b2...": {"CPU": 8.0, "GPU": 2.0, "memory": ..., ...}}``.
+    """
+    try:
+        here = ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - a Ray Client driver has no node of its own
+        here = None
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    alive.sort(key=lambda n: (n["NodeID"] != here, n.get("NodeManagerAddress", ""), n["NodeID"]))
+    return {n["NodeID"]: dict(n.get("Resources", {})) for n in alive}
+
+
 def start_device_actor(device: DeviceSpec, payload: bytes, settings: HostSettings, name: str | None = None) -> Any:
     """Create the actor for ``device`` with the Ray resources the device stands for.
+
+    A device with a ``node_id`` is pinned to that node (``NodeAffinitySchedulingStrategy(soft=False)``): the
+    actor starts there or not at all, so the plan's per-node split of cores and GPUs is what Ray grants. Which
+    GPU of the node it gets is Ray's choice, reported by the actor's ``info()["gpu_ids"]``.
 
     Args:
         device: The device the actor stands for.
         payload: :func:`pack_trainable`'s bytes.
         settings: The device host's settings (its ``stop`` comes from ``payload``).
         name: The actor's name (``ray.get_actor(name)`` finds it), or None for an anonymous actor.
+
+    Returns:
+        The actor handle.
     """
     options: dict[str, Any] = {"num_cpus": device.slots}
     if name is not None:
         options["name"] = name
     if device.kind == "cuda":
         options["num_gpus"] = 1
+    if device.node_id is not None:
+        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=device.node_id, soft=False)
     return DeviceActor.options(**options).remote(device, payload, settings, list(sys.path))

@@ -2,7 +2,8 @@
 
 A device is a GPU (``cuda:i``, one per GPU Ray reports) or, where there is no GPU, a *virtual CPU device*:
 a share of the machine's cores with its own slots, so the whole engine runs on a laptop or in CI.
-This module is pure: it turns the cluster's resource totals into a list of :class:`DeviceSpec`.
+This module is pure: it turns the resources of the cluster's nodes into a list of :class:`DeviceSpec`, each
+on one node (``fluidsalus.gpu.actor.cluster_nodes`` reads them from Ray).
 """
 
 from __future__ import annotations
@@ -37,12 +38,15 @@ class DeviceSpec:
         index: Position among the run's devices.
         slots: Compute slots: the CPU cores reserved for the device's actor. Trials run at most this many
             at once on a CPU device, and torch's intra-op threads are shared out among them.
+        node_id: The Ray node the device's actor is pinned to (``ray.nodes()[i]["NodeID"]``), or None to let
+            Ray place it on any node with the resources (the single-pool plan of one resources mapping).
     """
 
     name: str
     kind: str
     index: int
     slots: int
+    node_id: str | None = None
 
 
 def host_memory_bytes() -> int:
@@ -55,17 +59,33 @@ def virtual_device_capacity(n_devices: int) -> int:
     return int(host_memory_bytes() * VIRTUAL_DEVICE_MEMORY_FRACTION / max(1, n_devices))
 
 
+#: Resources of one node: ``ray.nodes()[i]["Resources"]`` (``CPU``, ``GPU``, ``memory``, ...).
+NodeResources = Mapping[str, float]
+
+
 def plan_devices(
-    cluster: Mapping[str, float], devices: int | None = None, cpus_per_device: int | None = None
+    cluster: NodeResources | Mapping[str, NodeResources],
+    devices: int | None = None,
+    cpus_per_device: int | None = None,
 ) -> list[DeviceSpec]:
-    """Decide the run's devices from Ray's cluster resources.
+    """Decide the run's devices from Ray's resources, node by node.
+
+    A device never spans nodes. If any node has a GPU, there is one ``cuda`` device per GPU of every node (nodes
+    without a GPU get none); otherwise each node is split into virtual CPU devices of ``cpus_per_device`` cores.
+    When ``devices`` asks for fewer devices than the nodes hold, they are dealt out round-robin over the nodes,
+    in the order given, so a smaller run still spreads over the cluster. Devices are numbered in that order:
+    ``cpu:0``, ``cpu:1``, ... across all nodes.
 
     Args:
-        cluster: ``ray.cluster_resources()`` (or ``available_resources()``): ``CPU``, ``GPU``, ...
+        cluster: ``{node_id: resources}`` for each alive node (in the order devices are numbered), as
+            :func:`fluidsalus.gpu.actor.cluster_nodes` gives it; or one plain resources mapping
+            (``ray.cluster_resources()``), taken as a single node whose devices carry no node id and so are
+            not pinned to any node.
         devices: How many devices to use; None means every GPU, or else one virtual CPU device per
-            ``cpus_per_device`` cores (at least one).
+            ``cpus_per_device`` cores of each node (at least one, if the cluster has a CPU).
         cpus_per_device: Cores per device (CPU slots). None means :data:`DEFAULT_CPUS_PER_DEVICE` for virtual
-            CPU devices, and an even share of the cores for GPU devices.
+            CPU devices, and an even share of its node's cores for GPU devices. A node with fewer cores than
+            this gets one virtual CPU device of all its cores.
 
     Returns:
         The device specs, in order.
@@ -73,33 +93,97 @@ def plan_devices(
     Raises:
         ConfigError: If the cluster cannot hold the devices asked for.
     """
-    cpus = int(cluster.get("CPU", 0))
-    gpus = int(cluster.get("GPU", 0))
+    nodes = _as_nodes(cluster)
     if devices is not None and devices < 1:
         raise ConfigError(f"devices: must be >= 1 or None (one per GPU / per {DEFAULT_CPUS_PER_DEVICE} cores)")
     if cpus_per_device is not None and cpus_per_device < 1:
         raise ConfigError("cpus_per_device: must be >= 1 or None")
-    if gpus > 0:
-        n = gpus if devices is None else devices
-        if n > gpus:
-            raise ConfigError(f"devices={n}: the Ray cluster has only {gpus} GPU(s)")
-        slots = cpus_per_device if cpus_per_device is not None else max(1, cpus // n)
-        if slots * n > max(cpus, 1) and cpus_per_device is not None:
+    if any(_count(res, "GPU") > 0 for _, res in nodes):
+        return _plan_gpu_devices(nodes, devices, cpus_per_device)
+    return _plan_cpu_devices(nodes, devices, cpus_per_device)
+
+
+def _as_nodes(cluster: NodeResources | Mapping[str, NodeResources]) -> list[tuple[str | None, NodeResources]]:
+    """``(node_id, resources)`` pairs: a per-node mapping has mappings as values, a single pool has numbers."""
+    if cluster and all(isinstance(v, Mapping) for v in cluster.values()):
+        return [(str(node_id), res) for node_id, res in cluster.items()]  # type: ignore[misc]
+    return [(None, cluster)]  # type: ignore[list-item]
+
+
+def _count(resources: NodeResources, name: str) -> int:
+    """Whole units of a resource (Ray reports fractions as floats; a device needs whole ones)."""
+    return int(resources.get(name, 0))
+
+
+def _deal(n: int, capacities: list[int]) -> list[int]:
+    """Deal ``n`` devices round-robin over nodes that hold ``capacities[i]`` each (``n <= sum(capacities)``)."""
+    counts = [0] * len(capacities)
+    while n > 0:
+        for i, cap in enumerate(capacities):
+            if n > 0 and counts[i] < cap:
+                counts[i] += 1
+                n -= 1
+    return counts
+
+
+def _where(node_id: str | None) -> str:
+    return "the Ray cluster" if node_id is None else f"node {node_id}"
+
+
+def _plan_gpu_devices(nodes: list[tuple[str | None, NodeResources]], devices: int | None,
+                      cpus_per_device: int | None) -> list[DeviceSpec]:
+    gpus = [_count(res, "GPU") for _, res in nodes]
+    total = sum(gpus)
+    n = total if devices is None else devices
+    if n > total:
+        raise ConfigError(f"devices={n}: the Ray cluster has only {total} GPU(s)")
+    specs: list[DeviceSpec] = []
+    for (node_id, res), count in zip(nodes, _deal(n, gpus), strict=True):
+        if count == 0:
+            continue
+        cpus = _count(res, "CPU")
+        slots = cpus_per_device if cpus_per_device is not None else max(1, cpus // count)
+        if cpus_per_device is not None and slots * count > max(cpus, 1):
+            on = "" if node_id is None else f" on node {node_id}"
             raise ConfigError(
-                f"cpus_per_device={slots} x {n} GPU devices needs {slots * n} CPUs; the cluster has {cpus}"
+                f"cpus_per_device={slots} x {count} GPU devices{on} needs {slots * count} CPUs; "
+                f"{_where(node_id)} has {cpus}"
             )
-        return [DeviceSpec(f"cuda:{i}", "cuda", i, slots) for i in range(n)]
+        for _ in range(count):
+            specs.append(DeviceSpec(f"cuda:{len(specs)}", "cuda", len(specs), slots, node_id))
+    return specs
+
+
+def _plan_cpu_devices(nodes: list[tuple[str | None, NodeResources]], devices: int | None,
+                      cpus_per_device: int | None) -> list[DeviceSpec]:
+    cpus = [_count(res, "CPU") for _, res in nodes]
     per = cpus_per_device if cpus_per_device is not None else DEFAULT_CPUS_PER_DEVICE
     if devices is None:
-        per = min(per, max(cpus, 1))
-        n = max(1, cpus // per)
+        # Each node: devices of ``per`` cores, or one of all its cores if it has fewer.
+        sizes = [min(per, c) for c in cpus]
+        counts = [c // s if s > 0 else 0 for c, s in zip(cpus, sizes, strict=True)]
+        if sum(counts) == 0:
+            _too_small(1, min(per, 1), cpus, nodes)
     else:
-        n = devices
         if cpus_per_device is None:
-            per = max(1, min(per, cpus // n if cpus >= n else 1))
-    if n * per > cpus:
-        raise ConfigError(
-            f"{n} virtual CPU device(s) x {per} CPU(s) each needs {n * per} CPUs, but the Ray cluster has "
-            f"{cpus}. Lower devices= or cpus_per_device=, or start Ray with more CPUs."
-        )
-    return [DeviceSpec(f"cpu:{i}", "cpu", i, per) for i in range(n)]
+            # The largest size up to the default at which the nodes hold ``devices`` devices.
+            per = next((s for s in range(per, 0, -1) if sum(c // s for c in cpus) >= devices), 1)
+        capacities = [c // per for c in cpus]
+        if sum(capacities) < devices:
+            _too_small(devices, per, cpus, nodes)
+        sizes = [per] * len(nodes)
+        counts = _deal(devices, capacities)
+    specs: list[DeviceSpec] = []
+    for (node_id, _), size, count in zip(nodes, sizes, counts, strict=True):
+        for _ in range(count):
+            specs.append(DeviceSpec(f"cpu:{len(specs)}", "cpu", len(specs), size, node_id))
+    return specs
+
+
+def _too_small(n: int, per: int, cpus: list[int], nodes: list[tuple[str | None, NodeResources]]) -> None:
+    """Raise the ConfigError for ``n`` virtual CPU devices of ``per`` cores that the nodes cannot hold."""
+    message = f"{n} virtual CPU device(s) x {per} CPU(s) each needs {n * per} CPUs, but the Ray cluster has {sum(cpus)}"
+    if len(nodes) > 1 and sum(cpus) >= n * per:
+        per_node = ", ".join(f"{node_id}: {c}" for (node_id, _), c in zip(nodes, cpus, strict=True))
+        message += f" split over nodes ({per_node}), and a device never spans nodes"
+    raise ConfigError(f"{message}. Lower devices= or cpus_per_device=, or start Ray with more CPUs.")

@@ -1,0 +1,275 @@
+"""Several nodes: per-node device planning (pure) and a real sweep over a two-node Ray cluster.
+
+The cluster test runs in a subprocess, because the test session shares one small Ray (tests/conftest.py) and a
+process can be connected to only one cluster. The subprocess starts ``ray.cluster_utils.Cluster`` with two
+nodes, runs ``fluidsalus.run(..., address=cluster.address)`` and always shuts the cluster down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import fluidsalus
+from fluidsalus.config import RunSpec, build
+from fluidsalus.errors import ConfigError
+from fluidsalus.gpu.device import DeviceSpec, plan_devices
+from fluidsalus.store import ExperimentStore
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+#: Trials of the cluster sweep, and reports each: enough that both nodes' devices get trials.
+CLUSTER_TRIALS = 8
+CLUSTER_REPORTS = 3
+#: Longest the cluster subprocess may run (two raylets start in ~12 s on a busy 2-core machine).
+CLUSTER_TIMEOUT_S = 180.0
+#: Time the subprocess gets after SIGINT to shut its cluster down before it is killed.
+SHUTDOWN_GRACE_S = 30.0
+
+# ---------------------------------------------------------------------------------------------- pure planning
+
+#: A one-parameter search space for the runs that must fail before any trial starts.
+SPACE = {"x": fluidsalus.uniform(0, 1)}
+TWO_CPU_NODES = {"head": {"CPU": 4.0, "memory": 8e9}, "worker": {"CPU": 3.0}}
+
+
+def _cells(devices: list[DeviceSpec]) -> list[tuple[str, str | None, int]]:
+    return [(d.name, d.node_id, d.slots) for d in devices]
+
+
+def test_virtual_cpu_devices_never_span_nodes_and_are_numbered_across_them():
+    # 4 cores -> two 2-core devices; 3 cores -> one 2-core device (its third core is left over).
+    assert _cells(plan_devices(TWO_CPU_NODES)) == [
+        ("cpu:0", "head", 2), ("cpu:1", "head", 2), ("cpu:2", "worker", 2)]
+    assert [d.index for d in plan_devices(TWO_CPU_NODES)] == [0, 1, 2]
+    # One core per device: every core of both nodes.
+    assert [d.node_id for d in plan_devices(TWO_CPU_NODES, cpus_per_device=1)] == ["head"] * 4 + ["worker"] * 3
+    # A node with fewer cores than a device gets one device of all its cores; a node with none gets nothing.
+    small = {"big": {"CPU": 4.0}, "small": {"CPU": 1.0}, "no_cpu": {"CPU": 0.0, "memory": 1e9}}
+    assert _cells(plan_devices(small)) == [("cpu:0", "big", 2), ("cpu:1", "big", 2), ("cpu:2", "small", 1)]
+
+
+def test_a_smaller_device_count_is_dealt_round_robin_over_the_nodes():
+    assert _cells(plan_devices(TWO_CPU_NODES, devices=2)) == [("cpu:0", "head", 2), ("cpu:1", "worker", 2)]
+    # Three 2-core devices: the worker holds only one, so the head takes the other two.
+    assert _cells(plan_devices(TWO_CPU_NODES, devices=3)) == [
+        ("cpu:0", "head", 2), ("cpu:1", "head", 2), ("cpu:2", "worker", 2)]
+    # Five devices do not fit at 2 cores (the nodes hold 2 + 1), so they shrink to 1 core each.
+    assert _cells(plan_devices(TWO_CPU_NODES, devices=5)) == [
+        ("cpu:0", "head", 1), ("cpu:1", "head", 1), ("cpu:2", "head", 1), ("cpu:3", "worker", 1),
+        ("cpu:4", "worker", 1)]
+
+
+def test_one_gpu_device_per_gpu_of_every_node_with_that_nodes_share_of_cores():
+    nodes = {"a": {"CPU": 16.0, "GPU": 2.0}, "cpu_only": {"CPU": 64.0}, "b": {"CPU": 6.0, "GPU": 3.0}}
+    devices = plan_devices(nodes)
+    assert [(d.name, d.kind, d.node_id, d.slots) for d in devices] == [
+        ("cuda:0", "cuda", "a", 8), ("cuda:1", "cuda", "a", 8),
+        ("cuda:2", "cuda", "b", 2), ("cuda:3", "cuda", "b", 2), ("cuda:4", "cuda", "b", 2)]
+    # Fewer devices: dealt round-robin, and each takes its node's cores shared by that node's devices only.
+    assert _cells(plan_devices(nodes, devices=3)) == [("cuda:0", "a", 8), ("cuda:1", "a", 8), ("cuda:2", "b", 6)]
+    assert _cells(plan_devices(nodes, devices=2, cpus_per_device=3)) == [("cuda:0", "a", 3), ("cuda:1", "b", 3)]
+
+
+def test_a_single_resources_mapping_is_one_unpinned_node():
+    assert _cells(plan_devices({"CPU": 4.0})) == [("cpu:0", None, 2), ("cpu:1", None, 2)]
+    assert {d.node_id for d in plan_devices({"CPU": 8.0, "GPU": 2.0})} == {None}
+
+
+@pytest.mark.parametrize(("nodes", "kwargs", "message"), [
+    # 3 + 3 cores hold only two 2-core devices, though 6 cores would be enough for three on one node.
+    ({"a": {"CPU": 3.0}, "b": {"CPU": 3.0}}, dict(devices=3, cpus_per_device=2),
+     r"3 virtual CPU device\(s\) x 2 CPU\(s\) each needs 6 CPUs, but the Ray cluster has 6 split over nodes "
+     r"\(a: 3, b: 3\), and a device never spans nodes"),
+    (TWO_CPU_NODES, dict(devices=8), r"8 virtual CPU device\(s\) x 1 CPU\(s\) each needs 8 CPUs.* has 7\. "),
+    ({"a": {"CPU": 0.0}, "b": {"memory": 1.0}}, {}, r"needs 1 CPUs, but the Ray cluster has 0"),
+    ({"a": {"CPU": 8.0, "GPU": 1.0}, "b": {"CPU": 8.0, "GPU": 1.0}}, dict(devices=3),
+     r"devices=3: the Ray cluster has only 2 GPU"),
+    ({"a": {"CPU": 8.0, "GPU": 1.0}, "b": {"CPU": 2.0, "GPU": 2.0}}, dict(cpus_per_device=2),
+     r"cpus_per_device=2 x 2 GPU devices on node b needs 4 CPUs; node b has 2"),
+])
+def test_impossible_per_node_requests_say_why(nodes, kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        plan_devices(nodes, **kwargs)
+
+
+@pytest.mark.parametrize("address", ["auto", "local", "10.0.0.1:6379", "ray://head:10001", "[::1]:6379"])
+def test_address_forms_ray_accepts_are_valid(address):
+    assert build(RunSpec, address=address).address == address
+
+
+@pytest.mark.parametrize("address", ["", "head", "head:0", "head:65536", "http://head:6379", "a b:1", 6379])
+def test_a_bad_address_is_a_config_error_naming_it(address):
+    with pytest.raises(ConfigError, match=r"^address: "):
+        build(RunSpec, address=address)
+
+
+def test_run_with_an_unreachable_address_fails_fast_and_writes_nothing(tmp_path, monkeypatch):
+    # Ray itself would retry an unreachable head for minutes; run() checks the address with one TCP connection
+    # first. Ray is made to look uninitialised, and ray.init must not be reached.
+    from fluidsalus import api
+
+    def no_init(**kwargs):
+        raise AssertionError(f"ray.init was called with {kwargs}")
+
+    monkeypatch.setattr(api.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(api.ray, "init", no_init)
+    port = _unused_port()
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=rf"^address: no Ray cluster answers at '127.0.0.1:{port}'"):
+        fluidsalus.run(lambda c: None, SPACE, address=f"127.0.0.1:{port}", storage_path=str(tmp_path), name="x",
+                       verbose=0)
+    assert time.monotonic() - started < api.ADDRESS_CONNECT_TIMEOUT_S + 1
+    assert not (tmp_path / "x").exists()
+
+
+def test_an_address_other_than_the_connected_clusters_is_refused(ray_cluster, tmp_path):
+    connected = ray_cluster.get_runtime_context().gcs_address
+    other_port = int(connected.rsplit(":", 1)[1]) % 65535 + 1
+    with pytest.raises(ConfigError, match=rf"^address: this process is already connected to .*{connected}"):
+        fluidsalus.run(lambda c: None, SPACE, address=f"127.0.0.1:{other_port}", storage_path=str(tmp_path),
+                       name="x", verbose=0)
+    assert not (tmp_path / "x").exists()
+
+
+def _unused_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ------------------------------------------------------------------------------------------- two-node cluster
+
+#: Two-node clusters as ``[(CPUs, GPUs) of the head, (CPUs, GPUs) of the worker]``, and the devices expected on
+#: them as ``(name, node: 0 head / 1 worker, slots)``. The GPUs are only declared to Ray (``num_gpus``), which
+#: assigns them to actors as it would real ones; torch then runs the trials on the CPU.
+LAYOUTS = {
+    # 2 cores per node: one default-sized (2-core) virtual CPU device on each node.
+    "virtual_cpu_devices": ([(2, 0), (2, 0)], [("cpu:0", 0, 2), ("cpu:1", 1, 2)]),
+    # One device per GPU of every node; a device's cores are its node's cores over its node's GPUs.
+    "gpus": ([(2, 1), (2, 2)], [("cuda:0", 0, 2), ("cuda:1", 1, 1), ("cuda:2", 1, 1)]),
+}
+
+_CLUSTER_SCRIPT = """
+import json, time
+
+import ray
+from ray.cluster_utils import Cluster
+
+import fluidsalus
+from fluidsalus.gpu.actor import cluster_nodes
+from fluidsalus.gpu.device import plan_devices
+
+# On its timeout the test sends SIGINT: the KeyboardInterrupt runs the finally below, which shuts the cluster down.
+NODES, TRIALS, REPORTS, STORAGE = {nodes!r}, {trials}, {reports}, {storage!r}
+
+
+def trainable(config):
+    # Where the trial's thread really runs, and the GPUs Ray gave its device's actor.
+    node, gpus = ray.get_runtime_context().get_node_id(), [str(g) for g in ray.get_gpu_ids()]
+    for i in range(REPORTS):
+        time.sleep(0.05)
+        fluidsalus.report({{"loss": config["x"] + i, "node": node, "gpus": gpus}})
+
+
+(head_cpus, head_gpus), (worker_cpus, worker_gpus) = NODES
+cluster = Cluster(initialize_head=True,
+                  head_node_args={{"num_cpus": head_cpus, "num_gpus": head_gpus, "include_dashboard": False}})
+print(json.dumps({{"address": cluster.address}}), flush=True)  # first, so the test finds its raylets even on failure
+try:
+    cluster.add_node(num_cpus=worker_cpus, num_gpus=worker_gpus)
+    cluster.wait_for_nodes()
+    started = time.monotonic()
+    grid = fluidsalus.run(trainable, {{"x": fluidsalus.uniform(0, 1)}}, num_samples=TRIALS, metric="loss",
+                          mode="min", address=cluster.address, storage_path=STORAGE, name="two_nodes", verbose=0)
+    print(json.dumps({{
+        "run_s": time.monotonic() - started,
+        "head": ray.get_runtime_context().get_node_id(),
+        "nodes": list(cluster_nodes()),
+        "plan": [[d.name, d.node_id, d.slots] for d in plan_devices(cluster_nodes())],
+        "errors": grid.num_errors,
+    }}), flush=True)
+finally:
+    ray.shutdown()
+    cluster.shutdown()
+"""
+
+
+def _raylets_of(address: str) -> list[int]:
+    """Process ids of the raylets still serving the cluster whose GCS is at ``address``."""
+    out = subprocess.run(["pgrep", "-f", f"raylet/raylet .*--gcs-address={address} "], capture_output=True,
+                         text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def _run_cluster_script(tmp_path: Path, nodes: list[tuple[int, int]], storage: Path) -> dict:
+    """Run the two-node sweep in a subprocess; check that its cluster is gone; return its summary."""
+    script = tmp_path / "two_nodes.py"
+    script.write_text(textwrap.dedent(_CLUSTER_SCRIPT).format(
+        nodes=nodes, trials=CLUSTER_TRIALS, reports=CLUSTER_REPORTS, storage=str(storage)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=tmp_path)
+    timed_out = False
+    try:
+        stdout, stderr = proc.communicate(timeout=CLUSTER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        proc.send_signal(signal.SIGINT)
+        try:
+            stdout, stderr = proc.communicate(timeout=SHUTDOWN_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+    lines = stdout.strip().splitlines()
+    address = json.loads(lines[0])["address"] if lines else None
+    # The cluster was shut down, even if the sweep failed or timed out: no raylet of it is left.
+    assert address is not None and _raylets_of(address) == [], stderr[-4000:]
+    assert not timed_out, f"the two-node sweep ran past {CLUSTER_TIMEOUT_S:.0f} s\n{stderr[-4000:]}"
+    assert proc.returncode == 0, stderr[-4000:]
+    return json.loads(lines[-1])
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_a_sweep_on_a_two_node_cluster_runs_on_devices_of_both_nodes(tmp_path, layout):
+    node_resources, expected = LAYOUTS[layout]
+    storage = tmp_path / "results"
+    summary = _run_cluster_script(tmp_path, node_resources, storage)
+
+    nodes = summary["nodes"]
+    assert len(nodes) == 2 and nodes[0] == summary["head"]
+    # Each device is pinned to its node, with its node's cores.
+    assert summary["plan"] == [[name, nodes[node], slots] for name, node, slots in expected]
+
+    store = ExperimentStore.open(storage / "two_nodes", readonly=True)
+    starts = {e.device: e.data for e in store.events("device_start")}
+    # Each device's actor reports where Ray put it and what it gave it: the node and resources of the plan.
+    assert {device: info["node_id"] for device, info in starts.items()} == {
+        name: nodes[node] for name, node, _ in expected}
+    for name, _, slots in expected:
+        gpu = {"GPU": 1.0} if name.startswith("cuda") else {}
+        assert starts[name]["assigned_resources"] == {"CPU": float(slots), **gpu}
+        assert len(starts[name]["gpu_ids"]) == len(gpu)
+    # Ray gives each GPU of a node to one device only.
+    held = [(info["node_id"], gpu) for info in starts.values() for gpu in info["gpu_ids"]]
+    assert len(held) == len(set(held))
+
+    trials = store.trials()
+    assert len(trials) == CLUSTER_TRIALS and summary["errors"] == 0
+    assert all(t.status == "TERMINATED" and t.last_iteration == CLUSTER_REPORTS for t in trials)
+    # Every trial ran on the node, and with the GPUs, of the device it was placed on; both nodes ran trials.
+    for t in trials:
+        seen = {(r.metrics["node"], tuple(r.metrics["gpus"])) for r in store.results(t.trial_id)}
+        assert seen == {(starts[t.device]["node_id"], tuple(starts[t.device]["gpu_ids"]))}
+    assert {starts[t.device]["node_id"] for t in trials} == set(nodes)
+    store.close()
