@@ -1,7 +1,8 @@
-"""Driver-side callbacks: told about acknowledged results and ended trials.
+"""Driver-side callbacks: told about trial starts, acknowledged results and ended trials.
 
 Callbacks run in the driver process, after the batch they describe has committed to the store, so what a
-callback sees is never lost, even if the driver is killed the next instant.
+callback sees is never lost, even if the driver is killed the next instant. Within one batch the starts come
+first, then the results and ends in the order they arrived.
 """
 
 from __future__ import annotations
@@ -12,6 +13,15 @@ from typing import Any
 
 class Callback:
     """Subclass and override what you need; every hook is optional."""
+
+    def on_trial_start(self, trial_id: str, config: Mapping[str, Any], attempt: int) -> None:
+        """Called when an attempt of a trial has started on a device, with the config it runs.
+
+        Args:
+            trial_id: The trial.
+            config: Its configuration for this attempt (a PBT exploit starts an attempt with a new one).
+            attempt: 0 for the first start; each retry, restore, exploit or restart of an ended trial adds one.
+        """
 
     def on_trial_result(self, trial_id: str, result: Mapping[str, Any]) -> None:
         """Called once per acknowledged result, in order."""

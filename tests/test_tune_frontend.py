@@ -398,17 +398,21 @@ def test_bad_input_names_the_field(build, message: str) -> None:
         build()
 
 
-def test_define_by_run_optuna_space_is_refused() -> None:
+def test_define_by_run_optuna_space_refuses_evaluated_rewards() -> None:
     from fluidsalus.tune.search.optuna import OptunaSearch
 
-    with pytest.raises(ConfigError, match="define-by-run"):
-        OptunaSearch(space=lambda trial: None)
+    with pytest.raises(ConfigError, match="evaluated_rewards cannot be used with a define-by-run space"):
+        OptunaSearch(space=lambda trial: None, points_to_evaluate=[{"x": 1}], evaluated_rewards=[1.0])
 
 
 def _bohb():
     from fluidsalus.tune.search.bohb import TuneBOHB
 
     return TuneBOHB()
+
+
+def _pbt():
+    return tune.schedulers.PopulationBasedTraining(hyperparam_mutations={"x": tune.uniform(0, 1)})
 
 
 def _optuna_holder():
@@ -422,11 +426,14 @@ def _optuna_holder():
      "TuneBOHB needs HyperBandForBOHB"),
     (lambda: {"search_alg": _optuna_holder(), "scheduler": tune.schedulers.HyperBandScheduler()},
      "no fluidsalus equivalent"),
-    (lambda: {"scheduler": tune.schedulers.ASHAScheduler(), "num_samples": -1}, "num_samples=-1.*random search only"),
+    (lambda: {"scheduler": _pbt(), "num_samples": -1},
+     "num_samples=-1.*not supported with PBT"),
     (lambda: {"scheduler": tune.schedulers.ASHAScheduler(), "metric": None, "mode": None},
      "needs a metric and a mode"),
-    (lambda: {"search_alg": tune.search.BasicVariantGenerator(points_to_evaluate=[{"x": 0.1}])},
-     "points_to_evaluate"),
+    (lambda: {"search_alg": tune.search.BasicVariantGenerator(points_to_evaluate=[{"x": 0.1}]),
+              "scheduler": _pbt()}, "points_to_evaluate is not supported with PBT"),
+    (lambda: {"search_alg": tune.search.BasicVariantGenerator(points_to_evaluate=[{"nope": 0.1}])},
+     "points_to_evaluate\\[0\\] sets 'nope', which is not a key"),
     (lambda: {"search_alg": tune.search.ConcurrencyLimiter(tune.search.BasicVariantGenerator(), 2),
               "max_concurrent_trials": 3}, "already limits concurrency to 2"),
     (lambda: {"search_alg": object()}, "search_alg must be None"),
@@ -446,7 +453,9 @@ def test_trainables_that_cannot_run_are_refused(storage: str) -> None:
     with pytest.raises(ConfigError, match="checkpoint_frequency and checkpoint_at_end are not supported for"):
         Tuner(lambda c: None, run_config=tune.RunConfig(
             storage_path=storage, checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=2))).fit()
-    with pytest.raises(ConfigError, match="Tuner.restore: resume_errored=True is not supported"):
+    with pytest.raises(ConfigError, match="Tuner.restore: resume_errored must be True or False"):
+        Tuner.restore(storage, lambda c: None, resume_errored="yes")
+    with pytest.raises(ConfigError, match="is not a restorable fluidsalus.tune experiment"):
         Tuner.restore(storage, lambda c: None, resume_errored=True)
     assert not Tuner.can_restore(storage)
     with pytest.raises(RuntimeError, match="has not been run"):

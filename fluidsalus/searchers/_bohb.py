@@ -22,6 +22,12 @@ wraps), without hpbandster, ConfigSpace or statsmodels:
 the model proposes each new configuration, observations at every milestone). :class:`SyncBOHB` puts it over
 :class:`~fluidsalus.searchers._hyperband.HyperBand` with ``HyperBandForBOHB``'s bracket order (largest
 first); each rung is one TrialGroup and each new bracket's configurations come from the model.
+
+Both take ``points_to_evaluate``: those configurations are proposed first, in order (Ray's ``TuneBOHB``), each
+counting as one of ``num_samples``; a partial point gets the parameters it leaves out from a regular proposal.
+With ``num_samples=-1`` they propose until the run is stopped (its time budget or a stopper), keeping at most
+``max_concurrent`` trials live (BOHB) or ``max_concurrent_brackets`` brackets unfinished (SyncBOHB); left
+unset, :data:`~fluidsalus.searchers._random.ENDLESS_FIRST_BATCH` trials and one bracket.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers._asha import ASHA, check_int, check_optional_int, check_real, is_number
 from fluidsalus.searchers._hyperband import HyperBand
+from fluidsalus.searchers._random import ENDLESS_FIRST_BATCH, apply_point, check_points
 
 __all__ = ["BOHB", "BOHBModel", "KernelDensity", "SpaceEncoder", "SyncBOHB"]
 
@@ -66,6 +73,16 @@ _MAX_REJECTION_ROUNDS = 200
 _PROPOSAL_STREAM = 1
 #: Version of the state layouts.
 _STATE_VERSION = 1
+#: With ``num_samples=-1`` and no ``max_concurrent_brackets``, SyncBOHB keeps this many brackets unfinished:
+#: each new bracket is proposed from everything the previous ones observed (its default).
+ENDLESS_SYNC_BRACKETS = 1
+
+
+def _check_samples(owner: str, num_samples: Any) -> int:
+    """``num_samples``: an int >= 1, or -1 (propose until the run is stopped)."""
+    if num_samples == sp.INFINITE_SAMPLES and not isinstance(num_samples, bool):
+        return sp.INFINITE_SAMPLES
+    return check_int(owner, "num_samples", num_samples, minimum=1)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -427,17 +444,31 @@ class _ModelMixin:
     seed: int
     _sign: float
 
-    def _init_model(self, space: Mapping[str, Any], **model_args: Any) -> None:
+    def _init_model(self, space: Mapping[str, Any], points: Any, **model_args: Any) -> None:
         self.encoder = SpaceEncoder(self._owner, space)
         self.model = BOHBModel(self.encoder, owner=self._owner, **model_args)
+        self._points = check_points(space, points, self._owner)
         self._vectors: dict[str, list[float] | None] = {}
         self._proposals = 0
         self._from_model = 0
 
+    @property
+    def endless(self) -> bool:
+        """Whether ``num_samples`` is -1 (propose until the run is stopped)."""
+        return self.num_samples == sp.INFINITE_SAMPLES  # type: ignore[attr-defined]
+
+    def _left(self) -> int | None:
+        """Proposals still allowed (None: endless)."""
+        return None if self.endless else self.num_samples - self._proposals  # type: ignore[attr-defined]
+
     def _propose(self, count: int) -> list[dict[str, Any]]:
+        """``count`` configurations: the next points to evaluate first, then the model's proposals."""
         configs = []
         for _ in range(count):
             config, from_model = self.model.propose(_model_rng(self.seed, self._proposals))
+            if self._proposals < len(self._points):
+                # A point keeps the values it gives; the proposal fills in the rest.
+                config, from_model = apply_point(config, self._points[self._proposals]), False
             self._proposals += 1
             self._from_model += int(from_model)
             configs.append(config)
@@ -490,8 +521,11 @@ class BOHB(_ModelMixin, ASHA):
         min_points_in_model, top_n_percent, num_candidates, random_fraction, bandwidth_factor,
             min_bandwidth: As :class:`BOHBModel` (``num_candidates`` is hpbandster's ``num_samples``).
         max_concurrent: Live trials at most (``>= 1``), as Ray's ``TuneBOHB(max_concurrent=...)``; None
-            sends all ``num_samples`` at once (then the model never gets to propose).
+            sends all ``num_samples`` at once (then the model never gets to propose), or keeps
+            :data:`~fluidsalus.searchers._random.ENDLESS_FIRST_BATCH` live with ``num_samples=-1``.
         seed: Seed of the proposals and bracket draws; None draws one (kept in the state).
+        points_to_evaluate: Configurations (possibly partial) to propose first; they count toward
+            ``num_samples``.
 
     Raises:
         ConfigError: A parameter is out of range; the message names it and the allowed range.
@@ -520,18 +554,29 @@ class BOHB(_ModelMixin, ASHA):
         min_bandwidth: float = 1e-3,
         max_concurrent: int | None = 8,
         seed: int | None = None,
+        points_to_evaluate: list[dict[str, Any]] | None = None,
     ) -> None:
-        super().__init__(space, num_samples, metric, mode, time_attr=time_attr, max_t=max_t,
+        samples = _check_samples(self._owner, num_samples)
+        endless = samples == sp.INFINITE_SAMPLES
+        if endless and max_concurrent is None:
+            max_concurrent = ENDLESS_FIRST_BATCH
+        # ASHA itself counts samples only for its own random stream, which BOHB does not use.
+        super().__init__(space, 1 if endless else samples, metric, mode, time_attr=time_attr, max_t=max_t,
                          grace_period=grace_period, reduction_factor=reduction_factor, brackets=brackets,
                          stop_last_trials=stop_last_trials, seed=seed, max_concurrent=max_concurrent)
-        self._init_model(self.space, min_points_in_model=min_points_in_model, top_n_percent=top_n_percent,
-                         num_candidates=num_candidates, random_fraction=random_fraction,
-                         bandwidth_factor=bandwidth_factor, min_bandwidth=min_bandwidth)
+        self.num_samples = samples
+        self._init_model(self.space, points_to_evaluate, min_points_in_model=min_points_in_model,
+                         top_n_percent=top_n_percent, num_candidates=num_candidates,
+                         random_fraction=random_fraction, bandwidth_factor=bandwidth_factor,
+                         min_bandwidth=min_bandwidth)
 
     def _configs_left(self) -> bool:
-        return self._emitted < self.num_samples
+        return self.endless or self._emitted < self.num_samples
 
     def _draw_configs(self, count: int | None) -> list[dict[str, Any]]:
+        if self.endless:
+            assert count is not None  # max_concurrent is always set when endless
+            return self._propose(count)
         left = self.num_samples - self._emitted
         return self._propose(left if count is None else min(count, left))
 
@@ -564,10 +609,13 @@ class SyncBOHB(_ModelMixin, HyperBand):
         metric: The result key to optimise.
         mode: ``"min"`` or ``"max"``.
         time_attr, max_t, reduction_factor, stop_last_trials: As :class:`HyperBand`.
-        max_concurrent_brackets: Unfinished brackets at most (None: no limit).
+        max_concurrent_brackets: Unfinished brackets at most (None: no limit; :data:`ENDLESS_SYNC_BRACKETS`
+            with ``num_samples=-1``).
         min_points_in_model, top_n_percent, num_candidates, random_fraction, bandwidth_factor,
             min_bandwidth: As :class:`BOHBModel`.
         seed: Seed of the proposals; None draws one (kept in the state).
+        points_to_evaluate: Configurations (possibly partial) to propose first, into the first brackets; they
+            count toward ``num_samples``.
 
     Raises:
         ConfigError: A parameter is out of range; the message names it and the allowed range.
@@ -595,19 +643,28 @@ class SyncBOHB(_ModelMixin, HyperBand):
         bandwidth_factor: float = 3,
         min_bandwidth: float = 1e-3,
         seed: int | None = None,
+        points_to_evaluate: list[dict[str, Any]] | None = None,
     ) -> None:
-        super().__init__(space, num_samples, metric, mode, time_attr=time_attr, max_t=max_t,
+        samples = _check_samples(self._owner, num_samples)
+        endless = samples == sp.INFINITE_SAMPLES
+        if endless and max_concurrent_brackets is None:
+            max_concurrent_brackets = ENDLESS_SYNC_BRACKETS
+        # HyperBand itself counts samples only for its own random stream, which SyncBOHB does not use.
+        super().__init__(space, 1 if endless else samples, metric, mode, time_attr=time_attr, max_t=max_t,
                          reduction_factor=reduction_factor, stop_last_trials=stop_last_trials,
                          max_concurrent_brackets=max_concurrent_brackets, seed=seed)
-        self._init_model(self.space, min_points_in_model=min_points_in_model, top_n_percent=top_n_percent,
-                         num_candidates=num_candidates, random_fraction=random_fraction,
-                         bandwidth_factor=bandwidth_factor, min_bandwidth=min_bandwidth)
+        self.num_samples = samples
+        self._init_model(self.space, points_to_evaluate, min_points_in_model=min_points_in_model,
+                         top_n_percent=top_n_percent, num_candidates=num_candidates,
+                         random_fraction=random_fraction, bandwidth_factor=bandwidth_factor,
+                         min_bandwidth=min_bandwidth)
 
     def _configs_left(self) -> bool:
-        return self._proposals < self.num_samples
+        return self.endless or self._proposals < self.num_samples
 
     def _draw_configs(self, count: int) -> list[dict[str, Any]]:
-        return self._propose(min(count, self.num_samples - self._proposals))
+        left = self._left()
+        return self._propose(count if left is None else min(count, left))
 
     def _on_new_trial(self, trial_id: str, config: Mapping[str, Any]) -> None:
         self._remember(trial_id, config)

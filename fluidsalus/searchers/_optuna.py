@@ -13,21 +13,28 @@ told its outcome when it ends:
 * errored: ``FAIL`` (Ray tells ``COMPLETE`` when an errored trial had reported a value; we do not).
 
 Proposals depend on completed trials, so trials are proposed in small groups: first ``batch_size`` trials,
-then one new trial per trial that ends, until ``num_samples`` trials are proposed. At most ``batch_size`` trials
-are asked and not yet told at any time, so a sequential sampler such as TPE learns from the finished ones.
+then one new trial per trial that ends, until ``num_samples`` trials are proposed (never, with
+``num_samples=-1``: the run then ends by its time budget or a stopper). At most ``batch_size`` trials are asked
+and not yet told at any time, so a sequential sampler such as TPE learns from the finished ones.
+
+**Define-by-run** (``define_by_run=f``, Ray's ``OptunaSearch(space=f)``): each trial is ``study.ask()`` with no
+fixed distributions, and ``f(trial)`` is called on it in the driver. ``f`` calls ``trial.suggest_*`` (so the
+space may be conditional) and returns None or a dict of constants. The configuration is the space's constants,
+then the suggested values, then the returned constants, unflattened at ``"/"``.
 """
 
 from __future__ import annotations
 
 import copy
 import numbers
+import time
 import warnings
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import optuna
-from optuna.distributions import BaseDistribution
+from optuna.distributions import BaseDistribution, distribution_to_json, json_to_distribution
 from optuna.pruners import BasePruner, NopPruner
 from optuna.samplers import BaseSampler, TPESampler
 from optuna.study import StudyDirection
@@ -53,6 +60,12 @@ TRIAL_ID_ATTR = "fluidsalus_trial_id"
 EVALUATED_POINT_ATTR = "fluidsalus_evaluated_point"
 #: Optuna direction of each mode.
 DIRECTIONS = {"min": StudyDirection.MINIMIZE, "max": StudyDirection.MAXIMIZE}
+#: A define-by-run function slower than this many seconds gets a warning: it runs in the driver, once per
+#: proposal, so training must not happen in it (Ray warns at the same point).
+DEFINE_BY_RUN_WARN_S = 1.0
+
+#: A define-by-run search space: called with the asked ``optuna.Trial``; returns None or constants.
+DefineByRun = Callable[[optuna.Trial], "Mapping[str, Any] | None"]
 
 
 def _is_real(value: Any) -> bool:
@@ -70,8 +83,9 @@ class OptunaSearch(BaseSearcher):
 
     Args:
         space: The search space (fluidsalus/Ray domains, ``grid_search`` as a categorical, nested dicts).
-            ``randn`` and ``sample_from`` have no Optuna equivalent and are refused.
-        num_samples: Trials to run, ``>= 1``.
+            ``randn`` and ``sample_from`` have no Optuna equivalent and are refused. With ``define_by_run`` it
+            may hold only constants. A callable is taken as ``define_by_run`` (with no constants).
+        num_samples: Trials to run, ``>= 1``, or ``-1`` to propose trials until the run is stopped.
         metric: The result key to optimise.
         mode: ``"min"`` or ``"max"``.
         sampler: An ``optuna.samplers.BaseSampler``; default ``TPESampler(seed=seed)``.
@@ -88,6 +102,8 @@ class OptunaSearch(BaseSearcher):
         evaluated_rewards: Values already known for ``points_to_evaluate``: the points are added to the study
             as finished trials instead of being run (they do not count against ``num_samples``).
         batch_size: Trials asked and not yet told at any time (default :data:`DEFAULT_BATCH_SIZE`).
+        define_by_run: A function ``f(trial)`` that calls ``trial.suggest_*`` and returns None or a dict of
+            constants (see the module docstring). ``evaluated_rewards`` cannot be used with it (as in Ray).
 
     Raises:
         ConfigError: A parameter is invalid, or the space has a parameter Optuna cannot express (the message
@@ -107,15 +123,32 @@ class OptunaSearch(BaseSearcher):
         points_to_evaluate: Sequence[Mapping[str, Any]] | None = None,
         evaluated_rewards: Sequence[float] | None = None,
         batch_size: int | None = None,
+        define_by_run: DefineByRun | None = None,
     ) -> None:
+        if callable(space) and not isinstance(space, Mapping) and define_by_run is None:
+            space, define_by_run = {}, space
         if not isinstance(space, Mapping):
             raise ConfigError(f"OptunaSearch: space must be a dict (the search space), got {type(space).__name__}")
+        if define_by_run is not None and not callable(define_by_run):
+            raise ConfigError(f"OptunaSearch: define_by_run must be None or a function f(trial) -> dict | None, got "
+                              f"{type(define_by_run).__name__}")
+        self.define_by_run = define_by_run
         try:
-            self._distributions: dict[str, BaseDistribution] = sp.to_optuna_distributions(dict(space))
-            _, self._constants = sp.split_constants(dict(space))
+            domains, self._constants = sp.split_constants(dict(space))
+            if define_by_run is not None:
+                if domains:
+                    raise ConfigError(
+                        f"OptunaSearch: with a define-by-run function the space may hold only constants; it holds "
+                        f"parameters to search too ({', '.join(sorted(domains))}). Suggest them in the function"
+                    )
+                self._distributions: dict[str, BaseDistribution] = {}
+            else:
+                self._distributions = sp.to_optuna_distributions(dict(space))
         except SpaceError as exc:
             raise SpaceError(f"OptunaSearch: {exc}") from exc
-        self.num_samples = _check_int("num_samples", num_samples, 1)
+        if num_samples != sp.INFINITE_SAMPLES:
+            num_samples = _check_int("num_samples", num_samples, 1)
+        self.num_samples = int(num_samples)
         if not isinstance(metric, str) or not metric:
             raise ConfigError(f"OptunaSearch: metric must be the name of a result key, got {metric!r}")
         if mode not in DIRECTIONS:
@@ -145,6 +178,9 @@ class OptunaSearch(BaseSearcher):
         self.study = self._make_study(study, sampler, pruner)
         self._prune = pruner is not None
         if evaluated_rewards is not None:
+            if define_by_run is not None:
+                raise ConfigError("OptunaSearch: evaluated_rewards cannot be used with a define-by-run space (as in "
+                                  "Ray): give points_to_evaluate alone, or the space as a dict")
             self._add_evaluated(evaluated_rewards)
             self._points = []
         self._asked = 0
@@ -155,6 +191,8 @@ class OptunaSearch(BaseSearcher):
         self._intermediate: dict[str, dict[int, float]] = {}
         self._pruned: set[str] = set()
         self._told: dict[str, tuple[str, float | None]] = {}  # trial id -> (TrialState name, value)
+        self._returned: dict[int, dict[str, Any]] = {}  # Optuna trial number -> constants define_by_run returned
+        self._trial_distributions: dict[str, dict[str, str]] = {}  # define-by-run: trial id -> JSON distributions
 
     # ------------------------------------------------------------------ construction helpers
 
@@ -207,6 +245,9 @@ class OptunaSearch(BaseSearcher):
                             f"OptunaSearch: points_to_evaluate[{index}]['{key}'] = {value!r} but the space fixes "
                             f"it to the constant {self._constants[key]!r}"
                         )
+                    continue
+                if self.define_by_run is not None:  # the function decides which parameters exist
+                    flat[key] = value
                     continue
                 distribution = self._distributions.get(key)
                 if distribution is None:
@@ -268,13 +309,44 @@ class OptunaSearch(BaseSearcher):
     # ------------------------------------------------------------------ searcher interface
 
     def _ask(self, params: Mapping[str, Any] | None) -> optuna.Trial:
-        """Ask the study for a trial; ``params`` (flat, possibly partial) are fixed through the queue."""
+        """Ask the study for a trial; ``params`` (flat, possibly partial) are fixed through the queue.
+
+        With a define-by-run space the trial is asked without distributions and the function is run on it.
+        """
         if params:
             self.study.enqueue_trial(dict(params))
-        return self.study.ask(self._distributions)
+        if self.define_by_run is None:
+            return self.study.ask(self._distributions)
+        trial = self.study.ask()
+        self._returned[trial.number] = self._run_define_by_run(trial)
+        return trial
+
+    def _run_define_by_run(self, trial: optuna.Trial) -> dict[str, Any]:
+        """Call the define-by-run function on ``trial``; return the constants it returned (checked)."""
+        assert self.define_by_run is not None
+        started = time.monotonic()
+        returned = self.define_by_run(trial)
+        took = time.monotonic() - started
+        if took > DEFINE_BY_RUN_WARN_S:
+            warnings.warn(
+                f"OptunaSearch: the define-by-run function took {took:.1f} s; it runs in the driver for every "
+                "proposal, so do the training in the trainable, not in it",
+                UserWarning,
+                stacklevel=4,
+            )
+        if returned is None:
+            return {}
+        if not isinstance(returned, Mapping) or not all(isinstance(key, str) for key in returned):
+            raise ConfigError(
+                "OptunaSearch: the define-by-run function must return None or a dict with str keys (constants "
+                f"to add to the configuration); it returned {type(returned).__name__}"
+                + (f" with keys {list(returned)}" if isinstance(returned, Mapping) else "")
+            )
+        return copy.deepcopy(dict(returned))
 
     def _config(self, trial: optuna.Trial) -> dict[str, Any]:
-        return sp.unflatten({**copy.deepcopy(self._constants), **trial.params})
+        returned = self._returned.get(trial.number, {})
+        return sp.unflatten({**copy.deepcopy(self._constants), **trial.params, **copy.deepcopy(returned)})
 
     def next_groups(self) -> list[TrialGroup]:
         """One group of new trials, as many as free batch slots and the remaining samples allow.
@@ -283,7 +355,9 @@ class OptunaSearch(BaseSearcher):
             A list with at most one TrialGroup (no budget: trials run to their end).
         """
         in_flight = self._asked - len(self._told)
-        count = min(self.batch_size - in_flight, self.num_samples - self._asked)
+        count = self.batch_size - in_flight
+        if self.num_samples != sp.INFINITE_SAMPLES:
+            count = min(count, self.num_samples - self._asked)
         if count <= 0:
             return []
         trials = []
@@ -307,6 +381,11 @@ class OptunaSearch(BaseSearcher):
         self._trials[trial_id] = trial
         self._params[trial_id] = dict(trial.params)
         self._intermediate[trial_id] = {}
+        if self.define_by_run is not None:
+            self._returned.pop(trial.number, None)
+            self._trial_distributions[trial_id] = {
+                name: distribution_to_json(d) for name, d in trial.distributions.items()
+            }
 
     def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
         """Report the value to the Optuna trial; STOP when the pruner prunes it.
@@ -343,8 +422,8 @@ class OptunaSearch(BaseSearcher):
         self._told[trial_id] = (frozen.state.name, frozen.value)
 
     def is_finished(self) -> bool:
-        """True once ``num_samples`` trials are proposed."""
-        return self._asked >= self.num_samples
+        """True once ``num_samples`` trials are proposed (never with ``num_samples=-1``)."""
+        return self.num_samples != sp.INFINITE_SAMPLES and self._asked >= self.num_samples
 
     def optuna_trial(self, trial_id: str) -> optuna.Trial | None:
         """The Optuna trial behind a fluidsalus trial (None for an unknown id)."""
@@ -371,6 +450,8 @@ class OptunaSearch(BaseSearcher):
                 "value": value,
                 "pruned": trial_id in self._pruned,
             }
+            if trial_id in self._trial_distributions:  # define-by-run: each trial has its own parameters
+                trials[trial_id]["distributions"] = dict(self._trial_distributions[trial_id])
         return {
             "asked": self._asked,
             "group_seq": self._group_seq,
@@ -394,7 +475,7 @@ class OptunaSearch(BaseSearcher):
         self._asked = int(state["asked"])
         self._group_seq = int(state["group_seq"])
         self._trials, self._params, self._intermediate, self._pruned, self._told = {}, {}, {}, set(), {}
-        self._unassigned = {}
+        self._unassigned, self._returned, self._trial_distributions = {}, {}, {}
         for trial_id, record in state["trials"].items():
             params = dict(record["params"])
             self._params[trial_id] = params
@@ -402,11 +483,13 @@ class OptunaSearch(BaseSearcher):
             if record["pruned"]:
                 self._pruned.add(trial_id)
             old = existing.get(trial_id)
+            if "distributions" in record:
+                self._trial_distributions[trial_id] = dict(record["distributions"])
             if record["state"] is not None:
                 if old is None:
                     self.study.add_trial(optuna.trial.create_trial(
                         state=TrialState[record["state"]], value=record["value"], params=params,
-                        distributions={k: self._distributions[k] for k in params},
+                        distributions=self._distributions_of(record, params),
                         intermediate_values=intermediate, user_attrs={TRIAL_ID_ATTR: trial_id},
                     ))
                 self._told[trial_id] = (record["state"], record["value"])
@@ -415,9 +498,21 @@ class OptunaSearch(BaseSearcher):
             if old is not None and old.state == TrialState.RUNNING:
                 self.study.tell(old.number, state=TrialState.FAIL, skip_if_finished=True)
             trial = self._ask(params)
+            self._returned.pop(trial.number, None)
             trial.set_user_attr(TRIAL_ID_ATTR, trial_id)
+            if self.define_by_run is not None:
+                self._trial_distributions[trial_id] = {
+                    name: distribution_to_json(d) for name, d in trial.distributions.items()
+                }
             for step, value in sorted(intermediate.items()):
                 trial.report(value, step)
             self._trials[trial_id], self._intermediate[trial_id] = trial, intermediate
         for group_id, records in state["unassigned"].items():
             self._unassigned[group_id] = deque(self._ask(params) for params in records)
+
+    def _distributions_of(self, record: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, BaseDistribution]:
+        """The distributions of a saved trial: its own (define-by-run) or the space's."""
+        saved = record.get("distributions")
+        if saved is not None:
+            return {name: json_to_distribution(text) for name, text in saved.items()}
+        return {k: self._distributions[k] for k in params}

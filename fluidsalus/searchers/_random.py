@@ -1,21 +1,246 @@
-"""Random and grid search over a search space (Ray Tune's BasicVariantGenerator semantics)."""
+"""Random and grid search over a search space (Ray Tune's BasicVariantGenerator semantics).
+
+Besides :class:`RandomSearch`, this module holds what every searcher that draws configurations "the Ray way"
+shares:
+
+* :func:`point_assignments` checks one entry of ``points_to_evaluate`` against the space and returns the values
+  it fixes (Ray's rules: a key the space does not have is an error; a value outside its domain, or different
+  from the constant it replaces, is used anyway, with a warning);
+* :class:`VariantStream` yields the configurations lazily: first each point with the parameters it leaves out
+  drawn from the space (a point over a grid gives one configuration per remaining grid point), then the
+  regular samples. One random generator draws everything, in that order, as Ray's ``BasicVariantGenerator``
+  does, so an integer seed gives Ray's configurations. Each point counts as one of ``num_samples``; points
+  beyond ``num_samples`` still run (Ray's rule).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+import math
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from fluidsalus import space as sp
+from fluidsalus.errors import ConfigError
 from fluidsalus.searchers._base import BaseSearcher
 from fluidsalus.trialgroup.trial import TrialGroup
 
+__all__ = ["ENDLESS_FIRST_BATCH", "RandomSearch", "VariantStream", "apply_point", "point_assignments"]
+
 #: With ``num_samples=-1`` (an endless search), the first batch of fresh trials: enough to keep every lane of
-#: a few devices busy; afterwards one new trial is proposed for each trial that ends.
+#: a few devices busy; afterwards one new trial is proposed for each trial that ends. Searchers that keep a
+#: number of trials live (ASHA, BOHB) use it as that number when no concurrency cap is given.
 ENDLESS_FIRST_BATCH = 16
+
+#: A key path inside a configuration.
+Path = tuple[str, ...]
+
+
+def _path_text(path: Path) -> str:
+    return sp.PATH_SEPARATOR.join(path)
+
+
+def _nested_point(owner: str, index: int, point: Any) -> dict[str, Any]:
+    """A point as a nested dict; ``"/"``-joined keys (as Optuna and TuneBOHB take them) are unflattened."""
+    if not isinstance(point, Mapping):
+        raise ConfigError(f"{owner}: points_to_evaluate[{index}] must be a dict, got {type(point).__name__}")
+    if any(isinstance(key, str) and sp.PATH_SEPARATOR in key for key in point):
+        try:
+            return sp.unflatten(dict(point))
+        except ConfigError as exc:
+            raise ConfigError(f"{owner}: points_to_evaluate[{index}]: {exc}") from exc
+    return dict(point)
+
+
+def _value_fits(target: Any, value: Any) -> bool:
+    """Whether a point's ``value`` is one that ``target`` (a domain, grid or constant) could produce."""
+    if isinstance(target, sp.Float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+            and target.lower <= value <= target.upper
+    if isinstance(target, sp.Integer):
+        low, high, step = target.inclusive_bounds()
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer() \
+            and low <= value <= high and (int(value) - low) % step == 0
+    if isinstance(target, sp.Categorical):
+        return any(value == category for category in target.categories)
+    if isinstance(target, dict) and sp.GRID_SEARCH_KEY in target and len(target) == 1:
+        return any(value == choice for choice in target[sp.GRID_SEARCH_KEY])
+    if isinstance(target, sp.Domain):  # randn, sample_from: anything goes
+        return True
+    return bool(target == value)
+
+
+def point_assignments(space: Mapping[str, Any], point: Any, owner: str, index: int) -> list[tuple[Path, Any]]:
+    """The values one entry of ``points_to_evaluate`` fixes, as ``(key path, value)`` pairs.
+
+    A nested dict in the point descends into the same nested dict of the space; any other value replaces what
+    the space holds at that key (a domain, a grid search, a constant or a whole sub-dict).
+
+    Args:
+        space: The search space.
+        point: The point: a (possibly partial) configuration, nested or with ``"/"``-joined keys.
+        owner: The search algorithm's name, for messages.
+        index: The point's position in ``points_to_evaluate``, for messages.
+
+    Returns:
+        The assignments, in the point's key order.
+
+    Raises:
+        ConfigError: The point is not a dict, or sets a key the space does not have (the message names it and
+            the keys the space has there).
+
+    Warns:
+        UserWarning: A value outside its parameter's domain, or different from the constant it replaces (it is
+            used anyway, as in Ray).
+    """
+    out: list[tuple[Path, Any]] = []
+
+    def walk(space_node: Mapping[str, Any], point_node: Mapping[str, Any], path: Path) -> None:
+        for key, value in point_node.items():
+            child = (*path, key)
+            if key not in space_node:
+                where = f" under '{_path_text(path)}'" if path else ""
+                raise ConfigError(
+                    f"{owner}: points_to_evaluate[{index}] sets '{_path_text(child)}', which is not a key of the "
+                    f"search space (keys{where}: {sorted(map(str, space_node))}); add it to param_space"
+                )
+            target = space_node[key]
+            is_grid = isinstance(target, dict) and sp.GRID_SEARCH_KEY in target and len(target) == 1
+            if isinstance(value, Mapping) and isinstance(target, dict) and target and not is_grid:
+                walk(target, value, child)
+                continue
+            if not (isinstance(target, dict) and not is_grid) and not _value_fits(target, value):
+                what = "the value" if not isinstance(target, (sp.Domain, dict)) else "the domain"
+                warnings.warn(
+                    f"{owner}: points_to_evaluate[{index}] sets '{_path_text(child)}' to {value!r}, which is not "
+                    f"within {what} of the search space ({target!r}); it is used as given",
+                    UserWarning,
+                    stacklevel=4,
+                )
+            out.append((child, copy.deepcopy(value)))
+
+    walk(space, _nested_point(owner, index, point), ())
+    return out
+
+
+def _set_path(config: dict[str, Any], path: Path, value: Any) -> None:
+    node = config
+    for key in path[:-1]:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = {}
+            node[key] = child
+        node = child
+    node[path[-1]] = value
+
+
+def apply_point(config: Mapping[str, Any], assignments: Sequence[tuple[Path, Any]]) -> dict[str, Any]:
+    """A deep copy of ``config`` (a space or a configuration) with the point's values set.
+
+    Args:
+        config: The space or configuration.
+        assignments: What :func:`point_assignments` returned.
+
+    Returns:
+        The new dict.
+    """
+    out = copy.deepcopy(dict(config))
+    for path, value in assignments:
+        _set_path(out, path, copy.deepcopy(value))
+    return out
+
+
+class VariantStream:
+    """Configurations of a space drawn lazily: the points first, then ``num_samples`` minus the points samples.
+
+    The interface of :class:`fluidsalus.searchers._asha.ConfigStream` (``has_more``, ``take``, ``restore``,
+    ``drawn``), so ASHA and HyperBand can draw from it too. Only the number drawn is state.
+
+    Args:
+        space: The search space.
+        num_samples: Samples (times the grid), ``>= 1``, or ``-1`` for an endless stream.
+        seed: Seed of the one generator that draws every value; the same seed gives the same configurations.
+        points: Checked points (:func:`point_assignments` of each), run first, in order.
+    """
+
+    def __init__(self, space: Mapping[str, Any], num_samples: int, seed: int | None,
+                 points: Sequence[Sequence[tuple[Path, Any]]] = ()) -> None:
+        self._space = copy.deepcopy(dict(space))
+        self._num_samples = num_samples
+        self._seed = seed
+        self._points = [list(p) for p in points]
+        self._iter: Iterator[dict[str, Any]] = self._generate()
+        self._ahead: list[dict[str, Any]] = []
+        self.drawn = 0
+
+    def _generate(self) -> Iterator[dict[str, Any]]:
+        rng = np.random.default_rng(self._seed)
+        for assignments in self._points:
+            # The fixed values replace the domains, then the rest of the space resolves as one sample.
+            yield from sp._variant_stream(apply_point(self._space, assignments), 1, rng)
+        if self._num_samples == sp.INFINITE_SAMPLES:
+            remaining = sp.INFINITE_SAMPLES
+        else:
+            remaining = max(self._num_samples - len(self._points), 0)
+        if remaining:
+            yield from sp._variant_stream(copy.deepcopy(self._space), remaining, rng)
+
+    def has_more(self) -> bool:
+        """Whether another configuration can be drawn (draws one ahead if needed)."""
+        if not self._ahead:
+            try:
+                self._ahead.append(next(self._iter))
+            except StopIteration:
+                return False
+        return True
+
+    def take(self, count: int | None) -> list[dict[str, Any]]:
+        """Draw up to ``count`` configurations (fewer when the stream ends; None: all that are left)."""
+        if count is None and self._num_samples == sp.INFINITE_SAMPLES:
+            raise ConfigError("an endless stream (num_samples=-1) cannot hand out all its configurations at once")
+        out: list[dict[str, Any]] = []
+        while (count is None or len(out) < count) and self.has_more():
+            out.append(self._ahead.pop())
+        self.drawn += len(out)
+        return out
+
+    def restore(self, drawn: int) -> None:
+        """Start again from the seed and skip the ``drawn`` configurations already handed out."""
+        self._iter, self._ahead, self.drawn = self._generate(), [], 0
+        self.take(drawn)
+
+
+def check_points(space: Mapping[str, Any], points: Any, owner: str) -> list[list[tuple[Path, Any]]]:
+    """Check ``points_to_evaluate`` against ``space`` (see :func:`point_assignments`).
+
+    Args:
+        space: The search space.
+        points: None or a list of dicts.
+        owner: The search algorithm's name, for messages.
+
+    Returns:
+        The assignments of each point.
+
+    Raises:
+        ConfigError: ``points`` is not a list of dicts, or a point sets a key the space does not have.
+    """
+    if points is None:
+        return []
+    if isinstance(points, Mapping) or not isinstance(points, Sequence) or isinstance(points, (str, bytes)):
+        raise ConfigError(f"{owner}: points_to_evaluate must be None or a list of dicts, got "
+                          f"{type(points).__name__}")
+    return [point_assignments(space, point, owner, index) for index, point in enumerate(points)]
 
 
 class RandomSearch(BaseSearcher):
     """Samples ``num_samples`` configurations (times every grid point) as one TrialGroup of fresh trials.
+
+    With ``points_to_evaluate``, those configurations run first (a partial point gets the parameters it leaves
+    out from the space); each counts as one of ``num_samples``, and all of them run even when there are more
+    points than samples (Ray's ``BasicVariantGenerator`` rules).
 
     With ``num_samples=-1`` (Ray Tune's "until stopped") the stream never ends: a first batch of
     :data:`ENDLESS_FIRST_BATCH`, then one new configuration per trial that ends. The run then ends by its
@@ -24,30 +249,55 @@ class RandomSearch(BaseSearcher):
     Args:
         space: The search space (constants, domains such as ``uniform(0, 1)``, ``grid_search([...])``).
         num_samples: Samples per grid point, as in Ray Tune (>= 1, or -1 for endless).
-        seed: Seed of the sampler; the same seed gives the same configurations.
+        seed: Seed of the sampler; the same seed gives the same configurations (Ray's, for the same
+            ``random_state``).
+        points_to_evaluate: Configurations to run first (nested dicts, possibly partial).
+
+    Raises:
+        ConfigError: A point is not a dict or sets a key the space does not have.
     """
 
-    def __init__(self, space: Mapping[str, Any], num_samples: int = 1, seed: int | None = None) -> None:
+    def __init__(self, space: Mapping[str, Any], num_samples: int = 1, seed: int | None = None,
+                 points_to_evaluate: Sequence[Mapping[str, Any]] | None = None) -> None:
         self.space = dict(space)
         self.num_samples = num_samples
         self.seed = seed
+        self.points_to_evaluate = [copy.deepcopy(dict(p)) for p in points_to_evaluate or []]
+        self._points = check_points(self.space, points_to_evaluate, "RandomSearch")
         self._proposed = 0  # configurations proposed so far
         self._owed = ENDLESS_FIRST_BATCH  # endless mode: configurations to propose next
-        self._stream: Any = None
+        self._stream: VariantStream | None = None
+
+    @property
+    def total_samples(self) -> int | None:
+        """How many configurations the search runs (None when endless or when a draw makes grids)."""
+        if self.num_samples == sp.INFINITE_SAMPLES:
+            return None
+        total = 0
+        for assignments in self._points:
+            count = sp.count_variants(apply_point(self.space, assignments), 1)
+            if count is None:
+                return None
+            total += count
+        remaining = max(self.num_samples - len(self._points), 0)
+        rest = sp.count_variants(self.space, remaining) if remaining else 0
+        return None if rest is None else total + rest
+
+    def _make_stream(self) -> VariantStream:
+        return VariantStream(self.space, self.num_samples, self.seed, self._points)
 
     def next_groups(self) -> list[TrialGroup]:
         if self.num_samples != sp.INFINITE_SAMPLES:
             if self._proposed:
                 return []
-            configs = sp.generate_variants(self.space, self.num_samples, self.seed)
+            configs = self._make_stream().take(None)
         else:
             if not self._owed:
                 return []
             if self._stream is None:  # a resumed search skips what it proposed before
-                self._stream = sp.iter_variants(self.space, self.num_samples, self.seed)
-                for _ in range(self._proposed):
-                    next(self._stream)
-            configs = [next(self._stream) for _ in range(self._owed)]
+                self._stream = self._make_stream()
+                self._stream.restore(self._proposed)
+            configs = self._stream.take(self._owed)
             self._owed = 0
         group = TrialGroup(group_id=f"variants-{self._proposed}", configs=configs)
         self._proposed += len(configs)

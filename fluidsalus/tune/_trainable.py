@@ -52,6 +52,17 @@ STATE_FILE = "_trainable_state.json"
 DONE_KEY, SHOULD_CHECKPOINT_KEY = "done", "should_checkpoint"
 #: Resource names that are spelled in upper case in Ray's placement groups.
 _RESOURCE_ALIASES = {"CPU": "cpu", "GPU": "gpu"}
+#: The resources with_resources names itself (Ray's ``resource_dict_to_pg_factory`` keys); any other key is a
+#: Ray custom resource.
+STANDARD_RESOURCES = ("cpu", "gpu", "memory")
+#: Ray's key for a dict of custom resources inside a resource dict.
+CUSTOM_RESOURCES_KEY = "custom_resources"
+#: Keys that are almost surely a misspelt standard resource (Ray would take them as custom resources that no
+#: node has, and the trial would never start): refused, naming the key meant.
+_MISSPELT_RESOURCES = {"cpus": "cpu", "num_cpus": "cpu", "CPUs": "cpu", "gpus": "gpu", "num_gpus": "gpu",
+                       "GPUs": "gpu", "mem": "memory"}
+#: Smallest fraction of a resource Ray can express (its fixed-point resource unit).
+RESOURCE_PRECISION = 1e-4
 
 
 def _is_trainable_class(value: Any) -> bool:
@@ -95,32 +106,68 @@ def _check_resources(resources: Any) -> dict[str, float] | Callable[[dict[str, A
     return normalize_resources(resources)
 
 
+def _check_amount(key: str, value: Any) -> float:
+    """One amount of a resource request, checked with Ray's rules."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+        raise ConfigError(f"with_resources: resources[{key!r}] must be a number >= 0 (got {value!r})")
+    amount = float(value)
+    if 0 < amount < RESOURCE_PRECISION:
+        raise ConfigError(f"with_resources: resources[{key!r}] = {value!r} is finer than Ray's precision; use 0 or "
+                          f"a number >= {RESOURCE_PRECISION}")
+    if _RESOURCE_ALIASES.get(key, key) == "gpu" and amount > 1 and not amount.is_integer():
+        raise ConfigError(f"with_resources: resources[{key!r}] = {value!r}: a GPU request above 1 must be a whole "
+                          "number of GPUs (a fraction of one GPU, such as 0.25, is fine), as in Ray")
+    return amount
+
+
 def normalize_resources(resources: Any) -> dict[str, float]:
     """A resource request as ``{name: amount}``: a dict, or a placement group factory's bundles summed.
 
+    ``CPU``/``GPU`` become ``cpu``/``gpu``; the entries of Ray's ``custom_resources`` dict become keys of their
+    own. Amounts follow Ray's rules: numbers ``>= 0``, no finer than :data:`RESOURCE_PRECISION`, and a ``gpu``
+    above 1 a whole number.
+
+    Args:
+        resources: A dict such as ``{"cpu": 1, "gpu": 0.25}``, or a placement group factory (``.bundles``).
+
+    Returns:
+        The request, with ``cpu``, ``gpu`` and ``memory`` under those names.
+
     Raises:
-        ConfigError: Not a dict / placement group factory, or an amount that is not a number ``>= 0``.
+        ConfigError: Not a dict / placement group factory, a misspelt standard key (``gpus``, ``num_gpus``,
+            ...), or a bad amount; the message names the key and what is allowed.
     """
     bundles = getattr(resources, "bundles", None)
     if bundles is not None and not isinstance(resources, Mapping):
         total: dict[str, float] = {}
-        for bundle in bundles:
+        for index, bundle in enumerate(bundles):
             for key, value in dict(bundle).items():
-                total[key] = total.get(key, 0.0) + value
+                name = str(key)
+                total[name] = total.get(name, 0.0) + _check_amount(f"bundles[{index}].{name}", value)
         resources = total
     if not isinstance(resources, Mapping):
         raise ConfigError(
             "with_resources: resources must be a dict such as {'cpu': 1, 'gpu': 0.5}, a placement group factory "
             f"or a function of the config returning one (got {type(resources).__name__})"
         )
+    entries = dict(resources)
+    custom = entries.pop(CUSTOM_RESOURCES_KEY, None)
+    if custom is not None:
+        if not isinstance(custom, Mapping):
+            raise ConfigError(f"with_resources: resources[{CUSTOM_RESOURCES_KEY!r}] must be a dict of custom "
+                              f"resource name -> amount (got {type(custom).__name__})")
+        entries.update(custom)
     out: dict[str, float] = {}
-    for key, value in resources.items():
-        if not isinstance(key, str):
-            raise ConfigError(f"with_resources: resource names must be strings (got {key!r})")
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
-            raise ConfigError(f"with_resources: resources[{key!r}] must be a number >= 0 (got {value!r})")
+    for key, value in entries.items():
+        if not isinstance(key, str) or not key:
+            raise ConfigError(f"with_resources: resource names must be non-empty strings (got {key!r})")
+        if key in _MISSPELT_RESOURCES:
+            raise ConfigError(
+                f"with_resources: resources has the key {key!r}; did you mean {_MISSPELT_RESOURCES[key]!r}? The "
+                f"standard keys are {', '.join(map(repr, STANDARD_RESOURCES))} (any other key is a custom resource)"
+            )
         name = _RESOURCE_ALIASES.get(key, key)
-        out[name] = out.get(name, 0.0) + float(value)
+        out[name] = out.get(name, 0.0) + _check_amount(key, value)
     return out
 
 
@@ -175,16 +222,23 @@ def with_parameters(trainable: Any, **kwargs: Any) -> Prepared:
 def with_resources(trainable: Any, resources: Any) -> Prepared:
     """Attach a resource request to a trainable (``ray.tune.with_resources``).
 
-    fluidsalus reads it as a hint: the trial records it (``get_context().get_trial_resources()``), and the
-    engine still places trials several to a device, in lanes; a fractional ``gpu`` is not a hard share.
+    fluidsalus reads it as a hint: the request is checked now (a function's result, at each trial's start), and
+    each trial records it (``get_context().get_trial_resources()``, ``Trainable.trial_resources``). The engine
+    does not reserve it: its planner places trials several to a device, in lanes sized by measured memory, so a
+    fractional ``gpu`` is not a hard share of a GPU, and a ``gpu`` request runs on virtual CPU devices where
+    there is no GPU.
 
     Args:
         trainable: A function or :class:`Trainable` subclass.
-        resources: ``{"cpu": 1, "gpu": 0.5, ...}``, a placement group factory (its bundles are summed), or a
-            function ``f(config)`` that returns one of these for each trial.
+        resources: ``{"cpu": 1, "gpu": 0.5, "memory": ..., "custom_resources": {...}}`` (``CPU``/``GPU`` too),
+            a placement group factory (its bundles are summed), or a function ``f(config)`` that returns one of
+            these for each trial.
 
     Returns:
         The trainable with the request attached.
+
+    Raises:
+        ConfigError: A bad request (see :func:`normalize_resources`), or a trainable that cannot run.
     """
     checked = _check_resources(resources)
     if isinstance(trainable, Prepared):

@@ -19,6 +19,10 @@ None / BasicVariantGenerator / OptunaSearch    MedianStoppingRule         -> Opt
 a fluidsalus BaseSearcher                      None / FIFOScheduler       -> that searcher, as it is
 =============================================  ======================================================
 
+``points_to_evaluate`` (of ``BasicVariantGenerator``, ``TuneBOHB`` or ``OptunaSearch``) and ``num_samples=-1``
+work with every pair but those with PopulationBasedTraining (whose population is fixed); ASHA and HyperBand then
+draw from a :class:`~fluidsalus.searchers._random.VariantStream` (:mod:`fluidsalus.tune._streamed`).
+
 Every other pair raises a :class:`~fluidsalus.errors.ConfigError` naming both and the pairs that work. Ray
 Tune's own scheduler and search-algorithm objects (an import that was not changed) are first translated into
 the fluidsalus.tune holders with a ``UserWarning`` (:mod:`fluidsalus.tune._ray_objects`).
@@ -39,6 +43,7 @@ from fluidsalus.searchers import ASHA, BOHB, PBT, BaseSearcher, HyperBand, Optun
 from fluidsalus.tune._config import INFINITE_SAMPLES, TuneConfig
 from fluidsalus.tune._domains import translate_ray_values
 from fluidsalus.tune._ray_objects import adopt_scheduler, adopt_search_alg
+from fluidsalus.tune._streamed import StreamedASHA, StreamedHyperBand
 from fluidsalus.tune.schedulers import (
     AsyncHyperBandScheduler,
     FIFOScheduler,
@@ -167,16 +172,16 @@ def _need_metric(owner: str, metric: str | None, mode: str | None) -> tuple[str,
 def _no_points(owner: str, points: list[Any], target: str) -> None:
     if points:
         raise ConfigError(
-            f"{owner}: points_to_evaluate is not supported with {target} (fluidsalus's {target} has no warm "
-            "start); remove it, or use OptunaSearch, which runs points_to_evaluate first"
+            f"{owner}: points_to_evaluate is not supported with {target}: its population is drawn at once and "
+            "kept fixed, so there is no place to put given points first; remove them, or use another scheduler"
         )
 
 
 def _finite_samples(num_samples: int, target: str) -> None:
     if num_samples == INFINITE_SAMPLES:
         raise ConfigError(
-            f"TuneConfig: num_samples=-1 (sample until stopped) works with random search only; {target} needs "
-            "a number of samples >= 1"
+            f"TuneConfig: num_samples=-1 (sample until stopped) is not supported with {target}: its population "
+            "is drawn once and kept fixed; give the population size as num_samples >= 1"
         )
 
 
@@ -216,6 +221,7 @@ def _optuna(holder: OptunaHolder | None, space: dict[str, Any], num_samples: int
         points_to_evaluate=(holder.points_to_evaluate if holder is not None else points) or None,
         evaluated_rewards=holder.evaluated_rewards if holder is not None else None,
         batch_size=batch_size,
+        define_by_run=holder.define_by_run if holder is not None else None,
     )
 
 
@@ -318,18 +324,27 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
               HyperBandForBOHB: "HyperBand", PopulationBasedTraining: "PBT"}.get(type(scheduler))
     if target is None:
         raise ConfigError(f"TuneConfig: {pair} has no fluidsalus equivalent; supported pairs: {_WORKING_PAIRS}")
-    _no_points("BasicVariantGenerator", generator.points_to_evaluate, target)
+    points = copy.deepcopy(generator.points_to_evaluate)
     name = type(scheduler).__name__
     if isinstance(scheduler, FIFOScheduler):
-        searcher: BaseSearcher = RandomSearch(space, num_samples=n, seed=seed)
+        searcher: BaseSearcher = RandomSearch(space, num_samples=n, seed=seed, points_to_evaluate=points)
+        shown = f", points_to_evaluate={len(points)}" if points else ""
         return Plan(searcher, space, metric, mode, cap, summary=f"{name} -> RandomSearch(num_samples={n}, "
-                    f"seed={seed})")
-    _finite_samples(n, target)
+                    f"seed={seed}{shown})")
+    if isinstance(scheduler, PopulationBasedTraining):
+        _no_points("BasicVariantGenerator", points, target)
+        _finite_samples(n, target)
     metric, mode = _need_metric(name, metric, mode)
+    # ASHA and HyperBand take the points and the endless stream through a VariantStream.
+    streamed = bool(points) or n == INFINITE_SAMPLES
+    extra: dict[str, Any] = {"points_to_evaluate": points} if streamed else {}
     if isinstance(scheduler, AsyncHyperBandScheduler):
-        searcher = ASHA(space, n, metric, mode, time_attr=scheduler.time_attr, max_t=scheduler.max_t,
-                        grace_period=scheduler.grace_period, reduction_factor=scheduler.reduction_factor,
-                        brackets=scheduler.brackets, stop_last_trials=scheduler.stop_last_trials, seed=seed)
+        if streamed and cap is not None:
+            extra["max_concurrent"] = cap
+        searcher = (StreamedASHA if streamed else ASHA)(
+            space, n, metric, mode, time_attr=scheduler.time_attr, max_t=scheduler.max_t,
+            grace_period=scheduler.grace_period, reduction_factor=scheduler.reduction_factor,
+            brackets=scheduler.brackets, stop_last_trials=scheduler.stop_last_trials, seed=seed, **extra)
         names: tuple[str, ...] = ("time_attr", "max_t", "grace_period", "reduction_factor", "brackets",
                                   "stop_last_trials")
     elif isinstance(scheduler, HyperBandScheduler):
@@ -341,9 +356,10 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
                 UserWarning,
                 stacklevel=3,
             )
-        searcher = HyperBand(space, n, metric, mode, time_attr=scheduler.time_attr, max_t=scheduler.max_t,
-                             reduction_factor=scheduler.reduction_factor,
-                             stop_last_trials=scheduler.stop_last_trials, seed=seed)
+        searcher = (StreamedHyperBand if streamed else HyperBand)(
+            space, n, metric, mode, time_attr=scheduler.time_attr, max_t=scheduler.max_t,
+            reduction_factor=scheduler.reduction_factor, stop_last_trials=scheduler.stop_last_trials, seed=seed,
+            **extra)
         names = ("time_attr", "max_t", "reduction_factor", "stop_last_trials")
     else:
         assert isinstance(scheduler, PopulationBasedTraining)
@@ -363,11 +379,9 @@ def _plan_bohb(holder: TuneBOHB, scheduler: TrialScheduler, param_space: dict[st
             f"TuneConfig: {pair} has no fluidsalus equivalent: TuneBOHB needs HyperBandForBOHB (-> SyncBOHB) or "
             "AsyncHyperBandScheduler (-> BOHB) as its scheduler"
         )
-    target = "SyncBOHB" if isinstance(scheduler, HyperBandForBOHB) else "BOHB"
-    _no_points("TuneBOHB", holder.points_to_evaluate, target)
-    _finite_samples(n, target)
     metric, mode = _need_metric("TuneBOHB", metric, mode)
     model = holder.model_kwargs()
+    model["points_to_evaluate"] = copy.deepcopy(holder.points_to_evaluate) or None
     if isinstance(scheduler, HyperBandForBOHB):
         searcher: BaseSearcher = SyncBOHB(
             space, n, metric, mode, time_attr=scheduler.time_attr, max_t=scheduler.max_t,
@@ -395,7 +409,14 @@ def _plan_optuna(holder: Any, scheduler: TrialScheduler, param_space: dict[str, 
     if holder is not None and optuna_holder is None and not isinstance(holder, BasicVariantGenerator):
         raise ConfigError(f"TuneConfig: {pair} has no fluidsalus equivalent; supported pairs: {_WORKING_PAIRS}")
     space = _merge_space(param_space, optuna_holder.own_space() if optuna_holder else None, "OptunaSearch")
-    _finite_samples(n, "OptunaSearch")
+    if optuna_holder is not None and optuna_holder.define_by_run is not None:
+        domains, _ = sp.split_constants(space)
+        if domains:
+            raise ConfigError(
+                "TuneConfig: the search algorithm OptunaSearch was given a define-by-run space, and param_space "
+                f"holds parameters to search too ({', '.join(sorted(domains))}); as in Ray, suggest them in the "
+                "function and keep only constants in param_space"
+            )
     owner = type(scheduler).__name__ if isinstance(scheduler, MedianStoppingRule) else "OptunaSearch"
     metric, mode = _need_metric(owner, metric, mode)
     batch = min(limits) if limits else cap
@@ -407,7 +428,7 @@ def _plan_optuna(holder: Any, scheduler: TrialScheduler, param_space: dict[str, 
     seed = generator.seed() if generator is not None else None
     if isinstance(scheduler, FIFOScheduler):
         pruner = None
-        how = "OptunaSearch"
+        how = "OptunaSearch" + (" (define-by-run)" if optuna_holder and optuna_holder.define_by_run else "")
     elif isinstance(scheduler, AsyncHyperBandScheduler):
         pruner = _sha_pruner(scheduler)
         if scheduler.stop_last_trials:

@@ -17,7 +17,8 @@ CheckpointConfig.num_to_keep / score_*        checkpoint_num_to_keep / checkpoin
 TuneConfig.num_samples                        num_samples (-1: until the time budget / stop_all)
 TuneConfig.max_concurrent_trials              max_concurrent_trials
 TuneConfig.time_budget_s                      time_budget_s
-Tuner.restore(path, ...).fit()                resume=True on the same experiment
+Tuner.restore(path, ...).fit()                resume=True on the same experiment (after the restore flags are
+                                              applied to the store: see :meth:`Tuner.restore`)
 ============================================  ==============================================
 
 The experiment folder gets a ``tuner.pkl`` (param_space, TuneConfig and RunConfig, as Ray keeps one) once the
@@ -31,6 +32,9 @@ import dataclasses
 import datetime
 import os
 import re
+import shutil
+import sys
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -43,8 +47,9 @@ from fluidsalus.callbacks import Callback as EngineCallback
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.host import stop_rule
 from fluidsalus.result import ResultGrid
-from fluidsalus.store import DB_FILENAME, ExperimentStore
-from fluidsalus.tune._config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+from fluidsalus.searchers import BaseSearcher
+from fluidsalus.store import DB_FILENAME, ERROR, FINAL_STATUSES, PENDING, TERMINATED, ExperimentStore, dumps, loads
+from fluidsalus.tune._config import INFINITE_SAMPLES, CheckpointConfig, FailureConfig, RunConfig, TuneConfig
 from fluidsalus.tune._trainable import (
     ClassOptions,
     adopt_ray_trainable,
@@ -67,9 +72,14 @@ _NAME_TIMESTAMP = "%Y-%m-%d_%H-%M-%S"
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.=+-]+")
 #: Default experiment name prefix when the trainable's name has no usable character.
 _FALLBACK_NAME = "trainable"
+#: ``stop_reason`` of an unfinished trial that ``Tuner.restore(resume_unfinished=False)`` ends.
+NOT_RESUMED = "not_resumed"
+#: Store event recording what ``Tuner.restore``'s flags did to each trial.
+_RESTORE_EVENT = "restore_flags"
 #: Ray's callback hooks; an object with any of them is run through :class:`RayCallbackAdapter`.
 _RAY_HOOKS = ("setup", "on_trial_start", "on_trial_result", "on_trial_complete", "on_trial_error",
-              "on_experiment_end", "on_step_begin", "on_step_end")
+              "on_experiment_end", "on_step_begin", "on_step_end", "on_checkpoint", "on_trial_save",
+              "on_trial_restore", "on_trial_recover")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -211,6 +221,7 @@ class Tuner:
         self._run_config: RunConfig = _from_ray(run_config, RunConfig, "run_config")
         self._experiment_dir: str | None = None
         self._resume = False
+        self._restore_flags: dict[str, bool] | None = None  # applied to the store at the next fit()
         self._results: ResultGrid | None = None
         self.plan: Plan | None = None  #: The translation of the last fit() (searcher, metric, ...).
 
@@ -243,15 +254,27 @@ class Tuner:
     ) -> Tuner:
         """Continue an interrupted (or finished) experiment (``ray.tune.Tuner.restore``).
 
-        Finished trials are kept; unfinished ones resume from their last checkpoint (or start again without
-        one); errored ones stay errored. The search algorithm and scheduler continue from their saved state.
+        Finished trials are kept. The search algorithm and scheduler continue from their saved state. The flags
+        take effect when :meth:`fit` starts:
+
+        - unfinished trials resume from their last checkpoint (or start again without one); with
+          ``resume_unfinished=False`` they are ended as TERMINATED instead (the searcher is told they completed);
+        - errored trials stay errored, unless ``resume_errored=True``: then they run again from their last
+          checkpoint (from scratch without one), keeping their id, results and failure count, as in Ray; or
+          ``restart_errored=True``: then they start again from scratch, with their checkpoints deleted. Ray
+          gives a restarted trial a new id; fluidsalus keeps the id and starts a new attempt, whose results
+          replace the old ones. ``resume_errored`` wins when both are set, as in Ray.
+
+        The searcher is not told that an errored trial runs again (it was told that it failed), as in Ray: a
+        model-based searcher keeps it as failed, and ASHA/HyperBand make no more decisions on it, so it runs
+        to the budget it had.
 
         Args:
             path: The experiment folder (``<storage_path>/<name>``).
             trainable: The trainable (it is not saved, as in Ray).
-            resume_unfinished: Must be True: fluidsalus always resumes unfinished trials.
-            resume_errored: Must be False: errored trials cannot be resumed yet.
-            restart_errored: Must be False: errored trials cannot be restarted yet.
+            resume_unfinished: Continue unfinished trials (True), or end them (False).
+            resume_errored: Run errored trials again from their last checkpoint.
+            restart_errored: Run errored trials again from scratch.
             param_space: A param_space to use instead of the saved one (for objects that cannot be pickled).
             storage_filesystem: Not supported (must be None).
 
@@ -263,14 +286,10 @@ class Tuner:
         """
         if storage_filesystem is not None:
             raise ConfigError("Tuner.restore: storage_filesystem is not supported by fluidsalus")
-        for name, value, allowed in (("resume_unfinished", resume_unfinished, True),
-                                     ("resume_errored", resume_errored, False),
-                                     ("restart_errored", restart_errored, False)):
-            if value is not allowed:
-                raise ConfigError(
-                    f"Tuner.restore: {name}={value!r} is not supported; fluidsalus resumes unfinished trials and "
-                    f"keeps errored trials as they are (only {name}={allowed} works)"
-                )
+        for name, value in (("resume_unfinished", resume_unfinished), ("resume_errored", resume_errored),
+                            ("restart_errored", restart_errored)):
+            if not isinstance(value, bool):
+                raise ConfigError(f"Tuner.restore: {name} must be True or False (got {value!r})")
         folder = os.path.abspath(os.path.expanduser(os.fspath(path)))
         if not cls.can_restore(folder):
             raise ConfigError(
@@ -288,7 +307,59 @@ class Tuner:
                     tune_config=state["tune_config"], run_config=run_config)
         tuner._experiment_dir = folder
         tuner._resume = True
+        tuner._restore_flags = {"resume_unfinished": resume_unfinished, "resume_errored": resume_errored,
+                                "restart_errored": restart_errored}
         return tuner
+
+    def _apply_restore_flags(self, experiment_dir: str, make_searcher: Callable[[], BaseSearcher]) -> None:
+        """Carry out :meth:`restore`'s flags on the stored trials, before ``fluidsalus.run`` loads them.
+
+        Errored trials to run again become PENDING (with their checkpoints deleted for a restart); unfinished
+        trials not to resume become TERMINATED, and the saved searcher state is told they completed.
+
+        Args:
+            experiment_dir: The experiment folder.
+            make_searcher: Builds a searcher of the same plan (called only when its saved state must change).
+        """
+        flags, self._restore_flags = self._restore_flags, None
+        if not flags:
+            return
+        again_errored = flags["resume_errored"] or flags["restart_errored"]
+        from_scratch = flags["restart_errored"] and not flags["resume_errored"]
+        if flags["resume_unfinished"] and not again_errored:
+            return
+        store = ExperimentStore.open(experiment_dir)
+        try:
+            now, done, events = time.time(), [], []
+            for row in store.trials():
+                if row.status == ERROR and again_errored:
+                    fields: dict[str, Any] = {"status": PENDING, "error": None, "traceback": None,
+                                              "finished_at": None, "stop_reason": None}
+                    if from_scratch:
+                        checkpoints = store.checkpoints(row.trial_id)
+                        for checkpoint in checkpoints:
+                            shutil.rmtree(checkpoint["path"], ignore_errors=True)
+                        store.mark_checkpoints_deleted([c["path"] for c in checkpoints])
+                        fields.update(checkpoint_path=None, last_iteration=0)
+                    store.update_trial(row.trial_id, **fields)
+                    events.append((now, _RESTORE_EVENT, row.trial_id, None,
+                                   {"action": "restart_errored" if from_scratch else "resume_errored"}))
+                elif row.status not in FINAL_STATUSES and not flags["resume_unfinished"]:
+                    store.update_trial(row.trial_id, status=TERMINATED, stop_reason=NOT_RESUMED, finished_at=now)
+                    events.append((now, _RESTORE_EVENT, row.trial_id, None, {"action": "not_resumed"}))
+                    done.append(row)
+            if done:
+                searcher = make_searcher()
+                state = store.experiment()["searcher_state"]
+                if state:
+                    searcher.load_state_dict(loads(state))
+                for row in done:
+                    searcher.on_trial_complete(row.trial_id, row.last_result, error=False)
+                store.set_experiment(searcher_state=dumps(searcher.state_dict()))
+            if events:
+                store.add_events(events)
+        finally:
+            store.close()
 
     # ------------------------------------------------------------------ results
 
@@ -401,8 +472,16 @@ class Tuner:
         failure = run_config.failure_config
         checkpoint = run_config.checkpoint_config
         assert failure is not None and checkpoint is not None
+        if self._resume and self._restore_flags:
+            # A throwaway searcher of the same plan carries the saved searcher state's news of ended trials.
+            self._apply_restore_flags(experiment_dir, lambda: plan(tune_config, self._param_space,
+                                                                   class_trainable=class_trainable).searcher)
         if adapter is not None:
-            adapter.setup(stop=run_config.stop, num_samples=tune_config.num_samples, total_num_samples=None)
+            endless = tune_config.num_samples == INFINITE_SAMPLES
+            adapter.setup(stop=run_config.stop, num_samples=sys.maxsize if endless else tune_config.num_samples,
+                          total_num_samples=getattr(planned.searcher, "total_samples",
+                                                    None if endless else tune_config.num_samples),
+                          time_budget_s=tune_config.time_budget)
         try:
             grid = run(
                 entry,

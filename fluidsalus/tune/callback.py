@@ -1,21 +1,31 @@
 """Ray Tune's experiment callbacks (``ray.tune.Callback``), run on fluidsalus's driver-side callbacks.
 
-A subclass of :class:`Callback` overrides any of Ray's hooks. They are called in the driver, after the
-result or the trial's end has been stored, with Ray's arguments:
+A subclass of :class:`Callback` overrides any of Ray's hooks. They are called in the driver, after the event
+has been stored, with Ray's argument names, in Ray's order:
 
-- ``setup(stop=..., num_samples=..., total_num_samples=...)`` once, before the first trial;
-- ``on_trial_start(iteration, trials, trial)`` before a trial's first result is passed on (fluidsalus tells
-  callbacks about results, not starts, so a trial that ends without a result is never "started");
-- ``on_trial_result(iteration, trials, trial, result)`` for every result, in order. ``result`` has Ray's
-  ``config`` key;
+- ``setup(stop=..., num_samples=..., total_num_samples=..., time_budget_s=...)`` once, before the first trial
+  (``num_samples=-1`` is passed as ``sys.maxsize``, as Ray passes it);
+- ``on_trial_start(iteration, trials, trial)`` when an attempt of a trial starts on a device (its first start,
+  a retry, a resumed or restored trial, a PBT exploit);
+- ``on_trial_recover(iteration, trials, trial)`` before the start of a retry after a failure that
+  ``FailureConfig.max_failures`` allows (Ray calls it at the failure; fluidsalus learns of the retry when it
+  starts, so a retry that never starts, because the run ended, is not reported);
+- ``on_trial_restore(iteration, trials, trial)`` right after the start of an attempt that resumes from a
+  checkpoint (a retry or a PBT exploit from a checkpoint, or an unfinished trial of a restored experiment);
+- ``on_trial_result(iteration, trials, trial, result)`` for every result, in order; ``result`` has Ray's
+  ``config`` key (and ``trial_id``, ``training_iteration``, ...);
+- ``on_checkpoint(iteration, trials, trial, checkpoint)`` then ``on_trial_save(iteration, trials, trial)``
+  after a result that carried a checkpoint; ``checkpoint`` is a :class:`fluidsalus.tune.Checkpoint` of the
+  stored copy;
 - ``on_trial_complete(iteration, trials, trial)`` when a trial ends, or ``on_trial_error(...)`` when it
-  failed for good;
+  failed for good (after its retries);
 - ``on_experiment_end(trials)`` once, when ``fit()`` returns or raises.
 
-``trial`` is a :class:`TrialInfo`: ``trial_id``, ``config``, ``last_result``, ``status`` and ``path``, the
-attributes callbacks read most; it is not Ray's ``Trial``. ``iteration`` counts the results and trial ends
-the callbacks have seen. ``on_step_begin``/``on_step_end``, ``on_trial_save``, ``on_trial_restore``,
-``on_trial_recover`` and ``on_checkpoint`` are never called (fluidsalus has no such events for callbacks).
+``trial`` is a :class:`TrialInfo`: ``trial_id``, ``config``, ``last_result``, ``status``, ``path`` /
+``local_path``, ``checkpoint``, ``num_failures``, ``trial_name``, ``error`` and ``is_finished()``, the
+attributes callbacks read most; it is not Ray's ``Trial``. ``trials`` holds every trial seen so far, in the order
+they first started. ``iteration`` counts the events the callbacks have seen. ``on_step_begin``/``on_step_end``
+are never called (fluidsalus's driver has no loop steps to report).
 
 An object of Ray's own ``ray.tune.Callback`` class is accepted too and called the same way.
 """
@@ -30,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fluidsalus.callbacks import Callback as EngineCallback
-from fluidsalus.store import DB_FILENAME, ERROR, ExperimentStore
+from fluidsalus.store import DB_FILENAME, ERROR, FINAL_STATUSES, ExperimentStore
 
 __all__ = ["Callback", "TrialInfo"]
 
@@ -38,10 +48,18 @@ logger = logging.getLogger(__name__)
 
 #: Status of a trial that runs (Ray's name).
 RUNNING = "RUNNING"
+#: Status of a trial waiting to start again (Ray's name), e.g. between a failure and its retry.
+PENDING = "PENDING"
 #: Ray's result key that holds the trial's configuration.
 CONFIG_KEY = "config"
 #: The result key that is 1 at the first result of each attempt of a trial (a start, a retry, a PBT exploit).
 _RESTART_KEY = "iterations_since_restore"
+#: The result key that counts a trial's iterations over all its attempts.
+_ITERATION_KEY = "training_iteration"
+#: The result key naming the checkpoint folder a result carried (inside the trial's folder).
+_CHECKPOINT_KEY = "checkpoint_dir_name"
+#: The store's event of a trial being started again, and the reason it records for a retry after a failure.
+_RESTART_EVENT, _RETRY_REASON = "trial_restart", "retry"
 
 
 class Callback:
@@ -49,22 +67,22 @@ class Callback:
 
     def setup(self, stop: Any = None, num_samples: int | None = None, total_num_samples: int | None = None,
               **info: Any) -> None:
-        """Called once before the first trial."""
+        """Called once before the first trial (``info`` holds ``time_budget_s``)."""
 
     def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
-        """Not called by fluidsalus (it has no controller steps)."""
+        """Not called by fluidsalus (its driver has no loop steps to report)."""
 
     def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
-        """Not called by fluidsalus (it has no controller steps)."""
+        """Not called by fluidsalus (its driver has no loop steps to report)."""
 
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        """Called before a trial's first result is passed on."""
+        """Called when an attempt of a trial has started on a device."""
 
     def on_trial_restore(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        """Not called by fluidsalus."""
+        """Called before the first result of an attempt that resumed from a checkpoint."""
 
     def on_trial_save(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        """Not called by fluidsalus."""
+        """Called after ``on_checkpoint``, when a result carried a checkpoint."""
 
     def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
                         **info: Any) -> None:
@@ -74,13 +92,13 @@ class Callback:
         """Called when a trial ends without error."""
 
     def on_trial_recover(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        """Not called by fluidsalus."""
+        """Called before a trial that failed starts again (``FailureConfig.max_failures``)."""
 
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         """Called when a trial has failed for good (after its retries)."""
 
     def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any, **info: Any) -> None:
-        """Not called by fluidsalus."""
+        """Called after a result that carried a checkpoint, with the stored checkpoint."""
 
     def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
         """Called once when the experiment ends (``fit()`` returns or raises)."""
@@ -93,10 +111,15 @@ class TrialInfo:
     Attributes:
         trial_id: The trial's id.
         config: Its configuration (PBT may change it).
-        last_result: Its last result, or None.
-        status: ``RUNNING``, ``TERMINATED`` or ``ERROR``.
+        last_result: Its last result (with ``config``), or None.
+        status: ``PENDING``, ``RUNNING``, ``TERMINATED`` or ``ERROR``.
         path: Its folder in the experiment.
         trainable_name: The trainable's name.
+        checkpoint: Its latest checkpoint (a :class:`fluidsalus.tune.Checkpoint`), or None.
+        num_failures: Failures so far that were retried or ended it (Ray's ``Trial.num_failures``).
+        attempt: The attempt running now (0 for the first start).
+        error: The error that ended it (``status == "ERROR"``), or None. fluidsalus's addition: Ray keeps it in
+            the file ``trial.error_file``.
     """
 
     trial_id: str
@@ -105,6 +128,10 @@ class TrialInfo:
     status: str = RUNNING
     path: str = ""
     trainable_name: str = ""
+    checkpoint: Any = None
+    num_failures: int = 0
+    attempt: int | None = None
+    error: str | None = None
 
     @property
     def local_path(self) -> str:
@@ -116,6 +143,10 @@ class TrialInfo:
         """``<trainable>_<trial_id>``."""
         return f"{self.trainable_name}_{self.trial_id}" if self.trainable_name else self.trial_id
 
+    def is_finished(self) -> bool:
+        """Whether the trial has ended (``TERMINATED`` or ``ERROR``)."""
+        return self.status in FINAL_STATUSES
+
     def __str__(self) -> str:
         return self.trial_name
 
@@ -123,8 +154,10 @@ class TrialInfo:
 class RayCallbackAdapter(EngineCallback):
     """Runs Ray-style callbacks on fluidsalus's callback hooks.
 
-    The engine tells callbacks a trial id and a result; the configuration comes from the experiment's store
-    (read-only), read again at the first result of each attempt (a PBT exploit changes it).
+    The engine tells callbacks a trial's starts (with its config and attempt), its results and its end; the
+    adapter turns them into Ray's hooks (see the module docstring). It reads the experiment's store, read-only,
+    for what the engine hooks do not carry: why an attempt restarted (a retry after a failure) and a failed
+    trial's error, and the configuration of a trial whose start it was not told about.
 
     Args:
         callbacks: Objects with Ray's hooks (:class:`Callback` or Ray's own).
@@ -139,7 +172,7 @@ class RayCallbackAdapter(EngineCallback):
         self.trials: dict[str, TrialInfo] = {}
         self.iteration = 0
         self._store: ExperimentStore | None = None
-        self._config_cache: dict[str, dict[str, Any]] = {}
+        self._restoring: set[str] = set()  # trials whose attempt's first result is still to come
 
     # ------------------------------------------------------------------ Ray-side calls
 
@@ -149,9 +182,19 @@ class RayCallbackAdapter(EngineCallback):
             if callable(method):
                 method(**kwargs)
 
-    def setup(self, stop: Any, num_samples: int, total_num_samples: int | None) -> None:
-        """Call every callback's ``setup``."""
-        self._call("setup", stop=stop, num_samples=num_samples, total_num_samples=total_num_samples)
+    def _call_trial(self, hook: str, trial: TrialInfo, **kwargs: Any) -> None:
+        self._call(hook, iteration=self.iteration, trials=list(self.trials.values()), trial=trial, **kwargs)
+
+    def setup(self, stop: Any, num_samples: int, total_num_samples: int | None, **info: Any) -> None:
+        """Call every callback's ``setup``.
+
+        Args:
+            stop: The run's stop rule (``RunConfig.stop``).
+            num_samples: ``TuneConfig.num_samples`` (``sys.maxsize`` for -1, as Ray passes it).
+            total_num_samples: Trials the search will run, when known.
+            **info: More of Ray's keys (``time_budget_s``).
+        """
+        self._call("setup", stop=stop, num_samples=num_samples, total_num_samples=total_num_samples, **info)
 
     def experiment_end(self) -> None:
         """Call every callback's ``on_experiment_end`` and close the store."""
@@ -163,49 +206,109 @@ class RayCallbackAdapter(EngineCallback):
                     self._store.close()
                 self._store = None
 
-    # ------------------------------------------------------------------ engine hooks
+    # ------------------------------------------------------------------ the store (read-only)
 
-    def _configs(self) -> dict[str, dict[str, Any]]:
+    def _open_store(self) -> ExperimentStore | None:
         if self._store is None:
             if not os.path.exists(os.path.join(self.experiment_dir, DB_FILENAME)):
-                return {}
+                return None
             self._store = ExperimentStore.open(self.experiment_dir, readonly=True)
-        return {row.trial_id: row.config for row in self._store.trials()}
+        return self._store
 
-    def _trial(self, trial_id: str, refresh: bool) -> tuple[TrialInfo, bool]:
+    def _stored_trial(self, trial_id: str) -> Any:
+        store = self._open_store()
+        if store is None:
+            return None
+        return next((row for row in store.trials() if row.trial_id == trial_id), None)
+
+    def _restart(self, trial_id: str, attempt: int) -> dict[str, Any] | None:
+        """The store's ``trial_restart`` event of the trial's attempt ``attempt`` (reason, from_iteration), or
+        None: the attempt is the first, or the first of a resumed experiment."""
+        store = self._open_store()
+        if store is None:
+            return None
+        for event in reversed(store.events(_RESTART_EVENT)):
+            if event.trial_id == trial_id and (event.data or {}).get("attempt") == attempt:
+                return dict(event.data or {})
+        return None
+
+    def _resumes_from_checkpoint(self, trial_id: str, attempt: int, restart: Mapping[str, Any] | None) -> bool:
+        """Whether attempt ``attempt`` (started for ``restart``, its store event) starts from a checkpoint."""
+        if attempt <= 0:
+            return False
+        if restart is not None:
+            return int(restart.get("from_iteration") or 0) > 0
+        store = self._open_store()  # a trial of a restored experiment: its latest checkpoint on disk, if any
+        return store is not None and any(os.path.isdir(c["path"]) for c in store.checkpoints(trial_id))
+
+    def _info(self, trial_id: str, config: Mapping[str, Any] | None = None) -> tuple[TrialInfo, bool]:
+        """The trial's view, created the first time it is seen (with ``config``, else its stored one)."""
         info = self.trials.get(trial_id)
-        new = info is None
-        if new or refresh:
-            if refresh or trial_id not in self._config_cache:
-                self._config_cache = self._configs()
-            config = self._config_cache.get(trial_id, {} if info is None else info.config)
-            if info is None:
-                info = TrialInfo(trial_id, dict(config), path=os.path.join(self.experiment_dir, trial_id),
-                                 trainable_name=self.trainable_name)
-                self.trials[trial_id] = info
-            else:
-                info.config = dict(config)
-        return info, new
+        if info is not None:
+            return info, False
+        if config is None:
+            row = self._stored_trial(trial_id)
+            config = row.config if row is not None else {}
+        info = TrialInfo(trial_id, dict(config),
+                         path=os.path.join(self.experiment_dir, trial_id), trainable_name=self.trainable_name)
+        self.trials[trial_id] = info
+        return info, True
+
+    # ------------------------------------------------------------------ engine hooks
+
+    def _start(self, trial: TrialInfo, attempt: int | None) -> None:
+        trial.status, trial.attempt, trial.error = RUNNING, attempt, None
+        self._restoring.add(trial.trial_id)
+        self.iteration += 1
+        self._call_trial("on_trial_start", trial)
+
+    def on_trial_start(self, trial_id: str, config: Mapping[str, Any], attempt: int) -> None:
+        trial, new = self._info(trial_id, config)
+        trial.config = dict(config)
+        restart = self._restart(trial_id, attempt) if attempt > 0 else None
+        if not new and not trial.is_finished() and (restart or {}).get("reason") == _RETRY_REASON:
+            trial.num_failures += 1
+            trial.status = PENDING
+            self.iteration += 1
+            self._call_trial("on_trial_recover", trial)
+        self._start(trial, attempt)
+        self._restoring.discard(trial_id)
+        if self._resumes_from_checkpoint(trial_id, attempt, restart):
+            self._call_trial("on_trial_restore", trial)
 
     def on_trial_result(self, trial_id: str, result: Mapping[str, Any]) -> None:
-        # The first result of every attempt (a retry, or a PBT exploit with a new config) has
-        # iterations_since_restore == 1: read the configuration again then.
-        restarted = result.get(_RESTART_KEY) == 1
-        trial, new = self._trial(trial_id, refresh=restarted)
-        trial.status = RUNNING
+        trial, new = self._info(trial_id)
+        if new:  # the engine did not tell of its start: it started with this result
+            self._start(trial, None)
         full = {**result, CONFIG_KEY: trial.config}
+        if trial_id in self._restoring:  # started without the engine's start hook: judge from the result
+            self._restoring.discard(trial_id)
+            since, total = result.get(_RESTART_KEY), result.get(_ITERATION_KEY)
+            if isinstance(since, int) and isinstance(total, int) and total > since:
+                self._call_trial("on_trial_restore", trial)  # this attempt went on from a checkpoint
+        trial.status = RUNNING
         trial.last_result = full
         self.iteration += 1
-        trials = list(self.trials.values())
-        if new:
-            self._call("on_trial_start", iteration=self.iteration, trials=trials, trial=trial)
-        self._call("on_trial_result", iteration=self.iteration, trials=trials, trial=trial, result=full)
+        self._call_trial("on_trial_result", trial, result=full)
+        folder = result.get(_CHECKPOINT_KEY)
+        if isinstance(folder, str) and folder:
+            from fluidsalus.tune import Checkpoint  # the package imports this module
+
+            trial.checkpoint = Checkpoint(os.path.join(trial.path, folder))
+            self._call_trial("on_checkpoint", trial, checkpoint=trial.checkpoint)
+            self._call_trial("on_trial_save", trial)
 
     def on_trial_complete(self, trial_id: str, status: str, result: Mapping[str, Any] | None) -> None:
-        trial, _ = self._trial(trial_id, refresh=False)
+        trial, _ = self._info(trial_id)
         trial.status = status
+        self._restoring.discard(trial_id)
         if result is not None:
             trial.last_result = {**result, CONFIG_KEY: trial.config}
         self.iteration += 1
-        hook = "on_trial_error" if status == ERROR else "on_trial_complete"
-        self._call(hook, iteration=self.iteration, trials=list(self.trials.values()), trial=trial)
+        if status == ERROR:
+            trial.num_failures += 1
+            row = self._stored_trial(trial_id)
+            trial.error = row.error if row is not None else None
+            self._call_trial("on_trial_error", trial)
+        else:
+            self._call_trial("on_trial_complete", trial)

@@ -77,8 +77,10 @@ class BasicVariantGenerator(SearchAlgorithm):
     same integer ``random_state``.
 
     Args:
-        points_to_evaluate: Configurations to run first. Not supported by the engine's random search yet:
-            refused at ``fit()`` when not empty.
+        points_to_evaluate: Configurations to run first (nested dicts, possibly partial: the parameters a point
+            leaves out are drawn from ``param_space``; over a grid, one trial per remaining grid point). Each
+            counts as one of ``num_samples``, and all of them run even if there are more points than samples,
+            as in Ray. Works with random search, ASHA and HyperBand; refused with PopulationBasedTraining.
         max_concurrent: Cap on trials running at once (0: no cap).
         constant_grid_search: Ray's "same random values for every grid point". Not supported: refused at
             ``fit()`` when True.

@@ -41,8 +41,9 @@ class TuneBOHB(Searcher):
             (candidates per proposal), ``random_fraction``, ``bandwidth_factor``, ``min_bandwidth``.
         metric: The result key to optimise.
         mode: ``"min"`` or ``"max"``.
-        points_to_evaluate: Configurations to run first. Not supported by fluidsalus's BOHB yet: refused at
-            ``fit()`` when not empty.
+        points_to_evaluate: Configurations to propose first, in order; each counts as one of ``num_samples``
+            (as in Ray). A partial point gets the parameters it leaves out from a regular proposal (Ray's
+            TuneBOHB would pass it on partial).
         seed: Seed of the model's proposals and random draws.
         max_concurrent: Trials running at once (0: no cap).
     """

@@ -4,12 +4,15 @@ It maps onto :class:`fluidsalus.searchers.OptunaSearch` (``Study.ask``/``Study.t
 sampler, TPE by default). Paired with :class:`~fluidsalus.tune.schedulers.AsyncHyperBandScheduler` it gets
 Optuna's ``SuccessiveHalvingPruner``; with :class:`~fluidsalus.tune.schedulers.MedianStoppingRule`, Optuna's
 ``MedianPruner`` (see docs/compatibility.md).
+
+A define-by-run ``space`` (a function ``f(trial)`` that calls ``trial.suggest_*`` and returns None or a dict of
+constants) runs in the driver for every proposal, on the trial ``Study.ask()`` returned, as in Ray.
 """
 
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fluidsalus.errors import ConfigError
@@ -23,10 +26,11 @@ class OptunaSearch(Searcher):
     """Optuna's samplers as a search algorithm (``ray.tune.search.optuna.OptunaSearch``).
 
     Args:
-        space: None (use ``param_space``), or a dict of parameters: Optuna distributions under ``"/"``-joined
+        space: None (use ``param_space``), a dict of parameters: Optuna distributions under ``"/"``-joined
             keys (as Ray takes them; each is converted into the fluidsalus domain that samples the same values,
-            or refused, naming it) or fluidsalus domains. A define-by-run function or a list of tuples is
-            refused: fluidsalus's OptunaSearch asks with fixed distributions.
+            or refused, naming it) or fluidsalus domains; or a define-by-run function ``f(trial)`` that calls
+            ``trial.suggest_*`` and returns None or a dict of constants (``param_space`` may then hold only
+            constants). A list of tuples is refused.
         metric: The result key to optimise (one; multi-objective search is refused).
         mode: ``"min"`` or ``"max"``.
         points_to_evaluate: Configurations to run first (a point may be partial).
@@ -34,7 +38,8 @@ class OptunaSearch(Searcher):
         study_name: Name of the study in ``storage``.
         storage: An Optuna storage (URL or object); the study is created there, or loaded if it exists.
         seed: Seed of the default sampler.
-        evaluated_rewards: Rewards of ``points_to_evaluate``, which are then added as finished trials.
+        evaluated_rewards: Rewards of ``points_to_evaluate``, which are then added as finished trials (not with a
+            define-by-run space, as in Ray).
     """
 
     def __init__(
@@ -54,18 +59,15 @@ class OptunaSearch(Searcher):
             raise ConfigError(f"{owner}: mode must be 'min' or 'max'; multi-objective search is not supported "
                               f"by fluidsalus (got {mode!r})")
         super().__init__(metric, mode)  # refuses a list of metrics
-        if callable(space) and not isinstance(space, Mapping):
+        define_by_run = space if callable(space) and not isinstance(space, Mapping) else None
+        if space is not None and define_by_run is None and not isinstance(space, Mapping):
             raise ConfigError(
-                f"{owner}: space is a define-by-run function ({getattr(space, '__name__', space)!r}); fluidsalus's "
-                "OptunaSearch asks Optuna with fixed distributions and cannot run it. Write the space as a dict "
-                "of tune.uniform/tune.choice/... (or Optuna distributions); a conditional parameter can be "
-                "sampled always and ignored where it does not apply."
+                f"{owner}: space must be None, a dict of Optuna distributions / fluidsalus domains or a "
+                f"define-by-run function f(trial) (got {type(space).__name__})"
             )
-        if space is not None and not isinstance(space, Mapping):
-            raise ConfigError(
-                f"{owner}: space must be None or a dict of Optuna distributions / fluidsalus domains "
-                f"(got {type(space).__name__})"
-            )
+        if define_by_run is not None and evaluated_rewards is not None:
+            raise ConfigError(f"{owner}: evaluated_rewards cannot be used with a define-by-run space (as in Ray); "
+                              "give points_to_evaluate alone, or the space as a dict")
         if sampler is not None:
             from optuna.samplers import BaseSampler
 
@@ -79,9 +81,11 @@ class OptunaSearch(Searcher):
             raise ConfigError(f"{owner}: study_name must be None or a non-empty string (got {study_name!r})")
         if evaluated_rewards is not None and not points_to_evaluate:
             raise ConfigError(f"{owner}: evaluated_rewards needs points_to_evaluate (one reward per point)")
+        #: The define-by-run function given as ``space``, or None.
+        self.define_by_run: Callable[[Any], Mapping[str, Any] | None] | None = define_by_run
         self.space = (
-            None if not space else from_optuna_distributions(translate_ray_values(dict(space), f"{owner}.space"),
-                                                             owner)
+            None if not space or define_by_run is not None
+            else from_optuna_distributions(translate_ray_values(dict(space), f"{owner}.space"), owner)
         )
         self.points_to_evaluate = list(points_to_evaluate or [])
         self.sampler = sampler
@@ -94,6 +98,7 @@ class OptunaSearch(Searcher):
         return self.space or None
 
     def describe(self) -> dict[str, Any]:
-        return {"space": self.space, **super().describe(), "points_to_evaluate": self.points_to_evaluate,
-                "sampler": self.sampler, "study_name": self.study_name, "storage": self.storage,
-                "seed": self.seed, "evaluated_rewards": self.evaluated_rewards}
+        return {"space": self.define_by_run or self.space, **super().describe(),
+                "points_to_evaluate": self.points_to_evaluate, "sampler": self.sampler,
+                "study_name": self.study_name, "storage": self.storage, "seed": self.seed,
+                "evaluated_rewards": self.evaluated_rewards}

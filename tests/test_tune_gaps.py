@@ -1,0 +1,556 @@
+"""Where ``fluidsalus.tune`` used to differ from Ray Tune 2.60 (issue #6), each checked by behaviour:
+
+1. ``OptunaSearch(space=<define-by-run function>)``: conditional parameters, returned constants, resume.
+2. ``points_to_evaluate`` of ``BasicVariantGenerator`` (Ray's exact configurations, order and count) and of
+   ``TuneBOHB``; with ASHA and HyperBand too.
+3. ``num_samples=-1`` with searchers other than random search.
+4. Ray's callback hooks: starts, recoveries, restores, checkpoints, errors, with Ray's arguments.
+5. ``Tuner.restore(resume_errored=..., restart_errored=..., resume_unfinished=...)``.
+6. ``with_resources``: validation, fractional GPUs as a recorded hint.
+
+Tests that start trials use the session's 2-CPU Ray (``ray_cluster``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import optuna
+import pytest
+
+from fluidsalus import space as sp
+from fluidsalus import tune
+from fluidsalus.errors import ConfigError
+from fluidsalus.searchers import OptunaSearch as EngineOptuna
+from fluidsalus.searchers import RandomSearch
+from fluidsalus.searchers._bohb import BOHB, SyncBOHB
+from fluidsalus.searchers._random import ENDLESS_FIRST_BATCH
+from fluidsalus.store import ExperimentStore
+from fluidsalus.tune import Tuner
+from fluidsalus.tune._streamed import StreamedASHA, StreamedHyperBand
+from fluidsalus.tune._trainable import TrialEntry, normalize_resources
+from fluidsalus.tune._translate import plan
+from fluidsalus.tune.search.bohb import TuneBOHB
+from fluidsalus.tune.search.optuna import OptunaSearch
+
+rt = pytest.importorskip("ray.tune")
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _tuner(trainable: Any, storage: str, param_space: dict[str, Any], run_kwargs: dict[str, Any] | None = None,
+           **tune_kwargs: Any) -> Tuner:
+    return Tuner(trainable, param_space=param_space, tune_config=tune.TuneConfig(**tune_kwargs),
+                 run_config=tune.RunConfig(storage_path=storage, verbose=0, **(run_kwargs or {})))
+
+
+def _add(searcher: Any, prefix: str = "t") -> list[tuple[str, dict[str, Any]]]:
+    """Take the searcher's next groups and announce their new trials; returns (id, config) of each."""
+    added = []
+    for group in searcher.next_groups():
+        for config in group.configs:
+            trial_id = f"{prefix}{getattr(searcher, '_test_seq', 0)}"
+            searcher._test_seq = getattr(searcher, "_test_seq", 0) + 1
+            searcher.on_trial_add(trial_id, group.group_id, config)
+            added.append((trial_id, config))
+    return added
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 1. Define-by-run OptunaSearch
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _define_by_run(trial: Any) -> dict[str, Any]:
+    activation = trial.suggest_categorical("activation", ["relu", "tanh"])
+    trial.suggest_float("width", 0, 20)
+    if activation == "relu":
+        trial.suggest_float("mult", 1, 2)
+    return {"steps": 3, "model/depth": 2}
+
+
+def test_define_by_run_space_gives_conditional_parameters_and_the_returned_constants() -> None:
+    holder = OptunaSearch(space=_define_by_run, metric="loss", mode="min", seed=0,
+                          points_to_evaluate=[{"activation": "relu", "width": 5.0}])
+    planned = plan(tune.TuneConfig(search_alg=holder, num_samples=12), {"const": "c"})
+    searcher = planned.searcher
+    assert isinstance(searcher, EngineOptuna) and "define-by-run" in planned.summary
+    configs = []
+    while len(configs) < 12:
+        added = _add(searcher)
+        configs += [c for _, c in added]
+        for trial_id, config in added:
+            searcher.on_result(trial_id, {"loss": config["width"], "training_iteration": 1})
+            searcher.on_trial_complete(trial_id, {"loss": config["width"]})
+    assert configs[0]["activation"] == "relu" and configs[0]["width"] == 5.0  # the point went first
+    for config in configs:
+        assert config["const"] == "c" and config["steps"] == 3 and config["model"] == {"depth": 2}
+        assert ("mult" in config) == (config["activation"] == "relu")  # conditional on the draw
+        assert 0 <= config["width"] <= 20
+    assert {c["activation"] for c in configs} == {"relu", "tanh"}
+    study_params = [t.params for t in searcher.study.trials]
+    assert [{k: c[k] for k in p} for p, c in zip(study_params, configs, strict=True)] == study_params
+
+
+def test_define_by_run_state_round_trip_keeps_each_trials_own_parameters() -> None:
+    searcher = EngineOptuna({}, 6, "loss", "min", seed=1, define_by_run=_define_by_run)
+    added = _add(searcher)
+    for trial_id, config in added[:2]:
+        searcher.on_trial_complete(trial_id, {"loss": config["width"]})
+    state = json.loads(json.dumps(searcher.state_dict()))
+    resumed = EngineOptuna({}, 6, "loss", "min", seed=1, define_by_run=_define_by_run)
+    resumed.load_state_dict(state)
+    finished = [t for t in resumed.study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert [t.params for t in finished] == [searcher.study.trials[i].params for i in range(2)]
+    assert [set(t.distributions) for t in finished] == [set(c) - {"steps", "model"} for _, c in added[:2]]
+    running = resumed.optuna_trial(added[2][0])
+    assert running is not None and running.params == searcher.optuna_trial(added[2][0]).params
+
+
+def test_define_by_run_bad_returns_and_mixed_spaces_are_refused() -> None:
+    bad = EngineOptuna({}, 2, "loss", "min", define_by_run=lambda trial: [trial.suggest_float("x", 0, 1)])
+    with pytest.raises(ConfigError, match="define-by-run function must return None or a dict with str keys"):
+        bad.next_groups()
+    with pytest.raises(ConfigError, match="define-by-run space, and param_space holds parameters to search too"):
+        plan(tune.TuneConfig(search_alg=OptunaSearch(space=_define_by_run, metric="m", mode="min")),
+             {"x": tune.uniform(0, 1)})
+    with pytest.raises(ConfigError, match="evaluated_rewards cannot be used with a define-by-run space"):
+        EngineOptuna({}, 2, "loss", "min", define_by_run=_define_by_run, points_to_evaluate=[{"width": 1.0}],
+                     evaluated_rewards=[1.0])
+
+
+def _objective(config: dict[str, Any]) -> None:
+    for step in range(config["steps"]):
+        tune.report({"loss": config["width"] * config.get("mult", 1.0) / (step + 1)})
+
+
+def test_define_by_run_through_the_tuner_with_asha(ray_cluster, storage: str) -> None:
+    holder = OptunaSearch(space=_define_by_run, metric="loss", mode="min", seed=2)
+    tuner = _tuner(_objective, storage, {}, search_alg=tune.search.ConcurrencyLimiter(holder, 2),
+                   scheduler=tune.schedulers.ASHAScheduler(max_t=3, grace_period=1), num_samples=5)
+    grid = tuner.fit()
+    assert len(grid) == 5 and grid.num_errors == 0
+    study = tuner.plan.searcher.study
+    assert len(study.trials) == 5 and all(t.state.is_finished() for t in study.trials)
+    by_id = {t.user_attrs["fluidsalus_trial_id"]: t.params for t in study.trials}
+    for result in grid:
+        params = by_id[result.metrics["trial_id"]]
+        assert {k: result.config[k] for k in params} == params
+        assert result.config["steps"] == 3 and ("mult" in result.config) == (result.config["activation"] == "relu")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 2. points_to_evaluate
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _ray_variants(space: dict[str, Any], num_samples: int, seed: int, points: list[dict[str, Any]]
+                  ) -> list[dict[str, Any]]:
+    """The configurations Ray's BasicVariantGenerator makes (its _TrialIterator's loop, over Ray's functions)."""
+    from ray.tune.search.sample import _BackwardsCompatibleNumpyRng
+    from ray.tune.search.variant_generator import _get_preset_variants, generate_variants
+
+    rng = _BackwardsCompatibleNumpyRng(seed)
+    spec, out, left = {"config": space}, [], num_samples
+    for point in points:
+        left -= 1
+        out += [s["config"] for _, s in _get_preset_variants(copy.deepcopy(spec), point, random_state=rng)]
+    for _ in range(max(left, 0)):
+        out += [s["config"] for _, s in generate_variants(copy.deepcopy(spec), random_state=rng)]
+    return out
+
+
+@pytest.mark.parametrize("num_samples", [1, 3, 6])
+def test_random_search_points_give_rays_configurations_in_rays_order(num_samples: int) -> None:
+    ray_space = {"a": rt.uniform(0, 1), "g": rt.grid_search([1, 2]), "n": {"d": rt.randint(0, 10), "e": 5},
+                 "c": rt.choice(["x", "y"])}
+    ours = {"a": tune.uniform(0, 1), "g": tune.grid_search([1, 2]), "n": {"d": tune.randint(0, 10), "e": 5},
+            "c": tune.choice(["x", "y"])}
+    points = [{"a": 0.5}, {"g": 1, "n": {"d": 3}}, {"c": "y", "a": 0.25}]
+    expected = _ray_variants(ray_space, num_samples, 42, points)
+    generator = tune.search.BasicVariantGenerator(points_to_evaluate=points, random_state=42)
+    searcher = plan(tune.TuneConfig(search_alg=generator, num_samples=num_samples), ours).searcher
+    configs = searcher.next_groups()[0].configs
+    assert configs == expected
+    # The first point fixes a (2 grid points); the second fixes g and n/d (1); the third c and a (2): all
+    # points run even when there are more points than samples, as in Ray.
+    assert [c["a"] for c in configs[:2]] == [0.5, 0.5] and configs[2]["n"]["d"] == 3
+    assert len(configs) == 5 + 2 * max(num_samples - 3, 0) == searcher.total_samples
+
+
+def test_points_run_first_and_count_toward_num_samples(ray_cluster, storage: str) -> None:
+    starts: list[dict[str, Any]] = []
+
+    class Starts(tune.Callback):
+        def on_trial_start(self, iteration, trials, trial, **info):
+            starts.append(dict(trial.config))
+
+    def train(config):
+        tune.report({"score": config["x"]})
+
+    points = [{"x": 0.125}, {"x": 0.875, "y": 3}]
+    tuner = _tuner(train, storage, {"x": tune.uniform(0, 1), "y": tune.choice([1, 2, 3])},
+                   {"callbacks": [Starts()]}, num_samples=4, max_concurrent_trials=1,
+                   search_alg=tune.search.BasicVariantGenerator(points_to_evaluate=points))
+    grid = tuner.fit()
+    assert len(grid) == 4  # 2 points + 2 samples
+    assert starts[0]["x"] == 0.125 and starts[0]["y"] in (1, 2, 3)  # the partial point is filled in
+    assert starts[1] == {"x": 0.875, "y": 3}
+    by_id = sorted(grid, key=lambda r: r.metrics["trial_id"])
+    assert [r.config["x"] for r in by_id[:2]] == [0.125, 0.875]  # the first two trials are the points
+
+
+def test_point_checks_name_the_key_and_warn_outside_the_domain() -> None:
+    space = {"x": sp.uniform(0, 1), "n": {"k": sp.randint(0, 4)}}
+    with pytest.raises(ConfigError, match=r"points_to_evaluate\[1\] sets 'n/z', which is not a key of the search "
+                                          r"space \(keys under 'n': \['k'\]\)"):
+        RandomSearch(space, 2, points_to_evaluate=[{"x": 0.5}, {"n": {"z": 1}}])
+    with pytest.warns(UserWarning, match=r"sets 'x' to 7, which is not within the domain"):
+        searcher = RandomSearch(space, 1, seed=0, points_to_evaluate=[{"x": 7}])
+    assert searcher.next_groups()[0].configs[0]["x"] == 7  # used as given, as in Ray
+
+
+def test_points_with_asha_and_hyperband_go_out_first() -> None:
+    points = [{"x": 0.5}, {"x": 0.25, "k": 2}]
+    generator = tune.search.BasicVariantGenerator(points_to_evaluate=points, random_state=3)
+    space = {"x": tune.uniform(0, 1), "k": tune.choice([1, 2, 3])}
+    for scheduler, cls in ((tune.schedulers.ASHAScheduler(max_t=9), StreamedASHA),
+                           (tune.schedulers.HyperBandScheduler(max_t=9), StreamedHyperBand)):
+        searcher = plan(tune.TuneConfig(search_alg=generator, scheduler=scheduler, num_samples=6, metric="m",
+                                        mode="max"), space).searcher
+        assert type(searcher) is cls
+        configs = [c for _, c in _add(searcher)]
+        assert configs[0]["x"] == 0.5 and configs[1] == {"x": 0.25, "k": 2}
+        assert len({c["x"] for c in configs}) == len(configs)  # the rest are fresh samples
+        state = json.loads(json.dumps(searcher.state_dict()))
+        again = plan(tune.TuneConfig(search_alg=generator, scheduler=scheduler, num_samples=6, metric="m",
+                                     mode="max"), space).searcher
+        again.load_state_dict(state)  # a resumed run skips the configurations already handed out
+        assert again._config_stream().drawn == searcher._config_stream().drawn
+
+
+@pytest.mark.parametrize("cls, kwargs", [(BOHB, {"max_t": 9, "max_concurrent": 8}),
+                                         (SyncBOHB, {"max_t": 9, "max_concurrent_brackets": 1})])
+def test_bohb_points_are_proposed_first_filled_in_and_count_toward_num_samples(cls, kwargs) -> None:
+    space = {"a": sp.uniform(0, 1), "b": sp.choice(["p", "q"]), "fixed": 7}
+    points = [{"a": 0.5, "b": "q"}, {"a": 0.75}]
+    searcher = cls(space, 3, "score", "max", seed=0, points_to_evaluate=points, **kwargs)
+    configs = [c for _, c in _add(searcher)]
+    assert configs[0] == {"a": 0.5, "b": "q", "fixed": 7}
+    assert configs[1]["a"] == 0.75 and configs[1]["b"] in ("p", "q") and configs[1]["fixed"] == 7
+    assert len(configs) == 3 and not searcher._configs_left()  # 2 points + 1 proposal = num_samples
+
+
+def test_tune_bohb_points_reach_the_engine() -> None:
+    holder = TuneBOHB(points_to_evaluate=[{"a": 0.5}], seed=1)
+    for scheduler in (tune.schedulers.HyperBandForBOHB(max_t=9), tune.schedulers.ASHAScheduler(max_t=9)):
+        searcher = plan(tune.TuneConfig(search_alg=holder, scheduler=scheduler, num_samples=4, metric="m",
+                                        mode="max"), {"a": tune.uniform(0, 1), "b": tune.randint(0, 9)}).searcher
+        assert searcher.next_groups()[0].configs[0]["a"] == 0.5
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 3. num_samples=-1 beyond random search
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _end_all(searcher: Any, added: list[tuple[str, dict[str, Any]]]) -> None:
+    for trial_id, _ in added:
+        searcher.on_trial_complete(trial_id, {"m": 0.5, "training_iteration": 1})
+
+
+@pytest.mark.parametrize("make, first", [
+    (lambda: {"scheduler": tune.schedulers.ASHAScheduler(max_t=9)}, ENDLESS_FIRST_BATCH),
+    (lambda: {"scheduler": tune.schedulers.ASHAScheduler(max_t=9), "max_concurrent_trials": 3}, 3),
+    (lambda: {"scheduler": tune.schedulers.HyperBandScheduler(max_t=9)}, None),
+    (lambda: {"search_alg": TuneBOHB(max_concurrent=5), "scheduler": tune.schedulers.ASHAScheduler(max_t=9)}, 5),
+    (lambda: {"search_alg": TuneBOHB(), "scheduler": tune.schedulers.HyperBandForBOHB(max_t=9)}, None),
+    (lambda: {"search_alg": OptunaSearch(seed=0)}, 4),
+])
+def test_endless_searchers_keep_proposing_as_trials_end(make, first: int | None) -> None:
+    searcher = plan(tune.TuneConfig(num_samples=-1, metric="m", mode="max", **make()),
+                    {"x": tune.uniform(0, 1)}).searcher
+    seen: list[dict[str, Any]] = []
+    for _ in range(3):
+        added = _add(searcher)
+        assert added, "an endless searcher stopped proposing"
+        if first is not None and not seen:
+            assert len(added) == first
+        seen += [c for _, c in added]
+        _end_all(searcher, added)
+        assert not searcher.is_finished()
+    assert len({c["x"] for c in seen}) == len(seen)
+
+
+def test_endless_asha_runs_until_stop_all(ray_cluster, storage: str) -> None:
+    class StopAllAfter(tune.Stopper):
+        def __init__(self) -> None:
+            self.seen = 0
+
+        def __call__(self, trial_id, result):
+            self.seen += 1
+            return False
+
+        def stop_all(self):
+            return self.seen >= 12
+
+    def train(config):
+        for step in range(3):
+            tune.report({"m": config["x"] * (step + 1)})
+
+    grid = _tuner(train, storage, {"x": tune.uniform(0, 1)}, {"stop": StopAllAfter()}, num_samples=-1,
+                  max_concurrent_trials=2, scheduler=tune.schedulers.ASHAScheduler(max_t=3, grace_period=1,
+                                                                                 reduction_factor=2),
+                  metric="m", mode="max").fit()
+    assert len(grid) >= 4  # more trials than the 2 live at once: new ones came as others ended
+
+
+def test_pbt_still_refuses_endless_and_points() -> None:
+    pbt = tune.schedulers.PopulationBasedTraining(hyperparam_mutations={"x": tune.uniform(0, 1)})
+    with pytest.raises(ConfigError, match="num_samples=-1 .* is not supported with PBT: its population"):
+        plan(tune.TuneConfig(scheduler=pbt, num_samples=-1, metric="m", mode="max"), {"x": tune.uniform(0, 1)})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 4. Callbacks with Ray's hooks and arguments
+# ---------------------------------------------------------------------------------------------------------
+
+
+class _Recorder(tune.Callback):
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+        self.setup_args: dict[str, Any] = {}
+
+    def setup(self, stop=None, num_samples=None, total_num_samples=None, **info):
+        self.setup_args = {"stop": stop, "num_samples": num_samples, "total_num_samples": total_num_samples, **info}
+
+    def _add(self, hook: str, trial: Any, *extra: Any) -> None:
+        self.events.append((hook, trial.config["x"], trial.status, *extra))
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        assert trial in trials and trial.local_path.endswith(trial.trial_id)
+        self._add("start", trial, trial.num_failures)
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        self._add("recover", trial, trial.num_failures)
+
+    def on_trial_restore(self, iteration, trials, trial, **info):
+        self._add("restore", trial)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        assert result["config"] == trial.config and result["trial_id"] == trial.trial_id
+        self._add("result", trial, result["training_iteration"])
+
+    def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+        assert isinstance(checkpoint, tune.Checkpoint) and checkpoint == trial.checkpoint
+        self._add("checkpoint", trial, os.path.basename(checkpoint.path), os.path.isdir(checkpoint.path))
+
+    def on_trial_save(self, iteration, trials, trial, **info):
+        self._add("save", trial)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._add("complete", trial, trial.is_finished())
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._add("error", trial, trial.num_failures, trial.error)
+
+    def on_experiment_end(self, trials, **info):
+        self.events.append(("end", sorted(t.config["x"] for t in trials)))
+
+
+def _checkpointing(config: dict[str, Any]) -> None:
+    """Three iterations with a checkpoint each. x=1 fails once after its 2nd report (a flag file remembers);
+    x=2 always fails at its 2nd iteration, before reporting."""
+    start = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with open(os.path.join(checkpoint.path, "state.json")) as f:
+            start = json.load(f)["i"]
+    for i in range(start + 1, config.get("iterations", 3) + 1):
+        if config["x"] == 2 and i == 2:
+            raise ValueError("x=2 always fails at iteration 2")
+        folder = os.path.join(tune.get_context().get_trial_dir(), f"tmp_{i}")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "state.json"), "w") as f:
+            json.dump({"i": i}, f)
+        tune.report({"i": i, "resumed_from": start}, checkpoint=tune.Checkpoint.from_directory(folder))
+        if config["x"] == 1 and i == 2 and not os.path.exists(config["flag"]):
+            open(config["flag"], "w").close()
+            raise RuntimeError("x=1 fails once")
+
+
+def test_callbacks_get_rays_hooks_in_rays_order(ray_cluster, storage: str, tmp_path) -> None:
+    recorder = _Recorder()
+    space = {"x": tune.grid_search([1, 2]), "flag": str(tmp_path / "failed_once")}
+    _tuner(_checkpointing, storage, space, {"callbacks": [recorder],
+                                             "failure_config": tune.FailureConfig(max_failures=1)},
+           max_concurrent_trials=1, time_budget_s=120).fit()
+    assert recorder.setup_args == {"stop": None, "num_samples": 1, "total_num_samples": 2, "time_budget_s": 120.0}
+    one = [e[0:1] + e[2:] for e in recorder.events if e[0] != "end" and e[1] == 1]
+    ckpt = [("checkpoint", "RUNNING", f"checkpoint_00000{i}", True) for i in (1, 2, 3)]
+    assert one == [
+        ("start", "RUNNING", 0),
+        ("result", "RUNNING", 1), ckpt[0], ("save", "RUNNING"),
+        ("result", "RUNNING", 2), ckpt[1], ("save", "RUNNING"),
+        ("recover", "PENDING", 1),  # the failure was retried (max_failures=1) ...
+        ("start", "RUNNING", 1),
+        ("restore", "RUNNING"),  # ... from its checkpoint at iteration 2
+        ("result", "RUNNING", 3), ckpt[2], ("save", "RUNNING"),
+        ("complete", "TERMINATED", True),
+    ]
+    two = [e[0:1] + e[2:] for e in recorder.events if e[0] != "end" and e[1] == 2]
+    assert two[:4] == [("start", "RUNNING", 0), ("result", "RUNNING", 1), ("checkpoint", "RUNNING",
+                       "checkpoint_000001", True), ("save", "RUNNING")]
+    # x=2 fails again right after its restore, before reporting: max_failures is spent, so it errors.
+    assert two[4:] == [("recover", "PENDING", 1), ("start", "RUNNING", 1), ("restore", "RUNNING"),
+                       ("error", "ERROR", 2, "ValueError: x=2 always fails at iteration 2")]
+    assert recorder.events[-1] == ("end", [1, 2])
+
+
+def test_engine_callbacks_are_told_each_start_with_its_config_and_attempt(ray_cluster, storage: str,
+                                                                         tmp_path) -> None:
+    from fluidsalus.callbacks import Callback as EngineCallback
+
+    starts: list[tuple[str, dict[str, Any], int]] = []
+
+    class Starts(EngineCallback):
+        def on_trial_start(self, trial_id: str, config: Mapping[str, Any], attempt: int) -> None:
+            starts.append((trial_id, dict(config), attempt))
+
+    grid = _tuner(_checkpointing, storage, {"x": 1, "flag": str(tmp_path / "flag")},
+                  {"callbacks": [Starts()], "failure_config": tune.FailureConfig(max_failures=1)}).fit()
+    trial_id = grid[0].metrics["trial_id"]
+    assert [(t, a) for t, _, a in starts] == [(trial_id, 0), (trial_id, 1)]
+    assert all(c["x"] == 1 for _, c, _ in starts)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 5. Tuner.restore's flags
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _errored_experiment(storage: str, name: str, flag: str) -> str:
+    """An experiment whose one trial errored after 2 checkpointed iterations (of 4); returns its folder."""
+    grid = _tuner(_checkpointing, storage, {"x": 1, "flag": flag, "iterations": 4}, {"name": name}).fit()
+    assert grid.num_errors == 1 and grid[0].metrics["i"] == 2
+    return os.path.join(storage, name)
+
+
+def _attempts(path: str) -> list[tuple[int, int, int]]:
+    """(attempt, iteration, resumed_from) of every stored result."""
+    store = ExperimentStore.open(path, readonly=True)
+    try:
+        return [(r.attempt, r.iteration, r.metrics["resumed_from"]) for r in
+                sorted(store.results(latest_attempt_only=False), key=lambda r: (r.attempt, r.iteration))]
+    finally:
+        store.close()
+
+
+def test_restore_resume_errored_continues_from_the_last_checkpoint(ray_cluster, storage: str, tmp_path) -> None:
+    path = _errored_experiment(storage, "resume_errored", str(tmp_path / "flag"))
+    kept = Tuner.restore(path, _checkpointing).fit()  # errored trials stay errored by default
+    assert kept.num_errors == 1 and _attempts(path) == [(0, 1, 0), (0, 2, 0)]
+    grid = Tuner.restore(path, _checkpointing, resume_errored=True).fit()
+    assert grid.num_errors == 0 and grid[0].metrics["i"] == 4
+    assert _attempts(path) == [(0, 1, 0), (0, 2, 0), (1, 3, 2), (1, 4, 2)]  # went on from iteration 2
+
+
+def test_restore_restart_errored_starts_from_scratch(ray_cluster, storage: str, tmp_path) -> None:
+    path = _errored_experiment(storage, "restart_errored", str(tmp_path / "flag"))
+    grid = Tuner.restore(path, _checkpointing, restart_errored=True, resume_errored=False).fit()
+    assert grid.num_errors == 0 and grid[0].metrics["i"] == 4 and grid[0].metrics["resumed_from"] == 0
+    assert _attempts(path)[2:] == [(1, 1, 0), (1, 2, 0), (1, 3, 0), (1, 4, 0)]  # no checkpoint was loaded
+    store = ExperimentStore.open(path, readonly=True)
+    try:  # the old attempt's 2 checkpoints were removed before the restart; the new one made 4
+        assert len(store.checkpoints(include_deleted=True)) == 6 and len(store.checkpoints()) == 4
+        assert [r.attempt for r in store.results()] == [1, 1, 1, 1]
+    finally:
+        store.close()
+
+
+class _InterruptAt(tune.Callback):
+    def __init__(self, marker: str, n: int) -> None:
+        self.marker, self.n, self.seen = marker, n, 0
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.seen += 1
+        if self.seen == self.n and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            raise KeyboardInterrupt
+
+
+def test_restore_without_resume_unfinished_ends_them(ray_cluster, storage: str, tmp_path) -> None:
+    def slow(config):
+        for i in range(1, 20):
+            time.sleep(0.05)
+            tune.report({"i": i})
+
+    tuner = _tuner(slow, storage, {"x": tune.grid_search([1, 2])},
+                   {"name": "unfinished", "callbacks": [_InterruptAt(str(tmp_path / "m"), 3)]})
+    with pytest.raises(KeyboardInterrupt):
+        tuner.fit()
+    path = os.path.join(storage, "unfinished")
+    before = {r.metrics["trial_id"]: r.metrics["i"] for r in Tuner.restore(path, slow).get_results() if r.metrics}
+    grid = Tuner.restore(path, slow, resume_unfinished=False).fit()
+    assert len(grid) == 2 and grid.num_errors == 0
+    assert all(r.metrics is None or r.metrics["i"] == before[r.metrics["trial_id"]] for r in grid)  # not run on
+    store = ExperimentStore.open(path, readonly=True)
+    try:
+        assert {row.status for row in store.trials()} == {"TERMINATED"}
+        assert {row.stop_reason for row in store.trials()} == {"not_resumed"}
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 6. with_resources
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("resources, message", [
+    ({"gpus": 1}, "key 'gpus'; did you mean 'gpu'"),
+    ({"num_cpus": 2}, "key 'num_cpus'; did you mean 'cpu'"),
+    ({"gpu": 1.5}, r"resources\['gpu'\] = 1.5: a GPU request above 1 must be a whole number"),
+    ({"cpu": -1}, r"resources\['cpu'\] must be a number >= 0"),
+    ({"gpu": 1e-6}, "finer than Ray's precision"),
+    ({"cpu": "2"}, r"resources\['cpu'\] must be a number >= 0 \(got '2'\)"),
+    ({"custom_resources": 3}, "resources\\['custom_resources'\\] must be a dict"),
+    ([("cpu", 1)], "resources must be a dict such as"),
+])
+def test_with_resources_refuses_bad_requests_naming_the_key(resources: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        tune.with_resources(lambda config: None, resources)
+
+
+def test_with_resources_accepts_rays_forms() -> None:
+    assert normalize_resources({"CPU": 2, "GPU": 0.25, "memory": 1e9, "custom_resources": {"tpu": 1}}) == {
+        "cpu": 2.0, "gpu": 0.25, "memory": 1e9, "tpu": 1.0}
+    factory = tune.PlacementGroupFactory([{"CPU": 1, "GPU": 0.5}, {"CPU": 2}])
+    assert normalize_resources(factory) == {"cpu": 3.0, "gpu": 0.5}  # bundles summed
+    assert normalize_resources(rt.PlacementGroupFactory([{"CPU": 1, "GPU": 2}])) == {"cpu": 1.0, "gpu": 2.0}
+    entry = TrialEntry(lambda config: None, {}, lambda config: {"gpu": config["g"]}, None, "f")
+    with pytest.raises(ConfigError, match="a GPU request above 1 must be a whole number"):
+        entry._record_resources({"g": 2.5})  # a function's request is checked at each trial's start
+
+
+def test_fractional_gpu_is_recorded_per_trial(ray_cluster, storage: str) -> None:
+    def train(config):
+        tune.report({**tune.get_context().get_trial_resources()})
+
+    trainable = tune.with_resources(train, lambda config: {"cpu": 1, "gpu": config["share"]})
+    grid = _tuner(trainable, storage, {"share": tune.grid_search([0.25, 0.5])}).fit()
+    assert sorted((r.metrics["cpu"], r.metrics["gpu"]) for r in grid) == [(1.0, 0.25), (1.0, 0.5)]
+
+
+def test_nothing_warns_for_plain_requests() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tune.with_resources(lambda config: None, {"cpu": 1, "gpu": 0.25})
+    assert np.isclose(normalize_resources({"gpu": 0.0001})["gpu"], 1e-4)
