@@ -65,6 +65,26 @@ class LaneTurns(Protocol):
         """Like ``boundary`` once the trial has computed for at least the quantum; else nothing."""
 
 
+#: Decisions the ranks of a data-parallel trial agree on at each ``report()`` (see :class:`RankSync`).
+GO, PAUSE, STOP = "go", "pause", "stop"
+
+
+class RankSync(Protocol):
+    """How the ranks of a data-parallel trial agree at each ``report()`` (``fluidsalus.distributed``).
+
+    Rank 0 (the leader) decides as a one-device trial would and publishes its decision; a worker (rank > 0)
+    waits for it and follows, so every rank continues, pauses at the budget, resumes or stops together.
+    """
+
+    leader: bool
+
+    def at_report(self, iteration: int, decision: str, cancelled: threading.Event) -> str:
+        """Leader: publish ``decision`` (GO, PAUSE or STOP) and return it. Worker: return the leader's."""
+
+    def at_resume(self, iteration: int, stop: bool, cancelled: threading.Event) -> str:
+        """After a pause. Leader: publish GO, or STOP when ``stop``. Worker: wait for the leader's verdict."""
+
+
 class BudgetKeyError(ConfigError):
     """The searcher's ``time_attr`` is missing from a result, so the trial's budget cannot be checked."""
 
@@ -111,10 +131,15 @@ class TrialContext:
         return self.world_size
 
     def get_local_rank(self) -> int:
-        return self.world_rank
+        """0: each rank of a trial is its own device actor process, which sees its one device as index 0.
+
+        So ``torch.device(f"cuda:{get_local_rank()}")`` names the rank's GPU, as in Ray Train scripts.
+        """
+        return 0
 
     def get_local_world_size(self) -> int:
-        return self.world_size
+        """1: one rank per device actor process (see :meth:`get_local_rank`)."""
+        return 1
 
     def get_node_rank(self) -> int:
         return 0
@@ -138,6 +163,11 @@ class TrialSession:
         budget: Pause once ``result[time_attr] >= budget`` and wait for :meth:`resume` or a stop (None: never).
         time_attr: The result key budgets are measured in (the searcher's resource unit).
         turns: The trial's handle on its lane's turn (None: the trial never waits for a turn).
+
+    Attributes:
+        ranks: For one rank of a data-parallel trial, its link with the other ranks (set by the device host
+            before the trainable starts; None for a one-device trial). A worker's (rank > 0) results and
+            checkpoints are not delivered: rank 0's are the trial's.
     """
 
     def __init__(
@@ -170,6 +200,7 @@ class TrialSession:
         self._resumed = threading.Event()
         self._turns = turns
         self._caller: Callable[[str, tuple[Any, ...]], Any] | None = None
+        self.ranks: RankSync | None = None
 
     def at_budget(self, result: Mapping[str, Any]) -> bool:
         """True when ``result`` reaches the trial's budget (the trial then pauses after reporting it)."""
@@ -217,16 +248,21 @@ class TrialSession:
                 raise TypeError(
                     f"report(checkpoint=...): expected a fluidsalus.Checkpoint, got {type(checkpoint).__name__}"
                 )
-            path = persist_checkpoint(checkpoint, self.context.trial_dir, self.iteration)
-            self.checkpoint = Checkpoint(path)
-            self.checkpoint_at = (self.iteration, result["time_total_s"])
-            result["checkpoint_dir_name"] = os.path.basename(path)
+            if self.ranks is None or self.ranks.leader:  # a worker's copy is dropped: rank 0's is the trial's
+                path = persist_checkpoint(checkpoint, self.context.trial_dir, self.iteration)
+                self.checkpoint = Checkpoint(path)
+                self.checkpoint_at = (self.iteration, result["time_total_s"])
+                result["checkpoint_dir_name"] = os.path.basename(path)
         stop = self.stop_requested.is_set()
         if not stop and self._should_stop is not None and self._should_stop(result):
             stop = self.stopped_by_rule = True
         if not stop and result["done"]:
             stop = self.stopped_by_rule = True
         paused = not stop and self.at_budget(result)
+        if self.ranks is not None:  # data-parallel: rank 0 decides, the workers follow
+            decision = self.ranks.at_report(self.iteration, STOP if stop else PAUSE if paused else GO,
+                                            self.stop_requested)
+            stop, paused = decision == STOP, decision == PAUSE
         if stop:
             result["done"] = True
         self._sink(result, paused)
@@ -237,9 +273,7 @@ class TrialSession:
             # and its lane's turn goes to another trial meanwhile.
             if self._turns is not None:
                 self._turns.release()
-            self._resumed.wait()
-            self._resumed.clear()
-            if self.stop_requested.is_set():
+            if self._wait_resume():
                 raise StopTrial()
             if self._turns is not None:
                 self._turns.acquire()
@@ -248,6 +282,20 @@ class TrialSession:
             if self.stop_requested.is_set():
                 raise StopTrial()
         self._last = time.time()  # time spent paused or waiting for the lane is not part of an iteration
+
+    def _wait_resume(self) -> bool:
+        """Wait, paused at the budget, for the verdict: True to stop, False to run on.
+
+        A data-parallel worker waits for rank 0's verdict instead of the driver's.
+        """
+        if self.ranks is not None and not self.ranks.leader:
+            return self.ranks.at_resume(self.iteration, False, self.stop_requested) == STOP
+        self._resumed.wait()
+        self._resumed.clear()
+        stop = self.stop_requested.is_set()
+        if self.ranks is not None:
+            self.ranks.at_resume(self.iteration, stop, self.stop_requested)
+        return stop
 
     def call(self, method: str, *args: Any) -> Any:
         """Call ``method`` on the driver's call handler and wait for its answer (see ``fluidsalus.session.call``)."""

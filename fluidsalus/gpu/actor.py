@@ -19,6 +19,7 @@ import cloudpickle
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from fluidsalus.distributed import free_port
 from fluidsalus.gpu import nvml
 from fluidsalus.gpu.device import DeviceSpec, NodeResources
 from fluidsalus.gpu.host import EV_LANE, DeviceHost, HostSettings, TrialSpec
@@ -67,6 +68,14 @@ class _DeviceActor:
 
     def info(self) -> dict[str, Any]:
         return self._info
+
+    def free_port(self) -> int:
+        """A TCP port free on this actor's node: rank 0 of a data-parallel trial serves its rendezvous there.
+
+        The driver sends ``f"{info()['node_ip']}:{free_port()}"`` (of rank 0's actor) to every rank's
+        ``TrialSpec.rendezvous``.
+        """
+        return free_port()
 
     def submit(self, specs: list[TrialSpec]) -> None:
         self.host.submit(specs)

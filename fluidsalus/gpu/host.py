@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fluidsalus.checkpoint import Checkpoint
+from fluidsalus.distributed._common import DEFAULT_TIMEOUT_S as DEFAULT_DISTRIBUTED_TIMEOUT_S
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu import lanes as ln
 from fluidsalus.gpu import memory as mem
@@ -130,6 +131,9 @@ class HostSettings:
         time_attr: The result key budgets are measured in.
         profile_memory: Measure each trial's P and T during its first :data:`PROFILE_ITERATIONS` iterations
             (CPU devices) and re-fit its lane; False keeps ``trial_estimate`` (changed only by an OOM).
+        distributed_timeout_s: How long a rank of a data-parallel trial waits for its peers (rendezvous,
+            collectives, rank 0's decision at a report, the workers' end) before it fails; see
+            ``fluidsalus.distributed.DEFAULT_TIMEOUT_S``.
     """
 
     experiment_name: str
@@ -144,6 +148,7 @@ class HostSettings:
     resources: dict[str, float] = field(default_factory=dict)
     time_attr: str = "training_iteration"
     profile_memory: bool = True
+    distributed_timeout_s: float = DEFAULT_DISTRIBUTED_TIMEOUT_S
 
 
 @dataclass
@@ -556,7 +561,11 @@ class DeviceHost:
         self._turns.setdefault(lane_id, _LaneTurn())
         self._running[spec.trial_id] = _Running(spec, session, thread, lane_id, self._seq)
         self._seq += 1
-        self._emit_locked((EV_START, spec.trial_id, spec.attempt, time.time()))
+        if spec.rank == 0:
+            self._emit_locked((EV_START, spec.trial_id, spec.attempt, time.time()))
+        else:  # a data-parallel worker: not the trial's start (see TrialSpec)
+            self._emit_locked((EV_LANE, spec.trial_id, spec.attempt, time.time(), "worker_start",
+                               {"rank": spec.rank, "world_size": spec.world_size}))
         thread.start()
 
     def _leave_locked(self, trial_id: str) -> None:
@@ -571,12 +580,15 @@ class DeviceHost:
     def _make_session(self, spec: TrialSpec) -> TrialSession:
         attempt = spec.attempt
         trial_id = spec.trial_id
+        worker = spec.rank > 0  # a data-parallel worker: rank 0 reports, decides and pauses for the trial
 
         def sink(result: dict[str, Any], paused: bool) -> None:
+            if worker:
+                return
             with self._lock:
                 self._emit_locked((EV_RESULT, trial_id, attempt, time.time(), result, paused))
 
-        stop_rule = self.settings.stop
+        stop_rule = None if worker else self.settings.stop
         should_stop = None
         if stop_rule is not None:
 
@@ -590,6 +602,8 @@ class DeviceHost:
             trial_dir=spec.trial_dir,
             device=self.settings.device,
             resources=dict(self.settings.resources),
+            world_rank=spec.rank,
+            world_size=spec.world_size,
         )
         checkpoint = Checkpoint(spec.checkpoint_path) if spec.checkpoint_path else None
         session = TrialSession(
@@ -599,7 +613,7 @@ class DeviceHost:
             start_iteration=spec.start_iteration,
             time_total_offset=spec.time_total_offset,
             should_stop=should_stop,
-            budget=spec.budget,
+            budget=None if worker else spec.budget,
             time_attr=self.settings.time_attr,
             turns=_Turns(self, trial_id),
         )
@@ -613,8 +627,11 @@ class DeviceHost:
         set_session(session)
         outcome, error, trace = OUT_COMPLETED, None, None
         fatal: str | None = None
+        ranks = None
         try:
             os.makedirs(spec.trial_dir, exist_ok=True)
+            if spec.world_size > 1:  # a rank of a data-parallel trial meets the others first
+                ranks = session.ranks = _open_rendezvous(spec, self.settings)
             self._acquire(spec.trial_id)
             self._use_lane_stream(spec.trial_id)
             session.start_clock()
@@ -635,10 +652,14 @@ class DeviceHost:
                 fatal = error = str(e)
         finally:
             set_session(None)
+        if ranks is not None:  # rank 0 waits for its workers here; their failures become the trial's error
+            outcome, error, trace = ranks.finish(outcome, error, trace)
         now = time.time()
         with self._lock:
             try:
-                if outcome == OUT_OOM and self._readmit_locked(spec, session, error or "", trace):
+                # A data-parallel rank is not re-admitted alone: its peers' group is gone; the driver restarts.
+                if (outcome == OUT_OOM and spec.world_size == 1
+                        and self._readmit_locked(spec, session, error or "", trace)):
                     return
             except Exception as e:  # noqa: BLE001 - the trial must still end, or the driver waits forever
                 error, trace = f"{error}; re-admission failed: {type(e).__name__}: {e}", tb.format_exc()
@@ -646,7 +667,12 @@ class DeviceHost:
                 outcome = OUT_ERRORED
             if fatal is not None:
                 self._emit_locked((EV_FATAL, spec.trial_id, spec.attempt, now, fatal))
-            self._emit_locked((EV_END, spec.trial_id, spec.attempt, now, outcome, error, trace))
+            if spec.rank == 0:
+                self._emit_locked((EV_END, spec.trial_id, spec.attempt, now, outcome, error, trace))
+            else:  # a data-parallel worker's end is not the trial's (see TrialSpec)
+                self._emit_locked((EV_LANE, spec.trial_id, spec.attempt, now, "worker_end",
+                                   {"rank": spec.rank, "world_size": spec.world_size, "outcome": outcome,
+                                    "error": error, "traceback": trace}))
             try:
                 self._leave_locked(spec.trial_id)  # after its END: trials admitted now start after it ended
             except Exception:  # noqa: BLE001 - bookkeeping must not kill the thread silently: say so, go on
@@ -735,6 +761,14 @@ def _reachable_bytes() -> int:
                         take(item)
         frame = frame.f_back
     return mem.persistent_bytes(modules, optimizers, tensors)
+
+
+def _open_rendezvous(spec: TrialSpec, settings: HostSettings) -> Any:
+    """Connect one rank of a data-parallel trial to its peers (imports torch, which such a trial needs)."""
+    from fluidsalus.distributed._rendezvous import Rendezvous
+
+    return Rendezvous(spec.rendezvous, spec.rank, spec.world_size, f"{spec.trial_id}/{spec.attempt}",
+                      settings.distributed_timeout_s, settings.device)
 
 
 def _is_out_of_memory(error: BaseException) -> bool:

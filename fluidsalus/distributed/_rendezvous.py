@@ -1,0 +1,285 @@
+"""One rank's link with the other ranks of its data-parallel trial: a rendezvous store and a process group.
+
+Rank 0 serves a ``torch.distributed.TCPStore`` at the trial's rendezvous address (a port its device actor
+found free); the workers connect to it as clients. Every key lives under ``fluidsalus/<trial_id>/<attempt>/``,
+so a late worker of an earlier attempt can never mix with the current one. The store carries:
+
+- the **boundary protocol** (:class:`~fluidsalus.session.RankSync`): at each ``report()`` rank 0 writes its
+  decision (``report/<i>`` = go, pause or stop) and, after a pause, its verdict (``resume/<i>``); a worker
+  waits for that key and does the same. So the workers pause, resume and stop exactly when rank 0 does, and
+  the driver only ever talks to rank 0;
+- the **end protocol**: rank 0 writes ``end`` when its trainable is over, a worker writes ``exited/<r>`` when
+  its own is, and a worker that failed on its own writes ``error/<r>`` and ``failed``;
+- the rendezvous of the trial's **process group**, built on demand by ``init_process_group()``.
+
+A process group here is a ``torch.distributed.ProcessGroup`` of its own, not torch's global default group:
+several data-parallel trials may share one device actor process, each with its own group. DDP takes it as
+``process_group=``, and ``torch.distributed`` collectives take it as ``group=``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import threading
+import time
+import weakref
+from typing import Any
+
+from fluidsalus.distributed._common import POLL_MAX_S, POLL_MIN_S, DataParallelError
+from fluidsalus.errors import ConfigError
+from fluidsalus.gpu.host import OUT_ERRORED, OUT_OOM, OUT_STOPPED
+from fluidsalus.session import GO, STOP
+
+#: Backends a trial's process group can use.
+BACKENDS = ("gloo", "nccl")
+
+
+def parse_address(address: str | None) -> tuple[str, int]:
+    """Split an ``"ip:port"`` rendezvous address (an IPv6 ip may be in brackets).
+
+    Raises:
+        ConfigError: When the address is missing or malformed.
+    """
+    if not address or ":" not in address:
+        raise ConfigError(f"rendezvous: a data-parallel trial needs an 'ip:port' address; got {address!r}")
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"rendezvous: expected 'ip:port' with a port in 1..65535; got {address!r}")
+    return host, int(port)
+
+
+class Rendezvous:
+    """One rank's link with its trial's other ranks (the session's ``ranks``).
+
+    Args:
+        address: ``"ip:port"`` where rank 0 serves the store.
+        rank: This rank.
+        world_size: Ranks in the trial.
+        key: Names the trial attempt in the store (``"<trial_id>/<attempt>"``).
+        timeout_s: How long a rank waits for its peers (see ``DEFAULT_TIMEOUT_S``).
+        device: The torch device of this rank (``"cpu"`` or ``"cuda:0"``).
+    """
+
+    def __init__(self, address: str | None, rank: int, world_size: int, key: str, timeout_s: float,
+                 device: str) -> None:
+        if not 0 <= rank < world_size:
+            raise ConfigError(f"rank: must be in 0..world_size-1 = 0..{world_size - 1}; got {rank}")
+        host, port = parse_address(address)
+        import torch.distributed as dist
+
+        self.rank, self.world_size, self.timeout_s, self.device = rank, world_size, timeout_s, device
+        self.leader = rank == 0
+        self._key = key
+        self._timeout = datetime.timedelta(seconds=timeout_s)
+        # Rank 0 serves; a worker retries its connection for up to the timeout (rank 0 may start later).
+        self._server = dist.TCPStore(host, port, None, self.leader, self._timeout, wait_for_workers=False)
+        self.store = dist.PrefixStore(f"fluidsalus/{key}/", self._server)
+        self.store.set(f"joined/{rank}", "1")
+        self._lock = threading.Lock()
+        self._group: Any = None
+        self._backends: list[Any] = []
+        self.backend: str | None = None
+
+    # ------------------------------------------------------------------ boundary protocol (RankSync)
+
+    def at_report(self, iteration: int, decision: str, cancelled: threading.Event) -> str:
+        """Rank 0 publishes its decision at report ``iteration``; a worker waits for it and returns it.
+
+        Raises:
+            DataParallelError: On rank 0, when a worker has failed; on a worker, when rank 0 sent nothing
+                for the rendezvous timeout.
+        """
+        if self.leader:
+            if self.store.check(["failed"]):
+                raise DataParallelError("a data-parallel worker failed: " + "; ".join(self.worker_failures()))
+            self.store.set(f"report/{iteration}", decision)
+            return decision
+        if cancelled.is_set():
+            return STOP
+        got = self._wait(f"report/{iteration}", cancelled, self.timeout_s,
+                         f"rank 0's decision at report {iteration}")
+        return STOP if got is None else got
+
+    def at_resume(self, iteration: int, stop: bool, cancelled: threading.Event) -> str:
+        """After a pause at report ``iteration``: rank 0 publishes go or stop; a worker waits (without limit)."""
+        if self.leader:
+            decision = STOP if stop else GO
+            self.store.set(f"resume/{iteration}", decision)
+            return decision
+        got = self._wait(f"resume/{iteration}", cancelled, None, f"rank 0's resume after report {iteration}")
+        return STOP if got is None else got
+
+    def _wait(self, key: str, cancelled: threading.Event | None, timeout_s: float | None, what: str) -> str | None:
+        """Wait for ``key`` and return its value; None once rank 0 ended, its store is gone, or ``cancelled``.
+
+        Raises:
+            DataParallelError: After ``timeout_s`` seconds (None: no limit).
+        """
+        import torch.distributed as dist
+
+        start, pause = time.monotonic(), POLL_MIN_S
+        while True:
+            try:
+                if self.store.check([key]):
+                    return self.store.get(key).decode()
+                if not self.leader and self.store.check(["end"]):
+                    return None
+            except dist.DistError:  # rank 0's store is gone: so is the trial
+                return None
+            if cancelled is not None and cancelled.is_set():
+                return None
+            if timeout_s is not None and time.monotonic() - start > timeout_s:
+                raise DataParallelError(f"rank {self.rank} of {self.world_size} waited {timeout_s:g} s for {what} "
+                                        "(the data-parallel rendezvous timeout)")
+            time.sleep(pause)
+            pause = min(2 * pause, POLL_MAX_S)
+
+    # ------------------------------------------------------------------ process group
+
+    def process_group(self, backend: str | None = None, timeout_s: float | None = None) -> Any:
+        """The trial's process group, created on first use (every rank must call this).
+
+        Args:
+            backend: ``"gloo"`` or ``"nccl"``; None picks nccl on a CUDA device and gloo on a CPU one. A
+                later call returns the existing group and must not ask for another backend.
+            timeout_s: Collective timeout in seconds (None: the rendezvous timeout).
+
+        Returns:
+            A ``torch.distributed.ProcessGroup`` of this trial's ranks.
+
+        Raises:
+            ConfigError: For an unknown backend, nccl on a CPU device, or a second call with another backend.
+        """
+        cuda = self.device.startswith("cuda")
+        chosen = backend if backend is not None else ("nccl" if cuda else "gloo")
+        if chosen not in BACKENDS:
+            raise ConfigError(f"init_process_group: backend must be one of {BACKENDS} or None; got {backend!r}")
+        if chosen == "nccl" and not cuda:
+            raise ConfigError(f"init_process_group: backend 'nccl' needs a CUDA device; this trial runs on "
+                              f"{self.device!r} (use 'gloo' or None)")
+        if timeout_s is not None and not timeout_s > 0:
+            raise ConfigError(f"init_process_group: timeout_s must be > 0 seconds; got {timeout_s!r}")
+        with self._lock:
+            if self._group is not None:
+                if backend is not None and backend != self.backend:
+                    raise ConfigError(f"init_process_group: this trial's group already uses {self.backend!r}; "
+                                      f"got backend={backend!r}")
+                return self._group
+            self._group = self._make_group(chosen, cuda, timeout_s)
+            self.backend = chosen
+            return self._group
+
+    def _make_group(self, backend: str, cuda: bool, timeout_s: float | None) -> Any:
+        import torch
+        import torch.distributed as dist
+
+        timeout = self._timeout if timeout_s is None else datetime.timedelta(seconds=timeout_s)
+        store = dist.PrefixStore("group/", self.store)
+        group = dist.ProcessGroup(store, self.rank, self.world_size)
+        kinds = dist.ProcessGroup.BackendType
+        # gloo serves CPU tensors in either case (and CUDA ones when it is the chosen backend).
+        gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), self.rank, self.world_size, timeout)
+        self._backends.append(gloo)
+        group._register_backend(torch.device("cpu"), kinds.GLOO, gloo)
+        if backend == "nccl":
+            options = dist.ProcessGroupNCCL.Options()
+            options.is_high_priority_stream = False
+            options._timeout = timeout
+            options.global_ranks_in_group = list(range(self.world_size))
+            options.group_name = f"fluidsalus/{self._key}"
+            nccl = dist.ProcessGroupNCCL(dist.PrefixStore("nccl/", store), self.rank, self.world_size, options)
+            self._backends.append(nccl)
+            group._register_backend(torch.device("cuda"), kinds.NCCL, nccl)
+            group._set_default_backend(kinds.NCCL)
+        else:
+            if cuda:
+                group._register_backend(torch.device("cuda"), kinds.GLOO, gloo)
+            group._set_default_backend(kinds.GLOO)
+        group._set_group_name(f"fluidsalus/{self._key}")
+        return group
+
+    def close_group(self) -> None:
+        """Close this rank's connections, so that a peer waiting in a collective with it fails at once.
+
+        gloo closes a rank's sockets only when its backend object is destroyed (``abort()`` and ``shutdown()``
+        leave them open while anything refers to the group). So this aborts the backends, drops this object's
+        references and, when the backends still live on (a DDP module refers to its group through reference
+        cycles), collects garbage. It is called once the trainable has returned or raised, when its own
+        references are gone; a group the trainable kept elsewhere (a global) stays open, and its peers then fail
+        at the collective timeout instead. A rank's own pending collective is never woken by this: it ends at
+        its timeout.
+        """
+        with self._lock:
+            backends, self._backends, self._group = self._backends, [], None
+        alive = [weakref.ref(backend) for backend in backends]
+        while backends:  # popped, so that no local name keeps a backend alive
+            try:
+                backends.pop().abort()
+            except Exception:  # noqa: BLE001,S110 - a group that is already broken has nothing left to close
+                pass
+        if any(ref() is not None for ref in alive):  # held in a reference cycle (DDP): a full collection
+            gc.collect()
+
+    # ------------------------------------------------------------------ end protocol
+
+    def worker_failures(self) -> list[str]:
+        """The errors of workers that failed on their own (not because the trial ended), as ``rank r: text``."""
+        import torch.distributed as dist
+
+        failures = []
+        for rank in range(1, self.world_size):
+            try:
+                if self.store.check([f"error/{rank}"]):
+                    failures.append(f"rank {rank}: {self.store.get(f'error/{rank}').decode()}")
+            except dist.DistError:
+                break
+        return failures
+
+    def finish(self, outcome: str, error: str | None, trace: str | None) -> tuple[str, str | None, str | None]:
+        """End this rank's part of the trial and return its (outcome, error, traceback) as the host reports it.
+
+        Rank 0 announces the end, closes its connections (workers blocked in a collective with it fail at
+        once), waits up to the timeout for the workers that joined to end, and fails the trial with the errors
+        of workers that failed on their own. A worker that failed on its own records its error for rank 0; a
+        worker whose failure came after rank 0 ended (its collectives broke) counts as stopped.
+        """
+        import torch.distributed as dist
+
+        if self.leader:
+            try:
+                self.store.set("end", outcome)
+            except dist.DistError:
+                pass
+            self.close_group()
+            for rank in range(1, self.world_size):
+                try:
+                    if self.store.check([f"joined/{rank}"]):
+                        self._wait(f"exited/{rank}", None, self.timeout_s, f"worker rank {rank} to end")
+                except DataParallelError as e:
+                    error = f"{error}; {e}" if error else str(e)
+                    outcome = OUT_ERRORED
+            failures = self.worker_failures()
+            if failures:
+                outcome = OUT_ERRORED
+                text = "data-parallel worker failed: " + "; ".join(f.splitlines()[0] for f in failures)
+                error = f"{error}; {text}" if error else text
+                trace = "\n".join([trace or "", *failures])
+            return outcome, error, trace
+        failed = outcome in (OUT_ERRORED, OUT_OOM)
+        try:
+            leader_ended = self.store.check(["end"])
+            if failed and not leader_ended:
+                self.store.set(f"error/{self.rank}", f"{error}\n{trace or ''}")
+                self.store.set("failed", str(self.rank))
+        except dist.DistError:
+            leader_ended = True
+        self.close_group()
+        try:
+            self.store.set(f"exited/{self.rank}", outcome)
+        except dist.DistError:
+            pass
+        if failed and leader_ended:
+            outcome = OUT_STOPPED  # its collectives broke because rank 0 had ended: the trial stopped under it
+        return outcome, error, trace
