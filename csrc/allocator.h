@@ -2,8 +2,8 @@
 // the locking that makes them safe to use from many threads.
 //
 // Locking, from outermost to innermost; no path takes them in another order:
-//   1. Allocator::mu_ (shared_mutex): shared for malloc/free/stats, exclusive to add or remove lanes and
-//      tags, to assign tags or bind streams.
+//   1. Allocator::mu_ (shared_mutex): shared for malloc/free/stats, exclusive to add, resize or remove lanes
+//      (and so their segments and the device pools) and tags, to assign tags or bind streams.
 //   2. TagState::mu: held by malloc across the cap check, the arena allocation and the accounting, so a
 //      tag's live bytes never pass its cap, even with several threads allocating for the same tag.
 //   3. Lane::mu: held around arena operations.
@@ -28,14 +28,42 @@
 
 namespace fluidsalus {
 
+// A piece of a lane's memory with its own arena. A lane starts as one segment and gains another when it must
+// grow while blocks are live and the memory right after its last segment is taken.
+struct Segment {
+  Segment(const Region& region_, bool pooled_) : region(region_), arena(region_.bytes), pooled(pooled_) {}
+  Region region;      // changed only under the allocator's exclusive lock (a pooled segment grows or shrinks)
+  Arena arena;        // guarded by the lane's mu
+  const bool pooled;  // a block of the device's pool (given back by bookkeeping), else memory from the backing
+};
+
 struct Lane {
-  Lane(std::int64_t id_, const Region& region_) : id(id_), region(region_), arena(region_.bytes) {}
+  Lane(std::int64_t id_, std::int64_t device_, std::size_t capacity_) : id(id_), device(device_), capacity(capacity_) {}
   const std::int64_t id;
-  Region region;  // changed only under the allocator's exclusive lock, when the lane is empty
+  const std::int64_t device;
+  // Changed only under the allocator's exclusive lock (read under its shared lock):
+  std::vector<std::unique_ptr<Segment>> segments;
+  std::size_t capacity;  // the hard cap on the lane's live bytes; segments hold at least this much (unless retired)
+  bool retired = false;  // dissolved while blocks were live: its memory goes back as they are freed
   std::mutex mu;
-  Arena arena;                          // guarded by mu
+  std::size_t used = 0;                 // guarded by mu: live bytes over every segment
   std::vector<void*> freed_on_streams;  // guarded by mu: streams with frees not yet synchronised
   std::atomic<std::int64_t> active_tag{FS_NO_TAG};
+
+  // Bytes of memory the lane holds (the sum of its segments).
+  std::size_t reserved() const {
+    std::size_t total = 0;
+    for (const auto& s : segments) total += s->region.bytes;
+    return total;
+  }
+};
+
+// One region of a device's memory, obtained once, that lane segments are carved from: opening, growing,
+// shrinking and dissolving a lane then costs bookkeeping only (no cudaMalloc/cudaFree).
+struct Pool {
+  explicit Pool(const Region& region_) : region(region_), arena(region_.bytes) {}
+  Region region;
+  Arena arena;  // guarded by the allocator's exclusive lock; its live blocks are segments, tagged with the lane
 };
 
 struct TagState {
@@ -59,8 +87,13 @@ class Allocator {
   std::int64_t backing_kind() const;
   std::int64_t set_backing(std::int64_t kind);
 
+  std::int64_t set_pool(std::int64_t device, std::int64_t bytes);
+  std::int64_t pool_stats(std::int64_t device, fs_pool_stats* out);
+
   std::int64_t create_lane(std::int64_t capacity, std::int64_t device);
   std::int64_t dissolve_lane(std::int64_t lane);
+  std::int64_t retire_lane(std::int64_t lane);
+  std::int64_t reap();
   std::int64_t resize_lane(std::int64_t lane, std::int64_t capacity);
   std::int64_t lane_stats(std::int64_t lane, fs_lane_stats* out);
   std::int64_t lane_blocks(std::int64_t lane, fs_block_info* out, std::int64_t max);
@@ -92,16 +125,35 @@ class Allocator {
     std::int64_t tag;
   };
 
+  struct SegmentRef {
+    std::shared_ptr<Lane> lane;
+    Segment* segment;
+  };
+  using Segments = std::vector<std::unique_ptr<Segment>>;
+
   std::shared_ptr<Lane> find_lane(std::int64_t lane) const;        // caller holds mu_
   std::shared_ptr<TagState> find_tag(std::int64_t tag) const;      // caller holds mu_
   std::shared_ptr<TagState> tag_or_create(std::int64_t tag);       // caller holds mu_ exclusively
-  std::shared_ptr<Lane> lane_holding(std::uintptr_t address) const;  // caller holds mu_
+  SegmentRef segment_holding(std::uintptr_t address) const;        // caller holds mu_
+  // The rest: the caller holds mu_ exclusively. Regions of unpooled segments that must go back to the backing are
+  // appended to `release` (given back after the lock is dropped: cudaFree can take milliseconds).
+  // `bytes` for a lane on `device`: carved from the device's pool, else one segment from the backing.
+  bool obtain(std::int64_t device, std::size_t bytes, std::int64_t lane, Segments* out, std::string* why);
+  bool carve(Pool& pool, std::size_t bytes, std::int64_t lane, std::int64_t device, Segments* out, std::string* why);
+  void attach(const std::shared_ptr<Lane>& lane, std::unique_ptr<Segment> segment);
+  void give_back(Lane& lane, std::size_t index, std::vector<Region>* release);
+  bool grow(const std::shared_ptr<Lane>& lane, std::size_t extra, std::string* why);
+  void trim(Lane& lane, std::vector<Region>* release);
+  void erase_lane(std::int64_t lane);
+  void reap_locked(std::vector<Region>* release);
+  void release_all(const std::vector<Region>& regions, const std::shared_ptr<Backing>& backing);
 
   mutable std::shared_mutex mu_;
-  std::shared_ptr<Backing> backing_;  // replaced only while there are no lanes and no allocations
+  std::shared_ptr<Backing> backing_;  // replaced only while there are no lanes, pools or allocations
   std::int64_t next_lane_ = 0;
   std::unordered_map<std::int64_t, std::shared_ptr<Lane>> lanes_;
-  std::map<std::uintptr_t, std::shared_ptr<Lane>> lanes_by_base_;
+  std::map<std::uintptr_t, SegmentRef> segments_by_base_;
+  std::unordered_map<std::int64_t, std::unique_ptr<Pool>> pools_;  // by device
   std::unordered_map<std::int64_t, std::shared_ptr<TagState>> tags_;
   std::unordered_map<void*, std::int64_t> stream_lanes_;
 

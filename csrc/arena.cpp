@@ -70,6 +70,107 @@ std::optional<Arena::Freed> Arena::release(std::size_t offset) {
   return freed;
 }
 
+std::optional<std::pair<std::size_t, std::size_t>> Arena::best_fit(std::size_t size) const {
+  if (size == 0 || size % kAlignment != 0) return std::nullopt;
+  auto fit = free_.lower_bound({size, 0});
+  if (fit == free_.end()) return std::nullopt;
+  return *fit;
+}
+
+bool Arena::grow_block(std::size_t offset, std::size_t new_size) {
+  auto it = blocks_.find(offset);
+  if (it == blocks_.end() || it->second.free || new_size % kAlignment != 0) return false;
+  if (new_size <= it->second.size) return new_size == it->second.size;
+  auto next = std::next(it);
+  const std::size_t extra = new_size - it->second.size;
+  if (next == blocks_.end() || !next->second.free || next->second.size < extra) return false;
+  const std::size_t next_offset = next->first;
+  const std::size_t next_size = next->second.size;
+  if (next_size > extra) {
+    // Index the smaller remainder first: if that throws, nothing has changed yet.
+    blocks_.emplace(next_offset + extra, Block{next_size - extra, kFreeTag, true});
+    try {
+      free_.emplace(next_size - extra, next_offset + extra);
+    } catch (...) {
+      blocks_.erase(next_offset + extra);
+      throw;
+    }
+  }
+  free_.erase({next_size, next_offset});
+  blocks_.erase(next_offset);
+  it->second.size = new_size;
+  used_ += extra;
+  return true;
+}
+
+bool Arena::shrink_block(std::size_t offset, std::size_t new_size) {
+  auto it = blocks_.find(offset);
+  if (it == blocks_.end() || it->second.free || new_size == 0 || new_size % kAlignment != 0 ||
+      new_size >= it->second.size) {
+    return false;
+  }
+  const std::size_t tail_offset = offset + new_size;
+  std::size_t tail_size = it->second.size - new_size;
+  auto next = std::next(it);
+  const bool merge = next != blocks_.end() && next->second.free;
+  if (merge) tail_size += next->second.size;
+  blocks_.emplace_hint(next, tail_offset, Block{tail_size, kFreeTag, true});
+  try {
+    free_.emplace(tail_size, tail_offset);
+  } catch (...) {
+    blocks_.erase(tail_offset);
+    throw;
+  }
+  if (merge) {
+    free_.erase({next->second.size, next->first});
+    blocks_.erase(next);
+  }
+  used_ -= it->second.size - new_size;
+  it->second.size = new_size;
+  return true;
+}
+
+std::size_t Arena::free_tail() const {
+  if (blocks_.empty()) return 0;
+  const Block& last = blocks_.rbegin()->second;
+  return last.free ? last.size : 0;
+}
+
+bool Arena::set_capacity(std::size_t new_capacity) {
+  if (new_capacity == 0 || new_capacity % kAlignment != 0) return false;
+  if (new_capacity == capacity_) return true;
+  auto last = std::prev(blocks_.end());
+  if (new_capacity > capacity_) {
+    const std::size_t extra = new_capacity - capacity_;
+    if (last->second.free) {
+      free_.erase({last->second.size, last->first});
+      last->second.size += extra;
+      free_.emplace(last->second.size, last->first);  // one node out, one in: fails only if the heap is gone
+    } else {
+      blocks_.emplace(capacity_, Block{extra, kFreeTag, true});
+      try {
+        free_.emplace(extra, capacity_);
+      } catch (...) {
+        blocks_.erase(capacity_);
+        throw;
+      }
+    }
+    capacity_ = new_capacity;
+    return true;
+  }
+  const std::size_t cut = capacity_ - new_capacity;
+  if (!last->second.free || last->second.size < cut) return false;
+  free_.erase({last->second.size, last->first});
+  if (last->second.size == cut) {
+    blocks_.erase(last);
+  } else {
+    last->second.size -= cut;
+    free_.emplace(last->second.size, last->first);
+  }
+  capacity_ = new_capacity;
+  return true;
+}
+
 bool Arena::check(std::string* why) const {
   auto fail = [why](const std::string& msg) {
     if (why != nullptr) *why = msg;

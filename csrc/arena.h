@@ -48,6 +48,21 @@ class Arena {
   // Start over with a new capacity; only valid when no block is live.
   void reset(std::size_t capacity);
 
+  // Where allocate(size) would go, without allocating: (size of the chosen free block, its offset).
+  std::optional<std::pair<std::size_t, std::size_t>> best_fit(std::size_t size) const;
+  // Grow the live block at `offset` in place to `new_size` (a multiple of kAlignment) by taking the start of
+  // the free block right after it. False, with nothing changed, if that block is missing, live or too small.
+  bool grow_block(std::size_t offset, std::size_t new_size);
+  // Shrink the live block at `offset` to `new_size` (a positive multiple of kAlignment); its tail becomes free
+  // and merges with a free next block. False, with nothing changed, if no live block of more bytes starts there.
+  bool shrink_block(std::size_t offset, std::size_t new_size);
+  // Bytes of the free block that ends the arena (0 when the last block is live).
+  std::size_t free_tail() const;
+  // Change the capacity while blocks may be live: growing adds free space at the end, shrinking cuts the end,
+  // which must be free (`new_capacity >= capacity() - free_tail()`). `new_capacity` is a positive multiple of
+  // kAlignment. False, with nothing changed, otherwise.
+  bool set_capacity(std::size_t new_capacity);
+
   std::size_t capacity() const { return capacity_; }
   std::size_t used() const { return used_; }
   std::size_t largest_free() const { return free_.empty() ? 0 : free_.rbegin()->first; }

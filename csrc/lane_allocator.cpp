@@ -79,7 +79,7 @@ const char* fs_status_string(int64_t status) {
     case FS_ERR_LANE_BUSY:
       return "still holds live allocations";
     case FS_ERR_LANE_FULL:
-      return "lane full: no free block is large enough (lane cap)";
+      return "lane full: the lane's cap is reached or no free block is large enough";
     case FS_ERR_TAG_CAP:
       return "the allocation would exceed the tag's cap";
     case FS_ERR_NO_TAG:
@@ -135,12 +135,28 @@ int64_t fs_allocator_backing(const fs_allocator* a) {
   return a == nullptr ? record(FS_ERR_INVALID) : a->impl.backing_kind();
 }
 
+int64_t fs_pool_set(fs_allocator* a, int64_t device, int64_t bytes) {
+  return guarded(a, [&](Allocator& impl) { return impl.set_pool(device, bytes); });
+}
+
+int64_t fs_pool_stats_get(fs_allocator* a, int64_t device, fs_pool_stats* out) {
+  return guarded(a, [&](Allocator& impl) { return impl.pool_stats(device, out); });
+}
+
 int64_t fs_lane_create(fs_allocator* a, int64_t capacity, int64_t device) {
   return guarded(a, [&](Allocator& impl) { return impl.create_lane(capacity, device); });
 }
 
 int64_t fs_lane_dissolve(fs_allocator* a, int64_t lane) {
   return guarded(a, [&](Allocator& impl) { return impl.dissolve_lane(lane); });
+}
+
+int64_t fs_lane_retire(fs_allocator* a, int64_t lane) {
+  return guarded(a, [&](Allocator& impl) { return impl.retire_lane(lane); });
+}
+
+int64_t fs_reap(fs_allocator* a) {
+  return guarded(a, [&](Allocator& impl) { return impl.reap(); });
 }
 
 int64_t fs_lane_resize(fs_allocator* a, int64_t lane, int64_t capacity) {

@@ -50,7 +50,7 @@ extern "C" {
 #define FS_ERR_INVALID (-1)      /* bad argument (size, capacity, negative id, ...) */
 #define FS_ERR_NO_LANE (-2)      /* unknown lane, or the tag is not assigned to a lane */
 #define FS_ERR_LANE_BUSY (-3)    /* the lane (or tag, or allocator) still holds live allocations */
-#define FS_ERR_LANE_FULL (-4)    /* no free block of the lane is large enough (lane cap) */
+#define FS_ERR_LANE_FULL (-4)    /* the lane's cap, or no free block of the lane is large enough */
 #define FS_ERR_TAG_CAP (-5)      /* the allocation would put the tag past its cap */
 #define FS_ERR_NO_TAG (-6)       /* unknown tag */
 #define FS_ERR_NOT_OURS (-7)     /* free of a pointer this allocator does not hold (or a double free) */
@@ -70,7 +70,11 @@ typedef struct fs_lane_stats {
   int64_t free_blocks;      /* free blocks (1 when the lane is empty: everything coalesced) */
   int64_t tags;             /* tags assigned to the lane */
   int64_t active_tag;       /* tag the lane runs now (stream fallback), FS_NO_TAG if none */
-  int64_t base;             /* address of the first byte of the arena */
+  int64_t base;             /* address of the first byte of the lane's first segment */
+  int64_t reserved;         /* bytes of memory the lane holds: >= capacity, more after a shrink that live blocks
+                               kept from giving everything back (see fs_lane_resize) */
+  int64_t segments;         /* pieces of memory the lane is made of (1 unless it grew while blocks were live) */
+  int64_t retired;          /* 1: dissolved with live blocks (fs_lane_retire), its memory goes back as they go */
 } fs_lane_stats;
 
 typedef struct fs_tag_stats {
@@ -84,11 +88,23 @@ typedef struct fs_tag_stats {
 } fs_tag_stats;
 
 typedef struct fs_block_info {
-  int64_t offset; /* from the lane's base */
+  int64_t offset; /* from the base of its segment */
   int64_t size;
   int64_t tag;     /* FS_NO_TAG for a free block */
   int64_t is_free; /* 0 or 1 */
+  int64_t segment; /* index of its segment in the lane (0 for a lane of one segment) */
+  int64_t address; /* first byte */
 } fs_block_info;
+
+typedef struct fs_pool_stats {
+  int64_t device;
+  int64_t capacity;     /* bytes of the pool */
+  int64_t used;         /* bytes carved out for lanes */
+  int64_t largest_free; /* bytes of the largest free piece */
+  int64_t free_blocks;  /* free pieces */
+  int64_t segments;     /* lane segments carved from it */
+  int64_t base;         /* address of its first byte */
+} fs_pool_stats;
 
 /* --- library ------------------------------------------------------------------------------------- */
 FS_API int64_t fs_alignment(void);
@@ -109,21 +125,47 @@ FS_API fs_allocator* fs_global_allocator(void);
 FS_API int64_t fs_global_set_backing(int64_t backing);
 FS_API int64_t fs_allocator_backing(const fs_allocator* a);
 
+/* --- device pools ---------------------------------------------------------------------------------- */
+/* Obtain `bytes` (rounded down to FS_ALIGNMENT) of `device`'s memory at once, and carve that device's lanes
+ * from it from now on: creating, resizing and dissolving a lane then only moves bookkeeping, and a shrinking
+ * lane gives its free tail back. `bytes` = 0 gives the pool back. FS_ERR_LANE_BUSY while the device has lanes;
+ * FS_ERR_BACKING if the memory cannot be obtained. Without a pool, each lane segment is obtained from the
+ * backing on its own (one cudaMalloc per segment on CUDA). */
+FS_API int64_t fs_pool_set(fs_allocator* a, int64_t device, int64_t bytes);
+/* FS_ERR_NO_LANE if the device has no pool. */
+FS_API int64_t fs_pool_stats_get(fs_allocator* a, int64_t device, fs_pool_stats* out);
+
 /* --- lanes --------------------------------------------------------------------------------------- */
 /* Create a lane of `capacity` bytes (rounded down to FS_ALIGNMENT) on `device` (ignored on the host).
- * Returns the lane id (>= 0) or a negative status. */
+ * With a pool for the device, the lane is carved from it: in one piece if the pool has one large enough,
+ * else from several (segments). Returns the lane id (>= 0) or a negative status. */
 FS_API int64_t fs_lane_create(fs_allocator* a, int64_t capacity, int64_t device);
 /* Dissolve an empty lane and give its memory back; FS_ERR_LANE_BUSY if it holds live blocks. Tags
  * assigned to it become unassigned, and streams bound to it unbound. */
 FS_API int64_t fs_lane_dissolve(fs_allocator* a, int64_t lane);
-/* Change an empty lane's capacity (its memory is given back and obtained again). */
+/* Dissolve a lane that may still hold live blocks (a trial moved elsewhere and kept its persistent memory
+ * here): tags and streams are unassigned and unbound at once and nothing more is allocated from it; its free
+ * memory goes back now where it can (pooled lanes), the rest as the live blocks are freed (fs_reap). An empty
+ * lane is dissolved at once. */
+FS_API int64_t fs_lane_retire(fs_allocator* a, int64_t lane);
+/* Dissolve retired lanes that have emptied, and give back the free memory of those that have not (pooled).
+ * Returns how many lanes were dissolved. Lane creation, resizing, dissolution and retirement also do this. */
+FS_API int64_t fs_reap(fs_allocator* a);
+/* Change a lane's capacity (its hard cap), also while it holds live blocks.
+ * - Empty lane: its memory is given back and obtained again in one piece where possible.
+ * - Growing: the last segment grows in place if the pool's memory right after it is free, else the lane gains
+ *   a segment of the difference. FS_ERR_BACKING (the lane unchanged) if the memory cannot be obtained.
+ * - Shrinking: the cap drops at once (below the live bytes too: allocations fail until enough is freed);
+ *   memory goes back from free segments, and from free segment tails of pooled lanes, as far as live blocks
+ *   allow: `reserved` may stay above `capacity`. */
 FS_API int64_t fs_lane_resize(fs_allocator* a, int64_t lane, int64_t capacity);
 FS_API int64_t fs_lane_stats_get(fs_allocator* a, int64_t lane, fs_lane_stats* out);
 /* Copy up to `max` blocks, in address order, into `out`; returns the lane's number of blocks (which may
  * exceed `max`) or a negative status. */
 FS_API int64_t fs_lane_blocks(fs_allocator* a, int64_t lane, fs_block_info* out, int64_t max);
-/* Verify the arena's invariants (blocks tile the arena, no two free neighbours, indexes and counters
- * agree). FS_OK, or FS_ERR_INTERNAL with a description in `why` (NUL-terminated, up to why_len). */
+/* Verify the lane's invariants (in every segment blocks tile the arena, no two free neighbours, indexes and
+ * counters agree; segments are where the index and the pool say; reserved >= capacity unless retired). FS_OK,
+ * or FS_ERR_INTERNAL with a description in `why` (NUL-terminated, up to why_len). */
 FS_API int64_t fs_lane_check(fs_allocator* a, int64_t lane, char* why, int64_t why_len);
 /* Lane ids, up to `max` of them; returns how many lanes there are. */
 FS_API int64_t fs_lane_list(fs_allocator* a, int64_t* out, int64_t max);

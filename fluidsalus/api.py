@@ -28,6 +28,7 @@ from fluidsalus.callbacks import Callback
 from fluidsalus.config import RunSpec, build
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.actor import cluster_nodes, pack_trainable
+from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE
 from fluidsalus.gpu.device import plan_devices
 from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS, stop_rule
 from fluidsalus.result import ResultGrid
@@ -73,6 +74,7 @@ def run(
     resume: bool = False,
     callbacks: list[Callback] | None = None,
     address: str | None = None,
+    memory_mode: str = DEFAULT_MEMORY_MODE,
 ) -> ResultGrid:
     """Run a hyperparameter sweep of ``trainable`` on the cluster's devices.
 
@@ -118,6 +120,14 @@ def run(
             ``host:port``, ``ray://host:port`` (Ray Client) or ``"auto"``, as in ``ray.init(address=...)``.
             None starts a local Ray (or joins ``$RAY_ADDRESS``). The devices are planned node by node: one per
             GPU of every node, or virtual CPU devices within each node, each actor pinned to its node.
+        memory_mode: How GPU devices know and bound their trials' memory (docs/allocator.md, "Which mode the
+            engine uses"). ``"caching"`` (the default): PyTorch's caching allocator, each trial's P and T measured
+            by profiling its first iterations (a solo iteration for T), no hard caps. ``"arena"``: the lane
+            allocator is installed as PyTorch's CUDA allocator in each device actor: exact per-trial P and T at
+            every iteration boundary and hard lane caps (the trial that overflows gets the out-of-memory error
+            and is re-admitted), but no CUDA graphs, CUDA IPC or ``torch.cuda`` memory statistics in trainables;
+            a device that cannot install it fails to start. ``"auto"``: arena where it can be installed, else
+            caching. Virtual CPU devices always profile.
 
     Returns:
         A :class:`ResultGrid` of every trial.
@@ -132,6 +142,7 @@ def run(
         lane_policy=lane_policy, quantum_ms=quantum_ms, time_budget_s=time_budget_s, fail_fast=fail_fast,
         checkpoint_num_to_keep=checkpoint_num_to_keep, checkpoint_score_attribute=checkpoint_score_attribute,
         checkpoint_score_order=checkpoint_score_order, address=address,
+        memory_mode=memory_mode,
     )
     trainable_name = _check_trainable(trainable)
     space = {} if config is None else config
@@ -147,7 +158,7 @@ def run(
     elif not isinstance(searcher, BaseSearcher):
         raise ConfigError(f"searcher: must be a fluidsalus BaseSearcher, got {type(searcher).__name__}")
     rule = stop_rule(stop)
-    payload = _pack(trainable, rule)
+    payload = _pack(trainable, rule, {"memory_mode": spec.memory_mode})
     storage = spec.resolved_storage_path()
     _check_writable(storage)
     exp_name = spec.name or f"{trainable_name}_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}"
@@ -293,10 +304,11 @@ def _check_trainable(trainable: Any) -> str:
     return getattr(trainable, "__name__", type(trainable).__name__)
 
 
-def _pack(trainable: Any, rule: Any) -> bytes:
-    """Pickle the trainable and stop rule once for every device; an unpicklable one is a ConfigError."""
+def _pack(trainable: Any, rule: Any, host_options: dict[str, Any]) -> bytes:
+    """Pickle the trainable and stop rule (and the run's device settings) once for every device; an
+    unpicklable one is a ConfigError."""
     try:
-        return pack_trainable(trainable, rule)
+        return pack_trainable(trainable, rule, host_options)
     except Exception as e:  # noqa: BLE001 - pickling can fail with any exception type
         field = "trainable"
         with contextlib.suppress(Exception):

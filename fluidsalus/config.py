@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from fluidsalus.errors import ConfigError
+from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE
 from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS
 
 #: Where experiments go when no ``storage_path`` is given; ``FLUIDSALUS_STORAGE_PATH`` overrides it.
@@ -47,6 +48,9 @@ class RunSpec(BaseModel):
     verbose: int = Field(1, ge=0, le=3)
     resume: bool = False
     address: str | None = Field(None, description="Ray cluster to connect to when Ray is not yet initialised.")
+    memory_mode: Literal["caching", "arena", "auto"] = Field(
+        DEFAULT_MEMORY_MODE, description="How GPU devices know and bound trial memory (fluidsalus.gpu.arena)."
+    )
 
     @field_validator("name")
     @classmethod

@@ -275,16 +275,213 @@ def test_dissolve_only_when_empty(alloc):
 def test_resize_an_empty_lane(alloc):
     lane = alloc.create_lane(8 * UNIT)
     alloc.assign(1, lane)
-    a = alloc.malloc(UNIT, 1)
-    with pytest.raises(LaneAllocatorError) as e:
-        alloc.resize_lane(lane, 32 * UNIT)
-    assert e.value.status == Status.LANE_BUSY
-    alloc.free(a)
+    alloc.free(alloc.malloc(UNIT, 1))
     alloc.resize_lane(lane, 32 * UNIT)
     stats = alloc.lane_stats(lane)
-    assert (stats.capacity, stats.largest_free, stats.tags) == (32 * UNIT, 32 * UNIT, 1)
+    assert (stats.capacity, stats.reserved, stats.segments, stats.largest_free, stats.tags) == (
+        32 * UNIT, 32 * UNIT, 1, 32 * UNIT, 1)
     assert alloc.malloc(20 * UNIT, 1)  # the tag keeps its lane
     alloc.check_lane(lane)
+
+
+def test_resize_a_lane_with_live_blocks_without_a_pool(alloc):
+    """Without a pool a lane's memory comes from the backing in whole pieces: it grows by a segment, and a
+    shrink lowers the cap at once but gives memory back only as whole free segments."""
+    lane = alloc.create_lane(8 * UNIT)
+    alloc.assign(1, lane)
+    first = alloc.malloc(6 * UNIT, 1)
+    alloc.resize_lane(lane, 20 * UNIT)  # grows while 6 units are live: a second segment of 12 units
+    stats = alloc.lane_stats(lane)
+    assert (stats.capacity, stats.reserved, stats.segments, stats.used) == (20 * UNIT, 20 * UNIT, 2, 6 * UNIT)
+    second = alloc.malloc(12 * UNIT, 1)  # only the new segment has 12 units in a row
+    blocks = {b.address: b for b in alloc.lane_blocks(lane)}
+    assert blocks[first].segment == 0 and blocks[second].segment == 1
+    assert alloc.malloc(3 * UNIT, 1) == 0 and fa.last_error() == Status.LANE_FULL  # 18 + 3 > the cap of 20
+    tail = alloc.malloc(2 * UNIT, 1)
+    assert {b.address: b for b in alloc.lane_blocks(lane)}[tail].segment == 0  # the rest of the first segment
+    assert alloc.malloc(1, 1) == 0 and fa.last_error() == Status.LANE_FULL
+    alloc.check_lane(lane)
+    # shrink below the live bytes: the cap drops at once, nothing goes back while every segment holds blocks
+    alloc.resize_lane(lane, 8 * UNIT)
+    stats = alloc.lane_stats(lane)
+    assert (stats.capacity, stats.reserved, stats.free, stats.largest_free) == (8 * UNIT, 20 * UNIT, 0, 0)
+    assert alloc.malloc(UNIT, 1) == 0 and fa.last_error() == Status.LANE_FULL
+    alloc.free(second)
+    alloc.resize_lane(lane, 8 * UNIT)  # now the second segment is free and goes back whole
+    stats = alloc.lane_stats(lane)
+    assert (stats.reserved, stats.segments, stats.used) == (8 * UNIT, 1, 8 * UNIT)
+    alloc.check_lane(lane)
+
+
+@pytest.fixture
+def pooled():
+    a = LaneAllocator("host")
+    a.set_pool(64 * UNIT)
+    yield a
+    a.close()
+
+
+def test_pooled_lanes_grow_in_place_shrink_and_give_tails_back(pooled):
+    a = pooled
+    assert a.pool_stats().capacity == 64 * UNIT
+    lane = a.create_lane(8 * UNIT)
+    base = a.lane_stats(lane).base
+    assert base == a.pool_stats().base  # carved from the pool, at its start
+    a.assign(1, lane)
+    x = a.malloc(4 * UNIT, 1)
+    # the pool's memory right after the lane is free: it grows in place, still one segment
+    a.resize_lane(lane, 16 * UNIT)
+    stats = a.lane_stats(lane)
+    assert (stats.segments, stats.reserved, stats.base, stats.largest_free) == (1, 16 * UNIT, base, 12 * UNIT)
+    assert a.pool_stats().used == 16 * UNIT
+    # another lane takes the memory after it: the next growth is a second segment
+    other = a.create_lane(8 * UNIT)
+    a.resize_lane(lane, 20 * UNIT)
+    stats = a.lane_stats(lane)
+    assert (stats.segments, stats.reserved) == (2, 20 * UNIT)
+    a.check_lane(lane)
+    # shrinking gives back the free second segment and the free tail of the first: exactly the capacity
+    a.resize_lane(lane, 6 * UNIT)
+    stats = a.lane_stats(lane)
+    assert (stats.segments, stats.reserved, stats.capacity, stats.used) == (1, 6 * UNIT, 6 * UNIT, 4 * UNIT)
+    assert a.pool_stats().used == 6 * UNIT + 8 * UNIT
+    a.check_lane(lane)
+    a.check_lane(other)
+    a.free(x)
+    a.dissolve_lane(lane)
+    a.dissolve_lane(other)
+    assert a.pool_stats().used == 0 and a.pool_stats().free_blocks == 1
+    with pytest.raises(LaneAllocatorError) as e:
+        a.create_lane(65 * UNIT)
+    assert e.value.status == Status.BACKING and "pool" in str(e.value)
+
+
+def test_a_pooled_lane_is_carved_from_several_pieces_when_the_pool_is_fragmented(pooled):
+    a = pooled
+    lanes = [a.create_lane(16 * UNIT) for _ in range(4)]  # the whole pool
+    a.dissolve_lane(lanes[0])
+    a.dissolve_lane(lanes[2])  # 16 + 16 units free, not adjacent
+    big = a.create_lane(24 * UNIT)
+    stats = a.lane_stats(big)
+    assert (stats.segments, stats.reserved, stats.capacity) == (2, 24 * UNIT, 24 * UNIT)
+    a.assign(1, big)
+    blocks = [a.malloc(8 * UNIT, 1) for _ in range(3)]
+    assert all(blocks) and a.malloc(UNIT, 1) == 0  # the cap
+    a.check_lane(big)
+    assert a.pool_stats().used == 24 * UNIT + 32 * UNIT
+
+
+def test_a_retired_lane_keeps_its_live_blocks_and_goes_back_when_they_are_freed(pooled):
+    a = pooled
+    lane = a.create_lane(16 * UNIT)
+    a.assign(1, lane)
+    kept = a.malloc(2 * UNIT, 1)
+    a.bind_stream(0xAB, lane)
+    a.retire_lane(lane)
+    stats = a.lane_stats(lane)
+    assert stats.retired and stats.reserved == 2 * UNIT  # the free tail went back at once
+    assert a.pool_stats().used == 2 * UNIT
+    assert a.tag_info(1).lane is None and a.malloc(UNIT, 1) == 0  # nothing more is allocated there
+    with pytest.raises(LaneAllocatorError) as e:
+        a.assign(1, lane)
+    assert e.value.status == Status.NO_LANE
+    assert a.reap() == 0 and a.lanes() == [lane]
+    a.free(kept)  # the trial that moved away frees its old memory
+    assert a.reap() == 1
+    assert a.lanes() == [] and a.pool_stats().used == 0
+    # an empty lane retires at once
+    empty = a.create_lane(4 * UNIT)
+    a.retire_lane(empty)
+    assert a.lanes() == []
+
+
+def test_set_pool_only_while_the_device_has_no_lanes(pooled):
+    a = pooled
+    lane = a.create_lane(4 * UNIT)
+    with pytest.raises(LaneAllocatorError) as e:
+        a.set_pool(128 * UNIT)
+    assert e.value.status == Status.LANE_BUSY
+    a.dissolve_lane(lane)
+    a.set_pool(0)
+    with pytest.raises(LaneAllocatorError) as e:
+        a.pool_stats()
+    assert e.value.status == Status.NO_LANE
+    lane = a.create_lane(4 * UNIT)  # straight from the backing again
+    assert a.lane_stats(lane).reserved == 4 * UNIT
+
+
+RESIZE_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("alloc"), st.integers(0, 2), st.integers(1, 12 * UNIT)),
+        st.tuples(st.just("free"), st.integers(0, 2), st.integers(0, 10_000)),
+        st.tuples(st.just("resize"), st.integers(0, 2), st.integers(1, 48)),
+        st.tuples(st.just("retire"), st.integers(0, 2), st.just(0)),
+    ),
+    max_size=50,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(ops=RESIZE_OPS)
+def test_random_resizes_and_retirements_keep_every_invariant(ops):
+    """Random allocations, frees, resizes (growing and shrinking while blocks are live) and retirements of three
+    pooled lanes: blocks never overlap and stay inside their lane's segments, every lane's invariants hold, a
+    lane's live bytes never pass its capacity after an allocation, and the pool holds exactly the lanes'
+    memory."""
+    pool_bytes = 160 * UNIT
+    with LaneAllocator("host") as a:
+        a.set_pool(pool_bytes)
+        lanes: dict[int, int] = {}  # slot -> lane id
+        live: dict[int, tuple[int, int, int]] = {}  # address -> (size, lane id, tag)
+        for slot in range(3):
+            lanes[slot] = a.create_lane(16 * UNIT)
+            a.assign(slot, lanes[slot])
+        for op, slot, arg in ops:
+            lane = lanes.get(slot)
+            if op == "alloc" and lane is not None:
+                before = a.lane_stats(lane)
+                addr = a.malloc(arg, slot)
+                if addr:
+                    live[addr] = (rounded(arg), lane, slot)
+                    assert a.lane_stats(lane).used <= a.lane_stats(lane).capacity
+                else:
+                    assert fa.last_error() == Status.LANE_FULL
+                    assert before.largest_free < rounded(arg)
+            elif op == "free" and live:
+                addr = sorted(live)[arg % len(live)]
+                a.free(addr)
+                del live[addr]
+            elif op == "resize" and lane is not None:
+                try:
+                    a.resize_lane(lane, arg * UNIT)
+                except LaneAllocatorError as e:  # the pool is short: the lane keeps its capacity
+                    assert e.status == Status.BACKING
+            elif op == "retire" and lane is not None:
+                a.retire_lane(lane)
+                del lanes[slot]
+            present = set(a.lanes())
+            reserved = 0
+            for lid in present:
+                a.check_lane(lid)
+                stats = a.lane_stats(lid)
+                reserved += stats.reserved
+                segments = {}
+                for b in a.lane_blocks(lid):
+                    lo, hi = segments.get(b.segment, (b.address, b.address))
+                    segments[b.segment] = (min(lo, b.address), max(hi, b.address + b.size))
+                for addr, (size, owner, _) in live.items():
+                    if owner == lid:
+                        assert any(lo <= addr and addr + size <= hi for lo, hi in segments.values())
+            assert a.pool_stats().used == reserved <= pool_bytes
+            assert_no_overlap([(addr, size) for addr, (size, _, _) in live.items()])
+            assert all(owner in present for _, owner, _ in live.values())  # a retired lane lives while it holds blocks
+        for addr in list(live):
+            a.free(addr)
+        a.reap()
+        assert set(a.lanes()) == set(lanes.values())
+        for lid in lanes.values():
+            a.dissolve_lane(lid)
+        assert a.pool_stats().used == 0 and a.live_bytes() == 0
 
 
 def test_bad_arguments(alloc):

@@ -1,7 +1,15 @@
-"""The lane allocator as PyTorch's CUDA allocator (GPU only; skipped without CUDA).
+"""The lane allocator as PyTorch's CUDA allocator, and arena mode on a GPU (GPU only; skipped without CUDA).
 
 The pluggable allocator must be installed before a process's first CUDA allocation, so each check runs in a
-fresh Python subprocess that prints its observations as JSON.
+fresh Python subprocess that prints its observations as JSON. ``make test-gpu`` runs this file.
+
+- SCRIPT: the allocator alone: tagging, caps, the stream fallback of a backward pass.
+- REFERENCE_SCRIPT: a trial's workload under PyTorch's caching allocator, measured with
+  ``torch.cuda.memory_allocated`` / ``max_memory_allocated`` (which the pluggable allocator does not support).
+- HOST_SCRIPT: a device host in arena mode on cuda:0, two trials time-slicing one lane, one of which passes
+  its cap once: the P and T it reads must equal the reference's deltas, and the breach must re-admit only
+  that trial.
+- SWEEP_SCRIPT: ``fluidsalus.run(..., memory_mode="arena")`` through a real Ray device actor on the GPU.
 """
 
 from __future__ import annotations
@@ -104,7 +112,133 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def run_script() -> dict:
+#: A trial's workload, shared by the reference and the arena runs. Element-wise kernels only (no cuBLAS
+#: workspace, no reduction buffers), so every byte it allocates is one of its own tensors.
+WORKLOAD = textwrap.dedent(
+    """
+    import torch
+
+    CONFIGS = {"a": {"p_floats": 1 << 20, "t_floats": 2 << 20}, "b": {"p_floats": 3 << 20, "t_floats": 4 << 20}}
+
+    def make_state(cfg):
+        return {"w": torch.ones(cfg["p_floats"], device="cuda")}  # persistent: kept across iterations
+
+    def iteration(state, cfg):
+        a = torch.empty(cfg["t_floats"], device="cuda").fill_(1.0)  # ephemeral: two temporaries at once
+        b = a.mul(2.0)
+        state["w"].add_(b[: cfg["p_floats"]])
+        del a, b
+        torch.cuda.current_stream().synchronize()
+    """
+)
+
+REFERENCE_SCRIPT = WORKLOAD + textwrap.dedent(
+    """
+    import json
+
+    out = {}
+    for name, cfg in CONFIGS.items():
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        state = make_state(cfg)
+        torch.cuda.reset_peak_memory_stats()
+        iteration(state, cfg)
+        p = torch.cuda.memory_allocated() - base
+        out[name] = {"p": p, "t": torch.cuda.max_memory_allocated() - base - p}
+        del state
+    print("RESULT " + json.dumps(out))
+    """
+)
+
+HOST_SCRIPT = WORKLOAD + textwrap.dedent(
+    """
+    import collections
+    import json
+    import time
+
+    import fluidsalus
+    from fluidsalus.gpu.arena import CudaArenaBackend
+    from fluidsalus.gpu.host import EV_END, EV_LANE, EV_RESULT, DeviceHost, HostSettings, TrialSpec
+
+    MiB = 1 << 20
+    CAPACITY = 512 * MiB
+    assert not torch.cuda.is_initialized()
+    backend = CudaArenaBackend.install(CAPACITY, max_lanes=1)  # before anything initialises CUDA
+    attempts = collections.Counter()
+
+    def trainable(config):
+        name = config["name"]
+        attempts[name] += 1
+        cfg = CONFIGS[name]
+        state = make_state(cfg)
+        for i in range(4):
+            if name == "b" and attempts[name] == 1 and i == 1:
+                torch.empty(CAPACITY, dtype=torch.uint8, device="cuda")  # past every cap: torch's OOM
+            iteration(state, cfg)
+            fluidsalus.report({"i": i})
+
+    settings = HostSettings("gpu", device="cuda:0", max_lanes=1, capacity_bytes=CAPACITY,
+                            trial_estimate=(64 * MiB, 64 * MiB), memory_mode="arena")
+    host = DeviceHost(trainable, settings, arena=backend)
+    host.submit([TrialSpec(trial_id=n, trial_name=n, config={"name": n}, trial_dir=f"/tmp/fs_gpu_{n}")
+                 for n in ("a", "b")])
+    events, deadline = [], time.time() + 120
+    while sum(e[0] == EV_END for e in events) < 2 and time.time() < deadline:
+        events += host.poll(0.2)
+    lane = lambda kind: [[e[1], e[5]] for e in events if e[0] == EV_LANE and e[4] == kind]
+    out = {
+        "ends": {e[1]: [e[4], e[5]] for e in events if e[0] == EV_END},
+        "results": {n: [e[4]["i"] for e in events if e[0] == EV_RESULT and e[1] == n] for n in ("a", "b")},
+        "memory": lane("memory"),
+        "readmit": [[tid, d["error"]] for tid, d in lane("oom_readmit")],
+        "lane_oom": lane("lane_oom"),
+        "switches": len(lane("switch")),
+        "arena_open": len(lane("arena_open")),
+        "attempts": dict(attempts),
+        "lanes_left": backend.allocator.lanes(),
+        "pool_used": backend.allocator.pool_stats().used,
+    }
+    print("RESULT " + json.dumps(out))
+    """
+)
+
+SWEEP_SCRIPT = WORKLOAD + textwrap.dedent(
+    """
+    import json
+    import os
+    import sys
+    import tempfile
+
+    import ray
+
+    import fluidsalus
+    from fluidsalus.store import ExperimentStore
+
+    def trainable(config):
+        cfg = CONFIGS[config["name"]]
+        state = make_state(cfg)
+        for i in range(4):
+            iteration(state, cfg)
+            fluidsalus.report({"i": i})
+
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, configure_logging=False)
+    storage = tempfile.mkdtemp()
+    grid = fluidsalus.run(trainable, {"name": fluidsalus.grid_search(["a", "b"])}, storage_path=storage,
+                          name="arena", devices=1, verbose=0, memory_mode="arena")
+    store = ExperimentStore.open(os.path.join(storage, "arena"), readonly=True)
+    trials = {t.trial_id: t.config["name"] for t in store.trials()}
+    out = {
+        "errors": [str(e) for e in grid.errors],
+        "starts": [e.data for e in store.events("device_start")],
+        "memory": [[trials[e.trial_id], e.data] for e in store.events("memory")],
+        "arena_open": len(store.events("arena_open")),
+    }
+    print("RESULT " + json.dumps(out, default=str))
+    """
+)
+
+
+def run_script(script: str = SCRIPT, timeout_s: float = 300) -> dict:
     import fluidsalus
 
     # the child imports the same fluidsalus as this process (a checkout with an in-place build, or an install)
@@ -113,7 +247,7 @@ def run_script() -> dict:
         [str(Path(fluidsalus.__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]
     )
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))
@@ -123,6 +257,11 @@ def run_script() -> dict:
 @pytest.fixture(scope="module")
 def result() -> dict:
     return run_script()
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict:
+    return run_script(REFERENCE_SCRIPT)
 
 
 def in_lane(r: dict, ptr: int) -> bool:
@@ -160,3 +299,39 @@ def test_backward_pass_is_charged_to_the_lanes_tag(result):
     backward = result["backward"]
     assert backward["untagged_delta"] == 0, backward
     assert backward["tag2_live"] >= backward["grad_bytes"] > 0
+
+
+# ---- arena mode on the GPU ---------------------------------------------------------------------------------
+
+
+def test_reference_workload_is_what_it_says(reference):
+    # the caching allocator counts 512-byte-rounded blocks too: P is the weights, T the two temporaries
+    assert reference["a"] == {"p": (1 << 20) * 4, "t": 2 * (2 << 20) * 4}
+    assert reference["b"] == {"p": (3 << 20) * 4, "t": 2 * (4 << 20) * 4}
+
+
+def test_a_host_in_arena_mode_reads_exact_p_and_t_and_readmits_only_the_trial_past_its_cap(reference):
+    r = run_script(HOST_SCRIPT)
+    assert r["ends"] == {"a": ["completed", None], "b": ["completed", None]}, r
+    assert r["results"]["a"] == [0, 1, 2, 3]  # the neighbour was never interrupted
+    assert r["results"]["b"][-4:] == [0, 1, 2, 3] and r["attempts"] == {"a": 1, "b": 2}
+    (readmit,) = r["readmit"]
+    assert readmit[0] == "b" and "OutOfMemoryError" in readmit[1]
+    assert r["lane_oom"] and all(tid == "b" for tid, _ in r["lane_oom"])
+    assert r["switches"] > 0  # the two trials time-sliced their lane
+    for tid, m in r["memory"]:
+        # exact, while another trial shares the lane: the allocator's P and T are the caching allocator's
+        # memory_allocated deltas of the same workload run alone
+        assert m["exact"] and (m["p"], m["t"]) == (reference[tid]["p"], reference[tid]["t"]), (tid, m)
+    assert {tid for tid, _ in r["memory"]} == {"a", "b"}
+    assert r["arena_open"] >= 1 and r["lanes_left"] == [] and r["pool_used"] == 0
+
+
+def test_a_sweep_in_arena_mode_runs_on_the_lane_allocator(reference):
+    r = run_script(SWEEP_SCRIPT, timeout_s=600)
+    assert r["errors"] == []
+    assert [s["memory_mode"] for s in r["starts"]] == ["arena"], r["starts"]
+    assert r["arena_open"] >= 1
+    assert {name for name, _ in r["memory"]} == {"a", "b"}
+    for name, m in r["memory"]:
+        assert m["exact"] and (m["p"], m["t"]) == (reference[name]["p"], reference[name]["t"]), (name, m)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 import socket
 import sys
 from collections.abc import Callable, Mapping
@@ -20,7 +21,9 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from fluidsalus.distributed import free_port
+from fluidsalus.gpu import arena as arena_mode
 from fluidsalus.gpu import nvml
+from fluidsalus.gpu.allocator import install_cuda_allocator
 from fluidsalus.gpu.device import DeviceSpec, NodeResources
 from fluidsalus.gpu.host import EV_LANE, DeviceHost, HostSettings, TrialSpec
 
@@ -36,10 +39,13 @@ class _DeviceActor:
         for entry in driver_sys_path:
             if entry not in sys.path and os.path.isdir(entry):
                 sys.path.append(entry)
-        trainable, settings.stop = cloudpickle.loads(payload)
+        host_options, code = unpack_payload(payload)
+        for name, value in host_options.items():  # the run's device settings from fluidsalus.run()
+            setattr(settings, name, value)
         self.device = device
         torch_device = "cpu"
         physical: list[str] = []
+        free = None
         if device.kind == "cuda":
             physical = [str(g) for g in ray.get_gpu_ids()]
             torch_device = "cuda:0" if _cuda_available() else "cpu"
@@ -48,6 +54,10 @@ class _DeviceActor:
             if free is not None:
                 settings.capacity_bytes = free
         settings.device = torch_device
+        # The memory mode is settled before the trainable is unpickled: unpickling imports the user's modules,
+        # and one that touches CUDA would make the lane allocator impossible to install (docs/allocator.md).
+        memory, arena = _setup_memory(device, settings, capacity_from_nvml=device.kind == "cuda" and free is not None)
+        trainable, settings.stop = cloudpickle.loads(code)
         self._info = {
             "device": device.name,
             "kind": device.kind,
@@ -60,8 +70,10 @@ class _DeviceActor:
             # Where Ray actually put the actor, and what it gave it (``gpu_ids`` above are Ray's GPU ids).
             "node_id": ray.get_runtime_context().get_node_id(),
             "assigned_resources": ray.get_runtime_context().get_assigned_resources(),
+            "memory_mode": memory.mode,
+            "memory_mode_reason": memory.reason,
         }
-        self.host = DeviceHost(trainable, settings)
+        self.host = DeviceHost(trainable, settings, arena=arena)
         # Utilisation and memory of the GPU, sampled in the background and sent with each poll (for goodput).
         self._nvml = nvml.NvmlSampler(nvml.nvml_device_for_cuda(0)) if device.kind == "cuda" else None
         self._nvml_sent = 0.0
@@ -104,6 +116,12 @@ class _DeviceActor:
         return self.host.shutdown(timeout_s)
 
 
+def _cuda_initialized() -> bool:
+    """Whether torch has initialised CUDA in this process (then PyTorch's allocator cannot be swapped)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and bool(torch.cuda.is_initialized())
+
+
 def _cuda_available() -> bool:
     try:
         import torch
@@ -116,9 +134,81 @@ DeviceActor = ray.remote(max_concurrency=ACTOR_MAX_CONCURRENCY)(_DeviceActor)
 
 
 def pack_trainable(trainable: Callable[..., Any],
-                   stop: Callable[[str, Mapping[str, Any]], bool] | None) -> bytes:
-    """Pickle what every device needs from the user once per run (raises what cloudpickle raises)."""
-    return cloudpickle.dumps((trainable, stop))
+                   stop: Callable[[str, Mapping[str, Any]], bool] | None,
+                   host_options: Mapping[str, Any] | None = None) -> bytes:
+    """Pickle what every device needs from the user once per run (raises what cloudpickle raises).
+
+    Args:
+        trainable: The user's trainable.
+        stop: The run's stop rule.
+        host_options: :class:`HostSettings` fields the run sets on every device (``memory_mode``), plain
+            values. The actor reads them before it unpickles the trainable, since the memory mode must be
+            settled before user code runs in its process.
+
+    Returns:
+        The payload: a plain pickle of the options and of the cloudpickled trainable and stop rule.
+
+    Raises:
+        ValueError: For a ``host_options`` key that is not a HostSettings field.
+    """
+    options = dict(host_options or {})
+    known = {f.name for f in dataclasses.fields(HostSettings)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"host_options: {unknown} are not HostSettings fields")
+    return pickle.dumps({"host_options": options, "code": cloudpickle.dumps((trainable, stop))})
+
+
+def unpack_payload(payload: bytes) -> tuple[dict[str, Any], bytes]:
+    """Split :func:`pack_trainable`'s bytes without running user code.
+
+    Args:
+        payload: The payload.
+
+    Returns:
+        ``(host_options, code)``: the run's HostSettings fields, and the cloudpickled ``(trainable, stop)``.
+    """
+    data = pickle.loads(payload)
+    return dict(data["host_options"]), data["code"]
+
+
+def _setup_memory(device: DeviceSpec, settings: HostSettings, capacity_from_nvml: bool
+                  ) -> tuple[arena_mode.MemoryModeChoice, arena_mode.ArenaBackend | None]:
+    """Settle the device's memory mode and, in arena mode, install the lane allocator (before CUDA exists).
+
+    Args:
+        device: The device.
+        settings: Its settings; ``memory_mode`` is replaced by the mode chosen (``"caching"`` or ``"arena"``),
+            and ``capacity_bytes`` by torch's count of free memory when NVML could not give it.
+        capacity_from_nvml: Whether ``settings.capacity_bytes`` is the GPU's free memory (read with NVML).
+
+    Returns:
+        The choice and, in arena mode, the CUDA arena backend.
+
+    Raises:
+        MemoryModeError: ``memory_mode="arena"`` where the allocator cannot be installed.
+        LaneAllocatorError: The device pool cannot be reserved.
+    """
+    cuda = settings.device.startswith("cuda")
+    wants_arena = settings.memory_mode != arena_mode.MODE_CACHING and device.kind == "cuda"
+    choice = arena_mode.resolve_memory_mode(
+        settings.memory_mode,
+        device.kind,
+        cuda_usable=cuda,
+        cuda_initialized=cuda and _cuda_initialized(),
+        library_error=arena_mode.library_error() if wants_arena else None,
+    )
+    settings.memory_mode = choice.mode
+    if choice.mode != arena_mode.MODE_ARENA:
+        return choice, None
+    if not capacity_from_nvml:
+        # Without NVML: free memory as the CUDA runtime counts it, once the allocator is in place (this
+        # initialises CUDA, so the context already exists and the reserve makes the pool conservative).
+        install_cuda_allocator()
+        import torch
+
+        settings.capacity_bytes = max(0, int(torch.cuda.mem_get_info(0)[0]) - nvml.CUDA_CONTEXT_RESERVE_BYTES)
+    return choice, arena_mode.CudaArenaBackend.install(settings.capacity_bytes, settings.max_lanes)
 
 
 def cluster_nodes() -> dict[str, NodeResources]:

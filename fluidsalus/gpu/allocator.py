@@ -16,6 +16,11 @@ The same arena and accounting serve three kinds of backing memory:
   uses it: :func:`install_cuda_allocator` makes it PyTorch's CUDA allocator, so every tensor allocation is
   charged to the calling thread's tag (:func:`set_thread_tag`) in the tag's lane.
 
+A lane can be resized while it holds live allocations (it grows in place or by another segment, and shrinks as
+far as its live blocks allow), and a device's lanes can be carved from one pool of its memory
+(:meth:`LaneAllocator.set_pool`), so that opening, resizing and dissolving lanes costs no ``cudaMalloc``. The
+arena memory mode of the lane runtime (:mod:`fluidsalus.gpu.arena`) uses both.
+
 The compiled library is the extension module ``fluidsalus.gpu._lane_allocator``, built by ``setup.py``. Calls
 into it release the GIL, so Python threads allocate concurrently. See ``docs/allocator.md``.
 """
@@ -43,6 +48,7 @@ __all__ = [
     "LaneAllocatorError",
     "LaneAllocatorUnavailable",
     "LaneStats",
+    "PoolStats",
     "Status",
     "TagInfo",
     "get_thread_tag",
@@ -120,13 +126,18 @@ class LaneStats:
         device: Device index of the lane's memory (meaningful for CUDA lanes).
         capacity: Bytes of the arena: the lane's hard cap.
         used: Bytes in live blocks.
-        free: ``capacity - used``.
-        largest_free: Bytes of the largest free block: the largest allocation that can succeed now.
+        free: ``capacity - used`` (0 when a shrink put the cap below the live bytes).
+        largest_free: The largest allocation that can succeed now: the largest free block, within the cap.
         allocated_blocks: Live blocks.
-        free_blocks: Free blocks (1 when the lane is empty: every free neighbour is coalesced).
+        free_blocks: Free blocks (1 when the lane is one empty segment: every free neighbour is coalesced).
         tags: Tags assigned to the lane.
         active_tag: Tag the lane runs now (:meth:`LaneAllocator.set_lane_tag`), None if none.
-        base: Address of the arena's first byte.
+        base: Address of the first byte of the lane's first segment.
+        reserved: Bytes of memory the lane holds: at least ``capacity``; more after a shrink that live blocks
+            kept from giving everything back (:meth:`LaneAllocator.resize_lane`).
+        segments: Pieces of memory the lane is made of (1 unless it grew while blocks were live).
+        retired: Dissolved while blocks were live (:meth:`LaneAllocator.retire_lane`): its memory goes back as
+            they are freed.
     """
 
     lane: int
@@ -139,6 +150,34 @@ class LaneStats:
     free_blocks: int
     tags: int
     active_tag: int | None
+    base: int
+    reserved: int
+    segments: int
+    retired: bool
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    """Statistics of a device's pool (:meth:`LaneAllocator.set_pool`).
+
+    Attributes:
+        device: Device index.
+        capacity: Bytes of the pool.
+        used: Bytes carved out for lanes.
+        free: ``capacity - used``.
+        largest_free: Bytes of the largest free piece.
+        free_blocks: Free pieces.
+        segments: Lane segments carved from it.
+        base: Address of its first byte.
+    """
+
+    device: int
+    capacity: int
+    used: int
+    free: int
+    largest_free: int
+    free_blocks: int
+    segments: int
     base: int
 
 
@@ -171,15 +210,17 @@ class Block:
 
     Attributes:
         address: First byte of the block.
-        offset: ``address`` minus the lane's base.
+        offset: ``address`` minus the base of its segment.
         size: Bytes (a multiple of :data:`ALIGNMENT`).
         tag: Owner of a live block; None for a free block.
+        segment: Index of its segment in the lane (0 for a lane of one segment).
     """
 
     address: int
     offset: int
     size: int
     tag: int | None
+    segment: int = 0
 
     @property
     def free(self) -> bool:
@@ -201,7 +242,17 @@ class _LaneStatsC(ctypes.Structure):
             "tags",
             "active_tag",
             "base",
+            "reserved",
+            "segments",
+            "retired",
         )
+    ]
+
+
+class _PoolStatsC(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_int64)
+        for name in ("device", "capacity", "used", "largest_free", "free_blocks", "segments", "base")
     ]
 
 
@@ -210,7 +261,7 @@ class _TagStatsC(ctypes.Structure):
 
 
 class _BlockC(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_int64) for name in ("offset", "size", "tag", "is_free")]
+    _fields_ = [(name, ctypes.c_int64) for name in ("offset", "size", "tag", "is_free", "segment", "address")]
 
 
 _i64 = ctypes.c_int64
@@ -225,8 +276,12 @@ _PROTOTYPES: dict[str, tuple[type | None, list[type]]] = {
     "fs_global_allocator": (_ptr, []),
     "fs_global_set_backing": (_i64, [_i64]),
     "fs_allocator_backing": (_i64, [_ptr]),
+    "fs_pool_set": (_i64, [_ptr, _i64, _i64]),
+    "fs_pool_stats_get": (_i64, [_ptr, _i64, ctypes.POINTER(_PoolStatsC)]),
     "fs_lane_create": (_i64, [_ptr, _i64, _i64]),
     "fs_lane_dissolve": (_i64, [_ptr, _i64]),
+    "fs_lane_retire": (_i64, [_ptr, _i64]),
+    "fs_reap": (_i64, [_ptr]),
     "fs_lane_resize": (_i64, [_ptr, _i64, _i64]),
     "fs_lane_stats_get": (_i64, [_ptr, _i64, ctypes.POINTER(_LaneStatsC)]),
     "fs_lane_blocks": (_i64, [_ptr, _i64, ctypes.POINTER(_BlockC), _i64]),
@@ -459,10 +514,50 @@ class LaneAllocator:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- device pools ----------------------------------------------------------------------------------
+
+    def set_pool(self, capacity: int, device: int = 0) -> None:
+        """Obtain ``capacity`` bytes of the device's memory at once and carve its lanes from them from now on.
+
+        With a pool, creating, resizing and dissolving a lane only moves bookkeeping (no ``cudaMalloc`` or
+        ``cudaFree`` on CUDA), and a lane that shrinks gives its free tail back to the pool.
+
+        Args:
+            capacity: Bytes (rounded down to :data:`ALIGNMENT`); 0 gives the pool back.
+            device: Device index.
+
+        Raises:
+            LaneAllocatorError: ``Status.LANE_BUSY`` while the device has lanes; ``Status.BACKING`` if the memory
+                cannot be obtained.
+        """
+        if capacity < 0:
+            raise ValueError(f"capacity: must be >= 0, got {capacity}")
+        _check(self._lib.fs_pool_set(self.handle, device, capacity), f"set_pool({capacity}, device={device})")
+
+    def pool_stats(self, device: int = 0) -> PoolStats:
+        """Statistics of the device's pool.
+
+        Args:
+            device: Device index.
+
+        Returns:
+            Capacity, bytes carved out for lanes, the largest free piece, ...
+
+        Raises:
+            LaneAllocatorError: ``Status.NO_LANE`` if the device has no pool.
+        """
+        s = _PoolStatsC()
+        _check(self._lib.fs_pool_stats_get(self.handle, device, ctypes.byref(s)), f"pool_stats({device})")
+        return PoolStats(s.device, s.capacity, s.used, s.capacity - s.used, s.largest_free, s.free_blocks,
+                         s.segments, s.base)
+
     # -- lanes -----------------------------------------------------------------------------------------
 
     def create_lane(self, capacity: int, device: int = 0) -> int:
         """Create a lane (an arena) of ``capacity`` bytes.
+
+        With a pool for the device (:meth:`set_pool`) the lane is carved from it, in one piece where the pool has
+        one large enough, else in several (segments).
 
         Args:
             capacity: Bytes, rounded down to a multiple of :data:`ALIGNMENT`: the lane's hard cap.
@@ -487,16 +582,49 @@ class LaneAllocator:
         """
         _check(self._lib.fs_lane_dissolve(self.handle, lane), f"dissolve_lane({lane})")
 
+    def retire_lane(self, lane: int) -> None:
+        """Dissolve a lane that may still hold live allocations.
+
+        Its tags are unassigned and its streams unbound at once, and nothing more is allocated from it. Its free
+        memory goes back now where it can (a pooled lane gives back its free segments and free segment tails),
+        the rest as the live allocations are freed (:meth:`reap`). An empty lane is dissolved at once.
+
+        Args:
+            lane: Lane id.
+
+        Raises:
+            LaneAllocatorError: ``Status.NO_LANE`` if unknown.
+        """
+        _check(self._lib.fs_lane_retire(self.handle, lane), f"retire_lane({lane})")
+
+    def reap(self) -> int:
+        """Dissolve retired lanes that have emptied, and give back the free memory of the others (pooled).
+
+        Creating, resizing, dissolving and retiring lanes do this too.
+
+        Returns:
+            How many lanes were dissolved.
+        """
+        return _check(self._lib.fs_reap(self.handle), "reap()")
+
     def resize_lane(self, lane: int, capacity: int) -> None:
-        """Change an empty lane's capacity (its memory is given back and obtained again).
+        """Change a lane's capacity (its hard cap), also while it holds live allocations.
+
+        - An empty lane gives its memory back and obtains the new size, in one piece where possible.
+        - A growing lane grows its last segment in place when the pool's memory right after it is free, else
+          it gains a segment of the difference.
+        - A shrinking lane's cap drops at once (below its live bytes too: allocations fail until enough is
+          freed). Its memory goes back from free segments, and from free segment tails when it is pooled, as
+          far as the live blocks allow: :attr:`LaneStats.reserved` may stay above the capacity.
 
         Args:
             lane: Lane id.
             capacity: New capacity in bytes (rounded down to :data:`ALIGNMENT`).
 
         Raises:
-            LaneAllocatorError: ``Status.LANE_BUSY`` if the lane holds live allocations; ``Status.BACKING`` if the
-                new size cannot be obtained (the lane keeps its old size, or is gone if even that failed).
+            LaneAllocatorError: ``Status.BACKING`` if the memory to grow cannot be obtained (the lane keeps its
+                capacity; an empty lane that cannot get its old size back either is gone); ``Status.NO_LANE`` if
+                unknown or retired.
         """
         _check(self._lib.fs_lane_resize(self.handle, lane, capacity), f"resize_lane({lane}, {capacity})")
 
@@ -529,35 +657,38 @@ class LaneAllocator:
             device=s.device,
             capacity=s.capacity,
             used=s.used,
-            free=s.capacity - s.used,
+            free=max(0, s.capacity - s.used),
             largest_free=s.largest_free,
             allocated_blocks=s.allocated_blocks,
             free_blocks=s.free_blocks,
             tags=s.tags,
             active_tag=None if s.active_tag == NO_TAG else s.active_tag,
             base=s.base,
+            reserved=s.reserved,
+            segments=s.segments,
+            retired=bool(s.retired),
         )
 
     def lane_blocks(self, lane: int) -> list[Block]:
-        """Every block of a lane's arena, free and live, in address order.
+        """Every block of a lane, free and live, segment by segment and in address order within each.
 
         Args:
             lane: Lane id.
 
         Returns:
-            The blocks; together they tile the lane exactly.
+            The blocks; together they tile the lane's segments exactly.
         """
-        base = self.lane_stats(lane).base
         while True:
             n = _check(self._lib.fs_lane_blocks(self.handle, lane, None, 0), f"lane_blocks({lane})")
             out = (_BlockC * max(n, 1))()
             m = _check(self._lib.fs_lane_blocks(self.handle, lane, out, n), f"lane_blocks({lane})")
             if m <= n:
-                return [Block(base + b.offset, b.offset, b.size, None if b.is_free else b.tag) for b in out[:m]]
+                return [Block(b.address, b.offset, b.size, None if b.is_free else b.tag, b.segment) for b in out[:m]]
 
     def check_lane(self, lane: int) -> None:
-        """Verify the lane's arena invariants: blocks tile the arena, no two free neighbours, indexes and
-        counters agree.
+        """Verify the lane's invariants: in every segment blocks tile the arena, no two free neighbours, indexes
+        and counters agree; segments are where the address index and the device pool say; the lane holds at
+        least its capacity unless retired.
 
         Args:
             lane: Lane id.

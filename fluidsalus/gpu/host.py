@@ -42,6 +42,7 @@ from fluidsalus.distributed._common import DEFAULT_TIMEOUT_S as DEFAULT_DISTRIBU
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu import lanes as ln
 from fluidsalus.gpu import memory as mem
+from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE, ArenaBackend, host_arenas
 from fluidsalus.gpu.policies import DEFAULT_POLICY, TrialView, choose, get_policy
 from fluidsalus.session import BudgetKeyError, StopTrial, TrialContext, TrialSession, set_session
 
@@ -131,6 +132,10 @@ class HostSettings:
         time_attr: The result key budgets are measured in.
         profile_memory: Measure each trial's P and T during its first :data:`PROFILE_ITERATIONS` iterations
             (CPU devices) and re-fit its lane; False keeps ``trial_estimate`` (changed only by an OOM).
+        memory_mode: How the device knows and bounds its trials' memory (:mod:`fluidsalus.gpu.arena`):
+            ``"caching"`` (profiling as above, PyTorch's caching allocator on a GPU), ``"arena"`` (the lane
+            allocator's arenas: exact P and T read at every boundary, hard caps; needs the ``arena`` backend of
+            :class:`DeviceHost`) or ``"auto"`` (arena when a backend is given). The device actor resolves it.
         distributed_timeout_s: How long a rank of a data-parallel trial waits for its peers (rendezvous,
             collectives, rank 0's decision at a report, the workers' end) before it fails; see
             ``fluidsalus.distributed.DEFAULT_TIMEOUT_S``.
@@ -148,6 +153,7 @@ class HostSettings:
     resources: dict[str, float] = field(default_factory=dict)
     time_attr: str = "training_iteration"
     profile_memory: bool = True
+    memory_mode: str = DEFAULT_MEMORY_MODE
     distributed_timeout_s: float = DEFAULT_DISTRIBUTED_TIMEOUT_S
 
 
@@ -213,12 +219,17 @@ class DeviceHost:
     Args:
         trainable: The user's function trainable, ``f(config)``.
         settings: Run settings for this device.
+        arena: Where the lane arenas live in arena mode (``settings.memory_mode``): the CUDA backend the device
+            actor installs, or a host-memory backend in tests. None in caching mode.
     """
 
-    def __init__(self, trainable: Callable[[dict[str, Any]], Any], settings: HostSettings) -> None:
+    def __init__(self, trainable: Callable[[dict[str, Any]], Any], settings: HostSettings,
+                 arena: ArenaBackend | None = None) -> None:
         self._trainable = trainable
         self.settings = settings
         self._policy = get_policy(settings.policy)
+        # Arena mode: the lane allocator's arenas follow the lanes, and P and T are read from it exactly.
+        self._arenas = host_arenas(settings.memory_mode, arena)
         self._lanes = ln.LaneManager(settings.capacity_bytes, settings.max_lanes)
         self._lock = threading.Lock()
         self._outbox_ready = threading.Condition(self._lock)
@@ -380,6 +391,7 @@ class DeviceHost:
     def _wait_turn(self, r: _Running, turn: _LaneTurn) -> None:
         r.turn.wait()
         r.turn.clear()
+        self._enter_arena(r, turn)
         now = time.perf_counter()
         r.turn_started = now
         self._open_window(r)
@@ -389,6 +401,15 @@ class DeviceHost:
                 self._emit_locked((EV_LANE, r.spec.trial_id, r.spec.attempt, time.time(), "switch",
                                    {"lane": r.lane_id, "from": turn.released_by, "latency_ms": latency_ms}))
         turn.released_by = None
+
+    def _enter_arena(self, r: _Running, turn: _LaneTurn) -> None:
+        """Arena mode, at every turn start: charge this thread's allocations, and those on the lane's stream
+        from threads without a tag (autograd's), to the trial (part of the switch, so of its latency)."""
+        if self._arenas is None:
+            return
+        if self.settings.device.startswith("cuda"):
+            self._use_lane_stream(r.spec.trial_id)  # a trial that moved lanes runs on its new lane's stream
+        self._arenas.enter(r.spec.trial_id, r.lane_id, turn.stream)
 
     def _release(self, trial_id: str, ready: bool) -> None:
         with self._lock:
@@ -432,7 +453,8 @@ class DeviceHost:
     # ------------------------------------------------------------------ memory profiling (CPU devices)
 
     def _profiling(self, r: _Running) -> bool:
-        return self.settings.profile_memory and r.memory.samples < PROFILE_ITERATIONS
+        # Arena mode reads the allocator at every boundary (one call): an estimate that grows is re-fitted at once.
+        return self.settings.profile_memory and (self._arenas is not None or r.memory.samples < PROFILE_ITERATIONS)
 
     def _memory_now(self) -> int | None:
         """Memory in use by this process on the device: RSS on a CPU device, allocated bytes on a GPU."""
@@ -452,8 +474,9 @@ class DeviceHost:
             mem.reset_peak_rss()
 
     def _open_window(self, r: _Running) -> None:
-        """Start measuring the coming iteration (only while the trial is still being profiled)."""
-        if not self._profiling(r):
+        """Start measuring the coming iteration (only while the trial is still being profiled; in arena mode
+        the allocator's per-trial peak needs no window)."""
+        if not self._profiling(r) or self._arenas is not None:
             r.window = None
             return
         computing = sum(1 for t in self._turns.values() if t.holder is not None)
@@ -470,22 +493,34 @@ class DeviceHost:
         PyTorch's caching allocator's ``max_memory_allocated`` on a GPU (a measured solo iteration, the
         caching-allocator mode of docs/allocator.md). Otherwise the previous T is kept.
 
+        In arena mode both are exact, whoever else runs: P is the trial's live bytes in the lane allocator and T
+        its peak since the previous boundary less P (:meth:`LaneArenas.boundary`). They are read at every
+        boundary and fed to the estimate during the first :data:`PROFILE_ITERATIONS` iterations, and after
+        that whenever they exceed it.
+
         Returns:
             True when the trial moved to another lane or waited for memory (it holds a turn again).
         """
-        p = _reachable_bytes()
-        t = r.memory.t if r.memory.samples else self.settings.trial_estimate[1]
-        window = r.window
-        alone = window is not None and window[2] == 1 and window[1] == self._grant_seq and window[0] is not None
-        if alone:
-            computing = sum(1 for turn in self._turns.values() if turn.holder is not None)
-            if computing == 1:
-                grown = max(0, p - r.memory.p) if r.memory.samples else 0
-                t = max(0, self._memory_peak() - window[0] - grown)  # type: ignore[operator]
+        if self._arenas is not None:
+            exact = self._arenas.boundary(r.spec.trial_id)
+            if r.memory.samples >= PROFILE_ITERATIONS and exact.p <= r.memory.p and exact.t <= r.memory.t:
+                return False  # within the estimate: nothing to re-fit or report
+            p, t, alone = exact.p, exact.t, None
+        else:
+            p = _reachable_bytes()
+            t = r.memory.t if r.memory.samples else self.settings.trial_estimate[1]
+            window = r.window
+            alone = window is not None and window[2] == 1 and window[1] == self._grant_seq and window[0] is not None
+            if alone:
+                computing = sum(1 for turn in self._turns.values() if turn.holder is not None)
+                if computing == 1:
+                    grown = max(0, p - r.memory.p) if r.memory.samples else 0
+                    t = max(0, self._memory_peak() - window[0] - grown)  # type: ignore[operator]
         r.memory.update(p, t)
         with self._lock:
             self._emit_locked((EV_LANE, r.spec.trial_id, r.spec.attempt, time.time(), "memory",
-                               {"p": r.memory.p, "t": r.memory.t, "alone": alone, "sample": r.memory.samples}))
+                               {"p": r.memory.p, "t": r.memory.t, "alone": alone, "sample": r.memory.samples,
+                                "exact": self._arenas is not None}))
             decision = self._lanes.update_estimate(r.spec.trial_id, r.memory.p, r.memory.t)
             self._emit_lane_events_locked()
             self._place_admitted_locked(decision.admitted)
@@ -546,6 +581,11 @@ class DeviceHost:
                 self._emit_locked((EV_LANE, trial_id, attempt, now, kind, {"detail": list(rest[1:])}))
             if kind == ln.EV_LANE_CLOSE:
                 self._turns.pop(rest[0], None)
+        if self._arenas is not None:  # arena mode: the lane allocator follows every lane change
+            for kind, data in self._arenas.sync(self._lanes.lanes()):
+                trial_id = data.pop("trial_id", None)
+                self._emit_locked((EV_LANE, trial_id, self._attempt_of(trial_id) if trial_id else None, now, kind,
+                                   data))
 
     def _attempt_of(self, trial_id: str) -> int | None:
         if trial_id in self._running:
@@ -652,6 +692,8 @@ class DeviceHost:
                 fatal = error = str(e)
         finally:
             set_session(None)
+            if self._arenas is not None:  # the run's memory is the trial's no more; leftovers are reported
+                self._arenas.exit(spec.trial_id)
         if ranks is not None:  # rank 0 waits for its workers here; their failures become the trial's error
             outcome, error, trace = ranks.finish(outcome, error, trace)
         now = time.time()

@@ -1,8 +1,9 @@
 """Per-trial memory estimates on CPU torch devices (persistent ``P`` and ephemeral ``T``), and EMA smoothing.
 
-On CUDA the lane allocator (``csrc/``) tags every allocation with its trial and measures ``P`` and ``T``
-exactly. On a virtual CPU device host memory is shared by everything in the process, so the estimate is
-built from two measurements:
+On a GPU in arena mode the lane allocator (``csrc/``, :mod:`fluidsalus.gpu.arena`) tags every allocation with
+its trial and measures ``P`` and ``T`` exactly. On a virtual CPU device host memory is shared by everything
+in the process, so the estimate is built from two measurements (a GPU in caching mode uses the same ``P``,
+and ``torch.cuda.max_memory_allocated`` for ``T``):
 
 **P (persistent)**: bytes of the tensors a trial keeps between iterations, counted from the objects
 themselves: module parameters and buffers (:func:`module_bytes`) and optimizer state (:func:`optimizer_state_bytes`).
