@@ -84,6 +84,9 @@ class RankSync(Protocol):
     def at_resume(self, iteration: int, stop: bool, cancelled: threading.Event) -> str:
         """After a pause. Leader: publish GO, or STOP when ``stop``. Worker: wait for the leader's verdict."""
 
+    def leader_gone(self) -> bool:
+        """True once rank 0 has ended (or cannot be reached): a stopped worker need not wait for it."""
+
 
 class BudgetKeyError(ConfigError):
     """The searcher's ``time_attr`` is missing from a result, so the trial's budget cannot be checked."""
@@ -279,7 +282,7 @@ class TrialSession:
                 self._turns.acquire()
         elif self._turns is not None:
             self._turns.boundary()  # an iteration boundary: the lane may switch to another trial here
-            if self.stop_requested.is_set():
+            if self.stop_requested.is_set() and self._stops_alone():
                 raise StopTrial()
         self._last = time.time()  # time spent paused or waiting for the lane is not part of an iteration
 
@@ -311,8 +314,16 @@ class TrialSession:
         """A finer boundary than ``report()``: the lane may switch here once the quantum has passed."""
         if self._turns is not None:
             self._turns.step()
-            if self.stop_requested.is_set():
+            if self.stop_requested.is_set() and self._stops_alone():
                 raise StopTrial()
+
+    def _stops_alone(self) -> bool:
+        """Whether a requested stop ends the trial here, between rank 0's decisions.
+
+        A data-parallel worker that was asked to stop goes on to the next ``report()`` and stops with rank 0
+        there (leaving mid-iteration would break rank 0's next collective), unless rank 0 is already gone.
+        """
+        return self.ranks is None or self.ranks.leader or self.ranks.leader_gone()
 
     def report_return_value(self, output: Any) -> None:
         """Report what a function trainable returned or yielded, as Ray Tune does."""

@@ -109,6 +109,9 @@ def _collective_trainable(config):
         if config.get("hang_rank") == rank and i == config.get("hang_at"):
             while not _RELEASE.wait(0.01):
                 fluidsalus.step()  # a stop reaches the rank here
+        for _ in range(config.get("steps", 0)):  # a few fine boundaries inside the iteration
+            time.sleep(0.002)
+            fluidsalus.step()
         value = torch.tensor([float(rank + 1)])
         torch.distributed.all_reduce(value, group=group)
         _PROGRESS[(config.get("tag"), rank)] = i + 1
@@ -325,6 +328,24 @@ def test_a_stop_reaches_a_worker_blocked_in_a_collective(tmp_path):
     assert time.time() - started < SHORT_TIMEOUT_S  # not the collective's timeout
     assert [e[4] for e in events[0] if e[0] == EV_END] == [OUT_STOPPED]
     assert _worker_end(events[1])["outcome"] == OUT_STOPPED
+
+
+def test_a_stop_sent_to_every_rank_ends_them_together_at_rank_0s_boundary(tmp_path):
+    config = {"iterations": 10_000, "steps": 3, "tag": "both"}
+    hosts, events = _run_ranks(_collective_trainable, tmp_path, 2, config)
+
+    def running(evs):
+        return sum(e[0] == EV_RESULT for e in evs[0]) >= 3
+
+    _poll_until(hosts, events, running, "a few iterations")
+    hosts[1].stop(["t0"])  # the worker first: it must not leave mid-iteration and break rank 0's collective
+    time.sleep(0.05)
+    hosts[0].stop(["t0"])
+    _poll_until(hosts, events, _ended, "the trial's end")
+    end = next(e for e in events[0] if e[0] == EV_END)
+    assert end[4] == OUT_STOPPED and end[5] is None
+    assert _worker_end(events[1])["outcome"] == OUT_STOPPED and _worker_end(events[1])["error"] is None
+    assert _PROGRESS[("both", 0)] == _PROGRESS[("both", 1)]
 
 
 def test_only_rank_0s_checkpoint_is_kept_and_a_restart_reads_it_on_every_rank(tmp_path):

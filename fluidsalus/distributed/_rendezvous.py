@@ -96,8 +96,6 @@ class Rendezvous:
                 raise DataParallelError("a data-parallel worker failed: " + "; ".join(self.worker_failures()))
             self.store.set(f"report/{iteration}", decision)
             return decision
-        if cancelled.is_set():
-            return STOP
         got = self._wait(f"report/{iteration}", cancelled, self.timeout_s,
                          f"rank 0's decision at report {iteration}")
         return STOP if got is None else got
@@ -111,8 +109,20 @@ class Rendezvous:
         got = self._wait(f"resume/{iteration}", cancelled, None, f"rank 0's resume after report {iteration}")
         return STOP if got is None else got
 
+    def leader_gone(self) -> bool:
+        """True once rank 0 has ended or its store cannot be reached."""
+        import torch.distributed as dist
+
+        try:
+            return self.leader is False and self.store.check(["end"])
+        except dist.DistError:
+            return True
+
     def _wait(self, key: str, cancelled: threading.Event | None, timeout_s: float | None, what: str) -> str | None:
-        """Wait for ``key`` and return its value; None once rank 0 ended, its store is gone, or ``cancelled``.
+        """Wait for ``key`` and return its value; None once rank 0 ended or its store is gone.
+
+        A worker asked to stop (``cancelled``) still waits for rank 0's decision, so that every rank stops
+        at the same ``report()``, but at most the rendezvous timeout from then on; it then returns None.
 
         Raises:
             DataParallelError: After ``timeout_s`` seconds (None: no limit).
@@ -120,6 +130,7 @@ class Rendezvous:
         import torch.distributed as dist
 
         start, pause = time.monotonic(), POLL_MIN_S
+        cancelled_at: float | None = None
         while True:
             try:
                 if self.store.check([key]):
@@ -128,9 +139,12 @@ class Rendezvous:
                     return None
             except dist.DistError:  # rank 0's store is gone: so is the trial
                 return None
-            if cancelled is not None and cancelled.is_set():
+            now = time.monotonic()
+            if cancelled is not None and cancelled_at is None and cancelled.is_set():
+                cancelled_at = now
+            if cancelled_at is not None and now - cancelled_at > self.timeout_s:
                 return None
-            if timeout_s is not None and time.monotonic() - start > timeout_s:
+            if timeout_s is not None and now - start > timeout_s:
                 raise DataParallelError(f"rank {self.rank} of {self.world_size} waited {timeout_s:g} s for {what} "
                                         "(the data-parallel rendezvous timeout)")
             time.sleep(pause)
