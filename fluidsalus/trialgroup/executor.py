@@ -1,30 +1,59 @@
-"""The driver loop: searcher → TrialGroups → devices → results → store → decisions.
+"""The driver loop: searcher → TrialGroups → planner → device actors → results → store → decisions.
 
 One :class:`Executor` runs one experiment. It keeps one long poll outstanding per device actor and handles
 whatever batch of events comes back first. Each batch is written to the store in one transaction *before*
 anything acts on it; only then do the searcher, the decisions and the progress view see it.
 
-Placement in this first slice is least-loaded-device-first with a small per-device prefetch; the
-water-filling planner replaces :meth:`Executor._dispatch` without changing anything else here.
+**Placement** is the water-filling planner's (:mod:`fluidsalus.trialgroup.planner`, docs/planner.md). The
+executor keeps a :class:`~fluidsalus.trialgroup.planner.Planner` and feeds it:
+
+- every rank-0 result's ``time_this_iter_s``, with the trial's device count and the number of trials computing
+  on its home device (:meth:`Planner.observe`; an iteration during which that number changed is left out,
+  except as a trial's first measurement);
+- each trial's P and T as its device's lane manager records them (``lane_admit``, ``lane_estimate``,
+  ``lane_oom`` events; the device's default estimate until then);
+- one :class:`~fluidsalus.trialgroup.planner.DeviceView` per live device: its lane capacity, its slots, its
+  kind as the curve key, and its lanes as replayed from its lane events (:class:`LaneMirror`);
+- every live trial as a :class:`~fluidsalus.trialgroup.planner.TrialDemand` (:func:`trial_demand`): the
+  iterations left to its budget, its estimates, its devices, paused or not, and whether its trainable is
+  data-parallel.
+
+It re-plans only when something changed (new trials, a promotion, a trial that ended, paused, was stopped or
+requeued, a first or materially new profile, a new memory estimate, a device that died), and applies only the
+plan's changes (:func:`plan_actions`): a START is submitted to its devices (one rank per device); a MOVE or
+RESIZE stops the trial at its next iteration boundary and restarts it from its last checkpoint on the new
+devices; a preempted trial does the same and goes back to the queue; a KEEP is left alone, so a trial whose
+placement is unchanged is never restarted. A trial without a checkpoint is not moved or preempted:
+restarting it from scratch would throw its work away (a planned move refused for that is recorded as a
+``plan_refused`` event, and its first checkpoint triggers a re-plan). Trials the planner
+finds unplaceable (``P + T`` above every device) end with an error that names both sizes.
+
+**Prefetch.** Once a device runs as many computing trials as it has slots, the executor also submits
+:data:`PREFETCH_PER_DEVICE` of the planner's queued trials to it (queue order: longest predicted work first), so
+that the device starts its next trial the moment a slot frees, without a driver round trip. The planner sees a
+prefetched trial as placed there (it holds memory there and time-slices a lane), and may still move it
+(from a checkpoint, as any trial).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
 import shutil
 import time
-from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
+import cloudpickle
 import ray
 
 from fluidsalus.callbacks import Callback
 from fluidsalus.checkpoint import Checkpoint, persist_checkpoint
+from fluidsalus.distributed import data_parallel_workers
 from fluidsalus.errors import ConfigError, FluidsalusError, TrialError
 from fluidsalus.gpu.actor import start_device_actor
 from fluidsalus.gpu.device import DEFAULT_TRIAL_ESTIMATE, DeviceSpec, virtual_device_capacity
@@ -42,11 +71,13 @@ from fluidsalus.gpu.host import (
     HostSettings,
     TrialSpec,
 )
+from fluidsalus.gpu.lanes import LaneView
 from fluidsalus.gpu.policies import DEFAULT_POLICY
 from fluidsalus.progress import Progress
 from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.session import AUTO_RESULT_KEYS
 from fluidsalus.store import ERROR, FINAL_STATUSES, PAUSED, PENDING, RUNNING, TERMINATED, ExperimentStore, dumps
+from fluidsalus.trialgroup.planner import KEEP, DeviceView, Plan, Planner, TrialDemand
 from fluidsalus.trialgroup.trial import Trial
 
 logger = logging.getLogger(__name__)
@@ -55,9 +86,9 @@ logger = logging.getLogger(__name__)
 #: hearing from a device (and so how late it notices Ctrl-C or a dead actor); it costs nothing when trials
 #: report, since a poll returns as soon as there is an event.
 POLL_WAIT_S = 0.5
-#: Trials queued on a device beyond the ones it runs, so it starts its next trial without waiting a driver
-#: round trip. One is enough to hide that round trip, and keeps the rest free to go to whichever device
-#: frees up first.
+#: Queued trials submitted to a device that already runs as many computing trials as it has slots, so that it
+#: starts its next trial without waiting a driver round trip when a slot frees. One hides that round trip; more
+#: would only commit more trials to a device before the planner knows where a slot frees first.
 PREFETCH_PER_DEVICE = 1
 #: How long the driver waits for the device actors to start before it gives up with an error naming the
 #: resources asked for. Starting an actor takes about a second here; a cluster too small for the devices
@@ -65,6 +96,23 @@ PREFETCH_PER_DEVICE = 1
 ACTOR_START_TIMEOUT_S = 120.0
 #: Grace period for trials to reach a report boundary when the run ends early (Ctrl-C, fatal error).
 SHUTDOWN_GRACE_S = 2.0
+#: Relative change of a trial's predicted alone time per iteration, since the planner last saw it, that
+#: triggers a re-plan. Iteration times of one trial vary by a few percent from noise alone; a quarter is a
+#: change in what the trial costs (a new phase, another allocation), which can change the queue order, a
+#: device's load or whether a move pays. A trial's first measurement always triggers one.
+REPLAN_PROFILE_CHANGE = 0.25
+#: How long the driver waits for rank 0's device actor to pick a free port for a data-parallel trial's
+#: rendezvous: one actor round trip, far below this unless the actor is dead or stuck.
+FREE_PORT_TIMEOUT_S = 30.0
+
+# Restart reasons (``_Restart.reason``, and the ``reason`` of ``trial_restart`` events) set by the planner.
+RESTART_MOVE = "move"  # a MOVE or RESIZE: restart from its checkpoint on the planner's new devices
+RESTART_PREEMPT = "preempted"  # its memory went to another trial: checkpoint, back to the queue
+
+# Why a planned change was not applied (``plan_refused`` events).
+REFUSED_NO_CHECKPOINT = "no checkpoint"  # it reported since its start and could only restart from scratch
+REFUSED_PAUSED = "paused"  # paused at its budget: it restarts from its checkpoint when promoted instead
+REFUSED_LIMIT = "max_concurrent_trials"  # the run's concurrency limit is reached
 
 
 @dataclass
@@ -90,13 +138,18 @@ class ExecutorSettings:
     call_handler: Callable[[str, str, tuple[Any, ...]], Any] | None = None
     verbose: int = 1
     callbacks: list[Callback] = field(default_factory=list)
+    #: ``(min_workers, max_workers)``: devices a trial may run on, data-parallel. None reads what the trainable
+    #: declared with ``fluidsalus.distributed.data_parallel`` (one device when it declared nothing).
+    workers: tuple[int, int] | None = None
+    #: Queued trials submitted ahead to each full device (:data:`PREFETCH_PER_DEVICE`; 0 turns prefetch off).
+    prefetch_per_device: int = PREFETCH_PER_DEVICE
 
 
 @dataclass
 class _Restart:
     """How to start a trial again once its current attempt has ended."""
 
-    reason: str  # "retry" after a failure, "exploit" for PBT, ...
+    reason: str  # "retry" after a failure, "exploit" for PBT, "move"/"preempted" for the planner, ...
     error: str | None = None
     config: dict[str, Any] | None = None
     checkpoint_path: str | None = None
@@ -109,16 +162,341 @@ def _checkpoint_iteration(path: str) -> int:
     return int(os.path.basename(path).rsplit("_", 1)[-1])
 
 
+# ------------------------------------------------------------------------------------------ pure translation
+# Trials -> planner input, plan -> actions. No Ray, no store: tests/test_executor_planner.py calls them alone.
+
+
+def remaining_budget(trial: Trial, time_attr: str) -> float | None:
+    """Iterations (in the searcher's ``time_attr``) left before ``trial`` reaches its group's budget.
+
+    Args:
+        trial: The trial.
+        time_attr: The result key budgets are measured in.
+
+    Returns:
+        ``budget - progress`` (at least 0), or None when the trial has no budget (it runs until it stops).
+        Progress is its last iteration (that of its checkpoint after a restart) for ``training_iteration``, else
+        its last result's ``time_attr``.
+    """
+    if trial.budget is None:
+        return None
+    if time_attr == "training_iteration":
+        progress: float = trial.last_iteration
+    else:
+        value = (trial.last_result or {}).get(time_attr, 0)
+        progress = float(value) if isinstance(value, (int, float)) else 0.0
+    return max(0.0, float(trial.budget) - progress)
+
+
+def trial_demand(trial: Trial, time_attr: str, estimate: tuple[int, int],
+                 workers: tuple[int, int] | None = None) -> TrialDemand:
+    """What the planner is told about one live trial.
+
+    Args:
+        trial: The trial (queued, placed, paused, or restarting on the devices the planner kept for it).
+        time_attr: The result key budgets are measured in.
+        estimate: ``(P, T)`` bytes assumed until the trial's device has recorded an estimate.
+        workers: ``(min_workers, max_workers)`` its trainable declared as data-parallel, or None.
+
+    Returns:
+        The demand: remaining budget, estimates, planned devices, paused flag, arrival order, and the
+        data-parallel bounds (``min_devices``/``max_devices`` where the planner has them).
+    """
+    p = trial.p_bytes if trial.p_bytes is not None else estimate[0]
+    t = trial.t_bytes if trial.t_bytes is not None else estimate[1]
+    extra: dict[str, Any] = {}
+    if workers is not None and "max_devices" in TrialDemand._fields:
+        extra = {"min_devices": workers[0], "max_devices": workers[1]}
+    return TrialDemand(trial.trial_id, remaining_budget(trial, time_attr), p, t,
+                       data_parallel=workers is not None and workers[1] > 1, devices=tuple(trial.devices),
+                       paused=trial.status == PAUSED, seq=trial.seq, **extra)
+
+
+class TrialState(NamedTuple):
+    """What :func:`plan_actions` needs to know of a trial besides the plan.
+
+    Attributes:
+        placed_on: Devices its current attempt runs on; empty when it is not submitted (queued, or restarting).
+        computing: Not paused at its budget.
+        can_restart: It has a checkpoint: a restart loses at most the iterations after it. (A trial that has
+            reported nothing yet may still have computed: the driver sees its results a round trip late, so
+            only a checkpoint makes a move safe.)
+        moving: A move is under way (its stop was sent; it restarts on its planned devices when it ends).
+        busy: It is being stopped for another reason (a searcher's stop, an exploit, the end of the run): the
+            plan leaves it alone.
+    """
+
+    placed_on: tuple[int, ...]
+    computing: bool = True
+    can_restart: bool = False
+    moving: bool = False
+    busy: bool = False
+
+
+@dataclass
+class PlanActions:
+    """What the executor does about a plan (the output of :func:`plan_actions`).
+
+    Attributes:
+        submit: ``(trial_id, devices, action)`` of trials not running now to submit to ``devices``; ``action`` is
+            the planner's (``start``, or ``keep``/``move``/``resize`` for a trial restarting on the devices the
+            planner kept for it).
+        move: ``(trial_id, devices, action)`` of running trials to stop at their next boundary and restart from
+            their checkpoint on ``devices``.
+        retarget: ``(trial_id, devices)`` of trials already moving whose destination changed.
+        preempt: Running trials to stop at their next boundary and queue again.
+        refused: ``(trial_id, action, reason)`` of planned changes not applied.
+        unplaceable: Queued trials that fit no device: they end with an error.
+    """
+
+    submit: list[tuple[str, tuple[int, ...], str]] = field(default_factory=list)
+    move: list[tuple[str, tuple[int, ...], str]] = field(default_factory=list)
+    retarget: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
+    preempt: list[str] = field(default_factory=list)
+    refused: list[tuple[str, str, str]] = field(default_factory=list)
+    unplaceable: list[str] = field(default_factory=list)
+
+
+def plan_actions(plan: Plan, states: Mapping[str, TrialState], limit: int | None = None,
+                 computing: int = 0) -> PlanActions:
+    """Translate a plan into the executor's actions; only the plan's changes become actions.
+
+    Rules: a trial that is not running is submitted to its planned devices (START, or a restart the planner
+    kept in place); a running trial whose planned devices differ from those it runs on is moved at its next
+    boundary, from its checkpoint, if it has one (else the restart would start it over) and is not paused; a
+    trial already moving just gets its new destination; preempted trials are stopped under the same
+    conditions; a KEEP of a running trial is nothing. Submissions stop once ``limit`` trials compute
+    (``max_concurrent_trials``).
+
+    Args:
+        plan: The planner's output.
+        states: The state of every trial the planner was given.
+        limit: The most trials that may compute at once, or None.
+        computing: Trials computing now (running and not paused, or moving).
+
+    Returns:
+        The actions, in the plan's decision order.
+    """
+    out = PlanActions()
+    for a in plan.assignments:
+        state = states.get(a.trial_id)
+        if state is None or state.busy:
+            continue
+        if state.moving:
+            out.retarget.append((a.trial_id, a.devices))
+        elif not state.placed_on:
+            if limit is not None and computing >= limit:
+                out.refused.append((a.trial_id, a.action, REFUSED_LIMIT))
+                continue
+            out.submit.append((a.trial_id, a.devices, a.action))
+            computing += 1
+        elif a.action == KEEP or tuple(state.placed_on) == tuple(a.devices):
+            continue
+        elif not state.computing:
+            out.refused.append((a.trial_id, a.action, REFUSED_PAUSED))
+        elif not state.can_restart:
+            out.refused.append((a.trial_id, a.action, REFUSED_NO_CHECKPOINT))
+        else:
+            out.move.append((a.trial_id, a.devices, a.action))
+    for trial_id in plan.preempted:
+        state = states.get(trial_id)
+        if state is None or state.busy or not state.placed_on:
+            continue
+        if state.moving or state.can_restart:
+            out.preempt.append(trial_id)
+        else:
+            out.refused.append((trial_id, "preempt", REFUSED_NO_CHECKPOINT))
+    for trial_id in plan.unplaceable:
+        state = states.get(trial_id)
+        if state is not None and not state.placed_on and not state.busy:
+            out.unplaceable.append(trial_id)
+    return out
+
+
+class DeviceLoad(NamedTuple):
+    """One device as :func:`choose_prefetch` sees it.
+
+    Attributes:
+        index: The device.
+        computing: Computing trials planned on it (home there, not paused), prefetched ones included.
+        slots: Its compute slots.
+        capacity_bytes: Its lane capacity.
+    """
+
+    index: int
+    computing: int
+    slots: int
+    capacity_bytes: int
+
+
+def choose_prefetch(queue: Sequence[str], sizes: Mapping[str, int], devices: Sequence[DeviceLoad],
+                    per_device: int = PREFETCH_PER_DEVICE, allowance: int | None = None) -> list[tuple[str, int]]:
+    """Pick queued trials to submit ahead to full devices.
+
+    A device takes prefetched trials only when it already runs at least as many computing trials as it has slots
+    (else the planner chose to leave it below, for memory or a saturated co-location curve), and up to
+    ``per_device`` beyond its slots. Trials are taken in the planner's queue order (longest predicted remaining
+    work first), each by the lowest-index device whose capacity holds its ``P + T``.
+
+    Args:
+        queue: Queued trials, in the planner's order (``Plan.queued`` less those not to prefetch).
+        sizes: ``P + T`` of each queued trial.
+        devices: The live devices.
+        per_device: The most trials beyond its slots a device takes.
+        allowance: The most trials to prefetch in all (what ``max_concurrent_trials`` leaves), or None.
+
+    Returns:
+        ``(trial_id, device index)`` pairs, in queue order.
+    """
+    room = {d.index: per_device - (d.computing - d.slots) for d in devices if d.computing >= d.slots}
+    room = {i: n for i, n in room.items() if n > 0}
+    capacity = {d.index: d.capacity_bytes for d in devices}
+    chosen: list[tuple[str, int]] = []
+    for trial_id in queue:
+        if not room or (allowance is not None and len(chosen) >= allowance):
+            break
+        target = next((i for i in sorted(room) if sizes.get(trial_id, 0) <= capacity[i]), None)
+        if target is None:
+            continue
+        chosen.append((trial_id, target))
+        room[target] -= 1
+        if room[target] <= 0:
+            del room[target]
+    return chosen
+
+
+#: Lane events that carry a trial's ``(P, T)`` estimate, and where in their ``detail`` it is.
+_ESTIMATE_EVENTS = {"lane_admit": slice(1, 3), "lane_wait": slice(0, 2), "lane_estimate": slice(0, 2),
+                    "lane_oom": slice(2, 4)}
+
+
+def estimate_of(kind: str, data: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The ``(P, T)`` a lane event records for its trial (admission, queueing, new estimate, OOM growth), or None."""
+    where = _ESTIMATE_EVENTS.get(kind)
+    detail = data.get("detail") if isinstance(data, Mapping) else None
+    if where is None or not isinstance(detail, (list, tuple)):
+        return None
+    values = list(detail)[where]
+    if len(values) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return None
+    return int(values[0]), int(values[1])
+
+
+class LaneMirror:
+    """One device's lanes as its lane events describe them (the planner's :attr:`DeviceView.lanes`).
+
+    The device's lane manager is the authority. The driver replays the events it emits, in their order, so the
+    planner starts from the real lanes instead of rebuilding them. Unknown event kinds change nothing.
+    """
+
+    def __init__(self) -> None:
+        self._lanes: dict[int, tuple[list[int], dict[str, tuple[int, int]]]] = {}  # lane -> ([capacity], members)
+        self._where: dict[str, int] = {}
+        self._views: tuple[LaneView, ...] | None = ()
+
+    def _remove(self, trial_id: str) -> None:
+        lane = self._where.pop(trial_id, None)
+        if lane is not None and lane in self._lanes:
+            self._lanes[lane][1].pop(trial_id, None)
+
+    def apply(self, kind: str, trial_id: str | None, data: Mapping[str, Any]) -> None:
+        """Replay one lane event (``kind`` and ``data`` as the device host emits them)."""
+        detail = data.get("detail") if isinstance(data, Mapping) else None
+        detail = list(detail) if isinstance(detail, (list, tuple)) else []
+        lane = data.get("lane") if isinstance(data, Mapping) else None
+        if kind == "lane_open" and isinstance(lane, int):
+            self._lanes[lane] = ([int(data.get("capacity") or 0)], {})
+        elif kind == "lane_resize" and lane in self._lanes:
+            self._lanes[lane][0][0] = int(data.get("capacity") or 0)
+        elif kind == "lane_close" and isinstance(lane, int):
+            _, members = self._lanes.pop(lane, ([0], {}))
+            for tid in members:
+                self._where.pop(tid, None)
+        elif trial_id is None:
+            return
+        elif kind == "lane_admit" and detail and detail[0] in self._lanes:
+            estimate = estimate_of(kind, data)
+            if estimate is None:
+                return
+            self._remove(trial_id)
+            self._lanes[detail[0]][1][trial_id] = estimate
+            self._where[trial_id] = detail[0]
+        elif kind in ("lane_leave", "lane_wait", "lane_fail"):
+            self._remove(trial_id)
+        elif kind in ("lane_estimate", "lane_oom") and trial_id in self._where:
+            estimate = estimate_of(kind, data)
+            if estimate is not None:
+                self._lanes[self._where[trial_id]][1][trial_id] = estimate
+        else:
+            return
+        self._views = None
+
+    def views(self) -> tuple[LaneView, ...]:
+        """The lanes now, oldest first (cached until the next event that changes them)."""
+        if self._views is None:
+            self._views = tuple(LaneView(lane, cap[0], dict(members))
+                                for lane, (cap, members) in sorted(self._lanes.items()))
+        return self._views
+
+
+def rank_specs(spec: TrialSpec, devices: Sequence[int], rendezvous: str | None = None) -> list[tuple[int, TrialSpec]]:
+    """The per-device specs of one trial: one rank per device, rank 0 on the first (its home).
+
+    Args:
+        spec: The trial's spec.
+        devices: Its devices, home first.
+        rendezvous: ``"ip:port"`` of rank 0's rendezvous; needed when there is more than one device.
+
+    Returns:
+        ``(device index, spec)`` pairs; a one-device trial keeps ``spec`` as it is.
+
+    Raises:
+        FluidsalusError: Several devices and no rendezvous address.
+    """
+    if len(devices) == 1:
+        return [(devices[0], spec)]
+    if not rendezvous:
+        raise FluidsalusError(f"trial {spec.trial_id}: a data-parallel start on {len(devices)} devices needs a "
+                              "rendezvous address")
+    return [(index, dataclasses.replace(spec, rank=rank, world_size=len(devices), rendezvous=rendezvous))
+            for rank, index in enumerate(devices)]
+
+
+def declared_workers(payload: bytes) -> tuple[int, int] | None:
+    """``(min_workers, max_workers)`` the packed trainable declared as data-parallel, or None.
+
+    Reads the declaration ``fluidsalus.distributed.data_parallel`` attaches to the trainable
+    (``fluidsalus.distributed.data_parallel_workers``).
+
+    Args:
+        payload: ``gpu.actor.pack_trainable``'s bytes.
+    """
+    try:
+        packed = cloudpickle.loads(payload)
+        if isinstance(packed, Mapping):  # {"host_options": ..., "code": cloudpickle of (trainable, stop)}
+            packed = cloudpickle.loads(packed["code"])
+        trainable = packed[0]
+    except Exception:  # noqa: BLE001 - a trainable that cannot be rebuilt here is not declared data-parallel
+        return None
+    workers = data_parallel_workers(trainable)
+    return workers if workers is not None and workers[1] > 1 else None
+
+
 @dataclass
 class _Device:
     spec: DeviceSpec
     actor: Any
     info: dict[str, Any]
     max_running: int
-    assigned: set[str]
+    assigned: set[str]  # trials with a rank of their current attempt here (submitted, not ended)
     poll_ref: Any = None
     alive: bool = True
     lanes: int = 0  # open lanes, from the device's lane events (for the progress view)
+    capacity: int = 0  # bytes its lanes may reserve (the planner's DeviceView.capacity_bytes)
+    curve_key: str = "cpu"  # device class whose co-location and scaling curves apply
+    mirror: LaneMirror = field(default_factory=LaneMirror)
+    changed_at: float = 0.0  # when its set of computing trials last changed (device clock)
+    lingering: set[str] = field(default_factory=set)  # data-parallel workers of ended attempts not yet gone
 
 
 class Executor:
@@ -148,7 +526,8 @@ class Executor:
         self.device_specs = devices
         self.settings = settings
         self.trials: dict[str, Trial] = {}
-        self.pending: deque[str] = deque()
+        self.pending: dict[str, None] = {}  # trials waiting for the planner (insertion-ordered set)
+        self.planner = Planner()
         self._devices: list[_Device] = []
         self._seq = 0
         self._run_tag = os.urandom(3).hex()[:5]
@@ -162,12 +541,23 @@ class Executor:
         self._progress = Progress(settings.verbose, settings.metric, settings.mode, None)
         self._started = time.time()
         self._first_error: str | None = None
+        self._dirty = True  # something the plan depends on changed since the last plan
+        self._plans = 0
+        self._measured: set[str] = set()  # trials with at least one observed iteration
+        self._planned_alone: dict[str, float] = {}  # trial -> its alone time when a re-plan last took it in
+        self._allocation: dict[str, tuple[int, int]] = {}  # trial -> (devices, co-located) of its last measurement
+        self._planned_gates: dict[str, tuple[bool, ...]] = {}  # curve key -> co-location gates at the last plan
+        self._refused: set[tuple[str, int, str]] = set()  # (trial, attempt, action) refusals already recorded
+        self._awaiting_checkpoint: set[str] = set()  # trials whose planned move waits for their first checkpoint
+        self._workers = settings.workers if settings.workers is not None else declared_workers(payload)
+        self._capacity = 0
         for trial in trials or []:
             self.trials[trial.trial_id] = trial
             self._seq = max(self._seq, trial.seq + 1)
             if trial.status not in FINAL_STATUSES:
                 trial.status = PENDING
-                self.pending.append(trial.trial_id)
+                trial.devices, trial.placed_on = (), ()
+                self.pending[trial.trial_id] = None
 
     # ------------------------------------------------------------------ public
 
@@ -204,6 +594,19 @@ class Executor:
         """Named so that operators (and tests) can find a device's actor: ``fluidsalus:<experiment>:<device>``."""
         return f"fluidsalus:{self.settings.experiment_name}:{spec.name}:{self._run_tag}"
 
+    def _adopt(self, device: _Device, info: dict[str, Any]) -> None:
+        """Take a (new) actor's info: the capacity and class the planner sees, and empty lanes."""
+        device.info = info
+        # A GPU device's actor reports the GPU's free memory as its lane capacity; a CPU device has the share of
+        # host memory the driver gave it.
+        device.capacity = int(info.get("capacity_bytes") or self._capacity)
+        model = info.get("gpu_name")
+        device.curve_key = f"{device.spec.kind}:{model}" if model else device.spec.kind
+        device.mirror = LaneMirror()
+        device.lanes = 0
+        device.lingering.clear()
+        device.changed_at = time.time()
+
     def _start_devices(self) -> None:
         self._capacity = virtual_device_capacity(sum(1 for d in self.device_specs if d.kind == "cpu"))
         actors = [start_device_actor(spec, self.payload, self._host_settings(spec), self._actor_name(spec))
@@ -222,7 +625,9 @@ class Executor:
         events = []
         now = time.time()
         for spec, actor, info in zip(self.device_specs, actors, infos, strict=True):
-            self._devices.append(_Device(spec, actor, info, max_running=spec.slots, assigned=set()))
+            device = _Device(spec, actor, info, max_running=spec.slots, assigned=set())
+            self._adopt(device, info)
+            self._devices.append(device)
             events.append((now, "device_start", None, spec.name, info))
         self.store.add_events(events)
 
@@ -293,8 +698,13 @@ class Executor:
 
     def _check_end(self) -> None:
         """End the experiment early when its time budget is spent, a trial failed under fail_fast, or the
-        stopper's ``stop_all()`` says so: every trial stops at its next boundary, unstarted ones never start."""
+        stopper's ``stop_all()`` says so: every trial stops at its next boundary, unstarted ones never start.
+
+        While the run ends, trials that come back to the queue (a retry, a move) end there too."""
         if self._ending is not None:
+            if self.pending:
+                with self.store.transaction():
+                    self._end_queued()
             return
         budget = self.settings.time_budget_s
         if budget is not None and time.time() - self._started >= budget:
@@ -308,22 +718,29 @@ class Executor:
             return
         self.store.add_events([(time.time(), "experiment_ending", None, None, {"reason": self._ending})])
         with self.store.transaction():
-            for trial_id in list(self.pending):
-                self.pending.remove(trial_id)
-                self._end_unstarted(self.trials[trial_id])
+            self._end_queued()
+            for trial in self.trials.values():  # paused off any device: nothing to stop, they end here
+                if trial.status == PAUSED and not trial.placed_on:
+                    self._end_unstarted(trial)
         self._stop_trials([tid for d in self._devices for tid in d.assigned])
+
+    def _end_queued(self) -> None:
+        for trial_id in list(self.pending):
+            del self.pending[trial_id]
+            self._end_unstarted(self.trials[trial_id])
 
     def _finished(self) -> bool:
         if self._ending is not None:
             return not self.pending and all(not d.assigned for d in self._devices)
         if self.pending or not self.searcher.is_finished():
             return False
-        live = [tid for d in self._devices for tid in d.assigned]
+        live = [t.trial_id for t in self.trials.values() if t.status in (RUNNING, PAUSED) or t.placed_on]
         paused = [tid for tid in live if self.trials[tid].status == PAUSED]
         if paused and len(paused) == len(live):
             # The searcher is done and will promote no one: paused trials have reached their last budget.
             self._stop_trials(paused)
-        return not live
+            live = [t.trial_id for t in self.trials.values() if t.status in (RUNNING, PAUSED) or t.placed_on]
+        return not live and not self.pending
 
     def _take_groups(self) -> None:
         """Register the searcher's new groups (new trials, promotions) and carry out its stops."""
@@ -336,6 +753,7 @@ class Executor:
                 self._take_exploits()
             self._stop_exploited()
             return
+        self._dirty = True
         new: list[Trial] = []
         for group in groups:
             for config in group.configs:
@@ -351,6 +769,7 @@ class Executor:
                 self._seq += 1
         resumes: dict[int, dict[str, float | None]] = {}
         requeued: list[Trial] = []
+        now = time.time()
         with self.store.transaction():
             for group in groups:
                 members = [t for t in new if t.group_id == group.group_id]
@@ -359,18 +778,21 @@ class Executor:
                 for trial_id in group.trial_ids:
                     trial = self.trials[trial_id]
                     if trial.finished_by_rule:  # it met the run's stop rule: nothing may run it further
-                        self.store.add_events([(time.time(), "promotion_ignored", trial_id, None,
+                        self.store.add_events([(now, "promotion_ignored", trial_id, None,
                                                 {"group": group.group_id, "reason": "stop rule met"})])
                         continue
                     trial.budget, trial.group_id = group.budget, group.group_id
-                    if trial.status == PAUSED and trial.device is not None:
+                    if trial.status == PAUSED and trial.device is not None:  # resident: resumes in place
                         trial.status = RUNNING
                         resumes.setdefault(trial.device, {})[trial_id] = group.budget
-                    elif trial.status in FINAL_STATUSES or trial.status == PENDING:
+                        self._device(trial.device).changed_at = now
+                    elif trial.status in FINAL_STATUSES or trial.status in (PENDING, PAUSED):
+                        # An ended trial, or one paused off any device (preempted), restarts from its checkpoint.
                         if trial.status != PENDING:
                             trial.status, trial.attempt = PENDING, trial.attempt + 1
+                            trial.devices = ()
                             requeued.append(trial)
-                            self.store.add_events([(time.time(), "trial_restart", trial_id, None, {
+                            self.store.add_events([(now, "trial_restart", trial_id, None, {
                                 "attempt": trial.attempt, "reason": "promoted",
                                 "from_iteration": _checkpoint_iteration(trial.checkpoint_path)
                                 if trial.checkpoint_path else 0})])
@@ -383,7 +805,7 @@ class Executor:
                                             budget=group.budget, attempt=trial.attempt)
             for trial in new:
                 self.trials[trial.trial_id] = trial
-                self.pending.append(trial.trial_id)
+                self.pending[trial.trial_id] = None
                 self.searcher.on_trial_add(trial.trial_id, trial.group_id or "", trial.config)
             self._take_exploits()
             # Saved after on_trial_add, so a resumed searcher knows every trial id it has been given.
@@ -391,17 +813,33 @@ class Executor:
         for trial in requeued:
             if trial.checkpoint_path is None:
                 trial.last_iteration, trial.time_total_s = 0, 0.0
-            self.pending.append(trial.trial_id)
-        by_index = {d.spec.index: d for d in self._devices}
-        for index, budgets in resumes.items():
-            by_index[index].actor.resume.remote(budgets)
+            else:
+                trial.last_iteration = _checkpoint_iteration(trial.checkpoint_path)
+            self.pending[trial.trial_id] = None
+        for index, budgets in resumes.items():  # rank 0 decides for a data-parallel trial's workers
+            self._device(index).actor.resume.remote(budgets)
         self._stop_exploited()
 
+    def _device(self, index: int) -> _Device:
+        return self._devices[index] if self._devices[index].spec.index == index else \
+            next(d for d in self._devices if d.spec.index == index)
+
     def _stop_exploited(self) -> None:
-        """End the current attempts of exploiting trials; each restarts when its end arrives (_requeue)."""
-        if self._exploits:
-            ids, self._exploits = self._exploits, []
-            self._stop_trials(ids)
+        """End the current attempts of exploiting trials; each restarts when its end arrives (_requeue).
+
+        A trial paused off any device (preempted) has no attempt to end: it is queued at once."""
+        if not self._exploits:
+            return
+        ids, self._exploits = self._exploits, []
+        resident = [tid for tid in ids if self.trials[tid].placed_on]
+        idle = [tid for tid in ids if not self.trials[tid].placed_on and tid in self._restarts]
+        if idle:
+            events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]] = []
+            with self.store.transaction():
+                for tid in idle:
+                    self._requeue(self.trials[tid], self._restarts.pop(tid), time.time(), None, None, events)
+                self.store.add_events(events)
+        self._send_stop([tid for tid in resident if tid in self._restarts])
 
     def _take_exploits(self) -> None:
         """Apply the searcher's exploit requests: each paused trial restarts from its source's checkpoint."""
@@ -424,67 +862,226 @@ class Executor:
             self._exploits.append(trial.trial_id)
 
     def _stop_trials(self, trial_ids: list[str]) -> None:
-        """Stop trials: unplaced ones end at once, placed ones at their next report (or now, if paused)."""
+        """Stop trials: queued ones and ones paused off any device end at once, placed ones at their next report
+        (or now, if paused). A restart planned for a trial (a move, an exploit) is dropped: the stop wins."""
+        stop: list[str] = []
+        ended: list[Trial] = []
+        for trial_id in trial_ids:
+            trial = self.trials[trial_id]
+            if trial.status in FINAL_STATUSES:
+                continue
+            if trial_id in self._stopping:
+                self._restarts.pop(trial_id, None)
+                continue
+            self._restarts.pop(trial_id, None)
+            if trial_id in self.pending:
+                del self.pending[trial_id]
+                ended.append(trial)
+            elif trial.placed_on:
+                stop.append(trial_id)
+            elif trial.status == PAUSED:  # paused off any device (preempted): nothing runs, it ends here
+                ended.append(trial)
+        if ended:
+            self._dirty = True
+            with self.store.transaction():
+                for trial in ended:
+                    self._end_unstarted(trial)
+        self._send_stop(stop)
+
+    def _send_stop(self, trial_ids: Iterable[str]) -> None:
+        """Ask the trials' home devices (rank 0) to stop them at their next boundary; a data-parallel trial's
+        workers follow rank 0 (``gpu.host.TrialSpec``)."""
         by_device: dict[int, list[str]] = {}
         for trial_id in trial_ids:
             trial = self.trials[trial_id]
-            if trial.status in FINAL_STATUSES or trial_id in self._stopping:
+            if not trial.placed_on:
                 continue
-            if trial_id in self.pending:
-                self.pending.remove(trial_id)
-                self._end_unstarted(trial)
-            elif trial.device is not None:
-                self._stopping.add(trial_id)
-                by_device.setdefault(trial.device, []).append(trial_id)
-        by_index = {d.spec.index: d for d in self._devices}
+            self._stopping.add(trial_id)
+            by_device.setdefault(trial.placed_on[0], []).append(trial_id)
         for index, ids in by_device.items():
-            by_index[index].actor.stop.remote(ids)
+            device = self._device(index)
+            if device.alive:
+                device.actor.stop.remote(ids)
 
     def _end_unstarted(self, trial: Trial) -> None:
         trial.status = TERMINATED
+        trial.devices = ()
+        self._forget(trial.trial_id)
         self.store.update_trial(trial.trial_id, status=TERMINATED, stop_reason=OUT_STOPPED, finished_at=time.time())
         self.searcher.on_trial_complete(trial.trial_id, trial.last_result, error=False)
 
-    def _computing(self, device: _Device) -> int:
-        """Trials placed on ``device`` that hold or wait for a compute slot (paused ones hold none)."""
-        return sum(1 for tid in device.assigned if self.trials[tid].status != PAUSED)
+    # ------------------------------------------------------------------ placement (the planner)
+
+    def _estimate(self, trial: Trial) -> tuple[int, int]:
+        p = trial.p_bytes if trial.p_bytes is not None else DEFAULT_TRIAL_ESTIMATE[0]
+        t = trial.t_bytes if trial.t_bytes is not None else DEFAULT_TRIAL_ESTIMATE[1]
+        return p, t
+
+    def _view(self, device: _Device) -> DeviceView:
+        return DeviceView(device.spec.index, device.capacity, device.spec.slots, curve_key=device.curve_key,
+                          lanes=device.mirror.views())
+
+    def _planned(self) -> dict[str, TrialState]:
+        """The trials the planner is given, with what :func:`plan_actions` needs of each.
+
+        Queued trials, placed ones (running, paused, prefetched) and moving ones (at their planned devices).
+        Trials being stopped for good (a searcher's stop, an exploit, a preemption) wait for their end."""
+        states: dict[str, TrialState] = {}
+        for trial_id in self.pending:
+            states[trial_id] = TrialState(())
+        for device in self._devices:
+            for trial_id in device.assigned:
+                trial = self.trials[trial_id]
+                if trial_id in states or not trial.placed_on or trial.placed_on[0] != device.spec.index:
+                    continue
+                restart = self._restarts.get(trial_id)
+                moving = trial_id in self._stopping and restart is not None and restart.reason == RESTART_MOVE
+                if trial_id in self._stopping and not moving:
+                    continue
+                states[trial_id] = TrialState(
+                    trial.placed_on, computing=trial.status != PAUSED,
+                    can_restart=trial.checkpoint_path is not None, moving=moving)
+        return states
 
     def _dispatch(self) -> None:
-        """Hand pending trials to the least-loaded devices, up to each device's slots plus prefetch."""
-        if not self.pending:
+        """Re-plan if anything the plan depends on changed, and apply the plan's changes (then prefetch)."""
+        if not self._dirty:
             return
-        limit = self.settings.max_concurrent_trials
-        placed: list[tuple[Trial, _Device]] = []
-        load = {d.spec.index: self._computing(d) for d in self._devices if d.alive}
-        running = sum(load.values())
-        while self.pending:
-            if limit is not None and running >= limit:
-                break
-            candidates = [d for d in self._devices if d.alive
-                          and load[d.spec.index] < d.max_running + PREFETCH_PER_DEVICE]
-            if not candidates:
-                break
-            device = min(candidates, key=lambda d: (load[d.spec.index] / d.max_running, d.spec.index))
-            trial = self.trials[self.pending.popleft()]
-            trial.device = device.spec.index
-            device.assigned.add(trial.trial_id)
-            load[device.spec.index] += 1
-            running += 1
-            placed.append((trial, device))
-        if not placed:
+        self._dirty = False
+        alive = [d for d in self._devices if d.alive]
+        states = self._planned()
+        if not alive or not states:
             return
+        attr = self.searcher.time_attr
+        demands = [trial_demand(self.trials[tid], attr, DEFAULT_TRIAL_ESTIMATE, self._workers) for tid in states]
+        plan = self.planner.plan(demands, [self._view(d) for d in alive])
+        self._plans += 1
+        for device in alive:
+            self._planned_gates[device.curve_key] = self._gates(device)
+        computing = sum(1 for tid, s in states.items() if s.placed_on and s.computing)
+        actions = plan_actions(plan, states, self.settings.max_concurrent_trials, computing)
         now = time.time()
+        events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]] = []
+        submits: list[tuple[Trial, tuple[int, ...], str]] = []
+        by_index = {d.spec.index: d for d in alive}
         with self.store.transaction():
-            self.store.add_events(
-                [(now, "place", t.trial_id, d.spec.name, {"attempt": t.attempt}) for t, d in placed]
-            )
-            for t, d in placed:
-                self.store.update_trial(t.trial_id, device=d.spec.name)
-        batches: dict[int, tuple[_Device, list[TrialSpec]]] = {}
-        for t, d in placed:
-            batches.setdefault(d.spec.index, (d, []))[1].append(self._spec_for(t))
-        for device, specs in batches.values():
-            device.actor.submit.remote(specs)
+            for trial_id in actions.unplaceable:
+                self._fail_unplaceable(self.trials[trial_id], max(d.capacity for d in alive), now, events)
+            for trial_id, devices, action in actions.submit:
+                trial = self.trials[trial_id]
+                if all(i in by_index and trial_id not in by_index[i].assigned | by_index[i].lingering
+                       for i in devices):
+                    submits.append((trial, devices, action))
+                else:  # a rank of its last attempt is still winding down there: next plan
+                    self._dirty = True
+            for trial_id, devices, action in actions.move:
+                trial = self.trials[trial_id]
+                names = [self._name(i) for i in devices]
+                self._restarts[trial_id] = _Restart(reason=RESTART_MOVE)
+                events.append((now, "plan_move", trial_id, self._name(trial.placed_on[0]), {
+                    "attempt": trial.attempt, "action": action, "to": names, "regime": plan.regime,
+                    "from_iteration": _checkpoint_iteration(trial.checkpoint_path) if trial.checkpoint_path else 0}))
+                trial.devices = devices
+            for trial_id, devices in actions.retarget:
+                self.trials[trial_id].devices = devices
+            for trial_id in actions.preempt:
+                trial = self.trials[trial_id]
+                self._restarts[trial_id] = _Restart(reason=RESTART_PREEMPT)
+                events.append((now, "plan_preempt", trial_id, self._name(trial.placed_on[0]),
+                               {"attempt": trial.attempt, "regime": plan.regime}))
+                trial.devices = ()
+            for trial_id, action, reason in actions.refused:
+                if reason == REFUSED_NO_CHECKPOINT:
+                    self._awaiting_checkpoint.add(trial_id)
+                key = (trial_id, self.trials[trial_id].attempt, action)
+                if reason != REFUSED_LIMIT and key not in self._refused:
+                    self._refused.add(key)
+                    events.append((now, "plan_refused", trial_id, None, {
+                        "attempt": key[1], "action": action, "reason": reason,
+                        "to": [self._name(i) for i in plan.placement(trial_id) or ()]}))
+            for trial, devices, action in submits:  # a trial restarting where the planner kept it: "restart"
+                self._place(trial, devices, action if action != KEEP else "restart", plan.regime, now, events)
+            for trial_id, index in self._prefetch(plan, actions):
+                self._place(self.trials[trial_id], (index,), "prefetch", plan.regime, now, events)
+                submits.append((self.trials[trial_id], (index,), "prefetch"))
+            if events:
+                self.store.add_events(events)
+        self._send_stop([tid for tid, _, _ in actions.move] + actions.preempt)
+        self._submit(submits)
+
+    def _name(self, index: int) -> str:
+        return self._device(index).spec.name
+
+    def _place(self, trial: Trial, devices: tuple[int, ...], action: str, regime: str, now: float,
+               events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]]) -> None:
+        """Record a submission (inside the plan's transaction): the trial leaves the queue for ``devices``."""
+        self.pending.pop(trial.trial_id, None)
+        trial.devices = trial.placed_on = devices
+        for index in devices:
+            self._device(index).assigned.add(trial.trial_id)
+        names = [self._name(i) for i in devices]
+        data: dict[str, Any] = {"attempt": trial.attempt, "action": action, "regime": regime}
+        if len(devices) > 1:
+            data["devices"] = names
+        events.append((now, "place", trial.trial_id, names[0], data))
+        self.store.update_trial(trial.trial_id, device=names[0])
+
+    def _prefetch(self, plan: Plan, actions: PlanActions) -> list[tuple[str, int]]:
+        """Queued trials to submit ahead to full devices (:func:`choose_prefetch`), in the plan's queue order."""
+        per_device = self.settings.prefetch_per_device
+        if per_device <= 0 or not self.pending:
+            return []
+        skip = set(actions.unplaceable)
+        queue = [tid for tid in plan.queued if tid in self.pending and tid not in skip
+                 and not self.trials[tid].devices]
+        if not queue:
+            return []
+        load: dict[int, int] = {}
+        computing = 0
+        for device in self._devices:
+            for trial_id in device.assigned:
+                trial = self.trials[trial_id]
+                if trial.status != PAUSED and trial.placed_on and trial.placed_on[0] == device.spec.index:
+                    load[device.spec.index] = load.get(device.spec.index, 0) + 1
+                    computing += 1
+        limit = self.settings.max_concurrent_trials
+        allowance = None if limit is None else max(0, limit - computing)
+        devices = [DeviceLoad(d.spec.index, load.get(d.spec.index, 0), d.spec.slots, d.capacity)
+                   for d in self._devices if d.alive]
+        sizes = {tid: sum(self._estimate(self.trials[tid])) for tid in queue}
+        return choose_prefetch(queue, sizes, devices, per_device, allowance)
+
+    def _submit(self, submits: list[tuple[Trial, tuple[int, ...], str]]) -> None:
+        """Send the submissions to the devices (after the commit): one spec per device, rank 0 on the first."""
+        batches: dict[int, list[TrialSpec]] = {}
+        for trial, devices, _ in submits:
+            rendezvous = self._rendezvous(devices[0]) if len(devices) > 1 else None
+            for index, spec in rank_specs(self._spec_for(trial), devices, rendezvous):
+                batches.setdefault(index, []).append(spec)
+        for index, specs in batches.items():
+            self._device(index).actor.submit.remote(specs)
+
+    def _rendezvous(self, index: int) -> str:
+        """``"ip:port"`` of a data-parallel trial's rendezvous: rank 0's node and a port free there."""
+        device = self._device(index)
+        port = ray.get(device.actor.free_port.remote(), timeout=FREE_PORT_TIMEOUT_S)
+        return f"{device.info['node_ip']}:{int(port)}"
+
+    def _fail_unplaceable(self, trial: Trial, largest: int, now: float,
+                          events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]]) -> None:
+        """End a queued trial that no device can hold (inside the plan's transaction)."""
+        p, t = self._estimate(trial)
+        error = (f"trial {trial.trial_id} needs P+T = {p + t} bytes (P={p}, T={t}) but the largest device holds "
+                 f"{largest} bytes: it cannot run on this cluster")
+        self.pending.pop(trial.trial_id, None)
+        trial.status, trial.error, trial.devices = ERROR, error, ()
+        self._forget(trial.trial_id)
+        self.store.update_trial(trial.trial_id, status=ERROR, finished_at=now, error=error, stop_reason=OUT_ERRORED)
+        events.append((now, "trial_end", trial.trial_id, None,
+                       {"attempt": trial.attempt, "outcome": OUT_ERRORED, "reason": "unplaceable"}))
+        self.searcher.on_trial_complete(trial.trial_id, trial.last_result, error=True)
+        if self._first_error is None:
+            self._first_error = f"Trial {trial.trial_id} failed: {error}"
 
     def _spec_for(self, trial: Trial) -> TrialSpec:
         return TrialSpec(
@@ -513,18 +1110,21 @@ class Executor:
                 if kind == EV_CALL:  # a trial waits for the driver: answer at once (nothing to store)
                     self._answer_call(device, event)
                     continue
-                if kind == EV_LANE:  # lane activity: stored as it is, for goodput
-                    if event[4] in ("lane_open", "lane_close"):
-                        device.lanes += 1 if event[4] == "lane_open" else -1
+                if kind == EV_LANE:  # lane activity: stored as it is, for goodput; the planner's memory view
+                    self._lane_event(device, event)
                     events.append((ts, event[4], trial_id, name, {**event[5], "attempt": attempt}))
                     continue
                 trial = self.trials.get(trial_id)
                 if trial is None or attempt != trial.attempt:
                     continue  # an event of an earlier attempt that was already given up on
+                if trial.placed_on and trial.placed_on[0] != device.spec.index:
+                    continue  # a data-parallel worker's: only rank 0 speaks for the trial (the host sends none)
                 if kind == EV_RESULT:
                     metrics = event[4]
                     if event[5]:
                         trial.status = PAUSED
+                        device.changed_at = ts
+                        self._dirty = True
                     if metrics.get("done") and trial_id not in self._stopping:
                         trial.finished_by_rule = True  # the run's stop rule ended it, not a decision
                     results.append((trial_id, attempt, metrics["training_iteration"], ts, metrics))
@@ -534,16 +1134,25 @@ class Executor:
                     if "checkpoint_dir_name" in metrics:
                         trial.checkpoint_path = os.path.join(trial.trial_dir, metrics["checkpoint_dir_name"])
                         self.store.add_checkpoint(trial_id, trial.last_iteration, trial.checkpoint_path, metrics)
+                        if trial_id in self._awaiting_checkpoint:  # a move refused for want of one may go ahead
+                            self._awaiting_checkpoint.discard(trial_id)
+                            self._dirty = True
+                    self._observe(device, trial, ts, metrics)
                     acted.append((kind, trial, event))
                 elif kind == EV_START:
                     trial.status = RUNNING
+                    device.changed_at = ts
                     self.store.update_trial(trial_id, status=RUNNING, started_at=ts, attempt=attempt)
                     events.append((ts, "trial_start", trial_id, name, {"attempt": attempt}))
                 elif kind == EV_END:
                     outcome, error, trace = event[4], event[5], event[6]
-                    device.assigned.discard(trial_id)
+                    self._unplace(trial, ts)
                     self._stopping.discard(trial_id)
+                    self._dirty = True
                     restart = self._restarts.pop(trial_id, None)
+                    if restart is not None and restart.reason in (RESTART_MOVE, RESTART_PREEMPT) \
+                            and outcome != OUT_STOPPED:
+                        restart = None  # it ended on its own before its boundary: nothing left to move
                     if restart is None and outcome == OUT_ERRORED and trial.num_failures < self.settings.max_failures:
                         trial.num_failures += 1
                         restart = _Restart(reason="retry", error=error)
@@ -552,6 +1161,8 @@ class Executor:
                         continue
                     trial.status = ERROR if outcome == OUT_ERRORED else TERMINATED
                     trial.error = error
+                    trial.devices = ()
+                    self._forget(trial_id)
                     self.store.update_trial(
                         trial_id, status=trial.status, finished_at=ts, error=error, traceback=trace,
                         stop_reason=outcome, last_iteration=trial.last_iteration,
@@ -606,6 +1217,10 @@ class Executor:
                 self._first_error = f"Trial {trial.trial_id} failed: {trial.error}"
             elif kind == EV_END and event[4] == OUT_STOPPED:
                 self._stopped += 1
+        for _, what, started_id, _, info in events:  # starts of this batch first (Callback.on_trial_start)
+            if what == "trial_start" and started_id in self.trials:
+                for callback in self.settings.callbacks:
+                    callback.on_trial_start(started_id, self.trials[started_id].config, int((info or {})["attempt"]))
         for kind, trial, event in acted:
             if kind == EV_RESULT:
                 for callback in self.settings.callbacks:
@@ -615,12 +1230,99 @@ class Executor:
                 for callback in self.settings.callbacks:
                     callback.on_trial_complete(trial.trial_id, trial.status, trial.last_result)
 
-    def _requeue(self, trial: Trial, restart: _Restart, ts: float, device_name: str, trace: str | None,
+    def _lane_event(self, device: _Device, event: tuple[Any, ...]) -> None:
+        """Follow a device's lanes (its mirror for the planner), the trials' memory estimates and the end of
+        data-parallel workers."""
+        trial_id, attempt, what, data = event[1], event[2], event[4], event[5]
+        if what in ("lane_open", "lane_close"):
+            device.lanes += 1 if what == "lane_open" else -1
+        device.mirror.apply(what, trial_id, data)
+        trial = self.trials.get(trial_id) if trial_id is not None else None
+        if trial is None:
+            return
+        estimate = estimate_of(what, data)
+        if estimate is not None and estimate != (trial.p_bytes, trial.t_bytes):
+            trial.p_bytes, trial.t_bytes = estimate
+            if self.pending:  # memory decides where queued trials fit
+                self._dirty = True
+        if what == "worker_end":
+            if device.spec.index in trial.placed_on[1:] and attempt == trial.attempt:
+                device.assigned.discard(trial_id)
+            elif trial_id in device.lingering:
+                device.lingering.discard(trial_id)
+                self._dirty = True
+
+    def _observe(self, device: _Device, trial: Trial, ts: float, metrics: Mapping[str, Any]) -> None:
+        """Feed one iteration's time to the planner, with the allocation it ran at; re-plan on news.
+
+        ``colocated`` is the number of trials computing on the home device, at most its slots (more time-slice
+        its lanes, which the iteration time already shows). An iteration during which that number changed
+        measures no single allocation and is left out, unless it is the trial's first."""
+        seconds = metrics.get("time_this_iter_s")
+        if not isinstance(seconds, (int, float)) or not seconds > 0 or not math.isfinite(seconds):
+            return
+        trial_id = trial.trial_id
+        if trial_id in self._measured and device.changed_at > ts - seconds:
+            return
+        home = (device.spec.index,)
+        computing = sum(1 for tid in device.assigned
+                        if self.trials[tid].status == RUNNING and self.trials[tid].placed_on[:1] == home)
+        allocation = (max(1, len(trial.placed_on)), max(1, min(device.spec.slots, computing)))
+        self.planner.observe(trial_id, float(seconds), devices=allocation[0], colocated=allocation[1],
+                             curve_key=device.curve_key)
+        self._measured.add(trial_id)
+        if self._allocation.get(trial_id) != allocation:
+            # A new allocation: the book may have pooled a co-location step. Re-plan if a device of this class
+            # now takes a different number of trials.
+            self._allocation[trial_id] = allocation
+            if self._gates(device) != self._planned_gates.get(device.curve_key):
+                self._dirty = True
+        if sum(1 for d in self._devices if d.alive) > 1:
+            # Where a trial goes, and whether a move pays, depend on the trials' predicted times; with one device
+            # they only order the queue, where unmeasured trials all count alike.
+            alone = self.planner.book.alone(trial_id)
+            before = self._planned_alone.get(trial_id)
+            if before is None or abs(alone - before) > REPLAN_PROFILE_CHANGE * before:
+                self._planned_alone[trial_id] = alone
+                self._dirty = True
+
+    def _forget(self, trial_id: str) -> None:
+        """An ended trial's measurements go (the pooled curves keep what it taught them)."""
+        self.planner.forget(trial_id)
+        self._measured.discard(trial_id)
+        self._planned_alone.pop(trial_id, None)
+        self._allocation.pop(trial_id, None)
+        self._awaiting_checkpoint.discard(trial_id)
+
+    def _gates(self, device: _Device) -> tuple[bool, ...]:
+        """Whether a device of this class gains from one more computing trial, for 1 .. slots - 1 of them."""
+        book, gain = self.planner.book, self.planner.settings.min_marginal_gain
+        return tuple(book.colocation_gain(device.curve_key, n, gain)[0] >= gain for n in range(1, device.spec.slots))
+
+    def _unplace(self, trial: Trial, ts: float) -> None:
+        """The trial's current attempt ended (rank 0's end): it leaves every device it ran on.
+
+        A data-parallel worker still winding down on another device is remembered there (``lingering``), so no
+        new rank of the same trial is sent there before it is gone."""
+        for position, index in enumerate(trial.placed_on):
+            device = self._device(index)
+            if trial.trial_id in device.assigned:
+                device.assigned.discard(trial.trial_id)
+                if position > 0:
+                    device.lingering.add(trial.trial_id)
+            device.changed_at = ts
+        trial.placed_on = ()
+
+    def _requeue(self, trial: Trial, restart: _Restart, ts: float, device_name: str | None, trace: str | None,
                  events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]]) -> None:
         """Start ``trial`` again on a new attempt (inside the batch's transaction).
 
         It resumes from ``restart.checkpoint`` (another trial's, for an exploit) or its own last checkpoint,
-        or from scratch when there is none; results it redoes are stored again under the new attempt.
+        or from scratch when there is none; results it redoes are stored again under the new attempt. It keeps
+        the devices the planner gave it (a move's destination, its device for a retry, an exploit or a replaced
+        device), so the next plan keeps it there; a preempted trial goes back to the queue. A moved or preempted
+        trial whose checkpoint already reached its budget has nothing to run: it waits, paused off any device,
+        for its searcher to promote it (it then restarts) or stop it.
         """
         if restart.config is not None:
             trial.config = dict(restart.config)
@@ -632,15 +1334,27 @@ class Executor:
         else:
             trial.last_iteration = _checkpoint_iteration(trial.checkpoint_path)
         trial.attempt += 1
-        trial.status = PENDING
-        self.pending.append(trial.trial_id)
-        self.store.update_trial(trial.trial_id, status=PENDING, attempt=trial.attempt, num_failures=trial.num_failures,
-                                checkpoint_path=trial.checkpoint_path, error=restart.error)
+        trial.placed_on = ()
+        if restart.reason == RESTART_PREEMPT:
+            trial.devices = ()
+        remaining = remaining_budget(trial, self.searcher.time_attr)
+        self._dirty = True
+        if restart.reason in (RESTART_MOVE, RESTART_PREEMPT) and remaining is not None and remaining <= 0 \
+                and trial.checkpoint_path is not None:
+            trial.status, trial.devices = PAUSED, ()
+        else:
+            trial.status = PENDING
+            self.pending[trial.trial_id] = None
+        self.store.update_trial(trial.trial_id, status=trial.status, attempt=trial.attempt,
+                                num_failures=trial.num_failures, checkpoint_path=trial.checkpoint_path,
+                                error=restart.error)
         if restart.config is not None:
             self.store.update_trial_config(trial.trial_id, trial.config)
-        events.append((ts, "trial_restart", trial.trial_id, device_name, {
-            "attempt": trial.attempt, "reason": restart.reason, "from_iteration": trial.last_iteration,
-            "error": restart.error, "traceback": trace}))
+        data: dict[str, Any] = {"attempt": trial.attempt, "reason": restart.reason,
+                                "from_iteration": trial.last_iteration, "error": restart.error, "traceback": trace}
+        if restart.reason == RESTART_MOVE:
+            data["to"] = [self._name(i) for i in trial.devices]
+        events.append((ts, "trial_restart", trial.trial_id, device_name, data))
 
     def _answer_call(self, device: _Device, event: tuple[Any, ...]) -> None:
         trial_id, call_id, method, args = event[1], event[4], event[5], event[6]
@@ -692,21 +1406,54 @@ class Executor:
 
         Every acknowledged result is already in the store; iterations after a trial's last checkpoint are run
         again (and stored under the new attempt). The replacement stands for the same device and takes the
-        resources the dead actor gave back; if it cannot start, the device is gone and the trials go to the
-        others (the run fails only when no device is left).
+        resources the dead actor gave back; the trials keep it as their planned device, so the next plan puts
+        them back there. If it cannot start, the device is gone and the planner places them on the others (the
+        run fails only when no device is left). A trial that was being stopped for good ends, and a data-parallel
+        trial that lost a worker's device is stopped and restarts the same way.
         """
         device.alive = False
+        device.poll_ref = None
+        self._dirty = True
         now = time.time()
         events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]] = [
             (now, "device_died", None, device.spec.name, {"error": str(error)})]
+        ended: list[Trial] = []
+        lost_worker: list[str] = []
         with self.store.transaction():
             for trial_id in sorted(device.assigned):
                 trial = self.trials[trial_id]
+                if trial.placed_on and trial.placed_on[0] != device.spec.index:  # a worker's device died
+                    if trial_id not in self._stopping:
+                        self._restarts[trial_id] = _Restart(reason="device_died", error=str(error))
+                        lost_worker.append(trial_id)
+                    continue
+                stopping = trial_id in self._stopping
                 self._stopping.discard(trial_id)
-                restart = self._restarts.pop(trial_id, None) or _Restart(reason="device_died", error=str(error))
-                self._requeue(trial, restart, now, device.spec.name, None, events)
+                restart = self._restarts.pop(trial_id, None)
+                self._unplace(trial, now)
+                if stopping and restart is None:  # it was being stopped for good: it ends now
+                    trial.status, trial.devices = TERMINATED, ()
+                    self._forget(trial_id)
+                    self.store.update_trial(trial_id, status=TERMINATED, finished_at=now, stop_reason=OUT_STOPPED,
+                                            last_iteration=trial.last_iteration, checkpoint_path=trial.checkpoint_path)
+                    events.append((now, "trial_end", trial_id, device.spec.name,
+                                   {"attempt": trial.attempt, "outcome": OUT_STOPPED}))
+                    self.searcher.on_trial_complete(trial_id, trial.last_result, error=False)
+                    ended.append(trial)
+                    continue
+                self._requeue(trial, restart or _Restart(reason="device_died", error=str(error)), now,
+                              device.spec.name, None, events)
             self.store.add_events(events)
+            if ended:
+                self.store.set_experiment(searcher_state=dumps(self.searcher.state_dict()))
         device.assigned.clear()
+        device.lingering.clear()
+        self._send_stop(lost_worker)
+        for trial in ended:
+            self._stopped += 1
+            self._log_end(trial, OUT_STOPPED)
+            for callback in self.settings.callbacks:
+                callback.on_trial_complete(trial.trial_id, trial.status, trial.last_result)
         try:
             actor = start_device_actor(device.spec, self.payload, self._host_settings(device.spec),
                                        self._actor_name(device.spec) + f":{int(now)}")
@@ -714,7 +1461,8 @@ class Executor:
         except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as e:
             self.store.add_events([(time.time(), "device_lost", None, device.spec.name, {"error": str(e)})])
             return
-        device.actor, device.info, device.alive, device.poll_ref = actor, info, True, None
+        device.actor, device.alive, device.poll_ref = actor, True, None
+        self._adopt(device, info)
         self.store.add_events([(time.time(), "device_start", None, device.spec.name, {**info, "replacement": True})])
 
     def _log_end(self, trial: Trial, outcome: str) -> None:

@@ -33,7 +33,21 @@ class TrialGroup:
 
 @dataclass
 class Trial:
-    """The driver's view of one trial."""
+    """The driver's view of one trial.
+
+    Placement is kept twice, because a trial that the planner moves keeps running where it is until its next
+    iteration boundary: ``devices`` is where the planner put it (the planner's input next time), ``placed_on``
+    is where its current attempt was actually submitted. They differ only while a move is under way, or while
+    a restarted trial waits to be submitted to the devices the planner kept for it.
+
+    Attributes:
+        devices: Device indices the planner placed the trial on (first: its home, where rank 0 runs); empty
+            while it waits in the driver's queue.
+        placed_on: Device indices its current attempt runs on (one rank per device); empty when the attempt
+            has not been submitted, or has ended.
+        p_bytes: Its persistent-memory estimate P, from its device's lane events (None: not known yet).
+        t_bytes: Its ephemeral-memory estimate T (None: not known yet).
+    """
 
     trial_id: str
     seq: int
@@ -43,7 +57,10 @@ class Trial:
     budget: float | None = None
     status: str = PENDING
     attempt: int = 0
-    device: int | None = None
+    devices: tuple[int, ...] = ()
+    placed_on: tuple[int, ...] = ()
+    p_bytes: int | None = None
+    t_bytes: int | None = None
     last_iteration: int = 0
     last_result: dict[str, Any] | None = None
     checkpoint_path: str | None = None
@@ -52,3 +69,8 @@ class Trial:
     finished_by_rule: bool = False  # a result met the run's stop rule: it ends, and is never promoted
     error: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def device(self) -> int | None:
+        """The home device (rank 0's) of the current attempt, or None when it is not submitted."""
+        return self.placed_on[0] if self.placed_on else None

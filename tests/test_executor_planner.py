@@ -1,0 +1,377 @@
+"""The executor places trials with the water-filling planner.
+
+Pure tests of the translation (trials -> TrialDemand, plan -> actions, prefetch, lane mirror) run without Ray;
+the others run real sweeps on the shared 2-CPU Ray and read the store's events.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import cloudpickle
+import pytest
+
+import fluidsalus
+from fluidsalus.gpu.host import TrialSpec
+from fluidsalus.store import PAUSED, PENDING, RUNNING, ExperimentStore
+from fluidsalus.trialgroup.executor import (
+    REFUSED_LIMIT,
+    REFUSED_NO_CHECKPOINT,
+    REFUSED_PAUSED,
+    DeviceLoad,
+    LaneMirror,
+    TrialState,
+    choose_prefetch,
+    declared_workers,
+    estimate_of,
+    plan_actions,
+    rank_specs,
+    remaining_budget,
+    trial_demand,
+)
+from fluidsalus.trialgroup.planner import (
+    INTRA,
+    KEEP,
+    MOVE,
+    START,
+    Assignment,
+    DeviceView,
+    Plan,
+    Planner,
+)
+from fluidsalus.trialgroup.trial import Trial, TrialGroup
+
+GiB = 2**30
+ESTIMATE = (256 * 2**20, 256 * 2**20)
+
+
+def _trial(tid: str, seq: int = 0, **kw) -> Trial:
+    return Trial(trial_id=tid, seq=seq, config={}, trial_dir=f"/tmp/{tid}", **kw)
+
+
+# ------------------------------------------------------------------------------------------ pure: demands
+
+
+def test_remaining_budget_counts_from_the_last_iteration_or_the_time_attr():
+    assert remaining_budget(_trial("a"), "training_iteration") is None  # no budget: open-ended
+    assert remaining_budget(_trial("a", budget=8, last_iteration=3), "training_iteration") == 5
+    assert remaining_budget(_trial("a", budget=2, last_iteration=5), "training_iteration") == 0
+    custom = _trial("a", budget=10.0, last_result={"epochs": 4.5})
+    assert remaining_budget(custom, "epochs") == 5.5
+    assert remaining_budget(_trial("a", budget=10.0), "epochs") == 10.0  # nothing reported yet
+
+
+def test_trial_demand_carries_estimates_devices_pause_and_data_parallel_bounds():
+    fresh = trial_demand(_trial("q", seq=4, budget=9), "training_iteration", ESTIMATE)
+    assert (fresh.remaining, fresh.p_bytes, fresh.t_bytes, fresh.devices, fresh.paused, fresh.seq) == (
+        9, ESTIMATE[0], ESTIMATE[1], (), False, 4)
+    assert not fresh.data_parallel
+    measured = _trial("r", seq=1, budget=9, last_iteration=9, status=PAUSED, devices=(1,), p_bytes=100, t_bytes=50)
+    demand = trial_demand(measured, "training_iteration", ESTIMATE)
+    assert (demand.remaining, demand.p_bytes, demand.t_bytes, demand.devices, demand.paused) == (0, 100, 50, (1,), True)
+    wide = trial_demand(_trial("w"), "training_iteration", ESTIMATE, workers=(1, 4))
+    assert wide.data_parallel and wide.remaining is None
+    if "max_devices" in wide._fields:
+        assert (wide.min_devices, wide.max_devices) == (1, 4)
+    assert not trial_demand(_trial("n"), "training_iteration", ESTIMATE, workers=None).data_parallel
+
+
+def test_the_planner_starts_the_longest_queued_trial_first():
+    """Three queued trials, one single-slot device: the one with most budget left starts, the rest queue
+    longest first (nothing measured: remaining work is counted in iterations)."""
+    trials = [_trial("short", seq=0, budget=2), _trial("long", seq=1, budget=8), _trial("mid", seq=2, budget=4)]
+    demands = [trial_demand(t, "training_iteration", ESTIMATE) for t in trials]
+    plan = Planner().plan(demands, [DeviceView(0, 16 * GiB, 1)])
+    actions = plan_actions(plan, {t.trial_id: TrialState(()) for t in trials})
+    assert [(tid, devices) for tid, devices, _ in actions.submit] == [("long", (0,))]
+    assert [tid for tid in plan.queued] == ["mid", "short"]
+
+
+# ------------------------------------------------------------------------------------------ pure: plan -> actions
+
+
+def _plan(*assignments: Assignment, preempted=(), unplaceable=(), queued=()) -> Plan:
+    return Plan(INTRA, tuple(assignments), tuple(queued), tuple(preempted), tuple(unplaceable))
+
+
+def test_only_the_plans_changes_become_actions():
+    plan = _plan(Assignment("kept", (0,), (0,), KEEP), Assignment("new", (1,), (), START),
+                 Assignment("moved", (1,), (0,), MOVE))
+    states = {"kept": TrialState((0,), can_restart=True), "new": TrialState(()),
+              "moved": TrialState((0,), can_restart=True)}
+    actions = plan_actions(plan, states)
+    assert actions.submit == [("new", (1,), START)]
+    assert actions.move == [("moved", (1,), MOVE)]
+    assert not actions.preempt and not actions.refused and not actions.retarget
+
+
+def test_a_move_needs_a_checkpoint_and_a_computing_trial():
+    plan = _plan(Assignment("ckpt", (1,), (0,), MOVE), Assignment("bare", (1,), (0,), MOVE),
+                 Assignment("paused", (1,), (0,), MOVE), Assignment("moving", (2,), (1,), MOVE),
+                 Assignment("stopping", (1,), (0,), MOVE))
+    states = {
+        "ckpt": TrialState((0,), can_restart=True),
+        "bare": TrialState((0,), can_restart=False),  # no checkpoint: a restart would start it over
+        "paused": TrialState((0,), computing=False, can_restart=True),
+        "moving": TrialState((0,), moving=True),
+        "stopping": TrialState((0,), can_restart=True, busy=True),
+    }
+    actions = plan_actions(plan, states)
+    assert [m[0] for m in actions.move] == ["ckpt"]
+    assert actions.retarget == [("moving", (2,))]
+    assert set(actions.refused) == {("bare", MOVE, REFUSED_NO_CHECKPOINT), ("paused", MOVE, REFUSED_PAUSED)}
+
+
+def test_preemption_and_unplaceable_trials():
+    plan = _plan(preempted=("ckpt", "bare", "queued"), unplaceable=("huge", "running_huge"), queued=("huge",))
+    states = {"ckpt": TrialState((0,), can_restart=True), "bare": TrialState((0,)), "queued": TrialState(()),
+              "huge": TrialState(()), "running_huge": TrialState((0,))}
+    actions = plan_actions(plan, states)
+    assert actions.preempt == ["ckpt"]
+    assert actions.refused == [("bare", "preempt", REFUSED_NO_CHECKPOINT)]
+    assert actions.unplaceable == ["huge"]  # a running one is its device's to fail
+
+
+def test_submissions_stop_at_max_concurrent_trials():
+    plan = _plan(*(Assignment(f"t{i}", (0,), (), START) for i in range(4)))
+    actions = plan_actions(plan, {f"t{i}": TrialState(()) for i in range(4)}, limit=3, computing=1)
+    assert [s[0] for s in actions.submit] == ["t0", "t1"]
+    assert [(r[0], r[2]) for r in actions.refused] == [("t2", REFUSED_LIMIT), ("t3", REFUSED_LIMIT)]
+
+
+def test_prefetch_fills_only_full_devices_in_queue_order():
+    devices = [DeviceLoad(0, 2, 2, 10), DeviceLoad(1, 1, 2, 10), DeviceLoad(2, 3, 2, 10), DeviceLoad(3, 1, 1, 4)]
+    sizes = {"a": 5, "b": 3, "c": 3, "d": 1}
+    # cpu0 is full (one prefetch), cpu1 has a free slot the planner chose not to fill, cpu2 already holds one
+    # beyond its slots, cpu3 is full but too small for "a".
+    assert choose_prefetch(["a", "b", "c", "d"], sizes, devices) == [("a", 0), ("b", 3)]
+    assert choose_prefetch(["a", "b"], sizes, devices, allowance=1) == [("a", 0)]
+    assert choose_prefetch(["a"], sizes, devices, per_device=0) == []
+
+
+def test_rank_specs_give_one_rank_per_device_with_rank_zero_at_home():
+    spec = TrialSpec("t", "f_t", {"x": 1}, "/tmp/t", attempt=2)
+    assert rank_specs(spec, [3]) == [(3, spec)]
+    ranks = rank_specs(spec, [2, 0, 1], "10.0.0.1:5000")
+    assert [(i, s.rank, s.world_size, s.rendezvous, s.attempt) for i, s in ranks] == [
+        (2, 0, 3, "10.0.0.1:5000", 2), (0, 1, 3, "10.0.0.1:5000", 2), (1, 2, 3, "10.0.0.1:5000", 2)]
+    with pytest.raises(fluidsalus.FluidsalusError, match="rendezvous"):
+        rank_specs(spec, [0, 1])
+
+
+def test_lane_mirror_replays_the_devices_lane_events():
+    mirror = LaneMirror()
+    mirror.apply("lane_open", None, {"lane": 0, "capacity": 1000})
+    mirror.apply("lane_admit", "a", {"detail": [0, 300, 200]})
+    mirror.apply("lane_admit", "b", {"detail": [0, 100, 100]})
+    mirror.apply("lane_open", None, {"lane": 1, "capacity": 50})
+    mirror.apply("lane_admit", "c", {"detail": [1, 20, 30]})
+    mirror.apply("lane_estimate", "a", {"detail": [400, 150]})
+    mirror.apply("lane_resize", None, {"lane": 1, "old_capacity": 50, "capacity": 80})
+    views = mirror.views()
+    assert [(v.lane_id, v.capacity, v.members) for v in views] == [
+        (0, 1000, {"a": (400, 150), "b": (100, 100)}), (1, 80, {"c": (20, 30)})]
+    mirror.apply("lane_leave", "c", {"detail": [1]})
+    mirror.apply("lane_close", None, {"lane": 1})
+    mirror.apply("lane_wait", "b", {"detail": [100, 100]})  # re-fitted: back in the device queue
+    mirror.apply("something_new", "a", {})  # unknown kinds change nothing
+    assert [(v.lane_id, v.members) for v in mirror.views()] == [(0, {"a": (400, 150)})]
+    assert estimate_of("lane_oom", {"detail": [0, 1, 800, 300]}) == (800, 300)
+    assert estimate_of("lane_admit", {"detail": [0, 5, 6]}) == (5, 6)
+    assert estimate_of("lane_leave", {"detail": [0]}) is None
+
+
+def test_declared_workers_reads_the_trainables_data_parallel_declaration():
+    def train(config):
+        return None
+
+    assert declared_workers(cloudpickle.dumps((train, None))) is None
+    train._fluidsalus_data_parallel = {"min_workers": 1, "max_workers": 4}
+    assert declared_workers(cloudpickle.dumps((train, None))) == (1, 4)
+    from fluidsalus.gpu.actor import pack_trainable
+
+    assert declared_workers(pack_trainable(train, None)) == (1, 4)
+    train._fluidsalus_data_parallel = {"min_workers": 1, "max_workers": 1}
+    assert declared_workers(cloudpickle.dumps((train, None))) is None  # one device: not data-parallel
+
+
+# ------------------------------------------------------------------------------------------ real runs
+
+
+def _events(grid, kind: str):
+    return ExperimentStore.open(grid.experiment_path, readonly=True).events(kind)
+
+
+class _Budgets(fluidsalus.searchers.BaseSearcher):
+    """One group per budget, all proposed at once in the order given; trials pause at their budget and are
+    stopped at the end of the run."""
+
+    def __init__(self, budgets):
+        self.budgets, self.done = budgets, False
+
+    def next_groups(self):
+        if self.done:
+            return []
+        self.done = True
+        return [TrialGroup(f"g{i}", [{"budget": b}], budget=b) for i, b in enumerate(self.budgets)]
+
+    def is_finished(self):
+        return self.done
+
+
+def counting(config):
+    for _ in range(100):
+        time.sleep(0.002)
+        fluidsalus.report({"v": 1.0})
+
+
+@pytest.mark.usefixtures("ray_cluster")
+@pytest.mark.parametrize("limit", [1, None], ids=["one_at_a_time", "with_prefetch"])
+def test_after_a_trial_ends_the_longest_queued_trial_starts_first(storage, limit):
+    grid = fluidsalus.run(counting, searcher=_Budgets([2, 8, 4, 1]), devices=1, cpus_per_device=1,
+                          max_concurrent_trials=limit, storage_path=storage, name=f"order{limit}", verbose=0)
+    assert grid.num_errors == 0
+    budget_of = {r.trial_id: r.config["budget"] for r in grid}
+    started = [budget_of[e.trial_id] for e in _events(grid, "trial_start")]
+    assert started == [8, 4, 2, 1]  # arrival order was 2, 8, 4, 1
+    assert sorted(r.metrics["training_iteration"] for r in grid) == [1, 2, 4, 8]
+    if limit == 1:  # one at a time: each starts only after the one before it paused (its last result)
+        reader = ExperimentStore.open(grid.experiment_path, readonly=True)
+        starts = [(e.ts, e.trial_id) for e in _events(grid, "trial_start")]
+        for (_, before), (ts, _) in zip(starts, starts[1:], strict=False):
+            assert ts >= max(r.ts for r in reader.results(before))
+
+
+def steps(config):
+    for _ in range(config["n"]):
+        time.sleep(0.005)
+        fluidsalus.report({"n": config["n"]})
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_more_trials_than_fit_wait_and_drain(storage):
+    """Ten trials on two single-slot devices: each device computes one and holds at most one prefetched, and
+    every trial runs to the end."""
+    grid = fluidsalus.run(steps, {"n": fluidsalus.grid_search([3, 5, 7, 4, 6, 8, 3, 5, 4, 6])}, devices=2,
+                          cpus_per_device=1, storage_path=storage, name="drain", verbose=0)
+    assert len(grid) == 10 and grid.num_errors == 0
+    assert all(r.metrics["training_iteration"] == r.config["n"] for r in grid)
+    reader = ExperimentStore.open(grid.experiment_path, readonly=True)
+    timeline = sorted([(e.ts, 1, e.device) for e in reader.events("place")] +
+                      [(e.ts, -1, e.device) for e in reader.events("trial_end")])
+    held: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    for _, delta, device in timeline:
+        held[device] = held.get(device, 0) + delta
+        peak[device] = max(peak.get(device, 0), held[device])
+    assert peak == {"cpu:0": 2, "cpu:1": 2}  # one slot plus one prefetched trial, never more
+    assert not reader.events("trial_restart")
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_place_events_record_the_planners_decisions(storage):
+    grid = fluidsalus.run(steps, {"n": fluidsalus.grid_search([4, 4, 4])}, devices=2, cpus_per_device=1,
+                          storage_path=storage, name="placed", verbose=0)
+    places = _events(grid, "place")
+    assert len(places) == 3 and all(e.data["attempt"] == 0 for e in places)
+    first = places[:2]  # three trials, two devices: the planner spreads the first two, one per device
+    assert {e.device for e in first} == {"cpu:0", "cpu:1"}
+    assert [e.data["action"] for e in first] == ["start", "start"] and first[0].data["regime"] == INTRA
+    assert places[2].data["action"] == "prefetch"  # both devices full: the third waits on one of them
+    # When a device frees, the planner would spread the prefetched trial there, but it has no checkpoint: the
+    # move is refused (recorded), not done by starting it over.
+    reader = ExperimentStore.open(grid.experiment_path, readonly=True)
+    assert not reader.events("trial_restart")
+    assert all(e.data["reason"] == REFUSED_NO_CHECKPOINT for e in reader.events("plan_refused"))
+
+
+def checkpointed(config):
+    start = 0
+    if fluidsalus.get_checkpoint() is not None:
+        with fluidsalus.get_checkpoint().as_directory() as d:
+            start = int(open(os.path.join(d, "it")).read())
+    for it in range(start + 1, config["n"] + 1):
+        time.sleep(0.01)
+        d = os.path.join(fluidsalus.get_context().get_trial_dir(), f"s{it}")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "it"), "w") as f:
+            f.write(str(it))
+        fluidsalus.report({"it": it, "start": start}, checkpoint=fluidsalus.Checkpoint.from_directory(d))
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_sweep_that_fits_its_device_never_restarts_a_trial(storage):
+    grid = fluidsalus.run(checkpointed, {"n": fluidsalus.grid_search([5, 9, 6, 8, 7, 5])}, devices=1,
+                          storage_path=storage, name="steady", verbose=0)
+    assert grid.num_errors == 0 and all(r.metrics["it"] == r.config["n"] for r in grid)
+    reader = ExperimentStore.open(grid.experiment_path, readonly=True)
+    assert not reader.events("trial_restart") and not reader.events("plan_move")
+    assert all(t.attempt == 0 for t in reader.trials())
+
+
+def unevenly(config):
+    """Trial 'short' ends early; 'a' and 'b' run long. Checkpoints every step when config says so."""
+    start = 0
+    if fluidsalus.get_checkpoint() is not None:
+        with fluidsalus.get_checkpoint().as_directory() as d:
+            start = int(open(os.path.join(d, "it")).read())
+    for it in range(start + 1, config["n"] + 1):
+        time.sleep(0.02)
+        checkpoint = None
+        if config["checkpoint"]:
+            d = os.path.join(fluidsalus.get_context().get_trial_dir(), f"s{it}")
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, "it"), "w") as f:
+                f.write(str(it))
+            checkpoint = fluidsalus.Checkpoint.from_directory(d)
+        fluidsalus.report({"it": it, "start": start}, checkpoint=checkpoint)
+
+
+@pytest.mark.usefixtures("ray_cluster")
+@pytest.mark.parametrize("checkpoint", [True, False], ids=["checkpointed", "no_checkpoint"])
+def test_a_trial_moves_only_from_a_checkpoint(storage, checkpoint):
+    """Two single-slot devices, three trials: 'a' and 'short' start, 'b' is prefetched behind 'a' and shares
+    its lane. When 'short' ends, the planner spreads 'b' to the free device. With checkpoints it moves there at
+    its next boundary and resumes from its checkpoint; without, it stays (a restart would lose its work)."""
+    space = {"n": fluidsalus.grid_search([40, 8, 40]), "checkpoint": checkpoint}
+    grid = fluidsalus.run(unevenly, space, devices=2, cpus_per_device=1, storage_path=storage,
+                          name=f"move{checkpoint}", verbose=0)
+    assert grid.num_errors == 0 and sorted(r.metrics["it"] for r in grid) == [8, 40, 40]
+    reader = ExperimentStore.open(grid.experiment_path, readonly=True)
+    trials = {r.config["n"]: r for r in grid}
+    restarts = reader.events("trial_restart")
+    if not checkpoint:
+        assert not restarts
+        refused = reader.events("plan_refused")
+        assert refused and all(e.data["reason"] == REFUSED_NO_CHECKPOINT for e in refused)
+        return
+    assert restarts, "the time-sliced trial was never spread to the free device"
+    assert all(e.data["reason"] == "move" for e in restarts)
+    moved = {e.trial_id for e in restarts}
+    assert len(moved) == 1 and trials[8].trial_id not in moved  # only one of the two long trials moves
+    (restart,) = restarts
+    checkpoints = {c["iteration"] for c in reader.checkpoints(restart.trial_id)}
+    assert restart.data["from_iteration"] in checkpoints and restart.data["from_iteration"] > 0
+    moved_result = next(r for r in grid if r.trial_id in moved)
+    assert list(moved_result.metrics_dataframe["it"]) == list(range(1, 41))
+    assert moved_result.metrics["start"] == restart.data["from_iteration"]  # resumed from that checkpoint
+    placed = [e for e in reader.events("place") if e.trial_id == restart.trial_id]
+    assert placed[-1].device == restart.data["to"][0] != placed[0].device
+    kept = [r.trial_id for r in grid if r.trial_id not in moved]
+    assert all(t.attempt == 0 for t in reader.trials() if t.trial_id in kept)  # unchanged placements kept
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_promoted_trials_resume_in_place_and_statuses_settle(storage):
+    """Paused trials hold their device; a promotion resumes them there (no restart); the run ends with every
+    trial TERMINATED."""
+    from test_run import _TwoRungs, long_objective
+
+    grid = fluidsalus.run(long_objective, searcher=_TwoRungs(), devices=2, cpus_per_device=1,
+                          storage_path=storage, name="rungs2", verbose=0)
+    assert {r.config["x"]: r.metrics["training_iteration"] for r in grid} == {1: 2, 2: 2, 3: 4, 4: 4}
+    reader = ExperimentStore.open(grid.experiment_path, readonly=True)
+    assert not reader.events("trial_restart")
+    assert {t.status for t in reader.trials()} == {"TERMINATED"}
+    assert PENDING not in {t.status for t in reader.trials()} and RUNNING not in {t.status for t in reader.trials()}
