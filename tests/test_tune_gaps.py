@@ -431,6 +431,30 @@ def test_engine_callbacks_are_told_each_start_with_its_config_and_attempt(ray_cl
     assert all(c["x"] == 1 for _, c, _ in starts)
 
 
+def test_logger_callback_and_rays_mock_trainable(ray_cluster, storage: str) -> None:
+    from fluidsalus.tune.logger import LoggerCallback
+    from fluidsalus.tune.result import SHOULD_CHECKPOINT, TRAINING_ITERATION
+    from fluidsalus.tune.utils.mock_trainable import MyTrainableClass
+
+    logged: list[tuple[str, Any]] = []
+
+    class Logger(LoggerCallback):
+        def log_trial_start(self, trial):
+            logged.append(("start", trial.config["width"]))
+
+        def log_trial_result(self, iteration, trial, result):
+            logged.append(("result", result[TRAINING_ITERATION], round(result["episode_reward_mean"], 6)))
+
+        def log_trial_end(self, trial, failed=False):
+            logged.append(("end", failed))
+
+    grid = _tuner(MyTrainableClass, storage, {"width": 2, "height": 3}, {"callbacks": [Logger()],
+                  "stop": {TRAINING_ITERATION: 2}}).fit()
+    assert grid.num_errors == 0 and SHOULD_CHECKPOINT == "should_checkpoint"
+    assert logged == [("start", 2), ("result", 1, round(3 * np.tanh(0.5), 6)), ("result", 2, round(3 * np.tanh(1), 6)),
+                      ("end", False)]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # 5. Tuner.restore's flags
 # ---------------------------------------------------------------------------------------------------------

@@ -302,7 +302,7 @@ class TuneConfig:
             with a warning, or refused where fluidsalus has no equivalent).
         scheduler: A scheduler of :mod:`fluidsalus.tune.schedulers` (Ray's own are translated likewise).
         num_samples: Samples per grid point; -1 samples until ``time_budget_s`` or a stopper's
-            ``stop_all()`` ends the run (random search only).
+            ``stop_all()`` ends the run (every search algorithm and scheduler but PopulationBasedTraining).
         max_concurrent_trials: Cap on trials running at once (0 or None: no cap, as in Ray).
         time_budget_s: Seconds (or a ``timedelta``) after which the experiment ends.
         reuse_actors: Accepted; fluidsalus always reuses its device actors.
