@@ -17,6 +17,7 @@ from fluidsalus.gpu.host import TrialSpec
 from fluidsalus.store import PAUSED, PENDING, RUNNING, ExperimentStore
 from fluidsalus.trialgroup.executor import (
     REFUSED_LIMIT,
+    REFUSED_MIN_DEVICES,
     REFUSED_NO_CHECKPOINT,
     REFUSED_PAUSED,
     DeviceLoad,
@@ -26,6 +27,7 @@ from fluidsalus.trialgroup.executor import (
     declared_workers,
     estimate_of,
     plan_actions,
+    queue_window,
     rank_specs,
     remaining_budget,
     trial_demand,
@@ -88,6 +90,19 @@ def test_the_planner_starts_the_longest_queued_trial_first():
     assert [tid for tid in plan.queued] == ["mid", "short"]
 
 
+def test_the_queue_window_keeps_the_trials_the_planner_would_start_first():
+    """A long queue is cut to its head before planning: the head is the planner's own order."""
+    planner = Planner()
+    trials = [_trial(f"t{i:02d}", seq=i, budget=[3, 9, None, 5, 9, 1][i % 6]) for i in range(24)]
+    for i, t in enumerate(trials[:6]):  # some measured, at different speeds
+        planner.observe(t.trial_id, 0.5 + i)
+    demands = [trial_demand(t, "training_iteration", ESTIMATE) for t in trials]
+    plan = planner.plan(demands, [DeviceView(0, 16 * GiB, 1)])
+    order = [a.trial_id for a in plan.starts] + list(plan.queued)
+    assert queue_window(trials, planner.book, "training_iteration", 24) == order
+    assert queue_window(trials, planner.book, "training_iteration", 5) == order[:5]
+
+
 # ------------------------------------------------------------------------------------------ pure: plan -> actions
 
 
@@ -138,6 +153,17 @@ def test_submissions_stop_at_max_concurrent_trials():
     actions = plan_actions(plan, {f"t{i}": TrialState(()) for i in range(4)}, limit=3, computing=1)
     assert [s[0] for s in actions.submit] == ["t0", "t1"]
     assert [(r[0], r[2]) for r in actions.refused] == [("t2", REFUSED_LIMIT), ("t3", REFUSED_LIMIT)]
+
+
+def test_a_data_parallel_trial_never_runs_on_fewer_devices_than_its_min_workers():
+    plan = _plan(Assignment("narrow", (0,), (), START), Assignment("wide", (0, 1), (), START),
+                 Assignment("shrunk", (1,), (1, 2), "resize"), Assignment("kept", (2, 3), (2, 3), KEEP))
+    states = {"narrow": TrialState((), min_devices=2), "wide": TrialState((), min_devices=2),
+              "shrunk": TrialState((1, 2), can_restart=True, min_devices=2),
+              "kept": TrialState((2, 3), min_devices=2)}
+    actions = plan_actions(plan, states)
+    assert actions.submit == [("wide", (0, 1), START)] and not actions.move
+    assert set(actions.refused) == {("narrow", START, REFUSED_MIN_DEVICES), ("shrunk", "resize", REFUSED_MIN_DEVICES)}
 
 
 def test_prefetch_fills_only_full_devices_in_queue_order():
@@ -360,6 +386,32 @@ def test_a_trial_moves_only_from_a_checkpoint(storage, checkpoint):
     assert placed[-1].device == restart.data["to"][0] != placed[0].device
     kept = [r.trial_id for r in grid if r.trial_id not in moved]
     assert all(t.attempt == 0 for t in reader.trials() if t.trial_id in kept)  # unchanged placements kept
+
+
+def in_pairs(config):
+    for i in range(3):
+        time.sleep(0.01)
+        fluidsalus.report({"i": i, "world": fluidsalus.distributed.get_world_size()})
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_trials_that_need_two_devices_each_run_one_after_another_on_both(storage):
+    """workers=(2, 2): every trial runs on both devices (rank 1 a worker), so three trials take turns; none is
+    ever started on one device, prefetched, or co-located."""
+    from fluidsalus import distributed
+
+    trainable = distributed.data_parallel(in_pairs, workers=(2, 2))
+    grid = fluidsalus.run(trainable, {"x": fluidsalus.grid_search([1, 2, 3])}, devices=2, cpus_per_device=1,
+                          storage_path=storage, name="pairs", verbose=0)
+    assert grid.num_errors == 0 and all(r.metrics["world"] == 2 and r.metrics["i"] == 2 for r in grid)
+    reader = ExperimentStore.open(grid.experiment_path, readonly=True)
+    places = reader.events("place")
+    assert len(places) == 3 and all(e.data["devices"] == ["cpu:0", "cpu:1"] for e in places)
+    workers = reader.events("worker_start")
+    assert len(workers) == 3 and all(e.data["rank"] == 1 and e.device == "cpu:1" for e in workers)
+    spans = sorted((min(r.ts for r in reader.results(t.trial_id)), max(r.ts for r in reader.results(t.trial_id)))
+                   for t in reader.trials())
+    assert all(later[0] > earlier[1] for earlier, later in zip(spans, spans[1:], strict=False))  # one at a time
 
 
 @pytest.mark.usefixtures("ray_cluster")

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import heapq
 import logging
 import math
 import os
@@ -77,7 +78,15 @@ from fluidsalus.progress import Progress
 from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.session import AUTO_RESULT_KEYS
 from fluidsalus.store import ERROR, FINAL_STATUSES, PAUSED, PENDING, RUNNING, TERMINATED, ExperimentStore, dumps
-from fluidsalus.trialgroup.planner import KEEP, DeviceView, Plan, Planner, TrialDemand
+from fluidsalus.trialgroup.planner import (
+    KEEP,
+    OPEN_ENDED_S,
+    DeviceView,
+    Plan,
+    Planner,
+    ProfileBook,
+    TrialDemand,
+)
 from fluidsalus.trialgroup.trial import Trial
 
 logger = logging.getLogger(__name__)
@@ -101,6 +110,11 @@ SHUTDOWN_GRACE_S = 2.0
 #: change in what the trial costs (a new phase, another allocation), which can change the queue order, a
 #: device's load or whether a move pays. A trial's first measurement always triggers one.
 REPLAN_PROFILE_CHANGE = 0.25
+#: Queued trials the planner sees, as a multiple of what one plan can start (every slot of every device, plus
+#: the prefetch). A plan starts at most that many, longest first, so the rest of the queue cannot change it;
+#: leaving it out keeps a plan's cost independent of the queue's length. The second multiple is for the trials
+#: the first ones make room for when some of them fit no device's memory.
+QUEUE_WINDOW_FACTOR = 2
 #: How long the driver waits for rank 0's device actor to pick a free port for a data-parallel trial's
 #: rendezvous: one actor round trip, far below this unless the actor is dead or stuck.
 FREE_PORT_TIMEOUT_S = 30.0
@@ -113,6 +127,7 @@ RESTART_PREEMPT = "preempted"  # its memory went to another trial: checkpoint, b
 REFUSED_NO_CHECKPOINT = "no checkpoint"  # it reported since its start and could only restart from scratch
 REFUSED_PAUSED = "paused"  # paused at its budget: it restarts from its checkpoint when promoted instead
 REFUSED_LIMIT = "max_concurrent_trials"  # the run's concurrency limit is reached
+REFUSED_MIN_DEVICES = "min_workers"  # fewer devices than its data-parallel trainable runs on
 
 
 @dataclass
@@ -212,6 +227,33 @@ def trial_demand(trial: Trial, time_attr: str, estimate: tuple[int, int],
                        paused=trial.status == PAUSED, seq=trial.seq, **extra)
 
 
+def queue_window(queued: Iterable[Trial], book: ProfileBook, time_attr: str, size: int) -> list[str]:
+    """The ``size`` queued trials the planner would start first, in its order.
+
+    The planner starts queued trials longest predicted remaining time first (ties: arrival order, then id):
+    remaining budget times the trial's alone time per iteration (the typical one when it was never measured),
+    open-ended trials first. A plan can start only so many, so the rest of a long queue need not be planned.
+
+    Args:
+        queued: The queued trials.
+        book: The planner's profiles.
+        time_attr: The result key budgets are measured in.
+        size: How many to keep.
+
+    Returns:
+        Their ids, first to start first.
+    """
+    def key(trial: Trial) -> tuple[float, int, str]:
+        remaining = remaining_budget(trial, time_attr)
+        if remaining is None:
+            predicted = OPEN_ENDED_S
+        else:
+            predicted = remaining * book.alone(trial.trial_id) if remaining > 0 else 0.0
+        return -predicted, trial.seq, trial.trial_id
+
+    return [t.trial_id for t in heapq.nsmallest(size, queued, key=key)]
+
+
 class TrialState(NamedTuple):
     """What :func:`plan_actions` needs to know of a trial besides the plan.
 
@@ -224,6 +266,7 @@ class TrialState(NamedTuple):
         moving: A move is under way (its stop was sent; it restarts on its planned devices when it ends).
         busy: It is being stopped for another reason (a searcher's stop, an exploit, the end of the run): the
             plan leaves it alone.
+        min_devices: Fewest devices it runs on (a data-parallel trainable's ``min_workers``).
     """
 
     placed_on: tuple[int, ...]
@@ -231,6 +274,7 @@ class TrialState(NamedTuple):
     can_restart: bool = False
     moving: bool = False
     busy: bool = False
+    min_devices: int = 1
 
 
 @dataclass
@@ -281,6 +325,10 @@ def plan_actions(plan: Plan, states: Mapping[str, TrialState], limit: int | None
     for a in plan.assignments:
         state = states.get(a.trial_id)
         if state is None or state.busy:
+            continue
+        if len(a.devices) < state.min_devices:
+            if a.action != KEEP:
+                out.refused.append((a.trial_id, a.action, REFUSED_MIN_DEVICES))
             continue
         if state.moving:
             out.retarget.append((a.trial_id, a.devices))
@@ -921,14 +969,16 @@ class Executor:
         return DeviceView(device.spec.index, device.capacity, device.spec.slots, curve_key=device.curve_key,
                           lanes=device.mirror.views())
 
-    def _planned(self) -> dict[str, TrialState]:
+    def _planned(self, queued: Iterable[str] | None = None) -> dict[str, TrialState]:
         """The trials the planner is given, with what :func:`plan_actions` needs of each.
 
-        Queued trials, placed ones (running, paused, prefetched) and moving ones (at their planned devices).
-        Trials being stopped for good (a searcher's stop, an exploit, a preemption) wait for their end."""
+        Queued trials (``queued``, else all of them), placed ones (running, paused, prefetched) and moving ones
+        (at their planned devices). Trials being stopped for good (a searcher's stop, an exploit, a preemption)
+        wait for their end."""
         states: dict[str, TrialState] = {}
-        for trial_id in self.pending:
-            states[trial_id] = TrialState(())
+        low = self._workers[0] if self._workers is not None else 1
+        for trial_id in self.pending if queued is None else queued:
+            states[trial_id] = TrialState((), min_devices=low)
         for device in self._devices:
             for trial_id in device.assigned:
                 trial = self.trials[trial_id]
@@ -940,7 +990,7 @@ class Executor:
                     continue
                 states[trial_id] = TrialState(
                     trial.placed_on, computing=trial.status != PAUSED,
-                    can_restart=trial.checkpoint_path is not None, moving=moving)
+                    can_restart=trial.checkpoint_path is not None, moving=moving, min_devices=low)
         return states
 
     def _dispatch(self) -> None:
@@ -949,10 +999,24 @@ class Executor:
             return
         self._dirty = False
         alive = [d for d in self._devices if d.alive]
-        states = self._planned()
+        attr = self.searcher.time_attr
+        window = QUEUE_WINDOW_FACTOR * sum(d.spec.slots + self.settings.prefetch_per_device for d in alive) \
+            + len(alive) + 1  # one more than the devices: a long queue keeps the plan in the intra regime
+        low = self._workers[0] if self._workers is not None else 1
+        if low > 1:
+            # Trials that need several devices each: the planner sees only as many as the free devices can start,
+            # so it plans them in the inter regime, where each gets whole devices (min_workers of them).
+            busy = {d.spec.index for d in alive
+                    if any(self.trials[tid].status != PAUSED for tid in d.assigned)}
+            window = min(window, (len(alive) - len(busy)) // low)
+        queued = None
+        if len(self.pending) > window:
+            queued = queue_window((self.trials[tid] for tid in self.pending), self.planner.book, attr, window)
+            # A trial restarting on devices the planner already gave it (a move) holds them: always planned.
+            queued += [tid for tid in self.pending if self.trials[tid].devices and tid not in queued]
+        states = self._planned(queued)
         if not alive or not states:
             return
-        attr = self.searcher.time_attr
         demands = [trial_demand(self.trials[tid], attr, DEFAULT_TRIAL_ESTIMATE, self._workers) for tid in states]
         plan = self.planner.plan(demands, [self._view(d) for d in alive])
         self._plans += 1
@@ -1029,8 +1093,8 @@ class Executor:
     def _prefetch(self, plan: Plan, actions: PlanActions) -> list[tuple[str, int]]:
         """Queued trials to submit ahead to full devices (:func:`choose_prefetch`), in the plan's queue order."""
         per_device = self.settings.prefetch_per_device
-        if per_device <= 0 or not self.pending:
-            return []
+        if per_device <= 0 or not self.pending or (self._workers is not None and self._workers[0] > 1):
+            return []  # (a trial that needs several devices is never queued on one)
         skip = set(actions.unplaceable)
         queue = [tid for tid in plan.queued if tid in self.pending and tid not in skip
                  and not self.trials[tid].devices]
