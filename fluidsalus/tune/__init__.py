@@ -7,7 +7,10 @@ The names a Ray Tune script touches, with Ray 2.x's signatures and defaults:
 - inside a trainable: :func:`report`, :func:`get_checkpoint`, :func:`get_context`, :class:`Checkpoint`;
 - :func:`with_parameters`, :func:`with_resources`, :class:`Trainable`, :class:`PlacementGroupFactory`;
 - the search-space functions (:func:`uniform`, :func:`choice`, :func:`grid_search`, ...);
-- :class:`Stopper` (and :mod:`fluidsalus.tune.stopper`), :class:`Callback`;
+- :class:`Stopper` (and :mod:`fluidsalus.tune.stopper`), :class:`Callback` (and
+  :class:`fluidsalus.tune.logger.LoggerCallback`);
+- Ray's result keys (:mod:`fluidsalus.tune.result`) and the toy ``MyTrainableClass`` of Ray's examples
+  (:mod:`fluidsalus.tune.utils.mock_trainable`);
 - :mod:`fluidsalus.tune.schedulers` and :mod:`fluidsalus.tune.search` (``search.bohb``, ``search.optuna``);
 - :class:`ResultGrid`, :class:`Result`.
 
