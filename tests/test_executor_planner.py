@@ -222,6 +222,78 @@ def test_declared_workers_reads_the_trainables_data_parallel_declaration():
     assert declared_workers(cloudpickle.dumps((train, None))) is None  # one device: not data-parallel
 
 
+# ------------------------------------------------------------------------------------------ the executor, no Ray
+
+
+class _FakeMethod:
+    def __init__(self, calls, name):
+        self.calls, self.name = calls, name
+
+    def remote(self, *args):
+        self.calls.append((self.name, args))
+
+
+class _FakeActor:
+    """Records the calls the executor makes on a device actor."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        return _FakeMethod(self.calls, name)
+
+
+def _offline_executor(tmp_path, n_devices=1, slots=1, capacity=GiB):
+    from fluidsalus.gpu.device import DeviceSpec
+    from fluidsalus.searchers import RandomSearch
+    from fluidsalus.trialgroup.executor import Executor, ExecutorSettings, _Device
+
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, None, None)
+    specs = [DeviceSpec(f"cpu:{i}", "cpu", i, slots) for i in range(n_devices)]
+    executor = Executor(cloudpickle.dumps((lambda config: None, None)), RandomSearch({"x": 1}), store, specs,
+                        ExecutorSettings("exp", str(tmp_path / "exp"), "f", verbose=0))
+    for spec in specs:
+        device = _Device(spec, _FakeActor(), {"node_ip": "127.0.0.1"}, max_running=slots, assigned=set())
+        executor._capacity = capacity
+        executor._adopt(device, device.info)
+        executor._devices.append(device)
+    return executor, store
+
+
+def _queue(executor, store, *trials):
+    store.add_trials([(t.trial_id, t.seq, t.config) for t in trials], group_id="g", budget=None)
+    for t in trials:
+        executor.trials[t.trial_id] = t
+        executor.pending[t.trial_id] = None
+
+
+def test_a_queued_trial_that_fits_no_device_ends_with_an_error_naming_both_sizes(tmp_path):
+    executor, store = _offline_executor(tmp_path, capacity=GiB)
+    _queue(executor, store, _trial("huge", p_bytes=GiB, t_bytes=GiB), _trial("small", seq=1))
+    executor._dispatch()
+    huge = executor.trials["huge"]
+    assert huge.status == "ERROR"
+    assert "needs P+T = 2147483648 bytes" in huge.error and f"largest device holds {GiB} bytes" in huge.error
+    row = {t.trial_id: t for t in store.trials()}["huge"]
+    assert row.status == "ERROR" and row.error == huge.error
+    submitted = [spec.trial_id for name, (specs,) in executor._devices[0].actor.calls if name == "submit"
+                 for spec in specs]
+    assert submitted == ["small"]  # the other trial runs
+
+
+def test_dispatch_submits_starts_then_one_prefetch_per_full_device_and_records_place_events(tmp_path):
+    executor, store = _offline_executor(tmp_path, n_devices=2, slots=1, capacity=16 * GiB)
+    _queue(executor, store, *(_trial(f"t{i}", seq=i, budget=[3, 9, 5, 7, 1][i]) for i in range(5)))
+    executor._dispatch()
+    placed = [(e.trial_id, e.device, e.data["action"]) for e in store.events("place")]
+    # Longest first: t1 (9) and t3 (7) start, one per device; t2 (5) and t0 (3) are prefetched, one per device.
+    assert placed == [("t1", "cpu:0", "start"), ("t3", "cpu:1", "start"), ("t2", "cpu:0", "prefetch"),
+                      ("t0", "cpu:1", "prefetch")]
+    assert list(executor.pending) == ["t4"]
+    executor._dispatch()  # nothing changed: no new plan, nothing sent
+    assert len(store.events("place")) == 4 and executor._plans == 1
+
+
 # ------------------------------------------------------------------------------------------ real runs
 
 

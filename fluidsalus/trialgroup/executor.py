@@ -115,6 +115,13 @@ REPLAN_PROFILE_CHANGE = 0.25
 #: leaving it out keeps a plan's cost independent of the queue's length. The second multiple is for the trials
 #: the first ones make room for when some of them fit no device's memory.
 QUEUE_WINDOW_FACTOR = 2
+#: Shortest iteration the planner is told about. A shorter one measures the report path (building the result,
+#: the lane hand-over, GIL hand-offs between the device's trial threads), not the trial's compute: a report
+#: costs ~0.01 ms alone but its 95th percentile is 1 to 4 ms on a busy 2-core machine (``report_ms_p95`` of
+#: ``benchmarks/compare.py --sweep trivial``), so only iterations ten times longer resolve the 5% gains the
+#: planner's thresholds ask for. Trials with shorter iterations stay unmeasured: the planner packs them to the
+#: devices' slots, which also hides the driver round trip that dominates them.
+MIN_PROFILED_ITERATION_S = 0.01
 #: How long the driver waits for rank 0's device actor to pick a free port for a data-parallel trial's
 #: rendezvous: one actor round trip, far below this unless the actor is dead or stuck.
 FREE_PORT_TIMEOUT_S = 30.0
@@ -1031,6 +1038,8 @@ class Executor:
         with self.store.transaction():
             for trial_id in actions.unplaceable:
                 self._fail_unplaceable(self.trials[trial_id], max(d.capacity for d in alive), now, events)
+            if actions.unplaceable:
+                self.store.set_experiment(searcher_state=dumps(self.searcher.state_dict()))
             for trial_id, devices, action in actions.submit:
                 trial = self.trials[trial_id]
                 if all(i in by_index and trial_id not in by_index[i].assigned | by_index[i].lingering
@@ -1072,6 +1081,11 @@ class Executor:
                 self.store.add_events(events)
         self._send_stop([tid for tid, _, _ in actions.move] + actions.preempt)
         self._submit(submits)
+        for trial_id in actions.unplaceable:  # committed: tell the callbacks
+            trial = self.trials[trial_id]
+            self._log_end(trial, OUT_ERRORED)
+            for callback in self.settings.callbacks:
+                callback.on_trial_complete(trial_id, trial.status, trial.last_result)
 
     def _name(self, index: int) -> str:
         return self._device(index).spec.name
@@ -1119,11 +1133,28 @@ class Executor:
         """Send the submissions to the devices (after the commit): one spec per device, rank 0 on the first."""
         batches: dict[int, list[TrialSpec]] = {}
         for trial, devices, _ in submits:
-            rendezvous = self._rendezvous(devices[0]) if len(devices) > 1 else None
+            rendezvous = None
+            if len(devices) > 1:
+                try:
+                    rendezvous = self._rendezvous(devices[0])
+                except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as e:
+                    self._unsubmit(trial, f"no rendezvous port from {self._name(devices[0])}: {e}")
+                    continue
             for index, spec in rank_specs(self._spec_for(trial), devices, rendezvous):
                 batches.setdefault(index, []).append(spec)
         for index, specs in batches.items():
             self._device(index).actor.submit.remote(specs)
+
+    def _unsubmit(self, trial: Trial, reason: str) -> None:
+        """Take back a placement that could not be sent (its rank 0's actor did not answer): the trial waits in
+        the queue again, and the poll of that actor finds out whether it died."""
+        for index in trial.placed_on:
+            self._device(index).assigned.discard(trial.trial_id)
+        trial.placed_on, trial.devices = (), ()
+        self.pending[trial.trial_id] = None
+        self._dirty = True
+        self.store.add_events([(time.time(), "place_failed", trial.trial_id, None,
+                                {"attempt": trial.attempt, "reason": reason})])
 
     def _rendezvous(self, index: int) -> str:
         """``"ip:port"`` of a data-parallel trial's rendezvous: rank 0's node and a port free there."""
@@ -1321,9 +1352,10 @@ class Executor:
 
         ``colocated`` is the number of trials computing on the home device, at most its slots (more time-slice
         its lanes, which the iteration time already shows). An iteration during which that number changed
-        measures no single allocation and is left out, unless it is the trial's first."""
+        measures no single allocation and is left out, unless it is the trial's first; so is one shorter than
+        :data:`MIN_PROFILED_ITERATION_S`."""
         seconds = metrics.get("time_this_iter_s")
-        if not isinstance(seconds, (int, float)) or not seconds > 0 or not math.isfinite(seconds):
+        if not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < MIN_PROFILED_ITERATION_S:
             return
         trial_id = trial.trial_id
         if trial_id in self._measured and device.changed_at > ts - seconds:
