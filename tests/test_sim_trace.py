@@ -1,0 +1,335 @@
+"""Recorded traces (fluidsalus/sim/trace.py): reading a store, calibration, replay, and the sim-vs-real machinery."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import sys
+import time
+
+import pytest
+
+from fluidsalus.errors import ConfigError
+from fluidsalus.gpu.lanes import LaneManager
+from fluidsalus.sim import Hardware, Simulation, TrialRecord, Workload, load_trace
+from fluidsalus.sim.trace import (
+    EXECUTOR_PREFETCH_PER_DEVICE,
+    LeastLoadedStrategy,
+    PinnedLanes,
+    ReplaySearcher,
+    TrialPlan,
+    alone_times,
+    calibrate,
+    compare_with_store,
+    fit_interference,
+    load_store_trace,
+    main,
+    make_replay_strategy,
+    recorded_workload,
+    replay,
+    runtime_simulation,
+    save_store_trace,
+    share_order,
+    trial_plans,
+)
+from fluidsalus.store import ExperimentStore
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MIB = 2**20
+DEFAULT_P = DEFAULT_T = 256 * MIB
+#: Tolerance of times read back from a store (epoch timestamps carry about 0.2 µs of float resolution).
+TIME_TOL = 1e-5
+#: A device with no costs at all: every makespan below is hand-computed.
+FREE = dict(gpus_per_node=1, gpu_memory=16 * 2**30, context_bytes=0, interference=0.0, startup_s=0.0, move_s=0.0,
+            comm_fraction=0.0, driver_latency_s=0.0)
+
+
+def close(expected, **tolerance):
+    """``pytest.approx`` with the store's time tolerance (unless given)."""
+    return pytest.approx(expected, **(tolerance or {"abs": TIME_TOL}))
+
+
+class StoreWriter:
+    """Writes a store as the executor would, with timestamps relative to ``base`` (in the future, so that the
+    trials' ``created_at``, which the store stamps itself, comes first)."""
+
+    def __init__(self, path: str, slots: int = 2, devices: int = 1) -> None:
+        self.base = time.time() + 1.0
+        self.store = ExperimentStore.create(path, "synthetic", {}, "score", "max")
+        self.store.add_events([(self.base, "device_start", None, f"cpu:{d}", {"slots": slots, "kind": "cpu"})
+                               for d in range(devices)])
+
+    def trial(self, tid: str, seq: int, budget: float | None) -> None:
+        self.store.add_trials([(tid, seq, {"seq": seq})], group_id=f"g{budget}", budget=budget)
+
+    def event(self, at: float, kind: str, tid: str | None = None, device: str = "cpu:0", **data) -> None:
+        self.store.add_events([(self.base + at, kind, tid, device, data or None)])
+
+    def start(self, at: float, tid: str, lane: int, new_lane: bool, device: str = "cpu:0") -> None:
+        self.event(at, "place", tid, device, attempt=0)
+        self.event(at, "trial_start", tid, device, attempt=0)
+        if new_lane:
+            self.event(at, "lane_open", None, device, lane=lane, capacity=DEFAULT_P + DEFAULT_T)
+        self.event(at, "lane_admit", tid, device, detail=[lane, DEFAULT_P, DEFAULT_T], attempt=0)
+        self.store.update_trial(tid, status="RUNNING", started_at=self.base + at)
+
+    def iteration(self, tid: str, iteration: int, start: float, end: float, score: float) -> None:
+        self.store.add_results([(tid, 0, iteration, self.base + end,
+                                 {"score": score, "training_iteration": iteration, "time_this_iter_s": end - start})])
+
+    def end(self, at: float, tid: str, lane: int, iterations: int, close: bool, device: str = "cpu:0") -> None:
+        self.event(at, "trial_end", tid, device, attempt=0, outcome="stopped")
+        self.event(at, "lane_leave", tid, device, detail=[lane], attempt=0)
+        if close:
+            self.event(at, "lane_close", None, device, lane=lane)
+        self.store.update_trial(tid, status="TERMINATED", finished_at=self.base + at, stop_reason="stopped",
+                                last_iteration=iterations)
+
+    def close(self, at: float) -> None:
+        self.store.set_experiment(status="FINISHED", finished_at=self.base + at)
+        self.store.close()
+
+
+def write_race_store(path: str) -> None:
+    """Three trials on one 2-slot device. t0 opens lane 0 and runs 3 iterations of 1 s (pausing at budget 1);
+    t1 opens lane 1, runs one 1.5 s iteration and is stopped there; t2, placed when t1 reported, is admitted
+    to lane 0 before t1 leaves (the race) and runs one 1 s iteration."""
+    w = StoreWriter(path)
+    w.trial("t0", 0, 3.0)
+    w.trial("t1", 1, 1.0)
+    w.trial("t2", 2, 1.0)
+    w.start(0.0, "t0", lane=0, new_lane=True)
+    w.start(0.0, "t1", lane=1, new_lane=True)
+    w.iteration("t0", 1, 0.0, 1.0, 0.1)
+    w.iteration("t1", 1, 0.0, 1.5, 0.05)
+    w.start(1.503, "t2", lane=0, new_lane=False)
+    w.end(1.505, "t1", lane=1, iterations=1, close=True)
+    w.iteration("t0", 2, 1.0, 2.0, 0.2)
+    w.event(2.0, "lane_estimate", "t0", detail=["t0", 4096, 8192], attempt=0)
+    w.iteration("t2", 1, 2.0, 3.0, 0.15)
+    w.end(3.001, "t2", lane=0, iterations=1, close=False)
+    w.iteration("t0", 3, 3.001, 4.001, 0.3)
+    w.end(4.002, "t0", lane=0, iterations=3, close=True)
+    w.close(4.01)
+
+
+def test_a_store_reads_as_a_trace(tmp_path):
+    path = str(tmp_path / "race")
+    write_race_store(path)
+    trace = load_store_trace(path)
+    t0, t1, t2 = trace.trials
+    assert trace.metric == "score" and trace.mode == "max"
+    assert trace.devices == {"cpu:0": 2}
+    assert trace.makespan_s == close(4.002)
+    assert trace.iterations == 5 and trace.budgets == (1.0, 3.0)
+    assert [it.iteration for it in t0.iterations] == [1, 2, 3]
+    assert [it.duration for it in t0.iterations] == close([1.0, 1.0, 1.0])
+    assert t0.iterations[2].start == close(3.001) and t0.iterations[2].value == close(0.3)
+    assert (t0.length, t1.length, t2.length) == (3, 1, 1)
+    assert t0.started == close(0.0) and t2.started == close(1.503)
+    assert t1.end_reason == "stopped" and t1.finished == close(1.505)
+    # Lanes: t0 and t1 opened theirs; t2 joined t0's. t1 left after t2 was admitted.
+    assert (t0.lane_mates, t1.lane_mates, t2.lane_mates) == ((), (), (0,))
+    assert trace.fresh_lane == {"t0", "t1"}
+    assert t1.left_after_admit is True and t0.left_after_admit is None
+    assert trace.admit_first_share == 1.0
+    assert t0.estimates == ((4096, 8192),)
+    # Pause points: the run's budgets below each trial's length, then its own budget.
+    assert [p.budgets for p in trial_plans(trace)] == [(1.0, 3.0), (1.0,), (1.0,)]
+    assert [p.length for p in trial_plans(trace)] == [3, 1, 1]
+
+
+def test_calibration_measures_latency_start_and_boundary(tmp_path):
+    path = str(tmp_path / "race")
+    write_race_store(path)
+    cal = calibrate(load_store_trace(path))
+    assert cal.driver_latency_s == close(0.003)  # t1's result at 1.5, t2's start at 1.503
+    assert cal.startup_s == close(0.0)  # t0 and t1 started computing as they started
+    # Lane 0 ran t0.1, t0.2, t2.1, t0.3. t0.1 -> t0.2 follows a pause (the driver's round trip, not the lane's
+    # boundary) and t2.1 is a first iteration; t0 was ready for t0.3 (t0.2 ended before t2.1 began): 1 ms.
+    assert cal.boundary_s == close(0.001)
+    assert cal.admit_first_share == 1.0
+
+
+def write_colocation_store(path: str, factor: float) -> None:
+    """Two trials on a 2-slot device whose iterations take 1 s alone and ``factor`` s when both compute."""
+    w = StoreWriter(path)
+    w.trial("a", 0, None)
+    w.trial("b", 1, None)
+    w.start(0.0, "a", lane=0, new_lane=True)
+    for i, (start, end) in enumerate([(0, 1), (1, 2), (2, 3), (3, 3 + factor), (3 + factor, 3 + 2 * factor)], 1):
+        w.iteration("a", i, start, end, 0.1 * i)
+    w.start(3.0, "b", lane=1, new_lane=True)
+    for i, (start, end) in enumerate([(3, 3 + factor), (3 + factor, 3 + 2 * factor),
+                                      (3 + 2 * factor, 4 + 2 * factor)], 1):
+        w.iteration("b", i, start, end, 0.1 * i)
+    w.end(3 + 2 * factor, "a", lane=0, iterations=5, close=True)
+    w.end(4 + 2 * factor, "b", lane=1, iterations=3, close=True)
+    w.close(5 + 2 * factor)
+
+
+def test_interference_fit_recovers_the_slowdown_and_alone_times_undo_it(tmp_path):
+    path = str(tmp_path / "coloc")
+    write_colocation_store(path, factor=1.25)
+    trace = load_store_trace(path)
+    interference, spread = fit_interference(trace)
+    assert interference == close(0.2)  # 1.25 s when co-located = 1 s / (1 - 0.2)
+    assert spread > 0
+    times = alone_times(trace, interference)
+    assert times["a"] == close([1.0] * 5)
+    assert times["b"] == close([1.0] * 3)
+
+
+def test_no_colocation_spread_means_no_interference(tmp_path):
+    path = str(tmp_path / "flat")
+    w = StoreWriter(path)
+    w.trial("a", 0, None)
+    w.start(0.0, "a", lane=0, new_lane=True)
+    for i in range(1, 4):
+        w.iteration("a", i, i - 1.0, float(i), 0.1)
+    w.end(3.0, "a", lane=0, iterations=3, close=True)
+    w.close(3.0)
+    assert fit_interference(load_store_trace(path)) == (0.0, 0.0)
+
+
+def test_executor_dispatch_is_least_loaded_with_prefetch():
+    # Two 1-slot devices, trials of 3, 1 and 1 iterations of 1 s. The executor's dispatch sends t2 to device 0
+    # at once (both devices hold one computing trial, below slots + prefetch; ties go to the lower index), where
+    # it time-slices with t0: 4 s. (Waiting for device 1 to free, as a slots-capped planner does, gives 3 s.)
+    records = tuple(TrialRecord(sec_per_iter=1.0, curve=(0.0,)) for _ in range(3))
+    plans = [TrialPlan(3, (None,), 0), TrialPlan(1, (None,), 0), TrialPlan(1, (None,), 0)]
+    sim = Simulation(LeastLoadedStrategy(), Workload(records), ReplaySearcher(plans), 3,
+                     Hardware(gpus=2, slots=1, **FREE))
+    result = sim.run()
+    assert result.makespan_s == close(4.0)
+    assert result.iterations == 5
+    assert {tid: t.ended_at for tid, t in sim.trials.items()} == close(
+        {"t00000": 4.0, "t00001": 1.0, "t00002": 2.0})
+
+
+def test_planner_executor_prefetches_one_queued_trial_per_full_device():
+    # The same trials under the real executor's rules: the planner puts t0 on device 0 and t1 on device 1 (one
+    # slot each) and queues t2; both devices are full, so t2 is prefetched to the lower one, device 0, where it
+    # time-slices with t0: 4 s. The simulator's plain waterfill has no prefetch: t2 waits for device 1: 3 s.
+    records = tuple(TrialRecord(sec_per_iter=1.0, curve=(0.0,)) for _ in range(3))
+    plans = [TrialPlan(3, (None,), 0), TrialPlan(1, (None,), 0), TrialPlan(1, (None,), 0)]
+
+    def run(planner: str) -> float:
+        sim = Simulation(make_replay_strategy(planner), Workload(records), ReplaySearcher(plans), 3,
+                         Hardware(gpus=2, slots=1, **FREE))
+        return sim.run().makespan_s
+
+    assert run("executor") == close(4.0)
+    assert run("waterfill") == close(3.0)
+    with pytest.raises(ConfigError):
+        make_replay_strategy("nope")
+
+
+def test_prefetch_matches_the_executor():
+    from fluidsalus.trialgroup import executor
+
+    assert executor.PREFETCH_PER_DEVICE == EXECUTOR_PREFETCH_PER_DEVICE
+
+
+def race_simulation(admit_first: bool) -> Simulation:
+    """One 2-slot device. t0 and t2 (10 iterations of 1 s) share lane 0, t1 (one 5 s iteration, paused at its
+    budget and stopped there) has lane 1, t3 (10 iterations) waits for a slot. t0 and t2 were profiled small."""
+    def record(sec: float) -> TrialRecord:  # a trial keeps one of the device's two cores busy: no slowdown
+        return TrialRecord(sec_per_iter=sec, demand=0.5, curve=(0.0,))
+
+    records = (record(1.0), record(5.0), record(1.0), record(1.0))
+    plans = [TrialPlan(10, (None,), 0), TrialPlan(1, (1.0,), 0), TrialPlan(10, (None,), 0), TrialPlan(10, (None,), 0)]
+    return runtime_simulation(LeastLoadedStrategy(), Workload(records), ReplaySearcher(plans), 10,
+                              Hardware(gpus=1, slots=2, **FREE), estimates=[[(0, 4096)], [], [(0, 4096)], []],
+                              admit_first=lambda seq, contested: admit_first)
+
+
+def test_the_stop_race_decides_whether_a_lane_collapses():
+    # Leave first: t1's lane dissolves, t3 opens a lane of its own: lane 0 ends at 20 s.
+    assert race_simulation(admit_first=False).run().makespan_s == close(20.0)
+    # Admit first: t3 joins lane 0 (its profiled members leave room), then t1's lane dissolves: one lane does
+    # all 30 s of work while the device's other slot idles.
+    assert race_simulation(admit_first=True).run().makespan_s == close(30.0)
+
+
+def test_share_order_is_deterministic_with_the_given_share():
+    order = share_order(0.25)
+    picks = [order(seq, True) for seq in range(8)]
+    assert sum(picks) == 2 and picks == [order(seq, True) for seq in range(8)]  # memoised per trial
+    assert share_order(0.5)(0, False) is False  # nothing to race against
+    assert sum(share_order(1.0)(s, True) for s in range(5)) == 5
+    assert sum(share_order(0.0)(s, True) for s in range(5)) == 0
+
+
+def test_pinned_lanes_follow_the_recorded_lane_mates():
+    mates = {"a": [], "b": ["a"], "c": [], "d": ["gone"]}
+    lanes = PinnedLanes(16 * 2**30, 2, mates.get)
+    a = lanes.admit("a", DEFAULT_P, DEFAULT_T)
+    b = lanes.admit("b", DEFAULT_P, DEFAULT_T)  # best fit would open a second lane; the run put b with a
+    c = lanes.admit("c", DEFAULT_P, DEFAULT_T)
+    d = lanes.admit("d", DEFAULT_P, DEFAULT_T)  # its mate is not here: best fit
+    assert a.new_lane and b.lane_id == a.lane_id and c.new_lane and c.lane_id != a.lane_id
+    reference = LaneManager(16 * 2**30, 2)
+    for tid in "abc":
+        reference.admit(tid, DEFAULT_P, DEFAULT_T)
+    assert reference.lane_of("b") != reference.lane_of("a")
+    assert d is not None
+    lanes.check_invariants()
+
+
+def test_replay_of_a_recorded_run_repeats_its_decisions(tmp_path):
+    path = str(tmp_path / "race")
+    write_race_store(path)
+    trace = load_store_trace(path)
+    result = replay(trace, pin_lanes=True)
+    assert result.iterations == trace.iterations and result.trials == 3
+    assert replay(trace, planner="least_loaded", pin_lanes=True).iterations == trace.iterations
+    assert result.makespan_s == close(trace.makespan_s, rel=0.05)
+    naive = replay(trace, runtime_effects=False)
+    assert naive.iterations == trace.iterations
+
+
+def test_the_recorded_workload_is_a_sim_trace_and_the_cli_compares(tmp_path, capsys):
+    path = str(tmp_path / "race")
+    write_race_store(path)
+    trace = load_store_trace(path)
+    out = str(tmp_path / "trace.json")
+    save_store_trace(trace, out)
+    workload = load_trace(out)
+    assert len(workload.records) == 3 and workload.metric == "score" and workload.mode == "max"
+    expected = recorded_workload(trace, calibrate(trace))
+    flat = [t for r in workload.records for t in r.sec_per_iter]
+    assert flat == close([t for r in expected.records for t in r.sec_per_iter])
+    with open(out) as f:
+        doc = json.load(f)
+    assert [t["iterations_run"] for t in doc["trials"]] == [3, 1, 1]
+    assert doc["hardware"]["slots"] == 2 and doc["hardware"]["gpus"] == 1
+
+    assert main([path]) == 0
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert figures["measured_s"] == close(4.002, abs=1e-3)
+    assert figures["iterations"]["recorded"] == figures["iterations"]["measured"] == 5
+    assert main([str(tmp_path / "nothing")]) == 2
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_sim_vs_real_machinery_on_a_tiny_sweep(tmp_path):
+    sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
+    try:
+        bench = importlib.import_module("sim_vs_real")
+        storage = str(tmp_path / "results")
+        row = bench.measure("sleep", trials=6, seed=0, storage=storage, name="tiny", iter_s=0.02, devices=None,
+                            cpus_per_device=None, planner="executor")
+    finally:
+        sys.path.remove(os.path.join(REPO_ROOT, "benchmarks"))
+    assert row["workload"] == "sleep" and row["trials"] == 6
+    assert row["iterations"]["recorded"] == row["iterations"]["measured"] > 0
+    for key in ("measured_s", "predicted_s", "profile_predicted_s", "naive_predicted_s", "end_to_end_s"):
+        assert math.isfinite(row[key]) and row[key] > 0, key
+    assert row["end_to_end_s"] >= row["measured_s"]
+    assert math.isfinite(row["error_pct"]) and 0.0 <= row["admit_first_share"] <= 1.0
+    # The same store, read again, gives the same comparison (the replay is deterministic).
+    again = compare_with_store(load_store_trace(os.path.join(storage, "tiny"))).figures()
+    assert again["predicted_s"] == row["predicted_s"] and again["naive_predicted_s"] == row["naive_predicted_s"]
