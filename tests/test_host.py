@@ -362,3 +362,48 @@ def test_an_idle_lane_handover_is_not_a_switch(tmp_path):
     events += _drain(host, 1)
     assert any(e[0] == EV_LANE and e[4] == "lane_resize" for e in events)  # t1 joined t0's lane
     assert not [e for e in events if e[0] == EV_LANE and e[4] == "switch"]
+
+
+_LAZY_TORCH_SCRIPT = '''
+import json, sys
+sys.path.insert(0, {repo!r})
+import fluidsalus
+from fluidsalus.gpu.host import EV_END, EV_RESULT, DeviceHost, HostSettings, TrialSpec
+assert "torch" not in sys.modules
+
+def f(config):
+    import torch  # the trainable imports torch itself, as the trials start side by side
+    for _ in range(3):
+        fluidsalus.report({{"threads": torch.get_num_threads()}})
+
+host = DeviceHost(f, HostSettings("exp", max_lanes=2, capacity_bytes=2**30, trial_estimate=(2**20, 2**20),
+                                  profile_memory=False, torch_threads=1))
+host.submit([TrialSpec(trial_id=f"t{{i}}", trial_name=f"t{{i}}", config={{}}, trial_dir={tmp!r} + f"/t{{i}}")
+             for i in range(4)])
+events = []
+while sum(e[0] == EV_END for e in events) < 4:
+    events += host.poll(1.0)
+print(json.dumps({{"ends": [e[4] for e in events if e[0] == EV_END],
+                  "threads": [[e[4]["threads"] for e in events if e[0] == EV_RESULT and e[1] == f"t{{i}}"]
+                              for i in range(4)]}}))
+'''
+
+
+def test_trials_that_import_torch_themselves_get_the_devices_torch_threads(tmp_path):
+    """torch imported inside trials, side by side, gets ``torch_threads`` and fails no trial.
+
+    A trial starting while its neighbour is still importing torch used to take the half-built module from
+    ``sys.modules`` and die outside its error handling (no end event: the run hung). Whether a run hits that
+    window depends on timing, so this test shows the race only sometimes; it always checks the outcome."""
+    import json
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = _LAZY_TORCH_SCRIPT.format(repo=repo, tmp=str(tmp_path))
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}  # torch's own default would be 2 threads here
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["ends"] == [OUT_COMPLETED] * 4
+    assert got["threads"] == [[1, 1, 1]] * 4

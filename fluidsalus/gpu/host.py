@@ -660,15 +660,28 @@ class DeviceHost:
         session._caller = lambda method, args: self._call(trial_id, attempt, method, args)
         return session
 
+    def _configure_torch(self) -> None:
+        """Give a torch imported before the host's settings took effect the device's intra-op thread count.
+
+        A torch imported later reads ``OMP_NUM_THREADS``/``MKL_NUM_THREADS``, set in ``__init__``. Trainables
+        often import torch themselves, in their first trials, side by side: a trial thread may then find torch
+        in ``sys.modules`` while another thread is still importing it. ``import torch`` waits for that import to
+        finish (Python's per-module import lock) instead of using the half-built module.
+        """
+        if self._torch_configured or self.settings.torch_threads is None or "torch" not in sys.modules:
+            return
+        import torch
+
+        torch.set_num_threads(self.settings.torch_threads)
+        self._torch_configured = True
+
     def _run_trial(self, spec: TrialSpec, session: TrialSession) -> None:
-        if not self._torch_configured and self.settings.torch_threads is not None and "torch" in sys.modules:
-            sys.modules["torch"].set_num_threads(self.settings.torch_threads)
-            self._torch_configured = True
         set_session(session)
         outcome, error, trace = OUT_COMPLETED, None, None
         fatal: str | None = None
         ranks = None
         try:
+            self._configure_torch()
             os.makedirs(spec.trial_dir, exist_ok=True)
             if spec.world_size > 1:  # a rank of a data-parallel trial meets the others first
                 ranks = session.ranks = _open_rendezvous(spec, self.settings)
