@@ -374,6 +374,19 @@ class LaneMachine(RuleBasedStateMachine):
         tid = data.draw(st.sampled_from(sorted(self.placed)))
         self.apply_decision(self.m.on_oom(tid, factor))
 
+    @precondition(lambda self: self.placed)
+    @rule(data=st.data())
+    def split(self, data):
+        tid = data.draw(st.sampled_from(sorted(self.placed)))
+        before = self.m.lanes()
+        pl = self.m.split(tid)
+        if pl is None:
+            assert self.m.lanes() == before
+        else:
+            assert pl.new_lane and len(self.m.lanes()) == len(before) + 1 <= self.m.max_lanes
+            assert self.m.lanes()[-1].members == {tid: self.m.estimate(tid)}
+            self.placed[tid] = pl.lane_id
+
     @invariant()
     def consistent(self):
         self.m.check_invariants()
@@ -396,6 +409,31 @@ LaneMachine.TestCase.settings = settings(
     max_examples=80, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 test_lane_machine = LaneMachine.TestCase
+
+
+def test_split_gives_a_time_slicing_trial_the_lane_slot_that_freed():
+    m = LaneManager(100, max_lanes=2)
+    assert m.admit("a", 10, 10).new_lane and m.admit("b", 10, 10).new_lane
+    assert m.admit("c", 10, 10).lane_id == 0  # every lane open: c shares (grows) lane 0
+    assert m.split("c") is None  # no free lane slot yet
+    m.leave("b")  # b's lane dissolves: two lanes may run, one does
+    pl = m.split("c")
+    assert pl is not None and pl.new_lane and pl.lane_id == 2 and pl.capacity == 20
+    assert {lane.lane_id: sorted(lane.members) for lane in m.lanes()} == {0: ["a"], 2: ["c"]}
+    assert m.lanes()[0].capacity == 30  # the shared lane keeps its capacity
+    assert m.split("a") is None and m.split("c") is None  # alone in their lanes now
+    m.check_invariants()
+
+
+def test_split_needs_unreserved_memory_and_a_placed_trial():
+    m = LaneManager(50, max_lanes=3)
+    m.admit("a", 10, 10)
+    m.admit("b", 10, 10)
+    assert m.admit("c", 10, 10).lane_id == 0  # no memory for a third lane: c grows lane 0 into the last 10
+    assert len(m.lanes()) == 2 < m.max_lanes and m.unreserved == 0
+    assert m.split("c") is None  # a lane slot is free, the memory is not
+    with pytest.raises(LaneError, match="not placed"):
+        m.split("nobody")
 
 
 def test_growth_lets_identical_trials_share_a_lane_once_every_lane_is_open():

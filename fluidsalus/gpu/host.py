@@ -391,6 +391,7 @@ class DeviceHost:
     def _wait_turn(self, r: _Running, turn: _LaneTurn) -> None:
         r.turn.wait()
         r.turn.clear()
+        turn = self._turns.get(r.lane_id, turn)  # the turn may have come in another lane (_spread_locked)
         self._enter_arena(r, turn)
         now = time.perf_counter()
         r.turn_started = now
@@ -615,7 +616,34 @@ class DeviceHost:
         del self._running[trial_id]
         admitted = self._lanes.leave(trial_id) if trial_id in self._lanes else []  # not after an OOM failure
         self._place_admitted_locked(admitted)
+        self._spread_locked()
         self._emit_lane_events_locked()
+
+    def _spread_locked(self) -> None:
+        """Work conservation: while the device runs fewer lanes than ``max_lanes``, a trial that waits for its
+        turn in a shared lane takes a lane of its own (:meth:`LaneManager.split`).
+
+        This happens when a trial ends and its lane dissolves while the trial that replaces it was admitted a
+        moment earlier (it then shared a lane, since every lane was still open): without it, a compute slot
+        would idle until the next admission. The moved trial waits at an iteration boundary and its memory is
+        resident, so only its turn moves. Not in arena mode, where a lane is also an arena that holds the
+        trial's blocks.
+        """
+        if self._arenas is not None:
+            return
+        for turn in list(self._turns.values()):
+            for trial_id in sorted(turn.ready, key=turn.ready.__getitem__):
+                if len(self._lanes.lanes()) >= self.settings.max_lanes:
+                    return
+                placement = self._lanes.split(trial_id)
+                if placement is None:
+                    continue
+                del turn.ready[trial_id]
+                r = self._running[trial_id]
+                r.lane_id = placement.lane_id
+                self._turns.setdefault(placement.lane_id, _LaneTurn()).holder = trial_id
+                self._grant_seq += 1
+                r.turn.set()
 
     def _make_session(self, spec: TrialSpec) -> TrialSession:
         attempt = spec.attempt

@@ -340,6 +340,37 @@ class LaneManager:
         self._oom_retries.pop(trial_id, None)
         return self._drain()
 
+    def split(self, trial_id: str) -> Placement | None:
+        """Give a trial that shares its lane a new lane of its own, when one may open.
+
+        Work conservation after a lane dissolved: a trial that time-slices a shared lane while the device runs
+        fewer lanes than ``max_lanes`` moves to a new lane of exactly ``P + T``, if the device has that much
+        unreserved memory. Its old lane keeps its capacity (a shared lane never shrinks, as in
+        :meth:`update_estimate`); nothing else changes. The caller moves only a trial waiting for its turn, so
+        the move happens at an iteration boundary and moves no memory.
+
+        Args:
+            trial_id: A placed trial.
+
+        Returns:
+            The new placement, or None when the trial is alone in its lane, no lane may open, or the memory
+            is not there.
+
+        Raises:
+            LaneError: If the trial is not placed.
+        """
+        lane_id = self._where.get(trial_id)
+        if lane_id is None:
+            raise LaneError(f"trial {trial_id!r} is not placed on this device")
+        lane = self._lanes[lane_id]
+        p, t = lane.members[trial_id]
+        if len(lane.members) < 2 or len(self._lanes) >= self.max_lanes or p + t > self.unreserved:
+            return None
+        self._remove(trial_id)
+        placement = self._place(trial_id, p, t)
+        assert placement is not None and placement.new_lane  # a lane may open and the memory is there
+        return placement
+
     def update_estimate(self, trial_id: str, p: int, t: int) -> Decision:
         """Record a new ``(P, T)`` for a trial, at its iteration boundary, and keep the lane safe.
 
