@@ -50,6 +50,7 @@ import inspect
 import math
 import numbers
 import re
+import threading
 import time
 import traceback
 import uuid
@@ -90,6 +91,10 @@ M_SET_CONSTRAINT = CALL_PREFIX + "set_constraint"
 M_STUDY = CALL_PREFIX + "study"
 M_FAILING = CALL_PREFIX + "failing"
 M_FINISH = CALL_PREFIX + "finish"
+#: Reports held back by ``DeviceTrial.report``, then another call: ``(reports, method, args)``.
+M_AFTER_REPORTS = CALL_PREFIX + "after_reports"
+#: Nothing but the held reports it carries: a trial leaving its objective early (stopped) tells them.
+M_FLUSH = CALL_PREFIX + "flush"
 
 #: How the objective ended (sent with ``M_FINISH``).
 OUT_RETURNED, OUT_PRUNED, OUT_FAILED = "returned", "pruned", "failed"
@@ -231,12 +236,32 @@ class _TrialSnapshot:
     directions: list[optuna.study.StudyDirection]
 
 
+#: Intermediate values the objective reported that the driver has not been told yet, per trial thread.
+_held = threading.local()
+
+
+def _hold_report(value: float, step: int) -> None:
+    """Keep a report for the trial's next driver call, which carries it (see :func:`_call`)."""
+    reports = getattr(_held, "reports", None)
+    if reports is None:
+        reports = _held.reports = []
+    reports.append((value, step))
+
+
 def _call(method: str, *args: Any) -> Any:
     """Call the driver's handler from the trial's thread and return its answer, or raise its exception.
+
+    Reports held back by :meth:`DeviceTrial.report` travel with the call and reach the study first, in order:
+    ``report`` then ``should_prune`` (the usual pair, once per step) costs one round trip to the driver, not
+    two, and nothing can read the study between them in a different order than in Optuna.
 
     The arguments travel pickled, so a value that cannot be pickled fails here, in the objective, as a
     TypeError, not in the engine.
     """
+    reports = getattr(_held, "reports", None)
+    if reports:
+        _held.reports = None
+        method, args = M_AFTER_REPORTS, (reports, method, args)
     try:
         blob = cloudpickle.dumps(args)
     except Exception as e:  # noqa: BLE001 - any object may fail to pickle, in any way
@@ -402,6 +427,11 @@ class DeviceTrial(BaseTrial):
     def report(self, value: float, step: int) -> None:
         """Record an intermediate value in the study (``optuna.Trial.report``); also a lane boundary.
 
+        The value reaches the study with the trial's next call to the driver (``should_prune``, a
+        ``suggest_*``, a study read, or the trial's end), before that call, so the study sees the same order
+        of events as under ``study.optimize``, with one round trip fewer per step. Optuna's checks of the
+        arguments are made here, where the objective called ``report``.
+
         Args:
             value: The intermediate value (anything ``float()`` accepts).
             step: The step, a non-negative int.
@@ -414,10 +444,14 @@ class DeviceTrial(BaseTrial):
             step = int(step)
         except (TypeError, ValueError):
             raise TypeError(f"The `step` argument is of type '{type(step)}' but supposed to be an int.") from None
+        if step < 0:
+            raise ValueError(f"The `step` argument is {step} but cannot be negative.")
+        if len(self.study.directions) > 1:
+            raise NotImplementedError("Trial.report is not supported for multi-objective optimization.")
         if step in self._earlier_steps and step not in self._steps:
             self._steps.add(step)  # a restarted attempt redoes a step the study already holds: nothing to tell
         else:
-            _call(M_REPORT, value, step)
+            _hold_report(value, step)  # told to the study with the trial's next call (should_prune, its end)
             self._steps.add(step)
         session.report({KEY_NUMBER: self._number, KEY_STEP: step, KEY_INTERMEDIATE: value})
 
@@ -500,16 +534,12 @@ class _ObjectiveRunner:
         values = None
         try:
             output = self.objective(trial)
-        except optuna.TrialPruned as e:
-            state = _call(M_FINISH, OUT_PRUNED, None, None, _PackedError.of(e), False)
+        except session.StopTrial:
+            if getattr(_held, "reports", None):
+                _call(M_FLUSH)  # the trial is being stopped: the study still gets every value it reported
+            raise
         except Exception as e:
-            packed, caught = _PackedError.of(e), isinstance(e, self.catch)
-            if _is_out_of_memory(e):
-                # The lane runtime re-admits the trial with a larger memory estimate and runs the objective again
-                # on the same Optuna trial; the driver keeps the error in case that cannot be done.
-                _call(M_FAILING, packed, caught)
-                raise
-            state = _call(M_FINISH, OUT_FAILED, None, None, packed, caught)
+            state = self._ended(e)
         else:
             values = _to_wire(output)
             state = _call(M_FINISH, OUT_RETURNED, values, repr(output), None, False)
@@ -517,6 +547,18 @@ class _ObjectiveRunner:
         if state == TrialState.COMPLETE.name and values is not None:
             result[KEY_VALUES] = values
         return result
+
+    def _ended(self, e: Exception) -> str:
+        """Tell the driver how the objective ended with ``e``; return the trial's Optuna state."""
+        if isinstance(e, optuna.TrialPruned):
+            return _call(M_FINISH, OUT_PRUNED, None, None, _PackedError.of(e), False)
+        packed, caught = _PackedError.of(e), isinstance(e, self.catch)
+        if _is_out_of_memory(e):
+            # The lane runtime re-admits the trial with a larger memory estimate and runs the objective again
+            # on the same Optuna trial; the driver keeps the error in case that cannot be done.
+            _call(M_FAILING, packed, caught)
+            raise e
+        return _call(M_FINISH, OUT_FAILED, None, None, packed, caught)
 
 
 # ---------------------------------------------------------------------------------------------- driver side
@@ -626,6 +668,7 @@ class _StudyDriver(BaseSearcher):
             M_SHOULD_PRUNE: self._on_should_prune, M_SET_USER_ATTR: self._on_set_user_attr,
             M_CONSTRAINTS: self._on_constraints, M_SET_CONSTRAINT: self._on_set_constraint,
             M_STUDY: self._on_study, M_FAILING: self._on_failing, M_FINISH: self._on_finish,
+            M_AFTER_REPORTS: self._on_after_reports, M_FLUSH: lambda trial_id: None,
         }
 
     # ---------------------------------------------------------------- stopping
@@ -765,6 +808,13 @@ class _StudyDriver(BaseSearcher):
     def _on_report(self, trial_id: str, value: float, step: int) -> None:
         self._trial(trial_id).report(value, step)
         self._live[trial_id].steps.add(step)
+
+    def _on_after_reports(self, trial_id: str, reports: list[tuple[float, int]], method: str,
+                          args: tuple[Any, ...]) -> Any:
+        """Tell the study the reports a trial held back, in order, then answer the call they came with."""
+        for value, step in reports:
+            self._on_report(trial_id, value, step)
+        return self._calls[method](trial_id, *args)
 
     def _on_should_prune(self, trial_id: str) -> bool:
         return self._trial(trial_id).should_prune()

@@ -512,3 +512,35 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path):
             fo.optimize(study, nested, n_trials=1)
     finally:
         study._thread_local.in_optimize_loop = False
+
+
+def _report_steps(trial: optuna.Trial) -> float:
+    x = trial.suggest_float("x", 0.0, 1.0)
+    for step in range(3):
+        trial.report(x + step, step)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+    trial.report(x + 10, 10)  # no should_prune after it: told with the trial's end
+    with pytest.raises(ValueError, match="cannot be negative"):
+        trial.report(x, -1)  # Optuna's argument checks stay where the objective called report
+    return x
+
+
+def test_each_report_travels_with_the_next_call(tmp_path, monkeypatch):
+    """report + should_prune costs one round trip to the driver; the study still gets every value, in order."""
+    calls: list[str] = []
+    handle = fo._StudyDriver.handle_call
+
+    def counting(self, trial_id, method, args):
+        calls.append(method)
+        return handle(self, trial_id, method, args)
+
+    monkeypatch.setattr(fo._StudyDriver, "handle_call", counting)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    _optimize(study, _report_steps, tmp_path, n_trials=2)
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
+    for t in study.trials:
+        x = t.params["x"]
+        assert t.intermediate_values == {0: x, 1: x + 1, 2: x + 2, 10: x + 10}
+    assert fo.M_REPORT not in calls
+    assert calls.count(fo.M_AFTER_REPORTS) == 2 * 4  # three should_prune calls and the end carry the reports
