@@ -233,6 +233,57 @@ def test_shared_trials_spread_onto_free_devices_when_it_pays():
     assert placed(plan(short, devices(2), book)) == {"a": (0,), "b": (0,)}
 
 
+def test_own_scaling_fit_goes_before_the_pooled_step():
+    # Trial "poor" pooled a 2 -> 3 step of 0.98 (it barely scales). Trial "good", measured at 10 s alone and 6 s on
+    # 2 devices, fits Amdahl with serial fraction 0.2: time(3)/time(2) = (0.2 + 0.8/3) / 0.6 = 0.78. Its own fit
+    # is the better guess for it: it grows to a 3rd device.
+    book = ProfileBook()
+    book.record("poor", 10.0, devices=2)
+    book.record("poor", 9.8, devices=3)
+    book.record("good", 10.0)
+    book.record("good", 6.0, devices=2)
+    assert book.scaling_ratio("good", 2) == (pytest.approx((0.2 + 0.8 / 3) / 0.6), "fit")
+    assert book.scaling_ratio("other", 2) == (pytest.approx(0.98), "pooled")
+    result = plan([TrialDemand("good", 100, GIB, GIB, data_parallel=True, devices=(0, 1))], devices(4), book)
+    assert placed(result) == {"good": (0, 1, 2)}
+
+
+def test_a_data_parallel_trial_grows_only_from_a_home_of_its_own():
+    # "dp" (100 iterations, measured 10 s alone and 6 s on 2 devices) owns device 0 with an extra on 1; paused
+    # trial "p" on device 0 was promoted in place and computes there again. A data-parallel trial holds whole
+    # devices, so it cannot grow while sharing its home. p's own saving from spreading is nil (co-location
+    # measured free), but dp's next step saves 100 * 6 * (1 - 0.78) = 133 s > the move cost: p moves to a free
+    # device, and dp takes the next one.
+    book = scaling_book({1: 10.0, 2: 6.0}, trial="dp")
+    book.record("probe", 10.0)
+    book.record("probe", 10.0, colocated=2)
+    ts = [TrialDemand("dp", 100, GIB, GIB, data_parallel=True, devices=(0, 1)),
+          TrialDemand("p", 10, GIB, GIB, devices=(0,), seq=1)]
+    result = plan(ts, devices(4), book)
+    assert result.regime == INTER
+    assert placed(result) == {"dp": (0, 1, 3), "p": (2,)}
+    assert result.by_trial()["p"].action == MOVE
+    # With no free device for it to grow onto, p stays (its own move would not pay) and dp keeps what it has.
+    tight = plan(ts, devices(2), book)
+    assert placed(tight) == {"dp": (0, 1), "p": (0,)} and tight.changes == ()
+
+
+def test_evicting_paused_trials_reopens_a_full_device():
+    # Device 0 (2 GiB) holds paused t0 (1.5 GiB, also on device 1) and t1 (1 GiB): its replay in arrival order
+    # cannot hold t1, so the device is full and takes nothing new. When t4 (1 GiB) needs t0's memory on device 1,
+    # t0 leaves both devices; device 0 then holds t1 alone and is open again in the same plan (as it would be
+    # in the next), so the plan is stable when re-planned after being applied.
+    ts = [TrialDemand("t0", None, GIB * 3 // 2, 0, devices=(0, 1), paused=True),
+          TrialDemand("t1", None, 0, GIB, devices=(0,), seq=1),
+          TrialDemand("t2", None, 0, 0, seq=2), TrialDemand("t3", None, 0, 0, seq=3),
+          TrialDemand("t4", None, 0, GIB, seq=4)]
+    devs = [DeviceView(0, 2 * GIB, 2), DeviceView(1, 2 * GIB, 3)]
+    first = plan(ts, devs)
+    assert first.preempted == ("t0",)
+    assert by_device(first) == {0: ["t1", "t2"], 1: ["t3", "t4"]}
+    assert [a.action for a in plan(apply(first, ts), devs).assignments] == [KEEP] * 4
+
+
 # ------------------------------------------------------------------------------------------ re-planning
 
 
@@ -584,3 +635,30 @@ def test_executor_loop_with_real_lanes_is_stable(scenario):
         for a in second.assignments:
             if a.trial_id in placed(first):
                 assert a.action == KEEP
+
+
+# ------------------------------------------------------------------------------------------ worker bounds
+
+
+def test_max_devices_caps_the_water_level():
+    # Measured 10 / 6 / 5 / 4.8 s on 1 / 2 / 3 / 4 devices: unbounded, the trial gets 3 devices
+    # (test_inter_gives_devices_while_scaling_pays); declared max_workers=2, it stops at 2, and a trial kept on 3
+    # devices gives its third back.
+    book = scaling_book({1: 10.0, 2: 6.0, 3: 5.0, 4: 4.8})
+    capped = TrialDemand("t0", 100, GIB, GIB, data_parallel=True, max_devices=2)
+    assert placed(plan([capped], devices(4), book)) == {"t0": (0, 1)}
+    shrunk = plan([capped._replace(devices=(0, 1, 2))], devices(4), book)
+    assert placed(shrunk) == {"t0": (0, 1)} and shrunk.assignments[0].action == RESIZE
+
+
+def test_min_devices_grows_a_starting_trial_past_the_probe():
+    # Nothing measured: a starting trial probes one step only, to 2 devices
+    # (test_unmeasured_scaling_is_probed_one_step_at_a_time). With min_workers=3 it starts on 3 devices, and a
+    # measured step that does not pay (10 -> 9.8 s, a 2% cut) gives back nothing below 3.
+    ts = [TrialDemand("t0", 100, GIB, GIB, data_parallel=True, min_devices=3)]
+    assert placed(plan(ts, devices(4))) == {"t0": (0, 1, 2)}
+    book = scaling_book({1: 10.0, 2: 9.8, 3: 9.7})
+    kept = plan([ts[0]._replace(devices=(0, 1, 2))], devices(4), book)
+    assert placed(kept) == {"t0": (0, 1, 2)} and kept.assignments[0].action == KEEP
+    unbounded = plan([ts[0]._replace(devices=(0, 1, 2), min_devices=1)], devices(4), book)
+    assert placed(unbounded) == {"t0": (0,)}  # without the bound the measured no-gain devices go back

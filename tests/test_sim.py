@@ -242,3 +242,28 @@ def test_cached_demand_views_stay_fresh(searcher):
     s, max_it = make_searcher(searcher, 60, 5, wl.metric, wl.mode, hw.gpus)
     result = Simulation(WaterfillStrategy(check_views=True), wl, s, max_it, hw).run()
     assert result.trials == 60 and result.extra["plans"] > 0
+
+
+def test_waterfill_is_told_what_the_executor_measures():
+    # Two trials whose memory fits one GPU only as one shared lane (a 3 GiB GPU; P = 0.5 GiB, T = 2 GiB: the
+    # first lane takes 2.5 GiB, the second trial joins it by the Salus rule): they take turns, 10 s iterations
+    # each. As the executor does, the planner is told each iteration's time since the trial's previous report
+    # (its turn's wait included: 20 s once both run) and the number of trials computing on the GPU (2).
+    from fluidsalus.sim.strategies import WaterfillStrategy
+
+    seen: list[tuple[str, float, int, int]] = []
+
+    class Recording(WaterfillStrategy):
+        def observe(self, trial, duration, devices, colocated):
+            seen.append((trial.tid, round(duration, 6), devices, colocated))
+            super().observe(trial, duration, devices, colocated)
+
+    hw = Hardware(gpus=1, gpus_per_node=1, slots=2, gpu_memory=3 * GIB, **FREE)
+    wl = Workload((record(p_bytes=GIB // 2, t_bytes=2 * GIB),))
+    s, max_it = make_searcher("random", 2, 0, wl.metric, wl.mode, hw.gpus, max_t=3)
+    sim = Simulation(Recording(), wl, s, max_it, hw)
+    result = sim.run()
+    assert result.makespan_s == pytest.approx(60.0)
+    assert len(sim.devices[0].lm.lanes()) == 0 and result.iterations == 6
+    assert seen[:2] == [("t00000", 10.0, 1, 2), ("t00001", 20.0, 1, 2)]
+    assert all(duration == 20.0 and colocated == 2 for _, duration, _, colocated in seen[2:4])

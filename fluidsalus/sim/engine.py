@@ -169,7 +169,8 @@ class SimLane:
 class SimDevice:
     """A virtual GPU."""
 
-    __slots__ = ("index", "lm", "lanes", "n_active", "d_active", "mem_used", "private_lanes", "version")
+    __slots__ = ("index", "lm", "lanes", "n_active", "d_active", "mem_used", "private_lanes", "version",
+                 "changed_at")
 
     def __init__(self, index: int, lm: LaneManager | None) -> None:
         self.index = index
@@ -180,6 +181,11 @@ class SimDevice:
         self.mem_used = 0  # static planners: bytes held by the processes on the GPU
         self.private_lanes = itertools.count(-1, -1)
         self.version = 0  # bumped whenever its lane manager admits or releases
+        self.changed_at = -1.0  # when a trial last started or stopped computing here
+
+    def computing(self) -> int:
+        """Trials computing here now: running an iteration or ready for their next one (paused ones do not)."""
+        return sum((lane.current is not None) + len(lane.ready) for lane in self.lanes.values())
 
 
 @dataclass
@@ -413,12 +419,14 @@ class Simulation:
         trial.ready_since = now
         lane = trial.lane
         assert lane is not None
+        lane.device.changed_at = now
         lane.ready.append(trial)
         self._kick(lane, now)
 
     def _unready(self, trial: SimTrial, now: float) -> None:
         lane = trial.lane
         if lane is not None and trial in lane.ready:
+            lane.device.changed_at = now
             lane.ready.remove(trial)
             self._kick(lane, now)
 
@@ -435,6 +443,7 @@ class Simulation:
         if lane is None:
             return
         if trial in lane.ready:
+            lane.device.changed_at = now
             lane.ready.remove(trial)
         trial.lane = None
         lane.members -= 1
@@ -663,10 +672,14 @@ class Simulation:
         rec = trial.rec
         base = trial.const_base
         self.useful += rec.demand * (base if base is not None else rec.base_time(iteration))
-        if self._observe is not None and (not trial.iter_mixed or iteration == 1):
-            # An iteration during which its GPU's co-runners changed measures no single allocation; the runtime
-            # knows this and does not report it (except as a trial's very first measurement).
-            self._observe(trial, duration, len(trial.devices), trial.iter_n)
+        dev = lane.device  # type: ignore[union-attr]
+        if self._observe is not None and (dev.changed_at <= trial.ready_since or iteration == 1):
+            # What the executor reports (fluidsalus/trialgroup/executor.py, _observe): the time since the trial's
+            # previous report (time_this_iter_s: its iteration and any wait for its lane's turn), with the number
+            # of trials computing on its home device, at most its slots. An iteration during which that number
+            # changed measures no single allocation and is not reported (except as a trial's first measurement).
+            colocated = min(dev.computing() + 1, self.hardware.slots)  # + 1: itself (between iterations now)
+            self._observe(trial, now - trial.ready_since, len(trial.devices), colocated)
             if trial.probe_pending:  # its new allocation is measured: the planner may take the next step
                 trial.probe_pending = False
                 self._dirty()
@@ -700,6 +713,7 @@ class Simulation:
             lane.ready.append(trial)  # type: ignore[union-attr]
             self._kick(lane, now)  # type: ignore[arg-type]
             return
+        dev.changed_at = now  # it stopped computing here
         if lane.current is None:  # type: ignore[union-attr]
             self._kick(lane, now)  # type: ignore[arg-type]
 

@@ -170,6 +170,9 @@ class TrialDemand(NamedTuple):
         paused: Resident but not computing (paused at its group's budget): it keeps its devices and memory but
             counts for no compute. A trial whose ``remaining`` is 0 is treated the same way.
         seq: Arrival order; ties between equal predictions go to the smaller ``seq``, then the smaller id.
+        min_devices: Fewest devices a data-parallel trial runs on (its trainable's ``min_workers``). In the inter
+            regime it grows to that many whatever the profiles say, and is never given back below it.
+        max_devices: Most devices it may get (``max_workers``; None: no bound).
     """
 
     trial_id: str
@@ -180,6 +183,8 @@ class TrialDemand(NamedTuple):
     devices: tuple[int, ...] = ()
     paused: bool = False
     seq: int = 0
+    min_devices: int = 1
+    max_devices: int | None = None
 
     @property
     def computing(self) -> bool:
@@ -473,9 +478,11 @@ class ProfileBook:
     def scaling_ratio(self, trial_id: str, k: int, curve_key: str = DEFAULT_CURVE_KEY) -> tuple[float, str]:
         """Predicted ``time(k + 1) / time(k)`` of a data-parallel trial, and where the prediction came from.
 
-        In order: the trial's own measurements at ``k`` and ``k + 1`` (``"trial"``); the pooled step of its curve
-        key (``"pooled"``); an Amdahl fit of its own times at 1 and ``k`` devices (``"fit"``, ``k >= 2``);
-        Amdahl's law with :data:`DEFAULT_SERIAL_FRACTION` (``"default"``).
+        In order: the trial's own measurements at ``k`` and ``k + 1`` (``"trial"``); an Amdahl fit of its own times at
+        1 and ``k`` devices (``"fit"``, ``k >= 2``); the pooled step of its curve key (``"pooled"``); Amdahl's law
+        with :data:`DEFAULT_SERIAL_FRACTION` (``"default"``). The trial's own fit goes before the pooled step:
+        trials differ in how they scale (their serial fraction) far more than one trial's iterations differ, so
+        a step pooled over trials that scale better or worse is a worse guess than the trial's own two points.
 
         Args:
             trial_id: The trial.
@@ -489,13 +496,13 @@ class ProfileBook:
         now, nxt = per.get((k, 1)), per.get((k + 1, 1))
         if now is not None and nxt is not None:
             return nxt.value / now.value, "trial"
-        pooled = self._scale.get(curve_key, {}).get(k)
-        if pooled is not None:
-            return math.exp(pooled.value), "pooled"
         one = per.get((1, 1))
         if k >= 2 and now is not None and one is not None:
             serial = (k * now.value / one.value - 1.0) / (k - 1)
             return _amdahl_ratio(serial, k), "fit"
+        pooled = self._scale.get(curve_key, {}).get(k)
+        if pooled is not None:
+            return math.exp(pooled.value), "pooled"
         return _amdahl_ratio(DEFAULT_SERIAL_FRACTION, k), "default"
 
     def _scale_factor(self, curve_key: str, k: int) -> float:
@@ -765,6 +772,8 @@ class _Planning:
         self._no_room: list[tuple[int, int]] = []  # (P, T) that no device admits even without its paused trials
         self._paused_on: dict[int, list[str]] | None = None  # device -> its placed paused trials, latest first
         self._full: set[int] = set()  # devices whose replay could not hold every resident
+        self._unheld: dict[int, list[TrialDemand]] = {}  # full device -> residents its replay could not admit
+        self._reopened: list[int] = []  # full devices that make_room's evictions let hold every resident
         self.left: list[TrialDemand] | None = None  # intra: candidates left unplaced, in queue order
 
     # ---- helpers
@@ -906,6 +915,7 @@ class _Planning:
                         # the trial's estimate grew: the device's own lane manager holds or queues it. Keep it,
                         # and admit nothing more on that device in this plan.
                         self._full.add(d)
+                        self._unheld.setdefault(d, []).append(t)
                         continue
                 else:
                     self.admit_unchecked(t, d)
@@ -969,6 +979,10 @@ class _Planning:
                     continue
                 heap = [item for item in heap if item[2] != chosen]
                 heapq.heapify(heap)
+                for d in self._reopened:
+                    if d in bounds:
+                        bounds[d] = self.mem(d).bound()
+                self._reopened.clear()
             self.place(t, [chosen])
             bounds[chosen] = self.mem(chosen).bound()
             stale = True
@@ -1053,10 +1067,24 @@ class _Planning:
                     for v in evicted:
                         for dev in self.alloc.pop(v.trial_id):
                             self._paused_on[dev].remove(v.trial_id)
+                    for dev in sorted(touched & self._full):
+                        self._reopen(dev)
                     return d
             self._mem.update(saved)  # no room even without them: undo the evictions
         self._no_room.append((t.p_bytes, t.t_bytes))
         return None
+
+    def _reopen(self, d: int) -> None:
+        """A full device lost residents to :meth:`make_room`: if its replay now holds the residents it could not
+        admit, it is no longer full (it may take trials again, as it would in the next plan)."""
+        trial_mem = self.mem(d).copy()
+        unheld = [t for t in self._unheld.get(d, ()) if d in self.alloc.get(t.trial_id, ())]  # not evicted
+        if all(trial_mem.admit(t.trial_id, t.p_bytes, t.t_bytes) for t in unheld):
+            self._mem[d] = trial_mem
+            self._full.discard(d)
+            self._unheld.pop(d, None)
+            self._rejected[d].clear()
+            self._reopened.append(d)
 
     def free_devices(self) -> list[int]:
         """Devices no computing trial uses (home or extra), by index."""
@@ -1090,7 +1118,8 @@ class _Planning:
             for d in devs[1:]:
                 ratio, source = self.book.scaling_ratio(t.trial_id, len(keep), self.dev[devs[0]].curve_key)
                 measured_no_gain = source in ("trial", "pooled") and not ratio < 1.0 - cfg.min_scaling_gain
-                if d in owner or measured_no_gain:
+                at_most = t.max_devices is not None and len(keep) >= t.max_devices
+                if d in owner or at_most or (measured_no_gain and len(keep) >= t.min_devices):
                     self.release(t, d)
                     continue
                 keep.append(d)
@@ -1116,8 +1145,10 @@ class _Planning:
                               for d in devs)
             self.fill_intra(left, whole)
         # 4. Spread: on a device with several computing trials (kept there, or co-located by the fallback above)
-        # the longest stays and each other one moves to a free device when its predicted saving pays for the
-        # move (a trial that only starts now moves for free).
+        # the longest stays and each other one moves to a free device when the predicted saving pays for the
+        # move (a trial that only starts now moves for free): its own, or that of the longest when it is
+        # data-parallel, since it grows only once its home is its own (a paused trial promoted in place, for
+        # one, lands on the home of a trial that has grown meanwhile).
         homes: dict[int, list[TrialDemand]] = {}
         for tid in self.order:
             devs = self.alloc.get(tid)
@@ -1128,10 +1159,11 @@ class _Planning:
             if len(crowd) < 2:
                 continue
             curve = self.dev[home].curve_key
+            owner_gain = self._owner_gain(crowd[0], len(crowd) - 1, owner)
             for t in crowd[1:]:
                 n = self.ncomp[home]
                 saving = self.rem[t.trial_id] * (self.book.slowdown(curve, n) - 1.0) if n > 1 else 0.0
-                if saving <= (cfg.move_cost_s if t.devices else 0.0):
+                if max(saving, owner_gain) <= (cfg.move_cost_s if t.devices else 0.0):
                     continue
                 target = self._free_device_for(t, owner)
                 if target is None:
@@ -1153,8 +1185,11 @@ class _Planning:
             best_key = None
             for t in growers:
                 tid = t.trial_id
-                if tid in saturated or tid not in self.alloc or owner.get(self.alloc[tid][0]) != tid:
-                    continue  # not placed, or shares its home: it cannot grow
+                if tid in saturated or tid not in self.alloc or owner.get(self.alloc[tid][0]) != tid \
+                        or self.ncomp[self.alloc[tid][0]] > 1:
+                    continue  # not placed, or shares its home: it cannot grow (it holds whole devices only)
+                if t.max_devices is not None and len(self.alloc[tid]) >= t.max_devices:
+                    continue
                 k = len(self.alloc[tid])
                 remaining_s = self.rem[tid] * self.sec(t, k) / self.sec(t, 1)
                 key = (-remaining_s, t.seq, tid)
@@ -1176,6 +1211,8 @@ class _Planning:
             if source not in ("trial", "pooled") and self.book.measured(tid, k) is None \
                     and not (k == 1 and not best.devices):
                 pays = False
+            if k < best.min_devices:
+                pays = True  # below the fewest devices its trainable runs on: it grows whatever the profiles say
             if not pays:
                 saturated.add(tid)
                 continue
@@ -1186,6 +1223,25 @@ class _Planning:
             free.remove(target)
             self.alloc[tid] = self.alloc[tid] + [target]
             owner[target] = tid
+
+    def _owner_gain(self, t: TrialDemand, others: int, owner: dict[int, str]) -> float:
+        """Predicted saving of data-parallel trial ``t`` from its next scaling step, net of its restart, if the
+        ``others`` computing trials on its home moved to free devices and one more free device were left for it;
+        0 when that cannot happen or the step does not pay (the rules of step 5)."""
+        if not t.data_parallel:
+            return 0.0
+        free = sum(1 for d in self.free_devices() if d not in owner)
+        if free < others + 1:
+            return 0.0
+        tid = t.trial_id
+        k = len(self.alloc[tid])
+        ratio, source = self.book.scaling_ratio(tid, k, self.dev[self.alloc[tid][0]].curve_key)
+        if not ratio < 1.0 - self.cfg.min_scaling_gain:
+            return 0.0
+        if source not in ("trial", "pooled") and self.book.measured(tid, k) is None and not (k == 1 and not t.devices):
+            return 0.0
+        remaining_s = self.rem[tid] * self.sec(t, k) / self.sec(t, 1)
+        return remaining_s * (1.0 - ratio) - (self.cfg.move_cost_s if t.devices else 0.0)
 
     def _free_device_for(self, t: TrialDemand, owner: dict[int, str]) -> int | None:
         for d in self.devices:
