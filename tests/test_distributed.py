@@ -226,7 +226,10 @@ def test_two_ranks_in_process_follow_rank_0_and_only_rank_0_reports(tmp_path):
     assert not any(e[0] in (EV_START, EV_RESULT, EV_END) for e in worker)
     start = next(e[5] for e in worker if e[0] == EV_LANE and e[4] == "worker_start")
     assert start == {"rank": 1, "world_size": 2}
-    assert _worker_end(worker)["outcome"] == OUT_COMPLETED
+    # The worker ran every iteration with rank 0 (the sums above need both ranks). Its own outcome is only
+    # informational: when rank 0 has already left after its last iteration by the time the worker reads the
+    # last decision, the worker records "stopped" instead of "completed".
+    assert _worker_end(worker)["outcome"] in (OUT_COMPLETED, OUT_STOPPED)
 
 
 def test_workers_pause_resume_and_stop_with_rank_0(tmp_path):
