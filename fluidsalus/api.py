@@ -94,7 +94,7 @@ def run(
         storage_path: Where experiments go (default ``~/fluidsalus_results`` or ``$FLUIDSALUS_STORAGE_PATH``).
         seed: Seed of the sampler, for reproducible configurations.
         searcher: A searcher that proposes the trials. Default: random/grid search over ``config``.
-        devices: Number of devices. Default: every GPU, else one virtual CPU device per 2 cores.
+        devices: Number of devices. Default: every GPU, else one virtual CPU device per core.
         cpus_per_device: CPU slots per device.
         max_concurrent_trials: Cap on trials running at once across all devices.
         max_failures: Times a failing trial is started again (from its last checkpoint) before it is recorded

@@ -58,7 +58,7 @@ def sweep(ray_cluster, tmp_path_factory):
     storage = str(tmp_path_factory.mktemp("inspect") / "results")
     fluidsalus.run(_trainable, {"x": fluidsalus.uniform(0.1, 1), "fail": fluidsalus.grid_search(FAILS)},
                    num_samples=SAMPLES, metric="acc", mode="max", storage_path=storage, name="sweep",
-                   max_failures=1, verbose=0)
+                   max_failures=1, verbose=0, cpus_per_device=2)  # one device: the figures below are its own
     return os.path.join(storage, "sweep")
 
 

@@ -45,23 +45,26 @@ def _cells(devices: list[DeviceSpec]) -> list[tuple[str, str | None, int]]:
 
 
 def test_virtual_cpu_devices_never_span_nodes_and_are_numbered_across_them():
-    # 4 cores -> two 2-core devices; 3 cores -> one 2-core device (its third core is left over).
-    assert _cells(plan_devices(TWO_CPU_NODES)) == [
+    # 2-core devices: 4 cores -> two devices; 3 cores -> one device (its third core is left over).
+    assert _cells(plan_devices(TWO_CPU_NODES, cpus_per_device=2)) == [
         ("cpu:0", "head", 2), ("cpu:1", "head", 2), ("cpu:2", "worker", 2)]
-    assert [d.index for d in plan_devices(TWO_CPU_NODES)] == [0, 1, 2]
-    # One core per device: every core of both nodes.
-    assert [d.node_id for d in plan_devices(TWO_CPU_NODES, cpus_per_device=1)] == ["head"] * 4 + ["worker"] * 3
+    assert [d.index for d in plan_devices(TWO_CPU_NODES, cpus_per_device=2)] == [0, 1, 2]
+    # One core per device (the default): every core of both nodes.
+    assert [d.node_id for d in plan_devices(TWO_CPU_NODES)] == ["head"] * 4 + ["worker"] * 3
     # A node with fewer cores than a device gets one device of all its cores; a node with none gets nothing.
     small = {"big": {"CPU": 4.0}, "small": {"CPU": 1.0}, "no_cpu": {"CPU": 0.0, "memory": 1e9}}
-    assert _cells(plan_devices(small)) == [("cpu:0", "big", 2), ("cpu:1", "big", 2), ("cpu:2", "small", 1)]
+    assert _cells(plan_devices(small, cpus_per_device=2)) == [
+        ("cpu:0", "big", 2), ("cpu:1", "big", 2), ("cpu:2", "small", 1)]
 
 
 def test_a_smaller_device_count_is_dealt_round_robin_over_the_nodes():
-    assert _cells(plan_devices(TWO_CPU_NODES, devices=2)) == [("cpu:0", "head", 2), ("cpu:1", "worker", 2)]
+    assert _cells(plan_devices(TWO_CPU_NODES, devices=2)) == [("cpu:0", "head", 1), ("cpu:1", "worker", 1)]
+    assert _cells(plan_devices(TWO_CPU_NODES, devices=2, cpus_per_device=2)) == [
+        ("cpu:0", "head", 2), ("cpu:1", "worker", 2)]
     # Three 2-core devices: the worker holds only one, so the head takes the other two.
-    assert _cells(plan_devices(TWO_CPU_NODES, devices=3)) == [
+    assert _cells(plan_devices(TWO_CPU_NODES, devices=3, cpus_per_device=2)) == [
         ("cpu:0", "head", 2), ("cpu:1", "head", 2), ("cpu:2", "worker", 2)]
-    # Five devices do not fit at 2 cores (the nodes hold 2 + 1), so they shrink to 1 core each.
+    # Without cpus_per_device, devices take the largest size up to the default (1 core) that fits.
     assert _cells(plan_devices(TWO_CPU_NODES, devices=5)) == [
         ("cpu:0", "head", 1), ("cpu:1", "head", 1), ("cpu:2", "head", 1), ("cpu:3", "worker", 1),
         ("cpu:4", "worker", 1)]
@@ -79,7 +82,7 @@ def test_one_gpu_device_per_gpu_of_every_node_with_that_nodes_share_of_cores():
 
 
 def test_a_single_resources_mapping_is_one_unpinned_node():
-    assert _cells(plan_devices({"CPU": 4.0})) == [("cpu:0", None, 2), ("cpu:1", None, 2)]
+    assert _cells(plan_devices({"CPU": 4.0}, cpus_per_device=2)) == [("cpu:0", None, 2), ("cpu:1", None, 2)]
     assert {d.node_id for d in plan_devices({"CPU": 8.0, "GPU": 2.0})} == {None}
 
 
@@ -154,7 +157,7 @@ def _unused_port() -> int:
 #: assigns them to actors as it would real ones; torch then runs the trials on the CPU.
 LAYOUTS = {
     # 2 cores per node: one default-sized (2-core) virtual CPU device on each node.
-    "virtual_cpu_devices": ([(2, 0), (2, 0)], [("cpu:0", 0, 2), ("cpu:1", 1, 2)]),
+    "virtual_cpu_devices": ([(2, 0), (2, 0)], [("cpu:0", 0, 1), ("cpu:1", 0, 1), ("cpu:2", 1, 1), ("cpu:3", 1, 1)]),
     # One device per GPU of every node; a device's cores are its node's cores over its node's GPUs.
     "gpus": ([(2, 1), (2, 2)], [("cuda:0", 0, 2), ("cuda:1", 1, 1), ("cuda:2", 1, 1)]),
 }

@@ -22,9 +22,13 @@ VIRTUAL_DEVICE_MEMORY_FRACTION = 0.5
 #: MLP needs under 1 MiB of each), and small enough that a 12 GiB virtual device holds dozens of trials.
 DEFAULT_TRIAL_ESTIMATE = (256 * 2**20, 256 * 2**20)
 
-#: Default cores per virtual CPU device. Two cores let a device overlap one trial's Python work with
-#: another's compute, while a 2-core machine (this project's CI) still gets one device, as documented.
-DEFAULT_CPUS_PER_DEVICE = 2
+#: Default cores per virtual CPU device: one, so a CPU device is one process per core. Lanes of one process
+#: share Python's GIL, and for the small models that sweeps co-locate the Python work dominates: measured on
+#: this project's 2-core machine, the digits sweep's 2187 epochs took 33.4 s one after another and 38.2 s on
+#: two threads of one process, and ``benchmarks/compare.py --sweep digits`` trained 409 epochs in 10.0 s on
+#: one 2-core device but 341 in 5.4 s on two 1-core devices (docs/benchmarks.md). Pass ``cpus_per_device``
+#: for trainables whose compute releases the GIL long enough to share a process.
+DEFAULT_CPUS_PER_DEVICE = 1
 
 
 @dataclass(frozen=True)
