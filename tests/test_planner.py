@@ -662,3 +662,130 @@ def test_min_devices_grows_a_starting_trial_past_the_probe():
     assert placed(kept) == {"t0": (0, 1, 2)} and kept.assignments[0].action == KEEP
     unbounded = plan([ts[0]._replace(devices=(0, 1, 2), min_devices=1)], devices(4), book)
     assert placed(unbounded) == {"t0": (0,)}  # without the bound the measured no-gain devices go back
+
+
+# ------------------------------------------------------------------------------------------ incremental plans
+
+
+def run_executor(seed: int, steps: int) -> tuple[int, int]:
+    """Drive a Planner as an executor does, with random events between plans, and check at every plan that its
+    incremental answer is the plan computed from scratch. Devices report their lanes (real lane managers); a view
+    object is rebuilt only when its lanes change, and a trial's demand object only when the trial changes, as
+    the simulator does, so the cache's identity paths are what is exercised.
+
+    Returns:
+        ``(plans, plans served by the cache)``.
+    """
+    rng = random.Random(seed)
+    n_dev = rng.randint(1, 5)
+    slots = [rng.randint(1, 4) for _ in range(n_dev)]
+    capacity = [rng.randint(2, 8) * GIB for _ in range(n_dev)]
+    managers = [LaneManager(capacity[i], slots[i]) for i in range(n_dev)]
+    versions = [0] * n_dev
+    views: dict[int, tuple[int, DeviceView]] = {}
+    planner = Planner()
+    demands: dict[str, TrialDemand] = {}
+    next_id = 0
+    served = 0
+    original = planner._kept.prepare
+
+    def counting(trials, devices, book, cfg):
+        # The cache must leave exactly the state keep() leaves (not only a plan that happens to be the same).
+        nonlocal served
+        work = original(trials, devices, book, cfg)
+        if work is not None:
+            served += 1
+            fresh = _Planning(trials, devices, book, cfg)
+            fresh.keep(len(fresh.comp) > len(fresh.devices))
+            for name in ("alloc", "order", "ncomp", "load", "_leaving", "rem", "comp", "_rejected", "_full"):
+                assert getattr(work, name) == getattr(fresh, name), name
+            assert {d: (m.reserved, m.lane_capacities(), sorted(m._where)) for d, m in work._mem.items()} == \
+                {d: (m.reserved, m.lane_capacities(), sorted(m._where)) for d, m in fresh._mem.items()}
+        return work
+
+    planner._kept.prepare = counting
+
+    def new_trial() -> None:
+        nonlocal next_id
+        tid = f"t{next_id}"
+        demands[tid] = TrialDemand(tid, rng.choice([None, rng.uniform(0.5, 30)]), rng.randint(0, 3) * GIB // 2,
+                                   rng.randint(0, 3) * GIB // 2, data_parallel=rng.random() < 0.4,
+                                   seq=rng.choice([next_id, next_id, rng.randint(0, next_id)]))
+        next_id += 1
+
+    def view(i: int) -> DeviceView:
+        cached = views.get(i)
+        if cached is None or cached[0] != versions[i]:
+            cached = views[i] = (versions[i], DeviceView(i, capacity[i], slots[i], lanes=tuple(managers[i].lanes())))
+        return cached[1]
+
+    for _ in range(rng.randint(0, 12)):
+        new_trial()
+    for _ in range(steps):
+        device_views = [view(i) for i in range(n_dev)]
+        if rng.random() < 0.1:  # a view without lanes, or a list in another order: computed from scratch
+            device_views = device_views[::-1] if rng.random() < 0.5 else [
+                v if v.index else DeviceView(v.index, v.capacity_bytes, v.slots) for v in device_views]
+        trials = list(demands.values())
+        rng.shuffle(trials)
+        got = planner.plan(trials, device_views)
+        assert got == plan(trials, device_views, planner.book, planner.settings)
+        # Apply it, like the executor: leave old devices, admit on new ones (a refusal leaves it waiting there).
+        for a in got.changes:
+            t = demands[a.trial_id]
+            for d in set(t.devices) - set(a.devices):
+                if d < n_dev and a.trial_id in managers[d]:
+                    managers[d].leave(a.trial_id)
+                    versions[d] += 1
+            for d in a.devices:
+                if a.trial_id not in managers[d]:
+                    managers[d].admit(a.trial_id, t.p_bytes, t.t_bytes)  # None: it waits in the device's queue
+                    versions[d] += 1
+            demands[a.trial_id] = t._replace(devices=a.devices)
+        for tid in got.preempted:
+            for d in demands[tid].devices:
+                if d < n_dev and tid in managers[d]:
+                    managers[d].leave(tid)
+                    versions[d] += 1
+            demands[tid] = demands[tid]._replace(devices=())
+        # Events until the next plan.
+        for tid in list(demands):
+            t = demands[tid]
+            roll = rng.random()
+            if t.devices and not t.paused and roll < 0.3:  # an iteration: remaining down, a measurement
+                k = len(t.devices)
+                planner.observe(tid, rng.uniform(0.5, 20), devices=k, colocated=rng.randint(1, 4))
+                if t.remaining is not None:
+                    demands[tid] = t._replace(remaining=max(0.0, t.remaining - 1))
+            elif roll < 0.36:  # ends
+                for d in t.devices:
+                    if d < n_dev and tid in managers[d]:
+                        managers[d].leave(tid)
+                        versions[d] += 1
+                del demands[tid]
+                if rng.random() < 0.5:
+                    planner.forget(tid)
+            elif roll < 0.42:  # pauses at its budget, or is promoted
+                demands[tid] = t._replace(paused=not t.paused, remaining=rng.uniform(0.5, 30))
+            elif roll < 0.44 and t.devices:  # moved or resized behind the planner's back (a device it is not in)
+                demands[tid] = t._replace(devices=(rng.randrange(n_dev + 1),) + t.devices[1:])
+        for _ in range(rng.choice([0, 0, 1, 3])):
+            new_trial()
+    return steps, served
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**32 - 1))
+def test_incremental_plans_equal_plans_from_scratch(seed):
+    plans, served = run_executor(seed, steps=25)
+    assert 0 <= served <= plans
+
+
+def test_most_incremental_plans_are_served_by_the_cache():
+    # Over many random runs the cache serves most plans (the rest are computed from scratch: a view without
+    # lanes, a trial that must be admitted on several devices, ...): it is the path the properties above test.
+    plans = served = 0
+    for seed in range(20):
+        p, s = run_executor(seed, steps=25)
+        plans, served = plans + p, served + s
+    assert served > plans / 2

@@ -170,7 +170,7 @@ class SimDevice:
     """A virtual GPU."""
 
     __slots__ = ("index", "lm", "lanes", "n_active", "d_active", "mem_used", "private_lanes", "version",
-                 "changed_at")
+                 "changed_at", "n_computing")
 
     def __init__(self, index: int, lm: LaneManager | None) -> None:
         self.index = index
@@ -182,9 +182,10 @@ class SimDevice:
         self.private_lanes = itertools.count(-1, -1)
         self.version = 0  # bumped whenever its lane manager admits or releases
         self.changed_at = -1.0  # when a trial last started or stopped computing here
+        self.n_computing = 0  # trials computing here: running an iteration or ready for the next (kept by the engine)
 
     def computing(self) -> int:
-        """Trials computing here now: running an iteration or ready for their next one (paused ones do not)."""
+        """Trials computing here now, counted from the lanes (tests check :attr:`n_computing` against it)."""
         return sum((lane.current is not None) + len(lane.ready) for lane in self.lanes.values())
 
 
@@ -419,7 +420,9 @@ class Simulation:
         trial.ready_since = now
         lane = trial.lane
         assert lane is not None
-        lane.device.changed_at = now
+        dev = lane.device
+        dev.changed_at = now
+        dev.n_computing += 1
         lane.ready.append(trial)
         self._kick(lane, now)
 
@@ -427,6 +430,7 @@ class Simulation:
         lane = trial.lane
         if lane is not None and trial in lane.ready:
             lane.device.changed_at = now
+            lane.device.n_computing -= 1
             lane.ready.remove(trial)
             self._kick(lane, now)
 
@@ -444,6 +448,7 @@ class Simulation:
             return
         if trial in lane.ready:
             lane.device.changed_at = now
+            lane.device.n_computing -= 1
             lane.ready.remove(trial)
         trial.lane = None
         lane.members -= 1
@@ -678,7 +683,7 @@ class Simulation:
             # previous report (time_this_iter_s: its iteration and any wait for its lane's turn), with the number
             # of trials computing on its home device, at most its slots. An iteration during which that number
             # changed measures no single allocation and is not reported (except as a trial's first measurement).
-            colocated = min(dev.computing() + 1, self.hardware.slots)  # + 1: itself (between iterations now)
+            colocated = min(dev.n_computing, self.hardware.slots)
             self._observe(trial, now - trial.ready_since, len(trial.devices), colocated)
             if trial.probe_pending:  # its new allocation is measured: the planner may take the next step
                 trial.probe_pending = False
@@ -714,6 +719,7 @@ class Simulation:
             self._kick(lane, now)  # type: ignore[arg-type]
             return
         dev.changed_at = now  # it stopped computing here
+        dev.n_computing -= 1
         if lane.current is None:  # type: ignore[union-attr]
             self._kick(lane, now)  # type: ignore[arg-type]
 

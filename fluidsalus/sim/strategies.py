@@ -211,7 +211,8 @@ class WaterfillStrategy(Strategy):
 
     Args:
         settings: Planner thresholds (None: defaults, with the hardware's move time as the move cost).
-        check_views: Tests: check at every plan that each trial's cached demand equals a freshly built one.
+        check_views: Tests: check at every plan that each trial's cached demand equals a freshly built one, and
+            each device's count of computing trials the one its lanes give.
     """
 
     name = "waterfill"
@@ -255,6 +256,9 @@ class WaterfillStrategy(Strategy):
             stale = [d for d in demands if d != sim.trials[d.trial_id].build_view(max_iterations)]
             if stale:
                 raise AssertionError(f"stale demand views: {stale[:3]}")
+            miscounted = [dev.index for dev in sim.devices if dev.n_computing != dev.computing()]
+            if miscounted:
+                raise AssertionError(f"computing counts off on devices {miscounted}")
         if not demands:
             return
         plan = self.planner.plan(demands, self.device_views())

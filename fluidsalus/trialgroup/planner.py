@@ -55,6 +55,7 @@ are documented on :meth:`ProfileBook.predict`, :meth:`ProfileBook.colocation_gai
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import operator
@@ -324,6 +325,10 @@ class ProfileBook:
         self._alone: dict[str, float] = {}  # trial -> alone estimate as of its last record
         self._cum: dict[str, list[float]] = {}  # curve key -> slowdown(n) for n = 1, 2, ... (cache)
         self._typical_count = 0
+        # trial -> the count of alone-estimate changes when its own last changed, least recent first (a trial
+        # moves to the end when it changes): what changed since a count is a walk back from the end.
+        self._journal: dict[str, int] = {}
+        self._changes = 0
 
     # ---------------------------------------------------------------- recording
 
@@ -386,6 +391,33 @@ class ProfileBook:
         else:
             self._alone[trial_id] = value / (self._slowdown(curve_key, colocated)
                                              * self._scale_factor(curve_key, devices))
+        self._note(trial_id)
+
+    def _note(self, trial_id: str) -> None:
+        """The trial's alone estimate changed (see :meth:`changed_since`)."""
+        self._changes += 1
+        journal = self._journal
+        journal.pop(trial_id, None)
+        journal[trial_id] = self._changes
+
+    def changed_since(self, count: int) -> tuple[list[str], int]:
+        """The trials whose alone estimate changed (or that were forgotten) after ``count`` changes, and the count
+        now: the planner updates only those between plans.
+
+        Args:
+            count: What an earlier call returned (0: from the start).
+
+        Returns:
+            ``(trial ids, count now)``.
+        """
+        if count >= self._changes:
+            return [], self._changes
+        out = []
+        for tid, at in reversed(self._journal.items()):
+            if at <= count:
+                break
+            out.append(tid)
+        return out, self._changes
 
     def _step(self, curves: dict[str, dict[int, Ema]], curve_key: str, step: int, ratio: float) -> None:
         steps = curves.get(curve_key)
@@ -410,7 +442,8 @@ class ProfileBook:
         self._times.pop(trial_id, None)
         self._key.pop(trial_id, None)
         self._last.pop(trial_id, None)
-        self._alone.pop(trial_id, None)
+        if self._alone.pop(trial_id, None) is not None:
+            self._note(trial_id)
 
     # ---------------------------------------------------------------- curves
 
@@ -704,8 +737,18 @@ class LaneMemory:
 # ------------------------------------------------------------------------------------------ planning
 
 
+def lane_members(view: DeviceView) -> frozenset[str]:
+    """The trials in a device view's reported lanes (empty without lanes)."""
+    return frozenset(tid for lane in view.lanes or () for tid in lane.members)
+
+
+#: :class:`Planner` keeps the reported-lane members of at most this many device views per device (older views
+#: of a device are dropped when the cache grows past it).
+_SNAP_CACHE_FACTOR = 4
 #: Sort key of trials by arrival: ``(seq, trial_id)``.
 _ARRIVAL = operator.attrgetter("seq", "trial_id")
+_TRIAL_ID = operator.attrgetter("trial_id")
+_SECOND = operator.itemgetter(1)
 
 
 class _Planning:
@@ -719,7 +762,7 @@ class _Planning:
 
     def __init__(
         self, trials: Sequence[TrialDemand], devices: Sequence[DeviceView], book: ProfileBook,
-        cfg: PlannerSettings,
+        cfg: PlannerSettings, snap_cache: dict[int, tuple[DeviceView, frozenset[str]]] | None = None,
     ) -> None:
         self.book, self.cfg = book, cfg
         self.devices = sorted(devices, key=lambda d: d.index)
@@ -737,44 +780,68 @@ class _Planning:
         self.comp: set[str] = set()  # computing trials: not paused, budget left
         alone_of = book._alone.get
         typical = book.typical()
-        for t in trials:
-            tid = t.trial_id
-            if tid in self.trials:
-                raise PlanError(f"trial {tid!r} appears twice")
+        by_id, rem, comp = self.trials, self.rem, self.comp
+        for t in trials:  # the hot loop of a plan: one pass, locals only
+            tid, remaining = t.trial_id, t.remaining
             if t.p_bytes < 0 or t.t_bytes < 0:
                 raise PlanError(f"trial {tid!r}: negative memory estimate")
             if type(t.devices) is not tuple:
                 t = t._replace(devices=tuple(t.devices))
-            self.trials[tid] = t
-            remaining = t.remaining
+            by_id[tid] = t
             if remaining is None:
-                self.rem[tid] = OPEN_ENDED_S
+                rem[tid] = OPEN_ENDED_S
+                if not t.paused:
+                    comp.add(tid)
             elif remaining <= 0:
-                self.rem[tid] = 0.0
+                rem[tid] = 0.0
             else:
                 alone = alone_of(tid)
-                self.rem[tid] = remaining * (typical if alone is None else alone)
-            if not t.paused and (remaining is None or remaining > 0):
-                self.comp.add(tid)
-        self._mem: dict[int, LaneMemory] = {}
-        self._pending: dict[int, list[str]] = {d.index: [] for d in self.devices}  # admitted, not yet replayed
-        self._snap: dict[int, set[str]] = {}  # device -> trials in its reported lanes
-        self._leaving: dict[int, set[str]] = {}  # device -> reported members that leave its lanes in this plan
+                rem[tid] = remaining * (typical if alone is None else alone)
+                if not t.paused:
+                    comp.add(tid)
+        if len(by_id) != len(trials):
+            seen: set[str] = set()
+            for t in trials:
+                if t.trial_id in seen:
+                    raise PlanError(f"trial {t.trial_id!r} appears twice")
+                seen.add(t.trial_id)
+        self._snap: dict[int, frozenset[str]] = {}  # device -> trials in its reported lanes
         for d in self.devices:
             if d.lanes is not None:
-                self._snap[d.index] = {tid for lane in d.lanes for tid in lane.members}
-        self.alloc: dict[str, list[int]] = {}  # trial -> devices after the plan
+                cached = snap_cache.get(id(d)) if snap_cache is not None else None
+                if cached is not None and cached[0] is d:
+                    self._snap[d.index] = cached[1]
+                else:
+                    members = lane_members(d)
+                    self._snap[d.index] = members
+                    if snap_cache is not None:
+                        snap_cache[id(d)] = (d, members)
+        self._fresh()
+
+    def _fresh(self) -> None:
+        """The state a plan starts from, before :meth:`keep` (also used by :class:`_KeptCache`)."""
+        indices = self.dev
+        self._mem: dict[int, LaneMemory] = {}
+        self._pending: dict[int, list[str]] = {d: [] for d in indices}  # admitted, not yet replayed
+        self._leaving: dict[int, set[str]] = {}  # device -> reported members that leave its lanes in this plan
+        # trial -> devices after the plan; a list here is never changed in place (it may be shared with the
+        # Planner's cache): a phase that changes a placement assigns a new list.
+        self.alloc: dict[str, list[int]] = {}
         self.order: list[str] = []  # decision order of placed trials
-        self.ncomp: dict[int, int] = {d.index: 0 for d in self.devices}
-        self.load: dict[int, float] = {d.index: 0.0 for d in self.devices}
+        self.ncomp: dict[int, int] = dict.fromkeys(indices, 0)
+        self.load: dict[int, float] = dict.fromkeys(indices, 0.0)
         self._gates: dict[tuple[str, int], bool] = {}
-        self._rejected: dict[int, list[tuple[int, int]]] = {d.index: [] for d in self.devices}
+        self._rejected: dict[int, list[tuple[int, int]]] = {d: [] for d in indices}
         self._no_room: list[tuple[int, int]] = []  # (P, T) that no device admits even without its paused trials
         self._paused_on: dict[int, list[str]] | None = None  # device -> its placed paused trials, latest first
         self._full: set[int] = set()  # devices whose replay could not hold every resident
         self._unheld: dict[int, list[TrialDemand]] = {}  # full device -> residents its replay could not admit
         self._reopened: list[int] = []  # full devices that make_room's evictions let hold every resident
         self.left: list[TrialDemand] | None = None  # intra: candidates left unplaced, in queue order
+        # Computing trials keep() left unplaced, in arrival order (None: found by a scan); given by _KeptCache.
+        self.arrivals: list[str] | None = None
+        # Assignments of earlier plans to reuse (see _KeptCache.assignments); None: none.
+        self.assignments: dict[str, tuple[list[int], TrialDemand, Assignment]] | None = None
 
     # ---- helpers
 
@@ -863,35 +930,56 @@ class _Planning:
         Kept trials are re-admitted in arrival order to rebuild each device's lanes. A device whose replay does
         not hold all its residents (its real lanes were filled in another order, or an estimate grew) keeps them
         all (its own lane manager is the authority on its residents) and takes nothing new in this plan."""
-        known = self.dev
+        known, snap, capacity, comp = self.dev, self._snap, self.capacity, self.comp
         residents = [t for t in self.trials.values() if t.devices]
         residents.sort(key=_ARRIVAL)
-        kept_devs: list[list[int]] = []
+        # (trial, devices it keeps, fast): fast when its one device reported lanes that hold it and it fits there,
+        # which needs no admission (the common case when devices report their lanes).
+        entries: list[tuple[TrialDemand, list[int], bool]] = []
         total: dict[int, int] = dict.fromkeys(known, 0)
-        staying: dict[int, set[str]] = {d: set() for d in self._snap}
+        staying: dict[int, set[str]] = {d: set() for d in snap}
         for t in residents:
             devices = t.devices
-            if len(devices) == 1 or (intra and t.trial_id in self.comp):
-                devs = [devices[0]] if devices[0] in known else []
-            else:
-                devs = [d for d in dict.fromkeys(devices) if d in known]
-            kept_devs.append(devs)
+            tid = t.trial_id
             size = t.p_bytes + t.t_bytes
+            if len(devices) == 1 or (intra and tid in comp):
+                d = devices[0]
+                if d not in known:
+                    continue
+                members = snap.get(d)
+                if members is not None:
+                    staying[d].add(tid)
+                    entries.append((t, [d], tid in members and size <= capacity[d]))
+                else:
+                    total[d] += size
+                    entries.append((t, [d], False))
+                continue
+            devs = [d for d in dict.fromkeys(devices) if d in known]
+            if not devs:
+                continue
             for d in devs:
                 total[d] += size
                 if d in staying:
-                    staying[d].add(t.trial_id)
-        for d, members in self._snap.items():  # reported lanes: trials that left (ended, shrunk) free theirs
+                    staying[d].add(tid)
+            entries.append((t, devs, False))
+        for d, members in snap.items():  # reported lanes: trials that left (ended, shrunk) free theirs
             leaving = members - staying[d]
             if leaving:
-                self._leaving[d] = leaving
-        capacity = self.capacity
-        replay = {d for d, need in total.items() if need > capacity[d] and d not in self._snap}
+                self._leaving[d] = set(leaving)
+        replay = {d for d, need in total.items() if need > capacity[d] and d not in snap}
         pending = self._pending
-        for t, devs in zip(residents, kept_devs, strict=True):
-            if not devs:
+        alloc, order, ncomp, load, rem = self.alloc, self.order, self.ncomp, self.load, self.rem
+        for t, devs, fast in entries:
+            if fast:  # place(t, devs), inlined
+                tid = t.trial_id
+                alloc[tid] = devs
+                order.append(tid)
+                if tid in comp:
+                    home = devs[0]
+                    ncomp[home] += 1
+                    load[home] += rem[tid]
                 continue
-            if len(devs) == 1 and devs[0] not in replay and devs[0] not in self._snap:
+            if len(devs) == 1 and devs[0] not in replay and devs[0] not in snap:
                 d = devs[0]
                 if d in self._mem:
                     self._mem[d].admit(t.trial_id, t.p_bytes, t.t_bytes)
@@ -951,10 +1039,10 @@ class _Planning:
 
         best_b = best_a = -1
         stale = True
-        for t in candidates:
-            if not heap:
-                left.append(t)
-                continue
+        for i, t in enumerate(candidates):
+            if not heap:  # no device takes anything more (nothing reopens one without a placement)
+                left.extend(candidates[i:])
+                break
             if stale:
                 best_b = max((bound(d)[0] for _, _, d in heap), default=-1)
                 best_a = max((bound(d)[1] for _, _, d in heap), default=-1)
@@ -973,6 +1061,10 @@ class _Planning:
                 for item in skipped:
                     heapq.heappush(heap, item)
             if chosen is None:
+                if self._paused_on is not None and not self._paused_on or any(
+                        t.p_bytes >= rp and t.t_bytes >= rq for rp, rq in self._no_room):
+                    left.append(t)  # no paused trial to evict, or none whose eviction let an alike trial in
+                    continue
                 chosen = self.make_room(t, sorted(heap))
                 if chosen is None:
                     left.append(t)
@@ -997,11 +1089,7 @@ class _Planning:
         end unevenly otherwise leave long trials crowded on some devices while others idle."""
         cfg = self.cfg
         moved: set[str] = set()
-        by_dev: dict[int, list[str]] = {d.index: [] for d in self.devices}
-        for tid in self.order:
-            devs = self.alloc.get(tid)
-            if devs is not None and tid in self.comp:
-                by_dev[devs[0]].append(tid)
+        by_dev: dict[int, list[str]] | None = None  # built on the first move considered (most plans move nothing)
         while True:
             crowded = max(self.devices, key=lambda d: (self.ncomp[d.index], self.load[d.index], -d.index)).index
             open_devs = [d.index for d in self.devices if d.index != crowded and self.gate(d.index)]
@@ -1011,6 +1099,12 @@ class _Planning:
             n_from, n_to = self.ncomp[crowded], self.ncomp[target]
             if n_from - n_to < 2:
                 return bool(moved)
+            if by_dev is None:
+                by_dev = {d.index: [] for d in self.devices}
+                for tid in self.order:
+                    devs = self.alloc.get(tid)
+                    if devs is not None and tid in self.comp:
+                        by_dev[devs[0]].append(tid)
             candidates = [self.trials[tid] for tid in by_dev[crowded] if tid not in moved]
             candidates.sort(key=self.key)
             key_from = self.dev[crowded].curve_key
@@ -1272,32 +1366,58 @@ class _Planning:
             self.mem(d).admit(other.trial_id, other.p_bytes, other.t_bytes)  # put it back: it fitted before
         return None
 
+    def candidates(self) -> list[TrialDemand]:
+        """The computing trials left unplaced after :meth:`keep`, longest predicted remaining time first (ties by
+        arrival, then id: :meth:`key`)."""
+        rem = self.rem
+        arrivals = self.arrivals
+        if arrivals is None:
+            trials = self.trials
+            comp, alloc = self.comp, self.alloc
+            waiting = [t for t in trials.values() if t.trial_id in comp and t.trial_id not in alloc]
+            waiting.sort(key=_ARRIVAL)
+            arrivals = list(map(_TRIAL_ID, waiting))
+        # A stable sort by predicted time, longest first, of trials in arrival order orders them as key() does.
+        arrivals = sorted(arrivals, key=rem.__getitem__, reverse=True)
+        return list(map(self.trials.__getitem__, arrivals))
+
     # ---- result
 
     def result(self, regime: str) -> Plan:
         assignments = []
+        append = assignments.append
         alloc, trials = self.alloc, self.trials
+        reuse = self.assignments
+        make = tuple.__new__  # Assignment(...) without its Python-level __new__: this loop runs for every trial
         for tid in self.order:
             devs = alloc.get(tid)
             if devs is None:
                 continue
-            before = trials[tid].devices
+            t = trials[tid]
+            if reuse is not None:
+                hit = reuse.get(tid)
+                if hit is not None and hit[0] is devs and hit[1] is t:
+                    append(hit[2])
+                    continue
+            before = t.devices
             devs_t = tuple(devs)
-            if not before:
-                action = START
-            elif devs_t == before:
-                action = KEEP
+            if devs_t == before:
+                a = make(Assignment, (tid, before, before, KEEP))
+            elif not before:
+                a = make(Assignment, (tid, devs_t, before, START))
             elif devs_t[0] == before[0]:
-                action = RESIZE
+                a = make(Assignment, (tid, devs_t, before, RESIZE))
             else:
-                action = MOVE
-            assignments.append(Assignment(tid, devs_t, before, action))
+                a = make(Assignment, (tid, devs_t, before, MOVE))
+            append(a)
+            if reuse is not None:
+                reuse[tid] = (devs, t, a)
         if self.left is not None and len(alloc) + len(self.left) == len(trials):
             rest = [t for t in self.left if t.trial_id not in alloc]  # already in queue order
         else:
             rest = [t for t in trials.values() if t.trial_id not in alloc]
             rest.sort(key=self.key)
-        queued = tuple(t.trial_id for t in rest)
+        queued = tuple(map(_TRIAL_ID, rest))
         preempted = tuple(t.trial_id for t in rest if t.devices)
         biggest = max(self.capacity.values(), default=-1)
         unplaceable = tuple(t.trial_id for t in rest if t.p_bytes + t.t_bytes > biggest)
@@ -1335,10 +1455,13 @@ def _run(work: _Planning) -> Plan:
     """The phases of one plan (split from :func:`plan` so that tests can inspect the lanes it built)."""
     intra = len(work.comp) > len(work.devices)
     work.keep(intra)
+    return _place(work, intra)
+
+
+def _place(work: _Planning, intra: bool) -> Plan:
+    """The phases after :meth:`_Planning.keep`."""
     if intra:
-        candidates = [t for t in work.trials.values() if t.trial_id in work.comp and t.trial_id not in work.alloc]
-        candidates.sort(key=work.key)
-        work.left = work.fill_intra(candidates)
+        work.left = work.fill_intra(work.candidates())
         while work.rebalance() and work.left:  # a move may have opened a device for a queued trial
             before = len(work.left)
             work.left = work.fill_intra(work.left)
@@ -1347,6 +1470,396 @@ def _run(work: _Planning) -> Plan:
         return work.result(INTRA)
     work.inter()
     return work.result(INTER)
+
+
+#: Marks a trial the cache has not seen (distinct from None, an alone estimate not yet measured).
+_UNSEEN = object()
+
+
+class _KeptCache:
+    """What :meth:`Planner.plan` keeps from one plan to the next: the state :meth:`_Planning.keep` leaves behind,
+    updated with what changed instead of rebuilt.
+
+    Where every device reports its lanes (``DeviceView.lanes``), ``keep`` records a resident listed in the lanes
+    of each of its devices (after the intra regime's shrink, and when it fits them) as it is, and admits a
+    resident with one device that its lanes do not list yet (sent there, or waiting in the device's queue). When
+    every resident is one of those (or is on no device that still exists), the state after ``keep``
+    (placements in arrival order, each device's computing trials and their predicted remaining work, reported
+    lane members that left) is a function of each trial's demand, its alone estimate (the typical one when it
+    was never measured) and its devices' views, plus those admissions. The cache holds that state from the last
+    plan and updates the trials whose demand object or estimate changed, the devices whose view object changed,
+    and the never-measured trials when the typical time moved; the admissions are redone. A plan then costs an
+    identity check per trial plus the work of what changed. Otherwise (a resident on several devices that one of
+    them does not list, devices without reported lanes, another device set, input that :func:`plan` rejects)
+    :meth:`prepare` answers None and the plan is computed from scratch. Either way it is the plan :func:`plan`
+    returns: tests/test_planner.py checks this on random sequences of plans, and tests/test_sim.py on whole
+    simulated runs.
+    """
+
+    def __init__(self) -> None:
+        self._clear()
+
+    def _clear(self) -> None:
+        self._valid = False
+        self.book: ProfileBook | None = None  # the book of the last plan, and its count of changes then
+        self.book_count = 0
+        self.views: dict[int, DeviceView] = {}  # device index -> the view of the last plan
+        self.moved: dict[int, frozenset[str]] = {}  # device -> trials that joined or left its lanes (this plan)
+        self.sorted_views: list[DeviceView] = []
+        self.dev: dict[int, DeviceView] = {}
+        self.capacity: dict[int, int] = {}
+        self.snap: dict[int, frozenset[str]] = {}
+        self.demands: dict[str, TrialDemand] = {}
+        self.rem: dict[str, float] = {}
+        self.alone: dict[str, float | None] = {}  # the alone estimate each rem was computed with
+        self.comp: set[str] = set()
+        self.unmeasured: set[str] = set()  # trials whose rem uses the typical time
+        self.typical: float | None = None
+        self.intra: bool | None = None
+        self.res_on: dict[int, set[str]] = {}  # device -> residents with it among their devices
+        self.res_devs: dict[str, tuple[int, ...]] = {}  # resident -> its known devices (as indexed in res_on)
+        self.multi: set[str] = set()  # residents on several devices (the regime decides what they keep)
+        self.slow: set[str] = set()  # residents that keep() handles otherwise
+        self.kept: dict[str, list[int]] = {}  # resident listed in all its devices' lanes -> its devices
+        self.home: dict[int, list[tuple[int, str]]] = {}  # device -> kept residents it is home of, (seq, id), sorted
+        self.transit: dict[str, int] = {}  # resident its one device's lanes do not list -> that device
+        self.transit_on: dict[int, list[tuple[int, str]]] = {}  # device -> its transit residents, sorted
+        self.stay: dict[int, set[str]] = {}  # device -> residents that keep() counts as staying there
+        self.order_keys: list[tuple[int, str]] = []  # every kept resident, (seq, id), sorted
+        self.order_ids: list[str] = []  # the ids of order_keys, in the same order
+        self.ncomp: dict[int, int] = {}
+        self.load: dict[int, float] = {}
+        self.leaving: dict[int, set[str]] = {}
+        self.free_keys: list[tuple[int, str]] = []  # computing trials not kept as reported, (seq, id), sorted
+        self.free_key: dict[str, tuple[int, str]] = {}
+        # trial -> (its devices list, its demand, its Assignment): result() reuses the Assignment while both are
+        # the same objects.
+        self.assignments: dict[str, tuple[list[int], TrialDemand, Assignment]] = {}
+
+    # ---------------------------------------------------------------- devices
+
+    def _devices(self, devices: Sequence[DeviceView]) -> set[int] | None:
+        """Take this plan's device views; return the devices whose view changed (their lanes), or None when the
+        cache cannot serve this plan (devices without lanes, another device set, invalid views)."""
+        views = self.views
+        if self._valid and len(devices) == len(views):
+            changed: set[int] = set()
+            for d in devices:
+                old = views.get(d.index)
+                if old is d:
+                    continue
+                if old is None or d.lanes is None or d.capacity_bytes != old.capacity_bytes \
+                        or d.reserved_bytes != old.reserved_bytes or d.slots != old.slots \
+                        or d.curve_key != old.curve_key:
+                    return None
+                changed.add(d.index)
+            if changed:
+                if len({d.index for d in devices}) != len(devices):
+                    return None
+                moved = self.moved
+                for d in devices:
+                    if d.index in changed:
+                        views[d.index] = self.dev[d.index] = d
+                        members = lane_members(d)
+                        moved[d.index] = members.symmetric_difference(self.snap[d.index])
+                        self.snap[d.index] = members
+                self.sorted_views = [views[index] for index in self.dev]
+            return changed
+        # A new device set: start over (checked as _Planning checks it).
+        self._clear()
+        indices = {d.index for d in devices}
+        if len(indices) != len(devices) or any(d.lanes is None or d.slots < 1 or d.capacity_bytes < 0
+                                               or d.reserved_bytes < 0 for d in devices):
+            return None
+        self.sorted_views = sorted(devices, key=lambda d: d.index)
+        for d in self.sorted_views:
+            i = d.index
+            self.views[i] = self.dev[i] = d
+            self.capacity[i] = max(0, d.capacity_bytes - d.reserved_bytes)
+            self.snap[i] = self.moved[i] = lane_members(d)
+            self.res_on[i], self.stay[i] = set(), set()
+            self.home[i], self.transit_on[i] = [], []
+            self.ncomp[i], self.load[i] = 0, 0.0
+        self._valid = True
+        return set(self.dev)
+
+    # ---------------------------------------------------------------- trials
+
+    def _unkeep(self, tid: str, dirty: set[int]) -> None:
+        """Undo what :meth:`_status` recorded for a resident (its devices become dirty)."""
+        key = (self.demands[tid].seq, tid)
+        devs = self.kept.pop(tid, None)
+        if devs is not None:
+            lst = self.home[devs[0]]
+            del lst[bisect.bisect_left(lst, key)]
+            i = bisect.bisect_left(self.order_keys, key)
+            del self.order_keys[i]
+            del self.order_ids[i]
+            for d in devs:
+                self.stay[d].discard(tid)
+            dirty.update(devs)
+            return
+        d = self.transit.pop(tid, None)
+        if d is not None:
+            lst = self.transit_on[d]
+            del lst[bisect.bisect_left(lst, key)]
+            self.stay[d].discard(tid)
+            dirty.add(d)
+
+    def _index(self, tid: str, devices: tuple[int, ...]) -> None:
+        """Index a resident under each of its known devices (``res_on``), replacing what was there."""
+        for d in self.res_devs.pop(tid, ()):
+            self.res_on[d].discard(tid)
+        known = tuple(d for d in devices if d in self.res_on)
+        if known:
+            self.res_devs[tid] = known
+            for d in known:
+                self.res_on[d].add(tid)
+        if len(devices) > 1:
+            self.multi.add(tid)
+        else:
+            self.multi.discard(tid)
+
+    def _status(self, t: TrialDemand, intra: bool, dirty: set[int]) -> None:
+        """What ``keep`` does with resident ``t``: keep it as reported (``kept``), admit it on its one device
+        (``transit``), nothing (no device of it exists), or anything else (``slow``: the plan is computed from
+        scratch)."""
+        tid = t.trial_id
+        self._unkeep(tid, dirty)
+        self.slow.discard(tid)
+        devices = t.devices
+        if not devices:
+            return
+        if len(devices) == 1 or (intra and tid in self.comp):
+            devs = [devices[0]] if devices[0] in self.dev else []
+        else:
+            devs = [d for d in dict.fromkeys(devices) if d in self.dev]
+        if not devs:
+            return
+        size = t.p_bytes + t.t_bytes
+        capacity, snap = self.capacity, self.snap
+        if any(size > capacity[d] for d in devs):
+            self.slow.add(tid)  # keep() counts it as staying but does not keep it
+            return
+        key = (t.seq, tid)
+        if all(tid in snap[d] for d in devs):
+            self.kept[tid] = devs
+            bisect.insort(self.home[devs[0]], key)
+            i = bisect.bisect_left(self.order_keys, key)
+            self.order_keys.insert(i, key)
+            self.order_ids.insert(i, tid)
+            for d in devs:
+                self.stay[d].add(tid)
+            dirty.update(devs)
+        elif len(devs) == 1:
+            d = devs[0]
+            self.transit[tid] = d
+            bisect.insort(self.transit_on[d], key)
+            self.stay[d].add(tid)
+            dirty.add(d)
+        else:
+            self.slow.add(tid)
+
+    def _take(self, t: TrialDemand, alone: float | None, typical: float) -> None:
+        """Record a trial's demand and its predicted remaining time (as :class:`_Planning` computes it)."""
+        tid = t.trial_id
+        self.demands[tid] = t
+        self.alone[tid] = alone
+        remaining = t.remaining
+        self.unmeasured.discard(tid)
+        if remaining is None:
+            self.rem[tid] = OPEN_ENDED_S
+        elif remaining <= 0:
+            self.rem[tid] = 0.0
+        else:
+            self.rem[tid] = remaining * (typical if alone is None else alone)
+            if alone is None:
+                self.unmeasured.add(tid)
+        if not t.paused and (remaining is None or remaining > 0):
+            self.comp.add(tid)
+        else:
+            self.comp.discard(tid)
+
+    def _sync_free(self, tid: str) -> None:
+        """Keep ``free`` (computing trials that keep() does not keep as reported, in arrival order) in step."""
+        key = self.free_key.pop(tid, None)
+        if key is not None:
+            i = bisect.bisect_left(self.free_keys, key)
+            del self.free_keys[i]
+        t = self.demands.get(tid)
+        if t is not None and tid in self.comp and tid not in self.kept:
+            key = self.free_key[tid] = (t.seq, tid)
+            bisect.insort(self.free_keys, key)
+
+    def _drop(self, tid: str, dirty: set[int]) -> None:
+        """A trial left the input."""
+        self.assignments.pop(tid, None)
+        self._unkeep(tid, dirty)
+        self._index(tid, ())
+        self.slow.discard(tid)
+        del self.demands[tid]
+        del self.rem[tid]
+        del self.alone[tid]
+        self.comp.discard(tid)
+        self.unmeasured.discard(tid)
+        self._sync_free(tid)
+
+    # ---------------------------------------------------------------- a plan
+
+    def prepare(
+        self, trials: Sequence[TrialDemand], devices: Sequence[DeviceView], book: ProfileBook,
+        cfg: PlannerSettings,
+    ) -> _Planning | None:
+        """The state after :meth:`_Planning.keep` for this plan, or None when it must be computed from scratch."""
+        changed_views = self._devices(devices)
+        if changed_views is None:
+            self._clear()
+            return None
+        demands, alone_used = self.demands, self.alone
+        alone_of = book._alone.get
+        typical = book.typical()
+        changed: list[TrialDemand] = []
+        ids: set[str] = set()
+        add = ids.add
+        news, self.book_count = book.changed_since(self.book_count if self.book is book else 0)
+        if self.book is not book:  # another book: compare every estimate
+            self.book = book
+            for t in trials:
+                tid = t.trial_id
+                add(tid)
+                if demands.get(tid) is not t or alone_of(tid) != alone_used.get(tid, _UNSEEN):
+                    changed.append(t)
+        else:
+            ids.update(map(_TRIAL_ID, trials))
+            get = demands.get
+            changed = [t for t in trials if get(t.trial_id) is not t]  # the one pass over every trial
+            if news:  # estimates the book changed since the last plan, of trials whose demand did not change
+                seen = {t.trial_id for t in changed}
+                for tid in news:
+                    if tid in ids and tid not in seen and alone_of(tid) != alone_used.get(tid, _UNSEEN):
+                        changed.append(demands[tid])
+                        seen.add(tid)
+        if len(ids) != len(trials):
+            self._clear()
+            return None  # duplicates: plan() says which
+        for t in changed:
+            if t.p_bytes < 0 or t.t_bytes < 0 or type(t.devices) is not tuple:
+                self._clear()
+                return None
+        dirty: set[int] = set(changed_views)  # devices whose kept or staying residents, or lanes, changed
+        dirty_load: set[int] = set()  # devices where a kept trial's predicted time changed
+        if len(demands) + sum(1 for t in changed if t.trial_id not in demands) != len(ids):
+            for tid in [tid for tid in demands if tid not in ids]:
+                self._drop(tid, dirty)
+        rem_changed: list[str] = []
+        recheck: set[str] = set()
+        rem, unmeasured, kept = self.rem, self.unmeasured, self.kept
+        for t in changed:
+            tid = t.trial_id
+            old = demands.get(tid)
+            remaining = t.remaining
+            # What keep() does with it depends on everything but its remaining budget, as long as that stays
+            # positive (or open); when only that or its estimate moved (an iteration went by), only its predicted
+            # time changes.
+            if old is not None and old[2:] == t[2:] and remaining is not None and remaining > 0 \
+                    and old.remaining is not None and old.remaining > 0:
+                alone = alone_of(tid)
+                demands[tid] = t
+                alone_used[tid] = alone
+                if alone is None:
+                    rem[tid] = remaining * typical
+                    unmeasured.add(tid)
+                else:
+                    rem[tid] = remaining * alone
+                    unmeasured.discard(tid)
+                devs = kept.get(tid)
+                if devs is not None:
+                    dirty_load.add(devs[0])
+                continue
+            if old is not None:
+                self._unkeep(tid, dirty)  # (its arrival key may change)
+            self._take(t, alone_of(tid), typical)
+            rem_changed.append(tid)
+            self._index(tid, t.devices)
+            recheck.add(tid)
+        if typical != self.typical:  # every never-measured trial's predicted time moves with it
+            unmeasured = self.unmeasured
+            self.rem.update({tid: demands[tid].remaining * typical for tid in unmeasured})
+            for tid in unmeasured.intersection(self.kept):
+                dirty_load.add(self.kept[tid][0])
+            self.typical = typical
+        intra = len(self.comp) > len(self.dev)
+        if intra != self.intra:
+            recheck |= self.multi
+            self.intra = intra
+        for d in changed_views:
+            recheck |= self.res_on[d].intersection(self.moved[d])
+        for tid in recheck:
+            self._status(demands[tid], intra, dirty)
+            self._sync_free(tid)
+        # Per device: computing kept trials and their remaining work, summed in arrival order as keep() does,
+        # and the reported members that leave (kept up to date even when this plan is computed from scratch).
+        comp = self.comp
+        for tid in rem_changed:
+            devs = kept.get(tid)
+            if devs is not None:
+                dirty_load.add(devs[0])
+        for d in dirty | dirty_load:
+            n = 0
+            load = 0.0
+            for _, tid in self.home[d]:
+                if tid in comp:
+                    n += 1
+                    load += rem[tid]
+            self.ncomp[d] = n
+            self.load[d] = load
+        for d in dirty:
+            leaving = self.snap[d] - self.stay[d]
+            if leaving:
+                self.leaving[d] = set(leaving)
+            else:
+                self.leaving.pop(d, None)
+        if self.slow:
+            return None
+        work = _Planning.__new__(_Planning)
+        work.book, work.cfg = book, cfg
+        work.devices, work.dev, work.capacity = self.sorted_views, self.dev, self.capacity
+        work.trials, work.rem, work.comp = demands, rem, comp
+        work._snap = self.snap
+        work._fresh()
+        work._leaving = dict(self.leaving)
+        work.ncomp = dict(self.ncomp)
+        work.load = dict(self.load)
+        keys = self.order_keys
+        admitted: list[tuple[int, str]] = []
+        for d, waiting in self.transit_on.items():  # keep() admits these, each device in arrival order
+            if not waiting:
+                continue
+            here = [key for key in waiting if work.admit(demands[key[1]], d)]
+            if here:
+                admitted += here
+                n = 0
+                load = 0.0
+                for _, tid in sorted(self.home[d] + here):
+                    if tid in comp:
+                        n += 1
+                        load += rem[tid]
+                work.ncomp[d] = n
+                work.load[d] = load
+        if admitted:
+            order = list(map(_SECOND, sorted(keys + admitted)))
+            ids_kept = self.order_ids
+            alloc = work.alloc = dict(zip(ids_kept, map(kept.__getitem__, ids_kept), strict=True))
+            for _, tid in admitted:
+                alloc[tid] = [self.transit[tid]]
+            work.arrivals = [tid for _, tid in self.free_keys if tid not in alloc]
+        else:
+            order = list(self.order_ids)
+            work.alloc = dict(zip(order, map(self.kept.__getitem__, order), strict=True))
+            work.arrivals = list(map(_SECOND, self.free_keys))
+        work.order = order
+        work.assignments = self.assignments
+        return work
 
 
 class Planner:
@@ -1363,6 +1876,12 @@ class Planner:
     def __init__(self, settings: PlannerSettings | None = None, book: ProfileBook | None = None) -> None:
         self.settings = settings or PlannerSettings()
         self.book = book if book is not None else ProfileBook()
+        # Across plans: the state keep() leaves (_KeptCache), and for plans computed from scratch the trials in
+        # each device view's reported lanes, by the view's identity (the view is held, so its id is not reused).
+        # A caller that passes the same TrialDemand and DeviceView objects for what did not change (as the
+        # simulator does) saves most of a plan's work.
+        self._kept = _KeptCache()
+        self._snap_cache: dict[int, tuple[DeviceView, frozenset[str]]] = {}
 
     def observe(
         self, trial_id: str, sec_per_iter: float, *, devices: int = 1, colocated: int = 1,
@@ -1376,5 +1895,16 @@ class Planner:
         self.book.forget(trial_id)
 
     def plan(self, trials: Sequence[TrialDemand], devices: Sequence[DeviceView]) -> Plan:
-        """:func:`plan` with this planner's book and settings."""
-        return plan(trials, devices, self.book, self.settings)
+        """:func:`plan` with this planner's book and settings.
+
+        The same plan, computed incrementally where it can be (:class:`_KeptCache`).
+        """
+        work = self._kept.prepare(trials, devices, self.book, self.settings)
+        if work is not None:
+            return _place(work, len(work.comp) > len(work.devices))
+        cache = self._snap_cache
+        if len(cache) > _SNAP_CACHE_FACTOR * max(1, len(devices)):
+            live = {id(d) for d in devices}
+            for key in [key for key in cache if key not in live]:
+                del cache[key]
+        return _run(_Planning(trials, devices, self.book, self.settings, cache))
