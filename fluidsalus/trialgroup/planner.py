@@ -358,6 +358,19 @@ class ProfileBook:
                             f"{sec_per_iter!r}, {devices!r}, {colocated!r}")
         key = (devices, colocated)
         per = self._times.get(trial_id)
+        if per is not None and self._last[trial_id] == key and self._key[trial_id] == curve_key:
+            # The allocation of its last record (most records): its EMA there and its alone estimate move.
+            value = per[key].update(sec_per_iter)
+            one = per.get((1, 1))
+            if one is not None:
+                self._alone[trial_id] = one.value
+            elif devices == 1:
+                self._alone[trial_id] = value / self._slowdown(curve_key, colocated)
+            else:
+                self._alone[trial_id] = value / (self._slowdown(curve_key, colocated)
+                                                 * self._scale_factor(curve_key, devices))
+            self._note(trial_id)
+            return
         if per is None:
             per = self._times[trial_id] = {}
             equivalent = sec_per_iter / (self._slowdown(curve_key, colocated) * self._scale_factor(curve_key, devices))
@@ -751,6 +764,43 @@ _TRIAL_ID = operator.attrgetter("trial_id")
 _SECOND = operator.itemgetter(1)
 
 
+def _assignment(tid: str, devs: list[int], before: tuple[int, ...]) -> Assignment:
+    """The assignment of a placed trial: its devices now and before, and what the executor must do."""
+    devs_t = tuple(devs)
+    make = tuple.__new__  # Assignment(...) without its Python-level __new__: this runs for every placed trial
+    if devs_t == before:
+        return make(Assignment, (tid, before, before, KEEP))
+    if not before:
+        return make(Assignment, (tid, devs_t, before, START))
+    if devs_t[0] == before[0]:
+        return make(Assignment, (tid, devs_t, before, RESIZE))
+    return make(Assignment, (tid, devs_t, before, MOVE))
+
+
+class _Alloc(dict):
+    """``trial -> devices`` that remembers which trials were written or removed since it was built (the plan's
+    placements: :meth:`_Planning.result` reuses the kept trials' assignments while none of them was touched).
+    Reads are the dict's own."""
+
+    __slots__ = ("touched",)
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.touched: set[str] = set()
+
+    def __setitem__(self, key: str, value: list[int]) -> None:
+        self.touched.add(key)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self.touched.add(key)
+        super().__delitem__(key)
+
+    def pop(self, key: str, *default: object) -> object:  # type: ignore[override]
+        self.touched.add(key)
+        return super().pop(key, *default)
+
+
 class _Planning:
     """State of one :func:`plan` call. Not reused across calls.
 
@@ -840,8 +890,11 @@ class _Planning:
         self.left: list[TrialDemand] | None = None  # intra: candidates left unplaced, in queue order
         # Computing trials keep() left unplaced, in arrival order (None: found by a scan); given by _KeptCache.
         self.arrivals: list[str] | None = None
-        # Assignments of earlier plans to reuse (see _KeptCache.assignments); None: none.
-        self.assignments: dict[str, tuple[list[int], TrialDemand, Assignment]] | None = None
+        # Given by _KeptCache: the assignments of the trials keep() kept (the first of ``order``), and the set of
+        # those trials; result() uses them as they are unless a later phase touched one of those placements.
+        self.kept_prefix: list[Assignment] | None = None
+        self.kept_ids: dict[str, list[int]] | None = None
+        self.kept_keys: list[tuple[int, str]] | None = None  # their (seq, id), in the same order
 
     # ---- helpers
 
@@ -1089,7 +1142,15 @@ class _Planning:
         end unevenly otherwise leave long trials crowded on some devices while others idle."""
         cfg = self.cfg
         moved: set[str] = set()
-        by_dev: dict[int, list[str]] | None = None  # built on the first move considered (most plans move nothing)
+        by_dev: dict[int, list[str]] = {}  # device -> its computing trials, listed when a move off it is considered
+
+        def on(d: int) -> list[str]:
+            members = by_dev.get(d)
+            if members is None:
+                comp = self.comp
+                members = by_dev[d] = [tid for tid, devs in self.alloc.items() if devs[0] == d and tid in comp]
+            return members
+
         while True:
             crowded = max(self.devices, key=lambda d: (self.ncomp[d.index], self.load[d.index], -d.index)).index
             open_devs = [d.index for d in self.devices if d.index != crowded and self.gate(d.index)]
@@ -1099,13 +1160,7 @@ class _Planning:
             n_from, n_to = self.ncomp[crowded], self.ncomp[target]
             if n_from - n_to < 2:
                 return bool(moved)
-            if by_dev is None:
-                by_dev = {d.index: [] for d in self.devices}
-                for tid in self.order:
-                    devs = self.alloc.get(tid)
-                    if devs is not None and tid in self.comp:
-                        by_dev[devs[0]].append(tid)
-            candidates = [self.trials[tid] for tid in by_dev[crowded] if tid not in moved]
+            candidates = [self.trials[tid] for tid in on(crowded) if tid not in moved]
             candidates.sort(key=self.key)
             key_from = self.dev[crowded].curve_key
             key_to = self.dev[target].curve_key
@@ -1122,8 +1177,8 @@ class _Planning:
             tid = t.trial_id
             moved.add(tid)
             self.alloc[tid] = [target]
-            by_dev[crowded].remove(tid)
-            by_dev[target].append(tid)
+            on(crowded).remove(tid)
+            on(target).append(tid)
             rem = self.rem[tid]
             self.ncomp[crowded] -= 1
             self.load[crowded] -= rem
@@ -1384,39 +1439,39 @@ class _Planning:
     # ---- result
 
     def result(self, regime: str) -> Plan:
-        assignments = []
+        alloc, trials, order = self.alloc, self.trials, self.order
+        prefix, kept, keys = self.kept_prefix, self.kept_ids, self.kept_keys
+        if prefix is not None and kept is not None and keys is not None and isinstance(alloc, _Alloc):
+            # The kept trials' assignments as the cache has them, with those a later phase touched redone.
+            assignments = list(prefix)
+            gone = []
+            for tid in alloc.touched:
+                if tid in kept:
+                    i = bisect.bisect_left(keys, (trials[tid].seq, tid))
+                    devs = alloc.get(tid)
+                    if devs is None:
+                        gone.append(i)
+                    else:
+                        assignments[i] = _assignment(tid, devs, trials[tid].devices)
+            for i in sorted(gone, reverse=True):
+                del assignments[i]
+            rest_of_order = order[len(prefix):]
+        else:
+            assignments = []
+            rest_of_order = order
         append = assignments.append
-        alloc, trials = self.alloc, self.trials
-        reuse = self.assignments
-        make = tuple.__new__  # Assignment(...) without its Python-level __new__: this loop runs for every trial
-        for tid in self.order:
+        for tid in rest_of_order:
             devs = alloc.get(tid)
-            if devs is None:
-                continue
-            t = trials[tid]
-            if reuse is not None:
-                hit = reuse.get(tid)
-                if hit is not None and hit[0] is devs and hit[1] is t:
-                    append(hit[2])
-                    continue
-            before = t.devices
-            devs_t = tuple(devs)
-            if devs_t == before:
-                a = make(Assignment, (tid, before, before, KEEP))
-            elif not before:
-                a = make(Assignment, (tid, devs_t, before, START))
-            elif devs_t[0] == before[0]:
-                a = make(Assignment, (tid, devs_t, before, RESIZE))
-            else:
-                a = make(Assignment, (tid, devs_t, before, MOVE))
-            append(a)
-            if reuse is not None:
-                reuse[tid] = (devs, t, a)
+            if devs is not None:
+                append(_assignment(tid, devs, trials[tid].devices))
         if self.left is not None and len(alloc) + len(self.left) == len(trials):
             rest = [t for t in self.left if t.trial_id not in alloc]  # already in queue order
-        else:
+        else:  # in key() order: a stable sort by predicted time, longest first, of the trials in arrival order
             rest = [t for t in trials.values() if t.trial_id not in alloc]
-            rest.sort(key=self.key)
+            rest.sort(key=_ARRIVAL)
+            ids = list(map(_TRIAL_ID, rest))
+            ids.sort(key=self.rem.__getitem__, reverse=True)
+            rest = list(map(trials.__getitem__, ids))
         queued = tuple(map(_TRIAL_ID, rest))
         preempted = tuple(t.trial_id for t in rest if t.devices)
         biggest = max(self.capacity.values(), default=-1)
@@ -1532,9 +1587,7 @@ class _KeptCache:
         self.leaving: dict[int, set[str]] = {}
         self.free_keys: list[tuple[int, str]] = []  # computing trials not kept as reported, (seq, id), sorted
         self.free_key: dict[str, tuple[int, str]] = {}
-        # trial -> (its devices list, its demand, its Assignment): result() reuses the Assignment while both are
-        # the same objects.
-        self.assignments: dict[str, tuple[list[int], TrialDemand, Assignment]] = {}
+        self.kept_assign: list[Assignment] = []  # the assignment of each of order_ids, in the same order
 
     # ---------------------------------------------------------------- devices
 
@@ -1595,6 +1648,7 @@ class _KeptCache:
             i = bisect.bisect_left(self.order_keys, key)
             del self.order_keys[i]
             del self.order_ids[i]
+            del self.kept_assign[i]
             for d in devs:
                 self.stay[d].discard(tid)
             dirty.update(devs)
@@ -1648,6 +1702,7 @@ class _KeptCache:
             i = bisect.bisect_left(self.order_keys, key)
             self.order_keys.insert(i, key)
             self.order_ids.insert(i, tid)
+            self.kept_assign.insert(i, _assignment(tid, devs, devices))
             for d in devs:
                 self.stay[d].add(tid)
             dirty.update(devs)
@@ -1693,7 +1748,6 @@ class _KeptCache:
 
     def _drop(self, tid: str, dirty: set[int]) -> None:
         """A trial left the input."""
-        self.assignments.pop(tid, None)
         self._unkeep(tid, dirty)
         self._index(tid, ())
         self.slow.discard(tid)
@@ -1847,18 +1901,25 @@ class _KeptCache:
                 work.ncomp[d] = n
                 work.load[d] = load
         if admitted:
-            order = list(map(_SECOND, sorted(keys + admitted)))
             ids_kept = self.order_ids
-            alloc = work.alloc = dict(zip(ids_kept, map(kept.__getitem__, ids_kept), strict=True))
-            for _, tid in admitted:
-                alloc[tid] = [self.transit[tid]]
+            alloc = dict(zip(ids_kept, map(kept.__getitem__, ids_kept), strict=True))
+            prefix, keys = list(self.kept_assign), list(keys)
+            for key in sorted(admitted):
+                tid = key[1]
+                devs = alloc[tid] = [self.transit[tid]]
+                i = bisect.bisect_left(keys, key)
+                keys.insert(i, key)
+                prefix.insert(i, _assignment(tid, devs, demands[tid].devices))
+            order = list(map(_SECOND, keys))
+            work.alloc = _Alloc(alloc)
             work.arrivals = [tid for _, tid in self.free_keys if tid not in alloc]
+            work.kept_prefix, work.kept_ids, work.kept_keys = prefix, alloc, keys
         else:
             order = list(self.order_ids)
-            work.alloc = dict(zip(order, map(self.kept.__getitem__, order), strict=True))
+            work.alloc = _Alloc(zip(order, map(self.kept.__getitem__, order), strict=True))
             work.arrivals = list(map(_SECOND, self.free_keys))
+            work.kept_prefix, work.kept_ids, work.kept_keys = self.kept_assign, kept, keys
         work.order = order
-        work.assignments = self.assignments
         return work
 
 
