@@ -115,6 +115,11 @@ REPLAN_PROFILE_CHANGE = 0.25
 #: leaving it out keeps a plan's cost independent of the queue's length. The second multiple is for the trials
 #: the first ones make room for when some of them fit no device's memory.
 QUEUE_WINDOW_FACTOR = 2
+#: How long a finished run waits for the end events of data-parallel workers whose rank 0 has ended. Rank 0
+#: ends after its workers (``gpu.host.TrialSpec``), so their ends are already in their devices' outboxes: one
+#: poll of each brings them, well within two poll periods. A worker that outlives this (one that never joined
+#: its rank 0) is ended by the device's shutdown.
+WORKER_END_GRACE_S = 2 * POLL_WAIT_S
 #: Shortest iteration the planner is told about. A shorter one measures the report path (building the result,
 #: the lane hand-over, GIL hand-offs between the device's trial threads), not the trial's compute: a report
 #: costs ~0.01 ms alone but its 95th percentile is 1 to 4 ms on a busy 2-core machine (``report_ms_p95`` of
@@ -551,7 +556,8 @@ class _Device:
     curve_key: str = "cpu"  # device class whose co-location and scaling curves apply
     mirror: LaneMirror = field(default_factory=LaneMirror)
     changed_at: float = 0.0  # when its set of computing trials last changed (device clock)
-    lingering: set[str] = field(default_factory=set)  # data-parallel workers of ended attempts not yet gone
+    lingering: dict[str, float] = field(default_factory=dict)  # data-parallel workers of ended attempts not yet
+    # seen to end -> when their rank 0 ended (driver clock)
 
 
 class Executor:
@@ -785,6 +791,9 @@ class Executor:
             self._end_unstarted(self.trials[trial_id])
 
     def _finished(self) -> bool:
+        horizon = time.time() - WORKER_END_GRACE_S
+        if any(since > horizon for d in self._devices if d.alive for since in d.lingering.values()):
+            return False  # a data-parallel worker's end is still on its way: its events belong in the store
         if self._ending is not None:
             return not self.pending and all(not d.assigned for d in self._devices)
         if self.pending or not self.searcher.is_finished():
@@ -944,15 +953,17 @@ class Executor:
         self._send_stop(stop)
 
     def _send_stop(self, trial_ids: Iterable[str]) -> None:
-        """Ask the trials' home devices (rank 0) to stop them at their next boundary; a data-parallel trial's
-        workers follow rank 0 (``gpu.host.TrialSpec``)."""
+        """Ask every device a trial runs on to stop it at its next boundary. A data-parallel trial's workers
+        stop with rank 0, at its next report (``gpu.host.TrialSpec``): the stop only makes sure they end too
+        when rank 0 is gone."""
         by_device: dict[int, list[str]] = {}
         for trial_id in trial_ids:
             trial = self.trials[trial_id]
             if not trial.placed_on:
                 continue
             self._stopping.add(trial_id)
-            by_device.setdefault(trial.placed_on[0], []).append(trial_id)
+            for index in trial.placed_on:
+                by_device.setdefault(index, []).append(trial_id)
         for index, ids in by_device.items():
             device = self._device(index)
             if device.alive:
@@ -985,6 +996,9 @@ class Executor:
         states: dict[str, TrialState] = {}
         low = self._workers[0] if self._workers is not None else 1
         for trial_id in self.pending if queued is None else queued:
+            trial = self.trials[trial_id]
+            if trial.devices and not all(self._device(i).alive for i in trial.devices):
+                trial.devices = ()  # kept for a device that is gone: placed afresh
             states[trial_id] = TrialState((), min_devices=low)
         for device in self._devices:
             for trial_id in device.assigned:
@@ -1042,7 +1056,7 @@ class Executor:
                 self.store.set_experiment(searcher_state=dumps(self.searcher.state_dict()))
             for trial_id, devices, action in actions.submit:
                 trial = self.trials[trial_id]
-                if all(i in by_index and trial_id not in by_index[i].assigned | by_index[i].lingering
+                if all(i in by_index and trial_id not in by_index[i].assigned and trial_id not in by_index[i].lingering
                        for i in devices):
                     submits.append((trial, devices, action))
                 else:  # a rank of its last attempt is still winding down there: next plan
@@ -1210,6 +1224,8 @@ class Executor:
                     events.append((ts, event[4], trial_id, name, {**event[5], "attempt": attempt}))
                     continue
                 trial = self.trials.get(trial_id)
+                if kind == EV_END and trial_id in device.lingering:
+                    del device.lingering[trial_id]  # a worker that ended as a trial (never admitted, say)
                 if trial is None or attempt != trial.attempt:
                     continue  # an event of an earlier attempt that was already given up on
                 if trial.placed_on and trial.placed_on[0] != device.spec.index:
@@ -1340,12 +1356,11 @@ class Executor:
             trial.p_bytes, trial.t_bytes = estimate
             if self.pending:  # memory decides where queued trials fit
                 self._dirty = True
-        if what == "worker_end":
-            if device.spec.index in trial.placed_on[1:] and attempt == trial.attempt:
-                device.assigned.discard(trial_id)
-            elif trial_id in device.lingering:
-                device.lingering.discard(trial_id)
-                self._dirty = True
+        if what == "worker_end" and device.spec.index in trial.placed_on[1:] and attempt == trial.attempt:
+            device.assigned.discard(trial_id)
+        elif what in ("worker_end", "lane_leave", "lane_fail") and trial_id in device.lingering:
+            del device.lingering[trial_id]  # the worker of an ended attempt is gone
+            self._dirty = True
 
     def _observe(self, device: _Device, trial: Trial, ts: float, metrics: Mapping[str, Any]) -> None:
         """Feed one iteration's time to the planner, with the allocation it ran at; re-plan on news.
@@ -1405,7 +1420,7 @@ class Executor:
             if trial.trial_id in device.assigned:
                 device.assigned.discard(trial.trial_id)
                 if position > 0:
-                    device.lingering.add(trial.trial_id)
+                    device.lingering[trial.trial_id] = time.time()
             device.changed_at = ts
         trial.placed_on = ()
 
@@ -1515,6 +1530,7 @@ class Executor:
             (now, "device_died", None, device.spec.name, {"error": str(error)})]
         ended: list[Trial] = []
         lost_worker: list[str] = []
+        orphans: dict[int, list[str]] = {}
         with self.store.transaction():
             for trial_id in sorted(device.assigned):
                 trial = self.trials[trial_id]
@@ -1526,6 +1542,8 @@ class Executor:
                 stopping = trial_id in self._stopping
                 self._stopping.discard(trial_id)
                 restart = self._restarts.pop(trial_id, None)
+                for index in trial.placed_on[1:]:  # its workers elsewhere: rank 0 is gone, they end now
+                    orphans.setdefault(index, []).append(trial_id)
                 self._unplace(trial, now)
                 if stopping and restart is None:  # it was being stopped for good: it ends now
                     trial.status, trial.devices = TERMINATED, ()
@@ -1545,6 +1563,9 @@ class Executor:
         device.assigned.clear()
         device.lingering.clear()
         self._send_stop(lost_worker)
+        for index, ids in orphans.items():
+            if self._device(index).alive:
+                self._device(index).actor.stop.remote(ids)
         for trial in ended:
             self._stopped += 1
             self._log_end(trial, OUT_STOPPED)
