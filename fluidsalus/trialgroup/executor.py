@@ -556,6 +556,7 @@ class _Device:
     curve_key: str = "cpu"  # device class whose co-location and scaling curves apply
     mirror: LaneMirror = field(default_factory=LaneMirror)
     changed_at: float = 0.0  # when its set of computing trials last changed (device clock)
+    view: DeviceView | None = None  # the planner's last view of it (reused while nothing in it changed)
     lingering: dict[str, float] = field(default_factory=dict)  # data-parallel workers of ended attempts not yet
     # seen to end -> when their rank 0 ended (driver clock)
 
@@ -610,6 +611,7 @@ class Executor:
         self._planned_gates: dict[str, tuple[bool, ...]] = {}  # curve key -> co-location gates at the last plan
         self._refused: set[tuple[str, int, str]] = set()  # (trial, attempt, action) refusals already recorded
         self._awaiting_checkpoint: set[str] = set()  # trials whose planned move waits for their first checkpoint
+        self._demands: dict[str, TrialDemand] = {}  # trial -> the demand the planner was last given
         self._workers = settings.workers if settings.workers is not None else declared_workers(payload)
         self._capacity = 0
         for trial in trials or []:
@@ -664,6 +666,7 @@ class Executor:
         model = info.get("gpu_name")
         device.curve_key = f"{device.spec.kind}:{model}" if model else device.spec.kind
         device.mirror = LaneMirror()
+        device.view = None
         device.lanes = 0
         device.lingering.clear()
         device.changed_at = time.time()
@@ -984,8 +987,24 @@ class Executor:
         return p, t
 
     def _view(self, device: _Device) -> DeviceView:
-        return DeviceView(device.spec.index, device.capacity, device.spec.slots, curve_key=device.curve_key,
-                          lanes=device.mirror.views())
+        """The device as the planner sees it; the same object while nothing in it changed (the planner reuses
+        its work for views and demands it saw before)."""
+        lanes = device.mirror.views()
+        view = device.view
+        if view is None or view.lanes is not lanes or view.capacity_bytes != device.capacity \
+                or view.curve_key != device.curve_key:
+            view = device.view = DeviceView(device.spec.index, device.capacity, device.spec.slots,
+                                            curve_key=device.curve_key, lanes=lanes)
+        return view
+
+    def _demand(self, trial: Trial, time_attr: str) -> TrialDemand:
+        """:func:`trial_demand`, as the same object as last time when it is equal to it."""
+        demand = trial_demand(trial, time_attr, DEFAULT_TRIAL_ESTIMATE, self._workers)
+        before = self._demands.get(trial.trial_id)
+        if before == demand:
+            return before  # type: ignore[return-value]
+        self._demands[trial.trial_id] = demand
+        return demand
 
     def _planned(self, queued: Iterable[str] | None = None) -> dict[str, TrialState]:
         """The trials the planner is given, with what :func:`plan_actions` needs of each.
@@ -1038,7 +1057,7 @@ class Executor:
         states = self._planned(queued)
         if not alive or not states:
             return
-        demands = [trial_demand(self.trials[tid], attr, DEFAULT_TRIAL_ESTIMATE, self._workers) for tid in states]
+        demands = [self._demand(self.trials[tid], attr) for tid in states]
         plan = self.planner.plan(demands, [self._view(d) for d in alive])
         self._plans += 1
         for device in alive:
@@ -1404,6 +1423,7 @@ class Executor:
         self._planned_alone.pop(trial_id, None)
         self._allocation.pop(trial_id, None)
         self._awaiting_checkpoint.discard(trial_id)
+        self._demands.pop(trial_id, None)
 
     def _gates(self, device: _Device) -> tuple[bool, ...]:
         """Whether a device of this class gains from one more computing trial, for 1 .. slots - 1 of them."""
