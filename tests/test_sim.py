@@ -78,6 +78,9 @@ def test_waterfill_grows_a_lone_data_parallel_trial_one_measured_step_at_a_time(
     results = compare(RunSpec("random", 1, 0, hw, max_t=100), wl, ["waterfill", "one_per_gpu"])
     assert results["waterfill"].makespan_s == pytest.approx(15 + 2 * 10 * (0.5 + 0.5 / 3) + 96 * 6.25)
     assert results["waterfill"].moves == 2
+    # No planner can beat 100 iterations at the best width, 4 GPUs: 100 * 10 * (0.5 + 0.5 / 4) = 625 s.
+    assert results["waterfill"].extra["critical_path_bound_s"] == pytest.approx(625.0)
+    assert results["one_per_gpu"].extra["critical_path_bound_s"] == pytest.approx(625.0)
     assert results["one_per_gpu"].makespan_s == pytest.approx(1000.0)
     # Without the trainable's data-parallel flag it gets one GPU.
     single = Workload((record(demand=1.0, serial_fraction=0.5, data_parallel=False),))

@@ -302,6 +302,7 @@ class Simulation:
         self.moves = 0
         self.starts = 0
         self._on_result = searcher.on_result
+        self._slots = hardware.slots
         strategy.bind(self)
         # Only a strategy that overrides observe() is told iteration times (the static ones ignore them).
         self._observe = strategy.observe if type(strategy).observe is not Strategy.observe else None
@@ -412,7 +413,8 @@ class Simulation:
                 trial.iter_mixed = True
             rate = trial.iter_rate = trial.cap * share
             trial.epoch += 1
-            heapq.heappush(heap, (now + max(0.0, trial.iter_left) / rate, next(seq), EV_ITER, trial, trial.epoch))
+            left = trial.iter_left
+            heapq.heappush(heap, (now + (left if left > 0.0 else 0.0) / rate, next(seq), EV_ITER, trial, trial.epoch))
 
     def _make_ready(self, trial: SimTrial, now: float) -> None:
         trial.state = RUNNING
@@ -678,13 +680,14 @@ class Simulation:
         base = trial.const_base
         self.useful += rec.demand * (base if base is not None else rec.base_time(iteration))
         dev = lane.device  # type: ignore[union-attr]
-        if self._observe is not None and (dev.changed_at <= trial.ready_since or iteration == 1):
+        observe = self._observe
+        if observe is not None and (dev.changed_at <= trial.ready_since or iteration == 1):
             # What the executor reports (fluidsalus/trialgroup/executor.py, _observe): the time since the trial's
             # previous report (time_this_iter_s: its iteration and any wait for its lane's turn), with the number
             # of trials computing on its home device, at most its slots. An iteration during which that number
             # changed measures no single allocation and is not reported (except as a trial's first measurement).
-            colocated = min(dev.n_computing, self.hardware.slots)
-            self._observe(trial, now - trial.ready_since, len(trial.devices), colocated)
+            n = dev.n_computing
+            observe(trial, now - trial.ready_since, len(trial.devices), n if n < self._slots else self._slots)
             if trial.probe_pending:  # its new allocation is measured: the planner may take the next step
                 trial.probe_pending = False
                 self._dirty()
@@ -859,6 +862,29 @@ class Simulation:
         wall = time.perf_counter() - started
         return self._result(wall)
 
+    def critical_path_bound(self) -> float:
+        """A lower bound on the makespan of any planner that runs these trials to the iterations they ran here: the
+        longest trial's start-up plus its iterations alone on the number of whole GPUs that runs them fastest
+        (data-parallel trials; :func:`~fluidsalus.sim.model.dp_factor`), with no co-location, no queueing and no
+        wait for the rest of its group. What a planner can gain over another is capped by it."""
+        hw = self.hardware
+        best_dp: dict[float, float] = {}
+        bound = 0.0
+        for t in self.trials.values():
+            rec = t.rec
+            if not isinstance(rec.sec_per_iter, tuple):
+                work = rec.sec_per_iter * t.iteration
+            else:
+                work = sum(rec.base_time(i) for i in range(1, t.iteration + 1))
+            factor = 1.0
+            if rec.data_parallel:
+                factor = best_dp.get(rec.serial_fraction)
+                if factor is None:
+                    factor = best_dp[rec.serial_fraction] = min(
+                        dp_factor(rec.serial_fraction, k, hw.comm_fraction) for k in range(1, hw.gpus + 1))
+            bound = max(bound, hw.startup_s + work * factor)
+        return bound
+
     def _result(self, wall: float) -> SimResult:
         ended = [t for t in self.trials.values() if t.ended_at is not None]
         makespan = max((t.ended_at for t in ended), default=0.0)  # type: ignore[type-var]
@@ -867,6 +893,7 @@ class Simulation:
         extra: dict[str, Any] = {
             "mean_colocation": round(self.colocated_sum / self.iterations, 3) if self.iterations else 0.0,
             "multi_gpu_iterations": self.multi_gpu_iterations,
+            "critical_path_bound_s": round(self.critical_path_bound(), 3),
         }
         plans = getattr(self.strategy, "plans", None)
         if plans is not None:

@@ -56,6 +56,7 @@ are documented on :meth:`ProfileBook.predict`, :meth:`ProfileBook.colocation_gai
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import math
 import operator
@@ -365,11 +366,18 @@ class ProfileBook:
             if one is not None:
                 self._alone[trial_id] = one.value
             elif devices == 1:
-                self._alone[trial_id] = value / self._slowdown(curve_key, colocated)
+                cum = self._cum.get(curve_key)
+                if cum is not None and len(cum) >= colocated:  # _slowdown, inlined
+                    self._alone[trial_id] = value / math.exp(cum[colocated - 1])
+                else:
+                    self._alone[trial_id] = value / self._slowdown(curve_key, colocated)
             else:
                 self._alone[trial_id] = value / (self._slowdown(curve_key, colocated)
                                                  * self._scale_factor(curve_key, devices))
-            self._note(trial_id)
+            changes = self._changes = self._changes + 1  # _note, inlined
+            journal = self._journal
+            del journal[trial_id]  # (it has an entry: it was recorded before)
+            journal[trial_id] = changes
             return
         if per is None:
             per = self._times[trial_id] = {}
@@ -1584,6 +1592,7 @@ class _KeptCache:
         self.order_ids: list[str] = []  # the ids of order_keys, in the same order
         self.ncomp: dict[int, int] = {}
         self.load: dict[int, float] = {}
+        self.computing_on: dict[int, list[str]] = {}  # device -> its kept computing residents, in arrival order
         self.leaving: dict[int, set[str]] = {}
         self.free_keys: list[tuple[int, str]] = []  # computing trials not kept as reported, (seq, id), sorted
         self.free_key: dict[str, tuple[int, str]] = {}
@@ -1631,7 +1640,7 @@ class _KeptCache:
             self.capacity[i] = max(0, d.capacity_bytes - d.reserved_bytes)
             self.snap[i] = self.moved[i] = lane_members(d)
             self.res_on[i], self.stay[i] = set(), set()
-            self.home[i], self.transit_on[i] = [], []
+            self.home[i], self.transit_on[i], self.computing_on[i] = [], [], []
             self.ncomp[i], self.load[i] = 0, 0.0
         self._valid = True
         return set(self.dev)
@@ -1858,15 +1867,13 @@ class _KeptCache:
             devs = kept.get(tid)
             if devs is not None:
                 dirty_load.add(devs[0])
+        computing_on = self.computing_on
+        for d in dirty:
+            computing_on[d] = [tid for _, tid in self.home[d] if tid in comp]
+            self.ncomp[d] = len(computing_on[d])
         for d in dirty | dirty_load:
-            n = 0
-            load = 0.0
-            for _, tid in self.home[d]:
-                if tid in comp:
-                    n += 1
-                    load += rem[tid]
-            self.ncomp[d] = n
-            self.load[d] = load
+            # 0.0 + rem[a] + rem[b] + ..., left to right in arrival order: the very floats keep() adds up.
+            self.load[d] = functools.reduce(operator.add, map(rem.__getitem__, computing_on[d]), 0.0)
         for d in dirty:
             leaving = self.snap[d] - self.stay[d]
             if leaving:
