@@ -72,6 +72,7 @@ class _DeviceActor:
             "assigned_resources": ray.get_runtime_context().get_assigned_resources(),
             "memory_mode": memory.mode,
             "memory_mode_reason": memory.reason,
+            "capacity_bytes": settings.capacity_bytes,  # what its lanes may reserve: the planner's device capacity
         }
         self.host = DeviceHost(trainable, settings, arena=arena)
         # Utilisation and memory of the GPU, sampled in the background and sent with each poll (for goodput).
