@@ -431,7 +431,9 @@ def test_a_two_worker_trial_on_two_device_actors_converges_like_the_one_worker_r
         assert abs(a["loss"] - b["loss"]) <= LOSS_TOLERANCE, (a, b)
         assert abs(a["accuracy"] - b["accuracy"]) <= ACCURACY_TOLERANCE, (a, b)
     assert not any(e[0] in (EV_START, EV_RESULT, EV_END) for e in events[1])  # the worker reported nothing
-    assert _worker_end(events[1])["outcome"] == OUT_COMPLETED
+    # The worker's own outcome is informational (see test_two_ranks_in_process_follow_rank_0...): "stopped"
+    # when rank 0 has left after the last epoch before the worker read its last decision.
+    assert _worker_end(events[1])["outcome"] in (OUT_COMPLETED, OUT_STOPPED)
     assert [e[4] for e in events[0] if e[0] == EV_END] == [OUT_COMPLETED]
 
 
