@@ -140,15 +140,17 @@ class SimTrial:
 
     def build_view(self, max_iterations: int) -> TrialDemand:
         """The trial's :class:`~fluidsalus.trialgroup.planner.TrialDemand` now (uncached)."""
-        if self.state == QUEUED:
+        state = self.state
+        if state == QUEUED or self.preempt_pending:
             devices: tuple[int, ...] = ()
         else:
             devices = self.next_devices if self.next_devices is not None else self.devices
-            if self.preempt_pending:
-                devices = ()
+        budget = self.budget
+        top = max_iterations if budget is None or budget > max_iterations else budget
+        remaining = top - self.iteration  # remaining(), inlined: this runs for every trial that changed
         rec = self.rec
-        return TrialDemand(self.tid, self.remaining(max_iterations), rec.p_bytes, rec.t_bytes, rec.data_parallel,
-                           devices, self.state == PAUSED, self.seq)
+        return TrialDemand(self.tid, remaining if remaining > 0.0 else 0.0, rec.p_bytes, rec.t_bytes,
+                           rec.data_parallel, devices, state == PAUSED, self.seq)
 
 
 class SimLane:
@@ -828,6 +830,7 @@ class Simulation:
         heap = self._heap
         pop = heapq.heappop
         self._control(0.0)
+        on_iter = self._on_iter
         processed = 0
         stalls = 0
         while True:
@@ -837,7 +840,7 @@ class Simulation:
                 processed += 1
                 if kind == EV_ITER:
                     if epoch == trial.epoch:
-                        self._on_iter(trial, at)
+                        on_iter(trial, at)
                 elif kind == EV_CONTROL:
                     self._control(at)
                 elif epoch == trial.epoch:

@@ -1796,12 +1796,6 @@ class _KeptCache:
             ids.update(map(_TRIAL_ID, trials))
             get = demands.get
             changed = [t for t in trials if get(t.trial_id) is not t]  # the one pass over every trial
-            if news:  # estimates the book changed since the last plan, of trials whose demand did not change
-                seen = {t.trial_id for t in changed}
-                for tid in news:
-                    if tid in ids and tid not in seen and alone_of(tid) != alone_used.get(tid, _UNSEEN):
-                        changed.append(demands[tid])
-                        seen.add(tid)
         if len(ids) != len(trials):
             self._clear()
             return None  # duplicates: plan() says which
@@ -1845,6 +1839,12 @@ class _KeptCache:
             rem_changed.append(tid)
             self._index(tid, t.devices)
             recheck.add(tid)
+        for tid in news:  # estimates the book changed of trials whose demand did not change (the others are done)
+            if tid in ids:
+                alone = alone_of(tid)
+                if alone != alone_used.get(tid, _UNSEEN):
+                    self._take(demands[tid], alone, typical)
+                    rem_changed.append(tid)
         if typical != self.typical:  # every never-measured trial's predicted time moves with it
             unmeasured = self.unmeasured
             self.rem.update({tid: demands[tid].remaining * typical for tid in unmeasured})
@@ -1919,7 +1919,16 @@ class _KeptCache:
                 prefix.insert(i, _assignment(tid, devs, demands[tid].devices))
             order = list(map(_SECOND, keys))
             work.alloc = _Alloc(alloc)
-            work.arrivals = [tid for _, tid in self.free_keys if tid not in alloc]
+            free_keys = self.free_keys
+            arrivals = list(map(_SECOND, free_keys))
+            drop = []
+            for key in admitted:  # admitted computing trials are placed now: not candidates
+                i = bisect.bisect_left(free_keys, key)
+                if i < len(free_keys) and free_keys[i] == key:
+                    drop.append(i)
+            for i in sorted(drop, reverse=True):
+                del arrivals[i]
+            work.arrivals = arrivals
             work.kept_prefix, work.kept_ids, work.kept_keys = prefix, alloc, keys
         else:
             order = list(self.order_ids)
