@@ -116,6 +116,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ratios:
         parts = [f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in ratios.items()]
         print("# waterfill makespan speed-up: " + ", ".join(parts))
+        ours, theirs = results.get("waterfill"), results.get("one_per_gpu")
+        if ours is not None and theirs is not None and ours.extra.get("critical_path_bound_s"):
+            bound = ours.extra["critical_path_bound_s"]
+            print(f"# critical-path bound of waterfill's trials: {bound:.0f} s (its longest trial alone at its best "
+                  f"data-parallel width): no planner beats one_per_gpu by more than "
+                  f"{theirs.makespan_s / bound:.2f} on them")
     iterations = sum(r.iterations for r in results.values())
     wall = sum(r.wall_s for r in results.values())
     print(f"# simulator: {iterations} trial-iterations in {wall:.2f} s ({iterations / wall:.0f} iterations/s, "

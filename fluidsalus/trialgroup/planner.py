@@ -936,6 +936,8 @@ class _Planning:
                 return False
         if self.mem(d).admit(t.trial_id, p, q):
             return True
+        if rejected:  # keep the minimal pairs only: one dominated by the new pair adds nothing
+            rejected[:] = [(rp, rq) for rp, rq in rejected if rp < p or rq < q]
         rejected.append((p, q))
         return False
 
@@ -1228,7 +1230,9 @@ class _Planning:
                         self._reopen(dev)
                     return d
             self._mem.update(saved)  # no room even without them: undo the evictions
-        self._no_room.append((t.p_bytes, t.t_bytes))
+        p, q = t.p_bytes, t.t_bytes  # keep the minimal pairs only: a pair dominated by another adds nothing
+        self._no_room = [(rp, rq) for rp, rq in self._no_room if rp < p or rq < q]
+        self._no_room.append((p, q))
         return None
 
     def _reopen(self, d: int) -> None:
