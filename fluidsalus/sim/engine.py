@@ -720,8 +720,22 @@ class Simulation:
             pass
         else:
             trial.ready_since = now
-            lane.ready.append(trial)  # type: ignore[union-attr]
-            self._kick(lane, now)  # type: ignore[arg-type]
+            if lane.ready or lane.demand != trial.eff_demand:  # type: ignore[union-attr]
+                lane.ready.append(trial)  # type: ignore[union-attr]
+                self._kick(lane, now)  # type: ignore[arg-type]
+                return
+            # Alone in its lane, which stays busy at the same demand: _kick would pick it again and change no
+            # speed on the GPU, so its next iteration starts here.
+            lane.current = trial  # type: ignore[union-attr]
+            base = trial.const_base if trial.const_base is not None else rec.base_time(iteration + 1)
+            trial.iter_start = trial.iter_last = now
+            trial.iter_n = dev.n_active
+            left = trial.iter_left = base * trial.dp
+            trial.iter_mixed = False
+            d_sum = dev.d_active
+            rate = trial.iter_rate = trial.cap / (d_sum if d_sum > 1.0 else 1.0) * self._pow[dev.n_active]
+            epoch = trial.epoch = trial.epoch + 1
+            heapq.heappush(self._heap, (now + left / rate, next(self._seq), EV_ITER, trial, epoch))
             return
         dev.changed_at = now  # it stopped computing here
         dev.n_computing -= 1
