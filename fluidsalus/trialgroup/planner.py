@@ -769,6 +769,9 @@ _SNAP_CACHE_FACTOR = 4
 #: Sort key of trials by arrival: ``(seq, trial_id)``.
 _ARRIVAL = operator.attrgetter("seq", "trial_id")
 _TRIAL_ID = operator.attrgetter("trial_id")
+_DEVICES = operator.attrgetter("devices")
+_P_BYTES = operator.attrgetter("p_bytes")
+_T_BYTES = operator.attrgetter("t_bytes")
 _SECOND = operator.itemgetter(1)
 
 
@@ -1485,9 +1488,12 @@ class _Planning:
             ids.sort(key=self.rem.__getitem__, reverse=True)
             rest = list(map(trials.__getitem__, ids))
         queued = tuple(map(_TRIAL_ID, rest))
-        preempted = tuple(t.trial_id for t in rest if t.devices)
+        preempted = tuple(map(_TRIAL_ID, filter(_DEVICES, rest)))  # (C-level loops: the queue can be long)
         biggest = max(self.capacity.values(), default=-1)
-        unplaceable = tuple(t.trial_id for t in rest if t.p_bytes + t.t_bytes > biggest)
+        if rest and max(map(_P_BYTES, rest)) + max(map(_T_BYTES, rest)) > biggest:
+            unplaceable = tuple(t.trial_id for t in rest if t.p_bytes + t.t_bytes > biggest)
+        else:
+            unplaceable = ()
         return Plan(regime, tuple(assignments), queued, preempted, unplaceable)
 
 
