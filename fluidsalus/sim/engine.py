@@ -16,6 +16,11 @@ window are decided together, as the executor handles a batch). Nothing advances 
 turns at iteration boundaries in the order of a real lane policy (:mod:`fluidsalus.gpu.policies`). Under the
 static planners every trial is its own process (a lane of its own). An iteration's duration is fixed when it
 starts, from :mod:`fluidsalus.sim.model`.
+
+**What the planner is told** is what the executor measures: each iteration's time since the trial's previous
+report (its lane's turn included) and the number of trials computing on its home GPU; an iteration during which
+that number changed is not reported, except as a trial's first. Each trial's ``TrialDemand`` is rebuilt only
+when a field of it changes, as the executor does, so the planner's incremental path applies.
 """
 
 from __future__ import annotations

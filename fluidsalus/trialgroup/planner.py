@@ -45,6 +45,13 @@ planner starts from them; otherwise it rebuilds them by admitting the placed tri
 device whose rebuilt lanes cannot hold all its residents (another admission order, or a grown estimate) keeps
 them and takes nothing new.
 
+**Incremental planning.** :func:`plan` computes a plan from scratch. :meth:`Planner.plan` returns the same plan
+but keeps, from one plan to the next, the state that rebuilding the devices' residents leaves (:class:`_KeptCache`)
+and updates only what changed: the trials whose :class:`TrialDemand` object is new, those whose estimate the
+book changed (:meth:`ProfileBook.changed_since`), the devices whose :class:`DeviceView` object is new. Callers
+that pass the same objects for what did not change pay an identity check per trial plus the work of what
+changed.
+
 **Profiles.** :class:`ProfileBook` keeps, per trial and per allocation actually tried (``k`` devices, ``n``
 co-located computing trials), an EMA of seconds per iteration (:class:`~fluidsalus.gpu.memory.Ema`). From
 trials measured at neighbouring allocations it pools two curves per ``curve_key`` (a device class): the
