@@ -35,7 +35,36 @@ def _samples(owner: str, num_samples: Any) -> int:
     return num_samples
 
 
-class StreamedASHA(ASHA):
+class _Streamed:
+    """What both classes add: the samples check, the endless cap and the variant stream with the points.
+
+    Attributes:
+        _cap_key: The parent's argument that caps live work, set when the run is endless and the user set none.
+        _cap_default: Its value then.
+    """
+
+    _cap_key: str
+    _cap_default: int
+
+    def __init__(self, space: Mapping[str, Any], num_samples: int, metric: str, mode: str, *,
+                 points_to_evaluate: list[dict[str, Any]] | None = None, **kwargs: Any) -> None:
+        samples = _samples(self._owner, num_samples)  # type: ignore[attr-defined]
+        endless = samples == sp.INFINITE_SAMPLES
+        if endless and kwargs.get(self._cap_key) is None:
+            kwargs[self._cap_key] = self._cap_default
+        # The parent counts samples only in its config stream, which this class replaces.
+        super().__init__(space, 1 if endless else samples, metric, mode, **kwargs)  # type: ignore[call-arg]
+        self.num_samples = samples
+        self.points_to_evaluate = list(points_to_evaluate or [])
+        self._points = check_points(self.space, points_to_evaluate, "BasicVariantGenerator")  # type: ignore
+
+    def _config_stream(self) -> Any:
+        if self._stream is None:  # type: ignore[has-type]
+            self._stream = VariantStream(self.space, self.num_samples, self.seed, self._points)  # type: ignore
+        return self._stream
+
+
+class StreamedASHA(_Streamed, ASHA):
     """:class:`~fluidsalus.searchers.ASHA` with ``points_to_evaluate`` and ``num_samples=-1``.
 
     Args:
@@ -47,25 +76,10 @@ class StreamedASHA(ASHA):
         **kwargs: ASHA's other arguments (``max_concurrent`` caps the live trials).
     """
 
-    def __init__(self, space: Mapping[str, Any], num_samples: int, metric: str, mode: str, *,
-                 points_to_evaluate: list[dict[str, Any]] | None = None, **kwargs: Any) -> None:
-        samples = _samples(self._owner, num_samples)
-        endless = samples == sp.INFINITE_SAMPLES
-        if endless and kwargs.get("max_concurrent") is None:
-            kwargs["max_concurrent"] = ENDLESS_FIRST_BATCH
-        # ASHA counts samples only in its config stream, which this class replaces.
-        super().__init__(space, 1 if endless else samples, metric, mode, **kwargs)
-        self.num_samples = samples
-        self.points_to_evaluate = list(points_to_evaluate or [])
-        self._points = check_points(self.space, points_to_evaluate, "BasicVariantGenerator")
-
-    def _config_stream(self) -> Any:
-        if self._stream is None:
-            self._stream = VariantStream(self.space, self.num_samples, self.seed, self._points)  # type: ignore
-        return self._stream
+    _cap_key, _cap_default = "max_concurrent", ENDLESS_FIRST_BATCH
 
 
-class StreamedHyperBand(HyperBand):
+class StreamedHyperBand(_Streamed, HyperBand):
     """:class:`~fluidsalus.searchers.HyperBand` with ``points_to_evaluate`` and ``num_samples=-1``.
 
     Args:
@@ -78,18 +92,4 @@ class StreamedHyperBand(HyperBand):
         **kwargs: HyperBand's other arguments.
     """
 
-    def __init__(self, space: Mapping[str, Any], num_samples: int, metric: str, mode: str, *,
-                 points_to_evaluate: list[dict[str, Any]] | None = None, **kwargs: Any) -> None:
-        samples = _samples(self._owner, num_samples)
-        endless = samples == sp.INFINITE_SAMPLES
-        if endless and kwargs.get("max_concurrent_brackets") is None:
-            kwargs["max_concurrent_brackets"] = ENDLESS_BRACKETS
-        super().__init__(space, 1 if endless else samples, metric, mode, **kwargs)
-        self.num_samples = samples
-        self.points_to_evaluate = list(points_to_evaluate or [])
-        self._points = check_points(self.space, points_to_evaluate, "BasicVariantGenerator")
-
-    def _config_stream(self) -> Any:
-        if self._stream is None:
-            self._stream = VariantStream(self.space, self.num_samples, self.seed, self._points)  # type: ignore
-        return self._stream
+    _cap_key, _cap_default = "max_concurrent_brackets", ENDLESS_BRACKETS
