@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import math
 import random
+import warnings
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
-from fluidsalus.searchers._asha import ASHA, asha_milestones
+from fluidsalus.searchers._asha import ASHA, Rewards, asha_milestones
 from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.searchers._hyperband import HyperBand, hyperband_schedule
 from fluidsalus.store import dumps, loads
@@ -119,6 +121,33 @@ def test_asha_milestones_and_budgets_follow_ray():
     assert asha_milestones(1, 100, 4, 1) == [64, 16, 4]
     assert asha_milestones(1, 81, 3, 0) == [81, 27, 9, 3, 1]
     assert asha_milestones(10, 5, 3, 0) == []
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_rung_cutoff_equals_numpys_nanpercentile_bit_for_bit(seed):
+    """The sorted-rung cutoff is Ray's np.nanpercentile, including NaN, infinities, ties and one value."""
+    rng = random.Random(seed)
+    specials = [math.nan, math.inf, -math.inf, 0.0, 1.0, -1.0, 0.1, 0.2]
+    for _ in range(500):
+        size = rng.randint(1, 15)
+        values = [rng.choice(specials) if rng.random() < 0.3 else rng.gauss(0.0, 1e3) for _ in range(size)]
+        rewards = Rewards({f"t{i}": v for i, v in enumerate(values)})
+        for rf in (1.5, 2, 3, 4, 7, 1e9):
+            q = (1 - 1 / rf) * 100
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN rung
+                expected = float(np.nanpercentile(values, q))
+            got = rewards.nanpercentile(q)
+            assert (math.isnan(expected) and math.isnan(got)) or got == expected, (values, rf, got, expected)
+
+
+def test_rewards_keep_their_sorted_values_when_a_trial_is_recorded_again():
+    rewards = Rewards({"a": 3.0, "b": math.nan, "c": 1.0})
+    rewards["a"] = 0.5
+    rewards["b"] = 2.0
+    assert rewards == {"a": 0.5, "b": 2.0, "c": 1.0}
+    assert rewards.nanpercentile(100) == 2.0 and rewards.nanpercentile(0) == 0.5
+    assert Rewards().nanpercentile(50) != Rewards().nanpercentile(50)  # NaN on an empty rung
 
 
 def test_asha_end_to_end_pauses_at_milestones_promotes_and_stops_without_overshoot():

@@ -23,7 +23,7 @@ from fluidsalus.sim import (
     simulate,
 )
 from fluidsalus.sim.cli import main
-from fluidsalus.sim.model import colocated_speed, dp_factor
+from fluidsalus.sim.model import best_dp_factor, colocated_speed, dp_factor
 from fluidsalus.sim.searchers import make_searcher
 from fluidsalus.sim.strategies import RayGpuPool
 
@@ -48,6 +48,11 @@ def test_model_formulas():
     assert dp_factor(0.5, 1, 0.05) == 1.0
     assert dp_factor(0.5, 4, 0.0) == 0.625
     assert dp_factor(0.2, 2, 0.05) == pytest.approx(0.2 + 0.4 + 0.05)
+    for serial in (0.0, 0.05, 0.3, 0.9, 1.0):
+        for comm in (0.0, 0.001, 0.02, 0.05, 0.5):
+            for gpus in (1, 2, 7, 64, 1000):
+                brute = min(dp_factor(serial, k, comm) for k in range(1, gpus + 1))
+                assert best_dp_factor(serial, gpus, comm) == brute, (serial, comm, gpus)
 
 
 def test_makespan_ordering_on_a_hand_computed_case():
@@ -185,6 +190,65 @@ def test_ray_pool_packs_best_fit_within_a_node():
     assert pool.allocate(120) is None
     pool.free(1, 120)
     assert pool.allocate(120) == 1
+
+
+def _ray_reference_allocate(free_units, nodes, node_used, units):
+    """Ray's rule as a plain scan of every GPU of every node (what RayGpuPool must decide)."""
+    best = None
+    for node, gpus in enumerate(nodes):
+        gpu, left = None, 121
+        for g in gpus:
+            if free_units[g] >= units and free_units[g] - units < left:
+                gpu, left = g, free_units[g] - units
+        if gpu is None:
+            continue
+        util = (node_used[node] + units) / (len(gpus) * 120)
+        score = 0.0 if util < 0.5 else util
+        if best is None or score < best[0]:
+            best = (score, node, gpu)
+    return None if best is None else best[2]
+
+
+@pytest.mark.parametrize("units", [120, 60, 30, 15])
+def test_ray_pool_decides_as_a_scan_of_every_gpu(units):
+    import random
+
+    rng = random.Random(units)
+    pool = RayGpuPool(gpus=21, per_node=4)  # a short last node
+    held: list[int] = []
+    for _ in range(3000):
+        if held and rng.random() < 0.45:
+            pool.free(held.pop(rng.randrange(len(held))), units)
+            continue
+        expected = _ray_reference_allocate(list(pool.free_units), pool.nodes, list(pool.node_used), units)
+        got = pool.allocate(units)
+        assert got == expected
+        if got is not None:
+            held.append(got)
+
+
+def test_fluid_heuristic_takes_an_empty_gpus_big_share_first_then_the_lowest_free_share():
+    from fluidsalus.sim.strategies import FluidHeuristicStrategy
+
+    class _Sim:
+        hardware = type("H", (), {"gpus": 3})()
+
+    strategy = FluidHeuristicStrategy()
+    strategy.bind(_Sim())  # type: ignore[arg-type]
+    taken = []
+    for _ in range(6):
+        gpu, which = strategy._slot()
+        strategy._set(gpu, which, True)
+        taken.append((gpu, which))
+    assert taken == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)]
+    assert strategy._slot() is None
+    strategy._set(1, 0, False)  # GPU 1's big share frees: the only free share
+    assert strategy._slot() == (1, 0)
+    strategy._set(1, 1, False)  # GPU 1 is empty again: its big share before any half-used GPU's
+    strategy._set(2, 1, False)
+    assert strategy._slot() == (1, 0)
+    strategy._set(1, 0, True)
+    assert strategy._slot() == (1, 1)  # GPU 1 and GPU 2 half-used: the lower one's free share
 
 
 def test_bench_measures_iterations_per_second():

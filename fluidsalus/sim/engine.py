@@ -36,7 +36,7 @@ from typing import Any
 from fluidsalus.gpu.lanes import LaneManager, TrialTooLargeError
 from fluidsalus.gpu.policies import DEFAULT_POLICY, TrialView, choose, get_policy
 from fluidsalus.searchers._base import BaseSearcher, Decision
-from fluidsalus.sim.model import Hardware, dp_factor
+from fluidsalus.sim.model import Hardware, best_dp_factor, dp_factor
 from fluidsalus.sim.strategies import Strategy
 from fluidsalus.sim.workload import TrialRecord, Workload
 from fluidsalus.trialgroup.planner import TrialDemand
@@ -902,8 +902,8 @@ class Simulation:
             if rec.data_parallel:
                 factor = best_dp.get(rec.serial_fraction)
                 if factor is None:
-                    factor = best_dp[rec.serial_fraction] = min(
-                        dp_factor(rec.serial_fraction, k, hw.comm_fraction) for k in range(1, hw.gpus + 1))
+                    factor = best_dp[rec.serial_fraction] = best_dp_factor(rec.serial_fraction, hw.gpus,
+                                                                           hw.comm_fraction)
             bound = max(bound, hw.startup_s + work * factor)
         return bound
 

@@ -133,6 +133,29 @@ def dp_factor(serial: float, k: int, comm_fraction: float) -> float:
     return serial + (1.0 - serial) / k + comm_fraction * math.log2(k)
 
 
+def best_dp_factor(serial: float, max_gpus: int, comm_fraction: float) -> float:
+    """The smallest :func:`dp_factor` over ``k = 1 .. max_gpus`` whole GPUs, in O(1).
+
+    For ``k > 0`` the factor's derivative ``-(1 - serial) / k**2 + comm_fraction / (k ln 2)`` is negative below
+    ``k* = (1 - serial) ln 2 / comm_fraction`` and positive above it, so the best integer width is ``floor(k*)``
+    or ``ceil(k*)`` (clamped to ``[1, max_gpus]``), or ``max_gpus`` when all-reduce is free.
+
+    Args:
+        serial: The trial's serial fraction (Amdahl).
+        max_gpus: The most GPUs it may use (>= 1).
+        comm_fraction: All-reduce cost per doubling.
+
+    Returns:
+        ``min(dp_factor(serial, k, comm_fraction) for k in range(1, max_gpus + 1))``.
+    """
+    if comm_fraction <= 0.0:
+        candidates = {max_gpus}
+    else:
+        best = (1.0 - serial) * math.log(2) / comm_fraction
+        candidates = {min(max_gpus, max(1, math.floor(best))), min(max_gpus, max(1, math.ceil(best)))}
+    return min(1.0, *(dp_factor(serial, k, comm_fraction) for k in candidates))
+
+
 def colocated_speed(cap: float, demand_sum: float, n: int, interference: float) -> float:
     """Speed of one of ``n`` co-running trials relative to alone (see the module docstring).
 

@@ -26,6 +26,7 @@ else the free share of a half-used GPU.
 
 from __future__ import annotations
 
+import heapq
 from typing import TYPE_CHECKING
 
 from fluidsalus.sim.model import Hardware
@@ -87,6 +88,9 @@ class Strategy:
 class RayGpuPool:
     """Ray's GPU accounting for fractional requests (see the module docstring).
 
+    Each node keeps the largest free share of its GPUs, so a request scans nodes, not GPUs, and stops at the
+    first node with a zero score (no later node can beat it: ties go to the lower node).
+
     Args:
         gpus: GPUs.
         per_node: GPUs per node.
@@ -96,34 +100,43 @@ class RayGpuPool:
         self.free_units = [UNITS] * gpus
         self.nodes = [list(range(start, min(start + per_node, gpus))) for start in range(0, gpus, per_node)]
         self.node_used = [0] * len(self.nodes)
+        self.node_units = [len(node) * UNITS for node in self.nodes]
+        self.node_max_free = [UNITS] * len(self.nodes)
         self.node_of = [g // per_node for g in range(gpus)]
 
     def allocate(self, units: int) -> int | None:
         """The GPU Ray would give a request of ``units`` (and book it), or None when nothing fits."""
-        best: tuple[float, int, int] | None = None
-        for node, gpus in enumerate(self.nodes):
-            gpu, left = None, UNITS + 1
-            for g in gpus:
-                free = self.free_units[g]
-                if free >= units and free - units < left:
-                    gpu, left = g, free - units
-            if gpu is None:
+        best_node, best_score = -1, 0.0
+        node_used, node_units = self.node_used, self.node_units
+        for node, top in enumerate(self.node_max_free):
+            if top < units:
                 continue
-            util = (self.node_used[node] + units) / (len(gpus) * UNITS)
+            util = (node_used[node] + units) / node_units[node]
             score = 0.0 if util < SPREAD_THRESHOLD else util
-            if best is None or score < best[0]:
-                best = (score, node, gpu)
-        if best is None:
+            if best_node < 0 or score < best_score:
+                best_node, best_score = node, score
+                if score == 0.0:
+                    break
+        if best_node < 0:
             return None
-        _, node, gpu = best
-        self.free_units[gpu] -= units
-        self.node_used[node] += units
+        free_units = self.free_units
+        gpu, left = -1, UNITS + 1
+        for g in self.nodes[best_node]:  # best fit within the node, ties to the first GPU
+            free = free_units[g]
+            if free >= units and free - units < left:
+                gpu, left = g, free - units
+        free_units[gpu] -= units
+        node_used[best_node] += units
+        self.node_max_free[best_node] = max(free_units[g] for g in self.nodes[best_node])
         return gpu
 
     def free(self, gpu: int, units: int) -> None:
         """Give a request's units back."""
         self.free_units[gpu] += units
-        self.node_used[self.node_of[gpu]] -= units
+        node = self.node_of[gpu]
+        self.node_used[node] -= units
+        if self.free_units[gpu] > self.node_max_free[node]:
+            self.node_max_free[node] = self.free_units[gpu]
 
 
 class RayStrategy(Strategy):
@@ -167,17 +180,31 @@ class FluidHeuristicStrategy(Strategy):
     def bind(self, sim: Simulation) -> None:
         super().bind(sim)
         self.taken = [[False, False] for _ in range(sim.hardware.gpus)]
+        # Candidate GPUs by index (lazy heaps: an entry whose GPU changed state since is dropped when seen).
+        self.empty: list[int] = list(range(sim.hardware.gpus))
+        self.partial: list[int] = []
 
     def _slot(self) -> tuple[int, int] | None:
-        for gpu, (big, small) in enumerate(self.taken):
-            if not big and not small:
-                return gpu, 0
-        for gpu, (big, small) in enumerate(self.taken):
-            if not small:
-                return gpu, 1
-            if not big:
-                return gpu, 0
+        """The lowest empty GPU's 0.6 share, else the free share of the lowest half-used GPU."""
+        taken, empty, partial = self.taken, self.empty, self.partial
+        while empty and any(taken[empty[0]]):
+            heapq.heappop(empty)
+        if empty:
+            return empty[0], 0
+        while partial and taken[partial[0]][0] == taken[partial[0]][1]:
+            heapq.heappop(partial)
+        if partial:
+            gpu = partial[0]
+            return gpu, 1 if not taken[gpu][1] else 0
         return None
+
+    def _set(self, gpu: int, which: int, value: bool) -> None:
+        pair = self.taken[gpu]
+        pair[which] = value
+        if not pair[0] and not pair[1]:
+            heapq.heappush(self.empty, gpu)
+        elif pair[0] != pair[1]:
+            heapq.heappush(self.partial, gpu)
 
     def place(self, now: float) -> None:
         sim = self.sim
@@ -186,7 +213,7 @@ class FluidHeuristicStrategy(Strategy):
             if slot is None:
                 return
             gpu, which = slot
-            self.taken[gpu][which] = True
+            self._set(gpu, which, True)
             trial = sim.pop_queue()
             trial.slot = slot
             sim.start_process(trial, gpu, share=FLUID_SHARES[which], now=now)
@@ -194,7 +221,7 @@ class FluidHeuristicStrategy(Strategy):
     def released(self, trial: SimTrial) -> None:
         if trial.slot is not None:
             gpu, which = trial.slot
-            self.taken[gpu][which] = False
+            self._set(gpu, which, False)
             trial.slot = None
 
 

@@ -1260,10 +1260,12 @@ class _Planning:
     def free_devices(self) -> list[int]:
         """Devices no computing trial uses (home or extra), by index."""
         used: set[int] = set()
-        for tid, devs in self.alloc.items():
-            if tid in self.comp:
+        alloc = self.alloc
+        for tid in self.comp:
+            devs = alloc.get(tid)
+            if devs is not None:
                 used.update(devs)
-        return [d.index for d in self.devices if d.index not in used]
+        return [d for d in self.dev if d not in used]  # self.dev is in index order
 
     def inter(self) -> None:
         """The inter-GPU regime after :meth:`keep`."""
@@ -1325,12 +1327,15 @@ class _Planning:
             devs = self.alloc.get(tid)
             if devs is not None and tid in self.comp:
                 homes.setdefault(devs[0], []).append(self.trials[tid])
+        free_left = -1  # free devices no trial owns (-1: not counted yet); each move below takes one
         for home in sorted(homes):
             crowd = sorted(homes[home], key=self.key)
             if len(crowd) < 2:
                 continue
             curve = self.dev[home].curve_key
-            owner_gain = self._owner_gain(crowd[0], len(crowd) - 1, owner)
+            if free_left < 0:
+                free_left = sum(1 for d in self.free_devices() if d not in owner)
+            owner_gain = self._owner_gain(crowd[0], len(crowd) - 1, free_left)
             for t in crowd[1:]:
                 n = self.ncomp[home]
                 saving = self.rem[t.trial_id] * (self.book.slowdown(curve, n) - 1.0) if n > 1 else 0.0
@@ -1342,6 +1347,7 @@ class _Planning:
                 self.release(t, home)
                 self.alloc[t.trial_id] = [target]
                 owner[target] = t.trial_id
+                free_left -= 1
                 self.ncomp[home] -= 1
                 self.load[home] -= self.rem[t.trial_id]
                 self.ncomp[target] += 1
@@ -1349,29 +1355,26 @@ class _Planning:
         # 5. Water-filling: the next free device to the data-parallel trial with the most predicted remaining
         # time whose scaling profile says one more device pays. A step nobody measured yet is a probe (below).
         free = [d for d in self.free_devices() if d not in owner]
-        saturated: set[str] = set()
-        growers = [t for t in computing + candidates if t.data_parallel]
-        while free:
-            best = None
-            best_key = None
-            for t in growers:
-                tid = t.trial_id
-                if tid in saturated or tid not in self.alloc or owner.get(self.alloc[tid][0]) != tid \
-                        or self.ncomp[self.alloc[tid][0]] > 1:
-                    continue  # not placed, or shares its home: it cannot grow (it holds whole devices only)
-                if t.max_devices is not None and len(self.alloc[tid]) >= t.max_devices:
-                    continue
-                k = len(self.alloc[tid])
-                remaining_s = self.rem[tid] * self.sec(t, k) / self.sec(t, 1)
-                key = (-remaining_s, t.seq, tid)
-                if best_key is None or key < best_key:
-                    best, best_key = t, key
-            if best is None or best_key is None:
-                break
-            tid = best.trial_id
+        if not free:
+            return
+        # A grower's key depends on its own allocation only, and growing takes free devices, never a home: so
+        # the candidates are found once and kept in a heap by key (the one with the most remaining time first).
+        heap: list[tuple[float, int, str, TrialDemand]] = []
+        for t in computing + candidates:
+            if not t.data_parallel:
+                continue
+            tid = t.trial_id
+            devs = self.alloc.get(tid)
+            if devs is None or owner.get(devs[0]) != tid or self.ncomp[devs[0]] > 1:
+                continue  # not placed, or shares its home: it cannot grow (it holds whole devices only)
+            heapq.heappush(heap, self._grow_key(t))
+        while free and heap:
+            neg_remaining_s, _, tid, best = heapq.heappop(heap)
+            if best.max_devices is not None and len(self.alloc[tid]) >= best.max_devices:
+                continue
             k = len(self.alloc[tid])
             ratio, source = self.book.scaling_ratio(tid, k, self.dev[self.alloc[tid][0]].curve_key)
-            remaining_s = -best_key[0]
+            remaining_s = -neg_remaining_s
             pays = ratio < 1.0 - cfg.min_scaling_gain
             # Growing a running trial restarts it from its checkpoint; a trial that starts now pays nothing.
             if pays and best.devices and remaining_s * (1.0 - ratio) <= cfg.move_cost_s:
@@ -1385,23 +1388,28 @@ class _Planning:
             if k < best.min_devices:
                 pays = True  # below the fewest devices its trainable runs on: it grows whatever the profiles say
             if not pays:
-                saturated.add(tid)
-                continue
+                continue  # saturated
             target = next((d for d in free if self.admit(best, d)), None)
             if target is None:
-                saturated.add(tid)
-                continue
+                continue  # saturated
             free.remove(target)
             self.alloc[tid] = self.alloc[tid] + [target]
             owner[target] = tid
+            heapq.heappush(heap, self._grow_key(best))
 
-    def _owner_gain(self, t: TrialDemand, others: int, owner: dict[int, str]) -> float:
+    def _grow_key(self, t: TrialDemand) -> tuple[float, int, str, TrialDemand]:
+        """Water-filling order: most predicted remaining time at the trial's current width first."""
+        k = len(self.alloc[t.trial_id])
+        remaining_s = self.rem[t.trial_id] * self.sec(t, k) / self.sec(t, 1)
+        return (-remaining_s, t.seq, t.trial_id, t)
+
+    def _owner_gain(self, t: TrialDemand, others: int, free: int) -> float:
         """Predicted saving of data-parallel trial ``t`` from its next scaling step, net of its restart, if the
-        ``others`` computing trials on its home moved to free devices and one more free device were left for it;
-        0 when that cannot happen or the step does not pay (the rules of step 5)."""
+        ``others`` computing trials on its home moved to free devices and one more free device were left for it
+        (``free``: the free devices no trial owns); 0 when that cannot happen or the step does not pay (the rules
+        of step 5)."""
         if not t.data_parallel:
             return 0.0
-        free = sum(1 for d in self.free_devices() if d not in owner)
         if free < others + 1:
             return 0.0
         tid = t.trial_id
