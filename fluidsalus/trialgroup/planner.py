@@ -67,6 +67,7 @@ import functools
 import heapq
 import math
 import operator
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -890,7 +891,7 @@ class _Planning:
         """The state a plan starts from, before :meth:`keep` (also used by :class:`_KeptCache`)."""
         indices = self.dev
         self._mem: dict[int, LaneMemory] = {}
-        self._pending: dict[int, list[str]] = {d: [] for d in indices}  # admitted, not yet replayed
+        self._pending: defaultdict[int, list[str]] = defaultdict(list)  # admitted, not yet replayed
         self._leaving: dict[int, set[str]] = {}  # device -> reported members that leave its lanes in this plan
         # trial -> devices after the plan; a list here is never changed in place (it may be shared with the
         # Planner's cache): a phase that changes a placement assigns a new list.
@@ -899,7 +900,7 @@ class _Planning:
         self.ncomp: dict[int, int] = dict.fromkeys(indices, 0)
         self.load: dict[int, float] = dict.fromkeys(indices, 0.0)
         self._gates: dict[tuple[str, int], bool] = {}
-        self._rejected: dict[int, list[tuple[int, int]]] = {d: [] for d in indices}
+        self._rejected: defaultdict[int, list[tuple[int, int]]] = defaultdict(list)
         self._no_room: list[tuple[int, int]] = []  # (P, T) that no device admits even without its paused trials
         self._paused_on: dict[int, list[str]] | None = None  # device -> its placed paused trials, latest first
         self._full: set[int] = set()  # devices whose replay could not hold every resident
@@ -930,7 +931,7 @@ class _Planning:
                 m.leave(tid)
         elif m is None:
             m = self._mem[d] = LaneMemory(self.capacity[d], self.dev[d].slots)
-            for tid in self._pending.pop(d):
+            for tid in self._pending.pop(d, ()):
                 t = self.trials[tid]
                 m.admit(tid, t.p_bytes, t.t_bytes)
         return m
@@ -1010,7 +1011,7 @@ class _Planning:
         # which needs no admission (the common case when devices report their lanes).
         entries: list[tuple[TrialDemand, list[int], bool]] = []
         total: dict[int, int] = dict.fromkeys(known, 0)
-        staying: dict[int, set[str]] = {d: set() for d in snap}
+        staying: defaultdict[int, set[str]] = defaultdict(set)  # device with reported lanes -> its kept trials
         for t in residents:
             devices = t.devices
             tid = t.trial_id
@@ -1032,11 +1033,11 @@ class _Planning:
                 continue
             for d in devs:
                 total[d] += size
-                if d in staying:
+                if d in snap:
                     staying[d].add(tid)
             entries.append((t, devs, False))
         for d, members in snap.items():  # reported lanes: trials that left (ended, shrunk) free theirs
-            leaving = members - staying[d]
+            leaving = members - staying[d] if d in staying else members
             if leaving:
                 self._leaving[d] = set(leaving)
         replay = {d for d, need in total.items() if need > capacity[d] and d not in snap}
