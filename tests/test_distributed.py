@@ -20,6 +20,7 @@ torch = pytest.importorskip("torch")
 
 import fluidsalus  # noqa: E402
 from fluidsalus import distributed  # noqa: E402
+from fluidsalus.distributed import DataParallelError  # noqa: E402
 from fluidsalus.distributed._rendezvous import Rendezvous, parse_address  # noqa: E402
 from fluidsalus.errors import ConfigError, SessionError  # noqa: E402
 from fluidsalus.gpu.host import (  # noqa: E402
@@ -34,7 +35,7 @@ from fluidsalus.gpu.host import (  # noqa: E402
     HostSettings,
     TrialSpec,
 )
-from fluidsalus.session import TrialContext, TrialSession, set_session  # noqa: E402
+from fluidsalus.session import StopTrial, TrialContext, TrialSession, set_session  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 from digits_ddp import digits_ddp_trainable  # noqa: E402
@@ -295,6 +296,42 @@ def test_rank_0s_error_ends_the_workers_as_stopped(tmp_path):
     end = next(e for e in events[0] if e[0] == EV_END)
     assert end[4] == OUT_ERRORED and end[5] == "ValueError: rank 0 broke at iteration 2"
     assert _worker_end(events[1])["outcome"] == OUT_STOPPED
+
+
+def test_a_worker_whose_rank_0_never_comes_fails_at_the_timeout_or_stops_at_once():
+    address = f"127.0.0.1:{distributed.free_port()}"  # nothing listens there
+    started = time.time()
+    with pytest.raises(DataParallelError, match="rank 1 of 2 waited .* rendezvous"):
+        Rendezvous(address, 1, 2, "t/0", HANG_TIMEOUT_S, "cpu")
+    assert HANG_TIMEOUT_S <= time.time() - started < WAIT_S
+    cancelled = threading.Event()
+    threading.Timer(0.2, cancelled.set).start()
+    started = time.time()
+    with pytest.raises(StopTrial):
+        Rendezvous(address, 1, 2, "t/0", SHORT_TIMEOUT_S, "cpu", cancelled=cancelled)
+    assert time.time() - started < SHORT_TIMEOUT_S / 2  # the stop, not the timeout, ended the wait
+
+
+def test_a_worker_started_after_its_rank_0_ended_stops_on_the_drivers_stop_for_its_attempt(tmp_path):
+    host = DeviceHost(_collective_trainable, _settings())
+    worker = _specs(tmp_path, 2, {"iterations": 2}, attempt=3)[1]  # its rank 0 never runs (it ended already)
+    host.submit([worker])
+    events = [[]]
+    deadline = time.time() + WAIT_S
+    while not any(e[0] == EV_LANE and e[4] == "worker_start" for e in events[0]):
+        assert time.time() < deadline
+        events[0] += host.poll(0.02)
+    host.stop(["t0"], {"t0": 2})  # a late stop of an older attempt: not this one
+    time.sleep(0.3)
+    events[0] += host.poll(0.02)
+    assert not any(e[0] == EV_LANE and e[4] == "worker_end" for e in events[0])
+    started = time.time()
+    host.stop(["t0"], {"t0": 3})
+    _poll_until([host], events, lambda evs: any(e[0] == EV_LANE and e[4] == "worker_end" for e in evs[0]),
+                "the worker's end")
+    assert time.time() - started < SHORT_TIMEOUT_S / 2
+    assert _worker_end(events[0])["outcome"] == OUT_STOPPED
+    host.shutdown(5.0)
 
 
 def test_a_hung_worker_fails_the_trial_within_the_timeout(tmp_path):

@@ -26,6 +26,15 @@ DEFAULT_TIMEOUT_S = 300.0
 POLL_MIN_S = 0.0005
 #: Longest pause between two looks at the rendezvous store (seconds).
 POLL_MAX_S = 0.05
+#: Longest pause between two tries of a worker to reach rank 0's store before it exists (seconds). Rank 0
+#: opens its store as its trial starts, within one driver round trip of the worker (milliseconds), so tries
+#: start at :data:`POLL_MIN_S` apart and double up to this; a stop of the waiting worker is seen within it.
+CONNECT_POLL_MAX_S = 0.1
+#: Seconds one TCP connection attempt to rank 0's store may take. On one node or a LAN a connect takes well
+#: under a millisecond, or is refused at once when nothing listens; this bounds a try to a host that drops
+#: packets, so that the worker still notices a stop. It is also the TCPStore client's connect timeout once
+#: the port answers (a store that vanished just then fails within it, not within the rendezvous timeout).
+CONNECT_TIMEOUT_S = 5.0
 
 _Trainable = TypeVar("_Trainable", bound=Callable[..., Any])
 

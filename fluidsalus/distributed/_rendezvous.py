@@ -21,15 +21,22 @@ from __future__ import annotations
 
 import datetime
 import gc
+import socket
 import threading
 import time
 import weakref
 from typing import Any
 
-from fluidsalus.distributed._common import POLL_MAX_S, POLL_MIN_S, DataParallelError
+from fluidsalus.distributed._common import (
+    CONNECT_POLL_MAX_S,
+    CONNECT_TIMEOUT_S,
+    POLL_MAX_S,
+    POLL_MIN_S,
+    DataParallelError,
+)
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.host import OUT_ERRORED, OUT_OOM, OUT_STOPPED
-from fluidsalus.session import GO, STOP
+from fluidsalus.session import GO, STOP, StopTrial
 
 #: Backends a trial's process group can use.
 BACKENDS = ("gloo", "nccl")
@@ -63,7 +70,7 @@ class Rendezvous:
     """
 
     def __init__(self, address: str | None, rank: int, world_size: int, key: str, timeout_s: float,
-                 device: str) -> None:
+                 device: str, cancelled: threading.Event | None = None) -> None:
         if not 0 <= rank < world_size:
             raise ConfigError(f"rank: must be in 0..world_size-1 = 0..{world_size - 1}; got {rank}")
         host, port = parse_address(address)
@@ -73,8 +80,12 @@ class Rendezvous:
         self.leader = rank == 0
         self._key = key
         self._timeout = datetime.timedelta(seconds=timeout_s)
-        # Rank 0 serves; a worker retries its connection for up to the timeout (rank 0 may start later).
-        self._server = dist.TCPStore(host, port, None, self.leader, self._timeout, wait_for_workers=False)
+        # Rank 0 serves; a worker waits for rank 0's port first (rank 0 may start later, or have ended already).
+        if not self.leader:
+            _wait_for_server(host, port, timeout_s, cancelled, rank, world_size)
+        connect = self._timeout if self.leader else datetime.timedelta(seconds=min(timeout_s, CONNECT_TIMEOUT_S))
+        self._server = dist.TCPStore(host, port, None, self.leader, connect, wait_for_workers=False)
+        self._server.set_timeout(self._timeout)
         self.store = dist.PrefixStore(f"fluidsalus/{key}/", self._server)
         self.store.set(f"joined/{rank}", "1")
         self._lock = threading.Lock()
@@ -297,3 +308,31 @@ class Rendezvous:
         if failed and leader_ended:
             outcome = OUT_STOPPED  # its collectives broke because rank 0 had ended: the trial stopped under it
         return outcome, error, trace
+
+
+def _wait_for_server(host: str, port: int, timeout_s: float, cancelled: threading.Event | None, rank: int,
+                     world_size: int) -> None:
+    """Wait until rank 0's store accepts TCP connections, checking ``cancelled`` between tries.
+
+    A worker may start before rank 0 (it then waits) or after rank 0 has already ended (its trial stopped or
+    failed at once). A TCPStore client would retry inside torch for the whole timeout, deaf to a stop and
+    logging every try; a plain socket try is silent and lets a stopped worker end at once.
+
+    Raises:
+        StopTrial: ``cancelled`` was set (the driver stopped this rank: its trial's rank 0 has ended).
+        DataParallelError: Nothing answered for ``timeout_s`` seconds.
+    """
+    start, pause = time.monotonic(), POLL_MIN_S
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+            return
+        except OSError:
+            pass
+        if cancelled is not None and cancelled.is_set():
+            raise StopTrial()
+        if time.monotonic() - start > timeout_s:
+            raise DataParallelError(f"rank {rank} of {world_size} waited {timeout_s:g} s for rank 0's rendezvous "
+                                    f"at {host}:{port} (the data-parallel rendezvous timeout)")
+        time.sleep(pause)
+        pause = min(2 * pause, CONNECT_POLL_MAX_S)

@@ -93,8 +93,8 @@ class _DeviceActor:
     def submit(self, specs: list[TrialSpec]) -> None:
         self.host.submit(specs)
 
-    def stop(self, trial_ids: list[str]) -> None:
-        self.host.stop(trial_ids)
+    def stop(self, trial_ids: list[str], attempts: dict[str, int] | None = None) -> None:
+        self.host.stop(trial_ids, attempts)
 
     def resume(self, budgets: dict[str, float | None]) -> None:
         self.host.resume(budgets)

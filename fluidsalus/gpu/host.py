@@ -269,18 +269,27 @@ class DeviceHost:
                     self._start_locked(spec, placement.lane_id)
             self._emit_lane_events_locked()
 
-    def stop(self, trial_ids: list[str]) -> None:
-        """Stop trials at their next boundary (at once if paused); waiting ones leave the queue stopped."""
+    def stop(self, trial_ids: list[str], attempts: dict[str, int] | None = None) -> None:
+        """Stop trials at their next boundary (at once if paused); waiting ones leave the queue stopped.
+
+        Args:
+            trial_ids: The trials.
+            attempts: Only these attempts of the trials named here (a stop that arrives late must not hit a
+                newer attempt); a trial not named here is stopped whatever its attempt.
+        """
         now = time.time()
+        attempts = attempts or {}
         with self._lock:
             for tid in trial_ids:
-                spec = self._waiting.pop(tid, None)
-                if spec is not None:
+                wanted = attempts.get(tid)
+                spec = self._waiting.get(tid)
+                if spec is not None and (wanted is None or spec.attempt == wanted):
+                    del self._waiting[tid]
                     self._lanes.leave(tid)
                     self._emit_locked((EV_END, tid, spec.attempt, now, OUT_STOPPED, None, None))
                     continue
                 running = self._running.get(tid)
-                if running is not None:
+                if running is not None and (wanted is None or running.spec.attempt == wanted):
                     running.session.request_stop()
             self._emit_lane_events_locked()
 
@@ -712,7 +721,7 @@ class DeviceHost:
             self._configure_torch()
             os.makedirs(spec.trial_dir, exist_ok=True)
             if spec.world_size > 1:  # a rank of a data-parallel trial meets the others first
-                ranks = session.ranks = _open_rendezvous(spec, self.settings)
+                ranks = session.ranks = _open_rendezvous(spec, self.settings, session.stop_requested)
             self._acquire(spec.trial_id)
             self._use_lane_stream(spec.trial_id)
             session.start_clock()
@@ -846,12 +855,13 @@ def _reachable_bytes() -> int:
     return mem.persistent_bytes(modules, optimizers, tensors)
 
 
-def _open_rendezvous(spec: TrialSpec, settings: HostSettings) -> Any:
-    """Connect one rank of a data-parallel trial to its peers (imports torch, which such a trial needs)."""
+def _open_rendezvous(spec: TrialSpec, settings: HostSettings, stop_requested: threading.Event) -> Any:
+    """Connect one rank of a data-parallel trial to its peers (imports torch, which such a trial needs); a worker
+    still waiting for rank 0 ends with StopTrial once ``stop_requested`` is set."""
     from fluidsalus.distributed._rendezvous import Rendezvous
 
     return Rendezvous(spec.rendezvous, spec.rank, spec.world_size, f"{spec.trial_id}/{spec.attempt}",
-                      settings.distributed_timeout_s, settings.device)
+                      settings.distributed_timeout_s, settings.device, cancelled=stop_requested)
 
 
 def _is_out_of_memory(error: BaseException) -> bool:

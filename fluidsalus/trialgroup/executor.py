@@ -1434,13 +1434,16 @@ class Executor:
         """The trial's current attempt ended (rank 0's end): it leaves every device it ran on.
 
         A data-parallel worker still winding down on another device is remembered there (``lingering``), so no
-        new rank of the same trial is sent there before it is gone."""
+        new rank of the same trial is sent there before it is gone, and is told to stop: a worker that joined
+        rank 0 stops with it anyway, but one still waiting for rank 0's rendezvous would wait out its timeout."""
         for position, index in enumerate(trial.placed_on):
             device = self._device(index)
             if trial.trial_id in device.assigned:
                 device.assigned.discard(trial.trial_id)
                 if position > 0:
                     device.lingering[trial.trial_id] = time.time()
+                    if device.alive:
+                        device.actor.stop.remote([trial.trial_id], {trial.trial_id: trial.attempt})
             device.changed_at = ts
         trial.placed_on = ()
 
