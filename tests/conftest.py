@@ -13,7 +13,9 @@ def ray_cluster():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=TEST_RAY_CPUS, include_dashboard=False, configure_logging=False)
+        # "local": always a fresh cluster of its own, even on a machine where `ray start` left one running
+        # (a plain ray.init() would join that one and refuse num_cpus).
+        ray.init(address="local", num_cpus=TEST_RAY_CPUS, include_dashboard=False, configure_logging=False)
     yield ray
     ray.shutdown()
 

@@ -221,7 +221,7 @@ SWEEP_SCRIPT = WORKLOAD + textwrap.dedent(
             iteration(state, cfg)
             fluidsalus.report({"i": i})
 
-    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, configure_logging=False)
+    ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, configure_logging=False)
     storage = tempfile.mkdtemp()
     grid = fluidsalus.run(trainable, {"name": fluidsalus.grid_search(["a", "b"])}, storage_path=storage,
                           name="arena", devices=1, verbose=0, memory_mode="arena")
