@@ -75,6 +75,7 @@ def run(
     callbacks: list[Callback] | None = None,
     address: str | None = None,
     memory_mode: str = DEFAULT_MEMORY_MODE,
+    gpu_per_trial: float | None = None,
 ) -> ResultGrid:
     """Run a hyperparameter sweep of ``trainable`` on the cluster's devices.
 
@@ -128,6 +129,11 @@ def run(
             and is re-admitted), but no CUDA graphs, CUDA IPC or ``torch.cuda`` memory statistics in trainables;
             a device that cannot install it fails to start. ``"auto"``: arena where it can be installed, else
             caching. Virtual CPU devices always profile.
+        gpu_per_trial: The share of a device you expect one trial to need (``0.25``: a quarter; Ray Tune's
+            ``with_resources({"gpu": ...})`` passes its ``gpu`` here). A hint, not a share: until co-location
+            is measured the planner packs up to ``1 / gpu_per_trial`` trials per device instead of up to the
+            device's slots, then goes further one measured step at a time while co-locating still pays
+            (docs/planner.md, "Hints"). None (the default): no hint.
 
     Returns:
         A :class:`ResultGrid` of every trial.
@@ -142,7 +148,7 @@ def run(
         lane_policy=lane_policy, quantum_ms=quantum_ms, time_budget_s=time_budget_s, fail_fast=fail_fast,
         checkpoint_num_to_keep=checkpoint_num_to_keep, checkpoint_score_attribute=checkpoint_score_attribute,
         checkpoint_score_order=checkpoint_score_order, address=address,
-        memory_mode=memory_mode,
+        memory_mode=memory_mode, gpu_per_trial=gpu_per_trial,
     )
     trainable_name = _check_trainable(trainable)
     space = {} if config is None else config
@@ -218,6 +224,7 @@ def run(
             call_handler=call_handler,
             verbose=spec.verbose,
             callbacks=_check_callbacks(callbacks),
+            gpu_per_trial=spec.gpu_per_trial,
         ),
         trials=trials,
     )

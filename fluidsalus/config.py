@@ -51,6 +51,10 @@ class RunSpec(BaseModel):
     memory_mode: Literal["caching", "arena", "auto"] = Field(
         DEFAULT_MEMORY_MODE, description="How GPU devices know and bound trial memory (fluidsalus.gpu.arena)."
     )
+    gpu_per_trial: float | None = Field(
+        None, gt=0, allow_inf_nan=False,
+        description="Share of a device one trial is expected to need: the planner's prior, not a hard share.",
+    )
 
     @field_validator("name")
     @classmethod

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.lanes import LaneManager
 from fluidsalus.trialgroup.planner import (
     DEFAULT_SERIAL_FRACTION,
@@ -110,6 +111,43 @@ def test_a_measured_step_that_does_not_pay_caps_the_unmeasured_ones_above_it():
     result = plan(trials([5, 4, 3]), devices(2, slots=8), book)
     assert by_device(result) == {0: ["t0"], 1: ["t1"]}
     assert result.queued == ("t2",)
+
+
+def test_a_share_hint_packs_unmeasured_devices_only_as_far_as_the_shares_fit():
+    hint = PlannerSettings(prior_share=0.5)  # with_resources({"gpu": 0.5}): two per device
+    result = plan(trials([5] * 7), devices(2, slots=4), settings=hint)
+    assert sorted(len(v) for v in by_device(result).values()) == [2, 2] and len(result.queued) == 3
+    third = PlannerSettings(prior_share=1 / 3)  # three shares of a third fit a device (no rounding refusal)
+    assert sorted(len(v) for v in by_device(plan(trials([5] * 7), devices(2, slots=4),
+                                                  settings=third)).values()) == [3, 3]
+
+
+def test_past_the_hint_each_step_is_probed_once_the_step_below_is_measured():
+    whole = PlannerSettings(prior_share=1.0)  # with_resources({"gpu": 1}): one per device to start with
+    book = ProfileBook()
+    assert not book.colocation_pays("default", 1, MIN_MARGINAL_GAIN, 1.0)
+    assert sorted(len(v) for v in by_device(plan(trials([5] * 6), devices(2, slots=4), book,
+                                                  whole)).values()) == [1, 1]
+    book.record("probe", 10.0)  # an iteration measured on this class of device: 2 per device is the probe
+    assert book.colocation_pays("default", 1, MIN_MARGINAL_GAIN, 1.0)
+    assert not book.colocation_pays("default", 2, MIN_MARGINAL_GAIN, 1.0)  # step 1 -> 2 not measured yet
+    assert sorted(len(v) for v in by_device(plan(trials([5] * 6), devices(2, slots=4), book,
+                                                  whole)).values()) == [2, 2]
+    book.record("probe", 11.0, colocated=2)  # it pays (gain 2 * 10 / 11 - 1 = 0.82): the next step is a probe
+    assert book.colocation_pays("default", 2, MIN_MARGINAL_GAIN, 1.0)
+    assert sorted(len(v) for v in by_device(plan(trials([5] * 6), devices(2, slots=4), book,
+                                                  whole)).values()) == [3, 3]
+    # The hint never outvotes a measurement: a step measured not to pay closes the device whatever the hint.
+    saturated = curve_book([10.0, 19.5])
+    assert not saturated.colocation_pays("default", 1, MIN_MARGINAL_GAIN, 0.25)
+    # No hint: unmeasured steps just pay, as before.
+    assert ProfileBook().colocation_pays("default", 5, MIN_MARGINAL_GAIN, None)
+
+
+@pytest.mark.parametrize("bad", [0, -0.5, float("nan"), float("inf"), "half"])
+def test_a_bad_share_hint_is_refused_naming_the_field(bad):
+    with pytest.raises(ConfigError, match="prior_share"):
+        PlannerSettings(prior_share=bad)
 
 
 def test_memory_limited_device_is_skipped():

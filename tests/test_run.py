@@ -116,6 +116,8 @@ class _Unpicklable:
         (dict(verbose=7), "verbose"),
         (dict(name="a/b"), "name: must be a plain folder name"),
         (dict(lane_policy="lifo"), r"lane_policy: Input should be 'fifo', 'fair', 'rr', 'pack', 'srtf' or 'priority'"),
+        (dict(gpu_per_trial=0), r"gpu_per_trial: Input should be greater than 0"),
+        (dict(gpu_per_trial=float("nan")), r"gpu_per_trial: Input should be a finite number"),
     ],
 )
 def test_bad_input_is_refused_before_anything_is_written(storage, kwargs, message):

@@ -24,8 +24,9 @@ import pytest
 from fluidsalus import searchers
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
+from fluidsalus.store import ExperimentStore
 from fluidsalus.tune import Tuner
-from fluidsalus.tune._trainable import make_entry
+from fluidsalus.tune._trainable import gpu_hint, make_entry
 from fluidsalus.tune._translate import MaxBudgetStop, plan
 from fluidsalus.tune._tuner import TUNER_STATE_FILE
 
@@ -503,6 +504,18 @@ def test_with_parameters_and_with_resources(ray_cluster, storage: str) -> None:
     _, grid = _run(trainable, storage, num_samples=2)
     assert [r.metrics["total"] for r in grid] == [float(data.sum()) + 1] * 2
     assert all((r.metrics["gpu"], r.metrics["cpu"]) == (0.25, 1.0) for r in grid)
+    # The gpu request reached the planner as its hint (the run's recorded settings).
+    store = ExperimentStore.open(grid.experiment_path, readonly=True)
+    try:
+        assert store.experiment()["spec"]["gpu_per_trial"] == 0.25
+    finally:
+        store.close()
+
+
+def test_the_planner_hint_is_the_gpu_of_a_static_request_only() -> None:
+    assert gpu_hint({"cpu": 1.0, "gpu": 0.25}) == 0.25
+    assert gpu_hint({"cpu": 2.0}) is None and gpu_hint({"gpu": 0.0}) is None and gpu_hint(None) is None
+    assert gpu_hint(lambda config: {"gpu": 0.5}) is None  # per trial, known only at its start
 
 
 def test_rays_own_with_parameters_and_with_resources_are_translated(ray_cluster, storage: str) -> None:

@@ -84,6 +84,7 @@ from fluidsalus.trialgroup.planner import (
     DeviceView,
     Plan,
     Planner,
+    PlannerSettings,
     ProfileBook,
     TrialDemand,
 )
@@ -170,6 +171,8 @@ class ExecutorSettings:
     workers: tuple[int, int] | None = None
     #: Queued trials submitted ahead to each full device (:data:`PREFETCH_PER_DEVICE`; 0 turns prefetch off).
     prefetch_per_device: int = PREFETCH_PER_DEVICE
+    #: The user's hint of the device share one trial needs (``PlannerSettings.prior_share``); None: no hint.
+    gpu_per_trial: float | None = None
 
 
 @dataclass
@@ -589,7 +592,7 @@ class Executor:
         self.settings = settings
         self.trials: dict[str, Trial] = {}
         self.pending: dict[str, None] = {}  # trials waiting for the planner (insertion-ordered set)
-        self.planner = Planner()
+        self.planner = Planner(PlannerSettings(prior_share=settings.gpu_per_trial))
         self._devices: list[_Device] = []
         self._seq = 0
         self._run_tag = os.urandom(3).hex()[:5]
@@ -1427,8 +1430,9 @@ class Executor:
 
     def _gates(self, device: _Device) -> tuple[bool, ...]:
         """Whether a device of this class gains from one more computing trial, for 1 .. slots - 1 of them."""
-        book, gain = self.planner.book, self.planner.settings.min_marginal_gain
-        return tuple(book.colocation_gain(device.curve_key, n, gain)[0] >= gain for n in range(1, device.spec.slots))
+        book, settings = self.planner.book, self.planner.settings
+        return tuple(book.colocation_pays(device.curve_key, n, settings.min_marginal_gain, settings.prior_share)
+                     for n in range(1, device.spec.slots))
 
     def _unplace(self, trial: Trial, ts: float) -> None:
         """The trial's current attempt ended (rank 0's end): it leaves every device it ran on.

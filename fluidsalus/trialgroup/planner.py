@@ -102,6 +102,9 @@ MIN_MARGINAL_GAIN = 0.05
 #: Smallest relative cut in seconds per iteration that justifies one more device for a data-parallel trial:
 #: ``time(k + 1) < time(k) * (1 - MIN_SCALING_GAIN)``. Same reasoning as :data:`MIN_MARGINAL_GAIN`.
 MIN_SCALING_GAIN = 0.05
+#: Rounding slack of the hinted-share test ``(n + 1) * prior_share <= 1``: a share that divides a device exactly
+#: (``k`` trials of ``1/k``) must not be refused by the last bit of a floating-point product.
+PRIOR_SHARE_SLACK = 1e-9
 #: Seconds a move costs a trial (checkpoint, leave, restore on the new devices), used to decide whether a
 #: spread or a water-filling step pays: the predicted saving over the trial's remaining budget must exceed it.
 #: Callers that measured their checkpoint and restore times pass their own (:class:`PlannerSettings`).
@@ -273,14 +276,19 @@ class PlannerSettings:
         min_marginal_gain: :data:`MIN_MARGINAL_GAIN`.
         min_scaling_gain: :data:`MIN_SCALING_GAIN`.
         move_cost_s: :data:`DEFAULT_MOVE_COST_S`.
+        prior_share: The share of a device the user expects one trial to need (Ray Tune's ``with_resources``
+            ``gpu``: ``0.25`` for a quarter), or None for no hint. A hint, not a share: it only replaces the
+            just-paying prior of *unmeasured* co-location steps (:meth:`ProfileBook.colocation_pays`), so that
+            packing starts at ``1 / prior_share`` trials per device and goes beyond one measured step at a time.
 
     Raises:
-        ConfigError: A threshold outside ``[0, 1)`` or a negative move cost.
+        ConfigError: A threshold outside ``[0, 1)``, a negative move cost or a non-positive share.
     """
 
     min_marginal_gain: float = MIN_MARGINAL_GAIN
     min_scaling_gain: float = MIN_SCALING_GAIN
     move_cost_s: float = DEFAULT_MOVE_COST_S
+    prior_share: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("min_marginal_gain", "min_scaling_gain"):
@@ -289,6 +297,10 @@ class PlannerSettings:
                 raise ConfigError(f"{name}: must be in [0, 1), got {value!r}")
         if not self.move_cost_s >= 0.0:
             raise ConfigError(f"move_cost_s: must be >= 0 seconds, got {self.move_cost_s!r}")
+        if self.prior_share is not None and not (isinstance(self.prior_share, (int, float))
+                                                 and 0.0 < self.prior_share < math.inf):
+            raise ConfigError(f"prior_share: must be None or a number > 0 (a fraction of a device), "
+                              f"got {self.prior_share!r}")
 
 
 # ------------------------------------------------------------------------------------------ profiles
@@ -338,6 +350,7 @@ class ProfileBook:
         # moves to the end when it changes): what changed since a count is a walk back from the end.
         self._journal: dict[str, int] = {}
         self._changes = 0
+        self._classes_seen: set[str] = set()  # curve keys with at least one recorded iteration
 
     # ---------------------------------------------------------------- recording
 
@@ -367,6 +380,7 @@ class ProfileBook:
                             f"{sec_per_iter!r}, {devices!r}, {colocated!r}")
         key = (devices, colocated)
         per = self._times.get(trial_id)
+        self._classes_seen.add(curve_key)
         if per is not None and self._last[trial_id] == key and self._key[trial_id] == curve_key:
             # The allocation of its last record (most records): its EMA there and its alone estimate move.
             value = per[key].update(sec_per_iter)
@@ -480,6 +494,35 @@ class ProfileBook:
         """Measured ``log(time(n+1) / time(n))`` of a trial when one more computing trial joins, or None."""
         ema = self._coloc.get(curve_key, {}).get(n)
         return None if ema is None else ema.value
+
+    def colocation_pays(self, curve_key: str, n: int, min_gain: float, prior_share: float | None = None) -> bool:
+        """Does an ``(n+1)``-th computing trial pay on a device of class ``curve_key``? The planner's gate.
+
+        A measured step pays when its gain (:meth:`colocation_gain`) reaches ``min_gain``. An unmeasured one
+        follows :meth:`colocation_gain`'s fallbacks, and with a user's hint ``prior_share`` (the share of a
+        device one trial is expected to need) it pays without measurement only while the hinted shares fit
+        (``(n + 1) * prior_share <= 1``). Beyond that it is a probe, taken once the step below it is measured
+        (for ``n == 1``: once any trial of the class is): each step past the hint is measured before the next.
+        So a hint starts packing where the user expects it to pay and never stops it where measurements say
+        more pays.
+
+        Args:
+            curve_key: Device class.
+            n: Computing trials already on the device.
+            min_gain: The planner's threshold (``PlannerSettings.min_marginal_gain``).
+            prior_share: ``PlannerSettings.prior_share``.
+
+        Returns:
+            True to let one more computing trial in.
+        """
+        gain, measured = self.colocation_gain(curve_key, n, min_gain)
+        if gain < min_gain:
+            return False
+        if measured or prior_share is None or (n + 1) * prior_share <= 1.0 + PRIOR_SHARE_SLACK:
+            return True
+        if n == 1:
+            return curve_key in self._classes_seen
+        return self.colocation_step(curve_key, n - 1) is not None
 
     def colocation_gain(self, curve_key: str, n: int, min_gain: float | None = None) -> tuple[float, bool]:
         """Marginal gain of co-locating an ``(n+1)``-th computing trial on a device of class ``curve_key``.
@@ -977,8 +1020,8 @@ class _Planning:
             return True
         cached = self._gates.get((view.curve_key, n))
         if cached is None:
-            gain, _ = self.book.colocation_gain(view.curve_key, n, self.cfg.min_marginal_gain)
-            cached = self._gates[(view.curve_key, n)] = gain >= self.cfg.min_marginal_gain
+            cached = self._gates[(view.curve_key, n)] = self.book.colocation_pays(
+                view.curve_key, n, self.cfg.min_marginal_gain, self.cfg.prior_share)
         return cached
 
     def sec(self, t: TrialDemand, k: int) -> float:

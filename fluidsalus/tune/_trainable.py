@@ -248,6 +248,22 @@ def with_resources(trainable: Any, resources: Any) -> Prepared:
     return Prepared(trainable, None, checked)
 
 
+def gpu_hint(resources: dict[str, float] | Callable[[dict[str, Any]], Any] | None) -> float | None:
+    """The planner's hint from a ``with_resources`` request: its ``gpu``, when it names one for every trial.
+
+    Args:
+        resources: The checked request (a dict), a function of the config, or None.
+
+    Returns:
+        ``resources["gpu"]`` when it is a dict with a positive ``gpu``; None for no request, no ``gpu``, or a
+        function (its answer differs per trial and is known only as each trial starts).
+    """
+    if not isinstance(resources, Mapping):
+        return None
+    gpu = resources.get("gpu")
+    return float(gpu) if gpu is not None and gpu > 0 else None
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The class API
 # ---------------------------------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ from fluidsalus.tune._config import INFINITE_SAMPLES, CheckpointConfig, FailureC
 from fluidsalus.tune._trainable import (
     ClassOptions,
     adopt_ray_trainable,
+    gpu_hint,
     is_class_trainable,
     make_entry,
     trainable_name,
@@ -503,6 +504,7 @@ class Tuner:
                 verbose=run_config.verbosity(),
                 resume=self._resume,
                 callbacks=[saver, *engine_callbacks, *([adapter] if adapter is not None else [])],
+                gpu_per_trial=gpu_hint(entry.resources),
             )
         finally:
             if adapter is not None:
