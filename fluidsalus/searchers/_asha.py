@@ -11,8 +11,8 @@ pauses exactly there (no overshoot past a rung that may stop it). The decision o
 once; a trial allowed on is promoted in the next :meth:`ASHA.next_groups` call, in a group whose budget is
 its next milestone (or ``max_t``).
 
-This module also holds the argument checks and the lazy configuration stream shared by
-``_hyperband.py`` and ``_bohb.py``.
+This module also holds the argument checks shared by ``_hyperband.py`` and ``_bohb.py``. Configurations come
+lazily from :class:`~fluidsalus.searchers._random.VariantStream` (restorable by the count drawn).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import bisect
 import math
 import numbers
 import secrets
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ import numpy as np
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError, SpaceError
 from fluidsalus.searchers._base import BaseSearcher, Decision
+from fluidsalus.searchers._random import VariantStream
 from fluidsalus.trialgroup.trial import TrialGroup
 
 __all__ = ["ASHA", "asha_bracket_rng", "asha_milestones"]
@@ -147,53 +148,6 @@ def check_max_t(owner: str, max_t: Any, *, minimum_rule: str = "> 0") -> float:
 def check_reduction_factor(owner: str, value: Any) -> float:
     """``reduction_factor`` (Ray's ``eta``): a number ``> 1``."""
     return check_real(owner, "reduction_factor", value, above=1.0, rule="> 1")
-
-
-# --------------------------------------------------------------------------------------------------------
-# Lazy configuration stream (restorable by count)
-# --------------------------------------------------------------------------------------------------------
-
-
-class ConfigStream:
-    """Configurations of a space drawn lazily with :func:`fluidsalus.space.iter_variants` (Ray's
-    ``BasicVariantGenerator`` semantics: ``num_samples`` repetitions of the grid).
-
-    Only the number drawn is state: :meth:`restore` draws the same configurations again from the seed.
-
-    Args:
-        space: The search space.
-        num_samples: Repetitions of the grid (the number of configurations when there is no grid).
-        seed: Seed of the sampler.
-    """
-
-    def __init__(self, space: dict[str, Any], num_samples: int, seed: int) -> None:
-        self._space, self._num_samples, self._seed = space, num_samples, seed
-        self._iter: Iterator[dict[str, Any]] = sp.iter_variants(space, num_samples, seed)
-        self._ahead: list[dict[str, Any]] = []
-        self.drawn = 0
-
-    def has_more(self) -> bool:
-        """Whether another configuration can be drawn (draws one ahead if needed)."""
-        if not self._ahead:
-            try:
-                self._ahead.append(next(self._iter))
-            except StopIteration:
-                return False
-        return True
-
-    def take(self, count: int | None) -> list[dict[str, Any]]:
-        """Draw up to ``count`` configurations (fewer when the stream ends; None: all that are left)."""
-        out: list[dict[str, Any]] = []
-        while (count is None or len(out) < count) and self.has_more():
-            out.append(self._ahead.pop())
-        self.drawn += len(out)
-        return out
-
-    def restore(self, drawn: int) -> None:
-        """Start again from the seed and skip the ``drawn`` configurations already handed out."""
-        self._iter = sp.iter_variants(self._space, self._num_samples, self._seed)
-        self._ahead, self.drawn = [], 0
-        self.take(drawn)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -431,7 +385,7 @@ class ASHA(BaseSearcher):
             _Bracket(grace_period, max_t, reduction_factor, s, stop_last_trials) for s in range(self.brackets)
         ]
         self._budgets = [bracket.budgets(max_t) for bracket in self._brackets]
-        self._stream: ConfigStream | None = None
+        self._stream: VariantStream | None = None
         self._emitted = 0  # configurations handed out so far
         self._group_seq = 0  # makes group ids unique
         # group id -> bracket, budget and creation indices of the configurations not announced yet
@@ -457,9 +411,9 @@ class ASHA(BaseSearcher):
     def _on_budget_reached(self, trial_id: str, budget: float, value: float) -> None:
         """Told when a trial reports ``value`` at (or past) its budget ``budget``."""
 
-    def _config_stream(self) -> ConfigStream:
+    def _config_stream(self) -> VariantStream:
         if self._stream is None:
-            self._stream = ConfigStream(self.space, self.num_samples, self.seed)
+            self._stream = VariantStream(self.space, self.num_samples, self.seed)
         return self._stream
 
     # ---- the interface ---------------------------------------------------------------------------------

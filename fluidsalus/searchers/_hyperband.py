@@ -23,7 +23,6 @@ import numpy as np
 
 from fluidsalus.searchers._asha import (
     METRIC_SIGN,
-    ConfigStream,
     check_bool,
     check_int,
     check_mode,
@@ -36,6 +35,7 @@ from fluidsalus.searchers._asha import (
     is_number,
 )
 from fluidsalus.searchers._base import BaseSearcher, Decision
+from fluidsalus.searchers._random import VariantStream
 from fluidsalus.trialgroup.trial import TrialGroup
 
 __all__ = ["HyperBand", "hyperband_schedule"]
@@ -157,7 +157,7 @@ class HyperBand(BaseSearcher):
         self._schedules = dict(hyperband_schedule(max_t, reduction_factor))
         order = sorted(self._schedules, reverse=self._largest_bracket_first)
         self._order: list[int] = order  # the s of each bracket of a band, in fill order
-        self._stream: ConfigStream | None = None
+        self._stream: VariantStream | None = None
         self._next_slot = 0  # position in the endless sequence of brackets (band * len(order) + i)
         self._brackets: list[dict[str, Any]] = []
         self._pending_new: dict[str, int] = {}  # group id of a rung 0 -> its bracket
@@ -181,9 +181,9 @@ class HyperBand(BaseSearcher):
     def _on_budget_reached(self, trial_id: str, budget: float, value: float | None) -> None:
         """Told when a trial reaches the budget of its rung, with its last metric value (None if none)."""
 
-    def _config_stream(self) -> ConfigStream:
+    def _config_stream(self) -> VariantStream:
         if self._stream is None:
-            self._stream = ConfigStream(self.space, self.num_samples, self.seed)
+            self._stream = VariantStream(self.space, self.num_samples, self.seed)
         return self._stream
 
     # ---- bracket bookkeeping ---------------------------------------------------------------------------

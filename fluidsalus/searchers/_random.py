@@ -156,8 +156,9 @@ def apply_point(config: Mapping[str, Any], assignments: Sequence[tuple[Path, Any
 class VariantStream:
     """Configurations of a space drawn lazily: the points first, then ``num_samples`` minus the points samples.
 
-    The interface of :class:`fluidsalus.searchers._asha.ConfigStream` (``has_more``, ``take``, ``restore``,
-    ``drawn``), so ASHA and HyperBand can draw from it too. Only the number drawn is state.
+    ASHA, HyperBand and BOHB draw from it too (without points, it yields what
+    :func:`fluidsalus.space.iter_variants` yields for the same seed). Only the number drawn is state:
+    :meth:`restore` draws the same configurations again.
 
     Args:
         space: The search space.
