@@ -34,6 +34,7 @@ from fluidsalus.trialgroup.planner import (
     KEEP,
     START,
     DeviceView,
+    Plan,
     Planner,
     PlannerSettings,
     TrialDemand,
@@ -275,7 +276,8 @@ class WaterfillStrategy(Strategy):
         # Planner.observe, without its extra call (this runs for nearly every simulated iteration).
         self.planner.book.record(trial.tid, duration, devices=devices, colocated=colocated)
 
-    def place(self, now: float) -> None:
+    def plan(self) -> Plan | None:
+        """Plan every live trial (their cached demands) on the GPUs' lanes; None when no trial is live."""
         sim = self.sim
         max_iterations = sim.max_iterations
         demands = [trial.view if trial.view is not None else trial.demand_view(max_iterations)
@@ -288,9 +290,15 @@ class WaterfillStrategy(Strategy):
             if miscounted:
                 raise AssertionError(f"computing counts off on devices {miscounted}")
         if not demands:
-            return
-        plan = self.planner.plan(demands, self.device_views())
+            return None
         self.plans += 1
+        return self.planner.plan(demands, self.device_views())
+
+    def place(self, now: float) -> None:
+        plan = self.plan()
+        if plan is None:
+            return
+        sim = self.sim
         trials = sim.trials
         for a in plan.assignments:
             if a.action == KEEP:

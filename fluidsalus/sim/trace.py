@@ -1113,12 +1113,10 @@ class PlannerExecutorStrategy(WaterfillStrategy):
         self.checkpoints = checkpoints
 
     def place(self, now: float) -> None:
-        sim = self.sim
-        demands = [trial.demand_view(sim.max_iterations) for trial in sim.live_trials()]
-        if not demands:
+        plan = self.plan()
+        if plan is None:
             return
-        plan = self.planner.plan(demands, self.device_views())
-        self.plans += 1
+        sim = self.sim
         trials = sim.trials
         for a in plan.assignments:
             trial = trials[a.trial_id]
