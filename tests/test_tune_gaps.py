@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import optuna
 import pytest
+from test_tune_frontend import _InterruptOnce
 
 from fluidsalus import space as sp
 from fluidsalus import tune
@@ -499,17 +500,6 @@ def test_restore_restart_errored_starts_from_scratch(ray_cluster, storage: str, 
         store.close()
 
 
-class _InterruptAt(tune.Callback):
-    def __init__(self, marker: str, n: int) -> None:
-        self.marker, self.n, self.seen = marker, n, 0
-
-    def on_trial_result(self, iteration, trials, trial, result, **info):
-        self.seen += 1
-        if self.seen == self.n and not os.path.exists(self.marker):
-            open(self.marker, "w").close()
-            raise KeyboardInterrupt
-
-
 def test_restore_without_resume_unfinished_ends_them(ray_cluster, storage: str, tmp_path) -> None:
     def slow(config):
         for i in range(1, 20):
@@ -517,7 +507,7 @@ def test_restore_without_resume_unfinished_ends_them(ray_cluster, storage: str, 
             tune.report({"i": i})
 
     tuner = _tuner(slow, storage, {"x": tune.grid_search([1, 2])},
-                   {"name": "unfinished", "callbacks": [_InterruptAt(str(tmp_path / "m"), 3)]})
+                   {"name": "unfinished", "callbacks": [_InterruptOnce(str(tmp_path / "m"), 3)]})
     with pytest.raises(KeyboardInterrupt):
         tuner.fit()
     path = os.path.join(storage, "unfinished")
