@@ -1557,7 +1557,6 @@ class Executor:
             (now, "device_died", None, device.spec.name, {"error": str(error)})]
         ended: list[Trial] = []
         lost_worker: list[str] = []
-        orphans: dict[int, list[str]] = {}
         with self.store.transaction():
             for trial_id in sorted(device.assigned):
                 trial = self.trials[trial_id]
@@ -1569,9 +1568,7 @@ class Executor:
                 stopping = trial_id in self._stopping
                 self._stopping.discard(trial_id)
                 restart = self._restarts.pop(trial_id, None)
-                for index in trial.placed_on[1:]:  # its workers elsewhere: rank 0 is gone, they end now
-                    orphans.setdefault(index, []).append(trial_id)
-                self._unplace(trial, now)
+                self._unplace(trial, now)  # its workers elsewhere are told to stop: rank 0 is gone
                 if stopping and restart is None:  # it was being stopped for good: it ends now
                     trial.status, trial.devices = TERMINATED, ()
                     self._forget(trial_id)
@@ -1590,9 +1587,6 @@ class Executor:
         device.assigned.clear()
         device.lingering.clear()
         self._send_stop(lost_worker)
-        for index, ids in orphans.items():
-            if self._device(index).alive:
-                self._device(index).actor.stop.remote(ids)
         for trial in ended:
             self._stopped += 1
             self._log_end(trial, OUT_STOPPED)
