@@ -14,7 +14,8 @@ Public names:
   :func:`choice`, :func:`grid_search`, :func:`sample_from`.
 """
 
-from fluidsalus.api import run
+from typing import TYPE_CHECKING
+
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError, FluidsalusError, SessionError, SpaceError, StoreError, TrialError
 from fluidsalus.inspect import Report, inspect
@@ -36,17 +37,27 @@ from fluidsalus.space import (
     uniform,
 )
 
+if TYPE_CHECKING:
+    from fluidsalus.api import run
+
 __version__ = "0.1.0"
 
 #: Front ends and tools loaded on first use, so that ``import fluidsalus`` does not import optuna etc.
 _LAZY_SUBMODULES = frozenset({"optuna", "tune", "searchers", "callbacks", "session"})
+#: Names loaded on first use, and their modules: ``run`` imports Ray, which the pure modules (the planner, the
+#: searchers, the simulator) must not pay for, since ``import fluidsalus.sim`` runs this file first.
+_LAZY_NAMES = {"run": "fluidsalus.api"}
 
 
 def __getattr__(name: str) -> object:
-    if name in _LAZY_SUBMODULES:
-        import importlib
+    import importlib
 
+    if name in _LAZY_SUBMODULES:
         return importlib.import_module(f"fluidsalus.{name}")
+    if name in _LAZY_NAMES:
+        value = getattr(importlib.import_module(_LAZY_NAMES[name]), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'fluidsalus' has no attribute {name!r}")
 
 __all__ = [
