@@ -35,7 +35,7 @@ from fluidsalus.gpu.host import (  # noqa: E402
     HostSettings,
     TrialSpec,
 )
-from fluidsalus.session import StopTrial, TrialContext, TrialSession, set_session  # noqa: E402
+from fluidsalus.session import GO, STOP, StopTrial, TrialContext, TrialSession, set_session  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 from digits_ddp import digits_ddp_trainable  # noqa: E402
@@ -213,6 +213,35 @@ def test_rendezvous_checks_its_address_rank_and_backend():
     alone.finish(OUT_COMPLETED, None, None)
 
 
+class _RacingStore:
+    """A rendezvous store where rank 0 writes ``written`` (its last decision, then ``end``) just after the
+    worker's first look at a key, i.e. between that look and its look at ``end``."""
+
+    def __init__(self, written: dict[str, bytes]) -> None:
+        self.keys: dict[str, bytes] = {}
+        self.written = written
+
+    def check(self, keys: list[str]) -> bool:
+        found = all(key in self.keys for key in keys)
+        self.keys.update(self.written)
+        return found
+
+    def get(self, key: str) -> bytes:
+        return self.keys[key]
+
+
+def test_a_worker_reads_rank_0s_last_decision_even_when_rank_0s_end_came_right_after_it():
+    """The race behind a worker of a completed trial ending as "stopped": its look at ``report/3`` missed rank
+    0's decision, and by its look at ``end`` rank 0 had written both."""
+    ranks = Rendezvous.__new__(Rendezvous)
+    ranks.leader, ranks.rank, ranks.world_size, ranks.timeout_s = False, 1, 2, SHORT_TIMEOUT_S
+    ranks.store = _RacingStore({"report/3": GO.encode(), "end": OUT_COMPLETED.encode()})
+    assert ranks.at_report(3, GO, threading.Event()) == GO
+    # When rank 0 ended without writing the key (it stopped or failed before that report), the worker stops.
+    ranks.store = _RacingStore({"end": OUT_STOPPED.encode()})
+    assert ranks.at_report(3, GO, threading.Event()) == STOP
+
+
 # ------------------------------------------------------------------------ ranks as hosts in this process
 
 
@@ -227,10 +256,8 @@ def test_two_ranks_in_process_follow_rank_0_and_only_rank_0_reports(tmp_path):
     assert not any(e[0] in (EV_START, EV_RESULT, EV_END) for e in worker)
     start = next(e[5] for e in worker if e[0] == EV_LANE and e[4] == "worker_start")
     assert start == {"rank": 1, "world_size": 2}
-    # The worker ran every iteration with rank 0 (the sums above need both ranks). Its own outcome is only
-    # informational: when rank 0 has already left after its last iteration by the time the worker reads the
-    # last decision, the worker records "stopped" instead of "completed".
-    assert _worker_end(worker)["outcome"] in (OUT_COMPLETED, OUT_STOPPED)
+    # The worker ran every iteration with rank 0 (the sums above need both ranks) and ended as it did.
+    assert _worker_end(worker)["outcome"] == OUT_COMPLETED
 
 
 def test_workers_pause_resume_and_stop_with_rank_0(tmp_path):
@@ -468,9 +495,7 @@ def test_a_two_worker_trial_on_two_device_actors_converges_like_the_one_worker_r
         assert abs(a["loss"] - b["loss"]) <= LOSS_TOLERANCE, (a, b)
         assert abs(a["accuracy"] - b["accuracy"]) <= ACCURACY_TOLERANCE, (a, b)
     assert not any(e[0] in (EV_START, EV_RESULT, EV_END) for e in events[1])  # the worker reported nothing
-    # The worker's own outcome is informational (see test_two_ranks_in_process_follow_rank_0...): "stopped"
-    # when rank 0 has left after the last epoch before the worker read its last decision.
-    assert _worker_end(events[1])["outcome"] in (OUT_COMPLETED, OUT_STOPPED)
+    assert _worker_end(events[1])["outcome"] == OUT_COMPLETED
     assert [e[4] for e in events[0] if e[0] == EV_END] == [OUT_COMPLETED]
 
 

@@ -147,7 +147,10 @@ class Rendezvous:
                 if self.store.check([key]):
                     return self.store.get(key).decode()
                 if not self.leader and self.store.check(["end"]):
-                    return None
+                    # Rank 0 writes its keys before ``end``: look once more, since both may have come between
+                    # the two looks above (a worker at rank 0's last report would otherwise stop instead of going
+                    # on to its own end).
+                    return self.store.get(key).decode() if self.store.check([key]) else None
             except dist.DistError:  # rank 0's store is gone: so is the trial
                 return None
             now = time.monotonic()
