@@ -1154,15 +1154,41 @@ class _Planning:
                 b = bounds[d] = self.mem(d).bound()
             return b
 
+        # The largest bounds among the open devices, for the quick "fits nowhere" test: two max-heaps with lazy
+        # deletion (an entry counts while its device is open and its bound is still the entry's), so that a
+        # placement costs O(log devices) here instead of a scan of every open device.
+        # The heaps are built on first use: a plan with no candidate reads no device's memory.
+        in_heap = set(open_devs)
+        tops: tuple[list[tuple[int, int]], list[tuple[int, int]]] = ([], [])
+        built = False
+
+        def push_bounds(d: int) -> None:
+            if not built:
+                return
+            b = bound(d)
+            heapq.heappush(tops[0], (-b[0], d))
+            heapq.heappush(tops[1], (-b[1], d))
+
+        def best(which: int) -> int:
+            top = tops[which]
+            while top and (top[0][1] not in in_heap or bound(top[0][1])[which] != -top[0][0]):
+                heapq.heappop(top)
+            return -top[0][0] if top else -1
+
         best_b = best_a = -1
-        stale = True
+        stale = True  # the best bounds are read again after each placement only
         for i, t in enumerate(candidates):
             if not heap:  # no device takes anything more (nothing reopens one without a placement)
                 left.extend(candidates[i:])
                 break
             if stale:
-                best_b = max((bound(d)[0] for _, _, d in heap), default=-1)
-                best_a = max((bound(d)[1] for _, _, d in heap), default=-1)
+                if not built:
+                    tops[0].extend((-bound(d)[0], d) for d in in_heap)
+                    tops[1].extend((-bound(d)[1], d) for d in in_heap)
+                    heapq.heapify(tops[0])
+                    heapq.heapify(tops[1])
+                    built = True
+                best_b, best_a = best(0), best(1)
                 stale = False
             size = t.p_bytes + t.t_bytes
             chosen = None
@@ -1191,12 +1217,17 @@ class _Planning:
                 for d in self._reopened:
                     if d in bounds:
                         bounds[d] = self.mem(d).bound()
+                        if d in in_heap:
+                            push_bounds(d)
                 self._reopened.clear()
+            in_heap.discard(chosen)
             self.place(t, [chosen])
             bounds[chosen] = self.mem(chosen).bound()
             stale = True
             if self.gate(chosen):
                 heapq.heappush(heap, (self.load[chosen], self.ncomp[chosen], chosen))
+                in_heap.add(chosen)
+                push_bounds(chosen)
         return left
 
     def rebalance(self) -> bool:
