@@ -253,8 +253,8 @@ def _offline_executor(tmp_path, n_devices=1, slots=1, capacity=GiB):
     executor = Executor(cloudpickle.dumps((lambda config: None, None)), RandomSearch({"x": 1}), store, specs,
                         ExecutorSettings("exp", str(tmp_path / "exp"), "f", verbose=0))
     for spec in specs:
-        device = _Device(spec, _FakeActor(), {"node_ip": "127.0.0.1"}, max_running=slots, assigned=set())
-        executor._capacity = capacity
+        device = _Device(spec, _FakeActor(), {"node_ip": "127.0.0.1", "capacity_bytes": capacity},
+                         max_running=slots, assigned=set())
         executor._adopt(device, device.info)
         executor._devices.append(device)
     return executor, store
@@ -499,3 +499,25 @@ def test_promoted_trials_resume_in_place_and_statuses_settle(storage):
     assert not reader.events("trial_restart")
     assert {t.status for t in reader.trials()} == {"TERMINATED"}
     assert PENDING not in {t.status for t in reader.trials()} and RUNNING not in {t.status for t in reader.trials()}
+
+
+def test_a_virtual_cpu_device_reports_its_share_of_its_own_nodes_memory(ray_cluster):
+    """A CPU device's lane capacity is read by its actor on its node (nodes may differ from the driver's machine),
+    split between the run's devices on that node; an explicit capacity is kept."""
+    import ray
+
+    from fluidsalus.gpu.actor import pack_trainable, start_device_actor
+    from fluidsalus.gpu.device import DeviceSpec, virtual_device_capacity
+    from fluidsalus.gpu.host import HostSettings
+
+    payload = pack_trainable(lambda config: None, None)
+    shared = start_device_actor(DeviceSpec("cpu:0", "cpu", 0, 1, None, 4), payload, HostSettings("exp"))
+    explicit = start_device_actor(DeviceSpec("cpu:1", "cpu", 1, 1, None, 4), payload,
+                                  HostSettings("exp", capacity_bytes=GiB))
+    try:
+        infos = ray.get([a.info.remote() for a in (shared, explicit)], timeout=120)
+    finally:
+        for actor in (shared, explicit):
+            ray.kill(actor, no_restart=True)
+    assert infos[0]["capacity_bytes"] == virtual_device_capacity(4)  # one node here: this machine's memory / 4
+    assert infos[1]["capacity_bytes"] == GiB

@@ -49,6 +49,9 @@ def test_virtual_cpu_devices_never_span_nodes_and_are_numbered_across_them():
     assert _cells(plan_devices(TWO_CPU_NODES, cpus_per_device=2)) == [
         ("cpu:0", "head", 2), ("cpu:1", "head", 2), ("cpu:2", "worker", 2)]
     assert [d.index for d in plan_devices(TWO_CPU_NODES, cpus_per_device=2)] == [0, 1, 2]
+    # Each device knows how many of the run's devices share its node: they split that node's memory.
+    assert [d.node_devices for d in plan_devices(TWO_CPU_NODES, cpus_per_device=2)] == [2, 2, 1]
+    assert [d.node_devices for d in plan_devices(TWO_CPU_NODES, devices=3, cpus_per_device=1)] == [2, 2, 1]
     # One core per device (the default): every core of both nodes.
     assert [d.node_id for d in plan_devices(TWO_CPU_NODES)] == ["head"] * 4 + ["worker"] * 3
     # A node with fewer cores than a device gets one device of all its cores; a node with none gets nothing.

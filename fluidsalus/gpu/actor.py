@@ -24,7 +24,7 @@ from fluidsalus.distributed import free_port
 from fluidsalus.gpu import arena as arena_mode
 from fluidsalus.gpu import nvml
 from fluidsalus.gpu.allocator import install_cuda_allocator
-from fluidsalus.gpu.device import DeviceSpec, NodeResources
+from fluidsalus.gpu.device import DeviceSpec, NodeResources, virtual_device_capacity
 from fluidsalus.gpu.host import EV_LANE, DeviceHost, HostSettings, TrialSpec
 
 #: Concurrent method calls the actor serves: one long poll plus submit/stop/info calls beside it.
@@ -57,6 +57,10 @@ class _DeviceActor:
         # The memory mode is settled before the trainable is unpickled: unpickling imports the user's modules,
         # and one that touches CUDA would make the lane allocator impossible to install (docs/allocator.md).
         memory, arena = _setup_memory(device, settings, capacity_from_nvml=device.kind == "cuda" and free is not None)
+        if settings.capacity_bytes <= 0:
+            # A virtual CPU device (or a GPU whose free memory nothing could read): its share of this node's
+            # memory, read here because the driver's machine may differ from this node.
+            settings.capacity_bytes = virtual_device_capacity(device.node_devices)
         trainable, settings.stop = cloudpickle.loads(code)
         self._info = {
             "device": device.name,

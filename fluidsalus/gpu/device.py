@@ -44,6 +44,8 @@ class DeviceSpec:
             at once on a CPU device, and torch's intra-op threads are shared out among them.
         node_id: The Ray node the device's actor is pinned to (``ray.nodes()[i]["NodeID"]``), or None to let
             Ray place it on any node with the resources (the single-pool plan of one resources mapping).
+        node_devices: The run's devices on the same node (every device of a single pool): virtual CPU devices
+            split their node's memory between them (:func:`virtual_device_capacity`, read on that node).
     """
 
     name: str
@@ -51,6 +53,7 @@ class DeviceSpec:
     index: int
     slots: int
     node_id: str | None = None
+    node_devices: int = 1
 
 
 def host_memory_bytes() -> int:
@@ -59,7 +62,8 @@ def host_memory_bytes() -> int:
 
 
 def virtual_device_capacity(n_devices: int) -> int:
-    """Lane capacity of each of ``n_devices`` virtual CPU devices on this machine."""
+    """Lane capacity of each of ``n_devices`` virtual CPU devices on this machine (called on the device's node:
+    the nodes of a cluster may have different memory)."""
     return int(host_memory_bytes() * VIRTUAL_DEVICE_MEMORY_FRACTION / max(1, n_devices))
 
 
@@ -154,7 +158,7 @@ def _plan_gpu_devices(nodes: list[tuple[str | None, NodeResources]], devices: in
                 f"{_where(node_id)} has {cpus}"
             )
         for _ in range(count):
-            specs.append(DeviceSpec(f"cuda:{len(specs)}", "cuda", len(specs), slots, node_id))
+            specs.append(DeviceSpec(f"cuda:{len(specs)}", "cuda", len(specs), slots, node_id, count))
     return specs
 
 
@@ -180,7 +184,7 @@ def _plan_cpu_devices(nodes: list[tuple[str | None, NodeResources]], devices: in
     specs: list[DeviceSpec] = []
     for (node_id, _), size, count in zip(nodes, sizes, counts, strict=True):
         for _ in range(count):
-            specs.append(DeviceSpec(f"cpu:{len(specs)}", "cpu", len(specs), size, node_id))
+            specs.append(DeviceSpec(f"cpu:{len(specs)}", "cpu", len(specs), size, node_id, count))
     return specs
 
 

@@ -57,7 +57,7 @@ from fluidsalus.checkpoint import Checkpoint, persist_checkpoint
 from fluidsalus.distributed import data_parallel_workers
 from fluidsalus.errors import ConfigError, FluidsalusError, TrialError
 from fluidsalus.gpu.actor import start_device_actor
-from fluidsalus.gpu.device import DEFAULT_TRIAL_ESTIMATE, DeviceSpec, virtual_device_capacity
+from fluidsalus.gpu.device import DEFAULT_TRIAL_ESTIMATE, DeviceSpec
 from fluidsalus.gpu.host import (
     DEFAULT_QUANTUM_MS,
     EV_CALL,
@@ -616,7 +616,6 @@ class Executor:
         self._awaiting_checkpoint: set[str] = set()  # trials whose planned move waits for their first checkpoint
         self._demands: dict[str, TrialDemand] = {}  # trial -> the demand the planner was last given
         self._workers = settings.workers if settings.workers is not None else declared_workers(payload)
-        self._capacity = 0
         for trial in trials or []:
             self.trials[trial.trial_id] = trial
             self._seq = max(self._seq, trial.seq + 1)
@@ -647,7 +646,9 @@ class Executor:
         return HostSettings(
                 experiment_name=self.settings.experiment_name,
                 max_lanes=spec.slots,
-                capacity_bytes=self._capacity,  # a GPU device's actor replaces it with the GPU's free memory
+                # 0: the actor sets it on its node (a GPU's free memory, or a virtual CPU device's share of
+                # its node's memory) and reports it in its info.
+                capacity_bytes=0,
                 trial_estimate=DEFAULT_TRIAL_ESTIMATE,
                 policy=self.settings.lane_policy,
                 quantum_ms=self.settings.quantum_ms,
@@ -663,9 +664,8 @@ class Executor:
     def _adopt(self, device: _Device, info: dict[str, Any]) -> None:
         """Take a (new) actor's info: the capacity and class the planner sees, and empty lanes."""
         device.info = info
-        # A GPU device's actor reports the GPU's free memory as its lane capacity; a CPU device has the share of
-        # host memory the driver gave it.
-        device.capacity = int(info.get("capacity_bytes") or self._capacity)
+        # The actor reports its lane capacity: a GPU's free memory, or a CPU device's share of its node's memory.
+        device.capacity = int(info.get("capacity_bytes") or 0)
         model = info.get("gpu_name")
         device.curve_key = f"{device.spec.kind}:{model}" if model else device.spec.kind
         device.mirror = LaneMirror()
@@ -675,7 +675,6 @@ class Executor:
         device.changed_at = time.time()
 
     def _start_devices(self) -> None:
-        self._capacity = virtual_device_capacity(sum(1 for d in self.device_specs if d.kind == "cpu"))
         actors = [start_device_actor(spec, self.payload, self._host_settings(spec), self._actor_name(spec))
                   for spec in self.device_specs]
         try:
