@@ -60,6 +60,11 @@ def __getattr__(name: str) -> object:
         return value
     raise AttributeError(f"module 'fluidsalus' has no attribute {name!r}")
 
+
+def __dir__() -> list[str]:
+    """The loaded names and those loaded on first use (so that tab completion lists ``run``)."""
+    return sorted(set(globals()) | set(_LAZY_NAMES) | _LAZY_SUBMODULES)
+
 __all__ = [
     "Checkpoint",
     "ConfigError",

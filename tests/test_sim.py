@@ -345,6 +345,8 @@ def test_the_simulator_and_the_pure_modules_import_without_ray():
     code = ("import sys\n"
             "import fluidsalus.sim.cli, fluidsalus.trialgroup.planner, fluidsalus.searchers, fluidsalus.goodput\n"
             "assert 'ray' not in sys.modules, sorted(m for m in sys.modules if m.startswith('ray'))[:5]\n"
+            "import fluidsalus\n"
+            "assert 'run' in dir(fluidsalus) and 'ray' not in sys.modules\n"
             "from fluidsalus import run\n"
             "import fluidsalus.api\n"
             "assert run is fluidsalus.api.run and 'ray' in sys.modules\n")
