@@ -304,7 +304,16 @@ class TrialSession:
         """Call ``method`` on the driver's call handler and wait for its answer (see ``fluidsalus.session.call``)."""
         if self._caller is None:
             raise SessionError("this trial has no driver to call (no call handler was set for the run)")
-        return self._caller(method, args)
+        if self._turns is None:
+            return self._caller(method, args)
+        # Waiting for the driver computes nothing: the lane's turn goes to a ready neighbour meanwhile, as when
+        # paused at a budget, and comes back once the answer is here (an Optuna objective asks the driver at
+        # every step, so its lane would otherwise idle for a round trip per step).
+        self._turns.release()
+        try:
+            return self._caller(method, args)
+        finally:
+            self._turns.acquire()
 
     def start_clock(self) -> None:
         """Start the trial's clocks (called once the trial first holds its lane's turn)."""

@@ -435,3 +435,38 @@ def test_a_trial_time_slicing_a_shared_lane_takes_the_lane_slot_that_frees(tmp_p
     assert len(moves) == 1 and moves[0][0] > b_end and moves[0][1] in ("t0", "t2") and moves[0][2] == 2, admits
     opened = [e[5]["lane"] for e in events if e[0] == EV_LANE and e[4] == "lane_open"]
     assert opened == [0, 1, 2]
+
+
+def test_a_trial_waiting_for_the_driver_lets_its_lane_neighbour_compute(tmp_path):
+    """A driver call computes nothing: while one trial waits for its answer, the other trial of its lane runs."""
+    released = threading.Event()
+
+    def f(config):
+        if config["role"] == "caller":
+            fluidsalus.report({"answer": fluidsalus.session.call_driver("slow")})
+            return
+        i = 0
+        while not released.is_set():  # reports (lane boundaries) until the test has seen what it needs
+            time.sleep(0.005)
+            fluidsalus.report({"i": i})
+            i += 1
+
+    host = DeviceHost(f, _settings(max_lanes=1))  # one lane: the two trials take turns in it
+    host.submit([_spec(tmp_path, 0, role="caller"), _spec(tmp_path, 1, role="neighbour")])
+    events, call, during = [], None, 0
+    deadline = time.time() + WAIT_S
+    try:
+        while call is None or during < 3:  # the answer is held back until the neighbour has run meanwhile
+            assert time.time() < deadline, f"the neighbour did not run while the caller waited; events: {events}"
+            for e in host.poll(0.05):
+                events.append(e)
+                if e[0] == "call":
+                    call = e
+                elif e[0] == EV_RESULT and e[1] == "t1" and call is not None:
+                    during += 1
+    finally:
+        released.set()
+    host.answer(call[4], 42)
+    events += _drain(host, 2)
+    assert [e[4]["answer"] for e in events if e[0] == EV_RESULT and e[1] == "t0"] == [42]
+    assert {e[1]: e[4] for e in events if e[0] == EV_END} == {"t0": OUT_COMPLETED, "t1": OUT_COMPLETED}
