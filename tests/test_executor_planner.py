@@ -33,6 +33,7 @@ from fluidsalus.trialgroup.executor import (
     trial_demand,
 )
 from fluidsalus.trialgroup.planner import (
+    DEFAULT_MOVE_COST_S,
     INTRA,
     KEEP,
     MOVE,
@@ -458,6 +459,11 @@ def test_a_trial_moves_only_from_a_checkpoint(storage, checkpoint):
     assert placed[-1].device == restart.data["to"][0] != placed[0].device
     kept = [r.trial_id for r in grid if r.trial_id not in moved]
     assert all(t.attempt == 0 for t in reader.trials() if t.trial_id in kept)  # unchanged placements kept
+    # The move was measured (movecost.py): its cost, far below the 5 s prior for this tiny trial, is now the
+    # planner's move cost.
+    (measured,) = reader.events("move_cost")
+    assert measured.trial_id == restart.trial_id and measured.data["samples"] == 1
+    assert 0.0 <= measured.data["seconds"] == measured.data["move_cost_s"] < DEFAULT_MOVE_COST_S
 
 
 def in_pairs(config):

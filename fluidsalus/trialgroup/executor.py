@@ -78,6 +78,7 @@ from fluidsalus.progress import Progress
 from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.session import AUTO_RESULT_KEYS
 from fluidsalus.store import ERROR, FINAL_STATUSES, PAUSED, PENDING, RUNNING, TERMINATED, ExperimentStore, dumps
+from fluidsalus.trialgroup.movecost import MoveCostMeter
 from fluidsalus.trialgroup.planner import (
     KEEP,
     OPEN_ENDED_S,
@@ -615,6 +616,7 @@ class Executor:
         self._refused: set[tuple[str, int, str]] = set()  # (trial, attempt, action) refusals already recorded
         self._awaiting_checkpoint: set[str] = set()  # trials whose planned move waits for their first checkpoint
         self._demands: dict[str, TrialDemand] = {}  # trial -> the demand the planner was last given
+        self._move_costs = MoveCostMeter(self.planner.settings.move_cost_s)  # measured moves -> the planner's cost
         self._workers = settings.workers if settings.workers is not None else declared_workers(payload)
         for trial in trials or []:
             self.trials[trial.trial_id] = trial
@@ -1234,6 +1236,7 @@ class Executor:
         acted: list[tuple[str, Trial, tuple[Any, ...]]] = []
         fatal: str | None = None
         name = device.spec.name
+        received = time.time()  # the driver's clock: a move's two ends may be on nodes with different clocks
         with self.store.transaction():
             for event in batch:
                 kind, trial_id, attempt, ts = event[0], event[1], event[2], event[3]
@@ -1270,6 +1273,7 @@ class Executor:
                             self._awaiting_checkpoint.discard(trial_id)
                             self._dirty = True
                     self._observe(device, trial, ts, metrics)
+                    self._measure_move(trial, received, metrics, events, name)
                     acted.append((kind, trial, event))
                 elif kind == EV_START:
                     trial.status = RUNNING
@@ -1289,7 +1293,12 @@ class Executor:
                         trial.num_failures += 1
                         restart = _Restart(reason="retry", error=error)
                     if restart is not None:
+                        left_iteration = trial.last_iteration
                         self._requeue(trial, restart, ts, name, trace, events)
+                        if restart.reason == RESTART_MOVE and trial.status == PENDING:
+                            self._move_costs.left(trial_id, received, left_iteration)
+                        else:
+                            self._move_costs.drop(trial_id)
                         continue
                     trial.status = ERROR if outcome == OUT_ERRORED else TERMINATED
                     trial.error = error
@@ -1418,8 +1427,24 @@ class Executor:
                 self._planned_alone[trial_id] = alone
                 self._dirty = True
 
+    def _measure_move(self, trial: Trial, received: float, metrics: Mapping[str, Any],
+                      events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]],
+                      device_name: str) -> None:
+        """A result that completes the measurement of a move: the planner's move cost becomes the measured one
+        (``movecost.py``), and the sample is stored as a ``move_cost`` event."""
+        sample = self._move_costs.result(trial.trial_id, received, metrics.get("training_iteration"),
+                                         metrics.get("iterations_since_restore"), metrics.get("time_this_iter_s"))
+        if sample is None:
+            return
+        cost = self._move_costs.cost_s
+        self.planner.settings = dataclasses.replace(self.planner.settings, move_cost_s=cost)
+        events.append((received, "move_cost", trial.trial_id, device_name,
+                       {"attempt": trial.attempt, "seconds": round(sample, 6), "move_cost_s": round(cost, 6),
+                        "samples": self._move_costs.samples}))
+
     def _forget(self, trial_id: str) -> None:
         """An ended trial's measurements go (the pooled curves keep what it taught them)."""
+        self._move_costs.drop(trial_id)
         self.planner.forget(trial_id)
         self._measured.discard(trial_id)
         self._planned_alone.pop(trial_id, None)

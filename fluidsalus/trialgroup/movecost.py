@@ -1,0 +1,122 @@
+"""What moving a trial costs it, measured from the trial's own results (pure: no Ray).
+
+The planner moves a running trial (or gives it more devices) only when the predicted saving over its remaining
+budget exceeds the cost of a move, :attr:`PlannerSettings.move_cost_s`. Until a move has been measured that cost
+is the prior :data:`~fluidsalus.trialgroup.planner.DEFAULT_MOVE_COST_S`. The executor tells a
+:class:`MoveCostMeter` when a trial's attempt ends for a move and passes it every later result of the trial;
+each move gives one sample::
+
+    cost = (t_j - t_left) - (j - i_left) * s
+
+``t_left`` is when the old attempt's end arrived and ``i_left`` the last iteration it reported. ``t_j`` is when
+result ``j`` of the new attempt arrived: the first with ``j > i_left`` that is not the attempt's first result.
+``s`` is that result's ``time_this_iter_s``, one iteration at the new allocation with no restore in it. The
+sample is the time the trial lost to the move: stopping, starting again on the new devices, restoring its
+checkpoint and redoing the iterations after that checkpoint. Both times are the driver's clock, so devices on
+other nodes need no common clock. The meter's estimate is an EMA of the samples, and the first sample
+replaces the prior.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fluidsalus.gpu.memory import DEFAULT_EMA_ALPHA, Ema
+from fluidsalus.trialgroup.planner import DEFAULT_MOVE_COST_S
+
+__all__ = ["MoveCostMeter", "move_cost_sample"]
+
+
+def move_cost_sample(left_at: float, left_iteration: int, at: float, iteration: int, sec_per_iter: float) -> float:
+    """The seconds a move cost one trial (never below 0).
+
+    Args:
+        left_at: When the trial's old attempt ended (driver clock, seconds).
+        left_iteration: The last iteration the old attempt reported.
+        at: When result ``iteration`` of the new attempt arrived (same clock).
+        iteration: Its ``training_iteration`` (greater than ``left_iteration``).
+        sec_per_iter: Its ``time_this_iter_s``: one iteration at the new allocation.
+
+    Returns:
+        ``max(0, at - left_at - (iteration - left_iteration) * sec_per_iter)``.
+    """
+    return max(0.0, at - left_at - (iteration - left_iteration) * sec_per_iter)
+
+
+@dataclass(frozen=True)
+class _Left:
+    at: float
+    iteration: int
+
+
+class MoveCostMeter:
+    """The measured cost of a move, an EMA over moves (see the module docstring).
+
+    Args:
+        prior_s: The cost until the first move is measured.
+        alpha: EMA weight of one move's sample.
+
+    Raises:
+        ValueError: A negative or non-finite prior, or ``alpha`` outside (0, 1].
+    """
+
+    def __init__(self, prior_s: float = DEFAULT_MOVE_COST_S, alpha: float = DEFAULT_EMA_ALPHA) -> None:
+        if not (math.isfinite(prior_s) and prior_s >= 0.0):
+            raise ValueError(f"prior_s: must be a finite number of seconds >= 0, got {prior_s!r}")
+        self.prior_s = prior_s
+        self._ema = Ema(alpha)
+        self._left: dict[str, _Left] = {}
+
+    @property
+    def cost_s(self) -> float:
+        """The current estimate: the prior until a move was measured."""
+        value = self._ema.value
+        return self.prior_s if value is None else value
+
+    @property
+    def samples(self) -> int:
+        """Moves measured so far."""
+        return self._ema.samples
+
+    def left(self, trial_id: str, at: float, iteration: int) -> None:
+        """A trial's attempt ended for a move; it starts again on its new devices.
+
+        Args:
+            trial_id: The trial.
+            at: When its end arrived (driver clock).
+            iteration: The last iteration it reported (0: none).
+        """
+        self._left[trial_id] = _Left(at, iteration)
+
+    def drop(self, trial_id: str) -> None:
+        """Stop waiting for a trial's move to show (it ended, failed or was restarted for another reason)."""
+        self._left.pop(trial_id, None)
+
+    def result(self, trial_id: str, at: float, iteration: object, since_restore: object,
+               sec_per_iter: object) -> float | None:
+        """One result of a trial; the move's sample when this result completes its measurement.
+
+        Args:
+            trial_id: The trial.
+            at: When the result arrived (driver clock).
+            iteration: Its ``training_iteration``.
+            since_restore: Its ``iterations_since_restore`` (1 for the attempt's first result).
+            sec_per_iter: Its ``time_this_iter_s``.
+
+        Returns:
+            The sample in seconds, now folded into :attr:`cost_s`; None when the trial is not being measured or
+            this result does not measure it yet (or carries no usable figures).
+        """
+        left = self._left.get(trial_id)
+        if left is None:
+            return None
+        if not (isinstance(iteration, int) and isinstance(since_restore, int)
+                and isinstance(sec_per_iter, (int, float)) and math.isfinite(sec_per_iter) and sec_per_iter >= 0):
+            return None
+        if iteration <= left.iteration or since_restore < 2:
+            return None
+        del self._left[trial_id]
+        sample = move_cost_sample(left.at, left.iteration, at, iteration, float(sec_per_iter))
+        self._ema.update(sample)
+        return sample

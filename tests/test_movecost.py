@@ -1,0 +1,60 @@
+"""The measured cost of a move (fluidsalus/trialgroup/movecost.py): pure, hand-computed samples."""
+
+from __future__ import annotations
+
+import pytest
+
+from fluidsalus.trialgroup.movecost import MoveCostMeter, move_cost_sample
+from fluidsalus.trialgroup.planner import DEFAULT_MOVE_COST_S
+
+
+def test_a_sample_is_the_time_lost_beyond_the_iterations_done_at_the_new_speed():
+    # Left at t=100 after iteration 10; iteration 12 arrived at t=103.5, iterations now take 1 s:
+    # 3.5 s for 2 iterations worth 2 s: the move cost 1.5 s.
+    assert move_cost_sample(100.0, 10, 103.5, 12, 1.0) == pytest.approx(1.5)
+    # Faster than the old speed cannot make a move pay for itself: never below zero.
+    assert move_cost_sample(100.0, 10, 101.0, 12, 1.0) == 0.0
+
+
+def test_the_meter_waits_for_a_result_past_the_old_iteration_that_is_not_the_attempts_first():
+    meter = MoveCostMeter()
+    assert meter.cost_s == DEFAULT_MOVE_COST_S and meter.samples == 0
+    meter.left("a", 100.0, 10)
+    # The new attempt resumed from a checkpoint at iteration 8: iterations 9 and 10 are redone.
+    assert meter.result("a", 102.0, 9, 1, 2.0) is None  # its first result: the restore is in its time
+    assert meter.result("a", 102.5, 10, 2, 0.5) is None  # not past the iteration it had reached
+    sample = meter.result("a", 103.0, 11, 3, 0.5)
+    # 3 s since it left, one iteration beyond where it was (0.5 s): 2.5 s lost (restore and two redone).
+    assert sample == pytest.approx(2.5)
+    assert meter.cost_s == pytest.approx(2.5) and meter.samples == 1  # the first sample replaces the prior
+    assert meter.result("a", 104.0, 12, 4, 0.5) is None  # one sample per move
+
+
+def test_the_cost_is_an_ema_of_the_moves_and_other_trials_results_are_ignored():
+    meter = MoveCostMeter(prior_s=5.0, alpha=0.5)
+    meter.left("a", 0.0, 3)
+    meter.left("b", 0.0, 3)
+    assert meter.result("c", 9.0, 9, 9, 1.0) is None
+    assert meter.result("a", 4.0, 5, 2, 1.0) == pytest.approx(2.0)
+    assert meter.result("b", 8.0, 5, 2, 1.0) == pytest.approx(6.0)
+    assert meter.cost_s == pytest.approx(0.5 * 6.0 + 0.5 * 2.0)
+    assert meter.samples == 2
+
+
+def test_a_dropped_trial_or_a_result_without_figures_gives_no_sample():
+    meter = MoveCostMeter()
+    meter.left("a", 0.0, 1)
+    meter.drop("a")
+    assert meter.result("a", 5.0, 3, 2, 1.0) is None
+    meter.left("b", 0.0, 1)
+    assert meter.result("b", 5.0, None, 2, 1.0) is None
+    assert meter.result("b", 5.0, 3, 2, float("nan")) is None
+    assert meter.result("b", 5.0, 3, None, 1.0) is None
+    assert meter.result("b", 5.0, 3, 2, 1.0) == pytest.approx(3.0)  # still measured by a complete result
+    assert meter.cost_s == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("prior", [-1.0, float("inf"), float("nan")])
+def test_a_prior_that_is_not_a_finite_non_negative_time_is_refused(prior):
+    with pytest.raises(ValueError, match="prior_s"):
+        MoveCostMeter(prior_s=prior)
