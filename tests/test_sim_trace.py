@@ -24,6 +24,7 @@ from fluidsalus.sim.trace import (
     calibrate,
     compare_with_store,
     fit_interference,
+    hardware_for,
     load_store_trace,
     main,
     make_replay_strategy,
@@ -35,6 +36,7 @@ from fluidsalus.sim.trace import (
     trial_plans,
 )
 from fluidsalus.store import ExperimentStore
+from fluidsalus.trialgroup.planner import DEFAULT_MOVE_COST_S
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MIB = 2**20
@@ -153,6 +155,24 @@ def test_calibration_measures_latency_start_and_boundary(tmp_path):
     assert cal.admit_first_share == 1.0
 
 
+def test_calibration_takes_the_median_of_the_moves_the_executor_measured(tmp_path):
+    path = str(tmp_path / "race")
+    write_race_store(path)
+    trace = load_store_trace(path)
+    cal = calibrate(trace)
+    assert trace.move_costs == () and cal.move_s is None
+    assert hardware_for(trace, cal).move_s == cal.startup_s  # no move measured: a move costs a start
+    store = ExperimentStore.open(path)
+    store.add_events([(trace.origin + 2.0 + i, "move_cost", "t0", "cpu:0",
+                       {"attempt": 1, "seconds": seconds, "move_cost_s": seconds, "samples": i + 1})
+                      for i, seconds in enumerate([0.4, 0.1, 0.25])])
+    store.close()
+    trace = load_store_trace(path)
+    cal = calibrate(trace)
+    assert trace.move_costs == (0.4, 0.1, 0.25)
+    assert cal.move_s == 0.25 and hardware_for(trace, cal).move_s == 0.25
+
+
 def write_colocation_store(path: str, factor: float) -> None:
     """Two trials on a 2-slot device whose iterations take 1 s alone and ``factor`` s when both compute."""
     w = StoreWriter(path)
@@ -225,6 +245,23 @@ def test_planner_executor_prefetches_one_queued_trial_per_full_device():
     assert run("waterfill") == close(3.0)
     with pytest.raises(ConfigError):
         make_replay_strategy("nope")
+
+
+@pytest.mark.parametrize("long_trial", [True, False], ids=["measured", "unmeasured"])
+def test_the_executor_replay_takes_the_measured_move_cost_once_a_moved_trial_measured_it(long_trial):
+    # As in the test above, t2 is prefetched behind t0 on device 0. When t1 ends at 1 s, t0 moves to the free
+    # device 1 (t2 gets device 0). A long t0 (20 iterations) then does two iterations there: the executor has
+    # measured the move, and the replay's planner takes the hardware's 0.5 s instead of the prior (5 s). A t0 of
+    # two iterations ends after one: nothing was measured, and the prior stays.
+    records = tuple(TrialRecord(sec_per_iter=1.0, curve=(0.0,)) for _ in range(3))
+    plans = [TrialPlan(20 if long_trial else 2, (None,), 0), TrialPlan(1, (None,), 0), TrialPlan(1, (None,), 0)]
+    strategy = make_replay_strategy("executor", checkpoints=True)
+    sim = Simulation(strategy, Workload(records), ReplaySearcher(plans), 20,
+                     Hardware(gpus=2, slots=1, **{**FREE, "move_s": 0.5}))
+    assert strategy.planner.settings.move_cost_s == DEFAULT_MOVE_COST_S
+    result = sim.run()
+    assert result.moves == 1 and sim.trials["t00000"].ended_at == close(20.5 if long_trial else 2.5)
+    assert strategy.planner.settings.move_cost_s == (0.5 if long_trial else DEFAULT_MOVE_COST_S)
 
 
 def test_prefetch_matches_the_executor():

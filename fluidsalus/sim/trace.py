@@ -76,7 +76,7 @@ import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fluidsalus import goodput as gp
@@ -90,7 +90,7 @@ from fluidsalus.sim.engine import ENDED, PAUSED, QUEUED, SimResult, SimTrial, Si
 from fluidsalus.sim.model import Hardware, colocated_speed
 from fluidsalus.sim.strategies import Strategy, WaterfillStrategy, make_strategy
 from fluidsalus.sim.workload import TRACE_FORMAT, TRACE_VERSION, TrialRecord, Workload
-from fluidsalus.trialgroup.planner import KEEP, START, PlannerSettings
+from fluidsalus.trialgroup.planner import DEFAULT_MOVE_COST_S, KEEP, START, PlannerSettings
 from fluidsalus.trialgroup.trial import TrialGroup
 
 #: Trials the real executor queues on a device beyond its slots (``executor.PREFETCH_PER_DEVICE``; a test
@@ -221,6 +221,7 @@ class StoreTrace:
         reports: Times of every result and trial end (what the driver reacts to), sorted.
         wall_s: The experiment's ``created_at`` to ``finished_at`` (None while it runs).
         checkpointed: Whether any trial saved a checkpoint (the executor moves only trials that did).
+        move_costs: The seconds each measured move cost its trial (``move_cost`` events), in order.
     """
 
     path: str
@@ -236,6 +237,7 @@ class StoreTrace:
     reports: tuple[float, ...]
     wall_s: float | None
     checkpointed: bool = False
+    move_costs: tuple[float, ...] = ()
 
     @property
     def makespan_s(self) -> float:
@@ -412,6 +414,8 @@ def load_store_trace(path: str) -> StoreTrace:
         starts={tid: ts - origin for tid, ts in starts_abs.items()}, fresh_lane=frozenset(fresh),
         reports=tuple(reports), wall_s=None if finished is None else finished - exp["created_at"],
         checkpointed=checkpointed,
+        move_costs=tuple(float((ev.data or {})["seconds"]) for ev in events
+                         if ev.kind == "move_cost" and _number((ev.data or {}).get("seconds")) is not None),
     )
 
 
@@ -429,6 +433,7 @@ class Calibration:
         boundary_s: A lane's typical time between an iteration and the next one of a ready trial.
         admit_first_share: Share of the stops a placement followed whose new trial was admitted first.
         colocation_spread: The interference fit's spread (0: it could not be measured; interference 0).
+        move_s: The median measured move (None: the run measured none; a replay then takes ``startup_s``).
     """
 
     interference: float
@@ -437,6 +442,7 @@ class Calibration:
     boundary_s: float
     admit_first_share: float
     colocation_spread: float
+    move_s: float | None = None
 
 
 class _Occupancy:
@@ -580,8 +586,9 @@ def measure_boundary(trace: StoreTrace) -> float:
 def calibrate(trace: StoreTrace) -> Calibration:
     """Measure the machine's figures in a trace (see :class:`Calibration`)."""
     interference, spread = fit_interference(trace)
+    move_s = statistics.median(trace.move_costs) if trace.move_costs else None
     return Calibration(interference, measure_driver_latency(trace), measure_startup(trace), measure_boundary(trace),
-                       trace.admit_first_share, spread)
+                       trace.admit_first_share, spread, move_s)
 
 
 # ------------------------------------------------------------------------------------------ workloads
@@ -1101,7 +1108,10 @@ class PlannerExecutorStrategy(WaterfillStrategy):
     Args:
         prefetch: Queued trials submitted ahead to each full device (``executor.PREFETCH_PER_DEVICE``).
         checkpoints: Whether the trials checkpoint (so that moves and preemptions are carried out).
-        settings: Planner thresholds (None: the defaults, with the hardware's move time as the move cost).
+        settings: Planner thresholds (None: the defaults; the move cost is then the executor's: its prior
+            :data:`DEFAULT_MOVE_COST_S` until a moved trial has done two iterations on its new devices, which is
+            when the executor has measured its first move (``trialgroup/movecost.py``), and the hardware's move
+            time from the next plan on.)
     """
 
     name = "executor"
@@ -1111,8 +1121,27 @@ class PlannerExecutorStrategy(WaterfillStrategy):
         super().__init__(settings)
         self.prefetch = prefetch
         self.checkpoints = checkpoints
+        self._unmeasured_move_s: float | None = None  # the move cost the planner learns from the first move
+        self._moved_at: dict[str, int] = {}  # moved trial -> its iteration then, until a move is measured
+
+    def bind(self, sim: Simulation) -> None:
+        super().bind(sim)
+        if self.settings is None:
+            self._unmeasured_move_s = sim.hardware.move_s
+            self.planner.settings = replace(self.planner.settings, move_cost_s=DEFAULT_MOVE_COST_S)
+
+    def _learn_move_cost(self) -> None:
+        """Once a moved trial has done two iterations on its new devices, the executor knows what a move costs."""
+        trials = self.sim.trials
+        if any(trials[tid].iteration >= at + 2 for tid, at in self._moved_at.items()):
+            assert self._unmeasured_move_s is not None
+            self.planner.settings = replace(self.planner.settings, move_cost_s=self._unmeasured_move_s)
+            self._unmeasured_move_s = None
+            self._moved_at.clear()
 
     def place(self, now: float) -> None:
+        if self._moved_at:
+            self._learn_move_cost()
         plan = self.plan()
         if plan is None:
             return
@@ -1126,6 +1155,8 @@ class PlannerExecutorStrategy(WaterfillStrategy):
                 sim.start_lanes(trial, a.devices, now)
             elif self.checkpoints:
                 sim.move(trial, a.devices, now)
+                if self._unmeasured_move_s is not None:
+                    self._moved_at[trial.tid] = trial.iteration
         if self.checkpoints:
             for tid in plan.preempted:
                 sim.preempt(trials[tid], now)
@@ -1227,7 +1258,8 @@ def hardware_for(trace: StoreTrace, calibration: Calibration, **overrides: Any) 
     n = max(1, len(trace.devices))
     values: dict[str, Any] = dict(
         gpus=n, gpus_per_node=n, gpu_memory=virtual_device_capacity(n), context_bytes=0, slots=slots.pop(),
-        interference=calibration.interference, startup_s=calibration.startup_s, move_s=calibration.startup_s,
+        interference=calibration.interference, startup_s=calibration.startup_s,
+        move_s=calibration.startup_s if calibration.move_s is None else calibration.move_s,
         comm_fraction=0.0, driver_latency_s=calibration.driver_latency_s,
     )
     values.update(overrides)
@@ -1331,6 +1363,7 @@ class Comparison:
             "startup_ms": round(c.startup_s * 1e3, 3),
             "boundary_ms": round(c.boundary_s * 1e3, 3),
             "admit_first_share": round(c.admit_first_share, 3),
+            "move_ms": None if c.move_s is None else round(c.move_s * 1e3, 3),
             "iterations": dict(self.iterations),
             **self.extra,
         }
