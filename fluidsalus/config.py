@@ -11,10 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE
 from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS
+from fluidsalus.store import DEFAULT_STORAGE_PATH, STORAGE_PATH_ENV
 
-#: Where experiments go when no ``storage_path`` is given; ``FLUIDSALUS_STORAGE_PATH`` overrides it.
-DEFAULT_STORAGE_PATH = os.path.join("~", "fluidsalus_results")
-STORAGE_PATH_ENV = "FLUIDSALUS_STORAGE_PATH"
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.=+-][A-Za-z0-9_.=+ -]*$")
 #: Addresses ``ray.init(address=...)`` accepts: ``auto`` (the cluster this machine belongs to), ``local``, or a
 #: head node's GCS ``host:port`` (a bracketed IPv6 host allowed), optionally as a Ray Client ``ray://host:port``.

@@ -21,10 +21,11 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from fluidsalus import goodput as gp
-from fluidsalus.config import DEFAULT_STORAGE_PATH, STORAGE_PATH_ENV
 from fluidsalus.errors import StoreError
 from fluidsalus.store import (
     DB_FILENAME,
+    DEFAULT_STORAGE_PATH,
+    STORAGE_PATH_ENV,
     TERMINATED,
     TRIAL_STATUSES,
     ExperimentStore,

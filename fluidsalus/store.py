@@ -32,6 +32,10 @@ SCHEMA_VERSION = 1
 #: ``PRAGMA application_id`` of a fluidsalus store: the bytes "FlSa".
 APPLICATION_ID = 0x466C5361
 DB_FILENAME = "experiment.db"
+#: Where experiments go when no ``storage_path`` is given; ``FLUIDSALUS_STORAGE_PATH`` overrides it. (Here,
+#: not in ``config.py``, so that reading a store, and every device process, does without pydantic.)
+DEFAULT_STORAGE_PATH = os.path.join("~", "fluidsalus_results")
+STORAGE_PATH_ENV = "FLUIDSALUS_STORAGE_PATH"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 _SCHEMA = """
