@@ -470,21 +470,3 @@ def test_a_trial_waiting_for_the_driver_lets_its_lane_neighbour_compute(tmp_path
     events += _drain(host, 2)
     assert [e[4]["answer"] for e in events if e[0] == EV_RESULT and e[1] == "t0"] == [42]
     assert {e[1]: e[4] for e in events if e[0] == EV_END} == {"t0": OUT_COMPLETED, "t1": OUT_COMPLETED}
-
-
-def test_a_device_process_imports_neither_pydantic_nor_the_front_ends():
-    """Every device actor pays its own imports (on two cores, against the run's wall time): the actor, its host,
-    the session and ``import fluidsalus`` (which a trainable's module runs) must not pull in the driver's input
-    validation (pydantic), optuna or pandas. ``fluidsalus.inspect`` is still the function."""
-    import subprocess
-    import sys
-
-    code = ("import sys\n"
-            "import fluidsalus.gpu.actor, fluidsalus.gpu.host, fluidsalus.session, fluidsalus\n"
-            "heavy = sorted(m for m in ('pydantic', 'optuna', 'pandas') if m in sys.modules)\n"
-            "assert not heavy, heavy\n"
-            "assert fluidsalus.inspect.__name__ == 'inspect' and callable(fluidsalus.inspect)\n"
-            "from fluidsalus.config import DEFAULT_STORAGE_PATH, STORAGE_PATH_ENV\n"
-            "assert STORAGE_PATH_ENV == 'FLUIDSALUS_STORAGE_PATH' and 'pydantic' in sys.modules\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr

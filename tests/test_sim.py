@@ -334,21 +334,3 @@ def test_waterfill_is_told_what_the_executor_measures():
     assert len(sim.devices[0].lm.lanes()) == 0 and result.iterations == 6
     assert seen[:2] == [("t00000", 10.0, 1, 2), ("t00001", 20.0, 1, 2)]
     assert all(duration == 20.0 and colocated == 2 for _, duration, _, colocated in seen[2:4])
-
-
-def test_the_simulator_and_the_pure_modules_import_without_ray():
-    """``import fluidsalus.sim`` runs the package's ``__init__`` first: that must not import Ray (``run`` is loaded
-    on first use), while ``from fluidsalus import run`` still gives the Ray-backed entry point."""
-    import subprocess
-    import sys
-
-    code = ("import sys\n"
-            "import fluidsalus.sim.cli, fluidsalus.trialgroup.planner, fluidsalus.searchers, fluidsalus.goodput\n"
-            "assert 'ray' not in sys.modules, sorted(m for m in sys.modules if m.startswith('ray'))[:5]\n"
-            "import fluidsalus\n"
-            "assert 'run' in dir(fluidsalus) and 'ray' not in sys.modules\n"
-            "from fluidsalus import run\n"
-            "import fluidsalus.api\n"
-            "assert run is fluidsalus.api.run and 'ray' in sys.modules\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr

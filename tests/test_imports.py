@@ -1,0 +1,38 @@
+"""What importing fluidsalus pulls in: each check runs in a fresh interpreter, where nothing is imported yet."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def run_fresh(code: str) -> None:
+    """Run ``code`` in a new Python process and fail with its error output if it fails."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_simulator_and_the_pure_modules_import_without_ray():
+    """``import fluidsalus.sim`` runs the package's ``__init__`` first: that must not import Ray (``run`` is loaded
+    on first use), while ``from fluidsalus import run`` still gives the Ray-backed entry point."""
+    run_fresh("import sys\n"
+              "import fluidsalus.sim.cli, fluidsalus.trialgroup.planner, fluidsalus.searchers, fluidsalus.goodput\n"
+              "assert 'ray' not in sys.modules, sorted(m for m in sys.modules if m.startswith('ray'))[:5]\n"
+              "import fluidsalus\n"
+              "assert 'run' in dir(fluidsalus) and 'ray' not in sys.modules\n"
+              "from fluidsalus import run\n"
+              "import fluidsalus.api\n"
+              "assert run is fluidsalus.api.run and 'ray' in sys.modules\n")
+
+
+def test_a_device_process_imports_neither_pydantic_nor_the_front_ends():
+    """Every device actor pays its own imports (on two cores, against the run's wall time): the actor, its host,
+    the session and ``import fluidsalus`` (which a trainable's module runs) must not pull in the driver's input
+    validation (pydantic), optuna or pandas. ``fluidsalus.inspect`` is still the function."""
+    run_fresh("import sys\n"
+              "import fluidsalus.gpu.actor, fluidsalus.gpu.host, fluidsalus.session, fluidsalus\n"
+              "heavy = sorted(m for m in ('pydantic', 'optuna', 'pandas') if m in sys.modules)\n"
+              "assert not heavy, heavy\n"
+              "assert fluidsalus.inspect.__name__ == 'inspect' and callable(fluidsalus.inspect)\n"
+              "from fluidsalus.config import DEFAULT_STORAGE_PATH, STORAGE_PATH_ENV\n"
+              "assert STORAGE_PATH_ENV == 'FLUIDSALUS_STORAGE_PATH' and 'pydantic' in sys.modules\n")
