@@ -261,6 +261,33 @@ def _offline_executor(tmp_path, n_devices=1, slots=1, capacity=GiB):
     return executor, store
 
 
+def test_a_resumed_run_goes_on_from_the_move_cost_it_measured(tmp_path):
+    """The last stored ``move_cost`` estimate is the resumed executor's move cost, and the next measured move
+    continues its EMA; a new run, or a stored estimate that is no time, starts from the prior."""
+    from fluidsalus.gpu.device import DeviceSpec
+    from fluidsalus.searchers import RandomSearch
+    from fluidsalus.trialgroup.executor import Executor, ExecutorSettings
+
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, None, None)
+    store.add_events([(1.0, "move_cost", "a", "cpu:0", {"seconds": 0.2, "move_cost_s": 0.2, "samples": 1}),
+                      (2.0, "move_cost", "b", "cpu:0", {"seconds": 0.4, "move_cost_s": 0.3, "samples": 2})])
+
+    def executor(trials):
+        settings = ExecutorSettings("exp", str(tmp_path / "exp"), "f", verbose=0)
+        return Executor(cloudpickle.dumps((lambda config: None, None)), RandomSearch({"x": 1}), store,
+                        [DeviceSpec("cpu:0", "cpu", 0, 1)], settings, trials=trials)
+
+    assert executor([]).planner.settings.move_cost_s == DEFAULT_MOVE_COST_S  # a new run
+    resumed = executor([_trial("a", last_iteration=1)])
+    assert resumed.planner.settings.move_cost_s == pytest.approx(0.3)
+    meter = resumed._move_costs
+    meter.left("a", 0.0, 1)
+    assert meter.result("a", 2.0, 3, 2, 0.55) == pytest.approx(0.9)
+    assert meter.cost_s == pytest.approx(0.3 * 0.9 + 0.7 * 0.3) and meter.samples == 3  # DEFAULT_EMA_ALPHA = 0.3
+    store.add_events([(3.0, "move_cost", "c", "cpu:0", {"move_cost_s": float("nan"), "samples": 3})])
+    assert executor([_trial("a")]).planner.settings.move_cost_s == DEFAULT_MOVE_COST_S
+
+
 def _queue(executor, store, *trials):
     store.add_trials([(t.trial_id, t.seq, t.config) for t in trials], group_id="g", budget=None)
     for t in trials:

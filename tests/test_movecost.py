@@ -58,3 +58,20 @@ def test_a_dropped_trial_or_a_result_without_figures_gives_no_sample():
 def test_a_prior_that_is_not_a_finite_non_negative_time_is_refused(prior):
     with pytest.raises(ValueError, match="prior_s"):
         MoveCostMeter(prior_s=prior)
+
+
+def test_a_restored_estimate_is_continued_not_replaced():
+    meter = MoveCostMeter(prior_s=5.0, alpha=0.5)
+    meter.restore(2.0, 3)
+    assert meter.cost_s == 2.0 and meter.samples == 3
+    meter.left("a", 0.0, 1)
+    assert meter.result("a", 5.0, 3, 2, 0.5) == pytest.approx(4.0)
+    assert meter.cost_s == pytest.approx(3.0) and meter.samples == 4
+
+
+@pytest.mark.parametrize(("cost", "samples"), [(-1.0, 1), (float("nan"), 1), (None, 1), (1.0, 0), (1.0, True)])
+def test_restoring_an_estimate_that_is_no_time_or_has_no_samples_is_refused(cost, samples):
+    meter = MoveCostMeter()
+    with pytest.raises(ValueError, match="cost_s|samples"):
+        meter.restore(cost, samples)
+    assert meter.cost_s == DEFAULT_MOVE_COST_S and meter.samples == 0

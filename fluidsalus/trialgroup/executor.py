@@ -617,6 +617,8 @@ class Executor:
         self._awaiting_checkpoint: set[str] = set()  # trials whose planned move waits for their first checkpoint
         self._demands: dict[str, TrialDemand] = {}  # trial -> the demand the planner was last given
         self._move_costs = MoveCostMeter(self.planner.settings.move_cost_s)  # measured moves -> the planner's cost
+        if trials:  # a resumed run goes on from the move cost it had measured
+            self._restore_move_cost()
         self._workers = settings.workers if settings.workers is not None else declared_workers(payload)
         for trial in trials or []:
             self.trials[trial.trial_id] = trial
@@ -1426,6 +1428,19 @@ class Executor:
             if before is None or abs(alone - before) > REPLAN_PROFILE_CHANGE * before:
                 self._planned_alone[trial_id] = alone
                 self._dirty = True
+
+    def _restore_move_cost(self) -> None:
+        """Take the last stored ``move_cost`` estimate (a resumed run); a malformed one is ignored."""
+        measured = self.store.events("move_cost")
+        if not measured:
+            return
+        data = measured[-1].data or {}
+        try:
+            self._move_costs.restore(data.get("move_cost_s"), data.get("samples"))  # type: ignore[arg-type]
+        except ValueError as e:
+            logger.warning("ignoring the stored move cost %r: %s", data, e)
+            return
+        self.planner.settings = dataclasses.replace(self.planner.settings, move_cost_s=self._move_costs.cost_s)
 
     def _measure_move(self, trial: Trial, received: float, metrics: Mapping[str, Any],
                       events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]],

@@ -14,7 +14,7 @@ result ``j`` of the new attempt arrived: the first with ``j > i_left`` that is n
 sample is the time the trial lost to the move: stopping, starting again on the new devices, restoring its
 checkpoint and redoing the iterations after that checkpoint. Both times are the driver's clock, so devices on
 other nodes need no common clock. The meter's estimate is an EMA of the samples, and the first sample
-replaces the prior.
+replaces the prior. A resumed run goes on from the estimate it had stored (:meth:`MoveCostMeter.restore`).
 """
 
 from __future__ import annotations
@@ -78,6 +78,23 @@ class MoveCostMeter:
     def samples(self) -> int:
         """Moves measured so far."""
         return self._ema.samples
+
+    def restore(self, cost_s: float, samples: int) -> None:
+        """Go on from an estimate measured earlier (a resumed run's last ``move_cost`` event).
+
+        Args:
+            cost_s: The estimate then.
+            samples: The moves it was measured over.
+
+        Raises:
+            ValueError: A negative or non-finite cost, or fewer than one sample.
+        """
+        if not (isinstance(cost_s, (int, float)) and math.isfinite(cost_s) and cost_s >= 0.0):
+            raise ValueError(f"cost_s: must be a finite number of seconds >= 0, got {cost_s!r}")
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+            raise ValueError(f"samples: must be an int >= 1, got {samples!r}")
+        self._ema.value = float(cost_s)
+        self._ema.samples = samples
 
     def left(self, trial_id: str, at: float, iteration: int) -> None:
         """A trial's attempt ended for a move; it starts again on its new devices.
