@@ -16,7 +16,7 @@ import json
 import math
 import os
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from fluidsalus.store import (
     STORAGE_PATH_ENV,
     TERMINATED,
     TRIAL_STATUSES,
+    EventRow,
     ExperimentStore,
     TrialRow,
     finite,
@@ -93,6 +94,56 @@ class BestTrial:
     iteration: int
     status: str
     config: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PlannerSummary:
+    """What the planner decided over the whole run (never cut to a window), from the store's events.
+
+    Attributes:
+        moves: Moves and resizes decided (``plan_move``).
+        restarts_for_moves: Trials restarted on their new devices (``trial_restart`` with reason ``move``).
+        preemptions: Trials sent back to the queue (``plan_preempt``).
+        refused: Planned changes that were not carried out, by reason (``plan_refused``).
+        move_cost_s: The move cost the executor measured last (``move_cost``); None when it measured none and
+            used the planner's prior.
+        moves_measured: The moves that estimate came from.
+    """
+
+    moves: int
+    restarts_for_moves: int
+    preemptions: int
+    refused: dict[str, int]
+    move_cost_s: float | None
+    moves_measured: int
+
+
+def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
+    """Count the planner's decisions and read the last measured move cost.
+
+    Args:
+        events: The experiment's events, in store order.
+
+    Returns:
+        The summary.
+    """
+    moves = restarts = preemptions = measured = 0
+    refused: dict[str, int] = {}
+    cost: float | None = None
+    for ev in events:
+        data = ev.data or {}
+        if ev.kind == "plan_move":
+            moves += 1
+        elif ev.kind == "trial_restart" and data.get("reason") == "move":
+            restarts += 1
+        elif ev.kind == "plan_preempt":
+            preemptions += 1
+        elif ev.kind == "plan_refused":
+            reason = str(data.get("reason"))
+            refused[reason] = refused.get(reason, 0) + 1
+        elif ev.kind == "move_cost" and finite(data.get("move_cost_s")) and isinstance(data.get("samples"), int):
+            cost, measured = float(data["move_cost_s"]), data["samples"]
+    return PlannerSummary(moves, restarts, preemptions, dict(sorted(refused.items())), cost, measured)
 
 
 def resolve_experiment(path: str | os.PathLike[str]) -> str:
@@ -170,13 +221,15 @@ class Report:
     """An experiment's goodput report: per device, totals, lanes, trials and a timeline.
 
     Objects: :attr:`device_stats` (``goodput.DeviceStats`` list), :attr:`total_stats`, :attr:`lane_stats`,
-    :attr:`best`, :attr:`activity` (the parsed events). DataFrames (pandas, built on first use):
-    :attr:`devices`, :attr:`lanes`, :attr:`trials`, :attr:`timeline`, :attr:`waste`, :attr:`switches`.
+    :attr:`best`, :attr:`planner` (:class:`PlannerSummary`), :attr:`activity` (the parsed events). DataFrames
+    (pandas, built on first use): :attr:`devices`, :attr:`lanes`, :attr:`trials`, :attr:`timeline`,
+    :attr:`waste`, :attr:`switches`.
     """
 
     def __init__(self, path: str, experiment: dict[str, Any], trial_rows: list[TrialRow], activity: gp.Activity,
-                 summary: gp.Goodput, bin_s: float | None = None) -> None:
+                 summary: gp.Goodput, bin_s: float | None = None, planner: PlannerSummary | None = None) -> None:
         self.path = path
+        self.planner = planner if planner is not None else planner_summary(())
         self.experiment = experiment
         self.trial_rows = trial_rows
         self.activity = activity
@@ -341,6 +394,7 @@ class Report:
             "totals": asdict(self.total_stats),
             "lanes": [asdict(lane) for lane in self.lane_stats],
             "best": None if best is None else asdict(best),
+            "planner": asdict(self.planner),
             "timeline": [{**asdict(b), "start_s": b.start - t0, "end_s": b.end - t0} for b in self.timeline_bins
                          if b.device == gp.TOTAL_DEVICE],
         })
@@ -385,6 +439,7 @@ class Report:
             lines.append("wasted by cause: " + ", ".join(parts))
         else:
             lines.append("wasted by cause: none")
+        lines.append(self._planner_line())
         best = self.best
         if best is None:
             lines.append("best trial: -")
@@ -392,6 +447,14 @@ class Report:
             lines.append(f"best trial: {best.trial_id} {best.metric}={best.value:.6g} ({best.mode}) at iteration "
                          f"{best.iteration}, {best.status.lower()}, config {best.config}")
         return "\n".join(lines)
+
+    def _planner_line(self) -> str:
+        p = self.planner
+        cost = ("prior (no move measured)" if p.move_cost_s is None else
+                f"{p.move_cost_s * 1e3:.1f}ms measured over {_plural(p.moves_measured, 'move')}")
+        refused = ", ".join(f"{reason} {n}" for reason, n in p.refused.items()) or "none"
+        return (f"planner: {_plural(p.moves, 'move')} ({p.restarts_for_moves} restarted), "
+                f"{_plural(p.preemptions, 'preemption')}, refused: {refused}; move cost: {cost}")
 
     def plot(self, path: str | os.PathLike[str]) -> str:
         """Draw the lane timeline of each device and goodput over time into one PNG; returns its path."""
@@ -419,13 +482,14 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
             raise NoResultsError(f"experiment {exp['name']!r} at {os.fspath(path)!r} has no results yet; "
                                  "inspect it again once a trial has reported")
         trials = store.trials()
-        activity = gp.build_activity(store.results(latest_attempt_only=False), store.events(), exp["finished_at"])
+        events = store.events()
+        activity = gp.build_activity(store.results(latest_attempt_only=False), events, exp["finished_at"])
     absolute = None
     if window is not None:
         t0 = activity.start or exp["created_at"]
         start, end = window
         absolute = (t0 + (start or 0.0), (activity.end or t0) if end is None else t0 + end)
-    return Report(resolved, exp, trials, activity, gp.summarize(activity, absolute), bin_s)
+    return Report(resolved, exp, trials, activity, gp.summarize(activity, absolute), bin_s, planner_summary(events))
 
 
 # ---------------------------------------------------------------------------------------------- plot

@@ -467,10 +467,13 @@ def test_a_trial_moves_only_from_a_checkpoint(storage, checkpoint):
     reader = ExperimentStore.open(grid.experiment_path, readonly=True)
     trials = {r.config["n"]: r for r in grid}
     restarts = reader.events("trial_restart")
+    planner = fluidsalus.inspect(grid.experiment_path).planner  # what `fluidsalus inspect` shows of it
     if not checkpoint:
         assert not restarts
         refused = reader.events("plan_refused")
         assert refused and all(e.data["reason"] == REFUSED_NO_CHECKPOINT for e in refused)
+        assert planner.moves == 0 and planner.refused == {REFUSED_NO_CHECKPOINT: len(refused)}
+        assert planner.move_cost_s is None
         return
     assert restarts, "the time-sliced trial was never spread to the free device"
     assert all(e.data["reason"] == "move" for e in restarts)
@@ -491,6 +494,8 @@ def test_a_trial_moves_only_from_a_checkpoint(storage, checkpoint):
     (measured,) = reader.events("move_cost")
     assert measured.trial_id == restart.trial_id and measured.data["samples"] == 1
     assert 0.0 <= measured.data["seconds"] == measured.data["move_cost_s"] < DEFAULT_MOVE_COST_S
+    assert (planner.moves, planner.restarts_for_moves, planner.moves_measured) == (1, 1, 1)
+    assert planner.move_cost_s == measured.data["move_cost_s"]
 
 
 def in_pairs(config):

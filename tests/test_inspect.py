@@ -16,7 +16,7 @@ import pytest
 import fluidsalus
 from fluidsalus import goodput as gp
 from fluidsalus.cli import EXIT_USAGE, main
-from fluidsalus.inspect import PLOT_DPI, PLOT_WIDTH_IN, NoResultsError, Report, inspect
+from fluidsalus.inspect import PLOT_DPI, PLOT_WIDTH_IN, NoResultsError, PlannerSummary, Report, inspect
 from fluidsalus.store import DB_FILENAME, SCHEMA_VERSION, ExperimentStore
 
 #: Iterations each trial of the shared sweep reports, and the one (0-based) where a failing trial fails once.
@@ -187,6 +187,34 @@ def test_a_running_experiment_is_read_without_disturbing_its_writer(tmp_path):
     assert inspect(store.experiment_dir).total_stats.iterations == 3
     store.close()
     assert (tmp_path / "running.png").stat().st_size > 0
+
+
+def test_the_report_counts_the_planners_decisions_and_its_measured_move_cost(tmp_path):
+    store = _store(tmp_path)
+    store.add_results([("t0", 0, 1, 11.0, {"acc": 1, "time_this_iter_s": 0.5})])
+    report = inspect(store.experiment_dir)
+    assert report.planner == PlannerSummary(0, 0, 0, {}, None, 0)
+    assert "planner: 0 moves (0 restarted), 0 preemptions, refused: none; move cost: prior (no move measured)" \
+        in report.render_table()
+    store.add_events([
+        (11.0, "plan_move", "t0", "cpu:0", {"attempt": 0, "action": "move", "to": ["cpu:1"]}),
+        (11.1, "trial_restart", "t0", "cpu:0", {"attempt": 1, "reason": "move"}),
+        (11.2, "trial_restart", "t0", "cpu:1", {"attempt": 2, "reason": "retry"}),
+        (11.3, "plan_preempt", "t0", "cpu:1", {"attempt": 2}),
+        (11.4, "plan_refused", "t0", None, {"reason": "no checkpoint"}),
+        (11.5, "plan_refused", "t0", None, {"reason": "no checkpoint"}),
+        (11.6, "plan_refused", "t0", None, {"reason": "paused"}),
+        (11.7, "move_cost", "t0", "cpu:1", {"seconds": 0.02, "move_cost_s": 0.02, "samples": 1}),
+        (11.8, "move_cost", "t0", "cpu:1", {"seconds": 0.04, "move_cost_s": 0.026, "samples": 2}),
+    ])
+    report = inspect(store.experiment_dir)
+    assert report.planner == PlannerSummary(1, 1, 1, {"no checkpoint": 2, "paused": 1}, 0.026, 2)
+    assert report.to_dict()["planner"] == {"moves": 1, "restarts_for_moves": 1, "preemptions": 1,
+                                           "refused": {"no checkpoint": 2, "paused": 1}, "move_cost_s": 0.026,
+                                           "moves_measured": 2}
+    assert ("planner: 1 move (1 restarted), 1 preemption, refused: no checkpoint 2, paused 1; move cost: 26.0ms "
+            "measured over 2 moves") in report.render_table()
+    store.close()
 
 
 def _bad(path, capsys):
