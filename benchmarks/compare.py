@@ -32,9 +32,13 @@ Sweeps:
     ``fluidsalus_optuna``, whose study it is) with successive halving, all with grace period 1 and reduction
     factor 3. ``best`` is the best validation accuracy found: the highest last-reported accuracy of any trial.
 
+``cpu_s`` is the whole machine's busy CPU time over the same timed region (from ``/proc/stat``; null off
+Linux): every process counts, Ray's helpers and the device actors included. On a machine of ``c`` cores a
+tool cannot take less wall time than ``cpu_s / c``.
+
 The script prints a table, and as its last line one JSON object::
 
-    {"sweep": ..., "fluidsalus": {"wall_s": ..., "best": ..., ...}, "fluidsalus_tune": {...}, ...,
+    {"sweep": ..., "fluidsalus": {"wall_s": ..., "cpu_s": ..., "best": ..., ...}, "fluidsalus_tune": {...}, ...,
      "ray_over_fluidsalus": <Ray Tune wall_s / fluidsalus wall_s>, "optuna_over_fluidsalus": ...,
      "comparisons": {"fluidsalus_optuna": {"ray_over": ..., "optuna_over": ..., "best_minus_ray_pp": ...,
                                            "best_minus_optuna_pp": ...}, ...}}
@@ -134,10 +138,45 @@ def storage_dir(tool: str) -> Iterator[str]:
         yield path
 
 
-def summary(wall_s: float, trials: int, iterations: int, best: float, **extra: Any) -> dict[str, Any]:
+#: Where Linux counts the whole machine's CPU time (first line: user, nice, system, idle, iowait, ...).
+PROC_STAT = "/proc/stat"
+
+
+def machine_busy_cpu_s() -> float | None:
+    """CPU seconds the whole machine has spent busy (not idle or waiting for I/O) since boot; None off Linux.
+
+    Every process counts (Ray's helpers and device actors as well as this one), which is what a 2-core machine
+    has to share.
+    """
+    try:
+        with open(PROC_STAT) as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+class Clock:
+    """Wall time and the machine's busy CPU time from its creation to :meth:`stop`."""
+
+    def __init__(self) -> None:
+        self.cpu0 = machine_busy_cpu_s()
+        self.start = time.perf_counter()
+
+    def stop(self) -> tuple[float, float | None]:
+        """``(wall_s, cpu_s)``; ``cpu_s`` is None where the machine's CPU time cannot be read."""
+        wall_s = time.perf_counter() - self.start
+        cpu1 = machine_busy_cpu_s()
+        return wall_s, None if self.cpu0 is None or cpu1 is None else round(cpu1 - self.cpu0, 2)
+
+
+def summary(wall_s: float, trials: int, iterations: int, best: float, cpu_s: float | None = None,
+            **extra: Any) -> dict[str, Any]:
     """One tool's JSON entry."""
     return {
         "wall_s": round(wall_s, 3),
+        "cpu_s": cpu_s,  # the whole machine's busy CPU seconds over the same time
         "trials": trials,
         "trials_per_s": round(trials / wall_s, 3) if wall_s > 0 else None,
         "iterations": iterations,  # reports over all trials (epochs trained, for digits)
@@ -223,7 +262,7 @@ def fluidsalus_trivial() -> dict[str, Any]:
     import fluidsalus
 
     with storage_dir("fluidsalus") as storage:
-        start = time.perf_counter()
+        clock = Clock()
         grid = fluidsalus.run(
             fluidsalus_trivial_trainable,
             config={"x": fluidsalus.uniform(*TRIVIAL_X_RANGE)},
@@ -234,7 +273,7 @@ def fluidsalus_trivial() -> dict[str, Any]:
             seed=SEED,
             verbose=0,
         )
-        wall_s = time.perf_counter() - start
+        wall_s, cpu_s = clock.stop()
         check_no_trial_errors("fluidsalus", grid.errors)
         report_ms = [
             ms
@@ -244,6 +283,7 @@ def fluidsalus_trivial() -> dict[str, Any]:
         ]
         return summary(
             wall_s,
+            cpu_s=cpu_s,
             trials=len(grid),
             iterations=sum(int(r.metrics["training_iteration"]) for r in grid if r.metrics),
             best=grid.get_best_result().metrics[TRIVIAL_METRIC],
@@ -283,12 +323,13 @@ def tune_trivial(front_end: str) -> dict[str, Any]:
             param_space={"x": tune.uniform(*TRIVIAL_X_RANGE)},
             run_config=tune.RunConfig(storage_path=storage, verbose=0),
         )
-        start = time.perf_counter()
+        clock = Clock()
         results = tuner.fit()
-        wall_s = time.perf_counter() - start
+        wall_s, cpu_s = clock.stop()
         check_no_trial_errors(front_end, results.errors)
         return summary(
             wall_s,
+            cpu_s=cpu_s,
             trials=len(results),
             iterations=sum(int(r.metrics["training_iteration"]) for r in results if r.metrics),
             best=results.get_best_result().metrics[TRIVIAL_METRIC],
@@ -309,11 +350,12 @@ def optuna_trivial(front_end: str = "optuna") -> dict[str, Any]:
     """The Optuna script of the trivial sweep: ``study.optimize`` or ``fluidsalus.optuna.optimize``."""
     study = optuna_study("maximize" if TRIVIAL_MODE == "max" else "minimize")
     with storage_dir(front_end) as storage:
-        start = time.perf_counter()
+        clock = Clock()
         optimize(front_end, study, trivial_objective, TRIVIAL_TRIALS, storage)
-        wall_s = time.perf_counter() - start
+        wall_s, cpu_s = clock.stop()
     return summary(
         wall_s,
+        cpu_s=cpu_s,
         trials=len(study.trials),
         iterations=optuna_iterations(study),
         best=optuna_best_last_value(study, TRIVIAL_MODE),
@@ -356,14 +398,15 @@ def fluidsalus_digits() -> dict[str, Any]:
     ray_shutdown()  # fluidsalus starts Ray itself: that is part of what a user waits for
     with storage_dir("fluidsalus") as storage:
         try:
-            start = time.perf_counter()
+            clock = Clock()
             grid = run_fluidsalus_digits(storage)
-            wall_s = time.perf_counter() - start
+            wall_s, cpu_s = clock.stop()
         finally:
             ray_shutdown()
         check_no_trial_errors("fluidsalus", grid.errors)
         return summary(
             wall_s,
+            cpu_s=cpu_s,
             trials=len(grid),
             iterations=sum(int(r.metrics["training_iteration"]) for r in grid if r.metrics),
             best=grid.get_best_result(scope="last").metrics[DIGITS_METRIC],
@@ -415,7 +458,7 @@ def tune_digits(front_end: str) -> dict[str, Any]:
     ray_shutdown()
     with storage_dir(front_end) as storage:
         try:
-            start = time.perf_counter()
+            clock = Clock()
             ray_init()
             tuner = tune.Tuner(
                 tune.with_resources(trainable, {"cpu": CPUS_PER_RAY_TRIAL}),
@@ -435,12 +478,13 @@ def tune_digits(front_end: str) -> dict[str, Any]:
                 run_config=tune.RunConfig(storage_path=storage, verbose=0),
             )
             results = tuner.fit()
-            wall_s = time.perf_counter() - start
+            wall_s, cpu_s = clock.stop()
         finally:
             ray_shutdown()
         check_no_trial_errors(front_end, results.errors)
         return summary(
             wall_s,
+            cpu_s=cpu_s,
             trials=len(results),
             iterations=sum(int(r.metrics["training_iteration"]) for r in results if r.metrics),
             best=results.get_best_result(scope="last").metrics[DIGITS_METRIC],
@@ -491,15 +535,16 @@ def optuna_digits(front_end: str = "optuna") -> dict[str, Any]:
         ray_shutdown()  # fluidsalus starts Ray itself: that is part of what a user waits for
     try:
         with storage_dir(front_end) as storage:
-            start = time.perf_counter()
+            clock = Clock()
             optimize(front_end, study, digits_objective, DIGITS_TRIALS, storage)
-            wall_s = time.perf_counter() - start
+            wall_s, cpu_s = clock.stop()
     finally:
         torch.set_num_threads(threads)
         if front_end != "optuna":
             ray_shutdown()
     return summary(
         wall_s,
+        cpu_s=cpu_s,
         trials=len(study.trials),
         iterations=optuna_iterations(study),
         best=optuna_best_last_value(study, DIGITS_MODE),
@@ -580,7 +625,7 @@ def comparisons(entries: dict[str, dict[str, Any] | None]) -> dict[str, dict[str
 
 
 def print_table(sweep: str, entries: dict[str, dict[str, Any] | None]) -> None:
-    columns = ("tool", "wall_s", "trials", "trials/s", "iterations", "best", "wall / fluidsalus")
+    columns = ("tool", "wall_s", "cpu_s", "trials", "trials/s", "iterations", "best", "wall / fluidsalus")
     rows = []
     for tool, entry in entries.items():
         if entry is None:
@@ -592,6 +637,7 @@ def print_table(sweep: str, entries: dict[str, dict[str, Any] | None]) -> None:
         rows.append((
             tool,
             f"{entry['wall_s']:.2f}",
+            "-" if entry.get("cpu_s") is None else f"{entry['cpu_s']:.1f}",
             str(entry["trials"]),
             f"{entry['trials_per_s']:.2f}",
             str(entry["iterations"]),
