@@ -4,6 +4,7 @@
     python benchmarks/sim_vs_real.py --workloads compute --trials 32 --seeds 0,1,2
     python benchmarks/sim_vs_real.py --workloads sleep --seeds 1,1,1      # the same sweep three times
     python benchmarks/sim_vs_real.py --devices 2 --cpus-per-device 1
+    python benchmarks/sim_vs_real.py --devices 2 --cpus-per-device 1 --checkpoint   # trials that can move
 
 For each workload it runs a real ASHA sweep with ``fluidsalus.run`` on virtual CPU devices, then reads the
 experiment's store (:func:`fluidsalus.sim.trace.load_store_trace`) and predicts the sweep's makespan (first
@@ -27,6 +28,10 @@ Workloads (a trial's iteration cost scales with its ``scale`` parameter, drawn u
 - ``sleep``: ``time.sleep``: a pure scheduling check (no CPU contention);
 - ``compute``: single-threaded torch matrix products: real CPU work, co-located trials share the cores (and
   the GIL, between kernels) with each other and with the driver.
+
+With ``--checkpoint`` every iteration saves a checkpoint and a restarted trial resumes from it, so the executor
+carries out the planner's moves and preemptions (without one it refuses them). The replay then models them,
+each move costing what the executor measured (``move_cost`` events; ``moves`` and ``move_ms`` per run).
 
 Prints one line per run and, as its last line, one JSON object: ``measured_s``, ``predicted_s`` and
 ``error_pct`` of the worst run (largest absolute error of the trace prediction), ``max_error_pct``,
@@ -76,11 +81,32 @@ OTHER_PLANNERS = ("waterfill",)
 TARGET_ERROR_PCT = 15.0
 
 
+def _resumed_at() -> int:
+    """Iterations done before this start: the checkpoint's (0 without one)."""
+    checkpoint = fluidsalus.get_checkpoint()
+    if checkpoint is None:
+        return 0
+    with checkpoint.as_directory() as folder:
+        return int(Path(folder, "iteration").read_text())
+
+
+def _report(config: dict[str, Any], i: int) -> None:
+    """Report iteration ``i`` (0-based), with a checkpoint of it when the sweep checkpoints."""
+    metrics = {"score": config["quality"] * (1.0 - 1.0 / (i + 2))}
+    if not config.get("checkpoint"):
+        fluidsalus.report(metrics)
+        return
+    folder = Path(fluidsalus.get_context().get_trial_dir(), f"checkpoint_{i + 1}")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "iteration").write_text(str(i + 1))
+    fluidsalus.report(metrics, checkpoint=fluidsalus.Checkpoint.from_directory(str(folder)))
+
+
 def sleep_trainable(config: dict[str, Any]) -> None:
     """A trial whose iterations sleep ``scale * iter_s`` seconds."""
-    for i in range(config["max_t"]):
+    for i in range(_resumed_at(), config["max_t"]):
         time.sleep(config["scale"] * config["iter_s"])
-        fluidsalus.report({"score": config["quality"] * (1.0 - 1.0 / (i + 2))})
+        _report(config, i)
 
 
 def compute_trainable(config: dict[str, Any]) -> None:
@@ -91,10 +117,10 @@ def compute_trainable(config: dict[str, Any]) -> None:
     a = torch.rand(side, side)
     b = torch.rand(side, side)
     count = max(1, round(config["scale"] * config["products"]))
-    for i in range(config["max_t"]):
+    for i in range(_resumed_at(), config["max_t"]):
         for _ in range(count):
             torch.mm(a, b)
-        fluidsalus.report({"score": config["quality"] * (1.0 - 1.0 / (i + 2))})
+        _report(config, i)
 
 
 def products_per_iteration(iter_s: float, side: int = MATRIX_SIDE) -> int:
@@ -122,7 +148,8 @@ def make_searcher(trials: int, seed: int, space: dict[str, Any]) -> ASHA:
 
 
 def run_sweep(workload: str, trials: int, seed: int, storage: str, name: str, iter_s: float,
-              devices: int | None, cpus_per_device: int | None, products: int | None = None) -> float:
+              devices: int | None, cpus_per_device: int | None, products: int | None = None,
+              checkpoint: bool = False) -> float:
     """Run one real ASHA sweep; return its end-to-end seconds (``fluidsalus.run``, Ray already started).
 
     Args:
@@ -135,9 +162,10 @@ def run_sweep(workload: str, trials: int, seed: int, storage: str, name: str, it
         devices: Virtual CPU devices (None: fluidsalus's default).
         cpus_per_device: Cores per device (None: the default).
         products: ``compute``: products per iteration of scale 1 (None: calibrated now).
+        checkpoint: Save a checkpoint every iteration (and resume from it).
     """
     space: dict[str, Any] = {"scale": sp.uniform(*SCALE_RANGE), "quality": sp.uniform(0.0, 1.0),
-                             "max_t": MAX_T, "iter_s": iter_s}
+                             "max_t": MAX_T, "iter_s": iter_s, "checkpoint": checkpoint}
     if workload == "compute":
         space.update(side=MATRIX_SIDE, products=products or products_per_iteration(iter_s))
         trainable = compute_trainable
@@ -153,20 +181,23 @@ def run_sweep(workload: str, trials: int, seed: int, storage: str, name: str, it
 
 def measure(workload: str, trials: int, seed: int, storage: str, name: str, iter_s: float,
             devices: int | None, cpus_per_device: int | None, planner: str,
-            products: int | None = None) -> dict[str, Any]:
+            products: int | None = None, checkpoint: bool = False) -> dict[str, Any]:
     """Run one sweep and compare it with the simulator.
 
     Returns:
         The comparison's figures (:meth:`fluidsalus.sim.trace.Comparison.figures`) plus ``workload``,
-        ``seed`` and ``end_to_end_s``.
+        ``seed``, ``end_to_end_s`` and ``moves`` (trials restarted for a move).
     """
-    end_to_end = run_sweep(workload, trials, seed, storage, name, iter_s, devices, cpus_per_device, products)
+    end_to_end = run_sweep(workload, trials, seed, storage, name, iter_s, devices, cpus_per_device, products,
+                           checkpoint)
     trace = load_store_trace(os.path.join(storage, name))
     space = {"scale": sp.uniform(*SCALE_RANGE), "quality": sp.uniform(0.0, 1.0)}
     others = [name for name in OTHER_PLANNERS if name != planner]
     comparison = compare_with_store(trace, planner=planner, searcher_factory=lambda: make_searcher(trials, seed, space),
                                     max_iterations=MAX_T, also=others)
-    return {"workload": workload, "seed": seed, **comparison.figures(), "end_to_end_s": round(end_to_end, 3)}
+    moves = fluidsalus.inspect(os.path.join(storage, name)).planner.restarts_for_moves
+    return {"workload": workload, "seed": seed, **comparison.figures(), "end_to_end_s": round(end_to_end, 3),
+            "moves": moves}
 
 
 def main() -> int:
@@ -180,6 +211,8 @@ def main() -> int:
     p.add_argument("--planner", choices=REPLAY_PLANNERS, default="executor",
                    help="the placement to model: executor (the planner under the executor's rules, as the real "
                         "executor places; default), waterfill, or least_loaded (the executor's dispatch before)")
+    p.add_argument("--checkpoint", action="store_true",
+                   help="trials checkpoint every iteration, so the executor can move and preempt them")
     p.add_argument("--storage", help="keep the experiments here (default: a temporary folder, removed)")
     args = p.parse_args()
 
@@ -198,21 +231,22 @@ def main() -> int:
               f"{args.trials} trials, iteration {args.iter_s} s x scale in {SCALE_RANGE}")
         print(f"{'workload':<9}{'seed':>5}{'measured_s':>12}{'trace_s':>10}{'err%':>8}{'model_s':>10}{'err%':>8}"
               f"{'naive_s':>10}{'err%':>8}{'wfill_s':>10}{'err%':>8}{'e2e_s':>8}{'interf':>8}{'drv_ms':>8}"
-              f"{'admit1st':>9}")
+              f"{'admit1st':>9}{'moves':>6}{'move_ms':>8}")
         for workload in args.workloads.split(","):
             if workload == "compute" and products is None:
                 products = products_per_iteration(args.iter_s)
             for seed in (int(x) for x in args.seeds.split(",")):
                 name = f"{workload}_{seed}_{int(time.time() * 1e3)}"
                 r = measure(workload, args.trials, seed, storage, name, args.iter_s, args.devices,
-                            args.cpus_per_device, args.planner, products)
+                            args.cpus_per_device, args.planner, products, args.checkpoint)
                 runs.append(r)
                 print(f"{workload:<9}{seed:>5}{r['measured_s']:>12.2f}{r['predicted_s']:>10.2f}{r['error_pct']:>8.1f}"
                       f"{r['profile_predicted_s']:>10.2f}{r['profile_error_pct']:>8.1f}"
                       f"{r['naive_predicted_s']:>10.2f}{r['naive_error_pct']:>8.1f}"
                       f"{r.get('waterfill_predicted_s', math.nan):>10.2f}{r.get('waterfill_error_pct', math.nan):>8.1f}"
                       f"{r['end_to_end_s']:>8.2f}"
-                      f"{r['interference']:>8.3f}{r['driver_latency_ms']:>8.2f}{r['admit_first_share']:>9.2f}",
+                      f"{r['interference']:>8.3f}{r['driver_latency_ms']:>8.2f}{r['admit_first_share']:>9.2f}"
+                      f"{r['moves']:>6}{'-' if r['move_ms'] is None else format(r['move_ms'], '.1f'):>8}",
                       flush=True)
     finally:
         ray.shutdown()

@@ -105,8 +105,8 @@ class PlannerSummary:
         restarts_for_moves: Trials restarted on their new devices (``trial_restart`` with reason ``move``).
         preemptions: Trials sent back to the queue (``plan_preempt``).
         refused: Planned changes that were not carried out, by reason (``plan_refused``).
-        move_cost_s: The move cost the executor measured last (``move_cost``); None when it measured none and
-            used the planner's prior.
+        move_cost_s: The move cost the executor measured last (``move_cost``); None when it measured no move
+            (the planner then went by what trial starts cost, or by its prior).
         moves_measured: The moves that estimate came from.
     """
 
@@ -450,7 +450,7 @@ class Report:
 
     def _planner_line(self) -> str:
         p = self.planner
-        cost = ("prior (no move measured)" if p.move_cost_s is None else
+        cost = ("no move measured" if p.move_cost_s is None else
                 f"{p.move_cost_s * 1e3:.1f}ms measured over {_plural(p.moves_measured, 'move')}")
         refused = ", ".join(f"{reason} {n}" for reason, n in p.refused.items()) or "none"
         return (f"planner: {_plural(p.moves, 'move')} ({p.restarts_for_moves} restarted), "

@@ -288,6 +288,27 @@ def test_a_resumed_run_goes_on_from_the_move_cost_it_measured(tmp_path):
     assert executor([_trial("a")]).planner.settings.move_cost_s == DEFAULT_MOVE_COST_S
 
 
+def test_the_planners_move_cost_follows_trial_starts_until_a_move_is_measured(tmp_path):
+    """A small trial could never save the 5 s prior: the executor's estimate of a move is a start's set-up (first
+    iteration less second) until it has measured a move, so that moves can happen, and be measured, at all."""
+    executor, _ = _offline_executor(tmp_path)
+    trial = _trial("a")
+    executor.trials["a"] = trial
+    events = []
+
+    def result(since, seconds, iteration):
+        executor._measure_costs(trial, 100.0 + iteration, {"iterations_since_restore": since,
+                                                          "time_this_iter_s": seconds,
+                                                          "training_iteration": iteration}, events, "cpu:0")
+
+    result(1, 0.9, 1)
+    assert executor.planner.settings.move_cost_s == DEFAULT_MOVE_COST_S
+    result(2, 0.2, 2)
+    assert executor.planner.settings.move_cost_s == pytest.approx(0.7)
+    result(3, 0.2, 3)
+    assert executor.planner.settings.move_cost_s == pytest.approx(0.7) and not events  # no move, no event
+
+
 def _queue(executor, store, *trials):
     store.add_trials([(t.trial_id, t.seq, t.config) for t in trials], group_id="g", budget=None)
     for t in trials:

@@ -75,3 +75,18 @@ def test_restoring_an_estimate_that_is_no_time_or_has_no_samples_is_refused(cost
     with pytest.raises(ValueError, match="cost_s|samples"):
         meter.restore(cost, samples)
     assert meter.cost_s == DEFAULT_MOVE_COST_S and meter.samples == 0
+
+
+def test_before_any_move_a_move_costs_what_a_start_costs():
+    meter = MoveCostMeter(prior_s=5.0, alpha=0.5)
+    assert meter.start(1.5, 0.5) == pytest.approx(1.0)  # first iteration 1.5 s, second 0.5 s: 1 s of set-up
+    assert meter.cost_s == pytest.approx(1.0) and meter.start_samples == 1 and meter.samples == 0
+    assert meter.start(0.4, 0.5) == 0.0  # a first iteration faster than the second: no set-up at all
+    assert meter.cost_s == pytest.approx(0.5)
+    assert meter.start(None, 0.5) is None and meter.start(1.0, float("inf")) is None and meter.start(-1.0, 0.5) is None
+    assert meter.start_samples == 2
+    meter.left("a", 0.0, 1)
+    assert meter.result("a", 4.0, 3, 2, 1.0) == pytest.approx(2.0)
+    assert meter.cost_s == pytest.approx(2.0)  # a measured move outranks the starts
+    meter.start(10.0, 0.0)
+    assert meter.cost_s == pytest.approx(2.0)

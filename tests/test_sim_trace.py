@@ -247,21 +247,33 @@ def test_planner_executor_prefetches_one_queued_trial_per_full_device():
         make_replay_strategy("nope")
 
 
-@pytest.mark.parametrize("long_trial", [True, False], ids=["measured", "unmeasured"])
-def test_the_executor_replay_takes_the_measured_move_cost_once_a_moved_trial_measured_it(long_trial):
-    # As in the test above, t2 is prefetched behind t0 on device 0. When t1 ends at 1 s, t0 moves to the free
-    # device 1 (t2 gets device 0). A long t0 (20 iterations) then does two iterations there: the executor has
-    # measured the move, and the replay's planner takes the hardware's 0.5 s instead of the prior (5 s). A t0 of
-    # two iterations ends after one: nothing was measured, and the prior stays.
-    records = tuple(TrialRecord(sec_per_iter=1.0, curve=(0.0,)) for _ in range(3))
-    plans = [TrialPlan(20 if long_trial else 2, (None,), 0), TrialPlan(1, (None,), 0), TrialPlan(1, (None,), 0)]
+@pytest.mark.parametrize(("lengths", "costs"), [
+    ((12, 2, 2, 1), [DEFAULT_MOVE_COST_S, 0.25, 0.5]),
+    ((2, 1, 1), [DEFAULT_MOVE_COST_S]),
+], ids=["measured", "unmeasured"])
+def test_the_executor_replay_learns_the_move_cost_as_the_executor_does(lengths, costs):
+    # Two 1-slot devices, trials of 1 s iterations. The replay's planner starts from the executor's prior (5 s),
+    # takes what a start costs (the hardware's 0.25 s) once an attempt has done two iterations, and what a move
+    # costs (0.5 s) once a moved trial has done two iterations on its new device. With (12, 2, 2, 1), t0 moves
+    # when a device frees and goes on there: all three. With (2, 1, 1), t0 moves after its first iteration and
+    # ends after one more, and no attempt ever does two iterations: the prior stays.
+    records = tuple(TrialRecord(sec_per_iter=1.0, curve=(0.0,)) for _ in lengths)
+    plans = [TrialPlan(n, (None,), 0) for n in lengths]
     strategy = make_replay_strategy("executor", checkpoints=True)
+    used = []
+    plan = strategy.plan
+
+    def recording_plan():
+        if not used or used[-1] != strategy.planner.settings.move_cost_s:
+            used.append(strategy.planner.settings.move_cost_s)
+        return plan()
+
+    strategy.plan = recording_plan
     sim = Simulation(strategy, Workload(records), ReplaySearcher(plans), 20,
-                     Hardware(gpus=2, slots=1, **{**FREE, "move_s": 0.5}))
-    assert strategy.planner.settings.move_cost_s == DEFAULT_MOVE_COST_S
+                     Hardware(gpus=2, slots=1, **{**FREE, "move_s": 0.5, "startup_s": 0.25}))
     result = sim.run()
-    assert result.moves == 1 and sim.trials["t00000"].ended_at == close(20.5 if long_trial else 2.5)
-    assert strategy.planner.settings.move_cost_s == (0.5 if long_trial else DEFAULT_MOVE_COST_S)
+    assert result.moves == 1
+    assert used == costs
 
 
 def test_prefetch_matches_the_executor():

@@ -1108,10 +1108,10 @@ class PlannerExecutorStrategy(WaterfillStrategy):
     Args:
         prefetch: Queued trials submitted ahead to each full device (``executor.PREFETCH_PER_DEVICE``).
         checkpoints: Whether the trials checkpoint (so that moves and preemptions are carried out).
-        settings: Planner thresholds (None: the defaults; the move cost is then the executor's: its prior
-            :data:`DEFAULT_MOVE_COST_S` until a moved trial has done two iterations on its new devices, which is
-            when the executor has measured its first move (``trialgroup/movecost.py``), and the hardware's move
-            time from the next plan on.)
+        settings: Planner thresholds (None: the defaults; the move cost is then the executor's estimate
+            (``trialgroup/movecost.py``): the prior :data:`DEFAULT_MOVE_COST_S` until a trial has done two
+            iterations, then what a start costs (the hardware's ``startup_s``) until a moved trial has done two
+            iterations on its new devices, then the hardware's ``move_s``.)
     """
 
     name = "executor"
@@ -1121,26 +1121,33 @@ class PlannerExecutorStrategy(WaterfillStrategy):
         super().__init__(settings)
         self.prefetch = prefetch
         self.checkpoints = checkpoints
-        self._unmeasured_move_s: float | None = None  # the move cost the planner learns from the first move
+        self._learning = False  # the executor's move cost is followed (settings=None) and not yet from a move
+        self._started_measured = False  # some trial has done two iterations: starts are measured
         self._moved_at: dict[str, int] = {}  # moved trial -> its iteration then, until a move is measured
+        self._restarted_at: dict[str, int] = {}  # moved trial -> its iteration at its last move (its attempt's start)
 
     def bind(self, sim: Simulation) -> None:
         super().bind(sim)
         if self.settings is None:
-            self._unmeasured_move_s = sim.hardware.move_s
+            self._learning = True
             self.planner.settings = replace(self.planner.settings, move_cost_s=DEFAULT_MOVE_COST_S)
 
     def _learn_move_cost(self) -> None:
-        """Once a moved trial has done two iterations on its new devices, the executor knows what a move costs."""
+        """What the executor knows of a move's cost by now: a start's cost once a trial has done two iterations,
+        a move's once a moved trial has done two iterations on its new devices."""
         trials = self.sim.trials
+        hardware = self.sim.hardware
         if any(trials[tid].iteration >= at + 2 for tid, at in self._moved_at.items()):
-            assert self._unmeasured_move_s is not None
-            self.planner.settings = replace(self.planner.settings, move_cost_s=self._unmeasured_move_s)
-            self._unmeasured_move_s = None
+            self.planner.settings = replace(self.planner.settings, move_cost_s=hardware.move_s)
+            self._learning = False
             self._moved_at.clear()
+        elif not self._started_measured and any(t.iteration - self._restarted_at.get(t.tid, 0) >= 2
+                                                for t in self.sim.live_trials()):
+            self.planner.settings = replace(self.planner.settings, move_cost_s=hardware.startup_s)
+            self._started_measured = True
 
     def place(self, now: float) -> None:
-        if self._moved_at:
+        if self._learning:
             self._learn_move_cost()
         plan = self.plan()
         if plan is None:
@@ -1155,8 +1162,8 @@ class PlannerExecutorStrategy(WaterfillStrategy):
                 sim.start_lanes(trial, a.devices, now)
             elif self.checkpoints:
                 sim.move(trial, a.devices, now)
-                if self._unmeasured_move_s is not None:
-                    self._moved_at[trial.tid] = trial.iteration
+                if self._learning:
+                    self._moved_at[trial.tid] = self._restarted_at[trial.tid] = trial.iteration
         if self.checkpoints:
             for tid in plan.preempted:
                 sim.preempt(trials[tid], now)

@@ -617,6 +617,7 @@ class Executor:
         self._awaiting_checkpoint: set[str] = set()  # trials whose planned move waits for their first checkpoint
         self._demands: dict[str, TrialDemand] = {}  # trial -> the demand the planner was last given
         self._move_costs = MoveCostMeter(self.planner.settings.move_cost_s)  # measured moves -> the planner's cost
+        self._first_iter_s: dict[str, object] = {}  # trial -> time_this_iter_s of its attempt's first result
         if trials:  # a resumed run goes on from the move cost it had measured
             self._restore_move_cost()
         self._workers = settings.workers if settings.workers is not None else declared_workers(payload)
@@ -1275,7 +1276,7 @@ class Executor:
                             self._awaiting_checkpoint.discard(trial_id)
                             self._dirty = True
                     self._observe(device, trial, ts, metrics)
-                    self._measure_move(trial, received, metrics, events, name)
+                    self._measure_costs(trial, received, metrics, events, name)
                     acted.append((kind, trial, event))
                 elif kind == EV_START:
                     trial.status = RUNNING
@@ -1442,24 +1443,30 @@ class Executor:
             return
         self.planner.settings = dataclasses.replace(self.planner.settings, move_cost_s=self._move_costs.cost_s)
 
-    def _measure_move(self, trial: Trial, received: float, metrics: Mapping[str, Any],
-                      events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]],
-                      device_name: str) -> None:
-        """A result that completes the measurement of a move: the planner's move cost becomes the measured one
-        (``movecost.py``), and the sample is stored as a ``move_cost`` event."""
-        sample = self._move_costs.result(trial.trial_id, received, metrics.get("training_iteration"),
-                                         metrics.get("iterations_since_restore"), metrics.get("time_this_iter_s"))
-        if sample is None:
-            return
+    def _measure_costs(self, trial: Trial, received: float, metrics: Mapping[str, Any],
+                       events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]],
+                       device_name: str) -> None:
+        """What this result tells of a start's or a move's cost (``movecost.py``). The planner's move cost follows
+        the estimate; a measured move is also stored, as a ``move_cost`` event."""
+        trial_id = trial.trial_id
+        since, seconds = metrics.get("iterations_since_restore"), metrics.get("time_this_iter_s")
+        if since == 1:
+            self._first_iter_s[trial_id] = seconds
+        elif since == 2 and trial_id in self._first_iter_s:
+            self._move_costs.start(self._first_iter_s.pop(trial_id), seconds)
+        sample = self._move_costs.result(trial_id, received, metrics.get("training_iteration"), since, seconds)
         cost = self._move_costs.cost_s
-        self.planner.settings = dataclasses.replace(self.planner.settings, move_cost_s=cost)
-        events.append((received, "move_cost", trial.trial_id, device_name,
-                       {"attempt": trial.attempt, "seconds": round(sample, 6), "move_cost_s": round(cost, 6),
-                        "samples": self._move_costs.samples}))
+        if cost != self.planner.settings.move_cost_s:
+            self.planner.settings = dataclasses.replace(self.planner.settings, move_cost_s=cost)
+        if sample is not None:
+            events.append((received, "move_cost", trial_id, device_name,
+                           {"attempt": trial.attempt, "seconds": round(sample, 6), "move_cost_s": round(cost, 6),
+                            "samples": self._move_costs.samples}))
 
     def _forget(self, trial_id: str) -> None:
         """An ended trial's measurements go (the pooled curves keep what it taught them)."""
         self._move_costs.drop(trial_id)
+        self._first_iter_s.pop(trial_id, None)
         self.planner.forget(trial_id)
         self._measured.discard(trial_id)
         self._planned_alone.pop(trial_id, None)

@@ -1,8 +1,7 @@
 """What moving a trial costs it, measured from the trial's own results (pure: no Ray).
 
 The planner moves a running trial (or gives it more devices) only when the predicted saving over its remaining
-budget exceeds the cost of a move, :attr:`PlannerSettings.move_cost_s`. Until a move has been measured that cost
-is the prior :data:`~fluidsalus.trialgroup.planner.DEFAULT_MOVE_COST_S`. The executor tells a
+budget exceeds the cost of a move, :attr:`PlannerSettings.move_cost_s`. The executor tells a
 :class:`MoveCostMeter` when a trial's attempt ends for a move and passes it every later result of the trial;
 each move gives one sample::
 
@@ -13,8 +12,15 @@ result ``j`` of the new attempt arrived: the first with ``j > i_left`` that is n
 ``s`` is that result's ``time_this_iter_s``, one iteration at the new allocation with no restore in it. The
 sample is the time the trial lost to the move: stopping, starting again on the new devices, restoring its
 checkpoint and redoing the iterations after that checkpoint. Both times are the driver's clock, so devices on
-other nodes need no common clock. The meter's estimate is an EMA of the samples, and the first sample
-replaces the prior. A resumed run goes on from the estimate it had stored (:meth:`MoveCostMeter.restore`).
+other nodes need no common clock. The meter's estimate is an EMA of the samples.
+
+Before any move is measured, a move is taken to cost what starting a trial costs: a move is a start on new
+devices from a checkpoint. Every attempt's first two results give one sample of that, its first iteration's
+time less its second's: the trainable's set-up and the restore of its checkpoint (its clock starts when it gets
+its lane's turn, so waiting for a slot is not in it). Without this, a prior larger than what a small trial could
+save would block every move, and no move would ever be measured. Until a trial has done two iterations, the cost
+is the prior :data:`~fluidsalus.trialgroup.planner.DEFAULT_MOVE_COST_S`. A resumed run goes on from the
+estimate of measured moves it had stored (:meth:`MoveCostMeter.restore`).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from dataclasses import dataclass
 from fluidsalus.gpu.memory import DEFAULT_EMA_ALPHA, Ema
 from fluidsalus.trialgroup.planner import DEFAULT_MOVE_COST_S
 
-__all__ = ["MoveCostMeter", "move_cost_sample"]
+__all__ = ["MoveCostMeter", "move_cost_sample", "start_overhead_sample"]
 
 
 def move_cost_sample(left_at: float, left_iteration: int, at: float, iteration: int, sec_per_iter: float) -> float:
@@ -50,12 +56,31 @@ class _Left:
     iteration: int
 
 
-class MoveCostMeter:
-    """The measured cost of a move, an EMA over moves (see the module docstring).
+def start_overhead_sample(first_iter_s: float, second_iter_s: float) -> float:
+    """The set-up seconds of one (re)start of a trial: its first iteration less its second (never below 0).
 
     Args:
-        prior_s: The cost until the first move is measured.
-        alpha: EMA weight of one move's sample.
+        first_iter_s: ``time_this_iter_s`` of the attempt's first result (set-up and restore included).
+        second_iter_s: ``time_this_iter_s`` of its second result.
+
+    Returns:
+        ``max(0, first_iter_s - second_iter_s)``.
+    """
+    return max(0.0, first_iter_s - second_iter_s)
+
+
+def _seconds(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
+class MoveCostMeter:
+    """The cost of a move: an EMA over measured moves, else over trial starts, else a prior (module docstring).
+
+    Args:
+        prior_s: The cost until a trial has done two iterations.
+        alpha: EMA weight of one sample.
 
     Raises:
         ValueError: A negative or non-finite prior, or ``alpha`` outside (0, 1].
@@ -66,18 +91,43 @@ class MoveCostMeter:
             raise ValueError(f"prior_s: must be a finite number of seconds >= 0, got {prior_s!r}")
         self.prior_s = prior_s
         self._ema = Ema(alpha)
+        self._starts = Ema(alpha)
         self._left: dict[str, _Left] = {}
 
     @property
     def cost_s(self) -> float:
-        """The current estimate: the prior until a move was measured."""
-        value = self._ema.value
-        return self.prior_s if value is None else value
+        """The current estimate: measured moves, else trial starts, else the prior."""
+        for ema in (self._ema, self._starts):
+            if ema.value is not None:
+                return ema.value
+        return self.prior_s
 
     @property
     def samples(self) -> int:
         """Moves measured so far."""
         return self._ema.samples
+
+    @property
+    def start_samples(self) -> int:
+        """Trial starts measured so far."""
+        return self._starts.samples
+
+    def start(self, first_iter_s: object, second_iter_s: object) -> float | None:
+        """An attempt's first two results: one sample of a start's set-up time.
+
+        Args:
+            first_iter_s: ``time_this_iter_s`` of its first result.
+            second_iter_s: ``time_this_iter_s`` of its second result.
+
+        Returns:
+            The sample, now folded into the start estimate; None when either figure is not a time.
+        """
+        first, second = _seconds(first_iter_s), _seconds(second_iter_s)
+        if first is None or second is None:
+            return None
+        sample = start_overhead_sample(first, second)
+        self._starts.update(sample)
+        return sample
 
     def restore(self, cost_s: float, samples: int) -> None:
         """Go on from an estimate measured earlier (a resumed run's last ``move_cost`` event).
@@ -128,12 +178,12 @@ class MoveCostMeter:
         left = self._left.get(trial_id)
         if left is None:
             return None
-        if not (isinstance(iteration, int) and isinstance(since_restore, int)
-                and isinstance(sec_per_iter, (int, float)) and math.isfinite(sec_per_iter) and sec_per_iter >= 0):
+        seconds = _seconds(sec_per_iter)
+        if not (isinstance(iteration, int) and isinstance(since_restore, int)) or seconds is None:
             return None
         if iteration <= left.iteration or since_restore < 2:
             return None
         del self._left[trial_id]
-        sample = move_cost_sample(left.at, left.iteration, at, iteration, float(sec_per_iter))
+        sample = move_cost_sample(left.at, left.iteration, at, iteration, seconds)
         self._ema.update(sample)
         return sample
