@@ -108,6 +108,9 @@ class PlannerSummary:
         move_cost_s: The move cost the executor measured last (``move_cost``); None when it measured no move
             (the planner then went by what trial starts cost, or by its prior).
         moves_measured: The moves that estimate came from.
+        resize_cost_s: The data-parallel resize cost the executor measured last; None when it measured none (a
+            resize then costs what a move costs).
+        resizes_measured: The resizes that estimate came from.
     """
 
     moves: int
@@ -116,6 +119,8 @@ class PlannerSummary:
     refused: dict[str, int]
     move_cost_s: float | None
     moves_measured: int
+    resize_cost_s: float | None = None
+    resizes_measured: int = 0
 
 
 def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
@@ -127,9 +132,10 @@ def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
     Returns:
         The summary.
     """
-    moves = restarts = preemptions = measured = 0
+    moves = restarts = preemptions = measured = resizes = 0
     refused: dict[str, int] = {}
     cost: float | None = None
+    resize_cost: float | None = None
     for ev in events:
         data = ev.data or {}
         if ev.kind == "plan_move":
@@ -141,9 +147,14 @@ def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
         elif ev.kind == "plan_refused":
             reason = str(data.get("reason"))
             refused[reason] = refused.get(reason, 0) + 1
-        elif ev.kind == "move_cost" and finite(data.get("move_cost_s")) and isinstance(data.get("samples"), int):
-            cost, measured = float(data["move_cost_s"]), data["samples"]
-    return PlannerSummary(moves, restarts, preemptions, dict(sorted(refused.items())), cost, measured)
+        elif ev.kind == "move_cost":
+            count, resize_count = data.get("samples"), data.get("resize_samples", 0)
+            if isinstance(count, int) and count > 0 and finite(data.get("move_cost_s")):
+                cost, measured = float(data["move_cost_s"]), count
+            if isinstance(resize_count, int) and resize_count > 0 and finite(data.get("resize_cost_s")):
+                resize_cost, resizes = float(data["resize_cost_s"]), resize_count
+    return PlannerSummary(moves, restarts, preemptions, dict(sorted(refused.items())), cost, measured,
+                          resize_cost, resizes)
 
 
 def resolve_experiment(path: str | os.PathLike[str]) -> str:
@@ -452,6 +463,9 @@ class Report:
         p = self.planner
         cost = ("no move measured" if p.move_cost_s is None else
                 f"{p.move_cost_s * 1e3:.1f}ms measured over {_plural(p.moves_measured, 'move')}")
+        if p.resize_cost_s is not None:
+            resizes = _plural(p.resizes_measured, "resize")
+            cost += f"; resize cost: {p.resize_cost_s * 1e3:.1f}ms measured over {resizes}"
         refused = ", ".join(f"{reason} {n}" for reason, n in p.refused.items()) or "none"
         return (f"planner: {_plural(p.moves, 'move')} ({p.restarts_for_moves} restarted), "
                 f"{_plural(p.preemptions, 'preemption')}, refused: {refused}; move cost: {cost}")

@@ -307,6 +307,15 @@ def test_the_planners_move_cost_follows_trial_starts_until_a_move_is_measured(tm
     assert executor.planner.settings.move_cost_s == pytest.approx(0.7)
     result(3, 0.2, 3)
     assert executor.planner.settings.move_cost_s == pytest.approx(0.7) and not events  # no move, no event
+    # A resize of it (a data-parallel restart) is measured into the planner's resize cost only.
+    executor._move_costs.left("a", 103.0, 3, resize=True)
+    result(1, 1.0, 4)
+    result(2, 0.2, 5)  # at 105: 2 s for 2 iterations of 0.2 s: 1.6 s lost
+    assert executor.planner.settings.resize_cost_s == pytest.approx(1.6)
+    assert executor.planner.settings.move_cost_s == pytest.approx(0.3 * 0.8 + 0.7 * 0.7)  # a 2nd start, 0.8 s
+    (event,) = events
+    assert event[1] == "move_cost" and event[4]["kind"] == "resize" and event[4]["resize_samples"] == 1
+    assert event[4]["samples"] == 0 and event[4]["resize_cost_s"] == pytest.approx(1.6)
 
 
 def _queue(executor, store, *trials):

@@ -206,14 +206,16 @@ def test_the_report_counts_the_planners_decisions_and_its_measured_move_cost(tmp
         (11.6, "plan_refused", "t0", None, {"reason": "paused"}),
         (11.7, "move_cost", "t0", "cpu:1", {"seconds": 0.02, "move_cost_s": 0.02, "samples": 1}),
         (11.8, "move_cost", "t0", "cpu:1", {"seconds": 0.04, "move_cost_s": 0.026, "samples": 2}),
+        (11.9, "move_cost", "t0", "cpu:1", {"kind": "resize", "seconds": 0.5, "move_cost_s": 0.026, "samples": 2,
+                                            "resize_cost_s": 0.5, "resize_samples": 1}),
     ])
     report = inspect(store.experiment_dir)
-    assert report.planner == PlannerSummary(1, 1, 1, {"no checkpoint": 2, "paused": 1}, 0.026, 2)
+    assert report.planner == PlannerSummary(1, 1, 1, {"no checkpoint": 2, "paused": 1}, 0.026, 2, 0.5, 1)
     assert report.to_dict()["planner"] == {"moves": 1, "restarts_for_moves": 1, "preemptions": 1,
                                            "refused": {"no checkpoint": 2, "paused": 1}, "move_cost_s": 0.026,
-                                           "moves_measured": 2}
+                                           "moves_measured": 2, "resize_cost_s": 0.5, "resizes_measured": 1}
     assert ("planner: 1 move (1 restarted), 1 preemption, refused: no checkpoint 2, paused 1; move cost: 26.0ms "
-            "measured over 2 moves") in report.render_table()
+            "measured over 2 moves; resize cost: 500.0ms measured over 1 resize") in report.render_table()
     store.close()
 
 

@@ -90,3 +90,28 @@ def test_before_any_move_a_move_costs_what_a_start_costs():
     assert meter.cost_s == pytest.approx(2.0)  # a measured move outranks the starts
     meter.start(10.0, 0.0)
     assert meter.cost_s == pytest.approx(2.0)
+
+
+def test_a_resize_is_measured_into_an_estimate_of_its_own():
+    meter = MoveCostMeter(prior_s=5.0, alpha=0.5)
+    assert meter.resize_cost_s is None and meter.waiting("a") is None
+    meter.left("a", 0.0, 4, resize=True)
+    meter.left("b", 0.0, 4)
+    assert meter.waiting("a") is True and meter.waiting("b") is False
+    assert meter.result("a", 9.0, 6, 2, 2.0) == pytest.approx(5.0)  # 9 s for 2 iterations of 2 s: 5 s lost
+    assert meter.resize_cost_s == pytest.approx(5.0) and meter.resize_samples == 1
+    assert meter.cost_s == 5.0 and meter.samples == 0  # still the prior: moves are not resizes
+    assert meter.result("b", 3.0, 5, 2, 1.0) == pytest.approx(2.0)
+    assert meter.cost_s == pytest.approx(2.0) and meter.resize_cost_s == pytest.approx(5.0)
+    assert meter.waiting("a") is None and meter.waiting("b") is None
+
+
+def test_restoring_resizes_alone_keeps_the_move_estimate_learning():
+    meter = MoveCostMeter(prior_s=5.0, alpha=0.5)
+    meter.restore(None, 0, 3.0, 2)
+    assert meter.resize_cost_s == 3.0 and meter.resize_samples == 2
+    assert meter.cost_s == 5.0 and meter.samples == 0
+    with pytest.raises(ValueError, match="resize_cost_s"):
+        MoveCostMeter().restore(1.0, 1, float("nan"), 1)
+    with pytest.raises(ValueError, match="resize_samples"):
+        MoveCostMeter().restore(1.0, 1, 1.0, -1)

@@ -243,6 +243,21 @@ def test_growing_a_running_trial_must_pay_for_the_move():
     assert placed(result) == {"t0": (0, 1)}
 
 
+@pytest.mark.parametrize(("resize_cost_s", "grows"), [(None, True), (5.0, False), (0.5, True)])
+def test_growing_a_running_trial_pays_the_resize_cost_when_one_is_known(resize_cost_s, grows):
+    book = scaling_book({1: 10.0, 2: 6.0, 3: 5.0})
+    # A 3rd device saves 1 s of the last iteration: more than a 0.5 s move, less than a 5 s resize.
+    ts = [TrialDemand("t0", 1, GIB, GIB, data_parallel=True, devices=(0, 1))]
+    settings = PlannerSettings(move_cost_s=0.5, resize_cost_s=resize_cost_s)
+    result = plan(ts, devices(4), book, settings)
+    assert (len(placed(result)["t0"]) > 2) is grows
+
+
+def test_a_negative_resize_cost_is_refused():
+    with pytest.raises(ConfigError, match="resize_cost_s"):
+        PlannerSettings(resize_cost_s=-1.0)
+
+
 def test_intra_shrinks_a_data_parallel_trial_to_its_first_device():
     ts = [TrialDemand("dp", 50, GIB, GIB, data_parallel=True, devices=(1, 0))] + trials([5, 5])
     result = plan(ts, devices(2))

@@ -82,6 +82,7 @@ from fluidsalus.trialgroup.movecost import MoveCostMeter
 from fluidsalus.trialgroup.planner import (
     KEEP,
     OPEN_ENDED_S,
+    RESIZE,
     DeviceView,
     Plan,
     Planner,
@@ -181,6 +182,7 @@ class _Restart:
     """How to start a trial again once its current attempt has ended."""
 
     reason: str  # "retry" after a failure, "exploit" for PBT, "move"/"preempted" for the planner, ...
+    action: str | None = None  # the planner's action of a "move": MOVE or RESIZE
     error: str | None = None
     config: dict[str, Any] | None = None
     checkpoint_path: str | None = None
@@ -1090,7 +1092,7 @@ class Executor:
             for trial_id, devices, action in actions.move:
                 trial = self.trials[trial_id]
                 names = [self._name(i) for i in devices]
-                self._restarts[trial_id] = _Restart(reason=RESTART_MOVE)
+                self._restarts[trial_id] = _Restart(reason=RESTART_MOVE, action=action)
                 events.append((now, "plan_move", trial_id, self._name(trial.placed_on[0]), {
                     "attempt": trial.attempt, "action": action, "to": names, "regime": plan.regime,
                     "from_iteration": _checkpoint_iteration(trial.checkpoint_path) if trial.checkpoint_path else 0}))
@@ -1299,7 +1301,7 @@ class Executor:
                         left_iteration = trial.last_iteration
                         self._requeue(trial, restart, ts, name, trace, events)
                         if restart.reason == RESTART_MOVE and trial.status == PENDING:
-                            self._move_costs.left(trial_id, received, left_iteration)
+                            self._move_costs.left(trial_id, received, left_iteration, resize=restart.action == RESIZE)
                         else:
                             self._move_costs.drop(trial_id)
                         continue
@@ -1437,11 +1439,19 @@ class Executor:
             return
         data = measured[-1].data or {}
         try:
-            self._move_costs.restore(data.get("move_cost_s"), data.get("samples"))  # type: ignore[arg-type]
+            self._move_costs.restore(data.get("move_cost_s"), data.get("samples", 0),  # type: ignore[arg-type]
+                                     data.get("resize_cost_s"), data.get("resize_samples", 0))
         except ValueError as e:
             logger.warning("ignoring the stored move cost %r: %s", data, e)
             return
-        self.planner.settings = dataclasses.replace(self.planner.settings, move_cost_s=self._move_costs.cost_s)
+        self._follow_move_costs()
+
+    def _follow_move_costs(self) -> None:
+        """Give the planner the current move and resize estimates (a new settings object only on a change)."""
+        meter, settings = self._move_costs, self.planner.settings
+        if (meter.cost_s, meter.resize_cost_s) != (settings.move_cost_s, settings.resize_cost_s):
+            self.planner.settings = dataclasses.replace(settings, move_cost_s=meter.cost_s,
+                                                        resize_cost_s=meter.resize_cost_s)
 
     def _measure_costs(self, trial: Trial, received: float, metrics: Mapping[str, Any],
                        events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]],
@@ -1454,14 +1464,17 @@ class Executor:
             self._first_iter_s[trial_id] = seconds
         elif since == 2 and trial_id in self._first_iter_s:
             self._move_costs.start(self._first_iter_s.pop(trial_id), seconds)
-        sample = self._move_costs.result(trial_id, received, metrics.get("training_iteration"), since, seconds)
-        cost = self._move_costs.cost_s
-        if cost != self.planner.settings.move_cost_s:
-            self.planner.settings = dataclasses.replace(self.planner.settings, move_cost_s=cost)
+        meter = self._move_costs
+        resize = meter.waiting(trial_id)
+        sample = meter.result(trial_id, received, metrics.get("training_iteration"), since, seconds)
+        self._follow_move_costs()
         if sample is not None:
-            events.append((received, "move_cost", trial_id, device_name,
-                           {"attempt": trial.attempt, "seconds": round(sample, 6), "move_cost_s": round(cost, 6),
-                            "samples": self._move_costs.samples}))
+            resize_cost = meter.resize_cost_s
+            events.append((received, "move_cost", trial_id, device_name, {
+                "attempt": trial.attempt, "kind": "resize" if resize else "move", "seconds": round(sample, 6),
+                "move_cost_s": round(meter.cost_s, 6), "samples": meter.samples,
+                "resize_cost_s": None if resize_cost is None else round(resize_cost, 6),
+                "resize_samples": meter.resize_samples}))
 
     def _forget(self, trial_id: str) -> None:
         """An ended trial's measurements go (the pooled curves keep what it taught them)."""

@@ -12,7 +12,10 @@ result ``j`` of the new attempt arrived: the first with ``j > i_left`` that is n
 ``s`` is that result's ``time_this_iter_s``, one iteration at the new allocation with no restore in it. The
 sample is the time the trial lost to the move: stopping, starting again on the new devices, restoring its
 checkpoint and redoing the iterations after that checkpoint. Both times are the driver's clock, so devices on
-other nodes need no common clock. The meter's estimate is an EMA of the samples.
+other nodes need no common clock. The meter's estimate is an EMA of the samples. A data-parallel resize (a
+restart on more or fewer devices, with a new process group) is measured the same way into an estimate of its
+own, which the planner uses for growing a trial (:attr:`PlannerSettings.resize_cost_s`); until a resize has been
+measured, a resize costs what a move costs.
 
 Before any move is measured, a move is taken to cost what starting a trial costs: a move is a start on new
 devices from a checkpoint. Every attempt's first two results give one sample of that, its first iteration's
@@ -54,6 +57,7 @@ def move_cost_sample(left_at: float, left_iteration: int, at: float, iteration: 
 class _Left:
     at: float
     iteration: int
+    resize: bool
 
 
 def start_overhead_sample(first_iter_s: float, second_iter_s: float) -> float:
@@ -91,6 +95,7 @@ class MoveCostMeter:
             raise ValueError(f"prior_s: must be a finite number of seconds >= 0, got {prior_s!r}")
         self.prior_s = prior_s
         self._ema = Ema(alpha)
+        self._resizes = Ema(alpha)
         self._starts = Ema(alpha)
         self._left: dict[str, _Left] = {}
 
@@ -103,9 +108,19 @@ class MoveCostMeter:
         return self.prior_s
 
     @property
+    def resize_cost_s(self) -> float | None:
+        """The measured cost of a resize; None until one was measured (a resize then costs :attr:`cost_s`)."""
+        return self._resizes.value
+
+    @property
     def samples(self) -> int:
         """Moves measured so far."""
         return self._ema.samples
+
+    @property
+    def resize_samples(self) -> int:
+        """Resizes measured so far."""
+        return self._resizes.samples
 
     @property
     def start_samples(self) -> int:
@@ -129,32 +144,48 @@ class MoveCostMeter:
         self._starts.update(sample)
         return sample
 
-    def restore(self, cost_s: float, samples: int) -> None:
-        """Go on from an estimate measured earlier (a resumed run's last ``move_cost`` event).
+    def restore(self, cost_s: float | None, samples: int, resize_cost_s: float | None = None,
+                resize_samples: int = 0) -> None:
+        """Go on from the estimates measured earlier (a resumed run's last ``move_cost`` event).
 
         Args:
-            cost_s: The estimate then.
+            cost_s: The move estimate then (ignored when ``samples`` is 0).
             samples: The moves it was measured over.
+            resize_cost_s: The resize estimate then (ignored when ``resize_samples`` is 0).
+            resize_samples: The resizes it was measured over.
 
         Raises:
-            ValueError: A negative or non-finite cost, or fewer than one sample.
+            ValueError: A negative or non-finite cost, a negative count, or no sample at all.
         """
-        if not (isinstance(cost_s, (int, float)) and math.isfinite(cost_s) and cost_s >= 0.0):
-            raise ValueError(f"cost_s: must be a finite number of seconds >= 0, got {cost_s!r}")
-        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-            raise ValueError(f"samples: must be an int >= 1, got {samples!r}")
-        self._ema.value = float(cost_s)
-        self._ema.samples = samples
+        pairs = (("cost_s", cost_s, "samples", samples, self._ema),
+                 ("resize_cost_s", resize_cost_s, "resize_samples", resize_samples, self._resizes))
+        for _, _, count_name, count, _ in pairs:
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise ValueError(f"{count_name}: must be an int >= 0, got {count!r}")
+        if samples + resize_samples < 1:
+            raise ValueError("samples, resize_samples: nothing was measured")
+        for name, value, _, count, _ in pairs:
+            if count and _seconds(value) is None:
+                raise ValueError(f"{name}: must be a finite number of seconds >= 0, got {value!r}")
+        for _, value, _, count, ema in pairs:
+            if count:
+                ema.value, ema.samples = float(value), count  # type: ignore[arg-type]
 
-    def left(self, trial_id: str, at: float, iteration: int) -> None:
-        """A trial's attempt ended for a move; it starts again on its new devices.
+    def left(self, trial_id: str, at: float, iteration: int, resize: bool = False) -> None:
+        """A trial's attempt ended for a move or a resize; it starts again on its new devices.
 
         Args:
             trial_id: The trial.
             at: When its end arrived (driver clock).
             iteration: The last iteration it reported (0: none).
+            resize: A data-parallel resize (measured into the resize estimate), not a move.
         """
-        self._left[trial_id] = _Left(at, iteration)
+        self._left[trial_id] = _Left(at, iteration, resize)
+
+    def waiting(self, trial_id: str) -> bool | None:
+        """Whether the trial's measurement under way is of a resize (True) or a move (False); None: none."""
+        left = self._left.get(trial_id)
+        return None if left is None else left.resize
 
     def drop(self, trial_id: str) -> None:
         """Stop waiting for a trial's move to show (it ended, failed or was restarted for another reason)."""
@@ -185,5 +216,5 @@ class MoveCostMeter:
             return None
         del self._left[trial_id]
         sample = move_cost_sample(left.at, left.iteration, at, iteration, seconds)
-        self._ema.update(sample)
+        (self._resizes if left.resize else self._ema).update(sample)
         return sample

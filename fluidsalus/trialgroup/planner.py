@@ -276,20 +276,23 @@ class PlannerSettings:
     Attributes:
         min_marginal_gain: :data:`MIN_MARGINAL_GAIN`.
         min_scaling_gain: :data:`MIN_SCALING_GAIN`.
-        move_cost_s: :data:`DEFAULT_MOVE_COST_S`.
+        move_cost_s: :data:`DEFAULT_MOVE_COST_S`: what moving a trial to other devices costs it.
+        resize_cost_s: What giving a running data-parallel trial another device costs it (a restart on more
+            devices, with a new process group), or None for the same as ``move_cost_s``.
         prior_share: The share of a device the user expects one trial to need (Ray Tune's ``with_resources``
             ``gpu``: ``0.25`` for a quarter), or None for no hint. A hint, not a share: it only replaces the
             just-paying prior of *unmeasured* co-location steps (:meth:`ProfileBook.colocation_pays`), so that
             packing starts at ``1 / prior_share`` trials per device and goes beyond one measured step at a time.
 
     Raises:
-        ConfigError: A threshold outside ``[0, 1)``, a negative move cost or a non-positive share.
+        ConfigError: A threshold outside ``[0, 1)``, a negative move or resize cost or a non-positive share.
     """
 
     min_marginal_gain: float = MIN_MARGINAL_GAIN
     min_scaling_gain: float = MIN_SCALING_GAIN
     move_cost_s: float = DEFAULT_MOVE_COST_S
     prior_share: float | None = None
+    resize_cost_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("min_marginal_gain", "min_scaling_gain"):
@@ -298,10 +301,17 @@ class PlannerSettings:
                 raise ConfigError(f"{name}: must be in [0, 1), got {value!r}")
         if not self.move_cost_s >= 0.0:
             raise ConfigError(f"move_cost_s: must be >= 0 seconds, got {self.move_cost_s!r}")
+        if self.resize_cost_s is not None and not self.resize_cost_s >= 0.0:
+            raise ConfigError(f"resize_cost_s: must be None or >= 0 seconds, got {self.resize_cost_s!r}")
         if self.prior_share is not None and not (isinstance(self.prior_share, (int, float))
                                                  and 0.0 < self.prior_share < math.inf):
             raise ConfigError(f"prior_share: must be None or a number > 0 (a fraction of a device), "
                               f"got {self.prior_share!r}")
+
+    @property
+    def grow_cost_s(self) -> float:
+        """What one more device costs a running trial: ``resize_cost_s``, else ``move_cost_s``."""
+        return self.move_cost_s if self.resize_cost_s is None else self.resize_cost_s
 
 
 # ------------------------------------------------------------------------------------------ profiles
@@ -1453,7 +1463,7 @@ class _Planning:
             remaining_s = -neg_remaining_s
             pays = ratio < 1.0 - cfg.min_scaling_gain
             # Growing a running trial restarts it from its checkpoint; a trial that starts now pays nothing.
-            if pays and best.devices and remaining_s * (1.0 - ratio) <= cfg.move_cost_s:
+            if pays and best.devices and remaining_s * (1.0 - ratio) <= cfg.grow_cost_s:
                 pays = False
             # An unmeasured step k -> k + 1 is a probe, taken only once the trial's time at k devices is measured
             # (or as the first step of a trial that starts now): each probe is measured before the next, and
@@ -1496,7 +1506,7 @@ class _Planning:
         if source not in ("trial", "pooled") and self.book.measured(tid, k) is None and not (k == 1 and not t.devices):
             return 0.0
         remaining_s = self.rem[tid] * self.sec(t, k) / self.sec(t, 1)
-        return remaining_s * (1.0 - ratio) - (self.cfg.move_cost_s if t.devices else 0.0)
+        return remaining_s * (1.0 - ratio) - (self.cfg.grow_cost_s if t.devices else 0.0)
 
     def _free_device_for(self, t: TrialDemand, owner: dict[int, str]) -> int | None:
         for d in self.devices:
