@@ -94,7 +94,7 @@ class MoveCostMeter:
         if not (math.isfinite(prior_s) and prior_s >= 0.0):
             raise ValueError(f"prior_s: must be a finite number of seconds >= 0, got {prior_s!r}")
         self.prior_s = prior_s
-        self._ema = Ema(alpha)
+        self._moves = Ema(alpha)
         self._resizes = Ema(alpha)
         self._starts = Ema(alpha)
         self._left: dict[str, _Left] = {}
@@ -102,7 +102,7 @@ class MoveCostMeter:
     @property
     def cost_s(self) -> float:
         """The current estimate: measured moves, else trial starts, else the prior."""
-        for ema in (self._ema, self._starts):
+        for ema in (self._moves, self._starts):
             if ema.value is not None:
                 return ema.value
         return self.prior_s
@@ -115,7 +115,7 @@ class MoveCostMeter:
     @property
     def samples(self) -> int:
         """Moves measured so far."""
-        return self._ema.samples
+        return self._moves.samples
 
     @property
     def resize_samples(self) -> int:
@@ -157,7 +157,7 @@ class MoveCostMeter:
         Raises:
             ValueError: A negative or non-finite cost, a negative count, or no sample at all.
         """
-        pairs = (("cost_s", cost_s, "samples", samples, self._ema),
+        pairs = (("cost_s", cost_s, "samples", samples, self._moves),
                  ("resize_cost_s", resize_cost_s, "resize_samples", resize_samples, self._resizes))
         for _, _, count_name, count, _ in pairs:
             if isinstance(count, bool) or not isinstance(count, int) or count < 0:
@@ -216,5 +216,5 @@ class MoveCostMeter:
             return None
         del self._left[trial_id]
         sample = move_cost_sample(left.at, left.iteration, at, iteration, seconds)
-        (self._resizes if left.resize else self._ema).update(sample)
+        (self._resizes if left.resize else self._moves).update(sample)
         return sample
