@@ -256,11 +256,11 @@ class TrialSession:
                 self.checkpoint = Checkpoint(path)
                 self.checkpoint_at = (self.iteration, result["time_total_s"])
                 result["checkpoint_dir_name"] = os.path.basename(path)
-        stop = self.stop_requested.is_set()
-        if not stop and self._should_stop is not None and self._should_stop(result):
-            stop = self.stopped_by_rule = True
-        if not stop and result["done"]:
-            stop = self.stopped_by_rule = True
+        # The run's stop rule sees every result (as Ray Tune's stoppers do), even one the driver stops the trial
+        # at anyway: a trial stopped for a move that also met the rule there is finished, not moved.
+        if (self._should_stop is not None and self._should_stop(result)) or result["done"]:
+            self.stopped_by_rule = True
+        stop = self.stopped_by_rule or self.stop_requested.is_set()
         paused = not stop and self.at_budget(result)
         if self.ranks is not None:  # data-parallel: rank 0 decides, the workers follow
             decision = self.ranks.at_report(self.iteration, STOP if stop else PAUSE if paused else GO,

@@ -318,6 +318,60 @@ def test_the_planners_move_cost_follows_trial_starts_until_a_move_is_measured(tm
     assert event[4]["samples"] == 0 and event[4]["resize_cost_s"] == pytest.approx(1.6)
 
 
+@pytest.mark.parametrize(("status", "attempt", "placed_on", "resumed"), [
+    (RUNNING, 1, (0,), True),  # restarted from a checkpoint before the budget the searcher saw: redoing iterations
+    (PENDING, 1, (0,), True),  # restarted, submitted, not started yet
+    (PENDING, 1, (), False),  # not submitted: its spec will carry the new budget
+    (RUNNING, 0, (0,), None),  # never paused at a budget: promoting it is a searcher error
+])
+def test_a_promotion_of_a_restarted_trial_gives_its_device_the_new_budget(tmp_path, status, attempt, placed_on,
+                                                                          resumed):
+    from fluidsalus.errors import FluidsalusError
+
+    executor, store = _offline_executor(tmp_path)
+    trial = _trial("a", status=status, attempt=attempt, placed_on=placed_on, budget=1, group_id="g1")
+    _queue(executor, store, trial)
+    executor.pending.pop("a")
+    executor.searcher.next_groups = lambda: [TrialGroup("g2", budget=3, trial_ids=["a"])]
+    executor.searcher.collect_stops = lambda: []
+    executor.searcher.on_trial_add = lambda *args: None
+    if resumed is None:
+        with pytest.raises(FluidsalusError, match="promoted trial a while it is RUNNING"):
+            executor._take_groups()
+        return
+    executor._take_groups()
+    assert trial.budget == 3 and trial.status == status
+    calls = executor._devices[0].actor.calls
+    assert (("resume", ({"a": 3},)) in calls) is resumed
+
+
+@pytest.mark.parametrize("by_rule", [True, False], ids=["rule_met", "rule_not_met"])
+def test_a_trial_stopped_for_a_move_where_it_met_the_stop_rule_ends_instead_of_moving(tmp_path, by_rule):
+    """The move's stop and the run's stop rule met at the same report: the trial is finished (a searcher's later
+    promotion of it is ignored), not restarted on its new device."""
+    from fluidsalus.gpu.host import EV_END, EV_RESULT, OUT_STOPPED
+    from fluidsalus.store import TERMINATED
+    from fluidsalus.trialgroup.executor import RESTART_MOVE, _Restart
+
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    trial = _trial("a", status=RUNNING, placed_on=(0,), devices=(1,), budget=8,
+                   checkpoint_path=str(tmp_path / "a" / "checkpoint_000004"))
+    _queue(executor, store, trial)
+    executor.pending.pop("a")
+    executor.searcher.on_trial_add("a", "g", {})
+    executor._devices[0].assigned.add("a")
+    executor._restarts["a"] = _Restart(reason=RESTART_MOVE, action=MOVE)
+    executor._stopping.add("a")
+    metrics = {"training_iteration": 4, "done": True, "time_this_iter_s": 0.1}
+    executor._handle(executor._devices[0], [(EV_RESULT, "a", 0, 1.0, metrics, False, by_rule),
+                                            (EV_END, "a", 0, 1.1, OUT_STOPPED, None, None)])
+    assert trial.finished_by_rule is by_rule
+    if by_rule:
+        assert trial.status == TERMINATED and "a" not in executor.pending and trial.attempt == 0
+    else:  # an ordinary move: it restarts on its new device
+        assert trial.status == PENDING and "a" in executor.pending and trial.attempt == 1
+
+
 def _queue(executor, store, *trials):
     store.add_trials([(t.trial_id, t.seq, t.config) for t in trials], group_id="g", budget=None)
     for t in trials:

@@ -470,3 +470,39 @@ def test_a_trial_waiting_for_the_driver_lets_its_lane_neighbour_compute(tmp_path
     events += _drain(host, 2)
     assert [e[4]["answer"] for e in events if e[0] == EV_RESULT and e[1] == "t0"] == [42]
     assert {e[1]: e[4] for e in events if e[0] == EV_END} == {"t0": OUT_COMPLETED, "t1": OUT_COMPLETED}
+
+
+def test_a_new_budget_reaches_a_trial_still_waiting_for_memory_and_one_still_running(tmp_path):
+    """A promotion of a trial the driver restarted (from a checkpoint before the budget the searcher saw it reach)
+    may find its new attempt running, or waiting for admission: either then pauses at the new budget."""
+    gate = threading.Event()
+
+    def f(config):
+        for i in range(4):
+            if config["hold"] and i == 1:
+                assert gate.wait(WAIT_S)
+            fluidsalus.report({"i": i})
+
+    def poll_until(seen):
+        deadline = time.time() + WAIT_S
+        while not seen():
+            assert time.time() < deadline, f"timed out; events so far: {events}"
+            events.extend(host.poll(0.1))
+
+    def paused_at(trial_id):
+        return [e[4]["training_iteration"] for e in events if e[0] == EV_RESULT and e[1] == trial_id and e[5]]
+
+    events = []
+    host = DeviceHost(f, _settings(max_lanes=1, capacity=sum(ESTIMATE)))  # room for one trial: t1 waits
+    host.submit([TrialSpec(trial_id=f"t{i}", trial_name=f"f_t{i}", config={"hold": i == 0},
+                           trial_dir=str(tmp_path / f"t{i}"), budget=2 - i) for i in range(2)])
+    poll_until(lambda: any(e[0] == EV_RESULT and e[1] == "t0" for e in events))
+    host.resume({"t0": 3, "t1": 2})  # t0 runs (held before its 2nd report, short of its budget), t1 waits
+    gate.set()
+    poll_until(lambda: paused_at("t0"))
+    host.stop(["t0"])
+    poll_until(lambda: paused_at("t1"))
+    host.stop(["t1"])
+    poll_until(lambda: sum(e[0] == EV_END for e in events) == 2)
+    # Each first paused at its new budget, not at the one it was submitted with (2 and 1).
+    assert paused_at("t0")[0] == 3 and paused_at("t1")[0] == 2

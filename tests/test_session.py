@@ -113,3 +113,14 @@ def test_a_reported_done_is_kept_and_ends_the_trial_as_in_ray(tmp_path):
         session.report({"a": 2, "done": True})
     assert seen == [False, True]  # stop={"done": True} sees the trainable's own done
     assert [r["done"] for r in got] == [False, True]
+
+
+@pytest.mark.parametrize(("value", "by_rule"), [(5, True), (1, False)])
+def test_a_driver_stop_still_lets_the_stop_rule_see_the_result(tmp_path, value, by_rule):
+    """The driver stopped the trial (a move, say) at the same report where the run's stop rule is met: the trial
+    is finished by the rule, which the host tells the driver, so that the move does not restart it."""
+    s, got = _session(tmp_path, should_stop=lambda result: result["v"] >= 3)
+    s.request_stop()
+    with pytest.raises(StopTrial):
+        s.report({"v": value})
+    assert got[0]["done"] is True and s.stopped_by_rule is by_rule

@@ -51,7 +51,7 @@ _THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 # Event kinds sent from a device to the driver. Each event is a tuple whose first item is its kind.
 EV_START = "start"  # (EV_START, trial_id, attempt, ts)
-EV_RESULT = "result"  # (EV_RESULT, trial_id, attempt, ts, metrics, paused_at_budget)
+EV_RESULT = "result"  # (EV_RESULT, trial_id, attempt, ts, metrics, paused_at_budget, stopped_by_rule)
 EV_END = "end"  # (EV_END, trial_id, attempt, ts, outcome, error, traceback)
 EV_FATAL = "fatal"  # (EV_FATAL, trial_id, attempt, ts, message): a run-level configuration error
 EV_CALL = "call"  # (EV_CALL, trial_id, attempt, ts, call_id, method, args): the trial waits for answer()
@@ -294,12 +294,16 @@ class DeviceHost:
             self._emit_lane_events_locked()
 
     def resume(self, budgets: dict[str, float | None]) -> None:
-        """Let trials paused at their budget run on to a new budget (None: to the end)."""
+        """Give trials a new budget (None: to the end). One paused at its budget runs on; one still running (a
+        restart redoing iterations from an earlier checkpoint) or still waiting for admission will pause at the
+        new budget instead of the old one."""
         with self._lock:
             for tid, budget in budgets.items():
                 running = self._running.get(tid)
                 if running is not None:
                     running.session.resume(budget)
+                elif tid in self._waiting:
+                    self._waiting[tid].budget = budget
 
     def answer(self, call_id: int, value: Any, is_error: bool = False) -> None:
         """Deliver the driver's answer to a trial waiting in ``call_driver`` (an exception if ``is_error``)."""
@@ -663,7 +667,8 @@ class DeviceHost:
             if worker:
                 return
             with self._lock:
-                self._emit_locked((EV_RESULT, trial_id, attempt, time.time(), result, paused))
+                self._emit_locked((EV_RESULT, trial_id, attempt, time.time(), result, paused,
+                                   session.stopped_by_rule))
 
         stop_rule = None if worker else self.settings.stop
         should_stop = None

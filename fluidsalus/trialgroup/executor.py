@@ -862,6 +862,12 @@ class Executor:
                         trial.status = RUNNING
                         resumes.setdefault(trial.device, {})[trial_id] = group.budget
                         self._device(trial.device).changed_at = now
+                    elif trial.device is not None and (
+                            trial.status == PENDING or (trial.status == RUNNING and trial.attempt > 0)):
+                        # Submitted, or restarted (a move, a retry) from a checkpoint before the budget the searcher
+                        # saw it reach, so redoing iterations: its device gives the attempt the new budget, so that
+                        # it runs on instead of pausing at the old one.
+                        resumes.setdefault(trial.device, {})[trial_id] = group.budget
                     elif trial.status in FINAL_STATUSES or trial.status in (PENDING, PAUSED):
                         # An ended trial, or one paused off any device (preempted), restarts from its checkpoint.
                         if trial.status != PENDING:
@@ -1261,11 +1267,15 @@ class Executor:
                     continue  # a data-parallel worker's: only rank 0 speaks for the trial (the host sends none)
                 if kind == EV_RESULT:
                     metrics = event[4]
-                    if event[5]:
+                    reached = metrics.get(self.searcher.time_attr)
+                    if event[5] and not (trial.budget is not None and isinstance(reached, (int, float))
+                                         and reached < trial.budget):
+                        # (A pause short of the trial's budget is stale: a promotion's new budget is on its way
+                        # to the device, which resumes the trial when it arrives.)
                         trial.status = PAUSED
                         device.changed_at = ts
                         self._dirty = True
-                    if metrics.get("done") and trial_id not in self._stopping:
+                    if (metrics.get("done") and trial_id not in self._stopping) or (len(event) > 6 and event[6]):
                         trial.finished_by_rule = True  # the run's stop rule ended it, not a decision
                     results.append((trial_id, attempt, metrics["training_iteration"], ts, metrics))
                     trial.last_result = metrics
@@ -1292,8 +1302,8 @@ class Executor:
                     self._dirty = True
                     restart = self._restarts.pop(trial_id, None)
                     if restart is not None and restart.reason in (RESTART_MOVE, RESTART_PREEMPT) \
-                            and outcome != OUT_STOPPED:
-                        restart = None  # it ended on its own before its boundary: nothing left to move
+                            and (outcome != OUT_STOPPED or trial.finished_by_rule):
+                        restart = None  # it ended on its own, or met the stop rule, at its boundary: nothing to move
                     if restart is None and outcome == OUT_ERRORED and trial.num_failures < self.settings.max_failures:
                         trial.num_failures += 1
                         restart = _Restart(reason="retry", error=error)
