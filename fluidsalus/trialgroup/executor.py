@@ -1275,7 +1275,7 @@ class Executor:
                         trial.status = PAUSED
                         device.changed_at = ts
                         self._dirty = True
-                    if (metrics.get("done") and trial_id not in self._stopping) or (len(event) > 6 and event[6]):
+                    if (metrics.get("done") and trial_id not in self._stopping) or event[6]:
                         trial.finished_by_rule = True  # the run's stop rule ended it, not a decision
                     results.append((trial_id, attempt, metrics["training_iteration"], ts, metrics))
                     trial.last_result = metrics

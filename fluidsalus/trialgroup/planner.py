@@ -107,8 +107,8 @@ MIN_SCALING_GAIN = 0.05
 PRIOR_SHARE_SLACK = 1e-9
 #: Seconds a move costs a trial (checkpoint, leave, restore on the new devices), used to decide whether a
 #: spread or a water-filling step pays: the predicted saving over the trial's remaining budget must exceed it.
-#: It is the prior until a move is measured: the executor then passes the measured cost
-#: (``trialgroup/movecost.py``); other callers pass their own (:class:`PlannerSettings`).
+#: It is the prior until the executor has measured something better (``trialgroup/movecost.py``: what starting a
+#: trial costs, then what its moves cost); other callers pass their own (:class:`PlannerSettings`).
 DEFAULT_MOVE_COST_S = 5.0
 #: Until a data-parallel trial's scaling is measured (by itself or, pooled, by others), it is assumed to follow
 #: Amdahl's law with this serial fraction: ``time(k) = time(1) * (s + (1 - s) / k)``. With 0.5 the first extra
