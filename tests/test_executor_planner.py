@@ -75,9 +75,18 @@ def test_trial_demand_carries_estimates_devices_pause_and_data_parallel_bounds()
     assert (demand.remaining, demand.p_bytes, demand.t_bytes, demand.devices, demand.paused) == (0, 100, 50, (1,), True)
     wide = trial_demand(_trial("w"), "training_iteration", ESTIMATE, workers=(1, 4))
     assert wide.data_parallel and wide.remaining is None
-    if "max_devices" in wide._fields:
-        assert (wide.min_devices, wide.max_devices) == (1, 4)
+    assert (wide.min_devices, wide.max_devices) == (1, 4)
     assert not trial_demand(_trial("n"), "training_iteration", ESTIMATE, workers=None).data_parallel
+
+
+def test_trial_demand_counts_the_iterations_a_restart_would_run_again():
+    # A move restarts a trial from its last checkpoint: what it ran after it is run again.
+    running = _trial("c", budget=20, last_iteration=7, checkpoint_path="/tmp/c/checkpoint_000004", devices=(0,))
+    assert trial_demand(running, "training_iteration", ESTIMATE).since_checkpoint == 3
+    assert trial_demand(_trial("d", budget=20, last_iteration=7, devices=(0,)), "training_iteration",
+                        ESTIMATE).since_checkpoint == 7  # no checkpoint: everything
+    at_checkpoint = _trial("e", budget=20, last_iteration=4, checkpoint_path="/tmp/e/checkpoint_000004")
+    assert trial_demand(at_checkpoint, "training_iteration", ESTIMATE).since_checkpoint == 0
 
 
 def test_the_planner_starts_the_longest_queued_trial_first():

@@ -19,15 +19,21 @@ def test_a_sample_is_the_time_lost_beyond_the_iterations_done_at_the_new_speed()
 def test_the_meter_waits_for_a_result_past_the_old_iteration_that_is_not_the_attempts_first():
     meter = MoveCostMeter()
     assert meter.cost_s == DEFAULT_MOVE_COST_S and meter.samples == 0
-    meter.left("a", 100.0, 10)
     # The new attempt resumed from a checkpoint at iteration 8: iterations 9 and 10 are redone.
+    meter.left("a", 100.0, 10, resumed_from=8)
     assert meter.result("a", 102.0, 9, 1, 2.0) is None  # its first result: the restore is in its time
     assert meter.result("a", 102.5, 10, 2, 0.5) is None  # not past the iteration it had reached
     sample = meter.result("a", 103.0, 11, 3, 0.5)
-    # 3 s since it left, one iteration beyond where it was (0.5 s): 2.5 s lost (restore and two redone).
-    assert sample == pytest.approx(2.5)
-    assert meter.cost_s == pytest.approx(2.5) and meter.samples == 1  # the first sample replaces the prior
+    # 3 s since it left, three iterations since the checkpoint at the new speed (1.5 s): the move cost 1.5 s.
+    # The two redone iterations are the trial's own cost, which the planner adds per trial (since_checkpoint).
+    assert sample == pytest.approx(1.5)
+    assert meter.cost_s == pytest.approx(1.5) and meter.samples == 1  # the first sample replaces the prior
     assert meter.result("a", 104.0, 12, 4, 0.5) is None  # one sample per move
+    # Without resumed_from, the attempt resumed where it left (a checkpoint at iteration 10): 3 s less two
+    # iterations at 0.5 s.
+    meter.left("b", 100.0, 10)
+    meter.result("b", 102.0, 11, 1, 2.0)
+    assert meter.result("b", 103.0, 12, 2, 0.5) == pytest.approx(3.0 - 2 * 0.5)
 
 
 def test_the_cost_is_an_ema_of_the_moves_and_other_trials_results_are_ignored():

@@ -253,6 +253,17 @@ def test_growing_a_running_trial_pays_the_resize_cost_when_one_is_known(resize_c
     assert (len(placed(result)["t0"]) > 2) is grows
 
 
+def test_growing_a_running_trial_also_pays_for_the_iterations_since_its_checkpoint():
+    book = scaling_book({1: 10.0, 2: 6.0, 3: 5.0})
+    # 100 iterations left at 6 s on 2 devices: a 3rd device saves 100 * 6 * (1 - 5/6) = 100 s. The restart costs
+    # the 5 s move plus the iterations since its checkpoint at its alone time (10 s each): 9 of them make 95 s
+    # (it grows), 10 make 105 s (it does not). A trial that starts now redoes nothing and pays nothing.
+    ts = [TrialDemand("t0", 100, GIB, GIB, data_parallel=True, devices=(0, 1), since_checkpoint=9)]
+    assert placed(plan(ts, devices(4), book)) == {"t0": (0, 1, 2)}
+    ts = [ts[0]._replace(since_checkpoint=10)]
+    assert placed(plan(ts, devices(4), book)) == {"t0": (0, 1)}
+
+
 def test_a_negative_resize_cost_is_refused():
     with pytest.raises(ConfigError, match="resize_cost_s"):
         PlannerSettings(resize_cost_s=-1.0)
@@ -284,6 +295,10 @@ def test_shared_trials_spread_onto_free_devices_when_it_pays():
     # With 0.5 iteration left, b saves 0.5 * 10 * (1.5 - 1) = 2.5 s < 5 s: it stays.
     short = [ts[0], ts[1]._replace(remaining=0.5)]
     assert placed(plan(short, devices(2), book)) == {"a": (0,), "b": (0,)}
+    # b saves 50 * 10 * 0.5 = 250 s. With 24 iterations since its checkpoint a move costs 5 + 24 * 10 = 245 s
+    # (it moves); with 25, 255 s (it stays).
+    assert placed(plan([ts[0], ts[1]._replace(since_checkpoint=24)], devices(2), book))["b"] == (1,)
+    assert placed(plan([ts[0], ts[1]._replace(since_checkpoint=25)], devices(2), book))["b"] == (0,)
 
 
 def test_own_scaling_fit_goes_before_the_pooled_step():
@@ -409,6 +424,12 @@ def test_rebalance_moves_a_long_trial_off_a_crowded_device():
     assert plan(short, devices(2, slots=3), book).changes == ()
     t0_short = [t._replace(remaining=0.01) if t.trial_id == "t0" else t for t in ts]
     assert [(a.trial_id, a.devices) for a in plan(t0_short, devices(2, slots=3), book).changes] == [("t1", (1,))]
+    # t0 ran 50 iterations since its checkpoint: moving it costs 5 + 50 * 10 = 505 s > its 500 s saving. It stays,
+    # and t1 (saving 50 * 10 * 0.5 = 250 s, nothing to redo) moves in its place.
+    t0_dear = [t._replace(since_checkpoint=50) if t.trial_id == "t0" else t for t in ts]
+    assert [(a.trial_id, a.devices) for a in plan(t0_dear, devices(2, slots=3), book).changes] == [("t1", (1,))]
+    t0_dear = [t._replace(since_checkpoint=49) if t.trial_id == "t0" else t for t in ts]
+    assert [(a.trial_id, a.devices) for a in plan(t0_dear, devices(2, slots=3), book).changes] == [("t0", (1,))]
 
 
 def test_device_gone_means_moved_or_preempted():
@@ -428,6 +449,17 @@ def test_bad_input_is_rejected():
         plan([TrialDemand("x", 1, -1, 0)], devices(1))
     with pytest.raises(Exception, match="min_marginal_gain"):
         PlannerSettings(min_marginal_gain=1.5)
+
+
+def test_a_negative_count_of_iterations_since_the_checkpoint_is_rejected_by_both_paths():
+    bad = [TrialDemand("x", 1, GIB, GIB, since_checkpoint=-1)]
+    with pytest.raises(PlanError, match="'x': since_checkpoint must be >= 0 iterations, got -1"):
+        plan(bad, devices(1))
+    planner = Planner()
+    views = [DeviceView(0, 16 * GIB, 4, lanes=())]
+    planner.plan([TrialDemand("x", 1, GIB, GIB)], views)  # the cache now holds a state it could update
+    with pytest.raises(PlanError, match="since_checkpoint"):
+        planner.plan(bad, views)
 
 
 def test_planner_object_observes_and_plans():
@@ -539,6 +571,7 @@ def scenarios(draw):
             devices=tuple(placed_on),
             paused=draw(st.booleans()),
             seq=i,
+            since_checkpoint=draw(st.sampled_from([0, 0, 1, 5])),
         ))
     book = ProfileBook()
     for _ in range(draw(st.integers(0, 6))):
@@ -808,6 +841,8 @@ def run_executor(seed: int, steps: int) -> tuple[int, int]:
             if t.devices and not t.paused and roll < 0.3:  # an iteration: remaining down, a measurement
                 k = len(t.devices)
                 planner.observe(tid, rng.uniform(0.5, 20), devices=k, colocated=rng.randint(1, 4))
+                # ... and a checkpoint at it, or one more iteration to redo after a restart
+                t = demands[tid] = t._replace(since_checkpoint=0 if rng.random() < 0.5 else t.since_checkpoint + 1)
                 if t.remaining is not None:
                     demands[tid] = t._replace(remaining=max(0.0, t.remaining - 1))
             elif roll < 0.36:  # ends

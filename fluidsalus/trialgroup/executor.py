@@ -232,17 +232,20 @@ def trial_demand(trial: Trial, time_attr: str, estimate: tuple[int, int],
         workers: ``(min_workers, max_workers)`` its trainable declared as data-parallel, or None.
 
     Returns:
-        The demand: remaining budget, estimates, planned devices, paused flag, arrival order, and the
-        data-parallel bounds (``min_devices``/``max_devices`` where the planner has them).
+        The demand: remaining budget, estimates, planned devices, paused flag, arrival order, the
+        data-parallel bounds (``min_devices``/``max_devices``), and the iterations a restart would run again
+        (``since_checkpoint``: its last iteration less its checkpoint's, all of them without a checkpoint).
     """
     p = trial.p_bytes if trial.p_bytes is not None else estimate[0]
     t = trial.t_bytes if trial.t_bytes is not None else estimate[1]
     extra: dict[str, Any] = {}
-    if workers is not None and "max_devices" in TrialDemand._fields:
+    if workers is not None:
         extra = {"min_devices": workers[0], "max_devices": workers[1]}
+    checkpointed = _checkpoint_iteration(trial.checkpoint_path) if trial.checkpoint_path else 0
     return TrialDemand(trial.trial_id, remaining_budget(trial, time_attr), p, t,
                        data_parallel=workers is not None and workers[1] > 1, devices=tuple(trial.devices),
-                       paused=trial.status == PAUSED, seq=trial.seq, **extra)
+                       paused=trial.status == PAUSED, seq=trial.seq,
+                       since_checkpoint=max(0, trial.last_iteration - checkpointed), **extra)
 
 
 def queue_window(queued: Iterable[Trial], book: ProfileBook, time_attr: str, size: int) -> list[str]:
@@ -1311,7 +1314,9 @@ class Executor:
                         left_iteration = trial.last_iteration
                         self._requeue(trial, restart, ts, name, trace, events)
                         if restart.reason == RESTART_MOVE and trial.status == PENDING:
-                            self._move_costs.left(trial_id, received, left_iteration, resize=restart.action == RESIZE)
+                            # _requeue set last_iteration to that of the checkpoint the new attempt resumes from
+                            self._move_costs.left(trial_id, received, left_iteration, resize=restart.action == RESIZE,
+                                                  resumed_from=trial.last_iteration)
                         else:
                             self._move_costs.drop(trial_id)
                         continue

@@ -5,14 +5,17 @@ budget exceeds the cost of a move, :attr:`PlannerSettings.move_cost_s`. The exec
 :class:`MoveCostMeter` when a trial's attempt ends for a move and passes it every later result of the trial;
 each move gives one sample::
 
-    cost = (t_j - t_left) - (j - i_left) * s
+    cost = (t_j - t_left) - (j - c) * s
 
-``t_left`` is when the old attempt's end arrived and ``i_left`` the last iteration it reported. ``t_j`` is when
-result ``j`` of the new attempt arrived: the first with ``j > i_left`` that is not the attempt's first result.
-``s`` is that result's ``time_this_iter_s``, one iteration at the new allocation with no restore in it. The
-sample is the time the trial lost to the move: stopping, starting again on the new devices, restoring its
-checkpoint and redoing the iterations after that checkpoint. Both times are the driver's clock, so devices on
-other nodes need no common clock. The meter's estimate is an EMA of the samples. A data-parallel resize (a
+``t_left`` is when the old attempt's end arrived and ``i_left`` the last iteration it reported; ``c`` is the
+iteration of the checkpoint the new attempt resumed from (``i_left`` when the trial checkpointed there). ``t_j``
+is when result ``j`` of the new attempt arrived: the first with ``j > i_left`` that is not the attempt's first
+result. ``s`` is that result's ``time_this_iter_s``, one iteration at the new allocation with no restore in it.
+The sample is what any move costs: stopping, starting again on the new devices and restoring the checkpoint. The
+``i_left - c`` iterations after the checkpoint, which the new attempt runs again, are not in it: they depend on
+the trial and on when it last checkpointed, so the planner adds them per trial
+(:attr:`~fluidsalus.trialgroup.planner.TrialDemand.since_checkpoint`). Both times are the driver's clock, so
+devices on other nodes need no common clock. The meter's estimate is an EMA of the samples. A data-parallel resize (a
 restart on more or fewer devices, with a new process group) is measured the same way into an estimate of its
 own, which the planner uses for growing a trial (:attr:`PlannerSettings.resize_cost_s`); until a resize has been
 measured, a resize costs what a move costs.
@@ -37,20 +40,20 @@ from fluidsalus.trialgroup.planner import DEFAULT_MOVE_COST_S
 __all__ = ["MoveCostMeter", "move_cost_sample", "start_overhead_sample"]
 
 
-def move_cost_sample(left_at: float, left_iteration: int, at: float, iteration: int, sec_per_iter: float) -> float:
-    """The seconds a move cost one trial (never below 0).
+def move_cost_sample(left_at: float, from_iteration: int, at: float, iteration: int, sec_per_iter: float) -> float:
+    """The seconds a move cost one trial beyond the iterations it ran again (never below 0).
 
     Args:
         left_at: When the trial's old attempt ended (driver clock, seconds).
-        left_iteration: The last iteration the old attempt reported.
+        from_iteration: The iteration of the checkpoint the new attempt resumed from.
         at: When result ``iteration`` of the new attempt arrived (same clock).
-        iteration: Its ``training_iteration`` (greater than ``left_iteration``).
+        iteration: Its ``training_iteration`` (greater than ``from_iteration``).
         sec_per_iter: Its ``time_this_iter_s``: one iteration at the new allocation.
 
     Returns:
-        ``max(0, at - left_at - (iteration - left_iteration) * sec_per_iter)``.
+        ``max(0, at - left_at - (iteration - from_iteration) * sec_per_iter)``.
     """
-    return max(0.0, at - left_at - (iteration - left_iteration) * sec_per_iter)
+    return max(0.0, at - left_at - (iteration - from_iteration) * sec_per_iter)
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class _Left:
     at: float
     iteration: int
     resize: bool
+    resumed_from: int
 
 
 def start_overhead_sample(first_iter_s: float, second_iter_s: float) -> float:
@@ -171,7 +175,8 @@ class MoveCostMeter:
             if count:
                 ema.value, ema.samples = float(value), count  # type: ignore[arg-type]
 
-    def left(self, trial_id: str, at: float, iteration: int, resize: bool = False) -> None:
+    def left(self, trial_id: str, at: float, iteration: int, resize: bool = False,
+             resumed_from: int | None = None) -> None:
         """A trial's attempt ended for a move or a resize; it starts again on its new devices.
 
         Args:
@@ -179,8 +184,10 @@ class MoveCostMeter:
             at: When its end arrived (driver clock).
             iteration: The last iteration it reported (0: none).
             resize: A data-parallel resize (measured into the resize estimate), not a move.
+            resumed_from: The iteration of the checkpoint its new attempt resumes from (None: ``iteration``).
+                The iterations between the two are run again and are not counted as the move's cost.
         """
-        self._left[trial_id] = _Left(at, iteration, resize)
+        self._left[trial_id] = _Left(at, iteration, resize, iteration if resumed_from is None else resumed_from)
 
     def waiting(self, trial_id: str) -> bool | None:
         """Whether the trial's measurement under way is of a resize (True) or a move (False); None: none."""
@@ -215,6 +222,6 @@ class MoveCostMeter:
         if iteration <= left.iteration or since_restore < 2:
             return None
         del self._left[trial_id]
-        sample = move_cost_sample(left.at, left.iteration, at, iteration, seconds)
+        sample = move_cost_sample(left.at, left.resumed_from, at, iteration, seconds)
         (self._resizes if left.resize else self._moves).update(sample)
         return sample

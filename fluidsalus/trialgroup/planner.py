@@ -187,6 +187,9 @@ class TrialDemand(NamedTuple):
         min_devices: Fewest devices a data-parallel trial runs on (its trainable's ``min_workers``). In the inter
             regime it grows to that many whatever the profiles say, and is never given back below it.
         max_devices: Most devices it may get (``max_workers``; None: no bound).
+        since_checkpoint: Iterations it ran after its last checkpoint (all of them when it has none). A move or
+            a resize restarts it from that checkpoint and runs them again, so the planner adds their predicted
+            time to ``move_cost_s`` (or the resize cost) when it weighs moving or growing this trial.
     """
 
     trial_id: str
@@ -199,6 +202,7 @@ class TrialDemand(NamedTuple):
     seq: int = 0
     min_devices: int = 1
     max_devices: int | None = None
+    since_checkpoint: int = 0
 
     @property
     def computing(self) -> bool:
@@ -908,6 +912,8 @@ class _Planning:
             tid, remaining = t.trial_id, t.remaining
             if t.p_bytes < 0 or t.t_bytes < 0:
                 raise PlanError(f"trial {tid!r}: negative memory estimate")
+            if t.since_checkpoint < 0:
+                raise PlanError(f"trial {tid!r}: since_checkpoint must be >= 0 iterations, got {t.since_checkpoint}")
             if type(t.devices) is not tuple:
                 t = t._replace(devices=tuple(t.devices))
             by_id[tid] = t
@@ -974,6 +980,11 @@ class _Planning:
     def key(self, t: TrialDemand) -> tuple:
         """Longest predicted remaining time first; ties by arrival, then id."""
         return (-self.rem[t.trial_id], t.seq, t.trial_id)
+
+    def redo_s(self, t: TrialDemand, cost_s: float) -> float:
+        """What restarting ``t`` from its checkpoint costs it: ``cost_s`` (a move's or a resize's) plus its
+        iterations since that checkpoint at its alone time per iteration (they are run again)."""
+        return cost_s + t.since_checkpoint * self.book.alone(t.trial_id) if t.since_checkpoint else cost_s
 
     def mem(self, d: int) -> LaneMemory:
         """Device ``d``'s lanes, replaying what was admitted there so far on first use."""
@@ -1244,8 +1255,9 @@ class _Planning:
     def rebalance(self) -> bool:
         """Even out co-location after :meth:`fill_intra`: while a device runs at least two computing trials more
         than a device whose gate is open, move the crowded device's trial with the most predicted remaining time
-        there, if the move pays: ``remaining * (slowdown(n_from) - slowdown(n_to + 1)) > move_cost``. Trials that
-        end unevenly otherwise leave long trials crowded on some devices while others idle."""
+        there, if the move pays: ``remaining * (slowdown(n_from) - slowdown(n_to + 1)) > move_cost`` (plus its
+        iterations since its checkpoint, :meth:`redo_s`; a trial too dear for that leaves the move to the next
+        longest). Trials that end unevenly otherwise leave long trials crowded on some devices while others idle."""
         cfg = self.cfg
         moved: set[str] = set()
         by_dev: dict[int, list[str]] = {}  # device -> its computing trials, listed when a move off it is considered
@@ -1272,8 +1284,11 @@ class _Planning:
             key_to = self.dev[target].curve_key
             gap = self.book.slowdown(key_from, n_from) - self.book.slowdown(key_to, n_to + 1)
             for t in candidates:
-                if self.rem[t.trial_id] * gap <= cfg.move_cost_s:
+                saving = self.rem[t.trial_id] * gap
+                if saving <= cfg.move_cost_s:
                     return bool(moved)  # the longest cannot pay for the move: no shorter one can
+                if saving <= self.redo_s(t, cfg.move_cost_s):
+                    continue  # its work since its checkpoint makes it dear to move: a shorter one may pay
                 self.release(t, crowded)
                 if self.admit(t, target):
                     break
@@ -1425,7 +1440,7 @@ class _Planning:
             for t in crowd[1:]:
                 n = self.ncomp[home]
                 saving = self.rem[t.trial_id] * (self.book.slowdown(curve, n) - 1.0) if n > 1 else 0.0
-                if max(saving, owner_gain) <= (cfg.move_cost_s if t.devices else 0.0):
+                if max(saving, owner_gain) <= (self.redo_s(t, cfg.move_cost_s) if t.devices else 0.0):
                     continue
                 target = self._free_device_for(t, owner)
                 if target is None:
@@ -1463,7 +1478,7 @@ class _Planning:
             remaining_s = -neg_remaining_s
             pays = ratio < 1.0 - cfg.min_scaling_gain
             # Growing a running trial restarts it from its checkpoint; a trial that starts now pays nothing.
-            if pays and best.devices and remaining_s * (1.0 - ratio) <= cfg.grow_cost_s:
+            if pays and best.devices and remaining_s * (1.0 - ratio) <= self.redo_s(best, cfg.grow_cost_s):
                 pays = False
             # An unmeasured step k -> k + 1 is a probe, taken only once the trial's time at k devices is measured
             # (or as the first step of a trial that starts now): each probe is measured before the next, and
@@ -1506,7 +1521,7 @@ class _Planning:
         if source not in ("trial", "pooled") and self.book.measured(tid, k) is None and not (k == 1 and not t.devices):
             return 0.0
         remaining_s = self.rem[tid] * self.sec(t, k) / self.sec(t, 1)
-        return remaining_s * (1.0 - ratio) - (self.cfg.grow_cost_s if t.devices else 0.0)
+        return remaining_s * (1.0 - ratio) - (self.redo_s(t, self.cfg.grow_cost_s) if t.devices else 0.0)
 
     def _free_device_for(self, t: TrialDemand, owner: dict[int, str]) -> int | None:
         for d in self.devices:
@@ -1911,7 +1926,7 @@ class _KeptCache:
             self._clear()
             return None  # duplicates: plan() says which
         for t in changed:
-            if t.p_bytes < 0 or t.t_bytes < 0 or type(t.devices) is not tuple:
+            if t.p_bytes < 0 or t.t_bytes < 0 or t.since_checkpoint < 0 or type(t.devices) is not tuple:
                 self._clear()
                 return None
         dirty: set[int] = set(changed_views)  # devices whose kept or staying residents, or lanes, changed
