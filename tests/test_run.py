@@ -10,11 +10,14 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
 import fluidsalus
 from fluidsalus.errors import ConfigError
+from fluidsalus.searchers import Decision, RandomSearch
 from fluidsalus.store import DB_FILENAME, ExperimentStore
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
@@ -320,6 +323,60 @@ def test_failing_trials_are_retried_from_checkpoint_up_to_max_failures(storage):
     restarts = [e for e in reader.events("trial_restart") if e.trial_id == hopeless.trial_id]
     assert [e.data["reason"] for e in restarts] == ["retry", "retry"]
     assert all(e.data["from_iteration"] == 2 and "flaky failure" in e.data["traceback"] for e in restarts)
+
+
+def fails_once_past_a_checkpoint(config):
+    """Checkpoints at even iterations only, and fails at iteration 4 unless restored: its retry resumes from
+    iteration 2 and runs iteration 3 again."""
+    restored = fluidsalus.get_checkpoint()
+    start = 0
+    if restored is not None:
+        with restored.as_directory() as d:
+            start = int(open(os.path.join(d, "it")).read())
+    for it in range(start + 1, 6):
+        if it == 4 and restored is None:
+            raise RuntimeError("fails once")
+        checkpoint = None
+        if it % 2 == 0:
+            d = os.path.join(fluidsalus.get_context().get_trial_dir(), f"scratch{it}")
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, "it"), "w") as f:
+                f.write(str(it))
+            checkpoint = fluidsalus.Checkpoint.from_directory(d)
+        fluidsalus.report({"it": it, "attempt_from": start}, checkpoint=checkpoint)
+        # Results that reach the driver together with the trial's end are not decided on (the searcher is told
+        # the end instead): a pause makes each arrive on its own.
+        time.sleep(REPORT_GAP_S)
+
+
+#: Pause after each report of fails_once_past_a_checkpoint: many times the driver loop's poll of its devices.
+REPORT_GAP_S = 0.2
+
+
+class RecordingSearch(RandomSearch):
+    """Random search that records every result it is given."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.seen: list[tuple[int, int]] = []
+
+    def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
+        self.seen.append((result["training_iteration"], result["attempt_from"]))
+        return super().on_result(trial_id, result)
+
+
+def test_iterations_run_again_after_a_restart_are_stored_but_not_decided_on_twice(storage):
+    searcher = RecordingSearch({"x": 1}, num_samples=1)
+    grid = fluidsalus.run(fails_once_past_a_checkpoint, searcher=searcher, max_failures=1, storage_path=storage,
+                          name="redo", verbose=0)
+    (result,) = grid
+    assert result.error is None and list(result.metrics_dataframe["it"]) == [1, 2, 3, 4, 5]
+    reader = ExperimentStore.open(os.path.join(storage, "redo"), readonly=True)
+    stored = [(r.iteration, r.metrics["attempt_from"])
+              for r in reader.results(result.trial_id, latest_attempt_only=False)]
+    assert stored == [(1, 0), (2, 0), (3, 0), (3, 2), (4, 2), (5, 2)]  # iteration 3 ran twice, both kept
+    # The searcher decided on each iteration once: on the first run of iteration 3, not on its repeat.
+    assert searcher.seen == [(1, 0), (2, 0), (3, 0), (4, 2), (5, 2)]
 
 
 def sleepy(config):

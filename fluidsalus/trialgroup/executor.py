@@ -623,6 +623,10 @@ class Executor:
         self._demands: dict[str, TrialDemand] = {}  # trial -> the demand the planner was last given
         self._move_costs = MoveCostMeter(self.planner.settings.move_cost_s)  # measured moves -> the planner's cost
         self._first_iter_s: dict[str, object] = {}  # trial -> time_this_iter_s of its attempt's first result
+        # trial -> the highest training_iteration its searcher was given in this run: a restart from a checkpoint
+        # runs the iterations after it again, and the searcher does not decide on them twice (_requeue resets it
+        # for a new configuration, which starts a new lineage)
+        self._searcher_seen: dict[str, int] = {}
         if trials:  # a resumed run goes on from the move cost it had measured
             self._restore_move_cost()
         self._workers = settings.workers if settings.workers is not None else declared_workers(payload)
@@ -1353,8 +1357,15 @@ class Executor:
             for kind, trial, event in acted:
                 if kind == EV_RESULT:
                     self._check_metric(trial.trial_id, event[4])
-                    live = trial.status in (RUNNING, PAUSED)
-                    if live and self.searcher.on_result(trial.trial_id, event[4]) == Decision.STOP:
+                    # A trial that ended in this batch is told its end instead (below). One restarting (queued
+                    # again, for a retry or a move, after this result) still gets its results decided on.
+                    if trial.status in FINAL_STATUSES:
+                        continue
+                    iteration = event[4]["training_iteration"]
+                    if iteration <= self._searcher_seen.get(trial.trial_id, 0):
+                        continue  # run again after a restart: the searcher decided on this iteration already
+                    self._searcher_seen[trial.trial_id] = iteration
+                    if self.searcher.on_result(trial.trial_id, event[4]) == Decision.STOP:
                         stops.append(trial.trial_id)
                 else:
                     self.searcher.on_trial_complete(trial.trial_id, trial.last_result, error=trial.status == ERROR)
@@ -1538,6 +1549,7 @@ class Executor:
         """
         if restart.config is not None:
             trial.config = dict(restart.config)
+            self._searcher_seen.pop(trial.trial_id, None)  # a new configuration: its results are all new
         if restart.checkpoint_path is not None:
             trial.checkpoint_path = restart.checkpoint_path
             trial.last_iteration, trial.time_total_s = restart.iteration, restart.time_total_s
