@@ -297,6 +297,28 @@ def test_a_resumed_run_goes_on_from_the_move_cost_it_measured(tmp_path):
     assert executor([_trial("a")]).planner.settings.move_cost_s == DEFAULT_MOVE_COST_S
 
 
+def test_a_resumed_run_does_not_give_its_searcher_the_iterations_it_saw_before(tmp_path):
+    """The stored searcher state commits with the results it was given: after a resume, each trial's highest
+    stored iteration of its current configuration (since its last PBT exploit) is what the searcher has seen."""
+    from fluidsalus.gpu.device import DeviceSpec
+    from fluidsalus.searchers import RandomSearch
+    from fluidsalus.trialgroup.executor import Executor, ExecutorSettings
+
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, None, None)
+    store.add_trials([("a", 0, {}), ("b", 1, {}), ("c", 2, {})])
+    # a: iterations 1-5, then a retry from its checkpoint at 2 that ran 3 and 4 again. b: iterations 1-8, then an
+    # exploit (attempt 2) that restarted it from another trial's checkpoint at 4 with a new config: 5, 6.
+    store.add_results([("a", 0, i, float(i), {}) for i in range(1, 6)] + [("a", 1, i, 9.0, {}) for i in (3, 4)]
+                      + [("b", 0, i, float(i), {}) for i in range(1, 9)] + [("b", 2, i, 9.0, {}) for i in (5, 6)])
+    store.add_events([(8.5, "trial_restart", "b", "cpu:0", {"attempt": 2, "reason": "exploit", "from_iteration": 4})])
+    settings = ExecutorSettings("exp", str(tmp_path / "exp"), "f", verbose=0)
+    resumed = Executor(cloudpickle.dumps((lambda config: None, None)), RandomSearch({"x": 1}), store,
+                       [DeviceSpec("cpu:0", "cpu", 0, 1)], settings,
+                       trials=[_trial("a", last_iteration=4), _trial("b", seq=1, last_iteration=6),
+                               _trial("c", seq=2)])
+    assert resumed._searcher_seen == {"a": 5, "b": 6}
+
+
 def test_the_planners_move_cost_follows_trial_starts_until_a_move_is_measured(tmp_path):
     """A small trial could never save the 5 s prior: the executor's estimate of a move is a start's set-up (first
     iteration less second) until it has measured a move, so that moves can happen, and be measured, at all."""

@@ -627,8 +627,9 @@ class Executor:
         # runs the iterations after it again, and the searcher does not decide on them twice (_requeue resets it
         # for a new configuration, which starts a new lineage)
         self._searcher_seen: dict[str, int] = {}
-        if trials:  # a resumed run goes on from the move cost it had measured
+        if trials:  # a resumed run goes on from the move cost it had measured, and from what its searcher saw
             self._restore_move_cost()
+            self._restore_searcher_seen()
         self._workers = settings.workers if settings.workers is not None else declared_workers(payload)
         for trial in trials or []:
             self.trials[trial.trial_id] = trial
@@ -1471,6 +1472,20 @@ class Executor:
             logger.warning("ignoring the stored move cost %r: %s", data, e)
             return
         self._follow_move_costs()
+
+    def _restore_searcher_seen(self) -> None:
+        """A resumed run: the stored searcher state commits with the results it was given, so it has seen every
+        stored result of each trial's current configuration (from its last exploit, if any). The iterations run
+        again after the resume are not given to it twice."""
+        lineage: dict[str, int] = {}  # trial -> first attempt of its current configuration
+        for event in self.store.events("trial_restart"):
+            data = event.data or {}
+            if event.trial_id is not None and data.get("reason") == "exploit" and isinstance(data.get("attempt"), int):
+                lineage[event.trial_id] = data["attempt"]
+        seen = self._searcher_seen
+        for row in self.store.results(latest_attempt_only=False):
+            if row.attempt >= lineage.get(row.trial_id, 0) and row.iteration > seen.get(row.trial_id, 0):
+                seen[row.trial_id] = row.iteration
 
     def _follow_move_costs(self) -> None:
         """Give the planner the current move and resize estimates (a new settings object only on a change)."""
