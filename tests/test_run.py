@@ -292,21 +292,32 @@ def test_groups_pause_at_budget_and_promoted_trials_continue_in_place(storage):
     assert {len(r.metrics_dataframe) for r in grid} == {2, 4}
 
 
+def restored_iteration() -> int | None:
+    """The iteration of the checkpoint the trial was restored from (None: it was not)."""
+    restored = fluidsalus.get_checkpoint()
+    if restored is None:
+        return None
+    with restored.as_directory() as d:
+        return int(open(os.path.join(d, "it")).read())
+
+
+def iteration_checkpoint(it: int) -> fluidsalus.Checkpoint:
+    """A checkpoint that holds only the iteration it was taken at."""
+    d = os.path.join(fluidsalus.get_context().get_trial_dir(), f"scratch{it}")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "it"), "w") as f:
+        f.write(str(it))
+    return fluidsalus.Checkpoint.from_directory(d)
+
+
 def flaky(config):
     """Fails at iteration 3 unless it was restored from a checkpoint; always fails when config says so."""
-    restored = fluidsalus.get_checkpoint()
-    start = 0
-    if restored is not None:
-        with restored.as_directory() as d:
-            start = int(open(os.path.join(d, "it")).read())
+    restored = restored_iteration()
+    start = restored or 0
     for it in range(start + 1, 6):
         if it == 3 and (restored is None or config["always"]):
             raise RuntimeError("flaky failure")
-        d = os.path.join(fluidsalus.get_context().get_trial_dir(), f"scratch{it}")
-        os.makedirs(d, exist_ok=True)
-        with open(os.path.join(d, "it"), "w") as f:
-            f.write(str(it))
-        fluidsalus.report({"it": it, "restored_from": start}, checkpoint=fluidsalus.Checkpoint.from_directory(d))
+        fluidsalus.report({"it": it, "restored_from": start}, checkpoint=iteration_checkpoint(it))
 
 
 def test_failing_trials_are_retried_from_checkpoint_up_to_max_failures(storage):
@@ -328,21 +339,12 @@ def test_failing_trials_are_retried_from_checkpoint_up_to_max_failures(storage):
 def fails_once_past_a_checkpoint(config):
     """Checkpoints at even iterations only, and fails at iteration 4 unless restored: its retry resumes from
     iteration 2 and runs iteration 3 again."""
-    restored = fluidsalus.get_checkpoint()
-    start = 0
-    if restored is not None:
-        with restored.as_directory() as d:
-            start = int(open(os.path.join(d, "it")).read())
+    restored = restored_iteration()
+    start = restored or 0
     for it in range(start + 1, 6):
         if it == 4 and restored is None:
             raise RuntimeError("fails once")
-        checkpoint = None
-        if it % 2 == 0:
-            d = os.path.join(fluidsalus.get_context().get_trial_dir(), f"scratch{it}")
-            os.makedirs(d, exist_ok=True)
-            with open(os.path.join(d, "it"), "w") as f:
-                f.write(str(it))
-            checkpoint = fluidsalus.Checkpoint.from_directory(d)
+        checkpoint = iteration_checkpoint(it) if it % 2 == 0 else None
         fluidsalus.report({"it": it, "attempt_from": start}, checkpoint=checkpoint)
         # Results that reach the driver together with the trial's end are not decided on (the searcher is told
         # the end instead): a pause makes each arrive on its own.
