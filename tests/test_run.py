@@ -347,7 +347,7 @@ def fails_once_past_a_checkpoint(config):
         checkpoint = iteration_checkpoint(it) if it % 2 == 0 else None
         fluidsalus.report({"it": it, "attempt_from": start}, checkpoint=checkpoint)
         # Results that reach the driver together with the trial's end are not decided on (the searcher is told
-        # the end instead): a pause makes each arrive on its own.
+        # the end instead): a pause makes each arrive on its own (as a rule).
         time.sleep(REPORT_GAP_S)
 
 
@@ -377,8 +377,11 @@ def test_iterations_run_again_after_a_restart_are_stored_but_not_decided_on_twic
     stored = [(r.iteration, r.metrics["attempt_from"])
               for r in reader.results(result.trial_id, latest_attempt_only=False)]
     assert stored == [(1, 0), (2, 0), (3, 0), (3, 2), (4, 2), (5, 2)]  # iteration 3 ran twice, both kept
-    # The searcher decided on each iteration once: on the first run of iteration 3, not on its repeat.
-    assert searcher.seen == [(1, 0), (2, 0), (3, 0), (4, 2), (5, 2)]
+    # The searcher decided on each iteration once: on the first run of iteration 3, not on its repeat. (The
+    # results before the failure are given even when they arrive with it; the last ones of the retry are not
+    # when they arrive with the trial's end, which the pauses above make unlikely but a loaded machine may not.)
+    assert searcher.seen[:3] == [(1, 0), (2, 0), (3, 0)]
+    assert searcher.seen[3:] == [(4, 2), (5, 2)][:len(searcher.seen) - 3]
 
 
 def sleepy(config):
