@@ -35,6 +35,10 @@ number of devices.
   the first step of a trial that starts now). Only trials whose trainable declared data-parallel support
   (``TrialDemand.data_parallel``) get more than one device, and only whole devices.
 
+Moving or growing a running trial restarts it from its checkpoint, so its cost is ``move_cost_s`` (growing:
+``PlannerSettings.grow_cost_s``) plus its iterations since that checkpoint (``TrialDemand.since_checkpoint``) at
+its alone time per iteration, which it runs again.
+
 **Stability.** A trial whose placement is still valid (its devices exist and its ``P + T`` fits them) keeps it:
 its :class:`Assignment` is ``KEEP``. A trial changes device only as an explicit ``MOVE``/``RESIZE`` (applied
 at an iteration boundary, from a checkpoint), issued only by a rule above: a shrink to one device when trials
