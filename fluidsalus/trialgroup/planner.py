@@ -985,7 +985,7 @@ class _Planning:
         """Longest predicted remaining time first; ties by arrival, then id."""
         return (-self.rem[t.trial_id], t.seq, t.trial_id)
 
-    def redo_s(self, t: TrialDemand, cost_s: float) -> float:
+    def restart_cost_s(self, t: TrialDemand, cost_s: float) -> float:
         """What restarting ``t`` from its checkpoint costs it: ``cost_s`` (a move's or a resize's) plus its
         iterations since that checkpoint at its alone time per iteration (they are run again)."""
         return cost_s + t.since_checkpoint * self.book.alone(t.trial_id) if t.since_checkpoint else cost_s
@@ -1259,9 +1259,10 @@ class _Planning:
     def rebalance(self) -> bool:
         """Even out co-location after :meth:`fill_intra`: while a device runs at least two computing trials more
         than a device whose gate is open, move the crowded device's trial with the most predicted remaining time
-        there, if the move pays: ``remaining * (slowdown(n_from) - slowdown(n_to + 1)) > move_cost`` (plus its
-        iterations since its checkpoint, :meth:`redo_s`; a trial too dear for that leaves the move to the next
-        longest). Trials that end unevenly otherwise leave long trials crowded on some devices while others idle."""
+        there, if the move pays: ``remaining * (slowdown(n_from) - slowdown(n_to + 1))`` exceeds its
+        :meth:`restart_cost_s` (the move cost plus its iterations since its checkpoint; a trial too dear for that
+        leaves the move to the next longest). Trials that end unevenly otherwise leave long trials crowded on some
+        devices while others idle."""
         cfg = self.cfg
         moved: set[str] = set()
         by_dev: dict[int, list[str]] = {}  # device -> its computing trials, listed when a move off it is considered
@@ -1291,7 +1292,7 @@ class _Planning:
                 saving = self.rem[t.trial_id] * gap
                 if saving <= cfg.move_cost_s:
                     return bool(moved)  # the longest cannot pay for the move: no shorter one can
-                if saving <= self.redo_s(t, cfg.move_cost_s):
+                if saving <= self.restart_cost_s(t, cfg.move_cost_s):
                     continue  # its work since its checkpoint makes it dear to move: a shorter one may pay
                 self.release(t, crowded)
                 if self.admit(t, target):
@@ -1444,7 +1445,7 @@ class _Planning:
             for t in crowd[1:]:
                 n = self.ncomp[home]
                 saving = self.rem[t.trial_id] * (self.book.slowdown(curve, n) - 1.0) if n > 1 else 0.0
-                if max(saving, owner_gain) <= (self.redo_s(t, cfg.move_cost_s) if t.devices else 0.0):
+                if max(saving, owner_gain) <= (self.restart_cost_s(t, cfg.move_cost_s) if t.devices else 0.0):
                     continue
                 target = self._free_device_for(t, owner)
                 if target is None:
@@ -1482,7 +1483,7 @@ class _Planning:
             remaining_s = -neg_remaining_s
             pays = ratio < 1.0 - cfg.min_scaling_gain
             # Growing a running trial restarts it from its checkpoint; a trial that starts now pays nothing.
-            if pays and best.devices and remaining_s * (1.0 - ratio) <= self.redo_s(best, cfg.grow_cost_s):
+            if pays and best.devices and remaining_s * (1.0 - ratio) <= self.restart_cost_s(best, cfg.grow_cost_s):
                 pays = False
             # An unmeasured step k -> k + 1 is a probe, taken only once the trial's time at k devices is measured
             # (or as the first step of a trial that starts now): each probe is measured before the next, and
@@ -1525,7 +1526,7 @@ class _Planning:
         if source not in ("trial", "pooled") and self.book.measured(tid, k) is None and not (k == 1 and not t.devices):
             return 0.0
         remaining_s = self.rem[tid] * self.sec(t, k) / self.sec(t, 1)
-        return remaining_s * (1.0 - ratio) - (self.redo_s(t, self.cfg.grow_cost_s) if t.devices else 0.0)
+        return remaining_s * (1.0 - ratio) - (self.restart_cost_s(t, self.cfg.grow_cost_s) if t.devices else 0.0)
 
     def _free_device_for(self, t: TrialDemand, owner: dict[int, str]) -> int | None:
         for d in self.devices:
