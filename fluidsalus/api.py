@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import cloudpickle
 import ray
+from ray import cloudpickle as ray_cloudpickle
 
 from fluidsalus import space as sp
 from fluidsalus.callbacks import Callback
@@ -319,7 +319,7 @@ def _pack(trainable: Any, rule: Any, host_options: dict[str, Any]) -> bytes:
     except Exception as e:  # noqa: BLE001 - pickling can fail with any exception type
         field = "trainable"
         with contextlib.suppress(Exception):
-            cloudpickle.dumps(trainable)
+            ray_cloudpickle.dumps(trainable)
             field = "stop"
         raise ConfigError(
             f"{field}: cannot be pickled to send it to the device actors ({type(e).__name__}: {e}). Create "

@@ -16,8 +16,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import cloudpickle
 import ray
+from ray import cloudpickle  # Ray's own pickler, as Ray Tune ships trainables (see pack_trainable)
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from fluidsalus.distributed import free_port
@@ -151,7 +151,10 @@ def pack_trainable(trainable: Callable[..., Any],
             settled before user code runs in its process.
 
     Returns:
-        The payload: a plain pickle of the options and of the cloudpickled trainable and stop rule.
+        The payload: a plain pickle of the options and of the cloudpickled trainable and stop rule. The pickler
+        is Ray's vendored ``ray.cloudpickle``, the one Ray Tune ships trainables with: it keeps each function's
+        source file, so a device's traceback shows the user's lines as under Ray Tune (the standalone
+        ``cloudpickle`` from 3.1.3 on names every function pickled by value ``<dynamic-code>``).
 
     Raises:
         ValueError: For a ``host_options`` key that is not a HostSettings field.

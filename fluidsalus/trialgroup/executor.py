@@ -49,8 +49,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import cloudpickle
 import ray
+from ray import cloudpickle
 
 from fluidsalus.callbacks import Callback
 from fluidsalus.checkpoint import Checkpoint, persist_checkpoint
