@@ -346,25 +346,24 @@ def fails_once_past_a_checkpoint(config):
             raise RuntimeError("fails once")
         checkpoint = iteration_checkpoint(it) if it % 2 == 0 else None
         fluidsalus.report({"it": it, "attempt_from": start}, checkpoint=checkpoint)
-        # Results that reach the driver together with the trial's end are not decided on (the searcher is told
-        # the end instead): a pause makes each arrive on its own (as a rule).
-        time.sleep(REPORT_GAP_S)
-
-
-#: Pause after each report of fails_once_past_a_checkpoint: many times the driver loop's poll of its devices.
-REPORT_GAP_S = 0.2
 
 
 class RecordingSearch(RandomSearch):
-    """Random search that records every result it is given."""
+    """Random search that records every result it is given, and each trial's end."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.seen: list[tuple[int, int]] = []
+        self.calls: dict[str, list[int | str]] = {}  # trial -> its results' iterations, then "complete"
 
     def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
-        self.seen.append((result["training_iteration"], result["attempt_from"]))
+        self.seen.append((result["training_iteration"], result.get("attempt_from", 0)))
+        self.calls.setdefault(trial_id, []).append(result["training_iteration"])
         return super().on_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
+        self.calls.setdefault(trial_id, []).append("complete")
+        super().on_trial_complete(trial_id, result, error=error)
 
 
 def test_iterations_run_again_after_a_restart_are_stored_but_not_decided_on_twice(storage):
@@ -377,11 +376,29 @@ def test_iterations_run_again_after_a_restart_are_stored_but_not_decided_on_twic
     stored = [(r.iteration, r.metrics["attempt_from"])
               for r in reader.results(result.trial_id, latest_attempt_only=False)]
     assert stored == [(1, 0), (2, 0), (3, 0), (3, 2), (4, 2), (5, 2)]  # iteration 3 ran twice, both kept
-    # The searcher decided on each iteration once: on the first run of iteration 3, not on its repeat. (The
-    # results before the failure are given even when they arrive with it; the last ones of the retry are not
-    # when they arrive with the trial's end, which the pauses above make unlikely but a loaded machine may not.)
-    assert searcher.seen[:3] == [(1, 0), (2, 0), (3, 0)]
-    assert searcher.seen[3:] == [(4, 2), (5, 2)][:len(searcher.seen) - 3]
+    # The searcher decided on each iteration once: on the first run of iteration 3, not on its repeat. The
+    # results before the failure are given even when they arrive with it, the retry's last ones even when they
+    # arrive with the trial's end.
+    assert searcher.seen == [(1, 0), (2, 0), (3, 0), (4, 2), (5, 2)]
+    assert searcher.calls[result.trial_id][-1] == "complete"
+
+
+def burst(config):
+    for i in range(REPORTS_PER_BURST):
+        fluidsalus.report({"v": config["x"] + i})
+
+
+#: Results `burst` reports back to back and then returns: they reach the driver with the trial's end (as a rule).
+REPORTS_PER_BURST = 6
+
+
+def test_results_that_arrive_with_the_trials_end_are_given_before_it(storage):
+    searcher = RecordingSearch({"x": fluidsalus.uniform(0, 1)}, num_samples=8, seed=1)
+    grid = fluidsalus.run(burst, searcher=searcher, storage_path=storage, verbose=0)
+    assert grid.num_errors == 0 and len(grid) == 8
+    # Each trial's results in order, each once, then its end: the same sequence whatever the batching was.
+    expected = [*range(1, REPORTS_PER_BURST + 1), "complete"]
+    assert searcher.calls == {r.trial_id: expected for r in grid}
 
 
 def sleepy(config):

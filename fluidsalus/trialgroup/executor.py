@@ -1358,15 +1358,15 @@ class Executor:
             for kind, trial, event in acted:
                 if kind == EV_RESULT:
                     self._check_metric(trial.trial_id, event[4])
-                    # A trial that ended in this batch is told its end instead (below). One restarting (queued
-                    # again, for a retry or a move, after this result) still gets its results decided on.
-                    if trial.status in FINAL_STATUSES:
-                        continue
+                    # Every result is given, in order, also those that arrive in the batch of the trial's end
+                    # (they come before it in ``acted``): the searcher sees the same sequence however the
+                    # device happened to batch them. A stop asked for a trial that has already ended is moot.
                     iteration = event[4]["training_iteration"]
                     if iteration <= self._searcher_seen.get(trial.trial_id, 0):
                         continue  # run again after a restart: the searcher decided on this iteration already
                     self._searcher_seen[trial.trial_id] = iteration
-                    if self.searcher.on_result(trial.trial_id, event[4]) == Decision.STOP:
+                    decision = self.searcher.on_result(trial.trial_id, event[4])
+                    if decision == Decision.STOP and trial.status not in FINAL_STATUSES:
                         stops.append(trial.trial_id)
                 else:
                     self.searcher.on_trial_complete(trial.trial_id, trial.last_result, error=trial.status == ERROR)
