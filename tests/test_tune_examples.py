@@ -7,8 +7,9 @@ folder, so Ray's default ``~/ray_results`` lands there too. Each must finish and
 ``RAY_ADDRESS=local`` makes each script start its own Ray even when a ``ray start`` cluster runs on the
 machine (``ray.init()`` would join it, and refuse the scripts' ``num_cpus``).
 
-The full (not ``--smoke-test``) run of ``tune_basic_example.py`` takes minutes on 2 CPUs (100 trials of 100
-steps of 0.1 s); it is marked ``slow`` and runs only with ``FLUIDSALUS_RUN_SLOW=1``.
+``async_hyperband_example.py`` also runs in full (about 40 s). The full (not ``--smoke-test``) run of
+``tune_basic_example.py`` takes minutes on 2 CPUs (100 trials of 100 steps of 0.1 s); it is marked ``slow``
+and runs only with ``FLUIDSALUS_RUN_SLOW=1``.
 """
 
 from __future__ import annotations
@@ -163,6 +164,17 @@ def test_pbt_function_example(tmp_path: Path) -> None:
     output = _check(process)
     assert set(best_config(output, "Best hyperparameters found were: ")) == {"lr", "some_other_factor",
                                                                              "checkpoint_interval"}
+
+
+def test_async_hyperband_example_full_run(tmp_path: Path) -> None:
+    # In full: 20 trials of up to 100 steps of 0.1 s under AsyncHyperBandScheduler(grace_period=5, max_t=100);
+    # about 40 s here, most of it the steps of the trials ASHA keeps.
+    output = _check(run_example("async_hyperband_example.py", tmp_path))
+    config = best_config(output, "Best hyperparameters found: ")
+    assert set(config) == {"steps", "width", "height"} and config["steps"] == 100
+    assert "fluidsalus: 20 trials" in output and "0 errored" in output
+    experiment = tmp_path / "home" / "ray_results" / "asynchyperband_test"
+    assert experiment.is_dir()
 
 
 @pytest.mark.slow
