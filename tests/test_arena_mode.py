@@ -12,8 +12,10 @@ from __future__ import annotations
 import collections
 import ctypes
 import os
+import pickle
 import threading
 import time
+import traceback
 
 import pytest
 from hypothesis import given, settings
@@ -136,6 +138,20 @@ def test_the_payload_carries_the_memory_mode_ahead_of_the_trainable():
     assert f({"x": 1}) == {"x": 1} and stop is None
     with pytest.raises(ValueError, match="not HostSettings fields"):
         pack_trainable(trainable, None, {"memory_modes": "arena"})
+
+
+def test_a_shipped_function_keeps_its_source_lines_in_tracebacks():
+    # Ray's pickler keeps a function's file; the standalone cloudpickle (3.1.3 on) renames it "<dynamic-code>",
+    # and a device's traceback would lose the user's lines.
+    def trainable(config):
+        raise ValueError("shipped trainable failed")
+
+    _, code = unpack_payload(pack_trainable(trainable, None))
+    f, _ = pickle.loads(code)
+    assert f.__code__.co_filename == __file__
+    with pytest.raises(ValueError) as info:
+        f({})
+    assert 'raise ValueError("shipped trainable failed")' in "".join(traceback.format_tb(info.tb))
 
 
 def _gpu_device():
