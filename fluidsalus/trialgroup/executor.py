@@ -1360,13 +1360,13 @@ class Executor:
                     self._check_metric(trial.trial_id, event[4])
                     # Every result is given, in order, also those that arrive in the batch of the trial's end
                     # (they come before it in ``acted``): the searcher sees the same sequence however the
-                    # device happened to batch them. A stop asked for a trial that has already ended is moot.
+                    # device happened to batch them. A stop asked for a trial that has already ended is moot
+                    # (_stop_trials passes over ended trials).
                     iteration = event[4]["training_iteration"]
                     if iteration <= self._searcher_seen.get(trial.trial_id, 0):
                         continue  # run again after a restart: the searcher decided on this iteration already
                     self._searcher_seen[trial.trial_id] = iteration
-                    decision = self.searcher.on_result(trial.trial_id, event[4])
-                    if decision == Decision.STOP and trial.status not in FINAL_STATUSES:
+                    if self.searcher.on_result(trial.trial_id, event[4]) == Decision.STOP:
                         stops.append(trial.trial_id)
                 else:
                     self.searcher.on_trial_complete(trial.trial_id, trial.last_result, error=trial.status == ERROR)
