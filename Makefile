@@ -2,22 +2,30 @@
 #   make quickstart   set up .venv and run a real sweep (examples/quickstart.py)
 #   make test         set up .venv and run ruff and the test suite
 # Both create the virtual environment on first use. torch is installed first, from TORCH_SPEC, so that
-# fluidsalus's own `torch` requirement is already met and pip never pulls a second (CUDA) build.
+# fluidsalus's own `torch` requirement is already met and pip never pulls a second (CUDA) build. Every other
+# package comes at the version pinned in CONSTRAINTS (the set the suite passed with, with the default torch);
+# `CONSTRAINTS=` installs the newest releases pyproject.toml's ranges allow instead.
 
 PYTHON ?= python3
 VENV ?= .venv
-TORCH_SPEC ?= torch==2.13.0
+TESTED_TORCH_SPEC := torch==2.13.0
+TORCH_SPEC ?= $(TESTED_TORCH_SPEC)
+# The pins were tested with TESTED_TORCH_SPEC; with another torch they may clash with its own requirements
+# (sympy, networkx, ...), so then the ranges decide.
+CONSTRAINTS ?= $(if $(filter $(TESTED_TORCH_SPEC),$(TORCH_SPEC)),constraints.txt)
+PIP_CONSTRAINT_ARGS := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+LATEST_VENV := .venv-latest
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.fluidsalus-installed
 
-.PHONY: quickstart test test-gpu lint bench-trivial bench-digits clean-venv
+.PHONY: quickstart test test-gpu test-latest lock lint bench-trivial bench-digits clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet $(PIP_CONSTRAINT_ARGS) "$(TORCH_SPEC)"
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+$(STAMP): pyproject.toml $(CONSTRAINTS) | $(BIN)/python
+	$(BIN)/python -m pip install --quiet $(PIP_CONSTRAINT_ARGS) -e ".[test]"
 	touch $(STAMP)
 
 quickstart: $(STAMP)
@@ -30,6 +38,21 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+
+# The suite on the newest dependency releases pyproject.toml allows, in a separate virtual environment: what a
+# user who runs `pip install fluidsalus` today gets. It catches a breaking release before the pins are moved.
+test-latest:
+	rm -rf $(LATEST_VENV)
+	$(MAKE) test VENV=$(LATEST_VENV) CONSTRAINTS=
+
+# Moves the pins: runs test-latest and, only if it passes, writes that environment (less torch and fluidsalus
+# itself) to constraints.txt, each line marked with the Python version it was tested on.
+lock: test-latest
+	ver=$$($(LATEST_VENV)/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	{ grep '^#' constraints.txt; \
+	  $(LATEST_VENV)/bin/python -m pip freeze --exclude-editable | grep -v -i '^torch==' \
+	    | sed "s/\$$/ ; python_version == \"$$ver\"/"; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 # On a machine with a CUDA GPU: the GPU tests (they are skipped elsewhere) and the lane benchmark on the GPU.
 test-gpu: $(STAMP)

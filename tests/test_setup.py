@@ -1,0 +1,56 @@
+"""The README's set-up: the pinned dependency set (constraints.txt) the Makefile installs must agree with
+pyproject.toml, so that `make test` on a fresh clone installs a set the package itself accepts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+tomllib = pytest.importorskip("tomllib")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pinned() -> dict[str, Requirement]:
+    """The requirement lines of constraints.txt, by canonical package name."""
+    lines = (ROOT / "constraints.txt").read_text().splitlines()
+    reqs = [Requirement(line) for line in lines if line.strip() and not line.startswith("#")]
+    return {canonicalize_name(r.name): r for r in reqs}
+
+
+def declared() -> list[Requirement]:
+    """Every requirement pyproject.toml declares: the package's own and those of its extras."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lines = list(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        lines.extend(extra)
+    return [Requirement(line) for line in lines]
+
+
+def test_every_pin_is_one_exact_version_for_one_python_version():
+    pins = pinned()
+    assert pins, "constraints.txt pins nothing"
+    for name, req in pins.items():
+        (spec,) = req.specifier
+        assert spec.operator == "==" and "*" not in spec.version, f"{name}: {req}"
+        assert req.marker is not None and "python_version ==" in str(req.marker), f"{name} has no Python marker"
+
+
+def test_torch_is_left_to_torch_spec():
+    """torch is installed first from TORCH_SPEC (a CPU or a CUDA build); a pin here would fight it."""
+    assert "torch" not in pinned()
+
+
+def test_every_declared_dependency_is_pinned_within_its_range():
+    pins = pinned()
+    for req in declared():
+        name = canonicalize_name(req.name)
+        if name == "torch":
+            continue
+        assert name in pins, f"{req.name} is declared in pyproject.toml but not pinned in constraints.txt"
+        (spec,) = pins[name].specifier
+        assert req.specifier.contains(spec.version, prereleases=True), (
+            f"constraints.txt pins {req.name}=={spec.version}, outside pyproject.toml's {req.specifier}")
