@@ -277,6 +277,34 @@ def test_population_is_one_group_to_the_first_perturbation_point_with_missing_mu
     assert pbt.next_groups() == [] and not pbt.is_finished()
 
 
+def test_points_to_evaluate_are_the_first_members_and_count_as_samples():
+    space = {"lr": sp.uniform(0, 1), "wd": 0.0}
+    mutations = {"lr": [0.1, 0.2], "mom": [0.8, 0.9]}
+    points = [{"lr": 0.1, "mom": 0.9}, {"mom": 0.8}]
+    pbt = _pbt(space=space, hyperparam_mutations=mutations, num_samples=3, points_to_evaluate=points)
+    (group,) = pbt.next_groups()
+    assert [(c["lr"], c["mom"]) for c in group.configs[:1]] == [(0.1, 0.9)]
+    assert group.configs[1]["mom"] == 0.8 and 0 <= group.configs[1]["lr"] <= 1
+    assert len(group.configs) == 3 and all(c["wd"] == 0.0 and c["mom"] in (0.8, 0.9) for c in group.configs)
+    assert pbt.points_to_evaluate == points
+    # More points than samples: every point still runs, and nothing is sampled.
+    (group,) = _pbt(space=space, hyperparam_mutations=mutations, num_samples=1, points_to_evaluate=points).next_groups()
+    assert [c["mom"] for c in group.configs] == [0.9, 0.8]
+    # Without points the population is the one random search draws for the same seed.
+    (group,) = _pbt(space=space, hyperparam_mutations=mutations, num_samples=3, seed=4).next_groups()
+    assert [c["lr"] for c in group.configs] == [c["lr"] for c in sp.generate_variants(space, 3, 4)]
+
+
+@pytest.mark.parametrize("points, message", [
+    ([{"nope": 1}], r"points_to_evaluate\[0\] sets 'nope', which is not a key"),
+    ({"lr": 0.1}, "points_to_evaluate must be None or a list of dicts"),
+    ([0.1], r"points_to_evaluate\[0\] must be a dict"),
+])
+def test_bad_points_raise_config_error_naming_them(points: Any, message: str):
+    with pytest.raises(ConfigError, match=message):
+        _pbt(points_to_evaluate=points)
+
+
 def _population(pbt: PBT, scores: list[float], checkpoint: bool = True) -> list[dict[str, Any]]:
     """Add trials t0, t1, ..., then bring each to the first perturbation point with the given score.
 

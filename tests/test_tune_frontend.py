@@ -203,6 +203,25 @@ def test_population_based_training_becomes_pbt() -> None:
     assert set(s.hyperparam_mutations) == {"x", "k"}
 
 
+def test_points_to_evaluate_under_pbt_are_the_first_members_of_the_population() -> None:
+    """As in Ray, BasicVariantGenerator's points run first under PopulationBasedTraining, each counting as one of
+    num_samples; a point may set a mutated key the param_space lacks."""
+    pbt = tune.schedulers.PopulationBasedTraining(
+        time_attr="training_iteration", perturbation_interval=4,
+        hyperparam_mutations={"x": tune.uniform(0, 1), "mom": [0.8, 0.9]})
+    points = [{"x": 0.25, "mom": 0.9}, {"k": 3}]
+    planned = _plan(metric="m", mode="max", scheduler=pbt, num_samples=3,
+                    search_alg=tune.search.BasicVariantGenerator(points_to_evaluate=points, random_state=5))
+    s = planned.searcher
+    assert isinstance(s, searchers.PBT) and "points_to_evaluate" in planned.summary
+    (population,) = s.next_groups()
+    configs = population.configs
+    assert len(configs) == 3
+    assert (configs[0]["x"], configs[0]["mom"], configs[0]["k"]) == (0.25, 0.9, configs[0]["k"])
+    assert configs[1]["k"] == 3 and 0 <= configs[1]["x"] <= 1 and configs[1]["mom"] in (0.8, 0.9)
+    assert all(c["const"] == 7 for c in configs)
+
+
 def test_optuna_search_becomes_our_optuna_search() -> None:
     from fluidsalus.tune.search.optuna import OptunaSearch
 
@@ -431,8 +450,6 @@ def _optuna_holder():
      "num_samples=-1.*not supported with PBT"),
     (lambda: {"scheduler": tune.schedulers.ASHAScheduler(), "metric": None, "mode": None},
      "needs a metric and a mode"),
-    (lambda: {"search_alg": tune.search.BasicVariantGenerator(points_to_evaluate=[{"x": 0.1}]),
-              "scheduler": _pbt()}, "points_to_evaluate is not supported with PBT"),
     (lambda: {"search_alg": tune.search.BasicVariantGenerator(points_to_evaluate=[{"nope": 0.1}])},
      "points_to_evaluate\\[0\\] sets 'nope', which is not a key"),
     (lambda: {"search_alg": tune.search.ConcurrencyLimiter(tune.search.BasicVariantGenerator(), 2),

@@ -213,6 +213,8 @@ def test_point_checks_name_the_key_and_warn_outside_the_domain() -> None:
     with pytest.raises(ConfigError, match=r"points_to_evaluate\[1\] sets 'n/z', which is not a key of the search "
                                           r"space \(keys under 'n': \['k'\]\)"):
         RandomSearch(space, 2, points_to_evaluate=[{"x": 0.5}, {"n": {"z": 1}}])
+    with pytest.raises(ConfigError, match="RandomSearch: points_to_evaluate must be None or a list of dicts, got dict"):
+        RandomSearch(space, 2, points_to_evaluate={"x": 0.5})  # one point, not wrapped in a list
     with pytest.warns(UserWarning, match=r"sets 'x' to 7, which is not within the domain"):
         searcher = RandomSearch(space, 1, seed=0, points_to_evaluate=[{"x": 7}])
     assert searcher.next_groups()[0].configs[0]["x"] == 7  # used as given, as in Ray

@@ -8,7 +8,9 @@ values multiplied by a perturbation factor, list values shifted to a neighbour, 
 Mapping onto TrialGroups and budgets:
 
 * The population is the first group: ``num_samples`` fresh configurations (times the grid points) with
-  ``budget`` = the first perturbation point, ``max(perturbation_interval, burn_in_period)``.
+  ``budget`` = the first perturbation point, ``max(perturbation_interval, burn_in_period)``. Given
+  ``points_to_evaluate`` are its first members, each counting as one of ``num_samples`` (Ray's
+  ``BasicVariantGenerator`` rules, as in random search).
 * Every trial pauses when ``result[time_attr] >= budget``; that result is its perturbation point. PBT then
   decides (:meth:`PBT.decide`): a trial that *continues* is promoted by a later group (``trial_ids``) to its next
   perturbation point; a trial that *exploits* becomes an :class:`ExploitRequest`, handed out by
@@ -46,6 +48,7 @@ import numpy as np
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers._base import BaseSearcher, Decision, ExploitRequest
+from fluidsalus.searchers._random import VariantStream, check_points
 from fluidsalus.trialgroup.trial import TrialGroup
 
 logger = logging.getLogger(__name__)
@@ -285,6 +288,30 @@ def _check_range(name: str, value: Any, low: float, high: float) -> float:
     return float(value)
 
 
+def _points_space(space: Mapping[str, Any], mutations: Mutations) -> dict[str, Any]:
+    """The space that ``points_to_evaluate`` are checked against: ``space`` plus the mutated keys it lacks.
+
+    A mutated key need not be in the space (the population gets it from its mutation), so a point may set it
+    too. A list mutation is checked as a ``choice`` of its values (a value outside them is used with a warning,
+    as for any point), a domain as itself; a callable accepts any value.
+    """
+    out = dict(space)
+    for key, mutation in mutations.items():
+        present = out.get(key)
+        nested = isinstance(present, dict) and not (sp.GRID_SEARCH_KEY in present and len(present) == 1)
+        if isinstance(mutation, Mapping) and (key not in out or nested):
+            out[key] = _points_space(present if nested else {}, mutation)
+        elif key in out:
+            continue
+        elif isinstance(mutation, (list, tuple)):
+            out[key] = sp.choice(list(mutation))
+        elif isinstance(mutation, sp.Domain):
+            out[key] = mutation
+        else:
+            out[key] = sp.sample_from(mutation)
+    return out
+
+
 def _check_mutations(mutations: Any, path: str = "") -> None:
     """Raise ConfigError unless ``mutations`` is a dict of lists, domains, callables and nested dicts."""
     if not isinstance(mutations, Mapping):
@@ -339,9 +366,13 @@ class PBT(BaseSearcher):
         require_attrs: Raise when a result lacks ``metric`` or ``time_attr``; otherwise skip that result.
         synch: Synchronous PBT: wait until every live trial reaches the same perturbation point.
         seed: Seed of the initial population and of every random PBT decision.
+        points_to_evaluate: Configurations (nested dicts, possibly partial) that are the first members of the
+            population; each counts as one of ``num_samples``, and all of them run even when there are more
+            points than samples. A point may set a key of ``space`` or of ``hyperparam_mutations``.
 
     Raises:
-        ConfigError: A parameter is out of range; the message names it and what is allowed.
+        ConfigError: A parameter is out of range; the message names it and what is allowed. A point is not a
+            dict or sets a key that is neither in the space nor mutated.
     """
 
     def __init__(
@@ -362,6 +393,7 @@ class PBT(BaseSearcher):
         require_attrs: bool = True,
         synch: bool = False,
         seed: int | None = None,
+        points_to_evaluate: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
         if not isinstance(space, Mapping):
             raise ConfigError(f"PBT: space must be a dict (the search space), got {type(space).__name__}")
@@ -414,6 +446,8 @@ class PBT(BaseSearcher):
         self.require_attrs = bool(require_attrs)
         self.synch = bool(synch)
         self.seed = seed
+        self._points = check_points(_points_space(self.space, self.hyperparam_mutations), points_to_evaluate, "PBT")
+        self.points_to_evaluate = [copy.deepcopy(dict(p)) for p in points_to_evaluate or []]
         #: Every exploit, in order (kept when ``log_config``): Ray's policy log as dicts.
         self.exploit_log: list[dict[str, Any]] = []
         self._rng = random.Random(seed)
@@ -480,7 +514,7 @@ class PBT(BaseSearcher):
         groups: list[TrialGroup] = []
         if not self._proposed:
             self._proposed = True
-            configs = sp.generate_variants(self.space, self.num_samples, self.seed)
+            configs = VariantStream(self.space, self.num_samples, self.seed, self._points).take(None)
             for config in configs:
                 _fill_config(config, self.hyperparam_mutations, self._rng)
             self._population_size = len(configs)

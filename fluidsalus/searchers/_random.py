@@ -263,8 +263,8 @@ class RandomSearch(BaseSearcher):
         self.space = dict(space)
         self.num_samples = num_samples
         self.seed = seed
-        self.points_to_evaluate = [copy.deepcopy(dict(p)) for p in points_to_evaluate or []]
         self._points = check_points(self.space, points_to_evaluate, "RandomSearch")
+        self.points_to_evaluate = [copy.deepcopy(dict(p)) for p in points_to_evaluate or []]
         self._proposed = 0  # configurations proposed so far
         self._owed = ENDLESS_FIRST_BATCH  # endless mode: configurations to propose next
         self._stream: VariantStream | None = None

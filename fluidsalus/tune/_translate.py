@@ -19,9 +19,10 @@ None / BasicVariantGenerator / OptunaSearch    MedianStoppingRule         -> Opt
 a fluidsalus BaseSearcher                      None / FIFOScheduler       -> that searcher, as it is
 =============================================  ======================================================
 
-``points_to_evaluate`` (of ``BasicVariantGenerator``, ``TuneBOHB`` or ``OptunaSearch``) and ``num_samples=-1``
-work with every pair but those with PopulationBasedTraining (whose population is fixed); ASHA and HyperBand then
-draw from a :class:`~fluidsalus.searchers._random.VariantStream` (:mod:`fluidsalus.tune._streamed`).
+``points_to_evaluate`` (of ``BasicVariantGenerator``, ``TuneBOHB`` or ``OptunaSearch``) work with every pair
+(under PopulationBasedTraining they are the first members of the population), and ``num_samples=-1`` with every
+pair but those with PopulationBasedTraining (whose population is drawn once and kept fixed); ASHA and HyperBand
+then draw from a :class:`~fluidsalus.searchers._random.VariantStream` (:mod:`fluidsalus.tune._streamed`).
 
 Every other pair raises a :class:`~fluidsalus.errors.ConfigError` naming both and the pairs that work. Ray
 Tune's own scheduler and search-algorithm objects (an import that was not changed) are first translated into
@@ -167,14 +168,6 @@ def _need_metric(owner: str, metric: str | None, mode: str | None) -> tuple[str,
             "TuneConfig(metric=..., mode=...) or to the scheduler / search algorithm"
         )
     return metric, mode
-
-
-def _no_points(owner: str, points: list[Any], target: str) -> None:
-    if points:
-        raise ConfigError(
-            f"{owner}: points_to_evaluate is not supported with {target}: its population is drawn at once and "
-            "kept fixed, so there is no place to put given points first; remove them, or use another scheduler"
-        )
 
 
 def _finite_samples(num_samples: int, target: str) -> None:
@@ -332,7 +325,6 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
         return Plan(searcher, space, metric, mode, cap, summary=f"{name} -> RandomSearch(num_samples={n}, "
                     f"seed={seed}{shown})")
     if isinstance(scheduler, PopulationBasedTraining):
-        _no_points("BasicVariantGenerator", points, target)
         _finite_samples(n, target)
     metric, mode = _need_metric(name, metric, mode)
     # ASHA and HyperBand take the points and the endless stream through a VariantStream.
@@ -363,9 +355,11 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
         names = ("time_attr", "max_t", "reduction_factor", "stop_last_trials")
     else:
         assert isinstance(scheduler, PopulationBasedTraining)
-        searcher = PBT(space, n, metric, mode, seed=seed, **scheduler.engine_kwargs())
+        searcher = PBT(space, n, metric, mode, seed=seed, points_to_evaluate=points, **scheduler.engine_kwargs())
         names = ("time_attr", "perturbation_interval", "burn_in_period", "quantile_fraction",
                  "resample_probability", "synch")
+        if points:
+            names += ("points_to_evaluate",)
         return Plan(searcher, space, metric, mode, cap, checkpoint_every_iteration=class_trainable,
                     summary=f"{name} -> {_describe(searcher, names)}")
     return Plan(searcher, space, metric, mode, cap, summary=f"{name} -> {_describe(searcher, names)}")
