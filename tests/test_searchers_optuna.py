@@ -217,7 +217,7 @@ def test_evaluated_rewards_are_added_to_the_study_without_running():
         ({"space": {"f": sp.sample_from(lambda spec: 1)}}, r"parameter 'f'.*cannot sample from a function"),
         ({"space": {"lr": sp.qloguniform(1e-4, 1e-1, 1e-4)}}, r"parameter 'lr'.*log-scaled and stepped"),
         ({"space": [1, 2]}, r"space must be a dict"),
-        ({"mode": "avg"}, r"mode must be one of \['max', 'min'\] \(got 'avg'\)"),
+        ({"mode": "avg"}, r"mode must be one of \['max', 'min'\] \(got 'avg'"),
         ({"metric": ""}, r"metric must be the name of a result key"),
         ({"num_samples": 0}, r"num_samples must be an int >= 1 \(got 0\)"),
         ({"batch_size": 0}, r"batch_size must be an int >= 1 \(got 0\)"),
@@ -225,7 +225,8 @@ def test_evaluated_rewards_are_added_to_the_study_without_running():
         ({"sampler": "tpe"}, r"sampler must be an optuna.samplers.BaseSampler, got str"),
         ({"pruner": "median"}, r"pruner must be an optuna.pruners.BasePruner, got str"),
         ({"study": "s", "seed": None}, r"study must be an optuna.Study"),
-        ({"study": optuna.create_study(direction="maximize"), "seed": None}, r"direction is MAXIMIZE but mode='min'"),
+        ({"study": optuna.create_study(direction="maximize"), "seed": None},
+         r"directions is \['MAXIMIZE'\] but mode='min'"),
         ({"points_to_evaluate": [{"z": 1.0}]}, r"points_to_evaluate\[0\] has 'z', which is not a parameter"),
         ({"points_to_evaluate": [{"x": 9.0}]}, r"points_to_evaluate\[0\]\['x'\] = 9.0 is outside"),
         ({"points_to_evaluate": [{"fixed": {"width": 32}}]}, r"fixes it to the constant 64"),
@@ -242,7 +243,8 @@ def test_bad_input_raises_config_error_naming_it(kwargs, message):
 def test_study_and_sampler_together_are_refused_and_a_seed_with_a_sampler_warns():
     with pytest.raises(ConfigError, match="either study or sampler"):
         _search(seed=None, study=optuna.create_study(), sampler=optuna.samplers.RandomSampler())
-    with pytest.raises(ConfigError, match="single-objective"):
+    with pytest.raises(ConfigError, match=r"directions is \['MINIMIZE', 'MINIMIZE'\] but mode='min' asks for "
+                                          r"\['MINIMIZE'\]"):
         _search(seed=None, study=optuna.create_study(directions=["minimize", "minimize"]))
     with pytest.warns(UserWarning, match="seed is ignored"):
         _search(seed=1, sampler=optuna.samplers.RandomSampler())
@@ -320,3 +322,76 @@ def test_load_into_a_study_that_already_holds_the_trials_adds_no_duplicates():
     assert study.get_trials()[2].intermediate_values == {1: 7.0}
     second.on_trial_complete("t1", {"loss": 6.0, "training_iteration": 2})
     assert study.get_trials()[2].value == 6.0 and len(second.next_groups()[0].configs) == 2
+
+
+# ---------------------------------------------------------------------------------------------- multi-objective
+
+
+def _multi(**kwargs: Any) -> OptunaSearch:
+    return _search(metric=["loss", "size"], mode=["min", "max"], **kwargs)
+
+
+def _run_by_hand(search: OptunaSearch, results: list[Mapping[str, Any] | None]) -> list[str]:
+    """Add one group's trials; each reports ``results[i]`` at iterations 1 and 2, then ends with it."""
+    (group,) = search.next_groups()
+    ids = [f"t{i}" for i in range(len(group.configs))]
+    for trial_id, config in zip(ids, group.configs, strict=True):
+        search.on_trial_add(trial_id, group.group_id, config)
+    for trial_id, result in zip(ids, results, strict=False):
+        for step in (1, 2):
+            assert search.on_result(trial_id, {**(result or {}), "training_iteration": step}) == Decision.CONTINUE
+        search.on_trial_complete(trial_id, result, error=result is None)
+    return ids
+
+
+def test_multi_objective_study_gets_one_direction_per_metric_and_each_trials_values():
+    search = _multi(batch_size=4)
+    assert search.study.directions == [optuna.study.StudyDirection.MINIMIZE, optuna.study.StudyDirection.MAXIMIZE]
+    assert (search.metric, search.mode) == (["loss", "size"], ["min", "max"])
+    _run_by_hand(search, [{"loss": 1.0, "size": 3.0}, {"loss": 0.5, "size": 1.0}, {"loss": 2.0}, None])
+    trials = search.study.get_trials()
+    assert [(t.state, t.values) for t in trials] == [
+        (TrialState.COMPLETE, [1.0, 3.0]), (TrialState.COMPLETE, [0.5, 1.0]),
+        (TrialState.PRUNED, None),  # a metric is missing, as a single-objective trial without its value
+        (TrialState.FAIL, None),  # errored
+    ]
+    # Optuna keeps no intermediate values for several objectives (trial.report refuses them), so none are sent.
+    assert all(t.intermediate_values == {} for t in trials)
+    assert sorted(t.number for t in search.study.best_trials) == [0, 1]  # the Pareto front
+
+
+def test_multi_objective_state_round_trip_replays_the_values():
+    search = _multi(batch_size=3)
+    ids = _run_by_hand(search, [{"loss": 1.0, "size": 3.0}, {"loss": 0.5, "size": 1.0}])
+    saved = json.loads(json.dumps(search.state_dict()))
+    fresh = _multi(batch_size=3)
+    fresh.load_state_dict(saved)
+    by_id = {t.user_attrs[TRIAL_ID_ATTR]: t for t in fresh.study.get_trials()}
+    assert by_id[ids[0]].values == [1.0, 3.0] and by_id[ids[1]].values == [0.5, 1.0]
+    assert by_id[ids[2]].state == TrialState.RUNNING  # asked again, to continue from its checkpoint
+    assert fresh.state_dict() == saved
+
+
+def test_multi_objective_evaluated_rewards_are_lists_of_values():
+    search = _multi(num_samples=2, points_to_evaluate=[{"x": 1.0, "y": 0.0}], evaluated_rewards=[[0.25, 4.0]])
+    assert [t.values for t in search.study.get_trials()] == [[0.25, 4.0]]
+    with pytest.raises(ConfigError, match=r"evaluated_rewards\[0\] must be a list of 2 numbers, one per metric"):
+        _multi(points_to_evaluate=[{"x": 1.0}], evaluated_rewards=[0.25])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"metric": ["loss", "size"], "mode": "min"}, r"metric must be the name of a result key, got \['loss', "),
+        ({"metric": ["loss", "loss"], "mode": ["min", "max"]}, r"a list of distinct result keys"),
+        ({"metric": ["loss", "size"], "mode": ["min"]}, r"mode must be a list of 2 values, each one of"),
+        ({"metric": ["loss", "size"], "mode": ["min", "up"]}, r"mode must be a list of 2 values"),
+        ({"metric": ["loss", "size"], "mode": ["min", "max"], "pruner": optuna.pruners.MedianPruner()},
+         r"a pruner cannot be used with a multi-objective search"),
+        ({"metric": ["loss", "size"], "mode": ["min", "max"], "study": optuna.create_study(), "seed": None},
+         r"directions is \['MINIMIZE'\] but mode=\['min', 'max'\] asks for \['MINIMIZE', 'MAXIMIZE'\]"),
+    ],
+)
+def test_bad_multi_objective_input_raises_config_error_naming_it(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        _search(**kwargs)

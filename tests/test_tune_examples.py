@@ -159,6 +159,18 @@ def test_custom_checkpointing_with_callback_runs_without_the_callbacks_checkpoin
     assert "Callback requesting checkpoint for trial" in output and "Best checkpoint: None" in output
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get(SLOW_ENV), reason=f"set {SLOW_ENV}=1")
+def test_optuna_multiobjective_example_prints_a_best_config_per_objective(tmp_path: Path) -> None:
+    # 10 trials of 100 steps of 0.1 s with no scheduler to stop any, at most 4 at once: about 55 s here (Ray Tune
+    # 68 s); test_tune_gaps.py::test_multi_objective_optuna_search_runs_and_tells_every_objective covers it quickly.
+    output = _check(run_example("optuna_multiobjective_example.py", tmp_path, "--smoke-test"))
+    keys = {"steps", "width", "height", "activation"}
+    assert set(best_config(output, "Best hyperparameters for loss found were: ")) == keys
+    assert set(best_config(output, "Best hyperparameters for gain found were: ")) == keys
+    assert "fluidsalus: 10 trials" in output and "0 errored" in output
+
+
 def test_pbt_function_example(tmp_path: Path) -> None:
     process = run_example("pbt_function.py", tmp_path, "--smoke-test")
     output = _check(process)

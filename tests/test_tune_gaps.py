@@ -7,6 +7,7 @@
 4. Ray's callback hooks: starts, recoveries, restores, checkpoints, errors, with Ray's arguments.
 5. ``Tuner.restore(resume_errored=..., restart_errored=..., resume_unfinished=...)``.
 6. ``with_resources``: validation, fractional GPUs as a recorded hint.
+7. A multi-objective ``OptunaSearch(metric=[...], mode=[...])``; ``points_to_evaluate`` under PBT.
 
 Tests that start trials use the session's 2-CPU Ray (``ray_cluster``).
 """
@@ -570,3 +571,79 @@ def test_nothing_warns_for_plain_requests() -> None:
         warnings.simplefilter("error")
         tune.with_resources(lambda config: None, {"cpu": 1, "gpu": 0.25})
     assert np.isclose(normalize_resources({"gpu": 0.0001})["gpu"], 1e-4)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 7. Multi-objective OptunaSearch; points_to_evaluate under PBT
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _two_objectives(config: dict[str, Any]) -> None:
+    for step in range(1, 4):
+        tune.report({"loss": (config["x"] - 0.2) ** 2 / step, "gain": config["x"] * step})
+
+
+def test_multi_objective_optuna_search_runs_and_tells_every_objective(ray_cluster, storage: str, tmp_path) -> None:
+    """Ray's optuna_multiobjective_example.py in small: OptunaSearch(metric=[...], mode=[...]) with no TuneConfig
+    metric. The study gets both values of each trial; the grid has no default metric, so get_best_result needs
+    one named, as in Ray."""
+    url = f"sqlite:///{tmp_path / 'mo.db'}"
+    holder = OptunaSearch(metric=["loss", "gain"], mode=["min", "max"], seed=3, storage=url, study_name="mo")
+    tuner = _tuner(_two_objectives, storage, {"x": tune.uniform(0, 1)},
+                   search_alg=tune.search.ConcurrencyLimiter(holder, max_concurrent=2), num_samples=6)
+    grid = tuner.fit()
+    assert tuner.plan.metric is None and "metric=['loss', 'gain']" in tuner.plan.summary
+    assert len(grid) == 6 and grid.num_errors == 0
+    study = optuna.load_study(study_name="mo", storage=url)
+    assert [d.name for d in study.directions] == ["MINIMIZE", "MAXIMIZE"]
+    by_id = {t.user_attrs["fluidsalus_trial_id"]: t for t in study.trials}
+    assert len(by_id) == 6 and all(t.state == optuna.trial.TrialState.COMPLETE for t in by_id.values())
+    for result in grid:  # each trial is told its last value of each metric
+        assert by_id[result.metrics["trial_id"]].values == [result.metrics["loss"], result.metrics["gain"]]
+    best_loss = grid.get_best_result("loss", "min")
+    assert best_loss.metrics["loss"] == min(r.metrics["loss"] for r in grid)
+    assert grid.get_best_result("gain", "max").config["x"] == max(r.config["x"] for r in grid)
+    with pytest.raises(ValueError, match="metric"):
+        grid.get_best_result()
+
+
+def test_a_multi_objective_engine_searcher_given_as_it_is_leaves_the_run_without_a_metric() -> None:
+    searcher = EngineOptuna({"x": sp.uniform(0, 1)}, 4, ["loss", "gain"], ["min", "max"], seed=0)
+    planned = plan(tune.TuneConfig(search_alg=searcher), {})
+    assert planned.searcher is searcher and (planned.metric, planned.mode) == (None, None)
+    single = EngineOptuna({"x": sp.uniform(0, 1)}, 4, "loss", "min", seed=0)
+    assert (plan(tune.TuneConfig(search_alg=single), {}).metric, single.mode) == ("loss", "min")
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: {"search_alg": OptunaSearch(metric=["loss", "gain"], mode=["min", "max"]),
+              "scheduler": tune.schedulers.ASHAScheduler()},
+     r"multi-objective search, and AsyncHyperBandScheduler would map onto an Optuna pruner"),
+    (lambda: {"search_alg": OptunaSearch(metric=["loss", "gain"], mode=["min", "max"]), "metric": "loss",
+              "mode": "min"}, r"metric: given differently to TuneConfig.metric='loss', "
+                              r"OptunaSearch.metric=\['loss', 'gain'\]"),
+    (lambda: {"search_alg": OptunaSearch(metric=["loss", "gain"], mode="min")},
+     r"OptunaSearch: with metric=\['loss', 'gain'\], mode must be a list of 2 values"),
+    (lambda: {"search_alg": OptunaSearch(metric="loss", mode=["min", "max"])},
+     r"OptunaSearch: with a list of modes, metric must be a list of distinct result keys"),
+])
+def test_multi_objective_mistakes_are_refused(make, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        plan(tune.TuneConfig(**make()), {"x": tune.uniform(0, 1)})
+
+
+def test_pbt_population_starts_with_rays_configurations_for_the_points() -> None:
+    """Ray's PopulationBasedTraining takes its population from BasicVariantGenerator, points first: the same
+    configurations in the same order for the same random_state (mutated keys that the space holds are kept)."""
+    ray_space = {"a": rt.uniform(0, 1), "n": {"d": rt.randint(0, 10), "e": 5}, "c": rt.choice(["x", "y"])}
+    ours = {"a": tune.uniform(0, 1), "n": {"d": tune.randint(0, 10), "e": 5}, "c": tune.choice(["x", "y"])}
+    points = [{"a": 0.5}, {"n": {"d": 3}, "c": "y"}]
+    pbt = tune.schedulers.PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2,
+                                                  hyperparam_mutations={"a": tune.uniform(0, 1)})
+    for num_samples in (1, 4):
+        generator = tune.search.BasicVariantGenerator(points_to_evaluate=points, random_state=42)
+        searcher = plan(tune.TuneConfig(search_alg=generator, scheduler=pbt, num_samples=num_samples,
+                                        metric="m", mode="max"), ours).searcher
+        (population,) = searcher.next_groups()
+        assert population.configs == _ray_variants(ray_space, num_samples, 42, points)
+        assert len(population.configs) == max(num_samples, len(points))

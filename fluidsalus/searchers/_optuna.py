@@ -12,6 +12,11 @@ told its outcome when it ends:
 * ended without any value of ``metric``: ``PRUNED``, as Ray does;
 * errored: ``FAIL`` (Ray tells ``COMPLETE`` when an errored trial had reported a value; we do not).
 
+**Multi-objective** (``metric`` and ``mode`` lists of the same length, as in Ray): the study has one direction per
+metric, a finished trial is told the last value of each metric (``PRUNED`` when one is missing), and nothing is
+reported while a trial runs: Optuna's ``trial.report`` and its pruners are single-objective, so a pruner is
+refused.
+
 Proposals depend on completed trials, so trials are proposed in small groups: first ``batch_size`` trials,
 then one new trial per trial that ends, until ``num_samples`` trials are proposed (never, with
 ``num_samples=-1``: the run then ends by its time budget or a stopper). At most ``batch_size`` trials are asked
@@ -78,6 +83,26 @@ def _check_int(name: str, value: Any, low: int) -> int:
     return int(value)
 
 
+def _objectives(metric: Any, mode: Any) -> tuple[list[str], list[StudyDirection]]:
+    """The metrics and the study's directions: one of each, or lists of the same length (multi-objective)."""
+    if isinstance(metric, str) or isinstance(mode, str):
+        if not isinstance(metric, str) or not metric:
+            raise ConfigError(f"OptunaSearch: metric must be the name of a result key, got {metric!r} (a "
+                              "multi-objective search takes a list of metrics and a list of modes)")
+        if mode not in DIRECTIONS:
+            raise ConfigError(f"OptunaSearch: mode must be one of {sorted(DIRECTIONS)} (got {mode!r}; a "
+                              "multi-objective search takes a list of metrics and a list of modes)")
+        return [metric], [DIRECTIONS[mode]]
+    metrics, modes = list(metric or []), list(mode or []) if isinstance(mode, Sequence) else mode
+    if not metrics or not all(isinstance(m, str) and m for m in metrics) or len(set(metrics)) != len(metrics):
+        raise ConfigError(f"OptunaSearch: metric must be a result key or a list of distinct result keys, got "
+                          f"{metric!r}")
+    if not isinstance(modes, list) or len(modes) != len(metrics) or not all(m in DIRECTIONS for m in modes):
+        raise ConfigError(f"OptunaSearch: with metric={metrics!r}, mode must be a list of {len(metrics)} values, "
+                          f"each one of {sorted(DIRECTIONS)}, got {mode!r}")
+    return metrics, [DIRECTIONS[m] for m in modes]
+
+
 class OptunaSearch(BaseSearcher):
     """Propose configurations with an Optuna sampler (TPE by default) and tell Optuna every outcome.
 
@@ -86,21 +111,22 @@ class OptunaSearch(BaseSearcher):
             ``randn`` and ``sample_from`` have no Optuna equivalent and are refused. With ``define_by_run`` it
             may hold only constants. A callable is taken as ``define_by_run`` (with no constants).
         num_samples: Trials to run, ``>= 1``, or ``-1`` to propose trials until the run is stopped.
-        metric: The result key to optimise.
-        mode: ``"min"`` or ``"max"``.
+        metric: The result key to optimise, or a list of keys for a multi-objective search.
+        mode: ``"min"`` or ``"max"``, or a list of them, one per metric.
         sampler: An ``optuna.samplers.BaseSampler``; default ``TPESampler(seed=seed)``.
         seed: Seed of the default sampler (ignored, with a warning, when ``sampler`` is given, as in Ray).
-        study: An existing single-objective ``optuna.Study`` to fill (its storage, name and sampler are kept);
-            default a new in-memory study. Its direction must match ``mode``. Configure its sampler with
+        study: An existing ``optuna.Study`` to fill (its storage, name and sampler are kept); default a new
+            in-memory study. Its directions must match ``mode``. Configure its sampler with
             ``optuna.create_study`` rather than ``sampler=``.
         pruner: An ``optuna.pruners.BasePruner`` (``MedianPruner``, ``SuccessiveHalvingPruner``,
             ``HyperbandPruner``, ...). Each result is reported to it and a trial it prunes is stopped and told
             ``PRUNED``. Without it nothing is pruned (as in Ray), even if ``study`` has a pruner of its own;
-            with it and ``study``, it becomes ``study.pruner``.
+            with it and ``study``, it becomes ``study.pruner``. Single-objective only.
         points_to_evaluate: Configurations (nested or ``"/"``-flattened, possibly partial) to run first, in
             order; the sampler fills in missing parameters.
-        evaluated_rewards: Values already known for ``points_to_evaluate``: the points are added to the study
-            as finished trials instead of being run (they do not count against ``num_samples``).
+        evaluated_rewards: Values already known for ``points_to_evaluate`` (a list of values per point for a
+            multi-objective search): the points are added to the study as finished trials instead of being run
+            (they do not count against ``num_samples``).
         batch_size: Trials asked and not yet told at any time (default :data:`DEFAULT_BATCH_SIZE`).
         define_by_run: A function ``f(trial)`` that calls ``trial.suggest_*`` and returns None or a dict of
             constants (see the module docstring). ``evaluated_rewards`` cannot be used with it (as in Ray).
@@ -114,14 +140,14 @@ class OptunaSearch(BaseSearcher):
         self,
         space: Mapping[str, Any],
         num_samples: int,
-        metric: str,
-        mode: str,
+        metric: str | Sequence[str],
+        mode: str | Sequence[str],
         sampler: BaseSampler | None = None,
         seed: int | None = None,
         study: optuna.Study | None = None,
         pruner: BasePruner | None = None,
         points_to_evaluate: Sequence[Mapping[str, Any]] | None = None,
-        evaluated_rewards: Sequence[float] | None = None,
+        evaluated_rewards: Sequence[float] | Sequence[Sequence[float]] | None = None,
         batch_size: int | None = None,
         define_by_run: DefineByRun | None = None,
     ) -> None:
@@ -149,10 +175,7 @@ class OptunaSearch(BaseSearcher):
         if num_samples != sp.INFINITE_SAMPLES:
             num_samples = _check_int("num_samples", num_samples, 1)
         self.num_samples = int(num_samples)
-        if not isinstance(metric, str) or not metric:
-            raise ConfigError(f"OptunaSearch: metric must be the name of a result key, got {metric!r}")
-        if mode not in DIRECTIONS:
-            raise ConfigError(f"OptunaSearch: mode must be one of {sorted(DIRECTIONS)} (got {mode!r})")
+        self._metrics, self._directions = _objectives(metric, mode)
         if sampler is not None and not isinstance(sampler, BaseSampler):
             raise ConfigError(
                 f"OptunaSearch: sampler must be an optuna.samplers.BaseSampler, got {type(sampler).__name__}"
@@ -160,6 +183,12 @@ class OptunaSearch(BaseSearcher):
         if pruner is not None and not isinstance(pruner, BasePruner):
             raise ConfigError(
                 f"OptunaSearch: pruner must be an optuna.pruners.BasePruner, got {type(pruner).__name__}"
+            )
+        if pruner is not None and len(self._metrics) > 1:
+            raise ConfigError(
+                f"OptunaSearch: a pruner cannot be used with a multi-objective search (metric={metric!r}): "
+                "Optuna's pruners and trial.report are single-objective; remove the pruner (or the scheduler "
+                "that maps onto one)"
             )
         if seed is not None:
             _check_int("seed", seed, 0)
@@ -171,8 +200,8 @@ class OptunaSearch(BaseSearcher):
                 )
         self.batch_size = DEFAULT_BATCH_SIZE if batch_size is None else _check_int("batch_size", batch_size, 1)
         self.space = dict(space)
-        self.metric = metric
-        self.mode = mode
+        self.metric = metric if isinstance(metric, str) else list(metric)
+        self.mode = mode if isinstance(mode, str) else list(mode)
         self.seed = seed
         self._points = self._check_points(points_to_evaluate)
         self.study = self._make_study(study, sampler, pruner)
@@ -190,7 +219,8 @@ class OptunaSearch(BaseSearcher):
         self._params: dict[str, dict[str, Any]] = {}  # every trial's flat parameters
         self._intermediate: dict[str, dict[int, float]] = {}
         self._pruned: set[str] = set()
-        self._told: dict[str, tuple[str, float | None]] = {}  # trial id -> (TrialState name, value)
+        # trial id -> (TrialState name, value; multi-objective: the list of values)
+        self._told: dict[str, tuple[str, float | list[float] | None]] = {}
         self._returned: dict[int, dict[str, Any]] = {}  # Optuna trial number -> constants define_by_run returned
         self._trial_distributions: dict[str, dict[str, str]] = {}  # define-by-run: trial id -> JSON distributions
 
@@ -199,12 +229,12 @@ class OptunaSearch(BaseSearcher):
     def _make_study(
         self, study: optuna.Study | None, sampler: BaseSampler | None, pruner: BasePruner | None
     ) -> optuna.Study:
-        direction = DIRECTIONS[self.mode]
+        directions = self._directions
         if study is None:
             return optuna.create_study(
                 sampler=sampler if sampler is not None else TPESampler(seed=self.seed),
                 pruner=pruner if pruner is not None else NopPruner(),
-                direction=direction,
+                directions=directions,
             )
         if not isinstance(study, optuna.Study):
             raise ConfigError(f"OptunaSearch: study must be an optuna.Study, got {type(study).__name__}")
@@ -212,12 +242,10 @@ class OptunaSearch(BaseSearcher):
             raise ConfigError(
                 "OptunaSearch: pass either study or sampler, not both (give the sampler to optuna.create_study)"
             )
-        if len(study.directions) != 1:
-            raise ConfigError("OptunaSearch: study must be single-objective (it has several directions)")
-        if study.direction != direction:
+        if list(study.directions) != directions:
             raise ConfigError(
-                f"OptunaSearch: study.direction is {study.direction.name} but mode={self.mode!r} asks for "
-                f"{direction.name}; make them agree"
+                f"OptunaSearch: study.directions is {[d.name for d in study.directions]} but mode={self.mode!r} "
+                f"asks for {[d.name for d in directions]}; make them agree"
             )
         if pruner is not None:
             study.pruner = pruner
@@ -281,7 +309,7 @@ class OptunaSearch(BaseSearcher):
         except (TypeError, ValueError):
             return False
 
-    def _add_evaluated(self, rewards: Sequence[float]) -> None:
+    def _add_evaluated(self, rewards: Sequence[Any]) -> None:
         if not self._points:
             raise ConfigError("OptunaSearch: evaluated_rewards needs points_to_evaluate (the points they belong to)")
         if isinstance(rewards, (str, bytes)) or not isinstance(rewards, Sequence) or len(rewards) != len(
@@ -291,9 +319,14 @@ class OptunaSearch(BaseSearcher):
                 f"OptunaSearch: evaluated_rewards must be a list with one value per point of points_to_evaluate "
                 f"({len(self._points)}), got {rewards!r}"
             )
+        width = len(self._metrics)
         for index, reward in enumerate(rewards):
-            if not _is_real(reward):
+            if width == 1 and not _is_real(reward):
                 raise ConfigError(f"OptunaSearch: evaluated_rewards[{index}] must be a number, got {reward!r}")
+            if width > 1 and (not isinstance(reward, Sequence) or len(reward) != width
+                              or not all(_is_real(v) for v in reward)):
+                raise ConfigError(f"OptunaSearch: evaluated_rewards[{index}] must be a list of {width} numbers, one "
+                                  f"per metric {self._metrics}, got {reward!r}")
         present = {
             ft.user_attrs[EVALUATED_POINT_ATTR] for ft in self.study.get_trials(deepcopy=False)
             if EVALUATED_POINT_ATTR in ft.user_attrs
@@ -302,9 +335,17 @@ class OptunaSearch(BaseSearcher):
             if index in present:
                 continue  # a persistent study reopened by a resumed run already holds it
             self.study.add_trial(optuna.trial.create_trial(
-                params=point, distributions={k: self._distributions[k] for k in point}, value=float(reward),
-                user_attrs={EVALUATED_POINT_ATTR: index},
+                params=point, distributions={k: self._distributions[k] for k in point},
+                user_attrs={EVALUATED_POINT_ATTR: index}, **self._value_kwargs(reward),
             ))
+
+    def _value_kwargs(self, value: Any) -> dict[str, Any]:
+        """``create_trial``'s argument for a told value: ``value`` (one objective) or ``values`` (several)."""
+        if value is None:
+            return {}
+        if len(self._metrics) == 1:
+            return {"value": float(value)}
+        return {"values": [float(v) for v in value]}
 
     # ------------------------------------------------------------------ searcher interface
 
@@ -394,7 +435,9 @@ class OptunaSearch(BaseSearcher):
             ``Decision.STOP`` for a pruned trial, otherwise ``Decision.CONTINUE``.
         """
         trial = self._trials.get(trial_id)
-        value, step = result.get(self.metric), result.get(STEP_KEY)
+        if len(self._metrics) > 1:
+            return Decision.CONTINUE  # Optuna has no intermediate values for several objectives
+        value, step = result.get(self._metrics[0]), result.get(STEP_KEY)
         if trial is None or trial_id in self._told or not _is_real(value) or not _is_real(step):
             return Decision.CONTINUE
         reported = self._intermediate[trial_id]
@@ -412,14 +455,17 @@ class OptunaSearch(BaseSearcher):
         trial = self._trials.get(trial_id)
         if trial is None or trial_id in self._told:
             return
-        value = result.get(self.metric) if result else None
+        values = [result.get(m) for m in self._metrics] if result else [None]
         if error:
             frozen = self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
-        elif trial_id in self._pruned or value is None:
+        elif trial_id in self._pruned or any(v is None for v in values):
             frozen = self.study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
         else:
-            frozen = self.study.tell(trial, value, skip_if_finished=True)
-        self._told[trial_id] = (frozen.state.name, frozen.value)
+            frozen = self.study.tell(trial, values[0] if len(values) == 1 else values, skip_if_finished=True)
+        if len(self._metrics) == 1:
+            self._told[trial_id] = (frozen.state.name, frozen.value)
+        else:
+            self._told[trial_id] = (frozen.state.name, None if frozen.values is None else list(frozen.values))
 
     def is_finished(self) -> bool:
         """True once ``num_samples`` trials are proposed (never with ``num_samples=-1``)."""
@@ -488,9 +534,10 @@ class OptunaSearch(BaseSearcher):
             if record["state"] is not None:
                 if old is None:
                     self.study.add_trial(optuna.trial.create_trial(
-                        state=TrialState[record["state"]], value=record["value"], params=params,
+                        state=TrialState[record["state"]], params=params,
                         distributions=self._distributions_of(record, params),
                         intermediate_values=intermediate, user_attrs={TRIAL_ID_ATTR: trial_id},
+                        **self._value_kwargs(record["value"]),
                     ))
                 self._told[trial_id] = (record["state"], record["value"])
                 self._intermediate[trial_id] = intermediate

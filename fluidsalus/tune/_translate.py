@@ -109,10 +109,13 @@ class Plan:
     summary: str = ""
 
 
-def _pick(what: str, values: list[tuple[str, str | None]]) -> str | None:
-    """The one value given among ``(source, value)`` pairs; different values are a ConfigError."""
+def _pick(what: str, values: list[tuple[str, Any]]) -> Any:
+    """The one value given among ``(source, value)`` pairs; different values are a ConfigError.
+
+    A value is a str, or a list of them (a multi-objective OptunaSearch's metrics and modes).
+    """
     given = [(source, value) for source, value in values if value is not None]
-    distinct = {value for _, value in given}
+    distinct = {repr(value) for _, value in given}
     if len(distinct) > 1:
         shown = ", ".join(f"{source}={value!r}" for source, value in given)
         raise ConfigError(
@@ -183,8 +186,11 @@ def _describe(searcher: BaseSearcher, names: tuple[str, ...]) -> str:
     return f"{type(searcher).__name__}({args})"
 
 
-def _optuna_study(holder: OptunaHolder, mode: str, pruner: Any, sampler: Any) -> Any:
-    """The study of an OptunaSearch that names a storage (None: let fluidsalus's OptunaSearch create one)."""
+def _optuna_study(holder: OptunaHolder, mode: str | list[str], pruner: Any, sampler: Any) -> Any:
+    """The study of an OptunaSearch that names a storage (None: let fluidsalus's OptunaSearch create one).
+
+    ``mode`` is a list for a multi-objective search: one direction per metric.
+    """
     if holder.storage is None:
         return None
     import optuna
@@ -193,13 +199,14 @@ def _optuna_study(holder: OptunaHolder, mode: str, pruner: Any, sampler: Any) ->
         sampler = optuna.samplers.TPESampler(seed=holder.seed)
     return optuna.create_study(
         storage=holder.storage, study_name=holder.study_name or DEFAULT_STUDY_NAME, sampler=sampler,
-        pruner=pruner, direction="maximize" if mode == "max" else "minimize", load_if_exists=True,
+        pruner=pruner, load_if_exists=True,
+        directions=["maximize" if m == "max" else "minimize" for m in ([mode] if isinstance(mode, str) else mode)],
     )
 
 
-def _optuna(holder: OptunaHolder | None, space: dict[str, Any], num_samples: int, metric: str, mode: str,
-            pruner: Any, batch_size: int | None, default_sampler: Any = None, seed: int | None = None,
-            points: list[dict[str, Any]] | None = None) -> OptunaSearch:
+def _optuna(holder: OptunaHolder | None, space: dict[str, Any], num_samples: int, metric: str | list[str],
+            mode: str | list[str], pruner: Any, batch_size: int | None, default_sampler: Any = None,
+            seed: int | None = None, points: list[dict[str, Any]] | None = None) -> OptunaSearch:
     sampler = holder.sampler if holder is not None else None
     if sampler is None:
         sampler = default_sampler
@@ -296,8 +303,10 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
             raise ConfigError(
                 f"TuneConfig: {pair}: a fluidsalus searcher already decides when trials stop; use no scheduler"
             )
-        return Plan(search_alg, space, metric or getattr(search_alg, "metric", None),
-                    mode or getattr(search_alg, "mode", None), cap,
+        own_metric, own_mode = getattr(search_alg, "metric", None), getattr(search_alg, "mode", None)
+        if isinstance(own_metric, list):  # a multi-objective OptunaSearch: the run has no single metric
+            own_metric = own_mode = None
+        return Plan(search_alg, space, metric or own_metric, mode or own_mode, cap,
                     summary=f"{type(search_alg).__name__} (given as it is)")
 
     if isinstance(search_alg, TuneBOHB):
@@ -413,6 +422,13 @@ def _plan_optuna(holder: Any, scheduler: TrialScheduler, param_space: dict[str, 
             )
     owner = type(scheduler).__name__ if isinstance(scheduler, MedianStoppingRule) else "OptunaSearch"
     metric, mode = _need_metric(owner, metric, mode)
+    multi = isinstance(metric, list)
+    if multi and not isinstance(scheduler, FIFOScheduler):
+        raise ConfigError(
+            f"TuneConfig: {pair}: OptunaSearch(metric={metric!r}) is a multi-objective search, and "
+            f"{type(scheduler).__name__} would map onto an Optuna pruner, which is single-objective; use no "
+            "scheduler (Ray warns that schedulers may not work correctly with several objectives)"
+        )
     batch = min(limits) if limits else cap
     extra_stops: list[Callable[[str, Mapping[str, Any]], bool]] = []
     default_sampler = None
@@ -448,4 +464,7 @@ def _plan_optuna(holder: Any, scheduler: TrialScheduler, param_space: dict[str, 
         raise ConfigError(f"TuneConfig: {pair} has no fluidsalus equivalent; supported pairs: {_WORKING_PAIRS}")
     points = copy.deepcopy(generator.points_to_evaluate) if generator is not None else None
     searcher = _optuna(optuna_holder, space, n, metric, mode, pruner, batch, default_sampler, seed, points)
+    if multi:  # the run has no single metric; ResultGrid.get_best_result needs one named, as in Ray
+        return Plan(searcher, space, None, None, cap, extra_stops=extra_stops,
+                    summary=f"{how} with metric={metric!r}, mode={mode!r}")
     return Plan(searcher, space, metric, mode, cap, extra_stops=extra_stops, summary=how)

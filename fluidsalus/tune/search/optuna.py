@@ -7,6 +7,10 @@ Optuna's ``SuccessiveHalvingPruner``; with :class:`~fluidsalus.tune.schedulers.M
 
 A define-by-run ``space`` (a function ``f(trial)`` that calls ``trial.suggest_*`` and returns None or a dict of
 constants) runs in the driver for every proposal, on the trial ``Study.ask()`` returned, as in Ray.
+
+``metric`` and ``mode`` may be lists of the same length: a multi-objective search (one study direction per
+metric), as in Ray. It takes no scheduler (Optuna's pruners are single-objective), and the run then has no
+single metric: ``ResultGrid.get_best_result`` needs one named.
 """
 
 from __future__ import annotations
@@ -16,10 +20,23 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fluidsalus.errors import ConfigError
+from fluidsalus.tune._config import MODES
 from fluidsalus.tune._domains import from_optuna_distributions, translate_ray_values
 from fluidsalus.tune.search._holders import Searcher
 
 __all__ = ["OptunaSearch"]
+
+
+def _objectives(owner: str, metric: Any, mode: Any) -> tuple[list[str], list[str]]:
+    """A multi-objective ``metric``/``mode``: two lists of the same length (Ray's rule for OptunaSearch)."""
+    if not isinstance(metric, (list, tuple)) or not metric or not all(isinstance(m, str) and m for m in metric) \
+            or len(set(metric)) != len(metric):
+        raise ConfigError(f"{owner}: with a list of modes, metric must be a list of distinct result keys, one per "
+                          f"mode (got metric={metric!r})")
+    if not isinstance(mode, (list, tuple)) or len(mode) != len(metric) or not all(m in MODES for m in mode):
+        raise ConfigError(f"{owner}: with metric={list(metric)!r}, mode must be a list of {len(metric)} values, "
+                          f"each 'min' or 'max' (got {mode!r})")
+    return list(metric), list(mode)
 
 
 class OptunaSearch(Searcher):
@@ -31,15 +48,15 @@ class OptunaSearch(Searcher):
             or refused, naming it) or fluidsalus domains; or a define-by-run function ``f(trial)`` that calls
             ``trial.suggest_*`` and returns None or a dict of constants (``param_space`` may then hold only
             constants). A list of tuples is refused.
-        metric: The result key to optimise (one; multi-objective search is refused).
-        mode: ``"min"`` or ``"max"``.
+        metric: The result key to optimise, or a list of keys for a multi-objective search.
+        mode: ``"min"`` or ``"max"``, or a list of them, one per metric.
         points_to_evaluate: Configurations to run first (a point may be partial).
         sampler: An ``optuna.samplers.BaseSampler``; default ``TPESampler(seed=seed)``.
         study_name: Name of the study in ``storage``.
         storage: An Optuna storage (URL or object); the study is created there, or loaded if it exists.
         seed: Seed of the default sampler.
-        evaluated_rewards: Rewards of ``points_to_evaluate``, which are then added as finished trials (not with a
-            define-by-run space, as in Ray).
+        evaluated_rewards: Rewards of ``points_to_evaluate`` (a list of values per point for several metrics),
+            which are then added as finished trials (not with a define-by-run space, as in Ray).
     """
 
     def __init__(
@@ -55,10 +72,11 @@ class OptunaSearch(Searcher):
         evaluated_rewards: list[float] | None = None,
     ) -> None:
         owner = type(self).__name__
-        if isinstance(mode, (list, tuple)):
-            raise ConfigError(f"{owner}: mode must be 'min' or 'max'; multi-objective search is not supported "
-                              f"by fluidsalus (got {mode!r})")
-        super().__init__(metric, mode)  # refuses a list of metrics
+        if isinstance(metric, (list, tuple)) or isinstance(mode, (list, tuple)):
+            super().__init__(None, None)
+            self._metric, self._mode = _objectives(owner, metric, mode)  # type: ignore[assignment]
+        else:
+            super().__init__(metric, mode)
         define_by_run = space if callable(space) and not isinstance(space, Mapping) else None
         if space is not None and define_by_run is None and not isinstance(space, Mapping):
             raise ConfigError(
