@@ -296,7 +296,8 @@ def test_points_to_evaluate_are_the_first_members_and_count_as_samples():
 
 
 @pytest.mark.parametrize("points, message", [
-    ([{"nope": 1}], r"points_to_evaluate\[0\] sets 'nope', which is not a key"),
+    ([{"nope": 1}], r"points_to_evaluate\[0\] sets 'nope', which is not a key of the search space \(keys: \['lr'\]\); "
+                    r"add it to param_space or to hyperparam_mutations"),
     ({"lr": 0.1}, "points_to_evaluate must be None or a list of dicts"),
     ([0.1], r"points_to_evaluate\[0\] must be a dict"),
 ])

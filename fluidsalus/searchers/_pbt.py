@@ -446,7 +446,8 @@ class PBT(BaseSearcher):
         self.require_attrs = bool(require_attrs)
         self.synch = bool(synch)
         self.seed = seed
-        self._points = check_points(_points_space(self.space, self.hyperparam_mutations), points_to_evaluate, "PBT")
+        self._points = check_points(_points_space(self.space, self.hyperparam_mutations), points_to_evaluate, "PBT",
+                                    "add it to param_space or to hyperparam_mutations")
         self.points_to_evaluate = [copy.deepcopy(dict(p)) for p in points_to_evaluate or []]
         #: Every exploit, in order (kept when ``log_config``): Ray's policy log as dicts.
         self.exploit_log: list[dict[str, Any]] = []

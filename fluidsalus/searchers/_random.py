@@ -73,7 +73,12 @@ def _value_fits(target: Any, value: Any) -> bool:
     return bool(target == value)
 
 
-def point_assignments(space: Mapping[str, Any], point: Any, owner: str, index: int) -> list[tuple[Path, Any]]:
+#: What an unknown key's message tells the user to do, unless the searcher says otherwise.
+DEFAULT_UNKNOWN_KEY_HINT = "add it to param_space"
+
+
+def point_assignments(space: Mapping[str, Any], point: Any, owner: str, index: int,
+                      unknown_key_hint: str = DEFAULT_UNKNOWN_KEY_HINT) -> list[tuple[Path, Any]]:
     """The values one entry of ``points_to_evaluate`` fixes, as ``(key path, value)`` pairs.
 
     A nested dict in the point descends into the same nested dict of the space; any other value replaces what
@@ -84,6 +89,7 @@ def point_assignments(space: Mapping[str, Any], point: Any, owner: str, index: i
         point: The point: a (possibly partial) configuration, nested or with ``"/"``-joined keys.
         owner: The search algorithm's name, for messages.
         index: The point's position in ``points_to_evaluate``, for messages.
+        unknown_key_hint: The end of the message about a key the space does not have: what to do about it.
 
     Returns:
         The assignments, in the point's key order.
@@ -105,7 +111,7 @@ def point_assignments(space: Mapping[str, Any], point: Any, owner: str, index: i
                 where = f" under '{_path_text(path)}'" if path else ""
                 raise ConfigError(
                     f"{owner}: points_to_evaluate[{index}] sets '{_path_text(child)}', which is not a key of the "
-                    f"search space (keys{where}: {sorted(map(str, space_node))}); add it to param_space"
+                    f"search space (keys{where}: {sorted(map(str, space_node))}); {unknown_key_hint}"
                 )
             target = space_node[key]
             is_grid = isinstance(target, dict) and sp.GRID_SEARCH_KEY in target and len(target) == 1
@@ -214,13 +220,15 @@ class VariantStream:
         self.take(drawn)
 
 
-def check_points(space: Mapping[str, Any], points: Any, owner: str) -> list[list[tuple[Path, Any]]]:
+def check_points(space: Mapping[str, Any], points: Any, owner: str,
+                 unknown_key_hint: str = DEFAULT_UNKNOWN_KEY_HINT) -> list[list[tuple[Path, Any]]]:
     """Check ``points_to_evaluate`` against ``space`` (see :func:`point_assignments`).
 
     Args:
         space: The search space.
         points: None or a list of dicts.
         owner: The search algorithm's name, for messages.
+        unknown_key_hint: See :func:`point_assignments`.
 
     Returns:
         The assignments of each point.
@@ -233,7 +241,7 @@ def check_points(space: Mapping[str, Any], points: Any, owner: str) -> list[list
     if isinstance(points, Mapping) or not isinstance(points, Sequence) or isinstance(points, (str, bytes)):
         raise ConfigError(f"{owner}: points_to_evaluate must be None or a list of dicts, got "
                           f"{type(points).__name__}")
-    return [point_assignments(space, point, owner, index) for index, point in enumerate(points)]
+    return [point_assignments(space, point, owner, index, unknown_key_hint) for index, point in enumerate(points)]
 
 
 class RandomSearch(BaseSearcher):
