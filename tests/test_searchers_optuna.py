@@ -384,6 +384,7 @@ def test_multi_objective_evaluated_rewards_are_lists_of_values():
     [
         ({"metric": ["loss", "size"], "mode": "min"}, r"metric must be the name of a result key, got \['loss', "),
         ({"metric": ["loss", "loss"], "mode": ["min", "max"]}, r"a list of distinct result keys"),
+        ({"metric": 5, "mode": None}, r"metric must be a result key or a list of distinct result keys, got 5"),
         ({"metric": ["loss", "size"], "mode": ["min"]}, r"mode must be a list of 2 values, each one of"),
         ({"metric": ["loss", "size"], "mode": ["min", "up"]}, r"mode must be a list of 2 values"),
         ({"metric": ["loss", "size"], "mode": ["min", "max"], "pruner": optuna.pruners.MedianPruner()},

@@ -93,7 +93,8 @@ def _objectives(metric: Any, mode: Any) -> tuple[list[str], list[StudyDirection]
             raise ConfigError(f"OptunaSearch: mode must be one of {sorted(DIRECTIONS)} (got {mode!r}; a "
                               "multi-objective search takes a list of metrics and a list of modes)")
         return [metric], [DIRECTIONS[mode]]
-    metrics, modes = list(metric or []), list(mode or []) if isinstance(mode, Sequence) else mode
+    metrics = list(metric) if isinstance(metric, Sequence) else []
+    modes = list(mode) if isinstance(mode, Sequence) else mode
     if not metrics or not all(isinstance(m, str) and m for m in metrics) or len(set(metrics)) != len(metrics):
         raise ConfigError(f"OptunaSearch: metric must be a result key or a list of distinct result keys, got "
                           f"{metric!r}")
