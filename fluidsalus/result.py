@@ -40,6 +40,7 @@ class Result:
     trial_id: str = ""
     status: str = TERMINATED
     _history: list[dict[str, Any]] | None = None
+    _config: dict[str, Any] | None = None  # the trial's configuration, also when it reported nothing
 
     @property
     def metrics_dataframe(self) -> pd.DataFrame | None:
@@ -121,6 +122,7 @@ class ResultGrid:
                     trial_id=t.trial_id,
                     status=t.status,
                     _history=rows,
+                    _config=t.config,
                 )
             )
         return cls(results, store.experiment_dir, exp["metric"], exp["mode"])

@@ -41,8 +41,11 @@ _TOP_LEVEL = [
     "Tuner", "TuneConfig", "RunConfig", "CheckpointConfig", "FailureConfig", "report", "get_checkpoint",
     "get_context", "Checkpoint", "with_resources", "with_parameters", "Stopper", "Callback", "Trainable",
     "PlacementGroupFactory", "uniform", "quniform", "loguniform", "qloguniform", "randn", "qrandn", "randint",
-    "qrandint", "lograndint", "qlograndint", "choice", "grid_search", "sample_from",
+    "qrandint", "lograndint", "qlograndint", "choice", "grid_search", "sample_from", "run", "ExperimentAnalysis",
+    "create_scheduler", "create_searcher",
 ]
+_ANALYSIS_METHODS = ["get_all_configs", "dataframe", "get_best_checkpoint", "get_best_trial", "get_best_config",
+                     "get_last_checkpoint"]
 _SCHEDULERS = ["ASHAScheduler", "AsyncHyperBandScheduler", "HyperBandScheduler", "HyperBandForBOHB",
                "FIFOScheduler", "MedianStoppingRule", "PopulationBasedTraining"]
 _STOPPERS = ["CombinedStopper", "ExperimentPlateauStopper", "FunctionStopper", "MaximumIterationStopper",
@@ -76,6 +79,8 @@ def _ray_pairs() -> list[tuple[str, object, object]]:
     pairs += [(f"Trainable.{m}", getattr(tune.Trainable, m), getattr(rt.Trainable, m)) for m in _TRAINABLE_METHODS]
     pairs += [(f"ResultGrid.{m}", getattr(tune.ResultGrid, m), getattr(rt.ResultGrid, m))
               for m in ("get_best_result", "get_dataframe")]
+    pairs += [(f"ExperimentAnalysis.{m}", getattr(tune.ExperimentAnalysis, m), getattr(rt.ExperimentAnalysis, m))
+              for m in _ANALYSIS_METHODS]
     return pairs
 
 

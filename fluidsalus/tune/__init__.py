@@ -12,7 +12,10 @@ The names a Ray Tune script touches, with Ray 2.x's signatures and defaults:
 - Ray's result keys (:mod:`fluidsalus.tune.result`) and the toy ``MyTrainableClass`` of Ray's examples
   (:mod:`fluidsalus.tune.utils.mock_trainable`);
 - :mod:`fluidsalus.tune.schedulers` and :mod:`fluidsalus.tune.search` (``search.bohb``, ``search.optuna``);
-- :class:`ResultGrid`, :class:`Result`.
+- :class:`ResultGrid`, :class:`Result`;
+- the legacy :func:`run` (``tune.run(trainable, config=..., ...)``), which returns an
+  :class:`ExperimentAnalysis` (:mod:`fluidsalus.tune.analysis`), and ``create_scheduler`` /
+  ``create_searcher`` (schedulers and search algorithms by Ray's short names).
 
 ``Tuner.fit()`` turns the search algorithm and the scheduler into one fluidsalus searcher and runs it with
 :func:`fluidsalus.run`. docs/compatibility.md lists what maps to what and what differs; docs/migrating.md
@@ -46,11 +49,15 @@ from fluidsalus.space import (
     sample_from,
     uniform,
 )
-from fluidsalus.tune import schedulers, search, stopper
+from fluidsalus.tune import analysis, schedulers, search, stopper
 from fluidsalus.tune._config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+from fluidsalus.tune._run import run
 from fluidsalus.tune._trainable import PlacementGroupFactory, Trainable, with_parameters, with_resources
 from fluidsalus.tune._tuner import Tuner
+from fluidsalus.tune.analysis import ExperimentAnalysis
 from fluidsalus.tune.callback import Callback
+from fluidsalus.tune.schedulers import create_scheduler
+from fluidsalus.tune.search import create_searcher
 from fluidsalus.tune.stopper import Stopper
 
 
@@ -93,6 +100,7 @@ __all__ = [
     "Callback",
     "Checkpoint",
     "CheckpointConfig",
+    "ExperimentAnalysis",
     "FailureConfig",
     "PlacementGroupFactory",
     "Result",
@@ -115,9 +123,13 @@ __all__ = [
     "qrandint",
     "qrandn",
     "quniform",
+    "analysis",
+    "create_scheduler",
+    "create_searcher",
     "randint",
     "randn",
     "report",
+    "run",
     "sample_from",
     "schedulers",
     "search",

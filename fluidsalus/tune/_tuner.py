@@ -306,11 +306,18 @@ class Tuner:
                                          storage_path=os.path.dirname(folder))
         tuner = cls(trainable, param_space=param_space if param_space is not None else state["param_space"],
                     tune_config=state["tune_config"], run_config=run_config)
-        tuner._experiment_dir = folder
-        tuner._resume = True
-        tuner._restore_flags = {"resume_unfinished": resume_unfinished, "resume_errored": resume_errored,
-                                "restart_errored": restart_errored}
+        tuner._continue(folder, resume_unfinished=resume_unfinished, resume_errored=resume_errored,
+                        restart_errored=restart_errored)
         return tuner
+
+    def _continue(self, folder: str, *, resume_unfinished: bool, resume_errored: bool,
+                  restart_errored: bool) -> None:
+        """Make the next :meth:`fit` continue the experiment in ``folder`` (its RunConfig names that folder)
+        with :meth:`restore`'s flags; ``tune.run(resume=...)`` uses it with the configs of its own call."""
+        self._experiment_dir = folder
+        self._resume = True
+        self._restore_flags = {"resume_unfinished": resume_unfinished, "resume_errored": resume_errored,
+                               "restart_errored": restart_errored}
 
     def _apply_restore_flags(self, experiment_dir: str, make_searcher: Callable[[], BaseSearcher]) -> None:
         """Carry out :meth:`restore`'s flags on the stored trials, before ``fluidsalus.run`` loads them.

@@ -7,8 +7,60 @@
   (``from fluidsalus.tune.search.optuna import OptunaSearch``).
 
 They hold their arguments; ``Tuner.fit()`` turns them, with the scheduler, into one fluidsalus searcher.
+:func:`create_searcher` builds one from Ray's short names (``"random"``, ``"optuna"``, ``"bohb"``, ...), as
+``tune.run(search_alg="...")`` does.
 """
 
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from fluidsalus.errors import ConfigError
 from fluidsalus.tune.search._holders import BasicVariantGenerator, ConcurrencyLimiter, SearchAlgorithm, Searcher
 
-__all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "SearchAlgorithm", "Searcher"]
+__all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "SEARCHER_NAMES", "SearchAlgorithm", "Searcher",
+           "create_searcher"]
+
+#: Ray's short search algorithm names (``ray.tune.search.SEARCH_ALG_IMPORT``); those fluidsalus provides name
+#: the module and class that ``create_searcher`` imports (lazily, as Ray does), the others None.
+SEARCHER_NAMES: dict[str, tuple[str, str] | None] = {
+    "variant_generator": ("fluidsalus.tune.search._holders", "BasicVariantGenerator"),
+    "random": ("fluidsalus.tune.search._holders", "BasicVariantGenerator"),
+    "ax": None,
+    "hyperopt": None,
+    "bayesopt": None,
+    "bohb": ("fluidsalus.tune.search.bohb", "TuneBOHB"),
+    "nevergrad": None,
+    "optuna": ("fluidsalus.tune.search.optuna", "OptunaSearch"),
+    "zoopt": None,
+    "hebo": None,
+}
+
+
+def create_searcher(search_alg: str, **kwargs: Any) -> SearchAlgorithm:
+    """A search algorithm from its short name (``ray.tune.create_searcher``).
+
+    Args:
+        search_alg: One of Ray's names (:data:`SEARCHER_NAMES`), in any case.
+        **kwargs: Arguments of the search algorithm (e.g. ``metric`` and ``mode``); those it does not take are
+            dropped, as in Ray.
+
+    Returns:
+        The search algorithm.
+
+    Raises:
+        ConfigError: An unknown name, or one fluidsalus has no search algorithm for.
+    """
+    import importlib
+
+    name = search_alg.lower() if isinstance(search_alg, str) else search_alg
+    if name not in SEARCHER_NAMES:
+        raise ConfigError(f"search_alg must be one of {list(SEARCHER_NAMES)} (got {search_alg!r})")
+    where = SEARCHER_NAMES[name]
+    if where is None:
+        supported = [n for n, w in SEARCHER_NAMES.items() if w is not None]
+        raise ConfigError(f"search_alg {search_alg!r} is not provided by fluidsalus; use one of {supported}")
+    cls = getattr(importlib.import_module(where[0]), where[1])
+    accepted = inspect.signature(cls).parameters
+    return cls(**{key: value for key, value in kwargs.items() if key in accepted})

@@ -1,0 +1,310 @@
+"""``tune.run``: Ray Tune's legacy entry point, run by :class:`~fluidsalus.tune.Tuner`.
+
+``tune.run(trainable, config=..., metric=..., mode=..., scheduler=..., ...)`` is the API older Ray Tune scripts
+(and many tutorials) use. It takes everything as keyword arguments and returns an
+:class:`~fluidsalus.tune.analysis.ExperimentAnalysis`. Here each argument goes to the field of the
+:class:`TuneConfig`, :class:`RunConfig`, :class:`CheckpointConfig` or :class:`FailureConfig` that Ray's own
+``Tuner`` fills from it, and a :class:`Tuner` runs the experiment:
+
+=========================================================  =======================================================
+``tune.run`` argument                                      goes to
+=========================================================  =======================================================
+config, metric, mode, search_alg, scheduler, num_samples,  ``Tuner(param_space=config)``, ``TuneConfig``; a search
+max_concurrent_trials, time_budget_s, reuse_actors,        algorithm or scheduler given by name is built by
+trial_name_creator, trial_dirname_creator                  ``create_searcher`` / ``create_scheduler``
+name, storage_path, stop, callbacks, verbose,              ``RunConfig``
+progress_reporter, log_to_file, sync_config, local_dir
+checkpoint_config, keep_checkpoints_num,                   ``CheckpointConfig`` (the deprecated four with Ray's
+checkpoint_score_attr (``min-``/``max-`` prefix),          ``DeprecationWarning``)
+checkpoint_freq, checkpoint_at_end
+max_failures, fail_fast                                    ``FailureConfig`` (``fail_fast`` needs ``max_failures=0``)
+resources_per_trial                                        ``with_resources(trainable, resources_per_trial)``
+resume (``True``, ``"AUTO"``, ``+ERRORED``,                ``Tuner.restore``'s flags when the experiment
+``+RESTART_ERRORED``, ``+ERRORED_ONLY``,                   ``<storage_path>/<name>`` can be restored, else a new
+``+RESTART_ERRORED_ONLY``)                                 run, as in Ray
+raise_on_failed_trial                                      after the run: ``TuneError`` if a trial did not end
+                                                           TERMINATED
+=========================================================  =======================================================
+
+Refused with a :class:`~fluidsalus.errors.ConfigError` naming the argument: a trainable given by name (no
+registry), a list of trainables or ``Experiment`` objects, ``restore`` (a checkpoint to start one trial from),
+``resume_config``, ``storage_filesystem``, the resume modes Ray refuses too (``"LOCAL"``, ``"REMOTE"``,
+``"PROMPT"``, ``"ERRORED_ONLY"``), ``chdir_to_trial_dir`` and ``local_dir`` (Ray refuses both).
+``export_formats`` is accepted and ignored with a warning, like the other fields fluidsalus does not act on.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from fluidsalus.errors import ConfigError, FluidsalusError
+from fluidsalus.store import TERMINATED
+from fluidsalus.tune._config import DEPRECATED, CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+from fluidsalus.tune._trainable import with_resources
+from fluidsalus.tune._tuner import Tuner
+from fluidsalus.tune.analysis import ExperimentAnalysis, Trial
+from fluidsalus.tune.schedulers import create_scheduler
+from fluidsalus.tune.search import create_searcher
+
+__all__ = ["RESUME_SUFFIXES", "run"]
+
+#: The suffixes of a ``resume`` string and the ``Tuner.restore`` flags each sets (Ray's legacy resume modes).
+RESUME_SUFFIXES: dict[str, dict[str, bool]] = {
+    "ERRORED": {"resume_unfinished": True, "resume_errored": True, "restart_errored": False},
+    "RESTART_ERRORED": {"resume_unfinished": True, "resume_errored": False, "restart_errored": True},
+    "ERRORED_ONLY": {"resume_unfinished": False, "resume_errored": True, "restart_errored": False},
+    "RESTART_ERRORED_ONLY": {"resume_unfinished": False, "resume_errored": False, "restart_errored": True},
+}
+#: Resume modes Ray 2.x refuses (it raises a ``DeprecationWarning``); fluidsalus refuses them too.
+_DEPRECATED_RESUME = ("LOCAL", "REMOTE", "PROMPT", "ERRORED_ONLY")
+#: What ``resume`` may be, for messages.
+_RESUME_RULE = "None, True, False, or 'AUTO' optionally followed by +ERRORED, +RESTART_ERRORED, +ERRORED_ONLY or " \
+               "+RESTART_ERRORED_ONLY"
+
+
+def resume_flags(resume: bool | str | None) -> dict[str, bool] | None:
+    """The ``Tuner.restore`` flags of a legacy ``resume`` value, or None for a new experiment.
+
+    Args:
+        resume: ``None``/``False`` (a new experiment), ``True`` or ``"AUTO"`` (continue one if it exists), with
+            ``+`` suffixes from :data:`RESUME_SUFFIXES` (e.g. ``"AUTO+ERRORED"``).
+
+    Raises:
+        ConfigError: Any other value, naming what is allowed.
+    """
+    if resume is None or resume is False:
+        return None
+    plain = {"resume_unfinished": True, "resume_errored": False, "restart_errored": False}
+    if resume is True:
+        return plain
+    if not isinstance(resume, str):
+        raise ConfigError(f"tune.run: resume must be {_RESUME_RULE} (got {resume!r})")
+    mode, *suffixes = resume.split("+")
+    if mode in _DEPRECATED_RESUME:
+        raise ConfigError(f"tune.run: resume={resume!r}: {mode!r} is deprecated (Ray refuses it too); resume must "
+                          f"be {_RESUME_RULE}")
+    if mode != "AUTO":
+        raise ConfigError(f"tune.run: resume must be {_RESUME_RULE} (got {resume!r})")
+    flags = plain
+    for suffix in suffixes:  # as in Ray, the last suffix decides
+        if suffix not in RESUME_SUFFIXES:
+            raise ConfigError(f"tune.run: resume={resume!r} has the invalid setting {suffix!r}; resume must be "
+                              f"{_RESUME_RULE}")
+        flags = RESUME_SUFFIXES[suffix]
+    return dict(flags)
+
+
+def _checkpoint_config(
+    checkpoint_config: CheckpointConfig | None, keep_checkpoints_num: int | None, checkpoint_score_attr: str | None,
+    checkpoint_freq: int, checkpoint_at_end: bool,
+) -> CheckpointConfig | None:
+    """``checkpoint_config`` with the deprecated arguments applied on top, each with Ray's warning."""
+    changes: dict[str, Any] = {}
+    if keep_checkpoints_num is not None:
+        warnings.warn("keep_checkpoints_num is deprecated and will be removed. use checkpoint_config.num_to_keep "
+                      "instead.", DeprecationWarning, stacklevel=3)
+        changes["num_to_keep"] = keep_checkpoints_num
+    if checkpoint_score_attr is not None:
+        warnings.warn("checkpoint_score_attr is deprecated and will be removed. use "
+                      "checkpoint_config.checkpoint_score_attribute instead.", DeprecationWarning, stacklevel=3)
+        if not isinstance(checkpoint_score_attr, str):
+            raise ConfigError(f"tune.run: checkpoint_score_attr must be a result key, optionally prefixed with "
+                              f"'min-' (got {checkpoint_score_attr!r})")
+        if checkpoint_score_attr.startswith("min-"):
+            changes["checkpoint_score_attribute"] = checkpoint_score_attr[len("min-"):]
+            changes["checkpoint_score_order"] = "min"
+        else:
+            changes["checkpoint_score_attribute"] = checkpoint_score_attr
+            changes["checkpoint_score_order"] = "max"
+    if checkpoint_freq:
+        warnings.warn("checkpoint_freq is deprecated and will be removed. use checkpoint_config.checkpoint_frequency "
+                      "instead.", DeprecationWarning, stacklevel=3)
+        changes["checkpoint_frequency"] = checkpoint_freq
+    if checkpoint_at_end:
+        warnings.warn("checkpoint_at_end is deprecated and will be removed. use checkpoint_config.checkpoint_at_end "
+                      "instead.", DeprecationWarning, stacklevel=3)
+        changes["checkpoint_at_end"] = checkpoint_at_end
+    if not changes:
+        return checkpoint_config
+    base = checkpoint_config if checkpoint_config is not None else CheckpointConfig()
+    fields = {name: getattr(base, name) for name in ("num_to_keep", "checkpoint_score_attribute",
+                                                     "checkpoint_score_order", "checkpoint_frequency",
+                                                     "checkpoint_at_end")}
+    return CheckpointConfig(**{**fields, **changes})
+
+
+def _check_trainable(run_or_experiment: Any) -> None:
+    if isinstance(run_or_experiment, str):
+        raise ConfigError(
+            f"tune.run: run_or_experiment={run_or_experiment!r} names a registered trainable; fluidsalus has no "
+            "trainable registry: pass the function or Trainable class itself"
+        )
+    if isinstance(run_or_experiment, (list, tuple)) or type(run_or_experiment).__name__ == "Experiment":
+        raise ConfigError("tune.run: run_or_experiment must be one function or Trainable class; lists of "
+                          "trainables and Experiment objects are not supported by fluidsalus")
+
+
+def _describe(trial: Trial) -> str:
+    """A trial that did not end TERMINATED, for TuneError's message: its id, status and error's last line."""
+    if trial.error is None:
+        return f"{trial.trial_id} ({trial.status})"
+    lines = [line for line in str(trial.error).strip().splitlines() if line.strip()]
+    return f"{trial.trial_id} ({trial.status}: {lines[-1].strip() if lines else type(trial.error).__name__})"
+
+
+def run(
+    run_or_experiment: Any,
+    *,
+    name: str | None = None,
+    metric: str | None = None,
+    mode: str | None = None,
+    stop: Mapping[str, Any] | Callable[[str, Mapping[str, Any]], bool] | Any = None,
+    time_budget_s: int | float | datetime.timedelta | None = None,
+    config: dict[str, Any] | None = None,
+    resources_per_trial: Mapping[str, Any] | Any = None,
+    num_samples: int = 1,
+    storage_path: str | None = None,
+    storage_filesystem: Any = None,
+    search_alg: Any = None,
+    scheduler: Any = None,
+    checkpoint_config: CheckpointConfig | None = None,
+    verbose: Any = None,
+    progress_reporter: Any = None,
+    log_to_file: bool | str | tuple[str, str] = False,
+    trial_name_creator: Callable[[Any], str] | None = None,
+    trial_dirname_creator: Callable[[Any], str] | None = None,
+    sync_config: Any = None,
+    export_formats: Sequence[Any] | None = None,
+    max_failures: int = 0,
+    fail_fast: bool | str = False,
+    restore: str | None = None,
+    resume: bool | str | None = None,
+    resume_config: Any = None,
+    reuse_actors: bool = False,
+    raise_on_failed_trial: bool = True,
+    callbacks: Sequence[Any] | None = None,
+    max_concurrent_trials: int | None = None,
+    keep_checkpoints_num: int | None = None,
+    checkpoint_score_attr: str | None = None,
+    checkpoint_freq: int = 0,
+    checkpoint_at_end: bool = False,
+    chdir_to_trial_dir: bool | str = DEPRECATED,
+    local_dir: str | None = None,
+) -> ExperimentAnalysis:
+    """Run an experiment with Ray Tune's legacy API (``ray.tune.run``); see the module docstring for the mapping.
+
+    Args:
+        run_or_experiment: A function ``f(config)`` that calls ``tune.report``, or a ``Trainable`` subclass.
+        name: The experiment's name (default: the trainable's name and a timestamp).
+        metric: The metric to optimise; it goes to the search algorithm and the scheduler.
+        mode: ``"min"`` or ``"max"``.
+        stop: A dict of result thresholds, a function ``f(trial_id, result)``, or a ``Stopper``.
+        time_budget_s: Time after which every trial is stopped.
+        config: The search space (``param_space``).
+        resources_per_trial: A resource request (``with_resources``): a hint to the planner.
+        num_samples: Samples of the space (``-1``: until a stop rule or the time budget ends the run).
+        storage_path: Where the experiment folder goes (default ``~/ray_results``).
+        storage_filesystem: Not supported (must be None).
+        search_alg: A search algorithm, or its name (``"random"``, ``"optuna"``, ``"bohb"``).
+        scheduler: A scheduler, or its name (``"fifo"``, ``"async_hyperband"``, ``"hyperband"``, ``"hb_bohb"``,
+            ``"median_stopping_rule"``, ``"pbt"``).
+        checkpoint_config: A ``CheckpointConfig``.
+        verbose: 0, 1, 2 or 3.
+        progress_reporter: Accepted and ignored (with a warning).
+        log_to_file: Accepted and ignored (with a warning).
+        trial_name_creator: Accepted and ignored (with a warning).
+        trial_dirname_creator: Accepted and ignored (with a warning).
+        sync_config: Accepted and ignored (with a warning).
+        export_formats: Accepted and ignored (with a warning).
+        max_failures: Retries of a failing trial (``-1``: no limit).
+        fail_fast: Stop the experiment at the first error (``"raise"``: raise it).
+        restore: Not supported (must be None).
+        resume: Continue the experiment ``<storage_path>/<name>`` if it exists: ``True``, ``"AUTO"``, with
+            ``+ERRORED``, ``+RESTART_ERRORED``, ``+ERRORED_ONLY`` or ``+RESTART_ERRORED_ONLY``.
+        resume_config: Not supported (must be None): use the ``resume`` suffixes.
+        reuse_actors: Accepted (device actors are always reused).
+        raise_on_failed_trial: Raise ``TuneError`` after the run when a trial did not end TERMINATED.
+        callbacks: Ray ``Callback`` objects (or ``fluidsalus.callbacks.Callback``).
+        max_concurrent_trials: Most trials running at once.
+        keep_checkpoints_num: Deprecated: ``CheckpointConfig(num_to_keep=...)``.
+        checkpoint_score_attr: Deprecated: ``CheckpointConfig(checkpoint_score_attribute=...)``; a ``min-`` prefix
+            sets ``checkpoint_score_order="min"``.
+        checkpoint_freq: Deprecated: ``CheckpointConfig(checkpoint_frequency=...)``.
+        checkpoint_at_end: Deprecated: ``CheckpointConfig(checkpoint_at_end=...)``.
+        chdir_to_trial_dir: Refused, as in Ray.
+        local_dir: Refused, as in Ray: use ``storage_path``.
+
+    Returns:
+        An :class:`ExperimentAnalysis` of the experiment, with ``metric`` and ``mode`` as its defaults.
+
+    Raises:
+        ConfigError: Bad or unsupported input, before any trial starts.
+        TuneError: A trial did not end TERMINATED and ``raise_on_failed_trial`` is True.
+    """
+    _check_trainable(run_or_experiment)
+    for field, value in (("storage_filesystem", storage_filesystem), ("restore", restore),
+                         ("resume_config", resume_config)):
+        if value is not None:
+            hint = " (use the resume suffixes instead, e.g. resume='AUTO+ERRORED')" if field == "resume_config" else ""
+            raise ConfigError(f"tune.run: {field} is not supported by fluidsalus; leave it None{hint}")
+    if chdir_to_trial_dir != DEPRECATED:
+        raise ConfigError("tune.run: chdir_to_trial_dir is deprecated (Ray refuses it too); set the "
+                          "RAY_CHDIR_TO_TRIAL_DIR environment variable instead")
+    if mode and mode not in ("min", "max"):
+        raise ConfigError(f"tune.run: mode must be one of ['min', 'max'] (got {mode!r})")
+    if config is not None and not isinstance(config, dict):
+        raise ConfigError(f"tune.run: config must be a dict (got {type(config).__name__})")
+    if fail_fast and max_failures != 0:
+        raise ConfigError("tune.run: max_failures must be 0 if fail_fast=True")
+    flags = resume_flags(resume)
+    if isinstance(search_alg, str):
+        search_alg = create_searcher(search_alg)
+    if isinstance(scheduler, str):
+        scheduler = create_scheduler(scheduler)
+    if export_formats:
+        warnings.warn("fluidsalus.tune: export_formats is accepted but not used by fluidsalus", UserWarning,
+                      stacklevel=2)
+    run_config = RunConfig(
+        name=name,
+        storage_path=storage_path,
+        failure_config=FailureConfig(max_failures=max_failures, fail_fast=fail_fast),
+        checkpoint_config=_checkpoint_config(checkpoint_config, keep_checkpoints_num, checkpoint_score_attr,
+                                             checkpoint_freq, checkpoint_at_end),
+        sync_config=sync_config,
+        verbose=verbose,
+        stop=stop,
+        callbacks=list(callbacks) if callbacks is not None else None,
+        progress_reporter=progress_reporter,
+        log_to_file=log_to_file,
+        local_dir=local_dir,
+    )
+    tune_config = TuneConfig(
+        mode=mode,
+        metric=metric,
+        search_alg=search_alg,
+        scheduler=scheduler,
+        num_samples=num_samples,
+        max_concurrent_trials=max_concurrent_trials,
+        time_budget_s=time_budget_s,
+        reuse_actors=reuse_actors,
+        trial_name_creator=trial_name_creator,
+        trial_dirname_creator=trial_dirname_creator,
+    )
+    trainable = run_or_experiment
+    if resources_per_trial is not None:
+        trainable = with_resources(trainable, resources_per_trial)
+    tuner = Tuner(trainable, param_space=config, tune_config=tune_config, run_config=run_config)
+    folder = os.path.join(os.path.abspath(os.path.expanduser(run_config.storage_path or "")), name) if name else None
+    if flags is not None and folder is not None and Tuner.can_restore(folder):
+        tuner._continue(folder, **flags)
+    grid = tuner.fit()
+    trials = [Trial(result) for result in grid]
+    if raise_on_failed_trial:
+        incomplete = [trial for trial in trials if trial.status != TERMINATED]
+        if incomplete:
+            raise FluidsalusError("Trials did not complete: " + "; ".join(_describe(t) for t in incomplete))
+    return ExperimentAnalysis(grid.experiment_path, trials=trials, default_metric=metric, default_mode=mode)

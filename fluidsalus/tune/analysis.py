@@ -1,0 +1,428 @@
+"""``ExperimentAnalysis``: what the legacy :func:`fluidsalus.tune.run` returns (``ray.tune.ExperimentAnalysis``).
+
+It reads an experiment's store, like :class:`fluidsalus.ResultGrid`, and answers with Ray's older API:
+``best_config``, ``best_trial``, ``best_result``, ``best_checkpoint``, ``results_df``, ``dataframe()``,
+``trial_dataframes``, ``get_best_trial(metric, mode, scope)``, ... Its trials are :class:`Trial` objects with the
+attributes a script reads from Ray's ``Trial`` (``config``, ``last_result``, ``status``, ``checkpoint``,
+``path``, ``metric_analysis``).
+
+Ray's rules are kept where they show: the best trial compares each trial's ``metric_analysis[metric][scope]``
+(for ``scope="all"``: its best value in ``mode``), a trial whose score is NaN or infinite is skipped, an
+experiment of one trial answers that trial for any metric, ``get_best_trial`` answers None (with a warning) when
+no trial reported the metric, and a mode without a metric selects Ray's anonymous metric ``_metric``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Mapping
+from numbers import Number
+from typing import TYPE_CHECKING, Any
+
+from fluidsalus.checkpoint import Checkpoint
+from fluidsalus.errors import ConfigError
+from fluidsalus.result import MODES, Result, ResultGrid
+from fluidsalus.store import DB_FILENAME, ExperimentStore
+from fluidsalus.tune.result import TRAINING_ITERATION
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["DEFAULT_METRIC", "ExperimentAnalysis", "Trial"]
+
+logger = logging.getLogger(__name__)
+
+#: Ray's anonymous metric, used when only a mode is given (``ray.tune.result.DEFAULT_METRIC``).
+DEFAULT_METRIC = "_metric"
+#: The scopes of :meth:`ExperimentAnalysis.get_best_trial` (Ray's list and order).
+SCOPES = ("all", "last", "avg", "last-5-avg", "last-10-avg")
+#: The windows of the ``last-N-avg`` entries of :attr:`Trial.metric_analysis` (Ray keeps these two).
+_WINDOWS = (5, 10)
+#: Separator of nested result keys in flattened results (Ray's default ``TUNE_RESULT_DELIM``).
+DELIMITER = "/"
+
+
+def _flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        path = f"{prefix}{key}"
+        if isinstance(item, Mapping) and item:
+            out.update(_flatten(item, path + DELIMITER))
+        else:
+            out[path] = item
+    return out
+
+
+def _lookup(metrics: Mapping[str, Any], metric: str) -> Any:
+    """``metrics[metric]``, where a flattened name (``"info/loss"``) may also address a nested value."""
+    if metric in metrics:
+        return metrics[metric]
+    value: Any = metrics
+    for part in metric.split(DELIMITER):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, Number) and not isinstance(value, complex)
+
+
+class Trial:
+    """One trial of an analysed experiment: the attributes a script reads from Ray's ``Trial``.
+
+    Attributes:
+        trial_id: The trial's id.
+        config: Its configuration.
+        last_result: Its last reported result (with ``config``, as in Ray), or an empty dict.
+        status: ``"TERMINATED"``, ``"ERROR"``, ``"PENDING"``, ``"RUNNING"`` or ``"PAUSED"``.
+        path: Its folder in the experiment (``local_path`` is the same folder).
+        checkpoint: Its latest persisted checkpoint, or None.
+        error: The error it failed with, or None.
+    """
+
+    def __init__(self, result: Result) -> None:
+        self._result = result
+        self.trial_id = result.trial_id
+        self.config: dict[str, Any] = dict(result._config if result._config is not None else result.config or {})
+        self.last_result: dict[str, Any] = dict(result.metrics or {})
+        self.status = result.status
+        self.path = result.path
+        self.local_path = result.path
+        self.checkpoint: Checkpoint | None = result.checkpoint
+        self.error: Exception | None = result.error
+        self._analysis: dict[str, dict[str, float]] | None = None
+
+    @property
+    def metric_analysis(self) -> dict[str, dict[str, float]]:
+        """For each numeric metric of the trial's results (nested ones flattened with ``/``): its ``max``,
+        ``min``, ``avg`` (over all results), ``last``, ``last-5-avg`` and ``last-10-avg``."""
+        if self._analysis is None:
+            series: dict[str, list[float]] = {}
+            for row in self.history:
+                for key, value in _flatten({k: v for k, v in row.items() if k != "config"}).items():
+                    if _is_number(value):
+                        series.setdefault(key, []).append(float(value))  # type: ignore[arg-type]
+            analysis = {}
+            for key, values in series.items():
+                entry = {"max": max(values), "min": min(values), "avg": sum(values) / len(values),
+                         "last": values[-1]}
+                for n in _WINDOWS:
+                    window = values[-n:]
+                    entry[f"last-{n}-avg"] = sum(window) / len(window)
+                analysis[key] = entry
+            self._analysis = analysis
+        return self._analysis
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """Every result of the trial, in order."""
+        return list(self._result._history or [])
+
+    @property
+    def checkpoints(self) -> list[tuple[Checkpoint, dict[str, Any]]]:
+        """Each persisted checkpoint the trial still has, with the result it was reported with."""
+        return list(self._result.best_checkpoints or [])
+
+    @property
+    def dataframe(self) -> pd.DataFrame:
+        """Every result of the trial, one row per iteration (empty when it reported nothing)."""
+        import pandas as pd
+
+        frame = self._result.metrics_dataframe
+        return frame if frame is not None else pd.DataFrame()
+
+    def __str__(self) -> str:
+        return self.trial_id
+
+    def __repr__(self) -> str:
+        return f"Trial({self.trial_id!r}, status={self.status!r})"
+
+
+class ExperimentAnalysis:
+    """Analyse the results of an experiment (``ray.tune.ExperimentAnalysis``).
+
+    :func:`fluidsalus.tune.run` returns one. It can also be built from a finished (or running) experiment's
+    folder, as in Ray: ``ExperimentAnalysis("~/ray_results/my_experiment")``.
+
+    Args:
+        experiment_checkpoint_path: The experiment folder (``<storage_path>/<name>``), or a file in it.
+        storage_filesystem: Not supported (must be None): the folder is local or mounted.
+        trials: The trials to analyse (None: every trial of the experiment's store).
+        default_metric: The metric of ``best_*`` and of methods called without one.
+        default_mode: ``"min"`` or ``"max"``, likewise.
+
+    Raises:
+        ConfigError: A bad ``default_mode``, a ``storage_filesystem``, or no experiment at the path.
+    """
+
+    def __init__(
+        self,
+        experiment_checkpoint_path: str | os.PathLike[str],
+        *,
+        storage_filesystem: Any = None,
+        trials: list[Trial] | None = None,
+        default_metric: str | None = None,
+        default_mode: str | None = None,
+    ) -> None:
+        if storage_filesystem is not None:
+            raise ConfigError("ExperimentAnalysis: storage_filesystem is not supported by fluidsalus; pass a local "
+                              "or mounted experiment folder")
+        if default_mode and default_mode not in MODES:
+            raise ConfigError(f"ExperimentAnalysis: default_mode has to be None or one of {list(MODES)} "
+                              f"(got {default_mode!r})")
+        self.default_metric = default_metric
+        self.default_mode = default_mode
+        if self.default_metric is None and self.default_mode is not None:
+            self.default_metric = DEFAULT_METRIC  # as in Ray: a mode alone selects the anonymous metric
+        path = os.path.abspath(os.path.expanduser(os.fspath(experiment_checkpoint_path)))
+        if os.path.isfile(path):
+            path = os.path.dirname(path)
+        self._experiment_path = path
+        self.trials: list[Trial] = trials if trials is not None else self._load_trials(path)
+
+    @staticmethod
+    def _load_trials(path: str) -> list[Trial]:
+        if not os.path.isfile(os.path.join(path, DB_FILENAME)):
+            raise ConfigError(
+                f"ExperimentAnalysis: experiment_checkpoint_path {path!r} holds no experiment ({DB_FILENAME} "
+                "not found); pass the folder <storage_path>/<name> of a run"
+            )
+        store = ExperimentStore.open(path, readonly=True)
+        try:
+            grid = ResultGrid.from_store(store)
+        finally:
+            store.close()
+        return [Trial(result) for result in grid]
+
+    # ------------------------------------------------------------------ the experiment
+
+    @property
+    def experiment_path(self) -> str:
+        """The experiment folder."""
+        return self._experiment_path
+
+    def get_all_configs(self, prefix: bool = False) -> dict[str, dict[str, Any]]:
+        """Each trial's configuration by trial id; flattened into ``config/...`` keys with ``prefix=True``."""
+        if prefix:
+            return {t.trial_id: _flatten({"config": t.config}) for t in self.trials}
+        return {t.trial_id: t.config for t in self.trials}
+
+    @property
+    def results(self) -> dict[str, dict[str, Any]]:
+        """Each trial's last result by trial id."""
+        return {t.trial_id: t.last_result for t in self.trials}
+
+    @property
+    def results_df(self) -> pd.DataFrame:
+        """The trials' last results (nested keys flattened with ``/``), indexed by ``trial_id``."""
+        import pandas as pd
+
+        rows = [_flatten({"trial_id": t.trial_id, **t.last_result}) for t in self.trials]
+        return pd.DataFrame.from_records(rows, index="trial_id")
+
+    @property
+    def trial_dataframes(self) -> dict[str, pd.DataFrame]:
+        """Each trial's results, one row per iteration, by trial id."""
+        return {t.trial_id: t.dataframe for t in self.trials}
+
+    def dataframe(self, metric: str | None = None, mode: str | None = None) -> pd.DataFrame:
+        """One row per trial that reported: its last result, or with ``metric`` and ``mode`` the result with the
+        best value it ever reported (not necessarily the last), plus ``config/...`` columns and ``logdir``.
+
+        Args:
+            metric: The metric to pick each trial's row by (without ``mode``: the last row).
+            mode: ``"min"``, ``"max"`` or None.
+
+        Raises:
+            ConfigError: A bad mode, or a mode without a metric.
+        """
+        import pandas as pd
+
+        if mode and mode not in MODES:
+            raise ConfigError(f"ExperimentAnalysis.dataframe: mode has to be None or one of {list(MODES)} "
+                              f"(got {mode!r})")
+        if mode and not metric:
+            raise ConfigError("ExperimentAnalysis.dataframe: a mode needs a metric too; pass metric=")
+        rows = []
+        for trial in self.trials:
+            history = trial.history
+            if not history:
+                continue
+            row = history[-1]
+            if metric and mode:
+                scored = [r for r in history if _is_number(_lookup(r, metric)) and not math.isnan(_lookup(r, metric))]
+                if scored:
+                    pick = max if mode == "max" else min
+                    row = pick(scored, key=lambda r: _lookup(r, metric))  # the first of equal values, as idxmax
+            flat = _flatten({k: v for k, v in row.items() if k != "config"})
+            flat.update(_flatten({"config": trial.config}))
+            flat["logdir"] = trial.path
+            rows.append(flat)
+        return pd.DataFrame(rows)
+
+    # ------------------------------------------------------------------ the best trial
+
+    def _metric(self, metric: str | None) -> str:
+        if not metric and not self.default_metric:
+            raise ConfigError("ExperimentAnalysis: no metric has been passed and default_metric has not been set; "
+                              "pass metric=, or metric= and mode= to tune.run()")
+        return metric or self.default_metric  # type: ignore[return-value]
+
+    def _mode(self, mode: str | None) -> str:
+        if not mode and not self.default_mode:
+            raise ConfigError("ExperimentAnalysis: no mode has been passed and default_mode has not been set; pass "
+                              f"mode= (one of {list(MODES)})")
+        if mode and mode not in MODES:
+            raise ConfigError(f"ExperimentAnalysis: mode has to be one of {list(MODES)} (got {mode!r})")
+        return mode or self.default_mode  # type: ignore[return-value]
+
+    def _defaults(self, what: str, instead: str) -> tuple[str, str]:
+        if not self.default_metric or not self.default_mode:
+            raise ConfigError(f"ExperimentAnalysis: to fetch the {what}, pass a metric and mode parameter to "
+                              f"tune.run(). Alternatively, use {instead} to set the metric and mode explicitly.")
+        return self.default_metric, self.default_mode
+
+    def get_best_trial(self, metric: str | None = None, mode: str | None = None, scope: str = "last",
+                       filter_nan_and_inf: bool = True) -> Trial | None:
+        """The trial with the best score on ``metric``.
+
+        Args:
+            metric: The metric to compare (default: ``default_metric``).
+            mode: ``"min"`` or ``"max"`` (default: ``default_mode``).
+            scope: ``"last"`` (each trial's last value), ``"avg"`` (the mean of its values), ``"last-5-avg"``,
+                ``"last-10-avg"``, or ``"all"`` (its best value in ``mode``).
+            filter_nan_and_inf: Never pick a trial whose score is NaN or infinite.
+
+        Returns:
+            The best trial, or None (with a warning) when no trial reported the metric. An experiment of one trial
+            answers that trial, as in Ray.
+
+        Raises:
+            ConfigError: No metric or mode (given or default), a bad mode or a bad scope.
+        """
+        if len(self.trials) == 1:
+            return self.trials[0]
+        metric = self._metric(metric)
+        mode = self._mode(mode)
+        if scope not in SCOPES:
+            raise ConfigError(f"ExperimentAnalysis.get_best_trial: scope has to be one of {list(SCOPES)} "
+                              f"(got {scope!r})")
+        best: Trial | None = None
+        best_score = 0.0
+        for trial in self.trials:
+            analysis = trial.metric_analysis.get(metric)
+            if analysis is None:
+                continue
+            score = analysis[mode if scope == "all" else scope]
+            if filter_nan_and_inf and not math.isfinite(score):
+                continue
+            if best is None or (score > best_score if mode == "max" else score < best_score):
+                best, best_score = trial, score
+        if best is None:
+            logger.warning("Could not find best trial. Did you pass the correct `metric` parameter?")
+        return best
+
+    def get_best_config(self, metric: str | None = None, mode: str | None = None,
+                        scope: str = "last") -> dict[str, Any] | None:
+        """The configuration of :meth:`get_best_trial`'s trial, or None."""
+        trial = self.get_best_trial(metric, mode, scope)
+        return trial.config if trial is not None else None
+
+    @property
+    def best_trial(self) -> Trial | None:
+        """The best trial by the run's metric and mode (their last results compared)."""
+        metric, mode = self._defaults("best_trial", "get_best_trial(metric, mode)")
+        return self.get_best_trial(metric, mode)
+
+    @property
+    def best_config(self) -> dict[str, Any] | None:
+        """The configuration of :attr:`best_trial`."""
+        metric, mode = self._defaults("best_config", "get_best_config(metric, mode)")
+        return self.get_best_config(metric, mode)
+
+    @property
+    def best_result(self) -> dict[str, Any]:
+        """The last result of :attr:`best_trial`."""
+        self._defaults("best_result", "get_best_trial(metric, mode).last_result")
+        trial = self.best_trial
+        return trial.last_result if trial is not None else {}
+
+    @property
+    def best_result_df(self) -> pd.DataFrame:
+        """:attr:`best_result` as a one-row frame indexed by ``trial_id``."""
+        import pandas as pd
+
+        return pd.DataFrame.from_records([_flatten(self.best_result)], index="trial_id")
+
+    @property
+    def best_dataframe(self) -> pd.DataFrame:
+        """Every result of :attr:`best_trial`."""
+        self._defaults("best_dataframe", "get_best_trial(metric, mode).dataframe")
+        trial = self.best_trial
+        if trial is None:
+            raise ConfigError(f"ExperimentAnalysis: no trial reported {self.default_metric!r}")
+        return trial.dataframe
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _trial(self, trial: Trial | str | os.PathLike[str]) -> Trial:
+        if isinstance(trial, Trial):
+            return trial
+        wanted = os.path.abspath(os.path.expanduser(os.fspath(trial)))
+        for candidate in self.trials:
+            if os.path.abspath(candidate.path) == wanted or candidate.trial_id == os.fspath(trial):
+                return candidate
+        raise ConfigError(f"ExperimentAnalysis: trial {os.fspath(trial)!r} is neither a Trial of this analysis nor "
+                          "the folder or id of one")
+
+    def get_best_checkpoint(self, trial: Trial | str, metric: str | None = None,
+                            mode: str | None = None) -> Checkpoint | None:
+        """The trial's kept checkpoint whose reported result is best on ``metric``.
+
+        Args:
+            trial: A :class:`Trial` of this analysis, or its folder.
+            metric: The metric (default: ``default_metric``, else ``training_iteration``).
+            mode: ``"min"`` or ``"max"`` (default: ``default_mode``).
+
+        Returns:
+            The checkpoint, or None (with a logged error) when the trial kept none with a value of the metric.
+        """
+        found = self._trial(trial)
+        metric = metric or self.default_metric or TRAINING_ITERATION
+        mode = self._mode(mode)
+        scored = []
+        for checkpoint, metrics in found.checkpoints:
+            value = _lookup(metrics, metric)
+            if _is_number(value) and not math.isnan(value):
+                scored.append((checkpoint, value))
+        if not scored:
+            logger.error(f"No checkpoints have been found for trial {found}.")
+            return None
+        sign = -1 if mode == "min" else 1
+        return max(scored, key=lambda pair: sign * pair[1])[0]
+
+    @property
+    def best_checkpoint(self) -> Checkpoint | None:
+        """The best checkpoint (by the run's metric and mode) of :attr:`best_trial`."""
+        metric, mode = self._defaults("best_checkpoint", "get_best_checkpoint(trial, metric, mode)")
+        trial = self.best_trial
+        if trial is None:
+            raise ConfigError(f"ExperimentAnalysis: no best trial found; check the default metric ({metric}) and "
+                              f"mode ({mode})")
+        return self.get_best_checkpoint(trial, metric, mode)
+
+    def get_last_checkpoint(self, trial: Trial | str | None = None, metric: str = TRAINING_ITERATION,
+                            mode: str = "max") -> Checkpoint | None:
+        """The trial's kept checkpoint of its latest iteration; without a trial, that of the best trial by
+        ``metric`` and ``mode``."""
+        found = self._trial(trial) if trial is not None else self.get_best_trial(metric, mode)
+        if found is None:
+            return None
+        return self.get_best_checkpoint(found, TRAINING_ITERATION, "max")
+
+    def __repr__(self) -> str:
+        return f"ExperimentAnalysis<{len(self.trials)} trials, path={self._experiment_path!r}>"

@@ -1,0 +1,361 @@
+"""The legacy ``tune.run`` and ``ExperimentAnalysis`` (``fluidsalus/tune/_run.py``, ``fluidsalus/tune/analysis.py``).
+
+- ExperimentAnalysis on hand-made results (no Ray): Ray's best-trial rules (scopes, NaN and inf skipped, a single
+  trial wins, a mode alone selects ``_metric``), frames, checkpoints, and the errors that name the argument.
+- The mapping of tune.run's arguments: resume strings, the deprecated checkpoint arguments, names of schedulers
+  and search algorithms, and refusals before anything runs.
+- Real runs on the shared 2-CPU Ray: a legacy script's analysis (and one rebuilt from the folder), a failed trial
+  with raise_on_failed_trial, resume="AUTO" after an interruption, a class Trainable with the deprecated
+  checkpoint arguments, resources_per_trial.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import warnings
+
+import pytest
+
+from fluidsalus.checkpoint import Checkpoint
+from fluidsalus.errors import ConfigError, FluidsalusError
+from fluidsalus.result import Result
+from fluidsalus.tune import analysis as an
+from fluidsalus.tune._run import _checkpoint_config, resume_flags
+
+rt = pytest.importorskip("ray.tune")
+from fluidsalus import tune  # noqa: E402
+
+# ---------------------------------------------------------------------------------------------------------
+# ExperimentAnalysis on hand-made results
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _result(trial_id: str, values: list[float], config: dict | None = None, status: str = "TERMINATED",
+            checkpoints: list[tuple[Checkpoint, dict]] | None = None) -> Result:
+    history = [{"trial_id": trial_id, "training_iteration": i + 1, "loss": v, "info": {"acc": -v}}
+               for i, v in enumerate(values)]
+    metrics = dict(history[-1], config=config or {}) if history else None
+    return Result(metrics=metrics, checkpoint=checkpoints[-1][0] if checkpoints else None, error=None,
+                  path=f"/exp/{trial_id}", best_checkpoints=checkpoints or [], trial_id=trial_id, status=status,
+                  _history=history)
+
+
+def _analysis(*results: Result, metric: str | None = "loss", mode: str | None = "min") -> an.ExperimentAnalysis:
+    return an.ExperimentAnalysis("/exp", trials=[an.Trial(r) for r in results], default_metric=metric,
+                                 default_mode=mode)
+
+
+def test_metric_analysis_has_rays_entries_for_every_numeric_metric() -> None:
+    trial = an.Trial(_result("a", [float(v) for v in range(1, 13)]))
+    loss = trial.metric_analysis["loss"]
+    assert loss == {"max": 12.0, "min": 1.0, "avg": 6.5, "last": 12.0, "last-5-avg": 10.0, "last-10-avg": 7.5}
+    assert trial.metric_analysis["info/acc"]["min"] == -12.0  # nested keys flattened with "/"
+    assert "trial_id" not in trial.metric_analysis and "config" not in trial.metric_analysis
+
+
+def test_best_trial_follows_rays_rules_for_each_scope() -> None:
+    # a: last 1.0, avg 3.0, min 1.0;  b: last 2.0, avg 2.0, min 2.0;  c: last 4.0, avg 2.5, min 0.5
+    a, b, c = _result("a", [5.0, 1.0], {"x": 1}), _result("b", [2.0, 2.0], {"x": 2}), _result("c", [0.5, 4.0], {"x": 3})
+    analysis = _analysis(a, b, c)
+    assert analysis.best_trial.trial_id == "a" and analysis.best_config == {"x": 1}
+    assert analysis.best_result["loss"] == 1.0
+    assert analysis.get_best_trial(scope="avg").trial_id == "b"
+    assert analysis.get_best_trial(scope="all").trial_id == "c"  # each trial's best value in mode
+    assert analysis.get_best_trial("loss", "max").trial_id == "c"
+    assert analysis.get_best_config("info/acc", "max") == {"x": 1}
+    assert analysis.get_best_trial("missing") is None  # with a warning, as in Ray
+    assert analysis.results == {"a": a.metrics, "b": b.metrics, "c": c.metrics}
+    assert analysis.get_all_configs() == {"a": {"x": 1}, "b": {"x": 2}, "c": {"x": 3}}
+    assert analysis.get_all_configs(prefix=True)["c"] == {"config/x": 3}
+
+
+def test_nan_and_inf_scores_are_skipped_unless_asked() -> None:
+    analysis = _analysis(_result("a", [math.nan]), _result("b", [3.0]), _result("c", [-math.inf]))
+    assert analysis.get_best_trial().trial_id == "b"
+    assert _analysis(_result("b", [3.0]), _result("c", [-math.inf])).get_best_trial(
+        filter_nan_and_inf=False).trial_id == "c"
+
+
+def test_one_trial_is_the_best_for_any_metric_and_a_mode_alone_selects_the_anonymous_metric() -> None:
+    only = _analysis(_result("a", [1.0]), metric=None, mode=None)
+    assert only.get_best_trial("anything", "max").trial_id == "a"
+    assert _analysis(_result("a", [1.0]), metric=None, mode="max").default_metric == an.DEFAULT_METRIC
+
+
+def test_analysis_errors_name_what_is_missing() -> None:
+    two = _analysis(_result("a", [1.0]), _result("b", [2.0]), metric=None, mode=None)
+    with pytest.raises(ConfigError, match="best_config.*metric and mode.*tune.run"):
+        _ = two.best_config
+    with pytest.raises(ConfigError, match="no metric has been passed"):
+        two.get_best_trial(mode="min")
+    with pytest.raises(ConfigError, match="no mode has been passed"):
+        two.get_best_trial("loss")
+    with pytest.raises(ConfigError, match="scope has to be one of"):
+        two.get_best_trial("loss", "min", scope="best")
+    with pytest.raises(ConfigError, match=r"mode has to be one of \['min', 'max'\]"):
+        two.get_best_trial("loss", "lowest")
+    with pytest.raises(ConfigError, match="default_mode"):
+        an.ExperimentAnalysis("/exp", trials=[], default_mode="up")
+    with pytest.raises(ConfigError, match="a mode needs a metric"):
+        two.dataframe(mode="min")
+    with pytest.raises(ConfigError, match="experiment.db not found"):
+        an.ExperimentAnalysis("/no/such/experiment")
+    with pytest.raises(ConfigError, match="storage_filesystem"):
+        an.ExperimentAnalysis("/exp", trials=[], storage_filesystem=object())
+
+
+def test_frames_take_the_last_or_the_best_row_per_trial() -> None:
+    analysis = _analysis(_result("a", [3.0, 1.0, 2.0], {"x": 1, "opt": {"lr": 0.1}}), _result("b", [4.0], {"x": 2}),
+                         _result("c", [], {"x": 3}, status="PENDING"))
+    last = analysis.dataframe()
+    assert list(last["trial_id"]) == ["a", "b"]  # a trial that reported nothing has no row
+    assert list(last["loss"]) == [2.0, 4.0] and list(last["config/opt/lr"].fillna(0)) == [0.1, 0]
+    assert list(last["logdir"]) == ["/exp/a", "/exp/b"] and list(last["info/acc"]) == [-2.0, -4.0]
+    best = analysis.dataframe("loss", "min")
+    assert list(best["loss"]) == [1.0, 4.0] and list(best["training_iteration"]) == [2, 1]
+    assert list(analysis.dataframe("loss", "max")["loss"]) == [3.0, 4.0]
+    assert list(analysis.dataframe("loss")["loss"]) == [2.0, 4.0]  # no mode: the last row
+    frame = analysis.results_df
+    assert frame.index.name == "trial_id" and frame.loc["a", "loss"] == 2.0 and frame.loc["b", "config/x"] == 2
+    assert list(analysis.trial_dataframes["a"]["loss"]) == [3.0, 1.0, 2.0] and analysis.trial_dataframes["c"].empty
+    assert analysis.best_result_df.index.tolist() == ["a"] and list(analysis.best_dataframe["loss"]) == [3.0, 1.0, 2.0]
+
+
+def test_checkpoints_best_by_metric_and_last_by_iteration(tmp_path) -> None:
+    ckpts = []
+    for i, loss in ((1, 5.0), (2, 1.0), (3, 3.0)):
+        folder = tmp_path / f"checkpoint_{i:06d}"
+        folder.mkdir()
+        ckpts.append((Checkpoint(str(folder)), {"training_iteration": i, "loss": loss}))
+    trial = _result("a", [5.0, 1.0, 3.0], checkpoints=ckpts)
+    analysis = _analysis(trial, _result("b", [9.0]))
+    best = analysis.trials[0]
+    assert analysis.best_checkpoint.path == ckpts[1][0].path  # lowest loss
+    assert analysis.get_best_checkpoint(best, "loss", "max").path == ckpts[0][0].path
+    assert analysis.get_best_checkpoint("/exp/a", "training_iteration", "max").path == ckpts[2][0].path
+    assert analysis.get_last_checkpoint(best).path == ckpts[2][0].path
+    assert analysis.get_last_checkpoint().path == ckpts[2][0].path  # the trial with the most iterations: a (3)
+    assert analysis.get_best_checkpoint(analysis.trials[1]) is None  # kept none
+    assert best.checkpoint.path == ckpts[2][0].path
+    with pytest.raises(ConfigError, match="neither a Trial of this analysis"):
+        analysis.get_best_checkpoint("/exp/zzz")
+
+
+def test_analysis_has_every_public_name_of_rays() -> None:
+    theirs = {name for name in dir(rt.ExperimentAnalysis) if not name.startswith("_")}
+    assert theirs <= {name for name in dir(tune.ExperimentAnalysis) if not name.startswith("_")}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# tune.run's arguments
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_resume_values_map_onto_restore_flags() -> None:
+    plain = {"resume_unfinished": True, "resume_errored": False, "restart_errored": False}
+    assert resume_flags(None) is None and resume_flags(False) is None
+    assert resume_flags(True) == plain and resume_flags("AUTO") == plain
+    assert resume_flags("AUTO+ERRORED") == {**plain, "resume_errored": True}
+    assert resume_flags("AUTO+RESTART_ERRORED") == {**plain, "restart_errored": True}
+    assert resume_flags("AUTO+ERRORED_ONLY") == {**plain, "resume_unfinished": False, "resume_errored": True}
+    assert resume_flags("AUTO+RESTART_ERRORED_ONLY") == {**plain, "resume_unfinished": False,
+                                                         "restart_errored": True}
+    for bad, message in (("LOCAL", "deprecated"), ("ERRORED_ONLY", "deprecated"), ("auto", "resume must be"),
+                         ("AUTO+ERRORS", "invalid setting 'ERRORS'"), (1, "resume must be")):
+        with pytest.raises(ConfigError, match=message):
+            resume_flags(bad)
+
+
+def test_deprecated_checkpoint_arguments_fill_the_checkpoint_config() -> None:
+    assert _checkpoint_config(None, None, None, 0, False) is None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        config = _checkpoint_config(tune.CheckpointConfig(num_to_keep=5), 2, "min-loss", 3, True)
+    assert [str(w.message).split(" is ")[0] for w in caught if w.category is DeprecationWarning] == [
+        "keep_checkpoints_num", "checkpoint_score_attr", "checkpoint_freq", "checkpoint_at_end"]
+    assert (config.num_to_keep, config.checkpoint_score_attribute, config.checkpoint_score_order,
+            config.checkpoint_frequency, config.checkpoint_at_end) == (2, "loss", "min", 3, True)
+    with pytest.warns(DeprecationWarning):
+        config = _checkpoint_config(None, None, "acc", 0, False)
+    assert (config.checkpoint_score_attribute, config.checkpoint_score_order, config.num_to_keep) == ("acc", "max",
+                                                                                                       None)
+
+
+def test_schedulers_and_search_algorithms_by_rays_names() -> None:
+    assert isinstance(tune.create_scheduler("ASYNC_HYPERBAND", max_t=9, unknown=1), tune.schedulers.ASHAScheduler)
+    assert tune.create_scheduler("async_hyperband", max_t=9).describe()["max_t"] == 9
+    assert type(tune.create_scheduler("hb_bohb")).__name__ == "HyperBandForBOHB"
+    assert type(tune.create_searcher("random")).__name__ == "BasicVariantGenerator"
+    assert tune.create_searcher("optuna", metric="m", mode="min").metric == "m"
+    with pytest.raises(ConfigError, match="scheduler 'pb2' is not provided by fluidsalus; use one of"):
+        tune.create_scheduler("pb2")
+    with pytest.raises(ConfigError, match=r"scheduler must be one of \['fifo'"):
+        tune.create_scheduler("asha")  # not one of Ray's names either
+    with pytest.raises(ConfigError, match="search_alg 'hyperopt' is not provided"):
+        tune.create_searcher("hyperopt")
+
+
+def _noop(config):
+    tune.report({"score": 1.0})
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"run_or_experiment": "PPO"}, "no trainable registry"),
+    ({"run_or_experiment": [_noop, _noop]}, "lists of trainables"),
+    ({"restore": "/some/checkpoint"}, "restore is not supported"),
+    ({"resume_config": object()}, "resume_config is not supported.*AUTO\\+ERRORED"),
+    ({"storage_filesystem": object()}, "storage_filesystem is not supported"),
+    ({"chdir_to_trial_dir": False}, "chdir_to_trial_dir is deprecated"),
+    ({"local_dir": "/tmp/x"}, "local_dir is deprecated"),
+    ({"mode": "maximize"}, "mode must be one of"),
+    ({"config": [1, 2]}, "config must be a dict"),
+    ({"fail_fast": True, "max_failures": 2}, "max_failures must be 0 if fail_fast"),
+    ({"resume": "PROMPT"}, "deprecated"),
+    ({"scheduler": "resource_changing"}, "not provided by fluidsalus"),
+    ({"scheduler": tune.schedulers.ASHAScheduler(metric="a", mode="max"), "metric": "b", "mode": "min"},
+     "metric"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_bad_arguments_are_refused_before_anything_runs(kwargs, message, tmp_path) -> None:
+    kwargs = {"run_or_experiment": _noop, **kwargs}
+    with pytest.raises(ConfigError, match=message):
+        tune.run(kwargs.pop("run_or_experiment"), storage_path=str(tmp_path), verbose=0, **kwargs)
+    assert not os.path.exists(tmp_path) or not os.listdir(tmp_path)  # nothing written
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Real runs
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _train(config):
+    for step in range(1, 4):
+        folder = os.path.join(tune.get_context().get_trial_dir(), f"ckpt_{step}")
+        os.makedirs(folder, exist_ok=True)
+        score = config["x"] * step
+        tune.report({"score": score, "step": step}, checkpoint=tune.Checkpoint.from_directory(folder))
+
+
+def test_a_legacy_script_gets_rays_analysis(ray_cluster, storage: str) -> None:
+    analysis = tune.run(_train, config={"x": tune.grid_search([1, 3, 2])}, metric="score", mode="max",
+                        name="legacy", storage_path=storage, verbose=0,
+                        checkpoint_config=tune.CheckpointConfig(num_to_keep=2))
+    assert isinstance(analysis, tune.ExperimentAnalysis)
+    assert analysis.experiment_path == os.path.join(storage, "legacy")
+    assert analysis.best_config == {"x": 3} and analysis.best_result["score"] == 9
+    assert sorted(t.config["x"] for t in analysis.trials) == [1, 2, 3]
+    assert all(t.status == "TERMINATED" and t.last_result["step"] == 3 for t in analysis.trials)
+    best = analysis.best_trial
+    assert best.path == os.path.join(storage, "legacy", best.trial_id) and best.metric_analysis["score"]["avg"] == 6
+    assert analysis.best_checkpoint.path.startswith(best.path)  # the kept checkpoint of step 3 (score 9)
+    assert len(best.checkpoints) == 2  # num_to_keep
+    assert sorted(analysis.results_df["score"]) == [3, 6, 9]
+    assert analysis.get_best_config("score", "min") == {"x": 1}
+    again = tune.ExperimentAnalysis(analysis.experiment_path, default_metric="score", default_mode="max")
+    assert again.best_config == {"x": 3} and len(again.trials) == 3
+    assert again.best_checkpoint.path == analysis.best_checkpoint.path
+
+
+def _fails_for_two(config):
+    if config["x"] == 2:
+        raise RuntimeError("x is 2")
+    tune.report({"score": config["x"]})
+
+
+def test_a_failed_trial_raises_after_the_run_unless_told_otherwise(ray_cluster, storage: str) -> None:
+    space = {"x": tune.grid_search([1, 2])}
+    with pytest.raises(FluidsalusError, match="Trials did not complete") as caught:
+        tune.run(_fails_for_two, config=space, storage_path=storage, name="fails", verbose=0)
+    assert isinstance(caught.value, tune.TuneError)
+    analysis = tune.run(_fails_for_two, config=space, storage_path=storage, name="fails_ok", verbose=0,
+                        raise_on_failed_trial=False, metric="score", mode="max")
+    statuses = sorted((t.config["x"], t.status) for t in analysis.trials)
+    assert statuses == [(1, "TERMINATED"), (2, "ERROR")]
+    assert "x is 2" in str(next(t for t in analysis.trials if t.status == "ERROR").error)
+    assert analysis.best_config == {"x": 1}
+
+
+class _Interrupt(tune.Callback):
+    """Raises KeyboardInterrupt at the n-th result, the first time only (a marker file remembers)."""
+
+    def __init__(self, marker: str, n: int) -> None:
+        self.marker, self.n, self.seen = marker, n, 0
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.seen += 1
+        if self.seen == self.n and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            raise KeyboardInterrupt
+
+
+def _resumable(config):
+    start = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder, open(os.path.join(folder, "state.json")) as f:
+            start = json.load(f)["i"]
+    for i in range(start + 1, 6):
+        time.sleep(0.1)
+        folder = os.path.join(tune.get_context().get_trial_dir(), f"tmp_{i}")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "state.json"), "w") as f:
+            json.dump({"i": i}, f)
+        tune.report({"i": i, "resumed_from": start}, checkpoint=tune.Checkpoint.from_directory(folder))
+
+
+def test_resume_auto_continues_an_interrupted_run_and_starts_a_missing_one(ray_cluster, storage: str,
+                                                                          tmp_path) -> None:
+    kwargs = {"config": {"x": tune.uniform(0, 1)}, "num_samples": 2, "metric": "i", "mode": "max",
+              "storage_path": storage, "name": "resumable", "verbose": 0}
+    interrupt = _Interrupt(str(tmp_path / "interrupted"), n=3)
+    with pytest.raises(KeyboardInterrupt):
+        tune.run(_resumable, callbacks=[interrupt], **kwargs)
+    before = tune.ExperimentAnalysis(os.path.join(storage, "resumable"))
+    ids = sorted(t.trial_id for t in before.trials)
+    assert any(t.status != "TERMINATED" for t in before.trials)
+    analysis = tune.run(_resumable, resume="AUTO", callbacks=[interrupt], **kwargs)
+    assert sorted(t.trial_id for t in analysis.trials) == ids  # the same trials, not new ones
+    assert all(t.last_result["i"] == 5 for t in analysis.trials)
+    assert any(t.last_result["resumed_from"] > 0 for t in analysis.trials)  # from a checkpoint
+    assert analysis.experiment_path == os.path.join(storage, "resumable")
+    fresh = tune.run(_noop, resume=True, storage_path=storage, name="never_ran", verbose=0)
+    assert [t.last_result["score"] for t in fresh.trials] == [1.0]
+
+
+class _Counter(tune.Trainable):
+    def setup(self, config):
+        self.value = 0
+
+    def step(self):
+        self.value += self.config["x"]
+        return {"value": self.value, "done": self.iteration >= 5}
+
+    def save_checkpoint(self, checkpoint_dir):
+        return {"value": self.value}
+
+    def load_checkpoint(self, checkpoint):
+        self.value = checkpoint["value"]
+
+
+def _resources(config):
+    tune.report({"cpu": tune.get_context().get_trial_resources()["cpu"]})
+
+
+def test_deprecated_checkpoint_arguments_and_resources_per_trial_take_effect(ray_cluster, storage: str) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        analysis = tune.run(_Counter, config={"x": 2}, checkpoint_freq=2, keep_checkpoints_num=1,
+                            checkpoint_score_attr="min-value", storage_path=storage, verbose=0,
+                            export_formats=["model"])
+    messages = [str(w.message) for w in caught]
+    assert any("checkpoint_freq is deprecated" in m for m in messages)
+    assert any("export_formats is accepted but not used" in m for m in messages)
+    (trial,) = analysis.trials
+    assert trial.last_result["value"] == 12
+    kept = trial.checkpoints
+    # Checkpoints at iterations 2, 4, 6: the one with the lowest value (2) is kept, and the latest (6) always.
+    assert [m["training_iteration"] for _, m in kept] == [2, 6]
+    analysis = tune.run(_resources, resources_per_trial={"cpu": 0.5}, storage_path=storage, verbose=0)
+    assert analysis.trials[0].last_result["cpu"] == 0.5
