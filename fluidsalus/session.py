@@ -99,6 +99,49 @@ class StopTrial(BaseException):
     """
 
 
+#: Ray's name for each of fluidsalus's lower-case resource keys (the rest, ``memory`` and custom ones, keep theirs).
+_RAY_RESOURCE_NAMES = {"cpu": "CPU", "gpu": "GPU"}
+#: What Ray reports for a trial that requested nothing: its default request of one CPU.
+RAY_DEFAULT_REQUEST: dict[str, float] = {"CPU": 1.0}
+
+
+class TrialResources(dict):  # type: ignore[type-arg]
+    """A trial's recorded resource request: a dict (``{"cpu": 1.0, "gpu": 0.25}``) that also answers the attributes
+    a script reads from the ``PlacementGroupFactory`` Ray returns (``required_resources``, ``bundles``,
+    ``head_cpus``, ``strategy``, ``head_bundle_is_empty``), with Ray's key names (``CPU``, ``GPU``). A trial that
+    requested nothing shows Ray's default request, one CPU, there.
+
+    The request is a hint to the planner, not a reservation (:func:`fluidsalus.tune.with_resources`).
+    """
+
+    @property
+    def required_resources(self) -> dict[str, float]:
+        """The request with Ray's key names."""
+        if not self:
+            return dict(RAY_DEFAULT_REQUEST)
+        return {_RAY_RESOURCE_NAMES.get(key, key): float(value) for key, value in self.items()}
+
+    @property
+    def bundles(self) -> list[dict[str, float]]:
+        """The request as Ray's one bundle (bundles given to ``with_resources`` were summed)."""
+        return [self.required_resources]
+
+    @property
+    def head_cpus(self) -> float:
+        """The CPUs of the (one) bundle."""
+        return self.required_resources.get("CPU", 0.0)
+
+    @property
+    def head_bundle_is_empty(self) -> bool:
+        """Always False: the one bundle is the trial's own."""
+        return False
+
+    @property
+    def strategy(self) -> str:
+        """Ray's default placement strategy (placement is the planner's)."""
+        return "PACK"
+
+
 @dataclass
 class TrialContext:
     """What a trainable can ask about the trial it runs in (``ray.tune.get_context()``'s API)."""
@@ -124,8 +167,10 @@ class TrialContext:
     def get_trial_dir(self) -> str:
         return self.trial_dir
 
-    def get_trial_resources(self) -> dict[str, float]:
-        return dict(self.resources)
+    def get_trial_resources(self) -> TrialResources:
+        """The trial's resource request (:class:`TrialResources`: a dict that also reads like Ray's
+        ``PlacementGroupFactory``)."""
+        return TrialResources(self.resources)
 
     def get_world_rank(self) -> int:
         return self.world_rank

@@ -340,7 +340,9 @@ class _Counter(tune.Trainable):
 
 
 def _resources(config):
-    tune.report({"cpu": tune.get_context().get_trial_resources()["cpu"]})
+    resources = tune.get_context().get_trial_resources()
+    tune.report({"cpu": resources["cpu"], "required": resources.required_resources, "head_cpus": resources.head_cpus,
+                 "bundles": resources.bundles})
 
 
 def test_deprecated_checkpoint_arguments_and_resources_per_trial_take_effect(ray_cluster, storage: str) -> None:
@@ -357,5 +359,21 @@ def test_deprecated_checkpoint_arguments_and_resources_per_trial_take_effect(ray
     kept = trial.checkpoints
     # Checkpoints at iterations 2, 4, 6: the one with the lowest value (2) is kept, and the latest (6) always.
     assert [m["training_iteration"] for _, m in kept] == [2, 6]
-    analysis = tune.run(_resources, resources_per_trial={"cpu": 0.5}, storage_path=storage, verbose=0)
-    assert analysis.trials[0].last_result["cpu"] == 0.5
+    request = {"cpu": 0.5, "gpu": 0.25, "custom_resources": {"tpu": 1}}
+    analysis = tune.run(_resources, resources_per_trial=request, storage_path=storage, verbose=0)
+    result = analysis.trials[0].last_result
+    # The context answers as a dict (fluidsalus's keys) and as Ray's PlacementGroupFactory (Ray's keys).
+    ray_view = rt.PlacementGroupFactory([{"CPU": 0.5, "GPU": 0.25, "tpu": 1}])
+    assert result["cpu"] == 0.5 and result["required"] == ray_view.required_resources
+    assert result["head_cpus"] == ray_view.head_cpus and result["bundles"] == ray_view.bundles
+
+
+def test_trial_resources_read_like_rays_placement_group_factory() -> None:
+    from fluidsalus.session import TrialResources
+
+    for bundles in ([{"CPU": 2, "GPU": 1}], [{"CPU": 1, "GPU": 0.5}, {"CPU": 2, "custom": 3}]):
+        ours, theirs = tune.PlacementGroupFactory(bundles), rt.PlacementGroupFactory(bundles)
+        assert ours.required_resources == theirs.required_resources
+    nothing = TrialResources()
+    assert nothing == {} and nothing.required_resources == {"CPU": 1.0} and nothing.head_cpus == 1.0  # Ray's default
+    assert (nothing.strategy, nothing.head_bundle_is_empty) == ("PACK", False)

@@ -31,6 +31,7 @@ from typing import Any
 
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError
+from fluidsalus.session import TrialResources
 
 __all__ = [
     "ClassOptions",
@@ -398,9 +399,10 @@ class Trainable:
         return self._context_value("get_trial_dir", os.getcwd())
 
     @property
-    def trial_resources(self) -> dict[str, float]:
-        """The trial's recorded resources (empty outside a trial)."""
-        return self._context_value("get_trial_resources", {})
+    def trial_resources(self) -> TrialResources:
+        """The trial's recorded resources (empty outside a trial): a dict that also reads like Ray's
+        ``PlacementGroupFactory`` (:class:`fluidsalus.session.TrialResources`)."""
+        return self._context_value("get_trial_resources", TrialResources())
 
     @staticmethod
     def _context_value(method: str, default: Any) -> Any:
@@ -571,8 +573,8 @@ class PlacementGroupFactory:
 
     @property
     def required_resources(self) -> dict[str, float]:
-        """The bundles summed."""
-        return normalize_resources(self)
+        """The bundles summed, with Ray's key names (``CPU``, ``GPU``), as Ray's factory answers."""
+        return TrialResources(normalize_resources(self)).required_resources
 
     def __repr__(self) -> str:
         return f"PlacementGroupFactory({self.bundles!r}, strategy={self.strategy!r})"
