@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import time
 import warnings
@@ -32,6 +31,7 @@ from fluidsalus.tune._tuner import TUNER_STATE_FILE
 
 rt = pytest.importorskip("ray.tune")
 from fluidsalus import tune  # noqa: E402
+from fluidsalus.testing.tune import InterruptOnce, resumable  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------------------
 # Signatures
@@ -644,44 +644,16 @@ def test_class_trainable_with_parameters_and_checkpoint_frequency(ray_cluster, s
     assert all([int(c.path[-6:]) for c, _ in r.best_checkpoints] == [2, 4] for r in grid)
 
 
-class _InterruptOnce(tune.Callback):
-    """Raises KeyboardInterrupt at the n-th result, the first time only (a marker file remembers)."""
-
-    def __init__(self, marker: str, n: int) -> None:
-        self.marker, self.n, self.seen = marker, n, 0
-
-    def on_trial_result(self, iteration, trials, trial, result, **info):
-        self.seen += 1
-        if self.seen == self.n and not os.path.exists(self.marker):
-            open(self.marker, "w").close()
-            raise KeyboardInterrupt
-
-
-def _resumable(config):
-    start = 0
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as folder, open(os.path.join(folder, "state.json")) as f:
-            start = json.load(f)["i"]
-    for i in range(start + 1, 7):
-        time.sleep(0.1)
-        folder = os.path.join(tune.get_context().get_trial_dir(), f"tmp_{i}")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "state.json"), "w") as f:
-            json.dump({"i": i}, f)
-        tune.report({"i": i, "resumed_from": start}, checkpoint=tune.Checkpoint.from_directory(folder))
-
-
 def test_restore_continues_an_interrupted_experiment(ray_cluster, storage: str, tmp_path) -> None:
-    callback = _InterruptOnce(str(tmp_path / "interrupted"), n=4)
-    tuner = Tuner(_resumable, param_space={"x": tune.uniform(0, 1)},
+    callback = InterruptOnce(str(tmp_path / "interrupted"), n=4)
+    tuner = Tuner(resumable, param_space={"x": tune.uniform(0, 1)},
                   tune_config=tune.TuneConfig(num_samples=3, metric="i", mode="max"),
                   run_config=tune.RunConfig(name="resumable", storage_path=storage, verbose=0, callbacks=[callback]))
     with pytest.raises(KeyboardInterrupt):
         tuner.fit()
     path = os.path.join(storage, "resumable")
     assert Tuner.can_restore(path) and os.path.isfile(os.path.join(path, TUNER_STATE_FILE))
-    restored = Tuner.restore(path, _resumable)
+    restored = Tuner.restore(path, resumable)
     before = restored.get_results()
     assert any(r.status != "TERMINATED" for r in before)
     grid = restored.fit()

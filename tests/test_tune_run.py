@@ -11,10 +11,8 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import time
 import warnings
 
 import pytest
@@ -27,6 +25,7 @@ from fluidsalus.tune._run import _checkpoint_config, resume_flags
 
 rt = pytest.importorskip("ray.tune")
 from fluidsalus import tune  # noqa: E402
+from fluidsalus.testing.tune import RESUMABLE_STEPS, InterruptOnce, resumable  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------------------
 # ExperimentAnalysis on hand-made results
@@ -277,47 +276,19 @@ def test_a_failed_trial_raises_after_the_run_unless_told_otherwise(ray_cluster, 
     assert analysis.best_config == {"x": 1}
 
 
-class _Interrupt(tune.Callback):
-    """Raises KeyboardInterrupt at the n-th result, the first time only (a marker file remembers)."""
-
-    def __init__(self, marker: str, n: int) -> None:
-        self.marker, self.n, self.seen = marker, n, 0
-
-    def on_trial_result(self, iteration, trials, trial, result, **info):
-        self.seen += 1
-        if self.seen == self.n and not os.path.exists(self.marker):
-            open(self.marker, "w").close()
-            raise KeyboardInterrupt
-
-
-def _resumable(config):
-    start = 0
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as folder, open(os.path.join(folder, "state.json")) as f:
-            start = json.load(f)["i"]
-    for i in range(start + 1, 6):
-        time.sleep(0.1)
-        folder = os.path.join(tune.get_context().get_trial_dir(), f"tmp_{i}")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "state.json"), "w") as f:
-            json.dump({"i": i}, f)
-        tune.report({"i": i, "resumed_from": start}, checkpoint=tune.Checkpoint.from_directory(folder))
-
-
 def test_resume_auto_continues_an_interrupted_run_and_starts_a_missing_one(ray_cluster, storage: str,
                                                                           tmp_path) -> None:
     kwargs = {"config": {"x": tune.uniform(0, 1)}, "num_samples": 2, "metric": "i", "mode": "max",
               "storage_path": storage, "name": "resumable", "verbose": 0}
-    interrupt = _Interrupt(str(tmp_path / "interrupted"), n=3)
+    interrupt = InterruptOnce(str(tmp_path / "interrupted"), n=3)
     with pytest.raises(KeyboardInterrupt):
-        tune.run(_resumable, callbacks=[interrupt], **kwargs)
+        tune.run(resumable, callbacks=[interrupt], **kwargs)
     before = tune.ExperimentAnalysis(os.path.join(storage, "resumable"))
     ids = sorted(t.trial_id for t in before.trials)
     assert any(t.status != "TERMINATED" for t in before.trials)
-    analysis = tune.run(_resumable, resume="AUTO", callbacks=[interrupt], **kwargs)
+    analysis = tune.run(resumable, resume="AUTO", callbacks=[interrupt], **kwargs)
     assert sorted(t.trial_id for t in analysis.trials) == ids  # the same trials, not new ones
-    assert all(t.last_result["i"] == 5 for t in analysis.trials)
+    assert all(t.last_result["i"] == RESUMABLE_STEPS for t in analysis.trials)
     assert any(t.last_result["resumed_from"] > 0 for t in analysis.trials)  # from a checkpoint
     assert analysis.experiment_path == os.path.join(storage, "resumable")
     fresh = tune.run(_noop, resume=True, storage_path=storage, name="never_ran", verbose=0)

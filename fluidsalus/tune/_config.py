@@ -12,6 +12,7 @@ Ray's own machinery (``sync_config``, ``progress_reporter``, ...) are accepted; 
 from __future__ import annotations
 
 import datetime
+import inspect
 import math
 import numbers
 import os
@@ -84,6 +85,27 @@ def check_metric(owner: str, value: Any) -> str | None:
     if not isinstance(value, str) or not value:
         raise _fail(owner, "metric", "None or a non-empty string (a result key)", value)
     return value
+
+
+def by_short_name(field: str, value: Any, table: Mapping[str, Any]) -> Any:
+    """The entry of Ray's short name ``value`` (any case) in ``table``, for ``create_scheduler``/``create_searcher``.
+
+    Raises:
+        ConfigError: ``value`` is not one of Ray's names, or its entry is None (fluidsalus has no equivalent).
+    """
+    name = value.lower() if isinstance(value, str) else value
+    if name not in table:
+        raise ConfigError(f"{field} must be one of {list(table)} (got {value!r})")
+    if table[name] is None:
+        supported = [key for key, entry in table.items() if entry is not None]
+        raise ConfigError(f"{field} {value!r} is not provided by fluidsalus; use one of {supported}")
+    return table[name]
+
+
+def build_with_known(cls: type, kwargs: Mapping[str, Any]) -> Any:
+    """``cls(**kwargs)`` with the arguments ``cls`` does not take dropped, as Ray's ``create_*`` do."""
+    accepted = inspect.signature(cls).parameters
+    return cls(**{key: value for key, value in kwargs.items() if key in accepted})
 
 
 def seconds(owner: str, name: str, value: Any) -> float | None:

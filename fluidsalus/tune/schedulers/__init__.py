@@ -16,10 +16,9 @@ searcher (docs/compatibility.md has the table). The submodules ``async_hyperband
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
-from fluidsalus.errors import ConfigError
+from fluidsalus.tune._config import build_with_known, by_short_name
 from fluidsalus.tune.schedulers._holders import (
     ASHAScheduler,
     AsyncHyperBandScheduler,
@@ -61,15 +60,7 @@ def create_scheduler(scheduler: str, **kwargs: Any) -> TrialScheduler:
     Raises:
         ConfigError: An unknown name, or one fluidsalus has no scheduler for.
     """
-    name = scheduler.lower() if isinstance(scheduler, str) else scheduler
-    if name not in SCHEDULER_NAMES:
-        raise ConfigError(f"scheduler must be one of {list(SCHEDULER_NAMES)} (got {scheduler!r})")
-    cls = SCHEDULER_NAMES[name]
-    if cls is None:
-        supported = [n for n, c in SCHEDULER_NAMES.items() if c is not None]
-        raise ConfigError(f"scheduler {scheduler!r} is not provided by fluidsalus; use one of {supported}")
-    accepted = inspect.signature(cls).parameters
-    return cls(**{key: value for key, value in kwargs.items() if key in accepted})
+    return build_with_known(by_short_name("scheduler", scheduler, SCHEDULER_NAMES), kwargs)
 
 
 __all__ = [

@@ -13,10 +13,9 @@ They hold their arguments; ``Tuner.fit()`` turns them, with the scheduler, into 
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
-from fluidsalus.errors import ConfigError
+from fluidsalus.tune._config import build_with_known, by_short_name
 from fluidsalus.tune.search._holders import BasicVariantGenerator, ConcurrencyLimiter, SearchAlgorithm, Searcher
 
 __all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "SEARCHER_NAMES", "SearchAlgorithm", "Searcher",
@@ -54,13 +53,5 @@ def create_searcher(search_alg: str, **kwargs: Any) -> SearchAlgorithm:
     """
     import importlib
 
-    name = search_alg.lower() if isinstance(search_alg, str) else search_alg
-    if name not in SEARCHER_NAMES:
-        raise ConfigError(f"search_alg must be one of {list(SEARCHER_NAMES)} (got {search_alg!r})")
-    where = SEARCHER_NAMES[name]
-    if where is None:
-        supported = [n for n, w in SEARCHER_NAMES.items() if w is not None]
-        raise ConfigError(f"search_alg {search_alg!r} is not provided by fluidsalus; use one of {supported}")
-    cls = getattr(importlib.import_module(where[0]), where[1])
-    accepted = inspect.signature(cls).parameters
-    return cls(**{key: value for key, value in kwargs.items() if key in accepted})
+    module, name = by_short_name("search_alg", search_alg, SEARCHER_NAMES)
+    return build_with_known(getattr(importlib.import_module(module), name), kwargs)

@@ -1,0 +1,50 @@
+"""Helpers for tests of the Ray Tune front end that interrupt a run and continue it (``Tuner.restore``,
+``tune.run(resume=...)``). They live in the package so that Ray's workers import them by name."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from fluidsalus import tune
+
+__all__ = ["RESUMABLE_STEPS", "InterruptOnce", "resumable"]
+
+#: Iterations of :func:`resumable`.
+RESUMABLE_STEPS = 6
+#: Seconds each iteration of :func:`resumable` sleeps, so that an interruption finds trials unfinished.
+_STEP_S = 0.1
+
+
+class InterruptOnce(tune.Callback):
+    """Raises KeyboardInterrupt at the ``n``-th result the driver sees, the first time only (a marker file
+    remembers, so the same callback lets the continued run finish)."""
+
+    def __init__(self, marker: str, n: int) -> None:
+        self.marker, self.n, self.seen = marker, n, 0
+
+    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
+                        **info: Any) -> None:
+        self.seen += 1
+        if self.seen == self.n and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            raise KeyboardInterrupt
+
+
+def resumable(config: dict[str, Any]) -> None:
+    """Reports ``i`` = 1 .. :data:`RESUMABLE_STEPS` with a checkpoint each, continuing after the checkpoint it is
+    given; ``resumed_from`` is the iteration it continued from (0 for a fresh start)."""
+    start = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder, open(os.path.join(folder, "state.json")) as f:
+            start = json.load(f)["i"]
+    for i in range(start + 1, RESUMABLE_STEPS + 1):
+        time.sleep(_STEP_S)
+        folder = os.path.join(tune.get_context().get_trial_dir(), f"tmp_{i}")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "state.json"), "w") as f:
+            json.dump({"i": i}, f)
+        tune.report({"i": i, "resumed_from": start}, checkpoint=tune.Checkpoint.from_directory(folder))
