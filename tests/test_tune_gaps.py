@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 import optuna
 import pytest
-from test_tune_frontend import _InterruptOnce
 
 from fluidsalus import space as sp
 from fluidsalus import tune
@@ -35,6 +34,7 @@ from fluidsalus.searchers import RandomSearch
 from fluidsalus.searchers._bohb import BOHB, SyncBOHB
 from fluidsalus.searchers._random import ENDLESS_FIRST_BATCH
 from fluidsalus.store import ExperimentStore
+from fluidsalus.testing.tune import InterruptOnce
 from fluidsalus.tune import Tuner
 from fluidsalus.tune._streamed import StreamedASHA, StreamedHyperBand
 from fluidsalus.tune._trainable import TrialEntry, normalize_resources
@@ -510,7 +510,7 @@ def test_restore_without_resume_unfinished_ends_them(ray_cluster, storage: str, 
             tune.report({"i": i})
 
     tuner = _tuner(slow, storage, {"x": tune.grid_search([1, 2])},
-                   {"name": "unfinished", "callbacks": [_InterruptOnce(str(tmp_path / "m"), 3)]})
+                   {"name": "unfinished", "callbacks": [InterruptOnce(str(tmp_path / "m"), 3)]})
     with pytest.raises(KeyboardInterrupt):
         tuner.fit()
     path = os.path.join(storage, "unfinished")
