@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from typing import Any
 
 from fluidsalus import tune
 
-__all__ = ["RESUMABLE_STEPS", "InterruptOnce", "resumable"]
+__all__ = ["RESUMABLE_STEPS", "InterruptOnce", "SignalOnce", "resumable"]
 
 #: Iterations of :func:`resumable`.
 RESUMABLE_STEPS = 6
@@ -31,6 +32,29 @@ class InterruptOnce(tune.Callback):
         if self.seen == self.n and not os.path.exists(self.marker):
             open(self.marker, "w").close()
             raise KeyboardInterrupt
+
+
+class SignalOnce(tune.Callback):
+    """Sends ``signals`` to the driver's own process at the ``n``-th result it sees, as a user's Ctrl-C (SIGINT)
+    would arrive, the first time only (a marker file remembers, since the Tuner saves its callbacks and a restored
+    run gets them back). The second of two signals comes while the first one's interruption is being handled."""
+
+    def __init__(self, marker: str, n: int, signals: tuple[int, ...] = (signal.SIGINT,)) -> None:
+        self.marker, self.n, self.signals, self.seen = marker, n, signals, 0
+
+    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
+                        **info: Any) -> None:
+        self.seen += 1
+        if self.seen == self.n and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            self._send(list(self.signals))
+
+    def _send(self, signals: list[int]) -> None:
+        if signals:
+            try:
+                signal.raise_signal(signals[0])
+            finally:
+                self._send(signals[1:])
 
 
 def resumable(config: dict[str, Any]) -> None:

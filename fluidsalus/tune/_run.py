@@ -23,8 +23,11 @@ resume (``True``, ``"AUTO"``, ``+ERRORED``,                ``Tuner.restore``'s f
 ``+RESTART_ERRORED``, ``+ERRORED_ONLY``,                   ``<storage_path>/<name>`` can be restored, else a new
 ``+RESTART_ERRORED_ONLY``)                                 run, as in Ray
 raise_on_failed_trial                                      after the run: ``TuneError`` if a trial did not end
-                                                           TERMINATED
+                                                           TERMINATED (logged instead after a Ctrl-C)
 =========================================================  =======================================================
+
+As in Ray, the first Ctrl-C stops the run and returns its analysis so far, and the warning says to resume with
+``tune.run(..., resume=True)``.
 
 Refused with a :class:`~fluidsalus.errors.ConfigError` naming the argument: a trainable given by name (no
 registry), a list of trainables or ``Experiment`` objects, ``restore`` (a checkpoint to start one trial from),
@@ -36,6 +39,7 @@ registry), a list of trainables or ``Experiment`` objects, ``restore`` (a checkp
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -51,6 +55,11 @@ from fluidsalus.tune.schedulers import create_scheduler
 from fluidsalus.tune.search import create_searcher
 
 __all__ = ["RESUME_SUFFIXES", "run"]
+
+logger = logging.getLogger(__name__)
+
+#: How the warning after an interrupted run says to resume (Ray's words for ``tune.run``).
+RESUME_HINT = "tune.run(..., resume=True)"
 
 #: The suffixes of a ``resume`` string and the ``Tuner.restore`` flags each sets (Ray's legacy resume modes).
 RESUME_SUFFIXES: dict[str, dict[str, bool]] = {
@@ -227,7 +236,8 @@ def run(
             ``+ERRORED``, ``+RESTART_ERRORED``, ``+ERRORED_ONLY`` or ``+RESTART_ERRORED_ONLY``.
         resume_config: Not supported (must be None): use the ``resume`` suffixes.
         reuse_actors: Accepted (device actors are always reused).
-        raise_on_failed_trial: Raise ``TuneError`` after the run when a trial did not end TERMINATED.
+        raise_on_failed_trial: Raise ``TuneError`` after the run when a trial did not end TERMINATED (not after a
+            Ctrl-C, which returns the analysis so far).
         callbacks: Ray ``Callback`` objects (or ``fluidsalus.callbacks.Callback``).
         max_concurrent_trials: Most trials running at once.
         keep_checkpoints_num: Deprecated: ``CheckpointConfig(num_to_keep=...)``.
@@ -244,6 +254,7 @@ def run(
     Raises:
         ConfigError: Bad or unsupported input, before any trial starts.
         TuneError: A trial did not end TERMINATED and ``raise_on_failed_trial`` is True.
+        KeyboardInterrupt: A second Ctrl-C (the experiment can be resumed with ``resume=True``).
     """
     _check_trainable(run_or_experiment)
     for field, value in (("storage_filesystem", storage_filesystem), ("restore", restore),
@@ -301,10 +312,13 @@ def run(
     folder = os.path.join(os.path.abspath(os.path.expanduser(run_config.storage_path or "")), name) if name else None
     if flags is not None and folder is not None and Tuner.can_restore(folder):
         tuner._continue(folder, **flags)
+    tuner._resume_hint = RESUME_HINT
     grid = tuner.fit()
     trials = [Trial(result) for result in grid]
-    if raise_on_failed_trial:
-        incomplete = [trial for trial in trials if trial.status != TERMINATED]
-        if incomplete:
-            raise FluidsalusError("Trials did not complete: " + "; ".join(_describe(t) for t in incomplete))
+    incomplete = [trial for trial in trials if trial.status != TERMINATED]
+    if incomplete:
+        described = "; ".join(_describe(t) for t in incomplete)
+        if raise_on_failed_trial and not tuner.interrupted:
+            raise FluidsalusError(f"Trials did not complete: {described}")
+        logger.error("Trials did not complete: %s", described)
     return ExperimentAnalysis(grid.experiment_path, trials=trials, default_metric=metric, default_mode=mode)

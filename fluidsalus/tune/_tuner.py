@@ -23,6 +23,10 @@ Tuner.restore(path, ...).fit()                resume=True on the same experiment
 
 The experiment folder gets a ``tuner.pkl`` (param_space, TuneConfig and RunConfig, as Ray keeps one) once the
 first result is stored, so :meth:`Tuner.restore` can rebuild the same Tuner after a crash.
+
+As in Ray, the first Ctrl-C (or SIGUSR1) during :meth:`Tuner.fit` stops the trials, saves the experiment and
+returns its results so far, with a warning that says how to resume; a second Ctrl-C raises ``KeyboardInterrupt``
+(:mod:`fluidsalus.tune._interrupt`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import logging
 import os
 import re
 import shutil
@@ -50,6 +55,7 @@ from fluidsalus.result import ResultGrid
 from fluidsalus.searchers import BaseSearcher
 from fluidsalus.store import DB_FILENAME, ERROR, FINAL_STATUSES, PENDING, TERMINATED, ExperimentStore, dumps, loads
 from fluidsalus.tune._config import INFINITE_SAMPLES, CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+from fluidsalus.tune._interrupt import StopSignals
 from fluidsalus.tune._trainable import (
     ClassOptions,
     adopt_ray_trainable,
@@ -63,6 +69,8 @@ from fluidsalus.tune.callback import RayCallbackAdapter
 
 __all__ = ["TUNER_STATE_FILE", "Tuner"]
 
+logger = logging.getLogger(__name__)
+
 #: The file in the experiment folder that lets :meth:`Tuner.restore` rebuild the Tuner (Ray's name for it).
 TUNER_STATE_FILE = "tuner.pkl"
 #: Version of what ``tuner.pkl`` holds.
@@ -75,6 +83,8 @@ _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.=+-]+")
 _FALLBACK_NAME = "trainable"
 #: ``stop_reason`` of an unfinished trial that ``Tuner.restore(resume_unfinished=False)`` ends.
 NOT_RESUMED = "not_resumed"
+#: How the warning after an interrupted :meth:`Tuner.fit` says to resume (Ray's words).
+RESUME_HINT = 'Tuner.restore(path="{path}", trainable=...)'
 #: Store event recording what ``Tuner.restore``'s flags did to each trial.
 _RESTORE_EVENT = "restore_flags"
 #: Ray's callback hooks; an object with any of them is run through :class:`RayCallbackAdapter`.
@@ -224,6 +234,8 @@ class Tuner:
         self._resume = False
         self._restore_flags: dict[str, bool] | None = None  # applied to the store at the next fit()
         self._results: ResultGrid | None = None
+        self._resume_hint = RESUME_HINT  # tune.run names its own way to resume
+        self.interrupted = False  #: Whether the last fit() was ended by a stop signal (Ctrl-C).
         self.plan: Plan | None = None  #: The translation of the last fit() (searcher, metric, ...).
 
     # ------------------------------------------------------------------ restore
@@ -390,6 +402,18 @@ class Tuner:
 
     # ------------------------------------------------------------------ fit
 
+    def _interrupted_results(self, experiment_dir: str) -> ResultGrid:
+        """The results of a run a stop signal ended (its store is flushed), after Ray's warning."""
+        self.interrupted = True
+        hint = self._resume_hint.format(path=experiment_dir)
+        logger.warning(f"Experiment has been interrupted, but the most recent state was saved.\n"
+                       f"Resume experiment with: {hint}")
+        store = ExperimentStore.open(experiment_dir, readonly=True)
+        try:
+            return ResultGrid.from_store(store)
+        finally:
+            store.close()
+
     def _check_checkpointing(self, class_trainable: bool) -> ClassOptions:
         config = self._run_config.checkpoint_config
         assert config is not None
@@ -449,10 +473,17 @@ class Tuner:
     def fit(self) -> ResultGrid:
         """Run the experiment (or continue it, after :meth:`restore`) and return its :class:`ResultGrid`.
 
+        The first Ctrl-C (SIGINT) or SIGUSR1 ends the run as in Ray: its trials are stopped, the store is flushed
+        and the results so far are returned (:attr:`interrupted` is then True), after a warning naming
+        :meth:`restore` to continue. ``TUNE_DISABLE_SIGINT_HANDLER=1`` leaves Ctrl-C to Python.
+
         Raises:
             ConfigError: Bad or unsupported input, before any trial starts.
             TrialError: A trial failed under ``FailureConfig(fail_fast="raise")``.
+            KeyboardInterrupt: A second Ctrl-C, or one under ``TUNE_DISABLE_SIGINT_HANDLER=1`` (the experiment is
+                resumable all the same).
         """
+        self.interrupted = False
         if self._trainable is None:
             raise ConfigError("Tuner: trainable is required (a function f(config) or a Trainable subclass)")
         tune_config, run_config = self._tune_config, self._run_config
@@ -490,29 +521,35 @@ class Tuner:
                           total_num_samples=getattr(planned.searcher, "total_samples",
                                                     None if endless else tune_config.num_samples),
                           time_budget_s=tune_config.time_budget)
+        signals = StopSignals()
         try:
-            grid = run(
-                entry,
-                config=planned.space,
-                num_samples=tune_config.num_samples,
-                metric=planned.metric,
-                mode=planned.mode,
-                stop=combine_stops(run_config.stop, planned.extra_stops),
-                name=name,
-                storage_path=storage,
-                searcher=planned.searcher,
-                max_concurrent_trials=planned.max_concurrent_trials,
-                max_failures=failure.max_failures,
-                time_budget_s=tune_config.time_budget,
-                fail_fast=failure.fail_fast,
-                checkpoint_num_to_keep=checkpoint.num_to_keep,
-                checkpoint_score_attribute=checkpoint.checkpoint_score_attribute,
-                checkpoint_score_order=checkpoint.checkpoint_score_order or "max",
-                verbose=run_config.verbosity(),
-                resume=self._resume,
-                callbacks=[saver, *engine_callbacks, *([adapter] if adapter is not None else [])],
-                gpu_per_trial=gpu_hint(entry.resources),
-            )
+            with signals:
+                grid = run(
+                    entry,
+                    config=planned.space,
+                    num_samples=tune_config.num_samples,
+                    metric=planned.metric,
+                    mode=planned.mode,
+                    stop=combine_stops(run_config.stop, planned.extra_stops),
+                    name=name,
+                    storage_path=storage,
+                    searcher=planned.searcher,
+                    max_concurrent_trials=planned.max_concurrent_trials,
+                    max_failures=failure.max_failures,
+                    time_budget_s=tune_config.time_budget,
+                    fail_fast=failure.fail_fast,
+                    checkpoint_num_to_keep=checkpoint.num_to_keep,
+                    checkpoint_score_attribute=checkpoint.checkpoint_score_attribute,
+                    checkpoint_score_order=checkpoint.checkpoint_score_order or "max",
+                    verbose=run_config.verbosity(),
+                    resume=self._resume,
+                    callbacks=[saver, *engine_callbacks, *([adapter] if adapter is not None else [])],
+                    gpu_per_trial=gpu_hint(entry.resources),
+                )
+        except KeyboardInterrupt:
+            if not (signals.graceful() and os.path.isfile(os.path.join(experiment_dir, DB_FILENAME))):
+                raise
+            grid = self._interrupted_results(experiment_dir)
         finally:
             if adapter is not None:
                 adapter.experiment_end()

@@ -1,0 +1,166 @@
+"""Ctrl-C under the Ray Tune front end (``fluidsalus/tune/_interrupt.py``), with Ray Tune's rules.
+
+- :class:`StopSignals` alone (no Ray): one signal is graceful, a second is not, a ``KeyboardInterrupt`` no signal
+  caused is not, ``TUNE_DISABLE_SIGINT_HANDLER`` leaves SIGINT to Python, handlers are put back, and outside the
+  main thread nothing changes.
+- Real runs on the shared 2-CPU Ray, with real signals sent to the driver: ``Tuner.fit`` and ``tune.run`` return
+  the results so far after the first Ctrl-C or SIGUSR1 and the experiment continues to the end; a second Ctrl-C,
+  or one with the handler disabled, raises ``KeyboardInterrupt`` and the experiment still continues.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+
+import pytest
+
+from fluidsalus.tune._interrupt import DISABLE_SIGINT_ENV, StopSignals
+
+pytest.importorskip("ray.tune")
+from fluidsalus import tune  # noqa: E402
+from fluidsalus.testing.tune import RESUMABLE_STEPS, SignalOnce, resumable  # noqa: E402
+from fluidsalus.tune import Tuner  # noqa: E402
+
+#: Trials of each run below; the signal comes at a result where none of them can have finished.
+_TRIALS = 3
+_SIGNAL_AT = 4
+
+# ---------------------------------------------------------------------------------------------------------
+# StopSignals alone
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_one_signal_is_graceful_and_a_second_is_not() -> None:
+    before = signal.getsignal(signal.SIGINT)
+    signals = StopSignals()
+    with pytest.raises(KeyboardInterrupt), signals:
+        signal.raise_signal(signal.SIGINT)
+    assert signals.graceful()
+    assert signal.getsignal(signal.SIGINT) is before
+    twice = StopSignals()
+    with pytest.raises(KeyboardInterrupt), twice:
+        try:
+            signal.raise_signal(signal.SIGINT)
+        finally:
+            signal.raise_signal(signal.SIGINT)
+    assert twice.received == 2 and not twice.graceful()
+
+
+def test_sigusr1_is_a_stop_signal_too_and_a_raised_keyboardinterrupt_is_not_one() -> None:
+    signals = StopSignals()
+    with pytest.raises(KeyboardInterrupt), signals:
+        signal.raise_signal(signal.SIGUSR1)
+    assert signals.graceful()
+    raised = StopSignals()
+    with pytest.raises(KeyboardInterrupt), raised:
+        raise KeyboardInterrupt
+    assert not raised.graceful()
+
+
+def test_disabled_sigint_handler_leaves_ctrl_c_to_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(DISABLE_SIGINT_ENV, "1")
+    before = signal.getsignal(signal.SIGINT)
+    signals = StopSignals()
+    with pytest.raises(KeyboardInterrupt), signals:
+        assert signal.getsignal(signal.SIGINT) is before
+        signal.raise_signal(signal.SIGINT)
+    assert not signals.graceful()
+
+
+def test_outside_the_main_thread_no_handler_is_set() -> None:
+    seen: list[object] = []
+
+    def enter() -> None:
+        with StopSignals():
+            seen.append(signal.getsignal(signal.SIGINT))
+
+    before = signal.getsignal(signal.SIGINT)
+    thread = threading.Thread(target=enter)
+    thread.start()
+    thread.join()
+    assert seen == [before]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Real runs
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _signal(storage: str, *signals: int) -> SignalOnce:
+    """A Ctrl-C (or ``signals``) at result :data:`_SIGNAL_AT`, once in this test."""
+    return SignalOnce(os.path.join(storage, "signalled"), _SIGNAL_AT, signals or (signal.SIGINT,))
+
+
+def _tuner(storage: str, name: str, callback: tune.Callback) -> Tuner:
+    return Tuner(resumable, param_space={"x": tune.uniform(0, 1)},
+                 tune_config=tune.TuneConfig(num_samples=_TRIALS, metric="i", mode="max"),
+                 run_config=tune.RunConfig(name=name, storage_path=storage, verbose=0, callbacks=[callback]))
+
+
+def _finish(path: str) -> None:
+    """Restore the experiment at ``path`` and check that it ends with every trial done, from checkpoints."""
+    grid = Tuner.restore(path, resumable).fit()
+    assert len(grid) == _TRIALS and grid.num_errors == 0
+    assert all(r.metrics["i"] == RESUMABLE_STEPS for r in grid)
+    assert any(r.metrics["resumed_from"] > 0 for r in grid)
+
+
+def test_first_ctrl_c_returns_the_results_so_far_and_the_experiment_resumes(
+        ray_cluster, storage: str, caplog: pytest.LogCaptureFixture) -> None:
+    before = signal.getsignal(signal.SIGINT)
+    tuner = _tuner(storage, "ctrl_c", _signal(storage))
+    with caplog.at_level(logging.WARNING, logger="fluidsalus.tune"):
+        grid = tuner.fit()
+    path = os.path.join(storage, "ctrl_c")
+    assert tuner.interrupted and grid.experiment_path == path
+    assert signal.getsignal(signal.SIGINT) is before
+    assert len(grid) == _TRIALS
+    assert any(r.status != "TERMINATED" for r in grid)
+    assert sum(len(r.metrics_dataframe) for r in grid if r.metrics) >= _SIGNAL_AT  # every acknowledged result
+    assert grid.get_best_result().metrics["i"] < RESUMABLE_STEPS
+    assert "Stop signal received" in caplog.text
+    assert f'Resume experiment with: Tuner.restore(path="{path}", trainable=...)' in caplog.text
+    assert tuner.get_results() is grid
+    _finish(path)
+
+
+def test_sigusr1_ends_a_run_like_ctrl_c(ray_cluster, storage: str) -> None:
+    tuner = _tuner(storage, "usr1", _signal(storage, signal.SIGUSR1))
+    grid = tuner.fit()
+    assert tuner.interrupted and any(r.status != "TERMINATED" for r in grid)
+    _finish(os.path.join(storage, "usr1"))
+
+
+def test_second_ctrl_c_raises_and_the_experiment_still_resumes(ray_cluster, storage: str) -> None:
+    tuner = _tuner(storage, "twice", _signal(storage, signal.SIGINT, signal.SIGINT))
+    with pytest.raises(KeyboardInterrupt):
+        tuner.fit()
+    assert not tuner.interrupted
+    _finish(os.path.join(storage, "twice"))
+
+
+def test_disabled_handler_makes_ctrl_c_raise(ray_cluster, storage: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(DISABLE_SIGINT_ENV, "1")
+    with pytest.raises(KeyboardInterrupt):
+        _tuner(storage, "disabled", _signal(storage)).fit()
+    monkeypatch.delenv(DISABLE_SIGINT_ENV)
+    _finish(os.path.join(storage, "disabled"))
+
+
+def test_tune_run_returns_its_analysis_after_ctrl_c_without_raising_for_unfinished_trials(
+        ray_cluster, storage: str, caplog: pytest.LogCaptureFixture) -> None:
+    kwargs = {"config": {"x": tune.uniform(0, 1)}, "num_samples": _TRIALS, "metric": "i", "mode": "max",
+              "storage_path": storage, "name": "legacy", "verbose": 0}
+    with caplog.at_level(logging.WARNING, logger="fluidsalus.tune"):
+        analysis = tune.run(resumable, callbacks=[_signal(storage)], raise_on_failed_trial=True, **kwargs)
+    unfinished = [t for t in analysis.trials if t.status != "TERMINATED"]
+    assert unfinished and len(analysis.trials) == _TRIALS
+    assert "Resume experiment with: tune.run(..., resume=True)" in caplog.text
+    assert "Trials did not complete: " in caplog.text and unfinished[0].trial_id in caplog.text
+    assert analysis.best_result["i"] < RESUMABLE_STEPS
+    done = tune.run(resumable, resume=True, **kwargs)
+    assert sorted(t.trial_id for t in done.trials) == sorted(t.trial_id for t in analysis.trials)
+    assert all(t.last_result["i"] == RESUMABLE_STEPS for t in done.trials)
