@@ -266,12 +266,32 @@ class TrialSession:
         self.budget = budget
         self._resumed.set()
 
+    def _keep(self, checkpoint: Checkpoint, result: dict[str, Any]) -> None:
+        """Persist ``checkpoint`` as this iteration's and name it in ``result`` (rank 0's only: a worker's copy
+        is dropped)."""
+        if self.ranks is None or self.ranks.leader:
+            path = persist_checkpoint(checkpoint, self.context.trial_dir, self.iteration)
+            self.checkpoint = Checkpoint(path)
+            self.checkpoint_at = (self.iteration, result["time_total_s"])
+            result["checkpoint_dir_name"] = os.path.basename(path)
+
     def request_stop(self) -> None:
         """Stop the trial at its next report, or now if it is paused at its budget."""
         self.stop_requested.set()
         self._resumed.set()
 
-    def report(self, metrics: Mapping[str, Any], checkpoint: Checkpoint | None = None) -> None:
+    def report(self, metrics: Mapping[str, Any], checkpoint: Checkpoint | None = None,
+               at_end: Callable[[], Checkpoint] | None = None) -> None:
+        """Deliver one result (see :func:`report`).
+
+        Args:
+            metrics: The iteration's metrics.
+            checkpoint: The iteration's checkpoint, or None.
+            at_end: Makes a checkpoint when this result may be the trial's last and ``checkpoint`` is None: it
+                ends the trial (done, the stop rule, a requested stop) or pauses it at its budget, where the
+                verdict may end it. A class ``Trainable`` under ``CheckpointConfig(checkpoint_at_end=True)``
+                passes its ``save``.
+        """
         if not isinstance(metrics, Mapping):
             raise TypeError(f"report(metrics=...): metrics must be a dict, got {type(metrics).__name__}")
         now = time.time()
@@ -296,11 +316,7 @@ class TrialSession:
                 raise TypeError(
                     f"report(checkpoint=...): expected a fluidsalus.Checkpoint, got {type(checkpoint).__name__}"
                 )
-            if self.ranks is None or self.ranks.leader:  # a worker's copy is dropped: rank 0's is the trial's
-                path = persist_checkpoint(checkpoint, self.context.trial_dir, self.iteration)
-                self.checkpoint = Checkpoint(path)
-                self.checkpoint_at = (self.iteration, result["time_total_s"])
-                result["checkpoint_dir_name"] = os.path.basename(path)
+            self._keep(checkpoint, result)
         # The run's stop rule sees every result (as Ray Tune's stoppers do), even one the driver stops the trial
         # at anyway: a trial stopped for a move that also met the rule there is finished, not moved.
         if (self._should_stop is not None and self._should_stop(result)) or result["done"]:
@@ -313,6 +329,8 @@ class TrialSession:
             stop, paused = decision == STOP, decision == PAUSE
         if stop:
             result["done"] = True
+        if at_end is not None and checkpoint is None and (stop or paused):
+            self._keep(at_end(), result)
         self._sink(result, paused)
         if stop:
             raise StopTrial()

@@ -151,12 +151,16 @@ def test_logging_example_calls_the_logger_callback(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get(SLOW_ENV), reason=f"set {SLOW_ENV}=1")
-def test_custom_checkpointing_with_callback_runs_without_the_callbacks_checkpoints(tmp_path: Path) -> None:
+def test_custom_checkpointing_with_callback_runs_and_checkpoints_at_the_end(tmp_path: Path) -> None:
     # Its callback sets SHOULD_CHECKPOINT in results it receives; fluidsalus's callbacks see results after the
-    # trial went on, so no checkpoint is taken (Ray would take them) and the best checkpoint is None.
+    # trial went on, so those checkpoints are not taken (Ray takes them). Its checkpoint_at_end=True is honoured
+    # when the stop rule ends the trials, as in Ray, so the best result has that checkpoint.
     output = _check(run_example("custom_checkpointing_with_callback.py", tmp_path, "--smoke-test"))
     assert set(best_config(output, "Best hyperparameters: ")) == {"width", "height"}
-    assert "Callback requesting checkpoint for trial" in output and "Best checkpoint: None" in output
+    assert "Callback requesting checkpoint for trial" in output
+    assert "Checkpoint saved at step 1" in output
+    best = output.split("Best checkpoint: ", 1)[1].splitlines()[0]
+    assert best.startswith("Checkpoint(") and "checkpoint_000001" in best, best
 
 
 @pytest.mark.slow

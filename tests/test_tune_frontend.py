@@ -644,6 +644,41 @@ def test_class_trainable_with_parameters_and_checkpoint_frequency(ray_cluster, s
     assert all([int(c.path[-6:]) for c, _ in r.best_checkpoints] == [2, 4] for r in grid)
 
 
+class _Endless(tune.Trainable):
+    """Never ends itself: only the stop rule or a scheduler ends it."""
+
+    def setup(self, config):
+        self.value = 0
+
+    def step(self):
+        self.value += self.config["x"]
+        return {"value": self.value}
+
+    def save_checkpoint(self, checkpoint_dir):
+        return {"value": self.value}
+
+    def load_checkpoint(self, checkpoint):
+        self.value = checkpoint["value"]
+
+
+def test_checkpoint_at_end_saves_a_trial_the_stop_rule_or_a_scheduler_ends(ray_cluster, storage: str) -> None:
+    at_end = {"checkpoint_config": tune.CheckpointConfig(checkpoint_at_end=True)}
+    _, grid = _run(_Endless, storage, {"x": tune.grid_search([1, 2])},
+                   run_config_kwargs={"stop": {"training_iteration": 3}, **at_end})
+    assert grid.num_errors == 0 and len(grid) == 2
+    for result in grid:  # one checkpoint each, of the last iteration (as Ray's checkpoint_at_end)
+        assert [int(c.path[-6:]) for c, _ in result.best_checkpoints] == [3]
+        restored = _Endless({"x": result.config["x"]})
+        restored.restore(result.checkpoint)
+        assert restored.value == 3 * result.config["x"]
+    _, grid = _run(_Endless, storage, {"x": tune.uniform(0, 1)}, run_config_kwargs=at_end, metric="value",
+                   mode="max", num_samples=6,
+                   scheduler=tune.schedulers.ASHAScheduler(max_t=4, grace_period=1, reduction_factor=2))
+    ends = sorted(r.metrics["training_iteration"] for r in grid)
+    assert ends[0] < 4 and ends[-1] == 4  # some stopped at a rung, some ran to max_t
+    assert all(int(r.checkpoint.path[-6:]) == r.metrics["training_iteration"] for r in grid)
+
+
 def test_restore_continues_an_interrupted_experiment(ray_cluster, storage: str, tmp_path) -> None:
     callback = InterruptOnce(str(tmp_path / "interrupted"), n=4)
     tuner = Tuner(resumable, param_space={"x": tune.uniform(0, 1)},

@@ -130,7 +130,8 @@ class CheckpointConfig:
         checkpoint_score_order: ``"max"`` or ``"min"``: which scores are best.
         checkpoint_frequency: Iterations between checkpoints of a class :class:`~fluidsalus.tune.Trainable`
             (0: none). Function trainables checkpoint themselves; as in Ray, they refuse this field.
-        checkpoint_at_end: Checkpoint a class ``Trainable`` when it ends. Refused for function trainables.
+        checkpoint_at_end: Checkpoint a class ``Trainable`` when it ends (by itself, by the stop rule or by a
+            scheduler). Refused for function trainables.
     """
 
     num_to_keep: int | None = None

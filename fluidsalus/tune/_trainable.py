@@ -9,7 +9,8 @@ one picklable entry point (:class:`TrialEntry`) that the device actors call for 
 * A :class:`Trainable` subclass (``setup``/``step``/``save_checkpoint``/``load_checkpoint``/``cleanup``) runs
   as a function trainable: one ``report`` per ``step()``, ``"done": True`` ends it, and it checkpoints as
   ``CheckpointConfig(checkpoint_frequency=..., checkpoint_at_end=...)`` asks (at every iteration under
-  population based training, whose exploits restart trials from checkpoints).
+  population based training, whose exploits restart trials from checkpoints). ``checkpoint_at_end`` covers
+  every ending, as in Ray: the session saves the trainable with the result that ends the trial.
 """
 
 from __future__ import annotations
@@ -421,7 +422,8 @@ class ClassOptions:
 
     Attributes:
         checkpoint_frequency: Every this many iterations (0: never).
-        checkpoint_at_end: When the trainable ends itself (``"done": True``).
+        checkpoint_at_end: When the trial ends: here when the trainable ends itself (``"done": True``); a stop
+            rule's or a scheduler's ending is found by the session at the report (``_report_saving_at_end``).
         every_iteration: At every iteration (population based training needs a checkpoint at each
             perturbation point).
     """
@@ -463,12 +465,34 @@ def run_trainable_class(cls: type[Trainable], config: dict[str, Any], parameters
                     report(result, checkpoint=saved)
                 finally:
                     shutil.rmtree(saved.path, ignore_errors=True)
+            elif options.checkpoint_at_end:
+                _report_saving_at_end(trainable, result)
             else:
                 report(result)
             if done:
                 return
     finally:
         trainable.stop()
+
+
+def _report_saving_at_end(trainable: Trainable, result: dict[str, Any]) -> None:
+    """Report ``result`` and save ``trainable`` with it if the result ends the trial, as Ray's
+    ``checkpoint_at_end`` does for every ending (the trainable's ``done``, the stop rule, a scheduler's stop);
+    a trial paused at a rung is saved too, since the verdict it waits for may end it."""
+    from fluidsalus.session import _current
+
+    saved: list[str] = []
+
+    def save() -> Checkpoint:
+        checkpoint = trainable.save()
+        saved.append(checkpoint.path)
+        return checkpoint
+
+    try:
+        _current("report").report(result, at_end=save)
+    finally:
+        for path in saved:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------------------
