@@ -42,7 +42,7 @@ _TOP_LEVEL = [
     "get_context", "Checkpoint", "with_resources", "with_parameters", "Stopper", "Callback", "Trainable",
     "PlacementGroupFactory", "uniform", "quniform", "loguniform", "qloguniform", "randn", "qrandn", "randint",
     "qrandint", "lograndint", "qlograndint", "choice", "grid_search", "sample_from", "run", "ExperimentAnalysis",
-    "create_scheduler", "create_searcher",
+    "create_scheduler", "create_searcher", "Experiment", "run_experiments",
 ]
 _ANALYSIS_METHODS = ["get_all_configs", "dataframe", "get_best_checkpoint", "get_best_trial", "get_best_config",
                      "get_last_checkpoint"]

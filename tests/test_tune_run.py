@@ -203,7 +203,7 @@ def _noop(config):
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"run_or_experiment": "PPO"}, "no trainable registry"),
-    ({"run_or_experiment": [_noop, _noop]}, "lists of trainables"),
+    ({"run_or_experiment": [_noop, _noop]}, "use tune.run_experiments"),
     ({"restore": "/some/checkpoint"}, "restore is not supported"),
     ({"resume_config": object()}, "resume_config is not supported.*AUTO\\+ERRORED"),
     ({"storage_filesystem": object()}, "storage_filesystem is not supported"),
@@ -222,6 +222,82 @@ def test_bad_arguments_are_refused_before_anything_runs(kwargs, message, tmp_pat
     with pytest.raises(ConfigError, match=message):
         tune.run(kwargs.pop("run_or_experiment"), storage_path=str(tmp_path), verbose=0, **kwargs)
     assert not os.path.exists(tmp_path) or not os.listdir(tmp_path)  # nothing written
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Experiment specs
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_an_experiment_from_a_spec_dict_has_rays_fields() -> None:
+    spec = {"run": _noop, "config": {"x": 1}, "env": "CartPole", "stop": {"training_iteration": 2},
+            "num_samples": 3, "storage_path": "/results", "checkpoint_config": {"num_to_keep": 2}}
+    experiment = tune.Experiment.from_json("exp", spec)
+    assert experiment.name == "exp" and experiment.run_identifier == "_noop"
+    assert experiment.spec["config"] == {"x": 1, "env": "CartPole"}  # Ray moves "env" into the config
+    assert experiment.public_spec == {"stop": {"training_iteration": 2}, "num_samples": 3, "time_budget_s": None}
+    assert experiment.checkpoint_config.num_to_keep == 2 and experiment.stopper is None
+    assert experiment.path == "/results/exp"
+    assert "env" in spec and spec["config"] == {"x": 1}  # the caller's dicts are left as they were
+    arguments = experiment.run_arguments()
+    assert arguments["run_or_experiment"] is _noop and arguments["name"] == "exp" and arguments["num_samples"] == 3
+    assert tune.Experiment("e", _noop, stop=lambda tid, r: True).stopper is not None
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: tune.Experiment.from_json("e", {"config": {}}), "has no trainable"),
+    (lambda: tune.Experiment.from_json("e", {"run": _noop, "stp": {}}), r"unknown keys \['stp'\].*'stop'"),
+    (lambda: tune.Experiment("e", "PPO"), "no trainable registry"),
+    (lambda: tune.Experiment("e", _noop, config=[1]), "config must be a dict"),
+    (lambda: tune.Experiment("e", _noop, checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=True)),
+     "checkpoint_at_end cannot be used with a function trainable"),
+    (lambda: tune.Experiment("e", _noop, restore="/x"), "restore is not supported"),
+    (lambda: tune.Experiment("e", _noop, local_dir="/x"), "local_dir is no longer supported"),
+    (lambda: tune.run_experiments(["not an experiment"]), "must be an Experiment"),
+    (lambda: tune.run_experiments(tune.Experiment("e", _noop), _remote=True), "_remote"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_bad_experiment_specs_are_refused(build, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Real runs
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _scored(config):
+    for step in range(1, 3):
+        tune.report({"score": config["x"] * step})
+
+
+def test_run_experiments_runs_each_spec_and_returns_all_trials(ray_cluster, storage: str) -> None:
+    specs = {
+        "first": {"run": _scored, "config": {"x": tune.grid_search([1, 2])}, "storage_path": storage},
+        "second": {"run": _scored, "config": {"x": tune.grid_search([5])}, "storage_path": storage,
+                   "stop": {"training_iteration": 1}},
+    }
+    trials = tune.run_experiments(specs, verbose=0, concurrent=False)
+    assert [t.config["x"] for t in trials] == [1, 2, 5]
+    assert [t.last_result["training_iteration"] for t in trials] == [2, 2, 1]  # each spec's own stop
+    assert all(t.status == "TERMINATED" for t in trials)
+    assert sorted(os.listdir(storage)) == ["first", "second"]
+    with pytest.warns(UserWarning, match="one after another"):
+        again = tune.run_experiments([tune.Experiment("third", _scored, config={"x": 1}, storage_path=storage),
+                                      {"fourth": {"run": _scored, "storage_path": storage, "config": {"x": 2}}}],
+                                     verbose=0)
+    assert [t.config["x"] for t in again] == [1, 2]
+
+
+def test_tune_run_takes_an_experiments_own_arguments(ray_cluster, storage: str) -> None:
+    experiment = tune.Experiment("from_spec", _scored, config={"x": tune.grid_search([1, 4])}, storage_path=storage,
+                                 stop={"training_iteration": 1})
+    analysis = tune.run(experiment, metric="score", mode="max", verbose=0, config={"x": 100}, name="ignored")
+    assert analysis.experiment_path == os.path.join(storage, "from_spec")
+    assert analysis.best_config == {"x": 4} and analysis.best_result["score"] == 4  # stopped after one step
+    with pytest.warns(UserWarning, match="already exists"):  # the name is taken now: a new folder, as above
+        again = tune.run([experiment], metric="score", mode="max", verbose=0)  # a list of one Experiment
+    assert len(again.trials) == 2 and os.path.basename(again.experiment_path).startswith("from_spec_")
 
 
 # ---------------------------------------------------------------------------------------------------------

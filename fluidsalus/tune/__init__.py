@@ -15,7 +15,8 @@ The names a Ray Tune script touches, with Ray 2.x's signatures and defaults:
 - :class:`ResultGrid`, :class:`Result`;
 - the legacy :func:`run` (``tune.run(trainable, config=..., ...)``), which returns an
   :class:`ExperimentAnalysis` (:mod:`fluidsalus.tune.analysis`), and ``create_scheduler`` /
-  ``create_searcher`` (schedulers and search algorithms by Ray's short names).
+  ``create_searcher`` (schedulers and search algorithms by Ray's short names), and :class:`Experiment` /
+  :func:`run_experiments` (:mod:`fluidsalus.tune.experiment`).
 
 ``Tuner.fit()`` turns the search algorithm and the scheduler into one fluidsalus searcher and runs it with
 :func:`fluidsalus.run`. docs/compatibility.md lists what maps to what and what differs; docs/migrating.md
@@ -49,13 +50,14 @@ from fluidsalus.space import (
     sample_from,
     uniform,
 )
-from fluidsalus.tune import analysis, schedulers, search, stopper
+from fluidsalus.tune import analysis, experiment, schedulers, search, stopper
 from fluidsalus.tune._config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
 from fluidsalus.tune._run import run
 from fluidsalus.tune._trainable import PlacementGroupFactory, Trainable, with_parameters, with_resources
 from fluidsalus.tune._tuner import Tuner
 from fluidsalus.tune.analysis import ExperimentAnalysis
 from fluidsalus.tune.callback import Callback
+from fluidsalus.tune.experiment import Experiment, run_experiments
 from fluidsalus.tune.schedulers import create_scheduler
 from fluidsalus.tune.search import create_searcher
 from fluidsalus.tune.stopper import Stopper
@@ -100,6 +102,7 @@ __all__ = [
     "Callback",
     "Checkpoint",
     "CheckpointConfig",
+    "Experiment",
     "ExperimentAnalysis",
     "FailureConfig",
     "PlacementGroupFactory",
@@ -126,10 +129,12 @@ __all__ = [
     "analysis",
     "create_scheduler",
     "create_searcher",
+    "experiment",
     "randint",
     "randn",
     "report",
     "run",
+    "run_experiments",
     "sample_from",
     "schedulers",
     "search",

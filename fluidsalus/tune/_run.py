@@ -51,6 +51,7 @@ from fluidsalus.tune._config import DEPRECATED, CheckpointConfig, FailureConfig,
 from fluidsalus.tune._trainable import with_resources
 from fluidsalus.tune._tuner import Tuner
 from fluidsalus.tune.analysis import ExperimentAnalysis, Trial
+from fluidsalus.tune.experiment import Experiment
 from fluidsalus.tune.schedulers import create_scheduler
 from fluidsalus.tune.search import create_searcher
 
@@ -152,9 +153,12 @@ def _check_trainable(run_or_experiment: Any) -> None:
             f"tune.run: run_or_experiment={run_or_experiment!r} names a registered trainable; fluidsalus has no "
             "trainable registry: pass the function or Trainable class itself"
         )
-    if isinstance(run_or_experiment, (list, tuple)) or type(run_or_experiment).__name__ == "Experiment":
-        raise ConfigError("tune.run: run_or_experiment must be one function or Trainable class; lists of "
-                          "trainables and Experiment objects are not supported by fluidsalus")
+    if isinstance(run_or_experiment, (list, tuple)):
+        raise ConfigError("tune.run: run_or_experiment must be one function, Trainable class or Experiment; to run "
+                          "several experiments, use tune.run_experiments")
+    if type(run_or_experiment).__name__ == "Experiment" and not isinstance(run_or_experiment, Experiment):
+        raise ConfigError("tune.run: this Experiment is Ray's own (ray.tune.Experiment); build it with "
+                          "fluidsalus.tune.Experiment")
 
 
 def _describe(trial: Trial) -> str:
@@ -203,11 +207,15 @@ def run(
     checkpoint_at_end: bool = False,
     chdir_to_trial_dir: bool | str = DEPRECATED,
     local_dir: str | None = None,
+    _resume_hint: str = RESUME_HINT,
 ) -> ExperimentAnalysis:
     """Run an experiment with Ray Tune's legacy API (``ray.tune.run``); see the module docstring for the mapping.
 
     Args:
-        run_or_experiment: A function ``f(config)`` that calls ``tune.report``, or a ``Trainable`` subclass.
+        run_or_experiment: A function ``f(config)`` that calls ``tune.report``, a ``Trainable`` subclass, or an
+            :class:`~fluidsalus.tune.Experiment`, whose own name, stop, time_budget_s, config,
+            resources_per_trial, num_samples, storage_path, checkpoint_config and max_failures are used then (the
+            arguments of this call that an Experiment sets are ignored, as in Ray); a list of one Experiment too.
         name: The experiment's name (default: the trainable's name and a timestamp).
         metric: The metric to optimise; it goes to the search algorithm and the scheduler.
         mode: ``"min"`` or ``"max"``.
@@ -256,6 +264,12 @@ def run(
         TuneError: A trial did not end TERMINATED and ``raise_on_failed_trial`` is True.
         KeyboardInterrupt: A second Ctrl-C (the experiment can be resumed with ``resume=True``).
     """
+    if isinstance(run_or_experiment, (list, tuple)) and len(run_or_experiment) == 1:
+        run_or_experiment = run_or_experiment[0]
+    if isinstance(run_or_experiment, Experiment):
+        # This call's arguments (nothing else is bound yet), with those the Experiment sets taking their place.
+        arguments = {key: value for key, value in locals().items() if key not in ("run_or_experiment", "arguments")}
+        return run(**{**arguments, **run_or_experiment.run_arguments()})
     _check_trainable(run_or_experiment)
     for field, value in (("storage_filesystem", storage_filesystem), ("restore", restore),
                          ("resume_config", resume_config)):
@@ -312,7 +326,7 @@ def run(
     folder = os.path.join(os.path.abspath(os.path.expanduser(run_config.storage_path or "")), name) if name else None
     if flags is not None and folder is not None and Tuner.can_restore(folder):
         tuner._continue(folder, **flags)
-    tuner._resume_hint = RESUME_HINT
+    tuner._resume_hint = _resume_hint
     grid = tuner.fit()
     trials = [Trial(result) for result in grid]
     incomplete = [trial for trial in trials if trial.status != TERMINATED]
