@@ -58,12 +58,15 @@ _TRAINABLE_METHODS = ["setup", "step", "save_checkpoint", "load_checkpoint", "cl
 
 
 def _ray_pairs() -> list[tuple[str, object, object]]:
+    import ray.train as ray_train
+    import ray.train._internal.session as ray_train_v1_session
     import ray.tune.schedulers as ray_schedulers
     import ray.tune.search as ray_search
     import ray.tune.stopper as ray_stopper
     from ray.tune.search.bohb import bohb_search as ray_bohb
     from ray.tune.search.optuna import OptunaSearch as RayOptunaSearch
 
+    from fluidsalus import train as fluidsalus_train
     from fluidsalus.tune.search.bohb import TuneBOHB
     from fluidsalus.tune.search.optuna import OptunaSearch
 
@@ -81,6 +84,10 @@ def _ray_pairs() -> list[tuple[str, object, object]]:
               for m in ("get_best_result", "get_dataframe")]
     pairs += [(f"ExperimentAnalysis.{m}", getattr(tune.ExperimentAnalysis, m), getattr(rt.ExperimentAnalysis, m))
               for m in _ANALYSIS_METHODS]
+    # Ray Train V1's report: the one a Tune function could call (Ray 2.60's default V2 refuses it there).
+    pairs += [("train.report", fluidsalus_train.report, ray_train_v1_session.report)]
+    pairs += [(f"train.{name}", getattr(fluidsalus_train, name), getattr(ray_train, name))
+              for name in ("get_checkpoint", "get_context")]
     return pairs
 
 
@@ -102,6 +109,18 @@ def test_signature_matches_ray(name: str, ours: object, theirs: object) -> None:
             assert a.default is not inspect.Parameter.empty, f"{name}.{a.name} needs a default"
             continue
         assert a.default == b.default, f"{name}.{a.name}: default {a.default!r}, Ray's is {b.default!r}"
+
+
+def test_fluidsalus_train_names_are_the_tune_objects_and_ray_train_itself_is_refused() -> None:
+    from fluidsalus import train
+
+    assert (train.RunConfig, train.CheckpointConfig, train.FailureConfig, train.Checkpoint, train.Result) == (
+        tune.RunConfig, tune.CheckpointConfig, tune.FailureConfig, tune.Checkpoint, tune.Result)
+    assert train.get_checkpoint is tune.get_checkpoint and train.TrainContext is tune.TuneContext
+    with pytest.raises(AttributeError, match="'TorchTrainer'.*not provided.*fluidsalus.distributed"):
+        train.TorchTrainer  # noqa: B018
+    with pytest.raises(ImportError, match="ScalingConfig"):
+        exec("from fluidsalus.train import ScalingConfig")
 
 
 def test_run_config_defaults_are_rays(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -500,6 +519,37 @@ def _run(trainable, storage, param_space=None, run_config_kwargs=None, **tune_kw
     tuner = Tuner(trainable, param_space=param_space if param_space is not None else {"x": tune.uniform(0, 1)},
                   tune_config=tune.TuneConfig(**tune_kwargs), run_config=tune.RunConfig(**run_kwargs))
     return tuner, tuner.fit()
+
+
+def _train_style(config):
+    """A function trainable as Ray 2.7-2.9 wrote them: ``train.report`` and ``train.get_checkpoint``."""
+    from fluidsalus import train
+
+    start = 0
+    checkpoint = train.get_checkpoint()
+    if checkpoint is not None:
+        with open(os.path.join(checkpoint.path, "step")) as f:
+            start = int(f.read())
+    for step in range(start + 1, 4):
+        folder = os.path.join(train.get_context().get_trial_dir(), f"state_{step}")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "step"), "w") as f:
+            f.write(str(step))
+        train.report({"score": config["x"] * step, "started_at": start},
+                     checkpoint=train.Checkpoint.from_directory(folder))
+
+
+def test_a_script_with_ray_train_names_runs_with_its_imports_changed(ray_cluster, storage: str) -> None:
+    from fluidsalus import train
+
+    tuner = Tuner(_train_style, param_space={"x": tune.grid_search([1, 2])},
+                  tune_config=tune.TuneConfig(metric="score", mode="max"),
+                  run_config=train.RunConfig(storage_path=storage, verbose=0,
+                                             checkpoint_config=train.CheckpointConfig(num_to_keep=1),
+                                             failure_config=train.FailureConfig(max_failures=1)))
+    grid = tuner.fit()
+    assert grid.num_errors == 0 and grid.get_best_result().metrics["score"] == 6
+    assert all(len(r.best_checkpoints) == 1 and r.checkpoint.path.endswith("checkpoint_000003") for r in grid)
 
 
 def test_fit_runs_a_grid_with_a_dict_stop(ray_cluster, storage: str) -> None:
