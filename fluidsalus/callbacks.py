@@ -7,7 +7,7 @@ first, then the results and ends in the order they arrived.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -28,3 +28,9 @@ class Callback:
 
     def on_trial_complete(self, trial_id: str, status: str, result: Mapping[str, Any] | None) -> None:
         """Called once when a trial ends (``status`` is TERMINATED or ERROR), with its last result."""
+
+    def checkpoint_requests(self) -> Iterable[str]:
+        """Trials to checkpoint at their next iteration, asked for since the last call (the executor asks after
+        each batch's hooks). Only a class ``Trainable`` can be made to save; a function trainable checkpoints
+        when it reports one. Default: none."""
+        return ()

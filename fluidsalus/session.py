@@ -240,6 +240,9 @@ class TrialSession:
         self._started = time.time()
         self._last = self._started
         self.stop_requested = threading.Event()
+        #: Set when the driver asks for a checkpoint at the trial's next iteration (a Ray callback's
+        #: ``should_checkpoint``); a class ``Trainable`` takes it (:meth:`take_checkpoint_request`).
+        self.checkpoint_requested = threading.Event()
         self.stopped_by_rule = False
         self.budget = budget
         self.time_attr = time_attr
@@ -274,6 +277,13 @@ class TrialSession:
             self.checkpoint = Checkpoint(path)
             self.checkpoint_at = (self.iteration, result["time_total_s"])
             result["checkpoint_dir_name"] = os.path.basename(path)
+
+    def take_checkpoint_request(self) -> bool:
+        """Whether the driver asked for a checkpoint since the last call (the request is consumed)."""
+        if not self.checkpoint_requested.is_set():
+            return False
+        self.checkpoint_requested.clear()
+        return True
 
     def request_stop(self) -> None:
         """Stop the trial at its next report, or now if it is paused at its budget."""

@@ -152,9 +152,9 @@ def test_logging_example_calls_the_logger_callback(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get(SLOW_ENV), reason=f"set {SLOW_ENV}=1")
 def test_custom_checkpointing_with_callback_runs_and_checkpoints_at_the_end(tmp_path: Path) -> None:
-    # Its callback sets SHOULD_CHECKPOINT in results it receives; fluidsalus's callbacks see results after the
-    # trial went on, so those checkpoints are not taken (Ray takes them). Its checkpoint_at_end=True is honoured
-    # when the stop rule ends the trials, as in Ray, so the best result has that checkpoint.
+    # Its callback sets SHOULD_CHECKPOINT in results it receives; in the smoke test every trial ends at its first
+    # iteration, before such a request could reach it. Its checkpoint_at_end=True is honoured when the stop rule
+    # ends the trials, as in Ray, so the best result has that checkpoint.
     output = _check(run_example("custom_checkpointing_with_callback.py", tmp_path, "--smoke-test"))
     assert set(best_config(output, "Best hyperparameters: ")) == {"width", "height"}
     assert "Callback requesting checkpoint for trial" in output

@@ -459,6 +459,51 @@ def test_logger_callback_and_rays_mock_trainable(ray_cluster, storage: str) -> N
                       ("end", False)]
 
 
+class _SlowCounter(tune.Trainable):
+    """A class Trainable whose iterations take long enough for the driver's requests to arrive in time."""
+
+    def setup(self, config):
+        self.value = 0
+
+    def step(self):
+        time.sleep(0.15)
+        self.value += 1
+        return {"value": self.value}
+
+    def save_checkpoint(self, checkpoint_dir):
+        return {"value": self.value}
+
+    def load_checkpoint(self, checkpoint):
+        self.value = checkpoint["value"]
+
+
+class _CheckpointAt(tune.Callback):
+    """Sets Ray's ``should_checkpoint`` in the result of iteration ``at``."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result["training_iteration"] == self.at:
+            result["should_checkpoint"] = True
+
+
+def test_a_callback_that_sets_should_checkpoint_gets_a_checkpoint_of_a_class_trainable(ray_cluster,
+                                                                                        storage: str) -> None:
+    last = 8
+    grid = _tuner(_SlowCounter, storage, {"x": tune.grid_search([1, 2])},
+                  {"callbacks": [_CheckpointAt(2)], "stop": {"training_iteration": last}}).fit()
+    assert grid.num_errors == 0
+    for result in grid:  # one checkpoint each, of an iteration after the one the callback saw
+        saved = [int(c.path[-6:]) for c, _ in result.best_checkpoints]
+        assert len(saved) == 1 and 2 < saved[0] <= last, saved
+        restored = _SlowCounter({})
+        restored.restore(result.checkpoint)
+        assert restored.value == saved[0]
+    grid = _tuner(_SlowCounter, storage, {"x": 1}, {"stop": {"training_iteration": 3}}).fit()
+    assert [r.best_checkpoints for r in grid] == [[]]  # none without the callback's request
+
+
 # ---------------------------------------------------------------------------------------------------------
 # 5. Tuner.restore's flags
 # ---------------------------------------------------------------------------------------------------------

@@ -103,6 +103,9 @@ class _DeviceActor:
     def resume(self, budgets: dict[str, float | None]) -> None:
         self.host.resume(budgets)
 
+    def request_checkpoint(self, trial_ids: list[str]) -> None:
+        self.host.request_checkpoint(trial_ids)
+
     def answer(self, call_id: int, value: Any, is_error: bool = False) -> None:
         self.host.answer(call_id, value, is_error)
 

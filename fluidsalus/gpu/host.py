@@ -293,6 +293,15 @@ class DeviceHost:
                     running.session.request_stop()
             self._emit_lane_events_locked()
 
+    def request_checkpoint(self, trial_ids: list[str]) -> None:
+        """Ask running trials for a checkpoint at their next iteration (a class ``Trainable`` saves there; a
+        function trainable checkpoints when it chooses to, so the request does nothing to it)."""
+        with self._lock:
+            for tid in trial_ids:
+                running = self._running.get(tid)
+                if running is not None:
+                    running.session.checkpoint_requested.set()
+
     def resume(self, budgets: dict[str, float | None]) -> None:
         """Give trials a new budget (None: to the end). One paused at its budget runs on; one still running (a
         restart redoing iterations from an earlier checkpoint) or still waiting for admission will pause at the

@@ -995,6 +995,20 @@ class Executor:
             if device.alive:
                 device.actor.stop.remote(ids)
 
+    def _send_checkpoint_requests(self, trial_ids: Iterable[str]) -> None:
+        """Ask the device of each trial the callbacks want checkpointed to save it at its next iteration (a
+        trial that ended, or is being stopped, is passed over)."""
+        by_device: dict[int, list[str]] = {}
+        for trial_id in dict.fromkeys(trial_ids):
+            trial = self.trials.get(trial_id)
+            if trial is None or trial.status in FINAL_STATUSES or trial_id in self._stopping or not trial.placed_on:
+                continue
+            by_device.setdefault(trial.placed_on[0], []).append(trial_id)  # rank 0's device: it saves the trial
+        for index, ids in by_device.items():
+            device = self._device(index)
+            if device.alive:
+                device.actor.request_checkpoint.remote(ids)
+
     def _end_unstarted(self, trial: Trial) -> None:
         trial.status = TERMINATED
         trial.devices = ()
@@ -1402,6 +1416,9 @@ class Executor:
                 self._log_end(trial, event[4])
                 for callback in self.settings.callbacks:
                     callback.on_trial_complete(trial.trial_id, trial.status, trial.last_result)
+        if acted and self.settings.callbacks:
+            self._send_checkpoint_requests([tid for callback in self.settings.callbacks
+                                            for tid in callback.checkpoint_requests()])
 
     def _lane_event(self, device: _Device, event: tuple[Any, ...]) -> None:
         """Follow a device's lanes (its mirror for the planner), the trials' memory estimates and the end of

@@ -457,7 +457,7 @@ def run_trainable_class(cls: type[Trainable], config: dict[str, Any], parameters
         while True:
             result = trainable.train()
             done = bool(result.pop(DONE_KEY, False))
-            save = options.wants(trainable.iteration, result, done)
+            save = options.wants(trainable.iteration, result, done) or _checkpoint_requested()
             result.pop(SHOULD_CHECKPOINT_KEY, None)
             if save:
                 saved = trainable.save()
@@ -473,6 +473,13 @@ def run_trainable_class(cls: type[Trainable], config: dict[str, Any], parameters
                 return
     finally:
         trainable.stop()
+
+
+def _checkpoint_requested() -> bool:
+    """Whether the driver asked this trial for a checkpoint (a Ray callback's ``should_checkpoint``)."""
+    from fluidsalus.session import _current
+
+    return _current("report").take_checkpoint_request()
 
 
 def _report_saving_at_end(trainable: Trainable, result: dict[str, Any]) -> None:

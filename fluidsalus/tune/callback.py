@@ -13,7 +13,10 @@ has been stored, with Ray's argument names, in Ray's order:
 - ``on_trial_restore(iteration, trials, trial)`` right after the start of an attempt that resumes from a
   checkpoint (a retry or a PBT exploit from a checkpoint, or an unfinished trial of a restored experiment);
 - ``on_trial_result(iteration, trials, trial, result)`` for every result, in order; ``result`` has Ray's
-  ``config`` key (and ``trial_id``, ``training_iteration``, ...);
+  ``config`` key (and ``trial_id``, ``training_iteration``, ...). A callback that sets
+  ``result["should_checkpoint"] = True`` asks for a checkpoint, as in Ray: a class ``Trainable`` saves at its
+  next iteration after the request reaches its device (Ray saves the state of the result itself, since its
+  trial waits for the driver; a fluidsalus trial has gone on meanwhile);
 - ``on_checkpoint(iteration, trials, trial, checkpoint)`` then ``on_trial_save(iteration, trials, trial)``
   after a result that carried a checkpoint; ``checkpoint`` is a :class:`fluidsalus.tune.Checkpoint` of the
   stored copy;
@@ -41,6 +44,7 @@ from typing import Any
 
 from fluidsalus.callbacks import Callback as EngineCallback
 from fluidsalus.store import DB_FILENAME, ERROR, FINAL_STATUSES, ExperimentStore
+from fluidsalus.tune.result import SHOULD_CHECKPOINT
 
 __all__ = ["Callback", "TrialInfo"]
 
@@ -173,6 +177,13 @@ class RayCallbackAdapter(EngineCallback):
         self.iteration = 0
         self._store: ExperimentStore | None = None
         self._restoring: set[str] = set()  # trials whose attempt's first result is still to come
+        self._checkpoint_requests: list[str] = []  # trials a callback set should_checkpoint for
+
+    def checkpoint_requests(self) -> list[str]:
+        """The trials a Ray callback asked to checkpoint (``result["should_checkpoint"] = True``) since the last
+        call; the engine has each saved at its next iteration."""
+        requests, self._checkpoint_requests = self._checkpoint_requests, []
+        return requests
 
     # ------------------------------------------------------------------ Ray-side calls
 
@@ -290,6 +301,8 @@ class RayCallbackAdapter(EngineCallback):
         trial.last_result = full
         self.iteration += 1
         self._call_trial("on_trial_result", trial, result=full)
+        if full.get(SHOULD_CHECKPOINT):  # Ray lets callbacks ask for a checkpoint by setting this in the result
+            self._checkpoint_requests.append(trial_id)
         folder = result.get(_CHECKPOINT_KEY)
         if isinstance(folder, str) and folder:
             from fluidsalus.tune import Checkpoint  # the package imports this module
