@@ -1,9 +1,7 @@
 """PBT: Ray's explore rules and quantiles, decisions at perturbation points, exploits and synchronous mode.
 
-The pure driver (``fluidsalus.testing.drive``) cannot restart a trial from another trial's checkpoint, so the
-exploit path runs through ``_run_pbt`` below: a small driver with the executor's group/budget/pause rules that
-also applies :meth:`PBT.take_exploits` the way the executor is asked to (config replaced, iteration, time and
-state continue from the source's checkpoint).
+The exploit path runs through :func:`fluidsalus.testing.pbt.run_pbt`, a small driver with the executor's
+group/budget/pause rules that applies :meth:`PBT.take_exploits` the way the executor is asked to.
 """
 
 from __future__ import annotations
@@ -12,8 +10,6 @@ import json
 import math
 import random
 import statistics
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -26,133 +22,20 @@ from fluidsalus.searchers._pbt import (
     EXPLOIT,
     PBT,
     POPULATION_GROUP_ID,
-    ExploitRequest,
     explore,
     next_perturbation_point,
     quantiles,
 )
 from fluidsalus.testing import drive
+from fluidsalus.testing.pbt import ITERATIONS, PbtRun, run_pbt, task_arguments
 
-RUNNING, PAUSED, ENDED = "RUNNING", "PAUSED", "ENDED"
-MAX_STEPS = 10_000
-#: The synthetic task: the learning rate that makes most progress moves from HIGH to LOW during training,
-#: so no fixed value is best throughout and a schedule (what PBT finds) beats every constant.
-TARGET_HIGH, TARGET_LOW = 0.9, 0.1
-GAIN_CURVATURE = 4.0
-ITERATIONS = 40
+#: Perturbation interval of the tests' PBT (in iterations).
 INTERVAL = 4
 
 
-def _gain(lr: float, iteration: int) -> float:
-    """Progress made by one iteration at learning rate ``lr``; best when lr follows the moving target."""
-    target = TARGET_HIGH - (TARGET_HIGH - TARGET_LOW) * (iteration - 1) / (ITERATIONS - 1)
-    return 1.0 - GAIN_CURVATURE * (lr - target) ** 2
-
-
-@dataclass
-class _Sim:
-    config: dict[str, Any]
-    budget: float | None
-    status: str = RUNNING
-    iteration: int = 0
-    progress: float = 0.0
-    time: float = 0.0
-    checkpoints: dict[int, tuple[float, float]] = field(default_factory=dict)  # iteration -> (progress, time)
-
-
-@dataclass
-class _Run:
-    trials: dict[str, _Sim]
-    searcher: PBT
-    moves: list[tuple[int, str, float, str]]  # (step, trial, new budget, "promote" | "exploit")
-    exploits: list[ExploitRequest]
-    live_at: dict[int, set[str]]  # trials not ended, at each step where some trial was moved on
-
-    def best_final(self) -> float:
-        return max(t.progress for t in self.trials.values())
-
-
-def _run_pbt(
-    searcher: PBT,
-    *,
-    max_iterations: int = ITERATIONS,
-    seed: int = 0,
-    apply_exploits: bool = True,
-    iteration_time: Callable[[Mapping[str, Any]], float] = lambda config: 1.0,
-    on_step: Callable[[int, PBT], PBT] | None = None,
-) -> _Run:
-    """Drive PBT to the end, applying exploit requests as the executor is asked to."""
-    rng = random.Random(seed)
-    trials: dict[str, _Sim] = {}
-    moves: list[tuple[int, str, float, str]] = []
-    exploits: list[ExploitRequest] = []
-    live_at: dict[int, set[str]] = {}
-    for step in range(MAX_STEPS):
-        if on_step is not None:
-            searcher = on_step(step, searcher)
-        live = {tid for tid, t in trials.items() if t.status != ENDED}
-        for group in searcher.next_groups():
-            for config in group.configs:
-                trial_id = f"t{len(trials):03d}"
-                trials[trial_id] = _Sim(dict(config), group.budget)
-                searcher.on_trial_add(trial_id, group.group_id, config)
-            for trial_id in group.trial_ids:
-                trial = trials[trial_id]
-                assert trial.status == PAUSED, f"promoted {trial_id} while {trial.status}"
-                trial.status, trial.budget = RUNNING, group.budget
-                moves.append((step, trial_id, group.budget, "promote"))
-                live_at[step] = live
-        for request in searcher.take_exploits() if apply_exploits else []:
-            trial, source = trials[request.trial_id], trials[request.source_trial_id]
-            assert trial.status == PAUSED, f"exploit of {request.trial_id} while {trial.status}"
-            progress, time = source.checkpoints[request.source_iteration]
-            assert time == request.source_time
-            trial.config, trial.budget = dict(request.config), request.budget
-            trial.iteration, trial.progress, trial.time = request.source_iteration, progress, time
-            trial.checkpoints, trial.status = {}, RUNNING
-            moves.append((step, request.trial_id, request.budget, "exploit"))
-            live_at[step] = live
-            exploits.append(request)
-        running = [tid for tid, t in trials.items() if t.status == RUNNING]
-        if not running:
-            if searcher.is_finished():
-                return _Run(trials, searcher, moves, exploits, live_at)
-            raise RuntimeError("deadlock: every trial is paused and PBT moves none")
-        rng.shuffle(running)
-        for trial_id in running:
-            trial = trials[trial_id]
-            trial.iteration += 1
-            trial.progress += _gain(trial.config["lr"], trial.iteration)
-            trial.time += iteration_time(trial.config)
-            trial.checkpoints[trial.iteration] = (trial.progress, trial.time)
-            result = {
-                "score": trial.progress,
-                "training_iteration": trial.iteration,
-                "time_total_s": trial.time,
-                "checkpoint_dir_name": f"checkpoint_{trial.iteration:06d}",
-            }
-            if trial.budget is not None and result[searcher.time_attr] >= trial.budget:
-                trial.status = PAUSED
-            assert searcher.on_result(trial_id, result) == Decision.CONTINUE
-            if trial.iteration >= max_iterations:
-                trial.status = ENDED
-                searcher.on_trial_complete(trial_id, result)
-    raise RuntimeError("PBT did not finish")
-
-
 def _pbt(seed: int = 0, **kwargs: Any) -> PBT:
-    args: dict[str, Any] = {
-        "space": {"lr": sp.uniform(0.0, 1.0)},
-        "num_samples": 8,
-        "metric": "score",
-        "mode": "max",
-        "time_attr": "training_iteration",
-        "perturbation_interval": INTERVAL,
-        "hyperparam_mutations": {"lr": sp.uniform(0.0, 1.0)},
-        "seed": seed,
-    }
-    args.update(kwargs)
-    return PBT(**args)
+    return PBT(**{**task_arguments(INTERVAL), "hyperparam_mutations": {"lr": sp.uniform(0.0, 1.0)}, "seed": seed,
+                  **kwargs})
 
 
 # ---------------------------------------------------------------------------------------------- pure rules
@@ -402,8 +285,8 @@ def test_pure_driver_runs_pbt_as_promotions_only(synch):
 def test_pbt_beats_the_same_population_without_exploitation():
     gains = []
     for seed in range(8):
-        with_pbt = _run_pbt(_pbt(seed=seed), seed=seed)
-        without = _run_pbt(_pbt(seed=seed, quantile_fraction=0.0), seed=seed)
+        with_pbt = run_pbt(_pbt(seed=seed), seed=seed)
+        without = run_pbt(_pbt(seed=seed, quantile_fraction=0.0), seed=seed)
         assert without.exploits == [] and with_pbt.exploits
         same_population = _pbt(seed=seed, quantile_fraction=0.0).next_groups()[0].configs
         assert _pbt(seed=seed).next_groups()[0].configs == same_population
@@ -413,7 +296,7 @@ def test_pbt_beats_the_same_population_without_exploitation():
 
 
 def test_exploited_trials_restart_from_the_sources_checkpoint_and_run_to_the_next_point():
-    run = _run_pbt(_pbt(seed=1), seed=1)
+    run = run_pbt(_pbt(seed=1), seed=1)
     assert run.exploits
     for request in run.exploits:
         assert request.source_iteration % INTERVAL == 0  # the source's checkpoint at its perturbation point
@@ -424,10 +307,10 @@ def test_exploited_trials_restart_from_the_sources_checkpoint_and_run_to_the_nex
 def test_synch_mode_moves_the_whole_population_at_once():
     # Trials of different speed (time_total_s per iteration grows with lr) reach each point at different steps.
     kwargs = {"synch": True, "time_attr": "time_total_s", "perturbation_interval": 6.0}
-    run = _run_pbt(_pbt(seed=2, **kwargs), seed=2, iteration_time=lambda c: 1.0 + c["lr"])
+    run = run_pbt(_pbt(seed=2, **kwargs), seed=2, iteration_time=lambda c: 1.0 + c["lr"])
     assert run.exploits
 
-    def moved_by_step(run: _Run) -> dict[int, dict[str, float]]:
+    def moved_by_step(run: PbtRun) -> dict[int, dict[str, float]]:
         by_step: dict[int, dict[str, float]] = {}
         for step, trial_id, budget, _ in run.moves:
             by_step.setdefault(step, {})[trial_id] = budget
@@ -436,7 +319,7 @@ def test_synch_mode_moves_the_whole_population_at_once():
     for step, moved in moved_by_step(run).items():
         assert set(moved) == run.live_at[step], f"step {step}: only part of the population moved on"
         assert len(set(moved.values())) == 1, f"step {step}: budgets differ"
-    asynch = _run_pbt(_pbt(seed=2, **{**kwargs, "synch": False}), seed=2, iteration_time=lambda c: 1.0 + c["lr"])
+    asynch = run_pbt(_pbt(seed=2, **{**kwargs, "synch": False}), seed=2, iteration_time=lambda c: 1.0 + c["lr"])
     assert any(set(moved) != asynch.live_at[step] for step, moved in moved_by_step(asynch).items())
 
 
@@ -454,7 +337,7 @@ def test_synch_mode_waits_for_every_live_trial_and_a_trial_that_ends_releases_th
 
 
 def test_state_dict_round_trip_continues_the_same_search():
-    reference = _run_pbt(_pbt(seed=5), seed=5)
+    reference = run_pbt(_pbt(seed=5), seed=5)
     pending_at_swap = []
 
     def swap(step: int, searcher: PBT) -> PBT:
@@ -467,7 +350,7 @@ def test_state_dict_round_trip_continues_the_same_search():
         assert fresh.state_dict() == state
         return fresh
 
-    resumed = _run_pbt(_pbt(seed=5), seed=5, on_step=swap)
+    resumed = run_pbt(_pbt(seed=5), seed=5, on_step=swap)
     assert resumed.searcher is not reference.searcher and any(pending_at_swap), pending_at_swap
     assert resumed.searcher.exploit_log == reference.searcher.exploit_log
     assert {tid: t.progress for tid, t in resumed.trials.items()} == {

@@ -61,6 +61,7 @@ def _ray_pairs() -> list[tuple[str, object, object]]:
     import ray.train as ray_train
     import ray.train._internal.session as ray_train_v1_session
     import ray.tune.schedulers as ray_schedulers
+    import ray.tune.schedulers.pb2 as ray_pb2
     import ray.tune.search as ray_search
     import ray.tune.stopper as ray_stopper
     from ray.tune.search.bohb import bohb_search as ray_bohb
@@ -77,6 +78,7 @@ def _ray_pairs() -> list[tuple[str, object, object]]:
     pairs += [(name, getattr(tune.search, name), getattr(ray_search, name))
               for name in ("BasicVariantGenerator", "ConcurrencyLimiter", "Searcher")]
     pairs += [("OptunaSearch", OptunaSearch, RayOptunaSearch), ("TuneBOHB", TuneBOHB, ray_bohb.TuneBOHB)]
+    pairs += [("PB2", tune.schedulers.PB2, ray_pb2.PB2)]
     pairs += [(name, getattr(tune.stopper, name), getattr(ray_stopper, name)) for name in _STOPPERS]
     pairs += [(f"Callback.{h}", getattr(tune.Callback, h), getattr(rt.Callback, h)) for h in _CALLBACK_HOOKS]
     pairs += [(f"Trainable.{m}", getattr(tune.Trainable, m), getattr(rt.Trainable, m)) for m in _TRAINABLE_METHODS]
@@ -225,6 +227,30 @@ def test_population_based_training_becomes_pbt() -> None:
     assert (s.time_attr, s.perturbation_interval, s.burn_in_period, s.quantile_fraction, s.synch, s.num_samples) \
         == ("training_iteration", 4, 2, 0.5, True, 6)
     assert set(s.hyperparam_mutations) == {"x", "k"}
+
+
+def test_pb2_becomes_the_pb2_searcher() -> None:
+    from fluidsalus.tune.schedulers.pb2 import PB2
+
+    pb2 = PB2(time_attr="training_iteration", perturbation_interval=4,
+              hyperparam_bounds={"lr": [0.001, 0.1], "opt": {"momentum": [0.8, 0.99]}}, quantile_fraction=0.5)
+    planned = _plan(metric="m", mode="max", scheduler=pb2, num_samples=6)
+    s = planned.searcher
+    assert isinstance(s, searchers.PB2) and planned.summary.startswith("PB2 -> PB2(")
+    assert (s.time_attr, s.perturbation_interval, s.quantile_fraction, s.num_samples, s.resample_probability) \
+        == ("training_iteration", 4, 0.5, 6, 0.0)
+    assert s.bounds == {"lr": (0.001, 0.1), "opt/momentum": (0.8, 0.99)}
+    (population,) = s.next_groups()
+    assert all(0.001 <= c["lr"] <= 0.1 and 0.8 <= c["opt"]["momentum"] <= 0.99 for c in population.configs)
+
+
+def test_rays_pb2_is_translated() -> None:
+    from ray.tune.schedulers.pb2 import PB2
+
+    ray_pb2 = PB2(time_attr="training_iteration", perturbation_interval=3, hyperparam_bounds={"lr": [0.1, 0.2]})
+    with pytest.warns(UserWarning, match="Ray Tune's PB2"):
+        s = _plan(metric="m", mode="max", scheduler=ray_pb2).searcher
+    assert isinstance(s, searchers.PB2) and s.bounds == {"lr": (0.1, 0.2)} and s.perturbation_interval == 3
 
 
 def test_points_to_evaluate_under_pbt_are_the_first_members_of_the_population() -> None:
@@ -432,6 +458,8 @@ def test_rays_config_objects_are_translated() -> None:
     (lambda: tune.schedulers.ASHAScheduler(grace_period=200), "AsyncHyperBandScheduler: grace_period must be"),
     (lambda: tune.schedulers.HyperBandScheduler(mode="up"), "HyperBandScheduler: mode must be"),
     (lambda: tune.schedulers.PopulationBasedTraining(), "PopulationBasedTraining: hyperparam_mutations is empty"),
+    (lambda: tune.schedulers.PB2(), "PB2: hyperparam_bounds must be a non-empty dict"),
+    (lambda: tune.schedulers.PB2(hyperparam_bounds={"lr": [2, 1]}), r"PB2: hyperparam_bounds\['lr'\] must be"),
     (lambda: tune.search.ConcurrencyLimiter(tune.search.BasicVariantGenerator(), 0),
      "ConcurrencyLimiter: max_concurrent must be an int >= 1"),
     (lambda: tune.with_resources(lambda c: None, {"gpu": -1}), r"with_resources: resources\['gpu'\] must be"),

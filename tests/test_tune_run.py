@@ -189,8 +189,9 @@ def test_schedulers_and_search_algorithms_by_rays_names() -> None:
     assert type(tune.create_scheduler("hb_bohb")).__name__ == "HyperBandForBOHB"
     assert type(tune.create_searcher("random")).__name__ == "BasicVariantGenerator"
     assert tune.create_searcher("optuna", metric="m", mode="min").metric == "m"
-    with pytest.raises(ConfigError, match="scheduler 'pb2' is not provided by fluidsalus; use one of"):
-        tune.create_scheduler("pb2")
+    assert type(tune.create_scheduler("pb2", hyperparam_bounds={"lr": [0.1, 0.2]})).__name__ == "PB2"
+    with pytest.raises(ConfigError, match="scheduler 'pbt_replay' is not provided by fluidsalus; use one of"):
+        tune.create_scheduler("pbt_replay")
     with pytest.raises(ConfigError, match=r"scheduler must be one of \['fifo'"):
         tune.create_scheduler("asha")  # not one of Ray's names either
     with pytest.raises(ConfigError, match="search_alg 'hyperopt' is not provided"):

@@ -7,6 +7,7 @@ One algorithm per private module, re-exported here (the layout of Optuna's ``opt
 - :class:`HyperBand`: synchronous HyperBand, each rung one TrialGroup;
 - :class:`BOHB` / :class:`SyncBOHB`: BOHB's KDE model over ASHA / over HyperBand;
 - :class:`PBT`: population based training, exploiting through checkpoints;
+- :class:`PB2`: population based bandits, PBT whose explore step is a GP bandit;
 - :class:`OptunaSearch`: any Optuna sampler through ask/tell, optionally with an Optuna pruner.
 """
 
@@ -15,12 +16,14 @@ from fluidsalus.searchers._base import BaseSearcher, Decision, ExploitRequest
 from fluidsalus.searchers._bohb import BOHB, SyncBOHB
 from fluidsalus.searchers._hyperband import HyperBand
 from fluidsalus.searchers._optuna import OptunaSearch
+from fluidsalus.searchers._pb2 import PB2
 from fluidsalus.searchers._pbt import PBT
 from fluidsalus.searchers._random import RandomSearch
 
 __all__ = [
     "ASHA",
     "BOHB",
+    "PB2",
     "PBT",
     "BaseSearcher",
     "Decision",

@@ -580,6 +580,7 @@ class PBT(BaseSearcher):
         state.last_train_time = time
         state.point_iteration, state.point_time = state.checkpoint_iteration, state.checkpoint_time
         state.paused = True
+        self._at_point(trial_id, state)
         if self.synch:
             self._maybe_synch()
         else:
@@ -647,10 +648,7 @@ class PBT(BaseSearcher):
         source = self._trials[source_id]
         group_id = f"{GROUP_ID_PREFIX}-exploit-{self.num_perturbations}"
         assert source.point_iteration is not None and source.point_time is not None
-        new_config, operations = explore(
-            source.config, self.hyperparam_mutations, self.resample_probability, self.perturbation_factors,
-            self._rng, self.custom_explore_fn,
-        )
+        new_config, operations = self._new_config(trial_id, source_id, group_id)
         self._undo[trial_id] = _Undo(state=asdict(state), continue_budget=continue_budget, group_id=group_id)
         # Ray: the clone takes over the source's perturbation clock; it restarts at the source's checkpoint.
         state.config = new_config
@@ -677,6 +675,25 @@ class PBT(BaseSearcher):
                 "source_iteration": source.point_iteration, "source_config": copy.deepcopy(source.config),
                 "new_config": copy.deepcopy(new_config), "operations": operations,
             })
+
+    def _at_point(self, trial_id: str, state: _TrialState) -> None:
+        """Called when a trial reaches a perturbation point, its score and time updated (a hook for PB2)."""
+
+    def _new_config(self, trial_id: str, source_id: str, group_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The configuration ``trial_id`` continues with after cloning ``source_id`` (Ray's ``_get_new_config``).
+
+        Args:
+            trial_id: The bottom-quantile trial that exploits.
+            source_id: The top-quantile trial it clones.
+            group_id: The exploit's group id (:meth:`_revert` undoes the exploit by it).
+
+        Returns:
+            ``(new_config, operations)``: PBT explores the source's configuration (:func:`explore`).
+        """
+        return explore(
+            self._trials[source_id].config, self.hyperparam_mutations, self.resample_probability,
+            self.perturbation_factors, self._rng, self.custom_explore_fn,
+        )
 
     def _revert(self, trial_id: str) -> None:
         """Undo an exploit that was not applied: the trial keeps its config and is promoted unchanged."""

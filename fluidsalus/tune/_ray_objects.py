@@ -16,6 +16,7 @@ from typing import Any
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers import BaseSearcher
 from fluidsalus.tune.schedulers import (
+    PB2,
     AsyncHyperBandScheduler,
     FIFOScheduler,
     HyperBandForBOHB,
@@ -31,7 +32,7 @@ from fluidsalus.tune.search.optuna import OptunaSearch
 __all__ = ["adopt_scheduler", "adopt_search_alg", "is_ray_object"]
 
 _SUPPORTED_SCHEDULERS = ("FIFOScheduler", "AsyncHyperBandScheduler/ASHAScheduler", "HyperBandScheduler",
-                         "HyperBandForBOHB", "MedianStoppingRule", "PopulationBasedTraining")
+                         "HyperBandForBOHB", "MedianStoppingRule", "PopulationBasedTraining", "PB2")
 _SUPPORTED_SEARCHERS = ("BasicVariantGenerator", "ConcurrencyLimiter", "TuneBOHB", "OptunaSearch")
 
 
@@ -92,6 +93,12 @@ def _pbt(value: Any) -> PopulationBasedTraining:
     return PopulationBasedTraining(**{name: _read(value, f"_{name}") for name in names})
 
 
+def _pb2(value: Any) -> PB2:
+    names = ("time_attr", "metric", "mode", "perturbation_interval", "hyperparam_bounds", "quantile_fraction",
+             "log_config", "require_attrs", "synch", "custom_explore_fn")
+    return PB2(**{name: _read(value, f"_{name}") for name in names})
+
+
 _SCHEDULERS: dict[str, Callable[[Any], TrialScheduler]] = {
     "FIFOScheduler": lambda value: FIFOScheduler(),
     "AsyncHyperBandScheduler": _asha,
@@ -99,6 +106,7 @@ _SCHEDULERS: dict[str, Callable[[Any], TrialScheduler]] = {
     "HyperBandForBOHB": _hyperband(HyperBandForBOHB),
     "MedianStoppingRule": _median,
     "PopulationBasedTraining": _pbt,
+    "PB2": _pb2,
 }
 
 

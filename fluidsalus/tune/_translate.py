@@ -13,6 +13,7 @@ None / BasicVariantGenerator                   HyperBandForBOHB           -> Hyp
 TuneBOHB                                       HyperBandForBOHB           -> SyncBOHB
 TuneBOHB                                       AsyncHyperBandScheduler    -> BOHB
 None / BasicVariantGenerator                   PopulationBasedTraining    -> PBT
+None / BasicVariantGenerator                   PB2                        -> PB2
 OptunaSearch                                   None / FIFOScheduler       -> OptunaSearch
 OptunaSearch                                   AsyncHyperBandScheduler    -> OptunaSearch + SuccessiveHalvingPruner
 None / BasicVariantGenerator / OptunaSearch    MedianStoppingRule         -> OptunaSearch + MedianPruner
@@ -40,11 +41,22 @@ from typing import Any
 
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
-from fluidsalus.searchers import ASHA, BOHB, PBT, BaseSearcher, HyperBand, OptunaSearch, RandomSearch, SyncBOHB
+from fluidsalus.searchers import (
+    ASHA,
+    BOHB,
+    PB2,
+    PBT,
+    BaseSearcher,
+    HyperBand,
+    OptunaSearch,
+    RandomSearch,
+    SyncBOHB,
+)
 from fluidsalus.tune._config import INFINITE_SAMPLES, TuneConfig
 from fluidsalus.tune._domains import translate_ray_values
 from fluidsalus.tune._ray_objects import adopt_scheduler, adopt_search_alg
 from fluidsalus.tune._streamed import StreamedASHA, StreamedHyperBand
+from fluidsalus.tune.schedulers import PB2 as PB2Holder
 from fluidsalus.tune.schedulers import (
     AsyncHyperBandScheduler,
     FIFOScheduler,
@@ -67,7 +79,7 @@ DEFAULT_STUDY_NAME = "optuna"
 
 _WORKING_PAIRS = (
     "FIFO/None or BasicVariantGenerator with FIFOScheduler, AsyncHyperBandScheduler, HyperBandScheduler, "
-    "HyperBandForBOHB, MedianStoppingRule or PopulationBasedTraining; TuneBOHB with HyperBandForBOHB or "
+    "HyperBandForBOHB, MedianStoppingRule, PopulationBasedTraining or PB2; TuneBOHB with HyperBandForBOHB or "
     "AsyncHyperBandScheduler; OptunaSearch with FIFOScheduler, AsyncHyperBandScheduler or MedianStoppingRule"
 )
 
@@ -323,7 +335,7 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
                           "search; remove it")
     seed = generator.seed()
     target = {FIFOScheduler: "RandomSearch", AsyncHyperBandScheduler: "ASHA", HyperBandScheduler: "HyperBand",
-              HyperBandForBOHB: "HyperBand", PopulationBasedTraining: "PBT"}.get(type(scheduler))
+              HyperBandForBOHB: "HyperBand", PopulationBasedTraining: "PBT", PB2Holder: "PB2"}.get(type(scheduler))
     if target is None:
         raise ConfigError(f"TuneConfig: {pair} has no fluidsalus equivalent; supported pairs: {_WORKING_PAIRS}")
     points = copy.deepcopy(generator.points_to_evaluate)
@@ -364,9 +376,11 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
         names = ("time_attr", "max_t", "reduction_factor", "stop_last_trials")
     else:
         assert isinstance(scheduler, PopulationBasedTraining)
-        searcher = PBT(space, n, metric, mode, seed=seed, points_to_evaluate=points, **scheduler.engine_kwargs())
-        names = ("time_attr", "perturbation_interval", "burn_in_period", "quantile_fraction",
-                 "resample_probability", "synch")
+        engine = PB2 if isinstance(scheduler, PB2Holder) else PBT
+        searcher = engine(space, n, metric, mode, seed=seed, points_to_evaluate=points, **scheduler.engine_kwargs())
+        names = ("time_attr", "perturbation_interval", "quantile_fraction", "synch")
+        if engine is PBT:
+            names += ("burn_in_period", "resample_probability")
         if points:
             names += ("points_to_evaluate",)
         return Plan(searcher, space, metric, mode, cap, checkpoint_every_iteration=class_trainable,

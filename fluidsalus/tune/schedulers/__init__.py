@@ -5,11 +5,12 @@
 - :class:`HyperBandScheduler`: synchronous HyperBand;
 - :class:`HyperBandForBOHB`: HyperBand for BOHB (with ``TuneBOHB``);
 - :class:`MedianStoppingRule`: median stopping (through Optuna's ``MedianPruner``);
-- :class:`PopulationBasedTraining`: PBT.
+- :class:`PopulationBasedTraining`: PBT;
+- :class:`PB2` (also ``schedulers.pb2.PB2``): population based bandits.
 
 They hold their arguments; ``Tuner.fit()`` turns each, with the search algorithm, into one fluidsalus
 searcher (docs/compatibility.md has the table). The submodules ``async_hyperband``, ``hyperband``,
-``hb_bohb``, ``median_stopping_rule``, ``pbt`` and ``trial_scheduler`` exist for imports that name them.
+``hb_bohb``, ``median_stopping_rule``, ``pbt``, ``pb2`` and ``trial_scheduler`` exist for imports that name them.
 :func:`create_scheduler` builds one from Ray's short names (``"asha"``, ``"hyperband"``, ``"pbt"``, ...), as
 ``tune.run(scheduler="...")`` does.
 """
@@ -20,6 +21,7 @@ from typing import Any
 
 from fluidsalus.tune._config import build_with_known, by_short_name
 from fluidsalus.tune.schedulers._holders import (
+    PB2,
     ASHAScheduler,
     AsyncHyperBandScheduler,
     FIFOScheduler,
@@ -42,7 +44,7 @@ SCHEDULER_NAMES: dict[str, type[TrialScheduler] | None] = {
     "hb_bohb": HyperBandForBOHB,
     "pbt": PopulationBasedTraining,
     "pbt_replay": None,
-    "pb2": None,
+    "pb2": PB2,
     "resource_changing": None,
 }
 
@@ -70,6 +72,7 @@ __all__ = [
     "HyperBandForBOHB",
     "HyperBandScheduler",
     "MedianStoppingRule",
+    "PB2",
     "PopulationBasedTraining",
     "TrialScheduler",
     "create_scheduler",

@@ -26,6 +26,7 @@ __all__ = [
     "HyperBandForBOHB",
     "HyperBandScheduler",
     "MedianStoppingRule",
+    "PB2",
     "PopulationBasedTraining",
     "TrialScheduler",
 ]
@@ -302,3 +303,58 @@ class PopulationBasedTraining(TrialScheduler):
     def describe(self) -> dict[str, Any]:
         kwargs = self.engine_kwargs()
         return {"time_attr": kwargs.pop("time_attr"), **super().describe(), **kwargs}
+
+
+class PB2(PopulationBasedTraining):
+    """Population Based Bandits (``ray.tune.schedulers.pb2.PB2``): PBT whose explore step is a GP bandit.
+
+    Maps onto :class:`fluidsalus.searchers.PB2` (NumPy only: scikit-learn is not needed). As with
+    :class:`PopulationBasedTraining`, exploits restart a trial from another trial's checkpoint.
+
+    Args:
+        time_attr: Result key perturbation intervals are measured in.
+        metric: Result key to optimise.
+        mode: ``"min"`` or ``"max"``.
+        perturbation_interval: Interval between perturbations, in ``time_attr``.
+        hyperparam_bounds: Per key ``[low, high]`` (or a nested dict of those): the hyperparameters PB2 selects.
+        quantile_fraction: Share of the population in the top and bottom quantiles (``[0, 0.5]``).
+        log_config: Keep a log of every exploit.
+        require_attrs: Require ``time_attr`` and ``metric`` in every result.
+        synch: Synchronous mode: perturb the whole population at once.
+        custom_explore_fn: Called on each configuration PB2 selects.
+    """
+
+    def __init__(
+        self,
+        time_attr: str = "time_total_s",
+        metric: str | None = None,
+        mode: str | None = None,
+        perturbation_interval: float = 60.0,
+        hyperparam_bounds: Mapping[str, Any] | None = None,
+        quantile_fraction: float = 0.25,
+        log_config: bool = True,
+        require_attrs: bool = True,
+        synch: bool = False,
+        custom_explore_fn: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
+        TrialScheduler.__init__(self, metric, mode)
+        self.time_attr = time_attr
+        self.perturbation_interval = perturbation_interval
+        self.hyperparam_bounds = hyperparam_bounds
+        self.quantile_fraction = quantile_fraction
+        self.log_config = log_config
+        self.require_attrs = require_attrs
+        self.synch = synch
+        self.custom_explore_fn = custom_explore_fn
+        from fluidsalus.searchers import PB2 as EnginePB2
+
+        _probe("PB2", "PB2", lambda: EnginePB2({}, 1, _PROBE_METRIC, _PROBE_MODE, **self.engine_kwargs()))
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """The arguments of :class:`fluidsalus.searchers.PB2` besides space, num_samples, metric and mode."""
+        return {
+            "time_attr": self.time_attr, "perturbation_interval": self.perturbation_interval,
+            "hyperparam_bounds": self.hyperparam_bounds, "quantile_fraction": self.quantile_fraction,
+            "log_config": self.log_config, "require_attrs": self.require_attrs, "synch": self.synch,
+            "custom_explore_fn": self.custom_explore_fn,
+        }
