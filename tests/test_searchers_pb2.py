@@ -123,6 +123,17 @@ def test_the_first_exploits_copy_the_source_and_later_ones_use_the_gp_within_bou
     assert len(set(chosen)) > len(chosen) // 2  # picks spread out: not one value over and over
 
 
+def test_custom_explore_fn_gets_each_selected_config():
+    def cap(config: dict[str, Any]) -> dict[str, Any]:
+        return {**config, "lr": min(config["lr"], 0.5), "capped": True}
+
+    run = run_pbt(_pb2(seed=2, custom_explore_fn=cap), seed=2)
+    log = run.searcher.exploit_log
+    assert log and all(entry["new_config"]["capped"] and entry["new_config"]["lr"] <= 0.5 for entry in log)
+    with pytest.raises(ConfigError, match="PB2: custom_explore_fn must return the new config as a dict"):
+        run_pbt(_pb2(seed=2, custom_explore_fn=lambda config: None), seed=2)
+
+
 def test_integer_hyperparameters_stay_integers():
     space = {"lr": sp.uniform(0.0, 1.0), "width": sp.randint(1, 64)}
     run = run_pbt(_pb2(seed=4, space=space, hyperparam_bounds={"lr": [0.0, 1.0], "width": [1, 64]}), seed=4)

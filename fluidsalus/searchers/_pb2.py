@@ -372,15 +372,16 @@ class PB2(PBT):
                 raw = low + float(value) * (high - low)
                 old = _get(source.config, key)
                 _set(new_config, key, int(round(raw)) if isinstance(old, numbers.Integral) else raw)
-        self._segments[trial_id] = self._segments.get(trial_id, 0) + 1
-        self._points.append(_Point(self._segment(trial_id), source.last_train_time, self._values(new_config),
-                                   source.last_score, group_id))
         if self.custom_explore_fn is not None:
             explored = self.custom_explore_fn(new_config)
             if not isinstance(explored, dict):
                 raise ConfigError(f"PB2: custom_explore_fn must return the new config as a dict, got "
                                   f"{type(explored).__name__}")
             new_config = explored
+        # The clone starts a new segment at its source's state, with the values it will run (after the custom fn).
+        self._segments[trial_id] = self._segments.get(trial_id, 0) + 1
+        self._points.append(_Point(self._segment(trial_id), source.last_train_time, self._values(new_config),
+                                   source.last_score, group_id))
         return new_config, ({"pb2": "gp-ucb"} if chosen is not None else {"pb2": "copied (no data yet)"})
 
     def _select(self, x: np.ndarray, y: np.ndarray, time: float, score: float, own: list[float]) -> np.ndarray:
