@@ -8,7 +8,8 @@ The names a Ray Tune script touches, with Ray 2.x's signatures and defaults:
 - :func:`with_parameters`, :func:`with_resources`, :class:`Trainable`, :class:`PlacementGroupFactory`;
 - the search-space functions (:func:`uniform`, :func:`choice`, :func:`grid_search`, ...);
 - :class:`Stopper` (and :mod:`fluidsalus.tune.stopper`), :class:`Callback` (and
-  :class:`fluidsalus.tune.logger.LoggerCallback`);
+  :class:`fluidsalus.tune.logger.LoggerCallback`), :class:`CLIReporter` / :class:`JupyterNotebookReporter`
+  (:mod:`fluidsalus.tune.progress_reporter`);
 - Ray's result keys (:mod:`fluidsalus.tune.result`) and the toy ``MyTrainableClass`` of Ray's examples
   (:mod:`fluidsalus.tune.utils.mock_trainable`);
 - :mod:`fluidsalus.tune.schedulers` and :mod:`fluidsalus.tune.search` (``search.bohb``, ``search.optuna``);
@@ -50,7 +51,7 @@ from fluidsalus.space import (
     sample_from,
     uniform,
 )
-from fluidsalus.tune import analysis, experiment, schedulers, search, stopper
+from fluidsalus.tune import analysis, experiment, progress_reporter, schedulers, search, stopper
 from fluidsalus.tune._config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
 from fluidsalus.tune._run import run
 from fluidsalus.tune._trainable import PlacementGroupFactory, Trainable, with_parameters, with_resources
@@ -58,6 +59,7 @@ from fluidsalus.tune._tuner import Tuner
 from fluidsalus.tune.analysis import ExperimentAnalysis
 from fluidsalus.tune.callback import Callback
 from fluidsalus.tune.experiment import Experiment, run_experiments
+from fluidsalus.tune.progress_reporter import CLIReporter, JupyterNotebookReporter, ProgressReporter
 from fluidsalus.tune.schedulers import create_scheduler
 from fluidsalus.tune.search import create_searcher
 from fluidsalus.tune.stopper import Stopper
@@ -99,13 +101,16 @@ def get_context() -> TuneContext:
 
 
 __all__ = [
+    "CLIReporter",
     "Callback",
     "Checkpoint",
     "CheckpointConfig",
     "Experiment",
     "ExperimentAnalysis",
     "FailureConfig",
+    "JupyterNotebookReporter",
     "PlacementGroupFactory",
+    "ProgressReporter",
     "Result",
     "ResultGrid",
     "RunConfig",
@@ -130,6 +135,7 @@ __all__ = [
     "create_scheduler",
     "create_searcher",
     "experiment",
+    "progress_reporter",
     "randint",
     "randn",
     "report",

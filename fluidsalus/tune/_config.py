@@ -4,7 +4,7 @@
 They are plain dataclasses, as in Ray, so they accept the same positional and keyword arguments. Each one
 checks its fields when it is built and raises a :class:`~fluidsalus.errors.ConfigError` (a ``ValueError``,
 which is what Ray raises) that names the class, the field and what is allowed. Fields that only matter to
-Ray's own machinery (``sync_config``, ``progress_reporter``, ...) are accepted; :meth:`RunConfig.ignored` and
+Ray's own machinery (``sync_config``, ``log_to_file``, ...) are accepted; :meth:`RunConfig.ignored` and
 :meth:`TuneConfig.ignored` list the ones set to a value that fluidsalus does not act on, so the
 :class:`~fluidsalus.tune.Tuner` can warn about them.
 """
@@ -203,7 +203,8 @@ class RunConfig:
         stop: ``{result_key: threshold}``, a callable ``f(trial_id, result) -> bool``, or a
             :class:`~fluidsalus.tune.Stopper` (whose ``stop_all()`` ends the experiment).
         callbacks: :class:`~fluidsalus.tune.Callback` s (Ray's hooks) or ``fluidsalus.callbacks.Callback`` s.
-        progress_reporter: Accepted and ignored (fluidsalus prints its own summary).
+        progress_reporter: A :class:`~fluidsalus.tune.CLIReporter` (or another ``ProgressReporter``): prints a
+            status table of the trials every few seconds and at the end (with ``verbose >= 1``).
         log_to_file: Accepted and ignored (trial output goes to the driver's console through Ray).
         local_dir: Deprecated in Ray, which refuses it; so does fluidsalus. Use ``storage_path``.
     """
@@ -259,6 +260,9 @@ class RunConfig:
             raise _fail(owner, "storage_path", "None or a folder path", self.storage_path)
         if self.name is not None and (not isinstance(self.name, str) or not self.name):
             raise _fail(owner, "name", "None or a non-empty folder name", self.name)
+        from fluidsalus.tune.progress_reporter import adopt_reporter  # it imports the callbacks, which import this
+
+        self.progress_reporter = adopt_reporter(self.progress_reporter)
         if self.failure_config is None:
             self.failure_config = FailureConfig()
         elif not isinstance(self.failure_config, FailureConfig):
@@ -293,8 +297,6 @@ class RunConfig:
         out = []
         if self.sync_config is not None:
             out.append("sync_config")
-        if self.progress_reporter is not None:
-            out.append("progress_reporter")
         if self.log_to_file not in (False, None):
             out.append("log_to_file")
         return out

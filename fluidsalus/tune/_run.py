@@ -231,7 +231,7 @@ def run(
             ``"median_stopping_rule"``, ``"pbt"``).
         checkpoint_config: A ``CheckpointConfig``.
         verbose: 0, 1, 2 or 3.
-        progress_reporter: Accepted and ignored (with a warning).
+        progress_reporter: A ``CLIReporter`` or other progress reporter (``RunConfig.progress_reporter``).
         log_to_file: Accepted and ignored (with a warning).
         trial_name_creator: Accepted and ignored (with a warning).
         trial_dirname_creator: Accepted and ignored (with a warning).

@@ -66,6 +66,7 @@ from fluidsalus.tune._trainable import (
 )
 from fluidsalus.tune._translate import Plan, plan
 from fluidsalus.tune.callback import RayCallbackAdapter
+from fluidsalus.tune.progress_reporter import ReporterCallback
 
 __all__ = ["TUNER_STATE_FILE", "Tuner"]
 
@@ -182,7 +183,7 @@ def _from_ray(value: Any, cls: type, field: str, warn: bool = True) -> Any:
         kwargs = {name: getattr(value, name) for name in names if hasattr(value, name)}
         if cls is RunConfig:
             kwargs["verbose"] = getattr(value, "_verbose", kwargs.get("verbose"))
-            for name in ("sync_config", "progress_reporter", "local_dir", "storage_filesystem"):
+            for name in ("sync_config", "local_dir", "storage_filesystem"):
                 kwargs.pop(name, None)
             for name, sub in (("failure_config", FailureConfig), ("checkpoint_config", CheckpointConfig)):
                 if kwargs.get(name) is not None:
@@ -498,6 +499,13 @@ class Tuner:
             warnings.warn(f"fluidsalus.tune: {', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} accepted "
                           "but not used by fluidsalus", UserWarning, stacklevel=2)
         engine_callbacks, ray_callbacks = _split_callbacks(run_config.callbacks)
+        if run_config.progress_reporter is not None and run_config.verbosity() >= 1:
+            # As tune.run does: the reporter gets the run's start, samples, and TuneConfig's metric and mode.
+            endless = tune_config.num_samples == INFINITE_SAMPLES
+            run_config.progress_reporter.setup(
+                start_time=time.time(), metric=tune_config.metric, mode=tune_config.mode,
+                total_samples=getattr(planned.searcher, "total_samples", None if endless else tune_config.num_samples))
+            ray_callbacks.append(ReporterCallback(run_config.progress_reporter))
         if not ray.is_initialized():
             ray.init(include_dashboard=False, configure_logging=False, log_to_driver=True)
         entry, refs = make_entry(trainable, options)

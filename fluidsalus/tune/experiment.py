@@ -246,7 +246,7 @@ def run_experiments(
         experiments: An :class:`Experiment`, a list of them (or of ``{name: spec}`` dicts), or ``{name: spec}``.
         scheduler: A scheduler (or a name ``create_scheduler`` knows), as ``tune.run``'s.
         verbose: 0, 1, 2 or 3 (default: ``tune.run``'s).
-        progress_reporter: Accepted and ignored (with a warning).
+        progress_reporter: A ``CLIReporter`` or other progress reporter (``RunConfig.progress_reporter``).
         resume: As ``tune.run``'s: continue each experiment that can be restored.
         resume_config: Not supported (must be None).
         reuse_actors: Accepted (device actors are always reused).

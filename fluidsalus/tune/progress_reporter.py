@@ -1,0 +1,434 @@
+"""Ray Tune's progress reporters (``ray.tune.CLIReporter``, ``JupyterNotebookReporter``, ``ProgressReporter``).
+
+``RunConfig(progress_reporter=CLIReporter(metric_columns=[...], parameter_columns=[...]))`` (or ``tune.run(...,
+progress_reporter=...)``) prints a status table of the trials every ``max_report_frequency`` seconds and once at
+the end, as Ray's legacy output does: the time, the trial counts by status, then one row per trial with its
+status, the parameter columns and the metric columns of its last result, and a table of the errored trials.
+With no metric columns given, the reporter shows ``training_iteration``, ``time_total_s`` and up to
+``infer_limit`` numeric metrics the trials report. With ``sort_by_metric=True`` the rows are sorted by the run's
+metric. Too many rows are cut to ``max_progress_rows``, keeping the running trials first, as Ray's fair filter
+does.
+
+A subclass of :class:`ProgressReporter` that overrides ``should_report(trials, done=False)`` and
+``report(trials, done, *sys_info)`` is called the same way; its ``trials`` are
+:class:`fluidsalus.tune.callback.TrialInfo` objects (``trial_id``, ``config``, ``last_result``, ``status``,
+``error``, ... and ``str(trial)`` is the trial's name). Reports are made with ``RunConfig(verbose >= 1)``, as in
+Ray.
+
+The table is fluidsalus's own text rendering of Ray's columns, not Ray's exact layout (Ray draws it with
+``tabulate``). ``JupyterNotebookReporter`` redraws the table in the notebook's cell when IPython is there
+(``overwrite=True``) and prints it otherwise.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import numbers
+import time
+import warnings
+from collections.abc import Mapping, MutableMapping, Sequence
+from typing import Any
+
+from fluidsalus.errors import ConfigError
+from fluidsalus.tune.callback import Callback
+
+__all__ = ["CLIReporter", "JupyterNotebookReporter", "ProgressReporter", "ReporterCallback", "TuneReporterBase",
+           "adopt_reporter"]
+
+#: Ray's default metric columns, with their headers.
+DEFAULT_COLUMNS = {"training_iteration": "iter", "time_total_s": "total time (s)"}
+#: Result keys the session fills in, never inferred as user metrics.
+AUTO_FILLED = frozenset({
+    "training_iteration", "time_this_iter_s", "time_total_s", "timestamp", "trial_id", "date", "done", "pid",
+    "hostname", "time_since_restore", "iterations_since_restore", "checkpoint_dir_name", "config", "node_ip",
+    "should_checkpoint",
+})
+#: Trial statuses in the order their rows come (running trials first, as Ray shows them).
+_STATUS_ORDER = ("RUNNING", "PAUSED", "PENDING", "TERMINATED", "ERROR")
+#: Digits a float is shown with.
+_FLOAT_DIGITS = 5
+
+
+class ProgressReporter:
+    """Base class of experiment progress reporters (``ray.tune.ProgressReporter``): override both methods."""
+
+    def setup(self, start_time: float | None = None, total_samples: int | None = None, metric: str | None = None,
+              mode: str | None = None, **kwargs: Any) -> None:
+        """Called once before the first report, with the run's start time, samples, metric and mode."""
+
+    def should_report(self, trials: list[Any], done: bool = False) -> bool:
+        """Whether to call :meth:`report` now (``done``: the run has ended)."""
+        raise NotImplementedError
+
+    def report(self, trials: list[Any], done: bool, *sys_info: str) -> None:
+        """Report the trials' progress (``sys_info``: lines about the system to show with it)."""
+        raise NotImplementedError
+
+
+class TuneReporterBase(ProgressReporter):
+    """The table reporters' common part (``ray.tune.progress_reporter.TuneReporterBase``); see the module
+    docstring. Arguments as :class:`CLIReporter`'s."""
+
+    def __init__(
+        self,
+        *,
+        metric_columns: list[str] | dict[str, str] | None = None,
+        parameter_columns: list[str] | dict[str, str] | None = None,
+        total_samples: int | None = None,
+        max_progress_rows: int = 20,
+        max_error_rows: int = 20,
+        max_column_length: int = 20,
+        max_report_frequency: int = 5,
+        infer_limit: int = 3,
+        print_intermediate_tables: bool | None = None,
+        metric: str | None = None,
+        mode: str | None = None,
+        sort_by_metric: bool = False,
+    ) -> None:
+        owner = type(self).__name__
+        for field, value in (("metric_columns", metric_columns), ("parameter_columns", parameter_columns)):
+            if value is not None and not isinstance(value, (list, tuple, dict)):
+                raise ConfigError(f"{owner}: {field} must be None, a list of keys or a dict key -> header (got "
+                                  f"{type(value).__name__})")
+        for field, value in (("max_progress_rows", max_progress_rows), ("max_error_rows", max_error_rows),
+                             ("max_column_length", max_column_length), ("infer_limit", infer_limit)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"{owner}: {field} must be an int >= 0 (got {value!r})")
+        if not isinstance(max_report_frequency, numbers.Real) or max_report_frequency < 0:
+            raise ConfigError(f"{owner}: max_report_frequency must be >= 0 seconds (got {max_report_frequency!r})")
+        if mode not in (None, "min", "max"):
+            raise ConfigError(f"{owner}: mode must be None, 'min' or 'max' (got {mode!r})")
+        self._metrics_override = metric_columns is not None
+        self._metric_columns: list[str] | dict[str, str] = (
+            (dict(metric_columns) if isinstance(metric_columns, dict) else list(metric_columns))
+            if metric_columns is not None else dict(DEFAULT_COLUMNS))
+        self._parameter_columns: list[str] | dict[str, str] = (
+            (dict(parameter_columns) if isinstance(parameter_columns, dict) else list(parameter_columns))
+            if parameter_columns is not None else [])
+        self._parameters_override = parameter_columns is not None
+        self._total_samples = total_samples
+        self._max_progress_rows = max_progress_rows
+        self._max_error_rows = max_error_rows
+        self._max_column_length = max_column_length
+        self._max_report_frequency = float(max_report_frequency)
+        self._infer_limit = infer_limit
+        self._print_intermediate_tables = print_intermediate_tables
+        self._metric = metric
+        self._mode = mode
+        self._sort_by_metric = bool(sort_by_metric)
+        self._start_time = time.time()
+        self._last_report_time = 0.0
+
+    # ------------------------------------------------------------------ Ray's methods
+
+    def setup(self, start_time: float | None = None, total_samples: int | None = None, metric: str | None = None,
+              mode: str | None = None, **kwargs: Any) -> None:
+        self.set_start_time(start_time)
+        if total_samples is not None:  # the run's count, unless unknown (then the reporter's own stays)
+            self.set_total_samples(total_samples)
+        self.set_search_properties(metric=metric, mode=mode)
+
+    def set_search_properties(self, metric: str | None, mode: str | None) -> bool:
+        """Take the run's metric and mode, unless the reporter was given its own (then both is an error)."""
+        if (self._metric and metric) or (self._mode and mode):
+            raise ConfigError(f"{type(self).__name__}: the run has a metric/mode and this reporter was built with "
+                              "its own; remove them from the reporter or from TuneConfig")
+        self._metric = metric or self._metric
+        self._mode = mode or self._mode
+        return True
+
+    def set_total_samples(self, total_samples: int | None) -> None:
+        self._total_samples = total_samples
+
+    def set_start_time(self, timestamp: float | None = None) -> None:
+        self._start_time = time.time() if timestamp is None else timestamp
+
+    def should_report(self, trials: list[Any], done: bool = False) -> bool:
+        """Every ``max_report_frequency`` seconds, and at the end."""
+        if time.time() - self._last_report_time > self._max_report_frequency:
+            self._last_report_time = time.time()
+            return True
+        return done
+
+    def add_metric_column(self, metric: str, representation: str | None = None) -> None:
+        """Add a metric column (``representation``: its header, only with a dict of columns)."""
+        self._add_column(self._metric_columns, "metric", metric, representation)
+        self._metrics_override = True
+
+    def add_parameter_column(self, parameter: str, representation: str | None = None) -> None:
+        """Add a parameter column (``representation``: its header, only with a dict of columns)."""
+        self._add_column(self._parameter_columns, "parameter", parameter, representation)
+        self._parameters_override = True
+
+    def _add_column(self, columns: list[str] | dict[str, str], what: str, key: str, header: str | None) -> None:
+        if key in columns:
+            raise ConfigError(f"{type(self).__name__}: the {what} column {key!r} exists already")
+        if isinstance(columns, MutableMapping):
+            columns[key] = header or key
+        elif header is not None and header != key:
+            raise ConfigError(f"{type(self).__name__}: a header for {key!r} needs a dict of {what} columns, "
+                              "not a list")
+        else:
+            columns.append(key)
+
+    # ------------------------------------------------------------------ the table
+
+    def _progress_str(self, trials: Sequence[Any], done: bool, *sys_info: str) -> str:
+        """The status text: header lines, the trial table and the error table."""
+        now = time.time()
+        elapsed = _duration(now - self._start_time)
+        counts: dict[str, int] = {}
+        for trial in trials:
+            counts[trial.status] = counts.get(trial.status, 0) + 1
+        shown_counts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items(), key=_status_key))
+        total = f"{len(trials)}/{self._total_samples}" if self._total_samples else f"{len(trials)}"
+        lines = ["== Status ==", f"Current time: {datetime.datetime.now():%Y-%m-%d %H:%M:%S} (running for {elapsed})",
+                 *sys_info]
+        best = self._best(trials)
+        if best is not None:
+            value = _cell(best.last_result[self._metric])
+            lines.append(f"Current best trial: {best.trial_id} with {self._metric}={value} and parameters="
+                         f"{_flatten(best.config)}")
+        lines.append(f"Number of trials: {total} ({shown_counts})")
+        if trials and (done or self._print_intermediate_tables is not False):
+            lines.append(self._trial_table(trials))
+        errored = [t for t in trials if t.status == "ERROR"]
+        if errored and self._max_error_rows:
+            lines.append(f"Number of errored trials: {len(errored)}")
+            rows = [[str(t), str(t.num_failures), _last_line(t.error)] for t in errored[:self._max_error_rows]]
+            lines.append(_table(["Trial name", "# failures", "error"], rows))
+        return "\n".join(lines) + "\n"
+
+    def _columns(self, trials: Sequence[Any]) -> tuple[dict[str, str], dict[str, str]]:
+        """The (key -> header) metric and parameter columns of this report."""
+        metrics = (dict(self._metric_columns) if isinstance(self._metric_columns, dict)
+                   else {key: key for key in self._metric_columns})
+        if not self._metrics_override:
+            inferred = [key for key in _reported_metrics(trials) if key not in metrics][:self._infer_limit]
+            metrics.update({key: key for key in inferred})
+        if self._metric and self._metric not in metrics:
+            metrics[self._metric] = self._metric
+        if self._parameters_override:
+            parameters = (dict(self._parameter_columns) if isinstance(self._parameter_columns, dict)
+                          else {key: key for key in self._parameter_columns})
+        else:  # the parameters that differ between trials (Ray shows the sampled ones)
+            flat = [_flatten(t.config) for t in trials]
+            keys = sorted({k for config in flat for k in config})
+            parameters = {k: k for k in keys if len({repr(config.get(k)) for config in flat}) > 1}
+        return metrics, parameters
+
+    def _trial_table(self, trials: Sequence[Any]) -> str:
+        metrics, parameters = self._columns(trials)
+        ordered = sorted(trials, key=lambda t: _STATUS_ORDER.index(t.status) if t.status in _STATUS_ORDER else 9)
+        if self._sort_by_metric and self._metric:
+            sign = -1.0 if self._mode == "max" else 1.0
+            ordered = sorted(trials, key=lambda t: _sort_value(t, self._metric, sign))
+        shown = ordered[:self._max_progress_rows] if self._max_progress_rows else ordered
+        header = ["Trial name", "status", *[_cut(h, self._max_column_length) for h in parameters.values()],
+                  *[_cut(h, self._max_column_length) for h in metrics.values()]]
+        rows = []
+        for trial in shown:
+            config, result = _flatten(trial.config), _flatten(trial.last_result or {})
+            rows.append([str(trial), trial.status, *[_cell(config.get(k)) for k in parameters],
+                         *[_cell(result.get(k)) for k in metrics]])
+        table = _table(header, rows)
+        if len(shown) < len(trials):
+            table += f"\n... {len(trials) - len(shown)} more trials not shown"
+        return table
+
+    def _best(self, trials: Sequence[Any]) -> Any:
+        if not self._metric or self._mode not in ("min", "max"):
+            return None
+        scored = [t for t in trials if _is_number((t.last_result or {}).get(self._metric))]
+        if not scored:
+            return None
+        pick = max if self._mode == "max" else min
+        return pick(scored, key=lambda t: t.last_result[self._metric])
+
+
+class CLIReporter(TuneReporterBase):
+    """Prints the status table to the terminal (``ray.tune.CLIReporter``; see the module docstring).
+
+    Args:
+        metric_columns: Result keys to show (a dict gives each a header); default: Ray's, plus inferred metrics.
+        parameter_columns: Config keys to show (``"a/b"`` for nested ones); default: those that differ.
+        total_samples: Trials the run will have (shown as ``n/total``).
+        max_progress_rows: Most trial rows (running trials first).
+        max_error_rows: Most rows of the error table.
+        max_column_length: Longest header.
+        max_report_frequency: Seconds between reports.
+        infer_limit: Most metrics inferred when ``metric_columns`` is None.
+        print_intermediate_tables: False: only the header lines until the end.
+        metric: The metric of "Current best trial" (default: the run's).
+        mode: ``"min"`` or ``"max"`` (default: the run's).
+        sort_by_metric: Sort the rows by ``metric``.
+    """
+
+    def _print(self, message: str) -> None:
+        print(message, flush=True)
+
+    def report(self, trials: list[Any], done: bool, *sys_info: str) -> None:
+        self._print(self._progress_str(trials, done, *sys_info))
+
+
+class JupyterNotebookReporter(TuneReporterBase):
+    """Shows the status table in a notebook (``ray.tune.JupyterNotebookReporter``), redrawn in place when
+    ``overwrite`` and IPython is there; otherwise printed. Other arguments as :class:`CLIReporter`'s."""
+
+    def __init__(self, *, overwrite: bool = True, metric_columns: list[str] | dict[str, str] | None = None,
+                 parameter_columns: list[str] | dict[str, str] | None = None, total_samples: int | None = None,
+                 max_progress_rows: int = 20, max_error_rows: int = 20, max_column_length: int = 20,
+                 max_report_frequency: int = 5, infer_limit: int = 3, print_intermediate_tables: bool | None = None,
+                 metric: str | None = None, mode: str | None = None, sort_by_metric: bool = False) -> None:
+        super().__init__(metric_columns=metric_columns, parameter_columns=parameter_columns,
+                         total_samples=total_samples, max_progress_rows=max_progress_rows,
+                         max_error_rows=max_error_rows, max_column_length=max_column_length,
+                         max_report_frequency=max_report_frequency, infer_limit=infer_limit,
+                         print_intermediate_tables=print_intermediate_tables, metric=metric, mode=mode,
+                         sort_by_metric=sort_by_metric)
+        self._overwrite = bool(overwrite)
+
+    def report(self, trials: list[Any], done: bool, *sys_info: str) -> None:
+        text = self._progress_str(trials, done, *sys_info)
+        try:
+            from IPython.display import clear_output
+        except ImportError:
+            clear_output = None
+        if self._overwrite and clear_output is not None:
+            clear_output(wait=True)
+        print(text, flush=True)
+
+
+class ReporterCallback(Callback):
+    """Runs a progress reporter on the Ray-style callback hooks: ``should_report`` after each trial event,
+    ``report`` when it says so, and a last ``report(done=True)`` at the end of the experiment."""
+
+    def __init__(self, reporter: Any) -> None:
+        self.reporter = reporter
+
+    def _maybe_report(self, trials: list[Any], done: bool = False) -> None:
+        if self.reporter.should_report(trials, done=done):
+            self.reporter.report(trials, done)
+
+    def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self._maybe_report(trials)
+
+    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
+                        **info: Any) -> None:
+        self._maybe_report(trials)
+
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self._maybe_report(trials)
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self._maybe_report(trials)
+
+    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        self._maybe_report(trials, done=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Text helpers
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _duration(seconds: float) -> str:
+    """``hh:mm:ss.ss``, as Ray shows how long a run has been going."""
+    minutes, secs = divmod(max(seconds, 0.0), 60.0)
+    hours, minutes = divmod(int(minutes), 60)
+    return f"{hours:02d}:{minutes:02d}:{secs:05.2f}"
+
+
+def _status_key(item: tuple[str, int]) -> int:
+    return _STATUS_ORDER.index(item[0]) if item[0] in _STATUS_ORDER else len(_STATUS_ORDER)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _sort_value(trial: Any, metric: str, sign: float) -> float:
+    value = (trial.last_result or {}).get(metric)
+    return sign * float(value) if _is_number(value) and not math.isnan(value) else math.inf
+
+
+def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{prefix}{key}/"))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _reported_metrics(trials: Sequence[Any]) -> list[str]:
+    """Numeric result keys the trials report themselves, in the order first seen."""
+    keys: dict[str, None] = {}
+    for trial in trials:
+        for key, value in _flatten(trial.last_result or {}).items():
+            if key not in AUTO_FILLED and not key.startswith("config/") and _is_number(value):
+                keys.setdefault(key, None)
+    return list(keys)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.{_FLOAT_DIGITS}g}"
+    return str(value)
+
+
+def _cut(text: str, length: int) -> str:
+    return text if not length or len(text) <= length else text[:max(length - 3, 0)] + "..."
+
+
+def _last_line(error: Any) -> str:
+    lines = [line.strip() for line in str(error or "").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    """A plain text table with a rule under the header."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    rule = "+-" + "-+-".join("-" * w for w in widths) + "-+"
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)) + " |"
+
+    return "\n".join([rule, line(header), rule, *[line(row) for row in rows], rule])
+
+
+def adopt_reporter(value: Any) -> Any:
+    """``RunConfig.progress_reporter`` as a reporter fluidsalus can call.
+
+    Ray's own ``CLIReporter`` / ``JupyterNotebookReporter`` (an import left unchanged) become this module's, with
+    their settings, since their tables read Ray's ``Trial`` objects; any other object with ``should_report`` and
+    ``report`` methods (a subclass of either ``ProgressReporter``) is used as it is.
+
+    Raises:
+        ConfigError: An object that is not a progress reporter.
+    """
+    if value is None or isinstance(value, ProgressReporter):
+        return value
+    ray_class = next((cls.__name__ for cls in type(value).__mro__ if cls.__module__.startswith("ray.")), None)
+    if ray_class in ("CLIReporter", "JupyterNotebookReporter") and type(value).__name__ == ray_class:
+        kwargs = {"metric_columns": getattr(value, "_metric_columns", None) if getattr(
+                      value, "_metrics_override", True) else None,
+                  "parameter_columns": getattr(value, "_parameter_columns", None) or None}
+        for name in ("total_samples", "max_progress_rows", "max_error_rows", "max_column_length", "infer_limit",
+                     "print_intermediate_tables", "metric", "mode", "sort_by_metric"):
+            if hasattr(value, f"_{name}"):
+                kwargs[name] = getattr(value, f"_{name}")
+        if hasattr(value, "_max_report_freqency"):  # Ray's spelling
+            kwargs["max_report_frequency"] = value._max_report_freqency
+        warnings.warn(f"fluidsalus.tune: progress_reporter is Ray Tune's {ray_class}; it was translated into "
+                      f"fluidsalus.tune.{ray_class}. Change the import to `from fluidsalus.tune import {ray_class}`.",
+                      UserWarning, stacklevel=3)
+        return (CLIReporter if ray_class == "CLIReporter" else JupyterNotebookReporter)(**kwargs)
+    if callable(getattr(value, "should_report", None)) and callable(getattr(value, "report", None)):
+        return value
+    raise ConfigError(f"RunConfig: progress_reporter must be None or a fluidsalus.tune.ProgressReporter such as "
+                      f"CLIReporter (got {type(value).__name__})")

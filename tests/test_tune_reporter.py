@@ -1,0 +1,169 @@
+"""Progress reporters (``fluidsalus/tune/progress_reporter.py``): Ray's CLIReporter, JupyterNotebookReporter and
+ProgressReporter.
+
+- The status text on hand-made trials (no Ray): counts, columns given, inferred and differing, row limits, the
+  sort by metric, the best trial, the error table; column additions and metric/mode conflicts.
+- RunConfig's handling: Ray's own reporter translated with its settings, a custom reporter kept, anything else
+  refused.
+- Real runs on the shared 2-CPU Ray: a CLIReporter prints tables of the trials and a last one at the end; a
+  custom ProgressReporter is asked and called with the trials; nothing is reported with ``verbose=0``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from fluidsalus.errors import ConfigError
+from fluidsalus.tune.callback import TrialInfo
+from fluidsalus.tune.progress_reporter import CLIReporter, ProgressReporter, adopt_reporter
+
+rt = pytest.importorskip("ray.tune")
+from fluidsalus import tune  # noqa: E402
+
+
+def _trial(index: int, status: str, lr: float, loss: float | None, **extra: Any) -> TrialInfo:
+    result = None if loss is None else {"loss": loss, "acc": 1 - loss, "training_iteration": index + 1,
+                                        "time_total_s": 1.5, "trial_id": f"t{index}", **extra}
+    return TrialInfo(trial_id=f"t{index}", config={"lr": lr, "opt": {"m": 0.9}}, last_result=result,
+                     status=status, trainable_name="train")
+
+
+def _rows(text: str) -> list[list[str]]:
+    """The trial table's data rows (cells stripped)."""
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:]]
+
+
+def test_the_status_text_has_counts_the_given_columns_and_the_best_trial():
+    trials = [_trial(0, "TERMINATED", 0.1, 0.5), _trial(1, "RUNNING", 0.01, 0.2), _trial(2, "PENDING", 0.3, None)]
+    reporter = CLIReporter(metric_columns={"loss": "Loss", "training_iteration": "iter"}, parameter_columns=["lr"],
+                           total_samples=4)
+    reporter.setup(metric="loss", mode="min")
+    text = reporter._progress_str(trials, done=False)
+    assert text.startswith("== Status ==\nCurrent time: ")
+    assert re.search(r"\(running for \d\d:\d\d:\d\d\.\d\d\)", text)
+    assert "Number of trials: 3/4 (1 RUNNING, 1 PENDING, 1 TERMINATED)" in text
+    assert "Current best trial: t1 with loss=0.2 and parameters={'lr': 0.01, 'opt/m': 0.9}" in text
+    header = next(line for line in text.splitlines() if line.startswith("| Trial name"))
+    assert [c.strip() for c in header.strip("|").split("|")] == ["Trial name", "status", "lr", "Loss", "iter"]
+    assert _rows(text) == [["train_t1", "RUNNING", "0.01", "0.2", "2"], ["train_t2", "PENDING", "0.3", "", ""],
+                           ["train_t0", "TERMINATED", "0.1", "0.5", "1"]]
+
+
+def test_default_columns_infer_metrics_and_show_the_parameters_that_differ():
+    trials = [_trial(0, "TERMINATED", 0.1, 0.5, extra_metric=3), _trial(1, "TERMINATED", 0.2, 0.4, extra_metric=4)]
+    text = CLIReporter(infer_limit=2)._progress_str(trials, done=True)
+    header = next(line for line in text.splitlines() if line.startswith("| Trial name"))
+    # lr differs between the trials, opt/m does not; Ray's two default columns, then two inferred metrics.
+    assert [c.strip() for c in header.strip("|").split("|")] == ["Trial name", "status", "lr", "iter",
+                                                                 "total time (s)", "loss", "acc"]
+
+
+def test_rows_are_cut_sorted_by_metric_and_errors_get_their_own_table():
+    trials = [_trial(i, "TERMINATED", 0.1 * (i + 1), loss) for i, loss in enumerate([0.5, 0.1, 0.3, 0.2])]
+    trials.append(TrialInfo(trial_id="t9", config={"lr": 9.0}, status="ERROR", trainable_name="train",
+                            error="Traceback ...\nValueError: lr too large", num_failures=1))
+    reporter = CLIReporter(metric_columns=["loss"], max_progress_rows=3, sort_by_metric=True, metric="loss",
+                           mode="min")
+    text = reporter._progress_str(trials, done=True)
+    assert [row[0] for row in _rows(text.split("Number of errored trials")[0])] == ["train_t1", "train_t3",
+                                                                                    "train_t2"]
+    assert "... 2 more trials not shown" in text
+    assert "Number of errored trials: 1" in text and "| train_t9   | 1          | ValueError: lr too large |" in text
+
+
+def test_columns_can_be_added_and_a_second_metric_is_refused():
+    reporter = CLIReporter(metric_columns=["loss"])
+    reporter.add_metric_column("acc")
+    with pytest.raises(ConfigError, match="the metric column 'acc' exists already"):
+        reporter.add_metric_column("acc")
+    with pytest.raises(ConfigError, match="a header for 'lr' needs a dict of parameter columns"):
+        reporter.add_parameter_column("lr", "learning rate")
+    named = CLIReporter(parameter_columns={"lr": "learning rate"})
+    named.add_parameter_column("batch", "B")
+    assert named._parameter_columns == {"lr": "learning rate", "batch": "B"}
+    with pytest.raises(ConfigError, match="CLIReporter: the run has a metric/mode and this reporter was built with"):
+        CLIReporter(metric="loss").setup(metric="acc", mode="max")
+    with pytest.raises(ConfigError, match="CLIReporter: max_progress_rows must be an int >= 0"):
+        CLIReporter(max_progress_rows=-1)
+
+
+def test_rays_reporter_is_translated_with_its_settings_and_other_objects_are_refused():
+    ray_reporter = rt.CLIReporter(metric_columns=["loss"], parameter_columns=["lr"], max_progress_rows=7,
+                                  max_report_frequency=2, sort_by_metric=True)
+    with pytest.warns(UserWarning, match="progress_reporter is Ray Tune's CLIReporter"):
+        config = tune.RunConfig(progress_reporter=ray_reporter)
+    ours = config.progress_reporter
+    assert isinstance(ours, CLIReporter)
+    assert (ours._metric_columns, ours._parameter_columns, ours._max_progress_rows, ours._max_report_frequency,
+            ours._sort_by_metric) == (["loss"], ["lr"], 7, 2.0, True)
+
+    class Custom:
+        def should_report(self, trials, done=False):
+            return True
+
+        def report(self, trials, done, *sys_info):
+            pass
+
+    custom = Custom()
+    assert adopt_reporter(custom) is custom
+    with pytest.raises(ConfigError, match="RunConfig: progress_reporter must be None or a fluidsalus.tune"):
+        tune.RunConfig(progress_reporter="cli")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Real runs
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _train(config):
+    for step in range(1, 4):
+        tune.report({"loss": config["lr"] / step, "step": step})
+
+
+class _Recorder(ProgressReporter):
+    def __init__(self) -> None:
+        self.calls: list[tuple[bool, list[tuple[str, str]]]] = []
+        self.setup_args: dict[str, Any] = {}
+
+    def setup(self, start_time=None, total_samples=None, metric=None, mode=None, **kwargs):
+        self.setup_args = {"total_samples": total_samples, "metric": metric, "mode": mode}
+
+    def should_report(self, trials, done=False):
+        return True
+
+    def report(self, trials, done, *sys_info):
+        self.calls.append((done, [(str(t), t.status) for t in trials]))
+
+
+def test_a_cli_reporter_prints_tables_of_a_real_run(ray_cluster, storage: str, capsys) -> None:
+    reporter = CLIReporter(metric_columns=["loss", "step"], parameter_columns=["lr"], max_report_frequency=0)
+    tune.run(_train, config={"lr": tune.grid_search([0.1, 0.2])}, metric="loss", mode="min", storage_path=storage,
+             progress_reporter=reporter, verbose=1)
+    out = capsys.readouterr().out
+    tables = out.split("== Status ==")[1:]
+    assert len(tables) >= 2
+    last = tables[-1]
+    assert "Number of trials: 2/2 (2 TERMINATED)" in last and "Current best trial: " in last
+    rows = _rows(last)
+    assert sorted((row[1], row[2], row[3], row[4]) for row in rows) == [("TERMINATED", "0.1", "0.033333", "3"),
+                                                                         ("TERMINATED", "0.2", "0.066667", "3")]
+
+
+def test_a_custom_reporter_is_set_up_and_called_and_verbose_0_silences_it(ray_cluster, storage: str) -> None:
+    recorder = _Recorder()
+    tune.Tuner(_train, param_space={"lr": tune.grid_search([0.1, 0.2, 0.3])},
+               tune_config=tune.TuneConfig(metric="loss", mode="min"),
+               run_config=tune.RunConfig(storage_path=storage, progress_reporter=recorder, verbose=1)).fit()
+    assert recorder.setup_args == {"total_samples": 3, "metric": "loss", "mode": "min"}
+    done, trials = recorder.calls[-1]
+    assert done and len(trials) == 3 and {status for _, status in trials} == {"TERMINATED"}
+    assert all(name.startswith("_train_") for name, _ in trials)
+    assert [d for d, _ in recorder.calls].count(True) == 1 and len(recorder.calls) > 1
+    silent = _Recorder()
+    tune.Tuner(_train, param_space={"lr": 0.1},
+               run_config=tune.RunConfig(storage_path=storage, progress_reporter=silent, verbose=0)).fit()
+    assert silent.calls == []
