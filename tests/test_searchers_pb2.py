@@ -160,6 +160,19 @@ def test_pb2_finds_better_schedules_than_pbt_on_average():
     assert statistics.mean(pb2) > statistics.mean(pbt) + 1.0, (pb2, pbt)
 
 
+def test_synch_mode_perturbs_the_whole_population_at_once_with_gp_picks():
+    kwargs = {"synch": True, "time_attr": "time_total_s", "perturbation_interval": 6.0}
+    run = run_pbt(_pb2(seed=2, **kwargs), seed=2, iteration_time=lambda config: 1.0 + config["lr"])
+    log = run.searcher.exploit_log
+    assert any(entry["operations"] == {"pb2": "gp-ucb"} for entry in log)
+    # Each round's clones are picked with the earlier picks of the round pending: no two alike.
+    by_round: dict[float, list[float]] = {}
+    for request, entry in zip(run.exploits, log, strict=True):
+        if entry["operations"] == {"pb2": "gp-ucb"}:
+            by_round.setdefault(request.source_time, []).append(entry["new_config"]["lr"])
+    assert all(len(set(picks)) == len(picks) for picks in by_round.values())
+
+
 def test_a_cancelled_exploit_drops_the_clones_start_and_keeps_the_trials_segment():
     pb2 = _pb2(num_samples=4, quantile_fraction=0.25)
     (group,) = pb2.next_groups()

