@@ -186,9 +186,12 @@ def test_pbt_function_example(tmp_path: Path) -> None:
                                                                              "checkpoint_interval"}
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get(SLOW_ENV), reason=f"set {SLOW_ENV}=1")
 def test_pb2_example(tmp_path: Path) -> None:
     # Ray's PB2 example: PB2(hyperparam_bounds={"lr": [0.0001, 0.02]}) over 8 trials of Ray's toy pbt_function
-    # (fluidsalus.tune.examples.pbt_function, the same contract), perturbed every 5 of 30 iterations.
+    # (fluidsalus.tune.examples.pbt_function, the same contract), perturbed every 5 of 30 iterations. About 10 s;
+    # PB2 itself is tested quickly in test_searchers_pb2.py and its translation in test_tune_frontend.py.
     output = _check(run_example("pb2_example.py", tmp_path, "--smoke-test"))
     best = best_config(output, "Best hyperparameters found were: ")
     assert set(best) == {"lr", "some_other_factor", "checkpoint_interval"} and 0.0001 <= best["lr"] <= 0.02
