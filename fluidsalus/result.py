@@ -225,7 +225,7 @@ class ResultGrid:
                 row = {k: v for k, v in result.metrics.items() if k != "config"}
             if row is None:
                 row = {"trial_id": result.trial_id}
-            for key, value in _flatten(result.config or {}).items():
+            for key, value in flatten_dict(result.config or {}).items():
                 row[f"config/{key}"] = value
             row["logdir"] = result.path
             rows.append(row)
@@ -256,12 +256,13 @@ def _score(history: list[Mapping[str, Any]], metric: str, mode: str, scope: str,
     return float(sum(values) / len(values))
 
 
-def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten_dict(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts flattened to ``"a/b"`` keys (Ray's delimiter), e.g. for config columns."""
     out: dict[str, Any] = {}
     for key, value in config.items():
         path = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            out.update(_flatten(value, path + "/"))
+            out.update(flatten_dict(value, path + "/"))
         else:
             out[path] = value
     return out

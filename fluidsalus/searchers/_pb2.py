@@ -94,18 +94,16 @@ def tv_se_kernel(a: np.ndarray, b: np.ndarray, lengthscale: float, epsilon: floa
 
 @dataclass(frozen=True)
 class GaussianProcess:
-    """A GP fitted by :func:`fit_gp`: the data, the kernel parameters and the Cholesky factor."""
+    """A GP fitted by :func:`fit_gp`: the data, the kernel parameters, the Cholesky factor ``L`` of the kernel
+    matrix and ``alpha = L^-1 y``."""
 
     x: np.ndarray
-    y: np.ndarray
     lengthscale: float
     epsilon: float
     noise: float
     variance: float
     chol: np.ndarray
-
-    def _solve(self, chol: np.ndarray, k: np.ndarray) -> np.ndarray:
-        return np.linalg.solve(chol, k)
+    alpha: np.ndarray
 
     def predict(self, points: np.ndarray, pending: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance at ``points``.
@@ -118,14 +116,12 @@ class GaussianProcess:
         Returns:
             ``(mean, variance)``, one entry per point.
         """
-        k_star = tv_se_kernel(self.x, points, self.lengthscale, self.epsilon)
-        v = self._solve(self.chol, k_star)
-        mean = v.T @ self._solve(self.chol, self.y)
-        chol = self.chol
+        v = np.linalg.solve(self.chol, tv_se_kernel(self.x, points, self.lengthscale, self.epsilon))
+        mean = v.T @ self.alpha
         if pending is not None and len(pending):
             both = np.vstack([self.x, pending])
             chol = _cholesky(tv_se_kernel(both, both, self.lengthscale, self.epsilon), self.noise)
-            v = self._solve(chol, tv_se_kernel(both, points, self.lengthscale, self.epsilon))
+            v = np.linalg.solve(chol, tv_se_kernel(both, points, self.lengthscale, self.epsilon))
         variance = self.variance * np.clip(1.0 - np.sum(v * v, axis=0), 0.0, None)
         return mean, variance
 
@@ -161,7 +157,7 @@ def fit_gp(x: np.ndarray, y: np.ndarray) -> GaussianProcess:
                 variance = max(float(alpha @ alpha) / n, _TINY)
                 nll = 0.5 * n * math.log(variance) + float(np.sum(np.log(np.diag(chol))))
                 if best is None or nll < best[0]:
-                    best = (nll, GaussianProcess(x, y, lengthscale, epsilon, noise, variance, chol))
+                    best = (nll, GaussianProcess(x, lengthscale, epsilon, noise, variance, chol, alpha))
     assert best is not None, "the largest noise of NOISE_GRID keeps every kernel matrix positive definite"
     return best[1]
 
@@ -233,13 +229,9 @@ def improvement_data(points: Sequence[_Point]) -> tuple[np.ndarray, np.ndarray]:
     return x, np.array(ys[-MAX_OBSERVATIONS:], dtype=float)
 
 
-def _scale(column: np.ndarray, low: float, high: float) -> np.ndarray:
-    return (column - low) / (high - low) if high - low > _TINY else np.zeros_like(column)
-
-
-def _unit(value: float, low: float, high: float) -> float:
-    """``value`` scaled to [0, 1] by ``[low, high]`` (0 for an empty range)."""
-    return (value - low) / (high - low) if high - low > _TINY else 0.0
+def _scale(value: Any, low: float, high: float) -> Any:
+    """``value`` (a number or an array) scaled to [0, 1] by ``[low, high]`` (0 for an empty range)."""
+    return (value - low) / (high - low) if high - low > _TINY else value * 0.0
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -350,7 +342,7 @@ class PB2(PBT):
 
     def _values(self, config: Mapping[str, Any]) -> list[float]:
         """The bounded hyperparameters of ``config``, scaled to [0, 1]."""
-        return [_unit(float(_get(config, key)), low, high) for key, (low, high) in self.bounds.items()]
+        return [_scale(float(_get(config, key)), low, high) for key, (low, high) in self.bounds.items()]
 
     def _segment(self, trial_id: str) -> str:
         return f"{trial_id}#{self._segments.get(trial_id, 0)}"
@@ -393,7 +385,7 @@ class PB2(PBT):
         inputs = x.copy()
         for column in range(2):
             inputs[:, column] = _scale(x[:, column], lows[column], highs[column])
-        fixed = np.array([_unit(value, lows[c], highs[c]) for c, value in enumerate((time, score))])
+        fixed = np.array([_scale(value, lows[c], highs[c]) for c, value in enumerate((time, score))])
         spread = float(np.std(y))
         targets = (y - float(np.mean(y))) / spread if spread > _TINY else np.zeros_like(y)
         gp = fit_gp(inputs, targets)

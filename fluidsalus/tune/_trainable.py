@@ -423,7 +423,7 @@ class ClassOptions:
     Attributes:
         checkpoint_frequency: Every this many iterations (0: never).
         checkpoint_at_end: When the trial ends: here when the trainable ends itself (``"done": True``); a stop
-            rule's or a scheduler's ending is found by the session at the report (``_report_saving_at_end``).
+            rule's or a scheduler's ending is found by the session at the report (:func:`run_trainable_class`).
         every_iteration: At every iteration (population based training needs a checkpoint at each
             perturbation point).
     """
@@ -444,51 +444,20 @@ class ClassOptions:
 
 def run_trainable_class(cls: type[Trainable], config: dict[str, Any], parameters: Mapping[str, Any],
                         options: ClassOptions) -> None:
-    """Run a :class:`Trainable` subclass as a function trainable (inside a trial)."""
-    from fluidsalus.session import get_checkpoint, report
+    """Run a :class:`Trainable` subclass as a function trainable (inside a trial).
 
+    Each ``step()`` is one report. The trainable is saved with it when the options ask for this iteration (or the
+    driver asked, for a Ray callback's ``should_checkpoint``); under ``checkpoint_at_end`` the session saves it
+    with the result that ends the trial, whatever ends it (the trainable's ``done``, the stop rule, a
+    scheduler's stop), as Ray does, and with a result that pauses it at a rung, where the verdict may end it.
+    """
+    from fluidsalus.session import _current
+
+    session = _current("report")
     trainable = cls.__new__(cls)
     trainable._fluidsalus_setup_kwargs = dict(parameters)
     cls.__init__(trainable, config)
-    try:
-        checkpoint = get_checkpoint()
-        if checkpoint is not None:
-            trainable.restore(checkpoint)
-        while True:
-            result = trainable.train()
-            done = bool(result.pop(DONE_KEY, False))
-            save = options.wants(trainable.iteration, result, done) or _checkpoint_requested()
-            result.pop(SHOULD_CHECKPOINT_KEY, None)
-            if save:
-                saved = trainable.save()
-                try:
-                    report(result, checkpoint=saved)
-                finally:
-                    shutil.rmtree(saved.path, ignore_errors=True)
-            elif options.checkpoint_at_end:
-                _report_saving_at_end(trainable, result)
-            else:
-                report(result)
-            if done:
-                return
-    finally:
-        trainable.stop()
-
-
-def _checkpoint_requested() -> bool:
-    """Whether the driver asked this trial for a checkpoint (a Ray callback's ``should_checkpoint``)."""
-    from fluidsalus.session import _current
-
-    return _current("report").take_checkpoint_request()
-
-
-def _report_saving_at_end(trainable: Trainable, result: dict[str, Any]) -> None:
-    """Report ``result`` and save ``trainable`` with it if the result ends the trial, as Ray's
-    ``checkpoint_at_end`` does for every ending (the trainable's ``done``, the stop rule, a scheduler's stop);
-    a trial paused at a rung is saved too, since the verdict it waits for may end it."""
-    from fluidsalus.session import _current
-
-    saved: list[str] = []
+    saved: list[str] = []  # the temporary folders of this iteration's save, removed once persisted
 
     def save() -> Checkpoint:
         checkpoint = trainable.save()
@@ -496,10 +465,26 @@ def _report_saving_at_end(trainable: Trainable, result: dict[str, Any]) -> None:
         return checkpoint
 
     try:
-        _current("report").report(result, at_end=save)
+        if session.checkpoint is not None:
+            trainable.restore(session.checkpoint)
+        while True:
+            result = trainable.train()
+            done = bool(result.pop(DONE_KEY, False))
+            now = options.wants(trainable.iteration, result, done) or session.take_checkpoint_request()
+            result.pop(SHOULD_CHECKPOINT_KEY, None)
+            try:
+                if now:
+                    session.report(result, checkpoint=save())
+                else:
+                    session.report(result, at_end=save if options.checkpoint_at_end else None)
+            finally:
+                for path in saved:
+                    shutil.rmtree(path, ignore_errors=True)
+                saved.clear()
+            if done:
+                return
     finally:
-        for path in saved:
-            shutil.rmtree(path, ignore_errors=True)
+        trainable.stop()
 
 
 # ---------------------------------------------------------------------------------------------------------

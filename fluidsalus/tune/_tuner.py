@@ -135,6 +135,15 @@ def combine_stops(stop: Any, extra: list[Callable[[str, Mapping[str, Any]], bool
 # ---------------------------------------------------------------------------------------------------------
 
 
+def _stored_results(experiment_dir: str) -> ResultGrid:
+    """The results an experiment's store holds (read-only)."""
+    store = ExperimentStore.open(experiment_dir, readonly=True)
+    try:
+        return ResultGrid.from_store(store)
+    finally:
+        store.close()
+
+
 def _split_callbacks(callbacks: list[Any] | None) -> tuple[list[EngineCallback], list[Any]]:
     engine, ray_style = [], []
     for index, callback in enumerate(callbacks or []):
@@ -393,11 +402,7 @@ class Tuner:
         if self._results is not None:
             return self._results
         if self._experiment_dir and os.path.isfile(os.path.join(self._experiment_dir, DB_FILENAME)):
-            store = ExperimentStore.open(self._experiment_dir, readonly=True)
-            try:
-                return ResultGrid.from_store(store)
-            finally:
-                store.close()
+            return _stored_results(self._experiment_dir)
         raise RuntimeError("Can't return results as experiment has not been run, yet. Call `Tuner.fit()` to run "
                            "the experiment first.")
 
@@ -409,11 +414,7 @@ class Tuner:
         hint = self._resume_hint.format(path=experiment_dir)
         logger.warning(f"Experiment has been interrupted, but the most recent state was saved.\n"
                        f"Resume experiment with: {hint}")
-        store = ExperimentStore.open(experiment_dir, readonly=True)
-        try:
-            return ResultGrid.from_store(store)
-        finally:
-            store.close()
+        return _stored_results(experiment_dir)
 
     def _check_checkpointing(self, class_trainable: bool) -> ClassOptions:
         config = self._run_config.checkpoint_config
@@ -499,12 +500,12 @@ class Tuner:
             warnings.warn(f"fluidsalus.tune: {', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} accepted "
                           "but not used by fluidsalus", UserWarning, stacklevel=2)
         engine_callbacks, ray_callbacks = _split_callbacks(run_config.callbacks)
+        endless = tune_config.num_samples == INFINITE_SAMPLES
+        total_samples = getattr(planned.searcher, "total_samples", None if endless else tune_config.num_samples)
         if run_config.progress_reporter is not None and run_config.verbosity() >= 1:
             # As tune.run does: the reporter gets the run's start, samples, and TuneConfig's metric and mode.
-            endless = tune_config.num_samples == INFINITE_SAMPLES
-            run_config.progress_reporter.setup(
-                start_time=time.time(), metric=tune_config.metric, mode=tune_config.mode,
-                total_samples=getattr(planned.searcher, "total_samples", None if endless else tune_config.num_samples))
+            run_config.progress_reporter.setup(start_time=time.time(), metric=tune_config.metric,
+                                               mode=tune_config.mode, total_samples=total_samples)
             ray_callbacks.append(ReporterCallback(run_config.progress_reporter))
         if not ray.is_initialized():
             ray.init(include_dashboard=False, configure_logging=False, log_to_driver=True)
@@ -524,10 +525,8 @@ class Tuner:
             self._apply_restore_flags(experiment_dir, lambda: plan(tune_config, self._param_space,
                                                                    class_trainable=class_trainable).searcher)
         if adapter is not None:
-            endless = tune_config.num_samples == INFINITE_SAMPLES
             adapter.setup(stop=run_config.stop, num_samples=sys.maxsize if endless else tune_config.num_samples,
-                          total_num_samples=getattr(planned.searcher, "total_samples",
-                                                    None if endless else tune_config.num_samples),
+                          total_num_samples=total_samples,
                           time_budget_s=tune_config.time_budget)
         signals = StopSignals()
         try:

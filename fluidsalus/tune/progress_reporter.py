@@ -27,10 +27,11 @@ import math
 import numbers
 import time
 import warnings
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import MutableMapping, Sequence
 from typing import Any
 
 from fluidsalus.errors import ConfigError
+from fluidsalus.result import flatten_dict
 from fluidsalus.tune.callback import Callback
 
 __all__ = ["CLIReporter", "JupyterNotebookReporter", "ProgressReporter", "ReporterCallback", "TuneReporterBase",
@@ -189,7 +190,7 @@ class TuneReporterBase(ProgressReporter):
         if best is not None:
             value = _cell(best.last_result[self._metric])
             lines.append(f"Current best trial: {best.trial_id} with {self._metric}={value} and parameters="
-                         f"{_flatten(best.config)}")
+                         f"{flatten_dict(best.config)}")
         lines.append(f"Number of trials: {total} ({shown_counts})")
         if trials and (done or self._print_intermediate_tables is not False):
             lines.append(self._trial_table(trials))
@@ -213,7 +214,7 @@ class TuneReporterBase(ProgressReporter):
             parameters = (dict(self._parameter_columns) if isinstance(self._parameter_columns, dict)
                           else {key: key for key in self._parameter_columns})
         else:  # the parameters that differ between trials (Ray shows the sampled ones)
-            flat = [_flatten(t.config) for t in trials]
+            flat = [flatten_dict(t.config) for t in trials]
             keys = sorted({k for config in flat for k in config})
             parameters = {k: k for k in keys if len({repr(config.get(k)) for config in flat}) > 1}
         return metrics, parameters
@@ -229,7 +230,7 @@ class TuneReporterBase(ProgressReporter):
                   *[_cut(h, self._max_column_length) for h in metrics.values()]]
         rows = []
         for trial in shown:
-            config, result = _flatten(trial.config), _flatten(trial.last_result or {})
+            config, result = flatten_dict(trial.config), flatten_dict(trial.last_result or {})
             rows.append([str(trial), trial.status, *[_cell(config.get(k)) for k in parameters],
                          *[_cell(result.get(k)) for k in metrics]])
         table = _table(header, rows)
@@ -353,21 +354,11 @@ def _sort_value(trial: Any, metric: str, sign: float) -> float:
     return sign * float(value) if _is_number(value) and not math.isnan(value) else math.inf
 
 
-def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in mapping.items():
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, f"{prefix}{key}/"))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def _reported_metrics(trials: Sequence[Any]) -> list[str]:
     """Numeric result keys the trials report themselves, in the order first seen."""
     keys: dict[str, None] = {}
     for trial in trials:
-        for key, value in _flatten(trial.last_result or {}).items():
+        for key, value in flatten_dict(trial.last_result or {}).items():
             if key not in AUTO_FILLED and not key.startswith("config/") and _is_number(value):
                 keys.setdefault(key, None)
     return list(keys)
