@@ -341,7 +341,49 @@ def test_a_trial_measured_larger_than_its_device_fails_and_its_neighbours_go_on(
     host.submit([_spec(tmp_path, 0, floats=4 * 2**20), _spec(tmp_path, 1, floats=16)])  # 16 MiB vs 64 bytes
     ends = {e[1]: e for e in _drain(host, 2) if e[0] == EV_END}
     assert ends["t0"][4] == OUT_ERRORED and "needs more memory than the device has" in ends["t0"][5]
-    assert ends["t1"][4] == OUT_COMPLETED
+    assert ends["t1"][4] == OUT_COMPLETED, ends["t1"][5:]
+
+
+class _NoisyPeak:
+    """Stands in for a solo iteration's measured peak: ``window start + rises[i]`` on the i-th reading (then
+    the last one again), as if another thread of the process allocated during some windows."""
+
+    def __init__(self, host: DeviceHost, rises: list[int]) -> None:
+        self.host, self.rises, self.calls = host, rises, 0
+
+    def __call__(self) -> int:
+        rise = self.rises[min(self.calls, len(self.rises) - 1)]
+        self.calls += 1
+        window = next(iter(self.host._running.values())).window
+        return window[0] + rise
+
+
+def _one_trial_on_a_noisy_device(tmp_path, rises: list[int], iterations: int = 5):
+    def f(config):
+        for i in range(iterations):
+            fluidsalus.report({"i": i})
+
+    host = DeviceHost(f, HostSettings("exp", max_lanes=1, capacity_bytes=8 * 2**20, trial_estimate=(2**20, 0),
+                                      quantum_ms=0))
+    host._memory_peak = _NoisyPeak(host, rises)  # type: ignore[method-assign]
+    host.submit([_spec(tmp_path, 0)])
+    events = _drain(host, 1)
+    memory = [e[5] for e in events if e[0] == EV_LANE and e[4] == "memory"]
+    return next(e for e in events if e[0] == EV_END), memory
+
+
+def test_one_measured_peak_over_the_device_is_held_back_and_the_next_solo_iteration_decides(tmp_path):
+    end, memory = _one_trial_on_a_noisy_device(tmp_path, [64 * 2**20, 4096])
+    assert end[4] == OUT_COMPLETED, end[5:]
+    assert memory[0]["suspect_t"] == 64 * 2**20 and memory[0]["t"] == 0  # held back: the guess stays
+    assert memory[1]["suspect_t"] is None and memory[1]["t"] == 4096  # the second look is used
+
+
+def test_a_peak_over_the_device_measured_twice_fails_the_trial(tmp_path):
+    end, memory = _one_trial_on_a_noisy_device(tmp_path, [64 * 2**20, 32 * 2**20])
+    assert end[4] == OUT_ERRORED and "needs more memory than the device has" in end[5]
+    assert f"T={64 * 2**20}" in end[5]  # the larger of the two measurements
+    assert len(memory) == 2
 
 
 def test_an_idle_lane_handover_is_not_a_switch(tmp_path):

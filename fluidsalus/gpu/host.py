@@ -172,6 +172,7 @@ class _Running:
     turn_started: float = 0.0
     memory: mem.MemoryEstimate = field(default_factory=mem.MemoryEstimate)
     window: tuple[int | None, int, int] | None = None  # (rss at start, grant seq, lanes computing) of an iteration
+    suspect_t: int | None = None  # an RSS-measured T that alone would not fit the device, awaiting a second look
     readmitted: threading.Event | None = None  # set when a trial that had to wait for memory is placed again
 
 
@@ -477,7 +478,13 @@ class DeviceHost:
 
     def _profiling(self, r: _Running) -> bool:
         # Arena mode reads the allocator at every boundary (one call): an estimate that grows is re-fitted at once.
-        return self.settings.profile_memory and (self._arenas is not None or r.memory.samples < PROFILE_ITERATIONS)
+        if not self.settings.profile_memory:
+            return False
+        if self._arenas is not None or r.memory.samples < PROFILE_ITERATIONS:
+            return True
+        # A held-back T (see _confirmed_rss_t) waits for a solo iteration, for PROFILE_ITERATIONS more at most;
+        # after that it is dropped and the trial keeps its estimate.
+        return r.suspect_t is not None and r.memory.samples < 2 * PROFILE_ITERATIONS
 
     def _memory_now(self) -> int | None:
         """Memory in use by this process on the device: RSS on a CPU device, allocated bytes on a GPU."""
@@ -538,12 +545,13 @@ class DeviceHost:
                 computing = sum(1 for turn in self._turns.values() if turn.holder is not None)
                 if computing == 1:
                     grown = max(0, p - r.memory.p) if r.memory.samples else 0
-                    t = max(0, self._memory_peak() - window[0] - grown)  # type: ignore[operator]
+                    measured = max(0, self._memory_peak() - window[0] - grown)  # type: ignore[operator]
+                    t = self._confirmed_rss_t(r, p, measured, t)
         r.memory.update(p, t)
         with self._lock:
             self._emit_locked((EV_LANE, r.spec.trial_id, r.spec.attempt, time.time(), "memory",
                                {"p": r.memory.p, "t": r.memory.t, "alone": alone, "sample": r.memory.samples,
-                                "exact": self._arenas is not None}))
+                                "exact": self._arenas is not None, "suspect_t": r.suspect_t}))
             decision = self._lanes.update_estimate(r.spec.trial_id, r.memory.p, r.memory.t)
             self._emit_lane_events_locked()
             self._place_admitted_locked(decision.admitted)
@@ -565,6 +573,37 @@ class DeviceHost:
             r.readmitted = None
         self._acquire(r.spec.trial_id)
         return True
+
+    def _confirmed_rss_t(self, r: _Running, p: int, measured: int, previous: int) -> int:
+        """The T to use from a solo iteration's measured peak (the process's RSS on a CPU device; on a GPU in
+        caching mode the allocator's device-wide peak).
+
+        Both belong to the whole process: a thread that is no trial's (Ray's, the caller's) may allocate
+        during the window, and that cannot be told apart from the trial's own use. P is counted from the
+        trial's own objects, so P alone over the device fails the trial at once; a T that alone would push
+        the trial past the whole device (a failure, never retried) must be measured twice in a row first.
+        The first such sample is held back (the previous estimate stays) and the next solo iteration decides:
+        over again, and the larger one is used (the trial fails); within the device, and it is used as
+        measured.
+
+        Args:
+            r: The trial.
+            p: Its P just counted.
+            measured: T from this window's RSS peak.
+            previous: The T in use before this sample.
+
+        Returns:
+            The T to fold into the estimate.
+        """
+        settled = p > self.settings.capacity_bytes or p + measured <= self.settings.capacity_bytes
+        if settled:  # within the device, or P alone decides the failure: nothing to confirm
+            r.suspect_t = None
+            return measured
+        if r.suspect_t is None:
+            r.suspect_t = measured
+            return previous
+        measured, r.suspect_t = max(measured, r.suspect_t), None
+        return measured
 
     def _place_admitted_locked(self, placements: tuple[ln.Placement, ...] | list[ln.Placement]) -> None:
         """Start newly admitted trials; wake running ones that were waiting to be placed again."""
