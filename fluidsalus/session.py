@@ -432,6 +432,11 @@ def _current(function: str) -> TrialSession:
     return session
 
 
+def current_session() -> TrialSession | None:
+    """The session of the trial that runs in the calling thread, or None outside a trial."""
+    return getattr(_local, "session", None)
+
+
 def set_session(session: TrialSession | None) -> None:
     """Install (or with None remove) the session of the calling thread. Used by the device host."""
     _local.session = session

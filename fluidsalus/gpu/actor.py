@@ -26,6 +26,7 @@ from fluidsalus.gpu import nvml
 from fluidsalus.gpu.allocator import install_cuda_allocator
 from fluidsalus.gpu.device import DeviceSpec, NodeResources, virtual_device_capacity
 from fluidsalus.gpu.host import EV_LANE, DeviceHost, HostSettings, TrialSpec
+from fluidsalus.gpu.ray_session import RaySessionBridge, install_if_ray_is_imported
 
 #: Concurrent method calls the actor serves: one long poll plus submit/stop/info calls beside it.
 ACTOR_MAX_CONCURRENCY = 4
@@ -79,6 +80,9 @@ class _DeviceActor:
             "capacity_bytes": settings.capacity_bytes,  # what its lanes may reserve: the planner's device capacity
         }
         self.host = DeviceHost(trainable, settings, arena=arena)
+        # A trainable that still calls Ray's ray.tune.report (an import left unchanged) reaches its trial.
+        self._ray_session = RaySessionBridge()
+        install_if_ray_is_imported(self._ray_session)
         # Utilisation and memory of the GPU, sampled in the background and sent with each poll (for goodput).
         self._nvml = nvml.NvmlSampler(nvml.nvml_device_for_cuda(0)) if device.kind == "cuda" else None
         self._nvml_sent = 0.0
@@ -95,6 +99,7 @@ class _DeviceActor:
         return free_port()
 
     def submit(self, specs: list[TrialSpec]) -> None:
+        install_if_ray_is_imported(self._ray_session)  # a trial may have imported ray.tune since (one dict lookup)
         self.host.submit(specs)
 
     def stop(self, trial_ids: list[str], attempts: dict[str, int] | None = None) -> None:

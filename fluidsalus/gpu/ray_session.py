@@ -1,0 +1,152 @@
+"""Ray Tune's own session functions inside a device process: ``ray.tune.report`` reaches the fluidsalus trial.
+
+A script moved to fluidsalus changes its imports (``from fluidsalus import tune``), but a helper module of the
+user's may still call Ray's ``ray.tune.report``, ``ray.tune.get_checkpoint`` or ``ray.tune.get_context``. Ray's
+functions look up one process-wide session (``ray.train._internal.session.get_session()``), and without it
+they warn and do nothing: the trial would end with no result at all. In a device process no Ray Tune session
+ever exists, so the device actor installs a :class:`RaySessionBridge` in its place. The bridge forwards each
+call to the fluidsalus trial that runs in the calling thread (lanes run several trials as threads of one
+process), warns once per function that the import should change, and is falsy in any other thread, where
+Ray's own "meant to only be called inside a function that is executed by a Tuner" warning stays.
+
+The bridge is installed only when the trainable's code already imported Ray's session module (unpickling the
+trainable imports the user's modules); a device process never imports ``ray.tune`` for it. A module that
+imports ``ray.tune`` only inside a trial is covered from the next trial submitted to the device on.
+
+Not forwarded: Ray Train's own API (``ray.train.report`` under Ray Train V2, the default of Ray 2.60, raises in
+a Tune function under Ray too), datasets and storage (``get_dataset_shard``, ``get_storage``).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import warnings
+from typing import Any
+
+from fluidsalus import session as _session
+from fluidsalus.checkpoint import Checkpoint
+from fluidsalus.errors import ConfigError, SessionError
+
+#: Ray's module that holds the process-wide session every ``ray.tune`` / ``ray.train`` V1 function reads.
+RAY_SESSION_MODULE = "ray.train._internal.session"
+
+
+class RaySessionBridge:
+    """Stands in for Ray's process-wide trial session; every call goes to the calling thread's fluidsalus trial.
+
+    The attribute names are those Ray's session functions read (``report``, ``loaded_checkpoint``,
+    ``trial_name``, ...).
+    """
+
+    def __init__(self) -> None:
+        self._warned: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __bool__(self) -> bool:
+        """True only in a thread that runs a fluidsalus trial (elsewhere Ray warns, as it does without Tune)."""
+        return _session.current_session() is not None
+
+    def _trial(self, ray_name: str, ours: str, depth: int = 0) -> _session.TrialSession:
+        """The calling thread's trial; the first call of each Ray function warns (at the user's line: Ray's
+        wrapper and function sit between, and ``depth`` more frames of the bridge)."""
+        with self._lock:
+            first = ray_name not in self._warned
+            self._warned.add(ray_name)
+        if first:
+            warnings.warn(f"{ray_name} was called inside a fluidsalus trial: it is forwarded to {ours}. "
+                          "Change the import to `from fluidsalus import tune` (an import left unchanged?).",
+                          stacklevel=5 + depth)
+        current = _session.current_session()
+        if current is None:  # Ray's wrapper checked truthiness in this thread a moment ago
+            raise SessionError(f"{ray_name} called outside a fluidsalus trial")
+        return current
+
+    def report(self, metrics: dict[str, Any], checkpoint: Any = None) -> None:
+        """``ray.tune.report(metrics, checkpoint=...)``: Ray's Checkpoint becomes a fluidsalus one (same folder)."""
+        trial = self._trial("ray.tune.report", "fluidsalus.tune.report")
+        trial.report(metrics, None if checkpoint is None else _as_fluidsalus_checkpoint(checkpoint))
+
+    @property
+    def loaded_checkpoint(self) -> Any:
+        """``ray.tune.get_checkpoint()``: the trial's checkpoint as Ray's own ``Checkpoint`` class."""
+        checkpoint = self._trial("ray.tune.get_checkpoint", "fluidsalus.tune.get_checkpoint").checkpoint
+        if checkpoint is None:
+            return None
+        from ray.tune import Checkpoint as RayCheckpoint  # imported already: the bridge exists because Ray's is
+
+        return RayCheckpoint.from_directory(checkpoint.path)
+
+    def _context(self, ray_name: str) -> _session.TrialContext:
+        # Two more frames than report(): this method, and Ray's TuneContext method above its session function.
+        return self._trial(f"ray.tune.get_context().{ray_name}", "fluidsalus.tune.get_context()", depth=2).context
+
+    @property
+    def trial_name(self) -> str:
+        return self._context("get_trial_name").trial_name
+
+    @property
+    def trial_id(self) -> str:
+        return self._context("get_trial_id").trial_id
+
+    @property
+    def run_id(self) -> str:
+        return self._context("get_run_id").trial_id
+
+    @property
+    def experiment_name(self) -> str:
+        return self._context("get_experiment_name").experiment_name
+
+    @property
+    def trial_dir(self) -> str:
+        return self._context("get_trial_dir").trial_dir
+
+    @property
+    def trial_resources(self) -> _session.TrialResources:
+        return self._context("get_trial_resources").get_trial_resources()
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return {}
+
+    #: A Ray Tune function's session has no Ray Train ranks (``ray.train.report`` then goes to ``ray.tune.report``).
+    world_rank = None
+    local_rank = None
+    node_rank = None
+    world_size = None
+    local_world_size = None
+
+
+def _as_fluidsalus_checkpoint(checkpoint: Any) -> Checkpoint:
+    """Ray's ``Checkpoint`` (a folder on a filesystem) as a fluidsalus one; only local folders can be copied."""
+    if isinstance(checkpoint, Checkpoint):
+        return checkpoint
+    path = getattr(checkpoint, "path", None)
+    filesystem = getattr(checkpoint, "filesystem", None)
+    kind = getattr(filesystem, "type_name", "local")
+    if not isinstance(path, str) or kind != "local":
+        raise ConfigError(f"ray.tune.report(checkpoint=...): expected a Checkpoint of a local folder, got "
+                          f"{type(checkpoint).__name__} (path={path!r}, filesystem={kind!r})")
+    return Checkpoint(path)
+
+
+def install_if_ray_is_imported(bridge: RaySessionBridge) -> bool:
+    """Put ``bridge`` in place of Ray's process-wide session, if the process imported Ray's session module.
+
+    Args:
+        bridge: The bridge (one per device process).
+
+    Returns:
+        True when the bridge is in place (now or before); False when Ray's session module is not imported, or
+        a real Ray session already runs in this process (then nothing changes).
+    """
+    module = sys.modules.get(RAY_SESSION_MODULE)
+    if module is None:
+        return False
+    current = getattr(module, "_session", None)
+    if current is bridge:
+        return True
+    if current is not None:
+        return False
+    module._session = bridge
+    return True

@@ -1,0 +1,130 @@
+"""Ray's own ``ray.tune.report`` / ``get_checkpoint`` / ``get_context`` called from a fluidsalus trial (an import
+left unchanged) reach the trial: fluidsalus/gpu/ray_session.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import warnings
+
+import pytest
+
+from fluidsalus.gpu.host import EV_END, EV_RESULT, OUT_COMPLETED, OUT_ERRORED, DeviceHost, HostSettings, TrialSpec
+from fluidsalus.gpu.ray_session import RAY_SESSION_MODULE, RaySessionBridge, install_if_ray_is_imported
+
+ray_tune = pytest.importorskip("ray.tune")
+ray_session = pytest.importorskip(RAY_SESSION_MODULE)
+
+WAIT_S = 20.0
+
+
+@pytest.fixture
+def bridge():
+    """A bridge in place of Ray's session in this process, and Ray's own state back afterwards."""
+    before = ray_session._session
+    ray_session._session = None
+    made = RaySessionBridge()
+    assert install_if_ray_is_imported(made)
+    yield made
+    ray_session._session = before
+
+
+def _run(trainable, tmp_path, checkpoint_path=None):
+    host = DeviceHost(trainable, HostSettings("exp", max_lanes=1, capacity_bytes=2**30,
+                                              trial_estimate=(2**20, 2**20), profile_memory=False))
+    spec = TrialSpec(trial_id="t0", trial_name="f_t0", config={"x": 2}, trial_dir=str(tmp_path / "t0"),
+                     checkpoint_path=checkpoint_path)
+    host.submit([spec])
+    events, deadline = [], time.time() + WAIT_S
+    while not any(e[0] == EV_END for e in events):
+        assert time.time() < deadline, f"timed out; events so far: {events}"
+        events += host.poll(0.1)
+    return events
+
+
+def _ray_style_trainable(config):
+    """A function trainable written for Ray Tune: Ray's report, checkpoint and context."""
+    start = 0
+    checkpoint = ray_tune.get_checkpoint()
+    if checkpoint is not None:
+        assert isinstance(checkpoint, ray_tune.Checkpoint)
+        with checkpoint.as_directory() as folder, open(os.path.join(folder, "state.json")) as f:
+            start = json.load(f)["step"] + 1
+    name = ray_tune.get_context().get_trial_name()
+    for step in range(start, 3):
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "state.json"), "w") as f:
+                json.dump({"step": step}, f)
+            ray_tune.report({"score": config["x"] * step, "name": name},
+                            checkpoint=ray_tune.Checkpoint.from_directory(folder))
+
+
+def test_ray_tune_report_checkpoint_and_context_reach_the_trial_with_one_warning_each(bridge, tmp_path):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        events = _run(_ray_style_trainable, tmp_path)
+    end = next(e for e in events if e[0] == EV_END)
+    assert end[4] == OUT_COMPLETED, end[5:]
+    results = [e[4] for e in events if e[0] == EV_RESULT]
+    assert [r["score"] for r in results] == [0, 2, 4]
+    assert {r["name"] for r in results} == {"f_t0"}
+    kept = sorted(os.listdir(tmp_path / "t0"))
+    assert [d for d in kept if d.startswith("checkpoint_")], kept  # each report's folder was copied in
+    forwarded = sorted(str(w.message).split(" was called")[0] for w in caught if "fluidsalus trial" in str(w.message))
+    assert forwarded == ["ray.tune.get_checkpoint", "ray.tune.get_context().get_trial_name", "ray.tune.report"]
+
+
+def test_a_restarted_trial_gets_its_checkpoint_as_rays_checkpoint_class(bridge, tmp_path):
+    _run(_ray_style_trainable, tmp_path / "a")
+    folders = sorted(d for d in os.listdir(tmp_path / "a" / "t0") if d.startswith("checkpoint_"))
+    path = str(tmp_path / "a" / "t0" / folders[0])  # the checkpoint of step 0
+    events = _run(_ray_style_trainable, tmp_path / "b", checkpoint_path=path)
+    assert [e[4]["score"] for e in events if e[0] == EV_RESULT] == [2, 4]  # resumed at step 1
+
+
+def test_a_checkpoint_on_another_filesystem_fails_the_trial_saying_why(bridge, tmp_path):
+    class Remote:
+        path = "bucket/folder"
+
+        class filesystem:  # noqa: N801 - stands in for a pyarrow filesystem
+            type_name = "s3"
+
+    def trainable(config):
+        ray_tune.report({"score": 1}, checkpoint=Remote())
+
+    end = next(e for e in _run(trainable, tmp_path) if e[0] == EV_END)
+    assert end[4] == OUT_ERRORED
+    assert "expected a Checkpoint of a local folder" in end[5] and "filesystem='s3'" in end[5]
+
+
+def test_outside_a_trial_the_bridge_is_falsy_and_rays_own_warning_stays(bridge):
+    assert not bridge
+    with pytest.warns(UserWarning, match="meant to only be called inside a function"):
+        ray_session.get_trial_name()  # Ray's wrapper decides by the session's truth value
+
+
+def test_the_bridge_leaves_a_real_ray_session_alone():
+    before = ray_session._session
+    try:
+        ray_session._session = sentinel = object()
+        assert not install_if_ray_is_imported(RaySessionBridge())
+        assert ray_session._session is sentinel
+    finally:
+        ray_session._session = before
+
+
+def test_a_tuner_runs_a_trainable_that_calls_rays_report(ray_cluster, storage):
+    from fluidsalus import tune
+
+    tuner = tune.Tuner(_ray_style_trainable, param_space={"x": tune.grid_search([1, 3])},
+                       tune_config=tune.TuneConfig(metric="score", mode="max"),
+                       run_config=tune.RunConfig(name="bridge", storage_path=storage, verbose=0))
+    grid = tuner.fit()
+    assert not grid.errors
+    assert sorted(r.metrics["score"] for r in grid) == [2, 6]
+    best = grid.get_best_result()
+    assert best.config["x"] == 3 and best.checkpoint is not None
+    with best.checkpoint.as_directory() as folder, open(os.path.join(folder, "state.json")) as f:
+        assert json.load(f) == {"step": 2}
