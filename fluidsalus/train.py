@@ -2,7 +2,8 @@
 ``from fluidsalus import train, tune``.
 
 Ray Tune scripts written for Ray 2.7 to 2.9 report from their function trainables with ``train.report(...)``
-and configure runs with ``train.RunConfig``, ``train.CheckpointConfig`` and ``train.FailureConfig``. Ray 2.60
+and configure runs with ``train.RunConfig``, ``train.CheckpointConfig``, ``train.FailureConfig`` and
+``train.SyncConfig``. Ray 2.60
 runs them only with its old Ray Train (``RAY_TRAIN_V2_ENABLED=0``, where ``ray.train.report`` inside a Tune
 function forwards to ``ray.tune.report`` with a deprecation warning); its default Ray Train V2 raises there.
 This module gives those names their Ray 2.7-2.9 meaning on fluidsalus: each is the :mod:`fluidsalus.tune` object
@@ -25,6 +26,7 @@ from fluidsalus.tune import (
     FailureConfig,
     Result,
     RunConfig,
+    SyncConfig,
     get_checkpoint,
     get_context,
 )
@@ -37,6 +39,7 @@ __all__ = [
     "FailureConfig",
     "Result",
     "RunConfig",
+    "SyncConfig",
     "TrainContext",
     "get_checkpoint",
     "get_context",

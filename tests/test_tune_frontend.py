@@ -43,6 +43,7 @@ _TOP_LEVEL = [
     "PlacementGroupFactory", "uniform", "quniform", "loguniform", "qloguniform", "randn", "qrandn", "randint",
     "qrandint", "lograndint", "qlograndint", "choice", "grid_search", "sample_from", "run", "ExperimentAnalysis",
     "create_scheduler", "create_searcher", "Experiment", "run_experiments", "CLIReporter", "JupyterNotebookReporter",
+    "SyncConfig", "ResumeConfig",
 ]
 _ANALYSIS_METHODS = ["get_all_configs", "dataframe", "get_best_checkpoint", "get_best_trial", "get_best_config",
                      "get_last_checkpoint"]
@@ -89,7 +90,7 @@ def _ray_pairs() -> list[tuple[str, object, object]]:
     # Ray Train V1's report: the one a Tune function could call (Ray 2.60's default V2 refuses it there).
     pairs += [("train.report", fluidsalus_train.report, ray_train_v1_session.report)]
     pairs += [(f"train.{name}", getattr(fluidsalus_train, name), getattr(ray_train, name))
-              for name in ("get_checkpoint", "get_context")]
+              for name in ("get_checkpoint", "get_context", "SyncConfig")]
     return pairs
 
 
@@ -110,7 +111,9 @@ def test_signature_matches_ray(name: str, ours: object, theirs: object) -> None:
         if _is_private_sentinel(b.default):
             assert a.default is not inspect.Parameter.empty, f"{name}.{a.name} needs a default"
             continue
-        assert a.default == b.default, f"{name}.{a.name}: default {a.default!r}, Ray's is {b.default!r}"
+        # An enum default (ResumeConfig's) is compared by its value: Ray's enum class is not ours.
+        mine_default, ray_default = (getattr(d, "value", d) for d in (a.default, b.default))
+        assert mine_default == ray_default, f"{name}.{a.name}: default {a.default!r}, Ray's is {b.default!r}"
 
 
 def test_fluidsalus_train_names_are_the_tune_objects_and_ray_train_itself_is_refused() -> None:

@@ -21,7 +21,7 @@ from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError, FluidsalusError
 from fluidsalus.result import Result
 from fluidsalus.tune import analysis as an
-from fluidsalus.tune._run import _checkpoint_config, resume_flags
+from fluidsalus.tune._run import _checkpoint_config, _resume_config, resume_flags
 
 rt = pytest.importorskip("ray.tune")
 from fluidsalus import tune  # noqa: E402
@@ -168,6 +168,32 @@ def test_resume_values_map_onto_restore_flags() -> None:
             resume_flags(bad)
 
 
+def test_resume_configs_map_onto_restore_flags_and_rays_is_read_too() -> None:
+    assert tune.ResumeConfig().restore_flags() == resume_flags("AUTO")
+    assert tune.ResumeConfig(errored="resume").restore_flags() == resume_flags("AUTO+ERRORED")
+    assert tune.ResumeConfig(errored=tune.ResumeConfig.ResumeType.RESTART).restore_flags() == resume_flags(
+        "AUTO+RESTART_ERRORED")
+    assert tune.ResumeConfig(unfinished="skip", errored="resume").restore_flags() == resume_flags(
+        "AUTO+ERRORED_ONLY")
+    theirs = rt.ResumeConfig(unfinished=rt.ResumeConfig.ResumeType.SKIP, errored=rt.ResumeConfig.ResumeType.RESTART)
+    assert _resume_config(theirs).restore_flags() == resume_flags("AUTO+RESTART_ERRORED_ONLY")
+    with pytest.raises(ConfigError, match=r"ResumeConfig: errored must be one of \['resume', 'restart', 'skip'\]"):
+        tune.ResumeConfig(errored="retry")
+
+
+def test_sync_config_has_rays_defaults_and_checks() -> None:
+    config = tune.SyncConfig()
+    ray_config = rt.SyncConfig()
+    assert (config.sync_period, config.sync_timeout, config.sync_artifacts, config.sync_artifacts_on_checkpoint) == (
+        ray_config.sync_period, ray_config.sync_timeout, ray_config.sync_artifacts,
+        ray_config.sync_artifacts_on_checkpoint)
+    with pytest.raises(ConfigError, match="SyncConfig: sync_period must be a number of seconds >= 0"):
+        tune.SyncConfig(sync_period=-1)
+    with pytest.raises(ConfigError, match="SyncConfig: sync_artifacts must be True or False"):
+        tune.SyncConfig(sync_artifacts="yes")
+    assert "sync_config" in tune.RunConfig(sync_config=config).ignored()
+
+
 def test_deprecated_checkpoint_arguments_fill_the_checkpoint_config() -> None:
     assert _checkpoint_config(None, None, None, 0, False) is None
     with warnings.catch_warnings(record=True) as caught:
@@ -206,7 +232,9 @@ def _noop(config):
     ({"run_or_experiment": "PPO"}, "no trainable registry"),
     ({"run_or_experiment": [_noop, _noop]}, "use tune.run_experiments"),
     ({"restore": "/some/checkpoint"}, "restore is not supported"),
-    ({"resume_config": object()}, "resume_config is not supported.*AUTO\\+ERRORED"),
+    ({"resume_config": object()}, "resume_config must be None or a ResumeConfig"),
+    ({"resume_config": tune.ResumeConfig(unfinished="restart")}, "unfinished='restart' is not supported"),
+    ({"resume_config": tune.ResumeConfig(finished="resume")}, "finished='resume' is not supported"),
     ({"storage_filesystem": object()}, "storage_filesystem is not supported"),
     ({"chdir_to_trial_dir": False}, "chdir_to_trial_dir is deprecated"),
     ({"local_dir": "/tmp/x"}, "local_dir is deprecated"),
@@ -351,6 +379,27 @@ def test_a_failed_trial_raises_after_the_run_unless_told_otherwise(ray_cluster, 
     assert statuses == [(1, "TERMINATED"), (2, "ERROR")]
     assert "x is 2" in str(next(t for t in analysis.trials if t.status == "ERROR").error)
     assert analysis.best_config == {"x": 1}
+
+
+def _fails_until_fixed(config):
+    if config["x"] == 2 and not os.path.exists(config["fixed"]):
+        raise RuntimeError("x is 2 and not fixed yet")
+    tune.report({"score": config["x"]})
+
+
+def test_a_resume_config_restarts_the_errored_trial_and_skips_the_finished_one(ray_cluster, storage: str,
+                                                                               tmp_path) -> None:
+    fixed = tmp_path / "fixed"
+    kwargs = {"config": {"x": tune.grid_search([1, 2]), "fixed": str(fixed)}, "storage_path": storage,
+              "name": "fix_me", "verbose": 0, "raise_on_failed_trial": False}
+    first = tune.run(_fails_until_fixed, **kwargs)
+    assert sorted(t.status for t in first.trials) == ["ERROR", "TERMINATED"]
+    fixed.touch()
+    again = tune.run(_fails_until_fixed, resume_config=tune.ResumeConfig(errored="restart"), **kwargs)
+    assert sorted(t.trial_id for t in again.trials) == sorted(t.trial_id for t in first.trials)
+    assert all(t.status == "TERMINATED" for t in again.trials)
+    assert {t.config["x"]: t.last_result["score"] for t in again.trials} == {1: 1, 2: 2}
+    assert [len(frame) for frame in again.trial_dataframes.values()] == [1, 1]  # the finished one did not run again
 
 
 def test_resume_auto_continues_an_interrupted_run_and_starts_a_missing_one(ray_cluster, storage: str,

@@ -3,7 +3,8 @@
 The names a Ray Tune script touches, with Ray 2.x's signatures and defaults:
 
 - :class:`Tuner` (``fit``, ``restore``, ``can_restore``, ``get_results``), :class:`TuneConfig`,
-  :class:`RunConfig`, :class:`CheckpointConfig`, :class:`FailureConfig`;
+  :class:`RunConfig`, :class:`CheckpointConfig`, :class:`FailureConfig`, :class:`SyncConfig` (accepted,
+  nothing to sync), :class:`ResumeConfig` (for ``run(resume_config=...)``);
 - inside a trainable: :func:`report`, :func:`get_checkpoint`, :func:`get_context`, :class:`Checkpoint`;
 - :func:`with_parameters`, :func:`with_resources`, :class:`Trainable`, :class:`PlacementGroupFactory`;
 - the search-space functions (:func:`uniform`, :func:`choice`, :func:`grid_search`, ...);
@@ -52,7 +53,7 @@ from fluidsalus.space import (
     uniform,
 )
 from fluidsalus.tune import analysis, experiment, progress_reporter, schedulers, search, stopper
-from fluidsalus.tune._config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+from fluidsalus.tune._config import CheckpointConfig, FailureConfig, ResumeConfig, RunConfig, SyncConfig, TuneConfig
 from fluidsalus.tune._run import run
 from fluidsalus.tune._trainable import PlacementGroupFactory, Trainable, with_parameters, with_resources
 from fluidsalus.tune._tuner import Tuner
@@ -113,8 +114,10 @@ __all__ = [
     "ProgressReporter",
     "Result",
     "ResultGrid",
+    "ResumeConfig",
     "RunConfig",
     "Stopper",
+    "SyncConfig",
     "TuneConfig",
     "TuneContext",
     "TuneError",

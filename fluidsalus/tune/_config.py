@@ -19,6 +19,7 @@ import os
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from fluidsalus.errors import ConfigError
@@ -27,7 +28,9 @@ __all__ = [
     "DEFAULT_STORAGE_PATH",
     "CheckpointConfig",
     "FailureConfig",
+    "ResumeConfig",
     "RunConfig",
+    "SyncConfig",
     "TuneConfig",
 ]
 
@@ -184,6 +187,95 @@ class FailureConfig:
                 f"FailureConfig: max_failures must be 0 if fail_fast={self.fail_fast!r} "
                 f"(got max_failures={self.max_failures})"
             )
+
+
+@dataclass
+class SyncConfig:
+    """How Ray copies a trial's files to remote storage (``ray.tune.SyncConfig``), with Ray's fields.
+
+    fluidsalus writes the store and the checkpoints under ``storage_path`` directly (a local or mounted
+    folder), so there is nothing to sync: ``RunConfig(sync_config=...)`` is accepted and ignored, with the
+    warning that lists ignored settings. The fields are checked as Ray checks them.
+
+    Args:
+        sync_period: Least seconds between two syncs.
+        sync_timeout: Most seconds one sync may take.
+        sync_artifacts: Whether Ray syncs the files a trial writes to its folder.
+        sync_artifacts_on_checkpoint: Whether Ray syncs them when a checkpoint is reported.
+    """
+
+    sync_period: int = 300
+    sync_timeout: int = 1800
+    sync_artifacts: bool = False
+    sync_artifacts_on_checkpoint: bool = True
+
+    def __post_init__(self) -> None:
+        owner = "SyncConfig"
+        for name in ("sync_period", "sync_timeout"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Real) or isinstance(value, bool) or value < 0:
+                raise _fail(owner, name, "a number of seconds >= 0", value)
+        for name in ("sync_artifacts", "sync_artifacts_on_checkpoint"):
+            if not isinstance(getattr(self, name), bool):
+                raise _fail(owner, name, "True or False", getattr(self, name))
+
+
+class ResumeType(str, Enum):
+    """What a resumed run does with a trial (``ray.tune.ResumeConfig.ResumeType``)."""
+
+    RESUME = "resume"  #: continue from its latest checkpoint
+    RESTART = "restart"  #: start again from the beginning, with no checkpoint
+    SKIP = "skip"  #: leave it as it is (an unfinished trial counts as terminated)
+
+
+@dataclass
+class ResumeConfig:
+    """How ``tune.run(resume_config=...)`` resumes the trials of each state (``ray.tune.ResumeConfig``).
+
+    fluidsalus carries out the settings that ``Tuner.restore``'s flags can express: finished trials are
+    skipped, unfinished ones resumed or skipped, errored ones skipped, resumed or restarted. Restarting an
+    unfinished trial, or running a finished one again, is refused with a ``ConfigError`` when the run
+    starts (``tune.run``), since the searcher's saved state already counts those trials.
+
+    Args:
+        finished: For TERMINATED trials: ``"skip"`` (default).
+        unfinished: For PENDING, RUNNING and PAUSED trials: ``"resume"`` (default) or ``"skip"``.
+        errored: For ERROR trials: ``"skip"`` (default), ``"resume"`` or ``"restart"``.
+    """
+
+    ResumeType = ResumeType
+
+    finished: str = ResumeType.SKIP
+    unfinished: str = ResumeType.RESUME
+    errored: str = ResumeType.SKIP
+
+    def __post_init__(self) -> None:
+        allowed = [t.value for t in ResumeType]
+        for name in ("finished", "unfinished", "errored"):
+            value = getattr(self, name)
+            try:
+                setattr(self, name, ResumeType(getattr(value, "value", value)))
+            except ValueError:
+                raise _fail("ResumeConfig", name, f"one of {allowed}", value) from None
+
+    def restore_flags(self) -> dict[str, bool]:
+        """The ``Tuner.restore`` flags that do the same.
+
+        Returns:
+            ``{"resume_unfinished", "resume_errored", "restart_errored"}``.
+
+        Raises:
+            ConfigError: For a setting those flags cannot express, naming it.
+        """
+        if self.finished is not ResumeType.SKIP:
+            raise ConfigError(f"ResumeConfig: finished={self.finished.value!r} is not supported by fluidsalus "
+                              "(finished trials are kept as they are: 'skip')")
+        if self.unfinished is ResumeType.RESTART:
+            raise ConfigError("ResumeConfig: unfinished='restart' is not supported by fluidsalus; use 'resume' "
+                              "(from the latest checkpoint) or 'skip'")
+        return {"resume_unfinished": self.unfinished is ResumeType.RESUME,
+                "resume_errored": self.errored is ResumeType.RESUME,
+                "restart_errored": self.errored is ResumeType.RESTART}
 
 
 @dataclass

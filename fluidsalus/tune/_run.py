@@ -21,7 +21,8 @@ max_failures, fail_fast                                    ``FailureConfig`` (``
 resources_per_trial                                        ``with_resources(trainable, resources_per_trial)``
 resume (``True``, ``"AUTO"``, ``+ERRORED``,                ``Tuner.restore``'s flags when the experiment
 ``+RESTART_ERRORED``, ``+ERRORED_ONLY``,                   ``<storage_path>/<name>`` can be restored, else a new
-``+RESTART_ERRORED_ONLY``)                                 run, as in Ray
+``+RESTART_ERRORED_ONLY``), resume_config                  run, as in Ray (``ResumeConfig``: what those flags
+                                                           express; it takes the place of ``resume``)
 raise_on_failed_trial                                      after the run: ``TuneError`` if a trial did not end
                                                            TERMINATED (logged instead after a Ctrl-C)
 =========================================================  =======================================================
@@ -31,7 +32,8 @@ As in Ray, the first Ctrl-C stops the run and returns its analysis so far, and t
 
 Refused with a :class:`~fluidsalus.errors.ConfigError` naming the argument: a trainable given by name (no
 registry), a list of trainables or ``Experiment`` objects, ``restore`` (a checkpoint to start one trial from),
-``resume_config``, ``storage_filesystem``, the resume modes Ray refuses too (``"LOCAL"``, ``"REMOTE"``,
+a ``ResumeConfig`` that restarts unfinished trials or runs finished ones again, ``storage_filesystem``, the
+resume modes Ray refuses too (``"LOCAL"``, ``"REMOTE"``,
 ``"PROMPT"``, ``"ERRORED_ONLY"``), ``chdir_to_trial_dir`` and ``local_dir`` (Ray refuses both).
 ``export_formats`` is accepted and ignored with a warning, like the other fields fluidsalus does not act on.
 """
@@ -47,7 +49,14 @@ from typing import Any
 
 from fluidsalus.errors import ConfigError, FluidsalusError
 from fluidsalus.store import TERMINATED
-from fluidsalus.tune._config import DEPRECATED, CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+from fluidsalus.tune._config import (
+    DEPRECATED,
+    CheckpointConfig,
+    FailureConfig,
+    ResumeConfig,
+    RunConfig,
+    TuneConfig,
+)
 from fluidsalus.tune._trainable import with_resources
 from fluidsalus.tune._tuner import Tuner
 from fluidsalus.tune.analysis import ExperimentAnalysis, Trial
@@ -74,6 +83,15 @@ _DEPRECATED_RESUME = ("LOCAL", "REMOTE", "PROMPT", "ERRORED_ONLY")
 #: What ``resume`` may be, for messages.
 _RESUME_RULE = "None, True, False, or 'AUTO' optionally followed by +ERRORED, +RESTART_ERRORED, +ERRORED_ONLY or " \
                "+RESTART_ERRORED_ONLY"
+
+
+def _resume_config(value: Any) -> ResumeConfig:
+    """``resume_config`` as a :class:`ResumeConfig` (Ray's own object is read field by field)."""
+    if isinstance(value, ResumeConfig):
+        return value
+    if all(hasattr(value, name) for name in ("finished", "unfinished", "errored")):
+        return ResumeConfig(finished=value.finished, unfinished=value.unfinished, errored=value.errored)
+    raise ConfigError(f"tune.run: resume_config must be None or a ResumeConfig (got {type(value).__name__})")
 
 
 def resume_flags(resume: bool | str | None) -> dict[str, bool] | None:
@@ -242,7 +260,9 @@ def run(
         restore: Not supported (must be None).
         resume: Continue the experiment ``<storage_path>/<name>`` if it exists: ``True``, ``"AUTO"``, with
             ``+ERRORED``, ``+RESTART_ERRORED``, ``+ERRORED_ONLY`` or ``+RESTART_ERRORED_ONLY``.
-        resume_config: Not supported (must be None): use the ``resume`` suffixes.
+        resume_config: A :class:`~fluidsalus.tune.ResumeConfig` (or Ray's): how to resume the trials of each
+            state; it takes the place of ``resume`` and, like ``resume="AUTO"``, continues the experiment when
+            it can be restored.
         reuse_actors: Accepted (device actors are always reused).
         raise_on_failed_trial: Raise ``TuneError`` after the run when a trial did not end TERMINATED (not after a
             Ctrl-C, which returns the analysis so far).
@@ -271,11 +291,9 @@ def run(
         arguments = {key: value for key, value in locals().items() if key not in ("run_or_experiment", "arguments")}
         return run(**{**arguments, **run_or_experiment.run_arguments()})
     _check_trainable(run_or_experiment)
-    for field, value in (("storage_filesystem", storage_filesystem), ("restore", restore),
-                         ("resume_config", resume_config)):
+    for field, value in (("storage_filesystem", storage_filesystem), ("restore", restore)):
         if value is not None:
-            hint = " (use the resume suffixes instead, e.g. resume='AUTO+ERRORED')" if field == "resume_config" else ""
-            raise ConfigError(f"tune.run: {field} is not supported by fluidsalus; leave it None{hint}")
+            raise ConfigError(f"tune.run: {field} is not supported by fluidsalus; leave it None")
     if chdir_to_trial_dir != DEPRECATED:
         raise ConfigError("tune.run: chdir_to_trial_dir is deprecated (Ray refuses it too); set the "
                           "RAY_CHDIR_TO_TRIAL_DIR environment variable instead")
@@ -285,7 +303,8 @@ def run(
         raise ConfigError(f"tune.run: config must be a dict (got {type(config).__name__})")
     if fail_fast and max_failures != 0:
         raise ConfigError("tune.run: max_failures must be 0 if fail_fast=True")
-    flags = resume_flags(resume)
+    # As in Ray, a resume_config takes the place of what `resume` says, and makes the run resume when it can.
+    flags = _resume_config(resume_config).restore_flags() if resume_config is not None else resume_flags(resume)
     if isinstance(search_alg, str):
         search_alg = create_searcher(search_alg)
     if isinstance(scheduler, str):
