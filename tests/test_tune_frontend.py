@@ -43,7 +43,7 @@ _TOP_LEVEL = [
     "PlacementGroupFactory", "uniform", "quniform", "loguniform", "qloguniform", "randn", "qrandn", "randint",
     "qrandint", "lograndint", "qlograndint", "choice", "grid_search", "sample_from", "run", "ExperimentAnalysis",
     "create_scheduler", "create_searcher", "Experiment", "run_experiments", "CLIReporter", "JupyterNotebookReporter",
-    "SyncConfig", "ResumeConfig",
+    "SyncConfig", "ResumeConfig", "register_trainable",
 ]
 _ANALYSIS_METHODS = ["get_all_configs", "dataframe", "get_best_checkpoint", "get_best_trial", "get_best_config",
                      "get_last_checkpoint"]
@@ -61,6 +61,7 @@ _TRAINABLE_METHODS = ["setup", "step", "save_checkpoint", "load_checkpoint", "cl
 def _ray_pairs() -> list[tuple[str, object, object]]:
     import ray.train as ray_train
     import ray.train._internal.session as ray_train_v1_session
+    import ray.tune.registry as ray_registry
     import ray.tune.schedulers as ray_schedulers
     import ray.tune.schedulers.pb2 as ray_pb2
     import ray.tune.search as ray_search
@@ -80,6 +81,7 @@ def _ray_pairs() -> list[tuple[str, object, object]]:
               for name in ("BasicVariantGenerator", "ConcurrencyLimiter", "Searcher")]
     pairs += [("OptunaSearch", OptunaSearch, RayOptunaSearch), ("TuneBOHB", TuneBOHB, ray_bohb.TuneBOHB)]
     pairs += [("PB2", tune.schedulers.PB2, ray_pb2.PB2)]
+    pairs += [("registry.get_trainable_cls", tune.registry.get_trainable_cls, ray_registry.get_trainable_cls)]
     pairs += [(name, getattr(tune.stopper, name), getattr(ray_stopper, name)) for name in _STOPPERS]
     pairs += [(f"Callback.{h}", getattr(tune.Callback, h), getattr(rt.Callback, h)) for h in _CALLBACK_HOOKS]
     pairs += [(f"Trainable.{m}", getattr(tune.Trainable, m), getattr(rt.Trainable, m)) for m in _TRAINABLE_METHODS]
@@ -466,7 +468,7 @@ def test_rays_config_objects_are_translated() -> None:
     (lambda: tune.search.ConcurrencyLimiter(tune.search.BasicVariantGenerator(), 0),
      "ConcurrencyLimiter: max_concurrent must be an int >= 1"),
     (lambda: tune.with_resources(lambda c: None, {"gpu": -1}), r"with_resources: resources\['gpu'\] must be"),
-    (lambda: tune.with_parameters("PPO"), "no trainable registry"),
+    (lambda: tune.with_parameters("PPO"), "with_parameters takes the function"),
 ])
 def test_bad_input_names_the_field(build, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

@@ -229,7 +229,7 @@ def _noop(config):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"run_or_experiment": "PPO"}, "no trainable registry"),
+    ({"run_or_experiment": "PPO"}, "Unknown trainable: 'PPO'. Registered: \\["),
     ({"run_or_experiment": [_noop, _noop]}, "use tune.run_experiments"),
     ({"restore": "/some/checkpoint"}, "restore is not supported"),
     ({"resume_config": object()}, "resume_config must be None or a ResumeConfig"),
@@ -276,7 +276,7 @@ def test_an_experiment_from_a_spec_dict_has_rays_fields() -> None:
 @pytest.mark.parametrize("build, message", [
     (lambda: tune.Experiment.from_json("e", {"config": {}}), "has no trainable"),
     (lambda: tune.Experiment.from_json("e", {"run": _noop, "stp": {}}), r"unknown keys \['stp'\].*'stop'"),
-    (lambda: tune.Experiment("e", "PPO"), "no trainable registry"),
+    (lambda: tune.Experiment("e", "PPO"), "Unknown trainable: 'PPO'"),
     (lambda: tune.Experiment("e", _noop, config=[1]), "config must be a dict"),
     (lambda: tune.Experiment("e", _noop, checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=True)),
      "checkpoint_at_end cannot be used with a function trainable"),
@@ -301,6 +301,7 @@ def _scored(config):
 
 
 def test_run_experiments_runs_each_spec_and_returns_all_trials(ray_cluster, storage: str) -> None:
+    tune.register_trainable("scored_by_name", _scored)
     specs = {
         "first": {"run": _scored, "config": {"x": tune.grid_search([1, 2])}, "storage_path": storage},
         "second": {"run": _scored, "config": {"x": tune.grid_search([5])}, "storage_path": storage,
@@ -313,9 +314,26 @@ def test_run_experiments_runs_each_spec_and_returns_all_trials(ray_cluster, stor
     assert sorted(os.listdir(storage)) == ["first", "second"]
     with pytest.warns(UserWarning, match="one after another"):
         again = tune.run_experiments([tune.Experiment("third", _scored, config={"x": 1}, storage_path=storage),
-                                      {"fourth": {"run": _scored, "storage_path": storage, "config": {"x": 2}}}],
+                                      {"fourth": {"run": "scored_by_name", "storage_path": storage,
+                                                  "config": {"x": 2}}}],
                                      verbose=0)
     assert [t.config["x"] for t in again] == [1, 2]
+
+
+def test_registered_trainables_are_found_by_name() -> None:
+    tune.register_trainable("noop_by_name", _noop)
+    tune.register_trainable("counter_by_name", tune.with_resources(_Counter, {"cpu": 1}))
+    assert tune.registry.get_trainable_cls("noop_by_name") is _noop
+    assert tune.Tuner("noop_by_name")._trainable is _noop
+    experiment = tune.Experiment("e", "counter_by_name")
+    assert experiment.run_identifier == "counter_by_name" and experiment.spec["run"].base is _Counter
+    assert {"noop_by_name", "counter_by_name"} <= set(tune.registry.registered_names())
+    with pytest.raises(ConfigError, match="Unknown trainable: 'nope'. Registered: .*'noop_by_name'"):
+        tune.Tuner("nope")
+    with pytest.raises(ConfigError, match="register_trainable: name must be a non-empty str"):
+        tune.register_trainable("", _noop)
+    with pytest.raises(ConfigError, match="register_trainable: trainable must be a function"):
+        tune.register_trainable("bad", 3)
 
 
 def test_tune_run_takes_an_experiments_own_arguments(ray_cluster, storage: str) -> None:

@@ -18,7 +18,8 @@ The names a Ray Tune script touches, with Ray 2.x's signatures and defaults:
 - the legacy :func:`run` (``tune.run(trainable, config=..., ...)``), which returns an
   :class:`ExperimentAnalysis` (:mod:`fluidsalus.tune.analysis`), and ``create_scheduler`` /
   ``create_searcher`` (schedulers and search algorithms by Ray's short names), and :class:`Experiment` /
-  :func:`run_experiments` (:mod:`fluidsalus.tune.experiment`).
+  :func:`run_experiments` (:mod:`fluidsalus.tune.experiment`), and :func:`register_trainable` (trainables
+  by name, :mod:`fluidsalus.tune.registry`).
 
 ``Tuner.fit()`` turns the search algorithm and the scheduler into one fluidsalus searcher and runs it with
 :func:`fluidsalus.run`. docs/compatibility.md lists what maps to what and what differs; docs/migrating.md
@@ -61,6 +62,7 @@ from fluidsalus.tune.analysis import ExperimentAnalysis
 from fluidsalus.tune.callback import Callback
 from fluidsalus.tune.experiment import Experiment, run_experiments
 from fluidsalus.tune.progress_reporter import CLIReporter, JupyterNotebookReporter, ProgressReporter
+from fluidsalus.tune.registry import register_trainable
 from fluidsalus.tune.schedulers import create_scheduler
 from fluidsalus.tune.search import create_searcher
 from fluidsalus.tune.stopper import Stopper
@@ -141,6 +143,8 @@ __all__ = [
     "progress_reporter",
     "randint",
     "randn",
+    "register_trainable",
+    "registry",
     "report",
     "run",
     "run_experiments",

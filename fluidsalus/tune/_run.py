@@ -30,8 +30,10 @@ raise_on_failed_trial                                      after the run: ``Tune
 As in Ray, the first Ctrl-C stops the run and returns its analysis so far, and the warning says to resume with
 ``tune.run(..., resume=True)``.
 
-Refused with a :class:`~fluidsalus.errors.ConfigError` naming the argument: a trainable given by name (no
-registry), a list of trainables or ``Experiment`` objects, ``restore`` (a checkpoint to start one trial from),
+A trainable may be given by the name it was registered under (``tune.register_trainable``).
+
+Refused with a :class:`~fluidsalus.errors.ConfigError` naming the argument: a name nothing was registered
+under, a list of trainables or ``Experiment`` objects, ``restore`` (a checkpoint to start one trial from),
 a ``ResumeConfig`` that restarts unfinished trials or runs finished ones again, ``storage_filesystem``, the
 resume modes Ray refuses too (``"LOCAL"``, ``"REMOTE"``,
 ``"PROMPT"``, ``"ERRORED_ONLY"``), ``chdir_to_trial_dir`` and ``local_dir`` (Ray refuses both).
@@ -61,6 +63,7 @@ from fluidsalus.tune._trainable import with_resources
 from fluidsalus.tune._tuner import Tuner
 from fluidsalus.tune.analysis import ExperimentAnalysis, Trial
 from fluidsalus.tune.experiment import Experiment
+from fluidsalus.tune.registry import resolve_trainable
 from fluidsalus.tune.schedulers import create_scheduler
 from fluidsalus.tune.search import create_searcher
 
@@ -166,11 +169,6 @@ def _checkpoint_config(
 
 
 def _check_trainable(run_or_experiment: Any) -> None:
-    if isinstance(run_or_experiment, str):
-        raise ConfigError(
-            f"tune.run: run_or_experiment={run_or_experiment!r} names a registered trainable; fluidsalus has no "
-            "trainable registry: pass the function or Trainable class itself"
-        )
     if isinstance(run_or_experiment, (list, tuple)):
         raise ConfigError("tune.run: run_or_experiment must be one function, Trainable class or Experiment; to run "
                           "several experiments, use tune.run_experiments")
@@ -230,7 +228,8 @@ def run(
     """Run an experiment with Ray Tune's legacy API (``ray.tune.run``); see the module docstring for the mapping.
 
     Args:
-        run_or_experiment: A function ``f(config)`` that calls ``tune.report``, a ``Trainable`` subclass, or an
+        run_or_experiment: A function ``f(config)`` that calls ``tune.report``, a ``Trainable`` subclass, the name
+            either was registered under (``tune.register_trainable``), or an
             :class:`~fluidsalus.tune.Experiment`, whose own name, stop, time_budget_s, config,
             resources_per_trial, num_samples, storage_path, checkpoint_config and max_failures are used then (the
             arguments of this call that an Experiment sets are ignored, as in Ray); a list of one Experiment too.
@@ -290,6 +289,7 @@ def run(
         # This call's arguments (nothing else is bound yet), with those the Experiment sets taking their place.
         arguments = {key: value for key, value in locals().items() if key not in ("run_or_experiment", "arguments")}
         return run(**{**arguments, **run_or_experiment.run_arguments()})
+    run_or_experiment = resolve_trainable(run_or_experiment)  # a name given to tune.register_trainable
     _check_trainable(run_or_experiment)
     for field, value in (("storage_filesystem", storage_filesystem), ("restore", restore)):
         if value is not None:

@@ -74,8 +74,9 @@ def _is_trainable_class(value: Any) -> bool:
 def _check_base(value: Any, where: str) -> None:
     if isinstance(value, str):
         raise ConfigError(
-            f"{where}: trainable {value!r} is a registered name; fluidsalus has no trainable registry. Pass the "
-            "function (or fluidsalus.tune.Trainable subclass) itself"
+            f"{where}: trainable {value!r} is a name; {where} takes the function (or fluidsalus.tune.Trainable "
+            "subclass) itself (Tuner, tune.run and tune.Experiment also take a name given to "
+            "tune.register_trainable)"
         )
     if isinstance(value, type):
         if issubclass(value, Trainable):

@@ -67,6 +67,7 @@ from fluidsalus.tune._trainable import (
 from fluidsalus.tune._translate import Plan, plan
 from fluidsalus.tune.callback import RayCallbackAdapter
 from fluidsalus.tune.progress_reporter import ReporterCallback
+from fluidsalus.tune.registry import resolve_trainable
 
 __all__ = ["TUNER_STATE_FILE", "Tuner"]
 
@@ -236,7 +237,7 @@ class Tuner:
     ) -> None:
         if param_space is not None and not isinstance(param_space, Mapping):
             raise ConfigError(f"Tuner: param_space must be None or a dict (got {type(param_space).__name__})")
-        self._trainable = trainable
+        self._trainable = resolve_trainable(trainable)  # a name given to tune.register_trainable
         self._param_space = dict(param_space) if param_space is not None else None
         self._tune_config: TuneConfig = _from_ray(tune_config, TuneConfig, "tune_config")
         self._run_config: RunConfig = _from_ray(run_config, RunConfig, "run_config")

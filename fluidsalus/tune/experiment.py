@@ -25,6 +25,7 @@ from typing import Any
 from fluidsalus.errors import ConfigError
 from fluidsalus.tune._config import DEFAULT_STORAGE_PATH, CheckpointConfig
 from fluidsalus.tune._trainable import is_class_trainable
+from fluidsalus.tune.registry import resolve_trainable
 
 __all__ = ["Experiment", "run_experiments"]
 
@@ -41,8 +42,8 @@ class Experiment:
 
     Args:
         name: The experiment's folder name under ``storage_path`` (default: the trainable's name and a timestamp).
-        run: A function ``f(config)`` that calls ``tune.report``, or a ``Trainable`` subclass (a registered name is
-            refused: fluidsalus has no trainable registry).
+        run: A function ``f(config)`` that calls ``tune.report``, a ``Trainable`` subclass, or the name it was
+            registered under (``tune.register_trainable``).
         stop: A dict of result thresholds, a function ``f(trial_id, result)``, or a ``Stopper``.
         time_budget_s: Time after which every trial is stopped.
         config: The search space.
@@ -87,9 +88,8 @@ class Experiment:
         restore: str | None = None,
         local_dir: str | None = None,
     ) -> None:
-        if isinstance(run, str):
-            raise ConfigError(f"Experiment: run={run!r} names a registered trainable; fluidsalus has no trainable "
-                              "registry: pass the function or Trainable class itself")
+        self._run_name = run if isinstance(run, str) else None
+        run = resolve_trainable(run)  # a name given to tune.register_trainable
         if not callable(run):
             raise ConfigError(f"Experiment: run must be a function or a Trainable class (got {type(run).__name__})")
         for field, value in (("storage_filesystem", storage_filesystem), ("restore", restore)):
@@ -164,6 +164,8 @@ class Experiment:
     @property
     def run_identifier(self) -> str:
         """The trainable's name (Ray's registry name for it)."""
+        if self._run_name is not None:
+            return self._run_name
         return getattr(self._run, "__name__", type(self._run).__name__)
 
     @property
