@@ -9,11 +9,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fluidsalus.checkpoint import Checkpoint
-from fluidsalus.errors import TrialError
+from fluidsalus.errors import ConfigError, StoreError, TrialError
 from fluidsalus.store import ERROR, TERMINATED, ExperimentStore
 
 if TYPE_CHECKING:
     import pandas as pd
+
+def _local_filesystem() -> Any:
+    """pyarrow's local filesystem: what Ray's ``filesystem`` properties give for a local folder."""
+    try:
+        from pyarrow import fs
+    except ImportError:
+        raise ConfigError("filesystem: needs pyarrow (pip install pyarrow; ray[tune] installs it)") from None
+    return fs.LocalFileSystem()
+
 
 #: The scopes ``get_best_result`` accepts, as in Ray Tune.
 SCOPES = ("last", "avg", "last-5-avg", "last-10-avg", "all")
@@ -65,6 +74,45 @@ class Result:
         pick = max if mode == "max" else min
         return pick(scored, key=lambda cm: cm[1])[0]
 
+    @classmethod
+    def from_path(cls, path: str | os.PathLike[str], storage_filesystem: Any = None) -> Result:
+        """The result of the trial whose folder is ``path`` (``ray.tune.Result.from_path``).
+
+        A trial's folder lies in its experiment's folder, whose store holds the trial's results, checkpoints
+        and error; the trial is the one whose id is the folder's name.
+
+        Args:
+            path: The trial's folder (``<storage_path>/<experiment>/<trial_id>``).
+            storage_filesystem: Not supported (must be None): the folder is local or mounted.
+
+        Returns:
+            The trial's :class:`Result`.
+
+        Raises:
+            ConfigError: If ``storage_filesystem`` is set, or ``path`` is not a trial folder of a fluidsalus
+                experiment (the message says which part is missing).
+        """
+        if storage_filesystem is not None:
+            raise ConfigError("Result.from_path: storage_filesystem is not supported by fluidsalus (the trial "
+                              "folder must be local or mounted)")
+        folder = os.path.abspath(os.path.expanduser(os.fspath(path)))
+        experiment_dir, trial_id = os.path.split(folder)
+        try:
+            grid = ResultGrid.read(experiment_dir)
+        except StoreError as e:
+            raise ConfigError(f"Result.from_path: {folder!r} is not a trial folder of a fluidsalus experiment: "
+                              f"{e}") from None
+        for result in grid:
+            if result.trial_id == trial_id:
+                return result
+        raise ConfigError(f"Result.from_path: the experiment {experiment_dir!r} has no trial {trial_id!r} (its "
+                          f"trials: {[r.trial_id for r in grid]})")
+
+    @property
+    def filesystem(self) -> Any:
+        """The filesystem of :attr:`path` (``pyarrow.fs.LocalFileSystem``, as Ray gives for a local folder)."""
+        return _local_filesystem()
+
     def __repr__(self) -> str:
         shown = {k: v for k, v in (self.metrics or {}).items() if k != "config"}
         parts = [f"metrics={shown!r}", f"path={self.path!r}"]
@@ -89,6 +137,24 @@ class ResultGrid:
         self.experiment_path = experiment_path
         self._metric = metric
         self._mode = mode
+
+    @classmethod
+    def read(cls, experiment_dir: str | os.PathLike[str]) -> ResultGrid:
+        """The results an experiment's store holds, read without writing (safe on a running experiment).
+
+        Raises:
+            StoreError: If there is no fluidsalus store in ``experiment_dir``.
+        """
+        store = ExperimentStore.open(experiment_dir, readonly=True)
+        try:
+            return cls.from_store(store)
+        finally:
+            store.close()
+
+    @property
+    def filesystem(self) -> Any:
+        """The filesystem of :attr:`experiment_path` (``pyarrow.fs.LocalFileSystem``, as in Ray)."""
+        return _local_filesystem()
 
     @classmethod
     def from_store(cls, store: ExperimentStore) -> ResultGrid:

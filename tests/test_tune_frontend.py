@@ -87,6 +87,7 @@ def _ray_pairs() -> list[tuple[str, object, object]]:
     pairs += [(f"Trainable.{m}", getattr(tune.Trainable, m), getattr(rt.Trainable, m)) for m in _TRAINABLE_METHODS]
     pairs += [(f"ResultGrid.{m}", getattr(tune.ResultGrid, m), getattr(rt.ResultGrid, m))
               for m in ("get_best_result", "get_dataframe")]
+    pairs += [("Result.from_path", tune.Result.from_path, rt.Result.from_path)]
     pairs += [(f"ExperimentAnalysis.{m}", getattr(tune.ExperimentAnalysis, m), getattr(rt.ExperimentAnalysis, m))
               for m in _ANALYSIS_METHODS]
     # Ray Train V1's report: the one a Tune function could call (Ray 2.60's default V2 refuses it there).
@@ -583,6 +584,15 @@ def test_a_script_with_ray_train_names_runs_with_its_imports_changed(ray_cluster
     grid = tuner.fit()
     assert grid.num_errors == 0 and grid.get_best_result().metrics["score"] == 6
     assert all(len(r.best_checkpoints) == 1 and r.checkpoint.path.endswith("checkpoint_000003") for r in grid)
+    # A trial's result read back from its folder alone (ray.tune.Result.from_path).
+    best = grid.get_best_result()
+    again = tune.Result.from_path(best.path)
+    assert (again.metrics["score"], again.config, again.checkpoint.path) == (6, best.config, best.checkpoint.path)
+    assert type(again.filesystem).__name__ == type(grid.filesystem).__name__ == "LocalFileSystem"
+    with pytest.raises(ConfigError, match="has no trial 'nope'"):
+        tune.Result.from_path(os.path.join(grid.experiment_path, "nope"))
+    with pytest.raises(ConfigError, match="is not a trial folder of a fluidsalus experiment"):
+        tune.Result.from_path(os.path.join(storage, "t0"))
 
 
 def test_fit_runs_a_grid_with_a_dict_stop(ray_cluster, storage: str) -> None:

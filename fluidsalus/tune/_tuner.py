@@ -138,11 +138,7 @@ def combine_stops(stop: Any, extra: list[Callable[[str, Mapping[str, Any]], bool
 
 def _stored_results(experiment_dir: str) -> ResultGrid:
     """The results an experiment's store holds (read-only)."""
-    store = ExperimentStore.open(experiment_dir, readonly=True)
-    try:
-        return ResultGrid.from_store(store)
-    finally:
-        store.close()
+    return ResultGrid.read(experiment_dir)
 
 
 def _split_callbacks(callbacks: list[Any] | None) -> tuple[list[EngineCallback], list[Any]]:
