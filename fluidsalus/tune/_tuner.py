@@ -66,6 +66,7 @@ from fluidsalus.tune._trainable import (
 )
 from fluidsalus.tune._translate import Plan, plan
 from fluidsalus.tune.callback import RayCallbackAdapter
+from fluidsalus.tune.logger import translate_ray_logger
 from fluidsalus.tune.progress_reporter import ReporterCallback
 from fluidsalus.tune.registry import resolve_trainable
 
@@ -143,7 +144,8 @@ def _stored_results(experiment_dir: str) -> ResultGrid:
 
 def _split_callbacks(callbacks: list[Any] | None) -> tuple[list[EngineCallback], list[Any]]:
     engine, ray_style = [], []
-    for index, callback in enumerate(callbacks or []):
+    for index, given in enumerate(callbacks or []):
+        callback = translate_ray_logger(given)  # Ray's JSON/CSV loggers (an import left unchanged)
         if isinstance(callback, EngineCallback):
             engine.append(callback)
         elif any(callable(getattr(callback, hook, None)) for hook in _RAY_HOOKS):

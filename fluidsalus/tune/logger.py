@@ -1,18 +1,40 @@
-"""``LoggerCallback`` (``ray.tune.logger.LoggerCallback``): a callback with per-trial logging hooks.
+"""``LoggerCallback`` (``ray.tune.logger.LoggerCallback``): a callback with per-trial logging hooks, and Ray's
+file loggers ``JsonLoggerCallback`` and ``CSVLoggerCallback``.
 
 Override ``log_trial_start``, ``log_trial_restore``, ``log_trial_save``, ``log_trial_result`` and
 ``log_trial_end``; they are called from Ray's callback hooks (:mod:`fluidsalus.tune.callback`), with the same
-``trial`` view. Ray's ready-made loggers (``CSVLoggerCallback``, ``JsonLoggerCallback``, ``TBXLoggerCallback``)
-are not provided: every result is in the experiment's store (``fluidsalus inspect``, ``ResultGrid``).
+``trial`` view.
+
+:class:`JsonLoggerCallback` and :class:`CSVLoggerCallback` write Ray's files into each trial's folder
+(``params.json``, ``params.pkl`` and ``result.json``, one JSON line per result; ``progress.csv``, one row per
+result), for tools that read those files. Ray adds them to every run unless told not to; fluidsalus keeps every
+result in the experiment's store (``ResultGrid``, ``ExperimentAnalysis``, ``fluidsalus inspect``), so they are
+written only when passed in ``RunConfig(callbacks=[...])``. Ray's own objects of these two classes are
+translated (:func:`translate_ray_logger`). ``TBXLoggerCallback`` (TensorBoard) is not provided.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import csv
+import json
+import math
+import numbers
+import os
+import pickle
+import warnings
+from typing import Any, TextIO
 
+from fluidsalus.errors import ConfigError
+from fluidsalus.result import flatten_dict
 from fluidsalus.tune.callback import Callback
 
-__all__ = ["LoggerCallback"]
+__all__ = ["CSVLoggerCallback", "JsonLoggerCallback", "LoggerCallback", "translate_ray_logger"]
+
+#: Ray's file names in a trial's folder (``ray.air.constants``).
+PARAMS_FILE = "params.json"
+PARAMS_PICKLE_FILE = "params.pkl"
+RESULT_FILE = "result.json"
+PROGRESS_FILE = "progress.csv"
 
 
 class LoggerCallback(Callback):
@@ -51,3 +73,132 @@ class LoggerCallback(Callback):
 
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         self.log_trial_end(trial, failed=True)
+
+
+class _JsonFallback(json.JSONEncoder):
+    """Writes what JSON cannot hold as Ray's logger does: arrays as lists, NumPy scalars as numbers, NaN as null,
+    anything else as its ``str``."""
+
+    def default(self, value: Any) -> Any:
+        if isinstance(value, numbers.Integral):
+            return int(value)
+        if isinstance(value, numbers.Real):  # NumPy's scalars among them
+            number = float(value)
+            return None if math.isnan(number) else number
+        if hasattr(value, "tolist"):  # NumPy arrays (torch tensors too)
+            return value.tolist()
+        return str(value)
+
+
+class JsonLoggerCallback(LoggerCallback):
+    """Writes ``params.json`` / ``params.pkl`` when a trial starts and appends each result to its ``result.json``
+    as one JSON line (``ray.tune.logger.JsonLoggerCallback``'s files). A resumed trial appends to its file."""
+
+    def __init__(self) -> None:
+        self._files: dict[str, TextIO] = {}
+
+    def log_trial_start(self, trial: Any) -> None:
+        if trial.trial_id in self._files:
+            self._files.pop(trial.trial_id).close()
+        os.makedirs(trial.path, exist_ok=True)
+        with open(os.path.join(trial.path, PARAMS_FILE), "w") as f:
+            json.dump(trial.config, f, indent=2, sort_keys=True, cls=_JsonFallback)
+        try:
+            blob = pickle.dumps(trial.config)
+        except Exception:  # noqa: BLE001 - a config may hold objects pickle refuses; params.json still holds it
+            blob = None
+        if blob is not None:
+            with open(os.path.join(trial.path, PARAMS_PICKLE_FILE), "wb") as f:
+                f.write(blob)
+        self._files[trial.trial_id] = open(os.path.join(trial.path, RESULT_FILE), "a")  # noqa: SIM115
+
+    def log_trial_result(self, iteration: int, trial: Any, result: dict[str, Any]) -> None:
+        if trial.trial_id not in self._files:
+            self.log_trial_start(trial)
+        out = self._files[trial.trial_id]
+        out.write(json.dumps(result, cls=_JsonFallback) + "\n")
+        out.flush()
+
+    def log_trial_end(self, trial: Any, failed: bool = False) -> None:
+        out = self._files.pop(trial.trial_id, None)
+        if out is not None:
+            out.close()
+
+    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        for out in self._files.values():
+            out.close()
+        self._files.clear()
+
+
+class CSVLoggerCallback(LoggerCallback):
+    """Writes each result of a trial as one row of its ``progress.csv`` (``ray.tune.logger.CSVLoggerCallback``).
+
+    As in Ray, the columns are the flattened keys (``/``-joined) of the trial's first result, without
+    ``config``; later keys outside them are left out. A resumed trial appends rows under the header it has.
+    """
+
+    def __init__(self) -> None:
+        self._files: dict[str, TextIO] = {}
+        self._writers: dict[str, csv.DictWriter[str] | None] = {}
+        self._has_header: dict[str, bool] = {}
+
+    def _open(self, trial: Any) -> None:
+        os.makedirs(trial.path, exist_ok=True)
+        path = os.path.join(trial.path, PROGRESS_FILE)
+        self._has_header[trial.trial_id] = os.path.exists(path) and os.path.getsize(path) > 0
+        self._files[trial.trial_id] = open(path, "a", newline="")  # noqa: SIM115
+        self._writers[trial.trial_id] = None
+
+    def log_trial_start(self, trial: Any) -> None:
+        if trial.trial_id in self._files:
+            self.log_trial_end(trial)
+        self._open(trial)
+
+    def log_trial_result(self, iteration: int, trial: Any, result: dict[str, Any]) -> None:
+        if trial.trial_id not in self._files:
+            self._open(trial)
+        row = flatten_dict({k: v for k, v in result.items() if k != "config"})
+        writer = self._writers[trial.trial_id]
+        if writer is None:
+            columns = list(row)
+            if self._has_header[trial.trial_id]:  # appending to a resumed trial's file: keep its columns
+                with open(os.path.join(trial.path, PROGRESS_FILE), newline="") as f:
+                    columns = next(csv.reader(f), columns)
+            writer = self._writers[trial.trial_id] = csv.DictWriter(self._files[trial.trial_id], columns)
+            if not self._has_header[trial.trial_id]:
+                writer.writeheader()
+        writer.writerow({k: v for k, v in row.items() if k in writer.fieldnames})
+        self._files[trial.trial_id].flush()
+
+    def log_trial_end(self, trial: Any, failed: bool = False) -> None:
+        out = self._files.pop(trial.trial_id, None)
+        self._writers.pop(trial.trial_id, None)
+        if out is not None:
+            out.close()
+
+    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        for out in self._files.values():
+            out.close()
+        self._files.clear()
+        self._writers.clear()
+
+
+def translate_ray_logger(callback: Any) -> Any:
+    """A Ray logger callback (an import left unchanged) as fluidsalus's, or ``callback`` itself otherwise.
+
+    Raises:
+        ConfigError: For a Ray logger that fluidsalus does not provide (``TBXLoggerCallback``, the MLflow,
+            W&B, Comet and Aim loggers), naming it.
+    """
+    kind = type(callback)
+    if not kind.__module__.startswith(("ray.tune.logger", "ray.air.integrations")):
+        return callback
+    ours = {"JsonLoggerCallback": JsonLoggerCallback, "CSVLoggerCallback": CSVLoggerCallback}.get(kind.__name__)
+    if ours is None:
+        raise ConfigError(f"RunConfig: callbacks: Ray's {kind.__name__} is not provided by fluidsalus; the results "
+                          "are in the experiment's store (ResultGrid, fluidsalus inspect), and "
+                          "fluidsalus.tune.logger has JsonLoggerCallback and CSVLoggerCallback")
+    warnings.warn(f"RunConfig: callbacks: Ray's {kind.__name__} was translated into "
+                  f"fluidsalus.tune.logger.{kind.__name__}; import it from fluidsalus.tune.logger", UserWarning,
+                  stacklevel=4)
+    return ours()

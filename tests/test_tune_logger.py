@@ -1,0 +1,101 @@
+"""Ray's file loggers, JsonLoggerCallback and CSVLoggerCallback (fluidsalus/tune/logger.py)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+
+from fluidsalus.errors import ConfigError
+from fluidsalus.tune.callback import TrialInfo
+from fluidsalus.tune.logger import CSVLoggerCallback, JsonLoggerCallback, translate_ray_logger
+
+
+def _trial(tmp_path, trial_id="t0", **config) -> TrialInfo:
+    return TrialInfo(trial_id=trial_id, config=config, path=str(tmp_path / trial_id))
+
+
+def _rows(path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_json_logger_writes_params_and_one_line_per_result(tmp_path) -> None:
+    trial = _trial(tmp_path, lr=0.1, layers={"n": 2})
+    logger = JsonLoggerCallback()
+    logger.on_trial_start(0, [trial], trial)
+    logger.on_trial_result(1, [trial], trial, {"loss": np.float32(0.5), "nan": float("nan"), "i": np.int64(1),
+                                               "shape": np.array([1, 2]), "config": trial.config,
+                                               "np_nan": np.float32("nan")})
+    logger.on_trial_result(2, [trial], trial, {"loss": 0.25, "obj": object})
+    logger.on_trial_complete(3, [trial], trial)
+    folder = tmp_path / "t0"
+    assert json.loads((folder / "params.json").read_text()) == {"layers": {"n": 2}, "lr": 0.1}
+    assert pickle.loads((folder / "params.pkl").read_bytes()) == {"lr": 0.1, "layers": {"n": 2}}
+    lines = [json.loads(line) for line in (folder / "result.json").read_text().splitlines()]
+    assert math.isnan(lines[0].pop("nan"))  # Python's json writes a float NaN as NaN, and reads it back
+    assert lines[0] == {"loss": 0.5, "i": 1, "shape": [1, 2], "config": {"lr": 0.1, "layers": {"n": 2}},
+                        "np_nan": None}
+    assert lines[1] == {"loss": 0.25, "obj": str(object)}
+    # A resumed trial appends to its file.
+    logger.on_trial_start(4, [trial], trial)
+    logger.on_trial_result(5, [trial], trial, {"loss": 0.125})
+    logger.on_experiment_end([trial])
+    assert len((folder / "result.json").read_text().splitlines()) == 3
+
+
+def test_csv_logger_keeps_the_first_results_columns_and_appends_on_resume(tmp_path) -> None:
+    trial = _trial(tmp_path, lr=0.1)
+    logger = CSVLoggerCallback()
+    logger.on_trial_result(1, [trial], trial, {"loss": 0.5, "info": {"lr": 0.1}, "config": trial.config})
+    logger.on_trial_result(2, [trial], trial, {"loss": 0.25, "info": {"lr": 0.1}, "late_key": 1})
+    logger.on_trial_complete(3, [trial], trial)
+    path = tmp_path / "t0" / "progress.csv"
+    assert _rows(path) == [{"loss": "0.5", "info/lr": "0.1"}, {"loss": "0.25", "info/lr": "0.1"}]
+    resumed = CSVLoggerCallback()  # a resumed run: a new callback object, the same file
+    resumed.on_trial_start(0, [trial], trial)
+    resumed.on_trial_result(4, [trial], trial, {"info": {"lr": 0.2}, "loss": 0.125})
+    resumed.on_experiment_end([trial])
+    assert _rows(path)[-1] == {"loss": "0.125", "info/lr": "0.2"}  # under the old header, no second header
+    assert path.read_text().count("loss") == 1
+
+
+def test_rays_own_loggers_are_translated_or_refused() -> None:
+    ray_logger = pytest.importorskip("ray.tune.logger")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert isinstance(translate_ray_logger(ray_logger.JsonLoggerCallback()), JsonLoggerCallback)
+        assert isinstance(translate_ray_logger(ray_logger.CSVLoggerCallback()), CSVLoggerCallback)
+    assert ["translated into fluidsalus.tune.logger" in str(w.message) for w in caught] == [True, True]
+    with pytest.raises(ConfigError, match="Ray's TBXLoggerCallback is not provided by fluidsalus"):
+        translate_ray_logger(ray_logger.TBXLoggerCallback())
+    mine = CSVLoggerCallback()
+    assert translate_ray_logger(mine) is mine
+
+
+def _two_steps(config):
+    from fluidsalus import tune
+
+    for step in range(2):
+        tune.report({"score": config["x"] * step})
+
+
+def test_a_run_with_the_loggers_writes_rays_files_in_each_trial_folder(ray_cluster, storage) -> None:
+    from fluidsalus import tune
+    from fluidsalus.tune.logger import CSVLoggerCallback as CSV
+    from fluidsalus.tune.logger import JsonLoggerCallback as Json
+
+    grid = tune.Tuner(_two_steps, param_space={"x": tune.grid_search([1, 2])},
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[Json(), CSV()])).fit()
+    for result in grid:
+        assert json.loads(open(os.path.join(result.path, "params.json")).read()) == result.config
+        lines = open(os.path.join(result.path, "result.json")).read().splitlines()
+        assert [json.loads(line)["score"] for line in lines] == [0, result.config["x"]]
+        assert [float(row["score"]) for row in _rows(os.path.join(result.path, "progress.csv"))] == [
+            0, result.config["x"]]
