@@ -43,7 +43,8 @@ def test_json_logger_writes_params_and_one_line_per_result(tmp_path) -> None:
     assert lines[0] == {"loss": 0.5, "i": 1, "shape": [1, 2], "config": {"lr": 0.1, "layers": {"n": 2}},
                         "np_nan": None}
     assert lines[1] == {"loss": 0.25, "obj": str(object)}
-    # A resumed trial appends to its file.
+    # A resumed trial appends to its file (also with the logger Tuner.restore unpickled).
+    logger = pickle.loads(pickle.dumps(logger))
     logger.on_trial_start(4, [trial], trial)
     logger.on_trial_result(5, [trial], trial, {"loss": 0.125})
     logger.on_experiment_end([trial])
@@ -55,10 +56,9 @@ def test_csv_logger_keeps_the_first_results_columns_and_appends_on_resume(tmp_pa
     logger = CSVLoggerCallback()
     logger.on_trial_result(1, [trial], trial, {"loss": 0.5, "info": {"lr": 0.1}, "config": trial.config})
     logger.on_trial_result(2, [trial], trial, {"loss": 0.25, "info": {"lr": 0.1}, "late_key": 1})
-    logger.on_trial_complete(3, [trial], trial)
     path = tmp_path / "t0" / "progress.csv"
     assert _rows(path) == [{"loss": "0.5", "info/lr": "0.1"}, {"loss": "0.25", "info/lr": "0.1"}]
-    resumed = CSVLoggerCallback()  # a resumed run: a new callback object, the same file
+    resumed = pickle.loads(pickle.dumps(logger))  # a resumed run: the callback Tuner.restore unpickled
     resumed.on_trial_start(0, [trial], trial)
     resumed.on_trial_result(4, [trial], trial, {"info": {"lr": 0.2}, "loss": 0.125})
     resumed.on_experiment_end([trial])

@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 from fluidsalus.errors import ConfigError
 from fluidsalus.result import flatten_dict
-from fluidsalus.tune.callback import Callback
+from fluidsalus.tune.callback import Callback, TrialInfo
 
 __all__ = ["CSVLoggerCallback", "JsonLoggerCallback", "LoggerCallback", "translate_ray_logger"]
 
@@ -90,12 +90,29 @@ class _JsonFallback(json.JSONEncoder):
         return str(value)
 
 
-class JsonLoggerCallback(LoggerCallback):
-    """Writes ``params.json`` / ``params.pkl`` when a trial starts and appends each result to its ``result.json``
-    as one JSON line (``ray.tune.logger.JsonLoggerCallback``'s files). A resumed trial appends to its file."""
+class _FileLogger(LoggerCallback):
+    """A logger with one open file per trial, closed when the trial or the experiment ends."""
 
     def __init__(self) -> None:
         self._files: dict[str, TextIO] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without its open files (``Tuner.restore`` keeps the callbacks): each reopens in append mode."""
+        return {name: {} if isinstance(value, dict) else value for name, value in self.__dict__.items()}
+
+    def log_trial_end(self, trial: Any, failed: bool = False) -> None:
+        out = self._files.pop(trial.trial_id, None)
+        if out is not None:
+            out.close()
+
+    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        for trial_id in list(self._files):
+            self.log_trial_end(TrialInfo(trial_id=trial_id))
+
+
+class JsonLoggerCallback(_FileLogger):
+    """Writes ``params.json`` / ``params.pkl`` when a trial starts and appends each result to its ``result.json``
+    as one JSON line (``ray.tune.logger.JsonLoggerCallback``'s files). A resumed trial appends to its file."""
 
     def log_trial_start(self, trial: Any) -> None:
         if trial.trial_id in self._files:
@@ -119,18 +136,9 @@ class JsonLoggerCallback(LoggerCallback):
         out.write(json.dumps(result, cls=_JsonFallback) + "\n")
         out.flush()
 
-    def log_trial_end(self, trial: Any, failed: bool = False) -> None:
-        out = self._files.pop(trial.trial_id, None)
-        if out is not None:
-            out.close()
-
-    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
-        for out in self._files.values():
-            out.close()
-        self._files.clear()
 
 
-class CSVLoggerCallback(LoggerCallback):
+class CSVLoggerCallback(_FileLogger):
     """Writes each result of a trial as one row of its ``progress.csv`` (``ray.tune.logger.CSVLoggerCallback``).
 
     As in Ray, the columns are the flattened keys (``/``-joined) of the trial's first result, without
@@ -138,7 +146,7 @@ class CSVLoggerCallback(LoggerCallback):
     """
 
     def __init__(self) -> None:
-        self._files: dict[str, TextIO] = {}
+        super().__init__()
         self._writers: dict[str, csv.DictWriter[str] | None] = {}
         self._has_header: dict[str, bool] = {}
 
@@ -171,16 +179,8 @@ class CSVLoggerCallback(LoggerCallback):
         self._files[trial.trial_id].flush()
 
     def log_trial_end(self, trial: Any, failed: bool = False) -> None:
-        out = self._files.pop(trial.trial_id, None)
+        super().log_trial_end(trial, failed)
         self._writers.pop(trial.trial_id, None)
-        if out is not None:
-            out.close()
-
-    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
-        for out in self._files.values():
-            out.close()
-        self._files.clear()
-        self._writers.clear()
 
 
 def translate_ray_logger(callback: Any) -> Any:
