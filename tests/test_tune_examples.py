@@ -95,7 +95,11 @@ def _check(process: subprocess.CompletedProcess[str]) -> str:
     ("tune_basic_example.py", "Best hyperparameters found were: ", {"steps", "width", "height", "activation"}),
     ("async_hyperband_example.py", "Best hyperparameters found: ", {"steps", "width", "height"}),
     ("hyperband_function_example.py", "Best hyperparameters found were: ", {"height"}),
-    ("optuna_example.py", "Best hyperparameters found were: ", {"steps", "width", "height", "activation"}),
+    # About 20-25 s; OptunaSearch through the Tuner with ASHA runs quickly in
+    # test_tune_gaps.py::test_define_by_run_through_the_tuner_with_asha.
+    pytest.param("optuna_example.py", "Best hyperparameters found were: ",
+                 {"steps", "width", "height", "activation"}, marks=[
+                     pytest.mark.slow, pytest.mark.skipif(not os.environ.get(SLOW_ENV), reason=f"set {SLOW_ENV}=1")]),
 ])
 def test_smoke_test_finishes_with_a_best_config(name: str, label: str, keys: set[str], tmp_path: Path) -> None:
     output = _check(run_example(name, tmp_path, "--smoke-test"))
@@ -111,7 +115,11 @@ def test_custom_func_checkpointing_prints_the_best_checkpoint(tmp_path: Path) ->
     assert Path(path).is_dir() and (Path(path) / "checkpoint.json").is_file()
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get(SLOW_ENV), reason=f"set {SLOW_ENV}=1")
 def test_bohb_example_runs(tmp_path: Path) -> None:
+    # About 20 s; the same search in small runs quickly in
+    # test_tune_frontend.py::test_tune_bohb_with_hyperband_for_bohb_runs_a_class_trainable.
     # It has no --smoke-test flag: 32 trials of a class Trainable, at most 10 iterations each.
     output = _check(run_example("bohb_example.py", tmp_path))
     config = best_config(output, "Best hyperparameters found were: ")

@@ -595,6 +595,27 @@ def test_a_script_with_ray_train_names_runs_with_its_imports_changed(ray_cluster
         tune.Result.from_path(os.path.join(storage, "t0"))
 
 
+def test_tune_bohb_with_hyperband_for_bohb_runs_a_class_trainable(ray_cluster, storage: str) -> None:
+    """Ray's bohb_example.py in small (its own run is behind FLUIDSALUS_RUN_SLOW): TuneBOHB behind a
+    ConcurrencyLimiter with HyperBandForBOHB over a class Trainable, which pauses at rungs and resumes."""
+    from fluidsalus.tune.search.bohb import TuneBOHB
+    from fluidsalus.tune.utils.mock_trainable import MyTrainableClass
+
+    search = tune.search.ConcurrencyLimiter(TuneBOHB(seed=0), max_concurrent=4)
+    scheduler = tune.schedulers.HyperBandForBOHB(time_attr="training_iteration", max_t=4, reduction_factor=2,
+                                                 stop_last_trials=False)
+    grid = Tuner(MyTrainableClass, param_space={"width": tune.uniform(0, 20), "height": tune.uniform(-100, 100)},
+                 tune_config=tune.TuneConfig(metric="episode_reward_mean", mode="max", scheduler=scheduler,
+                                             search_alg=search, num_samples=8),
+                 run_config=tune.RunConfig(storage_path=storage, verbose=0, stop={"training_iteration": 4})).fit()
+    assert len(grid) == 8 and grid.num_errors == 0
+    ends = sorted(r.metrics["training_iteration"] for r in grid)
+    assert ends[-1] == 4 and ends[0] < 4  # the best reached max_t; others were stopped at a rung
+    best = grid.get_best_result()
+    assert best.metrics["episode_reward_mean"] == max(r.metrics["episode_reward_mean"] for r in grid
+                                                      if r.metrics["training_iteration"] == 4)
+
+
 def test_fit_runs_a_grid_with_a_dict_stop(ray_cluster, storage: str) -> None:
     _, grid = _run(_steps, storage, {"x": tune.grid_search([0.1, 0.5, 0.9]), "steps": 5},
                    run_config_kwargs={"name": "grid", "stop": {"training_iteration": 2}},
