@@ -87,7 +87,10 @@ def curve(config):
                                                  reduction_factor=3),
 ], ids=["asha", "hyperband"])
 def test_successive_halving_searchers_stop_trials_exactly_at_rungs(storage, make):
-    space = {"q": fluidsalus.grid_search([i / 12 for i in range(1, 13)])}
+    # Best first: asynchronous successive halving always promotes a trial that is the best so far at its rung, so
+    # trials that reach each rung in increasing order of quality (the grid's order when the devices happen to run
+    # them one after another) would all go to max_t; in decreasing order the later ones are stopped.
+    space = {"q": fluidsalus.grid_search([i / 12 for i in range(12, 0, -1)])}
     grid = fluidsalus.run(curve, searcher=make(space), metric="acc", mode="max", storage_path=storage,
                           verbose=0)
     assert len(grid) == 12 and grid.num_errors == 0
