@@ -786,8 +786,11 @@ def test_checkpoint_at_end_saves_a_trial_the_stop_rule_or_a_scheduler_ends(ray_c
         restored = _Endless({"x": result.config["x"]})
         restored.restore(result.checkpoint)
         assert restored.value == 3 * result.config["x"]
-    _, grid = _run(_Endless, storage, {"x": tune.uniform(0, 1)}, run_config_kwargs=at_end, metric="value",
-                   mode="max", num_samples=6,
+    # Best first, so that some trial is stopped at a rung whatever the timing: asynchronous successive halving
+    # promotes every trial that is the best so far at its rung (random values arriving in increasing order would
+    # all run to max_t).
+    _, grid = _run(_Endless, storage, {"x": tune.grid_search([1.0, 0.9, 0.8, 0.7, 0.6, 0.5])}, run_config_kwargs=at_end,
+                   metric="value", mode="max",
                    scheduler=tune.schedulers.ASHAScheduler(max_t=4, grace_period=1, reduction_factor=2))
     ends = sorted(r.metrics["training_iteration"] for r in grid)
     assert ends[0] < 4 and ends[-1] == 4  # some stopped at a rung, some ran to max_t
