@@ -15,6 +15,7 @@ from fluidsalus.store import ERROR, TERMINATED, ExperimentStore
 if TYPE_CHECKING:
     import pandas as pd
 
+
 def _local_filesystem() -> Any:
     """pyarrow's local filesystem: what Ray's ``filesystem`` properties give for a local folder."""
     try:

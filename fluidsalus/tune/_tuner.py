@@ -137,11 +137,6 @@ def combine_stops(stop: Any, extra: list[Callable[[str, Mapping[str, Any]], bool
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _stored_results(experiment_dir: str) -> ResultGrid:
-    """The results an experiment's store holds (read-only)."""
-    return ResultGrid.read(experiment_dir)
-
-
 def _split_callbacks(callbacks: list[Any] | None) -> tuple[list[EngineCallback], list[Any]]:
     engine, ray_style = [], []
     for index, given in enumerate(callbacks or []):
@@ -401,7 +396,7 @@ class Tuner:
         if self._results is not None:
             return self._results
         if self._experiment_dir and os.path.isfile(os.path.join(self._experiment_dir, DB_FILENAME)):
-            return _stored_results(self._experiment_dir)
+            return ResultGrid.read(self._experiment_dir)
         raise RuntimeError("Can't return results as experiment has not been run, yet. Call `Tuner.fit()` to run "
                            "the experiment first.")
 
@@ -413,7 +408,7 @@ class Tuner:
         hint = self._resume_hint.format(path=experiment_dir)
         logger.warning(f"Experiment has been interrupted, but the most recent state was saved.\n"
                        f"Resume experiment with: {hint}")
-        return _stored_results(experiment_dir)
+        return ResultGrid.read(experiment_dir)
 
     def _check_checkpointing(self, class_trainable: bool) -> ClassOptions:
         config = self._run_config.checkpoint_config

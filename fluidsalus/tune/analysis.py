@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError
 from fluidsalus.result import MODES, Result, ResultGrid
-from fluidsalus.store import DB_FILENAME, ExperimentStore
+from fluidsalus.store import DB_FILENAME
 from fluidsalus.tune.result import TRAINING_ITERATION
 
 if TYPE_CHECKING:
@@ -191,12 +191,7 @@ class ExperimentAnalysis:
                 f"ExperimentAnalysis: experiment_checkpoint_path {path!r} holds no experiment ({DB_FILENAME} "
                 "not found); pass the folder <storage_path>/<name> of a run"
             )
-        store = ExperimentStore.open(path, readonly=True)
-        try:
-            grid = ResultGrid.from_store(store)
-        finally:
-            store.close()
-        return [Trial(result) for result in grid]
+        return [Trial(result) for result in ResultGrid.read(path)]
 
     # ------------------------------------------------------------------ the experiment
 
