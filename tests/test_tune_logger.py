@@ -99,3 +99,38 @@ def test_a_run_with_the_loggers_writes_rays_files_in_each_trial_folder(ray_clust
         assert [json.loads(line)["score"] for line in lines] == [0, result.config["x"]]
         assert [float(row["score"]) for row in _rows(os.path.join(result.path, "progress.csv"))] == [
             0, result.config["x"]]
+
+
+class _Names:
+    """Ray's callback hook that records the trials' names."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def on_trial_start(self, iteration, trials, trial, **info) -> None:
+        self.names.append(str(trial))
+
+
+def test_every_run_writes_rays_files_unless_switched_off_and_is_named_after_a_registered_name(
+        ray_cluster, storage, monkeypatch) -> None:
+    from fluidsalus import tune
+
+    tune.register_trainable("two_steps_by_name", _two_steps)
+    names = _Names()
+    monkeypatch.delenv("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", raising=False)
+    grid = tune.Tuner("two_steps_by_name", param_space={"x": tune.grid_search([1, 2])},
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[names])).fit()
+    assert os.path.basename(grid.experiment_path).startswith("two_steps_by_name_")  # Ray's name, not "_two_steps"
+    assert len(names.names) == 2 and all(name.startswith("two_steps_by_name_") for name in names.names)
+    for result in grid:  # no logger passed: Ray's files all the same, each result once
+        lines = open(os.path.join(result.path, "result.json")).read().splitlines()
+        assert [json.loads(line)["score"] for line in lines] == [0, result.config["x"]]
+        assert [float(row["score"]) for row in _rows(os.path.join(result.path, "progress.csv"))] == [
+            0, result.config["x"]]
+    monkeypatch.setenv("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    analysis = tune.run("two_steps_by_name", config={"x": 3}, storage_path=storage, verbose=0,
+                        resources_per_trial={"cpu": 1})
+    assert os.path.basename(analysis.experiment_path).startswith("two_steps_by_name_")
+    (trial,) = analysis.trials
+    assert trial.last_result["score"] == 3
+    assert not {"result.json", "progress.csv", "params.json"} & set(os.listdir(trial.path))

@@ -289,6 +289,7 @@ def run(
         # This call's arguments (nothing else is bound yet), with those the Experiment sets taking their place.
         arguments = {key: value for key, value in locals().items() if key not in ("run_or_experiment", "arguments")}
         return run(**{**arguments, **run_or_experiment.run_arguments()})
+    registered_name = run_or_experiment if isinstance(run_or_experiment, str) else None
     run_or_experiment = resolve_trainable(run_or_experiment)  # a name given to tune.register_trainable
     _check_trainable(run_or_experiment)
     for field, value in (("storage_filesystem", storage_filesystem), ("restore", restore)):
@@ -346,6 +347,7 @@ def run(
     if flags is not None and folder is not None and Tuner.can_restore(folder):
         tuner._continue(folder, **flags)
     tuner._resume_hint = _resume_hint
+    tuner._registered_name = registered_name  # kept under with_resources too: Ray names the run after it
     grid = tuner.fit()
     trials = [Trial(result) for result in grid]
     incomplete = [trial for trial in trials if trial.status != TERMINATED]

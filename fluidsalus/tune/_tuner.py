@@ -66,7 +66,7 @@ from fluidsalus.tune._trainable import (
 )
 from fluidsalus.tune._translate import Plan, plan
 from fluidsalus.tune.callback import RayCallbackAdapter
-from fluidsalus.tune.logger import translate_ray_logger
+from fluidsalus.tune.logger import default_loggers, translate_ray_logger
 from fluidsalus.tune.progress_reporter import ReporterCallback
 from fluidsalus.tune.registry import resolve_trainable
 
@@ -231,6 +231,9 @@ class Tuner:
         if param_space is not None and not isinstance(param_space, Mapping):
             raise ConfigError(f"Tuner: param_space must be None or a dict (got {type(param_space).__name__})")
         self._trainable = resolve_trainable(trainable)  # a name given to tune.register_trainable
+        #: The name given to ``tune.register_trainable`` (None: the object itself was given). As in Ray, the
+        #: experiment and its trials are named after it.
+        self._registered_name: str | None = trainable if isinstance(trainable, str) else None
         self._param_space = dict(param_space) if param_space is not None else None
         self._tune_config: TuneConfig = _from_ray(tune_config, TuneConfig, "tune_config")
         self._run_config: RunConfig = _from_ray(run_config, RunConfig, "run_config")
@@ -443,7 +446,8 @@ class Tuner:
     def _save_state(self, experiment_dir: str) -> None:
         """Write ``tuner.pkl`` (without callbacks if they cannot be pickled)."""
         state = {"version": _STATE_VERSION, "param_space": self._param_space, "tune_config": self._tune_config,
-                 "run_config": self._run_config, "trainable_name": trainable_name(self._trainable)}
+                 "run_config": self._run_config,
+                 "trainable_name": self._registered_name or trainable_name(self._trainable)}
         try:
             blob = cloudpickle.dumps(state)
         except Exception as exc:  # noqa: BLE001 - any object in the configs may refuse pickling
@@ -494,6 +498,7 @@ class Tuner:
             warnings.warn(f"fluidsalus.tune: {', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} accepted "
                           "but not used by fluidsalus", UserWarning, stacklevel=2)
         engine_callbacks, ray_callbacks = _split_callbacks(run_config.callbacks)
+        ray_callbacks += default_loggers(ray_callbacks)  # Ray's result.json and progress.csv in each trial's folder
         endless = tune_config.num_samples == INFINITE_SAMPLES
         total_samples = getattr(planned.searcher, "total_samples", None if endless else tune_config.num_samples)
         if run_config.progress_reporter is not None and run_config.verbosity() >= 1:
@@ -505,11 +510,12 @@ class Tuner:
             ray.init(include_dashboard=False, configure_logging=False, log_to_driver=True)
         entry, refs = make_entry(trainable, options)
         storage = os.path.abspath(os.path.expanduser(run_config.storage_path or ""))
-        base_name = _UNSAFE_NAME_CHARS.sub("_", entry.__name__).strip("_") or _FALLBACK_NAME
+        label = self._registered_name or entry.__name__
+        base_name = _UNSAFE_NAME_CHARS.sub("_", label).strip("_") or _FALLBACK_NAME
         default_name = f"{base_name}_{datetime.datetime.now().strftime(_NAME_TIMESTAMP)}"
         name = self._experiment_name(storage, run_config.name or default_name)
         experiment_dir = os.path.join(storage, name)
-        adapter = RayCallbackAdapter(ray_callbacks, experiment_dir, entry.__name__) if ray_callbacks else None
+        adapter = RayCallbackAdapter(ray_callbacks, experiment_dir, label) if ray_callbacks else None
         saver = _SaveOnFirstEvent(lambda: self._save_state(experiment_dir))
         failure = run_config.failure_config
         checkpoint = run_config.checkpoint_config

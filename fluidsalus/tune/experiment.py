@@ -196,7 +196,7 @@ class Experiment:
     def run_arguments(self) -> dict[str, Any]:
         """The ``tune.run`` arguments this experiment sets (the trainable under ``run_or_experiment``)."""
         arguments = {key: value for key, value in self.spec.items() if key != "run"}
-        arguments["run_or_experiment"] = self._run
+        arguments["run_or_experiment"] = self._run_name or self._run  # tune.run names the run after a registered name
         arguments["name"] = self.name
         return arguments
 

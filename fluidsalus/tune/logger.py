@@ -7,10 +7,11 @@ Override ``log_trial_start``, ``log_trial_restore``, ``log_trial_save``, ``log_t
 
 :class:`JsonLoggerCallback` and :class:`CSVLoggerCallback` write Ray's files into each trial's folder
 (``params.json``, ``params.pkl`` and ``result.json``, one JSON line per result; ``progress.csv``, one row per
-result), for tools that read those files. Ray adds them to every run unless told not to; fluidsalus keeps every
-result in the experiment's store (``ResultGrid``, ``ExperimentAnalysis``, ``fluidsalus inspect``), so they are
-written only when passed in ``RunConfig(callbacks=[...])``. Ray's own objects of these two classes are
-translated (:func:`translate_ray_logger`). ``TBXLoggerCallback`` (TensorBoard) is not provided.
+result), for tools that read those files. As in Ray, ``Tuner.fit`` and ``tune.run`` add both to every run
+(:func:`default_loggers`) unless they were passed already or ``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1``; the
+experiment's store (``ResultGrid``, ``ExperimentAnalysis``, ``fluidsalus inspect``) holds every result either
+way. Ray's own objects of these two classes are translated (:func:`translate_ray_logger`).
+``TBXLoggerCallback`` (TensorBoard) is not provided, and not added.
 """
 
 from __future__ import annotations
@@ -28,13 +29,15 @@ from fluidsalus.errors import ConfigError
 from fluidsalus.result import flatten_dict
 from fluidsalus.tune.callback import Callback, TrialInfo
 
-__all__ = ["CSVLoggerCallback", "JsonLoggerCallback", "LoggerCallback", "translate_ray_logger"]
+__all__ = ["CSVLoggerCallback", "JsonLoggerCallback", "LoggerCallback", "default_loggers", "translate_ray_logger"]
 
 #: Ray's file names in a trial's folder (``ray.air.constants``).
 PARAMS_FILE = "params.json"
 PARAMS_PICKLE_FILE = "params.pkl"
 RESULT_FILE = "result.json"
 PROGRESS_FILE = "progress.csv"
+#: Ray's switch (``ray.tune.constants``): ``"1"`` leaves out the loggers added to every run.
+DISABLE_AUTO_LOGGERS_ENV = "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"
 
 
 class LoggerCallback(Callback):
@@ -202,3 +205,19 @@ def translate_ray_logger(callback: Any) -> Any:
                   f"fluidsalus.tune.logger.{kind.__name__}; import it from fluidsalus.tune.logger", UserWarning,
                   stacklevel=4)
     return ours()
+
+
+def default_loggers(callbacks: list[Any]) -> list[LoggerCallback]:
+    """The loggers a run adds to its ``callbacks``, as Ray's ``_create_default_callbacks`` does.
+
+    Args:
+        callbacks: The run's callbacks (Ray's loggers among them already translated).
+
+    Returns:
+        A new :class:`CSVLoggerCallback` and :class:`JsonLoggerCallback`, each unless ``callbacks`` has one;
+        none when the environment sets ``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1``.
+    """
+    if os.environ.get(DISABLE_AUTO_LOGGERS_ENV, "0") == "1":
+        return []
+    return [kind() for kind in (CSVLoggerCallback, JsonLoggerCallback)
+            if not any(isinstance(callback, kind) for callback in callbacks)]
