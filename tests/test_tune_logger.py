@@ -111,17 +111,21 @@ class _Names:
         self.names.append(str(trial))
 
 
-def test_every_run_writes_rays_files_unless_switched_off_and_is_named_after_a_registered_name(
+def test_every_run_writes_rays_files_unless_switched_off_and_names_come_from_registry_and_creator(
         ray_cluster, storage, monkeypatch) -> None:
     from fluidsalus import tune
 
     tune.register_trainable("two_steps_by_name", _two_steps)
     names = _Names()
     monkeypatch.delenv("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", raising=False)
-    grid = tune.Tuner("two_steps_by_name", param_space={"x": tune.grid_search([1, 2])},
-                      run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[names])).fit()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # trial_name_creator is used, not ignored with a warning
+        creator = lambda t: f"{t.trainable_name}_x{t.config['x']}"  # noqa: E731 - as Ray's examples write it
+        grid = tune.Tuner("two_steps_by_name", param_space={"x": tune.grid_search([1, 2])},
+                          tune_config=tune.TuneConfig(trial_name_creator=creator),
+                          run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[names])).fit()
     assert os.path.basename(grid.experiment_path).startswith("two_steps_by_name_")  # Ray's name, not "_two_steps"
-    assert len(names.names) == 2 and all(name.startswith("two_steps_by_name_") for name in names.names)
+    assert sorted(names.names) == ["two_steps_by_name_x1", "two_steps_by_name_x2"]
     for result in grid:  # no logger passed: Ray's files all the same, each result once
         lines = open(os.path.join(result.path, "result.json")).read().splitlines()
         assert [json.loads(line)["score"] for line in lines] == [0, result.config["x"]]
@@ -134,3 +138,7 @@ def test_every_run_writes_rays_files_unless_switched_off_and_is_named_after_a_re
     (trial,) = analysis.trials
     assert trial.last_result["score"] == 3
     assert not {"result.json", "progress.csv", "params.json"} & set(os.listdir(trial.path))
+    bad = tune.Tuner(_two_steps, param_space={"x": 1}, tune_config=tune.TuneConfig(trial_name_creator=lambda t: 3),
+                     run_config=tune.RunConfig(storage_path=storage, name="bad_name", verbose=0))
+    with pytest.raises(ConfigError, match="trial_name_creator must return a str \\(got int for trial"):
+        bad.fit()

@@ -423,7 +423,9 @@ class TuneConfig:
         max_concurrent_trials: Cap on trials running at once (0 or None: no cap, as in Ray).
         time_budget_s: Seconds (or a ``timedelta``) after which the experiment ends.
         reuse_actors: Accepted; fluidsalus always reuses its device actors.
-        trial_name_creator: Not supported; ignored with a warning (trial ids are ``<run>_<seq>``).
+        trial_name_creator: ``f(trial) -> str``, called once per trial with its callback view
+            (:class:`fluidsalus.tune.callback.TrialInfo`: ``trial_id``, ``trainable_name``, ``config``); the
+            name is ``str(trial)`` in callbacks and progress tables, as in Ray. Trial ids stay ``<run>_<seq>``.
         trial_dirname_creator: Not supported; ignored with a warning (trial folders are named by trial id).
         chdir_to_trial_dir: Deprecated in Ray; ignored with a warning.
     """
@@ -472,7 +474,7 @@ class TuneConfig:
 
     def ignored(self) -> list[str]:
         """The fields set to something fluidsalus accepts but does not act on."""
-        out = [name for name in ("trial_name_creator", "trial_dirname_creator") if getattr(self, name) is not None]
+        out = ["trial_dirname_creator"] if self.trial_dirname_creator is not None else []
         if self.chdir_to_trial_dir != DEPRECATED:
             out.append("chdir_to_trial_dir")
         return out

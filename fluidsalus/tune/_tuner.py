@@ -515,7 +515,9 @@ class Tuner:
         default_name = f"{base_name}_{datetime.datetime.now().strftime(_NAME_TIMESTAMP)}"
         name = self._experiment_name(storage, run_config.name or default_name)
         experiment_dir = os.path.join(storage, name)
-        adapter = RayCallbackAdapter(ray_callbacks, experiment_dir, label) if ray_callbacks else None
+        # (with a trial_name_creator and no callback too: Ray calls it for every trial, and its errors end the run)
+        adapter = RayCallbackAdapter(ray_callbacks, experiment_dir, label, tune_config.trial_name_creator) \
+            if ray_callbacks or tune_config.trial_name_creator is not None else None
         saver = _SaveOnFirstEvent(lambda: self._save_state(experiment_dir))
         failure = run_config.failure_config
         checkpoint = run_config.checkpoint_config

@@ -38,11 +38,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fluidsalus.callbacks import Callback as EngineCallback
+from fluidsalus.errors import ConfigError
 from fluidsalus.store import DB_FILENAME, ERROR, FINAL_STATUSES, ExperimentStore
 from fluidsalus.tune.result import SHOULD_CHECKPOINT
 
@@ -124,6 +125,7 @@ class TrialInfo:
         attempt: The attempt running now (0 for the first start).
         error: The error that ended it (``status == "ERROR"``), or None. fluidsalus's addition: Ray keeps it in
             the file ``trial.error_file``.
+        custom_trial_name: What ``TuneConfig(trial_name_creator=...)`` named it, or None (Ray's attribute).
     """
 
     trial_id: str
@@ -136,6 +138,7 @@ class TrialInfo:
     num_failures: int = 0
     attempt: int | None = None
     error: str | None = None
+    custom_trial_name: str | None = None
 
     @property
     def local_path(self) -> str:
@@ -144,7 +147,9 @@ class TrialInfo:
 
     @property
     def trial_name(self) -> str:
-        """``<trainable>_<trial_id>``."""
+        """The name ``trial_name_creator`` gave it, else ``<trainable>_<trial_id>``."""
+        if self.custom_trial_name:
+            return self.custom_trial_name
         return f"{self.trainable_name}_{self.trial_id}" if self.trainable_name else self.trial_id
 
     def is_finished(self) -> bool:
@@ -167,12 +172,16 @@ class RayCallbackAdapter(EngineCallback):
         callbacks: Objects with Ray's hooks (:class:`Callback` or Ray's own).
         experiment_dir: The experiment's folder (where its store is).
         trainable_name: For :attr:`TrialInfo.trial_name`.
+        name_creator: ``TuneConfig.trial_name_creator``: called once with each trial's view when it is first
+            seen (as Ray calls it when it creates a trial); its str names the trial.
     """
 
-    def __init__(self, callbacks: list[Any], experiment_dir: str, trainable_name: str) -> None:
+    def __init__(self, callbacks: list[Any], experiment_dir: str, trainable_name: str,
+                 name_creator: Callable[[TrialInfo], str] | None = None) -> None:
         self.callbacks = list(callbacks)
         self.experiment_dir = experiment_dir
         self.trainable_name = trainable_name
+        self.name_creator = name_creator
         self.trials: dict[str, TrialInfo] = {}
         self.iteration = 0
         self._store: ExperimentStore | None = None
@@ -262,6 +271,12 @@ class RayCallbackAdapter(EngineCallback):
             config = row.config if row is not None else {}
         info = TrialInfo(trial_id, dict(config),
                          path=os.path.join(self.experiment_dir, trial_id), trainable_name=self.trainable_name)
+        if self.name_creator is not None:
+            name = self.name_creator(info)
+            if not isinstance(name, str):
+                raise ConfigError(f"TuneConfig: trial_name_creator must return a str (got {type(name).__name__} "
+                                  f"for trial {trial_id})")
+            info.custom_trial_name = name
         self.trials[trial_id] = info
         return info, True
 

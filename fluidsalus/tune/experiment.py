@@ -53,7 +53,7 @@ class Experiment:
         storage_filesystem: Not supported (must be None).
         sync_config: Accepted and ignored (with a warning, when run).
         checkpoint_config: A ``CheckpointConfig`` or a dict of its fields.
-        trial_name_creator: Accepted and ignored (with a warning, when run).
+        trial_name_creator: Names each trial (``TuneConfig.trial_name_creator``).
         trial_dirname_creator: Accepted and ignored (with a warning, when run).
         log_to_file: Accepted and ignored (with a warning, when run).
         export_formats: Accepted and ignored (with a warning, when run).
