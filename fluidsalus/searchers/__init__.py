@@ -8,7 +8,8 @@ One algorithm per private module, re-exported here (the layout of Optuna's ``opt
 - :class:`BOHB` / :class:`SyncBOHB`: BOHB's KDE model over ASHA / over HyperBand;
 - :class:`PBT`: population based training, exploiting through checkpoints;
 - :class:`PB2`: population based bandits, PBT whose explore step is a GP bandit;
-- :class:`OptunaSearch`: any Optuna sampler through ask/tell, optionally with an Optuna pruner.
+- :class:`OptunaSearch`: any Optuna sampler through ask/tell, optionally with an Optuna pruner;
+- :class:`RepeatSearcher`: another searcher's configurations, each run several times, told the mean.
 """
 
 from fluidsalus.searchers._asha import ASHA
@@ -19,6 +20,7 @@ from fluidsalus.searchers._optuna import OptunaSearch
 from fluidsalus.searchers._pb2 import PB2
 from fluidsalus.searchers._pbt import PBT
 from fluidsalus.searchers._random import RandomSearch
+from fluidsalus.searchers._repeat import RepeatSearcher
 
 __all__ = [
     "ASHA",
@@ -31,5 +33,6 @@ __all__ = [
     "HyperBand",
     "OptunaSearch",
     "RandomSearch",
+    "RepeatSearcher",
     "SyncBOHB",
 ]

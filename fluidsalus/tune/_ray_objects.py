@@ -25,7 +25,7 @@ from fluidsalus.tune.schedulers import (
     PopulationBasedTraining,
     TrialScheduler,
 )
-from fluidsalus.tune.search import BasicVariantGenerator, ConcurrencyLimiter, SearchAlgorithm
+from fluidsalus.tune.search import BasicVariantGenerator, ConcurrencyLimiter, Repeater, SearchAlgorithm
 from fluidsalus.tune.search.bohb import TuneBOHB
 from fluidsalus.tune.search.optuna import OptunaSearch
 
@@ -33,7 +33,7 @@ __all__ = ["adopt_scheduler", "adopt_search_alg", "is_ray_object"]
 
 _SUPPORTED_SCHEDULERS = ("FIFOScheduler", "AsyncHyperBandScheduler/ASHAScheduler", "HyperBandScheduler",
                          "HyperBandForBOHB", "MedianStoppingRule", "PopulationBasedTraining", "PB2")
-_SUPPORTED_SEARCHERS = ("BasicVariantGenerator", "ConcurrencyLimiter", "TuneBOHB", "OptunaSearch")
+_SUPPORTED_SEARCHERS = ("BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "TuneBOHB", "OptunaSearch")
 
 
 def is_ray_object(value: Any) -> bool:
@@ -123,6 +123,11 @@ def _limiter(value: Any) -> ConcurrencyLimiter:
                               max_concurrent=_read(value, "max_concurrent"), batch=_read(value, "batch"))
 
 
+def _repeater(value: Any) -> Repeater:
+    return Repeater(adopt_search_alg(_read(value, "searcher"), warn=False), repeat=_read(value, "repeat"),
+                    set_index=_read(value, "_set_index"))
+
+
 def _bohb(value: Any) -> TuneBOHB:
     return TuneBOHB(space=_read(value, "_space") or None, bohb_config=_read(value, "_bohb_config"),
                     metric=_read(value, "_metric"), mode=_read(value, "_mode"),
@@ -143,6 +148,7 @@ def _optuna(value: Any) -> OptunaSearch:
 _SEARCHERS: dict[str, Callable[[Any], SearchAlgorithm]] = {
     "BasicVariantGenerator": _basic_variant,
     "ConcurrencyLimiter": _limiter,
+    "Repeater": _repeater,
     "TuneBOHB": _bohb,
     "OptunaSearch": _optuna,
 }

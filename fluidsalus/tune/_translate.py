@@ -36,7 +36,7 @@ import copy
 import math
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fluidsalus import space as sp
@@ -50,6 +50,7 @@ from fluidsalus.searchers import (
     HyperBand,
     OptunaSearch,
     RandomSearch,
+    RepeatSearcher,
     SyncBOHB,
 )
 from fluidsalus.tune._config import INFINITE_SAMPLES, TuneConfig
@@ -66,7 +67,7 @@ from fluidsalus.tune.schedulers import (
     PopulationBasedTraining,
     TrialScheduler,
 )
-from fluidsalus.tune.search import BasicVariantGenerator, ConcurrencyLimiter
+from fluidsalus.tune.search import BasicVariantGenerator, ConcurrencyLimiter, Repeater
 from fluidsalus.tune.search.bohb import TuneBOHB
 from fluidsalus.tune.search.optuna import OptunaSearch as OptunaHolder
 
@@ -80,7 +81,8 @@ DEFAULT_STUDY_NAME = "optuna"
 _WORKING_PAIRS = (
     "FIFO/None or BasicVariantGenerator with FIFOScheduler, AsyncHyperBandScheduler, HyperBandScheduler, "
     "HyperBandForBOHB, MedianStoppingRule, PopulationBasedTraining or PB2; TuneBOHB with HyperBandForBOHB or "
-    "AsyncHyperBandScheduler; OptunaSearch with FIFOScheduler, AsyncHyperBandScheduler or MedianStoppingRule"
+    "AsyncHyperBandScheduler; OptunaSearch with FIFOScheduler, AsyncHyperBandScheduler or MedianStoppingRule; "
+    "Repeater(OptunaSearch) with FIFOScheduler"
 )
 
 
@@ -297,6 +299,10 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
     search_alg = adopt_search_alg(tune_config.search_alg)
     scheduler: TrialScheduler = adopt_scheduler(tune_config.scheduler) or FIFOScheduler()
     search_alg, limits = _unwrap(search_alg)
+    repeater, inner_limits = None, []
+    if isinstance(search_alg, Repeater):  # limiters outside it cap trials, those inside it configurations
+        repeater = search_alg
+        search_alg, inner_limits = _unwrap(adopt_search_alg(repeater.searcher))
     cap = _concurrency(tune_config, limits, search_alg)
     sources_metric = [("TuneConfig.metric", tune_config.metric), (f"{type(scheduler).__name__}.metric",
                       scheduler.metric)]
@@ -310,6 +316,8 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
     pair = f"search_alg={type(search_alg).__name__ if search_alg is not None else None}, " \
            f"scheduler={type(scheduler).__name__}"
 
+    if repeater is not None:
+        return _plan_repeated(repeater, search_alg, scheduler, space, metric, mode, n, cap, pair, inner_limits)
     if isinstance(search_alg, BaseSearcher):
         if type(scheduler) is not FIFOScheduler:
             raise ConfigError(
@@ -327,7 +335,7 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
         return _plan_optuna(search_alg, scheduler, space, metric, mode, n, cap, pair, limits)
     if search_alg is not None and not isinstance(search_alg, BasicVariantGenerator):
         raise ConfigError(f"TuneConfig: search_alg {type(search_alg).__name__} is not supported; use one of "
-                          "BasicVariantGenerator, ConcurrencyLimiter, TuneBOHB, OptunaSearch")
+                          "BasicVariantGenerator, ConcurrencyLimiter, Repeater, TuneBOHB, OptunaSearch")
 
     generator = search_alg if search_alg is not None else BasicVariantGenerator()
     if generator.constant_grid_search:
@@ -386,6 +394,34 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
         return Plan(searcher, space, metric, mode, cap, checkpoint_every_iteration=class_trainable,
                     summary=f"{name} -> {_describe(searcher, names)}")
     return Plan(searcher, space, metric, mode, cap, summary=f"{name} -> {_describe(searcher, names)}")
+
+
+def _plan_repeated(repeater: Repeater, inner: Any, scheduler: TrialScheduler, space: dict[str, Any],
+                   metric: Any, mode: Any, n: int, cap: int | None, pair: str, inner_limits: list[int]) -> Plan:
+    """A :class:`RepeatSearcher` around the plan of the repeated search algorithm (``n // repeat`` configurations,
+    ``inner_limits`` or the trial cap over ``repeat`` configurations in flight)."""
+    if not isinstance(inner, OptunaHolder) or type(scheduler) is not FIFOScheduler:
+        raise ConfigError(
+            f"TuneConfig: Repeater({pair}): fluidsalus repeats an OptunaSearch (possibly in a ConcurrencyLimiter) "
+            "with no scheduler (FIFOScheduler) only; an early-stopping scheduler would judge each repeat on its "
+            "own, which Ray also recommends against"
+        )
+    if isinstance(metric, list) or isinstance(inner.metric, list):
+        raise ConfigError("TuneConfig: Repeater averages one metric; OptunaSearch has several "
+                          f"({metric or inner.metric!r}); repeat a single-objective search")
+    configs = n
+    if n != INFINITE_SAMPLES:
+        configs = n // repeater.repeat
+        if configs < 1:
+            raise ConfigError(f"TuneConfig: num_samples={n} is less than Repeater(repeat={repeater.repeat}): no "
+                              "configuration would run; set num_samples to a multiple of repeat, as Ray asks")
+    batch = inner_limits or ([math.ceil(cap / repeater.repeat)] if cap is not None else [])
+    planned = _plan_optuna(inner, scheduler, space, metric, mode, configs, cap, pair, batch)
+    assert isinstance(planned.metric, str)
+    searcher = RepeatSearcher(planned.searcher, repeater.repeat, planned.metric, repeater.set_index)
+    return replace(planned, searcher=searcher,
+                   summary=f"Repeater(repeat={repeater.repeat}, set_index={repeater.set_index}) + {planned.summary}"
+                           f" ({configs} configurations)")
 
 
 def _plan_bohb(holder: TuneBOHB, scheduler: TrialScheduler, param_space: dict[str, Any], metric: str | None,

@@ -2,6 +2,7 @@
 
 - :class:`BasicVariantGenerator`: random and grid search (the default);
 - :class:`ConcurrencyLimiter`: caps the trials running at once;
+- :class:`Repeater`: runs each configuration several times and tells the search algorithm the mean;
 - :class:`~fluidsalus.tune.search.bohb.TuneBOHB`: BOHB (``from fluidsalus.tune.search.bohb import TuneBOHB``);
 - :class:`~fluidsalus.tune.search.optuna.OptunaSearch`: Optuna's samplers
   (``from fluidsalus.tune.search.optuna import OptunaSearch``).
@@ -15,11 +16,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from fluidsalus.space import grid_search
 from fluidsalus.tune._config import build_with_known, by_short_name
-from fluidsalus.tune.search._holders import BasicVariantGenerator, ConcurrencyLimiter, SearchAlgorithm, Searcher
+from fluidsalus.tune.search._holders import (
+    BasicVariantGenerator,
+    ConcurrencyLimiter,
+    Repeater,
+    SearchAlgorithm,
+    Searcher,
+)
 
-__all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "SEARCHER_NAMES", "SearchAlgorithm", "Searcher",
-           "create_searcher"]
+__all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "SEARCHER_NAMES", "SearchAlgorithm",
+           "Searcher", "create_searcher", "grid_search"]
 
 #: Ray's short search algorithm names (``ray.tune.search.SEARCH_ALG_IMPORT``); those fluidsalus provides name
 #: the module and class that ``create_searcher`` imports (lazily, as Ray does), the others None.

@@ -18,7 +18,7 @@ import numpy as np
 from fluidsalus.errors import ConfigError
 from fluidsalus.tune._config import MetricModeHolder
 
-__all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "Searcher", "SearchAlgorithm"]
+__all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "Searcher", "SearchAlgorithm"]
 
 #: Bits of the seed drawn from a user's NumPy ``Generator`` (``random_state``).
 _SEED_BITS = 63
@@ -130,7 +130,29 @@ class BasicVariantGenerator(SearchAlgorithm):
                 "constant_grid_search": self.constant_grid_search, "random_state": self.random_state}
 
 
-class ConcurrencyLimiter(SearchAlgorithm):
+class _Wrapper(SearchAlgorithm):
+    """A search algorithm around another one (``searcher``), whose metric and mode are the wrapped one's."""
+
+    searcher: Any
+
+    def _wrap(self, searcher: Any) -> None:
+        if searcher is None or isinstance(searcher, (Mapping, Sequence)):
+            raise ConfigError(f"{type(self).__name__}: searcher must be a search algorithm "
+                              f"(got {type(searcher).__name__})")
+        self.searcher = searcher
+
+    @property
+    def metric(self) -> str | None:
+        """The wrapped search algorithm's metric."""
+        return getattr(self.searcher, "metric", None)
+
+    @property
+    def mode(self) -> str | None:
+        """The wrapped search algorithm's mode."""
+        return getattr(self.searcher, "mode", None)
+
+
+class ConcurrencyLimiter(_Wrapper):
     """Caps the trials running at once (``ray.tune.search.ConcurrencyLimiter``).
 
     It becomes ``max_concurrent_trials`` of the run (and the batch size of an ``OptunaSearch``, so at most
@@ -145,25 +167,52 @@ class ConcurrencyLimiter(SearchAlgorithm):
 
     def __init__(self, searcher: Any, max_concurrent: int, batch: bool = False) -> None:
         owner = type(self).__name__
-        if searcher is None or isinstance(searcher, (Mapping, Sequence)):
-            raise ConfigError(f"{owner}: searcher must be a search algorithm (got {type(searcher).__name__})")
+        self._wrap(searcher)
         if not _is_int(max_concurrent) or max_concurrent < 1:
             raise ConfigError(f"{owner}: max_concurrent must be an int >= 1 (got {max_concurrent!r})")
         if not isinstance(batch, bool):
             raise ConfigError(f"{owner}: batch must be True or False (got {batch!r})")
-        self.searcher = searcher
         self.max_concurrent = int(max_concurrent)
         self.batch = batch
 
-    @property
-    def metric(self) -> str | None:
-        """The wrapped search algorithm's metric."""
-        return getattr(self.searcher, "metric", None)
-
-    @property
-    def mode(self) -> str | None:
-        """The wrapped search algorithm's mode."""
-        return getattr(self.searcher, "mode", None)
-
     def describe(self) -> dict[str, Any]:
         return {"searcher": self.searcher, "max_concurrent": self.max_concurrent, "batch": self.batch}
+
+
+class Repeater(_Wrapper):
+    """Runs each configuration of a search algorithm ``repeat`` times and tells it the mean
+    (``ray.tune.search.Repeater``), for noisy objectives.
+
+    Maps onto :class:`fluidsalus.searchers.RepeatSearcher` around the search algorithm's own fluidsalus
+    searcher. As in Ray, ``TuneConfig.num_samples`` counts every repeat (``num_samples=15, repeat=5``: three
+    configurations; a remainder is left out), the search algorithm sees one trial per configuration, no
+    intermediate result, and the mean of the repeats' final ``metric`` values (NaN for a repeat that errored or
+    did not report it, left out of the mean). A ``ConcurrencyLimiter`` inside the Repeater caps configurations
+    in flight, one outside caps trials.
+
+    Args:
+        searcher: The search algorithm to repeat: an ``OptunaSearch`` (possibly in a ``ConcurrencyLimiter``).
+            fluidsalus refuses the others and an early-stopping scheduler beside it at ``fit()`` (Ray
+            recommends against that pairing; fluidsalus's schedulers stop trials through the search itself).
+        repeat: Runs of each configuration, ``>= 1``.
+        set_index: Put each repeat's index (0 .. repeat-1) into its config under ``"__trial_index__"``.
+    """
+
+    def __init__(self, searcher: Any, repeat: int = 1, set_index: bool = True) -> None:
+        owner = type(self).__name__
+        self._wrap(searcher)
+        if not _is_int(repeat) or repeat < 1:
+            raise ConfigError(f"{owner}: repeat must be an int >= 1 (got {repeat!r})")
+        if not isinstance(set_index, bool):
+            raise ConfigError(f"{owner}: set_index must be True or False (got {set_index!r})")
+        self.repeat = int(repeat)
+        self.set_index = set_index
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any],
+                              **spec: Any) -> bool:
+        """Ray's hook, passed on to the repeated search algorithm."""
+        hook = getattr(self.searcher, "set_search_properties", None)
+        return bool(hook(metric, mode, config, **spec)) if callable(hook) else False
+
+    def describe(self) -> dict[str, Any]:
+        return {"searcher": self.searcher, "repeat": self.repeat, "set_index": self.set_index}
