@@ -611,6 +611,26 @@ def test_fractional_gpu_is_recorded_per_trial(ray_cluster, storage: str) -> None
     assert sorted((r.metrics["cpu"], r.metrics["gpu"]) for r in grid) == [(1.0, 0.25), (1.0, 0.5)]
 
 
+class _AsksPerConfig(tune.Trainable):
+    """Ray's per-class resource hook: a request that depends on the config, none for small shares."""
+
+    @classmethod
+    def default_resource_request(cls, config):
+        return None if config["share"] < 0.5 else tune.PlacementGroupFactory([{"CPU": 1, "GPU": config["share"]}])
+
+    def step(self):
+        return {"done": True, **self.trial_resources}
+
+
+def test_a_trainable_classs_default_resource_request_is_each_trials_request(ray_cluster, storage: str) -> None:
+    grid = _tuner(_AsksPerConfig, storage, {"share": tune.grid_search([0.25, 0.5])}).fit()
+    assert sorted((r.config["share"], r.metrics.get("gpu")) for r in grid) == [(0.25, 0.0), (0.5, 0.5)]
+    # with_resources wins over the class's own request, as in Ray
+    grid = _tuner(tune.with_resources(_AsksPerConfig, {"cpu": 1, "gpu": 0.125}), storage,
+                  {"share": tune.grid_search([0.5])}).fit()
+    assert [r.metrics["gpu"] for r in grid] == [0.125]
+
+
 def test_nothing_warns_for_plain_requests() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")

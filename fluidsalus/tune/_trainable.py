@@ -319,6 +319,17 @@ class Trainable:
         """Ray's actor reuse hook; fluidsalus never calls it."""
         return False
 
+    @classmethod
+    def default_resource_request(cls, config: dict[str, Any]) -> Any:
+        """The resource request of a trial with ``config`` (Ray's hook): override it to return a dict such as
+        ``{"cpu": 1, "gpu": 0.5}`` or a ``PlacementGroupFactory``. It is used, as Ray uses it, when the class
+        is not wrapped by ``with_resources``, and recorded as that trial's hint (``trial_resources``).
+
+        Returns:
+            None here: no request.
+        """
+        return None
+
     # ------------------------------------------------------------------ the loop's API (Ray's names)
 
     def train(self) -> dict[str, Any]:
@@ -538,6 +549,8 @@ class TrialEntry:
         if self.resources is None:
             return
         request = self.resources(config) if callable(self.resources) else self.resources
+        if request is None:  # a default_resource_request with nothing to ask for
+            return
         with contextlib.suppress(SessionError):
             get_context().resources = normalize_resources(request)
 
@@ -562,8 +575,20 @@ def make_entry(trainable: Any, options: ClassOptions | None) -> tuple[TrialEntry
     _check_base(prepared.base, "Tuner")
     refs = {name: ray.put(value) for name, value in prepared.parameters.items()}
     is_class = _is_trainable_class(prepared.base)
-    entry = TrialEntry(prepared.base, refs, prepared.resources, options if is_class else None, prepared.__name__)
+    resources = prepared.resources
+    if resources is None and is_class and _overrides_resource_request(prepared.base):
+        resources = prepared.base.default_resource_request  # a bound classmethod: pickled by reference
+    entry = TrialEntry(prepared.base, refs, resources, options if is_class else None, prepared.__name__)
     return entry, list(refs.values())
+
+
+def _overrides_resource_request(cls: type) -> bool:
+    """Whether a Trainable subclass defines its own ``default_resource_request`` (not ours or Ray's default)."""
+    def func(owner: Any) -> Any:
+        return getattr(getattr(owner, "default_resource_request", None), "__func__", None)
+
+    defaults = {func(Trainable)} | {func(base) for base in cls.__mro__ if base.__module__.startswith("ray.")}
+    return func(cls) is not None and func(cls) not in defaults
 
 
 def is_class_trainable(trainable: Any) -> bool:
