@@ -23,6 +23,7 @@ from enum import Enum
 from typing import Any
 
 from fluidsalus.errors import ConfigError
+from fluidsalus.tune._output import log_files
 
 __all__ = [
     "DEFAULT_STORAGE_PATH",
@@ -297,7 +298,9 @@ class RunConfig:
         callbacks: :class:`~fluidsalus.tune.Callback` s (Ray's hooks) or ``fluidsalus.callbacks.Callback`` s.
         progress_reporter: A :class:`~fluidsalus.tune.CLIReporter` (or another ``ProgressReporter``): prints a
             status table of the trials every few seconds and at the end (with ``verbose >= 1``).
-        log_to_file: Accepted and ignored (trial output goes to the driver's console through Ray).
+        log_to_file: True (files ``stdout`` and ``stderr``), one file name for both, or a pair
+            ``(stdout_file, stderr_file)``: what each trial prints also goes to those files in its folder, as in
+            Ray (it still reaches the console). Per trial thread: see :mod:`fluidsalus.tune._output`.
         local_dir: Deprecated in Ray, which refuses it; so does fluidsalus. Use ``storage_path``.
     """
 
@@ -364,6 +367,7 @@ class RunConfig:
         elif not isinstance(self.checkpoint_config, CheckpointConfig):
             self.checkpoint_config = _adopt(owner, "checkpoint_config", self.checkpoint_config, CheckpointConfig)
         self.verbosity()  # checks verbose
+        log_files(self.log_to_file)  # checks log_to_file
         if self.callbacks is not None and not isinstance(self.callbacks, (list, tuple)):
             raise _fail(owner, "callbacks", "None or a list of callbacks", self.callbacks)
         if self.stop is not None and not (isinstance(self.stop, Mapping) or callable(self.stop)):
@@ -389,8 +393,6 @@ class RunConfig:
         out = []
         if self.sync_config is not None:
             out.append("sync_config")
-        if self.log_to_file not in (False, None):
-            out.append("log_to_file")
         return out
 
 

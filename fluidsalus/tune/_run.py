@@ -249,7 +249,7 @@ def run(
         checkpoint_config: A ``CheckpointConfig``.
         verbose: 0, 1, 2 or 3.
         progress_reporter: A ``CLIReporter`` or other progress reporter (``RunConfig.progress_reporter``).
-        log_to_file: Accepted and ignored (with a warning).
+        log_to_file: Trial output to files in each trial's folder (``RunConfig.log_to_file``).
         trial_name_creator: Accepted and ignored (with a warning).
         trial_dirname_creator: Accepted and ignored (with a warning).
         sync_config: Accepted and ignored (with a warning).

@@ -504,10 +504,11 @@ def run_trainable_class(cls: type[Trainable], config: dict[str, Any], parameters
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _load_entry(base: Any, refs_blob: bytes, resources: Any, options: ClassOptions | None, name: str) -> TrialEntry:
+def _load_entry(base: Any, refs_blob: bytes, resources: Any, options: ClassOptions | None, name: str,
+                log_files: tuple[str | None, str | None] = (None, None)) -> TrialEntry:
     import ray
 
-    return TrialEntry(base, ray.cloudpickle.loads(refs_blob), resources, options, name)
+    return TrialEntry(base, ray.cloudpickle.loads(refs_blob), resources, options, name, log_files)
 
 
 class TrialEntry:
@@ -525,22 +526,24 @@ class TrialEntry:
         resources: The resource request (a dict, a function of the config, or None).
         options: Checkpointing of a Trainable subclass (None for functions).
         name: The trainable's name.
+        log_files: ``RunConfig.log_to_file`` as (stdout, stderr) file names in the trial's folder (None: none).
     """
 
     def __init__(self, base: Any, refs: Mapping[str, Any], resources: Any, options: ClassOptions | None,
-                 name: str) -> None:
+                 name: str, log_files: tuple[str | None, str | None] = (None, None)) -> None:
         self.base = base
         self.refs = dict(refs)
         self.resources = resources
         self.options = options
         self.__name__ = name
+        self.log_files = log_files
         functools.update_wrapper(self, base, assigned=("__doc__",), updated=())
 
     def __reduce__(self) -> tuple[Any, ...]:
         import ray
 
         return (_load_entry, (self.base, ray.cloudpickle.dumps(self.refs), self.resources, self.options,
-                              self.__name__))
+                              self.__name__, self.log_files))
 
     def _record_resources(self, config: dict[str, Any]) -> None:
         from fluidsalus.errors import SessionError
@@ -555,6 +558,15 @@ class TrialEntry:
             get_context().resources = normalize_resources(request)
 
     def __call__(self, config: dict[str, Any]) -> Any:
+        if self.log_files == (None, None):
+            return self._run(config)
+        from fluidsalus.session import get_context
+        from fluidsalus.tune._output import trial_output
+
+        with trial_output(get_context().get_trial_dir(), *self.log_files):
+            return self._run(config)
+
+    def _run(self, config: dict[str, Any]) -> Any:
         import ray
 
         self._record_resources(config)
@@ -564,7 +576,8 @@ class TrialEntry:
         return self.base(config, **parameters)
 
 
-def make_entry(trainable: Any, options: ClassOptions | None) -> tuple[TrialEntry, list[Any]]:
+def make_entry(trainable: Any, options: ClassOptions | None,
+               log_files: tuple[str | None, str | None] = (None, None)) -> tuple[TrialEntry, list[Any]]:
     """The :class:`TrialEntry` of a user's trainable; the ``with_parameters`` objects are put in Ray now.
 
     Ray must be initialised. Returns the entry and the object references (keep them alive for the run).
@@ -578,7 +591,7 @@ def make_entry(trainable: Any, options: ClassOptions | None) -> tuple[TrialEntry
     resources = prepared.resources
     if resources is None and is_class and _overrides_resource_request(prepared.base):
         resources = prepared.base.default_resource_request  # a bound classmethod: pickled by reference
-    entry = TrialEntry(prepared.base, refs, resources, options if is_class else None, prepared.__name__)
+    entry = TrialEntry(prepared.base, refs, resources, options if is_class else None, prepared.__name__, log_files)
     return entry, list(refs.values())
 
 

@@ -56,6 +56,7 @@ from fluidsalus.searchers import BaseSearcher
 from fluidsalus.store import DB_FILENAME, ERROR, FINAL_STATUSES, PENDING, TERMINATED, ExperimentStore, dumps, loads
 from fluidsalus.tune._config import INFINITE_SAMPLES, CheckpointConfig, FailureConfig, RunConfig, TuneConfig
 from fluidsalus.tune._interrupt import StopSignals
+from fluidsalus.tune._output import log_files
 from fluidsalus.tune._trainable import (
     ClassOptions,
     adopt_ray_trainable,
@@ -508,7 +509,7 @@ class Tuner:
             ray_callbacks.append(ReporterCallback(run_config.progress_reporter))
         if not ray.is_initialized():
             ray.init(include_dashboard=False, configure_logging=False, log_to_driver=True)
-        entry, refs = make_entry(trainable, options)
+        entry, refs = make_entry(trainable, options, log_files(run_config.log_to_file))
         storage = os.path.abspath(os.path.expanduser(run_config.storage_path or ""))
         label = self._registered_name or entry.__name__
         base_name = _UNSAFE_NAME_CHARS.sub("_", label).strip("_") or _FALLBACK_NAME

@@ -55,7 +55,7 @@ class Experiment:
         checkpoint_config: A ``CheckpointConfig`` or a dict of its fields.
         trial_name_creator: Names each trial (``TuneConfig.trial_name_creator``).
         trial_dirname_creator: Accepted and ignored (with a warning, when run).
-        log_to_file: Accepted and ignored (with a warning, when run).
+        log_to_file: Trial output to files in each trial's folder (``RunConfig.log_to_file``).
         export_formats: Accepted and ignored (with a warning, when run).
         max_failures: Retries of a failing trial (``-1``: no limit).
         restore: Not supported (must be None).
