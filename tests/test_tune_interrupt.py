@@ -4,7 +4,8 @@
   caused is not, ``TUNE_DISABLE_SIGINT_HANDLER`` leaves SIGINT to Python, handlers are put back, and outside the
   main thread nothing changes.
 - Real runs on the shared 2-CPU Ray, with real signals sent to the driver: ``Tuner.fit`` and ``tune.run`` return
-  the results so far after the first Ctrl-C or SIGUSR1 and the experiment continues to the end; a second Ctrl-C,
+  the results so far after the first Ctrl-C or SIGUSR1 (a trial that was running shows ``TERMINATED``, as after
+  Ray's clean-up, while the saved state keeps it ``RUNNING``) and the experiment continues to the end; a second Ctrl-C,
   or one with the handler disabled, raises ``KeyboardInterrupt`` and the experiment still continues.
 """
 
@@ -17,6 +18,7 @@ import threading
 
 import pytest
 
+from fluidsalus.result import ResultGrid
 from fluidsalus.tune._interrupt import DISABLE_SIGINT_ENV, StopSignals
 
 pytest.importorskip("ray.tune")
@@ -100,6 +102,17 @@ def _tuner(storage: str, name: str, callback: tune.Callback) -> Tuner:
                  run_config=tune.RunConfig(name=name, storage_path=storage, verbose=0, callbacks=[callback]))
 
 
+def _check_shown_as_ray_shows(statuses: dict[str, str], path: str) -> None:
+    """Check ``statuses`` (trial id -> status after the first stop signal) against the saved state.
+
+    Some trial was running when the signal came and the store keeps it ``RUNNING`` (so it resumes); the run
+    returns it ``TERMINATED``, as Ray's clean-up does, and every other trial with its stored status.
+    """
+    stored = {r.trial_id: r.status for r in ResultGrid.read(path)}
+    assert "RUNNING" in stored.values() and statuses.keys() == stored.keys()
+    assert statuses == {tid: "TERMINATED" if s == "RUNNING" else s for tid, s in stored.items()}
+
+
 def _finish(path: str) -> None:
     """Restore the experiment at ``path`` and check that it ends with every trial done, from checkpoints."""
     grid = Tuner.restore(path, resumable).fit()
@@ -118,7 +131,7 @@ def test_first_ctrl_c_returns_the_results_so_far_and_the_experiment_resumes(
     assert tuner.interrupted and grid.experiment_path == path
     assert signal.getsignal(signal.SIGINT) is before
     assert len(grid) == _TRIALS
-    assert any(r.status != "TERMINATED" for r in grid)
+    _check_shown_as_ray_shows({r.trial_id: r.status for r in grid}, path)
     assert sum(len(r.metrics_dataframe) for r in grid if r.metrics) >= _SIGNAL_AT  # every acknowledged result
     assert grid.get_best_result().metrics["i"] < RESUMABLE_STEPS
     assert "Stop signal received" in caplog.text
@@ -130,7 +143,8 @@ def test_first_ctrl_c_returns_the_results_so_far_and_the_experiment_resumes(
 def test_sigusr1_ends_a_run_like_ctrl_c(ray_cluster, storage: str) -> None:
     tuner = _tuner(storage, "usr1", _signal(storage, signal.SIGUSR1))
     grid = tuner.fit()
-    assert tuner.interrupted and any(r.status != "TERMINATED" for r in grid)
+    assert tuner.interrupted
+    _check_shown_as_ray_shows({r.trial_id: r.status for r in grid}, os.path.join(storage, "usr1"))
     assert Tuner.can_restore(os.path.join(storage, "usr1"))  # continued as after Ctrl-C (the first test)
 
 
@@ -155,10 +169,12 @@ def test_tune_run_returns_its_analysis_after_ctrl_c_without_raising_for_unfinish
               "storage_path": storage, "name": "legacy", "verbose": 0}
     with caplog.at_level(logging.WARNING, logger="fluidsalus.tune"):
         analysis = tune.run(resumable, callbacks=[_signal(storage)], raise_on_failed_trial=True, **kwargs)
-    unfinished = [t for t in analysis.trials if t.status != "TERMINATED"]
-    assert unfinished and len(analysis.trials) == _TRIALS
+    assert len(analysis.trials) == _TRIALS
+    _check_shown_as_ray_shows({t.trial_id: t.status for t in analysis.trials}, os.path.join(storage, "legacy"))
     assert "Resume experiment with: tune.run(..., resume=True)" in caplog.text
-    assert "Trials did not complete: " in caplog.text and unfinished[0].trial_id in caplog.text
+    waiting = [t.trial_id for t in analysis.trials if t.status != "TERMINATED"]  # pending or paused: logged
+    assert ("Trials did not complete: " in caplog.text) == bool(waiting)
+    assert all(tid in caplog.text for tid in waiting)
     assert analysis.best_result["i"] < RESUMABLE_STEPS
     done = tune.run(resumable, resume=True, **kwargs)
     assert sorted(t.trial_id for t in done.trials) == sorted(t.trial_id for t in analysis.trials)

@@ -53,7 +53,17 @@ from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.host import stop_rule
 from fluidsalus.result import ResultGrid
 from fluidsalus.searchers import BaseSearcher
-from fluidsalus.store import DB_FILENAME, ERROR, FINAL_STATUSES, PENDING, TERMINATED, ExperimentStore, dumps, loads
+from fluidsalus.store import (
+    DB_FILENAME,
+    ERROR,
+    FINAL_STATUSES,
+    PENDING,
+    RUNNING,
+    TERMINATED,
+    ExperimentStore,
+    dumps,
+    loads,
+)
 from fluidsalus.tune._config import INFINITE_SAMPLES, CheckpointConfig, FailureConfig, RunConfig, TuneConfig
 from fluidsalus.tune._interrupt import StopSignals
 from fluidsalus.tune._output import log_files
@@ -407,12 +417,21 @@ class Tuner:
     # ------------------------------------------------------------------ fit
 
     def _interrupted_results(self, experiment_dir: str) -> ResultGrid:
-        """The results of a run a stop signal ended (its store is flushed), after Ray's warning."""
+        """The results of a run a stop signal ended (its store is flushed), after Ray's warning.
+
+        As in Ray, whose clean-up after the first Ctrl-C stops every trial that had a worker, a trial that
+        was running shows as ``TERMINATED`` here; the saved state (the store) keeps it ``RUNNING``, so
+        ``Tuner.restore`` continues it from its checkpoint. Pending and paused trials keep their status.
+        """
         self.interrupted = True
         hint = self._resume_hint.format(path=experiment_dir)
         logger.warning(f"Experiment has been interrupted, but the most recent state was saved.\n"
                        f"Resume experiment with: {hint}")
-        return ResultGrid.read(experiment_dir)
+        grid = ResultGrid.read(experiment_dir)
+        for result in grid:
+            if result.status == RUNNING:
+                result.status = TERMINATED
+        return grid
 
     def _check_checkpointing(self, class_trainable: bool) -> ClassOptions:
         config = self._run_config.checkpoint_config
@@ -517,7 +536,8 @@ class Tuner:
         name = self._experiment_name(storage, run_config.name or default_name)
         experiment_dir = os.path.join(storage, name)
         # (with a trial_name_creator and no callback too: Ray calls it for every trial, and its errors end the run)
-        adapter = RayCallbackAdapter(ray_callbacks, experiment_dir, label, tune_config.trial_name_creator) \
+        adapter = RayCallbackAdapter(ray_callbacks, experiment_dir, label, tune_config.trial_name_creator,
+                                     restore=self._resume) \
             if ray_callbacks or tune_config.trial_name_creator is not None else None
         saver = _SaveOnFirstEvent(lambda: self._save_state(experiment_dir))
         failure = run_config.failure_config

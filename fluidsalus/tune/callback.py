@@ -30,17 +30,30 @@ attributes callbacks read most; it is not Ray's ``Trial``. ``trials`` holds ever
 they first started. ``iteration`` counts the events the callbacks have seen. ``on_step_begin``/``on_step_end``
 are never called (fluidsalus's driver has no loop steps to report).
 
+A callback with state overrides ``get_state()`` (a dict, or None for nothing to save) and ``set_state(state)``,
+as in Ray: the states are saved in the experiment's folder (``callback-states-<session>.pkl``, Ray's file) at
+the first event, then with Ray's period (``TUNE_GLOBAL_CHECKPOINT_S``, seconds or ``auto``: at least 10 s and 19
+times the last save's duration), and once more before ``on_experiment_end`` (a failure of that last save is
+logged, as in Ray). When the experiment is restored (``Tuner.restore``, ``tune.run(resume=...)``), each callback
+at the same place in the list is given its state before ``setup``.
+
 An object of Ray's own ``ray.tune.Callback`` class is accepted too and called the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
+import glob
 import logging
 import os
+import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import cloudpickle
 
 from fluidsalus.callbacks import Callback as EngineCallback
 from fluidsalus.errors import ConfigError
@@ -65,6 +78,34 @@ _ITERATION_KEY = "training_iteration"
 _CHECKPOINT_KEY = "checkpoint_dir_name"
 #: The store's event of a trial being started again, and the reason it records for a retry after a failure.
 _RESTART_EVENT, _RETRY_REASON = "trial_restart", "retry"
+#: Ray's file of the callbacks' states in the experiment's folder, one per session (the newest is restored).
+STATE_FILE_PATTERN = "callback-states-{}.pkl"
+#: Ray's session stamp in :data:`STATE_FILE_PATTERN` (the run's start, so the newest sorts last).
+_SESSION_FORMAT = "%Y-%m-%d_%H-%M-%S"
+#: Ray's environment variable for the period of experiment-state saves: seconds, or ``auto``.
+PERIOD_ENV = "TUNE_GLOBAL_CHECKPOINT_S"
+#: Ray's ``auto`` period: at least this many seconds between saves ...
+AUTO_MIN_PERIOD_S = 10.0
+#: ... and this many times the last save's duration, so that saving takes at most 1/20 of the time.
+AUTO_PERIOD_FACTOR = 19.0
+
+
+def _save_period() -> float | None:
+    """The fixed period :data:`PERIOD_ENV` names, or None for ``auto``.
+
+    Raises:
+        ConfigError: If the variable is neither ``auto`` nor a number of seconds >= 0.
+    """
+    raw = os.environ.get(PERIOD_ENV, "auto").strip()
+    if raw == "auto":
+        return None
+    try:
+        period = float(raw)
+    except ValueError:
+        period = -1.0
+    if not period >= 0:
+        raise ConfigError(f"{PERIOD_ENV} must be 'auto' or a number of seconds >= 0 (got {raw!r})")
+    return period
 
 
 class Callback:
@@ -104,6 +145,17 @@ class Callback:
 
     def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any, **info: Any) -> None:
         """Called after a result that carried a checkpoint, with the stored checkpoint."""
+
+    def get_state(self) -> dict[str, Any] | None:
+        """The callback's state to save with the experiment (None, the default: nothing to save)."""
+        return None
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Take back the state :meth:`get_state` saved, when the experiment is restored.
+
+        Args:
+            state: What :meth:`get_state` returned.
+        """
 
     def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
         """Called once when the experiment ends (``fit()`` returns or raises)."""
@@ -174,14 +226,23 @@ class RayCallbackAdapter(EngineCallback):
         trainable_name: For :attr:`TrialInfo.trial_name`.
         name_creator: ``TuneConfig.trial_name_creator``: called once with each trial's view when it is first
             seen (as Ray calls it when it creates a trial); its str names the trial.
+        restore: Whether the run continues an experiment: the callbacks get their saved states at :meth:`setup`.
+
+    Raises:
+        ConfigError: If ``TUNE_GLOBAL_CHECKPOINT_S`` is neither ``auto`` nor a number of seconds.
     """
 
     def __init__(self, callbacks: list[Any], experiment_dir: str, trainable_name: str,
-                 name_creator: Callable[[TrialInfo], str] | None = None) -> None:
+                 name_creator: Callable[[TrialInfo], str] | None = None, restore: bool = False) -> None:
         self.callbacks = list(callbacks)
         self.experiment_dir = experiment_dir
         self.trainable_name = trainable_name
         self.name_creator = name_creator
+        self.restore = restore
+        self._fixed_period = _save_period()
+        self._period = AUTO_MIN_PERIOD_S if self._fixed_period is None else self._fixed_period
+        self._last_save = float("-inf")  # the first event saves, as Ray's first loop step does
+        self._session = datetime.datetime.now().strftime(_SESSION_FORMAT)
         self.trials: dict[str, TrialInfo] = {}
         self.iteration = 0
         self._store: ExperimentStore | None = None
@@ -214,17 +275,72 @@ class RayCallbackAdapter(EngineCallback):
             total_num_samples: Trials the search will run, when known.
             **info: More of Ray's keys (``time_budget_s``).
         """
+        if self.restore:
+            self.restore_states()
         self._call("setup", stop=stop, num_samples=num_samples, total_num_samples=total_num_samples, **info)
 
     def experiment_end(self) -> None:
-        """Call every callback's ``on_experiment_end`` and close the store."""
+        """Save the callbacks' states, call every callback's ``on_experiment_end`` and close the store."""
         try:
+            try:
+                self.save_states()
+            except Exception:  # as Ray's final save: logged, and the run's end goes on
+                logger.exception("Saving the callbacks' states failed")
             self._call("on_experiment_end", trials=list(self.trials.values()))
         finally:
             if self._store is not None:
                 with contextlib.suppress(Exception):
                     self._store.close()
                 self._store = None
+
+    # ------------------------------------------------------------------ callback states
+
+    def save_states(self) -> bool:
+        """Write every callback's ``get_state()`` to this session's state file, atomically.
+
+        Returns:
+            Whether a file was written: not when no callback has state, or before the experiment's folder exists.
+        """
+        states = {index: callback.get_state() for index, callback in enumerate(self.callbacks)
+                  if callable(getattr(callback, "get_state", None))}
+        if not any(states.values()) or not os.path.isdir(self.experiment_dir):
+            return False
+        started = time.monotonic()
+        path = os.path.join(self.experiment_dir, STATE_FILE_PATTERN.format(self._session))
+        partial = os.path.join(self.experiment_dir, f".{uuid.uuid4().hex}-{os.path.basename(path)}")
+        try:
+            with open(partial, "wb") as f:
+                cloudpickle.dump(states, f)
+            os.replace(partial, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(partial)
+        self._last_save = time.monotonic()
+        if self._fixed_period is None:
+            self._period = max(AUTO_MIN_PERIOD_S, AUTO_PERIOD_FACTOR * (self._last_save - started))
+        return True
+
+    def _maybe_save_states(self) -> None:
+        if time.monotonic() - self._last_save >= self._period:
+            self._last_save = time.monotonic()  # also when nothing was written: asking costs a get_state per callback
+            self.save_states()
+
+    def restore_states(self) -> bool:
+        """Give each callback its state from the newest state file of the experiment, if there is one.
+
+        Returns:
+            Whether a state file was found.
+        """
+        paths = glob.glob(os.path.join(glob.escape(self.experiment_dir), STATE_FILE_PATTERN.format("*")))
+        if not paths:
+            return False
+        with open(max(paths), "rb") as f:
+            states = cloudpickle.load(f)
+        for index, callback in enumerate(self.callbacks):
+            state = states.get(index)
+            if state and callable(getattr(callback, "set_state", None)):
+                callback.set_state(state)
+        return True
 
     # ------------------------------------------------------------------ the store (read-only)
 
@@ -301,6 +417,7 @@ class RayCallbackAdapter(EngineCallback):
         self._restoring.discard(trial_id)
         if self._resumes_from_checkpoint(trial_id, attempt, restart):
             self._call_trial("on_trial_restore", trial)
+        self._maybe_save_states()
 
     def on_trial_result(self, trial_id: str, result: Mapping[str, Any]) -> None:
         trial, new = self._info(trial_id)
@@ -325,6 +442,7 @@ class RayCallbackAdapter(EngineCallback):
             trial.checkpoint = Checkpoint(os.path.join(trial.path, folder))
             self._call_trial("on_checkpoint", trial, checkpoint=trial.checkpoint)
             self._call_trial("on_trial_save", trial)
+        self._maybe_save_states()
 
     def on_trial_complete(self, trial_id: str, status: str, result: Mapping[str, Any] | None) -> None:
         trial, _ = self._info(trial_id)
@@ -340,3 +458,4 @@ class RayCallbackAdapter(EngineCallback):
             self._call_trial("on_trial_error", trial)
         else:
             self._call_trial("on_trial_complete", trial)
+        self._maybe_save_states()
