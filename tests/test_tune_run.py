@@ -216,8 +216,10 @@ def test_schedulers_and_search_algorithms_by_rays_names() -> None:
     assert type(tune.create_searcher("random")).__name__ == "BasicVariantGenerator"
     assert tune.create_searcher("optuna", metric="m", mode="min").metric == "m"
     assert type(tune.create_scheduler("pb2", hyperparam_bounds={"lr": [0.1, 0.2]})).__name__ == "PB2"
-    with pytest.raises(ConfigError, match="scheduler 'pbt_replay' is not provided by fluidsalus; use one of"):
-        tune.create_scheduler("pbt_replay")
+    with pytest.raises(ConfigError, match="scheduler 'resource_changing' is not provided by fluidsalus; use one of"):
+        tune.create_scheduler("resource_changing")
+    with pytest.raises(ConfigError, match="policy_file '/nowhere/pbt_policy_x.txt' not found"):
+        tune.create_scheduler("pbt_replay", policy_file="/nowhere/pbt_policy_x.txt")  # known now: it reads the file
     with pytest.raises(ConfigError, match=r"scheduler must be one of \['fifo'"):
         tune.create_scheduler("asha")  # not one of Ray's names either
     with pytest.raises(ConfigError, match="search_alg 'hyperopt' is not provided"):

@@ -8,6 +8,7 @@ One algorithm per private module, re-exported here (the layout of Optuna's ``opt
 - :class:`BOHB` / :class:`SyncBOHB`: BOHB's KDE model over ASHA / over HyperBand;
 - :class:`PBT`: population based training, exploiting through checkpoints;
 - :class:`PB2`: population based bandits, PBT whose explore step is a GP bandit;
+- :class:`PBTReplay`: one trial trained with a PBT run's schedule of configurations (Ray's policy files);
 - :class:`OptunaSearch`: any Optuna sampler through ask/tell, optionally with an Optuna pruner;
 - :class:`RepeatSearcher`: another searcher's configurations, each run several times, told the mean.
 """
@@ -19,6 +20,7 @@ from fluidsalus.searchers._hyperband import HyperBand
 from fluidsalus.searchers._optuna import OptunaSearch
 from fluidsalus.searchers._pb2 import PB2
 from fluidsalus.searchers._pbt import PBT
+from fluidsalus.searchers._pbt_replay import PBTReplay
 from fluidsalus.searchers._random import RandomSearch
 from fluidsalus.searchers._repeat import RepeatSearcher
 
@@ -27,6 +29,7 @@ __all__ = [
     "BOHB",
     "PB2",
     "PBT",
+    "PBTReplay",
     "BaseSearcher",
     "Decision",
     "ExploitRequest",

@@ -36,6 +36,9 @@ class ExploitRequest:
        restore of the trial's own checkpoint would.
     4. It runs until ``result[time_attr] >= budget`` and pauses there: its next perturbation point.
 
+    ``source_trial_id`` may be ``trial_id`` itself (a PBT replay's change point): the trial restarts from its own
+    stored checkpoint with the new config.
+
     If that checkpoint no longer exists, the executor calls :meth:`PBT.cancel_exploit` instead; the trial is
     then promoted unchanged by the next ``next_groups``.
 
@@ -45,7 +48,7 @@ class ExploitRequest:
         source_iteration: ``training_iteration`` of the source's result that carried the checkpoint.
         source_time: ``time_attr`` of that result (where the trial's ``time_attr`` resumes).
         config: The explored configuration of the restarted trial.
-        budget: Where the restarted trial pauses next, in ``time_attr``.
+        budget: Where the restarted trial pauses next, in ``time_attr`` (None: it runs to its end).
         group_id: The group the restarted trial belongs to from now on.
     """
 
@@ -54,7 +57,7 @@ class ExploitRequest:
     source_iteration: int
     source_time: float
     config: dict[str, Any]
-    budget: float
+    budget: float | None
     group_id: str
 
 

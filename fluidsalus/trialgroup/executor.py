@@ -942,7 +942,8 @@ class Executor:
                 continue
             copied = persist_checkpoint(Checkpoint(source[-1]["path"]), trial.trial_dir, request.source_iteration)
             metrics = source[-1]["metrics"] or {}
-            self.store.add_checkpoint(trial.trial_id, request.source_iteration, copied, metrics)
+            if request.source_trial_id != trial.trial_id:  # a trial restarting from its own checkpoint has it stored
+                self.store.add_checkpoint(trial.trial_id, request.source_iteration, copied, metrics)
             trial.budget, trial.group_id = request.budget, request.group_id
             self.store.update_trial(trial.trial_id, group_id=request.group_id, budget=request.budget)
             self._restarts[trial.trial_id] = _Restart(

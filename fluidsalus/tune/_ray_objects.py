@@ -23,6 +23,7 @@ from fluidsalus.tune.schedulers import (
     HyperBandScheduler,
     MedianStoppingRule,
     PopulationBasedTraining,
+    PopulationBasedTrainingReplay,
     TrialScheduler,
 )
 from fluidsalus.tune.search import BasicVariantGenerator, ConcurrencyLimiter, Repeater, SearchAlgorithm
@@ -32,7 +33,8 @@ from fluidsalus.tune.search.optuna import OptunaSearch
 __all__ = ["adopt_scheduler", "adopt_search_alg", "is_ray_object"]
 
 _SUPPORTED_SCHEDULERS = ("FIFOScheduler", "AsyncHyperBandScheduler/ASHAScheduler", "HyperBandScheduler",
-                         "HyperBandForBOHB", "MedianStoppingRule", "PopulationBasedTraining", "PB2")
+                         "HyperBandForBOHB", "MedianStoppingRule", "PopulationBasedTraining", "PB2",
+                         "PopulationBasedTrainingReplay")
 _SUPPORTED_SEARCHERS = ("BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "TuneBOHB", "OptunaSearch")
 
 
@@ -107,6 +109,7 @@ _SCHEDULERS: dict[str, Callable[[Any], TrialScheduler]] = {
     "MedianStoppingRule": _median,
     "PopulationBasedTraining": _pbt,
     "PB2": _pb2,
+    "PopulationBasedTrainingReplay": lambda value: PopulationBasedTrainingReplay(_read(value, "policy_file")),
 }
 
 

@@ -20,6 +20,7 @@ None / BasicVariantGenerator / OptunaSearch    MedianStoppingRule         -> Opt
 a fluidsalus BaseSearcher                      None / FIFOScheduler       -> that searcher, as it is
 =============================================  ======================================================
 
+``PopulationBasedTrainingReplay`` (with no search algorithm, ``num_samples=1``) becomes one ``PBTReplay`` trial.
 ``points_to_evaluate`` (of ``BasicVariantGenerator``, ``TuneBOHB`` or ``OptunaSearch``) work with every pair
 (under PopulationBasedTraining they are the first members of the population), and ``num_samples=-1`` with every
 pair but those with PopulationBasedTraining (whose population is drawn once and kept fixed); ASHA and HyperBand
@@ -49,10 +50,12 @@ from fluidsalus.searchers import (
     BaseSearcher,
     HyperBand,
     OptunaSearch,
+    PBTReplay,
     RandomSearch,
     RepeatSearcher,
     SyncBOHB,
 )
+from fluidsalus.searchers._random import VariantStream
 from fluidsalus.tune._config import INFINITE_SAMPLES, TuneConfig
 from fluidsalus.tune._domains import translate_ray_values
 from fluidsalus.tune._ray_objects import adopt_scheduler, adopt_search_alg
@@ -65,6 +68,7 @@ from fluidsalus.tune.schedulers import (
     HyperBandScheduler,
     MedianStoppingRule,
     PopulationBasedTraining,
+    PopulationBasedTrainingReplay,
     TrialScheduler,
 )
 from fluidsalus.tune.search import BasicVariantGenerator, ConcurrencyLimiter, Repeater
@@ -80,8 +84,9 @@ DEFAULT_STUDY_NAME = "optuna"
 
 _WORKING_PAIRS = (
     "FIFO/None or BasicVariantGenerator with FIFOScheduler, AsyncHyperBandScheduler, HyperBandScheduler, "
-    "HyperBandForBOHB, MedianStoppingRule, PopulationBasedTraining or PB2; TuneBOHB with HyperBandForBOHB or "
-    "AsyncHyperBandScheduler; OptunaSearch with FIFOScheduler, AsyncHyperBandScheduler or MedianStoppingRule; "
+    "HyperBandForBOHB, MedianStoppingRule, PopulationBasedTraining, PB2 or PopulationBasedTrainingReplay; "
+    "TuneBOHB with HyperBandForBOHB or AsyncHyperBandScheduler; OptunaSearch with FIFOScheduler, "
+    "AsyncHyperBandScheduler or MedianStoppingRule; "
     "Repeater(OptunaSearch) with FIFOScheduler"
 )
 
@@ -329,6 +334,8 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
         return Plan(search_alg, space, metric or own_metric, mode or own_mode, cap,
                     summary=f"{type(search_alg).__name__} (given as it is)")
 
+    if isinstance(scheduler, PopulationBasedTrainingReplay):
+        return _plan_replay(scheduler, search_alg, space, metric, mode, n, cap, pair, class_trainable)
     if isinstance(search_alg, TuneBOHB):
         return _plan_bohb(search_alg, scheduler, space, metric, mode, n, cap, pair)
     if isinstance(search_alg, OptunaHolder) or isinstance(scheduler, MedianStoppingRule):
@@ -394,6 +401,40 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
         return Plan(searcher, space, metric, mode, cap, checkpoint_every_iteration=class_trainable,
                     summary=f"{name} -> {_describe(searcher, names)}")
     return Plan(searcher, space, metric, mode, cap, summary=f"{name} -> {_describe(searcher, names)}")
+
+
+def _plan_replay(replay: PopulationBasedTrainingReplay, search_alg: Any, space: dict[str, Any], metric: Any,
+                 mode: Any, n: int, cap: int | None, pair: str, class_trainable: bool) -> Plan:
+    """One :class:`PBTReplay` trial: the policy file's start and changes, or one sample of ``space`` when the
+    file has no change (Ray's rules; a class Trainable checkpoints at every iteration so each change restarts
+    where it is)."""
+    if search_alg is not None and not (isinstance(search_alg, BasicVariantGenerator)
+                                       and not search_alg.points_to_evaluate):
+        raise ConfigError(f"TuneConfig: {pair}: PopulationBasedTrainingReplay trains one trial with the replayed "
+                          "configurations; use no search_alg")
+    if n != 1:
+        raise ConfigError(f"TuneConfig: num_samples={n}: PopulationBasedTrainingReplay trains exactly one trial "
+                          "(Ray refuses a second one); set num_samples=1")
+    config = replay.config
+    if replay.schedule:
+        if space:
+            warnings.warn("fluidsalus.tune: PopulationBasedTrainingReplay replaces param_space with the replayed "
+                          "configuration, as Ray does; pass no param_space", UserWarning, stacklevel=3)
+    else:
+        seed = search_alg.seed() if isinstance(search_alg, BasicVariantGenerator) else None
+        samples = VariantStream(space, 1, seed).take(None) if space else []
+        if len(samples) != 1:
+            raise ConfigError(
+                f"PopulationBasedTrainingReplay: {replay.policy_file!r} records no change, so the trial trains with "
+                f"a param_space sample, and param_space gives {len(samples)} configurations; pass a param_space "
+                "without grid_search (or do not replay)"
+            )
+        config = samples[0]
+    assert config is not None
+    searcher = PBTReplay(config, replay.schedule)
+    return Plan(searcher, copy.deepcopy(config), metric, mode, cap, checkpoint_every_iteration=class_trainable,
+                summary=f"PopulationBasedTrainingReplay -> PBTReplay({len(replay.schedule)} changes, at iterations "
+                        f"{[step for step, _ in replay.schedule]})")
 
 
 def _plan_repeated(repeater: Repeater, inner: Any, scheduler: TrialScheduler, space: dict[str, Any],

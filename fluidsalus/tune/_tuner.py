@@ -52,7 +52,8 @@ from fluidsalus.callbacks import Callback as EngineCallback
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.host import stop_rule
 from fluidsalus.result import ResultGrid
-from fluidsalus.searchers import BaseSearcher
+from fluidsalus.searchers import PBT, BaseSearcher
+from fluidsalus.searchers._pbt_replay import write_policy_files
 from fluidsalus.store import (
     DB_FILENAME,
     ERROR,
@@ -146,6 +147,16 @@ def combine_stops(stop: Any, extra: list[Callable[[str, Mapping[str, Any]], bool
 # ---------------------------------------------------------------------------------------------------------
 # Callbacks
 # ---------------------------------------------------------------------------------------------------------
+
+
+def _write_pbt_policies(searcher: BaseSearcher, experiment_dir: str) -> None:
+    """Ray's ``pbt_global.txt`` and ``pbt_policy_<trial>.txt`` from a PBT/PB2 searcher's exploit log (its saved
+    state, so a continued run writes them whole again), when it keeps one (``log_config``)."""
+    if isinstance(searcher, PBT) and searcher.log_config and os.path.isdir(experiment_dir):
+        try:
+            write_policy_files(experiment_dir, searcher.exploit_log)
+        except OSError as exc:
+            logger.warning("Writing the PBT policy files in %s failed: %s", experiment_dir, exc)
 
 
 def _split_callbacks(callbacks: list[Any] | None) -> tuple[list[EngineCallback], list[Any]]:
@@ -581,6 +592,7 @@ class Tuner:
                 raise
             grid = self._interrupted_results(experiment_dir)
         finally:
+            _write_pbt_policies(planned.searcher, experiment_dir)
             if adapter is not None:
                 adapter.experiment_end()
             if os.path.isfile(os.path.join(experiment_dir, DB_FILENAME)) and not os.path.isfile(

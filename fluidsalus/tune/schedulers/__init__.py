@@ -6,7 +6,8 @@
 - :class:`HyperBandForBOHB`: HyperBand for BOHB (with ``TuneBOHB``);
 - :class:`MedianStoppingRule`: median stopping (through Optuna's ``MedianPruner``);
 - :class:`PopulationBasedTraining`: PBT;
-- :class:`PB2` (also ``schedulers.pb2.PB2``): population based bandits.
+- :class:`PB2` (also ``schedulers.pb2.PB2``): population based bandits;
+- :class:`PopulationBasedTrainingReplay`: one trial trained with a PBT run's schedule of configurations.
 
 They hold their arguments; ``Tuner.fit()`` turns each, with the search algorithm, into one fluidsalus
 searcher (docs/compatibility.md has the table). The submodules ``async_hyperband``, ``hyperband``,
@@ -29,6 +30,7 @@ from fluidsalus.tune.schedulers._holders import (
     HyperBandScheduler,
     MedianStoppingRule,
     PopulationBasedTraining,
+    PopulationBasedTrainingReplay,
     TrialScheduler,
 )
 
@@ -43,7 +45,7 @@ SCHEDULER_NAMES: dict[str, type[TrialScheduler] | None] = {
     "hyperband": HyperBandScheduler,
     "hb_bohb": HyperBandForBOHB,
     "pbt": PopulationBasedTraining,
-    "pbt_replay": None,
+    "pbt_replay": PopulationBasedTrainingReplay,
     "pb2": PB2,
     "resource_changing": None,
 }
@@ -74,6 +76,7 @@ __all__ = [
     "MedianStoppingRule",
     "PB2",
     "PopulationBasedTraining",
+    "PopulationBasedTrainingReplay",
     "TrialScheduler",
     "create_scheduler",
 ]

@@ -12,6 +12,7 @@ for example ``AsyncHyperBandScheduler: reduction_factor must be > 1 (got 1)``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ __all__ = [
     "MedianStoppingRule",
     "PB2",
     "PopulationBasedTraining",
+    "PopulationBasedTrainingReplay",
     "TrialScheduler",
 ]
 
@@ -358,3 +360,30 @@ class PB2(PopulationBasedTraining):
             "log_config": self.log_config, "require_attrs": self.require_attrs, "synch": self.synch,
             "custom_explore_fn": self.custom_explore_fn,
         }
+
+
+class PopulationBasedTrainingReplay(TrialScheduler):
+    """Replays one trial's schedule from a PBT run (``ray.tune.schedulers.PopulationBasedTrainingReplay``).
+
+    Maps onto :class:`fluidsalus.searchers.PBTReplay`: a single trial starts with the configuration the
+    trial's policy file began from and changes it at the iterations the file records, each time restarting from
+    its own latest checkpoint. A fluidsalus PBT (or PB2) run with ``log_config=True`` writes the policy files,
+    ``pbt_policy_<trial_id>.txt``, in its experiment folder, as Ray does; Ray's own files are read too.
+
+    Args:
+        policy_file: The policy file of the trial to replay.
+
+    Raises:
+        ConfigError: The file is missing or is not a PBT policy file (a ValueError, as Ray raises).
+    """
+
+    def __init__(self, policy_file: str) -> None:
+        from fluidsalus.searchers._pbt_replay import read_policy
+
+        super().__init__()
+        self.policy_file = os.path.expanduser(str(policy_file))
+        #: The configuration the replay starts from (None for an empty policy file) and the change points.
+        self.config, self.schedule = read_policy(self.policy_file)
+
+    def describe(self) -> dict[str, Any]:
+        return {"policy_file": self.policy_file}
