@@ -3,7 +3,7 @@
 A script that changed ``from ray import tune`` but kept ``from ray.tune.schedulers import ASHAScheduler``
 passes Ray's object. Its constructor arguments are read back from the object (Ray keeps them in private
 attributes) and the equal fluidsalus.tune holder is built, with a ``UserWarning`` that names both. Classes
-with no fluidsalus equivalent (HyperOptSearch, PB2, ResourceChangingScheduler, ...) raise a
+with no fluidsalus equivalent (HyperOptSearch, ResourceChangingScheduler, ...) raise a
 :class:`~fluidsalus.errors.ConfigError` that names them and lists what is supported.
 """
 
