@@ -76,6 +76,7 @@ def run(
     address: str | None = None,
     memory_mode: str = DEFAULT_MEMORY_MODE,
     gpu_per_trial: float | None = None,
+    trial_dirname: Callable[[str, Mapping[str, Any]], str] | None = None,
 ) -> ResultGrid:
     """Run a hyperparameter sweep of ``trainable`` on the cluster's devices.
 
@@ -134,6 +135,9 @@ def run(
             is measured the planner packs up to ``1 / gpu_per_trial`` trials per device instead of up to the
             device's slots, then goes further one measured step at a time while co-locating still pays
             (docs/planner.md, "Hints"). None (the default): no hint.
+        trial_dirname: ``f(trial_id, config) -> str``, called once for each new trial: the name of its folder in
+            the experiment (Ray Tune's ``trial_dirname_creator``). It must be one new folder name; a bad one ends
+            the run with a ConfigError. None (the default): the folder is the trial id.
 
     Returns:
         A :class:`ResultGrid` of every trial.
@@ -151,6 +155,9 @@ def run(
         memory_mode=memory_mode, gpu_per_trial=gpu_per_trial,
     )
     trainable_name = _check_trainable(trainable)
+    if trial_dirname is not None and not callable(trial_dirname):
+        raise ConfigError(f"trial_dirname must be None or a callable f(trial_id, config) -> str (got "
+                          f"{type(trial_dirname).__name__})")
     space = {} if config is None else config
     if spec.num_samples == -1 and spec.time_budget_s is None and not hasattr(stop, "stop_all"):
         raise ConfigError(
@@ -225,6 +232,7 @@ def run(
             verbose=spec.verbose,
             callbacks=_check_callbacks(callbacks),
             gpu_per_trial=spec.gpu_per_trial,
+            trial_dirname=trial_dirname,
         ),
         trials=trials,
     )
@@ -355,13 +363,14 @@ def _load_trials(store: ExperimentStore) -> list[Trial]:
         if os.path.isdir(c["path"]):
             latest[c["trial_id"]] = c
     out = []
+    folders = store.trial_dirs()
     for row in store.trials():
         final = row.status in ("TERMINATED", "ERROR")
         trial = Trial(
             trial_id=row.trial_id,
             seq=row.seq,
             config=row.config,
-            trial_dir=os.path.join(store.experiment_dir, row.trial_id),
+            trial_dir=folders[row.trial_id],
             group_id=row.group_id,
             budget=row.budget,
             status=row.status,

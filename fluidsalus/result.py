@@ -97,17 +97,17 @@ class Result:
             raise ConfigError("Result.from_path: storage_filesystem is not supported by fluidsalus (the trial "
                               "folder must be local or mounted)")
         folder = os.path.abspath(os.path.expanduser(os.fspath(path)))
-        experiment_dir, trial_id = os.path.split(folder)
+        experiment_dir, dirname = os.path.split(folder)
         try:
             grid = ResultGrid.read(experiment_dir)
         except StoreError as e:
             raise ConfigError(f"Result.from_path: {folder!r} is not a trial folder of a fluidsalus experiment: "
                               f"{e}") from None
         for result in grid:
-            if result.trial_id == trial_id:
+            if os.path.basename(result.path) == dirname:
                 return result
-        raise ConfigError(f"Result.from_path: the experiment {experiment_dir!r} has no trial {trial_id!r} (its "
-                          f"trials: {[r.trial_id for r in grid]})")
+        raise ConfigError(f"Result.from_path: the experiment {experiment_dir!r} has no trial folder {dirname!r} "
+                          f"(its trials' folders: {[os.path.basename(r.path) for r in grid]})")
 
     @property
     def filesystem(self) -> Any:
@@ -169,6 +169,7 @@ class ResultGrid:
             if os.path.isdir(c["path"]):
                 checkpoints.setdefault(c["trial_id"], []).append((Checkpoint(c["path"]), c["metrics"] or {}))
         results = []
+        folders = store.trial_dirs()
         for t in store.trials():
             rows = history.get(t.trial_id, [])
             metrics = dict(t.last_result) if t.last_result is not None else (dict(rows[-1]) if rows else None)
@@ -184,7 +185,7 @@ class ResultGrid:
                     metrics=metrics,
                     checkpoint=ckpts[-1][0] if ckpts else None,
                     error=error,
-                    path=os.path.join(store.experiment_dir, t.trial_id),
+                    path=folders[t.trial_id],
                     best_checkpoints=ckpts,
                     trial_id=t.trial_id,
                     status=t.status,

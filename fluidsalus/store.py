@@ -109,6 +109,8 @@ TERMINATED = "TERMINATED"
 ERROR = "ERROR"
 TRIAL_STATUSES = (PENDING, RUNNING, PAUSED, TERMINATED, ERROR)
 FINAL_STATUSES = frozenset({TERMINATED, ERROR})
+#: The event that names a trial's folder when it is not the trial id (``data``: ``{"dirname": ...}``).
+TRIAL_DIRNAME_EVENT = "trial_dirname"
 
 _TRIAL_COLUMNS = frozenset(
     {
@@ -471,6 +473,16 @@ class ExperimentStore:
         for row in rows:
             latest[(row.trial_id, row.iteration)] = row
         return list(latest.values())
+
+    def trial_dirs(self) -> dict[str, str]:
+        """Each trial's folder: ``<experiment>/<trial_id>``, or the name a :data:`TRIAL_DIRNAME_EVENT` gave it.
+
+        Returns:
+            Trial id -> absolute folder, for every trial of the store.
+        """
+        names = {e.trial_id: str((e.data or {})["dirname"]) for e in self.events(TRIAL_DIRNAME_EVENT) if e.trial_id}
+        return {row[0]: os.path.join(self.experiment_dir, names.get(row[0], row[0]))
+                for row in self._conn.execute("SELECT trial_id FROM trials ORDER BY seq")}
 
     def events(self, kind: str | None = None) -> list[EventRow]:
         sql = "SELECT ts, kind, trial_id, device, data_json FROM events"

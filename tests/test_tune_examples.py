@@ -161,6 +161,10 @@ def test_logging_example_calls_the_logger_callback(tmp_path: Path) -> None:
     # Its trial_name_creator names the trials "<trainable>_<trial_id>_123" (str(trial) in the callback).
     named = [line for line in output.splitlines() if line.startswith("TestLogger for trial easy_objective_")]
     assert len(named) == 5 and all(line.split(":")[0].endswith("_123") for line in named), named
+    # Its trial_dirname_creator names their folders the same way.
+    experiment = tmp_path / "home" / "ray_results" / "hyperband_test"
+    folders = [p.name for p in experiment.iterdir() if p.is_dir()]
+    assert len(folders) == 5 and all(f.startswith("easy_objective_") and f.endswith("_123") for f in folders), folders
 
 
 @pytest.mark.slow

@@ -589,7 +589,7 @@ def test_a_script_with_ray_train_names_runs_with_its_imports_changed(ray_cluster
     again = tune.Result.from_path(best.path)
     assert (again.metrics["score"], again.config, again.checkpoint.path) == (6, best.config, best.checkpoint.path)
     assert type(again.filesystem).__name__ == type(grid.filesystem).__name__ == "LocalFileSystem"
-    with pytest.raises(ConfigError, match="has no trial 'nope'"):
+    with pytest.raises(ConfigError, match="has no trial folder 'nope'"):
         tune.Result.from_path(os.path.join(grid.experiment_path, "nope"))
     with pytest.raises(ConfigError, match="is not a trial folder of a fluidsalus experiment"):
         tune.Result.from_path(os.path.join(storage, "t0"))

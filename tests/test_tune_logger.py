@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from fluidsalus.errors import ConfigError
+from fluidsalus.testing.tune import resumable
 from fluidsalus.tune.callback import TrialInfo
 from fluidsalus.tune.logger import CSVLoggerCallback, JsonLoggerCallback, translate_ray_logger
 
@@ -142,3 +143,39 @@ def test_every_run_writes_rays_files_unless_switched_off_and_names_come_from_reg
                      run_config=tune.RunConfig(storage_path=storage, name="bad_name", verbose=0))
     with pytest.raises(ConfigError, match="trial_name_creator must return a str \\(got int for trial"):
         bad.fit()
+
+
+def test_trial_dirname_creator_names_each_trials_folder_and_a_restore_finds_them(ray_cluster, storage) -> None:
+    from fluidsalus import tune
+    from fluidsalus.result import ResultGrid
+
+    creator = lambda t: f"{t.trainable_name}_x{t.config['x']}"  # noqa: E731 - as Ray's examples write it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # used, not ignored with a warning
+        grid = tune.Tuner(_two_steps, param_space={"x": tune.grid_search([1, 2])},
+                          tune_config=tune.TuneConfig(trial_dirname_creator=creator),
+                          run_config=tune.RunConfig(storage_path=storage, name="named", verbose=0)).fit()
+    folder = os.path.join(storage, "named")
+    assert sorted(os.path.basename(r.path) for r in grid) == ["_two_steps_x1", "_two_steps_x2"]
+    for result in grid:  # Ray's files (written at the callbacks' trial.path) and Result.from_path use it
+        assert [json.loads(line)["score"] for line in open(os.path.join(result.path, "result.json"))] == [
+            0, result.config["x"]]
+        assert tune.Result.from_path(result.path).trial_id == result.trial_id
+        assert not os.path.exists(os.path.join(folder, result.trial_id))
+    assert sorted(r.path for r in ResultGrid.read(folder)) == sorted(r.path for r in grid)
+    restored = tune.Tuner.restore(folder, _two_steps).fit()  # nothing left to run: the same folders
+    assert sorted(r.path for r in restored) == sorted(r.path for r in grid)
+    (saved,) = tune.Tuner(resumable, tune_config=tune.TuneConfig(trial_dirname_creator=lambda t: "only"),
+                          run_config=tune.RunConfig(storage_path=storage, name="ckpt", verbose=0)).fit()
+    assert saved.path == os.path.join(storage, "ckpt", "only")  # the trial's own checkpoints are kept there
+    assert saved.checkpoint is not None and os.path.dirname(saved.checkpoint.path) == saved.path
+
+    for bad, message in ((lambda t: "a/b", r"returned 'a/b' for trial .*: it must be one folder name"),
+                         (lambda t: "same", r"returned 'same' for trial .*, which another trial or file of the "
+                                            r"experiment already has"),
+                         (lambda t: 7, r"trial_dirname_creator must return a str \(got int for trial")):
+        tuner = tune.Tuner(_two_steps, param_space={"x": tune.grid_search([1, 2])},
+                           tune_config=tune.TuneConfig(trial_dirname_creator=bad),
+                           run_config=tune.RunConfig(storage_path=storage, name=f"bad_{id(bad)}", verbose=0))
+        with pytest.raises(ConfigError, match=message):
+            tuner.fit()

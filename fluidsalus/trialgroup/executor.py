@@ -77,7 +77,17 @@ from fluidsalus.gpu.policies import DEFAULT_POLICY
 from fluidsalus.progress import Progress
 from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.session import AUTO_RESULT_KEYS
-from fluidsalus.store import ERROR, FINAL_STATUSES, PAUSED, PENDING, RUNNING, TERMINATED, ExperimentStore, dumps
+from fluidsalus.store import (
+    ERROR,
+    FINAL_STATUSES,
+    PAUSED,
+    PENDING,
+    RUNNING,
+    TERMINATED,
+    TRIAL_DIRNAME_EVENT,
+    ExperimentStore,
+    dumps,
+)
 from fluidsalus.trialgroup.movecost import MoveCostMeter
 from fluidsalus.trialgroup.planner import (
     KEEP,
@@ -175,6 +185,8 @@ class ExecutorSettings:
     prefetch_per_device: int = PREFETCH_PER_DEVICE
     #: The user's hint of the device share one trial needs (``PlannerSettings.prior_share``); None: no hint.
     gpu_per_trial: float | None = None
+    #: ``f(trial_id, config) -> str``: the folder name of each new trial in the experiment (None: its id).
+    trial_dirname: Callable[[str, Mapping[str, Any]], str] | None = None
 
 
 @dataclass
@@ -188,6 +200,35 @@ class _Restart:
     checkpoint_path: str | None = None
     iteration: int = 0
     time_total_s: float = 0.0
+
+
+def check_dirname(name: Any, trial_id: str, experiment_dir: str, used: set[str]) -> str:
+    """A new trial's folder name as a ``trial_dirname`` function gave it, checked.
+
+    Args:
+        name: What the function returned.
+        trial_id: The trial (for the message).
+        experiment_dir: The experiment's folder.
+        used: The folder names of the experiment's other trials.
+
+    Returns:
+        ``name``.
+
+    Raises:
+        ConfigError: ``name`` is not a str naming one new folder in the experiment: empty, ``.``/``..``, with a
+            path separator, the folder of another trial, or a name the experiment's folder already holds.
+    """
+    what = f"trial_dirname_creator returned {name!r} for trial {trial_id}"
+    if not isinstance(name, str):
+        raise ConfigError(f"TuneConfig: trial_dirname_creator must return a str (got {type(name).__name__} for "
+                          f"trial {trial_id})")
+    if name in ("", ".", "..") or "/" in name or os.sep in name or (os.altsep and os.altsep in name):
+        raise ConfigError(f"TuneConfig: {what}: it must be one folder name (not empty, '.', '..', and without a "
+                          "path separator)")
+    if name in used or os.path.lexists(os.path.join(experiment_dir, name)):
+        raise ConfigError(f"TuneConfig: {what}, which another trial or file of the experiment already has: "
+                          "each trial needs its own folder")
+    return name
 
 
 def _checkpoint_iteration(path: str) -> int:
@@ -627,6 +668,7 @@ class Executor:
         # runs the iterations after it again, and the searcher does not decide on them twice (_requeue resets it
         # for a new configuration, which starts a new lineage)
         self._searcher_seen: dict[str, int] = {}
+        self._dirnames = {os.path.basename(t.trial_dir) for t in trials or []}  # folder names in use
         if trials:  # a resumed run goes on from the move cost it had measured, and from what its searcher saw
             self._restore_move_cost()
             self._restore_searcher_seen()
@@ -839,14 +881,21 @@ class Executor:
             return
         self._dirty = True
         new: list[Trial] = []
+        named: dict[str, str] = {}  # trial -> its folder name, when a trial_dirname function names it
         for group in groups:
             for config in group.configs:
                 trial_id = f"{self._run_tag}_{self._seq:05d}"
+                dirname = trial_id
+                if self.settings.trial_dirname is not None:
+                    dirname = check_dirname(self.settings.trial_dirname(trial_id, config), trial_id,
+                                            self.settings.experiment_dir, self._dirnames)
+                    named[trial_id] = dirname
+                self._dirnames.add(dirname)
                 new.append(Trial(
                     trial_id=trial_id,
                     seq=self._seq,
                     config=config,
-                    trial_dir=os.path.join(self.settings.experiment_dir, trial_id),
+                    trial_dir=os.path.join(self.settings.experiment_dir, dirname),
                     group_id=group.group_id,
                     budget=group.budget,
                 ))
@@ -859,6 +908,8 @@ class Executor:
                 members = [t for t in new if t.group_id == group.group_id]
                 self.store.add_trials([(t.trial_id, t.seq, t.config) for t in members],
                                       group_id=group.group_id, budget=group.budget)
+                self.store.add_events([(now, TRIAL_DIRNAME_EVENT, t.trial_id, None, {"dirname": named[t.trial_id]})
+                                       for t in members if t.trial_id in named])
                 for trial_id in group.trial_ids:
                     trial = self.trials[trial_id]
                     if trial.finished_by_rule:  # it met the run's stop rule: nothing may run it further

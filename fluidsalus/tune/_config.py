@@ -428,7 +428,9 @@ class TuneConfig:
         trial_name_creator: ``f(trial) -> str``, called once per trial with its callback view
             (:class:`fluidsalus.tune.callback.TrialInfo`: ``trial_id``, ``trainable_name``, ``config``); the
             name is ``str(trial)`` in callbacks and progress tables, as in Ray. Trial ids stay ``<run>_<seq>``.
-        trial_dirname_creator: Not supported; ignored with a warning (trial folders are named by trial id).
+        trial_dirname_creator: ``f(trial) -> str``: the folder name of each trial in the experiment, called once
+            when the trial is created (default: the trial id). It must be one new folder name (a ConfigError
+            ends the run otherwise).
         chdir_to_trial_dir: Deprecated in Ray; ignored with a warning.
     """
 
@@ -476,7 +478,7 @@ class TuneConfig:
 
     def ignored(self) -> list[str]:
         """The fields set to something fluidsalus accepts but does not act on."""
-        out = ["trial_dirname_creator"] if self.trial_dirname_creator is not None else []
+        out = []
         if self.chdir_to_trial_dir != DEPRECATED:
             out.append("chdir_to_trial_dir")
         return out

@@ -250,8 +250,8 @@ def run(
         verbose: 0, 1, 2 or 3.
         progress_reporter: A ``CLIReporter`` or other progress reporter (``RunConfig.progress_reporter``).
         log_to_file: Trial output to files in each trial's folder (``RunConfig.log_to_file``).
-        trial_name_creator: Accepted and ignored (with a warning).
-        trial_dirname_creator: Accepted and ignored (with a warning).
+        trial_name_creator: ``f(trial) -> str``: each trial's name (``TuneConfig.trial_name_creator``).
+        trial_dirname_creator: ``f(trial) -> str``: each trial's folder name (``TuneConfig.trial_dirname_creator``).
         sync_config: Accepted and ignored (with a warning).
         export_formats: Accepted and ignored (with a warning).
         max_failures: Retries of a failing trial (``-1``: no limit).

@@ -77,7 +77,7 @@ from fluidsalus.tune._trainable import (
     trainable_name,
 )
 from fluidsalus.tune._translate import Plan, plan
-from fluidsalus.tune.callback import RayCallbackAdapter
+from fluidsalus.tune.callback import RayCallbackAdapter, TrialInfo
 from fluidsalus.tune.logger import default_loggers, translate_ray_logger
 from fluidsalus.tune.progress_reporter import ReporterCallback
 from fluidsalus.tune.registry import resolve_trainable
@@ -147,6 +147,18 @@ def combine_stops(stop: Any, extra: list[Callable[[str, Mapping[str, Any]], bool
 # ---------------------------------------------------------------------------------------------------------
 # Callbacks
 # ---------------------------------------------------------------------------------------------------------
+
+
+def _dirname_function(creator: Callable[[TrialInfo], str], experiment_dir: str,
+                      trainable_name: str) -> Callable[[str, Mapping[str, Any]], str]:
+    """The engine's ``trial_dirname(trial_id, config)`` from Ray's ``trial_dirname_creator(trial)``: the creator
+    is given each new trial's :class:`TrialInfo` (Ray gives its ``Trial``)."""
+
+    def dirname(trial_id: str, config: Mapping[str, Any]) -> str:
+        return creator(TrialInfo(trial_id, dict(config), path=os.path.join(experiment_dir, trial_id),
+                                 trainable_name=trainable_name))
+
+    return dirname
 
 
 def _write_pbt_policies(searcher: BaseSearcher, experiment_dir: str) -> None:
@@ -547,8 +559,9 @@ class Tuner:
         name = self._experiment_name(storage, run_config.name or default_name)
         experiment_dir = os.path.join(storage, name)
         # (with a trial_name_creator and no callback too: Ray calls it for every trial, and its errors end the run)
+        dirname_creator = tune_config.trial_dirname_creator
         adapter = RayCallbackAdapter(ray_callbacks, experiment_dir, label, tune_config.trial_name_creator,
-                                     restore=self._resume) \
+                                     restore=self._resume, named_folders=dirname_creator is not None) \
             if ray_callbacks or tune_config.trial_name_creator is not None else None
         saver = _SaveOnFirstEvent(lambda: self._save_state(experiment_dir))
         failure = run_config.failure_config
@@ -586,6 +599,8 @@ class Tuner:
                     resume=self._resume,
                     callbacks=[saver, *engine_callbacks, *([adapter] if adapter is not None else [])],
                     gpu_per_trial=gpu_hint(entry.resources),
+                    trial_dirname=None if dirname_creator is None else _dirname_function(
+                        dirname_creator, experiment_dir, label),
                 )
         except KeyboardInterrupt:
             if not (signals.graceful() and os.path.isfile(os.path.join(experiment_dir, DB_FILENAME))):

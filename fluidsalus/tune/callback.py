@@ -227,14 +227,18 @@ class RayCallbackAdapter(EngineCallback):
         name_creator: ``TuneConfig.trial_name_creator``: called once with each trial's view when it is first
             seen (as Ray calls it when it creates a trial); its str names the trial.
         restore: Whether the run continues an experiment: the callbacks get their saved states at :meth:`setup`.
+        named_folders: Trial folders may have other names than the trial ids (``trial_dirname_creator``): each
+            trial's :attr:`TrialInfo.path` is read from the store.
 
     Raises:
         ConfigError: If ``TUNE_GLOBAL_CHECKPOINT_S`` is neither ``auto`` nor a number of seconds.
     """
 
     def __init__(self, callbacks: list[Any], experiment_dir: str, trainable_name: str,
-                 name_creator: Callable[[TrialInfo], str] | None = None, restore: bool = False) -> None:
+                 name_creator: Callable[[TrialInfo], str] | None = None, restore: bool = False,
+                 named_folders: bool = False) -> None:
         self.callbacks = list(callbacks)
+        self.named_folders = named_folders
         self.experiment_dir = experiment_dir
         self.trainable_name = trainable_name
         self.name_creator = name_creator
@@ -385,8 +389,10 @@ class RayCallbackAdapter(EngineCallback):
         if config is None:
             row = self._stored_trial(trial_id)
             config = row.config if row is not None else {}
-        info = TrialInfo(trial_id, dict(config),
-                         path=os.path.join(self.experiment_dir, trial_id), trainable_name=self.trainable_name)
+        path = os.path.join(self.experiment_dir, trial_id)
+        if self.named_folders and (store := self._open_store()) is not None:
+            path = store.trial_dirs().get(trial_id, path)
+        info = TrialInfo(trial_id, dict(config), path=path, trainable_name=self.trainable_name)
         if self.name_creator is not None:
             name = self.name_creator(info)
             if not isinstance(name, str):

@@ -54,7 +54,7 @@ class Experiment:
         sync_config: Accepted and ignored (with a warning, when run).
         checkpoint_config: A ``CheckpointConfig`` or a dict of its fields.
         trial_name_creator: Names each trial (``TuneConfig.trial_name_creator``).
-        trial_dirname_creator: Accepted and ignored (with a warning, when run).
+        trial_dirname_creator: Names each trial's folder (``TuneConfig.trial_dirname_creator``).
         log_to_file: Trial output to files in each trial's folder (``RunConfig.log_to_file``).
         export_formats: Accepted and ignored (with a warning, when run).
         max_failures: Retries of a failing trial (``-1``: no limit).
