@@ -10,9 +10,11 @@ Each :func:`report` call is one iteration. As Ray Tune does, it adds ``training_
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -47,6 +49,25 @@ DEFAULT_METRIC = "_metric"
 
 _HOSTNAME = socket.gethostname()
 _local = threading.local()
+_node_ips: list[str] = []  # the one cached answer of _node_ip()
+
+
+def _node_ip() -> str:
+    """This node's IP address (Ray's ``node_ip`` result key), found once per process: Ray's own answer where Ray
+    runs (a device actor), else what the host name resolves to, else the loopback address."""
+    if not _node_ips:
+        ray = sys.modules.get("ray")
+        address = None
+        if ray is not None and getattr(ray, "is_initialized", lambda: False)():
+            with contextlib.suppress(Exception):
+                address = ray.util.get_node_ip_address()
+        if address is None:
+            try:
+                address = socket.gethostbyname(_HOSTNAME)
+            except OSError:
+                address = "127.0.0.1"
+        _node_ips.append(address)
+    return _node_ips[0]
 
 
 class LaneTurns(Protocol):
@@ -317,8 +338,10 @@ class TrialSession:
             done=metrics.get("done") is True,  # a trainable may end itself by reporting done=True, as in Ray
             pid=os.getpid(),
             hostname=_HOSTNAME,
+            node_ip=_node_ip(),
             time_since_restore=now - self._started,
             iterations_since_restore=self.iteration - self._start_iteration,
+            checkpoint_dir_name=None,  # the checkpoint's folder when the result carries one, as in Ray
         )
         self._last = now
         if checkpoint is not None:

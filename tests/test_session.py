@@ -8,7 +8,7 @@ import pytest
 
 import fluidsalus
 from fluidsalus.errors import SessionError
-from fluidsalus.session import StopTrial, TrialContext, TrialSession, set_session
+from fluidsalus.session import AUTO_RESULT_KEYS, StopTrial, TrialContext, TrialSession, set_session
 
 
 def _session(tmp_path, **kwargs):
@@ -39,6 +39,9 @@ def test_report_adds_ray_fields_and_counts_iterations(tmp_path):
     assert [r["acc"] for r in got] == [0.5, 0.6]
     for key in ("time_this_iter_s", "time_total_s", "timestamp", "trial_id", "date", "pid", "hostname"):
         assert key in got[0], key
+    assert set(got[0]) >= AUTO_RESULT_KEYS  # every key Ray fills in, as Ray fills them
+    assert got[0]["checkpoint_dir_name"] is None  # no checkpoint with this result
+    assert isinstance(got[0]["node_ip"], str) and got[0]["node_ip"].count(".") == 3
     assert got[1]["time_total_s"] >= got[0]["time_total_s"] >= 0
     assert got[0]["trial_id"] == "t0" and got[1]["done"] is False
 

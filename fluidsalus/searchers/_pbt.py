@@ -572,7 +572,7 @@ class PBT(BaseSearcher):
         self._undo.pop(trial_id, None)  # the restarted trial reports: its exploit is applied for good
         time = float(result[self.time_attr])
         state.last_iteration = int(result.get(ITERATION_KEY, state.last_iteration))
-        if CHECKPOINT_RESULT_KEY in result:
+        if result.get(CHECKPOINT_RESULT_KEY):
             state.checkpoint_iteration, state.checkpoint_time = state.last_iteration, time
         if time < state.budget:
             return Decision.CONTINUE

@@ -1355,7 +1355,7 @@ class Executor:
                     trial.last_result = metrics
                     trial.last_iteration = metrics["training_iteration"]
                     trial.time_total_s = metrics.get("time_total_s", trial.time_total_s)
-                    if "checkpoint_dir_name" in metrics:
+                    if metrics.get("checkpoint_dir_name"):
                         trial.checkpoint_path = os.path.join(trial.trial_dir, metrics["checkpoint_dir_name"])
                         self.store.add_checkpoint(trial_id, trial.last_iteration, trial.checkpoint_path, metrics)
                         if trial_id in self._awaiting_checkpoint:  # a move refused for want of one may go ahead
@@ -1450,7 +1450,7 @@ class Executor:
                     self._best = float(value) if self._best is None else better(self._best, float(value))
                 if self.settings.stopper is not None:
                     self.settings.stopper(trial.trial_id, event[4])  # keeps the driver's copy's state for stop_all
-                if "checkpoint_dir_name" in event[4] and self.settings.checkpoint_num_to_keep is not None:
+                if event[4].get("checkpoint_dir_name") and self.settings.checkpoint_num_to_keep is not None:
                     self._retain_checkpoints(trial)
             elif trial.status == ERROR and self._first_error is None:
                 self._first_error = f"Trial {trial.trial_id} failed: {trial.error}"
