@@ -29,6 +29,13 @@ class Callback:
     def on_trial_complete(self, trial_id: str, status: str, result: Mapping[str, Any] | None) -> None:
         """Called once when a trial ends (``status`` is TERMINATED or ERROR), with its last result."""
 
+    def on_step_begin(self) -> None:
+        """Called at the start of each pass of the driver's loop (before it takes new trials and waits for
+        results), as Ray Tune calls ``on_step_begin`` at each step of its controller."""
+
+    def on_step_end(self) -> None:
+        """Called at the end of each pass of the driver's loop, after the results it waited for were handled."""
+
     def checkpoint_requests(self) -> Iterable[str]:
         """Trials to checkpoint at their next iteration, asked for since the last call (the executor asks after
         each batch's hooks). Only a class ``Trainable`` can be made to save; a function trainable checkpoints

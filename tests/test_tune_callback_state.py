@@ -1,10 +1,12 @@
-"""Callback state (``Callback.get_state`` / ``set_state``) saved with the experiment and restored, as in Ray Tune.
+"""Callback state (``Callback.get_state`` / ``set_state``) saved with the experiment and restored, and the step
+hooks (``on_step_begin`` / ``on_step_end``), as in Ray Tune.
 
 - The adapter alone (no Ray): the first event saves, then Ray's period (``TUNE_GLOBAL_CHECKPOINT_S``) rules until
   the last save before ``on_experiment_end``; a restoring adapter gives each callback its saved state before
   ``setup``, stateless callbacks are left alone, and a bad period is a clear error.
 - A real run on the shared 2-CPU Ray: ``tune.run(resume=True)`` gives a fresh callback the state the first run's
-  callback had at its end, and Ray's own ``ray.tune.Callback`` objects get the same treatment.
+  callback had at its end, and Ray's own ``ray.tune.Callback`` objects get the same treatment; a callback that
+  overrides the step hooks gets them around every pass of the driver's loop, others do not.
 """
 
 from __future__ import annotations
@@ -146,3 +148,39 @@ def test_a_resumed_run_gives_fresh_callbacks_the_states_the_first_run_ended_with
     tune.run(_steps, callbacks=[fresh, fresh_ray], resume=True, **kwargs)
     assert fresh.calls[:2] == [("set_state", {"results": 6}), "setup"]
     assert fresh_ray.restored == {"ray_results": 6}
+
+
+class Steps(rt.Callback):
+    """Ray's base class; records its step calls and the results seen between them."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, int]] = []
+
+    def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        self.calls.append(("begin", iteration, len(trials)))
+
+    def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        self.calls.append(("end", iteration, len(trials)))
+
+    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
+                        **info: Any) -> None:
+        self.calls.append(("result", iteration, len(trials)))
+
+
+def test_step_hooks_wrap_each_pass_of_the_driver_loop(ray_cluster, tmp_path) -> None:
+    steps = Steps()
+    tune.run(_steps, config={"x": tune.grid_search([0, 1])}, storage_path=str(tmp_path), name="steps", verbose=0,
+             callbacks=[steps])
+    kinds = [kind for kind, _, _ in steps.calls]
+    assert kinds.count("result") == 6 and kinds[0] == "begin"
+    # Begin and end alternate, the last pass ends too, and every result comes inside a pass.
+    passes = [kind for kind in kinds if kind != "result"]
+    assert passes == ["begin", "end"] * (len(passes) // 2)
+    inside = False
+    for kind, _, _ in steps.calls:
+        inside = {"begin": True, "end": False}.get(kind, inside)
+        assert kind != "result" or inside
+    assert steps.calls[-1][0] == "end" and steps.calls[-1][2] == 2  # the trials seen so far, each once
+    adapter = RayCallbackAdapter([Counting(), steps], str(tmp_path), "f")
+    adapter.on_step_begin()
+    assert adapter._stepping["on_step_begin"] == [steps]  # a callback with the base class's no-op is not called

@@ -787,6 +787,8 @@ class Executor:
 
     def _loop(self) -> None:
         while True:
+            for callback in self.settings.callbacks:
+                callback.on_step_begin()
             if self.settings.verbose > 0:
                 self._progress.update(self._snapshot())
             self._check_end()
@@ -794,6 +796,8 @@ class Executor:
                 self._take_groups()
                 self._dispatch()
             if self._finished():
+                for callback in self.settings.callbacks:  # every pass that began ends, the last one too
+                    callback.on_step_end()
                 if self._ending == "fail_fast" and self.settings.fail_fast == "raise":
                     raise TrialError(self._first_error or "a trial failed (fail_fast='raise')")
                 return
@@ -818,6 +822,8 @@ class Executor:
                     continue
                 if batch:
                     self._handle(device, batch)
+            for callback in self.settings.callbacks:
+                callback.on_step_end()
 
     def _check_end(self) -> None:
         """End the experiment early when its time budget is spent, a trial failed under fail_fast, or the

@@ -22,13 +22,14 @@ has been stored, with Ray's argument names, in Ray's order:
   stored copy;
 - ``on_trial_complete(iteration, trials, trial)`` when a trial ends, or ``on_trial_error(...)`` when it
   failed for good (after its retries);
+- ``on_step_begin(iteration, trials)`` / ``on_step_end(iteration, trials)`` at the start and end of each pass
+  of the driver's loop (Ray: of each step of its controller), for callbacks that override them;
 - ``on_experiment_end(trials)`` once, when ``fit()`` returns or raises.
 
 ``trial`` is a :class:`TrialInfo`: ``trial_id``, ``config``, ``last_result``, ``status``, ``path`` /
 ``local_path``, ``checkpoint``, ``num_failures``, ``trial_name``, ``error`` and ``is_finished()``, the
 attributes callbacks read most; it is not Ray's ``Trial``. ``trials`` holds every trial seen so far, in the order
-they first started. ``iteration`` counts the events the callbacks have seen. ``on_step_begin``/``on_step_end``
-are never called (fluidsalus's driver has no loop steps to report).
+they first started. ``iteration`` counts the events the callbacks have seen.
 
 A callback with state overrides ``get_state()`` (a dict, or None for nothing to save) and ``set_state(state)``,
 as in Ray: the states are saved in the experiment's folder (``callback-states-<session>.pkl``, Ray's file) at
@@ -88,6 +89,13 @@ PERIOD_ENV = "TUNE_GLOBAL_CHECKPOINT_S"
 AUTO_MIN_PERIOD_S = 10.0
 #: ... and this many times the last save's duration, so that saving takes at most 1/20 of the time.
 AUTO_PERIOD_FACTOR = 19.0
+
+
+def _overrides(callback: Any, hook: str) -> bool:
+    """Whether ``callback``'s class defines ``hook`` itself rather than keeping a ``Callback`` base's no-op
+    (fluidsalus's or Ray's)."""
+    method = getattr(type(callback), hook, None)
+    return callable(method) and getattr(method, "__qualname__", "") != f"Callback.{hook}"
 
 
 def _save_period() -> float | None:
@@ -250,6 +258,7 @@ class RayCallbackAdapter(EngineCallback):
         self.trials: dict[str, TrialInfo] = {}
         self.iteration = 0
         self._store: ExperimentStore | None = None
+        self._stepping: dict[str, list[Any]] = {}  # step hook -> the callbacks that override it
         self._restoring: set[str] = set()  # trials whose attempt's first result is still to come
         self._checkpoint_requests: list[str] = []  # trials a callback set should_checkpoint for
 
@@ -266,6 +275,23 @@ class RayCallbackAdapter(EngineCallback):
             method = getattr(callback, hook, None)
             if callable(method):
                 method(**kwargs)
+
+    def on_step_begin(self) -> None:
+        """Call ``on_step_begin(iteration, trials)`` of the callbacks that override it."""
+        self._call_step("on_step_begin")
+
+    def on_step_end(self) -> None:
+        """Call ``on_step_end(iteration, trials)`` of the callbacks that override it."""
+        self._call_step("on_step_end")
+
+    def _call_step(self, hook: str) -> None:
+        stepping = self._stepping.get(hook)
+        if stepping is None:  # found once: most callbacks keep the base class's no-op
+            stepping = self._stepping[hook] = [c for c in self.callbacks if _overrides(c, hook)]
+        if stepping:
+            trials = list(self.trials.values())
+            for callback in stepping:
+                getattr(callback, hook)(iteration=self.iteration, trials=trials)
 
     def _call_trial(self, hook: str, trial: TrialInfo, **kwargs: Any) -> None:
         self._call(hook, iteration=self.iteration, trials=list(self.trials.values()), trial=trial, **kwargs)
