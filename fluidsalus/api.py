@@ -77,6 +77,7 @@ def run(
     memory_mode: str = DEFAULT_MEMORY_MODE,
     gpu_per_trial: float | None = None,
     trial_dirname: Callable[[str, Mapping[str, Any]], str] | None = None,
+    result_extras: Callable[[int, Mapping[str, Any]], Mapping[str, Any]] | None = None,
 ) -> ResultGrid:
     """Run a hyperparameter sweep of ``trainable`` on the cluster's devices.
 
@@ -138,6 +139,9 @@ def run(
         trial_dirname: ``f(trial_id, config) -> str``, called once for each new trial: the name of its folder in
             the experiment (Ray Tune's ``trial_dirname_creator``). It must be one new folder name; a bad one ends
             the run with a ConfigError. None (the default): the folder is the trial id.
+        result_extras: ``f(seq, config) -> dict``: keys added to every result of the trial created ``seq``-th
+            (from 0) with ``config``, before it is stored (front ends use it for their own keys, such as Ray
+            Tune's ``experiment_tag``). None (the default): none.
 
     Returns:
         A :class:`ResultGrid` of every trial.
@@ -155,9 +159,10 @@ def run(
         memory_mode=memory_mode, gpu_per_trial=gpu_per_trial,
     )
     trainable_name = _check_trainable(trainable)
-    if trial_dirname is not None and not callable(trial_dirname):
-        raise ConfigError(f"trial_dirname must be None or a callable f(trial_id, config) -> str (got "
-                          f"{type(trial_dirname).__name__})")
+    for field_name, value, form in (("trial_dirname", trial_dirname, "f(trial_id, config) -> str"),
+                                    ("result_extras", result_extras, "f(seq, config) -> dict")):
+        if value is not None and not callable(value):
+            raise ConfigError(f"{field_name} must be None or a callable {form} (got {type(value).__name__})")
     space = {} if config is None else config
     if spec.num_samples == -1 and spec.time_budget_s is None and not hasattr(stop, "stop_all"):
         raise ConfigError(
@@ -233,6 +238,7 @@ def run(
             callbacks=_check_callbacks(callbacks),
             gpu_per_trial=spec.gpu_per_trial,
             trial_dirname=trial_dirname,
+            result_extras=result_extras,
         ),
         trials=trials,
     )

@@ -895,6 +895,21 @@ def _find_unresolved(
             _find_unresolved(value, child, grids, domains)
 
 
+def drawn_paths(space: Mapping[str, Any]) -> list[Path]:
+    """The paths of a space's grid searches and domains (the values each variant draws), outermost level only.
+
+    Args:
+        space: A search space.
+
+    Returns:
+        The paths (tuples of keys), grids first, each in depth-first insertion order.
+    """
+    grids: list[tuple[Path, list[Any]]] = []
+    domains: list[tuple[Path, Domain]] = []
+    _find_unresolved(dict(space), (), grids, domains)
+    return [path for path, _ in grids] + [path for path, _ in domains]
+
+
 def _rebuild_tuple(original: tuple[Any, ...], items: list[Any]) -> tuple[Any, ...]:
     make = getattr(original, "_make", None)  # namedtuple
     return make(items) if callable(make) else tuple(items)

@@ -98,6 +98,7 @@ def test_a_run_with_the_loggers_writes_rays_files_in_each_trial_folder(ray_clust
         assert json.loads(open(os.path.join(result.path, "params.json")).read()) == result.config
         lines = open(os.path.join(result.path, "result.json")).read().splitlines()
         assert [json.loads(line)["score"] for line in lines] == [0, result.config["x"]]
+        assert {json.loads(line)["experiment_tag"] for line in lines} == {result.metrics["experiment_tag"]}
         assert [float(row["score"]) for row in _rows(os.path.join(result.path, "progress.csv"))] == [
             0, result.config["x"]]
 
@@ -127,6 +128,7 @@ def test_every_run_writes_rays_files_unless_switched_off_and_names_come_from_reg
                           run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[names])).fit()
     assert os.path.basename(grid.experiment_path).startswith("two_steps_by_name_")  # Ray's name, not "_two_steps"
     assert sorted(names.names) == ["two_steps_by_name_x1", "two_steps_by_name_x2"]
+    assert sorted(r.metrics["experiment_tag"] for r in grid) == ["0_x=1", "1_x=2"]  # Ray's tags, in every result
     for result in grid:  # no logger passed: Ray's files all the same, each result once
         lines = open(os.path.join(result.path, "result.json")).read().splitlines()
         assert [json.loads(line)["score"] for line in lines] == [0, result.config["x"]]

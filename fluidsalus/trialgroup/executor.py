@@ -187,6 +187,9 @@ class ExecutorSettings:
     gpu_per_trial: float | None = None
     #: ``f(trial_id, config) -> str``: the folder name of each new trial in the experiment (None: its id).
     trial_dirname: Callable[[str, Mapping[str, Any]], str] | None = None
+    #: ``f(seq, config) -> dict``: keys added to each result of the trial created ``seq``-th with ``config``
+    #: (a front end's own result keys, such as Ray's ``experiment_tag``); None: none.
+    result_extras: Callable[[int, Mapping[str, Any]], Mapping[str, Any]] | None = None
 
 
 @dataclass
@@ -676,6 +679,7 @@ class Executor:
         for trial in trials or []:
             self.trials[trial.trial_id] = trial
             self._seq = max(self._seq, trial.seq + 1)
+            self._set_extras(trial)
             if trial.status not in FINAL_STATUSES:
                 trial.status = PENDING
                 trial.devices, trial.placed_on = (), ()
@@ -905,6 +909,7 @@ class Executor:
                     group_id=group.group_id,
                     budget=group.budget,
                 ))
+                self._set_extras(new[-1])
                 self._seq += 1
         resumes: dict[int, dict[str, float | None]] = {}
         requeued: list[Trial] = []
@@ -966,6 +971,10 @@ class Executor:
         for index, budgets in resumes.items():  # rank 0 decides for a data-parallel trial's workers
             self._device(index).actor.resume.remote(budgets)
         self._stop_exploited()
+
+    def _set_extras(self, trial: Trial) -> None:
+        if self.settings.result_extras is not None:
+            trial.extras = dict(self.settings.result_extras(trial.seq, trial.config))
 
     def _device(self, index: int) -> _Device:
         return self._devices[index] if self._devices[index].spec.index == index else \
@@ -1347,6 +1356,8 @@ class Executor:
                     continue  # a data-parallel worker's: only rank 0 speaks for the trial (the host sends none)
                 if kind == EV_RESULT:
                     metrics = event[4]
+                    if trial.extras:
+                        metrics.update(trial.extras)
                     reached = metrics.get(self.searcher.time_attr)
                     if event[5] and not (trial.budget is not None and isinstance(reached, (int, float))
                                          and reached < trial.budget):

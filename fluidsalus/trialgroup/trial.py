@@ -69,6 +69,7 @@ class Trial:
     finished_by_rule: bool = False  # a result met the run's stop rule: it ends, and is never promoted
     error: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
+    extras: dict[str, Any] | None = None  # keys added to each of its results (ExecutorSettings.result_extras)
 
     @property
     def device(self) -> int | None:

@@ -60,6 +60,7 @@ from fluidsalus.tune._config import INFINITE_SAMPLES, TuneConfig
 from fluidsalus.tune._domains import translate_ray_values
 from fluidsalus.tune._ray_objects import adopt_scheduler, adopt_search_alg
 from fluidsalus.tune._streamed import StreamedASHA, StreamedHyperBand
+from fluidsalus.tune._tags import SEARCHER, VARIANTS
 from fluidsalus.tune.schedulers import PB2 as PB2Holder
 from fluidsalus.tune.schedulers import (
     AsyncHyperBandScheduler,
@@ -116,6 +117,8 @@ class Plan:
         extra_stops: Per-trial stop rules to add to the user's ``stop``.
         checkpoint_every_iteration: A class Trainable must checkpoint at every iteration (PBT).
         summary: A one-line description, e.g. ``"ASHAScheduler -> ASHA(max_t=100, ...)"``.
+        tags: How Ray would tag the trials (``experiment_tag``, :mod:`fluidsalus.tune._tags`): ``"variants"``
+            for ``BasicVariantGenerator`` trials, ``"searcher"`` for a search algorithm's.
     """
 
     searcher: BaseSearcher
@@ -126,6 +129,7 @@ class Plan:
     extra_stops: list[Callable[[str, Mapping[str, Any]], bool]] = field(default_factory=list)
     checkpoint_every_iteration: bool = False
     summary: str = ""
+    tags: str = SEARCHER
 
 
 def _pick(what: str, values: list[tuple[str, Any]]) -> Any:
@@ -358,8 +362,8 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
     if isinstance(scheduler, FIFOScheduler):
         searcher: BaseSearcher = RandomSearch(space, num_samples=n, seed=seed, points_to_evaluate=points)
         shown = f", points_to_evaluate={len(points)}" if points else ""
-        return Plan(searcher, space, metric, mode, cap, summary=f"{name} -> RandomSearch(num_samples={n}, "
-                    f"seed={seed}{shown})")
+        return Plan(searcher, space, metric, mode, cap, tags=VARIANTS,
+                    summary=f"{name} -> RandomSearch(num_samples={n}, seed={seed}{shown})")
     if isinstance(scheduler, PopulationBasedTraining):
         _finite_samples(n, target)
     metric, mode = _need_metric(name, metric, mode)
@@ -398,9 +402,9 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
             names += ("burn_in_period", "resample_probability")
         if points:
             names += ("points_to_evaluate",)
-        return Plan(searcher, space, metric, mode, cap, checkpoint_every_iteration=class_trainable,
+        return Plan(searcher, space, metric, mode, cap, tags=VARIANTS, checkpoint_every_iteration=class_trainable,
                     summary=f"{name} -> {_describe(searcher, names)}")
-    return Plan(searcher, space, metric, mode, cap, summary=f"{name} -> {_describe(searcher, names)}")
+    return Plan(searcher, space, metric, mode, cap, tags=VARIANTS, summary=f"{name} -> {_describe(searcher, names)}")
 
 
 def _plan_replay(replay: PopulationBasedTrainingReplay, search_alg: Any, space: dict[str, Any], metric: Any,
@@ -432,7 +436,8 @@ def _plan_replay(replay: PopulationBasedTrainingReplay, search_alg: Any, space: 
         config = samples[0]
     assert config is not None
     searcher = PBTReplay(config, replay.schedule)
-    return Plan(searcher, copy.deepcopy(config), metric, mode, cap, checkpoint_every_iteration=class_trainable,
+    return Plan(searcher, copy.deepcopy(config), metric, mode, cap, tags=VARIANTS,
+                checkpoint_every_iteration=class_trainable,
                 summary=f"PopulationBasedTrainingReplay -> PBTReplay({len(replay.schedule)} changes, at iterations "
                         f"{[step for step, _ in replay.schedule]})")
 

@@ -68,6 +68,7 @@ from fluidsalus.store import (
 from fluidsalus.tune._config import INFINITE_SAMPLES, CheckpointConfig, FailureConfig, RunConfig, TuneConfig
 from fluidsalus.tune._interrupt import StopSignals
 from fluidsalus.tune._output import log_files
+from fluidsalus.tune._tags import tagger
 from fluidsalus.tune._trainable import (
     ClassOptions,
     adopt_ray_trainable,
@@ -601,6 +602,7 @@ class Tuner:
                     gpu_per_trial=gpu_hint(entry.resources),
                     trial_dirname=None if dirname_creator is None else _dirname_function(
                         dirname_creator, experiment_dir, label),
+                    result_extras=tagger(planned.space, planned.tags),
                 )
         except KeyboardInterrupt:
             if not (signals.graceful() and os.path.isfile(os.path.join(experiment_dir, DB_FILENAME))):

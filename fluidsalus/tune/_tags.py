@@ -1,0 +1,100 @@
+"""Ray Tune's ``experiment_tag`` result key: a trial's index and the values that make it what it is.
+
+Ray writes it into every result (and into its default trial folder names):
+
+- for trials of ``BasicVariantGenerator`` (random and grid search, and the schedulers that draw from it: ASHA,
+  HyperBand, PBT, PB2), ``"<index>_<vars>"`` with the 0-based index of the trial and the values drawn for the
+  space's domains and grid searches, or ``"<index>"`` when the space has none;
+- for trials of a search algorithm (OptunaSearch, TuneBOHB, Repeater, ...), ``"<number>_<vars>"`` with the
+  1-based number of the trial and every value of its configuration.
+
+``<vars>`` is ``key=value`` for each value, by the value's path in the configuration, joined by commas, where
+``key`` is the last part of the path, a float is written with four decimals and any other value as text with
+each run of characters other than letters, digits, ``_`` and ``-`` made one ``_`` (and ``_`` trimmed at the
+ends), so a tag is safe in a folder name. Differences: after a PBT exploit Ray appends
+``@perturbed[<vars>]``; fluidsalus keeps the trial's first tag.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from fluidsalus import space as sp
+
+__all__ = ["VARIANTS", "SEARCHER", "TAG_KEY", "format_vars", "tagger"]
+
+#: Ray's result key.
+TAG_KEY = "experiment_tag"
+#: Trials drawn by ``BasicVariantGenerator``: 0-based index, the drawn values only.
+VARIANTS = "variants"
+#: Trials suggested by a search algorithm: 1-based number, every value of the configuration.
+SEARCHER = "searcher"
+_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]+")
+_FLOAT_FORMAT = "{:.4f}"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, float):
+        return _FLOAT_FORMAT.format(value)
+    return _UNSAFE.sub("_", str(value)).strip("_")
+
+
+def format_vars(values: Mapping[tuple[Any, ...], Any]) -> str:
+    """``key=value,...`` for configuration values by path, ordered by path (Ray's ``format_vars``).
+
+    Args:
+        values: Path in the configuration (a tuple of keys) -> value.
+
+    Returns:
+        The text, safe in a folder name.
+    """
+    try:
+        ordered = sorted(values.items())
+    except TypeError:  # paths that mix keys of different types (list indices and names)
+        ordered = sorted(values.items(), key=lambda item: tuple(str(part) for part in item[0]))
+    return ",".join(f"{_text(path[-1])}={_text(value)}" for path, value in ordered)
+
+
+def _leaves(config: Mapping[str, Any], path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], Any]]:
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            yield from _leaves(value, (*path, key))
+        else:
+            yield (*path, key), value
+
+
+def _at(config: Any, path: tuple[Any, ...]) -> Any:
+    for part in path:
+        config = config[part]
+    return config
+
+
+def tagger(space: Mapping[str, Any], kind: str) -> Callable[[int, Mapping[str, Any]], dict[str, str]]:
+    """The engine's ``result_extras(seq, config)`` that adds Ray's ``experiment_tag`` to a trial's results.
+
+    Args:
+        space: The run's search space (for :data:`VARIANTS`: which values were drawn).
+        kind: :data:`VARIANTS` or :data:`SEARCHER`.
+
+    Returns:
+        ``f(seq, config) -> {"experiment_tag": tag}`` for the trial created ``seq``-th (from 0) with ``config``.
+    """
+    paths = sp.drawn_paths(space) if kind == VARIANTS else []
+
+    def extras(seq: int, config: Mapping[str, Any]) -> dict[str, str]:
+        if kind == VARIANTS:
+            drawn = {}
+            for path in paths:
+                try:
+                    drawn[path] = _at(config, path)
+                except (KeyError, IndexError, TypeError):
+                    continue  # a configuration that lacks a drawn key (a define-by-run branch, say)
+            index = str(seq)
+        else:
+            drawn = dict(_leaves(config))
+            index = str(seq + 1)
+        return {TAG_KEY: f"{index}_{format_vars(drawn)}" if drawn else index}
+
+    return extras

@@ -1,0 +1,69 @@
+"""Ray's ``experiment_tag`` (``fluidsalus/tune/_tags.py``), compared with Ray's own formatting on the same trials.
+
+- ``BasicVariantGenerator`` trials: the configurations Ray's generator makes for a seed come with Ray's
+  ``resolved_vars``; Ray tags them ``"<index>_" + format_vars(resolved_vars)``. fluidsalus's RandomSearch makes the
+  same configurations, and :func:`tagger` must give the same tags from the space and the configurations alone.
+- Search-algorithm trials: Ray tags them ``"<number>_" + format_vars(<every value of the config>)`` from 1.
+- Which of the two a Tuner's plan uses.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from fluidsalus import tune
+from fluidsalus.tune._tags import SEARCHER, VARIANTS, format_vars, tagger
+from fluidsalus.tune._translate import plan
+
+rt = pytest.importorskip("ray.tune")
+
+
+def test_variant_tags_are_rays_for_the_same_configurations() -> None:
+    from ray.tune.search.sample import _BackwardsCompatibleNumpyRng
+    from ray.tune.search.variant_generator import format_vars as ray_format_vars
+    from ray.tune.search.variant_generator import generate_variants
+
+    ray_space = {"a": rt.uniform(0, 1), "g": rt.grid_search([1, 2]), "n": {"d": rt.randint(0, 10), "e": 5},
+                 "c": rt.choice(["x y", None]), "k": 7}
+    ours = {"a": tune.uniform(0, 1), "g": tune.grid_search([1, 2]), "n": {"d": tune.randint(0, 10), "e": 5},
+            "c": tune.choice(["x y", None]), "k": 7}
+    rng = _BackwardsCompatibleNumpyRng(42)
+    expected, configs = [], []
+    for _ in range(3):  # Ray's _TrialIterator: one generate_variants pass per sample, the counter over all
+        for resolved_vars, spec in generate_variants(copy.deepcopy({"config": ray_space}), random_state=rng):
+            expected.append(f"{len(expected)}_{ray_format_vars(resolved_vars)}")
+            configs.append(spec["config"])
+    searcher = plan(tune.TuneConfig(search_alg=tune.search.BasicVariantGenerator(random_state=42), num_samples=3),
+                    ours).searcher
+    (group,) = searcher.next_groups()
+    assert group.configs == configs  # the same trials, so the same tags are owed
+    extras = tagger(ours, VARIANTS)
+    assert [extras(seq, c)["experiment_tag"] for seq, c in enumerate(group.configs)] == expected
+    assert expected[0] == "0_a=0.7740,c=x_y,g=1,d=6"  # Ray's: last keys, by path, 4 decimals, "x y" made safe
+    assert tagger({"k": 7}, VARIANTS)(4, {"k": 7}) == {"experiment_tag": "4"}  # nothing drawn: the index alone
+
+
+def test_searcher_tags_number_from_one_and_show_the_whole_config() -> None:
+    from ray.tune.search.variant_generator import _resolve_nested_dict
+    from ray.tune.search.variant_generator import format_vars as ray_format_vars
+
+    configs: list[dict[str, Any]] = [{"lr": 0.001234, "opt": {"name": "adam/w", "betas": [0.9, 0.99]}, "k": None},
+                                     {"lr": 1e-5, "opt": {"name": "sgd", "betas": []}, "k": 3}]
+    extras = tagger({"lr": tune.loguniform(1e-5, 1)}, SEARCHER)
+    for seq, config in enumerate(configs):
+        assert extras(seq, config)["experiment_tag"] == f"{seq + 1}_{ray_format_vars(_resolve_nested_dict(config))}"
+    assert extras(0, configs[0])["experiment_tag"] == "1_k=None,lr=0.0012,betas=0_9_0_99,name=adam_w"
+    assert format_vars({(0, "x"): 1, ("a",): 2}) == "x=1,a=2"  # paths of mixed key types sort as text
+
+
+def test_a_plan_says_how_ray_would_tag_its_trials() -> None:
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    space = {"x": tune.uniform(0, 1)}
+    assert plan(tune.TuneConfig(), space).tags == VARIANTS
+    assert plan(tune.TuneConfig(scheduler=tune.schedulers.ASHAScheduler(), metric="x", mode="max"),
+                space).tags == VARIANTS
+    assert plan(tune.TuneConfig(search_alg=OptunaSearch(), metric="x", mode="max"), space).tags == SEARCHER
