@@ -109,8 +109,13 @@ class _Names:
     def __init__(self) -> None:
         self.names: list[str] = []
 
+        self.tags: set[str] = set()
+
     def on_trial_start(self, iteration, trials, trial, **info) -> None:
         self.names.append(str(trial))
+
+    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+        self.tags.add(trial.experiment_tag)
 
 
 def test_every_run_writes_rays_files_unless_switched_off_and_names_come_from_registry_and_creator(
@@ -129,6 +134,7 @@ def test_every_run_writes_rays_files_unless_switched_off_and_names_come_from_reg
     assert os.path.basename(grid.experiment_path).startswith("two_steps_by_name_")  # Ray's name, not "_two_steps"
     assert sorted(names.names) == ["two_steps_by_name_x1", "two_steps_by_name_x2"]
     assert sorted(r.metrics["experiment_tag"] for r in grid) == ["0_x=1", "1_x=2"]  # Ray's tags, in every result
+    assert names.tags == {"0_x=1", "1_x=2"}  # and on the callbacks' trials
     for result in grid:  # no logger passed: Ray's files all the same, each result once
         lines = open(os.path.join(result.path, "result.json")).read().splitlines()
         assert [json.loads(line)["score"] for line in lines] == [0, result.config["x"]]
@@ -139,7 +145,7 @@ def test_every_run_writes_rays_files_unless_switched_off_and_names_come_from_reg
                         resources_per_trial={"cpu": 1})
     assert os.path.basename(analysis.experiment_path).startswith("two_steps_by_name_")
     (trial,) = analysis.trials
-    assert trial.last_result["score"] == 3
+    assert trial.last_result["score"] == 3 and trial.experiment_tag == "0"  # nothing drawn: the index alone
     assert not {"result.json", "progress.csv", "params.json"} & set(os.listdir(trial.path))
     bad = tune.Tuner(_two_steps, param_space={"x": 1}, tune_config=tune.TuneConfig(trial_name_creator=lambda t: 3),
                      run_config=tune.RunConfig(storage_path=storage, name="bad_name", verbose=0))

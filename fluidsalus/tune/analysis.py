@@ -82,6 +82,7 @@ class Trial:
         path: Its folder in the experiment (``local_path`` is the same folder).
         checkpoint: Its latest persisted checkpoint, or None.
         error: The error it failed with, or None.
+        experiment_tag: Ray's tag of the trial (``"<index>_<values>"``), or ``""`` if it reported nothing.
     """
 
     def __init__(self, result: Result) -> None:
@@ -94,6 +95,7 @@ class Trial:
         self.local_path = result.path
         self.checkpoint: Checkpoint | None = result.checkpoint
         self.error: Exception | None = result.error
+        self.experiment_tag = str(self.last_result.get("experiment_tag", ""))
         self._analysis: dict[str, dict[str, float]] | None = None
 
     @property

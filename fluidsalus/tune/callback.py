@@ -71,6 +71,8 @@ RUNNING = "RUNNING"
 PENDING = "PENDING"
 #: Ray's result key that holds the trial's configuration.
 CONFIG_KEY = "config"
+#: Ray's result key of the trial's tag (``fluidsalus/tune/_tags.py``).
+EXPERIMENT_TAG = "experiment_tag"
 #: The result key that is 1 at the first result of each attempt of a trial (a start, a retry, a PBT exploit).
 _RESTART_KEY = "iterations_since_restore"
 #: The result key that counts a trial's iterations over all its attempts.
@@ -211,6 +213,11 @@ class TrialInfo:
         if self.custom_trial_name:
             return self.custom_trial_name
         return f"{self.trainable_name}_{self.trial_id}" if self.trainable_name else self.trial_id
+
+    @property
+    def experiment_tag(self) -> str:
+        """Ray's ``experiment_tag`` (``"<index>_<values>"``), from the trial's results: empty before its first."""
+        return str((self.last_result or {}).get(EXPERIMENT_TAG, ""))
 
     def is_finished(self) -> bool:
         """Whether the trial has ended (``TERMINATED`` or ``ERROR``)."""
