@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from typing import Any
 
 import pytest
@@ -183,6 +184,14 @@ def test_a_pbt_run_writes_policy_files_and_a_replay_follows_one(ray_cluster, tmp
     assert rows and all(len(row) == 6 for row in rows)  # the bottom half exploited the top half
     ids = {r.trial_id for r in grid}
     assert all(row[0] in ids and row[1] in ids for row in rows)
+    # Ray's experiment_tag: "<index>_lr=<first lr>", then "@perturbed[lr=<new lr>]" after an exploit.
+    tags = {r.trial_id: list(r.metrics_dataframe["experiment_tag"]) for r in grid}
+    first = [0.01, 0.02, 0.5, 0.6]
+    for trial_id, seen in tags.items():
+        seq = int(trial_id.rsplit("_", 1)[1])
+        assert all(tag.split("@")[0] == f"{seq}_lr={first[seq]:.4f}" for tag in seen), seen
+    perturbed = [tag for seen in tags.values() for tag in seen if "@" in tag]
+    assert perturbed and all(re.fullmatch(r"\d_lr=\d\.\d{4}@perturbed\[lr=\d\.\d{4}\]", t) for t in perturbed)
     for trial_id in {row[0] for row in rows}:  # each exploiting trial has its file, read as Ray reads it
         policy = str(folder / f"pbt_policy_{trial_id}.txt")
         ray_replay = RayReplay(policy)

@@ -67,3 +67,19 @@ def test_a_plan_says_how_ray_would_tag_its_trials() -> None:
     assert plan(tune.TuneConfig(scheduler=tune.schedulers.ASHAScheduler(), metric="x", mode="max"),
                 space).tags == VARIANTS
     assert plan(tune.TuneConfig(search_alg=OptunaSearch(), metric="x", mode="max"), space).tags == SEARCHER
+
+
+def test_a_perturbed_trial_keeps_its_first_tag_and_shows_the_mutated_values() -> None:
+    extras = tagger({"lr": tune.uniform(0, 1), "k": 1}, VARIANTS, perturbed=("lr", "missing"))
+    assert extras(3, {"lr": 0.25, "k": 1}) == {"experiment_tag": "3_lr=0.2500"}
+    assert extras(3, {"lr": 0.25, "k": 1}) == {"experiment_tag": "3_lr=0.2500"}  # asked again, same config
+    assert extras(3, {"lr": 0.3, "k": 1}) == {"experiment_tag": "3_lr=0.2500@perturbed[lr=0.3000]"}
+    from ray.tune.schedulers.pbt import _make_experiment_tag
+
+    assert _make_experiment_tag("3_lr=0.2500", {"lr": 0.3, "k": 1}, {"lr": None}) == "3_lr=0.2500@perturbed[lr=0.3000]"
+    assert extras(3, {"lr": 0.36, "k": 1}) == {"experiment_tag": "3_lr=0.2500@perturbed[lr=0.3600]"}  # not piled
+    plain = tagger({"lr": tune.uniform(0, 1)}, VARIANTS)
+    plain(0, {"lr": 0.5})
+    assert plain(0, {"lr": 0.7}) == {"experiment_tag": "0_lr=0.5000"}  # no PBT: the first tag stays
+    assert plan(tune.TuneConfig(scheduler=tune.schedulers.PopulationBasedTraining(
+        hyperparam_mutations={"lr": tune.uniform(0, 1)}), metric="m", mode="max"), {"lr": 0.1}).perturbed == ("lr",)

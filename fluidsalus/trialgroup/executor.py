@@ -188,7 +188,8 @@ class ExecutorSettings:
     #: ``f(trial_id, config) -> str``: the folder name of each new trial in the experiment (None: its id).
     trial_dirname: Callable[[str, Mapping[str, Any]], str] | None = None
     #: ``f(seq, config) -> dict``: keys added to each result of the trial created ``seq``-th with ``config``
-    #: (a front end's own result keys, such as Ray's ``experiment_tag``); None: none.
+    #: (a front end's own result keys, such as Ray's ``experiment_tag``), asked again when an exploit gives the
+    #: trial a new config; None: none.
     result_extras: Callable[[int, Mapping[str, Any]], Mapping[str, Any]] | None = None
 
 
@@ -1651,6 +1652,7 @@ class Executor:
         if restart.config is not None:
             trial.config = dict(restart.config)
             self._searcher_seen.pop(trial.trial_id, None)  # a new configuration: its results are all new
+            self._set_extras(trial)
         if restart.checkpoint_path is not None:
             trial.checkpoint_path = restart.checkpoint_path
             trial.last_iteration, trial.time_total_s = restart.iteration, restart.time_total_s

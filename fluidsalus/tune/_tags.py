@@ -11,14 +11,18 @@ Ray writes it into every result (and into its default trial folder names):
 ``<vars>`` is ``key=value`` for each value, by the value's path in the configuration, joined by commas, where
 ``key`` is the last part of the path, a float is written with four decimals and any other value as text with
 each run of characters other than letters, digits, ``_`` and ``-`` made one ``_`` (and ``_`` trimmed at the
-ends), so a tag is safe in a folder name. Differences: after a PBT exploit Ray appends
-``@perturbed[<vars>]``; fluidsalus keeps the trial's first tag.
+ends), so a tag is safe in a folder name.
+
+After a PBT or PB2 exploit gives a trial a new configuration, its tag is its first tag followed by
+``@perturbed[<vars>]`` with the new values of the mutated (or bounded) keys, as in Ray. The first tag is
+remembered for the run: a trial that was perturbed before a resume starts the resumed run with the plain tag of its
+configuration then.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from fluidsalus import space as sp
@@ -71,19 +75,35 @@ def _at(config: Any, path: tuple[Any, ...]) -> Any:
     return config
 
 
-def tagger(space: Mapping[str, Any], kind: str) -> Callable[[int, Mapping[str, Any]], dict[str, str]]:
+def tagger(space: Mapping[str, Any], kind: str, perturbed: Sequence[str] = ()
+           ) -> Callable[[int, Mapping[str, Any]], dict[str, str]]:
     """The engine's ``result_extras(seq, config)`` that adds Ray's ``experiment_tag`` to a trial's results.
 
     Args:
         space: The run's search space (for :data:`VARIANTS`: which values were drawn).
         kind: :data:`VARIANTS` or :data:`SEARCHER`.
+        perturbed: PBT's ``hyperparam_mutations`` keys (PB2's ``hyperparam_bounds`` keys): when a trial is asked
+            for again with another config, its tag is its first one plus ``@perturbed[...]`` of these keys.
 
     Returns:
         ``f(seq, config) -> {"experiment_tag": tag}`` for the trial created ``seq``-th (from 0) with ``config``.
     """
     paths = sp.drawn_paths(space) if kind == VARIANTS else []
+    first: dict[int, tuple[str, dict[str, Any]]] = {}  # seq -> (its first tag, the config it was made for)
 
     def extras(seq: int, config: Mapping[str, Any]) -> dict[str, str]:
+        known = first.get(seq)
+        if known is not None:
+            tag, original = known
+            if perturbed and dict(config) != original:
+                values = {(key,): config[key] for key in perturbed if key in config}
+                return {TAG_KEY: f"{tag}@perturbed[{format_vars(values)}]"}
+            return {TAG_KEY: tag}
+        tag = _tag(seq, config)
+        first[seq] = (tag, dict(config))
+        return {TAG_KEY: tag}
+
+    def _tag(seq: int, config: Mapping[str, Any]) -> str:
         if kind == VARIANTS:
             drawn = {}
             for path in paths:
@@ -95,6 +115,6 @@ def tagger(space: Mapping[str, Any], kind: str) -> Callable[[int, Mapping[str, A
         else:
             drawn = dict(_leaves(config))
             index = str(seq + 1)
-        return {TAG_KEY: f"{index}_{format_vars(drawn)}" if drawn else index}
+        return f"{index}_{format_vars(drawn)}" if drawn else index
 
     return extras

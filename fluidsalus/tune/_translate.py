@@ -119,6 +119,7 @@ class Plan:
         summary: A one-line description, e.g. ``"ASHAScheduler -> ASHA(max_t=100, ...)"``.
         tags: How Ray would tag the trials (``experiment_tag``, :mod:`fluidsalus.tune._tags`): ``"variants"``
             for ``BasicVariantGenerator`` trials, ``"searcher"`` for a search algorithm's.
+        perturbed: The keys PBT mutates (PB2 bounds), shown in a perturbed trial's tag.
     """
 
     searcher: BaseSearcher
@@ -130,6 +131,7 @@ class Plan:
     checkpoint_every_iteration: bool = False
     summary: str = ""
     tags: str = SEARCHER
+    perturbed: tuple[str, ...] = ()
 
 
 def _pick(what: str, values: list[tuple[str, Any]]) -> Any:
@@ -402,8 +404,9 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
             names += ("burn_in_period", "resample_probability")
         if points:
             names += ("points_to_evaluate",)
+        keys = scheduler.hyperparam_bounds if isinstance(scheduler, PB2Holder) else scheduler.hyperparam_mutations
         return Plan(searcher, space, metric, mode, cap, tags=VARIANTS, checkpoint_every_iteration=class_trainable,
-                    summary=f"{name} -> {_describe(searcher, names)}")
+                    summary=f"{name} -> {_describe(searcher, names)}", perturbed=tuple(keys or ()))
     return Plan(searcher, space, metric, mode, cap, tags=VARIANTS, summary=f"{name} -> {_describe(searcher, names)}")
 
 

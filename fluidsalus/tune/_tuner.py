@@ -602,7 +602,7 @@ class Tuner:
                     gpu_per_trial=gpu_hint(entry.resources),
                     trial_dirname=None if dirname_creator is None else _dirname_function(
                         dirname_creator, experiment_dir, label),
-                    result_extras=tagger(planned.space, planned.tags),
+                    result_extras=tagger(planned.space, planned.tags, planned.perturbed),
                 )
         except KeyboardInterrupt:
             if not (signals.graceful() and os.path.isfile(os.path.join(experiment_dir, DB_FILENAME))):
