@@ -91,6 +91,25 @@ class Checkpoint:
         return hash(os.path.abspath(self.path))
 
 
+def write_atomically(path: str, data: bytes | str) -> None:
+    """Write a whole file under a temporary name in its folder, then rename it into place, so a crash leaves
+    either the old file or the new one, never half of one.
+
+    Args:
+        path: The file.
+        data: Its new contents (text is written as UTF-8).
+    """
+    folder, name = os.path.split(path)
+    handle, staging = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial", dir=folder or ".")
+    try:
+        with os.fdopen(handle, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(staging, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(staging)
+
+
 def persist_checkpoint(checkpoint: Checkpoint, trial_dir: str, iteration: int) -> str:
     """Copy a reported checkpoint into the trial's folder of the experiment.
 

@@ -7,6 +7,7 @@ import os
 import pytest
 
 import fluidsalus
+from fluidsalus.checkpoint import write_atomically
 from fluidsalus.errors import SessionError
 from fluidsalus.session import AUTO_RESULT_KEYS, StopTrial, TrialContext, TrialSession, set_session
 
@@ -127,3 +128,18 @@ def test_a_driver_stop_still_lets_the_stop_rule_see_the_result(tmp_path, value, 
     with pytest.raises(StopTrial):
         s.report({"v": value})
     assert got[0]["done"] is True and s.stopped_by_rule is by_rule
+
+
+def test_write_atomically_replaces_the_whole_file_or_leaves_the_old_one(tmp_path, monkeypatch):
+    target = tmp_path / "state.pkl"
+    write_atomically(str(target), b"old")
+    write_atomically(str(target), "new text")
+    assert target.read_text() == "new text"
+
+    def fail(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(OSError, match="disk full"):
+        write_atomically(str(target), b"lost")
+    assert target.read_text() == "new text" and os.listdir(tmp_path) == ["state.pkl"]  # no staging file left

@@ -24,8 +24,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from fluidsalus.checkpoint import write_atomically
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers._base import BaseSearcher, Decision, ExploitRequest
+from fluidsalus.searchers._pbt import CHECKPOINT_RESULT_KEY, ITERATION_KEY  # change points count iterations
 from fluidsalus.trialgroup.trial import TrialGroup
 
 __all__ = ["PBTReplay", "read_policy", "write_policy_files"]
@@ -36,10 +38,6 @@ logger = logging.getLogger(__name__)
 GLOBAL_POLICY_FILE = "pbt_global.txt"
 #: Ray's file of the exploits that made one trial (``{}``: its id), in the experiment's folder.
 TRIAL_POLICY_FILE = "pbt_policy_{}.txt"
-#: The result key a replayed trial's change points are counted in (Ray's replay counts iterations).
-ITERATION_KEY = "training_iteration"
-#: The result key naming the checkpoint a result carried (the restart point of the next change).
-CHECKPOINT_RESULT_KEY = "checkpoint_dir_name"
 #: Group id of the replayed trial; each change gets ``<this>-<n>``.
 REPLAY_GROUP_ID = "pbt-replay"
 
@@ -77,10 +75,7 @@ def write_policy_files(experiment_dir: str, exploit_log: Sequence[Mapping[str, A
     written = []
     for name, rows in files.items():
         path = os.path.join(experiment_dir, name)
-        partial = f"{path}.partial"
-        with open(partial, "w") as f:
-            f.write("".join(f"{row}\n" for row in rows))
-        os.replace(partial, path)
+        write_atomically(path, "".join(f"{row}\n" for row in rows))
         written.append(path)
     return written
 

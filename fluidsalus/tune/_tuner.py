@@ -49,6 +49,7 @@ import ray
 
 from fluidsalus.api import run
 from fluidsalus.callbacks import Callback as EngineCallback
+from fluidsalus.checkpoint import write_atomically
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.host import stop_rule
 from fluidsalus.result import ResultGrid
@@ -508,11 +509,7 @@ class Tuner:
                 warnings.warn(f"fluidsalus.tune: Tuner.restore will not work for this experiment: the Tuner "
                               f"cannot be pickled ({type(again).__name__}: {again})", UserWarning, stacklevel=2)
                 return
-        target = os.path.join(experiment_dir, TUNER_STATE_FILE)
-        staging = target + ".tmp"
-        with open(staging, "wb") as f:
-            f.write(blob)
-        os.replace(staging, target)
+        write_atomically(os.path.join(experiment_dir, TUNER_STATE_FILE), blob)
 
     def fit(self) -> ResultGrid:
         """Run the experiment (or continue it, after :meth:`restore`) and return its :class:`ResultGrid`.

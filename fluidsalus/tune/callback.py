@@ -49,7 +49,6 @@ import glob
 import logging
 import os
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +56,7 @@ from typing import Any
 import cloudpickle
 
 from fluidsalus.callbacks import Callback as EngineCallback
+from fluidsalus.checkpoint import write_atomically
 from fluidsalus.errors import ConfigError
 from fluidsalus.store import DB_FILENAME, ERROR, FINAL_STATUSES, ExperimentStore
 from fluidsalus.tune.result import SHOULD_CHECKPOINT
@@ -343,15 +343,8 @@ class RayCallbackAdapter(EngineCallback):
         if not any(states.values()) or not os.path.isdir(self.experiment_dir):
             return False
         started = time.monotonic()
-        path = os.path.join(self.experiment_dir, STATE_FILE_PATTERN.format(self._session))
-        partial = os.path.join(self.experiment_dir, f".{uuid.uuid4().hex}-{os.path.basename(path)}")
-        try:
-            with open(partial, "wb") as f:
-                cloudpickle.dump(states, f)
-            os.replace(partial, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(partial)
+        write_atomically(os.path.join(self.experiment_dir, STATE_FILE_PATTERN.format(self._session)),
+                         cloudpickle.dumps(states))
         self._last_save = time.monotonic()
         if self._fixed_period is None:
             self._period = max(AUTO_MIN_PERIOD_S, AUTO_PERIOD_FACTOR * (self._last_save - started))
