@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import os
 import socket
 import sys
@@ -49,25 +50,20 @@ DEFAULT_METRIC = "_metric"
 
 _HOSTNAME = socket.gethostname()
 _local = threading.local()
-_node_ips: list[str] = []  # the one cached answer of _node_ip()
 
 
+@functools.cache
 def _node_ip() -> str:
     """This node's IP address (Ray's ``node_ip`` result key), found once per process: Ray's own answer where Ray
     runs (a device actor), else what the host name resolves to, else the loopback address."""
-    if not _node_ips:
-        ray = sys.modules.get("ray")
-        address = None
-        if ray is not None and getattr(ray, "is_initialized", lambda: False)():
-            with contextlib.suppress(Exception):
-                address = ray.util.get_node_ip_address()
-        if address is None:
-            try:
-                address = socket.gethostbyname(_HOSTNAME)
-            except OSError:
-                address = "127.0.0.1"
-        _node_ips.append(address)
-    return _node_ips[0]
+    ray = sys.modules.get("ray")
+    if ray is not None and getattr(ray, "is_initialized", lambda: False)():
+        with contextlib.suppress(Exception):
+            return str(ray.util.get_node_ip_address())
+    try:
+        return socket.gethostbyname(_HOSTNAME)
+    except OSError:
+        return "127.0.0.1"
 
 
 class LaneTurns(Protocol):

@@ -254,6 +254,7 @@ class RayCallbackAdapter(EngineCallback):
                  named_folders: bool = False) -> None:
         self.callbacks = list(callbacks)
         self.named_folders = named_folders
+        self._folders: dict[str, str] = {}  # trial -> its folder, as the store last said (named_folders)
         self.experiment_dir = experiment_dir
         self.trainable_name = trainable_name
         self.name_creator = name_creator
@@ -416,8 +417,10 @@ class RayCallbackAdapter(EngineCallback):
             row = self._stored_trial(trial_id)
             config = row.config if row is not None else {}
         path = os.path.join(self.experiment_dir, trial_id)
-        if self.named_folders and (store := self._open_store()) is not None:
-            path = store.trial_dirs().get(trial_id, path)
+        if self.named_folders:
+            if trial_id not in self._folders and (store := self._open_store()) is not None:
+                self._folders = store.trial_dirs()  # read again only for a trial created since the last read
+            path = self._folders.get(trial_id, path)
         info = TrialInfo(trial_id, dict(config), path=path, trainable_name=self.trainable_name)
         if self.name_creator is not None:
             name = self.name_creator(info)
