@@ -83,3 +83,5 @@ def test_a_perturbed_trial_keeps_its_first_tag_and_shows_the_mutated_values() ->
     assert plain(0, {"lr": 0.7}) == {"experiment_tag": "0_lr=0.5000"}  # no PBT: the first tag stays
     assert plan(tune.TuneConfig(scheduler=tune.schedulers.PopulationBasedTraining(
         hyperparam_mutations={"lr": tune.uniform(0, 1)}), metric="m", mode="max"), {"lr": 0.1}).perturbed == ("lr",)
+    assert plan(tune.TuneConfig(scheduler=tune.schedulers.PB2(hyperparam_bounds={"lr": [0.1, 0.2]}), metric="m",
+                                mode="max"), {"lr": 0.1}).perturbed == ("lr",)  # PB2: its bounds' keys

@@ -404,9 +404,8 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
             names += ("burn_in_period", "resample_probability")
         if points:
             names += ("points_to_evaluate",)
-        keys = scheduler.hyperparam_bounds if isinstance(scheduler, PB2Holder) else scheduler.hyperparam_mutations
         return Plan(searcher, space, metric, mode, cap, tags=VARIANTS, checkpoint_every_iteration=class_trainable,
-                    summary=f"{name} -> {_describe(searcher, names)}", perturbed=tuple(keys or ()))
+                    summary=f"{name} -> {_describe(searcher, names)}", perturbed=scheduler.mutated_keys)
     return Plan(searcher, space, metric, mode, cap, tags=VARIANTS, summary=f"{name} -> {_describe(searcher, names)}")
 
 

@@ -292,6 +292,11 @@ class PopulationBasedTraining(TrialScheduler):
 
         _probe(owner, "PBT", lambda: PBT({}, 1, _PROBE_METRIC, _PROBE_MODE, **self.engine_kwargs()))
 
+    @property
+    def mutated_keys(self) -> tuple[str, ...]:
+        """The top-level keys an exploit changes (Ray shows them in a perturbed trial's ``experiment_tag``)."""
+        return tuple(self.hyperparam_mutations or ())
+
     def engine_kwargs(self) -> dict[str, Any]:
         """The arguments of :class:`fluidsalus.searchers.PBT` besides space, num_samples, metric and mode."""
         return {
@@ -351,6 +356,11 @@ class PB2(PopulationBasedTraining):
         from fluidsalus.searchers import PB2 as EnginePB2
 
         _probe("PB2", "PB2", lambda: EnginePB2({}, 1, _PROBE_METRIC, _PROBE_MODE, **self.engine_kwargs()))
+
+    @property
+    def mutated_keys(self) -> tuple[str, ...]:
+        """The top-level keys PB2 selects (Ray passes ``hyperparam_bounds`` as PBT's mutations)."""
+        return tuple(self.hyperparam_bounds or ())
 
     def engine_kwargs(self) -> dict[str, Any]:
         """The arguments of :class:`fluidsalus.searchers.PB2` besides space, num_samples, metric and mode."""
