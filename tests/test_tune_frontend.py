@@ -427,10 +427,10 @@ def test_rays_tune_bohb_is_translated() -> None:
 
 
 def test_rays_unsupported_scheduler_is_refused() -> None:
-    from ray.tune.schedulers import ResourceChangingScheduler
+    from ray.tune.schedulers import TrialScheduler
 
-    with pytest.raises(ConfigError, match="Ray Tune's ResourceChangingScheduler, which fluidsalus has no"):
-        _plan(metric="m", mode="max", scheduler=ResourceChangingScheduler())
+    with pytest.raises(ConfigError, match="TuneConfig.scheduler is Ray Tune's TrialScheduler, which fluidsalus has no"):
+        _plan(metric="m", mode="max", scheduler=TrialScheduler())
 
 
 def test_rays_config_objects_are_translated() -> None:

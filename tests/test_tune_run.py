@@ -216,8 +216,7 @@ def test_schedulers_and_search_algorithms_by_rays_names() -> None:
     assert type(tune.create_searcher("random")).__name__ == "BasicVariantGenerator"
     assert tune.create_searcher("optuna", metric="m", mode="min").metric == "m"
     assert type(tune.create_scheduler("pb2", hyperparam_bounds={"lr": [0.1, 0.2]})).__name__ == "PB2"
-    with pytest.raises(ConfigError, match="scheduler 'resource_changing' is not provided by fluidsalus; use one of"):
-        tune.create_scheduler("resource_changing")
+    assert type(tune.create_scheduler("resource_changing")).__name__ == "ResourceChangingScheduler"
     with pytest.raises(ConfigError, match="policy_file '/nowhere/pbt_policy_x.txt' not found"):
         tune.create_scheduler("pbt_replay", policy_file="/nowhere/pbt_policy_x.txt")  # known now: it reads the file
     with pytest.raises(ConfigError, match=r"scheduler must be one of \['fifo'"):
@@ -244,7 +243,6 @@ def _noop(config):
     ({"config": [1, 2]}, "config must be a dict"),
     ({"fail_fast": True, "max_failures": 2}, "max_failures must be 0 if fail_fast"),
     ({"resume": "PROMPT"}, "deprecated"),
-    ({"scheduler": "resource_changing"}, "not provided by fluidsalus"),
     ({"scheduler": tune.schedulers.ASHAScheduler(metric="a", mode="max"), "metric": "b", "mode": "min"},
      "metric"),
 ], ids=lambda v: v if isinstance(v, str) else None)

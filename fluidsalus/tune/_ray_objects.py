@@ -3,8 +3,8 @@
 A script that changed ``from ray import tune`` but kept ``from ray.tune.schedulers import ASHAScheduler``
 passes Ray's object. Its constructor arguments are read back from the object (Ray keeps them in private
 attributes) and the equal fluidsalus.tune holder is built, with a ``UserWarning`` that names both. Classes
-with no fluidsalus equivalent (HyperOptSearch, ResourceChangingScheduler, ...) raise a
-:class:`~fluidsalus.errors.ConfigError` that names them and lists what is supported.
+with no fluidsalus equivalent (HyperOptSearch, ...) raise a :class:`~fluidsalus.errors.ConfigError` that names
+them and lists what is supported.
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ from fluidsalus.tune.schedulers import (
     MedianStoppingRule,
     PopulationBasedTraining,
     PopulationBasedTrainingReplay,
+    ResourceChangingScheduler,
     TrialScheduler,
 )
+from fluidsalus.tune.schedulers.resource_changing_scheduler import DistributeResources, DistributeResourcesToTopJob
 from fluidsalus.tune.search import BasicVariantGenerator, ConcurrencyLimiter, Repeater, SearchAlgorithm
 from fluidsalus.tune.search.bohb import TuneBOHB
 from fluidsalus.tune.search.optuna import OptunaSearch
@@ -34,13 +36,23 @@ __all__ = ["adopt_scheduler", "adopt_search_alg", "is_ray_object"]
 
 _SUPPORTED_SCHEDULERS = ("FIFOScheduler", "AsyncHyperBandScheduler/ASHAScheduler", "HyperBandScheduler",
                          "HyperBandForBOHB", "MedianStoppingRule", "PopulationBasedTraining", "PB2",
-                         "PopulationBasedTrainingReplay")
+                         "PopulationBasedTrainingReplay", "ResourceChangingScheduler")
 _SUPPORTED_SEARCHERS = ("BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "TuneBOHB", "OptunaSearch")
 
 
 def is_ray_object(value: Any) -> bool:
     """Whether ``value``'s class (or a base class) comes from Ray."""
     return any(cls.__module__.startswith("ray.") for cls in type(value).__mro__)
+
+
+def _custom_subclass(field: str, value: Any) -> ConfigError | None:
+    """The error for a user's subclass of a Ray class: its own code would be lost by translating its base."""
+    if type(value).__module__.startswith("ray."):
+        return None
+    return ConfigError(
+        f"{field} is {type(value).__name__}, a subclass of Ray Tune's {_ray_class_name(value)} with code of its "
+        "own, which fluidsalus cannot run; use the fluidsalus.tune class (or a fluidsalus.searchers searcher) instead"
+    )
 
 
 def _ray_class_name(value: Any) -> str:
@@ -101,6 +113,22 @@ def _pb2(value: Any) -> PB2:
     return PB2(**{name: _read(value, f"_{name}") for name in names})
 
 
+def _allocation(value: Any) -> Any:
+    """Ray's DistributeResources(ToTopJob) as fluidsalus's holder; any other callable as it is."""
+    names = ("add_bundles", "increase_by", "increase_by_times", "reserve_resources")
+    ray_name = _ray_class_name(value) if value is not None and is_ray_object(value) else None
+    if ray_name == "DistributeResourcesToTopJob":
+        return DistributeResourcesToTopJob(**{n: _read(value, n) for n in (*names, "metric", "mode")})
+    if ray_name == "DistributeResources":
+        return DistributeResources(**{n: _read(value, n) for n in names})
+    return value
+
+
+def _resource_changing(value: Any) -> ResourceChangingScheduler:
+    return ResourceChangingScheduler(adopt_scheduler(_read(value, "_base_scheduler")),
+                                     _allocation(_read(value, "_resources_allocation_function")))
+
+
 _SCHEDULERS: dict[str, Callable[[Any], TrialScheduler]] = {
     "FIFOScheduler": lambda value: FIFOScheduler(),
     "AsyncHyperBandScheduler": _asha,
@@ -110,6 +138,7 @@ _SCHEDULERS: dict[str, Callable[[Any], TrialScheduler]] = {
     "PopulationBasedTraining": _pbt,
     "PB2": _pb2,
     "PopulationBasedTrainingReplay": lambda value: PopulationBasedTrainingReplay(_read(value, "policy_file")),
+    "ResourceChangingScheduler": _resource_changing,
 }
 
 
@@ -159,15 +188,19 @@ _SEARCHERS: dict[str, Callable[[Any], SearchAlgorithm]] = {
 
 def _warn(field: str, ray_name: str, ours: Any, module: str) -> None:
     warnings.warn(
-        f"fluidsalus.tune: TuneConfig.{field} is Ray Tune's {ray_name}; it was translated into {ours!r}. Change "
+        f"fluidsalus.tune: {field} is Ray Tune's {ray_name}; it was translated into {ours!r}. Change "
         f"the import to `from {module} import {type(ours).__name__}`.",
         UserWarning,
         stacklevel=4,
     )
 
 
-def adopt_scheduler(value: Any) -> TrialScheduler | None:
+def adopt_scheduler(value: Any, field: str = "TuneConfig.scheduler") -> TrialScheduler | None:
     """``TuneConfig.scheduler`` as a fluidsalus.tune scheduler (Ray's own are translated with a warning).
+
+    Args:
+        value: The scheduler given.
+        field: Where it was given, for the messages.
 
     Raises:
         ConfigError: Not a scheduler, or a Ray scheduler with no fluidsalus equivalent.
@@ -177,18 +210,21 @@ def adopt_scheduler(value: Any) -> TrialScheduler | None:
     if is_ray_object(value):
         name = _ray_class_name(value)
         build = _SCHEDULERS.get(name)
+        custom = _custom_subclass(field, value)
+        if custom is not None:
+            raise custom
         if build is None:
             raise ConfigError(
-                f"TuneConfig: scheduler is Ray Tune's {name}, which fluidsalus has no equivalent for; supported: "
+                f"{field} is Ray Tune's {name}, which fluidsalus has no equivalent for; supported: "
                 f"{', '.join(_SUPPORTED_SCHEDULERS)}"
             )
         with warnings.catch_warnings():  # one warning, for the whole object
             warnings.simplefilter("ignore", UserWarning)
             ours = build(value)
-        _warn("scheduler", name, ours, "fluidsalus.tune.schedulers")
+        _warn(field, name, ours, "fluidsalus.tune.schedulers")
         return ours
     raise ConfigError(
-        f"TuneConfig: scheduler must be None or one of fluidsalus.tune.schedulers' {', '.join(_SUPPORTED_SCHEDULERS)} "
+        f"{field} must be None or one of fluidsalus.tune.schedulers' {', '.join(_SUPPORTED_SCHEDULERS)} "
         f"(got {type(value).__name__})"
     )
 
@@ -206,6 +242,9 @@ def adopt_search_alg(value: Any, warn: bool = True) -> Any:
     if is_ray_object(value):
         name = _ray_class_name(value)
         build = _SEARCHERS.get(name)
+        custom = _custom_subclass("TuneConfig.search_alg", value)
+        if custom is not None:
+            raise custom
         if build is None:
             raise ConfigError(
                 f"TuneConfig: search_alg is Ray Tune's {name}, which fluidsalus has no equivalent for; supported: "
@@ -216,7 +255,7 @@ def adopt_search_alg(value: Any, warn: bool = True) -> Any:
             ours = build(value)
         if warn:
             module = {"TuneBOHB": "fluidsalus.tune.search.bohb", "OptunaSearch": "fluidsalus.tune.search.optuna"}
-            _warn("search_alg", name, ours, module.get(name, "fluidsalus.tune.search"))
+            _warn("TuneConfig.search_alg", name, ours, module.get(name, "fluidsalus.tune.search"))
         return ours
     raise ConfigError(
         f"TuneConfig: search_alg must be None, one of fluidsalus.tune.search's {', '.join(_SUPPORTED_SEARCHERS)} "

@@ -21,6 +21,8 @@ a fluidsalus BaseSearcher                      None / FIFOScheduler       -> tha
 =============================================  ======================================================
 
 ``PopulationBasedTrainingReplay`` (with no search algorithm, ``num_samples=1``) becomes one ``PBTReplay`` trial.
+A ``ResourceChangingScheduler`` is replaced by its ``base_scheduler`` (with a warning: the planner changes the
+trials' resources, and its ``resources_allocation_function`` is not called).
 ``points_to_evaluate`` (of ``BasicVariantGenerator``, ``TuneBOHB`` or ``OptunaSearch``) work with every pair
 (under PopulationBasedTraining they are the first members of the population), and ``num_samples=-1`` with every
 pair but those with PopulationBasedTraining (whose population is drawn once and kept fixed); ASHA and HyperBand
@@ -70,6 +72,7 @@ from fluidsalus.tune.schedulers import (
     MedianStoppingRule,
     PopulationBasedTraining,
     PopulationBasedTrainingReplay,
+    ResourceChangingScheduler,
     TrialScheduler,
 )
 from fluidsalus.tune.search import BasicVariantGenerator, ConcurrencyLimiter, Repeater
@@ -290,6 +293,22 @@ def _median_pruner(rule: MedianStoppingRule) -> Any:
     )
 
 
+def _resource_changing_base(scheduler: ResourceChangingScheduler) -> TrialScheduler:
+    """The scheduler that decides under a ResourceChangingScheduler, with one warning that the planner, not
+    ``resources_allocation_function``, changes the trials' resources."""
+    base = scheduler.base_scheduler
+    warnings.warn(
+        f"fluidsalus.tune: ResourceChangingScheduler runs {type(base).__name__}'s decisions; fluidsalus's planner "
+        "changes the trials' resources itself (trials share devices while many run and get the freed devices as "
+        "others end, moving only at a checkpoint), so resources_allocation_function "
+        f"({scheduler.resources_allocation_function!r}) is not called and get_trial_resources() keeps each "
+        "trial's request",
+        UserWarning,
+        stacklevel=3,
+    )
+    return base
+
+
 def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
          class_trainable: bool = False) -> Plan:
     """Combine a TuneConfig's search algorithm and scheduler with ``param_space`` into one fluidsalus searcher.
@@ -309,6 +328,8 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
     sp.validate_space(space, allow_empty=True)
     search_alg = adopt_search_alg(tune_config.search_alg)
     scheduler: TrialScheduler = adopt_scheduler(tune_config.scheduler) or FIFOScheduler()
+    if isinstance(scheduler, ResourceChangingScheduler):
+        scheduler = _resource_changing_base(scheduler)
     search_alg, limits = _unwrap(search_alg)
     repeater, inner_limits = None, []
     if isinstance(search_alg, Repeater):  # limiters outside it cap trials, those inside it configurations

@@ -7,11 +7,14 @@
 - :class:`MedianStoppingRule`: median stopping (through Optuna's ``MedianPruner``);
 - :class:`PopulationBasedTraining`: PBT;
 - :class:`PB2` (also ``schedulers.pb2.PB2``): population based bandits;
-- :class:`PopulationBasedTrainingReplay`: one trial trained with a PBT run's schedule of configurations.
+- :class:`PopulationBasedTrainingReplay`: one trial trained with a PBT run's schedule of configurations;
+- :class:`ResourceChangingScheduler`: another scheduler's decisions; fluidsalus's planner changes the trials'
+  resources itself, so its ``resources_allocation_function`` is kept but not called.
 
 They hold their arguments; ``Tuner.fit()`` turns each, with the search algorithm, into one fluidsalus
 searcher (docs/compatibility.md has the table). The submodules ``async_hyperband``, ``hyperband``,
-``hb_bohb``, ``median_stopping_rule``, ``pbt``, ``pb2`` and ``trial_scheduler`` exist for imports that name them.
+``hb_bohb``, ``median_stopping_rule``, ``pbt``, ``pb2``, ``resource_changing_scheduler`` and ``trial_scheduler``
+exist for imports that name them.
 :func:`create_scheduler` builds one from Ray's short names (``"asha"``, ``"hyperband"``, ``"pbt"``, ...), as
 ``tune.run(scheduler="...")`` does.
 """
@@ -31,6 +34,7 @@ from fluidsalus.tune.schedulers._holders import (
     MedianStoppingRule,
     PopulationBasedTraining,
     PopulationBasedTrainingReplay,
+    ResourceChangingScheduler,
     TrialScheduler,
 )
 
@@ -47,7 +51,7 @@ SCHEDULER_NAMES: dict[str, type[TrialScheduler] | None] = {
     "pbt": PopulationBasedTraining,
     "pbt_replay": PopulationBasedTrainingReplay,
     "pb2": PB2,
-    "resource_changing": None,
+    "resource_changing": ResourceChangingScheduler,
 }
 
 
@@ -77,6 +81,7 @@ __all__ = [
     "PB2",
     "PopulationBasedTraining",
     "PopulationBasedTrainingReplay",
+    "ResourceChangingScheduler",
     "TrialScheduler",
     "create_scheduler",
 ]

@@ -17,12 +17,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fluidsalus.errors import ConfigError
-from fluidsalus.tune._config import MetricModeHolder
+from fluidsalus.tune._config import MetricModeHolder, check_metric, check_mode
 from fluidsalus.tune._domains import translate_ray_values
 
 __all__ = [
     "ASHAScheduler",
     "AsyncHyperBandScheduler",
+    "DistributeResources",
+    "DistributeResourcesToTopJob",
     "FIFOScheduler",
     "HyperBandForBOHB",
     "HyperBandScheduler",
@@ -30,6 +32,7 @@ __all__ = [
     "PB2",
     "PopulationBasedTraining",
     "PopulationBasedTrainingReplay",
+    "ResourceChangingScheduler",
     "TrialScheduler",
 ]
 
@@ -397,3 +400,151 @@ class PopulationBasedTrainingReplay(TrialScheduler):
 
     def describe(self) -> dict[str, Any]:
         return {"policy_file": self.policy_file}
+
+
+class DistributeResources:
+    """Ray's default resource allocation function (``ray.tune.schedulers.resource_changing_scheduler``), held.
+
+    In Ray it spreads the cluster's free CPUs and GPUs over the running trials, restarting each trial from its
+    checkpoint with the larger request. fluidsalus's water-filling planner already gives trials the devices that
+    other trials leave free, by measurement (docs/compatibility.md, "ResourceChangingScheduler"), so this object
+    only keeps its arguments and is never called during a run.
+
+    Args:
+        add_bundles: Ray: put free resources in new bundles (True) or grow the trial's bundle (False).
+        increase_by: Ray: the unit a trial grows by (resource name -> amount).
+        increase_by_times: Ray: the most units a trial grows by (< 1: no limit).
+        reserve_resources: Ray: resources kept back from resized trials (resource name -> amount).
+
+    Raises:
+        ConfigError: An argument of the wrong type or a negative amount.
+    """
+
+    def __init__(
+        self,
+        add_bundles: bool = False,
+        increase_by: Mapping[str, float] | None = None,
+        increase_by_times: int = -1,
+        reserve_resources: Mapping[str, float] | None = None,
+    ) -> None:
+        owner = type(self).__name__
+        if not isinstance(add_bundles, bool):
+            raise ConfigError(f"{owner}: add_bundles must be True or False (got {add_bundles!r})")
+        if isinstance(increase_by_times, bool) or not isinstance(increase_by_times, int):
+            raise ConfigError(f"{owner}: increase_by_times must be an int (got {increase_by_times!r})")
+        self.add_bundles = add_bundles
+        self.increase_by = _amounts(owner, "increase_by", increase_by)
+        self.increase_by_times = increase_by_times
+        self.reserve_resources = _amounts(owner, "reserve_resources", reserve_resources)
+
+    def describe(self) -> dict[str, Any]:
+        """The constructor arguments (for messages and docs)."""
+        return {"add_bundles": self.add_bundles, "increase_by": self.increase_by,
+                "increase_by_times": self.increase_by_times, "reserve_resources": self.reserve_resources}
+
+    def __call__(self, tune_controller: Any, trial: Any, result: Mapping[str, Any], scheduler: Any) -> None:
+        """Ray's call; fluidsalus never makes it (its planner decides each trial's devices)."""
+        raise ConfigError(f"{type(self).__name__}: fluidsalus does not call resource allocation functions; its "
+                          "planner gives trials the devices other trials leave free")
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.describe().items())
+        return f"{type(self).__name__}({args})"
+
+
+class DistributeResourcesToTopJob(DistributeResources):
+    """Ray's allocation function that gives the free resources to the best trial first, held like
+    :class:`DistributeResources` (never called by fluidsalus).
+
+    Args:
+        add_bundles: As :class:`DistributeResources`.
+        increase_by: As :class:`DistributeResources`.
+        increase_by_times: As :class:`DistributeResources`.
+        reserve_resources: As :class:`DistributeResources`.
+        metric: Ray: the result key that ranks the trials (default: the scheduler's).
+        mode: Ray: ``"min"`` or ``"max"`` (default: the scheduler's).
+    """
+
+    def __init__(
+        self,
+        add_bundles: bool = False,
+        increase_by: Mapping[str, float] | None = None,
+        increase_by_times: int = -1,
+        reserve_resources: Mapping[str, float] | None = None,
+        metric: str | None = None,
+        mode: str | None = None,
+    ) -> None:
+        super().__init__(add_bundles, increase_by, increase_by_times, reserve_resources)
+        self.metric = check_metric(type(self).__name__, metric)
+        self.mode = check_mode(type(self).__name__, mode)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "metric": self.metric, "mode": self.mode}
+
+
+def _amounts(owner: str, field: str, value: Mapping[str, float] | None) -> dict[str, float]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+            for k, v in value.items()):
+        raise ConfigError(f"{owner}: {field} must be a dict of resource name -> amount >= 0 (got {value!r})")
+    return {k: float(v) for k, v in value.items()}
+
+
+class ResourceChangingScheduler(TrialScheduler):
+    """Changes live trials' resources around another scheduler (``ray.tune.schedulers.ResourceChangingScheduler``).
+
+    In Ray it wraps ``base_scheduler`` and, after each result, asks ``resources_allocation_function`` for the
+    trial's new request, restarting the trial from its checkpoint to apply it. fluidsalus's water-filling planner
+    does that job for every run: trials share devices while many run, and as trials end the others get the freed
+    devices to themselves (a data-parallel trial more devices, where its measured scaling helps), moving only at a
+    checkpoint. So ``Tuner.fit()`` runs ``base_scheduler``'s decisions under the planner, warns once that
+    ``resources_allocation_function`` is not called, and ``get_context().get_trial_resources()`` keeps showing
+    each trial's request.
+
+    Args:
+        base_scheduler: The scheduler that decides (None: ``FIFOScheduler``). Ray's own is translated.
+        resources_allocation_function: Ray's callable (default :class:`DistributeResources`), or None; kept,
+            not called.
+
+    Raises:
+        ConfigError: ``base_scheduler`` is not a scheduler (or is another ResourceChangingScheduler), or
+            ``resources_allocation_function`` is not callable.
+    """
+
+    def __init__(
+        self,
+        base_scheduler: TrialScheduler | None = None,
+        resources_allocation_function: Callable[..., Any] | None = DistributeResources(),  # noqa: B008 (Ray's)
+    ) -> None:
+        from fluidsalus.tune._ray_objects import adopt_scheduler
+
+        super().__init__()
+        owner = type(self).__name__
+        base = adopt_scheduler(base_scheduler, field=f"{owner}.base_scheduler") or FIFOScheduler()
+        if isinstance(base, ResourceChangingScheduler):
+            raise ConfigError(f"{owner}: base_scheduler must not be another ResourceChangingScheduler")
+        if resources_allocation_function is not None and not callable(resources_allocation_function):
+            raise ConfigError(f"{owner}: resources_allocation_function must be None or a callable "
+                              f"(got {type(resources_allocation_function).__name__})")
+        self.base_scheduler = base
+        self.resources_allocation_function = resources_allocation_function
+
+    @property
+    def metric(self) -> str | None:
+        """The base scheduler's metric (as Ray's)."""
+        return self.base_scheduler.metric
+
+    @property
+    def mode(self) -> str | None:
+        """The base scheduler's mode."""
+        return self.base_scheduler.mode
+
+    def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
+        """Ray's hook, passed to the base scheduler."""
+        return self.base_scheduler.set_search_properties(metric, mode, **spec)
+
+    def describe(self) -> dict[str, Any]:
+        return {"base_scheduler": self.base_scheduler,
+                "resources_allocation_function": self.resources_allocation_function}
