@@ -15,6 +15,7 @@ from typing import Any
 
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers import BaseSearcher
+from fluidsalus.tune._custom_search import is_custom_searcher
 from fluidsalus.tune.schedulers import (
     PB2,
     AsyncHyperBandScheduler,
@@ -242,6 +243,13 @@ def adopt_search_alg(value: Any, warn: bool = True) -> Any:
     if is_ray_object(value):
         name = _ray_class_name(value)
         build = _SEARCHERS.get(name)
+        if name == "Searcher" and is_custom_searcher(value):  # the user's own search algorithm on Ray's base
+            if warn:
+                warnings.warn(
+                    f"fluidsalus.tune: TuneConfig.search_alg {type(value).__name__} subclasses Ray Tune's Searcher; "
+                    "fluidsalus runs it as it is. Change the import to `from fluidsalus.tune.search import "
+                    "Searcher`.", UserWarning, stacklevel=3)
+            return value
         custom = _custom_subclass("TuneConfig.search_alg", value)
         if custom is not None:
             raise custom

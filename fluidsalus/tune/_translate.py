@@ -18,6 +18,7 @@ OptunaSearch                                   None / FIFOScheduler       -> Opt
 OptunaSearch                                   AsyncHyperBandScheduler    -> OptunaSearch + SuccessiveHalvingPruner
 None / BasicVariantGenerator / OptunaSearch    MedianStoppingRule         -> OptunaSearch + MedianPruner
 a fluidsalus BaseSearcher                      None / FIFOScheduler       -> that searcher, as it is
+a Searcher subclass of the user's own          None / FIFOScheduler       -> CustomSearch (its suggest())
 =============================================  ======================================================
 
 ``PopulationBasedTrainingReplay`` (with no search algorithm, ``num_samples=1``) becomes one ``PBTReplay`` trial.
@@ -59,6 +60,7 @@ from fluidsalus.searchers import (
 )
 from fluidsalus.searchers._random import VariantStream
 from fluidsalus.tune._config import INFINITE_SAMPLES, TuneConfig
+from fluidsalus.tune._custom_search import CustomSearch, is_custom_searcher
 from fluidsalus.tune._domains import translate_ray_values
 from fluidsalus.tune._ray_objects import adopt_scheduler, adopt_search_alg
 from fluidsalus.tune._streamed import StreamedASHA, StreamedHyperBand
@@ -309,6 +311,31 @@ def _resource_changing_base(scheduler: ResourceChangingScheduler) -> TrialSchedu
     return base
 
 
+def _plan_custom(search_alg: Any, scheduler: TrialScheduler, space: dict[str, Any], tune_config: TuneConfig,
+                 metric: str | None, mode: str | None, cap: int | None, pair: str, limited: bool) -> Plan:
+    """A search algorithm of the user's own (:mod:`fluidsalus.tune._custom_search`), told what Ray tells it."""
+    name = type(search_alg).__name__
+    if type(scheduler) is not FIFOScheduler:
+        raise ConfigError(
+            f"TuneConfig: {pair}: fluidsalus runs a search algorithm of your own (a Searcher subclass) only with no "
+            "scheduler (FIFOScheduler); to stop trials early, use OptunaSearch or TuneBOHB with the scheduler, or "
+            "a stop rule"
+        )
+    accepted = search_alg.set_search_properties(tune_config.metric, tune_config.mode, space)
+    if not accepted and sp.split_constants(space)[0]:
+        raise ConfigError(
+            f"TuneConfig: param_space has parameters to search, but {name}.set_search_properties refused it (its "
+            "own search space is set already); as in Ray, put every parameter in one place"
+        )
+    if limited and cap is not None:
+        search_alg.set_max_concurrency(cap)  # Ray's ConcurrencyLimiter tells the searcher its limit
+    searcher = CustomSearch(search_alg, space, tune_config.num_samples, max_concurrent=cap)
+    return Plan(searcher, space, metric if isinstance(metric, str) else None,
+                mode if isinstance(mode, str) else None, cap, tags=SEARCHER,
+                summary=f"{name} (your own Searcher) -> CustomSearch(num_samples={tune_config.num_samples}, "
+                        f"max_concurrent={searcher.max_concurrent})")
+
+
 def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
          class_trainable: bool = False) -> Plan:
     """Combine a TuneConfig's search algorithm and scheduler with ``param_space`` into one fluidsalus searcher.
@@ -348,6 +375,11 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
     pair = f"search_alg={type(search_alg).__name__ if search_alg is not None else None}, " \
            f"scheduler={type(scheduler).__name__}"
 
+    if is_custom_searcher(search_alg):
+        if repeater is not None:
+            raise ConfigError(f"TuneConfig: Repeater around {type(search_alg).__name__}: fluidsalus repeats only an "
+                              "OptunaSearch; run your own search algorithm without a Repeater")
+        return _plan_custom(search_alg, scheduler, space, tune_config, metric, mode, cap, pair, bool(limits))
     if repeater is not None:
         return _plan_repeated(repeater, search_alg, scheduler, space, metric, mode, n, cap, pair, inner_limits)
     if isinstance(search_alg, BaseSearcher):

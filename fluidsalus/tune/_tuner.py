@@ -67,6 +67,7 @@ from fluidsalus.store import (
     loads,
 )
 from fluidsalus.tune._config import INFINITE_SAMPLES, CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+from fluidsalus.tune._custom_search import CustomSearch
 from fluidsalus.tune._interrupt import StopSignals
 from fluidsalus.tune._output import log_files
 from fluidsalus.tune._tags import tagger
@@ -79,7 +80,7 @@ from fluidsalus.tune._trainable import (
     trainable_name,
 )
 from fluidsalus.tune._translate import Plan, plan
-from fluidsalus.tune.callback import RayCallbackAdapter, TrialInfo
+from fluidsalus.tune.callback import SESSION_FORMAT, RayCallbackAdapter, TrialInfo
 from fluidsalus.tune.logger import default_loggers, translate_ray_logger
 from fluidsalus.tune.progress_reporter import ReporterCallback
 from fluidsalus.tune.registry import resolve_trainable
@@ -558,6 +559,8 @@ class Tuner:
         experiment_dir = os.path.join(storage, name)
         # (with a trial_name_creator and no callback too: Ray calls it for every trial, and its errors end the run)
         dirname_creator = tune_config.trial_dirname_creator
+        if isinstance(planned.searcher, CustomSearch):  # saved where Ray saves it, restored from there
+            planned.searcher.attach(experiment_dir, datetime.datetime.now().strftime(SESSION_FORMAT))
         adapter = RayCallbackAdapter(ray_callbacks, experiment_dir, label, tune_config.trial_name_creator,
                                      restore=self._resume, named_folders=dirname_creator is not None) \
             if ray_callbacks or tune_config.trial_name_creator is not None else None

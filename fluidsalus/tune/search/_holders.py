@@ -45,13 +45,45 @@ class SearchAlgorithm:
 class Searcher(MetricModeHolder, SearchAlgorithm):
     """Base of the model-based search algorithms (``ray.tune.search.Searcher``): holds ``metric``/``mode``.
 
+    A search algorithm of your own subclasses it as in Ray: it implements ``suggest(trial_id)`` (a config dict,
+    None for "not now", or :attr:`FINISHED`) and ``on_trial_complete(trial_id, result=None, error=False)``, and
+    may implement ``on_trial_result``, ``set_search_properties``, ``set_max_concurrency`` and ``save``/``restore``
+    (:mod:`fluidsalus.tune._custom_search` runs it).
+
     Args:
         metric: The result key to optimise (or give it to ``TuneConfig``).
         mode: ``"min"`` or ``"max"``.
     """
 
+    #: What ``suggest`` returns when the search is over.
+    FINISHED = "FINISHED"
+
     def __init__(self, metric: str | None = None, mode: str | None = None) -> None:
         MetricModeHolder.__init__(self, metric, mode)
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        """The next trial's configuration: a dict, None ("ask again later") or :attr:`FINISHED`.
+
+        Args:
+            trial_id: The trial's id, under which its results and end are reported back.
+        """
+        raise NotImplementedError
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        """Told each result of a trial (optional; the default does nothing)."""
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+        """Told once when a trial ends, with its last result (None if it had none); ``error`` if it failed."""
+        raise NotImplementedError
+
+    def save(self, checkpoint_path: str) -> None:
+        """Save the search state to the file ``checkpoint_path`` (optional: without it a resumed run starts the
+        search from its state when the run began)."""
+        raise NotImplementedError
+
+    def restore(self, checkpoint_path: str) -> None:
+        """Load what :meth:`save` wrote."""
+        raise NotImplementedError
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any],
                               **spec: Any) -> bool:

@@ -1,0 +1,260 @@
+"""A search algorithm of the user's own (a Searcher subclass), run as Ray Tune runs it (tune/_custom_search.py)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import warnings
+
+import pytest
+
+import fluidsalus.tune as tune
+from fluidsalus.errors import ConfigError
+from fluidsalus.tune import TuneConfig, Tuner
+from fluidsalus.tune._custom_search import STATE_FILE_PATTERN, CustomSearch, is_custom_searcher
+from fluidsalus.tune._translate import plan
+from fluidsalus.tune.search import ConcurrencyLimiter, Searcher
+
+
+class HillClimber(Searcher):
+    """Suggests x around the best x seen so far; records what Tune tells it."""
+
+    def __init__(self, metric=None, mode=None, finish_after=None, wait_for_results=False):
+        super().__init__(metric, mode)
+        self.best_x, self.best = 0.5, None
+        self.step = 0.25
+        self.live: dict[str, float] = {}
+        self.most_live = 0
+        self.completed: list[tuple[str, float | None, bool]] = []
+        self.results: list[tuple[str, str]] = []  # (id told, result["trial_id"])
+        self.asked: list[str] = []
+        self.properties = None
+        self.concurrency = None
+        self.finish_after = finish_after
+        self.wait_for_results = wait_for_results
+
+    def set_search_properties(self, metric, mode, config, **spec):
+        self.properties = (metric, mode, dict(config))
+        return super().set_search_properties(metric, mode, config, **spec)
+
+    def set_max_concurrency(self, max_concurrent):
+        self.concurrency = max_concurrent
+        return True
+
+    def suggest(self, trial_id):
+        if self.finish_after is not None and len(self.asked) >= self.finish_after:
+            return Searcher.FINISHED
+        if self.wait_for_results and self.live and not self.completed:
+            return None  # "not now": the first trial's result first
+        self.asked.append(trial_id)
+        x = min(1.0, max(0.0, self.best_x + self.step * (-1) ** len(self.asked)))
+        self.step *= 0.7
+        self.live[trial_id] = x
+        self.most_live = max(self.most_live, len(self.live))
+        return {"x": x}
+
+    def on_trial_result(self, trial_id, result):
+        self.results.append((trial_id, result["trial_id"]))
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        x = self.live.pop(trial_id)
+        value = None if result is None else result.get(self.metric)
+        self.completed.append((trial_id, value, error))
+        if value is not None and (self.best is None or value > self.best):
+            self.best, self.best_x = value, x
+
+    def save(self, checkpoint_path):
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump({"best_x": self.best_x, "asked": list(self.asked)}, f)
+
+    def restore(self, checkpoint_path):
+        with open(checkpoint_path, "rb") as f:
+            state = pickle.load(f)
+        self.best_x, self.asked = state["best_x"], state["asked"]
+
+
+def _objective(config):
+    for step in range(2):
+        tune.report({"score": -(config["x"] - 0.8) ** 2, "step": step})
+
+
+def test_only_a_class_that_implements_suggest_itself_is_a_custom_searcher() -> None:
+    from fluidsalus.tune.search.bohb import TuneBOHB
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    assert is_custom_searcher(HillClimber())
+    assert not is_custom_searcher(Searcher()) and not is_custom_searcher(OptunaSearch())
+    assert not is_custom_searcher(TuneBOHB()) and not is_custom_searcher(object())
+
+
+def _drive(search: CustomSearch, value=lambda config: config["x"]) -> list[str]:
+    """Run the searcher's trials one group at a time, as the executor would, each ending with one result."""
+    ended = []
+    seq = 0
+    while not search.is_finished() or search._in_flight():
+        groups = search.next_groups()
+        started = []
+        for group in groups:
+            for config in group.configs:
+                engine_id = f"run_{seq:05d}"
+                seq += 1
+                search.on_trial_add(engine_id, group.group_id, config)
+                started.append((engine_id, config))
+        if not started and not search._in_flight():
+            break
+        for engine_id, config in started:
+            result = {"trial_id": engine_id, "m": value(config), "training_iteration": 1}
+            search.on_result(engine_id, result)
+            search.on_trial_complete(engine_id, result)
+            ended.append(engine_id)
+    return ended
+
+
+def test_suggestions_are_capped_in_flight_and_the_searcher_sees_its_own_ids() -> None:
+    climber = HillClimber(metric="m", mode="max")
+    search = CustomSearch(climber, {"x": 0.0, "const": 7}, num_samples=10, max_concurrent=3)
+    groups = search.next_groups()
+    assert [len(g.configs) for g in groups] == [3] and climber.most_live == 3
+    assert all(c["const"] == 7 and 0 <= c["x"] <= 1 for c in groups[0].configs)  # merged into param_space
+    assert search.next_groups() == []  # three in flight: the cap
+    for i, config in enumerate(groups[0].configs):
+        search.on_trial_add(f"run_{i}", groups[0].group_id, config)
+    search.on_result("run_0", {"trial_id": "run_0", "m": 1.0})
+    search.on_trial_complete("run_0", {"trial_id": "run_0", "m": 1.0})
+    assert climber.results == [("suggest_00000", "suggest_00000")]
+    assert climber.completed == [("suggest_00000", 1.0, False)]
+    assert [len(g.configs) for g in search.next_groups()] == [1]  # one freed slot, one new trial
+    search.on_trial_complete("run_1", None, error=True)
+    assert climber.completed[-1] == ("suggest_00001", None, True)
+
+
+def test_num_samples_and_finished_end_the_search() -> None:
+    climber = HillClimber(metric="m", mode="max")
+    search = CustomSearch(climber, {}, num_samples=5, max_concurrent=2)
+    assert len(_drive(search)) == 5 and search.is_finished() and len(climber.asked) == 5
+    early = CustomSearch(HillClimber(metric="m", mode="max", finish_after=3), {}, num_samples=-1)
+    assert len(_drive(early)) == 3 and early.is_finished()
+
+
+def test_none_means_ask_again_later() -> None:
+    climber = HillClimber(metric="m", mode="max", wait_for_results=True)
+    search = CustomSearch(climber, {}, num_samples=4, max_concurrent=4)
+    first = search.next_groups()
+    assert [len(g.configs) for g in first] == [1]  # the second suggest() said None
+    assert search.next_groups() == [] and not search.is_finished()
+    search.on_trial_add("run_0", first[0].group_id, first[0].configs[0])
+    search.on_trial_complete("run_0", {"m": 0.5})
+    assert [len(g.configs) for g in search.next_groups()] == [3]
+
+
+@pytest.mark.parametrize("suggestion, message", [
+    ([1, 2], r"suggest\('suggest_00000'\) returned list; it must return a dict, None or Searcher.FINISHED"),
+    ({"y": 1}, r"left param_space's x unresolved"),
+])
+def test_a_bad_suggestion_is_a_clear_error(suggestion, message) -> None:
+    class Bad(Searcher):
+        def suggest(self, trial_id):
+            return suggestion
+
+    with pytest.raises(ConfigError, match=message):
+        CustomSearch(Bad(), {"x": tune.uniform(0, 1)}, num_samples=2).next_groups()
+
+
+def test_the_searcher_is_saved_when_it_changed_and_a_resumed_run_restores_the_newest_file(tmp_path) -> None:
+    climber = HillClimber(metric="m", mode="max")
+    search = CustomSearch(climber, {}, num_samples=6, max_concurrent=2)
+    search.attach(str(tmp_path), "2026-01-01_00-00-00")
+    _drive(search, value=lambda config: -abs(config["x"] - 0.3))
+    state = search.state_dict()
+    path = tmp_path / STATE_FILE_PATTERN.format("2026-01-01_00-00-00")
+    assert path.is_file() and not [p for p in os.listdir(tmp_path) if p.endswith(".partial")]
+    mtime = path.stat().st_mtime_ns
+    search.state_dict()  # nothing changed since: not written again
+    assert path.stat().st_mtime_ns == mtime
+    fresh = HillClimber(metric="m", mode="max")
+    resumed = CustomSearch(fresh, {}, num_samples=6, max_concurrent=2)
+    resumed.attach(str(tmp_path), "2026-01-02_00-00-00")
+    resumed.load_state_dict(state)
+    assert fresh.asked == climber.asked and fresh.best_x == climber.best_x
+    assert resumed.is_finished() and resumed.next_groups() == []
+
+
+def test_a_searcher_without_save_is_run_and_not_saved(tmp_path, caplog) -> None:
+    class NoSave(Searcher):
+        def suggest(self, trial_id):
+            return {"x": 1}
+
+        def on_trial_complete(self, trial_id, result=None, error=False):
+            pass
+
+    search = CustomSearch(NoSave(), {}, num_samples=2)
+    search.attach(str(tmp_path), "s")
+    assert len(_drive(search)) == 2
+    search.state_dict()
+    search.state_dict()
+    assert os.listdir(tmp_path) == []
+    assert sum("has no save()" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_plan_tells_the_searcher_rays_properties_and_refuses_a_scheduler() -> None:
+    climber = HillClimber()
+    planned = plan(TuneConfig(metric="m", mode="max", num_samples=3,
+                              search_alg=ConcurrencyLimiter(climber, max_concurrent=2)), {"x": tune.uniform(0, 1)})
+    assert isinstance(planned.searcher, CustomSearch) and planned.searcher.max_concurrent == 2
+    assert climber.properties[:2] == ("m", "max") and "x" in climber.properties[2]
+    assert climber.concurrency == 2 and (planned.metric, planned.mode) == ("m", "max")
+    assert planned.summary.startswith("HillClimber (your own Searcher) -> CustomSearch(num_samples=3")
+    with pytest.raises(ConfigError, match="a search algorithm of your own .* only with no scheduler"):
+        plan(TuneConfig(metric="m", mode="max", search_alg=HillClimber(),
+                        scheduler=tune.schedulers.ASHAScheduler()), {})
+
+    class OwnSpace(HillClimber):
+        def set_search_properties(self, metric, mode, config, **spec):
+            return False
+
+    with pytest.raises(ConfigError, match=r"OwnSpace.set_search_properties refused it"):
+        plan(TuneConfig(metric="m", mode="max", search_alg=OwnSpace()), {"x": tune.uniform(0, 1)})
+    assert isinstance(plan(TuneConfig(metric="m", mode="max", search_alg=OwnSpace()), {"c": 1}).searcher,
+                      CustomSearch)  # constants only: fine, as in Ray
+
+
+def test_a_tuner_runs_a_custom_searcher_and_it_learns_from_the_results(ray_cluster, storage) -> None:
+    climber = HillClimber()
+    tuner = Tuner(_objective, param_space={"x": tune.uniform(0, 1)},
+                  tune_config=TuneConfig(metric="score", mode="max", num_samples=6, search_alg=climber,
+                                         max_concurrent_trials=2),
+                  run_config=tune.RunConfig(storage_path=storage, name="climb", verbose=0))
+    grid = tuner.fit()
+    assert len(grid) == 6 and grid.num_errors == 0
+    assert len(climber.completed) == 6 and climber.most_live <= 2
+    assert {tid for tid, _, _ in climber.completed} == set(climber.asked)
+    assert all(told == seen for told, seen in climber.results) and len(climber.results) == 12
+    assert climber.best == max(r.metrics["score"] for r in grid)
+    tags = sorted(r.metrics["experiment_tag"] for r in grid)
+    assert tags[0].startswith("1_x=") and len(set(tags)) == 6
+    saved = [f for f in os.listdir(os.path.join(storage, "climb")) if f.startswith("searcher-state-")]
+    assert len(saved) == 1
+
+
+def test_a_subclass_of_rays_own_searcher_runs_with_a_warning(ray_cluster, storage) -> None:
+    from ray.tune.search import Searcher as RaySearcher
+
+    class Sweep(RaySearcher):
+        def __init__(self):
+            super().__init__(metric="score", mode="max")
+            self.done = []
+
+        def suggest(self, trial_id):
+            return {"x": 0.1 * (len(self.done) + 1)} if len(self.done) < 3 else None
+
+        def on_trial_complete(self, trial_id, result=None, error=False):
+            self.done.append(result["score"])
+
+    sweep = Sweep()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        grid = Tuner(_objective, tune_config=TuneConfig(num_samples=3, search_alg=sweep, max_concurrent_trials=1),
+                     run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert any("Sweep subclasses Ray Tune's Searcher; fluidsalus runs it as it is" in str(w.message) for w in caught)
+    assert sorted(r.config["x"] for r in grid) == pytest.approx([0.1, 0.2, 0.3])
+    assert len(sweep.done) == 3
