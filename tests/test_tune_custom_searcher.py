@@ -10,8 +10,9 @@ import pytest
 
 import fluidsalus.tune as tune
 from fluidsalus.errors import ConfigError
+from fluidsalus.searchers import Decision
 from fluidsalus.tune import TuneConfig, Tuner
-from fluidsalus.tune._custom_search import STATE_FILE_PATTERN, CustomSearch, is_custom_searcher
+from fluidsalus.tune._custom_search import STATE_FILE_PATTERN, CustomASHA, CustomSearch, is_custom_searcher
 from fluidsalus.tune._translate import plan
 from fluidsalus.tune.search import ConcurrencyLimiter, Searcher
 
@@ -91,7 +92,7 @@ def _drive(search: CustomSearch, value=lambda config: config["x"]) -> list[str]:
     """Run the searcher's trials one group at a time, as the executor would, each ending with one result."""
     ended = []
     seq = 0
-    while not search.is_finished() or search._in_flight():
+    while not search.is_finished() or len(search._ids) > len(search._done):
         groups = search.next_groups()
         started = []
         for group in groups:
@@ -100,7 +101,7 @@ def _drive(search: CustomSearch, value=lambda config: config["x"]) -> list[str]:
                 seq += 1
                 search.on_trial_add(engine_id, group.group_id, config)
                 started.append((engine_id, config))
-        if not started and not search._in_flight():
+        if not started and len(search._ids) == len(search._done):
             break
         for engine_id, config in started:
             result = {"trial_id": engine_id, "m": value(config), "training_iteration": 1}
@@ -196,6 +197,30 @@ def test_a_searcher_without_save_is_run_and_not_saved(tmp_path, caplog) -> None:
     assert sum("has no save()" in r.getMessage() for r in caplog.records) == 1
 
 
+def test_asha_decides_on_the_searchers_trials_and_the_searcher_hears_of_each_end() -> None:
+    climber = HillClimber(metric="m", mode="max")
+    search = CustomASHA(climber, {}, 4, "m", "max", max_concurrent=4, max_t=4, grace_period=1, reduction_factor=2)
+    groups = search.next_groups()
+    configs = [(g, c) for g in groups for c in g.configs]
+    assert len(configs) == 4 and all(g.budget == 1 for g, _ in configs)
+    for i, (group, config) in enumerate(configs):
+        search.on_trial_add(f"run_{i}", group.group_id, config)
+    # results at the first rung, best first: ASHA lets the first continue and stops a weak later one
+    decisions = [search.on_result(f"run_{i}", {"m": value, "training_iteration": 1, "trial_id": f"run_{i}"})
+                 for i, value in enumerate([4.0, 3.0, 2.0, 1.0])]
+    assert decisions[-1] == Decision.STOP and decisions[0] != Decision.STOP
+    assert [told for told, _ in climber.results] == ["suggest_00000", "suggest_00001", "suggest_00002",
+                                                       "suggest_00003"]
+    search.on_trial_complete("run_3", {"m": 1.0, "training_iteration": 1})
+    assert climber.completed == [("suggest_00003", 1.0, False)]
+    state = search.state_dict()
+    fresh = HillClimber(metric="m", mode="max")
+    again = CustomASHA(fresh, {}, 4, "m", "max", max_concurrent=4, max_t=4, grace_period=1, reduction_factor=2)
+    again.load_state_dict(state)
+    assert again._ids == search._ids and again._done == {"run_3"}
+    assert all(not g.configs for g in again.next_groups()) and fresh.asked == []  # all 4 were made before
+
+
 def test_plan_tells_the_searcher_rays_properties_and_refuses_a_scheduler() -> None:
     climber = HillClimber()
     planned = plan(TuneConfig(metric="m", mode="max", num_samples=3,
@@ -203,10 +228,14 @@ def test_plan_tells_the_searcher_rays_properties_and_refuses_a_scheduler() -> No
     assert isinstance(planned.searcher, CustomSearch) and planned.searcher.max_concurrent == 2
     assert climber.properties[:2] == ("m", "max") and "x" in climber.properties[2]
     assert climber.concurrency == 2 and (planned.metric, planned.mode) == ("m", "max")
-    assert planned.summary.startswith("HillClimber (your own Searcher) -> CustomSearch(num_samples=3")
-    with pytest.raises(ConfigError, match="a search algorithm of your own .* only with no scheduler"):
+    assert planned.summary.startswith("HillClimber (your own Searcher) + FIFOScheduler -> CustomSearch(num_samples=3")
+    with pytest.raises(ConfigError, match="a search algorithm of your own .* with no scheduler .* or with "
+                                          "AsyncHyperBandScheduler/ASHAScheduler only"):
         plan(TuneConfig(metric="m", mode="max", search_alg=HillClimber(),
-                        scheduler=tune.schedulers.ASHAScheduler()), {})
+                        scheduler=tune.schedulers.HyperBandScheduler()), {})
+    asha = plan(TuneConfig(metric="m", mode="max", search_alg=HillClimber(), num_samples=8,
+                           scheduler=tune.schedulers.ASHAScheduler(max_t=9, grace_period=1, reduction_factor=3)), {})
+    assert isinstance(asha.searcher, CustomASHA) and asha.searcher.max_t == 9 and asha.searcher.max_concurrent == 4
 
     class OwnSpace(HillClimber):
         def set_search_properties(self, metric, mode, config, **spec):
@@ -234,6 +263,34 @@ def test_a_tuner_runs_a_custom_searcher_and_it_learns_from_the_results(ray_clust
     assert tags[0].startswith("1_x=") and len(set(tags)) == 6
     saved = [f for f in os.listdir(os.path.join(storage, "climb")) if f.startswith("searcher-state-")]
     assert len(saved) == 1
+
+
+def test_a_custom_searcher_under_asha_has_trials_stopped_at_rungs(ray_cluster, storage) -> None:
+    class Descending(Searcher):
+        """Best first, so that ASHA stops some trial at a rung whatever the timing (see test_tune_frontend)."""
+
+        def __init__(self):
+            super().__init__()
+            self.ended = {}
+
+        def suggest(self, trial_id):
+            return {"x": 1.0 - 0.1 * int(trial_id.rsplit("_", 1)[1])}
+
+        def on_trial_complete(self, trial_id, result=None, error=False):
+            self.ended[trial_id] = result["training_iteration"]
+
+    def steps(config):
+        for _ in range(4):
+            tune.report({"value": config["x"]})
+
+    descending = Descending()
+    grid = Tuner(steps, tune_config=TuneConfig(
+        metric="value", mode="max", num_samples=6, search_alg=descending, max_concurrent_trials=6,
+        scheduler=tune.schedulers.ASHAScheduler(max_t=4, grace_period=1, reduction_factor=2)),
+        run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    ends = sorted(r.metrics["training_iteration"] for r in grid)
+    assert len(grid) == 6 and ends[0] < 4 and ends[-1] == 4
+    assert sorted(descending.ended.values()) == ends  # told each end, with the last result
 
 
 def test_a_subclass_of_rays_own_searcher_runs_with_a_warning(ray_cluster, storage) -> None:

@@ -4,9 +4,10 @@ Ray Tune lets a script implement its own search algorithm: a ``Searcher`` subcla
 which returns a configuration, None ("not now, ask again later") or ``Searcher.FINISHED``, and
 ``on_trial_complete(trial_id, result, error)`` (plus, optionally, ``on_trial_result``, ``set_search_properties``,
 ``set_max_concurrency`` and ``save``/``restore``). Ray wraps it in a ``SearchGenerator``, which asks for one trial
-at a time while resources are free. :class:`CustomSearch` does that job for the fluidsalus engine:
+at a time while resources are free. :class:`CustomSearch` does that job for the fluidsalus engine, and
+:class:`CustomASHA` with Ray's ``AsyncHyperBandScheduler`` on top (ASHA decides on the trials the searcher makes):
 
-- It asks ``suggest`` for new trials while fewer than ``max_concurrent`` of its trials are in flight and
+- It asks ``suggest`` for new trials while fewer than ``max_concurrent`` of its trials are unfinished and
   ``num_samples`` are not all made (``num_samples=-1``: until ``FINISHED``, the time budget or a stopper). A
   None stops the asking until the engine's next pass; ``FINISHED`` ends it for good.
 - Each suggestion is merged into ``param_space`` (its constants; a domain the suggestion leaves unresolved is a
@@ -14,7 +15,7 @@ at a time while resources are free. :class:`CustomSearch` does that job for the 
 - The searcher sees its own trial ids: the id it was asked with is the one its results and completion come
   back under (``result["trial_id"]`` too), although the engine names the trial otherwise.
 - Results go to ``on_trial_result`` and the end of each trial to ``on_trial_complete(trial_id, result=last
-  result, error=...)``. The searcher never stops a trial: with no scheduler, nothing does (Ray's rule).
+  result, error=...)``, also when ASHA stopped it. The searcher itself never stops a trial (Ray's rule).
 - State: the ids and counts are in :meth:`CustomSearch.state_dict`; the searcher itself is saved with its
   ``save(path)`` into Ray's ``searcher-state-<session>.pkl`` in the experiment folder whenever a trial was
   suggested or completed since the last save (a searcher without ``save`` is not saved, as in Ray, with one
@@ -27,7 +28,6 @@ import copy
 import glob
 import logging
 import os
-from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,8 +36,9 @@ from fluidsalus.errors import ConfigError
 from fluidsalus.searchers import BaseSearcher, Decision
 from fluidsalus.searchers._optuna import DEFAULT_BATCH_SIZE
 from fluidsalus.trialgroup.trial import TrialGroup
+from fluidsalus.tune._streamed import StreamedASHA
 
-__all__ = ["FINISHED", "STATE_FILE_PATTERN", "CustomSearch", "is_custom_searcher"]
+__all__ = ["FINISHED", "STATE_FILE_PATTERN", "CustomASHA", "CustomSearch", "SuggestStream", "is_custom_searcher"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,9 @@ STATE_FILE_PATTERN = "searcher-state-{}.pkl"
 #: Prefix of the trial ids the searcher is asked with (the engine names its trials itself).
 _ID_PREFIX = "suggest_"
 _GROUP_PREFIX = "custom"
+_OWNER = "CustomSearch"
+#: What ASHA's own space check sees when ``param_space`` is empty (see :class:`CustomASHA`).
+_PLACEHOLDER_SPACE = {"_": 0}
 
 
 def is_custom_searcher(search_alg: Any) -> bool:
@@ -82,46 +86,101 @@ def _unresolved(config: Mapping[str, Any], path: tuple[str, ...] = ()) -> list[s
     return found
 
 
-class CustomSearch(BaseSearcher):
-    """Runs a Ray-style ``Searcher`` of the user's own (see the module docstring).
-
-    Args:
-        searcher: The object with ``suggest(trial_id)`` and ``on_trial_complete(trial_id, result, error)``.
-        space: ``param_space``: its values are the base each suggestion is merged into.
-        num_samples: Trials to make (>= 1), or -1 until the searcher returns ``FINISHED`` or the run is stopped.
-        max_concurrent: Trials suggested and not yet complete at any time (None: :data:`DEFAULT_BATCH_SIZE`,
-            Optuna's batch, so that a model-based searcher learns from most trials).
-        experiment_dir: Where the searcher is saved (None: it is not saved); set by the Tune front end.
+def check_samples(num_samples: Any, max_concurrent: Any) -> int:
+    """The cap on unfinished trials: ``max_concurrent``, or :data:`DEFAULT_BATCH_SIZE` (Optuna's batch, so a
+    model-based searcher learns from most trials) when None.
 
     Raises:
         ConfigError: ``num_samples`` or ``max_concurrent`` out of range.
     """
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or (
+            num_samples < 1 and num_samples != sp.INFINITE_SAMPLES):
+        raise ConfigError(f"{_OWNER}: num_samples must be an int >= 1, or {sp.INFINITE_SAMPLES} to search until "
+                          f"the searcher returns FINISHED or the run is stopped (got {num_samples!r})")
+    if max_concurrent is None:
+        return DEFAULT_BATCH_SIZE
+    if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1:
+        raise ConfigError(f"{_OWNER}: max_concurrent must be None or an int >= 1 (got {max_concurrent!r})")
+    return max_concurrent
 
-    def __init__(self, searcher: Any, space: Mapping[str, Any], num_samples: int,
-                 max_concurrent: int | None = None, experiment_dir: str | None = None) -> None:
-        name = type(searcher).__name__
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or (
-                num_samples < 1 and num_samples != sp.INFINITE_SAMPLES):
-            raise ConfigError(f"{name}: num_samples must be an int >= 1, or {sp.INFINITE_SAMPLES} to search until "
-                              f"the searcher returns FINISHED or the run is stopped (got {num_samples!r})")
-        if max_concurrent is not None and (isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int)
-                                           or max_concurrent < 1):
-            raise ConfigError(f"{name}: max_concurrent must be None or an int >= 1 (got {max_concurrent!r})")
+
+class SuggestStream:
+    """The searcher's ``suggest`` as a stream of configurations (the interface of ``VariantStream``).
+
+    The ``n``-th configuration drawn (from 0) is suggested for the searcher's trial id :meth:`id_of` ``(n)``.
+
+    Args:
+        searcher: The user's search algorithm.
+        space: ``param_space``, which each suggestion is merged into.
+        num_samples: How many to draw at most (-1: no limit).
+    """
+
+    def __init__(self, searcher: Any, space: Mapping[str, Any], num_samples: int) -> None:
+        self.searcher, self.space, self.num_samples = searcher, dict(space), num_samples
+        self.drawn = 0  # configurations handed out
+        self.finished = False  # suggest() returned FINISHED
+
+    @staticmethod
+    def id_of(index: int) -> str:
+        """The searcher's trial id of the ``index``-th configuration."""
+        return f"{_ID_PREFIX}{index:05d}"
+
+    def has_more(self) -> bool:
+        """Whether the searcher may be asked for another configuration."""
+        return not self.finished and (self.num_samples == sp.INFINITE_SAMPLES or self.drawn < self.num_samples)
+
+    def take(self, count: int | None) -> list[dict[str, Any]]:
+        """Ask ``suggest`` up to ``count`` times (None: up to ``num_samples``), stopping at None or FINISHED.
+
+        Raises:
+            ConfigError: A suggestion that is not a dict, or that leaves a domain of ``param_space`` unresolved.
+        """
+        if count is None and self.num_samples == sp.INFINITE_SAMPLES:
+            raise ConfigError(f"{_OWNER}: an endless search is asked for a number of configurations at a time")
+        configs: list[dict[str, Any]] = []
+        while self.has_more() and (count is None or len(configs) < count):
+            searcher_id = self.id_of(self.drawn)
+            suggestion = self.searcher.suggest(searcher_id)
+            if suggestion is None:  # not now: asked again at the engine's next pass
+                break
+            if isinstance(suggestion, str) and suggestion == FINISHED:
+                self.finished = True
+                break
+            name = type(self.searcher).__name__
+            if not isinstance(suggestion, Mapping):
+                raise ConfigError(f"{name}.suggest({searcher_id!r}) returned {type(suggestion).__name__}; it must "
+                                  "return a dict, None or Searcher.FINISHED")
+            config = _merge(self.space, suggestion)
+            left = _unresolved(config)
+            if left:
+                raise ConfigError(f"{name}.suggest({searcher_id!r}) left param_space's {', '.join(left)} unresolved; "
+                                  "suggest a value for each, or make them constants in param_space")
+            configs.append(config)
+            self.drawn += 1
+        return configs
+
+    def restore(self, drawn: int) -> None:
+        """A resumed run: ``drawn`` configurations were handed out (the searcher restores its own state)."""
+        self.drawn = drawn
+
+
+class _Told:
+    """What both searchers share: the searcher's ids of the engine's trials, what it is told, and its saves.
+
+    Attributes:
+        searcher: The user's search algorithm.
+    """
+
+    searcher: Any
+
+    def _start_telling(self, searcher: Any) -> None:
         self.searcher = searcher
-        self.space = dict(space)
-        self.num_samples = num_samples
-        self.max_concurrent = DEFAULT_BATCH_SIZE if max_concurrent is None else max_concurrent
-        self.experiment_dir = experiment_dir
+        self.experiment_dir: str | None = None
         self._session = ""  # names this run's state file (set with the experiment folder)
-        self._suggested = 0  # trials made so far (the searcher's ids are numbered by it)
-        self._finished = False  # the searcher returned FINISHED
-        self._unassigned: dict[str, deque[str]] = {}  # group -> searcher ids not yet given an engine id
         self._ids: dict[str, str] = {}  # engine trial id -> the searcher's id
-        self._done: set[str] = set()  # engine trial ids whose completion the searcher was told
-        self._saved_at = -1  # (suggested + completed) when the searcher was last saved
+        self._done: set[str] = set()  # engine trial ids whose end the searcher was told
+        self._saved_at = -1  # (trials made + trials ended) when the searcher was last saved
         self._save_unsupported = False
-
-    # ------------------------------------------------------------------ the front end's set-up
 
     def attach(self, experiment_dir: str, session: str) -> None:
         """Save the searcher in ``experiment_dir`` under ``session``'s file, and restore it from the newest file
@@ -140,89 +199,25 @@ class CustomSearch(BaseSearcher):
                 logger.warning("%s has no restore(); the resumed search starts from its state when the run began",
                                type(self.searcher).__name__)
 
-    # ------------------------------------------------------------------ BaseSearcher
-
-    def _in_flight(self) -> int:
-        return self._suggested - len(self._done)
-
-    def next_groups(self) -> list[TrialGroup]:
-        """Ask the searcher for as many trials as the in-flight cap and ``num_samples`` allow.
-
-        Returns:
-            At most one TrialGroup of fresh trials (no budget: they run to their end).
-
-        Raises:
-            ConfigError: A suggestion that is not a dict, or that leaves a domain of ``param_space`` unresolved.
-        """
-        configs: list[dict[str, Any]] = []
-        ids: list[str] = []
-        while not self._finished and self._in_flight() + len(configs) < self.max_concurrent and (
-                self.num_samples == sp.INFINITE_SAMPLES or self._suggested + len(configs) < self.num_samples):
-            searcher_id = f"{_ID_PREFIX}{self._suggested + len(configs):05d}"
-            suggestion = self.searcher.suggest(searcher_id)
-            if suggestion is None:
-                break
-            if isinstance(suggestion, str) and suggestion == FINISHED:
-                self._finished = True
-                break
-            if not isinstance(suggestion, Mapping):
-                raise ConfigError(f"{type(self.searcher).__name__}.suggest({searcher_id!r}) returned "
-                                  f"{type(suggestion).__name__}; it must return a dict, None or Searcher.FINISHED")
-            config = _merge(self.space, suggestion)
-            left = _unresolved(config)
-            if left:
-                raise ConfigError(
-                    f"{type(self.searcher).__name__}.suggest({searcher_id!r}) left param_space's "
-                    f"{', '.join(left)} unresolved; suggest a value for each, or make them constants in param_space"
-                )
-            configs.append(config)
-            ids.append(searcher_id)
-        if not configs:
-            return []
-        group_id = f"{_GROUP_PREFIX}-{self._suggested}"
-        self._suggested += len(configs)
-        self._unassigned[group_id] = deque(ids)
-        return [TrialGroup(group_id=group_id, configs=configs)]
-
-    def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
-        queue = self._unassigned.get(group_id)
-        if not queue:
-            return
-        self._ids[trial_id] = queue.popleft()
-        if not queue:
-            del self._unassigned[group_id]
-
     def _seen(self, trial_id: str, result: Mapping[str, Any] | None) -> tuple[str, dict[str, Any] | None]:
         own = self._ids[trial_id]
-        if result is None:
-            return own, None
-        return own, {**result, "trial_id": own}
+        return own, None if result is None else {**result, "trial_id": own}
 
-    def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
-        if trial_id in self._ids and trial_id not in self._done:
-            own, seen = self._seen(trial_id, result)
-            handler = getattr(self.searcher, "on_trial_result", None)
-            if handler is not None:
-                handler(own, seen)
-        return super().on_result(trial_id, result)
+    def _tell_result(self, trial_id: str, result: Mapping[str, Any]) -> None:
+        handler = getattr(self.searcher, "on_trial_result", None)
+        if handler is not None and trial_id in self._ids and trial_id not in self._done:
+            handler(*self._seen(trial_id, result))
 
-    def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
+    def _tell_end(self, trial_id: str, result: Mapping[str, Any] | None, error: bool) -> None:
         if trial_id not in self._ids or trial_id in self._done:
             return
         self._done.add(trial_id)
         own, seen = self._seen(trial_id, result)
         self.searcher.on_trial_complete(own, result=seen, error=error)
 
-    def is_finished(self) -> bool:
-        if self._finished:
-            return True
-        return self.num_samples != sp.INFINITE_SAMPLES and self._suggested >= self.num_samples
-
-    # ------------------------------------------------------------------ state
-
-    def _save(self) -> None:
-        """Save the searcher with its ``save(path)`` when a trial was suggested or completed since the last save."""
-        changes = self._suggested + len(self._done)
+    def _save(self, made: int) -> None:
+        """Save the searcher with its ``save(path)`` when a trial was made or ended since the last save."""
+        changes = made + len(self._done)
         if self.experiment_dir is None or self._save_unsupported or changes == self._saved_at:
             return
         save = getattr(self.searcher, "save", None)
@@ -242,14 +237,121 @@ class CustomSearch(BaseSearcher):
             os.replace(staging, path)
         self._saved_at = changes
 
-    def state_dict(self) -> dict[str, Any]:
-        self._save()
-        return {"suggested": self._suggested, "finished": self._finished, "ids": dict(self._ids),
-                "done": sorted(self._done), "unassigned": {g: list(q) for g, q in self._unassigned.items()}}
+    def _told_state(self) -> dict[str, Any]:
+        return {"ids": dict(self._ids), "done": sorted(self._done)}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._suggested = int(state.get("suggested", 0))
-        self._finished = bool(state.get("finished", False))
+    def _load_told_state(self, state: Mapping[str, Any]) -> None:
         self._ids = {str(k): str(v) for k, v in dict(state.get("ids", {})).items()}
         self._done = {str(t) for t in state.get("done", [])}
-        self._unassigned = {str(g): deque(str(i) for i in q) for g, q in dict(state.get("unassigned", {})).items()}
+
+
+class CustomSearch(_Told, BaseSearcher):
+    """Runs a Ray-style ``Searcher`` of the user's own with no scheduler (see the module docstring).
+
+    Args:
+        searcher: The object with ``suggest(trial_id)`` and ``on_trial_complete(trial_id, result, error)``.
+        space: ``param_space``: its values are the base each suggestion is merged into.
+        num_samples: Trials to make (>= 1), or -1 until the searcher returns ``FINISHED`` or the run is stopped.
+        max_concurrent: Trials made and not yet ended at any time (None: :data:`DEFAULT_BATCH_SIZE`).
+
+    Raises:
+        ConfigError: ``num_samples`` or ``max_concurrent`` out of range.
+    """
+
+    def __init__(self, searcher: Any, space: Mapping[str, Any], num_samples: int,
+                 max_concurrent: int | None = None) -> None:
+        self.max_concurrent = check_samples(num_samples, max_concurrent)
+        self.space, self.num_samples = dict(space), num_samples
+        self._start_telling(searcher)
+        self._stream = SuggestStream(searcher, space, num_samples)
+        self._added = 0  # trials the engine has named (in the order they were made)
+
+    def next_groups(self) -> list[TrialGroup]:
+        """Ask the searcher for as many trials as the cap on unfinished trials and ``num_samples`` allow.
+
+        Returns:
+            At most one TrialGroup of fresh trials (no budget: they run to their end).
+        """
+        configs = self._stream.take(self.max_concurrent - (self._stream.drawn - len(self._done)))
+        if not configs:
+            return []
+        return [TrialGroup(group_id=f"{_GROUP_PREFIX}-{self._stream.drawn - len(configs)}", configs=configs)]
+
+    def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
+        if group_id.startswith(f"{_GROUP_PREFIX}-"):
+            self._ids[trial_id] = SuggestStream.id_of(self._added)
+            self._added += 1
+
+    def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
+        self._tell_result(trial_id, result)
+        return Decision.CONTINUE
+
+    def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
+        self._tell_end(trial_id, result, error)
+
+    def is_finished(self) -> bool:
+        return not self._stream.has_more()
+
+    def state_dict(self) -> dict[str, Any]:
+        self._save(self._stream.drawn)
+        return {"drawn": self._stream.drawn, "finished": self._stream.finished, "added": self._added,
+                **self._told_state()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._stream.restore(int(state.get("drawn", 0)))
+        self._stream.finished = bool(state.get("finished", False))
+        self._added = int(state.get("added", 0))
+        self._load_told_state(state)
+
+
+class CustomASHA(_Told, StreamedASHA):
+    """:class:`~fluidsalus.searchers.ASHA` deciding on the trials a user's ``Searcher`` makes (Ray's
+    ``search_alg=MySearcher(), scheduler=AsyncHyperBandScheduler(...)``).
+
+    Args:
+        searcher: The user's search algorithm.
+        space: ``param_space``.
+        num_samples: Trials to make (>= 1), or -1.
+        metric: The result key ASHA decides on.
+        mode: ``"min"`` or ``"max"``.
+        max_concurrent: Trials made and not yet ended at any time (None: :data:`DEFAULT_BATCH_SIZE`).
+        **kwargs: ASHA's other arguments (``time_attr``, ``max_t``, ``grace_period``, ...).
+    """
+
+    def __init__(self, searcher: Any, space: Mapping[str, Any], num_samples: int, metric: str, mode: str,
+                 max_concurrent: int | None = None, **kwargs: Any) -> None:
+        cap = check_samples(num_samples, max_concurrent)
+        self._start_telling(searcher)
+        # ASHA refuses an empty space, which it would draw from; here the searcher draws, and param_space may be
+        # empty (the searcher has its own space), so ASHA checks a placeholder and gets param_space after.
+        super().__init__(space or _PLACEHOLDER_SPACE, num_samples, metric, mode, max_concurrent=cap, **kwargs)
+        self.space = dict(space)
+
+    def _config_stream(self) -> Any:
+        if self._stream is None:
+            self._stream = SuggestStream(self.searcher, self.space, self.num_samples)
+        return self._stream
+
+    def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
+        super().on_trial_add(trial_id, group_id, config)
+        index = self.creation_index(trial_id)
+        if index is not None:
+            self._ids[trial_id] = SuggestStream.id_of(index)
+
+    def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
+        self._tell_result(trial_id, result)
+        return super().on_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
+        super().on_trial_complete(trial_id, result, error)
+        self._tell_end(trial_id, result, error)
+
+    def state_dict(self) -> dict[str, Any]:
+        stream = self._config_stream()
+        self._save(stream.drawn)
+        return {**super().state_dict(), "custom_finished": stream.finished, **self._told_state()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._config_stream().finished = bool(state.get("custom_finished", False))
+        self._load_told_state(state)

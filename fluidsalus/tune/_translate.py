@@ -19,6 +19,7 @@ OptunaSearch                                   AsyncHyperBandScheduler    -> Opt
 None / BasicVariantGenerator / OptunaSearch    MedianStoppingRule         -> OptunaSearch + MedianPruner
 a fluidsalus BaseSearcher                      None / FIFOScheduler       -> that searcher, as it is
 a Searcher subclass of the user's own          None / FIFOScheduler       -> CustomSearch (its suggest())
+a Searcher subclass of the user's own          AsyncHyperBandScheduler    -> CustomASHA (ASHA over its trials)
 =============================================  ======================================================
 
 ``PopulationBasedTrainingReplay`` (with no search algorithm, ``num_samples=1``) becomes one ``PBTReplay`` trial.
@@ -60,7 +61,7 @@ from fluidsalus.searchers import (
 )
 from fluidsalus.searchers._random import VariantStream
 from fluidsalus.tune._config import INFINITE_SAMPLES, TuneConfig
-from fluidsalus.tune._custom_search import CustomSearch, is_custom_searcher
+from fluidsalus.tune._custom_search import CustomASHA, CustomSearch, is_custom_searcher
 from fluidsalus.tune._domains import translate_ray_values
 from fluidsalus.tune._ray_objects import adopt_scheduler, adopt_search_alg
 from fluidsalus.tune._streamed import StreamedASHA, StreamedHyperBand
@@ -313,13 +314,13 @@ def _resource_changing_base(scheduler: ResourceChangingScheduler) -> TrialSchedu
 
 def _plan_custom(search_alg: Any, scheduler: TrialScheduler, space: dict[str, Any], tune_config: TuneConfig,
                  metric: str | None, mode: str | None, cap: int | None, pair: str, limited: bool) -> Plan:
-    """A search algorithm of the user's own (:mod:`fluidsalus.tune._custom_search`), told what Ray tells it."""
+    """A search algorithm of the user's own (:mod:`fluidsalus.tune._custom_search`), told what Ray tells it, with
+    no scheduler or with ASHA."""
     name = type(search_alg).__name__
-    if type(scheduler) is not FIFOScheduler:
+    if type(scheduler) not in (FIFOScheduler, AsyncHyperBandScheduler):
         raise ConfigError(
-            f"TuneConfig: {pair}: fluidsalus runs a search algorithm of your own (a Searcher subclass) only with no "
-            "scheduler (FIFOScheduler); to stop trials early, use OptunaSearch or TuneBOHB with the scheduler, or "
-            "a stop rule"
+            f"TuneConfig: {pair}: fluidsalus runs a search algorithm of your own (a Searcher subclass) with no "
+            "scheduler (FIFOScheduler) or with AsyncHyperBandScheduler/ASHAScheduler only"
         )
     accepted = search_alg.set_search_properties(tune_config.metric, tune_config.mode, space)
     if not accepted and sp.split_constants(space)[0]:
@@ -329,10 +330,21 @@ def _plan_custom(search_alg: Any, scheduler: TrialScheduler, space: dict[str, An
         )
     if limited and cap is not None:
         search_alg.set_max_concurrency(cap)  # Ray's ConcurrencyLimiter tells the searcher its limit
-    searcher = CustomSearch(search_alg, space, tune_config.num_samples, max_concurrent=cap)
-    return Plan(searcher, space, metric if isinstance(metric, str) else None,
-                mode if isinstance(mode, str) else None, cap, tags=SEARCHER,
-                summary=f"{name} (your own Searcher) -> CustomSearch(num_samples={tune_config.num_samples}, "
+    n = tune_config.num_samples
+    if isinstance(scheduler, AsyncHyperBandScheduler):
+        metric, mode = _need_metric(type(scheduler).__name__, metric, mode)
+        searcher: BaseSearcher = CustomASHA(
+            search_alg, space, n, metric, mode, max_concurrent=cap, time_attr=scheduler.time_attr,
+            max_t=scheduler.max_t, grace_period=scheduler.grace_period, reduction_factor=scheduler.reduction_factor,
+            brackets=scheduler.brackets, stop_last_trials=scheduler.stop_last_trials)
+        target = "CustomASHA"
+    else:
+        searcher = CustomSearch(search_alg, space, n, max_concurrent=cap)
+        target = "CustomSearch"
+        metric = metric if isinstance(metric, str) else None
+        mode = mode if isinstance(mode, str) else None
+    return Plan(searcher, space, metric, mode, cap, tags=SEARCHER,
+                summary=f"{name} (your own Searcher) + {type(scheduler).__name__} -> {target}(num_samples={n}, "
                         f"max_concurrent={searcher.max_concurrent})")
 
 
