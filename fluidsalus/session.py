@@ -48,12 +48,12 @@ AUTO_RESULT_KEYS: frozenset[str] = frozenset(
 #: The metric name a trainable's bare number return value is reported under (Ray Tune's name).
 DEFAULT_METRIC = "_metric"
 
-_HOSTNAME = socket.gethostname()
+HOSTNAME = socket.gethostname()
 _local = threading.local()
 
 
 @functools.cache
-def _node_ip() -> str:
+def node_ip() -> str:
     """This node's IP address (Ray's ``node_ip`` result key), found once per process: Ray's own answer where Ray
     runs (a device actor), else what the host name resolves to, else the loopback address."""
     ray = sys.modules.get("ray")
@@ -61,7 +61,7 @@ def _node_ip() -> str:
         with contextlib.suppress(Exception):
             return str(ray.util.get_node_ip_address())
     try:
-        return socket.gethostbyname(_HOSTNAME)
+        return socket.gethostbyname(HOSTNAME)
     except OSError:
         return "127.0.0.1"
 
@@ -333,8 +333,8 @@ class TrialSession:
             date=datetime.datetime.fromtimestamp(now).strftime("%Y-%m-%d_%H-%M-%S"),
             done=metrics.get("done") is True,  # a trainable may end itself by reporting done=True, as in Ray
             pid=os.getpid(),
-            hostname=_HOSTNAME,
-            node_ip=_node_ip(),
+            hostname=HOSTNAME,
+            node_ip=node_ip(),
             time_since_restore=now - self._started,
             iterations_since_restore=self.iteration - self._start_iteration,
             checkpoint_dir_name=None,  # the checkpoint's folder when the result carries one, as in Ray

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import datetime
 import functools
 import json
 import math
@@ -32,7 +33,7 @@ from typing import Any
 
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError
-from fluidsalus.session import TrialResources
+from fluidsalus.session import HOSTNAME, TrialResources, node_ip
 
 __all__ = [
     "ClassOptions",
@@ -52,6 +53,14 @@ DICT_CHECKPOINT_FILE = "_dict_checkpoint.pkl"
 STATE_FILE = "_trainable_state.json"
 #: Result keys a class trainable's ``step()`` may set to steer the loop (Ray's).
 DONE_KEY, SHOULD_CHECKPOINT_KEY = "done", "should_checkpoint"
+TIME_THIS_ITER_KEY = "time_this_iter_s"
+#: The keys ``Trainable.train()`` fills in after ``step()`` as Ray's does (``done`` and ``training_iteration``
+#: besides); in a trial the session fills in its own instead (``fluidsalus.session.report``), and Ray's
+#: ``config`` key stays out of the stored results (``Result.config`` holds it).
+TRAIN_FILLED_KEYS: tuple[str, ...] = (
+    "trial_id", "date", "timestamp", TIME_THIS_ITER_KEY, "time_total_s", "pid", "hostname", "node_ip", "config",
+    "time_since_restore", "iterations_since_restore",
+)
 #: Resource names that are spelled in upper case in Ray's placement groups.
 _RESOURCE_ALIASES = {"CPU": "cpu", "GPU": "gpu"}
 #: The resources with_resources names itself (Ray's ``resource_dict_to_pg_factory`` keys); any other key is a
@@ -290,6 +299,7 @@ class Trainable:
         self._iteration = 0
         self._time_total = 0.0
         self._iterations_since_restore = 0
+        self._time_since_restore = 0.0
         self._restored = False
         self._last_result: dict[str, Any] | None = None
         setup_kwargs = getattr(self, "_fluidsalus_setup_kwargs", {})
@@ -333,7 +343,13 @@ class Trainable:
     # ------------------------------------------------------------------ the loop's API (Ray's names)
 
     def train(self) -> dict[str, Any]:
-        """Run ``step()`` once and count the iteration."""
+        """Run ``step()`` once and count the iteration.
+
+        Returns:
+            ``step()``'s dict with Ray's keys filled in, as Ray's ``Trainable.train()`` returns it:
+            ``done`` (False unless given) and ``training_iteration`` (the count unless given), then
+            :data:`TRAIN_FILLED_KEYS` (``time_this_iter_s`` is the step's own value when it gave one).
+        """
         start = time.time()
         result = self.step()
         if not isinstance(result, dict):
@@ -341,7 +357,19 @@ class Trainable:
         result = dict(result)
         self._iteration += 1
         self._iterations_since_restore += 1
-        self._time_total += time.time() - start
+        given = result.get(TIME_THIS_ITER_KEY)
+        seconds = float(given) if isinstance(given, (int, float)) else time.time() - start
+        self._time_total += seconds
+        self._time_since_restore += seconds
+        result.setdefault(DONE_KEY, False)
+        result.setdefault("training_iteration", self._iteration)
+        now = datetime.datetime.now()
+        stamp = result.get("timestamp")
+        result.update(trial_id=self.trial_id, date=now.strftime("%Y-%m-%d_%H-%M-%S"),
+                      timestamp=stamp if stamp else int(now.timestamp()), time_this_iter_s=seconds,
+                      time_total_s=self._time_total, pid=os.getpid(), hostname=HOSTNAME, node_ip=node_ip(),
+                      config=self.config, time_since_restore=self._time_since_restore,
+                      iterations_since_restore=self._iterations_since_restore)
         self._last_result = result
         return result
 
@@ -377,6 +405,7 @@ class Trainable:
             self.load_checkpoint(path)
         self._restored = True
         self._iterations_since_restore = 0
+        self._time_since_restore = 0.0
 
     def stop(self) -> None:
         """End the trial: calls ``cleanup()``."""
@@ -481,6 +510,8 @@ def run_trainable_class(cls: type[Trainable], config: dict[str, Any], parameters
             trainable.restore(session.checkpoint)
         while True:
             result = trainable.train()
+            for key in TRAIN_FILLED_KEYS:  # the session fills these in for the trial (train() did, for a caller)
+                result.pop(key, None)
             done = bool(result.pop(DONE_KEY, False))
             now = options.wants(trainable.iteration, result, done) or session.take_checkpoint_request()
             result.pop(SHOULD_CHECKPOINT_KEY, None)

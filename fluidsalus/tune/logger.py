@@ -29,7 +29,8 @@ from fluidsalus.errors import ConfigError
 from fluidsalus.result import flatten_dict
 from fluidsalus.tune.callback import Callback, TrialInfo
 
-__all__ = ["CSVLoggerCallback", "JsonLoggerCallback", "LoggerCallback", "default_loggers", "translate_ray_logger"]
+__all__ = ["CSVLoggerCallback", "JsonLoggerCallback", "LoggerCallback", "default_loggers", "pretty_print",
+           "translate_ray_logger"]
 
 #: Ray's file names in a trial's folder (``ray.air.constants``).
 PARAMS_FILE = "params.json"
@@ -91,6 +92,37 @@ class _JsonFallback(json.JSONEncoder):
         if hasattr(value, "tolist"):  # NumPy arrays (torch tensors too)
             return value.tolist()
         return str(value)
+
+
+#: Ray's ``pretty_print`` writes a list longer than this on one line (``[a, b, c, d]``).
+_FLOW_SEQUENCE_LENGTH = 3
+#: Result keys ``pretty_print`` leaves out, as Ray's does.
+_NOT_PRINTED = ("config", "hist_stats")
+
+
+def pretty_print(result: dict[str, Any], exclude: set[str] | None = None) -> str:
+    """A result as Ray's ``tune.logger.pretty_print`` shows it: YAML, keys sorted, without ``config``,
+    ``hist_stats``, the ``exclude`` keys and None values; values JSON cannot hold are written as Ray's loggers
+    write them (arrays as lists, NaN as null, other objects as text).
+
+    Args:
+        result: The result (a dict).
+        exclude: Keys to leave out.
+
+    Returns:
+        The text.
+    """
+    import yaml  # Ray's own dependency
+
+    class _Dumper(yaml.SafeDumper):
+        def represent_sequence(self, tag: str, sequence: Any, flow_style: bool | None = None) -> Any:
+            long = len(sequence) > _FLOW_SEQUENCE_LENGTH
+            return super().represent_sequence(tag, sequence, flow_style=True if long else flow_style)
+
+    kept = {key: value for key, value in result.items()
+            if key not in _NOT_PRINTED and value is not None and (exclude is None or key not in exclude)}
+    plain = json.loads(json.dumps(kept, cls=_JsonFallback))
+    return str(yaml.dump(plain, Dumper=_Dumper, default_flow_style=False))
 
 
 class _FileLogger(LoggerCallback):

@@ -1,1 +1,180 @@
-"""Helpers with Ray Tune's module paths (``ray.tune.utils``) that Ray's examples import."""
+"""Helpers with Ray Tune's module paths and signatures (``ray.tune.utils``).
+
+- :func:`flatten_dict`, :func:`merge_dicts`, :func:`deep_update`, :func:`unflattened_lookup`: Ray's dict helpers,
+  with Ray's results and errors for the same input (``tests/test_tune_utils.py`` compares them with Ray's);
+- :func:`date_str`: the time stamp Ray puts in experiment names;
+- :func:`validate_save_restore`: checks that a class ``Trainable`` resumes correctly from its own checkpoint.
+
+``mock_trainable.MyTrainableClass`` is the toy class trainable Ray's examples import. Ray's ``wait_for_gpu``,
+``diagnose_serialization``, ``UtilMonitor`` and ``warn_if_slow`` are not provided.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import shutil
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["date_str", "deep_update", "flatten_dict", "merge_dicts", "unflattened_lookup", "validate_save_restore"]
+
+#: Ray's key delimiter of flattened dicts.
+DELIMITER = "/"
+#: Iterations :func:`validate_save_restore` trains before it saves (Ray's check trains three).
+_VALIDATE_ITERATIONS = 3
+#: What :func:`unflattened_lookup` returns when the key is missing and no ``default`` was given.
+_NO_DEFAULT = object()
+
+
+def date_str() -> str:
+    """The current local time as Ray stamps experiment names: ``YYYY-MM-DD_HH-MM-SS``."""
+    return datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+
+
+def flatten_dict(dt: dict[str, Any], delimiter: str = DELIMITER, prevent_delimiter: bool = False,
+                 flatten_list: bool = False) -> dict[str, Any]:
+    """Nested dicts (and lists, with ``flatten_list``) as one level of ``delimiter``-joined keys.
+
+    The input is left as it is. An empty nested dict (or list) leaves no key, as in Ray.
+
+    Args:
+        dt: The dict.
+        delimiter: What joins the keys.
+        prevent_delimiter: Raise if a key already holds ``delimiter``.
+        flatten_list: Flatten lists too, by index.
+
+    Returns:
+        The flat dict (of ``dt``'s type).
+
+    Raises:
+        ValueError: ``prevent_delimiter`` and a key holds the delimiter (Ray's error).
+    """
+    out = type(dt)()
+
+    def visit(prefix: str | None, value: Any) -> None:
+        if isinstance(value, dict) or (flatten_list and isinstance(value, list) and prefix is not None):
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, child in items:
+                if prevent_delimiter and isinstance(value, dict) and delimiter in key:
+                    raise ValueError(f"Found delimiter `{delimiter}` in key when trying to flatten array. Please "
+                                     "avoid using the delimiter in your specification.")
+                visit(str(key) if prefix is None else f"{prefix}{delimiter}{key}", child)
+        else:
+            out[prefix] = value
+
+    visit(None, dt)
+    return out
+
+
+def deep_update(original: dict[str, Any], new_dict: dict[str, Any], new_keys_allowed: bool = False,
+                allow_new_subkey_list: list[str] | None = None,
+                override_all_if_type_changes: list[str] | None = None,
+                override_all_key_list: list[str] | None = None) -> dict[str, Any]:
+    """Update ``original`` in place with ``new_dict``, nested dicts key by key (Ray's rules).
+
+    Args:
+        original: The dict updated (and returned).
+        new_dict: The new values.
+        new_keys_allowed: Whether ``new_dict`` may add keys ``original`` lacks (else an ``Exception``, as Ray
+            raises).
+        allow_new_subkey_list: Top-level keys under which new sub-keys are allowed.
+        override_all_if_type_changes: Top-level keys whose whole dict is replaced when its ``"type"`` changes.
+        override_all_key_list: Keys whose whole value is replaced, never merged.
+
+    Returns:
+        ``original``.
+    """
+    allowed, by_type = allow_new_subkey_list or [], override_all_if_type_changes or []
+    whole = override_all_key_list or []
+    for key, value in new_dict.items():
+        if key not in original and not new_keys_allowed:
+            raise Exception(f"Unknown config parameter `{key}` ")
+        old = original.get(key)
+        if not (isinstance(old, dict) and isinstance(value, dict)) or key in whole:
+            original[key] = value
+        elif key in by_type and "type" in value and "type" in old and value["type"] != old["type"]:
+            original[key] = value
+        else:
+            deep_update(old, value, True if key in allowed else new_keys_allowed, override_all_key_list=whole)
+    return original
+
+
+def merge_dicts(d1: dict[str, Any], d2: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of ``d1`` updated with ``d2`` (nested dicts merged, new keys allowed)."""
+    return deep_update(copy.deepcopy(d1), d2, True, [])
+
+
+def unflattened_lookup(flat_key: str, lookup: Mapping[str, Any] | Sequence[Any], delimiter: str = DELIMITER,
+                       **kwargs: Any) -> Any:
+    """``lookup[flat_key]`` if present, else the nested value at ``flat_key``'s parts (``"a/0/b"`` is
+    ``lookup["a"][0]["b"]``).
+
+    Args:
+        flat_key: The key, or the ``delimiter``-joined path.
+        lookup: A dict (or list) to look in.
+        delimiter: What joins the parts.
+        **kwargs: ``default=``: returned for a missing key instead of raising.
+
+    Raises:
+        KeyError: A missing key and no ``default`` (an index out of range raises IndexError, as in Ray).
+    """
+    default = kwargs.get("default", _NO_DEFAULT)
+    if flat_key in lookup:
+        return lookup[flat_key]  # type: ignore[index]
+    node: Any = lookup
+    for part in flat_key.split(delimiter):
+        try:
+            if isinstance(node, Mapping):
+                node = node[part]
+            elif isinstance(node, Sequence):
+                node = node[int(part)]
+            else:
+                raise KeyError(part)
+        except KeyError:
+            if default is _NO_DEFAULT:
+                raise
+            return default
+    return node
+
+
+def validate_save_restore(trainable_cls: type, config: dict[str, Any] | None = None, num_gpus: int = 0) -> bool:
+    """Check that a class ``Trainable`` resumes correctly: train one instance three iterations, save it, restore a
+    second instance from that checkpoint and train it twice; its iterations must be 4 and 5.
+
+    Ray runs the two instances as actors; here they run in this process (``num_gpus`` is accepted for Ray's
+    signature: the instances see the process's devices), so Ray need not be started.
+
+    Args:
+        trainable_cls: The ``Trainable`` subclass.
+        config: Its config.
+        num_gpus: Ray's GPUs per instance; unused.
+
+    Returns:
+        True.
+
+    Raises:
+        AssertionError: The round trip lost the iteration count (Ray's check).
+    """
+    first, second = trainable_cls(config=config), trainable_cls(config=config)
+    folder = None
+    try:
+        result: dict[str, Any] = {}
+        for _ in range(_VALIDATE_ITERATIONS):
+            result = first.train()
+        assert result.get("training_iteration"), \
+            "Validation will not pass because it requires `training_iteration` to be returned."
+        checkpoint = first.save()
+        folder = checkpoint.path
+        second.restore(checkpoint)
+        for expected in (_VALIDATE_ITERATIONS + 1, _VALIDATE_ITERATIONS + 2):
+            result = second.train()
+            assert result["training_iteration"] == expected, (
+                f"{trainable_cls.__name__} restored from a checkpoint of iteration {_VALIDATE_ITERATIONS} reported "
+                f"training_iteration {result['training_iteration']} (expected {expected})")
+    finally:
+        first.stop()
+        second.stop()
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+    return True

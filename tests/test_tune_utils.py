@@ -1,0 +1,125 @@
+"""``fluidsalus.tune.utils`` and ``tune.logger.pretty_print`` against Ray's own on the same inputs, and the keys a
+class Trainable's ``train()`` returns."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+from ray.tune import utils as ray_utils
+from ray.tune.logger import pretty_print as ray_pretty_print
+
+from fluidsalus.tune import Trainable, utils
+from fluidsalus.tune.logger import pretty_print
+
+NESTED = {"a": 1, "b": {"c": 2, "d": {"e": [1, 2], "f": {}}}, "g": [{"h": 3}, 4], "i": {}}
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"flatten_list": True}, {"delimiter": "."}, {"prevent_delimiter": True}])
+def test_flatten_dict_gives_rays_result(kwargs) -> None:
+    before = copy.deepcopy(NESTED)
+    assert utils.flatten_dict(NESTED, **kwargs) == ray_utils.flatten_dict(NESTED, **kwargs)
+    assert NESTED == before
+
+
+def test_flatten_dict_refuses_the_delimiter_in_a_key_as_ray_does() -> None:
+    for source in ({"a/b": 1}, {"a": {"b/c": 1}}):
+        with pytest.raises(ValueError, match="Found delimiter `/` in key") as ours:
+            utils.flatten_dict(source, prevent_delimiter=True)
+        with pytest.raises(ValueError) as rays:
+            ray_utils.flatten_dict(source, prevent_delimiter=True)
+        assert str(ours.value) == str(rays.value)
+
+
+@pytest.mark.parametrize("args", [
+    ({"a": 1, "b": {"c": 1}}, {"b": {"c": 2}}, False, None, None, None),
+    ({"a": 1, "b": {"c": 1}}, {"b": {"d": 2}}, False, ["b"], None, None),
+    ({"a": 1, "b": {"c": 1}}, {"z": 3, "b": {"d": 2}}, True, None, None, None),
+    ({"m": {"type": "x", "p": 1}}, {"m": {"type": "y", "q": 2}}, False, None, ["m"], None),
+    ({"m": {"type": "x", "p": 1}}, {"m": {"type": "x", "p": 2}}, False, None, ["m"], None),
+    ({"m": {"p": 1, "r": 3}}, {"m": {"p": 2}}, False, None, None, ["m"]),
+    ({"m": 1}, {"m": {"p": 2}}, False, None, None, None),
+])
+def test_deep_update_gives_rays_result(args) -> None:
+    original, new, *rest = args
+    assert utils.deep_update(copy.deepcopy(original), copy.deepcopy(new), *rest) == \
+        ray_utils.deep_update(copy.deepcopy(original), copy.deepcopy(new), *rest)
+
+
+def test_deep_update_refuses_an_unknown_key_as_ray_does_and_merge_dicts_copies() -> None:
+    with pytest.raises(Exception, match="Unknown config parameter `z`"):
+        utils.deep_update({"a": 1}, {"z": 2})
+    with pytest.raises(Exception, match="Unknown config parameter `d`"):
+        utils.deep_update({"b": {"c": 1}}, {"b": {"d": 2}})
+    first = {"a": {"b": 1}}
+    merged = utils.merge_dicts(first, {"a": {"c": 2}, "d": 3})
+    assert merged == ray_utils.merge_dicts(first, {"a": {"c": 2}, "d": 3}) == {"a": {"b": 1, "c": 2}, "d": 3}
+    assert first == {"a": {"b": 1}}
+
+
+@pytest.mark.parametrize("key", ["b/d/e/1", "g/0/h", "a", "b/c"])
+def test_unflattened_lookup_gives_rays_result(key) -> None:
+    assert utils.unflattened_lookup(key, NESTED) == ray_utils.unflattened_lookup(key, NESTED)
+
+
+def test_unflattened_lookup_of_a_missing_key() -> None:
+    assert utils.unflattened_lookup("b/x", NESTED, default=7) == 7
+    assert utils.unflattened_lookup("flat/key", {"flat/key": 5}) == 5
+    with pytest.raises(KeyError):
+        utils.unflattened_lookup("b/x", NESTED)
+
+
+def test_date_str_is_rays_stamp() -> None:
+    assert len(utils.date_str()) == len(ray_utils.date_str()) and utils.date_str()[4] == "-"
+
+
+def test_pretty_print_gives_rays_text() -> None:
+    result = {"loss": 0.5, "training_iteration": 3, "config": {"x": 1}, "hist_stats": [1], "none": None,
+              "short": [1, 2], "long": [1, 2, 3, 4], "array": np.arange(3), "np": np.float32(1.5),
+              "nested": {"b": 2, "a": True}, "nan": math.nan, "text": "hi", "obj": object}
+    assert pretty_print(result) == ray_pretty_print(result)
+    assert pretty_print(result, exclude={"loss"}) == ray_pretty_print(result, exclude={"loss"})
+    assert "config" not in pretty_print(result) and "loss" not in pretty_print(result, exclude={"loss"})
+
+
+class _Counter(Trainable):
+    def setup(self, config):
+        self.value = config.get("start", 0)
+
+    def step(self):
+        self.value += 1
+        return {"value": self.value}
+
+    def save_checkpoint(self, checkpoint_dir):
+        return {"value": self.value}
+
+    def load_checkpoint(self, checkpoint):
+        self.value = checkpoint["value"]
+
+
+class _Forgetful(_Counter):
+    """Restores its value but counts iterations from its own state: training_iteration comes from step()."""
+
+    def step(self):
+        out = super().step()
+        return {**out, "training_iteration": self.value - self.config.get("start", 0)}
+
+    def load_checkpoint(self, checkpoint):
+        self.value = self.config.get("start", 0)
+
+
+def test_train_returns_rays_keys() -> None:
+    counter = _Counter({"start": 10})
+    first, second = counter.train(), counter.train()
+    assert (first["value"], first["training_iteration"], second["training_iteration"]) == (11, 1, 2)
+    assert first["done"] is False and first["config"] == {"start": 10} and first["trial_id"] == "default"
+    assert second["time_total_s"] >= first["time_this_iter_s"] and second["iterations_since_restore"] == 2
+    assert {"date", "timestamp", "pid", "hostname", "node_ip", "time_since_restore"} <= set(first)
+
+
+def test_validate_save_restore_passes_a_trainable_that_resumes_and_fails_one_that_does_not() -> None:
+    assert utils.validate_save_restore(_Counter, {"start": 5}) is True
+    with pytest.raises(AssertionError, match="restored from a checkpoint of iteration 3 reported training_iteration 1"):
+        utils.validate_save_restore(_Forgetful, {"start": 5})
