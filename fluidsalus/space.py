@@ -915,6 +915,13 @@ def _rebuild_tuple(original: tuple[Any, ...], items: list[Any]) -> tuple[Any, ..
     return make(items) if callable(make) else tuple(items)
 
 
+def _get_path(container: Any, path: Path) -> Any:
+    """The value at ``path`` below ``container``."""
+    for key in path:
+        container = container[key]
+    return container
+
+
 def _set_path(container: Any, path: Path, value: Any) -> Any:
     """Set ``value`` at ``path`` below ``container``; tuples on the way are rebuilt. Returns the container."""
     key = path[0]
@@ -978,8 +985,13 @@ def _resolve_functions(
     return True
 
 
-def _expand(config: dict[str, Any], rng: np.random.Generator, depth: int = 0) -> Iterator[dict[str, Any]]:
-    """Yield the resolved variants of ``config`` (one Ray ``_generate_variants_internal`` level)."""
+def _expand(config: dict[str, Any], rng: np.random.Generator, depth: int = 0,
+            constant_grid_search: bool = False) -> Iterator[dict[str, Any]]:
+    """Yield the resolved variants of ``config`` (one Ray ``_generate_variants_internal`` level).
+
+    With ``constant_grid_search`` the random domains (and the ``sample_from`` functions that do not read a grid
+    value) are drawn once, before the grid, and every grid point shares them; the rest resolve per grid point.
+    """
     grids: list[tuple[Path, list[Any]]] = []
     domains: list[tuple[Path, Domain]] = []
     _find_unresolved(config, (), grids, domains)
@@ -995,6 +1007,14 @@ def _expand(config: dict[str, Any], rng: np.random.Generator, depth: int = 0) ->
     grids.sort(key=lambda item: item[0])
     functions = [(path, domain) for path, domain in domains if isinstance(domain, Function)]
     random_domains = [(path, domain) for path, domain in domains if not isinstance(domain, Function)]
+    if constant_grid_search and grids:  # drawn once for every grid point (Ray's constant_grid_search)
+        config = copy.deepcopy(config)
+        for path, domain in random_domains:
+            _set_path(config, path, domain.sample(rng))
+        _resolve_functions(config, functions, rng)  # those that read a grid value wait for the grid point
+        random_domains = []
+        functions = [(path, function) for path, function in functions
+                     if isinstance(_get_path(config, path), Function)]
     for point in _grid_points(grids):
         variant = copy.deepcopy(config)
         for (path, _), value in zip(grids, point, strict=True):
@@ -1002,19 +1022,19 @@ def _expand(config: dict[str, Any], rng: np.random.Generator, depth: int = 0) ->
         for path, domain in random_domains:
             _set_path(variant, path, domain.sample(rng))
         _resolve_functions(variant, functions, rng)
-        yield from _expand(variant, rng, depth + 1)
+        yield from _expand(variant, rng, depth + 1, constant_grid_search)
 
 
 def _variant_stream(
-    space: dict[str, Any], num_samples: int, rng: np.random.Generator
+    space: dict[str, Any], num_samples: int, rng: np.random.Generator, constant_grid_search: bool = False
 ) -> Iterator[dict[str, Any]]:
     repeats: Iterable[int] = itertools.count() if num_samples == INFINITE_SAMPLES else range(num_samples)
     for _ in repeats:
-        yield from _expand(copy.deepcopy(space), rng)
+        yield from _expand(copy.deepcopy(space), rng, constant_grid_search=constant_grid_search)
 
 
 def iter_variants(
-    space: dict[str, Any], num_samples: int, seed: int | None = None
+    space: dict[str, Any], num_samples: int, seed: int | None = None, constant_grid_search: bool = False
 ) -> Iterator[dict[str, Any]]:
     """Resolve ``space`` into configurations, lazily (Ray's ``BasicVariantGenerator`` semantics).
 
@@ -1026,6 +1046,9 @@ def iter_variants(
         space: The search space (an empty dict gives one empty configuration per sample, as in Ray).
         num_samples: Repetitions of the grid, ``>= 1``, or ``-1`` for an endless stream.
         seed: Seed of the ``numpy.random.default_rng`` that draws every value; ``None`` for fresh entropy.
+        constant_grid_search: Draw the random values once per sample and keep them for every grid point
+            (Ray's ``BasicVariantGenerator(constant_grid_search=True)``); a ``sample_from`` that reads a grid
+            value is still called per grid point.
 
     Returns:
         An iterator of fully resolved configurations (new dicts; constants are deep-copied).
@@ -1037,7 +1060,7 @@ def iter_variants(
     validate_space(space, allow_empty=True)
     count = _check_num_samples(num_samples)
     rng = np.random.default_rng(_check_seed(seed))
-    return _variant_stream(copy.deepcopy(space), count, rng)
+    return _variant_stream(copy.deepcopy(space), count, rng, bool(constant_grid_search))
 
 
 def generate_variants(

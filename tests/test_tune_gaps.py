@@ -187,6 +187,37 @@ def test_random_search_points_give_rays_configurations_in_rays_order(num_samples
     assert len(configs) == 5 + 2 * max(num_samples - 3, 0) == searcher.total_samples
 
 
+@pytest.mark.parametrize("scheduler", [None, "asha", "hyperband"])
+def test_constant_grid_search_gives_rays_configurations(scheduler) -> None:
+    from ray.tune.search.sample import _BackwardsCompatibleNumpyRng
+    from ray.tune.search.variant_generator import _get_preset_variants, generate_variants
+
+    def space(m):
+        return {"a": m.uniform(0, 1), "g": m.grid_search([1, 2, 3]), "n": {"d": m.randint(0, 10)},
+                "f": m.sample_from(lambda spec: spec.config.g * 10), "h": m.sample_from(lambda spec: spec.config.a * 2)}
+
+    points = [{"n": {"d": 4}}]
+    rng, expected = _BackwardsCompatibleNumpyRng(3), []
+    expected += [s["config"] for _, s in _get_preset_variants({"config": space(rt)}, points[0],
+                                                              constant_grid_search=True, random_state=rng)]
+    expected += [s["config"] for _, s in generate_variants({"config": space(rt)}, constant_grid_search=True,
+                                                           random_state=rng)]
+    schedulers = {None: None, "asha": tune.schedulers.ASHAScheduler(max_t=4),
+                  "hyperband": tune.schedulers.HyperBandScheduler(max_t=4)}
+    generator = tune.search.BasicVariantGenerator(points_to_evaluate=points, constant_grid_search=True,
+                                                  random_state=3)
+    planned = plan(tune.TuneConfig(search_alg=generator, num_samples=2, metric="m", mode="max",
+                                   scheduler=schedulers[scheduler]), space(tune))
+    configs = [c for group in planned.searcher.next_groups() for c in group.configs]
+    by_value = sorted(configs, key=lambda c: (c["n"]["d"], c["a"], c["g"]))
+    assert by_value == sorted(expected, key=lambda c: (c["n"]["d"], c["a"], c["g"]))  # HyperBand regroups them
+    assert len({c["a"] for c in configs}) == 2 and {c["f"] for c in configs} == {10, 20, 30}
+    with pytest.raises(ConfigError, match="constant_grid_search=True is not supported with PBT"):
+        plan(tune.TuneConfig(search_alg=generator, num_samples=2, metric="m", mode="max",
+                             scheduler=tune.schedulers.PopulationBasedTraining(hyperparam_mutations={"a": [1]})),
+             space(tune))
+
+
 def test_points_run_first_and_count_toward_num_samples(ray_cluster, storage: str) -> None:
     starts: list[dict[str, Any]] = []
 

@@ -171,14 +171,17 @@ class VariantStream:
         num_samples: Samples (times the grid), ``>= 1``, or ``-1`` for an endless stream.
         seed: Seed of the one generator that draws every value; the same seed gives the same configurations.
         points: Checked points (:func:`point_assignments` of each), run first, in order.
+        constant_grid_search: Draw the random values once per sample for every grid point
+            (:func:`fluidsalus.space.iter_variants`).
     """
 
     def __init__(self, space: Mapping[str, Any], num_samples: int, seed: int | None,
-                 points: Sequence[Sequence[tuple[Path, Any]]] = ()) -> None:
+                 points: Sequence[Sequence[tuple[Path, Any]]] = (), constant_grid_search: bool = False) -> None:
         self._space = copy.deepcopy(dict(space))
         self._num_samples = num_samples
         self._seed = seed
         self._points = [list(p) for p in points]
+        self._constant = constant_grid_search
         self._iter: Iterator[dict[str, Any]] = self._generate()
         self._ahead: list[dict[str, Any]] = []
         self.drawn = 0
@@ -187,13 +190,13 @@ class VariantStream:
         rng = np.random.default_rng(self._seed)
         for assignments in self._points:
             # The fixed values replace the domains, then the rest of the space resolves as one sample.
-            yield from sp._variant_stream(apply_point(self._space, assignments), 1, rng)
+            yield from sp._variant_stream(apply_point(self._space, assignments), 1, rng, self._constant)
         if self._num_samples == sp.INFINITE_SAMPLES:
             remaining = sp.INFINITE_SAMPLES
         else:
             remaining = max(self._num_samples - len(self._points), 0)
         if remaining:
-            yield from sp._variant_stream(copy.deepcopy(self._space), remaining, rng)
+            yield from sp._variant_stream(copy.deepcopy(self._space), remaining, rng, self._constant)
 
     def has_more(self) -> bool:
         """Whether another configuration can be drawn (draws one ahead if needed)."""
@@ -261,16 +264,20 @@ class RandomSearch(BaseSearcher):
         seed: Seed of the sampler; the same seed gives the same configurations (Ray's, for the same
             ``random_state``).
         points_to_evaluate: Configurations to run first (nested dicts, possibly partial).
+        constant_grid_search: Draw the random values once per sample and keep them for every grid point (Ray's
+            ``BasicVariantGenerator(constant_grid_search=True)``).
 
     Raises:
         ConfigError: A point is not a dict or sets a key the space does not have.
     """
 
     def __init__(self, space: Mapping[str, Any], num_samples: int = 1, seed: int | None = None,
-                 points_to_evaluate: Sequence[Mapping[str, Any]] | None = None) -> None:
+                 points_to_evaluate: Sequence[Mapping[str, Any]] | None = None,
+                 constant_grid_search: bool = False) -> None:
         self.space = dict(space)
         self.num_samples = num_samples
         self.seed = seed
+        self.constant_grid_search = bool(constant_grid_search)
         self._points = check_points(self.space, points_to_evaluate, "RandomSearch")
         self.points_to_evaluate = [copy.deepcopy(dict(p)) for p in points_to_evaluate or []]
         self._proposed = 0  # configurations proposed so far
@@ -293,7 +300,7 @@ class RandomSearch(BaseSearcher):
         return None if rest is None else total + rest
 
     def _make_stream(self) -> VariantStream:
-        return VariantStream(self.space, self.num_samples, self.seed, self._points)
+        return VariantStream(self.space, self.num_samples, self.seed, self._points, self.constant_grid_search)
 
     def next_groups(self) -> list[TrialGroup]:
         if self.num_samples != sp.INFINITE_SAMPLES:

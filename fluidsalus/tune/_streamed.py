@@ -1,7 +1,7 @@
 """ASHA and HyperBand fed by a :class:`~fluidsalus.searchers._random.VariantStream`, for the Tune front end.
 
-Ray's schedulers take their trials from ``BasicVariantGenerator``, so ``points_to_evaluate`` and
-``num_samples=-1`` work with them. fluidsalus's :class:`~fluidsalus.searchers.ASHA` and
+Ray's schedulers take their trials from ``BasicVariantGenerator``, so ``points_to_evaluate``, ``num_samples=-1``
+and ``constant_grid_search`` work with them. fluidsalus's :class:`~fluidsalus.searchers.ASHA` and
 :class:`~fluidsalus.searchers.HyperBand` draw their configurations through a replaceable stream
 (``_config_stream``, their hook for subclasses); these subclasses hand them a stream that yields the points
 first and, with ``num_samples=-1``, never ends. An endless ASHA keeps at most ``max_concurrent`` trials live
@@ -47,7 +47,8 @@ class _Streamed:
     _cap_default: int
 
     def __init__(self, space: Mapping[str, Any], num_samples: int, metric: str, mode: str, *,
-                 points_to_evaluate: list[dict[str, Any]] | None = None, **kwargs: Any) -> None:
+                 points_to_evaluate: list[dict[str, Any]] | None = None, constant_grid_search: bool = False,
+                 **kwargs: Any) -> None:
         samples = _samples(self._owner, num_samples)  # type: ignore[attr-defined]
         endless = samples == sp.INFINITE_SAMPLES
         if endless and kwargs.get(self._cap_key) is None:
@@ -57,10 +58,12 @@ class _Streamed:
         self.num_samples = samples
         self.points_to_evaluate = list(points_to_evaluate or [])
         self._points = check_points(self.space, points_to_evaluate, "BasicVariantGenerator")  # type: ignore
+        self.constant_grid_search = constant_grid_search
 
     def _config_stream(self) -> Any:
         if self._stream is None:  # type: ignore[has-type]
-            self._stream = VariantStream(self.space, self.num_samples, self.seed, self._points)  # type: ignore
+            self._stream = VariantStream(self.space, self.num_samples, self.seed, self._points,  # type: ignore
+                                         self.constant_grid_search)
         return self._stream
 
 

@@ -416,27 +416,30 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
                           "BasicVariantGenerator, ConcurrencyLimiter, Repeater, TuneBOHB, OptunaSearch")
 
     generator = search_alg if search_alg is not None else BasicVariantGenerator()
-    if generator.constant_grid_search:
-        raise ConfigError("BasicVariantGenerator: constant_grid_search=True is not supported by fluidsalus's random "
-                          "search; remove it")
     seed = generator.seed()
     target = {FIFOScheduler: "RandomSearch", AsyncHyperBandScheduler: "ASHA", HyperBandScheduler: "HyperBand",
               HyperBandForBOHB: "HyperBand", PopulationBasedTraining: "PBT", PB2Holder: "PB2"}.get(type(scheduler))
     if target is None:
         raise ConfigError(f"TuneConfig: {pair} has no fluidsalus equivalent; supported pairs: {_WORKING_PAIRS}")
+    constant = generator.constant_grid_search
+    if constant and isinstance(scheduler, PopulationBasedTraining):
+        raise ConfigError(f"BasicVariantGenerator: constant_grid_search=True is not supported with {target} "
+                          "(fluidsalus draws the population without it); remove it")
     points = copy.deepcopy(generator.points_to_evaluate)
     name = type(scheduler).__name__
     if isinstance(scheduler, FIFOScheduler):
-        searcher: BaseSearcher = RandomSearch(space, num_samples=n, seed=seed, points_to_evaluate=points)
+        searcher: BaseSearcher = RandomSearch(space, num_samples=n, seed=seed, points_to_evaluate=points,
+                                              constant_grid_search=constant)
         shown = f", points_to_evaluate={len(points)}" if points else ""
+        shown += ", constant_grid_search=True" if constant else ""
         return Plan(searcher, space, metric, mode, cap, tags=VARIANTS,
                     summary=f"{name} -> RandomSearch(num_samples={n}, seed={seed}{shown})")
     if isinstance(scheduler, PopulationBasedTraining):
         _finite_samples(n, target)
     metric, mode = _need_metric(name, metric, mode)
-    # ASHA and HyperBand take the points and the endless stream through a VariantStream.
-    streamed = bool(points) or n == INFINITE_SAMPLES
-    extra: dict[str, Any] = {"points_to_evaluate": points} if streamed else {}
+    # ASHA and HyperBand take the points, the endless stream and constant_grid_search through a VariantStream.
+    streamed = bool(points) or n == INFINITE_SAMPLES or constant
+    extra: dict[str, Any] = {"points_to_evaluate": points, "constant_grid_search": constant} if streamed else {}
     if isinstance(scheduler, AsyncHyperBandScheduler):
         if streamed and cap is not None:
             extra["max_concurrent"] = cap

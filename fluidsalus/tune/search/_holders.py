@@ -114,8 +114,8 @@ class BasicVariantGenerator(SearchAlgorithm):
             counts as one of ``num_samples``, and all of them run even if there are more points than samples,
             as in Ray. Works with random search, ASHA and HyperBand; refused with PopulationBasedTraining.
         max_concurrent: Cap on trials running at once (0: no cap).
-        constant_grid_search: Ray's "same random values for every grid point". Not supported: refused at
-            ``fit()`` when True.
+        constant_grid_search: Draw the random values once per sample and keep them for every grid point, as in
+            Ray. Works with random search, ASHA and HyperBand; refused with PopulationBasedTraining and PB2.
         random_state: An int seed (the same configurations as Ray's), or a NumPy ``Generator`` /
             ``RandomState`` from which one seed is drawn (reproducible, but not Ray's configurations).
     """
