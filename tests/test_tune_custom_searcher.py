@@ -221,6 +221,29 @@ def test_asha_decides_on_the_searchers_trials_and_the_searcher_hears_of_each_end
     assert all(not g.configs for g in again.next_groups()) and fresh.asked == []  # all 4 were made before
 
 
+def test_a_repeater_runs_each_suggestion_several_times_and_tells_the_searcher_the_mean() -> None:
+    from fluidsalus.searchers._repeat import TRIAL_INDEX, RepeatSearcher
+    from fluidsalus.tune.search import Repeater
+
+    climber = HillClimber()
+    planned = plan(TuneConfig(metric="m", mode="max", num_samples=6, max_concurrent_trials=4,
+                              search_alg=Repeater(climber, repeat=2)), {"c": 1})
+    assert isinstance(planned.searcher, RepeatSearcher) and planned.max_concurrent_trials == 4
+    assert isinstance(planned.searcher.inner, CustomSearch) and planned.searcher.inner.num_samples == 3
+    assert planned.searcher.inner.max_concurrent == 2  # 4 trials in flight are 2 configurations
+    group = planned.searcher.next_groups()[0]
+    assert [c[TRIAL_INDEX] for c in group.configs] == [0, 1, 0, 1] and len(climber.asked) == 2
+    assert group.configs[0]["x"] == group.configs[1]["x"] and group.configs[0]["c"] == 1
+    for i, config in enumerate(group.configs):
+        planned.searcher.on_trial_add(f"run_{i}", group.group_id, config)
+    planned.searcher.on_trial_complete("run_0", {"m": 1.0})
+    assert climber.completed == []  # the other repeat has not ended
+    planned.searcher.on_trial_complete("run_1", {"m": 3.0})
+    assert climber.completed == [("suggest_00000", 2.0, False)]
+    with pytest.raises(ConfigError, match="Repeater averages the metric, and none was given"):
+        plan(TuneConfig(num_samples=4, search_alg=Repeater(HillClimber(), repeat=2)), {})
+
+
 def test_plan_tells_the_searcher_rays_properties_and_refuses_a_scheduler() -> None:
     climber = HillClimber()
     planned = plan(TuneConfig(metric="m", mode="max", num_samples=3,

@@ -313,9 +313,10 @@ def _resource_changing_base(scheduler: ResourceChangingScheduler) -> TrialSchedu
 
 
 def _plan_custom(search_alg: Any, scheduler: TrialScheduler, space: dict[str, Any], tune_config: TuneConfig,
-                 metric: str | None, mode: str | None, cap: int | None, pair: str, limited: bool) -> Plan:
+                 metric: str | None, mode: str | None, cap: int | None, pair: str, limited: bool,
+                 n: int | None = None) -> Plan:
     """A search algorithm of the user's own (:mod:`fluidsalus.tune._custom_search`), told what Ray tells it, with
-    no scheduler or with ASHA."""
+    no scheduler or with ASHA, making ``n`` trials (None: ``num_samples``)."""
     name = type(search_alg).__name__
     if type(scheduler) not in (FIFOScheduler, AsyncHyperBandScheduler):
         raise ConfigError(
@@ -330,7 +331,7 @@ def _plan_custom(search_alg: Any, scheduler: TrialScheduler, space: dict[str, An
         )
     if limited and cap is not None:
         search_alg.set_max_concurrency(cap)  # Ray's ConcurrencyLimiter tells the searcher its limit
-    n = tune_config.num_samples
+    n = tune_config.num_samples if n is None else n
     if isinstance(scheduler, AsyncHyperBandScheduler):
         metric, mode = _need_metric(type(scheduler).__name__, metric, mode)
         searcher: BaseSearcher = CustomASHA(
@@ -387,13 +388,11 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
     pair = f"search_alg={type(search_alg).__name__ if search_alg is not None else None}, " \
            f"scheduler={type(scheduler).__name__}"
 
-    if is_custom_searcher(search_alg):
-        if repeater is not None:
-            raise ConfigError(f"TuneConfig: Repeater around {type(search_alg).__name__}: fluidsalus repeats only an "
-                              "OptunaSearch; run your own search algorithm without a Repeater")
-        return _plan_custom(search_alg, scheduler, space, tune_config, metric, mode, cap, pair, bool(limits))
     if repeater is not None:
-        return _plan_repeated(repeater, search_alg, scheduler, space, metric, mode, n, cap, pair, inner_limits)
+        return _plan_repeated(repeater, search_alg, scheduler, space, tune_config, metric, mode, cap, pair,
+                              inner_limits)
+    if is_custom_searcher(search_alg):
+        return _plan_custom(search_alg, scheduler, space, tune_config, metric, mode, cap, pair, bool(limits))
     if isinstance(search_alg, BaseSearcher):
         if type(scheduler) is not FIFOScheduler:
             raise ConfigError(
@@ -513,18 +512,24 @@ def _plan_replay(replay: PopulationBasedTrainingReplay, search_alg: Any, space: 
 
 
 def _plan_repeated(repeater: Repeater, inner: Any, scheduler: TrialScheduler, space: dict[str, Any],
-                   metric: Any, mode: Any, n: int, cap: int | None, pair: str, inner_limits: list[int]) -> Plan:
-    """A :class:`RepeatSearcher` around the plan of the repeated search algorithm (``n // repeat`` configurations,
-    ``inner_limits`` or the trial cap over ``repeat`` configurations in flight)."""
-    if not isinstance(inner, OptunaHolder) or type(scheduler) is not FIFOScheduler:
+                   tune_config: TuneConfig, metric: Any, mode: Any, cap: int | None, pair: str,
+                   inner_limits: list[int]) -> Plan:
+    """A :class:`RepeatSearcher` around the plan of the repeated search algorithm (``num_samples // repeat``
+    configurations, ``inner_limits`` or the trial cap over ``repeat`` configurations in flight)."""
+    custom = is_custom_searcher(inner)
+    if not (isinstance(inner, OptunaHolder) or custom) or type(scheduler) is not FIFOScheduler:
         raise ConfigError(
-            f"TuneConfig: Repeater({pair}): fluidsalus repeats an OptunaSearch (possibly in a ConcurrencyLimiter) "
-            "with no scheduler (FIFOScheduler) only; an early-stopping scheduler would judge each repeat on its "
-            "own, which Ray also recommends against"
+            f"TuneConfig: Repeater({pair}): fluidsalus repeats an OptunaSearch or a search algorithm of your own "
+            "(possibly in a ConcurrencyLimiter) with no scheduler (FIFOScheduler) only; an early-stopping "
+            "scheduler would judge each repeat on its own, which Ray also recommends against"
         )
     if isinstance(metric, list) or isinstance(inner.metric, list):
-        raise ConfigError("TuneConfig: Repeater averages one metric; OptunaSearch has several "
+        raise ConfigError(f"TuneConfig: Repeater averages one metric; {type(inner).__name__} has several "
                           f"({metric or inner.metric!r}); repeat a single-objective search")
+    if custom and not isinstance(metric, str):
+        raise ConfigError("TuneConfig: Repeater averages the metric, and none was given; set TuneConfig(metric=..., "
+                          f"mode=...) or give them to {type(inner).__name__}")
+    n = tune_config.num_samples
     configs = n
     if n != INFINITE_SAMPLES:
         configs = n // repeater.repeat
@@ -532,7 +537,12 @@ def _plan_repeated(repeater: Repeater, inner: Any, scheduler: TrialScheduler, sp
             raise ConfigError(f"TuneConfig: num_samples={n} is less than Repeater(repeat={repeater.repeat}): no "
                               "configuration would run; set num_samples to a multiple of repeat, as Ray asks")
     batch = inner_limits or ([math.ceil(cap / repeater.repeat)] if cap is not None else [])
-    planned = _plan_optuna(inner, scheduler, space, metric, mode, configs, cap, pair, batch)
+    if custom:
+        planned = _plan_custom(inner, scheduler, space, tune_config, metric, mode, min(batch) if batch else None,
+                               pair, bool(inner_limits), n=configs)
+        planned = replace(planned, max_concurrent_trials=cap)
+    else:
+        planned = _plan_optuna(inner, scheduler, space, metric, mode, configs, cap, pair, batch)
     assert isinstance(planned.metric, str)
     searcher = RepeatSearcher(planned.searcher, repeater.repeat, planned.metric, repeater.set_index)
     return replace(planned, searcher=searcher,
