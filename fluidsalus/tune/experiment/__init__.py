@@ -10,6 +10,9 @@ the rest of its arguments (metric, mode, search algorithm, scheduler, callbacks,
 experiments at once in one controller when ``concurrent=True`` (its default); fluidsalus runs them one after
 another, with a warning when there are several, since each ``tune.run`` is one fluidsalus experiment with its
 own store.
+
+``Trial`` (also ``experiment.trial.Trial``) is the view of a trial that callbacks get
+(:class:`fluidsalus.tune.callback.TrialInfo`), for the type hints of callbacks written for Ray.
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ from typing import Any
 from fluidsalus.errors import ConfigError
 from fluidsalus.tune._config import DEFAULT_STORAGE_PATH, CheckpointConfig
 from fluidsalus.tune._trainable import is_class_trainable
+from fluidsalus.tune.callback import TrialInfo as Trial
 from fluidsalus.tune.registry import resolve_trainable
 
-__all__ = ["Experiment", "run_experiments"]
+__all__ = ["Experiment", "Trial", "run_experiments"]
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""Ray's package path ``ray.tune.execution``, for imports that name ``execution.placement_groups``."""

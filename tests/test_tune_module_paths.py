@@ -1,0 +1,44 @@
+"""Ray Tune's module paths that scripts import from exist under ``fluidsalus.tune`` with the same names, so a
+script runs with ``ray.tune`` rewritten to ``fluidsalus.tune`` in its imports."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+#: (module under ray.tune / fluidsalus.tune, names a script imports from it).
+PATHS = [
+    ("experiment", ["Experiment", "Trial"]),
+    ("experiment.trial", ["Trial"]),
+    ("execution.placement_groups", ["PlacementGroupFactory"]),
+    ("trainable", ["Trainable", "with_parameters"]),
+    ("result_grid", ["ResultGrid"]),
+    ("tune_config", ["TuneConfig", "ResumeConfig"]),
+    ("tuner", ["Tuner"]),
+    ("error", ["TuneError"]),
+    ("search.sample", ["Categorical", "Domain", "Float", "Function", "Integer", "choice", "loguniform", "randint",
+                       "sample_from", "uniform"]),
+    ("schedulers.resource_changing_scheduler", ["ResourceChangingScheduler", "DistributeResources",
+                                                "DistributeResourcesToTopJob"]),
+    ("utils", ["flatten_dict", "merge_dicts", "deep_update", "unflattened_lookup", "date_str",
+               "validate_save_restore"]),
+    ("logger", ["pretty_print", "LoggerCallback", "CSVLoggerCallback", "JsonLoggerCallback"]),
+]
+
+
+@pytest.mark.parametrize("module, names", PATHS, ids=[m for m, _ in PATHS])
+def test_rays_module_path_exists_with_the_same_names(module, names) -> None:
+    ray_module = importlib.import_module(f"ray.tune.{module}")
+    ours = importlib.import_module(f"fluidsalus.tune.{module}")
+    assert [n for n in names if not hasattr(ray_module, n)] == []  # the table names what Ray has
+    assert [n for n in names if not hasattr(ours, n)] == []
+
+
+def test_a_callback_typed_with_rays_trial_class_gets_the_trial_view() -> None:
+    from fluidsalus.tune.callback import TrialInfo
+    from fluidsalus.tune.experiment import Trial
+
+    assert Trial is TrialInfo
+    trial = Trial("t1", {"x": 1}, trainable_name="train")
+    assert str(trial) == "train_t1" and trial.config == {"x": 1}
