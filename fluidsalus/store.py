@@ -474,6 +474,10 @@ class ExperimentStore:
             latest[(row.trial_id, row.iteration)] = row
         return list(latest.values())
 
+    def trial_seqs(self) -> dict[str, int]:
+        """Each trial's creation index (``seq``), without decoding the rest of its row."""
+        return {row[0]: int(row[1]) for row in self._conn.execute("SELECT trial_id, seq FROM trials")}
+
     def trial_dirs(self) -> dict[str, str]:
         """Each trial's folder: ``<experiment>/<trial_id>``, or the name a :data:`TRIAL_DIRNAME_EVENT` gave it.
 

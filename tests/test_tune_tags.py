@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any
 
 import pytest
@@ -85,3 +86,22 @@ def test_a_perturbed_trial_keeps_its_first_tag_and_shows_the_mutated_values() ->
         hyperparam_mutations={"lr": tune.uniform(0, 1)}), metric="m", mode="max"), {"lr": 0.1}).perturbed == ("lr",)
     assert plan(tune.TuneConfig(scheduler=tune.schedulers.PB2(hyperparam_bounds={"lr": [0.1, 0.2]}), metric="m",
                                 mode="max"), {"lr": 0.1}).perturbed == ("lr",)  # PB2: its bounds' keys
+
+
+def test_a_trial_has_its_tag_from_its_start_in_callbacks_and_folder_names(ray_cluster, storage) -> None:
+    started: dict[str, str] = {}
+
+    class Starts(tune.Callback):
+        def on_trial_start(self, iteration, trials, trial, **info):
+            started[trial.trial_id] = trial.experiment_tag  # Ray's Trial has it before any result
+
+    def train(config):
+        tune.report({"score": config["x"]})
+
+    grid = tune.Tuner(
+        train, param_space={"x": tune.grid_search([1, 2]), "k": 5},
+        tune_config=tune.TuneConfig(trial_dirname_creator=lambda trial: f"t_{trial.experiment_tag}"),
+        run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[Starts()])).fit()
+    tags = {r.metrics["trial_id"]: r.metrics["experiment_tag"] for r in grid}
+    assert sorted(tags.values()) == ["0_x=1", "1_x=2"] and started == tags
+    assert sorted(os.path.basename(r.path) for r in grid) == ["t_0_x=1", "t_1_x=2"]

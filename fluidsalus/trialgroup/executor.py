@@ -189,7 +189,7 @@ class ExecutorSettings:
     trial_dirname: Callable[[str, Mapping[str, Any]], str] | None = None
     #: ``f(seq, config) -> dict``: keys added to each result of the trial created ``seq``-th with ``config``
     #: (a front end's own result keys, such as Ray's ``experiment_tag``), asked again when an exploit gives the
-    #: trial a new config; None: none.
+    #: trial a new config; None: none. For a new trial it is asked just before ``trial_dirname``.
     result_extras: Callable[[int, Mapping[str, Any]], Mapping[str, Any]] | None = None
 
 
@@ -896,6 +896,7 @@ class Executor:
         for group in groups:
             for config in group.configs:
                 trial_id = f"{self._run_tag}_{self._seq:05d}"
+                extras = self._extras_of(self._seq, config)  # asked before trial_dirname (a front end reads it)
                 dirname = trial_id
                 if self.settings.trial_dirname is not None:
                     dirname = check_dirname(self.settings.trial_dirname(trial_id, config), trial_id,
@@ -910,7 +911,7 @@ class Executor:
                     group_id=group.group_id,
                     budget=group.budget,
                 ))
-                self._set_extras(new[-1])
+                new[-1].extras = extras
                 self._seq += 1
         resumes: dict[int, dict[str, float | None]] = {}
         requeued: list[Trial] = []
@@ -973,9 +974,13 @@ class Executor:
             self._device(index).actor.resume.remote(budgets)
         self._stop_exploited()
 
+    def _extras_of(self, seq: int, config: Mapping[str, Any]) -> dict[str, Any]:
+        extras = self.settings.result_extras
+        return {} if extras is None else dict(extras(seq, config))
+
     def _set_extras(self, trial: Trial) -> None:
         if self.settings.result_extras is not None:
-            trial.extras = dict(self.settings.result_extras(trial.seq, trial.config))
+            trial.extras = self._extras_of(trial.seq, trial.config)
 
     def _device(self, index: int) -> _Device:
         return self._devices[index] if self._devices[index].spec.index == index else \

@@ -22,12 +22,12 @@ configuration then.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from fluidsalus import space as sp
 
-__all__ = ["VARIANTS", "SEARCHER", "TAG_KEY", "format_vars", "tagger"]
+__all__ = ["VARIANTS", "SEARCHER", "TAG_KEY", "Tagger", "format_vars", "tagger"]
 
 #: Ray's result key.
 TAG_KEY = "experiment_tag"
@@ -75,8 +75,7 @@ def _at(config: Any, path: tuple[Any, ...]) -> Any:
     return config
 
 
-def tagger(space: Mapping[str, Any], kind: str, perturbed: Sequence[str] = ()
-           ) -> Callable[[int, Mapping[str, Any]], dict[str, str]]:
+class Tagger:
     """The engine's ``result_extras(seq, config)`` that adds Ray's ``experiment_tag`` to a trial's results.
 
     Args:
@@ -85,28 +84,35 @@ def tagger(space: Mapping[str, Any], kind: str, perturbed: Sequence[str] = ()
         perturbed: PBT's ``hyperparam_mutations`` keys (PB2's ``hyperparam_bounds`` keys): when a trial is asked
             for again with another config, its tag is its first one plus ``@perturbed[...]`` of these keys.
 
-    Returns:
-        ``f(seq, config) -> {"experiment_tag": tag}`` for the trial created ``seq``-th (from 0) with ``config``.
+    Attributes:
+        latest: The tag of the last call (the engine asks for a new trial's extras just before it names the
+            trial's folder, so a ``trial_dirname_creator`` can read the trial's tag here).
     """
-    paths = sp.drawn_paths(space) if kind == VARIANTS else []
-    first: dict[int, tuple[str, dict[str, Any]]] = {}  # seq -> (its first tag, the config it was made for)
 
-    def extras(seq: int, config: Mapping[str, Any]) -> dict[str, str]:
-        known = first.get(seq)
-        if known is not None:
+    def __init__(self, space: Mapping[str, Any], kind: str, perturbed: Sequence[str] = ()) -> None:
+        self.kind, self.perturbed = kind, tuple(perturbed)
+        self._paths = sp.drawn_paths(space) if kind == VARIANTS else []
+        self._first: dict[int, tuple[str, dict[str, Any]]] = {}  # seq -> (its first tag, the config it was for)
+        self.latest = ""
+
+    def __call__(self, seq: int, config: Mapping[str, Any]) -> dict[str, str]:
+        """``{"experiment_tag": tag}`` for the trial created ``seq``-th (from 0), now with ``config``."""
+        known = self._first.get(seq)
+        if known is None:
+            tag = self._tag(seq, config)
+            self._first[seq] = (tag, dict(config))
+        else:
             tag, original = known
-            if perturbed and dict(config) != original:
-                values = {(key,): config[key] for key in perturbed if key in config}
-                return {TAG_KEY: f"{tag}@perturbed[{format_vars(values)}]"}
-            return {TAG_KEY: tag}
-        tag = _tag(seq, config)
-        first[seq] = (tag, dict(config))
+            if self.perturbed and dict(config) != original:
+                values = {(key,): config[key] for key in self.perturbed if key in config}
+                tag = f"{tag}@perturbed[{format_vars(values)}]"
+        self.latest = tag
         return {TAG_KEY: tag}
 
-    def _tag(seq: int, config: Mapping[str, Any]) -> str:
-        if kind == VARIANTS:
+    def _tag(self, seq: int, config: Mapping[str, Any]) -> str:
+        if self.kind == VARIANTS:
             drawn = {}
-            for path in paths:
+            for path in self._paths:
                 try:
                     drawn[path] = _at(config, path)
                 except (KeyError, IndexError, TypeError):
@@ -117,4 +123,7 @@ def tagger(space: Mapping[str, Any], kind: str, perturbed: Sequence[str] = ()
             index = str(seq + 1)
         return f"{index}_{format_vars(drawn)}" if drawn else index
 
-    return extras
+
+def tagger(space: Mapping[str, Any], kind: str, perturbed: Sequence[str] = ()) -> Tagger:
+    """A :class:`Tagger` (see there for the arguments)."""
+    return Tagger(space, kind, perturbed)

@@ -70,7 +70,7 @@ from fluidsalus.tune._config import INFINITE_SAMPLES, CheckpointConfig, FailureC
 from fluidsalus.tune._custom_search import CustomSearch
 from fluidsalus.tune._interrupt import StopSignals
 from fluidsalus.tune._output import log_files
-from fluidsalus.tune._tags import tagger
+from fluidsalus.tune._tags import Tagger, tagger
 from fluidsalus.tune._trainable import (
     ClassOptions,
     adopt_ray_trainable,
@@ -153,13 +153,14 @@ def combine_stops(stop: Any, extra: list[Callable[[str, Mapping[str, Any]], bool
 
 
 def _dirname_function(creator: Callable[[TrialInfo], str], experiment_dir: str,
-                      trainable_name: str) -> Callable[[str, Mapping[str, Any]], str]:
+                      trainable_name: str, tags: Tagger) -> Callable[[str, Mapping[str, Any]], str]:
     """The engine's ``trial_dirname(trial_id, config)`` from Ray's ``trial_dirname_creator(trial)``: the creator
-    is given each new trial's :class:`TrialInfo` (Ray gives its ``Trial``)."""
+    is given each new trial's :class:`TrialInfo` (Ray gives its ``Trial``), with the ``experiment_tag`` the
+    engine asked ``tags`` for just before."""
 
     def dirname(trial_id: str, config: Mapping[str, Any]) -> str:
         return creator(TrialInfo(trial_id, dict(config), path=os.path.join(experiment_dir, trial_id),
-                                 trainable_name=trainable_name))
+                                 trainable_name=trainable_name, tag=tags.latest or None))
 
     return dirname
 
@@ -561,8 +562,9 @@ class Tuner:
         dirname_creator = tune_config.trial_dirname_creator
         if isinstance(planned.searcher, CustomSearch):  # saved where Ray saves it, restored from there
             planned.searcher.attach(experiment_dir, datetime.datetime.now().strftime(SESSION_FORMAT))
+        tags = tagger(planned.space, planned.tags, planned.perturbed)  # Ray's experiment_tag of each trial
         adapter = RayCallbackAdapter(ray_callbacks, experiment_dir, label, tune_config.trial_name_creator,
-                                     restore=self._resume, named_folders=dirname_creator is not None) \
+                                     restore=self._resume, named_folders=dirname_creator is not None, tags=tags) \
             if ray_callbacks or tune_config.trial_name_creator is not None else None
         saver = _SaveOnFirstEvent(lambda: self._save_state(experiment_dir))
         failure = run_config.failure_config
@@ -601,8 +603,8 @@ class Tuner:
                     callbacks=[saver, *engine_callbacks, *([adapter] if adapter is not None else [])],
                     gpu_per_trial=gpu_hint(entry.resources),
                     trial_dirname=None if dirname_creator is None else _dirname_function(
-                        dirname_creator, experiment_dir, label),
-                    result_extras=tagger(planned.space, planned.tags, planned.perturbed),
+                        dirname_creator, experiment_dir, label, tags),
+                    result_extras=tags,
                 )
         except KeyboardInterrupt:
             if not (signals.graceful() and os.path.isfile(os.path.join(experiment_dir, DB_FILENAME))):

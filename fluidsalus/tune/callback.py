@@ -188,6 +188,7 @@ class TrialInfo:
         error: The error that ended it (``status == "ERROR"``), or None. fluidsalus's addition: Ray keeps it in
             the file ``trial.error_file``.
         custom_trial_name: What ``TuneConfig(trial_name_creator=...)`` named it, or None (Ray's attribute).
+        tag: Its ``experiment_tag`` as known when the view was made (before its first result), or None.
     """
 
     trial_id: str
@@ -201,6 +202,7 @@ class TrialInfo:
     attempt: int | None = None
     error: str | None = None
     custom_trial_name: str | None = None
+    tag: str | None = None
 
     @property
     def local_path(self) -> str:
@@ -216,8 +218,9 @@ class TrialInfo:
 
     @property
     def experiment_tag(self) -> str:
-        """Ray's ``experiment_tag`` (``"<index>_<values>"``), from the trial's results: empty before its first."""
-        return str((self.last_result or {}).get(EXPERIMENT_TAG, ""))
+        """Ray's ``experiment_tag`` (``"<index>_<values>"``): its last result's, else :attr:`tag`, else empty."""
+        tag = (self.last_result or {}).get(EXPERIMENT_TAG)
+        return str(tag) if tag is not None else (self.tag or "")
 
     def is_finished(self) -> bool:
         """Whether the trial has ended (``TERMINATED`` or ``ERROR``)."""
@@ -244,6 +247,8 @@ class RayCallbackAdapter(EngineCallback):
         restore: Whether the run continues an experiment: the callbacks get their saved states at :meth:`setup`.
         named_folders: Trial folders may have other names than the trial ids (``trial_dirname_creator``): each
             trial's :attr:`TrialInfo.path` is read from the store.
+        tags: The run's ``result_extras`` that gives each trial's ``experiment_tag`` (a
+            :class:`fluidsalus.tune._tags.Tagger`): a trial's view has its tag from the start, as Ray's ``Trial``.
 
     Raises:
         ConfigError: If ``TUNE_GLOBAL_CHECKPOINT_S`` is neither ``auto`` nor a number of seconds.
@@ -251,10 +256,13 @@ class RayCallbackAdapter(EngineCallback):
 
     def __init__(self, callbacks: list[Any], experiment_dir: str, trainable_name: str,
                  name_creator: Callable[[TrialInfo], str] | None = None, restore: bool = False,
-                 named_folders: bool = False) -> None:
+                 named_folders: bool = False,
+                 tags: Callable[[int, Mapping[str, Any]], Mapping[str, Any]] | None = None) -> None:
         self.callbacks = list(callbacks)
         self.named_folders = named_folders
+        self.tags = tags
         self._folders: dict[str, str] = {}  # trial -> its folder, as the store last said (named_folders)
+        self._seqs: dict[str, int] = {}  # trial -> its creation index, as the store last said (tags)
         self.experiment_dir = experiment_dir
         self.trainable_name = trainable_name
         self.name_creator = name_creator
@@ -422,6 +430,11 @@ class RayCallbackAdapter(EngineCallback):
                 self._folders = store.trial_dirs()  # read again only for a trial created since the last read
             path = self._folders.get(trial_id, path)
         info = TrialInfo(trial_id, dict(config), path=path, trainable_name=self.trainable_name)
+        if self.tags is not None:
+            if trial_id not in self._seqs and (store := self._open_store()) is not None:
+                self._seqs = store.trial_seqs()  # read again only for a trial created since the last read
+            if trial_id in self._seqs:
+                info.tag = str(self.tags(self._seqs[trial_id], info.config).get(EXPERIMENT_TAG, "")) or None
         if self.name_creator is not None:
             name = self.name_creator(info)
             if not isinstance(name, str):
