@@ -105,3 +105,18 @@ def test_a_trial_has_its_tag_from_its_start_in_callbacks_and_folder_names(ray_cl
     tags = {r.metrics["trial_id"]: r.metrics["experiment_tag"] for r in grid}
     assert sorted(tags.values()) == ["0_x=1", "1_x=2"] and started == tags
     assert sorted(os.path.basename(r.path) for r in grid) == ["t_0_x=1", "t_1_x=2"]
+
+
+def test_a_resumed_run_keeps_each_trials_first_tag_and_its_perturbation() -> None:
+    space = {"lr": tune.uniform(0, 1), "k": 1}
+    before = tagger(space, VARIANTS, perturbed=("lr",))
+    before(0, {"lr": 0.25, "k": 1})
+    perturbed = before(0, {"lr": 0.3, "k": 1})["experiment_tag"]
+    plain = before(1, {"lr": 0.5, "k": 1})["experiment_tag"]
+    resumed = tagger(space, VARIANTS, perturbed=("lr",))
+    resumed.restore(0, perturbed, {"lr": 0.3, "k": 1})
+    resumed.restore(1, plain, {"lr": 0.5, "k": 1})
+    assert resumed(0, {"lr": 0.3, "k": 1})["experiment_tag"] == "0_lr=0.2500@perturbed[lr=0.3000]"
+    assert resumed(1, {"lr": 0.5, "k": 1})["experiment_tag"] == "1_lr=0.5000"  # not perturbed: plain
+    assert resumed(1, {"lr": 0.6, "k": 1})["experiment_tag"] == "1_lr=0.5000@perturbed[lr=0.6000]"
+    assert resumed(0, {"lr": 0.4, "k": 1})["experiment_tag"] == "0_lr=0.2500@perturbed[lr=0.4000]"

@@ -15,8 +15,8 @@ ends), so a tag is safe in a folder name.
 
 After a PBT or PB2 exploit gives a trial a new configuration, its tag is its first tag followed by
 ``@perturbed[<vars>]`` with the new values of the mutated (or bounded) keys, as in Ray. The first tag is
-remembered for the run: a trial that was perturbed before a resume starts the resumed run with the plain tag of its
-configuration then.
+remembered for the run, and a resumed run takes it back from each trial's last stored result
+(:meth:`Tagger.restore`), so a trial perturbed before the resume keeps its first tag and stays perturbed.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ TAG_KEY = "experiment_tag"
 VARIANTS = "variants"
 #: Trials suggested by a search algorithm: 1-based number, every value of the configuration.
 SEARCHER = "searcher"
+#: What follows a trial's first tag once PBT or PB2 changed its configuration (Ray's ``@perturbed[...]``).
+PERTURBED_MARK = "@perturbed["
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]+")
 _FLOAT_FORMAT = "{:.4f}"
 
@@ -103,11 +105,23 @@ class Tagger:
             self._first[seq] = (tag, dict(config))
         else:
             tag, original = known
-            if self.perturbed and dict(config) != original:
+            if self.perturbed and (original is None or dict(config) != original):
                 values = {(key,): config[key] for key in self.perturbed if key in config}
-                tag = f"{tag}@perturbed[{format_vars(values)}]"
+                tag = f"{tag}{PERTURBED_MARK}{format_vars(values)}]"
         self.latest = tag
         return {TAG_KEY: tag}
+
+    def restore(self, seq: int, stored_tag: str, config: Mapping[str, Any]) -> None:
+        """A resumed run: the trial created ``seq``-th had ``stored_tag`` on its last stored result and now has
+        ``config``. It keeps its first tag, and a trial perturbed before the resume stays perturbed.
+
+        Args:
+            seq: The trial's creation index.
+            stored_tag: The ``experiment_tag`` of its last stored result.
+            config: Its configuration now.
+        """
+        first, mark, _ = stored_tag.partition(PERTURBED_MARK)
+        self._first[seq] = (first, None if mark else dict(config))
 
     def _tag(self, seq: int, config: Mapping[str, Any]) -> str:
         if self.kind == VARIANTS:

@@ -70,7 +70,7 @@ from fluidsalus.tune._config import INFINITE_SAMPLES, CheckpointConfig, FailureC
 from fluidsalus.tune._custom_search import CustomSearch
 from fluidsalus.tune._interrupt import StopSignals
 from fluidsalus.tune._output import log_files
-from fluidsalus.tune._tags import Tagger, tagger
+from fluidsalus.tune._tags import TAG_KEY, Tagger, tagger
 from fluidsalus.tune._trainable import (
     ClassOptions,
     adopt_ray_trainable,
@@ -426,6 +426,20 @@ class Tuner:
         finally:
             store.close()
 
+    @staticmethod
+    def _restore_tags(experiment_dir: str, tags: Tagger) -> None:
+        """A resumed run: each stored trial keeps the ``experiment_tag`` its last stored result had."""
+        if not os.path.isfile(os.path.join(experiment_dir, DB_FILENAME)):
+            return
+        store = ExperimentStore.open(experiment_dir)
+        try:
+            for row in store.trials():
+                stored = (row.last_result or {}).get(TAG_KEY)
+                if isinstance(stored, str):
+                    tags.restore(row.seq, stored, row.config)
+        finally:
+            store.close()
+
     # ------------------------------------------------------------------ results
 
     def get_results(self) -> ResultGrid:
@@ -563,6 +577,8 @@ class Tuner:
         if isinstance(planned.searcher, CustomSearch):  # saved where Ray saves it, restored from there
             planned.searcher.attach(experiment_dir, datetime.datetime.now().strftime(SESSION_FORMAT))
         tags = tagger(planned.space, planned.tags, planned.perturbed)  # Ray's experiment_tag of each trial
+        if self._resume:
+            self._restore_tags(experiment_dir, tags)
         adapter = RayCallbackAdapter(ray_callbacks, experiment_dir, label, tune_config.trial_name_creator,
                                      restore=self._resume, named_folders=dirname_creator is not None, tags=tags) \
             if ray_callbacks or tune_config.trial_name_creator is not None else None
