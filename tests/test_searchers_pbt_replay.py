@@ -63,6 +63,25 @@ def test_policy_files_follow_rays_rule_and_read_back_as_ray_reads_them(tmp_path)
     assert write_policy_files(str(tmp_path / "none"), []) == []
 
 
+def test_the_files_follow_the_log_while_the_run_goes_on_and_an_undone_exploit_leaves_no_file(tmp_path) -> None:
+    from fluidsalus import space as sp
+    from fluidsalus.searchers import PBT
+    from fluidsalus.tune._tuner import _PolicyFiles
+
+    pbt = PBT({"lr": sp.uniform(0, 1)}, 4, "m", "max", hyperparam_mutations={"lr": sp.uniform(0, 1)})
+    files = _PolicyFiles(pbt, str(tmp_path))
+    files.on_step_end()
+    assert os.listdir(tmp_path) == []  # no exploit yet
+    pbt.exploit_log, pbt.exploit_log_version = list(_LOG), pbt.exploit_log_version + 1
+    files.on_step_end()
+    assert sorted(os.listdir(tmp_path)) == ["pbt_global.txt", "pbt_policy_t0.txt", "pbt_policy_t1.txt",
+                                            "pbt_policy_t2.txt"]
+    pbt.exploit_log, pbt.exploit_log_version = _LOG[:1], pbt.exploit_log_version + 1  # two exploits undone
+    files.on_step_end()
+    assert sorted(os.listdir(tmp_path)) == ["pbt_global.txt", "pbt_policy_t2.txt"]
+    assert len((tmp_path / "pbt_global.txt").read_text().splitlines()) == 1
+
+
 @pytest.mark.parametrize("text, message", [
     ("not json\n", r"line 1 of .* is not JSON"),
     ('["t1", "t0", 4]\n', r"line 1 of .* is not a PBT policy line"),
@@ -176,10 +195,19 @@ def test_a_pbt_run_writes_policy_files_and_a_replay_follows_one(ray_cluster, tmp
     pbt = tune.schedulers.PopulationBasedTraining(
         time_attr="training_iteration", perturbation_interval=2, quantile_fraction=0.5,
         hyperparam_mutations={"lr": tune.uniform(0.01, 1.0)})
+    folder = tmp_path / "pbt"
+    seen_during_run: list[bool] = []
+
+    class FileWatch(tune.Callback):
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            if "@perturbed" in result["experiment_tag"]:  # a result after an exploit: its file is written already
+                seen_during_run.append((folder / "pbt_global.txt").is_file())
+
     grid = tune.Tuner(_climb, param_space={"lr": tune.grid_search([0.01, 0.02, 0.5, 0.6])},
                       tune_config=tune.TuneConfig(scheduler=pbt, metric="score", mode="max"),
-                      run_config=tune.RunConfig(name="pbt", storage_path=str(tmp_path), verbose=0)).fit()
-    folder = tmp_path / "pbt"
+                      run_config=tune.RunConfig(name="pbt", storage_path=str(tmp_path), verbose=0,
+                                                callbacks=[FileWatch()])).fit()
+    assert seen_during_run and all(seen_during_run)
     rows = [json.loads(line) for line in (folder / "pbt_global.txt").read_text().splitlines()]
     assert rows and all(len(row) == 6 for row in rows)  # the bottom half exploited the top half
     ids = {r.trial_id for r in grid}

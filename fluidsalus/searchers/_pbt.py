@@ -451,6 +451,8 @@ class PBT(BaseSearcher):
         self.points_to_evaluate = [copy.deepcopy(dict(p)) for p in points_to_evaluate or []]
         #: Every exploit, in order (kept when ``log_config``): Ray's policy log as dicts.
         self.exploit_log: list[dict[str, Any]] = []
+        #: Counts the changes of :attr:`exploit_log` (an exploit logged or undone), for writers of the policy files.
+        self.exploit_log_version = 0
         self._rng = random.Random(seed)
         self._trials: dict[str, _TrialState] = {}
         self._proposed = False
@@ -669,6 +671,7 @@ class PBT(BaseSearcher):
             source.point_iteration, operations,
         )
         if self.log_config:
+            self.exploit_log_version += 1
             self.exploit_log.append({
                 "group_id": group_id, "trial_id": trial_id, "source_trial_id": source_id,
                 "trial_iteration": state.last_iteration,
@@ -700,6 +703,7 @@ class PBT(BaseSearcher):
         undo = self._undo.pop(trial_id)
         self._exploits.pop(trial_id, None)
         self.exploit_log = [entry for entry in self.exploit_log if entry["group_id"] != undo.group_id]
+        self.exploit_log_version += 1
         ended = self._trials[trial_id].ended
         self._trials[trial_id] = _TrialState(**{**undo.state, "paused": False, "ended": ended})
         if not ended:
@@ -750,3 +754,4 @@ class PBT(BaseSearcher):
         self._exploits = {r["trial_id"]: ExploitRequest(**r) for r in state["exploits"]}
         self._undo = {tid: _Undo(**u) for tid, u in state["undo"].items()}
         self.exploit_log = copy.deepcopy(list(state["exploit_log"]))
+        self.exploit_log_version += 1

@@ -165,14 +165,40 @@ def _dirname_function(creator: Callable[[TrialInfo], str], experiment_dir: str,
     return dirname
 
 
-def _write_pbt_policies(searcher: BaseSearcher, experiment_dir: str) -> None:
-    """Ray's ``pbt_global.txt`` and ``pbt_policy_<trial>.txt`` from a PBT/PB2 searcher's exploit log (its saved
-    state, so a continued run writes them whole again), when it keeps one (``log_config``)."""
-    if isinstance(searcher, PBT) and searcher.log_config and os.path.isdir(experiment_dir):
+class _PolicyFiles(EngineCallback):
+    """Ray's ``pbt_global.txt`` and ``pbt_policy_<trial>.txt`` from a PBT/PB2 searcher's exploit log, written
+    whole whenever the log changed, at the end of a pass of the driver loop (Ray writes them at each
+    exploit), and once more when ``fit()`` ends. The log is the searcher's saved state, so a continued run
+    writes them whole again. A trial's file whose only exploit was undone is removed.
+
+    Args:
+        searcher: The run's searcher (anything but PBT or PB2 with ``log_config`` writes nothing).
+        experiment_dir: The experiment's folder.
+    """
+
+    def __init__(self, searcher: BaseSearcher, experiment_dir: str) -> None:
+        self.searcher = searcher if isinstance(searcher, PBT) and searcher.log_config else None
+        self.experiment_dir = experiment_dir
+        self._version: int | None = None  # the log's version last written
+        self._written: set[str] = set()
+
+    def on_step_end(self) -> None:
+        if self.searcher is not None and self.searcher.exploit_log_version != self._version:
+            self.write()
+
+    def write(self) -> None:
+        """Write the files from the log now (nothing when the searcher keeps none or the folder is gone)."""
+        if self.searcher is None or not os.path.isdir(self.experiment_dir):
+            return
+        self._version = self.searcher.exploit_log_version
         try:
-            write_policy_files(experiment_dir, searcher.exploit_log)
+            written = set(write_policy_files(self.experiment_dir, self.searcher.exploit_log))
+            for stale in self._written - written:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(stale)
+            self._written = written
         except OSError as exc:
-            logger.warning("Writing the PBT policy files in %s failed: %s", experiment_dir, exc)
+            logger.warning("Writing the PBT policy files in %s failed: %s", self.experiment_dir, exc)
 
 
 def _split_callbacks(callbacks: list[Any] | None) -> tuple[list[EngineCallback], list[Any]]:
@@ -583,6 +609,7 @@ class Tuner:
                                      restore=self._resume, named_folders=dirname_creator is not None, tags=tags) \
             if ray_callbacks or tune_config.trial_name_creator is not None else None
         saver = _SaveOnFirstEvent(lambda: self._save_state(experiment_dir))
+        policies = _PolicyFiles(planned.searcher, experiment_dir)
         failure = run_config.failure_config
         checkpoint = run_config.checkpoint_config
         assert failure is not None and checkpoint is not None
@@ -616,7 +643,7 @@ class Tuner:
                     checkpoint_score_order=checkpoint.checkpoint_score_order or "max",
                     verbose=run_config.verbosity(),
                     resume=self._resume,
-                    callbacks=[saver, *engine_callbacks, *([adapter] if adapter is not None else [])],
+                    callbacks=[saver, policies, *engine_callbacks, *([adapter] if adapter is not None else [])],
                     gpu_per_trial=gpu_hint(entry.resources),
                     trial_dirname=None if dirname_creator is None else _dirname_function(
                         dirname_creator, experiment_dir, label, tags),
@@ -627,7 +654,7 @@ class Tuner:
                 raise
             grid = self._interrupted_results(experiment_dir)
         finally:
-            _write_pbt_policies(planned.searcher, experiment_dir)
+            policies.write()
             if adapter is not None:
                 adapter.experiment_end()
             if os.path.isfile(os.path.join(experiment_dir, DB_FILENAME)) and not os.path.isfile(
