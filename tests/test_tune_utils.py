@@ -119,6 +119,39 @@ def test_train_returns_rays_keys() -> None:
     assert {"date", "timestamp", "pid", "hostname", "node_ip", "time_since_restore"} <= set(first)
 
 
+def test_train_fills_the_keys_rays_trainable_fills_and_calls_log_result() -> None:
+    from ray.tune import Trainable as RayTrainable
+
+    class Logged(_Counter):
+        def setup(self, config):
+            super().setup(config)
+            self.logged = []
+
+        def log_result(self, result):
+            self.logged.append(result["training_iteration"])
+
+        def reset_config(self, new_config):
+            self.value = new_config["start"]
+            return True
+
+    class RayCounter(RayTrainable):  # Ray's own class runs in this process too
+        def step(self):
+            return {"value": 1}
+
+    theirs = RayCounter(config={"start": 1})
+    ours = Logged({"start": 1})
+    assert set(ours.train()) == set(theirs.train())
+    ours.train()
+    assert ours.logged == [1, 2]
+    assert set(ours.get_auto_filled_metrics()) == set(theirs.get_auto_filled_metrics())
+    assert set(ours.get_auto_filled_metrics(debug_metrics_only=True)) == \
+        set(theirs.get_auto_filled_metrics(debug_metrics_only=True))
+    assert ours.get_state()["iteration"] == 2 and ours.get_current_ip_pid()[1] == theirs.get_current_ip_pid()[1]
+    assert ours.reset({"start": 7}) is True
+    assert (ours.iteration, ours.config, ours.train()["value"]) == (0, {"start": 7}, 8)
+    theirs.stop()
+
+
 def test_validate_save_restore_passes_a_trainable_that_resumes_and_fails_one_that_does_not() -> None:
     assert utils.validate_save_restore(_Counter, {"start": 5}) is True
     with pytest.raises(AssertionError, match="restored from a checkpoint of iteration 3 reported training_iteration 1"):

@@ -57,6 +57,9 @@ TIME_THIS_ITER_KEY = "time_this_iter_s"
 #: The keys ``Trainable.train()`` fills in after ``step()`` as Ray's does (``done`` and ``training_iteration``
 #: besides); in a trial the session fills in its own instead (``fluidsalus.session.report``), and Ray's
 #: ``config`` key stays out of the stored results (``Result.config`` holds it).
+#: What ``get_auto_filled_metrics(debug_metrics_only=True)`` keeps (Ray's ``DEBUG_METRICS``, less the
+#: ``experiment_id`` fluidsalus does not have).
+_DEBUG_METRICS = frozenset({"trial_id", "date", "timestamp", "pid", "hostname", "node_ip", "config"})
 TRAIN_FILLED_KEYS: tuple[str, ...] = (
     "trial_id", "date", "timestamp", TIME_THIS_ITER_KEY, "time_total_s", "pid", "hostname", "node_ip", "config",
     "time_since_restore", "iterations_since_restore",
@@ -363,15 +366,60 @@ class Trainable:
         self._time_since_restore += seconds
         result.setdefault(DONE_KEY, False)
         result.setdefault("training_iteration", self._iteration)
-        now = datetime.datetime.now()
-        stamp = result.get("timestamp")
-        result.update(trial_id=self.trial_id, date=now.strftime("%Y-%m-%d_%H-%M-%S"),
-                      timestamp=stamp if stamp else int(now.timestamp()), time_this_iter_s=seconds,
-                      time_total_s=self._time_total, pid=os.getpid(), hostname=HOSTNAME, node_ip=node_ip(),
-                      config=self.config, time_since_restore=self._time_since_restore,
-                      iterations_since_restore=self._iterations_since_restore)
+        result.update(self.get_auto_filled_metrics(time_this_iter=seconds, timestamp=result.get("timestamp")))
+        self.log_result(result)
         self._last_result = result
         return result
+
+    def get_auto_filled_metrics(self, now: datetime.datetime | None = None, time_this_iter: float | None = None,
+                                timestamp: int | None = None, debug_metrics_only: bool = False) -> dict[str, Any]:
+        """The keys :meth:`train` fills into each result (Ray's method of the same name).
+
+        Args:
+            now: The time of the result (default: now).
+            time_this_iter: The iteration's seconds.
+            timestamp: The result's own ``timestamp``, kept when given.
+            debug_metrics_only: Only the keys that need no iteration (Ray's ``DEBUG_METRICS``).
+
+        Returns:
+            ``trial_id``, ``date``, ``timestamp``, ``time_this_iter_s``, ``time_total_s``, ``pid``, ``hostname``,
+            ``node_ip``, ``config``, ``time_since_restore`` and ``iterations_since_restore``.
+        """
+        now = now or datetime.datetime.now()
+        filled = {"trial_id": self.trial_id, "date": now.strftime("%Y-%m-%d_%H-%M-%S"),
+                  "timestamp": timestamp if timestamp else int(now.timestamp()), TIME_THIS_ITER_KEY: time_this_iter,
+                  "time_total_s": self._time_total, "pid": os.getpid(), "hostname": HOSTNAME, "node_ip": node_ip(),
+                  "config": self.config, "time_since_restore": self._time_since_restore,
+                  "iterations_since_restore": self._iterations_since_restore}
+        if debug_metrics_only:
+            return {key: value for key, value in filled.items() if key in _DEBUG_METRICS}
+        return filled
+
+    def log_result(self, result: dict[str, Any]) -> None:
+        """Called by :meth:`train` with each filled-in result; override it to log results your way (Ray's
+        hook). The default does nothing."""
+
+    def get_current_ip_pid(self) -> tuple[str, int]:
+        """This node's IP address and this process's id."""
+        return node_ip(), os.getpid()
+
+    def get_state(self) -> dict[str, Any]:
+        """The counters a checkpoint restores (Ray's ``get_state``): iteration, total time, last result."""
+        return {"iteration": self._iteration, "time_total": self._time_total, "last_result": self._last_result}
+
+    def reset(self, new_config: dict[str, Any], storage: Any = None) -> bool:
+        """Take a new config in place (Ray calls this to reuse an actor): ``self.config`` becomes it, then
+        :meth:`reset_config`, then the counters start again, in Ray's order.
+
+        Returns:
+            ``reset_config``'s answer; on False the counters are left as they were.
+        """
+        self.config = dict(new_config)
+        if not self.reset_config(dict(new_config)):
+            return False
+        self._iteration, self._time_total, self._time_since_restore = 0, 0.0, 0.0
+        self._iterations_since_restore, self._restored = 0, False
+        return True
 
     def save(self, checkpoint_dir: str | None = None) -> Checkpoint:
         """Save a checkpoint into ``checkpoint_dir`` (a new temporary folder if None)."""
