@@ -338,3 +338,46 @@ def test_a_subclass_of_rays_own_searcher_runs_with_a_warning(ray_cluster, storag
     assert any("Sweep subclasses Ray Tune's Searcher; fluidsalus runs it as it is" in str(w.message) for w in caught)
     assert sorted(r.config["x"] for r in grid) == pytest.approx([0.1, 0.2, 0.3])
     assert len(sweep.done) == 3
+
+
+class Counting(Searcher):
+    """Suggests x = 0, 1, 2, ... (its count survives a resume only through save/restore)."""
+
+    def __init__(self):
+        super().__init__(metric="i", mode="max")
+        self.asked: list[str] = []
+        self.restored_from: str | None = None
+
+    def suggest(self, trial_id):
+        self.asked.append(trial_id)
+        return {"x": len(self.asked) - 1}
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        pass
+
+    def save(self, checkpoint_path):
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump(self.asked, f)
+
+    def restore(self, checkpoint_path):
+        self.restored_from = checkpoint_path
+        with open(checkpoint_path, "rb") as f:
+            self.asked = pickle.load(f)
+
+
+def test_an_interrupted_run_restores_the_searcher_from_its_saved_state(ray_cluster, storage, tmp_path) -> None:
+    from fluidsalus.testing.tune import InterruptOnce, resumable
+
+    tuner = Tuner(resumable, tune_config=TuneConfig(num_samples=4, search_alg=Counting(), max_concurrent_trials=2),
+                  run_config=tune.RunConfig(name="counting", storage_path=storage, verbose=0,
+                                            callbacks=[InterruptOnce(str(tmp_path / "interrupted"), n=3)]))
+    with pytest.raises(KeyboardInterrupt):
+        tuner.fit()
+    path = os.path.join(storage, "counting")
+    assert [f for f in os.listdir(path) if f.startswith("searcher-state-")]
+    restored = Tuner.restore(path, resumable)
+    grid = restored.fit()
+    assert len(grid) == 4 and grid.num_errors == 0 and all(r.metrics["i"] == 6 for r in grid)
+    assert sorted(r.config["x"] for r in grid) == [0, 1, 2, 3]  # no suggestion repeated after the resume
+    searcher = restored.plan.searcher.searcher
+    assert searcher.restored_from is not None and searcher.asked == [f"suggest_{i:05d}" for i in range(4)]
