@@ -180,6 +180,27 @@ def test_the_searcher_is_saved_when_it_changed_and_a_resumed_run_restores_the_ne
     assert resumed.is_finished() and resumed.next_groups() == []
 
 
+def test_a_new_searcher_starts_where_a_saved_one_left_off_with_restore_from_dir(tmp_path) -> None:
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    climber = HillClimber(metric="m", mode="max")
+    search = CustomSearch(climber, {}, num_samples=4, max_concurrent=2)
+    search.attach(str(tmp_path), "2026-01-01_00-00-00")
+    _drive(search, value=lambda config: -abs(config["x"] - 0.3))
+    search.state_dict()  # the run saves it here
+    warm = HillClimber(metric="m", mode="max")
+    warm.restore_from_dir(str(tmp_path))
+    assert (warm.asked, warm.best_x) == (climber.asked, climber.best_x)
+    (tmp_path / "copy").mkdir()
+    climber.save_to_dir(str(tmp_path / "copy"), "s1")
+    assert os.listdir(tmp_path / "copy") == ["searcher-state-s1.pkl"]
+    with pytest.raises(RuntimeError, match="Searcher unable to find checkpoint in"):
+        HillClimber().restore_from_dir(str(tmp_path / "none"))
+    with pytest.raises(ConfigError, match=r"OptunaSearch.restore_from_dir: .* continue the experiment with "
+                                          r"Tuner.restore\(path, trainable\), or keep the study in"):
+        OptunaSearch().restore_from_dir(str(tmp_path))
+
+
 def test_a_searcher_without_save_is_run_and_not_saved(tmp_path, caplog) -> None:
     class NoSave(Searcher):
         def suggest(self, trial_id):

@@ -9,7 +9,10 @@ algorithm, the scheduler, the ``param_space`` and ``metric``/``mode`` become one
 
 from __future__ import annotations
 
+import glob
+import logging
 import numbers
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +22,8 @@ from fluidsalus.errors import ConfigError
 from fluidsalus.tune._config import MetricModeHolder
 
 __all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "Searcher", "SearchAlgorithm"]
+
+logger = logging.getLogger(__name__)
 
 #: Bits of the seed drawn from a user's NumPy ``Generator`` (``random_state``).
 _SEED_BITS = 63
@@ -84,6 +89,64 @@ class Searcher(MetricModeHolder, SearchAlgorithm):
     def restore(self, checkpoint_path: str) -> None:
         """Load what :meth:`save` wrote."""
         raise NotImplementedError
+
+    def get_state(self) -> dict[str, Any]:
+        """Ray's hook for a searcher's state as a dict (optional)."""
+        raise NotImplementedError
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Take back what :meth:`get_state` returned (optional)."""
+        raise NotImplementedError
+
+    def add_evaluated_point(self, parameters: dict[str, Any], value: float, error: bool = False,
+                            pruned: bool = False, intermediate_values: list[float] | None = None) -> None:
+        """Ray's hook to tell a searcher of a configuration evaluated elsewhere (optional; fluidsalus never
+        calls it)."""
+        raise NotImplementedError
+
+    def save_to_dir(self, checkpoint_dir: str, session_str: str = "default") -> None:
+        """:meth:`save` into Ray's ``searcher-state-<session_str>.pkl`` in ``checkpoint_dir``, written whole or
+        not at all. A searcher without :meth:`save` writes nothing (with a warning, as Ray logs one).
+
+        Args:
+            checkpoint_dir: The folder (an experiment's, usually).
+            session_str: Names the file.
+        """
+        from fluidsalus.tune._custom_search import STATE_FILE_PATTERN
+
+        path = os.path.join(checkpoint_dir, STATE_FILE_PATTERN.format(session_str))
+        staging = os.path.join(checkpoint_dir, f".{os.path.basename(path)}.partial")
+        try:
+            self.save(staging)
+        except NotImplementedError:
+            logger.warning("%s has no save(); nothing was saved", type(self).__name__)
+            return
+        if os.path.exists(staging):
+            os.replace(staging, path)
+
+    def restore_from_dir(self, checkpoint_dir: str) -> None:
+        """:meth:`restore` from the newest ``searcher-state-*.pkl`` in ``checkpoint_dir``: the state a run of this
+        search algorithm saved in its experiment folder, to start a new experiment where it left off (Ray's
+        warm start).
+
+        Raises:
+            RuntimeError: There is no such file (Ray's error).
+            ConfigError: A fluidsalus search algorithm (``OptunaSearch``, ``TuneBOHB``): its state is in the
+                experiment's store, not in such a file.
+        """
+        from fluidsalus.tune._custom_search import STATE_FILE_PATTERN, is_custom_searcher
+
+        if not is_custom_searcher(self):
+            hint = (", or keep the study in OptunaSearch(storage=..., study_name=...) and start the new experiment on "
+                    "it") if type(self).__name__ == "OptunaSearch" else ""
+            raise ConfigError(f"{type(self).__name__}.restore_from_dir: fluidsalus keeps this search algorithm's "
+                              "state in the experiment's store, not in a searcher-state file; continue the experiment "
+                              f"with Tuner.restore(path, trainable){hint}")
+        folder = os.path.expanduser(checkpoint_dir)
+        saved = sorted(glob.glob(os.path.join(glob.escape(folder), STATE_FILE_PATTERN.format("*"))))
+        if not saved:
+            raise RuntimeError(f"Searcher unable to find checkpoint in {checkpoint_dir}")
+        self.restore(saved[-1])
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any],
                               **spec: Any) -> bool:
