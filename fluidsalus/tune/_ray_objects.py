@@ -15,6 +15,7 @@ from typing import Any
 
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers import BaseSearcher
+from fluidsalus.tune._custom_scheduler import is_custom_scheduler
 from fluidsalus.tune._custom_search import is_custom_searcher
 from fluidsalus.tune.schedulers import (
     PB2,
@@ -196,7 +197,7 @@ def _warn(field: str, ray_name: str, ours: Any, module: str) -> None:
     )
 
 
-def adopt_scheduler(value: Any, field: str = "TuneConfig.scheduler") -> TrialScheduler | None:
+def adopt_scheduler(value: Any, field: str = "TuneConfig.scheduler") -> Any:
     """``TuneConfig.scheduler`` as a fluidsalus.tune scheduler (Ray's own are translated with a warning).
 
     Args:
@@ -211,6 +212,12 @@ def adopt_scheduler(value: Any, field: str = "TuneConfig.scheduler") -> TrialSch
     if is_ray_object(value):
         name = _ray_class_name(value)
         build = _SCHEDULERS.get(name)
+        if name in ("TrialScheduler", "FIFOScheduler") and is_custom_scheduler(value):  # the user's own scheduler
+            warnings.warn(
+                f"fluidsalus.tune: {field} {type(value).__name__} subclasses Ray Tune's {name}; fluidsalus runs it as "
+                "it is. Change the import to `from fluidsalus.tune.schedulers import TrialScheduler`.",
+                UserWarning, stacklevel=3)
+            return value
         custom = _custom_subclass(field, value)
         if custom is not None:
             raise custom

@@ -20,6 +20,7 @@ None / BasicVariantGenerator / OptunaSearch    MedianStoppingRule         -> Opt
 a fluidsalus BaseSearcher                      None / FIFOScheduler       -> that searcher, as it is
 a Searcher subclass of the user's own          None / FIFOScheduler       -> CustomSearch (its suggest())
 a Searcher subclass of the user's own          AsyncHyperBandScheduler    -> CustomASHA (ASHA over its trials)
+any of the FIFO rows                           a scheduler of user's own  -> ScheduledSearch around that searcher
 =============================================  ======================================================
 
 ``PopulationBasedTrainingReplay`` (with no search algorithm, ``num_samples=1``) becomes one ``PBTReplay`` trial.
@@ -38,6 +39,7 @@ the fluidsalus.tune holders with a ``UserWarning`` (:mod:`fluidsalus.tune._ray_o
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import warnings
 from collections.abc import Callable, Mapping
@@ -61,6 +63,7 @@ from fluidsalus.searchers import (
 )
 from fluidsalus.searchers._random import VariantStream
 from fluidsalus.tune._config import INFINITE_SAMPLES, TuneConfig
+from fluidsalus.tune._custom_scheduler import ScheduledSearch, is_custom_scheduler
 from fluidsalus.tune._custom_search import CustomASHA, CustomSearch, is_custom_searcher
 from fluidsalus.tune._domains import translate_ray_values
 from fluidsalus.tune._ray_objects import adopt_scheduler, adopt_search_alg
@@ -349,6 +352,22 @@ def _plan_custom(search_alg: Any, scheduler: TrialScheduler, space: dict[str, An
                         f"max_concurrent={searcher.max_concurrent})")
 
 
+def _plan_scheduled(scheduler: Any, tune_config: TuneConfig, param_space: Mapping[str, Any] | None,
+                    class_trainable: bool) -> Plan:
+    """A scheduler of the user's own (:mod:`fluidsalus.tune._custom_scheduler`) over the trials the search
+    algorithm makes with no scheduler."""
+    name = type(scheduler).__name__
+    if not scheduler.set_search_properties(tune_config.metric, tune_config.mode):
+        raise ConfigError(f"TuneConfig: metric/mode given to TuneConfig and to {name}, which has its own; give "
+                          "them in one place, as Ray requires")
+    metric = tune_config.metric or getattr(scheduler, "metric", None)
+    mode = tune_config.mode or getattr(scheduler, "mode", None)
+    inner = plan(dataclasses.replace(tune_config, scheduler=None, metric=metric, mode=mode), param_space,
+                 class_trainable=class_trainable)
+    searcher = ScheduledSearch(inner.searcher, scheduler)
+    return replace(inner, searcher=searcher, summary=f"{name} (your own scheduler) over {inner.summary}")
+
+
 def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
          class_trainable: bool = False) -> Plan:
     """Combine a TuneConfig's search algorithm and scheduler with ``param_space`` into one fluidsalus searcher.
@@ -364,12 +383,14 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
     Raises:
         ConfigError: An unsupported pair, conflicting metric/mode/concurrency, or a bad argument.
     """
-    space = translate_ray_values(dict(param_space or {}), "param_space")
-    sp.validate_space(space, allow_empty=True)
-    search_alg = adopt_search_alg(tune_config.search_alg)
     scheduler: TrialScheduler = adopt_scheduler(tune_config.scheduler) or FIFOScheduler()
     if isinstance(scheduler, ResourceChangingScheduler):
         scheduler = _resource_changing_base(scheduler)
+    if is_custom_scheduler(scheduler):
+        return _plan_scheduled(scheduler, tune_config, param_space, class_trainable)
+    space = translate_ray_values(dict(param_space or {}), "param_space")
+    sp.validate_space(space, allow_empty=True)
+    search_alg = adopt_search_alg(tune_config.search_alg)
     search_alg, limits = _unwrap(search_alg)
     repeater, inner_limits = None, []
     if isinstance(search_alg, Repeater):  # limiters outside it cap trials, those inside it configurations

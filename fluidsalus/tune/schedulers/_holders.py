@@ -53,10 +53,45 @@ def _probe(owner: str, engine_name: str, build: Callable[[], Any]) -> None:
 
 
 class TrialScheduler(MetricModeHolder):
-    """Base class of the schedulers (``ray.tune.schedulers.TrialScheduler``): holds ``metric`` and ``mode``."""
+    """Base class of the schedulers (``ray.tune.schedulers.TrialScheduler``): holds ``metric`` and ``mode``.
+
+    A scheduler of your own subclasses it as in Ray and overrides ``on_trial_result(tune_controller, trial,
+    result)`` to return :attr:`CONTINUE`, :attr:`PAUSE` or :attr:`STOP` (and, if it needs them, ``on_trial_add``,
+    ``on_trial_complete``, ``on_trial_error``, ``on_trial_remove``); :mod:`fluidsalus.tune._custom_scheduler`
+    runs it.
+    """
+
+    CONTINUE = "CONTINUE"  #: Let the trial go on.
+    PAUSE = "PAUSE"  #: Ray: pause the trial (fluidsalus lets it go on, with a warning).
+    STOP = "STOP"  #: Stop the trial.
+    NOOP = "NOOP"  #: No decision.
 
     def __init__(self, metric: str | None = None, mode: str | None = None) -> None:
         super().__init__(metric, mode)
+
+    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+        """Told of each new trial."""
+
+    def on_trial_error(self, tune_controller: Any, trial: Any) -> None:
+        """Told of a trial that failed for good."""
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+        """The decision on a trial's result: :attr:`CONTINUE` (the default), :attr:`PAUSE` or :attr:`STOP`."""
+        return self.CONTINUE
+
+    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict[str, Any] | None) -> None:
+        """Told of a trial that ended, with its last result."""
+
+    def on_trial_remove(self, tune_controller: Any, trial: Any) -> None:
+        """Told of a trial that ended before it reported."""
+
+    def choose_trial_to_run(self, tune_controller: Any) -> Any:
+        """Ray's hook to pick the next trial; fluidsalus's planner decides instead, so it is never called."""
+        return None
+
+    def debug_string(self) -> str:
+        """A line about the scheduler (Ray's hook)."""
+        return repr(self)
 
     def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
         """Ray's hook: take ``metric``/``mode`` unless the scheduler already has its own (then False)."""

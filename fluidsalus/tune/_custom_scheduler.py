@@ -1,0 +1,164 @@
+"""A trial scheduler of the user's own (a subclass of Ray Tune's ``TrialScheduler``), run as a fluidsalus searcher.
+
+Ray Tune lets a script write its own scheduler: ``on_trial_result(tune_controller, trial, result)`` returns
+``CONTINUE``, ``PAUSE`` or ``STOP``, and ``on_trial_add``, ``on_trial_complete``, ``on_trial_error`` and
+``on_trial_remove`` tell it of each trial's life. :class:`ScheduledSearch` wraps the searcher that makes the
+trials (random search, OptunaSearch, or a search algorithm of the user's own) and asks the scheduler about each
+result:
+
+- ``STOP`` stops the trial; ``CONTINUE`` (and ``NOOP``) leave the decision to the wrapped searcher.
+- ``PAUSE``: a paused Ray trial waits, checkpointed, until ``choose_trial_to_run`` picks it again, so that
+  another trial can have its resources. fluidsalus shares devices between trials instead of pausing them, so the
+  trial goes on, with one warning; a later ``STOP`` still ends it.
+- ``choose_trial_to_run`` is never called: the planner decides which trials run where (one warning when the
+  scheduler overrides it).
+- ``tune_controller`` is a small view with ``get_trials()`` and ``get_live_trials()``; each ``trial`` is the same
+  :class:`~fluidsalus.tune.callback.TrialInfo` view callbacks get (``trial_id``, ``config``, ``last_result``,
+  ``status``, ...), one object per trial for the whole run.
+- The scheduler's own state is not saved with the experiment: a resumed run starts it from its state when the run
+  began (its ``tuner.pkl`` copy).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from fluidsalus.errors import ConfigError
+from fluidsalus.searchers import BaseSearcher, Decision
+from fluidsalus.store import ERROR, FINAL_STATUSES, PENDING, RUNNING, TERMINATED
+from fluidsalus.trialgroup.trial import TrialGroup
+from fluidsalus.tune.callback import TrialInfo
+
+__all__ = ["CONTINUE", "NOOP", "PAUSE", "STOP", "HOOKS", "ScheduledSearch", "is_custom_scheduler"]
+
+logger = logging.getLogger(__name__)
+
+#: Ray's decisions (``TrialScheduler.CONTINUE`` ...).
+CONTINUE, PAUSE, STOP, NOOP = "CONTINUE", "PAUSE", "STOP", "NOOP"
+#: The methods a scheduler of the user's own overrides.
+HOOKS = ("on_trial_add", "on_trial_result", "on_trial_complete", "on_trial_error", "on_trial_remove",
+         "choose_trial_to_run")
+
+
+def _defined_by_user(obj: Any, name: str) -> bool:
+    for cls in type(obj).__mro__:
+        if name in cls.__dict__:
+            return not cls.__module__.startswith(("ray.", "fluidsalus."))
+    return False
+
+
+def is_custom_scheduler(scheduler: Any) -> bool:
+    """Whether ``scheduler`` has code of the user's own in one of Ray's scheduler hooks (:data:`HOOKS`)."""
+    return any(_defined_by_user(scheduler, hook) for hook in HOOKS)
+
+
+class _ControllerView:
+    """What a scheduler gets as ``tune_controller``: the trials seen so far."""
+
+    def __init__(self, trials: dict[str, TrialInfo]) -> None:
+        self._trials = trials
+
+    def get_trials(self) -> list[TrialInfo]:
+        """Every trial, in the order they were added."""
+        return list(self._trials.values())
+
+    def get_live_trials(self) -> list[TrialInfo]:
+        """The trials that have not ended."""
+        return [t for t in self._trials.values() if t.status not in FINAL_STATUSES]
+
+
+class ScheduledSearch(BaseSearcher):
+    """``inner``'s trials, with ``scheduler`` (Ray's API) deciding on each result (see the module docstring).
+
+    Args:
+        inner: The searcher that makes the trials and runs them to their end.
+        scheduler: The user's scheduler.
+        trainable_name: For the trial views' names.
+
+    Raises:
+        ConfigError: ``inner`` runs trials to budgets (a scheduler of fluidsalus's own already decides there).
+    """
+
+    def __init__(self, inner: BaseSearcher, scheduler: Any, trainable_name: str = "") -> None:
+        self.inner, self.scheduler, self.trainable_name = inner, scheduler, trainable_name
+        self.time_attr = inner.time_attr
+        self._trials: dict[str, TrialInfo] = {}
+        self._view = _ControllerView(self._trials)
+        self._warned_pause = False
+        self._name = type(scheduler).__name__
+        if _defined_by_user(scheduler, "choose_trial_to_run"):
+            warnings.warn(f"fluidsalus.tune: {self._name}.choose_trial_to_run is not called; fluidsalus's planner "
+                          "decides which trials run where", UserWarning, stacklevel=3)
+
+    def next_groups(self) -> list[TrialGroup]:
+        groups = self.inner.next_groups()
+        for group in groups:
+            if group.budget is not None or group.trial_ids:
+                raise ConfigError(f"{self._name}: {type(self.inner).__name__} runs trials to budgets; a scheduler of "
+                                  "your own runs with trials that run to their end")
+        return groups
+
+    def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
+        self.inner.on_trial_add(trial_id, group_id, config)
+        trial = TrialInfo(trial_id, dict(config), status=PENDING, trainable_name=self.trainable_name)
+        self._trials[trial_id] = trial
+        self._call("on_trial_add", trial)
+
+    def _call(self, hook: str, trial: TrialInfo, *args: Any) -> Any:
+        method = getattr(self.scheduler, hook, None)
+        return method(self._view, trial, *args) if callable(method) else None
+
+    def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
+        """Ask the scheduler about the result; its ``STOP`` wins over the wrapped searcher's decision.
+
+        Raises:
+            ConfigError: The scheduler returned something other than Ray's decisions.
+        """
+        trial = self._trials.get(trial_id)
+        decision = self.inner.on_result(trial_id, result)
+        if trial is None:
+            return decision
+        trial.status, trial.last_result = RUNNING, dict(result)
+        said = self._call("on_trial_result", trial, dict(result))
+        if said == STOP:
+            return Decision.STOP
+        if said == PAUSE and not self._warned_pause:
+            self._warned_pause = True
+            warnings.warn(f"fluidsalus.tune: {self._name} paused trial {trial_id}; fluidsalus shares devices instead "
+                          "of pausing trials, so it goes on (a later STOP still ends it)", UserWarning, stacklevel=2)
+        elif said not in (CONTINUE, NOOP, PAUSE, None):
+            raise ConfigError(f"{self._name}.on_trial_result returned {said!r}; it must return "
+                              "TrialScheduler.CONTINUE, PAUSE or STOP")
+        return decision
+
+    def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
+        self.inner.on_trial_complete(trial_id, result, error)
+        trial = self._trials.get(trial_id)
+        if trial is None or trial.status in FINAL_STATUSES:
+            return
+        if result is not None:
+            trial.last_result = dict(result)
+        if error:
+            trial.status = ERROR
+            self._call("on_trial_error", trial)
+        elif trial.status == PENDING:  # ended before it reported (stopped while queued, say): Ray removes it
+            trial.status = TERMINATED
+            self._call("on_trial_remove", trial)
+        else:
+            trial.status = TERMINATED
+            self._call("on_trial_complete", trial, None if result is None else dict(result))
+
+    def collect_stops(self) -> list[str]:
+        return self.inner.collect_stops()
+
+    def is_finished(self) -> bool:
+        return self.inner.is_finished()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.inner.load_state_dict(state)

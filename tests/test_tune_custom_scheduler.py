@@ -1,0 +1,144 @@
+"""A trial scheduler of the user's own (a TrialScheduler subclass), run as Ray Tune runs it
+(fluidsalus/tune/_custom_scheduler.py)."""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import pytest
+
+import fluidsalus.tune as tune
+from fluidsalus import searchers
+from fluidsalus.errors import ConfigError
+from fluidsalus.searchers import Decision
+from fluidsalus.tune import TuneConfig, Tuner
+from fluidsalus.tune._custom_scheduler import ScheduledSearch, is_custom_scheduler
+from fluidsalus.tune._translate import plan
+from fluidsalus.tune.schedulers import ASHAScheduler, TrialScheduler
+
+#: Seconds each iteration of the real run's trainable sleeps.
+_STEP_S = 0.15
+
+
+class StopBelow(TrialScheduler):
+    """Stops a trial whose metric is below ``threshold`` at ``step``; records what Tune tells it."""
+
+    def __init__(self, threshold=0.5, step=2, metric=None, mode=None):
+        super().__init__(metric, mode)
+        self.threshold, self.step = threshold, step
+        self.added, self.completed, self.errored, self.removed = [], [], [], []
+        self.live_seen: list[int] = []
+
+    def on_trial_add(self, tune_controller, trial):
+        self.added.append(trial.trial_id)
+
+    def on_trial_result(self, tune_controller, trial, result):
+        self.live_seen.append(len(tune_controller.get_live_trials()))
+        if result["training_iteration"] >= self.step and result[self.metric] < self.threshold:
+            return TrialScheduler.STOP
+        return TrialScheduler.CONTINUE
+
+    def on_trial_complete(self, tune_controller, trial, result):
+        self.completed.append((trial.trial_id, trial.status, result["training_iteration"]))
+
+    def on_trial_error(self, tune_controller, trial):
+        self.errored.append(trial.trial_id)
+
+    def on_trial_remove(self, tune_controller, trial):
+        self.removed.append(trial.trial_id)
+
+
+def test_only_a_scheduler_with_hooks_of_its_own_is_custom() -> None:
+    assert is_custom_scheduler(StopBelow())
+    assert not is_custom_scheduler(TrialScheduler()) and not is_custom_scheduler(ASHAScheduler())
+    assert not is_custom_scheduler(tune.schedulers.FIFOScheduler())
+
+
+def _search(scheduler, n=3):
+    search = ScheduledSearch(searchers.RandomSearch({"x": tune.uniform(0, 1)}, num_samples=n, seed=0), scheduler)
+    (group,) = search.next_groups()
+    for i, config in enumerate(group.configs):
+        search.on_trial_add(f"t{i}", group.group_id, config)
+    return search
+
+
+def test_the_schedulers_stop_wins_and_it_hears_of_each_trials_life() -> None:
+    scheduler = StopBelow(metric="m", mode="max")
+    search = _search(scheduler)
+    assert scheduler.added == ["t0", "t1", "t2"]
+    assert search.on_result("t0", {"m": 0.9, "training_iteration": 2}) == Decision.CONTINUE
+    assert search.on_result("t1", {"m": 0.1, "training_iteration": 1}) == Decision.CONTINUE  # before its step
+    assert search.on_result("t1", {"m": 0.1, "training_iteration": 2}) == Decision.STOP
+    assert scheduler.live_seen == [3, 3, 3]
+    search.on_trial_complete("t1", {"m": 0.1, "training_iteration": 2})
+    search.on_trial_complete("t0", {"m": 0.8, "training_iteration": 3}, error=True)
+    search.on_trial_complete("t2", None)  # ended before it reported (stopped while queued)
+    assert scheduler.completed == [("t1", "TERMINATED", 2)]
+    assert scheduler.errored == ["t0"] and scheduler.removed == ["t2"]
+    assert search.is_finished()
+
+
+def test_pause_goes_on_with_one_warning_and_a_bad_decision_is_an_error() -> None:
+    class Pausing(TrialScheduler):
+        def on_trial_result(self, tune_controller, trial, result):
+            return result["say"]
+
+    search = _search(Pausing())
+    with pytest.warns(UserWarning, match="paused trial t0; fluidsalus shares devices instead of pausing"):
+        assert search.on_result("t0", {"say": TrialScheduler.PAUSE}) == Decision.CONTINUE
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert search.on_result("t1", {"say": "PAUSE"}) == Decision.CONTINUE  # warned once
+    with pytest.raises(ConfigError, match=r"Pausing.on_trial_result returned 'later'; it must return"):
+        search.on_result("t2", {"say": "later"})
+
+
+def test_plan_wraps_the_search_algorithms_trials_and_checks_metric_and_mode() -> None:
+    planned = plan(TuneConfig(num_samples=4, scheduler=StopBelow(metric="m", mode="max")), {"x": tune.uniform(0, 1)})
+    assert isinstance(planned.searcher, ScheduledSearch)
+    assert isinstance(planned.searcher.inner, searchers.RandomSearch) and planned.searcher.inner.num_samples == 4
+    assert (planned.metric, planned.mode) == ("m", "max")
+    assert planned.summary.startswith("StopBelow (your own scheduler) over FIFOScheduler -> RandomSearch(")
+    with pytest.raises(ConfigError, match="metric/mode given to TuneConfig and to StopBelow, which has its own"):
+        plan(TuneConfig(metric="a", mode="max", scheduler=StopBelow(metric="m", mode="max")), {})
+
+    class Chooser(StopBelow):
+        def choose_trial_to_run(self, tune_controller):
+            return None
+
+    with pytest.warns(UserWarning, match="Chooser.choose_trial_to_run is not called"):
+        plan(TuneConfig(metric="m", mode="max", scheduler=Chooser()), {"x": 1})
+
+
+def test_a_subclass_of_rays_trial_scheduler_runs_as_it_is() -> None:
+    from ray.tune.schedulers import FIFOScheduler as RayFIFO
+
+    class RayStyle(RayFIFO):
+        def on_trial_result(self, tune_controller, trial, result):
+            return RayFIFO.STOP
+
+    with pytest.warns(UserWarning, match="RayStyle subclasses Ray Tune's FIFOScheduler; fluidsalus runs it as it is"):
+        planned = plan(TuneConfig(metric="m", mode="max", scheduler=RayStyle()), {"x": 1})
+    (group,) = planned.searcher.next_groups()
+    planned.searcher.on_trial_add("t0", group.group_id, group.configs[0])
+    assert planned.searcher.on_result("t0", {"m": 1}) == Decision.STOP
+
+
+def _steps(config):
+    for _ in range(6):
+        time.sleep(_STEP_S)  # long enough for the driver's decision to arrive before the trial ends
+        tune.report({"value": config["x"]})
+
+
+def test_a_tuner_run_under_a_scheduler_of_your_own(ray_cluster, storage) -> None:
+    scheduler = StopBelow(threshold=0.5, step=2)
+    grid = Tuner(_steps, param_space={"x": tune.grid_search([0.1, 0.3, 0.7, 0.9])},
+                 tune_config=TuneConfig(metric="value", mode="max", scheduler=scheduler),
+                 run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    ends = {r.config["x"]: r.metrics["training_iteration"] for r in grid}
+    assert grid.num_errors == 0 and ends[0.7] == ends[0.9] == 6
+    # The trial does not wait for the driver: a STOP at iteration 2 ends it at its next report after it arrives.
+    assert 2 <= ends[0.1] < 6 and 2 <= ends[0.3] < 6
+    assert sorted(scheduler.added) == sorted(r.metrics["trial_id"] for r in grid)
+    assert sorted(iteration for _, _, iteration in scheduler.completed) == sorted(ends.values())
