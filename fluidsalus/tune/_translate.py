@@ -364,6 +364,10 @@ def _plan_scheduled(scheduler: Any, tune_config: TuneConfig, param_space: Mappin
     mode = tune_config.mode or getattr(scheduler, "mode", None)
     inner = plan(dataclasses.replace(tune_config, scheduler=None, metric=metric, mode=mode), param_space,
                  class_trainable=class_trainable)
+    if not isinstance(inner.searcher, (RandomSearch, OptunaSearch, CustomSearch, RepeatSearcher)):
+        raise ConfigError(f"TuneConfig: {name} (your own scheduler) runs over random or grid search, OptunaSearch "
+                          f"or a search algorithm of your own; {type(inner.searcher).__name__} decides on its trials "
+                          "itself")
     searcher = ScheduledSearch(inner.searcher, scheduler)
     return replace(inner, searcher=searcher, summary=f"{name} (your own scheduler) over {inner.summary}")
 
