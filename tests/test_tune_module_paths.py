@@ -21,7 +21,7 @@ PATHS = [
                        "sample_from", "uniform"]),
     ("schedulers.resource_changing_scheduler", ["ResourceChangingScheduler", "DistributeResources",
                                                 "DistributeResourcesToTopJob"]),
-    ("utils", ["flatten_dict", "merge_dicts", "deep_update", "unflattened_lookup", "date_str",
+    ("utils", ["flatten_dict", "merge_dicts", "deep_update", "unflattened_lookup", "date_str", "wait_for_gpu",
                "validate_save_restore"]),
     ("logger", ["pretty_print", "LoggerCallback", "CSVLoggerCallback", "JsonLoggerCallback"]),
 ]

@@ -156,3 +156,24 @@ def test_validate_save_restore_passes_a_trainable_that_resumes_and_fails_one_tha
     assert utils.validate_save_restore(_Counter, {"start": 5}) is True
     with pytest.raises(AssertionError, match="restored from a checkpoint of iteration 3 reported training_iteration 1"):
         utils.validate_save_restore(_Forgetful, {"start": 5})
+
+
+def test_wait_for_gpu_returns_at_once_on_a_trials_gpu_and_raises_elsewhere(monkeypatch) -> None:
+    import types
+
+    import fluidsalus.session as session
+
+    with pytest.raises(RuntimeError, match="No GPU ids found: wait_for_gpu was called outside a trial"):
+        utils.wait_for_gpu()
+
+    def on(device):
+        context = types.SimpleNamespace(get_device=lambda: device)
+        monkeypatch.setattr(session, "current_session", lambda: types.SimpleNamespace(context=context))
+
+    on("cpu")
+    with pytest.raises(RuntimeError, match="in a trial on device 'cpu'"):
+        utils.wait_for_gpu()
+    on("cuda:0")
+    assert utils.wait_for_gpu() is True and utils.wait_for_gpu("0", target_util=0.0) is True
+    with pytest.raises(ValueError, match="must be type str/int"):
+        utils.wait_for_gpu(1.5)

@@ -3,9 +3,11 @@
 - :func:`flatten_dict`, :func:`merge_dicts`, :func:`deep_update`, :func:`unflattened_lookup`: Ray's dict helpers,
   with Ray's results and errors for the same input (``tests/test_tune_utils.py`` compares them with Ray's);
 - :func:`date_str`: the time stamp Ray puts in experiment names;
-- :func:`validate_save_restore`: checks that a class ``Trainable`` resumes correctly from its own checkpoint.
+- :func:`validate_save_restore`: checks that a class ``Trainable`` resumes correctly from its own checkpoint;
+- :func:`wait_for_gpu`: Ray's wait for a GPU's memory to be freed, which fluidsalus's admission rule makes
+  unnecessary on a trial's GPU.
 
-``mock_trainable.MyTrainableClass`` is the toy class trainable Ray's examples import. Ray's ``wait_for_gpu``,
+``mock_trainable.MyTrainableClass`` is the toy class trainable Ray's examples import. Ray's
 ``diagnose_serialization``, ``UtilMonitor`` and ``warn_if_slow`` are not provided.
 """
 
@@ -17,7 +19,8 @@ import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["date_str", "deep_update", "flatten_dict", "merge_dicts", "unflattened_lookup", "validate_save_restore"]
+__all__ = ["date_str", "deep_update", "flatten_dict", "merge_dicts", "unflattened_lookup", "validate_save_restore",
+           "wait_for_gpu"]
 
 #: Ray's key delimiter of flattened dicts.
 DELIMITER = "/"
@@ -177,4 +180,41 @@ def validate_save_restore(trainable_cls: type, config: dict[str, Any] | None = N
         second.stop()
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
+    return True
+
+
+def wait_for_gpu(gpu_id: int | str | None = None, target_util: float = 0.01, retry: int = 20, delay_s: int = 5,
+                 gpu_memory_limit: float | None = None) -> bool:
+    """Ray's wait until the trial's GPU has freed its memory (``memoryUtil <= target_util``), called at the start of
+    a trainable so that a trial does not start on memory the previous one still holds.
+
+    fluidsalus runs several trials on one GPU at once, so its memory is never nearly all free while neighbours run,
+    and waiting for that would never end. What the wait was for is already done: the lane runtime admits a trial
+    onto its device only when its memory fits next to the others' (``sum(P) + max(T) <= C``,
+    docs/lanes.md). So on a trial's GPU this returns True at once.
+
+    Args:
+        gpu_id: Accepted for Ray's signature (an int, or a str ordinal or UUID); the trial's own GPU is the one.
+        target_util: Unused (see above).
+        retry: Unused.
+        delay_s: Unused.
+        gpu_memory_limit: Deprecated in Ray; unused.
+
+    Returns:
+        True.
+
+    Raises:
+        ValueError: ``gpu_id`` is neither None, an int nor a str (Ray's check).
+        RuntimeError: Not called in a trial that runs on a GPU (Ray raises this when ``ray.get_gpu_ids()`` is
+            empty).
+    """
+    from fluidsalus.session import current_session
+
+    if gpu_id is not None and not isinstance(gpu_id, (int, str)):
+        raise ValueError(f"gpu_id ({type(gpu_id)}) must be type str/int.")
+    session = current_session()
+    device = session.context.get_device() if session is not None else None
+    if device is None or not device.startswith("cuda"):
+        where = "outside a trial" if device is None else f"in a trial on device {device!r}"
+        raise RuntimeError(f"No GPU ids found: wait_for_gpu was called {where}. Did you set Tune resources correctly?")
     return True
