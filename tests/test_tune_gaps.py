@@ -370,7 +370,8 @@ class _Recorder(tune.Callback):
         self.events.append((hook, trial.config["x"], trial.status, *extra))
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        assert trial in trials and trial.local_path.endswith(trial.trial_id)
+        folder = os.path.basename(trial.local_path)  # Ray's default name: <trainable>_<trial_id>_<tag>_<date>
+        assert trial in trials and folder.startswith(f"{trial.trainable_name}_{trial.trial_id}_")
         self._add("start", trial, trial.num_failures)
 
     def on_trial_recover(self, iteration, trials, trial, **info):

@@ -187,3 +187,23 @@ def test_trial_dirname_creator_names_each_trials_folder_and_a_restore_finds_them
                            run_config=tune.RunConfig(storage_path=storage, name=f"bad_{id(bad)}", verbose=0))
         with pytest.raises(ConfigError, match=message):
             tuner.fit()
+
+
+def test_trial_folders_have_rays_default_names(ray_cluster, storage, monkeypatch) -> None:
+    import re
+
+    from fluidsalus import tune
+
+    grid = tune.Tuner(_two_steps, param_space={"x": tune.grid_search([1, 2])},
+                      run_config=tune.RunConfig(storage_path=storage, name="default_names", verbose=0)).fit()
+    stamp = r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d"
+    for result in grid:  # Ray's <trainable>_<trial_id>_<experiment_tag>_<date>
+        name = os.path.basename(result.path)
+        tag = result.metrics["experiment_tag"]
+        assert re.fullmatch(rf"_two_steps_{result.trial_id}_{re.escape(tag)}_{stamp}", name), name
+        assert os.path.isfile(os.path.join(result.path, "result.json"))
+    monkeypatch.setenv("TUNE_MAX_LEN_IDENTIFIER", "12")  # Ray's limit on the part before the date
+    (short,) = tune.Tuner(_two_steps, param_space={"x": 1}, tune_config=tune.TuneConfig(
+        trial_name_creator=lambda t: "a(b)"), run_config=tune.RunConfig(
+        storage_path=storage, name="short", verbose=0)).fit()
+    assert re.fullmatch(rf"a_b__0_{stamp}", os.path.basename(short.path))  # named, cut, Ray's characters made _

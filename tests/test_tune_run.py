@@ -370,7 +370,9 @@ def test_a_legacy_script_gets_rays_analysis(ray_cluster, storage: str) -> None:
     assert sorted(t.config["x"] for t in analysis.trials) == [1, 2, 3]
     assert all(t.status == "TERMINATED" and t.last_result["step"] == 3 for t in analysis.trials)
     best = analysis.best_trial
-    assert best.path == os.path.join(storage, "legacy", best.trial_id) and best.metric_analysis["score"]["avg"] == 6
+    assert os.path.dirname(best.path) == os.path.join(storage, "legacy") and os.path.isdir(best.path)
+    assert os.path.basename(best.path).startswith(f"_train_{best.trial_id}_")  # Ray's default folder name
+    assert best.metric_analysis["score"]["avg"] == 6
     assert analysis.best_checkpoint.path.startswith(best.path)  # the kept checkpoint of step 3 (score 9)
     assert len(best.checkpoints) == 2  # num_to_keep
     assert sorted(analysis.results_df["score"]) == [3, 6, 9]

@@ -84,6 +84,7 @@ from fluidsalus.tune.callback import SESSION_FORMAT, RayCallbackAdapter, TrialIn
 from fluidsalus.tune.logger import default_loggers, translate_ray_logger
 from fluidsalus.tune.progress_reporter import ReporterCallback
 from fluidsalus.tune.registry import resolve_trainable
+from fluidsalus.tune.utils import date_str
 
 __all__ = ["TUNER_STATE_FILE", "Tuner"]
 
@@ -97,6 +98,10 @@ _STATE_VERSION = 1
 _NAME_TIMESTAMP = "%Y-%m-%d_%H-%M-%S"
 #: Characters a default experiment name may not hold (``<lambda>`` becomes ``lambda``).
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.=+-]+")
+#: Ray's environment variable for the length of a default trial folder name before its date, and its default.
+MAX_LEN_IDENTIFIER_ENV, DEFAULT_MAX_LEN_IDENTIFIER = "TUNE_MAX_LEN_IDENTIFIER", 130
+#: The characters Ray replaces in a trial folder name (``/``, parentheses, and the characters Windows reserves).
+_RAY_UNSAFE_DIRNAME = re.compile(r'[/()<>:"\\|?*]')
 #: Default experiment name prefix when the trainable's name has no usable character.
 _FALLBACK_NAME = "trainable"
 #: ``stop_reason`` of an unfinished trial that ``Tuner.restore(resume_unfinished=False)`` ends.
@@ -152,15 +157,42 @@ def combine_stops(stop: Any, extra: list[Callable[[str, Mapping[str, Any]], bool
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _dirname_function(creator: Callable[[TrialInfo], str], experiment_dir: str,
-                      trainable_name: str, tags: Tagger) -> Callable[[str, Mapping[str, Any]], str]:
-    """The engine's ``trial_dirname(trial_id, config)`` from Ray's ``trial_dirname_creator(trial)``: the creator
-    is given each new trial's :class:`TrialInfo` (Ray gives its ``Trial``), with the ``experiment_tag`` the
-    engine asked ``tags`` for just before."""
+def ray_default_dirname(trial: TrialInfo) -> str:
+    """Ray's default folder name of a trial: ``<str(trial)>_<experiment_tag>``, cut to
+    ``TUNE_MAX_LEN_IDENTIFIER`` characters (130 by default), then ``_<date>``, with the characters Ray strips
+    (``/()<>:"\\|?*``) made ``_``.
+
+    Raises:
+        ConfigError: ``TUNE_MAX_LEN_IDENTIFIER`` is not a positive int.
+    """
+    raw = os.environ.get(MAX_LEN_IDENTIFIER_ENV, str(DEFAULT_MAX_LEN_IDENTIFIER))
+    try:
+        limit = int(raw)
+    except ValueError:
+        limit = 0
+    if limit < 1:
+        raise ConfigError(f"{MAX_LEN_IDENTIFIER_ENV} must be a positive int (got {raw!r})")
+    name = f"{trial}_{trial.experiment_tag}"[:limit] + f"_{date_str()}"
+    return _RAY_UNSAFE_DIRNAME.sub("_", name)
+
+
+def _dirname_function(creator: Callable[[TrialInfo], str] | None, experiment_dir: str,
+                      trainable_name: str, tags: Tagger,
+                      name_creator: Callable[[TrialInfo], str] | None) -> Callable[[str, Mapping[str, Any]], str]:
+    """The engine's ``trial_dirname(trial_id, config)`` from Ray's ``trial_dirname_creator(trial)`` (None: Ray's
+    default, :func:`ray_default_dirname`): the creator is given each new trial's :class:`TrialInfo` (Ray gives its
+    ``Trial``), named by ``trial_name_creator`` and with the ``experiment_tag`` the engine asked ``tags`` for just
+    before."""
 
     def dirname(trial_id: str, config: Mapping[str, Any]) -> str:
-        return creator(TrialInfo(trial_id, dict(config), path=os.path.join(experiment_dir, trial_id),
-                                 trainable_name=trainable_name, tag=tags.latest or None))
+        trial = TrialInfo(trial_id, dict(config), path=os.path.join(experiment_dir, trial_id),
+                          trainable_name=trainable_name, tag=tags.latest or None)
+        if creator is None:
+            if name_creator is not None:
+                named = name_creator(trial)
+                trial.custom_trial_name = named if isinstance(named, str) else None
+            return ray_default_dirname(trial)
+        return creator(trial)
 
     return dirname
 
@@ -606,7 +638,7 @@ class Tuner:
         if self._resume:
             self._restore_tags(experiment_dir, tags)
         adapter = RayCallbackAdapter(ray_callbacks, experiment_dir, label, tune_config.trial_name_creator,
-                                     restore=self._resume, named_folders=dirname_creator is not None, tags=tags) \
+                                     restore=self._resume, named_folders=True, tags=tags) \
             if ray_callbacks or tune_config.trial_name_creator is not None else None
         saver = _SaveOnFirstEvent(lambda: self._save_state(experiment_dir))
         policies = _PolicyFiles(planned.searcher, experiment_dir)
@@ -645,8 +677,8 @@ class Tuner:
                     resume=self._resume,
                     callbacks=[saver, policies, *engine_callbacks, *([adapter] if adapter is not None else [])],
                     gpu_per_trial=gpu_hint(entry.resources),
-                    trial_dirname=None if dirname_creator is None else _dirname_function(
-                        dirname_creator, experiment_dir, label, tags),
+                    trial_dirname=_dirname_function(dirname_creator, experiment_dir, label, tags,
+                                                    tune_config.trial_name_creator),
                     result_extras=tags,
                 )
         except KeyboardInterrupt:
