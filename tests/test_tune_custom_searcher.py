@@ -242,6 +242,32 @@ def test_asha_decides_on_the_searchers_trials_and_the_searcher_hears_of_each_end
     assert all(not g.configs for g in again.next_groups()) and fresh.asked == []  # all 4 were made before
 
 
+def test_a_search_generator_around_a_searcher_changes_nothing() -> None:
+    from ray.tune.search import SearchGenerator as RaySearchGenerator
+
+    from fluidsalus.tune.search import SearchGenerator
+
+    climber = HillClimber()
+    planned = plan(TuneConfig(metric="m", mode="max", num_samples=3,
+                              search_alg=SearchGenerator(ConcurrencyLimiter(climber, max_concurrent=2))), {})
+    assert isinstance(planned.searcher, CustomSearch) and planned.searcher.searcher is climber
+    assert planned.max_concurrent_trials == 2
+    from ray.tune.search import Searcher as RaySearcher
+
+    class RayStyle(RaySearcher):  # Ray's SearchGenerator takes only Ray's Searcher subclasses
+        def suggest(self, trial_id):
+            return {"x": 1}
+
+        def on_trial_complete(self, trial_id, result=None, error=False):
+            pass
+
+    theirs = RayStyle()
+    with pytest.warns(UserWarning, match="Ray Tune's SearchGenerator"):
+        planned = plan(TuneConfig(metric="m", mode="max", num_samples=3,
+                                  search_alg=RaySearchGenerator(theirs)), {})
+    assert isinstance(planned.searcher, CustomSearch) and planned.searcher.searcher is theirs
+
+
 def test_a_repeater_runs_each_suggestion_several_times_and_tells_the_searcher_the_mean() -> None:
     from fluidsalus.searchers._repeat import TRIAL_INDEX, RepeatSearcher
     from fluidsalus.tune.search import Repeater

@@ -17,6 +17,8 @@ PATHS = [
     ("tune_config", ["TuneConfig", "ResumeConfig"]),
     ("tuner", ["Tuner"]),
     ("error", ["TuneError"]),
+    ("search", ["BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "SearchGenerator", "Searcher",
+                "grid_search"]),
     ("search.sample", ["Categorical", "Domain", "Float", "Function", "Integer", "choice", "loguniform", "randint",
                        "sample_from", "uniform"]),
     ("schedulers.resource_changing_scheduler", ["ResourceChangingScheduler", "DistributeResources",

@@ -30,7 +30,13 @@ from fluidsalus.tune.schedulers import (
     TrialScheduler,
 )
 from fluidsalus.tune.schedulers.resource_changing_scheduler import DistributeResources, DistributeResourcesToTopJob
-from fluidsalus.tune.search import BasicVariantGenerator, ConcurrencyLimiter, Repeater, SearchAlgorithm
+from fluidsalus.tune.search import (
+    BasicVariantGenerator,
+    ConcurrencyLimiter,
+    Repeater,
+    SearchAlgorithm,
+    SearchGenerator,
+)
 from fluidsalus.tune.search.bohb import TuneBOHB
 from fluidsalus.tune.search.optuna import OptunaSearch
 
@@ -39,7 +45,8 @@ __all__ = ["adopt_scheduler", "adopt_search_alg", "is_ray_object"]
 _SUPPORTED_SCHEDULERS = ("FIFOScheduler", "AsyncHyperBandScheduler/ASHAScheduler", "HyperBandScheduler",
                          "HyperBandForBOHB", "MedianStoppingRule", "PopulationBasedTraining", "PB2",
                          "PopulationBasedTrainingReplay", "ResourceChangingScheduler")
-_SUPPORTED_SEARCHERS = ("BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "TuneBOHB", "OptunaSearch")
+_SUPPORTED_SEARCHERS = ("BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "SearchGenerator", "TuneBOHB",
+                        "OptunaSearch", "a Searcher subclass of your own")
 
 
 def is_ray_object(value: Any) -> bool:
@@ -179,7 +186,12 @@ def _optuna(value: Any) -> OptunaSearch:
                         evaluated_rewards=_read(value, "_evaluated_rewards"))
 
 
+def _search_generator(value: Any) -> SearchGenerator:
+    return SearchGenerator(adopt_search_alg(_read(value, "searcher"), warn=False))
+
+
 _SEARCHERS: dict[str, Callable[[Any], SearchAlgorithm]] = {
+    "SearchGenerator": _search_generator,
     "BasicVariantGenerator": _basic_variant,
     "ConcurrencyLimiter": _limiter,
     "Repeater": _repeater,

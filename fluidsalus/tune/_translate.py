@@ -81,7 +81,7 @@ from fluidsalus.tune.schedulers import (
     ResourceChangingScheduler,
     TrialScheduler,
 )
-from fluidsalus.tune.search import BasicVariantGenerator, ConcurrencyLimiter, Repeater
+from fluidsalus.tune.search import BasicVariantGenerator, ConcurrencyLimiter, Repeater, SearchGenerator
 from fluidsalus.tune.search.bohb import TuneBOHB
 from fluidsalus.tune.search.optuna import OptunaSearch as OptunaHolder
 
@@ -161,8 +161,9 @@ def _pick(what: str, values: list[tuple[str, Any]]) -> Any:
 
 def _unwrap(search_alg: Any) -> tuple[Any, list[int]]:
     limits: list[int] = []
-    while isinstance(search_alg, ConcurrencyLimiter):
-        limits.append(search_alg.max_concurrent)
+    while isinstance(search_alg, (ConcurrencyLimiter, SearchGenerator)):
+        if isinstance(search_alg, ConcurrencyLimiter):
+            limits.append(search_alg.max_concurrent)
         search_alg = adopt_search_alg(search_alg.searcher)
     return search_alg, limits
 

@@ -3,6 +3,8 @@
 - :class:`BasicVariantGenerator`: random and grid search (the default);
 - :class:`ConcurrencyLimiter`: caps the trials running at once;
 - :class:`Repeater`: runs each configuration several times and tells the search algorithm the mean;
+- :class:`SearchGenerator`: Ray's wrapper of a ``Searcher`` (it changes nothing);
+- :class:`Searcher`: the base of a search algorithm of your own (``suggest``/``on_trial_complete``);
 - :class:`~fluidsalus.tune.search.bohb.TuneBOHB`: BOHB (``from fluidsalus.tune.search.bohb import TuneBOHB``);
 - :class:`~fluidsalus.tune.search.optuna.OptunaSearch`: Optuna's samplers
   (``from fluidsalus.tune.search.optuna import OptunaSearch``).
@@ -24,10 +26,11 @@ from fluidsalus.tune.search._holders import (
     Repeater,
     SearchAlgorithm,
     Searcher,
+    SearchGenerator,
 )
 
 __all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "SEARCHER_NAMES", "SearchAlgorithm",
-           "Searcher", "create_searcher", "grid_search"]
+           "SearchGenerator", "Searcher", "create_searcher", "grid_search"]
 
 #: Ray's short search algorithm names (``ray.tune.search.SEARCH_ALG_IMPORT``); those fluidsalus provides name
 #: the module and class that ``create_searcher`` imports (lazily, as Ray does), the others None.

@@ -21,7 +21,7 @@ import numpy as np
 from fluidsalus.errors import ConfigError
 from fluidsalus.tune._config import MetricModeHolder
 
-__all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "Searcher", "SearchAlgorithm"]
+__all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "SearchAlgorithm", "SearchGenerator", "Searcher"]
 
 logger = logging.getLogger(__name__)
 
@@ -274,6 +274,22 @@ class ConcurrencyLimiter(_Wrapper):
         return {"searcher": self.searcher, "max_concurrent": self.max_concurrent, "batch": self.batch}
 
 
+class SearchGenerator(_Wrapper):
+    """Ray's wrapper that turns a ``Searcher`` into trials (``ray.tune.search.SearchGenerator``). Ray wraps every
+    searcher in one itself; older scripts pass it explicitly. It changes nothing: the wrapped search algorithm runs
+    as it would alone.
+
+    Args:
+        searcher: The search algorithm.
+    """
+
+    def __init__(self, searcher: Any) -> None:
+        self._wrap(searcher)
+
+    def describe(self) -> dict[str, Any]:
+        return {"searcher": self.searcher}
+
+
 class Repeater(_Wrapper):
     """Runs each configuration of a search algorithm ``repeat`` times and tells it the mean
     (``ray.tune.search.Repeater``), for noisy objectives.
@@ -286,9 +302,10 @@ class Repeater(_Wrapper):
     in flight, one outside caps trials.
 
     Args:
-        searcher: The search algorithm to repeat: an ``OptunaSearch`` (possibly in a ``ConcurrencyLimiter``).
-            fluidsalus refuses the others and an early-stopping scheduler beside it at ``fit()`` (Ray
-            recommends against that pairing; fluidsalus's schedulers stop trials through the search itself).
+        searcher: The search algorithm to repeat: an ``OptunaSearch`` or a search algorithm of your own
+            (possibly in a ``ConcurrencyLimiter``). fluidsalus refuses the others and an early-stopping scheduler
+            beside it at ``fit()`` (Ray recommends against that pairing; fluidsalus's schedulers stop trials
+            through the search itself).
         repeat: Runs of each configuration, ``>= 1``.
         set_index: Put each repeat's index (0 .. repeat-1) into its config under ``"__trial_index__"``.
     """
