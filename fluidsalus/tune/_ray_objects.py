@@ -44,7 +44,8 @@ __all__ = ["adopt_scheduler", "adopt_search_alg", "is_ray_object"]
 
 _SUPPORTED_SCHEDULERS = ("FIFOScheduler", "AsyncHyperBandScheduler/ASHAScheduler", "HyperBandScheduler",
                          "HyperBandForBOHB", "MedianStoppingRule", "PopulationBasedTraining", "PB2",
-                         "PopulationBasedTrainingReplay", "ResourceChangingScheduler")
+                         "PopulationBasedTrainingReplay", "ResourceChangingScheduler",
+                         "a TrialScheduler subclass of your own")
 _SUPPORTED_SEARCHERS = ("BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "SearchGenerator", "TuneBOHB",
                         "OptunaSearch", "a Searcher subclass of your own")
 
