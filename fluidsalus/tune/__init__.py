@@ -11,9 +11,11 @@ The names a Ray Tune script touches, with Ray 2.x's signatures and defaults:
 - :class:`Stopper` (and :mod:`fluidsalus.tune.stopper`), :class:`Callback` (and
   :class:`fluidsalus.tune.logger.LoggerCallback`), :class:`CLIReporter` / :class:`JupyterNotebookReporter`
   (:mod:`fluidsalus.tune.progress_reporter`);
-- Ray's result keys (:mod:`fluidsalus.tune.result`) and the toy ``MyTrainableClass`` of Ray's examples
-  (:mod:`fluidsalus.tune.utils.mock_trainable`);
-- :mod:`fluidsalus.tune.schedulers` and :mod:`fluidsalus.tune.search` (``search.bohb``, ``search.optuna``);
+- Ray's result keys (:mod:`fluidsalus.tune.result`), Ray's helpers (:mod:`fluidsalus.tune.utils`) and the toy
+  ``MyTrainableClass`` of Ray's examples (:mod:`fluidsalus.tune.utils.mock_trainable`);
+- :mod:`fluidsalus.tune.schedulers` and :mod:`fluidsalus.tune.search` (``search.bohb``, ``search.optuna``),
+  including a ``Searcher`` or ``TrialScheduler`` subclass of your own;
+- Ray's module paths scripts import from (``tune.experiment``, ``tune.result_grid``, ``tune.trainable``, ...);
 - :class:`ResultGrid`, :class:`Result`;
 - the legacy :func:`run` (``tune.run(trainable, config=..., ...)``), which returns an
   :class:`ExperimentAnalysis` (:mod:`fluidsalus.tune.analysis`), and ``create_scheduler`` /
