@@ -79,6 +79,21 @@ def test_the_schedulers_stop_wins_and_it_hears_of_each_trials_life() -> None:
     assert search.is_finished()
 
 
+def test_a_resumed_search_asks_the_scheduler_about_the_trials_it_continues() -> None:
+    scheduler = StopBelow(metric="m", mode="max")
+    search = _search(scheduler)
+    search.on_result("t0", {"m": 0.9, "training_iteration": 1})
+    search.on_trial_complete("t1", {"m": 0.9, "training_iteration": 1})
+    state = search.state_dict()
+    fresh = StopBelow(metric="m", mode="max")
+    resumed = ScheduledSearch(searchers.RandomSearch({"x": tune.uniform(0, 1)}, num_samples=3, seed=0), fresh)
+    resumed.load_state_dict(state)
+    assert resumed.next_groups() == [] and fresh.added == []  # nothing new; not told of the additions again
+    assert resumed.on_result("t0", {"m": 0.1, "training_iteration": 2}) == Decision.STOP
+    assert [t.status for t in resumed._view.get_trials()] == ["RUNNING", "TERMINATED", "PENDING"]
+    assert resumed._trials["t0"].config == search._trials["t0"].config and fresh.live_seen == [2]
+
+
 def test_pause_goes_on_with_one_warning_and_a_bad_decision_is_an_error() -> None:
     class Pausing(TrialScheduler):
         def on_trial_result(self, tune_controller, trial, result):

@@ -16,7 +16,8 @@ result:
   :class:`~fluidsalus.tune.callback.TrialInfo` view callbacks get (``trial_id``, ``config``, ``last_result``,
   ``status``, ...), one object per trial for the whole run.
 - The scheduler's own state is not saved with the experiment: a resumed run starts it from its state when the run
-  began (its ``tuner.pkl`` copy).
+  began (its ``tuner.pkl`` copy). The trial views are saved (config and status), so the resumed run asks it about
+  the results of the trials it continues; it is not told of their addition again.
 """
 
 from __future__ import annotations
@@ -158,7 +159,16 @@ class ScheduledSearch(BaseSearcher):
         return self.inner.is_finished()
 
     def state_dict(self) -> dict[str, Any]:
-        return self.inner.state_dict()
+        """The wrapped searcher's state, and each trial's config and status (so that a resumed run shows the
+        scheduler the trials it continues)."""
+        return {"inner": self.inner.state_dict(),
+                "trials": {tid: {"config": t.config, "status": t.status} for tid, t in self._trials.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.inner.load_state_dict(state)
+        """Restore the wrapped searcher and the trial views. The scheduler is not told of the trials again: it
+        is the one saved when the run began, which may know some of them already."""
+        self.inner.load_state_dict(state["inner"])
+        self._trials.clear()
+        for trial_id, saved in dict(state.get("trials", {})).items():
+            self._trials[trial_id] = TrialInfo(trial_id, dict(saved["config"]), status=str(saved["status"]),
+                                               trainable_name=self.trainable_name)
