@@ -203,7 +203,13 @@ def test_trial_folders_have_rays_default_names(ray_cluster, storage, monkeypatch
         assert re.fullmatch(rf"_two_steps_{result.trial_id}_{re.escape(tag)}_{stamp}", name), name
         assert os.path.isfile(os.path.join(result.path, "result.json"))
     monkeypatch.setenv("TUNE_MAX_LEN_IDENTIFIER", "12")  # Ray's limit on the part before the date
-    (short,) = tune.Tuner(_two_steps, param_space={"x": 1}, tune_config=tune.TuneConfig(
-        trial_name_creator=lambda t: "a(b)"), run_config=tune.RunConfig(
-        storage_path=storage, name="short", verbose=0)).fit()
+    asked: list[str] = []
+
+    def name(trial):
+        asked.append(trial.trial_id)
+        return "a(b)"
+
+    (short,) = tune.Tuner(_two_steps, param_space={"x": 1}, tune_config=tune.TuneConfig(trial_name_creator=name),
+                          run_config=tune.RunConfig(storage_path=storage, name="short", verbose=0)).fit()
     assert re.fullmatch(rf"a_b__0_{stamp}", os.path.basename(short.path))  # named, cut, Ray's characters made _
+    assert asked == [short.trial_id]  # called once for the trial, as Ray calls it

@@ -177,19 +177,19 @@ def ray_default_dirname(trial: TrialInfo) -> str:
 
 
 def _dirname_function(creator: Callable[[TrialInfo], str] | None, experiment_dir: str,
-                      trainable_name: str, tags: Tagger,
-                      name_creator: Callable[[TrialInfo], str] | None) -> Callable[[str, Mapping[str, Any]], str]:
+                      trainable_name: str, tags: Tagger, name_creator: Callable[[TrialInfo], str] | None,
+                      names: dict[str, Any]) -> Callable[[str, Mapping[str, Any]], str]:
     """The engine's ``trial_dirname(trial_id, config)`` from Ray's ``trial_dirname_creator(trial)`` (None: Ray's
     default, :func:`ray_default_dirname`): the creator is given each new trial's :class:`TrialInfo` (Ray gives its
-    ``Trial``), named by ``trial_name_creator`` and with the ``experiment_tag`` the engine asked ``tags`` for just
-    before."""
+    ``Trial``), with the ``experiment_tag`` the engine asked ``tags`` for just before. Ray's default name uses
+    ``trial_name_creator``'s name, which is kept in ``names`` for the callbacks (one call per trial, as Ray)."""
 
     def dirname(trial_id: str, config: Mapping[str, Any]) -> str:
         trial = TrialInfo(trial_id, dict(config), path=os.path.join(experiment_dir, trial_id),
                           trainable_name=trainable_name, tag=tags.latest or None)
         if creator is None:
             if name_creator is not None:
-                named = name_creator(trial)
+                names[trial_id] = named = name_creator(trial)  # checked where the callbacks use it
                 trial.custom_trial_name = named if isinstance(named, str) else None
             return ray_default_dirname(trial)
         return creator(trial)
@@ -635,10 +635,11 @@ class Tuner:
         if isinstance(planned.searcher, CustomSearch):  # saved where Ray saves it, restored from there
             planned.searcher.attach(experiment_dir, datetime.datetime.now().strftime(SESSION_FORMAT))
         tags = tagger(planned.space, planned.tags, planned.perturbed)  # Ray's experiment_tag of each trial
+        trial_names: dict[str, Any] = {}  # trial -> what trial_name_creator returned for it
         if self._resume:
             self._restore_tags(experiment_dir, tags)
         adapter = RayCallbackAdapter(ray_callbacks, experiment_dir, label, tune_config.trial_name_creator,
-                                     restore=self._resume, named_folders=True, tags=tags) \
+                                     restore=self._resume, named_folders=True, tags=tags, names=trial_names) \
             if ray_callbacks or tune_config.trial_name_creator is not None else None
         saver = _SaveOnFirstEvent(lambda: self._save_state(experiment_dir))
         policies = _PolicyFiles(planned.searcher, experiment_dir)
@@ -678,7 +679,7 @@ class Tuner:
                     callbacks=[saver, policies, *engine_callbacks, *([adapter] if adapter is not None else [])],
                     gpu_per_trial=gpu_hint(entry.resources),
                     trial_dirname=_dirname_function(dirname_creator, experiment_dir, label, tags,
-                                                    tune_config.trial_name_creator),
+                                                    tune_config.trial_name_creator, trial_names),
                     result_extras=tags,
                 )
         except KeyboardInterrupt:

@@ -249,6 +249,8 @@ class RayCallbackAdapter(EngineCallback):
             trial's :attr:`TrialInfo.path` is read from the store.
         tags: The run's ``result_extras`` that gives each trial's ``experiment_tag`` (a
             :class:`fluidsalus.tune._tags.Tagger`): a trial's view has its tag from the start, as Ray's ``Trial``.
+        names: What ``name_creator`` already returned for a trial (when its folder was named), so that it is
+            called once per trial, as Ray calls it.
 
     Raises:
         ConfigError: If ``TUNE_GLOBAL_CHECKPOINT_S`` is neither ``auto`` nor a number of seconds.
@@ -257,10 +259,12 @@ class RayCallbackAdapter(EngineCallback):
     def __init__(self, callbacks: list[Any], experiment_dir: str, trainable_name: str,
                  name_creator: Callable[[TrialInfo], str] | None = None, restore: bool = False,
                  named_folders: bool = False,
-                 tags: Callable[[int, Mapping[str, Any]], Mapping[str, Any]] | None = None) -> None:
+                 tags: Callable[[int, Mapping[str, Any]], Mapping[str, Any]] | None = None,
+                 names: Mapping[str, Any] | None = None) -> None:
         self.callbacks = list(callbacks)
         self.named_folders = named_folders
         self.tags = tags
+        self.names = names if names is not None else {}
         self._folders: dict[str, str] = {}  # trial -> its folder, as the store last said (named_folders)
         self._seqs: dict[str, int] = {}  # trial -> its creation index, as the store last said (tags)
         self.experiment_dir = experiment_dir
@@ -436,7 +440,7 @@ class RayCallbackAdapter(EngineCallback):
             if trial_id in self._seqs:
                 info.tag = str(self.tags(self._seqs[trial_id], info.config).get(EXPERIMENT_TAG, "")) or None
         if self.name_creator is not None:
-            name = self.name_creator(info)
+            name = self.names[trial_id] if trial_id in self.names else self.name_creator(info)
             if not isinstance(name, str):
                 raise ConfigError(f"TuneConfig: trial_name_creator must return a str (got {type(name).__name__} "
                                   f"for trial {trial_id})")
