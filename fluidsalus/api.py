@@ -137,8 +137,9 @@ def run(
             device's slots, then goes further one measured step at a time while co-locating still pays
             (docs/planner.md, "Hints"). None (the default): no hint.
         trial_dirname: ``f(trial_id, config) -> str``, called once for each new trial: the name of its folder in
-            the experiment (Ray Tune's ``trial_dirname_creator``). It must be one new folder name; a bad one ends
-            the run with a ConfigError. None (the default): the folder is the trial id.
+            the experiment (Ray Tune's ``trial_dirname_creator``). It must be one folder name (else the run ends
+            with a ConfigError); a name already taken gets ``_`` and four hex digits, as in Ray. None (the
+            default): the folder is the trial id.
         result_extras: ``f(seq, config) -> dict``: keys added to every result of the trial created ``seq``-th
             (from 0) with ``config``, before it is stored (front ends use it for their own keys, such as Ray
             Tune's ``experiment_tag``). None (the default): none.

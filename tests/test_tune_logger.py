@@ -7,6 +7,7 @@ import json
 import math
 import os
 import pickle
+import re
 import warnings
 
 import numpy as np
@@ -178,9 +179,14 @@ def test_trial_dirname_creator_names_each_trials_folder_and_a_restore_finds_them
     assert saved.path == os.path.join(storage, "ckpt", "only")  # the trial's own checkpoints are kept there
     assert saved.checkpoint is not None and os.path.dirname(saved.checkpoint.path) == saved.path
 
+    # A name another trial has gets "_" and four hex digits, as Ray makes it unique.
+    same = tune.Tuner(_two_steps, param_space={"x": tune.grid_search([1, 2, 3])},
+                      tune_config=tune.TuneConfig(trial_dirname_creator=lambda t: "same"),
+                      run_config=tune.RunConfig(storage_path=storage, name="same", verbose=0)).fit()
+    names = sorted(os.path.basename(r.path) for r in same)
+    assert names[0] == "same" and all(re.fullmatch(r"same_[0-9a-f]{4}", n) for n in names[1:])
+    assert len(set(names)) == 3 and all(os.path.isfile(os.path.join(r.path, "result.json")) for r in same)
     for bad, message in ((lambda t: "a/b", r"returned 'a/b' for trial .*: it must be one folder name"),
-                         (lambda t: "same", r"returned 'same' for trial .*, which another trial or file of the "
-                                            r"experiment already has"),
                          (lambda t: 7, r"trial_dirname_creator must return a str \(got int for trial")):
         tuner = tune.Tuner(_two_steps, param_space={"x": tune.grid_search([1, 2])},
                            tune_config=tune.TuneConfig(trial_dirname_creator=bad),

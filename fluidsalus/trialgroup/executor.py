@@ -45,6 +45,7 @@ import math
 import os
 import shutil
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -206,6 +207,10 @@ class _Restart:
     time_total_s: float = 0.0
 
 
+#: Hex digits Ray appends to a trial folder name that is taken (``_create_unique_logdir_name``).
+DIRNAME_SUFFIX_HEX = 4
+
+
 def check_dirname(name: Any, trial_id: str, experiment_dir: str, used: set[str]) -> str:
     """A new trial's folder name as a ``trial_dirname`` function gave it, checked.
 
@@ -216,11 +221,11 @@ def check_dirname(name: Any, trial_id: str, experiment_dir: str, used: set[str])
         used: The folder names of the experiment's other trials.
 
     Returns:
-        ``name``.
+        ``name``, or, when another trial or a file of the experiment already has it, ``name`` followed by ``_``
+        and four hex digits that make it new (Ray's rule, logged).
 
     Raises:
-        ConfigError: ``name`` is not a str naming one new folder in the experiment: empty, ``.``/``..``, with a
-            path separator, the folder of another trial, or a name the experiment's folder already holds.
+        ConfigError: ``name`` is not a str naming one folder: empty, ``.``/``..``, or with a path separator.
     """
     what = f"trial_dirname_creator returned {name!r} for trial {trial_id}"
     if not isinstance(name, str):
@@ -229,10 +234,12 @@ def check_dirname(name: Any, trial_id: str, experiment_dir: str, used: set[str])
     if name in ("", ".", "..") or "/" in name or os.sep in name or (os.altsep and os.altsep in name):
         raise ConfigError(f"TuneConfig: {what}: it must be one folder name (not empty, '.', '..', and without a "
                           "path separator)")
-    if name in used or os.path.lexists(os.path.join(experiment_dir, name)):
-        raise ConfigError(f"TuneConfig: {what}, which another trial or file of the experiment already has: "
-                          "each trial needs its own folder")
-    return name
+    unique = name
+    while unique in used or os.path.lexists(os.path.join(experiment_dir, unique)):
+        unique = f"{name}_{uuid.uuid4().hex[:DIRNAME_SUFFIX_HEX]}"
+    if unique != name:
+        logger.info("Trial %s gets the folder %s: %r is taken in the experiment", trial_id, unique, name)
+    return unique
 
 
 def _checkpoint_iteration(path: str) -> int:
