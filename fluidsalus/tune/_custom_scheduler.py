@@ -31,6 +31,7 @@ from fluidsalus.errors import ConfigError
 from fluidsalus.searchers import BaseSearcher, Decision
 from fluidsalus.store import ERROR, FINAL_STATUSES, PENDING, RUNNING, TERMINATED
 from fluidsalus.trialgroup.trial import TrialGroup
+from fluidsalus.tune._custom_search import defined_by_user
 from fluidsalus.tune.callback import TrialInfo
 
 __all__ = ["CONTINUE", "NOOP", "PAUSE", "STOP", "HOOKS", "ScheduledSearch", "is_custom_scheduler"]
@@ -44,16 +45,9 @@ HOOKS = ("on_trial_add", "on_trial_result", "on_trial_complete", "on_trial_error
          "choose_trial_to_run")
 
 
-def _defined_by_user(obj: Any, name: str) -> bool:
-    for cls in type(obj).__mro__:
-        if name in cls.__dict__:
-            return not cls.__module__.startswith(("ray.", "fluidsalus."))
-    return False
-
-
 def is_custom_scheduler(scheduler: Any) -> bool:
     """Whether ``scheduler`` has code of the user's own in one of Ray's scheduler hooks (:data:`HOOKS`)."""
-    return any(_defined_by_user(scheduler, hook) for hook in HOOKS)
+    return any(defined_by_user(scheduler, hook) for hook in HOOKS)
 
 
 class _ControllerView:
@@ -90,7 +84,7 @@ class ScheduledSearch(BaseSearcher):
         self._view = _ControllerView(self._trials)
         self._warned_pause = False
         self._name = type(scheduler).__name__
-        if _defined_by_user(scheduler, "choose_trial_to_run"):
+        if defined_by_user(scheduler, "choose_trial_to_run"):
             warnings.warn(f"fluidsalus.tune: {self._name}.choose_trial_to_run is not called; fluidsalus's planner "
                           "decides which trials run where", UserWarning, stacklevel=3)
 

@@ -38,7 +38,8 @@ from fluidsalus.searchers._optuna import DEFAULT_BATCH_SIZE
 from fluidsalus.trialgroup.trial import TrialGroup
 from fluidsalus.tune._streamed import StreamedASHA
 
-__all__ = ["FINISHED", "STATE_FILE_PATTERN", "CustomASHA", "CustomSearch", "SuggestStream", "is_custom_searcher"]
+__all__ = ["FINISHED", "STATE_FILE_PATTERN", "CustomASHA", "CustomSearch", "SuggestStream", "defined_by_user",
+           "is_custom_searcher", "newest_state_file", "save_searcher"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,13 +55,45 @@ _OWNER = "CustomSearch"
 _PLACEHOLDER_SPACE = {"_": 0}
 
 
-def is_custom_searcher(search_alg: Any) -> bool:
-    """Whether ``search_alg`` is a search algorithm of the user's own: the ``suggest`` it has comes from a class
-    outside Ray and fluidsalus (the holders ``OptunaSearch`` and ``TuneBOHB``, and Ray's classes, are not)."""
-    for cls in type(search_alg).__mro__:
-        if "suggest" in cls.__dict__:
+def defined_by_user(obj: Any, name: str) -> bool:
+    """Whether the method ``name`` that ``obj`` has comes from a class outside Ray and fluidsalus (the user's)."""
+    for cls in type(obj).__mro__:
+        if name in cls.__dict__:
             return not cls.__module__.startswith(("ray.", "fluidsalus."))
     return False
+
+
+def is_custom_searcher(search_alg: Any) -> bool:
+    """Whether ``search_alg`` is a search algorithm of the user's own: it implements ``suggest`` itself (the
+    holders ``OptunaSearch`` and ``TuneBOHB``, and Ray's classes, do not)."""
+    return defined_by_user(search_alg, "suggest")
+
+
+def save_searcher(searcher: Any, folder: str, session: str) -> bool:
+    """``searcher.save(path)`` into Ray's ``searcher-state-<session>.pkl`` in ``folder``, whole or not at all
+    (written under a staging name, then renamed over the last one).
+
+    Returns:
+        False when the searcher has no ``save`` (or it raises NotImplementedError): nothing was written.
+    """
+    save = getattr(searcher, "save", None)
+    if save is None:
+        return False
+    path = os.path.join(folder, STATE_FILE_PATTERN.format(session))
+    staging = os.path.join(folder, f".{os.path.basename(path)}.partial")
+    try:
+        save(staging)
+    except NotImplementedError:
+        return False
+    if os.path.exists(staging):
+        os.replace(staging, path)
+    return True
+
+
+def newest_state_file(folder: str) -> str | None:
+    """The newest ``searcher-state-*.pkl`` in ``folder`` (Ray's rule: the last by name), or None."""
+    saved = sorted(glob.glob(os.path.join(glob.escape(folder), STATE_FILE_PATTERN.format("*"))))
+    return saved[-1] if saved else None
 
 
 def _merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -191,10 +224,10 @@ class _Told:
             session: This run's session name (a timestamp).
         """
         self.experiment_dir, self._session = experiment_dir, session
-        saved = sorted(glob.glob(os.path.join(glob.escape(experiment_dir), STATE_FILE_PATTERN.format("*"))))
-        if saved and hasattr(self.searcher, "restore"):
+        saved = newest_state_file(experiment_dir)
+        if saved is not None and hasattr(self.searcher, "restore"):
             try:
-                self.searcher.restore(saved[-1])
+                self.searcher.restore(saved)
             except NotImplementedError:
                 logger.warning("%s has no restore(); the resumed search starts from its state when the run began",
                                type(self.searcher).__name__)
@@ -220,21 +253,11 @@ class _Told:
         changes = made + len(self._done)
         if self.experiment_dir is None or self._save_unsupported or changes == self._saved_at:
             return
-        save = getattr(self.searcher, "save", None)
-        if save is None:
-            self._save_unsupported = True
-            return
-        path = os.path.join(self.experiment_dir, STATE_FILE_PATTERN.format(self._session))
-        staging = os.path.join(self.experiment_dir, f".{os.path.basename(path)}.partial")
-        try:
-            save(staging)
-        except NotImplementedError:
+        if not save_searcher(self.searcher, self.experiment_dir, self._session):
             self._save_unsupported = True
             logger.warning("%s has no save(); a resumed run starts the search from its state when the run began, "
                            "as in Ray", type(self.searcher).__name__)
             return
-        if os.path.exists(staging):  # save() wrote the file: it replaces the last one whole
-            os.replace(staging, path)
         self._saved_at = changes
 
     def _told_state(self) -> dict[str, Any]:

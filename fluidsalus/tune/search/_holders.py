@@ -9,7 +9,6 @@ algorithm, the scheduler, the ``param_space`` and ``metric``/``mode`` become one
 
 from __future__ import annotations
 
-import glob
 import logging
 import numbers
 import os
@@ -112,17 +111,10 @@ class Searcher(MetricModeHolder, SearchAlgorithm):
             checkpoint_dir: The folder (an experiment's, usually).
             session_str: Names the file.
         """
-        from fluidsalus.tune._custom_search import STATE_FILE_PATTERN
+        from fluidsalus.tune._custom_search import save_searcher
 
-        path = os.path.join(checkpoint_dir, STATE_FILE_PATTERN.format(session_str))
-        staging = os.path.join(checkpoint_dir, f".{os.path.basename(path)}.partial")
-        try:
-            self.save(staging)
-        except NotImplementedError:
+        if not save_searcher(self, checkpoint_dir, session_str):
             logger.warning("%s has no save(); nothing was saved", type(self).__name__)
-            return
-        if os.path.exists(staging):
-            os.replace(staging, path)
 
     def restore_from_dir(self, checkpoint_dir: str) -> None:
         """:meth:`restore` from the newest ``searcher-state-*.pkl`` in ``checkpoint_dir``: the state a run of this
@@ -134,7 +126,7 @@ class Searcher(MetricModeHolder, SearchAlgorithm):
             ConfigError: A fluidsalus search algorithm (``OptunaSearch``, ``TuneBOHB``): its state is in the
                 experiment's store, not in such a file.
         """
-        from fluidsalus.tune._custom_search import STATE_FILE_PATTERN, is_custom_searcher
+        from fluidsalus.tune._custom_search import is_custom_searcher, newest_state_file
 
         if not is_custom_searcher(self):
             hint = (", or keep the study in OptunaSearch(storage=..., study_name=...) and start the new experiment on "
@@ -142,11 +134,10 @@ class Searcher(MetricModeHolder, SearchAlgorithm):
             raise ConfigError(f"{type(self).__name__}.restore_from_dir: fluidsalus keeps this search algorithm's "
                               "state in the experiment's store, not in a searcher-state file; continue the experiment "
                               f"with Tuner.restore(path, trainable){hint}")
-        folder = os.path.expanduser(checkpoint_dir)
-        saved = sorted(glob.glob(os.path.join(glob.escape(folder), STATE_FILE_PATTERN.format("*"))))
-        if not saved:
+        saved = newest_state_file(os.path.expanduser(checkpoint_dir))
+        if saved is None:
             raise RuntimeError(f"Searcher unable to find checkpoint in {checkpoint_dir}")
-        self.restore(saved[-1])
+        self.restore(saved)
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any],
                               **spec: Any) -> bool:
