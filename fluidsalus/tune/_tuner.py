@@ -639,7 +639,7 @@ class Tuner:
         if self._resume:
             self._restore_tags(experiment_dir, tags)
         adapter = RayCallbackAdapter(ray_callbacks, experiment_dir, label, tune_config.trial_name_creator,
-                                     restore=self._resume, named_folders=True, tags=tags, names=trial_names) \
+                                     restore=self._resume, tags=tags, names=trial_names) \
             if ray_callbacks or tune_config.trial_name_creator is not None else None
         saver = _SaveOnFirstEvent(lambda: self._save_state(experiment_dir))
         policies = _PolicyFiles(planned.searcher, experiment_dir)

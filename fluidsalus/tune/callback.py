@@ -245,8 +245,6 @@ class RayCallbackAdapter(EngineCallback):
         name_creator: ``TuneConfig.trial_name_creator``: called once with each trial's view when it is first
             seen (as Ray calls it when it creates a trial); its str names the trial.
         restore: Whether the run continues an experiment: the callbacks get their saved states at :meth:`setup`.
-        named_folders: Trial folders may have other names than the trial ids (``trial_dirname_creator``): each
-            trial's :attr:`TrialInfo.path` is read from the store.
         tags: The run's ``result_extras`` that gives each trial's ``experiment_tag`` (a
             :class:`fluidsalus.tune._tags.Tagger`): a trial's view has its tag from the start, as Ray's ``Trial``.
         names: What ``name_creator`` already returned for a trial (when its folder was named), so that it is
@@ -258,15 +256,13 @@ class RayCallbackAdapter(EngineCallback):
 
     def __init__(self, callbacks: list[Any], experiment_dir: str, trainable_name: str,
                  name_creator: Callable[[TrialInfo], str] | None = None, restore: bool = False,
-                 named_folders: bool = False,
                  tags: Callable[[int, Mapping[str, Any]], Mapping[str, Any]] | None = None,
                  names: Mapping[str, Any] | None = None) -> None:
         self.callbacks = list(callbacks)
-        self.named_folders = named_folders
         self.tags = tags
         self.names = names if names is not None else {}
-        self._folders: dict[str, str] = {}  # trial -> its folder, as the store last said (named_folders)
-        self._seqs: dict[str, int] = {}  # trial -> its creation index, as the store last said (tags)
+        self._folders: dict[str, str] = {}  # trial -> its folder, as the store last said
+        self._seqs: dict[str, int] = {}  # trial -> its creation index, as the store last said
         self.experiment_dir = experiment_dir
         self.trainable_name = trainable_name
         self.name_creator = name_creator
@@ -428,17 +424,13 @@ class RayCallbackAdapter(EngineCallback):
         if config is None:
             row = self._stored_trial(trial_id)
             config = row.config if row is not None else {}
-        path = os.path.join(self.experiment_dir, trial_id)
-        if self.named_folders:
-            if trial_id not in self._folders and (store := self._open_store()) is not None:
-                self._folders = store.trial_dirs()  # read again only for a trial created since the last read
-            path = self._folders.get(trial_id, path)
+        if trial_id not in self._folders and (store := self._open_store()) is not None:
+            # read again only for a trial created since the last read
+            self._folders, self._seqs = store.trial_dirs(), store.trial_seqs()
+        path = self._folders.get(trial_id, os.path.join(self.experiment_dir, trial_id))
         info = TrialInfo(trial_id, dict(config), path=path, trainable_name=self.trainable_name)
-        if self.tags is not None:
-            if trial_id not in self._seqs and (store := self._open_store()) is not None:
-                self._seqs = store.trial_seqs()  # read again only for a trial created since the last read
-            if trial_id in self._seqs:
-                info.tag = str(self.tags(self._seqs[trial_id], info.config).get(EXPERIMENT_TAG, "")) or None
+        if self.tags is not None and trial_id in self._seqs:
+            info.tag = str(self.tags(self._seqs[trial_id], info.config).get(EXPERIMENT_TAG, "")) or None
         if self.name_creator is not None:
             name = self.names[trial_id] if trial_id in self.names else self.name_creator(info)
             if not isinstance(name, str):
