@@ -55,13 +55,33 @@ def is_ray_object(value: Any) -> bool:
     return any(cls.__module__.startswith("ray.") for cls in type(value).__mro__)
 
 
-def _custom_subclass(field: str, value: Any) -> ConfigError | None:
-    """The error for a user's subclass of a Ray class: its own code would be lost by translating its base."""
+#: Ray base classes whose subclasses of the user's own run as they are (a search algorithm or a scheduler of
+#: their own), with the test that they have code of their own and the import to suggest.
+_RUN_AS_IS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "Searcher": (is_custom_searcher, "from fluidsalus.tune.search import Searcher"),
+    "TrialScheduler": (is_custom_scheduler, "from fluidsalus.tune.schedulers import TrialScheduler"),
+    "FIFOScheduler": (is_custom_scheduler, "from fluidsalus.tune.schedulers import TrialScheduler"),
+}
+
+
+def _users_subclass(field: str, value: Any, name: str, warn: bool) -> bool:
+    """Whether ``value`` is the user's own subclass of Ray's class ``name`` that runs as it is (warned about).
+
+    Raises:
+        ConfigError: A subclass of the user's own of another Ray class: translating its Ray base would drop
+            its code.
+    """
     if type(value).__module__.startswith("ray."):
-        return None
-    return ConfigError(
-        f"{field} is {type(value).__name__}, a subclass of Ray Tune's {_ray_class_name(value)} with code of its "
-        "own, which fluidsalus cannot run; use the fluidsalus.tune class (or a fluidsalus.searchers searcher) instead"
+        return False
+    runs, module = _RUN_AS_IS.get(name, (None, ""))
+    if runs is not None and runs(value):
+        if warn:
+            warnings.warn(f"fluidsalus.tune: {field} {type(value).__name__} subclasses Ray Tune's {name}; fluidsalus "
+                          f"runs it as it is. Change the import to `{module}`.", UserWarning, stacklevel=4)
+        return True
+    raise ConfigError(
+        f"{field} is {type(value).__name__}, a subclass of Ray Tune's {name} with code of its own, which "
+        "fluidsalus cannot run; use the fluidsalus.tune class (or a fluidsalus.searchers searcher) instead"
     )
 
 
@@ -225,15 +245,8 @@ def adopt_scheduler(value: Any, field: str = "TuneConfig.scheduler") -> Any:
     if is_ray_object(value):
         name = _ray_class_name(value)
         build = _SCHEDULERS.get(name)
-        if name in ("TrialScheduler", "FIFOScheduler") and is_custom_scheduler(value):  # the user's own scheduler
-            warnings.warn(
-                f"fluidsalus.tune: {field} {type(value).__name__} subclasses Ray Tune's {name}; fluidsalus runs it as "
-                "it is. Change the import to `from fluidsalus.tune.schedulers import TrialScheduler`.",
-                UserWarning, stacklevel=3)
+        if _users_subclass(field, value, name, warn=True):
             return value
-        custom = _custom_subclass(field, value)
-        if custom is not None:
-            raise custom
         if build is None:
             raise ConfigError(
                 f"{field} is Ray Tune's {name}, which fluidsalus has no equivalent for; supported: "
@@ -263,16 +276,8 @@ def adopt_search_alg(value: Any, warn: bool = True) -> Any:
     if is_ray_object(value):
         name = _ray_class_name(value)
         build = _SEARCHERS.get(name)
-        if name == "Searcher" and is_custom_searcher(value):  # the user's own search algorithm on Ray's base
-            if warn:
-                warnings.warn(
-                    f"fluidsalus.tune: TuneConfig.search_alg {type(value).__name__} subclasses Ray Tune's Searcher; "
-                    "fluidsalus runs it as it is. Change the import to `from fluidsalus.tune.search import "
-                    "Searcher`.", UserWarning, stacklevel=3)
+        if _users_subclass("TuneConfig.search_alg", value, name, warn):
             return value
-        custom = _custom_subclass("TuneConfig.search_alg", value)
-        if custom is not None:
-            raise custom
         if build is None:
             raise ConfigError(
                 f"TuneConfig: search_alg is Ray Tune's {name}, which fluidsalus has no equivalent for; supported: "
