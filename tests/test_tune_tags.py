@@ -2,7 +2,7 @@
 
 - ``BasicVariantGenerator`` trials: the configurations Ray's generator makes for a seed come with Ray's
   ``resolved_vars``; Ray tags them ``"<index>_" + format_vars(resolved_vars)``. fluidsalus's RandomSearch makes the
-  same configurations, and :func:`tagger` must give the same tags from the space and the configurations alone.
+  same configurations, and :class:`Tagger` must give the same tags from the space and the configurations alone.
 - Search-algorithm trials: Ray tags them ``"<number>_" + format_vars(<every value of the config>)`` from 1.
 - Which of the two a Tuner's plan uses.
 """
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from fluidsalus import tune
-from fluidsalus.tune._tags import SEARCHER, VARIANTS, format_vars, tagger
+from fluidsalus.tune._tags import SEARCHER, VARIANTS, Tagger, format_vars
 from fluidsalus.tune._translate import plan
 
 rt = pytest.importorskip("ray.tune")
@@ -41,10 +41,10 @@ def test_variant_tags_are_rays_for_the_same_configurations() -> None:
                     ours).searcher
     (group,) = searcher.next_groups()
     assert group.configs == configs  # the same trials, so the same tags are owed
-    extras = tagger(ours, VARIANTS)
+    extras = Tagger(ours, VARIANTS)
     assert [extras(seq, c)["experiment_tag"] for seq, c in enumerate(group.configs)] == expected
     assert expected[0] == "0_a=0.7740,c=x_y,g=1,d=6"  # Ray's: last keys, by path, 4 decimals, "x y" made safe
-    assert tagger({"k": 7}, VARIANTS)(4, {"k": 7}) == {"experiment_tag": "4"}  # nothing drawn: the index alone
+    assert Tagger({"k": 7}, VARIANTS)(4, {"k": 7}) == {"experiment_tag": "4"}  # nothing drawn: the index alone
 
 
 def test_searcher_tags_number_from_one_and_show_the_whole_config() -> None:
@@ -53,7 +53,7 @@ def test_searcher_tags_number_from_one_and_show_the_whole_config() -> None:
 
     configs: list[dict[str, Any]] = [{"lr": 0.001234, "opt": {"name": "adam/w", "betas": [0.9, 0.99]}, "k": None},
                                      {"lr": 1e-5, "opt": {"name": "sgd", "betas": []}, "k": 3}]
-    extras = tagger({"lr": tune.loguniform(1e-5, 1)}, SEARCHER)
+    extras = Tagger({"lr": tune.loguniform(1e-5, 1)}, SEARCHER)
     for seq, config in enumerate(configs):
         assert extras(seq, config)["experiment_tag"] == f"{seq + 1}_{ray_format_vars(_resolve_nested_dict(config))}"
     assert extras(0, configs[0])["experiment_tag"] == "1_k=None,lr=0.0012,betas=0_9_0_99,name=adam_w"
@@ -71,7 +71,7 @@ def test_a_plan_says_how_ray_would_tag_its_trials() -> None:
 
 
 def test_a_perturbed_trial_keeps_its_first_tag_and_shows_the_mutated_values() -> None:
-    extras = tagger({"lr": tune.uniform(0, 1), "k": 1}, VARIANTS, perturbed=("lr", "missing"))
+    extras = Tagger({"lr": tune.uniform(0, 1), "k": 1}, VARIANTS, perturbed=("lr", "missing"))
     assert extras(3, {"lr": 0.25, "k": 1}) == {"experiment_tag": "3_lr=0.2500"}
     assert extras(3, {"lr": 0.25, "k": 1}) == {"experiment_tag": "3_lr=0.2500"}  # asked again, same config
     assert extras(3, {"lr": 0.3, "k": 1}) == {"experiment_tag": "3_lr=0.2500@perturbed[lr=0.3000]"}
@@ -79,7 +79,7 @@ def test_a_perturbed_trial_keeps_its_first_tag_and_shows_the_mutated_values() ->
 
     assert _make_experiment_tag("3_lr=0.2500", {"lr": 0.3, "k": 1}, {"lr": None}) == "3_lr=0.2500@perturbed[lr=0.3000]"
     assert extras(3, {"lr": 0.36, "k": 1}) == {"experiment_tag": "3_lr=0.2500@perturbed[lr=0.3600]"}  # not piled
-    plain = tagger({"lr": tune.uniform(0, 1)}, VARIANTS)
+    plain = Tagger({"lr": tune.uniform(0, 1)}, VARIANTS)
     plain(0, {"lr": 0.5})
     assert plain(0, {"lr": 0.7}) == {"experiment_tag": "0_lr=0.5000"}  # no PBT: the first tag stays
     assert plan(tune.TuneConfig(scheduler=tune.schedulers.PopulationBasedTraining(
@@ -109,11 +109,11 @@ def test_a_trial_has_its_tag_from_its_start_in_callbacks_and_folder_names(ray_cl
 
 def test_a_resumed_run_keeps_each_trials_first_tag_and_its_perturbation() -> None:
     space = {"lr": tune.uniform(0, 1), "k": 1}
-    before = tagger(space, VARIANTS, perturbed=("lr",))
+    before = Tagger(space, VARIANTS, perturbed=("lr",))
     before(0, {"lr": 0.25, "k": 1})
     perturbed = before(0, {"lr": 0.3, "k": 1})["experiment_tag"]
     plain = before(1, {"lr": 0.5, "k": 1})["experiment_tag"]
-    resumed = tagger(space, VARIANTS, perturbed=("lr",))
+    resumed = Tagger(space, VARIANTS, perturbed=("lr",))
     resumed.restore(0, perturbed, {"lr": 0.3, "k": 1})
     resumed.restore(1, plain, {"lr": 0.5, "k": 1})
     assert resumed(0, {"lr": 0.3, "k": 1})["experiment_tag"] == "0_lr=0.2500@perturbed[lr=0.3000]"

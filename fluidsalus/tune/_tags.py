@@ -27,7 +27,7 @@ from typing import Any
 
 from fluidsalus import space as sp
 
-__all__ = ["VARIANTS", "SEARCHER", "TAG_KEY", "Tagger", "format_vars", "tagger"]
+__all__ = ["PERTURBED_MARK", "SEARCHER", "TAG_KEY", "VARIANTS", "Tagger", "format_vars"]
 
 #: Ray's result key.
 TAG_KEY = "experiment_tag"
@@ -136,8 +136,3 @@ class Tagger:
             drawn = dict(_leaves(config))
             index = str(seq + 1)
         return f"{index}_{format_vars(drawn)}" if drawn else index
-
-
-def tagger(space: Mapping[str, Any], kind: str, perturbed: Sequence[str] = ()) -> Tagger:
-    """A :class:`Tagger` (see there for the arguments)."""
-    return Tagger(space, kind, perturbed)

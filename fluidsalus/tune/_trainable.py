@@ -54,12 +54,12 @@ STATE_FILE = "_trainable_state.json"
 #: Result keys a class trainable's ``step()`` may set to steer the loop (Ray's).
 DONE_KEY, SHOULD_CHECKPOINT_KEY = "done", "should_checkpoint"
 TIME_THIS_ITER_KEY = "time_this_iter_s"
-#: The keys ``Trainable.train()`` fills in after ``step()`` as Ray's does (``done`` and ``training_iteration``
-#: besides); in a trial the session fills in its own instead (``fluidsalus.session.report``), and Ray's
-#: ``config`` key stays out of the stored results (``Result.config`` holds it).
 #: What ``get_auto_filled_metrics(debug_metrics_only=True)`` keeps (Ray's ``DEBUG_METRICS``, less the
 #: ``experiment_id`` fluidsalus does not have).
 _DEBUG_METRICS = frozenset({"trial_id", "date", "timestamp", "pid", "hostname", "node_ip", "config"})
+#: The keys ``Trainable.train()`` fills in after ``step()`` as Ray's does (``done`` and ``training_iteration``
+#: besides); in a trial the session fills in its own instead (``fluidsalus.session.report``), and Ray's
+#: ``config`` key stays out of the stored results (``Result.config`` holds it).
 TRAIN_FILLED_KEYS: tuple[str, ...] = (
     "trial_id", "date", "timestamp", TIME_THIS_ITER_KEY, "time_total_s", "pid", "hostname", "node_ip", "config",
     "time_since_restore", "iterations_since_restore",

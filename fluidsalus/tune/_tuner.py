@@ -70,7 +70,7 @@ from fluidsalus.tune._config import INFINITE_SAMPLES, CheckpointConfig, FailureC
 from fluidsalus.tune._custom_search import CustomSearch
 from fluidsalus.tune._interrupt import StopSignals
 from fluidsalus.tune._output import log_files
-from fluidsalus.tune._tags import TAG_KEY, Tagger, tagger
+from fluidsalus.tune._tags import TAG_KEY, Tagger
 from fluidsalus.tune._trainable import (
     ClassOptions,
     adopt_ray_trainable,
@@ -634,7 +634,7 @@ class Tuner:
         dirname_creator = tune_config.trial_dirname_creator
         if isinstance(planned.searcher, CustomSearch):  # saved where Ray saves it, restored from there
             planned.searcher.attach(experiment_dir, datetime.datetime.now().strftime(SESSION_FORMAT))
-        tags = tagger(planned.space, planned.tags, planned.perturbed)  # Ray's experiment_tag of each trial
+        tags = Tagger(planned.space, planned.tags, planned.perturbed)  # Ray's experiment_tag of each trial
         trial_names: dict[str, Any] = {}  # trial -> what trial_name_creator returned for it
         if self._resume:
             self._restore_tags(experiment_dir, tags)
