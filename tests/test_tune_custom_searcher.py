@@ -12,7 +12,13 @@ import fluidsalus.tune as tune
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers import Decision
 from fluidsalus.tune import TuneConfig, Tuner
-from fluidsalus.tune._custom_search import STATE_FILE_PATTERN, CustomASHA, CustomSearch, is_custom_searcher
+from fluidsalus.tune._custom_search import (
+    STATE_FILE_PATTERN,
+    CustomASHA,
+    CustomHyperBand,
+    CustomSearch,
+    is_custom_searcher,
+)
 from fluidsalus.tune._translate import plan
 from fluidsalus.tune.search import ConcurrencyLimiter, Searcher
 
@@ -242,6 +248,65 @@ def test_asha_decides_on_the_searchers_trials_and_the_searcher_hears_of_each_end
     assert all(not g.configs for g in again.next_groups()) and fresh.asked == []  # all 4 were made before
 
 
+def _add(search, groups, first: int = 0) -> list[str]:
+    """Add the groups' new trials as the executor does; returns their engine ids."""
+    ids = []
+    for group in groups:
+        for config in group.configs:
+            ids.append(f"run_{first + len(ids)}")
+            search.on_trial_add(ids[-1], group.group_id, config)
+    return ids
+
+
+def test_hyperband_fills_its_brackets_with_the_searchers_trials_and_halves_them() -> None:
+    climber = HillClimber(metric="m", mode="max")
+    # max_t=4, eta=2: Ray's brackets s=0 (3 trials to 4), s=1 (3 trials to 2, then 2 to 4), s=2 (4, 2, 1)
+    search = CustomHyperBand(climber, {"c": 1}, 6, "m", "max", max_t=4, reduction_factor=2)
+    groups = search.next_groups()
+    assert [(len(g.configs), g.budget) for g in groups] == [(3, 4), (3, 2)]  # no cap: each bracket's full size
+    assert all(c["c"] == 1 for g in groups for c in g.configs) and len(climber.asked) == 6
+    ids = _add(search, groups)
+    assert search._ids == {f"run_{i}": f"suggest_{i:05d}" for i in range(6)}
+    # bracket s=1 (run_3..run_5) at its budget of 2: the worst of the three is stopped, the best two go on
+    decisions = [search.on_result(tid, {"m": value, "training_iteration": 2})
+                 for tid, value in zip(ids[3:], [3.0, 1.0, 2.0], strict=True)]
+    stopped = [tid for tid, d in zip(ids[3:], decisions, strict=True) if d == Decision.STOP] + search.collect_stops()
+    assert stopped == ["run_4"]
+    assert [told for told, _ in climber.results] == ["suggest_00003", "suggest_00004", "suggest_00005"]
+    search.on_trial_complete("run_4", {"m": 1.0, "training_iteration": 2})
+    assert climber.completed == [("suggest_00004", 1.0, False)]
+    assert [(sorted(g.trial_ids), g.budget) for g in search.next_groups()] == [(["run_3", "run_5"], 4)]
+    assert not search.is_finished() and len(climber.asked) == 6  # num_samples made: no new bracket
+
+    state = search.state_dict()
+    fresh = HillClimber(metric="m", mode="max")
+    again = CustomHyperBand(fresh, {"c": 1}, 6, "m", "max", max_t=4, reduction_factor=2)
+    again.load_state_dict(state)
+    assert again._ids == search._ids and again._done == {"run_4"}
+    assert again.next_groups() == [] and fresh.asked == []
+
+
+def test_hyperband_brackets_respect_a_concurrency_limit_and_a_searcher_that_waits() -> None:
+    climber = HillClimber(metric="m", mode="max")
+    search = CustomHyperBand(climber, {}, 8, "m", "max", max_concurrent=2, max_t=4, reduction_factor=2)
+    groups = search.next_groups()
+    assert [len(g.configs) for g in groups] == [2] and search.next_groups() == []  # 2 unfinished: the cap
+    ids = _add(search, groups)
+    search.on_result(ids[0], {"m": 1.0, "training_iteration": 4})
+    search.on_trial_complete(ids[0], {"m": 1.0, "training_iteration": 4})
+    groups = search.next_groups()  # one slot freed: the next bracket starts with the one trial it may have
+    assert [(len(g.configs), g.budget) for g in groups] == [(1, 2)]
+    assert search.bracket_summary()[1]["s"] == 1
+
+    waiting = HillClimber(metric="m", mode="max", wait_for_results=True)
+    search = CustomHyperBand(waiting, {}, 8, "m", "max", max_t=4, reduction_factor=2)
+    groups = search.next_groups()
+    assert [len(g.configs) for g in groups] == [1]  # suggest said "not now" after one: a bracket of one
+    _add(search, groups)
+    search.on_trial_complete("run_0", {"m": 2.0, "training_iteration": 4})
+    assert [len(g.configs) for g in search.next_groups()] == [3, 4]  # the next brackets, full: 8 made
+
+
 def test_a_search_generator_around_a_searcher_changes_nothing() -> None:
     from ray.tune.search import SearchGenerator as RaySearchGenerator
 
@@ -299,10 +364,18 @@ def test_plan_tells_the_searcher_rays_properties_and_refuses_a_scheduler() -> No
     assert climber.properties[:2] == ("m", "max") and "x" in climber.properties[2]
     assert climber.concurrency == 2 and (planned.metric, planned.mode) == ("m", "max")
     assert planned.summary.startswith("HillClimber (your own Searcher) + FIFOScheduler -> CustomSearch(num_samples=3")
-    with pytest.raises(ConfigError, match="a search algorithm of your own .* with no scheduler .* or with "
-                                          "AsyncHyperBandScheduler/ASHAScheduler only"):
+    with pytest.raises(ConfigError, match="a search algorithm of your own .* with no scheduler .*, with "
+                                          "AsyncHyperBandScheduler/ASHAScheduler or with HyperBandScheduler only"):
         plan(TuneConfig(metric="m", mode="max", search_alg=HillClimber(),
-                        scheduler=tune.schedulers.HyperBandScheduler()), {})
+                        scheduler=tune.schedulers.HyperBandForBOHB()), {})
+    with pytest.raises(ConfigError, match="PopulationBasedTraining, PB2 and MedianStoppingRule draw"):
+        plan(TuneConfig(metric="m", mode="max", search_alg=HillClimber(),
+                        scheduler=tune.schedulers.MedianStoppingRule()), {})
+    hyperband = plan(TuneConfig(metric="m", mode="max", search_alg=ConcurrencyLimiter(HillClimber(), 3),
+                                scheduler=tune.schedulers.HyperBandScheduler(max_t=9, reduction_factor=3)), {})
+    assert isinstance(hyperband.searcher, CustomHyperBand) and hyperband.searcher.max_t == 9
+    assert hyperband.searcher.max_concurrent == 3 and hyperband.max_concurrent_trials == 3
+    assert "HyperBandScheduler -> CustomHyperBand(num_samples=1, max_concurrent=3)" in hyperband.summary
     asha = plan(TuneConfig(metric="m", mode="max", search_alg=HillClimber(), num_samples=8,
                            scheduler=tune.schedulers.ASHAScheduler(max_t=9, grace_period=1, reduction_factor=3)), {})
     assert isinstance(asha.searcher, CustomASHA) and asha.searcher.max_t == 9 and asha.searcher.max_concurrent == 4
@@ -361,6 +434,35 @@ def test_a_custom_searcher_under_asha_has_trials_stopped_at_rungs(ray_cluster, s
     ends = sorted(r.metrics["training_iteration"] for r in grid)
     assert len(grid) == 6 and ends[0] < 4 and ends[-1] == 4
     assert sorted(descending.ended.values()) == ends  # told each end, with the last result
+
+
+def test_a_custom_searcher_under_hyperband_fills_brackets_and_hears_of_each_end(ray_cluster, storage) -> None:
+    class Numbered(Searcher):
+        def __init__(self):
+            super().__init__()
+            self.ended = {}
+
+        def suggest(self, trial_id):
+            return {"x": int(trial_id.rsplit("_", 1)[1])}
+
+        def on_trial_complete(self, trial_id, result=None, error=False):
+            self.ended[trial_id] = (result["x"], result["training_iteration"])
+
+    def steps(config):
+        for _ in range(4):
+            tune.report({"value": config["x"], "x": config["x"]})
+
+    numbered = Numbered()
+    grid = Tuner(steps, tune_config=TuneConfig(
+        metric="value", mode="max", num_samples=10, search_alg=numbered,
+        scheduler=tune.schedulers.HyperBandScheduler(max_t=4, reduction_factor=2)),
+        run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert len(grid) == 10 and grid.num_errors == 0
+    ends = {r.config["x"]: r.metrics["training_iteration"] for r in grid}
+    # max_t=4, eta=2, Ray's bracket order: x 0-2 run to 4; x 3-5 to 2, the best two (4, 5) on to 4; x 6-9 to 1,
+    # the best two (8, 9) to 2, the best (9) to 4
+    assert ends == {0: 4, 1: 4, 2: 4, 3: 2, 4: 4, 5: 4, 6: 1, 7: 1, 8: 2, 9: 4}
+    assert sorted(numbered.ended.values()) == sorted(ends.items())  # told each end, with the last result
 
 
 def test_a_subclass_of_rays_own_searcher_runs_with_a_warning(ray_cluster, storage) -> None:

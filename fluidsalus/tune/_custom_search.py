@@ -4,12 +4,15 @@ Ray Tune lets a script implement its own search algorithm: a ``Searcher`` subcla
 which returns a configuration, None ("not now, ask again later") or ``Searcher.FINISHED``, and
 ``on_trial_complete(trial_id, result, error)`` (plus, optionally, ``on_trial_result``, ``set_search_properties``,
 ``set_max_concurrency`` and ``save``/``restore``). Ray wraps it in a ``SearchGenerator``, which asks for one trial
-at a time while resources are free. :class:`CustomSearch` does that job for the fluidsalus engine, and
-:class:`CustomASHA` with Ray's ``AsyncHyperBandScheduler`` on top (ASHA decides on the trials the searcher makes):
+at a time while resources are free. :class:`CustomSearch` does that job for the fluidsalus engine,
+:class:`CustomASHA` with Ray's ``AsyncHyperBandScheduler`` on top (ASHA decides on the trials the searcher makes),
+and :class:`CustomHyperBand` with Ray's ``HyperBandScheduler`` (the searcher's trials fill HyperBand's brackets):
 
 - It asks ``suggest`` for new trials while fewer than ``max_concurrent`` of its trials are unfinished and
   ``num_samples`` are not all made (``num_samples=-1``: until ``FINISHED``, the time budget or a stopper). A
-  None stops the asking until the engine's next pass; ``FINISHED`` ends it for good.
+  None stops the asking until the engine's next pass; ``FINISHED`` ends it for good. Under HyperBand it is asked
+  for each new bracket's trials, capped only by a ``ConcurrencyLimiter`` or ``max_concurrent_trials`` (trials
+  paused at a rung wait there, unfinished, for the rest of it).
 - Each suggestion is merged into ``param_space`` (its constants; a domain the suggestion leaves unresolved is a
   ``ConfigError``), as Ray merges it.
 - The searcher sees its own trial ids: the id it was asked with is the one its results and completion come
@@ -36,10 +39,10 @@ from fluidsalus.errors import ConfigError
 from fluidsalus.searchers import BaseSearcher, Decision
 from fluidsalus.searchers._optuna import DEFAULT_BATCH_SIZE
 from fluidsalus.trialgroup.trial import TrialGroup
-from fluidsalus.tune._streamed import StreamedASHA
+from fluidsalus.tune._streamed import StreamedASHA, StreamedHyperBand
 
-__all__ = ["FINISHED", "STATE_FILE_PATTERN", "CustomASHA", "CustomSearch", "SuggestStream", "defined_by_user",
-           "is_custom_searcher", "newest_state_file", "save_searcher"]
+__all__ = ["FINISHED", "STATE_FILE_PATTERN", "CustomASHA", "CustomHyperBand", "CustomSearch", "SuggestStream",
+           "defined_by_user", "is_custom_searcher", "newest_state_file", "save_searcher"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +54,7 @@ STATE_FILE_PATTERN = "searcher-state-{}.pkl"
 _ID_PREFIX = "suggest_"
 _GROUP_PREFIX = "custom"
 _OWNER = "CustomSearch"
-#: What ASHA's own space check sees when ``param_space`` is empty (see :class:`CustomASHA`).
+#: What ASHA's and HyperBand's own space checks see when ``param_space`` is empty (see :class:`CustomASHA`).
 _PLACEHOLDER_SPACE = {"_": 0}
 
 
@@ -327,7 +330,35 @@ class CustomSearch(_Told, BaseSearcher):
         self._load_told_state(state)
 
 
-class CustomASHA(_Told, StreamedASHA):
+class _UnderScheduler(_Told):
+    """What :class:`CustomASHA` and :class:`CustomHyperBand` add to their scheduler: the searcher's suggestions
+    as its configurations, and the searcher told of each result and end, and saved with the state."""
+
+    def _config_stream(self) -> Any:
+        if self._stream is None:
+            self._stream = SuggestStream(self.searcher, self.space, self.num_samples)
+        return self._stream
+
+    def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
+        self._tell_result(trial_id, result)
+        return super().on_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
+        super().on_trial_complete(trial_id, result, error)
+        self._tell_end(trial_id, result, error)
+
+    def state_dict(self) -> dict[str, Any]:
+        stream = self._config_stream()
+        self._save(stream.drawn)
+        return {**super().state_dict(), "custom_finished": stream.finished, **self._told_state()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._config_stream().finished = bool(state.get("custom_finished", False))
+        self._load_told_state(state)
+
+
+class CustomASHA(_UnderScheduler, StreamedASHA):
     """:class:`~fluidsalus.searchers.ASHA` deciding on the trials a user's ``Searcher`` makes (Ray's
     ``search_alg=MySearcher(), scheduler=AsyncHyperBandScheduler(...)``).
 
@@ -350,31 +381,61 @@ class CustomASHA(_Told, StreamedASHA):
         super().__init__(space or _PLACEHOLDER_SPACE, num_samples, metric, mode, max_concurrent=cap, **kwargs)
         self.space = dict(space)
 
-    def _config_stream(self) -> Any:
-        if self._stream is None:
-            self._stream = SuggestStream(self.searcher, self.space, self.num_samples)
-        return self._stream
-
     def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
         super().on_trial_add(trial_id, group_id, config)
         index = self.creation_index(trial_id)
         if index is not None:
             self._ids[trial_id] = SuggestStream.id_of(index)
 
-    def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
-        self._tell_result(trial_id, result)
-        return super().on_result(trial_id, result)
 
-    def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
-        super().on_trial_complete(trial_id, result, error)
-        self._tell_end(trial_id, result, error)
+class CustomHyperBand(_UnderScheduler, StreamedHyperBand):
+    """:class:`~fluidsalus.searchers.HyperBand` whose brackets hold the trials a user's ``Searcher`` makes (Ray's
+    ``search_alg=MySearcher(), scheduler=HyperBandScheduler(...)``).
+
+    Each new bracket asks ``suggest`` for its first rung's trials. A bracket that gets fewer (a None, ``FINISHED``,
+    the cap or ``num_samples``) runs with the trials it got and halves its actual size, as HyperBand's partial
+    brackets do. The searcher is told a trial's end when HyperBand stops it or it ends itself; a trial paused at a
+    rung is still unfinished, as in Ray.
+
+    Args:
+        searcher: The user's search algorithm.
+        space: ``param_space``.
+        num_samples: Trials to make (>= 1), or -1.
+        metric: The result key HyperBand decides on.
+        mode: ``"min"`` or ``"max"``.
+        max_concurrent: Trials made and not yet ended at any time (a ``ConcurrencyLimiter`` or
+            ``max_concurrent_trials``); None: no cap, so each bracket gets its full size, as under Ray, where a
+            paused trial frees its resources for the next.
+        **kwargs: HyperBand's other arguments (``time_attr``, ``max_t``, ``reduction_factor``, ...).
+    """
+
+    def __init__(self, searcher: Any, space: Mapping[str, Any], num_samples: int, metric: str, mode: str,
+                 max_concurrent: int | None = None, **kwargs: Any) -> None:
+        check_samples(num_samples, max_concurrent)
+        self._start_telling(searcher)
+        super().__init__(space or _PLACEHOLDER_SPACE, num_samples, metric, mode, **kwargs)
+        self.space = dict(space)
+        self.max_concurrent = max_concurrent
+        self._unnamed: list[int] = []  # draw indices of configurations handed out and not yet added as trials
+
+    def _draw_configs(self, count: int) -> list[dict[str, Any]]:
+        stream = self._config_stream()
+        if self.max_concurrent is not None:
+            count = min(count, self.max_concurrent - (stream.drawn - len(self._done)))
+        if count <= 0:
+            return []
+        first = stream.drawn
+        configs = stream.take(count)
+        self._unnamed.extend(range(first, stream.drawn))
+        return configs
+
+    def _on_new_trial(self, trial_id: str, config: Mapping[str, Any]) -> None:
+        if self._unnamed:
+            self._ids[trial_id] = SuggestStream.id_of(self._unnamed.pop(0))
 
     def state_dict(self) -> dict[str, Any]:
-        stream = self._config_stream()
-        self._save(stream.drawn)
-        return {**super().state_dict(), "custom_finished": stream.finished, **self._told_state()}
+        return {**super().state_dict(), "unnamed": list(self._unnamed)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
-        self._config_stream().finished = bool(state.get("custom_finished", False))
-        self._load_told_state(state)
+        self._unnamed = [int(i) for i in state.get("unnamed", [])]

@@ -20,6 +20,7 @@ None / BasicVariantGenerator / OptunaSearch    MedianStoppingRule         -> Opt
 a fluidsalus BaseSearcher                      None / FIFOScheduler       -> that searcher, as it is
 a Searcher subclass of the user's own          None / FIFOScheduler       -> CustomSearch (its suggest())
 a Searcher subclass of the user's own          AsyncHyperBandScheduler    -> CustomASHA (ASHA over its trials)
+a Searcher subclass of the user's own          HyperBandScheduler         -> CustomHyperBand (its trials in brackets)
 any of the FIFO rows                           a scheduler of user's own  -> ScheduledSearch around that searcher
 =============================================  ======================================================
 
@@ -64,7 +65,7 @@ from fluidsalus.searchers import (
 from fluidsalus.searchers._random import VariantStream
 from fluidsalus.tune._config import INFINITE_SAMPLES, TuneConfig
 from fluidsalus.tune._custom_scheduler import ScheduledSearch, is_custom_scheduler
-from fluidsalus.tune._custom_search import CustomASHA, CustomSearch, is_custom_searcher
+from fluidsalus.tune._custom_search import CustomASHA, CustomHyperBand, CustomSearch, is_custom_searcher
 from fluidsalus.tune._domains import translate_ray_values
 from fluidsalus.tune._ray_objects import adopt_scheduler, adopt_search_alg
 from fluidsalus.tune._streamed import StreamedASHA, StreamedHyperBand
@@ -320,12 +321,14 @@ def _plan_custom(search_alg: Any, scheduler: TrialScheduler, space: dict[str, An
                  metric: str | None, mode: str | None, cap: int | None, pair: str, limited: bool,
                  n: int | None = None) -> Plan:
     """A search algorithm of the user's own (:mod:`fluidsalus.tune._custom_search`), told what Ray tells it, with
-    no scheduler or with ASHA, making ``n`` trials (None: ``num_samples``)."""
+    no scheduler, ASHA or HyperBand, making ``n`` trials (None: ``num_samples``)."""
     name = type(search_alg).__name__
-    if type(scheduler) not in (FIFOScheduler, AsyncHyperBandScheduler):
+    if type(scheduler) not in (FIFOScheduler, AsyncHyperBandScheduler, HyperBandScheduler):
         raise ConfigError(
             f"TuneConfig: {pair}: fluidsalus runs a search algorithm of your own (a Searcher subclass) with no "
-            "scheduler (FIFOScheduler) or with AsyncHyperBandScheduler/ASHAScheduler only"
+            "scheduler (FIFOScheduler), with AsyncHyperBandScheduler/ASHAScheduler or with HyperBandScheduler "
+            "only (HyperBandForBOHB is for TuneBOHB, and PopulationBasedTraining, PB2 and MedianStoppingRule draw "
+            "or judge configurations themselves)"
         )
     accepted = search_alg.set_search_properties(tune_config.metric, tune_config.mode, space)
     if not accepted and sp.split_constants(space)[0]:
@@ -343,6 +346,13 @@ def _plan_custom(search_alg: Any, scheduler: TrialScheduler, space: dict[str, An
             max_t=scheduler.max_t, grace_period=scheduler.grace_period, reduction_factor=scheduler.reduction_factor,
             brackets=scheduler.brackets, stop_last_trials=scheduler.stop_last_trials)
         target = "CustomASHA"
+    elif isinstance(scheduler, HyperBandScheduler):
+        metric, mode = _need_metric(type(scheduler).__name__, metric, mode)
+        searcher = CustomHyperBand(
+            search_alg, space, n, metric, mode, max_concurrent=cap, time_attr=scheduler.time_attr,
+            max_t=scheduler.max_t, reduction_factor=scheduler.reduction_factor,
+            stop_last_trials=scheduler.stop_last_trials)
+        target = "CustomHyperBand"
     else:
         searcher = CustomSearch(search_alg, space, n, max_concurrent=cap)
         target = "CustomSearch"
