@@ -311,6 +311,45 @@ def test_optuna_search_with_asha_gets_a_successive_halving_pruner() -> None:
     assert planned.max_concurrent_trials == 3 and planned.searcher.batch_size == 3
 
 
+def test_optuna_search_with_hyperband_fills_brackets_from_the_study_and_tells_it_each_end() -> None:
+    from fluidsalus.tune._optuna_hyperband import OptunaHyperBand
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    holder = OptunaSearch(sampler=optuna.samplers.RandomSampler(seed=4))
+    planned = _plan(metric="m", mode="max", search_alg=holder, num_samples=6,
+                    scheduler=tune.schedulers.HyperBandScheduler(max_t=4, reduction_factor=2))
+    s = planned.searcher
+    assert isinstance(s, OptunaHyperBand) and isinstance(s.optuna.study.pruner, optuna.pruners.NopPruner)
+    assert planned.summary.startswith("OptunaSearch + HyperBandScheduler -> OptunaHyperBand(")
+    groups = s.next_groups()  # Ray's brackets for max_t=4, eta=2: 3 trials to 4, then 3 to 2 (2 of them to 4)
+    assert [(len(g.configs), g.budget) for g in groups] == [(3, 4), (3, 2)]
+    assert all(c["const"] == 7 for g in groups for c in g.configs)
+    ids = [f"t{i}" for i in range(6)]
+    for tid, (group, config) in zip(ids, [(g, c) for g in groups for c in g.configs], strict=True):
+        s.on_trial_add(tid, group.group_id, config)
+    decisions = [s.on_result(tid, {"m": value, "training_iteration": 2})
+                 for tid, value in zip(ids[3:], [3.0, 1.0, 2.0], strict=True)]
+    stopped = [tid for tid, d in zip(ids[3:], decisions, strict=True) if d == searchers.Decision.STOP]
+    assert stopped + s.collect_stops() == ["t4"]
+    s.on_trial_complete("t4", {"m": 1.0, "training_iteration": 2})
+    (told,) = [t for t in s.optuna.study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE]
+    assert told.value == 1.0 and told.intermediate_values == {2: 1.0}  # Ray's OptunaSearch: COMPLETE, last value
+    state = s.state_dict()
+    again = _plan(metric="m", mode="max", search_alg=OptunaSearch(sampler=optuna.samplers.RandomSampler(seed=4)),
+                  num_samples=6, scheduler=tune.schedulers.HyperBandScheduler(max_t=4, reduction_factor=2)).searcher
+    again.load_state_dict(state)
+    # the rung's promotion is still due, and nothing new is asked: all six were, and one was told
+    assert [(g.trial_ids, g.configs, g.budget) for g in again.next_groups()] == [(["t3", "t5"], [], 4)]
+    assert again.optuna.in_flight == 5
+
+    limited = _plan(metric="m", mode="max", search_alg=tune.search.ConcurrencyLimiter(OptunaSearch(), 2),
+                    num_samples=6, scheduler=tune.schedulers.HyperBandScheduler(max_t=4, reduction_factor=2))
+    assert limited.max_concurrent_trials == 2
+    assert [len(g.configs) for g in limited.searcher.next_groups()] == [2] and limited.searcher.next_groups() == []
+    with pytest.raises(ConfigError, match="OptunaSearch, scheduler=HyperBandForBOHB has no fluidsalus equivalent"):
+        _plan(metric="m", mode="max", search_alg=OptunaSearch(), scheduler=tune.schedulers.HyperBandForBOHB())
+
+
 def test_median_stopping_rule_becomes_optuna_with_a_median_pruner() -> None:
     rule = tune.schedulers.MedianStoppingRule(time_attr="training_iteration", grace_period=5,
                                               min_samples_required=4)
@@ -502,8 +541,7 @@ def _optuna_holder():
 @pytest.mark.parametrize("make, message", [
     (lambda: {"search_alg": _bohb(), "scheduler": tune.schedulers.HyperBandScheduler()},
      "TuneBOHB needs HyperBandForBOHB"),
-    (lambda: {"search_alg": _optuna_holder(), "scheduler": tune.schedulers.HyperBandScheduler()},
-     "no fluidsalus equivalent"),
+    (lambda: {"search_alg": _optuna_holder(), "scheduler": _pbt()}, "no fluidsalus equivalent"),
     (lambda: {"scheduler": _pbt(), "num_samples": -1},
      "num_samples=-1.*not supported with PBT"),
     (lambda: {"scheduler": tune.schedulers.ASHAScheduler(), "metric": None, "mode": None},
@@ -614,6 +652,29 @@ def test_tune_bohb_with_hyperband_for_bohb_runs_a_class_trainable(ray_cluster, s
     best = grid.get_best_result()
     assert set(best.config) == {"width", "height"}
     assert best.metrics["episode_reward_mean"] == max(r.metrics["episode_reward_mean"] for r in grid)
+
+
+def test_optuna_search_with_hyperband_runs_and_the_study_learns_every_trials_last_value(ray_cluster,
+                                                                                     storage: str) -> None:
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    def steps(config):
+        for _ in range(4):
+            tune.report({"value": config["x"]})
+
+    search = OptunaSearch(sampler=optuna.samplers.RandomSampler(seed=0))
+    tuner = Tuner(steps, param_space={"x": tune.uniform(0, 1)},
+                  tune_config=tune.TuneConfig(metric="value", mode="max", search_alg=search, num_samples=10,
+                                              scheduler=tune.schedulers.HyperBandScheduler(max_t=4,
+                                                                                           reduction_factor=2)),
+                  run_config=tune.RunConfig(storage_path=storage, verbose=0))
+    grid = tuner.fit()
+    assert len(grid) == 10 and grid.num_errors == 0
+    # max_t=4, eta=2: brackets of 3 (to 4), 3 (to 2, the best 2 on to 4) and 4 (to 1, the best 2 to 2, 1 to 4)
+    assert sorted(r.metrics["training_iteration"] for r in grid) == [1, 1, 2, 2, 4, 4, 4, 4, 4, 4]
+    study = tuner.plan.searcher.optuna.study
+    told = sorted((t.params["x"], t.value, t.state.name) for t in study.get_trials())
+    assert told == sorted((r.config["x"], r.metrics["value"], "COMPLETE") for r in grid)
 
 
 def test_fit_runs_a_grid_with_a_dict_stop(ray_cluster, storage: str) -> None:

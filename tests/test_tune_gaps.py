@@ -715,7 +715,7 @@ def test_a_multi_objective_engine_searcher_given_as_it_is_leaves_the_run_without
 @pytest.mark.parametrize("make, message", [
     (lambda: {"search_alg": OptunaSearch(metric=["loss", "gain"], mode=["min", "max"]),
               "scheduler": tune.schedulers.ASHAScheduler()},
-     r"multi-objective search, and AsyncHyperBandScheduler would map onto an Optuna pruner"),
+     r"multi-objective search, and AsyncHyperBandScheduler decides on one metric"),
     (lambda: {"search_alg": OptunaSearch(metric=["loss", "gain"], mode=["min", "max"]), "metric": "loss",
               "mode": "min"}, r"metric: given differently to TuneConfig.metric='loss', "
                               r"OptunaSearch.metric=\['loss', 'gain'\]"),

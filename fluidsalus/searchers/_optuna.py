@@ -396,12 +396,28 @@ class OptunaSearch(BaseSearcher):
         Returns:
             A list with at most one TrialGroup (no budget: trials run to their end).
         """
-        in_flight = self._asked - len(self._told)
-        count = self.batch_size - in_flight
+        group = self.propose(self.batch_size - self.in_flight)
+        return [] if group is None else [group]
+
+    @property
+    def in_flight(self) -> int:
+        """Trials asked and not yet told."""
+        return self._asked - len(self._told)
+
+    def propose(self, count: int) -> TrialGroup | None:
+        """Ask the study for up to ``count`` new trials, whatever the batch size (a scheduler that groups
+        trials itself, such as HyperBand filling a bracket, calls this instead of :meth:`next_groups`).
+
+        Args:
+            count: How many at most; fewer when ``num_samples`` runs out.
+
+        Returns:
+            A TrialGroup of the new trials (no budget), or None when there are none.
+        """
         if self.num_samples != sp.INFINITE_SAMPLES:
             count = min(count, self.num_samples - self._asked)
         if count <= 0:
-            return []
+            return None
         trials = []
         for _ in range(count):
             point = self._points[self._asked] if self._asked < len(self._points) else None
@@ -410,7 +426,7 @@ class OptunaSearch(BaseSearcher):
         group_id = f"{GROUP_ID_PREFIX}-{self._group_seq}"
         self._group_seq += 1
         self._unassigned[group_id] = deque(trials)
-        return [TrialGroup(group_id=group_id, configs=[self._config(t) for t in trials])]
+        return TrialGroup(group_id=group_id, configs=[self._config(t) for t in trials])
 
     def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
         queue = self._unassigned.get(group_id)

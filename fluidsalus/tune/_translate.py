@@ -16,6 +16,7 @@ None / BasicVariantGenerator                   PopulationBasedTraining    -> PBT
 None / BasicVariantGenerator                   PB2                        -> PB2
 OptunaSearch                                   None / FIFOScheduler       -> OptunaSearch
 OptunaSearch                                   AsyncHyperBandScheduler    -> OptunaSearch + SuccessiveHalvingPruner
+OptunaSearch                                   HyperBandScheduler         -> OptunaHyperBand (HyperBand over its trials)
 None / BasicVariantGenerator / OptunaSearch    MedianStoppingRule         -> OptunaSearch + MedianPruner
 a fluidsalus BaseSearcher                      None / FIFOScheduler       -> that searcher, as it is
 a Searcher subclass of the user's own          None / FIFOScheduler       -> CustomSearch (its suggest())
@@ -67,6 +68,7 @@ from fluidsalus.tune._config import INFINITE_SAMPLES, TuneConfig
 from fluidsalus.tune._custom_scheduler import ScheduledSearch, is_custom_scheduler
 from fluidsalus.tune._custom_search import CustomASHA, CustomHyperBand, CustomSearch, is_custom_searcher
 from fluidsalus.tune._domains import translate_ray_values
+from fluidsalus.tune._optuna_hyperband import OptunaHyperBand
 from fluidsalus.tune._ray_objects import adopt_scheduler, adopt_search_alg
 from fluidsalus.tune._streamed import StreamedASHA, StreamedHyperBand
 from fluidsalus.tune._tags import SEARCHER, VARIANTS
@@ -97,7 +99,7 @@ _WORKING_PAIRS = (
     "FIFO/None or BasicVariantGenerator with FIFOScheduler, AsyncHyperBandScheduler, HyperBandScheduler, "
     "HyperBandForBOHB, MedianStoppingRule, PopulationBasedTraining, PB2 or PopulationBasedTrainingReplay; "
     "TuneBOHB with HyperBandForBOHB or AsyncHyperBandScheduler; OptunaSearch with FIFOScheduler, "
-    "AsyncHyperBandScheduler or MedianStoppingRule; "
+    "AsyncHyperBandScheduler, HyperBandScheduler or MedianStoppingRule; "
     "Repeater(OptunaSearch) with FIFOScheduler"
 )
 
@@ -638,8 +640,9 @@ def _plan_optuna(holder: Any, scheduler: TrialScheduler, param_space: dict[str, 
     if multi and not isinstance(scheduler, FIFOScheduler):
         raise ConfigError(
             f"TuneConfig: {pair}: OptunaSearch(metric={metric!r}) is a multi-objective search, and "
-            f"{type(scheduler).__name__} would map onto an Optuna pruner, which is single-objective; use no "
-            "scheduler (Ray warns that schedulers may not work correctly with several objectives)"
+            f"{type(scheduler).__name__} decides on one metric (or maps onto an Optuna pruner, which is "
+            "single-objective); use no scheduler (Ray warns that schedulers may not work correctly with several "
+            "objectives)"
         )
     batch = min(limits) if limits else cap
     extra_stops: list[Callable[[str, Mapping[str, Any]], bool]] = []
@@ -658,6 +661,11 @@ def _plan_optuna(holder: Any, scheduler: TrialScheduler, param_space: dict[str, 
         how = (f"OptunaSearch + AsyncHyperBandScheduler -> OptunaSearch(pruner=SuccessiveHalvingPruner("
                f"min_resource={scheduler.grace_period}, reduction_factor={scheduler.reduction_factor}), "
                f"stop at {scheduler.time_attr} >= {scheduler.max_t})")
+    elif type(scheduler) is HyperBandScheduler and optuna_holder is not None:
+        pruner = None  # HyperBand stops the trials; the study's pruner takes no part, as in Ray
+        how = (f"OptunaSearch + HyperBandScheduler -> OptunaHyperBand(time_attr={scheduler.time_attr!r}, "
+               f"max_t={scheduler.max_t}, reduction_factor={scheduler.reduction_factor}, "
+               f"stop_last_trials={scheduler.stop_last_trials}) over the study's trials")
     elif isinstance(scheduler, MedianStoppingRule):
         pruner = _median_pruner(scheduler)
         if optuna_holder is None:
@@ -675,7 +683,13 @@ def _plan_optuna(holder: Any, scheduler: TrialScheduler, param_space: dict[str, 
     else:
         raise ConfigError(f"TuneConfig: {pair} has no fluidsalus equivalent; supported pairs: {_WORKING_PAIRS}")
     points = copy.deepcopy(generator.points_to_evaluate) if generator is not None else None
-    searcher = _optuna(optuna_holder, space, n, metric, mode, pruner, batch, default_sampler, seed, points)
+    searcher: BaseSearcher = _optuna(optuna_holder, space, n, metric, mode, pruner, batch, default_sampler, seed,
+                                     points)
+    if type(scheduler) is HyperBandScheduler:
+        assert isinstance(searcher, OptunaSearch) and isinstance(metric, str) and isinstance(mode, str)
+        searcher = OptunaHyperBand(searcher, n, metric, mode, max_concurrent=batch, time_attr=scheduler.time_attr,
+                                   max_t=scheduler.max_t, reduction_factor=scheduler.reduction_factor,
+                                   stop_last_trials=scheduler.stop_last_trials)
     if multi:  # the run has no single metric; ResultGrid.get_best_result needs one named, as in Ray
         return Plan(searcher, space, None, None, cap, extra_stops=extra_stops,
                     summary=f"{how} with metric={metric!r}, mode={mode!r}")
