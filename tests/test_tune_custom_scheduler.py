@@ -115,8 +115,8 @@ def test_plan_wraps_the_search_algorithms_trials_and_checks_metric_and_mode() ->
     assert isinstance(planned.searcher.inner, searchers.RandomSearch) and planned.searcher.inner.num_samples == 4
     assert (planned.metric, planned.mode) == ("m", "max")
     assert planned.summary.startswith("StopBelow (your own scheduler) over FIFOScheduler -> RandomSearch(")
-    with pytest.raises(ConfigError, match="runs over random or grid search, OptunaSearch or a search algorithm of "
-                                          "your own; ASHA decides on its trials itself"):
+    with pytest.raises(ConfigError, match="runs over random or grid search, OptunaSearch, a Repeater or a search "
+                                          "algorithm of your own; ASHA decides on its trials itself"):
         plan(TuneConfig(metric="m", mode="max", scheduler=StopBelow(),
                         search_alg=searchers.ASHA({"x": tune.uniform(0, 1)}, 4, "m", "max")), {})
     with pytest.raises(ConfigError, match="metric/mode given to TuneConfig and to StopBelow, which has its own"):

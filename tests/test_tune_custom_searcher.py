@@ -368,9 +368,12 @@ def test_plan_tells_the_searcher_rays_properties_and_refuses_a_scheduler() -> No
                                           "AsyncHyperBandScheduler/ASHAScheduler or with HyperBandScheduler only"):
         plan(TuneConfig(metric="m", mode="max", search_alg=HillClimber(),
                         scheduler=tune.schedulers.HyperBandForBOHB()), {})
-    with pytest.raises(ConfigError, match="PopulationBasedTraining, PB2 and MedianStoppingRule draw"):
+    with pytest.raises(ConfigError, match="PopulationBasedTraining and PB2 draw"):
         plan(TuneConfig(metric="m", mode="max", search_alg=HillClimber(),
-                        scheduler=tune.schedulers.MedianStoppingRule()), {})
+                        scheduler=tune.schedulers.PB2(hyperparam_bounds={"x": [0, 1]})), {})
+    median = plan(TuneConfig(metric="m", mode="max", search_alg=HillClimber(),
+                             scheduler=tune.schedulers.MedianStoppingRule()), {})
+    assert isinstance(median.searcher.inner, CustomSearch)
     hyperband = plan(TuneConfig(metric="m", mode="max", search_alg=ConcurrencyLimiter(HillClimber(), 3),
                                 scheduler=tune.schedulers.HyperBandScheduler(max_t=9, reduction_factor=3)), {})
     assert isinstance(hyperband.searcher, CustomHyperBand) and hyperband.searcher.max_t == 9

@@ -350,21 +350,31 @@ def test_optuna_search_with_hyperband_fills_brackets_from_the_study_and_tells_it
         _plan(metric="m", mode="max", search_alg=OptunaSearch(), scheduler=tune.schedulers.HyperBandForBOHB())
 
 
-def test_median_stopping_rule_becomes_optuna_with_a_median_pruner() -> None:
-    rule = tune.schedulers.MedianStoppingRule(time_attr="training_iteration", grace_period=5,
-                                              min_samples_required=4)
-    s = _plan(metric="m", mode="max", scheduler=rule, search_alg=tune.search.BasicVariantGenerator(random_state=2),
-              space={"x": tune.uniform(0, 1)}).searcher
-    assert isinstance(s, searchers.OptunaSearch)
-    assert isinstance(s.study.sampler, optuna.samplers.RandomSampler)
-    pruner = s.study.pruner
-    assert isinstance(pruner, optuna.pruners.MedianPruner)
-    assert (pruner._n_startup_trials, pruner._n_warmup_steps, pruner._n_min_trials) == (4, 5, 4)
+def test_median_stopping_rule_judges_the_trials_of_any_search_with_rays_defaults() -> None:
+    from fluidsalus.tune.search.optuna import OptunaSearch
 
-
-def test_median_stopping_rule_on_time_is_refused_clearly() -> None:
-    with pytest.raises(ConfigError, match="MedianStoppingRule: time_attr must be 'training_iteration'"):
-        _plan(metric="m", mode="max", scheduler=tune.schedulers.MedianStoppingRule())
+    rule = tune.schedulers.MedianStoppingRule(grace_period=5, min_samples_required=4)
+    planned = _plan(metric="m", mode="max", scheduler=rule, num_samples=2,
+                    search_alg=tune.search.BasicVariantGenerator(random_state=2),
+                    space={"x": tune.grid_search([1, 2, 3]), "y": tune.uniform(0, 1)})
+    s = planned.searcher
+    assert isinstance(s, searchers.MedianStopping) and isinstance(s.inner, searchers.RandomSearch)
+    assert (s.time_attr, s.grace_period, s.min_samples_required, s.hard_stop) == ("time_total_s", 5.0, 4, True)
+    assert sorted(c["x"] for g in s.next_groups() for c in g.configs) == [1, 1, 2, 2, 3, 3]  # the grid, enumerated
+    assert planned.summary.startswith("MedianStoppingRule(time_attr='time_total_s', grace_period=5, ")
+    optuna_rule = _plan(metric="m", mode="max", scheduler=tune.schedulers.MedianStoppingRule(),
+                        search_alg=OptunaSearch(sampler=optuna.samplers.RandomSampler(seed=0))).searcher
+    assert isinstance(optuna_rule.inner, searchers.OptunaSearch)
+    assert isinstance(optuna_rule.inner.study.pruner, optuna.pruners.NopPruner)  # the rule stops, not a pruner
+    with pytest.warns(UserWarning, match="hard_stop=False.*goes on at once"):
+        soft = _plan(metric="m", mode="min", scheduler=tune.schedulers.MedianStoppingRule(hard_stop=False)).searcher
+    assert soft.hard_stop is False
+    with pytest.raises(ConfigError, match="MedianStoppingRule decides on one metric"):
+        _plan(scheduler=tune.schedulers.MedianStoppingRule(),
+              search_alg=OptunaSearch(metric=["a", "b"], mode=["min", "max"]))
+    with pytest.raises(ConfigError, match="metric: given differently to TuneConfig.metric='m', "
+                                          "MedianStoppingRule.metric='n'"):
+        _plan(metric="m", mode="max", scheduler=tune.schedulers.MedianStoppingRule(metric="n"))
 
 
 def test_optuna_distributions_space_is_converted() -> None:
@@ -432,7 +442,7 @@ def test_rays_hyperband_median_and_pbt_are_translated() -> None:
     with pytest.warns(UserWarning, match="Ray Tune's MedianStoppingRule"):
         s = _plan(metric="m", mode="max",
                   scheduler=MedianStoppingRule(time_attr="training_iteration", grace_period=3)).searcher
-    assert s.study.pruner._n_warmup_steps == 3
+    assert isinstance(s, searchers.MedianStopping) and (s.time_attr, s.grace_period) == ("training_iteration", 3)
     pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=3,
                                   hyperparam_mutations={"x": rt.uniform(0, 1)})
     with pytest.warns(UserWarning, match="Ray Tune's PopulationBasedTraining"):
@@ -675,6 +685,24 @@ def test_optuna_search_with_hyperband_runs_and_the_study_learns_every_trials_las
     study = tuner.plan.searcher.optuna.study
     told = sorted((t.params["x"], t.value, t.state.name) for t in study.get_trials())
     assert told == sorted((r.config["x"], r.metrics["value"], "COMPLETE") for r in grid)
+
+
+def test_median_stopping_rule_stops_trials_below_the_median_in_a_run(ray_cluster, storage: str) -> None:
+    def steps(config):
+        for _ in range(6):
+            time.sleep(0.1)  # a stop lands at the trial's next report; a trial of instant steps would end first
+            tune.report({"value": config["x"]})
+
+    rule = tune.schedulers.MedianStoppingRule(time_attr="training_iteration", grace_period=1,
+                                              min_samples_required=2)
+    grid = Tuner(steps, param_space={"x": tune.grid_search([5, 4, 3, 0, 1])},
+                 tune_config=tune.TuneConfig(metric="value", mode="max", scheduler=rule, max_concurrent_trials=2),
+                 run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    ends = {r.config["x"]: r.metrics["training_iteration"] for r in grid}
+    # 5 and 4 run first, with too few others to judge them; 3, 0 and 1 are each below the median of the
+    # running means of 5 and 4 (and of each other) from their first result on
+    assert ends[5] == ends[4] == 6 and max(ends[3], ends[0], ends[1]) < 6
+    assert grid.num_errors == 0 and grid.get_best_result().config["x"] == 5
 
 
 def test_fit_runs_a_grid_with_a_dict_stop(ray_cluster, storage: str) -> None:

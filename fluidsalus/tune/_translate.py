@@ -17,7 +17,7 @@ None / BasicVariantGenerator                   PB2                        -> PB2
 OptunaSearch                                   None / FIFOScheduler       -> OptunaSearch
 OptunaSearch                                   AsyncHyperBandScheduler    -> OptunaSearch + SuccessiveHalvingPruner
 OptunaSearch                                   HyperBandScheduler         -> OptunaHyperBand (HyperBand over its trials)
-None / BasicVariantGenerator / OptunaSearch    MedianStoppingRule         -> OptunaSearch + MedianPruner
+any of the FIFO rows                           MedianStoppingRule         -> MedianStopping around that searcher
 a fluidsalus BaseSearcher                      None / FIFOScheduler       -> that searcher, as it is
 a Searcher subclass of the user's own          None / FIFOScheduler       -> CustomSearch (its suggest())
 a Searcher subclass of the user's own          AsyncHyperBandScheduler    -> CustomASHA (ASHA over its trials)
@@ -57,6 +57,7 @@ from fluidsalus.searchers import (
     PBT,
     BaseSearcher,
     HyperBand,
+    MedianStopping,
     OptunaSearch,
     PBTReplay,
     RandomSearch,
@@ -242,24 +243,19 @@ def _optuna_study(holder: OptunaHolder, mode: str | list[str], pruner: Any, samp
     )
 
 
-def _optuna(holder: OptunaHolder | None, space: dict[str, Any], num_samples: int, metric: str | list[str],
-            mode: str | list[str], pruner: Any, batch_size: int | None, default_sampler: Any = None,
-            seed: int | None = None, points: list[dict[str, Any]] | None = None) -> OptunaSearch:
-    sampler = holder.sampler if holder is not None else None
-    if sampler is None:
-        sampler = default_sampler
-    study = _optuna_study(holder, mode, pruner, sampler) if holder is not None else None
-    seed = holder.seed if holder is not None else seed
+def _optuna(holder: OptunaHolder, space: dict[str, Any], num_samples: int, metric: str | list[str],
+            mode: str | list[str], pruner: Any, batch_size: int | None) -> OptunaSearch:
+    study = _optuna_study(holder, mode, pruner, holder.sampler)
     return OptunaSearch(
         space, num_samples, metric, mode,
-        sampler=None if study is not None else sampler,
-        seed=None if (study is not None or sampler is not None) else seed,
+        sampler=None if study is not None else holder.sampler,
+        seed=None if (study is not None or holder.sampler is not None) else holder.seed,
         study=study,
         pruner=pruner,
-        points_to_evaluate=(holder.points_to_evaluate if holder is not None else points) or None,
-        evaluated_rewards=holder.evaluated_rewards if holder is not None else None,
+        points_to_evaluate=holder.points_to_evaluate or None,
+        evaluated_rewards=holder.evaluated_rewards,
         batch_size=batch_size,
-        define_by_run=holder.define_by_run if holder is not None else None,
+        define_by_run=holder.define_by_run,
     )
 
 
@@ -282,24 +278,6 @@ def _sha_pruner(scheduler: AsyncHyperBandScheduler) -> Any:
         min_resource=int(grace), reduction_factor=int(scheduler.reduction_factor)
         if float(scheduler.reduction_factor).is_integer() else scheduler.reduction_factor,
         min_early_stopping_rate=0,
-    )
-
-
-def _median_pruner(rule: MedianStoppingRule) -> Any:
-    import optuna
-
-    owner = "MedianStoppingRule"
-    if rule.time_attr != OPTUNA_STEP_KEY:
-        raise ConfigError(
-            f"{owner}: time_attr must be {OPTUNA_STEP_KEY!r} in fluidsalus (got {rule.time_attr!r}). It runs as "
-            "Optuna's MedianPruner, which counts iterations; pass time_attr='training_iteration' and a "
-            "grace_period in iterations"
-        )
-    if not rule.hard_stop:
-        raise ConfigError(f"{owner}: hard_stop=False (pause instead of stop) is not supported; use hard_stop=True")
-    return optuna.pruners.MedianPruner(
-        n_startup_trials=rule.min_samples_required, n_warmup_steps=int(math.floor(rule.grace_period)),
-        interval_steps=1, n_min_trials=rule.min_samples_required,
     )
 
 
@@ -329,8 +307,8 @@ def _plan_custom(search_alg: Any, scheduler: TrialScheduler, space: dict[str, An
         raise ConfigError(
             f"TuneConfig: {pair}: fluidsalus runs a search algorithm of your own (a Searcher subclass) with no "
             "scheduler (FIFOScheduler), with AsyncHyperBandScheduler/ASHAScheduler or with HyperBandScheduler "
-            "only (HyperBandForBOHB is for TuneBOHB, and PopulationBasedTraining, PB2 and MedianStoppingRule draw "
-            "or judge configurations themselves)"
+            "only, or under MedianStoppingRule (HyperBandForBOHB is for TuneBOHB, and PopulationBasedTraining and "
+            "PB2 draw their configurations themselves)"
         )
     accepted = search_alg.set_search_properties(tune_config.metric, tune_config.mode, space)
     if not accepted and sp.split_constants(space)[0]:
@@ -365,6 +343,21 @@ def _plan_custom(search_alg: Any, scheduler: TrialScheduler, space: dict[str, An
                         f"max_concurrent={searcher.max_concurrent})")
 
 
+def _plan_judged(who: str, tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_trainable: bool,
+                 metric: Any, mode: Any) -> Plan:
+    """The plan of the search algorithm alone (no scheduler), whose trials ``who`` then judges result by result.
+
+    Raises:
+        ConfigError: The search algorithm's searcher decides on its trials itself.
+    """
+    inner = plan(dataclasses.replace(tune_config, scheduler=None, metric=metric, mode=mode), param_space,
+                 class_trainable=class_trainable)
+    if not isinstance(inner.searcher, (RandomSearch, OptunaSearch, CustomSearch, RepeatSearcher)):
+        raise ConfigError(f"TuneConfig: {who} runs over random or grid search, OptunaSearch, a Repeater or a search "
+                          f"algorithm of your own; {type(inner.searcher).__name__} decides on its trials itself")
+    return inner
+
+
 def _plan_scheduled(scheduler: Any, tune_config: TuneConfig, param_space: Mapping[str, Any] | None,
                     class_trainable: bool) -> Plan:
     """A scheduler of the user's own (:mod:`fluidsalus.tune._custom_scheduler`) over the trials the search
@@ -375,14 +368,36 @@ def _plan_scheduled(scheduler: Any, tune_config: TuneConfig, param_space: Mappin
                           "them in one place, as Ray requires")
     metric = tune_config.metric or getattr(scheduler, "metric", None)
     mode = tune_config.mode or getattr(scheduler, "mode", None)
-    inner = plan(dataclasses.replace(tune_config, scheduler=None, metric=metric, mode=mode), param_space,
-                 class_trainable=class_trainable)
-    if not isinstance(inner.searcher, (RandomSearch, OptunaSearch, CustomSearch, RepeatSearcher)):
-        raise ConfigError(f"TuneConfig: {name} (your own scheduler) runs over random or grid search, OptunaSearch "
-                          f"or a search algorithm of your own; {type(inner.searcher).__name__} decides on its trials "
-                          "itself")
+    inner = _plan_judged(f"{name} (your own scheduler)", tune_config, param_space, class_trainable, metric, mode)
     searcher = ScheduledSearch(inner.searcher, scheduler)
     return replace(inner, searcher=searcher, summary=f"{name} (your own scheduler) over {inner.summary}")
+
+
+def _plan_median(rule: MedianStoppingRule, tune_config: TuneConfig, param_space: Mapping[str, Any] | None,
+                 class_trainable: bool) -> Plan:
+    """Ray's MedianStoppingRule (:class:`~fluidsalus.searchers.MedianStopping`) over the trials the search
+    algorithm makes with no scheduler."""
+    search_alg, _ = _unwrap(adopt_search_alg(tune_config.search_alg))
+    if isinstance(search_alg, TuneBOHB):
+        raise ConfigError(f"TuneConfig: search_alg=TuneBOHB, scheduler=MedianStoppingRule has no fluidsalus "
+                          f"equivalent; supported pairs: {_WORKING_PAIRS}")
+    metric = _pick("metric", [("TuneConfig.metric", tune_config.metric), ("MedianStoppingRule.metric", rule.metric)])
+    mode = _pick("mode", [("TuneConfig.mode", tune_config.mode), ("MedianStoppingRule.mode", rule.mode)])
+    inner = _plan_judged("MedianStoppingRule", tune_config, param_space, class_trainable, metric, mode)
+    if isinstance(getattr(inner.searcher, "metric", None), list):
+        raise ConfigError(f"TuneConfig: MedianStoppingRule decides on one metric, and the search is "
+                          f"multi-objective (metric={inner.searcher.metric!r}); use no scheduler")
+    metric, mode = _need_metric("MedianStoppingRule", inner.metric, inner.mode)
+    if not rule.hard_stop:
+        warnings.warn("fluidsalus.tune: MedianStoppingRule(hard_stop=False): Ray pauses a trial the rule would stop "
+                      "and resumes it once no other trial waits; fluidsalus shares devices instead of pausing "
+                      "trials, so it goes on at once (and, as in Ray, is not judged again)", UserWarning, stacklevel=3)
+    searcher = MedianStopping(inner.searcher, metric, mode, time_attr=rule.time_attr, grace_period=rule.grace_period,
+                              min_samples_required=rule.min_samples_required, hard_stop=rule.hard_stop)
+    return replace(inner, searcher=searcher, metric=metric, mode=mode,
+                   summary=f"MedianStoppingRule(time_attr={rule.time_attr!r}, grace_period={rule.grace_period}, "
+                           f"min_samples_required={rule.min_samples_required}, hard_stop={rule.hard_stop}) -> "
+                           f"MedianStopping over {inner.summary}")
 
 
 def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
@@ -405,6 +420,8 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
         scheduler = _resource_changing_base(scheduler)
     if is_custom_scheduler(scheduler):
         return _plan_scheduled(scheduler, tune_config, param_space, class_trainable)
+    if isinstance(scheduler, MedianStoppingRule):
+        return _plan_median(scheduler, tune_config, param_space, class_trainable)
     space = translate_ray_values(dict(param_space or {}), "param_space")
     sp.validate_space(space, allow_empty=True)
     search_alg = adopt_search_alg(tune_config.search_alg)
@@ -446,7 +463,7 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
         return _plan_replay(scheduler, search_alg, space, metric, mode, n, cap, pair, class_trainable)
     if isinstance(search_alg, TuneBOHB):
         return _plan_bohb(search_alg, scheduler, space, metric, mode, n, cap, pair)
-    if isinstance(search_alg, OptunaHolder) or isinstance(scheduler, MedianStoppingRule):
+    if isinstance(search_alg, OptunaHolder):
         return _plan_optuna(search_alg, scheduler, space, metric, mode, n, cap, pair, limits)
     if search_alg is not None and not isinstance(search_alg, BasicVariantGenerator):
         raise ConfigError(f"TuneConfig: search_alg {type(search_alg).__name__} is not supported; use one of "
@@ -618,15 +635,10 @@ def _plan_bohb(holder: TuneBOHB, scheduler: TrialScheduler, param_space: dict[st
                 summary=f"TuneBOHB + {type(scheduler).__name__} -> {_describe(searcher, names)}")
 
 
-def _plan_optuna(holder: Any, scheduler: TrialScheduler, param_space: dict[str, Any], metric: str | None,
+def _plan_optuna(holder: OptunaHolder, scheduler: TrialScheduler, param_space: dict[str, Any], metric: str | None,
                  mode: str | None, n: int, cap: int | None, pair: str, limits: list[int]) -> Plan:
-    import optuna
-
-    optuna_holder = holder if isinstance(holder, OptunaHolder) else None
-    if holder is not None and optuna_holder is None and not isinstance(holder, BasicVariantGenerator):
-        raise ConfigError(f"TuneConfig: {pair} has no fluidsalus equivalent; supported pairs: {_WORKING_PAIRS}")
-    space = _merge_space(param_space, optuna_holder.own_space() if optuna_holder else None, "OptunaSearch")
-    if optuna_holder is not None and optuna_holder.define_by_run is not None:
+    space = _merge_space(param_space, holder.own_space(), "OptunaSearch")
+    if holder.define_by_run is not None:
         domains, _ = sp.split_constants(space)
         if domains:
             raise ConfigError(
@@ -634,8 +646,7 @@ def _plan_optuna(holder: Any, scheduler: TrialScheduler, param_space: dict[str, 
                 f"holds parameters to search too ({', '.join(sorted(domains))}); as in Ray, suggest them in the "
                 "function and keep only constants in param_space"
             )
-    owner = type(scheduler).__name__ if isinstance(scheduler, MedianStoppingRule) else "OptunaSearch"
-    metric, mode = _need_metric(owner, metric, mode)
+    metric, mode = _need_metric("OptunaSearch", metric, mode)
     multi = isinstance(metric, list)
     if multi and not isinstance(scheduler, FIFOScheduler):
         raise ConfigError(
@@ -646,14 +657,9 @@ def _plan_optuna(holder: Any, scheduler: TrialScheduler, param_space: dict[str, 
         )
     batch = min(limits) if limits else cap
     extra_stops: list[Callable[[str, Mapping[str, Any]], bool]] = []
-    default_sampler = None
-    generator = holder if isinstance(holder, BasicVariantGenerator) else None
-    if generator is not None and generator.constant_grid_search:
-        raise ConfigError("BasicVariantGenerator: constant_grid_search=True is not supported; remove it")
-    seed = generator.seed() if generator is not None else None
     if isinstance(scheduler, FIFOScheduler):
         pruner = None
-        how = "OptunaSearch" + (" (define-by-run)" if optuna_holder and optuna_holder.define_by_run else "")
+        how = "OptunaSearch" + (" (define-by-run)" if holder.define_by_run else "")
     elif isinstance(scheduler, AsyncHyperBandScheduler):
         pruner = _sha_pruner(scheduler)
         if scheduler.stop_last_trials:
@@ -661,30 +667,14 @@ def _plan_optuna(holder: Any, scheduler: TrialScheduler, param_space: dict[str, 
         how = (f"OptunaSearch + AsyncHyperBandScheduler -> OptunaSearch(pruner=SuccessiveHalvingPruner("
                f"min_resource={scheduler.grace_period}, reduction_factor={scheduler.reduction_factor}), "
                f"stop at {scheduler.time_attr} >= {scheduler.max_t})")
-    elif type(scheduler) is HyperBandScheduler and optuna_holder is not None:
+    elif type(scheduler) is HyperBandScheduler:
         pruner = None  # HyperBand stops the trials; the study's pruner takes no part, as in Ray
         how = (f"OptunaSearch + HyperBandScheduler -> OptunaHyperBand(time_attr={scheduler.time_attr!r}, "
                f"max_t={scheduler.max_t}, reduction_factor={scheduler.reduction_factor}, "
                f"stop_last_trials={scheduler.stop_last_trials}) over the study's trials")
-    elif isinstance(scheduler, MedianStoppingRule):
-        pruner = _median_pruner(scheduler)
-        if optuna_holder is None:
-            default_sampler = optuna.samplers.RandomSampler(seed=seed)
-            if sp.has_grid(space):
-                warnings.warn(
-                    "fluidsalus.tune: MedianStoppingRule runs through Optuna, which samples grid_search values "
-                    "at random instead of enumerating the grid",
-                    UserWarning,
-                    stacklevel=4,
-                )
-        how = (f"MedianStoppingRule -> OptunaSearch({'RandomSampler' if optuna_holder is None else 'its sampler'}, "
-               f"pruner=MedianPruner(n_startup_trials={scheduler.min_samples_required}, "
-               f"n_warmup_steps={int(scheduler.grace_period)}, n_min_trials={scheduler.min_samples_required}))")
     else:
         raise ConfigError(f"TuneConfig: {pair} has no fluidsalus equivalent; supported pairs: {_WORKING_PAIRS}")
-    points = copy.deepcopy(generator.points_to_evaluate) if generator is not None else None
-    searcher: BaseSearcher = _optuna(optuna_holder, space, n, metric, mode, pruner, batch, default_sampler, seed,
-                                     points)
+    searcher: BaseSearcher = _optuna(holder, space, n, metric, mode, pruner, batch)
     if type(scheduler) is HyperBandScheduler:
         assert isinstance(searcher, OptunaSearch) and isinstance(metric, str) and isinstance(mode, str)
         searcher = OptunaHyperBand(searcher, n, metric, mode, max_concurrent=batch, time_attr=scheduler.time_attr,

@@ -4,7 +4,7 @@
 - :class:`AsyncHyperBandScheduler` / :class:`ASHAScheduler`: asynchronous successive halving;
 - :class:`HyperBandScheduler`: synchronous HyperBand;
 - :class:`HyperBandForBOHB`: HyperBand for BOHB (with ``TuneBOHB``);
-- :class:`MedianStoppingRule`: median stopping (through Optuna's ``MedianPruner``);
+- :class:`MedianStoppingRule`: median stopping (Ray's rule, :class:`~fluidsalus.searchers.MedianStopping`);
 - :class:`PopulationBasedTraining`: PBT;
 - :class:`PB2` (also ``schedulers.pb2.PB2``): population based bandits;
 - :class:`PopulationBasedTrainingReplay`: one trial trained with a PBT run's schedule of configurations;

@@ -219,22 +219,20 @@ class HyperBandForBOHB(HyperBandScheduler):
 class MedianStoppingRule(TrialScheduler):
     """Median stopping (``ray.tune.schedulers.MedianStoppingRule``).
 
-    fluidsalus has no median-stopping searcher: this maps onto :class:`fluidsalus.searchers.OptunaSearch`
-    with a random sampler (or the ``OptunaSearch``'s own sampler) and ``optuna.pruners.MedianPruner``, with
-    ``n_warmup_steps=grace_period`` and ``n_startup_trials=n_min_trials=min_samples_required``. Optuna
-    counts in ``training_iteration``, so ``time_attr`` must be ``"training_iteration"``, and it compares a
-    trial's value at a step with the median of the *completed* trials' values at that step, where Ray compares
-    running means against every trial. ``hard_stop=False`` (pause instead of stop) is refused. See
+    Maps onto :class:`fluidsalus.searchers.MedianStopping` around the search algorithm's trials, with Ray's
+    decisions: from ``grace_period`` on, a trial whose best value is strictly worse than the median of the other
+    trials' running means at its time is stopped. ``min_time_slice`` is not used (fluidsalus never pauses a trial
+    to let others run), and with ``hard_stop=False`` the trial goes on at once instead of pausing. See
     docs/compatibility.md.
 
     Args:
-        time_attr: Must be ``"training_iteration"`` (Ray's default ``"time_total_s"`` is refused at ``fit()``).
+        time_attr: The result key time is measured in (monotonic).
         metric: Result key to optimise.
         mode: ``"min"`` or ``"max"``.
-        grace_period: Iterations before a trial may be stopped.
-        min_samples_required: Completed trials needed before anything is stopped.
-        min_time_slice: Ray's pausing granularity; not used (trials stop, they are never paused for this).
-        hard_stop: Must be True.
+        grace_period: No trial is stopped, and no value counts in a running mean, before this time.
+        min_samples_required: Running means of other trials needed to decide.
+        min_time_slice: Ray's pausing granularity; not used.
+        hard_stop: False: a trial the rule would stop goes on (Ray pauses it until no trial waits).
     """
 
     def __init__(

@@ -2,8 +2,9 @@
 
 It maps onto :class:`fluidsalus.searchers.OptunaSearch` (``Study.ask``/``Study.tell`` with the given
 sampler, TPE by default). Paired with :class:`~fluidsalus.tune.schedulers.AsyncHyperBandScheduler` it gets
-Optuna's ``SuccessiveHalvingPruner``; with :class:`~fluidsalus.tune.schedulers.MedianStoppingRule`, Optuna's
-``MedianPruner`` (see docs/compatibility.md).
+Optuna's ``SuccessiveHalvingPruner``; with :class:`~fluidsalus.tune.schedulers.HyperBandScheduler`, HyperBand
+fills its brackets with the study's trials; with :class:`~fluidsalus.tune.schedulers.MedianStoppingRule`, Ray's
+median rule judges them (see docs/compatibility.md).
 
 A define-by-run ``space`` (a function ``f(trial)`` that calls ``trial.suggest_*`` and returns None or a dict of
 constants) runs in the driver for every proposal, on the trial ``Study.ask()`` returned, as in Ray.
