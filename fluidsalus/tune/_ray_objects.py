@@ -47,7 +47,11 @@ _SUPPORTED_SCHEDULERS = ("FIFOScheduler", "AsyncHyperBandScheduler/ASHAScheduler
                          "PopulationBasedTrainingReplay", "ResourceChangingScheduler",
                          "a TrialScheduler subclass of your own")
 _SUPPORTED_SEARCHERS = ("BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "SearchGenerator", "TuneBOHB",
-                        "OptunaSearch", "a Searcher subclass of your own")
+                        "OptunaSearch", "HyperOptSearch (import it from fluidsalus.tune.search.hyperopt)",
+                        "a Searcher subclass of your own")
+#: Ray search algorithms that fluidsalus provides but cannot translate from Ray's object (Ray keeps only a
+#: converted space): the import to use instead.
+_IMPORT_INSTEAD = {"HyperOptSearch": "from fluidsalus.tune.search.hyperopt import HyperOptSearch"}
 
 
 def is_ray_object(value: Any) -> bool:
@@ -278,6 +282,9 @@ def adopt_search_alg(value: Any, warn: bool = True) -> Any:
         build = _SEARCHERS.get(name)
         if _users_subclass("TuneConfig.search_alg", value, name, warn):
             return value
+        if build is None and name in _IMPORT_INSTEAD:
+            raise ConfigError(f"TuneConfig: search_alg is Ray Tune's {name}; change its import to "
+                              f"`{_IMPORT_INSTEAD[name]}` (its arguments are not readable back from Ray's object)")
         if build is None:
             raise ConfigError(
                 f"TuneConfig: search_alg is Ray Tune's {name}, which fluidsalus has no equivalent for; supported: "

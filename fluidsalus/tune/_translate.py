@@ -637,7 +637,8 @@ def _plan_bohb(holder: TuneBOHB, scheduler: TrialScheduler, param_space: dict[st
 
 def _plan_optuna(holder: OptunaHolder, scheduler: TrialScheduler, param_space: dict[str, Any], metric: str | None,
                  mode: str | None, n: int, cap: int | None, pair: str, limits: list[int]) -> Plan:
-    space = _merge_space(param_space, holder.own_space(), "OptunaSearch")
+    name = type(holder).__name__  # OptunaSearch, or HyperOptSearch (an OptunaSearch with HyperOpt's TPE settings)
+    space = _merge_space(param_space, holder.own_space(), name)
     if holder.define_by_run is not None:
         domains, _ = sp.split_constants(space)
         if domains:
@@ -659,17 +660,17 @@ def _plan_optuna(holder: OptunaHolder, scheduler: TrialScheduler, param_space: d
     extra_stops: list[Callable[[str, Mapping[str, Any]], bool]] = []
     if isinstance(scheduler, FIFOScheduler):
         pruner = None
-        how = "OptunaSearch" + (" (define-by-run)" if holder.define_by_run else "")
+        how = name + (" (define-by-run)" if holder.define_by_run else "")
     elif isinstance(scheduler, AsyncHyperBandScheduler):
         pruner = _sha_pruner(scheduler)
         if scheduler.stop_last_trials:
             extra_stops.append(MaxBudgetStop(scheduler.time_attr, float(scheduler.max_t)))
-        how = (f"OptunaSearch + AsyncHyperBandScheduler -> OptunaSearch(pruner=SuccessiveHalvingPruner("
+        how = (f"{name} + AsyncHyperBandScheduler -> OptunaSearch(pruner=SuccessiveHalvingPruner("
                f"min_resource={scheduler.grace_period}, reduction_factor={scheduler.reduction_factor}), "
                f"stop at {scheduler.time_attr} >= {scheduler.max_t})")
     elif type(scheduler) is HyperBandScheduler:
         pruner = None  # HyperBand stops the trials; the study's pruner takes no part, as in Ray
-        how = (f"OptunaSearch + HyperBandScheduler -> OptunaHyperBand(time_attr={scheduler.time_attr!r}, "
+        how = (f"{name} + HyperBandScheduler -> OptunaHyperBand(time_attr={scheduler.time_attr!r}, "
                f"max_t={scheduler.max_t}, reduction_factor={scheduler.reduction_factor}, "
                f"stop_last_trials={scheduler.stop_last_trials}) over the study's trials")
     else:

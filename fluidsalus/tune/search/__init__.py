@@ -7,7 +7,9 @@
 - :class:`Searcher`: the base of a search algorithm of your own (``suggest``/``on_trial_complete``);
 - :class:`~fluidsalus.tune.search.bohb.TuneBOHB`: BOHB (``from fluidsalus.tune.search.bohb import TuneBOHB``);
 - :class:`~fluidsalus.tune.search.optuna.OptunaSearch`: Optuna's samplers
-  (``from fluidsalus.tune.search.optuna import OptunaSearch``).
+  (``from fluidsalus.tune.search.optuna import OptunaSearch``);
+- :class:`~fluidsalus.tune.search.hyperopt.HyperOptSearch`: HyperOpt's TPE, run by Optuna's TPE sampler with
+  HyperOpt's settings (``from fluidsalus.tune.search.hyperopt import HyperOptSearch``).
 
 They hold their arguments; ``Tuner.fit()`` turns them, with the scheduler, into one fluidsalus searcher.
 :func:`create_searcher` builds one from Ray's short names (``"random"``, ``"optuna"``, ``"bohb"``, ...), as
@@ -38,7 +40,7 @@ SEARCHER_NAMES: dict[str, tuple[str, str] | None] = {
     "variant_generator": ("fluidsalus.tune.search._holders", "BasicVariantGenerator"),
     "random": ("fluidsalus.tune.search._holders", "BasicVariantGenerator"),
     "ax": None,
-    "hyperopt": None,
+    "hyperopt": ("fluidsalus.tune.search.hyperopt", "HyperOptSearch"),
     "bayesopt": None,
     "bohb": ("fluidsalus.tune.search.bohb", "TuneBOHB"),
     "nevergrad": None,
