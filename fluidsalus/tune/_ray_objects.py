@@ -48,10 +48,12 @@ _SUPPORTED_SCHEDULERS = ("FIFOScheduler", "AsyncHyperBandScheduler/ASHAScheduler
                          "a TrialScheduler subclass of your own")
 _SUPPORTED_SEARCHERS = ("BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "SearchGenerator", "TuneBOHB",
                         "OptunaSearch", "HyperOptSearch (import it from fluidsalus.tune.search.hyperopt)",
+                        "BayesOptSearch (import it from fluidsalus.tune.search.bayesopt)",
                         "a Searcher subclass of your own")
 #: Ray search algorithms that fluidsalus provides but cannot translate from Ray's object (Ray keeps only a
 #: converted space): the import to use instead.
-_IMPORT_INSTEAD = {"HyperOptSearch": "from fluidsalus.tune.search.hyperopt import HyperOptSearch"}
+_IMPORT_INSTEAD = {"HyperOptSearch": "from fluidsalus.tune.search.hyperopt import HyperOptSearch",
+                   "BayesOptSearch": "from fluidsalus.tune.search.bayesopt import BayesOptSearch"}
 
 
 def is_ray_object(value: Any) -> bool:

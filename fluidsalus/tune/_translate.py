@@ -638,7 +638,7 @@ def _plan_bohb(holder: TuneBOHB, scheduler: TrialScheduler, param_space: dict[st
 def _plan_optuna(holder: OptunaHolder, scheduler: TrialScheduler, param_space: dict[str, Any], metric: str | None,
                  mode: str | None, n: int, cap: int | None, pair: str, limits: list[int]) -> Plan:
     name = type(holder).__name__  # OptunaSearch, or HyperOptSearch (an OptunaSearch with HyperOpt's TPE settings)
-    space = _merge_space(param_space, holder.own_space(), name)
+    space = holder.prepare_space(_merge_space(param_space, holder.own_space(), name))
     if holder.define_by_run is not None:
         domains, _ = sp.split_constants(space)
         if domains:

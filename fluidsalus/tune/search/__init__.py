@@ -9,7 +9,9 @@
 - :class:`~fluidsalus.tune.search.optuna.OptunaSearch`: Optuna's samplers
   (``from fluidsalus.tune.search.optuna import OptunaSearch``);
 - :class:`~fluidsalus.tune.search.hyperopt.HyperOptSearch`: HyperOpt's TPE, run by Optuna's TPE sampler with
-  HyperOpt's settings (``from fluidsalus.tune.search.hyperopt import HyperOptSearch``).
+  HyperOpt's settings (``from fluidsalus.tune.search.hyperopt import HyperOptSearch``);
+- :class:`~fluidsalus.tune.search.bayesopt.BayesOptSearch`: Gaussian-process optimisation, run by Optuna's
+  ``GPSampler`` (``from fluidsalus.tune.search.bayesopt import BayesOptSearch``).
 
 They hold their arguments; ``Tuner.fit()`` turns them, with the scheduler, into one fluidsalus searcher.
 :func:`create_searcher` builds one from Ray's short names (``"random"``, ``"optuna"``, ``"bohb"``, ...), as
@@ -41,7 +43,7 @@ SEARCHER_NAMES: dict[str, tuple[str, str] | None] = {
     "random": ("fluidsalus.tune.search._holders", "BasicVariantGenerator"),
     "ax": None,
     "hyperopt": ("fluidsalus.tune.search.hyperopt", "HyperOptSearch"),
-    "bayesopt": None,
+    "bayesopt": ("fluidsalus.tune.search.bayesopt", "BayesOptSearch"),
     "bohb": ("fluidsalus.tune.search.bohb", "TuneBOHB"),
     "nevergrad": None,
     "optuna": ("fluidsalus.tune.search.optuna", "OptunaSearch"),

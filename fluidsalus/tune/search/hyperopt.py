@@ -28,7 +28,7 @@ import warnings
 from typing import Any
 
 from fluidsalus.errors import ConfigError
-from fluidsalus.tune.search.optuna import OptunaSearch
+from fluidsalus.tune.search.optuna import OptunaSearch, single_objective
 
 __all__ = ["EI_CANDIDATES", "LINEAR_FORGETTING", "HyperOptGamma", "HyperOptSearch"]
 
@@ -98,9 +98,7 @@ class HyperOptSearch(OptunaSearch):
             raise ConfigError(f"{owner}: space holds HyperOpt's own hp.* expressions, which need the hyperopt "
                               "package; write it with fluidsalus.tune's uniform/loguniform/choice/randint/..., which "
                               "Ray's HyperOptSearch accepts too")
-        if isinstance(metric, (list, tuple)) or isinstance(mode, (list, tuple)):
-            raise ConfigError(f"{owner}: metric and mode must be one result key and 'min'/'max' (HyperOpt is "
-                              f"single-objective; got metric={metric!r}, mode={mode!r})")
+        single_objective(owner, "HyperOpt", metric, mode)
         if isinstance(n_initial_points, bool) or not isinstance(n_initial_points, numbers.Integral) \
                 or n_initial_points < 0:
             raise ConfigError(f"{owner}: n_initial_points must be an int >= 0 (got {n_initial_points!r})")

@@ -25,7 +25,7 @@ from fluidsalus.tune._config import MODES
 from fluidsalus.tune._domains import from_optuna_distributions, translate_ray_values
 from fluidsalus.tune.search._holders import Searcher
 
-__all__ = ["OptunaSearch"]
+__all__ = ["OptunaSearch", "single_objective"]
 
 
 def _objectives(owner: str, metric: Any, mode: Any) -> tuple[list[str], list[str]]:
@@ -38,6 +38,17 @@ def _objectives(owner: str, metric: Any, mode: Any) -> tuple[list[str], list[str
         raise ConfigError(f"{owner}: with metric={list(metric)!r}, mode must be a list of {len(metric)} values, "
                           f"each 'min' or 'max' (got {mode!r})")
     return list(metric), list(mode)
+
+
+def single_objective(owner: str, algorithm: str, metric: Any, mode: Any) -> None:
+    """Refuse a list of metrics or modes for a search algorithm that has one objective.
+
+    Raises:
+        ConfigError: ``metric`` or ``mode`` is a list; the message names ``owner`` and ``algorithm``.
+    """
+    if isinstance(metric, (list, tuple)) or isinstance(mode, (list, tuple)):
+        raise ConfigError(f"{owner}: metric and mode must be one result key and 'min'/'max' ({algorithm} is "
+                          f"single-objective; got metric={metric!r}, mode={mode!r})")
 
 
 class OptunaSearch(Searcher):
@@ -115,6 +126,19 @@ class OptunaSearch(Searcher):
 
     def own_space(self) -> dict[str, Any] | None:
         return self.space or None
+
+    def prepare_space(self, space: dict[str, Any]) -> dict[str, Any]:
+        """The searched space (``param_space`` or :meth:`own_space`, with its constants) as this search
+        algorithm searches it: unchanged here; a subclass with narrower rules (``BayesOptSearch``) checks or
+        rewrites it.
+
+        Args:
+            space: The space, with fluidsalus domains.
+
+        Returns:
+            The space to search.
+        """
+        return space
 
     def describe(self) -> dict[str, Any]:
         return {"space": self.define_by_run or self.space, **super().describe(),
