@@ -19,6 +19,14 @@ PATHS = [
     ("error", ["TuneError"]),
     ("search", ["BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "SearchGenerator", "Searcher",
                 "grid_search"]),
+    ("search.basic_variant", ["BasicVariantGenerator"]),
+    ("search.concurrency_limiter", ["ConcurrencyLimiter"]),
+    ("search.repeater", ["Repeater", "TRIAL_INDEX"]),
+    ("search.searcher", ["Searcher", "ConcurrencyLimiter"]),
+    ("search.search_generator", ["SearchGenerator"]),
+    ("search.search_algorithm", ["SearchAlgorithm"]),
+    ("context", ["TuneContext", "get_context"]),
+    ("syncer", ["SyncConfig"]),
     ("search.sample", ["Categorical", "Domain", "Float", "Function", "Integer", "choice", "loguniform", "randint",
                        "sample_from", "uniform"]),
     ("schedulers.resource_changing_scheduler", ["ResourceChangingScheduler", "DistributeResources",
@@ -35,6 +43,15 @@ def test_rays_module_path_exists_with_the_same_names(module, names) -> None:
     ours = importlib.import_module(f"fluidsalus.tune.{module}")
     assert [n for n in names if not hasattr(ray_module, n)] == []  # the table names what Ray has
     assert [n for n in names if not hasattr(ours, n)] == []
+
+
+def test_the_paths_name_the_same_objects_as_the_package() -> None:
+    from fluidsalus.searchers._repeat import TRIAL_INDEX
+    from fluidsalus.tune import search
+    from fluidsalus.tune.search.repeater import TRIAL_INDEX as ray_named
+    from fluidsalus.tune.search.searcher import Searcher
+
+    assert Searcher is search.Searcher and ray_named == TRIAL_INDEX == "__trial_index__"
 
 
 def test_a_callback_typed_with_rays_trial_class_gets_the_trial_view() -> None:
