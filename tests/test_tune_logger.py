@@ -16,7 +16,7 @@ import pytest
 from fluidsalus.errors import ConfigError
 from fluidsalus.testing.tune import resumable
 from fluidsalus.tune.callback import TrialInfo
-from fluidsalus.tune.logger import CSVLoggerCallback, JsonLoggerCallback, translate_ray_logger
+from fluidsalus.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback, translate_ray_logger
 
 
 def _trial(tmp_path, trial_id="t0", **config) -> TrialInfo:
@@ -68,15 +68,70 @@ def test_csv_logger_keeps_the_first_results_columns_and_appends_on_resume(tmp_pa
     assert path.read_text().count("loss") == 1
 
 
+def _has_tensorboardx() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("tensorboardX") is not None
+
+
+def _events(folder) -> list:
+    """Every event of the TensorBoard files in ``folder`` (TFRecord framing: length, CRC, data, CRC)."""
+    import glob
+    import struct
+
+    from tensorboardX.proto import event_pb2
+
+    events = []
+    for name in sorted(glob.glob(os.path.join(folder, "events.out.tfevents.*"))):
+        data = open(name, "rb").read()
+        at = 0
+        while at < len(data):
+            (length,) = struct.unpack("<Q", data[at:at + 8])
+            event = event_pb2.Event()
+            event.ParseFromString(data[at + 12:at + 12 + length])
+            events.append(event)
+            at += 12 + length + 4
+    return events
+
+
+def test_tbx_logger_writes_rays_scalars_histograms_and_hparams(tmp_path) -> None:
+    pytest.importorskip("tensorboardX")
+    logger = TBXLoggerCallback()
+    trial = TrialInfo("t0", {"lr": 0.1, "model": {"width": 4}, "fn": len}, path=str(tmp_path / "t0"))
+    logger.on_trial_start(0, [trial], trial)
+    for step, loss in ((1, 0.5), (2, 0.25)):
+        logger.on_trial_result(step, [trial], trial, {
+            "loss": loss, "info": {"acc": np.float32(0.75)}, "bad": math.nan, "hist": [1.0, 2.0, 3.0],
+            "training_iteration": step, "time_total_s": 1.0, "config": trial.config, "name": "text"})
+    resumed = pickle.loads(pickle.dumps(logger))  # what Tuner.restore unpickles: no open writer in it
+    assert resumed._writers == {}
+    trial.status = "TERMINATED"
+    logger.on_trial_complete(2, [trial], trial)
+    events = _events(tmp_path / "t0")
+    scalars = sorted((v.tag, e.step, round(v.simple_value, 3)) for e in events for v in e.summary.value
+                     if v.HasField("simple_value"))
+    assert scalars == [("ray/tune/info/acc", 1, 0.75), ("ray/tune/info/acc", 2, 0.75), ("ray/tune/loss", 1, 0.5),
+                       ("ray/tune/loss", 2, 0.25)]  # no NaN, no text, no training_iteration or time_total_s
+    assert [(v.tag, e.step) for e in events for v in e.summary.value if v.HasField("histo")] == [
+        ("ray/tune/hist", 1), ("ray/tune/hist", 2)]
+    hparams = {v.tag for e in events for v in e.summary.value if v.tag.startswith("_hparams_/")}
+    assert hparams == {"_hparams_/experiment", "_hparams_/session_start_info", "_hparams_/session_end_info"}
+    start = next(v for e in events for v in e.summary.value if v.tag == "_hparams_/session_start_info")
+    assert b"model/width" in start.metadata.plugin_data.content and b"fn" not in start.metadata.plugin_data.content
+
+
 def test_rays_own_loggers_are_translated_or_refused() -> None:
     ray_logger = pytest.importorskip("ray.tune.logger")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert isinstance(translate_ray_logger(ray_logger.JsonLoggerCallback()), JsonLoggerCallback)
         assert isinstance(translate_ray_logger(ray_logger.CSVLoggerCallback()), CSVLoggerCallback)
-    assert ["translated into fluidsalus.tune.logger" in str(w.message) for w in caught] == [True, True]
-    with pytest.raises(ConfigError, match="Ray's TBXLoggerCallback is not provided by fluidsalus"):
-        translate_ray_logger(ray_logger.TBXLoggerCallback())
+        assert isinstance(translate_ray_logger(ray_logger.TBXLoggerCallback()), TBXLoggerCallback)
+    assert ["translated into fluidsalus.tune.logger" in str(w.message) for w in caught] == [True, True, True]
+    with pytest.raises(ConfigError, match="Ray's MLflowLoggerCallback is not provided by fluidsalus"):
+        from ray.air.integrations.mlflow import MLflowLoggerCallback
+
+        translate_ray_logger(MLflowLoggerCallback.__new__(MLflowLoggerCallback))
     mine = CSVLoggerCallback()
     assert translate_ray_logger(mine) is mine
 
@@ -93,9 +148,14 @@ def test_a_run_with_the_loggers_writes_rays_files_in_each_trial_folder(ray_clust
     from fluidsalus.tune.logger import CSVLoggerCallback as CSV
     from fluidsalus.tune.logger import JsonLoggerCallback as Json
 
+    callbacks = [Json(), CSV(), *([TBXLoggerCallback()] if _has_tensorboardx() else [])]
     grid = tune.Tuner(_two_steps, param_space={"x": tune.grid_search([1, 2])},
-                      run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[Json(), CSV()])).fit()
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=callbacks)).fit()
     for result in grid:
+        if _has_tensorboardx():
+            assert sorted((v.tag, e.step, v.simple_value) for e in _events(result.path) for v in e.summary.value
+                          if v.tag == "ray/tune/score") == [("ray/tune/score", 1, 0), ("ray/tune/score", 2,
+                                                                                      result.config["x"])]
         assert json.loads(open(os.path.join(result.path, "params.json")).read()) == result.config
         lines = open(os.path.join(result.path, "result.json")).read().splitlines()
         assert [json.loads(line)["score"] for line in lines] == [0, result.config["x"]]

@@ -11,7 +11,12 @@ result), for tools that read those files. As in Ray, ``Tuner.fit`` and ``tune.ru
 (:func:`default_loggers`) unless they were passed already or ``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1``; the
 experiment's store (``ResultGrid``, ``ExperimentAnalysis``, ``fluidsalus inspect``) holds every result either
 way. Ray's own objects of these two classes are translated (:func:`translate_ray_logger`).
-``TBXLoggerCallback`` (TensorBoard) is not provided, and not added.
+
+:class:`TBXLoggerCallback` writes TensorBoard event files into each trial's folder, as Ray's does (it needs the
+tensorboardX package). Ray adds it to every run when tensorboardX is installed; fluidsalus adds it only when
+``callbacks`` has one (Ray's object is translated too), because it costs the driver about 0.17 ms per scalar plus
+1.7 s to import tensorboardX on this project's 2-core machine, which a sweep of short trials would feel
+(measured in docs/compatibility.md, "Callbacks").
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ from fluidsalus.errors import ConfigError
 from fluidsalus.result import flatten_dict
 from fluidsalus.tune.callback import Callback, TrialInfo
 
-__all__ = ["CSVLoggerCallback", "JsonLoggerCallback", "LoggerCallback", "default_loggers", "pretty_print",
-           "translate_ray_logger"]
+__all__ = ["CSVLoggerCallback", "JsonLoggerCallback", "LoggerCallback", "TBXLoggerCallback", "default_loggers",
+           "pretty_print", "translate_ray_logger"]
 
 #: Ray's file names in a trial's folder (``ray.air.constants``).
 PARAMS_FILE = "params.json"
@@ -39,6 +44,12 @@ RESULT_FILE = "result.json"
 PROGRESS_FILE = "progress.csv"
 #: Ray's switch (``ray.tune.constants``): ``"1"`` leaves out the loggers added to every run.
 DISABLE_AUTO_LOGGERS_ENV = "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"
+#: Where TensorBoard shows a result's scalars (Ray's ``ray/tune/<key>``).
+TBX_PREFIX = "ray/tune/"
+#: Result keys Ray's TBXLoggerCallback leaves out (not useful as curves).
+TBX_SKIPPED = ("config", "pid", "timestamp", "time_total_s", "training_iteration")
+#: How often a trial's event file is flushed in the background, in seconds (Ray's ``flush_secs``).
+TBX_FLUSH_S = 30
 
 
 class LoggerCallback(Callback):
@@ -218,21 +229,133 @@ class CSVLoggerCallback(_FileLogger):
         self._writers.pop(trial.trial_id, None)
 
 
+class TBXLoggerCallback(LoggerCallback):
+    """TensorBoard event files in each trial's folder (``ray.tune.logger.TBXLoggerCallback``), as Ray writes them.
+
+    Each result's numbers (nested dicts flattened with ``/``, NaN left out, and without :data:`TBX_SKIPPED`) become
+    scalars ``ray/tune/<key>`` at step ``timesteps_total`` or else ``training_iteration``; a non-empty list or
+    array becomes a histogram, and an array of 3, 4 or 5 dimensions an image, a batch of images or a video. When
+    the trial ends, its config's simple values (str, bool, int, float, list, None) and its last result's numbers
+    go to TensorBoard's HParams view. Point TensorBoard at the experiment folder (``tensorboard --logdir
+    ~/ray_results/<name>``). Difference: Ray's HParams hold the searched parameters only; here the whole
+    flattened config.
+
+    Raises:
+        ConfigError: tensorboardX is not installed.
+    """
+
+    VALID_HPARAMS = (str, bool, int, float, list, type(None))
+
+    def __init__(self) -> None:
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError as e:
+            raise ConfigError("TBXLoggerCallback needs the tensorboardX package (pip install tensorboardX)") from e
+        self._writer_class = SummaryWriter
+        self._writers: dict[str, Any] = {}
+        self._last: dict[str, dict[str, Any]] = {}  # each trial's last logged values, for its HParams
+        self._warned = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without its open writers (``Tuner.restore`` keeps the callbacks)."""
+        return {**self.__dict__, "_writers": {}, "_last": {}, "_writer_class": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        from tensorboardX import SummaryWriter
+
+        self.__dict__.update(state)
+        self._writer_class = SummaryWriter
+
+    def log_trial_start(self, trial: Any) -> None:
+        if trial.trial_id in self._writers:
+            self._writers.pop(trial.trial_id).close()
+        os.makedirs(trial.path, exist_ok=True)
+        self._writers[trial.trial_id] = self._writer_class(trial.path, flush_secs=TBX_FLUSH_S)
+        self._last[trial.trial_id] = {}
+
+    def log_trial_result(self, iteration: int, trial: Any, result: dict[str, Any]) -> None:
+        import numpy as np
+
+        if trial.trial_id not in self._writers:
+            self.log_trial_start(trial)
+        writer = self._writers[trial.trial_id]
+        step = result.get("timesteps_total") or result["training_iteration"]
+        logged: dict[str, Any] = {}
+        for key, value in flatten_dict({k: v for k, v in result.items() if k not in TBX_SKIPPED}).items():
+            tag = TBX_PREFIX + key
+            if _is_scalar(value):
+                if not math.isnan(float(value)):
+                    logged[tag] = value
+                    writer.add_scalar(tag, value, global_step=step)
+                continue
+            if not ((isinstance(value, list) and value) or (isinstance(value, np.ndarray) and value.size > 0)):
+                continue
+            logged[tag] = value
+            dims = value.ndim if isinstance(value, np.ndarray) else 0
+            try:
+                if dims == 3:
+                    writer.add_image(tag, value, global_step=step)
+                elif dims == 4:
+                    writer.add_images(tag, value, global_step=step)
+                elif dims == 5:
+                    writer.add_video(tag, value, global_step=step, fps=20)
+                else:
+                    writer.add_histogram(tag, value, global_step=step)
+            except (ValueError, TypeError) as e:
+                if not self._warned:
+                    self._warned = True
+                    warnings.warn(f"TBXLoggerCallback: {tag}={value!r} cannot be logged to TensorBoard ({e})",
+                                  UserWarning, stacklevel=2)
+        self._last[trial.trial_id] = logged
+        writer.flush()
+
+    def log_trial_end(self, trial: Any, failed: bool = False) -> None:
+        writer = self._writers.pop(trial.trial_id, None)
+        last = self._last.pop(trial.trial_id, {})
+        if writer is None:
+            return
+        metrics = {k: v for k, v in last.items() if _is_scalar(v)}
+        params = {k: v for k, v in flatten_dict(dict(trial.config or {})).items()
+                  if isinstance(v, self.VALID_HPARAMS)}
+        if metrics and params:
+            from tensorboardX.summary import hparams
+
+            try:
+                for summary in hparams(hparam_dict=params, metric_dict=metrics):
+                    writer.file_writer.add_summary(summary)
+            except Exception as e:  # noqa: BLE001 - as Ray: a value tensorboardX refuses loses the HParams only
+                warnings.warn(f"TBXLoggerCallback: the HParams of trial {trial.trial_id} were not written ({e})",
+                              UserWarning, stacklevel=2)
+        writer.close()
+
+    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        for trial_id in list(self._writers):
+            self.log_trial_end(TrialInfo(trial_id=trial_id))
+
+
+def _is_scalar(value: Any) -> bool:
+    """A number TensorBoard takes as a scalar (Ray's ``VALID_SUMMARY_TYPES``: ints and floats, NumPy's too)."""
+    import numpy as np
+
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
 def translate_ray_logger(callback: Any) -> Any:
     """A Ray logger callback (an import left unchanged) as fluidsalus's, or ``callback`` itself otherwise.
 
     Raises:
-        ConfigError: For a Ray logger that fluidsalus does not provide (``TBXLoggerCallback``, the MLflow,
-            W&B, Comet and Aim loggers), naming it.
+        ConfigError: For a Ray logger that fluidsalus does not provide (the MLflow, W&B, Comet and Aim loggers),
+            naming it.
     """
     kind = type(callback)
     if not kind.__module__.startswith(("ray.tune.logger", "ray.air.integrations")):
         return callback
-    ours = {"JsonLoggerCallback": JsonLoggerCallback, "CSVLoggerCallback": CSVLoggerCallback}.get(kind.__name__)
+    ours = {"JsonLoggerCallback": JsonLoggerCallback, "CSVLoggerCallback": CSVLoggerCallback,
+            "TBXLoggerCallback": TBXLoggerCallback}.get(kind.__name__)
     if ours is None:
         raise ConfigError(f"RunConfig: callbacks: Ray's {kind.__name__} is not provided by fluidsalus; the results "
                           "are in the experiment's store (ResultGrid, fluidsalus inspect), and "
-                          "fluidsalus.tune.logger has JsonLoggerCallback and CSVLoggerCallback")
+                          "fluidsalus.tune.logger has JsonLoggerCallback, CSVLoggerCallback and TBXLoggerCallback")
     warnings.warn(f"RunConfig: callbacks: Ray's {kind.__name__} was translated into "
                   f"fluidsalus.tune.logger.{kind.__name__}; import it from fluidsalus.tune.logger", UserWarning,
                   stacklevel=4)
