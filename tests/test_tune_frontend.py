@@ -906,6 +906,41 @@ def test_restore_continues_an_interrupted_experiment(ray_cluster, storage: str, 
     assert grid.get_best_result().metrics["i"] == 6
 
 
+def _median_rule() -> dict:
+    return {"scheduler": tune.schedulers.MedianStoppingRule(time_attr="training_iteration", grace_period=1,
+                                                            min_samples_required=1)}
+
+
+def _optuna_hyperband() -> dict:
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    return {"search_alg": OptunaSearch(sampler=optuna.samplers.RandomSampler(seed=0)),
+            "scheduler": tune.schedulers.HyperBandScheduler(max_t=6, reduction_factor=2)}
+
+
+@pytest.mark.parametrize("make, wrapper", [(_median_rule, "MedianStopping"), (_optuna_hyperband, "OptunaHyperBand")])
+def test_an_interrupted_run_of_a_judging_scheduler_continues_from_its_saved_state(ray_cluster, storage: str, tmp_path,
+                                                                                  make, wrapper) -> None:
+    callback = InterruptOnce(str(tmp_path / "interrupted"), n=4)
+    tuner = Tuner(resumable, param_space={"x": tune.uniform(0, 1)},
+                  tune_config=tune.TuneConfig(num_samples=4, metric="i", mode="max", max_concurrent_trials=2, **make()),
+                  run_config=tune.RunConfig(name="judged", storage_path=storage, verbose=0, callbacks=[callback]))
+    with pytest.raises(KeyboardInterrupt):
+        tuner.fit()
+    restored = Tuner.restore(os.path.join(storage, "judged"), resumable)
+    grid = restored.fit()
+    assert type(restored.plan.searcher).__name__ == wrapper
+    assert len(grid) == 4 and grid.num_errors == 0
+    assert any(r.metrics["resumed_from"] > 0 for r in grid)  # continued from a checkpoint
+    ends = sorted(r.metrics["i"] for r in grid)
+    if wrapper == "MedianStopping":  # every trial ties on "i" at each time, so the rule stops none
+        assert ends == [6] * 4
+    else:  # HyperBand (max_t=6, eta=2; at most 2 unfinished trials per bracket): each ends at a rung budget
+        assert set(ends) <= {1, 2, 3, 4, 6} and ends[-1] == 6
+        study = restored.plan.searcher.optuna.study  # the four trials once each, each told its last value
+        assert sorted((t.state.name, t.value) for t in study.trials) == [("COMPLETE", float(i)) for i in ends]
+
+
 def test_running_twice_under_one_name_keeps_both(ray_cluster, storage: str) -> None:
     _run(_steps, storage, run_config_kwargs={"name": "same"})
     with warnings.catch_warnings(record=True) as caught:
