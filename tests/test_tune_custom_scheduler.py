@@ -82,13 +82,17 @@ def test_the_schedulers_stop_wins_and_it_hears_of_each_trials_life() -> None:
 def test_a_resumed_search_asks_the_scheduler_about_the_trials_it_continues() -> None:
     scheduler = StopBelow(metric="m", mode="max")
     search = _search(scheduler)
-    search.on_result("t0", {"m": 0.9, "training_iteration": 1})
-    search.on_trial_complete("t1", {"m": 0.9, "training_iteration": 1})
+    search.on_result("t0", {"m": 0.9, "training_iteration": 1, "timestamp": 100})
+    search.on_result("t1", {"m": 0.9, "training_iteration": 1, "timestamp": 200})
+    search.on_trial_complete("t1", {"m": 0.9, "training_iteration": 1, "timestamp": 200})
     state = search.state_dict()
     fresh = StopBelow(metric="m", mode="max")
     resumed = ScheduledSearch(searchers.RandomSearch({"x": tune.uniform(0, 1)}, num_samples=3, seed=0), fresh)
     resumed.load_state_dict(state)
-    assert resumed.next_groups() == [] and fresh.added == []  # nothing new; not told of the additions again
+    # as Ray's resume: every trial added again, newest result first (t2 never reported), unfinished ones PENDING
+    assert fresh.added == ["t1", "t0", "t2"]
+    assert [t.status for t in resumed._view.get_trials()] == ["PENDING", "TERMINATED", "PENDING"]
+    assert resumed.next_groups() == []  # nothing new
     assert resumed.on_result("t0", {"m": 0.1, "training_iteration": 2}) == Decision.STOP
     assert [t.status for t in resumed._view.get_trials()] == ["RUNNING", "TERMINATED", "PENDING"]
     assert resumed._trials["t0"].config == search._trials["t0"].config and fresh.live_seen == [2]

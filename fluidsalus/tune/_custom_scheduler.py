@@ -15,14 +15,17 @@ result:
 - ``tune_controller`` is a small view with ``get_trials()`` and ``get_live_trials()``; each ``trial`` is the same
   :class:`~fluidsalus.tune.callback.TrialInfo` view callbacks get (``trial_id``, ``config``, ``last_result``,
   ``status``, ...), one object per trial for the whole run.
-- The scheduler's own state is not saved with the experiment: a resumed run starts it from its state when the run
-  began (its ``tuner.pkl`` copy). The trial views are saved (config and status), so the resumed run asks it about
-  the results of the trials it continues; it is not told of their addition again.
+- The scheduler's own state is not saved with the experiment, as in Ray: a resumed run starts it from its state
+  when the run began (its ``tuner.pkl`` copy) and, as Ray's resume does, tells it of every trial of the experiment
+  again with ``on_trial_add`` (newest result first; an unfinished trial as ``PENDING``, a finished one as
+  ``TERMINATED``, an errored one as ``ERROR``). The trial views are saved (config, status and the time of the last
+  result) for this.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -153,16 +156,26 @@ class ScheduledSearch(BaseSearcher):
         return self.inner.is_finished()
 
     def state_dict(self) -> dict[str, Any]:
-        """The wrapped searcher's state, and each trial's config and status (so that a resumed run shows the
-        scheduler the trials it continues)."""
+        """The wrapped searcher's state, and each trial's config, status and last result's time (so that a
+        resumed run shows the scheduler the trials of the experiment)."""
         return {"inner": self.inner.state_dict(),
-                "trials": {tid: {"config": t.config, "status": t.status} for tid, t in self._trials.items()}}
+                "trials": {tid: {"config": t.config, "status": t.status,
+                                 "time": (t.last_result or {}).get("timestamp")}
+                           for tid, t in self._trials.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore the wrapped searcher and the trial views. The scheduler is not told of the trials again: it
-        is the one saved when the run began, which may know some of them already."""
+        """Restore the wrapped searcher and the trial views, and tell the scheduler (the one saved when the run
+        began) of every trial again with ``on_trial_add``, newest result first, as Ray's resume re-adds them: an
+        unfinished trial as ``PENDING``."""
         self.inner.load_state_dict(state["inner"])
         self._trials.clear()
-        for trial_id, saved in dict(state.get("trials", {})).items():
-            self._trials[trial_id] = TrialInfo(trial_id, dict(saved["config"]), status=str(saved["status"]),
+        saved_trials = dict(state.get("trials", {}))
+        for trial_id, saved in saved_trials.items():
+            status = str(saved["status"])
+            self._trials[trial_id] = TrialInfo(trial_id, dict(saved["config"]),
+                                               status=status if status in FINAL_STATUSES else PENDING,
                                                trainable_name=self.trainable_name)
+        newest_first = sorted(saved_trials, key=lambda tid: -math.inf if saved_trials[tid].get("time") is None
+                              else float(saved_trials[tid]["time"]), reverse=True)
+        for trial_id in newest_first:
+            self._call("on_trial_add", self._trials[trial_id])
