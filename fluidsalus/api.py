@@ -86,7 +86,9 @@ def run(
             returns / yields a dict or a number, as in Ray Tune).
         config: The search space: constants, domains (``uniform(0, 1)``, ``choice([...])``, ...) and
             ``grid_search([...])``, possibly nested.
-        num_samples: Samples per grid point.
+        num_samples: Samples per grid point; -1 samples until the run is stopped, which needs ``time_budget_s``
+            or a ``stop`` Stopper with ``stop_all()``, unless ``searcher`` may end the search itself
+            (``BaseSearcher.ends_itself``: a Ray Tune search algorithm of the user's own that returns ``FINISHED``).
         metric: The metric to optimise; every result must report it.
         mode: ``"min"`` or ``"max"``; required with ``metric``.
         stop: ``{key: threshold}`` (a trial stops once ``result[key] >= threshold``), a callable
@@ -165,7 +167,8 @@ def run(
         if value is not None and not callable(value):
             raise ConfigError(f"{field_name} must be None or a callable {form} (got {type(value).__name__})")
     space = {} if config is None else config
-    if spec.num_samples == -1 and spec.time_budget_s is None and not hasattr(stop, "stop_all"):
+    if spec.num_samples == -1 and spec.time_budget_s is None and not hasattr(stop, "stop_all") \
+            and not (searcher is not None and getattr(searcher, "ends_itself", False)):
         raise ConfigError(
             "num_samples=-1 samples until the run is stopped: also pass time_budget_s, or a stop= Stopper "
             "whose stop_all() ends the run"

@@ -411,6 +411,26 @@ def test_a_tuner_runs_a_custom_searcher_and_it_learns_from_the_results(ray_clust
     assert len(saved) == 1
 
 
+@pytest.mark.parametrize("scheduler", [None, "median"])
+def test_an_endless_search_ends_when_the_searcher_says_finished(ray_cluster, storage, scheduler) -> None:
+    climber = HillClimber(finish_after=3)
+    rule = tune.schedulers.MedianStoppingRule(time_attr="training_iteration") if scheduler else None
+    grid = Tuner(_objective, param_space={"x": tune.uniform(0, 1)},
+                 tune_config=TuneConfig(metric="score", mode="max", num_samples=-1, search_alg=climber, scheduler=rule),
+                 run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()  # no time budget, no stopper
+    assert len(grid) == 3 and grid.num_errors == 0 and len(climber.completed) == 3
+
+
+def test_an_endless_run_needs_a_budget_unless_its_searcher_may_end_it() -> None:
+    from fluidsalus import run, searchers
+
+    with pytest.raises(ConfigError, match="num_samples=-1 samples until the run is stopped"):
+        run(_objective, config={"x": tune.uniform(0, 1)}, num_samples=-1)
+    assert CustomSearch(HillClimber(), {}, -1).ends_itself
+    assert searchers.MedianStopping(CustomSearch(HillClimber(), {}, -1), "m", "max").ends_itself
+    assert not searchers.MedianStopping(searchers.RandomSearch({"x": tune.uniform(0, 1)}, -1), "m", "max").ends_itself
+
+
 def test_a_custom_searcher_under_asha_has_trials_stopped_at_rungs(ray_cluster, storage) -> None:
     class Descending(Searcher):
         """Best first, so that ASHA stops some trial at a rung whatever the timing (see test_tune_frontend)."""

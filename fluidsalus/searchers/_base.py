@@ -74,6 +74,9 @@ class BaseSearcher(abc.ABC):
 
     #: The result key budgets are measured in.
     time_attr: str = "training_iteration"
+    #: Whether the searcher may end an endless search (``num_samples=-1``) by itself, as a search algorithm of the
+    #: user's own does when it returns ``FINISHED``; ``fluidsalus.run`` then needs no time budget or stopper.
+    ends_itself: bool = False
 
     def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
         """Told the id the executor gave to each new config of a group, in the group's order."""

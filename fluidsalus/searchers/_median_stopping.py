@@ -164,6 +164,11 @@ class MedianStopping(BaseSearcher):
     def is_finished(self) -> bool:
         return self.inner.is_finished()
 
+    @property
+    def ends_itself(self) -> bool:  # type: ignore[override]
+        """Whether the wrapped searcher may end an endless search by itself."""
+        return self.inner.ends_itself
+
     def state_dict(self) -> dict[str, Any]:
         """The inner searcher's state, every trial's recorded (time, value) pairs and the judged trials."""
         return {"inner": self.inner.state_dict(),

@@ -109,6 +109,11 @@ class RepeatSearcher(BaseSearcher):
     def is_finished(self) -> bool:
         return self.inner.is_finished()
 
+    @property
+    def ends_itself(self) -> bool:  # type: ignore[override]
+        """Whether the wrapped searcher may end an endless search by itself."""
+        return self.inner.ends_itself
+
     def state_dict(self) -> dict[str, Any]:
         """The inner searcher's state and which repeats have ended with which score (NaN kept as None)."""
         return {

@@ -155,6 +155,11 @@ class ScheduledSearch(BaseSearcher):
     def is_finished(self) -> bool:
         return self.inner.is_finished()
 
+    @property
+    def ends_itself(self) -> bool:  # type: ignore[override]
+        """Whether the wrapped searcher may end an endless search by itself."""
+        return self.inner.ends_itself
+
     def state_dict(self) -> dict[str, Any]:
         """The wrapped searcher's state, and each trial's config, status and last result's time (so that a
         resumed run shows the scheduler the trials of the experiment)."""

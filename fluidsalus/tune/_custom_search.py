@@ -208,6 +208,8 @@ class _Told:
     """
 
     searcher: Any
+    #: Its ``suggest`` may return ``FINISHED``: an endless search may end by itself.
+    ends_itself = True
 
     def _start_telling(self, searcher: Any) -> None:
         self.searcher = searcher
