@@ -237,6 +237,10 @@ def test_a_pbt_run_writes_policy_files_and_a_replay_follows_one(ray_cluster, tmp
     assert list(result.metrics_dataframe["lr"]) == [0.1, 0.1, 0.2, 0.2, 0.3, 0.3]
     assert list(result.metrics_dataframe["training_iteration"]) == list(range(1, _STEPS + 1))
     assert result.config == {"lr": 0.3} and result.metrics["score"] == pytest.approx(1.2)
+    # Ray's tags: the trial's own until the first change, then "replay_<policy file>@perturbed[<new config>]"
+    assert list(result.metrics_dataframe["experiment_tag"]) == [
+        "0", "0", "replay_pbt_policy_c.txt@perturbed[lr=0.2000]", "replay_pbt_policy_c.txt@perturbed[lr=0.2000]",
+        "replay_pbt_policy_c.txt@perturbed[lr=0.3000]", "replay_pbt_policy_c.txt@perturbed[lr=0.3000]"]
     paths = [c.path for c, _ in result.best_checkpoints or []]
     assert paths and len(paths) == len(set(paths))  # restarting from its own checkpoint stored no second copy
     with pytest.raises(ConfigError, match="num_samples=2: PopulationBasedTrainingReplay trains exactly one trial"):

@@ -88,6 +88,15 @@ def test_a_perturbed_trial_keeps_its_first_tag_and_shows_the_mutated_values() ->
                                 mode="max"), {"lr": 0.1}).perturbed == ("lr",)  # PB2: its bounds' keys
 
 
+def test_a_replayed_trial_is_tagged_after_its_policy_file_once_its_config_changes() -> None:
+    from ray.tune.schedulers.pbt import _make_experiment_tag
+
+    extras = Tagger({"lr": 0.1, "opt": {"m": 0.9}}, VARIANTS, replay="replay_pbt_policy_00001.txt")
+    assert extras(0, {"lr": 0.1, "opt": {"m": 0.9}}) == {"experiment_tag": "0"}
+    new = {"lr": 0.3, "opt": {"m": 0.8}}
+    assert extras(0, new) == {"experiment_tag": _make_experiment_tag("replay_pbt_policy_00001.txt", new, new)}
+
+
 def test_a_trial_has_its_tag_from_its_start_in_callbacks_and_folder_names(ray_cluster, storage) -> None:
     started: dict[str, str] = {}
 

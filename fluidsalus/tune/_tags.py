@@ -85,14 +85,18 @@ class Tagger:
         kind: :data:`VARIANTS` or :data:`SEARCHER`.
         perturbed: PBT's ``hyperparam_mutations`` keys (PB2's ``hyperparam_bounds`` keys): when a trial is asked
             for again with another config, its tag is its first one plus ``@perturbed[...]`` of these keys.
+        replay: ``PopulationBasedTrainingReplay``'s tag (``replay_<policy file name>``): when the trial is asked
+            for again with another config, its tag is this plus ``@perturbed[...]`` of every key of the new config,
+            as Ray's replay names it.
 
     Attributes:
         latest: The tag of the last call (the engine asks for a new trial's extras just before it names the
             trial's folder, so a ``trial_dirname_creator`` can read the trial's tag here).
     """
 
-    def __init__(self, space: Mapping[str, Any], kind: str, perturbed: Sequence[str] = ()) -> None:
-        self.kind, self.perturbed = kind, tuple(perturbed)
+    def __init__(self, space: Mapping[str, Any], kind: str, perturbed: Sequence[str] = (),
+                 replay: str | None = None) -> None:
+        self.kind, self.perturbed, self.replay = kind, tuple(perturbed), replay
         self._paths = sp.drawn_paths(space) if kind == VARIANTS else []
         self._first: dict[int, tuple[str, dict[str, Any]]] = {}  # seq -> (its first tag, the config it was for)
         self.latest = ""
@@ -105,7 +109,10 @@ class Tagger:
             self._first[seq] = (tag, dict(config))
         else:
             tag, original = known
-            if self.perturbed and (original is None or dict(config) != original):
+            changed = original is None or dict(config) != original
+            if self.replay is not None and changed:
+                tag = f"{self.replay}{PERTURBED_MARK}{format_vars({(key,): config[key] for key in config})}]"
+            elif self.perturbed and changed:
                 values = {(key,): config[key] for key in self.perturbed if key in config}
                 tag = f"{tag}{PERTURBED_MARK}{format_vars(values)}]"
         self.latest = tag

@@ -43,6 +43,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import os
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -133,6 +134,8 @@ class Plan:
         tags: How Ray would tag the trials (``experiment_tag``, :mod:`fluidsalus.tune._tags`): ``"variants"``
             for ``BasicVariantGenerator`` trials, ``"searcher"`` for a search algorithm's.
         perturbed: The keys PBT mutates (PB2 bounds), shown in a perturbed trial's tag.
+        replay_tag: ``PopulationBasedTrainingReplay``'s tag (``replay_<policy file name>``), which a replayed
+            trial's tag starts with once its config has changed, as in Ray; None otherwise.
     """
 
     searcher: BaseSearcher
@@ -145,6 +148,7 @@ class Plan:
     summary: str = ""
     tags: str = SEARCHER
     perturbed: tuple[str, ...] = ()
+    replay_tag: str | None = None
 
 
 def _pick(what: str, values: list[tuple[str, Any]]) -> Any:
@@ -562,6 +566,7 @@ def _plan_replay(replay: PopulationBasedTrainingReplay, search_alg: Any, space: 
     searcher = PBTReplay(config, replay.schedule)
     return Plan(searcher, copy.deepcopy(config), metric, mode, cap, tags=VARIANTS,
                 checkpoint_every_iteration=class_trainable,
+                replay_tag=f"replay_{os.path.basename(replay.policy_file)}",
                 summary=f"PopulationBasedTrainingReplay -> PBTReplay({len(replay.schedule)} changes, at iterations "
                         f"{[step for step, _ in replay.schedule]})")
 

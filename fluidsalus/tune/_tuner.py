@@ -634,7 +634,7 @@ class Tuner:
         dirname_creator = tune_config.trial_dirname_creator
         if isinstance(planned.searcher, CustomSearch):  # saved where Ray saves it, restored from there
             planned.searcher.attach(experiment_dir, datetime.datetime.now().strftime(SESSION_FORMAT))
-        tags = Tagger(planned.space, planned.tags, planned.perturbed)  # Ray's experiment_tag of each trial
+        tags = Tagger(planned.space, planned.tags, planned.perturbed, planned.replay_tag)  # Ray's experiment_tag
         trial_names: dict[str, Any] = {}  # trial -> what trial_name_creator returned for it
         if self._resume:
             self._restore_tags(experiment_dir, tags)
