@@ -32,7 +32,7 @@ PATHS = [
     ("schedulers.resource_changing_scheduler", ["ResourceChangingScheduler", "DistributeResources",
                                                 "DistributeResourcesToTopJob"]),
     ("utils", ["flatten_dict", "merge_dicts", "deep_update", "unflattened_lookup", "date_str", "wait_for_gpu",
-               "validate_save_restore"]),
+               "validate_save_restore", "diagnose_serialization"]),
     ("logger", ["pretty_print", "LoggerCallback", "CSVLoggerCallback", "JsonLoggerCallback"]),
 ]
 

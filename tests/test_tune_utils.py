@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import math
+import threading
+import types
 
 import numpy as np
 import pytest
@@ -177,3 +179,39 @@ def test_wait_for_gpu_returns_at_once_on_a_trials_gpu_and_raises_elsewhere(monke
     assert utils.wait_for_gpu() is True and utils.wait_for_gpu("0", target_util=0.0) is True
     with pytest.raises(ValueError, match="must be type str/int"):
         utils.wait_for_gpu(1.5)
+
+
+_EVENT = threading.Event()  # cannot be pickled: it holds a lock
+
+
+def _uses_the_event(config):
+    print(_EVENT)
+
+
+def _as_in_a_script(function):
+    """``function`` as a script's ``__main__`` defines it: cloudpickle ships it by value, with the globals it uses
+    (a function of an importable module goes by reference, and its module is imported where it runs)."""
+    return types.FunctionType(function.__code__, {"__name__": "__main__", "_EVENT": _EVENT}, function.__name__)
+
+
+def test_diagnose_serialization_names_the_variable_that_cannot_be_shipped(capsys) -> None:
+    assert utils.diagnose_serialization(_uses_the_event) is True  # by reference: its module is imported there
+    capsys.readouterr()
+    assert utils.diagnose_serialization(_as_in_a_script(_uses_the_event)) == {"_EVENT"}
+    out = capsys.readouterr().out
+    assert "Serialization failed: TypeError" in out and "Detected 1 global variables" in out
+    assert "[name='_EVENT']... FAILED" in out and "moving them into the scope of the trainable" in out
+
+    def fine(config):
+        event = threading.Event()
+        print(event)
+
+    assert utils.diagnose_serialization(fine) is True
+    assert "Serialization succeeded!" in capsys.readouterr().out
+    lock = threading.Lock()
+
+    def closes_over_a_lock(config):
+        print(lock)
+
+    assert utils.diagnose_serialization(closes_over_a_lock) == {"lock"}
+    assert "Detected 1 nonlocal variables" in capsys.readouterr().out

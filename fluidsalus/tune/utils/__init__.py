@@ -5,22 +5,24 @@
 - :func:`date_str`: the time stamp Ray puts in experiment names;
 - :func:`validate_save_restore`: checks that a class ``Trainable`` resumes correctly from its own checkpoint;
 - :func:`wait_for_gpu`: Ray's wait for a GPU's memory to be freed, which fluidsalus's admission rule makes
-  unnecessary on a trial's GPU.
+  unnecessary on a trial's GPU;
+- :func:`diagnose_serialization`: finds the variables that keep a function trainable from being shipped.
 
-``mock_trainable.MyTrainableClass`` is the toy class trainable Ray's examples import. Ray's
-``diagnose_serialization``, ``UtilMonitor`` and ``warn_if_slow`` are not provided.
+``mock_trainable.MyTrainableClass`` is the toy class trainable Ray's examples import. Ray's ``UtilMonitor`` and
+``warn_if_slow`` are not provided.
 """
 
 from __future__ import annotations
 
 import copy
 import datetime
+import inspect
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["date_str", "deep_update", "flatten_dict", "merge_dicts", "unflattened_lookup", "validate_save_restore",
-           "wait_for_gpu"]
+__all__ = ["date_str", "deep_update", "diagnose_serialization", "flatten_dict", "merge_dicts", "unflattened_lookup",
+           "validate_save_restore", "wait_for_gpu"]
 
 #: Ray's key delimiter of flattened dicts.
 DELIMITER = "/"
@@ -218,3 +220,58 @@ def wait_for_gpu(gpu_id: int | str | None = None, target_util: float = 0.01, ret
         where = "outside a trial" if device is None else f"in a trial on device {device!r}"
         raise RuntimeError(f"No GPU ids found: wait_for_gpu was called {where}. Did you set Tune resources correctly?")
     return True
+
+
+def _serializes(value: Any) -> str | None:
+    """None when cloudpickle (how fluidsalus ships a trainable to its devices) takes ``value``, else the error."""
+    import cloudpickle
+
+    try:
+        cloudpickle.dumps(value)
+    except Exception as e:  # noqa: BLE001 - any error is a reason it cannot be shipped, which is what is asked
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def diagnose_serialization(trainable: Callable[..., Any]) -> bool | set[str]:
+    """Find what keeps a function trainable from being shipped to the devices (``ray.tune.utils``'s function).
+
+    fluidsalus ships a trainable to its device processes with cloudpickle. This tries that on ``trainable``; when
+    it fails, it tries each global and nonlocal variable the function uses (``inspect.getclosurevars``) and prints
+    each check, as Ray's does, so that a variable such as a lock or an open file can be moved into the function.
+
+    Args:
+        trainable: The function passed to ``Tuner``.
+
+    Returns:
+        True when ``trainable`` serializes; otherwise the names of the variables that do not (an empty set when
+        none of them is the cause, or when ``trainable`` is not a function, whose scope cannot be inspected).
+    """
+    print(f"Trying to serialize {trainable}...")
+    error = _serializes(trainable)
+    if error is None:
+        print("Serialization succeeded!")
+        return True
+    print(f"Serialization failed: {error}")
+    if not inspect.isfunction(trainable) and not inspect.ismethod(trainable):
+        print(f"{trainable} is not a function, so its scope cannot be inspected")
+        return set()
+    print(f"Inspecting the scope of the trainable by running `inspect.getclosurevars({trainable})`...")
+    closure = inspect.getclosurevars(trainable)
+    failed: set[str] = set()
+    for kind, variables in (("global", closure.globals), ("nonlocal", closure.nonlocals)):
+        if not variables:
+            continue
+        print(f"Detected {len(variables)} {kind} variables. Checking serializability...")
+        for name, value in variables.items():
+            problem = _serializes(value)
+            print(f"   {value}[name='{name}']... {'PASSED' if problem is None else 'FAILED'}")
+            if problem is not None:
+                print(f"   {problem}")
+                failed.add(name)
+    if failed:
+        print(f"Variable(s) {failed} was found to be non-serializable. Consider either removing the "
+              "instantiation/imports of these objects or moving them into the scope of the trainable.")
+    else:
+        print("Nothing was found to have failed the diagnostic test, though serialization did not succeed.")
+    return failed
