@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fluidsalus.errors import ConfigError
 from fluidsalus.trialgroup.trial import TrialGroup
 
 
@@ -129,3 +130,42 @@ class BaseSearcher(abc.ABC):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
+
+
+class WrappingSearcher(BaseSearcher):
+    """A searcher around another one, ``inner``, which makes the trials (repeats, a stopping rule, a scheduler of
+    the user's own): what the wrapper does not change is ``inner``'s.
+
+    Attributes:
+        inner: The wrapped searcher.
+    """
+
+    inner: BaseSearcher
+
+    def next_groups(self) -> list[TrialGroup]:
+        return self.inner.next_groups()
+
+    def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
+        self.inner.on_trial_add(trial_id, group_id, config)
+
+    def collect_stops(self) -> list[str]:
+        return self.inner.collect_stops()
+
+    def is_finished(self) -> bool:
+        return self.inner.is_finished()
+
+    @property
+    def ends_itself(self) -> bool:  # type: ignore[override]
+        """Whether the wrapped searcher may end an endless search by itself."""
+        return self.inner.ends_itself
+
+    def _groups_run_to_their_end(self, who: str, why: str) -> list[TrialGroup]:
+        """``inner``'s groups, whose trials must run to their end because ``who`` judges them (``why``).
+
+        Raises:
+            ConfigError: ``inner`` runs trials to budgets (it already stops trials itself).
+        """
+        groups = self.inner.next_groups()
+        if any(group.budget is not None or group.trial_ids for group in groups):
+            raise ConfigError(f"{who}: {type(self.inner).__name__} runs trials to budgets; {why}")
+        return groups

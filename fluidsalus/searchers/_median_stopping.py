@@ -25,7 +25,7 @@ import numpy as np
 
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers._asha import check_mode, check_name, is_number
-from fluidsalus.searchers._base import BaseSearcher, Decision
+from fluidsalus.searchers._base import BaseSearcher, Decision, WrappingSearcher
 from fluidsalus.trialgroup.trial import TrialGroup
 
 __all__ = ["MedianStopping", "median_says_stop"]
@@ -74,7 +74,7 @@ class _History:
         return float(np.mean(window)) if window else math.nan
 
 
-class MedianStopping(BaseSearcher):
+class MedianStopping(WrappingSearcher):
     """``inner``'s trials, each result judged by the median stopping rule (see the module docstring).
 
     Args:
@@ -118,14 +118,8 @@ class MedianStopping(BaseSearcher):
         Raises:
             ConfigError: The inner searcher runs trials to budgets (it already stops trials itself).
         """
-        groups = self.inner.next_groups()
-        if any(group.budget is not None or group.trial_ids for group in groups):
-            raise ConfigError(f"MedianStopping: {type(self.inner).__name__} runs trials to budgets; the median "
-                              "stopping rule judges trials that run to their end")
-        return groups
-
-    def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
-        self.inner.on_trial_add(trial_id, group_id, config)
+        return self._groups_run_to_their_end("MedianStopping", "the median stopping rule judges trials that run to "
+                                                               "their end")
 
     def _record(self, trial_id: str, result: Mapping[str, Any] | None) -> float | None:
         """Record the result's (time, value) when it has both; returns its time (None: not recorded)."""
@@ -157,17 +151,6 @@ class MedianStopping(BaseSearcher):
     def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
         self.inner.on_trial_complete(trial_id, result, error)
         self._record(trial_id, result)
-
-    def collect_stops(self) -> list[str]:
-        return self.inner.collect_stops()
-
-    def is_finished(self) -> bool:
-        return self.inner.is_finished()
-
-    @property
-    def ends_itself(self) -> bool:  # type: ignore[override]
-        """Whether the wrapped searcher may end an endless search by itself."""
-        return self.inner.ends_itself
 
     def state_dict(self) -> dict[str, Any]:
         """The inner searcher's state, every trial's recorded (time, value) pairs and the judged trials."""

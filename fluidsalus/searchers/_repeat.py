@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from fluidsalus.errors import ConfigError
-from fluidsalus.searchers._base import BaseSearcher, Decision
+from fluidsalus.searchers._base import BaseSearcher, Decision, WrappingSearcher
 from fluidsalus.trialgroup.trial import TrialGroup
 
 #: The config key that holds a repeat's index (0 .. repeat-1), Ray's ``ray.tune.search.repeater.TRIAL_INDEX``.
@@ -28,7 +28,7 @@ def mean_score(scores: list[float]) -> float | None:
     return sum(real) / len(real) if real else None
 
 
-class RepeatSearcher(BaseSearcher):
+class RepeatSearcher(WrappingSearcher):
     """Runs every configuration of an inner searcher ``repeat`` times and tells it their mean.
 
     Args:
@@ -102,17 +102,6 @@ class RepeatSearcher(BaseSearcher):
                 self.inner.on_trial_complete(primary, None, error=True)
             else:
                 self.inner.on_trial_complete(primary, {self.metric: mean}, error=False)
-
-    def collect_stops(self) -> list[str]:
-        return self.inner.collect_stops()
-
-    def is_finished(self) -> bool:
-        return self.inner.is_finished()
-
-    @property
-    def ends_itself(self) -> bool:  # type: ignore[override]
-        """Whether the wrapped searcher may end an endless search by itself."""
-        return self.inner.ends_itself
 
     def state_dict(self) -> dict[str, Any]:
         """The inner searcher's state and which repeats have ended with which score (NaN kept as None)."""

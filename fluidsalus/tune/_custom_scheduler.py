@@ -32,6 +32,7 @@ from typing import Any
 
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers import BaseSearcher, Decision
+from fluidsalus.searchers._base import WrappingSearcher
 from fluidsalus.store import ERROR, FINAL_STATUSES, PENDING, RUNNING, TERMINATED
 from fluidsalus.trialgroup.trial import TrialGroup
 from fluidsalus.tune._custom_search import defined_by_user
@@ -68,7 +69,7 @@ class _ControllerView:
         return [t for t in self._trials.values() if t.status not in FINAL_STATUSES]
 
 
-class ScheduledSearch(BaseSearcher):
+class ScheduledSearch(WrappingSearcher):
     """``inner``'s trials, with ``scheduler`` (Ray's API) deciding on each result (see the module docstring).
 
     Args:
@@ -92,12 +93,8 @@ class ScheduledSearch(BaseSearcher):
                           "decides which trials run where", UserWarning, stacklevel=3)
 
     def next_groups(self) -> list[TrialGroup]:
-        groups = self.inner.next_groups()
-        for group in groups:
-            if group.budget is not None or group.trial_ids:
-                raise ConfigError(f"{self._name}: {type(self.inner).__name__} runs trials to budgets; a scheduler of "
-                                  "your own runs with trials that run to their end")
-        return groups
+        return self._groups_run_to_their_end(self._name, "a scheduler of your own runs with trials that run to "
+                                                         "their end")
 
     def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
         self.inner.on_trial_add(trial_id, group_id, config)
@@ -148,17 +145,6 @@ class ScheduledSearch(BaseSearcher):
         else:
             trial.status = TERMINATED
             self._call("on_trial_complete", trial, None if result is None else dict(result))
-
-    def collect_stops(self) -> list[str]:
-        return self.inner.collect_stops()
-
-    def is_finished(self) -> bool:
-        return self.inner.is_finished()
-
-    @property
-    def ends_itself(self) -> bool:  # type: ignore[override]
-        """Whether the wrapped searcher may end an endless search by itself."""
-        return self.inner.ends_itself
 
     def state_dict(self) -> dict[str, Any]:
         """The wrapped searcher's state, and each trial's config, status and last result's time (so that a
