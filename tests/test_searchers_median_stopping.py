@@ -56,6 +56,8 @@ def test_a_trial_worse_than_the_median_of_running_means_is_stopped_after_the_gra
     assert rule.on_result("c", {"t": 3, "acc": 0.6}) == Decision.STOP
     assert rule.on_result("d", {"t": 3}) == Decision.CONTINUE  # no metric: not judged, not recorded
     assert "d" not in rule._history
+    rule.on_trial_complete("c", {"t": 3, "acc": 0.6}, error=True)  # an error records nothing more (Ray's too)
+    assert rule._history["c"].values == [0.0, 0.56, 0.6]
 
 
 def test_without_hard_stop_the_trial_goes_on_and_is_not_judged_again() -> None:

@@ -150,7 +150,8 @@ class MedianStopping(WrappingSearcher):
 
     def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
         self.inner.on_trial_complete(trial_id, result, error)
-        self._record(trial_id, result)
+        if not error:  # Ray's on_trial_complete records the last result again; its on_trial_error records nothing
+            self._record(trial_id, result)
 
     def state_dict(self) -> dict[str, Any]:
         """The inner searcher's state, every trial's recorded (time, value) pairs and the judged trials."""
