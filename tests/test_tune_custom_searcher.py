@@ -35,6 +35,7 @@ class HillClimber(Searcher):
         self.completed: list[tuple[str, float | None, bool]] = []
         self.results: list[tuple[str, str]] = []  # (id told, result["trial_id"])
         self.asked: list[str] = []
+        self.completed_when_asked: list[int] = []  # trials completed when each suggest was asked
         self.properties = None
         self.concurrency = None
         self.finish_after = finish_after
@@ -54,6 +55,7 @@ class HillClimber(Searcher):
         if self.wait_for_results and self.live and not self.completed:
             return None  # "not now": the first trial's result first
         self.asked.append(trial_id)
+        self.completed_when_asked.append(len(self.completed))
         x = min(1.0, max(0.0, self.best_x + self.step * (-1) ** len(self.asked)))
         self.step *= 0.7
         self.live[trial_id] = x
@@ -307,6 +309,30 @@ def test_hyperband_brackets_respect_a_concurrency_limit_and_a_searcher_that_wait
     assert [len(g.configs) for g in search.next_groups()] == [3, 4]  # the next brackets, full: 8 made
 
 
+def test_a_batch_limiter_asks_again_only_when_the_whole_batch_has_ended() -> None:
+    climber = HillClimber()
+    planned = plan(TuneConfig(metric="m", mode="max", num_samples=6,
+                              search_alg=ConcurrencyLimiter(climber, max_concurrent=2, batch=True)), {})
+    search = planned.searcher
+    assert search.wait_for_batch and planned.summary.endswith(", in batches")
+    ids = _add(search, search.next_groups())
+    assert len(ids) == 2
+    search.on_trial_complete(ids[0], {"m": 1.0})
+    assert search.next_groups() == [] and len(climber.asked) == 2  # one of the batch still runs (Ray: no suggest)
+    search.on_trial_complete(ids[1], {"m": 2.0})
+    assert [len(g.configs) for g in search.next_groups()] == [2]  # the next batch, whole
+    asha = plan(TuneConfig(metric="m", mode="max", num_samples=6,
+                           search_alg=ConcurrencyLimiter(HillClimber(), max_concurrent=2, batch=True),
+                           scheduler=tune.schedulers.ASHAScheduler(max_t=4, grace_period=1)), {}).searcher
+    first = asha.next_groups()
+    _add(asha, first)
+    asha.on_trial_complete("run_0", {"m": 1.0, "training_iteration": 4})
+    assert all(not g.configs for g in asha.next_groups())
+    median = plan(TuneConfig(metric="m", mode="max", scheduler=tune.schedulers.MedianStoppingRule(),
+                             search_alg=ConcurrencyLimiter(HillClimber(), max_concurrent=2, batch=True)), {})
+    assert median.searcher.inner.wait_for_batch
+
+
 def test_a_search_generator_around_a_searcher_changes_nothing() -> None:
     from ray.tune.search import SearchGenerator as RaySearchGenerator
 
@@ -429,6 +455,16 @@ def test_an_endless_run_needs_a_budget_unless_its_searcher_may_end_it() -> None:
     assert CustomSearch(HillClimber(), {}, -1).ends_itself
     assert searchers.MedianStopping(CustomSearch(HillClimber(), {}, -1), "m", "max").ends_itself
     assert not searchers.MedianStopping(searchers.RandomSearch({"x": tune.uniform(0, 1)}, -1), "m", "max").ends_itself
+
+
+def test_a_tuner_with_a_batch_limiter_suggests_each_batch_after_the_last_one_ended(ray_cluster, storage) -> None:
+    climber = HillClimber()
+    grid = Tuner(_objective, param_space={"x": tune.uniform(0, 1)},
+                 tune_config=TuneConfig(metric="score", mode="max", num_samples=6,
+                                        search_alg=ConcurrencyLimiter(climber, max_concurrent=2, batch=True)),
+                 run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert len(grid) == 6 and grid.num_errors == 0
+    assert climber.completed_when_asked == [0, 0, 2, 2, 4, 4]  # each pair after the previous pair ended
 
 
 def test_a_custom_searcher_under_asha_has_trials_stopped_at_rungs(ray_cluster, storage) -> None:

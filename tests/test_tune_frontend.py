@@ -350,6 +350,32 @@ def test_optuna_search_with_hyperband_fills_brackets_from_the_study_and_tells_it
         _plan(metric="m", mode="max", search_alg=OptunaSearch(), scheduler=tune.schedulers.HyperBandForBOHB())
 
 
+def test_a_batch_limiter_around_optuna_search_waits_for_every_trial_of_the_batch() -> None:
+    from fluidsalus.tune.search.bohb import TuneBOHB
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    planned = _plan(metric="m", mode="max", num_samples=6,
+                    search_alg=tune.search.ConcurrencyLimiter(OptunaSearch(seed=1), max_concurrent=3, batch=True))
+    search = planned.searcher
+    assert search.wait_for_batch and planned.max_concurrent_trials == 3
+    (group,) = search.next_groups()
+    for i, config in enumerate(group.configs):
+        search.on_trial_add(f"t{i}", group.group_id, config)
+    search.on_trial_complete("t0", {"m": 1.0})
+    search.on_trial_complete("t1", {"m": 2.0})
+    assert search.next_groups() == []  # t2 still runs
+    search.on_trial_complete("t2", {"m": 3.0})
+    assert [len(g.configs) for g in search.next_groups()] == [3]
+    hyperband = _plan(metric="m", mode="max", num_samples=6,
+                      search_alg=tune.search.ConcurrencyLimiter(OptunaSearch(seed=1), 2, batch=True),
+                      scheduler=tune.schedulers.HyperBandScheduler(max_t=4, reduction_factor=2)).searcher
+    assert hyperband.optuna.wait_for_batch
+    with pytest.warns(UserWarning, match=r"batch=True\) waits for each batch around OptunaSearch.*; SyncBOHB "
+                                         "proposes as it does without it"):
+        _plan(metric="m", mode="max", search_alg=tune.search.ConcurrencyLimiter(TuneBOHB(), 2, batch=True),
+              scheduler=tune.schedulers.HyperBandForBOHB(max_t=4))
+
+
 def test_median_stopping_rule_judges_the_trials_of_any_search_with_rays_defaults() -> None:
     from fluidsalus.tune.search.optuna import OptunaSearch
 

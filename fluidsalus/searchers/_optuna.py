@@ -200,6 +200,8 @@ class OptunaSearch(BaseSearcher):
                     stacklevel=2,
                 )
         self.batch_size = DEFAULT_BATCH_SIZE if batch_size is None else _check_int("batch_size", batch_size, 1)
+        #: Ray's ``ConcurrencyLimiter(batch=True)``: no new trial is asked until every trial asked so far is told.
+        self.wait_for_batch = False
         self.space = dict(space)
         self.metric = metric if isinstance(metric, str) else list(metric)
         self.mode = mode if isinstance(mode, str) else list(mode)
@@ -396,6 +398,8 @@ class OptunaSearch(BaseSearcher):
         Returns:
             A list with at most one TrialGroup (no budget: trials run to their end).
         """
+        if self.wait_for_batch and self.in_flight:
+            return []
         group = self.propose(self.batch_size - self.in_flight)
         return [] if group is None else [group]
 

@@ -210,6 +210,17 @@ class _Told:
     searcher: Any
     #: Its ``suggest`` may return ``FINISHED``: an endless search may end by itself.
     ends_itself = True
+    #: Ray's ``ConcurrencyLimiter(batch=True)``: ``suggest`` is not asked again until every trial it made has ended
+    #: (Ray also holds back the searcher's ``on_trial_complete`` calls until then; here each comes when its trial
+    #: ends, which a searcher that is not asked meanwhile cannot tell apart).
+    wait_for_batch = False
+
+    def _config_stream(self) -> Any:
+        raise NotImplementedError
+
+    def _batch_running(self) -> bool:
+        """Whether a batch is still running: with :attr:`wait_for_batch`, some trial made has not ended."""
+        return self.wait_for_batch and self._config_stream().drawn > len(self._done)
 
     def _start_telling(self, searcher: Any) -> None:
         self.searcher = searcher
@@ -300,10 +311,15 @@ class CustomSearch(_Told, BaseSearcher):
         Returns:
             At most one TrialGroup of fresh trials (no budget: they run to their end).
         """
+        if self._batch_running():
+            return []
         configs = self._stream.take(self.max_concurrent - (self._stream.drawn - len(self._done)))
         if not configs:
             return []
         return [TrialGroup(group_id=f"{_GROUP_PREFIX}-{self._stream.drawn - len(configs)}", configs=configs)]
+
+    def _config_stream(self) -> Any:
+        return self._stream
 
     def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
         if group_id.startswith(f"{_GROUP_PREFIX}-"):
@@ -340,6 +356,11 @@ class _UnderScheduler(_Told):
         if self._stream is None:
             self._stream = SuggestStream(self.searcher, self.space, self.num_samples)
         return self._stream
+
+    def _draw_configs(self, count: int | None) -> list[dict[str, Any]]:
+        if self._batch_running():
+            return []
+        return super()._draw_configs(count)  # type: ignore[misc]
 
     def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
         self._tell_result(trial_id, result)
@@ -420,8 +441,10 @@ class CustomHyperBand(_UnderScheduler, StreamedHyperBand):
         self.max_concurrent = max_concurrent
         self._unnamed: list[int] = []  # draw indices of configurations handed out and not yet added as trials
 
-    def _draw_configs(self, count: int) -> list[dict[str, Any]]:
+    def _draw_configs(self, count: int | None) -> list[dict[str, Any]]:
         stream = self._config_stream()
+        if self._batch_running() or count is None:
+            return []
         if self.max_concurrent is not None:
             count = min(count, self.max_concurrent - (stream.drawn - len(self._done)))
         if count <= 0:

@@ -61,6 +61,8 @@ class OptunaHyperBand(StreamedHyperBand):
         return not self.optuna.is_finished()
 
     def _draw_configs(self, count: int) -> list[dict[str, Any]]:
+        if self.optuna.wait_for_batch and self.optuna.in_flight:
+            return []
         if self.max_concurrent is not None:
             count = min(count, self.max_concurrent - self.optuna.in_flight)
         group = self.optuna.propose(count)

@@ -354,8 +354,8 @@ def _plan_judged(who: str, tune_config: TuneConfig, param_space: Mapping[str, An
     Raises:
         ConfigError: The search algorithm's searcher decides on its trials itself.
     """
-    inner = plan(dataclasses.replace(tune_config, scheduler=None, metric=metric, mode=mode), param_space,
-                 class_trainable=class_trainable)
+    inner = _plan(dataclasses.replace(tune_config, scheduler=None, metric=metric, mode=mode), param_space,
+                  class_trainable)
     if not isinstance(inner.searcher, (RandomSearch, OptunaSearch, CustomSearch, RepeatSearcher)):
         raise ConfigError(f"TuneConfig: {who} runs over random or grid search, OptunaSearch, a Repeater or a search "
                           f"algorithm of your own; {type(inner.searcher).__name__} decides on its trials itself")
@@ -404,6 +404,35 @@ def _plan_median(rule: MedianStoppingRule, tune_config: TuneConfig, param_space:
                            f"MedianStopping over {inner.summary}")
 
 
+def _batched(search_alg: Any) -> bool:
+    """Whether a ``ConcurrencyLimiter(batch=True)`` wraps the search algorithm (or the one a Repeater repeats)."""
+    search_alg = adopt_search_alg(search_alg, warn=False)  # the plan itself warned about Ray's objects
+    while isinstance(search_alg, (ConcurrencyLimiter, SearchGenerator, Repeater)):
+        if isinstance(search_alg, ConcurrencyLimiter) and search_alg.batch:
+            return True
+        search_alg = adopt_search_alg(search_alg.searcher, warn=False)
+    return False
+
+
+def _wait_for_batches(planned: Plan) -> Plan:
+    """Make the searcher that asks the search algorithm wait for each batch to end (Ray's
+    ``ConcurrencyLimiter(batch=True)``); a searcher that has no such wait (TuneBOHB's, say) runs as it is, with a
+    warning."""
+    searcher: Any = planned.searcher
+    while True:  # the wrappers (median stopping, a scheduler of your own, repeats, HyperBand over Optuna)
+        inner = getattr(searcher, "inner", None) or getattr(searcher, "optuna", None)
+        if inner is None:
+            break
+        searcher = inner
+    if not isinstance(searcher, (OptunaSearch, CustomSearch, CustomASHA, CustomHyperBand)):
+        warnings.warn(f"fluidsalus.tune: ConcurrencyLimiter(batch=True) waits for each batch around OptunaSearch, "
+                      f"HyperOptSearch, BayesOptSearch and a search algorithm of your own; {type(searcher).__name__} "
+                      "proposes as it does without it", UserWarning, stacklevel=3)
+        return planned
+    searcher.wait_for_batch = True
+    return replace(planned, summary=f"{planned.summary}, in batches")
+
+
 def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
          class_trainable: bool = False) -> Plan:
     """Combine a TuneConfig's search algorithm and scheduler with ``param_space`` into one fluidsalus searcher.
@@ -419,6 +448,11 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
     Raises:
         ConfigError: An unsupported pair, conflicting metric/mode/concurrency, or a bad argument.
     """
+    planned = _plan(tune_config, param_space, class_trainable)
+    return _wait_for_batches(planned) if _batched(tune_config.search_alg) else planned
+
+
+def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_trainable: bool) -> Plan:
     scheduler: TrialScheduler = adopt_scheduler(tune_config.scheduler) or FIFOScheduler()
     if isinstance(scheduler, ResourceChangingScheduler):
         scheduler = _resource_changing_base(scheduler)

@@ -247,8 +247,9 @@ class ConcurrencyLimiter(_Wrapper):
     Args:
         searcher: The search algorithm to limit.
         max_concurrent: Trials running at once, ``>= 1``.
-        batch: Ray's "wait for the whole batch before suggesting more". Accepted; fluidsalus's OptunaSearch
-            refills one trial per ended trial.
+        batch: Ray's "wait for the whole batch before suggesting more": no new trial is asked for until every
+            trial of the batch has ended (around an ``OptunaSearch``, ``HyperOptSearch``, ``BayesOptSearch`` or a
+            search algorithm of your own; others run without it, with a warning).
     """
 
     def __init__(self, searcher: Any, max_concurrent: int, batch: bool = False) -> None:
