@@ -13,8 +13,8 @@ The names a Ray Tune script touches, with Ray 2.x's signatures and defaults:
   (:mod:`fluidsalus.tune.progress_reporter`);
 - Ray's result keys (:mod:`fluidsalus.tune.result`), Ray's helpers (:mod:`fluidsalus.tune.utils`) and the toy
   ``MyTrainableClass`` of Ray's examples (:mod:`fluidsalus.tune.utils.mock_trainable`);
-- :mod:`fluidsalus.tune.schedulers` and :mod:`fluidsalus.tune.search` (``search.bohb``, ``search.optuna``),
-  including a ``Searcher`` or ``TrialScheduler`` subclass of your own;
+- :mod:`fluidsalus.tune.schedulers` and :mod:`fluidsalus.tune.search` (``search.bohb``, ``search.optuna``,
+  ``search.hyperopt``, ``search.bayesopt``), including a ``Searcher`` or ``TrialScheduler`` subclass of your own;
 - Ray's module paths scripts import from (``tune.experiment``, ``tune.result_grid``, ``tune.trainable``, ...);
 - :class:`ResultGrid`, :class:`Result`;
 - the legacy :func:`run` (``tune.run(trainable, config=..., ...)``), which returns an
