@@ -352,6 +352,15 @@ class _UnderScheduler(_Told):
     """What :class:`CustomASHA` and :class:`CustomHyperBand` add to their scheduler: the searcher's suggestions
     as its configurations, and the searcher told of each result and end, and saved with the state."""
 
+    def __init__(self, searcher: Any, space: Mapping[str, Any], num_samples: int, metric: str, mode: str,
+                 **kwargs: Any) -> None:
+        self._start_telling(searcher)
+        # The scheduler refuses an empty space, which it would draw from; here the searcher draws, and param_space
+        # may be empty (the searcher has its own space), so the scheduler checks a placeholder and gets
+        # param_space after.
+        super().__init__(space or _PLACEHOLDER_SPACE, num_samples, metric, mode, **kwargs)  # type: ignore[call-arg]
+        self.space = dict(space)
+
     def _config_stream(self) -> Any:
         if self._stream is None:
             self._stream = SuggestStream(self.searcher, self.space, self.num_samples)
@@ -398,11 +407,7 @@ class CustomASHA(_UnderScheduler, StreamedASHA):
     def __init__(self, searcher: Any, space: Mapping[str, Any], num_samples: int, metric: str, mode: str,
                  max_concurrent: int | None = None, **kwargs: Any) -> None:
         cap = check_samples(num_samples, max_concurrent)
-        self._start_telling(searcher)
-        # ASHA refuses an empty space, which it would draw from; here the searcher draws, and param_space may be
-        # empty (the searcher has its own space), so ASHA checks a placeholder and gets param_space after.
-        super().__init__(space or _PLACEHOLDER_SPACE, num_samples, metric, mode, max_concurrent=cap, **kwargs)
-        self.space = dict(space)
+        super().__init__(searcher, space, num_samples, metric, mode, max_concurrent=cap, **kwargs)
 
     def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
         super().on_trial_add(trial_id, group_id, config)
@@ -435,9 +440,7 @@ class CustomHyperBand(_UnderScheduler, StreamedHyperBand):
     def __init__(self, searcher: Any, space: Mapping[str, Any], num_samples: int, metric: str, mode: str,
                  max_concurrent: int | None = None, **kwargs: Any) -> None:
         check_samples(num_samples, max_concurrent)
-        self._start_telling(searcher)
-        super().__init__(space or _PLACEHOLDER_SPACE, num_samples, metric, mode, **kwargs)
-        self.space = dict(space)
+        super().__init__(searcher, space, num_samples, metric, mode, **kwargs)
         self.max_concurrent = max_concurrent
         self._unnamed: list[int] = []  # draw indices of configurations handed out and not yet added as trials
 
