@@ -697,6 +697,9 @@ def test_cuda_entry_points_raise_torch_oom_for_the_capped_tag_only(tmp_path):
     assert lines["p"] == "1"
     assert lines["throw"] == "N3c1016OutOfMemoryErrorE"  # what PyTorch turns into torch.OutOfMemoryError
     assert "tag 1 could not get 128.00 KiB" in lines["what"] and "cap" in lines["what"]
+    # what a device host recognises as a refusal when PyTorch raises it as a RuntimeError instead
+    assert fa.is_refusal(RuntimeError(lines["what"]))
+    assert not fa.is_refusal(RuntimeError("CUDA error: an illegal memory access was encountered"))
     assert lines["q"] == "1"  # tag 2, same lane, unaffected
     assert lines["zero"] == "1"
     assert lines["live"] == "0"

@@ -43,13 +43,15 @@ SCRIPT = textwrap.dedent(
     OOM = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
     dev = fa.install_cuda_allocator()
     assert fa.install_cuda_allocator() is not None  # idempotent
-    lane = dev.create_lane(64 * MiB, device=0)
+    # room for the backward check's cuBLAS workspaces: PyTorch takes 32 MiB per handle and stream on Hopper
+    LANE_MIB = 256
+    lane = dev.create_lane(LANE_MIB * MiB, device=0)
     dev.assign(1, lane)
     dev.assign(2, lane)
     dev.set_tag_cap(1, 8 * MiB)
     stats = dev.lane_stats(lane)
     base, capacity = stats.base, stats.capacity
-    out = {"base": base, "capacity": capacity}
+    out = {"base": base, "capacity": capacity, "torch_oom": fa.refusals_raise_torch_oom()}
     keep = []
 
     def alloc(tag, mib, key):
@@ -57,13 +59,17 @@ SCRIPT = textwrap.dedent(
         try:
             t = torch.empty(mib * MiB, dtype=torch.uint8, device="cuda")
             t.fill_(1)
-            out[key] = {"ok": True, "ptr": t.data_ptr(), "sum": int(t.sum().item()),
-                        "live": dev.tag_stats(tag)[0]}
+            torch.cuda.synchronize()
+            live = dev.tag_stats(tag)[0]
+            # summed on the CPU: a CUDA reduction may take workspace of its own (32 MiB, in one thread, with
+            # torch 2.11+cu130 on an H100), which would pass tag 1's small cap
+            out[key] = {"ok": True, "ptr": t.data_ptr(), "sum": int(t.cpu().sum()), "live": live}
             keep.append(t)
         except OOM as e:
-            out[key] = {"ok": False, "oom": True, "msg": str(e)}
+            out[key] = {"ok": False, "oom": True, "refusal": fa.is_refusal(e), "msg": str(e)}
         except Exception as e:  # noqa: BLE001
-            out[key] = {"ok": False, "oom": False, "type": type(e).__name__, "msg": str(e)}
+            out[key] = {"ok": False, "oom": False, "refusal": fa.is_refusal(e), "type": type(e).__name__,
+                        "msg": str(e)}
 
     def run(*args):
         th = threading.Thread(target=alloc, args=args)
@@ -74,7 +80,7 @@ SCRIPT = textwrap.dedent(
     run(1, 4, "t1_small")         # tag 1: 4 MiB, under its 8 MiB cap
     run(1, 16, "t1_over_cap")     # tag 1: would pass its cap -> torch's OOM, in that thread only
     run(2, 16, "t2_same_lane")    # tag 2, same lane: unaffected
-    run(2, 64, "t2_over_lane")    # tag 2: past the lane's capacity -> OOM
+    run(2, LANE_MIB, "t2_over_lane")  # tag 2: past the lane's capacity -> OOM
     out["t1"] = dev.tag_info(1).__dict__
     out["t2"] = dev.tag_info(2).__dict__
     out["untagged_delta"] = dev.tag_stats(fa.NO_TAG)[0] - untagged_before
@@ -273,14 +279,21 @@ def test_tensor_allocation_is_tagged_and_counted(result):
     assert small["ok"], small
     assert small["sum"] == 4 * MiB  # the memory works
     assert in_lane(result, small["ptr"])
-    # the tensor, plus at most small buffers PyTorch keeps (none expected for empty/fill_/sum)
+    # the tensor, plus at most small buffers PyTorch keeps (none expected for empty and fill_)
     assert 4 * MiB <= small["live"] < 5 * MiB
     assert result["untagged_delta"] == 0
 
 
+def refused(r: dict, key: str) -> dict:
+    """The allocation ``key``, refused: torch.OutOfMemoryError where the allocator could bind PyTorch's class,
+    else the RuntimeError with the same message (PyTorch 2.11+cu130's libc10 does not export the class)."""
+    over = r[key]
+    assert not over["ok"] and over["refusal"] and over["oom"] == r["torch_oom"], over
+    return over
+
+
 def test_tag_cap_raises_torch_oom_for_that_tag_only(result):
-    over = result["t1_over_cap"]
-    assert not over["ok"] and over["oom"], over
+    over = refused(result, "t1_over_cap")
     assert "tag 1" in over["msg"] and "cap" in over["msg"]
     same_lane = result["t2_same_lane"]
     assert same_lane["ok"] and in_lane(result, same_lane["ptr"]), same_lane
@@ -289,8 +302,7 @@ def test_tag_cap_raises_torch_oom_for_that_tag_only(result):
 
 
 def test_lane_cap_raises_torch_oom(result):
-    over = result["t2_over_lane"]
-    assert not over["ok"] and over["oom"], over
+    over = refused(result, "t2_over_lane")
     assert "lane full" in over["msg"]
     assert result["after_free"] == [0, 0]
 
@@ -316,7 +328,9 @@ def test_a_host_in_arena_mode_reads_exact_p_and_t_and_readmits_only_the_trial_pa
     assert r["results"]["a"] == [0, 1, 2, 3]  # the neighbour was never interrupted
     assert r["results"]["b"][-4:] == [0, 1, 2, 3] and r["attempts"] == {"a": 1, "b": 2}
     (readmit,) = r["readmit"]
-    assert readmit[0] == "b" and "OutOfMemoryError" in readmit[1]
+    # torch.OutOfMemoryError, or the RuntimeError PyTorch makes of it where c10's class could not be bound
+    # (test_tag_cap_raises_torch_oom_for_that_tag_only is the check of which)
+    assert readmit[0] == "b" and ("OutOfMemoryError" in readmit[1] or "could not get" in readmit[1]), readmit
     assert r["lane_oom"] and all(tid == "b" for tid, _ in r["lane_oom"])
     assert r["switches"] > 0  # the two trials time-sliced their lane
     for tid, m in r["memory"]:

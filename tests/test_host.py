@@ -292,6 +292,60 @@ def test_out_of_memory_readmits_the_trial_from_its_checkpoint_and_spares_its_nei
     assert "simulated device out of memory" in readmit[0][5]["error"]
 
 
+#: The message of a lane-allocator refusal, as PyTorch raises it when it cannot make torch.OutOfMemoryError of it
+#: (seen with torch 2.11+cu130 on an H100): a RuntimeError.
+REFUSAL = ("fluidsalus lane allocator: tag 1 could not get 512.00 MiB (536870912 bytes): the tag's cap is reached. "
+           "Tag: live 12.00 MiB, peak 12.00 MiB, cap 188.00 MiB.")
+
+
+@pytest.mark.parametrize(("message", "readmitted"), [(REFUSAL, True), ("some other RuntimeError", False)])
+def test_a_lane_allocator_refusal_raised_as_runtime_error_readmits_the_trial(tmp_path, message, readmitted):
+    attempts = []
+
+    def f(config):
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise RuntimeError(message)
+        fluidsalus.report({"ok": 1})
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    host.submit([_spec(tmp_path, 0)])
+    events = _drain(host, 1)
+    end = next(e for e in events if e[0] == EV_END)
+    readmit = [e[5]["error"] for e in events if e[0] == EV_LANE and e[4] == "oom_readmit"]
+    if readmitted:
+        assert end[4] == OUT_COMPLETED and len(readmit) == 1 and "could not get 512.00 MiB" in readmit[0]
+        assert len(attempts) == 2
+    else:
+        assert end[4] == OUT_ERRORED and readmit == [] and "some other RuntimeError" in end[5]
+        assert len(attempts) == 1
+
+
+def test_a_gpu_hosts_first_window_opens_before_cuda_is_initialised(monkeypatch):
+    """The first trial on a GPU reaches its first iteration window before anything touched CUDA, where torch
+    refuses to reset the peak statistics ("Invalid device argument"): there is nothing to reset yet."""
+    torch = pytest.importorskip("torch")
+    resets = []
+    initialised = {"cuda": False}
+
+    def reset_peak_memory_stats(device=None):
+        if not initialised["cuda"]:
+            raise RuntimeError("Invalid device argument")  # torch 2.11+cu130, before CUDA's initialisation
+        resets.append(device)
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: initialised["cuda"])
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", reset_peak_memory_stats)
+    host = DeviceHost(lambda config: None, _settings(max_lanes=1, device="cuda:0"))
+    try:
+        host._reset_memory_peak()
+        assert resets == []
+        initialised["cuda"] = True
+        host._reset_memory_peak()
+        assert resets == ["cuda:0"]
+    finally:
+        host.shutdown(timeout_s=5.0)
+
+
 def test_out_of_memory_beyond_the_retry_limit_fails_the_trial(tmp_path):
     def f(config):
         raise MemoryError("always out of memory")

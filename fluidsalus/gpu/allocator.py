@@ -31,6 +31,7 @@ import contextlib
 import ctypes
 import importlib.util
 import os
+import re
 import threading
 import weakref
 from collections.abc import Iterator
@@ -51,11 +52,14 @@ __all__ = [
     "PoolStats",
     "Status",
     "TagInfo",
+    "REFUSAL_PATTERN",
     "get_thread_tag",
+    "is_refusal",
     "install_cuda_allocator",
     "last_error",
     "library_path",
     "load_library",
+    "refusals_raise_torch_oom",
     "set_thread_tag",
     "thread_tag",
 ]
@@ -76,6 +80,9 @@ LIBRARY_ENV_VAR = "FLUIDSALUS_LANE_ALLOCATOR_LIB"
 #: Names of PyTorch's pluggable-allocator entry points in the library.
 CUDA_MALLOC_SYMBOL = "fs_cuda_malloc"
 CUDA_FREE_SYMBOL = "fs_cuda_free"
+
+#: How every refusal of an allocation begins (``Allocator::describe_failure`` in ``csrc/allocator.cpp``).
+REFUSAL_PATTERN = re.compile(r"^fluidsalus lane allocator: (tag -?\d+|untagged allocation) could not get ")
 
 _UNLIMITED = -1  # FS_UNLIMITED
 _NO_LANE = -1  # FS_NO_LANE
@@ -100,6 +107,22 @@ class Status(IntEnum):
     BACKING = -8
     WRONG_DEVICE = -9
     INTERNAL = -10
+
+
+def is_refusal(error: BaseException) -> bool:
+    """Whether ``error`` is the lane allocator refusing an allocation (a lane or tag cap, or a full device).
+
+    A refusal is raised as ``torch.OutOfMemoryError`` where the library could bind PyTorch's
+    ``c10::OutOfMemoryError``, else as the ``RuntimeError`` PyTorch makes of any other C++ exception, with the
+    same message; this recognises both.
+
+    Args:
+        error: An exception raised by a tensor allocation.
+
+    Returns:
+        True if its message is one of the allocator's refusals.
+    """
+    return isinstance(error, RuntimeError) and REFUSAL_PATTERN.match(str(error)) is not None
 
 
 class LaneAllocatorError(FluidsalusError, RuntimeError):
@@ -850,6 +873,21 @@ class LaneAllocator:
 
 _installed_lock = threading.Lock()
 _installed: object | None = None  # the torch CUDAPluggableAllocator, kept alive
+_torch_oom_bound = False  # whether refusals raise torch.OutOfMemoryError (see refusals_raise_torch_oom)
+
+
+def refusals_raise_torch_oom() -> bool:
+    """Whether a refused CUDA allocation raises ``torch.OutOfMemoryError`` in this process.
+
+    :func:`install_cuda_allocator` looks up the constructor and type of PyTorch's ``c10::OutOfMemoryError`` in
+    its ``libc10``. Where that library does not export them (PyTorch 2.11+cu130 does not), a refusal raises a
+    ``RuntimeError`` with the same message instead; :func:`is_refusal` recognises both, and a device host
+    re-admits the trial either way.
+
+    Returns:
+        True once the allocator is installed with PyTorch's class bound; False before, or where it is missing.
+    """
+    return _torch_oom_bound
 
 
 def install_cuda_allocator() -> LaneAllocator:
@@ -857,7 +895,9 @@ def install_cuda_allocator() -> LaneAllocator:
 
     Every CUDA tensor allocated afterwards is charged to the calling thread's tag (:func:`set_thread_tag`), or
     to its stream's lane's active tag (:meth:`LaneAllocator.bind_stream`), in the tag's lane; an allocation past
-    a lane or tag cap raises ``torch.OutOfMemoryError`` in the thread that asked, and other tags go on.
+    a lane or tag cap raises ``torch.OutOfMemoryError`` in the thread that asked (a ``RuntimeError`` with the same
+    message where PyTorch's libc10 does not export that class: :func:`refusals_raise_torch_oom`), and other tags go
+    on.
     Allocations with no tag go straight to ``cudaMalloc``, outside every lane (accounted under :data:`NO_TAG`).
 
     It must run before the process's first CUDA allocation (PyTorch refuses to swap an allocator it has used);
@@ -870,7 +910,7 @@ def install_cuda_allocator() -> LaneAllocator:
         LaneAllocatorError: If CUDA is not available, or PyTorch's CUDA allocator was already used.
         LaneAllocatorUnavailable: If the compiled library is missing.
     """
-    global _installed
+    global _installed, _torch_oom_bound
     import torch
 
     with _installed_lock:
@@ -887,7 +927,7 @@ def install_cuda_allocator() -> LaneAllocator:
         # Find torch's c10::OutOfMemoryError, so a refused allocation raises torch.OutOfMemoryError. Without it
         # the same refusal raises RuntimeError with the same message.
         libc10 = os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so")
-        lib.fs_cuda_bind_torch(libc10.encode() if os.path.isfile(libc10) else None)
+        bound = lib.fs_cuda_bind_torch(libc10.encode() if os.path.isfile(libc10) else None) == Status.OK
         pluggable = torch.cuda.memory.CUDAPluggableAllocator(library_path(), CUDA_MALLOC_SYMBOL, CUDA_FREE_SYMBOL)
         try:
             torch.cuda.memory.change_current_allocator(pluggable)
@@ -897,4 +937,5 @@ def install_cuda_allocator() -> LaneAllocator:
                 Status.LANE_BUSY,
             ) from e
         _installed = pluggable
+        _torch_oom_bound = bound
         return device

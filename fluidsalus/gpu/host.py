@@ -42,6 +42,7 @@ from fluidsalus.distributed._common import DEFAULT_TIMEOUT_S as DEFAULT_DISTRIBU
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu import lanes as ln
 from fluidsalus.gpu import memory as mem
+from fluidsalus.gpu.allocator import is_refusal
 from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE, ArenaBackend, host_arenas
 from fluidsalus.gpu.policies import DEFAULT_POLICY, TrialView, choose, get_policy
 from fluidsalus.session import BudgetKeyError, StopTrial, TrialContext, TrialSession, set_session
@@ -499,7 +500,11 @@ class DeviceHost:
 
     def _reset_memory_peak(self) -> None:
         if self.settings.device.startswith("cuda"):
-            sys.modules["torch"].cuda.reset_peak_memory_stats(self.settings.device)
+            cuda = sys.modules["torch"].cuda
+            # Before the process's first CUDA call there is no peak to reset, and torch refuses to ("Invalid
+            # device argument"): the first window of the first trial on a GPU opens before it touches CUDA.
+            if cuda.is_initialized():
+                cuda.reset_peak_memory_stats(self.settings.device)
         else:
             mem.reset_peak_rss()
 
@@ -918,8 +923,9 @@ def _open_rendezvous(spec: TrialSpec, settings: HostSettings, stop_requested: th
 
 
 def _is_out_of_memory(error: BaseException) -> bool:
-    """A device out-of-memory error: torch's (which the lane allocator also raises at a cap) or Python's."""
-    if isinstance(error, MemoryError):
+    """A device out-of-memory error: torch's, Python's, or the lane allocator's refusal at a cap (raised as
+    torch's, or as a RuntimeError where PyTorch's own exception class could not be bound)."""
+    if isinstance(error, MemoryError) or is_refusal(error):
         return True
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(error, torch.OutOfMemoryError)
