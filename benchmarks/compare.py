@@ -3,6 +3,7 @@
     python benchmarks/compare.py --sweep trivial                      # engine overhead only
     python benchmarks/compare.py --sweep digits --tools fluidsalus_optuna,optuna
     python benchmarks/compare.py --sweep digits --json-only           # only the JSON line on stdout
+    python benchmarks/compare.py --sweep digits --device cuda         # the digits MLPs on the GPU
 
 Tools:
 
@@ -32,6 +33,13 @@ Sweeps:
     ``fluidsalus_optuna``, whose study it is) with successive halving, all with grace period 1 and reduction
     factor 3. ``best`` is the best validation accuracy found: the highest last-reported accuracy of any trial.
 
+``--device cuda`` (digits only) trains every trial's model on the machine's GPU (the config key ``device`` of
+``examples/digits_mlp.py``). Ray Tune then gets the fractional-GPU pattern its users write to share a GPU:
+each trial asks for one CPU and ``1 / cores`` of the GPU, so as many trials share the GPU at once as there
+are cores, each in its own process. The fluidsalus Ray Tune script asks for the same; fluidsalus reads the
+GPU share as a hint and runs the trials as lanes of one device actor on the GPU. Optuna keeps ``n_jobs=2``
+(the setting of the issue's target), its trials threads of one process sharing the GPU.
+
 ``cpu_s`` is the whole machine's busy CPU time over the same timed region (from ``/proc/stat``; null off
 Linux): every process counts, Ray's helpers and the device actors included. On a machine of ``c`` cores a
 tool cannot take less wall time than ``cpu_s / c``.
@@ -51,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import statistics
@@ -86,6 +95,8 @@ _make_importable(REPO_ROOT, EXAMPLES_DIR)
 FLUIDSALUS_TOOLS = ("fluidsalus", "fluidsalus_tune", "fluidsalus_optuna")
 TOOLS = (*FLUIDSALUS_TOOLS, "ray", "optuna")
 SWEEPS = ("trivial", "digits")
+#: Where the digits trials train (``--device``); the trivial sweep does no work on any device.
+DEVICES = ("cpu", "cuda")
 #: Seed of every tool's random search. fluidsalus and Ray Tune's BasicVariantGenerator sample the same
 #: configurations for the same seed; Optuna's RandomSampler draws different ones from the same space (and
 #: with n_jobs=2 not exactly the same ones from run to run).
@@ -115,6 +126,13 @@ def trivial_value(x: float, step: int) -> float:
 # -----------------------------------------------------------------------------------------------------
 # Helpers
 # -----------------------------------------------------------------------------------------------------
+
+
+def ray_trial_resources(device: str) -> dict[str, float]:
+    """What each trial of a Ray Tune script asks for: one CPU, and on a GPU a 1/cores share of it."""
+    if device == "cpu":
+        return {"cpu": CPUS_PER_RAY_TRIAL}
+    return {"cpu": CPUS_PER_RAY_TRIAL, "gpu": 1.0 / (os.cpu_count() or 1)}
 
 
 def ray_init() -> None:
@@ -374,13 +392,13 @@ def digits_module() -> Any:
     return digits_mlp
 
 
-def run_fluidsalus_digits(storage: str) -> Any:
+def run_fluidsalus_digits(storage: str, device: str) -> Any:
     """The fluidsalus digits sweep: ASHA with the same settings as Ray Tune's ASHAScheduler above."""
     import fluidsalus
     from fluidsalus.searchers import ASHA
 
     d = digits_module()
-    space = {**d.SEARCH_SPACE, "epochs": DIGITS_MAX_EPOCHS}
+    space = {**d.SEARCH_SPACE, "epochs": DIGITS_MAX_EPOCHS, "device": device}
     asha = ASHA(space, num_samples=DIGITS_TRIALS, metric=DIGITS_METRIC, mode=DIGITS_MODE, max_t=DIGITS_MAX_EPOCHS,
                 grace_period=MIN_EPOCHS, reduction_factor=REDUCTION_FACTOR, seed=SEED)
     return fluidsalus.run(
@@ -393,13 +411,13 @@ def run_fluidsalus_digits(storage: str) -> Any:
     )
 
 
-def fluidsalus_digits() -> dict[str, Any]:
+def fluidsalus_digits(device: str) -> dict[str, Any]:
     digits_module()  # import outside the timed region, as for the other tools
     ray_shutdown()  # fluidsalus starts Ray itself: that is part of what a user waits for
     with storage_dir("fluidsalus") as storage:
         try:
             clock = Clock()
-            grid = run_fluidsalus_digits(storage)
+            grid = run_fluidsalus_digits(storage, device)
             wall_s, cpu_s = clock.stop()
         finally:
             ray_shutdown()
@@ -413,8 +431,8 @@ def fluidsalus_digits() -> dict[str, Any]:
         )
 
 
-def tune_digits_space(front_end: str) -> dict[str, Any]:
-    """``digits_mlp.SEARCH_SPACE`` with the front end's sampling functions, keys in the same order."""
+def tune_digits_space(front_end: str, device: str) -> dict[str, Any]:
+    """``digits_mlp.SEARCH_SPACE`` with the front end's sampling functions, keys in the same order, on ``device``."""
     tune, _, _ = tune_modules(front_end)
     d = digits_module()
     space = {
@@ -428,7 +446,7 @@ def tune_digits_space(front_end: str) -> dict[str, Any]:
         "seed": d.SEARCH_SPACE["seed"],
     }
     assert list(space) == list(d.SEARCH_SPACE), "tune_digits_space is out of step with SEARCH_SPACE"
-    return space
+    return {**space, "device": device}
 
 
 def ray_digits_trainable(config: dict[str, Any]) -> None:
@@ -451,7 +469,7 @@ def fluidsalus_tune_digits_trainable(config: dict[str, Any]) -> None:
         tune.report(result)
 
 
-def tune_digits(front_end: str) -> dict[str, Any]:
+def tune_digits(front_end: str, device: str) -> dict[str, Any]:
     """The Ray Tune script of the digits sweep, on ``ray.tune`` or (imports changed) ``fluidsalus.tune``."""
     tune, schedulers, search = tune_modules(front_end)
     trainable = ray_digits_trainable if front_end == "ray" else fluidsalus_tune_digits_trainable
@@ -461,7 +479,7 @@ def tune_digits(front_end: str) -> dict[str, Any]:
             clock = Clock()
             ray_init()
             tuner = tune.Tuner(
-                tune.with_resources(trainable, {"cpu": CPUS_PER_RAY_TRIAL}),
+                tune.with_resources(trainable, ray_trial_resources(device)),
                 tune_config=tune.TuneConfig(
                     num_samples=DIGITS_TRIALS,
                     metric=DIGITS_METRIC,
@@ -474,7 +492,7 @@ def tune_digits(front_end: str) -> dict[str, Any]:
                         reduction_factor=REDUCTION_FACTOR,
                     ),
                 ),
-                param_space=tune_digits_space(front_end),
+                param_space=tune_digits_space(front_end, device),
                 run_config=tune.RunConfig(storage_path=storage, verbose=0),
             )
             results = tuner.fit()
@@ -491,8 +509,8 @@ def tune_digits(front_end: str) -> dict[str, Any]:
         )
 
 
-def optuna_digits_config(trial: Any) -> dict[str, Any]:
-    """``digits_mlp.SEARCH_SPACE`` through Optuna's suggest API, mapped by hand."""
+def optuna_digits_config(trial: Any, device: str) -> dict[str, Any]:
+    """``digits_mlp.SEARCH_SPACE`` through Optuna's suggest API, mapped by hand, on ``device``."""
     d = digits_module()
     config = {
         "lr": trial.suggest_float("lr", *d.LR_RANGE, log=True),
@@ -505,15 +523,15 @@ def optuna_digits_config(trial: Any) -> dict[str, Any]:
         "seed": d.SEARCH_SPACE["seed"],
     }
     assert list(config) == list(d.SEARCH_SPACE), "optuna_digits_config is out of step with SEARCH_SPACE"
-    return config
+    return {**config, "device": device}
 
 
-def digits_objective(trial: Any) -> float:
+def digits_objective(trial: Any, device: str = "cpu") -> float:
     """The digits sweep as an Optuna objective with pruning (module level, so fluidsalus can pickle it)."""
     import optuna
 
     accuracy = 0.0
-    for result in digits_module().train_epochs(optuna_digits_config(trial)):
+    for result in digits_module().train_epochs(optuna_digits_config(trial, device)):
         accuracy = result[DIGITS_METRIC]
         trial.report(accuracy, result["epoch"])
         if trial.should_prune():
@@ -521,7 +539,7 @@ def digits_objective(trial: Any) -> float:
     return accuracy
 
 
-def optuna_digits(front_end: str = "optuna") -> dict[str, Any]:
+def optuna_digits(front_end: str, device: str) -> dict[str, Any]:
     """The Optuna script of the digits sweep: ``study.optimize`` or ``fluidsalus.optuna.optimize``."""
     import optuna
     import torch
@@ -536,7 +554,7 @@ def optuna_digits(front_end: str = "optuna") -> dict[str, Any]:
     try:
         with storage_dir(front_end) as storage:
             clock = Clock()
-            optimize(front_end, study, digits_objective, DIGITS_TRIALS, storage)
+            optimize(front_end, study, functools.partial(digits_objective, device=device), DIGITS_TRIALS, storage)
             wall_s, cpu_s = clock.stop()
     finally:
         torch.set_num_threads(threads)
@@ -555,25 +573,26 @@ def optuna_digits(front_end: str = "optuna") -> dict[str, Any]:
 # Driver
 # -----------------------------------------------------------------------------------------------------
 
-RUNNERS: dict[str, dict[str, Callable[[], dict[str, Any]]]] = {
+#: Each sweep's runner per tool, called with the ``--device`` (the trivial sweep runs on none).
+RUNNERS: dict[str, dict[str, Callable[[str], dict[str, Any]]]] = {
     "trivial": {
-        "fluidsalus": fluidsalus_trivial,
-        "fluidsalus_tune": lambda: tune_trivial("fluidsalus_tune"),
-        "fluidsalus_optuna": lambda: optuna_trivial("fluidsalus_optuna"),
-        "ray": lambda: tune_trivial("ray"),
-        "optuna": optuna_trivial,
+        "fluidsalus": lambda device: fluidsalus_trivial(),
+        "fluidsalus_tune": lambda device: tune_trivial("fluidsalus_tune"),
+        "fluidsalus_optuna": lambda device: optuna_trivial("fluidsalus_optuna"),
+        "ray": lambda device: tune_trivial("ray"),
+        "optuna": lambda device: optuna_trivial(),
     },
     "digits": {
         "fluidsalus": fluidsalus_digits,
-        "fluidsalus_tune": lambda: tune_digits("fluidsalus_tune"),
-        "fluidsalus_optuna": lambda: optuna_digits("fluidsalus_optuna"),
-        "ray": lambda: tune_digits("ray"),
-        "optuna": optuna_digits,
+        "fluidsalus_tune": lambda device: tune_digits("fluidsalus_tune", device),
+        "fluidsalus_optuna": lambda device: optuna_digits("fluidsalus_optuna", device),
+        "ray": lambda device: tune_digits("ray", device),
+        "optuna": lambda device: optuna_digits("optuna", device),
     },
 }
 
 
-def run_tools(sweep: str, tools: list[str]) -> dict[str, dict[str, Any] | None]:
+def run_tools(sweep: str, tools: list[str], device: str = "cpu") -> dict[str, dict[str, Any] | None]:
     """Run ``sweep`` under each tool in turn; a failing tool gets ``{"error": ...}``."""
     entries: dict[str, dict[str, Any] | None] = {tool: None for tool in TOOLS}
     # For the trivial sweep Ray's start is not part of any tool's time: start it once, before timing.
@@ -584,7 +603,7 @@ def run_tools(sweep: str, tools: list[str]) -> dict[str, dict[str, Any] | None]:
         for tool in tools:
             print(f"\n=== {sweep}: {tool} ===", flush=True)
             try:
-                entries[tool] = RUNNERS[sweep][tool]()
+                entries[tool] = RUNNERS[sweep][tool](device)
                 print(f"{tool}: {entries[tool]}", flush=True)
             except Exception as e:  # noqa: BLE001 - report any failure and go on with the next tool
                 traceback.print_exc()
@@ -675,14 +694,24 @@ def main() -> int:
                         help=f"comma-separated subset of {','.join(TOOLS)} (default: all)")
     parser.add_argument("--json-only", action="store_true",
                         help="print only the JSON line on stdout (everything else goes to stderr)")
+    parser.add_argument("--device", choices=DEVICES, default="cpu",
+                        help="where the digits trials train (default cpu); cuda needs a GPU")
     args = parser.parse_args()
+    if args.device != "cpu":
+        if args.sweep != "digits":
+            parser.error(f"--device {args.device}: only the digits sweep trains on a device")
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error(f"--device {args.device}: torch {torch.__version__} sees no CUDA GPU here")
 
     progress = sys.stderr if args.json_only else sys.stdout
     with contextlib.redirect_stdout(progress):
-        entries = run_tools(args.sweep, args.tools)
+        entries = run_tools(args.sweep, args.tools, args.device)
         print_table(args.sweep, entries)
     out = {
         "sweep": args.sweep,
+        "device": args.device,
         **entries,
         "ray_over_fluidsalus": ratio(entries, "ray"),
         "optuna_over_fluidsalus": ratio(entries, "optuna"),

@@ -744,7 +744,9 @@ def main(argv: list[str] | None = None) -> int:
                             runs.append(pool.run(kind, n, steps, threads))  # type: ignore[union-attr]
                         else:
                             runs.append(run_fused(kind, n, steps, device))
-                    measured[(kind, n, mode)] = median_run(runs)
+                    best = measured[(kind, n, mode)] = median_run(runs)
+                    # each figure as it is measured, so a run cut short still shows what it got
+                    log(f"N={n}: {kind} {mode}: {best['samples'] / best['wall_s']:,.0f} samples/s")
     finally:
         if pool is not None:
             pool.close()

@@ -18,7 +18,9 @@ The module has three layers, so each can be reused on its own:
 
 Every trial is reproducible: model weights, minibatch order and dropout masks all come from a
 ``torch.Generator`` seeded with ``config["seed"]``. A trial never touches torch's global random state, which
-the trials running side by side as threads in one fluidsalus device process would share.
+the trials running side by side as threads in one fluidsalus device process would share. ``config["device"]``
+(default ``"cpu"``) puts the model and data on another torch device, such as ``"cuda"`` (the trial's GPU); the
+generator stays on the CPU, so a configuration trains the same way on every device.
 
 Run ``python examples/digits_mlp.py`` to train one configuration for a few epochs and print its accuracy;
 ``python examples/quickstart.py`` runs a whole sweep.
@@ -93,6 +95,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "epochs": 27,
     "seed": 0,
     "checkpoint_every": 0,  # digits_trainable only: save a checkpoint every N epochs (0: never)
+    "device": "cpu",  # torch device of the model and data, e.g. "cuda" (the trial's GPU)
 }
 OPTIMIZERS = ("sgd", "adam")
 #: Hidden layers the model supports.
@@ -124,7 +127,9 @@ class MLP(nn.Module):
             x = F.relu(layer(x))
             if self.training and self.dropout > 0:
                 keep = 1.0 - self.dropout
-                x = x * torch.empty_like(x).bernoulli_(keep, generator=generator) / keep
+                # drawn on the CPU from the trial's generator, so a trial is the same on every device
+                mask = torch.empty(x.shape).bernoulli_(keep, generator=generator).to(x.device)
+                x = x * mask / keep
         return self.out(x)
 
 
@@ -145,10 +150,14 @@ class DigitsTrainer:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {c['optimizer']!r}")
         if not MIN_LAYERS <= c["layers"] <= MAX_LAYERS:
             raise ValueError(f"layers must be in [{MIN_LAYERS}, {MAX_LAYERS}], got {c['layers']}")
-        self.x_train, self.y_train, self.x_val, self.y_val = load_digits_tensors()
+        self.device = torch.device(c["device"])
+        self.x_train, self.y_train, self.x_val, self.y_val = (t.to(self.device) for t in load_digits_tensors())
+        # the trial's random numbers (initial weights, minibatch order, dropout masks) come from a CPU
+        # generator, so a configuration trains the same way on every device
         self.generator = torch.Generator().manual_seed(int(c["seed"]))
         self.model = MLP(int(c["hidden"]), int(c["layers"]), float(c["dropout"]))
         self.model.reset_parameters(self.generator)
+        self.model.to(self.device)
         if c["optimizer"] == "sgd":
             self.optimizer: torch.optim.Optimizer = torch.optim.SGD(
                 self.model.parameters(), lr=c["lr"], momentum=c["momentum"]
@@ -163,7 +172,7 @@ class DigitsTrainer:
         batch_size = int(self.config["batch_size"])
         order = torch.randperm(len(self.x_train), generator=self.generator)
         for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
+            idx = order[start:start + batch_size].to(self.device)
             loss = F.cross_entropy(self.model(self.x_train[idx], self.generator), self.y_train[idx])
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
