@@ -643,7 +643,7 @@ def comparisons(entries: dict[str, dict[str, Any] | None]) -> dict[str, dict[str
     }
 
 
-def print_table(sweep: str, entries: dict[str, dict[str, Any] | None]) -> None:
+def print_table(sweep: str, entries: dict[str, dict[str, Any] | None], device: str = "cpu") -> None:
     columns = ("tool", "wall_s", "cpu_s", "trials", "trials/s", "iterations", "best", "wall / fluidsalus")
     rows = []
     for tool, entry in entries.items():
@@ -666,7 +666,7 @@ def print_table(sweep: str, entries: dict[str, dict[str, Any] | None]) -> None:
     # A failed tool's row is (tool, message): its message may run past the columns without widening them.
     widths = [max([len(columns[i]), *(len(r[i]) for r in rows if len(r) == len(columns) or i == 0)])
               for i in range(len(columns))]
-    print(f"\nSweep: {sweep}")
+    print(f"\nSweep: {sweep}" + (f" (trials on {device})" if device != "cpu" else ""))
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)).rstrip())
@@ -708,7 +708,7 @@ def main() -> int:
     progress = sys.stderr if args.json_only else sys.stdout
     with contextlib.redirect_stdout(progress):
         entries = run_tools(args.sweep, args.tools, args.device)
-        print_table(args.sweep, entries)
+        print_table(args.sweep, entries, args.device)
     out = {
         "sweep": args.sweep,
         "device": args.device,
