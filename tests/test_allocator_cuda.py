@@ -61,8 +61,8 @@ SCRIPT = textwrap.dedent(
             t.fill_(1)
             torch.cuda.synchronize()
             live = dev.tag_stats(tag)[0]
-            # summed on the CPU: a CUDA reduction may take workspace of its own (32 MiB, in one thread, with
-            # torch 2.11+cu130 on an H100), which would pass tag 1's small cap
+            # summed on the CPU: with a CUDA sum and .item(), something asked for 32 MiB more in this thread
+            # (torch 2.11+cu130 on an H100; most likely the reduction), past tag 1's small cap
             out[key] = {"ok": True, "ptr": t.data_ptr(), "sum": int(t.cpu().sum()), "live": live}
             keep.append(t)
         except OOM as e:
