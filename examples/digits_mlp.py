@@ -170,9 +170,9 @@ class DigitsTrainer:
         """Train one epoch over shuffled minibatches, then return the validation metrics."""
         self.model.train()
         batch_size = int(self.config["batch_size"])
-        order = torch.randperm(len(self.x_train), generator=self.generator)
+        order = torch.randperm(len(self.x_train), generator=self.generator).to(self.device)  # once per epoch
         for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size].to(self.device)
+            idx = order[start:start + batch_size]
             loss = F.cross_entropy(self.model(self.x_train[idx], self.generator), self.y_train[idx])
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()

@@ -44,6 +44,7 @@ from fluidsalus.errors import FluidsalusError
 __all__ = [
     "ALIGNMENT",
     "NO_TAG",
+    "REFUSAL_PATTERN",
     "Block",
     "LaneAllocator",
     "LaneAllocatorError",
@@ -52,7 +53,6 @@ __all__ = [
     "PoolStats",
     "Status",
     "TagInfo",
-    "REFUSAL_PATTERN",
     "get_thread_tag",
     "is_refusal",
     "install_cuda_allocator",
