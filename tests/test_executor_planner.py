@@ -376,6 +376,41 @@ def test_a_promotion_of_a_restarted_trial_gives_its_device_the_new_budget(tmp_pa
     assert (("resume", ({"a": 3},)) in calls) is resumed
 
 
+@pytest.mark.parametrize("reason", ["move", "preempted"])
+def test_a_trial_promoted_while_its_attempt_ends_for_a_restart_restarts_to_the_new_budget(tmp_path, reason):
+    """The planner's stop (a move, a preemption) reaches the trial at the report where it meets its budget, so it
+    ends there instead of pausing; the searcher, which saw the result at its budget, promotes it before the end
+    arrives. That is no searcher error (it made pbt_example.py fail): the restart runs to the new budget."""
+    from fluidsalus.gpu.host import EV_END, EV_RESULT, OUT_STOPPED
+    from fluidsalus.trialgroup.executor import _Restart
+
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    checkpoint = tmp_path / "a" / "checkpoint_000005"
+    trial = _trial("a", status=RUNNING, placed_on=(0,), devices=(1,), budget=5, group_id="g1")
+    _queue(executor, store, trial)
+    executor.pending.pop("a")
+    executor._devices[0].assigned.add("a")
+    executor._restarts["a"] = _Restart(reason=reason, action=MOVE)
+    executor._stopping.add("a")
+    # The result at the budget answers the stop: done, not paused.
+    metrics = {"training_iteration": 5, "done": True, "time_this_iter_s": 0.1,
+               "checkpoint_dir_name": checkpoint.name}
+    executor.trials["a"].trial_dir = str(tmp_path / "a")
+    executor._handle(executor._devices[0], [(EV_RESULT, "a", 0, 1.0, metrics, False, False)])
+    assert trial.status == RUNNING and not trial.finished_by_rule
+    executor.searcher.next_groups = lambda: [TrialGroup("g2", budget=10, trial_ids=["a"])]
+    executor.searcher.collect_stops = lambda: []
+    executor.searcher.on_trial_add = lambda *args: None
+    executor._take_groups()
+    assert trial.budget == 10 and trial.group_id == "g2" and trial.status == RUNNING
+    assert not [c for c in executor._devices[0].actor.calls if c[0] == "resume"]  # its attempt is ending
+    executor._handle(executor._devices[0], [(EV_END, "a", 0, 1.1, OUT_STOPPED, None, None)])
+    assert trial.status == PENDING and "a" in executor.pending and trial.attempt == 1
+    assert trial.last_iteration == 5 and trial.checkpoint_path == str(checkpoint)
+    row = {t.trial_id: t for t in store.trials()}["a"]
+    assert (row.budget, row.group_id, row.status, row.attempt) == (10, "g2", PENDING, 1)
+
+
 @pytest.mark.parametrize("by_rule", [True, False], ids=["rule_met", "rule_not_met"])
 def test_a_trial_stopped_for_a_move_where_it_met_the_stop_rule_ends_instead_of_moving(tmp_path, by_rule):
     """The move's stop and the run's stop rule met at the same report: the trial is finished (a searcher's later

@@ -947,6 +947,11 @@ class Executor:
                         # saw it reach, so redoing iterations: its device gives the attempt the new budget, so that
                         # it runs on instead of pausing at the old one.
                         resumes.setdefault(trial.device, {})[trial_id] = group.budget
+                    elif trial.status == RUNNING and trial_id in self._restarts:
+                        # Its attempt is ending for a restart (a move, a preemption): the stop reached it at the
+                        # report where it met its budget, so it ended there instead of pausing. The restart's
+                        # attempt, queued when the end arrives, runs to the new budget (``_requeue``).
+                        pass
                     elif trial.status in FINAL_STATUSES or trial.status in (PENDING, PAUSED):
                         # An ended trial, or one paused off any device (preempted), restarts from its checkpoint.
                         if trial.status != PENDING:
