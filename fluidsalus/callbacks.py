@@ -26,6 +26,16 @@ class Callback:
     def on_trial_result(self, trial_id: str, result: Mapping[str, Any]) -> None:
         """Called once per acknowledged result, in order."""
 
+    def on_trial_checkpoint(self, trial_id: str, iteration: int, checkpoint_dir_name: str) -> None:
+        """Called when a trial has saved a checkpoint of an iteration whose result it reported without one (a
+        class ``Trainable`` saving where :meth:`checkpoint_requests` asked), once it is stored.
+
+        Args:
+            trial_id: The trial.
+            iteration: The iteration (``training_iteration``) the checkpoint is of.
+            checkpoint_dir_name: Its folder, in the trial's folder.
+        """
+
     def on_trial_complete(self, trial_id: str, status: str, result: Mapping[str, Any] | None) -> None:
         """Called once when a trial ends (``status`` is TERMINATED or ERROR), with its last result."""
 
@@ -37,7 +47,9 @@ class Callback:
         """Called at the end of each pass of the driver's loop, after the results it waited for were handled."""
 
     def checkpoint_requests(self) -> Iterable[str]:
-        """Trials to checkpoint at their next iteration, asked for since the last call (the executor asks after
-        each batch's hooks). Only a class ``Trainable`` can be made to save; a function trainable checkpoints
-        when it reports one. Default: none."""
+        """Trials to checkpoint, asked for since the last call (the executor asks after each batch's hooks), each
+        at the iteration of its last result. Only a class ``Trainable`` can be made to save; a function trainable
+        checkpoints when it reports one. A class ``Trainable`` run by ``fluidsalus.tune`` with a callback that
+        overrides this (or a Ray callback's ``on_trial_result``) waits for the answer after each result and saves
+        that iteration (:meth:`on_trial_checkpoint`); otherwise it saves at its next iteration. Default: none."""
         return ()

@@ -47,6 +47,10 @@ AUTO_RESULT_KEYS: frozenset[str] = frozenset(
 
 #: The metric name a trainable's bare number return value is reported under (Ray Tune's name).
 DEFAULT_METRIC = "_metric"
+#: The driver call by which a trial learns whether the run's callbacks asked for a checkpoint of its last reported
+#: iteration (``fluidsalus.callbacks.Callback.checkpoint_requests``); the executor answers it once the callbacks
+#: have seen that result. Argument: the iteration.
+CHECKPOINT_VERDICT_CALL = "fluidsalus.checkpoint_verdict"
 
 HOSTNAME = socket.gethostname()
 _local = threading.local()
@@ -228,6 +232,8 @@ class TrialSession:
         budget: Pause once ``result[time_attr] >= budget`` and wait for :meth:`resume` or a stop (None: never).
         time_attr: The result key budgets are measured in (the searcher's resource unit).
         turns: The trial's handle on its lane's turn (None: the trial never waits for a turn).
+        checkpoint_sink: Told ``(iteration, checkpoint_dir_name)`` of a checkpoint attached to a result already
+            delivered (:meth:`attach_checkpoint`).
 
     Attributes:
         ranks: For one rank of a data-parallel trial, its link with the other ranks (set by the device host
@@ -246,9 +252,12 @@ class TrialSession:
         budget: float | None = None,
         time_attr: str = "training_iteration",
         turns: LaneTurns | None = None,
+        checkpoint_sink: Callable[[int, str], None] | None = None,
     ) -> None:
         self.context = context
         self._sink = sink
+        self._checkpoint_sink = checkpoint_sink
+        self._last_time_total = time_total_offset  # time_total_s of the last result delivered
         self.checkpoint = checkpoint
         self.iteration = start_iteration
         self._start_iteration = start_iteration
@@ -258,7 +267,8 @@ class TrialSession:
         self._last = self._started
         self.stop_requested = threading.Event()
         #: Set when the driver asks for a checkpoint at the trial's next iteration (a Ray callback's
-        #: ``should_checkpoint``); a class ``Trainable`` takes it (:meth:`take_checkpoint_request`).
+        #: ``should_checkpoint``); a class ``Trainable`` that does not ask for verdicts takes it
+        #: (:meth:`take_checkpoint_request`).
         self.checkpoint_requested = threading.Event()
         self.stopped_by_rule = False
         self.budget = budget
@@ -294,6 +304,28 @@ class TrialSession:
             self.checkpoint = Checkpoint(path)
             self.checkpoint_at = (self.iteration, result["time_total_s"])
             result["checkpoint_dir_name"] = os.path.basename(path)
+
+    def attach_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Persist ``checkpoint`` as that of the last reported iteration, whose result was delivered without one,
+        and tell the driver (a class ``Trainable`` saving where a callback's ``should_checkpoint`` asked; the
+        trainable has not moved on since). A data-parallel worker's copy is dropped, as in :meth:`report`."""
+        if not isinstance(checkpoint, Checkpoint):
+            raise TypeError(f"attach_checkpoint: expected a fluidsalus.Checkpoint, got {type(checkpoint).__name__}")
+        if self.ranks is not None and not self.ranks.leader:
+            return
+        path = persist_checkpoint(checkpoint, self.context.trial_dir, self.iteration)
+        self.checkpoint = Checkpoint(path)
+        self.checkpoint_at = (self.iteration, self._last_time_total)
+        if self._checkpoint_sink is not None:
+            self._checkpoint_sink(self.iteration, os.path.basename(path))
+
+    def checkpoint_verdict(self) -> bool:
+        """Wait for the driver to say whether the run's callbacks asked for a checkpoint of the last reported
+        iteration (its lane's turn goes to a neighbour meanwhile). A data-parallel worker does not ask: rank 0
+        saves the trial."""
+        if self.ranks is not None and not self.ranks.leader:
+            return False
+        return bool(self.call(CHECKPOINT_VERDICT_CALL, self.iteration))
 
     def take_checkpoint_request(self) -> bool:
         """Whether the driver asked for a checkpoint since the last call (the request is consumed)."""
@@ -340,6 +372,7 @@ class TrialSession:
             checkpoint_dir_name=None,  # the checkpoint's folder when the result carries one, as in Ray
         )
         self._last = now
+        self._last_time_total = result["time_total_s"]
         if checkpoint is not None:
             if not isinstance(checkpoint, Checkpoint):
                 raise TypeError(

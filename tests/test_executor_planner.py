@@ -709,3 +709,55 @@ def test_a_virtual_cpu_device_reports_its_share_of_its_own_nodes_memory(ray_clus
             ray.kill(actor, no_restart=True)
     assert infos[0]["capacity_bytes"] == virtual_device_capacity(4)  # one node here: this machine's memory / 4
     assert infos[1]["capacity_bytes"] == GiB
+
+
+def test_a_checkpoint_verdict_is_answered_after_the_callbacks_saw_the_result_and_the_checkpoint_is_stored(tmp_path):
+    """A class Trainable asks, after each result, whether a callback wants it saved (CHECKPOINT_VERDICT_CALL). The
+    executor answers only once the batch's callbacks have run, for the iteration they saw, and stores the
+    checkpoint the trial then attaches (EV_CHECKPOINT) as that iteration's, telling the callbacks."""
+    from fluidsalus.callbacks import Callback
+    from fluidsalus.gpu.host import EV_CALL, EV_CHECKPOINT, EV_RESULT
+    from fluidsalus.session import CHECKPOINT_VERDICT_CALL
+
+    class AskAt2(Callback):
+        def __init__(self):
+            self.asked, self.seen, self.saved = [], [], []
+
+        def on_trial_result(self, trial_id, result):
+            self.seen.append(result["training_iteration"])
+            if result["training_iteration"] == 2:
+                self.asked.append(trial_id)
+
+        def checkpoint_requests(self):
+            asked, self.asked = self.asked, []
+            return asked
+
+        def on_trial_checkpoint(self, trial_id, iteration, checkpoint_dir_name):
+            self.saved.append((trial_id, iteration, checkpoint_dir_name))
+
+    executor, store = _offline_executor(tmp_path)
+    callback = AskAt2()
+    executor.settings.callbacks = [callback]
+    trial = _trial("a", status=RUNNING, placed_on=(0,), devices=(0,))
+    trial.trial_dir = str(tmp_path / "a")
+    _queue(executor, store, trial)
+    executor.pending.pop("a")
+    device = executor._devices[0]
+    for iteration in (1, 2):  # each result, then the trial's question about it, in one batch
+        executor._handle(device, [
+            (EV_RESULT, "a", 0, float(iteration), {"training_iteration": iteration, "loss": 1.0 / iteration}, False,
+             False),
+            (EV_CALL, "a", 0, float(iteration), 10 + iteration, CHECKPOINT_VERDICT_CALL, (iteration,))])
+    answers = [args for name, args in device.actor.calls if name == "answer"]
+    assert answers == [(11, False, False), (12, True, False)]
+    assert callback.seen == [1, 2]
+    executor._handle(device, [(EV_CHECKPOINT, "a", 0, 2.5, 2, "checkpoint_000002")])
+    assert trial.checkpoint_path == str(tmp_path / "a" / "checkpoint_000002")
+    (stored,) = store.checkpoints("a")
+    assert stored["iteration"] == 2 and stored["metrics"]["loss"] == 0.5
+    assert stored["metrics"]["checkpoint_dir_name"] == "checkpoint_000002"
+    assert callback.saved == [("a", 2, "checkpoint_000002")]
+    assert {t.trial_id: t for t in store.trials()}["a"].checkpoint_path == trial.checkpoint_path  # for a resume
+    # A question about an iteration the callbacks did not ask for (or asked for long ago) is answered no.
+    executor._handle(device, [(EV_CALL, "a", 0, 3.0, 13, CHECKPOINT_VERDICT_CALL, (3,))])
+    assert [args for name, args in device.actor.calls if name == "answer"][-1] == (13, False, False)

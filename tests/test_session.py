@@ -77,6 +77,23 @@ def test_checkpoint_is_copied_into_the_trial_folder(tmp_path):
     assert got[0]["checkpoint_dir_name"] == "checkpoint_000001"
 
 
+def test_a_checkpoint_attached_after_its_result_is_that_iterations_and_the_driver_is_told(tmp_path):
+    told: list[tuple[int, str]] = []
+    session, got = _session(tmp_path, checkpoint_sink=lambda iteration, name: told.append((iteration, name)),
+                            start_iteration=4, time_total_offset=10.0)
+    session.report({"a": 1})
+    assert got[0]["checkpoint_dir_name"] is None and session.checkpoint_at == (4, 10.0)
+    src = tmp_path / "mine"
+    src.mkdir()
+    (src / "state.txt").write_text("5")
+    session.attach_checkpoint(fluidsalus.Checkpoint.from_directory(src))
+    assert told == [(5, "checkpoint_000005")]
+    assert session.checkpoint is not None and session.checkpoint.path == str(tmp_path / "t0" / "checkpoint_000005")
+    assert session.checkpoint_at == (5, got[0]["time_total_s"])  # a restart resumes from it
+    with pytest.raises(TypeError, match="expected a fluidsalus.Checkpoint"):
+        session.attach_checkpoint(str(src))  # type: ignore[arg-type]
+
+
 def test_report_rejects_bad_arguments(tmp_path):
     session, _ = _session(tmp_path)
     with pytest.raises(TypeError, match="metrics must be a dict"):

@@ -491,14 +491,13 @@ def test_logger_callback_and_rays_mock_trainable(ray_cluster, storage: str) -> N
                       ("end", False)]
 
 
-class _SlowCounter(tune.Trainable):
-    """A class Trainable whose iterations take long enough for the driver's requests to arrive in time."""
+class _Counter(tune.Trainable):
+    """A class Trainable whose state is the number of steps it took."""
 
     def setup(self, config):
         self.value = 0
 
     def step(self):
-        time.sleep(0.15)
         self.value += 1
         return {"value": self.value}
 
@@ -510,30 +509,62 @@ class _SlowCounter(tune.Trainable):
 
 
 class _CheckpointAt(tune.Callback):
-    """Sets Ray's ``should_checkpoint`` in the result of iteration ``at``."""
+    """Sets Ray's ``should_checkpoint`` in the result of iteration ``at``; records the checkpoints it is told of."""
 
     def __init__(self, at: int) -> None:
         self.at = at
+        self.saved: list[tuple[str, str]] = []
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if result["training_iteration"] == self.at:
             result["should_checkpoint"] = True
 
+    def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+        self.saved.append((trial.trial_id, os.path.basename(checkpoint.path)))
 
-def test_a_callback_that_sets_should_checkpoint_gets_a_checkpoint_of_a_class_trainable(ray_cluster,
-                                                                                        storage: str) -> None:
-    last = 8
-    grid = _tuner(_SlowCounter, storage, {"x": tune.grid_search([1, 2])},
-                  {"callbacks": [_CheckpointAt(2)], "stop": {"training_iteration": last}}).fit()
+
+def test_a_callback_that_sets_should_checkpoint_gets_a_checkpoint_of_that_very_result(ray_cluster,
+                                                                                      storage: str) -> None:
+    """As in Ray, the class Trainable is saved right after the result the callback marked (each result waits for
+    the callbacks' answer when a callback of the user's own could ask), and the callback hears of it."""
+    last = 6
+    callback = _CheckpointAt(2)
+    grid = _tuner(_Counter, storage, {"x": tune.grid_search([1, 2])},
+                  {"callbacks": [callback], "stop": {"training_iteration": last}}).fit()
     assert grid.num_errors == 0
-    for result in grid:  # one checkpoint each, of an iteration after the one the callback saw
-        saved = [int(c.path[-6:]) for c, _ in result.best_checkpoints]
-        assert len(saved) == 1 and 2 < saved[0] <= last, saved
-        restored = _SlowCounter({})
+    for result in grid:
+        assert result.metrics["training_iteration"] == last
+        assert [int(c.path[-6:]) for c, _ in result.best_checkpoints] == [2]
+        assert [m["value"] for _, m in result.best_checkpoints] == [2]  # the metrics of the result it is of
+        restored = _Counter({})
         restored.restore(result.checkpoint)
-        assert restored.value == saved[0]
-    grid = _tuner(_SlowCounter, storage, {"x": 1}, {"stop": {"training_iteration": 3}}).fit()
+        assert restored.value == 2  # the state right after step 2
+    assert sorted(callback.saved) == sorted((r.metrics["trial_id"], "checkpoint_000002") for r in grid)
+    grid = _tuner(_Counter, storage, {"x": 1}, {"stop": {"training_iteration": 3}}).fit()
     assert [r.best_checkpoints for r in grid] == [[]]  # none without the callback's request
+
+
+def test_only_a_callback_of_the_users_own_that_could_ask_for_checkpoints_makes_results_wait() -> None:
+    from fluidsalus.callbacks import Callback as EngineCallback
+    from fluidsalus.tune._tuner import _may_ask_for_checkpoints
+    from fluidsalus.tune.logger import CSVLoggerCallback, JsonLoggerCallback, LoggerCallback
+
+    class Starts(tune.Callback):
+        def on_trial_start(self, iteration, trials, trial, **info):
+            pass
+
+    class Logger(LoggerCallback):
+        def log_trial_result(self, iteration, trial, result):
+            pass
+
+    class Requests(EngineCallback):
+        def checkpoint_requests(self):
+            return []
+
+    assert not _may_ask_for_checkpoints([EngineCallback()], [JsonLoggerCallback(), CSVLoggerCallback(), Starts()])
+    assert _may_ask_for_checkpoints([], [Starts(), _CheckpointAt(1)])
+    assert _may_ask_for_checkpoints([], [Logger()])
+    assert _may_ask_for_checkpoints([Requests()], [])
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -57,6 +57,9 @@ EV_END = "end"  # (EV_END, trial_id, attempt, ts, outcome, error, traceback)
 EV_FATAL = "fatal"  # (EV_FATAL, trial_id, attempt, ts, message): a run-level configuration error
 EV_CALL = "call"  # (EV_CALL, trial_id, attempt, ts, call_id, method, args): the trial waits for answer()
 EV_LANE = "lane"  # (EV_LANE, trial_id | None, attempt | None, ts, kind, data): lane activity, for goodput
+#: (EV_CHECKPOINT, trial_id, attempt, ts, iteration, checkpoint_dir_name): a checkpoint of an iteration whose
+#: result was already sent without one (``TrialSession.attach_checkpoint``)
+EV_CHECKPOINT = "checkpoint"
 
 # Outcomes of EV_END.
 OUT_COMPLETED = "completed"  # the trainable returned
@@ -723,6 +726,10 @@ class DeviceHost:
                 self._emit_locked((EV_RESULT, trial_id, attempt, time.time(), result, paused,
                                    session.stopped_by_rule))
 
+        def checkpoint_sink(iteration: int, dirname: str) -> None:
+            with self._lock:
+                self._emit_locked((EV_CHECKPOINT, trial_id, attempt, time.time(), iteration, dirname))
+
         stop_rule = None if worker else self.settings.stop
         should_stop = None
         if stop_rule is not None:
@@ -751,6 +758,7 @@ class DeviceHost:
             budget=None if worker else spec.budget,
             time_attr=self.settings.time_attr,
             turns=_Turns(self, trial_id),
+            checkpoint_sink=None if worker else checkpoint_sink,
         )
         session._caller = lambda method, args: self._call(trial_id, attempt, method, args)
         return session

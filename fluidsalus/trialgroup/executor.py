@@ -62,6 +62,7 @@ from fluidsalus.gpu.device import DEFAULT_TRIAL_ESTIMATE, DeviceSpec
 from fluidsalus.gpu.host import (
     DEFAULT_QUANTUM_MS,
     EV_CALL,
+    EV_CHECKPOINT,
     EV_END,
     EV_FATAL,
     EV_LANE,
@@ -77,7 +78,7 @@ from fluidsalus.gpu.lanes import LaneView
 from fluidsalus.gpu.policies import DEFAULT_POLICY
 from fluidsalus.progress import Progress
 from fluidsalus.searchers._base import BaseSearcher, Decision
-from fluidsalus.session import AUTO_RESULT_KEYS
+from fluidsalus.session import AUTO_RESULT_KEYS, CHECKPOINT_VERDICT_CALL
 from fluidsalus.store import (
     ERROR,
     FINAL_STATUSES,
@@ -672,6 +673,8 @@ class Executor:
         self._planned_gates: dict[str, tuple[bool, ...]] = {}  # curve key -> co-location gates at the last plan
         self._refused: set[tuple[str, int, str]] = set()  # (trial, attempt, action) refusals already recorded
         self._awaiting_checkpoint: set[str] = set()  # trials whose planned move waits for their first checkpoint
+        # trial -> the iteration the callbacks last asked to checkpoint (answered to CHECKPOINT_VERDICT_CALL)
+        self._checkpoint_wanted: dict[str, int] = {}
         self._demands: dict[str, TrialDemand] = {}  # trial -> the demand the planner was last given
         self._move_costs = MoveCostMeter(self.planner.settings.move_cost_s)  # measured moves -> the planner's cost
         self._first_iter_s: dict[str, object] = {}  # trial -> time_this_iter_s of its attempt's first result
@@ -1352,6 +1355,7 @@ class Executor:
         results: list[tuple[str, int, int, float, Mapping[str, Any]]] = []
         events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]] = []
         acted: list[tuple[str, Trial, tuple[Any, ...]]] = []
+        verdicts: list[tuple[Any, ...]] = []  # CHECKPOINT_VERDICT_CALLs: answered once the callbacks saw the batch
         fatal: str | None = None
         name = device.spec.name
         received = time.time()  # the driver's clock: a move's two ends may be on nodes with different clocks
@@ -1359,7 +1363,10 @@ class Executor:
             for event in batch:
                 kind, trial_id, attempt, ts = event[0], event[1], event[2], event[3]
                 if kind == EV_CALL:  # a trial waits for the driver: answer at once (nothing to store)
-                    self._answer_call(device, event)
+                    if event[5] == CHECKPOINT_VERDICT_CALL:
+                        verdicts.append(event)
+                    else:
+                        self._answer_call(device, event)
                     continue
                 if kind == EV_LANE:  # lane activity: stored as it is, for goodput; the planner's memory view
                     self._lane_event(device, event)
@@ -1398,6 +1405,19 @@ class Executor:
                             self._dirty = True
                     self._observe(device, trial, ts, metrics)
                     self._measure_costs(trial, received, metrics, events, name)
+                    acted.append((kind, trial, event))
+                elif kind == EV_CHECKPOINT:  # of an iteration whose result came without one
+                    iteration, dirname = event[4], event[5]
+                    last = trial.last_result or {}
+                    metrics = dict(last) if last.get("training_iteration") == iteration else {
+                        "training_iteration": iteration}
+                    metrics["checkpoint_dir_name"] = dirname
+                    trial.checkpoint_path = os.path.join(trial.trial_dir, dirname)
+                    self.store.add_checkpoint(trial_id, iteration, trial.checkpoint_path, metrics)
+                    self.store.update_trial(trial_id, checkpoint_path=trial.checkpoint_path)  # a resume starts there
+                    if trial_id in self._awaiting_checkpoint:
+                        self._awaiting_checkpoint.discard(trial_id)
+                        self._dirty = True
                     acted.append((kind, trial, event))
                 elif kind == EV_START:
                     trial.status = RUNNING
@@ -1469,7 +1489,7 @@ class Executor:
                     self._searcher_seen[trial.trial_id] = iteration
                     if self.searcher.on_result(trial.trial_id, event[4]) == Decision.STOP:
                         stops.append(trial.trial_id)
-                else:
+                elif kind == EV_END:
                     self.searcher.on_trial_complete(trial.trial_id, trial.last_result, error=trial.status == ERROR)
             if acted:
                 self.store.set_experiment(searcher_state=dumps(self.searcher.state_dict()))
@@ -1477,7 +1497,10 @@ class Executor:
         if stops:
             self._stop_trials(stops)
         for kind, trial, event in acted:
-            if kind == EV_RESULT:
+            if kind == EV_CHECKPOINT:
+                if self.settings.checkpoint_num_to_keep is not None:
+                    self._retain_checkpoints(trial)
+            elif kind == EV_RESULT:
                 self._iterations += 1
                 value = event[4].get(self.settings.metric) if self.settings.metric else None
                 if isinstance(value, (int, float)) and math.isfinite(value):
@@ -1499,13 +1522,25 @@ class Executor:
             if kind == EV_RESULT:
                 for callback in self.settings.callbacks:
                     callback.on_trial_result(trial.trial_id, event[4])
+            elif kind == EV_CHECKPOINT:
+                for callback in self.settings.callbacks:
+                    callback.on_trial_checkpoint(trial.trial_id, event[4], event[5])
             else:
                 self._log_end(trial, event[4])
                 for callback in self.settings.callbacks:
                     callback.on_trial_complete(trial.trial_id, trial.status, trial.last_result)
         if acted and self.settings.callbacks:
-            self._send_checkpoint_requests([tid for callback in self.settings.callbacks
-                                            for tid in callback.checkpoint_requests()])
+            requested = [tid for callback in self.settings.callbacks for tid in callback.checkpoint_requests()]
+            for tid in requested:
+                if tid in self.trials and self.trials[tid].status not in FINAL_STATUSES:
+                    self._checkpoint_wanted[tid] = self.trials[tid].last_iteration
+            self._send_checkpoint_requests(requested)
+        for event in verdicts:
+            trial_id, iteration = event[1], event[6][0]
+            wanted = self._checkpoint_wanted.get(trial_id) == iteration
+            if wanted:
+                del self._checkpoint_wanted[trial_id]
+            device.actor.answer.remote(event[4], wanted, False)
 
     def _lane_event(self, device: _Device, event: tuple[Any, ...]) -> None:
         """Follow a device's lanes (its mirror for the planner), the trials' memory estimates and the end of
@@ -1630,6 +1665,7 @@ class Executor:
         self._planned_alone.pop(trial_id, None)
         self._allocation.pop(trial_id, None)
         self._awaiting_checkpoint.discard(trial_id)
+        self._checkpoint_wanted.pop(trial_id, None)
         self._demands.pop(trial_id, None)
 
     def _gates(self, device: _Device) -> tuple[bool, ...]:

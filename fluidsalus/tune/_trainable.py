@@ -33,7 +33,7 @@ from typing import Any
 
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError
-from fluidsalus.session import HOSTNAME, TrialResources, node_ip
+from fluidsalus.session import HOSTNAME, StopTrial, TrialResources, node_ip
 
 __all__ = [
     "ClassOptions",
@@ -515,11 +515,16 @@ class ClassOptions:
             rule's or a scheduler's ending is found by the session at the report (:func:`run_trainable_class`).
         every_iteration: At every iteration (population based training needs a checkpoint at each
             perturbation point).
+        checkpoint_verdicts: After each result that carries no checkpoint, wait for the driver to say whether a
+            callback asked for one (Ray's ``result["should_checkpoint"] = True``), and save that iteration then,
+            as Ray saves the state of the result itself. Set when the run has a callback that could ask; without
+            it a request is honoured at the trial's next iteration, and a trial never waits for the driver.
     """
 
     checkpoint_frequency: int = 0
     checkpoint_at_end: bool = False
     every_iteration: bool = False
+    checkpoint_verdicts: bool = False
 
     def wants(self, iteration: int, result: Mapping[str, Any], done: bool) -> bool:
         """Whether to checkpoint after ``iteration``."""
@@ -535,10 +540,12 @@ def run_trainable_class(cls: type[Trainable], config: dict[str, Any], parameters
                         options: ClassOptions) -> None:
     """Run a :class:`Trainable` subclass as a function trainable (inside a trial).
 
-    Each ``step()`` is one report. The trainable is saved with it when the options ask for this iteration (or the
-    driver asked, for a Ray callback's ``should_checkpoint``); under ``checkpoint_at_end`` the session saves it
-    with the result that ends the trial, whatever ends it (the trainable's ``done``, the stop rule, a
-    scheduler's stop), as Ray does, and with a result that pauses it at a rung, where the verdict may end it.
+    Each ``step()`` is one report. The trainable is saved with it when the options ask for this iteration; a
+    callback's ``should_checkpoint`` is answered right after the report under ``checkpoint_verdicts`` (the save is
+    attached to that result), else at the next iteration, when the driver's request has arrived. Under
+    ``checkpoint_at_end`` the session saves it with the result that ends the trial, whatever ends it (the
+    trainable's ``done``, the stop rule, a scheduler's stop), as Ray does, and with a result that pauses it at a
+    rung, where the verdict may end it.
     """
     from fluidsalus.session import _current
 
@@ -561,13 +568,22 @@ def run_trainable_class(cls: type[Trainable], config: dict[str, Any], parameters
             for key in TRAIN_FILLED_KEYS:  # the session fills these in for the trial (train() did, for a caller)
                 result.pop(key, None)
             done = bool(result.pop(DONE_KEY, False))
-            now = options.wants(trainable.iteration, result, done) or session.take_checkpoint_request()
+            now = options.wants(trainable.iteration, result, done) or (
+                not options.checkpoint_verdicts and session.take_checkpoint_request())
             result.pop(SHOULD_CHECKPOINT_KEY, None)
             try:
                 if now:
                     session.report(result, checkpoint=save())
                 else:
                     session.report(result, at_end=save if options.checkpoint_at_end else None)
+                    if options.checkpoint_verdicts and not done:
+                        # (a pause at the budget under checkpoint_at_end saved this iteration already)
+                        if session.checkpoint_at[0] != session.iteration and session.checkpoint_verdict():
+                            session.attach_checkpoint(save())
+                        if session.stop_requested.is_set():  # the driver stopped it at this result, as Ray would
+                            if options.checkpoint_at_end and session.checkpoint_at[0] != session.iteration:
+                                session.attach_checkpoint(save())
+                            raise StopTrial()
             finally:
                 for path in saved:
                     shutil.rmtree(path, ignore_errors=True)

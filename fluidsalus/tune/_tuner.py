@@ -67,7 +67,7 @@ from fluidsalus.store import (
     loads,
 )
 from fluidsalus.tune._config import INFINITE_SAMPLES, CheckpointConfig, FailureConfig, RunConfig, TuneConfig
-from fluidsalus.tune._custom_search import CustomSearch
+from fluidsalus.tune._custom_search import CustomSearch, defined_by_user
 from fluidsalus.tune._interrupt import StopSignals
 from fluidsalus.tune._output import log_files
 from fluidsalus.tune._tags import TAG_KEY, Tagger
@@ -247,6 +247,15 @@ def _split_callbacks(callbacks: list[Any] | None) -> tuple[list[EngineCallback],
                 f"fluidsalus.callbacks.Callback (got {type(callback).__name__})"
             )
     return engine, ray_style
+
+
+def _may_ask_for_checkpoints(engine: list[EngineCallback], ray_style: list[Any]) -> bool:
+    """Whether a callback of the user's own may ask for a checkpoint of a result: a Ray callback's
+    ``on_trial_result`` (or a ``LoggerCallback``'s ``log_trial_result``, which gets the same dict) may set
+    ``should_checkpoint``, and an engine callback may override ``checkpoint_requests``. fluidsalus's own loggers
+    and reporters never ask."""
+    return any(defined_by_user(c, hook) for c in ray_style for hook in ("on_trial_result", "log_trial_result")) \
+        or any(defined_by_user(c, "checkpoint_requests") for c in engine)
 
 
 class _SaveOnFirstEvent(EngineCallback):
@@ -621,6 +630,9 @@ class Tuner:
             run_config.progress_reporter.setup(start_time=time.time(), metric=tune_config.metric,
                                                mode=tune_config.mode, total_samples=total_samples)
             ray_callbacks.append(ReporterCallback(run_config.progress_reporter))
+        if class_trainable and _may_ask_for_checkpoints(engine_callbacks, ray_callbacks):
+            # Each result waits for the callbacks' answer, so a requested checkpoint is of that result, as in Ray.
+            options = dataclasses.replace(options, checkpoint_verdicts=True)
         if not ray.is_initialized():
             ray.init(include_dashboard=False, configure_logging=False, log_to_driver=True)
         entry, refs = make_entry(trainable, options, log_files(run_config.log_to_file))

@@ -14,9 +14,9 @@ has been stored, with Ray's argument names, in Ray's order:
   checkpoint (a retry or a PBT exploit from a checkpoint, or an unfinished trial of a restored experiment);
 - ``on_trial_result(iteration, trials, trial, result)`` for every result, in order; ``result`` has Ray's
   ``config`` key (and ``trial_id``, ``training_iteration``, ...). A callback that sets
-  ``result["should_checkpoint"] = True`` asks for a checkpoint, as in Ray: a class ``Trainable`` saves at its
-  next iteration after the request reaches its device (Ray saves the state of the result itself, since its
-  trial waits for the driver; a fluidsalus trial has gone on meanwhile);
+  ``result["should_checkpoint"] = True`` asks for a checkpoint of that result, as in Ray: with such a callback
+  in the run, a class ``Trainable`` waits after each result for the driver's answer and saves that iteration
+  (``ClassOptions.checkpoint_verdicts``), and ``on_checkpoint`` / ``on_trial_save`` follow;
 - ``on_checkpoint(iteration, trials, trial, checkpoint)`` then ``on_trial_save(iteration, trials, trial)``
   after a result that carried a checkpoint; ``checkpoint`` is a :class:`fluidsalus.tune.Checkpoint` of the
   stored copy;
@@ -280,7 +280,7 @@ class RayCallbackAdapter(EngineCallback):
 
     def checkpoint_requests(self) -> list[str]:
         """The trials a Ray callback asked to checkpoint (``result["should_checkpoint"] = True``) since the last
-        call; the engine has each saved at its next iteration."""
+        call; the engine has each saved at the iteration of the result the callback saw."""
         requests, self._checkpoint_requests = self._checkpoint_requests, []
         return requests
 
@@ -481,12 +481,22 @@ class RayCallbackAdapter(EngineCallback):
             self._checkpoint_requests.append(trial_id)
         folder = result.get(_CHECKPOINT_KEY)
         if isinstance(folder, str) and folder:
-            from fluidsalus.tune import Checkpoint  # the package imports this module
-
-            trial.checkpoint = Checkpoint(os.path.join(trial.path, folder))
-            self._call_trial("on_checkpoint", trial, checkpoint=trial.checkpoint)
-            self._call_trial("on_trial_save", trial)
+            self._saved(trial, folder)
         self._maybe_save_states()
+
+    def on_trial_checkpoint(self, trial_id: str, iteration: int, checkpoint_dir_name: str) -> None:
+        """A class ``Trainable`` saved the iteration a callback asked for (``should_checkpoint``), right after its
+        result: ``on_checkpoint`` then ``on_trial_save``, as Ray calls them once its save is done."""
+        trial, _ = self._info(trial_id)
+        self._saved(trial, checkpoint_dir_name)
+        self._maybe_save_states()
+
+    def _saved(self, trial: TrialInfo, folder: str) -> None:
+        from fluidsalus.tune import Checkpoint  # the package imports this module
+
+        trial.checkpoint = Checkpoint(os.path.join(trial.path, folder))
+        self._call_trial("on_checkpoint", trial, checkpoint=trial.checkpoint)
+        self._call_trial("on_trial_save", trial)
 
     def on_trial_complete(self, trial_id: str, status: str, result: Mapping[str, Any] | None) -> None:
         trial, _ = self._info(trial_id)
