@@ -18,7 +18,7 @@ PATHS = [
     ("tuner", ["Tuner"]),
     ("error", ["TuneError"]),
     ("search", ["BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "SearchGenerator", "Searcher",
-                "grid_search"]),
+                "grid_search", "UNDEFINED_METRIC_MODE", "UNDEFINED_SEARCH_SPACE", "UNRESOLVED_SEARCH_SPACE"]),
     ("search.basic_variant", ["BasicVariantGenerator"]),
     ("search.concurrency_limiter", ["ConcurrencyLimiter"]),
     ("search.repeater", ["Repeater", "TRIAL_INDEX"]),
@@ -61,3 +61,13 @@ def test_a_callback_typed_with_rays_trial_class_gets_the_trial_view() -> None:
     assert Trial is TrialInfo
     trial = Trial("t1", {"x": 1}, trainable_name="train")
     assert str(trial) == "train_t1" and trial.config == {"x": 1}
+
+
+def test_the_searcher_message_templates_take_rays_placeholders() -> None:
+    """A search algorithm of your own formats them as Ray's searchers do."""
+    from fluidsalus.tune.search import UNDEFINED_METRIC_MODE, UNDEFINED_SEARCH_SPACE, UNRESOLVED_SEARCH_SPACE
+
+    assert "MySearch" in UNRESOLVED_SEARCH_SPACE.format(par="space", cls="MySearch")
+    assert "'space'" in UNDEFINED_SEARCH_SPACE.format(cls="MySearch", space="'space'")
+    message = UNDEFINED_METRIC_MODE.format(cls="MySearch", metric=None, mode="max")
+    assert "metric (None)" in message and "mode (max)" in message

@@ -34,7 +34,26 @@ from fluidsalus.tune.search._holders import (
 )
 
 __all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "SEARCHER_NAMES", "SearchAlgorithm",
-           "SearchGenerator", "Searcher", "create_searcher", "grid_search"]
+           "SearchGenerator", "Searcher", "UNDEFINED_METRIC_MODE", "UNDEFINED_SEARCH_SPACE",
+           "UNRESOLVED_SEARCH_SPACE", "create_searcher", "grid_search"]
+
+# The error messages a search algorithm of your own raises, as Ray's searchers do, with Ray's placeholders.
+#: ``{par}`` (the argument) and ``{cls}`` (the searcher): a space given to the searcher itself still holds
+#: ``tune.*`` sampling functions.
+UNRESOLVED_SEARCH_SPACE = (
+    "The {par} argument of {cls} holds unresolved search space definitions (tune.* sampling functions). "
+    "Give {cls} a space in its own terms, or pass the tune.* space as Tuner(param_space=...) instead."
+)
+#: ``{cls}`` and ``{space}`` (the argument that takes the space): asked for a configuration without a space.
+UNDEFINED_SEARCH_SPACE = (
+    "{cls} was asked for a configuration, but it has no search space: pass its {space} argument, or a "
+    "param_space to Tuner()."
+)
+#: ``{cls}``, ``{metric}`` and ``{mode}``: asked for a configuration before ``metric`` and ``mode`` were set.
+UNDEFINED_METRIC_MODE = (
+    "{cls} was asked for a configuration, but its metric ({metric}) or mode ({mode}) is not set: pass them to "
+    "{cls} or to TuneConfig()."
+)
 
 #: Ray's short search algorithm names (``ray.tune.search.SEARCH_ALG_IMPORT``); those fluidsalus provides name
 #: the module and class that ``create_searcher`` imports (lazily, as Ray does), the others None.
