@@ -97,7 +97,8 @@ def _events(folder) -> list:
 def test_tbx_logger_writes_rays_scalars_histograms_and_hparams(tmp_path) -> None:
     pytest.importorskip("tensorboardX")
     logger = TBXLoggerCallback()
-    trial = TrialInfo("t0", {"lr": 0.1, "model": {"width": 4}, "fn": len}, path=str(tmp_path / "t0"))
+    trial = TrialInfo("t0", {"lr": 0.1, "model": {"width": 4}, "fn": len, "batch": 32}, path=str(tmp_path / "t0"),
+                      evaluated_params={"lr": 0.1, "model/width": np.int64(4), "fn": len})  # batch: a constant
     logger.on_trial_start(0, [trial], trial)
     for step, loss in ((1, 0.5), (2, 0.25)):
         logger.on_trial_result(step, [trial], trial, {
@@ -117,7 +118,9 @@ def test_tbx_logger_writes_rays_scalars_histograms_and_hparams(tmp_path) -> None
     hparams = {v.tag for e in events for v in e.summary.value if v.tag.startswith("_hparams_/")}
     assert hparams == {"_hparams_/experiment", "_hparams_/session_start_info", "_hparams_/session_end_info"}
     start = next(v for e in events for v in e.summary.value if v.tag == "_hparams_/session_start_info")
-    assert b"model/width" in start.metadata.plugin_data.content and b"fn" not in start.metadata.plugin_data.content
+    content = start.metadata.plugin_data.content
+    assert b"model/width" in content and b"lr" in content  # the searched values (NumPy's as Python's), as in Ray
+    assert b"fn" not in content and b"batch" not in content  # not a simple value; not searched
 
 
 def test_rays_own_loggers_are_translated_or_refused() -> None:

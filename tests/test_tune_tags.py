@@ -24,18 +24,19 @@ rt = pytest.importorskip("ray.tune")
 
 def test_variant_tags_are_rays_for_the_same_configurations() -> None:
     from ray.tune.search.sample import _BackwardsCompatibleNumpyRng
+    from ray.tune.search.variant_generator import _flatten_resolved_vars, generate_variants
     from ray.tune.search.variant_generator import format_vars as ray_format_vars
-    from ray.tune.search.variant_generator import generate_variants
 
     ray_space = {"a": rt.uniform(0, 1), "g": rt.grid_search([1, 2]), "n": {"d": rt.randint(0, 10), "e": 5},
                  "c": rt.choice(["x y", None]), "k": 7}
     ours = {"a": tune.uniform(0, 1), "g": tune.grid_search([1, 2]), "n": {"d": tune.randint(0, 10), "e": 5},
             "c": tune.choice(["x y", None]), "k": 7}
     rng = _BackwardsCompatibleNumpyRng(42)
-    expected, configs = [], []
+    expected, configs, evaluated = [], [], []
     for _ in range(3):  # Ray's _TrialIterator: one generate_variants pass per sample, the counter over all
         for resolved_vars, spec in generate_variants(copy.deepcopy({"config": ray_space}), random_state=rng):
             expected.append(f"{len(expected)}_{ray_format_vars(resolved_vars)}")
+            evaluated.append(_flatten_resolved_vars(resolved_vars))
             configs.append(spec["config"])
     searcher = plan(tune.TuneConfig(search_alg=tune.search.BasicVariantGenerator(random_state=42), num_samples=3),
                     ours).searcher
@@ -44,6 +45,8 @@ def test_variant_tags_are_rays_for_the_same_configurations() -> None:
     extras = Tagger(ours, VARIANTS)
     assert [extras(seq, c)["experiment_tag"] for seq, c in enumerate(group.configs)] == expected
     assert expected[0] == "0_a=0.7740,c=x_y,g=1,d=6"  # Ray's: last keys, by path, 4 decimals, "x y" made safe
+    assert [extras.evaluated_params(c) for c in group.configs] == evaluated  # Ray's Trial.evaluated_params
+    assert evaluated[0] == {"g": 1, "a": 0.7739560485559633, "n/d": 6, "c": "x y"}
     assert Tagger({"k": 7}, VARIANTS)(4, {"k": 7}) == {"experiment_tag": "4"}  # nothing drawn: the index alone
 
 
@@ -58,6 +61,10 @@ def test_searcher_tags_number_from_one_and_show_the_whole_config() -> None:
         assert extras(seq, config)["experiment_tag"] == f"{seq + 1}_{ray_format_vars(_resolve_nested_dict(config))}"
     assert extras(0, configs[0])["experiment_tag"] == "1_k=None,lr=0.0012,betas=0_9_0_99,name=adam_w"
     assert format_vars({(0, "x"): 1, ("a",): 2}) == "x=1,a=2"  # paths of mixed key types sort as text
+    # evaluated_params: what the search algorithm chose (Ray: flatten_dict of its suggestion), not the constants
+    assert extras.evaluated_params(configs[0]) == {"lr": 0.001234}
+    own = Tagger({"k": 3}, SEARCHER)  # a search algorithm of your own with its own space: its whole suggestion
+    assert own.evaluated_params(configs[1]) == {"lr": 1e-5, "opt/name": "sgd", "opt/betas": [], "k": 3}
 
 
 def test_a_plan_says_how_ray_would_tag_its_trials() -> None:
@@ -99,10 +106,12 @@ def test_a_replayed_trial_is_tagged_after_its_policy_file_once_its_config_change
 
 def test_a_trial_has_its_tag_from_its_start_in_callbacks_and_folder_names(ray_cluster, storage) -> None:
     started: dict[str, str] = {}
+    evaluated: dict[str, dict[str, Any]] = {}
 
     class Starts(tune.Callback):
         def on_trial_start(self, iteration, trials, trial, **info):
             started[trial.trial_id] = trial.experiment_tag  # Ray's Trial has it before any result
+            evaluated[trial.trial_id] = trial.evaluated_params
 
     def train(config):
         tune.report({"score": config["x"]})
@@ -113,6 +122,7 @@ def test_a_trial_has_its_tag_from_its_start_in_callbacks_and_folder_names(ray_cl
         run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[Starts()])).fit()
     tags = {r.metrics["trial_id"]: r.metrics["experiment_tag"] for r in grid}
     assert sorted(tags.values()) == ["0_x=1", "1_x=2"] and started == tags
+    assert sorted(evaluated.values(), key=str) == [{"x": 1}, {"x": 2}]  # the grid's values, not the constant k
     assert sorted(os.path.basename(r.path) for r in grid) == ["t_0_x=1", "t_1_x=2"]
 
 

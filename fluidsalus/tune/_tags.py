@@ -71,6 +71,10 @@ def _leaves(config: Mapping[str, Any], path: tuple[Any, ...] = ()) -> Iterator[t
             yield (*path, key), value
 
 
+def _joined(path: tuple[Any, ...]) -> str:
+    return "/".join(str(part) for part in path)
+
+
 def _at(config: Any, path: tuple[Any, ...]) -> Any:
     for part in path:
         config = config[part]
@@ -97,7 +101,8 @@ class Tagger:
     def __init__(self, space: Mapping[str, Any], kind: str, perturbed: Sequence[str] = (),
                  replay: str | None = None) -> None:
         self.kind, self.perturbed, self.replay = kind, tuple(perturbed), replay
-        self._paths = sp.drawn_paths(space) if kind == VARIANTS else []
+        self._drawn = sp.drawn_paths(space)
+        self._paths = self._drawn if kind == VARIANTS else []
         self._first: dict[int, tuple[str, dict[str, Any]]] = {}  # seq -> (its first tag, the config it was for)
         self.latest = ""
 
@@ -117,6 +122,27 @@ class Tagger:
                 tag = f"{tag}{PERTURBED_MARK}{format_vars(values)}]"
         self.latest = tag
         return {TAG_KEY: tag}
+
+    def evaluated_params(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Ray's ``Trial.evaluated_params`` of a trial with ``config``: the values the search chose, by their paths
+        joined with ``/``. Those are the space's grid searches and domains; for a search algorithm of your own
+        whose space is not in ``param_space`` (none is drawn there), every value of ``config``.
+
+        Args:
+            config: The trial's configuration as it was created.
+
+        Returns:
+            Path -> value.
+        """
+        if not self._drawn:
+            return {} if self.kind == VARIANTS else {_joined(path): value for path, value in _leaves(config)}
+        chosen = {}
+        for path in self._drawn:
+            try:
+                chosen[_joined(path)] = _at(config, path)
+            except (KeyError, IndexError, TypeError):
+                continue  # a configuration that lacks a drawn key (a define-by-run branch, say)
+        return chosen
 
     def restore(self, seq: int, stored_tag: str, config: Mapping[str, Any]) -> None:
         """A resumed run: the trial created ``seq``-th had ``stored_tag`` on its last stored result and now has

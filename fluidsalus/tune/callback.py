@@ -189,6 +189,8 @@ class TrialInfo:
             the file ``trial.error_file``.
         custom_trial_name: What ``TuneConfig(trial_name_creator=...)`` named it, or None (Ray's attribute).
         tag: Its ``experiment_tag`` as known when the view was made (before its first result), or None.
+        evaluated_params: The values the search chose for it, by ``/``-joined path (Ray's attribute: the space's
+            grid searches and domains, as first drawn; a PBT perturbation does not change them).
     """
 
     trial_id: str
@@ -203,6 +205,7 @@ class TrialInfo:
     error: str | None = None
     custom_trial_name: str | None = None
     tag: str | None = None
+    evaluated_params: dict[str, Any] = field(default_factory=dict)
 
     @property
     def local_path(self) -> str:
@@ -431,6 +434,9 @@ class RayCallbackAdapter(EngineCallback):
         info = TrialInfo(trial_id, dict(config), path=path, trainable_name=self.trainable_name)
         if self.tags is not None and trial_id in self._seqs:
             info.tag = str(self.tags(self._seqs[trial_id], info.config).get(EXPERIMENT_TAG, "")) or None
+        evaluated = getattr(self.tags, "evaluated_params", None)
+        if evaluated is not None:
+            info.evaluated_params = evaluated(info.config)
         if self.name_creator is not None:
             name = self.names[trial_id] if trial_id in self.names else self.name_creator(info)
             if not isinstance(name, str):

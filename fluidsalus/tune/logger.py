@@ -235,10 +235,10 @@ class TBXLoggerCallback(LoggerCallback):
     Each result's numbers (nested dicts flattened with ``/``, NaN left out, and without :data:`TBX_SKIPPED`) become
     scalars ``ray/tune/<key>`` at step ``timesteps_total`` or else ``training_iteration``; a non-empty list or
     array becomes a histogram, and an array of 3, 4 or 5 dimensions an image, a batch of images or a video. When
-    the trial ends, its config's simple values (str, bool, int, float, list, None) and its last result's numbers
-    go to TensorBoard's HParams view. Point TensorBoard at the experiment folder (``tensorboard --logdir
-    ~/ray_results/<name>``). Difference: Ray's HParams hold the searched parameters only; here the whole
-    flattened config.
+    the trial ends, the values the search chose for it (``trial.evaluated_params``) that are simple (str, bool,
+    int, float, list, None, or a NumPy scalar) and its last result's numbers go to TensorBoard's HParams view, as
+    in Ray; a trial for which the search chose nothing gets none. Point TensorBoard at the experiment folder
+    (``tensorboard --logdir ~/ray_results/<name>``).
 
     Raises:
         ConfigError: tensorboardX is not installed.
@@ -315,8 +315,12 @@ class TBXLoggerCallback(LoggerCallback):
         if writer is None:
             return
         metrics = {k: v for k, v in last.items() if _is_scalar(v)}
-        params = {k: v for k, v in flatten_dict(dict(trial.config or {})).items()
-                  if isinstance(v, self.VALID_HPARAMS)}
+        params: dict[str, Any] = {}
+        for k, v in flatten_dict(dict(getattr(trial, "evaluated_params", None) or {})).items():
+            if type(v).__module__ == "numpy" and getattr(v, "ndim", None) == 0:  # a NumPy scalar, as Ray takes it
+                v = v.item()
+            if isinstance(v, self.VALID_HPARAMS):
+                params[k] = v
         if metrics and params:
             from tensorboardX.summary import hparams
 
