@@ -65,6 +65,10 @@ def test_searcher_tags_number_from_one_and_show_the_whole_config() -> None:
     assert extras.evaluated_params(configs[0]) == {"lr": 0.001234}
     own = Tagger({"k": 3}, SEARCHER)  # a search algorithm of your own with its own space: its whole suggestion
     assert own.evaluated_params(configs[1]) == {"lr": 1e-5, "opt/name": "sgd", "opt/betas": [], "k": 3}
+    # PBT: a mutated key the space lacks is sampled at the start and shown, as Ray's PBT adds it; one the space
+    # holds as a constant is not (pbt_example.py's "lr").
+    pbt = Tagger({"lr": 0.1, "w": tune.choice([1, 2])}, VARIANTS, perturbed=["lr", "momentum"])
+    assert pbt.evaluated_params({"lr": 0.1, "w": 2, "momentum": 0.8}) == {"w": 2, "momentum": 0.8}
 
 
 def test_a_plan_says_how_ray_would_tag_its_trials() -> None:

@@ -102,6 +102,7 @@ class Tagger:
                  replay: str | None = None) -> None:
         self.kind, self.perturbed, self.replay = kind, tuple(perturbed), replay
         self._drawn = sp.drawn_paths(space)
+        self._filled = [key for key in self.perturbed if key not in space]  # PBT/PB2 sample these at the start
         self._paths = self._drawn if kind == VARIANTS else []
         self._first: dict[int, tuple[str, dict[str, Any]]] = {}  # seq -> (its first tag, the config it was for)
         self.latest = ""
@@ -125,8 +126,9 @@ class Tagger:
 
     def evaluated_params(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """Ray's ``Trial.evaluated_params`` of a trial with ``config``: the values the search chose, by their paths
-        joined with ``/``. Those are the space's grid searches and domains; for a search algorithm of your own
-        whose space is not in ``param_space`` (none is drawn there), every value of ``config``.
+        joined with ``/``. Those are the space's grid searches and domains, and the keys PBT or PB2 sampled
+        because the space lacks them; for a search algorithm of your own whose space is not in ``param_space``
+        (none is drawn there), every value of ``config``.
 
         Args:
             config: The trial's configuration as it was created.
@@ -134,10 +136,10 @@ class Tagger:
         Returns:
             Path -> value.
         """
-        if not self._drawn:
+        if not self._drawn and not self._filled:
             return {} if self.kind == VARIANTS else {_joined(path): value for path, value in _leaves(config)}
         chosen = {}
-        for path in self._drawn:
+        for path in [*self._drawn, *((key,) for key in self._filled)]:
             try:
                 chosen[_joined(path)] = _at(config, path)
             except (KeyError, IndexError, TypeError):
