@@ -1362,8 +1362,8 @@ class Executor:
         with self.store.transaction():
             for event in batch:
                 kind, trial_id, attempt, ts = event[0], event[1], event[2], event[3]
-                if kind == EV_CALL:  # a trial waits for the driver: answer at once (nothing to store)
-                    if event[5] == CHECKPOINT_VERDICT_CALL:
+                if kind == EV_CALL:  # a trial waits for the driver: answer at once (nothing to store)...
+                    if event[5] == CHECKPOINT_VERDICT_CALL:  # ...except this, once the callbacks saw the batch
                         verdicts.append(event)
                     else:
                         self._answer_call(device, event)
