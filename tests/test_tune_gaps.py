@@ -544,7 +544,10 @@ def test_a_callback_that_sets_should_checkpoint_gets_a_checkpoint_of_that_very_r
     assert [r.best_checkpoints for r in grid] == [[]]  # none without the callback's request
 
 
-def test_only_a_callback_of_the_users_own_that_could_ask_for_checkpoints_makes_results_wait() -> None:
+def test_only_a_callback_of_the_users_own_that_could_ask_for_checkpoints_makes_results_wait(tmp_path,
+                                                                                          monkeypatch) -> None:
+    import importlib
+
     from fluidsalus.callbacks import Callback as EngineCallback
     from fluidsalus.tune._tuner import _may_ask_for_checkpoints
     from fluidsalus.tune.logger import CSVLoggerCallback, JsonLoggerCallback, LoggerCallback
@@ -563,8 +566,20 @@ def test_only_a_callback_of_the_users_own_that_could_ask_for_checkpoints_makes_r
 
     assert not _may_ask_for_checkpoints([EngineCallback()], [JsonLoggerCallback(), CSVLoggerCallback(), Starts()])
     assert _may_ask_for_checkpoints([], [Starts(), _CheckpointAt(1)])
-    assert _may_ask_for_checkpoints([], [Logger()])
+    assert _may_ask_for_checkpoints([], [Logger()])  # this module mentions the key, so it may set it
     assert _may_ask_for_checkpoints([Requests()], [])
+    # A callback that only logs results, from a module that never mentions the key, makes no trial wait.
+    (tmp_path / "my_logging_callbacks.py").write_text(
+        "from fluidsalus import tune\n\n"
+        "class Printer(tune.Callback):\n"
+        "    def on_trial_result(self, iteration, trials, trial, result, **info):\n"
+        "        print(result['training_iteration'])\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    printer = importlib.import_module("my_logging_callbacks").Printer()
+    assert not _may_ask_for_checkpoints([], [printer])
+    ghost = type("Ghost", (tune.Callback,), {"__module__": "no_such_module",  # a source that cannot be read
+                                              "on_trial_result": lambda self, *args, **info: None})
+    assert _may_ask_for_checkpoints([], [ghost()])  # may ask, for all we know
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import inspect
 import logging
 import os
 import re
@@ -249,12 +250,36 @@ def _split_callbacks(callbacks: list[Any] | None) -> tuple[list[EngineCallback],
     return engine, ray_style
 
 
+#: The result key a Ray callback sets to ask for a checkpoint, as its source spells it (``"should_checkpoint"`` or
+#: the constant ``SHOULD_CHECKPOINT``; matched ignoring case).
+_SHOULD_CHECKPOINT_TEXT = "should_checkpoint"
+
+
+def _mentions_should_checkpoint(callback: Any) -> bool:
+    """Whether the source of a module that defines one of ``callback``'s classes of the user's own mentions
+    ``should_checkpoint`` (True when a source cannot be read: the callback may ask, for all we know)."""
+    for cls in type(callback).__mro__:
+        if cls.__module__.startswith(("ray.", "fluidsalus.", "builtins")):
+            continue
+        module = sys.modules.get(cls.__module__)
+        try:
+            source = inspect.getsource(module) if module is not None else None
+        except (OSError, TypeError):
+            source = None
+        if source is None or _SHOULD_CHECKPOINT_TEXT in source.lower():
+            return True
+    return False
+
+
 def _may_ask_for_checkpoints(engine: list[EngineCallback], ray_style: list[Any]) -> bool:
-    """Whether a callback of the user's own may ask for a checkpoint of a result: a Ray callback's
-    ``on_trial_result`` (or a ``LoggerCallback``'s ``log_trial_result``, which gets the same dict) may set
-    ``should_checkpoint``, and an engine callback may override ``checkpoint_requests``. fluidsalus's own loggers
-    and reporters never ask."""
-    return any(defined_by_user(c, hook) for c in ray_style for hook in ("on_trial_result", "log_trial_result")) \
+    """Whether a callback of the user's own may ask for a checkpoint of a result: a Ray callback's own
+    ``on_trial_result`` (or a ``LoggerCallback``'s own ``log_trial_result``, which gets the same dict) may set
+    ``should_checkpoint`` if its module's source mentions it, and an engine callback may override
+    ``checkpoint_requests``. fluidsalus's own loggers and reporters never ask, nor does a callback that only
+    logs results."""
+    hooks = ("on_trial_result", "log_trial_result")
+    return any(any(defined_by_user(c, hook) for hook in hooks) and _mentions_should_checkpoint(c)
+               for c in ray_style) \
         or any(defined_by_user(c, "checkpoint_requests") for c in engine)
 
 

@@ -15,8 +15,9 @@ has been stored, with Ray's argument names, in Ray's order:
 - ``on_trial_result(iteration, trials, trial, result)`` for every result, in order; ``result`` has Ray's
   ``config`` key (and ``trial_id``, ``training_iteration``, ...). A callback that sets
   ``result["should_checkpoint"] = True`` asks for a checkpoint of that result, as in Ray: with such a callback
-  in the run, a class ``Trainable`` waits after each result for the driver's answer and saves that iteration
-  (``ClassOptions.checkpoint_verdicts``), and ``on_checkpoint`` / ``on_trial_save`` follow;
+  in the run (one whose module's source mentions ``should_checkpoint``), a class ``Trainable`` waits after each
+  result for the driver's answer and saves that iteration (``ClassOptions.checkpoint_verdicts``), and
+  ``on_checkpoint`` / ``on_trial_save`` follow;
 - ``on_checkpoint(iteration, trials, trial, checkpoint)`` then ``on_trial_save(iteration, trials, trial)``
   after a result that carried a checkpoint; ``checkpoint`` is a :class:`fluidsalus.tune.Checkpoint` of the
   stored copy;
