@@ -326,7 +326,10 @@ def test_a_host_in_arena_mode_reads_exact_p_and_t_and_readmits_only_the_trial_pa
     r = run_script(HOST_SCRIPT)
     assert r["ends"] == {"a": ["completed", None], "b": ["completed", None]}, r
     assert r["results"]["a"] == [0, 1, 2, 3]  # the neighbour was never interrupted
-    assert r["results"]["b"][-4:] == [0, 1, 2, 3] and r["attempts"] == {"a": 1, "b": 2}
+    # (On the H100 b ran 3 times. The whole record, with each re-admission's error and each lane refusal's
+    # request, is in the message, so that the next GPU run says why; a 32 MiB cuBLAS workspace for the new
+    # attempt's stream, past the re-admitted estimate, is the suspect.)
+    assert r["results"]["b"][-4:] == [0, 1, 2, 3] and r["attempts"] == {"a": 1, "b": 2}, r
     (readmit,) = r["readmit"]
     # torch.OutOfMemoryError, or the RuntimeError PyTorch makes of it where c10's class could not be bound
     # (test_tag_cap_raises_torch_oom_for_that_tag_only is the check of which)
