@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 import pytest
+from _bench import run_benchmark
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(REPO_ROOT, "benchmarks", "compare.py")
-TIMEOUT_S = 120
 EXIT_USAGE = 2  # argparse's
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH", "")) if p)
-    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=TIMEOUT_S,
-                          cwd=REPO_ROOT, env=env)
+    return run_benchmark("compare.py", *args)
 
 
 def test_the_trivial_sweep_has_no_device():

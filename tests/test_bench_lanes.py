@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
-import sys
 
 import pytest
+from _bench import run_benchmark
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(REPO_ROOT, "benchmarks", "lanes.py")
-TIMEOUT_S = 120
 #: N values and steps of the test's run: ``--quick`` narrowed further, since each N of the ``processes`` mode starts
 #: N Python processes that import torch (the whole ``--quick`` run took 22 s of the suite's 10 minutes).
 TEST_NS = {2}
@@ -22,10 +18,7 @@ MODELS = {"mlp", "cnn"}
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH", "")) if p)
-    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=TIMEOUT_S,
-                          cwd=REPO_ROOT, env=env)
+    return run_benchmark("lanes.py", *args)
 
 
 def test_quick_cpu_run_prints_the_json_summary_last():
