@@ -81,6 +81,17 @@ def _at(config: Any, path: tuple[Any, ...]) -> Any:
     return config
 
 
+def _values_at(config: Mapping[str, Any], paths: list[tuple[Any, ...]]) -> dict[tuple[Any, ...], Any]:
+    """The value at each path that ``config`` has (a define-by-run branch, say, may lack a drawn key)."""
+    values = {}
+    for path in paths:
+        try:
+            values[path] = _at(config, path)
+        except (KeyError, IndexError, TypeError):
+            continue
+    return values
+
+
 class Tagger:
     """The engine's ``result_extras(seq, config)`` that adds Ray's ``experiment_tag`` to a trial's results.
 
@@ -138,13 +149,8 @@ class Tagger:
         """
         if not self._drawn and not self._filled:
             return {} if self.kind == VARIANTS else {_joined(path): value for path, value in _leaves(config)}
-        chosen = {}
-        for path in [*self._drawn, *((key,) for key in self._filled)]:
-            try:
-                chosen[_joined(path)] = _at(config, path)
-            except (KeyError, IndexError, TypeError):
-                continue  # a configuration that lacks a drawn key (a define-by-run branch, say)
-        return chosen
+        chosen = _values_at(config, [*self._drawn, *((key,) for key in self._filled)])
+        return {_joined(path): value for path, value in chosen.items()}
 
     def restore(self, seq: int, stored_tag: str, config: Mapping[str, Any]) -> None:
         """A resumed run: the trial created ``seq``-th had ``stored_tag`` on its last stored result and now has
@@ -160,12 +166,7 @@ class Tagger:
 
     def _tag(self, seq: int, config: Mapping[str, Any]) -> str:
         if self.kind == VARIANTS:
-            drawn = {}
-            for path in self._paths:
-                try:
-                    drawn[path] = _at(config, path)
-                except (KeyError, IndexError, TypeError):
-                    continue  # a configuration that lacks a drawn key (a define-by-run branch, say)
+            drawn = _values_at(config, self._paths)
             index = str(seq)
         else:
             drawn = dict(_leaves(config))
