@@ -12,6 +12,8 @@ namespace {
 thread_local std::int64_t t_thread_tag = FS_NO_TAG;
 
 constexpr std::int64_t kMaxSize = std::numeric_limits<std::int64_t>::max() - static_cast<std::int64_t>(kAlignment);
+// malloc_once's internal status for a request within the lane's cap that no free block holds (never returned).
+constexpr std::int64_t kFragmented = std::numeric_limits<std::int64_t>::min();
 
 std::string human_bytes(std::int64_t n) {
   static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -151,30 +153,56 @@ void Allocator::give_back(Lane& lane, std::size_t index, std::vector<Region>* re
   lane.segments.erase(lane.segments.begin() + static_cast<std::ptrdiff_t>(index));
 }
 
-bool Allocator::grow(const std::shared_ptr<Lane>& lane, std::size_t extra, std::string* why) {
-  auto pool_it = pools_.find(lane->device);
-  if (pool_it != pools_.end()) {
-    Pool& pool = *pool_it->second;
-    Segment& last = *lane->segments.back();
-    const std::size_t offset = last.region.base - pool.region.base;
-    if (last.pooled && pool.arena.grow_block(offset, last.region.bytes + extra)) {
-      last.region.bytes += extra;  // grown in place: the arena gets free space at its end
-      last.arena.set_capacity(last.region.bytes);
-      return true;
-    }
-    Segments added;
-    if (!carve(pool, extra, lane->id, lane->device, &added, why)) return false;
-    for (auto& segment : added) attach(lane, std::move(segment));
-    return true;
+bool Allocator::grow_in_place(Pool& pool, Lane& lane, std::size_t extra) {
+  if (lane.segments.empty()) return false;
+  Segment& last = *lane.segments.back();
+  if (!last.pooled || !pool.arena.grow_block(last.region.base - pool.region.base, last.region.bytes + extra)) {
+    return false;
   }
+  last.region.bytes += extra;  // the arena gets free space at its end
+  last.arena.set_capacity(last.region.bytes);
+  return true;
+}
+
+bool Allocator::attach_from_backing(const std::shared_ptr<Lane>& lane, std::size_t bytes, std::string* why) {
   Region region;
-  if (!backing_->reserve(extra, lane->device, &region, why)) return false;
+  if (!backing_->reserve(bytes, lane->device, &region, why)) return false;
   try {
     attach(lane, std::make_unique<Segment>(region, false));
   } catch (...) {
     backing_->release(region);
     throw;
   }
+  return true;
+}
+
+bool Allocator::grow(const std::shared_ptr<Lane>& lane, std::size_t extra, std::string* why) {
+  auto pool_it = pools_.find(lane->device);
+  if (pool_it == pools_.end()) return attach_from_backing(lane, extra, why);
+  Pool& pool = *pool_it->second;
+  if (grow_in_place(pool, *lane, extra)) return true;
+  Segments added;
+  if (!carve(pool, extra, lane->id, lane->device, &added, why)) return false;
+  for (auto& segment : added) attach(lane, std::move(segment));
+  return true;
+}
+
+bool Allocator::overdraw(const std::shared_ptr<Lane>& lane, std::size_t bytes, std::string* why) {
+  auto pool_it = pools_.find(lane->device);
+  if (pool_it == pools_.end()) return attach_from_backing(lane, bytes, why);
+  Pool& pool = *pool_it->second;
+  // The free tail is smaller than `bytes` (else best fit would have found it): grow by what it lacks.
+  const std::size_t tail = lane->segments.empty() ? 0 : lane->segments.back()->arena.free_tail();
+  if (grow_in_place(pool, *lane, bytes - std::min(tail, bytes))) return true;
+  // Else one piece of the request's size (carve would take several pieces of a fragmented pool).
+  auto offset = pool.arena.largest_free() >= bytes ? pool.arena.allocate(bytes, lane->id) : std::nullopt;
+  if (!offset) {
+    *why = "the lane's free memory is in pieces smaller than that, and the device pool has no free piece of " +
+           human_bytes(static_cast<std::int64_t>(bytes)) + " (largest " +
+           human_bytes(static_cast<std::int64_t>(pool.arena.largest_free())) + ")";
+    return false;
+  }
+  attach(lane, std::make_unique<Segment>(Region{nullptr, pool.region.base + *offset, bytes, lane->device}, true));
   return true;
 }
 
@@ -213,9 +241,10 @@ void Allocator::erase_lane(std::int64_t lane_id) {
 void Allocator::reap_locked(std::vector<Region>* release) {
   std::vector<std::int64_t> emptied;
   for (auto& [id, lane] : lanes_) {
-    if (!lane->retired) continue;
-    trim(*lane, release);  // capacity 0: every free segment and free pooled tail goes back
-    if (lane->used == 0) emptied.push_back(id);
+    // Retired (capacity 0): every free segment and free pooled tail goes back. Else what an overdraw or a
+    // shrink left above the capacity goes back once the blocks that held it are freed.
+    if (lane->reserved() > lane->capacity) trim(*lane, release);
+    if (lane->retired && lane->used == 0) emptied.push_back(id);
   }
   for (std::int64_t id : emptied) {
     auto lane = lanes_.at(id);
@@ -634,6 +663,26 @@ std::int64_t Allocator::current_tag(void* stream) {
 
 void* Allocator::malloc(std::int64_t size, std::int64_t tag, std::int64_t device, void* stream,
                         std::int64_t* status) {
+  void* ptr = malloc_once(size, tag, device, stream, true, status);
+  if (ptr != nullptr || *status != kFragmented) return ptr;
+  std::string why;
+  if (!make_room(tag, round_up(std::max<std::size_t>(static_cast<std::size_t>(size), 1), kAlignment), &why)) set_error_detail(why);
+  return malloc_once(size, tag, device, stream, false, status);  // counts the failure if it still has no room
+}
+
+bool Allocator::make_room(std::int64_t tag, std::size_t bytes, std::string* why) {
+  std::unique_lock lock(mu_);
+  auto ts = find_tag(tag);
+  auto lane = ts && ts->lane != FS_NO_LANE ? find_lane(ts->lane) : nullptr;
+  if (!lane || lane->retired || lane->used + bytes > lane->capacity) return false;  // malloc_once says why
+  for (const auto& segment : lane->segments) {
+    if (segment->arena.best_fit(bytes)) return true;  // freed meanwhile
+  }
+  return overdraw(lane, bytes, why);
+}
+
+void* Allocator::malloc_once(std::int64_t size, std::int64_t tag, std::int64_t device, void* stream, bool may_defer,
+                             std::int64_t* status) {
   if (size < 0 || size > kMaxSize || tag < FS_NO_TAG) {
     *status = FS_ERR_INVALID;
     return nullptr;
@@ -687,6 +736,10 @@ void* Allocator::malloc(std::int64_t size, std::int64_t tag, std::int64_t device
         best = segment.get();
         best_size = fit->first;
       }
+    }
+    if (best == nullptr && may_defer) {
+      *status = kFragmented;  // within the cap, but in pieces: malloc makes room under the exclusive lock
+      return nullptr;
     }
     if (best == nullptr) return refuse(FS_ERR_LANE_FULL);
     auto offset = best->arena.allocate(bytes, tag);

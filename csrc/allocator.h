@@ -111,7 +111,9 @@ class Allocator {
   // The tag fs_malloc_current charges: the thread's, else the stream's lane's active tag, else none.
   std::int64_t current_tag(void* stream);
 
-  // On failure returns nullptr and sets *status.
+  // On failure returns nullptr and sets *status. A request within the lane's cap that no free block holds
+  // (the lane's free memory is fragmented) is served from more memory for the lane (`overdraw`): the cap
+  // bounds live bytes, not where they lie. LANE_FULL only when the cap would be passed or no memory is left.
   void* malloc(std::int64_t size, std::int64_t tag, std::int64_t device, void* stream, std::int64_t* status);
   std::int64_t free(void* ptr, void* stream);
   std::int64_t live_bytes();
@@ -143,10 +145,24 @@ class Allocator {
   void attach(const std::shared_ptr<Lane>& lane, std::unique_ptr<Segment> segment);
   void give_back(Lane& lane, std::size_t index, std::vector<Region>* release);
   bool grow(const std::shared_ptr<Lane>& lane, std::size_t extra, std::string* why);
+  // Grow the lane's last segment by `extra` in place, if it is pooled and the pool's memory after it is free.
+  bool grow_in_place(Pool& pool, Lane& lane, std::size_t extra);
+  // A new segment of `bytes` from the backing (a lane without a pool).
+  bool attach_from_backing(const std::shared_ptr<Lane>& lane, std::size_t bytes, std::string* why);
+  // A free block of `bytes` for a lane whose free memory is all in smaller pieces: the last segment grows in
+  // place by what its free tail lacks, else the lane gains a segment of `bytes` (one piece of the pool, or one
+  // region from the backing). Its reserved memory then exceeds its capacity (trim gives the excess back).
+  bool overdraw(const std::shared_ptr<Lane>& lane, std::size_t bytes, std::string* why);
   void trim(Lane& lane, std::vector<Region>* release);
   void erase_lane(std::int64_t lane);
   void reap_locked(std::vector<Region>* release);
   void release_all(const std::vector<Region>& regions, const std::shared_ptr<Backing>& backing);
+  // One allocation attempt under the shared lock. With `may_defer`, a request the lane's cap allows but no
+  // free block holds returns nullptr with *status = kFragmented, uncounted, for malloc to make room.
+  void* malloc_once(std::int64_t size, std::int64_t tag, std::int64_t device, void* stream, bool may_defer,
+                    std::int64_t* status);
+  // Take the exclusive lock and give the tag's lane a free block of `bytes` if it still has none (overdraw).
+  bool make_room(std::int64_t tag, std::size_t bytes, std::string* why);
 
   mutable std::shared_mutex mu_;
   std::shared_ptr<Backing> backing_;  // replaced only while there are no lanes, pools or allocations

@@ -50,7 +50,7 @@ extern "C" {
 #define FS_ERR_INVALID (-1)      /* bad argument (size, capacity, negative id, ...) */
 #define FS_ERR_NO_LANE (-2)      /* unknown lane, or the tag is not assigned to a lane */
 #define FS_ERR_LANE_BUSY (-3)    /* the lane (or tag, or allocator) still holds live allocations */
-#define FS_ERR_LANE_FULL (-4)    /* the lane's cap, or no free block of the lane is large enough */
+#define FS_ERR_LANE_FULL (-4)    /* the lane's cap, or no memory left for a free block large enough */
 #define FS_ERR_TAG_CAP (-5)      /* the allocation would put the tag past its cap */
 #define FS_ERR_NO_TAG (-6)       /* unknown tag */
 #define FS_ERR_NOT_OURS (-7)     /* free of a pointer this allocator does not hold (or a double free) */
@@ -148,7 +148,9 @@ FS_API int64_t fs_lane_dissolve(fs_allocator* a, int64_t lane);
  * memory goes back now where it can (pooled lanes), the rest as the live blocks are freed (fs_reap). An empty
  * lane is dissolved at once. */
 FS_API int64_t fs_lane_retire(fs_allocator* a, int64_t lane);
-/* Dissolve retired lanes that have emptied, and give back the free memory of those that have not (pooled).
+/* Dissolve retired lanes that have emptied, and give back the free memory of those that have not (pooled);
+ * of every other lane, give back what it holds beyond its capacity (after an overdraw or a shrink), as far as
+ * live blocks allow.
  * Returns how many lanes were dissolved. Lane creation, resizing, dissolution and retirement also do this. */
 FS_API int64_t fs_reap(fs_allocator* a);
 /* Change a lane's capacity (its hard cap), also while it holds live blocks.
@@ -197,7 +199,11 @@ FS_API int64_t fs_set_lane_tag(fs_allocator* a, int64_t lane, int64_t tag);
 FS_API void fs_set_thread_tag(int64_t tag);
 FS_API int64_t fs_get_thread_tag(void);
 /* Allocate `size` bytes for `tag` from the tag's lane. FS_NO_TAG with no lane assigned allocates
- * outside any lane, directly from the backing, still counted under FS_NO_TAG. NULL on failure. */
+ * outside any lane, directly from the backing, still counted under FS_NO_TAG. NULL on failure.
+ * The lane's capacity caps its live bytes, not where they lie: a request within the cap that no free block
+ * holds (the free memory is in smaller pieces) gets more memory for the lane: its last pooled segment grows
+ * in place, else it gains a segment of the request's size (from the pool, or the backing without one). Its
+ * `reserved` then exceeds `capacity` until fs_reap or a resize trims what the freed blocks leave. */
 FS_API void* fs_malloc(fs_allocator* a, int64_t size, int64_t tag);
 /* The same with the tag chosen as fs_cuda_malloc does: the thread's tag, else the stream's lane's
  * active tag, else FS_NO_TAG. `device` >= 0 must match the lane's device. */

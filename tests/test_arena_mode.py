@@ -552,6 +552,48 @@ def test_a_cap_breach_readmits_the_trial_with_a_larger_estimate_and_spares_its_n
     assert backend.allocator.lanes() == [] and backend.allocator.live_bytes() == 0
 
 
+def test_a_lane_shrunk_around_a_departed_neighbours_hole_still_serves_its_trial(backend):
+    # What the H100 showed (tests/test_allocator_cuda.py): "a" and "b" time-slice one lane; "a" ends, and the
+    # lane shrinks to b's exact P + T. a's persistent block leaves a hole below b's, so b's two temporaries no
+    # longer fit side by side in the arena, although they fit its capacity. The allocator serves the second
+    # from more memory for the lane (an overdraw). Before, b was refused ("lane full") and re-admitted, and the
+    # lane shrank back to the same exact size at its next boundary, until b failed for good.
+    alloc = backend.allocator
+    lanes = LaneManager(CAPACITY, 1)
+    arenas = LaneArenas(backend)
+    (p_a, t_a), (p_b, t_b) = (256 * KiB, 1 * MiB), (768 * KiB, 2 * MiB)  # t: two temporaries of t / 2
+    lanes.admit("a", p_a, t_a)
+    lanes.admit("b", p_b, t_b)  # time-slices a's lane: capacity p_a + p_b + max(t)
+    arenas.sync(lanes.lanes())
+    blocks = {}
+    for name, p in (("a", p_a), ("b", p_b)):
+        arenas.enter(name, 0)
+        blocks[name] = backend.allocate(p)
+    arena = arenas.arena_of(0)
+    assert alloc.lane_stats(arena).capacity == p_a + p_b + t_b
+    backend.free(blocks.pop("a"))
+    arenas.exit("a")
+    lanes.leave("a")
+    lanes.update_estimate("b", p_b, t_b)  # b's next boundary: its lane is sized to it alone
+    arenas.sync(lanes.lanes())
+    stats = alloc.lane_stats(arena)
+    assert stats.capacity == p_b + t_b and stats.free == t_b and stats.largest_free < t_b  # in two pieces
+
+    arenas.enter("b", 0)
+    temps = [backend.allocate(t_b // 2), backend.allocate(t_b // 2)]  # fits the capacity, not one piece
+    stats = alloc.lane_stats(arena)
+    assert stats.used == stats.capacity == p_b + t_b and stats.reserved > stats.capacity
+    assert alloc.tag_info(arenas.tag_of("b")).failures == 0
+    with pytest.raises(ArenaOutOfMemoryError, match="tag cap"):  # the cap still holds (b is alone: cap = C)
+        backend.allocate(ALIGNMENT)
+    for address in temps + [blocks.pop("b")]:
+        backend.free(address)
+    arenas.exit("b")
+    lanes.leave("b")
+    arenas.sync(lanes.lanes())
+    assert alloc.lanes() == [] and alloc.pool_stats().used == 0 and alloc.live_bytes() == 0
+
+
 def test_memory_a_trial_run_leaves_behind_is_reported_and_its_arena_waits_for_it(tmp_path, backend):
     leaked: list[int] = []
 

@@ -57,6 +57,7 @@ __all__ = [
     "is_refusal",
     "install_cuda_allocator",
     "last_error",
+    "last_error_detail",
     "library_path",
     "load_library",
     "refusals_raise_torch_oom",
@@ -150,14 +151,17 @@ class LaneStats:
         capacity: Bytes of the arena: the lane's hard cap.
         used: Bytes in live blocks.
         free: ``capacity - used`` (0 when a shrink put the cap below the live bytes).
-        largest_free: The largest allocation that can succeed now: the largest free block, within the cap.
+        largest_free: The largest free block, within the cap. A larger allocation within the cap also succeeds
+            while the pool (or backing) has the memory: the lane then reserves more than its capacity.
         allocated_blocks: Live blocks.
         free_blocks: Free blocks (1 when the lane is one empty segment: every free neighbour is coalesced).
         tags: Tags assigned to the lane.
         active_tag: Tag the lane runs now (:meth:`LaneAllocator.set_lane_tag`), None if none.
         base: Address of the first byte of the lane's first segment.
         reserved: Bytes of memory the lane holds: at least ``capacity``; more after a shrink that live blocks
-            kept from giving everything back (:meth:`LaneAllocator.resize_lane`).
+            kept from giving everything back (:meth:`LaneAllocator.resize_lane`), and after an allocation within
+            the cap that no free block could hold (:meth:`LaneAllocator.malloc`). :meth:`LaneAllocator.reap`
+            and resizes give the excess back as blocks are freed.
         segments: Pieces of memory the lane is made of (1 unless it grew while blocks were live).
         retired: Dissolved while blocks were live (:meth:`LaneAllocator.retire_lane`): its memory goes back as
             they are freed.
@@ -447,6 +451,16 @@ def last_error() -> Status:
     return Status(status) if status in Status._value2member_map_ else Status.INTERNAL
 
 
+def last_error_detail() -> str:
+    """The detail of the calling thread's last failure, "" if there is none.
+
+    Returns:
+        E.g. why the lane could not grow for a fragmented request after :meth:`LaneAllocator.malloc` returned 0
+        with ``Status.LANE_FULL``, or why the backing memory could not be obtained.
+    """
+    return (load_library().fs_last_error_detail() or b"").decode(errors="replace")
+
+
 class LaneAllocator:
     """An allocator of lanes and tagged allocations.
 
@@ -622,6 +636,9 @@ class LaneAllocator:
 
     def reap(self) -> int:
         """Dissolve retired lanes that have emptied, and give back the free memory of the others (pooled).
+
+        Every other lane gives back what it holds beyond its capacity (after a shrink or an overdraw, see
+        :meth:`malloc`), as far as its live blocks allow.
 
         Creating, resizing, dissolving and retiring lanes do this too.
 
@@ -841,9 +858,14 @@ class LaneAllocator:
                 :data:`NO_TAG` is assigned to one).
             stream: Stream handle for the fallback above (only used when ``tag`` is None).
 
+        The lane's capacity caps its live bytes, not where they lie: a request within the cap that no free block
+        holds (the free memory is fragmented) is served from more memory for the lane, grown in place from the
+        pool where the memory after its last segment is free, else a new segment of the request's size.
+
         Returns:
             The address (a multiple of :data:`ALIGNMENT`), or 0 if the allocation failed: :func:`last_error`
-            says why (``Status.TAG_CAP``, ``Status.LANE_FULL``, ``Status.NO_LANE``, ...).
+            says why (``Status.TAG_CAP``, ``Status.LANE_FULL``: past the lane's cap, or fragmented with no memory
+            left to grow into; ``Status.NO_LANE``, ...).
         """
         if tag is None:
             address = self._lib.fs_malloc_current(self.handle, nbytes, -1, stream or None)

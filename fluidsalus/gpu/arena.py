@@ -68,8 +68,8 @@ MEMORY_MODES = (MODE_CACHING, MODE_ARENA, MODE_AUTO)
 #: The default mode. PyTorch's caching allocator works with everything a trainable may use: CUDA graphs
 #: (``torch.compile(mode="reduce-overhead")``), ``torch.cuda.memory_allocated`` and the other memory statistics,
 #: CUDA IPC. The pluggable allocator of arena mode supports none of these, and a Ray Tune script switched to
-#: fluidsalus by changing its imports must keep running. Arena mode is also new: its CUDA path has not yet run on
-#: a GPU (docs/allocator.md). Runs that want exact P/T and hard caps ask for ``"arena"`` or ``"auto"``.
+#: fluidsalus by changing its imports must keep running. Arena mode is also new: its CUDA path has run on one kind
+#: of GPU (docs/allocator.md, "Tests"). Runs that want exact P/T and hard caps ask for ``"arena"`` or ``"auto"``.
 DEFAULT_MEMORY_MODE = MODE_CACHING
 
 #: Event kinds :class:`LaneArenas` reports (the device host sends them to the driver as lane events).
