@@ -2,6 +2,7 @@
 
     python examples/quickstart.py                 # 16 trials x 12 epochs, well under a minute on 2 cores
     python examples/quickstart.py --smoke-test    # 2 trials x 2 epochs, a few seconds
+    python examples/quickstart.py --device cpu    # the model on the CPU even where there is a GPU
 
 fluidsalus starts Ray itself, packs the trials onto the machine's devices (as threads in one long-lived
 actor per device), records every result in an SQLite store under ``--storage-path/--name``, and returns a
@@ -15,6 +16,7 @@ import datetime
 import os
 import uuid
 
+import torch
 from digits_mlp import SEARCH_SPACE, digits_trainable
 
 import fluidsalus
@@ -35,9 +37,16 @@ def parse_args() -> argparse.Namespace:
                         help="folder for experiment stores (default ./fluidsalus_results)")
     parser.add_argument("--name", default=None,
                         help="experiment name (default digits_mlp_<timestamp>_<random>)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="torch device of each trial's model and data (default auto: cuda where torch sees "
+                             "a GPU, else cpu)")
     parser.add_argument("--smoke-test", action="store_true",
                         help=f"{SMOKE_NUM_SAMPLES} trials x {SMOKE_EPOCHS} epochs, to check the set-up")
     args = parser.parse_args()
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA GPU on this machine (use --device cpu)")
     if args.num_samples is None:
         args.num_samples = SMOKE_NUM_SAMPLES if args.smoke_test else NUM_SAMPLES
     if args.epochs is None:
@@ -51,7 +60,7 @@ def main() -> None:
     name = args.name or f"digits_mlp_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}_{uuid.uuid4().hex[:6]}"
     grid = fluidsalus.run(
         digits_trainable,
-        config={**SEARCH_SPACE, "epochs": args.epochs},
+        config={**SEARCH_SPACE, "epochs": args.epochs, "device": args.device},
         num_samples=args.num_samples,
         metric="accuracy",
         mode="max",
@@ -63,7 +72,7 @@ def main() -> None:
 
     best = grid.get_best_result()
     print()
-    print(f"Trials: {len(grid)} ({len(grid.errors)} failed)")
+    print(f"Trials: {len(grid)} ({len(grid.errors)} failed), models on {args.device}")
     print(f"Best validation accuracy: {best.metrics['accuracy']:.4f} after {best.metrics['epoch']} epochs")
     print("Best config:")
     for key, value in best.config.items():

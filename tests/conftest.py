@@ -15,7 +15,11 @@ def ray_cluster():
     if not ray.is_initialized():
         # "local": always a fresh cluster of its own, even on a machine where `ray start` left one running
         # (a plain ray.init() would join that one and refuse num_cpus).
-        ray.init(address="local", num_cpus=TEST_RAY_CPUS, include_dashboard=False, configure_logging=False)
+        # num_gpus=0: the suite's runs get virtual CPU devices on every machine, a GPU workstation too (with the
+        # GPU, a run's default devices are its GPUs: devices=2 would need two). The GPU checks start their own
+        # processes (tests/test_allocator_cuda.py).
+        ray.init(address="local", num_cpus=TEST_RAY_CPUS, num_gpus=0, include_dashboard=False,
+                 configure_logging=False)
     yield ray
     ray.shutdown()
 

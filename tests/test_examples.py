@@ -7,13 +7,15 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Chance level on digits is 0.1; a few epochs of a working MLP get far above it.
 ABOVE_CHANCE = 0.5
 
 
 def test_quickstart_smoke_test_prints_best_config_and_accuracy(tmp_path):
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
     out = subprocess.run(
         [sys.executable, os.path.join(ROOT, "examples", "quickstart.py"), "--smoke-test",
          "--storage-path", str(tmp_path)],
@@ -25,3 +27,15 @@ def test_quickstart_smoke_test_prints_best_config_and_accuracy(tmp_path):
     assert "config" in out.stdout.lower()
     experiments = [d for d in os.listdir(tmp_path) if os.path.isdir(tmp_path / d)]
     assert len(experiments) == 1 and os.path.exists(tmp_path / experiments[0] / "experiment.db")
+
+
+def test_quickstart_refuses_cuda_where_torch_sees_no_gpu():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: --device cuda is valid here")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "examples", "quickstart.py"), "--device", "cuda"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert out.returncode == 2 and "--device cuda: torch sees no CUDA GPU" in out.stderr, out.stderr[-2000:]

@@ -133,8 +133,9 @@ def test_every_committed_result_survives_a_killed_writer(tmp_path):
             print(i, flush=True)  # announced only after COMMIT returned
         """
     )
+    path = os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+                            env={**os.environ, "PYTHONPATH": path})
     announced = 0
     for line in proc.stdout:  # type: ignore[union-attr]
         announced = int(line)
