@@ -594,6 +594,51 @@ def test_a_lane_shrunk_around_a_departed_neighbours_hole_still_serves_its_trial(
     assert alloc.lanes() == [] and alloc.pool_stats().used == 0 and alloc.live_bytes() == 0
 
 
+def test_memory_a_departed_trial_left_in_an_open_lane_widens_its_arena_not_its_neighbours_caps(backend):
+    # PyTorch keeps a cuBLAS workspace per (handle, stream) for the life of the process (32 MiB on Hopper):
+    # the trial whose matmul created it on its lane's stream is charged, and it stays when that trial ends.
+    # The lane manager sizes the lane to the members left, so the arena grows by what departed runs left in
+    # it, and the members' caps exclude it: the neighbours run on without a spurious out-of-memory error.
+    alloc = backend.allocator
+    lanes = LaneManager(CAPACITY, 1)
+    arenas = LaneArenas(backend)
+    (p_a, t_a), (p_b, t_b), kept = (256 * KiB, 512 * KiB), (512 * KiB, 1 * MiB), 2 * MiB
+    lanes.admit("a", p_a + kept, t_a)  # a's P includes the workspace it creates
+    lanes.admit("b", p_b, t_b)
+    arenas.sync(lanes.lanes())
+    arenas.enter("a", 0)
+    a_blocks = [backend.allocate(p_a), backend.allocate(kept)]
+    arenas.enter("b", 0)
+    b_keep = backend.allocate(p_b)
+    arenas.enter("a", 0)
+    backend.free(a_blocks[0])  # a ends: its weights go, the workspace stays
+    assert arenas.exit("a") == kept
+    lanes.leave("a")
+    lanes.update_estimate("b", p_b, t_b)
+    events = arenas.sync(lanes.lanes())
+    arena = arenas.arena_of(0)
+    stats = alloc.lane_stats(arena)
+    assert stats.capacity == p_b + t_b + kept  # the lane manager's p_b + t_b, plus what a left
+    assert (EV_ARENA_RESIZE, {"lane": 0, "arena": arena, "capacity": p_b + t_b + kept,
+                              "reserved": stats.reserved}) in events
+    assert alloc.tag_info(arenas.tag_of("b")).cap == p_b + t_b  # b's own budget, not the workspace
+    arenas.enter("b", 0)
+    temps = [backend.allocate(t_b // 2), backend.allocate(t_b // 2)]  # b's peak: fits
+    assert alloc.tag_info(arenas.tag_of("b")).failures == 0
+    with pytest.raises(ArenaOutOfMemoryError, match="tag cap"):
+        backend.allocate(ALIGNMENT)
+    for address in temps + [b_keep]:
+        backend.free(address)
+    # once the workspace is freed, the arena is the lane manager's size again
+    backend.free(a_blocks[1])
+    arenas.sync(lanes.lanes())
+    assert alloc.lane_stats(arena).capacity == p_b + t_b
+    arenas.exit("b")
+    lanes.leave("b")
+    arenas.sync(lanes.lanes())
+    assert alloc.lanes() == [] and alloc.pool_stats().used == 0 and alloc.live_bytes() == 0
+
+
 def test_memory_a_trial_run_leaves_behind_is_reported_and_its_arena_waits_for_it(tmp_path, backend):
     leaked: list[int] = []
 

@@ -340,7 +340,8 @@ class _Arena:
     """A lane's arena."""
 
     arena: int | None  # allocator lane id; None while the pool has nothing for it
-    wanted: int  # capacity the lane manager gave the lane, rounded up to ALIGNMENT
+    wanted: int  # the arena's capacity: `budget` plus what departed runs left in it
+    budget: int = 0  # capacity the lane manager gave the lane, rounded up to ALIGNMENT
     short: bool = False  # the pool could not supply all of `wanted` (reported once per shortage)
     stream: int | None = None  # the stream handle bound to it
 
@@ -351,7 +352,8 @@ class LaneArenas:
     - **Lanes to arenas.** :meth:`sync` takes the lane manager's lanes after every change: a new lane gets an
       arena of its capacity (rounded up to :data:`ALIGNMENT`), a resized lane a resized arena, a closed lane's
       arena is retired (dissolved at once when empty, else once the live blocks that a moved trial left there
-      are freed). The arena's capacity is the lane's hard cap.
+      are freed). The arena's capacity is the lane's hard cap, plus the live bytes ended runs left in it (a
+      cached cuBLAS workspace outlives the trial that created it), which no member's cap includes.
     - **Trials to tags.** Each run of a trial (one thread) allocates under its own tag, so a re-admitted trial
       starts from zero and what its previous run leaked stays apart. The tag is assigned to the arena of the
       trial's lane, with the cap ``C_l - (sum of the other members' P)``: a trial may use its own persistent
@@ -374,7 +376,7 @@ class LaneArenas:
         self._arenas: dict[int, _Arena] = {}  # lane manager's lane id -> its arena
         self._views: dict[int, LaneView] = {}  # the lane manager's lanes at the last sync
         self._trials: dict[str, _Trial] = {}
-        self._orphans: set[int] = set()  # tags of ended runs that still hold live bytes
+        self._orphans: dict[int, int | None] = {}  # tags of ended runs that still hold live bytes -> their arena
         self._events: list[tuple[str, dict[str, Any]]] = []
         self._next_tag = 0
         self._lock = threading.Lock()
@@ -409,10 +411,11 @@ class LaneArenas:
                 if trial_id not in self._trials:
                     self._trials[trial_id] = self._new_trial_locked()
                     self._place_trial_locked(trial_id, lane_id)
+            self._forget_orphans_locked()
             for view in lanes:
+                self._fit_locked(view)  # again: runs that left this time may have left memory behind
                 self._cap_locked(view)
             self.allocator.reap()
-            self._forget_orphans_locked()
             events, self._events = self._events, []
             return events
 
@@ -537,18 +540,21 @@ class LaneArenas:
         return _Trial(tag)
 
     def _fit_locked(self, view: LaneView) -> None:
-        """Open or resize the arena of a lane manager's lane."""
-        wanted = _round_up(view.capacity)
+        """Open or resize the arena of a lane manager's lane: its capacity, plus the live bytes that ended runs
+        left in it (PyTorch's cached cuBLAS workspaces, reference cycles), which its members cannot use."""
+        budget = _round_up(view.capacity)
         arena = self._arenas.get(view.lane_id)
         if arena is None or arena.arena is None:
             first = arena is None
-            arena = self._arenas[view.lane_id] = _Arena(self._create_locked(view.lane_id, wanted,
-                                                                            report=first), wanted)
+            arena = self._arenas[view.lane_id] = _Arena(self._create_locked(view.lane_id, budget, report=first),
+                                                        budget, budget)
             if arena.arena is not None:
-                arena.short = self.allocator.lane_stats(arena.arena).capacity < wanted
+                arena.short = self.allocator.lane_stats(arena.arena).capacity < budget
                 self._events.append((EV_ARENA_OPEN, self._arena_data(view.lane_id, arena)))
             return
-        arena.wanted = wanted
+        kept = sum(self._live(tag) for tag, held_in in self._orphans.items() if held_in == arena.arena)
+        wanted = budget + _round_up(kept)
+        arena.budget, arena.wanted = budget, wanted
         if self.allocator.lane_stats(arena.arena).capacity == wanted:
             return
         try:
@@ -625,7 +631,7 @@ class LaneArenas:
         persistent = sum(p for p, _ in view.members.values())
         for trial_id, (p, _) in view.members.items():
             trial = self._trials.get(trial_id)
-            cap = max(0, arena.wanted - (persistent - p))
+            cap = max(0, arena.budget - (persistent - p))
             if trial is not None and trial.cap != cap:
                 self.allocator.set_tag_cap(trial.tag, cap)
                 trial.cap = cap
@@ -636,7 +642,7 @@ class LaneArenas:
             self.allocator.assign(trial.tag, None)
         except LaneAllocatorError:  # pragma: no cover - unassigning an existing tag cannot fail
             pass
-        self._orphans.add(trial.tag)
+        self._orphans[trial.tag] = trial.arena
         self._forget_orphans_locked()
 
     def _forget_orphans_locked(self) -> None:
@@ -648,7 +654,7 @@ class LaneArenas:
                     continue
                 if e.status != Status.NO_TAG:
                     raise
-            self._orphans.discard(tag)
+            del self._orphans[tag]
 
 
 def host_arenas(memory_mode: str, backend: ArenaBackend | None) -> LaneArenas | None:
