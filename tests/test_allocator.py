@@ -492,8 +492,8 @@ RESIZE_OPS = st.lists(
 def test_random_resizes_and_retirements_keep_every_invariant(ops):
     """Random allocations, frees, resizes (growing and shrinking while blocks are live) and retirements of three
     pooled lanes: blocks never overlap and stay inside their lane's segments, every lane's invariants hold, a
-    lane's live bytes never pass its capacity after an allocation, and the pool holds exactly the lanes'
-    memory."""
+    lane's live bytes never pass its capacity after an allocation, a refusal is past the cap or finds the pool
+    without a piece for the request, and the pool holds exactly the lanes' memory (overdrawn pieces too)."""
     pool_bytes = 160 * UNIT
     with LaneAllocator("host") as a:
         a.set_pool(pool_bytes)
@@ -511,8 +511,11 @@ def test_random_resizes_and_retirements_keep_every_invariant(ops):
                     live[addr] = (rounded(arg), lane, slot)
                     assert a.lane_stats(lane).used <= a.lane_stats(lane).capacity
                 else:
+                    # refused only past the cap, or when fragmented with no piece of the pool large enough
                     assert fa.last_error() == Status.LANE_FULL
                     assert before.largest_free < rounded(arg)
+                    assert (before.used + rounded(arg) > before.capacity
+                            or a.pool_stats().largest_free < rounded(arg))
             elif op == "free" and live:
                 addr = sorted(live)[arg % len(live)]
                 a.free(addr)
