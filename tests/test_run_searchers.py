@@ -60,6 +60,7 @@ def test_pbt_exploits_restart_trials_from_a_better_trials_checkpoint(storage):
     for exploit in (e for e in exploits if e.trial_id == worst.trial_id):
         later = [i for i in iterations if i > exploit.data["from_iteration"]]
         assert not later or later[0] == exploit.data["from_iteration"] + 1
+        assert later or exploit.data["from_iteration"] == 8  # no result after a clone only when nothing was left
     # Every trial ends TERMINATED. A trial that cloned a source already at iteration 8 has nothing left to
     # run, as in Ray Tune, so its last result may be earlier than 8.
     assert all(r.status == "TERMINATED" and r.metrics["training_iteration"] <= 8 for r in grid)
