@@ -49,9 +49,9 @@ def test_pbt_exploits_restart_trials_from_a_better_trials_checkpoint(storage):
     # lr=0.1 alone could reach, and its iterations go on from the source's (they may jump, never go back).
     iterations = list(history["training_iteration"])
     assert iterations == sorted(set(iterations))
-    # Its state at the end: its last result, or the checkpoint it cloned when that came later (a source already
-    # at iteration 8 leaves it nothing to run, so no result follows the clone: seen in CI, where the worst trial
-    # started after the best had finished).
+    # Its state at the end: its last result, or the checkpoint it cloned when that came later. A source at its
+    # last report (iteration 8, its end not yet seen by PBT) leaves it nothing to run, so no result follows the
+    # clone (seen once in CI).
     last_iteration, last_score = iterations[-1], history["score"].iloc[-1]
     latest = reader.checkpoints(worst.trial_id)[-1]
     if latest["iteration"] > last_iteration:
