@@ -412,8 +412,10 @@ class LaneArenas:
                     self._trials[trial_id] = self._new_trial_locked()
                     self._place_trial_locked(trial_id, lane_id)
             self._forget_orphans_locked()
+            if self._orphans:  # runs that left in this sync may have left memory behind: their arenas grow
+                for view in lanes:
+                    self._fit_locked(view)
             for view in lanes:
-                self._fit_locked(view)  # again: runs that left this time may have left memory behind
                 self._cap_locked(view)
             self.allocator.reap()
             events, self._events = self._events, []
