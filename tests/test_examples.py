@@ -14,12 +14,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ABOVE_CHANCE = 0.5
 
 
+def _env() -> dict[str, str]:
+    """This environment, with the checkout first on the path (and whatever PYTHONPATH already held)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+
+
 def test_quickstart_smoke_test_prints_best_config_and_accuracy(tmp_path):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
     out = subprocess.run(
         [sys.executable, os.path.join(ROOT, "examples", "quickstart.py"), "--smoke-test",
          "--storage-path", str(tmp_path)],
-        capture_output=True, text=True, env=env, timeout=300,
+        capture_output=True, text=True, env=_env(), timeout=300,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     accuracy = re.search(r"accuracy\D*([01]\.\d+)", out.stdout)
@@ -33,9 +37,8 @@ def test_quickstart_refuses_cuda_where_torch_sees_no_gpu():
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: --device cuda is valid here")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
     out = subprocess.run(
         [sys.executable, os.path.join(ROOT, "examples", "quickstart.py"), "--device", "cuda"],
-        capture_output=True, text=True, env=env, timeout=120,
+        capture_output=True, text=True, env=_env(), timeout=120,
     )
     assert out.returncode == 2 and "--device cuda: torch sees no CUDA GPU" in out.stderr, out.stderr[-2000:]
