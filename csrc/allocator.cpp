@@ -666,7 +666,8 @@ void* Allocator::malloc(std::int64_t size, std::int64_t tag, std::int64_t device
   void* ptr = malloc_once(size, tag, device, stream, true, status);
   if (ptr != nullptr || *status != kFragmented) return ptr;
   std::string why;
-  if (!make_room(tag, round_up(std::max<std::size_t>(static_cast<std::size_t>(size), 1), kAlignment), &why)) set_error_detail(why);
+  const std::size_t bytes = round_up(std::max<std::size_t>(static_cast<std::size_t>(size), 1), kAlignment);
+  if (!make_room(tag, bytes, &why)) set_error_detail(why);
   return malloc_once(size, tag, device, stream, false, status);  // counts the failure if it still has no room
 }
 
