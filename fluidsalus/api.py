@@ -35,6 +35,7 @@ from fluidsalus.result import ResultGrid
 from fluidsalus.searchers import BaseSearcher, RandomSearch
 from fluidsalus.store import DB_FILENAME, ExperimentStore, loads
 from fluidsalus.trialgroup.executor import Executor, ExecutorSettings
+from fluidsalus.trialgroup.searcher_log import replay
 from fluidsalus.trialgroup.trial import Trial
 
 logger = logging.getLogger(__name__)
@@ -209,6 +210,7 @@ def run(
         exp = store.experiment()
         if exp["searcher_state"]:
             searcher.load_state_dict(loads(exp["searcher_state"]))
+        replay(searcher, store.searcher_calls())  # what it was told after its state was last saved
         store.set_experiment(status=EXP_RUNNING, error=None, finished_at=None)
         store.add_events([(time.time(), "resume", None, None, {"unfinished": sum(
             t.status not in ("TERMINATED", "ERROR") for t in trials)})])

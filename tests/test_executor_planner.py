@@ -27,9 +27,7 @@ from fluidsalus.trialgroup.executor import (
     declared_workers,
     estimate_of,
     plan_actions,
-    queue_window,
     rank_specs,
-    remaining_budget,
     trial_demand,
 )
 from fluidsalus.trialgroup.planner import (
@@ -43,6 +41,7 @@ from fluidsalus.trialgroup.planner import (
     Plan,
     Planner,
 )
+from fluidsalus.trialgroup.queue import queue_window, remaining_budget
 from fluidsalus.trialgroup.trial import Trial, TrialGroup
 
 GiB = 2**30
@@ -362,7 +361,7 @@ def test_a_promotion_of_a_restarted_trial_gives_its_device_the_new_budget(tmp_pa
     executor, store = _offline_executor(tmp_path)
     trial = _trial("a", status=status, attempt=attempt, placed_on=placed_on, budget=1, group_id="g1")
     _queue(executor, store, trial)
-    executor.pending.pop("a")
+    executor.pending.discard("a")
     executor.searcher.next_groups = lambda: [TrialGroup("g2", budget=3, trial_ids=["a"])]
     executor.searcher.collect_stops = lambda: []
     executor.searcher.on_trial_add = lambda *args: None
@@ -388,7 +387,7 @@ def test_a_trial_promoted_while_its_attempt_ends_for_a_restart_restarts_to_the_n
     checkpoint = tmp_path / "a" / "checkpoint_000005"
     trial = _trial("a", status=RUNNING, placed_on=(0,), devices=(1,), budget=5, group_id="g1")
     _queue(executor, store, trial)
-    executor.pending.pop("a")
+    executor.pending.discard("a")
     executor._devices[0].assigned.add("a")
     executor._restarts["a"] = _Restart(reason=reason, action=MOVE)
     executor._stopping.add("a")
@@ -423,7 +422,7 @@ def test_a_trial_stopped_for_a_move_where_it_met_the_stop_rule_ends_instead_of_m
     trial = _trial("a", status=RUNNING, placed_on=(0,), devices=(1,), budget=8,
                    checkpoint_path=str(tmp_path / "a" / "checkpoint_000004"))
     _queue(executor, store, trial)
-    executor.pending.pop("a")
+    executor.pending.discard("a")
     executor.searcher.on_trial_add("a", "g", {})
     executor._devices[0].assigned.add("a")
     executor._restarts["a"] = _Restart(reason=RESTART_MOVE, action=MOVE)
@@ -442,7 +441,7 @@ def _queue(executor, store, *trials):
     store.add_trials([(t.trial_id, t.seq, t.config) for t in trials], group_id="g", budget=None)
     for t in trials:
         executor.trials[t.trial_id] = t
-        executor.pending[t.trial_id] = None
+        executor.pending.add(t)
 
 
 def test_a_queued_trial_that_fits_no_device_ends_with_an_error_naming_both_sizes(tmp_path):
@@ -741,7 +740,7 @@ def test_a_checkpoint_verdict_is_answered_after_the_callbacks_saw_the_result_and
     trial = _trial("a", status=RUNNING, placed_on=(0,), devices=(0,))
     trial.trial_dir = str(tmp_path / "a")
     _queue(executor, store, trial)
-    executor.pending.pop("a")
+    executor.pending.discard("a")
     device = executor._devices[0]
     for iteration in (1, 2):  # each result, then the trial's question about it, in one batch
         executor._handle(device, [

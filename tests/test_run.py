@@ -624,3 +624,70 @@ def test_an_interrupted_driver_resumes_to_the_results_of_an_uninterrupted_run(tm
         assert len(after.results(trial_id, latest_attempt_only=False)) == count
     assert any(r.metrics["start"] > 0 for r in grid)  # unfinished ones resumed from their checkpoints
     assert after.experiment()["status"] == "FINISHED"
+
+
+def asha_steps(config):
+    for it in range(1, 10):
+        time.sleep(0.02)
+        fluidsalus.report({"score": config["x"] * it})
+
+
+def _asha(num_samples: int):
+    from fluidsalus.searchers import ASHA
+    return ASHA({"x": fluidsalus.uniform(0, 1)}, num_samples, "score", "max", max_t=9, grace_period=1,
+                reduction_factor=3, seed=0)
+
+
+def test_a_killed_driver_whose_searcher_state_was_saved_long_ago_resumes_from_the_logged_calls(tmp_path, ray_cluster):
+    """The driver saves ASHA's whole state once (a save share so small that no second save is due), logs every
+    later call, and is SIGKILLed mid-sweep. Its saved state plus the replayed calls know every stored trial
+    and result; the resumed run makes no trial twice and ends with the state saved and the log empty."""
+    from fluidsalus.store import loads
+    from fluidsalus.trialgroup.searcher_log import replay
+
+    storage, name = str(tmp_path / "results"), "logged"
+    script = textwrap.dedent(f"""
+        import sys, ray, fluidsalus
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        import fluidsalus.trialgroup.searcher_log as searcher_log
+        from test_run import _asha, asha_steps
+        from fluidsalus.callbacks import Callback
+
+        class Announce(Callback):
+            def on_trial_result(self, trial_id, result):
+                print(trial_id, result["training_iteration"], flush=True)
+
+        searcher_log.SAVE_SHARE = 1e-12
+        ray.init(address={ray_cluster.get_runtime_context().gcs_address!r}, configure_logging=False)
+        fluidsalus.run(asha_steps, searcher=_asha(12), callbacks=[Announce()], storage_path={storage!r},
+                       name={name!r}, verbose=0)
+        """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    acked = 0
+    for _ in proc.stdout:  # type: ignore[union-attr]
+        acked += 1
+        if acked >= 15:
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    exp = os.path.join(storage, name)
+    before = ExperimentStore.open(exp, readonly=True)
+    calls = before.searcher_calls()
+    assert len([c for c in calls if c[0] == "result"]) >= 15  # logged, not saved
+    restored = _asha(12)
+    restored.load_state_dict(loads(before.experiment()["searcher_state"]))
+    saved_rung = set(restored.state_dict()["rungs"][0][-1])
+    replay(restored, calls)
+    state = restored.state_dict()
+    assert set(state["trials"]) == {t.trial_id for t in before.trials()}
+    reported = {r.trial_id for r in before.results()}
+    assert set(state["rungs"][0][-1]) == reported and saved_rung < reported  # the first rung (milestone 1)
+    before.close()
+
+    grid = fluidsalus.run(asha_steps, searcher=_asha(12), storage_path=storage, name=name, resume=True, verbose=0)
+    assert len(grid) == 12 and grid.num_errors == 0  # no trial made twice
+    after = ExperimentStore.open(exp, readonly=True)
+    assert after.experiment()["status"] == "FINISHED" and after.searcher_calls() == []
+    final = _asha(12)
+    final.load_state_dict(loads(after.experiment()["searcher_state"]))
+    assert final.is_finished() and set(final.state_dict()["rungs"][0][-1]) == {t.trial_id for t in after.trials()}

@@ -105,6 +105,31 @@ def test_open_missing_not_sqlite_foreign_and_newer(tmp_path):
         ExperimentStore.open(str(tmp_path / "newer"))
 
 
+def test_a_store_of_schema_1_is_read_as_it_is_and_brought_up_to_date_when_opened_for_writing(tmp_path):
+    store = _new(tmp_path, "old")
+    store.add_trials([("t0", 0, {"x": 1})])
+    store.set_experiment(searcher_state='{"drawn":1}')
+    store.close()
+    conn = sqlite3.connect(os.path.join(tmp_path, "old", DB_FILENAME))
+    conn.execute("DROP TABLE searcher_calls")  # what fluidsalus wrote before schema 2
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    reader = ExperimentStore.open(str(tmp_path / "old"), readonly=True)
+    assert reader.searcher_calls() == [] and [t.trial_id for t in reader.trials()] == ["t0"]
+    reader.close()
+    writer = ExperimentStore.open(str(tmp_path / "old"))
+    writer.add_searcher_calls([("result", "t0", {"acc": 0.5})])
+    assert writer.searcher_calls() == [("result", "t0", {"acc": 0.5})]
+    writer.set_searcher_state('{"drawn":2}')  # the whole state replaces the calls logged before it
+    assert writer.searcher_calls() == [] and writer.experiment()["searcher_state"] == '{"drawn":2}'
+    assert [t.config for t in writer.trials()] == [{"x": 1}]
+    writer.close()
+    conn = sqlite3.connect(os.path.join(tmp_path, "old", DB_FILENAME))
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    conn.close()
+
+
 def test_readonly_reader_sees_committed_rows_while_writer_is_open(tmp_path):
     writer = _new(tmp_path)
     writer.add_trials([("t0", 0, {})])

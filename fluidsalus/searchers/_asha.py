@@ -343,6 +343,8 @@ class ASHA(BaseSearcher):
         ConfigError: A parameter is out of range; the message names it and the allowed range.
     """
 
+    replayable = True  # its decisions depend on its state and the results alone (see BaseSearcher)
+
     #: Name used in error messages and group ids.
     _owner = "ASHA"
     #: Prefix of the group ids.

@@ -78,6 +78,12 @@ class BaseSearcher(abc.ABC):
     #: Whether the searcher may end an endless search (``num_samples=-1``) by itself, as a search algorithm of the
     #: user's own does when it returns ``FINISHED``; ``fluidsalus.run`` then needs no time budget or stopper.
     ends_itself: bool = False
+    #: Whether :meth:`on_result` and :meth:`on_trial_complete` depend only on the searcher's state and their
+    #: arguments, and change nothing outside it (no study, no user code, no clock, no unsaved random state).
+    #: The executor then logs these calls and saves the whole state only now and then; a resumed run replays
+    #: the calls logged after the saved state (``fluidsalus/trialgroup/searcher_log.py``). False (the default):
+    #: the state is saved after every batch of results the searcher was given.
+    replayable: bool = False
 
     def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
         """Told the id the executor gave to each new config of a group, in the group's order."""

@@ -531,6 +531,8 @@ class BOHB(_ModelMixin, ASHA):
         ConfigError: A parameter is out of range; the message names it and the allowed range.
     """
 
+    replayable = True  # its model learns from the results alone, its proposals from seeded streams
+
     _owner = "BOHB"
     _group_prefix = "bohb"
 
@@ -620,6 +622,8 @@ class SyncBOHB(_ModelMixin, HyperBand):
     Raises:
         ConfigError: A parameter is out of range; the message names it and the allowed range.
     """
+
+    replayable = True  # its model learns from the results alone, its proposals from seeded streams
 
     _owner = "SyncBOHB"
     _group_prefix = "syncbohb"

@@ -118,6 +118,8 @@ class HyperBand(BaseSearcher):
         ConfigError: A parameter is out of range; the message names it and the allowed range.
     """
 
+    replayable = True  # its decisions depend on its state and the results alone (see BaseSearcher)
+
     _owner = "HyperBand"
     _group_prefix = "hyperband"
     #: Bracket order within a band: Ray's ``HyperBandScheduler`` fills ``s = 0`` first; ``HyperBandForBOHB``

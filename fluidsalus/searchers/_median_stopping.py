@@ -92,6 +92,11 @@ class MedianStopping(WrappingSearcher):
         ConfigError: A parameter out of range; the message names it and the allowed values.
     """
 
+    @property
+    def replayable(self) -> bool:  # type: ignore[override]
+        """As the wrapped searcher's (the rule depends on the results alone)."""
+        return self.inner.replayable
+
     def __init__(self, inner: BaseSearcher, metric: str, mode: str, time_attr: str = "time_total_s",
                  grace_period: float = 60.0, min_samples_required: int = 3, hard_stop: bool = True) -> None:
         owner = "MedianStopping"

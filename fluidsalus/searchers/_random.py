@@ -271,6 +271,8 @@ class RandomSearch(BaseSearcher):
         ConfigError: A point is not a dict or sets a key the space does not have.
     """
 
+    replayable = True  # its decisions depend on its state and the results alone (see BaseSearcher)
+
     def __init__(self, space: Mapping[str, Any], num_samples: int = 1, seed: int | None = None,
                  points_to_evaluate: Sequence[Mapping[str, Any]] | None = None,
                  constant_grid_search: bool = False) -> None:

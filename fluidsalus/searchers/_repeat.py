@@ -42,6 +42,11 @@ class RepeatSearcher(WrappingSearcher):
         ConfigError: ``repeat`` is not an int >= 1, or ``metric`` is not a str.
     """
 
+    @property
+    def replayable(self) -> bool:  # type: ignore[override]
+        """As the wrapped searcher's (the means depend on the results alone)."""
+        return self.inner.replayable
+
     def __init__(self, inner: BaseSearcher, repeat: int, metric: str, set_index: bool = True) -> None:
         if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
             raise ConfigError(f"Repeater: repeat must be an int >= 1 (got {repeat!r})")

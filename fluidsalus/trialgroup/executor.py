@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import heapq
 import logging
 import math
 import os
@@ -88,20 +87,19 @@ from fluidsalus.store import (
     TERMINATED,
     TRIAL_DIRNAME_EVENT,
     ExperimentStore,
-    dumps,
 )
 from fluidsalus.trialgroup.movecost import MoveCostMeter
 from fluidsalus.trialgroup.planner import (
     KEEP,
-    OPEN_ENDED_S,
     RESIZE,
     DeviceView,
     Plan,
     Planner,
     PlannerSettings,
-    ProfileBook,
     TrialDemand,
 )
+from fluidsalus.trialgroup.queue import PendingQueue, remaining_budget
+from fluidsalus.trialgroup.searcher_log import SearcherLog
 from fluidsalus.trialgroup.trial import Trial
 
 logger = logging.getLogger(__name__)
@@ -252,28 +250,6 @@ def _checkpoint_iteration(path: str) -> int:
 # Trials -> planner input, plan -> actions. No Ray, no store: tests/test_executor_planner.py calls them alone.
 
 
-def remaining_budget(trial: Trial, time_attr: str) -> float | None:
-    """Iterations (in the searcher's ``time_attr``) left before ``trial`` reaches its group's budget.
-
-    Args:
-        trial: The trial.
-        time_attr: The result key budgets are measured in.
-
-    Returns:
-        ``budget - progress`` (at least 0), or None when the trial has no budget (it runs until it stops).
-        Progress is its last iteration (that of its checkpoint after a restart) for ``training_iteration``, else
-        its last result's ``time_attr``.
-    """
-    if trial.budget is None:
-        return None
-    if time_attr == "training_iteration":
-        progress: float = trial.last_iteration
-    else:
-        value = (trial.last_result or {}).get(time_attr, 0)
-        progress = float(value) if isinstance(value, (int, float)) else 0.0
-    return max(0.0, float(trial.budget) - progress)
-
-
 def trial_demand(trial: Trial, time_attr: str, estimate: tuple[int, int],
                  workers: tuple[int, int] | None = None) -> TrialDemand:
     """What the planner is told about one live trial.
@@ -299,33 +275,6 @@ def trial_demand(trial: Trial, time_attr: str, estimate: tuple[int, int],
                        data_parallel=workers is not None and workers[1] > 1, devices=tuple(trial.devices),
                        paused=trial.status == PAUSED, seq=trial.seq,
                        since_checkpoint=max(0, trial.last_iteration - checkpointed), **extra)
-
-
-def queue_window(queued: Iterable[Trial], book: ProfileBook, time_attr: str, size: int) -> list[str]:
-    """The ``size`` queued trials the planner would start first, in its order.
-
-    The planner starts queued trials longest predicted remaining time first (ties: arrival order, then id):
-    remaining budget times the trial's alone time per iteration (the typical one when it was never measured),
-    open-ended trials first. A plan can start only so many, so the rest of a long queue need not be planned.
-
-    Args:
-        queued: The queued trials.
-        book: The planner's profiles.
-        time_attr: The result key budgets are measured in.
-        size: How many to keep.
-
-    Returns:
-        Their ids, first to start first.
-    """
-    def key(trial: Trial) -> tuple[float, int, str]:
-        remaining = remaining_budget(trial, time_attr)
-        if remaining is None:
-            predicted = OPEN_ENDED_S
-        else:
-            predicted = remaining * book.alone(trial.trial_id) if remaining > 0 else 0.0
-        return -predicted, trial.seq, trial.trial_id
-
-    return [t.trial_id for t in heapq.nsmallest(size, queued, key=key)]
 
 
 class TrialState(NamedTuple):
@@ -647,11 +596,12 @@ class Executor:
         self.payload = payload
         self.searcher = searcher
         self.store = store
+        self._searcher_log = SearcherLog(searcher, store)  # the searcher's results and ends, and its saved state
         self.device_specs = devices
         self.settings = settings
         self.trials: dict[str, Trial] = {}
-        self.pending: dict[str, None] = {}  # trials waiting for the planner (insertion-ordered set)
         self.planner = Planner(PlannerSettings(prior_share=settings.gpu_per_trial))
+        self.pending = PendingQueue(self.planner.book, searcher.time_attr)  # trials waiting for the planner
         self._devices: list[_Device] = []
         self._seq = 0
         self._run_tag = os.urandom(3).hex()[:5]
@@ -694,7 +644,7 @@ class Executor:
             if trial.status not in FINAL_STATUSES:
                 trial.status = PENDING
                 trial.devices, trial.placed_on = (), ()
-                self.pending[trial.trial_id] = None
+                self.pending.add(trial)
 
     # ------------------------------------------------------------------ public
 
@@ -708,6 +658,7 @@ class Executor:
         try:
             self._start_devices()
             self._loop()
+            self._searcher_log.save(force=True)
         finally:
             self._progress.close()
             self._stop_devices()
@@ -870,7 +821,7 @@ class Executor:
 
     def _end_queued(self) -> None:
         for trial_id in list(self.pending):
-            del self.pending[trial_id]
+            self.pending.discard(trial_id)
             self._end_unstarted(self.trials[trial_id])
 
     def _finished(self) -> bool:
@@ -891,8 +842,8 @@ class Executor:
 
     def _take_groups(self) -> None:
         """Register the searcher's new groups (new trials, promotions) and carry out its stops."""
-        groups = self.searcher.next_groups()
-        stops = self.searcher.collect_stops()
+        groups = self._searcher_log.next_groups()
+        stops = self._searcher_log.collect_stops()
         if stops:
             self._stop_trials(stops)
         if not groups:
@@ -940,6 +891,7 @@ class Executor:
                                                 {"group": group.group_id, "reason": "stop rule met"})])
                         continue
                     trial.budget, trial.group_id = group.budget, group.group_id
+                    self.pending.refresh(trial)  # a queued trial (restarting) has a new remaining budget
                     if trial.status == PAUSED and trial.device is not None:  # resident: resumes in place
                         trial.status = RUNNING
                         resumes.setdefault(trial.device, {})[trial_id] = group.budget
@@ -974,17 +926,17 @@ class Executor:
                                             budget=group.budget, attempt=trial.attempt)
             for trial in new:
                 self.trials[trial.trial_id] = trial
-                self.pending[trial.trial_id] = None
-                self.searcher.on_trial_add(trial.trial_id, trial.group_id or "", trial.config)
+                self.pending.add(trial)
+                self._searcher_log.on_trial_add(trial.trial_id, trial.group_id or "", trial.config)
             self._take_exploits()
             # Saved after on_trial_add, so a resumed searcher knows every trial id it has been given.
-            self.store.set_experiment(searcher_state=dumps(self.searcher.state_dict()))
+            self._searcher_log.save()
         for trial in requeued:
             if trial.checkpoint_path is None:
                 trial.last_iteration, trial.time_total_s = 0, 0.0
             else:
                 trial.last_iteration = _checkpoint_iteration(trial.checkpoint_path)
-            self.pending[trial.trial_id] = None
+            self.pending.add(trial)
         for index, budgets in resumes.items():  # rank 0 decides for a data-parallel trial's workers
             self._device(index).actor.resume.remote(budgets)
         self._stop_exploited()
@@ -1032,6 +984,7 @@ class Executor:
             if request.source_trial_id != trial.trial_id:  # a trial restarting from its own checkpoint has it stored
                 self.store.add_checkpoint(trial.trial_id, request.source_iteration, copied, metrics)
             trial.budget, trial.group_id = request.budget, request.group_id
+            self.pending.refresh(trial)
             self.store.update_trial(trial.trial_id, group_id=request.group_id, budget=request.budget)
             self._restarts[trial.trial_id] = _Restart(
                 reason="exploit", config=dict(request.config), checkpoint_path=copied,
@@ -1053,7 +1006,7 @@ class Executor:
                 continue
             self._restarts.pop(trial_id, None)
             if trial_id in self.pending:
-                del self.pending[trial_id]
+                self.pending.discard(trial_id)
                 ended.append(trial)
             elif trial.placed_on:
                 stop.append(trial_id)
@@ -1101,8 +1054,11 @@ class Executor:
         trial.status = TERMINATED
         trial.devices = ()
         self._forget(trial.trial_id)
-        self.store.update_trial(trial.trial_id, status=TERMINATED, stop_reason=OUT_STOPPED, finished_at=time.time())
-        self.searcher.on_trial_complete(trial.trial_id, trial.last_result, error=False)
+        with self.store.transaction():  # the searcher's record of the end commits with the trial's
+            self.store.update_trial(trial.trial_id, status=TERMINATED, stop_reason=OUT_STOPPED,
+                                    finished_at=time.time())
+            self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=False)
+            self._searcher_log.save()
 
     # ------------------------------------------------------------------ placement (the planner)
 
@@ -1176,7 +1132,7 @@ class Executor:
             window = min(window, (len(alive) - len(busy)) // low)
         queued = None
         if len(self.pending) > window:
-            queued = queue_window((self.trials[tid] for tid in self.pending), self.planner.book, attr, window)
+            queued = self.pending.window(window)
             # A trial restarting on devices the planner already gave it (a move) holds them: always planned.
             queued += [tid for tid in self.pending if self.trials[tid].devices and tid not in queued]
         states = self._planned(queued)
@@ -1197,7 +1153,7 @@ class Executor:
             for trial_id in actions.unplaceable:
                 self._fail_unplaceable(self.trials[trial_id], max(d.capacity for d in alive), now, events)
             if actions.unplaceable:
-                self.store.set_experiment(searcher_state=dumps(self.searcher.state_dict()))
+                self._searcher_log.save()
             for trial_id, devices, action in actions.submit:
                 trial = self.trials[trial_id]
                 if all(i in by_index and trial_id not in by_index[i].assigned and trial_id not in by_index[i].lingering
@@ -1251,7 +1207,7 @@ class Executor:
     def _place(self, trial: Trial, devices: tuple[int, ...], action: str, regime: str, now: float,
                events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]]) -> None:
         """Record a submission (inside the plan's transaction): the trial leaves the queue for ``devices``."""
-        self.pending.pop(trial.trial_id, None)
+        self.pending.discard(trial.trial_id)
         trial.devices = trial.placed_on = devices
         for index in devices:
             self._device(index).assigned.add(trial.trial_id)
@@ -1309,7 +1265,7 @@ class Executor:
         for index in trial.placed_on:
             self._device(index).assigned.discard(trial.trial_id)
         trial.placed_on, trial.devices = (), ()
-        self.pending[trial.trial_id] = None
+        self.pending.add(trial)
         self._dirty = True
         self.store.add_events([(time.time(), "place_failed", trial.trial_id, None,
                                 {"attempt": trial.attempt, "reason": reason})])
@@ -1326,13 +1282,13 @@ class Executor:
         p, t = self._estimate(trial)
         error = (f"trial {trial.trial_id} needs P+T = {p + t} bytes (P={p}, T={t}) but the largest device holds "
                  f"{largest} bytes: it cannot run on this cluster")
-        self.pending.pop(trial.trial_id, None)
+        self.pending.discard(trial.trial_id)
         trial.status, trial.error, trial.devices = ERROR, error, ()
         self._forget(trial.trial_id)
         self.store.update_trial(trial.trial_id, status=ERROR, finished_at=now, error=error, stop_reason=OUT_ERRORED)
         events.append((now, "trial_end", trial.trial_id, None,
                        {"attempt": trial.attempt, "outcome": OUT_ERRORED, "reason": "unplaceable"}))
-        self.searcher.on_trial_complete(trial.trial_id, trial.last_result, error=True)
+        self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=True)
         if self._first_error is None:
             self._first_error = f"Trial {trial.trial_id} failed: {error}"
 
@@ -1487,12 +1443,12 @@ class Executor:
                     if iteration <= self._searcher_seen.get(trial.trial_id, 0):
                         continue  # run again after a restart: the searcher decided on this iteration already
                     self._searcher_seen[trial.trial_id] = iteration
-                    if self.searcher.on_result(trial.trial_id, event[4]) == Decision.STOP:
+                    if self._searcher_log.on_result(trial.trial_id, event[4]) == Decision.STOP:
                         stops.append(trial.trial_id)
                 elif kind == EV_END:
-                    self.searcher.on_trial_complete(trial.trial_id, trial.last_result, error=trial.status == ERROR)
+                    self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=trial.status == ERROR)
             if acted:
-                self.store.set_experiment(searcher_state=dumps(self.searcher.state_dict()))
+                self._searcher_log.save()
         # Committed: the batch is acknowledged. Now act on it.
         if stops:
             self._stop_trials(stops)
@@ -1582,6 +1538,7 @@ class Executor:
         allocation = (max(1, len(trial.placed_on)), max(1, min(device.spec.slots, computing)))
         self.planner.observe(trial_id, float(seconds), devices=allocation[0], colocated=allocation[1],
                              curve_key=device.curve_key)
+        self.pending.refresh(trial)  # (a queued trial is seldom measured: a late result of a restarting one)
         self._measured.add(trial_id)
         if self._allocation.get(trial_id) != allocation:
             # A new allocation: the book may have pooled a co-location step. Re-plan if a device of this class
@@ -1724,7 +1681,7 @@ class Executor:
             trial.status, trial.devices = PAUSED, ()
         else:
             trial.status = PENDING
-            self.pending[trial.trial_id] = None
+            self.pending.add(trial)
         self.store.update_trial(trial.trial_id, status=trial.status, attempt=trial.attempt,
                                 num_failures=trial.num_failures, checkpoint_path=trial.checkpoint_path,
                                 error=restart.error)
@@ -1818,14 +1775,14 @@ class Executor:
                                             last_iteration=trial.last_iteration, checkpoint_path=trial.checkpoint_path)
                     events.append((now, "trial_end", trial_id, device.spec.name,
                                    {"attempt": trial.attempt, "outcome": OUT_STOPPED}))
-                    self.searcher.on_trial_complete(trial_id, trial.last_result, error=False)
+                    self._searcher_log.on_trial_complete(trial_id, trial.last_result, error=False)
                     ended.append(trial)
                     continue
                 self._requeue(trial, restart or _Restart(reason="device_died", error=str(error)), now,
                               device.spec.name, None, events)
             self.store.add_events(events)
             if ended:
-                self.store.set_experiment(searcher_state=dumps(self.searcher.state_dict()))
+                self._searcher_log.save()
         device.assigned.clear()
         device.lingering.clear()
         self._send_stop(lost_worker)

@@ -652,6 +652,10 @@ class ProfileBook:
             return DEFAULT_SEC_PER_ITER
         return self._typical_sum / self._typical_count
 
+    def knows(self, trial_id: str) -> bool:
+        """Whether the trial has an alone time of its own (it was measured); else :meth:`alone` is typical."""
+        return trial_id in self._alone
+
     def alone(self, trial_id: str) -> float:
         """Predicted seconds per iteration of the trial alone on one device, as of its last measurement.
 

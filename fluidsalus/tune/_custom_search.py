@@ -210,6 +210,8 @@ class _Told:
     searcher: Any
     #: Its ``suggest`` may return ``FINISHED``: an endless search may end by itself.
     ends_itself = True
+    #: The user's searcher is told of results and ends: user code, so its state is saved after every batch.
+    replayable = False
     #: Ray's ``ConcurrencyLimiter(batch=True)``: ``suggest`` is not asked again until every trial it made has ended
     #: (Ray also holds back the searcher's ``on_trial_complete`` calls until then; here each comes when its trial
     #: ends, which a searcher that is not asked meanwhile cannot tell apart).

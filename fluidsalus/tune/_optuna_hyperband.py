@@ -46,6 +46,8 @@ class OptunaHyperBand(StreamedHyperBand):
         ConfigError: ``max_concurrent`` out of range, or a HyperBand argument out of range.
     """
 
+    replayable = False  # it tells the Optuna study of results and ends
+
     def __init__(self, optuna: OptunaSearch, num_samples: int, metric: str, mode: str,
                  max_concurrent: int | None = None, **kwargs: Any) -> None:
         if max_concurrent is not None and (isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int)

@@ -43,6 +43,8 @@ class _Streamed:
         _cap_default: Its value then.
     """
 
+    replayable = True  # the stream is restored by the count drawn, as the parents' own
+
     _cap_key: str
     _cap_default: int
 

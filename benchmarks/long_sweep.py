@@ -1,0 +1,129 @@
+"""How the driver's own cost grows with a sweep's length: ASHA over N trials that do no work.
+
+    python benchmarks/long_sweep.py                              # N = 250, 500, 1000, 2000; fluidsalus and Optuna
+    python benchmarks/long_sweep.py --trials 1000 --tools fluidsalus --json-only
+
+Each trial reports :data:`REPORTS` times and does nothing else, so the whole time is the engine's: for
+fluidsalus the driver (searcher, planner, store) and the round trips to one virtual CPU device; for Optuna
+(``n_jobs=2``, in-memory storage, ``SuccessiveHalvingPruner``) the study and the pruner. fluidsalus runs
+:class:`~fluidsalus.searchers.ASHA` with ``grace_period=1``, ``reduction_factor=3``, ``max_t=REPORTS`` and a
+fixed seed; Optuna the pruner with the same rungs and a seeded ``RandomSampler``. Ray is started once, before any
+timing (``trivial`` in ``compare.py`` measures the per-trial cost of a short sweep; Ray Tune, at about 2 s per
+trial here, is left out: 2,000 trials would take more than an hour).
+
+A driver whose cost per trial stays flat scales; one whose cost per trial grows with N does work in proportion
+to the trials seen at every step. Printed per tool and N: ``wall_s``, ``ms_per_trial`` and, for fluidsalus,
+``driver_cpu_s`` (this process's CPU time: the driver, not the device actor). The last line is one JSON object
+``{"reports": ..., "runs": [{"tool": ..., "trials": ..., "wall_s": ..., ...}, ...]}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from typing import Any
+
+#: Reports (iterations) per trial: rungs at 1, 3 and 9 with reduction factor 3.
+REPORTS = 9
+REDUCTION_FACTOR = 3
+TRIALS = (250, 500, 1000, 2000)
+TOOLS = ("fluidsalus", "optuna")
+SEED = 0
+
+
+def value(x: float, step: int) -> float:
+    """The score of a trial with hyperparameter ``x`` at its ``step``-th report (1-based)."""
+    return x * step / REPORTS
+
+
+def fluidsalus_trial(config: dict[str, Any]) -> None:
+    import fluidsalus
+
+    for step in range(1, REPORTS + 1):
+        fluidsalus.report({"score": value(config["x"], step)})
+
+
+def run_fluidsalus(trials: int, storage: str) -> dict[str, Any]:
+    import fluidsalus
+    from fluidsalus.searchers import ASHA
+
+    space = {"x": fluidsalus.uniform(0.0, 1.0)}
+    asha = ASHA(space, trials, "score", "max", max_t=REPORTS, grace_period=1, reduction_factor=REDUCTION_FACTOR,
+                seed=SEED)
+    cpu, start = time.process_time(), time.perf_counter()
+    grid = fluidsalus.run(fluidsalus_trial, searcher=asha, storage_path=storage, name=f"long_{trials}", verbose=0)
+    wall = time.perf_counter() - start
+    return {"wall_s": round(wall, 3), "driver_cpu_s": round(time.process_time() - cpu, 3), "trials_run": len(grid),
+            "best": grid.get_best_result("score", "max").metrics["score"]}
+
+
+def run_optuna(trials: int) -> dict[str, Any]:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+    def objective(trial: optuna.Trial) -> float:
+        x = trial.suggest_float("x", 0.0, 1.0)
+        score = 0.0
+        for step in range(1, REPORTS + 1):
+            score = value(x, step)
+            trial.report(score, step)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+        return score
+
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=SEED),
+                                pruner=optuna.pruners.SuccessiveHalvingPruner(
+                                    min_resource=1, reduction_factor=REDUCTION_FACTOR))
+    start = time.perf_counter()
+    study.optimize(objective, n_trials=trials, n_jobs=2)
+    return {"wall_s": round(time.perf_counter() - start, 3), "trials_run": len(study.trials), "best": study.best_value}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", default=",".join(map(str, TRIALS)),
+                        help="comma-separated sweep lengths (default: %(default)s)")
+    parser.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated, of {', '.join(TOOLS)}")
+    parser.add_argument("--json-only", action="store_true", help="print only the JSON line")
+    args = parser.parse_args(argv)
+    try:
+        lengths = [int(n) for n in args.trials.split(",")]
+    except ValueError:
+        parser.error(f"--trials must be comma-separated integers, got {args.trials!r}")
+    if any(n < 1 for n in lengths):
+        parser.error(f"--trials must be >= 1 each, got {args.trials!r}")
+    tools = [t for t in args.tools.split(",") if t]
+    unknown = sorted(set(tools) - set(TOOLS))
+    if unknown or not tools:
+        parser.error(f"--tools: unknown {unknown}; choose from {', '.join(TOOLS)}")
+
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="fluidsalus_long_") as storage:
+        if "fluidsalus" in tools:
+            import ray
+
+            os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+            ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, logging_level=logging.WARNING)
+        for n in lengths:
+            for tool in tools:
+                figures = run_fluidsalus(n, storage) if tool == "fluidsalus" else run_optuna(n)
+                figures = {"tool": tool, "trials": n, **figures,
+                           "ms_per_trial": round(1000 * figures["wall_s"] / n, 2)}
+                runs.append(figures)
+                if not args.json_only:
+                    extra = f"  driver_cpu_s {figures['driver_cpu_s']:7.2f}" if "driver_cpu_s" in figures else ""
+                    print(f"{tool:<11} trials {n:5d}  wall_s {figures['wall_s']:7.2f}  "
+                          f"ms_per_trial {figures['ms_per_trial']:6.2f}{extra}", flush=True)
+    print(json.dumps({"reports": REPORTS, "runs": runs}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""benchmarks/long_sweep.py runs end to end (a short sweep) and prints the JSON its readers rely on; bad arguments
+are usage errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from _bench import run_benchmark
+
+EXIT_USAGE = 2  # argparse's
+TRIALS = 12
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_benchmark("long_sweep.py", *args)
+
+
+def test_a_short_sweep_runs_every_trial_under_both_tools():
+    proc = _run("--trials", str(TRIALS), "--json-only")
+    assert proc.returncode == 0, (f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
+                                  f"stderr:\n{proc.stderr[-3000:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["reports"] == 9
+    assert [(r["tool"], r["trials"], r["trials_run"]) for r in out["runs"]] == [
+        ("fluidsalus", TRIALS, TRIALS), ("optuna", TRIALS, TRIALS)]
+    for run in out["runs"]:
+        assert run["wall_s"] > 0 and run["ms_per_trial"] == round(1000 * run["wall_s"] / TRIALS, 2)
+        assert 0 < run["best"] <= 1  # x * 9 / 9 with x in [0, 1]
+    assert out["runs"][0]["driver_cpu_s"] > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--trials", "ten"), "comma-separated integers"),
+    (("--trials", "0"), ">= 1"),
+    (("--tools", "ray"), "unknown ['ray']"),
+])
+def test_bad_arguments_are_usage_errors(args, message):
+    proc = _run(*args)
+    assert proc.returncode == EXIT_USAGE and message in proc.stderr, proc.stderr

@@ -1,0 +1,225 @@
+"""The searcher log: a replayable searcher's state is saved now and then, and a resumed run replays the calls
+logged since (fluidsalus/trialgroup/searcher_log.py). Pure: a real store, no Ray."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+
+import fluidsalus.searchers as searchers_pkg
+import fluidsalus.tune._custom_search as custom_search
+import fluidsalus.tune._optuna_hyperband as optuna_hyperband
+import fluidsalus.tune._streamed as streamed
+from fluidsalus import space
+from fluidsalus.errors import StoreError
+from fluidsalus.searchers import (
+    ASHA,
+    BOHB,
+    BaseSearcher,
+    Decision,
+    HyperBand,
+    MedianStopping,
+    RandomSearch,
+    SyncBOHB,
+)
+from fluidsalus.searchers._repeat import RepeatSearcher
+from fluidsalus.store import ExperimentStore, loads
+from fluidsalus.testing import drive
+from fluidsalus.trialgroup.searcher_log import ADD, COMPLETE, GROUPS, RESULT, SearcherLog, replay
+from fluidsalus.trialgroup.trial import TrialGroup
+from fluidsalus.tune._streamed import StreamedASHA
+
+SPACE = {"x": space.uniform(0.0, 1.0), "k": space.choice([1, 2, 3])}
+
+
+def curve(config: Mapping[str, Any], iteration: int) -> float:
+    return (config["x"] + 0.1 * config["k"]) * (1 - math.exp(-iteration / 4))
+
+
+class Clock:
+    """A clock the test moves: ``step`` seconds per reading (so each save takes ``step``)."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+class Logged(BaseSearcher):
+    """What the executor does with a searcher, one call per transaction: each call through the log, then a save;
+    after each save, a searcher restored from the store (saved state, then the logged calls) must equal it."""
+
+    def __init__(self, searcher: BaseSearcher, store: ExperimentStore, make: Callable[[], BaseSearcher],
+                 clock: Clock, share: float) -> None:
+        self.searcher, self.store, self.make = searcher, store, make
+        self.time_attr = searcher.time_attr
+        self.log = SearcherLog(searcher, store, share=share, clock=clock)
+        self.checks = 0
+
+    def _commit(self) -> None:
+        with self.store.transaction():
+            self.log.save()
+        restored = self.make()
+        state = self.store.experiment()["searcher_state"]
+        if state is not None:
+            restored.load_state_dict(loads(state))
+        replay(restored, self.store.searcher_calls())
+        assert restored.state_dict() == self.searcher.state_dict()
+        self.checks += 1
+
+    def next_groups(self) -> list[TrialGroup]:
+        groups = self.log.next_groups()
+        self._commit()
+        return groups
+
+    def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
+        self.log.on_trial_add(trial_id, group_id, config)
+        self._commit()
+
+    def collect_stops(self) -> list[str]:
+        stops = self.log.collect_stops()
+        self._commit()
+        return stops
+
+    def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
+        decision = self.log.on_result(trial_id, result)
+        self._commit()
+        return decision
+
+    def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
+        self.log.on_trial_complete(trial_id, result, error)
+        self._commit()
+
+    def is_finished(self) -> bool:
+        return self.searcher.is_finished()
+
+
+SEARCHERS: dict[str, Callable[[], BaseSearcher]] = {
+    "asha": lambda: ASHA(SPACE, 20, "score", "max", max_t=9, grace_period=1, reduction_factor=3, brackets=2, seed=1,
+                         max_concurrent=4),
+    "asha_budgets": lambda: ASHA(SPACE, 20, "score", "max", max_t=9, grace_period=1, reduction_factor=3, seed=2,
+                                 stop_last_trials=False),
+    "hyperband": lambda: HyperBand(SPACE, 20, "score", "max", max_t=9, reduction_factor=3, seed=3),
+    "bohb": lambda: BOHB(SPACE, 20, "score", "max", max_t=9, grace_period=1, reduction_factor=3, seed=4),
+    "sync_bohb": lambda: SyncBOHB(SPACE, 20, "score", "max", max_t=9, reduction_factor=3, seed=7),
+    "streamed_asha": lambda: StreamedASHA(SPACE, 20, "score", "max", max_t=9, grace_period=1, reduction_factor=3,
+                                          seed=8, points_to_evaluate=[{"x": 0.5, "k": 2}]),
+    "median": lambda: MedianStopping(RandomSearch(SPACE, 12, seed=5), "score", "max", time_attr="training_iteration",
+                                     grace_period=2, min_samples_required=2),
+    "repeat": lambda: RepeatSearcher(RandomSearch(SPACE, 6, seed=6), 2, "score"),
+}
+
+
+@pytest.mark.parametrize("share, step", [(1e-9, 1e-3), (0.05, 1e-3), (1.0, 1.0)],
+                         ids=["saved_once", "saved_now_and_then", "saved_every_call"])
+@pytest.mark.parametrize("name", sorted(SEARCHERS))
+def test_a_restored_searcher_replays_to_the_state_it_had_at_every_commit(tmp_path, name, share, step):
+    make = SEARCHERS[name]
+    live = make()
+    assert live.replayable
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "score", "max")
+    logged = Logged(live, store, make, Clock(step), share)
+    drive(logged, curve, max_iterations=9, parallel=3, seed=0)
+    assert logged.checks > 50
+    if share == 1e-9:  # the next save is due in 11 days: only the first one is made, the rest is logged
+        assert logged.log.saves == 1 and len(store.searcher_calls()) > 50
+        kinds = {kind for kind, _, _ in store.searcher_calls()}
+        assert {RESULT, COMPLETE} <= kinds
+        if name == "asha":  # new trials after the first save (a cap on live trials)
+            assert {GROUPS, ADD} <= kinds
+    elif share == 1.0:
+        assert store.searcher_calls() == []
+    else:
+        assert 1 < logged.log.saves < logged.checks
+    with store.transaction():
+        logged.log.save(force=True)
+    assert store.searcher_calls() == []
+
+
+def test_a_searcher_that_is_not_replayable_is_saved_with_every_call(tmp_path):
+    class Told(RandomSearch):
+        replayable = False
+
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "score", "max")
+    log = SearcherLog(Told(SPACE, 3, seed=0), store, share=1e-9, clock=Clock(1e-3))
+    for _ in range(3):
+        log.on_result("t", {"score": 1.0})
+        with store.transaction():
+            log.save()
+    assert log.saves == 3 and store.searcher_calls() == []
+
+
+def test_a_replay_that_makes_other_groups_is_refused(tmp_path):
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "score", "max")
+    live = RandomSearch(SPACE, 2, seed=0)
+    log = SearcherLog(live, store, share=1e-9, clock=Clock(1e-3))
+    with store.transaction():
+        log.save()  # the state before any group
+    groups = log.next_groups()
+    for i, config in enumerate(groups[0].configs):
+        log.on_trial_add(f"t{i}", groups[0].group_id, config)
+    with store.transaction():
+        log.save()
+    calls = store.searcher_calls()
+    assert [kind for kind, _, _ in calls] == [GROUPS, ADD, ADD]
+    exhausted = RandomSearch(SPACE, 2, seed=0)
+    exhausted.next_groups()  # it already made its groups: the replayed call makes none
+    with pytest.raises(StoreError, match="cannot replay RandomSearch's logged calls: trial t0 was added to group"):
+        replay(exhausted, calls)
+    with pytest.raises(StoreError, match="unknown searcher call 'sideways'"):
+        replay(RandomSearch(SPACE, 2, seed=0), [("sideways", "t0", None)])
+    with pytest.raises(ValueError, match=r"share must be in \(0, 1\]"):
+        SearcherLog(live, store, share=0.0)
+
+
+def _searcher_classes() -> list[type]:
+    modules = [searchers_pkg, custom_search, optuna_hyperband, streamed]
+    found: set[type] = set()
+    for module in modules:
+        for _, value in inspect.getmembers(module, inspect.isclass):
+            if issubclass(value, BaseSearcher):
+                found.add(value)
+    todo = list(found)
+    while todo:  # and every subclass defined anywhere in the package
+        for sub in todo.pop().__subclasses__():
+            if sub not in found and sub.__module__.startswith("fluidsalus."):
+                found.add(sub)
+                todo.append(sub)
+    return sorted(found, key=lambda c: (c.__module__, c.__qualname__))
+
+
+def _defined_in(cls: type, name: str) -> int:
+    """Index in the MRO of the class that defines ``name``."""
+    return next(i for i, c in enumerate(cls.__mro__) if name in vars(c))
+
+
+@pytest.mark.parametrize("cls", _searcher_classes(), ids=lambda c: c.__qualname__)
+def test_a_searcher_that_changes_a_replayed_call_says_itself_whether_it_is_replayable(cls):
+    """A class that inherits ``replayable = True`` must not override a call the log replays: the class that
+    changes a call declares whether it is replayable (BOHB does, for its model's hooks)."""
+    declared = inspect.getattr_static(cls, "replayable")
+    if declared is not True:
+        return  # not replayable, or a wrapper (a property: as replayable as what it wraps)
+    where = _defined_in(cls, "replayable")
+    for call in ("next_groups", "on_trial_add", "collect_stops", "on_result", "on_trial_complete",
+                 "take_exploits", "_on_new_trial", "_on_budget_reached", "_draw_configs", "_config_stream"):
+        if hasattr(cls, call):
+            assert _defined_in(cls, call) >= where, (
+                f"{cls.__qualname__} inherits replayable=True from {cls.__mro__[where].__qualname__} but "
+                f"{cls.__mro__[_defined_in(cls, call)].__qualname__} changes {call}")
+
+
+def test_which_searchers_are_replayable():
+    assert ASHA.replayable and HyperBand.replayable and BOHB.replayable and RandomSearch.replayable
+    assert streamed.StreamedASHA.replayable  # the Tune front end's ASHAScheduler
+    assert not custom_search.CustomASHA.replayable  # a user's searcher is told of results
+    assert not optuna_hyperband.OptunaHyperBand.replayable  # the Optuna study is told of results
+    assert not searchers_pkg.PBT.replayable and not searchers_pkg.OptunaSearch.replayable
+    assert MedianStopping(RandomSearch(SPACE, 1), "score", "max").replayable
+    assert RepeatSearcher(RandomSearch(SPACE, 1), 2, "score").replayable
