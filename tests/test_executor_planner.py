@@ -749,6 +749,7 @@ def test_a_checkpoint_verdict_is_answered_after_the_callbacks_saw_the_result_and
             (EV_CALL, "a", 0, float(iteration), 10 + iteration, CHECKPOINT_VERDICT_CALL, (iteration,))])
     answers = [args for name, args in device.actor.calls if name == "answer"]
     assert answers == [(11, False, False), (12, True, False)]
+    assert "request_checkpoint" not in [name for name, _ in device.actor.calls]  # the answer carries the request
     assert callback.seen == [1, 2]
     executor._handle(device, [(EV_CHECKPOINT, "a", 0, 2.5, 2, "checkpoint_000002")])
     assert trial.checkpoint_path == str(tmp_path / "a" / "checkpoint_000002")

@@ -625,6 +625,7 @@ class Executor:
         self._awaiting_checkpoint: set[str] = set()  # trials whose planned move waits for their first checkpoint
         # trial -> the iteration the callbacks last asked to checkpoint (answered to CHECKPOINT_VERDICT_CALL)
         self._checkpoint_wanted: dict[str, int] = {}
+        self._asks_verdicts: set[str] = set()  # trials that ask for verdicts: request_checkpoint is not for them
         self._demands: dict[str, TrialDemand] = {}  # trial -> the demand the planner was last given
         self._move_costs = MoveCostMeter(self.planner.settings.move_cost_s)  # measured moves -> the planner's cost
         self._first_iter_s: dict[str, object] = {}  # trial -> time_this_iter_s of its attempt's first result
@@ -1038,11 +1039,13 @@ class Executor:
 
     def _send_checkpoint_requests(self, trial_ids: Iterable[str]) -> None:
         """Ask the device of each trial the callbacks want checkpointed to save it at its next iteration (a
-        trial that ended, or is being stopped, is passed over)."""
+        trial that ended, or is being stopped, is passed over, and so is one that asks for verdicts: its answer
+        carries the request)."""
         by_device: dict[int, list[str]] = {}
         for trial_id in dict.fromkeys(trial_ids):
             trial = self.trials.get(trial_id)
-            if trial is None or trial.status in FINAL_STATUSES or trial_id in self._stopping or not trial.placed_on:
+            if trial is None or trial.status in FINAL_STATUSES or trial_id in self._stopping or not trial.placed_on \
+                    or trial_id in self._asks_verdicts:
                 continue
             by_device.setdefault(trial.placed_on[0], []).append(trial_id)  # rank 0's device: it saves the trial
         for index, ids in by_device.items():
@@ -1321,6 +1324,7 @@ class Executor:
                 if kind == EV_CALL:  # a trial waits for the driver: answer at once (nothing to store)...
                     if event[5] == CHECKPOINT_VERDICT_CALL:  # ...except this, once the callbacks saw the batch
                         verdicts.append(event)
+                        self._asks_verdicts.add(trial_id)
                     else:
                         self._answer_call(device, event)
                     continue
@@ -1623,6 +1627,7 @@ class Executor:
         self._allocation.pop(trial_id, None)
         self._awaiting_checkpoint.discard(trial_id)
         self._checkpoint_wanted.pop(trial_id, None)
+        self._asks_verdicts.discard(trial_id)
         self._demands.pop(trial_id, None)
 
     def _gates(self, device: _Device) -> tuple[bool, ...]:
