@@ -26,6 +26,7 @@ from fluidsalus.searchers import (
     RandomSearch,
     SyncBOHB,
 )
+from fluidsalus.searchers._base import REPLAYED_CALLS, is_replayable
 from fluidsalus.searchers._repeat import RepeatSearcher
 from fluidsalus.store import ExperimentStore, loads
 from fluidsalus.testing import drive
@@ -207,8 +208,7 @@ def test_a_searcher_that_changes_a_replayed_call_says_itself_whether_it_is_repla
     if declared is not True:
         return  # not replayable, or a wrapper (a property: as replayable as what it wraps)
     where = _defined_in(cls, "replayable")
-    for call in ("next_groups", "on_trial_add", "collect_stops", "on_result", "on_trial_complete",
-                 "take_exploits", "_on_new_trial", "_on_budget_reached", "_draw_configs", "_config_stream"):
+    for call in REPLAYED_CALLS:
         if hasattr(cls, call):
             assert _defined_in(cls, call) >= where, (
                 f"{cls.__qualname__} inherits replayable=True from {cls.__mro__[where].__qualname__} but "
@@ -223,3 +223,27 @@ def test_which_searchers_are_replayable():
     assert not searchers_pkg.PBT.replayable and not searchers_pkg.OptunaSearch.replayable
     assert MedianStopping(RandomSearch(SPACE, 1), "score", "max").replayable
     assert RepeatSearcher(RandomSearch(SPACE, 1), 2, "score").replayable
+
+
+def test_a_subclass_of_your_own_that_changes_how_asha_answers_is_saved_with_every_batch(tmp_path):
+    """``is_replayable`` applies the rule above at run time: a user's subclass that overrides a replayed call is not
+    logged and replayed (its code may have effects a replay repeats) unless it declares ``replayable`` itself."""
+
+    class Noisy(ASHA):
+        def on_result(self, trial_id, result):
+            print("result", trial_id)  # an effect a replay would repeat
+            return super().on_result(trial_id, result)
+
+    class Promised(Noisy):
+        replayable = True
+
+    def make(cls):
+        return cls(SPACE, 4, "score", "max", max_t=9, grace_period=1, reduction_factor=3, seed=0)
+
+    assert ASHA.replayable and Noisy.replayable  # the class attribute is inherited...
+    assert is_replayable(make(ASHA)) and is_replayable(make(Promised))
+    assert not is_replayable(make(Noisy))  # ...but not trusted past an override
+    assert not is_replayable(MedianStopping(make(Noisy), "score", "max"))  # a wrapper asks what it wraps
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "score", "max")
+    log = SearcherLog(make(Noisy), store, share=1e-9, clock=Clock(1e-3))
+    assert not log.replayable

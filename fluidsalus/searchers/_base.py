@@ -138,6 +138,36 @@ class BaseSearcher(abc.ABC):
         """Restore what :meth:`state_dict` returned."""
 
 
+#: The calls (and the hooks of ASHA and HyperBand) whose replay a replayable searcher promises to be exact.
+REPLAYED_CALLS = ("next_groups", "on_trial_add", "collect_stops", "on_result", "on_trial_complete", "take_exploits",
+                  "_on_new_trial", "_on_budget_reached", "_draw_configs", "_config_stream")
+
+
+def is_replayable(searcher: BaseSearcher) -> bool:
+    """Whether the executor may log ``searcher``'s calls and save its whole state only now and then.
+
+    Its class must say so (:attr:`BaseSearcher.replayable`), and no class below the one that said it may change a
+    call in :data:`REPLAYED_CALLS`: a subclass of ASHA that overrides ``on_result`` (user code, say) is not
+    replayable until it declares ``replayable = True`` itself. A wrapper's ``replayable`` is a property that asks
+    this of what it wraps.
+
+    Args:
+        searcher: The searcher.
+
+    Returns:
+        True when its calls may be logged and replayed.
+    """
+    cls = type(searcher)
+    where = next((i for i, c in enumerate(cls.__mro__) if "replayable" in vars(c)), None)
+    if where is None or not bool(getattr(searcher, "replayable", False)):
+        return False
+    for call in REPLAYED_CALLS:
+        owner = next((i for i, c in enumerate(cls.__mro__) if call in vars(c)), None)
+        if owner is not None and owner < where:
+            return False
+    return True
+
+
 class WrappingSearcher(BaseSearcher):
     """A searcher around another one, ``inner``, which makes the trials (repeats, a stopping rule, a scheduler of
     the user's own): what the wrapper does not change is ``inner``'s.

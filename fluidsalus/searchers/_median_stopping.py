@@ -25,7 +25,7 @@ import numpy as np
 
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers._asha import check_mode, check_name, is_number
-from fluidsalus.searchers._base import BaseSearcher, Decision, WrappingSearcher
+from fluidsalus.searchers._base import BaseSearcher, Decision, WrappingSearcher, is_replayable
 from fluidsalus.trialgroup.trial import TrialGroup
 
 __all__ = ["MedianStopping", "median_says_stop"]
@@ -95,7 +95,7 @@ class MedianStopping(WrappingSearcher):
     @property
     def replayable(self) -> bool:  # type: ignore[override]
         """As the wrapped searcher's (the rule depends on the results alone)."""
-        return self.inner.replayable
+        return is_replayable(self.inner)
 
     def __init__(self, inner: BaseSearcher, metric: str, mode: str, time_attr: str = "time_total_s",
                  grace_period: float = 60.0, min_samples_required: int = 3, hard_stop: bool = True) -> None:

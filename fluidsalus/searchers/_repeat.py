@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from fluidsalus.errors import ConfigError
-from fluidsalus.searchers._base import BaseSearcher, Decision, WrappingSearcher
+from fluidsalus.searchers._base import BaseSearcher, Decision, WrappingSearcher, is_replayable
 from fluidsalus.trialgroup.trial import TrialGroup
 
 #: The config key that holds a repeat's index (0 .. repeat-1), Ray's ``ray.tune.search.repeater.TRIAL_INDEX``.
@@ -45,7 +45,7 @@ class RepeatSearcher(WrappingSearcher):
     @property
     def replayable(self) -> bool:  # type: ignore[override]
         """As the wrapped searcher's (the means depend on the results alone)."""
-        return self.inner.replayable
+        return is_replayable(self.inner)
 
     def __init__(self, inner: BaseSearcher, repeat: int, metric: str, set_index: bool = True) -> None:
         if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:

@@ -32,6 +32,7 @@ from typing import Any
 
 from fluidsalus.errors import StoreError
 from fluidsalus.searchers import BaseSearcher, Decision
+from fluidsalus.searchers._base import is_replayable
 from fluidsalus.store import ExperimentStore, dumps
 from fluidsalus.trialgroup.trial import TrialGroup
 
@@ -59,7 +60,7 @@ class SearcherLog:
         if not 0 < share <= 1:
             raise ValueError(f"share must be in (0, 1], got {share!r}")
         self.searcher, self.store, self.share, self.clock = searcher, store, share, clock
-        self.replayable = bool(getattr(searcher, "replayable", False))
+        self.replayable = is_replayable(searcher)
         self._calls: list[tuple[str, str, Any]] = []  # since the last save or flush
         self._next_save = 0.0  # clock time before which a save that is not forced waits
         self.saves = 0  # whole states written (for tests and benchmarks)
