@@ -48,6 +48,7 @@ from optuna.trial import TrialState
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError, SpaceError
 from fluidsalus.searchers._base import BaseSearcher, Decision
+from fluidsalus.store import dumps
 from fluidsalus.trialgroup.trial import TrialGroup
 
 __all__ = ["DEFAULT_BATCH_SIZE", "OptunaSearch"]
@@ -226,6 +227,7 @@ class OptunaSearch(BaseSearcher):
         self._told: dict[str, tuple[str, float | list[float] | None]] = {}
         self._returned: dict[int, dict[str, Any]] = {}  # Optuna trial number -> constants define_by_run returned
         self._trial_distributions: dict[str, dict[str, str]] = {}  # define-by-run: trial id -> JSON distributions
+        self._told_json: dict[str, str] = {}  # told trial -> its part of state_json, encoded once
 
     # ------------------------------------------------------------------ construction helpers
 
@@ -507,24 +509,49 @@ class OptunaSearch(BaseSearcher):
         Returns:
             A JSON-serialisable dict.
         """
-        trials = {}
-        for trial_id, params in self._params.items():
-            state, value = self._told.get(trial_id, (None, None))
-            trials[trial_id] = {
-                "params": dict(params),
-                "intermediate_values": {str(step): v for step, v in self._intermediate[trial_id].items()},
-                "state": state,
-                "value": value,
-                "pruned": trial_id in self._pruned,
-            }
-            if trial_id in self._trial_distributions:  # define-by-run: each trial has its own parameters
-                trials[trial_id]["distributions"] = dict(self._trial_distributions[trial_id])
         return {
             "asked": self._asked,
             "group_seq": self._group_seq,
-            "trials": trials,
+            "trials": {trial_id: self._record(trial_id) for trial_id in self._params},
             "unassigned": {gid: [dict(t.params) for t in queue] for gid, queue in self._unassigned.items()},
         }
+
+    def _record(self, trial_id: str) -> dict[str, Any]:
+        """One trial's part of :meth:`state_dict`."""
+        state, value = self._told.get(trial_id, (None, None))
+        record = {
+            "params": dict(self._params[trial_id]),
+            "intermediate_values": {str(step): v for step, v in self._intermediate[trial_id].items()},
+            "state": state,
+            "value": value,
+            "pruned": trial_id in self._pruned,
+        }
+        if trial_id in self._trial_distributions:  # define-by-run: each trial has its own parameters
+            record["distributions"] = dict(self._trial_distributions[trial_id])
+        return record
+
+    def state_json(self) -> str:
+        """:meth:`state_dict` as JSON text, with each finished trial's part encoded once and kept.
+
+        The state holds every trial's parameters and intermediate values, and it is written with every batch of
+        results (an Optuna study is not replayable), so encoding it whole each time made a long sweep's driver
+        spend most of its time in ``json.dumps`` (1,000 trials: 8.7 of 15.7 s). A told trial's part no longer
+        changes; only the running trials' parts are encoded again.
+
+        Returns:
+            The same JSON object ``dumps(self.state_dict())`` encodes.
+        """
+        parts = []
+        for trial_id in self._params:
+            text = self._told_json.get(trial_id)
+            if text is None:
+                text = f"{dumps(trial_id)}:{dumps(self._record(trial_id))}"
+                if trial_id in self._told:
+                    self._told_json[trial_id] = text
+            parts.append(text)
+        unassigned = {gid: [dict(t.params) for t in queue] for gid, queue in self._unassigned.items()}
+        return (f'{{"asked":{dumps(self._asked)},"group_seq":{dumps(self._group_seq)},'
+                f'"trials":{{{",".join(parts)}}},"unassigned":{dumps(unassigned)}}}')
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned, into this searcher's study.
@@ -542,7 +569,7 @@ class OptunaSearch(BaseSearcher):
         self._asked = int(state["asked"])
         self._group_seq = int(state["group_seq"])
         self._trials, self._params, self._intermediate, self._pruned, self._told = {}, {}, {}, set(), {}
-        self._unassigned, self._returned, self._trial_distributions = {}, {}, {}
+        self._unassigned, self._returned, self._trial_distributions, self._told_json = {}, {}, {}, {}
         for trial_id, record in state["trials"].items():
             params = dict(record["params"])
             self._params[trial_id] = params

@@ -33,7 +33,7 @@ from typing import Any
 from fluidsalus.errors import StoreError
 from fluidsalus.searchers import BaseSearcher, Decision
 from fluidsalus.searchers._base import is_replayable
-from fluidsalus.store import ExperimentStore, dumps
+from fluidsalus.store import ExperimentStore
 from fluidsalus.trialgroup.trial import TrialGroup
 
 __all__ = ["ADD", "COMPLETE", "GROUPS", "RESULT", "SAVE_SHARE", "STOPS", "SearcherLog", "replay"]
@@ -119,7 +119,7 @@ class SearcherLog:
                 self.store.add_searcher_calls(self._calls)
                 self._calls = []
             return
-        self.store.set_searcher_state(dumps(self.searcher.state_dict()))
+        self.store.set_searcher_state(self.searcher.state_json())
         self._calls = []
         self.saves += 1
         done = self.clock()
