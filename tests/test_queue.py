@@ -41,6 +41,7 @@ def test_the_head_of_the_queue_is_that_of_every_trials_key(ops, size):
         if op[0] == "add":
             tid = f"t{len(trials)}"
             trial = trials[tid] = _trial(tid, len(trials), _BUDGETS[op[1]], op[2])
+            trial.devices = (0,) if op[2] % 2 else ()  # some restart on devices the planner gave them
             if op[3]:
                 book.record(tid, op[3])
             queue.add(trial)
@@ -52,11 +53,13 @@ def test_the_head_of_the_queue_is_that_of_every_trials_key(ops, size):
                 order.remove(tid)
             elif op[0] == "measure":
                 book.record(tid, op[2])
+                trials[tid].devices = ()  # and the planner took its devices back (a device that is gone)
                 queue.refresh(trials[tid])
             else:
                 trials[tid].budget = _BUDGETS[op[2]]
                 queue.refresh(trials[tid])  # it keeps its place in the insertion order
         assert list(queue) == order and len(queue) == len(order) and bool(queue) == bool(order)
+        assert queue.holding() == [t for t in order if trials[t].devices]
         expected = queue_window([trials[t] for t in order], book, ATTR, size)
         assert queue.window(size) == expected
 

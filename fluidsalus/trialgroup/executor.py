@@ -1137,7 +1137,7 @@ class Executor:
         if len(self.pending) > window:
             queued = self.pending.window(window)
             # A trial restarting on devices the planner already gave it (a move) holds them: always planned.
-            queued += [tid for tid in self.pending if self.trials[tid].devices and tid not in queued]
+            queued += [tid for tid in self.pending.holding() if tid not in queued]
         states = self._planned(queued)
         if not alive or not states:
             return

@@ -89,6 +89,7 @@ class PendingQueue:
         self._lists: dict[float | None, list[tuple[int, str]]] = {}
         self._listed: dict[str, float | None] = {}  # trial -> its list's remaining budget
         self._measured: dict[str, Trial] = {}  # the others: keys computed at each window
+        self._holding: dict[str, Trial] = {}  # queued with planned devices when queued or refiled (a move)
 
     def add(self, trial: Trial) -> None:
         """Queue a trial at the end; a trial already queued keeps its place and is filed again (:meth:`refresh`)."""
@@ -96,6 +97,8 @@ class PendingQueue:
             self._unfile(trial.trial_id, self._trials[trial.trial_id])
         self._trials[trial.trial_id] = trial
         self._file(trial)
+        if trial.devices:
+            self._holding.setdefault(trial.trial_id, trial)
 
     def refresh(self, trial: Trial) -> None:
         """A queued trial's remaining budget or measurements may have changed: file it again (nothing if it is
@@ -108,6 +111,7 @@ class PendingQueue:
         trial = self._trials.pop(trial_id, None)
         if trial is not None:
             self._unfile(trial_id, trial)
+            self._holding.pop(trial_id, None)
 
     def _file(self, trial: Trial) -> None:
         if self.book.knows(trial.trial_id):
@@ -140,6 +144,14 @@ class PendingQueue:
         for entries in self._lists.values():
             candidates.extend(self._trials[tid] for _, tid in entries[:size])
         return queue_window(candidates, self.book, self.time_attr, size)
+
+    def holding(self) -> list[str]:
+        """The queued trials that hold devices the planner gave them (restarting there after a move).
+
+        A queued trial gets its devices before it is queued (or refiled), and only loses them while it waits, so
+        only the trials that had them then are looked at.
+        """
+        return [trial_id for trial_id, trial in self._holding.items() if trial.devices]
 
     def __contains__(self, trial_id: object) -> bool:
         return trial_id in self._trials
