@@ -649,6 +649,45 @@ def test_restore_without_resume_unfinished_ends_them(ray_cluster, storage: str, 
         store.close()
 
 
+def test_restore_without_resume_unfinished_keeps_what_the_searcher_was_told_after_its_last_save(
+        ray_cluster, storage: str, tmp_path, monkeypatch) -> None:
+    """ASHA's state is saved once and every later call logged (a save share so small no second save is due).
+    Ending the unfinished trials on restore replays the logged calls before telling ASHA of their end, and saves
+    the state whole: each trial's first rung then holds its first result, as an uninterrupted run's would."""
+    import fluidsalus.trialgroup.searcher_log as searcher_log
+    from fluidsalus.store import loads
+    from fluidsalus.tune.schedulers import ASHAScheduler
+
+    def slow(config):
+        for i in range(1, 20):
+            time.sleep(0.05)
+            tune.report({"score": config["x"] * 10 + i})
+
+    monkeypatch.setattr(searcher_log, "SAVE_SHARE", 1e-12)
+    tuner = _tuner(slow, storage, {"x": tune.grid_search([1, 2, 3])},
+                   {"name": "logged", "callbacks": [InterruptOnce(str(tmp_path / "m"), 8)]},
+                   metric="score", mode="max", scheduler=ASHAScheduler(max_t=19, grace_period=1, reduction_factor=3))
+    with pytest.raises(KeyboardInterrupt):
+        tuner.fit()
+    path = os.path.join(storage, "logged")
+    store = ExperimentStore.open(path, readonly=True)
+    try:
+        assert [kind for kind, _, _ in store.searcher_calls()].count("result") >= 3  # logged since the one save
+    finally:
+        store.close()
+    monkeypatch.undo()
+    grid = Tuner.restore(path, slow, resume_unfinished=False).fit()
+    assert len(grid) == 3 and grid.num_errors == 0
+    store = ExperimentStore.open(path, readonly=True)
+    try:
+        assert store.searcher_calls() == []
+        first_rung = loads(store.experiment()["searcher_state"])["rungs"][0][-1]
+        first = {r.trial_id: r.metrics["score"] for r in store.results() if r.iteration == 1}
+        assert first and first_rung == first  # recorded from the replayed results, not from the trials' ends
+    finally:
+        store.close()
+
+
 # ---------------------------------------------------------------------------------------------------------
 # 6. with_resources
 # ---------------------------------------------------------------------------------------------------------
