@@ -684,7 +684,9 @@ def test_a_killed_driver_whose_searcher_state_was_saved_long_ago_resumes_from_th
     assert set(state["rungs"][0][-1]) == reported and saved_rung < reported  # the first rung (milestone 1)
     before.close()
 
-    grid = fluidsalus.run(asha_steps, searcher=_asha(12), storage_path=storage, name=name, resume=True, verbose=0)
+    # (The time budget only bounds a regression: a searcher that missed trials' ends would wait for them forever.)
+    grid = fluidsalus.run(asha_steps, searcher=_asha(12), storage_path=storage, name=name, resume=True, verbose=0,
+                          time_budget_s=60)
     assert len(grid) == 12 and grid.num_errors == 0  # no trial made twice
     after = ExperimentStore.open(exp, readonly=True)
     assert after.experiment()["status"] == "FINISHED" and after.searcher_calls() == []
