@@ -17,6 +17,7 @@ from fluidsalus.errors import ConfigError
 from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.searchers._optuna import DEFAULT_BATCH_SIZE, TRIAL_ID_ATTR, OptunaSearch
 from fluidsalus.testing import drive
+from fluidsalus.testing.state import drive_checking_state_json
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -398,45 +399,11 @@ def test_bad_multi_objective_input_raises_config_error_naming_it(kwargs, message
         _search(**kwargs)
 
 
-class _CheckedJson(BaseSearcher):
-    """Drives an OptunaSearch and checks, after every call that changes it, that ``state_json`` encodes what
-    ``state_dict`` returns."""
-
-    def __init__(self, inner: OptunaSearch) -> None:
-        self.inner, self.time_attr, self.checks = inner, inner.time_attr, 0
-
-    def _check(self) -> None:
-        assert json.loads(self.inner.state_json()) == json.loads(json.dumps(self.inner.state_dict()))
-        self.checks += 1
-
-    def next_groups(self):
-        groups = self.inner.next_groups()
-        self._check()
-        return groups
-
-    def on_trial_add(self, trial_id, group_id, config):
-        self.inner.on_trial_add(trial_id, group_id, config)
-        self._check()
-
-    def on_result(self, trial_id, result):
-        decision = self.inner.on_result(trial_id, result)
-        self._check()
-        return decision
-
-    def on_trial_complete(self, trial_id, result, error=False):
-        self.inner.on_trial_complete(trial_id, result, error)
-        self._check()
-
-    def is_finished(self):
-        return self.inner.is_finished()
-
-
 def test_state_json_encodes_the_state_dict_at_every_step_and_keeps_told_trials_encoded():
     search = _search(pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3),
                      sampler=optuna.samplers.RandomSampler(seed=0), seed=None)
-    checked = _CheckedJson(search)
-    drive(checked, _learning_curve, metric="loss", max_iterations=9, parallel=4, seed=0)
-    assert checked.checks > 100
+    checks = drive_checking_state_json(search, _learning_curve, metric="loss", max_iterations=9, parallel=4, seed=0)
+    assert checks > 100
     assert set(search._told_json) == set(search._told) and len(search._told) == SAMPLES  # every told trial kept
     # A resumed searcher (new study) reads the text back to the same state, and encodes it again the same way.
     resumed = _search(sampler=optuna.samplers.RandomSampler(seed=1), seed=None)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import warnings
 
@@ -12,6 +13,7 @@ import fluidsalus.tune as tune
 from fluidsalus import searchers
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers import Decision
+from fluidsalus.testing.state import drive_checking_state_json
 from fluidsalus.tune import TuneConfig, Tuner
 from fluidsalus.tune._custom_scheduler import ScheduledSearch, is_custom_scheduler
 from fluidsalus.tune._translate import plan
@@ -111,6 +113,19 @@ def test_pause_goes_on_with_one_warning_and_a_bad_decision_is_an_error() -> None
         assert search.on_result("t1", {"say": "PAUSE"}) == Decision.CONTINUE  # warned once
     with pytest.raises(ConfigError, match=r"Pausing.on_trial_result returned 'later'; it must return"):
         search.on_result("t2", {"say": "later"})
+
+
+def test_state_json_encodes_the_state_dict_at_every_step_and_keeps_ended_trials_encoded() -> None:
+    search = ScheduledSearch(searchers.RandomSearch({"x": tune.uniform(0, 1)}, num_samples=20, seed=0),
+                             StopBelow(threshold=0.5, metric="m", mode="max"))
+    checks = drive_checking_state_json(search, lambda config, iteration: config["x"], metric="m", max_iterations=4,
+                                       parallel=3, seed=0)
+    assert checks > 50
+    assert set(search._ended_json) == set(search._trials) and len(search._trials) == 20  # every ended trial kept
+    resumed = ScheduledSearch(searchers.RandomSearch({"x": tune.uniform(0, 1)}, num_samples=20, seed=0),
+                              StopBelow(metric="m", mode="max"))
+    resumed.load_state_dict(json.loads(search.state_json()))
+    assert json.loads(resumed.state_json()) == json.loads(search.state_json())
 
 
 def test_plan_wraps_the_search_algorithms_trials_and_checks_metric_and_mode() -> None:

@@ -33,7 +33,7 @@ from typing import Any
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers import BaseSearcher, Decision
 from fluidsalus.searchers._base import WrappingSearcher
-from fluidsalus.store import ERROR, FINAL_STATUSES, PENDING, RUNNING, TERMINATED
+from fluidsalus.store import ERROR, FINAL_STATUSES, PENDING, RUNNING, TERMINATED, dumps
 from fluidsalus.trialgroup.trial import TrialGroup
 from fluidsalus.tune._custom_search import defined_by_user
 from fluidsalus.tune.callback import TrialInfo
@@ -87,6 +87,7 @@ class ScheduledSearch(WrappingSearcher):
         self._trials: dict[str, TrialInfo] = {}
         self._view = _ControllerView(self._trials)
         self._warned_pause = False
+        self._ended_json: dict[str, str] = {}  # ended trial -> its part of state_json, encoded once
         self._name = type(scheduler).__name__
         if defined_by_user(scheduler, "choose_trial_to_run"):
             warnings.warn(f"fluidsalus.tune: {self._name}.choose_trial_to_run is not called; fluidsalus's planner "
@@ -116,6 +117,7 @@ class ScheduledSearch(WrappingSearcher):
         decision = self.inner.on_result(trial_id, result)
         if trial is None:
             return decision
+        self._ended_json.pop(trial_id, None)
         trial.status, trial.last_result = RUNNING, dict(result)
         said = self._call("on_trial_result", trial, dict(result))
         if said == STOP:
@@ -150,9 +152,29 @@ class ScheduledSearch(WrappingSearcher):
         """The wrapped searcher's state, and each trial's config, status and last result's time (so that a
         resumed run shows the scheduler the trials of the experiment)."""
         return {"inner": self.inner.state_dict(),
-                "trials": {tid: {"config": t.config, "status": t.status,
-                                 "time": (t.last_result or {}).get("timestamp")}
-                           for tid, t in self._trials.items()}}
+                "trials": {tid: self._record(t) for tid, t in self._trials.items()}}
+
+    @staticmethod
+    def _record(trial: TrialInfo) -> dict[str, Any]:
+        return {"config": trial.config, "status": trial.status, "time": (trial.last_result or {}).get("timestamp")}
+
+    def state_json(self) -> str:
+        """:meth:`state_dict` as JSON text, with each ended trial's part encoded once and kept: the state is
+        written with every batch (the scheduler's code is the user's, so it is not replayable), and it holds
+        every trial of the run.
+
+        Returns:
+            The same JSON object ``dumps(self.state_dict())`` encodes.
+        """
+        parts = []
+        for trial_id, trial in self._trials.items():
+            text = self._ended_json.get(trial_id)
+            if text is None:
+                text = f"{dumps(trial_id)}:{dumps(self._record(trial))}"
+                if trial.status in FINAL_STATUSES:
+                    self._ended_json[trial_id] = text
+            parts.append(text)
+        return f'{{"inner":{self.inner.state_json()},"trials":{{{",".join(parts)}}}}}'
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore the wrapped searcher and the trial views, and tell the scheduler (the one saved when the run
@@ -160,6 +182,7 @@ class ScheduledSearch(WrappingSearcher):
         unfinished trial as ``PENDING``."""
         self.inner.load_state_dict(state["inner"])
         self._trials.clear()
+        self._ended_json.clear()
         saved_trials = dict(state.get("trials", {}))
         for trial_id, saved in saved_trials.items():
             status = str(saved["status"])
