@@ -20,7 +20,6 @@ from fluidsalus.searchers import (
     ASHA,
     BOHB,
     BaseSearcher,
-    Decision,
     HyperBand,
     MedianStopping,
     RandomSearch,
@@ -30,8 +29,8 @@ from fluidsalus.searchers._base import REPLAYED_CALLS, is_replayable
 from fluidsalus.searchers._repeat import RepeatSearcher
 from fluidsalus.store import ExperimentStore, loads
 from fluidsalus.testing import drive
+from fluidsalus.testing.state import CheckedSearcher
 from fluidsalus.trialgroup.searcher_log import ADD, COMPLETE, GROUPS, RESULT, SearcherLog, replay
-from fluidsalus.trialgroup.trial import TrialGroup
 from fluidsalus.tune._streamed import StreamedASHA
 
 SPACE = {"x": space.uniform(0.0, 1.0), "k": space.choice([1, 2, 3])}
@@ -52,53 +51,25 @@ class Clock:
         return self.now
 
 
-class Logged(BaseSearcher):
+def _logged(live: BaseSearcher, store: ExperimentStore, make: Callable[[], BaseSearcher], clock: Clock,
+            share: float) -> CheckedSearcher:
     """What the executor does with a searcher, one call per transaction: each call through the log, then a save;
     after each save, a searcher restored from the store (saved state, then the logged calls) must equal it."""
+    log = SearcherLog(live, store, share=share, clock=clock)
 
-    def __init__(self, searcher: BaseSearcher, store: ExperimentStore, make: Callable[[], BaseSearcher],
-                 clock: Clock, share: float) -> None:
-        self.searcher, self.store, self.make = searcher, store, make
-        self.time_attr = searcher.time_attr
-        self.log = SearcherLog(searcher, store, share=share, clock=clock)
-        self.checks = 0
-
-    def _commit(self) -> None:
-        with self.store.transaction():
-            self.log.save()
-        restored = self.make()
-        state = self.store.experiment()["searcher_state"]
+    def commit() -> None:
+        with store.transaction():
+            log.save()
+        restored = make()
+        state = store.experiment()["searcher_state"]
         if state is not None:
             restored.load_state_dict(loads(state))
-        replay(restored, self.store.searcher_calls())
-        assert restored.state_dict() == self.searcher.state_dict()
-        self.checks += 1
+        replay(restored, store.searcher_calls())
+        assert restored.state_dict() == live.state_dict()
 
-    def next_groups(self) -> list[TrialGroup]:
-        groups = self.log.next_groups()
-        self._commit()
-        return groups
-
-    def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
-        self.log.on_trial_add(trial_id, group_id, config)
-        self._commit()
-
-    def collect_stops(self) -> list[str]:
-        stops = self.log.collect_stops()
-        self._commit()
-        return stops
-
-    def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
-        decision = self.log.on_result(trial_id, result)
-        self._commit()
-        return decision
-
-    def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
-        self.log.on_trial_complete(trial_id, result, error)
-        self._commit()
-
-    def is_finished(self) -> bool:
-        return self.searcher.is_finished()
+    checked = CheckedSearcher(live, commit, calls=log)
+    checked.log = log  # type: ignore[attr-defined]
+    return checked
 
 
 SEARCHERS: dict[str, Callable[[], BaseSearcher]] = {
@@ -125,7 +96,7 @@ def test_a_restored_searcher_replays_to_the_state_it_had_at_every_commit(tmp_pat
     live = make()
     assert live.replayable
     store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "score", "max")
-    logged = Logged(live, store, make, Clock(step), share)
+    logged = _logged(live, store, make, Clock(step), share)
     drive(logged, curve, max_iterations=9, parallel=3, seed=0)
     assert logged.checks > 50
     if share == 1e-9:  # the next save is due in 11 days: only the first one is made, the rest is logged

@@ -17,47 +17,55 @@ from fluidsalus.store import dumps
 from fluidsalus.testing.driver import drive
 from fluidsalus.trialgroup.trial import TrialGroup
 
-__all__ = ["drive_checking_state_json"]
+__all__ = ["CheckedSearcher", "drive_checking_state_json"]
 
 
-class _Checked(BaseSearcher):
-    """Passes every call on to ``inner`` and then compares its ``state_json`` with its ``state_dict``."""
+class CheckedSearcher(BaseSearcher):
+    """Passes each call that can change a searcher's state on, then runs ``check``: wrap a searcher in it and give
+    it to :func:`~fluidsalus.testing.drive` to check something of the searcher after every step.
 
-    def __init__(self, inner: BaseSearcher) -> None:
-        self.inner, self.time_attr, self.checks = inner, inner.time_attr, 0
+    Args:
+        searcher: The searcher under test (asked ``time_attr`` and ``is_finished``).
+        check: Called after every ``next_groups``, ``on_trial_add``, ``collect_stops``, ``on_result`` and
+            ``on_trial_complete``.
+        calls: What receives those calls (default: ``searcher``), e.g. the executor's ``SearcherLog`` around it.
+    """
 
-    def _check(self) -> None:
-        written, expected = json.loads(self.inner.state_json()), json.loads(dumps(self.inner.state_dict()))
-        if written != expected:
-            raise AssertionError(f"{type(self.inner).__name__}.state_json() after {self.checks} calls differs from "
-                                 f"its state_dict():\n{written}\n!=\n{expected}")
+    def __init__(self, searcher: BaseSearcher, check: Callable[[], None], calls: Any = None) -> None:
+        self.searcher, self.check = searcher, check
+        self.calls = searcher if calls is None else calls
+        self.time_attr = searcher.time_attr
+        self.checks = 0
+
+    def _after(self) -> None:
+        self.check()
         self.checks += 1
 
     def next_groups(self) -> list[TrialGroup]:
-        groups = self.inner.next_groups()
-        self._check()
+        groups: list[TrialGroup] = self.calls.next_groups()
+        self._after()
         return groups
 
     def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
-        self.inner.on_trial_add(trial_id, group_id, config)
-        self._check()
+        self.calls.on_trial_add(trial_id, group_id, config)
+        self._after()
 
     def collect_stops(self) -> list[str]:
-        stops = self.inner.collect_stops()
-        self._check()
+        stops: list[str] = self.calls.collect_stops()
+        self._after()
         return stops
 
     def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
-        decision = self.inner.on_result(trial_id, result)
-        self._check()
+        decision: Decision = self.calls.on_result(trial_id, result)
+        self._after()
         return decision
 
     def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
-        self.inner.on_trial_complete(trial_id, result, error)
-        self._check()
+        self.calls.on_trial_complete(trial_id, result, error)
+        self._after()
 
     def is_finished(self) -> bool:
-        return self.inner.is_finished()
+        return self.searcher.is_finished()
 
 
 def drive_checking_state_json(searcher: BaseSearcher, curve: Callable[[Mapping[str, Any], int], float],
@@ -76,6 +84,12 @@ def drive_checking_state_json(searcher: BaseSearcher, curve: Callable[[Mapping[s
     Raises:
         AssertionError: They differed; the message shows both.
     """
-    checked = _Checked(searcher)
+    def same() -> None:
+        written, expected = json.loads(searcher.state_json()), json.loads(dumps(searcher.state_dict()))
+        if written != expected:
+            raise AssertionError(f"{type(searcher).__name__}.state_json() after {checked.checks} calls differs "
+                                 f"from its state_dict():\n{written}\n!=\n{expected}")
+
+    checked = CheckedSearcher(searcher, same)
     drive(checked, curve, **drive_kwargs)
     return checked.checks
