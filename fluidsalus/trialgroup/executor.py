@@ -801,6 +801,7 @@ class Executor:
             if self.pending:
                 with self.store.transaction():
                     self._end_queued()
+                    self._searcher_log.save()  # the searcher's record of the ends commits with the trials'
             return
         budget = self.settings.time_budget_s
         if budget is not None and time.time() - self._started >= budget:
@@ -818,6 +819,7 @@ class Executor:
             for trial in self.trials.values():  # paused off any device: nothing to stop, they end here
                 if trial.status == PAUSED and not trial.placed_on:
                     self._end_unstarted(trial)
+            self._searcher_log.save()
         self._stop_trials([tid for d in self._devices for tid in d.assigned])
 
     def _end_queued(self) -> None:
@@ -1018,6 +1020,7 @@ class Executor:
             with self.store.transaction():
                 for trial in ended:
                     self._end_unstarted(trial)
+                self._searcher_log.save()
         self._send_stop(stop)
 
     def _send_stop(self, trial_ids: Iterable[str]) -> None:
@@ -1054,14 +1057,13 @@ class Executor:
                 device.actor.request_checkpoint.remote(ids)
 
     def _end_unstarted(self, trial: Trial) -> None:
+        """End a trial that runs nowhere, inside the caller's transaction; the caller saves the searcher's log
+        (``self._searcher_log.save()``) in it once for all the trials it ends."""
         trial.status = TERMINATED
         trial.devices = ()
         self._forget(trial.trial_id)
-        with self.store.transaction():  # the searcher's record of the end commits with the trial's
-            self.store.update_trial(trial.trial_id, status=TERMINATED, stop_reason=OUT_STOPPED,
-                                    finished_at=time.time())
-            self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=False)
-            self._searcher_log.save()
+        self.store.update_trial(trial.trial_id, status=TERMINATED, stop_reason=OUT_STOPPED, finished_at=time.time())
+        self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=False)
 
     # ------------------------------------------------------------------ placement (the planner)
 
