@@ -153,13 +153,35 @@ REPLAYED_CALLS = ("next_groups", "on_trial_add", "collect_stops", "on_result", "
                   "_on_new_trial", "_on_budget_reached", "_draw_configs", "_config_stream")
 
 
+def replay_breaker(cls: type) -> str | None:
+    """What keeps ``cls``'s declared ``replayable`` from holding: a call in :data:`REPLAYED_CALLS` that a class
+    below the one that declared ``replayable`` changes.
+
+    Args:
+        cls: A searcher class.
+
+    Returns:
+        ``"<class> changes <call>, below <declaring class>"``, or None when no such call exists (or nothing in
+        ``cls``'s MRO declares ``replayable``).
+    """
+    mro = cls.__mro__
+    where = next((i for i, c in enumerate(mro) if "replayable" in vars(c)), None)
+    if where is None:
+        return None
+    for call in REPLAYED_CALLS:
+        owner = next((i for i, c in enumerate(mro) if call in vars(c)), None)
+        if owner is not None and owner < where:
+            return f"{mro[owner].__qualname__} changes {call}, below {mro[where].__qualname__}"
+    return None
+
+
 def is_replayable(searcher: BaseSearcher) -> bool:
     """Whether the executor may log ``searcher``'s calls and save its whole state only now and then.
 
     Its class must say so (:attr:`BaseSearcher.replayable`), and no class below the one that said it may change a
-    call in :data:`REPLAYED_CALLS`: a subclass of ASHA that overrides ``on_result`` (user code, say) is not
-    replayable until it declares ``replayable = True`` itself. A wrapper's ``replayable`` is a property that asks
-    this of what it wraps.
+    call in :data:`REPLAYED_CALLS` (:func:`replay_breaker`): a subclass of ASHA that overrides ``on_result`` (user
+    code, say) is not replayable until it declares ``replayable = True`` itself. A wrapper's ``replayable`` is a
+    property that asks this of what it wraps.
 
     Args:
         searcher: The searcher.
@@ -167,15 +189,7 @@ def is_replayable(searcher: BaseSearcher) -> bool:
     Returns:
         True when its calls may be logged and replayed.
     """
-    cls = type(searcher)
-    where = next((i for i, c in enumerate(cls.__mro__) if "replayable" in vars(c)), None)
-    if where is None or not bool(getattr(searcher, "replayable", False)):
-        return False
-    for call in REPLAYED_CALLS:
-        owner = next((i for i, c in enumerate(cls.__mro__) if call in vars(c)), None)
-        if owner is not None and owner < where:
-            return False
-    return True
+    return bool(getattr(searcher, "replayable", False)) and replay_breaker(type(searcher)) is None
 
 
 class WrappingSearcher(BaseSearcher):
