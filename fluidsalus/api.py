@@ -33,9 +33,9 @@ from fluidsalus.gpu.device import plan_devices
 from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS, stop_rule
 from fluidsalus.result import ResultGrid
 from fluidsalus.searchers import BaseSearcher, RandomSearch
-from fluidsalus.store import DB_FILENAME, ExperimentStore, loads
+from fluidsalus.store import DB_FILENAME, ExperimentStore
 from fluidsalus.trialgroup.executor import Executor, ExecutorSettings
-from fluidsalus.trialgroup.searcher_log import replay
+from fluidsalus.trialgroup.searcher_log import restore
 from fluidsalus.trialgroup.trial import Trial
 
 logger = logging.getLogger(__name__)
@@ -207,10 +207,7 @@ def run(
     if exists:
         store = ExperimentStore.open(exp_dir)
         trials = _load_trials(store)
-        exp = store.experiment()
-        if exp["searcher_state"]:
-            searcher.load_state_dict(loads(exp["searcher_state"]))
-        replay(searcher, store.searcher_calls())  # what it was told after its state was last saved
+        restore(searcher, store)  # its saved state, and what it was told after it
         store.set_experiment(status=EXP_RUNNING, error=None, finished_at=None)
         store.add_events([(time.time(), "resume", None, None, {"unfinished": sum(
             t.status not in ("TERMINATED", "ERROR") for t in trials)})])

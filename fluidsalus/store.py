@@ -101,18 +101,18 @@ CREATE TABLE checkpoints (
     created_at REAL NOT NULL,
     deleted INTEGER NOT NULL DEFAULT 0
 );
-CREATE TABLE searcher_calls (
+"""
+#: Schema 2's table (``_SCHEMA`` ends with it, and a schema-1 store gets it when opened for writing).
+_SEARCHER_CALLS_TABLE = """
+CREATE TABLE IF NOT EXISTS searcher_calls (
     id INTEGER PRIMARY KEY,
     kind TEXT NOT NULL,
     trial_id TEXT NOT NULL,
     data_json TEXT
-);
-"""
+)"""
+_SCHEMA += _SEARCHER_CALLS_TABLE
 #: What each schema version adds to the one before it: a store opened for writing is brought up to date.
-_MIGRATIONS: dict[int, str] = {
-    2: "CREATE TABLE IF NOT EXISTS searcher_calls (id INTEGER PRIMARY KEY, kind TEXT NOT NULL,"
-       " trial_id TEXT NOT NULL, data_json TEXT)",
-}
+_MIGRATIONS: dict[int, str] = {2: _SEARCHER_CALLS_TABLE}
 
 # Trial statuses, as Ray Tune names them.
 PENDING = "PENDING"

@@ -33,10 +33,10 @@ from typing import Any
 from fluidsalus.errors import StoreError
 from fluidsalus.searchers import BaseSearcher, Decision
 from fluidsalus.searchers._base import is_replayable
-from fluidsalus.store import ExperimentStore
+from fluidsalus.store import ExperimentStore, loads
 from fluidsalus.trialgroup.trial import TrialGroup
 
-__all__ = ["ADD", "COMPLETE", "GROUPS", "RESULT", "SAVE_SHARE", "STOPS", "SearcherLog", "replay"]
+__all__ = ["ADD", "COMPLETE", "GROUPS", "RESULT", "SAVE_SHARE", "STOPS", "SearcherLog", "replay", "restore"]
 
 #: The most of the driver's time that saving the searcher's whole state may take (Ray Tune's 5 %, see above).
 SAVE_SHARE = 0.05
@@ -159,3 +159,19 @@ def replay(searcher: BaseSearcher, calls: Sequence[tuple[str, str, Any]]) -> Non
             searcher.on_trial_complete(trial_id, data["result"], error=bool(data["error"]))
         else:
             raise StoreError(f"unknown searcher call {kind!r} in the store")
+
+
+def restore(searcher: BaseSearcher, store: ExperimentStore) -> None:
+    """Bring a new searcher to what the stored one knew: its saved state, then the calls logged after it.
+
+    Args:
+        searcher: A searcher of the same kind and parameters as the stored one.
+        store: The experiment's store.
+
+    Raises:
+        StoreError: See :func:`replay`.
+    """
+    state = store.experiment()["searcher_state"]
+    if state:
+        searcher.load_state_dict(loads(state))
+    replay(searcher, store.searcher_calls())

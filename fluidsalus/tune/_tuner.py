@@ -64,9 +64,8 @@ from fluidsalus.store import (
     RUNNING,
     TERMINATED,
     ExperimentStore,
-    loads,
 )
-from fluidsalus.trialgroup.searcher_log import replay
+from fluidsalus.trialgroup.searcher_log import restore
 from fluidsalus.tune._config import INFINITE_SAMPLES, CheckpointConfig, FailureConfig, RunConfig, TuneConfig
 from fluidsalus.tune._custom_search import CustomSearch, defined_by_user
 from fluidsalus.tune._interrupt import StopSignals
@@ -507,10 +506,7 @@ class Tuner:
                     done.append(row)
             if done:
                 searcher = make_searcher()
-                state = store.experiment()["searcher_state"]
-                if state:
-                    searcher.load_state_dict(loads(state))
-                replay(searcher, store.searcher_calls())  # the calls logged after it, before the new ones
+                restore(searcher, store)  # its saved state and the calls logged after it, before the new ones
                 for row in done:
                     searcher.on_trial_complete(row.trial_id, row.last_result, error=False)
                 store.set_searcher_state(searcher.state_json())  # and the logged calls go: the state has them
