@@ -23,7 +23,7 @@ import math
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,6 +176,47 @@ def dumps(value: Any) -> str:
         return json.dumps(value, allow_nan=True, separators=JSON_SEPARATORS)
     except TypeError:
         return json.dumps(_to_jsonable(value), allow_nan=True, separators=JSON_SEPARATORS)
+
+
+class KeptRecords:
+    """A JSON object of records by key (a searcher's trials, in its ``state_json``), in which a record that no
+    longer changes is encoded once and kept: a state written with every batch then costs the changing records'
+    encoding and a join, not the whole history's."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, str] = {}
+
+    def encode(self, keys: Iterable[str], record: Callable[[str], Any], final: Callable[[str], bool]) -> str:
+        """The JSON object ``{key: record(key) for key in keys}``.
+
+        Args:
+            keys: The keys, in order.
+            record: A key's record (asked only for keys not kept).
+            final: Whether a key's record no longer changes: its encoding is then kept.
+
+        Returns:
+            The JSON text.
+        """
+        parts = []
+        for key in keys:
+            text = self._kept.get(key)
+            if text is None:
+                text = f"{dumps(key)}:{dumps(record(key))}"
+                if final(key):
+                    self._kept[key] = text
+            parts.append(text)
+        return "{" + ",".join(parts) + "}"
+
+    def forget(self, key: str) -> None:
+        """Encode ``key``'s record again next time (it changed after all)."""
+        self._kept.pop(key, None)
+
+    def clear(self) -> None:
+        self._kept.clear()
+
+    def __iter__(self) -> Iterator[str]:
+        """The keys whose encoding is kept."""
+        return iter(self._kept)
 
 
 def loads(text: str | None) -> Any:

@@ -48,7 +48,7 @@ from optuna.trial import TrialState
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError, SpaceError
 from fluidsalus.searchers._base import BaseSearcher, Decision
-from fluidsalus.store import dumps
+from fluidsalus.store import KeptRecords, dumps
 from fluidsalus.trialgroup.trial import TrialGroup
 
 __all__ = ["DEFAULT_BATCH_SIZE", "OptunaSearch"]
@@ -227,7 +227,7 @@ class OptunaSearch(BaseSearcher):
         self._told: dict[str, tuple[str, float | list[float] | None]] = {}
         self._returned: dict[int, dict[str, Any]] = {}  # Optuna trial number -> constants define_by_run returned
         self._trial_distributions: dict[str, dict[str, str]] = {}  # define-by-run: trial id -> JSON distributions
-        self._told_json: dict[str, str] = {}  # told trial -> its part of state_json, encoded once
+        self._told_json = KeptRecords()  # told trials' parts of state_json, encoded once
 
     # ------------------------------------------------------------------ construction helpers
 
@@ -541,17 +541,10 @@ class OptunaSearch(BaseSearcher):
         Returns:
             The same JSON object ``dumps(self.state_dict())`` encodes.
         """
-        parts = []
-        for trial_id in self._params:
-            text = self._told_json.get(trial_id)
-            if text is None:
-                text = f"{dumps(trial_id)}:{dumps(self._record(trial_id))}"
-                if trial_id in self._told:
-                    self._told_json[trial_id] = text
-            parts.append(text)
+        trials = self._told_json.encode(self._params, self._record, lambda trial_id: trial_id in self._told)
         unassigned = {gid: [dict(t.params) for t in queue] for gid, queue in self._unassigned.items()}
         return (f'{{"asked":{dumps(self._asked)},"group_seq":{dumps(self._group_seq)},'
-                f'"trials":{{{",".join(parts)}}},"unassigned":{dumps(unassigned)}}}')
+                f'"trials":{trials},"unassigned":{dumps(unassigned)}}}')
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned, into this searcher's study.
@@ -569,7 +562,8 @@ class OptunaSearch(BaseSearcher):
         self._asked = int(state["asked"])
         self._group_seq = int(state["group_seq"])
         self._trials, self._params, self._intermediate, self._pruned, self._told = {}, {}, {}, set(), {}
-        self._unassigned, self._returned, self._trial_distributions, self._told_json = {}, {}, {}, {}
+        self._unassigned, self._returned, self._trial_distributions = {}, {}, {}
+        self._told_json.clear()
         for trial_id, record in state["trials"].items():
             params = dict(record["params"])
             self._params[trial_id] = params

@@ -33,7 +33,7 @@ from typing import Any
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers import BaseSearcher, Decision
 from fluidsalus.searchers._base import WrappingSearcher
-from fluidsalus.store import ERROR, FINAL_STATUSES, PENDING, RUNNING, TERMINATED, dumps
+from fluidsalus.store import ERROR, FINAL_STATUSES, PENDING, RUNNING, TERMINATED, KeptRecords
 from fluidsalus.trialgroup.trial import TrialGroup
 from fluidsalus.tune._custom_search import defined_by_user
 from fluidsalus.tune.callback import TrialInfo
@@ -87,7 +87,7 @@ class ScheduledSearch(WrappingSearcher):
         self._trials: dict[str, TrialInfo] = {}
         self._view = _ControllerView(self._trials)
         self._warned_pause = False
-        self._ended_json: dict[str, str] = {}  # ended trial -> its part of state_json, encoded once
+        self._ended_json = KeptRecords()  # ended trials' parts of state_json, encoded once
         self._name = type(scheduler).__name__
         if defined_by_user(scheduler, "choose_trial_to_run"):
             warnings.warn(f"fluidsalus.tune: {self._name}.choose_trial_to_run is not called; fluidsalus's planner "
@@ -117,7 +117,7 @@ class ScheduledSearch(WrappingSearcher):
         decision = self.inner.on_result(trial_id, result)
         if trial is None:
             return decision
-        self._ended_json.pop(trial_id, None)
+        self._ended_json.forget(trial_id)
         trial.status, trial.last_result = RUNNING, dict(result)
         said = self._call("on_trial_result", trial, dict(result))
         if said == STOP:
@@ -166,15 +166,9 @@ class ScheduledSearch(WrappingSearcher):
         Returns:
             The same JSON object ``dumps(self.state_dict())`` encodes.
         """
-        parts = []
-        for trial_id, trial in self._trials.items():
-            text = self._ended_json.get(trial_id)
-            if text is None:
-                text = f"{dumps(trial_id)}:{dumps(self._record(trial))}"
-                if trial.status in FINAL_STATUSES:
-                    self._ended_json[trial_id] = text
-            parts.append(text)
-        return f'{{"inner":{self.inner.state_json()},"trials":{{{",".join(parts)}}}}}'
+        trials = self._ended_json.encode(self._trials, lambda trial_id: self._record(self._trials[trial_id]),
+                                         lambda trial_id: self._trials[trial_id].status in FINAL_STATUSES)
+        return f'{{"inner":{self.inner.state_json()},"trials":{trials}}}'
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore the wrapped searcher and the trial views, and tell the scheduler (the one saved when the run
