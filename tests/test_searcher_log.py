@@ -27,10 +27,10 @@ from fluidsalus.searchers import (
 )
 from fluidsalus.searchers._base import is_replayable, replay_breaker
 from fluidsalus.searchers._repeat import RepeatSearcher
-from fluidsalus.store import ExperimentStore, loads
+from fluidsalus.store import ExperimentStore
 from fluidsalus.testing import drive
 from fluidsalus.testing.state import CheckedSearcher
-from fluidsalus.trialgroup.searcher_log import ADD, COMPLETE, GROUPS, RESULT, SearcherLog, replay
+from fluidsalus.trialgroup.searcher_log import ADD, COMPLETE, GROUPS, RESULT, SearcherLog, replay, restore
 from fluidsalus.tune._streamed import StreamedASHA
 
 SPACE = {"x": space.uniform(0.0, 1.0), "k": space.choice([1, 2, 3])}
@@ -52,7 +52,7 @@ class Clock:
 
 
 def _logged(live: BaseSearcher, store: ExperimentStore, make: Callable[[], BaseSearcher], clock: Clock,
-            share: float) -> CheckedSearcher:
+            share: float) -> tuple[CheckedSearcher, SearcherLog]:
     """What the executor does with a searcher, one call per transaction: each call through the log, then a save;
     after each save, a searcher restored from the store (saved state, then the logged calls) must equal it."""
     log = SearcherLog(live, store, share=share, clock=clock)
@@ -61,15 +61,10 @@ def _logged(live: BaseSearcher, store: ExperimentStore, make: Callable[[], BaseS
         with store.transaction():
             log.save()
         restored = make()
-        state = store.experiment()["searcher_state"]
-        if state is not None:
-            restored.load_state_dict(loads(state))
-        replay(restored, store.searcher_calls())
+        restore(restored, store)
         assert restored.state_dict() == live.state_dict()
 
-    checked = CheckedSearcher(live, commit, calls=log)
-    checked.log = log  # type: ignore[attr-defined]
-    return checked
+    return CheckedSearcher(live, commit, calls=log), log
 
 
 SEARCHERS: dict[str, Callable[[], BaseSearcher]] = {
@@ -96,11 +91,11 @@ def test_a_restored_searcher_replays_to_the_state_it_had_at_every_commit(tmp_pat
     live = make()
     assert live.replayable
     store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "score", "max")
-    logged = _logged(live, store, make, Clock(step), share)
+    logged, log = _logged(live, store, make, Clock(step), share)
     drive(logged, curve, max_iterations=9, parallel=3, seed=0)
     assert logged.checks > 50
     if share == 1e-9:  # the next save is due in 11 days: only the first one is made, the rest is logged
-        assert logged.log.saves == 1 and len(store.searcher_calls()) > 50
+        assert log.saves == 1 and len(store.searcher_calls()) > 50
         kinds = {kind for kind, _, _ in store.searcher_calls()}
         assert {RESULT, COMPLETE} <= kinds
         if name == "asha":  # new trials after the first save (a cap on live trials)
@@ -108,9 +103,9 @@ def test_a_restored_searcher_replays_to_the_state_it_had_at_every_commit(tmp_pat
     elif share == 1.0:
         assert store.searcher_calls() == []
     else:
-        assert 1 < logged.log.saves < logged.checks
+        assert 1 < log.saves < logged.checks
     with store.transaction():
-        logged.log.save(force=True)
+        log.save(force=True)
     assert store.searcher_calls() == []
 
 
