@@ -1,19 +1,21 @@
 """How the driver's own cost grows with a sweep's length: ASHA over N trials that do no work.
 
-    python benchmarks/long_sweep.py                              # N = 250, 500, 1000, 2000; fluidsalus and Optuna
+    python benchmarks/long_sweep.py                              # N = 250, 500, 1000, 2000; every tool
     python benchmarks/long_sweep.py --trials 1000 --tools fluidsalus --json-only
 
 Each trial reports :data:`REPORTS` times and does nothing else, so the whole time is the engine's: for
-fluidsalus the driver (searcher, planner, store) and the round trips to one virtual CPU device; for Optuna
-(``n_jobs=2``, in-memory storage, ``SuccessiveHalvingPruner``) the study and the pruner. fluidsalus runs
+fluidsalus the driver (searcher, planner, store) and the round trips to the virtual CPU devices; for Optuna
+(``n_jobs=2``, in-memory storage, ``SuccessiveHalvingPruner``) the study and the pruner. ``fluidsalus`` runs
 :class:`~fluidsalus.searchers.ASHA` with ``grace_period=1``, ``reduction_factor=3``, ``max_t=REPORTS`` and a
-fixed seed; Optuna the pruner with the same rungs and a seeded ``RandomSampler``. Ray is started once, before any
+fixed seed; ``optuna`` the pruner with the same rungs and a seeded ``RandomSampler``; ``fluidsalus_optuna`` the
+same study through :func:`fluidsalus.optuna.optimize`, whose trials ask the driver for each suggestion and each
+pruning decision (a round trip per report). Ray is started once, before any
 timing (``trivial`` in ``compare.py`` measures the per-trial cost of a short sweep; Ray Tune, at about 2 s per
 trial here, is left out: 2,000 trials would take more than an hour).
 
 A driver whose cost per trial stays flat scales; one whose cost per trial grows with N does work in proportion
-to the trials seen at every step. Printed per tool and N: ``wall_s``, ``ms_per_trial`` and, for fluidsalus,
-``driver_cpu_s`` (this process's CPU time: the driver, not the device actor). The last line is one JSON object
+to the trials seen at every step. Printed per tool and N: ``wall_s``, ``ms_per_trial`` and, for both fluidsalus
+tools, ``driver_cpu_s`` (this process's CPU time: the driver, not the device actors). The last line is one JSON object
 ``{"reports": ..., "runs": [{"tool": ..., "trials": ..., "wall_s": ..., ...}, ...]}``.
 """
 
@@ -32,7 +34,7 @@ from typing import Any
 REPORTS = 9
 REDUCTION_FACTOR = 3
 TRIALS = (250, 500, 1000, 2000)
-TOOLS = ("fluidsalus", "optuna")
+TOOLS = ("fluidsalus", "optuna", "fluidsalus_optuna")
 SEED = 0
 
 
@@ -62,27 +64,39 @@ def run_fluidsalus(trials: int, storage: str) -> dict[str, Any]:
             "best": grid.get_best_result("score", "max").metrics["score"]}
 
 
-def run_optuna(trials: int) -> dict[str, Any]:
+def optuna_objective(trial: Any) -> float:
+    import optuna
+
+    x = trial.suggest_float("x", 0.0, 1.0)
+    score = 0.0
+    for step in range(1, REPORTS + 1):
+        score = value(x, step)
+        trial.report(score, step)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+    return score
+
+
+def run_optuna(trials: int, through_fluidsalus: bool = False) -> dict[str, Any]:
+    """Optuna's own ``study.optimize(n_jobs=2)``, or the same study through ``fluidsalus.optuna.optimize``."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-    def objective(trial: optuna.Trial) -> float:
-        x = trial.suggest_float("x", 0.0, 1.0)
-        score = 0.0
-        for step in range(1, REPORTS + 1):
-            score = value(x, step)
-            trial.report(score, step)
-            if trial.should_prune():
-                raise optuna.TrialPruned()
-        return score
-
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=SEED),
                                 pruner=optuna.pruners.SuccessiveHalvingPruner(
                                     min_resource=1, reduction_factor=REDUCTION_FACTOR))
-    start = time.perf_counter()
-    study.optimize(objective, n_trials=trials, n_jobs=2)
-    return {"wall_s": round(time.perf_counter() - start, 3), "trials_run": len(study.trials), "best": study.best_value}
+    cpu, start = time.process_time(), time.perf_counter()
+    if through_fluidsalus:
+        import fluidsalus.optuna
+
+        fluidsalus.optuna.optimize(study, optuna_objective, n_trials=trials)
+    else:
+        study.optimize(optuna_objective, n_trials=trials, n_jobs=2)
+    figures = {"wall_s": round(time.perf_counter() - start, 3), "trials_run": len(study.trials),
+               "best": study.best_value}
+    if through_fluidsalus:
+        figures["driver_cpu_s"] = round(time.process_time() - cpu, 3)
+    return figures
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,20 +120,21 @@ def main(argv: list[str] | None = None) -> int:
 
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="fluidsalus_long_") as storage:
-        if "fluidsalus" in tools:
+        if {"fluidsalus", "fluidsalus_optuna"} & set(tools):
             import ray
 
             os.environ.setdefault("RAY_DEDUP_LOGS", "0")
             ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, logging_level=logging.WARNING)
         for n in lengths:
             for tool in tools:
-                figures = run_fluidsalus(n, storage) if tool == "fluidsalus" else run_optuna(n)
+                figures = run_fluidsalus(n, storage) if tool == "fluidsalus" else \
+                    run_optuna(n, through_fluidsalus=tool == "fluidsalus_optuna")
                 figures = {"tool": tool, "trials": n, **figures,
                            "ms_per_trial": round(1000 * figures["wall_s"] / n, 2)}
                 runs.append(figures)
                 if not args.json_only:
                     extra = f"  driver_cpu_s {figures['driver_cpu_s']:7.2f}" if "driver_cpu_s" in figures else ""
-                    print(f"{tool:<11} trials {n:5d}  wall_s {figures['wall_s']:7.2f}  "
+                    print(f"{tool:<17} trials {n:5d}  wall_s {figures['wall_s']:7.2f}  "
                           f"ms_per_trial {figures['ms_per_trial']:6.2f}{extra}", flush=True)
     print(json.dumps({"reports": REPORTS, "runs": runs}))
     return 0

@@ -252,6 +252,12 @@ class _FakeActor:
         return _FakeMethod(self.calls, name)
 
 
+def _sent(device):
+    """What the executor sent a device: the calls it made at once, then the commands waiting for the device's next
+    poll (``Executor._send``)."""
+    return device.actor.calls + device.outbox
+
+
 def _offline_executor(tmp_path, n_devices=1, slots=1, capacity=GiB):
     from fluidsalus.gpu.device import DeviceSpec
     from fluidsalus.searchers import RandomSearch
@@ -371,7 +377,7 @@ def test_a_promotion_of_a_restarted_trial_gives_its_device_the_new_budget(tmp_pa
         return
     executor._take_groups()
     assert trial.budget == 3 and trial.status == status
-    calls = executor._devices[0].actor.calls
+    calls = _sent(executor._devices[0])
     assert (("resume", ({"a": 3},)) in calls) is resumed
 
 
@@ -402,7 +408,7 @@ def test_a_trial_promoted_while_its_attempt_ends_for_a_restart_restarts_to_the_n
     executor.searcher.on_trial_add = lambda *args: None
     executor._take_groups()
     assert trial.budget == 10 and trial.group_id == "g2" and trial.status == RUNNING
-    assert not [c for c in executor._devices[0].actor.calls if c[0] == "resume"]  # its attempt is ending
+    assert not [c for c in _sent(executor._devices[0]) if c[0] == "resume"]  # its attempt is ending
     executor._handle(executor._devices[0], [(EV_END, "a", 0, 1.1, OUT_STOPPED, None, None)])
     assert trial.status == PENDING and "a" in executor.pending and trial.attempt == 1
     assert trial.last_iteration == 5 and trial.checkpoint_path == str(checkpoint)
@@ -453,7 +459,7 @@ def test_a_queued_trial_that_fits_no_device_ends_with_an_error_naming_both_sizes
     assert "needs P+T = 2147483648 bytes" in huge.error and f"largest device holds {GiB} bytes" in huge.error
     row = {t.trial_id: t for t in store.trials()}["huge"]
     assert row.status == "ERROR" and row.error == huge.error
-    submitted = [spec.trial_id for name, (specs,) in executor._devices[0].actor.calls if name == "submit"
+    submitted = [spec.trial_id for name, (specs,) in _sent(executor._devices[0]) if name == "submit"
                  for spec in specs]
     assert submitted == ["small"]  # the other trial runs
 
@@ -747,9 +753,9 @@ def test_a_checkpoint_verdict_is_answered_after_the_callbacks_saw_the_result_and
             (EV_RESULT, "a", 0, float(iteration), {"training_iteration": iteration, "loss": 1.0 / iteration}, False,
              False),
             (EV_CALL, "a", 0, float(iteration), 10 + iteration, CHECKPOINT_VERDICT_CALL, (iteration,))])
-    answers = [args for name, args in device.actor.calls if name == "answer"]
+    answers = [args for name, args in _sent(device) if name == "answer"]
     assert answers == [(11, False, False), (12, True, False)]
-    assert "request_checkpoint" not in [name for name, _ in device.actor.calls]  # the answer carries the request
+    assert "request_checkpoint" not in [name for name, _ in _sent(device)]  # the answer carries the request
     assert callback.seen == [1, 2]
     executor._handle(device, [(EV_CHECKPOINT, "a", 0, 2.5, 2, "checkpoint_000002")])
     assert trial.checkpoint_path == str(tmp_path / "a" / "checkpoint_000002")
@@ -760,4 +766,67 @@ def test_a_checkpoint_verdict_is_answered_after_the_callbacks_saw_the_result_and
     assert {t.trial_id: t for t in store.trials()}["a"].checkpoint_path == trial.checkpoint_path  # for a resume
     # A question about an iteration the callbacks did not ask for (or asked for long ago) is answered no.
     executor._handle(device, [(EV_CALL, "a", 0, 3.0, 13, CHECKPOINT_VERDICT_CALL, (3,))])
-    assert [args for name, args in device.actor.calls if name == "answer"][-1] == (13, False, False)
+    assert [args for name, args in _sent(device) if name == "answer"][-1] == (13, False, False)
+
+
+def test_a_command_waits_for_the_next_poll_of_a_device_whose_poll_came_back_and_goes_at_once_otherwise(tmp_path):
+    """``Executor._send``: one message per round trip for a busy device, no delay for one with a poll still out,
+    nothing for a dead device."""
+    executor, _ = _offline_executor(tmp_path)
+    device = executor._devices[0]
+    executor._send(device, "stop", ["a"])
+    executor._send(device, "answer", 7, 1.5, False)
+    assert device.outbox == [("stop", (["a"],)), ("answer", (7, 1.5, False))] and device.actor.calls == []
+    device.poll_ref = object()  # a poll is out: the device would not see the command until it came back
+    executor._send(device, "resume", {"a": 3})
+    assert device.actor.calls == [("resume", ({"a": 3},))] and len(device.outbox) == 2
+    device.alive = False
+    executor._send(device, "submit", [])
+    assert device.actor.calls == [("resume", ({"a": 3},))] and len(device.outbox) == 2
+
+
+#: Reports of :func:`_reports_slowly`, each after :data:`_REPORT_SLEEP_S`: long enough that a stop sent after the
+#: submit lands before the trial ends.
+_SLOW_REPORTS = 50
+_REPORT_SLEEP_S = 0.01
+
+
+def _reports_slowly(config):
+    for i in range(_SLOW_REPORTS):
+        time.sleep(_REPORT_SLEEP_S)
+        fluidsalus.report({"i": i})
+
+
+def test_a_device_carries_out_the_commands_sent_with_a_poll_in_their_order_before_it_polls(ray_cluster, tmp_path):
+    """``poll(max_wait_s, commands)`` applies the commands first and in order: a stop after the submit stops the
+    trial, a stop before it finds nothing to stop. An unknown command is refused with the allowed ones."""
+    import ray
+
+    from fluidsalus.gpu.actor import pack_trainable, start_device_actor
+    from fluidsalus.gpu.device import DeviceSpec
+    from fluidsalus.gpu.host import EV_END, EV_RESULT, OUT_COMPLETED, OUT_STOPPED, HostSettings
+
+    actor = start_device_actor(DeviceSpec("cpu:0", "cpu", 0, 1), pack_trainable(_reports_slowly, None),
+                               HostSettings("exp", max_lanes=1, capacity_bytes=GiB, trial_estimate=(2**20, 2**20)))
+
+    def run(trial_id, commands):
+        events = ray.get(actor.poll.remote(0.0, commands), timeout=120)
+        deadline = time.time() + 120
+        while not any(e[0] == EV_END and e[1] == trial_id for e in events):
+            assert time.time() < deadline, events
+            events += ray.get(actor.poll.remote(0.5), timeout=120)
+        end = next(e for e in events if e[0] == EV_END and e[1] == trial_id)
+        return end[4], sum(1 for e in events if e[0] == EV_RESULT and e[1] == trial_id)
+
+    def spec(trial_id):
+        return TrialSpec(trial_id, trial_id, {}, str(tmp_path / trial_id))
+
+    try:
+        outcome, results = run("a", [("submit", ([spec("a")],)), ("stop", (["a"],))])
+        assert outcome == OUT_STOPPED and results <= 1
+        assert run("b", [("stop", (["b"],)), ("submit", ([spec("b")],))]) == (OUT_COMPLETED, _SLOW_REPORTS)
+        with pytest.raises(ray.exceptions.RayTaskError,
+                           match="unknown device command 'kill'; allowed: submit, stop, resume, request_checkpoint"):
+            ray.get(actor.apply.remote([("kill", ())]), timeout=120)
+    finally:
+        ray.kill(actor, no_restart=True)

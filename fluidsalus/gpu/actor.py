@@ -28,6 +28,9 @@ from fluidsalus.gpu.device import DeviceSpec, NodeResources, virtual_device_capa
 from fluidsalus.gpu.host import EV_LANE, DeviceHost, HostSettings, TrialSpec
 from fluidsalus.gpu.ray_session import RaySessionBridge, install_if_ray_is_imported
 
+#: The actor methods a driver may send as commands with a poll (``poll(max_wait_s, commands)``) or ``apply``.
+COMMANDS = ("submit", "stop", "resume", "request_checkpoint", "answer")
+
 #: Concurrent method calls the actor serves: one long poll plus submit/stop/info calls beside it.
 ACTOR_MAX_CONCURRENCY = 4
 
@@ -114,7 +117,19 @@ class _DeviceActor:
     def answer(self, call_id: int, value: Any, is_error: bool = False) -> None:
         self.host.answer(call_id, value, is_error)
 
-    def poll(self, max_wait_s: float) -> list[tuple[Any, ...]]:
+    def apply(self, commands: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """Carry out the driver's commands in order: each is ``(method, args)`` for one of :data:`COMMANDS`."""
+        for method, args in commands:
+            if method not in COMMANDS:
+                raise ValueError(f"unknown device command {method!r}; allowed: {', '.join(COMMANDS)}")
+            getattr(self, method)(*args)
+
+    def poll(self, max_wait_s: float, commands: list[tuple[str, tuple[Any, ...]]] | None = None
+             ) -> list[tuple[Any, ...]]:
+        """Carry out ``commands`` (see :meth:`apply`), then return the device's events, waiting up to
+        ``max_wait_s`` for the first one."""
+        if commands:
+            self.apply(commands)
         events = self.host.poll(max_wait_s)
         if self._nvml is not None and self._nvml.available:
             for sample in self._nvml.samples():

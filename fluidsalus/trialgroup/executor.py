@@ -562,6 +562,7 @@ class _Device:
     assigned: set[str]  # trials with a rank of their current attempt here (submitted, not ended)
     poll_ref: Any = None
     alive: bool = True
+    outbox: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)  # commands for its next poll
     lanes: int = 0  # open lanes, from the device's lane events (for the progress view)
     capacity: int = 0  # bytes its lanes may reserve (the planner's DeviceView.capacity_bytes)
     curve_key: str = "cpu"  # device class whose co-location and scaling curves apply
@@ -721,8 +722,28 @@ class Executor:
             events.append((now, "device_start", None, spec.name, info))
         self.store.add_events(events)
 
+    def _send(self, device: _Device, method: str, *args: Any) -> None:
+        """Send a command (``submit``, ``stop``, ``resume``, ``request_checkpoint``, ``answer``) to a device.
+
+        A device whose last poll came back gets the command with its next poll, which the loop sends before it
+        waits again, so a busy device gets one message per round trip instead of one per command; the device
+        carries out a poll's commands in the order they were sent, before it polls. A device with a poll still
+        out gets the command at once, as its own actor call. A dead device's commands are dropped (its trials
+        are requeued by :meth:`_device_died`).
+        """
+        if not device.alive:
+            return
+        if device.poll_ref is None:
+            device.outbox.append((method, args))
+        else:
+            getattr(device.actor, method).remote(*args)
+
     def _stop_devices(self) -> None:
         live = [d for d in self._devices if d.alive]
+        for device in live:  # what the last pass left for a next poll (normally nothing: every trial has ended)
+            if device.outbox:
+                device.actor.apply.remote(device.outbox)
+                device.outbox = []
         if live:
             refs = [d.actor.shutdown.remote(SHUTDOWN_GRACE_S) for d in live]
             try:
@@ -771,7 +792,8 @@ class Executor:
             refs = []
             for device in self._devices:
                 if device.alive and device.poll_ref is None:
-                    device.poll_ref = device.actor.poll.remote(POLL_WAIT_S)
+                    commands, device.outbox = device.outbox, []
+                    device.poll_ref = device.actor.poll.remote(POLL_WAIT_S, commands)
                 if device.alive:
                     refs.append(device.poll_ref)
             if not refs:
@@ -941,7 +963,7 @@ class Executor:
                 trial.last_iteration = _checkpoint_iteration(trial.checkpoint_path)
             self.pending.add(trial)
         for index, budgets in resumes.items():  # rank 0 decides for a data-parallel trial's workers
-            self._device(index).actor.resume.remote(budgets)
+            self._send(self._device(index), "resume", budgets)
         self._stop_exploited()
 
     def _extras_of(self, seq: int, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -1036,9 +1058,7 @@ class Executor:
             for index in trial.placed_on:
                 by_device.setdefault(index, []).append(trial_id)
         for index, ids in by_device.items():
-            device = self._device(index)
-            if device.alive:
-                device.actor.stop.remote(ids)
+            self._send(self._device(index), "stop", ids)
 
     def _send_checkpoint_requests(self, trial_ids: Iterable[str]) -> None:
         """Ask the device of each trial the callbacks want checkpointed to save it at its next iteration (a
@@ -1052,9 +1072,7 @@ class Executor:
                 continue
             by_device.setdefault(trial.placed_on[0], []).append(trial_id)  # rank 0's device: it saves the trial
         for index, ids in by_device.items():
-            device = self._device(index)
-            if device.alive:
-                device.actor.request_checkpoint.remote(ids)
+            self._send(self._device(index), "request_checkpoint", ids)
 
     def _end_unstarted(self, trial: Trial) -> None:
         """End a trial that runs nowhere, inside the caller's transaction; the caller saves the searcher's log
@@ -1262,7 +1280,7 @@ class Executor:
             for index, spec in rank_specs(self._spec_for(trial), devices, rendezvous):
                 batches.setdefault(index, []).append(spec)
         for index, specs in batches.items():
-            self._device(index).actor.submit.remote(specs)
+            self._send(self._device(index), "submit", specs)
 
     def _unsubmit(self, trial: Trial, reason: str) -> None:
         """Take back a placement that could not be sent (its rank 0's actor did not answer): the trial waits in
@@ -1502,7 +1520,7 @@ class Executor:
             wanted = self._checkpoint_wanted.get(trial_id) == iteration
             if wanted:
                 del self._checkpoint_wanted[trial_id]
-            device.actor.answer.remote(event[4], wanted, False)
+            self._send(device, "answer", event[4], wanted, False)
 
     def _lane_event(self, device: _Device, event: tuple[Any, ...]) -> None:
         """Follow a device's lanes (its mirror for the planner), the trials' memory estimates and the end of
@@ -1650,8 +1668,7 @@ class Executor:
                 device.assigned.discard(trial.trial_id)
                 if position > 0:
                     device.lingering[trial.trial_id] = time.time()
-                    if device.alive:
-                        device.actor.stop.remote([trial.trial_id], {trial.trial_id: trial.attempt})
+                    self._send(device, "stop", [trial.trial_id], {trial.trial_id: trial.attempt})
             device.changed_at = ts
         trial.placed_on = ()
 
@@ -1709,7 +1726,7 @@ class Executor:
             value, is_error = handler(trial_id, method, tuple(args)), False
         except Exception as e:  # noqa: BLE001 - the error is raised in the calling trial, where it belongs
             value, is_error = e, True
-        device.actor.answer.remote(call_id, value, is_error)
+        self._send(device, "answer", call_id, value, is_error)
 
     def _retain_checkpoints(self, trial: Trial) -> None:
         """Keep the trial's ``num_to_keep`` best checkpoints (by score, else the newest) and always its latest."""
@@ -1757,6 +1774,7 @@ class Executor:
         """
         device.alive = False
         device.poll_ref = None
+        device.outbox.clear()
         self._dirty = True
         now = time.time()
         events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]] = [
