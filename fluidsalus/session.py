@@ -2,7 +2,9 @@
 
 Many trials share one device actor process, each in its own thread, so the current trial is found through a
 thread-local :class:`TrialSession`. The device host (``fluidsalus.gpu.host``) installs one before it calls the
-trainable and removes it afterwards.
+trainable and removes it afterwards. A thread that a trial starts belongs to that trial
+(:func:`inherit_sessions_in_started_threads`), as every thread of a Ray Tune trial's process does: it may call
+these functions too, until the trial ends.
 
 Each :func:`report` call is one iteration. As Ray Tune does, it adds ``training_iteration``,
 ``time_this_iter_s``, ``time_total_s``, ``timestamp`` and a few identifying fields to the metrics.
@@ -279,6 +281,10 @@ class TrialSession:
         self._turns = turns
         self._caller: Callable[[str, tuple[Any, ...]], Any] | None = None
         self.ranks: RankSync | None = None
+        #: Set when a report, step or pause ended the trial (:class:`StopTrial`), in whichever of its threads.
+        self.stopped = False
+        #: Set by the host once the trial's function has returned: a thread it started may not report after.
+        self.ended = False
 
     def at_budget(self, result: Mapping[str, Any]) -> bool:
         """True when ``result`` reaches the trial's budget (the trial then pauses after reporting it)."""
@@ -353,6 +359,7 @@ class TrialSession:
         """
         if not isinstance(metrics, Mapping):
             raise TypeError(f"report(metrics=...): metrics must be a dict, got {type(metrics).__name__}")
+        self._check_live("report")
         now = time.time()
         self.iteration += 1
         result: dict[str, Any] = dict(metrics)
@@ -395,20 +402,20 @@ class TrialSession:
             self._keep(at_end(), result)
         self._sink(result, paused)
         if stop:
-            raise StopTrial()
+            raise self._stop()
         if paused:
             # Salus-style fast switching: the trial's state stays resident while it waits for its verdict,
             # and its lane's turn goes to another trial meanwhile.
             if self._turns is not None:
                 self._turns.release()
             if self._wait_resume():
-                raise StopTrial()
+                raise self._stop()
             if self._turns is not None:
                 self._turns.acquire()
         elif self._turns is not None:
             self._turns.boundary()  # an iteration boundary: the lane may switch to another trial here
             if self.stop_requested.is_set() and self._stops_alone():
-                raise StopTrial()
+                raise self._stop()
         self._last = time.time()  # time spent paused or waiting for the lane is not part of an iteration
 
     def _wait_resume(self) -> bool:
@@ -427,6 +434,7 @@ class TrialSession:
 
     def call(self, method: str, *args: Any) -> Any:
         """Call ``method`` on the driver's call handler and wait for its answer (see ``fluidsalus.session.call``)."""
+        self._check_live("call_driver")
         if self._caller is None:
             raise SessionError("this trial has no driver to call (no call handler was set for the run)")
         if self._turns is None:
@@ -440,16 +448,29 @@ class TrialSession:
         finally:
             self._turns.acquire()
 
+    def _stop(self) -> StopTrial:
+        """The exception that ends the trial here, noted so that a stop in a thread the trial started ends the
+        trial as stopped even when its function then returns."""
+        self.stopped = True
+        return StopTrial()
+
+    def _check_live(self, function: str) -> None:
+        if self.ended:
+            raise SessionError(f"fluidsalus.{function}() was called by a thread of trial {self.context.trial_id} "
+                               "after the trial ended (its function had returned). Join the threads a trainable "
+                               "starts before it returns.")
+
     def start_clock(self) -> None:
         """Start the trial's clocks (called once the trial first holds its lane's turn)."""
         self._started = self._last = time.time()
 
     def step(self) -> None:
         """A finer boundary than ``report()``: the lane may switch here once the quantum has passed."""
+        self._check_live("step")
         if self._turns is not None:
             self._turns.step()
             if self.stop_requested.is_set() and self._stops_alone():
-                raise StopTrial()
+                raise self._stop()
 
     def _stops_alone(self) -> bool:
         """Whether a requested stop ends the trial here, between rank 0's decisions.
@@ -478,8 +499,8 @@ def _current(function: str) -> TrialSession:
     session: TrialSession | None = getattr(_local, "session", None)
     if session is None:
         raise SessionError(
-            f"fluidsalus.{function}() was called outside a trial. Call it inside a trainable that "
-            "fluidsalus runs (fluidsalus.run(...) or tune.Tuner(...).fit()), from the trial's own thread."
+            f"fluidsalus.{function}() was called outside a trial. Call it inside a trainable that fluidsalus "
+            "runs (fluidsalus.run(...) or tune.Tuner(...).fit()), from the trial's thread or a thread it started."
         )
     return session
 
@@ -492,6 +513,50 @@ def current_session() -> TrialSession | None:
 def set_session(session: TrialSession | None) -> None:
     """Install (or with None remove) the session of the calling thread. Used by the device host."""
     _local.session = session
+
+
+_thread_start = threading.Thread.start
+
+
+def _start_in_trial(self: threading.Thread) -> None:
+    """``threading.Thread.start`` where sessions are inherited: a thread started by a trial runs in that trial.
+
+    A :class:`StopTrial` that ends such a thread (the driver stopped the trial at a report there) ends it quietly;
+    the trial's own thread learns of the stop at its next report, or from ``TrialSession.stopped`` when its
+    function returns.
+    """
+    session = getattr(_local, "session", None)
+    if session is not None:
+        run = self.run
+
+        def run_in_trial() -> None:
+            set_session(session)
+            try:
+                run()
+            except StopTrial:
+                pass
+            finally:
+                set_session(None)
+
+        self.run = run_in_trial  # type: ignore[method-assign]
+    _thread_start(self)
+
+
+def start_outside_trials(thread: threading.Thread) -> None:
+    """Start ``thread`` in no trial, whichever trial the calling thread runs (the host's own trial threads: a
+    trial admitted at a neighbour's report is not the neighbour's)."""
+    _thread_start(thread)
+
+
+def inherit_sessions_in_started_threads() -> None:
+    """Make every thread a trial starts from now on belong to that trial (idempotent; the device host calls it).
+
+    Ray Tune runs one trial per process, so any thread of a trainable may call ``tune.report``; fluidsalus runs
+    several trials as threads of one process and finds a thread's trial through the thread, so a thread inherits
+    the trial of the thread that started it (``threading.Thread``, and so ``concurrent.futures`` pools a trial
+    creates). A pool created before any trial, and shared between trials, runs in none.
+    """
+    threading.Thread.start = _start_in_trial  # type: ignore[method-assign]
 
 
 def report(metrics: Mapping[str, Any], checkpoint: Checkpoint | None = None) -> None:

@@ -602,3 +602,95 @@ def test_a_new_budget_reaches_a_trial_still_waiting_for_memory_and_one_still_run
     poll_until(lambda: sum(e[0] == EV_END for e in events) == 2)
     # Each first paused at its new budget, not at the one it was submitted with (2 and 1).
     assert paused_at("t0")[0] == 3 and paused_at("t1")[0] == 2
+
+
+# ------------------------------------------------------------------ threads a trial starts
+
+
+def test_a_thread_the_trial_starts_reports_to_that_trial_as_under_ray(tmp_path):
+    """Ray runs one trial per process, so any thread of a trainable may report; here a thread belongs to the
+    trial that started it (a ``concurrent.futures`` pool's threads too)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    seen = {}
+
+    def f(config):
+        def work():
+            seen[config["x"]] = fluidsalus.get_context().get_trial_id()
+            for i in range(2):
+                fluidsalus.report({"v": config["x"] * 10 + i})
+
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pool.submit(fluidsalus.report, {"v": config["x"] * 10 + 2}).result()
+
+    host = DeviceHost(f, _settings(max_lanes=2))
+    host.submit([_spec(tmp_path, i, x=i) for i in range(2)])
+    events = _drain(host, 2)
+    for i in range(2):
+        mine = [e for e in events if e[1] == f"t{i}" and e[0] in (EV_RESULT, EV_END)]
+        assert [e[4]["v"] for e in mine[:-1]] == [i * 10, i * 10 + 1, i * 10 + 2]
+        assert [e[4]["training_iteration"] for e in mine[:-1]] == [1, 2, 3]
+        assert mine[-1][0] == EV_END and mine[-1][4] == OUT_COMPLETED
+    assert seen == {0: "t0", 1: "t1"}
+    assert fluidsalus.session.current_session() is None  # this thread started no trial: it belongs to none
+
+
+def test_a_trial_stopped_at_a_report_of_a_thread_it_started_ends_stopped_quietly(tmp_path, capsys):
+    """The stop ends the reporting thread (no traceback of it), and the trial ends stopped even though its
+    function then returns normally."""
+    go = threading.Event()
+    reached = []
+
+    def f(config):
+        def work():
+            fluidsalus.report({"v": 1})
+            go.wait(WAIT_S)
+            fluidsalus.report({"v": 2})  # stops here
+            reached.append("after the stop")
+
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    host.submit([_spec(tmp_path, 0)])
+    first, deadline = [], time.time() + WAIT_S
+    while not any(e[0] in (EV_RESULT, EV_END) for e in first):
+        assert time.time() < deadline, first
+        first += host.poll(0.1)
+    host.stop(["t0"])
+    go.set()
+    events = first + (_drain(host, 1) if not any(e[0] == EV_END for e in first) else [])
+    assert [e[4]["v"] for e in events if e[0] == EV_RESULT] == [1, 2]
+    assert [e[4] for e in events if e[0] == EV_END] == [OUT_STOPPED]
+    assert reached == []
+    assert "StopTrial" not in capsys.readouterr().err
+
+
+def test_a_thread_that_reports_after_its_trial_ended_gets_a_clear_error_and_the_trial_no_result(tmp_path):
+    go, done = threading.Event(), threading.Event()
+    errors = []
+
+    def f(config):
+        def late():
+            go.wait(WAIT_S)
+            try:
+                fluidsalus.report({"v": 1})
+            except fluidsalus.errors.SessionError as e:
+                errors.append(str(e))
+            done.set()
+
+        threading.Thread(target=late, daemon=True).start()
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    host.submit([_spec(tmp_path, 0)])
+    events = _drain(host, 1)
+    go.set()
+    assert done.wait(WAIT_S)
+    events += host.poll(0.0)
+    assert [e[0] for e in events if e[1] == "t0" and e[0] != EV_LANE] == [EV_START, EV_END]
+    assert errors == ["fluidsalus.report() was called by a thread of trial t0 after the trial ended (its "
+                      "function had returned). Join the threads a trainable starts before it returns."]

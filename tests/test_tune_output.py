@@ -50,6 +50,44 @@ def test_each_thread_writes_its_own_files_and_the_console_still_gets_everything(
     assert len(captured.err.splitlines()) == 6
 
 
+def test_the_threads_a_trial_starts_write_to_its_files_and_a_shared_pools_do_not(tmp_path, capsys) -> None:
+    """A trial's text is that of its own thread and of the threads it starts (each belongs to the trial), as
+    under Ray, where the trial owns its process; a pool made before the trial belongs to no trial."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import fluidsalus
+    from fluidsalus.gpu.host import EV_END, DeviceHost, HostSettings, TrialSpec
+
+    shared = ThreadPoolExecutor(max_workers=1)
+    shared.submit(print, "the pool starts its thread outside any trial").result()
+
+    def f(config):
+        with trial_output(fluidsalus.get_context().get_trial_dir(), "stdout", "stderr"):
+            print("from the trial")
+            thread = threading.Thread(target=lambda: print("from its thread", file=sys.stderr))
+            thread.start()
+            thread.join()
+            shared.submit(print, "from the shared pool").result()
+
+    host = DeviceHost(f, HostSettings("exp", max_lanes=1, capacity_bytes=2**30, trial_estimate=(2**20, 2**20),
+                                      profile_memory=False))
+    try:
+        host.submit([TrialSpec("t0", "t0", {}, str(tmp_path / "t0"))])
+        events, deadline = [], time.time() + 10
+        while not any(e[0] == EV_END for e in events):
+            assert time.time() < deadline, events
+            events += host.poll(0.1)
+    finally:
+        shared.shutdown()
+    assert [e[4] for e in events if e[0] == EV_END] == ["completed"]
+    assert (tmp_path / "t0" / "stdout").read_text() == "from the trial\n"
+    assert (tmp_path / "t0" / "stderr").read_text() == "from its thread\n"
+    captured = capsys.readouterr()  # the console still gets everything
+    assert captured.out.splitlines() == ["the pool starts its thread outside any trial", "from the trial",
+                                         "from the shared pool"]
+    assert captured.err == "from its thread\n"
+
+
 def _chatty(config):
     from fluidsalus import tune
 

@@ -45,7 +45,15 @@ from fluidsalus.gpu import memory as mem
 from fluidsalus.gpu.allocator import is_refusal
 from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE, ArenaBackend, host_arenas
 from fluidsalus.gpu.policies import DEFAULT_POLICY, TrialView, choose, get_policy
-from fluidsalus.session import BudgetKeyError, StopTrial, TrialContext, TrialSession, set_session
+from fluidsalus.session import (
+    BudgetKeyError,
+    StopTrial,
+    TrialContext,
+    TrialSession,
+    inherit_sessions_in_started_threads,
+    set_session,
+    start_outside_trials,
+)
 
 #: Environment variables that cap the compute threads of torch (and the BLAS/OpenMP it uses) at import.
 _THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -248,6 +256,7 @@ class DeviceHost:
         self._grant_seq = 0  # counts every turn given anywhere on the device (for "ran alone" checks)
         self._closed = False
         self._torch_configured = False
+        inherit_sessions_in_started_threads()  # a thread a trial starts reports to that trial, as under Ray
         if settings.torch_threads is not None:
             # torch reads these when it is first imported; a torch imported earlier is set up in _run_trial.
             for var in _THREAD_ENV_VARS:
@@ -676,7 +685,7 @@ class DeviceHost:
         else:  # a data-parallel worker: not the trial's start (see TrialSpec)
             self._emit_locked((EV_LANE, spec.trial_id, spec.attempt, time.time(), "worker_start",
                                {"rank": spec.rank, "world_size": spec.world_size}))
-        thread.start()
+        start_outside_trials(thread)  # it may be admitted from a neighbour's report: it is not that trial's
 
     def _leave_locked(self, trial_id: str) -> None:
         """A trial ended: its turn goes on, it leaves its lane, and waiting trials are admitted."""
@@ -799,6 +808,8 @@ class DeviceHost:
                     session.report_return_value(item)
             else:
                 session.report_return_value(output)
+            if session.stopped:  # a thread the trial started was stopped at its report; the function returned
+                outcome = OUT_STOPPED
         except StopTrial:
             outcome = OUT_STOPPED
         except BaseException as e:  # noqa: BLE001 - a trial's failure must never take the device down
@@ -807,6 +818,7 @@ class DeviceHost:
             if isinstance(e, (StopRuleError, BudgetKeyError)):
                 fatal = error = str(e)
         finally:
+            session.ended = True  # threads the trial started may not report after its end
             set_session(None)
             if self._arenas is not None:  # the run's memory is the trial's no more; leftovers are reported
                 self._arenas.exit(spec.trial_id)

@@ -2,11 +2,12 @@
 
 Ray runs one trial per actor process and swaps that process's ``sys.stdout``/``sys.stderr`` for a tee of the
 console and the file. A fluidsalus device process runs several trials at once, one thread each, so the swap is
-per thread: the first trial that logs to a file replaces the process's streams with a :class:`_Router`, which
+per trial: the first trial that logs to a file replaces the process's streams with a :class:`_Router`, which
 writes everything to the stream it replaced (the console, through Ray's log forwarding, as before) and a
-thread's text also to that thread's file. Threads that a trial starts itself, and output written below Python
-(C extensions writing to file descriptor 1 or 2, logging handlers that kept the old stream), reach the console
-only.
+trial's text also to that trial's file. A trial's text is what its own thread and the threads it started write
+(they belong to it: ``fluidsalus.session.inherit_sessions_in_started_threads``). Output written below Python (C
+extensions writing to file descriptor 1 or 2, logging handlers that kept the old stream), and that of threads a
+trial did not start (a pool shared between trials), reach the console only.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
 from fluidsalus.errors import ConfigError
+from fluidsalus.session import current_session
 
 #: Ray's file names for ``log_to_file=True``.
 STDOUT_FILE, STDERR_FILE = "stdout", "stderr"
@@ -49,26 +51,35 @@ def log_files(log_to_file: Any) -> tuple[str | None, str | None]:
                       f"stderr_file) of file names or None (got {log_to_file!r})")
 
 
+def _owner() -> object:
+    """Whose files a write goes to: the calling thread's trial (shared by the threads the trial started: see
+    ``fluidsalus.session.inherit_sessions_in_started_threads``), or, outside any trial, the thread itself."""
+    session = current_session()
+    return session if session is not None else threading.current_thread()
+
+
 class _Router:
-    """A process's ``sys.stdout`` or ``sys.stderr``: writes go to the stream it replaced and, from a thread that
-    has one, to that thread's file too (Ray's ``Tee``, one file per thread)."""
+    """A process's ``sys.stdout`` or ``sys.stderr``: writes go to the stream it replaced and, from a trial (or
+    thread) that has one, to its file too (Ray's ``Tee``; under Ray one trial owns the whole process)."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
-        self.local = threading.local()
+        self.files: dict[object, TextIO] = {}
 
     def write(self, text: str) -> int:
         written = self.stream.write(text)
-        file = getattr(self.local, "file", None)
+        file = self.files.get(_owner())
         if file is not None:
-            file.write(text)
+            with contextlib.suppress(ValueError):  # closed: a thread of the trial wrote as the trial ended
+                file.write(text)
         return written
 
     def flush(self) -> None:
         self.stream.flush()
-        file = getattr(self.local, "file", None)
+        file = self.files.get(_owner())
         if file is not None:
-            file.flush()
+            with contextlib.suppress(ValueError):
+                file.flush()
 
     def __getattr__(self, name: str) -> Any:  # encoding, isatty(), fileno(), ... of the stream it replaced
         return getattr(self.stream, name)
@@ -85,7 +96,8 @@ def _router(name: str) -> _Router:
 
 @contextlib.contextmanager
 def trial_output(folder: str, stdout_file: str | None, stderr_file: str | None) -> Iterator[None]:
-    """While the block runs, this thread's ``print`` output (and ``sys.stderr`` writes) also go to the files.
+    """While the block runs, the ``print`` output (and ``sys.stderr`` writes) of the calling thread's trial (its
+    thread and the threads it starts), or outside a trial of the calling thread, also go to the files.
 
     Args:
         folder: The trial's folder; relative file names are taken from it. A resumed trial appends.
@@ -93,7 +105,8 @@ def trial_output(folder: str, stdout_file: str | None, stderr_file: str | None) 
         stderr_file: File for ``sys.stderr`` (the same name as ``stdout_file``: one file for both), or None.
     """
     opened: dict[str, TextIO] = {}
-    routes: list[tuple[_Router, Any]] = []
+    routes: list[tuple[_Router, TextIO | None]] = []
+    owner = _owner()
     try:
         for stream, name in zip(_STREAMS, (stdout_file, stderr_file), strict=True):
             if not name:
@@ -103,11 +116,14 @@ def trial_output(folder: str, stdout_file: str | None, stderr_file: str | None) 
                 os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
                 opened[path] = open(path, "a", buffering=1)  # noqa: SIM115 - closed below; line-buffered
             router = _router(stream)
-            routes.append((router, getattr(router.local, "file", None)))
-            router.local.file = opened[path]
+            routes.append((router, router.files.get(owner)))
+            router.files[owner] = opened[path]
         yield
     finally:
         for router, previous in reversed(routes):
-            router.local.file = previous
+            if previous is None:
+                router.files.pop(owner, None)
+            else:
+                router.files[owner] = previous
         for file in opened.values():
             file.close()
