@@ -217,7 +217,9 @@ def test_pb2_example(tmp_path: Path) -> None:
     analysis = tune.ExperimentAnalysis(str(tmp_path / "home" / "ray_results" / "pbt_test"))
     rates = {float(lr) for frame in analysis.trial_dataframes.values() for lr in frame["cur_lr"]}
     assert len(analysis.trials) == 8 and all(t.last_result["training_iteration"] == 30 for t in analysis.trials)
-    assert 0.0001 in rates and len(rates) > 2  # every trial starts at 0.0001; PB2 picked other rates for some
+    # Every trial starts at 0.0001 and PB2 picked other rates for some. How many distinct ones depends on which
+    # results are in at each perturbation (timing): under load its UCB picked one rate at every perturbation.
+    assert 0.0001 in rates and rates - {0.0001}
 
 
 def test_async_hyperband_example_full_run(tmp_path: Path) -> None:
