@@ -515,6 +515,7 @@ def set_session(session: TrialSession | None) -> None:
     _local.session = session
 
 
+#: ``threading.Thread.start`` as it was before :func:`inherit_sessions_in_started_threads` wrapped it.
 _thread_start = threading.Thread.start
 
 
@@ -556,7 +557,10 @@ def inherit_sessions_in_started_threads() -> None:
     the trial of the thread that started it (``threading.Thread``, and so ``concurrent.futures`` pools a trial
     creates). A pool created before any trial, and shared between trials, runs in none.
     """
-    threading.Thread.start = _start_in_trial  # type: ignore[method-assign]
+    global _thread_start
+    if threading.Thread.start is not _start_in_trial:  # wrap what is there now (another tool may have wrapped it)
+        _thread_start = threading.Thread.start
+        threading.Thread.start = _start_in_trial  # type: ignore[method-assign]
 
 
 def report(metrics: Mapping[str, Any], checkpoint: Checkpoint | None = None) -> None:

@@ -160,3 +160,32 @@ def test_write_atomically_replaces_the_whole_file_or_leaves_the_old_one(tmp_path
     with pytest.raises(OSError, match="disk full"):
         write_atomically(str(target), b"lost")
     assert target.read_text() == "new text" and os.listdir(tmp_path) == ["state.pkl"]  # no staging file left
+
+
+def test_inheriting_wraps_thread_start_once_and_keeps_a_wrapper_installed_before_it(tmp_path, monkeypatch):
+    """A tool that wrapped ``Thread.start`` before the host (a debugger, say) still sees every start, once, and a
+    thread started in a trial reports to it."""
+    import threading
+
+    from fluidsalus import session as session_module
+
+    starts = []
+    original = threading.Thread.start
+
+    def tool_start(self):
+        starts.append(self.name)
+        original(self)
+
+    monkeypatch.setattr(threading.Thread, "start", tool_start)
+    monkeypatch.setattr(session_module, "_thread_start", original)
+    session_module.inherit_sessions_in_started_threads()
+    session_module.inherit_sessions_in_started_threads()  # a second host in the process
+    session, got = _session(tmp_path)
+    set_session(session)
+    try:
+        thread = threading.Thread(target=lambda: fluidsalus.report({"x": 1}), name="child")
+        thread.start()
+        thread.join()
+    finally:
+        set_session(None)
+    assert starts == ["child"] and [r["x"] for r in got] == [1]
