@@ -517,6 +517,7 @@ def set_session(session: TrialSession | None) -> None:
 
 #: ``threading.Thread.start`` as it was before :func:`inherit_sessions_in_started_threads` wrapped it.
 _thread_start = threading.Thread.start
+_inheriting = False  # whether it has wrapped it
 
 
 def _start_in_trial(self: threading.Thread) -> None:
@@ -557,10 +558,12 @@ def inherit_sessions_in_started_threads() -> None:
     the trial of the thread that started it (``threading.Thread``, and so ``concurrent.futures`` pools a trial
     creates). A pool created before any trial, and shared between trials, runs in none.
     """
-    global _thread_start
-    if threading.Thread.start is not _start_in_trial:  # wrap what is there now (another tool may have wrapped it)
-        _thread_start = threading.Thread.start
-        threading.Thread.start = _start_in_trial  # type: ignore[method-assign]
+    global _thread_start, _inheriting
+    if _inheriting:  # once per process: a tool that wrapped ours since must not be wrapped in turn (a loop)
+        return
+    _thread_start = threading.Thread.start  # as it is now: another tool may have wrapped it before
+    threading.Thread.start = _start_in_trial  # type: ignore[method-assign]
+    _inheriting = True
 
 
 def report(metrics: Mapping[str, Any], checkpoint: Checkpoint | None = None) -> None:

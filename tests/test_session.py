@@ -162,30 +162,49 @@ def test_write_atomically_replaces_the_whole_file_or_leaves_the_old_one(tmp_path
     assert target.read_text() == "new text" and os.listdir(tmp_path) == ["state.pkl"]  # no staging file left
 
 
-def test_inheriting_wraps_thread_start_once_and_keeps_a_wrapper_installed_before_it(tmp_path, monkeypatch):
-    """A tool that wrapped ``Thread.start`` before the host (a debugger, say) still sees every start, once, and a
-    thread started in a trial reports to it."""
+def _started_in_trial(tmp_path, name):
+    """Start a thread named ``name`` in a trial; return what the trial got from the thread's report."""
     import threading
 
-    from fluidsalus import session as session_module
-
-    starts = []
-    original = threading.Thread.start
-
-    def tool_start(self):
-        starts.append(self.name)
-        original(self)
-
-    monkeypatch.setattr(threading.Thread, "start", tool_start)
-    monkeypatch.setattr(session_module, "_thread_start", original)
-    session_module.inherit_sessions_in_started_threads()
-    session_module.inherit_sessions_in_started_threads()  # a second host in the process
     session, got = _session(tmp_path)
     set_session(session)
     try:
-        thread = threading.Thread(target=lambda: fluidsalus.report({"x": 1}), name="child")
+        thread = threading.Thread(target=lambda: fluidsalus.report({"x": 1}), name=name)
         thread.start()
         thread.join()
     finally:
         set_session(None)
-    assert starts == ["child"] and [r["x"] for r in got] == [1]
+    return [r["x"] for r in got]
+
+
+@pytest.mark.parametrize("tool_first", [True, False])
+def test_inheriting_wraps_thread_start_once_and_keeps_another_tools_wrapper(tmp_path, monkeypatch, tool_first):
+    """A tool that wraps ``Thread.start`` (a debugger, say) before or after the host installs inheritance still
+    sees every start, once; a thread started in a trial reports to it; a second host changes nothing."""
+    import threading
+
+    from fluidsalus import session as session_module
+
+    true_start = session_module._thread_start if session_module._inheriting else threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", true_start)  # this process as a fresh device process
+    monkeypatch.setattr(session_module, "_thread_start", true_start)
+    monkeypatch.setattr(session_module, "_inheriting", False)
+    starts = []
+
+    def install_tool():
+        wrapped = threading.Thread.start
+
+        def tool_start(self):
+            starts.append(self.name)
+            wrapped(self)
+
+        threading.Thread.start = tool_start  # monkeypatch restores the attribute at the end
+
+    if tool_first:
+        install_tool()
+    session_module.inherit_sessions_in_started_threads()
+    if not tool_first:
+        install_tool()
+    session_module.inherit_sessions_in_started_threads()  # a second host in the process
+    assert _started_in_trial(tmp_path, "child") == [1]
+    assert starts == ["child"]
