@@ -740,10 +740,8 @@ class Executor:
 
     def _stop_devices(self) -> None:
         live = [d for d in self._devices if d.alive]
-        for device in live:  # what the last pass left for a next poll (normally nothing: every trial has ended)
-            if device.outbox:
-                device.actor.apply.remote(device.outbox)
-                device.outbox = []
+        for device in self._devices:  # commands left for a next poll are moot: shutdown stops every trial and
+            device.outbox.clear()     # answers every call a trial waits in
         if live:
             refs = [d.actor.shutdown.remote(SHUTDOWN_GRACE_S) for d in live]
             try:
