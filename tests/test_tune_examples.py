@@ -196,6 +196,48 @@ def test_optuna_multiobjective_example_prints_a_best_config_per_objective(tmp_pa
     assert "fluidsalus: 10 trials" in output and "0 errored" in output
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get(SLOW_ENV), reason=f"set {SLOW_ENV}=1")
+@pytest.mark.parametrize("args", [(), ("--use-cv",)])
+def test_xgboost_example_tunes_boosters_through_the_integration_callback(args: tuple[str, ...],
+                                                                         tmp_path: Path) -> None:
+    # Ray's xgboost_example.py (about 10 s): 10 boosters under ASHA, each round reported by
+    # tune.integration.xgboost.TuneReportCheckpointCallback; without --use-cv it loads the best trial's booster
+    # from its checkpoint. The callback itself is tested quickly in test_tune_integration.py.
+    output = _check(run_example("xgboost_example.py", tmp_path, *args))
+    assert "fluidsalus: 10 trials" in output and "0 errored" in output
+    if not args:
+        assert {"max_depth", "min_child_weight", "subsample", "eta"} <= set(
+            best_config(output, "Best model parameters: "))
+        accuracy = float(output.split("Best model total accuracy: ", 1)[1].split()[0])
+        assert 0.5 < accuracy <= 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get(SLOW_ENV), reason=f"set {SLOW_ENV}=1")
+def test_xgboost_dynamic_resources_example_runs_its_grid_under_resource_changing_asha(tmp_path: Path) -> None:
+    # Ray's xgboost_dynamic_resources_example.py (about 25 s): a 2x2x2 grid under ResourceChangingScheduler(ASHA)
+    # with a resource allocation function of its own, which fluidsalus's planner replaces (with a warning); each
+    # trial reads its CPUs from get_context().get_trial_resources() and resumes from get_checkpoint().
+    output = _check(run_example("xgboost_dynamic_resources_example.py", tmp_path, "--smoke-test"))
+    assert "fluidsalus: 8 trials" in output and "0 errored" in output
+    assert {"min_child_weight", "subsample", "colsample_bynode"} <= set(
+        best_config(output, "Best model parameters: "))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get(SLOW_ENV), reason=f"set {SLOW_ENV}=1")
+@pytest.mark.parametrize("args", [(), ("--use-cv",)])
+def test_lightgbm_example_tunes_boosters_through_the_integration_callback(args: tuple[str, ...],
+                                                                          tmp_path: Path) -> None:
+    # Ray's lightgbm_example.py (about 10 s): 2 samples x 2 boosting types under ASHA, each round reported by
+    # tune.integration.lightgbm.TuneReportCheckpointCallback (under lightgbm.cv: the folds' mean and stdv).
+    output = _check(run_example("lightgbm_example.py", tmp_path, *args))
+    assert "fluidsalus: 4 trials" in output and "0 errored" in output
+    assert {"boosting_type", "num_leaves", "learning_rate"} <= set(
+        best_config(output, "Best hyperparameters found were: "))
+
+
 def test_pbt_function_example(tmp_path: Path) -> None:
     process = run_example("pbt_function.py", tmp_path, "--smoke-test")
     output = _check(process)

@@ -1,0 +1,162 @@
+"""``fluidsalus.tune.integration``: Ray Tune's XGBoost and LightGBM callbacks, on real boosting runs.
+
+The pure parts (which metrics a round reports, the argument checks) are tested directly; the callbacks themselves
+run inside trials of a real ``Tuner`` on the shared test Ray, where each round's report and checkpoint land in the
+experiment. Ray's own ``xgboost_example.py`` and ``lightgbm_example.py`` run in ``tests/test_tune_examples.py``.
+"""
+
+from __future__ import annotations
+
+import lightgbm
+import numpy as np
+import pytest
+import sklearn.datasets
+import xgboost
+from lightgbm.callback import CallbackEnv
+
+import fluidsalus.tune as tune
+from fluidsalus.errors import ConfigError
+from fluidsalus.tune.integration import _report_callback
+from fluidsalus.tune.integration import lightgbm as tune_lightgbm
+from fluidsalus.tune.integration import xgboost as tune_xgboost
+
+#: Rows of the breast cancer data (shipped with scikit-learn) the trials train on: enough for a real split.
+_TRAIN_ROWS = 400
+
+
+def _data() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    x, y = sklearn.datasets.load_breast_cancer(return_X_y=True)
+    return x[:_TRAIN_ROWS], y[:_TRAIN_ROWS], x[_TRAIN_ROWS:], y[_TRAIN_ROWS:]
+
+
+def test_a_round_reports_the_last_value_of_each_metric_under_set_dash_metric() -> None:
+    evals = {"train": {"logloss": [0.6, 0.5]}, "test": {"logloss": [0.7, 0.65], "error": [0.2, 0.1]}}
+    assert _report_callback.report_dict("CB", evals, None, None) == {
+        "train-logloss": 0.5, "test-logloss": 0.65, "test-error": 0.1}
+    chosen = _report_callback.check_arguments("CB", ["test-error"], "m", 0, None)
+    assert _report_callback.report_dict("CB", evals, chosen, None) == {"test-error": 0.1}
+    renamed = _report_callback.check_arguments("CB", {"loss": "test-logloss"}, "m", 0, None)
+    assert _report_callback.report_dict("CB", evals, renamed, lambda d: {**d, "twice": 2 * d["loss"]}) == {
+        "loss": 0.65, "twice": 1.3}
+    assert _report_callback.check_arguments("CB", "test-error", "m", 0, None) == {"test-error": "test-error"}
+    assert _report_callback.check_arguments("CB", [], "m", 0, None) is None  # Ray: an empty list reports all
+
+
+def test_a_metric_the_round_did_not_evaluate_is_an_error_listing_the_ones_it_did() -> None:
+    chosen = _report_callback.check_arguments("CB", {"loss": "eval-logloss"}, "m", 0, None)
+    with pytest.raises(KeyError, match=r"\['eval-logloss'\] were not evaluated.*\['test-error', 'test-logloss'\]"):
+        _report_callback.report_dict("CB", {"test": {"logloss": [0.7], "error": [0.2]}}, chosen, None)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"frequency": -1}, r"frequency must be an int >= 0.*-1"),
+    ({"frequency": 1.5}, r"frequency must be an int >= 0.*1\.5"),
+    ({"frequency": True}, r"frequency must be an int >= 0.*True"),
+    ({"filename": "a/model.ubj"}, r"filename must be a file name without a folder.*'a/model.ubj'"),
+    ({"filename": ""}, r"filename must be a file name"),
+    ({"metrics": 3}, r"metrics must be None, a str, a list of str or a dict of str to str, got int"),
+    ({"metrics": {"loss": 3}}, r"metrics must name metrics by str, got 'loss': 3"),
+    ({"results_postprocessing_fn": "mean"}, r"results_postprocessing_fn must be None or a callable, got str"),
+])
+@pytest.mark.parametrize("callback", [tune_xgboost.TuneReportCheckpointCallback,
+                                      tune_lightgbm.TuneReportCheckpointCallback])
+def test_bad_arguments_are_refused_naming_the_argument(callback, kwargs, message) -> None:
+    with pytest.raises(ConfigError, match=rf"TuneReportCheckpointCallback: {message}"):
+        callback(**kwargs)
+
+
+def test_lightgbm_rounds_are_named_as_ray_names_them_under_train_and_cv() -> None:
+    def env(results: list) -> CallbackEnv:
+        return CallbackEnv(model=None, params={}, iteration=0, begin_iteration=0, end_iteration=1,
+                           evaluation_result_list=results)
+
+    assert tune_lightgbm.evaluation(env([("eval", "binary_logloss", 0.4, False)])) == {
+        "eval": {"binary_logloss": 0.4}}
+    assert tune_lightgbm.evaluation(env([("valid", "auc", 0.9, True, 0.01)])) == {
+        "valid": {"auc-mean": 0.9, "auc-stdv": 0.01}}
+    assert tune_lightgbm.evaluation(env([])) == {}
+
+
+@pytest.mark.parametrize("module", [tune_xgboost, tune_lightgbm])
+def test_the_removed_tune_report_callback_raises_as_in_ray(module) -> None:
+    with pytest.raises(DeprecationWarning, match="TuneReportCheckpointCallback"):
+        module.TuneReportCallback()
+
+
+def _train_xgboost(config: dict) -> None:
+    x, y, vx, vy = _data()
+    xgboost.train({"objective": "binary:logistic", "eval_metric": ["logloss", "error"], "max_depth": 2},
+                  xgboost.DMatrix(x, label=y), num_boost_round=config["rounds"],
+                  evals=[(xgboost.DMatrix(vx, label=vy), "test")], verbose_eval=False,
+                  callbacks=[tune_xgboost.TuneReportCheckpointCallback(
+                      metrics={"loss": "test-logloss"}, frequency=config["frequency"])])
+
+
+def _train_xgboost_cv(config: dict) -> None:
+    x, y, _, _ = _data()
+    xgboost.cv({"objective": "binary:logistic", "eval_metric": "logloss", "max_depth": 2},
+               xgboost.DMatrix(x, label=y), num_boost_round=config["rounds"], nfold=3, verbose_eval=False,
+               callbacks=[tune_xgboost.TuneReportCheckpointCallback(
+                   results_postprocessing_fn=lambda d: {key: mean for key, (mean, _std) in d.items()})])
+
+
+def _fit(trainable, param_space: dict, storage: str, name: str, metric: str = "loss") -> tune.ResultGrid:
+    tuner = tune.Tuner(trainable, param_space=param_space,
+                       tune_config=tune.TuneConfig(metric=metric, mode="min"),
+                       run_config=tune.RunConfig(storage_path=storage, name=name, verbose=0))
+    grid = tuner.fit()
+    assert grid.num_errors == 0, grid.errors
+    return grid
+
+
+def test_xgboost_reports_every_round_and_checkpoints_every_frequency_rounds_and_at_the_end(
+        ray_cluster, storage) -> None:
+    grid = _fit(_train_xgboost, {"rounds": 5, "frequency": tune.grid_search([2, 5])}, storage, "xgb")
+    by_frequency = {r.config["frequency"]: r for r in grid}
+    every_2, every_5 = by_frequency[2], by_frequency[5]
+    # Every 2 rounds: rounds 2 and 4 carry checkpoints, and the 5th round's booster is saved at the end with the
+    # 5th round's metrics, reported once more (as Ray's callback does).
+    history = every_2.metrics_dataframe
+    assert list(history["training_iteration"]) == [1, 2, 3, 4, 5, 6]
+    assert "test-error" not in history.columns and history["loss"].iloc[-1] == history["loss"].iloc[-2]
+    assert sorted(m["training_iteration"] for _, m in every_2.best_checkpoints) == [2, 4, 6]
+    # Every 5 rounds: the last round's checkpoint is the final one, so there is no extra report.
+    assert list(every_5.metrics_dataframe["training_iteration"]) == [1, 2, 3, 4, 5]
+    assert [m["training_iteration"] for _, m in every_5.best_checkpoints] == [5]
+    for result in (every_2, every_5):
+        booster = tune_xgboost.TuneReportCheckpointCallback.get_model(result.checkpoint)
+        assert booster.num_boosted_rounds() == 5
+        _, _, vx, vy = _data()
+        predicted = booster.predict(xgboost.DMatrix(vx)) > 0.5
+        assert (predicted == vy).mean() > 0.8
+
+
+def test_xgboost_cv_reports_the_folds_metrics_and_saves_no_checkpoint(ray_cluster, storage) -> None:
+    grid = _fit(_train_xgboost_cv, {"rounds": 3}, storage, "xgb_cv", metric="test-logloss")
+    (result,) = list(grid)
+    history = result.metrics_dataframe
+    assert list(history["training_iteration"]) == [1, 2, 3]
+    assert history["test-logloss"].is_monotonic_decreasing and "train-logloss" in history.columns
+    assert result.checkpoint is None
+
+
+def _train_lightgbm(config: dict) -> None:
+    x, y, vx, vy = _data()
+    lightgbm.train({"objective": "binary", "metric": ["binary_logloss"], "verbose": -1, "num_leaves": 4},
+                   lightgbm.Dataset(x, label=y), num_boost_round=config["rounds"],
+                   valid_sets=[lightgbm.Dataset(vx, label=vy)], valid_names=["eval"],
+                   callbacks=[tune_lightgbm.TuneReportCheckpointCallback(
+                       {"loss": "eval-binary_logloss"}, frequency=config["frequency"])])
+
+
+def test_lightgbm_reports_every_round_and_checkpoints_every_frequency_rounds_and_at_the_last(
+        ray_cluster, storage) -> None:
+    grid = _fit(_train_lightgbm, {"rounds": 4, "frequency": tune.grid_search([0, 3])}, storage, "lgb")
+    by_frequency = {r.config["frequency"]: r for r in grid}
+    assert list(by_frequency[0].metrics_dataframe["training_iteration"]) == [1, 2, 3, 4]
+    assert [m["training_iteration"] for _, m in by_frequency[0].best_checkpoints] == [4]
+    assert sorted(m["training_iteration"] for _, m in by_frequency[3].best_checkpoints) == [3, 4]
+    for result in by_frequency.values():
+        assert set(result.metrics_dataframe.columns) >= {"loss"}
+        booster = tune_lightgbm.TuneReportCheckpointCallback.get_model(result.checkpoint)
+        assert booster.current_iteration() == 4
