@@ -18,6 +18,7 @@ from fluidsalus.tune._custom_search import (
     CustomHyperBand,
     CustomSearch,
     is_custom_searcher,
+    runner_of,
 )
 from fluidsalus.tune._translate import plan
 from fluidsalus.tune.search import ConcurrencyLimiter, Searcher
@@ -573,10 +574,19 @@ class Counting(Searcher):
             self.asked = pickle.load(f)
 
 
-def test_an_interrupted_run_restores_the_searcher_from_its_saved_state(ray_cluster, storage, tmp_path) -> None:
+@pytest.mark.parametrize("scheduler, repeat", [
+    (None, 1),
+    # under ASHA (whose rung at 6 stops nobody early) and under a Repeater the searcher is saved and restored too
+    (tune.schedulers.ASHAScheduler(max_t=6, grace_period=6), 1),
+    (None, 2),
+], ids=["alone", "asha", "repeater"])
+def test_an_interrupted_run_restores_the_searcher_from_its_saved_state(scheduler, repeat, ray_cluster, storage,
+                                                                      tmp_path) -> None:
     from fluidsalus.testing.tune import InterruptOnce, resumable
 
-    tuner = Tuner(resumable, tune_config=TuneConfig(num_samples=4, search_alg=Counting(), max_concurrent_trials=2),
+    search_alg = Counting() if repeat == 1 else tune.search.Repeater(Counting(), repeat=repeat)
+    tuner = Tuner(resumable, tune_config=TuneConfig(num_samples=4, search_alg=search_alg, max_concurrent_trials=2,
+                                                    scheduler=scheduler),
                   run_config=tune.RunConfig(name="counting", storage_path=storage, verbose=0,
                                             callbacks=[InterruptOnce(str(tmp_path / "interrupted"), n=3)]))
     with pytest.raises(KeyboardInterrupt):
@@ -586,6 +596,7 @@ def test_an_interrupted_run_restores_the_searcher_from_its_saved_state(ray_clust
     restored = Tuner.restore(path, resumable)
     grid = restored.fit()
     assert len(grid) == 4 and grid.num_errors == 0 and all(r.metrics["i"] == 6 for r in grid)
-    assert sorted(r.config["x"] for r in grid) == [0, 1, 2, 3]  # no suggestion repeated after the resume
-    searcher = restored.plan.searcher.searcher
-    assert searcher.restored_from is not None and searcher.asked == [f"suggest_{i:05d}" for i in range(4)]
+    # no suggestion repeated after the resume
+    assert sorted(r.config["x"] for r in grid) == sorted(i // repeat for i in range(4))
+    searcher = runner_of(restored.plan.searcher).searcher
+    assert searcher.restored_from is not None and searcher.asked == [f"suggest_{i:05d}" for i in range(4 // repeat)]

@@ -42,7 +42,7 @@ from fluidsalus.trialgroup.trial import TrialGroup
 from fluidsalus.tune._streamed import StreamedASHA, StreamedHyperBand
 
 __all__ = ["FINISHED", "STATE_FILE_PATTERN", "CustomASHA", "CustomHyperBand", "CustomSearch", "SuggestStream",
-           "defined_by_user", "is_custom_searcher", "newest_state_file", "save_searcher"]
+           "defined_by_user", "is_custom_searcher", "newest_state_file", "runner_of", "save_searcher"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,9 +67,10 @@ def defined_by_user(obj: Any, name: str) -> bool:
 
 
 def is_custom_searcher(search_alg: Any) -> bool:
-    """Whether ``search_alg`` is a search algorithm of the user's own: it implements ``suggest`` itself (the
-    holders ``OptunaSearch`` and ``TuneBOHB``, and Ray's classes, do not)."""
-    return defined_by_user(search_alg, "suggest")
+    """Whether ``search_alg`` runs here through its own ``suggest``: a search algorithm of the user's own that
+    implements it (the holders ``OptunaSearch`` and ``TuneBOHB``, and Ray's classes, do not), or a fluidsalus one
+    built that way (``NevergradSearch``: its class sets ``RUNS_ITS_OWN_SUGGEST``)."""
+    return defined_by_user(search_alg, "suggest") or getattr(type(search_alg), "RUNS_ITS_OWN_SUGGEST", False) is True
 
 
 def save_searcher(searcher: Any, folder: str, session: str) -> bool:
@@ -284,6 +285,19 @@ class _Told:
     def _load_told_state(self, state: Mapping[str, Any]) -> None:
         self._ids = {str(k): str(v) for k, v in dict(state.get("ids", {})).items()}
         self._done = {str(t) for t in state.get("done", [])}
+
+
+def runner_of(searcher: Any) -> _Told | None:
+    """The runner of a search algorithm with a ``suggest`` of its own in ``searcher``: itself, or under the
+    ``inner`` of wrappers (a ``RepeatSearcher``, the median stopping rule); None if there is none.
+
+    The Tuner attaches it to the experiment folder, where it saves the search algorithm and restores it from.
+    """
+    while searcher is not None:
+        if isinstance(searcher, _Told):
+            return searcher
+        searcher = getattr(searcher, "inner", None)
+    return None
 
 
 class CustomSearch(_Told, BaseSearcher):

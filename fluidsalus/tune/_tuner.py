@@ -67,7 +67,7 @@ from fluidsalus.store import (
 )
 from fluidsalus.trialgroup.searcher_log import restore
 from fluidsalus.tune._config import INFINITE_SAMPLES, CheckpointConfig, FailureConfig, RunConfig, TuneConfig
-from fluidsalus.tune._custom_search import CustomSearch, defined_by_user
+from fluidsalus.tune._custom_search import defined_by_user, runner_of
 from fluidsalus.tune._interrupt import StopSignals
 from fluidsalus.tune._output import log_files
 from fluidsalus.tune._tags import TAG_KEY, Tagger
@@ -666,8 +666,9 @@ class Tuner:
         experiment_dir = os.path.join(storage, name)
         # (with a trial_name_creator and no callback too: Ray calls it for every trial, and its errors end the run)
         dirname_creator = tune_config.trial_dirname_creator
-        if isinstance(planned.searcher, CustomSearch):  # saved where Ray saves it, restored from there
-            planned.searcher.attach(experiment_dir, datetime.datetime.now().strftime(SESSION_FORMAT))
+        runner = runner_of(planned.searcher)  # a search algorithm with its own suggest, also under ASHA or a wrapper
+        if runner is not None:  # saved where Ray saves it, restored from there
+            runner.attach(experiment_dir, datetime.datetime.now().strftime(SESSION_FORMAT))
         tags = Tagger(planned.space, planned.tags, planned.perturbed, planned.replay_tag)  # Ray's experiment_tag
         trial_names: dict[str, Any] = {}  # trial -> what trial_name_creator returned for it
         if self._resume:
