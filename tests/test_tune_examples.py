@@ -150,6 +150,9 @@ _SLOW = [pytest.mark.slow, pytest.mark.skipif(not os.environ.get(SLOW_ENV), reas
     # BayesOptSearch runs as Optuna's GPSampler (with a warning that its utility_kwargs are not used), under ASHA
     pytest.param("bayesopt_example.py", "Best hyperparameters found were: ", {"steps", "width", "height"},
                  marks=_SLOW),
+    # NevergradSearch(optimizer=ng.optimizers.OnePlusOne) in a ConcurrencyLimiter(4) under AsyncHyperBandScheduler
+    pytest.param("nevergrad_example.py", "Best hyperparameters found were: ",
+                 {"steps", "width", "height", "activation"}, marks=_SLOW),
 ])
 def test_more_examples_finish_with_a_best_config(name: str, label: str, keys: set[str], tmp_path: Path) -> None:
     output = _check(run_example(name, tmp_path, "--smoke-test"))

@@ -34,6 +34,7 @@ PATHS = [
     ("utils", ["flatten_dict", "merge_dicts", "deep_update", "unflattened_lookup", "date_str", "wait_for_gpu",
                "validate_save_restore", "diagnose_serialization"]),
     ("logger", ["pretty_print", "LoggerCallback", "CSVLoggerCallback", "JsonLoggerCallback"]),
+    ("search.nevergrad", ["NevergradSearch"]),
     ("integration.xgboost", ["TuneReportCheckpointCallback", "TuneReportCallback"]),
     ("integration.lightgbm", ["TuneReportCheckpointCallback", "TuneReportCallback"]),
 ]

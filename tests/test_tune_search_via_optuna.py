@@ -17,12 +17,14 @@ from fluidsalus.tune import TuneConfig, Tuner
 from fluidsalus.tune._translate import plan
 from fluidsalus.tune.search.bayesopt import BayesOptSearch
 from fluidsalus.tune.search.hyperopt import LINEAR_FORGETTING, HyperOptGamma, HyperOptSearch
+from fluidsalus.tune.search.nevergrad import NevergradSearch
 
 rt = pytest.importorskip("ray.tune")
 
-#: Each class with Ray's module, and the package Ray's needs (not installed here).
+#: Each class with Ray's module, and the fluidsalus module to import it from.
 _RAYS = [(HyperOptSearch, "ray.tune.search.hyperopt", "hyperopt"),
-         (BayesOptSearch, "ray.tune.search.bayesopt", "bayesopt")]
+         (BayesOptSearch, "ray.tune.search.bayesopt", "bayesopt"),
+         (NevergradSearch, "ray.tune.search.nevergrad", "nevergrad")]  # runs Nevergrad itself, not Optuna
 
 
 @pytest.mark.parametrize("ours, module, package", _RAYS)

@@ -49,11 +49,13 @@ _SUPPORTED_SCHEDULERS = ("FIFOScheduler", "AsyncHyperBandScheduler/ASHAScheduler
 _SUPPORTED_SEARCHERS = ("BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "SearchGenerator", "TuneBOHB",
                         "OptunaSearch", "HyperOptSearch (import it from fluidsalus.tune.search.hyperopt)",
                         "BayesOptSearch (import it from fluidsalus.tune.search.bayesopt)",
+                        "NevergradSearch (import it from fluidsalus.tune.search.nevergrad)",
                         "a Searcher subclass of your own")
 #: Ray search algorithms that fluidsalus provides but cannot translate from Ray's object (Ray keeps only a
 #: converted space): the import to use instead.
 _IMPORT_INSTEAD = {"HyperOptSearch": "from fluidsalus.tune.search.hyperopt import HyperOptSearch",
-                   "BayesOptSearch": "from fluidsalus.tune.search.bayesopt import BayesOptSearch"}
+                   "BayesOptSearch": "from fluidsalus.tune.search.bayesopt import BayesOptSearch",
+                   "NevergradSearch": "from fluidsalus.tune.search.nevergrad import NevergradSearch"}
 
 
 def is_ray_object(value: Any) -> bool:

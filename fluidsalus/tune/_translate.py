@@ -68,7 +68,13 @@ from fluidsalus.searchers import (
 from fluidsalus.searchers._random import VariantStream
 from fluidsalus.tune._config import INFINITE_SAMPLES, TuneConfig
 from fluidsalus.tune._custom_scheduler import ScheduledSearch, is_custom_scheduler
-from fluidsalus.tune._custom_search import CustomASHA, CustomHyperBand, CustomSearch, is_custom_searcher
+from fluidsalus.tune._custom_search import (
+    CustomASHA,
+    CustomHyperBand,
+    CustomSearch,
+    defined_by_user,
+    is_custom_searcher,
+)
 from fluidsalus.tune._domains import translate_ray_values
 from fluidsalus.tune._optuna_hyperband import OptunaHyperBand
 from fluidsalus.tune._ray_objects import adopt_scheduler, adopt_search_alg
@@ -342,8 +348,9 @@ def _plan_custom(search_alg: Any, scheduler: TrialScheduler, space: dict[str, An
         target = "CustomSearch"
         metric = metric if isinstance(metric, str) else None
         mode = mode if isinstance(mode, str) else None
+    kind = "your own Searcher" if defined_by_user(search_alg, "suggest") else "its own suggest"
     return Plan(searcher, space, metric, mode, cap, tags=SEARCHER,
-                summary=f"{name} (your own Searcher) + {type(scheduler).__name__} -> {target}(num_samples={n}, "
+                summary=f"{name} ({kind}) + {type(scheduler).__name__} -> {target}(num_samples={n}, "
                         f"max_concurrent={searcher.max_concurrent})")
 
 

@@ -64,7 +64,7 @@ SEARCHER_NAMES: dict[str, tuple[str, str] | None] = {
     "hyperopt": ("fluidsalus.tune.search.hyperopt", "HyperOptSearch"),
     "bayesopt": ("fluidsalus.tune.search.bayesopt", "BayesOptSearch"),
     "bohb": ("fluidsalus.tune.search.bohb", "TuneBOHB"),
-    "nevergrad": None,
+    "nevergrad": ("fluidsalus.tune.search.nevergrad", "NevergradSearch"),
     "optuna": ("fluidsalus.tune.search.optuna", "OptunaSearch"),
     "zoopt": None,
     "hebo": None,
