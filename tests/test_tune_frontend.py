@@ -857,6 +857,31 @@ def test_stop_callable_and_stopper_with_endless_samples(ray_cluster, storage: st
     assert len(grid) >= 1 and all(r.metrics is None or r.metrics["i"] <= 2 for r in grid)
 
 
+class _StopByConfig(tune.Stopper):
+    """Stops each trial at the iteration its config names; ends the run once the driver's copy saw both at theirs."""
+
+    def __init__(self) -> None:
+        self.ended: set[int] = set()
+
+    def __call__(self, trial_id, result):
+        at = result["config"]["at"]  # Ray's stoppers see the trial's config in each result
+        if result["i"] >= at:
+            self.ended.add(at)
+        return result["i"] >= at
+
+    def stop_all(self):
+        return self.ended == {2, 4}
+
+
+def test_a_stopper_sees_the_trials_config_in_each_result_as_in_ray(ray_cluster, storage: str) -> None:
+    _, grid = _run(_forever, storage, {"x": 0.5, "at": tune.grid_search([2, 4])},
+                   run_config_kwargs={"stop": lambda tid, r: r["i"] >= r["config"]["at"]})
+    assert sorted(r.metrics["i"] for r in grid) == [2, 4]
+    _, grid = _run(_forever, storage, {"x": 0.5, "at": tune.grid_search([2, 4])},
+                   run_config_kwargs={"stop": _StopByConfig()})
+    assert sorted(r.metrics["i"] for r in grid) == [2, 4]
+
+
 class _Counter(tune.Trainable):
     def setup(self, config, start=0):
         self.value = start

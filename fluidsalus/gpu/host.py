@@ -744,7 +744,8 @@ class DeviceHost:
         if stop_rule is not None:
 
             def should_stop(result: Mapping[str, Any]) -> bool:
-                return stop_rule(trial_id, result)
+                # with the trial's config, as Ray's stoppers see it (a key the trainable reported itself wins)
+                return stop_rule(trial_id, {"config": spec.config, **result})
 
         context = TrialContext(
             trial_id=trial_id,

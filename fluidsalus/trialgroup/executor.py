@@ -1485,7 +1485,8 @@ class Executor:
                     better = max if self.settings.mode == "max" else min
                     self._best = float(value) if self._best is None else better(self._best, float(value))
                 if self.settings.stopper is not None:
-                    self.settings.stopper(trial.trial_id, event[4])  # keeps the driver's copy's state for stop_all
+                    # keeps the driver's copy's state for stop_all; it sees what the device's copy saw
+                    self.settings.stopper(trial.trial_id, {"config": trial.config, **event[4]})
                 if event[4].get("checkpoint_dir_name") and self.settings.checkpoint_num_to_keep is not None:
                     self._retain_checkpoints(trial)
             elif trial.status == ERROR and self._first_error is None:
