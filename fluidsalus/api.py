@@ -95,7 +95,8 @@ def run(
         stop: ``{key: threshold}`` (a trial stops once ``result[key] >= threshold``), a callable
             ``f(trial_id, result) -> bool``, or a Ray-style Stopper (a callable with ``stop_all()``). The
             per-trial rule runs at each report in the trial's own thread. A Stopper's driver-side copy also sees
-            every acknowledged result, and its ``stop_all()`` ends the experiment.
+            every acknowledged result, and its ``stop_all()`` ends the experiment. The result a callable or a
+            Stopper is given also holds the trial's ``config``, as in Ray Tune.
         name: Experiment folder name under ``storage_path``. Default: ``<trainable>_<timestamp>``.
         storage_path: Where experiments go (default ``~/fluidsalus_results`` or ``$FLUIDSALUS_STORAGE_PATH``).
         seed: Seed of the sampler, for reproducible configurations.
