@@ -67,12 +67,14 @@ def _ray_pairs() -> list[tuple[str, object, object]]:
     import ray.tune.search as ray_search
     import ray.tune.stopper as ray_stopper
     from ray.tune.integration import lightgbm as ray_lightgbm
+    from ray.tune.integration import pytorch_lightning as ray_lightning
     from ray.tune.integration import xgboost as ray_xgboost
     from ray.tune.search.bohb import bohb_search as ray_bohb
     from ray.tune.search.optuna import OptunaSearch as RayOptunaSearch
 
     from fluidsalus import train as fluidsalus_train
     from fluidsalus.tune.integration import lightgbm as our_lightgbm
+    from fluidsalus.tune.integration import pytorch_lightning as our_lightning
     from fluidsalus.tune.integration import xgboost as our_xgboost
     from fluidsalus.tune.search.bohb import TuneBOHB
     from fluidsalus.tune.search.optuna import OptunaSearch
@@ -89,6 +91,9 @@ def _ray_pairs() -> list[tuple[str, object, object]]:
         pairs += [(f"integration.{library}.TuneReportCheckpointCallback{method}",
                    getattr(ours.TuneReportCheckpointCallback, attr), getattr(theirs.TuneReportCheckpointCallback, attr))
                   for method, attr in (("", "__init__"), (".get_model", "get_model"))]
+    pairs += [(f"integration.pytorch_lightning.{name}", getattr(our_lightning, name).__init__,
+               getattr(ray_lightning, name).__init__)
+              for name in ("TuneCallback", "TuneReportCheckpointCallback", "TuneReportCallback")]
     pairs += [("registry.get_trainable_cls", tune.registry.get_trainable_cls, ray_registry.get_trainable_cls)]
     pairs += [(name, getattr(tune.stopper, name), getattr(ray_stopper, name)) for name in _STOPPERS]
     pairs += [(f"Callback.{h}", getattr(tune.Callback, h), getattr(rt.Callback, h)) for h in _CALLBACK_HOOKS]

@@ -160,3 +160,98 @@ def test_lightgbm_reports_every_round_and_checkpoints_every_frequency_rounds_and
         assert set(result.metrics_dataframe.columns) >= {"loss"}
         booster = tune_lightgbm.TuneReportCheckpointCallback.get_model(result.checkpoint)
         assert booster.current_iteration() == 4
+
+
+# ---------------------------------------------------------------- PyTorch Lightning
+
+
+def test_a_lightning_callback_refuses_a_hook_lightning_does_not_have() -> None:
+    from fluidsalus.tune.integration.pytorch_lightning import TuneReportCheckpointCallback
+
+    with pytest.raises(ConfigError, match=r"on=\['validation_ends'\] is not a Lightning hook it can report on; "
+                                          r"allowed \(less their on_\): \[.*'train_epoch_end'.*'validation_end'"):
+        TuneReportCheckpointCallback(on=["train_epoch_end", "validation_ends"])
+    with pytest.raises(ConfigError, match=r"on=\['save_checkpoint'\]"):  # saving the checkpoint would call it again
+        TuneReportCheckpointCallback(on="save_checkpoint")
+    with pytest.raises(ConfigError, match=r"metrics must be None, a str, a list of str or a dict"):
+        TuneReportCheckpointCallback(metrics=1)
+
+
+def test_the_deprecated_lightning_report_callback_warns_and_saves_no_checkpoint() -> None:
+    from fluidsalus.tune.integration.pytorch_lightning import TuneReportCallback
+
+    with pytest.warns(FutureWarning, match="TuneReportCallback` is deprecated"):
+        callback = TuneReportCallback({"loss": "val_loss"})
+    assert callback._save_checkpoints is False
+
+
+def _train_lightning(config: dict) -> None:
+    import lightning.pytorch as pl
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from fluidsalus.tune.integration.pytorch_lightning import TuneReportCheckpointCallback
+
+    class Regression(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, _index):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.layer(x), y)
+            self.log("train_loss", loss)
+            return loss
+
+        def validation_step(self, batch, _index):
+            x, y = batch
+            self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x), y))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=config["lr"])
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 4, generator=generator)
+    data = DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=16)
+    trainer = pl.Trainer(max_epochs=config["epochs"], accelerator="cpu", devices=1, logger=False,
+                         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                         callbacks=[TuneReportCheckpointCallback({"loss": "val_loss", "missing": "val_acc"},
+                                                                 filename="model.ckpt")])
+    checkpoint = tune.get_checkpoint()
+    with (checkpoint.as_directory() if checkpoint else _no_folder()) as folder:
+        trainer.fit(Regression(), data, data, ckpt_path=f"{folder}/model.ckpt" if folder else None)
+
+
+class _no_folder:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _stop_the_slow_learner(_trial_id: str, result: dict) -> bool:
+    return result["config"]["lr"] < 1e-3 and result["training_iteration"] >= 2
+
+
+def test_lightning_reports_each_validation_with_a_checkpoint_and_a_stop_ends_it_between_epochs(
+        ray_cluster, storage) -> None:
+    import torch
+
+    tuner = tune.Tuner(_train_lightning, param_space={"lr": tune.grid_search([0.05, 1e-6]), "epochs": 4},
+                       tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                       run_config=tune.RunConfig(storage_path=storage, name="ptl", verbose=0,
+                                                 stop=_stop_the_slow_learner))
+    grid = tuner.fit()
+    assert grid.num_errors == 0, grid.errors
+    by_lr = {r.config["lr"]: r for r in grid}
+    learned = by_lr[0.05]
+    # one report per epoch's validation (Lightning's sanity check is not one), each with the trainer's checkpoint
+    assert list(learned.metrics_dataframe["training_iteration"]) == [1, 2, 3, 4]
+    assert learned.metrics_dataframe["loss"].is_monotonic_decreasing and "missing" not in learned.metrics
+    assert sorted(m["training_iteration"] for _, m in learned.best_checkpoints) == [1, 2, 3, 4]
+    with learned.checkpoint.as_directory() as folder:
+        saved = torch.load(f"{folder}/model.ckpt", weights_only=False)
+    assert saved["epoch"] == 3 and "layer.weight" in saved["state_dict"]
+    # the trial stopped after its 2nd epoch ends there, not as an error (its report raises out of Lightning's loop)
+    assert by_lr[1e-6].metrics["training_iteration"] == 2

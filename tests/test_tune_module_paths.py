@@ -37,6 +37,7 @@ PATHS = [
     ("search.nevergrad", ["NevergradSearch"]),
     ("integration.xgboost", ["TuneReportCheckpointCallback", "TuneReportCallback"]),
     ("integration.lightgbm", ["TuneReportCheckpointCallback", "TuneReportCallback"]),
+    ("integration.pytorch_lightning", ["TuneCallback", "TuneReportCheckpointCallback", "TuneReportCallback"]),
 ]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from fluidsalus.errors import ConfigError
 from fluidsalus.tune.utils import flatten_dict
@@ -15,12 +15,6 @@ METRIC_DELIMITER = "-"
 
 Metrics = str | Sequence[str] | Mapping[str, str] | None
 Postprocess = Callable[[dict[str, Any]], dict[str, Any]]
-
-
-class SavesModel(Protocol):
-    """A booster of either library: it writes itself to a file."""
-
-    def save_model(self, fname: str) -> Any: ...
 
 
 def check_arguments(owner: str, metrics: Metrics, filename: str, frequency: int,
@@ -49,6 +43,23 @@ def check_arguments(owner: str, metrics: Metrics, filename: str, frequency: int,
     if results_postprocessing_fn is not None and not callable(results_postprocessing_fn):
         raise ConfigError(f"{owner}: results_postprocessing_fn must be None or a callable, "
                           f"got {type(results_postprocessing_fn).__name__}")
+    return check_metrics(owner, metrics)
+
+
+def check_metrics(owner: str, metrics: Metrics) -> dict[str, str] | None:
+    """Validate a callback's ``metrics`` and return them as ``{reported name: library name}``.
+
+    Args:
+        owner: The callback's name, for the error message.
+        metrics: None (report every metric), one library metric name, a list of them, or a dict from the name to
+            report under to the library's name.
+
+    Returns:
+        None when every metric is reported (also for an empty list or dict, as in Ray), else the mapping.
+
+    Raises:
+        ConfigError: ``metrics`` is of another type, or names a metric by something other than a str.
+    """
     if metrics is None:
         return None
     if isinstance(metrics, str):
@@ -136,17 +147,22 @@ def removed_callback(module: str) -> type:
     return TuneReportCallback
 
 
-def report(metrics: dict[str, Any], model: SavesModel | None, filename: str) -> None:
-    """Report ``metrics`` through :func:`fluidsalus.tune.report`, with ``model`` saved as a checkpoint if given.
+def report(metrics: dict[str, Any], save: Callable[[str], Any] | None, filename: str) -> None:
+    """Report ``metrics`` through :func:`fluidsalus.tune.report`, with a checkpoint if ``save`` is given.
 
-    The checkpoint's folder is temporary: ``report`` copies it into the experiment before it returns.
+    Args:
+        metrics: The round's metrics.
+        save: Writes the model to the path it is given (a booster's ``save_model``, a Lightning trainer's
+            ``save_checkpoint``), or None to report no checkpoint.
+        filename: The model's file name in the checkpoint's folder. The folder is temporary: ``report`` copies it
+            into the experiment before it returns.
     """
     from fluidsalus.tune import Checkpoint
     from fluidsalus.tune import report as tune_report
 
-    if model is None:
+    if save is None:
         tune_report(metrics)
         return
     with tempfile.TemporaryDirectory(prefix="fluidsalus_model_") as folder:
-        model.save_model(str(Path(folder, filename)))
+        save(str(Path(folder, filename)))
         tune_report(metrics, checkpoint=Checkpoint(folder))

@@ -52,7 +52,7 @@ class TuneReportCheckpointCallback(_base.ReportCallback):
         metrics = self._round_metrics(evaluation(env))
         last = env.iteration == env.end_iteration - 1
         save = (last and self._checkpoint_at_end) or self._saves_at(env.iteration)
-        _base.report(metrics, env.model if save else None, self._filename)
+        _base.report(metrics, env.model.save_model if save else None, self._filename)
 
 
 def evaluation(env: CallbackEnv) -> dict[str, dict[str, float]]:

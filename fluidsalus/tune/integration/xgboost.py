@@ -58,7 +58,7 @@ class TuneReportCheckpointCallback(_base.ReportCallback, TrainingCallback):
         save = self._saves_at(epoch) and _can_save(model)
         if save:
             self._last_saved_round = epoch
-        _base.report(self._last_metrics, model if save else None, self._filename)
+        _base.report(self._last_metrics, model.save_model if save else None, self._filename)
         return False
 
     def after_training(self, model: Any) -> Any:
@@ -67,7 +67,7 @@ class TuneReportCheckpointCallback(_base.ReportCallback, TrainingCallback):
             return model
         if self._last_saved_round is not None and model.num_boosted_rounds() - 1 == self._last_saved_round:
             return model
-        _base.report(self._last_metrics, model, self._filename)
+        _base.report(self._last_metrics, model.save_model, self._filename)
         return model
 
 
