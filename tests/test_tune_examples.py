@@ -153,6 +153,9 @@ _SLOW = [pytest.mark.slow, pytest.mark.skipif(not os.environ.get(SLOW_ENV), reas
     # NevergradSearch(optimizer=ng.optimizers.OnePlusOne) in a ConcurrencyLimiter(4) under AsyncHyperBandScheduler
     pytest.param("nevergrad_example.py", "Best hyperparameters found were: ",
                  {"steps", "width", "height", "activation"}, marks=_SLOW),
+    # HyperOptSearch over HyperOpt's own conditional hp.* space (hp.choice of dicts), under AsyncHyperBandScheduler
+    pytest.param("hyperopt_conditional_search_space_example.py", "Best hyperparameters found were: ",
+                 {"activation", "width", "height", "steps"}, marks=_SLOW),
 ])
 def test_more_examples_finish_with_a_best_config(name: str, label: str, keys: set[str], tmp_path: Path) -> None:
     output = _check(run_example(name, tmp_path, "--smoke-test"))

@@ -4,17 +4,21 @@
 from __future__ import annotations
 
 import inspect
+import math
 import pickle
+import sys
 import warnings
 
 import optuna
 import pytest
+from hyperopt import hp
 
 import fluidsalus.tune as tune
 from fluidsalus import searchers
 from fluidsalus.errors import ConfigError
 from fluidsalus.tune import TuneConfig, Tuner
 from fluidsalus.tune._translate import plan
+from fluidsalus.tune.search._hyperopt_space import HyperOptSpace
 from fluidsalus.tune.search.bayesopt import BayesOptSearch
 from fluidsalus.tune.search.hyperopt import LINEAR_FORGETTING, HyperOptGamma, HyperOptSearch
 from fluidsalus.tune.search.nevergrad import NevergradSearch
@@ -79,23 +83,98 @@ def test_it_becomes_an_optuna_search_with_a_tpe_sampler_set_as_hyperopts() -> No
                       HyperOptSearch)
 
 
-class _HpExpression:
-    """Stands for a hyperopt ``hp.*`` expression (hyperopt is not installed here)."""
-
-
-_HpExpression.__module__ = "hyperopt.pyll.base"
-
-
 @pytest.mark.parametrize("kwargs, message", [
     ({"n_initial_points": -1}, "n_initial_points must be an int >= 0"),
     ({"random_state_seed": 1.5}, "random_state_seed must be None or an int >= 0"),
     ({"gamma": 0}, r"gamma must be a number in \(0, 1\]"),
-    ({"space": {"x": _HpExpression()}}, "HyperOpt's own hp.\\* expressions, which need the hyperopt package"),
     ({"metric": ["a", "b"], "mode": ["min", "max"]}, "HyperOpt is single-objective"),
+    ({"space": {"x": hp.normal("x", 0, 1)}}, r"hp.normal\('x', ...\) has no Optuna equivalent"),
+    ({"space": {"a": hp.uniform("x", 0, 1), "b": hp.uniform("x", 0, 2)}},
+     r"the label 'x' names two parameters of the space"),
+    ({"space": {"a": hp.choice("a", ["p", "q"])}, "points_to_evaluate": [{"a": "r"}]},
+     r"points_to_evaluate: a='r' is not one of the options of hp.choice\('a', ...\)"),
+    ({"space": {"a": hp.uniform("a", 0, 1)}, "points_to_evaluate": [{"b": 1}]},
+     r"points_to_evaluate: b is not a key of the space"),
 ])
 def test_bad_arguments_are_refused_by_name(kwargs, message) -> None:
     with pytest.raises(ConfigError, match=message):
         HyperOptSearch(**kwargs)
+
+
+def test_a_hyperopt_space_without_hyperopt_installed_says_what_to_install(monkeypatch) -> None:
+    class _HpExpression:
+        """Stands for a hyperopt ``hp.*`` expression."""
+
+    _HpExpression.__module__ = "hyperopt.pyll.base"
+    monkeypatch.setitem(sys.modules, "hyperopt", None)  # as if not installed
+    monkeypatch.setitem(sys.modules, "hyperopt.pyll", None)
+    with pytest.raises(ConfigError, match=r"HyperOpt's own hp.\* expressions, which need the hyperopt package \(pip "
+                                          r"install hyperopt\)"):
+        HyperOptSearch(space={"x": _HpExpression()})
+
+
+#: A conditional HyperOpt space, as Ray's hyperopt_conditional_search_space_example.py writes one, with more kinds.
+HP_SPACE = {
+    "act": hp.choice("act", [{"name": "relu", "mult": hp.uniform("mult", 1, 2)}, {"name": "tanh"}]),
+    "lr": hp.loguniform("lr", -5, 0),
+    "units": hp.quniform("units", 8, 64, 8),
+    "layers": hp.randint("layers", 1, 4),
+    "batch": hp.uniformint("batch", 16, 32),
+    "scaled": hp.uniform("w", 0, 1) * 10,
+    "opt": hp.choice("opt", ["sgd", "adam"]),
+    "steps": 5,
+}
+
+
+def _check_hp_config(config: dict) -> None:
+    assert set(config) == {"act", "lr", "units", "layers", "batch", "scaled", "opt", "steps"}  # no labels leak
+    if config["act"]["name"] == "relu":
+        assert set(config["act"]) == {"name", "mult"} and 1 <= config["act"]["mult"] <= 2
+    else:
+        assert config["act"] == {"name": "tanh"}
+    assert math.exp(-5) <= config["lr"] <= 1 and config["units"] % 8 == 0 and 8 <= config["units"] <= 64
+    assert config["layers"] in (1, 2, 3) and isinstance(config["batch"], int) and 16 <= config["batch"] <= 32
+    assert 0 <= config["scaled"] <= 10 and config["opt"] in ("sgd", "adam") and config["steps"] == 5
+
+
+def test_a_hyperopt_space_is_searched_define_by_run_as_hyperopt_evaluates_it() -> None:
+    import optuna
+
+    space = HyperOptSpace(HP_SPACE)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = set()
+    for _ in range(30):
+        trial = study.ask()
+        config = space(trial)
+        _check_hp_config(config)
+        seen.add(config["act"]["name"])
+        # a conditional parameter is suggested only on its branch
+        assert ("mult" in trial.params) == (config["act"]["name"] == "relu")
+        assert trial.params["layers"] == config["layers"] and trial.params["act"] in (0, 1)
+    assert seen == {"relu", "tanh"}
+    # points_to_evaluate by the space's keys: a choice by its option (a dict option with its own parameters)
+    assert space.point_params({"act": {"name": "tanh"}, "opt": "adam", "lr": 0.1}) == {"act": 1, "opt": 1, "lr": 0.1}
+    assert space.point_params({"act": {"name": "relu", "mult": 1.5}}) == {"act": 0, "mult": 1.5}
+
+
+def test_a_tuner_runs_hyperopt_search_over_a_hyperopt_space(ray_cluster, storage) -> None:
+    def objective(config):
+        for step in range(config["steps"]):
+            tune.report({"loss": config["lr"] * (2 if config["act"]["name"] == "tanh" else 1) / (step + 1)})
+
+    point = {"act": {"name": "tanh"}, "lr": 0.05, "units": 16, "layers": 2, "batch": 20, "scaled": 0.5, "opt": "sgd"}
+    search = HyperOptSearch(space=HP_SPACE, metric="loss", mode="min", n_initial_points=3, random_state_seed=0,
+                            points_to_evaluate=[point])
+    tuner = Tuner(objective, tune_config=TuneConfig(num_samples=6, search_alg=search,
+                                                    scheduler=tune.schedulers.ASHAScheduler(max_t=5)),
+                  run_config=tune.RunConfig(storage_path=storage, verbose=0))
+    grid = tuner.fit()
+    assert len(grid) == 6 and grid.num_errors == 0
+    configs = [r.config for r in grid]
+    for config in configs:
+        _check_hp_config(config)
+    first = [c for c in configs if c["act"] == {"name": "tanh"} and c["lr"] == pytest.approx(0.05)]
+    assert first and first[0]["opt"] == "sgd" and first[0]["units"] == 16  # the point ran as given
 
 
 def test_a_tuner_runs_hyperopt_search_under_asha(ray_cluster, storage) -> None:

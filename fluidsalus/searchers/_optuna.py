@@ -25,7 +25,9 @@ and not yet told at any time, so a sequential sampler such as TPE learns from th
 **Define-by-run** (``define_by_run=f``, Ray's ``OptunaSearch(space=f)``): each trial is ``study.ask()`` with no
 fixed distributions, and ``f(trial)`` is called on it in the driver. ``f`` calls ``trial.suggest_*`` (so the
 space may be conditional) and returns None or a dict of constants. The configuration is the space's constants,
-then the suggested values, then the returned constants, unflattened at ``"/"``.
+then the suggested values, then the returned constants, unflattened at ``"/"``. A function whose
+``returns_whole_config`` attribute is True (``HyperOptSearch``'s HyperOpt space) returns the whole configuration,
+and the suggested values are not added to it.
 """
 
 from __future__ import annotations
@@ -392,7 +394,10 @@ class OptunaSearch(BaseSearcher):
 
     def _config(self, trial: optuna.Trial) -> dict[str, Any]:
         returned = self._returned.get(trial.number, {})
-        return sp.unflatten({**copy.deepcopy(self._constants), **trial.params, **copy.deepcopy(returned)})
+        # A function that builds the whole configuration (a HyperOpt space) says so; its parameters' names are
+        # labels, not keys of the configuration.
+        params = {} if getattr(self.define_by_run, "returns_whole_config", False) else trial.params
+        return sp.unflatten({**copy.deepcopy(self._constants), **params, **copy.deepcopy(returned)})
 
     def next_groups(self) -> list[TrialGroup]:
         """One group of new trials, as many as free batch slots and the remaining samples allow.

@@ -16,8 +16,11 @@ its deprecation warning is not shown.
 
 The draws are Optuna's, so the same seed gives other configurations than HyperOpt would. Everything else is
 OptunaSearch's: every scheduler pairing, ``points_to_evaluate`` (which may be partial), ``ConcurrencyLimiter``.
-A space written with HyperOpt's own ``hp.*`` expressions is refused (it needs hyperopt); write it with
-``tune.uniform/choice/...``, as Ray's ``HyperOptSearch`` also accepts.
+A space written with HyperOpt's own ``hp.*`` expressions (conditional ``hp.choice`` options, nested dicts,
+arithmetic) needs the hyperopt package, as in Ray: it is searched define-by-run, each ``hp.*`` parameter one
+``trial.suggest_*`` under its label and each trial's configuration the space evaluated as HyperOpt evaluates it
+(:mod:`fluidsalus.tune.search._hyperopt_space`). ``points_to_evaluate`` then give values by the space's keys, a
+``hp.choice`` of plain options its option, as Ray's do.
 """
 
 from __future__ import annotations
@@ -25,9 +28,11 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 from fluidsalus.errors import ConfigError
+from fluidsalus.tune.search._hyperopt_space import HyperOptSpace, is_hyperopt_expression
 from fluidsalus.tune.search.optuna import OptunaSearch, single_objective
 
 __all__ = ["EI_CANDIDATES", "LINEAR_FORGETTING", "HyperOptGamma", "HyperOptSearch"]
@@ -57,21 +62,13 @@ class HyperOptGamma:
         return f"HyperOptGamma({self.gamma})"
 
 
-def _is_hyperopt_expression(value: Any) -> bool:
-    if isinstance(value, dict):
-        return any(_is_hyperopt_expression(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_is_hyperopt_expression(v) for v in value)
-    return type(value).__module__.split(".")[0] == "hyperopt"
-
-
 class HyperOptSearch(OptunaSearch):
     """HyperOpt's TPE (``ray.tune.search.hyperopt.HyperOptSearch``), run by Optuna's ``TPESampler`` with
     HyperOpt's settings (see the module docstring).
 
     Args:
-        space: None (use ``param_space``) or a dict of ``tune`` domains; HyperOpt's own ``hp.*`` expressions are
-            refused.
+        space: None (use ``param_space``), a dict of ``tune`` domains, or a dict of HyperOpt's own ``hp.*``
+            expressions (needs hyperopt).
         metric: The result key to optimise.
         mode: ``"min"`` or ``"max"``.
         points_to_evaluate: Configurations to run first (a point may be partial).
@@ -94,10 +91,14 @@ class HyperOptSearch(OptunaSearch):
         gamma: float = 0.25,
     ) -> None:
         owner = type(self).__name__
-        if space is not None and _is_hyperopt_expression(space):
-            raise ConfigError(f"{owner}: space holds HyperOpt's own hp.* expressions, which need the hyperopt "
-                              "package; write it with fluidsalus.tune's uniform/loguniform/choice/randint/..., which "
-                              "Ray's HyperOptSearch accepts too")
+        hyperopt_space = None
+        if space is not None and is_hyperopt_expression(space):
+            if not isinstance(space, Mapping):
+                raise ConfigError(f"{owner}: space must be a dict, got {type(space).__name__}")
+            hyperopt_space = HyperOptSpace(space, owner)  # searched define-by-run; needs the hyperopt package
+            space = hyperopt_space  # type: ignore[assignment]
+            if points_to_evaluate:
+                points_to_evaluate = [hyperopt_space.point_params(point) for point in points_to_evaluate]
         single_objective(owner, "HyperOpt", metric, mode)
         if isinstance(n_initial_points, bool) or not isinstance(n_initial_points, numbers.Integral) \
                 or n_initial_points < 0:
@@ -119,6 +120,8 @@ class HyperOptSearch(OptunaSearch):
         self.n_initial_points = int(n_initial_points)
         self.random_state_seed = random_state_seed
         self.gamma = float(gamma)
+        #: The space as HyperOpt's own ``hp.*`` expressions (searched define-by-run), or None.
+        self.hyperopt_space = hyperopt_space
 
     def describe(self) -> dict[str, Any]:
         return {"space": self.space, "metric": self._metric, "mode": self._mode,

@@ -1,0 +1,230 @@
+"""HyperOpt's own search spaces (``hp.*`` expressions) searched through an Optuna trial, define-by-run.
+
+A HyperOpt space is a graph of ``hyperopt.pyll`` nodes: each ``hp.*`` call is a ``hyperopt_param(label, dist)``
+node (wrapped in ``float``/``int``), ``hp.choice`` is a ``switch`` over its options, and nested dicts, lists and
+arithmetic are nodes too. :class:`HyperOptSpace` walks that graph on an Optuna trial, as HyperOpt's own sampler
+walks it: each ``hyperopt_param`` is one ``trial.suggest_*`` under its label, a ``switch`` suggests its index and
+walks only the chosen option (so the space is conditional), and every other node is computed by HyperOpt's own
+implementation from its evaluated arguments. The result is the configuration HyperOpt would hand the trainable.
+
+The distributions map onto Optuna's: ``uniform`` and ``loguniform`` (HyperOpt's bounds are of ``log(value)``) to
+``suggest_float``, ``quniform``/``qloguniform`` to the same rounded to ``q`` as HyperOpt rounds, ``randint`` to
+``suggest_int`` (upper bound excluded), ``choice`` and ``pchoice`` to ``suggest_categorical`` over the option
+indices (``pchoice``'s probabilities are not used, with a warning). Optuna has no normal distribution, so
+``normal``, ``qnormal``, ``lognormal`` and ``qlognormal`` are a ``ConfigError`` naming the label.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from fluidsalus.errors import ConfigError
+
+__all__ = ["HyperOptSpace", "is_hyperopt_expression"]
+
+#: HyperOpt's distributions that Optuna cannot sample.
+_NORMALS = frozenset({"normal", "qnormal", "lognormal", "qlognormal"})
+
+
+def is_hyperopt_expression(value: Any) -> bool:
+    """Whether ``value`` is, or holds in a dict or list, a HyperOpt ``pyll`` expression."""
+    if isinstance(value, dict):
+        return any(is_hyperopt_expression(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(is_hyperopt_expression(v) for v in value)
+    return type(value).__module__.split(".")[0] == "hyperopt"
+
+
+def _hyperopt(owner: str) -> Any:
+    try:
+        import hyperopt.pyll
+    except ImportError as exc:
+        raise ConfigError(f"{owner}: space holds HyperOpt's own hp.* expressions, which need the hyperopt package "
+                          "(pip install hyperopt); or write it with fluidsalus.tune's uniform/loguniform/choice/"
+                          "randint/..., which Ray's HyperOptSearch accepts too") from exc
+    return hyperopt.pyll
+
+
+class HyperOptSpace:
+    """A HyperOpt space as a define-by-run function: ``space(trial)`` is the trial's whole configuration.
+
+    Args:
+        space: A dict whose values may be ``hp.*`` expressions (nested dicts and lists of them too).
+        owner: Names the caller in errors.
+
+    Raises:
+        ConfigError: hyperopt is not installed, or a parameter's distribution has no Optuna equivalent (named by
+            its label).
+    """
+
+    #: It returns the trial's whole configuration (``fluidsalus.searchers.OptunaSearch`` adds no parameters).
+    returns_whole_config = True
+
+    def __init__(self, space: Mapping[str, Any], owner: str = "HyperOptSearch") -> None:
+        self._pyll = _hyperopt(owner)
+        self.owner = owner
+        self.space = dict(space)
+        self.labels: dict[str, Any] = {}  # label -> its hyperopt_param node (for points_to_evaluate)
+        self._collect(self.space)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"space": self.space, "owner": self.owner}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["space"], state["owner"])  # type: ignore[misc]
+
+    def _collect(self, value: Any) -> None:
+        """Find every parameter, check its distribution, and refuse a label used for two parameters."""
+        if isinstance(value, dict):
+            for item in value.values():
+                self._collect(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                self._collect(item)
+        elif isinstance(value, self._pyll.Apply):
+            for node in self._pyll.dfs(value):
+                if node.name != "hyperopt_param":
+                    continue
+                label, dist = node.pos_args[0].obj, node.pos_args[1]
+                if dist.name in _NORMALS:
+                    raise ConfigError(f"{self.owner}: hp.{dist.name}({label!r}, ...) has no Optuna equivalent (Optuna "
+                                      "has no normal distribution); use hp.uniform or hp.loguniform")
+                if label in self.labels and self.labels[label] is not node:
+                    raise ConfigError(f"{self.owner}: the label {label!r} names two parameters of the space; HyperOpt "
+                                      "needs every label to be unique")
+                self.labels[label] = node
+
+    def __call__(self, trial: Any) -> dict[str, Any]:
+        return self._value(self.space, trial)
+
+    def _value(self, value: Any, trial: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: self._value(item, trial) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self._value(item, trial) for item in value]
+        if isinstance(value, tuple):
+            return tuple(self._value(item, trial) for item in value)
+        if isinstance(value, self._pyll.Apply):
+            return self._node(value, trial)
+        return value
+
+    def _node(self, node: Any, trial: Any) -> Any:
+        """Evaluate ``node`` on ``trial``: suggest its parameters, walk only the chosen option of a switch."""
+        if node.name == "literal":
+            return node.obj
+        if node.name == "hyperopt_param":
+            return self._suggest(node.pos_args[0].obj, node.pos_args[1], trial)
+        if node.name == "switch":
+            index = self._node(node.pos_args[0], trial)
+            return self._node(node.pos_args[1 + int(index)], trial)
+        args = [self._node(arg, trial) for arg in node.pos_args]
+        kwargs = {name: self._node(arg, trial) for name, arg in node.named_args}
+        return self._pyll.scope._impls[node.name](*args, **kwargs)
+
+    def _suggest(self, label: str, dist: Any, trial: Any) -> Any:
+        """One ``trial.suggest_*`` for HyperOpt's distribution node ``dist``, named ``label``."""
+        args = [self._node(arg, None) for arg in dist.pos_args]
+        kwargs = {name: self._node(arg, None) for name, arg in dist.named_args}
+        name = dist.name
+        if name in ("uniform", "quniform"):
+            low, high = float(args[0]), float(args[1])
+            value = trial.suggest_float(label, low, high)
+            return _round(value, kwargs.get("q", args[2] if len(args) > 2 else None))
+        if name in ("loguniform", "qloguniform"):  # HyperOpt's bounds are of log(value)
+            value = trial.suggest_float(label, math.exp(args[0]), math.exp(args[1]), log=True)
+            return _round(value, kwargs.get("q", args[2] if len(args) > 2 else None))
+        if name == "randint":
+            low, high = (0, int(args[0])) if len(args) == 1 else (int(args[0]), int(args[1]))
+            return trial.suggest_int(label, low, high - 1)
+        if name == "categorical":  # hp.pchoice: its probabilities
+            warnings.warn(f"{self.owner}: hp.pchoice({label!r}, ...): Optuna samples the options without their "
+                          "probabilities", UserWarning, stacklevel=2)
+            return trial.suggest_categorical(label, list(range(len(args[0]))))
+        raise ConfigError(f"{self.owner}: the distribution {name!r} of parameter {label!r} has no Optuna equivalent")
+
+    def point_params(self, point: Mapping[str, Any]) -> dict[str, Any]:
+        """A ``points_to_evaluate`` entry as the trial's parameters, by label (Ray's rule for HyperOpt spaces).
+
+        Each key of ``point`` is matched to the space's key of the same path; where the space holds an ``hp.*``
+        parameter, the point's value becomes that parameter's: a ``hp.choice`` of plain options takes the option
+        itself (its index is what is suggested), any other parameter its value.
+
+        Raises:
+            ConfigError: A key the space does not have, or an option a choice does not offer.
+        """
+        params: dict[str, Any] = {}
+        self._point(dict(point), self.space, (), params)
+        return params
+
+    def _point(self, point: Mapping[str, Any], space: Any, path: tuple[str, ...], out: dict[str, Any]) -> None:
+        for key, value in point.items():
+            where = "/".join((*path, key))
+            if not isinstance(space, Mapping) or key not in space:
+                raise ConfigError(f"{self.owner}: points_to_evaluate: {where} is not a key of the space")
+            node = space[key]
+            if isinstance(value, Mapping) and isinstance(node, Mapping):
+                self._point(value, node, (*path, key), out)
+                continue
+            param = _param_of(node, self._pyll)
+            if param is None:
+                continue  # a constant of the space
+            label, dist = param.pos_args[0].obj, param.pos_args[1]
+            if node.name == "switch":
+                for index, option in enumerate(node.pos_args[1:]):
+                    matched = self._option_params(value, option)
+                    if matched is not None:
+                        out[label] = index
+                        out.update(matched)
+                        break
+                else:
+                    raise ConfigError(f"{self.owner}: points_to_evaluate: {where}={value!r} is not one of the "
+                                      f"options of hp.choice({label!r}, ...)")
+            elif dist.name in ("loguniform", "qloguniform", "uniform", "quniform"):
+                out[label] = float(value)
+            else:
+                out[label] = value
+
+    def _option_params(self, value: Any, option: Any) -> dict[str, Any] | None:
+        """The parameters that make ``hp.choice``'s ``option`` produce ``value``, or None if it cannot.
+
+        A plain option matches its own value; a dict option matches a dict whose keys it has, with equal constants,
+        and its ``hp.*`` entries take the dict's values.
+        """
+        if option.name == "literal":
+            return {} if option.obj == value else None
+        if option.name != "dict" or not isinstance(value, Mapping):
+            return None
+        entries = dict(option.named_args)
+        if not set(value) <= set(entries):
+            return None
+        params: dict[str, Any] = {}
+        for key, item in value.items():
+            entry = entries[key]
+            if entry.name == "literal":
+                if entry.obj != item:
+                    return None
+                continue
+            param = _param_of(entry, self._pyll)
+            if param is None:
+                return None
+            params[param.pos_args[0].obj] = item
+        return params
+
+
+def _param_of(node: Any, pyll: Any) -> Any:
+    """The ``hyperopt_param`` node ``node`` is (a choice's index, or a parameter in ``float``/``int``), or None."""
+    if not isinstance(node, pyll.Apply):
+        return None
+    if node.name == "switch":
+        return node.pos_args[0]
+    while node.name in ("float", "int") and node.pos_args:
+        node = node.pos_args[0]
+    return node if node.name == "hyperopt_param" else None
+
+
+def _round(value: float, q: Any) -> float:
+    """``value`` rounded to a multiple of ``q``, as HyperOpt rounds its q-distributions (None: unchanged)."""
+    return value if q is None else float(round(value / float(q)) * float(q))
