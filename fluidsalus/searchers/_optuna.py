@@ -66,6 +66,10 @@ STEP_KEY = "training_iteration"
 TRIAL_ID_ATTR = "fluidsalus_trial_id"
 #: User attribute of the trials added from ``evaluated_rewards``: the index of their point.
 EVALUATED_POINT_ATTR = "fluidsalus_evaluated_point"
+#: User attribute of the trials added from ``evaluated_points``: their index.
+ADDED_POINT_ATTR = "fluidsalus_added_point"
+#: The states an evaluated point may be told in (Ray's ``add_evaluated_point``: finished, failed or pruned).
+ADDED_STATES = ("COMPLETE", "FAIL", "PRUNED")
 #: Optuna direction of each mode.
 DIRECTIONS = {"min": StudyDirection.MINIMIZE, "max": StudyDirection.MAXIMIZE}
 #: A define-by-run function slower than this many seconds gets a warning: it runs in the driver, once per
@@ -134,6 +138,10 @@ class OptunaSearch(BaseSearcher):
         batch_size: Trials asked and not yet told at any time (default :data:`DEFAULT_BATCH_SIZE`).
         define_by_run: A function ``f(trial)`` that calls ``trial.suggest_*`` and returns None or a dict of
             constants (see the module docstring). ``evaluated_rewards`` cannot be used with it (as in Ray).
+        evaluated_points: Results obtained elsewhere, added to the study as finished trials before anything is
+            asked (Ray's ``add_evaluated_point``): dicts with ``parameters`` (every parameter of the space, nested
+            or flattened), ``value`` (None for a failed one), ``state`` (one of :data:`ADDED_STATES`) and
+            ``intermediate_values`` (a list, or None).
 
     Raises:
         ConfigError: A parameter is invalid, or the space has a parameter Optuna cannot express (the message
@@ -154,6 +162,7 @@ class OptunaSearch(BaseSearcher):
         evaluated_rewards: Sequence[float] | Sequence[Sequence[float]] | None = None,
         batch_size: int | None = None,
         define_by_run: DefineByRun | None = None,
+        evaluated_points: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
         if callable(space) and not isinstance(space, Mapping) and define_by_run is None:
             space, define_by_run = {}, space
@@ -218,6 +227,11 @@ class OptunaSearch(BaseSearcher):
                                   "Ray): give points_to_evaluate alone, or the space as a dict")
             self._add_evaluated(evaluated_rewards)
             self._points = []
+        if evaluated_points:
+            if define_by_run is not None:
+                raise ConfigError("OptunaSearch: evaluated points cannot be added to a define-by-run search (as in "
+                                  "Ray): give the space as a dict")
+            self._add_points(evaluated_points)
         self._asked = 0
         self._group_seq = 0
         self._unassigned: dict[str, deque[optuna.Trial]] = {}
@@ -344,6 +358,34 @@ class OptunaSearch(BaseSearcher):
             self.study.add_trial(optuna.trial.create_trial(
                 params=point, distributions={k: self._distributions[k] for k in point},
                 user_attrs={EVALUATED_POINT_ATTR: index}, **self._value_kwargs(reward),
+            ))
+
+    def _add_points(self, points: Sequence[Mapping[str, Any]]) -> None:
+        """Add ``evaluated_points`` to the study as finished trials (once: a reopened persistent study has them)."""
+        present = {
+            ft.user_attrs[ADDED_POINT_ATTR] for ft in self.study.get_trials(deepcopy=False)
+            if ADDED_POINT_ATTR in ft.user_attrs
+        }
+        for index, point in enumerate(points):
+            params = self._flatten_point(index, point["parameters"])
+            missing = sorted(set(self._distributions) - set(params))
+            if missing:
+                raise ConfigError(f"OptunaSearch: evaluated point {index}: parameters has no value for {missing} "
+                                  "(an evaluated point gives every parameter of the space)")
+            outside = [key for key, value in params.items()
+                       if key in self._distributions and not self._contains(self._distributions[key], value)]
+            if outside:
+                raise ConfigError(f"OptunaSearch: evaluated point {index}: {outside} outside the space "
+                                  f"({ {key: params[key] for key in outside} })")
+            if index in present:
+                continue
+            state = TrialState[point["state"]]
+            value = None if state == TrialState.FAIL else point["value"]
+            intermediate = dict(enumerate(point.get("intermediate_values") or [])) or None
+            self.study.add_trial(optuna.trial.create_trial(
+                params={key: params[key] for key in self._distributions}, distributions=dict(self._distributions),
+                state=state, intermediate_values=intermediate, user_attrs={ADDED_POINT_ATTR: index},
+                **self._value_kwargs(value),
             ))
 
     def _value_kwargs(self, value: Any) -> dict[str, Any]:

@@ -266,6 +266,7 @@ def _optuna(holder: OptunaHolder, space: dict[str, Any], num_samples: int, metri
         evaluated_rewards=holder.evaluated_rewards,
         batch_size=batch_size,
         define_by_run=holder.define_by_run,
+        evaluated_points=holder.evaluated_points or None,
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import numbers
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -99,9 +100,54 @@ class Searcher(MetricModeHolder, SearchAlgorithm):
 
     def add_evaluated_point(self, parameters: dict[str, Any], value: float, error: bool = False,
                             pruned: bool = False, intermediate_values: list[float] | None = None) -> None:
-        """Ray's hook to tell a searcher of a configuration evaluated elsewhere (optional; fluidsalus never
-        calls it)."""
+        """Tell the search algorithm of a configuration evaluated elsewhere (optional, as in Ray: ``OptunaSearch``
+        implements it; :meth:`add_evaluated_trials` calls it)."""
         raise NotImplementedError
+
+    def add_evaluated_trials(self, trials_or_analysis: Any, metric: str) -> None:
+        """Tell the search algorithm of earlier trials (Ray's warm start from another experiment).
+
+        Each trial with ``metric`` in its last result becomes one :meth:`add_evaluated_point`: its config, that
+        value, failed if it errored, pruned if it was stopped before it reported ``done``. Trials without the
+        metric are skipped, with one warning when none had it.
+
+        Args:
+            trials_or_analysis: A trial (as callbacks see it: ``config``, ``status``, ``last_result``), a list of
+                them, an ``ExperimentAnalysis`` or a ``ResultGrid``.
+            metric: The result key whose value each point gets.
+
+        Raises:
+            NotImplementedError: The search algorithm has no ``add_evaluated_point`` (as in Ray).
+            ConfigError: ``trials_or_analysis`` is none of the above.
+        """
+        if type(self).add_evaluated_point is Searcher.add_evaluated_point:
+            raise NotImplementedError(f"{type(self).__name__} does not take evaluated points")
+        from fluidsalus.result import ResultGrid
+        from fluidsalus.tune.analysis import ExperimentAnalysis
+
+        if isinstance(trials_or_analysis, ExperimentAnalysis):
+            trials = [(t.config, t.status, t.last_result or {}) for t in trials_or_analysis.trials]
+        elif isinstance(trials_or_analysis, ResultGrid):
+            trials = [(r.config or {}, r.status, r.metrics or {}) for r in trials_or_analysis]
+        elif isinstance(trials_or_analysis, (list, tuple)) or hasattr(trials_or_analysis, "last_result"):
+            items = trials_or_analysis if isinstance(trials_or_analysis, (list, tuple)) else [trials_or_analysis]
+            if not all(hasattr(t, "last_result") and hasattr(t, "config") for t in items):
+                raise ConfigError(f"{type(self).__name__}.add_evaluated_trials: expected trials (with config, status "
+                                  "and last_result), a list of them, an ExperimentAnalysis or a ResultGrid")
+            trials = [(t.config, t.status, t.last_result or {}) for t in items]
+        else:
+            raise ConfigError(f"{type(self).__name__}.add_evaluated_trials: expected a trial, a list of trials, an "
+                              f"ExperimentAnalysis or a ResultGrid, got {type(trials_or_analysis).__name__}")
+        added = 0
+        for config, status, last in trials:
+            if metric not in last:
+                continue
+            self.add_evaluated_point(dict(config), last[metric], error=status == "ERROR",
+                                     pruned=status == "TERMINATED" and not last.get("done", False))
+            added += 1
+        if not added:
+            warnings.warn(f"{type(self).__name__}.add_evaluated_trials: no trial reported {metric!r}; check the "
+                          "metric's name", UserWarning, stacklevel=2)
 
     def save_to_dir(self, checkpoint_dir: str, session_str: str = "default") -> None:
         """:meth:`save` into Ray's ``searcher-state-<session_str>.pkl`` in ``checkpoint_dir``, written whole or

@@ -20,6 +20,7 @@ import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
 from fluidsalus.tune._config import MODES
 from fluidsalus.tune._domains import from_optuna_distributions, translate_ray_values
@@ -123,6 +124,8 @@ class OptunaSearch(Searcher):
         self.storage = storage
         self.seed = seed
         self.evaluated_rewards = None if evaluated_rewards is None else list(evaluated_rewards)
+        #: Results given by :meth:`add_evaluated_point`, added to the study before the search starts.
+        self.evaluated_points: list[dict[str, Any]] = []
 
     def own_space(self) -> dict[str, Any] | None:
         return self.space or None
@@ -139,6 +142,55 @@ class OptunaSearch(Searcher):
             The space to search.
         """
         return space
+
+    def add_evaluated_point(self, parameters: dict[str, Any], value: float, error: bool = False,
+                            pruned: bool = False, intermediate_values: list[float] | None = None) -> None:
+        """Tell the search of a configuration evaluated elsewhere (Ray's ``OptunaSearch.add_evaluated_point``).
+
+        It is added to the study as a finished trial (failed if ``error``, pruned if ``pruned``) when the search
+        starts, so the sampler learns from it; it does not run and does not count against ``num_samples``.
+
+        Args:
+            parameters: A value for every parameter of the search algorithm's own ``space`` (nested or
+                ``"/"``-flattened; constants of the configuration are ignored).
+            value: Its metric (ignored when ``error``).
+            error: It failed.
+            pruned: It was stopped early.
+            intermediate_values: Its metric at each step, or None.
+
+        Raises:
+            RuntimeError: The search algorithm has no space of its own, or no metric and mode (Ray's errors).
+            TypeError: Its space is a define-by-run function (as in Ray).
+            ConfigError: A bad value, named (a parameter outside the space is found when the search starts).
+        """
+        from fluidsalus.tune.search import UNDEFINED_METRIC_MODE, UNDEFINED_SEARCH_SPACE
+
+        cls = type(self).__name__
+        if self.define_by_run is not None:
+            raise TypeError(f"{cls}.add_evaluated_point: a define-by-run space cannot take evaluated points (as in "
+                            "Ray); give the space as a dict")
+        if not self.space:
+            raise RuntimeError(UNDEFINED_SEARCH_SPACE.format(cls=cls, space="space"))
+        if not self._metric or not self._mode:
+            raise RuntimeError(UNDEFINED_METRIC_MODE.format(cls=cls, metric=self._metric, mode=self._mode))
+        if isinstance(self._metric, list):
+            raise ConfigError(f"{cls}.add_evaluated_point: value is one number, and this search has several "
+                              f"metrics {self._metric}; give the points with evaluated_rewards instead")
+        if not isinstance(parameters, Mapping):
+            raise ConfigError(f"{cls}.add_evaluated_point: parameters must be a dict, got {type(parameters).__name__}")
+        if not error and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+            raise ConfigError(f"{cls}.add_evaluated_point: value must be a number, got {value!r}")
+        if intermediate_values is not None and not all(
+                isinstance(v, numbers.Real) and not isinstance(v, bool) for v in intermediate_values):
+            raise ConfigError(f"{cls}.add_evaluated_point: intermediate_values must be a list of numbers or None")
+        domains = sp.split_constants(dict(self.space))[0]
+        flat = dict(parameters) if any("/" in str(key) for key in parameters) else sp.flatten_space(dict(parameters))
+        self.evaluated_points.append({
+            "parameters": {key: flat[key] for key in flat if key in domains},
+            "value": None if error else float(value),
+            "state": "FAIL" if error else "PRUNED" if pruned else "COMPLETE",
+            "intermediate_values": None if intermediate_values is None else [float(v) for v in intermediate_values],
+        })
 
     def describe(self) -> dict[str, Any]:
         return {"space": self.define_by_run or self.space, **super().describe(),
