@@ -35,6 +35,7 @@ PATHS = [
                "validate_save_restore", "diagnose_serialization"]),
     ("logger", ["pretty_print", "LoggerCallback", "CSVLoggerCallback", "JsonLoggerCallback"]),
     ("search.nevergrad", ["NevergradSearch"]),
+    ("search.zoopt", ["ZOOptSearch"]),
     ("integration.xgboost", ["TuneReportCheckpointCallback", "TuneReportCallback"]),
     ("integration.lightgbm", ["TuneReportCheckpointCallback", "TuneReportCallback"]),
     ("integration.pytorch_lightning", ["TuneCallback", "TuneReportCheckpointCallback", "TuneReportCallback"]),

@@ -22,13 +22,15 @@ from fluidsalus.tune.search._hyperopt_space import HyperOptSpace
 from fluidsalus.tune.search.bayesopt import BayesOptSearch
 from fluidsalus.tune.search.hyperopt import LINEAR_FORGETTING, HyperOptGamma, HyperOptSearch
 from fluidsalus.tune.search.nevergrad import NevergradSearch
+from fluidsalus.tune.search.zoopt import ZOOptSearch
 
 rt = pytest.importorskip("ray.tune")
 
 #: Each class with Ray's module, and the fluidsalus module to import it from.
 _RAYS = [(HyperOptSearch, "ray.tune.search.hyperopt", "hyperopt"),
          (BayesOptSearch, "ray.tune.search.bayesopt", "bayesopt"),
-         (NevergradSearch, "ray.tune.search.nevergrad", "nevergrad")]  # runs Nevergrad itself, not Optuna
+         (NevergradSearch, "ray.tune.search.nevergrad", "nevergrad"),  # runs Nevergrad itself, not Optuna
+         (ZOOptSearch, "ray.tune.search.zoopt", "zoopt")]  # runs ZOOpt itself
 
 
 @pytest.mark.parametrize("ours, module, package", _RAYS)

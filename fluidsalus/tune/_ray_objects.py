@@ -50,12 +50,14 @@ _SUPPORTED_SEARCHERS = ("BasicVariantGenerator", "ConcurrencyLimiter", "Repeater
                         "OptunaSearch", "HyperOptSearch (import it from fluidsalus.tune.search.hyperopt)",
                         "BayesOptSearch (import it from fluidsalus.tune.search.bayesopt)",
                         "NevergradSearch (import it from fluidsalus.tune.search.nevergrad)",
+                        "ZOOptSearch (import it from fluidsalus.tune.search.zoopt)",
                         "a Searcher subclass of your own")
 #: Ray search algorithms that fluidsalus provides but cannot translate from Ray's object (Ray keeps only a
 #: converted space): the import to use instead.
 _IMPORT_INSTEAD = {"HyperOptSearch": "from fluidsalus.tune.search.hyperopt import HyperOptSearch",
                    "BayesOptSearch": "from fluidsalus.tune.search.bayesopt import BayesOptSearch",
-                   "NevergradSearch": "from fluidsalus.tune.search.nevergrad import NevergradSearch"}
+                   "NevergradSearch": "from fluidsalus.tune.search.nevergrad import NevergradSearch",
+                   "ZOOptSearch": "from fluidsalus.tune.search.zoopt import ZOOptSearch"}
 
 
 def is_ray_object(value: Any) -> bool:

@@ -66,7 +66,7 @@ SEARCHER_NAMES: dict[str, tuple[str, str] | None] = {
     "bohb": ("fluidsalus.tune.search.bohb", "TuneBOHB"),
     "nevergrad": ("fluidsalus.tune.search.nevergrad", "NevergradSearch"),
     "optuna": ("fluidsalus.tune.search.optuna", "OptunaSearch"),
-    "zoopt": None,
+    "zoopt": ("fluidsalus.tune.search.zoopt", "ZOOptSearch"),
     "hebo": None,
 }
 
