@@ -242,6 +242,30 @@ def test_a_worker_reads_rank_0s_last_decision_even_when_rank_0s_end_came_right_a
     assert ranks.at_report(3, GO, threading.Event()) == STOP
 
 
+class _EndedStore:
+    """A rendezvous store whose rank 0 has ended (``end`` is written); records what the worker writes."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, bytes] = {"end": OUT_STOPPED.encode()}
+
+    def check(self, keys: list[str]) -> bool:
+        return all(key in self.keys for key in keys)
+
+    def set(self, key: str, value: str) -> None:
+        self.keys[key] = value.encode()
+
+
+def test_a_worker_whose_collective_broke_after_rank_0_ended_stops_without_an_error():
+    """Rank 0 stops at a fine boundary while a worker ahead of it already waits in the iteration's collective:
+    the collective breaks under the worker, which stopped with the trial and did not fail."""
+    ranks = Rendezvous.__new__(Rendezvous)
+    ranks.leader, ranks.rank, ranks.world_size, ranks.timeout_s = False, 1, 2, SHORT_TIMEOUT_S
+    ranks.store, ranks._group = _EndedStore(), None
+    ranks.close_group = lambda: None  # no real process group here
+    assert ranks.finish("errored", "RuntimeError: Connection reset by peer", "trace") == (OUT_STOPPED, None, None)
+    assert "failed" not in ranks.store.keys and ranks.store.keys["exited/1"] == b"errored"
+
+
 # ------------------------------------------------------------------------ ranks as hosts in this process
 
 

@@ -309,7 +309,10 @@ class Rendezvous:
         except dist.DistError:
             pass
         if failed and leader_ended:
-            outcome = OUT_STOPPED  # its collectives broke because rank 0 had ended: the trial stopped under it
+            # Its collectives broke because rank 0 had ended: the trial stopped under it, and the broken
+            # collective's error is not the worker's failure (rank 0 stops at a fine boundary, while a worker
+            # ahead of it may already wait in the iteration's collective).
+            return OUT_STOPPED, None, None
         return outcome, error, trace
 
 
