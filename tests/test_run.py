@@ -433,8 +433,9 @@ def test_endless_search_ends_with_its_time_budget(storage):
     grid = fluidsalus.run(endless, {"x": fluidsalus.uniform(0, 1)}, num_samples=-1, time_budget_s=budget,
                           storage_path=storage, name="budget", verbose=0)
     assert time.time() - started < budget + 15  # the budget plus start-up and one boundary per trial
-    assert len(grid) >= 2 and grid.num_errors == 0
-    assert all(r.status == "TERMINATED" for r in grid)
+    # How many trials started before the budget ran out depends on how fast the actors started (none did within
+    # 8 s in a similar Tune test once, under load); every trial that did ended cleanly, stopped by the budget.
+    assert grid.num_errors == 0 and all(r.status == "TERMINATED" for r in grid)
     reader = ExperimentStore.open(grid.experiment_path, readonly=True)
     assert [e.data["reason"] for e in reader.events("experiment_ending")] == ["time_budget"]
 
