@@ -61,6 +61,7 @@ __all__ = [
     "Normal",
     "choice",
     "count_variants",
+    "flatten_config",
     "flatten_space",
     "generate_variants",
     "grid_search",
@@ -78,6 +79,7 @@ __all__ = [
     "sample_from",
     "split_constants",
     "to_optuna_distributions",
+    "to_python",
     "uniform",
     "unflatten",
     "validate_space",
@@ -167,12 +169,12 @@ def _divisible(value: float, q: float) -> bool:
     return math.isclose(scaled, round(scaled))
 
 
-def _to_python(value: Any) -> Any:
-    """Turn NumPy scalars into Python objects and spec views into plain dicts."""
+def to_python(value: Any) -> Any:
+    """Turn NumPy scalars into Python objects and spec views into plain dicts (configurations are JSON-stored)."""
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, _SpecView):
-        return {key: _to_python(item) for key, item in dict.items(value)}
+        return {key: to_python(item) for key, item in dict.items(value)}
     return value
 
 
@@ -419,7 +421,7 @@ class Categorical(Domain):
         """Draw one category, deep-copied (see :meth:`Domain.sample`)."""
         # Drawing an index (rather than rng.choice on the categories) keeps each category's own type.
         index = int(rng.choice(np.arange(len(self.categories)), size=1)[0])
-        return _to_python(copy.deepcopy(self.categories[index]))
+        return to_python(copy.deepcopy(self.categories[index]))
 
     def __len__(self) -> int:
         return len(self.categories)
@@ -473,18 +475,18 @@ class Function(Domain):
                 :class:`~fluidsalus.errors.SpaceError`.
         """
         if not self.pass_spec:
-            return _to_python(self.func())
+            return to_python(self.func())
         if isinstance(spec, _SpecView):
             view = spec
         else:
             view = _SpecView(spec if spec is not None else {_SPEC_CONFIG_KEY: {}}, None)
         try:
-            return _to_python(self.func(view))
+            return to_python(self.func(view))
         except (KeyError, AttributeError) as spec_error:
             if _SPEC_CONFIG_KEY not in view:
                 raise
             try:
-                return _to_python(self.func(view[_SPEC_CONFIG_KEY]))
+                return to_python(self.func(view[_SPEC_CONFIG_KEY]))
             except (KeyError, AttributeError) as config_error:
                 raise SpaceError(
                     f"func(spec) raised {type(spec_error).__name__}: {spec_error}; "
@@ -1018,7 +1020,7 @@ def _expand(config: dict[str, Any], rng: np.random.Generator, depth: int = 0,
     for point in _grid_points(grids):
         variant = copy.deepcopy(config)
         for (path, _), value in zip(grids, point, strict=True):
-            _set_path(variant, path, _to_python(copy.deepcopy(value)))
+            _set_path(variant, path, to_python(copy.deepcopy(value)))
         for path, domain in random_domains:
             _set_path(variant, path, domain.sample(rng))
         _resolve_functions(variant, functions, rng)
@@ -1127,6 +1129,18 @@ def flatten_space(space: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def flatten_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A configuration given nested (``{"model": {"lr": 0.1}}``) or already flattened (``{"model/lr": 0.1}``),
+    flattened with ``"/"``.
+
+    Raises:
+        SpaceError: A nested configuration that :func:`flatten_space` refuses.
+    """
+    if any(isinstance(key, str) and PATH_SEPARATOR in key for key in config):
+        return dict(config)
+    return flatten_space(dict(config))
+
+
 def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
     """Rebuild nested dicts from ``"outer/inner"`` keys (the inverse of :func:`flatten_space`).
 
@@ -1202,7 +1216,7 @@ def _plain_choices(path: str, what: str, values: list[Any]) -> tuple[Any, ...]:
             f"parameter '{path}': {what} holds domains or grid searches, which Optuna's "
             "CategoricalDistribution cannot express"
         )
-    return tuple(_to_python(value) for value in values)
+    return tuple(to_python(value) for value in values)
 
 
 def _to_optuna(path: str, domain: Any) -> BaseDistribution:

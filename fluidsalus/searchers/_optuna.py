@@ -316,10 +316,8 @@ class OptunaSearch(BaseSearcher):
     @staticmethod
     def _flatten_point(index: int, point: Mapping[str, Any]) -> dict[str, Any]:
         """A point given nested (``{"model": {"lr": 0.1}}``) or flattened (``{"model/lr": 0.1}``), flattened."""
-        if any(isinstance(key, str) and sp.PATH_SEPARATOR in key for key in point):
-            return dict(point)
         try:
-            return sp.flatten_space(dict(point))
+            return sp.flatten_config(point)
         except SpaceError as exc:
             raise ConfigError(f"OptunaSearch: points_to_evaluate[{index}]: {exc}") from exc
 

@@ -69,7 +69,8 @@ def defined_by_user(obj: Any, name: str) -> bool:
 def is_custom_searcher(search_alg: Any) -> bool:
     """Whether ``search_alg`` runs here through its own ``suggest``: a search algorithm of the user's own that
     implements it (the holders ``OptunaSearch`` and ``TuneBOHB``, and Ray's classes, do not), or a fluidsalus one
-    built that way (``NevergradSearch``: its class sets ``RUNS_ITS_OWN_SUGGEST``)."""
+    built that way (``NevergradSearch`` and ``ZOOptSearch``: their base, ``_own_suggest.OwnSuggestSearcher``, sets
+    ``RUNS_ITS_OWN_SUGGEST``)."""
     return defined_by_user(search_alg, "suggest") or getattr(type(search_alg), "RUNS_ITS_OWN_SUGGEST", False) is True
 
 

@@ -38,12 +38,17 @@ def check_arguments(owner: str, metrics: Metrics, filename: str, frequency: int,
     if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 0:
         raise ConfigError(f"{owner}: frequency must be an int >= 0 (0: checkpoint only at the end), "
                           f"got {frequency!r}")
-    if not isinstance(filename, str) or not filename or Path(filename).name != filename:
-        raise ConfigError(f"{owner}: filename must be a file name without a folder, got {filename!r}")
+    check_filename(owner, filename)
     if results_postprocessing_fn is not None and not callable(results_postprocessing_fn):
         raise ConfigError(f"{owner}: results_postprocessing_fn must be None or a callable, "
                           f"got {type(results_postprocessing_fn).__name__}")
     return check_metrics(owner, metrics)
+
+
+def check_filename(owner: str, filename: str) -> None:
+    """Raise a ``ConfigError`` unless ``filename`` is one file name (the model's, in each checkpoint's folder)."""
+    if not isinstance(filename, str) or not filename or Path(filename).name != filename:
+        raise ConfigError(f"{owner}: filename must be a file name without a folder, got {filename!r}")
 
 
 def check_metrics(owner: str, metrics: Metrics) -> dict[str, str] | None:

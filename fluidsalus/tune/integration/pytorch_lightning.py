@@ -91,7 +91,7 @@ class TuneReportCheckpointCallback(TuneCallback):
         super().__init__(on=on)
         owner = type(self).__name__
         self._metrics = _base.check_metrics(owner, metrics)
-        _base.check_arguments(owner, None, filename, 0, None)
+        _base.check_filename(owner, filename)
         self._filename = filename
         self._save_checkpoints = bool(save_checkpoints)
         self._warned: set[str] = set()

@@ -25,19 +25,16 @@ from __future__ import annotations
 
 import inspect
 import math
-import pickle
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
-from fluidsalus.tune.search._holders import Searcher
+from fluidsalus.tune.search._own_suggest import OwnSuggestSearcher
 
 __all__ = ["NevergradSearch"]
 
-#: The metric a searcher given only a mode optimizes (Ray's ``DEFAULT_METRIC``).
-DEFAULT_METRIC = "_metric"
 _INSTALL = "NevergradSearch needs the nevergrad package: pip install nevergrad"
 
 
@@ -89,7 +86,7 @@ def convert_space(space: Mapping[str, Any], owner: str = "NevergradSearch") -> A
     return ng.p.Dict(**parameters)
 
 
-class NevergradSearch(Searcher):
+class NevergradSearch(OwnSuggestSearcher):
     """Search with a Nevergrad optimizer (Ray's ``NevergradSearch``, with Ray's signature).
 
     Args:
@@ -108,9 +105,6 @@ class NevergradSearch(Searcher):
         ConfigError: A bad argument, named.
     """
 
-    #: Run as a search algorithm with a ``suggest`` of its own (``_custom_search.is_custom_searcher``).
-    RUNS_ITS_OWN_SUGGEST = True
-
     def __init__(self, optimizer: Any = None, optimizer_kwargs: dict[str, Any] | None = None,
                  space: dict[str, Any] | Any | list[str] | None = None, metric: str | None = None,
                  mode: str | None = None, points_to_evaluate: list[dict[str, Any]] | None = None) -> None:
@@ -124,12 +118,7 @@ class NevergradSearch(Searcher):
             raise ConfigError(f"{owner}: optimizer_kwargs must be a dict or None, "
                               f"got {type(optimizer_kwargs).__name__}")
         self._optimizer_kwargs = dict(optimizer_kwargs or {})
-        if points_to_evaluate is not None and (
-                not isinstance(points_to_evaluate, Sequence) or isinstance(points_to_evaluate, (str, bytes))
-                or not all(isinstance(point, Mapping) for point in points_to_evaluate)):
-            raise ConfigError(f"{owner}: points_to_evaluate must be a list of config dicts, got "
-                              f"{type(points_to_evaluate).__name__}")
-        self._points_to_evaluate = None if points_to_evaluate is None else [dict(p) for p in points_to_evaluate]
+        self._points_to_evaluate = self._checked_points(points_to_evaluate)
         self._factory: Any = None
         self._optimizer: Any = None
         self._names: list[str] | None = None
@@ -164,8 +153,7 @@ class NevergradSearch(Searcher):
         owner = type(self).__name__
         if self._optimizer is None:
             self._optimizer = self._factory(self._space, **self._optimizer_kwargs)
-        if self._metric is None and self._mode:
-            self._metric = DEFAULT_METRIC
+        self._take_default_metric()
         if self._names is not None and self._optimizer.dimension != len(self._names):
             raise ConfigError(f"{owner}: space names {len(self._names)} parameters, and the optimizer searches "
                               f"{self._optimizer.dimension} dimensions")
@@ -174,23 +162,20 @@ class NevergradSearch(Searcher):
             self._suggest_point(point)
 
     def _suggest_point(self, point: dict[str, Any]) -> None:
-        """Queue ``point`` (a nested config) as the optimizer's next candidate."""
+        """Queue ``point`` (a config) as the optimizer's next candidate."""
         import numpy as np
         from nevergrad import p as ng_p
 
-        flat = sp.flatten_space(point)
         parametrization = self._optimizer.parametrization
         if isinstance(parametrization, ng_p.Instrumentation):
-            self._optimizer.suggest(**flat)
+            self._optimizer.suggest(**sp.flatten_config(point))
             return
         names = self._names if self._names is not None else list(parametrization.value)
-        missing = [name for name in names if name not in flat]
-        if missing:
-            raise ConfigError(f"{type(self).__name__}: points_to_evaluate: {point!r} has no value for {missing}")
+        values = self._point_values(point, names)
         if self._names is not None:
-            self._optimizer.suggest(np.asarray([flat[name] for name in names], dtype=float))
+            self._optimizer.suggest(np.asarray([values[name] for name in names], dtype=float))
         else:
-            self._optimizer.suggest({name: flat[name] for name in names})
+            self._optimizer.suggest(values)
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any],
                               **spec: Any) -> bool:
@@ -204,13 +189,7 @@ class NevergradSearch(Searcher):
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
         """Ask the optimizer for the next candidate, as a config."""
-        from fluidsalus.tune.search import UNDEFINED_METRIC_MODE, UNDEFINED_SEARCH_SPACE
-
-        cls = type(self).__name__
-        if self._optimizer is None:
-            raise RuntimeError(UNDEFINED_SEARCH_SPACE.format(cls=cls, space="space"))
-        if not self._metric or not self._mode:
-            raise RuntimeError(UNDEFINED_METRIC_MODE.format(cls=cls, metric=self._metric, mode=self._mode))
+        self._check_ready(self._optimizer is not None, "space")
         candidate = self._optimizer.ask()
         self._live[trial_id] = candidate
         if candidate.kwargs:
@@ -219,25 +198,14 @@ class NevergradSearch(Searcher):
             values = dict(zip(self._names, candidate.args[0], strict=True))
         else:
             values = dict(candidate.value)
-        return sp.unflatten({key: _python(value) for key, value in values.items()})
+        return self._config(values)
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         """Tell the optimizer the trial's last metric (a trial with none is dropped untold)."""
         candidate = self._live.pop(trial_id, None)
         if candidate is None or not result or self._metric not in result:
             return
-        sign = -1.0 if self._mode == "max" else 1.0
-        self._optimizer.tell(candidate, sign * float(result[self._metric]))
-
-    def save(self, checkpoint_path: str) -> None:
-        """Pickle the whole search state (the optimizer and the candidates in flight) to ``checkpoint_path``."""
-        with open(checkpoint_path, "wb") as file:
-            pickle.dump(self.__dict__, file)
-
-    def restore(self, checkpoint_path: str) -> None:
-        """Take back what :meth:`save` wrote."""
-        with open(checkpoint_path, "rb") as file:
-            self.__dict__.update(pickle.load(file))
+        self._optimizer.tell(candidate, self._loss(result[self._metric]))
 
     def describe(self) -> dict[str, Any]:
         return {"optimizer": repr(self._factory or self._optimizer), "optimizer_kwargs": self._optimizer_kwargs,
@@ -247,8 +215,3 @@ class NevergradSearch(Searcher):
 def _is_names(space: Any) -> bool:
     return isinstance(space, Sequence) and not isinstance(space, (str, bytes)) and all(
         isinstance(name, str) for name in space)
-
-
-def _python(value: Any) -> Any:
-    """A NumPy scalar as the Python number it holds (configs are JSON-stored)."""
-    return value.item() if hasattr(value, "item") and getattr(value, "ndim", None) == 0 else value

@@ -184,7 +184,7 @@ class OptunaSearch(Searcher):
                 isinstance(v, numbers.Real) and not isinstance(v, bool) for v in intermediate_values):
             raise ConfigError(f"{cls}.add_evaluated_point: intermediate_values must be a list of numbers or None")
         domains = sp.split_constants(dict(self.space))[0]
-        flat = dict(parameters) if any("/" in str(key) for key in parameters) else sp.flatten_space(dict(parameters))
+        flat = sp.flatten_config(parameters)
         self.evaluated_points.append({
             "parameters": {key: flat[key] for key in flat if key in domains},
             "value": None if error else float(value),

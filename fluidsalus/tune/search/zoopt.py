@@ -34,19 +34,15 @@ from __future__ import annotations
 import copy
 import numbers
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
-
-import cloudpickle
 
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
-from fluidsalus.tune.search._holders import Searcher
+from fluidsalus.tune.search._own_suggest import OwnSuggestSearcher
 
 __all__ = ["ZOOptSearch"]
 
-#: The metric a searcher given only a mode optimizes (Ray's ``DEFAULT_METRIC``).
-DEFAULT_METRIC = "_metric"
 #: ZOOpt's precision of a continuous dimension without a ``q`` (Ray's).
 DEFAULT_PRECISION = 1e-12
 #: The algorithms Ray's ZOOptSearch offers (both are ZOOpt's ``SRacosTune``).
@@ -95,7 +91,7 @@ def convert_space(space: Mapping[str, Any], owner: str = "ZOOptSearch") -> dict[
     return out
 
 
-class ZOOptSearch(Searcher):
+class ZOOptSearch(OwnSuggestSearcher):
     """Search with ZOOpt's ASRacos (Ray's ``ZOOptSearch``, with Ray's signature).
 
     Args:
@@ -114,9 +110,6 @@ class ZOOptSearch(Searcher):
         ConfigError: A bad argument, named.
     """
 
-    #: Run as a search algorithm with a ``suggest`` of its own (``_custom_search.is_custom_searcher``).
-    RUNS_ITS_OWN_SUGGEST = True
-
     def __init__(self, algo: str = "asracos", budget: int | None = None, dim_dict: dict[str, Any] | None = None,
                  metric: str | None = None, mode: str | None = None,
                  points_to_evaluate: list[dict[str, Any]] | None = None, parallel_num: int = 1,
@@ -131,18 +124,14 @@ class ZOOptSearch(Searcher):
                               f"num_samples to it), got {budget!r}")
         if isinstance(parallel_num, bool) or not isinstance(parallel_num, numbers.Integral) or parallel_num < 1:
             raise ConfigError(f"{owner}: parallel_num must be an int >= 1, got {parallel_num!r}")
-        if points_to_evaluate is not None and (
-                isinstance(points_to_evaluate, (str, bytes)) or not isinstance(points_to_evaluate, Sequence)
-                or not all(isinstance(point, Mapping) for point in points_to_evaluate)):
-            raise ConfigError(f"{owner}: points_to_evaluate must be a list of config dicts, got "
-                              f"{type(points_to_evaluate).__name__}")
+        points = self._checked_points(points_to_evaluate)
         if dim_dict is not None and not isinstance(dim_dict, Mapping):
             raise ConfigError(f"{owner}: dim_dict must be a dict or None, got {type(dim_dict).__name__}")
         self._algo = algo.lower()
         self._budget = int(budget)
         self._parallel_num = int(parallel_num)
         self._kwargs = dict(kwargs)
-        self._points_to_evaluate = None if points_to_evaluate is None else copy.deepcopy(list(points_to_evaluate))
+        self._points_to_evaluate = copy.deepcopy(points)
         self._dim_dict: dict[str, Any] | None = None
         self._steps: dict[str, float] = {}  # path -> q of a quniform parameter, whose values are rounded to it
         self._keys: list[str] = []
@@ -161,19 +150,12 @@ class ZOOptSearch(Searcher):
         from zoopt.algos.opt_algorithms.racos.sracos import SRacosTune
 
         assert self._dim_dict is not None
-        if self._metric is None and self._mode:
-            self._metric = DEFAULT_METRIC
+        self._take_default_metric()
         self._keys = list(self._dim_dict)
         init_samples = None
         if self._points_to_evaluate:
-            init_samples = []
-            for point in self._points_to_evaluate:
-                flat = sp.flatten_space(point) if not any("/" in key for key in point) else dict(point)
-                missing = [key for key in self._keys if key not in flat]
-                if missing:
-                    raise ConfigError(f"{type(self).__name__}: points_to_evaluate: {point!r} has no value for "
-                                      f"{missing}")
-                init_samples.append(zoopt.Solution(x=[flat[key] for key in self._keys]))
+            init_samples = [zoopt.Solution(x=list(self._point_values(point, self._keys).values()))
+                            for point in self._points_to_evaluate]
         parameter = zoopt.Parameter(budget=self._budget, init_samples=init_samples)
         self._optimizer = SRacosTune(dimension=zoopt.Dimension2([self._dim_dict[key] for key in self._keys]),
                                      parameter=parameter, parallel_num=self._parallel_num, **self._kwargs)
@@ -194,13 +176,7 @@ class ZOOptSearch(Searcher):
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         """ZOOpt's next solution as a config, None while it waits for trials to end, or ``FINISHED``."""
-        from fluidsalus.tune.search import UNDEFINED_METRIC_MODE, UNDEFINED_SEARCH_SPACE
-
-        cls = type(self).__name__
-        if self._optimizer is None:
-            raise RuntimeError(UNDEFINED_SEARCH_SPACE.format(cls=cls, space="dim_dict"))
-        if not self._metric or not self._mode:
-            raise RuntimeError(UNDEFINED_METRIC_MODE.format(cls=cls, metric=self._metric, mode=self._mode))
+        self._check_ready(self._optimizer is not None, "dim_dict")
         if self._handed_out >= self._budget:
             return self.FINISHED
         for _ in range(REPEAT_TRIES):
@@ -217,10 +193,10 @@ class ZOOptSearch(Searcher):
             # ZOOpt's one "wait until the initial samples have ended", taken while the last of them runs (see the
             # module docstring).
             self._optimizer.suggest()
-        values = {key: _python(value) for key, value in zip(self._keys, solution.get_x(), strict=True)}
+        values = dict(zip(self._keys, solution.get_x(), strict=True))
         for key, q in self._steps.items():  # ZOOpt's precision is decimal places: round to the domain's q
             values[key] = round(values[key] / q) * q
-        return sp.unflatten(values)
+        return self._config(values)
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         """Tell ZOOpt the trial's last metric (the worst value if it has none)."""
@@ -228,22 +204,8 @@ class ZOOptSearch(Searcher):
         if solution is None:
             return
         value = result.get(self._metric) if result else None
-        if isinstance(value, numbers.Real) and not isinstance(value, bool):
-            told = (-1.0 if self._mode == "max" else 1.0) * float(value)
-        else:
-            told = WORST
-        self._optimizer.complete(solution, told)
-
-    def save(self, checkpoint_path: str) -> None:
-        """Pickle the whole search state (ZOOpt's optimizer and the solutions in flight) to ``checkpoint_path``,
-        with cloudpickle: ZOOpt's ``Parameter`` holds a lambda, which the standard pickle refuses."""
-        with open(checkpoint_path, "wb") as file:
-            cloudpickle.dump(self.__dict__, file)
-
-    def restore(self, checkpoint_path: str) -> None:
-        """Take back what :meth:`save` wrote."""
-        with open(checkpoint_path, "rb") as file:
-            self.__dict__.update(cloudpickle.load(file))
+        real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        self._optimizer.complete(solution, self._loss(value) if real else WORST)
 
     def describe(self) -> dict[str, Any]:
         return {"algo": self._algo, "budget": self._budget, "dim_dict": self._dim_dict, "metric": self._metric,
@@ -254,8 +216,3 @@ def _steps(space: Mapping[str, Any]) -> dict[str, float]:
     """``{path: q}`` of the space's ``quniform`` parameters."""
     domains, _ = sp.split_constants(dict(space))
     return {path: float(d.q) for path, d in domains.items() if isinstance(d, sp.Float) and d.q is not None}
-
-
-def _python(value: Any) -> Any:
-    """A NumPy scalar as the Python value it holds (configs are JSON-stored)."""
-    return value.item() if hasattr(value, "item") and getattr(value, "ndim", None) == 0 else value
