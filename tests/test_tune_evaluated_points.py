@@ -119,3 +119,10 @@ def test_add_evaluated_trials_warm_starts_a_search_from_an_earlier_experiment(ra
     search.add_evaluated_trials(grid, "loss")
     study = plan(TuneConfig(num_samples=2, search_alg=search), {}).searcher.study
     assert len(study.get_trials(deepcopy=False)) == 3 and study.best_trial.params["x"] == 0.1
+
+
+def test_the_engine_searcher_refuses_an_evaluated_point_in_a_state_it_cannot_be_told_in() -> None:
+    with pytest.raises(ConfigError, match=r"evaluated point 0: state must be one of \['COMPLETE', 'FAIL', 'PRUNED'\], "
+                                          r"got 'RUNNING'"):
+        EngineOptunaSearch({"x": tune.uniform(0, 1)}, 2, "loss", "min",
+                           evaluated_points=[{"parameters": {"x": 0.5}, "value": 1.0, "state": "RUNNING"}])

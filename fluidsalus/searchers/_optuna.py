@@ -375,6 +375,9 @@ class OptunaSearch(BaseSearcher):
             if outside:
                 raise ConfigError(f"OptunaSearch: evaluated point {index}: {outside} outside the space "
                                   f"({ {key: params[key] for key in outside} })")
+            if point["state"] not in ADDED_STATES:
+                raise ConfigError(f"OptunaSearch: evaluated point {index}: state must be one of {list(ADDED_STATES)}, "
+                                  f"got {point['state']!r}")
             if index in present:
                 continue
             state = TrialState[point["state"]]
