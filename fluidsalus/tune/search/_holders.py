@@ -104,6 +104,21 @@ class Searcher(MetricModeHolder, SearchAlgorithm):
         implements it; :meth:`add_evaluated_trials` calls it)."""
         raise NotImplementedError
 
+    def _check_ready(self, has_space: bool, space_argument: str) -> None:
+        """Raise Ray's errors for a search algorithm used without a space, or without a metric and mode.
+
+        Args:
+            has_space: Whether it has its search space.
+            space_argument: The argument that takes the space (``"space"``, ``"dim_dict"``), for the message.
+        """
+        from fluidsalus.tune.search import UNDEFINED_METRIC_MODE, UNDEFINED_SEARCH_SPACE
+
+        cls = type(self).__name__
+        if not has_space:
+            raise RuntimeError(UNDEFINED_SEARCH_SPACE.format(cls=cls, space=space_argument))
+        if not self._metric or not self._mode:
+            raise RuntimeError(UNDEFINED_METRIC_MODE.format(cls=cls, metric=self._metric, mode=self._mode))
+
     def add_evaluated_trials(self, trials_or_analysis: Any, metric: str) -> None:
         """Tell the search algorithm of earlier trials (Ray's warm start from another experiment).
 

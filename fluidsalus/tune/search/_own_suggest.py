@@ -4,8 +4,8 @@
 fluidsalus runs them as it runs a ``Searcher`` of the user's own (:mod:`fluidsalus.tune._custom_search`): asked
 for one configuration per trial, told of each trial's end, and saved whole into Ray's
 ``searcher-state-<session>.pkl`` for a resume. What they share lives here: Ray's default metric, the check of
-``points_to_evaluate``, Ray's errors when asked too early, the sign that turns a metric into a loss to minimize,
-and the saving.
+``points_to_evaluate``, the sign that turns a metric into a loss to minimize, and the saving (Ray's errors when
+asked too early are the base ``Searcher``'s ``_check_ready``).
 """
 
 from __future__ import annotations
@@ -61,16 +61,6 @@ class OwnSuggestSearcher(Searcher):
         """With a mode and no metric, optimize Ray's ``"_metric"``."""
         if self._metric is None and self._mode:
             self._metric = DEFAULT_METRIC
-
-    def _check_ready(self, has_space: bool, space_argument: str) -> None:
-        """Raise Ray's errors when asked for a configuration without a space, or without a metric and mode."""
-        from fluidsalus.tune.search import UNDEFINED_METRIC_MODE, UNDEFINED_SEARCH_SPACE
-
-        cls = type(self).__name__
-        if not has_space:
-            raise RuntimeError(UNDEFINED_SEARCH_SPACE.format(cls=cls, space=space_argument))
-        if not self._metric or not self._mode:
-            raise RuntimeError(UNDEFINED_METRIC_MODE.format(cls=cls, metric=self._metric, mode=self._mode))
 
     def _loss(self, value: float) -> float:
         """The metric as the loss the outside optimizer minimizes (negated under ``mode="max"``)."""

@@ -163,16 +163,11 @@ class OptunaSearch(Searcher):
             TypeError: Its space is a define-by-run function (as in Ray).
             ConfigError: A bad value, named (a parameter outside the space is found when the search starts).
         """
-        from fluidsalus.tune.search import UNDEFINED_METRIC_MODE, UNDEFINED_SEARCH_SPACE
-
         cls = type(self).__name__
         if self.define_by_run is not None:
             raise TypeError(f"{cls}.add_evaluated_point: a define-by-run space cannot take evaluated points (as in "
                             "Ray); give the space as a dict")
-        if not self.space:
-            raise RuntimeError(UNDEFINED_SEARCH_SPACE.format(cls=cls, space="space"))
-        if not self._metric or not self._mode:
-            raise RuntimeError(UNDEFINED_METRIC_MODE.format(cls=cls, metric=self._metric, mode=self._mode))
+        self._check_ready(bool(self.space), "space")
         if isinstance(self._metric, list):
             raise ConfigError(f"{cls}.add_evaluated_point: value is one number, and this search has several "
                               f"metrics {self._metric}; give the points with evaluated_rewards instead")
