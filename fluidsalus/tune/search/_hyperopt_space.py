@@ -67,7 +67,7 @@ class HyperOptSpace:
         self._pyll = _hyperopt(owner)
         self.owner = owner
         self.space = dict(space)
-        self.labels: dict[str, Any] = {}  # label -> its hyperopt_param node (for points_to_evaluate)
+        self.labels: dict[str, Any] = {}  # label -> its hyperopt_param node (a label names one parameter)
         self._collect(self.space)
 
     def __getstate__(self) -> dict[str, Any]:
