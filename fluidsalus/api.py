@@ -27,6 +27,7 @@ from fluidsalus import space as sp
 from fluidsalus.callbacks import Callback
 from fluidsalus.config import RunSpec, build
 from fluidsalus.errors import ConfigError
+from fluidsalus.gpu import nvml
 from fluidsalus.gpu.actor import cluster_nodes, pack_trainable
 from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE
 from fluidsalus.gpu.device import plan_devices
@@ -182,6 +183,7 @@ def run(
     elif not isinstance(searcher, BaseSearcher):
         raise ConfigError(f"searcher: must be a fluidsalus BaseSearcher, got {type(searcher).__name__}")
     rule = stop_rule(stop)
+    nvml.context_reserve_bytes()  # a bad $FLUIDSALUS_CUDA_RESERVE_BYTES fails here, before any actor starts
     payload = _pack(trainable, rule, {"memory_mode": spec.memory_mode})
     storage = spec.resolved_storage_path()
     _check_writable(storage)

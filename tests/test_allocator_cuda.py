@@ -10,6 +10,10 @@ fresh Python subprocess that prints its observations as JSON. ``make test-gpu`` 
   its cap once: the P and T it reads must equal the reference's deltas, and the breach must re-admit only
   that trial.
 - SWEEP_SCRIPT: ``fluidsalus.run(..., memory_mode="arena")`` through a real Ray device actor on the GPU.
+- CUBLAS_SCRIPT: sweeps of the digits MLP (GEMMs, so cuBLAS) with many trials at once: in arena mode every
+  trial thread's cuBLAS handle must find room outside the pool, and in caching mode torch's cuBLAS workspaces
+  must stop growing once every thread has its own (docs/benchmarks.md, "Device memory outside torch's
+  allocator").
 """
 
 from __future__ import annotations
@@ -244,6 +248,58 @@ SWEEP_SCRIPT = WORKLOAD + textwrap.dedent(
 )
 
 
+#: Slots (so trial threads at once) of the device in CUBLAS_SCRIPT: the 1 GiB reserve of old ran out of room
+#: for cuBLAS handles past about 5 threads on an H200.
+CUBLAS_SLOTS = 12
+#: Trials of each sweep of CUBLAS_SCRIPT: several rounds of CUBLAS_SLOTS.
+CUBLAS_TRIALS = 48
+#: torch's cuBLAS workspace per (handle, stream) on Hopper (plus cuBLASLt's 1 MiB).
+WORKSPACE_MIB = 33
+
+CUBLAS_SCRIPT = textwrap.dedent(
+    f"""
+    import json
+    import sys
+    import tempfile
+
+    import ray
+    import torch
+
+    import fluidsalus
+    from fluidsalus.store import ExperimentStore
+
+    sys.path.insert(0, "examples")
+    from digits_mlp import SEARCH_SPACE, digits_trainable, train_epochs
+
+    def measured(config):
+        at_start = torch.cuda.memory_allocated()  # the whole process's, before this trial allocates
+        for i, result in enumerate(train_epochs(config)):
+            fluidsalus.report({{**result, "at_start": at_start}} if i == 0 else result)
+
+    ray.init(address="local", num_cpus={CUBLAS_SLOTS}, num_gpus=1, include_dashboard=False,
+             configure_logging=False)
+    storage = tempfile.mkdtemp()
+    out = {{}}
+    for mode, fn in (("arena", digits_trainable), ("caching", measured)):
+        grid = fluidsalus.run(fn, {{**SEARCH_SPACE, "epochs": 6, "device": "cuda"}}, num_samples={CUBLAS_TRIALS},
+                              metric="accuracy", mode="max", storage_path=storage, name=mode, devices=1,
+                              cpus_per_device={CUBLAS_SLOTS}, seed=0, verbose=0, memory_mode=mode)
+        store = ExperimentStore.open(grid.experiment_path, readonly=True)
+        starts = []
+        for t in store.trials():
+            first = store.results(t.trial_id)[0]
+            starts.append([first.ts, first.metrics.get("at_start")])
+        out[mode] = {{
+            "errors": [str(e).strip().splitlines()[-1] for e in grid.errors],
+            "trials": len(grid),
+            "modes": [e.data["memory_mode"] for e in store.events("device_start")],
+            "at_start": [v for _, v in sorted(starts)],
+        }}
+    print("RESULT " + json.dumps(out, default=str))
+    """
+)
+
+
 def run_script(script: str = SCRIPT, timeout_s: float = 300) -> dict:
     import fluidsalus
 
@@ -353,3 +409,26 @@ def test_a_sweep_in_arena_mode_runs_on_the_lane_allocator(reference):
     assert {name for name, _ in r["memory"]} == {"a", "b"}
     for name, m in r["memory"]:
         assert m["exact"] and (m["p"], m["t"]) == (reference[name]["p"], reference[name]["t"]), (name, m)
+
+
+@pytest.fixture(scope="module")
+def cublas() -> dict:
+    return run_script(CUBLAS_SCRIPT, timeout_s=600)
+
+
+def test_a_sweep_of_many_gemm_trials_in_arena_mode_leaves_room_for_their_cublas_handles(cublas):
+    r = cublas["arena"]
+    # with a 1 GiB reserve every trial failed on an H200: "CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate"
+    assert r["errors"] == [] and r["trials"] == CUBLAS_TRIALS, r["errors"][:3]
+    assert r["modes"] == ["arena"]
+
+
+def test_caching_mode_keeps_torchs_cublas_workspaces_bounded_over_a_sweep(cublas):
+    r = cublas["caching"]
+    assert r["errors"] == [] and r["modes"] == ["caching"]
+    later = [v / MiB for v in r["at_start"][CUBLAS_SLOTS:]]  # trials that started after the first wave
+    assert len(later) == CUBLAS_TRIALS - CUBLAS_SLOTS
+    # on the lanes' streams each new (thread handle, lane stream) pair kept another 33 MiB workspace: on an H200
+    # the process's memory at a trial's start grew 1,182 -> 3,048 MiB over 48 such trials; with a stream per
+    # handle it stayed within 1,562-1,660 MiB. Allow a few workspaces of jitter, far below one per trial.
+    assert max(later) - later[0] <= 4 * WORKSPACE_MIB, [round(v) for v in later]

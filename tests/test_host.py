@@ -21,6 +21,7 @@ from fluidsalus.gpu.host import (
     OUT_STOPPED,
     DeviceHost,
     HostSettings,
+    StreamsByHandle,
     TrialSpec,
     stop_rule,
 )
@@ -694,3 +695,43 @@ def test_a_thread_that_reports_after_its_trial_ended_gets_a_clear_error_and_the_
     assert [e[0] for e in events if e[1] == "t0" and e[0] != EV_LANE] == [EV_START, EV_END]
     assert errors == ["fluidsalus.report() was called by a thread of trial t0 after the trial ended (its "
                       "function had returned). Join the threads a trainable starts before it returns."]
+
+
+def test_streams_by_handle_gives_each_cublas_handle_one_stream_for_good():
+    made: list[object] = []
+
+    def make() -> object:
+        made.append(object())
+        return made[-1]
+
+    streams = StreamsByHandle(make)
+    a, b = streams.stream_for(0x11), streams.stream_for(0x22)
+    assert a is not b  # threads alive together have different handles: they run side by side
+    # a later thread that got a finished thread's handle runs on that handle's stream, so torch's
+    # (handle, stream) workspaces stop growing
+    assert streams.stream_for(0x11) is a and streams.stream_for(0x22) is b
+    assert len(streams) == 2 and made == [a, b]
+
+
+def test_streams_by_handle_makes_one_stream_per_handle_when_threads_race():
+    made: list[object] = []
+    barrier = threading.Barrier(8)
+
+    def make() -> object:
+        time.sleep(0.01)  # widen the window in which a second thread could make another
+        made.append(object())
+        return made[-1]
+
+    streams = StreamsByHandle(make)
+    got: list[object] = []
+
+    def ask() -> None:
+        barrier.wait()
+        got.append(streams.stream_for(7))
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(made) == 1 and all(g is made[0] for g in got) and len(got) == 8

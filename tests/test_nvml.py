@@ -8,16 +8,22 @@ import types
 
 import pytest
 
+import fluidsalus
+from fluidsalus.errors import ConfigError
 from fluidsalus.gpu import nvml
 from fluidsalus.gpu.nvml import (
+    CUBLAS_HANDLE_BYTES,
     CUDA_CONTEXT_RESERVE_BYTES,
+    RESERVE_ENV,
     GpuSample,
     NvmlSampler,
+    context_reserve_bytes,
     device_free_memory,
     nvml_device_for_cuda,
 )
 
 GIB = 1 << 30
+MIB = 1 << 20
 #: How long the threaded test waits for samples before failing.
 WAIT_S = 5.0
 
@@ -133,12 +139,54 @@ def test_background_thread_samples_until_stopped(fake):
     assert fake.reads == reads  # the thread is gone
 
 
-def test_device_free_memory_subtracts_the_reserve(fake):
-    assert device_free_memory(0) == 77 * GIB - CUDA_CONTEXT_RESERVE_BYTES
+def test_device_free_memory_subtracts_the_reserve(fake, monkeypatch):
+    monkeypatch.delenv(RESERVE_ENV, raising=False)
+    one_thread = CUDA_CONTEXT_RESERVE_BYTES + 2 * CUBLAS_HANDLE_BYTES  # the trial's handle and autograd's
+    assert device_free_memory(0) == 77 * GIB - one_thread
     assert device_free_memory(0, reserve_bytes=0) == 77 * GIB
     assert device_free_memory(0, reserve_bytes=100 * GIB) == 0
-    assert device_free_memory("GPU-1234") == 77 * GIB - CUDA_CONTEXT_RESERVE_BYTES
-    assert fake.inits == fake.shutdowns == 4
+    assert device_free_memory("GPU-1234") == 77 * GIB - one_thread
+    assert device_free_memory(0, max_threads=16) == 77 * GIB - (1 * GIB + 17 * 64 * MIB)
+    assert fake.inits == fake.shutdowns == 5
+
+
+def test_the_reserve_grows_with_the_threads_that_may_hold_a_cublas_handle(monkeypatch):
+    monkeypatch.delenv(RESERVE_ENV, raising=False)
+    assert context_reserve_bytes(1) == 1 * GIB + 2 * 64 * MIB
+    assert context_reserve_bytes(16) == 1 * GIB + 17 * 64 * MIB
+    # the figures measured on an H200 (docs/benchmarks.md): 1,855 MiB outside torch's allocator with 16 live
+    # threads, 2,881 MiB with 32: the reserve covers them
+    assert context_reserve_bytes(16) >= 1855 * MIB
+    assert context_reserve_bytes(32) >= 2881 * MIB
+    assert context_reserve_bytes(0) == context_reserve_bytes(1)
+
+
+def test_the_reserve_variable_replaces_the_whole_reserve(monkeypatch):
+    monkeypatch.setenv(RESERVE_ENV, str(4 * GIB))
+    assert context_reserve_bytes(16) == 4 * GIB
+    monkeypatch.setenv(RESERVE_ENV, " 0 ")
+    assert context_reserve_bytes(16) == 0
+    monkeypatch.setenv(RESERVE_ENV, "")
+    assert context_reserve_bytes(1) == CUDA_CONTEXT_RESERVE_BYTES + 2 * CUBLAS_HANDLE_BYTES
+
+
+@pytest.mark.parametrize("bad", ["4GiB", "-1", "1.5"])
+def test_a_bad_reserve_variable_is_refused_naming_it(monkeypatch, bad):
+    monkeypatch.setenv(RESERVE_ENV, bad)
+    with pytest.raises(ConfigError, match=rf"FLUIDSALUS_CUDA_RESERVE_BYTES='{bad}': expected a byte count"):
+        context_reserve_bytes(4)
+
+
+def test_run_refuses_a_bad_reserve_variable_before_it_starts_anything(monkeypatch, tmp_path):
+    monkeypatch.setenv(RESERVE_ENV, "lots")
+
+    def trainable(config):
+        fluidsalus.report({"x": 1})
+
+    with pytest.raises(ConfigError, match="FLUIDSALUS_CUDA_RESERVE_BYTES='lots'"):
+        fluidsalus.run(trainable, config={"lr": 0.1}, num_samples=1, storage_path=str(tmp_path), name="never",
+                       verbose=0)
+    assert not (tmp_path / "never").exists()
 
 
 def test_cuda_index_maps_through_cuda_visible_devices():

@@ -54,7 +54,7 @@ class _DeviceActor:
             physical = [str(g) for g in ray.get_gpu_ids()]
             torch_device = "cuda:0" if _cuda_available() else "cpu"
             # Read before torch creates a CUDA context: the reserve stands for that context.
-            free = nvml.device_free_memory(nvml.nvml_device_for_cuda(0))
+            free = nvml.device_free_memory(nvml.nvml_device_for_cuda(0), max_threads=settings.max_lanes)
             if free is not None:
                 settings.capacity_bytes = free
         settings.device = torch_device
@@ -238,7 +238,8 @@ def _setup_memory(device: DeviceSpec, settings: HostSettings, capacity_from_nvml
         install_cuda_allocator()
         import torch
 
-        settings.capacity_bytes = max(0, int(torch.cuda.mem_get_info(0)[0]) - nvml.CUDA_CONTEXT_RESERVE_BYTES)
+        free_now = int(torch.cuda.mem_get_info(0)[0])
+        settings.capacity_bytes = max(0, free_now - nvml.context_reserve_bytes(settings.max_lanes))
     return choice, arena_mode.CudaArenaBackend.install(settings.capacity_bytes, settings.max_lanes)
 
 

@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 import traceback as tb
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -188,6 +189,47 @@ class _Running:
     readmitted: threading.Event | None = None  # set when a trial that had to wait for memory is placed again
 
 
+class StreamsByHandle:
+    """One CUDA stream per cuBLAS handle: the streams trials run on in caching mode.
+
+    torch keeps a cuBLAS workspace (32 MiB on Hopper) for every (handle, stream) pair that ran a GEMM and frees
+    none of them. cuBLAS handles belong to threads (a finished thread's handle goes to the next thread), and
+    each trial runs in a thread of its own; had trials run on their lane's stream, every pairing of a handle
+    with a lane stream would keep a workspace, and on an H200 a sweep of 64 small trials held 3 GiB of them
+    (docs/benchmarks.md). With one stream per handle a handle meets only its own stream (and the default
+    stream): two workspaces per handle, however long the sweep. Threads alive at the same time have different
+    handles, so trials running side by side still run on different streams.
+
+    Arena mode keeps one stream per lane instead: its arenas are bound to the lane's stream (docs/allocator.md).
+
+    Args:
+        make_stream: Makes a new stream (``torch.cuda.Stream`` on the device).
+    """
+
+    def __init__(self, make_stream: Callable[[], Any]) -> None:
+        self._make_stream = make_stream
+        self._streams: dict[int, Any] = {}
+        self._lock = threading.Lock()
+
+    def stream_for(self, handle: int) -> Any:
+        """The stream of cuBLAS handle ``handle`` (made on its first use).
+
+        Args:
+            handle: The calling thread's cuBLAS handle (``torch.cuda.current_blas_handle()``).
+
+        Returns:
+            The same stream for the same handle, a different one for each other handle.
+        """
+        with self._lock:
+            stream = self._streams.get(handle)
+            if stream is None:
+                stream = self._streams[handle] = self._make_stream()
+            return stream
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+
 @dataclass
 class _LaneTurn:
     """Whose turn it is in one lane, and who is ready for the next."""
@@ -196,7 +238,7 @@ class _LaneTurn:
     ready: dict[str, float] = field(default_factory=dict)  # trial_id -> ready since (perf_counter)
     released_at: float = 0.0
     released_by: str | None = None
-    stream: Any = None  # the lane's CUDA stream on a GPU device
+    stream: Any = None  # the lane's CUDA stream on a GPU device in arena mode
 
 
 class DeviceTooSmallError(RuntimeError):
@@ -250,6 +292,7 @@ class DeviceHost:
         self._waiting: dict[str, TrialSpec] = {}  # admitted later, in the lane manager's queue order
         self._running: dict[str, _Running] = {}
         self._turns: dict[int, _LaneTurn] = {}
+        self._handle_streams: StreamsByHandle | None = None  # caching mode on a GPU, made on first use
         self._seq = 0
         self._calls: dict[int, list[Any]] = {}  # call id -> [event, answer, is_error]
         self._call_seq = 0
@@ -445,7 +488,7 @@ class DeviceHost:
         if self._arenas is None:
             return
         if self.settings.device.startswith("cuda"):
-            self._use_lane_stream(r.spec.trial_id)  # a trial that moved lanes runs on its new lane's stream
+            self._use_stream(r.spec.trial_id)  # a trial that moved lanes runs on its new lane's stream
         self._arenas.enter(r.spec.trial_id, r.lane_id, turn.stream)
 
     def _release(self, trial_id: str, ready: bool) -> None:
@@ -799,7 +842,7 @@ class DeviceHost:
             if spec.world_size > 1:  # a rank of a data-parallel trial meets the others first
                 ranks = session.ranks = _open_rendezvous(spec, self.settings, session.stop_requested)
             self._acquire(spec.trial_id)
-            self._use_lane_stream(spec.trial_id)
+            self._use_stream(spec.trial_id)
             session.start_clock()
             if session.stop_requested.is_set():
                 raise StopTrial()
@@ -885,12 +928,28 @@ class DeviceHost:
         self._place_admitted_locked(decision.admitted)
         return True
 
-    def _use_lane_stream(self, trial_id: str) -> None:
-        """On a GPU, run the trial on its lane's CUDA stream (lanes run concurrently, each on its own)."""
+    def _use_stream(self, trial_id: str) -> None:
+        """On a GPU, run the trial on its own CUDA stream, so that lanes run concurrently.
+
+        In arena mode that is its lane's stream (the lane's arena is bound to it). In caching mode it is the
+        stream of the thread's cuBLAS handle (:class:`StreamsByHandle`), which bounds torch's cuBLAS workspaces.
+        """
         if not self.settings.device.startswith("cuda"):
             return
         import torch
 
+        if self._arenas is None:
+            with self._lock:
+                if self._handle_streams is None:
+                    device = self.settings.device
+                    self._handle_streams = StreamsByHandle(lambda: torch.cuda.Stream(device=device))
+            with torch.cuda.device(self.settings.device), warnings.catch_warnings():
+                # A new thread has no current CUDA context yet; torch makes the device's primary context current
+                # and says so once per process. That is what the trial's first CUDA call would do anyway.
+                warnings.filterwarnings("ignore", message=".*no current CUDA context.*")
+                handle = int(torch.cuda.current_blas_handle())  # this thread's, made on the default stream
+            torch.cuda.set_stream(self._handle_streams.stream_for(handle))
+            return
         with self._lock:
             turn = self._turns[self._running[trial_id].lane_id]
             if turn.stream is None:

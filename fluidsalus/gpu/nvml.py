@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fluidsalus.errors import ConfigError
+
 #: Seconds between samples when the caller does not say. NVML's utilisation counter is itself an average
 #: over a 1/6 s to 1 s window (depending on the GPU), so sampling faster adds no information.
 DEFAULT_INTERVAL_S = 0.5
@@ -29,14 +31,56 @@ DEFAULT_INTERVAL_S = 0.5
 #: collector drains samples long before that; older ones are dropped, never the newest.
 DEFAULT_RING_SIZE = 1200
 
-#: Device memory kept out of the lanes for what is not allocated through the lane allocator: the CUDA
-#: context and the kernels of torch, cuBLAS and cuDNN loaded into it, plus per-stream library workspaces.
-#: With lazy module loading (the default since CUDA 12.2 and set by torch since 1.13) PyTorch measured a bare
-#: context at 287 MB against 667 MB loaded eagerly (pytorch/pytorch#86509); cuBLAS/cuDNN kernels loaded on
-#: first use and one cuBLAS workspace per lane stream (up to 32 MiB each with torch's default
-#: ``CUBLAS_WORKSPACE_CONFIG`` on recent GPUs) come on top. 1 GiB covers even an eager context plus several
-#: lanes' workspaces; it is under 1.3% of an 80 GB H100. Pass ``reserve_bytes`` to override.
+#: Device memory kept out of the lanes for the CUDA context and the kernels loaded into it (torch's, cuBLAS's
+#: and cuDNN's), which no allocator of torch's sees. With lazy module loading (the default since CUDA 12.2 and
+#: set by torch since 1.13) PyTorch measured a bare context at 287 MB against 667 MB loaded eagerly
+#: (pytorch/pytorch#86509). On an H200 with torch 2.11 + CUDA 13 the context took 619 MiB, and 759 MiB once one
+#: thread had run fp32/bf16/fp16 GEMMs (with their backward passes) and a cuDNN convolution
+#: (docs/benchmarks.md, "Device memory outside torch's allocator"): 1 GiB covers that with room for more
+#: kernels.
 CUDA_CONTEXT_RESERVE_BYTES = 1 << 30
+
+#: Device memory each thread's cuBLAS handle takes outside torch's allocator. cuBLAS gives every thread that
+#: runs a GEMM its own handle (torch keeps them in a pool and hands a finished thread's handle to the next), and
+#: every trial runs in a thread of its own. Measured on an H200 with torch 2.11 + CUDA 13: 64 MiB per handle
+#: (1 to 32 live threads: 893 to 2,881 MiB outside torch's allocator, in docs/benchmarks.md). The workspaces
+#: torch gives each handle are allocated through torch's allocator, so they are not part of this.
+CUBLAS_HANDLE_BYTES = 64 << 20
+
+#: Environment variable that replaces the whole reserve of :func:`context_reserve_bytes` (a byte count) on every
+#: device of the machines where it is set, for libraries that need more device memory of their own.
+RESERVE_ENV = "FLUIDSALUS_CUDA_RESERVE_BYTES"
+
+
+def context_reserve_bytes(max_threads: int = 1) -> int:
+    """Device memory kept out of a GPU's lanes: what torch's allocator never sees.
+
+    That is the CUDA context with its kernels (:data:`CUDA_CONTEXT_RESERVE_BYTES`) plus one cuBLAS handle
+    (:data:`CUBLAS_HANDLE_BYTES`) per thread that may run GEMMs at once: the device's trials (at most its
+    ``max_lanes``, one thread each) and autograd's thread for the device, which runs their backward passes.
+    In arena mode the lanes' pool takes all the rest when the device starts, so a reserve too small makes
+    ``cublasCreate`` fail with ``CUBLAS_STATUS_ALLOC_FAILED``.
+
+    Args:
+        max_threads: Trial threads that may run on the device at once (its ``max_lanes``).
+
+    Returns:
+        ``$FLUIDSALUS_CUDA_RESERVE_BYTES`` when set, else
+        ``CUDA_CONTEXT_RESERVE_BYTES + CUBLAS_HANDLE_BYTES * (max_threads + 1)``.
+
+    Raises:
+        ConfigError: The variable is set but is not a byte count (a whole number >= 0).
+    """
+    text = os.environ.get(RESERVE_ENV, "").strip()
+    if not text:
+        return CUDA_CONTEXT_RESERVE_BYTES + CUBLAS_HANDLE_BYTES * (max(1, max_threads) + 1)
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ConfigError(f"{RESERVE_ENV}={text!r}: expected a byte count, a whole number >= 0")
+    return value
 
 
 @dataclass(frozen=True)
@@ -98,7 +142,8 @@ def _handle(nvml: Any, device: int | str) -> Any:
     return nvml.nvmlDeviceGetHandleByIndex(device)
 
 
-def device_free_memory(device: int | str, reserve_bytes: int = CUDA_CONTEXT_RESERVE_BYTES) -> int | None:
+def device_free_memory(device: int | str, reserve_bytes: int | None = None, max_threads: int = 1
+                       ) -> int | None:
     """Memory the lanes of a GPU may reserve: NVML's free memory minus a reserve.
 
     Call it before this process creates its CUDA context (before torch first touches the GPU): the reserve
@@ -107,7 +152,8 @@ def device_free_memory(device: int | str, reserve_bytes: int = CUDA_CONTEXT_RESE
 
     Args:
         device: NVML index or UUID (see :func:`nvml_device_for_cuda`).
-        reserve_bytes: Bytes kept out of the lanes; see :data:`CUDA_CONTEXT_RESERVE_BYTES`.
+        reserve_bytes: Bytes kept out of the lanes; default ``context_reserve_bytes(max_threads)``.
+        max_threads: Trial threads that may run on the device at once (see :func:`context_reserve_bytes`).
 
     Returns:
         ``max(0, free - reserve_bytes)``, or None when NVML or the device is not available.
@@ -129,7 +175,7 @@ def device_free_memory(device: int | str, reserve_bytes: int = CUDA_CONTEXT_RESE
             nvml.nvmlShutdown()
         except errors:
             pass
-    return max(0, free - reserve_bytes)
+    return max(0, free - (context_reserve_bytes(max_threads) if reserve_bytes is None else reserve_bytes))
 
 
 class NvmlSampler:
