@@ -322,6 +322,26 @@ def test_a_lane_allocator_refusal_raised_as_runtime_error_readmits_the_trial(tmp
         assert len(attempts) == 1
 
 
+def test_a_cuda_library_out_of_its_own_memory_fails_the_trial_naming_the_reserve(tmp_path, monkeypatch):
+    monkeypatch.delenv("FLUIDSALUS_CUDA_RESERVE_BYTES", raising=False)
+
+    def f(config):
+        if config["n"] == 0:
+            raise RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    host = DeviceHost(f, _settings(max_lanes=4))
+    host.submit([_spec(tmp_path, 0, n=0), _spec(tmp_path, 1, n=1)])
+    ends = {e[1]: e for e in _drain(host, 2) if e[0] == EV_END}
+    # 1 GiB + 5 x 64 MiB: the context, four trial threads' cuBLAS handles and autograd's
+    assert ends["t0"][4] == OUT_ERRORED and ends["t0"][5] == (
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)` (a CUDA library "
+        "ran out of the device memory kept outside torch's allocator (1344 MiB on this device): set "
+        "FLUIDSALUS_CUDA_RESERVE_BYTES to more bytes than 1409286144, or run fewer trials per GPU (docs/lanes.md))"
+    )
+    assert ends["t1"][4] == OUT_ERRORED and "FLUIDSALUS_CUDA_RESERVE_BYTES" not in ends["t1"][5]
+
+
 def test_a_gpu_hosts_first_window_opens_before_cuda_is_initialised(monkeypatch):
     """The first trial on a GPU reaches its first iteration window before anything touched CUDA, where torch
     refuses to reset the peak statistics ("Invalid device argument"): there is nothing to reset yet."""

@@ -203,3 +203,16 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="ring_size"):
         NvmlSampler(0, 1.0, ring_size=0)
     assert nvml.DEFAULT_RING_SIZE >= 1 and nvml.DEFAULT_INTERVAL_S > 0
+
+
+@pytest.mark.parametrize("code", nvml.LIBRARY_ALLOC_FAILURES)
+def test_a_library_allocation_failure_gets_a_hint_naming_the_reserve(monkeypatch, code):
+    monkeypatch.delenv(RESERVE_ENV, raising=False)
+    hint = nvml.reserve_hint(f"RuntimeError: CUDA error: {code} when calling `something`", 16)
+    assert hint is not None and "2112 MiB on this device" in hint and RESERVE_ENV in hint
+    assert str(context_reserve_bytes(16)) in hint
+
+
+def test_other_errors_get_no_reserve_hint():
+    assert nvml.reserve_hint("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB", 16) is None
+    assert nvml.reserve_hint("ValueError: bad config", 1) is None

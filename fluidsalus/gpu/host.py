@@ -43,6 +43,7 @@ from fluidsalus.distributed._common import DEFAULT_TIMEOUT_S as DEFAULT_DISTRIBU
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu import lanes as ln
 from fluidsalus.gpu import memory as mem
+from fluidsalus.gpu import nvml
 from fluidsalus.gpu.allocator import is_refusal
 from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE, ArenaBackend, host_arenas
 from fluidsalus.gpu.policies import DEFAULT_POLICY, TrialView, choose, get_policy
@@ -858,6 +859,9 @@ class DeviceHost:
             outcome = OUT_STOPPED
         except BaseException as e:  # noqa: BLE001 - a trial's failure must never take the device down
             error, trace = f"{type(e).__name__}: {e}", tb.format_exc()
+            hint = nvml.reserve_hint(error, self.settings.max_lanes)
+            if hint is not None:
+                error = f"{error} ({hint})"
             outcome = OUT_OOM if _is_out_of_memory(e) else OUT_ERRORED
             if isinstance(e, (StopRuleError, BudgetKeyError)):
                 fatal = error = str(e)

@@ -142,6 +142,30 @@ def _handle(nvml: Any, device: int | str) -> Any:
     return nvml.nvmlDeviceGetHandleByIndex(device)
 
 
+#: What CUDA libraries say when device memory of their own (a handle, a plan: outside torch's allocator) could not
+#: be allocated. Such memory comes from the reserve, so :func:`reserve_hint` points at it.
+LIBRARY_ALLOC_FAILURES = ("CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
+                          "CUSOLVER_STATUS_ALLOC_FAILED", "CUSPARSE_STATUS_ALLOC_FAILED", "CUFFT_ALLOC_FAILED")
+
+
+def reserve_hint(error: str, max_threads: int) -> str | None:
+    """What to do about a trial error that says a CUDA library could not allocate memory of its own.
+
+    Args:
+        error: The trial's error message.
+        max_threads: The device's ``max_lanes`` (its reserve's thread count).
+
+    Returns:
+        A sentence naming the reserve and how to raise it, or None for any other error.
+    """
+    if not any(code in error for code in LIBRARY_ALLOC_FAILURES):
+        return None
+    reserve = context_reserve_bytes(max_threads)
+    return (f"a CUDA library ran out of the device memory kept outside torch's allocator ({reserve >> 20} MiB "
+            f"on this device): set {RESERVE_ENV} to more bytes than {reserve}, or run fewer trials per GPU "
+            "(docs/lanes.md)")
+
+
 def device_free_memory(device: int | str, reserve_bytes: int | None = None, max_threads: int = 1
                        ) -> int | None:
     """Memory the lanes of a GPU may reserve: NVML's free memory minus a reserve.
