@@ -21,6 +21,7 @@ from fluidsalus.gpu.host import (
     OUT_STOPPED,
     DeviceHost,
     HostSettings,
+    LaneStreams,
     StreamsByHandle,
     TrialSpec,
     stop_rule,
@@ -755,3 +756,17 @@ def test_streams_by_handle_makes_one_stream_per_handle_when_threads_race():
     for t in threads:
         t.join()
     assert len(made) == 1 and all(g is made[0] for g in got) and len(got) == 8
+
+
+def test_lane_streams_give_a_new_lane_the_stream_the_last_closed_lane_gave_back():
+    streams = LaneStreams(object)
+    a, b = streams.take(), streams.take()  # two lanes open at once: two streams
+    assert a is not b and streams.made == 2
+    streams.give_back(a)
+    streams.give_back(None)  # a lane that never ran on the GPU had no stream
+    c = streams.take()  # the next lane reuses the closed lane's stream instead of making a third
+    assert c is a and streams.made == 2
+    streams.give_back(b)
+    streams.give_back(c)
+    assert streams.take() is c and streams.take() is b  # last in, first out, like torch's cuBLAS handle pool
+    assert streams.take() is not None and streams.made == 3

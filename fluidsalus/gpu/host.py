@@ -231,6 +231,37 @@ class StreamsByHandle:
         return len(self._streams)
 
 
+class LaneStreams:
+    """The lanes' CUDA streams in arena mode: a new lane takes the stream the last closed lane gave back.
+
+    torch's own pool hands out 32 streams in turn, so lanes opened one after another would meet up to 32 streams,
+    and each new (cuBLAS handle, stream) pair keeps a workspace in the arena of the trial that made it. Reusing
+    streams keeps them to the most lanes open at once, and a new trial in the reused stream's lane often gets the
+    cuBLAS handle of the thread that just ended there (torch's handle pool is last in, first out too), so the
+    pair recurs and nothing new is allocated.
+
+    Args:
+        make_stream: Makes a new stream (``torch.cuda.Stream`` on the device).
+    """
+
+    def __init__(self, make_stream: Callable[[], Any]) -> None:
+        self._make_stream = make_stream
+        self._spare: list[Any] = []
+        self.made = 0
+
+    def take(self) -> Any:
+        """A stream for a lane that opens: the last one given back, else a new one."""
+        if self._spare:
+            return self._spare.pop()
+        self.made += 1
+        return self._make_stream()
+
+    def give_back(self, stream: Any) -> None:
+        """The stream of a lane that closed (None, when the lane never had one, is ignored)."""
+        if stream is not None:
+            self._spare.append(stream)
+
+
 @dataclass
 class _LaneTurn:
     """Whose turn it is in one lane, and who is ready for the next."""
@@ -294,6 +325,7 @@ class DeviceHost:
         self._running: dict[str, _Running] = {}
         self._turns: dict[int, _LaneTurn] = {}
         self._handle_streams: StreamsByHandle | None = None  # caching mode on a GPU, made on first use
+        self._lane_streams: LaneStreams | None = None  # arena mode on a GPU, made on first use
         self._seq = 0
         self._calls: dict[int, list[Any]] = {}  # call id -> [event, answer, is_error]
         self._call_seq = 0
@@ -703,7 +735,9 @@ class DeviceHost:
                 attempt = self._attempt_of(trial_id)
                 self._emit_locked((EV_LANE, trial_id, attempt, now, kind, {"detail": list(rest[1:])}))
             if kind == ln.EV_LANE_CLOSE:
-                self._turns.pop(rest[0], None)
+                closed = self._turns.pop(rest[0], None)
+                if closed is not None and self._lane_streams is not None:
+                    self._lane_streams.give_back(closed.stream)
         if self._arenas is not None:  # arena mode: the lane allocator follows every lane change
             for kind, data in self._arenas.sync(self._lanes.lanes()):
                 trial_id = data.pop("trial_id", None)
@@ -935,8 +969,9 @@ class DeviceHost:
     def _use_stream(self, trial_id: str) -> None:
         """On a GPU, run the trial on its own CUDA stream, so that lanes run concurrently.
 
-        In arena mode that is its lane's stream (the lane's arena is bound to it). In caching mode it is the
-        stream of the thread's cuBLAS handle (:class:`StreamsByHandle`), which bounds torch's cuBLAS workspaces.
+        In arena mode that is its lane's stream (the lane's arena is bound to it; :class:`LaneStreams`). In
+        caching mode it is the stream of the thread's cuBLAS handle (:class:`StreamsByHandle`), which bounds
+        torch's cuBLAS workspaces.
         """
         if not self.settings.device.startswith("cuda"):
             return
@@ -957,7 +992,10 @@ class DeviceHost:
         with self._lock:
             turn = self._turns[self._running[trial_id].lane_id]
             if turn.stream is None:
-                turn.stream = torch.cuda.Stream(device=self.settings.device)
+                if self._lane_streams is None:
+                    device = self.settings.device
+                    self._lane_streams = LaneStreams(lambda: torch.cuda.Stream(device=device))
+                turn.stream = self._lane_streams.take()
         torch.cuda.set_stream(turn.stream)
 
 
