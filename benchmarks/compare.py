@@ -136,10 +136,14 @@ def ray_trial_resources(device: str) -> dict[str, float]:
 
 
 def ray_init() -> None:
-    """Start a local Ray with every core; the same call for every Ray-based tool."""
+    """Start a local Ray with every core; the same call for every Ray-based tool.
+
+    ``address="local"``: a new cluster of this size even where another Ray runs on the machine (``ray start``, or
+    a test's), which a plain ``ray.init`` would join, and refuse for the ``num_cpus`` it is given.
+    """
     import ray
 
-    ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, configure_logging=False)
+    ray.init(address="local", num_cpus=os.cpu_count() or 2, include_dashboard=False, configure_logging=False)
 
 
 def ray_shutdown() -> None:

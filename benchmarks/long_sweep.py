@@ -124,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
             import ray
 
             os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-            ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, logging_level=logging.WARNING)
+            # a new 2-CPU cluster even where another Ray runs here (a plain ray.init would join that one)
+            ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False,
+                     logging_level=logging.WARNING)
         for n in lengths:
             for tool in tools:
                 figures = run_fluidsalus(n, storage) if tool == "fluidsalus" else \
