@@ -430,5 +430,6 @@ def test_caching_mode_keeps_torchs_cublas_workspaces_bounded_over_a_sweep(cublas
     assert len(later) == CUBLAS_TRIALS - CUBLAS_SLOTS
     # on the lanes' streams each new (thread handle, lane stream) pair kept another 33 MiB workspace: on an H200
     # the process's memory at a trial's start grew 1,182 -> 3,048 MiB over 48 such trials; with a stream per
-    # handle it stayed within 1,562-1,660 MiB. Allow a few workspaces of jitter, far below one per trial.
-    assert max(later) - later[0] <= 4 * WORKSPACE_MIB, [round(v) for v in later]
+    # handle it stayed within 1,562-1,660 MiB. A thread more alive at once than before brings a new handle and
+    # its two workspaces, so allow a few handles' worth: the old way would add one workspace per trial here.
+    assert max(later) - later[0] <= 8 * WORKSPACE_MIB < len(later) * WORKSPACE_MIB, [round(v) for v in later]
