@@ -42,9 +42,12 @@ CUDA_CONTEXT_RESERVE_BYTES = 1 << 30
 
 #: Device memory each thread's cuBLAS handle takes outside torch's allocator. cuBLAS gives every thread that
 #: runs a GEMM its own handle (torch keeps them in a pool and hands a finished thread's handle to the next), and
-#: every trial runs in a thread of its own. Measured on an H200 with torch 2.11 + CUDA 13: 64 MiB per handle
-#: (1 to 32 live threads: 893 to 2,881 MiB outside torch's allocator, in docs/benchmarks.md). The workspaces
-#: torch gives each handle are allocated through torch's allocator, so they are not part of this.
+#: every trial runs in a thread of its own. Measured on an H200 with torch 2.11 + CUDA 13: 64 MiB per thread
+#: (1 to 32 live threads: 893 to 2,881 MiB outside torch's allocator, in docs/benchmarks.md). Each thread of that
+#: measurement also ran on a stream of its own, so the 64 MiB may belong to the handle or to cuBLAS's first use
+#: of a stream; a device meets no more streams than threads (a stream per handle in caching mode, per open lane
+#: in arena mode), so the count holds either way. The workspaces torch gives each (handle, stream) are
+#: allocated through torch's allocator, so they are not part of this.
 CUBLAS_HANDLE_BYTES = 64 << 20
 
 #: Environment variable that replaces the whole reserve of :func:`context_reserve_bytes` (a byte count) on every
