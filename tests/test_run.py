@@ -639,6 +639,10 @@ def _asha(num_samples: int):
                 reduction_factor=3, seed=0)
 
 
+#: Most seconds the resumed run of the killed-driver test may go on after its last trial ended (its shutdown).
+RESUMED_RUN_IDLE_BOUND_S = 15.0
+
+
 def test_a_killed_driver_whose_searcher_state_was_saved_long_ago_resumes_from_the_logged_calls(tmp_path, ray_cluster):
     """The driver saves ASHA's whole state once (a save share so small that no second save is due), logs every
     later call, and is SIGKILLed mid-sweep. Its saved state plus the replayed calls know every stored trial
@@ -691,6 +695,13 @@ def test_a_killed_driver_whose_searcher_state_was_saved_long_ago_resumes_from_th
     assert len(grid) == 12 and grid.num_errors == 0  # no trial made twice
     after = ExperimentStore.open(exp, readonly=True)
     assert after.experiment()["status"] == "FINISHED" and after.searcher_calls() == []
+    # Once its devices were up the resumed run took about 1 s here, also with the machine's two cores busy with
+    # other work (it was 15 s from the call to the devices' start then: starting actors on a loaded machine). A
+    # searcher that missed a trial's end would keep it waiting, until the time budget, after its last trial ended.
+    resumed_start = max(e.ts for e in after.events("device_start"))
+    last_end = max(e.ts for e in after.events("trial_end"))
+    assert max(e.ts for e in after.events("device_stop")) - last_end < RESUMED_RUN_IDLE_BOUND_S
+    assert last_end > resumed_start
     final = _asha(12)
     final.load_state_dict(loads(after.experiment()["searcher_state"]))
     assert final.is_finished() and set(final.state_dict()["rungs"][0][-1]) == {t.trial_id for t in after.trials()}
