@@ -368,6 +368,53 @@ def test_a_gpu_hosts_first_window_opens_before_cuda_is_initialised(monkeypatch):
         host.shutdown(timeout_s=5.0)
 
 
+def test_a_gpu_host_in_caching_mode_runs_each_trial_thread_on_its_cublas_handles_stream(monkeypatch):
+    """Trial threads that get the same cuBLAS handle (torch hands a finished thread's to the next) run on the same
+    stream; threads alive together (different handles) on different ones (torch.cuda faked: no GPU here)."""
+    torch = pytest.importorskip("torch")
+    import contextlib
+    import warnings
+
+    made: list[object] = []
+    current: dict[int, object] = {}  # thread ident -> the stream it set
+    handle_of: dict[int, int] = {}  # thread ident -> its fake cuBLAS handle
+
+    def make_stream(device=None):
+        made.append(object())
+        return made[-1]
+
+    monkeypatch.setattr(torch.cuda, "Stream", make_stream)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_blas_handle", lambda: handle_of[threading.get_ident()])
+    monkeypatch.setattr(torch.cuda, "set_stream", lambda stream: current.__setitem__(threading.get_ident(), stream))
+    monkeypatch.setattr(warnings, "filters", list(warnings.filters))  # the host adds its filter to a copy
+    host = DeviceHost(lambda config: None, _settings(max_lanes=2, device="cuda:0"))
+
+    def trial_thread(handle: int) -> object:
+        got: list[object] = []
+
+        def body() -> None:
+            handle_of[threading.get_ident()] = handle
+            host._use_stream("t")
+            got.append(current[threading.get_ident()])
+
+        t = threading.Thread(target=body)
+        t.start()
+        t.join()
+        return got[0]
+
+    try:
+        first, second = trial_thread(0xA), trial_thread(0xB)
+        assert first is not second
+        assert trial_thread(0xA) is first and trial_thread(0xB) is second and trial_thread(0xA) is first
+        assert made == [first, second]  # no stream per lane or per trial: one per handle
+        assert any(f[0] == "ignore" and f[1] is not None and f[1].match(
+            "Attempting to run cuBLAS, but there was no current CUDA context! Attempting to set the primary context")
+            for f in warnings.filters)
+    finally:
+        host.shutdown(timeout_s=5.0)
+
+
 def test_out_of_memory_beyond_the_retry_limit_fails_the_trial(tmp_path):
     def f(config):
         raise MemoryError("always out of memory")

@@ -190,6 +190,11 @@ class _Running:
     readmitted: threading.Event | None = None  # set when a trial that had to wait for memory is placed again
 
 
+#: The start of the warning torch gives once per process when a thread asks for its cuBLAS handle before it has a
+#: current CUDA context (a regular expression for :func:`warnings.filterwarnings`).
+CUBLAS_NO_CONTEXT_WARNING = "Attempting to run cuBLAS, but there was no current CUDA context"
+
+
 class StreamsByHandle:
     """One CUDA stream per cuBLAS handle: the streams trials run on in caching mode.
 
@@ -982,10 +987,11 @@ class DeviceHost:
                 if self._handle_streams is None:
                     device = self.settings.device
                     self._handle_streams = StreamsByHandle(lambda: torch.cuda.Stream(device=device))
-            with torch.cuda.device(self.settings.device), warnings.catch_warnings():
-                # A new thread has no current CUDA context yet; torch makes the device's primary context current
-                # and says so once per process. That is what the trial's first CUDA call would do anyway.
-                warnings.filterwarnings("ignore", message=".*no current CUDA context.*")
+                    # A trial thread has no current CUDA context when it first asks for its handle: torch makes the
+                    # device's primary context current, as the trial's first CUDA call would, and warns once per
+                    # process. Filtered once here (catch_warnings around each call would race between threads).
+                    warnings.filterwarnings("ignore", message=CUBLAS_NO_CONTEXT_WARNING)
+            with torch.cuda.device(self.settings.device):
                 handle = int(torch.cuda.current_blas_handle())  # this thread's, made on the default stream
             torch.cuda.set_stream(self._handle_streams.stream_for(handle))
             return
