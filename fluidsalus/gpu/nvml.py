@@ -61,6 +61,8 @@ def context_reserve_bytes(max_threads: int = 1) -> int:
     That is the CUDA context with its kernels (:data:`CUDA_CONTEXT_RESERVE_BYTES`) plus one cuBLAS handle
     (:data:`CUBLAS_HANDLE_BYTES`) per thread that may run GEMMs at once: the device's trials (at most its
     ``max_lanes``, one thread each) and autograd's thread for the device, which runs their backward passes.
+    The driver sends a device at most one trial more than its slots (prefetched, waiting for a slot); the
+    context's share has room for such a handle or two (759 MiB measured of the 1 GiB).
     In arena mode the lanes' pool takes all the rest when the device starts, so a reserve too small makes
     ``cublasCreate`` fail with ``CUBLAS_STATUS_ALLOC_FAILED``.
 
