@@ -10,8 +10,9 @@ the lane runtime (``fluidsalus.gpu.host.StreamsByHandle``); docs/benchmarks.md h
 kernels loaded into it, and what each thread's cuBLAS handle takes. Read after the context exists, after the main
 thread's GEMMs (fp32, bf16, fp16, forward and backward) and a cuDNN convolution, then with N threads alive at once
 that ran GEMMs, each on a stream of its own (N in ``--threads``), and with :data:`SHARED_STREAM_THREADS` threads on
-one shared stream and the same number one after another (one handle, reused) on new streams: the two tell whether
-the cost per thread belongs to its handle or to its stream.
+one shared stream and the same number one after another on new streams (each thread usually gets the handle the one
+before it left; torch releases it when the thread's locals are destroyed): the two tell whether the cost per thread
+belongs to its handle or to its stream.
 
 **2. cuBLAS workspaces.** torch keeps a workspace per (cuBLAS handle, stream) that ran a GEMM, and a finished
 thread's handle goes to the next thread. ``--rounds`` rounds of :data:`ROUND_THREADS` threads run GEMMs, first each
@@ -117,7 +118,7 @@ def measure(threads: tuple[int, ...], rounds: int) -> dict[str, Any]:
     out["per_thread_on_one_stream_mib"] = (outside() - before) / SHARED_STREAM_THREADS
     before = outside()
     _in_threads([on(torch.cuda.Stream()) for _ in range(SHARED_STREAM_THREADS)], together=False)
-    out["per_new_stream_one_handle_mib"] = (outside() - before) / SHARED_STREAM_THREADS
+    out["per_new_stream_threads_in_turn_mib"] = (outside() - before) / SHARED_STREAM_THREADS
     for n in threads:
         _in_threads([on(torch.cuda.Stream()) for _ in range(n)], together=True)
         out["outside_mib"][f"{n} threads alive"] = outside()
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         for stage, mib in out["outside_mib"].items():
             print(f"  {stage:34s} {mib:9.1f}")
         print(f"  per thread on one shared stream    {out['per_thread_on_one_stream_mib']:9.1f}")
-        print(f"  per new stream, one reused handle  {out['per_new_stream_one_handle_mib']:9.1f}")
+        print(f"  per new stream, threads in turn    {out['per_new_stream_threads_in_turn_mib']:9.1f}")
         print(f"torch.cuda.memory_allocated() after each round of {ROUND_THREADS} threads (MiB):")
         for way, values in out["allocated_mib_after_each_round"].items():
             print(f"  {way:28s} " + " ".join(f"{v:.0f}" for v in values))
