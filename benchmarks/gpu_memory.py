@@ -12,7 +12,8 @@ thread's GEMMs (fp32, bf16, fp16, forward and backward) and a cuDNN convolution,
 that ran GEMMs, each on a stream of its own (N in ``--threads``), and with :data:`SHARED_STREAM_THREADS` threads on
 one shared stream and the same number one after another on new streams (each thread usually gets the handle the one
 before it left; torch releases it when the thread's locals are destroyed): the two tell whether the cost per thread
-belongs to its handle or to its stream.
+belongs to its handle or to its stream. Last, :data:`SHARED_STREAM_THREADS` threads alive at once run only a
+convolution (cuDNN) on that shared stream: what each thread's cuDNN handle adds.
 
 **2. cuBLAS workspaces.** torch keeps a workspace per (cuBLAS handle, stream) that ran a GEMM, and a finished
 thread's handle goes to the next thread. ``--rounds`` rounds of :data:`ROUND_THREADS` threads run GEMMs, first each
@@ -119,6 +120,16 @@ def measure(threads: tuple[int, ...], rounds: int) -> dict[str, Any]:
     before = outside()
     _in_threads([on(torch.cuda.Stream()) for _ in range(SHARED_STREAM_THREADS)], together=False)
     out["per_new_stream_threads_in_turn_mib"] = (outside() - before) / SHARED_STREAM_THREADS
+
+    def convolve() -> None:  # cuDNN only, on the shared stream: what a thread's cuDNN handle takes
+        with torch.cuda.stream(shared):
+            weight = torch.randn(16, 3, 3, 3, device="cuda", requires_grad=True)
+            torch.nn.functional.conv2d(torch.randn(8, 3, 32, 32, device="cuda"), weight).sum().backward()
+            torch.cuda.synchronize()
+
+    before = outside()
+    _in_threads([convolve for _ in range(SHARED_STREAM_THREADS)], together=True)
+    out["per_thread_cudnn_mib"] = (outside() - before) / SHARED_STREAM_THREADS
     for n in threads:
         _in_threads([on(torch.cuda.Stream()) for _ in range(n)], together=True)
         out["outside_mib"][f"{n} threads alive"] = outside()
@@ -167,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {stage:34s} {mib:9.1f}")
         print(f"  per thread on one shared stream    {out['per_thread_on_one_stream_mib']:9.1f}")
         print(f"  per new stream, threads in turn    {out['per_new_stream_threads_in_turn_mib']:9.1f}")
+        print(f"  per thread running a convolution   {out['per_thread_cudnn_mib']:9.1f}")
         print(f"torch.cuda.memory_allocated() after each round of {ROUND_THREADS} threads (MiB):")
         for way, values in out["allocated_mib_after_each_round"].items():
             print(f"  {way:28s} " + " ".join(f"{v:.0f}" for v in values))
