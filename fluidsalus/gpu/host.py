@@ -329,8 +329,13 @@ class DeviceHost:
         self._waiting: dict[str, TrialSpec] = {}  # admitted later, in the lane manager's queue order
         self._running: dict[str, _Running] = {}
         self._turns: dict[int, _LaneTurn] = {}
-        self._handle_streams: StreamsByHandle | None = None  # caching mode on a GPU, made on first use
-        self._lane_streams: LaneStreams | None = None  # arena mode on a GPU, made on first use
+        # On a GPU the trials' streams (_use_stream): one per cuBLAS handle in caching mode, per lane in arena mode.
+        self._handle_streams = StreamsByHandle(self._new_stream)
+        self._lane_streams = LaneStreams(self._new_stream)
+        if settings.device.startswith("cuda") and self._arenas is None:
+            # A trial thread has no current CUDA context when it first asks for its cuBLAS handle: torch makes the
+            # device's primary context current, as the trial's first CUDA call would, and warns once per process.
+            warnings.filterwarnings("ignore", message=CUBLAS_NO_CONTEXT_WARNING)
         self._seq = 0
         self._calls: dict[int, list[Any]] = {}  # call id -> [event, answer, is_error]
         self._call_seq = 0
@@ -741,7 +746,7 @@ class DeviceHost:
                 self._emit_locked((EV_LANE, trial_id, attempt, now, kind, {"detail": list(rest[1:])}))
             if kind == ln.EV_LANE_CLOSE:
                 closed = self._turns.pop(rest[0], None)
-                if closed is not None and self._lane_streams is not None:
+                if closed is not None:
                     self._lane_streams.give_back(closed.stream)
         if self._arenas is not None:  # arena mode: the lane allocator follows every lane change
             for kind, data in self._arenas.sync(self._lanes.lanes()):
@@ -983,14 +988,6 @@ class DeviceHost:
         import torch
 
         if self._arenas is None:
-            with self._lock:
-                if self._handle_streams is None:
-                    device = self.settings.device
-                    self._handle_streams = StreamsByHandle(lambda: torch.cuda.Stream(device=device))
-                    # A trial thread has no current CUDA context when it first asks for its handle: torch makes the
-                    # device's primary context current, as the trial's first CUDA call would, and warns once per
-                    # process. Filtered once here (catch_warnings around each call would race between threads).
-                    warnings.filterwarnings("ignore", message=CUBLAS_NO_CONTEXT_WARNING)
             with torch.cuda.device(self.settings.device):
                 handle = int(torch.cuda.current_blas_handle())  # this thread's, made on the default stream
             torch.cuda.set_stream(self._handle_streams.stream_for(handle))
@@ -998,11 +995,14 @@ class DeviceHost:
         with self._lock:
             turn = self._turns[self._running[trial_id].lane_id]
             if turn.stream is None:
-                if self._lane_streams is None:
-                    device = self.settings.device
-                    self._lane_streams = LaneStreams(lambda: torch.cuda.Stream(device=device))
                 turn.stream = self._lane_streams.take()
         torch.cuda.set_stream(turn.stream)
+
+    def _new_stream(self) -> Any:
+        """A new CUDA stream on the device (only ever called on a GPU device)."""
+        import torch
+
+        return torch.cuda.Stream(device=self.settings.device)
 
 
 def _reachable_bytes() -> int:
