@@ -4,7 +4,7 @@
     python benchmarks/gpu_memory.py --json-only        # only the JSON line
 
 Two measurements behind the device reserve (``fluidsalus.gpu.nvml.context_reserve_bytes``) and the trial streams of
-the lane runtime (``fluidsalus.gpu.host.StreamsByHandle``); docs/benchmarks.md has an H200's figures.
+the lane runtime (``fluidsalus.gpu.host.StreamsByHandle``); docs/benchmarks.md has an H200's and an H100's figures.
 
 **1. Outside torch's allocator.** NVML's used memory less ``torch.cuda.memory_reserved()``: the CUDA context, the
 kernels loaded into it, and what each thread's cuBLAS handle takes. Read after the context exists, after the main

@@ -334,11 +334,11 @@ def test_a_cuda_library_out_of_its_own_memory_fails_the_trial_naming_the_reserve
     host = DeviceHost(f, _settings(max_lanes=4))
     host.submit([_spec(tmp_path, 0, n=0), _spec(tmp_path, 1, n=1)])
     ends = {e[1]: e for e in _drain(host, 2) if e[0] == EV_END}
-    # 1 GiB + 5 x 64 MiB: the context, four trial threads' cuBLAS handles and autograd's
+    # 1 GiB + 5 x (64 + 10) MiB: the context, four trial threads' cuBLAS and cuDNN handles and autograd's
     assert ends["t0"][4] == OUT_ERRORED and ends["t0"][5] == (
         "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)` (a CUDA library "
-        "ran out of the device memory kept outside torch's allocator (1344 MiB on this device): set "
-        "FLUIDSALUS_CUDA_RESERVE_BYTES to more bytes than 1409286144, or run fewer trials per GPU (docs/lanes.md))"
+        "ran out of the device memory kept outside torch's allocator (1394 MiB on this device): set "
+        "FLUIDSALUS_CUDA_RESERVE_BYTES to more bytes than 1461714944, or run fewer trials per GPU (docs/lanes.md))"
     )
     assert ends["t1"][4] == OUT_ERRORED and "FLUIDSALUS_CUDA_RESERVE_BYTES" not in ends["t1"][5]
 

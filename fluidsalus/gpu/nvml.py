@@ -42,13 +42,20 @@ CUDA_CONTEXT_RESERVE_BYTES = 1 << 30
 
 #: Device memory each thread's cuBLAS handle takes outside torch's allocator. cuBLAS gives every thread that
 #: runs a GEMM its own handle (torch keeps them in a pool and hands a finished thread's handle to the next), and
-#: every trial runs in a thread of its own. Measured on an H200 with torch 2.11 + CUDA 13: 64 MiB per thread
-#: (1 to 32 live threads: 893 to 2,881 MiB outside torch's allocator, in docs/benchmarks.md). Each thread of that
-#: measurement also ran on a stream of its own, so the 64 MiB may belong to the handle or to cuBLAS's first use
-#: of a stream; a device meets no more streams than threads (a stream per handle in caching mode, per open lane
-#: in arena mode), so the count holds either way. The workspaces torch gives each (handle, stream) are
-#: allocated through torch's allocator, so they are not part of this.
+#: every trial runs in a thread of its own. Measured with torch 2.11 + CUDA 13 (docs/benchmarks.md): 64 MiB per
+#: live thread on an H200 (1 to 32 live threads: 893 to 2,881 MiB outside torch's allocator) and on an H100
+#: (16 to 32 live threads: 1,930 to 2,956 MiB). The cost is the handle's, not a stream's: on the H100, 8 threads
+#: alive at once on one shared stream added 73 MiB each, and 8 threads run one after another, each on a new
+#: stream (so reusing one handle), added nothing. The workspaces torch gives each (handle, stream) are allocated
+#: through torch's allocator, so they are not part of this.
 CUBLAS_HANDLE_BYTES = 64 << 20
+
+#: Device memory each thread's cuDNN handle takes outside torch's allocator, for the threads that run
+#: convolutions: 9.8 MiB per thread on an H100 (8 live threads that ran only a convolution's forward and
+#: backward pass on one shared stream; torch 2.11 + CUDA 13, ``benchmarks/gpu_memory.py``), rounded up to whole
+#: MiB. Counted for every thread of :func:`context_reserve_bytes`, since the engine cannot tell which trials
+#: convolve before they run.
+CUDNN_HANDLE_BYTES = 10 << 20
 
 #: Environment variable that replaces the whole reserve of :func:`context_reserve_bytes` (a byte count) on every
 #: device of the machines where it is set, for libraries that need more device memory of their own.
@@ -59,10 +66,11 @@ def context_reserve_bytes(max_threads: int = 1) -> int:
     """Device memory kept out of a GPU's lanes: what torch's allocator never sees.
 
     That is the CUDA context with its kernels (:data:`CUDA_CONTEXT_RESERVE_BYTES`) plus one cuBLAS handle
-    (:data:`CUBLAS_HANDLE_BYTES`) per thread that may run GEMMs at once: the device's trials (at most its
-    ``max_lanes``, one thread each) and autograd's thread for the device, which runs their backward passes.
-    The driver sends a device at most one trial more than its slots (prefetched, waiting for a slot); the
-    context's share has room for such a handle or two (759 MiB measured of the 1 GiB).
+    (:data:`CUBLAS_HANDLE_BYTES`) and one cuDNN handle (:data:`CUDNN_HANDLE_BYTES`) per thread that may run
+    kernels at once: the device's trials (at most its ``max_lanes``, one thread each) and autograd's thread for
+    the device, which runs their backward passes. The driver sends a device at most one trial more than its
+    slots (prefetched, waiting for a slot); the context's share has room for such a handle or two (759 MiB
+    measured of the 1 GiB).
     In arena mode the lanes' pool takes all the rest when the device starts, so a reserve too small makes
     ``cublasCreate`` fail with ``CUBLAS_STATUS_ALLOC_FAILED``.
 
@@ -71,14 +79,14 @@ def context_reserve_bytes(max_threads: int = 1) -> int:
 
     Returns:
         ``$FLUIDSALUS_CUDA_RESERVE_BYTES`` when set, else
-        ``CUDA_CONTEXT_RESERVE_BYTES + CUBLAS_HANDLE_BYTES * (max_threads + 1)``.
+        ``CUDA_CONTEXT_RESERVE_BYTES + (CUBLAS_HANDLE_BYTES + CUDNN_HANDLE_BYTES) * (max_threads + 1)``.
 
     Raises:
         ConfigError: The variable is set but is not a byte count (a whole number >= 0).
     """
     text = os.environ.get(RESERVE_ENV, "").strip()
     if not text:
-        return CUDA_CONTEXT_RESERVE_BYTES + CUBLAS_HANDLE_BYTES * (max(1, max_threads) + 1)
+        return CUDA_CONTEXT_RESERVE_BYTES + (CUBLAS_HANDLE_BYTES + CUDNN_HANDLE_BYTES) * (max(1, max_threads) + 1)
     try:
         value = int(text)
     except ValueError:
