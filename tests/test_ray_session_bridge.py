@@ -76,6 +76,27 @@ def test_ray_tune_report_checkpoint_and_context_reach_the_trial_with_one_warning
     assert forwarded == ["ray.tune.get_checkpoint", "ray.tune.get_context().get_trial_name", "ray.tune.report"]
 
 
+#: A helper of Ray's own (as ``ray.air.integrations.mlflow.setup_mlflow`` is): its module's name starts with "ray.".
+_RAYS_OWN_HELPER = compile("def trial_id():\n    return ray_tune.get_context().get_trial_id()\n",
+                           "<ray helper>", "exec")
+
+
+def test_rays_own_code_reads_the_context_without_a_warning_to_change_an_import(bridge, tmp_path):
+    helpers = {"__name__": "ray.air.integrations.helper", "ray_tune": ray_tune}
+    exec(_RAYS_OWN_HELPER, helpers)  # noqa: S102 - a module of Ray's, in small
+
+    def trainable(config):
+        ray_tune.report({"id": helpers["trial_id"](), "name": ray_tune.get_context().get_trial_name()})
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        events = _run(trainable, tmp_path)
+    assert [(e[4]["id"], e[4]["name"]) for e in events if e[0] == EV_RESULT] == [("t0", "f_t0")]
+    forwarded = sorted(str(w.message).split(" was called")[0] for w in caught if "fluidsalus trial" in str(w.message))
+    # the user's own calls still warn; the helper's call through Ray's code does not
+    assert forwarded == ["ray.tune.get_context().get_trial_name", "ray.tune.report"]
+
+
 def test_a_restarted_trial_gets_its_checkpoint_as_rays_checkpoint_class(bridge, tmp_path):
     _run(_ray_style_trainable, tmp_path / "a")
     folders = sorted(d for d in os.listdir(tmp_path / "a" / "t0") if d.startswith("checkpoint_"))

@@ -131,10 +131,13 @@ def test_rays_own_loggers_are_translated_or_refused() -> None:
         assert isinstance(translate_ray_logger(ray_logger.CSVLoggerCallback()), CSVLoggerCallback)
         assert isinstance(translate_ray_logger(ray_logger.TBXLoggerCallback()), TBXLoggerCallback)
     assert ["translated into fluidsalus.tune.logger" in str(w.message) for w in caught] == [True, True, True]
-    with pytest.raises(ConfigError, match="Ray's MLflowLoggerCallback is not provided by fluidsalus"):
-        from ray.air.integrations.mlflow import MLflowLoggerCallback
+    from ray.air.integrations.mlflow import MLflowLoggerCallback
+    from ray.air.integrations.wandb import WandbLoggerCallback
 
-        translate_ray_logger(MLflowLoggerCallback.__new__(MLflowLoggerCallback))
+    mlflow_logger = MLflowLoggerCallback.__new__(MLflowLoggerCallback)
+    assert translate_ray_logger(mlflow_logger) is mlflow_logger  # runs as it is (tests/test_tune_mlflow.py)
+    with pytest.raises(ConfigError, match="Ray's WandbLoggerCallback is not provided by fluidsalus"):
+        translate_ray_logger(WandbLoggerCallback.__new__(WandbLoggerCallback))
     mine = CSVLoggerCallback()
     assert translate_ray_logger(mine) is mine
 

@@ -48,11 +48,17 @@ class RaySessionBridge:
         return _session.current_session() is not None
 
     def _trial(self, ray_name: str, ours: str, depth: int = 0) -> _session.TrialSession:
-        """The calling thread's trial; the first call of each Ray function warns (at the user's line: Ray's
-        wrapper and function sit between, and ``depth`` more frames of the bridge)."""
-        with self._lock:
-            first = ray_name not in self._warned
-            self._warned.add(ray_name)
+        """The calling thread's trial; the first call of each Ray function from the user's code warns (at the
+        user's line: Ray's wrapper and function sit between, and ``depth`` more frames of the bridge). A call from
+        Ray's own code (``ray.air.integrations.mlflow.setup_mlflow`` reads ``ray.tune.get_context()``) does not
+        warn: the user has no import to change there."""
+        caller = sys._getframe(4 + depth).f_globals.get("__name__", "")
+        if caller == "ray" or caller.startswith("ray."):
+            first = False  # Ray's own code (setup_mlflow, say): there is no import of the user's to change
+        else:
+            with self._lock:
+                first = ray_name not in self._warned
+                self._warned.add(ray_name)
         if first:
             warnings.warn(f"{ray_name} was called inside a fluidsalus trial: it is forwarded to {ours}. "
                           "Change the import to `from fluidsalus import tune` (an import left unchanged?).",

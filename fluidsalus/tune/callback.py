@@ -172,9 +172,12 @@ class Callback:
         """Called once when the experiment ends (``fit()`` returns or raises)."""
 
 
-@dataclass
+@dataclass(eq=False)
 class TrialInfo:
     """The light view of a trial that Ray-style callbacks get as ``trial``.
+
+    Like Ray's ``Trial``, a view compares and hashes by identity: the callbacks of a run get one view per trial
+    for the whole run, so a logger may key its own records by the view (Ray's ``MLflowLoggerCallback`` does).
 
     Attributes:
         trial_id: The trial's id.

@@ -344,22 +344,33 @@ def _is_scalar(value: Any) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
 
 
+#: Ray's loggers of other tools (``ray.air.integrations``) that run here as they are, as Ray callback objects: they
+#: need only the trial views' ``config``, ``local_path``, ``str(trial)`` and identity, which fluidsalus's views
+#: have (docs/compatibility.md, "Callbacks").
+RAY_LOGGERS_RUN_AS_THEY_ARE = ("MLflowLoggerCallback",)
+
+
 def translate_ray_logger(callback: Any) -> Any:
     """A Ray logger callback (an import left unchanged) as fluidsalus's, or ``callback`` itself otherwise.
 
+    Ray's JSON, CSV and TensorBoard loggers become fluidsalus's (with a warning to change the import); the
+    loggers in :data:`RAY_LOGGERS_RUN_AS_THEY_ARE` are returned as they are and run as Ray callbacks.
+
     Raises:
-        ConfigError: For a Ray logger that fluidsalus does not provide (the MLflow, W&B, Comet and Aim loggers),
-            naming it.
+        ConfigError: For a Ray logger that fluidsalus does not run (the W&B, Comet and Aim loggers), naming it.
     """
     kind = type(callback)
     if not kind.__module__.startswith(("ray.tune.logger", "ray.air.integrations")):
+        return callback
+    if kind.__name__ in RAY_LOGGERS_RUN_AS_THEY_ARE:
         return callback
     ours = {"JsonLoggerCallback": JsonLoggerCallback, "CSVLoggerCallback": CSVLoggerCallback,
             "TBXLoggerCallback": TBXLoggerCallback}.get(kind.__name__)
     if ours is None:
         raise ConfigError(f"RunConfig: callbacks: Ray's {kind.__name__} is not provided by fluidsalus; the results "
                           "are in the experiment's store (ResultGrid, fluidsalus inspect), and "
-                          "fluidsalus.tune.logger has JsonLoggerCallback, CSVLoggerCallback and TBXLoggerCallback")
+                          "fluidsalus.tune.logger has JsonLoggerCallback, CSVLoggerCallback and TBXLoggerCallback "
+                          "(Ray's MLflowLoggerCallback also runs as it is)")
     warnings.warn(f"RunConfig: callbacks: Ray's {kind.__name__} was translated into "
                   f"fluidsalus.tune.logger.{kind.__name__}; import it from fluidsalus.tune.logger", UserWarning,
                   stacklevel=4)
