@@ -131,13 +131,15 @@ def test_rays_own_loggers_are_translated_or_refused() -> None:
         assert isinstance(translate_ray_logger(ray_logger.CSVLoggerCallback()), CSVLoggerCallback)
         assert isinstance(translate_ray_logger(ray_logger.TBXLoggerCallback()), TBXLoggerCallback)
     assert ["translated into fluidsalus.tune.logger" in str(w.message) for w in caught] == [True, True, True]
+    from ray.air.integrations.comet import CometLoggerCallback
     from ray.air.integrations.mlflow import MLflowLoggerCallback
     from ray.air.integrations.wandb import WandbLoggerCallback
 
-    mlflow_logger = MLflowLoggerCallback.__new__(MLflowLoggerCallback)
-    assert translate_ray_logger(mlflow_logger) is mlflow_logger  # runs as it is (tests/test_tune_mlflow.py)
-    with pytest.raises(ConfigError, match="Ray's WandbLoggerCallback is not provided by fluidsalus"):
-        translate_ray_logger(WandbLoggerCallback.__new__(WandbLoggerCallback))
+    for kind in (MLflowLoggerCallback, WandbLoggerCallback):  # they run as they are (test_tune_mlflow/_wandb.py)
+        ray_logger_object = kind.__new__(kind)
+        assert translate_ray_logger(ray_logger_object) is ray_logger_object
+    with pytest.raises(ConfigError, match="Ray's CometLoggerCallback is not provided by fluidsalus"):
+        translate_ray_logger(CometLoggerCallback.__new__(CometLoggerCallback))
     mine = CSVLoggerCallback()
     assert translate_ray_logger(mine) is mine
 

@@ -14,9 +14,8 @@ import pytest
 pytest.importorskip("mlflow")
 pytest.importorskip("ray.air.integrations.mlflow")
 
+from _trials import trials_that_shared_a_device  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402 - only with MLflow installed
-
-from fluidsalus.store import ExperimentStore  # noqa: E402
 
 #: The value of ``x`` whose trial raises, so that its run ends FAILED.
 FAILING_X = 3
@@ -96,12 +95,7 @@ def test_setup_mlflow_in_trials_that_share_a_device_logs_each_to_its_own_run(ray
         param_space={"x": tune.grid_search(xs), "uri": uri, "experiment": "fs_setup"},
         run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
     assert not grid.errors, [str(e)[-2000:] for e in grid.errors]
-    store = ExperimentStore.open(grid.experiment_path, readonly=True)
-    spans = {e.trial_id: [e.device, e.ts, None] for e in store.events("trial_start")}
-    for e in store.events("trial_end"):
-        spans[e.trial_id][2] = e.ts
-    assert any(a != b and spans[a][0] == spans[b][0] and spans[a][1] < spans[b][2] and spans[b][1] < spans[a][2]
-               for a in spans for b in spans), f"no two trials ran at once on one device: {spans}"
+    assert trials_that_shared_a_device(grid.experiment_path), "no two trials ran at once on one device"
     client = MlflowClient(uri)
     runs = _runs_by_x(client, "fs_setup")
     assert sorted(runs) == xs

@@ -82,6 +82,15 @@ class Checkpoint(_EngineCheckpoint):
             raise ConfigError("Checkpoint: filesystem is not supported by fluidsalus; use a local or mounted path")
         super().__init__(path)
 
+    @property
+    def filesystem(self) -> Any:
+        """The checkpoint's filesystem, as Ray's attribute: always pyarrow's local one (``pyarrow.fs``, which
+        Ray Tune installs), since a fluidsalus checkpoint is a local or mounted directory. Ray's W&B logger reads
+        it before it uploads a checkpoint."""
+        from pyarrow import fs
+
+        return fs.LocalFileSystem()
+
 
 def report(metrics: Mapping[str, Any], *, checkpoint: _EngineCheckpoint | None = None) -> None:
     """Report one iteration's metrics, and optionally a checkpoint (``ray.tune.report``).

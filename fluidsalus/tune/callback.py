@@ -217,6 +217,11 @@ class TrialInfo:
         return self.path
 
     @property
+    def experiment_dir_name(self) -> str:
+        """Ray's name for the experiment folder's name (the folder that holds :attr:`path`)."""
+        return os.path.basename(os.path.dirname(self.path.rstrip(os.sep))) if self.path else ""
+
+    @property
     def trial_name(self) -> str:
         """The name ``trial_name_creator`` gave it, else ``<trainable>_<trial_id>``."""
         if self.custom_trial_name:

@@ -345,9 +345,9 @@ def _is_scalar(value: Any) -> bool:
 
 
 #: Ray's loggers of other tools (``ray.air.integrations``) that run here as they are, as Ray callback objects: they
-#: need only the trial views' ``config``, ``local_path``, ``str(trial)`` and identity, which fluidsalus's views
-#: have (docs/compatibility.md, "Callbacks").
-RAY_LOGGERS_RUN_AS_THEY_ARE = ("MLflowLoggerCallback",)
+#: need only what fluidsalus's trial views have (``config``, ``local_path``, ``str(trial)``, ``trial_id``,
+#: ``experiment_dir_name``, ``checkpoint`` and identity; docs/compatibility.md, "MLflow" and "W&B").
+RAY_LOGGERS_RUN_AS_THEY_ARE = ("MLflowLoggerCallback", "WandbLoggerCallback")
 
 
 def translate_ray_logger(callback: Any) -> Any:
@@ -357,7 +357,7 @@ def translate_ray_logger(callback: Any) -> Any:
     loggers in :data:`RAY_LOGGERS_RUN_AS_THEY_ARE` are returned as they are and run as Ray callbacks.
 
     Raises:
-        ConfigError: For a Ray logger that fluidsalus does not run (the W&B, Comet and Aim loggers), naming it.
+        ConfigError: For a Ray logger that fluidsalus does not run (the Comet and Aim loggers), naming it.
     """
     kind = type(callback)
     if not kind.__module__.startswith(("ray.tune.logger", "ray.air.integrations")):
@@ -370,7 +370,7 @@ def translate_ray_logger(callback: Any) -> Any:
         raise ConfigError(f"RunConfig: callbacks: Ray's {kind.__name__} is not provided by fluidsalus; the results "
                           "are in the experiment's store (ResultGrid, fluidsalus inspect), and "
                           "fluidsalus.tune.logger has JsonLoggerCallback, CSVLoggerCallback and TBXLoggerCallback "
-                          "(Ray's MLflowLoggerCallback also runs as it is)")
+                          "(Ray's MLflowLoggerCallback and WandbLoggerCallback also run as they are)")
     warnings.warn(f"RunConfig: callbacks: Ray's {kind.__name__} was translated into "
                   f"fluidsalus.tune.logger.{kind.__name__}; import it from fluidsalus.tune.logger", UserWarning,
                   stacklevel=4)
