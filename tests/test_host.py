@@ -10,6 +10,7 @@ import pytest
 
 import fluidsalus
 from fluidsalus.errors import ConfigError
+from fluidsalus.gpu.hints import SHARED_PROCESS_ERRORS
 from fluidsalus.gpu.host import (
     EV_END,
     EV_FATAL,
@@ -817,3 +818,22 @@ def test_lane_streams_give_a_new_lane_the_stream_the_last_closed_lane_gave_back(
     streams.give_back(c)
     assert streams.take() is c and streams.take() is b  # last in, first out, like torch's cuBLAS handle pool
     assert streams.take() is not None and streams.made == 3
+
+
+@pytest.mark.parametrize("max_lanes", [1, 2])
+def test_an_error_a_neighbour_in_the_process_may_have_caused_gets_a_hint_where_trials_share_it(tmp_path, max_lanes):
+    message = ("Run (t0) is finished. The call to `log` will be ignored. Please make sure that you are using an "
+               "active run.")  # W&B's, after a neighbour's wandb.init(reinit=True)
+
+    def f(config):
+        raise RuntimeError(message)
+
+    host = DeviceHost(f, _settings(max_lanes=max_lanes))
+    host.submit([_spec(tmp_path, 0)])
+    end = next(e for e in _drain(host, 1) if e[0] == EV_END)
+    assert end[4] == OUT_ERRORED and end[5].startswith(f"RuntimeError: {message}")
+    if max_lanes == 1:  # no neighbour while it ran: the error as it was
+        assert end[5] == f"RuntimeError: {message}"
+    else:
+        assert end[5] == f"RuntimeError: {message} ({SHARED_PROCESS_ERRORS[0][1]})"
+        assert 'reinit="create_new"' in end[5]

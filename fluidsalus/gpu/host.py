@@ -46,6 +46,7 @@ from fluidsalus.gpu import memory as mem
 from fluidsalus.gpu import nvml
 from fluidsalus.gpu.allocator import is_refusal
 from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE, ArenaBackend, host_arenas
+from fluidsalus.gpu.hints import shared_process_hint
 from fluidsalus.gpu.policies import DEFAULT_POLICY, TrialView, choose, get_policy
 from fluidsalus.session import (
     BudgetKeyError,
@@ -903,7 +904,8 @@ class DeviceHost:
             outcome = OUT_STOPPED
         except BaseException as e:  # noqa: BLE001 - a trial's failure must never take the device down
             error, trace = f"{type(e).__name__}: {e}", tb.format_exc()
-            hint = nvml.reserve_hint(error, self.settings.max_lanes)
+            hint = (nvml.reserve_hint(error, self.settings.max_lanes)
+                    or shared_process_hint(error, self.settings.max_lanes))
             if hint is not None:
                 error = f"{error} ({hint})"
             outcome = OUT_OOM if _is_out_of_memory(e) else OUT_ERRORED
