@@ -3,8 +3,10 @@ left unchanged) reach the trial: fluidsalus/gpu/ray_session.py."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import sys
 import tempfile
 import time
 import warnings
@@ -12,7 +14,12 @@ import warnings
 import pytest
 
 from fluidsalus.gpu.host import EV_END, EV_RESULT, OUT_COMPLETED, OUT_ERRORED, DeviceHost, HostSettings, TrialSpec
-from fluidsalus.gpu.ray_session import RAY_SESSION_MODULE, RaySessionBridge, install_if_ray_is_imported
+from fluidsalus.gpu.ray_session import (
+    RAY_SESSION_MODULE,
+    RaySessionBridge,
+    install_if_ray_is_imported,
+    install_now_or_on_import,
+)
 
 ray_tune = pytest.importorskip("ray.tune")
 ray_session = pytest.importorskip(RAY_SESSION_MODULE)
@@ -149,3 +156,22 @@ def test_a_tuner_runs_a_trainable_that_calls_rays_report(ray_cluster, storage):
     assert best.config["x"] == 3 and best.checkpoint is not None
     with best.checkpoint.as_directory() as folder, open(os.path.join(folder, "state.json")) as f:
         assert json.load(f) == {"step": 2}
+
+
+def test_the_bridge_is_put_in_place_when_a_trial_first_imports_rays_session_module(tmp_path, monkeypatch):
+    # A stand-in for Ray's session module, not imported yet: the device process waits for the trainable to import
+    # it (inside a trial, say) instead of importing it itself.
+    name = "fs_test_fake_ray_session"
+    (tmp_path / f"{name}.py").write_text("_session = None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # the finder goes with the test
+    made = RaySessionBridge()
+    assert install_now_or_on_import(made, name) is False and name not in sys.modules
+    assert install_now_or_on_import(made, name) is False  # one finder, however often it is called
+    assert sum(type(f).__name__ == "_InstallOnImport" for f in sys.meta_path) == 1
+    module = importlib.import_module(name)
+    try:
+        assert module._session is made  # in place as the import returned
+        assert install_now_or_on_import(made, name) is True
+    finally:
+        sys.modules.pop(name, None)

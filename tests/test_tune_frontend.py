@@ -758,7 +758,7 @@ def test_stop_callable_and_stopper_with_endless_samples(ray_cluster, storage: st
                    run_config_kwargs={"stop": _StopAllAfter(5)}, num_samples=-1)
     assert len(grid) >= 5 and time.time() - started < 30
     _, grid = _run(_forever, storage, run_config_kwargs={"stop": tune.stopper.MaximumIterationStopper(2)},
-                   num_samples=-1, time_budget_s=8)
+                   num_samples=-1, time_budget_s=4)
     # The time budget ended the endless run. It also covers starting the device actors, which on a loaded machine
     # can take all of it (no trial started within 8 s once, in a CI run at load average 2.5), so the trials that
     # did run are checked, not their number.

@@ -7,30 +7,34 @@ write to a real MLflow tracking store (SQLite), read back here with MLflow's cli
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
+from typing import Any
 
 import pytest
+from _trials import trials_that_shared_a_device
 
-pytest.importorskip("mlflow")
-pytest.importorskip("ray.air.integrations.mlflow")
-
-from _trials import trials_that_shared_a_device  # noqa: E402
-from mlflow.tracking import MlflowClient  # noqa: E402 - only with MLflow installed
+# Found, not imported: importing MLflow takes seconds, which every run of the suite would pay at collection.
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="needs mlflow (the test extra)")
 
 #: The value of ``x`` whose trial raises, so that its run ends FAILED.
 FAILING_X = 3
 
 
-def _steps(config):
+def _with_setup_mlflow(config):
+    from ray.air.integrations.mlflow import setup_mlflow
+
     from fluidsalus import tune
 
+    mlflow = setup_mlflow(config, tracking_uri=config["uri"], experiment_name="fs_setup")
     for step in range(2):
+        mlflow.log_metrics({"loss": config["x"] * 10 + step}, step=step)
         tune.report({"score": config["x"] * step, "note": "text"})
     if config["x"] == FAILING_X:
         raise ValueError("this trial fails after its two results")
 
 
-def _runs_by_x(client: MlflowClient, experiment_name: str) -> dict[int, object]:
+def _runs_by_x(client: Any, experiment_name: str) -> dict[int, Any]:
     experiment = client.get_experiment_by_name(experiment_name)
     assert experiment is not None, f"no MLflow experiment {experiment_name!r}"
     runs = client.search_runs([experiment.experiment_id])
@@ -39,68 +43,52 @@ def _runs_by_x(client: MlflowClient, experiment_name: str) -> dict[int, object]:
     return by_x
 
 
-def test_rays_mlflow_logger_callback_logs_each_trial_to_its_own_run(ray_cluster, storage, tmp_path) -> None:
+def test_rays_mlflow_callback_and_setup_mlflow_log_each_trial_to_its_own_run(ray_cluster, storage,
+                                                                             tmp_path) -> None:
+    from mlflow.tracking import MlflowClient
     from ray.air.integrations.mlflow import MLflowLoggerCallback
 
     from fluidsalus import tune
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    # artifacts default to ./mlruns (the working directory); keep them in the test's folder
-    MlflowClient(uri).create_experiment("fs", artifact_location=(tmp_path / "artifacts").as_uri())
+    client = MlflowClient(uri)
+    # The store's tables and both experiments exist before the run (trials that create them at once would race,
+    # under Ray too); their artifacts go to the test's folder, not to ./mlruns (MLflow's default).
+    for name in ("fs", "fs_setup"):
+        client.create_experiment(name, artifact_location=(tmp_path / name).as_uri())
     callback = MLflowLoggerCallback(tracking_uri=uri, experiment_name="fs", save_artifact=True)
+    xs = [1, 2, FAILING_X, 4]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        grid = tune.Tuner(_steps, param_space={"x": tune.grid_search([1, 2, FAILING_X])},
-                          run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[callback])).fit()
+        grid = tune.Tuner(
+            tune.with_resources(_with_setup_mlflow, {"cpu": 0.5}),  # a hint: two trials share each device
+            param_space={"x": tune.grid_search(xs), "uri": uri},
+            run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[callback])).fit()
     assert not [w for w in caught if "MLflowLoggerCallback" in str(w.message)]  # it runs as it is: no translation
-    assert len(grid) == 3 and len(grid.errors) == 1
-    client = MlflowClient(uri)
-    runs = _runs_by_x(client, "fs")
-    assert sorted(runs) == [1, 2, FAILING_X]
+    assert len(grid) == 4 and [e for e in grid.errors if "fails after its two results" not in str(e)] == []
+    assert len(grid.errors) == 1
+    assert trials_that_shared_a_device(grid.experiment_path), "no two trials ran at once on one device"
     by_x = {result.config["x"]: result for result in grid}
+
+    # MLflowLoggerCallback, in the driver: one run per trial, named after it, Ray's steps, its end, its folder
+    runs = _runs_by_x(client, "fs")
+    assert sorted(runs) == xs
     for x, run in runs.items():
-        # one run per trial, named after it; the metrics at Ray's steps (training_iteration); not the text
         assert run.info.run_name == run.data.tags["trial_name"]
-        assert run.info.run_name == f"_steps_{by_x[x].metrics['trial_id']}"  # str(trial): Ray's trial name
+        assert run.info.run_name == f"_with_setup_mlflow_{by_x[x].metrics['trial_id']}"  # str(trial)
         history = client.get_metric_history(run.info.run_id, "score")
-        assert [(m.step, m.value) for m in history] == [(1, 0.0), (2, float(x))]
-        assert "note" not in run.data.metrics
+        assert [(m.step, m.value) for m in history] == [(1, 0.0), (2, float(x))]  # at training_iteration
+        assert "note" not in run.data.metrics  # not a number
         assert run.info.status == ("FAILED" if x == FAILING_X else "FINISHED")
         # save_artifact=True: the trial's folder (Ray's files the default loggers wrote) is the run's artifacts
         assert {"params.json", "result.json"} <= {a.path for a in client.list_artifacts(run.info.run_id)}
-        assert run.info.artifact_uri.startswith((tmp_path / "artifacts").as_uri())
-    assert len({run.info.run_name for run in runs.values()}) == 3
+        assert run.info.artifact_uri.startswith((tmp_path / "fs").as_uri())
 
-
-def _with_setup_mlflow(config):
-    from ray.air.integrations.mlflow import setup_mlflow
-
-    from fluidsalus import tune
-
-    mlflow = setup_mlflow(config, tracking_uri=config["uri"], experiment_name=config["experiment"])
-    for step in range(3):
-        mlflow.log_metrics({"loss": config["x"] * 10 + step}, step=step)
-        tune.report({"loss": config["x"] * 10 + step})
-
-
-def test_setup_mlflow_in_trials_that_share_a_device_logs_each_to_its_own_run(ray_cluster, storage, tmp_path) -> None:
-    from fluidsalus import tune
-
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    # the store's tables exist before the trials open it; artifacts would go to ./mlruns otherwise
-    MlflowClient(uri).create_experiment("fs_setup", artifact_location=(tmp_path / "artifacts").as_uri())
-    xs = [1, 2, 3, 4]
-    grid = tune.Tuner(
-        tune.with_resources(_with_setup_mlflow, {"cpu": 0.5}),  # a hint: two trials share each device
-        param_space={"x": tune.grid_search(xs), "uri": uri, "experiment": "fs_setup"},
-        run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
-    assert not grid.errors, [str(e)[-2000:] for e in grid.errors]
-    assert trials_that_shared_a_device(grid.experiment_path), "no two trials ran at once on one device"
-    client = MlflowClient(uri)
+    # setup_mlflow, in the trials: MLflow's active run is per thread, so each trial thread's metrics are in its
+    # own run and in no other, though two trials ran at once in each device's process
     runs = _runs_by_x(client, "fs_setup")
     assert sorted(runs) == xs
     for x, run in runs.items():
-        # MLflow's active run is per thread: each trial thread's metrics are in its own run, none in another's
         history = client.get_metric_history(run.info.run_id, "loss")
-        assert [(m.step, m.value) for m in history] == [(step, float(x * 10 + step)) for step in range(3)]
-        assert run.data.params["experiment"] == "fs_setup"  # setup_mlflow logs the config as the run's params
+        assert [(m.step, m.value) for m in history] == [(step, float(x * 10 + step)) for step in range(2)]
+        assert run.data.params["uri"] == uri  # setup_mlflow logs the config as the run's parameters

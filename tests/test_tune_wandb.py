@@ -6,18 +6,18 @@ under Ray. W&B runs offline here; what each trial's run recorded is read back fr
 from __future__ import annotations
 
 import glob
+import importlib.util
 import json
 import os
 import shutil
 import tempfile
+from typing import Any
 
 import pytest
+from _trials import trials_that_shared_a_device
 
-pytest.importorskip("wandb")
-pytest.importorskip("ray.air.integrations.wandb")
-
-from _trials import trials_that_shared_a_device  # noqa: E402
-from wandb.proto import wandb_internal_pb2  # noqa: E402 - only with W&B installed
+# Found, not imported: importing W&B takes a second, which every run of the suite would pay at collection.
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="needs wandb (the test extra)")
 
 #: The value of ``x`` whose trial raises after its results.
 FAILING_X = 3
@@ -26,8 +26,10 @@ FAILING_X = 3
 WANDB_FILE_HEADER, BLOCK, RECORD_HEADER = 7, 32768, 7
 
 
-def _records(path: str) -> list[wandb_internal_pb2.Record]:
-    """The records of one offline run's ``.wandb`` file."""
+def _records(path: str) -> list[Any]:
+    """The records of one offline run's ``.wandb`` file (W&B's ``Record`` messages)."""
+    from wandb.proto import wandb_internal_pb2
+
     data = open(path, "rb").read()
     assert data[:4] == b":W&B", path
     pos, part, out = WANDB_FILE_HEADER, b"", []
@@ -83,10 +85,10 @@ def test_rays_wandb_logger_callback_logs_each_trial_to_its_own_run(ray_cluster, 
 
     monkeypatch.setenv("WANDB_MODE", "offline")  # the driver's side needs no API key then
     callback = WandbLoggerCallback(project="fluidsalus_test", upload_checkpoints=True, mode="offline")
-    grid = tune.Tuner(_steps, param_space={"x": tune.grid_search([1, 2, FAILING_X])},
+    grid = tune.Tuner(_steps, param_space={"x": tune.grid_search([1, FAILING_X])},  # each starts a W&B actor
                       run_config=tune.RunConfig(storage_path=storage, name="wb", verbose=0,
                                                 callbacks=[callback])).fit()
-    assert len(grid) == 3 and len(grid.errors) == 1
+    assert len(grid) == 2 and len(grid.errors) == 1
     for result in grid:
         trial_id, x = result.metrics["trial_id"], result.config["x"]
         # the logging actor ran in the trial's folder: its offline run is there

@@ -26,7 +26,7 @@ from fluidsalus.gpu import nvml
 from fluidsalus.gpu.allocator import install_cuda_allocator
 from fluidsalus.gpu.device import DeviceSpec, NodeResources, virtual_device_capacity
 from fluidsalus.gpu.host import EV_LANE, DeviceHost, HostSettings, TrialSpec
-from fluidsalus.gpu.ray_session import RaySessionBridge, install_if_ray_is_imported
+from fluidsalus.gpu.ray_session import RaySessionBridge, install_now_or_on_import
 
 #: The actor methods a driver may send as commands with a poll (``poll(max_wait_s, commands)``) or ``apply``.
 COMMANDS = ("submit", "stop", "resume", "request_checkpoint", "answer")
@@ -85,7 +85,7 @@ class _DeviceActor:
         self.host = DeviceHost(trainable, settings, arena=arena)
         # A trainable that still calls Ray's ray.tune.report (an import left unchanged) reaches its trial.
         self._ray_session = RaySessionBridge()
-        install_if_ray_is_imported(self._ray_session)
+        install_now_or_on_import(self._ray_session)
         # Utilisation and memory of the GPU, sampled in the background and sent with each poll (for goodput).
         self._nvml = nvml.NvmlSampler(nvml.nvml_device_for_cuda(0)) if device.kind == "cuda" else None
         self._nvml_sent = 0.0
@@ -102,7 +102,6 @@ class _DeviceActor:
         return free_port()
 
     def submit(self, specs: list[TrialSpec]) -> None:
-        install_if_ray_is_imported(self._ray_session)  # a trial may have imported ray.tune since (one dict lookup)
         self.host.submit(specs)
 
     def stop(self, trial_ids: list[str], attempts: dict[str, int] | None = None) -> None:

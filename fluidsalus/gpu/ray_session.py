@@ -9,9 +9,10 @@ call to the fluidsalus trial that runs in the calling thread (lanes run several 
 process), warns once per function that the import should change, and is falsy in any other thread, where
 Ray's own "meant to only be called inside a function that is executed by a Tuner" warning stays.
 
-The bridge is installed only when the trainable's code already imported Ray's session module (unpickling the
-trainable imports the user's modules); a device process never imports ``ray.tune`` for it. A module that
-imports ``ray.tune`` only inside a trial is covered from the next trial submitted to the device on.
+The bridge is installed when the trainable's code imports Ray's session module: at once if unpickling the
+trainable imported it, else by a finder that waits for the import (:func:`install_now_or_on_import`), so a trial
+that imports ``ray.tune`` (or Ray's MLflow or W&B integration) only inside its function is covered too. A device
+process never imports ``ray.tune`` for it.
 
 Not forwarded: Ray Train's own API (``ray.train.report`` under Ray Train V2, the default of Ray 2.60, raises in
 a Tune function under Ray too), datasets and storage (``get_dataset_shard``, ``get_storage``).
@@ -19,8 +20,11 @@ a Tune function under Ray too), datasets and storage (``get_dataset_shard``, ``g
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import sys
 import threading
+import types
 import warnings
 from typing import Any
 
@@ -136,17 +140,18 @@ def _as_fluidsalus_checkpoint(checkpoint: Any) -> Checkpoint:
     return Checkpoint(path)
 
 
-def install_if_ray_is_imported(bridge: RaySessionBridge) -> bool:
+def install_if_ray_is_imported(bridge: RaySessionBridge, module_name: str = RAY_SESSION_MODULE) -> bool:
     """Put ``bridge`` in place of Ray's process-wide session, if the process imported Ray's session module.
 
     Args:
         bridge: The bridge (one per device process).
+        module_name: The module that holds the session (Ray's; another only in tests).
 
     Returns:
         True when the bridge is in place (now or before); False when Ray's session module is not imported, or
         a real Ray session already runs in this process (then nothing changes).
     """
-    module = sys.modules.get(RAY_SESSION_MODULE)
+    module = sys.modules.get(module_name)
     if module is None:
         return False
     current = getattr(module, "_session", None)
@@ -156,3 +161,58 @@ def install_if_ray_is_imported(bridge: RaySessionBridge) -> bool:
         return False
     module._session = bridge
     return True
+
+
+class _InstallOnImport(importlib.abc.MetaPathFinder):
+    """Puts the bridge in place right after Ray's session module is imported, by whatever imports it and when.
+
+    It finds nothing itself: it asks the finders after it for the module's spec and wraps the loader's
+    ``exec_module``, so the module runs as always and the bridge is set in it before anyone can read it.
+    """
+
+    def __init__(self, bridge: RaySessionBridge, module_name: str) -> None:
+        self.bridge, self.module_name = bridge, module_name
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if name != self.module_name:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        exec_module = getattr(spec.loader, "exec_module", None)
+        if exec_module is None:
+            return spec
+        bridge, module_name = self.bridge, self.module_name
+
+        def exec_then_install(module: types.ModuleType) -> None:
+            exec_module(module)
+            install_if_ray_is_imported(bridge, module_name)
+
+        spec.loader.exec_module = exec_then_install  # type: ignore[union-attr, method-assign]
+        return spec
+
+
+def install_now_or_on_import(bridge: RaySessionBridge, module_name: str = RAY_SESSION_MODULE) -> bool:
+    """Put ``bridge`` in place of Ray's session now if its module is imported, else as soon as it is.
+
+    The device process never imports Ray's session module for this (importing ``ray.tune`` takes a second): a
+    finder at the front of ``sys.meta_path`` waits for the trainable's code to import it, at its unpickling or
+    inside a trial, and installs the bridge then. A real Ray session in the process is left alone.
+
+    Args:
+        bridge: The bridge (one per device process).
+        module_name: The module that holds the session (Ray's; another only in tests).
+
+    Returns:
+        True when the bridge is in place now; False when it waits for the import (or a real session runs).
+    """
+    if module_name in sys.modules:
+        return install_if_ray_is_imported(bridge, module_name)
+    if not any(isinstance(f, _InstallOnImport) and f.module_name == module_name for f in sys.meta_path):
+        sys.meta_path.insert(0, _InstallOnImport(bridge, module_name))
+    return False
