@@ -1,4 +1,4 @@
-"""Ray's file loggers, JsonLoggerCallback and CSVLoggerCallback (fluidsalus/tune/logger.py)."""
+"""Ray's file loggers, JsonLoggerCallback and CSVLoggerCallback (fluidsalus/tune/logger/__init__.py)."""
 
 from __future__ import annotations
 
@@ -144,6 +144,17 @@ def test_rays_own_loggers_are_translated_or_refused() -> None:
         translate_ray_logger(ray_integration("comet", "CometLoggerCallback"))
     mine = CSVLoggerCallback()
     assert translate_ray_logger(mine) is mine
+
+
+def test_rays_logger_submodules_are_found_under_the_rewritten_import() -> None:
+    # ray.tune.logger.aim (and .mlflow, .wandb, .comet) after "from ray.tune..." became "from fluidsalus.tune...":
+    # Ray's own class, which a run then runs or refuses by name (MLflow's and W&B's in test_tune_mlflow/_wandb.py)
+    ray_aim = pytest.importorskip("ray.tune.logger.aim")
+    from fluidsalus.tune.logger.aim import AimLoggerCallback
+
+    assert AimLoggerCallback is ray_aim.AimLoggerCallback
+    with pytest.raises(ConfigError, match="Ray's AimLoggerCallback is not provided by fluidsalus"):
+        translate_ray_logger(AimLoggerCallback.__new__(AimLoggerCallback))
 
 
 def _two_steps(config):

@@ -49,6 +49,9 @@ def test_rays_mlflow_callback_and_setup_mlflow_log_each_trial_to_its_own_run(ray
     from ray.air.integrations.mlflow import MLflowLoggerCallback
 
     from fluidsalus import tune
+    from fluidsalus.tune.logger import mlflow as rewritten  # Ray's old path, ray.tune.logger.mlflow, rewritten
+
+    assert rewritten.MLflowLoggerCallback is MLflowLoggerCallback
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)

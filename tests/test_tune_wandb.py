@@ -82,7 +82,9 @@ def test_rays_wandb_logger_callback_logs_each_trial_to_its_own_run(ray_cluster, 
     from ray.air.integrations.wandb import WandbLoggerCallback
 
     from fluidsalus import tune
+    from fluidsalus.tune.logger import wandb as rewritten  # Ray's old path, ray.tune.logger.wandb, rewritten
 
+    assert rewritten.WandbLoggerCallback is WandbLoggerCallback
     monkeypatch.setenv("WANDB_MODE", "offline")  # the driver's side needs no API key then
     callback = WandbLoggerCallback(project="fluidsalus_test", upload_checkpoints=True, mode="offline")
     grid = tune.Tuner(_steps, param_space={"x": tune.grid_search([1, FAILING_X])},  # each starts a W&B actor
