@@ -336,6 +336,29 @@ def test_failing_trials_are_retried_from_checkpoint_up_to_max_failures(storage):
     assert all(e.data["from_iteration"] == 2 and "flaky failure" in e.data["traceback"] for e in restarts)
 
 
+def fails_with_its_value(config):
+    fluidsalus.report({"it": 1})
+    raise ValueError(f"bad value {config['v']}")
+
+
+@pytest.mark.parametrize("verbose", [0, 1, 2])
+def test_a_trial_that_fails_for_good_is_printed_the_first_with_its_traceback(storage, capsys, verbose):
+    grid = fluidsalus.run(fails_with_its_value, {"v": fluidsalus.grid_search([1, 2])}, storage_path=storage,
+                          name="loud", verbose=verbose)
+    assert len(grid.errors) == 2
+    err = capsys.readouterr().err
+    ends = sorted(line.split(" errored after 1 iterations: ")[1] for line in err.splitlines()
+                  if " errored after " in line)
+    if verbose == 0:  # silent
+        assert ends == [] and "Traceback" not in err
+        return
+    # As Ray logs each trial failure: one line per trial, the first with its traceback (each with verbose=2)
+    assert ends == ["ValueError: bad value 1", "ValueError: bad value 2"]
+    assert err.count("Traceback (most recent call last)") == (1 if verbose == 1 else 2)
+    assert "raise ValueError(f\"bad value {config['v']}\")" in err
+    assert err.count("every errored trial's traceback is in ResultGrid.errors") == 1
+
+
 def fails_once_past_a_checkpoint(config):
     """Checkpoints at even iterations only, and fails at iteration 4 unless restored: its retry resumes from
     iteration 2 and runs iteration 3 again."""

@@ -43,6 +43,7 @@ import logging
 import math
 import os
 import shutil
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -143,6 +144,9 @@ MIN_PROFILED_ITERATION_S = 0.01
 #: How long the driver waits for rank 0's device actor to pick a free port for a data-parallel trial's
 #: rendezvous: one actor round trip, far below this unless the actor is dead or stuck.
 FREE_PORT_TIMEOUT_S = 30.0
+#: From this ``verbose`` on, a trial that fails for good is printed when it ends (Ray logs every trial failure at
+#: its default verbosity); other trial ends from 2 on.
+ERROR_VERBOSITY = 1
 
 # Restart reasons (``_Restart.reason``, and the ``reason`` of ``trial_restart`` events) set by the planner.
 RESTART_MOVE = "move"  # a MOVE or RESIZE: restart from its checkpoint on the planner's new devices
@@ -616,6 +620,7 @@ class Executor:
         self._progress = Progress(settings.verbose, settings.metric, settings.mode, None)
         self._started = time.time()
         self._first_error: str | None = None
+        self._traced_an_error = False  # the first trial that fails for good is printed with its traceback
         self._dirty = True  # something the plan depends on changed since the last plan
         self._plans = 0
         self._measured: set[str] = set()  # trials with at least one observed iteration
@@ -1505,7 +1510,7 @@ class Executor:
                 for callback in self.settings.callbacks:
                     callback.on_trial_checkpoint(trial.trial_id, event[4], event[5])
             else:
-                self._log_end(trial, event[4])
+                self._log_end(trial, event[4], event[6])
                 for callback in self.settings.callbacks:
                     callback.on_trial_complete(trial.trial_id, trial.status, trial.last_result)
         if acted and self.settings.callbacks:
@@ -1826,11 +1831,26 @@ class Executor:
         self._adopt(device, info)
         self.store.add_events([(time.time(), "device_start", None, device.spec.name, {**info, "replacement": True})])
 
-    def _log_end(self, trial: Trial, outcome: str) -> None:
-        if self.settings.verbose < 2:
+    def _log_end(self, trial: Trial, outcome: str, trace: str | None = None) -> None:
+        """Print a trial's end: a trial that failed for good from ``verbose=1`` on, to stderr, as Ray logs it (the
+        first such trial of the run with its traceback, the others in one line each unless ``verbose>=2``); the
+        other ends from ``verbose=2`` on, to stdout."""
+        errored = outcome == OUT_ERRORED
+        if self.settings.verbose < (ERROR_VERBOSITY if errored else 2):
             return
         metric = self.settings.metric
         value = trial.last_result.get(metric) if (trial.last_result and metric) else None
         shown = f" {metric}={value:.6g}" if isinstance(value, (int, float)) else ""
         what = {OUT_COMPLETED: "finished", OUT_STOPPED: "stopped", OUT_ERRORED: "errored"}[outcome]
-        print(f"Trial {trial.trial_id} {what} after {trial.last_iteration} iterations{shown}", flush=True)
+        line = f"Trial {trial.trial_id} {what} after {trial.last_iteration} iterations{shown}"
+        if not errored:
+            print(line, flush=True)
+            return
+        error = (trial.error or "").strip().splitlines()
+        line += f": {error[-1] if error else 'no error text'}"
+        if trace and (self.settings.verbose >= 2 or not self._traced_an_error):
+            line += "\n" + trace.rstrip()
+            if not self._traced_an_error:
+                line += "\n(every errored trial's traceback is in ResultGrid.errors)"
+            self._traced_an_error = True
+        print(line, file=sys.stderr, flush=True)
