@@ -28,6 +28,10 @@ from typing import Any, Protocol
 from fluidsalus.checkpoint import Checkpoint, persist_checkpoint
 from fluidsalus.errors import ConfigError, SessionError
 
+#: Ray's date stamp (``ray.tune.utils.date_str``): the ``date`` of every result, and the time of each failure in a
+#: trial's ``error.txt``.
+DATE_FORMAT = "%Y-%m-%d_%H-%M-%S"
+
 #: Keys the engine adds to every result. A metric to optimise must be one the trainable reports itself.
 AUTO_RESULT_KEYS: frozenset[str] = frozenset(
     {
@@ -369,7 +373,7 @@ class TrialSession:
             time_total_s=self._time_total_offset + (now - self._started),
             timestamp=int(now),
             trial_id=self.context.trial_id,
-            date=datetime.datetime.fromtimestamp(now).strftime("%Y-%m-%d_%H-%M-%S"),
+            date=datetime.datetime.fromtimestamp(now).strftime(DATE_FORMAT),
             done=metrics.get("done") is True,  # a trainable may end itself by reporting done=True, as in Ray
             pid=os.getpid(),
             hostname=HOSTNAME,

@@ -34,6 +34,8 @@ SCHEMA_VERSION = 2
 #: ``PRAGMA application_id`` of a fluidsalus store: the bytes "FlSa".
 APPLICATION_ID = 0x466C5361
 DB_FILENAME = "experiment.db"
+#: Ray's file in a trial's folder to which each failure of the trial is appended (``ray.air.constants``).
+ERROR_FILE = "error.txt"
 #: Where experiments go when no ``storage_path`` is given; ``FLUIDSALUS_STORAGE_PATH`` overrides it. (Here,
 #: not in ``config.py``, so that reading a store, and every device process, does without pydantic.)
 DEFAULT_STORAGE_PATH = os.path.join("~", "fluidsalus_results")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -18,7 +19,7 @@ import pytest
 import fluidsalus
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers import Decision, RandomSearch
-from fluidsalus.store import DB_FILENAME, ExperimentStore
+from fluidsalus.store import DB_FILENAME, ERROR_FILE, ExperimentStore
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -334,6 +335,12 @@ def test_failing_trials_are_retried_from_checkpoint_up_to_max_failures(storage):
     restarts = [e for e in reader.events("trial_restart") if e.trial_id == hopeless.trial_id]
     assert [e.data["reason"] for e in restarts] == ["retry", "retry"]
     assert all(e.data["from_iteration"] == 2 and "flaky failure" in e.data["traceback"] for e in restarts)
+    # Ray's error.txt in each trial's folder: every failure appended, retried ones and the last, with its traceback
+    for result, failures in ((recovered, 1), (hopeless, 3)):
+        text = open(os.path.join(result.path, ERROR_FILE)).read()
+        assert re.findall(r"^Failure # (\d+) \(occurred at \d{4}-\d\d-\d\d_\d\d-\d\d-\d\d\)$", text, re.M) == [
+            str(n) for n in range(1, failures + 1)]
+        assert text.count("Traceback (most recent call last)") == failures and text.count("flaky failure") >= failures
 
 
 def fails_with_its_value(config):

@@ -395,7 +395,9 @@ class _Recorder(tune.Callback):
         self._add("complete", trial, trial.is_finished())
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self._add("error", trial, trial.num_failures, trial.error)
+        with open(trial.error_file) as f:  # Ray's error.txt: each failure appended
+            failures = sum(line.startswith("Failure # ") for line in f)
+        self._add("error", trial, trial.num_failures, trial.error, failures)
 
     def on_experiment_end(self, trials, **info):
         self.events.append(("end", sorted(t.config["x"] for t in trials)))
@@ -446,7 +448,7 @@ def test_callbacks_get_rays_hooks_in_rays_order(ray_cluster, storage: str, tmp_p
                        "checkpoint_000001", True), ("save", "RUNNING")]
     # x=2 fails again right after its restore, before reporting: max_failures is spent, so it errors.
     assert two[4:] == [("recover", "PENDING", 1), ("start", "RUNNING", 1), ("restore", "RUNNING"),
-                       ("error", "ERROR", 2, "ValueError: x=2 always fails at iteration 2")]
+                       ("error", "ERROR", 2, "ValueError: x=2 always fails at iteration 2", 2)]
     assert recorder.events[-1] == ("end", [1, 2])
 
 

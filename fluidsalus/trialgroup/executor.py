@@ -78,9 +78,10 @@ from fluidsalus.gpu.lanes import LaneView
 from fluidsalus.gpu.policies import DEFAULT_POLICY
 from fluidsalus.progress import Progress
 from fluidsalus.searchers._base import BaseSearcher, Decision
-from fluidsalus.session import AUTO_RESULT_KEYS, CHECKPOINT_VERDICT_CALL
+from fluidsalus.session import AUTO_RESULT_KEYS, CHECKPOINT_VERDICT_CALL, DATE_FORMAT
 from fluidsalus.store import (
     ERROR,
+    ERROR_FILE,
     FINAL_STATUSES,
     PAUSED,
     PENDING,
@@ -212,6 +213,18 @@ class _Restart:
 
 #: Hex digits Ray appends to a trial folder name that is taken (``_create_unique_logdir_name``).
 DIRNAME_SUFFIX_HEX = 4
+
+
+def _append_error_file(trial_dir: str, number: int, ts: float, text: str | None) -> None:
+    """Append a failure to the trial's :data:`ERROR_FILE`, as Ray writes it (``Failure # <n> (occurred at <date>)``,
+    then the error with its traceback). A folder that cannot be written loses the file, never the run."""
+    try:
+        os.makedirs(trial_dir, exist_ok=True)
+        with open(os.path.join(trial_dir, ERROR_FILE), "a") as f:
+            f.write(f"Failure # {number} (occurred at {time.strftime(DATE_FORMAT, time.localtime(ts))})\n")
+            f.write(f"{(text or 'no error text').rstrip()}\n")
+    except OSError as e:
+        logger.warning("could not write %s in %s: %s", ERROR_FILE, trial_dir, e)
 
 
 def check_dirname(name: Any, trial_id: str, experiment_dir: str, used: set[str]) -> str:
@@ -1416,6 +1429,10 @@ class Executor:
                     if restart is not None and restart.reason in (RESTART_MOVE, RESTART_PREEMPT) \
                             and (outcome != OUT_STOPPED or trial.finished_by_rule):
                         restart = None  # it ended on its own, or met the stop rule, at its boundary: nothing to move
+                    if outcome == OUT_ERRORED:
+                        # Ray's error file counts every failure, the retried ones and the last
+                        failures = trial.num_failures + 1
+                        _append_error_file(trial.trial_dir, failures, ts, trace or error)
                     if restart is None and outcome == OUT_ERRORED and trial.num_failures < self.settings.max_failures:
                         trial.num_failures += 1
                         restart = _Restart(reason="retry", error=error)

@@ -59,7 +59,7 @@ import cloudpickle
 from fluidsalus.callbacks import Callback as EngineCallback
 from fluidsalus.checkpoint import write_atomically
 from fluidsalus.errors import ConfigError
-from fluidsalus.store import DB_FILENAME, ERROR, FINAL_STATUSES, ExperimentStore
+from fluidsalus.store import DB_FILENAME, ERROR, ERROR_FILE, FINAL_STATUSES, ExperimentStore
 from fluidsalus.tune.result import SHOULD_CHECKPOINT
 
 __all__ = ["Callback", "TrialInfo"]
@@ -190,7 +190,7 @@ class TrialInfo:
         num_failures: Failures so far that were retried or ended it (Ray's ``Trial.num_failures``).
         attempt: The attempt running now (0 for the first start).
         error: The error that ended it (``status == "ERROR"``), or None. fluidsalus's addition: Ray keeps it in
-            the file ``trial.error_file``.
+            the file :attr:`error_file`.
         custom_trial_name: What ``TuneConfig(trial_name_creator=...)`` named it, or None (Ray's attribute).
         tag: Its ``experiment_tag`` as known when the view was made (before its first result), or None.
         evaluated_params: The values the search chose for it, by ``/``-joined path (Ray's attribute: the space's
@@ -215,6 +215,12 @@ class TrialInfo:
     def local_path(self) -> str:
         """Ray's name for :attr:`path`."""
         return self.path
+
+    @property
+    def error_file(self) -> str | None:
+        """Ray's attribute: the trial's ``error.txt`` (every failure of the trial, appended), or None before any."""
+        path = os.path.join(self.path, ERROR_FILE) if self.path else ""
+        return path if path and os.path.isfile(path) else None
 
     @property
     def experiment_dir_name(self) -> str:
