@@ -56,7 +56,10 @@ class RaySessionBridge:
         user's line: Ray's wrapper and function sit between, and ``depth`` more frames of the bridge). A call from
         Ray's own code (``ray.air.integrations.mlflow.setup_mlflow`` reads ``ray.tune.get_context()``) does not
         warn: the user has no import to change there."""
-        caller = sys._getframe(4 + depth).f_globals.get("__name__", "")
+        try:
+            caller = sys._getframe(4 + depth).f_globals.get("__name__", "")
+        except ValueError:  # a shorter stack than Ray's wrappers make: not Ray's own code
+            caller = ""
         if caller == "ray" or caller.startswith("ray."):
             first = False  # Ray's own code (setup_mlflow, say): there is no import of the user's to change
         else:
