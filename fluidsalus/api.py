@@ -34,6 +34,7 @@ from fluidsalus.gpu.device import plan_devices
 from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS, stop_rule
 from fluidsalus.result import ResultGrid
 from fluidsalus.searchers import BaseSearcher, RandomSearch
+from fluidsalus.session import DATE_FORMAT
 from fluidsalus.store import DB_FILENAME, ExperimentStore
 from fluidsalus.trialgroup.executor import Executor, ExecutorSettings
 from fluidsalus.trialgroup.searcher_log import restore
@@ -187,7 +188,7 @@ def run(
     payload = _pack(trainable, rule, {"memory_mode": spec.memory_mode})
     storage = spec.resolved_storage_path()
     _check_writable(storage)
-    exp_name = spec.name or f"{trainable_name}_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}"
+    exp_name = spec.name or f"{trainable_name}_{datetime.datetime.now().strftime(DATE_FORMAT)}"
     exp_dir = os.path.join(storage, exp_name)
     exists = os.path.exists(os.path.join(exp_dir, DB_FILENAME))
     if exists and not spec.resume:

@@ -955,7 +955,7 @@ def _check_run_kwargs(run_kwargs: Mapping[str, Any]) -> None:
 
 def _experiment_name(study: optuna.Study) -> str:
     study_part = _UNSAFE_NAME_CHARS.sub("_", study.study_name)[:MAX_STUDY_NAME_CHARS]
-    return f"optuna_{study_part}_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}_{uuid.uuid4().hex[:6]}"
+    return f"optuna_{study_part}_{datetime.datetime.now().strftime(session.DATE_FORMAT)}_{uuid.uuid4().hex[:6]}"
 
 
 def optimize(

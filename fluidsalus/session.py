@@ -28,8 +28,9 @@ from typing import Any, Protocol
 from fluidsalus.checkpoint import Checkpoint, persist_checkpoint
 from fluidsalus.errors import ConfigError, SessionError
 
-#: Ray's date stamp (``ray.tune.utils.date_str``): the ``date`` of every result, and the time of each failure in a
-#: trial's ``error.txt``.
+#: Ray's date stamp (``ray.tune.utils.date_str``), used wherever fluidsalus stamps a time as Ray does: the ``date``
+#: of every result, default experiment names, the session of the callbacks' state files (it sorts by time), and
+#: the time of each failure in a trial's ``error.txt``.
 DATE_FORMAT = "%Y-%m-%d_%H-%M-%S"
 
 #: Keys the engine adds to every result. A metric to optimise must be one the trainable reports itself.

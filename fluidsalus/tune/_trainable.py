@@ -33,7 +33,7 @@ from typing import Any
 
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError
-from fluidsalus.session import HOSTNAME, StopTrial, TrialResources, node_ip
+from fluidsalus.session import DATE_FORMAT, HOSTNAME, StopTrial, TrialResources, node_ip
 
 __all__ = [
     "ClassOptions",
@@ -386,7 +386,7 @@ class Trainable:
             ``node_ip``, ``config``, ``time_since_restore`` and ``iterations_since_restore``.
         """
         now = now or datetime.datetime.now()
-        filled = {"trial_id": self.trial_id, "date": now.strftime("%Y-%m-%d_%H-%M-%S"),
+        filled = {"trial_id": self.trial_id, "date": now.strftime(DATE_FORMAT),
                   "timestamp": timestamp if timestamp else int(now.timestamp()), TIME_THIS_ITER_KEY: time_this_iter,
                   "time_total_s": self._time_total, "pid": os.getpid(), "hostname": HOSTNAME, "node_ip": node_ip(),
                   "config": self.config, "time_since_restore": self._time_since_restore,

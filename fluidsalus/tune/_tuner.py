@@ -56,6 +56,7 @@ from fluidsalus.gpu.host import stop_rule
 from fluidsalus.result import ResultGrid
 from fluidsalus.searchers import PBT, BaseSearcher
 from fluidsalus.searchers._pbt_replay import write_policy_files
+from fluidsalus.session import DATE_FORMAT
 from fluidsalus.store import (
     DB_FILENAME,
     ERROR,
@@ -80,7 +81,7 @@ from fluidsalus.tune._trainable import (
     trainable_name,
 )
 from fluidsalus.tune._translate import Plan, plan
-from fluidsalus.tune.callback import SESSION_FORMAT, RayCallbackAdapter, TrialInfo
+from fluidsalus.tune.callback import RayCallbackAdapter, TrialInfo
 from fluidsalus.tune.logger import default_loggers, translate_ray_logger
 from fluidsalus.tune.progress_reporter import ReporterCallback
 from fluidsalus.tune.registry import resolve_trainable
@@ -94,8 +95,6 @@ logger = logging.getLogger(__name__)
 TUNER_STATE_FILE = "tuner.pkl"
 #: Version of what ``tuner.pkl`` holds.
 _STATE_VERSION = 1
-#: Timestamp of default experiment names (the same as ``fluidsalus.run``'s and Ray's).
-_NAME_TIMESTAMP = "%Y-%m-%d_%H-%M-%S"
 #: Characters a default experiment name may not hold (``<lambda>`` becomes ``lambda``).
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.=+-]+")
 #: Ray's environment variable for the length of a default trial folder name before its date, and its default.
@@ -580,7 +579,7 @@ class Tuner:
             return name
         if not os.path.exists(os.path.join(storage, name, DB_FILENAME)):
             return name
-        stamp = datetime.datetime.now().strftime(_NAME_TIMESTAMP)
+        stamp = datetime.datetime.now().strftime(DATE_FORMAT)
         fresh, count = f"{name}_{stamp}", 1
         while os.path.exists(os.path.join(storage, fresh)):
             count += 1
@@ -661,14 +660,14 @@ class Tuner:
         storage = os.path.abspath(os.path.expanduser(run_config.storage_path or ""))
         label = self._registered_name or entry.__name__
         base_name = _UNSAFE_NAME_CHARS.sub("_", label).strip("_") or _FALLBACK_NAME
-        default_name = f"{base_name}_{datetime.datetime.now().strftime(_NAME_TIMESTAMP)}"
+        default_name = f"{base_name}_{datetime.datetime.now().strftime(DATE_FORMAT)}"
         name = self._experiment_name(storage, run_config.name or default_name)
         experiment_dir = os.path.join(storage, name)
         # (with a trial_name_creator and no callback too: Ray calls it for every trial, and its errors end the run)
         dirname_creator = tune_config.trial_dirname_creator
         runner = runner_of(planned.searcher)  # a search algorithm with its own suggest, also under ASHA or a wrapper
         if runner is not None:  # saved where Ray saves it, restored from there
-            runner.attach(experiment_dir, datetime.datetime.now().strftime(SESSION_FORMAT))
+            runner.attach(experiment_dir, datetime.datetime.now().strftime(DATE_FORMAT))
         tags = Tagger(planned.space, planned.tags, planned.perturbed, planned.replay_tag)  # Ray's experiment_tag
         trial_names: dict[str, Any] = {}  # trial -> what trial_name_creator returned for it
         if self._resume:

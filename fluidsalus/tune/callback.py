@@ -59,6 +59,7 @@ import cloudpickle
 from fluidsalus.callbacks import Callback as EngineCallback
 from fluidsalus.checkpoint import write_atomically
 from fluidsalus.errors import ConfigError
+from fluidsalus.session import DATE_FORMAT
 from fluidsalus.store import DB_FILENAME, ERROR, ERROR_FILE, FINAL_STATUSES, ExperimentStore
 from fluidsalus.tune.result import SHOULD_CHECKPOINT
 
@@ -84,8 +85,6 @@ _CHECKPOINT_KEY = "checkpoint_dir_name"
 _RESTART_EVENT, _RETRY_REASON = "trial_restart", "retry"
 #: Ray's file of the callbacks' states in the experiment's folder, one per session (the newest is restored).
 STATE_FILE_PATTERN = "callback-states-{}.pkl"
-#: Ray's session stamp in :data:`STATE_FILE_PATTERN` (the run's start, so the newest sorts last).
-SESSION_FORMAT = "%Y-%m-%d_%H-%M-%S"
 #: Ray's environment variable for the period of experiment-state saves: seconds, or ``auto``.
 PERIOD_ENV = "TUNE_GLOBAL_CHECKPOINT_S"
 #: Ray's ``auto`` period: at least this many seconds between saves ...
@@ -288,7 +287,7 @@ class RayCallbackAdapter(EngineCallback):
         self._fixed_period = _save_period()
         self._period = AUTO_MIN_PERIOD_S if self._fixed_period is None else self._fixed_period
         self._last_save = float("-inf")  # the first event saves, as Ray's first loop step does
-        self._session = datetime.datetime.now().strftime(SESSION_FORMAT)
+        self._session = datetime.datetime.now().strftime(DATE_FORMAT)  # sorts by time
         self.trials: dict[str, TrialInfo] = {}
         self.iteration = 0
         self._store: ExperimentStore | None = None

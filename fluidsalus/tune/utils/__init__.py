@@ -21,6 +21,8 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from fluidsalus.session import DATE_FORMAT
+
 __all__ = ["date_str", "deep_update", "diagnose_serialization", "flatten_dict", "merge_dicts", "unflattened_lookup",
            "validate_save_restore", "wait_for_gpu"]
 
@@ -34,7 +36,7 @@ _NO_DEFAULT = object()
 
 def date_str() -> str:
     """The current local time as Ray stamps experiment names: ``YYYY-MM-DD_HH-MM-SS``."""
-    return datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    return datetime.datetime.now().strftime(DATE_FORMAT)
 
 
 def flatten_dict(dt: dict[str, Any], delimiter: str = DELIMITER, prevent_delimiter: bool = False,
