@@ -600,17 +600,18 @@ def run_trainable_class(cls: type[Trainable], config: dict[str, Any], parameters
 
 
 def _load_entry(base: Any, refs_blob: bytes, resources: Any, options: ClassOptions | None, name: str,
-                log_files: tuple[str | None, str | None] = (None, None)) -> TrialEntry:
+                log_files: tuple[str | None, str | None] = (None, None), chdir: bool = False) -> TrialEntry:
     import ray
 
-    return TrialEntry(base, ray.cloudpickle.loads(refs_blob), resources, options, name, log_files)
+    return TrialEntry(base, ray.cloudpickle.loads(refs_blob), resources, options, name, log_files, chdir)
 
 
 class TrialEntry:
     """The picklable function every trial of a ``Tuner.fit()`` runs.
 
     It records the trial's resource request, fetches the ``with_parameters`` objects from Ray's object store
-    and calls the trainable (a :class:`Trainable` subclass runs through :func:`run_trainable_class`).
+    and calls the trainable (a :class:`Trainable` subclass runs through :func:`run_trainable_class`), in the
+    trial's folder as its working directory when ``chdir`` is set (:mod:`fluidsalus.tune._workdir`).
 
     Object references are pickled with Ray's own pickler (``ray.cloudpickle``), which registers their owner, so
     the device actors can fetch them; a plain ``cloudpickle`` of a reference cannot be resolved there.
@@ -622,23 +623,26 @@ class TrialEntry:
         options: Checkpointing of a Trainable subclass (None for functions).
         name: The trainable's name.
         log_files: ``RunConfig.log_to_file`` as (stdout, stderr) file names in the trial's folder (None: none).
+        chdir: Run the trainable with the trial's folder as its working directory (Ray's
+            ``RAY_CHDIR_TO_TRIAL_DIR``, read on the driver).
     """
 
     def __init__(self, base: Any, refs: Mapping[str, Any], resources: Any, options: ClassOptions | None,
-                 name: str, log_files: tuple[str | None, str | None] = (None, None)) -> None:
+                 name: str, log_files: tuple[str | None, str | None] = (None, None), chdir: bool = False) -> None:
         self.base = base
         self.refs = dict(refs)
         self.resources = resources
         self.options = options
         self.__name__ = name
         self.log_files = log_files
+        self.chdir = chdir
         functools.update_wrapper(self, base, assigned=("__doc__",), updated=())
 
     def __reduce__(self) -> tuple[Any, ...]:
         import ray
 
         return (_load_entry, (self.base, ray.cloudpickle.dumps(self.refs), self.resources, self.options,
-                              self.__name__, self.log_files))
+                              self.__name__, self.log_files, self.chdir))
 
     def _record_resources(self, config: dict[str, Any]) -> None:
         from fluidsalus.errors import SessionError
@@ -653,12 +657,18 @@ class TrialEntry:
             get_context().resources = normalize_resources(request)
 
     def __call__(self, config: dict[str, Any]) -> Any:
-        if self.log_files == (None, None):
+        if self.log_files == (None, None) and not self.chdir:
             return self._run(config)
         from fluidsalus.session import get_context
         from fluidsalus.tune._output import trial_output
+        from fluidsalus.tune._workdir import trial_working_directory
 
-        with trial_output(get_context().get_trial_dir(), *self.log_files):
+        trial_dir = get_context().get_trial_dir()
+        with contextlib.ExitStack() as stack:
+            if self.chdir:
+                stack.enter_context(trial_working_directory(trial_dir))
+            if self.log_files != (None, None):
+                stack.enter_context(trial_output(trial_dir, *self.log_files))
             return self._run(config)
 
     def _run(self, config: dict[str, Any]) -> Any:
@@ -672,10 +682,12 @@ class TrialEntry:
 
 
 def make_entry(trainable: Any, options: ClassOptions | None,
-               log_files: tuple[str | None, str | None] = (None, None)) -> tuple[TrialEntry, list[Any]]:
+               log_files: tuple[str | None, str | None] = (None, None),
+               chdir: bool = False) -> tuple[TrialEntry, list[Any]]:
     """The :class:`TrialEntry` of a user's trainable; the ``with_parameters`` objects are put in Ray now.
 
-    Ray must be initialised. Returns the entry and the object references (keep them alive for the run).
+    Ray must be initialised. ``log_files`` and ``chdir`` are the entry's (see :class:`TrialEntry`). Returns the
+    entry and the object references (keep them alive for the run).
     """
     import ray
 
@@ -686,7 +698,8 @@ def make_entry(trainable: Any, options: ClassOptions | None,
     resources = prepared.resources
     if resources is None and is_class and _overrides_resource_request(prepared.base):
         resources = prepared.base.default_resource_request  # a bound classmethod: pickled by reference
-    entry = TrialEntry(prepared.base, refs, resources, options if is_class else None, prepared.__name__, log_files)
+    entry = TrialEntry(prepared.base, refs, resources, options if is_class else None, prepared.__name__, log_files,
+                       chdir)
     return entry, list(refs.values())
 
 

@@ -81,6 +81,7 @@ from fluidsalus.tune._trainable import (
     trainable_name,
 )
 from fluidsalus.tune._translate import Plan, plan
+from fluidsalus.tune._workdir import chdir_to_trial_dir
 from fluidsalus.tune.callback import RayCallbackAdapter, TrialInfo
 from fluidsalus.tune.logger import default_loggers, translate_ray_logger
 from fluidsalus.tune.progress_reporter import ReporterCallback
@@ -654,9 +655,10 @@ class Tuner:
         if class_trainable and _may_ask_for_checkpoints(engine_callbacks, ray_callbacks):
             # Each result waits for the callbacks' answer, so a requested checkpoint is of that result, as in Ray.
             options = dataclasses.replace(options, checkpoint_verdicts=True)
+        chdir = chdir_to_trial_dir()  # Ray's RAY_CHDIR_TO_TRIAL_DIR; a bad value fails before Ray starts
         if not ray.is_initialized():
             ray.init(include_dashboard=False, configure_logging=False, log_to_driver=True)
-        entry, refs = make_entry(trainable, options, log_files(run_config.log_to_file))
+        entry, refs = make_entry(trainable, options, log_files(run_config.log_to_file), chdir)
         storage = os.path.abspath(os.path.expanduser(run_config.storage_path or ""))
         label = self._registered_name or entry.__name__
         base_name = _UNSAFE_NAME_CHARS.sub("_", label).strip("_") or _FALLBACK_NAME
