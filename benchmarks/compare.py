@@ -40,6 +40,10 @@ are cores, each in its own process. The fluidsalus Ray Tune script asks for the 
 GPU share as a hint and runs the trials as lanes of one device actor on the GPU. Optuna keeps ``n_jobs=2``
 (the setting of the issue's target), its trials threads of one process sharing the GPU.
 
+Each tool's own modules (``optuna``; ``ray.tune``; ``fluidsalus`` with its ``run``, ``fluidsalus.tune`` or
+``fluidsalus.optuna``) are imported before its timed region, as a script imports them at its top
+(:func:`import_tool`); what the trials import in their own processes is part of the run.
+
 ``cpu_s`` is the whole machine's busy CPU time over the same timed region (from ``/proc/stat``; null off
 Linux): every process counts, Ray's helpers and the device actors included. On a machine of ``c`` cores a
 tool cannot take less wall time than ``cpu_s / c``.
@@ -245,6 +249,21 @@ def tune_modules(front_end: str) -> tuple[Any, Any, Any]:
         from fluidsalus import tune
         from fluidsalus.tune import schedulers, search
     return tune, schedulers, search
+
+
+def import_tool(tool: str) -> None:
+    """Import ``tool``'s own modules, before its timed region: the tools are run in turn in one process, so
+    without this the first fluidsalus tool would pay the import of ``fluidsalus.run`` (fluidsalus imports it
+    lazily, on first use) or ``fluidsalus.optuna`` inside its time and the others would not."""
+    if tool == "fluidsalus":
+        import fluidsalus.api
+        import fluidsalus.searchers  # noqa: F401
+    elif tool == "fluidsalus_optuna":
+        import fluidsalus.optuna  # noqa: F401
+    elif tool == "optuna":
+        import optuna  # noqa: F401
+    else:
+        tune_modules(tool)
 
 
 def optimize(front_end: str, study: Any, objective: Callable[[Any], float], n_trials: int, storage: str) -> None:
@@ -607,6 +626,7 @@ def run_tools(sweep: str, tools: list[str], device: str = "cpu") -> dict[str, di
         for tool in tools:
             print(f"\n=== {sweep}: {tool} ===", flush=True)
             try:
+                import_tool(tool)
                 entries[tool] = RUNNERS[sweep][tool](device)
                 print(f"{tool}: {entries[tool]}", flush=True)
             except Exception as e:  # noqa: BLE001 - report any failure and go on with the next tool
