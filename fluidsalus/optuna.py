@@ -37,6 +37,11 @@ A trial's life, and the Optuna state it ends in:
    ``FAIL``; it counts as an exception that ``catch`` did not name, unless it was an out-of-memory error of a
    type in ``catch``.
 
+Optuna's artifacts work from the objective as under ``study.optimize``:
+``optuna.artifacts.upload_artifact(artifact_store=..., file_path=..., study_or_trial=trial)`` writes the file
+from the device to the artifact store and records it on the trial in the study's storage (through
+:class:`DeviceStorage`, ``trial.storage``), so ``get_all_artifact_meta`` and optuna-dashboard find it.
+
 The fluidsalus experiment (``storage_path``/``name``) records every trial's intermediate values, its Optuna
 number and final state, so ``fluidsalus inspect`` shows the lanes' goodput for the study.
 """
@@ -77,7 +82,7 @@ try:  # Optuna's own heartbeat helpers (what study.optimize uses for RDBStorage(
 except ImportError as exc:  # pragma: no cover - present in every supported Optuna (>=4,<6)
     raise ImportError(f"fluidsalus.optuna needs optuna>=4,<6 (optuna.storages._heartbeat: {exc})") from exc
 
-__all__ = ["DeviceStudy", "DeviceTraceback", "DeviceTrial", "optimize"]
+__all__ = ["DeviceStorage", "DeviceStudy", "DeviceTraceback", "DeviceTrial", "optimize"]
 
 #: Prefix of the driver calls this front end makes (``fluidsalus.session.call_driver``).
 CALL_PREFIX = "optuna."
@@ -91,6 +96,9 @@ M_SET_CONSTRAINT = CALL_PREFIX + "set_constraint"
 M_STUDY = CALL_PREFIX + "study"
 M_FAILING = CALL_PREFIX + "failing"
 M_FINISH = CALL_PREFIX + "finish"
+#: The trial's system attributes in the study's storage: read them, or set one (``DeviceStorage``).
+M_SYSTEM_ATTRS = CALL_PREFIX + "system_attrs"
+M_SET_SYSTEM_ATTR = CALL_PREFIX + "set_system_attr"
 #: Reports held back by ``DeviceTrial.report``, then another call: ``(reports, method, args)``.
 M_AFTER_REPORTS = CALL_PREFIX + "after_reports"
 #: Nothing but the held reports it carries: a trial leaving its objective early (stopped) tells them.
@@ -234,6 +242,7 @@ class _TrialSnapshot:
     steps: frozenset[int]
     study_name: str
     directions: list[optuna.study.StudyDirection]
+    trial_id: int  # the Optuna trial's id in the study's storage (``optuna.Trial._trial_id``)
 
 
 #: Intermediate values the objective reported that the driver has not been told yet, per trial thread.
@@ -364,6 +373,44 @@ class DeviceStudy:
         )
 
 
+class DeviceStorage:
+    """``trial.storage`` inside an objective: what Optuna's artifact functions use of the study's storage.
+
+    ``optuna.artifacts.upload_artifact(artifact_store=..., file_path=..., study_or_trial=trial)`` records the
+    artifact as a system attribute of the trial in the study's storage, and ``get_all_artifact_meta(trial)``
+    reads them back. The storage lives on the driver, so these two calls go there, for this trial only; the
+    artifact's file goes from the device straight to the artifact store, as from an Optuna worker.
+
+    Args:
+        trial_id: The Optuna trial's id in the study's storage.
+    """
+
+    def __init__(self, trial_id: int) -> None:
+        self._trial_id = trial_id
+
+    def _check_own(self, method: str, trial_id: int) -> None:
+        if trial_id != self._trial_id:
+            raise ValueError(f"storage.{method}: a trial running on a device may use only its own trial id "
+                             f"({self._trial_id}), not {trial_id!r}")
+
+    def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
+        """Set a system attribute of this trial (``BaseStorage.set_trial_system_attr``)."""
+        self._check_own("set_trial_system_attr", trial_id)
+        _call(M_SET_SYSTEM_ATTR, key, value)
+
+    def get_trial_system_attrs(self, trial_id: int) -> dict[str, Any]:
+        """This trial's system attributes (``BaseStorage.get_trial_system_attrs``)."""
+        self._check_own("get_trial_system_attrs", trial_id)
+        return _call(M_SYSTEM_ATTRS)
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(
+            f"storage.{name} is not available inside a trial that fluidsalus runs on a device (the study's "
+            "storage lives on the driver). Available, for this trial: set_trial_system_attr(), "
+            "get_trial_system_attrs() (what optuna.artifacts uses)"
+        )
+
+
 class DeviceTrial(BaseTrial):
     """The trial an objective gets from :func:`optimize`: ``optuna.Trial``'s API, answered by the real trial.
 
@@ -384,6 +431,8 @@ class DeviceTrial(BaseTrial):
         self._earlier_steps = snapshot.steps  # steps an earlier attempt of this trial reported
         self._steps: set[int] = set()
         self.study = DeviceStudy(snapshot.study_name, snapshot.directions)
+        self._trial_id = snapshot.trial_id
+        self.storage = DeviceStorage(snapshot.trial_id)
 
     # ---------------------------------------------------------------- suggestions
 
@@ -496,6 +545,12 @@ class DeviceTrial(BaseTrial):
 
     def __repr__(self) -> str:
         return f"DeviceTrial(number={self._number}, params={self._params})"
+
+
+# Code that takes a live trial checks ``isinstance(trial, optuna.Trial)`` (``optuna.artifacts.upload_artifact``,
+# ``get_all_artifact_meta``), and a DeviceTrial has that API (with ``_trial_id`` and ``storage``): register it
+# as a virtual subclass (``optuna.Trial`` is an ABC), as an objective under ``study.optimize`` would pass.
+optuna.trial.Trial.register(DeviceTrial)
 
 
 def _deprecated(old: str, new: str) -> None:
@@ -669,6 +724,7 @@ class _StudyDriver(BaseSearcher):
             M_CONSTRAINTS: self._on_constraints, M_SET_CONSTRAINT: self._on_set_constraint,
             M_STUDY: self._on_study, M_FAILING: self._on_failing, M_FINISH: self._on_finish,
             M_AFTER_REPORTS: self._on_after_reports, M_FLUSH: lambda trial_id: None,
+            M_SYSTEM_ATTRS: self._on_system_attrs, M_SET_SYSTEM_ATTR: self._on_set_system_attr,
         }
 
     # ---------------------------------------------------------------- stopping
@@ -763,7 +819,7 @@ class _StudyDriver(BaseSearcher):
         return _TrialSnapshot(
             number=trial.number, datetime_start=trial.datetime_start, params=trial.params,
             distributions=trial.distributions, user_attrs=trial.user_attrs, steps=frozenset(live.steps),
-            study_name=self.study.study_name, directions=list(self.study.directions),
+            study_name=self.study.study_name, directions=list(self.study.directions), trial_id=trial._trial_id,
         )
 
     def _on_start(self, trial_id: str) -> _TrialSnapshot | None:
@@ -827,6 +883,15 @@ class _StudyDriver(BaseSearcher):
 
     def _on_set_constraint(self, trial_id: str, key: str, value: float) -> None:
         self._trial(trial_id).set_constraint(key, value)
+
+    def _on_system_attrs(self, trial_id: str) -> dict[str, Any]:
+        return self.study._storage.get_trial_system_attrs(self._trial(trial_id)._trial_id)
+
+    def _on_set_system_attr(self, trial_id: str, key: str, value: Any) -> None:
+        if key == SYSTEM_ATTR:
+            raise ValueError(f"the trial's system attribute {SYSTEM_ATTR!r} is fluidsalus's own (it links the "
+                             "Optuna trial to its fluidsalus trial)")
+        self.study._storage.set_trial_system_attr(self._trial(trial_id)._trial_id, key, value)
 
     #: What a DeviceStudy may read (attributes) or call (methods) on the real study.
     _STUDY_READS = frozenset({"direction", "best_trial", "best_value", "best_params", "best_trials", "trials",

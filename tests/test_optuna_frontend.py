@@ -9,8 +9,10 @@ device actor, so what it sees is recorded in user attributes and checked on the 
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import math
+import os
 import threading
 import time
 import warnings
@@ -544,3 +546,43 @@ def test_each_report_travels_with_the_next_call(tmp_path, monkeypatch):
         assert t.intermediate_values == {0: x, 1: x + 1, 2: x + 2, 10: x + 10}
     assert fo.M_REPORT not in calls
     assert calls.count(fo.M_AFTER_REPORTS) == 2 * 4  # three should_prune calls and the end carry the reports
+
+
+def _upload_model(trial: Any, base: str) -> float:
+    x = trial.suggest_float("x", 0, 1)
+    path = os.path.join(base, f"model_{trial.number}.txt")  # the device writes the trial's file
+    with open(path, "w") as f:
+        f.write(f"x={x}")
+    store = optuna.artifacts.FileSystemArtifactStore(os.path.join(base, "artifacts"))
+    optuna.artifacts.upload_artifact(artifact_store=store, file_path=path, study_or_trial=trial)
+    trial.set_user_attr("seen", [m.artifact_id for m in optuna.artifacts.get_all_artifact_meta(trial)])
+    try:
+        trial.storage.set_trial_system_attr(trial._trial_id + 1000, "key", 1)
+    except ValueError as e:
+        trial.set_user_attr("refused", str(e))
+    try:
+        trial.storage.get_trial(trial._trial_id)
+    except AttributeError as e:
+        trial.set_user_attr("missing", str(e))
+    return x
+
+
+def test_an_objective_uploads_artifacts_to_its_own_trial_as_under_optuna(tmp_path):
+    base = tmp_path / "shared"
+    (base / "artifacts").mkdir(parents=True)
+    study = optuna.create_study()
+    _optimize(study, functools.partial(_upload_model, base=str(base)), tmp_path, n_trials=3)
+    store = optuna.artifacts.FileSystemArtifactStore(str(base / "artifacts"))
+    assert len(study.trials) == 3
+    for trial in study.trials:
+        assert trial.state == TrialState.COMPLETE
+        metas = optuna.artifacts.get_all_artifact_meta(trial, storage=study._storage)
+        assert [m.filename for m in metas] == [f"model_{trial.number}.txt"]
+        assert trial.user_attrs["seen"] == [metas[0].artifact_id]  # the objective read it back
+        copy = tmp_path / f"copy_{trial.number}.txt"
+        optuna.artifacts.download_artifact(artifact_store=store, file_path=str(copy), artifact_id=metas[0].artifact_id)
+        assert copy.read_text() == f"x={trial.params['x']}"
+        assert trial.user_attrs["refused"] == (f"storage.set_trial_system_attr: a trial running on a device may use "
+                                               f"only its own trial id ({trial._trial_id}), not "
+                                               f"{trial._trial_id + 1000}")
+        assert trial.user_attrs["missing"].startswith("storage.get_trial is not available inside a trial")
