@@ -25,6 +25,14 @@ def test_the_switch_reads_rays_variable_and_names_it_on_a_bad_value() -> None:
         chdir_to_trial_dir({"RAY_CHDIR_TO_TRIAL_DIR": "no"})
 
 
+def test_rays_deprecated_argument_is_refused_naming_the_variable_as_ray_refuses_it() -> None:
+    from fluidsalus import tune
+
+    with pytest.raises(ConfigError, match=r"TuneConfig: chdir_to_trial_dir is deprecated \(Ray refuses it too\); "
+                                          r"set the RAY_CHDIR_TO_TRIAL_DIR environment variable instead"):
+        tune.TuneConfig(chdir_to_trial_dir=False)
+
+
 @needs_linux
 def test_threads_work_in_their_own_folders_and_the_threads_they_start_share_them(tmp_path) -> None:
     start = os.getcwd()

@@ -24,6 +24,7 @@ from typing import Any
 
 from fluidsalus.errors import ConfigError
 from fluidsalus.tune._output import log_files
+from fluidsalus.tune._workdir import chdir_argument_error
 
 __all__ = [
     "DEFAULT_STORAGE_PATH",
@@ -431,7 +432,8 @@ class TuneConfig:
         trial_dirname_creator: ``f(trial) -> str``: the folder name of each trial in the experiment, called once
             when the trial is created (default: the trial id). It must be one new folder name (a ConfigError
             ends the run otherwise).
-        chdir_to_trial_dir: Deprecated in Ray; ignored with a warning.
+        chdir_to_trial_dir: Deprecated: refused with a ConfigError, as Ray refuses it; set the
+            ``RAY_CHDIR_TO_TRIAL_DIR`` environment variable instead (see ``fluidsalus.tune._workdir``).
     """
 
     mode: str | None = None
@@ -465,6 +467,8 @@ class TuneConfig:
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise _fail(owner, name, "None or a callable", value)
+        if self.chdir_to_trial_dir != DEPRECATED:
+            raise chdir_argument_error(owner)
 
     @property
     def concurrency_cap(self) -> int | None:
@@ -475,14 +479,6 @@ class TuneConfig:
     def time_budget(self) -> float | None:
         """``time_budget_s`` in seconds."""
         return seconds("TuneConfig", "time_budget_s", self.time_budget_s)
-
-    def ignored(self) -> list[str]:
-        """The fields set to something fluidsalus accepts but does not act on."""
-        out = []
-        if self.chdir_to_trial_dir != DEPRECATED:
-            out.append("chdir_to_trial_dir")
-        return out
-
 
 class MetricModeHolder:
     """What Ray's schedulers and searchers share: an optional ``metric``/``mode``, settable once by Tune."""

@@ -61,6 +61,7 @@ from fluidsalus.tune._config import (
 )
 from fluidsalus.tune._trainable import with_resources
 from fluidsalus.tune._tuner import Tuner
+from fluidsalus.tune._workdir import chdir_argument_error
 from fluidsalus.tune.analysis import ExperimentAnalysis, Trial
 from fluidsalus.tune.experiment import Experiment
 from fluidsalus.tune.registry import resolve_trainable
@@ -296,8 +297,7 @@ def run(
         if value is not None:
             raise ConfigError(f"tune.run: {field} is not supported by fluidsalus; leave it None")
     if chdir_to_trial_dir != DEPRECATED:
-        raise ConfigError("tune.run: chdir_to_trial_dir is deprecated (Ray refuses it too); set the "
-                          "RAY_CHDIR_TO_TRIAL_DIR environment variable instead")
+        raise chdir_argument_error("tune.run")
     if mode and mode not in ("min", "max"):
         raise ConfigError(f"tune.run: mode must be one of ['min', 'max'] (got {mode!r})")
     if config is not None and not isinstance(config, dict):

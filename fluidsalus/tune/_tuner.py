@@ -639,7 +639,7 @@ class Tuner:
         self.plan = planned = plan(tune_config, self._param_space, class_trainable=class_trainable)
         if planned.checkpoint_every_iteration:
             options = dataclasses.replace(options, every_iteration=True)
-        ignored = tune_config.ignored() + run_config.ignored()
+        ignored = run_config.ignored()
         if ignored:
             warnings.warn(f"fluidsalus.tune: {', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} accepted "
                           "but not used by fluidsalus", UserWarning, stacklevel=2)

@@ -54,6 +54,14 @@ def chdir_to_trial_dir(environ: Mapping[str, str] = os.environ) -> bool:
                           f"its folder, the default); got {value!r}") from None
 
 
+def chdir_argument_error(owner: str) -> ConfigError:
+    """The error for Ray's deprecated ``chdir_to_trial_dir`` argument (of ``TuneConfig`` or ``tune.run``), which Ray
+    2.60 refuses too: the environment variable :data:`CHDIR_ENV` took its place."""
+    return ConfigError(f"{owner}: chdir_to_trial_dir is deprecated (Ray refuses it too); set the {CHDIR_ENV} "
+                       "environment variable instead (0 keeps the working directory; 1, the default, runs each trial "
+                       "in its folder)")
+
+
 def _unshare_fs() -> None:
     """``unshare(CLONE_FS)`` for the calling thread. Raises OSError where it is refused or missing."""
     unshare = getattr(os, "unshare", None)  # Python 3.12+ on Linux
