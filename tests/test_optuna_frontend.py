@@ -451,6 +451,43 @@ def test_median_pruner_prunes_with_the_last_reported_value(tmp_path):
     assert len(curves) == sum(len(t.intermediate_values) for t in study.trials)
 
 
+def _lightgbm_objective(trial: Any) -> float:
+    import lightgbm as lgb
+    import numpy as np
+    from optuna_integration import LightGBMPruningCallback
+    from sklearn.datasets import load_breast_cancer
+
+    features, labels = load_breast_cancer(return_X_y=True)
+    order = np.random.default_rng(0).permutation(len(labels))
+    train, valid = order[:400], order[400:]
+    params = {"objective": "binary", "metric": "binary_logloss", "verbosity": -1, "num_threads": 1,
+              "learning_rate": trial.suggest_float("lr", 1e-3, 0.3, log=True)}
+    booster = lgb.train(params, lgb.Dataset(features[train], labels[train]), num_boost_round=LIGHTGBM_ROUNDS,
+                        valid_sets=[lgb.Dataset(features[valid], labels[valid])],
+                        callbacks=[LightGBMPruningCallback(trial, "binary_logloss")])
+    return booster.best_score["valid_0"]["binary_logloss"]
+
+
+LIGHTGBM_ROUNDS = 30
+
+
+def test_optunas_lightgbm_pruning_callback_reports_and_prunes_through_the_study(tmp_path):
+    """optuna-integration's callbacks take the objective's trial (``report``, ``should_prune``,
+    ``trial.study.direction``): one run at a time, two good trials complete and a far worse one is pruned."""
+    pytest.importorskip("lightgbm")
+    pytest.importorskip("optuna_integration")
+    study = optuna.create_study(pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=5))
+    for lr in (0.3, 0.2, 0.001):
+        study.enqueue_trial({"lr": lr})
+    _optimize(study, _lightgbm_objective, tmp_path, n_trials=3, max_concurrent_trials=1)
+    good, _, bad = study.trials
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE, TrialState.COMPLETE, TrialState.PRUNED]
+    assert sorted(good.intermediate_values) == list(range(LIGHTGBM_ROUNDS))  # one report per boosting round
+    assert good.value == good.intermediate_values[LIGHTGBM_ROUNDS - 1]  # no early stopping: the last round's
+    assert max(bad.intermediate_values) == 5  # pruned at the first step after MedianPruner's warm-up
+    assert bad.value == bad.intermediate_values[max(bad.intermediate_values)]
+
+
 # ---------------------------------------------------------------------------------------------- storages
 
 
