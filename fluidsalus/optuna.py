@@ -99,6 +99,8 @@ M_FINISH = CALL_PREFIX + "finish"
 #: The trial's system attributes in the study's storage: read them, or set one (``DeviceStorage``).
 M_SYSTEM_ATTRS = CALL_PREFIX + "system_attrs"
 M_SET_SYSTEM_ATTR = CALL_PREFIX + "set_system_attr"
+#: What the study's sampler drew jointly for the trial (``optuna.Trial.relative_params``).
+M_RELATIVE_PARAMS = CALL_PREFIX + "relative_params"
 #: Reports held back by ``DeviceTrial.report``, then another call: ``(reports, method, args)``.
 M_AFTER_REPORTS = CALL_PREFIX + "after_reports"
 #: Nothing but the held reports it carries: a trial leaving its objective early (stopped) tells them.
@@ -433,6 +435,7 @@ class DeviceTrial(BaseTrial):
         self.study = DeviceStudy(snapshot.study_name, snapshot.directions)
         self._trial_id = snapshot.trial_id
         self.storage = DeviceStorage(snapshot.trial_id)
+        self._relative_params: dict[str, Any] | None = None  # fetched on first use, then kept (as Optuna keeps it)
 
     # ---------------------------------------------------------------- suggestions
 
@@ -538,6 +541,16 @@ class DeviceTrial(BaseTrial):
     @property
     def datetime_start(self) -> datetime.datetime | None:
         return self._datetime_start
+
+    @property
+    def relative_params(self) -> dict[str, Any]:
+        """``optuna.Trial.relative_params``: the parameters the study's sampler drew jointly for this trial.
+
+        The real trial samples them on first use, as Optuna does; one round trip, then kept.
+        """
+        if self._relative_params is None:
+            self._relative_params = _call(M_RELATIVE_PARAMS)
+        return self._relative_params
 
     @property
     def number(self) -> int:
@@ -725,6 +738,7 @@ class _StudyDriver(BaseSearcher):
             M_STUDY: self._on_study, M_FAILING: self._on_failing, M_FINISH: self._on_finish,
             M_AFTER_REPORTS: self._on_after_reports, M_FLUSH: lambda trial_id: None,
             M_SYSTEM_ATTRS: self._on_system_attrs, M_SET_SYSTEM_ATTR: self._on_set_system_attr,
+            M_RELATIVE_PARAMS: self._on_relative_params,
         }
 
     # ---------------------------------------------------------------- stopping
@@ -874,6 +888,9 @@ class _StudyDriver(BaseSearcher):
 
     def _on_should_prune(self, trial_id: str) -> bool:
         return self._trial(trial_id).should_prune()
+
+    def _on_relative_params(self, trial_id: str) -> dict[str, Any]:
+        return self._trial(trial_id).relative_params
 
     def _on_set_user_attr(self, trial_id: str, key: str, value: Any) -> None:
         self._trial(trial_id).set_user_attr(key, value)

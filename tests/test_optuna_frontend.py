@@ -623,3 +623,46 @@ def test_an_objective_uploads_artifacts_to_its_own_trial_as_under_optuna(tmp_pat
                                                f"only its own trial id ({trial._trial_id}), not "
                                                f"{trial._trial_id + 1000}")
         assert trial.user_attrs["missing"].startswith("storage.get_trial is not available inside a trial")
+
+
+class _JointSampler(optuna.samplers.BaseSampler):
+    """Draws ``x`` and ``y`` together (``sample_relative``) as ``(number, -number)``; anything else at random."""
+
+    def __init__(self) -> None:
+        self._independent = optuna.samplers.RandomSampler(seed=0)
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
+        return {"x": optuna.distributions.FloatDistribution(-100, 100),
+                "y": optuna.distributions.FloatDistribution(-100, 100)}
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, Any]) -> dict[str, Any]:
+        return {"x": float(trial.number), "y": -float(trial.number)}
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, name: str, distribution: Any) -> Any:
+        return self._independent.sample_independent(study, trial, name, distribution)
+
+
+def _joint(trial: Any) -> float:
+    trial.set_user_attr("relative_before", dict(trial.relative_params))
+    x = trial.suggest_float("x", -100, 100)
+    y = trial.suggest_float("y", -100, 100)
+    z = trial.suggest_float("z", 0, 1)
+    trial.set_user_attr("relative_after", trial.relative_params)
+    return x + y + z
+
+
+def test_relative_params_are_the_samplers_joint_draw_and_the_suggestions_use_it(tmp_path):
+    study = optuna.create_study(sampler=_JointSampler())
+    _optimize(study, _joint, tmp_path, n_trials=4)
+    assert len(study.trials) == 4
+    for t in study.trials:
+        joint = {"x": float(t.number), "y": -float(t.number)}
+        assert t.state == TrialState.COMPLETE
+        assert t.user_attrs["relative_before"] == t.user_attrs["relative_after"] == joint
+        assert {k: t.params[k] for k in ("x", "y")} == joint  # suggest_float took the joint draw, as in Optuna
+        assert 0 <= t.params["z"] <= 1
+
+
+def test_a_device_trial_has_every_public_name_of_optunas_trial():
+    public = {name for name in dir(optuna.trial.Trial) if not name.startswith("_")}
+    assert public <= set(dir(fo.DeviceTrial)), sorted(public - set(dir(fo.DeviceTrial)))
