@@ -68,6 +68,10 @@ WASTE_CAUSES = (WASTE_RETRY, WASTE_OOM, WASTE_EXPLOIT, WASTE_DEVICE_DIED, WASTE_
 MARK_FAILURE = "failure"  # an attempt raised: retried (trial_restart retry) or final (trial_end errored)
 MARK_OOM = "oom"  # out of memory (oom_readmit, or lane_fail after the last retry)
 MARK_EXPLOIT = "exploit"  # a PBT exploit restart
+#: ``trial_restart`` reasons that are the planner's decisions, not failures: a move or resize from a checkpoint, a
+#: preemption, a trial its device gave back before it began. They place no marker (their redone iterations, if any,
+#: are still waste of that cause).
+PLANNED_RESTART_REASONS = ("move", "preempted", "withdrawn")
 
 
 # ---------------------------------------------------------------------------------------------- small helpers
@@ -423,7 +427,8 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
             reason = str(data.get("reason") or WASTE_OTHER)
             restarts[ev.trial_id].append((ev.ts, reason))
             kind = MARK_EXPLOIT if reason == WASTE_EXPLOIT else MARK_FAILURE
-            raw_markers.append((ev.ts, kind, ev.device or UNKNOWN_DEVICE, ev.trial_id, data.get("error")))
+            if reason not in PLANNED_RESTART_REASONS:
+                raw_markers.append((ev.ts, kind, ev.device or UNKNOWN_DEVICE, ev.trial_id, data.get("error")))
             if reason == WASTE_RETRY and ev.device is not None:  # data["attempt"] is the new attempt
                 failures.append((ev.ts, ev.device, ev.trial_id, attempt - 1, WASTE_RETRY))
         elif ev.kind == "oom_readmit" and ev.trial_id is not None:

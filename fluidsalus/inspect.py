@@ -111,6 +111,8 @@ class PlannerSummary:
         resize_cost_s: The data-parallel resize cost the executor measured last; None when it measured none (a
             resize then costs what a move costs).
         resizes_measured: The resizes that estimate came from.
+        withdrawals: Trials taken back from a device before they began and placed again (``trial_restart`` with
+            reason ``withdrawn``: a planned move or preemption of a trial without a checkpoint that had not begun).
     """
 
     moves: int
@@ -121,6 +123,7 @@ class PlannerSummary:
     moves_measured: int
     resize_cost_s: float | None = None
     resizes_measured: int = 0
+    withdrawals: int = 0
 
 
 def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
@@ -132,7 +135,7 @@ def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
     Returns:
         The summary.
     """
-    moves = restarts = preemptions = measured = resizes = 0
+    moves = restarts = preemptions = measured = resizes = withdrawals = 0
     refused: dict[str, int] = {}
     cost: float | None = None
     resize_cost: float | None = None
@@ -142,6 +145,8 @@ def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
             moves += 1
         elif ev.kind == "trial_restart" and data.get("reason") == "move":
             restarts += 1
+        elif ev.kind == "trial_restart" and data.get("reason") == "withdrawn":
+            withdrawals += 1
         elif ev.kind == "plan_preempt":
             preemptions += 1
         elif ev.kind == "plan_refused":
@@ -154,7 +159,7 @@ def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
             if isinstance(resize_count, int) and resize_count > 0 and finite(data.get("resize_cost_s")):
                 resize_cost, resizes = float(data["resize_cost_s"]), resize_count
     return PlannerSummary(moves, restarts, preemptions, dict(sorted(refused.items())), cost, measured,
-                          resize_cost, resizes)
+                          resize_cost, resizes, withdrawals)
 
 
 def resolve_experiment(path: str | os.PathLike[str]) -> str:
@@ -468,7 +473,8 @@ class Report:
             cost += f"; resize cost: {p.resize_cost_s * 1e3:.1f}ms measured over {resizes}"
         refused = ", ".join(f"{reason} {n}" for reason, n in p.refused.items()) or "none"
         return (f"planner: {_plural(p.moves, 'move')} ({p.restarts_for_moves} restarted), "
-                f"{_plural(p.preemptions, 'preemption')}, refused: {refused}; move cost: {cost}")
+                f"{_plural(p.preemptions, 'preemption')}, {_plural(p.withdrawals, 'withdrawal')}, "
+                f"refused: {refused}; move cost: {cost}")
 
     def plot(self, path: str | os.PathLike[str]) -> str:
         """Draw the lane timeline of each device and goodput over time into one PNG; returns its path."""

@@ -157,6 +157,27 @@ def test_preemption_and_unplaceable_trials():
     assert actions.unplaceable == ["huge"]  # a running one is its device's to fail
 
 
+def test_a_planned_move_or_preemption_of_a_trial_that_may_not_have_begun_is_a_withdrawal():
+    """No checkpoint and nothing reported: its device is asked to give it back (it does only if the trial never had
+    its lane's turn), which loses nothing; a checkpoint still means a move, and a paused trial is still refused."""
+    plan = _plan(Assignment("unbegun", (1,), (0,), MOVE), Assignment("ckpt", (1,), (0,), MOVE),
+                 Assignment("reported", (1,), (0,), MOVE), Assignment("paused", (1,), (0,), MOVE),
+                 preempted=("unbegun_too", "reported_too"))
+    states = {
+        "unbegun": TrialState((0,), unbegun=True),
+        "ckpt": TrialState((0,), can_restart=True, unbegun=False),
+        "reported": TrialState((0,)),  # it reported: it has run, and only a checkpoint could move it
+        "paused": TrialState((0,), computing=False, unbegun=True),
+        "unbegun_too": TrialState((0,), unbegun=True),
+        "reported_too": TrialState((0,)),
+    }
+    actions = plan_actions(plan, states)
+    assert actions.withdraw == [("unbegun", MOVE), ("unbegun_too", "preempt")]
+    assert [m[0] for m in actions.move] == ["ckpt"] and not actions.preempt
+    assert set(actions.refused) == {("reported", MOVE, REFUSED_NO_CHECKPOINT), ("paused", MOVE, REFUSED_PAUSED),
+                                    ("reported_too", "preempt", REFUSED_NO_CHECKPOINT)}
+
+
 def test_submissions_stop_at_max_concurrent_trials():
     plan = _plan(*(Assignment(f"t{i}", (0,), (), START) for i in range(4)))
     actions = plan_actions(plan, {f"t{i}": TrialState(()) for i in range(4)}, limit=3, computing=1)
@@ -443,6 +464,37 @@ def test_a_trial_stopped_for_a_move_where_it_met_the_stop_rule_ends_instead_of_m
         assert trial.status == PENDING and "a" in executor.pending and trial.attempt == 1
 
 
+@pytest.mark.parametrize("stopped", [False, True], ids=["placed_again", "stopped_meanwhile"])
+def test_a_withdrawn_trial_goes_back_to_the_queue_unless_its_searcher_stopped_it_meanwhile(tmp_path, stopped):
+    """A device's ``withdrawn`` end: the trial is queued again on a new attempt, with no device of its own (the next
+    plan places it), and the searcher hears nothing; but a trial the searcher stopped before the end arrived ends
+    stopped, as it would have."""
+    from fluidsalus.gpu.host import EV_END, EV_START, OUT_WITHDRAWN
+    from fluidsalus.store import TERMINATED
+
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    trial = _trial("a", status=RUNNING, placed_on=(0,), devices=(0,))
+    _queue(executor, store, trial)
+    executor.pending.discard("a")
+    executor.searcher.on_trial_add("a", "g", {})
+    executor._devices[0].assigned.add("a")
+    executor._handle(executor._devices[0], [(EV_START, "a", 0, 1.0)])
+    if stopped:
+        executor._stop_trials(["a"])
+    executor._handle(executor._devices[0], [(EV_END, "a", 0, 1.1, OUT_WITHDRAWN, None, None)])
+    assert "a" not in executor._devices[0].assigned and not trial.placed_on
+    row = {t.trial_id: t for t in store.trials()}["a"]
+    if stopped:
+        assert trial.status == TERMINATED and "a" not in executor.pending and trial.attempt == 0
+        assert row.stop_reason == "stopped" and not store.events("trial_restart")
+    else:
+        assert trial.status == PENDING and "a" in executor.pending and trial.attempt == 1 and not trial.devices
+        assert (row.status, row.attempt) == (PENDING, 1)
+        (restart,) = store.events("trial_restart")
+        assert restart.data["reason"] == "withdrawn" and restart.device == "cpu:0"
+        assert not store.events("trial_end")
+
+
 def _queue(executor, store, *trials):
     store.add_trials([(t.trial_id, t.seq, t.config) for t in trials], group_id="g", budget=None)
     for t in trials:
@@ -653,6 +705,80 @@ def test_a_trial_moves_only_from_a_checkpoint(storage, checkpoint):
     assert planner.move_cost_s == measured.data["move_cost_s"]
 
 
+#: How long the "hold" trial of the withdrawal test waits for the "marker" trial before it gives up.
+HOLD_WAIT_S = 30.0
+#: How long the "quick" trial of the withdrawal test runs on after its first report.
+QUICK_S = 0.5
+
+
+def hold_quick_marker(config):
+    """'hold' reports only once 'marker' has run (or after HOLD_WAIT_S); 'quick' reports, runs QUICK_S more and
+    ends; 'marker' records each time its code runs."""
+    marker_runs = os.path.join(config["folder"], "marker_runs")
+    if config["role"] == "marker":
+        with open(marker_runs, "a") as f:
+            f.write(f"{fluidsalus.get_context().get_trial_id()}\n")
+    elif config["role"] == "hold":
+        deadline = time.time() + HOLD_WAIT_S
+        while not os.path.exists(marker_runs) and time.time() < deadline:
+            time.sleep(0.01)
+    elif config["role"] == "quick":
+        fluidsalus.report({"role": "quick", "saw_marker": False})
+        time.sleep(QUICK_S)
+    fluidsalus.report({"role": config["role"], "saw_marker": os.path.exists(marker_runs)})
+
+
+class _MarkerLater(fluidsalus.searchers.BaseSearcher):
+    """'hold' and 'quick' first (one per device); 'marker' once 'quick' has reported, so that both devices are
+    busy then and it is prefetched behind 'hold', which holds its lane's turn from its start."""
+
+    def __init__(self, folder):
+        self.folder, self.stage = folder, 0
+
+    def next_groups(self):
+        if self.stage in (0, 2):
+            roles = ["hold", "quick"] if self.stage == 0 else ["marker"]
+            self.stage += 1
+            return [TrialGroup(f"g{self.stage}", [{"role": r, "folder": self.folder} for r in roles])]
+        return []
+
+    def on_result(self, trial_id, result):
+        if result["role"] == "quick" and self.stage == 1:
+            self.stage = 2
+        return super().on_result(trial_id, result)
+
+    def is_finished(self):
+        return self.stage == 3
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_prefetched_trial_that_has_not_begun_is_withdrawn_to_a_device_that_frees(storage, tmp_path):
+    """Two single-slot devices: 'hold' and 'quick' run, 'marker' comes later, is prefetched behind 'hold' and
+    cannot get a turn while 'hold' computes. When 'quick' ends, the planner spreads 'marker' to the free device.
+    It has no checkpoint, but it has not begun: its device gives it back and it runs on the free device, once.
+    Without that it would wait behind 'hold', which waits for it."""
+    grid = fluidsalus.run(hold_quick_marker, searcher=_MarkerLater(str(tmp_path)), devices=2, cpus_per_device=1,
+                          storage_path=storage, name="withdrawn", verbose=0)
+    assert grid.num_errors == 0
+    trials = {r.config["role"]: r for r in grid}
+    assert trials["hold"].metrics["saw_marker"] is True  # 'marker' ran while 'hold' still held its device
+    marker = trials["marker"].trial_id
+    assert (tmp_path / "marker_runs").read_text().splitlines() == [marker]  # its code ran once
+    reader = ExperimentStore.open(grid.experiment_path, readonly=True)
+    places = {r: [e for e in reader.events("place") if e.trial_id == trials[r].trial_id] for r in trials}
+    (withdraw,) = reader.events("plan_withdraw")
+    (restart,) = reader.events("trial_restart")
+    assert [e.data["action"] for e in places["marker"]] == ["prefetch", "start"]
+    assert places["marker"][0].device == places["hold"][0].device == withdraw.device
+    assert withdraw.trial_id == restart.trial_id == marker
+    assert withdraw.data["to"] == [places["marker"][1].device] == [places["quick"][0].device]
+    assert restart.data["reason"] == "withdrawn" and restart.data["from_iteration"] == 0
+    assert {t.trial_id: t.attempt for t in reader.trials()} == {
+        trials["hold"].trial_id: 0, trials["quick"].trial_id: 0, marker: 1}
+    assert not reader.events("plan_refused")
+    assert fluidsalus.inspect(grid.experiment_path).planner.withdrawals == 1
+
+
 def in_pairs(config):
     for i in range(3):
         time.sleep(0.01)
@@ -826,7 +952,8 @@ def test_a_device_carries_out_the_commands_sent_with_a_poll_in_their_order_befor
         assert outcome == OUT_STOPPED and results <= 1
         assert run("b", [("stop", (["b"],)), ("submit", ([spec("b")],))]) == (OUT_COMPLETED, _SLOW_REPORTS)
         with pytest.raises(ray.exceptions.RayTaskError,
-                           match="unknown device command 'kill'; allowed: submit, stop, resume, request_checkpoint"):
+                           match="unknown device command 'kill'; allowed: submit, stop, withdraw, resume, "
+                                 "request_checkpoint"):
             ray.get(actor.apply.remote([("kill", ())]), timeout=120)
     finally:
         ray.kill(actor, no_restart=True)

@@ -184,6 +184,26 @@ def test_other_waste_causes_and_stopped_trials_stay_useful():
     assert d.device_seconds == pytest.approx(11.0)  # a running experiment: up to its last activity
 
 
+def test_the_planners_restarts_place_no_failure_marker_and_a_moves_redone_iterations_are_its_waste():
+    events = [
+        ev(0.0, "device_start", kind="cpu", slots=1),
+        ev(0.5, "trial_start", "M", attempt=0),
+        ev(2.5, "trial_restart", "M", attempt=1, reason="move", from_iteration=1),
+        ev(2.6, "trial_start", "M", attempt=1),
+        ev(0.5, "trial_start", "W", attempt=0),
+        ev(0.6, "trial_restart", "W", attempt=1, reason="withdrawn", from_iteration=0),
+        ev(4.0, "trial_start", "W", attempt=1),
+        ev(4.6, "trial_restart", "R", attempt=1, reason="retry", from_iteration=0),
+    ]
+    results = [res("M", 0, 1, 1.5, 1.0), res("M", 0, 2, 2.5, 1.0), res("M", 1, 2, 3.6, 1.0)]
+    results += [res("W", 1, 1, 4.5, 0.5)]
+    act = gp.build_activity(results, events)
+    assert [(m.kind, m.trial_id) for m in act.markers] == [(gp.MARK_FAILURE, "R")]  # the retry only
+    d = gp.summarize(act).devices[0]
+    assert {k: w.iterations for k, w in d.wasted.items()} == {"move": 1}  # M's iteration 2, redone after it moved
+    assert all(s.useful for s in act.spans if s.trial_id == "W")
+
+
 def test_two_devices_totals_and_nvml():
     events = []
     results = []

@@ -20,6 +20,7 @@ from fluidsalus.gpu.host import (
     OUT_COMPLETED,
     OUT_ERRORED,
     OUT_STOPPED,
+    OUT_WITHDRAWN,
     DeviceHost,
     HostSettings,
     LaneStreams,
@@ -837,3 +838,49 @@ def test_an_error_a_neighbour_in_the_process_may_have_caused_gets_a_hint_where_t
     else:
         assert end[5] == f"RuntimeError: {message} ({SHARED_PROCESS_ERRORS[0][1]})"
         assert 'reinit="create_new"' in end[5]
+
+
+def test_a_trial_that_has_not_had_a_turn_is_withdrawn_without_running_and_its_neighbour_goes_on(tmp_path):
+    ran, go = [], threading.Event()
+
+    def f(config):
+        ran.append(config["name"])
+        go.wait(WAIT_S)
+        fluidsalus.report({"x": 1})
+
+    host = DeviceHost(f, _settings(max_lanes=1))  # one lane: the second trial waits for its turn
+    host.submit([_spec(tmp_path, 0, name="a")])
+    deadline = time.time() + WAIT_S
+    while ran != ["a"]:  # t0 holds the lane's turn...
+        assert time.time() < deadline
+        time.sleep(0.01)
+    host.submit([_spec(tmp_path, 1, name="b")])  # ...so t1 waits for it (as a trial prefetched behind t0)
+    host.withdraw(["t0", "t1"], {"t0": 0, "t1": 0})  # t0 has begun: only t1 is given back
+    events = _drain(host, 1)
+    assert [(e[1], e[4]) for e in events if e[0] == EV_END] == [("t1", OUT_WITHDRAWN)]
+    go.set()
+    events += _drain(host, 1)
+    assert [(e[1], e[4]) for e in events if e[0] == EV_END] == [("t1", OUT_WITHDRAWN), ("t0", OUT_COMPLETED)]
+    assert ran == ["a"]  # the withdrawn trial's code never ran
+    assert [e[4]["x"] for e in events if e[0] == EV_RESULT] == [1]
+    kinds = [e[4] for e in events if e[0] == EV_LANE and e[1] == "t1"]
+    assert "lane_leave" in kinds and "switch" not in kinds  # its admission is undone; it never held the lane
+
+
+def test_withdraw_takes_back_a_trial_waiting_for_memory_and_leaves_other_attempts_alone(tmp_path):
+    go = threading.Event()
+
+    def f(config):
+        go.wait(WAIT_S)
+        fluidsalus.report({"x": 1})
+
+    host = DeviceHost(f, _settings(max_lanes=2, capacity=sum(ESTIMATE)))  # memory for one trial only
+    host.submit([_spec(tmp_path, 0), _spec(tmp_path, 1)])
+    host.withdraw(["t1"], {"t1": 3})  # another attempt of t1: nothing happens
+    host.withdraw(["t1"], {"t1": 0})
+    events = _drain(host, 1)
+    assert [(e[1], e[4]) for e in events if e[0] == EV_END] == [("t1", OUT_WITHDRAWN)]
+    assert not any(e[0] == EV_START and e[1] == "t1" for e in events)
+    go.set()
+    events += _drain(host, 1)
+    assert [(e[1], e[4]) for e in events if e[0] == EV_END][-1] == ("t0", OUT_COMPLETED)

@@ -194,13 +194,15 @@ def test_the_report_counts_the_planners_decisions_and_its_measured_move_cost(tmp
     store.add_results([("t0", 0, 1, 11.0, {"acc": 1, "time_this_iter_s": 0.5})])
     report = inspect(store.experiment_dir)
     assert report.planner == PlannerSummary(0, 0, 0, {}, None, 0)
-    assert "planner: 0 moves (0 restarted), 0 preemptions, refused: none; move cost: no move measured" \
+    assert "planner: 0 moves (0 restarted), 0 preemptions, 0 withdrawals, refused: none; move cost: no move measured" \
         in report.render_table()
     store.add_events([
         (11.0, "plan_move", "t0", "cpu:0", {"attempt": 0, "action": "move", "to": ["cpu:1"]}),
         (11.1, "trial_restart", "t0", "cpu:0", {"attempt": 1, "reason": "move"}),
         (11.2, "trial_restart", "t0", "cpu:1", {"attempt": 2, "reason": "retry"}),
         (11.3, "plan_preempt", "t0", "cpu:1", {"attempt": 2}),
+        (11.35, "plan_withdraw", "t0", "cpu:1", {"attempt": 2, "action": "preempt", "to": []}),
+        (11.36, "trial_restart", "t0", "cpu:1", {"attempt": 3, "reason": "withdrawn"}),
         (11.4, "plan_refused", "t0", None, {"reason": "no checkpoint"}),
         (11.5, "plan_refused", "t0", None, {"reason": "no checkpoint"}),
         (11.6, "plan_refused", "t0", None, {"reason": "paused"}),
@@ -210,12 +212,13 @@ def test_the_report_counts_the_planners_decisions_and_its_measured_move_cost(tmp
                                             "resize_cost_s": 0.5, "resize_samples": 1}),
     ])
     report = inspect(store.experiment_dir)
-    assert report.planner == PlannerSummary(1, 1, 1, {"no checkpoint": 2, "paused": 1}, 0.026, 2, 0.5, 1)
+    assert report.planner == PlannerSummary(1, 1, 1, {"no checkpoint": 2, "paused": 1}, 0.026, 2, 0.5, 1, 1)
     assert report.to_dict()["planner"] == {"moves": 1, "restarts_for_moves": 1, "preemptions": 1,
                                            "refused": {"no checkpoint": 2, "paused": 1}, "move_cost_s": 0.026,
-                                           "moves_measured": 2, "resize_cost_s": 0.5, "resizes_measured": 1}
-    assert ("planner: 1 move (1 restarted), 1 preemption, refused: no checkpoint 2, paused 1; move cost: 26.0ms "
-            "measured over 2 moves; resize cost: 500.0ms measured over 1 resize") in report.render_table()
+                                           "moves_measured": 2, "resize_cost_s": 0.5, "resizes_measured": 1,
+                                           "withdrawals": 1}
+    assert ("planner: 1 move (1 restarted), 1 preemption, 1 withdrawal, refused: no checkpoint 2, paused 1; move cost: "
+            "26.0ms measured over 2 moves; resize cost: 500.0ms measured over 1 resize") in report.render_table()
     store.close()
 
 

@@ -29,7 +29,7 @@ from fluidsalus.gpu.host import EV_LANE, DeviceHost, HostSettings, TrialSpec
 from fluidsalus.gpu.ray_session import RaySessionBridge, install_now_or_on_import
 
 #: The actor methods a driver may send as commands with a poll (``poll(max_wait_s, commands)``) or ``apply``.
-COMMANDS = ("submit", "stop", "resume", "request_checkpoint", "answer")
+COMMANDS = ("submit", "stop", "withdraw", "resume", "request_checkpoint", "answer")
 
 #: Concurrent method calls the actor serves: one long poll plus submit/stop/info calls beside it.
 ACTOR_MAX_CONCURRENCY = 4
@@ -106,6 +106,9 @@ class _DeviceActor:
 
     def stop(self, trial_ids: list[str], attempts: dict[str, int] | None = None) -> None:
         self.host.stop(trial_ids, attempts)
+
+    def withdraw(self, trial_ids: list[str], attempts: dict[str, int]) -> None:
+        self.host.withdraw(trial_ids, attempts)
 
     def resume(self, budgets: dict[str, float | None]) -> None:
         self.host.resume(budgets)

@@ -77,6 +77,7 @@ OUT_COMPLETED = "completed"  # the trainable returned
 OUT_STOPPED = "stopped"  # the stop rule fired or the driver stopped it
 OUT_ERRORED = "errored"  # the trainable raised
 OUT_OOM = "oom"  # ran out of memory: re-admitted with a larger estimate, never sent to the driver as an end
+OUT_WITHDRAWN = "withdrawn"  # taken back before it began (DeviceHost.withdraw): the driver places it again
 
 #: Default ``quantum_ms``: the least time a trial computes before ``fluidsalus.step()`` hands its lane over.
 #: Salus switches at iteration granularity; a quantum of a few milliseconds keeps a switch (~0.1 ms here)
@@ -189,6 +190,8 @@ class _Running:
     window: tuple[int | None, int, int] | None = None  # (rss at start, grant seq, lanes computing) of an iteration
     suspect_t: int | None = None  # an RSS-measured T that alone would not fit the device, awaiting a second look
     readmitted: threading.Event | None = None  # set when a trial that had to wait for memory is placed again
+    began: bool = False  # it has been given its lane's turn: its code may have run
+    withdrawn: bool = False  # taken back before it began (:meth:`DeviceHost.withdraw`): it ends without running
 
 
 #: The start of the warning torch gives once per process when a thread asks for its cuBLAS handle before it has a
@@ -285,6 +288,10 @@ class DeviceTooSmallError(RuntimeError):
 
 class StopRuleError(ConfigError):
     """The stop rule cannot be evaluated on a result (e.g. a stop key that no result has)."""
+
+
+class _Withdrawn(Exception):
+    """Ends a trial's thread that :meth:`DeviceHost.withdraw` took back before it began."""
 
 
 class _Turns:
@@ -394,6 +401,38 @@ class DeviceHost:
                     running.session.request_stop()
             self._emit_lane_events_locked()
 
+    def withdraw(self, trial_ids: list[str], attempts: dict[str, int]) -> None:
+        """Take back trials that have not begun: no code of theirs has run, they wait for their first turn.
+
+        Each such trial ends at once with outcome ``withdrawn`` (its admission undone), and the driver places it
+        again: this is how a trial prefetched here, behind a running one, moves to a device that became idle,
+        losing nothing. A trial that has had a turn (or another attempt) is left alone: its code may have run,
+        so only a move from a checkpoint could take it elsewhere without losing work.
+
+        Args:
+            trial_ids: The trials.
+            attempts: The attempt the driver means, for each.
+        """
+        now = time.time()
+        with self._lock:
+            for tid in trial_ids:
+                wanted = attempts.get(tid)
+                spec = self._waiting.get(tid)
+                if spec is not None and spec.attempt == wanted:
+                    del self._waiting[tid]
+                    self._lanes.leave(tid)
+                    self._emit_locked((EV_END, tid, spec.attempt, now, OUT_WITHDRAWN, None, None))
+                    continue
+                r = self._running.get(tid)
+                if r is None or r.spec.attempt != wanted or r.began or r.withdrawn or r.spec.world_size > 1:
+                    continue
+                r.withdrawn = True
+                turn = self._turns.get(r.lane_id)
+                if turn is not None:
+                    turn.ready.pop(tid, None)
+                r.turn.set()  # wakes its thread if it waits for a turn; it then ends (see _run_trial)
+            self._emit_lane_events_locked()
+
     def request_checkpoint(self, trial_ids: list[str]) -> None:
         """Ask running trials for a checkpoint at their next iteration (a class ``Trainable`` saves there; a
         function trainable checkpoints when it chooses to, so the request does nothing to it)."""
@@ -498,6 +537,7 @@ class DeviceHost:
         chosen = choose(self._policy, views)
         del turn.ready[chosen]
         turn.holder = chosen
+        self._running[chosen].began = True
         self._grant_seq += 1
         self._running[chosen].turn.set()
 
@@ -505,6 +545,8 @@ class DeviceHost:
         """Become ready and wait for the lane's turn."""
         with self._lock:
             r = self._running[trial_id]
+            if r.withdrawn:
+                return
             turn = self._turns[r.lane_id]
             if turn.holder != trial_id:
                 turn.ready[trial_id] = time.perf_counter()
@@ -514,6 +556,8 @@ class DeviceHost:
     def _wait_turn(self, r: _Running, turn: _LaneTurn) -> None:
         r.turn.wait()
         r.turn.clear()
+        if r.withdrawn:  # woken by withdraw(), without a turn
+            return
         turn = self._turns.get(r.lane_id, turn)  # the turn may have come in another lane (_spread_locked)
         self._enter_arena(r, turn)
         now = time.perf_counter()
@@ -809,6 +853,7 @@ class DeviceHost:
                 r = self._running[trial_id]
                 r.lane_id = placement.lane_id
                 self._turns.setdefault(placement.lane_id, _LaneTurn()).holder = trial_id
+                r.began = True
                 self._grant_seq += 1
                 r.turn.set()
 
@@ -888,6 +933,8 @@ class DeviceHost:
             if spec.world_size > 1:  # a rank of a data-parallel trial meets the others first
                 ranks = session.ranks = _open_rendezvous(spec, self.settings, session.stop_requested)
             self._acquire(spec.trial_id)
+            if self._running[spec.trial_id].withdrawn:
+                raise _Withdrawn()
             self._use_stream(spec.trial_id)
             session.start_clock()
             if session.stop_requested.is_set():
@@ -902,6 +949,8 @@ class DeviceHost:
                 outcome = OUT_STOPPED
         except StopTrial:
             outcome = OUT_STOPPED
+        except _Withdrawn:
+            outcome = OUT_WITHDRAWN
         except BaseException as e:  # noqa: BLE001 - a trial's failure must never take the device down
             error, trace = f"{type(e).__name__}: {e}", tb.format_exc()
             hint = (nvml.reserve_hint(error, self.settings.max_lanes)

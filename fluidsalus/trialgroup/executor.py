@@ -25,7 +25,11 @@ RESIZE stops the trial at its next iteration boundary and restarts it from its l
 devices; a preempted trial does the same and goes back to the queue; a KEEP is left alone, so a trial whose
 placement is unchanged is never restarted. A trial without a checkpoint is not moved or preempted:
 restarting it from scratch would throw its work away (a planned move refused for that is recorded as a
-``plan_refused`` event, and its first checkpoint triggers a re-plan). Trials the planner
+``plan_refused`` event, and its first checkpoint triggers a re-plan). One exception: a trial that has reported
+nothing yet (typically one prefetched behind a running trial, below) may not have begun at all, so the executor
+asks its device to take it back (``withdraw``): a device gives back only a trial that has never had its lane's
+turn, and the trial is then placed again as planned, losing nothing (a ``plan_withdraw`` event, then a
+``trial_restart`` with reason ``withdrawn``). Trials the planner
 finds unplaceable (``P + T`` above every device) end with an error that names both sizes.
 
 **Prefetch.** Once a device runs as many computing trials as it has slots, the executor also submits
@@ -71,6 +75,7 @@ from fluidsalus.gpu.host import (
     OUT_COMPLETED,
     OUT_ERRORED,
     OUT_STOPPED,
+    OUT_WITHDRAWN,
     HostSettings,
     TrialSpec,
 )
@@ -152,6 +157,7 @@ ERROR_VERBOSITY = 1
 # Restart reasons (``_Restart.reason``, and the ``reason`` of ``trial_restart`` events) set by the planner.
 RESTART_MOVE = "move"  # a MOVE or RESIZE: restart from its checkpoint on the planner's new devices
 RESTART_PREEMPT = "preempted"  # its memory went to another trial: checkpoint, back to the queue
+RESTART_WITHDRAWN = "withdrawn"  # its device gave it back before it began: back to the queue, nothing lost
 
 # Why a planned change was not applied (``plan_refused`` events).
 REFUSED_NO_CHECKPOINT = "no checkpoint"  # it reported since its start and could only restart from scratch
@@ -303,6 +309,8 @@ class TrialState(NamedTuple):
         can_restart: It has a checkpoint: a restart loses at most the iterations after it. (A trial that has
             reported nothing yet may still have computed: the driver sees its results a round trip late, so
             only a checkpoint makes a move safe.)
+        unbegun: It has no checkpoint and has reported nothing in this attempt: it may not have begun, and its
+            device can tell (a planned move or preemption of it becomes a withdrawal).
         moving: A move is under way (its stop was sent; it restarts on its planned devices when it ends).
         busy: It is being stopped for another reason (a searcher's stop, an exploit, the end of the run): the
             plan leaves it alone.
@@ -312,6 +320,7 @@ class TrialState(NamedTuple):
     placed_on: tuple[int, ...]
     computing: bool = True
     can_restart: bool = False
+    unbegun: bool = False
     moving: bool = False
     busy: bool = False
     min_devices: int = 1
@@ -331,6 +340,8 @@ class PlanActions:
         preempt: Running trials to stop at their next boundary and queue again.
         refused: ``(trial_id, action, reason)`` of planned changes not applied.
         unplaceable: Queued trials that fit no device: they end with an error.
+        withdraw: ``(trial_id, action)`` of planned moves and preemptions of trials without a checkpoint that may
+            not have begun (``TrialState.unbegun``): their devices are asked to give them back.
     """
 
     submit: list[tuple[str, tuple[int, ...], str]] = field(default_factory=list)
@@ -339,6 +350,7 @@ class PlanActions:
     preempt: list[str] = field(default_factory=list)
     refused: list[tuple[str, str, str]] = field(default_factory=list)
     unplaceable: list[str] = field(default_factory=list)
+    withdraw: list[tuple[str, str]] = field(default_factory=list)
 
 
 def plan_actions(plan: Plan, states: Mapping[str, TrialState], limit: int | None = None,
@@ -347,10 +359,10 @@ def plan_actions(plan: Plan, states: Mapping[str, TrialState], limit: int | None
 
     Rules: a trial that is not running is submitted to its planned devices (START, or a restart the planner
     kept in place); a running trial whose planned devices differ from those it runs on is moved at its next
-    boundary, from its checkpoint, if it has one (else the restart would start it over) and is not paused; a
-    trial already moving just gets its new destination; preempted trials are stopped under the same
-    conditions; a KEEP of a running trial is nothing. Submissions stop once ``limit`` trials compute
-    (``max_concurrent_trials``).
+    boundary, from its checkpoint, if it has one (else the restart would start it over) and is not paused, or is
+    withdrawn if it may not have begun; a trial already moving just gets its new destination; preempted trials
+    are stopped under the same conditions; a KEEP of a running trial is nothing. Submissions stop once ``limit``
+    trials compute (``max_concurrent_trials``).
 
     Args:
         plan: The planner's output.
@@ -382,16 +394,20 @@ def plan_actions(plan: Plan, states: Mapping[str, TrialState], limit: int | None
             continue
         elif not state.computing:
             out.refused.append((a.trial_id, a.action, REFUSED_PAUSED))
-        elif not state.can_restart:
-            out.refused.append((a.trial_id, a.action, REFUSED_NO_CHECKPOINT))
-        else:
+        elif state.can_restart:
             out.move.append((a.trial_id, a.devices, a.action))
+        elif state.unbegun and len(state.placed_on) == 1:
+            out.withdraw.append((a.trial_id, a.action))
+        else:
+            out.refused.append((a.trial_id, a.action, REFUSED_NO_CHECKPOINT))
     for trial_id in plan.preempted:
         state = states.get(trial_id)
         if state is None or state.busy or not state.placed_on:
             continue
         if state.moving or state.can_restart:
             out.preempt.append(trial_id)
+        elif state.unbegun and len(state.placed_on) == 1:
+            out.withdraw.append((trial_id, "preempt"))
         else:
             out.refused.append((trial_id, "preempt", REFUSED_NO_CHECKPOINT))
     for trial_id in plan.unplaceable:
@@ -641,6 +657,7 @@ class Executor:
         self._allocation: dict[str, tuple[int, int]] = {}  # trial -> (devices, co-located) of its last measurement
         self._planned_gates: dict[str, tuple[bool, ...]] = {}  # curve key -> co-location gates at the last plan
         self._refused: set[tuple[str, int, str]] = set()  # (trial, attempt, action) refusals already recorded
+        self._withdraw_sent: set[tuple[str, int]] = set()  # (trial, attempt) its device was asked to give back
         self._awaiting_checkpoint: set[str] = set()  # trials whose planned move waits for their first checkpoint
         # trial -> the iteration the callbacks last asked to checkpoint (answered to CHECKPOINT_VERDICT_CALL)
         self._checkpoint_wanted: dict[str, int] = {}
@@ -741,7 +758,8 @@ class Executor:
         self.store.add_events(events)
 
     def _send(self, device: _Device, method: str, *args: Any) -> None:
-        """Send a command (``submit``, ``stop``, ``resume``, ``request_checkpoint``, ``answer``) to a device.
+        """Send a command (``submit``, ``stop``, ``withdraw``, ``resume``, ``request_checkpoint``, ``answer``) to a
+        device.
 
         A device whose last poll came back gets the command with its next poll, which the loop sends before it
         waits again, so a busy device gets one message per round trip instead of one per command; the device
@@ -1150,7 +1168,10 @@ class Executor:
                     continue
                 states[trial_id] = TrialState(
                     trial.placed_on, computing=trial.status != PAUSED,
-                    can_restart=trial.checkpoint_path is not None, moving=moving, min_devices=low)
+                    can_restart=trial.checkpoint_path is not None,
+                    unbegun=trial.checkpoint_path is None and trial.last_iteration == 0
+                    and (trial_id, trial.attempt) not in self._withdraw_sent,
+                    moving=moving, min_devices=low)
         return states
 
     def _dispatch(self) -> None:
@@ -1225,6 +1246,14 @@ class Executor:
                     events.append((now, "plan_refused", trial_id, None, {
                         "attempt": key[1], "action": action, "reason": reason,
                         "to": [self._name(i) for i in plan.placement(trial_id) or ()]}))
+            withdraws: dict[int, dict[str, int]] = {}  # device -> {trial: attempt}
+            for trial_id, action in actions.withdraw:
+                trial = self.trials[trial_id]
+                self._withdraw_sent.add((trial_id, trial.attempt))
+                withdraws.setdefault(trial.placed_on[0], {})[trial_id] = trial.attempt
+                events.append((now, "plan_withdraw", trial_id, self._name(trial.placed_on[0]), {
+                    "attempt": trial.attempt, "action": action, "regime": plan.regime,
+                    "to": [self._name(i) for i in plan.placement(trial_id) or ()]}))
             for trial, devices, action in submits:  # a trial restarting where the planner kept it: "restart"
                 self._place(trial, devices, action if action != KEEP else "restart", plan.regime, now, events)
             for trial_id, index in self._prefetch(plan, actions):
@@ -1233,6 +1262,8 @@ class Executor:
             if events:
                 self.store.add_events(events)
         self._send_stop([tid for tid, _, _ in actions.move] + actions.preempt)
+        for index, attempts in withdraws.items():
+            self._send(self._device(index), "withdraw", list(attempts), attempts)
         self._submit(submits)
         for trial_id in actions.unplaceable:  # committed: tell the callbacks
             trial = self.trials[trial_id]
@@ -1423,9 +1454,13 @@ class Executor:
                 elif kind == EV_END:
                     outcome, error, trace = event[4], event[5], event[6]
                     self._unplace(trial, ts)
+                    stopped_for_good = trial_id in self._stopping and trial_id not in self._restarts
                     self._stopping.discard(trial_id)
                     self._dirty = True
                     restart = self._restarts.pop(trial_id, None)
+                    if outcome == OUT_WITHDRAWN:  # given back before it began: placed again, unless stopped
+                        outcome = OUT_STOPPED if stopped_for_good else outcome
+                        restart = None if stopped_for_good else _Restart(reason=RESTART_WITHDRAWN)
                     if restart is not None and restart.reason in (RESTART_MOVE, RESTART_PREEMPT) \
                             and (outcome != OUT_STOPPED or trial.finished_by_rule):
                         restart = None  # it ended on its own, or met the stop rule, at its boundary: nothing to move
@@ -1717,7 +1752,7 @@ class Executor:
             trial.last_iteration = _checkpoint_iteration(trial.checkpoint_path)
         trial.attempt += 1
         trial.placed_on = ()
-        if restart.reason == RESTART_PREEMPT:
+        if restart.reason in (RESTART_PREEMPT, RESTART_WITHDRAWN):
             trial.devices = ()
         remaining = remaining_budget(trial, self.searcher.time_attr)
         self._dirty = True
