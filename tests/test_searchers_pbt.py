@@ -224,6 +224,26 @@ def test_bottom_trial_exploits_a_top_trial_and_the_rest_are_promoted():
     assert pbt.exploit_log[0]["trial_id"] == "t3" and json.dumps(pbt.exploit_log)
 
 
+def test_a_trial_whose_last_result_was_done_is_neither_ranked_nor_cloned_until_it_reports_again():
+    """As Ray's PBT passes over finished trials: t2 met the run's stop rule at the first point (its end has not
+    reached the driver yet), so the bottom trial clones another top trial, not t2's last checkpoint."""
+    pbt = _pbt(num_samples=4, quantile_fraction=0.5)
+    (group,) = pbt.next_groups()
+    ids = [f"t{i}" for i in range(4)]
+    for trial_id, config in zip(ids, group.configs, strict=True):
+        pbt.on_trial_add(trial_id, group.group_id, config)
+    point = {"training_iteration": INTERVAL, "checkpoint_dir_name": "checkpoint_000004"}
+    pbt.on_result("t2", {**point, "score": 9.0, "done": True})  # the best, and finished by the stop rule
+    pbt.on_result("t1", {**point, "score": 3.0})
+    pbt.on_result("t0", {**point, "score": 2.0})
+    pbt.on_result("t3", {**point, "score": 1.0})
+    assert pbt.pending_exploits["t3"][0] == "t1"  # without the rule: t2, the best
+    lower, upper = pbt._quantiles()
+    assert "t2" not in lower + upper and pbt.decide("t2") == (CONTINUE, None)
+    pbt.on_result("t2", {**point, "training_iteration": INTERVAL + 1, "score": 9.0})  # it went on (a move)
+    assert "t2" in pbt._quantiles()[1]  # ranked, and a source, again
+
+
 def test_without_checkpoints_nobody_exploits():
     pbt = _pbt(num_samples=4)
     _population(pbt, [4.0, 3.0, 2.0, 1.0], checkpoint=False)

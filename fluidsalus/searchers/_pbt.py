@@ -59,6 +59,8 @@ __all__ = ["CONTINUE", "EXPLOIT", "PBT", "ExploitRequest", "Perturbation", "expl
 CHECKPOINT_RESULT_KEY = "checkpoint_dir_name"
 #: Result key of the iteration count (always filled in by the session).
 ITERATION_KEY = "training_iteration"
+#: Result key set on a trial's last result (the run's stop rule met it, or the trial was stopped there).
+DONE_KEY = "done"
 #: Ray's default ``time_attr`` of PopulationBasedTraining: wall-clock seconds of training.
 DEFAULT_TIME_ATTR = "time_total_s"
 #: Ray's default perturbation interval, in ``time_attr`` units.
@@ -121,6 +123,7 @@ class _TrialState:
     point_time: float | None = None
     paused: bool = False
     ended: bool = False
+    finishing: bool = False  # its last result was ``done``: until another result it is neither ranked nor cloned
 
 
 @dataclass
@@ -470,9 +473,16 @@ class PBT(BaseSearcher):
         return next_perturbation_point(0.0, self.perturbation_interval, self.burn_in_period)
 
     def _quantiles(self) -> tuple[list[str], list[str]]:
-        """Bottom and top quantiles of the live trials that have a score (see :func:`quantiles`)."""
+        """Bottom and top quantiles of the live trials that have a score (see :func:`quantiles`).
+
+        A trial whose last result was ``done`` is left out, as Ray's PBT leaves out finished trials: it met the run's
+        stop rule there (its end may reach the driver after other trials' results, and a trial that cloned its last
+        checkpoint would run past the rule), or it is being stopped (a move: it is ranked again from its next
+        result).
+        """
         scored = [
-            (tid, s.last_score) for tid, s in self._trials.items() if not s.ended and s.last_score is not None
+            (tid, s.last_score) for tid, s in self._trials.items()
+            if not s.ended and not s.finishing and s.last_score is not None
         ]
         return quantiles(scored, self.quantile_fraction)
 
@@ -563,6 +573,7 @@ class PBT(BaseSearcher):
         state = self._trials.get(trial_id)
         if state is None or state.ended:
             return Decision.CONTINUE
+        state.finishing = result.get(DONE_KEY) is True
         for key, what in ((self.time_attr, "time_attr"), (self.metric, "metric")):
             if key not in result and self.require_attrs:
                 raise ConfigError(
