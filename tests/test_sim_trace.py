@@ -247,6 +247,24 @@ def test_planner_executor_prefetches_one_queued_trial_per_full_device():
         make_replay_strategy("nope")
 
 
+def test_the_executor_replay_withdraws_a_prefetched_trial_that_has_not_begun():
+    # Three 1-slot devices: t0 (10 iterations of 2 s), t1 (3 of 0.5 s) and t2 (10 of 0.5 s) start, and t3 (2 of
+    # 0.5 s) is prefetched behind t0 on device 0, where it gets no turn before t0's first boundary at 2 s. When t1
+    # ends at 1.5 s (t2's first two iterations have measured what a start costs: nothing here), the planner spreads
+    # t3 to device 1. t3 has no checkpoint, but it has not begun: it is withdrawn and starts there, as the executor
+    # does, and ends at 2.5 s. Refused, it would time-slice with t0 from 2 s and end at 5 s, and t0 at 21 s. (In
+    # the test above, t2 began at t0's first boundary, the instant t1 ended: it stays.)
+    records = tuple(TrialRecord(sec_per_iter=sec, curve=(0.0,)) for sec in (2.0, 0.5, 0.5, 0.5))
+    plans = [TrialPlan(n, (None,), 0) for n in (10, 3, 10, 2)]
+    sim = Simulation(make_replay_strategy("executor"), Workload(records), ReplaySearcher(plans), 10,
+                     Hardware(gpus=3, slots=1, **FREE))
+    result = sim.run()
+    assert {tid: t.ended_at for tid, t in sim.trials.items()} == close(
+        {"t00000": 20.0, "t00001": 1.5, "t00002": 5.0, "t00003": 2.5})
+    assert result.makespan_s == close(20.0)
+    assert result.moves == 0 and sim.trials["t00003"].attempts == 2  # a second start, not a move
+
+
 @pytest.mark.parametrize(("lengths", "costs"), [
     ((12, 2, 2, 1), [DEFAULT_MOVE_COST_S, 0.25, 0.5]),
     ((2, 1, 1), [DEFAULT_MOVE_COST_S]),

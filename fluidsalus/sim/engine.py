@@ -602,6 +602,28 @@ class Simulation:
             return
         self._do_move(trial, devices, now)
 
+    def withdraw(self, trial: SimTrial, devices: tuple[int, ...] | None, now: float) -> bool:
+        """The executor's withdrawal (``DeviceHost.withdraw``): take back a placed trial that has not begun (no
+        iteration done, never its lane's current trial) and start it on ``devices``, or queue it (None).
+
+        Returns:
+            Whether it was taken back (a trial that has begun stays where it is).
+        """
+        if trial.state not in (STARTING, RUNNING) or trial.iteration > 0:
+            return False
+        if trial.lane is not None and trial.lane.current is trial:
+            return False
+        self._unready(trial, now)
+        self._release(trial, now)
+        trial.state = QUEUED
+        trial.view = None
+        trial.epoch += 1
+        if devices:
+            self.start_lanes(trial, devices, now)
+        else:
+            self.enqueue(trial, Q_NEW)
+        return True
+
     def _do_move(self, trial: SimTrial, devices: tuple[int, ...], now: float) -> None:
         paused = trial.state == PAUSED
         self._release(trial, now)

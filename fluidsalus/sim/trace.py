@@ -1101,7 +1101,8 @@ class PlannerExecutorStrategy(WaterfillStrategy):
 
     At every driver step the planner plans every live trial (as ``waterfill`` does), and the executor's rules
     apply its plan: a queued trial is submitted to its planned devices; a placed trial is moved or preempted
-    only if it can restart from a checkpoint (``checkpoints``; else the change is refused and it stays); then
+    only if it can restart from a checkpoint (``checkpoints``; else the change is refused and it stays), and one
+    with no iteration done yet is withdrawn if it has not begun (``Simulation.withdraw``); then
     each full device (at least as many computing trials as slots) takes up to ``prefetch`` more of the plan's
     queued trials, in the plan's queue order, each to the lowest-index full device whose lanes can hold it.
 
@@ -1160,12 +1161,16 @@ class PlannerExecutorStrategy(WaterfillStrategy):
                 continue
             if a.action == START and trial.state == QUEUED and not trial.resident:
                 sim.start_lanes(trial, a.devices, now)
+            elif trial.iteration == 0:  # no checkpoint yet: withdrawn if it has not begun, else it stays
+                sim.withdraw(trial, a.devices, now)
             elif self.checkpoints:
                 sim.move(trial, a.devices, now)
                 if self._learning:
                     self._moved_at[trial.tid] = self._restarted_at[trial.tid] = trial.iteration
-        if self.checkpoints:
-            for tid in plan.preempted:
+        for tid in plan.preempted:
+            if trials[tid].iteration == 0:
+                sim.withdraw(trials[tid], None, now)
+            elif self.checkpoints:
                 sim.preempt(trials[tid], now)
         self._prefetch(plan.queued, now)
 
