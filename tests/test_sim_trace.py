@@ -265,6 +265,20 @@ def test_the_executor_replay_withdraws_a_prefetched_trial_that_has_not_begun():
     assert result.moves == 0 and sim.trials["t00003"].attempts == 2  # a second start, not a move
 
 
+def test_the_executor_replay_learns_what_a_start_costs_from_a_trial_that_has_ended():
+    # As the executor measures a start from every attempt's first two iterations: two 1-slot devices, t1 (3
+    # iterations of 0.5 s) ends at 1.5 s, the only trial that has done two iterations by then. Its start cost
+    # (nothing here) replaces the 5 s prior at the plan that follows its end, so t2, prefetched behind t0 and not
+    # begun, is withdrawn to device 1 and ends at 2.5 s; with the prior it would wait behind t0 and end at 5 s.
+    records = tuple(TrialRecord(sec_per_iter=sec, curve=(0.0,)) for sec in (2.0, 0.5, 0.5))
+    plans = [TrialPlan(n, (None,), 0) for n in (10, 3, 2)]
+    strategy = make_replay_strategy("executor")
+    sim = Simulation(strategy, Workload(records), ReplaySearcher(plans), 10, Hardware(gpus=2, slots=1, **FREE))
+    sim.run()
+    assert {tid: t.ended_at for tid, t in sim.trials.items()} == close({"t00000": 20.0, "t00001": 1.5, "t00002": 2.5})
+    assert strategy.planner.settings.move_cost_s == 0.0  # the hardware's startup_s
+
+
 @pytest.mark.parametrize(("lengths", "costs"), [
     ((12, 2, 2, 1), [DEFAULT_MOVE_COST_S, 0.25, 0.5]),
     ((2, 1, 1), [DEFAULT_MOVE_COST_S]),

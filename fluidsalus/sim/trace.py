@@ -1134,8 +1134,9 @@ class PlannerExecutorStrategy(WaterfillStrategy):
             self.planner.settings = replace(self.planner.settings, move_cost_s=DEFAULT_MOVE_COST_S)
 
     def _learn_move_cost(self) -> None:
-        """What the executor knows of a move's cost by now: a start's cost once a trial has done two iterations,
-        a move's once a moved trial has done two iterations on its new devices."""
+        """What the executor knows of a move's cost by now: a start's cost once an attempt of any trial (one that
+        has ended too) has done two iterations, a move's once a moved trial has done two iterations on its new
+        devices."""
         trials = self.sim.trials
         hardware = self.sim.hardware
         if any(trials[tid].iteration >= at + 2 for tid, at in self._moved_at.items()):
@@ -1143,7 +1144,7 @@ class PlannerExecutorStrategy(WaterfillStrategy):
             self._learning = False
             self._moved_at.clear()
         elif not self._started_measured and any(t.iteration - self._restarted_at.get(t.tid, 0) >= 2
-                                                for t in self.sim.live_trials()):
+                                                for t in trials.values()):  # ended trials' attempts count too
             self.planner.settings = replace(self.planner.settings, move_cost_s=hardware.startup_s)
             self._started_measured = True
 
