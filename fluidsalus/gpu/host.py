@@ -392,9 +392,7 @@ class DeviceHost:
                 wanted = attempts.get(tid)
                 spec = self._waiting.get(tid)
                 if spec is not None and (wanted is None or spec.attempt == wanted):
-                    del self._waiting[tid]
-                    self._lanes.leave(tid)
-                    self._emit_locked((EV_END, tid, spec.attempt, now, OUT_STOPPED, None, None))
+                    self._end_waiting_locked(spec, OUT_STOPPED, now)
                     continue
                 running = self._running.get(tid)
                 if running is not None and (wanted is None or running.spec.attempt == wanted):
@@ -419,9 +417,7 @@ class DeviceHost:
                 wanted = attempts.get(tid)
                 spec = self._waiting.get(tid)
                 if spec is not None and spec.attempt == wanted:
-                    del self._waiting[tid]
-                    self._lanes.leave(tid)
-                    self._emit_locked((EV_END, tid, spec.attempt, now, OUT_WITHDRAWN, None, None))
+                    self._end_waiting_locked(spec, OUT_WITHDRAWN, now)
                     continue
                 r = self._running.get(tid)
                 if r is None or r.spec.attempt != wanted or r.began or r.withdrawn or r.spec.world_size > 1:
@@ -432,6 +428,12 @@ class DeviceHost:
                     turn.ready.pop(tid, None)
                 r.turn.set()  # wakes its thread if it waits for a turn; it then ends (see _run_trial)
             self._emit_lane_events_locked()
+
+    def _end_waiting_locked(self, spec: TrialSpec, outcome: str, now: float) -> None:
+        """A trial waiting for memory (never started) leaves the device queue and ends with ``outcome``."""
+        del self._waiting[spec.trial_id]
+        self._lanes.leave(spec.trial_id)
+        self._emit_locked((EV_END, spec.trial_id, spec.attempt, now, outcome, None, None))
 
     def request_checkpoint(self, trial_ids: list[str]) -> None:
         """Ask running trials for a checkpoint at their next iteration (a class ``Trainable`` saves there; a
