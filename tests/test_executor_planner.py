@@ -644,7 +644,9 @@ def test_a_sweep_that_fits_its_device_never_restarts_a_trial(storage):
 
 
 def unevenly(config):
-    """Trial 'short' ends early; 'a' and 'b' run long. Checkpoints every step when config says so."""
+    """Trial 'short' ends early; 'a' and 'b' run long. Checkpoints every step when config says so. Each step asks
+    the driver something (as an Optuna objective does at each report), so a trial prefetched behind another
+    begins while that one waits for the answer, and the two then time-slice their lane."""
     start = 0
     if fluidsalus.get_checkpoint() is not None:
         with fluidsalus.get_checkpoint().as_directory() as d:
@@ -659,17 +661,19 @@ def unevenly(config):
                 f.write(str(it))
             checkpoint = fluidsalus.Checkpoint.from_directory(d)
         fluidsalus.report({"it": it, "start": start}, checkpoint=checkpoint)
+        fluidsalus.session.call_driver("tick")
 
 
 @pytest.mark.usefixtures("ray_cluster")
 @pytest.mark.parametrize("checkpoint", [True, False], ids=["checkpointed", "no_checkpoint"])
 def test_a_trial_moves_only_from_a_checkpoint(storage, checkpoint):
-    """Two single-slot devices, three trials: 'a' and 'short' start, 'b' is prefetched behind 'a' and shares
-    its lane. When 'short' ends, the planner spreads 'b' to the free device. With checkpoints it moves there at
-    its next boundary and resumes from its checkpoint; without, it stays (a restart would lose its work)."""
+    """Two single-slot devices, three trials: 'a' and 'short' start, 'b' is prefetched behind 'a', begins while
+    'a' waits for the driver and time-slices its lane. When 'short' ends, the planner spreads 'b' to the free
+    device. With checkpoints it moves there at its next boundary and resumes from its checkpoint; without, it
+    stays (a restart would lose its work)."""
     space = {"n": fluidsalus.grid_search([40, 8, 40]), "checkpoint": checkpoint}
     grid = fluidsalus.run(unevenly, space, devices=2, cpus_per_device=1, storage_path=storage,
-                          name=f"move{checkpoint}", verbose=0)
+                          name=f"move{checkpoint}", verbose=0, call_handler=lambda trial_id, method, args: None)
     assert grid.num_errors == 0 and sorted(r.metrics["it"] for r in grid) == [8, 40, 40]
     reader = ExperimentStore.open(grid.experiment_path, readonly=True)
     trials = {r.config["n"]: r for r in grid}

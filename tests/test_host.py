@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -602,6 +603,54 @@ def test_a_trial_time_slicing_a_shared_lane_takes_the_lane_slot_that_frees(tmp_p
     assert len(moves) == 1 and moves[0][0] > b_end and moves[0][1] in ("t0", "t2") and moves[0][2] == 2, admits
     opened = [e[5]["lane"] for e in events if e[0] == EV_LANE and e[4] == "lane_open"]
     assert opened == [0, 1, 2]
+
+
+def test_a_prefetched_trial_waits_for_its_lane_until_the_trial_before_it_ends(tmp_path):
+    """A trial the driver prefetched behind a running one does not time-slice with it: it takes the lane when the
+    running trial ends, so trials end one after another, as one per slot would (and it can still be withdrawn)."""
+    order = []
+
+    def f(config):
+        for i in range(3):
+            order.append(config["name"])
+            time.sleep(0.02)  # the prefetched trial is ready meanwhile
+            fluidsalus.report({"i": i})
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    host.submit([_spec(tmp_path, 0, name="a")])
+    host.submit([dataclasses.replace(_spec(tmp_path, 1, name="b"), prefetched=True)])
+    events = _drain(host, 2)
+    assert order == ["a", "a", "a", "b", "b", "b"]
+    assert [e[1] for e in events if e[0] == EV_END] == ["t0", "t1"]
+    switches = [e for e in events if e[0] == EV_LANE and e[4] == "switch"]
+    assert [(e[1], e[5]["from"]) for e in switches] == [("t1", "t0")]  # one switch, at a's end
+
+
+def test_a_prefetched_trial_begins_when_its_lane_would_idle_and_then_time_slices(tmp_path):
+    """Work conservation: a prefetched trial takes the lane whenever no other trial of it is ready. Here the
+    running trial pauses at its budget; once begun, the two trials alternate like any others."""
+    order = []
+
+    def f(config):
+        for i in range(config["n"]):
+            order.append(config["name"])
+            time.sleep(0.02)
+            fluidsalus.report({"i": i})
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    host.submit([dataclasses.replace(_spec(tmp_path, 0, name="a", n=4), budget=2)])  # pauses after 2 iterations
+    host.submit([dataclasses.replace(_spec(tmp_path, 1, name="b", n=10), prefetched=True)])
+    events, deadline = [], time.time() + WAIT_S
+    while order.count("b") < 2:  # b runs while a waits, paused, for its verdict
+        assert time.time() < deadline, f"the prefetched trial did not take the idle lane; events: {events}"
+        events += host.poll(0.05)
+    assert order[:2] == ["a", "a"] and order.count("a") == 2
+    host.resume({"t0": None})  # a runs on to its end: now both have begun, and they take turns
+    events += _drain(host, 2)
+    assert sorted(order) == ["a"] * 4 + ["b"] * 10
+    after = order[order.index("a", 2):]  # from a's third iteration on: b runs between a's iterations
+    assert "b" in after[:after.index("a", 1)] or "b" in after[after.index("a", 1):after.index("a", 2)], order
+    assert {e[1]: e[4] for e in events if e[0] == EV_END} == {"t0": OUT_COMPLETED, "t1": OUT_COMPLETED}
 
 
 def test_a_trial_waiting_for_the_driver_lets_its_lane_neighbour_compute(tmp_path):

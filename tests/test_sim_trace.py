@@ -232,7 +232,9 @@ def test_executor_dispatch_is_least_loaded_with_prefetch():
 def test_planner_executor_prefetches_one_queued_trial_per_full_device():
     # The same trials under the real executor's rules: the planner puts t0 on device 0 and t1 on device 1 (one
     # slot each) and queues t2; both devices are full, so t2 is prefetched to the lower one, device 0, where it
-    # time-slices with t0: 4 s. The simulator's plain waterfill has no prefetch: t2 waits for device 1: 3 s.
+    # waits for t0 (a prefetched trial begins when its lane would idle): 4 s. When t1 ends at 1 s, no attempt has
+    # done two iterations, so the planner still counts the 5 s prior for a start elsewhere and leaves t2 there.
+    # The simulator's plain waterfill has no prefetch: t2 waits for device 1: 3 s.
     records = tuple(TrialRecord(sec_per_iter=1.0, curve=(0.0,)) for _ in range(3))
     plans = [TrialPlan(3, (None,), 0), TrialPlan(1, (None,), 0), TrialPlan(1, (None,), 0)]
 
@@ -249,11 +251,11 @@ def test_planner_executor_prefetches_one_queued_trial_per_full_device():
 
 def test_the_executor_replay_withdraws_a_prefetched_trial_that_has_not_begun():
     # Three 1-slot devices: t0 (10 iterations of 2 s), t1 (3 of 0.5 s) and t2 (10 of 0.5 s) start, and t3 (2 of
-    # 0.5 s) is prefetched behind t0 on device 0, where it gets no turn before t0's first boundary at 2 s. When t1
-    # ends at 1.5 s (t2's first two iterations have measured what a start costs: nothing here), the planner spreads
-    # t3 to device 1. t3 has no checkpoint, but it has not begun: it is withdrawn and starts there, as the executor
-    # does, and ends at 2.5 s. Refused, it would time-slice with t0 from 2 s and end at 5 s, and t0 at 21 s. (In
-    # the test above, t2 began at t0's first boundary, the instant t1 ended: it stays.)
+    # 0.5 s) is prefetched behind t0 on device 0, where it waits for t0 (it would begin only when the lane idles).
+    # When t1 ends at 1.5 s (t2's first two iterations have measured what a start costs: nothing here), the
+    # planner spreads t3 to device 1. t3 has no checkpoint, but it has not begun: it is withdrawn and starts there,
+    # as the executor does, and ends at 2.5 s. (In the test above, the planner still had its 5 s prior when t1
+    # ended, and t2 stayed.)
     records = tuple(TrialRecord(sec_per_iter=sec, curve=(0.0,)) for sec in (2.0, 0.5, 0.5, 0.5))
     plans = [TrialPlan(n, (None,), 0) for n in (10, 3, 10, 2)]
     sim = Simulation(make_replay_strategy("executor"), Workload(records), ReplaySearcher(plans), 10,
@@ -279,16 +281,17 @@ def test_the_executor_replay_learns_what_a_start_costs_from_a_trial_that_has_end
     assert strategy.planner.settings.move_cost_s == 0.0  # the hardware's startup_s
 
 
-@pytest.mark.parametrize(("lengths", "costs"), [
-    ((12, 2, 2, 1), [DEFAULT_MOVE_COST_S, 0.25, 0.5]),
-    ((2, 1, 1), [DEFAULT_MOVE_COST_S]),
+@pytest.mark.parametrize(("lengths", "costs", "moves"), [
+    ((12, 2, 2, 1), [DEFAULT_MOVE_COST_S, 0.25, 0.5], 1),
+    ((2, 1, 1), [DEFAULT_MOVE_COST_S], 0),
 ], ids=["measured", "unmeasured"])
-def test_the_executor_replay_learns_the_move_cost_as_the_executor_does(lengths, costs):
+def test_the_executor_replay_learns_the_move_cost_as_the_executor_does(lengths, costs, moves):
     # Two 1-slot devices, trials of 1 s iterations. The replay's planner starts from the executor's prior (5 s),
     # takes what a start costs (the hardware's 0.25 s) once an attempt has done two iterations, and what a move
     # costs (0.5 s) once a moved trial has done two iterations on its new device. With (12, 2, 2, 1), t0 moves
-    # when a device frees and goes on there: all three. With (2, 1, 1), t0 moves after its first iteration and
-    # ends after one more, and no attempt ever does two iterations: the prior stays.
+    # when a device frees and goes on there: all three. With (2, 1, 1), no attempt has done two iterations at any
+    # plan: the prior stays, and with it t2, prefetched behind t0, waits there instead of being withdrawn to the
+    # device t1 frees.
     records = tuple(TrialRecord(sec_per_iter=1.0, curve=(0.0,)) for _ in lengths)
     plans = [TrialPlan(n, (None,), 0) for n in lengths]
     strategy = make_replay_strategy("executor", checkpoints=True)
@@ -304,7 +307,7 @@ def test_the_executor_replay_learns_the_move_cost_as_the_executor_does(lengths, 
     sim = Simulation(strategy, Workload(records), ReplaySearcher(plans), 20,
                      Hardware(gpus=2, slots=1, **{**FREE, "move_s": 0.5, "startup_s": 0.25}))
     result = sim.run()
-    assert result.moves == 1
+    assert result.moves == moves
     assert used == costs
 
 

@@ -110,6 +110,10 @@ class TrialSpec:
         world_size: Devices (ranks) the trial runs on (1 for an ordinary trial).
         rendezvous: ``"ip:port"`` where rank 0 serves the trial's rendezvous store; required when
             ``world_size > 1``.
+        prefetched: The driver sent it ahead to a full device (its place action ``prefetch``). Until it has had
+            its first turn it takes its lane's turn only when no other trial of the lane is ready or on its way to
+            its first turn, that is when the lane would otherwise idle (the running trial ended, paused at its
+            budget or waits for the driver). Once begun it time-slices like any other trial.
     """
 
     trial_id: str
@@ -125,6 +129,7 @@ class TrialSpec:
     rank: int = 0
     world_size: int = 1
     rendezvous: str | None = None
+    prefetched: bool = False
 
 
 @dataclass
@@ -535,13 +540,30 @@ class DeviceHost:
         """Give a free lane's turn to the ready trial the policy picks."""
         if turn.holder is not None or not turn.ready:
             return
-        views = [self._view(tid, since) for tid, since in turn.ready.items()]
+        eligible = [tid for tid in turn.ready if not self._held(tid)]
+        if not eligible:  # only prefetched trials wait: one begins unless a trial ahead of it is still starting
+            if any(self._starting_ahead(tid) for tid in turn.ready):
+                return
+            eligible = list(turn.ready)
+        views = [self._view(tid, turn.ready[tid]) for tid in eligible]
         chosen = choose(self._policy, views)
         del turn.ready[chosen]
         turn.holder = chosen
         self._running[chosen].began = True
         self._grant_seq += 1
         self._running[chosen].turn.set()
+
+    def _held(self, trial_id: str) -> bool:
+        """A prefetched trial that has not begun: it takes its lane's turn only when the lane would idle."""
+        r = self._running[trial_id]
+        return r.spec.prefetched and not r.began
+
+    def _starting_ahead(self, trial_id: str) -> bool:
+        """Whether a trial that is not prefetched shares ``trial_id``'s lane and has not begun: its thread is on
+        its way to its first turn (submitted in the same batch, say), which comes before the prefetched one's."""
+        lane_id = self._running[trial_id].lane_id
+        return any(o.lane_id == lane_id and not o.began and not o.spec.prefetched and not o.withdrawn
+                   for o in self._running.values())
 
     def _acquire(self, trial_id: str) -> None:
         """Become ready and wait for the lane's turn."""
@@ -611,7 +633,7 @@ class DeviceHost:
                 return
         turn = self._turns[r.lane_id]
         with self._lock:
-            if not turn.ready:  # nobody else is waiting: keep the turn, no switch
+            if all(self._held(tid) for tid in turn.ready):  # nobody else waits (but a prefetched trial): keep it
                 now = time.perf_counter()
                 r.used_time_s += now - r.turn_started
                 r.turn_started = now
@@ -827,6 +849,9 @@ class DeviceHost:
         r = self._running[trial_id]
         self._release_locked(r, ready=False)
         del self._running[trial_id]
+        turn = self._turns.get(r.lane_id)
+        if turn is not None:  # a prefetched trial may have waited for this one to begin
+            self._grant_locked(turn)
         admitted = self._lanes.leave(trial_id) if trial_id in self._lanes else []  # not after an OOM failure
         self._place_admitted_locked(admitted)
         self._spread_locked()

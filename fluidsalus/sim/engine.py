@@ -90,7 +90,7 @@ class SimTrial:
         "const_base", "dp", "cap", "eff_demand", "next_devices", "preempt_pending", "stop_pending",
         "resident", "cold", "epoch", "iter_start", "iter_n", "arrival", "ready_since", "used_s", "slot",
         "last", "waiting_admission", "end_reason", "attempts", "view", "iter_left", "iter_last", "iter_rate",
-        "iter_mixed", "probe_pending",
+        "iter_mixed", "probe_pending", "prefetched", "began",
     )
 
     def __init__(self, tid: str, seq: int, rec: TrialRecord, budget: float | None, created: float) -> None:
@@ -126,6 +126,8 @@ class SimTrial:
         self.iter_rate = 1.0  # current speed of the running iteration
         self.iter_mixed = False  # its GPU's running set changed during the iteration
         self.probe_pending = False  # on several GPUs, not yet measured there: re-plan after its first iteration
+        self.prefetched = False  # placed by the executor's prefetch (start_lanes): held until its lane would idle
+        self.began = False  # has been its lane's current trial since it joined the lane
 
     def remaining(self, max_iterations: int) -> float:
         """Iterations left to its budget (or to ``max_iterations``)."""
@@ -161,7 +163,7 @@ class SimTrial:
 class SimLane:
     """A lane (or, for a static planner, one trial's process) on a GPU."""
 
-    __slots__ = ("device", "lane_id", "ready", "current", "active", "demand", "members", "arrivals")
+    __slots__ = ("device", "lane_id", "ready", "current", "active", "demand", "members", "arrivals", "starting")
 
     def __init__(self, device: SimDevice, lane_id: int) -> None:
         self.device, self.lane_id = device, lane_id
@@ -171,6 +173,7 @@ class SimLane:
         self.demand = 0.0
         self.members = 0
         self.arrivals = itertools.count()
+        self.starting = 0  # members not prefetched that have not begun: a prefetched trial waits for them
 
 
 class SimDevice:
@@ -355,8 +358,8 @@ class Simulation:
         if lane.current is not None:
             return
         dev = lane.device
-        ready = lane.ready
-        if not ready:
+        trial = self._next(lane) if lane.ready else None
+        if trial is None:
             if lane.active:
                 lane.active = False
                 dev.n_active -= 1
@@ -364,11 +367,10 @@ class Simulation:
                 lane.demand = 0.0
                 self._reprice(dev, now)
             return
-        if len(ready) == 1:
-            trial = ready.pop()
-        else:
-            trial = self.pick(ready)
-            ready.remove(trial)
+        if not trial.began:
+            trial.began = True
+            if not trial.prefetched:
+                lane.starting -= 1
         demand = trial.eff_demand
         changed = False
         if not lane.active:
@@ -393,6 +395,25 @@ class Simulation:
         rate = trial.iter_rate = trial.cap / (d_sum if d_sum > 1.0 else 1.0) * self._pow[dev.n_active]
         trial.epoch += 1
         heapq.heappush(self._heap, (now + trial.iter_left / rate, next(self._seq), EV_ITER, trial, trial.epoch))
+
+    def _next(self, lane: SimLane) -> SimTrial | None:
+        """Take the ready trial the lane runs next, as the device host does (``DeviceHost._grant_locked``): by the
+        lane policy, a prefetched trial that has not begun only when no other trial is ready and none that is not
+        prefetched is still starting in the lane (None: the lane waits)."""
+        ready = lane.ready
+        if len(ready) == 1:
+            trial = ready[0]
+            if trial.prefetched and not trial.began and lane.starting:
+                return None
+            return ready.pop()
+        eligible = [t for t in ready if not (t.prefetched and not t.began)]
+        if not eligible:
+            if lane.starting:
+                return None
+            eligible = ready
+        trial = eligible[0] if len(eligible) == 1 else self.pick(eligible)
+        ready.remove(trial)
+        return trial
 
     def pick(self, ready: list[SimTrial]) -> SimTrial:
         """The ready trial a lane runs next, by the lane policy."""
@@ -450,6 +471,9 @@ class Simulation:
         lane.members += 1
         trial.lane = lane
         trial.arrival = next(lane.arrivals)
+        trial.began = False
+        if not trial.prefetched:
+            lane.starting += 1
 
     def _leave_lane(self, trial: SimTrial, now: float) -> None:
         lane = trial.lane
@@ -461,6 +485,8 @@ class Simulation:
             lane.ready.remove(trial)
         trial.lane = None
         lane.members -= 1
+        if not trial.began and not trial.prefetched:
+            lane.starting -= 1
         self._kick(lane, now)
         if lane.members <= 0 and lane.current is None:
             lane.device.lanes.pop(lane.lane_id, None)
@@ -533,10 +559,12 @@ class Simulation:
         trial.eff_demand = 1.0 if k > 1 else trial.rec.demand  # data-parallel trials own whole GPUs
         trial.probe_pending = k > 1
 
-    def start_lanes(self, trial: SimTrial, devices: tuple[int, ...], now: float) -> None:
-        """Start (or restore) a queued trial on ``devices`` in lanes (waterfill)."""
+    def start_lanes(self, trial: SimTrial, devices: tuple[int, ...], now: float, prefetched: bool = False) -> None:
+        """Start (or restore) a queued trial on ``devices`` in lanes (waterfill); ``prefetched``: the executor's
+        prefetch, which waits in its lane until the lane would idle (see :meth:`_next`)."""
         if trial.state != QUEUED:
             return
+        trial.prefetched = prefetched
         trial.epoch += 1
         self._set_allocation(trial, self._admit(trial, devices, now))
         trial.state = STARTING
@@ -627,6 +655,7 @@ class Simulation:
     def _do_move(self, trial: SimTrial, devices: tuple[int, ...], now: float) -> None:
         paused = trial.state == PAUSED
         self._release(trial, now)
+        trial.prefetched = False  # a move starts a new attempt, never a prefetch
         trial.epoch += 1
         trial.next_devices = None
         trial.view = None

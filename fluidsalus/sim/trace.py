@@ -1191,7 +1191,7 @@ class PlannerExecutorStrategy(WaterfillStrategy):
             if trial.state != QUEUED or trial.resident or trial.rec.p_bytes + trial.rec.t_bytes > self.capacity:
                 continue
             target = min(room)
-            sim.start_lanes(trial, (target,), now)
+            sim.start_lanes(trial, (target,), now, prefetched=True)
             room[target] -= 1
             if room[target] <= 0:
                 del room[target]

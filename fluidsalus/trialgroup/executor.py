@@ -35,8 +35,9 @@ finds unplaceable (``P + T`` above every device) end with an error that names bo
 **Prefetch.** Once a device runs as many computing trials as it has slots, the executor also submits
 :data:`PREFETCH_PER_DEVICE` of the planner's queued trials to it (queue order: longest predicted work first), so
 that the device starts its next trial the moment a slot frees, without a driver round trip. The planner sees a
-prefetched trial as placed there (it holds memory there and time-slices a lane), and may still move it
-(from a checkpoint, as any trial).
+prefetched trial as placed there (it holds memory in a lane there), and may still withdraw it or move it (from a
+checkpoint, as any trial). The device holds it back (``TrialSpec.prefetched``): it begins only when its lane would
+otherwise idle, so it does not time-slice with the trial it waits behind, and trials end one after another.
 """
 
 from __future__ import annotations
@@ -1316,7 +1317,7 @@ class Executor:
     def _submit(self, submits: list[tuple[Trial, tuple[int, ...], str]]) -> None:
         """Send the submissions to the devices (after the commit): one spec per device, rank 0 on the first."""
         batches: dict[int, list[TrialSpec]] = {}
-        for trial, devices, _ in submits:
+        for trial, devices, action in submits:
             rendezvous = None
             if len(devices) > 1:
                 try:
@@ -1324,7 +1325,9 @@ class Executor:
                 except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as e:
                     self._unsubmit(trial, f"no rendezvous port from {self._name(devices[0])}: {e}")
                     continue
-            for index, spec in rank_specs(self._spec_for(trial), devices, rendezvous):
+            first = self._spec_for(trial)
+            first.prefetched = action == "prefetch"  # it waits in its lane until the lane would idle
+            for index, spec in rank_specs(first, devices, rendezvous):
                 batches.setdefault(index, []).append(spec)
         for index, specs in batches.items():
             self._send(self._device(index), "submit", specs)
