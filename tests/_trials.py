@@ -2,7 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fluidsalus.store import ExperimentStore
+
+
+def sharing_tune_config(max_t: int) -> Any:
+    """A ``TuneConfig`` under which two trials run at once in each device's process, for the tests of what
+    trials sharing a process must not share (W&B and MLflow runs).
+
+    Each device computes one trial per slot, and the trial prefetched behind it begins only when its lane would
+    idle (docs/architecture.md, "Prefetch"). ASHA pauses every trial at each rung for its verdict, which is such a
+    moment; the trainable reports the same ``tie`` in every result, so ASHA stops none early. ``max_t`` must exceed
+    the trainable's reports, so that none is stopped at its last.
+
+    Args:
+        max_t: ASHA's largest budget.
+    """
+    from fluidsalus import tune
+
+    return tune.TuneConfig(metric="tie", mode="max", scheduler=tune.schedulers.ASHAScheduler(
+        max_t=max_t, grace_period=1, reduction_factor=2))
 
 
 def trials_that_shared_a_device(experiment_path: str) -> list[tuple[str, str]]:

@@ -607,15 +607,18 @@ def test_place_events_record_the_planners_decisions(storage):
     grid = fluidsalus.run(steps, {"n": fluidsalus.grid_search([4, 4, 4])}, devices=2, cpus_per_device=1,
                           storage_path=storage, name="placed", verbose=0)
     places = _events(grid, "place")
-    assert len(places) == 3 and all(e.data["attempt"] == 0 for e in places)
+    assert all(e.data["attempt"] == 0 for e in places[:3])
     first = places[:2]  # three trials, two devices: the planner spreads the first two, one per device
     assert {e.device for e in first} == {"cpu:0", "cpu:1"}
     assert [e.data["action"] for e in first] == ["start", "start"] and first[0].data["regime"] == INTRA
     assert places[2].data["action"] == "prefetch"  # both devices full: the third waits on one of them
-    # When a device frees, the planner would spread the prefetched trial there, but it has no checkpoint: the
-    # move is refused (recorded), not done by starting it over.
+    # It waits there without running. If the other device frees first, the planner spreads it there: it has not
+    # begun, so it is withdrawn and placed again, never started over after running; if its own device frees
+    # first, it begins there.
     reader = ExperimentStore.open(grid.experiment_path, readonly=True)
-    assert not reader.events("trial_restart")
+    restarts = reader.events("trial_restart")
+    assert all(e.data["reason"] == "withdrawn" and e.trial_id == places[2].trial_id for e in restarts)
+    assert [(e.trial_id, e.data["attempt"]) for e in places[3:]] == [(places[2].trial_id, 1)] * len(restarts)
     assert all(e.data["reason"] == REFUSED_NO_CHECKPOINT for e in reader.events("plan_refused"))
 
 

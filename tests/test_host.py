@@ -622,8 +622,34 @@ def test_a_prefetched_trial_waits_for_its_lane_until_the_trial_before_it_ends(tm
     events = _drain(host, 2)
     assert order == ["a", "a", "a", "b", "b", "b"]
     assert [e[1] for e in events if e[0] == EV_END] == ["t0", "t1"]
+    # b's start is its first turn, after a's last result: until then the driver shows it waiting, not running
+    b_start = next(i for i, e in enumerate(events) if e[0] == EV_START and e[1] == "t1")
+    assert b_start > max(i for i, e in enumerate(events) if e[0] == EV_RESULT and e[1] == "t0")
     switches = [e for e in events if e[0] == EV_LANE and e[4] == "switch"]
     assert [(e[1], e[5]["from"]) for e in switches] == [("t1", "t0")]  # one switch, at a's end
+
+
+def test_a_prefetched_trial_stopped_before_it_began_ends_at_its_neighbours_next_boundary_without_running(tmp_path):
+    ran, release = [], threading.Event()
+
+    def f(config):
+        ran.append(config["name"])
+        while not release.is_set():  # a reports until the test has seen b end
+            time.sleep(0.01)
+            fluidsalus.report({"x": 1})
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    host.submit([_spec(tmp_path, 0, name="a")])
+    host.submit([dataclasses.replace(_spec(tmp_path, 1, name="b"), prefetched=True)])
+    try:
+        host.stop(["t1"])
+        events = _drain(host, 1)  # b ends while a goes on
+    finally:
+        release.set()
+    assert [(e[1], e[4]) for e in events if e[0] == EV_END] == [("t1", OUT_STOPPED)]
+    events += _drain(host, 1)
+    assert ran == ["a"]  # b's code never ran
+    assert not any(e[0] == EV_RESULT and e[1] == "t1" for e in events)
 
 
 def test_a_prefetched_trial_begins_when_its_lane_would_idle_and_then_time_slices(tmp_path):

@@ -12,7 +12,7 @@ import warnings
 from typing import Any
 
 import pytest
-from _trials import trials_that_shared_a_device
+from _trials import sharing_tune_config, trials_that_shared_a_device
 
 # Found, not imported: importing MLflow takes seconds, which every run of the suite would pay at collection.
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="needs mlflow (the test extra)")
@@ -29,7 +29,7 @@ def _with_setup_mlflow(config):
     mlflow = setup_mlflow(config, tracking_uri=config["uri"], experiment_name="fs_setup")
     for step in range(2):
         mlflow.log_metrics({"loss": config["x"] * 10 + step}, step=step)
-        tune.report({"score": config["x"] * step, "note": "text"})
+        tune.report({"score": config["x"] * step, "note": "text", "tie": 0.0})
     if config["x"] == FAILING_X:
         raise ValueError("this trial fails after its two results")
 
@@ -64,8 +64,9 @@ def test_rays_mlflow_callback_and_setup_mlflow_log_each_trial_to_its_own_run(ray
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         grid = tune.Tuner(
-            tune.with_resources(_with_setup_mlflow, {"cpu": 0.5}),  # a hint: two trials share each device
+            _with_setup_mlflow,
             param_space={"x": tune.grid_search(xs), "uri": uri},
+            tune_config=sharing_tune_config(max_t=3),
             run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[callback])).fit()
     assert not [w for w in caught if "MLflowLoggerCallback" in str(w.message)]  # it runs as it is: no translation
     assert len(grid) == 4 and [e for e in grid.errors if "fails after its two results" not in str(e)] == []

@@ -113,7 +113,8 @@ class TrialSpec:
         prefetched: The driver sent it ahead to a full device (its place action ``prefetch``). Until it has had
             its first turn it takes its lane's turn only when no other trial of the lane is ready or on its way to
             its first turn, that is when the lane would otherwise idle (the running trial ended, paused at its
-            budget or waits for the driver). Once begun it time-slices like any other trial.
+            budget or waits for the driver). Once begun it time-slices like any other trial. Its ``EV_START`` is
+            sent at its first turn, not at its admission; one withdrawn before that ends with no start.
     """
 
     trial_id: str
@@ -402,6 +403,9 @@ class DeviceHost:
                 running = self._running.get(tid)
                 if running is not None and (wanted is None or running.spec.attempt == wanted):
                     running.session.request_stop()
+                    turn = self._turns.get(running.lane_id)
+                    if turn is not None:  # a held prefetched trial may take a free turn now, to end at once
+                        self._grant_locked(turn)
             self._emit_lane_events_locked()
 
     def withdraw(self, trial_ids: list[str], attempts: dict[str, int]) -> None:
@@ -549,14 +553,22 @@ class DeviceHost:
         chosen = choose(self._policy, views)
         del turn.ready[chosen]
         turn.holder = chosen
-        self._running[chosen].began = True
+        self._begin_locked(self._running[chosen])
         self._grant_seq += 1
         self._running[chosen].turn.set()
 
+    def _begin_locked(self, r: _Running) -> None:
+        """``r`` gets its lane's turn: it has begun. A prefetched trial's start is sent now, not at its admission:
+        until this moment it waited without running (so the driver shows it as waiting, not running)."""
+        if not r.began and r.spec.prefetched:
+            self._emit_locked((EV_START, r.spec.trial_id, r.spec.attempt, time.time()))
+        r.began = True
+
     def _held(self, trial_id: str) -> bool:
-        """A prefetched trial that has not begun: it takes its lane's turn only when the lane would idle."""
+        """A prefetched trial that has not begun: it takes its lane's turn only when the lane would idle. One the
+        driver stopped is not held: it takes the turn at the next boundary, to end there without running."""
         r = self._running[trial_id]
-        return r.spec.prefetched and not r.began
+        return r.spec.prefetched and not r.began and not r.session.stop_requested.is_set()
 
     def _starting_ahead(self, trial_id: str) -> bool:
         """Whether a trial that is not prefetched shares ``trial_id``'s lane and has not begun: its thread is on
@@ -837,7 +849,9 @@ class DeviceHost:
         self._turns.setdefault(lane_id, _LaneTurn())
         self._running[spec.trial_id] = _Running(spec, session, thread, lane_id, self._seq)
         self._seq += 1
-        if spec.rank == 0:
+        if spec.prefetched:
+            pass  # its start is its first turn (_begin_locked): until then it waits without running
+        elif spec.rank == 0:
             self._emit_locked((EV_START, spec.trial_id, spec.attempt, time.time()))
         else:  # a data-parallel worker: not the trial's start (see TrialSpec)
             self._emit_locked((EV_LANE, spec.trial_id, spec.attempt, time.time(), "worker_start",
@@ -880,7 +894,7 @@ class DeviceHost:
                 r = self._running[trial_id]
                 r.lane_id = placement.lane_id
                 self._turns.setdefault(placement.lane_id, _LaneTurn()).holder = trial_id
-                r.began = True
+                self._begin_locked(r)
                 self._grant_seq += 1
                 r.turn.set()
 

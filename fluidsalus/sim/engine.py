@@ -358,7 +358,16 @@ class Simulation:
         if lane.current is not None:
             return
         dev = lane.device
-        trial = self._next(lane) if lane.ready else None
+        ready = lane.ready
+        trial = None
+        if len(ready) == 1:  # the common case, inlined: this runs for every iteration
+            trial = ready[0]
+            if trial.began or not trial.prefetched or not lane.starting:
+                ready.pop()
+            else:
+                trial = None
+        elif ready:
+            trial = self._next(lane)
         if trial is None:
             if lane.active:
                 lane.active = False
@@ -867,8 +876,8 @@ class Simulation:
                     self.enqueue(trial, Q_RESUME)
         for tid in searcher.collect_stops():
             trial = self.trials[tid]
-            if trial.state in (PAUSED, QUEUED):
-                self._end(trial, now, "stopped")
+            if trial.state in (PAUSED, QUEUED) or (trial.prefetched and not trial.began):
+                self._end(trial, now, "stopped")  # (a prefetched one that has not begun ends without running)
             elif trial.state != ENDED:
                 trial.stop_pending = True
         if not self.strategy.keeps_paused:
