@@ -22,8 +22,8 @@ A real run on virtual CPU devices (or GPUs) leaves in its store what the simulat
   iterations, which carry the trainable's set-up, are left out); ``interference = 1 - exp(-gamma)``.
 - *Driver latency*: from a result or trial end to the trial start it caused (the driver's batch, the store
   commit, ``submit`` to the device): the median over placements of ``trial_start - (last report before the
-  place event)``. Prefetches are left out: a prefetched trial starts when its lane would idle, so its start
-  measures that wait, not the driver.
+  place event)``, where a trial's start is its arrival on the device: its admission into a lane (a prefetched
+  trial starts only when its lane would idle, so its ``trial_start`` would measure that wait, not the driver).
 - *Start cost*: from a trial's ``trial_start`` to its first iteration, over trials whose lane computed
   nothing else meanwhile (so waited for no turn).
 - *Boundary cost*: the time a lane spends between one iteration and the next when the next trial was ready
@@ -216,8 +216,9 @@ class StoreTrace:
         trials: Every trial, in creation order.
         devices: Device name -> slots, in start order.
         spans: Every iteration that computed, in order of its end.
-        places: ``(ts, trial_id)`` of each ``place`` event but prefetches (see :func:`measure_driver_latency`).
-        starts: ``trial_id -> ts`` of its first ``trial_start``.
+        places: ``(ts, trial_id)`` of each ``place`` event.
+        starts: ``trial_id -> ts`` of its first arrival on a device: its first ``lane_admit`` or ``trial_start``,
+            whichever came first (see :func:`measure_driver_latency`).
         fresh_lane: Trials that opened a lane of their own when admitted.
         reports: Times of every result and trial end (what the driver reacts to), sorted.
         wall_s: The experiment's ``created_at`` to ``finished_at`` (None while it runs).
@@ -295,9 +296,12 @@ def load_store_trace(path: str) -> StoreTrace:
     finally:
         store.close()
     starts_abs: dict[str, float] = {}
+    arrivals_abs: dict[str, float] = {}  # a trial's first admission into a lane, or its first start
     for ev in events:
         if ev.kind == "trial_start" and ev.trial_id is not None:
             starts_abs.setdefault(ev.trial_id, ev.ts)
+        if ev.kind in ("trial_start", "lane_admit") and ev.trial_id is not None:
+            arrivals_abs.setdefault(ev.trial_id, ev.ts)
     for row in rows:
         if row.started_at is not None:
             starts_abs.setdefault(row.trial_id, row.started_at)
@@ -411,9 +415,8 @@ def load_store_trace(path: str) -> StoreTrace:
     return StoreTrace(
         path=str(path), metric=metric, mode=exp.get("mode"), origin=origin, trials=tuple(trials),
         devices=devices, spans=spans,
-        places=tuple((ev.ts - origin, ev.trial_id) for ev in events
-                     if ev.kind == "place" and ev.trial_id and (ev.data or {}).get("action") != "prefetch"),
-        starts={tid: ts - origin for tid, ts in starts_abs.items()}, fresh_lane=frozenset(fresh),
+        places=tuple((ev.ts - origin, ev.trial_id) for ev in events if ev.kind == "place" and ev.trial_id),
+        starts={tid: ts - origin for tid, ts in arrivals_abs.items()}, fresh_lane=frozenset(fresh),
         reports=tuple(reports), wall_s=None if finished is None else finished - exp["created_at"],
         checkpointed=checkpointed,
         move_costs=tuple(float((ev.data or {})["seconds"]) for ev in events
@@ -523,11 +526,8 @@ def fit_interference(trace: StoreTrace) -> tuple[float, float]:
 
 
 def measure_driver_latency(trace: StoreTrace) -> float:
-    """Median seconds from the report before a ``place`` event to the trial start it caused (0: none).
-
-    Prefetches are not in ``trace.places``: a prefetched trial starts when its lane would idle, so its start
-    measures that wait, not the driver.
-    """
+    """Median seconds from the report before a ``place`` event to the trial's arrival on the device it caused
+    (``trace.starts``: its admission into a lane, or its start; 0: none)."""
     samples = []
     for ts, trial_id in trace.places:
         start = trace.starts.get(trial_id)
