@@ -7,6 +7,17 @@ from typing import Any
 from fluidsalus.store import ExperimentStore
 
 
+def restarted_after_running(experiment_path: str) -> set[str]:
+    """The trials that were restarted after they had run: every ``trial_restart`` but a withdrawal (a prefetched
+    trial given back before it began, placed again; docs/architecture.md, "Prefetch").
+
+    Args:
+        experiment_path: The experiment's folder.
+    """
+    store = ExperimentStore.open(experiment_path, readonly=True)
+    return {e.trial_id for e in store.events("trial_restart") if (e.data or {}).get("reason") != "withdrawn"}
+
+
 def sharing_tune_config(max_t: int) -> Any:
     """A ``TuneConfig`` under which two trials run at once in each device's process, for the tests of what
     trials sharing a process must not share (W&B and MLflow runs).

@@ -591,15 +591,17 @@ def test_more_trials_than_fit_wait_and_drain(storage):
     assert len(grid) == 10 and grid.num_errors == 0
     assert all(r.metrics["training_iteration"] == r.config["n"] for r in grid)
     reader = ExperimentStore.open(grid.experiment_path, readonly=True)
+    # a prefetched trial may be withdrawn (before it began) to the device that frees first: it leaves its device
+    withdrawn = reader.events("trial_restart")
+    assert all(e.data["reason"] == "withdrawn" for e in withdrawn)
     timeline = sorted([(e.ts, 1, e.device) for e in reader.events("place")] +
-                      [(e.ts, -1, e.device) for e in reader.events("trial_end")])
+                      [(e.ts, -1, e.device) for e in reader.events("trial_end") + withdrawn])
     held: dict[str, int] = {}
     peak: dict[str, int] = {}
     for _, delta, device in timeline:
         held[device] = held.get(device, 0) + delta
         peak[device] = max(peak.get(device, 0), held[device])
     assert peak == {"cpu:0": 2, "cpu:1": 2}  # one slot plus one prefetched trial, never more
-    assert not reader.events("trial_restart")
 
 
 @pytest.mark.usefixtures("ray_cluster")
@@ -822,7 +824,9 @@ def test_promoted_trials_resume_in_place_and_statuses_settle(storage):
                           storage_path=storage, name="rungs2", verbose=0)
     assert {r.config["x"]: r.metrics["training_iteration"] for r in grid} == {1: 2, 2: 2, 3: 4, 4: 4}
     reader = ExperimentStore.open(grid.experiment_path, readonly=True)
-    assert not reader.events("trial_restart")
+    # (a prefetched trial that had not begun may have been withdrawn to the device that freed first: no restart
+    # of a trial that ran)
+    assert all(e.data["reason"] == "withdrawn" for e in reader.events("trial_restart"))
     assert {t.status for t in reader.trials()} == {"TERMINATED"}
     assert PENDING not in {t.status for t in reader.trials()} and RUNNING not in {t.status for t in reader.trials()}
 

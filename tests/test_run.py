@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from _trials import restarted_after_running
 
 import fluidsalus
 from fluidsalus.errors import ConfigError
@@ -288,7 +289,8 @@ def test_groups_pause_at_budget_and_promoted_trials_continue_in_place(storage):
     assert all(r.error is None for r in grid)
     reader = ExperimentStore.open(os.path.join(storage, "rungs"), readonly=True)
     promoted = [t for t in reader.trials() if t.group_id == "rung1"]
-    assert len(promoted) == 2 and all(t.attempt == 0 for t in promoted)  # resumed in place, never restarted
+    assert len(promoted) == 2  # resumed in place, never restarted (a withdrawal before it began is no restart)
+    assert not restarted_after_running(os.path.join(storage, "rungs")) & {t.trial_id for t in promoted}
     assert [e.data["outcome"] for e in reader.events("trial_end")].count("stopped") == 4
     assert {len(r.metrics_dataframe) for r in grid} == {2, 4}
 

@@ -114,7 +114,7 @@ class TrialSpec:
             its first turn it takes its lane's turn only when no other trial of the lane is ready or on its way to
             its first turn, that is when the lane would otherwise idle (the running trial ended, paused at its
             budget or waits for the driver). Once begun it time-slices like any other trial. Its ``EV_START`` is
-            sent at its first turn, not at its admission; one withdrawn before that ends with no start.
+            sent at its first turn, not at its admission; one withdrawn or stopped before that ends with no start.
     """
 
     trial_id: str
@@ -559,8 +559,9 @@ class DeviceHost:
 
     def _begin_locked(self, r: _Running) -> None:
         """``r`` gets its lane's turn: it has begun. A prefetched trial's start is sent now, not at its admission:
-        until this moment it waited without running (so the driver shows it as waiting, not running)."""
-        if not r.began and r.spec.prefetched:
+        until this moment it waited without running (so the driver shows it as waiting, not running). One the
+        driver stopped meanwhile gets the turn only to end without running: it has no start."""
+        if not r.began and r.spec.prefetched and not r.session.stop_requested.is_set():
             self._emit_locked((EV_START, r.spec.trial_id, r.spec.attempt, time.time()))
         r.began = True
 
