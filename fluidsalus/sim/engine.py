@@ -406,15 +406,11 @@ class Simulation:
         heapq.heappush(self._heap, (now + trial.iter_left / rate, next(self._seq), EV_ITER, trial, trial.epoch))
 
     def _next(self, lane: SimLane) -> SimTrial | None:
-        """Take the ready trial the lane runs next, as the device host does (``DeviceHost._grant_locked``): by the
-        lane policy, a prefetched trial that has not begun only when no other trial is ready and none that is not
-        prefetched is still starting in the lane (None: the lane waits)."""
+        """Take the trial the lane runs next from its two or more ready ones, as the device host does
+        (``DeviceHost._grant_locked``; :meth:`_kick` inlines the case of one): by the lane policy, a prefetched trial
+        that has not begun only when no other trial is ready and none that is not prefetched is still starting in
+        the lane (None: the lane waits)."""
         ready = lane.ready
-        if len(ready) == 1:
-            trial = ready[0]
-            if trial.prefetched and not trial.began and lane.starting:
-                return None
-            return ready.pop()
         eligible = [t for t in ready if not (t.prefetched and not t.began)]
         if not eligible:
             if lane.starting:

@@ -1325,10 +1325,9 @@ class Executor:
                 except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as e:
                     self._unsubmit(trial, f"no rendezvous port from {self._name(devices[0])}: {e}")
                     continue
-            first = self._spec_for(trial)
-            first.prefetched = action == "prefetch"  # it waits in its lane until the lane would idle
-            for index, spec in rank_specs(first, devices, rendezvous):
-                batches.setdefault(index, []).append(spec)
+            spec = self._spec_for(trial, prefetched=action == "prefetch")
+            for index, rank_spec in rank_specs(spec, devices, rendezvous):
+                batches.setdefault(index, []).append(rank_spec)
         for index, specs in batches.items():
             self._send(self._device(index), "submit", specs)
 
@@ -1365,7 +1364,9 @@ class Executor:
         if self._first_error is None:
             self._first_error = f"Trial {trial.trial_id} failed: {error}"
 
-    def _spec_for(self, trial: Trial) -> TrialSpec:
+    def _spec_for(self, trial: Trial, prefetched: bool = False) -> TrialSpec:
+        """The spec of the trial's attempt; ``prefetched``: sent ahead to a full device, where it waits in its lane
+        until the lane would idle (``TrialSpec.prefetched``)."""
         return TrialSpec(
             trial_id=trial.trial_id,
             trial_name=f"{self.settings.trainable_name}_{trial.trial_id}",
@@ -1376,6 +1377,7 @@ class Executor:
             start_iteration=trial.last_iteration if trial.checkpoint_path else 0,
             time_total_offset=trial.time_total_s if trial.checkpoint_path else 0.0,
             budget=trial.budget,
+            prefetched=prefetched,
         )
 
     # ------------------------------------------------------------------ events
