@@ -79,6 +79,7 @@ def run(
     address: str | None = None,
     memory_mode: str = DEFAULT_MEMORY_MODE,
     gpu_per_trial: float | None = None,
+    cpus_per_trial: float | None = None,
     trial_dirname: Callable[[str, Mapping[str, Any]], str] | None = None,
     result_extras: Callable[[int, Mapping[str, Any]], Mapping[str, Any]] | None = None,
 ) -> ResultGrid:
@@ -104,7 +105,8 @@ def run(
         seed: Seed of the sampler, for reproducible configurations.
         searcher: A searcher that proposes the trials. Default: random/grid search over ``config``.
         devices: Number of devices. Default: every GPU, else one virtual CPU device per core.
-        cpus_per_device: CPU slots per device.
+        cpus_per_device: CPU cores per device (each runs a trial at once, unless ``cpus_per_trial`` says
+            otherwise). Default: one for virtual CPU devices, an even share of its node's cores for a GPU.
         max_concurrent_trials: Cap on trials running at once across all devices.
         max_failures: Times a failing trial is started again (from its last checkpoint) before it is recorded
             as errored; -1 retries without limit (Ray Tune's ``FailureConfig.max_failures``).
@@ -142,6 +144,12 @@ def run(
             is measured the planner packs up to ``1 / gpu_per_trial`` trials per device instead of up to the
             device's slots, then goes further one measured step at a time while co-locating still pays
             (docs/planner.md, "Hints"). None (the default): no hint.
+        cpus_per_trial: The CPU cores one trial asks for, as in Ray (Ray Tune's ``with_resources({"cpu": ...})``
+            passes its ``cpu`` here): a device of ``c`` cores runs at most ``floor(c / cpus_per_trial)`` trials at
+            once (at least one), so ``0.5`` runs two trials per core where one trial waits on I/O or sleeps. On
+            virtual CPU devices, a request of more than one core makes each device ``ceil(cpus_per_trial)``
+            cores (unless ``cpus_per_device`` is given), whose torch intra-op threads its trial gets. No less
+            than ``0.0001`` (Ray's resource unit). None (the default): one trial per core.
         trial_dirname: ``f(trial_id, config) -> str``, called once for each new trial: the name of its folder in
             the experiment (Ray Tune's ``trial_dirname_creator``). It must be one folder name (else the run ends
             with a ConfigError); a name already taken gets ``_`` and four hex digits, as in Ray. None (the
@@ -163,7 +171,7 @@ def run(
         lane_policy=lane_policy, quantum_ms=quantum_ms, time_budget_s=time_budget_s, fail_fast=fail_fast,
         checkpoint_num_to_keep=checkpoint_num_to_keep, checkpoint_score_attribute=checkpoint_score_attribute,
         checkpoint_score_order=checkpoint_score_order, address=address,
-        memory_mode=memory_mode, gpu_per_trial=gpu_per_trial,
+        memory_mode=memory_mode, gpu_per_trial=gpu_per_trial, cpus_per_trial=cpus_per_trial,
     )
     trainable_name = _check_trainable(trainable)
     for field_name, value, form in (("trial_dirname", trial_dirname, "f(trial_id, config) -> str"),
@@ -204,7 +212,7 @@ def run(
         )
 
     _connect(spec.address)
-    device_specs = plan_devices(cluster_nodes(), spec.devices, spec.cpus_per_device)
+    device_specs = plan_devices(cluster_nodes(), spec.devices, spec.cpus_per_device, spec.cpus_per_trial)
 
     created_here = not exists
     trials: list[Trial] = []

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE
+from fluidsalus.gpu.device import RESOURCE_UNITS
 from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS
 from fluidsalus.store import DEFAULT_STORAGE_PATH, STORAGE_PATH_ENV
 
@@ -52,6 +53,10 @@ class RunSpec(BaseModel):
     gpu_per_trial: float | None = Field(
         None, gt=0, allow_inf_nan=False,
         description="Share of a device one trial is expected to need: the planner's prior, not a hard share.",
+    )
+    cpus_per_trial: float | None = Field(
+        None, ge=1 / RESOURCE_UNITS, allow_inf_nan=False,
+        description="CPU cores one trial asks for: a device of c cores runs at most floor(c / cpus_per_trial).",
     )
 
     @field_validator("name")

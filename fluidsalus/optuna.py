@@ -128,7 +128,7 @@ _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.=+-]")
 #: ``fluidsalus.run`` arguments that ``optimize`` passes on (``**run_kwargs``).
 RUN_KWARGS = frozenset({
     "name", "storage_path", "devices", "cpus_per_device", "max_concurrent_trials", "max_failures", "lane_policy",
-    "quantum_ms", "verbose",
+    "quantum_ms", "verbose", "cpus_per_trial", "gpu_per_trial",
 })
 #: ``fluidsalus.run`` arguments ``optimize`` sets itself or that have an Optuna equivalent: what to use instead.
 _REFUSED_RUN_KWARGS = {
@@ -1076,8 +1076,9 @@ def optimize(
         show_progress_bar: Show fluidsalus's own progress and summary (``verbose=1``) instead of nothing; an
             explicit ``verbose=`` wins.
         **run_kwargs: Options of :func:`fluidsalus.run` passed on: ``name``, ``storage_path``, ``devices``,
-            ``cpus_per_device``, ``max_concurrent_trials``, ``max_failures``, ``lane_policy``, ``quantum_ms``,
-            ``verbose``. The default name is ``optuna_<study name>_<timestamp>_<random>``.
+            ``cpus_per_device``, ``cpus_per_trial``, ``gpu_per_trial``, ``max_concurrent_trials``,
+            ``max_failures``, ``lane_policy``, ``quantum_ms``, ``verbose``. The default name is
+            ``optuna_<study name>_<timestamp>_<random>``.
 
     Raises:
         ConfigError: A bad argument, or a ``fluidsalus.run`` option that ``optimize`` sets itself (the message

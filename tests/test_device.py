@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fluidsalus.errors import ConfigError
-from fluidsalus.gpu.device import plan_devices
+from fluidsalus.gpu.device import lanes_for, plan_devices
 
 
 @pytest.mark.parametrize(("cpus", "expected"), [(1, [("cpu:0", 1)]), (2, [("cpu:0", 1), ("cpu:1", 1)]),
@@ -47,3 +47,36 @@ def test_impossible_requests_name_the_setting(kwargs, message):
 def test_more_gpu_devices_than_gpus():
     with pytest.raises(ConfigError, match=r"devices=3: the Ray cluster has only 2 GPU"):
         plan_devices({"CPU": 8, "GPU": 2}, devices=3)
+
+
+@pytest.mark.parametrize(("cluster", "kwargs", "expected"), [
+    # (slots, cores) of each device
+    ({"CPU": 2}, dict(cpus_per_trial=0.5), [(2, 1), (2, 1)]),          # Ray: two trials per core
+    ({"CPU": 2}, dict(cpus_per_trial=0.1), [(10, 1), (10, 1)]),        # 1 / 0.1 is 10 in Ray's units
+    ({"CPU": 2}, dict(cpus_per_trial=0.3), [(3, 1), (3, 1)]),          # floor(1 / 0.3)
+    ({"CPU": 2}, dict(cpus_per_trial=1), [(1, 1), (1, 1)]),            # the default
+    ({"CPU": 4}, dict(cpus_per_trial=1.5), [(1, 2), (1, 2)]),          # devices of the whole cores one trial asks
+    ({"CPU": 4}, dict(cpus_per_trial=2), [(1, 2), (1, 2)]),
+    ({"CPU": 4}, dict(cpus_per_trial=3), [(1, 3)]),
+    ({"CPU": 2}, dict(cpus_per_trial=4), [(1, 2)]),                    # more than a node has: all its cores
+    ({"CPU": 4}, dict(cpus_per_trial=0.5, cpus_per_device=2), [(4, 2), (4, 2)]),
+    ({"CPU": 4}, dict(cpus_per_trial=2, devices=1), [(1, 2)]),
+    ({"CPU": 16, "GPU": 2}, dict(cpus_per_trial=2), [(4, 8), (4, 8)]),   # a GPU's cores are its node share
+    ({"CPU": 16, "GPU": 2}, dict(cpus_per_trial=0.5), [(16, 8), (16, 8)]),
+    ({"CPU": 16, "GPU": 2}, dict(cpus_per_trial=32), [(1, 8), (1, 8)]),
+])
+def test_cpus_per_trial_sets_the_trials_a_device_runs_at_once(cluster, kwargs, expected):
+    devices = plan_devices(cluster, **kwargs)
+    assert [(d.slots, d.cpus) for d in devices] == expected
+    assert [d.index for d in devices] == list(range(len(expected)))
+
+
+def test_a_device_reserves_its_cores_and_runs_one_trial_per_core_by_default():
+    assert [(d.slots, d.cpus) for d in plan_devices({"CPU": 4}, cpus_per_device=2)] == [(2, 2), (2, 2)]
+    assert (lanes_for(3, None), lanes_for(3, 0.75), lanes_for(1, 1.0001), lanes_for(1, 0.0001)) == (3, 4, 1, 10_000)
+
+
+@pytest.mark.parametrize("value", [0, -1, float("nan"), float("inf"), "1"])
+def test_a_bad_cpus_per_trial_is_refused_naming_it(value):
+    with pytest.raises(ConfigError, match="cpus_per_trial: must be a number > 0 or None"):
+        plan_devices({"CPU": 2}, cpus_per_trial=value)

@@ -414,6 +414,27 @@ def test_timeout_starts_no_new_trial_and_lets_running_ones_finish(tmp_path):
     assert (last_start - first_start).total_seconds() < timeout_s
 
 
+def test_cpus_per_trial_runs_more_objectives_at_once_on_each_core(tmp_path):
+    # cpus_per_trial=0.5 on the shared 2-CPU Ray: two objectives per core, four at once. Each waits until all
+    # four have started; with one per core the first two would give up and return 2.
+    import ray
+
+    n = 2 * int(ray.cluster_resources()["CPU"])
+    started = tmp_path / "started"
+    started.mkdir()
+
+    def objective(trial: Any) -> float:
+        (started / str(trial.number)).touch()
+        deadline = time.monotonic() + 10.0
+        while len(os.listdir(started)) < n and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return float(len(os.listdir(started)))
+
+    study = optuna.create_study()
+    _optimize(study, objective, tmp_path, n_trials=n, cpus_per_trial=0.5)
+    assert [t.value for t in study.trials] == [float(n)] * n
+
+
 # ---------------------------------------------------------------------------------------------- pruning
 
 

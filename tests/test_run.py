@@ -123,6 +123,8 @@ class _Unpicklable:
         (dict(lane_policy="lifo"), r"lane_policy: Input should be 'fifo', 'fair', 'rr', 'pack', 'srtf' or 'priority'"),
         (dict(gpu_per_trial=0), r"gpu_per_trial: Input should be greater than 0"),
         (dict(gpu_per_trial=float("nan")), r"gpu_per_trial: Input should be a finite number"),
+        (dict(cpus_per_trial=0), r"cpus_per_trial: Input should be greater than or equal to 0.0001"),
+        (dict(cpus_per_trial=float("inf")), r"cpus_per_trial: Input should be a finite number"),
     ],
 )
 def test_bad_input_is_refused_before_anything_is_written(storage, kwargs, message):

@@ -24,7 +24,7 @@ from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
 from fluidsalus.store import ExperimentStore
 from fluidsalus.tune import Tuner
-from fluidsalus.tune._trainable import gpu_hint, make_entry
+from fluidsalus.tune._trainable import cpu_request, gpu_hint, make_entry
 from fluidsalus.tune._translate import MaxBudgetStop, plan
 from fluidsalus.tune._tuner import TUNER_STATE_FILE
 
@@ -681,6 +681,44 @@ def test_the_planner_hint_is_the_gpu_of_a_static_request_only() -> None:
     assert gpu_hint({"cpu": 1.0, "gpu": 0.25}) == 0.25
     assert gpu_hint({"cpu": 2.0}) is None and gpu_hint({"gpu": 0.0}) is None and gpu_hint(None) is None
     assert gpu_hint(lambda config: {"gpu": 0.5}) is None  # per trial, known only at its start
+
+
+def test_the_cpu_request_is_a_static_requests_positive_cpu_only() -> None:
+    assert cpu_request({"cpu": 0.5, "gpu": 0.25}) == 0.5 and cpu_request({"cpu": 2.0}) == 2.0
+    assert cpu_request({"gpu": 1.0}) is None and cpu_request({"cpu": 0.0}) is None and cpu_request(None) is None
+    assert cpu_request(lambda config: {"cpu": 0.5}) is None  # per trial, known only at its start
+
+
+#: How long a trial of the test below waits for the others to start (its whole run when they do start).
+PEER_WAIT_S = 10.0
+
+
+def _waits_for_its_peers(config):
+    """Marks its start in ``config["dir"]``, then waits until ``config["n"]`` trials have started (or gives up)."""
+    open(os.path.join(config["dir"], str(config["i"])), "w").close()
+    deadline = time.monotonic() + PEER_WAIT_S
+    while len(os.listdir(config["dir"])) < config["n"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    resources = tune.get_context().get_trial_resources()
+    tune.report({"peers": len(os.listdir(config["dir"])), "cpu": resources["cpu"]})
+
+
+def test_a_fractional_cpu_request_runs_more_trials_at_once_on_each_core(ray_cluster, storage: str, tmp_path) -> None:
+    # {"cpu": 0.5} on the shared 2-CPU Ray: Ray runs four trials at once, and so does fluidsalus (two 1-core
+    # devices of two lanes each). With one trial per core, the first two would wait in vain and see only two.
+    import ray
+
+    n = 2 * int(ray.cluster_resources()["CPU"])
+    started = tmp_path / "started"
+    started.mkdir()
+    trainable = tune.with_resources(_waits_for_its_peers, {"cpu": 0.5})
+    _, grid = _run(trainable, storage, param_space={"dir": str(started), "n": n, "i": tune.grid_search(list(range(n)))})
+    assert sorted((r.metrics["peers"], r.metrics["cpu"]) for r in grid) == [(n, 0.5)] * n
+    store = ExperimentStore.open(grid.experiment_path, readonly=True)
+    try:
+        assert store.experiment()["spec"]["cpus_per_trial"] == 0.5
+    finally:
+        store.close()
 
 
 def test_rays_own_with_parameters_and_with_resources_are_translated(ray_cluster, storage: str) -> None:

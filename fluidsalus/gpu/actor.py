@@ -70,6 +70,7 @@ class _DeviceActor:
             "device": device.name,
             "kind": device.kind,
             "slots": device.slots,
+            "cpus": device.cpus,
             "torch_device": torch_device,
             "gpu_ids": physical,
             "pid": os.getpid(),
@@ -279,7 +280,7 @@ def start_device_actor(device: DeviceSpec, payload: bytes, settings: HostSetting
     Returns:
         The actor handle.
     """
-    options: dict[str, Any] = {"num_cpus": device.slots}
+    options: dict[str, Any] = {"num_cpus": device.cpus}
     if name is not None:
         options["name"] = name
     if device.kind == "cuda":

@@ -8,9 +8,10 @@ on one node (``fluidsalus.gpu.actor.cluster_nodes`` reads them from Ray).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fluidsalus.errors import ConfigError
 
@@ -29,6 +30,9 @@ DEFAULT_TRIAL_ESTIMATE = (256 * 2**20, 256 * 2**20)
 #: one 2-core device but 341 in 5.4 s on two 1-core devices (docs/benchmarks.md). Pass ``cpus_per_device``
 #: for trainables whose compute releases the GIL long enough to share a process.
 DEFAULT_CPUS_PER_DEVICE = 1
+#: Ray's resource unit: amounts are fixed-point numbers with four decimals (``0.0001`` is the finest request), so
+#: ``cores / cpus_per_trial`` is computed in these units, where ``1 / 0.1`` is exactly 10.
+RESOURCE_UNITS = 10_000
 
 
 @dataclass(frozen=True)
@@ -40,12 +44,14 @@ class DeviceSpec:
             the run, not the physical GPU id, which comes from Ray's assignment inside the actor).
         kind: ``"cpu"`` or ``"cuda"``.
         index: Position among the run's devices.
-        slots: Compute slots: the CPU cores reserved for the device's actor. Trials run at most this many
-            at once on a CPU device, and torch's intra-op threads are shared out among them.
+        slots: Compute slots: the most trials that run at once on the device (its lanes). As many as its
+            ``cpus`` unless a run's ``cpus_per_trial`` asks for another number (:func:`lanes_for`).
         node_id: The Ray node the device's actor is pinned to (``ray.nodes()[i]["NodeID"]``), or None to let
             Ray place it on any node with the resources (the single-pool plan of one resources mapping).
         node_devices: The run's devices on the same node (every device of a single pool): virtual CPU devices
             split their node's memory between them (:func:`virtual_device_capacity`, read on that node).
+        cpus: The CPU cores reserved for the device's actor (0, the default: ``slots``). On a virtual CPU
+            device torch's intra-op threads are shared out among its slots (``cpus // slots`` each, at least 1).
     """
 
     name: str
@@ -54,6 +60,34 @@ class DeviceSpec:
     slots: int
     node_id: str | None = None
     node_devices: int = 1
+    cpus: int = field(default=0)
+
+    def __post_init__(self) -> None:
+        if self.cpus <= 0:
+            object.__setattr__(self, "cpus", self.slots)
+
+
+def lanes_for(cores: int, cpus_per_trial: float | None) -> int:
+    """How many trials a device of ``cores`` CPU cores runs at once when each trial asks for ``cpus_per_trial``.
+
+    Ray's rule for a node: ``floor(cores / cpus_per_trial)`` trials fit. A device always runs at least one
+    (where one trial asks for more cores than the device has, it gets them all). No request: one per core.
+
+    Args:
+        cores: The device's cores (``DeviceSpec.cpus``).
+        cpus_per_trial: A trial's request (``fluidsalus.run(cpus_per_trial=...)``), or None.
+
+    Returns:
+        The device's slots, ``>= 1``.
+    """
+    if cpus_per_trial is None:
+        return max(1, cores)
+    return max(1, cores * RESOURCE_UNITS // _units(cpus_per_trial))
+
+
+def _units(amount: float) -> int:
+    """A resource amount in Ray's fixed-point units (at least one)."""
+    return max(1, round(amount * RESOURCE_UNITS))
 
 
 def host_memory_bytes() -> int:
@@ -75,6 +109,7 @@ def plan_devices(
     cluster: NodeResources | Mapping[str, NodeResources],
     devices: int | None = None,
     cpus_per_device: int | None = None,
+    cpus_per_trial: float | None = None,
 ) -> list[DeviceSpec]:
     """Decide the run's devices from Ray's resources, node by node.
 
@@ -91,9 +126,12 @@ def plan_devices(
             not pinned to any node.
         devices: How many devices to use; None means every GPU, or else one virtual CPU device per
             ``cpus_per_device`` cores of each node (at least one, if the cluster has a CPU).
-        cpus_per_device: Cores per device (CPU slots). None means :data:`DEFAULT_CPUS_PER_DEVICE` for virtual
-            CPU devices, and an even share of its node's cores for GPU devices. A node with fewer cores than
-            this gets one virtual CPU device of all its cores.
+        cpus_per_device: Cores per device. None means :data:`DEFAULT_CPUS_PER_DEVICE` for virtual CPU devices
+            (or ``ceil(cpus_per_trial)`` where that is more), and an even share of its node's cores for GPU
+            devices. A node with fewer cores than this gets one virtual CPU device of all its cores.
+        cpus_per_trial: The cores one trial asks for (Ray Tune's ``with_resources({"cpu": ...})``): each
+            device runs at most ``floor(cores / cpus_per_trial)`` trials at once, and at least one
+            (:func:`lanes_for`). None: one trial per core.
 
     Returns:
         The device specs, in order.
@@ -106,9 +144,19 @@ def plan_devices(
         raise ConfigError(f"devices: must be >= 1 or None (one per GPU / per {DEFAULT_CPUS_PER_DEVICE} cores)")
     if cpus_per_device is not None and cpus_per_device < 1:
         raise ConfigError("cpus_per_device: must be >= 1 or None")
+    if cpus_per_trial is not None and not (isinstance(cpus_per_trial, (int, float)) and 0 < cpus_per_trial < math.inf):
+        raise ConfigError(f"cpus_per_trial: must be a number > 0 or None (got {cpus_per_trial!r})")
     if any(_count(res, "GPU") > 0 for _, res in nodes):
-        return _plan_gpu_devices(nodes, devices, cpus_per_device)
-    return _plan_cpu_devices(nodes, devices, cpus_per_device)
+        specs = _plan_gpu_devices(nodes, devices, cpus_per_device)
+    else:
+        if cpus_per_device is None and cpus_per_trial is not None and _units(cpus_per_trial) > \
+                DEFAULT_CPUS_PER_DEVICE * RESOURCE_UNITS:
+            cpus_per_device = -(-_units(cpus_per_trial) // RESOURCE_UNITS)  # the whole cores one trial asks for
+        specs = _plan_cpu_devices(nodes, devices, cpus_per_device)
+    if cpus_per_trial is None:
+        return specs
+    return [DeviceSpec(d.name, d.kind, d.index, lanes_for(d.cpus, cpus_per_trial), d.node_id, d.node_devices, d.cpus)
+            for d in specs]
 
 
 def _as_nodes(cluster: NodeResources | Mapping[str, NodeResources]) -> list[tuple[str | None, NodeResources]]:

@@ -713,8 +713,9 @@ class Executor:
                 trial_estimate=DEFAULT_TRIAL_ESTIMATE,
                 policy=self.settings.lane_policy,
                 quantum_ms=self.settings.quantum_ms,
-                torch_threads=1 if spec.kind == "cpu" else None,
-                resources={"cpu": float(spec.slots), "gpu": 1.0 if spec.kind == "cuda" else 0.0},
+                # Its cores shared out among the trials it runs at once (one each by default).
+                torch_threads=max(1, spec.cpus // spec.slots) if spec.kind == "cpu" else None,
+                resources={"cpu": float(spec.cpus), "gpu": 1.0 if spec.kind == "cuda" else 0.0},
                 time_attr=self.searcher.time_attr,
             )
 
@@ -743,7 +744,7 @@ class Executor:
         except ray.exceptions.GetTimeoutError:
             for a in actors:
                 ray.kill(a)
-            wanted = ", ".join(f"{d.name} ({d.slots} CPU{', 1 GPU' if d.kind == 'cuda' else ''})"
+            wanted = ", ".join(f"{d.name} ({d.cpus} CPU{', 1 GPU' if d.kind == 'cuda' else ''})"
                                for d in self.device_specs)
             raise FluidsalusError(
                 f"the device actors did not start within {ACTOR_START_TIMEOUT_S:.0f} s. Asked for: {wanted}; "

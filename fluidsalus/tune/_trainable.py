@@ -279,6 +279,22 @@ def gpu_hint(resources: dict[str, float] | Callable[[dict[str, Any]], Any] | Non
     return float(gpu) if gpu is not None and gpu > 0 else None
 
 
+def cpu_request(resources: dict[str, float] | Callable[[dict[str, Any]], Any] | None) -> float | None:
+    """The cores every trial of a ``with_resources`` request asks for: its ``cpu``, the planner's lane count.
+
+    Args:
+        resources: The checked request (a dict), a function of the config, or None.
+
+    Returns:
+        ``resources["cpu"]`` when it is a dict with a positive ``cpu`` (``fluidsalus.run(cpus_per_trial=...)``);
+        None for no request, no ``cpu`` or ``cpu: 0``, or a function (known only as each trial starts).
+    """
+    if not isinstance(resources, Mapping):
+        return None
+    cpu = resources.get("cpu")
+    return float(cpu) if cpu is not None and cpu > 0 else None
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The class API
 # ---------------------------------------------------------------------------------------------------------

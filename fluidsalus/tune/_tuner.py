@@ -75,6 +75,7 @@ from fluidsalus.tune._tags import TAG_KEY, Tagger
 from fluidsalus.tune._trainable import (
     ClassOptions,
     adopt_ray_trainable,
+    cpu_request,
     gpu_hint,
     is_class_trainable,
     make_entry,
@@ -714,6 +715,7 @@ class Tuner:
                     resume=self._resume,
                     callbacks=[saver, policies, *engine_callbacks, *([adapter] if adapter is not None else [])],
                     gpu_per_trial=gpu_hint(entry.resources),
+                    cpus_per_trial=cpu_request(entry.resources),
                     trial_dirname=_dirname_function(dirname_creator, experiment_dir, label, tags,
                                                     tune_config.trial_name_creator, trial_names),
                     result_extras=tags,
