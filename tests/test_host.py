@@ -202,6 +202,47 @@ def test_trials_of_one_lane_alternate_per_iteration_and_switches_are_recorded(tm
     assert kinds.count("lane_open") == 1 and kinds.count("lane_resize") == 1 and kinds.count("lane_close") == 1
 
 
+def _seeded_draws(config):
+    """Seeds the global generators with ``config["seed"]`` (unless None) and reports one draw of each per
+    iteration, sleeping meanwhile so that the other trial of the lane takes its turn between any two."""
+    import random
+
+    import numpy as np
+    import torch
+
+    if config["seed"] is not None:
+        random.seed(config["seed"]), np.random.seed(config["seed"]), torch.manual_seed(config["seed"])
+    for _ in range(4):
+        time.sleep(0.01)
+        fluidsalus.report({"draws": (random.random(), float(np.random.rand()), float(torch.rand(1)))})
+
+
+def test_each_trial_of_a_one_lane_device_has_the_global_random_generators_to_itself(tmp_path):
+    """As under Ray, where each trial is a process: a trial that seeds random, NumPy and torch draws the same
+    numbers whether or not another trial time-slices its lane, and unseeded trials never share a stream."""
+    import random
+
+    import numpy as np
+    import torch
+
+    def alone(seed):
+        random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
+        return [(random.random(), float(np.random.rand()), float(torch.rand(1))) for _ in range(4)]
+
+    for seeds in ((1, 2), (None, None)):
+        host = DeviceHost(_seeded_draws, _settings(max_lanes=1))
+        host.submit([_spec(tmp_path, i, seed=s) for i, s in enumerate(seeds)])
+        events = _drain(host, 2)
+        switches = [e for e in events if e[0] == EV_LANE and e[4] == "switch"]
+        assert len(switches) >= 3  # they did take turns
+        draws = {tid: [tuple(e[4]["draws"]) for e in events if e[0] == EV_RESULT and e[1] == tid]
+                 for tid in ("t0", "t1")}
+        if seeds[0] is not None:
+            assert draws == {"t0": alone(1), "t1": alone(2)}
+        else:
+            assert not set(draws["t0"]) & set(draws["t1"])
+
+
 def test_lanes_run_side_by_side_up_to_max_lanes(tmp_path):
     lock, now, peak = threading.Lock(), [0], [0]
 

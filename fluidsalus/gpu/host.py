@@ -44,6 +44,7 @@ from fluidsalus.errors import ConfigError
 from fluidsalus.gpu import lanes as ln
 from fluidsalus.gpu import memory as mem
 from fluidsalus.gpu import nvml
+from fluidsalus.gpu import rng as rngs
 from fluidsalus.gpu.allocator import is_refusal
 from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE, ArenaBackend, host_arenas
 from fluidsalus.gpu.hints import shared_process_hint
@@ -197,6 +198,7 @@ class _Running:
     suspect_t: int | None = None  # an RSS-measured T that alone would not fit the device, awaiting a second look
     readmitted: threading.Event | None = None  # set when a trial that had to wait for memory is placed again
     began: bool = False  # it has been given its lane's turn: its code may have run
+    rngs: rngs.RngState | None = None  # its global random generators, kept while another trial holds them
     withdrawn: bool = False  # taken back before it began (:meth:`DeviceHost.withdraw`): it ends without running
 
 
@@ -356,6 +358,9 @@ class DeviceHost:
         self._grant_seq = 0  # counts every turn given anywhere on the device (for "ran alone" checks)
         self._closed = False
         self._torch_configured = False
+        # One lane: one trial runs at a time, so each can have the process's random generators to itself.
+        self._own_rngs = settings.max_lanes == 1
+        self._rng_owner: _Running | None = None  # whose streams the generators hold now
         inherit_sessions_in_started_threads()  # a thread a trial starts reports to that trial, as under Ray
         if settings.torch_threads is not None:
             # torch reads these when it is first imported; a torch imported earlier is set up in _run_trial.
@@ -595,6 +600,8 @@ class DeviceHost:
         r.turn.clear()
         if r.withdrawn:  # woken by withdraw(), without a turn
             return
+        if self._own_rngs and self._rng_owner is not r:
+            self._swap_rngs(r)
         turn = self._turns.get(r.lane_id, turn)  # the turn may have come in another lane (_spread_locked)
         self._enter_arena(r, turn)
         now = time.perf_counter()
@@ -606,6 +613,19 @@ class DeviceHost:
                 self._emit_locked((EV_LANE, r.spec.trial_id, r.spec.attempt, time.time(), "switch",
                                    {"lane": r.lane_id, "from": turn.released_by, "latency_ms": latency_ms}))
         turn.released_by = None
+
+    def _swap_rngs(self, r: _Running) -> None:
+        """In ``r``'s thread, at the start of its turn on a one-lane device, after another trial's: keep that
+        trial's random generators for its next turn and give ``r`` its own (fresh ones at its first turn). The
+        other trial is not running (one lane), so the swap races with nothing; it costs one
+        :func:`~fluidsalus.gpu.rng.capture` and one :func:`~fluidsalus.gpu.rng.restore` (about 80 us with NumPy
+        imported, its legacy generator's state being most of it) per change of hands, and nothing while a
+        trial keeps its lane."""
+        owner = self._rng_owner
+        if owner is not None:
+            owner.rngs = rngs.capture()
+        rngs.restore(r.rngs)
+        self._rng_owner = r
 
     def _enter_arena(self, r: _Running, turn: _LaneTurn) -> None:
         """Arena mode, at every turn start: charge this thread's allocations, and those on the lane's stream
@@ -862,6 +882,8 @@ class DeviceHost:
     def _leave_locked(self, trial_id: str) -> None:
         """A trial ended: its turn goes on, it leaves its lane, and waiting trials are admitted."""
         r = self._running[trial_id]
+        if self._rng_owner is r:
+            self._rng_owner = None  # its streams end with it: the next holder need not keep them
         self._release_locked(r, ready=False)
         del self._running[trial_id]
         turn = self._turns.get(r.lane_id)
