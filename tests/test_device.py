@@ -80,3 +80,9 @@ def test_a_device_reserves_its_cores_and_runs_one_trial_per_core_by_default():
 def test_a_bad_cpus_per_trial_is_refused_naming_it(value):
     with pytest.raises(ConfigError, match="cpus_per_trial: must be a number > 0 or None"):
         plan_devices({"CPU": 2}, cpus_per_trial=value)
+
+
+def test_devices_that_cpus_per_trial_sized_and_that_do_not_fit_say_so():
+    with pytest.raises(ConfigError, match=r"3 virtual CPU device\(s\) x 2 CPU\(s\) each needs 6 CPUs.*"
+                                          r"\(cpus_per_trial=1.5 makes devices of 2 cores\)"):
+        plan_devices({"CPU": 4}, devices=3, cpus_per_trial=1.5)

@@ -151,8 +151,13 @@ def plan_devices(
     else:
         if cpus_per_device is None and cpus_per_trial is not None and _units(cpus_per_trial) > \
                 DEFAULT_CPUS_PER_DEVICE * RESOURCE_UNITS:
-            cpus_per_device = -(-_units(cpus_per_trial) // RESOURCE_UNITS)  # the whole cores one trial asks for
-        specs = _plan_cpu_devices(nodes, devices, cpus_per_device)
+            cores = -(-_units(cpus_per_trial) // RESOURCE_UNITS)  # the whole cores one trial asks for
+            try:
+                specs = _plan_cpu_devices(nodes, devices, cores)
+            except ConfigError as e:
+                raise ConfigError(f"{e} (cpus_per_trial={cpus_per_trial} makes devices of {cores} cores)") from None
+        else:
+            specs = _plan_cpu_devices(nodes, devices, cpus_per_device)
     if cpus_per_trial is None:
         return specs
     return [DeviceSpec(d.name, d.kind, d.index, lanes_for(d.cpus, cpus_per_trial), d.node_id, d.node_devices, d.cpus)
