@@ -5,8 +5,9 @@ initialised) are per process; the trials of a device are threads of one process.
 process of its own, so a trial that seeds them (``torch.manual_seed(config["seed"])``) has their streams to
 itself. On a device of one lane exactly one trial runs at a time, so the device host can give each trial its own
 streams: it saves them when the trial gives its lane's turn away and restores them when the trial gets it back
-(:class:`fluidsalus.gpu.host.DeviceHost`). A trial's first turn starts from fresh streams (seeded from the
-operating system's entropy, as a new process's ``random`` and NumPy are), never from another trial's.
+(:class:`fluidsalus.gpu.host.DeviceHost`). A trial's first turn starts from fresh streams, seeded from the
+operating system's entropy as a new process's are (torch seeds its default generator so too), never from
+another trial's.
 
 Only modules already imported are touched: nothing here imports NumPy or torch.
 """
