@@ -86,6 +86,10 @@ def test_trial_demand_counts_the_iterations_a_restart_would_run_again():
                         ESTIMATE).since_checkpoint == 7  # no checkpoint: everything
     at_checkpoint = _trial("e", budget=20, last_iteration=4, checkpoint_path="/tmp/e/checkpoint_000004")
     assert trial_demand(at_checkpoint, "training_iteration", ESTIMATE).since_checkpoint == 0
+    # A trial that reported and has no checkpoint is never restarted (plan_actions refuses): the planner is told.
+    assert [trial_demand(t, "training_iteration", ESTIMATE).restartable
+            for t in (running, _trial("d", budget=20, last_iteration=7, devices=(0,)), at_checkpoint,
+                      _trial("f", budget=20, devices=(0,)))] == [True, False, True, True]
 
 
 def test_the_planner_starts_the_longest_queued_trial_first():
@@ -675,7 +679,7 @@ def test_a_trial_moves_only_from_a_checkpoint(storage, checkpoint):
     """Two single-slot devices, three trials: 'a' and 'short' start, 'b' is prefetched behind 'a', begins while
     'a' waits for the driver and time-slices its lane. When 'short' ends, the planner spreads 'b' to the free
     device. With checkpoints it moves there at its next boundary and resumes from its checkpoint; without, it
-    stays (a restart would lose its work)."""
+    stays (a restart would lose its work, so the planner does not plan one)."""
     space = {"n": fluidsalus.grid_search([40, 8, 40]), "checkpoint": checkpoint}
     grid = fluidsalus.run(unevenly, space, devices=2, cpus_per_device=1, storage_path=storage,
                           name=f"move{checkpoint}", verbose=0, call_handler=lambda trial_id, method, args: None)
@@ -685,10 +689,10 @@ def test_a_trial_moves_only_from_a_checkpoint(storage, checkpoint):
     restarts = reader.events("trial_restart")
     planner = fluidsalus.inspect(grid.experiment_path).planner  # what `fluidsalus inspect` shows of it
     if not checkpoint:
-        assert not restarts
-        refused = reader.events("plan_refused")
-        assert refused and all(e.data["reason"] == REFUSED_NO_CHECKPOINT for e in refused)
-        assert planner.moves == 0 and planner.refused == {REFUSED_NO_CHECKPOINT: len(refused)}
+        # The planner knows that neither long trial can restart (TrialDemand.restartable): it plans no move,
+        # so the executor has none to refuse (its refusal: test_a_move_needs_a_checkpoint_and_a_computing_trial).
+        assert not restarts and not reader.events("plan_refused") and not reader.events("plan_move")
+        assert planner.moves == 0 and planner.refused == {}
         assert planner.move_cost_s is None
         return
     assert restarts, "the time-sliced trial was never spread to the free device"

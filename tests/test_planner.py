@@ -432,6 +432,22 @@ def test_rebalance_moves_a_long_trial_off_a_crowded_device():
     assert [(a.trial_id, a.devices) for a in plan(t0_dear, devices(2, slots=3), book).changes] == [("t0", (1,))]
 
 
+def test_rebalance_leaves_a_trial_that_cannot_be_restarted_and_moves_the_next():
+    # The same devices as above; t0 reported and has no checkpoint, so the executor would refuse to restart it
+    # (docs/architecture.md, "Prefetch"): the planner leaves it and moves t1, which can restart (here: it has
+    # not begun, as a trial prefetched to the crowded device at the end of a wave).
+    book = curve_book([10.0, 14.0, 19.0])
+    ts = [TrialDemand("t0", 100, GIB, GIB, devices=(0,), since_checkpoint=1, restartable=False),
+          TrialDemand("t1", 50, GIB, GIB, devices=(0,), seq=1), TrialDemand("t2", 30, GIB, GIB, devices=(0,), seq=2),
+          TrialDemand("t3", 20, GIB, GIB, devices=(1,), seq=3),
+          TrialDemand("t4", 10, GIB, GIB, devices=(1,), seq=4, paused=True)]
+    assert [(a.trial_id, a.devices) for a in plan(ts, devices(2, slots=3), book).changes] == [("t1", (1,))]
+    planner = Planner()  # and the same through the planner object (its cached state included)
+    planner.book = book
+    assert [(a.trial_id, a.devices) for a in planner.plan(ts, devices(2, slots=3)).changes] == [("t1", (1,))]
+    assert planner.plan([t._replace(restartable=True) for t in ts], devices(2, slots=3)).changes[0].trial_id == "t0"
+
+
 def test_device_gone_means_moved_or_preempted():
     ts = [TrialDemand("a", 10, GIB, GIB, devices=(5,)), TrialDemand("b", 10, GIB, GIB, devices=(6,), seq=1)]
     result = plan(ts, devices(1, slots=1))

@@ -292,7 +292,11 @@ class WaterfillStrategy(Strategy):
         if not demands:
             return None
         self.plans += 1
-        return self.planner.plan(demands, self.device_views())
+        return self.planner.plan(self.adjust(demands), self.device_views())
+
+    def adjust(self, demands: list[TrialDemand]) -> list[TrialDemand]:
+        """What the planner is told beyond the trials' cached demands (a replay's executor rules); as they are."""
+        return demands
 
     def place(self, now: float) -> None:
         plan = self.plan()

@@ -91,7 +91,7 @@ from fluidsalus.sim.engine import ENDED, PAUSED, QUEUED, SimResult, SimTrial, Si
 from fluidsalus.sim.model import Hardware, colocated_speed
 from fluidsalus.sim.strategies import Strategy, WaterfillStrategy, make_strategy
 from fluidsalus.sim.workload import TRACE_FORMAT, TRACE_VERSION, TrialRecord, Workload
-from fluidsalus.trialgroup.planner import DEFAULT_MOVE_COST_S, KEEP, START, PlannerSettings
+from fluidsalus.trialgroup.planner import DEFAULT_MOVE_COST_S, KEEP, START, PlannerSettings, TrialDemand
 from fluidsalus.trialgroup.trial import TrialGroup
 
 #: Trials the real executor queues on a device beyond its slots (``executor.PREFETCH_PER_DEVICE``; a test
@@ -1153,6 +1153,15 @@ class PlannerExecutorStrategy(WaterfillStrategy):
                                                 for t in trials.values()):  # ended trials' attempts count too
             self.planner.settings = replace(self.planner.settings, move_cost_s=hardware.startup_s)
             self._started_measured = True
+
+    def adjust(self, demands: list[TrialDemand]) -> list[TrialDemand]:
+        """Without checkpoints a placed trial that has done an iteration cannot restart: the executor tells the
+        planner so (``TrialDemand.restartable``), and the planner weighs another trial for a move instead."""
+        if self.checkpoints:
+            return demands
+        trials = self.sim.trials
+        return [d._replace(restartable=False) if d.devices and trials[d.trial_id].iteration > 0 else d
+                for d in demands]
 
     def place(self, now: float) -> None:
         if self._learning:

@@ -287,7 +287,8 @@ def trial_demand(trial: Trial, time_attr: str, estimate: tuple[int, int],
     Returns:
         The demand: remaining budget, estimates, planned devices, paused flag, arrival order, the
         data-parallel bounds (``min_devices``/``max_devices``), and the iterations a restart would run again
-        (``since_checkpoint``: its last iteration less its checkpoint's, all of them without a checkpoint).
+        (``since_checkpoint``: its last iteration less its checkpoint's, all of them without a checkpoint),
+        and whether it may be restarted at all (``restartable``: not once it reported without a checkpoint).
     """
     p = trial.p_bytes if trial.p_bytes is not None else estimate[0]
     t = trial.t_bytes if trial.t_bytes is not None else estimate[1]
@@ -298,7 +299,9 @@ def trial_demand(trial: Trial, time_attr: str, estimate: tuple[int, int],
     return TrialDemand(trial.trial_id, remaining_budget(trial, time_attr), p, t,
                        data_parallel=workers is not None and workers[1] > 1, devices=tuple(trial.devices),
                        paused=trial.status == PAUSED, seq=trial.seq,
-                       since_checkpoint=max(0, trial.last_iteration - checkpointed), **extra)
+                       since_checkpoint=max(0, trial.last_iteration - checkpointed),
+                       # plan_actions refuses to restart a trial that reported and has no checkpoint
+                       restartable=trial.checkpoint_path is not None or trial.last_iteration == 0, **extra)
 
 
 class TrialState(NamedTuple):

@@ -194,6 +194,9 @@ class TrialDemand(NamedTuple):
         since_checkpoint: Iterations it ran after its last checkpoint (all of them when it has none). A move or
             a resize restarts it from that checkpoint and runs them again, so the planner adds their predicted
             time to ``move_cost_s`` (or the resize cost) when it weighs moving or growing this trial.
+        restartable: False for a placed trial that has reported in its attempt and has no checkpoint: the
+            executor never restarts such a trial (its work would be lost), so the planner never moves or
+            resizes it (:meth:`Planner.restart_cost_s` is infinite) and weighs the next candidate instead.
     """
 
     trial_id: str
@@ -207,6 +210,7 @@ class TrialDemand(NamedTuple):
     min_devices: int = 1
     max_devices: int | None = None
     since_checkpoint: int = 0
+    restartable: bool = True
 
     @property
     def computing(self) -> bool:
@@ -991,7 +995,10 @@ class _Planning:
 
     def restart_cost_s(self, t: TrialDemand, cost_s: float) -> float:
         """What restarting ``t`` from its checkpoint costs it: ``cost_s`` (a move's or a resize's) plus its
-        iterations since that checkpoint at its alone time per iteration (they are run again)."""
+        iterations since that checkpoint at its alone time per iteration (they are run again); infinite for a
+        trial that cannot be restarted (``TrialDemand.restartable``)."""
+        if not t.restartable:
+            return math.inf
         return cost_s + t.since_checkpoint * self.book.alone(t.trial_id) if t.since_checkpoint else cost_s
 
     def mem(self, d: int) -> LaneMemory:
