@@ -90,6 +90,9 @@ def test_trial_demand_counts_the_iterations_a_restart_would_run_again():
     assert [trial_demand(t, "training_iteration", ESTIMATE).restartable
             for t in (running, _trial("d", budget=20, last_iteration=7, devices=(0,)), at_checkpoint,
                       _trial("f", budget=20, devices=(0,)))] == [True, False, True, True]
+    # Its device was asked to give it back: it had begun, or it is on its way back to the queue.
+    asked = _trial("g", budget=20, devices=(0,))
+    assert not trial_demand(asked, "training_iteration", ESTIMATE, withdrawal_asked=True).restartable
 
 
 def test_the_planner_starts_the_longest_queued_trial_first():

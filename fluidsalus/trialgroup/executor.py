@@ -275,7 +275,7 @@ def _checkpoint_iteration(path: str) -> int:
 
 
 def trial_demand(trial: Trial, time_attr: str, estimate: tuple[int, int],
-                 workers: tuple[int, int] | None = None) -> TrialDemand:
+                 workers: tuple[int, int] | None = None, withdrawal_asked: bool = False) -> TrialDemand:
     """What the planner is told about one live trial.
 
     Args:
@@ -283,6 +283,8 @@ def trial_demand(trial: Trial, time_attr: str, estimate: tuple[int, int],
         time_attr: The result key budgets are measured in.
         estimate: ``(P, T)`` bytes assumed until the trial's device has recorded an estimate.
         workers: ``(min_workers, max_workers)`` its trainable declared as data-parallel, or None.
+        withdrawal_asked: Its device was asked to give this attempt back (and has not yet, or would not: it had
+            begun). It is then not restartable without a checkpoint, as :func:`plan_actions` sees it.
 
     Returns:
         The demand: remaining budget, estimates, planned devices, paused flag, arrival order, the
@@ -300,8 +302,10 @@ def trial_demand(trial: Trial, time_attr: str, estimate: tuple[int, int],
                        data_parallel=workers is not None and workers[1] > 1, devices=tuple(trial.devices),
                        paused=trial.status == PAUSED, seq=trial.seq,
                        since_checkpoint=max(0, trial.last_iteration - checkpointed),
-                       # plan_actions refuses to restart a trial that reported and has no checkpoint
-                       restartable=trial.checkpoint_path is not None or trial.last_iteration == 0, **extra)
+                       # what plan_actions carries out: a move from a checkpoint, or a withdrawal of a trial
+                       # that may not have begun (TrialState.can_restart, .unbegun)
+                       restartable=trial.checkpoint_path is not None
+                       or (trial.last_iteration == 0 and not withdrawal_asked), **extra)
 
 
 class TrialState(NamedTuple):
@@ -1142,7 +1146,8 @@ class Executor:
 
     def _demand(self, trial: Trial, time_attr: str) -> TrialDemand:
         """:func:`trial_demand`, as the same object as last time when it is equal to it."""
-        demand = trial_demand(trial, time_attr, DEFAULT_TRIAL_ESTIMATE, self._workers)
+        demand = trial_demand(trial, time_attr, DEFAULT_TRIAL_ESTIMATE, self._workers,
+                              withdrawal_asked=(trial.trial_id, trial.attempt) in self._withdraw_sent)
         before = self._demands.get(trial.trial_id)
         if before == demand:
             return before  # type: ignore[return-value]
