@@ -263,11 +263,12 @@ def test_declared_workers_reads_the_trainables_data_parallel_declaration():
 
 
 class _FakeMethod:
-    def __init__(self, calls, name):
-        self.calls, self.name = calls, name
+    def __init__(self, calls, name, batches):
+        self.calls, self.name, self.batches = calls, name, batches
 
-    def remote(self, *args):
+    def remote(self, *args, batch=None):
         self.calls.append((self.name, args))
+        self.batches.append(batch)
 
 
 class _FakeActor:
@@ -275,9 +276,10 @@ class _FakeActor:
 
     def __init__(self):
         self.calls = []
+        self.batches = []  # the number of each call (Executor._batch)
 
     def __getattr__(self, name):
-        return _FakeMethod(self.calls, name)
+        return _FakeMethod(self.calls, name, self.batches)
 
 
 def _sent(device):
@@ -442,6 +444,20 @@ def test_a_trial_promoted_while_its_attempt_ends_for_a_restart_restarts_to_the_n
     assert trial.last_iteration == 5 and trial.checkpoint_path == str(checkpoint)
     row = {t.trial_id: t for t in store.trials()}["a"]
     assert (row.budget, row.group_id, row.status, row.attempt) == (10, "g2", PENDING, 1)
+
+
+def test_calls_that_bring_a_device_commands_are_numbered_in_the_order_they_are_sent(tmp_path):
+    executor, _ = _offline_executor(tmp_path)
+    device = executor._devices[0]
+    device.poll_ref = "outstanding"  # commands go at once, each as a call of its own
+    executor._send(device, "submit", ["spec"])
+    executor._send(device, "stop", ["a"])
+    assert device.actor.calls == [("submit", (["spec"],)), ("stop", (["a"],))] and device.actor.batches == [0, 1]
+    device.poll_ref = None  # its poll came back: the next command waits for the next poll, numbered then
+    executor._send(device, "resume", {"a": 3})
+    assert device.outbox == [("resume", ({"a": 3},))] and device.batches == 2
+    executor._adopt(device, device.info)  # a new actor (after a death) counts from 0
+    assert device.batches == 0
 
 
 @pytest.mark.parametrize("paused", [True, False], ids=["paused_at_its_budget", "running"])
@@ -996,5 +1012,10 @@ def test_a_device_carries_out_the_commands_sent_with_a_poll_in_their_order_befor
                            match="unknown device command 'kill'; allowed: submit, stop, withdraw, resume, "
                                  "request_checkpoint"):
             ray.get(actor.apply.remote([("kill", ())]), timeout=120)
+        # Numbered calls are carried out in their numbers' order, whichever the actor's threads get first (Ray
+        # does not order the calls of a threaded actor): the stop numbered 1 waits for the submit numbered 0.
+        ray.get(actor.stop.remote(["c"], batch=1), timeout=120)
+        ray.get(actor.submit.remote([spec("c")], batch=0), timeout=120)
+        assert run("c", None)[0] == OUT_STOPPED
     finally:
         ray.kill(actor, no_restart=True)

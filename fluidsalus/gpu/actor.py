@@ -13,6 +13,7 @@ import os
 import pickle
 import socket
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -90,6 +91,10 @@ class _DeviceActor:
         # Utilisation and memory of the GPU, sampled in the background and sent with each poll (for goodput).
         self._nvml = nvml.NvmlSampler(nvml.nvml_device_for_cuda(0)) if device.kind == "cuda" else None
         self._nvml_sent = 0.0
+        # The driver's command batches, carried out in the order it numbered them (see _carry_out).
+        self._order = threading.Lock()
+        self._next_batch = 0
+        self._early: dict[int, list[tuple[str, tuple[Any, ...]]]] = {}
 
     def info(self) -> dict[str, Any]:
         return self._info
@@ -102,37 +107,58 @@ class _DeviceActor:
         """
         return free_port()
 
-    def submit(self, specs: list[TrialSpec]) -> None:
-        self.host.submit(specs)
+    # The commands (:data:`COMMANDS`), each a call of its own or a batch with a poll. ``batch`` is the number the
+    # driver gave the call's commands (None: carry them out at once): see :meth:`apply`.
 
-    def stop(self, trial_ids: list[str], attempts: dict[str, int] | None = None) -> None:
-        self.host.stop(trial_ids, attempts)
+    def submit(self, specs: list[TrialSpec], batch: int | None = None) -> None:
+        self.apply([("submit", (specs,))], batch)
 
-    def withdraw(self, trial_ids: list[str], attempts: dict[str, int]) -> None:
-        self.host.withdraw(trial_ids, attempts)
+    def stop(self, trial_ids: list[str], attempts: dict[str, int] | None = None, batch: int | None = None) -> None:
+        self.apply([("stop", (trial_ids, attempts))], batch)
 
-    def resume(self, budgets: dict[str, float | None]) -> None:
-        self.host.resume(budgets)
+    def withdraw(self, trial_ids: list[str], attempts: dict[str, int], batch: int | None = None) -> None:
+        self.apply([("withdraw", (trial_ids, attempts))], batch)
 
-    def request_checkpoint(self, trial_ids: list[str]) -> None:
-        self.host.request_checkpoint(trial_ids)
+    def resume(self, budgets: dict[str, float | None], batch: int | None = None) -> None:
+        self.apply([("resume", (budgets,))], batch)
 
-    def answer(self, call_id: int, value: Any, is_error: bool = False) -> None:
-        self.host.answer(call_id, value, is_error)
+    def request_checkpoint(self, trial_ids: list[str], batch: int | None = None) -> None:
+        self.apply([("request_checkpoint", (trial_ids,))], batch)
 
-    def apply(self, commands: list[tuple[str, tuple[Any, ...]]]) -> None:
-        """Carry out the driver's commands in order: each is ``(method, args)`` for one of :data:`COMMANDS`."""
-        for method, args in commands:
+    def answer(self, call_id: int, value: Any, is_error: bool = False, batch: int | None = None) -> None:
+        self.apply([("answer", (call_id, value, is_error))], batch)
+
+    def apply(self, commands: list[tuple[str, tuple[Any, ...]]], batch: int | None = None) -> None:
+        """Carry out the driver's commands in order: each is ``(method, args)`` for one of :data:`COMMANDS`.
+
+        The actor serves its calls on a thread pool, so two calls the driver sent one after the other may run in
+        either order (a ``stop`` before the ``submit`` it follows would find no trial). The driver therefore
+        numbers each call that carries commands, per device actor, from 0 (``batch``); a batch that arrives
+        before the one numbered just below it waits here and is carried out, in order, by the thread that
+        brings the missing one. None: carry the commands out at once (a caller of its own, such as a test).
+        """
+        for method, _ in commands:
             if method not in COMMANDS:
                 raise ValueError(f"unknown device command {method!r}; allowed: {', '.join(COMMANDS)}")
-            getattr(self, method)(*args)
+        if batch is None:
+            self._carry_out(commands)
+            return
+        with self._order:
+            self._early[batch] = commands
+            while self._next_batch in self._early:
+                self._carry_out(self._early.pop(self._next_batch))
+                self._next_batch += 1
 
-    def poll(self, max_wait_s: float, commands: list[tuple[str, tuple[Any, ...]]] | None = None
-             ) -> list[tuple[Any, ...]]:
-        """Carry out ``commands`` (see :meth:`apply`), then return the device's events, waiting up to
-        ``max_wait_s`` for the first one."""
+    def _carry_out(self, commands: list[tuple[str, tuple[Any, ...]]]) -> None:
+        for method, args in commands:
+            getattr(self.host, method)(*args)
+
+    def poll(self, max_wait_s: float, commands: list[tuple[str, tuple[Any, ...]]] | None = None,
+             batch: int | None = None) -> list[tuple[Any, ...]]:
+        """Carry out ``commands`` (see :meth:`apply`; ``batch``: their number), then return the device's events,
+        waiting up to ``max_wait_s`` for the first one."""
         if commands:
-            self.apply(commands)
+            self.apply(commands, batch)
         events = self.host.poll(max_wait_s)
         if self._nvml is not None and self._nvml.available:
             for sample in self._nvml.samples():

@@ -604,6 +604,7 @@ class _Device:
     poll_ref: Any = None
     alive: bool = True
     outbox: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)  # commands for its next poll
+    batches: int = 0  # calls with commands sent to its actor: the next one's number (``_DeviceActor.apply``)
     lanes: int = 0  # open lanes, from the device's lane events (for the progress view)
     capacity: int = 0  # bytes its lanes may reserve (the planner's DeviceView.capacity_bytes)
     curve_key: str = "cpu"  # device class whose co-location and scaling curves apply
@@ -733,6 +734,7 @@ class Executor:
     def _adopt(self, device: _Device, info: dict[str, Any]) -> None:
         """Take a (new) actor's info: the capacity and class the planner sees, and empty lanes."""
         device.info = info
+        device.batches = 0  # a new actor numbers the calls that bring it commands from 0
         # The actor reports its lane capacity: a GPU's free memory, or a CPU device's share of its node's memory.
         device.capacity = int(info.get("capacity_bytes") or 0)
         model = info.get("gpu_name")
@@ -773,15 +775,23 @@ class Executor:
         A device whose last poll came back gets the command with its next poll, which the loop sends before it
         waits again, so a busy device gets one message per round trip instead of one per command; the device
         carries out a poll's commands in the order they were sent, before it polls. A device with a poll still
-        out gets the command at once, as its own actor call. A dead device's commands are dropped (its trials
-        are requeued by :meth:`_device_died`).
+        out gets the command at once, as its own actor call. Each call that brings commands is numbered
+        (:meth:`_batch`), and the device carries them out in that order. A dead device's commands are dropped
+        (its trials are requeued by :meth:`_device_died`).
         """
         if not device.alive:
             return
         if device.poll_ref is None:
             device.outbox.append((method, args))
         else:
-            getattr(device.actor, method).remote(*args)
+            getattr(device.actor, method).remote(*args, batch=self._batch(device))
+
+    @staticmethod
+    def _batch(device: _Device) -> int:
+        """The number of the next call that brings ``device``'s actor commands: it carries them out in this
+        order, whichever of its threads gets which call first (``_DeviceActor.apply``)."""
+        device.batches += 1
+        return device.batches - 1
 
     def _stop_devices(self) -> None:
         live = [d for d in self._devices if d.alive]
@@ -836,7 +846,8 @@ class Executor:
             for device in self._devices:
                 if device.alive and device.poll_ref is None:
                     commands, device.outbox = device.outbox, []
-                    device.poll_ref = device.actor.poll.remote(POLL_WAIT_S, commands)
+                    device.poll_ref = device.actor.poll.remote(POLL_WAIT_S, commands,
+                                                               batch=self._batch(device) if commands else None)
                 if device.alive:
                     refs.append(device.poll_ref)
             if not refs:
