@@ -1017,5 +1017,10 @@ def test_a_device_carries_out_the_commands_sent_with_a_poll_in_their_order_befor
         ray.get(actor.stop.remote(["c"], batch=1), timeout=120)
         ray.get(actor.submit.remote([spec("c")], batch=0), timeout=120)
         assert run("c", None)[0] == OUT_STOPPED
+        # A refused batch still takes its turn: the batches after it are carried out.
+        with pytest.raises(ray.exceptions.RayTaskError, match="unknown device command 'kill'"):
+            ray.get(actor.apply.remote([("kill", ())], batch=2), timeout=120)
+        ray.get(actor.submit.remote([spec("d")], batch=3), timeout=120)
+        assert run("d", None) == (OUT_COMPLETED, _SLOW_REPORTS)
     finally:
         ray.kill(actor, no_restart=True)

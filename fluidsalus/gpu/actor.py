@@ -137,17 +137,19 @@ class _DeviceActor:
         before the one numbered just below it waits here and is carried out, in order, by the thread that
         brings the missing one. None: carry the commands out at once (a caller of its own, such as a test).
         """
-        for method, _ in commands:
-            if method not in COMMANDS:
-                raise ValueError(f"unknown device command {method!r}; allowed: {', '.join(COMMANDS)}")
+        unknown = next((method for method, _ in commands if method not in COMMANDS), None)
         if batch is None:
-            self._carry_out(commands)
-            return
-        with self._order:
-            self._early[batch] = commands
-            while self._next_batch in self._early:
-                self._carry_out(self._early.pop(self._next_batch))
-                self._next_batch += 1
+            if unknown is None:
+                self._carry_out(commands)
+        else:
+            with self._order:
+                self._early[batch] = commands if unknown is None else []  # a refused batch still takes its turn
+                while self._next_batch in self._early:
+                    ready = self._early.pop(self._next_batch)
+                    self._next_batch += 1  # first: a command that raises must not hold back the batches after it
+                    self._carry_out(ready)
+        if unknown is not None:
+            raise ValueError(f"unknown device command {unknown!r}; allowed: {', '.join(COMMANDS)}")
 
     def _carry_out(self, commands: list[tuple[str, tuple[Any, ...]]]) -> None:
         for method, args in commands:
