@@ -460,29 +460,6 @@ def test_calls_that_bring_a_device_commands_are_numbered_in_the_order_they_are_s
     assert device.batches == 0
 
 
-@pytest.mark.parametrize("paused", [True, False], ids=["paused_at_its_budget", "running"])
-def test_a_trial_that_reports_after_its_stop_was_sent_is_sent_the_stop_again(tmp_path, paused):
-    """The device actor runs its calls on a thread pool: a stop sent while the trial's submission was on its way
-    may be carried out first and find no trial (an endless ASHA run hung once in CI: the trial paused at its
-    rung, waiting for a verdict, while the run waited for it to end). A result after the stop brings the stop
-    again, for that attempt."""
-    from fluidsalus.gpu.host import EV_RESULT
-
-    executor, store = _offline_executor(tmp_path)
-    trial = _trial("a", status=RUNNING, placed_on=(0,), devices=(0,), budget=1, attempt=2)
-    _queue(executor, store, trial)
-    executor.pending.discard("a")
-    executor._devices[0].assigned.add("a")
-    executor._send_stop(["a"])
-    assert _sent(executor._devices[0]) == [("stop", (["a"],))]
-    metrics = {"training_iteration": 1, "time_this_iter_s": 0.1}
-    executor._handle(executor._devices[0], [(EV_RESULT, "a", 2, 1.0, metrics, paused, False)])
-    assert _sent(executor._devices[0])[1:] == [("stop", (["a"], {"a": 2}))]
-    # A result of an earlier attempt (one that already ended) brings nothing.
-    executor._handle(executor._devices[0], [(EV_RESULT, "a", 1, 1.1, dict(metrics), paused, False)])
-    assert len(_sent(executor._devices[0])) == 2
-
-
 @pytest.mark.parametrize("by_rule", [True, False], ids=["rule_met", "rule_not_met"])
 def test_a_trial_stopped_for_a_move_where_it_met_the_stop_rule_ends_instead_of_moving(tmp_path, by_rule):
     """The move's stop and the run's stop rule met at the same report: the trial is finished (a searcher's later

@@ -1114,24 +1114,6 @@ class Executor:
         for index, ids in by_device.items():
             self._send(self._device(index), "stop", ids)
 
-    def _stop_again(self, attempts: dict[str, int]) -> None:
-        """Send the stop again to trials that reported after it was sent, for the attempt that reported.
-
-        A device actor runs its calls on a thread pool, so a stop sent while the trial's submission was still on its
-        way as a call of its own may be carried out first and find no trial. The trial would then run on, or, at a
-        budget, wait paused for a verdict that never comes while the run waits for it to end (seen once in CI: an
-        endless ASHA run whose ``stop_all`` came right after a submission). A stop that did arrive is not harmed:
-        the device stops a trial at its next boundary once, however often it is asked.
-        """
-        by_device: dict[int, dict[str, int]] = {}
-        for trial_id, attempt in attempts.items():
-            trial = self.trials[trial_id]
-            if trial_id in self._stopping and trial.attempt == attempt and trial.status not in FINAL_STATUSES:
-                for index in trial.placed_on:
-                    by_device.setdefault(index, {})[trial_id] = attempt
-        for index, wanted in by_device.items():
-            self._send(self._device(index), "stop", list(wanted), wanted)
-
     def _send_checkpoint_requests(self, trial_ids: Iterable[str]) -> None:
         """Ask the device of each trial the callbacks want checkpointed to save it at its next iteration (a
         trial that ended, or is being stopped, is passed over, and so is one that asks for verdicts: its answer
@@ -1425,7 +1407,6 @@ class Executor:
         events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]] = []
         acted: list[tuple[str, Trial, tuple[Any, ...]]] = []
         verdicts: list[tuple[Any, ...]] = []  # CHECKPOINT_VERDICT_CALLs: answered once the callbacks saw the batch
-        restop: dict[str, int] = {}  # trials reporting after their stop was sent: the stop again, for this attempt
         fatal: str | None = None
         name = device.spec.name
         received = time.time()  # the driver's clock: a move's two ends may be on nodes with different clocks
@@ -1465,8 +1446,6 @@ class Executor:
                     if (metrics.get("done") and trial_id not in self._stopping) or event[6]:
                         trial.finished_by_rule = True  # the run's stop rule ended it, not a decision
                     results.append((trial_id, attempt, metrics["training_iteration"], ts, metrics))
-                    if trial_id in self._stopping:
-                        restop[trial_id] = attempt
                     trial.last_result = metrics
                     trial.last_iteration = metrics["training_iteration"]
                     trial.time_total_s = metrics.get("time_total_s", trial.time_total_s)
@@ -1577,8 +1556,6 @@ class Executor:
         # Committed: the batch is acknowledged. Now act on it.
         if stops:
             self._stop_trials(stops)
-        if restop:
-            self._stop_again(restop)
         for kind, trial, event in acted:
             if kind == EV_CHECKPOINT:
                 if self.settings.checkpoint_num_to_keep is not None:
