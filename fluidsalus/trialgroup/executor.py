@@ -274,6 +274,18 @@ def _checkpoint_iteration(path: str) -> int:
 # Trials -> planner input, plan -> actions. No Ray, no store: tests/test_executor_planner.py calls them alone.
 
 
+def may_not_have_begun(trial: Trial, withdrawal_asked: bool) -> bool:
+    """Whether the trial's attempt may not have begun on its device, so that the device can still give it back
+    (a withdrawal): it has no checkpoint and reported nothing, and its device was not asked for it already (then
+    it had begun, or it is on its way back to the queue).
+
+    Args:
+        trial: The trial.
+        withdrawal_asked: Its device was asked to give this attempt back.
+    """
+    return trial.checkpoint_path is None and trial.last_iteration == 0 and not withdrawal_asked
+
+
 def trial_demand(trial: Trial, time_attr: str, estimate: tuple[int, int],
                  workers: tuple[int, int] | None = None, withdrawal_asked: bool = False) -> TrialDemand:
     """What the planner is told about one live trial.
@@ -302,10 +314,9 @@ def trial_demand(trial: Trial, time_attr: str, estimate: tuple[int, int],
                        data_parallel=workers is not None and workers[1] > 1, devices=tuple(trial.devices),
                        paused=trial.status == PAUSED, seq=trial.seq,
                        since_checkpoint=max(0, trial.last_iteration - checkpointed),
-                       # what plan_actions carries out: a move from a checkpoint, or a withdrawal of a trial
-                       # that may not have begun (TrialState.can_restart, .unbegun)
-                       restartable=trial.checkpoint_path is not None
-                       or (trial.last_iteration == 0 and not withdrawal_asked), **extra)
+                       # what plan_actions carries out: a move from a checkpoint, or a withdrawal
+                       restartable=trial.checkpoint_path is not None or may_not_have_begun(trial, withdrawal_asked),
+                       **extra)
 
 
 class TrialState(NamedTuple):
@@ -1190,8 +1201,7 @@ class Executor:
                 states[trial_id] = TrialState(
                     trial.placed_on, computing=trial.status != PAUSED,
                     can_restart=trial.checkpoint_path is not None,
-                    unbegun=trial.checkpoint_path is None and trial.last_iteration == 0
-                    and (trial_id, trial.attempt) not in self._withdraw_sent,
+                    unbegun=may_not_have_begun(trial, (trial_id, trial.attempt) in self._withdraw_sent),
                     moving=moving, min_devices=low)
         return states
 
