@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from fluidsalus.errors import ConfigError
 
@@ -60,7 +60,7 @@ class DeviceSpec:
     slots: int
     node_id: str | None = None
     node_devices: int = 1
-    cpus: int = field(default=0)
+    cpus: int = 0
 
     def __post_init__(self) -> None:
         if self.cpus <= 0:
