@@ -181,16 +181,21 @@ def test_shutdown_stops_running_trials(tmp_path):
         host.submit([_spec(tmp_path, 9)])
 
 
-def test_trials_of_one_lane_alternate_per_iteration_and_switches_are_recorded(tmp_path):
-    order = []
-
+def _notes_its_name(order):
+    """A trainable of three iterations that notes ``config["name"]`` in ``order`` at each, sleeping meanwhile, so
+    that another trial of its lane is ready at each of its boundaries."""
     def f(config):
         for i in range(3):
             order.append(config["name"])
-            time.sleep(0.02)  # the other trial becomes ready meanwhile
+            time.sleep(0.02)
             fluidsalus.report({"i": i})
 
-    host = DeviceHost(f, _settings(max_lanes=1))  # one lane: the two trials time-slice it
+    return f
+
+
+def test_trials_of_one_lane_alternate_per_iteration_and_switches_are_recorded(tmp_path):
+    order = []
+    host = DeviceHost(_notes_its_name(order), _settings(max_lanes=1))  # one lane: the two trials time-slice it
     host.submit([_spec(tmp_path, 0, name="a"), _spec(tmp_path, 1, name="b")])
     events = _drain(host, 2)
     assert sorted(order) == ["a", "a", "a", "b", "b", "b"]
@@ -650,14 +655,7 @@ def test_a_prefetched_trial_waits_for_its_lane_until_the_trial_before_it_ends(tm
     """A trial the driver prefetched behind a running one does not time-slice with it: it takes the lane when the
     running trial ends, so trials end one after another, as one per slot would (and it can still be withdrawn)."""
     order = []
-
-    def f(config):
-        for i in range(3):
-            order.append(config["name"])
-            time.sleep(0.02)  # the prefetched trial is ready meanwhile
-            fluidsalus.report({"i": i})
-
-    host = DeviceHost(f, _settings(max_lanes=1))
+    host = DeviceHost(_notes_its_name(order), _settings(max_lanes=1))
     host.submit([_spec(tmp_path, 0, name="a")])
     host.submit([dataclasses.replace(_spec(tmp_path, 1, name="b"), prefetched=True)])
     events = _drain(host, 2)
