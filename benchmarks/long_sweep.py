@@ -2,6 +2,7 @@
 
     python benchmarks/long_sweep.py                              # N = 250, 500, 1000, 2000; every tool
     python benchmarks/long_sweep.py --trials 1000 --tools fluidsalus --json-only
+    python benchmarks/long_sweep.py --trials 60 --step-s 0.005 --no-pruning  # every trial's 9 steps wait 5 ms
 
 Each trial reports :data:`REPORTS` times and does nothing else, so the whole time is the engine's: for
 fluidsalus the driver (searcher, planner, store) and the round trips to the virtual CPU devices; for Optuna
@@ -13,6 +14,11 @@ pruning decision (a round trip per report). Ray is started once, before any
 timing (``trivial`` in ``compare.py`` measures the per-trial cost of a short sweep; Ray Tune, at about 2 s per
 trial here, is left out: 2,000 trials would take more than an hour).
 
+With ``--step-s S`` each step first sleeps ``S`` seconds (a step whose process waits, as it does while its
+GPU computes), so the figures also show what the engine adds to each step's latency. With ``--no-pruning``
+every trial runs all its steps: fluidsalus runs :class:`~fluidsalus.searchers.RandomSearch`, Optuna a
+``NopPruner`` (the objective still asks ``should_prune`` at each step).
+
 A driver whose cost per trial stays flat scales; one whose cost per trial grows with N does work in proportion
 to the trials seen at every step. Printed per tool and N: ``wall_s``, ``ms_per_trial`` and, for both fluidsalus
 tools, ``driver_cpu_s`` (this process's CPU time: the driver, not the device actors). The last line is one JSON object
@@ -22,6 +28,7 @@ tools, ``driver_cpu_s`` (this process's CPU time: the driver, not the device act
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -47,16 +54,18 @@ def fluidsalus_trial(config: dict[str, Any]) -> None:
     import fluidsalus
 
     for step in range(1, REPORTS + 1):
+        if config["step_s"]:
+            time.sleep(config["step_s"])
         fluidsalus.report({"score": value(config["x"], step)})
 
 
-def run_fluidsalus(trials: int, storage: str) -> dict[str, Any]:
+def run_fluidsalus(trials: int, storage: str, step_s: float = 0.0, pruning: bool = True) -> dict[str, Any]:
     import fluidsalus
-    from fluidsalus.searchers import ASHA
+    from fluidsalus.searchers import ASHA, RandomSearch
 
-    space = {"x": fluidsalus.uniform(0.0, 1.0)}
+    space = {"x": fluidsalus.uniform(0.0, 1.0), "step_s": step_s}
     asha = ASHA(space, trials, "score", "max", max_t=REPORTS, grace_period=1, reduction_factor=REDUCTION_FACTOR,
-                seed=SEED)
+                seed=SEED) if pruning else RandomSearch(space, trials, seed=SEED)
     cpu, start = time.process_time(), time.perf_counter()
     grid = fluidsalus.run(fluidsalus_trial, searcher=asha, storage_path=storage, name=f"long_{trials}", verbose=0)
     wall = time.perf_counter() - start
@@ -64,12 +73,14 @@ def run_fluidsalus(trials: int, storage: str) -> dict[str, Any]:
             "best": grid.get_best_result("score", "max").metrics["score"]}
 
 
-def optuna_objective(trial: Any) -> float:
+def optuna_objective(trial: Any, step_s: float = 0.0) -> float:
     import optuna
 
     x = trial.suggest_float("x", 0.0, 1.0)
     score = 0.0
     for step in range(1, REPORTS + 1):
+        if step_s:
+            time.sleep(step_s)
         score = value(x, step)
         trial.report(score, step)
         if trial.should_prune():
@@ -77,21 +88,23 @@ def optuna_objective(trial: Any) -> float:
     return score
 
 
-def run_optuna(trials: int, through_fluidsalus: bool = False) -> dict[str, Any]:
+def run_optuna(trials: int, through_fluidsalus: bool = False, step_s: float = 0.0,
+               pruning: bool = True) -> dict[str, Any]:
     """Optuna's own ``study.optimize(n_jobs=2)``, or the same study through ``fluidsalus.optuna.optimize``."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    pruner = optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=REDUCTION_FACTOR) if pruning \
+        else optuna.pruners.NopPruner()
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=SEED),
-                                pruner=optuna.pruners.SuccessiveHalvingPruner(
-                                    min_resource=1, reduction_factor=REDUCTION_FACTOR))
+                                pruner=pruner)
     cpu, start = time.process_time(), time.perf_counter()
     if through_fluidsalus:
         import fluidsalus.optuna
 
-        fluidsalus.optuna.optimize(study, optuna_objective, n_trials=trials)
+        fluidsalus.optuna.optimize(study, functools.partial(optuna_objective, step_s=step_s), n_trials=trials)
     else:
-        study.optimize(optuna_objective, n_trials=trials, n_jobs=2)
+        study.optimize(functools.partial(optuna_objective, step_s=step_s), n_trials=trials, n_jobs=2)
     figures = {"wall_s": round(time.perf_counter() - start, 3), "trials_run": len(study.trials),
                "best": study.best_value}
     if through_fluidsalus:
@@ -105,8 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", default=",".join(map(str, TRIALS)),
                         help="comma-separated sweep lengths (default: %(default)s)")
     parser.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated, of {', '.join(TOOLS)}")
+    parser.add_argument("--step-s", type=float, default=0.0,
+                        help="seconds each step sleeps before it reports (default: %(default)s)")
+    parser.add_argument("--no-pruning", action="store_true",
+                        help="every trial runs all its steps (RandomSearch; Optuna's NopPruner)")
     parser.add_argument("--json-only", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
+    if not args.step_s >= 0:
+        parser.error(f"--step-s must be >= 0, got {args.step_s}")
     try:
         lengths = [int(n) for n in args.trials.split(",")]
     except ValueError:
@@ -129,8 +148,9 @@ def main(argv: list[str] | None = None) -> int:
                      logging_level=logging.WARNING)
         for n in lengths:
             for tool in tools:
-                figures = run_fluidsalus(n, storage) if tool == "fluidsalus" else \
-                    run_optuna(n, through_fluidsalus=tool == "fluidsalus_optuna")
+                pruning = not args.no_pruning
+                figures = run_fluidsalus(n, storage, args.step_s, pruning) if tool == "fluidsalus" else \
+                    run_optuna(n, through_fluidsalus=tool == "fluidsalus_optuna", step_s=args.step_s, pruning=pruning)
                 figures = {"tool": tool, "trials": n, **figures,
                            "ms_per_trial": round(1000 * figures["wall_s"] / n, 2)}
                 runs.append(figures)
@@ -138,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                     extra = f"  driver_cpu_s {figures['driver_cpu_s']:7.2f}" if "driver_cpu_s" in figures else ""
                     print(f"{tool:<17} trials {n:5d}  wall_s {figures['wall_s']:7.2f}  "
                           f"ms_per_trial {figures['ms_per_trial']:6.2f}{extra}", flush=True)
-    print(json.dumps({"reports": REPORTS, "runs": runs}))
+    print(json.dumps({"reports": REPORTS, "step_s": args.step_s, "pruning": not args.no_pruning, "runs": runs}))
     return 0
 
 

@@ -505,7 +505,8 @@ class DeviceTrial(BaseTrial):
         else:
             _hold_report(value, step)  # told to the study with the trial's next call (should_prune, its end)
             self._steps.add(step)
-        session.report({KEY_NUMBER: self._number, KEY_STEP: step, KEY_INTERMEDIATE: value})
+        # The result rides with the trial's next call (should_prune, most often), which tells the study its value.
+        session.report_deferred({KEY_NUMBER: self._number, KEY_STEP: step, KEY_INTERMEDIATE: value})
 
     def should_prune(self) -> bool:
         """Ask the study's pruner about this trial (``optuna.Trial.should_prune``)."""

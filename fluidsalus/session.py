@@ -230,8 +230,9 @@ class TrialSession:
 
     Args:
         context: Identity of the trial, returned by :func:`get_context`.
-        sink: Called with each finished result dict and whether the trial now pauses at its budget (the
-            host's outbox). Must be cheap and thread-safe.
+        sink: Called with each finished result dict, whether the trial now pauses at its budget, and whether the
+            driver should hear of it at once (False for a ``deferred`` result, see :meth:`report`); the host's
+            outbox. Must be cheap and thread-safe.
         checkpoint: The checkpoint to resume from, or None for a fresh start.
         start_iteration: Iterations already done before this (re)start; the first report is this + 1.
         time_total_offset: ``time_total_s`` accumulated before this (re)start.
@@ -251,7 +252,7 @@ class TrialSession:
     def __init__(
         self,
         context: TrialContext,
-        sink: Callable[[dict[str, Any], bool], None],
+        sink: Callable[[dict[str, Any], bool, bool], None],
         checkpoint: Checkpoint | None = None,
         start_iteration: int = 0,
         time_total_offset: float = 0.0,
@@ -351,7 +352,7 @@ class TrialSession:
         self._resumed.set()
 
     def report(self, metrics: Mapping[str, Any], checkpoint: Checkpoint | None = None,
-               at_end: Callable[[], Checkpoint] | None = None) -> None:
+               at_end: Callable[[], Checkpoint] | None = None, *, deferred: bool = False) -> None:
         """Deliver one result (see :func:`report`).
 
         Args:
@@ -361,6 +362,10 @@ class TrialSession:
                 ends the trial (done, the stop rule, a requested stop) or pauses it at its budget, where the
                 verdict may end it. A class ``Trainable`` under ``CheckpointConfig(checkpoint_at_end=True)``
                 passes its ``save``.
+            deferred: The result need not wake the driver: it goes with the trial's next event that does (a
+                call to the driver, its end) or within the driver's poll interval. For a front end whose trial
+                calls the driver right after reporting (:func:`report_deferred`). A result that pauses or ends
+                the trial, or carries a checkpoint, is sent at once all the same.
         """
         if not isinstance(metrics, Mapping):
             raise TypeError(f"report(metrics=...): metrics must be a dict, got {type(metrics).__name__}")
@@ -405,7 +410,7 @@ class TrialSession:
             result["done"] = True
         if at_end is not None and checkpoint is None and (stop or paused):
             self._keep(at_end(), result)
-        self._sink(result, paused)
+        self._sink(result, paused, not deferred or stop or paused or checkpoint is not None)
         if stop:
             raise self._stop()
         if paused:
@@ -582,6 +587,21 @@ def report(metrics: Mapping[str, Any], checkpoint: Checkpoint | None = None) -> 
         SessionError: When called outside a trial.
     """
     _current("report").report(metrics, checkpoint)
+
+
+def report_deferred(metrics: Mapping[str, Any]) -> None:
+    """:func:`report` for a front end whose trial calls the driver right after each report, as an Optuna
+    trial's ``report`` is followed by ``should_prune``: the result reaches the driver with that call (or within
+    the driver's poll interval, ``trialgroup.executor.POLL_WAIT_S``) instead of waking it on its own, so a step
+    costs one round trip to the driver, not two. A result that pauses or ends the trial is sent at once.
+
+    Args:
+        metrics: The iteration's metrics.
+
+    Raises:
+        SessionError: When called outside a trial.
+    """
+    _current("report").report(metrics, deferred=True)
 
 
 def get_checkpoint() -> Checkpoint | None:

@@ -18,11 +18,11 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_short_sweep_runs_every_trial_under_every_tool():
-    proc = _run("--trials", str(TRIALS), "--json-only")
+    proc = _run("--trials", str(TRIALS), "--step-s", "0.001", "--json-only")
     assert proc.returncode == 0, (f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\n"
                                   f"stderr:\n{proc.stderr[-3000:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["reports"] == 9
+    assert out["reports"] == 9 and out["step_s"] == 0.001
     assert [(r["tool"], r["trials"], r["trials_run"]) for r in out["runs"]] == [
         ("fluidsalus", TRIALS, TRIALS), ("optuna", TRIALS, TRIALS), ("fluidsalus_optuna", TRIALS, TRIALS)]
     for run in out["runs"]:
@@ -36,6 +36,7 @@ def test_a_short_sweep_runs_every_trial_under_every_tool():
     (("--trials", "ten"), "comma-separated integers"),
     (("--trials", "0"), ">= 1"),
     (("--tools", "ray"), "unknown ['ray']"),
+    (("--step-s", "-1"), "--step-s must be >= 0"),
 ])
 def test_bad_arguments_are_usage_errors(args, message):
     proc = _run(*args)

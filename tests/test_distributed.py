@@ -170,7 +170,7 @@ def test_shard_takes_every_kth_item_from_the_rank():
 
 
 def test_one_device_needs_no_process_group(tmp_path):
-    session = TrialSession(TrialContext("t", "t", "exp", str(tmp_path)), lambda result, paused: None)
+    session = TrialSession(TrialContext("t", "t", "exp", str(tmp_path)), lambda result, paused, prompt: None)
     set_session(session)
     try:
         assert (distributed.get_rank(), distributed.get_world_size()) == (0, 1)

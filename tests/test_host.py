@@ -998,3 +998,54 @@ def test_withdraw_takes_back_a_trial_waiting_for_memory_and_leaves_other_attempt
     go.set()
     events += _drain(host, 1)
     assert [(e[1], e[4]) for e in events if e[0] == EV_END][-1] == ("t0", OUT_COMPLETED)
+
+
+def test_a_deferred_result_goes_with_the_trials_next_call_and_a_switch_wakes_no_one(tmp_path):
+    """``report_deferred`` (an Optuna trial's ``report``) and a lane switch are records: the driver's poll does
+    not return for them, they come with the next event that asks something of it (here the trial's call 0.3 s
+    later). One round trip per step instead of two."""
+
+    def f(config):
+        fluidsalus.session.report_deferred({"v": 1})
+        time.sleep(0.3)
+        fluidsalus.report({"answer": fluidsalus.session.call_driver("ask")})
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    host.submit([_spec(tmp_path, 0)])
+    batches, call, deadline = [], None, time.time() + WAIT_S
+    while call is None:
+        assert time.time() < deadline, f"no call came; batches: {batches}"
+        batch = host.poll(WAIT_S)
+        batches.append(batch)
+        call = next((e for e in batch if e[0] == "call"), None)
+    kinds = [e[0] for e in batches[-1]]
+    assert EV_RESULT in kinds and kinds.index(EV_RESULT) < kinds.index("call"), batches  # in order, one batch
+    assert not any(e[0] == EV_RESULT for batch in batches[:-1] for e in batch), batches
+    host.answer(call[4], 7)
+    events = _drain(host, 1)
+    assert [e[4]["answer"] for e in events if e[0] == EV_RESULT] == [7]  # a plain report still wakes the poll
+    # A switch alone does not wake a poll either: it waits out the poll's wait, then comes.
+    with host._lock:
+        host._emit_locked((EV_LANE, "t0", 0, time.time(), "switch", {"lane": 0}), wake=False)
+    started = time.perf_counter()
+    assert [e[4] for e in host.poll(0.2)] == ["switch"]
+    assert time.perf_counter() - started >= 0.19
+
+
+def test_a_deferred_result_that_pauses_the_trial_wakes_the_driver_at_once(tmp_path):
+    """The driver must decide on a trial paused at its budget: that result is sent at once, deferred or not."""
+
+    def f(config):
+        for i in range(3):
+            fluidsalus.session.report_deferred({"i": i})
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    host.submit([dataclasses.replace(_spec(tmp_path, 0), budget=1)])
+    events, started = [], time.perf_counter()
+    while not any(e[0] == EV_RESULT for e in events):
+        events += host.poll(WAIT_S)
+    assert time.perf_counter() - started < WAIT_S / 2, "the poll waited out its wait: the pause did not wake it"
+    paused = [e for e in events if e[0] == EV_RESULT]
+    assert [(e[4]["i"], e[5]) for e in paused] == [(0, True)]
+    host.stop(["t0"])
+    assert {e[1]: e[4] for e in _drain(host, 1) if e[0] == EV_END} == {"t0": OUT_STOPPED}

@@ -472,6 +472,30 @@ def test_median_pruner_prunes_with_the_last_reported_value(tmp_path):
     assert len(curves) == sum(len(t.intermediate_values) for t in study.trials)
 
 
+def test_reports_without_should_prune_reach_the_experiment_in_order(tmp_path):
+    """A report rides with the trial's next driver call (fluidsalus.session.report_deferred): with no
+    should_prune, the finish brings them, and every step is in the experiment, in order."""
+
+    def objective(trial: Any) -> float:
+        x = trial.suggest_float("x", 0, 1)
+        for step in range(3):
+            trial.report(x * step, step)
+        return x
+
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    _optimize(study, objective, tmp_path, n_trials=4, name="curves")
+    assert [sorted(t.intermediate_values) for t in study.trials] == [[0, 1, 2]] * 4
+    store = ExperimentStore.open(tmp_path / "fluidsalus" / "curves", readonly=True)
+    try:
+        steps: dict[int, list[int]] = {}
+        for r in store.results():
+            if fo.KEY_INTERMEDIATE in r.metrics:
+                steps.setdefault(r.metrics[fo.KEY_NUMBER], []).append(r.metrics[fo.KEY_STEP])
+    finally:
+        store.close()
+    assert steps == {t.number: [0, 1, 2] for t in study.trials}
+
+
 def _lightgbm_objective(trial: Any) -> float:
     import lightgbm as lgb
     import numpy as np

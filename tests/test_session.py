@@ -15,7 +15,7 @@ from fluidsalus.session import AUTO_RESULT_KEYS, StopTrial, TrialContext, TrialS
 def _session(tmp_path, **kwargs):
     got: list[dict] = []
     ctx = TrialContext("t0", "f_t0", "exp", str(tmp_path / "t0"))
-    return TrialSession(ctx, lambda result, paused: got.append(result), **kwargs), got
+    return TrialSession(ctx, lambda result, paused, prompt: got.append(result), **kwargs), got
 
 
 @pytest.mark.parametrize("call", [

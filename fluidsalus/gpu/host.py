@@ -342,6 +342,7 @@ class DeviceHost:
         self._lock = threading.Lock()
         self._outbox_ready = threading.Condition(self._lock)
         self._outbox: list[tuple[Any, ...]] = []
+        self._outbox_wakes = False  # whether the outbox holds an event the driver should get now (_emit_locked)
         self._waiting: dict[str, TrialSpec] = {}  # admitted later, in the lane manager's queue order
         self._running: dict[str, _Running] = {}
         self._turns: dict[int, _LaneTurn] = {}
@@ -494,11 +495,12 @@ class DeviceHost:
         return slot[1]
 
     def poll(self, max_wait_s: float) -> list[tuple[Any, ...]]:
-        """Return all events gathered so far, waiting up to ``max_wait_s`` for the first one."""
+        """Return all events gathered so far, waiting up to ``max_wait_s`` for one that wakes the driver (events
+        that are only records, such as a lane switch, wait for the next that does, or for ``max_wait_s``)."""
         with self._lock:
-            if not self._outbox and max_wait_s > 0:
+            if not self._outbox_wakes and max_wait_s > 0:
                 self._outbox_ready.wait(max_wait_s)
-            out, self._outbox = self._outbox, []
+            out, self._outbox, self._outbox_wakes = self._outbox, [], False
             return out
 
     def load(self) -> tuple[int, int, int]:
@@ -611,7 +613,8 @@ class DeviceHost:
             latency_ms = (now - turn.released_at) * 1e3
             with self._lock:
                 self._emit_locked((EV_LANE, r.spec.trial_id, r.spec.attempt, time.time(), "switch",
-                                   {"lane": r.lane_id, "from": turn.released_by, "latency_ms": latency_ms}))
+                                   {"lane": r.lane_id, "from": turn.released_by, "latency_ms": latency_ms}),
+                                  wake=False)
         turn.released_by = None
 
     def _swap_rngs(self, r: _Running) -> None:
@@ -829,9 +832,21 @@ class DeviceHost:
 
     # ------------------------------------------------------------------ lanes: membership
 
-    def _emit_locked(self, event: tuple[Any, ...]) -> None:
+    def _emit_locked(self, event: tuple[Any, ...], wake: bool = True) -> None:
+        """Queue an event for the driver's next poll.
+
+        Args:
+            event: The event.
+            wake: Whether the poll returns for it now. False for an event that is only a record and asks nothing
+                of the driver (a lane switch; a result the trial sends with its next call, see
+                :meth:`TrialSession.report`'s ``deferred``): it goes with the next event that wakes the poll, or
+                when the poll's wait ends. A trial that reports and then calls the driver at each step (an
+                Optuna trial's ``report`` and ``should_prune``) thus costs one round trip per step, not two.
+        """
         self._outbox.append(event)
-        self._outbox_ready.notify_all()
+        if wake:
+            self._outbox_wakes = True
+            self._outbox_ready.notify_all()
 
     def _emit_lane_events_locked(self) -> None:
         now = time.time()
@@ -926,12 +941,12 @@ class DeviceHost:
         trial_id = spec.trial_id
         worker = spec.rank > 0  # a data-parallel worker: rank 0 reports, decides and pauses for the trial
 
-        def sink(result: dict[str, Any], paused: bool) -> None:
+        def sink(result: dict[str, Any], paused: bool, prompt: bool) -> None:
             if worker:
                 return
             with self._lock:
                 self._emit_locked((EV_RESULT, trial_id, attempt, time.time(), result, paused,
-                                   session.stopped_by_rule))
+                                   session.stopped_by_rule), wake=prompt)
 
         def checkpoint_sink(iteration: int, dirname: str) -> None:
             with self._lock:
