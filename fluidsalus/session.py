@@ -86,8 +86,9 @@ class LaneTurns(Protocol):
     def release(self) -> None:
         """Give the turn away; the trial is not ready (it pauses)."""
 
-    def boundary(self) -> None:
-        """An iteration boundary: hand the turn to the next ready trial, if any, and wait for it back."""
+    def boundary(self, may_switch: bool = True) -> None:
+        """An iteration boundary: hand the turn to the next ready trial, if any, and wait for it back (with
+        ``may_switch=False``, only account for the iteration: the trial keeps the turn)."""
 
     def step(self) -> None:
         """Like ``boundary`` once the trial has computed for at least the quantum; else nothing."""
@@ -286,6 +287,9 @@ class TrialSession:
         self._resumed = threading.Event()
         self._turns = turns
         self._caller: Callable[[str, tuple[Any, ...]], Any] | None = None
+        #: Set when a deferred report kept its lane's turn, expecting the driver call that follows it to give the
+        #: turn away; cleared by that call or by the next boundary that may switch (see :meth:`report`).
+        self._switch_owed = False
         self.ranks: RankSync | None = None
         #: Set when a report, step or pause ended the trial (:class:`StopTrial`), in whichever of its threads.
         self.stopped = False
@@ -365,7 +369,10 @@ class TrialSession:
             deferred: The result need not wake the driver: it goes with the trial's next event that does (a
                 call to the driver, its end) or within the driver's poll interval. For a front end whose trial
                 calls the driver right after reporting (:func:`report_deferred`). A result that pauses or ends
-                the trial, or carries a checkpoint, is sent at once all the same.
+                the trial, or carries a checkpoint, is sent at once all the same. The lane's turn stays with
+                the trial at such a report, since the call gives it away anyway (switching at both would hand
+                the lane to a neighbour for a whole step before the call leaves, and then leave it idle while
+                both wait for the driver); if no call came since the last deferred report, this one may switch.
         """
         if not isinstance(metrics, Mapping):
             raise TypeError(f"report(metrics=...): metrics must be a dict, got {type(metrics).__name__}")
@@ -423,7 +430,9 @@ class TrialSession:
             if self._turns is not None:
                 self._turns.acquire()
         elif self._turns is not None:
-            self._turns.boundary()  # an iteration boundary: the lane may switch to another trial here
+            keep = deferred and not self._switch_owed
+            self._turns.boundary(may_switch=not keep)  # an iteration boundary: the lane may switch here
+            self._switch_owed = keep
             if self.stop_requested.is_set() and self._stops_alone():
                 raise self._stop()
         self._last = time.time()  # time spent paused or waiting for the lane is not part of an iteration
@@ -453,6 +462,7 @@ class TrialSession:
         # paused at a budget, and comes back once the answer is here (an Optuna objective asks the driver at
         # every step, so its lane would otherwise idle for a round trip per step).
         self._turns.release()
+        self._switch_owed = False
         try:
             return self._caller(method, args)
         finally:

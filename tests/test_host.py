@@ -1049,3 +1049,60 @@ def test_a_deferred_result_that_pauses_the_trial_wakes_the_driver_at_once(tmp_pa
     assert [(e[4]["i"], e[5]) for e in paused] == [(0, True)]
     host.stop(["t0"])
     assert {e[1]: e[4] for e in _drain(host, 1) if e[0] == EV_END} == {"t0": OUT_STOPPED}
+
+
+def _runs(order):
+    """Lengths of the runs of equal neighbours in ``order``: [2, 2] for a a b b."""
+    runs = []
+    for i, name in enumerate(order):
+        if i and name == order[i - 1]:
+            runs[-1] += 1
+        else:
+            runs.append(1)
+    return runs
+
+
+def test_a_deferred_report_keeps_the_lane_for_the_call_that_follows_it(tmp_path):
+    """Two trials share one lane and each step reports (deferred) and then calls the driver, as an Optuna
+    objective does. The report keeps the turn, so the call leaves at once and hands the lane over: each step is
+    one turn, and a trial's call follows its own result, not its neighbour's whole step."""
+    order = []
+
+    def f(config):
+        for i in range(3):
+            order.append(config["name"])
+            fluidsalus.session.report_deferred({"i": i})
+            fluidsalus.session.call_driver("ask")
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    host.submit([_spec(tmp_path, 0, name="a"), _spec(tmp_path, 1, name="b")])
+    events, deadline = [], time.time() + WAIT_S
+    while sum(e[0] == EV_END for e in events) < 2:
+        assert time.time() < deadline, f"timed out; events so far: {events}"
+        for e in host.poll(0.1):
+            events.append(e)
+            if e[0] == "call":
+                host.answer(e[4], None)
+    steps = [(e[0], e[1]) for e in events if e[0] in (EV_RESULT, "call")]
+    assert len(steps) == 12
+    for result, call in zip(steps[::2], steps[1::2], strict=True):
+        assert result[0] == EV_RESULT and call == ("call", result[1]), steps
+    assert sorted(order) == ["a"] * 3 + ["b"] * 3
+
+
+def test_deferred_reports_with_no_call_between_still_share_the_lane(tmp_path):
+    """A trial that reports (deferred) but never calls the driver gives its lane's turn away at every second
+    report: its neighbour is not shut out until it ends."""
+    order = []
+
+    def f(config):
+        for i in range(6):
+            order.append(config["name"])
+            time.sleep(0.01)  # long enough for the neighbour to be ready at the first switch
+            fluidsalus.session.report_deferred({"i": i})
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    host.submit([_spec(tmp_path, 0, name="a"), _spec(tmp_path, 1, name="b")])
+    _drain(host, 2)
+    assert sorted(order) == ["a"] * 6 + ["b"] * 6
+    assert _runs(order) == [2] * 6, order

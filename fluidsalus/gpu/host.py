@@ -314,8 +314,8 @@ class _Turns:
     def release(self) -> None:
         self._host._release(self._trial_id, ready=False)
 
-    def boundary(self) -> None:
-        self._host._boundary(self._trial_id)
+    def boundary(self, may_switch: bool = True) -> None:
+        self._host._boundary(self._trial_id, may_switch)
 
     def step(self) -> None:
         self._host._step(self._trial_id)
@@ -660,8 +660,9 @@ class DeviceHost:
         if turn.holder is None:  # nobody was ready: the lane idles, and the next start is not a switch
             turn.released_by = None
 
-    def _boundary(self, trial_id: str) -> None:
-        """An iteration boundary: measure memory while profiling, then switch if another trial is ready."""
+    def _boundary(self, trial_id: str, may_switch: bool = True) -> None:
+        """An iteration boundary: measure memory while profiling, then switch if another trial is ready (and
+        ``may_switch``)."""
         r = self._running[trial_id]
         r.iterations += 1
         if self._profiling(r):
@@ -669,7 +670,7 @@ class DeviceHost:
                 return
         turn = self._turns[r.lane_id]
         with self._lock:
-            if all(self._held(tid) for tid in turn.ready):  # nobody else waits (but a prefetched trial): keep it
+            if not may_switch or all(self._held(tid) for tid in turn.ready):  # keep it (a prefetched trial waits)
                 now = time.perf_counter()
                 r.used_time_s += now - r.turn_started
                 r.turn_started = now
