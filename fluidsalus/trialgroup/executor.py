@@ -616,6 +616,7 @@ class _Device:
     alive: bool = True
     outbox: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)  # commands for its next poll
     batches: int = 0  # calls with commands sent to its actor: the next one's number (``_DeviceActor.apply``)
+    replacements: int = 0  # actors started in place of dead ones (each is named after its number)
     lanes: int = 0  # open lanes, from the device's lane events (for the progress view)
     capacity: int = 0  # bytes its lanes may reserve (the planner's DeviceView.capacity_bytes)
     curve_key: str = "cpu"  # device class whose co-location and scaling curves apply
@@ -776,7 +777,7 @@ class Executor:
             device = _Device(spec, actor, info, max_running=spec.slots, assigned=set())
             self._adopt(device, info)
             self._devices.append(device)
-            events.append((now, "device_start", None, spec.name, info))
+            events.append((now, "device_start", None, spec.name, {**info, "actor": self._actor_name(spec)}))
         self.store.add_events(events)
 
     def _send(self, device: _Device, method: str, *args: Any) -> None:
@@ -1907,16 +1908,20 @@ class Executor:
             self._log_end(trial, OUT_STOPPED)
             for callback in self.settings.callbacks:
                 callback.on_trial_complete(trial.trial_id, trial.status, trial.last_result)
+        # Named by its number: two deaths within a second once gave a replacement the name of the last one, which
+        # Ray had not yet released, and the device was lost.
+        device.replacements += 1
+        name = f"{self._actor_name(device.spec)}:{device.replacements}"
         try:
-            actor = start_device_actor(device.spec, self.payload, self._host_settings(device.spec),
-                                       self._actor_name(device.spec) + f":{int(now)}")
+            actor = start_device_actor(device.spec, self.payload, self._host_settings(device.spec), name)
             info = ray.get(actor.info.remote(), timeout=ACTOR_START_TIMEOUT_S)
         except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as e:
             self.store.add_events([(time.time(), "device_lost", None, device.spec.name, {"error": str(e)})])
             return
         device.actor, device.alive, device.poll_ref = actor, True, None
         self._adopt(device, info)
-        self.store.add_events([(time.time(), "device_start", None, device.spec.name, {**info, "replacement": True})])
+        self.store.add_events([(time.time(), "device_start", None, device.spec.name,
+                                {**info, "actor": name, "replacement": True})])
 
     def _log_end(self, trial: Trial, outcome: str, trace: str | None = None) -> None:
         """Print a trial's end: a trial that failed for good from ``verbose=1`` on, to stderr, as Ray logs it (the
