@@ -603,7 +603,8 @@ def report_deferred(metrics: Mapping[str, Any]) -> None:
     """:func:`report` for a front end whose trial calls the driver right after each report, as an Optuna
     trial's ``report`` is followed by ``should_prune``: the result reaches the driver with that call (or within
     the driver's poll interval, ``trialgroup.executor.POLL_WAIT_S``) instead of waking it on its own, so a step
-    costs one round trip to the driver, not two. A result that pauses or ends the trial is sent at once.
+    costs one round trip to the driver, not two. A result that pauses or ends the trial is sent at once. The
+    trial also keeps its lane's turn for that call, which gives it away (see :meth:`TrialSession.report`).
 
     Args:
         metrics: The iteration's metrics.
