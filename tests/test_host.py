@@ -1106,3 +1106,36 @@ def test_deferred_reports_with_no_call_between_still_share_the_lane(tmp_path):
     _drain(host, 2)
     assert sorted(order) == ["a"] * 6 + ["b"] * 6
     assert _runs(order) == [2] * 6, order
+
+
+def test_a_class_trainable_asking_checkpoint_verdicts_sends_each_result_with_its_question(tmp_path):
+    """Under ``checkpoint_verdicts`` (a callback of the user's may ask for checkpoints) a class Trainable asks the
+    driver after each result whether to save it. The result waits for that question and keeps the lane's turn
+    for it, as an Optuna trial's report does for ``should_prune``: with a neighbour in its lane, each result is
+    followed by its own trial's question, not by the neighbour's step."""
+    from fluidsalus.session import CHECKPOINT_VERDICT_CALL
+    from fluidsalus.tune import Trainable
+    from fluidsalus.tune._trainable import ClassOptions, run_trainable_class
+
+    class Three(Trainable):
+        def step(self):
+            time.sleep(0.02)
+            return {"done": self.iteration >= 2}
+
+    host = DeviceHost(lambda config: run_trainable_class(Three, config, {}, ClassOptions(checkpoint_verdicts=True)),
+                      _settings(max_lanes=1))  # one lane: the two trials take turns in it
+    host.submit([_spec(tmp_path, 0), _spec(tmp_path, 1)])
+    events, deadline = [], time.time() + WAIT_S
+    while sum(e[0] == EV_END for e in events) < 2:
+        assert time.time() < deadline, f"timed out; events so far: {events}"
+        for e in host.poll(0.1):
+            events.append(e)
+            if e[0] == "call":
+                assert e[5] == CHECKPOINT_VERDICT_CALL
+                host.answer(e[4], False)
+    steps = [(e[0], e[1], e[4]["training_iteration"] if e[0] == EV_RESULT else e[6][0])
+             for e in events if e[0] in (EV_RESULT, "call")]
+    for i, (kind, trial, iteration) in enumerate(steps):
+        if kind == EV_RESULT and iteration < 3:  # the last result ends the trial: no question
+            assert steps[i + 1] == ("call", trial, iteration), steps
+    assert sum(kind == "call" for kind, _, _ in steps) == 4

@@ -591,7 +591,9 @@ def run_trainable_class(cls: type[Trainable], config: dict[str, Any], parameters
                 if now:
                     session.report(result, checkpoint=save())
                 else:
-                    session.report(result, at_end=save if options.checkpoint_at_end else None)
+                    # Under verdicts, the question right after goes with the result (and gives the lane away).
+                    session.report(result, at_end=save if options.checkpoint_at_end else None,
+                                   deferred=options.checkpoint_verdicts and not done)
                     if options.checkpoint_verdicts and not done:
                         # (a pause at the budget under checkpoint_at_end saved this iteration already)
                         if session.checkpoint_at[0] != session.iteration and session.checkpoint_verdict():
