@@ -1006,6 +1006,7 @@ def test_a_deferred_result_goes_with_the_trials_next_call_and_a_switch_wakes_no_
     later). One round trip per step instead of two."""
 
     def f(config):
+        time.sleep(0.2)  # the poll returns the trial's start (which wakes it) before the result comes
         fluidsalus.session.report_deferred({"v": 1})
         time.sleep(0.3)
         fluidsalus.report({"answer": fluidsalus.session.call_driver("ask")})
@@ -1018,13 +1019,19 @@ def test_a_deferred_result_goes_with_the_trials_next_call_and_a_switch_wakes_no_
         batch = host.poll(WAIT_S)
         batches.append(batch)
         call = next((e for e in batch if e[0] == "call"), None)
-    kinds = [e[0] for e in batches[-1]]
-    assert EV_RESULT in kinds and kinds.index(EV_RESULT) < kinds.index("call"), batches  # in order, one batch
-    assert not any(e[0] == EV_RESULT for batch in batches[:-1] for e in batch), batches
+    # The result came with the call, in order, and no poll returned for it alone. (On a machine too busy to run the
+    # poll thread within 0.2 s, the start's batch may also hold the result: it did not wait for the call then,
+    # but did not wake the poll either.)
+    kinds = [[e[0] for e in batch] for batch in batches]
+    (holding,) = [k for k in kinds if EV_RESULT in k]
+    assert ("call" in holding and holding.index(EV_RESULT) < holding.index("call")) or EV_START in holding, batches
+    assert kinds[-1][-1] == "call", batches
     host.answer(call[4], 7)
     events = _drain(host, 1)
     assert [e[4]["answer"] for e in events if e[0] == EV_RESULT] == [7]  # a plain report still wakes the poll
     # A switch alone does not wake a poll either: it waits out the poll's wait, then comes.
+    while host.poll(0.05):  # the trial's last lane events, if any are still to come
+        pass
     with host._lock:
         host._emit_locked((EV_LANE, "t0", 0, time.time(), "switch", {"lane": 0}), wake=False)
     started = time.perf_counter()
@@ -1105,7 +1112,8 @@ def test_deferred_reports_with_no_call_between_still_share_the_lane(tmp_path):
     host.submit([_spec(tmp_path, 0, name="a"), _spec(tmp_path, 1, name="b")])
     _drain(host, 2)
     assert sorted(order) == ["a"] * 6 + ["b"] * 6
-    assert _runs(order) == [2] * 6, order
+    runs = _runs(order)  # [2] * 6 unless the neighbour was not ready at the first switch (then the first run is
+    assert len(runs) >= 4 and all(n == 2 for n in runs[1:-1]), order  # longer, and so may be the last)
 
 
 def test_a_class_trainable_asking_checkpoint_verdicts_sends_each_result_with_its_question(tmp_path):
