@@ -55,6 +55,18 @@ def _drain(host, n_ends):
     return events
 
 
+def _drain_answering(host, n_ends, answer):
+    """:func:`_drain`, answering each driver call ``e`` with ``answer(e)`` as it comes."""
+    events, deadline = [], time.time() + WAIT_S
+    while sum(e[0] == EV_END for e in events) < n_ends:
+        assert time.time() < deadline, f"timed out; events so far: {events}"
+        for e in host.poll(0.1):
+            events.append(e)
+            if e[0] == "call":
+                host.answer(e[4], answer(e))
+    return events
+
+
 def test_trials_run_reports_and_end(tmp_path):
     def f(config):
         for i in range(3):
@@ -1083,13 +1095,7 @@ def test_a_deferred_report_keeps_the_lane_for_the_call_that_follows_it(tmp_path)
 
     host = DeviceHost(f, _settings(max_lanes=1))
     host.submit([_spec(tmp_path, 0, name="a"), _spec(tmp_path, 1, name="b")])
-    events, deadline = [], time.time() + WAIT_S
-    while sum(e[0] == EV_END for e in events) < 2:
-        assert time.time() < deadline, f"timed out; events so far: {events}"
-        for e in host.poll(0.1):
-            events.append(e)
-            if e[0] == "call":
-                host.answer(e[4], None)
+    events = _drain_answering(host, 2, lambda call: None)
     steps = [(e[0], e[1]) for e in events if e[0] in (EV_RESULT, "call")]
     assert len(steps) == 12
     for result, call in zip(steps[::2], steps[1::2], strict=True):
@@ -1133,14 +1139,8 @@ def test_a_class_trainable_asking_checkpoint_verdicts_sends_each_result_with_its
     host = DeviceHost(lambda config: run_trainable_class(Three, config, {}, ClassOptions(checkpoint_verdicts=True)),
                       _settings(max_lanes=1))  # one lane: the two trials take turns in it
     host.submit([_spec(tmp_path, 0), _spec(tmp_path, 1)])
-    events, deadline = [], time.time() + WAIT_S
-    while sum(e[0] == EV_END for e in events) < 2:
-        assert time.time() < deadline, f"timed out; events so far: {events}"
-        for e in host.poll(0.1):
-            events.append(e)
-            if e[0] == "call":
-                assert e[5] == CHECKPOINT_VERDICT_CALL
-                host.answer(e[4], False)
+    events = _drain_answering(host, 2, lambda call: False)
+    assert {e[5] for e in events if e[0] == "call"} == {CHECKPOINT_VERDICT_CALL}
     steps = [(e[0], e[1], e[4]["training_iteration"] if e[0] == EV_RESULT else e[6][0])
              for e in events if e[0] in (EV_RESULT, "call")]
     for i, (kind, trial, iteration) in enumerate(steps):
