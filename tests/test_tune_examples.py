@@ -161,6 +161,10 @@ _SLOW = [pytest.mark.slow, pytest.mark.skipif(not os.environ.get(SLOW_ENV), reas
     # NevergradSearch(optimizer=ng.optimizers.OnePlusOne) in a ConcurrencyLimiter(4) under AsyncHyperBandScheduler
     pytest.param("nevergrad_example.py", "Best hyperparameters found were: ",
                  {"steps", "width", "height", "activation"}, marks=_SLOW),
+    # AxSearch with a parameter and an outcome constraint, as Optuna's GPSampler, in a ConcurrencyLimiter(4) under
+    # AsyncHyperBandScheduler
+    pytest.param("ax_example.py", "Best hyperparameters found were: ",
+                 {"iterations", "x1", "x2", "x3", "x4", "x5", "x6"}, marks=_SLOW),
     # HyperOptSearch over HyperOpt's own conditional hp.* space (hp.choice of dicts), under AsyncHyperBandScheduler
     pytest.param("hyperopt_conditional_search_space_example.py", "Best hyperparameters found were: ",
                  {"activation", "width", "height", "steps"}, marks=_SLOW),

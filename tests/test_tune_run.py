@@ -221,8 +221,9 @@ def test_schedulers_and_search_algorithms_by_rays_names() -> None:
         tune.create_scheduler("pbt_replay", policy_file="/nowhere/pbt_policy_x.txt")  # known now: it reads the file
     with pytest.raises(ConfigError, match=r"scheduler must be one of \['fifo'"):
         tune.create_scheduler("asha")  # not one of Ray's names either
-    with pytest.raises(ConfigError, match="search_alg 'ax' is not provided"):
-        tune.create_searcher("ax")
+    assert type(tune.create_searcher("ax", metric="m", mode="min")).__name__ == "AxSearch"
+    with pytest.raises(ConfigError, match="search_alg 'hebo' is not provided"):
+        tune.create_searcher("hebo")
 
 
 def _noop(config):

@@ -33,6 +33,7 @@ and the suggested values are not added to it.
 from __future__ import annotations
 
 import copy
+import math
 import numbers
 import time
 import warnings
@@ -50,6 +51,7 @@ from optuna.trial import TrialState
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError, SpaceError
 from fluidsalus.searchers._base import BaseSearcher, Decision
+from fluidsalus.searchers._constraints import FeasibleSampler, LinearInequality, parse_inequalities
 from fluidsalus.store import KeptRecords, dumps
 from fluidsalus.trialgroup.trial import TrialGroup
 
@@ -142,6 +144,16 @@ class OptunaSearch(BaseSearcher):
             asked (Ray's ``add_evaluated_point``): dicts with ``parameters`` (every parameter of the space, nested
             or flattened), ``value`` (None for a failed one), ``state`` (one of :data:`ADDED_STATES`) and
             ``intermediate_values`` (a list, or None).
+        parameter_constraints: Linear inequalities over float and int parameters in Ax's notation
+            (``["x1 + x2 <= 2.0", "x3 >= x4"]``): every configuration proposed satisfies them (the sampler is
+            wrapped in a :class:`~fluidsalus.searchers._constraints.FeasibleSampler`), and so must every point
+            of ``points_to_evaluate``. Not with a define-by-run space.
+        outcome_constraints: Linear inequalities over result keys (``["l2norm <= 1.25"]``): each trial told
+            ``COMPLETE`` gets the violation of each (its last result's left side minus the bound; ``<= 0`` is
+            feasible) as an Optuna constraint (``Trial.set_constraint``, named by the inequality's text), which
+            Optuna's ``GPSampler`` models. A trial whose last result lacks one of those keys, or holds a value
+            that is not a finite number, is told ``FAIL`` (Ray's ``AxSearch`` abandons such a trial). Needs
+            Optuna 5.
 
     Raises:
         ConfigError: A parameter is invalid, or the space has a parameter Optuna cannot express (the message
@@ -163,6 +175,8 @@ class OptunaSearch(BaseSearcher):
         batch_size: int | None = None,
         define_by_run: DefineByRun | None = None,
         evaluated_points: Sequence[Mapping[str, Any]] | None = None,
+        parameter_constraints: Sequence[str] | None = None,
+        outcome_constraints: Sequence[str] | None = None,
     ) -> None:
         if callable(space) and not isinstance(space, Mapping) and define_by_run is None:
             space, define_by_run = {}, space
@@ -218,6 +232,11 @@ class OptunaSearch(BaseSearcher):
         self.metric = metric if isinstance(metric, str) else list(metric)
         self.mode = mode if isinstance(mode, str) else list(mode)
         self.seed = seed
+        self.parameter_constraints = self._parameter_constraints(parameter_constraints)
+        self.outcome_constraints = parse_inequalities(outcome_constraints, "OptunaSearch: outcome_constraints")
+        if self.outcome_constraints and not hasattr(optuna.trial.Trial, "set_constraint"):
+            raise ConfigError(f"OptunaSearch: outcome_constraints need Optuna 5 or later (Trial.set_constraint); "
+                              f"this is Optuna {optuna.__version__}")
         self._points = self._check_points(points_to_evaluate)
         self.study = self._make_study(study, sampler, pruner)
         self._prune = pruner is not None
@@ -244,6 +263,7 @@ class OptunaSearch(BaseSearcher):
         self._returned: dict[int, dict[str, Any]] = {}  # Optuna trial number -> constants define_by_run returned
         self._trial_distributions: dict[str, dict[str, str]] = {}  # define-by-run: trial id -> JSON distributions
         self._told_json = KeptRecords()  # told trials' parts of state_json, encoded once
+        self._constraint_values: dict[str, dict[str, float]] = {}  # trial id -> outcome constraint -> violation
 
     # ------------------------------------------------------------------ construction helpers
 
@@ -253,7 +273,7 @@ class OptunaSearch(BaseSearcher):
         directions = self._directions
         if study is None:
             return optuna.create_study(
-                sampler=sampler if sampler is not None else TPESampler(seed=self.seed),
+                sampler=self._feasible(sampler if sampler is not None else TPESampler(seed=self.seed)),
                 pruner=pruner if pruner is not None else NopPruner(),
                 directions=directions,
             )
@@ -270,7 +290,24 @@ class OptunaSearch(BaseSearcher):
             )
         if pruner is not None:
             study.pruner = pruner
+        study.sampler = self._feasible(study.sampler)
         return study
+
+    def _parameter_constraints(self, texts: Sequence[str] | None) -> list[LinearInequality]:
+        """Parse ``parameter_constraints`` against the space's float and int parameters."""
+        if texts is not None and self.define_by_run is not None:
+            raise ConfigError("OptunaSearch: parameter_constraints need the space as a dict (a define-by-run "
+                              "function decides its parameters itself); check them in the function instead")
+        numeric = [name for name, d in self._distributions.items()
+                   if isinstance(d, (optuna.distributions.FloatDistribution, optuna.distributions.IntDistribution))]
+        return parse_inequalities(texts, "OptunaSearch: parameter_constraints", numeric,
+                                  "float or int parameter")
+
+    def _feasible(self, sampler: BaseSampler) -> BaseSampler:
+        """``sampler``, wrapped so that its proposals satisfy the parameter constraints (if there are any)."""
+        if not self.parameter_constraints or isinstance(sampler, FeasibleSampler):
+            return sampler
+        return FeasibleSampler(sampler, self._distributions, self.parameter_constraints, self.seed)
 
     def _check_points(self, points: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
         """Flatten and validate ``points_to_evaluate``; return them as flat parameter dicts."""
@@ -310,8 +347,20 @@ class OptunaSearch(BaseSearcher):
                         f"parameter's range {distribution}"
                     )
                 flat[key] = value
+            self._check_point_constraints(index, flat)
             flat_points.append(flat)
         return flat_points
+
+    def _check_point_constraints(self, index: int, flat: Mapping[str, Any]) -> None:
+        """A point to evaluate gives every parameter the constraints name, and satisfies them."""
+        for inequality in self.parameter_constraints:
+            missing = sorted(set(inequality.weights) - set(flat))
+            if missing:
+                raise ConfigError(f"OptunaSearch: points_to_evaluate[{index}] leaves {missing} to the sampler, but "
+                                  f"parameter_constraints {inequality.text!r} names them; give their values")
+            if not inequality.holds(flat):
+                raise ConfigError(f"OptunaSearch: points_to_evaluate[{index}] = {dict(flat)!r} breaks "
+                                  f"parameter_constraints {inequality.text!r}")
 
     @staticmethod
     def _flatten_point(index: int, point: Mapping[str, Any]) -> dict[str, Any]:
@@ -531,12 +580,35 @@ class OptunaSearch(BaseSearcher):
             frozen = self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
         elif trial_id in self._pruned or any(v is None for v in values):
             frozen = self.study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
+        elif not self._set_constraints(trial_id, trial, result or {}):
+            frozen = self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
         else:
             frozen = self.study.tell(trial, values[0] if len(values) == 1 else values, skip_if_finished=True)
         if len(self._metrics) == 1:
             self._told[trial_id] = (frozen.state.name, frozen.value)
         else:
             self._told[trial_id] = (frozen.state.name, None if frozen.values is None else list(frozen.values))
+
+    def _set_constraints(self, trial_id: str, trial: optuna.Trial, result: Mapping[str, Any]) -> bool:
+        """Set each outcome constraint's violation on ``trial`` from its last ``result``.
+
+        Returns:
+            False (nothing set, with a warning) when the result lacks a key the constraints name or holds a
+            value that is not a finite number: the trial is then told ``FAIL``.
+        """
+        if not self.outcome_constraints:
+            return True
+        names = sorted({name for c in self.outcome_constraints for name in c.weights})
+        bad = [name for name in names if not _is_real(result.get(name)) or not math.isfinite(result[name])]
+        if bad:
+            warnings.warn(f"OptunaSearch: trial {trial_id} is told FAIL: its last result has no finite number for "
+                          f"{bad}, which outcome_constraints name", UserWarning, stacklevel=3)
+            return False
+        violations = {c.text: c.violation(result) for c in self.outcome_constraints}
+        for text, violation in violations.items():
+            trial.set_constraint(text, violation)
+        self._constraint_values[trial_id] = violations
+        return True
 
     def is_finished(self) -> bool:
         """True once ``num_samples`` trials are proposed (never with ``num_samples=-1``)."""
@@ -576,6 +648,8 @@ class OptunaSearch(BaseSearcher):
         }
         if trial_id in self._trial_distributions:  # define-by-run: each trial has its own parameters
             record["distributions"] = dict(self._trial_distributions[trial_id])
+        if trial_id in self._constraint_values:
+            record["constraints"] = dict(self._constraint_values[trial_id])
         return record
 
     def state_json(self) -> str:
@@ -611,6 +685,7 @@ class OptunaSearch(BaseSearcher):
         self._group_seq = int(state["group_seq"])
         self._trials, self._params, self._intermediate, self._pruned, self._told = {}, {}, {}, set(), {}
         self._unassigned, self._returned, self._trial_distributions = {}, {}, {}
+        self._constraint_values = {}
         self._told_json.clear()
         for trial_id, record in state["trials"].items():
             params = dict(record["params"])
@@ -622,12 +697,16 @@ class OptunaSearch(BaseSearcher):
             if "distributions" in record:
                 self._trial_distributions[trial_id] = dict(record["distributions"])
             if record["state"] is not None:
+                constraints = record.get("constraints")
+                if constraints is not None:
+                    self._constraint_values[trial_id] = dict(constraints)
                 if old is None:
                     self.study.add_trial(optuna.trial.create_trial(
                         state=TrialState[record["state"]], params=params,
                         distributions=self._distributions_of(record, params),
                         intermediate_values=intermediate, user_attrs={TRIAL_ID_ATTR: trial_id},
                         **self._value_kwargs(record["value"]),
+                        **({} if constraints is None else {"constraints": dict(constraints)}),
                     ))
                 self._told[trial_id] = (record["state"], record["value"])
                 self._intermediate[trial_id] = intermediate

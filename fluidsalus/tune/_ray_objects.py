@@ -49,6 +49,7 @@ _SUPPORTED_SCHEDULERS = ("FIFOScheduler", "AsyncHyperBandScheduler/ASHAScheduler
 _SUPPORTED_SEARCHERS = ("BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "SearchGenerator", "TuneBOHB",
                         "OptunaSearch", "HyperOptSearch (import it from fluidsalus.tune.search.hyperopt)",
                         "BayesOptSearch (import it from fluidsalus.tune.search.bayesopt)",
+                        "AxSearch (import it from fluidsalus.tune.search.ax)",
                         "NevergradSearch (import it from fluidsalus.tune.search.nevergrad)",
                         "ZOOptSearch (import it from fluidsalus.tune.search.zoopt)",
                         "a Searcher subclass of your own")
@@ -56,6 +57,7 @@ _SUPPORTED_SEARCHERS = ("BasicVariantGenerator", "ConcurrencyLimiter", "Repeater
 #: converted space): the import to use instead.
 _IMPORT_INSTEAD = {"HyperOptSearch": "from fluidsalus.tune.search.hyperopt import HyperOptSearch",
                    "BayesOptSearch": "from fluidsalus.tune.search.bayesopt import BayesOptSearch",
+                   "AxSearch": "from fluidsalus.tune.search.ax import AxSearch",
                    "NevergradSearch": "from fluidsalus.tune.search.nevergrad import NevergradSearch",
                    "ZOOptSearch": "from fluidsalus.tune.search.zoopt import ZOOptSearch"}
 

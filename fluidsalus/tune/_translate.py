@@ -267,6 +267,8 @@ def _optuna(holder: OptunaHolder, space: dict[str, Any], num_samples: int, metri
         batch_size=batch_size,
         define_by_run=holder.define_by_run,
         evaluated_points=holder.evaluated_points or None,
+        parameter_constraints=holder.parameter_constraints,
+        outcome_constraints=holder.outcome_constraints,
     )
 
 

@@ -11,7 +11,9 @@
 - :class:`~fluidsalus.tune.search.hyperopt.HyperOptSearch`: HyperOpt's TPE, run by Optuna's TPE sampler with
   HyperOpt's settings (``from fluidsalus.tune.search.hyperopt import HyperOptSearch``);
 - :class:`~fluidsalus.tune.search.bayesopt.BayesOptSearch`: Gaussian-process optimisation, run by Optuna's
-  ``GPSampler`` (``from fluidsalus.tune.search.bayesopt import BayesOptSearch``).
+  ``GPSampler`` (``from fluidsalus.tune.search.bayesopt import BayesOptSearch``);
+- :class:`~fluidsalus.tune.search.ax.AxSearch`: Ax's Bayesian optimisation with its parameter and outcome
+  constraints, run by Optuna's ``GPSampler`` (``from fluidsalus.tune.search.ax import AxSearch``).
 
 They hold their arguments; ``Tuner.fit()`` turns them, with the scheduler, into one fluidsalus searcher.
 :func:`create_searcher` builds one from Ray's short names (``"random"``, ``"optuna"``, ``"bohb"``, ...), as
@@ -60,7 +62,7 @@ UNDEFINED_METRIC_MODE = (
 SEARCHER_NAMES: dict[str, tuple[str, str] | None] = {
     "variant_generator": ("fluidsalus.tune.search._holders", "BasicVariantGenerator"),
     "random": ("fluidsalus.tune.search._holders", "BasicVariantGenerator"),
-    "ax": None,
+    "ax": ("fluidsalus.tune.search.ax", "AxSearch"),
     "hyperopt": ("fluidsalus.tune.search.hyperopt", "HyperOptSearch"),
     "bayesopt": ("fluidsalus.tune.search.bayesopt", "BayesOptSearch"),
     "bohb": ("fluidsalus.tune.search.bohb", "TuneBOHB"),

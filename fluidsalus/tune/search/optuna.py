@@ -126,6 +126,10 @@ class OptunaSearch(Searcher):
         self.evaluated_rewards = None if evaluated_rewards is None else list(evaluated_rewards)
         #: Results given by :meth:`add_evaluated_point`, added to the study before the search starts.
         self.evaluated_points: list[dict[str, Any]] = []
+        #: Linear constraints on the parameters and on the outcomes in Ax's notation (``AxSearch`` sets them;
+        #: Ray's ``OptunaSearch`` has no such arguments).
+        self.parameter_constraints: list[str] | None = None
+        self.outcome_constraints: list[str] | None = None
 
     def own_space(self) -> dict[str, Any] | None:
         return self.space or None
