@@ -330,8 +330,8 @@ def feasible_point(distributions: Mapping[str, BaseDistribution], constraints: S
 
     It is the centre of the largest ball inside the constraints' half-spaces, with the centre within the bounds
     (a linear programme, solved with SciPy's HiGHS), so it lies well inside the region; integer parameters and
-    stepped floats are rounded to the nearest value. If that rounding breaks a constraint, points are drawn uniformly in the
-    bounds (``seed``), up to :data:`FEASIBLE_DRAWS` times the number of parameters.
+    stepped floats are rounded to the nearest value. If that rounding breaks a constraint, points are drawn
+    uniformly in the bounds (``seed``), up to :data:`FEASIBLE_DRAWS` times the number of parameters.
 
     Raises:
         ConfigError: No configuration within the bounds satisfies every constraint.
