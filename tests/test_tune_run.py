@@ -222,8 +222,7 @@ def test_schedulers_and_search_algorithms_by_rays_names() -> None:
     with pytest.raises(ConfigError, match=r"scheduler must be one of \['fifo'"):
         tune.create_scheduler("asha")  # not one of Ray's names either
     assert type(tune.create_searcher("ax", metric="m", mode="min")).__name__ == "AxSearch"
-    with pytest.raises(ConfigError, match="search_alg 'hebo' is not provided"):
-        tune.create_searcher("hebo")
+    assert type(tune.create_searcher("hebo", metric="m", mode="min")).__name__ == "HEBOSearch"
 
 
 def _noop(config):

@@ -58,7 +58,7 @@ def test_a_bad_ax_parameter_is_refused_naming_it(parameter, message) -> None:
     ({"parameter_constraints": ["x1 < 1"]}, r"parameter_constraints: 'x1 < 1' must hold exactly one"),
     ({"outcome_constraints": ["m <= 5%"]}, r"outcome_constraints: 'm <= 5%' is relative"),
     ({"metric": ["a", "b"], "mode": ["min", "max"]}, r"metric and mode must be one result key"),
-    ({"space": {"x": tune.grid_search([1, 2])}}, r"grid_search parameters cannot be converted to an Ax search space"),
+    ({"space": {"x": tune.grid_search([1, 2])}}, r"grid_search parameters cannot be converted into Ax's search space"),
     ({"space": {"x": tune.randn()}}, r"x is a Normal parameter, which Ax cannot search"),
 ])
 def test_arguments_ax_cannot_take_here_are_refused_naming_them(kwargs, message) -> None:

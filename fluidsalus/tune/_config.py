@@ -96,14 +96,11 @@ def by_short_name(field: str, value: Any, table: Mapping[str, Any]) -> Any:
     """The entry of Ray's short name ``value`` (any case) in ``table``, for ``create_scheduler``/``create_searcher``.
 
     Raises:
-        ConfigError: ``value`` is not one of Ray's names, or its entry is None (fluidsalus has no equivalent).
+        ConfigError: ``value`` is not one of Ray's names.
     """
     name = value.lower() if isinstance(value, str) else value
     if name not in table:
         raise ConfigError(f"{field} must be one of {list(table)} (got {value!r})")
-    if table[name] is None:
-        supported = [key for key, entry in table.items() if entry is not None]
-        raise ConfigError(f"{field} {value!r} is not provided by fluidsalus; use one of {supported}")
     return table[name]
 
 

@@ -50,6 +50,7 @@ _SUPPORTED_SEARCHERS = ("BasicVariantGenerator", "ConcurrencyLimiter", "Repeater
                         "OptunaSearch", "HyperOptSearch (import it from fluidsalus.tune.search.hyperopt)",
                         "BayesOptSearch (import it from fluidsalus.tune.search.bayesopt)",
                         "AxSearch (import it from fluidsalus.tune.search.ax)",
+                        "HEBOSearch (import it from fluidsalus.tune.search.hebo)",
                         "NevergradSearch (import it from fluidsalus.tune.search.nevergrad)",
                         "ZOOptSearch (import it from fluidsalus.tune.search.zoopt)",
                         "a Searcher subclass of your own")
@@ -58,6 +59,7 @@ _SUPPORTED_SEARCHERS = ("BasicVariantGenerator", "ConcurrencyLimiter", "Repeater
 _IMPORT_INSTEAD = {"HyperOptSearch": "from fluidsalus.tune.search.hyperopt import HyperOptSearch",
                    "BayesOptSearch": "from fluidsalus.tune.search.bayesopt import BayesOptSearch",
                    "AxSearch": "from fluidsalus.tune.search.ax import AxSearch",
+                   "HEBOSearch": "from fluidsalus.tune.search.hebo import HEBOSearch",
                    "NevergradSearch": "from fluidsalus.tune.search.nevergrad import NevergradSearch",
                    "ZOOptSearch": "from fluidsalus.tune.search.zoopt import ZOOptSearch"}
 

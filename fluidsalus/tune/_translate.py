@@ -705,7 +705,9 @@ def _plan_optuna(holder: OptunaHolder, scheduler: TrialScheduler, param_space: d
             "single-objective); use no scheduler (Ray warns that schedulers may not work correctly with several "
             "objectives)"
         )
-    batch = min(limits) if limits else cap
+    # A search algorithm that proposes in synchronous batches (HEBOSearch) takes the cap as its batch size, as Ray's
+    # set_max_concurrency gives it.
+    batch = min(limits) if limits else cap if cap is not None else holder.batches
     extra_stops: list[Callable[[str, Mapping[str, Any]], bool]] = []
     if isinstance(scheduler, FIFOScheduler):
         pruner = None
@@ -725,6 +727,10 @@ def _plan_optuna(holder: OptunaHolder, scheduler: TrialScheduler, param_space: d
     else:
         raise ConfigError(f"TuneConfig: {pair} has no fluidsalus equivalent; supported pairs: {_WORKING_PAIRS}")
     searcher: BaseSearcher = _optuna(holder, space, n, metric, mode, pruner, batch)
+    if holder.batches is not None:
+        assert isinstance(searcher, OptunaSearch)
+        searcher.wait_for_batch = True
+        how += f", in batches of {batch}"
     if type(scheduler) is HyperBandScheduler:
         assert isinstance(searcher, OptunaSearch) and isinstance(metric, str) and isinstance(mode, str)
         searcher = OptunaHyperBand(searcher, n, metric, mode, max_concurrent=batch, time_attr=scheduler.time_attr,

@@ -40,7 +40,7 @@ from fluidsalus.tune.schedulers._holders import (
 
 #: Ray's short scheduler names (``ray.tune.schedulers.SCHEDULER_IMPORT``) and the holder each builds; None where
 #: fluidsalus has no equivalent.
-SCHEDULER_NAMES: dict[str, type[TrialScheduler] | None] = {
+SCHEDULER_NAMES: dict[str, type[TrialScheduler]] = {
     "fifo": FIFOScheduler,
     "async_hyperband": AsyncHyperBandScheduler,
     "asynchyperband": AsyncHyperBandScheduler,
@@ -66,7 +66,7 @@ def create_scheduler(scheduler: str, **kwargs: Any) -> TrialScheduler:
         The scheduler.
 
     Raises:
-        ConfigError: An unknown name, or one fluidsalus has no scheduler for.
+        ConfigError: An unknown name.
     """
     return build_with_known(by_short_name("scheduler", scheduler, SCHEDULER_NAMES), kwargs)
 

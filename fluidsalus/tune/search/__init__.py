@@ -13,7 +13,9 @@
 - :class:`~fluidsalus.tune.search.bayesopt.BayesOptSearch`: Gaussian-process optimisation, run by Optuna's
   ``GPSampler`` (``from fluidsalus.tune.search.bayesopt import BayesOptSearch``);
 - :class:`~fluidsalus.tune.search.ax.AxSearch`: Ax's Bayesian optimisation with its parameter and outcome
-  constraints, run by Optuna's ``GPSampler`` (``from fluidsalus.tune.search.ax import AxSearch``).
+  constraints, run by Optuna's ``GPSampler`` (``from fluidsalus.tune.search.ax import AxSearch``);
+- :class:`~fluidsalus.tune.search.hebo.HEBOSearch`: HEBO's batched Bayesian optimisation, run by Optuna's
+  ``GPSampler`` in synchronous batches (``from fluidsalus.tune.search.hebo import HEBOSearch``).
 
 They hold their arguments; ``Tuner.fit()`` turns them, with the scheduler, into one fluidsalus searcher.
 :func:`create_searcher` builds one from Ray's short names (``"random"``, ``"optuna"``, ``"bohb"``, ...), as
@@ -57,9 +59,9 @@ UNDEFINED_METRIC_MODE = (
     "{cls} or to TuneConfig()."
 )
 
-#: Ray's short search algorithm names (``ray.tune.search.SEARCH_ALG_IMPORT``); those fluidsalus provides name
-#: the module and class that ``create_searcher`` imports (lazily, as Ray does), the others None.
-SEARCHER_NAMES: dict[str, tuple[str, str] | None] = {
+#: Ray's short search algorithm names (``ray.tune.search.SEARCH_ALG_IMPORT``), each naming the module and class
+#: that ``create_searcher`` imports (lazily, as Ray does).
+SEARCHER_NAMES: dict[str, tuple[str, str]] = {
     "variant_generator": ("fluidsalus.tune.search._holders", "BasicVariantGenerator"),
     "random": ("fluidsalus.tune.search._holders", "BasicVariantGenerator"),
     "ax": ("fluidsalus.tune.search.ax", "AxSearch"),
@@ -69,7 +71,7 @@ SEARCHER_NAMES: dict[str, tuple[str, str] | None] = {
     "nevergrad": ("fluidsalus.tune.search.nevergrad", "NevergradSearch"),
     "optuna": ("fluidsalus.tune.search.optuna", "OptunaSearch"),
     "zoopt": ("fluidsalus.tune.search.zoopt", "ZOOptSearch"),
-    "hebo": None,
+    "hebo": ("fluidsalus.tune.search.hebo", "HEBOSearch"),
 }
 
 
@@ -85,7 +87,7 @@ def create_searcher(search_alg: str, **kwargs: Any) -> SearchAlgorithm:
         The search algorithm.
 
     Raises:
-        ConfigError: An unknown name, or one fluidsalus has no search algorithm for.
+        ConfigError: An unknown name.
     """
     import importlib
 

@@ -45,6 +45,7 @@ from typing import Any
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers._constraints import parse_inequalities
+from fluidsalus.tune.search._model_space import model_space
 from fluidsalus.tune.search.optuna import OptunaSearch, single_objective
 
 __all__ = ["AxSearch"]
@@ -197,30 +198,7 @@ class AxSearch(OptunaSearch):
         Raises:
             ConfigError: A grid, or a parameter of another kind (a normal distribution, ``sample_from``).
         """
-        owner = type(self).__name__
-        if sp.has_grid(space):
-            raise ConfigError(f"{owner}: grid_search parameters cannot be converted to an Ax search space (as in "
-                              "Ray); use tune.choice")
-        domains, constants = sp.split_constants(space)
-        converted: dict[str, Any] = {}
-        for path, domain in domains.items():
-            if isinstance(domain, sp.Float):
-                if domain.q is not None:
-                    warnings.warn(f"{owner}: {path}: Ax does not support quantization; {domain!r}'s is dropped, as "
-                                  "Ray drops it", UserWarning, stacklevel=3)
-                    domain = (sp.loguniform(domain.lower, domain.upper, domain.base) if domain.log
-                              else sp.uniform(domain.lower, domain.upper))
-            elif isinstance(domain, sp.Integer):
-                if domain.q is not None and domain.q != 1:  # its upper bound is included: randint's is not
-                    warnings.warn(f"{owner}: {path}: Ax does not support quantization; {domain!r}'s is dropped, as "
-                                  "Ray drops it", UserWarning, stacklevel=3)
-                    domain = (sp.lograndint(domain.lower, domain.upper + 1, domain.base) if domain.log
-                              else sp.randint(domain.lower, domain.upper + 1))
-            elif not isinstance(domain, sp.Categorical):
-                raise ConfigError(f"{owner}: {path} is a {type(domain).__name__} parameter, which Ax cannot search "
-                                  "(as in Ray); use tune.uniform, tune.randint, tune.choice and their kin")
-            converted[path] = domain
-        return sp.unflatten({**constants, **converted})
+        return model_space(type(self).__name__, "Ax", space)
 
     def describe(self) -> dict[str, Any]:
         return {"space": self.space, "metric": self._metric, "mode": self._mode,

@@ -130,6 +130,9 @@ class OptunaSearch(Searcher):
         #: Ray's ``OptunaSearch`` has no such arguments).
         self.parameter_constraints: list[str] | None = None
         self.outcome_constraints: list[str] | None = None
+        #: Proposals in synchronous batches of this size, each waiting for the last to end (``HEBOSearch`` sets
+        #: it; a ConcurrencyLimiter's cap takes its place), or None.
+        self.batches: int | None = None
 
     def own_space(self) -> dict[str, Any] | None:
         return self.space or None
