@@ -110,3 +110,20 @@ def test_a_tuner_refuses_a_constraint_on_a_parameter_its_space_lacks(ray_cluster
     with pytest.raises(ConfigError, match=r"parameter_constraints: 'x1 \+ x2 <= 1' names 'x2', which is no float or "
                                           r"int parameter of the search space; it has \['x1'\]"):
         tuner.fit()
+
+
+def test_a_restored_run_keeps_the_constraints(ray_cluster, storage, tmp_path) -> None:
+    from fluidsalus.testing.tune import InterruptOnce, resumable
+
+    search_alg = AxSearch(parameter_constraints=["x + y <= 0.3"], outcome_constraints=["i <= 100"], random_seed=0)
+    tuner = tune.Tuner(resumable, param_space={"x": tune.uniform(0.0, 1.0), "y": tune.uniform(0.0, 1.0)},
+                       tune_config=tune.TuneConfig(metric="i", mode="max", num_samples=6, max_concurrent_trials=2,
+                                                   search_alg=search_alg),
+                       run_config=tune.RunConfig(name="ax_restore", storage_path=storage, verbose=0,
+                                                 callbacks=[InterruptOnce(str(tmp_path / "interrupted"), n=3)]))
+    with pytest.raises(KeyboardInterrupt):
+        tuner.fit()
+    restored = tune.Tuner.restore(f"{storage}/ax_restore", resumable)
+    grid = restored.fit()
+    assert len(grid) == 6 and grid.num_errors == 0
+    assert all(r.config["x"] + r.config["y"] <= 0.3 + 1e-9 for r in grid), [r.config for r in grid]
