@@ -339,10 +339,10 @@ def feasible_point(distributions: Mapping[str, BaseDistribution], constraints: S
     import numpy as np
     from scipy.optimize import linprog
 
-    names = sorted({name for c in constraints for name in c.weights})
-    bounds = [(float(distributions[n].low), float(distributions[n].high)) for n in names]  # type: ignore[attr-defined]
     if not constraints:
         return {}
+    names = sorted({name for c in constraints for name in c.weights})
+    bounds = [(float(distributions[n].low), float(distributions[n].high)) for n in names]  # type: ignore[attr-defined]
     # Variables: x (one per name), then r; maximise r subject to a.x + |a| r <= b, bounds, r >= 0.
     rows = [[c.weights.get(n, 0.0) for n in names] for c in constraints]
     a_ub = np.array([row + [math.hypot(*row)] for row in rows])

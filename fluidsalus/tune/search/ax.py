@@ -38,7 +38,6 @@ nothing here.
 from __future__ import annotations
 
 import numbers
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,7 +45,7 @@ from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers._constraints import parse_inequalities
 from fluidsalus.tune.search._model_space import model_space
-from fluidsalus.tune.search.optuna import OptunaSearch, single_objective
+from fluidsalus.tune.search.optuna import OptunaSearch, gp_sampler, single_objective
 
 __all__ = ["AxSearch"]
 
@@ -178,14 +177,9 @@ class AxSearch(OptunaSearch):
         # search runs on, when the Tuner starts.
         parse_inequalities(parameter_constraints, f"{owner}: parameter_constraints")
         parse_inequalities(outcome_constraints, f"{owner}: outcome_constraints")
-        from optuna.exceptions import ExperimentalWarning
-        from optuna.samplers import GPSampler
-
-        with warnings.catch_warnings():  # GPSampler is marked experimental; the choice is fluidsalus's, not the user's
-            warnings.simplefilter("ignore", ExperimentalWarning)
-            sampler = GPSampler(seed=None if seed is None else int(seed))
+        seed = None if seed is None else int(seed)
         super().__init__(space=space or None, metric=metric, mode=mode, points_to_evaluate=points_to_evaluate,
-                         sampler=sampler, seed=None if seed is None else int(seed))
+                         sampler=gp_sampler(seed), seed=seed)
         if self.space:
             self.space = self.prepare_space(self.space)
         self.parameter_constraints = None if parameter_constraints is None else list(parameter_constraints)

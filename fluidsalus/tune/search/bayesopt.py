@@ -27,7 +27,7 @@ from typing import Any
 
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
-from fluidsalus.tune.search.optuna import OptunaSearch, single_objective
+from fluidsalus.tune.search.optuna import OptunaSearch, gp_sampler, single_objective
 
 __all__ = ["BayesOptSearch"]
 
@@ -88,12 +88,7 @@ class BayesOptSearch(OptunaSearch):
             warnings.warn(f"{owner}: utility_kwargs={dict(utility_kwargs)!r} is not used: fluidsalus runs BayesOpt as "
                           "Optuna's GPSampler, whose acquisition is log expected improvement", UserWarning,
                           stacklevel=2)
-        from optuna.exceptions import ExperimentalWarning
-        from optuna.samplers import GPSampler
-
-        with warnings.catch_warnings():  # GPSampler is marked experimental; the choice is fluidsalus's, not the user's
-            warnings.simplefilter("ignore", ExperimentalWarning)
-            sampler = GPSampler(seed=int(random_state), n_startup_trials=int(random_search_steps))
+        sampler = gp_sampler(int(random_state), int(random_search_steps))
         super().__init__(space=space, metric=metric, mode=mode, points_to_evaluate=points_to_evaluate,
                          sampler=sampler)
         if self.space:

@@ -35,7 +35,7 @@ from typing import Any
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
 from fluidsalus.tune.search._model_space import model_space
-from fluidsalus.tune.search.optuna import OptunaSearch, single_objective
+from fluidsalus.tune.search.optuna import OptunaSearch, gp_sampler, single_objective
 
 __all__ = ["HEBOSearch"]
 
@@ -118,12 +118,7 @@ class HEBOSearch(OptunaSearch):
         converted = model_space(type(self).__name__, "HEBO", space)
         searched = len(sp.split_constants(converted)[0])
         startup = self.rand_sample if self.rand_sample is not None else 1 + searched
-        from optuna.exceptions import ExperimentalWarning
-        from optuna.samplers import GPSampler
-
-        with warnings.catch_warnings():  # GPSampler is marked experimental; the choice is fluidsalus's, not the user's
-            warnings.simplefilter("ignore", ExperimentalWarning)
-            self.sampler = GPSampler(seed=self.random_state_seed, n_startup_trials=startup)
+        self.sampler = gp_sampler(self.random_state_seed, startup)
         return converted
 
     def describe(self) -> dict[str, Any]:

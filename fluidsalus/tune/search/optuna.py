@@ -17,6 +17,7 @@ single metric: ``ResultGrid.get_best_result`` needs one named.
 from __future__ import annotations
 
 import numbers
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,7 +27,7 @@ from fluidsalus.tune._config import MODES
 from fluidsalus.tune._domains import from_optuna_distributions, translate_ray_values
 from fluidsalus.tune.search._holders import Searcher
 
-__all__ = ["OptunaSearch", "single_objective"]
+__all__ = ["OptunaSearch", "gp_sampler", "single_objective"]
 
 
 def _objectives(owner: str, metric: Any, mode: Any) -> tuple[list[str], list[str]]:
@@ -50,6 +51,24 @@ def single_objective(owner: str, algorithm: str, metric: Any, mode: Any) -> None
     if isinstance(metric, (list, tuple)) or isinstance(mode, (list, tuple)):
         raise ConfigError(f"{owner}: metric and mode must be one result key and 'min'/'max' ({algorithm} is "
                           f"single-objective; got metric={metric!r}, mode={mode!r})")
+
+
+def gp_sampler(seed: int | None, n_startup_trials: int | None = None) -> Any:
+    """Optuna's ``GPSampler``, which runs ``BayesOptSearch``, ``AxSearch`` and ``HEBOSearch``.
+
+    Optuna marks it experimental; the choice is fluidsalus's, not the user's, so that warning is not shown.
+
+    Args:
+        seed: The sampler's seed.
+        n_startup_trials: Random trials before the Gaussian process decides (None: ``GPSampler``'s default, 10).
+    """
+    from optuna.exceptions import ExperimentalWarning
+    from optuna.samplers import GPSampler
+
+    startup = {} if n_startup_trials is None else {"n_startup_trials": n_startup_trials}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        return GPSampler(seed=seed, **startup)
 
 
 class OptunaSearch(Searcher):
