@@ -82,7 +82,7 @@ class Checkpoint:
         self.set_metadata(merged)
 
     def __repr__(self) -> str:
-        return f"Checkpoint(path={self.path!r})"
+        return f"Checkpoint(filesystem=local, path={self.path})"  # Ray's form (a local folder)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Checkpoint) and os.path.abspath(self.path) == os.path.abspath(other.path)

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fluidsalus.store import EventRow, ResultRow
+from fluidsalus.store import TRIAL_RESTART_EVENT, EventRow, ResultRow
 
 #: Result key a trainable may report with the number of training samples of the iteration.
 SAMPLES_KEY = "num_samples"
@@ -423,7 +423,7 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
             resumes.append(ev.ts)
         attempt = data.get("attempt")
         attempt = attempt if isinstance(attempt, int) else 0
-        if ev.kind == "trial_restart" and ev.trial_id is not None:
+        if ev.kind == TRIAL_RESTART_EVENT and ev.trial_id is not None:
             reason = str(data.get("reason") or WASTE_OTHER)
             restarts[ev.trial_id].append((ev.ts, reason))
             kind = MARK_EXPLOIT if reason == WASTE_EXPLOIT else MARK_FAILURE

@@ -27,6 +27,7 @@ from fluidsalus.store import (
     DEFAULT_STORAGE_PATH,
     STORAGE_PATH_ENV,
     TERMINATED,
+    TRIAL_RESTART_EVENT,
     TRIAL_STATUSES,
     EventRow,
     ExperimentStore,
@@ -143,9 +144,9 @@ def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
         data = ev.data or {}
         if ev.kind == "plan_move":
             moves += 1
-        elif ev.kind == "trial_restart" and data.get("reason") == "move":
+        elif ev.kind == TRIAL_RESTART_EVENT and data.get("reason") == "move":
             restarts += 1
-        elif ev.kind == "trial_restart" and data.get("reason") == "withdrawn":
+        elif ev.kind == TRIAL_RESTART_EVENT and data.get("reason") == "withdrawn":
             withdrawals += 1
         elif ev.kind == "plan_preempt":
             preemptions += 1

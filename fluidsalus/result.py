@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError, StoreError, TrialError
-from fluidsalus.store import ERROR, TERMINATED, ExperimentStore
+from fluidsalus.session import AUTO_RESULT_KEYS
+from fluidsalus.store import ERROR, TERMINATED, TRIAL_RESTART_EVENT, ExperimentStore
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,6 +29,11 @@ def _local_filesystem() -> Any:
 #: The scopes ``get_best_result`` accepts, as in Ray Tune.
 SCOPES = ("last", "avg", "last-5-avg", "last-10-avg", "all")
 MODES = ("min", "max")
+#: Result keys a :class:`Result`'s repr leaves out, as Ray's does (``ray.tune.result.AUTO_RESULT_KEYS`` and the
+#: keys its console output hides): what the engine fills in, so that the trial's own metrics show.
+REPR_HIDDEN_KEYS: frozenset[str] = AUTO_RESULT_KEYS | {
+    "config", "experiment_tag", "should_checkpoint", "episodes_total", "timesteps_total", "timesteps_since_restore",
+    "_report_on"}
 
 
 @dataclass
@@ -40,6 +46,10 @@ class Result:
         error: A :class:`TrialError` with the trial's traceback if it failed, else None.
         path: The trial's folder in the experiment.
         best_checkpoints: ``(checkpoint, metrics)`` for each persisted checkpoint the trial still has.
+        metrics_dataframe: Every result of the trial, one row per iteration, as Ray builds it from a trial's
+            ``result.json``: nested metrics flattened to ``"a/b"`` columns, and the configuration each result was
+            reported with as ``config/...`` columns (under PBT it changes at an exploit). None if it reported
+            nothing.
     """
 
     metrics: dict[str, Any] | None
@@ -51,15 +61,24 @@ class Result:
     status: str = TERMINATED
     _history: list[dict[str, Any]] | None = None
     _config: dict[str, Any] | None = None  # the trial's configuration, also when it reported nothing
+    _row_configs: list[dict[str, Any]] | None = None  # the configuration of each row of ``_history``
+    _num_failures: int = 0
+    _trainable_name: str = ""
 
     @property
     def metrics_dataframe(self) -> pd.DataFrame | None:
-        """Every result of the trial, one row per iteration (built when first asked for)."""
+        """Every result of the trial, one row per iteration (built when asked for; see the class docstring)."""
         if not self._history:
             return None
         import pandas as pd
 
-        return pd.DataFrame(self._history)
+        configs = self._row_configs or [self._config or {}] * len(self._history)
+        rows = []
+        for metrics, config in zip(self._history, configs, strict=True):
+            row = flatten_dict({k: v for k, v in metrics.items() if k != "config"})
+            row.update(flatten_dict(config, "config/"))
+            rows.append(row)
+        return pd.DataFrame(rows)
 
     @property
     def config(self) -> dict[str, Any] | None:
@@ -114,12 +133,22 @@ class Result:
         """The filesystem of :attr:`path` (``pyarrow.fs.LocalFileSystem``, as Ray gives for a local folder)."""
         return _local_filesystem()
 
-    def __repr__(self) -> str:
-        shown = {k: v for k, v in (self.metrics or {}).items() if k != "config"}
-        parts = [f"metrics={shown!r}", f"path={self.path!r}"]
+    def _repr(self, indent: int = 0) -> str:
+        """Ray's layout: one attribute per line, the error by its type, only the trial's own metrics."""
+        shown: dict[str, Any] = {}
         if self.error is not None:
-            parts.append(f"error={self.error!r}")
-        return f"Result({', '.join(parts)})"
+            shown["error"] = type(self.error).__name__
+        shown["metrics"] = None if self.metrics is None else {
+            k: v for k, v in self.metrics.items() if k not in REPR_HIDDEN_KEYS}
+        shown["path"] = self.path
+        shown["filesystem"] = "local"
+        shown["checkpoint"] = self.checkpoint
+        pad, inner = " " * indent, " " * (indent + 2)
+        body = ",\n".join(f"{inner}{key}={value!r}" for key, value in shown.items())
+        return f"{pad}Result(\n{body}\n{pad})"
+
+    def __repr__(self) -> str:
+        return self._repr()
 
 
 class ResultGrid:
@@ -162,8 +191,16 @@ class ResultGrid:
         """Build the grid from an experiment's store (works on a running experiment too)."""
         exp = store.experiment()
         history: dict[str, list[dict[str, Any]]] = {}
+        attempts: dict[str, list[int]] = {}
         for row in store.results():
             history.setdefault(row.trial_id, []).append(row.metrics)
+            attempts.setdefault(row.trial_id, []).append(row.attempt)
+        changes: dict[str, list[tuple[int, dict[str, Any], dict[str, Any]]]] = {}
+        for event in store.events(TRIAL_RESTART_EVENT):
+            data = event.data or {}
+            if event.trial_id and "config" in data:
+                changes.setdefault(event.trial_id, []).append(
+                    (int(data["attempt"]), data["config"], data.get("previous_config") or {}))
         checkpoints: dict[str, list[tuple[Checkpoint, dict[str, Any]]]] = {}
         for c in store.checkpoints():
             if os.path.isdir(c["path"]):
@@ -180,6 +217,8 @@ class ResultGrid:
             error = TrialError(f"Trial {t.trial_id} failed: {t.error}\n{t.traceback or ''}".rstrip()) \
                 if t.status == ERROR else None
             ckpts = checkpoints.get(t.trial_id, [])
+            row_configs = [_config_of_attempt(t.config, changes.get(t.trial_id, []), attempt)
+                           for attempt in attempts.get(t.trial_id, [])]
             results.append(
                 Result(
                     metrics=metrics,
@@ -191,6 +230,9 @@ class ResultGrid:
                     status=t.status,
                     _history=rows,
                     _config=t.config,
+                    _row_configs=row_configs,
+                    _num_failures=t.num_failures + (t.status == ERROR),  # the retried failures, and the last
+                    _trainable_name=str((exp["spec"] or {}).get("trainable") or ""),
                 )
             )
         return cls(results, store.experiment_dir, exp["metric"], exp["mode"])
@@ -207,7 +249,9 @@ class ResultGrid:
         return iter(self._results)
 
     def __repr__(self) -> str:
-        return f"ResultGrid<{len(self)} trials, {self.num_errors} errored, path={self.experiment_path!r}>"
+        """Ray's layout: every trial's :class:`Result`, indented."""
+        shown = ",\n".join(result._repr(indent=2) for result in self._results)
+        return f"ResultGrid<[\n{shown}\n]>"
 
     # ------------------------------------------------------------------ summaries
 
@@ -300,6 +344,31 @@ class ResultGrid:
         return pd.DataFrame(rows)
 
 
+def _config_of_attempt(config: dict[str, Any], changes: list[tuple[int, dict[str, Any], dict[str, Any]]],
+                       attempt: int) -> dict[str, Any]:
+    """The configuration a trial ran ``attempt`` with.
+
+    Args:
+        config: The trial's configuration now (its last).
+        changes: ``(attempt, config, previous_config)`` of each restart that changed it, in order.
+        attempt: The attempt a result came from.
+
+    Returns:
+        The configuration of the last change at or before ``attempt``; before the first change, the one it
+        replaced; ``config`` if nothing changed it (or the store predates these records).
+    """
+    if not changes:
+        return config
+    if attempt < changes[0][0]:
+        return changes[0][2]
+    current = changes[0][1]
+    for at, new, _ in changes:
+        if at > attempt:
+            break
+        current = new
+    return current
+
+
 def _check_mode(mode: str) -> None:
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -325,7 +394,8 @@ def _score(history: list[Mapping[str, Any]], metric: str, mode: str, scope: str,
 
 
 def flatten_dict(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dicts flattened to ``"a/b"`` keys (Ray's delimiter), e.g. for config columns."""
+    """Nested dicts flattened to ``"a/b"`` keys (Ray's delimiter), e.g. for config columns; ``prefix`` goes
+    before every key."""
     out: dict[str, Any] = {}
     for key, value in config.items():
         path = f"{prefix}{key}"

@@ -126,6 +126,9 @@ TRIAL_STATUSES = (PENDING, RUNNING, PAUSED, TERMINATED, ERROR)
 FINAL_STATUSES = frozenset({TERMINATED, ERROR})
 #: The event that names a trial's folder when it is not the trial id (``data``: ``{"dirname": ...}``).
 TRIAL_DIRNAME_EVENT = "trial_dirname"
+#: The event of a trial's restart on a new attempt (``data``: ``attempt``, ``reason``, ``from_iteration``, ...; for a
+#: restart with a new configuration, PBT's exploit, also ``config`` and the ``previous_config`` it replaced).
+TRIAL_RESTART_EVENT = "trial_restart"
 
 _TRIAL_COLUMNS = frozenset(
     {

@@ -235,6 +235,8 @@ def test_a_pbt_run_writes_policy_files_and_a_replay_follows_one(ray_cluster, tmp
     (result,) = grid
     # A change at iteration s restarts from the checkpoint of s: the new rate trains from s + 1 on.
     assert list(result.metrics_dataframe["lr"]) == [0.1, 0.1, 0.2, 0.2, 0.3, 0.3]
+    # Each row's config/ columns are the configuration it was reported with, as in Ray's trial frames.
+    assert list(result.metrics_dataframe["config/lr"]) == [0.1, 0.1, 0.2, 0.2, 0.3, 0.3]
     assert list(result.metrics_dataframe["training_iteration"]) == list(range(1, _STEPS + 1))
     assert result.config == {"lr": 0.3} and result.metrics["score"] == pytest.approx(1.2)
     # Ray's tags: the trial's own until the first change, then "replay_<policy file>@perturbed[<new config>]"

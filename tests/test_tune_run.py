@@ -380,6 +380,12 @@ def test_a_legacy_script_gets_rays_analysis(ray_cluster, storage: str) -> None:
     again = tune.ExperimentAnalysis(analysis.experiment_path, default_metric="score", default_mode="max")
     assert again.best_config == {"x": 3} and len(again.trials) == 3
     assert again.best_checkpoint.path == analysis.best_checkpoint.path
+    # Ray's names: a trial is "<trainable>_<trial_id>"; its frame has every result with its config/ columns.
+    assert str(best) == repr(best) == best.trial_name == f"_train_{best.trial_id}"
+    assert best.trainable_name == "_train" and best.num_failures == 0 and best.is_finished()
+    assert best.error_file is None
+    frame = again.trial_dataframes[best.trial_id]
+    assert list(frame["step"]) == [1, 2, 3] and list(frame["config/x"]) == [3, 3, 3]
 
 
 def _fails_for_two(config):
@@ -397,7 +403,9 @@ def test_a_failed_trial_raises_after_the_run_unless_told_otherwise(ray_cluster, 
                         raise_on_failed_trial=False, metric="score", mode="max")
     statuses = sorted((t.config["x"], t.status) for t in analysis.trials)
     assert statuses == [(1, "TERMINATED"), (2, "ERROR")]
-    assert "x is 2" in str(next(t for t in analysis.trials if t.status == "ERROR").error)
+    failed = next(t for t in analysis.trials if t.status == "ERROR")
+    assert "x is 2" in str(failed.error)
+    assert failed.num_failures == 1 and failed.is_finished() and "x is 2" in open(failed.error_file).read()
     assert analysis.best_config == {"x": 1}
 
 

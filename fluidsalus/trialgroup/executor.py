@@ -94,6 +94,7 @@ from fluidsalus.store import (
     RUNNING,
     TERMINATED,
     TRIAL_DIRNAME_EVENT,
+    TRIAL_RESTART_EVENT,
     ExperimentStore,
 )
 from fluidsalus.trialgroup.movecost import MoveCostMeter
@@ -1004,7 +1005,7 @@ class Executor:
                             trial.status, trial.attempt = PENDING, trial.attempt + 1
                             trial.devices = ()
                             requeued.append(trial)
-                            self.store.add_events([(now, "trial_restart", trial_id, None, {
+                            self.store.add_events([(now, TRIAL_RESTART_EVENT, trial_id, None, {
                                 "attempt": trial.attempt, "reason": "promoted",
                                 "from_iteration": _checkpoint_iteration(trial.checkpoint_path)
                                 if trial.checkpoint_path else 0})])
@@ -1690,7 +1691,7 @@ class Executor:
         stored result of each trial's current configuration (from its last exploit, if any). The iterations run
         again after the resume are not given to it twice."""
         lineage: dict[str, int] = {}  # trial -> first attempt of its current configuration
-        for event in self.store.events("trial_restart"):
+        for event in self.store.events(TRIAL_RESTART_EVENT):
             data = event.data or {}
             if event.trial_id is not None and data.get("reason") == "exploit" and isinstance(data.get("attempt"), int):
                 lineage[event.trial_id] = data["attempt"]
@@ -1775,6 +1776,7 @@ class Executor:
         trial whose checkpoint already reached its budget has nothing to run: it waits, paused off any device,
         for its searcher to promote it (it then restarts) or stop it.
         """
+        previous_config = trial.config
         if restart.config is not None:
             trial.config = dict(restart.config)
             self._searcher_seen.pop(trial.trial_id, None)  # a new configuration: its results are all new
@@ -1807,7 +1809,9 @@ class Executor:
                                 "from_iteration": trial.last_iteration, "error": restart.error, "traceback": trace}
         if restart.reason == RESTART_MOVE:
             data["to"] = [self._name(i) for i in trial.devices]
-        events.append((ts, "trial_restart", trial.trial_id, device_name, data))
+        if restart.config is not None:  # which configuration each result came from (Result.metrics_dataframe)
+            data["config"], data["previous_config"] = trial.config, previous_config
+        events.append((ts, TRIAL_RESTART_EVENT, trial.trial_id, device_name, data))
 
     def _answer_call(self, device: _Device, event: tuple[Any, ...]) -> None:
         trial_id, call_id, method, args = event[1], event[4], event[5], event[6]

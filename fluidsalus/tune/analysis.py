@@ -4,7 +4,7 @@ It reads an experiment's store, like :class:`fluidsalus.ResultGrid`, and answers
 ``best_config``, ``best_trial``, ``best_result``, ``best_checkpoint``, ``results_df``, ``dataframe()``,
 ``trial_dataframes``, ``get_best_trial(metric, mode, scope)``, ... Its trials are :class:`Trial` objects with the
 attributes a script reads from Ray's ``Trial`` (``config``, ``last_result``, ``status``, ``checkpoint``,
-``path``, ``metric_analysis``).
+``path``, ``metric_analysis``, ``num_failures``, ``trial_name``, ...).
 
 Ray's rules are kept where they show: the best trial compares each trial's ``metric_analysis[metric][scope]``
 (for ``scope="all"``: its best value in ``mode``), a trial whose score is NaN or infinite is skipped, an
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError
 from fluidsalus.result import MODES, Result, ResultGrid
-from fluidsalus.store import DB_FILENAME
+from fluidsalus.store import DB_FILENAME, ERROR_FILE, FINAL_STATUSES
 from fluidsalus.tune.result import TRAINING_ITERATION
 
 if TYPE_CHECKING:
@@ -83,6 +83,8 @@ class Trial:
         checkpoint: Its latest persisted checkpoint, or None.
         error: The error it failed with, or None.
         experiment_tag: Ray's tag of the trial (``"<index>_<values>"``), or ``""`` if it reported nothing.
+        num_failures: How often it failed (each failure that was retried, and the one that ended it).
+        trainable_name: The name of the run's trainable (``""`` if the experiment did not record one).
     """
 
     def __init__(self, result: Result) -> None:
@@ -96,7 +98,24 @@ class Trial:
         self.checkpoint: Checkpoint | None = result.checkpoint
         self.error: Exception | None = result.error
         self.experiment_tag = str(self.last_result.get("experiment_tag", ""))
+        self.num_failures = result._num_failures
+        self.trainable_name = result._trainable_name
         self._analysis: dict[str, dict[str, float]] | None = None
+
+    @property
+    def trial_name(self) -> str:
+        """``<trainable>_<trial_id>``, the name Ray shows for a trial (its ``str``)."""
+        return f"{self.trainable_name}_{self.trial_id}" if self.trainable_name else self.trial_id
+
+    @property
+    def error_file(self) -> str | None:
+        """The trial's ``error.txt`` (every failure of the trial, appended), or None if it never failed."""
+        path = os.path.join(self.path, ERROR_FILE)
+        return path if os.path.isfile(path) else None
+
+    def is_finished(self) -> bool:
+        """Whether the trial has ended (``TERMINATED`` or ``ERROR``)."""
+        return self.status in FINAL_STATUSES
 
     @property
     def metric_analysis(self) -> dict[str, dict[str, float]]:
@@ -138,10 +157,10 @@ class Trial:
         return frame if frame is not None else pd.DataFrame()
 
     def __str__(self) -> str:
-        return self.trial_id
+        return self.trial_name
 
     def __repr__(self) -> str:
-        return f"Trial({self.trial_id!r}, status={self.status!r})"
+        return self.trial_name
 
 
 class ExperimentAnalysis:

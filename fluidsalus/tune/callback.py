@@ -60,7 +60,7 @@ from fluidsalus.callbacks import Callback as EngineCallback
 from fluidsalus.checkpoint import write_atomically
 from fluidsalus.errors import ConfigError
 from fluidsalus.session import DATE_FORMAT
-from fluidsalus.store import DB_FILENAME, ERROR, ERROR_FILE, FINAL_STATUSES, ExperimentStore
+from fluidsalus.store import DB_FILENAME, ERROR, ERROR_FILE, FINAL_STATUSES, TRIAL_RESTART_EVENT, ExperimentStore
 from fluidsalus.tune.result import SHOULD_CHECKPOINT
 
 __all__ = ["Callback", "TrialInfo"]
@@ -82,7 +82,7 @@ _ITERATION_KEY = "training_iteration"
 #: The result key naming the checkpoint folder a result carried (inside the trial's folder).
 _CHECKPOINT_KEY = "checkpoint_dir_name"
 #: The store's event of a trial being started again, and the reason it records for a retry after a failure.
-_RESTART_EVENT, _RETRY_REASON = "trial_restart", "retry"
+_RETRY_REASON = "retry"
 #: Ray's file of the callbacks' states in the experiment's folder, one per session (the newest is restored).
 STATE_FILE_PATTERN = "callback-states-{}.pkl"
 #: Ray's environment variable for the period of experiment-state saves: seconds, or ``auto``.
@@ -419,7 +419,7 @@ class RayCallbackAdapter(EngineCallback):
         store = self._open_store()
         if store is None:
             return None
-        for event in reversed(store.events(_RESTART_EVENT)):
+        for event in reversed(store.events(TRIAL_RESTART_EVENT)):
             if event.trial_id == trial_id and (event.data or {}).get("attempt") == attempt:
                 return dict(event.data or {})
         return None

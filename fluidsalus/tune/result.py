@@ -5,8 +5,8 @@ Ray's names, so these constants name the same values here.
 
 ``SHOULD_CHECKPOINT``: a class :class:`~fluidsalus.tune.Trainable` whose ``step()`` returns it set to True is
 checkpointed after that step, as in Ray. A callback that sets it in a result it receives (Ray's
-``custom_checkpointing_with_callback.py``) has no effect in fluidsalus: callbacks run in the driver after the
-result was stored, while the trial has already gone on.
+``custom_checkpointing_with_callback.py``) gets a checkpoint of that very result, as in Ray (docs/compatibility.md,
+"Callbacks": such a trainable then asks the driver after each result).
 """
 
 from __future__ import annotations

@@ -1,0 +1,70 @@
+"""``Result`` and ``ResultGrid`` as Ray shows them (``fluidsalus/result.py``), on hand-made results (no Ray).
+
+- The reprs have Ray's layout: one attribute per line, only the trial's own metrics, an error by its type.
+- ``metrics_dataframe`` is Ray's trial frame: nested metrics flattened, each row's configuration as ``config/``
+  columns, the configuration of the attempt the row came from when PBT changed it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fluidsalus.checkpoint import Checkpoint
+from fluidsalus.errors import TrialError
+from fluidsalus.result import Result, ResultGrid, _config_of_attempt
+
+
+def _result(history: list[dict[str, Any]], config: dict[str, Any], **kwargs: Any) -> Result:
+    metrics = dict(history[-1], config=config) if history else None
+    return Result(metrics=metrics, checkpoint=kwargs.pop("checkpoint", None), error=kwargs.pop("error", None),
+                  path="/exp/t1", trial_id="t1", _history=history, _config=config, **kwargs)
+
+
+_ROW = {"loss": 0.5, "info": {"acc": 0.9}, "training_iteration": 3, "time_total_s": 1.5, "timestamp": 17,
+        "trial_id": "t1", "date": "2026-11-27_10-00-00", "done": True, "pid": 7, "hostname": "h", "node_ip": "n",
+        "time_this_iter_s": 0.5, "time_since_restore": 1.5, "iterations_since_restore": 3,
+        "checkpoint_dir_name": "checkpoint_000003", "experiment_tag": "0_lr=0.1"}
+
+
+def test_a_results_repr_shows_its_own_metrics_path_filesystem_and_checkpoint_as_ray_does() -> None:
+    result = _result([_ROW], {"lr": 0.1}, checkpoint=Checkpoint("/exp/t1/checkpoint_000003"))
+    assert repr(result) == (
+        "Result(\n"
+        "  metrics={'loss': 0.5, 'info': {'acc': 0.9}},\n"
+        "  path='/exp/t1',\n"
+        "  filesystem='local',\n"
+        "  checkpoint=Checkpoint(filesystem=local, path=/exp/t1/checkpoint_000003)\n"
+        ")")
+
+
+def test_a_failed_results_repr_names_the_errors_type_first() -> None:
+    result = _result([], {"lr": 0.1}, error=TrialError("Trial t1 failed: boom"), status="ERROR")
+    assert repr(result) == ("Result(\n  error='TrialError',\n  metrics=None,\n  path='/exp/t1',\n"
+                            "  filesystem='local',\n  checkpoint=None\n)")
+
+
+def test_a_grids_repr_lists_every_result_indented() -> None:
+    grid = ResultGrid([_result([{"loss": 1.0}], {}), _result([{"loss": 2.0}], {})], "/exp")
+    lines = repr(grid).splitlines()
+    assert lines[0] == "ResultGrid<[" and lines[-1] == "]>"
+    assert lines[1:4] == ["  Result(", "    metrics={'loss': 1.0},", "    path='/exp/t1',"]
+    assert lines.count("  ),") == 1 and lines[-2] == "  )"
+
+
+def test_the_metrics_dataframe_flattens_nested_metrics_and_adds_the_config_of_each_row() -> None:
+    history = [{"loss": 1.0, "info": {"acc": 0.5}, "training_iteration": 1},
+               {"loss": 0.5, "info": {"acc": 0.7}, "training_iteration": 2}]
+    frame = _result(history, {"lr": 0.2, "net": {"width": 8}},
+                    _row_configs=[{"lr": 0.1, "net": {"width": 8}}, {"lr": 0.2, "net": {"width": 8}}]
+                    ).metrics_dataframe
+    assert list(frame.columns) == ["loss", "info/acc", "training_iteration", "config/lr", "config/net/width"]
+    assert list(frame["info/acc"]) == [0.5, 0.7] and list(frame["config/lr"]) == [0.1, 0.2]
+    # Without per-row configurations (a store older than them): the trial's configuration on every row.
+    assert list(_result(history, {"lr": 0.2}).metrics_dataframe["config/lr"]) == [0.2, 0.2]
+    assert _result([], {"lr": 0.2}).metrics_dataframe is None
+
+
+def test_each_attempt_has_the_configuration_it_ran_with() -> None:
+    changes = [(2, {"lr": 0.2}, {"lr": 0.1}), (4, {"lr": 0.3}, {"lr": 0.2})]
+    assert [_config_of_attempt({"lr": 0.3}, changes, a)["lr"] for a in range(6)] == [0.1, 0.1, 0.2, 0.2, 0.3, 0.3]
+    assert _config_of_attempt({"lr": 0.3}, [], 0) == {"lr": 0.3}
