@@ -29,6 +29,8 @@ def _local_filesystem() -> Any:
 #: The scopes ``get_best_result`` accepts, as in Ray Tune.
 SCOPES = ("last", "avg", "last-5-avg", "last-10-avg", "all")
 MODES = ("min", "max")
+#: Separator of nested result keys in flattened names (Ray's default ``TUNE_RESULT_DELIM``).
+DELIMITER = "/"
 #: Result keys a :class:`Result`'s repr leaves out, as Ray's does (``ray.tune.result.AUTO_RESULT_KEYS`` and the
 #: keys its console output hides): what the engine fills in, so that the trial's own metrics show.
 REPR_HIDDEN_KEYS: frozenset[str] = AUTO_RESULT_KEYS | {
@@ -86,9 +88,27 @@ class Result:
         return None if self.metrics is None else self.metrics.get("config")
 
     def get_best_checkpoint(self, metric: str, mode: str) -> Checkpoint | None:
-        """The persisted checkpoint whose result is best for ``metric`` in ``mode``."""
+        """The persisted checkpoint whose result is best for ``metric`` in ``mode`` (Ray's rules and errors).
+
+        Args:
+            metric: A key of the checkpoints' results; a flattened name (``"info/loss"``) reads a nested one.
+            mode: ``"min"`` or ``"max"``.
+
+        Returns:
+            The checkpoint, or None if the metric is in their results but no value of it is a finite number.
+
+        Raises:
+            RuntimeError: The trial kept no checkpoint, or none of their results has the metric (Ray's messages).
+            ValueError: A bad mode.
+        """
+        if not self.best_checkpoints:
+            raise RuntimeError("No checkpoint exists in the trial directory!")
         _check_mode(mode)
-        scored = [(c, m[metric]) for c, m in (self.best_checkpoints or []) if _finite(m.get(metric))]
+        values = [(c, lookup_metric(m, metric)) for c, m in self.best_checkpoints]
+        if all(value is None for _, value in values):
+            raise RuntimeError(f"Invalid metric name {metric}! You may choose from the following metrics: "
+                               f"{(self.metrics or {}).keys()}.")
+        scored = [(c, value) for c, value in values if _finite(value)]
         if not scored:
             return None
         pick = max if mode == "max" else min
@@ -369,6 +389,19 @@ def _config_of_attempt(config: dict[str, Any], changes: list[tuple[int, dict[str
     return current
 
 
+def lookup_metric(metrics: Mapping[str, Any], metric: str) -> Any:
+    """``metrics[metric]``, where a flattened name (``"info/loss"``) may also address a nested value; None if
+    there is neither."""
+    if metric in metrics:
+        return metrics[metric]
+    value: Any = metrics
+    for part in metric.split(DELIMITER):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
 def _check_mode(mode: str) -> None:
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -400,7 +433,7 @@ def flatten_dict(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     for key, value in config.items():
         path = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            out.update(flatten_dict(value, path + "/"))
+            out.update(flatten_dict(value, path + DELIMITER))
         else:
             out[path] = value
     return out

@@ -3,11 +3,14 @@
 - The reprs have Ray's layout: one attribute per line, only the trial's own metrics, an error by its type.
 - ``metrics_dataframe`` is Ray's trial frame: nested metrics flattened, each row's configuration as ``config/``
   columns, the configuration of the attempt the row came from when PBT changed it.
+- ``get_best_checkpoint`` reads nested metrics and raises Ray's errors.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import pytest
 
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import TrialError
@@ -68,3 +71,19 @@ def test_each_attempt_has_the_configuration_it_ran_with() -> None:
     changes = [(2, {"lr": 0.2}, {"lr": 0.1}), (4, {"lr": 0.3}, {"lr": 0.2})]
     assert [_config_of_attempt({"lr": 0.3}, changes, a)["lr"] for a in range(6)] == [0.1, 0.1, 0.2, 0.2, 0.3, 0.3]
     assert _config_of_attempt({"lr": 0.3}, [], 0) == {"lr": 0.3}
+
+
+def test_the_best_checkpoint_follows_rays_rules_and_errors() -> None:
+    first, second = Checkpoint("/exp/t1/checkpoint_000001"), Checkpoint("/exp/t1/checkpoint_000002")
+    kept = [(first, {"loss": 2.0, "info": {"acc": 0.5}}), (second, {"loss": float("nan"), "info": {"acc": 0.8}})]
+    result = _result([{"loss": 1.0}], {}, best_checkpoints=kept)
+    assert result.get_best_checkpoint("info/acc", "max") is second  # a flattened name reads the nested value
+    assert result.get_best_checkpoint("loss", "max") is first  # NaN is no candidate
+    assert _result([{"loss": 1.0}], {}, best_checkpoints=[(second, {"loss": float("nan")})]
+                   ).get_best_checkpoint("loss", "min") is None
+    with pytest.raises(RuntimeError, match="Invalid metric name acc! You may choose from the following metrics"):
+        result.get_best_checkpoint("acc", "max")
+    with pytest.raises(RuntimeError, match="No checkpoint exists in the trial directory!"):
+        _result([{"loss": 1.0}], {}).get_best_checkpoint("loss", "min")
+    with pytest.raises(ValueError, match="mode must be one of"):
+        result.get_best_checkpoint("loss", "best")

@@ -17,13 +17,12 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Mapping
 from numbers import Number
 from typing import TYPE_CHECKING, Any
 
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError
-from fluidsalus.result import MODES, Result, ResultGrid
+from fluidsalus.result import MODES, Result, ResultGrid, flatten_dict, lookup_metric
 from fluidsalus.store import DB_FILENAME, ERROR_FILE, FINAL_STATUSES
 from fluidsalus.tune.result import TRAINING_ITERATION
 
@@ -40,31 +39,6 @@ DEFAULT_METRIC = "_metric"
 SCOPES = ("all", "last", "avg", "last-5-avg", "last-10-avg")
 #: The windows of the ``last-N-avg`` entries of :attr:`Trial.metric_analysis` (Ray keeps these two).
 _WINDOWS = (5, 10)
-#: Separator of nested result keys in flattened results (Ray's default ``TUNE_RESULT_DELIM``).
-DELIMITER = "/"
-
-
-def _flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, item in value.items():
-        path = f"{prefix}{key}"
-        if isinstance(item, Mapping) and item:
-            out.update(_flatten(item, path + DELIMITER))
-        else:
-            out[path] = item
-    return out
-
-
-def _lookup(metrics: Mapping[str, Any], metric: str) -> Any:
-    """``metrics[metric]``, where a flattened name (``"info/loss"``) may also address a nested value."""
-    if metric in metrics:
-        return metrics[metric]
-    value: Any = metrics
-    for part in metric.split(DELIMITER):
-        if not isinstance(value, Mapping) or part not in value:
-            return None
-        value = value[part]
-    return value
 
 
 def _is_number(value: Any) -> bool:
@@ -124,7 +98,7 @@ class Trial:
         if self._analysis is None:
             series: dict[str, list[float]] = {}
             for row in self.history:
-                for key, value in _flatten({k: v for k, v in row.items() if k != "config"}).items():
+                for key, value in flatten_dict({k: v for k, v in row.items() if k != "config"}).items():
                     if _is_number(value):
                         series.setdefault(key, []).append(float(value))  # type: ignore[arg-type]
             analysis = {}
@@ -224,7 +198,7 @@ class ExperimentAnalysis:
     def get_all_configs(self, prefix: bool = False) -> dict[str, dict[str, Any]]:
         """Each trial's configuration by trial id; flattened into ``config/...`` keys with ``prefix=True``."""
         if prefix:
-            return {t.trial_id: _flatten({"config": t.config}) for t in self.trials}
+            return {t.trial_id: flatten_dict({"config": t.config}) for t in self.trials}
         return {t.trial_id: t.config for t in self.trials}
 
     @property
@@ -237,7 +211,7 @@ class ExperimentAnalysis:
         """The trials' last results (nested keys flattened with ``/``), indexed by ``trial_id``."""
         import pandas as pd
 
-        rows = [_flatten({"trial_id": t.trial_id, **t.last_result}) for t in self.trials]
+        rows = [flatten_dict({"trial_id": t.trial_id, **t.last_result}) for t in self.trials]
         return pd.DataFrame.from_records(rows, index="trial_id")
 
     @property
@@ -270,12 +244,13 @@ class ExperimentAnalysis:
                 continue
             row = history[-1]
             if metric and mode:
-                scored = [r for r in history if _is_number(_lookup(r, metric)) and not math.isnan(_lookup(r, metric))]
+                scored = [r for r in history
+                          if _is_number(lookup_metric(r, metric)) and not math.isnan(lookup_metric(r, metric))]
                 if scored:
                     pick = max if mode == "max" else min
-                    row = pick(scored, key=lambda r: _lookup(r, metric))  # the first of equal values, as idxmax
-            flat = _flatten({k: v for k, v in row.items() if k != "config"})
-            flat.update(_flatten({"config": trial.config}))
+                    row = pick(scored, key=lambda r: lookup_metric(r, metric))  # the first of equal values, as idxmax
+            flat = flatten_dict({k: v for k, v in row.items() if k != "config"})
+            flat.update(flatten_dict({"config": trial.config}))
             flat["logdir"] = trial.path
             rows.append(flat)
         return pd.DataFrame(rows)
@@ -372,7 +347,7 @@ class ExperimentAnalysis:
         """:attr:`best_result` as a one-row frame indexed by ``trial_id``."""
         import pandas as pd
 
-        return pd.DataFrame.from_records([_flatten(self.best_result)], index="trial_id")
+        return pd.DataFrame.from_records([flatten_dict(self.best_result)], index="trial_id")
 
     @property
     def best_dataframe(self) -> pd.DataFrame:
@@ -412,7 +387,7 @@ class ExperimentAnalysis:
         mode = self._mode(mode)
         scored = []
         for checkpoint, metrics in found.checkpoints:
-            value = _lookup(metrics, metric)
+            value = lookup_metric(metrics, metric)
             if _is_number(value) and not math.isnan(value):
                 scored.append((checkpoint, value))
         if not scored:
