@@ -78,7 +78,7 @@ class Result:
         rows = []
         for metrics, config in zip(self._history, configs, strict=True):
             row = flatten_dict({k: v for k, v in metrics.items() if k != "config"})
-            row.update(flatten_dict(config, "config/"))
+            row.update(flatten_dict(config, "config" + DELIMITER))
             rows.append(row)
         return pd.DataFrame(rows)
 
@@ -293,7 +293,8 @@ class ResultGrid:
         """The trial with the best ``metric``.
 
         Args:
-            metric: Metric to compare; defaults to the run's metric.
+            metric: Metric to compare; defaults to the run's metric. A flattened name (``"info/acc"``) reads a
+                nested one, as in Ray.
             mode: ``"min"`` or ``"max"``; defaults to the run's mode.
             scope: Which of a trial's results count: ``"last"`` (its last result), ``"avg"`` (the mean of
                 all), ``"last-5-avg"``, ``"last-10-avg"``, or ``"all"`` (its best result).
@@ -332,10 +333,12 @@ class ResultGrid:
         return best[1]
 
     def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None) -> pd.DataFrame:
-        """One row per trial: its last result (or, with a filter, its best), with ``config/...`` columns.
+        """One row per trial: its last result (or, with a filter, its best), nested metrics flattened to ``a/b``
+        columns, with ``config/...`` columns, as in Ray.
 
         Args:
-            filter_metric: Pick each trial's row by this metric instead of taking its last result.
+            filter_metric: Pick each trial's row by this metric instead of taking its last result (a flattened
+                name such as ``"info/acc"`` reads a nested one).
             filter_mode: ``"min"`` or ``"max"``, required with ``filter_metric``.
         """
         import pandas as pd
@@ -349,16 +352,15 @@ class ResultGrid:
             history = result._history or []
             row: dict[str, Any] | None = None
             if filter_metric is not None:
-                scored = [r for r in history if _finite(r.get(filter_metric))]
+                scored = [r for r in history if _finite(lookup_metric(r, filter_metric))]
                 if scored:
                     pick = max if filter_mode == "max" else min
-                    row = dict(pick(scored, key=lambda r: r[filter_metric]))
+                    row = flatten_dict(pick(scored, key=lambda r: lookup_metric(r, filter_metric)))
             elif result.metrics is not None:
-                row = {k: v for k, v in result.metrics.items() if k != "config"}
+                row = flatten_dict({k: v for k, v in result.metrics.items() if k != "config"})
             if row is None:
                 row = {"trial_id": result.trial_id}
-            for key, value in flatten_dict(result.config or {}).items():
-                row[f"config/{key}"] = value
+            row.update(flatten_dict(result.config or {}, "config" + DELIMITER))
             row["logdir"] = result.path
             rows.append(row)
         return pd.DataFrame(rows)
@@ -413,7 +415,7 @@ def _finite(value: Any) -> bool:
 
 def _score(history: list[Mapping[str, Any]], metric: str, mode: str, scope: str, filter_nan: bool
            ) -> float | None:
-    values = [r[metric] for r in history if metric in r and isinstance(r[metric], (int, float))]
+    values = [v for v in (lookup_metric(r, metric) for r in history) if isinstance(v, (int, float))]
     window = {"last": 1, "last-5-avg": 5, "last-10-avg": 10}.get(scope)
     if window is not None:
         values = values[-window:]

@@ -3,7 +3,8 @@
 - The reprs have Ray's layout: one attribute per line, only the trial's own metrics, an error by its type.
 - ``metrics_dataframe`` is Ray's trial frame: nested metrics flattened, each row's configuration as ``config/``
   columns, the configuration of the attempt the row came from when PBT changed it.
-- ``get_best_checkpoint`` reads nested metrics and raises Ray's errors.
+- ``get_best_checkpoint`` reads nested metrics and raises Ray's errors; ``get_best_result`` and ``get_dataframe``
+  read nested metrics by their flattened names too.
 """
 
 from __future__ import annotations
@@ -87,3 +88,13 @@ def test_the_best_checkpoint_follows_rays_rules_and_errors() -> None:
         _result([{"loss": 1.0}], {}).get_best_checkpoint("loss", "min")
     with pytest.raises(ValueError, match="mode must be one of"):
         result.get_best_checkpoint("loss", "best")
+
+
+def test_the_best_result_and_the_frame_read_nested_metrics_by_their_flattened_names() -> None:
+    low = _result([{"info": {"acc": 0.9}}, {"info": {"acc": 0.2}}], {"x": 1})
+    high = _result([{"info": {"acc": 0.5}}, {"info": {"acc": 0.6}}], {"x": 2})
+    grid = ResultGrid([low, high], "/exp")
+    assert grid.get_best_result("info/acc", "max") is high  # the last values: 0.2 against 0.6
+    assert grid.get_best_result("info/acc", "max", scope="all") is low
+    frame = grid.get_dataframe(filter_metric="info/acc", filter_mode="max")
+    assert list(frame["info/acc"]) == [0.9, 0.6] and list(frame["config/x"]) == [1, 2]
