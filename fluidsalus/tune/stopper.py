@@ -61,7 +61,12 @@ class NoopStopper(Stopper):
 
 
 class CombinedStopper(Stopper):
-    """Stops a trial (or everything) when any of ``stoppers`` does. Every stopper sees every result."""
+    """Stops a trial (or everything) when any of ``stoppers`` does.
+
+    As in Ray, the stoppers are asked in order and the first that says stop ends the round: the ones after it
+    do not see that result (so an experiment-wide stopper placed after a per-trial one misses each trial's
+    last result), and ``stop_all()`` asks only until one says yes.
+    """
 
     def __init__(self, *stoppers: Stopper) -> None:
         for index, stopper in enumerate(stoppers):
@@ -72,10 +77,10 @@ class CombinedStopper(Stopper):
         self._stoppers = stoppers
 
     def __call__(self, trial_id: str, result: Mapping[str, Any]) -> bool:
-        return any([stopper(trial_id, result) for stopper in self._stoppers])  # every one sees the result
+        return any(stopper(trial_id, result) for stopper in self._stoppers)
 
     def stop_all(self) -> bool:
-        return any([stopper.stop_all() for stopper in self._stoppers])
+        return any(stopper.stop_all() for stopper in self._stoppers)
 
 
 class FunctionStopper(Stopper):

@@ -1,0 +1,162 @@
+"""Differential tests: ``fluidsalus.tune.stopper`` against the installed Ray Tune stoppers.
+
+The same seeded streams of results (several trials, interleaved, with plateaus, noise, missing and NaN values)
+go to ours and to Ray's, built with the same arguments; every ``__call__`` answer and every ``stop_all()`` must
+be the same. Ray is never started: its stoppers are plain objects. ``TimeoutStopper`` is driven with a clock of
+the test's own, given to both modules.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+rs = pytest.importorskip("ray.tune.stopper")
+
+from fluidsalus.tune import stopper as fs  # noqa: E402
+
+TRIALS = ("t0", "t1", "t2", "t3")
+
+
+def _stream(seed: int, length: int = 120, metric: str = "loss") -> list[tuple[str, dict[str, Any]]]:
+    """Interleaved results of four trials: noisy descents that flatten out at different times, a few values
+    missing or NaN."""
+    rng = random.Random(seed)
+    level = {t: rng.uniform(0.5, 2.0) for t in TRIALS}
+    floor = {t: rng.uniform(0.0, 0.4) for t in TRIALS}
+    iteration = dict.fromkeys(TRIALS, 0)
+    out = []
+    for _ in range(length):
+        trial = rng.choice(TRIALS)
+        iteration[trial] += 1
+        value: float | None = floor[trial] + (level[trial] - floor[trial]) * math.exp(-0.3 * iteration[trial])
+        value += rng.gauss(0.0, rng.choice((0.0, 0.001, 0.02)))
+        roll = rng.random()
+        result: dict[str, Any] = {"training_iteration": iteration[trial], "trial_id": trial}
+        if roll < 0.03:
+            value = float("nan")
+        if roll > 0.98:
+            value = None  # the metric is missing from this result
+        if value is not None:
+            result[metric] = value
+        out.append((trial, result))
+    return out
+
+
+def _same_answers(ours: Any, rays: Any, stream: list[tuple[str, dict[str, Any]]],
+                  on_step: Callable[[int], None] | None = None) -> int:
+    """Feed ``stream`` to both; assert equal answers at every step; return how many results stopped a trial."""
+    stops = 0
+    for step, (trial, result) in enumerate(stream):
+        if on_step is not None:
+            on_step(step)
+        try:
+            expected: Any = rays(trial, dict(result))
+        except Exception as e:  # noqa: BLE001 - ours must fail the same way
+            with pytest.raises(type(e)):
+                ours(trial, dict(result))
+            continue
+        answer = ours(trial, dict(result))
+        assert bool(answer) == bool(expected), (step, trial, result)
+        assert bool(ours.stop_all()) == bool(rays.stop_all()), (step, trial, result)
+        stops += bool(answer)
+    return stops
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("kwargs", [
+    {},
+    {"std": 0.05, "num_results": 3, "grace_period": 2},
+    {"std": 0.02, "num_results": 5, "grace_period": 8, "metric_threshold": 0.3, "mode": "min"},
+    {"std": 0.1, "num_results": 2, "grace_period": 1, "metric_threshold": 0.2, "mode": "max"},
+])
+def test_trial_plateau_stopper_answers_as_rays(seed: int, kwargs: dict[str, Any]) -> None:
+    stream = [(t, r) for t, r in _stream(seed) if "loss" in r] if "metric_threshold" in kwargs else _stream(seed)
+    stops = _same_answers(fs.TrialPlateauStopper("loss", **kwargs), rs.TrialPlateauStopper("loss", **kwargs), stream)
+    if not kwargs:
+        assert stops > 0  # the default settings see plateaus in these streams: the comparison is not vacuous
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("kwargs", [
+    {"std": 0.05, "top": 3, "mode": "min", "patience": 0},
+    {"std": 0.2, "top": 4, "mode": "max", "patience": 3},
+    {"std": 0.01, "top": 2, "mode": "min", "patience": 1},
+])
+def test_experiment_plateau_stopper_answers_as_rays(seed: int, kwargs: dict[str, Any]) -> None:
+    stream = [(t, r) for t, r in _stream(seed) if "loss" in r and not math.isnan(r["loss"])]
+    ours = fs.ExperimentPlateauStopper("loss", **kwargs)
+    rays = rs.ExperimentPlateauStopper("loss", **kwargs)
+    _same_answers(ours, rays, stream)
+    assert ours.has_plateaued() == rays.has_plateaued()
+
+
+def test_an_experiment_plateau_ends_the_experiment_after_its_patience() -> None:
+    ours = fs.ExperimentPlateauStopper("loss", std=0.01, top=3, mode="min", patience=2)
+    rays = rs.ExperimentPlateauStopper("loss", std=0.01, top=3, mode="min", patience=2)
+    stream = [("t0", {"loss": v}) for v in (0.5, 0.1, 0.1, 0.1, 0.9, 0.8)]
+    answers = []
+    for trial, result in stream:
+        answers.append(ours(trial, result))
+        assert answers[-1] == rays(trial, result)
+    # the top 3 plateau at the 4th result (patience 1 of 2) and stay there at the 5th (2 of 2)
+    assert answers == [False, False, False, False, True, True]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_maximum_iteration_function_and_combined_stoppers_answer_as_rays(seed: int) -> None:
+    stream = _stream(seed)
+    stops = _same_answers(fs.MaximumIterationStopper(7), rs.MaximumIterationStopper(7), stream)
+    assert stops > 0
+
+    def rule(trial_id: str, result: dict[str, Any]) -> bool:
+        return result["training_iteration"] % 5 == 0 and trial_id != "t1"
+
+    _same_answers(fs.FunctionStopper(rule), rs.FunctionStopper(rule), stream)
+    ours = fs.CombinedStopper(fs.MaximumIterationStopper(9), fs.TrialPlateauStopper("loss", std=0.05),
+                              fs.ExperimentPlateauStopper("training_iteration", std=0.5, top=3, mode="max"))
+    rays = rs.CombinedStopper(rs.MaximumIterationStopper(9), rs.TrialPlateauStopper("loss", std=0.05),
+                              rs.ExperimentPlateauStopper("training_iteration", std=0.5, top=3, mode="max"))
+    _same_answers(ours, rays, stream)
+
+
+@pytest.mark.parametrize("timeout", [5, 2.5, datetime.timedelta(seconds=4)])
+def test_timeout_stopper_ends_the_experiment_when_rays_does(timeout: Any, monkeypatch) -> None:
+    clock = [1000.0]
+
+    def now() -> float:
+        return clock[0]
+
+    import ray.tune.stopper.timeout as ray_timeout
+
+    monkeypatch.setattr(fs.time, "time", now)
+    monkeypatch.setattr(ray_timeout.time, "time", now)
+    ours, rays = fs.TimeoutStopper(timeout), rs.TimeoutStopper(timeout)
+    rng = random.Random(7)
+
+    def tick(step: int) -> None:
+        clock[0] += rng.uniform(0.0, 0.3)
+
+    _same_answers(ours, rays, _stream(3, length=80), on_step=tick)
+    assert clock[0] - 1000.0 > 8.0  # the steps' time passes every timeout here
+    assert ours.stop_all() and rays.stop_all()
+
+
+@pytest.mark.parametrize("build", [
+    lambda m: m.TrialPlateauStopper("loss", metric_threshold=0.1),
+    lambda m: m.TrialPlateauStopper("loss", metric_threshold=0.1, mode="best"),
+    lambda m: m.ExperimentPlateauStopper("loss", mode="best"),
+    lambda m: m.ExperimentPlateauStopper("loss", top=1),
+    lambda m: m.ExperimentPlateauStopper("loss", patience=-1),
+    lambda m: m.ExperimentPlateauStopper("loss", std=0),
+])
+def test_arguments_ray_refuses_are_refused(build: Callable[[Any], Any]) -> None:
+    with pytest.raises(Exception):  # noqa: B017, PT011 - Ray raises ValueError, fluidsalus its ConfigError
+        build(rs)
+    with pytest.raises(fs.ConfigError):
+        build(fs)
