@@ -107,6 +107,28 @@ def test_explore_handles_nested_dicts_custom_fn_and_is_reproducible():
         explore(config, mutations, 0.25, (1.2,), random.Random(0), lambda c: None)
 
 
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("resample_probability", [0.0, 0.25, 1.0])
+def test_explore_makes_rays_choices_from_the_same_random_stream(seed: int, resample_probability: float) -> None:
+    """Differential: Ray's ``_explore`` draws from the global ``random``, ours from its ``rng``; seeded alike,
+    they give the same configs and operations (mutations without domains: Ray resamples those from NumPy's
+    global generator, so the streams part there)."""
+    ray_pbt = pytest.importorskip("ray.tune.schedulers.pbt")
+    config = {"opt": "adam", "width": 64, "lr": 0.01, "steps": 10, "flag": True, "nested": {"m": 0.9, "k": "b"},
+              "odd": "rmsprop", "keep": 1}
+    mutations = {"opt": ["sgd", "adam", "adagrad"], "width": (16, 32, 64, 128), "lr": lambda: 0.05,
+                 "steps": lambda: 7, "flag": lambda: False, "nested": {"m": lambda: 0.5, "k": ["a", "b"]},
+                 "odd": ["sgd", "adam"]}
+    factors = (1.2, 0.8, 1.5)
+    state = random.getstate()
+    try:
+        random.seed(seed)
+        expected = ray_pbt._explore(config, mutations, resample_probability, factors, None)
+    finally:
+        random.setstate(state)
+    assert explore(config, mutations, resample_probability, factors, random.Random(seed)) == expected
+
+
 def test_explore_resamples_a_value_that_cannot_be_multiplied():
     new, ops = explore({"act": "relu"}, {"act": sp.choice(["relu", "tanh"])}, 0.0, (1.2,), random.Random(0))
     assert new["act"] in ("relu", "tanh") and ops["act"] == "resample"
