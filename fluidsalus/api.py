@@ -346,7 +346,8 @@ def _pack(trainable: Any, rule: Any, host_options: dict[str, Any]) -> bytes:
     try:
         return pack_trainable(trainable, rule, host_options)
     except Exception as e:  # noqa: BLE001 - pickling can fail with any exception type
-        field = "trainable"
+        # a front end's wrapper names the user's argument it carries (fluidsalus.optuna: "objective")
+        field = str(getattr(trainable, "error_field", "trainable"))
         with contextlib.suppress(Exception):
             ray_cloudpickle.dumps(trainable)
             field = "stop"

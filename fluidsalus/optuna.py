@@ -582,6 +582,9 @@ class _ObjectiveRunner:
         gc_after_trial: Run ``gc.collect()`` in the device process after each trial.
     """
 
+    #: The argument an error about this trainable names (``fluidsalus.run`` reads it): the user's objective.
+    error_field = "objective"
+
     def __init__(self, objective: Callable[[Any], Any], catch: tuple[type[BaseException], ...],
                  gc_after_trial: bool) -> None:
         self.objective = objective

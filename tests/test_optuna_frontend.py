@@ -586,6 +586,15 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path):
         fo.optimize("study", _quadratic, n_trials=1)
     fo.optimize(study, _quadratic, n_trials=0, storage_path=str(tmp_path))
     assert study.trials == [] and not any(tmp_path.iterdir())
+    lock = threading.Lock()
+
+    def locked(trial: Any) -> float:
+        with lock:
+            return trial.suggest_float("x", 0.0, 1.0)
+
+    with pytest.raises(ConfigError, match=r"^objective: cannot be pickled.*lock"):  # the argument, by its name
+        fo.optimize(study, locked, n_trials=1, storage_path=str(tmp_path))
+    assert study.trials == [] and not any(tmp_path.iterdir())
 
     def nested(trial: Any) -> float:
         return 0.0

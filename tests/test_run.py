@@ -21,6 +21,7 @@ import fluidsalus
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers import Decision, RandomSearch
 from fluidsalus.store import DB_FILENAME, ERROR_FILE, ExperimentStore
+from fluidsalus.trialgroup.executor import ACTOR_START_TIMEOUT_S
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -607,6 +608,77 @@ def test_a_killed_device_actor_loses_nothing_and_its_trials_resume_from_checkpoi
     assert resumed  # ...from their checkpoints, not from scratch
     for r in grid:
         assert list(r.metrics_dataframe["it"]) == list(range(1, 9))
+
+
+def _sleeps(config):
+    for it in range(1, 4):
+        time.sleep(0.05)
+        fluidsalus.report({"it": it, "x": config["x"]})
+
+
+class _ReleaseAfter(fluidsalus.callbacks.Callback):
+    """Kills the actor that holds a core (another workload's) once the run has stored ``after`` results."""
+
+    def __init__(self, blocker: Any, after: int):
+        self.blocker, self.after, self.seen = blocker, after, 0
+
+    def on_trial_result(self, trial_id, result):
+        import ray
+
+        self.seen += 1
+        if self.seen == self.after:
+            ray.kill(self.blocker)
+
+
+def test_a_run_goes_on_with_the_devices_that_start_and_the_others_join_when_their_cores_free_up(storage):
+    """Another workload holds one of the two cores: the run starts on the other device (instead of waiting for
+    both until ACTOR_START_TIMEOUT_S and failing), and the second device joins once the core is free."""
+    import ray
+
+    @ray.remote(num_cpus=1)
+    class Holder:
+        def ready(self) -> bool:
+            return True
+
+    blocker = Holder.remote()
+    ray.get(blocker.ready.remote())
+    began = time.time()
+    grid = fluidsalus.run(_sleeps, {"x": fluidsalus.grid_search(list(range(12)))}, devices=2, cpus_per_device=1,
+                          callbacks=[_ReleaseAfter(blocker, after=6)], storage_path=storage, name="shared",
+                          verbose=0)
+    assert time.time() - began < ACTOR_START_TIMEOUT_S
+    assert grid.num_errors == 0 and len(grid) == 12 and all(r.metrics["it"] == 3 for r in grid)
+    reader = ExperimentStore.open(grid.experiment_path, readonly=True)
+    waiting = reader.events("device_waiting")
+    joined = [e for e in reader.events("device_start") if e.data.get("joined")]
+    assert [e.device for e in waiting] == [joined[0].device] and len(joined) == 1
+    first_place = min(e.ts for e in reader.events("place"))
+    assert first_place < joined[0].ts  # trials ran before the second device was up...
+    assert any(e.device == joined[0].device for e in reader.events("place"))  # ...and on it once it was
+
+
+def test_two_runs_started_at_once_on_a_cluster_too_small_for_both_share_it(tmp_path):
+    """Each run asks for both cores: each starts on the device it gets, instead of both waiting for the other."""
+    outcomes: dict[str, Any] = {}
+
+    def sweep(name: str) -> None:
+        try:
+            outcomes[name] = fluidsalus.run(_sleeps, {"x": fluidsalus.grid_search([1, 2, 3])}, devices=2,
+                                            cpus_per_device=1, storage_path=str(tmp_path), name=name, verbose=0)
+        except Exception as e:  # noqa: BLE001 - the assertion below shows it
+            outcomes[name] = e
+
+    threads = [threading.Thread(target=sweep, args=(name,)) for name in ("left", "right")]
+    began = time.time()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert time.time() - began < ACTOR_START_TIMEOUT_S
+    for name in ("left", "right"):
+        grid = outcomes[name]
+        assert not isinstance(grid, Exception), grid
+        assert grid.num_errors == 0 and sorted(r.config["x"] for r in grid) == [1, 2, 3]
 
 
 def dies_with_its_device_twice(config):

@@ -121,9 +121,10 @@ POLL_WAIT_S = 0.5
 #: starts its next trial without waiting a driver round trip when a slot frees. One hides that round trip; more
 #: would only commit more trials to a device before the planner knows where a slot frees first.
 PREFETCH_PER_DEVICE = 1
-#: How long the driver waits for the device actors to start before it gives up with an error naming the
-#: resources asked for. Starting an actor takes about a second here; a cluster too small for the devices
-#: asked for never starts them, and this turns that hang into an error.
+#: How long the driver waits for the first of the device actors to start before it gives up with an error naming
+#: the resources asked for. Starting an actor takes about a second here; a cluster too small for the devices
+#: asked for never starts them, and this turns that hang into an error. (The others join when they come up:
+#: :meth:`Executor._start_devices`.)
 ACTOR_START_TIMEOUT_S = 120.0
 #: Grace period for trials to reach a report boundary when the run ends early (Ctrl-C, fatal error).
 SHUTDOWN_GRACE_S = 2.0
@@ -626,6 +627,7 @@ class _Device:
     view: DeviceView | None = None  # the planner's last view of it (reused while nothing in it changed)
     lingering: dict[str, float] = field(default_factory=dict)  # data-parallel workers of ended attempts not yet
     # seen to end -> when their rank 0 ended (driver clock)
+    start_ref: Any = None  # its actor's ``info()`` while the actor is still starting (the device is not alive yet)
 
 
 class Executor:
@@ -759,11 +761,24 @@ class Executor:
         device.changed_at = time.time()
 
     def _start_devices(self) -> None:
+        """Start one actor per device; the run begins once the first is up.
+
+        The others started with it and do the same work, so they get as long again to come up before the run
+        goes on without them: on a cluster that other work shares (two runs started at once, each asking for
+        every core), the resources of some may be taken, and waiting for all would block every run sharing the
+        cluster until one gave up. A device whose actor is not up yet joins when it is (:meth:`_join`); until
+        then the planner leaves it out, as it does a lost device.
+
+        Raises:
+            FluidsalusError: No actor came up within :data:`ACTOR_START_TIMEOUT_S` (the message names the
+                resources asked for and those Ray has free).
+        """
+        launched = time.time()
         actors = [start_device_actor(spec, self.payload, self._host_settings(spec), self._actor_name(spec))
                   for spec in self.device_specs]
-        try:
-            infos = ray.get([a.info.remote() for a in actors], timeout=ACTOR_START_TIMEOUT_S)
-        except ray.exceptions.GetTimeoutError:
+        refs = [a.info.remote() for a in actors]
+        first, _ = ray.wait(refs, num_returns=1, timeout=ACTOR_START_TIMEOUT_S)
+        if not first:
             for a in actors:
                 ray.kill(a)
             wanted = ", ".join(f"{d.name} ({d.cpus} CPU{', 1 GPU' if d.kind == 'cuda' else ''})"
@@ -772,14 +787,35 @@ class Executor:
                 f"the device actors did not start within {ACTOR_START_TIMEOUT_S:.0f} s. Asked for: {wanted}; "
                 f"Ray has available: {ray.available_resources()}. Free resources or ask for fewer devices."
             ) from None
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=time.time() - launched)
+        up = set(ready)
+        infos = dict(zip(ready, ray.get(ready), strict=True))
         events = []
         now = time.time()
-        for spec, actor, info in zip(self.device_specs, actors, infos, strict=True):
-            device = _Device(spec, actor, info, max_running=spec.slots, assigned=set())
-            self._adopt(device, info)
+        for spec, actor, ref in zip(self.device_specs, actors, refs, strict=True):
+            device = _Device(spec, actor, {}, max_running=spec.slots, assigned=set())
             self._devices.append(device)
-            events.append((now, "device_start", None, spec.name, {**info, "actor": self._actor_name(spec)}))
+            if ref in up:
+                self._adopt(device, infos[ref])
+                events.append((now, "device_start", None, spec.name, {**infos[ref], "actor": self._actor_name(spec)}))
+            else:
+                self._adopt(device, {})
+                device.alive, device.start_ref = False, ref
+                events.append((now, "device_waiting", None, spec.name, {"actor": self._actor_name(spec)}))
         self.store.add_events(events)
+
+    def _join(self, device: _Device) -> None:
+        """A device whose actor was still starting when the run began is up (or its actor failed to start)."""
+        ref, device.start_ref = device.start_ref, None
+        try:
+            info = ray.get(ref)
+        except ray.exceptions.RayError as e:
+            self.store.add_events([(time.time(), "device_lost", None, device.spec.name, {"error": str(e)})])
+            return
+        self._adopt(device, info)
+        device.alive, self._dirty = True, True
+        self.store.add_events([(time.time(), "device_start", None, device.spec.name,
+                                {**info, "actor": self._actor_name(device.spec), "joined": True})])
 
     def _send(self, device: _Device, method: str, *args: Any) -> None:
         """Send a command (``submit``, ``stop``, ``withdraw``, ``resume``, ``request_checkpoint``, ``answer``) to a
@@ -863,12 +899,17 @@ class Executor:
                                                                batch=self._batch(device) if commands else None)
                 if device.alive:
                     refs.append(device.poll_ref)
-            if not refs:
+            starting = {d.start_ref: d for d in self._devices if d.start_ref is not None}
+            if not refs and not starting:
                 raise FluidsalusError("every device actor has died; the run cannot go on")
+            refs.extend(starting)
             ready, _ = ray.wait(refs, num_returns=1)
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if len(refs) > 1 else (ready, None)
             by_ref = {d.poll_ref: d for d in self._devices if d.poll_ref is not None}
             for ref in ready:
+                if ref in starting:
+                    self._join(starting[ref])
+                    continue
                 device = by_ref[ref]
                 device.poll_ref = None
                 try:
@@ -1242,10 +1283,12 @@ class Executor:
         events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]] = []
         submits: list[tuple[Trial, tuple[int, ...], str]] = []
         by_index = {d.spec.index: d for d in alive}
+        # Too big for every device up: it fails, unless a device still starting may hold it (then it waits).
+        unplaceable = () if any(d.start_ref is not None for d in self._devices) else actions.unplaceable
         with self.store.transaction():
-            for trial_id in actions.unplaceable:
+            for trial_id in unplaceable:
                 self._fail_unplaceable(self.trials[trial_id], max(d.capacity for d in alive), now, events)
-            if actions.unplaceable:
+            if unplaceable:
                 self._searcher_log.save()
             for trial_id, devices, action in actions.submit:
                 trial = self.trials[trial_id]
@@ -1298,7 +1341,7 @@ class Executor:
         for index, attempts in withdraws.items():
             self._send(self._device(index), "withdraw", list(attempts), attempts)
         self._submit(submits)
-        for trial_id in actions.unplaceable:  # committed: tell the callbacks
+        for trial_id in unplaceable:  # committed: tell the callbacks
             trial = self.trials[trial_id]
             self._log_end(trial, OUT_ERRORED)
             for callback in self.settings.callbacks:
