@@ -301,19 +301,23 @@ class ResultGrid:
             filter_nan_and_inf: Ignore NaN and infinite values.
 
         Returns:
-            The best trial's :class:`Result`.
+            The best trial's :class:`Result`; as in Ray, the one trial of a run of one trial, whatever the
+            arguments.
 
         Raises:
-            ValueError: No metric/mode (neither given nor set for the run), or a bad mode/scope.
+            ValueError: No metric or no mode (neither given nor set for the run), or a bad mode/scope.
             RuntimeError: No trial reported a usable value of the metric.
         """
+        if len(self._results) == 1:
+            return self._results[0]
         metric = metric or self._metric
         mode = mode or self._mode
-        if not metric or not mode:
-            raise ValueError(
-                "get_best_result: no metric/mode given, and the run set none. Pass metric= and mode= "
-                "(mode is 'min' or 'max')."
-            )
+        if not metric:
+            raise ValueError("No metric is provided. Either pass in a `metric` arg to `get_best_result` or specify a "
+                             "metric in the `TuneConfig` of your `Tuner` (fluidsalus.run: `metric=`).")
+        if not mode:
+            raise ValueError("No mode is provided. Either pass in a `mode` arg to `get_best_result` or specify a "
+                             "mode in the `TuneConfig` of your `Tuner` (fluidsalus.run: `mode=`).")
         _check_mode(mode)
         if scope not in SCOPES:
             raise ValueError(f"get_best_result: scope must be one of {SCOPES}, got {scope!r}")
@@ -327,8 +331,8 @@ class ResultGrid:
         if best is None:
             raise RuntimeError(
                 f"No best trial found for the given metric: {metric}. This means that no trial has reported "
-                "this metric, or all values reported for this metric are NaN. To not ignore NaN values, you "
-                "can set the `filter_nan_and_inf` arg to False."
+                "this metric" + (", or all values reported for this metric are NaN. To not ignore NaN values, you "
+                                 "can set the `filter_nan_and_inf` arg to False." if filter_nan_and_inf else ".")
             )
         return best[1]
 

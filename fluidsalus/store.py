@@ -382,7 +382,40 @@ class ExperimentStore:
         if not readonly:
             cls._configure(conn)
             cls._migrate(conn, version)
-        return cls(conn, db_path, readonly=readonly)
+        store = cls(conn, db_path, readonly=readonly)
+        if not readonly:
+            store._relocate()
+        return store
+
+    def here(self, path: str | None) -> str | None:
+        """A checkpoint path the store recorded, where it is now.
+
+        A checkpoint is ``<trial folder>/<checkpoint folder>`` in the experiment's folder, recorded as an absolute
+        path. When the experiment's folder was moved or copied (to another disk, to a laptop), the same two
+        folders under this store's folder are the checkpoint, as Ray finds the checkpoints of a moved experiment.
+
+        Args:
+            path: The recorded path, or None.
+
+        Returns:
+            The path under this store's experiment folder when that folder holds it, else ``path`` unchanged.
+        """
+        if not path:
+            return path
+        moved = os.path.join(self.experiment_dir, os.path.basename(os.path.dirname(path)), os.path.basename(path))
+        return moved if moved != path and os.path.isdir(moved) else path
+
+    def _relocate(self) -> None:
+        """Rewrite the recorded checkpoint paths of a moved or copied experiment (:meth:`here`), so a run that
+        continues it keeps its checkpoints and its retention finds them."""
+        rows = self._conn.execute("SELECT id, path FROM checkpoints").fetchall()
+        moved = [(new, row_id) for row_id, path in rows if (new := self.here(path)) != path]
+        trials = self._conn.execute("SELECT trial_id, checkpoint_path FROM trials WHERE checkpoint_path IS NOT NULL")
+        moved_trials = [(new, trial_id) for trial_id, path in trials.fetchall() if (new := self.here(path)) != path]
+        if moved or moved_trials:
+            with self.transaction():
+                self._conn.executemany("UPDATE checkpoints SET path = ? WHERE id = ?", moved)
+                self._conn.executemany("UPDATE trials SET checkpoint_path = ? WHERE trial_id = ?", moved_trials)
 
     @staticmethod
     def _migrate(conn: sqlite3.Connection, version: int) -> None:
@@ -546,7 +579,7 @@ class ExperimentStore:
         out = []
         for r in cur.fetchall():
             out.append(TrialRow(r[0], r[1], loads(r[2]), r[3], r[4], r[5], r[6], r[7], r[8], r[9], loads(r[10]),
-                                *r[11:]))
+                                self.here(r[11]), *r[12:]))
         return out
 
     def results(self, trial_id: str | None = None, latest_attempt_only: bool = True) -> list[ResultRow]:
@@ -610,7 +643,7 @@ class ExperimentStore:
             sql += " WHERE " + " AND ".join(clauses)
         sql += " ORDER BY id"
         return [
-            {"trial_id": r[0], "iteration": r[1], "path": r[2], "metrics": loads(r[3]), "created_at": r[4]}
+            {"trial_id": r[0], "iteration": r[1], "path": self.here(r[2]), "metrics": loads(r[3]), "created_at": r[4]}
             for r in self._conn.execute(sql, args)
         ]
 

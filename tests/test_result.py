@@ -98,3 +98,17 @@ def test_the_best_result_and_the_frame_read_nested_metrics_by_their_flattened_na
     assert grid.get_best_result("info/acc", "max", scope="all") is low
     frame = grid.get_dataframe(filter_metric="info/acc", filter_mode="max")
     assert list(frame["info/acc"]) == [0.9, 0.6] and list(frame["config/x"]) == [1, 2]
+
+
+def test_the_best_result_of_one_trial_is_that_trial_and_the_errors_say_what_is_missing() -> None:
+    only = _result([{"loss": float("nan")}], {"x": 1})
+    assert ResultGrid([only], "/exp").get_best_result() is only  # Ray's rule: whatever the arguments
+    two = ResultGrid([only, _result([{"loss": 2.0}], {"x": 2})], "/exp")
+    with pytest.raises(ValueError, match="No metric is provided"):
+        two.get_best_result(mode="min")
+    with pytest.raises(ValueError, match="No mode is provided"):
+        two.get_best_result(metric="loss")
+    with pytest.raises(RuntimeError, match=r"no trial has reported this metric\.$"):
+        two.get_best_result("acc", "max", filter_nan_and_inf=False)
+    with pytest.raises(RuntimeError, match="To not ignore NaN values"):
+        two.get_best_result("acc", "max")

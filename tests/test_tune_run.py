@@ -449,6 +449,28 @@ def test_resume_auto_continues_an_interrupted_run_and_starts_a_missing_one(ray_c
     assert [t.last_result["score"] for t in fresh.trials] == [1.0]
 
 
+def test_a_moved_experiment_keeps_its_checkpoints_for_its_results_and_its_resume(ray_cluster, tmp_path) -> None:
+    """As with Ray, an experiment folder can be moved (or copied) and read or continued there: the checkpoints it
+    recorded are found under the new folder."""
+    import shutil
+
+    first_home, moved_home = tmp_path / "first", tmp_path / "moved"
+    interrupt = InterruptOnce(str(tmp_path / "interrupted"), n=3)
+    with pytest.raises(KeyboardInterrupt):
+        tune.run(resumable, config={"x": tune.grid_search([1, 2])}, storage_path=str(first_home), name="exp",
+                 verbose=0, callbacks=[interrupt])
+    shutil.move(str(first_home), str(moved_home))
+    folder = os.path.join(moved_home, "exp")
+    before = tune.ExperimentAnalysis(folder)
+    kept = [c for t in before.trials for c, _ in t.checkpoints]
+    assert kept and all(c.path.startswith(str(moved_home)) and os.path.isdir(c.path) for c in kept)
+    grid = tune.Tuner.restore(folder, trainable=resumable, resume_unfinished=True).fit()
+    assert all(r.metrics["i"] == RESUMABLE_STEPS for r in grid)
+    assert any(r.metrics["resumed_from"] > 0 for r in grid)  # from the moved checkpoints, not from scratch
+    assert all(r.checkpoint.path.startswith(str(moved_home)) for r in grid)
+    assert tune.Result.from_path(grid[0].path).checkpoint == grid[0].checkpoint
+
+
 class _Counter(tune.Trainable):
     def setup(self, config):
         self.value = 0
