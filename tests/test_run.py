@@ -630,7 +630,7 @@ class _ReleaseAfter(fluidsalus.callbacks.Callback):
             ray.kill(self.blocker)
 
 
-def test_a_run_goes_on_with_the_devices_that_start_and_the_others_join_when_their_cores_free_up(storage):
+def test_a_run_goes_on_with_the_devices_that_start_and_the_others_join_when_their_cores_free_up(storage, caplog):
     """Another workload holds one of the two cores: the run starts on the other device (instead of waiting for
     both until ACTOR_START_TIMEOUT_S and failing), and the second device joins once the core is free."""
     import ray
@@ -647,6 +647,7 @@ def test_a_run_goes_on_with_the_devices_that_start_and_the_others_join_when_thei
                           callbacks=[_ReleaseAfter(blocker, after=6)], storage_path=storage, name="shared",
                           verbose=0)
     assert time.time() - began < ACTOR_START_TIMEOUT_S
+    assert re.search(r"devices cpu:[01] have not started yet", caplog.text)  # the user is told why one is idle
     assert grid.num_errors == 0 and len(grid) == 12 and all(r.metrics["it"] == 3 for r in grid)
     reader = ExperimentStore.open(grid.experiment_path, readonly=True)
     waiting = reader.events("device_waiting")

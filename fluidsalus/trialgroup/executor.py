@@ -803,6 +803,11 @@ class Executor:
                 device.alive, device.start_ref = False, ref
                 events.append((now, "device_waiting", None, spec.name, {"actor": self._actor_name(spec)}))
         self.store.add_events(events)
+        waiting = [d.spec.name for d in self._devices if d.start_ref is not None]
+        if waiting:
+            logger.warning("devices %s have not started yet (other work on the cluster may hold their resources; "
+                           "Ray has available: %s); the run goes on without them, and each joins when it starts",
+                           ", ".join(waiting), ray.available_resources())
 
     def _join(self, device: _Device) -> None:
         """A device whose actor was still starting when the run began is up (or its actor failed to start)."""
