@@ -119,7 +119,7 @@ def test_custom_func_checkpointing_prints_the_best_checkpoint(tmp_path: Path) ->
     output = _check(run_example("custom_func_checkpointing.py", tmp_path, "--smoke-test"))
     assert set(best_config(output, "Best hyperparameters: ")) == {"steps", "width", "height"}
     line = [x for x in output.splitlines() if x.startswith("Best checkpoint: ")][-1]
-    path = re.search(r"Checkpoint\(path='([^']+)'\)", line).group(1)  # type: ignore[union-attr]
+    path = re.search(r"Checkpoint\(filesystem=local, path=(.+)\)$", line).group(1)  # type: ignore[union-attr]
     assert Path(path).is_dir() and (Path(path) / "checkpoint.json").is_file()
 
 
