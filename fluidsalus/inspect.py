@@ -17,7 +17,7 @@ import math
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fluidsalus import goodput as gp
@@ -114,6 +114,8 @@ class PlannerSummary:
         resizes_measured: The resizes that estimate came from.
         withdrawals: Trials taken back from a device before they began and placed again (``trial_restart`` with
             reason ``withdrawn``: a planned move or preemption of a trial without a checkpoint that had not begun).
+        late_devices: Devices the run started without (``device_waiting``: their resources were taken when it
+            began), each with the seconds until it joined, or None if it never did.
     """
 
     moves: int
@@ -125,6 +127,7 @@ class PlannerSummary:
     resize_cost_s: float | None = None
     resizes_measured: int = 0
     withdrawals: int = 0
+    late_devices: dict[str, float | None] = field(default_factory=dict)
 
 
 def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
@@ -140,9 +143,15 @@ def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
     refused: dict[str, int] = {}
     cost: float | None = None
     resize_cost: float | None = None
+    waiting_since: dict[str, float] = {}
+    late: dict[str, float | None] = {}
     for ev in events:
         data = ev.data or {}
-        if ev.kind == "plan_move":
+        if ev.kind == "device_waiting" and ev.device is not None:
+            waiting_since[ev.device], late[ev.device] = ev.ts, None
+        elif ev.kind == "device_start" and data.get("joined") and ev.device in waiting_since:
+            late[ev.device] = ev.ts - waiting_since.pop(ev.device)
+        elif ev.kind == "plan_move":
             moves += 1
         elif ev.kind == TRIAL_RESTART_EVENT and data.get("reason") == "move":
             restarts += 1
@@ -160,7 +169,7 @@ def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
             if isinstance(resize_count, int) and resize_count > 0 and finite(data.get("resize_cost_s")):
                 resize_cost, resizes = float(data["resize_cost_s"]), resize_count
     return PlannerSummary(moves, restarts, preemptions, dict(sorted(refused.items())), cost, measured,
-                          resize_cost, resizes, withdrawals)
+                          resize_cost, resizes, withdrawals, dict(sorted(late.items())))
 
 
 def resolve_experiment(path: str | os.PathLike[str]) -> str:
@@ -457,6 +466,10 @@ class Report:
         else:
             lines.append("wasted by cause: none")
         lines.append(self._planner_line())
+        if self.planner.late_devices:
+            late = [f"{name} never started" if after is None else f"{name} joined after {after:.2f}s"
+                    for name, after in self.planner.late_devices.items()]
+            lines.append("devices the run started without (their resources were taken): " + ", ".join(late))
         best = self.best
         if best is None:
             lines.append("best trial: -")

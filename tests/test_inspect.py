@@ -216,9 +216,25 @@ def test_the_report_counts_the_planners_decisions_and_its_measured_move_cost(tmp
     assert report.to_dict()["planner"] == {"moves": 1, "restarts_for_moves": 1, "preemptions": 1,
                                            "refused": {"no checkpoint": 2, "paused": 1}, "move_cost_s": 0.026,
                                            "moves_measured": 2, "resize_cost_s": 0.5, "resizes_measured": 1,
-                                           "withdrawals": 1}
+                                           "withdrawals": 1, "late_devices": {}}
     assert ("planner: 1 move (1 restarted), 1 preemption, 1 withdrawal, refused: no checkpoint 2, paused 1; move cost: "
             "26.0ms measured over 2 moves; resize cost: 500.0ms measured over 1 resize") in report.render_table()
+    assert "started without" not in report.render_table()
+    store.close()
+
+
+def test_the_report_names_the_devices_a_run_started_without_and_when_each_joined(tmp_path):
+    store = _store(tmp_path)
+    store.add_results([("t0", 0, 1, 11.0, {"acc": 1, "time_this_iter_s": 0.5})])
+    store.add_events([
+        (10.0, "device_waiting", None, "cpu:1", {"actor": "a1"}),
+        (10.0, "device_waiting", None, "cpu:2", {"actor": "a2"}),
+        (13.25, "device_start", None, "cpu:1", {"kind": "cpu", "slots": 1, "joined": True}),
+    ])
+    report = inspect(store.experiment_dir)
+    assert report.planner.late_devices == {"cpu:1": 3.25, "cpu:2": None}
+    assert ("devices the run started without (their resources were taken): cpu:1 joined after 3.25s, "
+            "cpu:2 never started") in report.render_table()
     store.close()
 
 

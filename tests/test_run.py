@@ -19,6 +19,7 @@ from _trials import restarted_after_running
 
 import fluidsalus
 from fluidsalus.errors import ConfigError
+from fluidsalus.inspect import inspect as inspect_experiment
 from fluidsalus.searchers import Decision, RandomSearch
 from fluidsalus.store import DB_FILENAME, ERROR_FILE, ExperimentStore
 from fluidsalus.trialgroup.executor import ACTOR_START_TIMEOUT_S
@@ -656,6 +657,8 @@ def test_a_run_goes_on_with_the_devices_that_start_and_the_others_join_when_thei
     first_place = min(e.ts for e in reader.events("place"))
     assert first_place < joined[0].ts  # trials ran before the second device was up...
     assert any(e.device == joined[0].device for e in reader.events("place"))  # ...and on it once it was
+    late = inspect_experiment(grid.experiment_path).planner.late_devices
+    assert list(late) == [joined[0].device] and late[joined[0].device] == joined[0].ts - waiting[0].ts
 
 
 def test_two_runs_started_at_once_on_a_cluster_too_small_for_both_share_it(tmp_path):
