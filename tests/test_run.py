@@ -602,7 +602,9 @@ def test_a_killed_device_actor_loses_nothing_and_its_trials_resume_from_checkpoi
     reader = ExperimentStore.open(grid.experiment_path, readonly=True)
     stored = {(r.trial_id, r.iteration) for r in reader.results(latest_attempt_only=False)}
     assert set(killer.acked) <= stored  # no acknowledged result lost
-    assert reader.events("device_died") and any(e.data.get("replacement") for e in reader.events("device_start"))
+    # (A replacement actor starts too, but the run does not wait for it: here the other device may finish the
+    # trials first. test_a_device_that_dies_twice_in_a_second_gets_a_replacement_each_time has one device.)
+    assert reader.events("device_died")
     restarted = [e for e in reader.events("trial_restart") if e.data["reason"] == "device_died"]
     assert restarted  # the trials on the dead actor resumed...
     resumed = [r for r in grid if r.metrics["start"] > 0]

@@ -628,6 +628,7 @@ class _Device:
     lingering: dict[str, float] = field(default_factory=dict)  # data-parallel workers of ended attempts not yet
     # seen to end -> when their rank 0 ended (driver clock)
     start_ref: Any = None  # its actor's ``info()`` while the actor is still starting (the device is not alive yet)
+    actor_name: str = ""  # the Ray name of its current actor
 
 
 class Executor:
@@ -793,7 +794,7 @@ class Executor:
         events = []
         now = time.time()
         for spec, actor, ref in zip(self.device_specs, actors, refs, strict=True):
-            device = _Device(spec, actor, {}, max_running=spec.slots, assigned=set())
+            device = _Device(spec, actor, {}, max_running=spec.slots, assigned=set(), actor_name=self._actor_name(spec))
             self._devices.append(device)
             if ref in up:
                 self._adopt(device, infos[ref])
@@ -810,7 +811,8 @@ class Executor:
                            ", ".join(waiting), ray.available_resources())
 
     def _join(self, device: _Device) -> None:
-        """A device whose actor was still starting when the run began is up (or its actor failed to start)."""
+        """A device's actor that was still starting is up: one the run began without, or the replacement of a
+        dead one. If it failed to start instead, the device is lost (the run goes on with the others)."""
         ref, device.start_ref = device.start_ref, None
         try:
             info = ray.get(ref)
@@ -819,8 +821,9 @@ class Executor:
             return
         self._adopt(device, info)
         device.alive, self._dirty = True, True
+        how = {"replacement": True} if device.replacements else {"joined": True}
         self.store.add_events([(time.time(), "device_start", None, device.spec.name,
-                                {**info, "actor": self._actor_name(device.spec), "joined": True})])
+                                {**info, "actor": device.actor_name, **how})])
 
     def _send(self, device: _Device, method: str, *args: Any) -> None:
         """Send a command (``submit``, ``stop``, ``withdraw``, ``resume``, ``request_checkpoint``, ``answer``) to a
@@ -1911,9 +1914,10 @@ class Executor:
 
         Every acknowledged result is already in the store; iterations after a trial's last checkpoint are run
         again (and stored under the new attempt). The replacement stands for the same device and takes the
-        resources the dead actor gave back; the trials keep it as their planned device, so the next plan puts
-        them back there. If it cannot start, the device is gone and the planner places them on the others (the
-        run fails only when no device is left). A trial that was being stopped for good ends, and a data-parallel
+        resources the dead actor gave back; while it starts, the driver goes on serving the other devices, and
+        the trials go to them or wait in the queue, as for a device the run began without (:meth:`_join`). If it
+        cannot start, the device is gone and the planner places them on the others (the run fails only when no
+        device is left or starting). A trial that was being stopped for good ends, and a data-parallel
         trial that lost a worker's device is stopped and restarts the same way.
         """
         device.alive = False
@@ -1966,14 +1970,12 @@ class Executor:
         name = f"{self._actor_name(device.spec)}:{device.replacements}"
         try:
             actor = start_device_actor(device.spec, self.payload, self._host_settings(device.spec), name)
-            info = ray.get(actor.info.remote(), timeout=ACTOR_START_TIMEOUT_S)
-        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as e:
+        except ray.exceptions.RayError as e:
             self.store.add_events([(time.time(), "device_lost", None, device.spec.name, {"error": str(e)})])
             return
-        device.actor, device.alive, device.poll_ref = actor, True, None
-        self._adopt(device, info)
-        self.store.add_events([(time.time(), "device_start", None, device.spec.name,
-                                {**info, "actor": name, "replacement": True})])
+        # The driver goes on serving the other devices while the replacement starts; it joins as a device the
+        # run began without does (:meth:`_join`), and its trials wait in the queue or go to the others meanwhile.
+        device.actor, device.actor_name, device.start_ref = actor, name, actor.info.remote()
 
     def _log_end(self, trial: Trial, outcome: str, trace: str | None = None) -> None:
         """Print a trial's end: a trial that failed for good from ``verbose=1`` on, to stderr, as Ray logs it (the
