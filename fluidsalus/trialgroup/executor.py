@@ -798,11 +798,11 @@ class Executor:
             self._devices.append(device)
             if ref in up:
                 self._adopt(device, infos[ref])
-                events.append((now, "device_start", None, spec.name, {**infos[ref], "actor": self._actor_name(spec)}))
+                events.append((now, "device_start", None, spec.name, {**infos[ref], "actor": device.actor_name}))
             else:
                 self._adopt(device, {})
                 device.alive, device.start_ref = False, ref
-                events.append((now, "device_waiting", None, spec.name, {"actor": self._actor_name(spec)}))
+                events.append((now, "device_waiting", None, spec.name, {"actor": device.actor_name}))
         self.store.add_events(events)
         waiting = [d.spec.name for d in self._devices if d.start_ref is not None]
         if waiting:
