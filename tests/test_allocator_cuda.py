@@ -10,6 +10,7 @@ fresh Python subprocess that prints its observations as JSON. ``make test-gpu`` 
   its cap once: the P and T it reads must equal the reference's deltas, and the breach must re-admit only
   that trial.
 - SWEEP_SCRIPT: ``fluidsalus.run(..., memory_mode="arena")`` through a real Ray device actor on the GPU.
+- HOG_SCRIPT: a device host whose trials never use CUDA, while another process holds the GPU's memory.
 - CUBLAS_SCRIPT: sweeps of the digits MLP (GEMMs, so cuBLAS) with many trials at once: in arena mode every
   trial thread's cuBLAS handle must find room outside the pool, and in caching mode torch's cuBLAS workspaces
   must stop growing once every thread has its own (docs/benchmarks.md, "Device memory outside torch's
@@ -26,6 +27,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from fluidsalus.gpu.host import OUT_COMPLETED
 
 torch = pytest.importorskip("torch")
 
@@ -300,6 +303,67 @@ CUBLAS_SCRIPT = textwrap.dedent(
 )
 
 
+#: Device memory the hog of HOG_SCRIPT leaves free: far less than a CUDA context (about 500 MiB on an H100).
+HOG_LEAVE_MIB = 16
+HOG_TRIALS = 3
+HOG_REPORTS = 3
+HOG_SCRIPT = textwrap.dedent(
+    f"""
+    import json, logging, subprocess, sys, tempfile, threading, time
+    import torch
+    import fluidsalus
+    from fluidsalus.gpu.host import EV_END, EV_RESULT, DeviceHost, HostSettings, TrialSpec
+
+    # Another process holds all but {HOG_LEAVE_MIB} MiB of the GPU before this one has a CUDA context.
+    HOG = ("import sys, torch; free, _ = torch.cuda.mem_get_info(); "
+           "block = torch.empty(free - ({HOG_LEAVE_MIB} << 20), dtype=torch.uint8, device='cuda'); "
+           "print(block.numel(), flush=True); sys.stdin.read()")
+    hog = subprocess.Popen([sys.executable, "-c", HOG], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    held = hog.stdout.readline().strip()
+    said = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logging.getLogger("fluidsalus.gpu.host").addHandler(handler)
+    try:
+        probe = {{}}
+
+        def try_handle():
+            try:
+                torch.cuda.current_blas_handle()
+                probe["error"] = None
+            except Exception as e:
+                probe["error"] = f"{{type(e).__name__}}: {{e}}"
+
+        t = threading.Thread(target=try_handle)
+        t.start()
+        t.join()
+
+        def trainable(config):  # no CUDA at all, as Ray Tune's tune_basic_example.py
+            for i in range({HOG_REPORTS}):
+                fluidsalus.report({{"v": config["x"] + i}})
+
+        host = DeviceHost(trainable, HostSettings("exp", max_lanes=2, capacity_bytes=1 << 30,
+                                                  trial_estimate=(1 << 20, 1 << 20), profile_memory=False,
+                                                  device="cuda:0"))
+        root = tempfile.mkdtemp()
+        host.submit([TrialSpec(trial_id=f"t{{i}}", trial_name=f"f_t{{i}}", config={{"x": i}},
+                               trial_dir=f"{{root}}/t{{i}}") for i in range({HOG_TRIALS})])
+        events, deadline = [], time.time() + 60
+        while sum(e[0] == EV_END for e in events) < {HOG_TRIALS} and time.time() < deadline:
+            events += host.poll(0.1)
+        host.shutdown(timeout_s=10.0)
+    finally:
+        hog.stdin.close()
+        hog.wait()
+    print("RESULT " + json.dumps({{
+        "held": held, "probe": probe, "said": said,
+        "ends": sorted([e[1], e[4], e[5]] for e in events if e[0] == EV_END),
+        "results": sum(e[0] == EV_RESULT for e in events),
+    }}))
+    """
+)
+
+
 def run_script(script: str = SCRIPT, timeout_s: float = 300) -> dict:
     import fluidsalus
 
@@ -433,3 +497,15 @@ def test_caching_mode_keeps_torchs_cublas_workspaces_bounded_over_a_sweep(cublas
     # handle it stayed within 1,562-1,660 MiB. A thread more alive at once than before brings a new handle and
     # its two workspaces, so allow a few handles' worth: the old way would add one workspace per trial here.
     assert max(later) - later[0] <= 8 * WORKSPACE_MIB < len(later) * WORKSPACE_MIB, [round(v) for v in later]
+
+
+def test_trials_that_do_not_use_cuda_run_on_a_gpu_whose_memory_another_process_holds():
+    """Seen in the suite on an H200 (pytest -n 8, an arena-mode sweep beside it): every trial of Ray Tune's
+    tune_basic_example.py failed with "CUBLAS_STATUS_NOT_INITIALIZED when calling cublasCreate(handle)" raised by
+    the host's own stream choice, though the trainable never touches CUDA."""
+    r = run_script(HOG_SCRIPT, timeout_s=180)
+    assert r["held"], "the hog process could not take the GPU's memory"
+    assert r["probe"]["error"] is not None, "the situation did not arise: a cuBLAS handle could be made"
+    assert r["ends"] == [[f"t{i}", OUT_COMPLETED, None] for i in range(HOG_TRIALS)], r["ends"]
+    assert r["results"] == HOG_TRIALS * HOG_REPORTS
+    assert len(r["said"]) == 1 and "default CUDA stream" in r["said"][0], r["said"]

@@ -476,6 +476,41 @@ def test_a_gpu_host_in_caching_mode_runs_each_trial_thread_on_its_cublas_handles
         host.shutdown(timeout_s=5.0)
 
 
+def test_trials_run_on_the_default_stream_when_no_cublas_handle_can_be_made(tmp_path, monkeypatch, caplog):
+    """Seen on an H200 while another process held the GPU's memory: the host's own cuBLAS handle lookup raised,
+    and every trial failed before its first line, though none used CUDA. Now they run (torch.cuda faked)."""
+    torch = pytest.importorskip("torch")
+    import contextlib
+
+    message = "CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`"
+
+    def no_handle():
+        raise RuntimeError(message)
+
+    streams_set: list[object] = []
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_blas_handle", no_handle)
+    monkeypatch.setattr(torch.cuda, "set_stream", streams_set.append)
+
+    def f(config):
+        for i in range(2):
+            fluidsalus.report({"v": config["x"] + i})
+
+    host = DeviceHost(f, _settings(max_lanes=2, device="cuda:0"))
+    try:
+        with caplog.at_level("WARNING", logger="fluidsalus.gpu.host"):
+            host.submit([_spec(tmp_path, i, x=i) for i in range(3)])
+            events = _drain(host, 3)
+    finally:
+        host.shutdown(timeout_s=5.0)
+    ends = [e for e in events if e[0] == EV_END]
+    assert sorted((e[1], e[4]) for e in ends) == [(f"t{i}", OUT_COMPLETED) for i in range(3)]
+    assert sorted(e[4]["v"] for e in events if e[0] == EV_RESULT) == [0, 1, 1, 2, 2, 3]
+    assert streams_set == []  # each stayed on its thread's default stream
+    said = [r.getMessage() for r in caplog.records if "default CUDA stream" in r.getMessage()]
+    assert len(said) == 1 and message in said[0] and "cuda:0" in said[0]  # once per device, with the cause
+
+
 def test_out_of_memory_beyond_the_retry_limit_fails_the_trial(tmp_path):
     def f(config):
         raise MemoryError("always out of memory")

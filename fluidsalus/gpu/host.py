@@ -28,6 +28,7 @@ Protocol with the driver:
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -58,6 +59,8 @@ from fluidsalus.session import (
     set_session,
     start_outside_trials,
 )
+
+logger = logging.getLogger(__name__)
 
 #: Environment variables that cap the compute threads of torch (and the BLAS/OpenMP it uses) at import.
 _THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -348,6 +351,7 @@ class DeviceHost:
         self._turns: dict[int, _LaneTurn] = {}
         # On a GPU the trials' streams (_use_stream): one per cuBLAS handle in caching mode, per lane in arena mode.
         self._handle_streams = StreamsByHandle(self._new_stream)
+        self._warned_no_handle = False  # see _warn_no_handle
         self._lane_streams = LaneStreams(self._new_stream)
         if settings.device.startswith("cuda") and self._arenas is None:
             # A trial thread has no current CUDA context when it first asks for its cuBLAS handle: torch makes the
@@ -1119,8 +1123,15 @@ class DeviceHost:
         import torch
 
         if self._arenas is None:
-            with torch.cuda.device(self.settings.device):
-                handle = int(torch.cuda.current_blas_handle())  # this thread's, made on the default stream
+            try:
+                with torch.cuda.device(self.settings.device):
+                    handle = int(torch.cuda.current_blas_handle())  # this thread's, made on the default stream
+            except Exception as e:  # noqa: BLE001 - RuntimeError, AcceleratorError or DeferredCudaCallError
+                # No CUDA context or cuBLAS handle could be made (the device's memory may be held by another
+                # process): the trial runs on the thread's default stream. One that never uses cuBLAS runs as it
+                # would anywhere; one that does meets the same error in its own code, where it is its error.
+                self._warn_no_handle(trial_id, e)
+                return
             torch.cuda.set_stream(self._handle_streams.stream_for(handle))
             return
         with self._lock:
@@ -1128,6 +1139,16 @@ class DeviceHost:
             if turn.stream is None:
                 turn.stream = self._lane_streams.take()
         torch.cuda.set_stream(turn.stream)
+
+    def _warn_no_handle(self, trial_id: str, error: Exception) -> None:
+        """Say once per device that trials run on the default stream because no cuBLAS handle could be made."""
+        with self._lock:
+            if self._warned_no_handle:
+                return
+            self._warned_no_handle = True
+        logger.warning("%s: trial %s runs on its thread's default CUDA stream: no cuBLAS handle could be made "
+                       "for it (%s); a trial that uses cuBLAS will fail with that error", self.settings.device,
+                       trial_id, error)
 
     def _new_stream(self) -> Any:
         """A new CUDA stream on the device (only ever called on a GPU device)."""
