@@ -25,6 +25,9 @@ I64 = 8  # bytes per int64
 MIB = 1 << 20
 #: Size of the temporary the T test allocates: large enough to stand out of RSS noise, small enough to be fast.
 TEMP_MIB = 64
+#: What a measured temporary may fall short of TEMP_MIB: pages the allocator had resident already, and pages other
+#: threads of the process give back inside the measured window (1.5 MiB on a GPU machine under pytest -n 8).
+RSS_SLACK_MIB = 4
 HAS_PROC = os.path.exists("/proc/self/status")
 
 
@@ -87,8 +90,7 @@ def test_t_is_the_peak_rss_increase_minus_new_persistent_state():
     assert m.result == 1.0
     assert m.p == persistent_bytes([model], [opt])
     assert m.rss is not None and m.rss.exact
-    # at least the temporary (minus one MiB of slack for pages the allocator had resident already)
-    assert m.t >= (TEMP_MIB - 1) * MIB
+    assert m.t >= (TEMP_MIB - RSS_SLACK_MIB) * MIB  # at least the temporary
     assert m.t < 4 * TEMP_MIB * MIB
 
 
@@ -98,7 +100,7 @@ def test_peak_rss_probe_reports_an_increase():
         block = torch.ones(TEMP_MIB * MIB // F32)
         del block
     assert probe.result is not None
-    assert probe.result.increase >= (TEMP_MIB - 1) * MIB
+    assert probe.result.increase >= (TEMP_MIB - RSS_SLACK_MIB) * MIB
 
 
 def test_ema():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -12,6 +13,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -633,6 +635,30 @@ class _ReleaseAfter(fluidsalus.callbacks.Callback):
             ray.kill(self.blocker)
 
 
+#: How long a trial of the first device waits for one to start on the device that joins: far more than an actor
+#: start (1-5 s), less than ACTOR_START_TIMEOUT_S, so that a device that never joins fails the test's assertions.
+JOIN_WAIT_S = 60.0
+
+
+def _waits_for_a_second_process(config):
+    """Reports once, then, in the first device's process, waits until a trial has started in another process (the
+    device that joins), so that the run lasts until then however long the joining actor takes to start."""
+    marks = Path(config["marks"])
+    first = marks / "first_pid"
+    with contextlib.suppress(FileExistsError), open(first, "x") as f:
+        f.write(str(os.getpid()))
+    while not first.read_text():  # the first trial is still writing it
+        time.sleep(0.01)
+    if int(first.read_text()) != os.getpid():
+        (marks / "joined").touch()
+    fluidsalus.report({"it": 1, "x": config["x"]})
+    deadline = first.stat().st_mtime + JOIN_WAIT_S  # one deadline for all: a device that never joins costs it once
+    while not (marks / "joined").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    for it in range(2, 4):
+        fluidsalus.report({"it": it, "x": config["x"]})
+
+
 def test_a_run_goes_on_with_the_devices_that_start_and_the_others_join_when_their_cores_free_up(storage, caplog):
     """Another workload holds one of the two cores: the run starts on the other device (instead of waiting for
     both until ACTOR_START_TIMEOUT_S and failing), and the second device joins once the core is free."""
@@ -646,9 +672,12 @@ def test_a_run_goes_on_with_the_devices_that_start_and_the_others_join_when_thei
     blocker = Holder.remote()
     ray.get(blocker.ready.remote())
     began = time.time()
-    grid = fluidsalus.run(_sleeps, {"x": fluidsalus.grid_search(list(range(12)))}, devices=2, cpus_per_device=1,
-                          callbacks=[_ReleaseAfter(blocker, after=6)], storage_path=storage, name="shared",
-                          verbose=0)
+    marks = Path(storage) / "marks"
+    marks.mkdir(parents=True)
+    grid = fluidsalus.run(_waits_for_a_second_process, {"x": fluidsalus.grid_search(list(range(12))),
+                                                        "marks": str(marks)},
+                          devices=2, cpus_per_device=1, callbacks=[_ReleaseAfter(blocker, after=1)],
+                          storage_path=storage, name="shared", verbose=0)
     assert time.time() - began < ACTOR_START_TIMEOUT_S
     assert re.search(r"devices cpu:[01] have not started yet", caplog.text)  # the user is told why one is idle
     assert grid.num_errors == 0 and len(grid) == 12 and all(r.metrics["it"] == 3 for r in grid)

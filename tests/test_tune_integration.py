@@ -5,13 +5,15 @@ run inside trials of a real ``Tuner`` on the shared test Ray, where each round's
 experiment. Ray's own ``xgboost_example.py`` and ``lightgbm_example.py`` run in ``tests/test_tune_examples.py``.
 """
 
+# ruff: noqa: E402 - the optional library is imported through pytest.importorskip, before the modules that need it
 from __future__ import annotations
 
-import lightgbm
 import numpy as np
 import pytest
 import sklearn.datasets
-import xgboost
+
+lightgbm = pytest.importorskip("lightgbm")
+xgboost = pytest.importorskip("xgboost")
 from lightgbm.callback import CallbackEnv
 
 import fluidsalus.tune as tune

@@ -44,6 +44,8 @@ PATHS = [
 
 @pytest.mark.parametrize("module, names", PATHS, ids=[m for m, _ in PATHS])
 def test_rays_module_path_exists_with_the_same_names(module, names) -> None:
+    if module.startswith("integration."):  # Ray's integration module imports its library (the GPU image lacks some)
+        pytest.importorskip(module.split(".")[1])
     ray_module = importlib.import_module(f"ray.tune.{module}")
     ours = importlib.import_module(f"fluidsalus.tune.{module}")
     assert [n for n in names if not hasattr(ray_module, n)] == []  # the table names what Ray has

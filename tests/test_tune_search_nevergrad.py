@@ -5,14 +5,15 @@ shared test Ray checks that its suggestions are the trials' configs and that eac
 ``nevergrad_example.py`` runs in ``tests/test_tune_examples.py``.
 """
 
+# ruff: noqa: E402 - the optional library is imported through pytest.importorskip, before the modules that need it
 from __future__ import annotations
 
 import math
 import os
 
-import nevergrad as ng
 import pytest
 
+ng = pytest.importorskip("nevergrad")
 import fluidsalus.tune as tune
 from fluidsalus.errors import ConfigError
 from fluidsalus.tune.search import ConcurrencyLimiter, create_searcher

@@ -1,6 +1,7 @@
 """Ray's HyperOptSearch and BayesOptSearch with Ray's signatures, run by Optuna's samplers
 (tune/search/hyperopt.py: TPE with HyperOpt's settings; tune/search/bayesopt.py: GPSampler)."""
 
+# ruff: noqa: E402 - the optional library is imported through pytest.importorskip, before the modules that need it
 from __future__ import annotations
 
 import inspect
@@ -11,8 +12,8 @@ import warnings
 
 import optuna
 import pytest
-from hyperopt import hp
 
+hp = pytest.importorskip("hyperopt").hp
 import fluidsalus.tune as tune
 from fluidsalus import searchers
 from fluidsalus.errors import ConfigError

@@ -4,14 +4,15 @@ The space conversion, the argument checks and the suggest/complete protocol (whi
 the trials are asked for) run without Ray; a real ``Tuner`` run checks that its solutions are the trials' configs.
 """
 
+# ruff: noqa: E402 - the optional library is imported through pytest.importorskip, before the modules that need it
 from __future__ import annotations
 
 import random
 
 import numpy as np
 import pytest
-from zoopt import ValueType
 
+ValueType = pytest.importorskip("zoopt").ValueType
 import fluidsalus.tune as tune
 from fluidsalus.errors import ConfigError
 from fluidsalus.tune.search import create_searcher

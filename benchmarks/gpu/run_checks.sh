@@ -5,7 +5,8 @@
 #
 # Installs the wheels benchmarks/gpu/fetch_wheels.sh put in .whl/ into /tmp/site, builds the C++ lane allocator
 # in place, then runs each step in STEPS under its own time limit (STEP_TIMEOUT_S, default 240 s), with its log in
-# $OUT/<step>.log (the device tool brings $OUT back). A step that fails or times out does not stop the others; the
+# $OUT/<step>.log (the device tool brings $OUT back); TIMEOUT_<STEP> (for example TIMEOUT_SUITE=300) overrides the
+# limit for one step. A step that fails or times out does not stop the others; the
 # exit code is the number of steps that failed. Steps:
 #   info        nvidia-smi, torch's view of the GPU, the versions in use
 #   cuda        the GPU tests: tests/test_allocator_cuda.py and tests/test_host.py
@@ -16,6 +17,9 @@
 #               (default fluidsalus,fluidsalus_optuna,optuna, twice: the second run tells a slow machine from
 #               first-run costs)
 #   gpumem      benchmarks/gpu_memory.py (device memory outside torch's allocator)
+#   tests       python3 -m pytest on the test paths or node ids in $TESTS (one re-check, without the whole suite)
+#   longsweep   benchmarks/long_sweep.py --trials 100 --step-s 0.005 --no-pruning (the driver's round trips when
+#               many lanes share the GPU device: does a trial's report hide behind its neighbours' steps?)
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/gpu_checks}
@@ -49,6 +53,8 @@ step_command() {
     compare) echo "for i in \$(seq $COMPARE_RUNS); do python3 benchmarks/compare.py --sweep digits --device cuda \
                    --tools $COMPARE_TOOLS; done" ;;
     gpumem) echo "python3 benchmarks/gpu_memory.py" ;;
+    tests) echo "python3 -m pytest -q -rs -p no:cacheprovider ${TESTS:?set TESTS to the tests to run}" ;;
+    longsweep) echo "python3 benchmarks/long_sweep.py --trials 100 --step-s 0.005 --no-pruning" ;;
     *) return 1 ;;
   esac
 }
@@ -58,8 +64,9 @@ for step in $STEPS; do
   if ! command=$(step_command "$step"); then
     echo "unknown step $step" >&2; failed=$((failed + 1)); continue
   fi
+  limit_var="TIMEOUT_${step^^}"
   start=$(date +%s)
-  timeout "$STEP_TIMEOUT_S" bash -c "$command" > "$OUT/$step.log" 2>&1
+  timeout "${!limit_var:-$STEP_TIMEOUT_S}" bash -c "$command" > "$OUT/$step.log" 2>&1
   rc=$?
   echo "step $step: exit $rc in $(( $(date +%s) - start )) s (log $OUT/$step.log)"
   tail -5 "$OUT/$step.log"
