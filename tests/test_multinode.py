@@ -32,6 +32,9 @@ CLUSTER_REPORTS = 3
 CLUSTER_TIMEOUT_S = 180.0
 #: Time the subprocess gets after SIGINT to shut its cluster down before it is killed.
 SHUTDOWN_GRACE_S = 30.0
+#: How long the cluster sweep's trials wait for every device to have started one (a run goes on without a device
+#: that is slow to start, and it joins later; on a loaded machine it may join after a short sweep has ended).
+ALL_DEVICES_WAIT_S = 60.0
 
 # ---------------------------------------------------------------------------------------------- pure planning
 
@@ -166,7 +169,7 @@ LAYOUTS = {
 }
 
 _CLUSTER_SCRIPT = """
-import json, time
+import json, os, time
 
 import ray
 from ray.cluster_utils import Cluster
@@ -177,14 +180,20 @@ from fluidsalus.gpu.device import plan_devices
 
 # On its timeout the test sends SIGINT: the KeyboardInterrupt runs the finally below, which shuts the cluster down.
 NODES, TRIALS, REPORTS, STORAGE = {nodes!r}, {trials}, {reports}, {storage!r}
+DEVICES, MARKS, WAIT_S = {devices}, {marks!r}, {wait_s}
 
 
 def trainable(config):
     # Where the trial's thread really runs, and the GPUs Ray gave its device's actor.
     node, gpus = ray.get_runtime_context().get_node_id(), [str(g) for g in ray.get_gpu_ids()]
+    # Each device's process marks that it ran a trial; after its first report a trial waits until every device
+    # has (one deadline for all), so that the sweep lasts until a device that was slow to start has joined.
+    open(os.path.join(MARKS, str(os.getpid())), "w").close()
     for i in range(REPORTS):
         time.sleep(0.05)
         fluidsalus.report({{"loss": config["x"] + i, "node": node, "gpus": gpus}})
+        while i == 0 and len(os.listdir(MARKS)) < DEVICES and time.time() < DEADLINE:
+            time.sleep(0.05)
 
 
 (head_cpus, head_gpus), (worker_cpus, worker_gpus) = NODES
@@ -194,6 +203,8 @@ print(json.dumps({{"address": cluster.address}}), flush=True)  # first, so the t
 try:
     cluster.add_node(num_cpus=worker_cpus, num_gpus=worker_gpus)
     cluster.wait_for_nodes()
+    os.makedirs(MARKS)
+    DEADLINE = time.time() + WAIT_S  # the trainable is pickled by value, with this global
     started = time.monotonic()
     grid = fluidsalus.run(trainable, {{"x": fluidsalus.uniform(0, 1)}}, num_samples=TRIALS, metric="loss",
                           mode="min", address=cluster.address, storage_path=STORAGE, name="two_nodes", verbose=0)
@@ -217,11 +228,13 @@ def _raylets_of(address: str) -> list[int]:
     return [int(p) for p in out.stdout.split()]
 
 
-def _run_cluster_script(tmp_path: Path, nodes: list[tuple[int, int]], storage: Path) -> dict:
-    """Run the two-node sweep in a subprocess; check that its cluster is gone; return its summary."""
+def _run_cluster_script(tmp_path: Path, nodes: list[tuple[int, int]], storage: Path, devices: int) -> dict:
+    """Run the two-node sweep (``devices`` devices expected) in a subprocess; check that its cluster is gone;
+    return its summary."""
     script = tmp_path / "two_nodes.py"
     script.write_text(textwrap.dedent(_CLUSTER_SCRIPT).format(
-        nodes=nodes, trials=CLUSTER_TRIALS, reports=CLUSTER_REPORTS, storage=str(storage)))
+        nodes=nodes, trials=CLUSTER_TRIALS, reports=CLUSTER_REPORTS, storage=str(storage), devices=devices,
+        marks=str(tmp_path / "devices_that_ran_a_trial"), wait_s=ALL_DEVICES_WAIT_S))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -250,7 +263,9 @@ def _run_cluster_script(tmp_path: Path, nodes: list[tuple[int, int]], storage: P
 def test_a_sweep_on_a_two_node_cluster_runs_on_devices_of_both_nodes(tmp_path, layout):
     node_resources, expected = LAYOUTS[layout]
     storage = tmp_path / "results"
-    summary = _run_cluster_script(tmp_path, node_resources, storage)
+    summary = _run_cluster_script(tmp_path, node_resources, storage, len(expected))
+    # Every device's process ran a trial (else the trials waited ALL_DEVICES_WAIT_S for it, in vain).
+    assert len(list((tmp_path / "devices_that_ran_a_trial").iterdir())) == len(expected)
 
     nodes = summary["nodes"]
     assert len(nodes) == 2 and nodes[0] == summary["head"]
