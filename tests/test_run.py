@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -641,19 +640,12 @@ JOIN_WAIT_S = 60.0
 
 
 def _waits_for_a_second_process(config):
-    """Reports once, then, in the first device's process, waits until a trial has started in another process (the
-    device that joins), so that the run lasts until then however long the joining actor takes to start."""
+    """Reports once, then waits until trials have run in two processes (the first device's and the one that joins),
+    so that the run lasts until then however long the joining actor takes to start."""
     marks = Path(config["marks"])
-    first = marks / "first_pid"
-    with contextlib.suppress(FileExistsError), open(first, "x") as f:
-        f.write(str(os.getpid()))
-    while not first.read_text():  # the first trial is still writing it
-        time.sleep(0.01)
-    if int(first.read_text()) != os.getpid():
-        (marks / "joined").touch()
+    (marks / str(os.getpid())).touch()
     fluidsalus.report({"it": 1, "x": config["x"]})
-    deadline = first.stat().st_mtime + JOIN_WAIT_S  # one deadline for all: a device that never joins costs it once
-    while not (marks / "joined").exists() and time.time() < deadline:
+    while len(list(marks.iterdir())) < 2 and time.time() < config["deadline"]:
         time.sleep(0.05)
     for it in range(2, 4):
         fluidsalus.report({"it": it, "x": config["x"]})
@@ -675,7 +667,7 @@ def test_a_run_goes_on_with_the_devices_that_start_and_the_others_join_when_thei
     marks = Path(storage) / "marks"
     marks.mkdir(parents=True)
     grid = fluidsalus.run(_waits_for_a_second_process, {"x": fluidsalus.grid_search(list(range(12))),
-                                                        "marks": str(marks)},
+                                                        "marks": str(marks), "deadline": time.time() + JOIN_WAIT_S},
                           devices=2, cpus_per_device=1, callbacks=[_ReleaseAfter(blocker, after=1)],
                           storage_path=storage, name="shared", verbose=0)
     assert time.time() - began < ACTOR_START_TIMEOUT_S
