@@ -1001,3 +1001,30 @@ def test_a_device_carries_out_the_commands_sent_with_a_poll_in_their_order_befor
         assert run("d", None) == (OUT_COMPLETED, _SLOW_REPORTS)
     finally:
         ray.kill(actor, no_restart=True)
+
+
+@pytest.mark.parametrize("reason", ["move", "preempted", "withdrawn"])
+def test_a_device_that_dies_while_the_planner_takes_a_trial_off_it_restarts_the_trial_as_a_death(
+        tmp_path, monkeypatch, reason):
+    """The planner's stop (a move, a preemption, a withdrawal) had not ended the attempt when the device died: the
+    death ended it, and may have taken a failure the trial raised just before, so the restart is the death's
+    (``device_died``), as for the device's other trials. Seen in tests/test_chaos.py (seed 13): a trial whose
+    device died during its move failed once more than max_failures allows, its restart recorded as a move."""
+    from fluidsalus.trialgroup import executor as executor_module
+    from fluidsalus.trialgroup.executor import _Restart
+
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    moving = _trial("a", status=RUNNING, placed_on=(0,), devices=(1,), group_id="g1")
+    still = _trial("b", status=RUNNING, placed_on=(0,), devices=(0,), group_id="g1")
+    for trial in (moving, still):
+        _queue(executor, store, trial)
+        executor.pending.discard(trial.trial_id)
+        executor._devices[0].assigned.add(trial.trial_id)
+    executor._restarts["a"] = _Restart(reason=reason, action=MOVE)
+    executor._stopping.add("a")
+    monkeypatch.setattr(executor_module, "start_device_actor", lambda *args: _FakeActor())
+    executor._device_died(executor._devices[0], RuntimeError("the process died"))
+    restarts = {e.trial_id: e.data for e in store.events("trial_restart")}
+    assert restarts["a"]["reason"] == restarts["b"]["reason"] == "device_died"
+    assert restarts["a"]["error"] == "the process died" and "a" not in executor._restarts
+    assert moving.status == still.status == PENDING and moving.attempt == still.attempt == 1

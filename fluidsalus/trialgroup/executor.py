@@ -1940,6 +1940,11 @@ class Executor:
                 stopping = trial_id in self._stopping
                 self._stopping.discard(trial_id)
                 restart = self._restarts.pop(trial_id, None)
+                if restart is not None and restart.reason in (RESTART_MOVE, RESTART_PREEMPT, RESTART_WITHDRAWN):
+                    # The death ended the attempt before the planner's stop did (and may have taken a failure
+                    # the trial raised meanwhile): it restarts as every trial of the device does, from its last
+                    # checkpoint, where the next plan puts it. An exploit or a retry keeps its own restart.
+                    restart = _Restart(reason="device_died", error=str(error))
                 self._unplace(trial, now)  # its workers elsewhere are told to stop: rank 0 is gone
                 if stopping and restart is None:  # it was being stopped for good: it ends now
                     trial.status, trial.devices = TERMINATED, ()
