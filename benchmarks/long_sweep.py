@@ -151,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
                 pruning = not args.no_pruning
                 figures = run_fluidsalus(n, storage, args.step_s, pruning) if tool == "fluidsalus" else \
                     run_optuna(n, through_fluidsalus=tool == "fluidsalus_optuna", step_s=args.step_s, pruning=pruning)
+                if tool != "optuna":  # each run starts its devices cold, as a process's first run does
+                    import fluidsalus
+
+                    fluidsalus.release_devices()
                 figures = {"tool": tool, "trials": n, **figures,
                            "ms_per_trial": round(1000 * figures["wall_s"] / n, 2)}
                 runs.append(figures)

@@ -6,7 +6,8 @@ Ray actor per device runs many small trials side by side. Every run is recorded 
 Public names:
 
 - :func:`run` runs a sweep and returns a :class:`ResultGrid`; :func:`inspect` reads an experiment's goodput
-  report; ``fluidsalus.tune`` and ``fluidsalus.optuna`` are the Ray Tune and Optuna front ends.
+  report; :func:`release_devices` ends the device actors finished runs keep warm for the next;
+  ``fluidsalus.tune`` and ``fluidsalus.optuna`` are the Ray Tune and Optuna front ends.
 - Inside a trainable: :func:`report`, :func:`step`, :func:`get_checkpoint`, :func:`get_context`,
   :class:`Checkpoint`.
 - Search space: :func:`uniform`, :func:`quniform`, :func:`loguniform`, :func:`qloguniform`, :func:`randn`,
@@ -38,7 +39,7 @@ from fluidsalus.space import (
 )
 
 if TYPE_CHECKING:
-    from fluidsalus.api import run
+    from fluidsalus.api import release_devices, run
 
 __version__ = "0.1.0"
 
@@ -46,7 +47,7 @@ __version__ = "0.1.0"
 _LAZY_SUBMODULES = frozenset({"optuna", "tune", "searchers", "callbacks", "session"})
 #: Names loaded on first use, and their modules: ``run`` imports Ray, which the pure modules (the planner, the
 #: searchers, the simulator) must not pay for, since ``import fluidsalus.sim`` runs this file first.
-_LAZY_NAMES = {"run": "fluidsalus.api"}
+_LAZY_NAMES = {"run": "fluidsalus.api", "release_devices": "fluidsalus.api"}
 
 
 def __getattr__(name: str) -> object:
@@ -90,6 +91,7 @@ __all__ = [
     "quniform",
     "randint",
     "randn",
+    "release_devices",
     "report",
     "run",
     "sample_from",

@@ -36,9 +36,10 @@ from fluidsalus.result import ResultGrid
 from fluidsalus.searchers import BaseSearcher, RandomSearch
 from fluidsalus.session import DATE_FORMAT
 from fluidsalus.store import DB_FILENAME, ExperimentStore
-from fluidsalus.trialgroup.executor import Executor, ExecutorSettings
+from fluidsalus.trialgroup.executor import WARM_DEVICES, Executor, ExecutorSettings
 from fluidsalus.trialgroup.searcher_log import restore
 from fluidsalus.trialgroup.trial import Trial
+from fluidsalus.trialgroup.warm import keep_warm_s
 
 logger = logging.getLogger(__name__)
 
@@ -193,6 +194,7 @@ def run(
         raise ConfigError(f"searcher: must be a fluidsalus BaseSearcher, got {type(searcher).__name__}")
     rule = stop_rule(stop)
     nvml.context_reserve_bytes()  # a bad $FLUIDSALUS_CUDA_RESERVE_BYTES fails here, before any actor starts
+    keep_s = keep_warm_s()  # and a bad $FLUIDSALUS_KEEP_WARM_S
     payload = _pack(trainable, rule, {"memory_mode": spec.memory_mode})
     storage = spec.resolved_storage_path()
     _check_writable(storage)
@@ -254,6 +256,7 @@ def run(
             gpu_per_trial=spec.gpu_per_trial,
             trial_dirname=trial_dirname,
             result_extras=result_extras,
+            keep_warm_s=keep_s,
         ),
         trials=trials,
     )
@@ -280,6 +283,20 @@ def run(
     if spec.verbose >= 1:
         _print_summary(grid, exp_dir, time.time() - started, spec.metric, spec.mode)
     return grid
+
+
+def release_devices() -> int:
+    """End the device actors that finished runs of this process keep warm, now.
+
+    A run that ends normally leaves its virtual CPU devices' actors up for ``$FLUIDSALUS_KEEP_WARM_S`` seconds
+    (60 by default), so that the next run of the process starts without new worker processes. Meanwhile they hold
+    their cores, until other work on the cluster waits for resources (then they go within about half a second).
+    Call this to free the cores at once, or before a step that measures a cold start.
+
+    Returns:
+        How many actors were ended.
+    """
+    return WARM_DEVICES.release()
 
 
 def _connect(address: str | None) -> None:

@@ -595,6 +595,7 @@ class _KillDeviceOnce(fluidsalus.callbacks.Callback):
 
 
 def test_a_killed_device_actor_loses_nothing_and_its_trials_resume_from_checkpoints(storage):
+    fluidsalus.release_devices()  # this run starts actors of its own, named after it (the killer finds them so)
     killer = _KillDeviceOnce(after=6)
     grid = fluidsalus.run(checkpoints_each_step, {"x": fluidsalus.grid_search([1, 2, 3])}, callbacks=[killer],
                           storage_path=storage, name="killed", verbose=0)
@@ -724,6 +725,7 @@ def test_a_device_that_dies_twice_in_a_second_gets_a_replacement_each_time(stora
     which Ray had not released yet, and the device was lost with the run (seen in tests/test_chaos.py, seed 181)."""
     marks = tmp_path / "marks"
     marks.mkdir()
+    fluidsalus.release_devices()  # its first actor is its own, named after it (not one a run before left warm)
     grid = fluidsalus.run(dies_with_its_device_twice, {"marks": str(marks)}, devices=1, storage_path=storage,
                           name="twice", verbose=0)
     assert grid.num_errors == 0 and [r.metrics["it"] for r in grid] == [3]

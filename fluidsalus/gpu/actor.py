@@ -1,4 +1,5 @@
-"""The Ray adapter of a device: one long-lived actor per device, reused by every trial of a run.
+"""The Ray adapter of a device: one long-lived actor per device, reused by every trial of a run (and, kept warm,
+by the next runs of the driver's process: :meth:`_DeviceActor.reset`, ``fluidsalus.trialgroup.warm``).
 
 The actor only forwards to a :class:`~fluidsalus.gpu.host.DeviceHost`. It is a threaded actor, so the
 driver's long ``poll`` never blocks ``submit`` or ``stop``. A device planned on a node (``DeviceSpec.node_id``)
@@ -14,6 +15,7 @@ import pickle
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -39,6 +41,42 @@ ACTOR_MAX_CONCURRENCY = 4
 class _DeviceActor:
     def __init__(self, device: DeviceSpec, payload: bytes, settings: HostSettings, driver_sys_path: list[str]
                  ) -> None:
+        # Before any of the user's code is imported here: a module file changed after this may differ from the
+        # module this process loaded, so the actor then serves no other run (reset).
+        self._started = time.time()
+        # A trainable that still calls Ray's ray.tune.report (an import left unchanged) reaches its trial.
+        self._ray_session = RaySessionBridge()
+        self._serve(device, payload, settings, driver_sys_path)
+
+    def reset(self, device: DeviceSpec, payload: bytes, settings: HostSettings, driver_sys_path: list[str]
+              ) -> dict[str, Any]:
+        """Serve another run, in this process, as a new actor would (a warm device: fluidsalus.trialgroup.warm).
+
+        Args:
+            device: The new run's device.
+            payload: Its :func:`pack_trainable` bytes.
+            settings: Its device host's settings.
+            driver_sys_path: Its driver's ``sys.path``.
+
+        Returns:
+            The actor's :meth:`info` for the new run, or ``{"refused": why}`` when this process cannot serve it as
+            a new one would: a trial of the last run is still running, or a module it imported has changed on disk
+            since it started (the driver then starts a new actor).
+        """
+        if device.kind != "cpu" or self.device.kind != "cpu":
+            return {"refused": "only virtual CPU devices are reused"}
+        still_running = self.host.shutdown(0.0)
+        if still_running:
+            return {"refused": f"trials {still_running} of the last run are still running"}
+        changed = changed_module(sys.modules, self._started)
+        if changed is not None:
+            return {"refused": f"module {changed!r} changed on disk since the actor started"}
+        self._serve(device, payload, settings, driver_sys_path)
+        return self._info
+
+    def _serve(self, device: DeviceSpec, payload: bytes, settings: HostSettings, driver_sys_path: list[str]
+               ) -> None:
+        """Set up a device host for one run's trainable and settings (at the start, and again at each reset)."""
         # The trainable (and a callable stop rule) may live in a module beside the user's script, which
         # cloudpickle pickles by reference: make the driver's import path visible before unpickling.
         for entry in driver_sys_path:
@@ -85,8 +123,6 @@ class _DeviceActor:
             "capacity_bytes": settings.capacity_bytes,  # what its lanes may reserve: the planner's device capacity
         }
         self.host = DeviceHost(trainable, settings, arena=arena)
-        # A trainable that still calls Ray's ray.tune.report (an import left unchanged) reaches its trial.
-        self._ray_session = RaySessionBridge()
         install_now_or_on_import(self._ray_session)
         # Utilisation and memory of the GPU, sampled in the background and sent with each poll (for goodput).
         self._nvml = nvml.NvmlSampler(nvml.nvml_device_for_cuda(0)) if device.kind == "cuda" else None
@@ -173,6 +209,29 @@ class _DeviceActor:
         if self._nvml is not None:
             self._nvml.stop()
         return self.host.shutdown(timeout_s)
+
+
+def changed_module(modules: Mapping[str, Any], since: float) -> str | None:
+    """A module whose file was modified after ``since``: the code on disk may no longer be what was imported.
+
+    Args:
+        modules: ``sys.modules``, or a mapping like it.
+        since: A time (``time.time()``), e.g. when the process began to import the user's code.
+
+    Returns:
+        The name of the first such module (one whose file is gone counts), or None.
+    """
+    for name, module in list(modules.items()):
+        path = getattr(module, "__file__", None)
+        if not isinstance(path, str):
+            continue
+        try:
+            modified = os.stat(path).st_mtime
+        except OSError:
+            return name
+        if modified > since:
+            return name
+    return None
 
 
 def _cuda_initialized() -> bool:

@@ -110,6 +110,7 @@ from fluidsalus.trialgroup.planner import (
 from fluidsalus.trialgroup.queue import PendingQueue, remaining_budget
 from fluidsalus.trialgroup.searcher_log import SearcherLog
 from fluidsalus.trialgroup.trial import Trial
+from fluidsalus.trialgroup.warm import DEFAULT_KEEP_WARM_S, WarmDevices, WarmKey
 
 logger = logging.getLogger(__name__)
 
@@ -205,6 +206,57 @@ class ExecutorSettings:
     #: (a front end's own result keys, such as Ray's ``experiment_tag``), asked again when an exploit gives the
     #: trial a new config; None: none. For a new trial it is asked just before ``trial_dirname``.
     result_extras: Callable[[int, Mapping[str, Any]], Mapping[str, Any]] | None = None
+    #: Seconds the run's virtual CPU devices' actors stay warm for the next run of this process when it ends
+    #: normally (``fluidsalus.trialgroup.warm``; 0: they end with the run).
+    keep_warm_s: float = DEFAULT_KEEP_WARM_S
+
+
+def _kill_quietly(actor: Any) -> None:
+    """End a parked actor; nothing to do once Ray is shut down (its actors ended with it)."""
+    if ray.is_initialized():
+        with contextlib.suppress(Exception):
+            ray.kill(actor, no_restart=True)
+
+
+def _resources_wanted_elsewhere() -> bool:
+    """Whether anything on the connected cluster waits for resources Ray cannot give it yet: an actor still being
+    placed (any actor: the GCS lists them, device actors pinned to a node too), or a task or placement group that
+    waits (the demand ``ray status`` lists, which leaves out requests pinned to a node). True where Ray is gone or
+    cannot say: parked actors then go."""
+    if not ray.is_initialized():
+        return True
+    try:
+        from ray._private.state import state as gcs_state
+
+        if gcs_state.actor_table(None, actor_state_name="PENDING_CREATION"):
+            return True
+        from ray.autoscaler.v2.sdk import get_cluster_status
+
+        demands = get_cluster_status(ray.get_runtime_context().gcs_address).resource_demands
+    except Exception:  # noqa: BLE001 - no answer: let the actors go rather than hold resources someone may want
+        return True
+    return bool(demands.ray_task_actor_demand or demands.placement_group_demand)
+
+
+#: The device actors this process keeps warm between runs (``fluidsalus.release_devices()`` ends them).
+WARM_DEVICES = WarmDevices(kill=_kill_quietly, wanted_elsewhere=_resources_wanted_elsewhere)
+
+
+def _cluster_token() -> str | None:
+    """The connected Ray cluster and job, as :class:`WarmKey` keeps it; None where Ray cannot say."""
+    try:
+        context = ray.get_runtime_context()
+        return f"{context.gcs_address}/{context.get_job_id()}"
+    except Exception:  # noqa: BLE001 - a driver that cannot name its cluster keeps no actor warm
+        return None
+
+
+def _warm_key(cluster: str | None, spec: DeviceSpec) -> WarmKey | None:
+    """What a parked actor must match to serve ``spec``; None for a device that is never served warm (a GPU,
+    whose memory and CUDA state a new process starts from)."""
+    if cluster is None or spec.kind != "cpu":
+        return None
+    return WarmKey(cluster, spec.kind, spec.cpus, spec.node_id)
 
 
 @dataclass
@@ -717,13 +769,15 @@ class Executor:
             ConfigError: A run-level input error found while running (metric not reported, stop key missing).
             KeyboardInterrupt: After stopping the trials and flushing the store.
         """
+        ended = False
         try:
             self._start_devices()
             self._loop()
             self._searcher_log.save(force=True)
+            ended = True
         finally:
             self._progress.close()
-            self._stop_devices()
+            self._stop_devices(keep_warm=ended)
 
     # ------------------------------------------------------------------ devices
 
@@ -774,6 +828,8 @@ class Executor:
             FluidsalusError: No actor came up within :data:`ACTOR_START_TIMEOUT_S` (the message names the
                 resources asked for and those Ray has free).
         """
+        if self._start_warm_devices():
+            return
         launched = time.time()
         actors = [start_device_actor(spec, self.payload, self._host_settings(spec), self._actor_name(spec))
                   for spec in self.device_specs]
@@ -809,6 +865,44 @@ class Executor:
             logger.warning("devices %s have not started yet (other work on the cluster may hold their resources; "
                            "Ray has available: %s); the run goes on without them, and each joins when it starts",
                            ", ".join(waiting), ray.available_resources())
+
+    def _start_warm_devices(self) -> bool:
+        """Serve the run with actors a finished run of this process left warm, if every device has one.
+
+        Each is reset with this run's trainable and settings; should any refuse (a module it imported changed on
+        disk) or fail, all are ended and the run starts its own (:meth:`_start_devices`). Other parked actors
+        are ended either way (``WarmDevices.take``).
+
+        Returns:
+            Whether the run's devices are up.
+        """
+        cluster = _cluster_token()
+        taken = WARM_DEVICES.take(cluster, [_warm_key(cluster, spec) for spec in self.device_specs])
+        if taken is None:
+            return False
+        refs = [actor.reset.remote(spec, self.payload, self._host_settings(spec), list(sys.path))
+                for spec, (actor, _) in zip(self.device_specs, taken, strict=True)]
+        # A reset does what a new actor's start does after its process is up (unpickling the trainable): no longer.
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=ACTOR_START_TIMEOUT_S)
+        infos: list[dict[str, Any]] = []
+        if len(ready) == len(refs):
+            with contextlib.suppress(ray.exceptions.RayError):
+                infos = ray.get(refs)
+        refused = [info["refused"] for info in infos if "refused" in info]
+        if len(infos) < len(refs) or refused:
+            logger.debug("warm device actors not reused: %s", refused or "a reset failed")
+            for actor, _ in taken:
+                _kill_quietly(actor)
+            return False
+        now = time.time()
+        events = []
+        for spec, (actor, name), info in zip(self.device_specs, taken, infos, strict=True):
+            device = _Device(spec, actor, {}, max_running=spec.slots, assigned=set(), actor_name=name)
+            self._devices.append(device)
+            self._adopt(device, info)
+            events.append((now, "device_start", None, spec.name, {**info, "actor": name, "warm": True}))
+        self.store.add_events(events)
+        return True
 
     def _join(self, device: _Device) -> None:
         """A device's actor that was still starting is up: one the run began without, or the replacement of a
@@ -850,21 +944,34 @@ class Executor:
         device.batches += 1
         return device.batches - 1
 
-    def _stop_devices(self) -> None:
+    def _stop_devices(self, keep_warm: bool = False) -> None:
+        """Shut every device's trials down and end its actor, or park it for the next run of this process.
+
+        Args:
+            keep_warm: The run ended normally: the actors of virtual CPU devices whose trials all stopped are
+                parked for ``settings.keep_warm_s`` (``fluidsalus.trialgroup.warm``) instead of ended.
+        """
         live = [d for d in self._devices if d.alive]
         for device in self._devices:  # commands left for a next poll are moot: shutdown stops every trial and
             device.outbox.clear()     # answers every call a trial waits in
+        idle: set[int] = set()  # devices whose every trial stopped (the indexes into self._devices)
         if live:
             refs = [d.actor.shutdown.remote(SHUTDOWN_GRACE_S) for d in live]
             try:
-                ray.get(refs, timeout=SHUTDOWN_GRACE_S + POLL_WAIT_S + 5)
+                still_running = ray.get(refs, timeout=SHUTDOWN_GRACE_S + POLL_WAIT_S + 5)
+                idle = {self._devices.index(d) for d, left in zip(live, still_running, strict=True) if not left}
             except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
                 pass
         now = time.time()
         with contextlib.suppress(Exception):  # the store may already be closed by a failing run
             self.store.add_events([(now, "device_stop", None, d.spec.name, None) for d in self._devices if d.alive])
-        for device in self._devices:
-            ray.kill(device.actor, no_restart=True)
+        cluster = _cluster_token() if keep_warm else None
+        for i, device in enumerate(self._devices):
+            key = _warm_key(cluster, device.spec) if i in idle else None
+            if key is not None:
+                WARM_DEVICES.park(key, device.actor, device.actor_name, self.settings.keep_warm_s)
+            else:
+                ray.kill(device.actor, no_restart=True)
             device.alive = False
 
     # ------------------------------------------------------------------ main loop

@@ -1,0 +1,201 @@
+"""Device actors kept warm between the runs of one driver process.
+
+Starting a device actor is most of a short run's fixed cost: a new Ray worker process, its imports, and the
+unpickling of the trainable (about a second for each virtual CPU device on a 2-core machine, docs/benchmarks.md).
+When a run ends normally, the executor parks its virtual CPU devices' actors here for :func:`keep_warm_s`
+seconds. The next run of this process whose devices all match parked ones (same kind, cores and node, same Ray
+cluster) takes them and resets each with its own trainable and settings (``_DeviceActor.reset``) instead of
+starting new processes. Any other run first lets every parked actor go, since they hold cores it may need.
+
+A parked actor runs nothing but holds its Ray resources. So every :data:`WATCH_PERIOD_S` a watcher asks whether
+anything else on the cluster waits for resources (a task, an actor, a placement group Ray cannot place yet: another
+driver's, or this one's own Ray work), and if so lets every parked actor go. It also lets each go when its time is
+up, and :func:`fluidsalus.release_devices` lets them all go at once.
+
+This module holds the rule and the bookkeeping only; the Ray calls are the executor's (``kill`` and
+``wanted_elsewhere`` below).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from fluidsalus.errors import ConfigError
+
+#: Environment variable: seconds a finished run's device actors stay warm for the next run of the process. 0 turns
+#: keeping them off (every run starts its own actors, and they end with it).
+KEEP_WARM_ENV = "FLUIDSALUS_KEEP_WARM_S"
+
+#: How long parked actors wait by default: long enough for a person who runs a notebook cell again after a look at
+#: the results, and well under the minutes a Ray autoscaler waits before it removes an idle node (5 by default),
+#: which a parked actor keeps up. Work that wants their resources does not wait this long (:data:`WATCH_PERIOD_S`).
+DEFAULT_KEEP_WARM_S = 60.0
+
+#: How often the watcher asks Ray whether other work waits for resources. Ray shows a waiting request within
+#: 0.13 s (a task) to 0.27 s (an actor) of its submission on the 2-core CI machine, and one question costs the
+#: driver about 3 ms: such work waits about half a second for the parked actors' cores.
+WATCH_PERIOD_S = 0.25
+
+
+def keep_warm_s(environ: Mapping[str, str] = os.environ) -> float:
+    """How long a finished run's device actors stay warm: ``$FLUIDSALUS_KEEP_WARM_S`` or the default.
+
+    Args:
+        environ: The environment to read (the process's by default).
+
+    Returns:
+        Seconds, ``>= 0`` (0: actors are not kept).
+
+    Raises:
+        ConfigError: The variable is set but is not a number of seconds >= 0.
+    """
+    text = environ.get(KEEP_WARM_ENV, "").strip()
+    if not text:
+        return DEFAULT_KEEP_WARM_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < float("inf"):
+        raise ConfigError(f"{KEEP_WARM_ENV}={text!r}: expected seconds, a finite number >= 0 (0 keeps no actor)")
+    return value
+
+
+class WarmKey(NamedTuple):
+    """What a parked actor must match to serve a device of a new run: Ray gave it these resources for its life."""
+
+    cluster: str  # the Ray cluster and job (a new ``ray.init`` is another cluster, whose actors these are not)
+    kind: str  # "cpu" (only virtual CPU devices are kept)
+    cpus: int
+    node_id: str | None
+
+
+@dataclass(eq=False)
+class _Parked:
+    key: WarmKey
+    actor: Any
+    name: str
+    until: float  # on the pool's clock
+
+
+class WarmDevices:
+    """The parked device actors of this process.
+
+    Args:
+        kill: Ends an actor (the executor's ``ray.kill``, quiet when Ray is gone).
+        wanted_elsewhere: Whether other work on the cluster waits for resources now (True also where the actors
+            are gone, such as after ``ray.shutdown()``).
+        clock: Seconds, monotonic.
+        watch: Whether a background thread calls :meth:`check` every :data:`WATCH_PERIOD_S` while actors are
+            parked (tests call it themselves).
+    """
+
+    def __init__(self, kill: Callable[[Any], None], wanted_elsewhere: Callable[[], bool],
+                 clock: Callable[[], float] = time.monotonic, watch: bool = True) -> None:
+        self._kill = kill
+        self._wanted_elsewhere = wanted_elsewhere
+        self._clock = clock
+        self._watch = watch
+        self._lock = threading.Lock()
+        self._parked: list[_Parked] = []
+        self._watcher: threading.Thread | None = None
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._parked)
+
+    def park(self, key: WarmKey, actor: Any, name: str, keep_s: float) -> None:
+        """Keep an idle actor for ``keep_s`` seconds (0: end it now).
+
+        Args:
+            key: What it can serve.
+            actor: Its handle; it has shut down its run's trials.
+            name: Its Ray name, which it keeps.
+            keep_s: Seconds until it is let go.
+        """
+        if keep_s <= 0:
+            self._kill(actor)
+            return
+        with self._lock:
+            self._parked.append(_Parked(key, actor, name, self._clock() + keep_s))
+            if self._watch and self._watcher is None:
+                self._watcher = threading.Thread(target=self._watch_loop, name="fluidsalus-warm-devices",
+                                                 daemon=True)
+                self._watcher.start()
+
+    def take(self, cluster: str | None, keys: Sequence[WarmKey | None]) -> list[tuple[Any, str]] | None:
+        """The parked actors for a new run's devices, one per key in order, if every device has one.
+
+        Every other parked actor of ``cluster`` is ended (all of them when not every device has one): they hold
+        resources the run's new actors may need. Actors of another cluster are forgotten (they ended with it).
+
+        Args:
+            cluster: The connected Ray cluster's :attr:`WarmKey.cluster`, or None (nothing can be reused).
+            keys: Each device's key, or None for a device that is never served warm (a GPU).
+
+        Returns:
+            ``[(actor, name), ...]`` aligned with ``keys``, or None.
+        """
+        with self._lock:
+            mine = [p for p in self._parked if p.key.cluster == cluster]
+            self._parked = []
+            chosen: list[_Parked] = []
+            for key in keys:
+                match = next((p for p in mine if p.key == key), None)
+                if match is None:
+                    break
+                mine.remove(match)
+                chosen.append(match)
+            if len(chosen) < len(keys) or not keys:
+                mine.extend(chosen)
+                chosen = []
+        for entry in mine:
+            self._kill(entry.actor)
+        return [(p.actor, p.name) for p in chosen] if chosen else None
+
+    def release(self) -> int:
+        """End every parked actor now.
+
+        Returns:
+            How many there were.
+        """
+        with self._lock:
+            parked, self._parked = self._parked, []
+        for entry in parked:
+            self._kill(entry.actor)
+        return len(parked)
+
+    def check(self) -> int:
+        """End the parked actors whose time is up, or all of them when other work waits for resources.
+
+        Returns:
+            How many were ended.
+        """
+        with self._lock:
+            if not self._parked:
+                return 0
+        wanted = self._wanted_elsewhere()  # a call to Ray: outside the lock, which take() needs meanwhile
+        now = self._clock()
+        with self._lock:
+            ending = [p for p in self._parked if wanted or p.until <= now]
+            self._parked = [p for p in self._parked if p not in ending]
+        for entry in ending:
+            self._kill(entry.actor)
+        return len(ending)
+
+    def _watch_loop(self) -> None:
+        while True:
+            time.sleep(WATCH_PERIOD_S)
+            try:
+                self.check()
+            except Exception:  # noqa: BLE001 - a watcher that cannot tell lets the actors go rather than hold them
+                self.release()
+            with self._lock:
+                if not self._parked:
+                    self._watcher = None  # park() starts another when it needs one
+                    return

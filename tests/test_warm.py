@@ -1,0 +1,136 @@
+"""The rule for device actors kept warm between runs (fluidsalus.trialgroup.warm), without Ray."""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+import pytest
+
+from fluidsalus.errors import ConfigError
+from fluidsalus.gpu.actor import changed_module
+from fluidsalus.trialgroup.warm import DEFAULT_KEEP_WARM_S, KEEP_WARM_ENV, WarmDevices, WarmKey, keep_warm_s
+
+
+class _World:
+    """The pool's view of Ray: a clock, whether other work waits for resources, and the actors it ended."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.wanted = False
+        self.killed: list[str] = []
+        self.asked = 0
+
+    def wanted_elsewhere(self) -> bool:
+        self.asked += 1
+        return self.wanted
+
+
+@pytest.fixture
+def world() -> _World:
+    return _World()
+
+
+@pytest.fixture
+def pool(world: _World) -> WarmDevices:
+    return WarmDevices(kill=world.killed.append, wanted_elsewhere=world.wanted_elsewhere, clock=lambda: world.now,
+                       watch=False)
+
+
+def key(cpus: int = 1, cluster: str = "c1", node: str | None = None) -> WarmKey:
+    return WarmKey(cluster, "cpu", cpus, node)
+
+
+def test_a_run_whose_devices_all_match_takes_the_parked_actors_in_its_devices_order(pool, world):
+    pool.park(key(2), "a2", "name-a2", 10)
+    pool.park(key(1), "a1", "name-a1", 10)
+    assert pool.take("c1", [key(1), key(2)]) == [("a1", "name-a1"), ("a2", "name-a2")]
+    assert world.killed == [] and len(pool) == 0
+
+
+def test_a_run_that_needs_a_device_no_parked_actor_matches_ends_them_all_and_takes_none(pool, world):
+    pool.park(key(1), "a", "na", 10)
+    pool.park(key(1), "b", "nb", 10)
+    assert pool.take("c1", [key(1), key(1), key(1)]) is None  # three devices, two parked
+    assert sorted(world.killed) == ["a", "b"] and len(pool) == 0
+
+
+def test_parked_actors_a_run_does_not_take_are_ended(pool, world):
+    for name, k in (("a", key(1)), ("b", key(1)), ("c", key(2, node="n2"))):
+        pool.park(k, name, f"n{name}", 10)
+    assert pool.take("c1", [key(1)]) == [("a", "na")]
+    assert sorted(world.killed) == ["b", "c"]
+
+
+def test_no_actor_serves_a_gpu_device_another_node_or_another_cluster(pool, world):
+    pool.park(key(1, node="n1"), "a", "na", 10)
+    assert pool.take("c1", [None]) is None and world.killed == ["a"]  # a GPU device (None) ends what is parked
+    pool.park(key(1, node="n1"), "b", "nb", 10)
+    assert pool.take("c1", [key(1, node="n2")]) is None and world.killed == ["a", "b"]
+    pool.park(key(1, cluster="old"), "c", "nc", 10)
+    # Ray was started again: the old cluster's actors ended with it, so they are forgotten, not killed
+    assert pool.take("new", [key(1, cluster="new")]) is None and world.killed == ["a", "b"] and len(pool) == 0
+
+
+def test_an_actor_is_ended_when_its_time_is_up_unless_taken_first(pool, world):
+    pool.park(key(), "a", "na", 5)
+    world.now += 2
+    pool.park(key(), "b", "nb", 5)
+    assert pool.check() == 0 and world.killed == []
+    world.now += 3  # a's five seconds are up, b has two left
+    assert pool.check() == 1 and world.killed == ["a"] and len(pool) == 1
+    assert pool.take("c1", [key()]) == [("b", "nb")]
+    world.now += 10
+    assert pool.check() == 0 and world.killed == ["a"]
+
+
+def test_every_parked_actor_goes_as_soon_as_other_work_waits_for_resources(pool, world):
+    pool.park(key(), "a", "na", 60)
+    pool.park(key(2), "b", "nb", 60)
+    assert pool.check() == 0 and world.asked == 1
+    world.wanted = True
+    assert pool.check() == 2 and sorted(world.killed) == ["a", "b"] and len(pool) == 0
+    assert pool.check() == 0 and world.asked == 2  # nothing parked: Ray is not asked
+
+
+def test_keeping_for_zero_seconds_ends_the_actor_at_once_and_release_ends_every_parked_one(pool, world):
+    pool.park(key(), "now", "n", 0)
+    assert world.killed == ["now"] and len(pool) == 0
+    pool.park(key(), "a", "na", 5)
+    pool.park(key(2, cluster="other"), "b", "nb", 5)
+    assert pool.release() == 2 and world.killed == ["now", "a", "b"] and len(pool) == 0
+    assert pool.release() == 0
+
+
+def test_the_watcher_ends_actors_by_itself_and_stops_when_none_is_left(world):
+    pool = WarmDevices(kill=world.killed.append, wanted_elsewhere=lambda: True)
+    pool.park(key(), "a", "na", 60)
+    watcher = pool._watcher
+    assert watcher is not None and watcher.daemon
+    watcher.join(timeout=10)
+    assert not watcher.is_alive() and world.killed == ["a"] and pool._watcher is None
+
+
+def test_keep_warm_s_reads_the_environment_and_names_the_variable_in_its_error():
+    assert keep_warm_s({}) == DEFAULT_KEEP_WARM_S
+    assert keep_warm_s({KEEP_WARM_ENV: " 2.5 "}) == 2.5
+    assert keep_warm_s({KEEP_WARM_ENV: "0"}) == 0.0
+    for bad in ("-1", "soon", "inf", "nan"):
+        with pytest.raises(ConfigError, match=rf"{KEEP_WARM_ENV}='{bad}': expected seconds, a finite number >= 0"):
+            keep_warm_s({KEEP_WARM_ENV: bad})
+
+
+def test_changed_module_names_a_module_whose_file_changed_or_went_since_a_time(tmp_path):
+    path = tmp_path / "user_module.py"
+    path.write_text("X = 1\n")
+    os.utime(path, (1_000.0, 1_000.0))
+    module = types.ModuleType("user_module")
+    module.__file__ = str(path)
+    builtin = types.ModuleType("no_file")  # a module without a file (a builtin) is never stale
+    modules = {"no_file": builtin, "user_module": module, "sys": sys}
+    assert changed_module(modules, since=2_000.0) is None
+    os.utime(path, (3_000.0, 3_000.0))
+    assert changed_module(modules, since=2_000.0) == "user_module"
+    path.unlink()
+    assert changed_module(modules, since=4_000.0) == "user_module"

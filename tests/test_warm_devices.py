@@ -1,0 +1,145 @@
+"""Device actors kept warm between the runs of one process (fluidsalus.trialgroup.warm), through real Ray."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fluidsalus
+from fluidsalus.errors import ConfigError
+from fluidsalus.store import ExperimentStore
+from fluidsalus.trialgroup.executor import WARM_DEVICES
+from fluidsalus.trialgroup.warm import KEEP_WARM_ENV
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+#: A keep-warm time far longer than the watcher needs to notice waiting work (fluidsalus.trialgroup.warm).
+KEEP_FOR_LONG_S = 120.0
+
+
+def reports_its_process(config: dict[str, Any]) -> None:
+    fluidsalus.report({"x": config["x"], "pid": os.getpid()})
+
+
+def _pids(grid: fluidsalus.ResultGrid) -> set[int]:
+    return {r.metrics["pid"] for r in grid}
+
+
+def _device_starts(grid: fluidsalus.ResultGrid) -> list[dict[str, Any]]:
+    reader = ExperimentStore.open(grid.experiment_path, readonly=True)
+    try:
+        return [e.data for e in reader.events("device_start")]
+    finally:
+        reader.close()
+
+
+def _run(storage: str, name: str, trainable: Any = reports_its_process, **kwargs: Any) -> fluidsalus.ResultGrid:
+    kwargs.setdefault("config", {"x": fluidsalus.grid_search([1, 2, 3, 4])})
+    return fluidsalus.run(trainable, storage_path=storage, name=name, verbose=0, devices=2, **kwargs)
+
+
+def _cpus_free_within(cpus: float, timeout_s: float) -> bool:
+    import ray
+
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if ray.available_resources().get("CPU", 0.0) >= cpus:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_the_next_run_is_served_by_the_last_runs_device_processes_and_says_so(storage):
+    fluidsalus.release_devices()
+    first = _run(storage, "first")
+    second = _run(storage, "second")
+    assert sorted(r.config["x"] for r in second) == [1, 2, 3, 4] and second.num_errors == 0
+    assert _pids(second) <= _pids(first) and len(_pids(first)) == 2
+    starts_first, starts_second = _device_starts(first), _device_starts(second)
+    assert not any(s.get("warm") for s in starts_first)
+    assert all(s["warm"] for s in starts_second)
+    # a warm actor keeps the name it started with: the second run's events name the first run's actors
+    assert sorted(s["actor"] for s in starts_second) == sorted(s["actor"] for s in starts_first)
+    assert {s["pid"] for s in starts_second} == {s["pid"] for s in starts_first}
+    assert len(WARM_DEVICES) == 2
+    assert fluidsalus.release_devices() == 2 and len(WARM_DEVICES) == 0
+    assert _cpus_free_within(2, timeout_s=10), "release_devices() left cores taken"
+
+
+def test_with_keep_warm_0_every_run_starts_processes_of_its_own_and_ends_them(storage, monkeypatch):
+    fluidsalus.release_devices()
+    monkeypatch.setenv(KEEP_WARM_ENV, "0")
+    first = _run(storage, "first")
+    second = _run(storage, "second")
+    assert not _pids(first) & _pids(second)
+    assert len(WARM_DEVICES) == 0 and not any(s.get("warm") for s in _device_starts(second))
+
+
+def test_a_run_on_other_devices_ends_the_parked_actors_and_starts_its_own(storage):
+    fluidsalus.release_devices()
+    first = _run(storage, "two_devices")
+    one_device = fluidsalus.run(reports_its_process, {"x": fluidsalus.grid_search([1, 2])}, devices=1,
+                                cpus_per_device=2, storage_path=storage, name="one_device", verbose=0)
+    assert one_device.num_errors == 0 and not _pids(one_device) & _pids(first)
+    assert not any(s.get("warm") for s in _device_starts(one_device))
+    assert len(WARM_DEVICES) == 1  # the one 2-core device's actor, parked in turn
+    assert fluidsalus.release_devices() == 1
+
+
+def test_a_module_changed_on_disk_gets_a_new_process_that_runs_the_new_code(storage, tmp_path, monkeypatch):
+    module_name = f"warm_user_module_{uuid.uuid4().hex[:8]}"
+    source = tmp_path / f"{module_name}.py"
+    body = ("import os\nimport fluidsalus\nVALUE = {value}\n\n"
+            "def trainable(config):\n    fluidsalus.report({{'x': config['x'], 'value': VALUE, 'pid': os.getpid()}})\n")
+    source.write_text(body.format(value=1))
+    monkeypatch.syspath_prepend(str(tmp_path))  # pickled by reference: the devices import it from here too
+    monkeypatch.delitem(sys.modules, module_name, raising=False)
+    fluidsalus.release_devices()
+    module = __import__(module_name)
+    first = _run(storage, "v1", module.trainable)
+    assert {r.metrics["value"] for r in first} == {1}
+
+    source.write_text(body.format(value=2))  # an edit between two runs, as in a notebook
+    second = _run(storage, "v2", module.trainable)
+    assert {r.metrics["value"] for r in second} == {2}
+    assert not _pids(first) & _pids(second) and not any(s.get("warm") for s in _device_starts(second))
+
+
+def test_a_failed_run_keeps_no_actor_warm(storage):
+    fluidsalus.release_devices()
+    _run(storage, "ok")
+    assert len(WARM_DEVICES) == 2
+    with pytest.raises(ConfigError, match="metric='missing' is not in the results"):
+        _run(storage, "fails", metric="missing", mode="max")
+    assert len(WARM_DEVICES) == 0
+    assert _cpus_free_within(2, timeout_s=10), "the failed run's actors still hold cores"
+
+
+def test_a_bad_keep_warm_setting_fails_before_anything_starts(storage, monkeypatch):
+    monkeypatch.setenv(KEEP_WARM_ENV, "a while")
+    with pytest.raises(ConfigError, match=f"{KEEP_WARM_ENV}='a while': expected seconds"):
+        _run(storage, "never")
+    assert not (Path(storage) / "never").exists()
+
+
+def test_other_ray_work_that_waits_for_the_cores_of_parked_actors_gets_them_at_once(storage, monkeypatch):
+    import ray
+
+    fluidsalus.release_devices()
+    monkeypatch.setenv(KEEP_WARM_ENV, str(KEEP_FOR_LONG_S))
+    _run(storage, "parks")
+    assert len(WARM_DEVICES) == 2  # both cores are held now
+
+    @ray.remote(num_cpus=2)
+    def needs_both_cores() -> int:
+        return os.getpid()
+
+    began = time.time()
+    assert ray.get(needs_both_cores.remote(), timeout=KEEP_FOR_LONG_S / 2)
+    assert len(WARM_DEVICES) == 0 and time.time() - began < KEEP_FOR_LONG_S / 2
