@@ -20,6 +20,7 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from numbers import Number
@@ -538,6 +539,9 @@ def set_session(session: TrialSession | None) -> None:
 #: ``threading.Thread.start`` as it was before :func:`inherit_sessions_in_started_threads` wrapped it.
 _thread_start = threading.Thread.start
 _inheriting = False  # whether it has wrapped it
+#: Threads trials started (and the threads those started): a device process they outlive is not reused for another
+#: run (``gpu.actor._DeviceActor.reset``), since a new process would not have them.
+_trial_threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
 
 
 def _start_in_trial(self: threading.Thread) -> None:
@@ -561,7 +565,14 @@ def _start_in_trial(self: threading.Thread) -> None:
                 set_session(None)
 
         self.run = run_in_trial  # type: ignore[method-assign]
+        _trial_threads.add(self)
     _thread_start(self)
+
+
+def trial_threads_alive() -> list[str]:
+    """The names of threads that trials started (since :func:`inherit_sessions_in_started_threads`) and that still
+    run, such as the workers of a thread pool a trial made and never shut down."""
+    return sorted(t.name for t in list(_trial_threads) if t.is_alive())
 
 
 def start_outside_trials(thread: threading.Thread) -> None:

@@ -208,3 +208,35 @@ def test_inheriting_wraps_thread_start_once_and_keeps_another_tools_wrapper(tmp_
     session_module.inherit_sessions_in_started_threads()  # a second host in the process
     assert _started_in_trial(tmp_path, "child") == [1]
     assert starts == ["child"]
+
+
+def test_threads_a_trial_started_are_listed_while_they_run(tmp_path, monkeypatch):
+    """What a device checks before it serves another run (``_DeviceActor.reset``): a thread a trial left running."""
+    import threading
+
+    from fluidsalus import session as session_module
+
+    true_start = session_module._thread_start if session_module._inheriting else threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", true_start)  # this process as a fresh device process
+    monkeypatch.setattr(session_module, "_thread_start", true_start)
+    monkeypatch.setattr(session_module, "_inheriting", False)
+    monkeypatch.setattr(session_module, "_trial_threads", __import__("weakref").WeakSet())
+    session_module.inherit_sessions_in_started_threads()
+    release = threading.Event()
+    outside = threading.Thread(target=release.wait, name="not-a-trials")
+    outside.start()  # started in no trial: not listed
+    session, _ = _session(tmp_path)
+    set_session(session)
+    try:
+        lingering = threading.Thread(target=release.wait, name="left-running")
+        lingering.start()
+        done = threading.Thread(target=lambda: None, name="ended")
+        done.start()
+        done.join()
+    finally:
+        set_session(None)
+    assert session_module.trial_threads_alive() == ["left-running"]
+    release.set()
+    lingering.join()
+    outside.join()
+    assert session_module.trial_threads_alive() == []

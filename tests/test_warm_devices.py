@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -143,3 +144,22 @@ def test_other_ray_work_that_waits_for_the_cores_of_parked_actors_gets_them_at_o
     began = time.time()
     assert ray.get(needs_both_cores.remote(), timeout=KEEP_FOR_LONG_S / 2)
     assert len(WARM_DEVICES) == 0 and time.time() - began < KEEP_FOR_LONG_S / 2
+
+
+_NEVER = threading.Event()
+
+
+def leaves_a_thread_running(config: dict[str, Any]) -> None:
+    threading.Thread(target=_NEVER.wait, name=f"left-by-{config['x']}", daemon=True).start()
+    fluidsalus.report({"x": config["x"], "pid": os.getpid()})
+
+
+def test_a_device_whose_trials_left_threads_running_is_not_reused(storage):
+    """A new process would not have them: the next run gets processes of its own."""
+    fluidsalus.release_devices()
+    first = _run(storage, "leaves_threads", leaves_a_thread_running)
+    assert len(WARM_DEVICES) == 2  # parked: whether it can serve again is the actor's to say, at the reset
+    second = _run(storage, "after_it")
+    assert not _pids(first) & _pids(second) and not any(s.get("warm") for s in _device_starts(second))
+    third = _run(storage, "after_that")  # the second run's devices left nothing behind: they serve the third
+    assert _pids(third) <= _pids(second) and all(s["warm"] for s in _device_starts(third))

@@ -30,6 +30,7 @@ from fluidsalus.gpu.allocator import install_cuda_allocator
 from fluidsalus.gpu.device import DeviceSpec, NodeResources, virtual_device_capacity
 from fluidsalus.gpu.host import EV_LANE, DeviceHost, HostSettings, TrialSpec
 from fluidsalus.gpu.ray_session import RaySessionBridge, install_now_or_on_import
+from fluidsalus.session import trial_threads_alive
 
 #: The actor methods a driver may send as commands with a poll (``poll(max_wait_s, commands)``) or ``apply``.
 COMMANDS = ("submit", "stop", "withdraw", "resume", "request_checkpoint", "answer")
@@ -60,14 +61,17 @@ class _DeviceActor:
 
         Returns:
             The actor's :meth:`info` for the new run, or ``{"refused": why}`` when this process cannot serve it as
-            a new one would: a trial of the last run is still running, or a module it imported has changed on disk
-            since it started (the driver then starts a new actor).
+            a new one would: a trial of the last run, or a thread one started, still runs, or a module it imported
+            has changed on disk since it started (the driver then starts a new actor).
         """
         if device.kind != "cpu" or self.device.kind != "cpu":
             return {"refused": "only virtual CPU devices are reused"}
         still_running = self.host.shutdown(0.0)
         if still_running:
             return {"refused": f"trials {still_running} of the last run are still running"}
+        leftover = trial_threads_alive()
+        if leftover:
+            return {"refused": f"threads the last run's trials started still run: {leftover}"}
         changed = changed_module(sys.modules, self._started)
         if changed is not None:
             return {"refused": f"module {changed!r} changed on disk since the actor started"}
