@@ -163,3 +163,25 @@ def test_a_device_whose_trials_left_threads_running_is_not_reused(storage):
     assert not _pids(first) & _pids(second) and not any(s.get("warm") for s in _device_starts(second))
     third = _run(storage, "after_that")  # the second run's devices left nothing behind: they serve the third
     assert _pids(third) <= _pids(second) and all(s["warm"] for s in _device_starts(third))
+
+
+def _objective_on_its_process(trial: Any) -> float:
+    trial.set_user_attr("pid", os.getpid())
+    return trial.suggest_float("x", 0.0, 1.0) ** 2
+
+
+def test_optimize_called_again_on_a_study_runs_in_the_processes_of_the_last_call(storage):
+    import optuna
+
+    import fluidsalus.optuna as fluidsalus_optuna
+
+    fluidsalus.release_devices()
+    study = optuna.create_study()
+    fluidsalus_optuna.optimize(study, _objective_on_its_process, n_trials=4, storage_path=storage, devices=2,
+                               verbose=0)
+    first = {t.user_attrs["pid"] for t in study.trials}
+    fluidsalus_optuna.optimize(study, _objective_on_its_process, n_trials=4, storage_path=storage, devices=2,
+                               verbose=0)
+    second = {t.user_attrs["pid"] for t in study.trials[4:]}
+    assert len(study.trials) == 8 and all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+    assert second <= first
