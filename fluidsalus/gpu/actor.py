@@ -59,16 +59,14 @@ class _DeviceActor:
             settings: Its device host's settings.
             driver_sys_path: Its driver's ``sys.path``.
 
+        Which actors may be reset is the driver's rule (``trialgroup.executor._warm_key``: virtual CPU devices,
+        parked only once their last run's trials have all stopped); what only this process can see is checked here.
+
         Returns:
             The actor's :meth:`info` for the new run, or ``{"refused": why}`` when this process cannot serve it as
-            a new one would: a trial of the last run, or a thread one started, still runs, or a module it imported
-            has changed on disk since it started (the driver then starts a new actor).
+            a new one would: a thread a trial of the last run started still runs, or a module it imported has
+            changed on disk since it started (the driver then starts a new actor).
         """
-        if device.kind != "cpu" or self.device.kind != "cpu":
-            return {"refused": "only virtual CPU devices are reused"}
-        still_running = self.host.shutdown(0.0)
-        if still_running:
-            return {"refused": f"trials {still_running} of the last run are still running"}
         leftover = trial_threads_alive()
         if leftover:
             return {"refused": f"threads the last run's trials started still run: {leftover}"}

@@ -954,20 +954,20 @@ class Executor:
         live = [d for d in self._devices if d.alive]
         for device in self._devices:  # commands left for a next poll are moot: shutdown stops every trial and
             device.outbox.clear()     # answers every call a trial waits in
-        idle: set[int] = set()  # devices whose every trial stopped (the indexes into self._devices)
+        idle: set[int] = set()  # the ids of devices whose every trial stopped
         if live:
             refs = [d.actor.shutdown.remote(SHUTDOWN_GRACE_S) for d in live]
             try:
                 still_running = ray.get(refs, timeout=SHUTDOWN_GRACE_S + POLL_WAIT_S + 5)
-                idle = {self._devices.index(d) for d, left in zip(live, still_running, strict=True) if not left}
+                idle = {id(d) for d, left in zip(live, still_running, strict=True) if not left}
             except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
                 pass
         now = time.time()
         with contextlib.suppress(Exception):  # the store may already be closed by a failing run
             self.store.add_events([(now, "device_stop", None, d.spec.name, None) for d in self._devices if d.alive])
         cluster = _cluster_token() if keep_warm else None
-        for i, device in enumerate(self._devices):
-            key = _warm_key(cluster, device.spec) if i in idle else None
+        for device in self._devices:
+            key = _warm_key(cluster, device.spec) if id(device) in idle else None
             if key is not None:
                 WARM_DEVICES.park(key, device.actor, device.actor_name, self.settings.keep_warm_s)
             else:
