@@ -10,7 +10,7 @@ import pytest
 
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.actor import changed_module
-from fluidsalus.trialgroup.warm import DEFAULT_KEEP_WARM_S, KEEP_WARM_ENV, WarmDevices, WarmKey, keep_warm_s
+from fluidsalus.trialgroup.warm import DEFAULT_KEEP_WARM_S, KEEP_WARM_ENV, WarmActor, WarmDevices, WarmKey, keep_warm_s
 
 
 class _World:
@@ -43,51 +43,54 @@ def key(cpus: int = 1, cluster: str = "c1", node: str | None = None) -> WarmKey:
 
 
 def test_a_run_whose_devices_all_match_takes_the_parked_actors_in_its_devices_order(pool, world):
-    pool.park(key(2), "a2", "name-a2", 10)
-    pool.park(key(1), "a1", "name-a1", 10)
-    assert pool.take("c1", [key(1), key(2)]) == [("a1", "name-a1"), ("a2", "name-a2")]
+    pool.park(key(2), WarmActor("a2", "name-a2", 1.5), 10)
+    pool.park(key(1), WarmActor("a1", "name-a1", 1.0), 10)
+    assert pool.take("c1", [key(1), key(2)]) == [WarmActor("a1", "name-a1", 1.0), WarmActor("a2", "name-a2", 1.5)]
     assert world.killed == [] and len(pool) == 0
 
 
-def test_a_run_that_needs_a_device_no_parked_actor_matches_ends_them_all_and_takes_none(pool, world):
-    pool.park(key(1), "a", "na", 10)
-    pool.park(key(1), "b", "nb", 10)
-    assert pool.take("c1", [key(1), key(1), key(1)]) is None  # three devices, two parked
-    assert sorted(world.killed) == ["a", "b"] and len(pool) == 0
+def test_a_run_with_more_devices_than_parked_actors_takes_those_that_match_and_the_rest_start_new(pool, world):
+    pool.park(key(1), WarmActor("a", "na", 1.0), 10)
+    pool.park(key(1), WarmActor("b", "nb", 1.0), 10)
+    pool.park(key(2), WarmActor("c", "nc", 1.0), 10)
+    # three 1-core devices and a GPU: two parked actors match, the third device and the GPU need new ones
+    taken = pool.take("c1", [key(1), None, key(1), key(1)])
+    assert taken == [WarmActor("a", "na", 1.0), None, WarmActor("b", "nb", 1.0), None]
+    assert world.killed == ["c"] and len(pool) == 0  # the 2-core actor no device wants holds cores: ended
 
 
 def test_parked_actors_a_run_does_not_take_are_ended(pool, world):
     for name, k in (("a", key(1)), ("b", key(1)), ("c", key(2, node="n2"))):
-        pool.park(k, name, f"n{name}", 10)
-    assert pool.take("c1", [key(1)]) == [("a", "na")]
+        pool.park(k, WarmActor(name, f"n{name}", 1.0), 10)
+    assert pool.take("c1", [key(1)]) == [WarmActor("a", "na", 1.0)]
     assert sorted(world.killed) == ["b", "c"]
 
 
 def test_no_actor_serves_a_gpu_device_another_node_or_another_cluster(pool, world):
-    pool.park(key(1, node="n1"), "a", "na", 10)
-    assert pool.take("c1", [None]) is None and world.killed == ["a"]  # a GPU device (None) ends what is parked
-    pool.park(key(1, node="n1"), "b", "nb", 10)
-    assert pool.take("c1", [key(1, node="n2")]) is None and world.killed == ["a", "b"]
-    pool.park(key(1, cluster="old"), "c", "nc", 10)
+    pool.park(key(1, node="n1"), WarmActor("a", "na", 1.0), 10)
+    assert pool.take("c1", [None]) == [None] and world.killed == ["a"]  # a GPU device (None) ends what is parked
+    pool.park(key(1, node="n1"), WarmActor("b", "nb", 1.0), 10)
+    assert pool.take("c1", [key(1, node="n2")]) == [None] and world.killed == ["a", "b"]
+    pool.park(key(1, cluster="old"), WarmActor("c", "nc", 1.0), 10)
     # Ray was started again: the old cluster's actors ended with it, so they are forgotten, not killed
-    assert pool.take("new", [key(1, cluster="new")]) is None and world.killed == ["a", "b"] and len(pool) == 0
+    assert pool.take("new", [key(1, cluster="new")]) == [None] and world.killed == ["a", "b"] and len(pool) == 0
 
 
 def test_an_actor_is_ended_when_its_time_is_up_unless_taken_first(pool, world):
-    pool.park(key(), "a", "na", 5)
+    pool.park(key(), WarmActor("a", "na", 1.0), 5)
     world.now += 2
-    pool.park(key(), "b", "nb", 5)
+    pool.park(key(), WarmActor("b", "nb", 1.0), 5)
     assert pool.check() == 0 and world.killed == []
     world.now += 3  # a's five seconds are up, b has two left
     assert pool.check() == 1 and world.killed == ["a"] and len(pool) == 1
-    assert pool.take("c1", [key()]) == [("b", "nb")]
+    assert pool.take("c1", [key()]) == [WarmActor("b", "nb", 1.0)]
     world.now += 10
     assert pool.check() == 0 and world.killed == ["a"]
 
 
 def test_every_parked_actor_goes_as_soon_as_other_work_waits_for_resources(pool, world):
-    pool.park(key(), "a", "na", 60)
-    pool.park(key(2), "b", "nb", 60)
+    pool.park(key(), WarmActor("a", "na", 1.0), 60)
+    pool.park(key(2), WarmActor("b", "nb", 1.0), 60)
     assert pool.check() == 0 and world.asked == 1
     world.wanted = True
     assert pool.check() == 2 and sorted(world.killed) == ["a", "b"] and len(pool) == 0
@@ -95,17 +98,17 @@ def test_every_parked_actor_goes_as_soon_as_other_work_waits_for_resources(pool,
 
 
 def test_keeping_for_zero_seconds_ends_the_actor_at_once_and_release_ends_every_parked_one(pool, world):
-    pool.park(key(), "now", "n", 0)
+    pool.park(key(), WarmActor("now", "n", 1.0), 0)
     assert world.killed == ["now"] and len(pool) == 0
-    pool.park(key(), "a", "na", 5)
-    pool.park(key(2, cluster="other"), "b", "nb", 5)
+    pool.park(key(), WarmActor("a", "na", 1.0), 5)
+    pool.park(key(2, cluster="other"), WarmActor("b", "nb", 1.0), 5)
     assert pool.release() == 2 and world.killed == ["now", "a", "b"] and len(pool) == 0
     assert pool.release() == 0
 
 
 def test_the_watcher_ends_actors_by_itself_and_stops_when_none_is_left(world):
     pool = WarmDevices(kill=world.killed.append, wanted_elsewhere=lambda: True)
-    pool.park(key(), "a", "na", 60)
+    pool.park(key(), WarmActor("a", "na", 1.0), 60)
     watcher = pool._watcher
     assert watcher is not None and watcher.daemon
     watcher.join(timeout=10)

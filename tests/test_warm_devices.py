@@ -93,6 +93,29 @@ def test_a_run_on_other_devices_ends_the_parked_actors_and_starts_its_own(storag
     assert fluidsalus.release_devices() == 1
 
 
+def reports_its_process_slowly(config: dict[str, Any]) -> None:
+    time.sleep(0.2)  # long enough that each device gets two trials of four, wherever the planner starts them
+    fluidsalus.report({"x": config["x"], "pid": os.getpid()})
+
+
+def test_a_run_with_more_devices_than_parked_actors_reuses_those_and_starts_the_others(storage):
+    fluidsalus.release_devices()
+    one = fluidsalus.run(reports_its_process, {"x": fluidsalus.grid_search([1, 2])}, devices=1,
+                         storage_path=storage, name="one_device", verbose=0)
+    assert len(WARM_DEVICES) == 1
+    two = _run(storage, "two_devices", reports_its_process_slowly)
+    assert sorted(r.config["x"] for r in two) == [1, 2, 3, 4] and two.num_errors == 0
+    starts = _device_starts(two)
+    warm = [s for s in starts if s.get("warm")]
+    new = [s for s in starts if not s.get("warm")]
+    assert len(warm) == 1 and len(new) == 1  # the 1-core actor of the first run serves one device; one is new
+    assert warm[0]["pid"] in _pids(one) and new[0]["pid"] not in _pids(one)
+    assert warm[0]["actor"] == _device_starts(one)[0]["actor"]
+    # the run waited for its new actor as long as the warm one once took to start: both devices ran trials
+    assert not any(s.get("joined") for s in starts) and _pids(two) == {warm[0]["pid"], new[0]["pid"]}
+    assert len(WARM_DEVICES) == 2 and fluidsalus.release_devices() == 2  # both parked for the next run
+
+
 def test_a_module_changed_on_disk_gets_a_new_process_that_runs_the_new_code(storage, tmp_path, monkeypatch):
     module_name = f"warm_user_module_{uuid.uuid4().hex[:8]}"
     source = tmp_path / f"{module_name}.py"
@@ -163,6 +186,35 @@ def test_a_device_whose_trials_left_threads_running_is_not_reused(storage):
     assert not _pids(first) & _pids(second) and not any(s.get("warm") for s in _device_starts(second))
     third = _run(storage, "after_that")  # the second run's devices left nothing behind: they serve the third
     assert _pids(third) <= _pids(second) and all(s["warm"] for s in _device_starts(third))
+
+
+def leaves_a_thread_in_one_process(config: dict[str, Any]) -> None:
+    """The first process to create ``config['token']`` leaves a thread running; the other process does not."""
+    try:
+        os.close(os.open(config["token"], os.O_CREAT | os.O_EXCL))
+        threading.Thread(target=_NEVER.wait, name="left-by-one", daemon=True).start()
+        left = True
+    except FileExistsError:
+        left = False
+    time.sleep(0.2)  # long enough that each device gets two trials of four, wherever the planner starts them
+    fluidsalus.report({"x": config["x"], "pid": os.getpid(), "left": left})
+
+
+def test_a_warm_actor_that_refuses_its_reset_is_replaced_and_the_others_still_serve(storage, tmp_path):
+    fluidsalus.release_devices()
+    token = str(tmp_path / "token")
+    first = _run(storage, "one_leaves_threads", leaves_a_thread_in_one_process,
+                 config={"x": fluidsalus.grid_search([1, 2, 3, 4]), "token": token})
+    left = {r.metrics["pid"] for r in first if r.metrics["left"]}
+    clean = _pids(first) - left
+    assert len(left) == 1 and len(clean) == 1 and len(WARM_DEVICES) == 2
+    second = _run(storage, "after_it", reports_its_process_slowly)
+    starts = _device_starts(second)
+    assert [s["pid"] for s in starts if s.get("warm")] == list(clean)  # the clean process serves again
+    new = [s["pid"] for s in starts if not s.get("warm")]
+    assert len(new) == 1 and new[0] not in _pids(first)  # the other refused its reset: a new process instead
+    assert second.num_errors == 0 and _pids(second) == clean | set(new)
+    assert fluidsalus.release_devices() == 2
 
 
 def _objective_on_its_process(trial: Any) -> float:

@@ -110,7 +110,7 @@ from fluidsalus.trialgroup.planner import (
 from fluidsalus.trialgroup.queue import PendingQueue, remaining_budget
 from fluidsalus.trialgroup.searcher_log import SearcherLog
 from fluidsalus.trialgroup.trial import Trial
-from fluidsalus.trialgroup.warm import DEFAULT_KEEP_WARM_S, WarmDevices, WarmKey
+from fluidsalus.trialgroup.warm import DEFAULT_KEEP_WARM_S, WarmActor, WarmDevices, WarmKey
 
 logger = logging.getLogger(__name__)
 
@@ -714,6 +714,10 @@ class Executor:
         self.planner = Planner(PlannerSettings(prior_share=settings.gpu_per_trial))
         self.pending = PendingQueue(self.planner.book, searcher.time_attr)  # trials waiting for the planner
         self._devices: list[_Device] = []
+        # How long a new device actor takes to come up here: the first of the run's own, or, when warm actors serve
+        # the run, the longest such time of the runs that started them (a device that joined late waited for its
+        # resources, which says nothing of a start's time).
+        self._start_s = 0.0
         self._seq = 0
         self._run_tag = os.urandom(3).hex()[:5]
         self._stopping: set[str] = set()  # stop sent, end not yet seen
@@ -816,49 +820,73 @@ class Executor:
         device.changed_at = time.time()
 
     def _start_devices(self) -> None:
-        """Start one actor per device; the run begins once the first is up.
+        """Give every device an actor: a warm one that a finished run of this process left, where one matches
+        (:meth:`_reset_warm_devices`), and a new one for each of the others. The run begins once the first new
+        actor is up, or at once when no new actor is needed.
 
-        The others started with it and do the same work, so they get as long again to come up before the run
-        goes on without them: on a cluster that other work shares (two runs started at once, each asking for
-        every core), the resources of some may be taken, and waiting for all would block every run sharing the
-        cluster until one gave up. A device whose actor is not up yet joins when it is (:meth:`_join`); until
-        then the planner leaves it out, as it does a lost device.
+        New actors started together do the same work, so the others get as long again as the first took to come
+        up before the run goes on without them: on a cluster that other work shares (two runs started at once,
+        each asking for every core), the resources of some may be taken, and waiting for all would block every run
+        sharing the cluster until one gave up. Beside warm actors, the new ones get as long as the first new actor
+        of the runs that started the warm ones took, and as long again. A device whose actor is not up yet joins
+        when it is (:meth:`_join`); until then the planner leaves it out, as it does a lost device.
 
         Raises:
-            FluidsalusError: No actor came up within :data:`ACTOR_START_TIMEOUT_S` (the message names the
-                resources asked for and those Ray has free).
+            FluidsalusError: No warm actor serves the run and no new one came up within
+                :data:`ACTOR_START_TIMEOUT_S` (the message names the resources asked for and those Ray has free).
         """
-        if self._start_warm_devices():
-            return
+        cluster = _cluster_token()
+        taken = WARM_DEVICES.take(cluster, [_warm_key(cluster, spec) for spec in self.device_specs])
         launched = time.time()
-        actors = [start_device_actor(spec, self.payload, self._host_settings(spec), self._actor_name(spec))
-                  for spec in self.device_specs]
-        refs = [a.info.remote() for a in actors]
-        first, _ = ray.wait(refs, num_returns=1, timeout=ACTOR_START_TIMEOUT_S)
-        if not first:
-            for a in actors:
-                ray.kill(a)
-            wanted = ", ".join(f"{d.name} ({d.cpus} CPU{', 1 GPU' if d.kind == 'cuda' else ''})"
-                               for d in self.device_specs)
-            raise FluidsalusError(
-                f"the device actors did not start within {ACTOR_START_TIMEOUT_S:.0f} s. Asked for: {wanted}; "
-                f"Ray has available: {ray.available_resources()}. Free resources or ask for fewer devices."
-            ) from None
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=time.time() - launched)
-        up = set(ready)
+        # New actors first, so that their processes start while the warm ones reset.
+        actors = {i: start_device_actor(spec, self.payload, self._host_settings(spec), self._actor_name(spec))
+                  for i, spec in enumerate(self.device_specs) if taken[i] is None}
+        warm = self._reset_warm_devices(taken)
+        for i, spec in enumerate(self.device_specs):
+            if taken[i] is not None and i not in warm:  # its reset was refused or failed: a new actor instead
+                actors[i] = start_device_actor(spec, self.payload, self._host_settings(spec), self._actor_name(spec))
+        refs = {i: actor.info.remote() for i, actor in actors.items()}
+        ready: list[Any] = []
+        if warm:
+            self._start_s = max(w.start_s for w, _ in warm.values())
+            if refs:
+                ready, _ = ray.wait(list(refs.values()), num_returns=len(refs),
+                                    timeout=max(0.0, launched + 2 * self._start_s - time.time()))
+        elif refs:
+            first, _ = ray.wait(list(refs.values()), num_returns=1, timeout=ACTOR_START_TIMEOUT_S)
+            if not first:
+                for actor in actors.values():
+                    ray.kill(actor)
+                wanted = ", ".join(f"{d.name} ({d.cpus} CPU{', 1 GPU' if d.kind == 'cuda' else ''})"
+                                   for d in self.device_specs)
+                raise FluidsalusError(
+                    f"the device actors did not start within {ACTOR_START_TIMEOUT_S:.0f} s. Asked for: {wanted}; "
+                    f"Ray has available: {ray.available_resources()}. Free resources or ask for fewer devices."
+                ) from None
+            self._start_s = time.time() - launched
+            ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=self._start_s)
         infos = dict(zip(ready, ray.get(ready), strict=True))
         events = []
         now = time.time()
-        for spec, actor, ref in zip(self.device_specs, actors, refs, strict=True):
-            device = _Device(spec, actor, {}, max_running=spec.slots, assigned=set(), actor_name=self._actor_name(spec))
-            self._devices.append(device)
-            if ref in up:
-                self._adopt(device, infos[ref])
-                events.append((now, "device_start", None, spec.name, {**infos[ref], "actor": device.actor_name}))
+        for i, spec in enumerate(self.device_specs):
+            if i in warm:
+                served, info = warm[i]
+                device = _Device(spec, served.actor, {}, max_running=spec.slots, assigned=set(),
+                                 actor_name=served.name)
+                self._adopt(device, info)
+                events.append((now, "device_start", None, spec.name, {**info, "actor": served.name, "warm": True}))
             else:
-                self._adopt(device, {})
-                device.alive, device.start_ref = False, ref
-                events.append((now, "device_waiting", None, spec.name, {"actor": device.actor_name}))
+                device = _Device(spec, actors[i], {}, max_running=spec.slots, assigned=set(),
+                                 actor_name=self._actor_name(spec))
+                ref = refs[i]
+                if ref in infos:
+                    self._adopt(device, infos[ref])
+                    events.append((now, "device_start", None, spec.name, {**infos[ref], "actor": device.actor_name}))
+                else:
+                    self._adopt(device, {})
+                    device.alive, device.start_ref = False, ref
+                    events.append((now, "device_waiting", None, spec.name, {"actor": device.actor_name}))
+            self._devices.append(device)
         self.store.add_events(events)
         waiting = [d.spec.name for d in self._devices if d.start_ref is not None]
         if waiting:
@@ -866,43 +894,37 @@ class Executor:
                            "Ray has available: %s); the run goes on without them, and each joins when it starts",
                            ", ".join(waiting), ray.available_resources())
 
-    def _start_warm_devices(self) -> bool:
-        """Serve the run with actors a finished run of this process left warm, if every device has one.
+    def _reset_warm_devices(self, taken: Sequence[WarmActor | None]) -> dict[int, tuple[WarmActor, dict[str, Any]]]:
+        """Reset the warm actors taken for this run's devices with its trainable and settings.
 
-        Each is reset with this run's trainable and settings; should any refuse (a module it imported changed on
-        disk) or fail, all are ended and the run starts its own (:meth:`_start_devices`). Other parked actors
-        are ended either way (``WarmDevices.take``).
+        An actor that refuses (a module it imported changed on disk, or a thread a trial started still runs) or
+        fails is ended; its device gets a new actor (:meth:`_start_devices`).
+
+        Args:
+            taken: ``WarmDevices.take``'s answer, aligned with the run's devices.
 
         Returns:
-            Whether the run's devices are up.
+            Device index -> (the warm actor, the info its reset returned) for each device a warm actor now serves.
         """
-        cluster = _cluster_token()
-        taken = WARM_DEVICES.take(cluster, [_warm_key(cluster, spec) for spec in self.device_specs])
-        if taken is None:
-            return False
-        refs = [actor.reset.remote(spec, self.payload, self._host_settings(spec), list(sys.path))
-                for spec, (actor, _) in zip(self.device_specs, taken, strict=True)]
+        resets = {i: (warm, warm.actor.reset.remote(self.device_specs[i], self.payload,
+                                                    self._host_settings(self.device_specs[i]), list(sys.path)))
+                  for i, warm in enumerate(taken) if warm is not None}
+        if not resets:
+            return {}
         # A reset does what a new actor's start does after its process is up (unpickling the trainable): no longer.
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=ACTOR_START_TIMEOUT_S)
-        infos: list[dict[str, Any]] = []
-        if len(ready) == len(refs):
-            with contextlib.suppress(ray.exceptions.RayError):
-                infos = ray.get(refs)
-        refused = [info["refused"] for info in infos if "refused" in info]
-        if len(infos) < len(refs) or refused:
-            logger.debug("warm device actors not reused: %s", refused or "a reset failed")
-            for actor, _ in taken:
-                _kill_quietly(actor)
-            return False
-        now = time.time()
-        events = []
-        for spec, (actor, name), info in zip(self.device_specs, taken, infos, strict=True):
-            device = _Device(spec, actor, {}, max_running=spec.slots, assigned=set(), actor_name=name)
-            self._devices.append(device)
-            self._adopt(device, info)
-            events.append((now, "device_start", None, spec.name, {**info, "actor": name, "warm": True}))
-        self.store.add_events(events)
-        return True
+        ray.wait([ref for _, ref in resets.values()], num_returns=len(resets), timeout=ACTOR_START_TIMEOUT_S)
+        served: dict[int, tuple[WarmActor, dict[str, Any]]] = {}
+        for i, (warm, ref) in resets.items():
+            info: dict[str, Any] | None = None
+            with contextlib.suppress(ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+                info = ray.get(ref, timeout=0)
+            if info is None or "refused" in info:
+                why = info["refused"] if info else "its reset failed"
+                logger.debug("warm device actor %s not reused: %s", warm.name, why)
+                _kill_quietly(warm.actor)
+                continue
+            served[i] = (warm, info)
+        return served
 
     def _join(self, device: _Device) -> None:
         """A device's actor that was still starting is up: one the run began without, or the replacement of a
@@ -969,7 +991,8 @@ class Executor:
         for device in self._devices:
             key = _warm_key(cluster, device.spec) if id(device) in idle else None
             if key is not None:
-                WARM_DEVICES.park(key, device.actor, device.actor_name, self.settings.keep_warm_s)
+                WARM_DEVICES.park(key, WarmActor(device.actor, device.actor_name, self._start_s),
+                                  self.settings.keep_warm_s)
             else:
                 ray.kill(device.actor, no_restart=True)
             device.alive = False

@@ -3,9 +3,10 @@
 Starting a device actor is most of a short run's fixed cost: a new Ray worker process, its imports, and the
 unpickling of the trainable (about a second for each virtual CPU device on a 2-core machine, docs/benchmarks.md).
 When a run ends normally, the executor parks its virtual CPU devices' actors here for :func:`keep_warm_s`
-seconds. The next run of this process whose devices all match parked ones (same kind, cores and node, same Ray
-cluster) takes them and resets each with its own trainable and settings (``_DeviceActor.reset``) instead of
-starting new processes. Any other run first lets every parked actor go, since they hold cores it may need.
+seconds. The next run of this process takes those that match its devices (same kind, cores and node, same Ray
+cluster) and resets each with its own trainable and settings (``_DeviceActor.reset``) instead of starting a new
+process; its other devices start new actors. It first lets every parked actor it does not take go, since they hold
+cores its new actors may need.
 
 A parked actor runs nothing but holds its Ray resources. So every :data:`WATCH_PERIOD_S` a watcher asks whether
 anything else on the cluster waits for resources (a task, an actor, a placement group Ray cannot place yet: another
@@ -75,11 +76,18 @@ class WarmKey(NamedTuple):
     node_id: str | None
 
 
+class WarmActor(NamedTuple):
+    """A parked actor, as a new run takes it."""
+
+    actor: Any  # its handle
+    name: str  # its Ray name, which it keeps
+    start_s: float  # how long the first new actor of the run that started it took to come up (seconds)
+
+
 @dataclass(eq=False)
 class _Parked:
     key: WarmKey
-    actor: Any
-    name: str
+    warm: WarmActor
     until: float  # on the pool's clock
 
 
@@ -109,54 +117,49 @@ class WarmDevices:
         with self._lock:
             return len(self._parked)
 
-    def park(self, key: WarmKey, actor: Any, name: str, keep_s: float) -> None:
+    def park(self, key: WarmKey, warm: WarmActor, keep_s: float) -> None:
         """Keep an idle actor for ``keep_s`` seconds (0: end it now).
 
         Args:
             key: What it can serve.
-            actor: Its handle; it has shut down its run's trials.
-            name: Its Ray name, which it keeps.
+            warm: The actor; it has shut down its run's trials.
             keep_s: Seconds until it is let go.
         """
         if keep_s <= 0:
-            self._kill(actor)
+            self._kill(warm.actor)
             return
         with self._lock:
-            self._parked.append(_Parked(key, actor, name, self._clock() + keep_s))
+            self._parked.append(_Parked(key, warm, self._clock() + keep_s))
             if self._watch and self._watcher is None:
                 self._watcher = threading.Thread(target=self._watch_loop, name="fluidsalus-warm-devices",
                                                  daemon=True)
                 self._watcher.start()
 
-    def take(self, cluster: str | None, keys: Sequence[WarmKey | None]) -> list[tuple[Any, str]] | None:
-        """The parked actors for a new run's devices, one per key in order, if every device has one.
+    def take(self, cluster: str | None, keys: Sequence[WarmKey | None]) -> list[WarmActor | None]:
+        """The parked actors that can serve a new run's devices: one per key in order, where one matches.
 
-        Every other parked actor of ``cluster`` is ended (all of them when not every device has one): they hold
-        resources the run's new actors may need. Actors of another cluster are forgotten (they ended with it).
+        Every other parked actor of ``cluster`` is ended: it holds resources the run's new actors may need.
+        Actors of another cluster are forgotten (they ended with it).
 
         Args:
             cluster: The connected Ray cluster's :attr:`WarmKey.cluster`, or None (nothing can be reused).
             keys: Each device's key, or None for a device that is never served warm (a GPU).
 
         Returns:
-            ``[(actor, name), ...]`` aligned with ``keys``, or None.
+            A :class:`WarmActor` or None for each key, in order: None where the device needs a new actor.
         """
         with self._lock:
             mine = [p for p in self._parked if p.key.cluster == cluster]
             self._parked = []
-            chosen: list[_Parked] = []
+            chosen: list[_Parked | None] = []
             for key in keys:
-                match = next((p for p in mine if p.key == key), None)
-                if match is None:
-                    break
-                mine.remove(match)
+                match = next((p for p in mine if p.key == key), None) if key is not None else None
+                if match is not None:
+                    mine.remove(match)
                 chosen.append(match)
-            if len(chosen) < len(keys) or not keys:
-                mine.extend(chosen)
-                chosen = []
         for entry in mine:
-            self._kill(entry.actor)
-        return [(p.actor, p.name) for p in chosen] if chosen else None
+            self._kill(entry.warm.actor)
+        return [p.warm if p is not None else None for p in chosen]
 
     def release(self) -> int:
         """End every parked actor now.
@@ -167,7 +170,7 @@ class WarmDevices:
         with self._lock:
             parked, self._parked = self._parked, []
         for entry in parked:
-            self._kill(entry.actor)
+            self._kill(entry.warm.actor)
         return len(parked)
 
     def check(self) -> int:
@@ -185,7 +188,7 @@ class WarmDevices:
             ending = [p for p in self._parked if wanted or p.until <= now]
             self._parked = [p for p in self._parked if p not in ending]
         for entry in ending:
-            self._kill(entry.actor)
+            self._kill(entry.warm.actor)
         return len(ending)
 
     def _watch_loop(self) -> None:
