@@ -15,11 +15,12 @@ import fluidsalus.tune._custom_search as custom_search
 import fluidsalus.tune._optuna_hyperband as optuna_hyperband
 import fluidsalus.tune._streamed as streamed
 from fluidsalus import space
-from fluidsalus.errors import StoreError
+from fluidsalus.errors import FluidsalusError, StoreError
 from fluidsalus.searchers import (
     ASHA,
     BOHB,
     BaseSearcher,
+    Decision,
     HyperBand,
     MedianStopping,
     RandomSearch,
@@ -204,3 +205,28 @@ def test_a_subclass_of_your_own_that_changes_how_asha_answers_is_saved_with_ever
     store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "score", "max")
     log = SearcherLog(make(Noisy), store, share=1e-9, clock=Clock(1e-3))
     assert not log.replayable
+
+
+@pytest.mark.parametrize("answer", [None, "pause", 3])
+def test_an_answer_to_a_result_that_is_no_decision_names_the_searcher_and_the_decisions(tmp_path, answer):
+    class Pauses(RandomSearch):
+        def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Any:
+            return answer
+
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "score", "max")
+    log = SearcherLog(Pauses(SPACE, 3, seed=0), store)
+    with pytest.raises(FluidsalusError, match=rf"Pauses.on_result returned {answer!r} for trial t: expected "
+                                              r"Decision.CONTINUE, Decision.STOP$"):
+        log.on_result("t", {"score": 1.0})
+    assert store.searcher_calls() == []  # nothing logged for a result the searcher did not answer
+
+
+def test_a_decision_may_be_given_as_its_value(tmp_path):
+    class Strings(RandomSearch):
+        def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Any:
+            return "stop" if result["score"] > 0.5 else "continue"
+
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "score", "max")
+    log = SearcherLog(Strings(SPACE, 3, seed=0), store)
+    assert log.on_result("t", {"score": 1.0}) is Decision.STOP
+    assert log.on_result("t", {"score": 0.0}) is Decision.CONTINUE

@@ -14,12 +14,14 @@ from fluidsalus.trialgroup.trial import TrialGroup
 
 
 class Decision(str, enum.Enum):
-    """What a searcher wants done with a trial after one of its results."""
+    """What a searcher wants done with a trial after one of its results.
+
+    There is no pause or promotion decision: a trial pauses when it reaches its group's budget, and a later
+    group promotes it (:class:`BaseSearcher`).
+    """
 
     CONTINUE = "continue"
     STOP = "stop"
-    PAUSE = "pause"
-    PROMOTE = "promote"
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,8 @@ class BaseSearcher(abc.ABC):
             result: The result, with the auto-filled keys (``training_iteration``, ...).
 
         Returns:
-            The decision for the trial. The default lets it continue.
+            The decision for the trial, :attr:`Decision.CONTINUE` (the default) or :attr:`Decision.STOP`; anything
+            else fails the run with an error that names the searcher.
         """
         return Decision.CONTINUE
 

@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from fluidsalus.errors import StoreError
+from fluidsalus.errors import FluidsalusError, StoreError
 from fluidsalus.searchers import BaseSearcher, Decision
 from fluidsalus.searchers._base import is_replayable
 from fluidsalus.store import ExperimentStore, loads
@@ -95,8 +95,18 @@ class SearcherLog:
         return stops
 
     def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
-        """Give the searcher a result."""
-        decision = self.searcher.on_result(trial_id, result)
+        """Give the searcher a result.
+
+        Raises:
+            FluidsalusError: The searcher answered something other than a :class:`Decision`.
+        """
+        answer = self.searcher.on_result(trial_id, result)
+        try:
+            decision = Decision(answer)
+        except ValueError:
+            raise FluidsalusError(
+                f"{type(self.searcher).__name__}.on_result returned {answer!r} for trial {trial_id}: expected "
+                f"{', '.join(f'Decision.{d.name}' for d in Decision)}") from None
         self._log(RESULT, trial_id, result)
         return decision
 
