@@ -739,6 +739,71 @@ def test_a_device_that_dies_twice_in_a_second_gets_a_replacement_each_time(stora
     assert actors[0].startswith("fluidsalus:twice:cpu:0:") and actors[1:] == [f"{actors[0]}:1", f"{actors[0]}:2"]
 
 
+def _replacement_never_starts_script(storage: str, marks: str, gcs: str) -> str:
+    """A driver whose device's replacement actor asks Ray for a resource no node has (it never starts)."""
+    return textwrap.dedent(
+        f"""
+        import sys, time, ray, fluidsalus
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        from test_run import dies_with_its_device_twice
+        import fluidsalus.trialgroup.executor as executor
+        from fluidsalus.errors import FluidsalusError
+        from fluidsalus.gpu.actor import DeviceActor
+
+        executor.ACTOR_START_TIMEOUT_S = 3.0
+        real, names = executor.start_device_actor, []
+
+        def start(spec, payload, settings, name=None):
+            names.append(name)
+            if len(names) == 1:
+                return real(spec, payload, settings, name)
+            return DeviceActor.options(num_cpus=spec.cpus, name=name, resources={{"no_node_has_this": 1}}).remote(
+                spec, payload, settings, list(sys.path))
+
+        executor.start_device_actor = start
+        ray.init(address={gcs!r}, configure_logging=False)
+        try:
+            fluidsalus.run(dies_with_its_device_twice, {{"marks": {marks!r}}}, devices=1, storage_path={storage!r},
+                           name="lost", verbose=0)
+        except FluidsalusError as e:
+            print("ERROR", e, flush=True)
+        deadline = time.time() + 30
+        while time.time() < deadline:  # the replacement that never started is ended with the run
+            try:
+                ray.get_actor(names[1])
+            except ValueError:
+                print("REPLACEMENT GONE", flush=True)
+                break
+            time.sleep(0.1)
+        """
+    )
+
+
+def test_a_run_whose_only_device_died_fails_when_its_replacement_does_not_start_in_time(tmp_path, ray_cluster):
+    """No device is up and none comes up: the run fails as one whose devices never start does, naming what it
+    asked for, instead of waiting for ever; the actor it asked for is ended, and the experiment can be resumed."""
+    fluidsalus.release_devices()
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    storage = str(tmp_path / "results")
+    script = _replacement_never_starts_script(storage, str(marks), ray_cluster.get_runtime_context().gcs_address)
+    began = time.time()
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^ERROR no device is up, and the device actors still starting did not start within 3 s\. "
+                     r"Asked for: cpu:0 \(1 CPU\); Ray has available: .*Free resources or ask for fewer devices\.$",
+                     proc.stdout, re.MULTILINE), proc.stdout + proc.stderr
+    assert "REPLACEMENT GONE" in proc.stdout
+    assert time.time() - began < ACTOR_START_TIMEOUT_S
+    reader = ExperimentStore.open(os.path.join(storage, "lost"), readonly=True)
+    try:
+        assert reader.experiment()["status"] == "ERROR"
+        assert [t.status for t in reader.trials()] != ["TERMINATED"]  # unfinished: a resumed run runs it again
+        assert len(reader.events("device_died")) == 1
+    finally:
+        reader.close()
+
+
 def _driver_script(storage: str, name: str, gcs: str) -> str:
     return textwrap.dedent(
         f"""

@@ -125,7 +125,8 @@ PREFETCH_PER_DEVICE = 1
 #: How long the driver waits for the first of the device actors to start before it gives up with an error naming
 #: the resources asked for. Starting an actor takes about a second here; a cluster too small for the devices
 #: asked for never starts them, and this turns that hang into an error. (The others join when they come up:
-#: :meth:`Executor._start_devices`.)
+#: :meth:`Executor._start_devices`.) A run with no device up later (its last one died) waits as long for a
+#: replacement (:meth:`Executor._loop`).
 ACTOR_START_TIMEOUT_S = 120.0
 #: Grace period for trials to reach a report boundary when the run ends early (Ctrl-C, fatal error).
 SHUTDOWN_GRACE_S = 2.0
@@ -249,6 +250,22 @@ def _cluster_token() -> str | None:
         return f"{context.gcs_address}/{context.get_job_id()}"
     except Exception:  # noqa: BLE001 - a driver that cannot name its cluster keeps no actor warm
         return None
+
+
+def _not_started(specs: Sequence[DeviceSpec], what: str) -> FluidsalusError:
+    """The error of a run whose device actors did not come up within :data:`ACTOR_START_TIMEOUT_S`.
+
+    Args:
+        specs: The devices whose actors were asked for.
+        what: What did not start, as the message begins (``"the device actors"``).
+
+    Returns:
+        The error, naming the resources asked for and those Ray has free.
+    """
+    wanted = ", ".join(f"{d.name} ({d.cpus} CPU{', 1 GPU' if d.kind == 'cuda' else ''})" for d in specs)
+    return FluidsalusError(
+        f"{what} did not start within {ACTOR_START_TIMEOUT_S:.0f} s. Asked for: {wanted}; "
+        f"Ray has available: {ray.available_resources()}. Free resources or ask for fewer devices.")
 
 
 def _warm_key(cluster: str | None, spec: DeviceSpec) -> WarmKey | None:
@@ -681,6 +698,7 @@ class _Device:
     # seen to end -> when their rank 0 ended (driver clock)
     start_ref: Any = None  # its actor's ``info()`` while the actor is still starting (the device is not alive yet)
     actor_name: str = ""  # the Ray name of its current actor
+    launched: float = 0.0  # when its current actor was asked for (driver clock)
 
 
 class Executor:
@@ -857,12 +875,7 @@ class Executor:
             if not first:
                 for actor in actors.values():
                     ray.kill(actor)
-                wanted = ", ".join(f"{d.name} ({d.cpus} CPU{', 1 GPU' if d.kind == 'cuda' else ''})"
-                                   for d in self.device_specs)
-                raise FluidsalusError(
-                    f"the device actors did not start within {ACTOR_START_TIMEOUT_S:.0f} s. Asked for: {wanted}; "
-                    f"Ray has available: {ray.available_resources()}. Free resources or ask for fewer devices."
-                ) from None
+                raise _not_started(self.device_specs, "the device actors") from None
             self._start_s = time.time() - launched
             ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=self._start_s)
         infos = dict(zip(ready, ray.get(ready), strict=True))
@@ -877,7 +890,7 @@ class Executor:
                 events.append((now, "device_start", None, spec.name, {**info, "actor": served.name, "warm": True}))
             else:
                 device = _Device(spec, actors[i], {}, max_running=spec.slots, assigned=set(),
-                                 actor_name=self._actor_name(spec))
+                                 actor_name=self._actor_name(spec), launched=launched)
                 ref = refs[i]
                 if ref in infos:
                     self._adopt(device, infos[ref])
@@ -1040,8 +1053,14 @@ class Executor:
             starting = {d.start_ref: d for d in self._devices if d.start_ref is not None}
             if not refs and not starting:
                 raise FluidsalusError("every device actor has died; the run cannot go on")
+            timeout = None
+            if not refs:  # no device is up: the run waits for one of those starting, as long as a run's start does
+                timeout = max(0.0, max(d.launched for d in starting.values()) + ACTOR_START_TIMEOUT_S - time.time())
             refs.extend(starting)
-            ready, _ = ray.wait(refs, num_returns=1)
+            ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+            if not ready:
+                raise _not_started([d.spec for d in starting.values()],
+                                   "no device is up, and the device actors still starting")
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if len(refs) > 1 else (ready, None)
             by_ref = {d.poll_ref: d for d in self._devices if d.poll_ref is not None}
             for ref in ready:
@@ -2046,8 +2065,9 @@ class Executor:
         again (and stored under the new attempt). The replacement stands for the same device and takes the
         resources the dead actor gave back; while it starts, the driver goes on serving the other devices, and
         the trials go to them or wait in the queue, as for a device the run began without (:meth:`_join`). If it
-        cannot start, the device is gone and the planner places them on the others (the run fails only when no
-        device is left or starting). A trial that was being stopped for good ends, and a data-parallel
+        cannot start, the device is gone and the planner places them on the others (the run fails when no device
+        is left or starting, or when none is up and those starting take longer than :data:`ACTOR_START_TIMEOUT_S`:
+        :meth:`_loop`). A trial that was being stopped for good ends, and a data-parallel
         trial that lost a worker's device is stopped and restarts the same way.
         """
         device.alive = False
@@ -2111,6 +2131,7 @@ class Executor:
         # The driver goes on serving the other devices while the replacement starts; it joins as a device the
         # run began without does (:meth:`_join`), and its trials wait in the queue or go to the others meanwhile.
         device.actor, device.actor_name, device.start_ref = actor, name, actor.info.remote()
+        device.launched = time.time()
 
     def _log_end(self, trial: Trial, outcome: str, trace: str | None = None) -> None:
         """Print a trial's end: a trial that failed for good from ``verbose=1`` on, to stderr, as Ray logs it (the
