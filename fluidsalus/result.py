@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError, StoreError, TrialError
-from fluidsalus.session import AUTO_RESULT_KEYS
+from fluidsalus.session import AUTO_RESULT_KEYS, with_config
 from fluidsalus.store import ERROR, TERMINATED, TRIAL_RESTART_EVENT, ExperimentStore
 
 if TYPE_CHECKING:
@@ -75,12 +75,9 @@ class Result:
         import pandas as pd
 
         configs = self._row_configs or [self._config or {}] * len(self._history)
-        rows = []
-        for metrics, config in zip(self._history, configs, strict=True):
-            row = flatten_dict({k: v for k, v in metrics.items() if k != "config"})
-            row.update(flatten_dict(config, "config" + DELIMITER))
-            rows.append(row)
-        return pd.DataFrame(rows)
+        # As Ray reads a trial's result.json: each row's top-level values first, then its nested ones flattened.
+        return pd.json_normalize([with_config(metrics, config) for metrics, config in
+                                  zip(self._history, configs, strict=True)], sep=DELIMITER)
 
     @property
     def config(self) -> dict[str, Any] | None:
@@ -233,7 +230,7 @@ class ResultGrid:
             if metrics is not None:
                 if t.status in (TERMINATED, ERROR):
                     metrics["done"] = True
-                metrics["config"] = t.config
+                metrics = with_config(metrics, t.config)
             error = TrialError(f"Trial {t.trial_id} failed: {t.error}\n{t.traceback or ''}".rstrip()) \
                 if t.status == ERROR else None
             ckpts = checkpoints.get(t.trial_id, [])
@@ -354,20 +351,19 @@ class ResultGrid:
         rows = []
         for result in self._results:
             history = result._history or []
-            row: dict[str, Any] | None = None
+            row: Mapping[str, Any] | None = None
             if filter_metric is not None:
                 scored = [r for r in history if _finite(lookup_metric(r, filter_metric))]
                 if scored:
                     pick = max if filter_mode == "max" else min
-                    row = flatten_dict(pick(scored, key=lambda r: lookup_metric(r, filter_metric)))
+                    row = pick(scored, key=lambda r: lookup_metric(r, filter_metric))
             elif result.metrics is not None:
-                row = flatten_dict({k: v for k, v in result.metrics.items() if k != "config"})
-            if row is None:
-                row = {"trial_id": result.trial_id}
-            row.update(flatten_dict(result.config or {}, "config" + DELIMITER))
-            row["logdir"] = result.path
-            rows.append(row)
-        return pd.DataFrame(rows)
+                row = result.metrics
+            rows.append(with_config(row if row is not None else {"trial_id": result.trial_id}, result.config or {}))
+        # Ray's column order: each row's top-level values, then its nested ones flattened, then the trial's folder.
+        frame = pd.json_normalize(rows, sep=DELIMITER)
+        frame["logdir"] = [result.path for result in self._results]
+        return frame
 
 
 def _config_of_attempt(config: dict[str, Any], changes: list[tuple[int, dict[str, Any], dict[str, Any]]],

@@ -53,6 +53,34 @@ AUTO_RESULT_KEYS: frozenset[str] = frozenset(
     }
 )
 
+#: The key of a trial's configuration in the results callbacks and ``Result.metrics`` show (Ray's).
+CONFIG_KEY = "config"
+#: The result key Ray puts ``config`` right after (``Trainable.get_auto_filled_metrics``' order).
+CONFIG_AFTER_KEY = "node_ip"
+
+
+def with_config(result: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    """``result`` with the trial's configuration under ``"config"``, where Ray's results have it.
+
+    Args:
+        result: A result as the engine stores it (any ``"config"`` key of its own is replaced).
+        config: The configuration the result was reported with.
+
+    Returns:
+        A new dict: ``config`` right after ``node_ip`` (before ``time_since_restore``), or last when the result has
+        no ``node_ip``.
+    """
+    out: dict[str, Any] = {}
+    for key, value in result.items():
+        if key != CONFIG_KEY:
+            out[key] = value
+            if key == CONFIG_AFTER_KEY:
+                out[CONFIG_KEY] = config
+    if CONFIG_KEY not in out:
+        out[CONFIG_KEY] = config
+    return out
+
+
 #: The metric name a trainable's bare number return value is reported under (Ray Tune's name).
 DEFAULT_METRIC = "_metric"
 #: The driver call by which a trial learns whether the run's callbacks asked for a checkpoint of its last reported
@@ -381,20 +409,20 @@ class TrialSession:
         now = time.time()
         self.iteration += 1
         result: dict[str, Any] = dict(metrics)
-        result.update(
-            training_iteration=self.iteration,
-            time_this_iter_s=now - self._last,
-            time_total_s=self._time_total_offset + (now - self._started),
+        result.update(  # in the order of Ray's results (``config`` goes after ``node_ip``: with_config)
             timestamp=int(now),
+            checkpoint_dir_name=None,  # the checkpoint's folder when the result carries one, as in Ray
+            done=metrics.get("done") is True,  # a trainable may end itself by reporting done=True, as in Ray
+            training_iteration=self.iteration,
             trial_id=self.context.trial_id,
             date=datetime.datetime.fromtimestamp(now).strftime(DATE_FORMAT),
-            done=metrics.get("done") is True,  # a trainable may end itself by reporting done=True, as in Ray
+            time_this_iter_s=now - self._last,
+            time_total_s=self._time_total_offset + (now - self._started),
             pid=os.getpid(),
             hostname=HOSTNAME,
             node_ip=node_ip(),
             time_since_restore=now - self._started,
             iterations_since_restore=self.iteration - self._start_iteration,
-            checkpoint_dir_name=None,  # the checkpoint's folder when the result carries one, as in Ray
         )
         self._last = now
         self._last_time_total = result["time_total_s"]

@@ -16,6 +16,7 @@ import pytest
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import TrialError
 from fluidsalus.result import Result, ResultGrid, _config_of_attempt
+from fluidsalus.session import with_config
 
 
 def _result(history: list[dict[str, Any]], config: dict[str, Any], **kwargs: Any) -> Result:
@@ -61,11 +62,47 @@ def test_the_metrics_dataframe_flattens_nested_metrics_and_adds_the_config_of_ea
     frame = _result(history, {"lr": 0.2, "net": {"width": 8}},
                     _row_configs=[{"lr": 0.1, "net": {"width": 8}}, {"lr": 0.2, "net": {"width": 8}}]
                     ).metrics_dataframe
-    assert list(frame.columns) == ["loss", "info/acc", "training_iteration", "config/lr", "config/net/width"]
+    # Ray's order (pandas' json_normalize of result.json): top-level values, then nested ones, then the config
+    assert list(frame.columns) == ["loss", "training_iteration", "info/acc", "config/lr", "config/net/width"]
     assert list(frame["info/acc"]) == [0.5, 0.7] and list(frame["config/lr"]) == [0.1, 0.2]
     # Without per-row configurations (a store older than them): the trial's configuration on every row.
     assert list(_result(history, {"lr": 0.2}).metrics_dataframe["config/lr"]) == [0.2, 0.2]
     assert _result([], {"lr": 0.2}).metrics_dataframe is None
+
+
+#: Ray Tune 2.60's result keys in order, from a function trainable that reports ``{"score": ..., "nested": {...}}``
+#: (``Result.metrics`` of ``ray.tune.Tuner(...).fit()``; ``experiment_tag`` is fluidsalus's too).
+RAY_METRICS_ORDER = ["score", "nested", "timestamp", "checkpoint_dir_name", "done", "training_iteration", "trial_id",
+                     "date", "time_this_iter_s", "time_total_s", "pid", "hostname", "node_ip", "config",
+                     "time_since_restore", "iterations_since_restore", "experiment_tag"]
+#: The columns of that result's ``metrics_dataframe`` and of the grid's ``get_dataframe()`` under Ray 2.60 (Ray's
+#: result.json has no ``experiment_tag``; fluidsalus's frames have it, among the top-level values).
+RAY_FRAME_ORDER = ["score", "timestamp", "checkpoint_dir_name", "done", "training_iteration", "trial_id", "date",
+                   "time_this_iter_s", "time_total_s", "pid", "hostname", "node_ip", "time_since_restore",
+                   "iterations_since_restore", "experiment_tag", "nested/a", "nested/b/c", "config/x", "config/y/z"]
+
+
+def _ray_ordered_row(i: int) -> dict[str, Any]:
+    """A stored result as the engine's session makes it, in Ray's order (config is added when it is shown)."""
+    row = {"score": float(i), "nested": {"a": i, "b": {"c": 1}}}
+    row.update({key: 0 for key in RAY_METRICS_ORDER[2:] if key not in ("config", "experiment_tag")})
+    row["experiment_tag"] = "0_x=1"
+    return row
+
+
+def test_the_config_goes_where_ray_puts_it_in_a_result_and_the_frames_have_rays_column_order() -> None:
+    config = {"x": 1, "y": {"z": 2}}
+    assert list(with_config(_ray_ordered_row(1), config)) == RAY_METRICS_ORDER
+    assert list(with_config({"loss": 1.0, "config": "reported"}, config)) == ["loss", "config"]  # no node_ip: last
+    assert with_config({"loss": 1.0, "config": "reported"}, config)["config"] is config  # the trial's replaces it
+    result = Result(metrics=with_config(_ray_ordered_row(1), config), checkpoint=None, error=None, path="/exp/t1",
+                    trial_id="t1", _history=[_ray_ordered_row(0), _ray_ordered_row(1)], _config=config)
+    assert list(result.metrics_dataframe.columns) == RAY_FRAME_ORDER
+    assert list(result.metrics_dataframe["nested/a"]) == [0, 1]
+    grid = ResultGrid([result], "/exp")
+    assert list(grid.get_dataframe().columns) == [*RAY_FRAME_ORDER, "logdir"]
+    assert list(grid.get_dataframe(filter_metric="score", filter_mode="min").columns) == [*RAY_FRAME_ORDER, "logdir"]
+    assert list(grid.get_dataframe(filter_metric="score", filter_mode="min")["score"]) == [0.0]
 
 
 def test_each_attempt_has_the_configuration_it_ran_with() -> None:

@@ -954,3 +954,29 @@ def test_running_twice_under_one_name_keeps_both(ray_cluster, storage: str) -> N
         _, grid = _run(_steps, storage, run_config_kwargs={"name": "same"})
     assert any("already exists" in str(w.message) for w in caught)
     assert os.path.basename(grid.experiment_path).startswith("same_")
+
+
+def _reports_nested(config):
+    for i in range(2):
+        tune.report({"score": config["x"] * i, "nested": {"a": i, "b": {"c": 1}}})
+
+
+class _FirstResultKeys(tune.Callback):
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if not self.keys:
+            self.keys = list(result)
+
+
+def test_results_frames_and_callbacks_have_rays_key_order(ray_cluster, tmp_path) -> None:
+    from test_result import RAY_FRAME_ORDER, RAY_METRICS_ORDER  # Ray 2.60's, as measured (tests/test_result.py)
+
+    seen = _FirstResultKeys()
+    grid = Tuner(_reports_nested, param_space={"x": tune.grid_search([1]), "y": {"z": 2}},
+                 run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0, callbacks=[seen])).fit()
+    assert list(grid[0].metrics) == RAY_METRICS_ORDER
+    assert seen.keys == RAY_METRICS_ORDER  # (Ray's callbacks get these keys but experiment_tag)
+    assert list(grid[0].metrics_dataframe.columns) == RAY_FRAME_ORDER
+    assert list(grid.get_dataframe().columns) == [*RAY_FRAME_ORDER, "logdir"]

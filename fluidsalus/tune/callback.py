@@ -59,7 +59,7 @@ import cloudpickle
 from fluidsalus.callbacks import Callback as EngineCallback
 from fluidsalus.checkpoint import write_atomically
 from fluidsalus.errors import ConfigError
-from fluidsalus.session import DATE_FORMAT
+from fluidsalus.session import DATE_FORMAT, with_config
 from fluidsalus.store import DB_FILENAME, ERROR, ERROR_FILE, FINAL_STATUSES, TRIAL_RESTART_EVENT, ExperimentStore
 from fluidsalus.tune.result import SHOULD_CHECKPOINT
 
@@ -71,8 +71,6 @@ logger = logging.getLogger(__name__)
 RUNNING = "RUNNING"
 #: Status of a trial waiting to start again (Ray's name), e.g. between a failure and its retry.
 PENDING = "PENDING"
-#: Ray's result key that holds the trial's configuration.
-CONFIG_KEY = "config"
 #: Ray's result key of the trial's tag (``fluidsalus/tune/_tags.py``).
 EXPERIMENT_TAG = "experiment_tag"
 #: The result key that is 1 at the first result of each attempt of a trial (a start, a retry, a PBT exploit).
@@ -487,7 +485,7 @@ class RayCallbackAdapter(EngineCallback):
         trial, new = self._info(trial_id)
         if new:  # the engine did not tell of its start: it started with this result
             self._start(trial, None)
-        full = {**result, CONFIG_KEY: trial.config}
+        full = with_config(result, trial.config)
         if trial_id in self._restoring:  # started without the engine's start hook: judge from the result
             self._restoring.discard(trial_id)
             since, total = result.get(_RESTART_KEY), result.get(_ITERATION_KEY)
@@ -523,7 +521,7 @@ class RayCallbackAdapter(EngineCallback):
         trial.status = status
         self._restoring.discard(trial_id)
         if result is not None:
-            trial.last_result = {**result, CONFIG_KEY: trial.config}
+            trial.last_result = with_config(result, trial.config)
         self.iteration += 1
         if status == ERROR:
             trial.num_failures += 1
