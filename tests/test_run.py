@@ -19,7 +19,7 @@ import pytest
 from _trials import restarted_after_running
 
 import fluidsalus
-from fluidsalus.errors import ConfigError
+from fluidsalus.errors import ConfigError, FluidsalusError
 from fluidsalus.inspect import inspect as inspect_experiment
 from fluidsalus.searchers import Decision, RandomSearch
 from fluidsalus.store import DB_FILENAME, ERROR_FILE, ExperimentStore
@@ -737,6 +737,78 @@ def test_a_device_that_dies_twice_in_a_second_gets_a_replacement_each_time(stora
         reader.close()
     assert len(deaths) == 2 and len(actors) == 3
     assert actors[0].startswith("fluidsalus:twice:cpu:0:") and actors[1:] == [f"{actors[0]}:1", f"{actors[0]}:2"]
+
+
+_TEST_PROCESS = os.getpid()
+
+
+class _LoadsOnlyWhereAllowed:
+    """A trainable that cannot be unpickled in a device process, or only in the first to take ``token`` when one
+    is given (the others raise): a module that imports only on some machines, say."""
+
+    def __init__(self, token: str | None) -> None:
+        self.token = token
+
+    def __call__(self, config: dict[str, Any]) -> None:
+        fluidsalus.report({"x": config["x"], "pid": os.getpid()})
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"token": self.token, "driver": _TEST_PROCESS}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.token = state["token"]
+        if os.getpid() == state["driver"]:
+            return
+        if self.token is not None:
+            try:
+                os.close(os.open(self.token, os.O_CREAT | os.O_EXCL))
+                return
+            except FileExistsError:
+                pass
+        raise RuntimeError("this trainable cannot be loaded here")
+
+
+def _cpus_free_within(cpus: float, timeout_s: float) -> bool:
+    import ray
+
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if ray.available_resources().get("CPU", 0.0) >= cpus:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_run_whose_device_actors_all_fail_to_start_says_why_and_leaves_no_actor(ray_cluster, storage):
+    fluidsalus.release_devices()
+    with pytest.raises(FluidsalusError, match=r"(?s)no device actor started: that of cpu:[01] failed: .*"
+                                              r"this trainable cannot be loaded here"):
+        fluidsalus.run(_LoadsOnlyWhereAllowed(None), {"x": fluidsalus.grid_search([1, 2])}, devices=2,
+                       storage_path=storage, name="unloadable", verbose=0)
+    assert _cpus_free_within(2, timeout_s=10), "a device actor of the failed run still holds a core"
+    reader = ExperimentStore.open(os.path.join(storage, "unloadable"), readonly=True)
+    try:
+        assert reader.experiment()["status"] == "ERROR"
+    finally:
+        reader.close()
+
+
+def test_a_device_whose_actor_fails_to_start_is_lost_and_the_run_goes_on_with_the_others(ray_cluster, storage,
+                                                                                         tmp_path):
+    fluidsalus.release_devices()
+    grid = fluidsalus.run(_LoadsOnlyWhereAllowed(str(tmp_path / "token")), {"x": fluidsalus.grid_search([1, 2, 3])},
+                          devices=2, storage_path=storage, name="one_loads", verbose=0)
+    assert grid.num_errors == 0 and sorted(r.metrics["x"] for r in grid) == [1, 2, 3]
+    assert len({r.metrics["pid"] for r in grid}) == 1  # all on the device whose actor started
+    reader = ExperimentStore.open(grid.experiment_path, readonly=True)
+    try:
+        lost = reader.events("device_lost")
+        assert len(lost) == 1 and "this trainable cannot be loaded here" in lost[0].data["error"]
+        assert len(reader.events("device_start")) == 1
+    finally:
+        reader.close()
+    fluidsalus.release_devices()
+    assert _cpus_free_within(2, timeout_s=10), "the lost device's actor still holds a core"
 
 
 def _replacement_never_starts_script(storage: str, marks: str, gcs: str) -> str:

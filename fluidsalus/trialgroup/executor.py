@@ -847,59 +847,89 @@ class Executor:
         each asking for every core), the resources of some may be taken, and waiting for all would block every run
         sharing the cluster until one gave up. Beside warm actors, the new ones get as long as the first new actor
         of the runs that started the warm ones took, and as long again. A device whose actor is not up yet joins
-        when it is (:meth:`_join`); until then the planner leaves it out, as it does a lost device.
+        when it is (:meth:`_join`); until then the planner leaves it out, as it does a lost device. A device whose
+        actor fails to start (its constructor raised: the trainable could not be loaded there, say) is lost, and
+        the run goes on with the others.
+
+        Every actor is one of the run's devices from the moment it is asked for, so a run that fails while they
+        start ends them all (:meth:`_stop_devices`).
 
         Raises:
-            FluidsalusError: No warm actor serves the run and no new one came up within
-                :data:`ACTOR_START_TIMEOUT_S` (the message names the resources asked for and those Ray has free).
+            FluidsalusError: No device is up: every new actor failed to start (the message has the first one's
+                error), or none came up within :data:`ACTOR_START_TIMEOUT_S` (the message names the resources
+                asked for and those Ray has free).
         """
         cluster = _cluster_token()
         taken = WARM_DEVICES.take(cluster, [_warm_key(cluster, spec) for spec in self.device_specs])
         launched = time.time()
         # New actors first, so that their processes start while the warm ones reset.
-        actors = {i: start_device_actor(spec, self.payload, self._host_settings(spec), self._actor_name(spec))
-                  for i, spec in enumerate(self.device_specs) if taken[i] is None}
-        warm = self._reset_warm_devices(taken)
-        for i, spec in enumerate(self.device_specs):
-            if taken[i] is not None and i not in warm:  # its reset was refused or failed: a new actor instead
-                actors[i] = start_device_actor(spec, self.payload, self._host_settings(spec), self._actor_name(spec))
-        refs = {i: actor.info.remote() for i, actor in actors.items()}
-        ready: list[Any] = []
-        if warm:
-            self._start_s = max(w.start_s for w, _ in warm.values())
-            if refs:
-                ready, _ = ray.wait(list(refs.values()), num_returns=len(refs),
-                                    timeout=max(0.0, launched + 2 * self._start_s - time.time()))
-        elif refs:
-            first, _ = ray.wait(list(refs.values()), num_returns=1, timeout=ACTOR_START_TIMEOUT_S)
-            if not first:
-                for actor in actors.values():
-                    ray.kill(actor)
-                raise _not_started(self.device_specs, "the device actors") from None
+        for spec, warm in zip(self.device_specs, taken, strict=True):
+            actor, name = (warm.actor, warm.name) if warm is not None else (
+                start_device_actor(spec, self.payload, self._host_settings(spec), self._actor_name(spec)),
+                self._actor_name(spec))
+            device = _Device(spec, actor, {}, max_running=spec.slots, assigned=set(), actor_name=name,
+                             launched=launched)
+            device.alive = False  # until its actor is up
+            self._devices.append(device)
+        warm_infos = self._reset_warm_devices(taken)
+        for i, device in enumerate(self._devices):
+            if taken[i] is not None and i not in warm_infos:  # its reset was refused or failed: a new actor
+                device.actor_name = self._actor_name(device.spec)
+                device.actor = start_device_actor(device.spec, self.payload, self._host_settings(device.spec),
+                                                  device.actor_name)
+        refs = {device.actor.info.remote(): i for i, device in enumerate(self._devices) if i not in warm_infos}
+        infos: dict[int, dict[str, Any]] = {}
+        failed: dict[int, Exception] = {}
+
+        def take(done: list[Any]) -> None:
+            for ref in done:
+                try:
+                    infos[refs[ref]] = ray.get(ref)
+                except ray.exceptions.RayError as e:  # its constructor raised, or its process died
+                    failed[refs[ref]] = e
+
+        pending = list(refs)
+        if warm_infos:
+            self._start_s = max(w.start_s for w in taken if w is not None)
+            if pending:
+                done, pending = ray.wait(pending, num_returns=len(pending),
+                                         timeout=max(0.0, launched + 2 * self._start_s - time.time()))
+                take(done)
+        else:
+            deadline = launched + ACTOR_START_TIMEOUT_S
+            while pending and not infos and time.time() < deadline:
+                done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.time()))
+                take(done)
+            if not infos:
+                if failed:
+                    i, error = next(iter(failed.items()))
+                    raise FluidsalusError(f"no device actor started: that of {self.device_specs[i].name} failed: "
+                                          f"{error}") from error
+                raise _not_started(self.device_specs, "the device actors")
             self._start_s = time.time() - launched
-            ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=self._start_s)
-        infos = dict(zip(ready, ray.get(ready), strict=True))
+            if pending:
+                done, pending = ray.wait(pending, num_returns=len(pending), timeout=self._start_s)
+                take(done)
         events = []
         now = time.time()
-        for i, spec in enumerate(self.device_specs):
-            if i in warm:
-                served, info = warm[i]
-                device = _Device(spec, served.actor, {}, max_running=spec.slots, assigned=set(),
-                                 actor_name=served.name)
-                self._adopt(device, info)
-                events.append((now, "device_start", None, spec.name, {**info, "actor": served.name, "warm": True}))
+        still = set(pending)
+        for i, device in enumerate(self._devices):
+            name = device.spec.name
+            if i in warm_infos:
+                self._adopt(device, warm_infos[i])
+                device.alive = True
+                events.append((now, "device_start", None, name, {**warm_infos[i], "actor": device.actor_name,
+                                                                 "warm": True}))
+            elif i in infos:
+                self._adopt(device, infos[i])
+                device.alive = True
+                events.append((now, "device_start", None, name, {**infos[i], "actor": device.actor_name}))
+            elif i in failed:
+                logger.warning("device %s is lost: its actor failed to start: %s", name, failed[i])
+                events.append((now, "device_lost", None, name, {"error": str(failed[i])}))
             else:
-                device = _Device(spec, actors[i], {}, max_running=spec.slots, assigned=set(),
-                                 actor_name=self._actor_name(spec), launched=launched)
-                ref = refs[i]
-                if ref in infos:
-                    self._adopt(device, infos[ref])
-                    events.append((now, "device_start", None, spec.name, {**infos[ref], "actor": device.actor_name}))
-                else:
-                    self._adopt(device, {})
-                    device.alive, device.start_ref = False, ref
-                    events.append((now, "device_waiting", None, spec.name, {"actor": device.actor_name}))
-            self._devices.append(device)
+                device.start_ref = next(ref for ref in still if refs[ref] == i)
+                events.append((now, "device_waiting", None, name, {"actor": device.actor_name}))
         self.store.add_events(events)
         waiting = [d.spec.name for d in self._devices if d.start_ref is not None]
         if waiting:
@@ -907,7 +937,7 @@ class Executor:
                            "Ray has available: %s); the run goes on without them, and each joins when it starts",
                            ", ".join(waiting), ray.available_resources())
 
-    def _reset_warm_devices(self, taken: Sequence[WarmActor | None]) -> dict[int, tuple[WarmActor, dict[str, Any]]]:
+    def _reset_warm_devices(self, taken: Sequence[WarmActor | None]) -> dict[int, dict[str, Any]]:
         """Reset the warm actors taken for this run's devices with its trainable and settings.
 
         An actor that refuses (a module it imported changed on disk, or a thread a trial started still runs) or
@@ -917,7 +947,7 @@ class Executor:
             taken: ``WarmDevices.take``'s answer, aligned with the run's devices.
 
         Returns:
-            Device index -> (the warm actor, the info its reset returned) for each device a warm actor now serves.
+            Device index -> the info its reset returned, for each device a warm actor now serves.
         """
         resets = {i: (warm, warm.actor.reset.remote(self.device_specs[i], self.payload,
                                                     self._host_settings(self.device_specs[i]), list(sys.path)))
@@ -926,7 +956,7 @@ class Executor:
             return {}
         # A reset does what a new actor's start does after its process is up (unpickling the trainable): no longer.
         ray.wait([ref for _, ref in resets.values()], num_returns=len(resets), timeout=ACTOR_START_TIMEOUT_S)
-        served: dict[int, tuple[WarmActor, dict[str, Any]]] = {}
+        served: dict[int, dict[str, Any]] = {}
         for i, (warm, ref) in resets.items():
             info: dict[str, Any] | None = None
             with contextlib.suppress(ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
@@ -936,7 +966,7 @@ class Executor:
                 logger.debug("warm device actor %s not reused: %s", warm.name, why)
                 _kill_quietly(warm.actor)
                 continue
-            served[i] = (warm, info)
+            served[i] = info
         return served
 
     def _join(self, device: _Device) -> None:
