@@ -1,7 +1,8 @@
-"""What a finished experiment's store says about where and when its trials ran, for tests."""
+"""What a finished experiment's store says about where and when its trials ran, and what Ray has free, for tests."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fluidsalus.store import ExperimentStore
@@ -51,3 +52,16 @@ def trials_that_shared_a_device(experiment_path: str) -> list[tuple[str, str]]:
         spans[e.trial_id][2] = e.ts
     return [(a, b) for a in sorted(spans) for b in sorted(spans)
             if a < b and spans[a][0] == spans[b][0] and spans[a][1] < spans[b][2] and spans[b][1] < spans[a][2]]
+
+
+def cpus_free_within(cpus: float, timeout_s: float) -> bool:
+    """Whether Ray has ``cpus`` cores free within ``timeout_s`` seconds (an ended actor gives its cores back
+    within a second or so)."""
+    import ray
+
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if ray.available_resources().get("CPU", 0.0) >= cpus:
+            return True
+        time.sleep(0.05)
+    return False

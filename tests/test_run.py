@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _trials import restarted_after_running
+from _trials import cpus_free_within, restarted_after_running
 
 import fluidsalus
 from fluidsalus.errors import ConfigError, FluidsalusError
@@ -768,16 +768,6 @@ class _LoadsOnlyWhereAllowed:
         raise RuntimeError("this trainable cannot be loaded here")
 
 
-def _cpus_free_within(cpus: float, timeout_s: float) -> bool:
-    import ray
-
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if ray.available_resources().get("CPU", 0.0) >= cpus:
-            return True
-        time.sleep(0.05)
-    return False
-
 
 def test_a_run_whose_device_actors_all_fail_to_start_says_why_and_leaves_no_actor(ray_cluster, storage):
     fluidsalus.release_devices()
@@ -785,7 +775,7 @@ def test_a_run_whose_device_actors_all_fail_to_start_says_why_and_leaves_no_acto
                                               r"this trainable cannot be loaded here"):
         fluidsalus.run(_LoadsOnlyWhereAllowed(None), {"x": fluidsalus.grid_search([1, 2])}, devices=2,
                        storage_path=storage, name="unloadable", verbose=0)
-    assert _cpus_free_within(2, timeout_s=10), "a device actor of the failed run still holds a core"
+    assert cpus_free_within(2, timeout_s=10), "a device actor of the failed run still holds a core"
     reader = ExperimentStore.open(os.path.join(storage, "unloadable"), readonly=True)
     try:
         assert reader.experiment()["status"] == "ERROR"
@@ -808,7 +798,7 @@ def test_a_device_whose_actor_fails_to_start_is_lost_and_the_run_goes_on_with_th
     finally:
         reader.close()
     fluidsalus.release_devices()
-    assert _cpus_free_within(2, timeout_s=10), "the lost device's actor still holds a core"
+    assert cpus_free_within(2, timeout_s=10), "the lost device's actor still holds a core"
 
 
 def _replacement_never_starts_script(storage: str, marks: str, gcs: str) -> str:

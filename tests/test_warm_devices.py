@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _trials import cpus_free_within
 
 import fluidsalus
 from fluidsalus.errors import ConfigError
@@ -45,16 +46,6 @@ def _run(storage: str, name: str, trainable: Any = reports_its_process, **kwargs
     return fluidsalus.run(trainable, storage_path=storage, name=name, verbose=0, devices=2, **kwargs)
 
 
-def _cpus_free_within(cpus: float, timeout_s: float) -> bool:
-    import ray
-
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if ray.available_resources().get("CPU", 0.0) >= cpus:
-            return True
-        time.sleep(0.05)
-    return False
-
 
 def test_the_next_run_is_served_by_the_last_runs_device_processes_and_says_so(storage):
     fluidsalus.release_devices()
@@ -70,7 +61,7 @@ def test_the_next_run_is_served_by_the_last_runs_device_processes_and_says_so(st
     assert {s["pid"] for s in starts_second} == {s["pid"] for s in starts_first}
     assert len(WARM_DEVICES) == 2
     assert fluidsalus.release_devices() == 2 and len(WARM_DEVICES) == 0
-    assert _cpus_free_within(2, timeout_s=10), "release_devices() left cores taken"
+    assert cpus_free_within(2, timeout_s=10), "release_devices() left cores taken"
 
 
 def test_with_keep_warm_0_every_run_starts_processes_of_its_own_and_ends_them(storage, monkeypatch):
@@ -142,7 +133,7 @@ def test_a_failed_run_keeps_no_actor_warm(storage):
     with pytest.raises(ConfigError, match="metric='missing' is not in the results"):
         _run(storage, "fails", metric="missing", mode="max")
     assert len(WARM_DEVICES) == 0
-    assert _cpus_free_within(2, timeout_s=10), "the failed run's actors still hold cores"
+    assert cpus_free_within(2, timeout_s=10), "the failed run's actors still hold cores"
 
 
 def test_a_bad_keep_warm_setting_fails_before_anything_starts(storage, monkeypatch):
