@@ -772,9 +772,10 @@ class _LoadsOnlyWhereAllowed:
 def test_a_run_whose_device_actors_all_fail_to_start_says_why_and_leaves_no_actor(ray_cluster, storage):
     fluidsalus.release_devices()
     with pytest.raises(FluidsalusError, match=r"(?s)no device actor started: that of cpu:[01] failed: .*"
-                                              r"this trainable cannot be loaded here"):
+                                              r"this trainable cannot be loaded here") as raised:
         fluidsalus.run(_LoadsOnlyWhereAllowed(None), {"x": fluidsalus.grid_search([1, 2])}, devices=2,
                        storage_path=storage, name="unloadable", verbose=0)
+    assert "\x1b" not in str(raised.value)  # Ray's terminal colour codes are left out
     assert cpus_free_within(2, timeout_s=10), "a device actor of the failed run still holds a core"
     reader = ExperimentStore.open(os.path.join(storage, "unloadable"), readonly=True)
     try:
@@ -794,6 +795,7 @@ def test_a_device_whose_actor_fails_to_start_is_lost_and_the_run_goes_on_with_th
     try:
         lost = reader.events("device_lost")
         assert len(lost) == 1 and "this trainable cannot be loaded here" in lost[0].data["error"]
+        assert "\x1b" not in lost[0].data["error"]
         assert len(reader.events("device_start")) == 1
     finally:
         reader.close()

@@ -47,6 +47,7 @@ import dataclasses
 import logging
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -250,6 +251,15 @@ def _cluster_token() -> str | None:
         return f"{context.gcs_address}/{context.get_job_id()}"
     except Exception:  # noqa: BLE001 - a driver that cannot name its cluster keeps no actor warm
         return None
+
+
+#: A terminal colour code, which Ray's error texts carry (``\x1b[36m``).
+_COLOUR_CODE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _plain(error: BaseException) -> str:
+    """``str(error)`` without the terminal colour codes of Ray's error texts (for messages, events and logs)."""
+    return _COLOUR_CODE.sub("", str(error))
 
 
 def _not_started(specs: Sequence[DeviceSpec], what: str) -> FluidsalusError:
@@ -904,7 +914,7 @@ class Executor:
                 if failed:
                     i, error = next(iter(failed.items()))
                     raise FluidsalusError(f"no device actor started: that of {self.device_specs[i].name} failed: "
-                                          f"{error}") from error
+                                          f"{_plain(error)}") from error
                 raise _not_started(self.device_specs, "the device actors")
             self._start_s = time.time() - launched
             if pending:
@@ -925,8 +935,8 @@ class Executor:
                 device.alive = True
                 events.append((now, "device_start", None, name, {**infos[i], "actor": device.actor_name}))
             elif i in failed:
-                logger.warning("device %s is lost: its actor failed to start: %s", name, failed[i])
-                events.append((now, "device_lost", None, name, {"error": str(failed[i])}))
+                logger.warning("device %s is lost: its actor failed to start: %s", name, _plain(failed[i]))
+                events.append((now, "device_lost", None, name, {"error": _plain(failed[i])}))
             else:
                 device.start_ref = next(ref for ref in still if refs[ref] == i)
                 events.append((now, "device_waiting", None, name, {"actor": device.actor_name}))
