@@ -922,7 +922,7 @@ class Executor:
                 take(done)
         events = []
         now = time.time()
-        still = set(pending)
+        still = {refs[ref]: ref for ref in pending}  # device index -> its actor's info() call, still out
         for i, device in enumerate(self._devices):
             name = device.spec.name
             if i in warm_infos:
@@ -938,7 +938,7 @@ class Executor:
                 logger.warning("device %s is lost: its actor failed to start: %s", name, _plain(failed[i]))
                 events.append((now, "device_lost", None, name, {"error": _plain(failed[i])}))
             else:
-                device.start_ref = next(ref for ref in still if refs[ref] == i)
+                device.start_ref = still[i]
                 events.append((now, "device_waiting", None, name, {"actor": device.actor_name}))
         self.store.add_events(events)
         waiting = [d.spec.name for d in self._devices if d.start_ref is not None]
@@ -986,7 +986,7 @@ class Executor:
         try:
             info = ray.get(ref)
         except ray.exceptions.RayError as e:
-            self.store.add_events([(time.time(), "device_lost", None, device.spec.name, {"error": str(e)})])
+            self.store.add_events([(time.time(), "device_lost", None, device.spec.name, {"error": _plain(e)})])
             return
         self._adopt(device, info)
         device.alive, self._dirty = True, True
@@ -2115,8 +2115,9 @@ class Executor:
         device.outbox.clear()
         self._dirty = True
         now = time.time()
+        text = _plain(error)
         events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]] = [
-            (now, "device_died", None, device.spec.name, {"error": str(error)})]
+            (now, "device_died", None, device.spec.name, {"error": text})]
         ended: list[Trial] = []
         lost_worker: list[str] = []
         with self.store.transaction():
@@ -2124,7 +2125,7 @@ class Executor:
                 trial = self.trials[trial_id]
                 if trial.placed_on and trial.placed_on[0] != device.spec.index:  # a worker's device died
                     if trial_id not in self._stopping:
-                        self._restarts[trial_id] = _Restart(reason="device_died", error=str(error))
+                        self._restarts[trial_id] = _Restart(reason="device_died", error=text)
                         lost_worker.append(trial_id)
                     continue
                 stopping = trial_id in self._stopping
@@ -2134,7 +2135,7 @@ class Executor:
                     # The death ended the attempt before the planner's stop did (and may have taken a failure
                     # the trial raised meanwhile): it restarts as every trial of the device does, from its last
                     # checkpoint, where the next plan puts it. An exploit or a retry keeps its own restart.
-                    restart = _Restart(reason="device_died", error=str(error))
+                    restart = _Restart(reason="device_died", error=text)
                 self._unplace(trial, now)  # its workers elsewhere are told to stop: rank 0 is gone
                 if stopping and restart is None:  # it was being stopped for good: it ends now
                     trial.status, trial.devices = TERMINATED, ()
@@ -2146,7 +2147,7 @@ class Executor:
                     self._searcher_log.on_trial_complete(trial_id, trial.last_result, error=False)
                     ended.append(trial)
                     continue
-                self._requeue(trial, restart or _Restart(reason="device_died", error=str(error)), now,
+                self._requeue(trial, restart or _Restart(reason="device_died", error=text), now,
                               device.spec.name, None, events)
             self.store.add_events(events)
             if ended:
@@ -2166,7 +2167,7 @@ class Executor:
         try:
             actor = start_device_actor(device.spec, self.payload, self._host_settings(device.spec), name)
         except ray.exceptions.RayError as e:
-            self.store.add_events([(time.time(), "device_lost", None, device.spec.name, {"error": str(e)})])
+            self.store.add_events([(time.time(), "device_lost", None, device.spec.name, {"error": _plain(e)})])
             return
         # The driver goes on serving the other devices while the replacement starts; it joins as a device the
         # run began without does (:meth:`_join`), and its trials wait in the queue or go to the others meanwhile.
