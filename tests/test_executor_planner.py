@@ -1,6 +1,7 @@
 """The executor places trials with the water-filling planner.
 
-Pure tests of the translation (trials -> TrialDemand, plan -> actions, prefetch, lane mirror) run without Ray;
+Pure tests of the translation (``trialgroup/dispatch.py``: trials -> TrialDemand, plan -> actions, prefetch, lane
+mirror) run without Ray;
 the others run real sweeps on the shared 2-CPU Ray and read the store's events.
 """
 
@@ -15,7 +16,7 @@ import pytest
 import fluidsalus
 from fluidsalus.gpu.host import TrialSpec
 from fluidsalus.store import PAUSED, PENDING, RUNNING, ExperimentStore
-from fluidsalus.trialgroup.executor import (
+from fluidsalus.trialgroup.dispatch import (
     REFUSED_LIMIT,
     REFUSED_MIN_DEVICES,
     REFUSED_NO_CHECKPOINT,
@@ -24,12 +25,12 @@ from fluidsalus.trialgroup.executor import (
     LaneMirror,
     TrialState,
     choose_prefetch,
-    declared_workers,
     estimate_of,
+    is_stalled,
     plan_actions,
-    rank_specs,
     trial_demand,
 )
+from fluidsalus.trialgroup.executor import declared_workers, rank_specs
 from fluidsalus.trialgroup.planner import (
     DEFAULT_MOVE_COST_S,
     INTRA,
@@ -183,6 +184,41 @@ def test_a_planned_move_or_preemption_of_a_trial_that_may_not_have_begun_is_a_wi
     assert [m[0] for m in actions.move] == ["ckpt"] and not actions.preempt
     assert set(actions.refused) == {("reported", MOVE, REFUSED_NO_CHECKPOINT), ("paused", MOVE, REFUSED_PAUSED),
                                     ("reported_too", "preempt", REFUSED_NO_CHECKPOINT)}
+
+
+
+def test_when_the_run_is_stalled_moves_and_preemptions_go_ahead_without_a_checkpoint():
+    """Nothing computes and a trial waits for memory (:func:`is_stalled`): a trial that reported without a
+    checkpoint is moved or preempted anyway (it restarts from scratch), but a trial that may not have begun is
+    still withdrawn (that loses nothing), and a paused trial is still never moved (the planner preempts it)."""
+    plan = _plan(Assignment("reported", (1,), (0,), MOVE), Assignment("unbegun", (1,), (0,), MOVE),
+                 Assignment("paused", (1,), (0,), MOVE), preempted=("paused_too", "waiting"))
+    states = {
+        "reported": TrialState((0,), stalled=True),
+        "unbegun": TrialState((0,), unbegun=True, stalled=True),
+        "paused": TrialState((0,), computing=False, stalled=True),
+        "paused_too": TrialState((0,), computing=False, stalled=True),
+        "waiting": TrialState((0,), stalled=True),
+    }
+    actions = plan_actions(plan, states)
+    assert actions.move == [("reported", (1,), MOVE)] and actions.preempt == ["paused_too", "waiting"]
+    assert actions.withdraw == [("unbegun", MOVE)]
+    assert actions.refused == [("paused", MOVE, REFUSED_PAUSED)]
+    unstalled = plan_actions(plan, {tid: s._replace(stalled=False) for tid, s in states.items()})
+    assert not unstalled.move and not unstalled.preempt
+    assert {r[0] for r in unstalled.refused} == {"reported", "paused", "paused_too", "waiting"}
+
+
+@pytest.mark.parametrize(("computing", "waiting", "queued", "under_way", "stalled"), [
+    (0, 1, 0, False, True),  # a trial waits for a lane's admission, nothing computes
+    (0, 0, 2, False, True),  # trials wait in the driver's queue, nothing computes
+    (1, 1, 2, False, False),  # a trial computes: its results may let the searcher decide
+    (0, 1, 1, True, False),  # a stop, a start or a worker's end is on its way: news will come
+    (0, 0, 0, False, False),  # nothing waits: the run is ending, not stalled
+])
+def test_a_run_is_stalled_when_nothing_computes_nothing_is_under_way_and_a_trial_waits(
+        computing, waiting, queued, under_way, stalled):
+    assert is_stalled(computing, waiting, queued, under_way) is stalled
 
 
 def test_submissions_stop_at_max_concurrent_trials():
@@ -1028,3 +1064,44 @@ def test_a_device_that_dies_while_the_planner_takes_a_trial_off_it_restarts_the_
     assert restarts["a"]["reason"] == restarts["b"]["reason"] == "device_died"
     assert restarts["a"]["error"] == "the process died" and "a" not in executor._restarts
     assert moving.status == still.status == PENDING and moving.attempt == still.attempt == 1
+
+
+
+#: Share of a one-device run's lane capacity that each trial of :func:`holding` holds: three fit, four do not.
+HELD_SHARE = 0.3
+
+
+def holding(config):
+    """Holds :data:`HELD_SHARE` of the device in torch tensors (its P: counted, never touched, so it costs no real
+    memory) and reports ``x`` times the iteration, as ``test_run.long_objective`` does."""
+    import torch
+
+    from fluidsalus.gpu.device import virtual_device_capacity
+
+    weights = torch.empty(int(HELD_SHARE * virtual_device_capacity(1)) // 4)
+    for step in range(1, 100):
+        time.sleep(0.01)
+        fluidsalus.report({"score": config["x"] * step, "held": weights.numel()})
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_rung_whose_trials_cannot_all_stay_on_the_device_completes_by_evicting_paused_ones(storage):
+    """A synchronous rung of four trials (``test_run._TwoRungs``: all four to budget 2, then the best two to 4) on
+    one device that holds three of them, and paused trials keep their memory. No trial checkpoints, so no plan
+    could take one off the device without losing its work, and the run waited for ever: the fourth trial waited
+    for memory that only the rung's end would free. Once nothing computes and a trial waits, the planner's
+    preemption (or move) goes ahead without a checkpoint: a paused trial waits off the device and, if promoted,
+    runs again from scratch."""
+    from test_run import _TwoRungs
+
+    grid = fluidsalus.run(holding, searcher=_TwoRungs(), devices=1, cpus_per_device=1, storage_path=storage,
+                          name="evicted", verbose=0, time_budget_s=90)
+    reader = ExperimentStore.open(grid.experiment_path, readonly=True)
+    assert grid.num_errors == 0 and {t.status for t in reader.trials()} == {"TERMINATED"}
+    # The rung ended (before, nothing ran after its first three trials paused): the best two went on to 4.
+    assert {r.config["x"]: r.metrics["training_iteration"] for r in grid} == {1: 2, 2: 2, 3: 4, 4: 4}
+    evicted = {e.trial_id for e in reader.events("plan_preempt")} | {e.trial_id for e in reader.events("plan_move")}
+    assert evicted and not reader.checkpoints()  # trials left the device without a checkpoint
+    for result in grid:  # (one evicted and promoted ran again from scratch: its last attempt has every iteration)
+        expected = list(range(1, result.metrics["training_iteration"] + 1))
+        assert [row.iteration for row in reader.results(result.trial_id)] == expected

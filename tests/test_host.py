@@ -299,6 +299,32 @@ def test_a_trial_that_does_not_fit_waits_and_starts_when_memory_frees(tmp_path):
     assert any(e[0] == EV_LANE and e[4] == "lane_wait" and e[1] == "t1" for e in events)
 
 
+
+def test_a_trial_waiting_for_memory_after_its_estimate_grew_ends_at_once_when_stopped(tmp_path):
+    """t0 pauses at its budget holding 60% of the device; t1's first boundary measures as much, so it leaves its
+    lane and waits for memory that only t0's end would free. A stop then ends t1 at once: before, it waited on
+    (the driver moves or preempts such a trial when nothing else can run, docs/architecture.md, "Stalls")."""
+    import torch
+
+    def f(config):
+        weights = torch.empty(int(0.6 * CAPACITY) // 4)  # its P, counted at its boundaries; never touched
+        for _ in range(5):
+            fluidsalus.report({"n": weights.numel()})
+
+    host = DeviceHost(f, _settings(max_lanes=1, profile_memory=True))
+    host.submit([dataclasses.replace(_spec(tmp_path, 0), budget=2), _spec(tmp_path, 1)])
+    events, deadline = [], time.time() + WAIT_S
+    while not (any(e[0] == EV_LANE and e[4] == "lane_wait" and e[1] == "t1" for e in events)
+               and any(e[0] == EV_RESULT and e[1] == "t0" and e[5] for e in events)):  # t0 paused at its budget
+        assert time.time() < deadline, f"t1 never waited for memory; events so far: {events}"
+        events += host.poll(0.1)
+    host.stop(["t1"])
+    (end,) = [e for e in _drain(host, 1) if e[0] == EV_END]
+    assert end[1] == "t1" and end[4] == OUT_STOPPED
+    assert host.load() == (0, 1, 0)  # t0 is still paused there, holding its memory
+    host.stop(["t0"])
+    assert [e[1] for e in _drain(host, 1) if e[0] == EV_END] == ["t0"]
+
 def test_a_trial_larger_than_the_device_fails_with_a_clear_error(tmp_path):
     host = DeviceHost(lambda c: None, _settings(max_lanes=1, capacity=sum(ESTIMATE) - 1))
     host.submit([_spec(tmp_path, 0)])

@@ -15,7 +15,6 @@ from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.lanes import LaneManager
 from fluidsalus.sim import Hardware, Simulation, TrialRecord, Workload, load_trace
 from fluidsalus.sim.trace import (
-    EXECUTOR_PREFETCH_PER_DEVICE,
     LeastLoadedStrategy,
     PinnedLanes,
     ReplaySearcher,
@@ -309,12 +308,6 @@ def test_the_executor_replay_learns_the_move_cost_as_the_executor_does(lengths, 
     result = sim.run()
     assert result.moves == moves
     assert used == costs
-
-
-def test_prefetch_matches_the_executor():
-    from fluidsalus.trialgroup import executor
-
-    assert executor.PREFETCH_PER_DEVICE == EXECUTOR_PREFETCH_PER_DEVICE
 
 
 def race_simulation(admit_first: bool) -> Simulation:

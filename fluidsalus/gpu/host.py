@@ -200,6 +200,7 @@ class _Running:
     window: tuple[int | None, int, int] | None = None  # (rss at start, grant seq, lanes computing) of an iteration
     suspect_t: int | None = None  # an RSS-measured T that alone would not fit the device, awaiting a second look
     readmitted: threading.Event | None = None  # set when a trial that had to wait for memory is placed again
+    wait_cancelled: bool = False  # stopped while it waited for memory (readmitted set without a placement)
     began: bool = False  # it has been given its lane's turn: its code may have run
     rngs: rngs.RngState | None = None  # its global random generators, kept while another trial holds them
     withdrawn: bool = False  # taken back before it began (:meth:`DeviceHost.withdraw`): it ends without running
@@ -394,7 +395,8 @@ class DeviceHost:
             self._emit_lane_events_locked()
 
     def stop(self, trial_ids: list[str], attempts: dict[str, int] | None = None) -> None:
-        """Stop trials at their next boundary (at once if paused); waiting ones leave the queue stopped.
+        """Stop trials at their next boundary (at once if paused, or waiting for memory); waiting ones leave the queue
+        stopped.
 
         Args:
             trial_ids: The trials.
@@ -413,6 +415,14 @@ class DeviceHost:
                 running = self._running.get(tid)
                 if running is not None and (wanted is None or running.spec.attempt == wanted):
                     running.session.request_stop()
+                    if running.readmitted is not None and not running.readmitted.is_set():
+                        # It waits, in the lane queue, for memory to be placed again (its estimate grew): it
+                        # leaves the queue and ends at once (_profile), instead of waiting for memory that may
+                        # never free (what its searcher waits for may be this very trial's next result).
+                        running.wait_cancelled = True
+                        self._place_admitted_locked(self._lanes.leave(tid))
+                        running.readmitted.set()
+                        continue
                     turn = self._turns.get(running.lane_id)
                     if turn is not None:  # a held prefetched trial may take a free turn now, to end at once
                         self._grant_locked(turn)
@@ -784,6 +794,8 @@ class DeviceHost:
         if r.readmitted is not None:
             r.readmitted.wait()  # the memory it needs is not free yet: it waits, holding no lane's turn
             r.readmitted = None
+            if r.wait_cancelled:  # stopped meanwhile (stop()): it ends here, without a lane
+                raise r.session._stop()
         self._acquire(r.spec.trial_id)
         return True
 

@@ -91,12 +91,10 @@ from fluidsalus.sim.engine import ENDED, PAUSED, QUEUED, SimResult, SimTrial, Si
 from fluidsalus.sim.model import Hardware, colocated_speed
 from fluidsalus.sim.strategies import Strategy, WaterfillStrategy, make_strategy
 from fluidsalus.sim.workload import TRACE_FORMAT, TRACE_VERSION, TrialRecord, Workload
-from fluidsalus.trialgroup.planner import DEFAULT_MOVE_COST_S, KEEP, START, PlannerSettings, TrialDemand
+from fluidsalus.trialgroup.dispatch import PREFETCH_PER_DEVICE, DeviceLoad, TrialState, choose_prefetch, plan_actions
+from fluidsalus.trialgroup.planner import DEFAULT_MOVE_COST_S, Plan, PlannerSettings, TrialDemand
 from fluidsalus.trialgroup.trial import TrialGroup
 
-#: Trials the real executor queues on a device beyond its slots (``executor.PREFETCH_PER_DEVICE``; a test
-#: checks that the two agree, so that this module need not import the Ray-using executor).
-EXECUTOR_PREFETCH_PER_DEVICE = 1
 #: Placements a replay can use: the real executor's (the water-filling planner under the executor's rules:
 #: :class:`PlannerExecutorStrategy`), the simulator's ``waterfill`` as it is, and the executor's earlier
 #: least-loaded dispatch (:class:`LeastLoadedStrategy`).
@@ -1079,7 +1077,7 @@ class LeastLoadedStrategy(Strategy):
     lanes = True
     keeps_paused = True
 
-    def __init__(self, prefetch: int = EXECUTOR_PREFETCH_PER_DEVICE) -> None:
+    def __init__(self, prefetch: int = PREFETCH_PER_DEVICE) -> None:
         self.prefetch = prefetch
 
     def place(self, now: float) -> None:
@@ -1113,7 +1111,7 @@ class PlannerExecutorStrategy(WaterfillStrategy):
     queued trials, in the plan's queue order, each to the lowest-index full device whose lanes can hold it.
 
     Args:
-        prefetch: Queued trials submitted ahead to each full device (``executor.PREFETCH_PER_DEVICE``).
+        prefetch: Queued trials submitted ahead to each full device (``trialgroup.dispatch.PREFETCH_PER_DEVICE``).
         checkpoints: Whether the trials checkpoint (so that moves and preemptions are carried out).
         settings: Planner thresholds (None: the defaults; the move cost is then the executor's estimate
             (``trialgroup/movecost.py``): the prior :data:`DEFAULT_MOVE_COST_S` until a trial has done two
@@ -1123,7 +1121,7 @@ class PlannerExecutorStrategy(WaterfillStrategy):
 
     name = "executor"
 
-    def __init__(self, prefetch: int = EXECUTOR_PREFETCH_PER_DEVICE, checkpoints: bool = False,
+    def __init__(self, prefetch: int = PREFETCH_PER_DEVICE, checkpoints: bool = False,
                  settings: PlannerSettings | None = None) -> None:
         super().__init__(settings)
         self.prefetch = prefetch
@@ -1171,24 +1169,36 @@ class PlannerExecutorStrategy(WaterfillStrategy):
             return
         sim = self.sim
         trials = sim.trials
-        for a in plan.assignments:
-            trial = trials[a.trial_id]
-            if a.action == KEEP:
-                continue
-            if a.action == START and trial.state == QUEUED and not trial.resident:
-                sim.start_lanes(trial, a.devices, now)
-            elif trial.iteration == 0:  # no checkpoint yet: withdrawn if it has not begun, else it stays
-                sim.withdraw(trial, a.devices, now)
-            elif self.checkpoints:
-                sim.move(trial, a.devices, now)
-                if self._learning:
-                    self._moved_at[trial.tid] = self._restarted_at[trial.tid] = trial.iteration
-        for tid in plan.preempted:
-            if trials[tid].iteration == 0:
-                sim.withdraw(trials[tid], None, now)
-            elif self.checkpoints:
-                sim.preempt(trials[tid], now)
+        # The executor's own rules decide which of the plan's changes happen (trialgroup/dispatch.py).
+        actions = plan_actions(plan, {tid: self._state(trials[tid]) for tid in self._planned(plan)})
+        for tid, devices, _ in actions.submit:
+            sim.start_lanes(trials[tid], devices, now)
+        retargeted = [(tid, devices) for tid, devices in actions.retarget if devices != trials[tid].next_devices]
+        for tid, devices in [(tid, devices) for tid, devices, _ in actions.move] + retargeted:
+            sim.move(trials[tid], devices, now)
+            if self._learning:
+                self._moved_at[tid] = self._restarted_at[tid] = trials[tid].iteration
+        planned = {a.trial_id: a.devices for a in plan.assignments}
+        for tid, action in actions.withdraw:
+            # The executor queues a withdrawn trial and its next plan places it: here it goes to the devices this
+            # plan chose at once (a preemption has none: it is queued).
+            sim.withdraw(trials[tid], None if action == "preempt" else planned[tid], now)
+        for tid in actions.preempt:
+            sim.preempt(trials[tid], now)
         self._prefetch(plan.queued, now)
+
+    def _planned(self, plan: Plan) -> set[str]:
+        """The trials a plan decides about."""
+        return {a.trial_id for a in plan.assignments} | set(plan.preempted)
+
+    def _state(self, trial: SimTrial) -> TrialState:
+        """A virtual trial as the executor's :func:`plan_actions` sees a real one: it restarts from a checkpoint
+        only when the trials checkpoint (the replay assumes one at every iteration), and it may not have begun
+        while it has done no iteration."""
+        placed = trial.state != QUEUED or trial.resident
+        return TrialState(placed_on=tuple(trial.devices) if placed else (), computing=trial.state != PAUSED,
+                          can_restart=self.checkpoints and trial.iteration > 0, unbegun=trial.iteration == 0,
+                          moving=trial.next_devices is not None, busy=trial.state == ENDED or trial.stop_pending)
 
     def _prefetch(self, queue: Sequence[str], now: float) -> None:
         sim = self.sim
@@ -1197,19 +1207,12 @@ class PlannerExecutorStrategy(WaterfillStrategy):
         for trial in sim.live_trials():
             if trial.devices and trial.state not in (QUEUED, PAUSED, ENDED):
                 load[trial.devices[0]] += 1
-        room = {d: self.prefetch - (n - slots) for d, n in enumerate(load) if n >= slots}
-        room = {d: n for d, n in room.items() if n > 0}
-        for tid in queue:
-            if not room:
-                return
-            trial = sim.trials[tid]
-            if trial.state != QUEUED or trial.resident or trial.rec.p_bytes + trial.rec.t_bytes > self.capacity:
-                continue
-            target = min(room)
-            sim.start_lanes(trial, (target,), now, prefetched=True)
-            room[target] -= 1
-            if room[target] <= 0:
-                del room[target]
+        trials = sim.trials
+        waiting = [tid for tid in queue if trials[tid].state == QUEUED and not trials[tid].resident]
+        sizes = {tid: trials[tid].rec.p_bytes + trials[tid].rec.t_bytes for tid in waiting}
+        devices = [DeviceLoad(d, n, slots, self.capacity) for d, n in enumerate(load)]
+        for tid, device in choose_prefetch(waiting, sizes, devices, self.prefetch):
+            sim.start_lanes(trials[tid], (device,), now, prefetched=True)
 
 
 def make_replay_strategy(planner: str, checkpoints: bool = False) -> Strategy:

@@ -54,7 +54,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import ray
 from ray import cloudpickle
@@ -81,7 +81,6 @@ from fluidsalus.gpu.host import (
     HostSettings,
     TrialSpec,
 )
-from fluidsalus.gpu.lanes import LaneView
 from fluidsalus.gpu.policies import DEFAULT_POLICY
 from fluidsalus.progress import Progress
 from fluidsalus.searchers._base import BaseSearcher, Decision
@@ -97,6 +96,22 @@ from fluidsalus.store import (
     TRIAL_DIRNAME_EVENT,
     TRIAL_RESTART_EVENT,
     ExperimentStore,
+)
+from fluidsalus.trialgroup.dispatch import (
+    PREFETCH_PER_DEVICE,
+    REFUSED_LIMIT,
+    REFUSED_NO_CHECKPOINT,
+    DeviceLoad,
+    LaneMirror,
+    PlanActions,
+    TrialState,
+    checkpoint_iteration,
+    choose_prefetch,
+    estimate_of,
+    is_stalled,
+    may_not_have_begun,
+    plan_actions,
+    trial_demand,
 )
 from fluidsalus.trialgroup.movecost import MoveCostMeter
 from fluidsalus.trialgroup.planner import (
@@ -119,10 +134,6 @@ logger = logging.getLogger(__name__)
 #: hearing from a device (and so how late it notices Ctrl-C or a dead actor); it costs nothing when trials
 #: report, since a poll returns as soon as there is an event.
 POLL_WAIT_S = 0.5
-#: Queued trials submitted to a device that already runs as many computing trials as it has slots, so that it
-#: starts its next trial without waiting a driver round trip when a slot frees. One hides that round trip; more
-#: would only commit more trials to a device before the planner knows where a slot frees first.
-PREFETCH_PER_DEVICE = 1
 #: How long the driver waits for the first of the device actors to start before it gives up with an error naming
 #: the resources asked for. Starting an actor takes about a second here; a cluster too small for the devices
 #: asked for never starts them, and this turns that hang into an error. (The others join when they come up:
@@ -164,12 +175,6 @@ ERROR_VERBOSITY = 1
 RESTART_MOVE = "move"  # a MOVE or RESIZE: restart from its checkpoint on the planner's new devices
 RESTART_PREEMPT = "preempted"  # its memory went to another trial: checkpoint, back to the queue
 RESTART_WITHDRAWN = "withdrawn"  # its device gave it back before it began: back to the queue, nothing lost
-
-# Why a planned change was not applied (``plan_refused`` events).
-REFUSED_NO_CHECKPOINT = "no checkpoint"  # it reported since its start and could only restart from scratch
-REFUSED_PAUSED = "paused"  # paused at its budget: it restarts from its checkpoint when promoted instead
-REFUSED_LIMIT = "max_concurrent_trials"  # the run's concurrency limit is reached
-REFUSED_MIN_DEVICES = "min_workers"  # fewer devices than its data-parallel trainable runs on
 
 
 @dataclass
@@ -346,303 +351,6 @@ def check_dirname(name: Any, trial_id: str, experiment_dir: str, used: set[str])
     return unique
 
 
-def _checkpoint_iteration(path: str) -> int:
-    """The iteration a persisted checkpoint belongs to, from its folder name ``checkpoint_<iteration>``."""
-    return int(os.path.basename(path).rsplit("_", 1)[-1])
-
-
-# ------------------------------------------------------------------------------------------ pure translation
-# Trials -> planner input, plan -> actions. No Ray, no store: tests/test_executor_planner.py calls them alone.
-
-
-def may_not_have_begun(trial: Trial, withdrawal_asked: bool) -> bool:
-    """Whether the trial's attempt may not have begun on its device, so that the device can still give it back
-    (a withdrawal): it has no checkpoint and reported nothing, and its device was not asked for it already (then
-    it had begun, or it is on its way back to the queue).
-
-    Args:
-        trial: The trial.
-        withdrawal_asked: Its device was asked to give this attempt back.
-    """
-    return trial.checkpoint_path is None and trial.last_iteration == 0 and not withdrawal_asked
-
-
-def trial_demand(trial: Trial, time_attr: str, estimate: tuple[int, int],
-                 workers: tuple[int, int] | None = None, withdrawal_asked: bool = False) -> TrialDemand:
-    """What the planner is told about one live trial.
-
-    Args:
-        trial: The trial (queued, placed, paused, or restarting on the devices the planner kept for it).
-        time_attr: The result key budgets are measured in.
-        estimate: ``(P, T)`` bytes assumed until the trial's device has recorded an estimate.
-        workers: ``(min_workers, max_workers)`` its trainable declared as data-parallel, or None.
-        withdrawal_asked: Its device was asked to give this attempt back (and has not yet, or would not: it had
-            begun). It is then not restartable without a checkpoint, as :func:`plan_actions` sees it.
-
-    Returns:
-        The demand: remaining budget, estimates, planned devices, paused flag, arrival order, the
-        data-parallel bounds (``min_devices``/``max_devices``), and the iterations a restart would run again
-        (``since_checkpoint``: its last iteration less its checkpoint's, all of them without a checkpoint),
-        and whether it may be restarted at all (``restartable``: not once it reported without a checkpoint).
-    """
-    p = trial.p_bytes if trial.p_bytes is not None else estimate[0]
-    t = trial.t_bytes if trial.t_bytes is not None else estimate[1]
-    extra: dict[str, Any] = {}
-    if workers is not None:
-        extra = {"min_devices": workers[0], "max_devices": workers[1]}
-    checkpointed = _checkpoint_iteration(trial.checkpoint_path) if trial.checkpoint_path else 0
-    return TrialDemand(trial.trial_id, remaining_budget(trial, time_attr), p, t,
-                       data_parallel=workers is not None and workers[1] > 1, devices=tuple(trial.devices),
-                       paused=trial.status == PAUSED, seq=trial.seq,
-                       since_checkpoint=max(0, trial.last_iteration - checkpointed),
-                       # what plan_actions carries out: a move from a checkpoint, or a withdrawal
-                       restartable=trial.checkpoint_path is not None or may_not_have_begun(trial, withdrawal_asked),
-                       **extra)
-
-
-class TrialState(NamedTuple):
-    """What :func:`plan_actions` needs to know of a trial besides the plan.
-
-    Attributes:
-        placed_on: Devices its current attempt runs on; empty when it is not submitted (queued, or restarting).
-        computing: Not paused at its budget.
-        can_restart: It has a checkpoint: a restart loses at most the iterations after it. (A trial that has
-            reported nothing yet may still have computed: the driver sees its results a round trip late, so
-            only a checkpoint makes a move safe.)
-        unbegun: It has no checkpoint and has reported nothing in this attempt: it may not have begun, and its
-            device can tell (a planned move or preemption of it becomes a withdrawal).
-        moving: A move is under way (its stop was sent; it restarts on its planned devices when it ends).
-        busy: It is being stopped for another reason (a searcher's stop, an exploit, the end of the run): the
-            plan leaves it alone.
-        min_devices: Fewest devices it runs on (a data-parallel trainable's ``min_workers``).
-    """
-
-    placed_on: tuple[int, ...]
-    computing: bool = True
-    can_restart: bool = False
-    unbegun: bool = False
-    moving: bool = False
-    busy: bool = False
-    min_devices: int = 1
-
-
-@dataclass
-class PlanActions:
-    """What the executor does about a plan (the output of :func:`plan_actions`).
-
-    Attributes:
-        submit: ``(trial_id, devices, action)`` of trials not running now to submit to ``devices``; ``action`` is
-            the planner's (``start``, or ``keep``/``move``/``resize`` for a trial restarting on the devices the
-            planner kept for it).
-        move: ``(trial_id, devices, action)`` of running trials to stop at their next boundary and restart from
-            their checkpoint on ``devices``.
-        retarget: ``(trial_id, devices)`` of trials already moving whose destination changed.
-        preempt: Running trials to stop at their next boundary and queue again.
-        refused: ``(trial_id, action, reason)`` of planned changes not applied.
-        unplaceable: Queued trials that fit no device: they end with an error.
-        withdraw: ``(trial_id, action)`` of planned moves and preemptions of trials without a checkpoint that may
-            not have begun (``TrialState.unbegun``): their devices are asked to give them back.
-    """
-
-    submit: list[tuple[str, tuple[int, ...], str]] = field(default_factory=list)
-    move: list[tuple[str, tuple[int, ...], str]] = field(default_factory=list)
-    retarget: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
-    preempt: list[str] = field(default_factory=list)
-    refused: list[tuple[str, str, str]] = field(default_factory=list)
-    unplaceable: list[str] = field(default_factory=list)
-    withdraw: list[tuple[str, str]] = field(default_factory=list)
-
-
-def plan_actions(plan: Plan, states: Mapping[str, TrialState], limit: int | None = None,
-                 computing: int = 0) -> PlanActions:
-    """Translate a plan into the executor's actions; only the plan's changes become actions.
-
-    Rules: a trial that is not running is submitted to its planned devices (START, or a restart the planner
-    kept in place); a running trial whose planned devices differ from those it runs on is moved at its next
-    boundary, from its checkpoint, if it has one (else the restart would start it over) and is not paused, or is
-    withdrawn if it may not have begun; a trial already moving just gets its new destination; preempted trials
-    are stopped under the same conditions; a KEEP of a running trial is nothing. Submissions stop once ``limit``
-    trials compute (``max_concurrent_trials``).
-
-    Args:
-        plan: The planner's output.
-        states: The state of every trial the planner was given.
-        limit: The most trials that may compute at once, or None.
-        computing: Trials computing now (running and not paused, or moving).
-
-    Returns:
-        The actions, in the plan's decision order.
-    """
-    out = PlanActions()
-    for a in plan.assignments:
-        state = states.get(a.trial_id)
-        if state is None or state.busy:
-            continue
-        if len(a.devices) < state.min_devices:
-            if a.action != KEEP:
-                out.refused.append((a.trial_id, a.action, REFUSED_MIN_DEVICES))
-            continue
-        if state.moving:
-            out.retarget.append((a.trial_id, a.devices))
-        elif not state.placed_on:
-            if limit is not None and computing >= limit:
-                out.refused.append((a.trial_id, a.action, REFUSED_LIMIT))
-                continue
-            out.submit.append((a.trial_id, a.devices, a.action))
-            computing += 1
-        elif a.action == KEEP or tuple(state.placed_on) == tuple(a.devices):
-            continue
-        elif not state.computing:
-            out.refused.append((a.trial_id, a.action, REFUSED_PAUSED))
-        elif state.can_restart:
-            out.move.append((a.trial_id, a.devices, a.action))
-        elif state.unbegun and len(state.placed_on) == 1:
-            out.withdraw.append((a.trial_id, a.action))
-        else:
-            out.refused.append((a.trial_id, a.action, REFUSED_NO_CHECKPOINT))
-    for trial_id in plan.preempted:
-        state = states.get(trial_id)
-        if state is None or state.busy or not state.placed_on:
-            continue
-        if state.moving or state.can_restart:
-            out.preempt.append(trial_id)
-        elif state.unbegun and len(state.placed_on) == 1:
-            out.withdraw.append((trial_id, "preempt"))
-        else:
-            out.refused.append((trial_id, "preempt", REFUSED_NO_CHECKPOINT))
-    for trial_id in plan.unplaceable:
-        state = states.get(trial_id)
-        if state is not None and not state.placed_on and not state.busy:
-            out.unplaceable.append(trial_id)
-    return out
-
-
-class DeviceLoad(NamedTuple):
-    """One device as :func:`choose_prefetch` sees it.
-
-    Attributes:
-        index: The device.
-        computing: Computing trials planned on it (home there, not paused), prefetched ones included.
-        slots: Its compute slots.
-        capacity_bytes: Its lane capacity.
-    """
-
-    index: int
-    computing: int
-    slots: int
-    capacity_bytes: int
-
-
-def choose_prefetch(queue: Sequence[str], sizes: Mapping[str, int], devices: Sequence[DeviceLoad],
-                    per_device: int = PREFETCH_PER_DEVICE, allowance: int | None = None) -> list[tuple[str, int]]:
-    """Pick queued trials to submit ahead to full devices.
-
-    A device takes prefetched trials only when it already runs at least as many computing trials as it has slots
-    (else the planner chose to leave it below, for memory or a saturated co-location curve), and up to
-    ``per_device`` beyond its slots. Trials are taken in the planner's queue order (longest predicted remaining
-    work first), each by the lowest-index device whose capacity holds its ``P + T``.
-
-    Args:
-        queue: Queued trials, in the planner's order (``Plan.queued`` less those not to prefetch).
-        sizes: ``P + T`` of each queued trial.
-        devices: The live devices.
-        per_device: The most trials beyond its slots a device takes.
-        allowance: The most trials to prefetch in all (what ``max_concurrent_trials`` leaves), or None.
-
-    Returns:
-        ``(trial_id, device index)`` pairs, in queue order.
-    """
-    room = {d.index: per_device - (d.computing - d.slots) for d in devices if d.computing >= d.slots}
-    room = {i: n for i, n in room.items() if n > 0}
-    capacity = {d.index: d.capacity_bytes for d in devices}
-    chosen: list[tuple[str, int]] = []
-    for trial_id in queue:
-        if not room or (allowance is not None and len(chosen) >= allowance):
-            break
-        target = next((i for i in sorted(room) if sizes.get(trial_id, 0) <= capacity[i]), None)
-        if target is None:
-            continue
-        chosen.append((trial_id, target))
-        room[target] -= 1
-        if room[target] <= 0:
-            del room[target]
-    return chosen
-
-
-#: Lane events that carry a trial's ``(P, T)`` estimate, and where in their ``detail`` it is.
-_ESTIMATE_EVENTS = {"lane_admit": slice(1, 3), "lane_wait": slice(0, 2), "lane_estimate": slice(0, 2),
-                    "lane_oom": slice(2, 4)}
-
-
-def estimate_of(kind: str, data: Mapping[str, Any]) -> tuple[int, int] | None:
-    """The ``(P, T)`` a lane event records for its trial (admission, queueing, new estimate, OOM growth), or None."""
-    where = _ESTIMATE_EVENTS.get(kind)
-    detail = data.get("detail") if isinstance(data, Mapping) else None
-    if where is None or not isinstance(detail, (list, tuple)):
-        return None
-    values = list(detail)[where]
-    if len(values) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        return None
-    return int(values[0]), int(values[1])
-
-
-class LaneMirror:
-    """One device's lanes as its lane events describe them (the planner's :attr:`DeviceView.lanes`).
-
-    The device's lane manager is the authority. The driver replays the events it emits, in their order, so the
-    planner starts from the real lanes instead of rebuilding them. Unknown event kinds change nothing.
-    """
-
-    def __init__(self) -> None:
-        self._lanes: dict[int, tuple[list[int], dict[str, tuple[int, int]]]] = {}  # lane -> ([capacity], members)
-        self._where: dict[str, int] = {}
-        self._views: tuple[LaneView, ...] | None = ()
-
-    def _remove(self, trial_id: str) -> None:
-        lane = self._where.pop(trial_id, None)
-        if lane is not None and lane in self._lanes:
-            self._lanes[lane][1].pop(trial_id, None)
-
-    def apply(self, kind: str, trial_id: str | None, data: Mapping[str, Any]) -> None:
-        """Replay one lane event (``kind`` and ``data`` as the device host emits them)."""
-        detail = data.get("detail") if isinstance(data, Mapping) else None
-        detail = list(detail) if isinstance(detail, (list, tuple)) else []
-        lane = data.get("lane") if isinstance(data, Mapping) else None
-        if kind == "lane_open" and isinstance(lane, int):
-            self._lanes[lane] = ([int(data.get("capacity") or 0)], {})
-        elif kind == "lane_resize" and lane in self._lanes:
-            self._lanes[lane][0][0] = int(data.get("capacity") or 0)
-        elif kind == "lane_close" and isinstance(lane, int):
-            _, members = self._lanes.pop(lane, ([0], {}))
-            for tid in members:
-                self._where.pop(tid, None)
-        elif trial_id is None:
-            return
-        elif kind == "lane_admit" and detail and detail[0] in self._lanes:
-            estimate = estimate_of(kind, data)
-            if estimate is None:
-                return
-            self._remove(trial_id)
-            self._lanes[detail[0]][1][trial_id] = estimate
-            self._where[trial_id] = detail[0]
-        elif kind in ("lane_leave", "lane_wait", "lane_fail"):
-            self._remove(trial_id)
-        elif kind in ("lane_estimate", "lane_oom") and trial_id in self._where:
-            estimate = estimate_of(kind, data)
-            if estimate is not None:
-                self._lanes[self._where[trial_id]][1][trial_id] = estimate
-        else:
-            return
-        self._views = None
-
-    def views(self) -> tuple[LaneView, ...]:
-        """The lanes now, oldest first (cached until the next event that changes them)."""
-        if self._views is None:
-            self._views = tuple(LaneView(lane, cap[0], dict(members))
-                                for lane, (cap, members) in sorted(self._lanes.items()))
-        return self._views
-
-
 def rank_specs(spec: TrialSpec, devices: Sequence[int], rendezvous: str | None = None) -> list[tuple[int, TrialSpec]]:
     """The per-device specs of one trial: one rank per device, rank 0 on the first (its home).
 
@@ -768,6 +476,7 @@ class Executor:
         self._refused: set[tuple[str, int, str]] = set()  # (trial, attempt, action) refusals already recorded
         self._withdraw_sent: set[tuple[str, int]] = set()  # (trial, attempt) its device was asked to give back
         self._awaiting_checkpoint: set[str] = set()  # trials whose planned move waits for their first checkpoint
+        self._admission_wait: set[str] = set()  # placed trials waiting for a lane's admission (lane_wait)
         # trial -> the iteration the callbacks last asked to checkpoint (answered to CHECKPOINT_VERDICT_CALL)
         self._checkpoint_wanted: dict[str, int] = {}
         self._asks_verdicts: set[str] = set()  # trials that ask for verdicts: request_checkpoint is not for them
@@ -1245,7 +954,7 @@ class Executor:
                             requeued.append(trial)
                             self.store.add_events([(now, TRIAL_RESTART_EVENT, trial_id, None, {
                                 "attempt": trial.attempt, "reason": "promoted",
-                                "from_iteration": _checkpoint_iteration(trial.checkpoint_path)
+                                "from_iteration": checkpoint_iteration(trial.checkpoint_path)
                                 if trial.checkpoint_path else 0})])
                     else:
                         raise FluidsalusError(
@@ -1265,7 +974,7 @@ class Executor:
             if trial.checkpoint_path is None:
                 trial.last_iteration, trial.time_total_s = 0, 0.0
             else:
-                trial.last_iteration = _checkpoint_iteration(trial.checkpoint_path)
+                trial.last_iteration = checkpoint_iteration(trial.checkpoint_path)
             self.pending.add(trial)
         for index, budgets in resumes.items():  # rank 0 decides for a data-parallel trial's workers
             self._send(self._device(index), "resume", budgets)
@@ -1424,6 +1133,7 @@ class Executor:
         wait for their end."""
         states: dict[str, TrialState] = {}
         low = self._workers[0] if self._workers is not None else 1
+        stalled = self._stalled()
         for trial_id in self.pending if queued is None else queued:
             trial = self.trials[trial_id]
             if trial.devices and not all(self._device(i).alive for i in trial.devices):
@@ -1442,8 +1152,17 @@ class Executor:
                     trial.placed_on, computing=trial.status != PAUSED,
                     can_restart=trial.checkpoint_path is not None,
                     unbegun=may_not_have_begun(trial, (trial_id, trial.attempt) in self._withdraw_sent),
-                    moving=moving, min_devices=low)
+                    moving=moving, min_devices=low, stalled=stalled)
         return states
+
+    def _stalled(self) -> bool:
+        """Whether no trial computes and one waits for memory that only trials that do not compute can free
+        (:func:`is_stalled`): the planner's preemptions are then carried out without a checkpoint."""
+        alive = [d for d in self._devices if d.alive]
+        computing = sum(1 for d in alive for tid in d.assigned
+                        if self.trials[tid].status != PAUSED and tid not in self._admission_wait)
+        under_way = bool(self._stopping) or any(d.start_ref is not None or d.lingering for d in self._devices)
+        return is_stalled(computing, len(self._admission_wait), len(self.pending), under_way)
 
     def _dispatch(self) -> None:
         """Re-plan if anything the plan depends on changed, and apply the plan's changes (then prefetch)."""
@@ -1500,7 +1219,7 @@ class Executor:
                 self._restarts[trial_id] = _Restart(reason=RESTART_MOVE, action=action)
                 events.append((now, "plan_move", trial_id, self._name(trial.placed_on[0]), {
                     "attempt": trial.attempt, "action": action, "to": names, "regime": plan.regime,
-                    "from_iteration": _checkpoint_iteration(trial.checkpoint_path) if trial.checkpoint_path else 0}))
+                    "from_iteration": checkpoint_iteration(trial.checkpoint_path) if trial.checkpoint_path else 0}))
                 trial.devices = devices
             for trial_id, devices in actions.retarget:
                 self.trials[trial_id].devices = devices
@@ -1751,8 +1470,9 @@ class Executor:
                     if restart is not None:
                         left_iteration = trial.last_iteration
                         self._requeue(trial, restart, ts, name, trace, events)
-                        if restart.reason == RESTART_MOVE and trial.status == PENDING:
+                        if restart.reason == RESTART_MOVE and trial.status == PENDING and trial.checkpoint_path:
                             # _requeue set last_iteration to that of the checkpoint the new attempt resumes from
+                            # (a move without one, out of a stalled run, is no move to learn a cost from)
                             self._move_costs.left(trial_id, received, left_iteration, resize=restart.action == RESIZE,
                                                   resumed_from=trial.last_iteration)
                         else:
@@ -1865,6 +1585,11 @@ class Executor:
         trial = self.trials.get(trial_id) if trial_id is not None else None
         if trial is None:
             return
+        if what == "lane_wait" and attempt == trial.attempt and trial.placed_on:
+            self._admission_wait.add(trial_id)
+            self._dirty = True  # it may be what stalls the run (_stalled)
+        elif what == "lane_admit":
+            self._admission_wait.discard(trial_id)
         estimate = estimate_of(what, data)
         if estimate is not None and estimate != (trial.p_bytes, trial.t_bytes):
             trial.p_bytes, trial.t_bytes = estimate
@@ -2004,6 +1729,7 @@ class Executor:
                     self._send(device, "stop", [trial.trial_id], {trial.trial_id: trial.attempt})
             device.changed_at = ts
         trial.placed_on = ()
+        self._admission_wait.discard(trial.trial_id)
 
     def _requeue(self, trial: Trial, restart: _Restart, ts: float, device_name: str | None, trace: str | None,
                  events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]]) -> None:
@@ -2013,9 +1739,13 @@ class Executor:
         or from scratch when there is none; results it redoes are stored again under the new attempt. It keeps
         the devices the planner gave it (a move's destination, its device for a retry, an exploit or a replaced
         device), so the next plan keeps it there; a preempted trial goes back to the queue. A moved or preempted
-        trial whose checkpoint already reached its budget has nothing to run: it waits, paused off any device,
-        for its searcher to promote it (it then restarts) or stop it.
+        trial with nothing to run before its budget waits, paused off any device, for its searcher to promote it
+        (it then restarts) or stop it: one whose checkpoint already reached its budget, and one without a
+        checkpoint that had reached its budget (preempted while paused there because the run stalled:
+        :func:`~fluidsalus.trialgroup.dispatch.is_stalled`; it restarts from scratch if promoted).
         """
+        left = remaining_budget(trial, self.searcher.time_attr)
+        reached = left is not None and left <= 0  # in the attempt that ends, before a restart sets it back
         previous_config = trial.config
         if restart.config is not None:
             trial.config = dict(restart.config)
@@ -2027,15 +1757,16 @@ class Executor:
         elif trial.checkpoint_path is None:
             trial.last_iteration, trial.time_total_s = 0, 0.0
         else:
-            trial.last_iteration = _checkpoint_iteration(trial.checkpoint_path)
+            trial.last_iteration = checkpoint_iteration(trial.checkpoint_path)
         trial.attempt += 1
         trial.placed_on = ()
         if restart.reason in (RESTART_PREEMPT, RESTART_WITHDRAWN):
             trial.devices = ()
         remaining = remaining_budget(trial, self.searcher.time_attr)
         self._dirty = True
-        if restart.reason in (RESTART_MOVE, RESTART_PREEMPT) and remaining is not None and remaining <= 0 \
-                and trial.checkpoint_path is not None:
+        if restart.reason in (RESTART_MOVE, RESTART_PREEMPT) and (
+                (trial.checkpoint_path is not None and remaining is not None and remaining <= 0)
+                or (trial.checkpoint_path is None and reached)):
             trial.status, trial.devices = PAUSED, ()
         else:
             trial.status = PENDING
