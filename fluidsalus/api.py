@@ -94,9 +94,11 @@ def run(
         num_samples: Samples per grid point; -1 samples until the run is stopped, which needs ``time_budget_s``
             or a ``stop`` Stopper with ``stop_all()``, unless ``searcher`` may end the search itself
             (``BaseSearcher.ends_itself``: a Ray Tune search algorithm of the user's own that returns ``FINISHED``).
-        metric: The metric to optimise; every result must report it.
+        metric: The metric to optimise; every result must report it (``"a/b"`` names a nested value,
+            ``result["a"]["b"]``, and searchers see it under that key too).
         mode: ``"min"`` or ``"max"``; required with ``metric``.
-        stop: ``{key: threshold}`` (a trial stops once ``result[key] >= threshold``), a callable
+        stop: ``{key: threshold}`` (a trial stops once ``result[key] >= threshold``; ``"a/b"`` also names
+            ``result["a"]["b"]``; a result without the key fails the run), a callable
             ``f(trial_id, result) -> bool``, or a Ray-style Stopper (a callable with ``stop_all()``). The
             per-trial rule runs at each report in the trial's own thread. A Stopper's driver-side copy also sees
             every acknowledged result, and its ``stop_all()`` ends the experiment. The result a callable or a

@@ -428,6 +428,15 @@ def _score(history: list[Mapping[str, Any]], metric: str, mode: str, scope: str,
     return float(sum(values) / len(values))
 
 
+def with_flat_keys(result: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A result as a searcher sees it: its own keys, and, for every value in a nested dict, Ray's flattened key too
+    (``{"val": {"acc": 0.9}}`` also has ``"val/acc"``), as Ray's schedulers and search algorithms see only flattened
+    results. A flattened key the result already has keeps its value. The result itself when nothing is nested."""
+    if not any(isinstance(value, Mapping) for value in result.values()):
+        return result
+    return {**flatten_dict(result), **result}
+
+
 def flatten_dict(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested dicts flattened to ``"a/b"`` keys (Ray's delimiter), e.g. for config columns; ``prefix`` goes
     before every key."""

@@ -25,6 +25,7 @@ from fluidsalus.gpu.host import (
     DeviceHost,
     HostSettings,
     LaneStreams,
+    StopRuleError,
     StreamsByHandle,
     TrialSpec,
     stop_rule,
@@ -163,6 +164,29 @@ def test_stop_rule_on_a_missing_key_is_a_run_level_error(tmp_path):
 def test_stop_rule_rejects_other_types():
     with pytest.raises(ConfigError, match="stop: must be a dict"):
         stop_rule(42)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="missing='ignore' is not one of error, warn"):
+        stop_rule({"a": 1}, missing="ignore")
+
+
+def test_a_stop_key_with_a_slash_names_a_nested_value_unless_the_result_has_that_key_itself():
+    rule = stop_rule({"val/acc": 0.9})
+    assert not rule("t", {"val": {"acc": 0.5}}) and rule("t", {"val": {"acc": 0.95}})
+    assert not rule("t", {"val/acc": 0.5, "val": {"acc": 0.95}})  # Ray's flattened key: the result's own wins
+    with pytest.raises(StopRuleError, match="'val/acc' is not in the result"):
+        rule("t", {"val": {"loss": 1.0}})
+
+
+def test_a_stop_rule_that_warns_on_a_missing_key_checks_the_others_and_warns_once_per_key(caplog):
+    """Ray Tune's semantics (the Tune front end's): a key some results lack (a metric reported every few
+    iterations) is a warning, and the trial stops once a result that has it meets it."""
+    rule = stop_rule({"late": 8, "training_iteration": 20}, missing="warn")
+    with caplog.at_level("WARNING", logger="fluidsalus.gpu.host"):
+        assert not rule("t", {"training_iteration": 1})
+        assert not rule("t", {"training_iteration": 2})
+        assert rule("t", {"training_iteration": 20})  # the other key still stops it
+        assert not rule("t", {"training_iteration": 3, "late": 7}) and rule("t", {"training_iteration": 4, "late": 8})
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "Stopping criterion 'late' not found in the result of trial t" in warnings[0]
 
 
 def test_generator_trainable_and_returned_dict(tmp_path):

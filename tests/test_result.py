@@ -149,3 +149,13 @@ def test_the_best_result_of_one_trial_is_that_trial_and_the_errors_say_what_is_m
         two.get_best_result("acc", "max", filter_nan_and_inf=False)
     with pytest.raises(RuntimeError, match="To not ignore NaN values"):
         two.get_best_result("acc", "max")
+
+
+def test_a_searcher_sees_a_nested_value_under_rays_flattened_key_too():
+    from fluidsalus.result import with_flat_keys
+
+    flat = {"acc": 0.5, "training_iteration": 3}
+    assert with_flat_keys(flat) is flat  # nothing nested: the result itself
+    nested = {"val": {"acc": 0.9, "deep": {"x": 1}}, "val/acc": 0.1, "training_iteration": 3}
+    assert with_flat_keys(nested) == {"val": {"acc": 0.9, "deep": {"x": 1}}, "val/acc": 0.1, "val/deep/x": 1,
+                                      "training_iteration": 3}  # the result's own "val/acc" wins

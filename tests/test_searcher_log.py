@@ -230,3 +230,37 @@ def test_a_decision_may_be_given_as_its_value(tmp_path):
     log = SearcherLog(Strings(SPACE, 3, seed=0), store)
     assert log.on_result("t", {"score": 1.0}) is Decision.STOP
     assert log.on_result("t", {"score": 0.0}) is Decision.CONTINUE
+
+
+def test_a_searcher_is_given_nested_values_under_rays_flattened_keys_too_and_so_is_a_replay(tmp_path):
+    """``metric="val/acc"`` names ``result["val"]["acc"]``: the searcher sees that key, live and replayed, while
+    the log keeps the result as reported."""
+    class Seen(RandomSearch):
+        replayable = True  # what it records is no part of its state
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.seen: list[tuple[str, Any]] = []
+
+        def on_result(self, trial_id, result):
+            self.seen.append(("result", result.get("val/acc")))
+            return super().on_result(trial_id, result)
+
+        def on_trial_complete(self, trial_id, result=None, error=False):
+            self.seen.append(("complete", result.get("val/acc")))
+            super().on_trial_complete(trial_id, result, error=error)
+
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "val/acc", "max")
+    live = Seen(SPACE, 3, seed=0)
+    log = SearcherLog(live, store, share=1e-9, clock=Clock(1e-3))  # saved once, then the calls are logged
+    with store.transaction():
+        log.save()
+    log.on_result("t", {"val": {"acc": 0.5}})
+    log.on_trial_complete("t", {"val": {"acc": 0.75}}, error=False)
+    with store.transaction():
+        log.save()
+    assert live.seen == [("result", 0.5), ("complete", 0.75)]
+    assert [data for kind, _, data in store.searcher_calls() if kind == RESULT] == [{"val": {"acc": 0.5}}]
+    replayed = Seen(SPACE, 3, seed=0)
+    replay(replayed, store.searcher_calls())
+    assert replayed.seen == live.seen

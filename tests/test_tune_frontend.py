@@ -980,3 +980,30 @@ def test_results_frames_and_callbacks_have_rays_key_order(ray_cluster, tmp_path)
     assert seen.keys == RAY_METRICS_ORDER  # (Ray's callbacks get these keys but experiment_tag)
     assert list(grid[0].metrics_dataframe.columns) == RAY_FRAME_ORDER
     assert list(grid.get_dataframe().columns) == [*RAY_FRAME_ORDER, "logdir"]
+
+
+def _reports_val_acc(config):
+    """Reports a nested metric, ``{"val": {"acc": a * i}}``, and ``late`` only from its third iteration on."""
+    for i in range(1, 9):
+        result = {"val": {"acc": config["a"] * i}}
+        if i >= 3:
+            result["late"] = i
+        tune.report(result)
+
+
+def test_a_nested_metric_and_stop_key_name_their_values_with_rays_slash_and_a_missing_stop_key_is_no_error(
+        ray_cluster, tmp_path) -> None:
+    """Ray flattens a result before its scheduler, search algorithm and stop rule see it, so ``metric="val/acc"``
+    and ``stop={"val/acc": ...}`` name ``result["val"]["acc"]``; a stop key a result lacks is a warning there.
+    Before, each of these failed the run with a ConfigError."""
+    grid = Tuner(_reports_val_acc, param_space={"a": tune.grid_search([1, 2, 3, 5])},
+                 tune_config=tune.TuneConfig(metric="val/acc", mode="max",
+                                             scheduler=tune.schedulers.ASHAScheduler(max_t=8, grace_period=2)),
+                 run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0,
+                                           stop={"val/acc": 10, "late": 7})).fit()
+    assert grid.num_errors == 0  # ASHA read val/acc from every result (it fails a run whose results lack it)
+    reached = {r.config["a"]: r.metrics["training_iteration"] for r in grid}
+    assert reached[5] == 2  # val/acc 10 at its second iteration
+    assert all(it <= 7 for it in reached.values())  # "late" (from the third iteration on) stops the rest by 7
+    best = grid.get_best_result()
+    assert best.metrics["val"]["acc"] == max(r.metrics["val"]["acc"] for r in grid)

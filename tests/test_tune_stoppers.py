@@ -160,3 +160,30 @@ def test_arguments_ray_refuses_are_refused(build: Callable[[Any], Any]) -> None:
         build(rs)
     with pytest.raises(fs.ConfigError):
         build(fs)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_dict_stop_rule_through_the_tune_front_end_answers_as_rays_trial_should_stop(seed: int) -> None:
+    """``RunConfig(stop={...})``: Ray checks each flattened result with ``Trial.should_stop`` (a nested value under
+    its ``"a/b"`` key; a key a result lacks is skipped with a warning). The Tune front end's rule
+    (``combine_stops``: ``stop_rule(missing="warn")``) gives the same answer for every result of a stream where
+    the metric sits in a nested dict and is sometimes missing."""
+    from types import SimpleNamespace
+
+    from ray.tune.experiment.trial import Trial
+    from ray.tune.utils import flatten_dict
+
+    from fluidsalus.tune._tuner import combine_stops
+
+    criteria = {"val/loss": 0.45, "training_iteration": 25}
+    ours = combine_stops(criteria, [])
+    holder = SimpleNamespace(stopping_criterion=criteria)
+    stops = 0
+    for trial, result in _stream(seed, metric="loss"):
+        nested = {k: v for k, v in result.items() if k != "loss"}
+        if "loss" in result:
+            nested["val"] = {"loss": 1.0 - result["loss"]}  # rising, so that it meets the threshold (NaN stays NaN)
+        expected = Trial.should_stop(holder, flatten_dict(nested))
+        assert ours(trial, nested) == expected, (trial, nested)
+        stops += expected
+    assert stops  # the stream meets the criteria

@@ -50,6 +50,7 @@ from fluidsalus.gpu.allocator import is_refusal
 from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE, ArenaBackend, host_arenas
 from fluidsalus.gpu.hints import shared_process_hint
 from fluidsalus.gpu.policies import DEFAULT_POLICY, TrialView, choose, get_policy
+from fluidsalus.result import lookup_metric
 from fluidsalus.session import (
     BudgetKeyError,
     StopTrial,
@@ -1223,32 +1224,51 @@ def _is_out_of_memory(error: BaseException) -> bool:
     return torch is not None and isinstance(error, torch.OutOfMemoryError)
 
 
-def stop_rule(stop: Mapping[str, float] | Callable[[str, Mapping[str, Any]], bool] | None
-              ) -> Callable[[str, Mapping[str, Any]], bool] | None:
+#: What a dict stop rule does with a result that lacks one of its keys (:func:`stop_rule`).
+MISSING_STOP_KEY = ("error", "warn")
+
+
+def stop_rule(stop: Mapping[str, float] | Callable[[str, Mapping[str, Any]], bool] | None,
+              missing: str = "error") -> Callable[[str, Mapping[str, Any]], bool] | None:
     """Turn a user's ``stop`` argument into ``f(trial_id, result) -> bool``, with Ray Tune's meaning.
 
     Args:
-        stop: A dict ``{key: threshold}`` (stop once ``result[key] >= threshold`` for any key), a callable
-            ``f(trial_id, result) -> bool``, or None.
+        stop: A dict ``{key: threshold}`` (stop once ``result[key] >= threshold`` for any key; ``"a/b"`` also
+            names ``result["a"]["b"]``, as Ray flattens results), a callable ``f(trial_id, result) -> bool``, or
+            None.
+        missing: For a dict, a result without one of its keys: ``"error"`` fails the run (a misspelt key would
+            otherwise never stop anything); ``"warn"`` logs a warning once per key and checks the others, as Ray
+            Tune does (the Tune front end's choice: a metric reported only every few iterations is no error
+            there).
 
     Returns:
         The rule, or None when there is no stop rule.
     """
+    if missing not in MISSING_STOP_KEY:
+        raise ConfigError(f"stop_rule: missing={missing!r} is not one of {', '.join(MISSING_STOP_KEY)}")
     if stop is None:
         return None
     if callable(stop):
         return stop
     if isinstance(stop, Mapping):
         criteria = dict(stop)
+        warned: set[str] = set()
 
         def by_thresholds(trial_id: str, result: Mapping[str, Any]) -> bool:
             for key, threshold in criteria.items():
-                if key not in result:
-                    raise StopRuleError(
-                        f"stop: the stop criterion {key!r} is not in the result reported by trial {trial_id} "
-                        f"(its keys are {sorted(result)})"
-                    )
-                if result[key] >= threshold:
+                value = result[key] if key in result else lookup_metric(result, key)
+                if value is None and key not in result:
+                    if missing == "error":
+                        raise StopRuleError(
+                            f"stop: the stop criterion {key!r} is not in the result reported by trial {trial_id} "
+                            f"(its keys are {sorted(result)})"
+                        )
+                    if key not in warned:
+                        warned.add(key)
+                        logger.warning("Stopping criterion %r not found in the result of trial %s (its keys are "
+                                       "%s): it is checked again at each result", key, trial_id, sorted(result))
+                    continue
+                if value >= threshold:
                     return True
             return False
 

@@ -83,6 +83,7 @@ from fluidsalus.gpu.host import (
 )
 from fluidsalus.gpu.policies import DEFAULT_POLICY
 from fluidsalus.progress import Progress
+from fluidsalus.result import lookup_metric
 from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.session import AUTO_RESULT_KEYS, CHECKPOINT_VERDICT_CALL, DATE_FORMAT
 from fluidsalus.store import (
@@ -1821,7 +1822,7 @@ class Executor:
 
     def _check_metric(self, trial_id: str, result: Mapping[str, Any]) -> None:
         metric = self.settings.metric
-        if metric is None or metric in result:
+        if metric is None or metric in result or lookup_metric(result, metric) is not None:  # or nested: "val/acc"
             return
         reported = sorted(k for k in result if k not in AUTO_RESULT_KEYS)
         raise ConfigError(

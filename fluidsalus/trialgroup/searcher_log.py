@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fluidsalus.errors import FluidsalusError, StoreError
+from fluidsalus.result import with_flat_keys
 from fluidsalus.searchers import BaseSearcher, Decision
 from fluidsalus.searchers._base import is_replayable
 from fluidsalus.store import ExperimentStore, loads
@@ -95,12 +96,12 @@ class SearcherLog:
         return stops
 
     def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
-        """Give the searcher a result.
+        """Give the searcher a result (with Ray's flattened keys for nested values: :func:`with_flat_keys`).
 
         Raises:
             FluidsalusError: The searcher answered something other than a :class:`Decision`.
         """
-        answer = self.searcher.on_result(trial_id, result)
+        answer = self.searcher.on_result(trial_id, with_flat_keys(result))
         try:
             decision = Decision(answer)
         except ValueError:
@@ -112,7 +113,7 @@ class SearcherLog:
 
     def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool) -> None:
         """Tell the searcher of a trial's end."""
-        self.searcher.on_trial_complete(trial_id, result, error=error)
+        self.searcher.on_trial_complete(trial_id, None if result is None else with_flat_keys(result), error=error)
         self._log(COMPLETE, trial_id, {"result": result, "error": error})
 
     def save(self, force: bool = False) -> None:
@@ -164,9 +165,11 @@ def replay(searcher: BaseSearcher, calls: Sequence[tuple[str, str, Any]]) -> Non
         elif kind == STOPS:
             searcher.collect_stops()
         elif kind == RESULT:
-            searcher.on_result(trial_id, data)
+            searcher.on_result(trial_id, with_flat_keys(data))
         elif kind == COMPLETE:
-            searcher.on_trial_complete(trial_id, data["result"], error=bool(data["error"]))
+            result = data["result"]
+            searcher.on_trial_complete(trial_id, None if result is None else with_flat_keys(result),
+                                       error=bool(data["error"]))
         else:
             raise StoreError(f"unknown searcher call {kind!r} in the store")
 

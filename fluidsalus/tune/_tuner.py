@@ -144,7 +144,11 @@ class AnyStopWithStopper(AnyStop):
 
 
 def combine_stops(stop: Any, extra: list[Callable[[str, Mapping[str, Any]], bool]]) -> Any:
-    """The user's ``stop`` with the rules a translation adds (the user's own when there are none)."""
+    """The user's ``stop`` with the rules a translation adds (the user's own when there are none). A dict of
+    thresholds checks as Ray's does: a key a result lacks is a warning (once per key), not an error, and ``"a/b"``
+    also names a nested value (``stop_rule(missing="warn")``)."""
+    if isinstance(stop, Mapping):
+        stop = stop_rule(stop, missing="warn")
     if not extra:
         return stop
     if callable(getattr(stop, "stop_all", None)):
