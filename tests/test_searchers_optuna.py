@@ -306,6 +306,36 @@ def test_state_dict_round_trip_replays_an_in_memory_study_and_continues_running_
     assert first_saved["params"] == reference.study.get_trials()[0].params
 
 
+
+def test_a_resumed_seeded_sampler_goes_on_drawing_where_it_was_instead_of_repeating_its_first_draws():
+    """A seeded TPE's first draws are random ones from its own generator. Rebuilt from its seed on resume (before,
+    the state held no sampler), it drew the same sequence again, and the run had each of those configurations
+    twice (found by killing a Ray Tune script's driver and ``Tuner.restore``-ing it); Ray saves the sampler with
+    its searcher. Now the resumed searcher proposes what the uninterrupted one does."""
+    def step(search: OptunaSearch, trial_id: str) -> None:
+        search.on_result(trial_id, {"loss": 1.0, "training_iteration": 1})
+        search.on_trial_complete(trial_id, {"loss": 1.0, "training_iteration": 1})
+
+    def configs(search: OptunaSearch, first: int, count: int) -> list[dict[str, Any]]:
+        out = []
+        for index in range(first, first + count):
+            (group,) = search.next_groups()
+            (config,) = group.configs
+            search.on_trial_add(f"t{index}", group.group_id, config)
+            out.append(config)
+            step(search, f"t{index}")
+        return out
+
+    uninterrupted = _search(num_samples=8, batch_size=1, seed=3)
+    before = configs(uninterrupted, 0, 4)
+    state = json.loads(json.dumps(uninterrupted.state_dict()))
+    resumed = _search(num_samples=8, batch_size=1, seed=3)
+    resumed.load_state_dict(state)
+    after = configs(resumed, 4, 4)
+    assert after == configs(uninterrupted, 4, 4)
+    assert not [c for c in after if c in before]  # before: the first four again
+
+
 def test_load_into_a_study_that_already_holds_the_trials_adds_no_duplicates():
     study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=0))
     first = _search(num_samples=4, batch_size=2, seed=None, study=study)

@@ -32,9 +32,11 @@ and the suggested values are not added to it.
 
 from __future__ import annotations
 
+import base64
 import copy
 import math
 import numbers
+import pickle
 import time
 import warnings
 from collections import deque
@@ -263,6 +265,7 @@ class OptunaSearch(BaseSearcher):
         self._returned: dict[int, dict[str, Any]] = {}  # Optuna trial number -> constants define_by_run returned
         self._trial_distributions: dict[str, dict[str, str]] = {}  # define-by-run: trial id -> JSON distributions
         self._told_json = KeptRecords()  # told trials' parts of state_json, encoded once
+        self._sampler_unpicklable = False  # warned once that the sampler cannot be saved (_sampler_state)
         self._constraint_values: dict[str, dict[str, float]] = {}  # trial id -> outcome constraint -> violation
 
     # ------------------------------------------------------------------ construction helpers
@@ -621,7 +624,8 @@ class OptunaSearch(BaseSearcher):
     # ------------------------------------------------------------------ state
 
     def state_dict(self) -> dict[str, Any]:
-        """What a resumed run needs: every proposed trial's parameters, intermediate values and outcome.
+        """What a resumed run needs: every proposed trial's parameters, intermediate values and outcome, and the
+        sampler as it is now (its random generators' state: :meth:`_sampler_state`).
 
         The Optuna study itself is not in it. :meth:`load_state_dict` replays the finished trials into the
         study when they are not there (an in-memory study), and asks running trials again.
@@ -634,7 +638,26 @@ class OptunaSearch(BaseSearcher):
             "group_seq": self._group_seq,
             "trials": {trial_id: self._record(trial_id) for trial_id in self._params},
             "unassigned": {gid: [dict(t.params) for t in queue] for gid, queue in self._unassigned.items()},
+            "sampler": self._sampler_state(),
         }
+
+    def _sampler_state(self) -> str | None:
+        """The study's sampler, pickled (base64 text), or None when it cannot be pickled.
+
+        A seeded sampler draws from its own random generators. Rebuilt from its seed on resume, it would draw
+        the sequence again from the start and propose the configurations the run already has (TPE's first
+        ``n_startup_trials`` are random draws). Ray saves its whole ``OptunaSearch`` with the sampler in it; so is
+        the sampler here, with every state this searcher writes (about 11 KB and 0.25 ms for a TPESampler).
+        """
+        try:
+            return base64.b64encode(pickle.dumps(self.study.sampler)).decode("ascii")
+        except Exception as e:  # noqa: BLE001 - a sampler of the user's own that cannot be pickled
+            if not self._sampler_unpicklable:
+                self._sampler_unpicklable = True
+                warnings.warn(f"OptunaSearch: the sampler {type(self.study.sampler).__name__} cannot be pickled "
+                              f"({e}): a resumed run starts it afresh, and a seeded one may propose "
+                              "configurations again", stacklevel=2)
+            return None
 
     def _record(self, trial_id: str) -> dict[str, Any]:
         """One trial's part of :meth:`state_dict`."""
@@ -666,7 +689,7 @@ class OptunaSearch(BaseSearcher):
         trials = self._told_json.encode(self._params, self._record, lambda trial_id: trial_id in self._told)
         unassigned = {gid: [dict(t.params) for t in queue] for gid, queue in self._unassigned.items()}
         return (f'{{"asked":{dumps(self._asked)},"group_seq":{dumps(self._group_seq)},'
-                f'"trials":{trials},"unassigned":{dumps(unassigned)}}}')
+                f'"trials":{trials},"unassigned":{dumps(unassigned)},"sampler":{dumps(self._sampler_state())}}}')
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned, into this searcher's study.
@@ -725,6 +748,22 @@ class OptunaSearch(BaseSearcher):
             self._trials[trial_id], self._intermediate[trial_id] = trial, intermediate
         for group_id, records in state["unassigned"].items():
             self._unassigned[group_id] = deque(self._ask(params) for params in records)
+        self._load_sampler(state.get("sampler"))
+
+    def _load_sampler(self, text: str | None) -> None:
+        """Put back the sampler :meth:`_sampler_state` saved (after the replay above, which asked the running
+        trials again with fixed parameters), so that it goes on drawing where it was. A state of another kind of
+        sampler than this run's (the script changed it), or one that cannot be read, is not used."""
+        if text is None:
+            return
+        try:
+            sampler = pickle.loads(base64.b64decode(text))
+        except Exception as e:  # noqa: BLE001 - written by another version of the sampler's package, say
+            warnings.warn(f"OptunaSearch: the saved sampler cannot be read ({e}); the run goes on with a new one",
+                          stacklevel=2)
+            return
+        if type(sampler) is type(self.study.sampler):
+            self.study.sampler = sampler
 
     def _distributions_of(self, record: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, BaseDistribution]:
         """The distributions of a saved trial: its own (define-by-run) or the space's."""
