@@ -726,8 +726,9 @@ def test_a_device_that_dies_twice_in_a_second_gets_a_replacement_each_time(stora
     marks = tmp_path / "marks"
     marks.mkdir()
     fluidsalus.release_devices()  # its first actor is its own, named after it (not one a run before left warm)
+    # (two deaths at the same point while it computed are one failure of the trial: DEATHS_PER_FAILURE; one retry)
     grid = fluidsalus.run(dies_with_its_device_twice, {"marks": str(marks)}, devices=1, storage_path=storage,
-                          name="twice", verbose=0)
+                          name="twice", verbose=0, max_failures=1)
     assert grid.num_errors == 0 and [r.metrics["it"] for r in grid] == [3]
     reader = ExperimentStore.open(grid.experiment_path, readonly=True)
     try:
@@ -998,3 +999,43 @@ def test_a_killed_driver_whose_searcher_state_was_saved_long_ago_resumes_from_th
     final = _asha(12)
     final.load_state_dict(loads(after.experiment()["searcher_state"]))
     assert final.is_finished() and set(final.state_dict()["rungs"][0][-1]) == {t.trial_id for t in after.trials()}
+
+
+def ends_its_process_at_iteration_two(config: dict[str, Any]) -> None:
+    """``k == 1`` ends its device process (as a segfault or the out-of-memory killer would) at iteration 2, every
+    time; the others report three iterations."""
+    for i in range(1, 4):
+        time.sleep(0.05)
+        if config["k"] == 1 and i == 2:
+            os._exit(1)
+        fluidsalus.report({"v": i})
+
+
+@pytest.mark.parametrize("max_failures", [0, 1])
+def test_a_trial_that_ends_its_own_device_process_each_time_fails_instead_of_restarting_for_ever(
+        ray_cluster, storage, max_failures):
+    """A device's death is not its trials' failure, so it used to restart them: a trial that kills its process at
+    the same point every time was restarted for ever and the run never ended. Two deaths in a row while it
+    computed, with no progress between them (``DEATHS_PER_FAILURE``), count as one failure; ``max_failures``
+    retries it, then it errors with that reason. Its neighbours, which never computed at a death of their own
+    device twice without getting further, finish."""
+    from fluidsalus.trialgroup.executor import DEATHS_PER_FAILURE
+
+    grid = fluidsalus.run(ends_its_process_at_iteration_two, {"k": fluidsalus.grid_search([0, 1, 2])},
+                          max_failures=max_failures, storage_path=storage, name=f"dies{max_failures}", verbose=0,
+                          time_budget_s=120)  # (before: it ran until this budget ended it)
+    assert grid.num_errors == 1
+    (failed,) = [r for r in grid if r.error is not None]
+    assert failed.config == {"k": 1} and failed.metrics["training_iteration"] == 1
+    assert f"died {DEATHS_PER_FAILURE} times while it ran, each time before it got past iteration 1" in str(
+        failed.error)
+    assert sorted(r.metrics["training_iteration"] for r in grid if r.error is None) == [3, 3]
+    store = ExperimentStore.open(grid.experiment_path, readonly=True)
+    try:
+        assert len(store.events("device_died")) == DEATHS_PER_FAILURE * (max_failures + 1)
+        (row,) = [t for t in store.trials() if t.trial_id == failed.trial_id]
+        assert row.num_failures == max_failures + 1
+    finally:
+        store.close()
+    with open(os.path.join(failed.path, ERROR_FILE)) as f:
+        assert f.read().count("Failure # ") == max_failures + 1  # one per counted failure, as Ray's file

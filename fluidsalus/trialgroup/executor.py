@@ -177,6 +177,13 @@ RESTART_MOVE = "move"  # a MOVE or RESIZE: restart from its checkpoint on the pl
 RESTART_PREEMPT = "preempted"  # its memory went to another trial: checkpoint, back to the queue
 RESTART_WITHDRAWN = "withdrawn"  # its device gave it back before it began: back to the queue, nothing lost
 
+#: Deaths of a trial's device, while the trial computed and got no further than at the first of them, that count
+#: as one failure of the trial (retried while ``max_failures`` allows, else it errors). A device's death is
+#: otherwise not its trials' failure (a neighbour, the machine or a chaos test may have killed the process), so
+#: one death alone never counts; but a trial that kills its own process (``os._exit``, a segfault, the kernel's
+#: out-of-memory killer) again at the same point was restarted for ever. Two such deaths in a row are that loop.
+DEATHS_PER_FAILURE = 2
+
 
 @dataclass
 class ExecutorSettings:
@@ -1868,7 +1875,17 @@ class Executor:
                     # the trial raised meanwhile): it restarts as every trial of the device does, from its last
                     # checkpoint, where the next plan puts it. An exploit or a retry keeps its own restart.
                     restart = _Restart(reason="device_died", error=text)
+                computing = trial.status == RUNNING  # (began, not paused, when the driver last heard of it)
                 self._unplace(trial, now)  # its workers elsewhere are told to stop: rank 0 is gone
+                if restart is None and not stopping and self._death_is_failure(trial, computing):
+                    if self._may_retry(trial):
+                        trial.num_failures += 1
+                        restart = _Restart(reason="retry", error=self._death_error(trial, text))
+                        _append_error_file(trial.trial_dir, trial.num_failures, now, restart.error)
+                    else:
+                        self._end_by_deaths(trial, self._death_error(trial, text), now, device.spec.name, events)
+                        ended.append(trial)
+                        continue
                 if stopping and restart is None:  # it was being stopped for good: it ends now
                     trial.status, trial.devices = TERMINATED, ()
                     self._forget(trial_id)
@@ -1888,8 +1905,13 @@ class Executor:
         device.lingering.clear()
         self._send_stop(lost_worker)
         for trial in ended:
-            self._stopped += 1
-            self._log_end(trial, OUT_STOPPED)
+            if trial.status == ERROR:
+                if self._first_error is None:
+                    self._first_error = f"Trial {trial.trial_id} failed: {trial.error}"
+                self._log_end(trial, OUT_ERRORED)
+            else:
+                self._stopped += 1
+                self._log_end(trial, OUT_STOPPED)
             for callback in self.settings.callbacks:
                 callback.on_trial_complete(trial.trial_id, trial.status, trial.last_result)
         # Named by its number: two deaths within a second once gave a replacement the name of the last one, which
@@ -1905,6 +1927,47 @@ class Executor:
         # run began without does (:meth:`_join`), and its trials wait in the queue or go to the others meanwhile.
         device.actor, device.actor_name, device.start_ref = actor, name, actor.info.remote()
         device.launched = time.time()
+
+    def _may_retry(self, trial: Trial) -> bool:
+        limit = self.settings.max_failures
+        return limit < 0 or trial.num_failures < limit
+
+    @staticmethod
+    def _death_is_failure(trial: Trial, computing: bool) -> bool:
+        """Whether this death of the trial's device counts as the trial's failure (:data:`DEATHS_PER_FAILURE`):
+        the trial was computing at this death and at the ones before it since which it got no further. A trial
+        that got past its first death point starts counting again."""
+        if not computing:
+            return False
+        if trial.death_point is None or trial.last_iteration > trial.death_point:
+            trial.death_point, trial.stuck_deaths = trial.last_iteration, 0
+        trial.stuck_deaths += 1
+        if trial.stuck_deaths < DEATHS_PER_FAILURE:
+            return False
+        trial.stuck_deaths = 0
+        return True
+
+    @staticmethod
+    def _death_error(trial: Trial, text: str) -> str:
+        """The last death's error, then (the line a log shows) what counted it as the trial's failure."""
+        return (f"{text.rstrip()}\nIts device process died {DEATHS_PER_FAILURE} times while it ran, each time "
+                f"before it got past iteration {trial.death_point}: the trial may end the process itself (os._exit, "
+                "a crash in native code, the out-of-memory killer)")
+
+    def _end_by_deaths(self, trial: Trial, error: str, now: float, device_name: str,
+                       events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]]) -> None:
+        """End a trial errored (inside the device death's transaction): its device's deaths were its failures, and
+        ``max_failures`` allows no more."""
+        trial.status, trial.devices, trial.error = ERROR, (), error
+        trial.num_failures += 1
+        self._forget(trial.trial_id)
+        _append_error_file(trial.trial_dir, trial.num_failures, now, error)
+        self.store.update_trial(trial.trial_id, status=ERROR, finished_at=now, error=error, stop_reason=OUT_ERRORED,
+                                last_iteration=trial.last_iteration, checkpoint_path=trial.checkpoint_path,
+                                num_failures=trial.num_failures)
+        events.append((now, "trial_end", trial.trial_id, device_name, {"attempt": trial.attempt,
+                                                                        "outcome": OUT_ERRORED}))
+        self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=True)
 
     def _log_end(self, trial: Trial, outcome: str, trace: str | None = None) -> None:
         """Print a trial's end: a trial that failed for good from ``verbose=1`` on, to stderr, as Ray logs it (the

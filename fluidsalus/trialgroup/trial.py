@@ -47,6 +47,9 @@ class Trial:
             has not been submitted, or has ended.
         p_bytes: Its persistent-memory estimate P, from its device's lane events (None: not known yet).
         t_bytes: Its ephemeral-memory estimate T (None: not known yet).
+        death_point: Its last iteration when a device died while it computed, the first of the deaths it has
+            not got past since (None: none); ``stuck_deaths`` counts those deaths (the executor's
+            ``DEATHS_PER_FAILURE``).
     """
 
     trial_id: str
@@ -70,6 +73,8 @@ class Trial:
     error: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
     extras: dict[str, Any] | None = None  # keys added to each of its results (ExecutorSettings.result_extras)
+    death_point: int | None = None
+    stuck_deaths: int = 0
 
     @property
     def device(self) -> int | None:
