@@ -16,6 +16,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -48,6 +49,9 @@ EXP_RUNNING, EXP_FINISHED, EXP_ERROR, EXP_INTERRUPTED = "RUNNING", "FINISHED", "
 #: Seconds to wait for a TCP connection to ``address`` before ``ray.init`` is tried. Ray itself retries an
 #: unreachable head for minutes; this turns a mistyped address into a prompt ConfigError.
 ADDRESS_CONNECT_TIMEOUT_S = 5.0
+#: Held while a run checks whether this process has initialised Ray and initialises it: two runs started at once
+#: from two threads (two Optuna studies, say) both found Ray not initialised, and the second ``ray.init`` failed.
+_CONNECT_LOCK = threading.Lock()
 
 
 def run(
@@ -312,6 +316,11 @@ def _connect(address: str | None) -> None:
             differs from the one a ``host:port`` address names (host names are not compared: one node has
             several).
     """
+    with _CONNECT_LOCK:
+        _connect_locked(address)
+
+
+def _connect_locked(address: str | None) -> None:
     if ray.is_initialized():
         # A ``ray://`` address names the Ray Client server, whose port is not the GCS port: not compared.
         if address is not None and address not in ("auto", "local") and not address.startswith("ray://"):

@@ -148,6 +148,41 @@ def test_an_address_other_than_the_connected_clusters_is_refused(ray_cluster, tm
     assert not (tmp_path / "x").exists()
 
 
+
+def test_runs_started_at_once_from_two_threads_initialise_ray_once(monkeypatch):
+    """Two runs (two Optuna studies, say) started together from two threads both found Ray not initialised, and the
+    second ``ray.init`` failed ("Perhaps you called ray.init twice by accident?"): the check and the init are one
+    step now (``api._CONNECT_LOCK``)."""
+    import threading
+
+    from fluidsalus import api
+
+    state = {"initialised": False, "inits": 0}
+
+    def slow_init(**kwargs):
+        time.sleep(0.2)  # Ray takes seconds: long enough for the other thread to look meanwhile
+        if state["initialised"]:
+            raise AssertionError("Perhaps you called ray.init twice by accident?")
+        state["initialised"], state["inits"] = True, state["inits"] + 1
+
+    monkeypatch.setattr(api.ray, "is_initialized", lambda: state["initialised"])
+    monkeypatch.setattr(api.ray, "init", slow_init)
+    errors: list[BaseException] = []
+
+    def connect() -> None:
+        try:
+            api._connect(None)
+        except BaseException as e:  # noqa: BLE001 - collected for the assertion
+            errors.append(e)
+
+    threads = [threading.Thread(target=connect) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and state["inits"] == 1
+
+
 def _unused_port() -> int:
     import socket
 
