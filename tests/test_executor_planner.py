@@ -24,6 +24,7 @@ from fluidsalus.trialgroup.dispatch import (
     DeviceLoad,
     LaneMirror,
     TrialState,
+    charge_death,
     choose_prefetch,
     estimate_of,
     is_stalled,
@@ -219,6 +220,23 @@ def test_when_the_run_is_stalled_moves_and_preemptions_go_ahead_without_a_checkp
 def test_a_run_is_stalled_when_nothing_computes_nothing_is_under_way_and_a_trial_waits(
         computing, waiting, queued, under_way, stalled):
     assert is_stalled(computing, waiting, queued, under_way) is stalled
+
+
+
+def test_a_device_death_blames_the_trials_computing_at_it_in_equal_shares_until_one_gets_further():
+    """``charge_death``: a trial that computed alone at two deaths in a row without a result past the first fails
+    once; one of two computing trials needs four such deaths; a result past the death point starts it afresh."""
+    alone = _trial("alone", last_iteration=3)
+    assert not charge_death(alone, 1) and charge_death(alone, 1)  # two deaths at iteration 3, alone
+    assert (alone.death_point, alone.stuck_deaths) == (3, 2)
+    assert not charge_death(alone, 1)  # its retry counts afresh: one more death is not yet a failure
+    shared = _trial("shared", last_iteration=0)
+    assert [charge_death(shared, 2) for _ in range(4)] == [False, False, False, True]
+    moving_on = _trial("moving_on", last_iteration=1)
+    assert not charge_death(moving_on, 1)
+    moving_on.last_iteration = 2  # it got further before the next death: counted from there
+    assert not charge_death(moving_on, 1) and moving_on.death_point == 2 and moving_on.stuck_deaths == 1
+    assert charge_death(moving_on, 1)
 
 
 def test_submissions_stop_at_max_concurrent_trials():

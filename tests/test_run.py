@@ -726,7 +726,7 @@ def test_a_device_that_dies_twice_in_a_second_gets_a_replacement_each_time(stora
     marks = tmp_path / "marks"
     marks.mkdir()
     fluidsalus.release_devices()  # its first actor is its own, named after it (not one a run before left warm)
-    # (two deaths at the same point while it computed are one failure of the trial: DEATHS_PER_FAILURE; one retry)
+    # (two deaths at one point while it computed alone are one failure of the trial: DEATHS_PER_FAILURE; one retry)
     grid = fluidsalus.run(dies_with_its_device_twice, {"marks": str(marks)}, devices=1, storage_path=storage,
                           name="twice", verbose=0, max_failures=1)
     assert grid.num_errors == 0 and [r.metrics["it"] for r in grid] == [3]
@@ -1016,10 +1016,10 @@ def test_a_trial_that_ends_its_own_device_process_each_time_fails_instead_of_res
         ray_cluster, storage, max_failures):
     """A device's death is not its trials' failure, so it used to restart them: a trial that kills its process at
     the same point every time was restarted for ever and the run never ended. Two deaths in a row while it
-    computed, with no progress between them (``DEATHS_PER_FAILURE``), count as one failure; ``max_failures``
-    retries it, then it errors with that reason. Its neighbours, which never computed at a death of their own
-    device twice without getting further, finish."""
-    from fluidsalus.trialgroup.executor import DEATHS_PER_FAILURE
+    computed alone, with no progress between them (``dispatch.DEATHS_PER_FAILURE``), count as one failure;
+    ``max_failures`` retries it, then it errors with that reason. Its neighbours, which never computed at a death
+    of their own device twice without getting further, finish."""
+    from fluidsalus.trialgroup.dispatch import DEATHS_PER_FAILURE
 
     grid = fluidsalus.run(ends_its_process_at_iteration_two, {"k": fluidsalus.grid_search([0, 1, 2])},
                           max_failures=max_failures, storage_path=storage, name=f"dies{max_failures}", verbose=0,
@@ -1027,12 +1027,12 @@ def test_a_trial_that_ends_its_own_device_process_each_time_fails_instead_of_res
     assert grid.num_errors == 1
     (failed,) = [r for r in grid if r.error is not None]
     assert failed.config == {"k": 1} and failed.metrics["training_iteration"] == 1
-    assert f"died {DEATHS_PER_FAILURE} times while it ran, each time before it got past iteration 1" in str(
-        failed.error)
+    deaths = DEATHS_PER_FAILURE * (max_failures + 1)  # it computed alone at each: one device, one slot
+    assert f"died {deaths} times while it ran, each time before it got past iteration 1" in str(failed.error)
     assert sorted(r.metrics["training_iteration"] for r in grid if r.error is None) == [3, 3]
     store = ExperimentStore.open(grid.experiment_path, readonly=True)
     try:
-        assert len(store.events("device_died")) == DEATHS_PER_FAILURE * (max_failures + 1)
+        assert len(store.events("device_died")) == deaths
         (row,) = [t for t in store.trials() if t.trial_id == failed.trial_id]
         assert row.num_failures == max_failures + 1
     finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 from fluidsalus.gpu.lanes import LaneView
@@ -113,6 +114,41 @@ class TrialState(NamedTuple):
     busy: bool = False
     min_devices: int = 1
     stalled: bool = False
+
+
+#: Blame, from deaths of a trial's device while it computed and got no further than at the first of them, that
+#: counts as one failure of the trial (retried while ``max_failures`` allows, else it errors). Each such death
+#: blames the trials computing at it in equal shares: a process runs the trials of its device, and any of them
+#: may have ended it. A device's death is otherwise not its trials' failure (a neighbour, the machine, an
+#: operator or a chaos test may have killed the process), so one death alone never counts; but a trial that ends
+#: its own process (``os._exit``, a segfault, the kernel's out-of-memory killer) again at the same point was
+#: restarted for ever. Two such deaths while it computed alone are that loop (with ``n`` trials computing beside
+#: each other at every death, ``2 * n`` of them).
+DEATHS_PER_FAILURE = 2
+
+
+def charge_death(trial: Trial, computing: int) -> bool:
+    """Charge a trial computing at its device's death with its share of the blame (:data:`DEATHS_PER_FAILURE`).
+
+    The deaths count from the first at which the trial had reached its current ``last_iteration``; a trial that
+    got further since (a result past ``death_point``) starts counting again. Updates ``trial.death_point``,
+    ``trial.death_blame`` and ``trial.stuck_deaths``.
+
+    Args:
+        trial: The trial; it had begun and was not paused at the death.
+        computing: The trials computing on the device at the death, this one included.
+
+    Returns:
+        True when the blame reaches one failure (it is then reset, for the retry to count afresh).
+    """
+    if trial.death_point is None or trial.last_iteration > trial.death_point:
+        trial.death_point, trial.death_blame, trial.stuck_deaths = trial.last_iteration, Fraction(0), 0
+    trial.death_blame += Fraction(1, max(1, computing))
+    trial.stuck_deaths += 1
+    if trial.death_blame < DEATHS_PER_FAILURE:
+        return False
+    trial.death_blame = Fraction(0)
+    return True
 
 
 def is_stalled(computing: int, waiting: int, queued: int, under_way: bool) -> bool:

@@ -106,6 +106,7 @@ from fluidsalus.trialgroup.dispatch import (
     LaneMirror,
     PlanActions,
     TrialState,
+    charge_death,
     checkpoint_iteration,
     choose_prefetch,
     estimate_of,
@@ -176,13 +177,6 @@ ERROR_VERBOSITY = 1
 RESTART_MOVE = "move"  # a MOVE or RESIZE: restart from its checkpoint on the planner's new devices
 RESTART_PREEMPT = "preempted"  # its memory went to another trial: checkpoint, back to the queue
 RESTART_WITHDRAWN = "withdrawn"  # its device gave it back before it began: back to the queue, nothing lost
-
-#: Deaths of a trial's device, while the trial computed and got no further than at the first of them, that count
-#: as one failure of the trial (retried while ``max_failures`` allows, else it errors). A device's death is
-#: otherwise not its trials' failure (a neighbour, the machine or a chaos test may have killed the process), so
-#: one death alone never counts; but a trial that kills its own process (``os._exit``, a segfault, the kernel's
-#: out-of-memory killer) again at the same point was restarted for ever. Two such deaths in a row are that loop.
-DEATHS_PER_FAILURE = 2
 
 
 @dataclass
@@ -1859,6 +1853,9 @@ class Executor:
             (now, "device_died", None, device.spec.name, {"error": text})]
         ended: list[Trial] = []
         lost_worker: list[str] = []
+        # (began, not paused, when the driver last heard of them; its home here: charge_death shares the blame)
+        computing = {tid for tid in device.assigned if self.trials[tid].status == RUNNING
+                     and self.trials[tid].placed_on[:1] == (device.spec.index,)}
         with self.store.transaction():
             for trial_id in sorted(device.assigned):
                 trial = self.trials[trial_id]
@@ -1875,9 +1872,8 @@ class Executor:
                     # the trial raised meanwhile): it restarts as every trial of the device does, from its last
                     # checkpoint, where the next plan puts it. An exploit or a retry keeps its own restart.
                     restart = _Restart(reason="device_died", error=text)
-                computing = trial.status == RUNNING  # (began, not paused, when the driver last heard of it)
                 self._unplace(trial, now)  # its workers elsewhere are told to stop: rank 0 is gone
-                if restart is None and not stopping and self._death_is_failure(trial, computing):
+                if restart is None and not stopping and trial_id in computing and charge_death(trial, len(computing)):
                     if self._may_retry(trial):
                         trial.num_failures += 1
                         restart = _Restart(reason="retry", error=self._death_error(trial, text))
@@ -1933,24 +1929,9 @@ class Executor:
         return limit < 0 or trial.num_failures < limit
 
     @staticmethod
-    def _death_is_failure(trial: Trial, computing: bool) -> bool:
-        """Whether this death of the trial's device counts as the trial's failure (:data:`DEATHS_PER_FAILURE`):
-        the trial was computing at this death and at the ones before it since which it got no further. A trial
-        that got past its first death point starts counting again."""
-        if not computing:
-            return False
-        if trial.death_point is None or trial.last_iteration > trial.death_point:
-            trial.death_point, trial.stuck_deaths = trial.last_iteration, 0
-        trial.stuck_deaths += 1
-        if trial.stuck_deaths < DEATHS_PER_FAILURE:
-            return False
-        trial.stuck_deaths = 0
-        return True
-
-    @staticmethod
     def _death_error(trial: Trial, text: str) -> str:
         """The last death's error, then (the line a log shows) what counted it as the trial's failure."""
-        return (f"{text.rstrip()}\nIts device process died {DEATHS_PER_FAILURE} times while it ran, each time "
+        return (f"{text.rstrip()}\nIts device process died {trial.stuck_deaths} times while it ran, each time "
                 f"before it got past iteration {trial.death_point}: the trial may end the process itself (os._exit, "
                 "a crash in native code, the out-of-memory killer)")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from fluidsalus.store import PENDING
@@ -48,8 +49,8 @@ class Trial:
         p_bytes: Its persistent-memory estimate P, from its device's lane events (None: not known yet).
         t_bytes: Its ephemeral-memory estimate T (None: not known yet).
         death_point: Its last iteration when a device died while it computed, the first of the deaths it has
-            not got past since (None: none); ``stuck_deaths`` counts those deaths (the executor's
-            ``DEATHS_PER_FAILURE``).
+            not got past since (None: none); ``stuck_deaths`` counts those deaths and ``death_blame`` sums its
+            shares of them (``dispatch.charge_death``).
     """
 
     trial_id: str
@@ -75,6 +76,7 @@ class Trial:
     extras: dict[str, Any] | None = None  # keys added to each of its results (ExecutorSettings.result_extras)
     death_point: int | None = None
     stuck_deaths: int = 0
+    death_blame: Fraction = Fraction(0)
 
     @property
     def device(self) -> int | None:
