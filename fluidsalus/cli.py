@@ -26,6 +26,8 @@ from fluidsalus.result import _finite
 from fluidsalus.store import DB_FILENAME, ExperimentStore
 
 EXIT_USAGE = 2
+#: The exit status after the reader of the output went away (``fluidsalus ls | head``): a shell's for SIGPIPE.
+EXIT_BROKEN_PIPE = 128 + 13
 
 
 class _UsageError(Exception):
@@ -183,10 +185,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        status = int(args.func(args))
+        sys.stdout.flush()
+        return status
     except (_UsageError, StoreError) as e:
         print(f"fluidsalus: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        # The reader stopped reading (``| head``): no traceback. Python would flush stdout again at exit and
+        # fail the same way, so stdout goes to /dev/null first (the way Python's documentation gives).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -42,6 +42,23 @@ def test_ls_empty_folder(tmp_path, capsys):
     assert "no experiments" in capsys.readouterr().out
 
 
+
+def test_output_to_a_reader_that_went_away_ends_quietly(tmp_path):
+    """``fluidsalus ls | head``: once ``head`` has read its lines and gone, writing fails with EPIPE. That printed
+    a ``BrokenPipeError`` traceback (and Python's "Exception ignored" at exit); now the command ends at once, with
+    no output on stderr and a shell's exit status for SIGPIPE."""
+    from fluidsalus.cli import EXIT_BROKEN_PIPE
+
+    script = (
+        "import os, sys\n"
+        "from fluidsalus.cli import main\n"
+        "r, w = os.pipe(); os.close(r); os.dup2(w, 1)  # stdout: a pipe nobody reads any more\n"
+        f"sys.exit(main(['ls', {str(tmp_path)!r}]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (EXIT_BROKEN_PIPE, "")
+
+
 def test_run_unknown_target_exits_2_and_names_examples(capsys):
     assert main(["run", "no_such_example_or_module"]) == EXIT_USAGE
     err = capsys.readouterr().err
