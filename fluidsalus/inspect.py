@@ -35,6 +35,9 @@ from fluidsalus.store import (
     finite,
     resolve_db_path,
 )
+from fluidsalus.store import (
+    ERROR as ERROR_STATUS,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,6 +46,9 @@ if TYPE_CHECKING:
 JSON_SCHEMA_VERSION = 1
 #: The trial outcome (``stop_reason``) of a trial the searcher or the stop rule ended early.
 STOPPED_OUTCOME = "stopped"
+#: Errored trials the table lists, one line each (the JSON lists them all): enough to see whether the trials failed
+#: for one reason or for several, without a sweep of hundreds of failures filling the screen.
+ERRORS_SHOWN = 10
 
 # Plot settings.
 #: Figure width, inches.
@@ -320,6 +326,19 @@ class Report:
         return sum(1 for t in self.trial_rows if t.status == TERMINATED and t.stop_reason == STOPPED_OUTCOME)
 
     @property
+    def errors(self) -> list[dict[str, str]]:
+        """Each errored trial's id and error (the exception's last line, as the table shows it, and the whole
+        text), in the order the trials were created."""
+        out = []
+        for t in self.trial_rows:
+            if t.status != ERROR_STATUS:
+                continue
+            text = (t.error or "").strip()
+            lines = text.splitlines()
+            out.append({"trial_id": t.trial_id, "error": lines[-1] if lines else "no error text", "text": text})
+        return out
+
+    @property
     def best(self) -> BestTrial | None:
         """The best trial by its last result, or None without a metric or a finite value."""
         metric, mode = self.experiment["metric"], self.experiment["mode"]
@@ -420,6 +439,7 @@ class Report:
             "totals": asdict(self.total_stats),
             "lanes": [asdict(lane) for lane in self.lane_stats],
             "best": None if best is None else asdict(best),
+            "errors": self.errors,
             "planner": asdict(self.planner),
             "timeline": [{**asdict(b), "start_s": b.start - t0, "end_s": b.end - t0} for b in self.timeline_bins
                          if b.device == gp.TOTAL_DEVICE],
@@ -470,6 +490,12 @@ class Report:
             late = [f"{name} never started" if after is None else f"{name} joined after {after:.2f}s"
                     for name, after in self.planner.late_devices.items()]
             lines.append("devices the run started without (their resources were taken): " + ", ".join(late))
+        errors = self.errors
+        if errors:
+            lines.append(f"errored trials ({len(errors)}):")
+            lines += [f"  {e['trial_id']}: {e['error']}" for e in errors[:ERRORS_SHOWN]]
+            if len(errors) > ERRORS_SHOWN:
+                lines.append(f"  ... and {len(errors) - ERRORS_SHOWN} more (--json lists them all)")
         best = self.best
         if best is None:
             lines.append("best trial: -")

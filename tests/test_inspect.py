@@ -238,6 +238,30 @@ def test_the_report_names_the_devices_a_run_started_without_and_when_each_joined
     store.close()
 
 
+
+def test_the_report_lists_each_errored_trials_error_up_to_a_limit(tmp_path):
+    """Why trials failed, in the report itself (the Optuna front end's error points there): one line each, the
+    error's last line (the exception, below its traceback), up to ``ERRORS_SHOWN``; the JSON has every one."""
+    from fluidsalus.inspect import ERRORS_SHOWN
+
+    store = _store(tmp_path)
+    store.add_results([("t0", 0, 1, 11.0, {"acc": 1, "time_this_iter_s": 0.5})])
+    assert "errored trials" not in inspect(store.experiment_dir).render_table()
+    failed = [f"f{i}" for i in range(ERRORS_SHOWN + 2)]
+    store.add_trials([(tid, i + 1, {"x": i}) for i, tid in enumerate(failed)])
+    for i, tid in enumerate(failed):
+        store.update_trial(tid, status="ERROR", error=f"Traceback (most recent call last):\n  ...\nValueError: bad {i}")
+    report = inspect(store.experiment_dir)
+    table = report.render_table().splitlines()
+    start = table.index(f"errored trials ({len(failed)}):")
+    assert table[start + 1:start + 2 + ERRORS_SHOWN] == [*(f"  f{i}: ValueError: bad {i}" for i in range(ERRORS_SHOWN)),
+                                                        "  ... and 2 more (--json lists them all)"]
+    errors = report.to_dict()["errors"]
+    assert [e["trial_id"] for e in errors] == failed and errors[-1]["error"] == f"ValueError: bad {len(failed) - 1}"
+    assert errors[0]["text"].startswith("Traceback") and errors[0]["text"].endswith("ValueError: bad 0")
+    store.close()
+
+
 def _bad(path, capsys):
     code = main(["inspect", str(path)])
     captured = capsys.readouterr()
