@@ -60,6 +60,7 @@ import time
 import traceback
 import uuid
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -247,16 +248,30 @@ class _TrialSnapshot:
     trial_id: int  # the Optuna trial's id in the study's storage (``optuna.Trial._trial_id``)
 
 
-#: Intermediate values the objective reported that the driver has not been told yet, per trial thread.
-_held = threading.local()
+#: Intermediate values the objective reported that the driver has not been told yet, per trial (its session: any
+#: thread of the trial may report, and the next call from any of them carries them, as one Optuna study would
+#: see them; per thread, the reports of a thread that ended without a call of its own were never told).
+_held: weakref.WeakKeyDictionary[session.TrialSession, list[tuple[float, int]]] = weakref.WeakKeyDictionary()
+_held_lock = threading.Lock()
 
 
 def _hold_report(value: float, step: int) -> None:
     """Keep a report for the trial's next driver call, which carries it (see :func:`_call`)."""
-    reports = getattr(_held, "reports", None)
-    if reports is None:
-        reports = _held.reports = []
-    reports.append((value, step))
+    trial = session.current_session()
+    if trial is None:  # outside a trial: the call below fails there, as every call does
+        _call(M_FLUSH)
+        return
+    with _held_lock:
+        _held.setdefault(trial, []).append((value, step))
+
+
+def _take_held() -> list[tuple[float, int]] | None:
+    """The reports held for the calling thread's trial, which the caller now carries (None: none)."""
+    trial = session.current_session()
+    if trial is None:
+        return None
+    with _held_lock:
+        return _held.pop(trial, None)
 
 
 def _call(method: str, *args: Any) -> Any:
@@ -269,9 +284,8 @@ def _call(method: str, *args: Any) -> Any:
     The arguments travel pickled, so a value that cannot be pickled fails here, in the objective, as a
     TypeError, not in the engine.
     """
-    reports = getattr(_held, "reports", None)
+    reports = _take_held()
     if reports:
-        _held.reports = None
         method, args = M_AFTER_REPORTS, (reports, method, args)
     try:
         blob = cloudpickle.dumps(args)
@@ -418,7 +432,10 @@ class DeviceTrial(BaseTrial):
 
     Every call is one round trip to the driver, where the real ``optuna.Trial`` lives, except a parameter
     already suggested with the same distribution (answered from the local copy, as Optuna answers it from its
-    cache) and the read-only properties. Call it from the objective's own thread.
+    cache) and the read-only properties. Any thread of the objective may call it: a thread the objective
+    starts belongs to its trial, and the values it reports reach the study with the trial's next call, from
+    whichever thread (before, reports were held per thread, and those of a thread that ended without a call of
+    its own never reached the study).
 
     Args:
         snapshot: The started Optuna trial, as the driver sent it.
@@ -607,7 +624,8 @@ class _ObjectiveRunner:
         try:
             output = self.objective(trial)
         except session.StopTrial:
-            if getattr(_held, "reports", None):
+            trial_session = session.current_session()
+            if trial_session is not None and _held.get(trial_session):
                 _call(M_FLUSH)  # the trial is being stopped: the study still gets every value it reported
             raise
         except Exception as e:

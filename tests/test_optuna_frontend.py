@@ -720,3 +720,26 @@ def test_relative_params_are_the_samplers_joint_draw_and_the_suggestions_use_it(
 def test_a_device_trial_has_every_public_name_of_optunas_trial():
     public = {name for name in dir(optuna.trial.Trial) if not name.startswith("_")}
     assert public <= set(dir(fo.DeviceTrial)), sorted(public - set(dir(fo.DeviceTrial)))
+
+
+def _reports_from_a_thread(trial: Any) -> float:
+    """Optuna lets any thread report: a worker reports five steps and ends; then the objective asks the pruner."""
+    import threading
+
+    x = trial.suggest_float("x", 0, 1)
+    worker = threading.Thread(target=lambda: [trial.report(x + step, step) for step in range(5)])
+    worker.start()
+    worker.join()
+    trial.set_user_attr("pruned", trial.should_prune())
+    return x
+
+
+def test_values_a_thread_of_the_objective_reports_reach_the_study(tmp_path):
+    """Reports were held per thread until that thread's next driver call: a worker's, which ended without one,
+    never reached the study (no intermediate values, and the pruner judged on none)."""
+    study = optuna.create_study()
+    _optimize(study, _reports_from_a_thread, tmp_path, n_trials=2)
+    for trial in study.trials:
+        x = trial.params["x"]
+        assert trial.intermediate_values == {step: pytest.approx(x + step) for step in range(5)}
+        assert trial.state == TrialState.COMPLETE and trial.user_attrs["pruned"] is False
