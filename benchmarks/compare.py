@@ -336,7 +336,7 @@ def fluidsalus_trivial() -> dict[str, Any]:
             wall_s,
             cpu_s=cpu_s,
             trials=len(grid),
-            iterations=sum(int(r.metrics["training_iteration"]) for r in grid if r.metrics),
+            iterations=sum(int(r.metrics.get("training_iteration", 0)) for r in grid if r.metrics),
             best=grid.get_best_result().metrics[TRIVIAL_METRIC],
             report_ms_p50=round(statistics.median(report_ms), 4) if report_ms else None,
             report_ms_p95=round(statistics.quantiles(report_ms, n=20)[-1], 4) if len(report_ms) > 1 else None,
@@ -382,7 +382,7 @@ def tune_trivial(front_end: str) -> dict[str, Any]:
             wall_s,
             cpu_s=cpu_s,
             trials=len(results),
-            iterations=sum(int(r.metrics["training_iteration"]) for r in results if r.metrics),
+            iterations=sum(int(r.metrics.get("training_iteration", 0)) for r in results if r.metrics),
             best=results.get_best_result().metrics[TRIVIAL_METRIC],
         )
 
@@ -459,7 +459,7 @@ def fluidsalus_digits(device: str) -> dict[str, Any]:
             wall_s,
             cpu_s=cpu_s,
             trials=len(grid),
-            iterations=sum(int(r.metrics["training_iteration"]) for r in grid if r.metrics),
+            iterations=sum(int(r.metrics.get("training_iteration", 0)) for r in grid if r.metrics),
             best=grid.get_best_result(scope="last").metrics[DIGITS_METRIC],
         )
 
@@ -537,7 +537,7 @@ def tune_digits(front_end: str, device: str) -> dict[str, Any]:
             wall_s,
             cpu_s=cpu_s,
             trials=len(results),
-            iterations=sum(int(r.metrics["training_iteration"]) for r in results if r.metrics),
+            iterations=sum(int(r.metrics.get("training_iteration", 0)) for r in results if r.metrics),
             best=results.get_best_result(scope="last").metrics[DIGITS_METRIC],
         )
 

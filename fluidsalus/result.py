@@ -231,6 +231,8 @@ class ResultGrid:
                 if t.status in (TERMINATED, ERROR):
                     metrics["done"] = True
                 metrics = with_config(metrics, t.config)
+            else:  # it never reported (never started, or failed first): Ray's Result has only the trial's id
+                metrics = {"trial_id": t.trial_id}
             error = TrialError(f"Trial {t.trial_id} failed: {t.error}\n{t.traceback or ''}".rstrip()) \
                 if t.status == ERROR else None
             ckpts = checkpoints.get(t.trial_id, [])
@@ -334,8 +336,8 @@ class ResultGrid:
         return best[1]
 
     def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None) -> pd.DataFrame:
-        """One row per trial: its last result (or, with a filter, its best), nested metrics flattened to ``a/b``
-        columns, with ``config/...`` columns, as in Ray.
+        """One row per trial that reported (as in Ray, a trial that never did has none): its last result (or, with a
+        filter, its best), nested metrics flattened to ``a/b`` columns, with ``config/...`` columns, as in Ray.
 
         Args:
             filter_metric: Pick each trial's row by this metric instead of taking its last result (a flattened
@@ -348,21 +350,22 @@ class ResultGrid:
             raise ValueError("get_dataframe: pass both filter_metric and filter_mode, or neither")
         if filter_mode is not None:
             _check_mode(filter_mode)
-        rows = []
+        rows, folders = [], []
         for result in self._results:
             history = result._history or []
-            row: Mapping[str, Any] | None = None
+            row: Mapping[str, Any] = result.metrics or {}
+            if not history and set(row) <= {"trial_id"}:  # it never reported: as in Ray, no row
+                continue
             if filter_metric is not None:
                 scored = [r for r in history if _finite(lookup_metric(r, filter_metric))]
-                if scored:
+                if scored:  # (else its last result, as Ray's when the metric is not among its columns)
                     pick = max if filter_mode == "max" else min
                     row = pick(scored, key=lambda r: lookup_metric(r, filter_metric))
-            elif result.metrics is not None:
-                row = result.metrics
-            rows.append(with_config(row if row is not None else {"trial_id": result.trial_id}, result.config or {}))
+            rows.append(with_config(row, result.config or {}))
+            folders.append(result.path)
         # Ray's column order: each row's top-level values, then its nested ones flattened, then the trial's folder.
         frame = pd.json_normalize(rows, sep=DELIMITER)
-        frame["logdir"] = [result.path for result in self._results]
+        frame["logdir"] = folders
         return frame
 
 

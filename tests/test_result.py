@@ -159,3 +159,23 @@ def test_a_searcher_sees_a_nested_value_under_rays_flattened_key_too():
     nested = {"val": {"acc": 0.9, "deep": {"x": 1}}, "val/acc": 0.1, "training_iteration": 3}
     assert with_flat_keys(nested) == {"val": {"acc": 0.9, "deep": {"x": 1}}, "val/acc": 0.1, "val/deep/x": 1,
                                       "training_iteration": 3}  # the result's own "val/acc" wins
+
+
+def test_a_trial_that_never_reported_has_only_its_id_in_metrics_and_no_row_in_the_frame(tmp_path) -> None:
+    """As Ray's: ``metrics == {"trial_id": ...}`` (it was None, so ``r.metrics.get(...)`` failed), ``config`` None, and
+    ``get_dataframe`` leaves it out, with or without a filter (it had a row of NaN)."""
+    from fluidsalus.store import ExperimentStore
+
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "acc", "max")
+    store.add_trials([("ran", 0, {"x": 1}), ("never", 1, {"x": 2})])
+    store.add_results([("ran", 0, 1, 1.0, {"acc": 0.5, "training_iteration": 1}),
+                       ("ran", 0, 2, 2.0, {"acc": 0.7, "training_iteration": 2})])
+    grid = ResultGrid.from_store(store)
+    never = next(r for r in grid if r.trial_id == "never")
+    assert never.metrics == {"trial_id": "never"} and never.config is None and never.metrics_dataframe is None
+    ran = next(r for r in grid if r.trial_id == "ran")
+    for frame in (grid.get_dataframe(), grid.get_dataframe(filter_metric="acc", filter_mode="min")):
+        assert list(frame["config/x"]) == [1] and list(frame["logdir"]) == [ran.path]
+    assert list(grid.get_dataframe(filter_metric="acc", filter_mode="min")["acc"]) == [0.5]
+    assert grid.get_best_result().trial_id == "ran"
+    store.close()

@@ -494,7 +494,7 @@ class _StopAfter:
 def test_stopper_stops_trials_and_stop_all_ends_the_experiment(storage):
     grid = fluidsalus.run(endless, {"x": fluidsalus.uniform(0, 1)}, num_samples=-1, stop=_StopAfter(),
                           storage_path=storage, name="stopper", verbose=0)
-    ran = [r for r in grid if r.metrics is not None]  # trials proposed but never started have no result
+    ran = [r for r in grid if "training_iteration" in r.metrics]  # proposed, never started: only a trial_id
     assert ran and all(r.metrics["training_iteration"] <= 3 for r in ran)
     reader = ExperimentStore.open(grid.experiment_path, readonly=True)
     assert [e.data["reason"] for e in reader.events("experiment_ending")] == ["stop_all"]
@@ -519,7 +519,7 @@ def test_fail_fast_ends_the_experiment_at_the_first_failure(storage, mode):
         return
     grid = fluidsalus.run(fails_on_negative, config, **kwargs)
     assert grid.num_errors == 1
-    assert sum(1 for r in grid if r.metrics and r.metrics["training_iteration"] == 50) == 0  # nobody finished
+    assert sum(1 for r in grid if r.metrics.get("training_iteration") == 50) == 0  # nobody finished
 
 
 def keeps_checkpoints(config):
