@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fluidsalus.checkpoint import Checkpoint
-from fluidsalus.errors import ConfigError, StoreError, TrialError
+from fluidsalus.errors import ConfigError, StoreError, trial_error
 from fluidsalus.session import AUTO_RESULT_KEYS, with_config
 from fluidsalus.store import ERROR, TERMINATED, TRIAL_RESTART_EVENT, ExperimentStore
 
@@ -233,7 +233,7 @@ class ResultGrid:
                 metrics = with_config(metrics, t.config)
             else:  # it never reported (never started, or failed first): Ray's Result has only the trial's id
                 metrics = {"trial_id": t.trial_id}
-            error = TrialError(f"Trial {t.trial_id} failed: {t.error}\n{t.traceback or ''}".rstrip()) \
+            error = trial_error(f"Trial {t.trial_id} failed: {t.error}\n{t.traceback or ''}".rstrip(), t.error) \
                 if t.status == ERROR else None
             ckpts = checkpoints.get(t.trial_id, [])
             row_configs = [_config_of_attempt(t.config, changes.get(t.trial_id, []), attempt)

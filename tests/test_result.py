@@ -179,3 +179,37 @@ def test_a_trial_that_never_reported_has_only_its_id_in_metrics_and_no_row_in_th
     assert list(grid.get_dataframe(filter_metric="acc", filter_mode="min")["acc"]) == [0.5]
     assert grid.get_best_result().trial_id == "ran"
     store.close()
+
+
+class _ScriptError(Exception):
+    """An exception type of the user's own, whose __init__ takes other arguments than a message."""
+
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+
+
+def test_a_failed_trials_error_is_also_an_instance_of_the_exception_it_raised(tmp_path) -> None:
+    """As Ray's ``RayTaskError(ValueError)``: a script may route failures by their type (before, every error was a
+    plain TrialError). A type the driver does not have, or a device's death, stays a plain TrialError."""
+    import pickle
+
+    from fluidsalus.errors import TrialError
+    from fluidsalus.store import ExperimentStore
+
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "acc", "max")
+    errors = {"builtin": "ValueError: bad lr", "own": f"{__name__}._ScriptError: 3: detail",
+              "unknown": "somewhere.else.Oops: x", "died": "The actor died unexpectedly before finishing this task."}
+    store.add_trials([(tid, i, {"i": i}) for i, tid in enumerate(errors)])
+    for tid, text in errors.items():
+        store.update_trial(tid, status="ERROR", error=text, traceback="Traceback (most recent call last): ...")
+    by_id = {r.trial_id: r.error for r in ResultGrid.from_store(store)}
+    store.close()
+    assert all(isinstance(e, TrialError) for e in by_id.values())
+    assert isinstance(by_id["builtin"], ValueError) and type(by_id["builtin"]).__name__ == "TrialError(ValueError)"
+    assert isinstance(by_id["own"], _ScriptError) and str(by_id["own"]).startswith("Trial own failed: ")
+    assert type(by_id["unknown"]) is TrialError and type(by_id["died"]) is TrialError
+    copy = pickle.loads(pickle.dumps(by_id["builtin"]))
+    assert isinstance(copy, ValueError) and str(copy) == str(by_id["builtin"])
+    result = next(r for r in ResultGrid.from_store(ExperimentStore.open(str(tmp_path / "exp"), readonly=True))
+                  if r.trial_id == "builtin")
+    assert "error='TrialError(ValueError)'" in repr(result)  # Ray shows 'RayTaskError(ValueError)'

@@ -514,8 +514,9 @@ def test_fail_fast_ends_the_experiment_at_the_first_failure(storage, mode):
                   max_concurrent_trials=2)
     config = {"x": fluidsalus.grid_search([-1, 1, 2, 3, 4, 5])}
     if mode == "raise":
-        with pytest.raises(fluidsalus.TrialError, match="negative x"):
+        with pytest.raises(fluidsalus.TrialError, match="negative x") as raised:
             fluidsalus.run(fails_on_negative, config, **kwargs)
+        assert isinstance(raised.value, ValueError)  # the trial's own type too, as Ray's RayTaskError(ValueError)
         return
     grid = fluidsalus.run(fails_on_negative, config, **kwargs)
     assert grid.num_errors == 1

@@ -62,7 +62,7 @@ from ray import cloudpickle
 from fluidsalus.callbacks import Callback
 from fluidsalus.checkpoint import Checkpoint, persist_checkpoint
 from fluidsalus.distributed import data_parallel_workers
-from fluidsalus.errors import ConfigError, FluidsalusError, TrialError
+from fluidsalus.errors import ConfigError, FluidsalusError, trial_error
 from fluidsalus.gpu.actor import start_device_actor
 from fluidsalus.gpu.device import DEFAULT_TRIAL_ESTIMATE, DeviceSpec
 from fluidsalus.gpu.host import (
@@ -468,6 +468,7 @@ class Executor:
         self._progress = Progress(settings.verbose, settings.metric, settings.mode, None)
         self._started = time.time()
         self._first_error: str | None = None
+        self._first_error_text: str | None = None  # that trial's own error, which names its type
         self._traced_an_error = False  # the first trial that fails for good is printed with its traceback
         self._dirty = True  # something the plan depends on changed since the last plan
         self._plans = 0
@@ -791,7 +792,7 @@ class Executor:
                 for callback in self.settings.callbacks:  # every pass that began ends, the last one too
                     callback.on_step_end()
                 if self._ending == "fail_fast" and self.settings.fail_fast == "raise":
-                    raise TrialError(self._first_error or "a trial failed (fail_fast='raise')")
+                    raise trial_error(self._first_error or "a trial failed (fail_fast='raise')", self._first_error_text)
                 return
             refs = []
             for device in self._devices:
@@ -1354,8 +1355,7 @@ class Executor:
         events.append((now, "trial_end", trial.trial_id, None,
                        {"attempt": trial.attempt, "outcome": OUT_ERRORED, "reason": "unplaceable"}))
         self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=True)
-        if self._first_error is None:
-            self._first_error = f"Trial {trial.trial_id} failed: {error}"
+        self._note_error(trial)
 
     def _spec_for(self, trial: Trial, prefetched: bool = False) -> TrialSpec:
         """The spec of the trial's attempt; ``prefetched``: sent ahead to a full device, where it waits in its lane
@@ -1545,8 +1545,8 @@ class Executor:
                     self.settings.stopper(trial.trial_id, {"config": trial.config, **event[4]})
                 if event[4].get("checkpoint_dir_name") and self.settings.checkpoint_num_to_keep is not None:
                     self._retain_checkpoints(trial)
-            elif trial.status == ERROR and self._first_error is None:
-                self._first_error = f"Trial {trial.trial_id} failed: {trial.error}"
+            elif trial.status == ERROR:
+                self._note_error(trial)
             elif kind == EV_END and event[4] == OUT_STOPPED:
                 self._stopped += 1
         for _, what, started_id, _, info in events:  # starts of this batch first (Callback.on_trial_start)
@@ -1902,8 +1902,7 @@ class Executor:
         self._send_stop(lost_worker)
         for trial in ended:
             if trial.status == ERROR:
-                if self._first_error is None:
-                    self._first_error = f"Trial {trial.trial_id} failed: {trial.error}"
+                self._note_error(trial)
                 self._log_end(trial, OUT_ERRORED)
             else:
                 self._stopped += 1
@@ -1923,6 +1922,11 @@ class Executor:
         # run began without does (:meth:`_join`), and its trials wait in the queue or go to the others meanwhile.
         device.actor, device.actor_name, device.start_ref = actor, name, actor.info.remote()
         device.launched = time.time()
+
+    def _note_error(self, trial: Trial) -> None:
+        """Keep the run's first failure (``fail_fast`` ends the run with it)."""
+        if self._first_error is None:
+            self._first_error, self._first_error_text = f"Trial {trial.trial_id} failed: {trial.error}", trial.error
 
     def _may_retry(self, trial: Trial) -> bool:
         limit = self.settings.max_failures
