@@ -630,6 +630,11 @@ class _ObjectiveRunner:
             raise
         except Exception as e:
             state = self._ended(e)
+        except BaseException as e:  # noqa: BLE001 - KeyboardInterrupt, SystemExit, one of the user's own
+            # Optuna fails the trial on a KeyboardInterrupt and raises it (any other BaseException leaves its
+            # study.optimize as well): the trial is FAIL and optimize raises the objective's own exception, which
+            # before reached the caller as a TrialError ("errored on its device").
+            state = self._ended(e)
         else:
             values = _to_wire(output)
             state = _call(M_FINISH, OUT_RETURNED, values, repr(output), None, False)
@@ -638,7 +643,7 @@ class _ObjectiveRunner:
             result[KEY_VALUES] = values
         return result
 
-    def _ended(self, e: Exception) -> str:
+    def _ended(self, e: BaseException) -> str:
         """Tell the driver how the objective ended with ``e``; return the trial's Optuna state."""
         if isinstance(e, optuna.TrialPruned):
             return _call(M_FINISH, OUT_PRUNED, None, None, _PackedError.of(e), False)

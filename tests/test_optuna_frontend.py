@@ -743,3 +743,24 @@ def test_values_a_thread_of_the_objective_reports_reach_the_study(tmp_path):
         x = trial.params["x"]
         assert trial.intermediate_values == {step: pytest.approx(x + step) for step in range(5)}
         assert trial.state == TrialState.COMPLETE and trial.user_attrs["pruned"] is False
+
+
+class _Leave(BaseException):
+    """A BaseException of the user's own (not an Exception), as SystemExit or KeyboardInterrupt are."""
+
+
+def _leaves(trial: Any) -> float:
+    x = trial.suggest_float("x", 0, 1)
+    if trial.number == 1:
+        raise _Leave("leave now")
+    return x
+
+
+def test_an_objectives_base_exception_fails_its_trial_and_is_raised_as_itself(tmp_path):
+    """As Optuna does with a KeyboardInterrupt the objective raises: the trial is FAIL and optimize raises that
+    exception (before, a TrialError "errored on its device before its objective returned")."""
+    study = optuna.create_study()
+    with pytest.raises(_Leave, match="leave now"):
+        _optimize(study, _leaves, tmp_path, n_trials=3, max_concurrent_trials=1)
+    states = {t.number: t.state for t in study.trials}
+    assert states[1] == TrialState.FAIL and states[0] == TrialState.COMPLETE
