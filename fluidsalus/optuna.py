@@ -514,7 +514,7 @@ class DeviceTrial(BaseTrial):
         except (TypeError, ValueError):
             raise TypeError(f"The `step` argument is of type '{type(step)}' but supposed to be an int.") from None
         if step < 0:
-            raise ValueError(f"The `step` argument is {step} but cannot be negative.")
+            raise ValueError(f"`{step=}` must be non-negative.")  # Optuna's message
         if len(self.study.directions) > 1:
             raise NotImplementedError("Trial.report is not supported for multi-objective optimization.")
         if step in self._earlier_steps and step not in self._steps:
