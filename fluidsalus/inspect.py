@@ -25,6 +25,7 @@ from fluidsalus.errors import StoreError
 from fluidsalus.store import (
     DB_FILENAME,
     DEFAULT_STORAGE_PATH,
+    ERROR,
     STORAGE_PATH_ENV,
     TERMINATED,
     TRIAL_RESTART_EVENT,
@@ -34,9 +35,6 @@ from fluidsalus.store import (
     TrialRow,
     finite,
     resolve_db_path,
-)
-from fluidsalus.store import (
-    ERROR as ERROR_STATUS,
 )
 
 if TYPE_CHECKING:
@@ -331,7 +329,7 @@ class Report:
         text), in the order the trials were created."""
         out = []
         for t in self.trial_rows:
-            if t.status != ERROR_STATUS:
+            if t.status != ERROR:
                 continue
             text = (t.error or "").strip()
             lines = text.splitlines()

@@ -1256,7 +1256,7 @@ def stop_rule(stop: Mapping[str, float] | Callable[[str, Mapping[str, Any]], boo
 
         def by_thresholds(trial_id: str, result: Mapping[str, Any]) -> bool:
             for key, threshold in criteria.items():
-                value = result[key] if key in result else lookup_metric(result, key)
+                value = lookup_metric(result, key)  # result[key], else the nested value "a/b" names
                 if value is None and key not in result:
                     if missing == "error":
                         raise StopRuleError(

@@ -266,6 +266,7 @@ class OptunaSearch(BaseSearcher):
         self._trial_distributions: dict[str, dict[str, str]] = {}  # define-by-run: trial id -> JSON distributions
         self._told_json = KeptRecords()  # told trials' parts of state_json, encoded once
         self._sampler_unpicklable = False  # warned once that the sampler cannot be saved (_sampler_state)
+        self._sampler_saved: tuple[int, str | None] | None = None  # (asks then, the pickle): _sampler_state
         self._constraint_values: dict[str, dict[str, float]] = {}  # trial id -> outcome constraint -> violation
 
     # ------------------------------------------------------------------ construction helpers
@@ -647,17 +648,23 @@ class OptunaSearch(BaseSearcher):
         A seeded sampler draws from its own random generators. Rebuilt from its seed on resume, it would draw
         the sequence again from the start and propose the configurations the run already has (TPE's first
         ``n_startup_trials`` are random draws). Ray saves its whole ``OptunaSearch`` with the sampler in it; so is
-        the sampler here, with every state this searcher writes (about 11 KB and 0.25 ms for a TPESampler).
+        the sampler here, with every state this searcher writes (about 11 KB and 0.25 ms for a TPESampler). It
+        draws only when a trial is asked, so the pickle is made again only after an ask: the states written for
+        the results in between reuse it.
         """
+        if self._sampler_saved is not None and self._sampler_saved[0] == self._asked:
+            return self._sampler_saved[1]
         try:
-            return base64.b64encode(pickle.dumps(self.study.sampler)).decode("ascii")
+            text: str | None = base64.b64encode(pickle.dumps(self.study.sampler)).decode("ascii")
         except Exception as e:  # noqa: BLE001 - a sampler of the user's own that cannot be pickled
             if not self._sampler_unpicklable:
                 self._sampler_unpicklable = True
                 warnings.warn(f"OptunaSearch: the sampler {type(self.study.sampler).__name__} cannot be pickled "
                               f"({e}): a resumed run starts it afresh, and a seeded one may propose "
                               "configurations again", stacklevel=2)
-            return None
+            text = None
+        self._sampler_saved = (self._asked, text)
+        return text
 
     def _record(self, trial_id: str) -> dict[str, Any]:
         """One trial's part of :meth:`state_dict`."""
@@ -710,6 +717,7 @@ class OptunaSearch(BaseSearcher):
         self._unassigned, self._returned, self._trial_distributions = {}, {}, {}
         self._constraint_values = {}
         self._told_json.clear()
+        self._sampler_saved = None
         for trial_id, record in state["trials"].items():
             params = dict(record["params"])
             self._params[trial_id] = params
@@ -764,6 +772,7 @@ class OptunaSearch(BaseSearcher):
             return
         if type(sampler) is type(self.study.sampler):
             self.study.sampler = sampler
+            self._sampler_saved = (self._asked, text)
 
     def _distributions_of(self, record: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, BaseDistribution]:
         """The distributions of a saved trial: its own (define-by-run) or the space's."""

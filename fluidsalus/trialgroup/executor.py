@@ -1466,7 +1466,7 @@ class Executor:
                         # Ray's error file counts every failure, the retried ones and the last
                         failures = trial.num_failures + 1
                         _append_error_file(trial.trial_dir, failures, ts, trace or error)
-                    if restart is None and outcome == OUT_ERRORED and trial.num_failures < self.settings.max_failures:
+                    if restart is None and outcome == OUT_ERRORED and self._may_retry(trial):
                         trial.num_failures += 1
                         restart = _Restart(reason="retry", error=error)
                     if restart is not None:
@@ -1929,8 +1929,8 @@ class Executor:
             self._first_error, self._first_error_text = f"Trial {trial.trial_id} failed: {trial.error}", trial.error
 
     def _may_retry(self, trial: Trial) -> bool:
-        limit = self.settings.max_failures
-        return limit < 0 or trial.num_failures < limit
+        """Whether ``max_failures`` allows one more retry of a failed trial (``-1`` arrives as ``sys.maxsize``)."""
+        return trial.num_failures < self.settings.max_failures
 
     @staticmethod
     def _death_error(trial: Trial, text: str) -> str:
