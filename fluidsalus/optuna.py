@@ -753,6 +753,7 @@ class _StudyDriver(BaseSearcher):
         self._started: float | None = None  # when the devices were up (the first next_groups)
         self._live: dict[str, _Live] = {}
         self._unstarted: set[str] = set()
+        self._errors: dict[str, str] = {}  # why a trial errored on its device (on_trial_error), until its end
         self._proposed_unadded = 0
         self._stop_sent: set[str] = set()
         self._group_seq = 0
@@ -813,15 +814,22 @@ class _StudyDriver(BaseSearcher):
     def is_finished(self) -> bool:
         return self.stopping() or (self.n_trials is not None and self._asked >= self.n_trials)
 
+    def on_trial_error(self, trial_id: str, error: str) -> None:
+        self._errors[trial_id] = error
+
     def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
-        """A fluidsalus trial ended; one whose objective never told its outcome is told ``FAIL`` here."""
+        """A fluidsalus trial ended; one whose objective never told its outcome is told ``FAIL`` here, with the
+        reason the engine gave (``on_trial_error``)."""
         self._unstarted.discard(trial_id)
+        text = self._errors.pop(trial_id, None)
+        why = (f": {text.strip()}" if text and text.strip()
+               else "; see the experiment store (fluidsalus inspect) for why")
         live = self._live.get(trial_id)
         if live is None:
             if error and not self.stopping():
                 self._fail(FluidsalusError(
                     f"fluidsalus trial {trial_id} (experiment {self.experiment!r}) failed before its objective "
-                    "started; its error is in the experiment store (fluidsalus inspect)"
+                    f"started{why}"
                 ))
             return
         if live.told:
@@ -830,9 +838,11 @@ class _StudyDriver(BaseSearcher):
             packed, caught = live.failing
             self._tell_packed(live, OUT_FAILED, packed, caught)
             return
+        if not error:
+            why = "; see the experiment store (fluidsalus inspect) for why"
         how = "errored" if error else "was stopped"
         reason = TrialError(f"Trial {live.trial.number} (fluidsalus trial {trial_id}) {how} on its device before "
-                            "its objective returned; see the experiment store (fluidsalus inspect) for why")
+                            f"its objective returned{why}")
         self._tell(live, OUT_FAILED, error=reason, message=repr(reason))
 
     # ---------------------------------------------------------------- calls from the trials

@@ -768,3 +768,24 @@ def test_an_objectives_base_exception_fails_its_trial_and_is_raised_as_itself(tm
         _optimize(study, _leaves, tmp_path, n_trials=3, max_concurrent_trials=1)
     states = {t.number: t.state for t in study.trials}
     assert states[1] == TrialState.FAIL and states[0] == TrialState.COMPLETE
+
+
+def _ends_its_process(trial: Any) -> float:
+    x = trial.suggest_float("x", 0, 1)
+    if trial.number == 1:
+        os._exit(3)  # as a crash in native code or the out-of-memory killer would
+    return x
+
+
+def test_a_trial_whose_device_died_fails_with_the_reason_in_its_error(tmp_path):
+    """The TrialError of a trial that failed on its device (here its process died, every time) said only "see the
+    experiment store (fluidsalus inspect) for why"; it now carries the engine's reason, as `fluidsalus inspect`
+    shows it, and so does the study's trial."""
+    study = optuna.create_study()
+    with pytest.raises(TrialError) as caught:
+        _optimize(study, _ends_its_process, tmp_path, n_trials=3, max_concurrent_trials=1)
+    message = str(caught.value)
+    assert message.startswith("Trial 1 (fluidsalus trial ") and "errored on its device" in message
+    assert "Its device process died 2 times while it ran" in message
+    states = {t.number: t.state for t in study.trials}
+    assert states[1] == TrialState.FAIL and states[0] == TrialState.COMPLETE

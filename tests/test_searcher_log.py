@@ -264,3 +264,35 @@ def test_a_searcher_is_given_nested_values_under_rays_flattened_keys_too_and_so_
     replayed = Seen(SPACE, 3, seed=0)
     replay(replayed, store.searcher_calls())
     assert replayed.seen == live.seen
+
+
+def test_a_searcher_is_told_why_a_trial_errored_before_its_end_live_and_replayed(tmp_path):
+    """``on_trial_error`` comes with the error the store keeps, just before ``on_trial_complete(error=True)``, and
+    a replay makes it again; a trial that did not error gets none."""
+    class Seen(RandomSearch):
+        replayable = True  # what it records is no part of its state
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.seen: list[tuple[str, str, Any]] = []
+
+        def on_trial_error(self, trial_id, error):
+            self.seen.append(("error", trial_id, error))
+
+        def on_trial_complete(self, trial_id, result=None, error=False):
+            self.seen.append(("complete", trial_id, error))
+            super().on_trial_complete(trial_id, result, error=error)
+
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "score", "max")
+    live = Seen(SPACE, 3, seed=0)
+    log = SearcherLog(live, store, share=1e-9, clock=Clock(1e-3))  # saved once, then the calls are logged
+    with store.transaction():
+        log.save()
+    log.on_trial_complete("a", {"score": 0.5}, error=True, error_text="ValueError: boom")
+    log.on_trial_complete("b", {"score": 0.7}, error=False, error_text=None)
+    with store.transaction():
+        log.save()
+    assert live.seen == [("error", "a", "ValueError: boom"), ("complete", "a", True), ("complete", "b", False)]
+    replayed = Seen(SPACE, 3, seed=0)
+    replay(replayed, store.searcher_calls())
+    assert replayed.seen == live.seen

@@ -115,6 +115,15 @@ class BaseSearcher(abc.ABC):
     def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
         """Told once when a trial ends (finished, stopped or errored), with its last result."""
 
+    def on_trial_error(self, trial_id: str, error: str) -> None:
+        """Told why a trial errored, just before its ``on_trial_complete(..., error=True)``.
+
+        Args:
+            trial_id: The trial.
+            error: Its error as the store keeps it (``fluidsalus inspect`` shows it): the trial's exception and
+                traceback, or the engine's reason (its device process died, no device can hold it, ...).
+        """
+
     def collect_stops(self) -> list[str]:
         """Paused trials the searcher has decided to end (asked after every batch of results)."""
         return []
@@ -152,7 +161,8 @@ class BaseSearcher(abc.ABC):
 
 
 #: The calls (and the hooks of ASHA and HyperBand) whose replay a replayable searcher promises to be exact.
-REPLAYED_CALLS = ("next_groups", "on_trial_add", "collect_stops", "on_result", "on_trial_complete", "take_exploits",
+REPLAYED_CALLS = ("next_groups", "on_trial_add", "collect_stops", "on_result", "on_trial_error", "on_trial_complete",
+                  "take_exploits",
                   "_on_new_trial", "_on_budget_reached", "_draw_configs", "_config_stream")
 
 
@@ -213,6 +223,9 @@ class WrappingSearcher(BaseSearcher):
 
     def collect_stops(self) -> list[str]:
         return self.inner.collect_stops()
+
+    def on_trial_error(self, trial_id: str, error: str) -> None:
+        self.inner.on_trial_error(trial_id, error)
 
     def is_finished(self) -> bool:
         return self.inner.is_finished()

@@ -1354,7 +1354,7 @@ class Executor:
         self.store.update_trial(trial.trial_id, status=ERROR, finished_at=now, error=error, stop_reason=OUT_ERRORED)
         events.append((now, "trial_end", trial.trial_id, None,
                        {"attempt": trial.attempt, "outcome": OUT_ERRORED, "reason": "unplaceable"}))
-        self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=True)
+        self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=True, error_text=trial.error)
         self._note_error(trial)
 
     def _spec_for(self, trial: Trial, prefetched: bool = False) -> TrialSpec:
@@ -1524,7 +1524,8 @@ class Executor:
                     if self._searcher_log.on_result(trial.trial_id, event[4]) == Decision.STOP:
                         stops.append(trial.trial_id)
                 elif kind == EV_END:
-                    self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=trial.status == ERROR)
+                    self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=trial.status == ERROR,
+                                                        error_text=trial.error)
             if acted:
                 self._searcher_log.save()
         # Committed: the batch is acknowledged. Now act on it.
@@ -1952,7 +1953,7 @@ class Executor:
                                 num_failures=trial.num_failures)
         events.append((now, "trial_end", trial.trial_id, device_name, {"attempt": trial.attempt,
                                                                         "outcome": OUT_ERRORED}))
-        self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=True)
+        self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=True, error_text=trial.error)
 
     def _log_end(self, trial: Trial, outcome: str, trace: str | None = None) -> None:
         """Print a trial's end: a trial that failed for good from ``verbose=1`` on, to stderr, as Ray logs it (the

@@ -8,8 +8,8 @@ the calls that change it between saves instead:
 
 - The executor calls the searcher through the log: ``next_groups`` (logged when it returns groups), the
   ``on_trial_add`` of each new trial, ``collect_stops`` (logged when it returns stops), ``on_result`` and
-  ``on_trial_complete``. The calls are appended, in order, to the store's ``searcher_calls`` table, in the same
-  transaction as the batch or the new trials they belong to.
+  ``on_trial_complete`` (with the ``on_trial_error`` before it). The calls are appended, in order, to the store's
+  ``searcher_calls`` table, in the same transaction as the batch or the new trials they belong to.
 - The whole state is saved (and the logged calls dropped, in one transaction) when the executor asks for it
   (``force``: the run ended) and otherwise only so often that saving takes at most :data:`SAVE_SHARE` of the
   driver's time. This is Ray Tune's rule for its experiment checkpoints (``TUNE_GLOBAL_CHECKPOINT_S="auto"``:
@@ -111,10 +111,20 @@ class SearcherLog:
         self._log(RESULT, trial_id, result)
         return decision
 
-    def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool) -> None:
-        """Tell the searcher of a trial's end."""
+    def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool,
+                          error_text: str | None = None) -> None:
+        """Tell the searcher of a trial's end: why it errored (``on_trial_error``, when told), then that it ended.
+
+        Args:
+            trial_id: The trial.
+            result: Its last result, if any.
+            error: Whether it errored.
+            error_text: Its error as the store keeps it.
+        """
+        if error and error_text is not None:
+            self.searcher.on_trial_error(trial_id, error_text)
         self.searcher.on_trial_complete(trial_id, None if result is None else with_flat_keys(result), error=error)
-        self._log(COMPLETE, trial_id, {"result": result, "error": error})
+        self._log(COMPLETE, trial_id, {"result": result, "error": error, "error_text": error_text if error else None})
 
     def save(self, force: bool = False) -> None:
         """Make what the searcher knows durable with the current transaction: its whole state, or (a
@@ -168,6 +178,8 @@ def replay(searcher: BaseSearcher, calls: Sequence[tuple[str, str, Any]]) -> Non
             searcher.on_result(trial_id, with_flat_keys(data))
         elif kind == COMPLETE:
             result = data["result"]
+            if data.get("error_text") is not None:  # (calls logged before it was kept have none)
+                searcher.on_trial_error(trial_id, data["error_text"])
             searcher.on_trial_complete(trial_id, None if result is None else with_flat_keys(result),
                                        error=bool(data["error"]))
         else:
