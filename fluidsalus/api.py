@@ -284,7 +284,7 @@ def run(
         store.close()
         raise
     store.set_experiment(status=EXP_FINISHED, finished_at=time.time())
-    grid = ResultGrid.from_store(store)
+    grid = ResultGrid.from_store(store, last_results=executor.last_results())
     store.close()
     if spec.verbose >= 1:
         _print_summary(grid, exp_dir, time.time() - started, spec.metric, spec.mode)

@@ -204,8 +204,16 @@ class ResultGrid:
         return _local_filesystem()
 
     @classmethod
-    def from_store(cls, store: ExperimentStore) -> ResultGrid:
-        """Build the grid from an experiment's store (works on a running experiment too)."""
+    def from_store(cls, store: ExperimentStore,
+                   last_results: Mapping[str, Mapping[str, Any]] | None = None) -> ResultGrid:
+        """Build the grid from an experiment's store (works on a running experiment too).
+
+        Args:
+            store: The experiment's store.
+            last_results: Trials' last results as they were reported, by trial id, for those the store holds in
+                JSON: the run that just ended gives them, so that ``Result.metrics`` keeps the objects the
+                trials reported (NumPy scalars and arrays), as Ray's does; a grid read from disk has JSON's.
+        """
         exp = store.experiment()
         history: dict[str, list[dict[str, Any]]] = {}
         attempts: dict[str, list[int]] = {}
@@ -226,7 +234,10 @@ class ResultGrid:
         folders = store.trial_dirs()
         for t in store.trials():
             rows = history.get(t.trial_id, [])
-            metrics = dict(t.last_result) if t.last_result is not None else (dict(rows[-1]) if rows else None)
+            reported = (last_results or {}).get(t.trial_id)
+            metrics = (dict(reported) if reported is not None and t.last_result is not None
+                       else dict(t.last_result) if t.last_result is not None
+                       else (dict(rows[-1]) if rows else None))
             if metrics is not None:
                 if t.status in (TERMINATED, ERROR):
                     metrics["done"] = True

@@ -1007,3 +1007,23 @@ def test_a_nested_metric_and_stop_key_name_their_values_with_rays_slash_and_a_mi
     assert all(it <= 7 for it in reached.values())  # "late" (from the third iteration on) stops the rest by 7
     best = grid.get_best_result()
     assert best.metrics["val"]["acc"] == max(r.metrics["val"]["acc"] for r in grid)
+
+
+def reports_numpy_values(config: dict) -> None:
+    for _ in range(2):
+        tune.report({"a": np.float32(0.5), "b": np.int64(3), "c": np.array([1.0, 2.0]), "d": {"e": np.float32(1.5)}})
+
+
+def test_reported_numpy_values_stay_numpy_in_the_results_of_fit_and_plain_after_restore(ray_cluster, tmp_path):
+    """As in Ray Tune: ``Result.metrics`` of the grid ``fit()`` returns holds the objects the trial reported
+    (before, the JSON store's Python numbers and lists); the grid read back from disk has what JSON holds."""
+    grid = Tuner(reports_numpy_values, run_config=tune.RunConfig(storage_path=str(tmp_path), name="np",
+                                                                  verbose=0)).fit()
+    metrics = grid[0].metrics
+    assert type(metrics["a"]) is np.float32 and type(metrics["b"]) is np.int64
+    assert isinstance(metrics["c"], np.ndarray) and metrics["c"].tolist() == [1.0, 2.0]
+    assert type(metrics["d"]["e"]) is np.float32
+    assert metrics["done"] is True and metrics["config"] == {} and metrics["training_iteration"] == 2
+    assert list(grid.get_dataframe()["a"]) == [0.5]
+    again = tune.Result.from_path(grid[0].path)
+    assert type(again.metrics["a"]) is float and again.metrics["c"] == [1.0, 2.0]

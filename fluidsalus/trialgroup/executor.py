@@ -506,6 +506,11 @@ class Executor:
 
     # ------------------------------------------------------------------ public
 
+    def last_results(self) -> dict[str, Mapping[str, Any]]:
+        """Each trial's last result as its device reported it (NumPy values kept; the store holds JSON), by id."""
+        return {trial_id: trial.last_result for trial_id, trial in self.trials.items()
+                if trial.last_result is not None}
+
     def run(self) -> None:
         """Run until the searcher is finished and every trial has ended.
 
