@@ -48,6 +48,7 @@ number and final state, so ``fluidsalus inspect`` shows the lanes' goodput for t
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import gc
@@ -65,11 +66,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import cloudpickle
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.exceptions import ExperimentalWarning
 from optuna.trial import BaseTrial, FrozenTrial, TrialState
+
+# Ray's own pickler, which ships the objective: a class of the script pickled in a call is then the class the
+# objective has (cloudpickle tracks its by-value classes per pickler module).
+from ray import cloudpickle
 
 from fluidsalus import session
 from fluidsalus.api import run
@@ -459,7 +463,9 @@ class DeviceTrial(BaseTrial):
     def _suggest(self, name: str, distribution: BaseDistribution) -> Any:
         if self._distributions.get(name) == distribution:
             return self._params[name]
-        value, stored = _call(M_SUGGEST, name, distribution)
+        value, stored, index = _call(M_SUGGEST, name, distribution)
+        if index is not None:  # a categorical: this process's own choice, not the driver's copy of it
+            value, stored = distribution.choices[index], distribution
         self._params[name], self._distributions[name] = value, stored
         return value
 
@@ -727,6 +733,58 @@ def _log_failed(number: int, params: Mapping[str, Any], message: str, shown: Any
     _OPTIMIZE_LOGGER.warning(f"Trial {number} failed with value {shown!r}.")
 
 
+#: Categorical choices that equal their copies (Optuna's "None, bool, int, float and str").
+_PLAIN_CHOICES = (type(None), bool, int, float, str)
+
+
+def _same_choice(a: Any, b: Any) -> bool:
+    """Whether two categorical choices are one object, or copies of one: equal, or (objects compared by identity,
+    such as functions and classes of the script, which each trial's pickle copies) pickled alike."""
+    if a is b:
+        return True
+    with contextlib.suppress(Exception):
+        if bool(a == b):
+            return True
+    try:
+        return type(a).__qualname__ == type(b).__qualname__ and cloudpickle.dumps(a) == cloudpickle.dumps(b)
+    except Exception:  # noqa: BLE001 - a choice that does not pickle here is simply not the same
+        return False
+
+
+class _Choices:
+    """The choices of each categorical parameter as the study first had them, so that a trial's choices, which
+    come to the driver as copies, are told to the study as those objects: Optuna compares choices with ``==``,
+    which for a function of the script is identity ("CategoricalDistribution does not support dynamic value space"
+    otherwise).
+
+    Args:
+        study: The study; the choices its trials already have are the first ones (read when a choice that is no
+            plain value first comes: only an in-memory study can hold those).
+    """
+
+    def __init__(self, study: optuna.Study) -> None:
+        self._study = study
+        self._known: dict[str, list[tuple[Any, ...]]] | None = None
+
+    def canonical(self, name: str, choices: tuple[Any, ...]) -> tuple[Any, ...]:
+        """``choices`` as the study first had them for ``name`` (``choices`` itself when new or plain values)."""
+        if all(isinstance(c, _PLAIN_CHOICES) for c in choices):
+            return choices
+        if self._known is None:
+            self._known = {}
+            for trial in self._study.get_trials(deepcopy=False):
+                for other, distribution in trial.distributions.items():
+                    if isinstance(distribution, CategoricalDistribution):
+                        self._known.setdefault(other, []).append(distribution.choices)
+        known = self._known.setdefault(name, [])
+        for first in known:
+            if first is choices or (len(first) == len(choices)
+                                    and all(_same_choice(a, b) for a, b in zip(first, choices, strict=True))):
+                return first
+        known.append(choices)
+        return choices
+
+
 class _StudyDriver(BaseSearcher):
     """The searcher and call handler of one ``optimize`` call: owns the real study on the driver.
 
@@ -754,6 +812,7 @@ class _StudyDriver(BaseSearcher):
         self._live: dict[str, _Live] = {}
         self._unstarted: set[str] = set()
         self._errors: dict[str, str] = {}  # why a trial errored on its device (on_trial_error), until its end
+        self._choices = _Choices(study)
         self._proposed_unadded = 0
         self._stop_sent: set[str] = set()
         self._group_seq = 0
@@ -898,7 +957,10 @@ class _StudyDriver(BaseSearcher):
         self._asked += 1
         return self._snapshot(live)
 
-    def _on_suggest(self, trial_id: str, name: str, distribution: BaseDistribution) -> tuple[Any, BaseDistribution]:
+    def _on_suggest(self, trial_id: str, name: str,
+                    distribution: BaseDistribution) -> tuple[Any, BaseDistribution, int | None]:
+        """The suggested value, the distribution the trial holds for ``name`` and, for a categorical, the index of
+        the value in the choices (the device answers with its own object, not the copy the driver has)."""
         trial = self._trial(trial_id)
         if isinstance(distribution, FloatDistribution):
             value = trial.suggest_float(name, distribution.low, distribution.high, step=distribution.step,
@@ -907,10 +969,13 @@ class _StudyDriver(BaseSearcher):
             value = trial.suggest_int(name, distribution.low, distribution.high, step=distribution.step,
                                       log=distribution.log)
         elif isinstance(distribution, CategoricalDistribution):
-            value = trial.suggest_categorical(name, distribution.choices)
+            choices = self._choices.canonical(name, distribution.choices)
+            value = trial.suggest_categorical(name, choices)
+            stored = trial.distributions[name]
+            return value, stored, stored.to_internal_repr(value)  # type: ignore[union-attr]
         else:
             raise TypeError(f"cannot suggest {name!r} from a {type(distribution).__name__}")
-        return value, trial.distributions[name]
+        return value, trial.distributions[name], None
 
     def _on_report(self, trial_id: str, value: float, step: int) -> None:
         self._trial(trial_id).report(value, step)

@@ -770,6 +770,55 @@ def test_an_objectives_base_exception_fails_its_trial_and_is_raised_as_itself(tm
     assert states[1] == TrialState.FAIL and states[0] == TrialState.COMPLETE
 
 
+def _objects_as_choices() -> tuple[Any, type]:
+    """An objective whose categorical choices are an enum, classes and functions of its own: made here, in a
+    function, so that pickles carry them by value, as they do a script's (``__main__``) objects."""
+    import enum
+
+    class Optim(enum.Enum):
+        ADAM = "adam"
+        SGD = "sgd"
+
+    class Small:
+        pass
+
+    class Large:
+        pass
+
+    def mse(a: float, b: float) -> float:
+        return (a - b) ** 2
+
+    def mae(a: float, b: float) -> float:
+        return abs(a - b)
+
+    losses = [mse, mae, lambda a, b: 0.0]
+
+    def objective(trial: Any) -> float:
+        optim = trial.suggest_categorical("optim", [Optim.ADAM, Optim.SGD])
+        net = trial.suggest_categorical("net", [Small, Large])
+        loss = trial.suggest_categorical("loss", losses)
+        again = trial.suggest_categorical("loss", losses)  # the same name again: the same answer, as in Optuna
+        trial.set_user_attr("own_objects", optim in Optim and net in (Small, Large)
+                            and any(loss is f for f in losses) and loss is again)
+        return loss(1.0, 3.0) + (optim is Optim.SGD)
+
+    return objective, Optim
+
+
+def test_categorical_choices_may_be_objects_of_the_script_as_in_optuna(tmp_path):
+    """Each trial's choices came to the driver as copies: the study then refused a script's functions and classes
+    ("CategoricalDistribution does not support dynamic value space") and the objective got copies, not its own
+    objects. Now they are matched to the study's first choices, and the objective gets its own object back."""
+    objective, optim = _objects_as_choices()
+    study = optuna.create_study()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # Optuna's: such choices do not suit persistent storage
+        _optimize(study, objective, tmp_path, n_trials=6)
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 6
+    assert all(t.user_attrs["own_objects"] for t in study.trials)
+    assert all(t.params["optim"] in (optim.ADAM, optim.SGD) for t in study.trials)  # the driver's own enum
+
+
 def _ends_its_process(trial: Any) -> float:
     x = trial.suggest_float("x", 0, 1)
     if trial.number == 1:
