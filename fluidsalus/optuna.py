@@ -53,6 +53,7 @@ import copy
 import datetime
 import gc
 import inspect
+import io
 import math
 import numbers
 import re
@@ -594,6 +595,31 @@ def _deprecated(old: str, new: str) -> None:
     warnings.warn(f"{old} has been deprecated in Optuna v3.0.0; use {new} instead.", FutureWarning, stacklevel=3)
 
 
+class _ObjectivePickler(cloudpickle.Pickler):
+    """Ray's cloudpickle, but the study being optimised goes as the :class:`DeviceStudy` of the device.
+
+    Args:
+        file: Where the pickle goes.
+        study: The study (None: nothing is replaced).
+    """
+
+    def __init__(self, file: io.BytesIO, study: optuna.Study | None) -> None:
+        super().__init__(file)
+        self._study = study
+
+    def reducer_override(self, obj: Any) -> Any:
+        if obj is self._study and obj is not None:
+            return DeviceStudy, (obj.study_name, list(obj.directions))
+        return super().reducer_override(obj)
+
+
+def _unpickle_runner(blob: bytes, catch: tuple[type[BaseException], ...], gc_after_trial: bool,
+                     name: str) -> _ObjectiveRunner:
+    runner = _ObjectiveRunner(cloudpickle.loads(blob), catch, gc_after_trial)
+    runner.__name__ = name
+    return runner
+
+
 class _ObjectiveRunner:
     """The fluidsalus trainable: runs the objective once with a :class:`DeviceTrial` and tells its outcome.
 
@@ -603,17 +629,27 @@ class _ObjectiveRunner:
         objective: The user's objective ``f(trial) -> float | Sequence[float]``.
         catch: Exception types that fail the trial without stopping the optimisation.
         gc_after_trial: Run ``gc.collect()`` in the device process after each trial.
+        study: The study being optimised: where the objective holds it (a script's ``study``, captured), the
+            devices get the :class:`DeviceStudy` that ``trial.study`` is, which asks the real one, not a copy.
     """
 
     #: The argument an error about this trainable names (``fluidsalus.run`` reads it): the user's objective.
     error_field = "objective"
 
     def __init__(self, objective: Callable[[Any], Any], catch: tuple[type[BaseException], ...],
-                 gc_after_trial: bool) -> None:
+                 gc_after_trial: bool, study: optuna.Study | None = None) -> None:
         self.objective = objective
         self.catch = catch
         self.gc_after_trial = gc_after_trial
+        self.study = study
         self.__name__ = getattr(objective, "__name__", type(objective).__name__)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled for the devices: the objective with the study in it replaced (:class:`_ObjectivePickler`)."""
+        with io.BytesIO() as file:
+            _ObjectivePickler(file, self.study).dump(self.objective)
+            blob = file.getvalue()
+        return _unpickle_runner, (blob, self.catch, self.gc_after_trial, self.__name__)
 
     def __call__(self, config: Mapping[str, Any]) -> dict[str, Any] | None:
         snapshot: _TrialSnapshot | None = _call(M_START)
@@ -1216,7 +1252,7 @@ def optimize(
     name = run_kwargs.pop("name", None) or _experiment_name(study)
     verbose = run_kwargs.pop("verbose", 1 if show_progress_bar else 0)
     driver = _StudyDriver(study, None if n_trials is None else int(n_trials), timeout, callback_list, name)
-    runner = _ObjectiveRunner(objective, classes, bool(gc_after_trial))
+    runner = _ObjectiveRunner(objective, classes, bool(gc_after_trial), study)
     study._stop_flag = False
     study._thread_local.in_optimize_loop = True  # study.stop() works in callbacks; ask() knows it is optimize
     try:

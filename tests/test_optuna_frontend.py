@@ -819,6 +819,25 @@ def test_categorical_choices_may_be_objects_of_the_script_as_in_optuna(tmp_path)
     assert all(t.params["optim"] in (optim.ADAM, optim.SGD) for t in study.trials)  # the driver's own enum
 
 
+def test_an_objective_that_uses_the_scripts_study_reaches_the_study_itself(tmp_path):
+    """An objective that reads or changes the study it was written next to (``study``, not ``trial.study``) got a
+    pickled copy of it: an in-memory study read as it was at the start, its writes were lost, and ``stop()``
+    raised Optuna's "supposed to be invoked inside an objective function or a callback". The copy is now the
+    study as ``trial.study`` sees it, which asks the real one."""
+    study = optuna.create_study()
+
+    def objective(trial: Any) -> float:
+        seen = len(study.trials)  # the study of the script, captured by the closure
+        study.set_user_attr(f"seen_{trial.number}", seen)
+        if trial.number == 2:
+            study.stop()
+        return trial.suggest_float("x", 0, 1)
+
+    _optimize(study, objective, tmp_path, n_trials=6, max_concurrent_trials=1)
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 3
+    assert study.user_attrs == {"seen_0": 1, "seen_1": 2, "seen_2": 3}
+
+
 def _ends_its_process(trial: Any) -> float:
     x = trial.suggest_float("x", 0, 1)
     if trial.number == 1:
