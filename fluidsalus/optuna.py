@@ -328,6 +328,11 @@ class DeviceStudy:
     ``enqueue_trial()`` and ``stop()``.
     """
 
+    #: ``trial.study._storage``: the trial's :class:`DeviceStorage` (None for the study an objective captured).
+    #: optuna-integration's Lightning callback reads it in ``check_pruned()``; being none of Optuna's cached
+    #: storages, it tells the callback that no DDP run keeps its values there, so it does nothing, as outside DDP.
+    _storage: DeviceStorage | None = None
+
     def __init__(self, study_name: str, directions: list[optuna.study.StudyDirection]) -> None:
         self.study_name = study_name
         self._directions = list(directions)
@@ -457,6 +462,7 @@ class DeviceTrial(BaseTrial):
         self.study = DeviceStudy(snapshot.study_name, snapshot.directions)
         self._trial_id = snapshot.trial_id
         self.storage = DeviceStorage(snapshot.trial_id)
+        self.study._storage = self.storage
         self._relative_params: dict[str, Any] | None = None  # fetched on first use, then kept (as Optuna keeps it)
 
     # ---------------------------------------------------------------- suggestions

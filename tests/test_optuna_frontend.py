@@ -533,6 +533,54 @@ def test_optunas_lightgbm_pruning_callback_reports_and_prunes_through_the_study(
     assert bad.value == bad.intermediate_values[max(bad.intermediate_values)]
 
 
+def _lightning_objective(trial: Any) -> float:
+    import lightning.pytorch as pl
+    import torch
+    from optuna_integration import PyTorchLightningPruningCallback
+
+    class Line(pl.LightningModule):
+        def __init__(self, lr: float) -> None:
+            super().__init__()
+            self.w = torch.nn.Linear(1, 1)
+            self.lr = lr
+
+        def training_step(self, batch: Any, _: int) -> torch.Tensor:
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.w(x), y)
+
+        def validation_step(self, batch: Any, _: int) -> None:
+            x, y = batch
+            self.log("val_loss", torch.nn.functional.mse_loss(self.w(x), y))
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+    x = torch.linspace(-1, 1, 32).unsqueeze(1)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, 3 * x), batch_size=8)
+    callback = PyTorchLightningPruningCallback(trial, monitor="val_loss")
+    trainer = pl.Trainer(max_epochs=LIGHTNING_EPOCHS, callbacks=[callback], logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", devices=1)
+    trainer.fit(Line(trial.suggest_float("lr", 0.01, 0.1)), data, data)
+    callback.check_pruned()  # as its docstring asks, right after fit(): outside DDP it does nothing
+    return float(trainer.callback_metrics["val_loss"])
+
+
+LIGHTNING_EPOCHS = 3
+
+
+def test_optunas_lightning_pruning_callback_reports_each_epoch_and_check_pruned_passes(tmp_path):
+    """optuna-integration's ``PyTorchLightningPruningCallback`` reports each epoch's ``val_loss``; its
+    ``check_pruned()`` reads ``trial.study._storage``, which a device's study did not have (AttributeError: every
+    trial failed) and now has: a storage that is none of Optuna's cached ones, so outside DDP it does nothing,
+    as in Optuna."""
+    pytest.importorskip("lightning")
+    pytest.importorskip("optuna_integration")
+    study = optuna.create_study()
+    _optimize(study, _lightning_objective, tmp_path, n_trials=2, max_concurrent_trials=1)
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
+    assert all(sorted(t.intermediate_values) == list(range(LIGHTNING_EPOCHS)) for t in study.trials)
+
+
 # ---------------------------------------------------------------------------------------------- storages
 
 
