@@ -1207,9 +1207,11 @@ def optimize(
         study: The study to optimise (any storage; single- or multi-objective).
         objective: ``f(trial)`` returning a float (a sequence of floats for a multi-objective study). It is
             pickled to the devices, so it must not capture locks, open files or clients.
-        n_trials: Trials to run in this call; None runs until ``timeout``, ``study.stop()`` or an error.
+        n_trials: Trials to run in this call; None runs until ``timeout``, ``study.stop()`` or an error. As in
+            Optuna's loop, a fraction rounds up (2.5 runs 3) and a number <= 0 runs none.
         timeout: Seconds after which no new trial starts; running trials finish (Optuna's rule). The clock
-            starts once the device actors are up (starting them, a second or two, is not counted).
+            starts once the device actors are up (starting them, a second or two, is not counted). A timeout
+            <= 0 runs no trial, as in Optuna.
         n_jobs: Accepted for compatibility and ignored: the lanes decide how many trials run at once (cap it
             with ``max_concurrent_trials=``).
         catch: Exception types that fail a trial (``FAIL``) without stopping the optimisation.
@@ -1237,11 +1239,14 @@ def optimize(
         raise ConfigError(f"study: must be an optuna.Study, got {type(study).__name__}")
     if not callable(objective):
         raise ConfigError(f"objective: must be a function f(trial), got {type(objective).__name__}")
-    if n_trials is not None and (not isinstance(n_trials, numbers.Integral) or isinstance(n_trials, bool)
-                                 or n_trials < 0):
-        raise ConfigError(f"n_trials: must be an int >= 0 or None, got {n_trials!r}")
-    if timeout is not None and (not isinstance(timeout, numbers.Real) or isinstance(timeout, bool) or timeout < 0):
-        raise ConfigError(f"timeout: must be a number of seconds >= 0 or None, got {timeout!r}")
+    # Numbers as Optuna's loop reads them: n_trials=2.5 runs 3 trials, and n_trials or a timeout <= 0 runs none
+    # (a timeout computed as the time left, say).
+    if n_trials is not None and (not isinstance(n_trials, numbers.Real) or isinstance(n_trials, bool)
+                                 or math.isnan(n_trials)):
+        raise ConfigError(f"n_trials: must be a number of trials (an int) or None, got {n_trials!r}")
+    if timeout is not None and (not isinstance(timeout, numbers.Real) or isinstance(timeout, bool)
+                                or math.isnan(timeout)):
+        raise ConfigError(f"timeout: must be a number of seconds or None, got {timeout!r}")
     classes = _check_catch(catch)
     if callbacks is not None and (isinstance(callbacks, (str, bytes)) or not isinstance(callbacks, Iterable)):
         raise ConfigError(f"callbacks: must be a list of functions f(study, frozen_trial), got {callbacks!r}")
@@ -1252,12 +1257,12 @@ def optimize(
     if study._thread_local.in_optimize_loop:
         raise RuntimeError("Nested invocation of `Study.optimize` method isn't allowed (the study is already being "
                            "optimised in this thread).")
-    if n_trials == 0 or timeout == 0:
+    if (n_trials is not None and n_trials <= 0) or (timeout is not None and timeout <= 0):
         return
 
     name = run_kwargs.pop("name", None) or _experiment_name(study)
     verbose = run_kwargs.pop("verbose", 1 if show_progress_bar else 0)
-    driver = _StudyDriver(study, None if n_trials is None else int(n_trials), timeout, callback_list, name)
+    driver = _StudyDriver(study, None if n_trials is None else math.ceil(n_trials), timeout, callback_list, name)
     runner = _ObjectiveRunner(objective, classes, bool(gc_after_trial), study)
     study._stop_flag = False
     study._thread_local.in_optimize_loop = True  # study.stop() works in callbacks; ask() knows it is optimize

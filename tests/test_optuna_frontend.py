@@ -620,6 +620,14 @@ def test_journal_storage(tmp_path):
 # ---------------------------------------------------------------------------------------------- arguments
 
 
+def test_a_fractional_n_trials_runs_as_many_trials_as_optunas_loop(tmp_path):
+    """Optuna's loop runs trials while their count is below ``n_trials``: 2.5 runs 3 (it was refused)."""
+    ours, theirs = optuna.create_study(), optuna.create_study()
+    theirs.optimize(_quadratic, n_trials=2.5)
+    _optimize(ours, _quadratic, tmp_path, n_trials=2.5)
+    assert len(ours.trials) == len(theirs.trials) == 3
+
+
 def test_bad_arguments_are_refused_before_anything_runs(tmp_path):
     study = optuna.create_study()
     with pytest.raises(ConfigError, match="timeout="):
@@ -628,11 +636,15 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path):
         fo.optimize(study, _quadratic, n_trials=1, no_such_option=1)
     with pytest.raises(ConfigError, match="catch"):
         fo.optimize(study, _quadratic, n_trials=1, catch=[42])
-    with pytest.raises(ConfigError, match="n_trials"):
-        fo.optimize(study, _quadratic, n_trials=-1)
+    with pytest.raises(ConfigError, match=r"n_trials: must be a number of trials \(an int\) or None, got '3'"):
+        fo.optimize(study, _quadratic, n_trials="3")
+    with pytest.raises(ConfigError, match="timeout: must be a number of seconds or None, got nan"):
+        fo.optimize(study, _quadratic, timeout=math.nan)
     with pytest.raises(ConfigError, match="study"):
         fo.optimize("study", _quadratic, n_trials=1)
-    fo.optimize(study, _quadratic, n_trials=0, storage_path=str(tmp_path))
+    # As in Optuna, no trial and no error: nothing to do (a negative timeout: the time left, computed)
+    for nothing in ({"n_trials": 0}, {"n_trials": -1}, {"n_trials": 3, "timeout": -1.0}):
+        fo.optimize(study, _quadratic, storage_path=str(tmp_path), **nothing)
     assert study.trials == [] and not any(tmp_path.iterdir())
     lock = threading.Lock()
 
