@@ -1013,8 +1013,11 @@ class _StudyDriver(BaseSearcher):
         elif isinstance(distribution, CategoricalDistribution):
             choices = self._choices.canonical(name, distribution.choices)
             value = trial.suggest_categorical(name, choices)
-            stored = trial.distributions[name]
-            return value, stored, stored.to_internal_repr(value)  # type: ignore[union-attr]
+            index = next((i for i, choice in enumerate(choices) if choice is value), None)
+            if index is None:  # a value the storage gave back (suggested before): equal, not the same object
+                with contextlib.suppress(ValueError):
+                    index = CategoricalDistribution(choices).to_internal_repr(value)
+            return value, trial.distributions[name], index
         else:
             raise TypeError(f"cannot suggest {name!r} from a {type(distribution).__name__}")
         return value, trial.distributions[name], None

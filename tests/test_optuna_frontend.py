@@ -852,14 +852,18 @@ def _objects_as_choices() -> tuple[Any, type]:
         return abs(a - b)
 
     losses = [mse, mae, lambda a, b: 0.0]
+    models = [Small(), Large()]  # instances without __eq__: equal only to themselves
 
     def objective(trial: Any) -> float:
         optim = trial.suggest_categorical("optim", [Optim.ADAM, Optim.SGD])
         net = trial.suggest_categorical("net", [Small, Large])
         loss = trial.suggest_categorical("loss", losses)
         again = trial.suggest_categorical("loss", losses)  # the same name again: the same answer, as in Optuna
+        model = trial.suggest_categorical("model", models)
+        trial.suggest_categorical("model", models)
         trial.set_user_attr("own_objects", optim in Optim and net in (Small, Large)
-                            and any(loss is f for f in losses) and loss is again)
+                            and any(loss is f for f in losses) and loss is again
+                            and any(model is m for m in models))
         return loss(1.0, 3.0) + (optim is Optim.SGD)
 
     return objective, Optim
