@@ -892,6 +892,22 @@ def test_checkpoint_at_end_saves_a_trial_the_stop_rule_or_a_scheduler_ends(ray_c
     assert all(int(r.checkpoint.path[-6:]) == r.metrics["training_iteration"] for r in grid)
 
 
+def test_a_class_trainable_is_checkpointed_at_its_end_by_default_under_a_tuner_not_under_tune_run(
+        ray_cluster, storage: str) -> None:
+    """Ray's Tuner reads ``CheckpointConfig(checkpoint_at_end=None)`` as True for a class Trainable (before, no
+    checkpoint: ``get_best_result().checkpoint`` was None); ``tune.run`` leaves it falsy."""
+    _, grid = _run(_Endless, storage, {"x": 2}, run_config_kwargs={"stop": {"training_iteration": 3}})
+    (result,) = grid
+    assert result.checkpoint is not None and int(result.checkpoint.path[-6:]) == 3
+    restored = _Endless({"x": 2})
+    restored.restore(result.checkpoint)
+    assert restored.value == 6
+    analysis = tune.run(_Endless, config={"x": 2}, stop={"training_iteration": 3}, storage_path=storage,
+                        name="legacy", verbose=0)
+    (trial,) = analysis.trials
+    assert trial.checkpoint is None
+
+
 def test_restore_continues_an_interrupted_experiment(ray_cluster, storage: str, tmp_path) -> None:
     callback = InterruptOnce(str(tmp_path / "interrupted"), n=4)
     tuner = Tuner(resumable, param_space={"x": tune.uniform(0, 1)},

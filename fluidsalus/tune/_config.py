@@ -133,7 +133,8 @@ class CheckpointConfig:
         checkpoint_frequency: Iterations between checkpoints of a class :class:`~fluidsalus.tune.Trainable`
             (0: none). Function trainables checkpoint themselves; as in Ray, they refuse this field.
         checkpoint_at_end: Checkpoint a class ``Trainable`` when it ends (by itself, by the stop rule or by a
-            scheduler). Refused for function trainables.
+            scheduler). None (the default): True for a class ``Trainable`` run by a ``Tuner``, False under
+            ``tune.run``, as in Ray. Refused (True) for function trainables.
     """
 
     num_to_keep: int | None = None

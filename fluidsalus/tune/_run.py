@@ -347,6 +347,7 @@ def run(
     if flags is not None and folder is not None and Tuner.can_restore(folder):
         tuner._continue(folder, **flags)
     tuner._resume_hint = _resume_hint
+    tuner._checkpoint_at_end_by_default = False  # tune.run leaves CheckpointConfig's None as it is, falsy
     tuner._registered_name = registered_name  # kept under with_resources too: Ray names the run after it
     grid = tuner.fit()
     trials = [Trial(result) for result in grid]

@@ -376,6 +376,9 @@ class Tuner:
         self._restore_flags: dict[str, bool] | None = None  # applied to the store at the next fit()
         self._results: ResultGrid | None = None
         self._resume_hint = RESUME_HINT  # tune.run names its own way to resume
+        # What CheckpointConfig(checkpoint_at_end=None) means for a class Trainable: True under Ray's Tuner,
+        # False under tune.run (which sets this).
+        self._checkpoint_at_end_by_default = True
         self.interrupted = False  #: Whether the last fit() was ended by a stop signal (Ctrl-C).
         self.plan: Plan | None = None  #: The translation of the last fit() (searcher, metric, ...).
 
@@ -572,12 +575,13 @@ class Tuner:
         config = self._run_config.checkpoint_config
         assert config is not None
         frequency = config.checkpoint_frequency or 0
-        at_end = bool(config.checkpoint_at_end)
-        if not class_trainable and (frequency or at_end):
+        if not class_trainable and (frequency or config.checkpoint_at_end):
             raise ConfigError(
                 "CheckpointConfig: checkpoint_frequency and checkpoint_at_end are not supported for function "
                 "trainables (as in Ray): report checkpoints with tune.report(metrics, checkpoint=...) instead"
             )
+        at_end = bool(config.checkpoint_at_end) if config.checkpoint_at_end is not None \
+            else class_trainable and self._checkpoint_at_end_by_default  # Ray's Tuner: at the end, unless a function
         return ClassOptions(checkpoint_frequency=frequency, checkpoint_at_end=at_end)
 
     def _experiment_name(self, storage: str, name: str) -> str:
