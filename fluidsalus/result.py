@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+import numbers
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +48,9 @@ class Result:
         checkpoint: Its latest persisted checkpoint, or None.
         error: A :class:`TrialError` with the trial's traceback if it failed, else None.
         path: The trial's folder in the experiment.
-        best_checkpoints: ``(checkpoint, metrics)`` for each persisted checkpoint the trial still has.
+        best_checkpoints: ``(checkpoint, metrics)`` of the trial's best persisted checkpoints, worst first, as in
+            Ray: by ``checkpoint_score_attribute`` (else by recency, oldest first), at most ``num_to_keep`` (the
+            latest checkpoint, which is always kept, counts only if it is one of them).
         metrics_dataframe: Every result of the trial, one row per iteration, as Ray builds it from a trial's
             ``result.json``: nested metrics flattened to ``"a/b"`` columns, and the configuration each result was
             reported with as ``config/...`` columns (under PBT it changes at an exploit). None if it reported
@@ -230,6 +233,9 @@ class ResultGrid:
         for c in store.checkpoints():
             if os.path.isdir(c["path"]):
                 checkpoints.setdefault(c["trial_id"], []).append((Checkpoint(c["path"]), c["metrics"] or {}))
+        spec = exp["spec"] or {}
+        score_attribute, num_to_keep = spec.get("checkpoint_score_attribute"), spec.get("checkpoint_num_to_keep")
+        score_order = spec.get("checkpoint_score_order") or "max"
         results = []
         folders = store.trial_dirs()
         for t in store.trials():
@@ -246,7 +252,10 @@ class ResultGrid:
                 metrics = {"trial_id": t.trial_id}
             error = trial_error(f"Trial {t.trial_id} failed: {t.error}\n{t.traceback or ''}".rstrip(), t.error) \
                 if t.status == ERROR else None
-            ckpts = checkpoints.get(t.trial_id, [])
+            ckpts = checkpoints.get(t.trial_id, [])  # in report order: the last is the latest
+            # Ray's best_checkpoints: the num_to_keep best, worst first (the latest, always kept, only if one)
+            best = [ckpts[i] for i in rank_checkpoints([m for _, m in ckpts], score_attribute, score_order)]
+            best = best[-num_to_keep:] if num_to_keep else best
             row_configs = [_config_of_attempt(t.config, changes.get(t.trial_id, []), attempt)
                            for attempt in attempts.get(t.trial_id, [])]
             results.append(
@@ -255,7 +264,7 @@ class ResultGrid:
                     checkpoint=ckpts[-1][0] if ckpts else None,
                     error=error,
                     path=folders[t.trial_id],
-                    best_checkpoints=ckpts,
+                    best_checkpoints=best,
                     trial_id=t.trial_id,
                     status=t.status,
                     _history=rows,
@@ -403,6 +412,34 @@ def _config_of_attempt(config: dict[str, Any], changes: list[tuple[int, dict[str
             break
         current = new
     return current
+
+
+def rank_checkpoints(results: Sequence[Mapping[str, Any] | None], attribute: str | None,
+                     order: str = "max") -> list[int]:
+    """Checkpoints from worst to best, as Ray's checkpoint manager orders them for ``num_to_keep``.
+
+    A checkpoint's rank is Ray's key ``(not NaN, score)``, the score negated for ``order="min"``: a NaN (or a value
+    that is no number) ranks below everything, a result without ``attribute`` (a flattened name such as
+    ``"val/acc"`` reads a nested value) and every checkpoint when ``attribute`` is None rank as minus infinity,
+    and ties go in report order (the later one better).
+
+    Args:
+        results: Each checkpoint's result, in report order.
+        attribute: ``checkpoint_score_attribute`` (None: by recency).
+        order: ``"max"`` or ``"min"``: which scores are best.
+
+    Returns:
+        Indices into ``results``, worst first.
+    """
+    def rank(i: int) -> tuple[bool, float, int]:
+        value = None if attribute is None else lookup_metric(results[i] or {}, attribute)
+        if value is None:
+            return True, -math.inf, i
+        if not isinstance(value, numbers.Real) or math.isnan(value):
+            return False, -math.inf, i
+        return True, float(value) if order == "max" else -float(value), i
+
+    return sorted(range(len(results)), key=rank)
 
 
 def lookup_metric(metrics: Mapping[str, Any], metric: str) -> Any:

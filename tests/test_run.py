@@ -524,21 +524,63 @@ def test_fail_fast_ends_the_experiment_at_the_first_failure(storage, mode):
 
 
 def keeps_checkpoints(config):
-    for i in range(1, 7):
+    for i, score in enumerate(config["scores"], start=1):
         d = os.path.join(fluidsalus.get_context().get_trial_dir(), f"c{i}")
         os.makedirs(d, exist_ok=True)
-        fluidsalus.report({"score": [5, 1, 9, 2, 3, 4][i - 1]}, checkpoint=fluidsalus.Checkpoint.from_directory(d))
+        fluidsalus.report({"val": {"score": score}, "score": score}, checkpoint=fluidsalus.Checkpoint.from_directory(d))
 
 
-def test_checkpoint_retention_keeps_the_best_and_the_latest(storage):
-    grid = fluidsalus.run(keeps_checkpoints, {"x": 1}, checkpoint_num_to_keep=2, checkpoint_score_attribute="score",
-                          checkpoint_score_order="max", storage_path=storage, name="keep", verbose=0)
+def _iterations(checkpoints):
+    return [int(os.path.basename(c.path).rsplit("_", 1)[1]) for c, _ in checkpoints]
+
+
+@pytest.mark.parametrize("attribute", ["score", "val/score"])
+def test_checkpoint_retention_keeps_the_best_and_the_latest(storage, attribute):
+    """Ray's rules: the ``num_to_keep`` best by the score (a nested one by its flattened name too), and always the
+    latest; ``best_checkpoints`` lists the best, worst first, without the latest unless it is one of them."""
+    grid = fluidsalus.run(keeps_checkpoints, {"scores": [5, 1, 9, 2, 3, 4]}, checkpoint_num_to_keep=2,
+                          checkpoint_score_attribute=attribute, checkpoint_score_order="max", storage_path=storage,
+                          name="keep", verbose=0)
     result = grid[0]
-    kept = sorted(int(os.path.basename(c.path).rsplit("_", 1)[1]) for c, _ in result.best_checkpoints)
-    assert kept == [1, 3, 6]  # scores 9 (iteration 3) and 5 (iteration 1) are the best two; 6 is the latest
+    assert _iterations(result.best_checkpoints) == [1, 3]  # scores 5 and 9, worst first
     on_disk = sorted(d for d in os.listdir(result.path) if d.startswith("checkpoint_"))
-    assert on_disk == ["checkpoint_000001", "checkpoint_000003", "checkpoint_000006"]
+    assert on_disk == ["checkpoint_000001", "checkpoint_000003", "checkpoint_000006"]  # and 6, the latest
+    assert _iterations([(result.checkpoint, {})]) == [6]
     assert result.get_best_checkpoint("score", "max").path.endswith("checkpoint_000003")
+
+
+def test_a_nan_score_ranks_below_every_checkpoint_and_never_displaces_a_better_one(storage):
+    """A NaN score was kept as one of the best, and the checkpoint it displaced (score 7) was deleted; Ray ranks
+    NaN below everything."""
+    nan = float("nan")
+    grid = fluidsalus.run(keeps_checkpoints, {"scores": [3, nan, 9, 1, 7, 2]}, checkpoint_num_to_keep=2,
+                          checkpoint_score_attribute="score", storage_path=storage, name="nan", verbose=0)
+    result = grid[0]
+    assert [m["score"] for _, m in result.best_checkpoints] == [7, 9]
+    assert sorted(d for d in os.listdir(result.path) if d.startswith("checkpoint_")) == [
+        "checkpoint_000003", "checkpoint_000005", "checkpoint_000006"]
+
+
+@pytest.mark.parametrize(("order", "expected"), [("max", [1, 3, 7, 9]), ("min", [9, 7, 3, 1])])
+def test_best_checkpoints_go_from_worst_to_best_as_in_ray(storage, order, expected):
+    grid = fluidsalus.run(keeps_checkpoints, {"scores": [3, 9, 1, 7]}, checkpoint_score_attribute="score",
+                          checkpoint_score_order=order, storage_path=storage, name=f"order_{order}", verbose=0)
+    result = grid[0]
+    assert [m["score"] for _, m in result.best_checkpoints] == expected
+    assert _iterations([(result.checkpoint, {})]) == [4]  # the latest, whatever its score
+
+
+def test_rank_checkpoints_is_rays_order():
+    """Worst first: NaN and non-numbers lowest, then a missing score (minus infinity), then by score; ties and
+    no attribute by report order."""
+    from fluidsalus.result import rank_checkpoints
+
+    nan = float("nan")
+    results = [{"s": 2}, {"s": nan}, {}, {"s": 5}, {"s": "high"}, {"s": 2}, None]
+    assert rank_checkpoints(results, "s", "max") == [1, 4, 2, 6, 0, 5, 3]
+    assert rank_checkpoints(results, "s", "min") == [1, 4, 2, 6, 3, 0, 5]
+    assert rank_checkpoints(results, None) == list(range(7))
+    assert rank_checkpoints([{"a": {"b": 1}}, {"a": {"b": 0}}], "a/b") == [1, 0]
 
 
 def asks_driver(config):

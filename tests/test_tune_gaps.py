@@ -531,8 +531,10 @@ def test_a_callback_that_sets_should_checkpoint_gets_a_checkpoint_of_that_very_r
     the callbacks' answer when a callback of the user's own could ask), and the callback hears of it."""
     last = 6
     callback = _CheckpointAt(2)
+    only_asked = tune.CheckpointConfig(checkpoint_at_end=False)  # (by default a Tuner also saves at the end)
     grid = _tuner(_Counter, storage, {"x": tune.grid_search([1, 2])},
-                  {"callbacks": [callback], "stop": {"training_iteration": last}}).fit()
+                  {"callbacks": [callback], "stop": {"training_iteration": last},
+                   "checkpoint_config": only_asked}).fit()
     assert grid.num_errors == 0
     for result in grid:
         assert result.metrics["training_iteration"] == last
@@ -542,7 +544,8 @@ def test_a_callback_that_sets_should_checkpoint_gets_a_checkpoint_of_that_very_r
         restored.restore(result.checkpoint)
         assert restored.value == 2  # the state right after step 2
     assert sorted(callback.saved) == sorted((r.metrics["trial_id"], "checkpoint_000002") for r in grid)
-    grid = _tuner(_Counter, storage, {"x": 1}, {"stop": {"training_iteration": 3}}).fit()
+    grid = _tuner(_Counter, storage, {"x": 1},
+                  {"stop": {"training_iteration": 3}, "checkpoint_config": only_asked}).fit()
     assert [r.best_checkpoints for r in grid] == [[]]  # none without the callback's request
 
 
@@ -743,11 +746,12 @@ class _AsksPerConfig(tune.Trainable):
 
 
 def test_a_trainable_classs_default_resource_request_is_each_trials_request(ray_cluster, storage: str) -> None:
-    grid = _tuner(_AsksPerConfig, storage, {"share": tune.grid_search([0.25, 0.5])}).fit()
+    no_save = {"checkpoint_config": tune.CheckpointConfig(checkpoint_at_end=False)}  # it has no save_checkpoint
+    grid = _tuner(_AsksPerConfig, storage, {"share": tune.grid_search([0.25, 0.5])}, no_save).fit()
     assert sorted((r.config["share"], r.metrics.get("gpu")) for r in grid) == [(0.25, 0.0), (0.5, 0.5)]
     # with_resources wins over the class's own request, as in Ray
     grid = _tuner(tune.with_resources(_AsksPerConfig, {"cpu": 1, "gpu": 0.125}), storage,
-                  {"share": tune.grid_search([0.5])}).fit()
+                  {"share": tune.grid_search([0.5])}, no_save).fit()
     assert [r.metrics["gpu"] for r in grid] == [0.125]
 
 

@@ -83,7 +83,7 @@ from fluidsalus.gpu.host import (
 )
 from fluidsalus.gpu.policies import DEFAULT_POLICY
 from fluidsalus.progress import Progress
-from fluidsalus.result import lookup_metric
+from fluidsalus.result import lookup_metric, rank_checkpoints
 from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.session import AUTO_RESULT_KEYS, CHECKPOINT_VERDICT_CALL, DATE_FORMAT
 from fluidsalus.store import (
@@ -1810,18 +1810,9 @@ class Executor:
         if len(checkpoints) <= keep:
             return
         latest = checkpoints[-1]
-        attr, order = self.settings.checkpoint_score_attribute, self.settings.checkpoint_score_order
-        if attr is None:
-            ranked = sorted(checkpoints, key=lambda c: c["iteration"], reverse=True)
-        else:
-            def score(c: dict[str, Any]) -> float:
-                value = (c["metrics"] or {}).get(attr)
-                if not isinstance(value, (int, float)):
-                    return float("-inf")
-                return float(value) if order == "max" else -float(value)
-
-            ranked = sorted(checkpoints, key=score, reverse=True)
-        kept = {c["path"] for c in ranked[:keep]} | {latest["path"]}
+        ranked = rank_checkpoints([c["metrics"] for c in checkpoints], self.settings.checkpoint_score_attribute,
+                                  self.settings.checkpoint_score_order)
+        kept = {checkpoints[i]["path"] for i in ranked[-keep:]} | {latest["path"]} if keep else {latest["path"]}
         doomed = [c for c in checkpoints if c["path"] not in kept]
         self.store.mark_checkpoints_deleted([c["path"] for c in doomed])
         for c in doomed:

@@ -119,7 +119,7 @@ class Trial:
 
     @property
     def checkpoints(self) -> list[tuple[Checkpoint, dict[str, Any]]]:
-        """Each persisted checkpoint the trial still has, with the result it was reported with."""
+        """The trial's best persisted checkpoints with their results, worst first (``Result.best_checkpoints``)."""
         return list(self._result.best_checkpoints or [])
 
     @property
