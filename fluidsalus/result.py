@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import math
 import numbers
 import os
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError, StoreError, trial_error
-from fluidsalus.session import AUTO_RESULT_KEYS, with_config
+from fluidsalus.session import AUTO_RESULT_KEYS, DATE_FORMAT, with_config
 from fluidsalus.store import ERROR, TERMINATED, TRIAL_RESTART_EVENT, ExperimentStore
 
 if TYPE_CHECKING:
@@ -69,13 +70,16 @@ class Result:
     _row_configs: list[dict[str, Any]] | None = None  # the configuration of each row of ``_history``
     _num_failures: int = 0
     _trainable_name: str = ""
+    _started: bool = False  # whether the trial started (one that reported nothing then has an empty frame)
 
     @property
     def metrics_dataframe(self) -> pd.DataFrame | None:
-        """Every result of the trial, one row per iteration (built when asked for; see the class docstring)."""
-        if not self._history:
-            return None
+        """Every result of the trial, one row per iteration (built when asked for; see the class docstring): empty
+        when it started and reported nothing, None when it never started."""
         import pandas as pd
+
+        if not self._history:
+            return pd.DataFrame() if self._started else None
 
         configs = self._row_configs or [self._config or {}] * len(self._history)
         # As Ray reads a trial's result.json: each row's top-level values first, then its nested ones flattened.
@@ -244,11 +248,18 @@ class ResultGrid:
             metrics = (dict(reported) if reported is not None and t.last_result is not None
                        else dict(t.last_result) if t.last_result is not None
                        else (dict(rows[-1]) if rows else None))
+            started = t.started_at is not None
             if metrics is not None:
-                if t.status in (TERMINATED, ERROR):
+                if t.status == TERMINATED:  # (an errored trial's last result stays as it was: not done, as in Ray)
                     metrics["done"] = True
                 metrics = with_config(metrics, t.config)
-            else:  # it never reported (never started, or failed first): Ray's Result has only the trial's id
+            elif started:  # it started but reported nothing (it returned at once, or failed first): as in Ray,
+                # its id, when it started and its config
+                metrics = {"trial_id": t.trial_id, "date": datetime.datetime.fromtimestamp(
+                    t.started_at).strftime(DATE_FORMAT), "timestamp": int(t.started_at), "config": t.config}
+                if t.status == TERMINATED:
+                    metrics["done"] = True
+            else:  # it never started: Ray's Result has only the trial's id
                 metrics = {"trial_id": t.trial_id}
             error = trial_error(f"Trial {t.trial_id} failed: {t.error}\n{t.traceback or ''}".rstrip(), t.error) \
                 if t.status == ERROR else None
@@ -271,6 +282,7 @@ class ResultGrid:
                     _config=t.config,
                     _row_configs=row_configs,
                     _num_failures=t.num_failures + (t.status == ERROR),  # the retried failures, and the last
+                    _started=started,
                     _trainable_name=str((exp["spec"] or {}).get("trainable") or ""),
                 )
             )
@@ -362,25 +374,32 @@ class ResultGrid:
         Args:
             filter_metric: Pick each trial's row by this metric instead of taking its last result (a flattened
                 name such as ``"info/acc"`` reads a nested one).
-            filter_mode: ``"min"`` or ``"max"``, required with ``filter_metric``.
+            filter_mode: ``"min"`` or ``"max"``: with ``filter_metric`` the filter applies; without it each
+                trial's last result is taken, as in Ray.
+
+        Raises:
+            ValueError: ``filter_mode`` is neither ``"min"`` nor ``"max"``, or comes without ``filter_metric``
+                (Ray's messages).
         """
         import pandas as pd
 
-        if (filter_metric is None) != (filter_mode is None):
-            raise ValueError("get_dataframe: pass both filter_metric and filter_mode, or neither")
-        if filter_mode is not None:
-            _check_mode(filter_mode)
+        if filter_mode and filter_mode not in ("min", "max"):
+            raise ValueError("If set, `mode` has to be one of [min, max]")
+        if filter_mode and not filter_metric:
+            raise ValueError("If a `mode` is passed to `ExperimentAnalysis.dataframe(), you'll also have to pass a "
+                             "`metric`!")
+        metric = filter_metric if filter_mode else None  # a metric without a mode: the last results, as in Ray
         rows, folders = [], []
         for result in self._results:
             history = result._history or []
             row: Mapping[str, Any] = result.metrics or {}
-            if not history and set(row) <= {"trial_id"}:  # it never reported: as in Ray, no row
-                continue
-            if filter_metric is not None:
-                scored = [r for r in history if _finite(lookup_metric(r, filter_metric))]
+            if not history and (result._started or set(row) <= {"trial_id"}):  # it reported nothing: no row, as
+                continue  # in Ray
+            if metric:
+                scored = [r for r in history if _finite(lookup_metric(r, metric))]
                 if scored:  # (else its last result, as Ray's when the metric is not among its columns)
                     pick = max if filter_mode == "max" else min
-                    row = pick(scored, key=lambda r: lookup_metric(r, filter_metric))
+                    row = pick(scored, key=lambda r: lookup_metric(r, metric))
             rows.append(with_config(row, result.config or {}))
             folders.append(result.path)
         # Ray's column order: each row's top-level values, then its nested ones flattened, then the trial's folder.

@@ -181,6 +181,37 @@ def test_a_trial_that_never_reported_has_only_its_id_in_metrics_and_no_row_in_th
     store.close()
 
 
+def test_a_trial_that_started_and_reported_nothing_keeps_its_config_as_in_ray(tmp_path) -> None:
+    """A trial that returned at once (or failed before its first report) had ``config`` None and ``metrics`` of
+    its id alone, like one that never started; Ray gives it its config, when it started, ``done`` if it ended
+    well, and an empty frame. An errored trial's last result is not ``done``, as in Ray."""
+    from fluidsalus.store import ERROR, TERMINATED, ExperimentStore
+
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "acc", "max")
+    store.add_trials([("skipped", 0, {"lr": 5}), ("failed", 1, {"lr": -1}), ("ran", 2, {"lr": 0.1})])
+    store.add_results([("ran", 0, 1, 1.0, {"acc": 0.5, "training_iteration": 1, "done": False})])
+    store.update_trial("skipped", status=TERMINATED, started_at=1795906791.5)
+    store.update_trial("failed", status=ERROR, started_at=1795906792.0, error="ValueError: negative lr")
+    store.update_trial("ran", status=ERROR, started_at=1795906793.0, error="ValueError: later",
+                       last_result={"acc": 0.5, "training_iteration": 1, "done": False})
+    grid = {r.trial_id: r for r in ResultGrid.from_store(store)}
+    skipped, failed, ran = grid["skipped"], grid["failed"], grid["ran"]
+    assert skipped.config == {"lr": 5} and skipped.metrics["done"] is True
+    assert skipped.metrics["timestamp"] == 1795906791 and skipped.metrics["trial_id"] == "skipped"
+    assert failed.config == {"lr": -1} and "done" not in failed.metrics and failed.error is not None
+    assert skipped.metrics_dataframe.empty and failed.metrics_dataframe.empty
+    assert ran.metrics["done"] is False and ran.config == {"lr": 0.1}
+    assert sorted(r.config["lr"] for r in grid.values()) == [-1, 0.1, 5]
+    assert len(ResultGrid.from_store(store).get_dataframe()) == 1  # no row for a trial that reported nothing
+    frames = ResultGrid.from_store(store)
+    assert list(frames.get_dataframe(filter_metric="acc")["acc"]) == [0.5]  # no mode: the last rows, as in Ray
+    with pytest.raises(ValueError, match="you'll also have to pass a `metric`"):
+        frames.get_dataframe(filter_mode="max")
+    with pytest.raises(ValueError, match=r"has to be one of \[min, max\]"):
+        frames.get_dataframe(filter_metric="acc", filter_mode="best")
+    store.close()
+
+
 class _ScriptError(Exception):
     """An exception type of the user's own, whose __init__ takes other arguments than a message."""
 
