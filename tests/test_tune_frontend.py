@@ -521,6 +521,8 @@ def test_trainables_that_cannot_run_are_refused(storage: str) -> None:
         Tuner.restore(storage, lambda c: None, resume_errored="yes")
     with pytest.raises(ConfigError, match="is not a restorable fluidsalus.tune experiment"):
         Tuner.restore(storage, lambda c: None, resume_errored=True)
+    with pytest.raises(FileNotFoundError):  # what Ray raises: a script's `except FileNotFoundError` still works
+        Tuner.restore(os.path.join(storage, "missing"), lambda c: None)
     assert not Tuner.can_restore(storage)
     with pytest.raises(RuntimeError, match="has not been run"):
         Tuner(lambda c: None).get_results()

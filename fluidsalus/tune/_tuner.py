@@ -341,6 +341,11 @@ def _from_ray(value: Any, cls: type, field: str, warn: bool = True) -> Any:
 # ---------------------------------------------------------------------------------------------------------
 
 
+class NotRestorableError(ConfigError, FileNotFoundError):
+    """``Tuner.restore`` of a folder that holds no fluidsalus.tune experiment: a :class:`ConfigError` that is also
+    the ``FileNotFoundError`` Ray raises there."""
+
+
 class Tuner:
     """Tune a trainable's hyperparameters (``ray.tune.Tuner``).
 
@@ -439,7 +444,8 @@ class Tuner:
             A Tuner whose :meth:`fit` continues the experiment.
 
         Raises:
-            ConfigError: No restorable experiment at ``path``, or an unsupported option.
+            ConfigError: No restorable experiment at ``path`` (a :class:`NotRestorableError`, also a
+                ``FileNotFoundError`` as Ray's), or an unsupported option.
         """
         if storage_filesystem is not None:
             raise ConfigError("Tuner.restore: storage_filesystem is not supported by fluidsalus")
@@ -449,7 +455,7 @@ class Tuner:
                 raise ConfigError(f"Tuner.restore: {name} must be True or False (got {value!r})")
         folder = os.path.abspath(os.path.expanduser(os.fspath(path)))
         if not cls.can_restore(folder):
-            raise ConfigError(
+            raise NotRestorableError(
                 f"Tuner.restore: path {folder!r} is not a restorable fluidsalus.tune experiment (it needs "
                 f"{DB_FILENAME} and {TUNER_STATE_FILE}); check Tuner.can_restore(path) first"
             )
