@@ -135,10 +135,13 @@ def test_a_random_sweep_keeps_every_result_and_ends_every_trial_as_its_config_im
     finally:
         store.close()
     for result in grid:
-        if result.config is None:  # failed before its first report: Ray's Result has no config then either
+        if result.config is None:  # it never started: Ray's Result has no config then either
             assert result.error is not None
             tag = int(str(result.error).split("of trial ")[1].split()[0])
             history: list[int] = []
+        elif result.metrics_dataframe.empty:  # it started and failed before its first report: config, no rows
+            assert result.error is not None
+            tag, history = result.config["tag"], []
         else:
             tag = result.config["tag"]
             frame = result.metrics_dataframe
