@@ -392,7 +392,8 @@ class ResultGrid:
         rows, folders = [], []
         for result in self._results:
             history = result._history or []
-            row: Mapping[str, Any] = result.metrics or {}
+            # Its last result as reported (Ray reads its result files: `done` as the trial reported it)
+            row: Mapping[str, Any] = history[-1] if history else result.metrics or {}
             if not history and (result._started or set(row) <= {"trial_id"}):  # it reported nothing: no row, as
                 continue  # in Ray
             if metric:

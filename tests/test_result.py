@@ -201,6 +201,10 @@ def test_a_trial_that_started_and_reported_nothing_keeps_its_config_as_in_ray(tm
     assert failed.config == {"lr": -1} and "done" not in failed.metrics and failed.error is not None
     assert skipped.metrics_dataframe.empty and failed.metrics_dataframe.empty
     assert ran.metrics["done"] is False and ran.config == {"lr": 0.1}
+    store.update_trial("ran", status=TERMINATED)  # ended by a stop rule, say: done, but its last row is as reported
+    again = ResultGrid.from_store(store)
+    assert next(r for r in again if r.trial_id == "ran").metrics["done"] is True
+    assert list(again.get_dataframe()["done"]) == [False]  # as Ray's frame, read from the trial's result files
     assert sorted(r.config["lr"] for r in grid.values()) == [-1, 0.1, 5]
     assert len(ResultGrid.from_store(store).get_dataframe()) == 1  # no row for a trial that reported nothing
     frames = ResultGrid.from_store(store)
