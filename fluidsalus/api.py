@@ -372,7 +372,9 @@ def _pack(trainable: Any, rule: Any, host_options: dict[str, Any]) -> bytes:
     """Pickle the trainable and stop rule (and the run's device settings) once for every device; an
     unpicklable one is a ConfigError."""
     try:
-        return pack_trainable(trainable, rule, host_options)
+        # A stopper that looks across trials answers on the driver only: the devices get its view (for_devices)
+        view = getattr(rule, "for_devices", None)
+        return pack_trainable(trainable, view() if callable(view) else rule, host_options)
     except Exception as e:  # noqa: BLE001 - pickling can fail with any exception type
         # a front end's wrapper names the user's argument it carries (fluidsalus.optuna: "objective")
         field = str(getattr(trainable, "error_field", "trainable"))

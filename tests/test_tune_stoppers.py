@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import math
 import random
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -187,3 +188,38 @@ def test_a_dict_stop_rule_through_the_tune_front_end_answers_as_rays_trial_shoul
         assert ours(trial, nested) == expected, (trial, nested)
         stops += expected
     assert stops  # the stream meets the criteria
+
+
+def test_stoppers_that_look_across_trials_answer_on_the_driver_only() -> None:
+    """A device's copy of an ExperimentPlateauStopper saw only its device's trials and stopped a trial on their
+    plateau; the devices now get a view that stops no trial itself, and a CombinedStopper keeps the per-trial
+    answers of its other stoppers."""
+    plateau = fs.ExperimentPlateauStopper("score", std=0.001, top=2, mode="max")
+    view = fs.for_devices(plateau)
+    assert [view("t0", {"score": 0.0}) for _ in range(3)] == [False, False, False] and not view.stop_all()
+    combined = fs.for_devices(fs.CombinedStopper(fs.MaximumIterationStopper(2), plateau))
+    assert not combined("t0", {"score": 0.0, "training_iteration": 1})
+    assert combined("t0", {"score": 0.0, "training_iteration": 2})
+    rule = fs.FunctionStopper(lambda trial_id, result: False)
+    assert fs.for_devices(rule) is rule and fs.for_devices(None) is None
+
+
+def _flat_or_rising(config: dict[str, Any]) -> None:
+    from fluidsalus import tune
+
+    if config["x"] == 0:
+        time.sleep(1.0)  # starts after the other has reported a few rising values
+    for i in range(10 if config["x"] == 0 else 40):
+        time.sleep(0.05)
+        tune.report({"score": 0.0 if config["x"] == 0 else float(i + 1)})
+
+
+def test_an_experiment_plateau_is_judged_over_every_trial_as_in_ray(ray_cluster, tmp_path) -> None:
+    """Two trials on two devices: the flat one has no plateau of the experiment's top values (the other keeps
+    rising), so, as under Ray, both run to their end (before, its device's copy stopped it at its second result)."""
+    from fluidsalus import tune
+
+    stopper = fs.ExperimentPlateauStopper(metric="score", std=0.001, top=2, mode="max", patience=0)
+    grid = tune.Tuner(_flat_or_rising, param_space={"x": tune.grid_search([0, 1])},
+                      run_config=tune.RunConfig(storage_path=str(tmp_path), stop=stopper, verbose=0)).fit()
+    assert sorted((r.config["x"], r.metrics["training_iteration"]) for r in grid) == [(0, 10), (1, 40)]

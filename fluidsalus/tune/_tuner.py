@@ -87,6 +87,7 @@ from fluidsalus.tune.callback import RayCallbackAdapter, TrialInfo
 from fluidsalus.tune.logger import default_loggers, translate_ray_logger
 from fluidsalus.tune.progress_reporter import ReporterCallback
 from fluidsalus.tune.registry import resolve_trainable
+from fluidsalus.tune.stopper import for_devices
 from fluidsalus.tune.utils import date_str
 
 __all__ = ["TUNER_STATE_FILE", "Tuner"]
@@ -141,6 +142,10 @@ class AnyStopWithStopper(AnyStop):
 
     def stop_all(self) -> bool:
         return bool(self.stopper.stop_all())
+
+    def for_devices(self) -> AnyStop:
+        """The stopper's device view (``stopper.for_devices``) with the other rules."""
+        return AnyStop([for_devices(self.stopper), *self.rules[1:]])
 
 
 def combine_stops(stop: Any, extra: list[Callable[[str, Mapping[str, Any]], bool]]) -> Any:

@@ -4,9 +4,11 @@ A stopper is a callable ``stopper(trial_id, result) -> bool`` (stop that trial) 
 (end the experiment). Pass one as ``RunConfig(stop=...)``. fluidsalus evaluates ``__call__`` in each trial's
 own thread on its device, with a copy of the stopper made for that device, and keeps one more copy on the
 driver that sees every stored result, in order, and whose ``stop_all()`` ends the experiment. So state that a
-stopper keeps per trial (``TrialPlateauStopper``) or across the experiment (``ExperimentPlateauStopper``,
-``TimeoutStopper``) works as in Ray, where the per-trial answers come from the device copies and
-``stop_all()`` from the driver copy.
+stopper keeps per trial (``TrialPlateauStopper``) works as in Ray. A stopper that looks across trials
+(``ExperimentPlateauStopper``, ``TimeoutStopper``) decides on the driver's copy only: a device's copy sees only
+that device's trials, so the devices get its :func:`for_devices` view, which stops no trial by itself (a
+``CombinedStopper`` keeps its other stoppers' answers). A stopper of your own whose ``__call__`` answers from
+state across trials should decide in ``stop_all()``, or define ``for_devices()`` the same way.
 """
 
 from __future__ import annotations
@@ -50,6 +52,17 @@ class Stopper:
         raise NotImplementedError
 
 
+def for_devices(stopper: Any) -> Any:
+    """What the devices evaluate for ``stopper`` in each trial's thread: its ``for_devices()`` view when it has one
+    (a stopper that looks across trials answers only on the driver), else the stopper itself.
+
+    Args:
+        stopper: A stop rule: a Stopper, a callable or None.
+    """
+    view = getattr(stopper, "for_devices", None)
+    return view() if callable(view) else stopper
+
+
 class NoopStopper(Stopper):
     """Never stops anything."""
 
@@ -81,6 +94,10 @@ class CombinedStopper(Stopper):
 
     def stop_all(self) -> bool:
         return any(stopper.stop_all() for stopper in self._stoppers)
+
+    def for_devices(self) -> CombinedStopper:
+        """The stoppers' device views (:func:`for_devices`), combined."""
+        return CombinedStopper(*(for_devices(stopper) for stopper in self._stoppers))
 
 
 class FunctionStopper(Stopper):
@@ -244,6 +261,11 @@ class ExperimentPlateauStopper(Stopper):
         self._top_values = ordered[: self._top] if self._mode == "min" else ordered[-self._top:]
         self._iterations = self._iterations + 1 if self.has_plateaued() else 0
         return self.stop_all()
+
+    def for_devices(self) -> NoopStopper:
+        """On a device: no answer of its own (a device's copy would see only that device's trials and stop a trial
+        on their plateau); the driver's copy, which sees every result, ends the experiment by ``stop_all()``."""
+        return NoopStopper()
 
     def has_plateaued(self) -> bool:
         """Whether the ``top`` best values are within ``std`` of each other."""
