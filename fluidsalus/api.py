@@ -86,6 +86,7 @@ def run(
     gpu_per_trial: float | None = None,
     cpus_per_trial: float | None = None,
     trial_dirname: Callable[[str, Mapping[str, Any]], str] | None = None,
+    trial_name: Callable[[str], str | None] | None = None,
     result_extras: Callable[[int, Mapping[str, Any]], Mapping[str, Any]] | None = None,
 ) -> ResultGrid:
     """Run a hyperparameter sweep of ``trainable`` on the cluster's devices.
@@ -161,6 +162,9 @@ def run(
             the experiment (Ray Tune's ``trial_dirname_creator``). It must be one folder name (else the run ends
             with a ConfigError); a name already taken gets ``_`` and four hex digits, as in Ray. None (the
             default): the folder is the trial id.
+        trial_name: ``f(trial_id) -> str | None``, asked after ``trial_dirname``: the name
+            ``get_context().get_trial_name()`` gives the trial (Ray Tune's ``trial_name_creator``). None (the
+            default), or a None answer: ``<trainable>_<trial_id>``.
         result_extras: ``f(seq, config) -> dict``: keys added to every result of the trial created ``seq``-th
             (from 0) with ``config``, before it is stored (front ends use it for their own keys, such as Ray
             Tune's ``experiment_tag``). None (the default): none.
@@ -182,6 +186,7 @@ def run(
     )
     trainable_name = _check_trainable(trainable)
     for field_name, value, form in (("trial_dirname", trial_dirname, "f(trial_id, config) -> str"),
+                                    ("trial_name", trial_name, "f(trial_id) -> str | None"),
                                     ("result_extras", result_extras, "f(seq, config) -> dict")):
         if value is not None and not callable(value):
             raise ConfigError(f"{field_name} must be None or a callable {form} (got {type(value).__name__})")
@@ -261,6 +266,7 @@ def run(
             callbacks=_check_callbacks(callbacks),
             gpu_per_trial=spec.gpu_per_trial,
             trial_dirname=trial_dirname,
+            trial_name=trial_name,
             result_extras=result_extras,
             keep_warm_s=keep_s,
         ),

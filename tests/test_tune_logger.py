@@ -235,6 +235,28 @@ def test_every_run_writes_rays_files_unless_switched_off_and_names_come_from_reg
         bad.fit()
 
 
+def _reports_its_name(config):
+    from fluidsalus import tune
+
+    tune.report({"name": tune.get_context().get_trial_name()})
+
+
+@pytest.mark.parametrize("with_dirname_creator", [False, True])
+def test_a_trial_knows_the_name_trial_name_creator_gave_it(ray_cluster, storage, with_dirname_creator) -> None:
+    """``get_context().get_trial_name()`` inside the trial is the creator's name, as in Ray (it was
+    ``<trainable>_<trial_id>``, so a file or a W&B/MLflow run named after it did not match ``str(trial)``)."""
+    from fluidsalus import tune
+
+    config = tune.TuneConfig(trial_name_creator=lambda t: f"my_trial_{t.config['x']}",
+                             trial_dirname_creator=(lambda t: f"dir_{t.config['x']}") if with_dirname_creator else None)
+    grid = tune.Tuner(_reports_its_name, param_space={"x": tune.grid_search([1, 2])}, tune_config=config,
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert sorted(r.metrics["name"] for r in grid) == ["my_trial_1", "my_trial_2"]
+    plain = tune.Tuner(_reports_its_name, param_space={"x": 1},
+                       run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert plain[0].metrics["name"] == f"_reports_its_name_{plain[0].metrics['trial_id']}"  # Ray's default
+
+
 def test_trial_dirname_creator_names_each_trials_folder_and_a_restore_finds_them(ray_cluster, storage) -> None:
     from fluidsalus import tune
     from fluidsalus.result import ResultGrid

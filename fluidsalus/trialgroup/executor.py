@@ -211,6 +211,9 @@ class ExecutorSettings:
     gpu_per_trial: float | None = None
     #: ``f(trial_id, config) -> str``: the folder name of each new trial in the experiment (None: its id).
     trial_dirname: Callable[[str, Mapping[str, Any]], str] | None = None
+    #: ``f(trial_id) -> str | None``: the name a trial's context gives it (None, or a None answer:
+    #: ``<trainable>_<trial_id>``).
+    trial_name: Callable[[str], str | None] | None = None
     #: ``f(seq, config) -> dict``: keys added to each result of the trial created ``seq``-th with ``config``
     #: (a front end's own result keys, such as Ray's ``experiment_tag``), asked again when an exploit gives the
     #: trial a new config; None: none. For a new trial it is asked just before ``trial_dirname``.
@@ -1367,7 +1370,8 @@ class Executor:
         until the lane would idle (``TrialSpec.prefetched``)."""
         return TrialSpec(
             trial_id=trial.trial_id,
-            trial_name=f"{self.settings.trainable_name}_{trial.trial_id}",
+            trial_name=(self.settings.trial_name and self.settings.trial_name(trial.trial_id))
+            or f"{self.settings.trainable_name}_{trial.trial_id}",
             config=trial.config,
             trial_dir=trial.trial_dir,
             attempt=trial.attempt,

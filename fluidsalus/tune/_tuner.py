@@ -197,10 +197,10 @@ def _dirname_function(creator: Callable[[TrialInfo], str] | None, experiment_dir
     def dirname(trial_id: str, config: Mapping[str, Any]) -> str:
         trial = TrialInfo(trial_id, dict(config), path=os.path.join(experiment_dir, trial_id),
                           trainable_name=trainable_name, tag=tags.latest or None)
+        if name_creator is not None:  # (its name is also the trial's get_context().get_trial_name())
+            names[trial_id] = named = name_creator(trial)  # checked where the callbacks use it
+            trial.custom_trial_name = named if isinstance(named, str) else None
         if creator is None:
-            if name_creator is not None:
-                names[trial_id] = named = name_creator(trial)  # checked where the callbacks use it
-                trial.custom_trial_name = named if isinstance(named, str) else None
             return ray_default_dirname(trial)
         return creator(trial)
 
@@ -737,6 +737,8 @@ class Tuner:
                     cpus_per_trial=cpu_request(entry.resources),
                     trial_dirname=_dirname_function(dirname_creator, experiment_dir, label, tags,
                                                     tune_config.trial_name_creator, trial_names),
+                    trial_name=lambda trial_id: trial_names[trial_id] if isinstance(trial_names.get(trial_id), str)
+                    else None,
                     result_extras=tags,
                 )
         except KeyboardInterrupt:
