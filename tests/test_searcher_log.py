@@ -232,6 +232,15 @@ def test_a_decision_may_be_given_as_its_value(tmp_path):
     assert log.on_result("t", {"score": 0.0}) is Decision.CONTINUE
 
 
+def _saved_once(live: BaseSearcher, tmp_path: Any, metric: str) -> tuple[ExperimentStore, SearcherLog]:
+    """A new experiment's store and a log of ``live`` whose whole state is saved once: the calls after are logged."""
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, metric, "max")
+    log = SearcherLog(live, store, share=1e-9, clock=Clock(1e-3))
+    with store.transaction():
+        log.save()
+    return store, log
+
+
 def test_a_searcher_is_given_nested_values_under_rays_flattened_keys_too_and_so_is_a_replay(tmp_path):
     """``metric="val/acc"`` names ``result["val"]["acc"]``: the searcher sees that key, live and replayed, while
     the log keeps the result as reported."""
@@ -250,11 +259,8 @@ def test_a_searcher_is_given_nested_values_under_rays_flattened_keys_too_and_so_
             self.seen.append(("complete", result.get("val/acc")))
             super().on_trial_complete(trial_id, result, error=error)
 
-    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "val/acc", "max")
     live = Seen(SPACE, 3, seed=0)
-    log = SearcherLog(live, store, share=1e-9, clock=Clock(1e-3))  # saved once, then the calls are logged
-    with store.transaction():
-        log.save()
+    store, log = _saved_once(live, tmp_path, "val/acc")
     log.on_result("t", {"val": {"acc": 0.5}})
     log.on_trial_complete("t", {"val": {"acc": 0.75}}, error=False)
     with store.transaction():
@@ -283,11 +289,8 @@ def test_a_searcher_is_told_why_a_trial_errored_before_its_end_live_and_replayed
             self.seen.append(("complete", trial_id, error))
             super().on_trial_complete(trial_id, result, error=error)
 
-    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "score", "max")
     live = Seen(SPACE, 3, seed=0)
-    log = SearcherLog(live, store, share=1e-9, clock=Clock(1e-3))  # saved once, then the calls are logged
-    with store.transaction():
-        log.save()
+    store, log = _saved_once(live, tmp_path, "score")
     log.on_trial_complete("a", {"score": 0.5}, error=True, error_text="ValueError: boom")
     log.on_trial_complete("b", {"score": 0.7}, error=False, error_text=None)
     with store.transaction():
