@@ -738,7 +738,7 @@ class _Recorder(tune.Callback):
         self.events: list[tuple] = []
 
     def setup(self, stop=None, num_samples=None, total_num_samples=None, **info):
-        self.events.append(("setup", num_samples))
+        self.events.append(("setup", num_samples, stop))
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.events.append(("start", trial.trial_id))
@@ -754,11 +754,35 @@ class _Recorder(tune.Callback):
         self.events.append(("end", len(trials)))
 
 
+class _SeesPrevious(tune.Callback):
+    """Records what ``trial.last_result`` holds in each hook: Ray's trial is updated after ``on_trial_result``."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple] = []
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.seen.append(("start", trial.last_result.get("i"), trial.last_result["config"]["x"] == trial.config["x"]))
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.seen.append(("result", result["i"], trial.last_result.get("i")))
+
+
+def test_a_callback_sees_the_trials_previous_result_in_on_trial_result_as_in_ray(ray_cluster, storage: str) -> None:
+    """Ray updates ``trial.last_result`` after ``on_trial_result`` (a callback compares the new result with the
+    last one) and starts a trial with a result of its id and config: here the trial already held the new result,
+    and ``trial.last_result`` was None at the start (``.get`` raised)."""
+    seer = _SeesPrevious()
+    _, grid = _run(_steps, storage, {"x": 2.0}, run_config_kwargs={"callbacks": [seer]})
+    assert grid.num_errors == 0
+    assert seer.seen == [("start", None, True), ("result", 0, None), ("result", 1, 0), ("result", 2, 1)]
+
+
 def test_ray_style_callbacks_see_every_result(ray_cluster, storage: str) -> None:
     recorder = _Recorder()
     _, grid = _run(_steps, storage, run_config_kwargs={"callbacks": [recorder]}, num_samples=3)
     kinds = [e[0] for e in recorder.events]
     assert kinds[0] == "setup" and kinds[-1] == "end" and recorder.events[-1] == ("end", 3)
+    assert recorder.events[0] == ("setup", 3, {})  # no stop rule: Ray gives an empty dict (it gave None)
     results = [e for e in recorder.events if e[0] == "result"]
     assert len(results) == 9 and all(e[2] == e[3] for e in results)
     assert [e[-1] for e in results] == sorted(e[-1] for e in results)  # iteration grows

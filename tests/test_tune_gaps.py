@@ -430,7 +430,7 @@ def test_callbacks_get_rays_hooks_in_rays_order(ray_cluster, storage: str, tmp_p
     _tuner(_checkpointing, storage, space, {"callbacks": [recorder],
                                              "failure_config": tune.FailureConfig(max_failures=1)},
            max_concurrent_trials=1, time_budget_s=120).fit()
-    assert recorder.setup_args == {"stop": None, "num_samples": 1, "total_num_samples": 2, "time_budget_s": 120.0}
+    assert recorder.setup_args == {"stop": {}, "num_samples": 1, "total_num_samples": 2, "time_budget_s": 120.0}
     one = [e[0:1] + e[2:] for e in recorder.events if e[0] != "end" and e[1] == 1]
     ckpt = [("checkpoint", "RUNNING", f"checkpoint_00000{i}", True) for i in (1, 2, 3)]
     assert one == [

@@ -707,7 +707,8 @@ class Tuner:
             self._apply_restore_flags(experiment_dir, lambda: plan(tune_config, self._param_space,
                                                                    class_trainable=class_trainable).searcher)
         if adapter is not None:
-            adapter.setup(stop=run_config.stop, num_samples=sys.maxsize if endless else tune_config.num_samples,
+            adapter.setup(stop=run_config.stop if run_config.stop is not None else {},  # Ray's {} for none
+                          num_samples=sys.maxsize if endless else tune_config.num_samples,
                           total_num_samples=total_samples,
                           time_budget_s=tune_config.time_budget)
         signals = StopSignals()

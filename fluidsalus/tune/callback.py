@@ -169,6 +169,11 @@ class Callback:
         """Called once when the experiment ends (``fit()`` returns or raises)."""
 
 
+class _AfterTheResult:
+    """A callback of fluidsalus's own (a progress reporter) that Ray runs after a step, not in its
+    ``on_trial_result``: it sees the trial's ``last_result`` already updated."""
+
+
 @dataclass(eq=False)
 class TrialInfo:
     """The light view of a trial that Ray-style callbacks get as ``trial``.
@@ -462,6 +467,10 @@ class RayCallbackAdapter(EngineCallback):
 
     def _start(self, trial: TrialInfo, attempt: int | None) -> None:
         trial.status, trial.attempt, trial.error = RUNNING, attempt, None
+        if trial.last_result is None:  # Ray's trial starts with a result of its id, when and its config
+            now = time.time()
+            trial.last_result = {"trial_id": trial.trial_id, "date": datetime.datetime.fromtimestamp(now).strftime(
+                DATE_FORMAT), "timestamp": int(now), "config": dict(trial.config)}
         self._restoring.add(trial.trial_id)
         self.iteration += 1
         self._call_trial("on_trial_start", trial)
@@ -492,9 +501,18 @@ class RayCallbackAdapter(EngineCallback):
             if isinstance(since, int) and isinstance(total, int) and total > since:
                 self._call_trial("on_trial_restore", trial)  # this attempt went on from a checkpoint
         trial.status = RUNNING
-        trial.last_result = full
         self.iteration += 1
-        self._call_trial("on_trial_result", trial, result=full)
+        # As in Ray, the callbacks see the trial's previous last_result (a callback compares the two); a progress
+        # reporter (which Ray runs after the step) sees the trial with this result
+        trials, late = list(self.trials.values()), []
+        for callback in self.callbacks:
+            if isinstance(callback, _AfterTheResult):
+                late.append(callback)
+            elif callable(getattr(callback, "on_trial_result", None)):
+                callback.on_trial_result(iteration=self.iteration, trials=trials, trial=trial, result=full)
+        trial.last_result = full
+        for callback in late:
+            callback.on_trial_result(iteration=self.iteration, trials=trials, trial=trial, result=full)
         if full.get(SHOULD_CHECKPOINT):  # Ray lets callbacks ask for a checkpoint by setting this in the result
             self._checkpoint_requests.append(trial_id)
         folder = result.get(_CHECKPOINT_KEY)

@@ -32,7 +32,7 @@ from typing import Any
 
 from fluidsalus.errors import ConfigError
 from fluidsalus.result import flatten_dict
-from fluidsalus.tune.callback import Callback
+from fluidsalus.tune.callback import Callback, _AfterTheResult
 
 __all__ = ["CLIReporter", "JupyterNotebookReporter", "ProgressReporter", "ReporterCallback", "TuneReporterBase",
            "adopt_reporter"]
@@ -301,7 +301,7 @@ class JupyterNotebookReporter(TuneReporterBase):
         print(text, flush=True)
 
 
-class ReporterCallback(Callback):
+class ReporterCallback(Callback, _AfterTheResult):
     """Runs a progress reporter on the Ray-style callback hooks: ``should_report`` after each trial event,
     ``report`` when it says so, and a last ``report(done=True)`` at the end of the experiment."""
 
