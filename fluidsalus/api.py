@@ -32,7 +32,7 @@ from fluidsalus.gpu import nvml
 from fluidsalus.gpu.actor import cluster_nodes, pack_trainable
 from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE
 from fluidsalus.gpu.device import plan_devices
-from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS, stop_rule
+from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS, for_devices, stop_rule
 from fluidsalus.result import ResultGrid
 from fluidsalus.searchers import BaseSearcher, RandomSearch
 from fluidsalus.session import DATE_FORMAT
@@ -378,9 +378,7 @@ def _pack(trainable: Any, rule: Any, host_options: dict[str, Any]) -> bytes:
     """Pickle the trainable and stop rule (and the run's device settings) once for every device; an
     unpicklable one is a ConfigError."""
     try:
-        # A stopper that looks across trials answers on the driver only: the devices get its view (for_devices)
-        view = getattr(rule, "for_devices", None)
-        return pack_trainable(trainable, view() if callable(view) else rule, host_options)
+        return pack_trainable(trainable, for_devices(rule), host_options)  # (a stopper's device view)
     except Exception as e:  # noqa: BLE001 - pickling can fail with any exception type
         # a front end's wrapper names the user's argument it carries (fluidsalus.optuna: "objective")
         field = str(getattr(trainable, "error_field", "trainable"))

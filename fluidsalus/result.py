@@ -283,7 +283,7 @@ class ResultGrid:
                     _row_configs=row_configs,
                     _num_failures=t.num_failures + (t.status == ERROR),  # the retried failures, and the last
                     _started=started,
-                    _trainable_name=str((exp["spec"] or {}).get("trainable") or ""),
+                    _trainable_name=str(spec.get("trainable") or ""),
                 )
             )
         return cls(results, store.experiment_dir, exp["metric"], exp["mode"])

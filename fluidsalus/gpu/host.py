@@ -1224,6 +1224,18 @@ def _is_out_of_memory(error: BaseException) -> bool:
     return torch is not None and isinstance(error, torch.OutOfMemoryError)
 
 
+def for_devices(stopper: Any) -> Any:
+    """What the devices evaluate for ``stopper`` in each trial's thread: its ``for_devices()`` view when it has one
+    (a stopper that looks across trials, such as Ray's ``ExperimentPlateauStopper``, answers only on the driver,
+    whose copy sees every result), else the stopper itself.
+
+    Args:
+        stopper: A stop rule: a Stopper, a callable or None.
+    """
+    view = getattr(stopper, "for_devices", None)
+    return view() if callable(view) else stopper
+
+
 #: What a dict stop rule does with a result that lacks one of its keys (:func:`stop_rule`).
 MISSING_STOP_KEY = ("error", "warn")
 

@@ -52,7 +52,7 @@ from fluidsalus.api import run
 from fluidsalus.callbacks import Callback as EngineCallback
 from fluidsalus.checkpoint import write_atomically
 from fluidsalus.errors import ConfigError
-from fluidsalus.gpu.host import stop_rule
+from fluidsalus.gpu.host import for_devices, stop_rule
 from fluidsalus.result import ResultGrid
 from fluidsalus.searchers import PBT, BaseSearcher
 from fluidsalus.searchers._pbt_replay import write_policy_files
@@ -87,7 +87,6 @@ from fluidsalus.tune.callback import RayCallbackAdapter, TrialInfo
 from fluidsalus.tune.logger import default_loggers, translate_ray_logger
 from fluidsalus.tune.progress_reporter import ReporterCallback
 from fluidsalus.tune.registry import resolve_trainable
-from fluidsalus.tune.stopper import for_devices
 from fluidsalus.tune.utils import date_str
 
 __all__ = ["TUNER_STATE_FILE", "Tuner"]

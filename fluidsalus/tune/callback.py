@@ -279,6 +279,9 @@ class RayCallbackAdapter(EngineCallback):
                  tags: Callable[[int, Mapping[str, Any]], Mapping[str, Any]] | None = None,
                  names: Mapping[str, Any] | None = None) -> None:
         self.callbacks = list(callbacks)
+        # on_trial_result: the callbacks (Ray's: before the trial's last_result is updated), then the reporters
+        self._before_update = [c for c in self.callbacks if not isinstance(c, _AfterTheResult)]
+        self._after_update = [c for c in self.callbacks if isinstance(c, _AfterTheResult)]
         self.tags = tags
         self.names = names if names is not None else {}
         self._folders: dict[str, str] = {}  # trial -> its folder, as the store last said
@@ -306,8 +309,8 @@ class RayCallbackAdapter(EngineCallback):
 
     # ------------------------------------------------------------------ Ray-side calls
 
-    def _call(self, hook: str, **kwargs: Any) -> None:
-        for callback in self.callbacks:
+    def _call(self, hook: str, callbacks: list[Any] | None = None, **kwargs: Any) -> None:
+        for callback in self.callbacks if callbacks is None else callbacks:
             method = getattr(callback, hook, None)
             if callable(method):
                 method(**kwargs)
@@ -329,8 +332,9 @@ class RayCallbackAdapter(EngineCallback):
             for callback in stepping:
                 getattr(callback, hook)(iteration=self.iteration, trials=trials)
 
-    def _call_trial(self, hook: str, trial: TrialInfo, **kwargs: Any) -> None:
-        self._call(hook, iteration=self.iteration, trials=list(self.trials.values()), trial=trial, **kwargs)
+    def _call_trial(self, hook: str, trial: TrialInfo, callbacks: list[Any] | None = None, **kwargs: Any) -> None:
+        self._call(hook, callbacks, iteration=self.iteration, trials=list(self.trials.values()), trial=trial,
+                   **kwargs)
 
     def setup(self, stop: Any, num_samples: int, total_num_samples: int | None, **info: Any) -> None:
         """Call every callback's ``setup``.
@@ -504,15 +508,9 @@ class RayCallbackAdapter(EngineCallback):
         self.iteration += 1
         # As in Ray, the callbacks see the trial's previous last_result (a callback compares the two); a progress
         # reporter (which Ray runs after the step) sees the trial with this result
-        trials, late = list(self.trials.values()), []
-        for callback in self.callbacks:
-            if isinstance(callback, _AfterTheResult):
-                late.append(callback)
-            elif callable(getattr(callback, "on_trial_result", None)):
-                callback.on_trial_result(iteration=self.iteration, trials=trials, trial=trial, result=full)
+        self._call_trial("on_trial_result", trial, self._before_update, result=full)
         trial.last_result = full
-        for callback in late:
-            callback.on_trial_result(iteration=self.iteration, trials=trials, trial=trial, result=full)
+        self._call_trial("on_trial_result", trial, self._after_update, result=full)
         if full.get(SHOULD_CHECKPOINT):  # Ray lets callbacks ask for a checkpoint by setting this in the result
             self._checkpoint_requests.append(trial_id)
         folder = result.get(_CHECKPOINT_KEY)

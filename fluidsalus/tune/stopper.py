@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from fluidsalus.errors import ConfigError
+from fluidsalus.gpu.host import for_devices  # (its home: the devices' stop rules)
 
 __all__ = [
     "CombinedStopper",
@@ -50,17 +51,6 @@ class Stopper:
     def stop_all(self) -> bool:
         """Whether the whole experiment should end."""
         raise NotImplementedError
-
-
-def for_devices(stopper: Any) -> Any:
-    """What the devices evaluate for ``stopper`` in each trial's thread: its ``for_devices()`` view when it has one
-    (a stopper that looks across trials answers only on the driver), else the stopper itself.
-
-    Args:
-        stopper: A stop rule: a Stopper, a callable or None.
-    """
-    view = getattr(stopper, "for_devices", None)
-    return view() if callable(view) else stopper
 
 
 class NoopStopper(Stopper):
