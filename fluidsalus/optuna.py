@@ -54,6 +54,7 @@ import datetime
 import gc
 import inspect
 import io
+import itertools
 import math
 import numbers
 import re
@@ -64,7 +65,7 @@ import uuid
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
@@ -80,7 +81,7 @@ from fluidsalus import session
 from fluidsalus.api import run
 from fluidsalus.errors import ConfigError, FluidsalusError, TrialError
 from fluidsalus.gpu.host import _is_out_of_memory
-from fluidsalus.searchers._base import BaseSearcher
+from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.trialgroup.trial import TrialGroup
 
 try:  # Optuna's own heartbeat helpers (what study.optimize uses for RDBStorage(heartbeat_interval=...)).
@@ -94,7 +95,6 @@ __all__ = ["DeviceStorage", "DeviceStudy", "DeviceTraceback", "DeviceTrial", "op
 CALL_PREFIX = "optuna."
 M_START = CALL_PREFIX + "start"
 M_SUGGEST = CALL_PREFIX + "suggest"
-M_REPORT = CALL_PREFIX + "report"
 M_SHOULD_PRUNE = CALL_PREFIX + "should_prune"
 M_SET_USER_ATTR = CALL_PREFIX + "set_user_attr"
 M_CONSTRAINTS = CALL_PREFIX + "constraints"
@@ -125,6 +125,9 @@ GROUP_ID_PREFIX = "optuna"
 SYSTEM_ATTR = "fluidsalus"
 #: Result keys: every ``trial.report`` stores (number, step, intermediate value); the end stores the outcome.
 KEY_NUMBER, KEY_STEP, KEY_INTERMEDIATE = "optuna_number", "optuna_step", "optuna_intermediate_value"
+#: Result key: which of the trial's reports this is, ``[start, seq]`` (the attempt's start on the driver, and its
+#: count of reports): the driver tells the study each report once, from its result or from the call carrying it.
+KEY_REPORT = "optuna_report"
 KEY_STATE, KEY_VALUES = "optuna_state", "optuna_values"
 #: Characters of the study name kept in the default experiment name (file names have a length limit).
 MAX_STUDY_NAME_CHARS = 80
@@ -181,6 +184,7 @@ class _PackedError:
     trace: str
     pickled: bytes | None
     pickle_error: str | None
+    warned: tuple[Warning, ...] = ()  # warnings given on the driver before the error (see ``_caught``)
 
     @classmethod
     def of(cls, error: BaseException) -> _PackedError:
@@ -251,26 +255,30 @@ class _TrialSnapshot:
     study_name: str
     directions: list[optuna.study.StudyDirection]
     trial_id: int  # the Optuna trial's id in the study's storage (``optuna.Trial._trial_id``)
+    start: int  # how many times the objective started on this trial (1, or more after the engine restarted it)
 
+
+#: One intermediate value on its way to the study: ``(value, step, (start, seq))`` (see :data:`KEY_REPORT`).
+_Report = tuple[float, int, tuple[int, int]]
 
 #: Intermediate values the objective reported that the driver has not been told yet, per trial (its session: any
 #: thread of the trial may report, and the next call from any of them carries them, as one Optuna study would
 #: see them; per thread, the reports of a thread that ended without a call of its own were never told).
-_held: weakref.WeakKeyDictionary[session.TrialSession, list[tuple[float, int]]] = weakref.WeakKeyDictionary()
+_held: weakref.WeakKeyDictionary[session.TrialSession, list[_Report]] = weakref.WeakKeyDictionary()
 _held_lock = threading.Lock()
 
 
-def _hold_report(value: float, step: int) -> None:
+def _hold_report(report: _Report) -> None:
     """Keep a report for the trial's next driver call, which carries it (see :func:`_call`)."""
     trial = session.current_session()
     if trial is None:  # outside a trial: the call below fails there, as every call does
         _call(M_FLUSH)
         return
     with _held_lock:
-        _held.setdefault(trial, []).append((value, step))
+        _held.setdefault(trial, []).append(report)
 
 
-def _take_held() -> list[tuple[float, int]] | None:
+def _take_held() -> list[_Report] | None:
     """The reports held for the calling thread's trial, which the caller now carries (None: none)."""
     trial = session.current_session()
     if trial is None:
@@ -299,8 +307,32 @@ def _call(method: str, *args: Any) -> Any:
                         f"the study lives: they do not pickle ({type(e).__name__}: {e})") from e
     ok, payload = session.call_driver(method, blob)
     if ok:
-        return cloudpickle.loads(payload)
+        answer, warned = cloudpickle.loads(payload)
+        _warn_again(warned)
+        return answer
+    _warn_again(payload.warned)
     raise payload.unpack()
+
+
+def _caught(caught: list[warnings.WarningMessage]) -> tuple[Warning, ...]:
+    """The warnings the driver's study gave while answering a call, as they travel back to the objective (one
+    that does not pickle goes as a ``UserWarning`` with its text)."""
+    out = []
+    for w in caught:
+        message = w.message if isinstance(w.message, Warning) else w.category(str(w.message))
+        try:
+            cloudpickle.dumps(message)
+        except Exception:  # noqa: BLE001 - a warning of any class may hold anything
+            message = UserWarning(f"{w.category.__name__}: {w.message}")
+        out.append(message)
+    return tuple(out)
+
+
+def _warn_again(warned: Sequence[Warning]) -> None:
+    """Give the objective the warnings its call gave on the driver, as ``study.optimize`` would have given them in
+    the objective's thread (``warnings.catch_warnings`` or ``pytest.warns`` around the call sees them)."""
+    for message in warned:
+        warnings.warn(message, stacklevel=4)  # (the objective's line that called the trial's method)
 
 
 def _to_wire(output: Any) -> list[Any] | None:
@@ -459,6 +491,8 @@ class DeviceTrial(BaseTrial):
         self._user_attrs = dict(snapshot.user_attrs)
         self._earlier_steps = snapshot.steps  # steps an earlier attempt of this trial reported
         self._steps: set[int] = set()
+        self._start = snapshot.start
+        self._reports = itertools.count(1)  # numbers the reports of this start (``next`` is atomic in CPython)
         self.study = DeviceStudy(snapshot.study_name, snapshot.directions)
         self._trial_id = snapshot.trial_id
         self.storage = DeviceStorage(snapshot.trial_id)
@@ -511,8 +545,9 @@ class DeviceTrial(BaseTrial):
 
         The value reaches the study with the trial's next call to the driver (``should_prune``, a
         ``suggest_*``, a study read, or the trial's end), before that call, so the study sees the same order
-        of events as under ``study.optimize``, with one round trip fewer per step. Optuna's checks of the
-        arguments are made here, where the objective called ``report``.
+        of events as under ``study.optimize``, with one round trip fewer per step; or sooner, when the result
+        reaches the driver first (within ``POLL_WAIT_S``). Optuna's checks of the arguments are made here, where
+        the objective called ``report``; its warning for a step reported twice comes with the next call.
 
         Args:
             value: The intermediate value (anything ``float()`` accepts).
@@ -530,13 +565,19 @@ class DeviceTrial(BaseTrial):
             raise ValueError(f"`{step=}` must be non-negative.")  # Optuna's message
         if len(self.study.directions) > 1:
             raise NotImplementedError("Trial.report is not supported for multi-objective optimization.")
+        result: dict[str, Any] = {KEY_NUMBER: self._number, KEY_STEP: step, KEY_INTERMEDIATE: value}
         if step in self._earlier_steps and step not in self._steps:
             self._steps.add(step)  # a restarted attempt redoes a step the study already holds: nothing to tell
         else:
-            _hold_report(value, step)  # told to the study with the trial's next call (should_prune, its end)
+            # Told to the study with the trial's next call (should_prune, its end), or when the driver gets the
+            # result, if that comes first: a study read from elsewhere (optuna-dashboard) sees it while the trial
+            # runs, and a run interrupted before the trial's next call keeps it.
+            mark = (self._start, next(self._reports))
+            _hold_report((value, step, mark))
+            result[KEY_REPORT] = list(mark)
             self._steps.add(step)
-        # The result rides with the trial's next call (should_prune, most often), which tells the study its value.
-        session.report_deferred({KEY_NUMBER: self._number, KEY_STEP: step, KEY_INTERMEDIATE: value})
+        # The result need not wake the driver: it rides with the trial's next call (should_prune, most often).
+        session.report_deferred(result)
 
     def should_prune(self) -> bool:
         """Ask the study's pruner about this trial (``optuna.Trial.should_prune``)."""
@@ -715,6 +756,8 @@ class _Live:
     trial: optuna.Trial
     heartbeat: Any
     steps: set[int] = field(default_factory=set)
+    starts: int = 1  # how many times its objective started (see _TrialSnapshot.start)
+    reported: set[tuple[int, int]] = field(default_factory=set)  # the reports told to the study (KEY_REPORT)
     failing: tuple[_PackedError, bool] | None = None  # an out-of-memory error being retried, and if caught
     told: bool = False
 
@@ -861,7 +904,7 @@ class _StudyDriver(BaseSearcher):
         self._asked = 0
         self._log_completed = _completed_logger(study)
         self._calls: dict[str, Callable[..., Any]] = {
-            M_START: self._on_start, M_SUGGEST: self._on_suggest, M_REPORT: self._on_report,
+            M_START: self._on_start, M_SUGGEST: self._on_suggest,
             M_SHOULD_PRUNE: self._on_should_prune, M_SET_USER_ATTR: self._on_set_user_attr,
             M_CONSTRAINTS: self._on_constraints, M_SET_CONSTRAINT: self._on_set_constraint,
             M_STUDY: self._on_study, M_FAILING: self._on_failing, M_FINISH: self._on_finish,
@@ -950,15 +993,19 @@ class _StudyDriver(BaseSearcher):
 
     def handle_call(self, trial_id: str, method: str, args: tuple[Any, ...]) -> tuple[bool, Any]:
         """``fluidsalus.run``'s call handler: ``(True, pickled answer)`` or ``(False, packed exception)``."""
-        try:
-            handler = self._calls.get(method)
-            if handler is None:
-                raise FluidsalusError(f"unknown driver call {method!r} from trial {trial_id}")
-            (blob,) = args
-            answer = handler(trial_id, *cloudpickle.loads(blob))
-            return True, cloudpickle.dumps(answer)
-        except Exception as e:  # noqa: BLE001 - the exception belongs to the calling objective
-            return False, _PackedError.of(e)
+        # The warnings the study gives (a step reported twice, a fixed value out of range, ...) belong to the
+        # objective, as under study.optimize: they go back with the answer and are given there again. They are
+        # caught here under the driver's filters (the script's own), and given there under the device's.
+        with warnings.catch_warnings(record=True) as caught:
+            try:
+                handler = self._calls.get(method)
+                if handler is None:
+                    raise FluidsalusError(f"unknown driver call {method!r} from trial {trial_id}")
+                (blob,) = args
+                answer = handler(trial_id, *cloudpickle.loads(blob))
+                return True, cloudpickle.dumps((answer, _caught(caught)))
+            except Exception as e:  # noqa: BLE001 - the exception belongs to the calling objective
+                return False, replace(_PackedError.of(e), warned=_caught(caught))
 
     def _trial(self, trial_id: str) -> optuna.Trial:
         live = self._live.get(trial_id)
@@ -972,12 +1019,16 @@ class _StudyDriver(BaseSearcher):
             number=trial.number, datetime_start=trial.datetime_start, params=trial.params,
             distributions=trial.distributions, user_attrs=trial.user_attrs, steps=frozenset(live.steps),
             study_name=self.study.study_name, directions=list(self.study.directions), trial_id=trial._trial_id,
+            start=live.starts,
         )
 
     def _on_start(self, trial_id: str) -> _TrialSnapshot | None:
         live = self._live.get(trial_id)
         if live is not None:  # the engine restarted this trial (out of memory, device lost): same Optuna trial
-            return None if live.told else self._snapshot(live)
+            if live.told:
+                return None
+            live.starts += 1
+            return self._snapshot(live)
         self._unstarted.discard(trial_id)
         if self.stopping():
             return None
@@ -1022,16 +1073,34 @@ class _StudyDriver(BaseSearcher):
             raise TypeError(f"cannot suggest {name!r} from a {type(distribution).__name__}")
         return value, trial.distributions[name], None
 
-    def _on_report(self, trial_id: str, value: float, step: int) -> None:
-        self._trial(trial_id).report(value, step)
-        self._live[trial_id].steps.add(step)
+    def _tell_report(self, trial_id: str, value: float, step: int, mark: tuple[int, int]) -> None:
+        """Tell the study one of a trial's reports, unless it was told already (see :data:`KEY_REPORT`)."""
+        live = self._live.get(trial_id)
+        if live is None or live.told or mark in live.reported:
+            return
+        live.trial.report(value, step)
+        live.reported.add(mark)
+        live.steps.add(step)
 
-    def _on_after_reports(self, trial_id: str, reports: list[tuple[float, int]], method: str,
-                          args: tuple[Any, ...]) -> Any:
+    def _on_after_reports(self, trial_id: str, reports: list[_Report], method: str, args: tuple[Any, ...]) -> Any:
         """Tell the study the reports a trial held back, in order, then answer the call they came with."""
-        for value, step in reports:
-            self._on_report(trial_id, value, step)
+        self._trial(trial_id)  # (raises for a trial that has no running Optuna trial)
+        for value, step, mark in reports:
+            self._tell_report(trial_id, value, step, tuple(mark))
         return self._calls[method](trial_id, *args)
+
+    def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
+        """A report of a new step that the driver gets before the call that carries it is told to the study now:
+        the study shows it while the trial runs (Optuna writes each report at once), and an interrupted run keeps
+        it. A step reported again, or a report the study refuses, is left to that call, which gives the objective
+        Optuna's warning or error."""
+        mark, live = result.get(KEY_REPORT), self._live.get(trial_id)
+        step = result.get(KEY_STEP)
+        if mark is None or live is None or live.told or step in live.steps:
+            return Decision.CONTINUE
+        with contextlib.suppress(Exception):
+            self._tell_report(trial_id, float(result[KEY_INTERMEDIATE]), int(step), tuple(mark))
+        return Decision.CONTINUE
 
     def _on_should_prune(self, trial_id: str) -> bool:
         return self._trial(trial_id).should_prune()

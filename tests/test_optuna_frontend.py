@@ -699,8 +699,80 @@ def test_each_report_travels_with_the_next_call(tmp_path, monkeypatch):
     for t in study.trials:
         x = t.params["x"]
         assert t.intermediate_values == {0: x, 1: x + 1, 2: x + 2, 10: x + 10}
-    assert fo.M_REPORT not in calls
     assert calls.count(fo.M_AFTER_REPORTS) == 2 * 4  # three should_prune calls and the end carry the reports
+
+
+#: How long the objective below waits for the study to show its report (the test fails if it never does).
+LIVE_REPORT_WAIT_S = 20.0
+
+
+def _report_then_wait_for_the_study(trial: Any, flag: str) -> float:
+    trial.report(0.5, 0)  # no should_prune: nothing else goes to the driver until the objective returns
+    deadline = time.monotonic() + LIVE_REPORT_WAIT_S
+    while time.monotonic() < deadline:
+        if os.path.exists(flag):
+            return 1.0
+        time.sleep(0.05)
+    return 0.0
+
+
+def test_a_report_reaches_the_study_while_the_trial_runs(tmp_path):
+    """Optuna writes each report at once: a watcher of the study (optuna-dashboard, another process) sees a running
+    trial's curve, and a run interrupted before the trial's next call keeps it. The driver tells the study a report
+    when it gets the result (the call that carries it then tells nothing twice)."""
+    study = optuna.create_study(pruner=optuna.pruners.NopPruner())
+    flag = str(tmp_path / "seen")
+    seen: list[dict[int, float]] = []
+
+    def watch() -> None:
+        while not os.path.exists(flag):
+            running = study.get_trials(deepcopy=True, states=(TrialState.RUNNING,))
+            if running and running[0].intermediate_values:
+                seen.append(dict(running[0].intermediate_values))
+                open(flag, "w").close()
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        _optimize(study, functools.partial(_report_then_wait_for_the_study, flag=flag), tmp_path, n_trials=1)
+    finally:
+        open(flag, "a").close()
+        watcher.join()
+    assert seen and seen[0] == {0: 0.5}
+    (trial,) = study.trials
+    assert trial.state == TrialState.COMPLETE and trial.value == 1.0  # the objective saw the watcher see it
+    assert trial.intermediate_values == {0: 0.5}  # told once
+
+
+def _warned_in_the_objective(trial: Any) -> float:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x = trial.suggest_float("x", 0.0, 1.0)  # enqueued out of its range: Optuna warns
+        trial.report(x, 0)
+        trial.report(x + 1, 0)  # the same step again: Optuna warns and ignores the value
+        trial.should_prune()
+    trial.set_user_attr("warned", [f"{w.category.__name__}: {w.message}" for w in caught])
+    return x
+
+
+def test_the_studys_warnings_reach_the_objective_as_in_optuna(tmp_path):
+    """A warning the study gives while it answers the objective's call (a step reported twice, an enqueued value out
+    of its range) is given in the objective, where warnings.catch_warnings or pytest.warns around the call sees
+    it, as under study.optimize; before, it was given on the driver only."""
+    studies = []
+    for use_fluidsalus in (False, True):
+        study = optuna.create_study()
+        study.enqueue_trial({"x": 5.0})
+        if use_fluidsalus:
+            _optimize(study, _warned_in_the_objective, tmp_path, n_trials=1)
+        else:
+            study.optimize(_warned_in_the_objective, n_trials=1)
+        studies.append(study)
+    expected, got = (s.trials[0].user_attrs["warned"] for s in studies)
+    assert any("out of range" in w for w in expected) and any("already reported" in w for w in expected)
+    assert sorted(got) == sorted(expected)
+    assert studies[1].trials[0].intermediate_values == {0: 5.0}
 
 
 def _upload_model(trial: Any, base: str) -> float:
