@@ -3,7 +3,8 @@
 Everything is checked before any trial starts and before anything is written: a bad argument raises one
 :class:`ConfigError` naming it, and leaves no experiment folder behind. A metric that no trial reports can
 only be seen once the first result arrives; that also raises a ConfigError, and the half-run experiment is
-removed.
+removed. A result that breaks such a rule after others kept it (a metric or stop key a late result leaves out)
+raises the same error but keeps the experiment, marked ERROR: what the run did is not thrown away.
 """
 
 from __future__ import annotations
@@ -275,10 +276,16 @@ def run(
     started = time.time()
     try:
         executor.run()
-    except ConfigError:
-        store.close()
-        if created_here:
+    except ConfigError as e:
+        if created_here and not executor.results_acknowledged:  # (a typo in the metric: nothing worth keeping)
+            store.close()
             shutil.rmtree(exp_dir, ignore_errors=True)
+            raise
+        # A result late in the run broke a rule the earlier ones kept (a metric or stop key left out): what the
+        # run did is kept, as after any other error.
+        with contextlib.suppress(Exception):
+            store.set_experiment(status=EXP_ERROR, error=f"{type(e).__name__}: {e}", finished_at=time.time())
+        store.close()
         raise
     except KeyboardInterrupt:
         store.set_experiment(status=EXP_INTERRUPTED, finished_at=time.time())

@@ -104,6 +104,31 @@ def test_stop_key_no_trial_reports_fails_and_leaves_nothing(storage):
     assert _no_experiment_left(storage, "s")
 
 
+def _late_slip(config):
+    for i in range(1, 4):
+        if config["x"] == 3 and i == 3:  # the last trial's last result leaves the metric and the stop key out
+            fluidsalus.report({"val_loss": 1.0})
+        else:
+            fluidsalus.report({"loss": config["x"] * i, "epochs": i})
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"metric": "loss", "mode": "min"}, "metric='loss' is not in the results"),
+    ({"stop": {"epochs": 10}}, "stop criterion 'epochs' is not in the result"),
+])
+def test_a_late_result_without_the_metric_or_stop_key_keeps_what_the_run_did(storage, kwargs, message):
+    """The error is the same as at a first result, but the experiment is kept (marked ERROR) with every result
+    acknowledged before it: it was deleted, results and checkpoints of finished trials with it."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        fluidsalus.run(_late_slip, {"x": fluidsalus.grid_search([1, 2, 3])}, max_concurrent_trials=1,
+                       storage_path=storage, name="late", verbose=0, **kwargs)
+    with ExperimentStore.open(os.path.join(storage, "late"), readonly=True) as store:
+        experiment = store.experiment()
+        assert experiment["status"] == "ERROR" and message in experiment["error"]
+        kept = {t.config["x"]: [r.metrics["loss"] for r in store.results(t.trial_id)] for t in store.trials()}
+    assert kept[1] == [1, 2, 3] and kept[2] == [2, 4, 6]
+
+
 class _Unpicklable:
     def __reduce__(self):
         raise TypeError("cannot pickle '_thread.lock' object")

@@ -514,6 +514,11 @@ class Executor:
         return {trial_id: trial.last_result for trial_id, trial in self.trials.items()
                 if trial.last_result is not None}
 
+    @property
+    def results_acknowledged(self) -> int:
+        """How many results the run has stored and acted on (a batch that failed its checks is not stored)."""
+        return self._iterations
+
     def run(self) -> None:
         """Run until the searcher is finished and every trial has ended.
 
