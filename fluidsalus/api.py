@@ -204,6 +204,8 @@ def run(
         searcher = RandomSearch(space, num_samples=spec.num_samples, seed=spec.seed)
     elif not isinstance(searcher, BaseSearcher):
         raise ConfigError(f"searcher: must be a fluidsalus BaseSearcher, got {type(searcher).__name__}")
+    else:
+        spec = _with_searchers_metric(spec, searcher)
     rule = stop_rule(stop)
     nvml.context_reserve_bytes()  # a bad $FLUIDSALUS_CUDA_RESERVE_BYTES fails here, before any actor starts
     keep_s = keep_warm_s()  # and a bad $FLUIDSALUS_KEEP_WARM_S
@@ -302,6 +304,26 @@ def run(
     if spec.verbose >= 1:
         _print_summary(grid, exp_dir, time.time() - started, spec.metric, spec.mode)
     return grid
+
+
+def _with_searchers_metric(spec: RunSpec, searcher: BaseSearcher) -> RunSpec:
+    """The run's metric and mode, checked against the searcher's own (ASHA's, PBT's, ...): the run takes them
+    when it names none, so the best result, ``fluidsalus inspect`` and the check that results report the metric
+    follow the searcher's.
+
+    Raises:
+        ConfigError: The run names another metric or mode than the searcher decides by.
+    """
+    metric, mode = getattr(searcher, "metric", None), getattr(searcher, "mode", None)
+    if not isinstance(metric, str) or mode not in ("min", "max"):
+        return spec  # (a searcher without one, or a multi-objective one: the run's own stand)
+    if spec.metric is None:
+        return spec.model_copy(update={"metric": metric, "mode": mode})
+    for field_name, ours, its in (("metric", spec.metric, metric), ("mode", spec.mode, mode)):
+        if ours != its:
+            raise ConfigError(f"{field_name}={ours!r}, but the searcher ({type(searcher).__name__}) decides by "
+                              f"{field_name}={its!r}: pass the same {field_name}, or leave it to the searcher")
+    return spec
 
 
 def release_devices() -> int:

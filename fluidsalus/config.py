@@ -32,7 +32,7 @@ class RunSpec(BaseModel):
     mode: Literal["min", "max"] | None = None
     name: str | None = None
     storage_path: str | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, description="Seed of the default RandomSearch (NumPy takes ints >= 0).")
     devices: int | None = Field(None, ge=1)
     cpus_per_device: int | None = Field(None, ge=1)
     max_concurrent_trials: int | None = Field(None, ge=1)

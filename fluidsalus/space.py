@@ -814,7 +814,12 @@ def validate_space(space: Any, allow_empty: bool = False) -> None:
     _validate_value(space, ())
 
 
-def _check_num_samples(num_samples: Any) -> int:
+def check_num_samples(num_samples: Any) -> int:
+    """``num_samples`` as an int: ``>= 1``, or :data:`INFINITE_SAMPLES` (-1) for an endless stream.
+
+    Raises:
+        SpaceError: Anything else (the message names the allowed values).
+    """
     if (
         not isinstance(num_samples, numbers.Integral)
         or isinstance(num_samples, bool)
@@ -827,7 +832,12 @@ def _check_num_samples(num_samples: Any) -> int:
     return int(num_samples)
 
 
-def _check_seed(seed: Any) -> int | None:
+def check_seed(seed: Any) -> int | None:
+    """A sampling seed: None, or an int ``>= 0`` (what NumPy's generators take).
+
+    Raises:
+        SpaceError: Anything else.
+    """
     if seed is None:
         return None
     if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0:
@@ -872,7 +882,7 @@ def count_variants(space: Mapping[str, Any], num_samples: int) -> int | None:
         SpaceError: The space or ``num_samples`` is invalid.
     """
     validate_space(space, allow_empty=True)
-    count = _check_num_samples(num_samples)
+    count = check_num_samples(num_samples)
     if count == INFINITE_SAMPLES:
         return None
     return count * _count_node(space)
@@ -1060,8 +1070,8 @@ def iter_variants(
             iterating: a ``sample_from`` function raised or its dependencies form a cycle.
     """
     validate_space(space, allow_empty=True)
-    count = _check_num_samples(num_samples)
-    rng = np.random.default_rng(_check_seed(seed))
+    count = check_num_samples(num_samples)
+    rng = np.random.default_rng(check_seed(seed))
     return _variant_stream(copy.deepcopy(space), count, rng, bool(constant_grid_search))
 
 
@@ -1082,7 +1092,7 @@ def generate_variants(
     Raises:
         SpaceError: As :func:`iter_variants`, and for ``num_samples=-1``.
     """
-    if _check_num_samples(num_samples) == INFINITE_SAMPLES:
+    if check_num_samples(num_samples) == INFINITE_SAMPLES:
         raise SpaceError(
             f"generate_variants: num_samples={INFINITE_SAMPLES} asks for an endless stream; "
             "use iter_variants for it"

@@ -21,7 +21,7 @@ from _trials import cpus_free_within, restarted_after_running
 import fluidsalus
 from fluidsalus.errors import ConfigError, FluidsalusError
 from fluidsalus.inspect import inspect as inspect_experiment
-from fluidsalus.searchers import Decision, RandomSearch
+from fluidsalus.searchers import ASHA, Decision, RandomSearch
 from fluidsalus.store import DB_FILENAME, ERROR_FILE, ExperimentStore
 from fluidsalus.trialgroup.executor import ACTOR_START_TIMEOUT_S
 
@@ -153,6 +153,11 @@ class _Unpicklable:
         (dict(gpu_per_trial=float("nan")), r"gpu_per_trial: Input should be a finite number"),
         (dict(cpus_per_trial=0), r"cpus_per_trial: Input should be greater than or equal to 0.0001"),
         (dict(cpus_per_trial=float("inf")), r"cpus_per_trial: Input should be a finite number"),
+        (dict(seed=-1), r"seed: Input should be greater than or equal to 0"),  # (was NumPy's error, and a store)
+        (dict(metric="score", mode="max", searcher=ASHA({"x": 0.5}, 2, "score", "min")),
+         r"mode='max', but the searcher \(ASHA\) decides by mode='min'"),
+        (dict(metric="loss", mode="min", searcher=ASHA({"x": 0.5}, 2, "score", "min")),
+         r"metric='loss', but the searcher \(ASHA\) decides by metric='score'"),
     ],
 )
 def test_bad_input_is_refused_before_anything_is_written(storage, kwargs, message):
@@ -161,6 +166,28 @@ def test_bad_input_is_refused_before_anything_is_written(storage, kwargs, messag
     with pytest.raises(ConfigError, match=message):
         fluidsalus.run(args.pop("trainable"), args.pop("config"), **args)
     assert not os.path.exists(storage) or os.listdir(storage) == []
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    (dict(num_samples=0), "RandomSearch: num_samples must be an int >= 1, or -1 for an endless stream, got 0"),
+    (dict(num_samples=-5), "RandomSearch: num_samples must be an int >= 1, or -1"),
+    (dict(seed="a"), "RandomSearch: seed must be None or an int >= 0, got 'a'"),
+    (dict(seed=-1), "RandomSearch: seed must be None or an int >= 0, got -1"),
+])
+def test_random_search_refuses_a_count_or_seed_that_cannot_run(kwargs, message):
+    """A count of 0 made a run that never ended (nothing to propose, never finished); a bad seed failed in NumPy."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        RandomSearch({"x": fluidsalus.uniform(0, 1)}, **kwargs)
+
+
+def test_a_run_takes_the_searchers_metric_when_it_names_none(storage):
+    """The best result and the check that results report the metric follow the searcher's (ASHA's) metric."""
+    grid = fluidsalus.run(objective, searcher=ASHA({"x": fluidsalus.grid_search([0.2, 0.8])}, 1, "score", "max",
+                                                   max_t=3), storage_path=storage, name="asha", verbose=0)
+    assert grid.get_best_result().config["x"] == 0.8
+    with pytest.raises(ConfigError, match="metric='nope' is not in the results"):
+        fluidsalus.run(objective, searcher=ASHA({"x": 0.5}, 1, "nope", "max", max_t=3), storage_path=storage,
+                       name="nope", verbose=0)
 
 
 def test_unpicklable_trainable_is_refused(storage):

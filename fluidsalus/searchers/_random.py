@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from fluidsalus import space as sp
-from fluidsalus.errors import ConfigError
+from fluidsalus.errors import ConfigError, SpaceError
 from fluidsalus.searchers._base import BaseSearcher
 from fluidsalus.trialgroup.trial import TrialGroup
 
@@ -268,7 +268,8 @@ class RandomSearch(BaseSearcher):
             ``BasicVariantGenerator(constant_grid_search=True)``).
 
     Raises:
-        ConfigError: A point is not a dict or sets a key the space does not have.
+        ConfigError: ``num_samples`` is not an int >= 1 or -1, ``seed`` is not None or an int >= 0, or a point is
+            not a dict or sets a key the space does not have.
     """
 
     replayable = True  # its decisions depend on its state and the results alone (see BaseSearcher)
@@ -277,8 +278,11 @@ class RandomSearch(BaseSearcher):
                  points_to_evaluate: Sequence[Mapping[str, Any]] | None = None,
                  constant_grid_search: bool = False) -> None:
         self.space = dict(space)
-        self.num_samples = num_samples
-        self.seed = seed
+        try:  # (a bad count made a run that never ended: nothing to propose, and never finished)
+            self.num_samples = sp.check_num_samples(num_samples)
+            self.seed = sp.check_seed(seed)
+        except SpaceError as e:
+            raise ConfigError(f"RandomSearch: {e}") from None
         self.constant_grid_search = bool(constant_grid_search)
         self._points = check_points(self.space, points_to_evaluate, "RandomSearch")
         self.points_to_evaluate = [copy.deepcopy(dict(p)) for p in points_to_evaluate or []]
