@@ -123,18 +123,26 @@ def _cmd_ls(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from fluidsalus.inspect import inspect  # pandas and matplotlib load only when used
+    from fluidsalus import goodput as gp
+    from fluidsalus.inspect import WindowError, inspect  # pandas and matplotlib load only when used
 
     if args.plot is not None:
         folder = os.path.dirname(os.path.abspath(args.plot))
+        if not args.plot.lower().endswith(".png") or os.path.isdir(args.plot):
+            # (matplotlib would pick the format by the suffix: a traceback for .txt, <name>.png for none)
+            raise _UsageError(f"inspect: --plot: {args.plot!r} is not a file name ending in .png")
         if not os.path.isdir(folder):
             raise _UsageError(f"inspect: --plot: folder {folder!r} does not exist")
         try:
             import matplotlib  # noqa: F401
         except ImportError:
             raise _UsageError("inspect: --plot needs matplotlib (pip install matplotlib)") from None
-    if args.bin is not None and args.bin <= 0:
-        raise _UsageError(f"inspect: --bin must be a positive number of seconds, got {args.bin}")
+    if args.bin is not None and not args.bin >= gp.MIN_TIMELINE_BIN_S:
+        raise _UsageError(f"inspect: --bin must be at least {gp.MIN_TIMELINE_BIN_S} seconds (a narrower bin holds "
+                          f"too few iterations to mean anything), got {args.bin}")
+    for option, value in (("--start", args.start), ("--end", args.end)):
+        if value is not None and not value >= 0:
+            raise _UsageError(f"inspect: {option} is seconds after the first device started: >= 0, got {value}")
     if args.start is not None and args.end is not None and args.end <= args.start:
         raise _UsageError(f"inspect: --end ({args.end}) must be after --start ({args.start})")
     window = None if args.start is None and args.end is None else (args.start, args.end)
@@ -142,6 +150,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         report = inspect(args.experiment, window=window, bin_s=args.bin)
     except sqlite3.Error as e:
         raise _UsageError(f"inspect: cannot read {args.experiment!r}: {e}") from None
+    except WindowError as e:
+        raise _UsageError(f"inspect: {e}") from None
     if args.json:
         print(report.to_json())
     else:

@@ -26,6 +26,7 @@ from fluidsalus.store import (
     DB_FILENAME,
     DEFAULT_STORAGE_PATH,
     ERROR,
+    RUNNING,
     STORAGE_PATH_ENV,
     TERMINATED,
     TRIAL_RESTART_EVENT,
@@ -86,6 +87,10 @@ PLOT_MARKERS = {
 
 class NoResultsError(StoreError):
     """The experiment exists but has no results yet: there is nothing to account for."""
+
+
+class WindowError(ValueError):
+    """The window asked for does not overlap the run (it starts at or after the run's end)."""
 
 
 @dataclass
@@ -531,12 +536,13 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
 
     Raises:
         StoreError: The path is not an experiment, or the store is from a newer fluidsalus.
-        NoResultsError: The experiment has no results yet.
+        NoResultsError: The experiment is running and has no results yet.
+        WindowError: ``window`` starts at or after the run's end.
     """
     resolved = resolve_experiment(path)
     with open_readonly(resolved) as store:
         exp = store.experiment()
-        if store.count("results") == 0:
+        if store.count("results") == 0 and exp["status"] == RUNNING:  # (a run that ended shows its errors)
             raise NoResultsError(f"experiment {exp['name']!r} at {os.fspath(path)!r} has no results yet; "
                                  "inspect it again once a trial has reported")
         trials = store.trials()
@@ -547,6 +553,9 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
         t0 = activity.start or exp["created_at"]
         start, end = window
         absolute = (t0 + (start or 0.0), (activity.end or t0) if end is None else t0 + end)
+        if absolute[0] >= absolute[1]:
+            raise WindowError(f"the window starts at {start or 0.0:.2f}s, at or after its end, "
+                              f"{absolute[1] - t0:.2f}s (the run lasted {(activity.end or t0) - t0:.2f}s)")
     return Report(resolved, exp, trials, activity, gp.summarize(activity, absolute), bin_s, planner_summary(events))
 
 

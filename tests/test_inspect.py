@@ -300,6 +300,18 @@ def test_bad_input_gives_one_line_and_exit_2_and_changes_nothing(tmp_path, capsy
     fresh.close()
 
 
+def test_a_run_that_ended_without_results_shows_its_errored_trials(tmp_path, capsys):
+    """A run whose every trial failed before its first report is the one whose errors people want to read: it was
+    refused as "no results yet; inspect it again once a trial has reported"."""
+    store = _store(tmp_path, "failed")
+    store.update_trial("t0", status="ERROR", error="RuntimeError: boom", finished_at=10.6)
+    store.set_experiment(status="FINISHED", finished_at=10.7)
+    store.close()
+    assert main(["inspect", str(tmp_path / "failed")]) == 0
+    out = capsys.readouterr().out
+    assert "experiment failed (FINISHED" in out and "errored trials (1):\n  t0: RuntimeError: boom" in out
+
+
 def test_bad_options_exit_2(tmp_path, capsys):
     store = _store(tmp_path)
     store.add_results([("t0", 0, 1, 11.0, {"acc": 1})])
@@ -310,6 +322,17 @@ def test_bad_options_exit_2(tmp_path, capsys):
     assert main(["inspect", path, "--bin", "0"]) == EXIT_USAGE
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 3 and all(line.startswith("fluidsalus: inspect:") for line in err)
+    # Each was accepted: a plot that is no PNG (a traceback, or a <name>.png written beside a folder), a bin too
+    # narrow to mean anything, a negative start, and a window that starts after the run (shown inverted).
+    for option, message in ((["--plot", str(tmp_path / "x.txt")], "is not a file name ending in .png"),
+                            (["--plot", str(tmp_path)], "is not a file name ending in .png"),
+                            (["--bin", "0.001"], "--bin must be at least 0.05 seconds"),
+                            (["--start", "-5"], "--start is seconds after the first device started: >= 0"),
+                            (["--start", "100"], "the window starts at 100.00s, at or after its end, 1.00s")):
+        assert main(["inspect", path, *option]) == EXIT_USAGE
+        captured = capsys.readouterr()
+        assert captured.out == "" and message in captured.err and captured.err.count("\n") == 1
+    assert not os.path.exists(str(tmp_path) + ".png")
 
 
 def test_console_script_exit_code(tmp_path):
