@@ -28,16 +28,16 @@ from ray import cloudpickle as ray_cloudpickle
 from fluidsalus import space as sp
 from fluidsalus.callbacks import Callback
 from fluidsalus.config import RunSpec, build
-from fluidsalus.errors import ConfigError
+from fluidsalus.errors import ConfigError, StoreError
 from fluidsalus.gpu import nvml
 from fluidsalus.gpu.actor import cluster_nodes, pack_trainable
 from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE
-from fluidsalus.gpu.device import plan_devices
+from fluidsalus.gpu.device import DeviceSpec, plan_devices
 from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS, for_devices, stop_rule
 from fluidsalus.result import ResultGrid
 from fluidsalus.searchers import BaseSearcher, RandomSearch
 from fluidsalus.session import DATE_FORMAT
-from fluidsalus.store import DB_FILENAME, ExperimentStore
+from fluidsalus.store import DB_FILENAME, DriverLock, ExperimentStore
 from fluidsalus.trialgroup.executor import WARM_DEVICES, Executor, ExecutorSettings
 from fluidsalus.trialgroup.searcher_log import restore
 from fluidsalus.trialgroup.trial import Trial
@@ -191,6 +191,7 @@ def run(
                                     ("result_extras", result_extras, "f(seq, config) -> dict")):
         if value is not None and not callable(value):
             raise ConfigError(f"{field_name} must be None or a callable {form} (got {type(value).__name__})")
+    run_callbacks = _check_callbacks(callbacks)  # (checked before the store is made: a bad one left it RUNNING)
     space = {} if config is None else config
     if spec.num_samples == -1 and spec.time_budget_s is None and not hasattr(stop, "stop_all") \
             and not (searcher is not None and getattr(searcher, "ends_itself", False)):
@@ -233,22 +234,33 @@ def run(
     created_here = not exists
     trials: list[Trial] = []
     if exists:
-        store = ExperimentStore.open(exp_dir)
-        trials = _load_trials(store)
-        restore(searcher, store)  # its saved state, and what it was told after it
-        store.set_experiment(status=EXP_RUNNING, error=None, finished_at=None)
-        store.add_events([(time.time(), "resume", None, None, {"unfinished": sum(
-            t.status not in ("TERMINATED", "ERROR") for t in trials)})])
+        lock = _lock(exp_dir)  # before the store changes: another driver may be running it
+        try:
+            store = ExperimentStore.open(exp_dir)
+            try:
+                trials = _load_trials(store)
+                _restore(searcher, store)  # its saved state, and what it was told after it
+                store.set_experiment(status=EXP_RUNNING, error=None, finished_at=None)
+                store.add_events([(time.time(), "resume", None, None, {"unfinished": sum(
+                    t.status not in ("TERMINATED", "ERROR") for t in trials)})])
+            except BaseException:
+                store.close()
+                raise
+        except BaseException:
+            lock.release()
+            raise
     else:
         store = ExperimentStore.create(
-            exp_dir, exp_name, _describe(spec, space, stop, trainable_name), spec.metric, spec.mode
+            exp_dir, exp_name, _describe(spec, space, stop, trainable_name, searcher), spec.metric, spec.mode
         )
-    executor = Executor(
-        payload,
-        searcher,
-        store,
-        device_specs,
-        ExecutorSettings(
+        try:
+            lock = _lock(exp_dir)
+        except BaseException:
+            store.close()
+            shutil.rmtree(exp_dir, ignore_errors=True)
+            raise
+    try:
+        return _execute(spec, payload, searcher, store, device_specs, trials, created_here, ExecutorSettings(
             experiment_name=exp_name,
             experiment_dir=exp_dir,
             trainable_name=trainable_name,
@@ -266,15 +278,67 @@ def run(
             checkpoint_score_order=spec.checkpoint_score_order,
             call_handler=call_handler,
             verbose=spec.verbose,
-            callbacks=_check_callbacks(callbacks),
+            callbacks=run_callbacks,
             gpu_per_trial=spec.gpu_per_trial,
             trial_dirname=trial_dirname,
             trial_name=trial_name,
             result_extras=result_extras,
             keep_warm_s=keep_s,
-        ),
-        trials=trials,
-    )
+        ))
+    finally:
+        lock.release()
+
+
+def _lock(exp_dir: str) -> DriverLock:
+    """The experiment's driver lock (:class:`DriverLock`).
+
+    Raises:
+        ConfigError: Another driver is running the experiment.
+    """
+    try:
+        return DriverLock.acquire(exp_dir)
+    except StoreError as e:
+        raise ConfigError(f"resume: {e}") from None
+
+
+def _restore(searcher: BaseSearcher, store: ExperimentStore) -> None:
+    """:func:`restore` for a resumed run, whose searcher must be of the kind the experiment ran with.
+
+    Raises:
+        ConfigError: The searcher is of another kind, or its saved state does not load into it.
+    """
+    ran_with = (store.experiment()["spec"] or {}).get("searcher")
+    if ran_with is not None and ran_with != type(searcher).__name__:
+        raise ConfigError(f"searcher: the experiment ran with {ran_with}; resume it with that searcher (got "
+                          f"{type(searcher).__name__})")
+    try:
+        restore(searcher, store)
+    except (ConfigError, StoreError):
+        raise
+    except Exception as e:  # noqa: BLE001 - a searcher's load_state_dict may fail in any way on a foreign state
+        raise ConfigError(f"searcher: the experiment's saved searcher state does not load into this "
+                          f"{type(searcher).__name__} ({type(e).__name__}: {e}); resume it with the searcher, and "
+                          "the searcher's arguments, it ran with") from e
+
+
+def _execute(spec: RunSpec, payload: bytes, searcher: BaseSearcher, store: ExperimentStore,
+             device_specs: list[DeviceSpec], trials: list[Trial], created_here: bool,
+             settings: ExecutorSettings) -> ResultGrid:
+    """Run the experiment in ``store`` to its end and return its grid; the store is closed on every way out.
+
+    Raises:
+        ConfigError: A rule the results must keep was broken (the metric or a stop key left out). The experiment
+            made here is removed when no result was acknowledged yet; else it is kept, marked ERROR.
+        KeyboardInterrupt: The run was interrupted (the experiment is marked INTERRUPTED).
+    """
+    exp_dir = settings.experiment_dir
+    try:
+        executor = Executor(payload, searcher, store, device_specs, settings, trials=trials)
+    except BaseException as e:
+        with contextlib.suppress(Exception):
+            store.set_experiment(status=EXP_ERROR, error=f"{type(e).__name__}: {e}", finished_at=time.time())
+        store.close()
+        raise
     started = time.time()
     try:
         executor.run()
@@ -432,9 +496,11 @@ def _check_writable(storage: str) -> None:
         ) from None
 
 
-def _describe(spec: RunSpec, space: Mapping[str, Any], stop: Any, trainable_name: str) -> dict[str, Any]:
+def _describe(spec: RunSpec, space: Mapping[str, Any], stop: Any, trainable_name: str,
+              searcher: BaseSearcher) -> dict[str, Any]:
     return {
         "trainable": trainable_name,
+        "searcher": type(searcher).__name__,  # (a resume must bring one of the same kind)
         "space": {k: repr(v) for k, v in sp.flatten_space(space).items()} if space else {},
         "stop": stop if isinstance(stop, Mapping) else (repr(stop) if stop is not None else None),
         **spec.model_dump(exclude={"name", "storage_path", "resume"}),

@@ -18,9 +18,11 @@ The file carries ``PRAGMA application_id`` (so a stray SQLite file is not mistak
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import math
 import os
+import socket
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -34,6 +36,8 @@ SCHEMA_VERSION = 2
 #: ``PRAGMA application_id`` of a fluidsalus store: the bytes "FlSa".
 APPLICATION_ID = 0x466C5361
 DB_FILENAME = "experiment.db"
+#: The lock file of the driver that runs the experiment (:class:`DriverLock`), beside the store.
+LOCK_FILENAME = ".driver.lock"
 #: Ray's file in a trial's folder to which each failure of the trial is appended (``ray.air.constants``).
 ERROR_FILE = "error.txt"
 #: Where experiments go when no ``storage_path`` is given; ``FLUIDSALUS_STORAGE_PATH`` overrides it. (Here,
@@ -278,6 +282,51 @@ def _check_sqlite_file(db_path: str) -> None:
         raise StoreError(f"cannot read experiment store {db_path!r}: {e.strerror}") from None
     if head != _SQLITE_MAGIC:
         raise StoreError(f"{db_path!r} is not a fluidsalus experiment store (it is not an SQLite file)")
+
+
+class DriverLock:
+    """The one driver that runs an experiment: an exclusive ``flock`` on :data:`LOCK_FILENAME` in its folder.
+
+    The lock goes with the process (the kernel drops it when the driver exits or is killed), so a run resumed
+    after a crash takes it at once, while a second driver started on a running experiment (``resume=True`` from
+    another terminal) is refused instead of running its trials a second time beside the first. The file says
+    who holds it, for the refusal's message.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    @classmethod
+    def acquire(cls, experiment_dir: str) -> DriverLock:
+        """Take the experiment's lock.
+
+        Raises:
+            StoreError: Another driver holds it (the message says which, as it wrote), or the file cannot be made.
+        """
+        path = os.path.join(experiment_dir, LOCK_FILENAME)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise StoreError(f"cannot create the experiment's lock file {path!r}: {e.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "a driver that wrote nothing"
+            os.close(fd)
+            raise StoreError(f"the experiment at {experiment_dir} is being run by another driver ({holder}); wait "
+                             "for it to end, or stop it, before running it again") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since "
+                      f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
+        return cls(fd)
+
+    def release(self) -> None:
+        """Let the experiment go (idempotent)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            os.close(fd)  # (closing the only descriptor drops the flock)
 
 
 def resolve_db_path(path: str | os.PathLike[str]) -> str:

@@ -22,7 +22,7 @@ import fluidsalus
 from fluidsalus.errors import ConfigError, FluidsalusError
 from fluidsalus.inspect import inspect as inspect_experiment
 from fluidsalus.searchers import ASHA, Decision, RandomSearch
-from fluidsalus.store import DB_FILENAME, ERROR_FILE, ExperimentStore
+from fluidsalus.store import DB_FILENAME, ERROR_FILE, DriverLock, ExperimentStore
 from fluidsalus.trialgroup.executor import ACTOR_START_TIMEOUT_S
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
@@ -215,6 +215,40 @@ def test_existing_name_is_refused_unless_resuming(storage):
         fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, name="once", verbose=0)
     with pytest.raises(ConfigError, match="resume: there is no experiment named 'never'"):
         fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, name="never", resume=True, verbose=0)
+
+
+def test_a_second_driver_cannot_run_an_experiment_that_one_is_running(storage):
+    """Each run holds its experiment's driver lock: a resume=True from another terminal while the first driver runs
+    is refused (it ran every unfinished trial a second time beside the first). The lock goes with its holder, so
+    the experiment resumes once it is released (or its process is gone)."""
+    fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, name="held", verbose=0)
+    exp_dir = os.path.join(storage, "held")
+    lock = DriverLock.acquire(exp_dir)  # as the other driver would hold it
+    try:
+        with pytest.raises(ConfigError, match=rf"resume: the experiment at .*held is being run by another driver "
+                                              rf"\(pid {os.getpid()} on "):
+            fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, name="held", resume=True, verbose=0)
+    finally:
+        lock.release()
+    with ExperimentStore.open(exp_dir, readonly=True) as store:
+        assert store.experiment()["status"] == "FINISHED"  # the refused driver changed nothing
+    grid = fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, name="held", resume=True, verbose=0)
+    assert grid[0].metrics["training_iteration"] == 5
+
+
+def test_a_resume_with_another_kind_of_searcher_is_refused(storage):
+    """It failed with the searcher's KeyError ('rungs') out of its load_state_dict."""
+    fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, name="kind", verbose=0)
+    with pytest.raises(ConfigError, match="searcher: the experiment ran with RandomSearch; resume it with that "
+                                          r"searcher \(got ASHA\)"):
+        fluidsalus.run(objective, storage_path=storage, name="kind", resume=True, verbose=0,
+                       searcher=ASHA({"x": 0.5}, 1, "score", "max"))
+
+
+def test_bad_callbacks_are_refused_before_the_experiment_is_made(storage):
+    with pytest.raises(ConfigError, match="callbacks"):
+        fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, name="cbs", callbacks=[object()], verbose=0)
+    assert _no_experiment_left(storage, "cbs")  # it was left RUNNING, and the name taken
 
 
 def checkpointing(config):
