@@ -455,9 +455,11 @@ class Report:
         """The human-readable report: a header, the per-device table with totals, waste, and the best trial."""
         counts = self.trial_counts
         exp = self.experiment
+        live = (f"{counts['RUNNING']} running, {counts['PENDING'] + counts['PAUSED']} waiting"
+                if exp["status"] == RUNNING else  # (an interrupted run's trials run no more: a resume continues them)
+                f"{counts['RUNNING'] + counts['PENDING'] + counts['PAUSED']} unfinished")
         head = (f"experiment {exp['name']} ({exp['status']}, {self.duration_s:.1f}s): {len(self.trial_rows)} trials, "
-                f"{counts['RUNNING']} running, {counts['PENDING'] + counts['PAUSED']} waiting, "
-                f"{counts['TERMINATED']} done ({self.stopped} stopped early), {counts['ERROR']} errored")
+                f"{live}, {counts['TERMINATED']} done ({self.stopped} stopped early), {counts['ERROR']} errored")
         t0 = self.activity.start or exp["created_at"]
         window = (f"window {self.summary.start - t0:.2f}s .. {self.summary.end - t0:.2f}s from the first device "
                   f"start; {self.total_stats.device_seconds:.2f} device-seconds")

@@ -129,6 +129,18 @@ def test_a_late_result_without_the_metric_or_stop_key_keeps_what_the_run_did(sto
     assert kept[1] == [1, 2, 3] and kept[2] == [2, 4, 6]
 
 
+def _reports_text(config):
+    fluidsalus.report({"loss": "low"})
+
+
+def test_a_metric_that_is_no_number_is_a_config_error_naming_the_trial(storage):
+    """OptunaSearch failed inside the study with "must be real number, not str", naming neither trial nor metric."""
+    with pytest.raises(ConfigError, match=r"metric='loss' must be a number: trial \S+_00000 reported 'low' \(str\)"):
+        fluidsalus.run(_reports_text, {"x": 1}, metric="loss", mode="min", storage_path=storage, name="text",
+                       verbose=0)
+    assert _no_experiment_left(storage, "text")
+
+
 class _Unpicklable:
     def __reduce__(self):
         raise TypeError("cannot pickle '_thread.lock' object")

@@ -254,6 +254,15 @@ def _resources_wanted_elsewhere() -> bool:
 WARM_DEVICES = WarmDevices(kill=_kill_quietly, wanted_elsewhere=_resources_wanted_elsewhere)
 
 
+def _floats(value: Any) -> bool:
+    """Whether ``float(value)`` takes it (a NumPy scalar, a one-element tensor, ...)."""
+    try:
+        float(value)
+    except Exception:  # noqa: BLE001 - float() of an arbitrary object can raise anything
+        return False
+    return True
+
+
 def _cluster_token() -> str | None:
     """The connected Ray cluster and job, as :class:`WarmKey` keeps it; None where Ray cannot say."""
     try:
@@ -1828,14 +1837,26 @@ class Executor:
             shutil.rmtree(c["path"], ignore_errors=True)
 
     def _check_metric(self, trial_id: str, result: Mapping[str, Any]) -> None:
+        """The run's metric is in every result (or nested: ``"val/acc"``), as a number (NaN and None pass; a
+        searcher cannot rank a string, which failed inside it with an error naming neither trial nor metric).
+
+        Raises:
+            ConfigError: It is missing, or not a number.
+        """
         metric = self.settings.metric
-        if metric is None or metric in result or lookup_metric(result, metric) is not None:  # or nested: "val/acc"
+        if metric is None:
             return
-        reported = sorted(k for k in result if k not in AUTO_RESULT_KEYS)
-        raise ConfigError(
-            f"metric={metric!r} is not in the results: trial {trial_id} reported {reported}. "
-            "Pass the name of a metric the trainable reports."
-        )
+        value = result[metric] if metric in result else lookup_metric(result, metric)
+        if value is None and metric not in result:
+            reported = sorted(k for k in result if k not in AUTO_RESULT_KEYS)
+            raise ConfigError(
+                f"metric={metric!r} is not in the results: trial {trial_id} reported {reported}. "
+                "Pass the name of a metric the trainable reports."
+            )
+        if value is None or (not isinstance(value, (str, bytes)) and _floats(value)):
+            return
+        raise ConfigError(f"metric={metric!r} must be a number: trial {trial_id} reported {value!r} "
+                          f"({type(value).__name__})")
 
     def _device_died(self, device: _Device, error: Exception) -> None:
         """A device actor died: its trials resume from their last checkpoints, on a replacement actor.
