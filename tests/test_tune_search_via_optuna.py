@@ -23,6 +23,7 @@ from fluidsalus.tune.search._hyperopt_space import HyperOptSpace
 from fluidsalus.tune.search.bayesopt import BayesOptSearch
 from fluidsalus.tune.search.hyperopt import LINEAR_FORGETTING, HyperOptGamma, HyperOptSearch
 from fluidsalus.tune.search.nevergrad import NevergradSearch
+from fluidsalus.tune.search.optuna import OptunaSearch
 from fluidsalus.tune.search.zoopt import ZOOptSearch
 
 rt = pytest.importorskip("ray.tune")
@@ -232,6 +233,17 @@ def test_it_becomes_an_optuna_search_with_a_gp_sampler_over_uniform_floats() -> 
 def test_bad_arguments_and_spaces_are_refused_by_name(kwargs, space, message) -> None:
     with pytest.raises(ConfigError, match=message):
         plan(TuneConfig(metric="m", mode="max", search_alg=BayesOptSearch(**kwargs)), space)
+
+
+@pytest.mark.parametrize(("algorithm", "library"), [(OptunaSearch, "an Optuna"), (HyperOptSearch, "a HyperOpt")])
+def test_a_grid_search_is_refused_as_in_ray(algorithm, library) -> None:
+    """Ray refuses a grid in their spaces (ValueError); it ran as a random choice of the grid's values."""
+    message = f"Grid search parameters cannot be automatically converted to {library} search space"
+    with pytest.raises(ConfigError, match=message):
+        plan(TuneConfig(metric="m", mode="max", search_alg=algorithm()),
+             {"a": tune.grid_search([0.1, 0.2]), "b": tune.uniform(0, 1)})
+    with pytest.raises(ConfigError, match=message):  # in its own space too
+        plan(TuneConfig(metric="m", mode="max", search_alg=algorithm(space={"a": tune.grid_search([1, 2])})), {})
 
 
 def test_utility_kwargs_are_not_used_and_a_warning_says_so() -> None:

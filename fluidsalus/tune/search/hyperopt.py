@@ -80,6 +80,8 @@ class HyperOptSearch(OptunaSearch):
         ConfigError: An argument out of range, or a HyperOpt space; the message names it.
     """
 
+    _library = "HyperOpt"
+
     def __init__(
         self,
         space: dict[str, Any] | None = None,

@@ -91,6 +91,9 @@ class OptunaSearch(Searcher):
             which are then added as finished trials (not with a define-by-run space, as in Ray).
     """
 
+    #: The library whose search space Ray's class of this name converts to (named in its errors).
+    _library = "Optuna"
+
     def __init__(
         self,
         space: dict[str, Any] | None = None,
@@ -158,15 +161,23 @@ class OptunaSearch(Searcher):
 
     def prepare_space(self, space: dict[str, Any]) -> dict[str, Any]:
         """The searched space (``param_space`` or :meth:`own_space`, with its constants) as this search
-        algorithm searches it: unchanged here; a subclass with narrower rules (``BayesOptSearch``) checks or
-        rewrites it.
+        algorithm searches it: unchanged here, but for a grid, which Ray's ``OptunaSearch`` (and
+        ``HyperOptSearch``) refuse; a subclass with narrower rules (``BayesOptSearch``) checks or rewrites it.
 
         Args:
             space: The space, with fluidsalus domains.
 
         Returns:
             The space to search.
+
+        Raises:
+            ConfigError: The space holds a ``grid_search`` (Ray's ``ValueError``, whose message this keeps; the
+                native ``fluidsalus.searchers.OptunaSearch`` samples a grid as a categorical).
         """
+        if sp.has_grid(space):
+            raise ConfigError(f"{type(self).__name__}: Grid search parameters cannot be automatically converted to "
+                              f"a{'n' if self._library[0] in 'AEIOU' else ''} {self._library} search space (as in "
+                              "Ray); use tune.choice")
         return space
 
     def add_evaluated_point(self, parameters: dict[str, Any], value: float, error: bool = False,
