@@ -141,6 +141,17 @@ def test_a_metric_that_is_no_number_is_a_config_error_naming_the_trial(storage):
     assert _no_experiment_left(storage, "text")
 
 
+def _returns_a_number(config):
+    return 0.5
+
+
+def test_a_trainable_that_returns_a_number_is_told_where_its_metric_went(storage):
+    with pytest.raises(ConfigError, match=r"reported \['_metric'\] \(a trainable that returns or yields a number "
+                                          r"reports it as '_metric', as in Ray Tune: report a dict to name it\)"):
+        fluidsalus.run(_returns_a_number, {"x": 1}, metric="loss", mode="min", storage_path=storage, name="ret",
+                       verbose=0)
+
+
 class _Unpicklable:
     def __reduce__(self):
         raise TypeError("cannot pickle '_thread.lock' object")
@@ -166,6 +177,10 @@ class _Unpicklable:
         (dict(cpus_per_trial=0), r"cpus_per_trial: Input should be greater than or equal to 0.0001"),
         (dict(cpus_per_trial=float("inf")), r"cpus_per_trial: Input should be a finite number"),
         (dict(seed=-1), r"seed: Input should be greater than or equal to 0"),  # (was NumPy's error, and a store)
+        # (each failed every trial at its first result, in the device's comparison)
+        (dict(stop={"training_iteration": "2"}), r"stop: the threshold of 'training_iteration' must be a number, "
+                                                 r"got '2' \(str\)"),
+        (dict(stop={3: 1}), "stop: keys must be result names"),
         (dict(metric="score", mode="max", searcher=ASHA({"x": 0.5}, 2, "score", "min")),
          r"mode='max', but the searcher \(ASHA\) decides by mode='min'"),
         (dict(metric="loss", mode="min", searcher=ASHA({"x": 0.5}, 2, "score", "min")),

@@ -29,6 +29,7 @@ Protocol with the driver:
 from __future__ import annotations
 
 import logging
+import numbers
 import os
 import sys
 import threading
@@ -1255,6 +1256,9 @@ def stop_rule(stop: Mapping[str, float] | Callable[[str, Mapping[str, Any]], boo
 
     Returns:
         The rule, or None when there is no stop rule.
+
+    Raises:
+        ConfigError: A dict key that is no non-empty str, or a threshold that is no number.
     """
     if missing not in MISSING_STOP_KEY:
         raise ConfigError(f"stop_rule: missing={missing!r} is not one of {', '.join(MISSING_STOP_KEY)}")
@@ -1264,6 +1268,12 @@ def stop_rule(stop: Mapping[str, float] | Callable[[str, Mapping[str, Any]], boo
         return stop
     if isinstance(stop, Mapping):
         criteria = dict(stop)
+        for key, threshold in criteria.items():  # (a bad one failed every trial at its first result)
+            if not isinstance(key, str) or not key:
+                raise ConfigError(f"stop: keys must be result names (non-empty str), got {key!r}")
+            if not isinstance(threshold, numbers.Real):
+                raise ConfigError(f"stop: the threshold of {key!r} must be a number, got {threshold!r} "
+                                  f"({type(threshold).__name__})")
         warned: set[str] = set()
 
         def by_thresholds(trial_id: str, result: Mapping[str, Any]) -> bool:

@@ -85,7 +85,7 @@ from fluidsalus.gpu.policies import DEFAULT_POLICY
 from fluidsalus.progress import Progress
 from fluidsalus.result import lookup_metric, rank_checkpoints
 from fluidsalus.searchers._base import BaseSearcher, Decision
-from fluidsalus.session import AUTO_RESULT_KEYS, CHECKPOINT_VERDICT_CALL, DATE_FORMAT
+from fluidsalus.session import AUTO_RESULT_KEYS, CHECKPOINT_VERDICT_CALL, DATE_FORMAT, DEFAULT_METRIC
 from fluidsalus.store import (
     ERROR,
     ERROR_FILE,
@@ -1849,8 +1849,10 @@ class Executor:
         value = result[metric] if metric in result else lookup_metric(result, metric)
         if value is None and metric not in result:
             reported = sorted(k for k in result if k not in AUTO_RESULT_KEYS)
+            returned = (f" (a trainable that returns or yields a number reports it as {DEFAULT_METRIC!r}, as in Ray "
+                        "Tune: report a dict to name it)" if reported == [DEFAULT_METRIC] else "")
             raise ConfigError(
-                f"metric={metric!r} is not in the results: trial {trial_id} reported {reported}. "
+                f"metric={metric!r} is not in the results: trial {trial_id} reported {reported}{returned}. "
                 "Pass the name of a metric the trainable reports."
             )
         if value is None or (not isinstance(value, (str, bytes)) and _floats(value)):
