@@ -87,6 +87,10 @@ DEFAULT_METRIC = "_metric"
 #: iteration (``fluidsalus.callbacks.Callback.checkpoint_requests``); the executor answers it once the callbacks
 #: have seen that result. Argument: the iteration.
 CHECKPOINT_VERDICT_CALL = "fluidsalus.checkpoint_verdict"
+#: The driver call by which a trial, after a result from the searcher's ``verdict_from`` on, waits for the
+#: searcher's decision on it (True: stop here), as a Ray Tune trial waits for its scheduler's at every result.
+#: The executor answers once the searcher has seen that result. Argument: the iteration.
+RESULT_VERDICT_CALL = "fluidsalus.result_verdict"
 
 HOSTNAME = socket.gethostname()
 _local = threading.local()
@@ -272,6 +276,9 @@ class TrialSession:
         turns: The trial's handle on its lane's turn (None: the trial never waits for a turn).
         checkpoint_sink: Told ``(iteration, checkpoint_dir_name)`` of a checkpoint attached to a result already
             delivered (:meth:`attach_checkpoint`).
+        verdict_from: From this ``result[time_attr]`` on, each result waits for the searcher's decision on it
+            before the trial goes on (:data:`RESULT_VERDICT_CALL`; None: never). A data-parallel trial's ranks do
+            not wait (their rank 0 would leave the others behind); a stop reaches them at the next report.
 
     Attributes:
         ranks: For one rank of a data-parallel trial, its link with the other ranks (set by the device host
@@ -291,8 +298,10 @@ class TrialSession:
         time_attr: str = "training_iteration",
         turns: LaneTurns | None = None,
         checkpoint_sink: Callable[[int, str], None] | None = None,
+        verdict_from: float | None = None,
     ) -> None:
         self.context = context
+        self.verdict_from = verdict_from
         self._sink = sink
         self._checkpoint_sink = checkpoint_sink
         self._last_time_total = time_total_offset  # time_total_s of the last result delivered
@@ -335,6 +344,13 @@ class TrialSession:
                 f"reported by trial {self.context.trial_id} (its keys are {sorted(result)})"
             )
         return bool(result[self.time_attr] >= self.budget)
+
+    def _verdict_due(self, result: Mapping[str, Any]) -> bool:
+        """Whether the trial waits for the searcher's decision on ``result`` (see ``verdict_from``)."""
+        if self.verdict_from is None or self.ranks is not None:
+            return False
+        reached = result.get(self.time_attr)
+        return isinstance(reached, (int, float)) and reached >= self.verdict_from
 
     def resume(self, budget: float | None) -> None:
         """Let a trial paused at its budget run on, to ``budget`` (None: to the end)."""
@@ -449,6 +465,8 @@ class TrialSession:
         self._sink(result, paused, not deferred or stop or paused or checkpoint is not None)
         if stop:
             raise self._stop()
+        if not paused and self._verdict_due(result) and self.call(RESULT_VERDICT_CALL, self.iteration):
+            raise self._stop()  # the searcher stopped it at this result (its lane's turn went away meanwhile)
         if paused:
             # Salus-style fast switching: the trial's state stays resident while it waits for its verdict,
             # and its lane's turn goes to another trial meanwhile.

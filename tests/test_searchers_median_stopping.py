@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+import fluidsalus
 from fluidsalus.errors import ConfigError
-from fluidsalus.searchers import BaseSearcher, Decision, MedianStopping
+from fluidsalus.searchers import BaseSearcher, Decision, MedianStopping, RandomSearch
 from fluidsalus.searchers._median_stopping import median_says_stop
 
 
@@ -169,3 +170,22 @@ def test_a_resumed_rule_decides_as_the_uninterrupted_one() -> None:
             first.on_trial_complete(trial_id, result)
             stopped.add(trial_id)
     assert first.inner.completed == whole.inner.completed and first._judged == whole._judged
+
+
+def _climb(config: dict[str, Any]) -> None:
+    for i in range(1, 13):  # no sleep: a trial that did not wait for the rule would be far past the result
+        fluidsalus.report({"score": config["a"] * i})
+
+
+def test_a_trial_the_rule_stops_ends_at_that_result_as_under_ray(ray_cluster, storage) -> None:
+    """From the grace period on, each result waits for the rule (verdict_from), as a Ray Tune trial waits for its
+    scheduler: the stopped trials end at iteration 3, as under Ray's MedianStoppingRule on the same grid, one trial
+    at a time (checked side by side with Ray 2.60); they ended at 4 to 8, the stop landing reports later."""
+    rule = MedianStopping(RandomSearch({"a": fluidsalus.grid_search([0.1, 0.5, 0.3, 0.9, 0.2, 0.7])}), "score", "max",
+                          time_attr="training_iteration", grace_period=3, min_samples_required=2)
+    assert rule.verdict_from == 3
+    grid = fluidsalus.run(_climb, searcher=rule, max_concurrent_trials=1, storage_path=storage, name="median",
+                          verbose=0)
+    last = {r.config["a"]: r.metrics["training_iteration"] for r in grid}
+    assert last == {0.1: 12, 0.5: 12, 0.3: 3, 0.9: 12, 0.2: 3, 0.7: 12}
+    assert MedianStopping(RandomSearch({"a": 1}), "score", "max", hard_stop=False).verdict_from is None

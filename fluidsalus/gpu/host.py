@@ -158,6 +158,8 @@ class HostSettings:
         stop: The run's stop rule, evaluated in the trial thread at each report (see ``stop_rule``).
         resources: What ``get_context().get_trial_resources()`` reports.
         time_attr: The result key budgets are measured in.
+        verdict_from: From this ``result[time_attr]`` on, each result waits for the searcher's decision on it
+            (the searcher's ``verdict_from``; see ``TrialSession``). None: results never wait.
         profile_memory: Measure each trial's P and T during its first :data:`PROFILE_ITERATIONS` iterations
             (CPU devices) and re-fit its lane; False keeps ``trial_estimate`` (changed only by an OOM).
         memory_mode: How the device knows and bounds its trials' memory (:mod:`fluidsalus.gpu.arena`):
@@ -180,6 +182,7 @@ class HostSettings:
     stop: Callable[[str, Mapping[str, Any]], bool] | None = None
     resources: dict[str, float] = field(default_factory=dict)
     time_attr: str = "training_iteration"
+    verdict_from: float | None = None
     profile_memory: bool = True
     memory_mode: str = DEFAULT_MEMORY_MODE
     distributed_timeout_s: float = DEFAULT_DISTRIBUTED_TIMEOUT_S
@@ -1001,6 +1004,7 @@ class DeviceHost:
             time_attr=self.settings.time_attr,
             turns=_Turns(self, trial_id),
             checkpoint_sink=None if worker else checkpoint_sink,
+            verdict_from=None if worker else self.settings.verdict_from,
         )
         session._caller = lambda method, args: self._call(trial_id, attempt, method, args)
         return session

@@ -87,6 +87,11 @@ class BaseSearcher(abc.ABC):
     #: the calls logged after the saved state (``fluidsalus/trialgroup/searcher_log.py``). False (the default):
     #: the state is saved after every batch of results the searcher was given.
     replayable: bool = False
+    #: From this ``result[time_attr]`` on, a trial waits after each result for the searcher's decision on it, as a
+    #: Ray Tune trial waits for its scheduler's: a STOP then ends it at that very result, at the cost of one round
+    #: trip to the driver per result (its lane's turn goes to a neighbour meanwhile). None (the default): trials
+    #: run on, and a STOP reaches the trial at a later report (a pause at a budget always waits).
+    verdict_from: float | None = None
 
     def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
         """Told the id the executor gave to each new config of a group, in the group's order."""
@@ -234,6 +239,11 @@ class WrappingSearcher(BaseSearcher):
     def ends_itself(self) -> bool:  # type: ignore[override]
         """Whether the wrapped searcher may end an endless search by itself."""
         return self.inner.ends_itself
+
+    @property
+    def verdict_from(self) -> float | None:  # type: ignore[override]
+        """Where the wrapped searcher's trials begin to wait for its decisions."""
+        return self.inner.verdict_from
 
     def _groups_run_to_their_end(self, who: str, why: str) -> list[TrialGroup]:
         """``inner``'s groups, whose trials must run to their end because ``who`` judges them (``why``).

@@ -9,6 +9,10 @@ and with fewer than ``min_samples_required`` left nothing is decided. Ray's book
 result counts only when it has both keys, and a trial's last result is recorded a second time when it ends
 (Ray's ``on_trial_complete`` appends it), so it weighs twice in that trial's running mean.
 
+From ``grace_period`` on, a trial waits after each result for the rule's decision on it (``verdict_from``), as a
+Ray Tune trial waits for its scheduler: a trial the rule stops ends at that result, as under Ray, at the cost of
+one round trip to the driver per result (its lane's turn goes to a neighbour meanwhile).
+
 ``hard_stop=False`` makes Ray pause the trial instead, and resume it, never to be judged again, once no other
 trial waits. fluidsalus shares devices instead of pausing trials, so such a trial goes on at once and is not
 judged again: it ends as it would under Ray, only sooner.
@@ -96,6 +100,13 @@ class MedianStopping(WrappingSearcher):
     def replayable(self) -> bool:  # type: ignore[override]
         """As the wrapped searcher's (the rule depends on the results alone)."""
         return is_replayable(self.inner)
+
+    @property
+    def verdict_from(self) -> float | None:  # type: ignore[override]
+        """From ``grace_period`` on, each result waits for the rule, as under Ray (where a trial waits for its
+        scheduler at every result): a trial the rule stops ends at that result, not one or more reports later.
+        Without ``hard_stop`` the rule stops nothing, so nothing waits."""
+        return self.grace_period if self.hard_stop else None
 
     def __init__(self, inner: BaseSearcher, metric: str, mode: str, time_attr: str = "time_total_s",
                  grace_period: float = 60.0, min_samples_required: int = 3, hard_stop: bool = True) -> None:

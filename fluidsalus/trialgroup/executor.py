@@ -85,7 +85,13 @@ from fluidsalus.gpu.policies import DEFAULT_POLICY
 from fluidsalus.progress import Progress
 from fluidsalus.result import lookup_metric, rank_checkpoints
 from fluidsalus.searchers._base import BaseSearcher, Decision
-from fluidsalus.session import AUTO_RESULT_KEYS, CHECKPOINT_VERDICT_CALL, DATE_FORMAT, DEFAULT_METRIC
+from fluidsalus.session import (
+    AUTO_RESULT_KEYS,
+    CHECKPOINT_VERDICT_CALL,
+    DATE_FORMAT,
+    DEFAULT_METRIC,
+    RESULT_VERDICT_CALL,
+)
 from fluidsalus.store import (
     ERROR,
     ERROR_FILE,
@@ -561,6 +567,7 @@ class Executor:
                 torch_threads=max(1, spec.cpus // spec.slots) if spec.kind == "cpu" else None,
                 resources={"cpu": float(spec.cpus), "gpu": 1.0 if spec.kind == "cuda" else 0.0},
                 time_attr=self.searcher.time_attr,
+                verdict_from=self.searcher.verdict_from,
             )
 
     def _actor_name(self, spec: DeviceSpec) -> str:
@@ -1403,6 +1410,7 @@ class Executor:
         events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]] = []
         acted: list[tuple[str, Trial, tuple[Any, ...]]] = []
         verdicts: list[tuple[Any, ...]] = []  # CHECKPOINT_VERDICT_CALLs: answered once the callbacks saw the batch
+        decisions: list[tuple[Any, ...]] = []  # RESULT_VERDICT_CALLs: answered once the searcher saw the batch
         fatal: str | None = None
         name = device.spec.name
         received = time.time()  # the driver's clock: a move's two ends may be on nodes with different clocks
@@ -1413,6 +1421,8 @@ class Executor:
                     if event[5] == CHECKPOINT_VERDICT_CALL:  # ...except this, once the callbacks saw the batch
                         verdicts.append(event)
                         self._asks_verdicts.add(trial_id)
+                    elif event[5] == RESULT_VERDICT_CALL:  # and this, once the searcher decided on the result
+                        decisions.append(event)
                     else:
                         self._answer_call(device, event)
                     continue
@@ -1594,6 +1604,8 @@ class Executor:
                 if tid in self.trials and self.trials[tid].status not in FINAL_STATUSES:
                     self._checkpoint_wanted[tid] = self.trials[tid].last_iteration
             self._send_checkpoint_requests(requested)
+        for event in decisions:  # the result came in this batch or an earlier one: either way it was decided on
+            self._send(device, "answer", event[4], event[1] in self._stopping, False)
         for event in verdicts:
             trial_id, iteration = event[1], event[6][0]
             wanted = self._checkpoint_wanted.get(trial_id) == iteration
