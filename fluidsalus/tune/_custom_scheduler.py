@@ -6,7 +6,9 @@ Ray Tune lets a script write its own scheduler: ``on_trial_result(tune_controlle
 trials (random search, OptunaSearch, or a search algorithm of the user's own) and asks the scheduler about each
 result:
 
-- ``STOP`` stops the trial; ``CONTINUE`` (and ``NOOP``) leave the decision to the wrapped searcher.
+- ``STOP`` stops the trial; ``CONTINUE`` (and ``NOOP``) leave the decision to the wrapped searcher. As a Ray
+  trial waits for its scheduler at every result, each result waits for the decision (``verdict_from``), so a
+  ``STOP`` ends the trial at the result it answers.
 - ``PAUSE``: a paused Ray trial waits, checkpointed, until ``choose_trial_to_run`` picks it again, so that
   another trial can have its resources. fluidsalus shares devices between trials instead of pausing them, so the
   trial goes on, with one warning; a later ``STOP`` still ends it.
@@ -92,6 +94,11 @@ class ScheduledSearch(WrappingSearcher):
         if defined_by_user(scheduler, "choose_trial_to_run"):
             warnings.warn(f"fluidsalus.tune: {self._name}.choose_trial_to_run is not called; fluidsalus's planner "
                           "decides which trials run where", UserWarning, stacklevel=3)
+
+    @property
+    def verdict_from(self) -> float | None:  # type: ignore[override]
+        """Every result waits for the scheduler's decision, as in Ray (one round trip to the driver per result)."""
+        return -math.inf
 
     def next_groups(self) -> list[TrialGroup]:
         return self._groups_run_to_their_end(self._name, "a scheduler of your own runs with trials that run to "
