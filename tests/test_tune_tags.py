@@ -50,6 +50,25 @@ def test_variant_tags_are_rays_for_the_same_configurations() -> None:
     assert Tagger({"k": 7}, VARIANTS)(4, {"k": 7}) == {"experiment_tag": "4"}  # nothing drawn: the index alone
 
 
+def test_sample_from_values_and_a_points_values_are_not_in_the_tag_as_in_rays_tuner() -> None:
+    """Ray's Tuner leaves a sample_from's value out of a variant's tag and evaluated_params, and a trial of a
+    points_to_evaluate point leaves out the values the point gave (a point that gives every value is tagged with
+    its index alone). The expected tags are what Ray 2.60's Tuner wrote for this space and seed (run side by side,
+    scratch script bvg1.py); the configurations are Ray's (the first test checks the generator)."""
+    space = {"a": tune.grid_search([1, 2]), "b": tune.uniform(0, 1), "c": tune.sample_from(lambda spec: spec.config.a),
+             "d": tune.randint(0, 100)}
+    planned = plan(tune.TuneConfig(search_alg=tune.search.BasicVariantGenerator(
+        random_state=7, points_to_evaluate=[{"b": 0.5}, {"a": 9, "b": 0.25, "d": 3}]), num_samples=2), space)
+    tagger = Tagger(planned.space, planned.tags, points=planned.points)
+    configs = planned.searcher.next_groups()[0].configs
+    assert [tagger(seq, c)["experiment_tag"] for seq, c in enumerate(configs)] == ["0_a=1,d=94", "1_a=2,d=62", "2"]
+    # Ray's Trial.evaluated_params leaves out the same values
+    assert [tagger.evaluated_params(c, seq) for seq, c in enumerate(configs)] == [{"a": 1, "d": 94}, {"a": 2, "d": 62},
+                                                                                    {}]
+    drawn = Tagger(space, VARIANTS)
+    assert drawn(0, {"a": 1, "b": 0.77, "c": 1, "d": 43}) == {"experiment_tag": "0_a=1,b=0.7700,d=43"}
+
+
 def test_searcher_tags_number_from_one_and_show_the_whole_config() -> None:
     from ray.tune.search.variant_generator import _resolve_nested_dict
     from ray.tune.search.variant_generator import format_vars as ray_format_vars

@@ -4,7 +4,9 @@ Ray writes it into every result (and into its default trial folder names):
 
 - for trials of ``BasicVariantGenerator`` (random and grid search, and the schedulers that draw from it: ASHA,
   HyperBand, PBT, PB2), ``"<index>_<vars>"`` with the 0-based index of the trial and the values drawn for the
-  space's domains and grid searches, or ``"<index>"`` when the space has none;
+  space's domains and grid searches, or ``"<index>"`` when the space has none. As in Ray, a ``sample_from``'s
+  value is not among them, and neither is a value a ``points_to_evaluate`` point gave (a trial of a point that
+  gives every value is ``"<index>"``);
 - for trials of a search algorithm (OptunaSearch, TuneBOHB, Repeater, ...), ``"<number>_<vars>"`` with the
   1-based number of the trial and every value of its configuration.
 
@@ -26,6 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from fluidsalus import space as sp
+from fluidsalus.searchers._random import apply_point, check_points
 
 __all__ = ["PERTURBED_MARK", "SEARCHER", "TAG_KEY", "VARIANTS", "Tagger", "format_vars"]
 
@@ -92,6 +95,20 @@ def _values_at(config: Mapping[str, Any], paths: list[tuple[Any, ...]]) -> dict[
     return values
 
 
+def _point_runs(space: Mapping[str, Any], points: Sequence[Mapping[str, Any]] | None
+                ) -> list[tuple[int, set[tuple[Any, ...]]]]:
+    """For each of ``BasicVariantGenerator``'s points, in order: how many trials it makes (one per grid point it
+    leaves open) and the paths it gives values for. Empty when there are none, or when a point's count cannot be
+    known before its draws (a draw that makes grids): its trials' tags then name every drawn value."""
+    runs = []
+    for assignments in check_points(space, points, "BasicVariantGenerator"):
+        count = sp.count_variants(apply_point(space, assignments), 1)
+        if count is None:
+            return []
+        runs.append((count, {tuple(path) for path, _ in assignments}))
+    return runs
+
+
 class Tagger:
     """The engine's ``result_extras(seq, config)`` that adds Ray's ``experiment_tag`` to a trial's results.
 
@@ -103,6 +120,8 @@ class Tagger:
         replay: ``PopulationBasedTrainingReplay``'s tag (``replay_<policy file name>``): when the trial is asked
             for again with another config, its tag is this plus ``@perturbed[...]`` of every key of the new config,
             as Ray's replay names it.
+        points: ``BasicVariantGenerator``'s ``points_to_evaluate`` (for :data:`VARIANTS`), whose trials come
+            first: the values a point gives are left out of its trials' tags, as in Ray.
 
     Attributes:
         latest: The tag of the last call (the engine asks for a new trial's extras just before it names the
@@ -110,9 +129,11 @@ class Tagger:
     """
 
     def __init__(self, space: Mapping[str, Any], kind: str, perturbed: Sequence[str] = (),
-                 replay: str | None = None) -> None:
+                 replay: str | None = None, points: Sequence[Mapping[str, Any]] | None = None) -> None:
         self.kind, self.perturbed, self.replay = kind, tuple(perturbed), replay
-        self._drawn = sp.drawn_paths(space)
+        # (Ray leaves a sample_from's value out of a variant's resolved values: its tag and evaluated_params)
+        self._drawn = [path for path in sp.drawn_paths(space) if not isinstance(_at(space, path), sp.Function)]
+        self._point_runs = _point_runs(space, points) if kind == VARIANTS else []
         self._filled = [key for key in self.perturbed if key not in space]  # PBT/PB2 sample these at the start
         self._paths = self._drawn if kind == VARIANTS else []
         self._first: dict[int, tuple[str, dict[str, Any]]] = {}  # seq -> (its first tag, the config it was for)
@@ -135,7 +156,7 @@ class Tagger:
         self.latest = tag
         return {TAG_KEY: tag}
 
-    def evaluated_params(self, config: Mapping[str, Any]) -> dict[str, Any]:
+    def evaluated_params(self, config: Mapping[str, Any], seq: int | None = None) -> dict[str, Any]:
         """Ray's ``Trial.evaluated_params`` of a trial with ``config``: the values the search chose, by their paths
         joined with ``/``. Those are the space's grid searches and domains, and the keys PBT or PB2 sampled
         because the space lacks them; for a search algorithm of your own whose space is not in ``param_space``
@@ -143,13 +164,17 @@ class Tagger:
 
         Args:
             config: The trial's configuration as it was created.
+            seq: The trial's creation index, if known: a ``points_to_evaluate`` point's values are left out, as
+                Ray leaves them out.
 
         Returns:
             Path -> value.
         """
         if not self._drawn and not self._filled:
             return {} if self.kind == VARIANTS else {_joined(path): value for path, value in _leaves(config)}
-        chosen = _values_at(config, [*self._drawn, *((key,) for key in self._filled)])
+        given = self._given_by_point(seq) if seq is not None else set()
+        chosen = _values_at(config, [*(path for path in self._drawn if path not in given),
+                                     *((key,) for key in self._filled)])
         return {_joined(path): value for path, value in chosen.items()}
 
     def restore(self, seq: int, stored_tag: str, config: Mapping[str, Any]) -> None:
@@ -164,9 +189,19 @@ class Tagger:
         first, mark, _ = stored_tag.partition(PERTURBED_MARK)
         self._first[seq] = (first, None if mark else dict(config))
 
+    def _given_by_point(self, seq: int) -> set[tuple[Any, ...]]:
+        """The paths whose values the ``points_to_evaluate`` point of the ``seq``-th trial gave (none: no point's)."""
+        first = 0
+        for count, given in self._point_runs:
+            if seq < first + count:
+                return given
+            first += count
+        return set()
+
     def _tag(self, seq: int, config: Mapping[str, Any]) -> str:
         if self.kind == VARIANTS:
-            drawn = _values_at(config, self._paths)
+            given = self._given_by_point(seq)
+            drawn = _values_at(config, [path for path in self._paths if path not in given])
             index = str(seq)
         else:
             drawn = dict(_leaves(config))

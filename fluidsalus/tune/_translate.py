@@ -142,6 +142,7 @@ class Plan:
         perturbed: The keys PBT mutates (PB2 bounds), shown in a perturbed trial's tag.
         replay_tag: ``PopulationBasedTrainingReplay``'s tag (``replay_<policy file name>``), which a replayed
             trial's tag starts with once its config has changed, as in Ray; None otherwise.
+        points: ``BasicVariantGenerator``'s ``points_to_evaluate`` (their trials' tags leave their values out).
     """
 
     searcher: BaseSearcher
@@ -155,6 +156,7 @@ class Plan:
     tags: str = SEARCHER
     perturbed: tuple[str, ...] = ()
     replay_tag: str | None = None
+    points: list[dict[str, Any]] | None = None
 
 
 def _pick(what: str, values: list[tuple[str, Any]]) -> Any:
@@ -534,7 +536,7 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
                                               constant_grid_search=constant)
         shown = f", points_to_evaluate={len(points)}" if points else ""
         shown += ", constant_grid_search=True" if constant else ""
-        return Plan(searcher, space, metric, mode, cap, tags=VARIANTS,
+        return Plan(searcher, space, metric, mode, cap, tags=VARIANTS, points=points,
                     summary=f"{name} -> RandomSearch(num_samples={n}, seed={seed}{shown})")
     if isinstance(scheduler, PopulationBasedTraining):
         _finite_samples(n, target)
@@ -575,8 +577,10 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
         if points:
             names += ("points_to_evaluate",)
         return Plan(searcher, space, metric, mode, cap, tags=VARIANTS, checkpoint_every_iteration=class_trainable,
-                    summary=f"{name} -> {_describe(searcher, names)}", perturbed=scheduler.mutated_keys)
-    return Plan(searcher, space, metric, mode, cap, tags=VARIANTS, summary=f"{name} -> {_describe(searcher, names)}")
+                    summary=f"{name} -> {_describe(searcher, names)}", perturbed=scheduler.mutated_keys,
+                    points=points)
+    return Plan(searcher, space, metric, mode, cap, tags=VARIANTS, summary=f"{name} -> {_describe(searcher, names)}",
+                points=points)
 
 
 def _plan_replay(replay: PopulationBasedTrainingReplay, search_alg: Any, space: dict[str, Any], metric: Any,

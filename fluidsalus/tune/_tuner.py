@@ -689,7 +689,8 @@ class Tuner:
         runner = runner_of(planned.searcher)  # a search algorithm with its own suggest, also under ASHA or a wrapper
         if runner is not None:  # saved where Ray saves it, restored from there
             runner.attach(experiment_dir, datetime.datetime.now().strftime(DATE_FORMAT))
-        tags = Tagger(planned.space, planned.tags, planned.perturbed, planned.replay_tag)  # Ray's experiment_tag
+        tags = Tagger(planned.space, planned.tags, planned.perturbed, planned.replay_tag,  # Ray's experiment_tag
+                      points=planned.points)
         trial_names: dict[str, Any] = {}  # trial -> what trial_name_creator returned for it
         if self._resume:
             self._restore_tags(experiment_dir, tags)

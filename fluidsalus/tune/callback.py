@@ -457,7 +457,7 @@ class RayCallbackAdapter(EngineCallback):
             info.tag = str(self.tags(self._seqs[trial_id], info.config).get(EXPERIMENT_TAG, "")) or None
         evaluated = getattr(self.tags, "evaluated_params", None)
         if evaluated is not None:
-            info.evaluated_params = evaluated(info.config)
+            info.evaluated_params = evaluated(info.config, self._seqs.get(trial_id))
         if self.name_creator is not None:
             name = self.names[trial_id] if trial_id in self.names else self.name_creator(info)
             if not isinstance(name, str):
