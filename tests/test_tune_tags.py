@@ -103,8 +103,13 @@ def test_a_plan_says_how_ray_would_tag_its_trials() -> None:
 def test_a_perturbed_trial_keeps_its_first_tag_and_shows_the_mutated_values() -> None:
     extras = Tagger({"lr": tune.uniform(0, 1), "k": 1}, VARIANTS, perturbed=("lr", "missing"))
     assert extras(3, {"lr": 0.25, "k": 1}) == {"experiment_tag": "3_lr=0.2500"}
-    assert extras(3, {"lr": 0.25, "k": 1}) == {"experiment_tag": "3_lr=0.2500"}  # asked again, same config
+    assert extras.tag_of(3, {"lr": 0.25, "k": 1}) == "3_lr=0.2500"  # a reader's look is no exploit
+    # Asked again: an exploit, perturbed as Ray tags it even when the explored value is the old one (it was not)
+    assert extras(3, {"lr": 0.25, "k": 1}) == {"experiment_tag": "3_lr=0.2500@perturbed[lr=0.2500]"}
     assert extras(3, {"lr": 0.3, "k": 1}) == {"experiment_tag": "3_lr=0.2500@perturbed[lr=0.3000]"}
+    explore_fn_only = Tagger({"lr": tune.uniform(0, 1)}, VARIANTS, perturbed=())  # PBT with custom_explore_fn alone
+    explore_fn_only(0, {"lr": 0.01})
+    assert explore_fn_only(0, {"lr": 0.02}) == {"experiment_tag": "0_lr=0.0100@perturbed[]"}  # Ray's, as it was not
     from ray.tune.schedulers.pbt import _make_experiment_tag
 
     assert _make_experiment_tag("3_lr=0.2500", {"lr": 0.3, "k": 1}, {"lr": None}) == "3_lr=0.2500@perturbed[lr=0.3000]"

@@ -15,7 +15,7 @@ Ray writes it into every result (and into its default trial folder names):
 each run of characters other than letters, digits, ``_`` and ``-`` made one ``_`` (and ``_`` trimmed at the
 ends), so a tag is safe in a folder name.
 
-After a PBT or PB2 exploit gives a trial a new configuration, its tag is its first tag followed by
+After each PBT or PB2 exploit (whether or not the configuration changed), a trial's tag is its first tag followed by
 ``@perturbed[<vars>]`` with the new values of the mutated (or bounded) keys, as in Ray. The first tag is
 remembered for the run, and a resumed run takes it back from each trial's last stored result
 (:meth:`Tagger.restore`), so a trial perturbed before the resume keeps its first tag and stays perturbed.
@@ -115,10 +115,10 @@ class Tagger:
     Args:
         space: The run's search space (for :data:`VARIANTS`: which values were drawn).
         kind: :data:`VARIANTS` or :data:`SEARCHER`.
-        perturbed: PBT's ``hyperparam_mutations`` keys (PB2's ``hyperparam_bounds`` keys): when a trial is asked
-            for again with another config, its tag is its first one plus ``@perturbed[...]`` of these keys.
+        perturbed: PBT's ``hyperparam_mutations`` keys (PB2's ``hyperparam_bounds`` keys; None: no PBT): when a
+            trial is asked for again (an exploit), its tag is its first one plus ``@perturbed[...]`` of these keys.
         replay: ``PopulationBasedTrainingReplay``'s tag (``replay_<policy file name>``): when the trial is asked
-            for again with another config, its tag is this plus ``@perturbed[...]`` of every key of the new config,
+            for again (a change point), its tag is this plus ``@perturbed[...]`` of every key of the new config,
             as Ray's replay names it.
         points: ``BasicVariantGenerator``'s ``points_to_evaluate`` (for :data:`VARIANTS`), whose trials come
             first: the values a point gives are left out of its trials' tags, as in Ray.
@@ -128,33 +128,47 @@ class Tagger:
             trial's folder, so a ``trial_dirname_creator`` can read the trial's tag here).
     """
 
-    def __init__(self, space: Mapping[str, Any], kind: str, perturbed: Sequence[str] = (),
+    def __init__(self, space: Mapping[str, Any], kind: str, perturbed: Sequence[str] | None = None,
                  replay: str | None = None, points: Sequence[Mapping[str, Any]] | None = None) -> None:
-        self.kind, self.perturbed, self.replay = kind, tuple(perturbed), replay
+        self.kind, self.replay = kind, replay
+        self.perturbed = tuple(perturbed) if perturbed is not None else None
         # (Ray leaves a sample_from's value out of a variant's resolved values: its tag and evaluated_params)
         self._drawn = [path for path in sp.drawn_paths(space) if not isinstance(_at(space, path), sp.Function)]
         self._point_runs = _point_runs(space, points) if kind == VARIANTS else []
-        self._filled = [key for key in self.perturbed if key not in space]  # PBT/PB2 sample these at the start
+        # PBT/PB2 sample these at the start
+        self._filled = [key for key in self.perturbed or () if key not in space]
         self._paths = self._drawn if kind == VARIANTS else []
-        self._first: dict[int, tuple[str, dict[str, Any]]] = {}  # seq -> (its first tag, the config it was for)
+        self._first: dict[int, str] = {}  # seq -> its first tag
+        self._tags: dict[int, str] = {}  # seq -> its tag now
+        self._resumed: set[int] = set()  # trials a resumed run knows the tags of before the engine asks (restore)
         self.latest = ""
 
     def __call__(self, seq: int, config: Mapping[str, Any]) -> dict[str, str]:
-        """``{"experiment_tag": tag}`` for the trial created ``seq``-th (from 0), now with ``config``."""
-        known = self._first.get(seq)
-        if known is None:
-            tag = self._tag(seq, config)
-            self._first[seq] = (tag, dict(config))
+        """``{"experiment_tag": tag}`` for the trial created ``seq``-th (from 0), now with ``config``.
+
+        The engine asks once when it creates the trial (or a resumed run takes it over), and again at each
+        exploit of PBT or PB2 and at each change point of a PBT replay: Ray then tags the trial as perturbed,
+        whether or not the explored values differ from the old ones (``@perturbed[]`` when nothing is mutated but
+        by a ``custom_explore_fn``). Other readers use :meth:`tag_of`.
+        """
+        if seq not in self._first:
+            tag = self._first[seq] = self._tag(seq, config)
+        elif seq in self._resumed:  # the resumed run's first ask: the tag the trial had
+            self._resumed.discard(seq)
+            tag = self._tags[seq]
+        elif self.replay is not None:
+            tag = f"{self.replay}{PERTURBED_MARK}{format_vars({(key,): config[key] for key in config})}]"
+        elif self.perturbed is not None:
+            values = {(key,): config[key] for key in self.perturbed if key in config}
+            tag = f"{self._first[seq]}{PERTURBED_MARK}{format_vars(values)}]"
         else:
-            tag, original = known
-            changed = original is None or dict(config) != original
-            if self.replay is not None and changed:
-                tag = f"{self.replay}{PERTURBED_MARK}{format_vars({(key,): config[key] for key in config})}]"
-            elif self.perturbed and changed:
-                values = {(key,): config[key] for key in self.perturbed if key in config}
-                tag = f"{tag}{PERTURBED_MARK}{format_vars(values)}]"
-        self.latest = tag
+            tag = self._tags[seq]
+        self._tags[seq] = self.latest = tag
         return {TAG_KEY: tag}
+
+    def tag_of(self, seq: int, config: Mapping[str, Any]) -> str:
+        """The trial's tag now, without counting as an ask (its first tag if the engine has not asked yet)."""
+        return self._tags[seq] if seq in self._tags else self._tag(seq, config)
 
     def evaluated_params(self, config: Mapping[str, Any], seq: int | None = None) -> dict[str, Any]:
         """Ray's ``Trial.evaluated_params`` of a trial with ``config``: the values the search chose, by their paths
@@ -186,8 +200,9 @@ class Tagger:
             stored_tag: The ``experiment_tag`` of its last stored result.
             config: Its configuration now.
         """
-        first, mark, _ = stored_tag.partition(PERTURBED_MARK)
-        self._first[seq] = (first, None if mark else dict(config))
+        self._first[seq] = stored_tag.partition(PERTURBED_MARK)[0]
+        self._tags[seq] = stored_tag
+        self._resumed.add(seq)
 
     def _given_by_point(self, seq: int) -> set[tuple[Any, ...]]:
         """The paths whose values the ``points_to_evaluate`` point of the ``seq``-th trial gave (none: no point's)."""

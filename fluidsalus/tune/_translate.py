@@ -139,7 +139,7 @@ class Plan:
         summary: A one-line description, e.g. ``"ASHAScheduler -> ASHA(max_t=100, ...)"``.
         tags: How Ray would tag the trials (``experiment_tag``, :mod:`fluidsalus.tune._tags`): ``"variants"``
             for ``BasicVariantGenerator`` trials, ``"searcher"`` for a search algorithm's.
-        perturbed: The keys PBT mutates (PB2 bounds), shown in a perturbed trial's tag.
+        perturbed: The keys PBT mutates (PB2 bounds), shown in a perturbed trial's tag (None: no PBT or PB2).
         replay_tag: ``PopulationBasedTrainingReplay``'s tag (``replay_<policy file name>``), which a replayed
             trial's tag starts with once its config has changed, as in Ray; None otherwise.
         points: ``BasicVariantGenerator``'s ``points_to_evaluate`` (their trials' tags leave their values out).
@@ -154,7 +154,7 @@ class Plan:
     checkpoint_every_iteration: bool = False
     summary: str = ""
     tags: str = SEARCHER
-    perturbed: tuple[str, ...] = ()
+    perturbed: tuple[str, ...] | None = None
     replay_tag: str | None = None
     points: list[dict[str, Any]] | None = None
 

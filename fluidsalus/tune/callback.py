@@ -61,6 +61,7 @@ from fluidsalus.checkpoint import write_atomically
 from fluidsalus.errors import ConfigError
 from fluidsalus.session import DATE_FORMAT, with_config
 from fluidsalus.store import DB_FILENAME, ERROR, ERROR_FILE, FINAL_STATUSES, TRIAL_RESTART_EVENT, ExperimentStore
+from fluidsalus.tune._tags import Tagger
 from fluidsalus.tune.result import SHOULD_CHECKPOINT
 
 __all__ = ["Callback", "TrialInfo"]
@@ -265,8 +266,8 @@ class RayCallbackAdapter(EngineCallback):
         name_creator: ``TuneConfig.trial_name_creator``: called once with each trial's view when it is first
             seen (as Ray calls it when it creates a trial); its str names the trial.
         restore: Whether the run continues an experiment: the callbacks get their saved states at :meth:`setup`.
-        tags: The run's ``result_extras`` that gives each trial's ``experiment_tag`` (a
-            :class:`fluidsalus.tune._tags.Tagger`): a trial's view has its tag from the start, as Ray's ``Trial``.
+        tags: The run's ``result_extras`` that gives each trial's ``experiment_tag``: a trial's view has its tag
+            from the start, as Ray's ``Trial``.
         names: What ``name_creator`` already returned for a trial (when its folder was named), so that it is
             called once per trial, as Ray calls it.
 
@@ -276,7 +277,7 @@ class RayCallbackAdapter(EngineCallback):
 
     def __init__(self, callbacks: list[Any], experiment_dir: str, trainable_name: str,
                  name_creator: Callable[[TrialInfo], str] | None = None, restore: bool = False,
-                 tags: Callable[[int, Mapping[str, Any]], Mapping[str, Any]] | None = None,
+                 tags: Tagger | None = None,
                  names: Mapping[str, Any] | None = None) -> None:
         self.callbacks = list(callbacks)
         # on_trial_result: the callbacks (Ray's: before the trial's last_result is updated), then the reporters
@@ -454,10 +455,9 @@ class RayCallbackAdapter(EngineCallback):
         path = self._folders.get(trial_id, os.path.join(self.experiment_dir, trial_id))
         info = TrialInfo(trial_id, dict(config), path=path, trainable_name=self.trainable_name)
         if self.tags is not None and trial_id in self._seqs:
-            info.tag = str(self.tags(self._seqs[trial_id], info.config).get(EXPERIMENT_TAG, "")) or None
-        evaluated = getattr(self.tags, "evaluated_params", None)
-        if evaluated is not None:
-            info.evaluated_params = evaluated(info.config, self._seqs.get(trial_id))
+            info.tag = self.tags.tag_of(self._seqs[trial_id], info.config) or None
+        if self.tags is not None:
+            info.evaluated_params = self.tags.evaluated_params(info.config, self._seqs.get(trial_id))
         if self.name_creator is not None:
             name = self.names[trial_id] if trial_id in self.names else self.name_creator(info)
             if not isinstance(name, str):
