@@ -336,10 +336,14 @@ def test_a_trial_waiting_for_memory_after_its_estimate_grew_ends_at_once_when_st
             fluidsalus.report({"n": weights.numel()})
 
     host = DeviceHost(f, _settings(max_lanes=1, profile_memory=True))
-    host.submit([dataclasses.replace(_spec(tmp_path, 0), budget=2), _spec(tmp_path, 1)])
+    # t1 only once t0 paused at its budget (submitted together, either could take the lane's first turn)
+    host.submit([dataclasses.replace(_spec(tmp_path, 0), budget=2)])
     events, deadline = [], time.time() + WAIT_S
-    while not (any(e[0] == EV_LANE and e[4] == "lane_wait" and e[1] == "t1" for e in events)
-               and any(e[0] == EV_RESULT and e[1] == "t0" and e[5] for e in events)):  # t0 paused at its budget
+    while not any(e[0] == EV_RESULT and e[1] == "t0" and e[5] for e in events):  # t0 paused at its budget
+        assert time.time() < deadline, f"t0 never paused at its budget; events so far: {events}"
+        events += host.poll(0.1)
+    host.submit([_spec(tmp_path, 1)])
+    while not any(e[0] == EV_LANE and e[4] == "lane_wait" and e[1] == "t1" for e in events):
         assert time.time() < deadline, f"t1 never waited for memory; events so far: {events}"
         events += host.poll(0.1)
     host.stop(["t1"])
