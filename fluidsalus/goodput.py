@@ -200,6 +200,11 @@ class Span:
 
     A *partial* span is the iteration a failure cut short: it has no result (``iteration`` is the one it was
     computing), it is never useful, and it is not counted as an iteration.
+
+    A *worker* span is a data-parallel trial's iteration on one of its other devices (rank 1 and up, from the
+    trial's ``worker_start`` to its ``worker_end`` there): the interval of rank 0's result, which speaks for the
+    trial. It makes that device busy, useful or wasted as rank 0's iteration is, but the iteration counts once, on
+    rank 0's device (:attr:`counted`).
     """
 
     trial_id: str
@@ -214,6 +219,12 @@ class Span:
     useful: bool
     waste_cause: str | None
     partial: bool = False
+    worker: bool = False
+
+    @property
+    def counted(self) -> bool:
+        """Whether the span counts as a reported iteration (not partial, and not a worker's share)."""
+        return not self.partial and not self.worker
 
 
 @dataclass
@@ -406,6 +417,8 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
     failures: list[tuple[float, str, str, int, str]] = []  # ts, device, trial, attempt, cause: cut-short iterations
     switch_in: dict[tuple[str, str], list[float]] = defaultdict(list)  # (device, trial) -> switch times
     last_ts: dict[tuple[str, int], float] = {}
+    # (trial, attempt) -> [device, worker_start, worker_end] of each rank > 0 of a data-parallel trial
+    workers: dict[tuple[str, int], list[list[Any]]] = defaultdict(list)
 
     def touch(device: str, ts: float) -> None:
         key = (device, epoch_of(device, ts))
@@ -444,6 +457,14 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
             continue
         device = ev.device
         touch(device, ev.ts)
+        if ev.kind == "worker_start" and ev.trial_id is not None:
+            workers[(ev.trial_id, attempt)].append([device, ev.ts, math.inf])
+            continue
+        if ev.kind == "worker_end" and ev.trial_id is not None:
+            for row in workers.get((ev.trial_id, attempt), []):
+                if row[0] == device and row[2] == math.inf:
+                    row[2] = ev.ts
+            continue
         if ev.kind == "device_start":
             lane_state[device] = _LaneState()
             record(device, ev.ts, lane_state[device])
@@ -546,6 +567,12 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
                           r.ts - dt, r.ts, _number(r.metrics.get(SAMPLES_KEY)), cause is None, cause))
         last_result[(device, r.trial_id, r.attempt)].append((r.ts, r.iteration))
         touch(device, r.ts)
+        for other, since, until in workers.get((r.trial_id, r.attempt), []):  # its ranks > 0 computed it too
+            if since <= r.ts <= until and other != device:
+                other_epoch = epoch_of(other, r.ts)
+                spans.append(Span(r.trial_id, r.attempt, r.iteration, other, other_epoch,
+                                  lane_at(other, other_epoch, r.trial_id, r.ts), max(r.ts - dt, since), r.ts, None,
+                                  cause is None, cause, worker=True))
 
     # The iteration each failure cut short held the turn from the trial's last result, switch-in or start.
     for ts, device, trial_id, attempt, cause in failures:
@@ -733,7 +760,7 @@ def _window(activity: Activity, window: tuple[float, float] | None) -> tuple[flo
 def _waste(spans: Iterable[Span]) -> dict[str, WasteStats]:
     out: dict[str, WasteStats] = {}
     for s in spans:
-        if s.waste_cause is not None:
+        if s.waste_cause is not None and not s.worker:  # (a wasted iteration counts once, on rank 0's device)
             w = out.setdefault(s.waste_cause, WasteStats())
             if s.partial:
                 w.partial += 1
@@ -748,7 +775,8 @@ def _stats(device: str, kind: str | None, slots: int | None, device_seconds: flo
            lanes_peak: float, lanes_integral: float, lanes_time: float, waiting_peak: float, reserved_peak: float,
            used_peak: float, util: Sequence[float], mem_peak: float | None) -> DeviceStats:
     wasted = _waste(spans)
-    spans = [s for s in spans if not s.partial]
+    trials = len({s.trial_id for s in spans if not s.partial})  # (a data-parallel trial's workers' devices too)
+    spans = [s for s in spans if s.counted]
     useful = [s for s in spans if s.useful]
     samples_all = [s.samples for s in spans if s.samples is not None]
     samples_useful = [s.samples for s in useful if s.samples is not None]
@@ -757,7 +785,7 @@ def _stats(device: str, kind: str | None, slots: int | None, device_seconds: flo
         device=device, kind=kind, slots=slots, device_seconds=device_seconds, busy_s=busy_s,
         busy_fraction=_ratio(busy_s, device_seconds), lane_busy_s=lane_busy_s,
         mean_busy_lanes=_ratio(lane_busy_s, device_seconds), slot_occupancy=_ratio(lane_busy_s, slot_seconds),
-        trials=len({s.trial_id for s in spans}), iterations=len(spans), useful_iterations=len(useful),
+        trials=trials, iterations=len(spans), useful_iterations=len(useful),
         wasted_iterations=len(spans) - len(useful), throughput=_ratio(len(spans), device_seconds),
         goodput=_ratio(len(useful), device_seconds), goodput_fraction=_ratio(len(useful), len(spans)),
         samples=total_samples,
@@ -844,7 +872,7 @@ def summarize(activity: Activity, window: tuple[float, float] | None = None) -> 
         if open_s <= 0 and not (w0 <= life.opened_at <= w1):
             continue
         busy = covered(activity.lane_busy.get((life.device, life.epoch, life.lane), []), w0, w1)
-        mine = [s for s in by_lane.get((life.device, life.epoch, life.lane), []) if not s.partial]
+        mine = [s for s in by_lane.get((life.device, life.epoch, life.lane), []) if s.counted]
         lanes.append(LaneStats(life.device, life.epoch, life.lane, life.opened_at, life.closed_at, open_s, busy,
                                _ratio(busy, open_s), len(mine), len({s.trial_id for s in mine}),
                                life.capacity_peak_bytes))
@@ -895,7 +923,7 @@ def timeline(activity: Activity, bin_s: float | None = None) -> list[TimelineBin
     for device in activity.devices:
         counts = [[0, 0] for _ in range(n)]
         for s in activity.spans:
-            if s.device == device and not s.partial:
+            if s.device == device and s.counted:
                 c = counts[index(s.end)]
                 c[0] += 1
                 c[1] += int(s.useful)

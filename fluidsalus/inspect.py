@@ -383,8 +383,8 @@ class Report:
                                                                 "compute_s": 0.0})
         for s in self.activity.spans:
             row = per[s.trial_id]
-            row["compute_s"] += s.end - s.start
-            if not s.partial:
+            row["compute_s"] += s.end - s.start  # (device time: a data-parallel trial's on each of its devices)
+            if s.counted:
                 row["reported"] += 1
                 row["useful" if s.useful else "wasted"] += 1
         metric = self.experiment["metric"]

@@ -290,3 +290,27 @@ def test_helpers():
     assert s.integral(0, 10) == pytest.approx(2 * 2 + 5 * 1)
     total = gp.StepSeries.summed([s, gp.StepSeries([(2.0, 1.0)])])
     assert total.value_at(2.5) == 3.0 and total.peak(0, 10) == 6.0
+
+
+def test_a_data_parallel_trials_other_devices_are_busy_while_it_computes() -> None:
+    """Rank 0 reports for the trial; its rank 1 computes each iteration too, on cpu:1 (worker_start ..
+    worker_end). cpu:1 was shown idle (BUSY 0%, the total half busy); its share is now busy time there, useful as
+    rank 0's iteration is, while the iteration counts once, on cpu:0."""
+    other = "cpu:1"
+    events = [
+        ev(100.0, "device_start", kind="cpu", slots=1), ev(100.0, "device_start", device=other, kind="cpu", slots=1),
+        ev(100.0, "lane_open", lane=0, capacity=100 * MiB),
+        ev(100.0, "lane_open", device=other, lane=0, capacity=100 * MiB),
+        ev(100.0, "lane_admit", "T", detail=[0, MiB, MiB]),
+        ev(100.0, "lane_admit", "T", device=other, detail=[0, MiB, MiB]),
+        ev(100.0, "trial_start", "T", attempt=0), ev(100.0, "worker_start", "T", device=other, rank=1, attempt=0),
+        ev(104.0, "worker_end", "T", device=other, rank=1, outcome="completed", attempt=0),
+        ev(104.0, "trial_end", "T", attempt=0, outcome="completed"),
+    ]
+    results = [res("T", 0, 1, 102.0, 2.0), res("T", 0, 2, 104.0, 2.0)]
+    summary = gp.summarize(gp.build_activity(results, events, 104.0))
+    stats = {d.device: d for d in summary.devices}
+    assert stats[DEV].busy_s == stats[other].busy_s == pytest.approx(4.0)
+    assert (stats[DEV].iterations, stats[other].iterations) == (2, 0)
+    assert stats[other].trials == 1 and stats[other].wasted_iterations == 0
+    assert summary.totals.iterations == 2 and summary.totals.busy_fraction == pytest.approx(1.0)

@@ -407,7 +407,7 @@ def load_store_trace(path: str) -> StoreTrace:
         slots = activity.epochs[name][0].slots
         devices[name] = int(slots) if slots else 1
     spans = tuple(TraceSpan(s.device, s.lane, s.trial_id, s.iteration, s.start - origin, s.end - origin)
-                  for s in activity.spans)
+                  for s in activity.spans if not s.worker)  # (the simulator models rank 0 of a data-parallel trial)
     reports = sorted([r.ts - origin for r in results] + [ev.ts - origin for ev in events if ev.kind == "trial_end"])
     finished = exp.get("finished_at")
     return StoreTrace(
