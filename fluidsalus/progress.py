@@ -8,7 +8,7 @@ refresh interval), then :meth:`Progress.close` at the end. The snapshot contract
         "elapsed_s": float,                      # since the run started
         "trials": {"PENDING": n, "RUNNING": n, "PAUSED": n, "TERMINATED": n, "ERROR": n},
         "stopped": n,                            # TERMINATED early by the searcher or the stop rule
-        "best": float | None,                    # best value of the metric so far
+        "best": float | None,                    # best of the trials' last values of the metric
         "devices": [{"device": "cpu:0", "lanes": n_lanes_open, "computing": n}],
         "total_trials": int | None,              # when the searcher knows it
         "iterations_done": int,
@@ -19,8 +19,9 @@ Missing keys are read as empty or unknown, so a partial snapshot never breaks a 
 
 - ``verbose=0``: silent.
 - ``verbose>=1`` on a terminal (``stream.isatty()``): a ``rich.live.Live`` view that redraws in place, at most
-  every :data:`LIVE_REFRESH_S`: trials running, waiting, done, stopped and errored, the best metric so far,
-  lanes in use per device, elapsed time, and the ETA when the budget (iterations or trials) is known.
+  every :data:`LIVE_REFRESH_S`: trials running, waiting, done, stopped and errored, the best of the trials' last
+  values of the metric (as the best result is judged), lanes in use per device, elapsed time, and the ETA when the
+  budget (iterations or trials) is known.
 - ``verbose>=1`` elsewhere (a log file, CI): the same facts as one plain line every :data:`PLAIN_INTERVAL_S`.
 """
 

@@ -152,6 +152,22 @@ def test_a_trainable_that_returns_a_number_is_told_where_its_metric_went(storage
                        verbose=0)
 
 
+def _improves_then_worsens(config):
+    fluidsalus.report({"loss": 1.0})
+    fluidsalus.report({"loss": 10.0 * config["x"]})
+
+
+def test_the_live_best_is_the_best_last_result_as_the_closing_line_says(storage, capfd):
+    """The progress view showed the best value ever reported (loss=1) while the closing line and get_best_result
+    judge each trial by its last result (loss=10): they disagreed. Both now use the last results."""
+    fluidsalus.run(_improves_then_worsens, {"x": fluidsalus.grid_search([1, 2])}, metric="loss", mode="min",
+                   storage_path=storage, name="best", verbose=1)
+    out = capfd.readouterr()
+    lines = [line for line in (out.out + out.err).splitlines() if "best loss=" in line]
+    assert lines and "best loss=10 (min)" in lines[-1]
+    assert "Best loss=10 with config {'x': 1}" in out.out + out.err
+
+
 class _Unpicklable:
     def __reduce__(self):
         raise TypeError("cannot pickle '_thread.lock' object")

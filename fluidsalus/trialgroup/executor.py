@@ -46,6 +46,7 @@ import contextlib
 import dataclasses
 import logging
 import math
+import numbers
 import os
 import re
 import shutil
@@ -480,7 +481,9 @@ class Executor:
         self._restarts: dict[str, _Restart] = {}  # start again once the current attempt ends
         self._exploits: list[str] = []  # exploit restarts decided, stop not yet sent
         self._ending: str | None = None  # why the experiment ends early (time budget, fail_fast, stop_all)
-        self._best: float | None = None
+        # Each trial's last finite value of the metric: the live view's best is the best of these, as the best
+        # result is (a trial's last result, Ray's default scope), not the best value ever reported.
+        self._last_values: dict[str, float] = {}
         self._iterations = 0
         self._stopped = 0
         self._progress = Progress(settings.verbose, settings.metric, settings.mode, None)
@@ -517,6 +520,7 @@ class Executor:
             self.trials[trial.trial_id] = trial
             self._seq = max(self._seq, trial.seq + 1)
             self._set_extras(trial)
+            self._note_last_value(trial.trial_id, trial.last_result)
             if trial.status not in FINAL_STATUSES:
                 trial.status = PENDING
                 trial.devices, trial.placed_on = (), ()
@@ -801,8 +805,9 @@ class Executor:
         devices = [{"device": d.spec.name, "lanes": d.lanes,
                     "computing": sum(1 for t in d.assigned if self.trials[t].status == RUNNING)}
                    for d in self._devices]
+        better = max if self.settings.mode == "max" else min
         return {"elapsed_s": time.time() - self._started, "trials": counts, "stopped": self._stopped,
-                "best": self._best, "devices": devices,
+                "best": better(self._last_values.values(), default=None), "devices": devices,
                 # Known once the searcher will propose no more trials: then the view shows an ETA.
                 "total_trials": len(self.trials) if self.searcher.is_finished() else None,
                 "iterations_done": self._iterations, "iterations_budget": None}
@@ -1011,6 +1016,14 @@ class Executor:
         for index, budgets in resumes.items():  # rank 0 decides for a data-parallel trial's workers
             self._send(self._device(index), "resume", budgets)
         self._stop_exploited()
+
+    def _note_last_value(self, trial_id: str, result: Mapping[str, Any] | None) -> None:
+        """Keep the trial's last value of the metric (a trial whose last value is no finite number has none)."""
+        value = lookup_metric(result, self.settings.metric) if self.settings.metric and result else None
+        if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
+            self._last_values[trial_id] = float(value)
+        else:
+            self._last_values.pop(trial_id, None)
 
     def _extras_of(self, seq: int, config: Mapping[str, Any]) -> dict[str, Any]:
         extras = self.settings.result_extras
@@ -1570,10 +1583,7 @@ class Executor:
                     self._retain_checkpoints(trial)
             elif kind == EV_RESULT:
                 self._iterations += 1
-                value = event[4].get(self.settings.metric) if self.settings.metric else None
-                if isinstance(value, (int, float)) and math.isfinite(value):
-                    better = max if self.settings.mode == "max" else min
-                    self._best = float(value) if self._best is None else better(self._best, float(value))
+                self._note_last_value(trial.trial_id, event[4])
                 if self.settings.stopper is not None:
                     # keeps the driver's copy's state for stop_all; it sees what the device's copy saw
                     self.settings.stopper(trial.trial_id, {"config": trial.config, **event[4]})
