@@ -1277,6 +1277,8 @@ def to_optuna_distributions(space: dict[str, Any]) -> dict[str, BaseDistribution
       of the grid values (Optuna samples them; it does not enumerate the grid).
     * ``randn``/``qrandn`` and ``sample_from`` are refused: Optuna has no equivalent.
     * Constants are left out; get them from :func:`split_constants`.
+    * Parameters come level by level, as Ray's ``OptunaSearch`` asks them: the top level's in the space's order,
+      then those one level down, and so on.
 
     Args:
         space: The search space.
@@ -1288,4 +1290,7 @@ def to_optuna_distributions(space: dict[str, Any]) -> dict[str, BaseDistribution
         SpaceError: The space is invalid or a parameter has no Optuna equivalent; the message names it.
     """
     domains, _ = split_constants(space)
-    return {path: _to_optuna(path, domain) for path, domain in domains.items()}
+    # In the order Ray's OptunaSearch asks them (its flatten_dict: the top level's parameters, then the next level's,
+    # ...), so that a seeded sampler draws the same values for a nested space as under Ray Tune.
+    ordered = sorted(domains.items(), key=lambda item: item[0].count("/"))
+    return {path: _to_optuna(path, domain) for path, domain in ordered}

@@ -83,6 +83,23 @@ def test_same_seed_same_search():
     assert [t.config for t in first.trials.values()] != [t.config for t in other.trials.values()]
 
 
+def test_a_nested_space_gives_rays_configurations_for_the_same_seed():
+    """Ray's OptunaSearch asks the parameters level by level (its flatten_dict: the top level's first), so a seeded
+    sampler gave other values for a nested space here; the configuration's keys keep the space's order, as Ray's
+    Tuner gives them (checked side by side)."""
+    ray_search = pytest.importorskip("ray.tune.search.optuna")
+    rt = pytest.importorskip("ray.tune")
+    ray_searcher = ray_search.OptunaSearch(
+        space={"o": {"a": rt.uniform(0, 1), "b": rt.randint(0, 10)}, "a": rt.loguniform(0.1, 1), "k": 3},
+        metric="score", mode="max", seed=3)
+    expected = [ray_searcher.suggest(str(i)) for i in range(3)]
+    ours = OptunaSearch({"o": {"a": sp.uniform(0, 1), "b": sp.randint(0, 10)}, "a": sp.loguniform(0.1, 1), "k": 3},
+                        num_samples=3, metric="score", mode="max", seed=3, batch_size=3)
+    configs = [config for group in ours.next_groups() for config in group.configs]
+    assert [{key: value for key, value in c.items() if key != "k"} for c in configs] == expected  # (no constants)
+    assert [list(c) for c in configs] == [["o", "a", "k"]] * 3 and list(configs[0]["o"]) == ["a", "b"]
+
+
 # ---------------------------------------------------------------------------------------------- what the study holds
 
 

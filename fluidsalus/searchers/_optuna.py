@@ -190,6 +190,7 @@ class OptunaSearch(BaseSearcher):
         self.define_by_run = define_by_run
         try:
             domains, self._constants = sp.split_constants(dict(space))
+            self._order = list(sp.flatten_space(dict(space)))  # a config's keys come in the space's order, as in Ray
             if define_by_run is not None:
                 if domains:
                     raise ConfigError(
@@ -493,7 +494,9 @@ class OptunaSearch(BaseSearcher):
         # A function that builds the whole configuration (a HyperOpt space) says so; its parameters' names are
         # labels, not keys of the configuration.
         params = {} if getattr(self.define_by_run, "returns_whole_config", False) else trial.params
-        return sp.unflatten({**copy.deepcopy(self._constants), **params, **copy.deepcopy(returned)})
+        merged = {**copy.deepcopy(self._constants), **params, **copy.deepcopy(returned)}
+        ordered = {key: merged[key] for key in self._order if key in merged}
+        return sp.unflatten({**ordered, **merged})
 
     def next_groups(self) -> list[TrialGroup]:
         """One group of new trials, as many as free batch slots and the remaining samples allow.
