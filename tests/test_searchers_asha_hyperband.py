@@ -326,6 +326,40 @@ def test_hyperband_full_bracket_keeps_rays_nominal_sizes_when_trials_fail():
     assert rung2.budget == 27 and sorted(rung2.trial_ids) == ["t2", "t3", "t4", "t5"]
 
 
+def test_a_rung_with_fewer_trials_left_than_it_keeps_promotes_them_all():
+    """Bracket s=1 of 81/3 is (8, 27) (3, 81): 6 of its 8 trials fail before the rung, which keeps 3. Both left go
+    on, as Ray's sorted(...)[-3:] keeps them; the slice ranked[len - keep:] was ranked[-1:] then, and stopped one."""
+    searcher = HyperBand(SPACE, 5 + 8, "score", "max", max_t=81, reduction_factor=3, seed=0)
+    bracket = searcher.next_groups()[1]
+    assert bracket.budget == 27 and len(bracket.configs) == 8
+    for i, config in enumerate(bracket.configs):
+        searcher.on_trial_add(f"t{i}", bracket.group_id, config)
+    for i in range(2, 8):
+        searcher.on_trial_complete(f"t{i}", None, error=True)
+    decisions = [searcher.on_result(f"t{i}", {"training_iteration": 27, "score": float(i)}) for i in range(2)]
+    assert decisions == [Decision.CONTINUE] * 2 and searcher.collect_stops() == []
+    (rung1,) = searcher.next_groups()
+    assert rung1.budget == 81 and sorted(rung1.trial_ids) == ["t0", "t1"]
+
+
+def test_rays_rule_keeps_the_nominal_size_of_a_partly_filled_bracket():
+    """The Tune front end's HyperBand (halve_partial_brackets=False) ends each trial where Ray's HyperBandScheduler
+    does on Ray's hyperband_function_example with a 20-point grid of heights (max_t=200; trials return at 100):
+    the last bracket, s=2, got 5 of its 18 trials and promotes them all at 22 (n_1 = 6), then 2 at 66. The ends are
+    those Ray 2.60 gave (side by side, twice); halving the real size stopped 30, 50, 70 at 22 and 80 at 66."""
+    from fluidsalus import tune
+    from fluidsalus.tune._translate import plan
+
+    heights = [5, 55, 15, 95, 35, 75, 25, 85, 45, 65, 10, 60, 20, 90, 40, 70, 30, 80, 50, 99]
+    searcher = plan(tune.TuneConfig(metric="m", mode="max", scheduler=tune.schedulers.HyperBandScheduler(max_t=200)),
+                    {"h": tune.grid_search(heights)}).searcher
+    assert isinstance(searcher, HyperBand) and not searcher.halve_partial_brackets
+    ends = {t.config["h"]: t.iteration for t in drive(searcher, lambda c, it: c["h"], metric="m",
+                                                      max_iterations=100).trials.values()}
+    assert [h for h in heights if ends[h] == 66] == [25, 45, 10, 60, 20, 40, 70, 30, 50]
+    assert all(ends[h] == 100 for h in heights if h not in (25, 45, 10, 60, 20, 40, 70, 30, 50))
+
+
 def test_hyperband_one_bracket_at_a_time():
     recorder = Recorder(HyperBand(SPACE, 40, "score", "max", max_t=9, reduction_factor=3, max_concurrent_brackets=1,
                                   seed=11))

@@ -119,6 +119,11 @@ class HyperBand(BaseSearcher):
     """
 
     replayable = True  # its decisions depend on its state and the results alone (see BaseSearcher)
+    #: A bracket that got fewer trials than its nominal size (the last one, when ``num_samples`` runs out) halves
+    #: its real size: it keeps ``min(n_{k+1}, ceil(c_k / eta))`` at each rung. False: Ray's rule, which keeps up to
+    #: the nominal ``n_{k+1}`` of whatever trials are left (so such a bracket may promote all of them); the Ray
+    #: Tune front end sets it so, as a drop-in ``HyperBandScheduler`` (docs/searchers.md, "Differences").
+    halve_partial_brackets: bool = True
 
     _owner = "HyperBand"
     _group_prefix = "hyperband"
@@ -232,9 +237,10 @@ class HyperBand(BaseSearcher):
             candidates = [tid for tid in bracket["members"] if tid in bracket["reached"] and tid not in ended]
             ranked = sorted(candidates, key=lambda tid: bracket["reached"][tid])
             nominal = bracket["schedule"][bracket["rung"] + 1][0]
-            keep = min(nominal, math.ceil(bracket["capacity"] / self.reduction_factor))
+            keep = min(nominal, math.ceil(bracket["capacity"] / self.reduction_factor)) \
+                if self.halve_partial_brackets else nominal
             bracket["capacity"] = keep
-            good = set(ranked[len(ranked) - keep:]) if keep > 0 else set()
+            good = set(ranked[max(0, len(ranked) - keep):]) if keep > 0 else set()  # (all, if fewer are left)
             stops += [tid for tid in candidates if tid not in good]
             bracket["rung"] += 1
             bracket["members"] = [tid for tid in candidates if tid in good]

@@ -461,6 +461,11 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
         ConfigError: An unsupported pair, conflicting metric/mode/concurrency, or a bad argument.
     """
     planned = _plan(tune_config, param_space, class_trainable)
+    searcher: Any = planned.searcher
+    while searcher is not None:  # Ray's HyperBandScheduler keeps its nominal sizes in a partly filled bracket
+        if isinstance(searcher, HyperBand):
+            searcher.halve_partial_brackets = False
+        searcher = getattr(searcher, "inner", None)
     return _wait_for_batches(planned) if _batched(tune_config.search_alg) else planned
 
 
