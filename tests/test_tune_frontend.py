@@ -934,6 +934,31 @@ def test_a_class_trainable_is_checkpointed_at_its_end_by_default_under_a_tuner_n
     assert trial.checkpoint is None
 
 
+class _DoneAtThree(tune.Trainable):
+    def setup(self, config):
+        self.n = 0
+
+    def step(self):
+        self.n += 1
+        return {"m": self.n, "done": self.n == 3}
+
+    def save_checkpoint(self, checkpoint_dir):
+        return {"n": self.n}
+
+    def load_checkpoint(self, checkpoint):
+        self.n = checkpoint["n"]
+
+
+def test_a_class_trainables_last_row_is_done_as_in_ray(ray_cluster, storage: str) -> None:
+    """step() returned done=True at its third step: Ray's last row (metrics_dataframe, result.json) has done=True;
+    every row had done=False here (the wrapper took the key out of the result it reported)."""
+    _, grid = _run(_DoneAtThree, storage, {"x": 1})
+    (result,) = grid
+    assert result.metrics_dataframe["done"].tolist() == [False, False, True]
+    assert result.metrics["done"] is True and result.metrics["training_iteration"] == 3 and result.error is None
+    assert result.checkpoint is not None and int(result.checkpoint.path[-6:]) == 3  # saved at its end, as before
+
+
 def test_restore_continues_an_interrupted_experiment(ray_cluster, storage: str, tmp_path) -> None:
     callback = InterruptOnce(str(tmp_path / "interrupted"), n=4)
     tuner = Tuner(resumable, param_space={"x": tune.uniform(0, 1)},

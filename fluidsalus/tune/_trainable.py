@@ -587,6 +587,8 @@ def run_trainable_class(cls: type[Trainable], config: dict[str, Any], parameters
             now = options.wants(trainable.iteration, result, done) or (
                 not options.checkpoint_verdicts and session.take_checkpoint_request())
             result.pop(SHOULD_CHECKPOINT_KEY, None)
+            if done:  # the trial's last result says so, as Ray's last row does (the report then ends the trial)
+                result[DONE_KEY] = True
             try:
                 if now:
                     session.report(result, checkpoint=save())
