@@ -36,7 +36,7 @@ from fluidsalus.gpu.device import DeviceSpec, plan_devices
 from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS, for_devices, stop_rule
 from fluidsalus.result import ResultGrid
 from fluidsalus.searchers import BaseSearcher, RandomSearch
-from fluidsalus.session import DATE_FORMAT
+from fluidsalus.session import DATE_FORMAT, result_totals
 from fluidsalus.store import DB_FILENAME, DriverLock, ExperimentStore
 from fluidsalus.trialgroup.executor import WARM_DEVICES, Executor, ExecutorSettings
 from fluidsalus.trialgroup.searcher_log import restore
@@ -540,6 +540,7 @@ def _load_trials(store: ExperimentStore) -> list[Trial]:
                 trial.checkpoint_path = ckpt["path"]
                 trial.last_iteration = int(ckpt["iteration"])
                 trial.time_total_s = float(metrics.get("time_total_s", 0.0))
+                trial.checkpoint_totals = result_totals(metrics)
         out.append(trial)
     return out
 

@@ -83,6 +83,17 @@ def with_config(result: Mapping[str, Any], config: Mapping[str, Any]) -> dict[st
 
 #: The metric name a trainable's bare number return value is reported under (Ray Tune's name).
 DEFAULT_METRIC = "_metric"
+#: Ray's running totals: a result with ``timesteps_this_iter`` (``episodes_this_iter``) gets ``timesteps_total``
+#: (``episodes_total``) and ``timesteps_since_restore``, counted over the trial's life (``TrialSession.report``).
+TIMESTEPS_THIS_ITER_KEY, TIMESTEPS_TOTAL_KEY = "timesteps_this_iter", "timesteps_total"
+EPISODES_THIS_ITER_KEY, EPISODES_TOTAL_KEY = "episodes_this_iter", "episodes_total"
+TIMESTEPS_SINCE_RESTORE_KEY = "timesteps_since_restore"
+
+
+def result_totals(result: Mapping[str, Any]) -> dict[str, float]:
+    """The running totals ``result`` carries (``timesteps_total``, ``episodes_total``): what a restart from a
+    checkpoint taken at it continues from."""
+    return {key: result[key] for key in (TIMESTEPS_TOTAL_KEY, EPISODES_TOTAL_KEY) if result.get(key) is not None}
 #: The driver call by which a trial learns whether the run's callbacks asked for a checkpoint of its last reported
 #: iteration (``fluidsalus.callbacks.Callback.checkpoint_requests``); the executor answers it once the callbacks
 #: have seen that result. Argument: the iteration.
@@ -279,6 +290,8 @@ class TrialSession:
         verdict_from: From this ``result[time_attr]`` on, each result waits for the searcher's decision on it
             before the trial goes on (:data:`RESULT_VERDICT_CALL`; None: never). A data-parallel trial's ranks do
             not wait (their rank 0 would leave the others behind); a stop reaches them at the next report.
+        result_totals: ``timesteps_total`` and ``episodes_total`` of the result the checkpoint was taken at (a
+            restart continues Ray's running totals from there; see :meth:`report`).
 
     Attributes:
         ranks: For one rank of a data-parallel trial, its link with the other ranks (set by the device host
@@ -299,9 +312,19 @@ class TrialSession:
         turns: LaneTurns | None = None,
         checkpoint_sink: Callable[[int, str], None] | None = None,
         verdict_from: float | None = None,
+        result_totals: Mapping[str, float] | None = None,
     ) -> None:
         self.context = context
         self.verdict_from = verdict_from
+        # Ray's running totals of timesteps and episodes, kept only once a result reports an increment; a restart
+        # from a checkpoint continues from the totals of the checkpoint's result (``result_totals``).
+        totals = dict(result_totals or {})
+        self._timesteps_total: float | None = totals.get(TIMESTEPS_TOTAL_KEY)
+        self._episodes_total: float | None = totals.get(EPISODES_TOTAL_KEY)
+        self._timesteps_since_restore: float = 0
+        self._last_totals: dict[str, float] = totals  # those of the last result
+        #: The running totals of the result the trial's checkpoint was taken at (what a restart continues from).
+        self.checkpoint_totals: dict[str, float] = dict(totals)
         self._sink = sink
         self._checkpoint_sink = checkpoint_sink
         self._last_time_total = time_total_offset  # time_total_s of the last result delivered
@@ -345,6 +368,24 @@ class TrialSession:
             )
         return bool(result[self.time_attr] >= self.budget)
 
+    def _add_totals(self, metrics: Mapping[str, Any], result: dict[str, Any]) -> None:
+        """Ray's running totals, for a trainable that reports ``timesteps_this_iter`` or ``episodes_this_iter``:
+        ``timesteps_total``, ``episodes_total`` (unless the result has its own) and ``timesteps_since_restore``."""
+        step = metrics.get(TIMESTEPS_THIS_ITER_KEY)
+        if step is not None:
+            self._timesteps_total = (self._timesteps_total or 0) + step
+            self._timesteps_since_restore += step
+        episodes = metrics.get(EPISODES_THIS_ITER_KEY)
+        if episodes is not None:
+            self._episodes_total = (self._episodes_total or 0) + episodes
+        if self._timesteps_since_restore:
+            result[TIMESTEPS_SINCE_RESTORE_KEY] = self._timesteps_since_restore
+        if self._timesteps_total is not None:
+            result.setdefault(TIMESTEPS_TOTAL_KEY, self._timesteps_total)
+        if self._episodes_total is not None:
+            result.setdefault(EPISODES_TOTAL_KEY, self._episodes_total)
+        self._last_totals = result_totals(result)
+
     def _verdict_due(self, result: Mapping[str, Any]) -> bool:
         """Whether the trial waits for the searcher's decision on ``result`` (see ``verdict_from``)."""
         if self.verdict_from is None or self.ranks is not None:
@@ -364,6 +405,7 @@ class TrialSession:
             path = persist_checkpoint(checkpoint, self.context.trial_dir, self.iteration)
             self.checkpoint = Checkpoint(path)
             self.checkpoint_at = (self.iteration, result["time_total_s"])
+            self.checkpoint_totals = result_totals(result)
             result["checkpoint_dir_name"] = os.path.basename(path)
 
     def attach_checkpoint(self, checkpoint: Checkpoint) -> None:
@@ -377,6 +419,7 @@ class TrialSession:
         path = persist_checkpoint(checkpoint, self.context.trial_dir, self.iteration)
         self.checkpoint = Checkpoint(path)
         self.checkpoint_at = (self.iteration, self._last_time_total)
+        self.checkpoint_totals = dict(self._last_totals)
         if self._checkpoint_sink is not None:
             self._checkpoint_sink(self.iteration, os.path.basename(path))
 
@@ -440,6 +483,7 @@ class TrialSession:
             time_since_restore=now - self._started,
             iterations_since_restore=self.iteration - self._start_iteration,
         )
+        self._add_totals(metrics, result)
         self._last = now
         self._last_time_total = result["time_total_s"]
         if checkpoint is not None:
@@ -461,7 +505,11 @@ class TrialSession:
         if stop:
             result["done"] = True
         if at_end is not None and checkpoint is None and (stop or paused):
-            self._keep(at_end(), result)
+            try:
+                self._keep(at_end(), result)
+            except BaseException:
+                self._sink(result, False, True)  # the result stands, as in Ray; the save's error then fails the trial
+                raise
         self._sink(result, paused, not deferred or stop or paused or checkpoint is not None)
         if stop:
             raise self._stop()

@@ -457,6 +457,24 @@ def flaky(config):
         fluidsalus.report({"it": it, "restored_from": start}, checkpoint=iteration_checkpoint(it))
 
 
+def _flaky_steps(config):
+    """Reports 10 timesteps per iteration, with a checkpoint at iteration 2 only; fails at iteration 3 once."""
+    restored = restored_iteration()
+    for it in range((restored or 0) + 1, 5):
+        if it == 3 and restored is None:
+            raise RuntimeError("flaky failure")
+        fluidsalus.report({"timesteps_this_iter": 10}, checkpoint=iteration_checkpoint(it) if it == 2 else None)
+
+
+def test_a_retried_trial_continues_rays_running_totals_from_its_checkpoint(storage):
+    """Ray restores timesteps_total from the checkpoint's result: the retry from iteration 2 goes on at 30."""
+    grid = fluidsalus.run(_flaky_steps, {"x": 1}, max_failures=1, storage_path=storage, name="steps", verbose=0)
+    (result,) = grid
+    assert result.error is None and result.metrics["timesteps_total"] == 40
+    assert list(result.metrics_dataframe["timesteps_total"]) == [10, 20, 30, 40]
+    assert result.metrics["timesteps_since_restore"] == 20  # counted from the restore, as Ray counts it
+
+
 def test_failing_trials_are_retried_from_checkpoint_up_to_max_failures(storage):
     grid = fluidsalus.run(flaky, {"always": fluidsalus.grid_search([False, True])}, max_failures=2,
                           storage_path=storage, name="retry", verbose=0)

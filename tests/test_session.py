@@ -55,6 +55,43 @@ def test_restart_continues_iteration_and_time_counters(tmp_path):
     assert got[0]["time_total_s"] >= 100.0
 
 
+def test_running_totals_of_timesteps_and_episodes_as_ray_fills_them(tmp_path):
+    """A result with timesteps_this_iter (episodes_this_iter) gets Ray's timesteps_total (episodes_total) and
+    timesteps_since_restore; a restart from a checkpoint continues the totals of the checkpoint's result, and a
+    total the trainable reports itself stands. They were never filled in: stop={"timesteps_total": N} stopped
+    nothing and ASHA(time_attr="timesteps_total") failed the run."""
+    session, got = _session(tmp_path)
+    session.report({"acc": 1})  # no increment: no totals, as in Ray
+    session.report({"timesteps_this_iter": 10, "episodes_this_iter": 2})
+    session.report({"timesteps_this_iter": 5})
+    session.report({"timesteps_this_iter": 5, "timesteps_total": 99})
+    assert "timesteps_total" not in got[0] and "timesteps_since_restore" not in got[0]
+    assert [r.get("timesteps_total") for r in got[1:]] == [10, 15, 99]
+    assert [r.get("episodes_total") for r in got[1:]] == [2, 2, 2]
+    assert [r.get("timesteps_since_restore") for r in got[1:]] == [10, 15, 20]
+    (tmp_path / "ck").mkdir()
+    session.report({"x": 1}, checkpoint=fluidsalus.Checkpoint.from_directory(str(tmp_path / "ck")))
+    assert session.checkpoint_totals == {"timesteps_total": 20, "episodes_total": 2}
+    restarted, again = _session(tmp_path, start_iteration=5, result_totals=session.checkpoint_totals)
+    restarted.report({"timesteps_this_iter": 1, "episodes_this_iter": 1})
+    assert again[0]["timesteps_total"] == 21 and again[0]["episodes_total"] == 3
+    assert again[0]["timesteps_since_restore"] == 1
+
+
+def test_a_result_stands_when_the_save_at_its_end_fails(tmp_path):
+    """A class Trainable without save_checkpoint under checkpoint_at_end: the last result is delivered, then the
+    save's error fails the trial, as in Ray (the result was lost)."""
+
+    def broken_save():
+        raise NotImplementedError("save_checkpoint() must be implemented")
+
+    session, got = _session(tmp_path, should_stop=lambda r: r["training_iteration"] >= 2)
+    session.report({"a": 1}, at_end=broken_save)
+    with pytest.raises(NotImplementedError):
+        session.report({"a": 2}, at_end=broken_save)
+    assert [r["a"] for r in got] == [1, 2]
+
+
 def test_stop_rule_delivers_the_result_then_stops(tmp_path):
     session, got = _session(tmp_path, should_stop=lambda r: r["training_iteration"] >= 2)
     session.report({"a": 1})

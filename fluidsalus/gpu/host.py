@@ -112,6 +112,8 @@ class TrialSpec:
     (or after the rendezvous timeout), and a worker's error is added to rank 0's error text.
 
     Attributes:
+        result_totals: Ray's ``timesteps_total``/``episodes_total`` of the result ``checkpoint_path`` was taken at,
+            which a restart continues from (``TrialSession``).
         rank: This spec's rank in its trial (0 for an ordinary trial).
         world_size: Devices (ranks) the trial runs on (1 for an ordinary trial).
         rendezvous: ``"ip:port"`` where rank 0 serves the trial's rendezvous store; required when
@@ -131,6 +133,7 @@ class TrialSpec:
     checkpoint_path: str | None = None
     start_iteration: int = 0
     time_total_offset: float = 0.0
+    result_totals: dict[str, float] = field(default_factory=dict)
     budget: float | None = None
     priority: float = 0.0
     rank: int = 0
@@ -1005,6 +1008,7 @@ class DeviceHost:
             turns=_Turns(self, trial_id),
             checkpoint_sink=None if worker else checkpoint_sink,
             verdict_from=None if worker else self.settings.verdict_from,
+            result_totals=spec.result_totals if spec.checkpoint_path else None,
         )
         session._caller = lambda method, args: self._call(trial_id, attempt, method, args)
         return session
@@ -1117,6 +1121,7 @@ class DeviceHost:
             checkpoint_path=session.checkpoint.path if session.checkpoint is not None else None,
             start_iteration=iteration if session.checkpoint is not None else 0,
             time_total_offset=time_total if session.checkpoint is not None else 0.0,
+            result_totals=session.checkpoint_totals if session.checkpoint is not None else {},
             budget=session.budget, priority=spec.priority,
         )
         self._emit_locked((EV_LANE, spec.trial_id, spec.attempt, time.time(), "oom_readmit",

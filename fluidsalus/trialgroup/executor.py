@@ -92,6 +92,7 @@ from fluidsalus.session import (
     DATE_FORMAT,
     DEFAULT_METRIC,
     RESULT_VERDICT_CALL,
+    result_totals,
 )
 from fluidsalus.store import (
     ERROR,
@@ -323,6 +324,7 @@ class _Restart:
     checkpoint_path: str | None = None
     iteration: int = 0
     time_total_s: float = 0.0
+    totals: dict[str, float] = field(default_factory=dict)  # Ray's running totals at ``checkpoint_path``
 
 
 #: Hex digits Ray appends to a trial folder name that is taken (``_create_unique_logdir_name``).
@@ -1073,6 +1075,7 @@ class Executor:
             self._restarts[trial.trial_id] = _Restart(
                 reason="exploit", config=dict(request.config), checkpoint_path=copied,
                 iteration=request.source_iteration, time_total_s=float(metrics.get("time_total_s", 0.0)),
+                totals=result_totals(metrics),
             )
             self._exploits.append(trial.trial_id)
 
@@ -1412,6 +1415,7 @@ class Executor:
             checkpoint_path=trial.checkpoint_path,
             start_iteration=trial.last_iteration if trial.checkpoint_path else 0,
             time_total_offset=trial.time_total_s if trial.checkpoint_path else 0.0,
+            result_totals=dict(trial.checkpoint_totals) if trial.checkpoint_path else {},
             budget=trial.budget,
             prefetched=prefetched,
         )
@@ -1471,6 +1475,7 @@ class Executor:
                     if metrics.get("checkpoint_dir_name"):
                         trial.checkpoint_path = os.path.join(trial.trial_dir, metrics["checkpoint_dir_name"])
                         self.store.add_checkpoint(trial_id, trial.last_iteration, trial.checkpoint_path, metrics)
+                        trial.checkpoint_totals = result_totals(metrics)
                         if trial_id in self._awaiting_checkpoint:  # a move refused for want of one may go ahead
                             self._awaiting_checkpoint.discard(trial_id)
                             self._dirty = True
@@ -1485,6 +1490,7 @@ class Executor:
                     metrics["checkpoint_dir_name"] = dirname
                     trial.checkpoint_path = os.path.join(trial.trial_dir, dirname)
                     self.store.add_checkpoint(trial_id, iteration, trial.checkpoint_path, metrics)
+                    trial.checkpoint_totals = result_totals(metrics)
                     self.store.update_trial(trial_id, checkpoint_path=trial.checkpoint_path)  # a resume starts there
                     if trial_id in self._awaiting_checkpoint:
                         self._awaiting_checkpoint.discard(trial_id)
@@ -1802,6 +1808,7 @@ class Executor:
         if restart.checkpoint_path is not None:
             trial.checkpoint_path = restart.checkpoint_path
             trial.last_iteration, trial.time_total_s = restart.iteration, restart.time_total_s
+            trial.checkpoint_totals = dict(restart.totals)
         elif trial.checkpoint_path is None:
             trial.last_iteration, trial.time_total_s = 0, 0.0
         else:

@@ -69,6 +69,8 @@ class Trial:
     last_result: dict[str, Any] | None = None
     checkpoint_path: str | None = None
     time_total_s: float = 0.0
+    #: Ray's running totals (``timesteps_total``, ``episodes_total``) of the result ``checkpoint_path`` was taken at.
+    checkpoint_totals: dict[str, float] = field(default_factory=dict)
     num_failures: int = 0
     finished_by_rule: bool = False  # a result met the run's stop rule: it ends, and is never promoted
     error: str | None = None
