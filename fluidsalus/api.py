@@ -102,7 +102,8 @@ def run(
             (``BaseSearcher.ends_itself``: a Ray Tune search algorithm of the user's own that returns ``FINISHED``).
         metric: The metric to optimise; every result must report it (``"a/b"`` names a nested value,
             ``result["a"]["b"]``, and searchers see it under that key too).
-        mode: ``"min"`` or ``"max"``; required with ``metric``.
+        mode: ``"min"`` or ``"max"``. Either of ``metric`` and ``mode`` may come alone, as in Ray Tune (the best
+            result then needs the other, from the searcher or ``get_best_result``).
         stop: ``{key: threshold}`` (a trial stops once ``result[key] >= threshold``; ``"a/b"`` also names
             ``result["a"]["b"]``; a result without the key fails the run), a callable
             ``f(trial_id, result) -> bool``, or a Ray-style Stopper (a callable with ``stop_all()``). The
@@ -381,13 +382,11 @@ def _with_searchers_metric(spec: RunSpec, searcher: BaseSearcher) -> RunSpec:
     metric, mode = getattr(searcher, "metric", None), getattr(searcher, "mode", None)
     if not isinstance(metric, str) or mode not in ("min", "max"):
         return spec  # (a searcher without one, or a multi-objective one: the run's own stand)
-    if spec.metric is None:
-        return spec.model_copy(update={"metric": metric, "mode": mode})
     for field_name, ours, its in (("metric", spec.metric, metric), ("mode", spec.mode, mode)):
-        if ours != its:
+        if ours is not None and ours != its:
             raise ConfigError(f"{field_name}={ours!r}, but the searcher ({type(searcher).__name__}) decides by "
                               f"{field_name}={its!r}: pass the same {field_name}, or leave it to the searcher")
-    return spec
+    return spec.model_copy(update={"metric": metric, "mode": mode})
 
 
 def release_devices() -> int:

@@ -83,8 +83,8 @@ class RunSpec(BaseModel):
 
     @model_validator(mode="after")
     def _metric_and_mode(self) -> RunSpec:
-        if (self.metric is None) != (self.mode is None):
-            raise ValueError("metric and mode must be given together (mode is 'min' or 'max')")
+        # (A metric without a mode, or a mode without a metric, is allowed, as Ray Tune allows it: the results
+        # must report the metric, and the best result needs both, given here or to get_best_result.)
         if self.num_samples == 0:
             raise ValueError("num_samples must be >= 1, or -1 to sample until the run is stopped")
         return self

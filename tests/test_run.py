@@ -87,6 +87,18 @@ def test_stop_dict_and_callable(storage):
     assert grid[0].metrics["training_iteration"] == 3
 
 
+def test_a_metric_without_a_mode_runs_as_in_ray_tune(storage):
+    """It was refused ("metric and mode must be given together"); Ray runs it, checks that results report the
+    metric, and asks for the mode where the best result is wanted."""
+    grid = fluidsalus.run(objective, {"x": fluidsalus.grid_search([0.2, 0.8])}, metric="score", storage_path=storage,
+                          name="nomode", verbose=0)
+    with pytest.raises(ValueError, match="No mode is provided"):
+        grid.get_best_result()
+    assert grid.get_best_result(mode="max").config["x"] == 0.8
+    with pytest.raises(ConfigError, match="metric='nope' is not in the results"):
+        fluidsalus.run(objective, {"x": 0.5}, metric="nope", storage_path=storage, name="nope", verbose=0)
+
+
 def _no_experiment_left(storage, name):
     return not os.path.exists(os.path.join(storage, name))
 
@@ -177,7 +189,6 @@ class _Unpicklable:
     ("kwargs", "message"),
     [
         (dict(metric="score", mode="maximize"), r"mode: Input should be 'min' or 'max'.*'maximize'"),
-        (dict(metric="score"), "metric and mode must be given together"),
         (dict(config={}), "search space is empty"),
         (dict(config=[1, 2]), "must be a dict"),
         (dict(config={"x": {"grid_search": []}}), "grid_search"),

@@ -807,9 +807,10 @@ class Executor:
         devices = [{"device": d.spec.name, "lanes": d.lanes,
                     "computing": sum(1 for t in d.assigned if self.trials[t].status == RUNNING)}
                    for d in self._devices]
-        better = max if self.settings.mode == "max" else min
+        mode = self.settings.mode
+        best = (max if mode == "max" else min)(self._last_values.values(), default=None) if mode else None
         return {"elapsed_s": time.time() - self._started, "trials": counts, "stopped": self._stopped,
-                "best": better(self._last_values.values(), default=None), "devices": devices,
+                "best": best, "devices": devices,
                 # Known once the searcher will propose no more trials: then the view shows an ETA.
                 "total_trials": len(self.trials) if self.searcher.is_finished() else None,
                 "iterations_done": self._iterations, "iterations_budget": None}
