@@ -103,17 +103,21 @@ def _no_experiment_left(storage, name):
     return not os.path.exists(os.path.join(storage, name))
 
 
-def test_metric_no_trial_reports_fails_after_first_result_and_leaves_nothing(storage):
-    with pytest.raises(ConfigError, match=r"metric='acc' is not in the results.*\['loss', 'score'\]"):
-        fluidsalus.run(objective, {"x": 0.5}, metric="acc", mode="max", storage_path=storage, name="m",
-                       verbose=0)
+def _reports_text(config):
+    fluidsalus.report({"loss": "low"})
+
+
+@pytest.mark.parametrize(("trainable", "kwargs", "message"), [
+    (objective, {"metric": "acc", "mode": "max"}, r"metric='acc' is not in the results.*\['loss', 'score'\]"),
+    (objective, {"stop": {"epochs": 3}}, "stop criterion 'epochs' is not in the result"),
+    # (OptunaSearch failed inside the study with "must be real number, not str", naming neither trial nor metric)
+    (_reports_text, {"metric": "loss", "mode": "min"},
+     r"metric='loss' must be a number: trial \S+_00000 reported 'low' \(str\)"),
+])
+def test_a_first_result_that_breaks_a_rule_fails_the_run_and_leaves_nothing(storage, trainable, kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        fluidsalus.run(trainable, {"x": 0.5}, storage_path=storage, name="m", verbose=0, **kwargs)
     assert _no_experiment_left(storage, "m")
-
-
-def test_stop_key_no_trial_reports_fails_and_leaves_nothing(storage):
-    with pytest.raises(ConfigError, match="stop criterion 'epochs' is not in the result"):
-        fluidsalus.run(objective, {"x": 0.5}, stop={"epochs": 3}, storage_path=storage, name="s", verbose=0)
-    assert _no_experiment_left(storage, "s")
 
 
 def _late_slip(config):
@@ -139,18 +143,6 @@ def test_a_late_result_without_the_metric_or_stop_key_keeps_what_the_run_did(sto
         assert experiment["status"] == "ERROR" and message in experiment["error"]
         kept = {t.config["x"]: [r.metrics["loss"] for r in store.results(t.trial_id)] for t in store.trials()}
     assert kept[1] == [1, 2, 3] and kept[2] == [2, 4, 6]
-
-
-def _reports_text(config):
-    fluidsalus.report({"loss": "low"})
-
-
-def test_a_metric_that_is_no_number_is_a_config_error_naming_the_trial(storage):
-    """OptunaSearch failed inside the study with "must be real number, not str", naming neither trial nor metric."""
-    with pytest.raises(ConfigError, match=r"metric='loss' must be a number: trial \S+_00000 reported 'low' \(str\)"):
-        fluidsalus.run(_reports_text, {"x": 1}, metric="loss", mode="min", storage_path=storage, name="text",
-                       verbose=0)
-    assert _no_experiment_left(storage, "text")
 
 
 def _returns_a_number(config):
