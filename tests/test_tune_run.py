@@ -106,6 +106,16 @@ def test_analysis_errors_name_what_is_missing() -> None:
         an.ExperimentAnalysis("/exp", trials=[], storage_filesystem=object())
 
 
+def test_a_folder_ray_tune_wrote_is_named_as_such(tmp_path) -> None:
+    """ExperimentAnalysis(path) of a folder Ray Tune wrote said only that experiment.db is missing."""
+    (tmp_path / "experiment_state-2026-11-29_01-31-01.json").write_text("{}")
+    with pytest.raises(ConfigError, match="experiment.db not found.*Ray Tune wrote this folder .*read this one with "
+                                          "Ray's ExperimentAnalysis"):
+        an.ExperimentAnalysis(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"not found\); pass the folder <storage_path>/<name> of a run$"):
+        an.ExperimentAnalysis(str(tmp_path / "nothing"))
+
+
 def test_frames_take_the_last_or_the_best_row_per_trial() -> None:
     analysis = _analysis(_result("a", [3.0, 1.0, 2.0], {"x": 1, "opt": {"lr": 0.1}}), _result("b", [4.0], {"x": 2}),
                          _result("c", [], {"x": 3}, status="PENDING"))

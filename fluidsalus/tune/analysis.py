@@ -182,9 +182,13 @@ class ExperimentAnalysis:
     @staticmethod
     def _load_trials(path: str) -> list[Trial]:
         if not os.path.isfile(os.path.join(path, DB_FILENAME)):
+            ray_wrote_it = any(name.startswith("experiment_state") for name in _listdir(path))
             raise ConfigError(
                 f"ExperimentAnalysis: experiment_checkpoint_path {path!r} holds no experiment ({DB_FILENAME} "
                 "not found); pass the folder <storage_path>/<name> of a run"
+                + (". Ray Tune wrote this folder (its experiment_state file is there): fluidsalus reads the "
+                   "experiments it ran itself, from their store, not Ray's result files; read this one with Ray's "
+                   "ExperimentAnalysis" if ray_wrote_it else "")
             )
         return [Trial(result) for result in ResultGrid.read(path)]
 
@@ -417,3 +421,11 @@ class ExperimentAnalysis:
 
     def __repr__(self) -> str:
         return f"ExperimentAnalysis<{len(self.trials)} trials, path={self._experiment_path!r}>"
+
+
+def _listdir(path: str) -> list[str]:
+    """The names in ``path``, or none when it is no readable folder."""
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
