@@ -616,6 +616,8 @@ def test_restore_resume_errored_continues_from_the_last_checkpoint(ray_cluster, 
     grid = Tuner.restore(path, _checkpointing, resume_errored=True).fit()
     assert grid.num_errors == 0 and grid[0].metrics["i"] == 4
     assert _attempts(path) == [(0, 1, 0), (0, 2, 0), (1, 3, 2), (1, 4, 2)]  # went on from iteration 2
+    # As in Ray (tune.run(resume="AUTO+ERRORED") kept num_failures=1): the failure that ended it counts (was 0)
+    assert [t.num_failures for t in tune.ExperimentAnalysis(path).trials] == [1]
 
 
 def test_restore_restart_errored_starts_from_scratch(ray_cluster, storage: str, tmp_path) -> None:
@@ -623,6 +625,7 @@ def test_restore_restart_errored_starts_from_scratch(ray_cluster, storage: str, 
     grid = Tuner.restore(path, _checkpointing, restart_errored=True, resume_errored=False).fit()
     assert grid.num_errors == 0 and grid[0].metrics["i"] == 4 and grid[0].metrics["resumed_from"] == 0
     assert _attempts(path)[2:] == [(1, 1, 0), (1, 2, 0), (1, 3, 0), (1, 4, 0)]  # no checkpoint was loaded
+    assert [t.num_failures for t in tune.ExperimentAnalysis(path).trials] == [0]  # Ray's reset() trial is anew
     store = ExperimentStore.open(path, readonly=True)
     try:  # the old attempt's 2 checkpoints were removed before the restart; the new one made 4
         assert len(store.checkpoints(include_deleted=True)) == 6 and len(store.checkpoints()) == 4

@@ -507,8 +507,10 @@ class Tuner:
             now, done, events = time.time(), [], []
             for row in store.trials():
                 if row.status == ERROR and again_errored:
+                    # As Ray's restore: a resumed trial counts the failure that ended it, a restarted one is anew.
                     fields: dict[str, Any] = {"status": PENDING, "error": None, "traceback": None,
-                                              "finished_at": None, "stop_reason": None}
+                                              "finished_at": None, "stop_reason": None,
+                                              "num_failures": 0 if from_scratch else row.num_failures + 1}
                     if from_scratch:
                         checkpoints = store.checkpoints(row.trial_id)
                         for checkpoint in checkpoints:
