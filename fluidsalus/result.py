@@ -71,6 +71,7 @@ class Result:
     _num_failures: int = 0
     _trainable_name: str = ""
     _started: bool = False  # whether the trial started (one that reported nothing then has an empty frame)
+    _trial_name: str | None = None  # the name the run gave it (a Ray trial_name_creator's), if any
 
     @property
     def metrics_dataframe(self) -> pd.DataFrame | None:
@@ -241,7 +242,7 @@ class ResultGrid:
         score_attribute, num_to_keep = spec.get("checkpoint_score_attribute"), spec.get("checkpoint_num_to_keep")
         score_order = spec.get("checkpoint_score_order") or "max"
         results = []
-        folders = store.trial_dirs()
+        folders, names = store.trial_dirs(), store.trial_names()
         for t in store.trials():
             rows = history.get(t.trial_id, [])
             reported = (last_results or {}).get(t.trial_id)
@@ -284,6 +285,7 @@ class ResultGrid:
                     _num_failures=t.num_failures + (t.status == ERROR),  # the retried failures, and the last
                     _started=started,
                     _trainable_name=str(spec.get("trainable") or ""),
+                    _trial_name=names.get(t.trial_id),
                 )
             )
         return cls(results, store.experiment_dir, exp["metric"], exp["mode"])

@@ -128,7 +128,8 @@ TERMINATED = "TERMINATED"
 ERROR = "ERROR"
 TRIAL_STATUSES = (PENDING, RUNNING, PAUSED, TERMINATED, ERROR)
 FINAL_STATUSES = frozenset({TERMINATED, ERROR})
-#: The event that names a trial's folder when it is not the trial id (``data``: ``{"dirname": ...}``).
+#: The event that names a trial's folder when it is not the trial id, and the trial itself when the run's
+#: ``trial_name`` function named it (``data``: ``{"dirname": ...}``, ``{"name": ...}`` or both).
 TRIAL_DIRNAME_EVENT = "trial_dirname"
 #: The event of a trial's restart on a new attempt (``data``: ``attempt``, ``reason``, ``from_iteration``, ...; for a
 #: restart with a new configuration, PBT's exploit, also ``config`` and the ``previous_config`` it replaced).
@@ -658,9 +659,16 @@ class ExperimentStore:
         Returns:
             Trial id -> absolute folder, for every trial of the store.
         """
-        names = {e.trial_id: str((e.data or {})["dirname"]) for e in self.events(TRIAL_DIRNAME_EVENT) if e.trial_id}
+        names = {e.trial_id: str(e.data["dirname"]) for e in self.events(TRIAL_DIRNAME_EVENT)
+                 if e.trial_id and e.data and "dirname" in e.data}
         return {row[0]: os.path.join(self.experiment_dir, names.get(row[0], row[0]))
                 for row in self._conn.execute("SELECT trial_id FROM trials ORDER BY seq")}
+
+    def trial_names(self) -> dict[str, str]:
+        """The names a run's ``trial_name`` function gave its trials (the ``"name"`` of their
+        :data:`TRIAL_DIRNAME_EVENT`), by trial id; a trial it did not name is not in it."""
+        return {e.trial_id: str(e.data["name"]) for e in self.events(TRIAL_DIRNAME_EVENT)
+                if e.trial_id and e.data and "name" in e.data}
 
     def events(self, kind: str | None = None) -> list[EventRow]:
         sql = "SELECT ts, kind, trial_id, device, data_json FROM events"

@@ -255,6 +255,40 @@ def test_a_trial_knows_the_name_trial_name_creator_gave_it(ray_cluster, storage,
     plain = tune.Tuner(_reports_its_name, param_space={"x": 1},
                        run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
     assert plain[0].metrics["name"] == f"_reports_its_name_{plain[0].metrics['trial_id']}"  # Ray's default
+    # The names are stored: ExperimentAnalysis's trials are named so (they were <trainable>_<trial_id>), as Ray's
+    assert sorted(str(t) for t in tune.ExperimentAnalysis(grid.experiment_path).trials) == ["my_trial_1",
+                                                                                              "my_trial_2"]
+    tune.register_trainable("registered_name", _reports_its_name)
+    analysis = tune.run("registered_name", config={"x": 1}, storage_path=storage, verbose=0)
+    (trial,) = analysis.trials
+    assert str(trial) == trial.last_result["name"] == f"registered_name_{trial.trial_id}"  # by the registered name
+
+
+def _fails_until_flagged(config):
+    from fluidsalus import tune
+
+    tune.report({"name": tune.get_context().get_trial_name()})
+    if not os.path.exists(config["flag"]):
+        raise RuntimeError("not yet")
+
+
+def _named_by_x(trial) -> str:
+    return f"named_{trial.config['x']}"
+
+
+def test_a_restored_trial_keeps_the_name_trial_name_creator_gave_it(ray_cluster, storage, tmp_path) -> None:
+    """A trial a Tuner.restore continues had the default name in get_trial_name(): the creator's names were not
+    stored. They are now (with the trial's folder name), and the creator is not called again for it."""
+    from fluidsalus import tune
+
+    flag = str(tmp_path / "flag")
+    first = tune.Tuner(_fails_until_flagged, param_space={"x": 7, "flag": flag},
+                       tune_config=tune.TuneConfig(trial_name_creator=_named_by_x),
+                       run_config=tune.RunConfig(storage_path=storage, name="renamed", verbose=0)).fit()
+    assert first.num_errors == 1 and first[0].metrics["name"] == "named_7"
+    open(flag, "w").close()
+    grid = tune.Tuner.restore(os.path.join(storage, "renamed"), _fails_until_flagged, resume_errored=True).fit()
+    assert grid.num_errors == 0 and grid[0].metrics["name"] == "named_7"
 
 
 def test_trial_dirname_creator_names_each_trials_folder_and_a_restore_finds_them(ray_cluster, storage) -> None:

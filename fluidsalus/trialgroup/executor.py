@@ -933,6 +933,7 @@ class Executor:
         self._dirty = True
         new: list[Trial] = []
         named: dict[str, str] = {}  # trial -> its folder name, when a trial_dirname function names it
+        names: dict[str, str] = {}  # trial -> its name, when a trial_name function names it (kept for a resume)
         for group in groups:
             for config in group.configs:
                 trial_id = f"{self._run_tag}_{self._seq:05d}"
@@ -942,6 +943,10 @@ class Executor:
                     dirname = check_dirname(self.settings.trial_dirname(trial_id, config), trial_id,
                                             self.settings.experiment_dir, self._dirnames)
                     named[trial_id] = dirname
+                if self.settings.trial_name is not None:
+                    shown = self.settings.trial_name(trial_id)
+                    if isinstance(shown, str):
+                        names[trial_id] = shown
                 self._dirnames.add(dirname)
                 new.append(Trial(
                     trial_id=trial_id,
@@ -961,8 +966,10 @@ class Executor:
                 members = [t for t in new if t.group_id == group.group_id]
                 self.store.add_trials([(t.trial_id, t.seq, t.config) for t in members],
                                       group_id=group.group_id, budget=group.budget)
-                self.store.add_events([(now, TRIAL_DIRNAME_EVENT, t.trial_id, None, {"dirname": named[t.trial_id]})
-                                       for t in members if t.trial_id in named])
+                self.store.add_events([(now, TRIAL_DIRNAME_EVENT, t.trial_id, None, {
+                    **({"dirname": named[t.trial_id]} if t.trial_id in named else {}),
+                    **({"name": names[t.trial_id]} if t.trial_id in names else {}),
+                }) for t in members if t.trial_id in named or t.trial_id in names])
                 for trial_id in group.trial_ids:
                     trial = self.trials[trial_id]
                     if trial.finished_by_rule:  # it met the run's stop rule: nothing may run it further

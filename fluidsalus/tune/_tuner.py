@@ -536,6 +536,17 @@ class Tuner:
             store.close()
 
     @staticmethod
+    def _stored_names(experiment_dir: str) -> dict[str, str]:
+        """The names the experiment's trials were given (``ExperimentStore.trial_names``)."""
+        if not os.path.isfile(os.path.join(experiment_dir, DB_FILENAME)):
+            return {}
+        store = ExperimentStore.open(experiment_dir, readonly=True)
+        try:
+            return store.trial_names()
+        finally:
+            store.close()
+
+    @staticmethod
     def _restore_tags(experiment_dir: str, tags: Tagger) -> None:
         """A resumed run: each stored trial keeps the ``experiment_tag`` its last stored result had."""
         if not os.path.isfile(os.path.join(experiment_dir, DB_FILENAME)):
@@ -696,6 +707,8 @@ class Tuner:
         trial_names: dict[str, Any] = {}  # trial -> what trial_name_creator returned for it
         if self._resume:
             self._restore_tags(experiment_dir, tags)
+            if tune_config.trial_name_creator is not None:  # (its names, as the run stored them: called once)
+                trial_names.update(self._stored_names(experiment_dir))
         adapter = RayCallbackAdapter(ray_callbacks, experiment_dir, label, tune_config.trial_name_creator,
                                      restore=self._resume, tags=tags, names=trial_names) \
             if ray_callbacks or tune_config.trial_name_creator is not None else None
@@ -740,8 +753,10 @@ class Tuner:
                     cpus_per_trial=cpu_request(entry.resources),
                     trial_dirname=_dirname_function(dirname_creator, experiment_dir, label, tags,
                                                     tune_config.trial_name_creator, trial_names),
+                    # (the creator's name, else Ray's <trainable>_<trial_id> by the registered name; stored, so a
+                    # restored trial keeps it and ExperimentAnalysis shows it)
                     trial_name=lambda trial_id: trial_names[trial_id] if isinstance(trial_names.get(trial_id), str)
-                    else None,
+                    else f"{label}_{trial_id}",
                     result_extras=tags,
                 )
         except KeyboardInterrupt:

@@ -74,11 +74,15 @@ class Trial:
         self.experiment_tag = str(self.last_result.get("experiment_tag", ""))
         self.num_failures = result._num_failures
         self.trainable_name = result._trainable_name
+        self._name = result._trial_name
         self._analysis: dict[str, dict[str, float]] | None = None
 
     @property
     def trial_name(self) -> str:
-        """``<trainable>_<trial_id>``, the name Ray shows for a trial (its ``str``)."""
+        """The name Ray shows for a trial (its ``str``): what ``trial_name_creator`` gave it, else
+        ``<trainable>_<trial_id>`` (by the trainable's registered name, when it had one)."""
+        if self._name:
+            return self._name
         return f"{self.trainable_name}_{self.trial_id}" if self.trainable_name else self.trial_id
 
     @property
