@@ -333,37 +333,27 @@ def _execute(spec: RunSpec, payload: bytes, searcher: BaseSearcher, store: Exper
         KeyboardInterrupt: The run was interrupted (the experiment is marked INTERRUPTED).
     """
     exp_dir = settings.experiment_dir
-    try:
-        executor = Executor(payload, searcher, store, device_specs, settings, trials=trials)
-    except BaseException as e:
-        with contextlib.suppress(Exception):
-            store.set_experiment(status=EXP_ERROR, error=f"{type(e).__name__}: {e}", finished_at=time.time())
-        store.close()
-        raise
+    executor: Executor | None = None
     started = time.time()
     try:
+        executor = Executor(payload, searcher, store, device_specs, settings, trials=trials)
         executor.run()
-    except ConfigError as e:
-        if created_here and not executor.results_acknowledged:  # (a typo in the metric: nothing worth keeping)
-            store.close()
-            shutil.rmtree(exp_dir, ignore_errors=True)
-            raise
-        # A result late in the run broke a rule the earlier ones kept (a metric or stop key left out): what the
-        # run did is kept, as after any other error.
-        with contextlib.suppress(Exception):
-            store.set_experiment(status=EXP_ERROR, error=f"{type(e).__name__}: {e}", finished_at=time.time())
-        store.close()
-        raise
     except KeyboardInterrupt:
         store.set_experiment(status=EXP_INTERRUPTED, finished_at=time.time())
         store.close()
         raise
     except BaseException as e:
+        if isinstance(e, ConfigError) and created_here and not (executor and executor.results_acknowledged):
+            store.close()  # (a typo in the metric: nothing worth keeping)
+            shutil.rmtree(exp_dir, ignore_errors=True)
+            raise
+        # Any other error, a late result breaking a rule the earlier ones kept included: what the run did is kept.
         with contextlib.suppress(Exception):
             store.set_experiment(status=EXP_ERROR, error=f"{type(e).__name__}: {e}", finished_at=time.time())
         store.close()
         raise
     store.set_experiment(status=EXP_FINISHED, finished_at=time.time())
+    assert executor is not None  # (it ran to its end)
     grid = ResultGrid.from_store(store, last_results=executor.last_results())
     store.close()
     if spec.verbose >= 1:

@@ -536,19 +536,9 @@ class Tuner:
             store.close()
 
     @staticmethod
-    def _stored_names(experiment_dir: str) -> dict[str, str]:
-        """The names the experiment's trials were given (``ExperimentStore.trial_names``)."""
-        if not os.path.isfile(os.path.join(experiment_dir, DB_FILENAME)):
-            return {}
-        store = ExperimentStore.open(experiment_dir, readonly=True)
-        try:
-            return store.trial_names()
-        finally:
-            store.close()
-
-    @staticmethod
-    def _restore_tags(experiment_dir: str, tags: Tagger) -> None:
-        """A resumed run: each stored trial keeps the ``experiment_tag`` its last stored result had."""
+    def _restore_trials_view(experiment_dir: str, tags: Tagger, names: dict[str, Any] | None) -> None:
+        """A resumed run: each stored trial keeps the ``experiment_tag`` its last stored result had and, into
+        ``names`` when given, the name ``trial_name_creator`` gave it (so the creator is called once per trial)."""
         if not os.path.isfile(os.path.join(experiment_dir, DB_FILENAME)):
             return
         store = ExperimentStore.open(experiment_dir)
@@ -557,6 +547,8 @@ class Tuner:
                 stored = (row.last_result or {}).get(TAG_KEY)
                 if isinstance(stored, str):
                     tags.restore(row.seq, stored, row.config)
+            if names is not None:
+                names.update(store.trial_names())
         finally:
             store.close()
 
@@ -706,9 +698,7 @@ class Tuner:
                       points=planned.points)
         trial_names: dict[str, Any] = {}  # trial -> what trial_name_creator returned for it
         if self._resume:
-            self._restore_tags(experiment_dir, tags)
-            if tune_config.trial_name_creator is not None:  # (its names, as the run stored them: called once)
-                trial_names.update(self._stored_names(experiment_dir))
+            self._restore_trials_view(experiment_dir, tags, trial_names if tune_config.trial_name_creator else None)
         adapter = RayCallbackAdapter(ray_callbacks, experiment_dir, label, tune_config.trial_name_creator,
                                      restore=self._resume, tags=tags, names=trial_names) \
             if ray_callbacks or tune_config.trial_name_creator is not None else None
