@@ -131,6 +131,7 @@ def persist_checkpoint(checkpoint: Checkpoint, trial_dir: str, iteration: int) -
     staging = tempfile.mkdtemp(prefix=".incoming_", dir=trial_dir)
     shutil.copytree(checkpoint.path, staging, dirs_exist_ok=True)
     if os.path.exists(final):
-        shutil.rmtree(final)
+        with contextlib.suppress(FileNotFoundError):  # (gone meanwhile: nothing left to replace)
+            shutil.rmtree(final)
     os.replace(staging, final)
     return final

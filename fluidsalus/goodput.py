@@ -69,9 +69,9 @@ MARK_FAILURE = "failure"  # an attempt raised: retried (trial_restart retry) or 
 MARK_OOM = "oom"  # out of memory (oom_readmit, or lane_fail after the last retry)
 MARK_EXPLOIT = "exploit"  # a PBT exploit restart
 #: ``trial_restart`` reasons that are the planner's decisions, not failures: a move or resize from a checkpoint, a
-#: preemption, a trial its device gave back before it began. They place no marker (their redone iterations, if any,
-#: are still waste of that cause).
-PLANNED_RESTART_REASONS = ("move", "preempted", "withdrawn")
+#: preemption, a trial its device gave back before it began, a trial that gave its place to one behind it (``turn``:
+#: PBT's turns). They place no marker (their redone iterations, if any, are still waste of that cause).
+PLANNED_RESTART_REASONS = ("move", "preempted", "withdrawn", "turn")
 
 
 # ---------------------------------------------------------------------------------------------- small helpers

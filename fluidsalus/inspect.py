@@ -125,6 +125,7 @@ class PlannerSummary:
             reason ``withdrawn``: a planned move or preemption of a trial without a checkpoint that had not begun).
         late_devices: Devices the run started without (``device_waiting``: their resources were taken when it
             began), each with the seconds until it joined, or None if it never did.
+        turns: Places given up to a trial behind (``trial_restart`` with reason ``turn``: PBT's turns).
     """
 
     moves: int
@@ -137,6 +138,7 @@ class PlannerSummary:
     resizes_measured: int = 0
     withdrawals: int = 0
     late_devices: dict[str, float | None] = field(default_factory=dict)
+    turns: int = 0
 
 
 def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
@@ -148,7 +150,7 @@ def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
     Returns:
         The summary.
     """
-    moves = restarts = preemptions = measured = resizes = withdrawals = 0
+    moves = restarts = preemptions = measured = resizes = withdrawals = turns = 0
     refused: dict[str, int] = {}
     cost: float | None = None
     resize_cost: float | None = None
@@ -166,6 +168,8 @@ def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
             restarts += 1
         elif ev.kind == TRIAL_RESTART_EVENT and data.get("reason") == "withdrawn":
             withdrawals += 1
+        elif ev.kind == TRIAL_RESTART_EVENT and data.get("reason") == "turn":
+            turns += 1
         elif ev.kind == "plan_preempt":
             preemptions += 1
         elif ev.kind == "plan_refused":
@@ -178,7 +182,7 @@ def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
             if isinstance(resize_count, int) and resize_count > 0 and finite(data.get("resize_cost_s")):
                 resize_cost, resizes = float(data["resize_cost_s"]), resize_count
     return PlannerSummary(moves, restarts, preemptions, dict(sorted(refused.items())), cost, measured,
-                          resize_cost, resizes, withdrawals, dict(sorted(late.items())))
+                          resize_cost, resizes, withdrawals, dict(sorted(late.items())), turns)
 
 
 def resolve_experiment(path: str | os.PathLike[str]) -> str:
@@ -517,8 +521,9 @@ class Report:
             resizes = _plural(p.resizes_measured, "resize")
             cost += f"; resize cost: {p.resize_cost_s * 1e3:.1f}ms measured over {resizes}"
         refused = ", ".join(f"{reason} {n}" for reason, n in p.refused.items()) or "none"
+        turns = f", {_plural(p.turns, 'place')} given up in turn" if p.turns else ""
         return (f"planner: {_plural(p.moves, 'move')} ({p.restarts_for_moves} restarted), "
-                f"{_plural(p.preemptions, 'preemption')}, {_plural(p.withdrawals, 'withdrawal')}, "
+                f"{_plural(p.preemptions, 'preemption')}, {_plural(p.withdrawals, 'withdrawal')}{turns}, "
                 f"refused: {refused}; move cost: {cost}")
 
     def plot(self, path: str | os.PathLike[str]) -> str:

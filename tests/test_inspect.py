@@ -216,7 +216,7 @@ def test_the_report_counts_the_planners_decisions_and_its_measured_move_cost(tmp
     assert report.to_dict()["planner"] == {"moves": 1, "restarts_for_moves": 1, "preemptions": 1,
                                            "refused": {"no checkpoint": 2, "paused": 1}, "move_cost_s": 0.026,
                                            "moves_measured": 2, "resize_cost_s": 0.5, "resizes_measured": 1,
-                                           "withdrawals": 1, "late_devices": {}}
+                                           "withdrawals": 1, "late_devices": {}, "turns": 0}
     assert ("planner: 1 move (1 restarted), 1 preemption, 1 withdrawal, refused: no checkpoint 2, paused 1; move cost: "
             "26.0ms measured over 2 moves; resize cost: 500.0ms measured over 1 resize") in report.render_table()
     assert "started without" not in report.render_table()

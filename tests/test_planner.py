@@ -84,6 +84,25 @@ def test_intra_order_does_not_depend_on_input_order():
     assert plan(ts, devices(2, slots=3)) == plan(shuffled, list(reversed(devices(2, slots=3))))
 
 
+def test_waiting_trials_with_a_smaller_turn_start_first():
+    """Trials that take turns (PBT: TrialDemand.turn is their progress) start smallest turn first, whatever
+    their predicted time; equal turns keep the longest-first order. Two devices of one slot: two start."""
+    ts = [TrialDemand(f"t{i}", r, GIB, GIB, seq=i, turn=turn)
+          for i, (r, turn) in enumerate([(10, 4.0), (8, 2.0), (6, 0.0), (4, 0.0), (2, 2.0)])]
+    result = plan(ts, devices(2, slots=1))
+    assert result.regime == INTRA
+    assert sorted(placed(result)) == ["t2", "t3"]
+    assert result.queued == ("t1", "t4", "t0")
+    # Without turns, the longest first.
+    plain = plan([t._replace(turn=0.0) for t in ts], devices(2, slots=1))
+    assert sorted(placed(plain)) == ["t0", "t1"]
+    # With a trial running on one device, the other device goes to the smallest turn.
+    few = [TrialDemand("long", 10, GIB, GIB, seq=0, turn=5.0), TrialDemand("behind", 2, GIB, GIB, seq=1, turn=1.0),
+           TrialDemand("busy", 3, GIB, GIB, seq=2, devices=(0,))]
+    inter = plan(few, [DeviceView(0, GIB * 2, 1), DeviceView(1, GIB * 2, 1)])
+    assert placed(inter)["behind"] == (1,) and inter.queued == ("long",)
+
+
 def test_marginal_gain_stops_colocation():
     # Measured: 10 s alone, 12 s with 2 co-located, 17.4 s with 3.
     #   gain(1 -> 2) = 2/1 * 10/12 - 1 = 0.667  (pays)

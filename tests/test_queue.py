@@ -94,3 +94,21 @@ def test_a_long_queue_of_unmeasured_trials_is_cut_without_a_key_for_each():
     assert "t2" not in queue and "t2" not in queue.window(10)
     queue.discard("t2")  # taking off a trial that is not queued does nothing
     assert len(queue) == 999
+
+
+def test_when_trials_take_turns_the_least_advanced_starts_first():
+    """A searcher whose trials take turns (PBT) orders the queue by its turn key first: the trial with the smallest
+    key heads it, whatever its predicted time; equal keys keep the predicted order (longest first, then arrival)."""
+    book = Planner().book
+    turns = {"a": 4.0, "b": 0.0, "c": 2.0, "d": 0.0}
+    queue = PendingQueue(book, ATTR, turn=turns.__getitem__)
+    for seq, (tid, budget) in enumerate((("a", 27), ("b", 1), ("c", 9), ("d", 3))):
+        queue.add(_trial(tid, seq, budget))
+    assert queue.window(4) == ["d", "b", "c", "a"]  # d and b share turn 0: d has more left
+    assert queue.window(2) == ["d", "b"]
+    turns["a"] = -1.0  # keys are read at each window
+    assert queue.window(1) == ["a"]
+    plain = PendingQueue(book, ATTR)  # no turns: longest predicted work first
+    for seq, (tid, budget) in enumerate((("a", 27), ("b", 1), ("c", 9), ("d", 3))):
+        plain.add(_trial(tid, seq, budget))
+    assert plain.window(4) == ["a", "c", "d", "b"]

@@ -10,6 +10,8 @@ import pytest
 from _trials import restarted_after_running
 
 import fluidsalus
+from fluidsalus import goodput
+from fluidsalus.inspect import inspect
 from fluidsalus.searchers import PBT, OptunaSearch
 from fluidsalus.store import ExperimentStore
 
@@ -120,3 +122,94 @@ def test_a_trial_whose_result_meets_the_stop_rule_at_its_budget_is_not_promoted(
     grid = fluidsalus.run(pbt_trainable, searcher=searcher, stop={"training_iteration": 4}, metric="score",
                           mode="max", storage_path=storage, name="pbtstop", verbose=0)
     assert grid.num_errors == 0 and all(r.metrics["training_iteration"] == 4 for r in grid)
+
+
+def pbt_long_trainable(config):
+    """pbt_trainable's score, for 12 steps, with a checkpoint every ``config.get("every", 1)`` steps."""
+    step, score = 0, 0.0
+    ckpt = fluidsalus.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            state = json.load(open(os.path.join(d, "state.json")))
+        step, score = state["step"], state["score"]
+    while step < 12:
+        step += 1
+        score += config["lr"]
+        d = os.path.join(fluidsalus.get_context().get_trial_dir(), f"s{step}")
+        os.makedirs(d, exist_ok=True)
+        json.dump({"step": step, "score": score}, open(os.path.join(d, "state.json"), "w"))
+        every = config.get("every", 1)
+        fluidsalus.report({"score": score, "lr": config["lr"]},
+                          checkpoint=fluidsalus.Checkpoint.from_directory(d) if step % every == 0 else None)
+
+
+def test_a_pbt_population_larger_than_its_places_takes_turns_by_progress(storage):
+    """Ray's PBT pauses a trial at a perturbation point while others wait and runs the least advanced one, so
+    its population moves on together; here a promoted trial gives its place to a queued trial behind it (it
+    restarts from its checkpoint at its turn). Before, the two running trials ran on and the rest waited for
+    their ends, so trials cloned donors many points ahead of them."""
+    interval = 2
+    lrs = [0.1, 0.2, 0.3, 0.4, 0.5, 1.0]
+    searcher = PBT({"lr": fluidsalus.grid_search(lrs)}, num_samples=1, metric="score", mode="max",
+                   time_attr="training_iteration", perturbation_interval=interval,
+                   hyperparam_mutations={"lr": lrs}, seed=0)
+    grid = fluidsalus.run(pbt_long_trainable, searcher=searcher, metric="score", mode="max", storage_path=storage,
+                          name="turns", max_concurrent_trials=2, verbose=0)
+    assert len(grid) == 6 and grid.num_errors == 0
+    reader = ExperimentStore.open(os.path.join(storage, "turns"), readonly=True)
+    results = sorted(reader.results(latest_attempt_only=False), key=lambda r: r.ts)
+    first: dict[str, float] = {}
+    for r in results:
+        first.setdefault(r.trial_id, r.ts)
+    ahead = [r for r in results if r.iteration > 2 * interval]
+    # Every trial had its first turn before any trial went past its second perturbation point.
+    assert len(first) == 6 and ahead and max(first.values()) < ahead[0].ts
+    turns = [e for e in reader.events("trial_restart") if e.data["reason"] == "turn"]
+    assert turns, "no trial gave its place to one behind it"
+    assert all(e.data["from_iteration"] % interval == 0 for e in turns)  # from its checkpoint at its point
+    report = inspect(os.path.join(storage, "turns"))
+    assert report.planner.turns == len(turns) and f"{len(turns)} places given up in turn" in report.render_table()
+    # A turn loses nothing: no iteration is wasted but those an exploit rewound.
+    _, summary = goodput.from_store(reader)
+    assert set(summary.totals.wasted) <= {"exploit"}
+
+
+def test_a_trial_rewound_by_an_exploit_keeps_no_checkpoint_of_its_abandoned_line(storage):
+    """An exploit restarts a trial from another trial's checkpoint: the copy replaces the trial's own checkpoint
+    of that iteration, and the new attempt writes the folders of the later iterations again. The store's rows of
+    the abandoned line used to stay, naming the new folders with their old metrics (a restore or retention then
+    acted on the wrong state, and once deleted a folder the new attempt was writing)."""
+    lrs = [0.1, 0.2, 0.3, 0.4, 0.5, 1.0]
+    searcher = PBT({"lr": fluidsalus.grid_search(lrs)}, num_samples=1, metric="score", mode="max",
+                   time_attr="training_iteration", perturbation_interval=2, hyperparam_mutations={"lr": lrs},
+                   quantile_fraction=0.5, seed=1)
+    grid = fluidsalus.run(pbt_long_trainable, searcher=searcher, metric="score", mode="max", storage_path=storage,
+                          name="lines", max_concurrent_trials=2, verbose=0)
+    assert grid.num_errors == 0
+    reader = ExperimentStore.open(os.path.join(storage, "lines"), readonly=True)
+    assert any(e.data["reason"] == "exploit" for e in reader.events("trial_restart"))
+    for result in grid:
+        rows = reader.checkpoints(result.trial_id)
+        assert len({row["path"] for row in rows}) == len(rows), result.trial_id
+        for row in rows:  # each row names a folder that holds the state of its metrics
+            state = json.load(open(os.path.join(row["path"], "state.json")))
+            assert (state["step"], state["score"]) == (row["iteration"], pytest.approx(row["metrics"]["score"]))
+
+
+def test_a_trial_gives_its_place_up_only_from_a_checkpoint_at_its_point(storage):
+    """A turn restarts the trial from its checkpoint, so a trial whose last checkpoint is older than its
+    perturbation point keeps its place (nothing is run twice): with checkpoints every 3 iterations and points
+    every 2, trials give their places up only at the points 6 and 12 (12 is the trainable's end, which PBT does
+    not know: the trial restarts there and ends, as Ray's resumes and ends)."""
+    lrs = [0.1, 0.2, 0.3, 0.4, 0.5, 1.0]
+    searcher = PBT({"lr": fluidsalus.grid_search(lrs), "every": 3}, num_samples=1, metric="score", mode="max",
+                   time_attr="training_iteration", perturbation_interval=2, hyperparam_mutations={"lr": lrs},
+                   seed=0)
+    grid = fluidsalus.run(pbt_long_trainable, searcher=searcher, metric="score", mode="max", storage_path=storage,
+                          name="sparse", max_concurrent_trials=2, verbose=0)
+    assert len(grid) == 6 and grid.num_errors == 0
+    reader = ExperimentStore.open(os.path.join(storage, "sparse"), readonly=True)
+    turns = [e for e in reader.events("trial_restart") if e.data["reason"] == "turn"]
+    assert turns and {e.data["from_iteration"] for e in turns} <= {6, 12}
+    _, summary = goodput.from_store(reader)
+    assert set(summary.totals.wasted) <= {"exploit"}

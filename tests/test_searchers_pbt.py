@@ -246,6 +246,27 @@ def test_bottom_trial_exploits_a_top_trial_and_the_rest_are_promoted():
     assert pbt.exploit_log[0]["trial_id"] == "t3" and json.dumps(pbt.exploit_log)
 
 
+def test_trials_take_turns_by_the_time_of_their_last_point_as_in_rays_choose_trial_to_run():
+    """PBT's turn key is Ray's ``choose_trial_to_run`` key: a trial's ``time_attr`` at its last perturbation point
+    (0 before its first, and for a trial PBT has not been told of); an exploiting trial takes its source's."""
+    pbt = _pbt(num_samples=4)
+    assert pbt.takes_turns and pbt.turn_key("t-unknown") == 0.0
+    pbt.next_groups()
+    for i in range(4):
+        pbt.on_trial_add(f"t{i}", POPULATION_GROUP_ID, {"lr": 0.1})
+    assert [pbt.turn_key(f"t{i}") for i in range(4)] == [0.0] * 4
+    pbt.on_result("t0", {"score": 1.0, "training_iteration": INTERVAL - 1})  # before its point: no turn taken
+    assert pbt.turn_key("t0") == 0.0
+    for tid, score in (("t0", 2.0), ("t1", 3.0), ("t2", 4.0)):
+        pbt.on_result(tid, {"score": score, "training_iteration": INTERVAL, "checkpoint_dir_name": "c"})
+    assert [pbt.turn_key(f"t{i}") for i in range(4)] == [INTERVAL, INTERVAL, INTERVAL, 0.0]
+    pbt.next_groups()
+    pbt.on_result("t2", {"score": 5.0, "training_iteration": 2 * INTERVAL, "checkpoint_dir_name": "c"})
+    pbt.on_result("t3", {"score": 0.0, "training_iteration": INTERVAL, "checkpoint_dir_name": "c"})
+    assert pbt.pending_exploits["t3"][0] == "t2"  # the bottom trial clones the top one, at 2 * INTERVAL
+    assert pbt.turn_key("t2") == pbt.turn_key("t3") == 2 * INTERVAL
+
+
 def test_a_trial_whose_last_result_was_done_is_neither_ranked_nor_cloned_until_it_reports_again():
     """As Ray's PBT passes over finished trials: t2 met the run's stop rule at the first point (its end has not
     reached the driver yet), so the bottom trial clones another top trial, not t2's last checkpoint."""

@@ -92,6 +92,25 @@ class BaseSearcher(abc.ABC):
     #: trip to the driver per result (its lane's turn goes to a neighbour meanwhile). None (the default): trials
     #: run on, and a STOP reaches the trial at a later report (a pause at a budget always waits).
     verdict_from: float | None = None
+    #: Whether the searcher's trials take turns on the devices by progress (:meth:`turn_key`), as Ray Tune's
+    #: ``PopulationBasedTraining`` makes them when there are more trials than places: the queue starts the trial
+    #: with the smallest key first, and a trial promoted (or exploiting) while a queued trial has a smaller key
+    #: gives its place up, restarting from its checkpoint at its turn (only when that loses nothing: the executor
+    #: keeps it on its device when its last checkpoint is older than its last result). False (the default): the
+    #: planner's order (longest predicted work first), and a promoted trial resumes where it is.
+    takes_turns: bool = False
+
+    def turn_key(self, trial_id: str) -> float:
+        """Where a trial stands in the turns of :attr:`takes_turns` (Ray's ``choose_trial_to_run`` key): smaller
+        goes first.
+
+        Args:
+            trial_id: A trial of the searcher (possibly one it has not been told of yet: a new one).
+
+        Returns:
+            Its progress, in the searcher's measure (0.0, the default, for every trial).
+        """
+        return 0.0
 
     def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
         """Told the id the executor gave to each new config of a group, in the group's order."""
@@ -244,6 +263,14 @@ class WrappingSearcher(BaseSearcher):
     def verdict_from(self) -> float | None:  # type: ignore[override]
         """Where the wrapped searcher's trials begin to wait for its decisions."""
         return self.inner.verdict_from
+
+    @property
+    def takes_turns(self) -> bool:  # type: ignore[override]
+        """Whether the wrapped searcher's trials take turns by progress."""
+        return self.inner.takes_turns
+
+    def turn_key(self, trial_id: str) -> float:
+        return self.inner.turn_key(trial_id)
 
     def _groups_run_to_their_end(self, who: str, why: str) -> list[TrialGroup]:
         """``inner``'s groups, whose trials must run to their end because ``who`` judges them (``why``).

@@ -378,6 +378,10 @@ class PBT(BaseSearcher):
             dict or sets a key that is neither in the space nor mutated.
     """
 
+    #: The population takes turns on the devices by progress (:meth:`turn_key`), as Ray's PBT pauses a trial at a
+    #: perturbation point while others wait and then runs the least advanced one.
+    takes_turns = True
+
     def __init__(
         self,
         space: Mapping[str, Any],
@@ -506,6 +510,19 @@ class PBT(BaseSearcher):
             logger.info("[pbt] no checkpoint for the top trials %s; trial %s continues", upper, trial_id)
             return Perturbation(CONTINUE)
         return Perturbation(EXPLOIT, self._rng.choice(candidates))
+
+    def turn_key(self, trial_id: str) -> float:
+        """Ray's ``choose_trial_to_run`` key: the ``time_attr`` of the trial's last perturbation point (after an
+        exploit, its source's), 0 for a trial that has not reached one (or that PBT has not been told of yet).
+
+        Args:
+            trial_id: The trial.
+
+        Returns:
+            Its ``last_train_time``; the least advanced trial goes first.
+        """
+        state = self._trials.get(trial_id)
+        return 0.0 if state is None else state.last_train_time
 
     @property
     def pending_exploits(self) -> dict[str, tuple[str, dict[str, Any]]]:

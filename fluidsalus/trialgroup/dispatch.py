@@ -51,7 +51,8 @@ def may_not_have_begun(trial: Trial, withdrawal_asked: bool) -> bool:
 
 
 def trial_demand(trial: Trial, time_attr: str, estimate: tuple[int, int],
-                 workers: tuple[int, int] | None = None, withdrawal_asked: bool = False) -> TrialDemand:
+                 workers: tuple[int, int] | None = None, withdrawal_asked: bool = False,
+                 turn: float = 0.0) -> TrialDemand:
     """What the planner is told about one live trial.
 
     Args:
@@ -61,12 +62,14 @@ def trial_demand(trial: Trial, time_attr: str, estimate: tuple[int, int],
         workers: ``(min_workers, max_workers)`` its trainable declared as data-parallel, or None.
         withdrawal_asked: Its device was asked to give this attempt back (and has not yet, or would not: it had
             begun). It is then not restartable without a checkpoint, as :func:`plan_actions` sees it.
+        turn: Its place in its searcher's turns (``BaseSearcher.turn_key``; 0 when the trials take no turns).
 
     Returns:
         The demand: remaining budget, estimates, planned devices, paused flag, arrival order, the
         data-parallel bounds (``min_devices``/``max_devices``), and the iterations a restart would run again
         (``since_checkpoint``: its last iteration less its checkpoint's, all of them without a checkpoint),
-        and whether it may be restarted at all (``restartable``: not once it reported without a checkpoint).
+        and whether it may be restarted at all (``restartable``: not once it reported without a checkpoint), and its
+        ``turn``.
     """
     p = trial.p_bytes if trial.p_bytes is not None else estimate[0]
     t = trial.t_bytes if trial.t_bytes is not None else estimate[1]
@@ -80,7 +83,7 @@ def trial_demand(trial: Trial, time_attr: str, estimate: tuple[int, int],
                        since_checkpoint=max(0, trial.last_iteration - checkpointed),
                        # what plan_actions carries out: a move from a checkpoint, or a withdrawal
                        restartable=trial.checkpoint_path is not None or may_not_have_begun(trial, withdrawal_asked),
-                       **extra)
+                       turn=turn, **extra)
 
 
 class TrialState(NamedTuple):

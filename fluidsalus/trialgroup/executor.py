@@ -185,6 +185,7 @@ ERROR_VERBOSITY = 1
 RESTART_MOVE = "move"  # a MOVE or RESIZE: restart from its checkpoint on the planner's new devices
 RESTART_PREEMPT = "preempted"  # its memory went to another trial: checkpoint, back to the queue
 RESTART_WITHDRAWN = "withdrawn"  # its device gave it back before it began: back to the queue, nothing lost
+RESTART_TURN = "turn"  # promoted while a trial behind it waited (BaseSearcher.takes_turns): back to the queue
 
 
 @dataclass
@@ -325,6 +326,7 @@ class _Restart:
     iteration: int = 0
     time_total_s: float = 0.0
     totals: dict[str, float] = field(default_factory=dict)  # Ray's running totals at ``checkpoint_path``
+    queue: bool = False  # give its devices up and wait in the queue (an exploit while a trial behind it waits)
 
 
 #: Hex digits Ray appends to a trial folder name that is taken (``_create_unique_logdir_name``).
@@ -471,7 +473,9 @@ class Executor:
         self.settings = settings
         self.trials: dict[str, Trial] = {}
         self.planner = Planner(PlannerSettings(prior_share=settings.gpu_per_trial))
-        self.pending = PendingQueue(self.planner.book, searcher.time_attr)  # trials waiting for the planner
+        # Trials waiting for the planner (by progress first when the searcher's trials take turns: PBT)
+        self._turns = bool(getattr(searcher, "takes_turns", False))
+        self.pending = PendingQueue(self.planner.book, searcher.time_attr, searcher.turn_key if self._turns else None)
         self._devices: list[_Device] = []
         # How long a new device actor takes to come up here: the first of the run's own, or, when warm actors serve
         # the run, the longest such time of the runs that started them (a device that joined late waited for its
@@ -960,6 +964,7 @@ class Executor:
                 self._seq += 1
         resumes: dict[int, dict[str, float | None]] = {}
         requeued: list[Trial] = []
+        turns: list[str] = []  # promoted residents that give their place to a trial behind them
         now = time.time()
         with self.store.transaction():
             for group in groups:
@@ -978,7 +983,12 @@ class Executor:
                         continue
                     trial.budget, trial.group_id = group.budget, group.group_id
                     self.pending.refresh(trial)  # a queued trial (restarting) has a new remaining budget
-                    if trial.status == PAUSED and trial.device is not None:  # resident: resumes in place
+                    if trial.status == PAUSED and trial.device is not None and self._gives_way(trial, new):
+                        # Its searcher's trials take turns and one behind it waits: its attempt ends, and it
+                        # restarts from its checkpoint (at its last result) at its turn, to the new budget.
+                        self._restarts[trial_id] = _Restart(reason=RESTART_TURN)
+                        turns.append(trial_id)
+                    elif trial.status == PAUSED and trial.device is not None:  # resident: resumes in place
                         trial.status = RUNNING
                         resumes.setdefault(trial.device, {})[trial_id] = group.budget
                         self._device(trial.device).changed_at = now
@@ -1025,7 +1035,31 @@ class Executor:
             self.pending.add(trial)
         for index, budgets in resumes.items():  # rank 0 decides for a data-parallel trial's workers
             self._send(self._device(index), "resume", budgets)
+        self._send_stop(turns)
         self._stop_exploited()
+
+    def _gives_way(self, trial: Trial, new: Iterable[Trial] = (), restarting: bool = False) -> bool:
+        """Whether ``trial``, paused on its device and about to run on (promoted, or exploiting), gives its place
+        to a waiting trial instead: its searcher's trials take turns (``BaseSearcher.takes_turns``), a queued
+        trial (or one of ``new``, about to be queued) has a smaller ``turn_key``, and a restart loses nothing
+        (``restarting``: it restarts anyway, an exploit; else its checkpoint is at its last result). Ray's PBT
+        pauses a trial at a perturbation point while others wait, and then runs the least advanced one.
+
+        Args:
+            trial: The trial.
+            new: Trials of the groups being registered, not queued yet.
+            restarting: The trial restarts anyway (from another trial's checkpoint).
+
+        Returns:
+            True when it should wait in the queue for its turn.
+        """
+        if not self._turns or not restarting and (
+                trial.checkpoint_path is None or checkpoint_iteration(trial.checkpoint_path) != trial.last_iteration):
+            return False
+        key = self.searcher.turn_key(trial.trial_id)
+        turn = self.searcher.turn_key
+        return any(turn(tid) < key for tid in self.pending if tid != trial.trial_id) \
+            or any(turn(t.trial_id) < key for t in new)
 
     def _note_last_value(self, trial_id: str, result: Mapping[str, Any] | None) -> None:
         """Keep the trial's last value of the metric (a trial whose last value is no finite number has none)."""
@@ -1076,6 +1110,10 @@ class Executor:
             copied = persist_checkpoint(Checkpoint(source[-1]["path"]), trial.trial_dir, request.source_iteration)
             metrics = source[-1]["metrics"] or {}
             if request.source_trial_id != trial.trial_id:  # a trial restarting from its own checkpoint has it stored
+                # The copy replaced the trial's own checkpoint of that iteration, if it had one: that row is stale.
+                stale = [c["path"] for c in self.store.checkpoints(trial.trial_id) if c["path"] == copied]
+                if stale:
+                    self.store.mark_checkpoints_deleted(stale)
                 self.store.add_checkpoint(trial.trial_id, request.source_iteration, copied, metrics)
             trial.budget, trial.group_id = request.budget, request.group_id
             self.pending.refresh(trial)
@@ -1083,7 +1121,7 @@ class Executor:
             self._restarts[trial.trial_id] = _Restart(
                 reason="exploit", config=dict(request.config), checkpoint_path=copied,
                 iteration=request.source_iteration, time_total_s=float(metrics.get("time_total_s", 0.0)),
-                totals=result_totals(metrics),
+                totals=result_totals(metrics), queue=self._gives_way(trial, restarting=True),
             )
             self._exploits.append(trial.trial_id)
 
@@ -1173,8 +1211,9 @@ class Executor:
 
     def _demand(self, trial: Trial, time_attr: str) -> TrialDemand:
         """:func:`trial_demand`, as the same object as last time when it is equal to it."""
+        turn = self.searcher.turn_key(trial.trial_id) if self._turns and not trial.placed_on else 0.0
         demand = trial_demand(trial, time_attr, DEFAULT_TRIAL_ESTIMATE, self._workers,
-                              withdrawal_asked=(trial.trial_id, trial.attempt) in self._withdraw_sent)
+                              withdrawal_asked=(trial.trial_id, trial.attempt) in self._withdraw_sent, turn=turn)
         before = self._demands.get(trial.trial_id)
         if before == demand:
             return before  # type: ignore[return-value]
@@ -1519,7 +1558,7 @@ class Executor:
                     if outcome == OUT_WITHDRAWN:  # given back before it began: placed again, unless stopped
                         outcome = OUT_STOPPED if stopped_for_good else outcome
                         restart = None if stopped_for_good else _Restart(reason=RESTART_WITHDRAWN)
-                    if restart is not None and restart.reason in (RESTART_MOVE, RESTART_PREEMPT) \
+                    if restart is not None and restart.reason in (RESTART_MOVE, RESTART_PREEMPT, RESTART_TURN) \
                             and (outcome != OUT_STOPPED or trial.finished_by_rule):
                         restart = None  # it ended on its own, or met the stop rule, at its boundary: nothing to move
                     if outcome == OUT_ERRORED:
@@ -1821,9 +1860,10 @@ class Executor:
             trial.last_iteration, trial.time_total_s = 0, 0.0
         else:
             trial.last_iteration = checkpoint_iteration(trial.checkpoint_path)
+        self._drop_checkpoints_after(trial, trial.last_iteration)
         trial.attempt += 1
         trial.placed_on = ()
-        if restart.reason in (RESTART_PREEMPT, RESTART_WITHDRAWN):
+        if restart.reason in (RESTART_PREEMPT, RESTART_WITHDRAWN, RESTART_TURN) or restart.queue:
             trial.devices = ()
         remaining = remaining_budget(trial, self.searcher.time_attr)
         self._dirty = True
@@ -1846,6 +1886,22 @@ class Executor:
         if restart.config is not None:  # which configuration each result came from (Result.metrics_dataframe)
             data["config"], data["previous_config"] = trial.config, previous_config
         events.append((ts, TRIAL_RESTART_EVENT, trial.trial_id, device_name, data))
+
+    def _drop_checkpoints_after(self, trial: Trial, iteration: int) -> None:
+        """Remove the trial's checkpoints of iterations after ``iteration``, where its new attempt resumes (inside
+        the batch's transaction, before that attempt runs).
+
+        They belong to the line of work the restart abandons (an exploit rewinds the trial to another trial's
+        checkpoint, possibly an earlier iteration). Checkpoint folders are named by iteration, so the new attempt
+        writes the same names again: kept, the old rows would name the new folders with the old metrics, and
+        retention could delete a new folder for an old row's score, or while the trial writes it.
+        """
+        doomed = [c["path"] for c in self.store.checkpoints(trial.trial_id) if c["iteration"] > iteration]
+        if not doomed:
+            return
+        self.store.mark_checkpoints_deleted(doomed)
+        for path in doomed:
+            shutil.rmtree(path, ignore_errors=True)
 
     def _answer_call(self, device: _Device, event: tuple[Any, ...]) -> None:
         trial_id, call_id, method, args = event[1], event[4], event[5], event[6]
@@ -1933,7 +1989,8 @@ class Executor:
                 stopping = trial_id in self._stopping
                 self._stopping.discard(trial_id)
                 restart = self._restarts.pop(trial_id, None)
-                if restart is not None and restart.reason in (RESTART_MOVE, RESTART_PREEMPT, RESTART_WITHDRAWN):
+                if restart is not None and restart.reason in (RESTART_MOVE, RESTART_PREEMPT, RESTART_WITHDRAWN,
+                                                              RESTART_TURN):
                     # The death ended the attempt before the planner's stop did (and may have taken a failure
                     # the trial raised meanwhile): it restarts as every trial of the device does, from its last
                     # checkpoint, where the next plan puts it. An exploit or a retry keeps its own restart.

@@ -8,6 +8,11 @@ trial ends, is stopped, pauses at its budget or is promoted. It applies only :at
 trials in :attr:`Plan.starts`, move the ones in :attr:`Plan.moves` at their next iteration boundary (from a
 checkpoint), checkpoint and queue the ones in :attr:`Plan.preempted`. Everything else stays where it is.
 
+**Turns.** "Longest first" below is the order among waiting trials of equal :attr:`TrialDemand.turn`. A
+searcher whose trials take turns by progress (PBT: ``BaseSearcher.takes_turns``) gives each waiting trial its
+progress as its turn, and waiting trials with a smaller turn start first, as Ray Tune's PBT runs its least
+advanced trial first. Every other searcher leaves the turns equal (0).
+
 **Regimes.** Let ``C`` be the number of *computing* trials (not paused, budget not reached) and ``D`` the
 number of devices.
 
@@ -197,6 +202,9 @@ class TrialDemand(NamedTuple):
         restartable: False for a placed trial that has reported in its attempt and has no checkpoint: the
             executor never restarts such a trial (its work would be lost), so the planner never moves or
             resizes it (:meth:`Planner.restart_cost_s` is infinite) and weighs the next candidate instead.
+        turn: Where a waiting trial stands when its searcher's trials take turns by progress
+            (``BaseSearcher.turn_key``, e.g. PBT's): waiting trials with a smaller turn start first, whatever
+            their predicted time; equal turns (the default, 0) leave the order to the predicted time.
     """
 
     trial_id: str
@@ -211,6 +219,7 @@ class TrialDemand(NamedTuple):
     max_devices: int | None = None
     since_checkpoint: int = 0
     restartable: bool = True
+    turn: float = 0.0
 
     @property
     def computing(self) -> bool:
@@ -241,8 +250,8 @@ class Plan:
     Attributes:
         regime: ``INTRA`` or ``INTER``.
         assignments: Every placed trial, in the order the planner decided them (kept ones first).
-        queued: Trials not placed, first to start first (longest predicted remaining time first). Includes
-            the preempted and the unplaceable ones.
+        queued: Trials not placed, first to start first (longest predicted remaining time first; smallest
+            :attr:`TrialDemand.turn` before that). Includes the preempted and the unplaceable ones.
         preempted: Trials that were placed and are not any more (their memory no longer fits): checkpoint them
             at their next iteration boundary and queue them.
         unplaceable: Trials whose ``P + T`` exceeds every device: they can never run here.
@@ -849,6 +858,16 @@ _ARRIVAL = operator.attrgetter("seq", "trial_id")
 _TRIAL_ID = operator.attrgetter("trial_id")
 _DEVICES = operator.attrgetter("devices")
 _P_BYTES = operator.attrgetter("p_bytes")
+_TURN = operator.attrgetter("turn")
+
+
+def _by_turn(trials: list[TrialDemand]) -> list[TrialDemand]:
+    """Waiting trials in queue order, stably sorted by :attr:`TrialDemand.turn` when their turns differ (in place)."""
+    if trials:
+        first = trials[0].turn
+        if any(t.turn != first for t in trials):
+            trials.sort(key=_TURN)
+    return trials
 _T_BYTES = operator.attrgetter("t_bytes")
 _SECOND = operator.itemgetter(1)
 
@@ -1416,9 +1435,9 @@ class _Planning:
                 owner[d] = t.trial_id
             self.alloc[t.trial_id] = keep
         # 3. Queued and displaced trials take free devices, longest first.
-        candidates = sorted(
+        candidates = _by_turn(sorted(
             [self.trials[tid] for tid in self.comp if tid not in self.alloc], key=self.key
-        )
+        ))
         left: list[TrialDemand] = []
         for t in candidates:
             target = self._free_device_for(t, owner)
@@ -1569,8 +1588,8 @@ class _Planning:
         return None
 
     def candidates(self) -> list[TrialDemand]:
-        """The computing trials left unplaced after :meth:`keep`, longest predicted remaining time first (ties by
-        arrival, then id: :meth:`key`)."""
+        """The computing trials left unplaced after :meth:`keep`, smallest turn first (:attr:`TrialDemand.turn`),
+        then longest predicted remaining time first (ties by arrival, then id: :meth:`key`)."""
         rem = self.rem
         arrivals = self.arrivals
         if arrivals is None:
@@ -1581,7 +1600,7 @@ class _Planning:
             arrivals = list(map(_TRIAL_ID, waiting))
         # A stable sort by predicted time, longest first, of trials in arrival order orders them as key() does.
         arrivals = sorted(arrivals, key=rem.__getitem__, reverse=True)
-        return list(map(self.trials.__getitem__, arrivals))
+        return _by_turn(list(map(self.trials.__getitem__, arrivals)))
 
     # ---- result
 
@@ -1618,7 +1637,7 @@ class _Planning:
             rest.sort(key=_ARRIVAL)
             ids = list(map(_TRIAL_ID, rest))
             ids.sort(key=self.rem.__getitem__, reverse=True)
-            rest = list(map(trials.__getitem__, ids))
+            rest = _by_turn(list(map(trials.__getitem__, ids)))
         queued = tuple(map(_TRIAL_ID, rest))
         preempted = tuple(map(_TRIAL_ID, filter(_DEVICES, rest)))  # (C-level loops: the queue can be long)
         biggest = max(self.capacity.values(), default=-1)

@@ -11,13 +11,17 @@ were never measured and have the same remaining budget have the same predicted t
 their arrival order. The queue keeps those trials in one list per remaining budget, sorted by arrival, and only
 the first ``size`` of each list can be in the head. Trials measured before (a retry, a move, a promotion) are few,
 and their keys are computed at each plan, as before.
+
+When the searcher's trials take turns by progress (``BaseSearcher.takes_turns``, PBT), the turn comes first: the
+trials with the smallest ``turn_key`` start first, and the predicted time orders only trials of equal turn. Every
+queued trial's key is then computed at each plan (such a queue holds at most the population).
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from fluidsalus.trialgroup.planner import OPEN_ENDED_S, ProfileBook
 from fluidsalus.trialgroup.trial import Trial
@@ -80,10 +84,11 @@ class PendingQueue:
     Args:
         book: The planner's profiles.
         time_attr: The result key budgets are measured in.
+        turn: The searcher's ``turn_key`` when its trials take turns by progress (smaller first), else None.
     """
 
-    def __init__(self, book: ProfileBook, time_attr: str) -> None:
-        self.book, self.time_attr = book, time_attr
+    def __init__(self, book: ProfileBook, time_attr: str, turn: Callable[[str], float] | None = None) -> None:
+        self.book, self.time_attr, self.turn = book, time_attr, turn
         self._trials: dict[str, Trial] = {}  # insertion-ordered
         # remaining budget -> (seq, id) of the queued trials never measured with it, sorted
         self._lists: dict[float | None, list[tuple[int, str]]] = {}
@@ -140,6 +145,10 @@ class PendingQueue:
         Returns:
             Their ids, first to start first.
         """
+        if self.turn is not None:
+            turn, book, attr = self.turn, self.book, self.time_attr
+            return [t.trial_id for t in heapq.nsmallest(
+                size, self._trials.values(), key=lambda t: (turn(t.trial_id), *_start_key(t, book, attr)))]
         candidates = list(self._measured.values())
         for entries in self._lists.values():
             candidates.extend(self._trials[tid] for _, tid in entries[:size])
