@@ -462,7 +462,8 @@ class Report:
         live = (f"{counts['RUNNING']} running, {counts['PENDING'] + counts['PAUSED']} waiting"
                 if exp["status"] == RUNNING else  # (an interrupted run's trials run no more: a resume continues them)
                 f"{counts['RUNNING'] + counts['PENDING'] + counts['PAUSED']} unfinished")
-        head = (f"experiment {exp['name']} ({exp['status']}, {self.duration_s:.1f}s): {len(self.trial_rows)} trials, "
+        trials = _plural(len(self.trial_rows), "trial")
+        head = (f"experiment {exp['name']} ({exp['status']}, {self.duration_s:.1f}s): {trials}, "
                 f"{live}, {counts['TERMINATED']} done ({self.stopped} stopped early), {counts['ERROR']} errored")
         t0 = self.activity.start or exp["created_at"]
         window = (f"window {self.summary.start - t0:.2f}s .. {self.summary.end - t0:.2f}s from the first device "

@@ -310,7 +310,7 @@ def test_a_run_that_ended_without_results_shows_its_errored_trials(tmp_path, cap
     assert main(["inspect", str(tmp_path / "failed")]) == 0
     out = capsys.readouterr().out
     assert "experiment failed (FINISHED" in out and "errored trials (1):\n  t0: RuntimeError: boom" in out
-    assert "1 trials, 0 unfinished, 0 done (0 stopped early), 1 errored" in out
+    assert "1 trial, 0 unfinished, 0 done (0 stopped early), 1 errored" in out
 
 
 def test_the_trials_an_interrupted_run_left_are_unfinished_not_running(tmp_path, capsys):
@@ -320,7 +320,7 @@ def test_the_trials_an_interrupted_run_left_are_unfinished_not_running(tmp_path,
     store.set_experiment(status="INTERRUPTED", finished_at=11.5)
     store.close()
     assert main(["inspect", str(tmp_path / "cut")]) == 0
-    assert "s): 1 trials, 1 unfinished, 0 done" in capsys.readouterr().out
+    assert "s): 1 trial, 1 unfinished, 0 done" in capsys.readouterr().out
 
 
 def test_bad_options_exit_2(tmp_path, capsys):
