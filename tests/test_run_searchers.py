@@ -19,20 +19,23 @@ pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 
 def pbt_trainable(config):
-    """score grows by lr per step; the state (step, score) is checkpointed every step."""
+    """score grows by lr per step, for ``config.get("steps", 8)`` steps; the state (step, score) is checkpointed
+    every ``config.get("every", 1)`` steps."""
     step, score = 0, 0.0
     ckpt = fluidsalus.get_checkpoint()
     if ckpt is not None:
         with ckpt.as_directory() as d:
             state = json.load(open(os.path.join(d, "state.json")))
         step, score = state["step"], state["score"]
-    while step < 8:
+    while step < config.get("steps", 8):
         step += 1
         score += config["lr"]
         d = os.path.join(fluidsalus.get_context().get_trial_dir(), f"s{step}")
         os.makedirs(d, exist_ok=True)
         json.dump({"step": step, "score": score}, open(os.path.join(d, "state.json"), "w"))
-        fluidsalus.report({"score": score, "lr": config["lr"]}, checkpoint=fluidsalus.Checkpoint.from_directory(d))
+        every = config.get("every", 1)
+        fluidsalus.report({"score": score, "lr": config["lr"]},
+                          checkpoint=fluidsalus.Checkpoint.from_directory(d) if step % every == 0 else None)
 
 
 def test_pbt_exploits_restart_trials_from_a_better_trials_checkpoint(storage):
@@ -124,25 +127,6 @@ def test_a_trial_whose_result_meets_the_stop_rule_at_its_budget_is_not_promoted(
     assert grid.num_errors == 0 and all(r.metrics["training_iteration"] == 4 for r in grid)
 
 
-def pbt_long_trainable(config):
-    """pbt_trainable's score, for 12 steps, with a checkpoint every ``config.get("every", 1)`` steps."""
-    step, score = 0, 0.0
-    ckpt = fluidsalus.get_checkpoint()
-    if ckpt is not None:
-        with ckpt.as_directory() as d:
-            state = json.load(open(os.path.join(d, "state.json")))
-        step, score = state["step"], state["score"]
-    while step < 12:
-        step += 1
-        score += config["lr"]
-        d = os.path.join(fluidsalus.get_context().get_trial_dir(), f"s{step}")
-        os.makedirs(d, exist_ok=True)
-        json.dump({"step": step, "score": score}, open(os.path.join(d, "state.json"), "w"))
-        every = config.get("every", 1)
-        fluidsalus.report({"score": score, "lr": config["lr"]},
-                          checkpoint=fluidsalus.Checkpoint.from_directory(d) if step % every == 0 else None)
-
-
 def test_a_pbt_population_larger_than_its_places_takes_turns_by_progress(storage):
     """Ray's PBT pauses a trial at a perturbation point while others wait and runs the least advanced one, so
     its population moves on together; here a promoted trial gives its place to a queued trial behind it (it
@@ -150,10 +134,10 @@ def test_a_pbt_population_larger_than_its_places_takes_turns_by_progress(storage
     their ends, so trials cloned donors many points ahead of them."""
     interval = 2
     lrs = [0.1, 0.2, 0.3, 0.4, 0.5, 1.0]
-    searcher = PBT({"lr": fluidsalus.grid_search(lrs)}, num_samples=1, metric="score", mode="max",
+    searcher = PBT({"lr": fluidsalus.grid_search(lrs), "steps": 12}, num_samples=1, metric="score", mode="max",
                    time_attr="training_iteration", perturbation_interval=interval,
                    hyperparam_mutations={"lr": lrs}, seed=0)
-    grid = fluidsalus.run(pbt_long_trainable, searcher=searcher, metric="score", mode="max", storage_path=storage,
+    grid = fluidsalus.run(pbt_trainable, searcher=searcher, metric="score", mode="max", storage_path=storage,
                           name="turns", max_concurrent_trials=2, verbose=0)
     assert len(grid) == 6 and grid.num_errors == 0
     reader = ExperimentStore.open(os.path.join(storage, "turns"), readonly=True)
@@ -180,10 +164,10 @@ def test_a_trial_rewound_by_an_exploit_keeps_no_checkpoint_of_its_abandoned_line
     the abandoned line used to stay, naming the new folders with their old metrics (a restore or retention then
     acted on the wrong state, and once deleted a folder the new attempt was writing)."""
     lrs = [0.1, 0.2, 0.3, 0.4, 0.5, 1.0]
-    searcher = PBT({"lr": fluidsalus.grid_search(lrs)}, num_samples=1, metric="score", mode="max",
+    searcher = PBT({"lr": fluidsalus.grid_search(lrs), "steps": 12}, num_samples=1, metric="score", mode="max",
                    time_attr="training_iteration", perturbation_interval=2, hyperparam_mutations={"lr": lrs},
                    quantile_fraction=0.5, seed=1)
-    grid = fluidsalus.run(pbt_long_trainable, searcher=searcher, metric="score", mode="max", storage_path=storage,
+    grid = fluidsalus.run(pbt_trainable, searcher=searcher, metric="score", mode="max", storage_path=storage,
                           name="lines", max_concurrent_trials=2, verbose=0)
     assert grid.num_errors == 0
     reader = ExperimentStore.open(os.path.join(storage, "lines"), readonly=True)
@@ -202,10 +186,10 @@ def test_a_trial_gives_its_place_up_only_from_a_checkpoint_at_its_point(storage)
     every 2, trials give their places up only at the points 6 and 12 (12 is the trainable's end, which PBT does
     not know: the trial restarts there and ends, as Ray's resumes and ends)."""
     lrs = [0.1, 0.2, 0.3, 0.4, 0.5, 1.0]
-    searcher = PBT({"lr": fluidsalus.grid_search(lrs), "every": 3}, num_samples=1, metric="score", mode="max",
-                   time_attr="training_iteration", perturbation_interval=2, hyperparam_mutations={"lr": lrs},
-                   seed=0)
-    grid = fluidsalus.run(pbt_long_trainable, searcher=searcher, metric="score", mode="max", storage_path=storage,
+    searcher = PBT({"lr": fluidsalus.grid_search(lrs), "steps": 12, "every": 3}, num_samples=1, metric="score",
+                   mode="max", time_attr="training_iteration", perturbation_interval=2,
+                   hyperparam_mutations={"lr": lrs}, seed=0)
+    grid = fluidsalus.run(pbt_trainable, searcher=searcher, metric="score", mode="max", storage_path=storage,
                           name="sparse", max_concurrent_trials=2, verbose=0)
     assert len(grid) == 6 and grid.num_errors == 0
     reader = ExperimentStore.open(os.path.join(storage, "sparse"), readonly=True)
