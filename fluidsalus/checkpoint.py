@@ -12,13 +12,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 _METADATA_FILE = ".metadata.json"
+#: Prefix of the folder a checkpoint is copied into before it is renamed into place.
+STAGING_PREFIX = ".incoming_"
+#: Names of the trial's persisted checkpoints in its folder (``checkpoint_<iteration>``).
+PERSISTED_NAME = re.compile(r"checkpoint_\d{6,}")
 
 
 class Checkpoint:
@@ -110,6 +115,24 @@ def write_atomically(path: str, data: bytes | str) -> None:
             os.remove(staging)
 
 
+def _engine_folders_of(trial_dir: str) -> Callable[[str, list[str]], set[str]]:
+    """A ``copytree`` ignore function that leaves out the trial's persisted checkpoints and staging folders when
+    the copied directory is, or holds, the trial's folder.
+
+    A trial works in its own folder (docs/compatibility.md, "The working directory"), so
+    ``Checkpoint.from_directory(".")`` names it: without this, each checkpoint held every earlier one (its size
+    doubled at each report) and the folder being written into.
+    """
+    trial_dir = os.path.realpath(trial_dir)
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        if os.path.realpath(folder) != trial_dir:
+            return set()
+        return {name for name in names if PERSISTED_NAME.fullmatch(name) or name.startswith(STAGING_PREFIX)}
+
+    return ignore
+
+
 def persist_checkpoint(checkpoint: Checkpoint, trial_dir: str, iteration: int) -> str:
     """Copy a reported checkpoint into the trial's folder of the experiment.
 
@@ -128,8 +151,8 @@ def persist_checkpoint(checkpoint: Checkpoint, trial_dir: str, iteration: int) -
     if os.path.abspath(checkpoint.path) == os.path.abspath(final):
         return final
     os.makedirs(trial_dir, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".incoming_", dir=trial_dir)
-    shutil.copytree(checkpoint.path, staging, dirs_exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=trial_dir)
+    shutil.copytree(checkpoint.path, staging, dirs_exist_ok=True, ignore=_engine_folders_of(trial_dir))
     if os.path.exists(final):
         with contextlib.suppress(FileNotFoundError):  # (gone meanwhile: nothing left to replace)
             shutil.rmtree(final)

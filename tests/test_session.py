@@ -7,7 +7,7 @@ import os
 import pytest
 
 import fluidsalus
-from fluidsalus.checkpoint import write_atomically
+from fluidsalus.checkpoint import Checkpoint, persist_checkpoint, write_atomically
 from fluidsalus.errors import SessionError
 from fluidsalus.session import AUTO_RESULT_KEYS, StopTrial, TrialContext, TrialSession, set_session
 
@@ -277,3 +277,20 @@ def test_threads_a_trial_started_are_listed_while_they_run(tmp_path, monkeypatch
     lingering.join()
     outside.join()
     assert session_module.trial_threads_alive() == []
+
+
+def test_a_checkpoint_of_the_trials_own_folder_leaves_out_its_earlier_checkpoints(tmp_path):
+    """A trial works in its own folder, so ``Checkpoint.from_directory(".")`` names it (or a folder above it): the
+    persisted copy holds the trial's files but not its earlier checkpoints or a staging folder. Before, each
+    checkpoint held every earlier one, and its size doubled at each report."""
+    trial_dir = tmp_path / "exp" / "trial_0"
+    (trial_dir / "checkpoint_000001").mkdir(parents=True)
+    (trial_dir / "checkpoint_000001" / "model.txt").write_text("old")
+    (trial_dir / ".incoming_abc").mkdir()
+    (trial_dir / "model.txt").write_text("new")
+    (trial_dir / "sub" / "checkpoint_000009").mkdir(parents=True)  # the user's own folder of that name is kept
+    path = persist_checkpoint(Checkpoint.from_directory(str(trial_dir)), str(trial_dir), 2)
+    assert sorted(os.listdir(path)) == ["model.txt", "sub"] and os.listdir(os.path.join(path, "sub"))
+    # The experiment's folder, with the trial's inside it: the trial's folder is copied without them too.
+    path = persist_checkpoint(Checkpoint.from_directory(str(tmp_path / "exp")), str(trial_dir), 3)
+    assert sorted(os.listdir(os.path.join(path, "trial_0"))) == ["model.txt", "sub"]
