@@ -382,7 +382,8 @@ class Report:
 
     @property
     def trials(self) -> pd.DataFrame:
-        """One row per trial: status, device, attempts, iterations reported, useful and wasted, compute time."""
+        """One row per trial: status, device, attempts, failures (Ray's count: the retried ones and the one that
+        ended it), iterations reported, useful and wasted, compute time."""
         per: dict[str, dict[str, float]] = defaultdict(lambda: {"reported": 0, "useful": 0, "wasted": 0,
                                                                 "compute_s": 0.0})
         for s in self.activity.spans:
@@ -397,7 +398,8 @@ class Report:
             last = (t.last_result or {}).get(metric) if metric else None
             rows.append({
                 "trial_id": t.trial_id, "status": t.status, "stop_reason": t.stop_reason, "device": t.device,
-                "attempts": t.attempt + 1, "failures": t.num_failures, "iteration": t.last_iteration,
+                "attempts": t.attempt + 1, "failures": t.num_failures + (t.status == ERROR),
+                "iteration": t.last_iteration,
                 **{k: per[t.trial_id][k] for k in ("reported", "useful", "wasted", "compute_s")},
                 "metric": last if finite(last) else None, "error": t.error, "config": t.config,
             })

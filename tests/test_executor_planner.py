@@ -237,6 +237,13 @@ def test_a_device_death_blames_the_trials_computing_at_it_in_equal_shares_until_
     moving_on.last_iteration = 2  # it got further before the next death: counted from there
     assert not charge_death(moving_on, 1) and moving_on.death_point == 2 and moving_on.stuck_deaths == 1
     assert charge_death(moving_on, 1)
+    # A trial whose counter goes on from a checkpoint it does not restore: each attempt dies after 2 iterations.
+    starts_over = _trial("starts_over", last_iteration=2)
+    assert not charge_death(starts_over, 1) and starts_over.death_run == 2
+    starts_over.attempt_start, starts_over.last_iteration = 2, 4  # "further", but after the same 2 iterations
+    assert charge_death(starts_over, 1) and starts_over.death_point == 2
+    starts_over.attempt_start, starts_over.last_iteration = 4, 7  # 3 iterations this time: it got further
+    assert not charge_death(starts_over, 1) and (starts_over.death_point, starts_over.death_run) == (7, 3)
 
 
 def test_submissions_stop_at_max_concurrent_trials():

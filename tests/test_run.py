@@ -1195,39 +1195,59 @@ def test_a_killed_driver_whose_searcher_state_was_saved_long_ago_resumes_from_th
 
 
 def ends_its_process_at_iteration_two(config: dict[str, Any]) -> None:
-    """``k == 1`` ends its device process (as a segfault or the out-of-memory killer would) at iteration 2, every
-    time; the others report three iterations."""
-    for i in range(1, 4):
+    """``k == 1`` ends its device process (as a segfault or the out-of-memory killer would) at the second
+    iteration of each attempt, every time; the others report three iterations. With ``ckpt``, each report has a
+    checkpoint, which the others restore and ``k == 1`` ignores: it starts over, while its iteration counter goes
+    on from the checkpoint."""
+    start = 0
+    checkpoint = fluidsalus.get_checkpoint()
+    if checkpoint is not None and config["k"] != 1:
+        start = int(Path(checkpoint.path, "i").read_text())
+    for i in range(start + 1, 4):
         time.sleep(0.05)
         if config["k"] == 1 and i == 2:
             os._exit(1)
-        fluidsalus.report({"v": i})
+        saved = None
+        if config["ckpt"]:
+            folder = Path(fluidsalus.get_context().get_trial_dir(), f"s{i}")
+            folder.mkdir(exist_ok=True)
+            (folder / "i").write_text(str(i))
+            saved = fluidsalus.Checkpoint.from_directory(str(folder))
+        fluidsalus.report({"v": i}, checkpoint=saved)
 
 
+@pytest.mark.parametrize("ckpt", [False, True])
 @pytest.mark.parametrize("max_failures", [0, 1])
 def test_a_trial_that_ends_its_own_device_process_each_time_fails_instead_of_restarting_for_ever(
-        ray_cluster, storage, max_failures):
+        ray_cluster, storage, max_failures, ckpt):
     """A device's death is not its trials' failure, so it used to restart them: a trial that kills its process at
     the same point every time was restarted for ever and the run never ended. Two deaths in a row while it
     computed alone, with no progress between them (``dispatch.DEATHS_PER_FAILURE``), count as one failure;
     ``max_failures`` retries it, then it errors with that reason. Its neighbours, which never computed at a death
-    of their own device twice without getting further, finish."""
+    of their own device twice without getting further, finish. With ``ckpt``, the trial's iteration counter goes
+    on from the checkpoint it does not restore, so it seemed to get further at each death and was again restarted
+    for ever: an attempt that dies after as many iterations as the last one did has not got further."""
     from fluidsalus.trialgroup.dispatch import DEATHS_PER_FAILURE
 
-    grid = fluidsalus.run(ends_its_process_at_iteration_two, {"k": fluidsalus.grid_search([0, 1, 2])},
-                          max_failures=max_failures, storage_path=storage, name=f"dies{max_failures}", verbose=0,
-                          time_budget_s=120)  # (before: it ran until this budget ended it)
+    grid = fluidsalus.run(ends_its_process_at_iteration_two, {"k": fluidsalus.grid_search([0, 1, 2]), "ckpt": ckpt},
+                          max_failures=max_failures, storage_path=storage, name=f"dies{max_failures}{ckpt}",
+                          verbose=0, time_budget_s=120)  # (before: it ran until this budget ended it)
     assert grid.num_errors == 1
     (failed,) = [r for r in grid if r.error is not None]
-    assert failed.config == {"k": 1} and failed.metrics["training_iteration"] == 1
     deaths = DEATHS_PER_FAILURE * (max_failures + 1)  # it computed alone at each: one device, one slot
-    assert f"died {deaths} times while it ran, each time before it got past iteration 1" in str(failed.error)
+    # each attempt reported one iteration: with checkpoints, the counter went on from the last one
+    assert failed.config["k"] == 1 and failed.metrics["training_iteration"] == (deaths if ckpt else 1)
+    assert f"died {deaths} times while it ran, each time before it got past iteration 1 or after 1 iteration " \
+        "of its attempt" in str(failed.error)
     assert sorted(r.metrics["training_iteration"] for r in grid if r.error is None) == [3, 3]
+    assert failed._num_failures == max_failures + 1  # Ray's count: the retried failures and the last one
+    frame = inspect_experiment(grid.experiment_path).trials
+    assert frame.set_index("trial_id").loc[failed.trial_id, "failures"] == max_failures + 1
     store = ExperimentStore.open(grid.experiment_path, readonly=True)
     try:
         assert len(store.events("device_died")) == deaths
         (row,) = [t for t in store.trials() if t.trial_id == failed.trial_id]
-        assert row.num_failures == max_failures + 1
+        assert row.num_failures == max_failures  # the retried ones, as for a trial whose error ended it
     finally:
         store.close()
     with open(os.path.join(failed.path, ERROR_FILE)) as f:

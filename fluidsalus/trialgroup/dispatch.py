@@ -134,8 +134,11 @@ def charge_death(trial: Trial, computing: int) -> bool:
     """Charge a trial computing at its device's death with its share of the blame (:data:`DEATHS_PER_FAILURE`).
 
     The deaths count from the first at which the trial had reached its current ``last_iteration``; a trial that
-    got further since (a result past ``death_point``) starts counting again. Updates ``trial.death_point``,
-    ``trial.death_blame`` and ``trial.stuck_deaths``.
+    got further since (a result past ``death_point``) starts counting again, unless its attempt died after as many
+    iterations as at that first death (``death_run``): a trainable that does not restore the checkpoint it is
+    given starts over at each attempt while its iteration counter goes on from the checkpoint, and dies at the
+    same point of its own work each time (it was restarted for ever, whatever ``max_failures`` said). Updates
+    ``trial.death_point``, ``trial.death_run``, ``trial.death_blame`` and ``trial.stuck_deaths``.
 
     Args:
         trial: The trial; it had begun and was not paused at the death.
@@ -144,8 +147,10 @@ def charge_death(trial: Trial, computing: int) -> bool:
     Returns:
         True when the blame reaches one failure (it is then reset, for the retry to count afresh).
     """
-    if trial.death_point is None or trial.last_iteration > trial.death_point:
-        trial.death_point, trial.death_blame, trial.stuck_deaths = trial.last_iteration, Fraction(0), 0
+    run = trial.last_iteration - trial.attempt_start
+    if trial.death_point is None or trial.last_iteration > trial.death_point and run != trial.death_run:
+        trial.death_point, trial.death_run = trial.last_iteration, run
+        trial.death_blame, trial.stuck_deaths = Fraction(0), 0
     trial.death_blame += Fraction(1, max(1, computing))
     trial.stuck_deaths += 1
     if trial.death_blame < DEATHS_PER_FAILURE:

@@ -1545,6 +1545,7 @@ class Executor:
                     acted.append((kind, trial, event))
                 elif kind == EV_START:
                     trial.status = RUNNING
+                    trial.attempt_start = trial.last_iteration  # where this attempt resumes (its death rule)
                     device.changed_at = ts
                     self.store.update_trial(trial_id, status=RUNNING, started_at=ts, attempt=attempt)
                     events.append((ts, "trial_start", trial_id, name, {"attempt": attempt}))
@@ -2059,17 +2060,19 @@ class Executor:
     def _death_error(trial: Trial, text: str) -> str:
         """The last death's error, then (the line a log shows) what counted it as the trial's failure."""
         return (f"{text.rstrip()}\nIts device process died {trial.stuck_deaths} times while it ran, each time "
-                f"before it got past iteration {trial.death_point}: the trial may end the process itself (os._exit, "
-                "a crash in native code, the out-of-memory killer)")
+                f"before it got past iteration {trial.death_point} or after {trial.death_run} "
+                f"iteration{'' if trial.death_run == 1 else 's'} of its attempt: the trial may end the process itself "
+                "(os._exit, a crash in native code, the out-of-memory killer)")
 
     def _end_by_deaths(self, trial: Trial, error: str, now: float, device_name: str,
                        events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]]) -> None:
         """End a trial errored (inside the device death's transaction): its device's deaths were its failures, and
         ``max_failures`` allows no more."""
         trial.status, trial.devices, trial.error = ERROR, (), error
-        trial.num_failures += 1
         self._forget(trial.trial_id)
-        _append_error_file(trial.trial_dir, trial.num_failures, now, error)
+        # Ray's failure number: the retried failures, then this one (num_failures counts the retried ones, as for
+        # a trial whose error ended it)
+        _append_error_file(trial.trial_dir, trial.num_failures + 1, now, error)
         self.store.update_trial(trial.trial_id, status=ERROR, finished_at=now, error=error, stop_reason=OUT_ERRORED,
                                 last_iteration=trial.last_iteration, checkpoint_path=trial.checkpoint_path,
                                 num_failures=trial.num_failures)

@@ -48,9 +48,11 @@ class Trial:
             has not been submitted, or has ended.
         p_bytes: Its persistent-memory estimate P, from its device's lane events (None: not known yet).
         t_bytes: Its ephemeral-memory estimate T (None: not known yet).
+        attempt_start: The iteration its current attempt started from (its checkpoint's; 0 from scratch).
         death_point: Its last iteration when a device died while it computed, the first of the deaths it has
-            not got past since (None: none); ``stuck_deaths`` counts those deaths and ``death_blame`` sums its
-            shares of them (``dispatch.charge_death``).
+            not got past since (None: none); ``death_run`` is how many iterations its attempt had reported at that
+            death; ``stuck_deaths`` counts those deaths and ``death_blame`` sums its shares of them
+            (``dispatch.charge_death``).
     """
 
     trial_id: str
@@ -76,7 +78,9 @@ class Trial:
     error: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
     extras: dict[str, Any] | None = None  # keys added to each of its results (ExecutorSettings.result_extras)
+    attempt_start: int = 0
     death_point: int | None = None
+    death_run: int = 0
     stuck_deaths: int = 0
     death_blame: Fraction = Fraction(0)
 
