@@ -494,6 +494,33 @@ class ExperimentStore:
         with contextlib.suppress(sqlite3.Error):
             self._conn.close()
 
+    def write_back_if_removed(self) -> bool:
+        """Write the store back to its path if its file was deleted (its experiment folder removed while a run
+        writes it), and go on writing there.
+
+        SQLite keeps writing a deleted file through the open connection, so a run whose folder was removed ended
+        "successfully" with nothing left on disk. The open connection still holds every row: they are copied to a
+        new file at the same path (SQLite's online backup), which the store then writes.
+
+        Returns:
+            True when the file was missing and has been written back.
+        """
+        if self.readonly or self._in_tx or os.path.exists(self.db_path):
+            return False
+        os.makedirs(self.experiment_dir, exist_ok=True)
+        staging = f"{self.db_path}.restoring"
+        copy = sqlite3.connect(staging)
+        try:
+            self._conn.backup(copy)
+        finally:
+            copy.close()
+        os.replace(staging, self.db_path)
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.close()
+        self._conn = sqlite3.connect(self.db_path, isolation_level=None, check_same_thread=False)
+        self._configure(self._conn)
+        return True
+
     def __enter__(self) -> ExperimentStore:
         return self
 

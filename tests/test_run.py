@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -1252,3 +1253,69 @@ def test_a_trial_that_ends_its_own_device_process_each_time_fails_instead_of_res
         store.close()
     with open(os.path.join(failed.path, ERROR_FILE)) as f:
         assert f.read().count("Failure # ") == max_failures + 1  # one per counted failure, as Ray's file
+
+
+def removes_its_experiment_folder(config: dict[str, Any]) -> None:
+    """Four iterations; the trial with ``k == 0`` removes the whole experiment folder at its third (once)."""
+    for i in range(1, 5):
+        time.sleep(0.05)
+        flag = Path(config["flag"])
+        if config["k"] == 0 and i == 3 and not flag.exists():
+            flag.write_text("done")
+            shutil.rmtree(Path(fluidsalus.get_context().get_trial_dir()).parent)
+        fluidsalus.report({"v": i})
+
+
+def test_an_experiment_folder_removed_during_the_run_gets_its_store_back(storage, tmp_path):
+    """SQLite goes on writing a deleted file, so a run whose folder was removed ended "successfully" and left no
+    store behind: no results, no inspect, no resume. The driver writes the store back (every row the open
+    connection holds) and goes on writing it there."""
+    flag = str(tmp_path / "removed")
+    grid = fluidsalus.run(removes_its_experiment_folder, {"k": fluidsalus.grid_search([0, 1, 2]), "flag": flag},
+                          storage_path=storage, name="removed", verbose=0)
+    assert os.path.exists(flag) and grid.num_errors == 0
+    store = ExperimentStore.open(os.path.join(storage, "removed"), readonly=True)
+    try:
+        assert store.experiment()["status"] == "FINISHED"
+        assert sorted((r.trial_id, r.iteration) for r in store.results()) == sorted(
+            (r.trial_id, i) for r in grid for i in range(1, 5))
+        assert store.events("store_restored")
+    finally:
+        store.close()
+    assert inspect_experiment(os.path.join(storage, "removed")).trial_counts["TERMINATED"] == 3
+
+
+def loses_its_checkpoint_then_fails(config: dict[str, Any]) -> None:
+    """Checkpoints at iterations 1 and 2; at 3 (the first time) removes the folder of the latest and raises."""
+    start = 0
+    checkpoint = fluidsalus.get_checkpoint()
+    if checkpoint is not None:
+        start = int(Path(checkpoint.path, "i").read_text())
+    for i in range(start + 1, 5):
+        time.sleep(0.02)
+        if i == 3 and not Path(config["flag"]).exists():
+            Path(config["flag"]).write_text("done")
+            shutil.rmtree(Path(fluidsalus.get_context().get_trial_dir(), "checkpoint_000002"))
+            raise RuntimeError("planned")
+        folder = Path(fluidsalus.get_context().get_trial_dir(), f"s{i}")
+        folder.mkdir(exist_ok=True)
+        (folder / "i").write_text(str(i))
+        fluidsalus.report({"v": i}, checkpoint=fluidsalus.Checkpoint.from_directory(str(folder)) if i <= 2 else None)
+
+
+def test_a_retry_whose_checkpoint_was_deleted_restarts_from_the_newest_one_left(storage, tmp_path):
+    """A retried trial whose latest checkpoint folder was deleted meanwhile was given that folder and failed on
+    it (a second failure); it now restarts from its newest checkpoint still on disk, as a resumed run does."""
+    grid = fluidsalus.run(loses_its_checkpoint_then_fails, {"flag": str(tmp_path / "failed")}, max_failures=1,
+                          storage_path=storage, name="lost", verbose=0)
+    (result,) = grid
+    assert result.error is None and result.metrics["training_iteration"] == 4
+    store = ExperimentStore.open(os.path.join(storage, "lost"), readonly=True)
+    try:
+        (missing,) = store.events("checkpoint_missing")
+        assert missing.data["path"].endswith("checkpoint_000002") and missing.data["instead"].endswith(
+            "checkpoint_000001")
+        (retry,) = [e for e in store.events("trial_restart") if e.data["reason"] == "retry"]
+        assert retry.data["from_iteration"] == 1
+    finally:
+        store.close()

@@ -561,6 +561,17 @@ class Executor:
             self._progress.close()
             self._stop_devices(keep_warm=ended)
 
+    def _keep_store(self) -> None:
+        """Write the store back if its file was deleted meanwhile (:meth:`ExperimentStore.write_back_if_removed`):
+        the results so far stay with the experiment, and the run goes on writing there. Checkpoint folders deleted
+        with it are gone: a trial that needs one restarts from an older one that is left, or from scratch."""
+        if self.store.write_back_if_removed():
+            logger.warning(
+                "the store of experiment %s (%s) was deleted while the run wrote it (its folder removed?): what the "
+                "run had recorded is written back there, and the run goes on; deleted checkpoints are lost",
+                self.settings.experiment_name, self.store.db_path)
+            self.store.add_events([(time.time(), "store_restored", None, None, {"reason": "file deleted"})])
+
     # ------------------------------------------------------------------ devices
 
     def _host_settings(self, spec: DeviceSpec) -> HostSettings:
@@ -821,6 +832,7 @@ class Executor:
 
     def _loop(self) -> None:
         while True:
+            self._keep_store()
             for callback in self.settings.callbacks:
                 callback.on_step_begin()
             if self.settings.verbose > 0:
@@ -1028,6 +1040,7 @@ class Executor:
             # Saved after on_trial_add, so a resumed searcher knows every trial id it has been given.
             self._searcher_log.save()
         for trial in requeued:
+            self._fall_back_if_gone(trial)
             if trial.checkpoint_path is None:
                 trial.last_iteration, trial.time_total_s = 0, 0.0
             else:
@@ -1857,10 +1870,12 @@ class Executor:
             trial.checkpoint_path = restart.checkpoint_path
             trial.last_iteration, trial.time_total_s = restart.iteration, restart.time_total_s
             trial.checkpoint_totals = dict(restart.totals)
-        elif trial.checkpoint_path is None:
-            trial.last_iteration, trial.time_total_s = 0, 0.0
         else:
-            trial.last_iteration = checkpoint_iteration(trial.checkpoint_path)
+            self._fall_back_if_gone(trial)
+            if trial.checkpoint_path is None:
+                trial.last_iteration, trial.time_total_s = 0, 0.0
+            else:
+                trial.last_iteration = checkpoint_iteration(trial.checkpoint_path)
         self._drop_checkpoints_after(trial, trial.last_iteration)
         trial.attempt += 1
         trial.placed_on = ()
@@ -1887,6 +1902,25 @@ class Executor:
         if restart.config is not None:  # which configuration each result came from (Result.metrics_dataframe)
             data["config"], data["previous_config"] = trial.config, previous_config
         events.append((ts, TRIAL_RESTART_EVENT, trial.trial_id, device_name, data))
+
+    def _fall_back_if_gone(self, trial: Trial) -> None:
+        """A trial about to restart from its checkpoint whose folder is gone (deleted by hand, or with the
+        experiment's folder) restarts from its newest checkpoint still on disk, as a resumed run does
+        (``api._load_trials``), or from scratch. It used to be given the missing folder, and failed on it."""
+        gone = trial.checkpoint_path
+        if gone is None or os.path.isdir(gone):
+            return
+        left = [c for c in self.store.checkpoints(trial.trial_id) if os.path.isdir(c["path"])]
+        if left:
+            metrics = left[-1]["metrics"] or {}
+            trial.checkpoint_path, trial.time_total_s = left[-1]["path"], float(metrics.get("time_total_s", 0.0))
+            trial.checkpoint_totals = result_totals(metrics)
+        else:
+            trial.checkpoint_path, trial.time_total_s, trial.checkpoint_totals = None, 0.0, {}
+        logger.warning("the checkpoint %s of trial %s is gone; it restarts from %s", gone, trial.trial_id,
+                       trial.checkpoint_path or "scratch")
+        self.store.add_events([(time.time(), "checkpoint_missing", trial.trial_id, None,
+                                {"path": gone, "instead": trial.checkpoint_path})])
 
     def _drop_checkpoints_after(self, trial: Trial, iteration: int) -> None:
         """Remove the trial's checkpoints of iterations after ``iteration``, where its new attempt resumes (inside
