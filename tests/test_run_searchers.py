@@ -197,3 +197,27 @@ def test_a_trial_gives_its_place_up_only_from_a_checkpoint_at_its_point(storage)
     assert turns and {e.data["from_iteration"] for e in turns} <= {6, 12}
     _, summary = goodput.from_store(reader)
     assert set(summary.totals.wasted) <= {"exploit"}
+
+
+def reports_its_score_now_and_then(config):
+    """Twelve iterations; the score only at every third."""
+    for step in range(1, 13):
+        fluidsalus.report({"score": config["lr"] * step} if step % 3 == 0 else {"other": step})
+
+
+def test_pbt_with_require_attrs_false_runs_a_sparse_metric_when_the_strict_check_is_off(storage, monkeypatch):
+    """As in Ray Tune, every result must have the run's metric unless TUNE_DISABLE_STRICT_METRIC_CHECKING=1;
+    then PBT's ``require_attrs=False`` skips the results without it (the check used to be always on, so such a
+    script could not run)."""
+    def searcher() -> PBT:
+        return PBT({"lr": fluidsalus.grid_search([0.1, 0.5])}, num_samples=1, metric="score", mode="max",
+                   time_attr="training_iteration", perturbation_interval=3, hyperparam_mutations={"lr": [0.1, 0.5]},
+                   require_attrs=False, seed=0)
+
+    with pytest.raises(fluidsalus.ConfigError, match="TUNE_DISABLE_STRICT_METRIC_CHECKING=1"):
+        fluidsalus.run(reports_its_score_now_and_then, searcher=searcher(), storage_path=storage, name="strict",
+                       verbose=0)
+    monkeypatch.setenv("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    grid = fluidsalus.run(reports_its_score_now_and_then, searcher=searcher(), storage_path=storage, name="lenient",
+                          verbose=0)
+    assert grid.num_errors == 0 and sorted(r.metrics["training_iteration"] for r in grid) == [12, 12]

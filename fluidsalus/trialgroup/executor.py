@@ -186,6 +186,9 @@ RESTART_MOVE = "move"  # a MOVE or RESIZE: restart from its checkpoint on the pl
 RESTART_PREEMPT = "preempted"  # its memory went to another trial: checkpoint, back to the queue
 RESTART_WITHDRAWN = "withdrawn"  # its device gave it back before it began: back to the queue, nothing lost
 RESTART_TURN = "turn"  # promoted while a trial behind it waited (BaseSearcher.takes_turns): back to the queue
+#: Ray Tune's switch for its check that every result has the run's metric: ``1`` turns it off (read at the start of
+#: each run), for trainables that report the metric only now and then (with PBT's ``require_attrs=False``).
+LENIENT_METRIC_ENV = "TUNE_DISABLE_STRICT_METRIC_CHECKING"
 
 
 @dataclass
@@ -475,6 +478,7 @@ class Executor:
         self.planner = Planner(PlannerSettings(prior_share=settings.gpu_per_trial))
         # Trials waiting for the planner (by progress first when the searcher's trials take turns: PBT)
         self._turns = bool(getattr(searcher, "takes_turns", False))
+        self._lenient_metric = os.environ.get(LENIENT_METRIC_ENV, "0").strip() == "1"
         self.pending = PendingQueue(self.planner.book, searcher.time_attr, searcher.turn_key if self._turns else None)
         self._devices: list[_Device] = []
         # How long a new device actor takes to come up here: the first of the run's own, or, when warm actors serve
@@ -1976,12 +1980,15 @@ class Executor:
             return
         value = result[metric] if metric in result else lookup_metric(result, metric)
         if value is None and metric not in result:
+            if self._lenient_metric:
+                return
             reported = sorted(k for k in result if k not in AUTO_RESULT_KEYS)
             returned = (f" (a trainable that returns or yields a number reports it as {DEFAULT_METRIC!r}, as in Ray "
                         "Tune: report a dict to name it)" if reported == [DEFAULT_METRIC] else "")
             raise ConfigError(
                 f"metric={metric!r} is not in the results: trial {trial_id} reported {reported}{returned}. "
-                "Pass the name of a metric the trainable reports."
+                f"Pass the name of a metric the trainable reports (or set {LENIENT_METRIC_ENV}=1, as in Ray Tune, "
+                "when it reports it only in some results)."
             )
         if value is None or (not isinstance(value, (str, bytes)) and _floats(value)):
             return
