@@ -106,7 +106,7 @@ def test_replay_plans_from_the_file_or_from_one_param_space_sample(tmp_path) -> 
     with pytest.warns(UserWarning, match="Ray Tune's PopulationBasedTrainingReplay"):
         planned = plan(tune.TuneConfig(scheduler=RayReplay(policy)), {}, class_trainable=True)
     searcher = planned.searcher
-    assert isinstance(searcher, PBTReplay) and planned.checkpoint_every_iteration
+    assert isinstance(searcher, PBTReplay) and planned.checkpoint_at_budgets
     assert (searcher.config, searcher.schedule) == ({"lr": 0.1}, [(4, {"lr": 0.12}), (8, {"lr": 0.096})])
     empty = tmp_path / "pbt_policy_empty.txt"
     empty.write_text("")

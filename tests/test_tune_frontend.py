@@ -880,6 +880,44 @@ def test_class_trainable_with_parameters_and_checkpoint_frequency(ray_cluster, s
     assert all([int(c.path[-6:]) for c, _ in r.best_checkpoints] == [2, 4] for r in grid)
 
 
+class _Climber(tune.Trainable):
+    """Climbs by ``lr`` per step, for 12 steps; its state is its height."""
+
+    def setup(self, config):
+        self.height = 0.0
+
+    def step(self):
+        self.height += self.config["lr"]
+        return {"height": self.height, "done": self.iteration >= 12}
+
+    def save_checkpoint(self, checkpoint_dir):
+        return {"height": self.height}
+
+    def load_checkpoint(self, checkpoint):
+        self.height = checkpoint["height"]
+
+
+def test_a_class_trainable_under_pbt_is_saved_at_its_perturbation_points(ray_cluster, storage: str) -> None:
+    """PBT clones a trial from its checkpoint at its last perturbation point, so a class Trainable is saved there
+    (and at its end), as Ray's PBT saves it there. It used to be saved at every iteration, so that ``num_to_keep``
+    kept only the last few and a source's point was often gone when a bottom trial came to clone it."""
+    pbt = tune.schedulers.PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=4,
+                                                  hyperparam_mutations={"lr": [0.1, 0.5, 1.0]})
+    grid = Tuner(_Climber, param_space={"lr": tune.grid_search([0.1, 0.5, 1.0, 0.1])},
+                 tune_config=tune.TuneConfig(scheduler=pbt, metric="height", mode="max"),
+                 run_config=tune.RunConfig(storage_path=storage, name="points", verbose=0)).fit()
+    assert grid.num_errors == 0
+    store = ExperimentStore.open(os.path.join(storage, "points"), readonly=True)
+    try:
+        saved = {row["iteration"] for row in store.checkpoints(include_deleted=True)}
+        exploits = [e for e in store.events("trial_restart") if e.data["reason"] == "exploit"]
+    finally:
+        store.close()
+    # at the points and at the ends (a trial that cloned a trial at 12 ends at 13), not between the points
+    assert {4, 8, 12} <= saved and not saved & {1, 2, 3, 5, 6, 7, 9, 10, 11}
+    assert exploits and all(e.data["from_iteration"] in (4, 8) for e in exploits)
+
+
 class _Endless(tune.Trainable):
     """Never ends itself: only the stop rule or a scheduler ends it."""
 

@@ -1075,8 +1075,12 @@ class Executor:
             return False
         key = self.searcher.turn_key(trial.trial_id)
         turn = self.searcher.turn_key
+        # A trial behind it that computes on its device (one prefetched there that began while it paused) shares
+        # its place: running on beside it would put this one ahead of everyone as much as a queued one would.
+        home = self._device(trial.device).assigned if trial.device is not None else ()
+        neighbours = (tid for tid in home if tid != trial.trial_id and self.trials[tid].status != PAUSED)
         return any(turn(tid) < key for tid in self.pending if tid != trial.trial_id) \
-            or any(turn(t.trial_id) < key for t in new)
+            or any(turn(t.trial_id) < key for t in new) or any(turn(tid) < key for tid in neighbours)
 
     def _note_last_value(self, trial_id: str, result: Mapping[str, Any] | None) -> None:
         """Keep the trial's last value of the metric (a trial whose last value is no finite number has none)."""

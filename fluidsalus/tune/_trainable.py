@@ -529,8 +529,11 @@ class ClassOptions:
         checkpoint_frequency: Every this many iterations (0: never).
         checkpoint_at_end: When the trial ends: here when the trainable ends itself (``"done": True``); a stop
             rule's or a scheduler's ending is found by the session at the report (:func:`run_trainable_class`).
-        every_iteration: At every iteration (population based training needs a checkpoint at each
-            perturbation point).
+        at_budgets: With each result that pauses the trial at its budget, as ``checkpoint_at_end`` does too:
+            population based training clones a trial from its checkpoint at its last perturbation point, and
+            restarts it from there (an exploit, a turn). It used to be at every iteration, so that
+            ``num_to_keep`` kept only the last few iterations and a source's point was often gone when a bottom
+            trial came to clone it.
         checkpoint_verdicts: After each result that carries no checkpoint, wait for the driver to say whether a
             callback asked for one (Ray's ``result["should_checkpoint"] = True``), and save that iteration then,
             as Ray saves the state of the result itself. Set when the run has a callback that could ask; without
@@ -539,14 +542,13 @@ class ClassOptions:
 
     checkpoint_frequency: int = 0
     checkpoint_at_end: bool = False
-    every_iteration: bool = False
+    at_budgets: bool = False
     checkpoint_verdicts: bool = False
 
     def wants(self, iteration: int, result: Mapping[str, Any], done: bool) -> bool:
         """Whether to checkpoint after ``iteration``."""
         return bool(
-            self.every_iteration
-            or result.get(SHOULD_CHECKPOINT_KEY)
+            result.get(SHOULD_CHECKPOINT_KEY)
             or (self.checkpoint_frequency and iteration % self.checkpoint_frequency == 0)
             or (done and self.checkpoint_at_end)
         )
@@ -594,10 +596,10 @@ def run_trainable_class(cls: type[Trainable], config: dict[str, Any], parameters
                     session.report(result, checkpoint=save())
                 else:
                     # Under verdicts, the question right after goes with the result (and gives the lane away).
-                    session.report(result, at_end=save if options.checkpoint_at_end else None,
+                    session.report(result, at_end=save if options.checkpoint_at_end or options.at_budgets else None,
                                    deferred=options.checkpoint_verdicts and not done)
                     if options.checkpoint_verdicts and not done:
-                        # (a pause at the budget under checkpoint_at_end saved this iteration already)
+                        # (a pause at the budget under checkpoint_at_end or at_budgets saved this iteration already)
                         if session.checkpoint_at[0] != session.iteration and session.checkpoint_verdict():
                             session.attach_checkpoint(save())
                         if session.stop_requested.is_set():  # the driver stopped it at this result, as Ray would

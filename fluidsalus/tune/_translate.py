@@ -135,7 +135,7 @@ class Plan:
         mode: The mode, or None.
         max_concurrent_trials: Cap on running trials (TuneConfig, ConcurrencyLimiter, ``max_concurrent``).
         extra_stops: Per-trial stop rules to add to the user's ``stop``.
-        checkpoint_every_iteration: A class Trainable must checkpoint at every iteration (PBT).
+        checkpoint_at_budgets: A class Trainable must checkpoint at each pause at its budget (PBT's points).
         summary: A one-line description, e.g. ``"ASHAScheduler -> ASHA(max_t=100, ...)"``.
         tags: How Ray would tag the trials (``experiment_tag``, :mod:`fluidsalus.tune._tags`): ``"variants"``
             for ``BasicVariantGenerator`` trials, ``"searcher"`` for a search algorithm's.
@@ -151,7 +151,7 @@ class Plan:
     mode: str | None
     max_concurrent_trials: int | None = None
     extra_stops: list[Callable[[str, Mapping[str, Any]], bool]] = field(default_factory=list)
-    checkpoint_every_iteration: bool = False
+    checkpoint_at_budgets: bool = False
     summary: str = ""
     tags: str = SEARCHER
     perturbed: tuple[str, ...] | None = None
@@ -581,7 +581,7 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
             names += ("burn_in_period", "resample_probability")
         if points:
             names += ("points_to_evaluate",)
-        return Plan(searcher, space, metric, mode, cap, tags=VARIANTS, checkpoint_every_iteration=class_trainable,
+        return Plan(searcher, space, metric, mode, cap, tags=VARIANTS, checkpoint_at_budgets=class_trainable,
                     summary=f"{name} -> {_describe(searcher, names)}", perturbed=scheduler.mutated_keys,
                     points=points)
     return Plan(searcher, space, metric, mode, cap, tags=VARIANTS, summary=f"{name} -> {_describe(searcher, names)}",
@@ -618,7 +618,7 @@ def _plan_replay(replay: PopulationBasedTrainingReplay, search_alg: Any, space: 
     assert config is not None
     searcher = PBTReplay(config, replay.schedule)
     return Plan(searcher, copy.deepcopy(config), metric, mode, cap, tags=VARIANTS,
-                checkpoint_every_iteration=class_trainable,
+                checkpoint_at_budgets=class_trainable,
                 replay_tag=f"replay_{os.path.basename(replay.policy_file)}",
                 summary=f"PopulationBasedTrainingReplay -> PBTReplay({len(replay.schedule)} changes, at iterations "
                         f"{[step for step, _ in replay.schedule]})")

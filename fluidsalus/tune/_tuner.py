@@ -661,8 +661,8 @@ class Tuner:
         class_trainable = is_class_trainable(trainable)
         options = self._check_checkpointing(class_trainable)
         self.plan = planned = plan(tune_config, self._param_space, class_trainable=class_trainable)
-        if planned.checkpoint_every_iteration:
-            options = dataclasses.replace(options, every_iteration=True)
+        if planned.checkpoint_at_budgets:
+            options = dataclasses.replace(options, at_budgets=True)
         ignored = run_config.ignored()
         if ignored:
             warnings.warn(f"fluidsalus.tune: {', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} accepted "
