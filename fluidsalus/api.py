@@ -239,6 +239,7 @@ def run(
         try:
             store = ExperimentStore.open(exp_dir)
             try:
+                _check_objective(spec, store.experiment())
                 trials = _load_trials(store)
                 _restore(searcher, store)  # its saved state, and what it was told after it
                 store.set_experiment(status=EXP_RUNNING, error=None, finished_at=None)
@@ -300,6 +301,21 @@ def _lock(exp_dir: str) -> DriverLock:
         return DriverLock.acquire(exp_dir)
     except StoreError as e:
         raise ConfigError(f"resume: {e}") from None
+
+
+def _check_objective(spec: RunSpec, experiment: Mapping[str, Any]) -> None:
+    """A resumed run must optimise what the experiment did: its best result, its searcher's decisions and its
+    stored results all follow that metric and mode (an experiment that ran without one may be given one).
+
+    Raises:
+        ConfigError: ``metric`` or ``mode`` differs from the experiment's (a resume used to keep the old ones
+            silently, so the best result was not the one asked for).
+    """
+    for field in ("metric", "mode"):
+        ran, given = experiment.get(field), getattr(spec, field)
+        if ran is not None and given is not None and ran != given:
+            raise ConfigError(f"{field}: the experiment ran with {field}={ran!r}; resume it with that {field} "
+                              f"(got {given!r}), or start a new experiment under another name")
 
 
 def _restore(searcher: BaseSearcher, store: ExperimentStore) -> None:

@@ -1319,3 +1319,16 @@ def test_a_retry_whose_checkpoint_was_deleted_restarts_from_the_newest_one_left(
         assert retry.data["from_iteration"] == 1
     finally:
         store.close()
+
+
+def test_a_resume_with_another_metric_or_mode_is_refused_and_changes_nothing(storage):
+    """A resume kept the experiment's metric and mode whatever it was given, so its best result was silently
+    not the one asked for."""
+    fluidsalus.run(objective, {"x": 0.5}, metric="score", mode="max", storage_path=storage, name="obj", verbose=0)
+    for metric, mode, field in (("other", "max", "metric='score'"), ("score", "min", "mode='max'")):
+        with pytest.raises(ConfigError, match=f"the experiment ran with {field}"):
+            fluidsalus.run(objective, {"x": 0.5}, metric=metric, mode=mode, storage_path=storage, name="obj",
+                           resume=True, verbose=0)
+    grid = fluidsalus.run(objective, {"x": 0.5}, metric="score", mode="max", storage_path=storage, name="obj",
+                          resume=True, verbose=0)
+    assert len(grid) == 1 and grid.num_errors == 0
