@@ -632,6 +632,10 @@ def test_restore_restart_errored_starts_from_scratch(ray_cluster, storage: str, 
         assert [r.attempt for r in store.results()] == [1, 1, 1, 1]
     finally:
         store.close()
+    # Ray restarts it as a new trial in a new folder: the trial's files hold its new attempt only (they had both)
+    with open(os.path.join(grid[0].path, "result.json")) as f:
+        assert [json.loads(line)["training_iteration"] for line in f] == [1, 2, 3, 4]
+    assert list(grid[0].metrics_dataframe["training_iteration"]) == [1, 2, 3, 4]
 
 
 def test_restore_without_resume_unfinished_ends_them(ray_cluster, storage: str, tmp_path) -> None:

@@ -84,7 +84,7 @@ from fluidsalus.tune._trainable import (
 from fluidsalus.tune._translate import Plan, plan
 from fluidsalus.tune._workdir import chdir_to_trial_dir
 from fluidsalus.tune.callback import RayCallbackAdapter, TrialInfo
-from fluidsalus.tune.logger import default_loggers, translate_ray_logger
+from fluidsalus.tune.logger import PROGRESS_FILE, RESULT_FILE, default_loggers, translate_ray_logger
 from fluidsalus.tune.progress_reporter import ReporterCallback
 from fluidsalus.tune.registry import resolve_trainable
 from fluidsalus.tune.utils import date_str
@@ -505,6 +505,7 @@ class Tuner:
         store = ExperimentStore.open(experiment_dir)
         try:
             now, done, events = time.time(), [], []
+            folders = store.trial_dirs()
             for row in store.trials():
                 if row.status == ERROR and again_errored:
                     # As Ray's restore: a resumed trial counts the failure that ended it, a restarted one is anew.
@@ -517,6 +518,11 @@ class Tuner:
                             shutil.rmtree(checkpoint["path"], ignore_errors=True)
                         store.mark_checkpoints_deleted([c["path"] for c in checkpoints])
                         fields.update(checkpoint_path=None, last_iteration=0)
+                        # Ray restarts it as a new trial in a new folder: its files hold the new attempt only (they
+                        # had both, 1, 2, 1, 2, 3, ...); the store keeps every attempt's results.
+                        for name in (RESULT_FILE, PROGRESS_FILE):
+                            with contextlib.suppress(FileNotFoundError):
+                                os.remove(os.path.join(folders[row.trial_id], name))
                     store.update_trial(row.trial_id, **fields)
                     events.append((now, _RESTORE_EVENT, row.trial_id, None,
                                    {"action": "restart_errored" if from_scratch else "resume_errored"}))
