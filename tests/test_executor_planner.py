@@ -482,6 +482,7 @@ def test_a_trial_promoted_while_its_attempt_ends_for_a_restart_restarts_to_the_n
 
     executor, store = _offline_executor(tmp_path, n_devices=2)
     checkpoint = tmp_path / "a" / "checkpoint_000005"
+    checkpoint.mkdir(parents=True)  # (a checkpoint whose folder is gone is not restarted from)
     trial = _trial("a", status=RUNNING, placed_on=(0,), devices=(1,), budget=5, group_id="g1")
     _queue(executor, store, trial)
     executor.pending.discard("a")
