@@ -881,7 +881,8 @@ def test_class_trainable_with_parameters_and_checkpoint_frequency(ray_cluster, s
 
 
 class _Climber(tune.Trainable):
-    """Climbs by ``lr`` per step, for 12 steps; its state is its height."""
+    """Climbs by ``lr`` per step; its state is its height. ``iteration`` counts the steps before this one, as in Ray,
+    so it ends at the 13th."""
 
     def setup(self, config):
         self.height = 0.0
@@ -902,8 +903,8 @@ def test_a_class_trainable_under_pbt_is_saved_at_its_perturbation_points(ray_clu
     (and at its end), as Ray's PBT saves it there. It used to be saved at every iteration, so that ``num_to_keep``
     kept only the last few and a source's point was often gone when a bottom trial came to clone it."""
     pbt = tune.schedulers.PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=4,
-                                                  hyperparam_mutations={"lr": [0.1, 0.5, 1.0]})
-    grid = Tuner(_Climber, param_space={"lr": tune.grid_search([0.1, 0.5, 1.0, 0.1])},
+                                                  quantile_fraction=0.5, hyperparam_mutations={"lr": [0.1, 0.5, 1.0]})
+    grid = Tuner(_Climber, param_space={"lr": tune.grid_search([0.1, 0.5, 1.0, 2.0])},
                  tune_config=tune.TuneConfig(scheduler=pbt, metric="height", mode="max"),
                  run_config=tune.RunConfig(storage_path=storage, name="points", verbose=0)).fit()
     assert grid.num_errors == 0
@@ -913,9 +914,9 @@ def test_a_class_trainable_under_pbt_is_saved_at_its_perturbation_points(ray_clu
         exploits = [e for e in store.events("trial_restart") if e.data["reason"] == "exploit"]
     finally:
         store.close()
-    # at the points and at the ends (a trial that cloned a trial at 12 ends at 13), not between the points
-    assert {4, 8, 12} <= saved and not saved & {1, 2, 3, 5, 6, 7, 9, 10, 11}
-    assert exploits and all(e.data["from_iteration"] in (4, 8) for e in exploits)
+    # at the points and at the end (13), not between the points
+    assert {4, 8, 12, 13} <= saved and not saved & {1, 2, 3, 5, 6, 7, 9, 10, 11}
+    assert exploits and all(e.data["from_iteration"] in (4, 8, 12) for e in exploits)
 
 
 class _Endless(tune.Trainable):
