@@ -239,10 +239,13 @@ def run(
         try:
             store = ExperimentStore.open(exp_dir)
             try:
-                _check_objective(spec, store.experiment())
+                experiment = store.experiment()
+                _check_objective(spec, experiment)
                 trials = _load_trials(store)
                 _restore(searcher, store)  # its saved state, and what it was told after it
                 store.set_experiment(status=EXP_RUNNING, error=None, finished_at=None)
+                if experiment.get("metric") is None and spec.metric is not None:  # it ran without one: now it has it
+                    store.set_experiment(metric=spec.metric, mode=spec.mode)
                 store.add_events([(time.time(), "resume", None, None, {"unfinished": sum(
                     t.status not in ("TERMINATED", "ERROR") for t in trials)})])
             except BaseException:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import math
 import os
 import socket
@@ -30,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fluidsalus.errors import StoreError
+
+logger = logging.getLogger(__name__)
 
 #: Version of the table layout below. Bump it, and add a migration, whenever the layout changes.
 SCHEMA_VERSION = 2
@@ -134,6 +137,9 @@ TRIAL_DIRNAME_EVENT = "trial_dirname"
 #: The event of a trial's restart on a new attempt (``data``: ``attempt``, ``reason``, ``from_iteration``, ...; for a
 #: restart with a new configuration, PBT's exploit, also ``config`` and the ``previous_config`` it replaced).
 TRIAL_RESTART_EVENT = "trial_restart"
+#: The event of a store written back after its file was deleted during a run
+#: (:meth:`ExperimentStore.write_back_if_removed`).
+STORE_RESTORED_EVENT = "store_restored"
 
 _TRIAL_COLUMNS = frozenset(
     {
@@ -496,7 +502,8 @@ class ExperimentStore:
 
     def write_back_if_removed(self) -> bool:
         """Write the store back to its path if its file was deleted (its experiment folder removed while a run
-        writes it), and go on writing there.
+        writes it), and go on writing there. Every :meth:`transaction` checks this first (a ``stat``), and records
+        a :data:`STORE_RESTORED_EVENT` when it wrote the store back.
 
         SQLite keeps writing a deleted file through the open connection, so a run whose folder was removed ended
         "successfully" with nothing left on disk. The open connection still holds every row: they are copied to a
@@ -519,6 +526,9 @@ class ExperimentStore:
             self._conn.close()
         self._conn = sqlite3.connect(self.db_path, isolation_level=None, check_same_thread=False)
         self._configure(self._conn)
+        logger.warning("the store %s was deleted while it was written (its experiment folder removed?): what it "
+                       "held is written back there, and writing goes on; deleted checkpoints and other files are lost",
+                       self.db_path)
         return True
 
     def __enter__(self) -> ExperimentStore:
@@ -537,9 +547,13 @@ class ExperimentStore:
         if self._in_tx:
             yield
             return
+        restored = self.write_back_if_removed()
         self._conn.execute("BEGIN")
         self._in_tx = True
         try:
+            if restored:
+                self._conn.execute("INSERT INTO events (ts, kind, trial_id, device, data_json) VALUES (?, ?, ?, ?, ?)",
+                                   (time.time(), STORE_RESTORED_EVENT, None, None, dumps({"reason": "file deleted"})))
             yield
         except BaseException:
             self._conn.execute("ROLLBACK")

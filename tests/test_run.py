@@ -1332,3 +1332,11 @@ def test_a_resume_with_another_metric_or_mode_is_refused_and_changes_nothing(sto
     grid = fluidsalus.run(objective, {"x": 0.5}, metric="score", mode="max", storage_path=storage, name="obj",
                           resume=True, verbose=0)
     assert len(grid) == 1 and grid.num_errors == 0
+    # An experiment that ran without a metric takes the one its resume gives, which later resumes then keep.
+    fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, name="none", verbose=0)
+    grid = fluidsalus.run(objective, {"x": 0.5}, metric="score", mode="max", storage_path=storage, name="none",
+                          resume=True, verbose=0)
+    assert grid.get_best_result().metrics["score"] is not None
+    with pytest.raises(ConfigError, match="the experiment ran with metric='score'"):
+        fluidsalus.run(objective, {"x": 0.5}, metric="loss", mode="min", storage_path=storage, name="none",
+                       resume=True, verbose=0)

@@ -51,6 +51,26 @@ def test_round_trip_trials_results_events_checkpoints(tmp_path):
     assert store.checkpoints("t0")[0]["iteration"] == 2
 
 
+def test_a_store_whose_folder_was_removed_is_written_back_by_its_next_transaction(tmp_path):
+    """SQLite goes on writing a deleted file, which left nothing on disk: the next write puts every row back at the
+    store's path first, records it, and goes on there."""
+    import shutil
+
+    store = _new(tmp_path)
+    store.add_trials([("t0", 0, {"lr": 0.1})], group_id="g")
+    store.add_results([("t0", 0, 1, 1.0, {"acc": 0.5})])
+    shutil.rmtree(tmp_path / "exp")
+    store.add_results([("t0", 0, 2, 2.0, {"acc": 0.7})])
+    store.set_experiment(status="FINISHED")
+    store.close()
+    reader = ExperimentStore.open(str(tmp_path / "exp"), readonly=True)
+    try:
+        assert [r.iteration for r in reader.results("t0")] == [1, 2] and reader.experiment()["status"] == "FINISHED"
+        assert [e.data for e in reader.events("store_restored")] == [{"reason": "file deleted"}]
+    finally:
+        reader.close()
+
+
 def test_numpy_values_are_stored_as_plain_numbers(tmp_path):
     np = pytest.importorskip("numpy")
     store = _new(tmp_path)

@@ -565,17 +565,6 @@ class Executor:
             self._progress.close()
             self._stop_devices(keep_warm=ended)
 
-    def _keep_store(self) -> None:
-        """Write the store back if its file was deleted meanwhile (:meth:`ExperimentStore.write_back_if_removed`):
-        the results so far stay with the experiment, and the run goes on writing there. Checkpoint folders deleted
-        with it are gone: a trial that needs one restarts from an older one that is left, or from scratch."""
-        if self.store.write_back_if_removed():
-            logger.warning(
-                "the store of experiment %s (%s) was deleted while the run wrote it (its folder removed?): what the "
-                "run had recorded is written back there, and the run goes on; deleted checkpoints are lost",
-                self.settings.experiment_name, self.store.db_path)
-            self.store.add_events([(time.time(), "store_restored", None, None, {"reason": "file deleted"})])
-
     # ------------------------------------------------------------------ devices
 
     def _host_settings(self, spec: DeviceSpec) -> HostSettings:
@@ -836,7 +825,6 @@ class Executor:
 
     def _loop(self) -> None:
         while True:
-            self._keep_store()
             for callback in self.settings.callbacks:
                 callback.on_step_begin()
             if self.settings.verbose > 0:
