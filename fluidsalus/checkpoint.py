@@ -116,19 +116,24 @@ def write_atomically(path: str, data: bytes | str) -> None:
 
 
 def _engine_folders_of(trial_dir: str) -> Callable[[str, list[str]], set[str]]:
-    """A ``copytree`` ignore function that leaves out the trial's persisted checkpoints and staging folders when
-    the copied directory is, or holds, the trial's folder.
+    """A ``copytree`` ignore function that leaves out the trial's persisted checkpoints, staging folders and
+    record files (``store.TRIAL_RECORD_FILES``: ``result.json``, ...) when the copied directory is, or holds, the
+    trial's folder.
 
     A trial works in its own folder (docs/compatibility.md, "The working directory"), so
     ``Checkpoint.from_directory(".")`` names it: without this, each checkpoint held every earlier one (its size
-    doubled at each report) and the folder being written into.
+    doubled at each report), the folder being written into and the trial's growing result files, which Ray's
+    working directory (a staging folder) does not hold.
     """
+    from fluidsalus.store import TRIAL_RECORD_FILES
+
     trial_dir = os.path.realpath(trial_dir)
 
     def ignore(folder: str, names: list[str]) -> set[str]:
         if os.path.realpath(folder) != trial_dir:
             return set()
-        return {name for name in names if PERSISTED_NAME.fullmatch(name) or name.startswith(STAGING_PREFIX)}
+        return {name for name in names if PERSISTED_NAME.fullmatch(name) or name.startswith(STAGING_PREFIX)
+                or name in TRIAL_RECORD_FILES}
 
     return ignore
 

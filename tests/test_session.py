@@ -288,6 +288,7 @@ def test_a_checkpoint_of_the_trials_own_folder_leaves_out_its_earlier_checkpoint
     (trial_dir / "checkpoint_000001" / "model.txt").write_text("old")
     (trial_dir / ".incoming_abc").mkdir()
     (trial_dir / "model.txt").write_text("new")
+    (trial_dir / "result.json").write_text("{}\n")  # the trial's records (the Tune front end's loggers)
     (trial_dir / "sub" / "checkpoint_000009").mkdir(parents=True)  # the user's own folder of that name is kept
     path = persist_checkpoint(Checkpoint.from_directory(str(trial_dir)), str(trial_dir), 2)
     assert sorted(os.listdir(path)) == ["model.txt", "sub"] and os.listdir(os.path.join(path, "sub"))

@@ -32,16 +32,12 @@ from typing import Any, TextIO
 
 from fluidsalus.errors import ConfigError
 from fluidsalus.result import flatten_dict
+from fluidsalus.store import PARAMS_FILE, PARAMS_PICKLE_FILE, PROGRESS_FILE, RESULT_FILE  # Ray's names (re-exported)
 from fluidsalus.tune.callback import Callback, TrialInfo
 
 __all__ = ["CSVLoggerCallback", "JsonLoggerCallback", "LoggerCallback", "TBXLoggerCallback", "default_loggers",
            "pretty_print", "translate_ray_logger"]
 
-#: Ray's file names in a trial's folder (``ray.air.constants``).
-PARAMS_FILE = "params.json"
-PARAMS_PICKLE_FILE = "params.pkl"
-RESULT_FILE = "result.json"
-PROGRESS_FILE = "progress.csv"
 #: Ray's switch (``ray.tune.constants``): ``"1"`` leaves out the loggers added to every run.
 DISABLE_AUTO_LOGGERS_ENV = "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"
 #: Where TensorBoard shows a result's scalars (Ray's ``ray/tune/<key>``).
