@@ -1131,3 +1131,35 @@ def test_a_rung_whose_trials_cannot_all_stay_on_the_device_completes_by_evicting
     for result in grid:  # (one evicted and promoted ran again from scratch: its last attempt has every iteration)
         expected = list(range(1, result.metrics["training_iteration"] + 1))
         assert [row.iteration for row in reader.results(result.trial_id)] == expected
+
+
+def test_a_restart_lets_go_of_the_checkpoints_after_its_resume_point_only_once_the_new_attempt_starts(tmp_path):
+    """An exploit rewinds a trial to another trial's checkpoint. Its checkpoints of later iterations belong to the
+    abandoned line, whose folder names the new attempt writes again: their rows go when the attempt starts (before
+    any of its checkpoints is handled), not at the requeue, so a run that ends first keeps the old line whole. The
+    folders stay (the new attempt replaces those it reaches), as Ray keeps an exploited trial's old checkpoints."""
+    from fluidsalus.gpu.host import EV_END, EV_START, OUT_STOPPED
+    from fluidsalus.trialgroup.executor import _Restart
+
+    executor, store = _offline_executor(tmp_path)
+    trial = _trial("a", status=RUNNING, placed_on=(0,), devices=(0,), last_iteration=4)
+    trial.trial_dir = str(tmp_path / "exp" / "a")
+    _queue(executor, store, trial)
+    executor.pending.discard("a")
+    executor._devices[0].assigned.add("a")
+    for i in range(1, 5):
+        folder = tmp_path / "exp" / "a" / f"checkpoint_{i:06d}"
+        folder.mkdir(parents=True)
+        store.add_checkpoint("a", i, str(folder), {"training_iteration": i})
+    trial.checkpoint_path = str(tmp_path / "exp" / "a" / "checkpoint_000004")
+    executor._restarts["a"] = _Restart(reason="exploit", config={"x": 2}, iteration=2, time_total_s=0.2,
+                                       checkpoint_path=str(tmp_path / "exp" / "a" / "checkpoint_000002"))
+    executor._stopping.add("a")
+    executor._handle(executor._devices[0], [(EV_END, "a", 0, 1.0, OUT_STOPPED, None, None)])
+    assert trial.attempt == 1 and trial.last_iteration == 2
+    assert [c["iteration"] for c in store.checkpoints("a")] == [1, 2, 3, 4]  # requeued: nothing let go yet
+    trial.placed_on = (0,)
+    executor._devices[0].assigned.add("a")
+    executor._handle(executor._devices[0], [(EV_START, "a", 1, 2.0)])
+    assert [c["iteration"] for c in store.checkpoints("a")] == [1, 2]
+    assert (tmp_path / "exp" / "a" / "checkpoint_000004").is_dir()  # the folder stays, unlisted

@@ -489,6 +489,8 @@ class Executor:
         self._run_tag = os.urandom(3).hex()[:5]
         self._stopping: set[str] = set()  # stop sent, end not yet seen
         self._restarts: dict[str, _Restart] = {}  # start again once the current attempt ends
+        # trial -> the iteration its requeued attempt resumes from: its later checkpoints go when it starts
+        self._abandoned: dict[str, int] = {}
         self._exploits: list[str] = []  # exploit restarts decided, stop not yet sent
         self._ending: str | None = None  # why the experiment ends early (time budget, fail_fast, stop_all)
         # Each trial's last finite value of the metric: the live view's best is the best of these, as the best
@@ -1555,6 +1557,8 @@ class Executor:
                 elif kind == EV_START:
                     trial.status = RUNNING
                     trial.attempt_start = trial.last_iteration  # where this attempt resumes (its death rule)
+                    if trial_id in self._abandoned:
+                        self._drop_checkpoints_after(trial, self._abandoned.pop(trial_id))
                     device.changed_at = ts
                     self.store.update_trial(trial_id, status=RUNNING, started_at=ts, attempt=attempt)
                     events.append((ts, "trial_start", trial_id, name, {"attempt": attempt}))
@@ -1872,7 +1876,7 @@ class Executor:
                 trial.last_iteration, trial.time_total_s = 0, 0.0
             else:
                 trial.last_iteration = checkpoint_iteration(trial.checkpoint_path)
-        self._drop_checkpoints_after(trial, trial.last_iteration)
+        self._abandoned[trial.trial_id] = trial.last_iteration  # its later checkpoints go when the attempt starts
         trial.attempt += 1
         trial.placed_on = ()
         if restart.reason in (RESTART_PREEMPT, RESTART_WITHDRAWN, RESTART_TURN) or restart.queue:
@@ -1919,20 +1923,20 @@ class Executor:
                                 {"path": gone, "instead": trial.checkpoint_path})])
 
     def _drop_checkpoints_after(self, trial: Trial, iteration: int) -> None:
-        """Remove the trial's checkpoints of iterations after ``iteration``, where its new attempt resumes (inside
-        the batch's transaction, before that attempt runs).
+        """Let go of the trial's checkpoints of iterations after ``iteration``, where its new attempt resumed, once
+        that attempt has started (inside the batch's transaction, before any of its checkpoints is handled).
 
-        They belong to the line of work the restart abandons (an exploit rewinds the trial to another trial's
+        They belong to the line of work the restart abandoned (an exploit rewinds the trial to another trial's
         checkpoint, possibly an earlier iteration). Checkpoint folders are named by iteration, so the new attempt
         writes the same names again: kept, the old rows would name the new folders with the old metrics, and
-        retention could delete a new folder for an old row's score, or while the trial writes it.
+        retention could delete a new folder for an old row's score, or while the trial writes it. Their rows are
+        marked deleted; the folders are left as they are (the new attempt may be writing one of those names): the
+        ones it reaches it replaces, the others stay on disk unlisted, as Ray keeps an exploited trial's old
+        checkpoints. Until the attempt starts, nothing changes: a run that ends first keeps the old line whole.
         """
         doomed = [c["path"] for c in self.store.checkpoints(trial.trial_id) if c["iteration"] > iteration]
-        if not doomed:
-            return
-        self.store.mark_checkpoints_deleted(doomed)
-        for path in doomed:
-            shutil.rmtree(path, ignore_errors=True)
+        if doomed:
+            self.store.mark_checkpoints_deleted(doomed)
 
     def _answer_call(self, device: _Device, event: tuple[Any, ...]) -> None:
         trial_id, call_id, method, args = event[1], event[4], event[5], event[6]
