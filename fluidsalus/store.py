@@ -548,7 +548,12 @@ class ExperimentStore:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
-        """Group writes into one transaction; it commits (is durable) when the block exits normally."""
+        """Group writes into one transaction; it commits (is durable) when the block exits normally.
+
+        Raises:
+            StoreError: SQLite could not write (a full disk, a file it cannot write): the transaction is rolled
+                back, and the message names the store.
+        """
         if self.readonly:
             raise StoreError(f"{self.db_path!r} was opened read-only")
         if self._in_tx:
@@ -562,11 +567,15 @@ class ExperimentStore:
                 self._conn.execute("INSERT INTO events (ts, kind, trial_id, device, data_json) VALUES (?, ?, ?, ?, ?)",
                                    (time.time(), STORE_RESTORED_EVENT, None, None, dumps({"reason": "file deleted"})))
             yield
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        else:
             self._conn.execute("COMMIT")
+        except BaseException as e:
+            with contextlib.suppress(sqlite3.Error):  # (SQLite may have rolled back already)
+                self._conn.execute("ROLLBACK")
+            if isinstance(e, sqlite3.OperationalError):
+                raise StoreError(f"could not write the experiment store {self.db_path!r}: {e} (nothing of this "
+                                 "write was kept; if the disk is full, free space, then run the experiment again "
+                                 "with resume=True: what was written before is kept)") from e
+            raise
         finally:
             self._in_tx = False
 

@@ -191,3 +191,19 @@ def test_every_committed_result_survives_a_killed_writer(tmp_path):
     store = ExperimentStore.open(str(exp), readonly=False)
     stored = {r.iteration for r in store.results()}
     assert set(range(1, announced + 1)) <= stored
+
+
+def test_a_write_that_sqlite_refuses_is_a_store_error_naming_the_store_and_is_rolled_back(tmp_path):
+    """A full disk raised SQLite's own OperationalError ("database or disk is full"), naming nothing; it is a
+    StoreError naming the store and what to do, and the store is still usable once there is room."""
+    store = _new(tmp_path)
+    store.add_trials([("t0", 0, {"lr": 0.1})], group_id="g")
+    pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+    store._conn.execute(f"PRAGMA max_page_count = {pages}")  # as full as a full disk
+    with pytest.raises(StoreError, match=r"could not write the experiment store .*experiment\.db.*full.*resume=True"):
+        store.add_results([("t0", 0, i, float(i), {"acc": "x" * 10_000}) for i in range(50)])
+    assert store.results("t0") == []  # rolled back whole
+    store._conn.execute(f"PRAGMA max_page_count = {10 * pages + 1000}")
+    store.add_results([("t0", 0, 1, 1.0, {"acc": 0.5})])
+    assert [r.iteration for r in store.results("t0")] == [1]
+    store.close()
