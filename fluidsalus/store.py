@@ -431,6 +431,8 @@ class ExperimentStore:
                 conn = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
             app_id = conn.execute("PRAGMA application_id").fetchone()[0]
             version = conn.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.OperationalError as e:  # the file is a database, but SQLite cannot read it now
+            raise StoreError(f"could not open the experiment store {db_path!r}: {e}") from None
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{db_path!r} is not a fluidsalus experiment store ({e})") from None
         if app_id != APPLICATION_ID:
