@@ -36,8 +36,9 @@ from fluidsalus.gpu.device import DeviceSpec, plan_devices
 from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS, for_devices, stop_rule
 from fluidsalus.result import ResultGrid
 from fluidsalus.searchers import BaseSearcher, RandomSearch
-from fluidsalus.session import DATE_FORMAT, result_totals
+from fluidsalus.session import DATE_FORMAT
 from fluidsalus.store import DB_FILENAME, DriverLock, ExperimentStore
+from fluidsalus.trialgroup.dispatch import resume_from
 from fluidsalus.trialgroup.executor import WARM_DEVICES, Executor, ExecutorSettings
 from fluidsalus.trialgroup.searcher_log import restore
 from fluidsalus.trialgroup.trial import Trial
@@ -540,15 +541,7 @@ def _load_trials(store: ExperimentStore) -> list[Trial]:
             num_failures=row.num_failures,
         )
         if not final:
-            ckpt = latest.get(row.trial_id)
-            if ckpt is None:
-                trial.checkpoint_path, trial.last_iteration, trial.time_total_s = None, 0, 0.0
-            else:
-                metrics = ckpt["metrics"] or {}
-                trial.checkpoint_path = ckpt["path"]
-                trial.last_iteration = int(ckpt["iteration"])
-                trial.time_total_s = float(metrics.get("time_total_s", 0.0))
-                trial.checkpoint_totals = result_totals(metrics)
+            resume_from(trial, latest.get(row.trial_id))
         out.append(trial)
     return out
 

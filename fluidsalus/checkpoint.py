@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from fluidsalus.store import TRIAL_RECORD_FILES
+
 _METADATA_FILE = ".metadata.json"
 #: Prefix of the folder a checkpoint is copied into before it is renamed into place.
 STAGING_PREFIX = ".incoming_"
@@ -125,8 +127,6 @@ def _engine_folders_of(trial_dir: str) -> Callable[[str, list[str]], set[str]]:
     doubled at each report), the folder being written into and the trial's growing result files, which Ray's
     working directory (a staging folder) does not hold.
     """
-    from fluidsalus.store import TRIAL_RECORD_FILES
-
     trial_dir = os.path.realpath(trial_dir)
 
     def ignore(folder: str, names: list[str]) -> set[str]:

@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import Any, NamedTuple
 
 from fluidsalus.gpu.lanes import LaneView
+from fluidsalus.session import result_totals
 from fluidsalus.store import PAUSED
 from fluidsalus.trialgroup.planner import KEEP, Plan, TrialDemand
 from fluidsalus.trialgroup.queue import remaining_budget
@@ -36,6 +37,23 @@ def checkpoint_iteration(path: str) -> int:
     """The iteration a persisted checkpoint belongs to, from its folder name ``checkpoint_<iteration>``."""
     return int(os.path.basename(path).rsplit("_", 1)[-1])
 
+
+
+def resume_from(trial: Trial, checkpoint: Mapping[str, Any] | None) -> None:
+    """Set where the trial's next attempt resumes: a stored checkpoint (a row of ``ExperimentStore.checkpoints``,
+    whose counters and Ray's running totals the attempt continues), or scratch (None).
+
+    Args:
+        trial: The trial.
+        checkpoint: The checkpoint row, or None.
+    """
+    if checkpoint is None:
+        trial.checkpoint_path, trial.last_iteration, trial.time_total_s, trial.checkpoint_totals = None, 0, 0.0, {}
+        return
+    metrics = checkpoint["metrics"] or {}
+    trial.checkpoint_path, trial.last_iteration = checkpoint["path"], int(checkpoint["iteration"])
+    trial.time_total_s = float(metrics.get("time_total_s", 0.0))
+    trial.checkpoint_totals = result_totals(metrics)
 
 
 def may_not_have_begun(trial: Trial, withdrawal_asked: bool) -> bool:
@@ -148,7 +166,7 @@ def charge_death(trial: Trial, computing: int) -> bool:
         True when the blame reaches one failure (it is then reset, for the retry to count afresh).
     """
     run = trial.last_iteration - trial.attempt_start
-    if trial.death_point is None or trial.last_iteration > trial.death_point and run != trial.death_run:
+    if trial.death_point is None or (trial.last_iteration > trial.death_point and run != trial.death_run):
         trial.death_point, trial.death_run = trial.last_iteration, run
         trial.death_blame, trial.stuck_deaths = Fraction(0), 0
     trial.death_blame += Fraction(1, max(1, computing))

@@ -121,6 +121,7 @@ from fluidsalus.trialgroup.dispatch import (
     is_stalled,
     may_not_have_begun,
     plan_actions,
+    resume_from,
     trial_demand,
 )
 from fluidsalus.trialgroup.movecost import MoveCostMeter
@@ -1063,8 +1064,8 @@ class Executor:
         if not self._turns or not restarting and (
                 trial.checkpoint_path is None or checkpoint_iteration(trial.checkpoint_path) != trial.last_iteration):
             return False
-        key = self.searcher.turn_key(trial.trial_id)
         turn = self.searcher.turn_key
+        key = turn(trial.trial_id)
         # A trial behind it that computes on its device (one prefetched there that began while it paused) shares
         # its place: running on beside it would put this one ahead of everyone as much as a queued one would.
         home = self._device(trial.device).assigned if trial.device is not None else ()
@@ -1911,12 +1912,7 @@ class Executor:
         if gone is None or os.path.isdir(gone):
             return
         left = [c for c in self.store.checkpoints(trial.trial_id) if os.path.isdir(c["path"])]
-        if left:
-            metrics = left[-1]["metrics"] or {}
-            trial.checkpoint_path, trial.time_total_s = left[-1]["path"], float(metrics.get("time_total_s", 0.0))
-            trial.checkpoint_totals = result_totals(metrics)
-        else:
-            trial.checkpoint_path, trial.time_total_s, trial.checkpoint_totals = None, 0.0, {}
+        resume_from(trial, left[-1] if left else None)
         logger.warning("the checkpoint %s of trial %s is gone; it restarts from %s", gone, trial.trial_id,
                        trial.checkpoint_path or "scratch")
         self.store.add_events([(time.time(), "checkpoint_missing", trial.trial_id, None,
