@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE
@@ -22,29 +32,41 @@ _ADDRESS_PATTERN = re.compile(r"^(?:ray://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]
 _MAX_PORT = 65535
 
 
+def _whole_number(value: Any) -> Any:
+    """An int setting takes an int (a NumPy int too), not a str, a float or a bool that pydantic would coerce
+    (``num_samples="4"``, ``devices=2.0``, ``max_failures=True``), as the Tune front end refuses them."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError("must be an int")
+    return int(value)
+
+
+#: An int setting (see :func:`_whole_number`).
+Int = Annotated[int, BeforeValidator(_whole_number)]
+
+
 class RunSpec(BaseModel):
     """The scalar settings of one run. Each field's constraint is its documentation."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    num_samples: int = Field(1, ge=-1, description="Samples per grid point (Ray Tune's); -1: until stopped.")
+    num_samples: Int = Field(1, ge=-1, description="Samples per grid point (Ray Tune's); -1: until stopped.")
     metric: str | None = Field(None, min_length=1)
     mode: Literal["min", "max"] | None = None
     name: str | None = None
     storage_path: str | None = None
-    seed: int | None = Field(None, ge=0, description="Seed of the default RandomSearch (NumPy takes ints >= 0).")
-    devices: int | None = Field(None, ge=1)
-    cpus_per_device: int | None = Field(None, ge=1)
-    max_concurrent_trials: int | None = Field(None, ge=1)
-    max_failures: int = Field(0, ge=-1, description="Retries of a failing trial; -1 retries forever (Ray).")
+    seed: Int | None = Field(None, ge=0, description="Seed of the default RandomSearch (NumPy takes ints >= 0).")
+    devices: Int | None = Field(None, ge=1)
+    cpus_per_device: Int | None = Field(None, ge=1)
+    max_concurrent_trials: Int | None = Field(None, ge=1)
+    max_failures: Int = Field(0, ge=-1, description="Retries of a failing trial; -1 retries forever (Ray).")
     lane_policy: Literal["fifo", "fair", "rr", "pack", "srtf", "priority"] = "fifo"
     quantum_ms: float = Field(DEFAULT_QUANTUM_MS, ge=0)
     time_budget_s: float | None = Field(None, gt=0)
     fail_fast: StrictBool | Literal["raise"] = False
-    checkpoint_num_to_keep: int | None = Field(None, ge=1)
+    checkpoint_num_to_keep: Int | None = Field(None, ge=1)
     checkpoint_score_attribute: str | None = None
     checkpoint_score_order: Literal["max", "min"] = "max"
-    verbose: int = Field(1, ge=0, le=3)
+    verbose: Int = Field(1, ge=0, le=3)
     resume: bool = False
     address: str | None = Field(None, description="Ray cluster to connect to when Ray is not yet initialised.")
     memory_mode: Literal["caching", "arena", "auto"] = Field(

@@ -197,6 +197,10 @@ class _Unpicklable:
         (dict(cpus_per_trial=0), r"cpus_per_trial: Input should be greater than or equal to 0.0001"),
         (dict(cpus_per_trial=float("inf")), r"cpus_per_trial: Input should be a finite number"),
         (dict(seed=-1), r"seed: Input should be greater than or equal to 0"),  # (was NumPy's error, and a store)
+        # (pydantic coerced these: "4" ran 4 samples, True one retry, as the Tune front end refuses them)
+        (dict(num_samples="4"), r"num_samples: must be an int \(got '4'\)"),
+        (dict(max_failures=True), r"max_failures: must be an int \(got True\)"),
+        (dict(devices=2.0), r"devices: must be an int \(got 2.0\)"),
         # (each failed every trial at its first result, in the device's comparison)
         (dict(stop={"training_iteration": "2"}), r"stop: the threshold of 'training_iteration' must be a number, "
                                                  r"got '2' \(str\)"),
