@@ -766,6 +766,9 @@ class _SeesPrevious(tune.Callback):
     def on_trial_result(self, iteration, trials, trial, result, **info):
         self.seen.append(("result", result["i"], trial.last_result.get("i")))
 
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.seen.append(("complete", trial.last_result.get("i"), trial.last_result["done"]))
+
 
 def test_a_callback_sees_the_trials_previous_result_in_on_trial_result_as_in_ray(ray_cluster, storage: str) -> None:
     """Ray updates ``trial.last_result`` after ``on_trial_result`` (a callback compares the new result with the
@@ -774,7 +777,9 @@ def test_a_callback_sees_the_trials_previous_result_in_on_trial_result_as_in_ray
     seer = _SeesPrevious()
     _, grid = _run(_steps, storage, {"x": 2.0}, run_config_kwargs={"callbacks": [seer]})
     assert grid.num_errors == 0
-    assert seer.seen == [("start", None, True), ("result", 0, None), ("result", 1, 0), ("result", 2, 1)]
+    # (and the last result says done in on_trial_complete, as Ray's; it said done=False)
+    assert seer.seen == [("start", None, True), ("result", 0, None), ("result", 1, 0), ("result", 2, 1),
+                         ("complete", 2, True)]
 
 
 def test_ray_style_callbacks_see_every_result(ray_cluster, storage: str) -> None:

@@ -385,11 +385,12 @@ class _Recorder(tune.Callback):
         self._add("result", trial, result["training_iteration"])
 
     def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
-        assert isinstance(checkpoint, tune.Checkpoint) and checkpoint == trial.checkpoint
-        self._add("checkpoint", trial, os.path.basename(checkpoint.path), os.path.isdir(checkpoint.path))
+        assert isinstance(checkpoint, tune.Checkpoint) and checkpoint != trial.checkpoint  # Ray's: the previous
+        previous = os.path.basename(trial.checkpoint.path) if trial.checkpoint is not None else None
+        self._add("checkpoint", trial, os.path.basename(checkpoint.path), os.path.isdir(checkpoint.path), previous)
 
     def on_trial_save(self, iteration, trials, trial, **info):
-        self._add("save", trial)
+        self._add("save", trial, os.path.basename(trial.checkpoint.path))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._add("complete", trial, trial.is_finished())
@@ -432,22 +433,24 @@ def test_callbacks_get_rays_hooks_in_rays_order(ray_cluster, storage: str, tmp_p
            max_concurrent_trials=1, time_budget_s=120).fit()
     assert recorder.setup_args == {"stop": {}, "num_samples": 1, "total_num_samples": 2, "time_budget_s": 120.0}
     one = [e[0:1] + e[2:] for e in recorder.events if e[0] != "end" and e[1] == 1]
-    ckpt = [("checkpoint", "RUNNING", f"checkpoint_00000{i}", True) for i in (1, 2, 3)]
+    # As in Ray (checked with Ray 2.60): on_trial_start sees the trial PENDING, on_trial_complete still RUNNING,
+    # and on_checkpoint the trial's previous checkpoint (the new one is the argument), on_trial_save the new one
+    name = [None] + [f"checkpoint_00000{i}" for i in (1, 2, 3)]
+    ckpt = [(("checkpoint", "RUNNING", name[i], True, name[i - 1]), ("save", "RUNNING", name[i])) for i in (1, 2, 3)]
     assert one == [
-        ("start", "RUNNING", 0),
-        ("result", "RUNNING", 1), ckpt[0], ("save", "RUNNING"),
-        ("result", "RUNNING", 2), ckpt[1], ("save", "RUNNING"),
+        ("start", "PENDING", 0),
+        ("result", "RUNNING", 1), *ckpt[0],
+        ("result", "RUNNING", 2), *ckpt[1],
         ("recover", "PENDING", 1),  # the failure was retried (max_failures=1) ...
-        ("start", "RUNNING", 1),
+        ("start", "PENDING", 1),
         ("restore", "RUNNING"),  # ... from its checkpoint at iteration 2
-        ("result", "RUNNING", 3), ckpt[2], ("save", "RUNNING"),
-        ("complete", "TERMINATED", True),
+        ("result", "RUNNING", 3), *ckpt[2],
+        ("complete", "RUNNING", False),
     ]
     two = [e[0:1] + e[2:] for e in recorder.events if e[0] != "end" and e[1] == 2]
-    assert two[:4] == [("start", "RUNNING", 0), ("result", "RUNNING", 1), ("checkpoint", "RUNNING",
-                       "checkpoint_000001", True), ("save", "RUNNING")]
+    assert two[:4] == [("start", "PENDING", 0), ("result", "RUNNING", 1), *ckpt[0]]
     # x=2 fails again right after its restore, before reporting: max_failures is spent, so it errors.
-    assert two[4:] == [("recover", "PENDING", 1), ("start", "RUNNING", 1), ("restore", "RUNNING"),
+    assert two[4:] == [("recover", "PENDING", 1), ("start", "PENDING", 1), ("restore", "RUNNING"),
                        ("error", "ERROR", 2, "ValueError: x=2 always fails at iteration 2", 2)]
     assert recorder.events[-1] == ("end", [1, 2])
 

@@ -27,6 +27,10 @@ has been stored, with Ray's argument names, in Ray's order:
   of the driver's loop (Ray: of each step of its controller), for callbacks that override them;
 - ``on_experiment_end(trials)`` once, when ``fit()`` returns or raises.
 
+As in Ray, ``trial.status`` is still ``PENDING`` in ``on_trial_start`` and still ``RUNNING`` in
+``on_trial_complete`` (whose ``last_result`` says ``done``), and ``trial.checkpoint`` in ``on_checkpoint`` is still
+the previous one. A progress reporter, which Ray runs after its step, sees them updated.
+
 ``trial`` is a :class:`TrialInfo`: ``trial_id``, ``config``, ``last_result``, ``status``, ``path`` /
 ``local_path``, ``checkpoint``, ``num_failures``, ``trial_name``, ``error`` and ``is_finished()``, the
 attributes callbacks read most; it is not Ray's ``Trial``. ``trials`` holds every trial seen so far, in the order
@@ -62,7 +66,7 @@ from fluidsalus.errors import ConfigError
 from fluidsalus.session import DATE_FORMAT, with_config
 from fluidsalus.store import DB_FILENAME, ERROR, ERROR_FILE, FINAL_STATUSES, TRIAL_RESTART_EVENT, ExperimentStore
 from fluidsalus.tune._tags import Tagger
-from fluidsalus.tune.result import SHOULD_CHECKPOINT
+from fluidsalus.tune.result import DONE, SHOULD_CHECKPOINT
 
 __all__ = ["Callback", "TrialInfo"]
 
@@ -280,7 +284,8 @@ class RayCallbackAdapter(EngineCallback):
                  tags: Tagger | None = None,
                  names: Mapping[str, Any] | None = None) -> None:
         self.callbacks = list(callbacks)
-        # on_trial_result: the callbacks (Ray's: before the trial's last_result is updated), then the reporters
+        # on_trial_start/_result/_complete: the callbacks (Ray's: before the trial's status and last_result are
+        # updated), then the reporters (which Ray runs after its step: they see the trial updated)
         self._before_update = [c for c in self.callbacks if not isinstance(c, _AfterTheResult)]
         self._after_update = [c for c in self.callbacks if isinstance(c, _AfterTheResult)]
         self.tags = tags
@@ -470,14 +475,17 @@ class RayCallbackAdapter(EngineCallback):
     # ------------------------------------------------------------------ engine hooks
 
     def _start(self, trial: TrialInfo, attempt: int | None) -> None:
-        trial.status, trial.attempt, trial.error = RUNNING, attempt, None
+        # As in Ray, on_trial_start sees the trial still PENDING; it is RUNNING once the callbacks return
+        trial.status, trial.attempt, trial.error = PENDING, attempt, None
         if trial.last_result is None:  # Ray's trial starts with a result of its id, when and its config
             now = time.time()
             trial.last_result = {"trial_id": trial.trial_id, "date": datetime.datetime.fromtimestamp(now).strftime(
                 DATE_FORMAT), "timestamp": int(now), "config": dict(trial.config)}
         self._restoring.add(trial.trial_id)
         self.iteration += 1
-        self._call_trial("on_trial_start", trial)
+        self._call_trial("on_trial_start", trial, self._before_update)
+        trial.status = RUNNING
+        self._call_trial("on_trial_start", trial, self._after_update)  # (a reporter, after Ray's step)
 
     def on_trial_start(self, trial_id: str, config: Mapping[str, Any], attempt: int) -> None:
         trial, new = self._info(trial_id, config)
@@ -528,22 +536,29 @@ class RayCallbackAdapter(EngineCallback):
     def _saved(self, trial: TrialInfo, folder: str) -> None:
         from fluidsalus.tune import Checkpoint  # the package imports this module
 
-        trial.checkpoint = Checkpoint(os.path.join(trial.path, folder))
-        self._call_trial("on_checkpoint", trial, checkpoint=trial.checkpoint)
+        checkpoint = Checkpoint(os.path.join(trial.path, folder))
+        self._call_trial("on_checkpoint", trial, checkpoint=checkpoint)  # (as in Ray: trial.checkpoint is the
+        trial.checkpoint = checkpoint  # previous one there, and this one in on_trial_save)
         self._call_trial("on_trial_save", trial)
 
     def on_trial_complete(self, trial_id: str, status: str, result: Mapping[str, Any] | None) -> None:
         trial, _ = self._info(trial_id)
-        trial.status = status
         self._restoring.discard(trial_id)
         if result is not None:
             trial.last_result = with_config(result, trial.config)
         self.iteration += 1
         if status == ERROR:
+            trial.status = status
             trial.num_failures += 1
             row = self._stored_trial(trial_id)
             trial.error = row.error if row is not None else None
             self._call_trial("on_trial_error", trial)
         else:
-            self._call_trial("on_trial_complete", trial)
+            # As in Ray: its last result says done, and on_trial_complete sees the status it had (RUNNING, or
+            # PENDING for a trial ended before it started); it is TERMINATED once the callbacks return
+            if trial.last_result is not None:
+                trial.last_result = {**trial.last_result, DONE: True}
+            self._call_trial("on_trial_complete", trial, self._before_update)
+            trial.status = status
+            self._call_trial("on_trial_complete", trial, self._after_update)
         self._maybe_save_states()
