@@ -218,6 +218,27 @@ def test_inter_gives_devices_while_scaling_pays():
     assert placed(result) == {"t0": (0, 1, 2)}
 
 
+def test_inter_gives_each_trial_a_device_of_its_own_when_the_devices_differ_in_size():
+    # The long 2 GiB trial fits both devices, the short 10 GiB one only device 0. Taken longest first, lowest
+    # index first, the small trial took device 0 and the big one waited for it to end (a helper's fuzzing found
+    # it); the small one now moves to device 1 to make room, in the first plan and in every plan after it.
+    ts = [TrialDemand("long_small", 100, GIB, GIB), TrialDemand("short_big", 10, 5 * GIB, 5 * GIB, seq=1)]
+    devs = [DeviceView(0, 10 * GIB + GIB // 2, 4), DeviceView(1, 4 * GIB, 4)]
+    result = plan(ts, devs)
+    assert result.regime == INTER and result.queued == ()
+    assert placed(result) == {"long_small": (1,), "short_big": (0,)}
+    applied = [t._replace(devices=result.placement(t.trial_id) or ()) for t in ts]
+    assert plan(applied, devs).queued == () and {a.action for a in plan(applied, devs).assignments} == {KEEP}
+
+
+def test_with_no_devices_every_trial_waits():
+    # (it raised max()'s ValueError from the intra regime's rebalance, and called a paused trial unplaceable)
+    for planner in (plan, Planner().plan):
+        result = planner([TrialDemand("a", 5, GIB, GIB), TrialDemand("b", 5, GIB, GIB, devices=(0,), paused=True,
+                                                                         seq=1)], [])
+        assert result.assignments == () and set(result.queued) == {"a", "b"} and result.unplaceable == ()
+
+
 def test_no_data_parallel_flag_means_one_device():
     book = scaling_book({1: 10.0, 2: 6.0, 3: 5.0, 4: 4.8})
     result = plan([TrialDemand("t0", 100, GIB, GIB, data_parallel=False)], devices(4), book)

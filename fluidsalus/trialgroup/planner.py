@@ -1439,13 +1439,17 @@ class _Planning:
             [self.trials[tid] for tid in self.comp if tid not in self.alloc], key=self.key
         ))
         left: list[TrialDemand] = []
+        taken: dict[int, TrialDemand] = {}  # device -> the candidate this step gave it
         for t in candidates:
             target = self._free_device_for(t, owner)
+            if target is None:
+                target = self._swap_for(t, owner, taken)
             if target is None:
                 target = self._reclaim_extra(t, owner)
             if target is not None:
                 self.place(t, [target])
                 owner[target] = t.trial_id
+                taken[target] = t
             else:
                 left.append(t)
         if left:  # no free device admits them: co-locate like the intra regime, not on a data-parallel trial's
@@ -1566,6 +1570,35 @@ class _Planning:
                 return d.index
         return None
 
+    def _swap_for(self, t: TrialDemand, owner: dict[int, str], taken: dict[int, TrialDemand]) -> int | None:
+        """A device for ``t`` that no free device admits, freed by moving a candidate step 3 placed before it to
+        another free device that admits that one, so that every trial gets a device of its own when the devices
+        differ (a small trial took the only device a larger one fits, lowest index first). Returns the freed
+        device, with ``t`` admitted there, or None (nothing changed)."""
+        if not any(v.index not in owner and self.ncomp[v.index] == 0 for v in self.devices):
+            return None  # no free device is left to move a candidate to (the usual case: identical devices)
+        for d, other in taken.items():
+            if owner.get(d) != other.trial_id:
+                continue
+            self.release(other, d)
+            if self.admit(t, d):
+                elsewhere = self._free_device_for(other, {**owner, d: t.trial_id})
+                if elsewhere is not None:
+                    rem = self.rem[other.trial_id]
+                    self.alloc[other.trial_id] = [elsewhere]
+                    self.ncomp[d] -= 1
+                    self.load[d] -= rem
+                    self.ncomp[elsewhere] += 1
+                    self.load[elsewhere] += rem
+                    owner[elsewhere] = other.trial_id
+                    del taken[d]
+                    taken[elsewhere] = other
+                    return d
+                self.release(t, d)
+            if not self.admit(other, d):
+                self.admit_unchecked(other, d)  # put it back as it was (it was admitted there before)
+        return None
+
     def _reclaim_extra(self, t: TrialDemand, owner: dict[int, str]) -> int | None:
         """Take back the extra device that costs its data-parallel trial the least, if ``t`` fits there."""
         options = []
@@ -1641,7 +1674,7 @@ class _Planning:
         queued = tuple(map(_TRIAL_ID, rest))
         preempted = tuple(map(_TRIAL_ID, filter(_DEVICES, rest)))  # (C-level loops: the queue can be long)
         biggest = max(self.capacity.values(), default=-1)
-        if rest and max(map(_P_BYTES, rest)) + max(map(_T_BYTES, rest)) > biggest:
+        if rest and self.capacity and max(map(_P_BYTES, rest)) + max(map(_T_BYTES, rest)) > biggest:
             unplaceable = tuple(t.trial_id for t in rest if t.p_bytes + t.t_bytes > biggest)
         else:
             unplaceable = ()
@@ -1686,7 +1719,8 @@ def _place(work: _Planning, intra: bool) -> Plan:
     """The phases after :meth:`_Planning.keep`."""
     if intra:
         work.left = work.fill_intra(work.candidates())
-        while work.rebalance() and work.left:  # a move may have opened a device for a queued trial
+        # a move may have opened a device for a queued trial (with no devices, every trial waits)
+        while work.devices and work.rebalance() and work.left:
             before = len(work.left)
             work.left = work.fill_intra(work.left)
             if len(work.left) == before:
