@@ -31,6 +31,7 @@ from fluidsalus.store import (
     TERMINATED,
     TRIAL_RESTART_EVENT,
     TRIAL_STATUSES,
+    WAL_SUFFIX,
     EventRow,
     ExperimentStore,
     TrialRow,
@@ -201,8 +202,6 @@ def resolve_experiment(path: str | os.PathLike[str]) -> str:
 
 #: The first bytes of every SQLite database file.
 _SQLITE_HEADER = b"SQLite format 3\x00"
-#: Suffix of SQLite's write-ahead log beside the database; it exists while any connection has the store open.
-_WAL_SUFFIX = "-wal"
 
 
 def open_readonly(path: str | os.PathLike[str]) -> ExperimentStore:
@@ -218,7 +217,7 @@ def open_readonly(path: str | os.PathLike[str]) -> ExperimentStore:
         StoreError: As :meth:`ExperimentStore.open`: not an experiment, not a store, or a newer schema.
     """
     db_path = resolve_db_path(path)
-    idle = os.path.isfile(db_path) and not os.path.exists(db_path + _WAL_SUFFIX)
+    idle = os.path.isfile(db_path) and not os.path.exists(db_path + WAL_SUFFIX)
     return ExperimentStore.open(path, readonly=True, immutable=idle)
 
 

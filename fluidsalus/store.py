@@ -39,6 +39,9 @@ SCHEMA_VERSION = 2
 #: ``PRAGMA application_id`` of a fluidsalus store: the bytes "FlSa".
 APPLICATION_ID = 0x466C5361
 DB_FILENAME = "experiment.db"
+#: Suffixes of SQLite's write-ahead log and its shared-memory index beside the database: they exist while a
+#: connection has the store open, and the last connection to close removes them (unless it is read-only).
+WAL_SUFFIX, SHM_SUFFIX = "-wal", "-shm"
 #: The lock file of the driver that runs the experiment (:class:`DriverLock`), beside the store.
 LOCK_FILENAME = ".driver.lock"
 #: Ray's file in a trial's folder to which each failure of the trial is appended (``ray.air.constants``).
@@ -399,7 +402,7 @@ class ExperimentStore:
             conn.execute("COMMIT")
         except BaseException:
             conn.close()
-            for suffix in ("", "-wal", "-shm"):
+            for suffix in ("", WAL_SUFFIX, SHM_SUFFIX):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(db_path + suffix)
             raise
@@ -506,8 +509,28 @@ class ExperimentStore:
         conn.execute("PRAGMA foreign_keys = ON")
 
     def close(self) -> None:
+        """Close the connection. A writer first copies the write-ahead log into the database file (a ``TRUNCATE``
+        checkpoint), so ``experiment.db`` alone holds every row even when a reader that closes later keeps the
+        ``-wal`` file (SQLite folds the log in at the last close only, and a read-only connection cannot)."""
+        with contextlib.suppress(sqlite3.Error):
+            if not self.readonly and not self._in_tx:
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         with contextlib.suppress(sqlite3.Error):
             self._conn.close()
+
+    @classmethod
+    def fold_log(cls, path: str | os.PathLike[str]) -> None:
+        """Remove the ``-wal`` and ``-shm`` files a reader that closed after the run's writer left beside the store
+        (a read-only connection cannot): a writer connection opened and closed folds them in when it is the last
+        one, as SQLite does at a last close; while another process has the store open, nothing changes.
+
+        Args:
+            path: The experiment folder or the database file.
+        """
+        db_path = resolve_db_path(path)
+        if os.path.exists(db_path + WAL_SUFFIX):
+            with contextlib.suppress(StoreError, sqlite3.Error, OSError):
+                cls.open(db_path).close()
 
     def write_back_if_removed(self) -> bool:
         """Write the store back to its path if its file was deleted (its experiment folder removed while a run

@@ -162,6 +162,30 @@ def test_readonly_reader_sees_committed_rows_while_writer_is_open(tmp_path):
         reader.add_events([(1.0, "x", None, None, None)])
 
 
+def test_the_database_file_alone_holds_every_row_once_the_writer_closed_before_a_reader(tmp_path):
+    """A reader that closes after the writer kept the rows in ``experiment.db-wal`` (SQLite folds the log in at the
+    last close only, and a read-only connection cannot): the Tune front end's callbacks left a 4 KiB
+    ``experiment.db`` that, copied alone, was no store. The writer folds the log in as it closes, and
+    :meth:`ExperimentStore.fold_log` removes the files the reader left."""
+    import shutil
+
+    writer = _new(tmp_path)
+    writer.add_trials([("t0", 0, {})])
+    writer.add_results([("t0", 0, 1, 1.0, {"acc": 0.5})])
+    reader = ExperimentStore.open(str(tmp_path / "exp"), readonly=True)
+    assert len(reader.results()) == 1
+    writer.close()
+    reader.close()
+    db = tmp_path / "exp" / DB_FILENAME
+    (tmp_path / "copy").mkdir()
+    shutil.copy(db, tmp_path / "copy" / DB_FILENAME)  # the database file alone, as a user copies it
+    with ExperimentStore.open(str(tmp_path / "copy"), readonly=True, immutable=True) as copy:
+        assert [r.metrics["acc"] for r in copy.results()] == [0.5]
+    assert os.path.exists(f"{db}-wal")  # (the reader, closing last, cannot remove the log)
+    ExperimentStore.fold_log(str(tmp_path / "exp"))
+    assert sorted(os.listdir(tmp_path / "exp")) == [DB_FILENAME]
+
+
 def test_every_committed_result_survives_a_killed_writer(tmp_path):
     """A writer process is SIGKILLed mid-stream: every result it committed (and then announced) is there."""
     exp = tmp_path / "killed"

@@ -22,7 +22,7 @@ import pytest
 from fluidsalus import searchers
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
-from fluidsalus.store import ExperimentStore
+from fluidsalus.store import DB_FILENAME, ExperimentStore
 from fluidsalus.tune import Tuner
 from fluidsalus.tune._trainable import cpu_request, gpu_hint, make_entry
 from fluidsalus.tune._translate import MaxBudgetStop, plan
@@ -780,6 +780,17 @@ def test_a_callback_sees_the_trials_previous_result_in_on_trial_result_as_in_ray
     # (and the last result says done in on_trial_complete, as Ray's; it said done=False)
     assert seer.seen == [("start", None, True), ("result", 0, None), ("result", 1, 0), ("result", 2, 1),
                          ("complete", 2, True)]
+
+
+def test_a_tuner_leaves_its_store_whole_in_experiment_db_with_no_log_beside_it(ray_cluster, storage: str) -> None:
+    """The callbacks' store reader closed after the run's writer, so every row stayed in ``experiment.db-wal``
+    beside a 4 KiB ``experiment.db`` (a helper copied the database alone: "not a fluidsalus experiment store")."""
+    _, grid = _run(_steps, storage, {"x": 2.0}, run_config_kwargs={"callbacks": [_SeesPrevious()], "name": "whole"})
+    assert grid.num_errors == 0
+    folder = os.path.join(storage, "whole")
+    assert not [name for name in os.listdir(folder) if name.startswith(f"{DB_FILENAME}-")]
+    with ExperimentStore.open(folder, readonly=True, immutable=True) as store:
+        assert len(store.results()) == 3
 
 
 def test_ray_style_callbacks_see_every_result(ray_cluster, storage: str) -> None:

@@ -763,6 +763,7 @@ class Tuner:
             policies.write()
             if adapter is not None:
                 adapter.experiment_end()
+                ExperimentStore.fold_log(experiment_dir)  # (its store reader closed after the run's writer)
             if os.path.isfile(os.path.join(experiment_dir, DB_FILENAME)) and not os.path.isfile(
                     os.path.join(experiment_dir, TUNER_STATE_FILE)):
                 with contextlib.suppress(OSError):
