@@ -146,6 +146,26 @@ def test_a_late_result_without_the_metric_or_stop_key_keeps_what_the_run_did(sto
     assert kept[1] == [1, 2, 3] and kept[2] == [2, 4, 6]
 
 
+def _slips_at_once(config):
+    fluidsalus.report({"loss": 1.0, "epochs": 1})
+    fluidsalus.report({"val_loss": 1.0})  # right after: the device sends both in one batch
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"metric": "loss", "mode": "min"}, "metric='loss' is not in the results"),
+    ({"stop": {"epochs": 10}}, "stop criterion 'epochs' is not in the result"),
+])
+def test_a_result_without_the_metric_in_the_batch_of_a_good_one_keeps_the_good_one(storage, kwargs, message):
+    """The batch's check failed as a whole, so the good result before the bad one was not stored, and the
+    experiment, with no result acknowledged, was deleted (a helper's docs audit): the events before the bad result
+    are now stored and acted on first."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        fluidsalus.run(_slips_at_once, {"x": 1}, storage_path=storage, name="slip", verbose=0, **kwargs)
+    with ExperimentStore.open(os.path.join(storage, "slip"), readonly=True) as store:
+        assert store.experiment()["status"] == "ERROR"
+        assert [r.metrics["loss"] for t in store.trials() for r in store.results(t.trial_id)] == [1.0]
+
+
 def _returns_a_number(config):
     return 0.5
 

@@ -1481,13 +1481,42 @@ class Executor:
 
     # ------------------------------------------------------------------ events
 
+    def _acts_on(self, device: _Device, event: tuple[Any, ...]) -> bool:
+        """Whether a trial's event from ``device`` counts: not one of an earlier attempt that was already given up
+        on, nor a data-parallel worker's (only rank 0 speaks for the trial; the host sends none)."""
+        trial = self.trials.get(event[1])
+        if trial is None or event[2] != trial.attempt:
+            return False
+        return not (trial.placed_on and trial.placed_on[0] != device.spec.index)
+
     def _handle(self, device: _Device, batch: list[tuple[Any, ...]]) -> None:
+        """Store and act on a device's batch of events, in one transaction.
+
+        Raises:
+            ConfigError: A result leaves out the run's metric, or a device reported a run-level error (a stop key
+                missing from a result): the events before it are stored and acted on first, as if they had come
+                in a batch of their own, so that what the run did is kept whatever the device's batching.
+        """
+        for index, event in enumerate(batch):
+            error: ConfigError | None = None
+            if event[0] not in (EV_FATAL, EV_RESULT) or not self._acts_on(device, event):
+                continue
+            if event[0] == EV_FATAL:
+                error = ConfigError(event[4])
+            else:
+                try:
+                    self._check_metric(event[1], event[4])
+                except ConfigError as e:
+                    error = e
+            if error is not None:
+                if index:
+                    self._handle(device, batch[:index])
+                raise error
         results: list[tuple[str, int, int, float, Mapping[str, Any]]] = []
         events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]] = []
         acted: list[tuple[str, Trial, tuple[Any, ...]]] = []
         verdicts: list[tuple[Any, ...]] = []  # CHECKPOINT_VERDICT_CALLs: answered once the callbacks saw the batch
         decisions: list[tuple[Any, ...]] = []  # RESULT_VERDICT_CALLs: answered once the searcher saw the batch
-        fatal: str | None = None
         name = device.spec.name
         received = time.time()  # the driver's clock: a move's two ends may be on nodes with different clocks
         with self.store.transaction():
@@ -1509,10 +1538,8 @@ class Executor:
                 trial = self.trials.get(trial_id)
                 if kind == EV_END and trial_id in device.lingering:
                     del device.lingering[trial_id]  # a worker that ended as a trial (never admitted, say)
-                if trial is None or attempt != trial.attempt:
-                    continue  # an event of an earlier attempt that was already given up on
-                if trial.placed_on and trial.placed_on[0] != device.spec.index:
-                    continue  # a data-parallel worker's: only rank 0 speaks for the trial (the host sends none)
+                if trial is None or not self._acts_on(device, event):
+                    continue
                 if kind == EV_RESULT:
                     metrics = event[4]
                     if trial.extras:
@@ -1606,8 +1633,6 @@ class Executor:
                     )
                     events.append((ts, "trial_end", trial_id, name, {"attempt": attempt, "outcome": outcome}))
                     acted.append((kind, trial, event))
-                elif kind == EV_FATAL:
-                    fatal = event[4]
             if results:
                 self.store.add_results(results)
                 last: dict[str, Trial] = {r[0]: self.trials[r[0]] for r in results}
@@ -1618,15 +1643,12 @@ class Executor:
                                                 checkpoint_path=trial.checkpoint_path)
             if events:
                 self.store.add_events(events)
-            if fatal is not None:
-                raise ConfigError(fatal)
             # The searcher consumes the batch in memory, and its new state commits together with the batch:
             # after a crash, the stored results and the stored searcher state always agree. Nothing leaves
             # this process (stop messages, printed lines) before the commit.
             stops: list[str] = []
             for kind, trial, event in acted:
                 if kind == EV_RESULT:
-                    self._check_metric(trial.trial_id, event[4])
                     # Every result is given, in order, also those that arrive in the batch of the trial's end
                     # (they come before it in ``acted``): the searcher sees the same sequence however the
                     # device happened to batch them. A stop asked for a trial that has already ended is moot
