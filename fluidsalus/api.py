@@ -28,7 +28,7 @@ from ray import cloudpickle as ray_cloudpickle
 from fluidsalus import space as sp
 from fluidsalus.callbacks import Callback
 from fluidsalus.config import RunSpec, build
-from fluidsalus.errors import ConfigError, StoreError
+from fluidsalus.errors import ConfigError, SpaceError, StoreError
 from fluidsalus.gpu import nvml
 from fluidsalus.gpu.actor import cluster_nodes, pack_trainable
 from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE
@@ -202,7 +202,10 @@ def run(
             "whose stop_all() ends the run"
         )
     if searcher is None:
-        sp.validate_space(space)
+        try:
+            sp.validate_space(space)
+        except SpaceError as e:  # (named as every other bad argument is)
+            raise SpaceError(f"config: {e}") from None
         space = dict(space)
         searcher = RandomSearch(space, num_samples=spec.num_samples, seed=spec.seed)
     elif not isinstance(searcher, BaseSearcher):

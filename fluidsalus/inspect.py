@@ -91,7 +91,7 @@ class NoResultsError(StoreError):
 
 
 class WindowError(ValueError):
-    """The window asked for does not overlap the run (it starts at or after the run's end)."""
+    """The window asked for does not overlap the run (it starts at or after the run's end, or before its start)."""
 
 
 @dataclass
@@ -466,8 +466,9 @@ class Report:
         trials = _plural(len(self.trial_rows), "trial")
         head = (f"experiment {exp['name']} ({exp['status']}, {self.duration_s:.1f}s): {trials}, "
                 f"{live}, {counts['TERMINATED']} done ({self.stopped} stopped early), {counts['ERROR']} errored")
-        t0 = self.activity.start or exp["created_at"]
-        window = (f"window {self.summary.start - t0:.2f}s .. {self.summary.end - t0:.2f}s from the first device "
+        t0 = self.activity.start
+        window = ("no device started" if t0 is None else  # (a run interrupted while Ray started, say)
+                  f"window {self.summary.start - t0:.2f}s .. {self.summary.end - t0:.2f}s from the first device "
                   f"start; {self.total_stats.device_seconds:.2f} device-seconds")
         header = ("DEVICE", "BUSY", "SLOTS", "ITERS", "USEFUL", "WASTED", "IT/S", "GOODPUT", "SAMPLES/S", "LANES",
                   "SWITCHES", "SW_P50", "SW_P99", "RESERVED", "USED", "GPU%")
@@ -546,7 +547,7 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
     Raises:
         StoreError: The path is not an experiment, or the store is from a newer fluidsalus.
         NoResultsError: The experiment is running and has no results yet.
-        WindowError: ``window`` starts at or after the run's end.
+        WindowError: ``window`` starts at or after its end or the run's, or either bound is negative.
     """
     resolved = resolve_experiment(path)
     with open_readonly(resolved) as store:
@@ -561,10 +562,14 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
     if window is not None:
         t0 = activity.start or exp["created_at"]
         start, end = window
-        absolute = (t0 + (start or 0.0), (activity.end or t0) if end is None else t0 + end)
-        if absolute[0] >= absolute[1]:
+        for name, value in (("start", start), ("end", end)):
+            if value is not None and not value >= 0:
+                raise WindowError(f"the window's {name} is seconds after the first device started: >= 0, got {value}")
+        lasted = (activity.end or t0) - t0
+        absolute = (t0 + (start or 0.0), t0 + lasted if end is None else t0 + end)
+        if absolute[0] >= absolute[1] or (start or 0.0) >= lasted:
             raise WindowError(f"the window starts at {start or 0.0:.2f}s, at or after its end, "
-                              f"{absolute[1] - t0:.2f}s (the run lasted {(activity.end or t0) - t0:.2f}s)")
+                              f"{absolute[1] - t0:.2f}s, or the run's (it lasted {lasted:.2f}s)")
     return Report(resolved, exp, trials, activity, gp.summarize(activity, absolute), bin_s, planner_summary(events))
 
 

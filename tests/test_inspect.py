@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 import fluidsalus
 from fluidsalus import goodput as gp
 from fluidsalus.cli import EXIT_USAGE, main
-from fluidsalus.inspect import PLOT_DPI, PLOT_WIDTH_IN, NoResultsError, PlannerSummary, Report, inspect
+from fluidsalus.inspect import PLOT_DPI, PLOT_WIDTH_IN, NoResultsError, PlannerSummary, Report, WindowError, inspect
 from fluidsalus.store import DB_FILENAME, SCHEMA_VERSION, ExperimentStore
 
 #: Iterations each trial of the shared sweep reports, and the one (0-based) where a failing trial fails once.
@@ -339,11 +340,35 @@ def test_bad_options_exit_2(tmp_path, capsys):
                             (["--plot", str(tmp_path)], "is not a file name ending in .png"),
                             (["--bin", "0.001"], "--bin must be at least 0.05 seconds"),
                             (["--start", "-5"], "--start is seconds after the first device started: >= 0"),
-                            (["--start", "100"], "the window starts at 100.00s, at or after its end, 1.00s")):
+                            (["--start", "100"], "the window starts at 100.00s, at or after its end, 1.00s"),
+                            # (a docs audit: accepted when an end was given, as "0.00 device-seconds")
+                            (["--start", "5", "--end", "10"], "the window starts at 5.00s, at or after its end, "
+                                                              "10.00s, or the run's (it lasted 1.00s)")):
         assert main(["inspect", path, *option]) == EXIT_USAGE
         captured = capsys.readouterr()
         assert captured.out == "" and message in captured.err and captured.err.count("\n") == 1
     assert not os.path.exists(str(tmp_path) + ".png")
+
+
+def test_a_window_from_python_is_checked_as_the_command_lines(tmp_path):
+    store = _store(tmp_path)
+    store.add_results([("t0", 0, 1, 11.0, {"acc": 1})])
+    store.close()
+    for window, message in (((-1, 2), "the window's start is seconds after the first device started: >= 0, got -1"),
+                            ((0, -2), "the window's end is seconds after the first device started: >= 0, got -2"),
+                            ((5, 10), "the window starts at 5.00s, at or after its end, 10.00s, or the run's")):
+        with pytest.raises(WindowError, match=re.escape(message)):
+            inspect(str(tmp_path / "exp"), window=window)
+    assert inspect(str(tmp_path / "exp"), window=(0.5, 10)).total_stats.iterations == 1
+
+
+def test_a_run_that_ended_before_any_device_started_says_so(tmp_path):
+    """Its window was shown from the epoch: "window -1795931592.20s .. -1795931592.20s" (a docs audit)."""
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "acc", "max")
+    store.set_experiment(status="INTERRUPTED", finished_at=time.time())
+    store.close()
+    text = inspect(str(tmp_path / "exp")).render_table()
+    assert "no device started" in text and "window" not in text.splitlines()[1]
 
 
 def test_console_script_exit_code(tmp_path):

@@ -202,8 +202,8 @@ class _Unpicklable:
     ("kwargs", "message"),
     [
         (dict(metric="score", mode="maximize"), r"mode: Input should be 'min' or 'max'.*'maximize'"),
-        (dict(config={}), "search space is empty"),
-        (dict(config=[1, 2]), "must be a dict"),
+        (dict(config={}), "config: the search space is empty"),  # (it named no argument)
+        (dict(config=[1, 2]), "config: the search space must be a dict"),
         (dict(config={"x": {"grid_search": []}}), "grid_search"),
         (dict(num_samples=0), r"num_samples must be >= 1, or -1"),
         (dict(num_samples=-1), r"num_samples=-1 samples until the run is stopped: also pass time_budget_s"),
