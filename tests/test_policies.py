@@ -75,6 +75,24 @@ def test_srtf_unprofiled_first_open_ended_last():
     assert predicted_remaining_s(views[2]) is None
 
 
+@pytest.mark.parametrize("name", ["fair", "srtf", "priority"])
+def test_a_nan_in_a_key_goes_last_whatever_the_order_of_the_ready_trials(name):
+    """NaN compares false with everything: the choice depended on the order of ``ready`` and ``choose`` could
+    disagree with ``order`` (a helper's fuzzing). A NaN used time, a NaN priority, a NaN time per iteration, and
+    an infinite budget at 0 s per iteration (inf * 0) now count as infinite."""
+    odd = {"fair": [TrialView("n", 0, 0.0, used_time_s=math.nan)],
+           "srtf": [TrialView("n", 0, 0.0, remaining_iterations=3, sec_per_iter=math.nan),
+                    TrialView("m", 1, 0.5, remaining_iterations=math.inf, sec_per_iter=0.0)],
+           "priority": [TrialView("n", 0, 0.0, priority=math.nan)]}[name]
+    plain = [TrialView("a", 2, 1.0, used_time_s=1.0, remaining_iterations=2, sec_per_iter=1.0, priority=1),
+             TrialView("b", 3, 2.0, used_time_s=2.0, remaining_iterations=4, sec_per_iter=1.0, priority=0)]
+    policy = get_policy(name)
+    expected = order(policy, plain + odd)
+    assert expected[:2] == ["a", "b"]
+    for ready in (plain + odd, odd + plain, [plain[1], *odd, plain[0]], list(reversed(plain + odd))):
+        assert order(policy, ready) == expected and choose(policy, ready) == "a"
+
+
 def test_registry_flags_and_errors():
     assert set(POLICIES) == {"fifo", "fair", "rr", "pack", "srtf", "priority"}
     assert all(p.work_conserving for p in POLICIES.values())

@@ -82,6 +82,12 @@ class Policy:
     description: str
 
 
+def _last_if_nan(value: float) -> float:
+    """``value``, or ``inf`` when it is NaN: NaN compares false with everything, so a key holding it made the
+    choice depend on the order of the ready trials (and ``choose`` disagree with ``order``)."""
+    return math.inf if value != value else value
+
+
 def _tie(v: TrialView) -> tuple:
     return (v.ready_since, v.arrival_seq, v.trial_id)
 
@@ -93,7 +99,7 @@ def fifo_key(v: TrialView) -> tuple:
 
 def fair_key(v: TrialView) -> tuple:
     """``fair``: least used compute time."""
-    return (v.used_time_s, *_tie(v))
+    return (_last_if_nan(v.used_time_s), *_tie(v))
 
 
 def rr_key(v: TrialView) -> tuple:
@@ -119,7 +125,7 @@ def predicted_remaining_s(v: TrialView) -> float | None:
         return None
     if v.remaining_iterations is None:
         return math.inf
-    return max(0.0, v.remaining_iterations) * v.sec_per_iter
+    return _last_if_nan(max(0.0, v.remaining_iterations) * v.sec_per_iter)  # (NaN: inf iterations of 0 s)
 
 
 def srtf_key(v: TrialView) -> tuple:
@@ -127,12 +133,12 @@ def srtf_key(v: TrialView) -> tuple:
     remaining = predicted_remaining_s(v)
     if remaining is None:
         return (0, 0.0, *_tie(v))
-    return (1, remaining, *_tie(v))
+    return (1, _last_if_nan(remaining), *_tie(v))
 
 
 def priority_key(v: TrialView) -> tuple:
     """``priority``: highest priority value, ties as ``fifo``."""
-    return (-v.priority, *_tie(v))
+    return (_last_if_nan(-v.priority), *_tie(v))
 
 
 #: The policies by name.
