@@ -166,6 +166,21 @@ def test_a_result_without_the_metric_in_the_batch_of_a_good_one_keeps_the_good_o
         assert [r.metrics["loss"] for t in store.trials() for r in store.results(t.trial_id)] == [1.0]
 
 
+def _five_steps(config):
+    for i in range(5):
+        fluidsalus.report({"loss": float(i)})
+
+
+def test_a_resumed_runs_progress_counts_the_trials_stopped_before_it(storage, capfd):
+    """The closing status line of a resume said "3 done (0 stopped)" of trials its first session had stopped."""
+    for resume in (False, True):
+        fluidsalus.run(_five_steps, {"x": fluidsalus.grid_search([1, 2, 3])}, stop={"training_iteration": 2},
+                       storage_path=storage, name="again", resume=resume, verbose=1)
+        out = capfd.readouterr()
+        lines = [line for line in (out.out + out.err).splitlines() if "done (" in line]
+        assert lines and "3 done (3 stopped)" in lines[-1], (resume, lines[-1:])
+
+
 def _returns_a_number(config):
     return 0.5
 

@@ -498,7 +498,9 @@ class Executor:
         # result is (a trial's last result, Ray's default scope), not the best value ever reported.
         self._last_values: dict[str, float] = {}
         self._iterations = 0
-        self._stopped = 0
+        # trials stopped early (the progress view's count): those of an earlier session of a resumed run too
+        self._stopped = sum(1 for row in store.trials() if row.status == TERMINATED and row.stop_reason == OUT_STOPPED
+                            ) if trials else 0
         self._progress = Progress(settings.verbose, settings.metric, settings.mode, None)
         self._started = time.time()
         self._first_error: str | None = None
