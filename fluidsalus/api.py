@@ -377,7 +377,7 @@ def _execute(spec: RunSpec, payload: bytes, searcher: BaseSearcher, store: Exper
         raise
     store.set_experiment(status=EXP_FINISHED, finished_at=time.time())
     assert executor is not None  # (it ran to its end)
-    grid = ResultGrid.from_store(store, last_results=executor.last_results())
+    grid = ResultGrid.from_store(store, last_results=executor.last_results(), configs=executor.configs())
     store.close()
     if spec.verbose >= 1:
         _print_summary(grid, exp_dir, time.time() - started, spec.metric, spec.mode)

@@ -213,7 +213,8 @@ class ResultGrid:
 
     @classmethod
     def from_store(cls, store: ExperimentStore,
-                   last_results: Mapping[str, Mapping[str, Any]] | None = None) -> ResultGrid:
+                   last_results: Mapping[str, Mapping[str, Any]] | None = None,
+                   configs: Mapping[str, Mapping[str, Any]] | None = None) -> ResultGrid:
         """Build the grid from an experiment's store (works on a running experiment too).
 
         Args:
@@ -221,6 +222,9 @@ class ResultGrid:
             last_results: Trials' last results as they were reported, by trial id, for those the store holds in
                 JSON: the run that just ended gives them, so that ``Result.metrics`` keeps the objects the
                 trials reported (NumPy scalars and arrays), as Ray's does; a grid read from disk has JSON's.
+            configs: Trials' configurations as the search gave them, by trial id: the run that just ended gives
+                them, so that ``Result.config`` keeps a class, a function or a tuple of the search space (as Ray's
+                does: ``model(**result.config)``); the store holds JSON, where they are strings and lists.
         """
         exp = store.experiment()
         history: dict[str, list[dict[str, Any]]] = {}
@@ -244,6 +248,7 @@ class ResultGrid:
         results = []
         folders, names = store.trial_dirs(), store.trial_names()
         for t in store.trials():
+            config = dict(configs[t.trial_id]) if configs is not None and t.trial_id in configs else t.config
             rows = history.get(t.trial_id, [])
             reported = (last_results or {}).get(t.trial_id)
             metrics = (dict(reported) if reported is not None and t.last_result is not None
@@ -253,11 +258,11 @@ class ResultGrid:
             if metrics is not None:
                 if t.status == TERMINATED:  # (an errored trial's last result stays as it was: not done, as in Ray)
                     metrics["done"] = True
-                metrics = with_config(metrics, t.config)
+                metrics = with_config(metrics, config)
             elif started:  # it started but reported nothing (it returned at once, or failed first): as in Ray,
                 # its id, when it started and its config
                 metrics = {"trial_id": t.trial_id, "date": datetime.datetime.fromtimestamp(
-                    t.started_at).strftime(DATE_FORMAT), "timestamp": int(t.started_at), "config": t.config}
+                    t.started_at).strftime(DATE_FORMAT), "timestamp": int(t.started_at), "config": config}
                 if t.status == TERMINATED:
                     metrics["done"] = True
             else:  # it never started: Ray's Result has only the trial's id
@@ -268,7 +273,7 @@ class ResultGrid:
             # Ray's best_checkpoints: the num_to_keep best, worst first (the latest, always kept, only if one)
             best = [ckpts[i] for i in rank_checkpoints([m for _, m in ckpts], score_attribute, score_order)]
             best = best[-num_to_keep:] if num_to_keep else best
-            row_configs = [_config_of_attempt(t.config, changes.get(t.trial_id, []), attempt)
+            row_configs = [_config_of_attempt(config, changes.get(t.trial_id, []), attempt)
                            for attempt in attempts.get(t.trial_id, [])]
             results.append(
                 Result(
@@ -280,7 +285,7 @@ class ResultGrid:
                     trial_id=t.trial_id,
                     status=t.status,
                     _history=rows,
-                    _config=t.config,
+                    _config=config,
                     _row_configs=row_configs,
                     _num_failures=t.num_failures + (t.status == ERROR),  # the retried failures, and the last
                     _started=started,

@@ -793,6 +793,28 @@ def test_a_tuner_leaves_its_store_whole_in_experiment_db_with_no_log_beside_it(r
         assert len(store.results()) == 3
 
 
+class _Activation:
+    """A class in the search space, as a model's activation is."""
+
+
+def _reports_x(config):
+    tune.report({"score": config["x"]})
+
+
+def test_a_results_config_keeps_the_classes_functions_and_tuples_of_the_space(ray_cluster, storage: str) -> None:
+    """``build(**result.config)`` needs the objects, as Ray's Result gives them: they came back from the store's
+    JSON as a class's repr string, a function's repr and lists (a helper's differential test against Ray)."""
+    space = {"x": tune.uniform(0, 1), "act": _Activation, "fn": np.tanh, "layers": tune.choice([(64, 32)]),
+             "size": (5, 6), "n": np.int64(3)}
+    _, grid = _run(_reports_x, storage, space, metric="score", mode="max", num_samples=2)
+    best = grid.get_best_result()
+    for config in (best.config, best.metrics["config"]):
+        assert config["act"] is _Activation and config["fn"] is np.tanh
+        assert config["layers"] == (64, 32) and config["size"] == (5, 6) and type(config["n"]) is np.int64
+    frame = grid.get_dataframe()
+    assert frame["config/act"].iloc[0] is _Activation and frame["config/layers"].iloc[0] == (64, 32)
+
+
 def test_ray_style_callbacks_see_every_result(ray_cluster, storage: str) -> None:
     recorder = _Recorder()
     _, grid = _run(_steps, storage, run_config_kwargs={"callbacks": [recorder]}, num_samples=3)

@@ -548,6 +548,11 @@ class Executor:
         return {trial_id: trial.last_result for trial_id, trial in self.trials.items()
                 if trial.last_result is not None}
 
+    def configs(self) -> dict[str, Mapping[str, Any]]:
+        """Each trial's configuration as the search gave it (a class, a function or a tuple kept; the store holds
+        JSON, which makes them strings and lists), by id."""
+        return {trial_id: trial.config for trial_id, trial in self.trials.items()}
+
     @property
     def results_acknowledged(self) -> int:
         """How many results the run has stored and acted on (a batch that failed its checks is not stored)."""
