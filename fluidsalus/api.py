@@ -513,7 +513,7 @@ def _describe(spec: RunSpec, space: Mapping[str, Any], stop: Any, trainable_name
     return {
         "trainable": trainable_name,
         "searcher": type(searcher).__name__,  # (a resume must bring one of the same kind)
-        "space": {k: repr(v) for k, v in sp.flatten_space(space).items()} if space else {},
+        "space": {k: repr(v) for k, v in sp.flatten_space(space, strict=False).items()} if space else {},
         "stop": stop if isinstance(stop, Mapping) else (repr(stop) if stop is not None else None),
         **spec.model_dump(exclude={"name", "storage_path", "resume"}),
     }

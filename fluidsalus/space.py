@@ -1105,37 +1105,40 @@ def generate_variants(
 # --------------------------------------------------------------------------------------------------------
 
 
-def _flatten_into(node: dict[str, Any], path: Path, out: dict[str, Any]) -> None:
+def _flatten_into(node: dict[str, Any], path: Path, out: dict[str, Any], strict: bool = True) -> None:
     for key, value in node.items():
         child = (*path, key)
-        if PATH_SEPARATOR in key:
+        if strict and PATH_SEPARATOR in key:
             raise SpaceError(
                 f"search space key {key!r} at '{_path_text(path)}' contains {PATH_SEPARATOR!r}, the "
                 "separator of flattened keys; rename it"
             )
         if isinstance(value, dict) and value and not _is_grid(value):
-            _flatten_into(value, child, out)
+            _flatten_into(value, child, out, strict)
         else:
             out[PATH_SEPARATOR.join(child)] = value
 
 
-def flatten_space(space: dict[str, Any]) -> dict[str, Any]:
+def flatten_space(space: dict[str, Any], strict: bool = True) -> dict[str, Any]:
     """Flatten nested dicts into ``"outer/inner"`` keys.
 
     Grid-search dicts, domains, lists and empty dicts are leaves, so :func:`unflatten` restores the space.
 
     Args:
         space: A search space or a configuration.
+        strict: Refuse a key that contains ``"/"``, which :func:`unflatten` would split (the searchers that
+            need the round trip); False joins it as it is (a space described for the record, as Ray's own
+            ``flatten_dict`` does: a space of keys such as ``"optim/lr"`` runs under random and grid search).
 
     Returns:
         A flat dict from ``"/"``-joined key paths to values.
 
     Raises:
-        SpaceError: The space is invalid or a key contains ``"/"``.
+        SpaceError: The space is invalid, or (``strict``) a key contains ``"/"``.
     """
     validate_space(space, allow_empty=True)
     out: dict[str, Any] = {}
-    _flatten_into(space, (), out)
+    _flatten_into(space, (), out, strict)
     return out
 
 

@@ -815,6 +815,19 @@ def test_a_results_config_keeps_the_classes_functions_and_tuples_of_the_space(ra
     assert frame["config/act"].iloc[0] is _Activation and frame["config/layers"].iloc[0] == (64, 32)
 
 
+def _reports_slashed(config):
+    tune.report({"score": config["optim/lr"] + config["m"]["a/b"]})
+
+
+def test_a_space_whose_keys_hold_slashes_runs_as_in_ray(ray_cluster, storage: str) -> None:
+    """Flattened names such as ``"optim/lr"`` were refused (the run's record of its space flattened it strictly);
+    Ray runs them (a helper's differential test)."""
+    space = {"optim/lr": tune.grid_search([0.1, 0.2]), "m": {"a/b": 1}}
+    _, grid = _run(_reports_slashed, storage, space, metric="score", mode="max")
+    assert grid.num_errors == 0 and sorted(r.config["optim/lr"] for r in grid) == [0.1, 0.2]
+    assert grid.get_best_result().metrics["score"] == pytest.approx(1.2)
+
+
 def test_ray_style_callbacks_see_every_result(ray_cluster, storage: str) -> None:
     recorder = _Recorder()
     _, grid = _run(_steps, storage, run_config_kwargs={"callbacks": [recorder]}, num_samples=3)
