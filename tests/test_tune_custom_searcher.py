@@ -206,8 +206,32 @@ def test_a_new_searcher_starts_where_a_saved_one_left_off_with_restore_from_dir(
     with pytest.raises(RuntimeError, match="Searcher unable to find checkpoint in"):
         HillClimber().restore_from_dir(str(tmp_path / "none"))
     with pytest.raises(ConfigError, match=r"OptunaSearch.restore_from_dir: .* continue the experiment with "
-                                          r"Tuner.restore\(path, trainable\), or keep the study in"):
+                                          r"Tuner.restore\(path, trainable\); or warm-start a new one with "
+                                          r"OptunaSearch\(...\).add_evaluated_trials\(results, metric\).*, or keep "
+                                          r"the study in"):
         OptunaSearch().restore_from_dir(str(tmp_path))
+
+
+def test_a_built_in_search_algorithms_save_and_restore_say_where_its_state_is(tmp_path, caplog) -> None:
+    """They raised a bare NotImplementedError, and save_to_dir logged that the search algorithm "has no save()"
+    (a helper's differential test; Ray's write a pickle of the algorithm)."""
+    from fluidsalus.tune.search.bohb import TuneBOHB
+    from fluidsalus.tune.search.hyperopt import HyperOptSearch
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    for search, warm in ((OptunaSearch(), True), (HyperOptSearch(), True), (TuneBOHB(), False)):
+        name = type(search).__name__
+        for method in (search.save, search.restore):
+            with pytest.raises(NotImplementedError, match=rf"{name}.{method.__name__}: fluidsalus keeps this search "
+                                                          r"algorithm's state in the experiment's store") as raised:
+                method(str(tmp_path / "state.pkl"))
+            assert ("add_evaluated_trials" in str(raised.value)) == warm
+        with caplog.at_level("WARNING"):
+            search.save_to_dir(str(tmp_path))
+        assert f"Nothing was saved: {name}.save_to_dir: fluidsalus keeps" in caplog.text
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(NotImplementedError, match="HillClimber.save is not implemented: override save"):
+        Searcher.save(HillClimber(), str(tmp_path / "x"))
 
 
 def test_a_searcher_without_save_is_run_and_not_saved(tmp_path, caplog) -> None:

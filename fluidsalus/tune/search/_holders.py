@@ -83,12 +83,36 @@ class Searcher(MetricModeHolder, SearchAlgorithm):
 
     def save(self, checkpoint_path: str) -> None:
         """Save the search state to the file ``checkpoint_path`` (optional: without it a resumed run starts the
-        search from its state when the run began)."""
-        raise NotImplementedError
+        search from its state when the run began).
+
+        Raises:
+            NotImplementedError: A search algorithm of your own that does not override it (as in Ray), or a
+                fluidsalus one whose state is in the experiment's store (the message says how to go on).
+        """
+        raise NotImplementedError(self._no_state_file("save"))
 
     def restore(self, checkpoint_path: str) -> None:
-        """Load what :meth:`save` wrote."""
-        raise NotImplementedError
+        """Load what :meth:`save` wrote.
+
+        Raises:
+            NotImplementedError: As :meth:`save`.
+        """
+        raise NotImplementedError(self._no_state_file("restore"))
+
+    def _no_state_file(self, method: str) -> str:
+        """Why ``method`` (``save``/``restore``/``restore_from_dir``) has no state file to work with."""
+        from fluidsalus.tune._custom_search import is_custom_searcher
+
+        cls = type(self).__name__
+        if is_custom_searcher(self):
+            return f"{cls}.{method} is not implemented: override save() and restore() to keep the search's state"
+        warm = (f"; or warm-start a new one with {cls}(...).add_evaluated_trials(results, metric) (results: the last "
+                "experiment's ResultGrid)") if type(self).add_evaluated_point is not Searcher.add_evaluated_point \
+            else ""
+        study = (", or keep the study in OptunaSearch(storage=..., study_name=...) and start the new experiment on "
+                 "it") if cls == "OptunaSearch" else ""
+        return (f"{cls}.{method}: fluidsalus keeps this search algorithm's state in the experiment's store, not in "
+                f"a file; continue the experiment with Tuner.restore(path, trainable){warm}{study}")
 
     def get_state(self) -> dict[str, Any]:
         """Ray's hook for a searcher's state as a dict (optional)."""
@@ -175,7 +199,7 @@ class Searcher(MetricModeHolder, SearchAlgorithm):
         from fluidsalus.tune._custom_search import save_searcher
 
         if not save_searcher(self, checkpoint_dir, session_str):
-            logger.warning("%s has no save(); nothing was saved", type(self).__name__)
+            logger.warning("Nothing was saved: %s", self._no_state_file("save_to_dir"))
 
     def restore_from_dir(self, checkpoint_dir: str) -> None:
         """:meth:`restore` from the newest ``searcher-state-*.pkl`` in ``checkpoint_dir``: the state a run of this
@@ -190,11 +214,7 @@ class Searcher(MetricModeHolder, SearchAlgorithm):
         from fluidsalus.tune._custom_search import is_custom_searcher, newest_state_file
 
         if not is_custom_searcher(self):
-            hint = (", or keep the study in OptunaSearch(storage=..., study_name=...) and start the new experiment on "
-                    "it") if type(self).__name__ == "OptunaSearch" else ""
-            raise ConfigError(f"{type(self).__name__}.restore_from_dir: fluidsalus keeps this search algorithm's "
-                              "state in the experiment's store, not in a searcher-state file; continue the experiment "
-                              f"with Tuner.restore(path, trainable){hint}")
+            raise ConfigError(self._no_state_file("restore_from_dir"))
         saved = newest_state_file(os.path.expanduser(checkpoint_dir))
         if saved is None:
             raise RuntimeError(f"Searcher unable to find checkpoint in {checkpoint_dir}")
