@@ -444,6 +444,38 @@ def test_plan_tells_the_searcher_rays_properties_and_refuses_a_scheduler() -> No
                       CustomSearch)  # constants only: fine, as in Ray
 
 
+def test_set_search_properties_gets_rays_spec_and_is_not_called_for_an_empty_space(caplog) -> None:
+    """As Ray's ``tune.run``: ``set_search_properties(metric, mode, config, **spec)`` with the public spec (it got
+    no spec, so a searcher that read ``spec["num_samples"]`` failed), only when ``param_space`` is not empty (it
+    was called with ``{}``), and without the spec for a method written for an older Ray (a helper's differential
+    test)."""
+    from fluidsalus.tune._translate import plan
+
+    class Spec(HillClimber):
+        def set_search_properties(self, metric, mode, config, **spec):
+            self.spec = spec
+            return super().set_search_properties(metric, mode, config, **spec)
+
+    told = Spec()
+    plan(TuneConfig(metric="m", mode="max", search_alg=told, num_samples=5, time_budget_s=30),
+         {"x": tune.uniform(0, 1)}, stop={"training_iteration": 3})
+    assert told.spec == {"stop": {"training_iteration": 3}, "num_samples": 5, "time_budget_s": 30.0}
+    assert told.properties[:2] == ("m", "max") and list(told.properties[2]) == ["x"]
+    untold = Spec()
+    plan(TuneConfig(metric="m", mode="max", search_alg=untold), {})
+    assert untold.properties is None
+
+    class Old(HillClimber):
+        def set_search_properties(self, metric, mode, config):
+            self.properties = (metric, mode, dict(config))
+            return True
+
+    old = Old()
+    with caplog.at_level("WARNING"):
+        plan(TuneConfig(metric="m", mode="max", search_alg=old), {"x": tune.uniform(0, 1)})
+    assert old.properties[:2] == ("m", "max") and "Please update Old.set_search_properties" in caplog.text
+
+
 def test_a_tuner_runs_a_custom_searcher_and_it_learns_from_the_results(ray_cluster, storage) -> None:
     climber = HillClimber()
     tuner = Tuner(_objective, param_space={"x": tune.uniform(0, 1)},

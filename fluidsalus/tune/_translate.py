@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import math
 import os
 import warnings
@@ -97,6 +98,8 @@ from fluidsalus.tune.search.bohb import TuneBOHB
 from fluidsalus.tune.search.optuna import OptunaSearch as OptunaHolder
 
 __all__ = ["MaxBudgetStop", "Plan", "plan"]
+
+logger = logging.getLogger(__name__)
 
 #: The result key Optuna's pruners count steps in (``trial.report(value, training_iteration)``).
 OPTUNA_STEP_KEY = "training_iteration"
@@ -312,11 +315,29 @@ def _resource_changing_base(scheduler: ResourceChangingScheduler) -> TrialSchedu
     return base
 
 
+def _set_search_properties(search_alg: Any, metric: str | None, mode: str | None, space: dict[str, Any],
+                           spec: dict[str, Any]) -> bool:
+    """``search_alg.set_search_properties(metric, mode, space, **spec)``; for a method that takes no ``**spec``
+    (written for an older Ray), again without it, as Ray's ``_set_search_properties_backwards_compatible`` does."""
+    try:
+        return bool(search_alg.set_search_properties(metric, mode, space, **spec))
+    except TypeError as e:
+        if "set_search_properties() got an unexpected keyword argument" not in str(e):
+            raise
+        logger.warning("Please update %s.set_search_properties to take Ray's signature set_search_properties(metric, "
+                       "mode, config, **spec) -> bool", type(search_alg).__name__)
+        return bool(search_alg.set_search_properties(metric, mode, space))
+
+
 def _plan_custom(search_alg: Any, scheduler: TrialScheduler, space: dict[str, Any], tune_config: TuneConfig,
                  metric: str | None, mode: str | None, cap: int | None, pair: str, limited: bool,
-                 n: int | None = None) -> Plan:
+                 n: int | None = None, stop: Any = None) -> Plan:
     """A search algorithm of the user's own (:mod:`fluidsalus.tune._custom_search`), told what Ray tells it, with
-    no scheduler, ASHA or HyperBand, making ``n`` trials (None: ``num_samples``)."""
+    no scheduler, ASHA or HyperBand, making ``n`` trials (None: ``num_samples``).
+
+    As in Ray, ``set_search_properties(metric, mode, config, **spec)`` is called only when ``param_space`` is not
+    empty, with Ray's public spec: ``stop`` (the dict of thresholds, ``{}`` for a Stopper or none),
+    ``num_samples`` and ``time_budget_s``; a method without ``**spec`` is called without it (Ray's fallback)."""
     name = type(search_alg).__name__
     if type(scheduler) not in (FIFOScheduler, AsyncHyperBandScheduler, HyperBandScheduler):
         raise ConfigError(
@@ -325,7 +346,9 @@ def _plan_custom(search_alg: Any, scheduler: TrialScheduler, space: dict[str, An
             "only, or under MedianStoppingRule (HyperBandForBOHB is for TuneBOHB, and PopulationBasedTraining and "
             "PB2 draw their configurations themselves)"
         )
-    accepted = search_alg.set_search_properties(tune_config.metric, tune_config.mode, space)
+    spec = {"stop": dict(stop) if isinstance(stop, Mapping) else {}, "num_samples": tune_config.num_samples,
+            "time_budget_s": tune_config.time_budget}
+    accepted = _set_search_properties(search_alg, tune_config.metric, tune_config.mode, space, spec) if space else True
     if not accepted and sp.split_constants(space)[0]:
         raise ConfigError(
             f"TuneConfig: param_space has parameters to search, but {name}.set_search_properties refused it (its "
@@ -446,13 +469,15 @@ def _wait_for_batches(planned: Plan) -> Plan:
 
 
 def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
-         class_trainable: bool = False) -> Plan:
+         class_trainable: bool = False, stop: Any = None) -> Plan:
     """Combine a TuneConfig's search algorithm and scheduler with ``param_space`` into one fluidsalus searcher.
 
     Args:
         tune_config: The TuneConfig.
         param_space: The Tuner's ``param_space`` (Ray domains in it are translated, with a warning).
         class_trainable: The trainable is a Trainable subclass (PBT then checkpoints it at every iteration).
+        stop: ``RunConfig.stop``: a search algorithm of your own is told it in ``set_search_properties``, as Ray
+            tells it (a dict of thresholds; ``{}`` for anything else).
 
     Returns:
         The :class:`Plan`.
@@ -460,7 +485,7 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
     Raises:
         ConfigError: An unsupported pair, conflicting metric/mode/concurrency, or a bad argument.
     """
-    planned = _plan(tune_config, param_space, class_trainable)
+    planned = _plan(tune_config, param_space, class_trainable, stop)
     searcher: Any = planned.searcher
     while searcher is not None:  # Ray's HyperBandScheduler keeps its nominal sizes in a partly filled bracket
         if isinstance(searcher, HyperBand):
@@ -469,7 +494,8 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
     return _wait_for_batches(planned) if _batched(tune_config.search_alg) else planned
 
 
-def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_trainable: bool) -> Plan:
+def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_trainable: bool,
+          stop: Any = None) -> Plan:
     scheduler: TrialScheduler = adopt_scheduler(tune_config.scheduler) or FIFOScheduler()
     if isinstance(scheduler, ResourceChangingScheduler):
         scheduler = _resource_changing_base(scheduler)
@@ -500,9 +526,10 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
 
     if repeater is not None:
         return _plan_repeated(repeater, search_alg, scheduler, space, tune_config, metric, mode, cap, pair,
-                              inner_limits)
+                              inner_limits, stop)
     if is_custom_searcher(search_alg):
-        return _plan_custom(search_alg, scheduler, space, tune_config, metric, mode, cap, pair, bool(limits))
+        return _plan_custom(search_alg, scheduler, space, tune_config, metric, mode, cap, pair, bool(limits),
+                            stop=stop)
     if isinstance(search_alg, BaseSearcher):
         if type(scheduler) is not FIFOScheduler:
             raise ConfigError(
@@ -626,7 +653,7 @@ def _plan_replay(replay: PopulationBasedTrainingReplay, search_alg: Any, space: 
 
 def _plan_repeated(repeater: Repeater, inner: Any, scheduler: TrialScheduler, space: dict[str, Any],
                    tune_config: TuneConfig, metric: Any, mode: Any, cap: int | None, pair: str,
-                   inner_limits: list[int]) -> Plan:
+                   inner_limits: list[int], stop: Any = None) -> Plan:
     """A :class:`RepeatSearcher` around the plan of the repeated search algorithm (``num_samples // repeat``
     configurations, ``inner_limits`` or the trial cap over ``repeat`` configurations in flight)."""
     custom = is_custom_searcher(inner)
@@ -652,7 +679,7 @@ def _plan_repeated(repeater: Repeater, inner: Any, scheduler: TrialScheduler, sp
     batch = inner_limits or ([math.ceil(cap / repeater.repeat)] if cap is not None else [])
     if custom:
         planned = _plan_custom(inner, scheduler, space, tune_config, metric, mode, min(batch) if batch else None,
-                               pair, bool(inner_limits), n=configs)
+                               pair, bool(inner_limits), n=configs, stop=stop)
         planned = replace(planned, max_concurrent_trials=cap)
     else:
         planned = _plan_optuna(inner, scheduler, space, metric, mode, configs, cap, pair, batch)

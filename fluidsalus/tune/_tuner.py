@@ -666,7 +666,8 @@ class Tuner:
         trainable = adopt_ray_trainable(self._trainable)
         class_trainable = is_class_trainable(trainable)
         options = self._check_checkpointing(class_trainable)
-        self.plan = planned = plan(tune_config, self._param_space, class_trainable=class_trainable)
+        self.plan = planned = plan(tune_config, self._param_space, class_trainable=class_trainable,
+                                   stop=run_config.stop)
         if planned.checkpoint_at_budgets:
             options = dataclasses.replace(options, at_budgets=True)
         ignored = run_config.ignored()
@@ -716,7 +717,8 @@ class Tuner:
         if self._resume and self._restore_flags:
             # A throwaway searcher of the same plan carries the saved searcher state's news of ended trials.
             self._apply_restore_flags(experiment_dir, lambda: plan(tune_config, self._param_space,
-                                                                   class_trainable=class_trainable).searcher)
+                                                                   class_trainable=class_trainable,
+                                                                   stop=run_config.stop).searcher)
         if adapter is not None:
             adapter.setup(stop=run_config.stop if run_config.stop is not None else {},  # Ray's {} for none
                           num_samples=sys.maxsize if endless else tune_config.num_samples,
