@@ -183,14 +183,50 @@ def to_python(value: Any) -> Any:
 # --------------------------------------------------------------------------------------------------------
 
 
+class _LegacyNumpyRng:
+    """A legacy ``RandomState`` (or NumPy's global one, ``np.random``) with the ``Generator`` method names the
+    domains draw with (``integers`` is ``randint`` there), so :meth:`Domain.sample` takes what Ray's takes."""
+
+    def __init__(self, legacy: Any) -> None:
+        self._legacy = legacy
+
+    def integers(self, low: int, high: int, size: int) -> Any:
+        return self._legacy.randint(low, high, size=size)
+
+    def __getattr__(self, name: str) -> Any:  # uniform, normal, choice: the same names in both APIs
+        return getattr(self._legacy, name)
+
+
+def numpy_rng(random_state: Any = None) -> Any:
+    """What a domain draws from for Ray's ``random_state``: a ``Generator`` as it is, an int seeds a new one, a
+    legacy ``RandomState`` is adapted, and None draws from NumPy's global random state (so ``np.random.seed``
+    makes ``sample()`` repeatable, as in Ray).
+
+    Raises:
+        SpaceError: ``random_state`` is none of these.
+    """
+    if isinstance(random_state, np.random.Generator):
+        return random_state
+    if random_state is None:
+        return _LegacyNumpyRng(np.random)
+    if isinstance(random_state, np.random.RandomState):
+        return _LegacyNumpyRng(random_state)
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool) and random_state >= 0:
+        return np.random.default_rng(int(random_state))
+    raise SpaceError(f"random_state must be None, an int >= 0, a numpy Generator or RandomState, got "
+                     f"{random_state!r}")
+
+
 class Domain:
     """A parameter to sample: the base class of :class:`Float`, :class:`Integer`, :class:`Normal`,
     :class:`Categorical` and :class:`Function`.
 
-    Domains are immutable once built; copying a space (``copy.deepcopy``) shares them.
+    Domains are immutable once built; copying a space (``copy.deepcopy``) shares them. :meth:`sample` and the
+    builders (``Float(0, 1).loguniform()``, ``.quantized(q)``, ...) have Ray's signatures, for code that draws a
+    configuration by hand or converts a space; the searchers draw with :meth:`draw`.
     """
 
-    def sample(self, rng: np.random.Generator, spec: Mapping[str, Any] | None = None) -> Any:
+    def draw(self, rng: np.random.Generator, spec: Mapping[str, Any] | None = None) -> Any:
         """Draw one value.
 
         Args:
@@ -201,6 +237,40 @@ class Domain:
             A plain Python value (never a NumPy scalar).
         """
         raise NotImplementedError
+
+    def sample(self, config: Mapping[str, Any] | None = None, size: int = 1, random_state: Any = None) -> Any:
+        """Draw ``size`` values (Ray's ``Domain.sample``).
+
+        Args:
+            config: The configuration a :class:`Function` reads (``spec.config``); the others ignore it.
+            size: How many values.
+            random_state: None (NumPy's global random state), an int seed, a ``Generator`` or a ``RandomState``.
+
+        Returns:
+            One value when ``size`` is 1, else a list of ``size`` values.
+
+        Raises:
+            SpaceError: ``size`` is not an int >= 1, or ``random_state`` is not one of the above.
+        """
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
+            raise SpaceError(f"{self!r}.sample: size must be an int >= 1, got {size!r}")
+        rng = numpy_rng(random_state)
+        spec = {_SPEC_CONFIG_KEY: dict(config)} if isinstance(config, Mapping) else None
+        values = [self.draw(rng, spec) for _ in range(int(size))]
+        return values[0] if size == 1 else values
+
+    def is_grid(self) -> bool:
+        """Ray's: whether it is a grid search (a domain never is; ``grid_search`` gives a dict)."""
+        return False
+
+    def is_function(self) -> bool:
+        """Ray's: whether it is a :func:`sample_from`."""
+        return False
+
+    @property
+    def domain_str(self) -> str:
+        """Ray's: the domain's text."""
+        return repr(self)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Domain:
         return self
@@ -260,8 +330,8 @@ class Float(Domain):
                     )
         self._call = call
 
-    def sample(self, rng: np.random.Generator, spec: Mapping[str, Any] | None = None) -> float:
-        """Draw one float (see :meth:`Domain.sample`)."""
+    def draw(self, rng: np.random.Generator, spec: Mapping[str, Any] | None = None) -> float:
+        """Draw one float (see :meth:`Domain.draw`)."""
         lower, upper = self.lower, self.upper
         if self.q is not None:
             # Ray samples between the bounds snapped onto the grid, then rounds to the grid.
@@ -275,6 +345,18 @@ class Float(Domain):
         if self.q is not None:
             value = float(np.round(np.divide(value, self.q)) * self.q)
         return value
+
+    def uniform(self) -> Float:
+        """Ray's builder: the same bounds and step, drawn uniformly."""
+        return Float(self.lower, self.upper, q=self.q)
+
+    def loguniform(self, base: float = DEFAULT_LOG_BASE) -> Float:
+        """Ray's builder: the same bounds and step, drawn log-uniformly."""
+        return Float(self.lower, self.upper, log=True, q=self.q, base=base)
+
+    def quantized(self, q: float) -> Float:
+        """Ray's builder: the same bounds and scale, rounded to a multiple of ``q``."""
+        return Float(self.lower, self.upper, log=self.log, q=q, base=self.base)
 
     def __repr__(self) -> str:
         return self._call
@@ -304,8 +386,8 @@ class Normal(Domain):
         self.q: float | None = None if q is None else _check_positive_q(call, q, integer=False)
         self._call = call
 
-    def sample(self, rng: np.random.Generator, spec: Mapping[str, Any] | None = None) -> float:
-        """Draw one float (see :meth:`Domain.sample`)."""
+    def draw(self, rng: np.random.Generator, spec: Mapping[str, Any] | None = None) -> float:
+        """Draw one float (see :meth:`Domain.draw`)."""
         value = float(rng.normal(self.mean, self.sd, size=1)[0])
         if self.q is not None:
             value = float(np.round(np.divide(value, self.q)) * self.q)
@@ -381,8 +463,8 @@ class Integer(Domain):
         first, stop, step = self._index_range()
         return first * step, (stop - 1) * step, step
 
-    def sample(self, rng: np.random.Generator, spec: Mapping[str, Any] | None = None) -> int:
-        """Draw one integer (see :meth:`Domain.sample`)."""
+    def draw(self, rng: np.random.Generator, spec: Mapping[str, Any] | None = None) -> int:
+        """Draw one integer (see :meth:`Domain.draw`)."""
         first, stop, step = self._index_range()
         if self.log:
             draws = np.floor(np.exp(rng.uniform(np.log(first), np.log(stop), size=1))).astype(int)
@@ -390,6 +472,18 @@ class Integer(Domain):
         else:
             index = int(rng.integers(first, stop, size=1)[0])
         return index * step
+
+    def uniform(self) -> Integer:
+        """Ray's builder: the same bounds and step, drawn uniformly."""
+        return Integer(self.lower, self.upper, q=self.q)
+
+    def loguniform(self, base: float = DEFAULT_LOG_BASE) -> Integer:
+        """Ray's builder: the same bounds and step, drawn log-uniformly."""
+        return Integer(self.lower, self.upper, log=True, q=self.q, base=base)
+
+    def quantized(self, q: int) -> Integer:
+        """Ray's builder: the same bounds and scale, a multiple of ``q`` (``upper`` then included, as in Ray)."""
+        return Integer(self.lower, self.upper, log=self.log, q=q, base=self.base)
 
     def __repr__(self) -> str:
         return self._call
@@ -417,11 +511,15 @@ class Categorical(Domain):
             raise SpaceError(f"{call}: categories must be a non-empty sequence (list or tuple)")
         self._call = call
 
-    def sample(self, rng: np.random.Generator, spec: Mapping[str, Any] | None = None) -> Any:
-        """Draw one category, deep-copied (see :meth:`Domain.sample`)."""
+    def draw(self, rng: np.random.Generator, spec: Mapping[str, Any] | None = None) -> Any:
+        """Draw one category, deep-copied (see :meth:`Domain.draw`)."""
         # Drawing an index (rather than rng.choice on the categories) keeps each category's own type.
         index = int(rng.choice(np.arange(len(self.categories)), size=1)[0])
         return to_python(copy.deepcopy(self.categories[index]))
+
+    def uniform(self) -> Categorical:
+        """Ray's builder: a choice is always uniform."""
+        return self
 
     def __len__(self) -> int:
         return len(self.categories)
@@ -467,7 +565,7 @@ class Function(Domain):
                 self.pass_spec = False
         self._call = call
 
-    def sample(self, rng: np.random.Generator, spec: Mapping[str, Any] | None = None) -> Any:
+    def draw(self, rng: np.random.Generator, spec: Mapping[str, Any] | None = None) -> Any:
         """Call ``func`` (see the class docstring) and return its value with NumPy scalars made plain.
 
         Raises:
@@ -492,6 +590,10 @@ class Function(Domain):
                     f"func(spec) raised {type(spec_error).__name__}: {spec_error}; "
                     f"func(config) raised {type(config_error).__name__}: {config_error}"
                 ) from config_error
+
+    def is_function(self) -> bool:
+        """Ray's: a :func:`sample_from` is a function."""
+        return True
 
     def __repr__(self) -> str:
         return self._call
@@ -970,7 +1072,7 @@ def _resolve_functions(
         for path, function in pending:
             spec = _SpecView({_SPEC_CONFIG_KEY: variant}, None)
             try:
-                value = function.sample(rng, spec)
+                value = function.draw(rng, spec)
             except _UnresolvedDependency as exc:
                 waiting.append((path, function))
                 blocked_on[path] = exc.path
@@ -1022,7 +1124,7 @@ def _expand(config: dict[str, Any], rng: np.random.Generator, depth: int = 0,
     if constant_grid_search and grids:  # drawn once for every grid point (Ray's constant_grid_search)
         config = copy.deepcopy(config)
         for path, domain in random_domains:
-            _set_path(config, path, domain.sample(rng))
+            _set_path(config, path, domain.draw(rng))
         _resolve_functions(config, functions, rng)  # those that read a grid value wait for the grid point
         random_domains = []
         functions = [(path, function) for path, function in functions
@@ -1032,7 +1134,7 @@ def _expand(config: dict[str, Any], rng: np.random.Generator, depth: int = 0,
         for (path, _), value in zip(grids, point, strict=True):
             _set_path(variant, path, to_python(copy.deepcopy(value)))
         for path, domain in random_domains:
-            _set_path(variant, path, domain.sample(rng))
+            _set_path(variant, path, domain.draw(rng))
         _resolve_functions(variant, functions, rng)
         yield from _expand(variant, rng, depth + 1, constant_grid_search)
 

@@ -47,7 +47,7 @@ SEED = 1234
 
 def draw(domain, n: int = DRAWS, seed: int = SEED) -> list:
     rng = np.random.default_rng(seed)
-    return [domain.sample(rng) for _ in range(n)]
+    return [domain.draw(rng) for _ in range(n)]
 
 
 def is_multiple(value: float, q: float) -> bool:
@@ -166,7 +166,7 @@ def test_choice_keeps_types_and_covers_categories():
 
 def test_choice_copies_mutable_categories():
     domain = choice([{"a": [1]}])
-    first = domain.sample(np.random.default_rng(0))
+    first = domain.draw(np.random.default_rng(0))
     first["a"].append(2)
     assert domain.categories == [{"a": [1]}]
 
@@ -634,3 +634,41 @@ def test_integer_bounds_and_optuna_conversion_match_ray():
     ray_space["e"] = tune.choice(["x", "y"])
     space["e"] = choice(["x", "y"])
     assert to_optuna_distributions(space) == OptunaSearch.convert_search_space(ray_space)
+
+
+@pytest.mark.parametrize("make", [
+    lambda t: t.uniform(0, 1), lambda t: t.loguniform(1e-4, 1), lambda t: t.quniform(0, 1, 0.25),
+    lambda t: t.randint(0, 100), lambda t: t.qrandint(1, 10, 3), lambda t: t.randn(0, 1),
+    lambda t: t.choice(["a", "b", "c"]),
+])
+def test_a_domains_sample_draws_what_rays_draws(make):
+    """Ray's ``Domain.sample(config=None, size=1, random_state=None)``: a script that draws a configuration by hand
+    (``{k: v.sample() for ...}``) or seeds NumPy's global state got a TypeError (fluidsalus's took a Generator
+    first; that form is ``draw`` now). Same values as Ray's for the same seed."""
+    from ray import tune as ray_tune
+
+    from fluidsalus import tune
+
+    ours, theirs = make(tune), make(ray_tune)
+    np.random.seed(7)
+    mine = [ours.sample() for _ in range(4)]
+    np.random.seed(7)
+    assert mine == [theirs.sample() for _ in range(4)]
+    assert ours.sample(size=5, random_state=3) == list(theirs.sample(size=5, random_state=3))
+    assert ours.sample(size=2, random_state=np.random.RandomState(1)) == list(
+        theirs.sample(size=2, random_state=np.random.RandomState(1)))
+
+
+def test_a_domain_has_rays_builders_and_checks_what_sample_is_given():
+    assert repr(Float(0.1, 1).loguniform().quantized(0.1)) == "qloguniform(lower=0.1, upper=1.0, q=0.1)"
+    assert repr(Float(0.1, 1).loguniform(base=2).uniform()) == "uniform(lower=0.1, upper=1.0)"
+    assert repr(Integer(1, 10).quantized(3)) == "qrandint(lower=1, upper=10, q=3)"
+    assert repr(Integer(1, 10).loguniform()) == "lograndint(lower=1, upper=10)"
+    assert choice([1, 2]).uniform().categories == [1, 2]
+    assert sample_from(lambda spec: spec.config.x * 2).sample({"x": 3}) == 6
+    assert sample_from(lambda: 1).is_function() and not uniform(0, 1).is_function() and not uniform(0, 1).is_grid()
+    assert uniform(0, 1).domain_str == "uniform(lower=0, upper=1)"
+    with pytest.raises(SpaceError, match=r"size must be an int >= 1, got 0"):
+        uniform(0, 1).sample(size=0)
+    with pytest.raises(SpaceError, match="random_state must be None, an int >= 0, a numpy Generator or RandomState"):
+        uniform(0, 1).sample(random_state="seed")

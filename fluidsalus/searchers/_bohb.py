@@ -151,7 +151,7 @@ class SpaceEncoder:
 
     def sample(self, rng: np.random.Generator) -> dict[str, Any]:
         """A configuration drawn from the space's own distributions (the model's random proposals)."""
-        values = {path: domain.sample(rng) for path, domain in zip(self.paths, self.domains, strict=True)}
+        values = {path: domain.draw(rng) for path, domain in zip(self.paths, self.domains, strict=True)}
         return sp.unflatten({**copy.deepcopy(self.constants), **values})
 
     def encode(self, config: Mapping[str, Any]) -> list[float] | None:

@@ -182,7 +182,7 @@ def _sample(distribution: Any, rng: random.Random) -> Any:
     if isinstance(distribution, (list, tuple)):
         return copy.deepcopy(rng.choice(list(distribution)))
     if isinstance(distribution, sp.Domain):
-        return distribution.sample(np.random.default_rng(rng.getrandbits(NUMPY_SEED_BITS)))
+        return distribution.draw(np.random.default_rng(rng.getrandbits(NUMPY_SEED_BITS)))
     return distribution()
 
 
