@@ -16,7 +16,7 @@ import json
 import math
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -265,8 +265,11 @@ class Report:
     """
 
     def __init__(self, path: str, experiment: dict[str, Any], trial_rows: list[TrialRow], activity: gp.Activity,
-                 summary: gp.Goodput, bin_s: float | None = None, planner: PlannerSummary | None = None) -> None:
+                 summary: gp.Goodput, bin_s: float | None = None, planner: PlannerSummary | None = None,
+                 saved_iterations: Mapping[str, int] | None = None) -> None:
         self.path = path
+        #: Each trial's iteration of its latest checkpoint (trials without one are left out).
+        self.saved_iterations = dict(saved_iterations or {})
         self.planner = planner if planner is not None else planner_summary(())
         self.experiment = experiment
         self.trial_rows = trial_rows
@@ -327,8 +330,16 @@ class Report:
         return counts
 
     @property
+    def unsaved_iterations(self) -> int:
+        """Iterations the unfinished trials ran since their latest checkpoints: counted useful now, they are run
+        again if the experiment is resumed (and wasted then, cause ``resume``), or lost if it is not."""
+        return sum(max(0, t.last_iteration - self.saved_iterations.get(t.trial_id, 0)) for t in self.trial_rows
+                   if t.status not in (TERMINATED, ERROR))
+
+    @property
     def stopped(self) -> int:
-        """Trials ended early by the searcher or the stop rule."""
+        """Trials the searcher or the stop rule ended (an ASHA trial that reached max_t, a trial at a stop rule's
+        training_iteration too): the others ran until their trainable returned."""
         return sum(1 for t in self.trial_rows if t.status == TERMINATED and t.stop_reason == STOPPED_OUTCOME)
 
     @property
@@ -440,6 +451,7 @@ class Report:
                 "metric": exp["metric"], "mode": exp["mode"], "created_at": exp["created_at"],
                 "finished_at": exp["finished_at"], "duration_s": self.duration_s,
                 "trials": self.trial_counts, "trials_total": len(self.trial_rows), "stopped": self.stopped,
+                "unsaved_iterations": self.unsaved_iterations,
             },
             "window": {"start": self.summary.start, "end": self.summary.end,
                        "start_s": self.summary.start - t0, "end_s": self.summary.end - t0},
@@ -465,7 +477,12 @@ class Report:
                 f"{counts['RUNNING'] + counts['PENDING'] + counts['PAUSED']} unfinished")
         trials = _plural(len(self.trial_rows), "trial")
         head = (f"experiment {exp['name']} ({exp['status']}, {self.duration_s:.1f}s): {trials}, "
-                f"{live}, {counts['TERMINATED']} done ({self.stopped} stopped early), {counts['ERROR']} errored")
+                f"{live}, {counts['TERMINATED']} done ({self.stopped} stopped by the search or a stop rule), "
+                f"{counts['ERROR']} errored")
+        unsaved = self.unsaved_iterations
+        if unsaved:
+            head += (f"\nunfinished trials ran {_plural(unsaved, 'iteration')} since their latest checkpoints: "
+                     "counted useful, they are run again if the experiment is resumed")
         t0 = self.activity.start
         window = ("no device started" if t0 is None else  # (a run interrupted while Ray started, say)
                   f"window {self.summary.start - t0:.2f}s .. {self.summary.end - t0:.2f}s from the first device "
@@ -488,7 +505,8 @@ class Report:
                 lines.append("  ".join("-" * w for w in widths))
             lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         lines.append("")
-        lines.append("BUSY: time at least one lane computes; SLOTS: busy lane-seconds / (slots x device-seconds); "
+        lines.append("BUSY: time at least one lane computes a reported iteration (see docs/goodput.md); "
+                     "SLOTS: busy lane-seconds / (slots x device-seconds); "
                      "IT/S and GOODPUT: all and useful iterations per device-second; LANES: peak open lanes.")
         waste = self.total_stats.wasted
         if waste:
@@ -556,6 +574,7 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
             raise NoResultsError(f"experiment {exp['name']!r} at {os.fspath(path)!r} has no results yet; "
                                  "inspect it again once a trial has reported")
         trials = store.trials()
+        saved = {c["trial_id"]: int(c["iteration"]) for c in store.checkpoints()}  # (in order: the latest wins)
         events = store.events()
         activity = gp.build_activity(store.results(latest_attempt_only=False), events, exp["finished_at"])
     absolute = None
@@ -566,11 +585,15 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
             if value is not None and not value >= 0:
                 raise WindowError(f"the window's {name} is seconds after the first device started: >= 0, got {value}")
         lasted = (activity.end or t0) - t0
-        absolute = (t0 + (start or 0.0), t0 + lasted if end is None else t0 + end)
-        if absolute[0] >= absolute[1] or (start or 0.0) >= lasted:
-            raise WindowError(f"the window starts at {start or 0.0:.2f}s, at or after its end, "
-                              f"{absolute[1] - t0:.2f}s, or the run's (it lasted {lasted:.2f}s)")
-    return Report(resolved, exp, trials, activity, gp.summarize(activity, absolute), bin_s, planner_summary(events))
+        first = start or 0.0
+        if end is not None and first >= end:
+            raise WindowError(f"the window starts at {first:.2f}s, at or after its end, {end:.2f}s")
+        if first >= lasted:
+            raise WindowError(f"the window starts at {first:.2f}s, at or after the run's end (it lasted "
+                              f"{lasted:.2f}s)")
+        absolute = (t0 + first, t0 + (lasted if end is None else min(end, lasted)))  # (shown clipped to the run)
+    return Report(resolved, exp, trials, activity, gp.summarize(activity, absolute), bin_s, planner_summary(events),
+                  saved)
 
 
 # ---------------------------------------------------------------------------------------------- plot

@@ -311,7 +311,7 @@ def test_a_run_that_ended_without_results_shows_its_errored_trials(tmp_path, cap
     assert main(["inspect", str(tmp_path / "failed")]) == 0
     out = capsys.readouterr().out
     assert "experiment failed (FINISHED" in out and "errored trials (1):\n  t0: RuntimeError: boom" in out
-    assert "1 trial, 0 unfinished, 0 done (0 stopped early), 1 errored" in out
+    assert "1 trial, 0 unfinished, 0 done (0 stopped by the search or a stop rule), 1 errored" in out
 
 
 def test_the_trials_an_interrupted_run_left_are_unfinished_not_running(tmp_path, capsys):
@@ -340,10 +340,11 @@ def test_bad_options_exit_2(tmp_path, capsys):
                             (["--plot", str(tmp_path)], "is not a file name ending in .png"),
                             (["--bin", "0.001"], "--bin must be at least 0.05 seconds"),
                             (["--start", "-5"], "--start is seconds after the first device started: >= 0"),
-                            (["--start", "100"], "the window starts at 100.00s, at or after its end, 1.00s"),
+                            (["--start", "100"], "the window starts at 100.00s, at or after the run's end (it lasted "
+                                                 "1.00s)"),
                             # (a docs audit: accepted when an end was given, as "0.00 device-seconds")
-                            (["--start", "5", "--end", "10"], "the window starts at 5.00s, at or after its end, "
-                                                              "10.00s, or the run's (it lasted 1.00s)")):
+                            (["--start", "5", "--end", "10"], "the window starts at 5.00s, at or after the run's "
+                                                              "end (it lasted 1.00s)")):
         assert main(["inspect", path, *option]) == EXIT_USAGE
         captured = capsys.readouterr()
         assert captured.out == "" and message in captured.err and captured.err.count("\n") == 1
@@ -356,10 +357,13 @@ def test_a_window_from_python_is_checked_as_the_command_lines(tmp_path):
     store.close()
     for window, message in (((-1, 2), "the window's start is seconds after the first device started: >= 0, got -1"),
                             ((0, -2), "the window's end is seconds after the first device started: >= 0, got -2"),
-                            ((5, 10), "the window starts at 5.00s, at or after its end, 10.00s, or the run's")):
+                            ((5, 10), "the window starts at 5.00s, at or after the run's end"),
+                            ((0.5, 0.2), "the window starts at 0.50s, at or after its end, 0.20s")):
         with pytest.raises(WindowError, match=re.escape(message)):
             inspect(str(tmp_path / "exp"), window=window)
-    assert inspect(str(tmp_path / "exp"), window=(0.5, 10)).total_stats.iterations == 1
+    clipped = inspect(str(tmp_path / "exp"), window=(0.5, 10))
+    assert clipped.total_stats.iterations == 1
+    assert "window 0.50s .. 1.00s" in clipped.render_table()  # (it showed the end asked for, 10.00s)
 
 
 def test_a_run_that_ended_before_any_device_started_says_so(tmp_path):
@@ -376,3 +380,18 @@ def test_console_script_exit_code(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == EXIT_USAGE and done.stdout == ""
     assert done.stderr.strip().count("\n") == 0 and "is not a fluidsalus experiment" in done.stderr
+
+
+def test_an_interrupted_run_says_how_many_of_its_useful_iterations_a_resume_runs_again(tmp_path):
+    """Iterations past an unfinished trial's latest checkpoint are useful until a resume runs them again (then
+    wasted, cause resume): an interrupted run showed 100% goodput and no word of them (a helper's check)."""
+    store = _store(tmp_path)
+    store.add_results([("t0", 0, i, 10.5 + i, {"acc": i}) for i in range(1, 8)])
+    store.add_checkpoint("t0", 5, str(tmp_path / "exp" / "t0" / "checkpoint_000005"), {"acc": 5})
+    store.update_trial("t0", status="RUNNING", last_iteration=7, last_result={"acc": 7})
+    store.set_experiment(status="INTERRUPTED", finished_at=18.0)
+    store.close()
+    report = inspect(str(tmp_path / "exp"))
+    assert report.unsaved_iterations == 2 and report.to_dict()["experiment"]["unsaved_iterations"] == 2
+    assert "unfinished trials ran 2 iterations since their latest checkpoints" in report.render_table()
+    assert report.total_stats.useful_iterations == 7  # (useful until a resume redoes them)
