@@ -20,6 +20,7 @@ import socket
 import sys
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -351,6 +352,8 @@ class TrialSession:
         #: Set when a deferred report kept its lane's turn, expecting the driver call that follows it to give the
         #: turn away; cleared by that call or by the next boundary that may switch (see :meth:`report`).
         self._switch_owed = False
+        #: Pauses at a budget whose save raised NotImplementedError (no ``save_checkpoint``): see :meth:`report`.
+        self._unsaved_pauses = 0
         self.ranks: RankSync | None = None
         #: Set when a report, step or pause ended the trial (:class:`StopTrial`), in whichever of its threads.
         self.stopped = False
@@ -507,6 +510,17 @@ class TrialSession:
         if at_end is not None and checkpoint is None and (stop or paused):
             try:
                 self._keep(at_end(), result)
+            except NotImplementedError as e:
+                if stop:
+                    self._sink(result, False, True)  # at its end, as Ray's save at the end raises: the trial fails
+                    raise
+                # A pause, which may not be its end: it stays resident, and needs no checkpoint to go on. (It failed
+                # every trial at its first rung, where Ray fails each at its end; a trial the searcher stops while
+                # paused here ends without a checkpoint.)
+                if not self._unsaved_pauses:
+                    warnings.warn(f"trial {self.context.trial_id} could not be saved at its pause at the budget "
+                                  f"({type(e).__name__}: {e}); it goes on without a checkpoint there", stacklevel=2)
+                self._unsaved_pauses += 1
             except BaseException:
                 self._sink(result, False, True)  # the result stands, as in Ray; the save's error then fails the trial
                 raise

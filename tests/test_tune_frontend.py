@@ -828,6 +828,45 @@ def test_a_space_whose_keys_hold_slashes_runs_as_in_ray(ray_cluster, storage: st
     assert grid.get_best_result().metrics["score"] == pytest.approx(1.2)
 
 
+class _NoSave(tune.Trainable):
+    """A class Trainable without save_checkpoint (Ray's base raises NotImplementedError)."""
+
+    def setup(self, config):
+        self.i = 0
+
+    def step(self):
+        self.i += 1
+        return {"score": self.i * self.config["x"]}
+
+
+def test_asha_runs_a_class_trainable_without_save_checkpoint_and_its_true_ends_fail_as_in_ray(ray_cluster,
+                                                                                            storage: str) -> None:
+    """Under the Tuner's default checkpoint_at_end, the save at ASHA's first rung raised: the result went out as
+    not paused, and the promotion of a RUNNING trial ended the whole run with a FluidsalusError. A pause goes on
+    without a checkpoint now; a trial that reaches its end fails there, as Ray's does, and one ASHA stops at a rung
+    ends without one."""
+    scheduler = tune.schedulers.ASHAScheduler(max_t=6, grace_period=1, reduction_factor=4)
+    _, grid = _run(_NoSave, storage, {"x": tune.grid_search([1, 2, 3, 4])}, metric="score", mode="max",
+                   scheduler=scheduler, run_config_kwargs={"stop": {"training_iteration": 6}})
+    ends = [(r.metrics["training_iteration"], type(r.error).__name__ if r.error else None) for r in grid]
+    assert all(error is None if iteration < 6 else "NotImplementedError" in error for iteration, error in ends), ends
+    assert any(iteration == 6 for iteration, _ in ends)
+
+
+class _SaveFails(_NoSave):
+    def save_checkpoint(self, checkpoint_dir):
+        raise OSError("no space left on device")
+
+
+def test_a_save_that_fails_at_asha_s_rung_fails_its_trial_not_the_run(ray_cluster, storage: str) -> None:
+    """The result went out as not paused and ASHA promoted the RUNNING trial before its end arrived: the run
+    ended with "searcher promoted trial ... while it is RUNNING". Each trial fails at its rung instead."""
+    scheduler = tune.schedulers.ASHAScheduler(max_t=6, grace_period=1, reduction_factor=4)
+    _, grid = _run(_SaveFails, storage, {"x": tune.grid_search([1, 2, 3, 4])}, metric="score", mode="max",
+                   scheduler=scheduler, run_config_kwargs={"stop": {"training_iteration": 6}})
+    assert [(r.metrics["training_iteration"], "no space left" in str(r.error)) for r in grid] == [(1, True)] * 4
+
+
 def test_ray_style_callbacks_see_every_result(ray_cluster, storage: str) -> None:
     recorder = _Recorder()
     _, grid = _run(_steps, storage, run_config_kwargs={"callbacks": [recorder]}, num_samples=3)

@@ -1006,11 +1006,12 @@ class Executor:
                         trial.status = RUNNING
                         resumes.setdefault(trial.device, {})[trial_id] = group.budget
                         self._device(trial.device).changed_at = now
-                    elif trial.device is not None and (
-                            trial.status == PENDING or (trial.status == RUNNING and trial.attempt > 0)):
+                    elif trial.device is not None and (trial.status == PENDING or (trial.status == RUNNING and (
+                            trial.attempt > 0 or trial_id not in self._restarts))):
                         # Submitted, or restarted (a move, a retry) from a checkpoint before the budget the searcher
                         # saw it reach, so redoing iterations: its device gives the attempt the new budget, so that
-                        # it runs on instead of pausing at the old one.
+                        # it runs on instead of pausing at the old one. (Or its pause at the budget failed, a save
+                        # there raised: its end is on its way, and the new budget is moot.)
                         resumes.setdefault(trial.device, {})[trial_id] = group.budget
                     elif trial.status == RUNNING and trial_id in self._restarts:
                         # Its attempt is ending for a restart (a move, a preemption): the stop reached it at the
