@@ -509,12 +509,13 @@ class ExperimentStore:
         conn.execute("PRAGMA foreign_keys = ON")
 
     def close(self) -> None:
-        """Close the connection. A writer first copies the write-ahead log into the database file (a ``TRUNCATE``
-        checkpoint), so ``experiment.db`` alone holds every row even when a reader that closes later keeps the
-        ``-wal`` file (SQLite folds the log in at the last close only, and a read-only connection cannot)."""
+        """Close the connection. A writer first copies the write-ahead log into the database file (a ``PASSIVE``
+        checkpoint, which waits for no one), so ``experiment.db`` alone holds every row even when a reader that
+        closes later keeps the ``-wal`` file (SQLite folds the log in at the last close only, and a read-only
+        connection cannot). A reader in the middle of a read keeps the frames after its snapshot in the log."""
         with contextlib.suppress(sqlite3.Error):
             if not self.readonly and not self._in_tx:
-                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
         with contextlib.suppress(sqlite3.Error):
             self._conn.close()
 
@@ -522,15 +523,24 @@ class ExperimentStore:
     def fold_log(cls, path: str | os.PathLike[str]) -> None:
         """Remove the ``-wal`` and ``-shm`` files a reader that closed after the run's writer left beside the store
         (a read-only connection cannot): a writer connection opened and closed folds them in when it is the last
-        one, as SQLite does at a last close; while another process has the store open, nothing changes.
+        one, as SQLite does at a last close; while another process has the store open, nothing changes. Nothing
+        is done while a driver runs the experiment (its :class:`DriverLock` is held).
 
         Args:
             path: The experiment folder or the database file.
         """
         db_path = resolve_db_path(path)
-        if os.path.exists(db_path + WAL_SUFFIX):
+        if not os.path.exists(db_path + WAL_SUFFIX):
+            return
+        try:
+            lock = DriverLock.acquire(os.path.dirname(db_path))
+        except StoreError:
+            return  # a driver runs it: its own close folds the log in
+        try:
             with contextlib.suppress(StoreError, sqlite3.Error, OSError):
                 cls.open(db_path).close()
+        finally:
+            lock.release()
 
     def write_back_if_removed(self) -> bool:
         """Write the store back to its path if its file was deleted (its experiment folder removed while a run

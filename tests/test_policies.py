@@ -82,7 +82,8 @@ def test_a_nan_in_a_key_goes_last_whatever_the_order_of_the_ready_trials(name):
     an infinite budget at 0 s per iteration (inf * 0) now count as infinite."""
     odd = {"fair": [TrialView("n", 0, 0.0, used_time_s=math.nan)],
            "srtf": [TrialView("n", 0, 0.0, remaining_iterations=3, sec_per_iter=math.nan),
-                    TrialView("m", 1, 0.5, remaining_iterations=math.inf, sec_per_iter=0.0)],
+                    TrialView("m", 1, 0.5, remaining_iterations=math.inf, sec_per_iter=0.0),
+                    TrialView("r", 0, 0.2, remaining_iterations=math.nan, sec_per_iter=1.0)],  # (was 0 s left)
            "priority": [TrialView("n", 0, 0.0, priority=math.nan)]}[name]
     plain = [TrialView("a", 2, 1.0, used_time_s=1.0, remaining_iterations=2, sec_per_iter=1.0, priority=1),
              TrialView("b", 3, 2.0, used_time_s=2.0, remaining_iterations=4, sec_per_iter=1.0, priority=0)]

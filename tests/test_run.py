@@ -181,6 +181,14 @@ def test_a_resumed_runs_progress_counts_the_trials_stopped_before_it(storage, ca
         assert lines and "3 done (3 stopped)" in lines[-1], (resume, lines[-1:])
 
 
+def test_a_metric_that_result_extras_adds_passes_the_metric_check(storage):
+    """The batch's check of the metric ran before the trial's extras were added to its results (a review of the
+    split batch): a metric only ``result_extras`` gives was refused, and the experiment deleted."""
+    grid = fluidsalus.run(_five_steps, {"x": 1}, metric="score", mode="max", storage_path=storage, name="extra",
+                          verbose=0, result_extras=lambda seq, config: {"score": seq + 1.0})
+    assert [r.metrics["score"] for r in grid] == [1.0]
+
+
 def _returns_a_number(config):
     return 0.5
 

@@ -12,7 +12,10 @@ import textwrap
 import pytest
 
 from fluidsalus.errors import StoreError
-from fluidsalus.store import DB_FILENAME, SCHEMA_VERSION, ExperimentStore
+from fluidsalus.store import DB_FILENAME, LOCK_FILENAME, SCHEMA_VERSION, DriverLock, ExperimentStore
+
+#: sqlite3's default busy timeout, which a blocking checkpoint waited out.
+BUSY_TIMEOUT_S = 5.0
 
 
 def _new(tmp_path, name="exp"):
@@ -182,8 +185,28 @@ def test_the_database_file_alone_holds_every_row_once_the_writer_closed_before_a
     with ExperimentStore.open(str(tmp_path / "copy"), readonly=True, immutable=True) as copy:
         assert [r.metrics["acc"] for r in copy.results()] == [0.5]
     assert os.path.exists(f"{db}-wal")  # (the reader, closing last, cannot remove the log)
+    lock = DriverLock.acquire(str(tmp_path / "exp"))  # a driver runs it: fold_log leaves it alone
     ExperimentStore.fold_log(str(tmp_path / "exp"))
-    assert sorted(os.listdir(tmp_path / "exp")) == [DB_FILENAME]
+    assert os.path.exists(f"{db}-wal")
+    lock.release()
+    ExperimentStore.fold_log(str(tmp_path / "exp"))
+    assert sorted(os.listdir(tmp_path / "exp")) == sorted([DB_FILENAME, LOCK_FILENAME])
+
+
+def test_a_writer_closes_at_once_while_a_reader_is_in_the_middle_of_a_read(tmp_path):
+    """A TRUNCATE checkpoint at close waited out SQLite's busy timeout (5 s) for a reader in the middle of a read,
+    and held up other writers meanwhile (a review); the close's checkpoint waits for no one."""
+    import time
+
+    writer = _new(tmp_path)
+    writer.add_trials([(f"t{i}", i, {}) for i in range(50)])
+    reader = sqlite3.connect(writer.db_path, timeout=BUSY_TIMEOUT_S)
+    rows = reader.execute("SELECT trial_id FROM trials")
+    rows.fetchone()  # a read transaction stays open while the cursor has rows left
+    started = time.monotonic()
+    writer.close()
+    assert time.monotonic() - started < BUSY_TIMEOUT_S / 2
+    reader.close()
 
 
 def test_every_committed_result_survives_a_killed_writer(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
 import warnings
 
 import pytest
@@ -464,6 +465,10 @@ def test_set_search_properties_gets_rays_spec_and_is_not_called_for_an_empty_spa
     untold = Spec()
     plan(TuneConfig(metric="m", mode="max", search_alg=untold), {})
     assert untold.properties is None
+    endless = Spec()
+    plan(TuneConfig(metric="m", mode="max", search_alg=endless, num_samples=-1, time_budget_s=5),
+         {"x": tune.uniform(0, 1)})
+    assert endless.spec["num_samples"] == sys.maxsize  # (-1, as Ray passes it)
 
     class Old(HillClimber):
         def set_search_properties(self, metric, mode, config):

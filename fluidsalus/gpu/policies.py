@@ -123,8 +123,8 @@ def predicted_remaining_s(v: TrialView) -> float | None:
     """
     if v.sec_per_iter is None:
         return None
-    if v.remaining_iterations is None:
-        return math.inf
+    if v.remaining_iterations is None or v.remaining_iterations != v.remaining_iterations:
+        return math.inf  # (an open-ended budget; or NaN, which max() below would make 0)
     return _last_if_nan(max(0.0, v.remaining_iterations) * v.sec_per_iter)  # (NaN: inf iterations of 0 s)
 
 

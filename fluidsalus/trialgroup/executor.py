@@ -500,7 +500,7 @@ class Executor:
         self._iterations = 0
         # trials stopped early (the progress view's count): those of an earlier session of a resumed run too
         self._stopped = sum(1 for row in store.trials() if row.status == TERMINATED and row.stop_reason == OUT_STOPPED
-                            ) if trials else 0
+                            and row.started_at is not None) if trials else 0  # (not those ended before they began)
         self._progress = Progress(settings.verbose, settings.metric, settings.mode, None)
         self._started = time.time()
         self._first_error: str | None = None
@@ -1512,8 +1512,9 @@ class Executor:
             if event[0] == EV_FATAL:
                 error = ConfigError(event[4])
             else:
+                extras = self.trials[event[1]].extras  # (added to the result below: a metric may be one)
                 try:
-                    self._check_metric(event[1], event[4])
+                    self._check_metric(event[1], {**event[4], **extras} if extras else event[4])
                 except ConfigError as e:
                     error = e
             if error is not None:

@@ -45,6 +45,7 @@ import dataclasses
 import logging
 import math
 import os
+import sys
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -346,8 +347,9 @@ def _plan_custom(search_alg: Any, scheduler: TrialScheduler, space: dict[str, An
             "only, or under MedianStoppingRule (HyperBandForBOHB is for TuneBOHB, and PopulationBasedTraining and "
             "PB2 draw their configurations themselves)"
         )
-    spec = {"stop": dict(stop) if isinstance(stop, Mapping) else {}, "num_samples": tune_config.num_samples,
-            "time_budget_s": tune_config.time_budget}
+    spec = {"stop": dict(stop) if isinstance(stop, Mapping) else {},
+            "num_samples": sys.maxsize if tune_config.num_samples == INFINITE_SAMPLES else tune_config.num_samples,
+            "time_budget_s": tune_config.time_budget}  # (-1 is passed as sys.maxsize, as Ray passes it)
     accepted = _set_search_properties(search_alg, tune_config.metric, tune_config.mode, space, spec) if space else True
     if not accepted and sp.split_constants(space)[0]:
         raise ConfigError(
