@@ -372,6 +372,7 @@ class _Recorder(tune.Callback):
     def on_trial_start(self, iteration, trials, trial, **info):
         folder = os.path.basename(trial.local_path)  # Ray's default name: <trainable>_<trial_id>_<tag>_<date>
         assert trial in trials and folder.startswith(f"{trial.trainable_name}_{trial.trial_id}_")
+        assert trial.has_reported_at_least_once == (trial.num_failures > 0)  # (a retry reported before)
         self._add("start", trial, trial.num_failures)
 
     def on_trial_recover(self, iteration, trials, trial, **info):
@@ -390,6 +391,7 @@ class _Recorder(tune.Callback):
         self._add("checkpoint", trial, os.path.basename(checkpoint.path), os.path.isdir(checkpoint.path), previous)
 
     def on_trial_save(self, iteration, trials, trial, **info):
+        assert trial.has_checkpoint() and trial.has_reported_at_least_once  # (Ray's Trial methods)
         self._add("save", trial, os.path.basename(trial.checkpoint.path))
 
     def on_trial_complete(self, iteration, trials, trial, **info):

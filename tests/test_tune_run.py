@@ -394,6 +394,8 @@ def test_a_legacy_script_gets_rays_analysis(ray_cluster, storage: str) -> None:
     assert str(best) == repr(best) == best.trial_name == f"_train_{best.trial_id}"
     assert best.trainable_name == "_train" and best.num_failures == 0 and best.is_finished()
     assert best.error_file is None
+    # (Ray's Trial has these too; a script that called them got an AttributeError)
+    assert best.has_checkpoint() and best.has_reported_at_least_once and best.experiment_dir_name == "legacy"
     frame = again.trial_dataframes[best.trial_id]
     assert list(frame["step"]) == [1, 2, 3] and list(frame["config/x"]) == [3, 3, 3]
 
@@ -416,6 +418,7 @@ def test_a_failed_trial_raises_after_the_run_unless_told_otherwise(ray_cluster, 
     failed = next(t for t in analysis.trials if t.status == "ERROR")
     assert "x is 2" in str(failed.error)
     assert failed.num_failures == 1 and failed.is_finished() and "x is 2" in open(failed.error_file).read()
+    assert not failed.has_checkpoint() and not failed.has_reported_at_least_once
     assert analysis.best_config == {"x": 1}
 
 

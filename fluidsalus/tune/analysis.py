@@ -95,6 +95,20 @@ class Trial:
         """Whether the trial has ended (``TERMINATED`` or ``ERROR``)."""
         return self.status in FINAL_STATUSES
 
+    def has_checkpoint(self) -> bool:
+        """Ray's: whether the trial has a checkpoint."""
+        return self.checkpoint is not None
+
+    @property
+    def has_reported_at_least_once(self) -> bool:
+        """Ray's: whether the trial reported a result."""
+        return bool(self._result._history)
+
+    @property
+    def experiment_dir_name(self) -> str:
+        """Ray's: the name of the experiment's folder (the folder that holds :attr:`path`)."""
+        return os.path.basename(os.path.dirname(self.path.rstrip(os.sep))) if self.path else ""
+
     @property
     def metric_analysis(self) -> dict[str, dict[str, float]]:
         """For each numeric metric of the trial's results (nested ones flattened with ``/``): its ``max``,

@@ -251,6 +251,15 @@ class TrialInfo:
         """Whether the trial has ended (``TERMINATED`` or ``ERROR``)."""
         return self.status in FINAL_STATUSES
 
+    def has_checkpoint(self) -> bool:
+        """Ray's: whether the trial has a checkpoint."""
+        return self.checkpoint is not None
+
+    @property
+    def has_reported_at_least_once(self) -> bool:
+        """Ray's: whether the trial reported a result (its ``last_result`` holds a ``training_iteration``)."""
+        return bool(self.last_result) and _ITERATION_KEY in self.last_result
+
     def __str__(self) -> str:
         return self.trial_name
 
