@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 import fluidsalus  # noqa: E402
 from fluidsalus import distributed  # noqa: E402
 from fluidsalus.distributed import DataParallelError  # noqa: E402
-from fluidsalus.distributed._rendezvous import Rendezvous, parse_address  # noqa: E402
+from fluidsalus.distributed._rendezvous import Rendezvous, broken_by_leader_end, parse_address  # noqa: E402
 from fluidsalus.errors import ConfigError, SessionError  # noqa: E402
 from fluidsalus.gpu.host import (  # noqa: E402
     EV_END,
@@ -255,15 +255,35 @@ class _EndedStore:
         self.keys[key] = value.encode()
 
 
-def test_a_worker_whose_collective_broke_after_rank_0_ended_stops_without_an_error():
-    """Rank 0 stops at a fine boundary while a worker ahead of it already waits in the iteration's collective:
-    the collective breaks under the worker, which stopped with the trial and did not fail."""
+def _worker_after_rank_0_ended() -> Rendezvous:
     ranks = Rendezvous.__new__(Rendezvous)
     ranks.leader, ranks.rank, ranks.world_size, ranks.timeout_s = False, 1, 2, SHORT_TIMEOUT_S
     ranks.store, ranks._group = _EndedStore(), None
     ranks.close_group = lambda: None  # no real process group here
-    assert ranks.finish("errored", "RuntimeError: Connection reset by peer", "trace") == (OUT_STOPPED, None, None)
+    return ranks
+
+
+def test_a_worker_whose_collective_broke_after_rank_0_ended_stops_without_an_error():
+    """Rank 0 stops at a fine boundary while a worker ahead of it already waits in the iteration's collective:
+    the collective breaks under the worker, which stopped with the trial and did not fail."""
+    ranks = _worker_after_rank_0_ended()
+    broke = RuntimeError("[pair.cc:537] Read error: Connection reset by peer")
+    assert broken_by_leader_end(broke)
+    assert ranks.finish("errored", f"RuntimeError: {broke}", "trace", True) == (OUT_STOPPED, None, None)
     assert "failed" not in ranks.store.keys and ranks.store.keys["exited/1"] == b"errored"
+
+
+def test_a_workers_own_error_after_rank_0_ended_is_its_error_still():
+    """A worker whose own code raised after rank 0 ended (rank 0 ran ahead of it, or the worker's code after its
+    last report raised) counted as stopped: the trial ended completed and the error was nowhere (a helper's
+    audit). It is recorded for rank 0, which waits for it, and is the worker's own end."""
+    ranks = _worker_after_rank_0_ended()
+    own = ValueError("boom in the worker's post-processing")
+    assert not broken_by_leader_end(own)
+    assert ranks.finish("errored", f"ValueError: {own}", "trace", False) == ("errored", f"ValueError: {own}", "trace")
+    assert ranks.store.keys["failed"] == b"1" and b"boom in the worker" in ranks.store.keys["error/1"]
+    assert broken_by_leader_end(DataParallelError("rank 0 went away")) and not broken_by_leader_end(None)
+    assert not broken_by_leader_end(RuntimeError("the worker's own RuntimeError"))
 
 
 # ------------------------------------------------------------------------ ranks as hosts in this process
@@ -321,6 +341,24 @@ def test_a_workers_error_fails_the_trial_with_its_traceback_before_the_timeout(t
     assert "raise ValueError" in end[6]
     worker = _worker_end(events[1])
     assert worker["outcome"] == OUT_ERRORED and "ValueError" in worker["error"]
+
+
+def _worker_raises_after_its_last_report(config):
+    distributed.init_process_group()
+    fluidsalus.report({"rank": distributed.get_rank()})
+    if distributed.get_rank() == 1:
+        time.sleep(0.3)  # rank 0 has ended by now
+        raise ValueError("the worker's code after its last report")
+
+
+def test_a_workers_error_after_rank_0_ended_fails_the_trial(tmp_path):
+    """It counted as a collective broken by rank 0's end: the trial ended completed and the worker's error was
+    nowhere (a helper's audit)."""
+    hosts, events = _run_ranks(_worker_raises_after_its_last_report, tmp_path, 2, {})
+    _poll_until(hosts, events, _ended, "the trial's end")
+    end = next(e for e in events[0] if e[0] == EV_END)
+    assert end[4] == OUT_ERRORED and "ValueError: the worker's code after its last report" in end[5]
+    assert _worker_end(events[1])["outcome"] == OUT_ERRORED
 
 
 def test_rank_0s_report_raises_when_a_worker_failed_outside_collectives(tmp_path):

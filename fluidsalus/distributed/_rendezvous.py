@@ -265,13 +265,24 @@ class Rendezvous:
                 break
         return failures
 
-    def finish(self, outcome: str, error: str | None, trace: str | None) -> tuple[str, str | None, str | None]:
+    def finish(self, outcome: str, error: str | None, trace: str | None,
+               peer_gone: bool = False) -> tuple[str, str | None, str | None]:
         """End this rank's part of the trial and return its (outcome, error, traceback) as the host reports it.
 
         Rank 0 announces the end, closes its connections (workers blocked in a collective with it fail at
         once), waits up to the timeout for the workers that joined to end, and fails the trial with the errors
         of workers that failed on their own. A worker that failed on its own records its error for rank 0; a
-        worker whose failure came after rank 0 ended (its collectives broke) counts as stopped.
+        worker whose collective broke after rank 0 ended (:func:`broken_by_leader_end`) counts as stopped. A
+        worker's own error after rank 0 ended (rank 0 ran ahead of it, or its code after the last report raised)
+        is its own still: it was counted as stopped, and the trial ended completed with the error nowhere.
+
+        Args:
+            outcome: This rank's outcome.
+            error: Its error text, or None.
+            trace: Its traceback, or None.
+            peer_gone: The exception that ended it says a peer went away (:func:`broken_by_leader_end`; the host
+                tells it, and keeps no reference to the exception, whose frames would keep the process group
+                open and its peers blocked in their collectives until gloo's timeout).
         """
         import torch.distributed as dist
 
@@ -298,22 +309,47 @@ class Rendezvous:
         failed = outcome in (OUT_ERRORED, OUT_OOM)
         try:
             leader_ended = self.store.check(["end"])
-            if failed and not leader_ended:
-                self.store.set(f"error/{self.rank}", f"{error}\n{trace or ''}")
-                self.store.set("failed", str(self.rank))
         except dist.DistError:
             leader_ended = True
+        # Its collectives broke because rank 0 had ended: the trial stopped under it, and the broken collective's
+        # error is not the worker's failure (rank 0 stops at a fine boundary, while a worker ahead of it may
+        # already wait in the iteration's collective).
+        broken = failed and leader_ended and peer_gone
+        if failed and not broken:
+            try:  # (rank 0 reads it while it waits for this rank to exit)
+                self.store.set(f"error/{self.rank}", f"{error}\n{trace or ''}")
+                self.store.set("failed", str(self.rank))
+            except dist.DistError:
+                pass  # rank 0 is gone: the error stays in this rank's own end (its worker_end event)
         self.close_group()
         try:
             self.store.set(f"exited/{self.rank}", outcome)
         except dist.DistError:
             pass
-        if failed and leader_ended:
-            # Its collectives broke because rank 0 had ended: the trial stopped under it, and the broken
-            # collective's error is not the worker's failure (rank 0 stops at a fine boundary, while a worker
-            # ahead of it may already wait in the iteration's collective).
+        if broken:
             return OUT_STOPPED, None, None
         return outcome, error, trace
+
+
+#: Words of the errors a collective raises when a peer's connection goes away (gloo's "Connection closed by
+#: peer" / "reset by peer", a broken pipe, NCCL's): a worker whose collective broke so, after rank 0 ended, stopped.
+_BROKEN_PEER_WORDS = ("closed by peer", "reset by peer", "broken pipe", "connection refused", "nccl", "gloo")
+
+
+def broken_by_leader_end(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is a collective (or the rendezvous store) failing because a peer went away: a
+    ``torch.distributed`` error, this module's :class:`DataParallelError`, or a ``RuntimeError`` that says so
+    (gloo raises plain ``RuntimeError``s). A worker's own error (a ``ValueError`` of its code) is not."""
+    if exc is None or not isinstance(exc, RuntimeError):
+        return False
+    if isinstance(exc, DataParallelError):
+        return True
+    import torch.distributed as dist
+
+    if isinstance(exc, dist.DistError):
+        return True
+    text = str(exc).lower()
+    return any(word in text for word in _BROKEN_PEER_WORDS)
 
 
 def _wait_for_server(host: str, port: int, timeout_s: float, cancelled: threading.Event | None, rank: int,

@@ -1033,6 +1033,7 @@ class DeviceHost:
         outcome, error, trace = OUT_COMPLETED, None, None
         fatal: str | None = None
         ranks = None
+        peer_gone = False  # a data-parallel rank's failure says a peer went away (a broken collective)
         try:
             self._configure_torch()
             os.makedirs(spec.trial_dir, exist_ok=True)
@@ -1059,6 +1060,10 @@ class DeviceHost:
             outcome = OUT_WITHDRAWN
         except BaseException as e:  # noqa: BLE001 - a trial's failure must never take the device down
             error, trace = f"{type(e).__name__}: {e}", tb.format_exc()
+            if ranks is not None:
+                from fluidsalus.distributed._rendezvous import broken_by_leader_end  # (it imports this module)
+
+                peer_gone = broken_by_leader_end(e)
             hint = (nvml.reserve_hint(error, self.settings.max_lanes)
                     or shared_process_hint(error, self.settings.max_lanes))
             if hint is not None:
@@ -1072,7 +1077,7 @@ class DeviceHost:
             if self._arenas is not None:  # the run's memory is the trial's no more; leftovers are reported
                 self._arenas.exit(spec.trial_id)
         if ranks is not None:  # rank 0 waits for its workers here; their failures become the trial's error
-            outcome, error, trace = ranks.finish(outcome, error, trace)
+            outcome, error, trace = ranks.finish(outcome, error, trace, peer_gone)
         now = time.time()
         with self._lock:
             try:
