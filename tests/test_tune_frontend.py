@@ -867,6 +867,23 @@ def test_a_save_that_fails_at_asha_s_rung_fails_its_trial_not_the_run(ray_cluste
     assert [(r.metrics["training_iteration"], "no space left" in str(r.error)) for r in grid] == [(1, True)] * 4
 
 
+def _reports_world_size(config, extra=0):
+    from fluidsalus import distributed
+
+    tune.report({"world_size": distributed.get_world_size() + extra})
+
+
+def test_a_data_parallel_trainable_gets_its_devices_through_the_tune_front_end(ray_cluster, storage: str) -> None:
+    """The Tuner's wrappers (its trial entry, with_parameters) dropped the data_parallel declaration the engine
+    reads, so such a trial ran on one device (a helper's audit; fluidsalus.run gave it two)."""
+    from fluidsalus import distributed
+
+    trainable = distributed.data_parallel(workers=2)(_reports_world_size)
+    for given in (trainable, tune.with_parameters(trainable, extra=0)):
+        _, grid = _run(given, storage, {"x": 1})
+        assert [r.metrics["world_size"] for r in grid] == [2]
+
+
 def test_ray_style_callbacks_see_every_result(ray_cluster, storage: str) -> None:
     recorder = _Recorder()
     _, grid = _run(_steps, storage, run_config_kwargs={"callbacks": [recorder]}, num_samples=3)

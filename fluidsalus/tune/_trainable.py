@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fluidsalus.checkpoint import Checkpoint
+from fluidsalus.distributed._common import DATA_PARALLEL_ATTR
 from fluidsalus.errors import ConfigError
 from fluidsalus.session import DATE_FORMAT, HOSTNAME, StopTrial, TrialResources, node_ip
 
@@ -186,6 +187,15 @@ def normalize_resources(resources: Any) -> dict[str, float]:
     return out
 
 
+def _keep_data_parallel(base: Any, wrapper: Any) -> None:
+    """Give ``wrapper`` the ``fluidsalus.distributed.data_parallel`` declaration of the trainable it wraps, which
+    the engine reads from the trainable it runs: a data-parallel trainable given to ``Tuner``/``tune.run`` (also
+    through ``with_parameters``/``with_resources``) ran on one device."""
+    declared = getattr(base, DATA_PARALLEL_ATTR, None)
+    if declared is not None:
+        setattr(wrapper, DATA_PARALLEL_ATTR, declared)
+
+
 class Prepared:
     """A trainable with parameters and/or a resource request attached (what the two wrappers return).
 
@@ -201,6 +211,7 @@ class Prepared:
         self.__name__ = trainable_name(base)
         self.__doc__ = getattr(base, "__doc__", None)
         self.__wrapped__ = base
+        _keep_data_parallel(base, self)
 
     def __call__(self, config: dict[str, Any]) -> Any:
         if _is_trainable_class(self.base):
@@ -659,6 +670,7 @@ class TrialEntry:
         self.log_files = log_files
         self.chdir = chdir
         functools.update_wrapper(self, base, assigned=("__doc__",), updated=())
+        _keep_data_parallel(base, self)
 
     def __reduce__(self) -> tuple[Any, ...]:
         import ray
