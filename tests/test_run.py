@@ -189,6 +189,21 @@ def test_a_metric_that_result_extras_adds_passes_the_metric_check(storage):
     assert [r.metrics["score"] for r in grid] == [1.0]
 
 
+def _three_ranks(config):
+    fluidsalus.report({"loss": 1.0})
+
+
+def test_a_data_parallel_trainable_that_needs_more_devices_than_the_run_has_is_refused(storage):
+    """Its trial waited in the queue for ever, with no word (a helper's audit): the run has 2 devices here."""
+    from fluidsalus import distributed
+
+    trainable = distributed.data_parallel(_three_ranks, workers=(3, 3))
+    with pytest.raises(ConfigError, match=r"trainable: it is data-parallel on at least 3 devices \(data_parallel\("
+                                          r"workers=...\)\), but the run has 2; lower its min_workers"):
+        fluidsalus.run(trainable, {"x": 1}, storage_path=storage, name="ranks", verbose=0, devices=2)
+    assert not os.path.exists(storage) or os.listdir(storage) == []
+
+
 def _returns_a_number(config):
     return 0.5
 
