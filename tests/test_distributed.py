@@ -187,6 +187,14 @@ def test_one_device_needs_no_process_group(tmp_path):
             distributed.init_process_group("mpi")
         with pytest.raises(ConfigError, match="op"):
             distributed.all_reduce(value, op="avg")
+        # As on several ranks (a trainable tried on one device failed once the planner gave it two):
+        with pytest.raises(ConfigError, match="backend 'nccl' needs a CUDA device"):
+            distributed.init_process_group("nccl")
+        with pytest.raises(ConfigError, match="timeout_s must be > 0 seconds; got 0"):
+            distributed.init_process_group(timeout_s=0)
+        with pytest.raises(ConfigError, match=r"op='mean' needs a floating-point tensor, got torch.int64"):
+            distributed.all_reduce(torch.tensor([3]))
+        assert distributed.all_reduce(torch.tensor([3]), op="sum").item() == 3
     finally:
         set_session(None)
     with pytest.raises(SessionError):

@@ -64,8 +64,9 @@ def init_process_group(backend: str | None = None, *, timeout_s: float | None = 
     """
     session = _session("init_process_group")
     if session.ranks is None:
-        if backend is not None and backend not in ("gloo", "nccl"):
-            raise ConfigError(f"init_process_group: backend must be 'gloo', 'nccl' or None; got {backend!r}")
+        from fluidsalus.distributed._rendezvous import check_group_args  # (torch only once there are ranks)
+
+        check_group_args(backend, timeout_s, str(session.context.device or "cpu"))
         return None
     return session.ranks.process_group(backend, timeout_s)  # type: ignore[attr-defined]
 
@@ -184,6 +185,10 @@ def all_reduce(tensor: Any, op: str = "mean") -> Any:
     """
     if op not in REDUCE_OPS:
         raise ConfigError(f"all_reduce: op must be one of {REDUCE_OPS}; got {op!r}")
+    if op == "mean" and not (tensor.is_floating_point() or tensor.is_complex()):
+        # (on several ranks the in-place division failed with torch's cast error; on one it passed)
+        raise ConfigError(f"all_reduce: op='mean' needs a floating-point tensor, got {tensor.dtype}; use op='sum', "
+                          "or a float tensor")
     group = get_process_group()
     if group is None:
         return tensor

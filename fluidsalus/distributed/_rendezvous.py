@@ -181,14 +181,7 @@ class Rendezvous:
             ConfigError: For an unknown backend, nccl on a CPU device, or a second call with another backend.
         """
         cuda = self.device.startswith("cuda")
-        chosen = backend if backend is not None else ("nccl" if cuda else "gloo")
-        if chosen not in BACKENDS:
-            raise ConfigError(f"init_process_group: backend must be one of {BACKENDS} or None; got {backend!r}")
-        if chosen == "nccl" and not cuda:
-            raise ConfigError(f"init_process_group: backend 'nccl' needs a CUDA device; this trial runs on "
-                              f"{self.device!r} (use 'gloo' or None)")
-        if timeout_s is not None and not timeout_s > 0:
-            raise ConfigError(f"init_process_group: timeout_s must be > 0 seconds; got {timeout_s!r}")
+        chosen = check_group_args(backend, timeout_s, self.device)
         with self._lock:
             if self._group is not None:
                 if backend is not None and backend != self.backend:
@@ -329,6 +322,30 @@ class Rendezvous:
         if broken:
             return OUT_STOPPED, None, None
         return outcome, error, trace
+
+
+def check_group_args(backend: str | None, timeout_s: float | None, device: str) -> str:
+    """Check ``init_process_group``'s arguments, on any number of ranks (a trainable tried on one device failed
+    only once the planner gave it two), and return the backend to use.
+
+    Args:
+        backend: ``"gloo"``, ``"nccl"`` or None (nccl on a CUDA device, gloo on a CPU one).
+        timeout_s: The collective timeout, or None.
+        device: The trial's torch device (``"cpu"``, ``"cuda:0"``).
+
+    Raises:
+        ConfigError: For an unknown backend, nccl on a CPU device, or a timeout that is not positive.
+    """
+    cuda = device.startswith("cuda")
+    chosen = backend if backend is not None else ("nccl" if cuda else "gloo")
+    if chosen not in BACKENDS:
+        raise ConfigError(f"init_process_group: backend must be one of {BACKENDS} or None; got {backend!r}")
+    if chosen == "nccl" and not cuda:
+        raise ConfigError(f"init_process_group: backend 'nccl' needs a CUDA device; this trial runs on "
+                          f"{device!r} (use 'gloo' or None)")
+    if timeout_s is not None and not timeout_s > 0:
+        raise ConfigError(f"init_process_group: timeout_s must be > 0 seconds; got {timeout_s!r}")
+    return chosen
 
 
 #: Words of the errors a collective raises when a peer's connection goes away (gloo's "Connection closed by
