@@ -938,6 +938,29 @@ def test_stop_callable_and_stopper_with_endless_samples(ray_cluster, storage: st
     assert all("i" not in r.metrics or r.metrics["i"] <= 2 for r in grid)
 
 
+def _flat_thirty(config):
+    for _ in range(30):
+        tune.report({"m": 1.0})
+
+
+class _StopArgs(tune.Callback):
+    def setup(self, stop=None, **info):
+        self.stop = stop
+
+
+def test_a_stoppers_stop_all_ends_the_run_at_the_result_that_ended_it_as_in_ray(ray_cluster, storage: str) -> None:
+    """A trial of fast iterations ran on past the result at which the driver's copy of the stopper said
+    stop_all: an ExperimentPlateauStopper that Ray's ends after the 2nd result let the first trial run all 30 (a
+    helper's audit). With such a stopper each result waits for the driver's judgement. Callbacks' setup gets
+    Ray's {} for a stopper that is no dict (it got the stopper)."""
+    told = _StopArgs()
+    _, grid = _run(_flat_thirty, storage, {"x": tune.grid_search([1, 2, 3])}, max_concurrent_trials=1,
+                   run_config_kwargs={"stop": tune.stopper.ExperimentPlateauStopper("m", top=2, patience=0),
+                                      "callbacks": [told]})
+    assert [r.metrics.get("training_iteration") for r in grid] == [2, None, None]  # (Ray: [2], never made the others)
+    assert told.stop == {}
+
+
 class _StopByConfig(tune.Stopper):
     """Stops each trial at the iteration its config names; ends the run once the driver's copy saw both at theirs."""
 

@@ -153,6 +153,9 @@ POLL_WAIT_S = 0.5
 ACTOR_START_TIMEOUT_S = 120.0
 #: Grace period for trials to reach a report boundary when the run ends early (Ctrl-C, fatal error).
 SHUTDOWN_GRACE_S = 2.0
+#: The devices' ``verdict_from`` when a stopper's ``stop_all()`` may end the run: every result (its ``time_attr``
+#: is at least this) waits for the driver's judgement of it.
+STOP_ALL_VERDICT_FROM = float("-inf")
 #: Relative change of a trial's predicted alone time per iteration, since the planner last saw it, that
 #: triggers a re-plan. Iteration times of one trial vary by a few percent from noise alone; a quarter is a
 #: change in what the trial costs (a new phase, another allocation), which can change the queue order, a
@@ -531,6 +534,11 @@ class Executor:
             self._restore_move_cost()
             self._restore_searcher_seen()
         self._workers = settings.workers if settings.workers is not None else declared_workers(payload)
+        stopper = settings.stopper
+        #: Whether each result waits for the driver to judge the stopper's stop_all() on it (see
+        #: ``fluidsalus.tune.Stopper.decides_stop_all``): the run then ends at the result that ended it.
+        self._stop_all_verdicts = callable(getattr(stopper, "stop_all", None)) and bool(
+            getattr(stopper, "decides_stop_all", True))
         for trial in trials or []:
             self.trials[trial.trial_id] = trial
             self._seq = max(self._seq, trial.seq + 1)
@@ -591,7 +599,8 @@ class Executor:
                 torch_threads=max(1, spec.cpus // spec.slots) if spec.kind == "cpu" else None,
                 resources={"cpu": float(spec.cpus), "gpu": 1.0 if spec.kind == "cuda" else 0.0},
                 time_attr=self.searcher.time_attr,
-                verdict_from=self.searcher.verdict_from,
+                # every result waits for the driver when a stopper's stop_all() may end the run at it
+                verdict_from=STOP_ALL_VERDICT_FROM if self._stop_all_verdicts else self.searcher.verdict_from,
             )
 
     def _actor_name(self, spec: DeviceSpec) -> str:
@@ -1713,6 +1722,8 @@ class Executor:
                 if tid in self.trials and self.trials[tid].status not in FINAL_STATUSES:
                     self._checkpoint_wanted[tid] = self.trials[tid].last_iteration
             self._send_checkpoint_requests(requested)
+        if decisions and self._stop_all_verdicts:
+            self._check_end()  # (the stopper's stop_all() judged these results: the trials stop at them)
         for event in decisions:  # the result came in this batch or an earlier one: either way it was decided on
             self._send(device, "answer", event[4], event[1] in self._stopping, False)
         for event in verdicts:

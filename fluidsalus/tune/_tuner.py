@@ -142,6 +142,11 @@ class AnyStopWithStopper(AnyStop):
     def stop_all(self) -> bool:
         return bool(self.stopper.stop_all())
 
+    @property
+    def decides_stop_all(self) -> bool:
+        """The stopper's :attr:`~fluidsalus.tune.Stopper.decides_stop_all` (True for one that does not say)."""
+        return bool(getattr(self.stopper, "decides_stop_all", True))
+
     def for_devices(self) -> AnyStop:
         """The stopper's device view (``stopper.for_devices``) with the other rules."""
         return AnyStop([for_devices(self.stopper), *self.rules[1:]])
@@ -720,7 +725,8 @@ class Tuner:
                                                                    class_trainable=class_trainable,
                                                                    stop=run_config.stop).searcher)
         if adapter is not None:
-            adapter.setup(stop=run_config.stop if run_config.stop is not None else {},  # Ray's {} for none
+            adapter.setup(stop=dict(run_config.stop) if isinstance(run_config.stop, Mapping) else {},  # (as Ray's
+                          # public spec: {} for none, a Stopper or a function)
                           num_samples=sys.maxsize if endless else tune_config.num_samples,
                           total_num_samples=total_samples,
                           time_budget_s=tune_config.time_budget)
