@@ -147,6 +147,8 @@ def _checkpoint_config(
             raise ConfigError(f"tune.run: checkpoint_score_attr must be a result key, optionally prefixed with "
                               f"'min-' (got {checkpoint_score_attr!r})")
         if checkpoint_score_attr.startswith("min-"):
+            warnings.warn("using min- and max- prefixes to specify checkpoint score order is deprecated. Use "
+                          "CheckpointConfig.checkpoint_score_order instead", DeprecationWarning, stacklevel=3)
             changes["checkpoint_score_attribute"] = checkpoint_score_attr[len("min-"):]
             changes["checkpoint_score_order"] = "min"
         else:
