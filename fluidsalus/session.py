@@ -20,7 +20,6 @@ import socket
 import sys
 import threading
 import time
-import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -352,8 +351,9 @@ class TrialSession:
         #: Set when a deferred report kept its lane's turn, expecting the driver call that follows it to give the
         #: turn away; cleared by that call or by the next boundary that may switch (see :meth:`report`).
         self._switch_owed = False
-        #: Pauses at a budget whose save raised NotImplementedError (no ``save_checkpoint``): see :meth:`report`.
-        self._unsaved_pauses = 0
+        #: The error of the save at a pause at the budget that is not implemented (no ``save_checkpoint``), raised
+        #: if the verdict ends the trial there (see :meth:`report`'s ``end_save_at_pause``).
+        self._unsaved_pause: NotImplementedError | None = None
         self.ranks: RankSync | None = None
         #: Set when a report, step or pause ended the trial (:class:`StopTrial`), in whichever of its threads.
         self.stopped = False
@@ -447,7 +447,8 @@ class TrialSession:
         self._resumed.set()
 
     def report(self, metrics: Mapping[str, Any], checkpoint: Checkpoint | None = None,
-               at_end: Callable[[], Checkpoint] | None = None, *, deferred: bool = False) -> None:
+               at_end: Callable[[], Checkpoint] | None = None, *, deferred: bool = False,
+               end_save_at_pause: bool = False) -> None:
         """Deliver one result (see :func:`report`).
 
         Args:
@@ -464,6 +465,11 @@ class TrialSession:
                 the trial at such a report, since the call gives it away anyway (switching at both would hand
                 the lane to a neighbour for a whole step before the call leaves, and then leave it idle while
                 both wait for the driver); if no call came since the last deferred report, this one may switch.
+            end_save_at_pause: ``at_end`` saves a pause at the budget only because the verdict may end the trial
+                there (a scheduler's rung, under ``checkpoint_at_end``): a save that is not implemented
+                (``NotImplementedError``) then fails the trial only if the verdict ends it, as Ray's save at the
+                end fails it; a promoted trial goes on (it failed at its first rung, where Ray's went on). A save
+                the searcher needs at its pauses (PBT's) fails the trial there, as Ray's does.
         """
         if not isinstance(metrics, Mapping):
             raise TypeError(f"report(metrics=...): metrics must be a dict, got {type(metrics).__name__}")
@@ -511,16 +517,12 @@ class TrialSession:
             try:
                 self._keep(at_end(), result)
             except NotImplementedError as e:
-                if stop:
-                    self._sink(result, False, True)  # at its end, as Ray's save at the end raises: the trial fails
+                if stop or not end_save_at_pause:
+                    self._sink(result, False, True)  # the result stands, as in Ray; the save's error fails the trial
                     raise
-                # A pause, which may not be its end: it stays resident, and needs no checkpoint to go on. (It failed
-                # every trial at its first rung, where Ray fails each at its end; a trial the searcher stops while
-                # paused here ends without a checkpoint.)
-                if not self._unsaved_pauses:
-                    warnings.warn(f"trial {self.context.trial_id} could not be saved at its pause at the budget "
-                                  f"({type(e).__name__}: {e}); it goes on without a checkpoint there", stacklevel=2)
-                self._unsaved_pauses += 1
+                # A pause that may not be its end: it stays resident, needs no checkpoint to go on, and fails with
+                # this error if the verdict ends it here (below).
+                self._unsaved_pause = e
             except BaseException:
                 self._sink(result, False, True)  # the result stands, as in Ray; the save's error then fails the trial
                 raise
@@ -534,7 +536,10 @@ class TrialSession:
             # and its lane's turn goes to another trial meanwhile.
             if self._turns is not None:
                 self._turns.release()
+            unsaved, self._unsaved_pause = self._unsaved_pause, None
             if self._wait_resume():
+                if unsaved is not None:  # ended at this pause: the save at its end is not implemented, as Ray's fails
+                    raise unsaved
                 raise self._stop()
             if self._turns is not None:
                 self._turns.acquire()

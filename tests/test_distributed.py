@@ -195,6 +195,7 @@ def test_one_device_needs_no_process_group(tmp_path):
         with pytest.raises(ConfigError, match=r"op='mean' needs a floating-point tensor, got torch.int64"):
             distributed.all_reduce(torch.tensor([3]))
         assert distributed.all_reduce(torch.tensor([3]), op="sum").item() == 3
+        assert distributed.all_reduce(2.5) == 2.5  # (not a tensor: left as it is on one device, as before)
     finally:
         set_session(None)
     with pytest.raises(SessionError):
@@ -292,6 +293,15 @@ def test_a_workers_own_error_after_rank_0_ended_is_its_error_still():
     assert ranks.store.keys["failed"] == b"1" and b"boom in the worker" in ranks.store.keys["error/1"]
     assert broken_by_leader_end(DataParallelError("rank 0 went away")) and not broken_by_leader_end(None)
     assert not broken_by_leader_end(RuntimeError("the worker's own RuntimeError"))
+    # (a review) the chain is read, and gloo's name alone says nothing of a peer's going
+    assert not broken_by_leader_end(RuntimeError("Cannot use ReduceOp.AVG with Gloo"))
+    try:
+        try:
+            raise RuntimeError("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:5000")
+        except RuntimeError as broke:
+            raise ValueError("the training step failed") from broke
+    except ValueError as wrapped:
+        assert broken_by_leader_end(wrapped)
 
 
 # ------------------------------------------------------------------------ ranks as hosts in this process

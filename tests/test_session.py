@@ -92,46 +92,55 @@ def test_a_result_stands_when_the_save_at_its_end_fails(tmp_path):
     assert [r["a"] for r in got] == [1, 2]
 
 
-def test_a_pause_whose_save_is_not_implemented_goes_on_without_a_checkpoint(tmp_path):
-    """A class Trainable without save_checkpoint paused at its budget (ASHA's rung, with the Tuner's default
+def test_a_pause_whose_save_is_not_implemented_fails_the_trial_only_if_the_verdict_ends_it_there(tmp_path):
+    """A class Trainable without save_checkpoint paused at its budget (ASHA's rung, under the Tuner's default
     checkpoint_at_end): its save raised there, the result went out as not paused, and the searcher's promotion of
-    a RUNNING trial ended the whole run (FluidsalusError). A pause need not be its end: the trial stays resident
-    and goes on (with one warning); a stop while paused ends it without a checkpoint, and its true end raises, as
-    Ray's save at the end does."""
+    a RUNNING trial ended the whole run (FluidsalusError). Now, as Ray's save at the end: a promoted trial goes on,
+    and one the verdict ends at the pause fails with the save's error; a save the searcher needs at its pauses
+    (PBT's, end_save_at_pause=False) fails the trial there."""
     import threading
     import time
 
     def broken_save():
         raise NotImplementedError("save_checkpoint() must be implemented")
 
-    session, got = _session(tmp_path, budget=1, should_stop=lambda r: r["training_iteration"] >= 3)
-    paused = threading.Thread(target=session.report, args=({"a": 1},), kwargs={"at_end": broken_save}, daemon=True)
-    with pytest.warns(UserWarning, match="could not be saved at its pause at the budget .*it goes on without"):
-        paused.start()
-        for _ in range(200):
-            if got:
+    def pause(session, got, **kwargs):
+        outcome: dict[str, BaseException] = {}
+
+        def report():
+            try:
+                session.report({"a": 1}, at_end=broken_save, **kwargs)
+            except BaseException as e:  # noqa: BLE001 - recorded for the test
+                outcome["error"] = e
+
+        thread = threading.Thread(target=report, daemon=True)
+        thread.start()
+        for _ in range(500):
+            if got or outcome:
                 break
             time.sleep(0.01)
-        session.resume(None)
-        paused.join(5)
-    assert not paused.is_alive() and [r["a"] for r in got] == [1]
+        return thread, outcome
+
+    session, got = _session(tmp_path, budget=1, should_stop=lambda r: r["training_iteration"] >= 3)
+    thread, outcome = pause(session, got, end_save_at_pause=True)
+    session.resume(None)  # promoted: it goes on
+    thread.join(5)
+    assert not thread.is_alive() and outcome == {} and [r["a"] for r in got] == [1]
     session.report({"a": 2}, at_end=broken_save)
     with pytest.raises(NotImplementedError):
-        session.report({"a": 3}, at_end=broken_save)
+        session.report({"a": 3}, at_end=broken_save, end_save_at_pause=True)  # its true end
     assert [r["a"] for r in got] == [1, 2, 3]
 
     stopped, seen = _session(tmp_path, budget=1)
-    waiting = threading.Thread(target=lambda: pytest.raises(StopTrial, stopped.report, {"a": 1}, at_end=broken_save),
-                               daemon=True)
-    with pytest.warns(UserWarning):
-        waiting.start()
-        for _ in range(200):
-            if seen:
-                break
-            time.sleep(0.01)
-        stopped.request_stop()
-        waiting.join(5)
-    assert not waiting.is_alive() and [r["a"] for r in seen] == [1]
+    thread, outcome = pause(stopped, seen, end_save_at_pause=True)
+    stopped.request_stop()  # the verdict ends it at the pause
+    thread.join(5)
+    assert isinstance(outcome.get("error"), NotImplementedError) and [r["a"] for r in seen] == [1]
+
+    needed, kept = _session(tmp_path, budget=1)
+    thread, outcome = pause(needed, kept)  # PBT's save at its point
+    thread.join(5)
+    assert isinstance(outcome.get("error"), NotImplementedError) and [r["a"] for r in kept] == [1]
 
 
 def test_stop_rule_delivers_the_result_then_stops(tmp_path):

@@ -185,7 +185,8 @@ def all_reduce(tensor: Any, op: str = "mean") -> Any:
     """
     if op not in REDUCE_OPS:
         raise ConfigError(f"all_reduce: op must be one of {REDUCE_OPS}; got {op!r}")
-    if op == "mean" and not (tensor.is_floating_point() or tensor.is_complex()):
+    floating = getattr(tensor, "is_floating_point", None)  # (a torch tensor; anything else is left to torch)
+    if op == "mean" and floating is not None and not (floating() or tensor.is_complex()):
         # (on several ranks the in-place division failed with torch's cast error; on one it passed)
         raise ConfigError(f"all_reduce: op='mean' needs a floating-point tensor, got {tensor.dtype}; use op='sum', "
                           "or a float tensor")

@@ -349,24 +349,27 @@ def check_group_args(backend: str | None, timeout_s: float | None, device: str) 
 
 
 #: Words of the errors a collective raises when a peer's connection goes away (gloo's "Connection closed by
-#: peer" / "reset by peer", a broken pipe, NCCL's): a worker whose collective broke so, after rank 0 ended, stopped.
-_BROKEN_PEER_WORDS = ("closed by peer", "reset by peer", "broken pipe", "connection refused", "nccl", "gloo")
+#: peer" / "reset by peer", a broken pipe): a worker whose collective broke so, after rank 0 ended, stopped.
+_BROKEN_PEER_WORDS = ("closed by peer", "reset by peer", "broken pipe", "connection refused")
+#: How many exceptions of a chain (``__cause__``/``__context__``) :func:`broken_by_leader_end` looks at.
+_CHAIN_DEPTH = 8
 
 
 def broken_by_leader_end(exc: BaseException | None) -> bool:
-    """Whether ``exc`` is a collective (or the rendezvous store) failing because a peer went away: a
-    ``torch.distributed`` error, this module's :class:`DataParallelError`, or a ``RuntimeError`` that says so
-    (gloo raises plain ``RuntimeError``s). A worker's own error (a ``ValueError`` of its code) is not."""
-    if exc is None or not isinstance(exc, RuntimeError):
-        return False
-    if isinstance(exc, DataParallelError):
-        return True
+    """Whether ``exc``, or an exception it was raised from (its ``__cause__``/``__context__`` chain), is a
+    collective (or the rendezvous store) failing because a peer went away: a ``torch.distributed`` error, this
+    module's :class:`DataParallelError`, or a ``RuntimeError`` that says so (gloo raises plain ``RuntimeError``s).
+    A worker's own error (a ``ValueError`` of its code, a ``RuntimeError`` about something else) is not."""
     import torch.distributed as dist
 
-    if isinstance(exc, dist.DistError):
-        return True
-    text = str(exc).lower()
-    return any(word in text for word in _BROKEN_PEER_WORDS)
+    seen = 0
+    while exc is not None and seen < _CHAIN_DEPTH:
+        if isinstance(exc, (DataParallelError, dist.DistError)):
+            return True
+        if isinstance(exc, RuntimeError) and any(word in str(exc).lower() for word in _BROKEN_PEER_WORDS):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def _wait_for_server(host: str, port: int, timeout_s: float, cancelled: threading.Event | None, rank: int,

@@ -1251,6 +1251,40 @@ def for_devices(stopper: Any) -> Any:
     return view() if callable(view) else stopper
 
 
+#: Stoppers (fluidsalus's and Ray's, by the class that defines ``stop_all``) whose ``stop_all()`` is always False.
+_PER_TRIAL_STOPPERS = ("NoopStopper", "FunctionStopper", "MaximumIterationStopper", "TrialPlateauStopper")
+#: The modules of those stoppers and of ``CombinedStopper`` (whose ``stop_all()`` is any of its stoppers').
+_STOPPER_MODULES = ("fluidsalus.tune.stopper", "ray.tune.stopper")
+
+
+def decides_stop_all(stopper: Any) -> bool:
+    """Whether ``stopper.stop_all()`` may ever end the run. When it may, each trial waits after each result for the
+    driver's copy to judge it (a round trip per result), so the run ends at the result that ended it, as Ray's does.
+
+    False for no stopper, for the stoppers whose ``stop_all()`` is always False (fluidsalus's and Ray's
+    ``NoopStopper``, ``FunctionStopper``, ``MaximumIterationStopper``, ``TrialPlateauStopper``; not a subclass that
+    overrides ``stop_all``), for a ``CombinedStopper`` of such, and for an object that says
+    ``decides_stop_all = False``; True otherwise (``ExperimentPlateauStopper``, ``TimeoutStopper``, a stopper of your
+    own).
+
+    Args:
+        stopper: The run's driver-side stopper, or None.
+    """
+    stop_all = getattr(type(stopper), "stop_all", None)
+    if stopper is None or not callable(stop_all):
+        return False
+    declared = getattr(stopper, "decides_stop_all", None)
+    if declared is not None:
+        return bool(declared() if callable(declared) else declared)
+    module, owner = getattr(stop_all, "__module__", "") or "", getattr(stop_all, "__qualname__", "").split(".")[0]
+    if module.startswith(_STOPPER_MODULES):
+        if owner in _PER_TRIAL_STOPPERS:
+            return False
+        if owner == "CombinedStopper":
+            return any(decides_stop_all(inner) for inner in getattr(stopper, "_stoppers", ()))
+    return True
+
+
 #: What a dict stop rule does with a result that lacks one of its keys (:func:`stop_rule`).
 MISSING_STOP_KEY = ("error", "warn")
 

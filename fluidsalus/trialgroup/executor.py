@@ -81,6 +81,7 @@ from fluidsalus.gpu.host import (
     OUT_WITHDRAWN,
     HostSettings,
     TrialSpec,
+    decides_stop_all,
 )
 from fluidsalus.gpu.policies import DEFAULT_POLICY
 from fluidsalus.progress import Progress
@@ -534,11 +535,9 @@ class Executor:
             self._restore_move_cost()
             self._restore_searcher_seen()
         self._workers = settings.workers if settings.workers is not None else declared_workers(payload)
-        stopper = settings.stopper
-        #: Whether each result waits for the driver to judge the stopper's stop_all() on it (see
-        #: ``fluidsalus.tune.Stopper.decides_stop_all``): the run then ends at the result that ended it.
-        self._stop_all_verdicts = callable(getattr(stopper, "stop_all", None)) and bool(
-            getattr(stopper, "decides_stop_all", True))
+        #: Whether each result waits for the driver to judge the stopper's stop_all() on it (``decides_stop_all``):
+        #: the run then ends at the result that ended it.
+        self._stop_all_verdicts = decides_stop_all(settings.stopper)
         for trial in trials or []:
             self.trials[trial.trial_id] = trial
             self._seq = max(self._seq, trial.seq + 1)

@@ -608,7 +608,8 @@ def run_trainable_class(cls: type[Trainable], config: dict[str, Any], parameters
                 else:
                     # Under verdicts, the question right after goes with the result (and gives the lane away).
                     session.report(result, at_end=save if options.checkpoint_at_end or options.at_budgets else None,
-                                   deferred=options.checkpoint_verdicts and not done)
+                                   deferred=options.checkpoint_verdicts and not done,
+                                   end_save_at_pause=not options.at_budgets)
                     if options.checkpoint_verdicts and not done:
                         # (a pause at the budget under checkpoint_at_end or at_budgets saved this iteration already)
                         if session.checkpoint_at[0] != session.iteration and session.checkpoint_verdict():

@@ -52,7 +52,7 @@ from fluidsalus.api import run
 from fluidsalus.callbacks import Callback as EngineCallback
 from fluidsalus.checkpoint import write_atomically
 from fluidsalus.errors import ConfigError
-from fluidsalus.gpu.host import for_devices, stop_rule
+from fluidsalus.gpu.host import decides_stop_all, for_devices, stop_rule
 from fluidsalus.result import ResultGrid
 from fluidsalus.searchers import PBT, BaseSearcher
 from fluidsalus.searchers._pbt_replay import write_policy_files
@@ -142,10 +142,9 @@ class AnyStopWithStopper(AnyStop):
     def stop_all(self) -> bool:
         return bool(self.stopper.stop_all())
 
-    @property
     def decides_stop_all(self) -> bool:
-        """The stopper's :attr:`~fluidsalus.tune.Stopper.decides_stop_all` (True for one that does not say)."""
-        return bool(getattr(self.stopper, "decides_stop_all", True))
+        """Whether the stopper's ``stop_all()`` may end the run (``gpu.host.decides_stop_all``)."""
+        return decides_stop_all(self.stopper)
 
     def for_devices(self) -> AnyStop:
         """The stopper's device view (``stopper.for_devices``) with the other rules."""

@@ -52,17 +52,9 @@ class Stopper:
         """Whether the whole experiment should end."""
         raise NotImplementedError
 
-    #: Whether ``stop_all()`` may ever be True. When it may, each trial waits after each result for the driver's
-    #: copy to judge it (one round trip to the driver per result), so the experiment ends at the result that
-    #: ended it, as Ray's does: with trials that do not wait, a trial of fast iterations ran many past it. The
-    #: stoppers whose ``stop_all()`` is always False set it False; a stopper of your own keeps True.
-    decides_stop_all: bool = True
-
 
 class NoopStopper(Stopper):
     """Never stops anything."""
-
-    decides_stop_all = False  # (its stop_all() is always False)
 
     def __call__(self, trial_id: str, result: Mapping[str, Any]) -> bool:
         return False
@@ -93,11 +85,6 @@ class CombinedStopper(Stopper):
     def stop_all(self) -> bool:
         return any(stopper.stop_all() for stopper in self._stoppers)
 
-    @property
-    def decides_stop_all(self) -> bool:  # type: ignore[override]
-        """Whether one of its stoppers may end the experiment (:attr:`Stopper.decides_stop_all`)."""
-        return any(getattr(stopper, "decides_stop_all", True) for stopper in self._stoppers)
-
     def for_devices(self) -> CombinedStopper:
         """The stoppers' device views (:func:`for_devices`), combined."""
         return CombinedStopper(*(for_devices(stopper) for stopper in self._stoppers))
@@ -105,8 +92,6 @@ class CombinedStopper(Stopper):
 
 class FunctionStopper(Stopper):
     """Wraps a function ``f(trial_id, result) -> bool``; never stops everything."""
-
-    decides_stop_all = False  # (its stop_all() is always False)
 
     def __init__(self, function: Callable[[str, dict[str, Any]], bool]) -> None:
         if not callable(function):
@@ -122,8 +107,6 @@ class FunctionStopper(Stopper):
 
 class MaximumIterationStopper(Stopper):
     """Stops each trial after ``max_iter`` results."""
-
-    decides_stop_all = False  # (its stop_all() is always False)
 
     def __init__(self, max_iter: int) -> None:
         if isinstance(max_iter, bool) or not isinstance(max_iter, numbers.Integral) or max_iter < 1:
@@ -186,8 +169,6 @@ class TrialPlateauStopper(Stopper):
         metric_threshold: Only stop once the value is at or better than this (needs ``mode``).
         mode: ``"min"`` or ``"max"`` (for ``metric_threshold``).
     """
-
-    decides_stop_all = False  # (its stop_all() is always False)
 
     def __init__(
         self,
