@@ -33,8 +33,9 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-samples", type=int, default=None, help=f"trials (default {NUM_SAMPLES})")
     parser.add_argument("--epochs", type=int, default=None, help=f"epochs per trial (default {EPOCHS})")
-    parser.add_argument("--storage-path", default="./fluidsalus_results",
-                        help="folder for experiment stores (default ./fluidsalus_results)")
+    parser.add_argument("--storage-path", default=None,
+                        help="folder for experiment stores (default: $FLUIDSALUS_STORAGE_PATH, else "
+                             "~/fluidsalus_results, as fluidsalus.run and `fluidsalus ls` take it)")
     parser.add_argument("--name", default=None,
                         help="experiment name (default digits_mlp_<timestamp>_<random>)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
@@ -51,6 +52,9 @@ def parse_args() -> argparse.Namespace:
         args.num_samples = SMOKE_NUM_SAMPLES if args.smoke_test else NUM_SAMPLES
     if args.epochs is None:
         args.epochs = SMOKE_EPOCHS if args.smoke_test else EPOCHS
+    for option, value in (("--num-samples", args.num_samples), ("--epochs", args.epochs)):
+        if value < 1:
+            parser.error(f"{option} must be >= 1 (got {value})")
     return args
 
 
@@ -65,7 +69,7 @@ def main() -> None:
         metric="accuracy",
         mode="max",
         name=name,
-        storage_path=os.path.abspath(args.storage_path),
+        storage_path=os.path.abspath(args.storage_path) if args.storage_path else None,
         seed=SEED,
         verbose=1,
     )

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fluidsalus.config import DEFAULT_STORAGE_PATH, STORAGE_PATH_ENV
-from fluidsalus.errors import StoreError
+from fluidsalus.errors import ConfigError, StoreError
 from fluidsalus.inspect import open_readonly
 from fluidsalus.result import _finite
 from fluidsalus.store import DB_FILENAME, ExperimentStore
@@ -67,11 +67,14 @@ def _find_target(target: str) -> tuple[str, str]:
 def _cmd_run(args: argparse.Namespace) -> int:
     kind, what = _find_target(args.target)
     sys.argv = [what, *args.args]
-    if kind == "path":
-        sys.path.insert(0, str(Path(what).resolve().parent))
-        runpy.run_path(what, run_name="__main__")
-    else:
-        runpy.run_module(what, run_name="__main__", alter_sys=True)
+    try:
+        if kind == "path":
+            sys.path.insert(0, str(Path(what).resolve().parent))
+            runpy.run_path(what, run_name="__main__")
+        else:
+            runpy.run_module(what, run_name="__main__", alter_sys=True)
+    except ConfigError as e:  # bad input to fluidsalus (an existing name, say): one line, as the CLI's own errors
+        raise _UsageError(f"run: {e}") from None
     return 0
 
 

@@ -65,6 +65,17 @@ def test_run_unknown_target_exits_2_and_names_examples(capsys):
     assert "is not an example, a .py file or an importable module" in err and "quickstart" in err
 
 
+def test_run_a_script_whose_fluidsalus_input_is_bad_says_so_in_one_line(tmp_path, capsys):
+    """`fluidsalus run quickstart --name <an existing one>` ended with the ConfigError's traceback (a helper's
+    check): a ConfigError out of the script is one line and exit 2, as the CLI's own errors."""
+    script = tmp_path / "bad.py"
+    script.write_text("from fluidsalus.errors import ConfigError\n"
+                      "raise ConfigError(\"name: an experiment named 'x' already exists\")\n")
+    assert main(["run", str(script)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err == "fluidsalus: run: name: an experiment named 'x' already exists\n"
+
+
 def test_run_a_script_passes_arguments(tmp_path):
     script = tmp_path / "hello.py"
     script.write_text("import sys\nprint('args', sys.argv[1:])\n")

@@ -33,6 +33,20 @@ def test_quickstart_smoke_test_prints_best_config_and_accuracy(tmp_path):
     assert len(experiments) == 1 and os.path.exists(tmp_path / experiments[0] / "experiment.db")
 
 
+def test_quickstart_refuses_a_count_below_one_and_takes_the_storage_path_of_the_environment(tmp_path):
+    """--epochs 0 ran a sweep of no iterations and ended with a RuntimeError's traceback; without --storage-path
+    it wrote to ./fluidsalus_results whatever FLUIDSALUS_STORAGE_PATH said, so `fluidsalus ls` did not find it."""
+    for option in ("--epochs", "--num-samples"):
+        out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "quickstart.py"), option, "0"],
+                             capture_output=True, text=True, env=_env(), timeout=120)
+        assert out.returncode == 2 and f"{option} must be >= 1 (got 0)" in out.stderr, out.stderr[-2000:]
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "quickstart.py"), "--smoke-test",
+                          "--name", "here"], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                         env={**_env(), "FLUIDSALUS_STORAGE_PATH": str(tmp_path / "results")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert os.path.isdir(tmp_path / "results" / "here") and not os.path.exists(tmp_path / "fluidsalus_results")
+
+
 def test_quickstart_refuses_cuda_where_torch_sees_no_gpu():
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():

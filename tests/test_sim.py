@@ -334,3 +334,12 @@ def test_waterfill_is_told_what_the_executor_measures():
     assert len(sim.devices[0].lm.lanes()) == 0 and result.iterations == 6
     assert seen[:2] == [("t00000", 10.0, 1, 2), ("t00001", 20.0, 1, 2)]
     assert all(duration == 20.0 and colocated == 2 for _, duration, _, colocated in seen[2:4])
+
+
+def test_a_synthetic_trial_fits_its_gpu_with_the_cuda_context(capsys):
+    """The workload clipped a trial's P + T to 90% of the GPU but not of what the CUDA context leaves: on a 2 GiB GPU
+    a trial of 1.8 GiB never fitted beside the 300 MiB context, and the baseline planners retried it for ever (a
+    helper's check; waterfill stopped with "nothing can run")."""
+    for planner in ("one_per_gpu", "waterfill"):
+        assert main(["--gpus", "1", "--trials", "1", "--gpu-memory-gib", "2", "--planners", planner, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])

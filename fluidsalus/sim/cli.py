@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         workload = load_trace(args.trace) if args.trace else None
         hardware = _hardware(args, workload.hardware if workload else {})
         if workload is None:
-            workload = generate_workload(args.trials, args.seed, hardware.gpu_memory)
+            workload = generate_workload(args.trials, args.seed, hardware.gpu_memory - hardware.context_bytes)
         planners = [p.strip() for p in args.planners.split(",") if p.strip()]
         unknown = [p for p in planners if p not in PLANNERS]
         if unknown:

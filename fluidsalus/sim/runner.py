@@ -103,7 +103,7 @@ def bench(hardware: Hardware, seed: int = 0, trials: int = BENCH_TRIALS, max_t: 
     Returns:
         ``{"iterations": ..., "wall_s": ..., "sim_iterations_per_s": ..., "per_planner": {...}}``.
     """
-    workload = generate_workload(trials, seed, hardware.gpu_memory)
+    workload = generate_workload(trials, seed, hardware.gpu_memory - hardware.context_bytes)
     spec = RunSpec("random", trials, seed, replace(hardware), max_t=max_t, target=None)
     per: dict[str, float] = {}
     iterations = 0

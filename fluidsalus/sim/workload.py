@@ -198,7 +198,8 @@ def generate_workload(n: int, seed: int, gpu_memory: int = DEFAULT_GPU_MEMORY) -
     Args:
         n: Number of records.
         seed: Seed of the generator.
-        gpu_memory: GPU memory, to clip ``P + T``.
+        gpu_memory: The memory a trial may use on a GPU (its memory less the CUDA context), to clip ``P + T``:
+            a trial that could never fit made the baseline planners retry it for ever.
 
     Returns:
         The workload.
