@@ -39,7 +39,7 @@ from fluidsalus.searchers import BaseSearcher, RandomSearch
 from fluidsalus.session import DATE_FORMAT
 from fluidsalus.store import DB_FILENAME, DriverLock, ExperimentStore
 from fluidsalus.trialgroup.dispatch import resume_from
-from fluidsalus.trialgroup.executor import WARM_DEVICES, Executor, ExecutorSettings, declared_workers
+from fluidsalus.trialgroup.executor import WARM_DEVICES, Executor, ExecutorSettings
 from fluidsalus.trialgroup.searcher_log import restore
 from fluidsalus.trialgroup.trial import Trial
 from fluidsalus.trialgroup.warm import keep_warm_s
@@ -235,12 +235,6 @@ def run(
 
     _connect(spec.address)
     device_specs = plan_devices(cluster_nodes(), spec.devices, spec.cpus_per_device, spec.cpus_per_trial)
-    workers = declared_workers(payload)
-    if workers is not None and workers[0] > len(device_specs):  # (it waited in the queue for ever, silently)
-        raise ConfigError(
-            f"trainable: it is data-parallel on at least {workers[0]} devices (data_parallel(workers=...)), but "
-            f"the run has {len(device_specs)}; lower its min_workers, or run on more devices"
-        )
 
     created_here = not exists
     trials: list[Trial] = []

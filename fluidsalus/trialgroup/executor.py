@@ -535,6 +535,11 @@ class Executor:
             self._restore_move_cost()
             self._restore_searcher_seen()
         self._workers = settings.workers if settings.workers is not None else declared_workers(payload)
+        if self._workers is not None and self._workers[0] > len(devices):  # (it waited in the queue for ever)
+            raise ConfigError(
+                f"trainable: it is data-parallel on at least {self._workers[0]} devices (data_parallel(workers=...)), "
+                f"but the run has {len(devices)}; lower its min_workers, or run on more devices"
+            )
         #: Whether each result waits for the driver to judge the stopper's stop_all() on it (``decides_stop_all``):
         #: the run then ends at the result that ended it.
         self._stop_all_verdicts = decides_stop_all(settings.stopper)
