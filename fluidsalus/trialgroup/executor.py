@@ -1525,9 +1525,11 @@ class Executor:
             if event[0] == EV_FATAL:
                 error = ConfigError(event[4])
             else:
-                extras = self.trials[event[1]].extras  # (added to the result below: a metric may be one)
+                extras = self.trials[event[1]].extras
+                if extras:  # the front end's keys go into the result before its check (a metric may be one)
+                    event[4].update(extras)
                 try:
-                    self._check_metric(event[1], {**event[4], **extras} if extras else event[4])
+                    self._check_metric(event[1], event[4])
                 except ConfigError as e:
                     error = e
             if error is not None:
@@ -1563,9 +1565,7 @@ class Executor:
                 if trial is None or not self._acts_on(device, event):
                     continue
                 if kind == EV_RESULT:
-                    metrics = event[4]
-                    if trial.extras:
-                        metrics.update(trial.extras)
+                    metrics = event[4]  # (with the trial's extras: see above)
                     reached = metrics.get(self.searcher.time_attr)
                     if event[5] and not (trial.budget is not None and isinstance(reached, (int, float))
                                          and reached < trial.budget):
