@@ -178,6 +178,33 @@ def test_bad_traces_are_rejected(tmp_path):
         load_trace(str(bad))
 
 
+@pytest.mark.parametrize(("rows", "match"), [
+    ("t,1,2.0,nan", r"trial 't': TrialRecord: curve\[0\] \(the metric after iteration 1\) is nan"),
+    ("t,3,2.0,0.5\nt,1,2.0,0.2", r"trial 't': its rows must give iterations 1, 2, ..., n once each, got \[1, 3\]"),
+    ("t,1,2.0,0.5\nt,1,2.0,0.6", r"once each, got \[1, 1\]"),
+    ("t,1,2.0,0.5,maybe", r"data_parallel must be one of true, yes, 1, false, no, 0 .*got 'maybe'"),
+])
+def test_a_csv_trace_with_a_bad_metric_gap_repeat_or_flag_is_refused_naming_the_trial(tmp_path, rows, match):
+    path = tmp_path / "trace.csv"
+    path.write_text("trial,iteration,sec_per_iter,metric" + (",data_parallel" if "maybe" in rows else "") + "\n"
+                    + rows + "\n")
+    with pytest.raises(ConfigError, match=match):
+        load_trace(str(path))
+
+
+def test_a_trace_is_not_saved_under_a_csv_name_load_trace_would_read_as_csv(tmp_path):
+    with pytest.raises(ConfigError, match="saved as JSON"):
+        save_trace(generate_workload(2, 0), str(tmp_path / "trace.csv"), iterations=2)
+    assert not (tmp_path / "trace.csv").exists()
+
+
+@pytest.mark.parametrize(("field", "value"), [("startup_s", float("inf")), ("move_s", float("nan")),
+                                              ("driver_latency_s", -1.0), ("context_bytes", -1), ("slots", 0)])
+def test_hardware_refuses_a_non_finite_or_negative_field_by_name(field, value):
+    with pytest.raises(ConfigError, match=f"Hardware: .*{field}"):
+        Hardware(**{field: value})
+
+
 def test_ray_pool_packs_best_fit_within_a_node():
     pool = RayGpuPool(gpus=4, per_node=2)
     quarter = 30  # of 120 units per GPU
@@ -271,7 +298,40 @@ def test_cli_last_line_is_the_json_of_every_planner(capsys):
 def test_cli_reports_bad_input(capsys, tmp_path):
     assert main(["--planners", "nope", "--gpus", "2", "--trials", "4"]) == 2
     assert "unknown" in capsys.readouterr().err
+    assert main(["--planners", " , ", "--gpus", "2", "--trials", "4"]) == 2
+    assert "--planners: none given; choose from waterfill" in capsys.readouterr().err
     assert main(["--trace", str(tmp_path / "missing.json"), "--gpus", "2"]) == 2
+
+
+@pytest.mark.parametrize(("option", "value", "says"), [
+    ("--seed", "-1", "must be >= 0, got -1"), ("--startup-s", "inf", "must be a finite number, got inf"),
+    ("--target", "nan", "must be a finite number"), ("--gpus", "0", "must be >= 1"),
+    ("--interference", "1", "must be < 1"), ("--max-concurrent-brackets", "0", "must be >= 1"),
+    ("--gpu-memory-gib", "0", "must be > 0"), ("--trials", "x", "'x' is not an integer"),
+])
+def test_cli_refuses_a_bad_number_naming_the_option(capsys, option, value, says):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--gpus", "2", "--trials", "4", option, value])
+    assert exit_.value.code == 2
+    assert f"argument {option}: {says}" in capsys.readouterr().err
+
+
+def test_cli_bench_refuses_the_options_of_a_run_it_would_ignore(capsys):
+    with pytest.raises(SystemExit):
+        main(["--bench", "--trials", "5", "--planners", "waterfill"])
+    err = capsys.readouterr().err
+    assert "--bench measures the engine on its own workload" in err and "it does not take --trials, --planners" in err
+
+
+def test_cli_saves_the_trace_only_after_the_run_and_refuses_a_csv_name_before_it(capsys, tmp_path):
+    assert main(["--gpus", "2", "--trials", "4", "--save-trace", str(tmp_path / "t.csv")]) == 2
+    assert "saved as JSON" in capsys.readouterr().err and not (tmp_path / "t.csv").exists()
+    assert main(["--gpus", "2", "--trials", "4", "--lane-policy", "bogus", "--save-trace",
+                 str(tmp_path / "t.json")]) == 2
+    assert "not a lane policy" in capsys.readouterr().err and not (tmp_path / "t.json").exists()
+    assert main(["--gpus", "2", "--trials", "4", "--searcher", "hyperband", "--max-concurrent-brackets", "1",
+                 "--save-trace", str(tmp_path / "t.json"), "--planners", "waterfill", "--max-t", "3"]) == 0
+    assert len(load_trace(str(tmp_path / "t.json")).records) == 4
 
 
 def test_fast_lane_policy_keys_choose_as_the_policies_do():

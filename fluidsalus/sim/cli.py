@@ -15,43 +15,101 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from fluidsalus.errors import ConfigError
 from fluidsalus.sim.engine import SimResult, SimulationError
 from fluidsalus.sim.model import GIB, Hardware
-from fluidsalus.sim.runner import RunSpec, bench, compare, speedups
+from fluidsalus.sim.runner import BENCH_MAX_T, BENCH_PLANNERS, BENCH_TRIALS, RunSpec, bench, compare, speedups
 from fluidsalus.sim.searchers import SEARCHERS
 from fluidsalus.sim.strategies import PLANNERS
-from fluidsalus.sim.workload import generate_workload, load_trace, records_summary, save_trace
+from fluidsalus.sim.workload import check_save_path, generate_workload, load_trace, records_summary, save_trace
+
+#: Defaults of the options that choose the run, which ``--bench`` (the engine on its own workload) does not take.
+RUN_DEFAULTS: dict[str, Any] = {"trials": 1000, "searcher": "asha", "planners": ",".join(PLANNERS),
+                                "lane_policy": "fifo"}
+
+
+def _integer(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer ``>= minimum`` (argparse's error then names the option)."""
+    def integer(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+    return integer
+
+
+def _number(minimum: float | None = 0.0, below: float | None = None, positive: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number, ``>= minimum`` (``> minimum`` if ``positive``) and ``< below``."""
+    def number(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        if minimum is not None and (value <= minimum if positive else value < minimum):
+            raise argparse.ArgumentTypeError(f"must be {'>' if positive else '>='} {minimum:g}, got {text}")
+        if below is not None and value >= below:
+            raise argparse.ArgumentTypeError(f"must be < {below:g}, got {text}")
+        return value
+    return number
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m fluidsalus.sim", description=__doc__.split("\n\n")[0])
-    p.add_argument("--gpus", type=int, default=64, help="virtual GPUs (default 64)")
-    p.add_argument("--trials", type=int, default=1000, help="trials the searcher creates (default 1000)")
-    p.add_argument("--searcher", choices=SEARCHERS, default="asha")
-    p.add_argument("--seed", type=int, default=0, help="seed of the workload and the searcher (default 0)")
+    p.add_argument("--gpus", type=_integer(1), default=64, help="virtual GPUs (default 64)")
+    p.add_argument("--trials", type=_integer(1), help=f"trials the searcher creates (default {RUN_DEFAULTS['trials']})")
+    p.add_argument("--searcher", choices=SEARCHERS, help=f"(default {RUN_DEFAULTS['searcher']})")
+    p.add_argument("--seed", type=_integer(0), default=0, help="seed of the workload and the searcher (default 0)")
     p.add_argument("--trace", help="a recorded trace (.json or .csv) instead of the synthetic workload")
-    p.add_argument("--save-trace", metavar="FILE", help="write the workload as a JSON trace and go on")
-    p.add_argument("--planners", default=",".join(PLANNERS), help="comma-separated planners (default: all)")
-    p.add_argument("--max-t", type=int, help="largest budget (default: the searcher's)")
-    p.add_argument("--target", type=float, help="metric value of time-to-target (default: the 95th percentile "
-                   "of the values the trials reach at the largest budget)")
-    p.add_argument("--gpus-per-node", type=int)
-    p.add_argument("--gpu-memory-gib", type=float)
-    p.add_argument("--slots", type=int, help="compute slots (lanes) per GPU")
-    p.add_argument("--interference", type=float, help="throughput lost per co-running trial")
-    p.add_argument("--startup-s", type=float)
-    p.add_argument("--move-s", type=float)
-    p.add_argument("--lane-policy", default="fifo", help="lane policy of waterfill (default fifo)")
-    p.add_argument("--max-concurrent-brackets", type=int, help="bohb/hyperband: brackets at once (default: all)")
-    p.add_argument("--driver-latency-s", type=float, help="delay of the driver's decisions after a change")
-    p.add_argument("--context-mib", type=float, help="GPU memory of one CUDA context")
+    p.add_argument("--save-trace", metavar="FILE", help="write the workload as a JSON trace (not .csv) and go on")
+    p.add_argument("--planners", help="comma-separated planners (default: all)")
+    p.add_argument("--max-t", type=_integer(1), help="largest budget (default: the searcher's)")
+    p.add_argument("--target", type=_number(minimum=None), help="metric value of time-to-target (default: the 95th "
+                   "percentile of the values the trials reach at the largest budget)")
+    p.add_argument("--gpus-per-node", type=_integer(1))
+    p.add_argument("--gpu-memory-gib", type=_number(positive=True))
+    p.add_argument("--slots", type=_integer(1), help="compute slots (lanes) per GPU")
+    p.add_argument("--interference", type=_number(below=1.0), help="throughput lost per co-running trial, in [0, 1)")
+    p.add_argument("--startup-s", type=_number())
+    p.add_argument("--move-s", type=_number())
+    p.add_argument("--lane-policy", help=f"lane policy of waterfill (default {RUN_DEFAULTS['lane_policy']})")
+    p.add_argument("--max-concurrent-brackets", type=_integer(1),
+                   help="bohb/hyperband: brackets at once (default: all)")
+    p.add_argument("--driver-latency-s", type=_number(), help="delay of the driver's decisions after a change")
+    p.add_argument("--context-mib", type=_number(), help="GPU memory of one CUDA context")
     p.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
-    p.add_argument("--bench", action="store_true", help="measure the engine's simulated iterations per second")
+    p.add_argument("--bench", action="store_true", help="measure the engine's simulated iterations per second on "
+                   "its own workload (takes --gpus, --seed and the hardware options only)")
     return p
+
+
+#: Options ``--bench`` refuses: it simulates its own workload (``runner.bench``) under its own planners.
+_NOT_FOR_BENCH = ("trials", "searcher", "trace", "save_trace", "planners", "max_t", "target", "lane_policy",
+                  "max_concurrent_brackets")
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.bench:
+        given = ["--" + name.replace("_", "-") for name in _NOT_FOR_BENCH if getattr(args, name) is not None]
+        if given:
+            parser.error(f"--bench measures the engine on its own workload (random search, {BENCH_TRIALS} trials "
+                         f"of {BENCH_MAX_T} iterations, planners {', '.join(BENCH_PLANNERS)}); it does not take "
+                         f"{', '.join(given)}")
+    for name, default in RUN_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    return args
 
 
 def _hardware(args: argparse.Namespace, traced: dict) -> Hardware:
@@ -82,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit status.
     """
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     try:
         if args.bench:
             hardware = _hardware(args, {})
@@ -97,17 +155,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             workload = generate_workload(args.trials, args.seed, hardware.gpu_memory - hardware.context_bytes)
         planners = [p.strip() for p in args.planners.split(",") if p.strip()]
         unknown = [p for p in planners if p not in PLANNERS]
-        if unknown:
-            raise ConfigError(f"--planners: unknown {unknown}; choose from {', '.join(PLANNERS)}")
+        if unknown or not planners:
+            raise ConfigError(f"--planners: {'unknown ' + str(unknown) if unknown else 'none given'}; choose from "
+                              f"{', '.join(PLANNERS)}")
         spec = RunSpec(args.searcher, args.trials, args.seed, hardware, max_t=args.max_t, target=args.target,
                        lane_policy=args.lane_policy, brackets=args.max_concurrent_brackets)
         if args.save_trace:
-            save_trace(workload, args.save_trace, args.max_t or 100, hardware.to_dict())
+            check_save_path(args.save_trace)
         summary = records_summary(workload.records)
         print(f"# {args.searcher}, {args.trials} trials on {hardware.gpus} GPUs ({hardware.gpu_memory / GIB:.0f} GiB, "
               f"{hardware.slots} slots), workload {workload.source}: mean {summary['sec_per_iter_mean']:.1f} s/iter, "
               f"demand {summary['demand_mean']:.2f}, {summary['memory_gib_mean']:.2f} GiB")
         results = compare(spec, workload, planners)
+        if args.save_trace:
+            save_trace(workload, args.save_trace, args.max_t or 100, hardware.to_dict())
     except (ConfigError, SimulationError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -94,15 +94,19 @@ class Hardware:
     driver_latency_s: float = DEFAULT_DRIVER_LATENCY_S
 
     def __post_init__(self) -> None:
-        if self.gpus < 1 or self.gpus_per_node < 1 or self.slots < 1:
-            raise ConfigError("Hardware: gpus, gpus_per_node and slots must be >= 1")
-        if self.gpu_memory <= self.context_bytes:
-            raise ConfigError("Hardware: gpu_memory must exceed context_bytes")
+        for name in ("gpus", "gpus_per_node", "slots"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"Hardware: {name} must be >= 1, got {getattr(self, name)!r}")
+        if not 0 <= self.context_bytes < self.gpu_memory:
+            raise ConfigError(f"Hardware: need 0 <= context_bytes < gpu_memory, got context_bytes "
+                              f"{self.context_bytes / 2**20:.0f} MiB (--context-mib) and gpu_memory "
+                              f"{self.gpu_memory / GIB:.2f} GiB (--gpu-memory-gib)")
         if not 0.0 <= self.interference < 1.0:
-            raise ConfigError("Hardware: interference must be in [0, 1)")
+            raise ConfigError(f"Hardware: interference must be in [0, 1), got {self.interference!r}")
         for name in ("startup_s", "move_s", "comm_fraction", "driver_latency_s"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"Hardware: {name} must be >= 0")
+            value = getattr(self, name)
+            if not (value >= 0 and math.isfinite(value)):
+                raise ConfigError(f"Hardware: {name} must be a finite number >= 0, got {value!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a JSON-ready dict."""

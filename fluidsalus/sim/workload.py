@@ -121,6 +121,10 @@ class TrialRecord:
             raise ConfigError("TrialRecord: give exactly one of curve and curve_params")
         if self.curve is not None and not self.curve:
             raise ConfigError("TrialRecord: an empty curve")
+        bad = next((i for i, v in enumerate(self.curve or ()) if not math.isfinite(v)), None)
+        if bad is not None:
+            raise ConfigError(f"TrialRecord: curve[{bad}] (the metric after iteration {bad + 1}) is "
+                              f"{self.curve[bad]!r}; a metric must be a finite number")
 
     def base_time(self, iteration: int) -> float:
         """Seconds of iteration ``iteration`` (1-based) alone on one GPU."""
@@ -233,15 +237,26 @@ def generate_workload(n: int, seed: int, gpu_memory: int = DEFAULT_GPU_MEMORY) -
 # ------------------------------------------------------------------------------------------ traces
 
 
+#: How a trace may write ``data_parallel`` (a CSV cell is text; JSON may also give a boolean or 0/1).
+_FLAGS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in _FLAGS:
+        raise ValueError(f"data_parallel must be one of {', '.join(_FLAGS)} (or a JSON boolean), got {value!r}")
+    return _FLAGS[text]
+
+
 def _record_from(entry: dict[str, Any], where: str) -> TrialRecord:
     values = {**TRACE_DEFAULTS, **{k: v for k, v in entry.items() if v is not None and v != ""}}
     try:
         sec = values["sec_per_iter"]
         sec = tuple(float(x) for x in sec) if isinstance(sec, (list, tuple)) else float(sec)
         curve = tuple(float(x) for x in values["curve"])
-        data_parallel = values["data_parallel"]
-        if isinstance(data_parallel, str):
-            data_parallel = data_parallel.strip().lower() in ("1", "true", "yes")
+        data_parallel = _flag(values["data_parallel"])
         return TrialRecord(
             sec_per_iter=sec,
             demand=float(values["demand"]),
@@ -302,8 +317,11 @@ def _load_csv(path: str) -> Workload:
         where = f"{path}: trial {trial!r}"
         try:
             items.sort(key=lambda r: int(r["iteration"]))
+            iterations = [int(r["iteration"]) for r in items]
         except ValueError:
             raise ConfigError(f"{where}: 'iteration' must be an integer") from None
+        if iterations != list(range(1, len(items) + 1)):
+            raise ConfigError(f"{where}: its rows must give iterations 1, 2, ..., n once each, got {iterations}")
         first = items[0]
         entry: dict[str, Any] = {k: first[k] for k in TRACE_DEFAULTS if k in first}
         entry["sec_per_iter"] = [r["sec_per_iter"] for r in items]
@@ -317,10 +335,14 @@ def save_trace(workload: Workload, path: str, iterations: int, hardware: dict[st
 
     Args:
         workload: The workload.
-        path: Destination file.
+        path: Destination file (not ``.csv``: a CSV trace cannot hold the metric, mode and hardware).
         iterations: Length of the written curves.
         hardware: Hardware fields to record with it.
+
+    Raises:
+        ConfigError: ``path`` ends in ``.csv``.
     """
+    check_save_path(path)
     data = {
         "format": TRACE_FORMAT,
         "version": TRACE_VERSION,
@@ -331,6 +353,21 @@ def save_trace(workload: Workload, path: str, iterations: int, hardware: dict[st
     }
     with open(path, "w") as f:
         json.dump(data, f)
+
+
+def check_save_path(path: str) -> None:
+    """Refuse a destination :func:`save_trace` cannot write, before any work is done for it.
+
+    Raises:
+        ConfigError: ``path`` ends in ``.csv`` (a trace is written as JSON; :func:`load_trace` would read such a
+            file as CSV), or its folder does not exist.
+    """
+    if path.lower().endswith(".csv"):
+        raise ConfigError(f"{path}: a trace is saved as JSON (a CSV trace has no place for the metric, mode and "
+                          "hardware); give a file name that does not end in .csv, such as trace.json")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ConfigError(f"{path}: no such folder {folder!r}")
 
 
 def records_summary(records: Sequence[TrialRecord]) -> dict[str, float]:
