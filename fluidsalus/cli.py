@@ -1,7 +1,9 @@
 """The ``fluidsalus`` console script.
 
-- ``fluidsalus run TARGET [ARGS...]``: run an example by name (``quickstart``), a Python file, or a module.
-- ``fluidsalus ls [STORAGE_PATH]``: list experiments with status, trial counts, best metric and duration.
+- ``fluidsalus run TARGET [ARGS...]``: run an example by name (``quickstart``), a Python file, a folder with a
+  ``__main__.py``, or a module.
+- ``fluidsalus ls [STORAGE_PATH]``: list experiments with status, trial counts, best metric and duration (given
+  an experiment's own folder, that experiment).
 - ``fluidsalus inspect EXPERIMENT [--json] [--plot FILE.png]``: per-device goodput of a running or finished
   experiment (read-only), with totals and the best trial; ``--json`` for machines, ``--plot`` for a figure.
 
@@ -39,9 +41,18 @@ def _examples_dirs() -> list[Path]:
     return [Path.cwd() / "examples", here.parent / "examples"]
 
 
+def _folder_target(target: str) -> tuple[str, str]:
+    """A folder runs by its ``__main__.py``, as ``python FOLDER`` runs it."""
+    if not os.path.isfile(os.path.join(target, "__main__.py")):
+        raise _UsageError(f"run: {target!r} is a folder without a __main__.py; name a .py file in it")
+    return "path", target
+
+
 def _find_target(target: str) -> tuple[str, str]:
-    """Return ("path", file) or ("module", name) for ``fluidsalus run TARGET``."""
+    """Return ("path", file or folder) or ("module", name) for ``fluidsalus run TARGET``."""
     if target.endswith(".py") or os.sep in target:
+        if os.path.isdir(target):
+            return _folder_target(target)
         if not os.path.isfile(target):
             raise _UsageError(f"run: no such file {target!r}")
         return "path", target
@@ -49,13 +60,21 @@ def _find_target(target: str) -> tuple[str, str]:
         candidate = folder / f"{target}.py"
         if candidate.is_file():
             return "path", str(candidate)
+    if os.path.isfile(os.path.join(target, "__main__.py")):
+        return "path", target
     try:
         import importlib.util
 
-        if importlib.util.find_spec(target) is not None:
+        spec = importlib.util.find_spec(target)
+        if spec is not None:
+            if spec.submodule_search_locations is not None and importlib.util.find_spec(f"{target}.__main__") is None:
+                raise _UsageError(f"run: {target!r} is a package without a __main__ module; name one of its "
+                                  "modules (package.module)")
             return "module", target
     except (ImportError, ValueError):
         pass
+    if os.path.isdir(target):
+        _folder_target(target)
     known = sorted({p.stem for d in _examples_dirs() if d.is_dir() for p in d.glob("*.py")
                     if not p.stem.startswith("_")})
     raise _UsageError(
@@ -69,13 +88,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
     sys.argv = [what, *args.args]
     try:
         if kind == "path":
-            sys.path.insert(0, str(Path(what).resolve().parent))
+            if os.path.isfile(what):  # (a folder's run_path puts the folder itself first, as ``python FOLDER``)
+                sys.path.insert(0, str(Path(what).resolve().parent))
             runpy.run_path(what, run_name="__main__")
         else:
             runpy.run_module(what, run_name="__main__", alter_sys=True)
     except ConfigError as e:  # bad input to fluidsalus (an existing name, say): one line, as the CLI's own errors
         raise _UsageError(f"run: {e}") from None
+    except SyntaxError as e:
+        if kind != "path" or e.filename is None or not _same_file(e.filename, what):
+            raise  # a module the target imports: the traceback shows where
+        raise _UsageError(f"run: {what!r} is not a Python file: {e.msg} (line {e.lineno})") from None
     return 0
+
+
+def _same_file(a: str, b: str) -> bool:
+    main = os.path.join(b, "__main__.py")
+    return any(os.path.exists(p) and os.path.exists(a) and os.path.samefile(a, p) for p in (b, main))
 
 
 def _duration(exp: dict) -> str:
@@ -99,22 +128,25 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         args.storage_path or os.environ.get(STORAGE_PATH_ENV) or DEFAULT_STORAGE_PATH))
     if not os.path.isdir(root):
         raise _UsageError(f"ls: {root!r} is not a folder")
+    if os.path.exists(os.path.join(root, DB_FILENAME)):  # an experiment's own folder: that one experiment
+        folders = [(os.path.basename(root), root)]
+    else:
+        folders = [(e.name, e.path) for e in sorted(os.scandir(root), key=lambda e: e.name)
+                   if e.is_dir() and os.path.exists(os.path.join(e.path, DB_FILENAME))]
     rows = []
-    for entry in sorted(os.scandir(root), key=lambda e: e.name):
-        if not entry.is_dir() or not os.path.exists(os.path.join(entry.path, DB_FILENAME)):
-            continue
+    for name, path in folders:
         try:
-            with open_readonly(entry.path) as store:
+            with open_readonly(path) as store:
                 exp = store.experiment()
                 trials = store.trials()
                 counts: dict[str, int] = {}
                 for t in trials:
                     counts[t.status] = counts.get(t.status, 0) + 1
                 summary = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))
-                rows.append((entry.name, exp["status"], f"{len(trials)} ({summary})" if trials else "0",
+                rows.append((name, exp["status"], f"{len(trials)} ({summary})" if trials else "0",
                              _best(store, exp["metric"], exp["mode"]), _duration(exp)))
         except StoreError as e:
-            rows.append((entry.name, "UNREADABLE", "-", str(e), "-"))
+            rows.append((name, "UNREADABLE", "-", str(e), "-"))
     if not rows:
         print(f"no experiments in {root}")
         return 0
@@ -155,16 +187,16 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         raise _UsageError(f"inspect: cannot read {args.experiment!r}: {e}") from None
     except WindowError as e:
         raise _UsageError(f"inspect: {e}") from None
-    if args.json:
-        print(report.to_json())
-    else:
-        print(report.render_table())
-    if args.plot is not None:
+    if args.plot is not None:  # first: a plot that cannot be written is the one line printed, not after the report
         try:
             report.plot(args.plot)
         except OSError as e:
             raise _UsageError(f"inspect: cannot write {args.plot!r}: {e.strerror or e}") from None
-        if not args.json:
+    if args.json:
+        print(report.to_json())
+    else:
+        print(report.render_table())
+        if args.plot is not None:
             print(f"plot written to {args.plot}")
     return 0
 

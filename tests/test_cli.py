@@ -29,6 +29,9 @@ def test_ls_lists_experiments_with_status_counts_best_and_duration(storage, caps
     row = out[1]
     assert row.startswith("first") and "FINISHED" in row and "2 (2 terminated)" in row
     assert "acc=0.9" in row and row.rstrip().endswith("s")
+    # An experiment's own folder lists that experiment (it said "no experiments").
+    assert main(["ls", os.path.join(storage, "first")]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [row]
 
 
 def test_ls_on_a_missing_folder_exits_2_with_one_line(tmp_path, capsys):
@@ -74,6 +77,36 @@ def test_run_a_script_whose_fluidsalus_input_is_bad_says_so_in_one_line(tmp_path
     assert main(["run", str(script)]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert err == "fluidsalus: run: name: an experiment named 'x' already exists\n"
+
+
+def test_run_a_folder_by_its_main_and_refuses_one_without(tmp_path, capsys):
+    folder = tmp_path / "app"
+    folder.mkdir()
+    (folder / "__main__.py").write_text("import sys\nprint('ran', sys.argv[1:])\n")
+    for target in (str(folder), str(folder) + os.sep):  # "no such file" for the second
+        out = subprocess.run([sys.executable, "-m", "fluidsalus.cli", "run", target, "-k"],
+                             capture_output=True, text=True, check=True)
+        assert out.stdout == "ran ['-k']\n"
+    (tmp_path / "empty").mkdir()
+    assert main(["run", str(tmp_path / "empty")]) == EXIT_USAGE
+    assert "is a folder without a __main__.py" in capsys.readouterr().err
+
+
+def test_run_of_a_package_without_main_or_a_file_that_is_not_python_is_one_line(tmp_path, capsys):
+    """Both ended in a traceback (runpy's ImportError, the file's SyntaxError)."""
+    assert main(["run", "fluidsalus"]) == EXIT_USAGE
+    assert capsys.readouterr().err == ("fluidsalus: run: 'fluidsalus' is a package without a __main__ module; "
+                                       "name one of its modules (package.module)\n")
+    text = tmp_path / "notes.txt"
+    text.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    assert main(["run", str(text)]) == EXIT_USAGE
+    assert capsys.readouterr().err == f"fluidsalus: run: {str(text)!r} is not a Python file: invalid syntax (line 1)\n"
+    # A syntax error in a module the script imports keeps its traceback: it names where.
+    (tmp_path / "broken_mod.py").write_text("def f(:\n")
+    script = tmp_path / "uses.py"
+    script.write_text("import broken_mod\n")
+    with pytest.raises(SyntaxError):
+        main(["run", str(script)])
 
 
 def test_run_a_script_passes_arguments(tmp_path):

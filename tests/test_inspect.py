@@ -324,6 +324,19 @@ def test_the_trials_an_interrupted_run_left_are_unfinished_not_running(tmp_path,
     assert "s): 1 trial, 1 unfinished, 0 done" in capsys.readouterr().out
 
 
+def test_a_plot_that_cannot_be_written_is_the_only_output(tmp_path, capsys):
+    """The report was printed before the plot failed (a helper's `--plot /proc/x.png`): the one line came after a
+    whole table. The plot is drawn first."""
+    pytest.importorskip("matplotlib")
+    store = _store(tmp_path)
+    store.add_results([("t0", 0, 1, 11.0, {"acc": 1})])
+    store.close()
+    too_long = str(tmp_path / ("x" * 300 + ".png"))  # its folder exists; writing it fails (ENAMETOOLONG)
+    assert main(["inspect", str(tmp_path / "exp"), "--plot", too_long]) == EXIT_USAGE
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("fluidsalus: inspect: cannot write") and err.count("\n") == 1
+
+
 def test_bad_options_exit_2(tmp_path, capsys):
     store = _store(tmp_path)
     store.add_results([("t0", 0, 1, 11.0, {"acc": 1})])
