@@ -391,6 +391,20 @@ def test_the_recorded_workload_is_a_sim_trace_and_the_cli_compares(tmp_path, cap
     assert main([str(tmp_path / "nothing")]) == 2
 
 
+def test_the_cli_takes_a_bare_name_and_refuses_a_run_without_iterations(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FLUIDSALUS_STORAGE_PATH", str(tmp_path))
+    write_race_store(str(tmp_path / "race"))
+    assert main(["race"]) == 0  # "no such file" before: inspect takes a bare name, so does this
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["iterations"]["recorded"] == 5
+    w = StoreWriter(str(tmp_path / "silent"))  # started, never reported: its replay was "-100.0%"
+    w.trial("t0", 0, 3.0)
+    w.start(0.0, "t0", lane=0, new_lane=True)
+    w.end(1.0, "t0", lane=0, iterations=0, close=True)
+    w.close(1.0)
+    assert main(["silent"]) == 2
+    assert "no trial of this experiment reported an iteration" in capsys.readouterr().err
+
+
 @pytest.mark.usefixtures("ray_cluster")
 def test_sim_vs_real_machinery_on_a_tiny_sweep(tmp_path):
     sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))

@@ -85,7 +85,7 @@ from fluidsalus.errors import ConfigError, StoreError
 from fluidsalus.gpu import lanes as ln
 from fluidsalus.gpu.device import DEFAULT_TRIAL_ESTIMATE, virtual_device_capacity
 from fluidsalus.gpu.host import PROFILE_ITERATIONS
-from fluidsalus.inspect import open_readonly
+from fluidsalus.inspect import open_readonly, resolve_experiment
 from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.sim.engine import ENDED, PAUSED, QUEUED, SimResult, SimTrial, Simulation, SimulationError
 from fluidsalus.sim.model import Hardware, colocated_speed
@@ -276,14 +276,15 @@ def load_store_trace(path: str) -> StoreTrace:
     """Read a finished (or running) experiment's store into a :class:`StoreTrace`.
 
     Args:
-        path: The experiment folder or its ``experiment.db``.
+        path: The experiment folder, its ``experiment.db``, or a bare experiment name under the storage path.
 
     Returns:
         The trace; times are relative to the first trial start.
 
     Raises:
-        StoreError: Not a store, or no trial of it ever started.
+        StoreError: Not a store, no trial of it ever started, or none reported an iteration.
     """
+    path = resolve_experiment(path)
     store = open_readonly(path)
     try:
         exp = store.experiment()
@@ -305,6 +306,8 @@ def load_store_trace(path: str) -> StoreTrace:
             starts_abs.setdefault(row.trial_id, row.started_at)
     if not starts_abs:
         raise StoreError(f"{path}: no trial of this experiment ever started; there is nothing to replay")
+    if not results:  # (its replay predicted 0 s: "-100.0%")
+        raise StoreError(f"{path}: no trial of this experiment reported an iteration; there is nothing to replay")
     origin = min(starts_abs.values())
     metric = exp.get("metric")
     attempts = {row.trial_id: row.attempt for row in rows}
@@ -1497,7 +1500,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     p = argparse.ArgumentParser(prog="python -m fluidsalus.sim.trace",
                                 description="Replay a finished experiment in the simulator.")
-    p.add_argument("experiment", help="an experiment folder or its experiment.db")
+    p.add_argument("experiment", help="an experiment folder, its experiment.db, or a name under the storage path")
     p.add_argument("--save", metavar="FILE", help="write the recorded workload as a JSON trace")
     p.add_argument("--planner", choices=REPLAY_PLANNERS, default="executor")
     p.add_argument("--lane-policy", default="fifo", help="the run's lane policy (default fifo)")
