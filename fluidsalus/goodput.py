@@ -20,7 +20,8 @@ nothing here starts Ray or writes anything. The exact definitions are in ``docs/
   a waste is the first restart marker of that trial between the wasted report and its redo.
 - **Partial iterations.** The iteration a failure cut short has no result. It held the turn from the latest of
   the attempt's last result, the trial's last ``switch`` into it and its ``trial_start``, up to the failure
-  (``trial_restart`` with reason ``retry``, ``oom_readmit``, or ``trial_end`` with outcome ``errored``). It counts as
+  (``trial_restart`` with reason ``retry``, ``oom_readmit``, ``oom_after_stop`` (out of memory after the driver
+  stopped it: it ends stopped), or ``trial_end`` with outcome ``errored``). It counts as
   busy time and as wasted seconds of that cause, never as an iteration.
 - **Throughput** = iterations / device_seconds; **goodput** = useful iterations / device_seconds.
 
@@ -444,8 +445,9 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
                 raw_markers.append((ev.ts, kind, ev.device or UNKNOWN_DEVICE, ev.trial_id, data.get("error")))
             if reason == WASTE_RETRY and ev.device is not None:  # data["attempt"] is the new attempt
                 failures.append((ev.ts, ev.device, ev.trial_id, attempt - 1, WASTE_RETRY))
-        elif ev.kind == "oom_readmit" and ev.trial_id is not None:
-            restarts[ev.trial_id].append((ev.ts, WASTE_OOM))
+        elif ev.kind in ("oom_readmit", "oom_after_stop") and ev.trial_id is not None:
+            if ev.kind == "oom_readmit":  # (after a stop the trial ends there: nothing is redone)
+                restarts[ev.trial_id].append((ev.ts, WASTE_OOM))
             raw_markers.append((ev.ts, MARK_OOM, ev.device or UNKNOWN_DEVICE, ev.trial_id, data.get("error")))
             if ev.device is not None:
                 failures.append((ev.ts, ev.device, ev.trial_id, attempt, WASTE_OOM))

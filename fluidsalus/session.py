@@ -346,6 +346,10 @@ class TrialSession:
         #: (iteration, time_total_s) of the checkpoint a restart would resume from.
         self.checkpoint_at = (start_iteration, time_total_offset)
         self._resumed = threading.Event()
+        #: Whether the trial pauses at its budget (set as its result reaches it, until the verdict wakes it); and
+        #: the lock that makes that check and :meth:`resume`'s new budget one step each.
+        self._pausing = False
+        self._pause_lock = threading.Lock()
         self._turns = turns
         self._caller: Callable[[str, tuple[Any, ...]], Any] | None = None
         #: Set when a deferred report kept its lane's turn, expecting the driver call that follows it to give the
@@ -397,9 +401,13 @@ class TrialSession:
         return isinstance(reached, (int, float)) and reached >= self.verdict_from
 
     def resume(self, budget: float | None) -> None:
-        """Let a trial paused at its budget run on, to ``budget`` (None: to the end)."""
-        self.budget = budget
-        self._resumed.set()
+        """Let a trial paused at its budget run on, to ``budget`` (None: to the end). A trial still running (a
+        restart redoing iterations, a trial just submitted) only gets the new budget: the wake-up is for a pause,
+        and one left set would let its next pause pass without a verdict."""
+        with self._pause_lock:
+            self.budget = budget
+            if self._pausing:
+                self._resumed.set()
 
     def _keep(self, checkpoint: Checkpoint, result: dict[str, Any]) -> None:
         """Persist ``checkpoint`` as this iteration's and name it in ``result`` (rank 0's only: a worker's copy
@@ -506,7 +514,8 @@ class TrialSession:
         if (self._should_stop is not None and self._should_stop(result)) or result["done"]:
             self.stopped_by_rule = True
         stop = self.stopped_by_rule or self.stop_requested.is_set()
-        paused = not stop and self.at_budget(result)
+        with self._pause_lock:  # (with resume(): a new budget either comes before this check or wakes the pause)
+            paused = self._pausing = not stop and self.at_budget(result)
         if self.ranks is not None:  # data-parallel: rank 0 decides, the workers follow
             decision = self.ranks.at_report(self.iteration, STOP if stop else PAUSE if paused else GO,
                                             self.stop_requested)
@@ -559,7 +568,9 @@ class TrialSession:
         if self.ranks is not None and not self.ranks.leader:
             return self.ranks.at_resume(self.iteration, False, self.stop_requested) == STOP
         self._resumed.wait()
-        self._resumed.clear()
+        with self._pause_lock:
+            self._resumed.clear()
+            self._pausing = False
         stop = self.stop_requested.is_set()
         if self.ranks is not None:
             self.ranks.at_resume(self.iteration, stop, self.stop_requested)

@@ -314,3 +314,21 @@ def test_a_data_parallel_trials_other_devices_are_busy_while_it_computes() -> No
     assert (stats[DEV].iterations, stats[other].iterations) == (2, 0)
     assert stats[other].trials == 1 and stats[other].wasted_iterations == 0
     assert summary.totals.iterations == 2 and summary.totals.busy_fraction == pytest.approx(1.0)
+
+
+def test_an_out_of_memory_error_after_a_stop_wastes_its_cut_short_iteration_and_redoes_nothing():
+    """A trial the driver stopped that runs out of memory before its next report ends stopped (``oom_after_stop``):
+    its cut-short iteration is out-of-memory waste, and its reported iterations stay useful (nothing is redone)."""
+    events = [
+        ev(100.0, "device_start", device=DEV, kind="cpu", slots=1),
+        ev(101.0, "trial_start", "E", attempt=0),
+        ev(101.0, "lane_open", lane=0, capacity=200), ev(101.0, "lane_admit", "E", detail=[0, 100, 100]),
+        ev(102.6, "oom_after_stop", "E", attempt=0, error="MemoryError: x"),
+        ev(102.6, "trial_end", "E", attempt=0, outcome="stopped"),
+        ev(102.6, "lane_leave", "E", detail=[0]), ev(102.6, "lane_close", lane=0),
+    ]
+    activity = gp.build_activity([res("E", 0, 1, 102.0, 1.0)], events, finished_at=103.0)
+    d = gp.summarize(activity).devices[0]
+    assert (d.iterations, d.useful_iterations) == (1, 1)
+    oom = d.wasted[gp.WASTE_OOM]
+    assert (oom.iterations, oom.partial, oom.seconds) == (0, 1, pytest.approx(0.6))

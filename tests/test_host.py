@@ -565,6 +565,70 @@ def test_trials_run_on_the_default_stream_when_no_cublas_handle_can_be_made(tmp_
     assert len(said) == 1 and message in said[0] and "cuda:0" in said[0]  # once per device, with the cause
 
 
+def test_a_trial_let_in_by_an_out_of_memory_failure_starts(tmp_path):
+    """The device holds one trial. t0 fails out of memory with the whole device (no retry): the memory it leaves
+    lets t1 in, which was placed but never started (a hang: it counted as computing)."""
+    def f(config):
+        if config["oom"]:
+            raise MemoryError("simulated out of memory")
+        fluidsalus.report({"v": 1})
+
+    host = DeviceHost(f, _settings(max_lanes=1, capacity=sum(ESTIMATE)))
+    host.submit([_spec(tmp_path, 0, oom=True), _spec(tmp_path, 1, oom=False)])
+    ends = {e[1]: e[4] for e in _drain(host, 2) if e[0] == EV_END}
+    assert ends == {"t0": OUT_ERRORED, "t1": OUT_COMPLETED}
+
+
+@pytest.mark.parametrize("how", ["stop", "shutdown"])
+def test_a_trial_stopped_before_it_runs_out_of_memory_ends_stopped_and_is_not_readmitted(tmp_path, how):
+    """The re-admission made a new session without the stop: the trial started again and ran to its end (after a
+    shutdown too, on a device that was closing)."""
+    computing, go, starts = threading.Event(), threading.Event(), []
+
+    def f(config):
+        starts.append(1)
+        for i in range(4):
+            if len(starts) == 1 and i == 1:
+                computing.set()
+                assert go.wait(WAIT_S)
+                raise MemoryError("simulated out of memory in the middle of an iteration")
+            fluidsalus.report({"i": i})
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    host.submit([_spec(tmp_path, 0)])
+    assert computing.wait(WAIT_S)
+    host.stop(["t0"]) if how == "stop" else host.shutdown(0.0)
+    go.set()
+    events = _drain(host, 1)
+    end = next(e for e in events if e[0] == EV_END)
+    assert (end[4], end[5], len(starts)) == (OUT_STOPPED, None, 1)
+    assert [e[4]["i"] for e in events if e[0] == EV_RESULT] == [0]
+    assert [e[5]["error"] for e in events if e[0] == EV_LANE and e[4] == "oom_after_stop"] == [
+        "MemoryError: simulated out of memory in the middle of an iteration"]
+
+
+def test_the_lane_table_is_read_under_the_lock(tmp_path):
+    """Trial threads counted the computing trials over the lane table without the lock while others opened and
+    closed lanes: 1 trial in 30,000 failed with "dictionary changed size during iteration" (a helper's stress)."""
+    def f(config):
+        for i in range(3):
+            fluidsalus.report({"i": i})
+
+    host = DeviceHost(f, _settings(max_lanes=4, profile_memory=True))
+    unlocked: list[str] = []
+
+    class Checked(dict):
+        def values(self):
+            if not host._lock.locked():
+                unlocked.append("".join(__import__("traceback").format_stack(limit=3)))
+            return super().values()
+
+    host._turns = Checked()
+    host.submit([_spec(tmp_path, i) for i in range(8)])
+    assert {e[4] for e in _drain(host, 8) if e[0] == EV_END} == {OUT_COMPLETED}
+    assert not unlocked, unlocked[0]
+
+
 def test_out_of_memory_beyond_the_retry_limit_fails_the_trial(tmp_path):
     def f(config):
         raise MemoryError("always out of memory")
@@ -882,6 +946,8 @@ def test_a_new_budget_reaches_a_trial_still_waiting_for_memory_and_one_still_run
     host.resume({"t0": 3, "t1": 2})  # t0 runs (held before its 2nd report, short of its budget), t1 waits
     gate.set()
     poll_until(lambda: paused_at("t0"))
+    events.extend(host.poll(0.3))  # it waits at its budget for the verdict: the resume above was no verdict
+    assert max(e[4]["training_iteration"] for e in events if e[0] == EV_RESULT and e[1] == "t0") == 3
     host.stop(["t0"])
     poll_until(lambda: paused_at("t1"))
     host.stop(["t1"])

@@ -528,8 +528,12 @@ class DeviceHost:
     def load(self) -> tuple[int, int, int]:
         """(computing, resident, queued) trial counts: resident includes trials paused at their budget."""
         with self._lock:
-            computing = sum(1 for turn in self._turns.values() if turn.holder is not None)
-            return computing, len(self._running), len(self._waiting)
+            return self._computing_locked(), len(self._running), len(self._waiting)
+
+    def _computing_locked(self) -> int:
+        """Trials holding a lane's turn now. Under the lock: lanes open and close under it, and iterating the
+        table while another thread changes it failed a trial ("dictionary changed size during iteration")."""
+        return sum(1 for turn in self._turns.values() if turn.holder is not None)
 
     def lanes(self) -> list[ln.LaneView]:
         """A snapshot of the device's lanes."""
@@ -692,13 +696,16 @@ class DeviceHost:
                 return
         turn = self._turns[r.lane_id]
         with self._lock:
-            if not may_switch or all(self._held(tid) for tid in turn.ready):  # keep it (a prefetched trial waits)
+            keep = not may_switch or all(self._held(tid) for tid in turn.ready)  # (a prefetched trial waits)
+            if keep:
                 now = time.perf_counter()
                 r.used_time_s += now - r.turn_started
                 r.turn_started = now
-                self._open_window(r)
-                return
-            self._release_locked(r, ready=True)
+            else:
+                self._release_locked(r, ready=True)
+        if keep:
+            self._open_window(r)
+            return
         self._wait_turn(r, turn)
 
     # ------------------------------------------------------------------ memory profiling (CPU devices)
@@ -740,10 +747,11 @@ class DeviceHost:
         if not self._profiling(r) or self._arenas is not None:
             r.window = None
             return
-        computing = sum(1 for t in self._turns.values() if t.holder is not None)
+        with self._lock:
+            computing, grant_seq = self._computing_locked(), self._grant_seq
         if computing == 1:
             self._reset_memory_peak()
-        r.window = (self._memory_now(), self._grant_seq, computing)
+        r.window = (self._memory_now(), grant_seq, computing)
 
     def _profile(self, r: _Running) -> bool:
         """Measure P (and T when the trial ran alone) at this boundary and re-fit its lane.
@@ -773,7 +781,8 @@ class DeviceHost:
             window = r.window
             alone = window is not None and window[2] == 1 and window[1] == self._grant_seq and window[0] is not None
             if alone:
-                computing = sum(1 for turn in self._turns.values() if turn.holder is not None)
+                with self._lock:
+                    computing = self._computing_locked()
                 if computing == 1:
                     grown = max(0, p - r.memory.p) if r.memory.samples else 0
                     measured = max(0, self._memory_peak() - window[0] - grown)  # type: ignore[operator]
@@ -1080,6 +1089,12 @@ class DeviceHost:
             outcome, error, trace = ranks.finish(outcome, error, trace, peer_gone)
         now = time.time()
         with self._lock:
+            if outcome == OUT_OOM and (session.stop_requested.is_set() or self._closed):
+                # Out of memory after the driver stopped it (the searcher, a move, the run's end): it ends stopped,
+                # from its last result and checkpoint, as at its next report; a re-admission lost the stop.
+                self._emit_locked((EV_LANE, spec.trial_id, spec.attempt, now, "oom_after_stop",
+                                   {"error": error, "traceback": trace}))
+                outcome, error, trace = OUT_STOPPED, None, None
             try:
                 # A data-parallel rank is not re-admitted alone: its peers' group is gone; the driver restarts.
                 if (outcome == OUT_OOM and spec.world_size == 1
@@ -1117,6 +1132,7 @@ class DeviceHost:
         decision = self._lanes.on_oom(spec.trial_id)
         self._emit_lane_events_locked()
         if decision.action == ln.ACT_FAIL:  # the manager forgot the trial; it ends as errored
+            self._place_admitted_locked(decision.admitted)  # the memory it left let waiting trials in: start them
             return False
         del self._running[spec.trial_id]
         iteration, time_total = session.checkpoint_at
