@@ -519,6 +519,33 @@ def test_calls_that_bring_a_device_commands_are_numbered_in_the_order_they_are_s
     assert device.batches == 0
 
 
+def test_a_device_command_that_raises_holds_back_no_command_after_it():
+    """A batch that arrived early waited for the one numbered before it; when that one's command raised, the
+    early batch stayed held until some later call came (and a command after it in its batch was dropped)."""
+    import threading
+
+    from fluidsalus.gpu.actor import _DeviceActor
+
+    class Host:
+        def __init__(self):
+            self.done = []
+
+        def submit(self, specs):
+            if specs == "bad":
+                raise RuntimeError("the device host is shut down")
+            self.done.append(("submit", specs))
+
+        def stop(self, ids, attempts=None):
+            self.done.append(("stop", ids))
+
+    actor = _DeviceActor.__new__(_DeviceActor)  # its ordering alone: no Ray, no trainable
+    actor.host, actor._order, actor._next_batch, actor._early = Host(), threading.Lock(), 0, {}
+    actor.apply([("stop", (["t1"], None))], batch=1)  # arrives first: waits for batch 0
+    with pytest.raises(RuntimeError, match="shut down"):
+        actor.apply([("submit", ("bad",)), ("stop", (["t0"], None))], batch=0)
+    assert actor.host.done == [("stop", ["t0"]), ("stop", ["t1"])] and actor._early == {}
+
+
 @pytest.mark.parametrize("by_rule", [True, False], ids=["rule_met", "rule_not_met"])
 def test_a_trial_stopped_for_a_move_where_it_met_the_stop_rule_ends_instead_of_moving(tmp_path, by_rule):
     """The move's stop and the run's stop rule met at the same report: the trial is finished (a searcher's later

@@ -176,22 +176,31 @@ class _DeviceActor:
         brings the missing one. None: carry the commands out at once (a caller of its own, such as a test).
         """
         unknown = next((method for method, _ in commands if method not in COMMANDS), None)
+        errors: list[Exception] = []
         if batch is None:
             if unknown is None:
-                self._carry_out(commands)
+                self._carry_out(commands, errors)
         else:
             with self._order:
                 self._early[batch] = commands if unknown is None else []  # a refused batch still takes its turn
                 while self._next_batch in self._early:
                     ready = self._early.pop(self._next_batch)
-                    self._next_batch += 1  # first: a command that raises must not hold back the batches after it
-                    self._carry_out(ready)
+                    self._next_batch += 1
+                    self._carry_out(ready, errors)
         if unknown is not None:
             raise ValueError(f"unknown device command {unknown!r}; allowed: {', '.join(COMMANDS)}")
+        if errors:
+            raise errors[0]
 
-    def _carry_out(self, commands: list[tuple[str, tuple[Any, ...]]]) -> None:
+    def _carry_out(self, commands: list[tuple[str, tuple[Any, ...]]], errors: list[Exception]) -> None:
+        """Carry out each command; one that raises is noted in ``errors`` and the rest go on: a command that
+        raises must not hold back those after it (in its batch, or batches that came early and wait here, which
+        the next numbered call would otherwise carry out, if one ever came)."""
         for method, args in commands:
-            getattr(self.host, method)(*args)
+            try:
+                getattr(self.host, method)(*args)
+            except Exception as e:  # noqa: BLE001 - raised to the caller once every command was carried out
+                errors.append(e)
 
     def poll(self, max_wait_s: float, commands: list[tuple[str, tuple[Any, ...]]] | None = None,
              batch: int | None = None) -> list[tuple[Any, ...]]:
