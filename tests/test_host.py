@@ -217,6 +217,28 @@ def test_shutdown_stops_running_trials(tmp_path):
         host.submit([_spec(tmp_path, 9)])
 
 
+def test_a_driver_call_made_after_shutdown_ends_the_trial_instead_of_waiting_for_ever(tmp_path):
+    """Shutdown answered only the calls already waiting; one made after it waited for an answer that never came."""
+    computing, go, outcome = threading.Event(), threading.Event(), []
+
+    def f(config):
+        computing.set()
+        assert go.wait(WAIT_S)
+        try:
+            fluidsalus.session.call_driver("anything")
+        except BaseException as e:
+            outcome.append(type(e).__name__)
+            raise
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    host.submit([_spec(tmp_path, 0)])
+    assert computing.wait(WAIT_S)
+    host.shutdown(0.0)
+    go.set()
+    end = next(e for e in _drain(host, 1) if e[0] == EV_END)
+    assert end[4] == OUT_STOPPED and outcome == ["StopTrial"]
+
+
 def _notes_its_name(order):
     """A trainable of three iterations that notes ``config["name"]`` in ``order`` at each, sleeping meanwhile, so
     that another trial of its lane is ready at each of its boundaries."""

@@ -504,6 +504,8 @@ class DeviceHost:
 
     def _call(self, trial_id: str, attempt: int, method: str, args: tuple[Any, ...]) -> Any:
         with self._lock:
+            if self._closed:  # shut down: no driver answers now (shutdown answered the calls already waiting)
+                raise StopTrial()
             self._call_seq += 1
             call_id = self._call_seq
             slot: list[Any] = [threading.Event(), None, False]
