@@ -336,6 +336,7 @@ class TrialSession:
         self._started = time.time()
         self._last = self._started
         self.stop_requested = threading.Event()
+        self.run_ends = False  # the stop requested is the run's end (see request_stop)
         #: Set when the driver asks for a checkpoint at the trial's next iteration (a Ray callback's
         #: ``should_checkpoint``); a class ``Trainable`` that does not ask for verdicts takes it
         #: (:meth:`take_checkpoint_request`).
@@ -449,8 +450,15 @@ class TrialSession:
         self.checkpoint_requested.clear()
         return True
 
-    def request_stop(self) -> None:
-        """Stop the trial at its next report, or now if it is paused at its budget."""
+    def request_stop(self, run_ends: bool = False) -> None:
+        """Stop the trial at its next report, or now if it is paused at its budget.
+
+        Args:
+            run_ends: The stop is the run's end (its time budget, a stopper's ``stop_all()``, ``fail_fast``, an
+                interruption), not a decision about this trial: a save at its end that is not implemented then
+                does not fail it, as Ray saves ``checkpoint_at_end`` only for a trial that is done.
+        """
+        self.run_ends = self.run_ends or run_ends
         self.stop_requested.set()
         self._resumed.set()
 
@@ -526,12 +534,14 @@ class TrialSession:
             try:
                 self._keep(at_end(), result)
             except NotImplementedError as e:
-                if stop or not end_save_at_pause:
+                run_end = stop and self.run_ends and not self.stopped_by_rule  # Ray saves only a trial that is done
+                if (stop and not run_end) or not end_save_at_pause:
                     self._sink(result, False, True)  # the result stands, as in Ray; the save's error fails the trial
                     raise
-                # A pause that may not be its end: it stays resident, needs no checkpoint to go on, and fails with
-                # this error if the verdict ends it here (below).
-                self._unsaved_pause = e
+                if not stop:
+                    # A pause that may not be its end: it stays resident, needs no checkpoint to go on, and fails
+                    # with this error if the verdict ends it here (below), unless the run's end stops it.
+                    self._unsaved_pause = e
             except BaseException:
                 self._sink(result, False, True)  # the result stands, as in Ray; the save's error then fails the trial
                 raise
@@ -547,8 +557,8 @@ class TrialSession:
                 self._turns.release()
             unsaved, self._unsaved_pause = self._unsaved_pause, None
             if self._wait_resume():
-                if unsaved is not None:  # ended at this pause: the save at its end is not implemented, as Ray's fails
-                    raise unsaved
+                if unsaved is not None and not self.run_ends:
+                    raise unsaved  # ended at this pause: the save at its end is not implemented, as Ray's fails
                 raise self._stop()
             if self._turns is not None:
                 self._turns.acquire()

@@ -142,6 +142,24 @@ def test_a_pause_whose_save_is_not_implemented_fails_the_trial_only_if_the_verdi
     thread.join(5)
     assert isinstance(outcome.get("error"), NotImplementedError) and [r["a"] for r in kept] == [1]
 
+    # The run's end (its time budget, stop_all(), Ctrl-C) is no verdict on the trial: Ray saves checkpoint_at_end
+    # only for a trial that is done, so a paused one, or a running one stopped at its next report, is only
+    # stopped (each failed with the save's error).
+    ending, held = _session(tmp_path, budget=1)
+    thread, outcome = pause(ending, held, end_save_at_pause=True)
+    ending.request_stop(run_ends=True)
+    thread.join(5)
+    assert isinstance(outcome.get("error"), StopTrial) and [r["a"] for r in held] == [1]
+    running, ran = _session(tmp_path)
+    running.request_stop(run_ends=True)
+    with pytest.raises(StopTrial):
+        running.report({"a": 1}, at_end=broken_save, end_save_at_pause=True)
+    assert [r["a"] for r in ran] == [1]
+    ruled, ruled_seen = _session(tmp_path, should_stop=lambda r: True)  # the stop rule ends it too: it is done
+    ruled.request_stop(run_ends=True)
+    with pytest.raises(NotImplementedError):
+        ruled.report({"a": 1}, at_end=broken_save, end_save_at_pause=True)
+
 
 def test_stop_rule_delivers_the_result_then_stops(tmp_path):
     session, got = _session(tmp_path, should_stop=lambda r: r["training_iteration"] >= 2)

@@ -855,6 +855,22 @@ def test_asha_runs_a_class_trainable_without_save_checkpoint_and_its_ends_fail_a
     assert max(iteration for iteration, _ in ends) == 6
 
 
+class _NoSaveEndless(_NoSave):
+    def step(self):
+        time.sleep(0.02)
+        return super().step()
+
+
+def test_a_class_trainable_without_save_checkpoint_stopped_by_the_runs_end_is_only_stopped(ray_cluster,
+                                                                                          storage: str) -> None:
+    """The run's end (a stopper's stop_all() here) stopped each trial at its next report, where the save of the
+    Tuner's default checkpoint_at_end raised: every trial failed. Ray saves at the end only a trial that is done,
+    and stops the others at the experiment's end (checked with Ray 2.60's TuneController)."""
+    _, grid = _run(_NoSaveEndless, storage, {"x": tune.grid_search([1, 2])},
+                   run_config_kwargs={"stop": _StopAllAfter(6)})
+    assert grid.num_errors == 0 and all(r.metrics["training_iteration"] >= 1 for r in grid)
+
+
 class _SaveFails(_NoSave):
     def save_checkpoint(self, checkpoint_dir):
         raise OSError("no space left on device")

@@ -151,8 +151,9 @@ class _DeviceActor:
     def submit(self, specs: list[TrialSpec], batch: int | None = None) -> None:
         self.apply([("submit", (specs,))], batch)
 
-    def stop(self, trial_ids: list[str], attempts: dict[str, int] | None = None, batch: int | None = None) -> None:
-        self.apply([("stop", (trial_ids, attempts))], batch)
+    def stop(self, trial_ids: list[str], attempts: dict[str, int] | None = None, run_ends: bool = False,
+             batch: int | None = None) -> None:
+        self.apply([("stop", (trial_ids, attempts, run_ends))], batch)
 
     def withdraw(self, trial_ids: list[str], attempts: dict[str, int], batch: int | None = None) -> None:
         self.apply([("withdraw", (trial_ids, attempts))], batch)

@@ -927,7 +927,7 @@ class Executor:
                 if trial.status == PAUSED and not trial.placed_on:
                     self._end_unstarted(trial)
             self._searcher_log.save()
-        self._stop_trials([tid for d in self._devices for tid in d.assigned])
+        self._stop_trials([tid for d in self._devices for tid in d.assigned], run_ends=True)
 
     def _end_queued(self) -> None:
         for trial_id in list(self.pending):
@@ -1158,9 +1158,10 @@ class Executor:
             )
             self._exploits.append(trial.trial_id)
 
-    def _stop_trials(self, trial_ids: list[str]) -> None:
+    def _stop_trials(self, trial_ids: list[str], run_ends: bool = False) -> None:
         """Stop trials: queued ones and ones paused off any device end at once, placed ones at their next report
-        (or now, if paused). A restart planned for a trial (a move, an exploit) is dropped: the stop wins."""
+        (or now, if paused). A restart planned for a trial (a move, an exploit) is dropped: the stop wins.
+        ``run_ends``: the stop is the run's end, not a decision about the trials (``gpu.host.DeviceHost.stop``)."""
         stop: list[str] = []
         ended: list[Trial] = []
         for trial_id in trial_ids:
@@ -1184,9 +1185,9 @@ class Executor:
                 for trial in ended:
                     self._end_unstarted(trial)
                 self._searcher_log.save()
-        self._send_stop(stop)
+        self._send_stop(stop, run_ends)
 
-    def _send_stop(self, trial_ids: Iterable[str]) -> None:
+    def _send_stop(self, trial_ids: Iterable[str], run_ends: bool = False) -> None:
         """Ask every device a trial runs on to stop it at its next boundary. A data-parallel trial's workers
         stop with rank 0, at its next report (``gpu.host.TrialSpec``): the stop only makes sure they end too
         when rank 0 is gone."""
@@ -1199,7 +1200,7 @@ class Executor:
             for index in trial.placed_on:
                 by_device.setdefault(index, []).append(trial_id)
         for index, ids in by_device.items():
-            self._send(self._device(index), "stop", ids)
+            self._send(self._device(index), "stop", *((ids, None, True) if run_ends else (ids,)))
 
     def _send_checkpoint_requests(self, trial_ids: Iterable[str]) -> None:
         """Ask the device of each trial the callbacks want checkpointed to save it at its next iteration (a
