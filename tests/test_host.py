@@ -651,6 +651,33 @@ def test_the_lane_table_is_read_under_the_lock(tmp_path):
     assert not unlocked, unlocked[0]
 
 
+def test_an_allocation_larger_than_the_whole_device_fails_at_once_without_a_rerun(tmp_path):
+    """NumPy's MemoryError for 728 TiB was re-admitted with ever larger estimates: the trial ran 4 times, its side
+    effects too (an Optuna objective uploaded its artifact 4 times: a helper's side-by-side test)."""
+    np = pytest.importorskip("numpy")
+    starts = []
+
+    def f(config):
+        starts.append(1)
+        np.zeros(10**14)  # 800 TB: more than any machine's memory
+
+    host = DeviceHost(f, _settings(max_lanes=2))
+    host.submit([_spec(tmp_path, 0)])
+    end = next(e for e in _drain(host, 1) if e[0] == EV_END)
+    assert end[4] == OUT_ERRORED and len(starts) == 1
+    assert end[5].startswith("MemoryError: Unable to allocate 728. TiB")
+    assert "bytes of memory of device cpu: not retried" in end[5]
+
+
+def test_the_size_an_out_of_memory_message_names():
+    from fluidsalus.gpu.memory import requested_bytes
+
+    assert requested_bytes("Unable to allocate 728. TiB for an array with shape (100000000000000,)") == int(728 * 2**40)
+    assert requested_bytes("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.35 GiB total)") == 2 * 2**30
+    assert requested_bytes("DefaultCPUAllocator: can't allocate memory: you tried to allocate 4096 bytes.") == 4096
+    assert requested_bytes("MemoryError: ") is None
+
+
 def test_out_of_memory_beyond_the_retry_limit_fails_the_trial(tmp_path):
     def f(config):
         raise MemoryError("always out of memory")

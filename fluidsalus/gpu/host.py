@@ -49,6 +49,7 @@ from fluidsalus.gpu import nvml
 from fluidsalus.gpu import rng as rngs
 from fluidsalus.gpu.allocator import is_refusal
 from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE, ArenaBackend, host_arenas
+from fluidsalus.gpu.device import host_memory_bytes
 from fluidsalus.gpu.hints import shared_process_hint
 from fluidsalus.gpu.policies import DEFAULT_POLICY, TrialView, choose, get_policy
 from fluidsalus.result import lookup_metric
@@ -734,6 +735,13 @@ class DeviceHost:
             return int(sys.modules["torch"].cuda.max_memory_allocated(self.settings.device))
         return mem.peak_rss()
 
+    def _memory_total(self) -> int:
+        """All the memory of the device: a GPU's, or the machine's for a virtual CPU device (its lane capacity is
+        only its share: an allocation past that may still succeed)."""
+        if self.settings.device.startswith("cuda"):
+            return int(sys.modules["torch"].cuda.get_device_properties(self.settings.device).total_memory)
+        return host_memory_bytes()
+
     def _reset_memory_peak(self) -> None:
         if self.settings.device.startswith("cuda"):
             cuda = sys.modules["torch"].cuda
@@ -1081,6 +1089,13 @@ class DeviceHost:
             if hint is not None:
                 error = f"{error} ({hint})"
             outcome = OUT_OOM if _is_out_of_memory(e) else OUT_ERRORED
+            requested = mem.requested_bytes(error) if outcome == OUT_OOM else None
+            if requested is not None and requested > self._memory_total():
+                # One allocation larger than the whole device: a re-admission (with more of the device) would run
+                # the trial again, its side effects too, to fail the same way.
+                outcome = OUT_ERRORED
+                error = (f"{error} (one allocation of {requested} bytes is more than all the {self._memory_total()} "
+                         f"bytes of memory of device {self.settings.device}: not retried)")
             if isinstance(e, (StopRuleError, BudgetKeyError)):
                 fatal = error = str(e)
         finally:

@@ -36,6 +36,7 @@ torch is not imported by this module; the helpers import it when called with ten
 from __future__ import annotations
 
 import math
+import re
 import resource
 import sys
 from collections.abc import Callable, Iterable
@@ -160,6 +161,26 @@ def persistent_bytes(
 
 
 # ------------------------------------------------------------------------------------------------- T
+
+
+#: Binary units in the out-of-memory messages of NumPy ("728. TiB") and PyTorch ("2.00 GiB").
+_UNITS = {"B": 1, "bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50, "EiB": 2**60}
+#: How NumPy ("Unable to allocate 728. TiB for an array ...") and PyTorch ("Tried to allocate 2.00 GiB", "you tried
+#: to allocate 400000000000000 bytes") name the size of the allocation that failed.
+_REQUEST = re.compile(r"(?:[Uu]nable to allocate|[Tt]ried to allocate) ([0-9]+(?:\.[0-9]*)?) ?(bytes|B|[KMGTPE]iB)\b")
+
+
+def requested_bytes(message: str) -> int | None:
+    """The size of the allocation an out-of-memory error's message names (NumPy's and PyTorch's), or None.
+
+    Args:
+        message: The error's text.
+
+    Returns:
+        Bytes (rounded as the message rounds them), or None when the message names no size.
+    """
+    found = _REQUEST.search(message)
+    return None if found is None else int(float(found.group(1)) * _UNITS[found.group(2)])
 
 
 def _status_bytes(field: str) -> int | None:
