@@ -27,7 +27,8 @@ A trial's life, and the Optuna state it ends in:
    * ``optuna.TrialPruned``: ``PRUNED``, with the last reported value as the trial's value (Optuna's rule);
    * an exception in ``catch``: ``FAIL``, and the optimisation goes on;
    * any other exception: ``FAIL``; no new trial starts, running trials finish, and ``optimize`` raises the
-     exception (re-created on the driver from its pickle, with the device's traceback as its ``__cause__``).
+     exception (re-created on the driver from its pickle, with its chain of causes, and the device's traceback
+     as the ``__cause__`` of the chain's first exception).
 
    Then Optuna's log line is written through Optuna's logger and the callbacks get ``(study, FrozenTrial)``.
 4. A trial the engine starts again (a device out-of-memory error re-admits it with a larger memory estimate;
@@ -163,6 +164,11 @@ _OPTIMIZE_LOGGER = optuna.logging.get_logger("optuna.study._optimize")
 # ---------------------------------------------------------------------------------------------- wire format
 
 
+#: Links of an exception's chain (causes and contexts) re-created on the driver; past them the chain ends (its
+#: text stays in the device's traceback).
+MAX_CHAINED_ERRORS = 8
+
+
 class DeviceTraceback(Exception):
     """The traceback of an exception raised in another process, set as the ``__cause__`` of its re-creation."""
 
@@ -185,25 +191,39 @@ class _PackedError:
     pickled: bytes | None
     pickle_error: str | None
     warned: tuple[Warning, ...] = ()  # warnings given on the driver before the error (see ``_caught``)
+    # Its chain (a pickle keeps none of it): ``raise ... from`` its cause, the exception being handled when it was
+    # raised (often the cause itself), and whether that is hidden, as ``raise ... from`` hides it.
+    cause: _PackedError | None = None
+    context: _PackedError | None = None
+    context_is_cause: bool = False
+    suppress_context: bool = False
 
     @classmethod
-    def of(cls, error: BaseException) -> _PackedError:
+    def of(cls, error: BaseException, depth: int = 0) -> _PackedError:
         pickled, problem = None, None
         try:
             pickled = cloudpickle.dumps(error)
         except Exception as e:  # noqa: BLE001 - any object may fail to pickle, in any way
             problem = f"{type(e).__name__}: {e}"
+        linked = depth < MAX_CHAINED_ERRORS
+        cause = error.__cause__ if linked else None
+        context = error.__context__ if linked else None
         return cls(
             type_name=type(error).__name__,
             text=str(error),
             shown=repr(error),
-            trace="".join(traceback.format_exception(error)),
+            trace="".join(traceback.format_exception(error)) if depth == 0 else "",  # (the first's holds the chain)
             pickled=pickled,
             pickle_error=problem,
+            cause=None if cause is None else cls.of(cause, depth + 1),
+            context=None if context is None or context is cause else cls.of(context, depth + 1),
+            context_is_cause=context is not None and context is cause,
+            suppress_context=error.__suppress_context__,
         )
 
-    def unpack(self) -> BaseException:
-        """The exception again (or a :class:`TrialError` describing it), with the remote traceback as cause."""
+    def unpack(self, depth: int = 0) -> BaseException:
+        """The exception again (or a :class:`TrialError` describing it), with its chain, and the remote traceback
+        as its ``__cause__`` (when it has a cause of its own: as that chain's first cause's)."""
         error: BaseException | None = None
         problem = self.pickle_error
         if self.pickled is not None:
@@ -215,7 +235,18 @@ class _PackedError:
             error = TrialError(
                 f"{self.type_name}: {self.text} (the exception could not be re-created in this process: {problem})"
             )
-        error.__cause__ = DeviceTraceback(self.trace)
+        cause = None if self.cause is None else self.cause.unpack(depth + 1)
+        error.__context__ = cause if self.context_is_cause else (
+            None if self.context is None else self.context.unpack(depth + 1))
+        error.__cause__ = cause
+        error.__suppress_context__ = self.suppress_context
+        if depth == 0:
+            first = error
+            while first.__cause__ is not None:
+                first = first.__cause__
+            suppressed = first.__suppress_context__  # (setting __cause__ sets it)
+            first.__cause__ = DeviceTraceback(self.trace)  # printed first: the device's frames of the whole chain
+            first.__suppress_context__ = suppressed
         return error
 
 
@@ -1311,8 +1342,8 @@ def optimize(
         raise ConfigError(f"study: must be an optuna.Study, got {type(study).__name__}")
     if not callable(objective):
         raise ConfigError(f"objective: must be a function f(trial), got {type(objective).__name__}")
-    # Numbers as Optuna's loop reads them: n_trials=2.5 runs 3 trials, and n_trials or a timeout <= 0 runs none
-    # (a timeout computed as the time left, say).
+    # Numbers as Optuna's loop reads them: n_trials=2.5 runs 3 trials, n_trials=inf has no limit, and n_trials or
+    # a timeout <= 0 runs none (a timeout computed as the time left, say).
     if n_trials is not None and (not isinstance(n_trials, numbers.Real) or isinstance(n_trials, bool)
                                  or math.isnan(n_trials)):
         raise ConfigError(f"n_trials: must be a number of trials (an int) or None, got {n_trials!r}")
@@ -1334,7 +1365,8 @@ def optimize(
 
     name = run_kwargs.pop("name", None) or _experiment_name(study)
     verbose = run_kwargs.pop("verbose", 1 if show_progress_bar else 0)
-    driver = _StudyDriver(study, None if n_trials is None else math.ceil(n_trials), timeout, callback_list, name)
+    limit = None if n_trials is None or math.isinf(n_trials) else math.ceil(n_trials)  # (inf: no limit, as Optuna's)
+    driver = _StudyDriver(study, limit, timeout, callback_list, name)
     runner = _ObjectiveRunner(objective, classes, bool(gc_after_trial), study)
     study._stop_flag = False
     study._thread_local.in_optimize_loop = True  # study.stop() works in callbacks; ask() knows it is optimize

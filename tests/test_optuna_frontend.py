@@ -288,6 +288,32 @@ def test_uncaught_exception_stops_and_is_reraised(tmp_path):
     assert len(study.trials) < n_trials  # no new trial started after the error
 
 
+def test_an_exceptions_cause_and_context_come_back_with_it():
+    """The re-created exception's __cause__ was the device's traceback and its __context__ None: the objective's
+    own `raise ... from` cause was lost (Optuna's optimize raises the exception itself; a helper's side by side)."""
+    try:
+        try:
+            {}["missing"]
+        except KeyError as e:
+            raise RuntimeError("wrapped") from e
+    except RuntimeError as e:
+        explicit = e
+    back = fo._PackedError.of(explicit).unpack()
+    assert isinstance(back.__cause__, KeyError) and back.__context__ is back.__cause__ and back.__suppress_context__
+    assert isinstance(back.__cause__.__cause__, fo.DeviceTraceback)  # the device's frames, printed first
+    assert "wrapped" in back.__cause__.__cause__.text and "'missing'" in back.__cause__.__cause__.text
+    try:
+        try:
+            _ = 1 / 0
+        except ZeroDivisionError:
+            raise ValueError("while handling")  # noqa: B904 - an implicit chain, as objectives write them
+    except ValueError as e:
+        implicit = e
+    back = fo._PackedError.of(implicit).unpack()
+    assert isinstance(back.__context__, ZeroDivisionError) and not back.__suppress_context__
+    assert isinstance(back.__cause__, fo.DeviceTraceback)
+
+
 def test_exception_that_cannot_be_recreated_becomes_trial_error():
     packed = fo._PackedError.of(NotRecreatable("left", "right"))
     error = packed.unpack()
@@ -625,6 +651,18 @@ def test_a_fractional_n_trials_runs_as_many_trials_as_optunas_loop(tmp_path):
     ours, theirs = optuna.create_study(), optuna.create_study()
     theirs.optimize(_quadratic, n_trials=2.5)
     _optimize(ours, _quadratic, tmp_path, n_trials=2.5)
+    assert len(ours.trials) == len(theirs.trials) == 3
+
+
+def test_an_infinite_n_trials_runs_until_the_study_stops_as_optunas_loop(tmp_path):
+    """math.ceil(inf) raised OverflowError before any trial ran (a helper's side by side)."""
+    def stop_at_three(study, trial):
+        if len(study.trials) >= 3:
+            study.stop()
+
+    ours, theirs = optuna.create_study(), optuna.create_study()
+    theirs.optimize(_quadratic, n_trials=math.inf, callbacks=[stop_at_three])
+    _optimize(ours, _quadratic, tmp_path, n_trials=math.inf, callbacks=[stop_at_three], max_concurrent_trials=1)
     assert len(ours.trials) == len(theirs.trials) == 3
 
 
