@@ -552,21 +552,28 @@ class DeviceTrial(BaseTrial):
 
     def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
         """Suggest one of ``choices`` (``optuna.Trial.suggest_categorical``)."""
-        return self._suggest(name, CategoricalDistribution(choices))
+        with warnings.catch_warnings(record=True) as caught:  # (choices unfit for storage: Optuna's UserWarning)
+            warnings.simplefilter("always")
+            distribution = CategoricalDistribution(choices)
+        if self._distributions.get(name) != distribution:
+            return self._suggest(name, distribution)  # the driver's suggestion gives Optuna's warnings (relayed)
+        for warning in caught:  # answered here: given here, once, as Optuna's call gives it
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+        return self._params[name]
 
     def suggest_uniform(self, name: str, low: float, high: float) -> float:
         """Deprecated in Optuna 3.0: ``suggest_float(name, low, high)``."""
-        _deprecated("suggest_uniform", "suggest_float(name, low, high)")
+        _deprecated("suggest_uniform", "")
         return self.suggest_float(name, low, high)
 
     def suggest_loguniform(self, name: str, low: float, high: float) -> float:
         """Deprecated in Optuna 3.0: ``suggest_float(name, low, high, log=True)``."""
-        _deprecated("suggest_loguniform", "suggest_float(name, low, high, log=True)")
+        _deprecated("suggest_loguniform", "(..., log=True)")
         return self.suggest_float(name, low, high, log=True)
 
     def suggest_discrete_uniform(self, name: str, low: float, high: float, q: float) -> float:
         """Deprecated in Optuna 3.0: ``suggest_float(name, low, high, step=q)``."""
-        _deprecated("suggest_discrete_uniform", "suggest_float(name, low, high, step=q)")
+        _deprecated("suggest_discrete_uniform", "(..., step=...)")
         return self.suggest_float(name, low, high, step=q)
 
     # ---------------------------------------------------------------- pruning
@@ -669,8 +676,11 @@ class DeviceTrial(BaseTrial):
 optuna.trial.Trial.register(DeviceTrial)
 
 
-def _deprecated(old: str, new: str) -> None:
-    warnings.warn(f"{old} has been deprecated in Optuna v3.0.0; use {new} instead.", FutureWarning, stacklevel=3)
+def _deprecated(old: str, args: str) -> None:
+    """Optuna's ``FutureWarning`` for a ``suggest_*`` it deprecated in 3.0, word for word (``optuna.Trial``'s)."""
+    warnings.warn(f"{old} has been deprecated in v3.0.0. This feature will be removed in v6.0.0. See "
+                  f"https://github.com/optuna/optuna/releases/tag/v3.0.0. Use suggest_float{args} instead.",
+                  FutureWarning, stacklevel=3)
 
 
 class _ObjectivePickler(cloudpickle.Pickler):

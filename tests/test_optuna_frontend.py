@@ -813,6 +813,40 @@ def test_the_studys_warnings_reach_the_objective_as_in_optuna(tmp_path):
     assert studies[1].trials[0].intermediate_values == {0: 5.0}
 
 
+def _unfit_choices_twice(trial: Any) -> float:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trial.suggest_categorical("c", [{"a": 1}])  # Optuna warns: such choices do not suit persistent storage
+        trial.suggest_categorical("c", [{"a": 1}])  # again (fluidsalus answers it on the device)
+    trial.set_user_attr("warned", [str(w.message)[:40] for w in caught])
+    return 1.0
+
+
+@pytest.mark.parametrize("call", [lambda t: t.suggest_uniform("u", 0, 1), lambda t: t.suggest_loguniform("l", 1, 2),
+                                  lambda t: t.suggest_discrete_uniform("d", 0, 1, 0.5)])
+def test_the_deprecated_suggestions_warn_in_optunas_words(call):
+    trial = fo.DeviceTrial.__new__(fo.DeviceTrial)
+    trial._distributions, trial._params = {}, {}  # answered here: no driver
+    trial._suggest = lambda name, distribution: 0.5
+    theirs = optuna.trial.FixedTrial({"u": 0.5, "l": 1.5, "d": 0.5})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        call(trial)
+        call(theirs)
+    assert [w.category for w in caught] == [FutureWarning, FutureWarning]
+    assert str(caught[0].message) == str(caught[1].message)
+
+
+def test_a_categorical_warning_is_given_once_per_call_as_in_optuna(tmp_path):
+    """The device gave Optuna's warning about choices unfit for storage, and the driver's suggestion gave it again,
+    relayed: twice per call (a helper's side by side)."""
+    ours, theirs = optuna.create_study(), optuna.create_study()
+    theirs.optimize(_unfit_choices_twice, n_trials=1)
+    _optimize(ours, _unfit_choices_twice, tmp_path, n_trials=1)
+    assert ours.trials[0].user_attrs["warned"] == theirs.trials[0].user_attrs["warned"]
+    assert len(theirs.trials[0].user_attrs["warned"]) == 2
+
+
 def _upload_model(trial: Any, base: str) -> float:
     x = trial.suggest_float("x", 0, 1)
     path = os.path.join(base, f"model_{trial.number}.txt")  # the device writes the trial's file
