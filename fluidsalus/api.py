@@ -221,11 +221,10 @@ def run(
     exp_name = spec.name or f"{trainable_name}_{datetime.datetime.now().strftime(DATE_FORMAT)}"
     exp_dir = os.path.join(storage, exp_name)
     exists = os.path.exists(os.path.join(exp_dir, DB_FILENAME))
+    taken = ConfigError(f"name: an experiment named {exp_name!r} already exists at {exp_dir}. Pass resume=True to "
+                        "continue it, or choose another name.")
     if exists and not spec.resume:
-        raise ConfigError(
-            f"name: an experiment named {exp_name!r} already exists at {exp_dir}. Pass resume=True to "
-            "continue it, or choose another name."
-        )
+        raise taken
     if not exists and spec.resume:
         raise ConfigError(f"resume: there is no experiment named {exp_name!r} at {exp_dir} to resume")
     if not exists and os.path.isdir(exp_dir) and os.listdir(exp_dir):
@@ -259,9 +258,14 @@ def run(
             lock.release()
             raise
     else:
-        store = ExperimentStore.create(
-            exp_dir, exp_name, _describe(spec, space, stop, trainable_name, searcher), spec.metric, spec.mode
-        )
+        try:
+            store = ExperimentStore.create(
+                exp_dir, exp_name, _describe(spec, space, stop, trainable_name, searcher), spec.metric, spec.mode
+            )
+        except StoreError:
+            if os.path.exists(os.path.join(exp_dir, DB_FILENAME)):
+                raise taken from None  # another driver created it since the check above
+            raise
         try:
             lock = _lock(exp_dir)
         except BaseException:

@@ -381,10 +381,16 @@ class ExperimentStore:
             StoreError: If a store already exists there.
         """
         db_path = os.path.join(experiment_dir, DB_FILENAME)
-        if os.path.exists(db_path):
-            raise StoreError(f"an experiment store already exists at {db_path!r}")
         os.makedirs(experiment_dir, exist_ok=True)
-        conn = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+        try:  # claimed at once: of two drivers creating the same experiment, one gets it and the other this error
+            os.close(os.open(db_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            raise StoreError(f"an experiment store already exists at {db_path!r}") from None
+        try:
+            conn = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)  # (an empty file: new)
+        except BaseException:
+            os.remove(db_path)
+            raise
         try:
             cls._configure(conn)
             now = time.time()
@@ -402,7 +408,7 @@ class ExperimentStore:
             conn.execute("COMMIT")
         except BaseException:
             conn.close()
-            for suffix in ("", WAL_SUFFIX, SHM_SUFFIX):
+            for suffix in ("", WAL_SUFFIX, SHM_SUFFIX):  # this store's own files: it claimed the database file
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(db_path + suffix)
             raise

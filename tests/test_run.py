@@ -326,6 +326,23 @@ def test_existing_name_is_refused_unless_resuming(storage):
         fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, name="never", resume=True, verbose=0)
 
 
+def test_a_driver_that_loses_the_race_to_create_an_experiment_gets_the_same_error(storage, monkeypatch):
+    """Two drivers starting the same new name at once both passed the check; the loser got a StoreError (or
+    sqlite's "table experiment already exists") with a traceback, not the name's ConfigError."""
+    from fluidsalus.store import ExperimentStore
+
+    real = ExperimentStore.create
+
+    def another_driver_first(exp_dir, *args, **kwargs):
+        real(exp_dir, *args, **kwargs).close()  # the other driver's create, just after this one's check
+        return real(exp_dir, *args, **kwargs)
+
+    monkeypatch.setattr(ExperimentStore, "create", another_driver_first)
+    with pytest.raises(ConfigError, match="name: an experiment named 'raced' already exists.*resume=True"):
+        fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, name="raced", verbose=0)
+    assert os.path.exists(os.path.join(storage, "raced", "experiment.db"))  # the other driver's, kept
+
+
 def test_a_second_driver_cannot_run_an_experiment_that_one_is_running(storage):
     """Each run holds its experiment's driver lock: a resume=True from another terminal while the first driver runs
     is refused (it ran every unfinished trial a second time beside the first). The lock goes with its holder, so

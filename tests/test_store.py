@@ -106,6 +106,22 @@ def test_create_refuses_existing_store(tmp_path):
         _new(tmp_path)
 
 
+def test_a_create_that_loses_a_race_leaves_the_winners_store_alone(tmp_path, monkeypatch):
+    """Two drivers created the same new experiment at once: the one whose check came before the other's create went
+    on to write its schema into the other's database, failed on it ("table experiment already exists") and removed
+    the other's files, mid-run (a helper's race of 14 pairs). The database file is now claimed atomically."""
+    winner = _new(tmp_path)
+    winner.add_trials([("t0", 0, {})])
+    monkeypatch.setattr("fluidsalus.store.os.path.exists", lambda path: False)  # its check ran before the create
+    with pytest.raises(StoreError, match="already exists"):
+        _new(tmp_path)
+    monkeypatch.undo()
+    winner.add_results([("t0", 0, 1, 1.0, {"acc": 1.0})])
+    assert [r.metrics["acc"] for r in winner.results()] == [1.0]
+    winner.close()
+    assert [t.trial_id for t in ExperimentStore.open(winner.db_path).trials()] == ["t0"]
+
+
 def test_open_missing_not_sqlite_foreign_and_newer(tmp_path):
     with pytest.raises(StoreError, match="not a fluidsalus experiment"):
         ExperimentStore.open(str(tmp_path / "nothing"))
