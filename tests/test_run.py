@@ -730,6 +730,44 @@ def test_stopper_stops_trials_and_stop_all_ends_the_experiment(storage):
     assert [e.data["reason"] for e in reader.events("experiment_ending")] == ["stop_all"]
 
 
+def hangs_after_a_report(config):
+    fluidsalus.report({"v": 0})
+    while True:  # reaches no report again: the stop at the run's end never reaches it
+        time.sleep(0.05)
+
+
+class _StopAllSoonAfterAResult:
+    """Lets the first result go on, then ends the experiment a moment later."""
+
+    def __init__(self):
+        self.first = None
+
+    def __call__(self, trial_id, result):
+        self.first = self.first or time.time()
+        return False
+
+    def stop_all(self):
+        return self.first is not None and time.time() - self.first > 0.3
+
+
+def test_a_trial_that_reaches_no_report_after_the_run_began_to_end_is_ended_after_a_grace(storage, monkeypatch):
+    """The run waited for ever for a hung trial to reach the report the stop waits at (a helper's time_budget_s
+    run went on past 295 s). It ends without it after RUN_END_GRACE_S, with the results it had, and its device
+    is ended."""
+    from fluidsalus.trialgroup import executor as executor_module
+
+    monkeypatch.setattr(executor_module, "RUN_END_GRACE_S", 1.0)
+    started = time.time()
+    grid = fluidsalus.run(hangs_after_a_report, {"x": 1}, stop=_StopAllSoonAfterAResult(), storage_path=storage,
+                          name="hung", verbose=0)
+    assert time.time() - started < 60
+    [hung] = grid
+    assert grid.num_errors == 0 and hung.status == "TERMINATED" and hung.metrics["training_iteration"] == 1
+    reader = ExperimentStore.open(grid.experiment_path, readonly=True)
+    assert [e.data["reason"] for e in reader.events("experiment_ending")] == ["stop_all"]
+    assert [(e.trial_id, e.data["reason"]) for e in reader.events("trial_abandoned")] == [(hung.trial_id, "stop_all")]
+
+
 def fails_on_negative(config):
     for i in range(50):
         time.sleep(0.01)

@@ -154,6 +154,10 @@ POLL_WAIT_S = 0.5
 ACTOR_START_TIMEOUT_S = 120.0
 #: Grace period for trials to reach a report boundary when the run ends early (Ctrl-C, fatal error).
 SHUTDOWN_GRACE_S = 2.0
+#: Seconds a trial has to reach its next report once the run begins to end (its time budget, ``stop_all()``,
+#: ``fail_fast``); one that has not is ended without it (:meth:`Executor._end_stragglers`). Ray's: its controller
+#: waits 5 s for the trials' actors to stop at the end of an experiment, then kills them.
+RUN_END_GRACE_S = 5.0
 #: The devices' ``verdict_from`` when a stopper's ``stop_all()`` may end the run: every result (its ``time_attr``
 #: is at least this) waits for the driver's judgement of it.
 STOP_ALL_VERDICT_FROM = float("-inf")
@@ -498,6 +502,7 @@ class Executor:
         self._abandoned: dict[str, int] = {}
         self._exploits: list[str] = []  # exploit restarts decided, stop not yet sent
         self._ending: str | None = None  # why the experiment ends early (time budget, fail_fast, stop_all)
+        self._ending_at = 0.0  # when it began to end
         # Each trial's last finite value of the metric: the live view's best is the best of these, as the best
         # result is (a trial's last result, Ray's default scope), not the best value ever reported.
         self._last_values: dict[str, float] = {}
@@ -903,12 +908,15 @@ class Executor:
         """End the experiment early when its time budget is spent, a trial failed under fail_fast, or the
         stopper's ``stop_all()`` says so: every trial stops at its next boundary, unstarted ones never start.
 
-        While the run ends, trials that come back to the queue (a retry, a move) end there too."""
+        While the run ends, trials that come back to the queue (a retry, a move) end there too, and those that
+        reach no report within :data:`RUN_END_GRACE_S` end without one (:meth:`_end_stragglers`)."""
         if self._ending is not None:
             if self.pending:
                 with self.store.transaction():
                     self._end_queued()
                     self._searcher_log.save()  # the searcher's record of the ends commits with the trials'
+            if time.time() - self._ending_at >= RUN_END_GRACE_S:
+                self._end_stragglers()
             return
         budget = self.settings.time_budget_s
         if budget is not None and time.time() - self._started >= budget:
@@ -920,7 +928,8 @@ class Executor:
             self._ending = "stop_all"
         if self._ending is None:
             return
-        self.store.add_events([(time.time(), "experiment_ending", None, None, {"reason": self._ending})])
+        self._ending_at = time.time()
+        self.store.add_events([(self._ending_at, "experiment_ending", None, None, {"reason": self._ending})])
         with self.store.transaction():
             self._end_queued()
             for trial in self.trials.values():  # paused off any device: nothing to stop, they end here
@@ -928,6 +937,25 @@ class Executor:
                     self._end_unstarted(trial)
             self._searcher_log.save()
         self._stop_trials([tid for d in self._devices for tid in d.assigned], run_ends=True)
+
+    def _end_stragglers(self) -> None:
+        """End the trials still on a device :data:`RUN_END_GRACE_S` after the run began to end: they reached no
+        report since (a trainable that hangs, or one iteration longer than the grace), so the stop never reached
+        them and the run waited for ever. They end stopped, with the results they reported, as if their device
+        had sent the end; the device is not kept warm, its actor is ended with the run (``_stop_devices``: a
+        trial of it still runs), as Ray's controller kills the actors of trials that have not stopped after its
+        grace."""
+        now = time.time()
+        stragglers = {tid: self.trials[tid] for d in self._devices for tid in d.assigned}
+        for trial_id, trial in stragglers.items():
+            if trial.status in FINAL_STATUSES or not trial.placed_on:
+                continue
+            logger.warning("trial %s reached no report in the %.0f s after the run began to end (%s): it ends "
+                           "here, and its device with the run", trial_id, RUN_END_GRACE_S, self._ending)
+            self.store.add_events([(now, "trial_abandoned", trial_id, None, {"attempt": trial.attempt,
+                                                                               "reason": self._ending})])
+            self._handle(self._device(trial.placed_on[0]), [(EV_END, trial_id, trial.attempt, now, OUT_STOPPED,
+                                                            None, None)])
 
     def _end_queued(self) -> None:
         for trial_id in list(self.pending):
