@@ -16,6 +16,7 @@ import contextlib
 import datetime
 import functools
 import os
+import pickle
 import socket
 import sys
 import threading
@@ -270,6 +271,34 @@ class TrialContext:
         return self.device
 
 
+#: Types a result's value may have without a pickling check (the usual metrics).
+_PLAIN_TYPES = (int, float, str, bool, type(None))
+
+
+def check_sendable(metrics: Mapping[str, Any]) -> None:
+    """Refuse a result the device could not send to the driver: a value that does not pickle (a lock, an open
+    file, a client) would fail the device's whole batch, on its way, and with it the run (Ray's pickling error,
+    naming neither the trial nor the key).
+
+    Raises:
+        TypeError: Naming the key and why its value does not pickle.
+    """
+    for key, value in metrics.items():
+        if type(value) in _PLAIN_TYPES:
+            continue
+        try:
+            pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - any object may fail to pickle, in any way: Ray's pickler may still manage
+            from ray import cloudpickle  # what ships the results: functions and classes of the script too
+
+            try:
+                cloudpickle.dumps(value)
+            except Exception as e:  # noqa: BLE001
+                raise TypeError(f"report(): the value of {key!r} ({type(value).__name__}) cannot be sent to the "
+                                f"driver, which pickles results: {type(e).__name__}: {e}. Report numbers, strings or "
+                                "objects that pickle") from None
+
+
 class TrialSession:
     """The per-trial state behind the session functions.
 
@@ -490,6 +519,7 @@ class TrialSession:
         if not isinstance(metrics, Mapping):
             raise TypeError(f"report(metrics=...): metrics must be a dict, got {type(metrics).__name__}")
         self._check_live("report")
+        check_sendable(metrics)
         now = time.time()
         self.iteration += 1
         result: dict[str, Any] = dict(metrics)

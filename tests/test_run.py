@@ -768,6 +768,25 @@ def test_a_trial_that_reaches_no_report_after_the_run_began_to_end_is_ended_afte
     assert [(e.trial_id, e.data["reason"]) for e in reader.events("trial_abandoned")] == [(hung.trial_id, "stop_all")]
 
 
+def reports_a_lock(config):
+    import threading
+
+    for i in range(4):
+        extra = threading.Lock() if config["bad"] and i == 1 else None
+        fluidsalus.report({"v": i, "extra": extra})
+
+
+def test_a_result_that_does_not_pickle_fails_its_trial_not_the_run(storage):
+    """The device's batch failed to pickle on its way to the driver: the run ended with Ray's error naming neither
+    the trial nor the key, and every trial stayed RUNNING (a helper's test)."""
+    grid = fluidsalus.run(reports_a_lock, {"bad": fluidsalus.grid_search([True, False])}, storage_path=storage,
+                          name="lock", verbose=0)
+    bad, good = sorted(grid, key=lambda r: not r.config["bad"])
+    assert good.error is None and good.metrics["training_iteration"] == 4
+    assert bad.metrics["training_iteration"] == 1
+    assert "the value of 'extra' (lock) cannot be sent to the driver" in str(bad.error)
+
+
 def fails_on_negative(config):
     for i in range(50):
         time.sleep(0.01)
