@@ -1187,3 +1187,28 @@ def test_a_restart_lets_go_of_the_checkpoints_after_its_resume_point_only_once_t
     executor._handle(executor._devices[0], [(EV_START, "a", 1, 2.0)])
     assert [c["iteration"] for c in store.checkpoints("a")] == [1, 2]
     assert (tmp_path / "exp" / "a" / "checkpoint_000004").is_dir()  # the folder stays, unlisted
+
+
+def test_a_data_parallel_workers_own_end_after_its_trials_end_changes_nothing(tmp_path):
+    """A worker still waiting for memory when rank 0's end came sends an end of its own once the stop reaches it:
+    it was taken as the trial's second end (an ERROR trial became TERMINATED, the searcher heard of it twice)."""
+    from fluidsalus.gpu.host import EV_END, EV_START, OUT_ERRORED, OUT_STOPPED
+    from fluidsalus.store import ERROR, RUNNING
+
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    trial = _trial("a", status=RUNNING, group_id="g")
+    trial.trial_dir = str(tmp_path / "exp" / "a")
+    _queue(executor, store, trial)
+    executor.pending.discard(trial.trial_id)
+    trial.placed_on = trial.devices = (0, 1)
+    for device in executor._devices:
+        device.assigned.add("a")
+    executor.searcher.on_trial_add("a", "g", {})
+    completes = []
+    executor._searcher_log.on_trial_complete = lambda tid, *args, **kwargs: completes.append(tid)
+    rank0, worker = executor._devices
+    executor._handle(rank0, [(EV_START, "a", 0, 0.5), (EV_END, "a", 0, 1.0, OUT_ERRORED, "rendezvous timed out", None)])
+    executor._handle(worker, [(EV_END, "a", 0, 1.2, OUT_STOPPED, None, None)])
+    row = {r.trial_id: r for r in store.trials()}["a"]
+    assert (trial.status, row.status, row.error) == (ERROR, ERROR, "rendezvous timed out")
+    assert completes == ["a"] and len(store.events("trial_end")) == 1

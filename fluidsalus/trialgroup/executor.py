@@ -1533,9 +1533,11 @@ class Executor:
 
     def _acts_on(self, device: _Device, event: tuple[Any, ...]) -> bool:
         """Whether a trial's event from ``device`` counts: not one of an earlier attempt that was already given up
-        on, nor a data-parallel worker's (only rank 0 speaks for the trial; the host sends none)."""
+        on, nor a data-parallel worker's (only rank 0 speaks for the trial; the host sends none), nor one of a
+        trial that has ended (a worker still waiting for memory when its trial ended sends an end of its own, which
+        was taken as the trial's second end: an errored trial became TERMINATED)."""
         trial = self.trials.get(event[1])
-        if trial is None or event[2] != trial.attempt:
+        if trial is None or event[2] != trial.attempt or trial.status in FINAL_STATUSES:
             return False
         return not (trial.placed_on and trial.placed_on[0] != device.spec.index)
 
