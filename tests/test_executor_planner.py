@@ -1212,3 +1212,30 @@ def test_a_data_parallel_workers_own_end_after_its_trials_end_changes_nothing(tm
     row = {r.trial_id: r for r in store.trials()}["a"]
     assert (trial.status, row.status, row.error) == (ERROR, ERROR, "rendezvous timed out")
     assert completes == ["a"] and len(store.events("trial_end")) == 1
+
+
+def test_a_retry_from_an_earlier_checkpoint_continues_time_total_s_from_the_checkpoint(tmp_path):
+    """Results 1-5, a checkpoint at 3, then a failure: the retry resumed at iteration 3 with time_total_s from
+    the 5th result, so each restart moved it on (budgets in time_total_s came early)."""
+    from fluidsalus.gpu.host import EV_END, EV_RESULT, EV_START, OUT_ERRORED
+    from fluidsalus.store import RUNNING
+
+    executor, store = _offline_executor(tmp_path)
+    executor.settings.max_failures = 1
+    trial = _trial("a", status=RUNNING)
+    trial.trial_dir = str(tmp_path / "exp" / "a")
+    _queue(executor, store, trial)
+    executor.pending.discard(trial.trial_id)
+    trial.placed_on = trial.devices = (0,)
+    executor._devices[0].assigned.add("a")
+    executor.searcher.on_trial_add("a", "g", {})
+    os.makedirs(os.path.join(trial.trial_dir, "checkpoint_000003"))
+    batch = [(EV_START, "a", 0, 0.5)]
+    for i in range(1, 6):
+        metrics = {"training_iteration": i, "time_this_iter_s": 1.0, "time_total_s": float(i),
+                   **({"checkpoint_dir_name": "checkpoint_000003"} if i == 3 else {})}
+        batch.append((EV_RESULT, "a", 0, float(i), metrics, False, False))
+    batch.append((EV_END, "a", 0, 5.5, OUT_ERRORED, "boom", None))
+    executor._handle(executor._devices[0], batch)
+    spec = executor._spec_for(trial)
+    assert (trial.attempt, spec.start_iteration, spec.time_total_offset) == (1, 3, 3.0)

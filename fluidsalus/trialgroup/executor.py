@@ -1084,11 +1084,7 @@ class Executor:
             # Saved after on_trial_add, so a resumed searcher knows every trial id it has been given.
             self._searcher_log.save()
         for trial in requeued:
-            self._fall_back_if_gone(trial)
-            if trial.checkpoint_path is None:
-                trial.last_iteration, trial.time_total_s = 0, 0.0
-            else:
-                trial.last_iteration = checkpoint_iteration(trial.checkpoint_path)
+            self._rewind(trial)
             self.pending.add(trial)
         for index, budgets in resumes.items():  # rank 0 decides for a data-parallel trial's workers
             self._send(self._device(index), "resume", budgets)
@@ -1949,11 +1945,7 @@ class Executor:
             trial.last_iteration, trial.time_total_s = restart.iteration, restart.time_total_s
             trial.checkpoint_totals = dict(restart.totals)
         else:
-            self._fall_back_if_gone(trial)
-            if trial.checkpoint_path is None:
-                trial.last_iteration, trial.time_total_s = 0, 0.0
-            else:
-                trial.last_iteration = checkpoint_iteration(trial.checkpoint_path)
+            self._rewind(trial)
         self._abandoned[trial.trial_id] = trial.last_iteration  # its later checkpoints go when the attempt starts
         trial.attempt += 1
         trial.placed_on = ()
@@ -1980,6 +1972,21 @@ class Executor:
         if restart.config is not None:  # which configuration each result came from (Result.metrics_dataframe)
             data["config"], data["previous_config"] = trial.config, previous_config
         events.append((ts, TRIAL_RESTART_EVENT, trial.trial_id, device_name, data))
+
+    def _rewind(self, trial: Trial) -> None:
+        """Set a trial about to restart back to its checkpoint (or scratch): the iteration, ``time_total_s`` and
+        Ray's running totals its next attempt continues from. (``time_total_s`` stayed at its last result's, so
+        each restart from an earlier checkpoint moved it on: budgets in ``time_total_s`` came early.)"""
+        self._fall_back_if_gone(trial)
+        if trial.checkpoint_path is None:
+            trial.last_iteration, trial.time_total_s = 0, 0.0
+            return
+        row = next((c for c in reversed(self.store.checkpoints(trial.trial_id))
+                    if os.path.abspath(c["path"]) == os.path.abspath(trial.checkpoint_path)), None)
+        if row is not None:
+            resume_from(trial, row)
+        else:  # (not stored: a checkpoint of a run before rows named their metrics)
+            trial.last_iteration = checkpoint_iteration(trial.checkpoint_path)
 
     def _fall_back_if_gone(self, trial: Trial) -> None:
         """A trial about to restart from its checkpoint whose folder is gone (deleted by hand, or with the
