@@ -1239,3 +1239,57 @@ def test_a_retry_from_an_earlier_checkpoint_continues_time_total_s_from_the_chec
     executor._handle(executor._devices[0], batch)
     spec = executor._spec_for(trial)
     assert (trial.attempt, spec.start_iteration, spec.time_total_offset) == (1, 3, 3.0)
+
+
+def _paused_at_its_budget_with_a_checkpoint(tmp_path, n_devices=1):
+    """Trial "a" paused at its budget 2, with its checkpoint of iteration 2."""
+    from fluidsalus.gpu.host import EV_RESULT, EV_START
+    from fluidsalus.store import PAUSED, RUNNING
+
+    executor, store = _offline_executor(tmp_path, n_devices=n_devices)
+    trial = _trial("a", status=RUNNING, budget=2, group_id="g")
+    trial.trial_dir = str(tmp_path / "exp" / "a")
+    _queue(executor, store, trial)
+    store.update_trial("a", budget=2)
+    executor.pending.discard(trial.trial_id)
+    trial.placed_on = trial.devices = (0,)
+    executor._devices[0].assigned.add("a")
+    executor.searcher.on_trial_add("a", "g", {})
+    batch = [(EV_START, "a", 0, 0.5)]
+    for i in (1, 2):
+        os.makedirs(os.path.join(trial.trial_dir, f"checkpoint_00000{i}"))
+        metrics = {"training_iteration": i, "time_this_iter_s": 1.0, "time_total_s": float(i),
+                   "checkpoint_dir_name": f"checkpoint_00000{i}"}
+        batch.append((EV_RESULT, "a", 0, float(i), metrics, i == 2, False))
+    executor._handle(executor._devices[0], batch)
+    assert trial.status == PAUSED
+    return executor, store, trial
+
+
+def test_a_trial_paused_at_its_budget_whose_device_dies_waits_off_it_for_its_searcher(tmp_path, monkeypatch):
+    """It went back to the queue with its budget reached: restarted from its checkpoint at the budget, it ran one
+    iteration past it before pausing again (a move or a preemption already kept such a trial paused)."""
+    from fluidsalus.store import PAUSED
+    from fluidsalus.trialgroup import executor as executor_module
+
+    executor, _, trial = _paused_at_its_budget_with_a_checkpoint(tmp_path, n_devices=2)
+    monkeypatch.setattr(executor_module, "start_device_actor", lambda *args: _FakeActor())
+    executor._device_died(executor._devices[0], RuntimeError("killed"))
+    assert trial.status == PAUSED and "a" not in executor.pending and trial.placed_on == ()
+
+
+def test_a_resumed_trial_paused_at_its_budget_waits_for_its_searcher(tmp_path):
+    """A resume queued it with nothing to run before its budget: the planner never starts such a trial, so it
+    waited in the queue, and the run, for ever (a helper's run ended only at its time budget)."""
+    from fluidsalus.api import _load_trials
+    from fluidsalus.gpu.device import DeviceSpec
+    from fluidsalus.searchers import RandomSearch
+    from fluidsalus.store import PAUSED
+    from fluidsalus.trialgroup.executor import Executor, ExecutorSettings
+
+    _, store, _ = _paused_at_its_budget_with_a_checkpoint(tmp_path)
+    resumed = Executor(cloudpickle.dumps((lambda config: None, None)), RandomSearch({"x": 1}), store,
+                       [DeviceSpec("cpu:0", "cpu", 0, 1)], ExecutorSettings("exp", str(tmp_path / "exp"), "f",
+                                                                            verbose=0), trials=_load_trials(store))
+    trial = resumed.trials["a"]
+    assert trial.status == PAUSED and "a" not in resumed.pending and trial.last_iteration == 2

@@ -195,6 +195,7 @@ RESTART_MOVE = "move"  # a MOVE or RESIZE: restart from its checkpoint on the pl
 RESTART_PREEMPT = "preempted"  # its memory went to another trial: checkpoint, back to the queue
 RESTART_WITHDRAWN = "withdrawn"  # its device gave it back before it began: back to the queue, nothing lost
 RESTART_TURN = "turn"  # promoted while a trial behind it waited (BaseSearcher.takes_turns): back to the queue
+RESTART_DEVICE_DIED = "device_died"  # its device actor died: from its checkpoint, where the next plan puts it
 #: Ray Tune's switch for its check that every result has the run's metric: ``1`` turns it off (read at the start of
 #: each run), for trainables that report the metric only now and then (with PBT's ``require_attrs=False``).
 LENIENT_METRIC_ENV = "TUNE_DISABLE_STRICT_METRIC_CHECKING"
@@ -554,8 +555,11 @@ class Executor:
             self._set_extras(trial)
             self._note_last_value(trial.trial_id, trial.last_result)
             if trial.status not in FINAL_STATUSES:
-                trial.status = PENDING
+                left = remaining_budget(trial, self.searcher.time_attr)  # (from its checkpoint: _load_trials)
                 trial.devices, trial.placed_on = (), ()
+                if trial.status == PAUSED and left is not None and left <= 0:
+                    continue  # its checkpoint is at its budget: it waits for its searcher, as _requeue keeps one
+                trial.status = PENDING
                 self.pending.add(trial)
 
     # ------------------------------------------------------------------ public
@@ -1928,8 +1932,9 @@ class Executor:
         or from scratch when there is none; results it redoes are stored again under the new attempt. It keeps
         the devices the planner gave it (a move's destination, its device for a retry, an exploit or a replaced
         device), so the next plan keeps it there; a preempted trial goes back to the queue. A moved or preempted
-        trial with nothing to run before its budget waits, paused off any device, for its searcher to promote it
-        (it then restarts) or stop it: one whose checkpoint already reached its budget, and one without a
+        trial, or one whose device died, with nothing to run before its budget waits, paused off any device, for
+        its searcher to promote it (it then restarts) or stop it: one whose checkpoint already reached its budget,
+        and one without a
         checkpoint that had reached its budget (preempted while paused there because the run stalled:
         :func:`~fluidsalus.trialgroup.dispatch.is_stalled`; it restarts from scratch if promoted).
         """
@@ -1953,7 +1958,7 @@ class Executor:
             trial.devices = ()
         remaining = remaining_budget(trial, self.searcher.time_attr)
         self._dirty = True
-        if restart.reason in (RESTART_MOVE, RESTART_PREEMPT) and (
+        if restart.reason in (RESTART_MOVE, RESTART_PREEMPT, RESTART_DEVICE_DIED) and (
                 (trial.checkpoint_path is not None and remaining is not None and remaining <= 0)
                 or (trial.checkpoint_path is None and reached)):
             trial.status, trial.devices = PAUSED, ()
@@ -2101,7 +2106,7 @@ class Executor:
                 trial = self.trials[trial_id]
                 if trial.placed_on and trial.placed_on[0] != device.spec.index:  # a worker's device died
                     if trial_id not in self._stopping:
-                        self._restarts[trial_id] = _Restart(reason="device_died", error=text)
+                        self._restarts[trial_id] = _Restart(reason=RESTART_DEVICE_DIED, error=text)
                         lost_worker.append(trial_id)
                     continue
                 stopping = trial_id in self._stopping
@@ -2112,7 +2117,7 @@ class Executor:
                     # The death ended the attempt before the planner's stop did (and may have taken a failure
                     # the trial raised meanwhile): it restarts as every trial of the device does, from its last
                     # checkpoint, where the next plan puts it. An exploit or a retry keeps its own restart.
-                    restart = _Restart(reason="device_died", error=text)
+                    restart = _Restart(reason=RESTART_DEVICE_DIED, error=text)
                 self._unplace(trial, now)  # its workers elsewhere are told to stop: rank 0 is gone
                 if restart is None and not stopping and trial_id in computing and charge_death(trial, len(computing)):
                     if self._may_retry(trial):
@@ -2133,7 +2138,7 @@ class Executor:
                     self._searcher_log.on_trial_complete(trial_id, trial.last_result, error=False)
                     ended.append(trial)
                     continue
-                self._requeue(trial, restart or _Restart(reason="device_died", error=text), now,
+                self._requeue(trial, restart or _Restart(reason=RESTART_DEVICE_DIED, error=text), now,
                               device.spec.name, None, events)
             self.store.add_events(events)
             if ended:
