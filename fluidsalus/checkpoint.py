@@ -138,7 +138,7 @@ def _engine_folders_of(trial_dir: str) -> Callable[[str, list[str]], set[str]]:
     return ignore
 
 
-def persist_checkpoint(checkpoint: Checkpoint, trial_dir: str, iteration: int) -> str:
+def persist_checkpoint(checkpoint: Checkpoint, trial_dir: str, iteration: int, prefix: str = "") -> str:
     """Copy a reported checkpoint into the trial's folder of the experiment.
 
     The copy is written under a temporary name and renamed into place, so a crash never leaves a
@@ -148,11 +148,13 @@ def persist_checkpoint(checkpoint: Checkpoint, trial_dir: str, iteration: int) -
         checkpoint: The checkpoint the trainable reported.
         trial_dir: ``<experiment>/<trial_id>``.
         iteration: The ``training_iteration`` of the result the checkpoint belongs to.
+        prefix: Put before the folder's name (``<prefix>checkpoint_<iteration>``): a copy of another trial's
+            checkpoint (a PBT exploit) then never replaces the trial's own of that iteration.
 
     Returns:
         The path of the persisted copy.
     """
-    final = os.path.join(trial_dir, f"checkpoint_{iteration:06d}")
+    final = os.path.join(trial_dir, f"{prefix}checkpoint_{iteration:06d}")
     if os.path.abspath(checkpoint.path) == os.path.abspath(final):
         return final
     os.makedirs(trial_dir, exist_ok=True)

@@ -1293,3 +1293,39 @@ def test_a_resumed_trial_paused_at_its_budget_waits_for_its_searcher(tmp_path):
                                                                             verbose=0), trials=_load_trials(store))
     trial = resumed.trials["a"]
     assert trial.status == PAUSED and "a" not in resumed.pending and trial.last_iteration == 2
+
+
+def test_an_exploit_the_runs_end_cancels_leaves_the_trials_own_checkpoint_whole(tmp_path):
+    """The source's checkpoint was copied over the trial's own of the same iteration when the exploit was decided:
+    a run that ended before the trial's attempt did left it TERMINATED with its own config and score, and another
+    trial's weights (and score) as its checkpoint."""
+    from fluidsalus.gpu.host import EV_END, EV_RESULT, EV_START, OUT_STOPPED
+    from fluidsalus.searchers._base import ExploitRequest
+    from fluidsalus.store import RUNNING
+
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    for index, (tid, score) in enumerate((("a", 0.9), ("b", 0.1))):
+        trial = _trial(tid, seq=index, status=RUNNING, budget=4, group_id="g")
+        trial.trial_dir = str(tmp_path / "exp" / tid)
+        _queue(executor, store, trial)
+        executor.pending.discard(tid)
+        trial.placed_on = trial.devices = (index,)
+        executor._devices[index].assigned.add(tid)
+        executor.searcher.on_trial_add(tid, "g", {})
+        os.makedirs(os.path.join(trial.trial_dir, "checkpoint_000004"))
+        with open(os.path.join(trial.trial_dir, "checkpoint_000004", "weights"), "w") as f:
+            f.write(f"weights of {tid}")
+        metrics = {"training_iteration": 4, "time_total_s": 4.0, "score": score,
+                   "checkpoint_dir_name": "checkpoint_000004"}
+        executor._handle(executor._devices[index], [(EV_START, tid, 0, 0.5), (EV_RESULT, tid, 0, 4.0, metrics, True,
+                                                                             False)])
+    requests = [ExploitRequest("b", "a", 4, 4.0, {"lr": 0.5}, 8, "pbt-exploit-0")]
+    executor.searcher.take_exploits = lambda: [requests.pop()] if requests else []
+    executor._take_groups()
+    executor.settings.time_budget_s = 0.0  # the run ends before b's attempt does
+    executor._check_end()
+    executor._handle(executor._devices[1], [(EV_END, "b", 0, 9.0, OUT_STOPPED, None, None)])
+    b = {r.trial_id: r for r in store.trials()}["b"]
+    with open(os.path.join(b.checkpoint_path, "weights")) as f:
+        assert f.read() == "weights of b"
+    assert [(c["iteration"], c["metrics"]["score"]) for c in store.checkpoints("b")] == [(4, 0.1)]

@@ -195,6 +195,8 @@ RESTART_MOVE = "move"  # a MOVE or RESIZE: restart from its checkpoint on the pl
 RESTART_PREEMPT = "preempted"  # its memory went to another trial: checkpoint, back to the queue
 RESTART_WITHDRAWN = "withdrawn"  # its device gave it back before it began: back to the queue, nothing lost
 RESTART_TURN = "turn"  # promoted while a trial behind it waited (BaseSearcher.takes_turns): back to the queue
+#: Put before the folder name of a copy of another trial's checkpoint, which a PBT exploit resumes from.
+EXPLOIT_CHECKPOINT_PREFIX = "exploited_"
 RESTART_DEVICE_DIED = "device_died"  # its device actor died: from its checkpoint, where the next plan puts it
 #: Ray Tune's switch for its check that every result has the run's metric: ``1`` turns it off (read at the start of
 #: each run), for trainables that report the metric only now and then (with PBT's ``require_attrs=False``).
@@ -340,6 +342,7 @@ class _Restart:
     time_total_s: float = 0.0
     totals: dict[str, float] = field(default_factory=dict)  # Ray's running totals at ``checkpoint_path``
     queue: bool = False  # give its devices up and wait in the queue (an exploit while a trial behind it waits)
+    copied_metrics: dict[str, Any] | None = None  # an exploit's copy of another trial's checkpoint: its result
 
 
 #: Hex digits Ray appends to a trial folder name that is taken (``_create_unique_logdir_name``).
@@ -1168,14 +1171,12 @@ class Executor:
             if trial.status != PAUSED or not source:
                 self.searcher.cancel_exploit(request.trial_id)
                 continue
-            copied = persist_checkpoint(Checkpoint(source[-1]["path"]), trial.trial_dir, request.source_iteration)
+            own = request.source_trial_id == trial.trial_id  # (restarting from its own checkpoint: stored already)
+            # Another trial's is copied beside the trial's own checkpoint of that iteration, not over it, and
+            # listed when the exploit happens (_requeue): a run that ends first keeps the trial's own whole.
+            copied = persist_checkpoint(Checkpoint(source[-1]["path"]), trial.trial_dir, request.source_iteration,
+                                        prefix="" if own else EXPLOIT_CHECKPOINT_PREFIX)
             metrics = source[-1]["metrics"] or {}
-            if request.source_trial_id != trial.trial_id:  # a trial restarting from its own checkpoint has it stored
-                # The copy replaced the trial's own checkpoint of that iteration, if it had one: that row is stale.
-                stale = [c["path"] for c in self.store.checkpoints(trial.trial_id) if c["path"] == copied]
-                if stale:
-                    self.store.mark_checkpoints_deleted(stale)
-                self.store.add_checkpoint(trial.trial_id, request.source_iteration, copied, metrics)
             trial.budget, trial.group_id = request.budget, request.group_id
             self.pending.refresh(trial)
             self.store.update_trial(trial.trial_id, group_id=request.group_id, budget=request.budget)
@@ -1183,6 +1184,7 @@ class Executor:
                 reason="exploit", config=dict(request.config), checkpoint_path=copied,
                 iteration=request.source_iteration, time_total_s=float(metrics.get("time_total_s", 0.0)),
                 totals=result_totals(metrics), queue=self._gives_way(trial, restarting=True),
+                copied_metrics=None if own else dict(metrics),
             )
             self._exploits.append(trial.trial_id)
 
@@ -1945,6 +1947,15 @@ class Executor:
             trial.config = dict(restart.config)
             self._searcher_seen.pop(trial.trial_id, None)  # a new configuration: its results are all new
             self._set_extras(trial)
+        if restart.copied_metrics is not None:  # the exploit happens: its copy becomes the trial's checkpoint
+            # of that iteration, in place of the trial's own (whose folder stays on disk, unlisted, as Ray keeps
+            # an exploited trial's old checkpoints)
+            replaced = [c["path"] for c in self.store.checkpoints(trial.trial_id)
+                        if c["iteration"] == restart.iteration]
+            if replaced:
+                self.store.mark_checkpoints_deleted(replaced)
+            self.store.add_checkpoint(trial.trial_id, restart.iteration, restart.checkpoint_path,  # type: ignore[arg-type]
+                                      restart.copied_metrics)
         if restart.checkpoint_path is not None:
             trial.checkpoint_path = restart.checkpoint_path
             trial.last_iteration, trial.time_total_s = restart.iteration, restart.time_total_s
