@@ -297,6 +297,9 @@ def _check_sqlite_file(db_path: str) -> None:
             head = f.read(len(_SQLITE_MAGIC))
     except OSError as e:
         raise StoreError(f"cannot read experiment store {db_path!r}: {e.strerror}") from None
+    if not head:
+        raise StoreError(f"{db_path!r} is empty: an experiment store that its driver is creating (try again in a "
+                         "moment), or whose creation was cut short")
     if head != _SQLITE_MAGIC:
         raise StoreError(f"{db_path!r} is not a fluidsalus experiment store (it is not an SQLite file)")
 
@@ -445,7 +448,11 @@ class ExperimentStore:
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{db_path!r} is not a fluidsalus experiment store ({e})") from None
         if app_id != APPLICATION_ID:
+            empty = app_id == 0 and conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
             conn.close()
+            if empty:  # (the create's transaction sets the id with the schema: not committed yet, or cut short)
+                raise StoreError(f"{db_path!r} holds no tables yet: an experiment store that its driver is "
+                                 "creating (try again in a moment), or whose creation was cut short")
             raise StoreError(f"{db_path!r} is an SQLite file but not a fluidsalus experiment store")
         if version > SCHEMA_VERSION:
             conn.close()

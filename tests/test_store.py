@@ -122,6 +122,29 @@ def test_a_create_that_loses_a_race_leaves_the_winners_store_alone(tmp_path, mon
     assert [t.trial_id for t in ExperimentStore.open(winner.db_path).trials()] == ["t0"]
 
 
+def test_a_store_being_created_is_said_to_be_so_not_to_be_foreign(tmp_path):
+    """A reader (ExperimentAnalysis, fluidsalus inspect) that opened a run's store while its driver created it was
+    told the file "is not a fluidsalus experiment store" (a helper counted 3,386 such errors over 40 creates)."""
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    (folder / "experiment.db").write_bytes(b"")  # claimed, nothing written yet
+    with pytest.raises(StoreError, match="is empty: an experiment store that its driver is creating"):
+        ExperimentStore.open(str(folder))
+    import sqlite3
+
+    conn = sqlite3.connect(str(folder / "experiment.db"))  # an SQLite header, no table yet
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="holds no tables yet: an experiment store that its driver is creating"):
+        ExperimentStore.open(str(folder))
+    conn = sqlite3.connect(str(folder / "experiment.db"))
+    conn.execute("CREATE TABLE other (x)")  # someone else's database
+    conn.close()
+    with pytest.raises(StoreError, match="is an SQLite file but not a fluidsalus experiment store"):
+        ExperimentStore.open(str(folder))
+
+
 def test_open_missing_not_sqlite_foreign_and_newer(tmp_path):
     with pytest.raises(StoreError, match="not a fluidsalus experiment"):
         ExperimentStore.open(str(tmp_path / "nothing"))
