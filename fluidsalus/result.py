@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import datetime
 import math
 import numbers
@@ -100,7 +101,9 @@ class Result:
             mode: ``"min"`` or ``"max"``.
 
         Returns:
-            The checkpoint, or None if the metric is in their results but no value of it is a finite number.
+            The checkpoint, or None if the metric is in their results but no value of it is a number other than
+            NaN (an infinity counts, as in Ray; a NaN is never the best: Ray's pick among NaNs depends on their
+            order).
 
         Raises:
             RuntimeError: The trial kept no checkpoint, or none of their results has the metric (Ray's messages).
@@ -113,7 +116,7 @@ class Result:
         if all(value is None for _, value in values):
             raise RuntimeError(f"Invalid metric name {metric}! You may choose from the following metrics: "
                                f"{(self.metrics or {}).keys()}.")
-        scored = [(c, value) for c, value in values if _finite(value)]
+        scored = [(c, value) for c, value in values if _is_number(value) and not math.isnan(value)]
         if not scored:
             return None
         pick = max if mode == "max" else min
@@ -403,11 +406,8 @@ class ResultGrid:
             row: Mapping[str, Any] = history[-1] if history else result.metrics or {}
             if not history and (result._started or set(row) <= {"trial_id"}):  # it reported nothing: no row, as
                 continue  # in Ray
-            if metric:
-                scored = [r for r in history if _finite(lookup_metric(r, metric))]
-                if scored:  # (else its last result, as Ray's when the metric is not among its columns)
-                    pick = max if filter_mode == "max" else min
-                    row = pick(scored, key=lambda r: lookup_metric(r, metric))
+            if metric:  # (else, or with no value of it, its last result, as Ray's)
+                row = best_row(history, metric, filter_mode) or row  # type: ignore[arg-type]
             rows.append(with_config(row, result.config or {}))
             folders.append(result.path)
         # Ray's column order: each row's top-level values, then its nested ones flattened, then the trial's folder.
@@ -491,19 +491,69 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _score(history: list[Mapping[str, Any]], metric: str, mode: str, scope: str, filter_nan: bool
-           ) -> float | None:
-    values = [v for v in (lookup_metric(r, metric) for r in history) if isinstance(v, (int, float))]
-    window = {"last": 1, "last-5-avg": 5, "last-10-avg": 10}.get(scope)
-    if window is not None:
-        values = values[-window:]
-    if filter_nan:
-        values = [v for v in values if _finite(v)]
-    if not values:
+#: Ray's ``DEBUG_METRICS``: keys of a result that are no metric, left out of a trial's :func:`metric_analysis`.
+DEBUG_METRICS = frozenset({"trial_id", "experiment_id", "date", "timestamp", "pid", "hostname", "node_ip", "config"})
+#: The windows of the ``last-<n>-avg`` entries of :func:`metric_analysis` (Ray keeps these two).
+METRIC_WINDOWS = (5, 10)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Number) and not isinstance(value, complex)
+
+
+def metric_analysis(history: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Ray's ``metric_analysis`` of a trial, which its best-trial choices read: for each number in its results
+    (nested keys flattened to ``a/b``; a bool counts, as in Ray), ``max``, ``min``, ``avg``, ``last``,
+    ``last-5-avg`` and ``last-10-avg``, updated result by result with Ray's formulas (``TrialMetadata.update_metric``):
+    ``max(value, max)`` and ``min(value, min)``, so a NaN is the max until a later number replaces it, an
+    average weighted by ``training_iteration`` (``1 / step * (value + (step - 1) * avg)``), and plain means of
+    the last 5 and 10 values. A NaN or an infinity in the window thus makes the score NaN or infinite, and a
+    best-trial choice with ``filter_nan_and_inf`` passes that trial over, as Ray's does.
+
+    Args:
+        history: The trial's results, in order.
+
+    Returns:
+        ``metric -> {"max", "min", "avg", "last", "last-5-avg", "last-10-avg"}``.
+    """
+    analysis: dict[str, dict[str, Any]] = {}
+    windows: dict[str, dict[int, collections.deque[Any]]] = {}
+    for row in history:
+        step = row.get("training_iteration") or 1
+        for key, value in flatten_dict({k: v for k, v in row.items() if k not in DEBUG_METRICS}).items():
+            if not _is_number(value):
+                continue
+            entry = analysis.get(key)
+            if entry is None:
+                analysis[key] = {"max": value, "min": value, "avg": value, "last": value,
+                                 **{f"last-{n}-avg": value for n in METRIC_WINDOWS}}
+                windows[key] = {n: collections.deque([value], maxlen=n) for n in METRIC_WINDOWS}
+                continue
+            entry["max"], entry["min"] = max(value, entry["max"]), min(value, entry["min"])
+            entry["avg"] = 1 / step * (value + (step - 1) * entry["avg"])
+            entry["last"] = value
+            for n, window in windows[key].items():
+                window.append(value)
+                entry[f"last-{n}-avg"] = sum(window) / len(window)
+    return analysis
+
+
+def _score(history: list[Mapping[str, Any]], metric: str, mode: str, scope: str, filter_nan: bool) -> Any:
+    """A trial's score for a best-trial choice, as Ray's ``get_best_trial`` reads it (None: it has none)."""
+    entry = metric_analysis(history).get(metric)
+    if entry is None:
         return None
-    if scope == "all":
-        return float(max(values) if mode == "max" else min(values))
-    return float(sum(values) / len(values))
+    score = entry[mode if scope == "all" else scope]
+    return None if filter_nan and not math.isfinite(score) else score
+
+
+def best_row(history: Sequence[Mapping[str, Any]], metric: str, mode: str) -> Mapping[str, Any] | None:
+    """The result with the best value of ``metric`` in ``mode``, as Ray's dataframes pick it (pandas' ``idxmax``
+    and ``idxmin``: NaN skipped, an infinity counts, the first of equal values), or None when none has one."""
+    scored = [r for r in history if _is_number(value := lookup_metric(r, metric)) and not math.isnan(value)]
+    if not scored:
+        return None
+    return (max if mode == "max" else min)(scored, key=lambda r: lookup_metric(r, metric))
 
 
 def with_flat_keys(result: Mapping[str, Any]) -> Mapping[str, Any]:

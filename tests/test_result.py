@@ -248,3 +248,56 @@ def test_a_failed_trials_error_is_also_an_instance_of_the_exception_it_raised(tm
     result = next(r for r in ResultGrid.from_store(ExperimentStore.open(str(tmp_path / "exp"), readonly=True))
                   if r.trial_id == "builtin")
     assert "error='TrialError(ValueError)'" in repr(result)  # Ray shows 'RayTaskError(ValueError)'
+
+
+_NAN, _INF = float("nan"), float("inf")
+#: Histories whose scores Ray builds value by value: a NaN late and early, an infinity, a bool, steps that skip.
+_HISTORIES = [
+    [1.0, 2.0, 3.0, _NAN], [11.0, _INF, 13.0, 14.0], [_NAN, 5.0, 4.0], [2.0, 2.0], [True, False, True],
+    [1.0, 9.0, 2.0, 8.0, 3.0, 7.0, 4.0, 6.0, 5.0, 0.5, 0.25], [10**18 + 3, 10**18 + 1],
+]
+
+
+def _rows(values: list[Any], every: int = 1) -> list[dict[str, Any]]:
+    return [{"score": v, "nested": {"v": v}, "training_iteration": every * (i + 1), "pid": 7, "timestamp": 9}
+            for i, v in enumerate(values)]
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_metric_analysis_is_rays_value_by_value_with_nans_infinities_and_bools(every: int) -> None:
+    """A trial's scores were computed over its finite values only: a trial that diverged to NaN late in the run
+    could be the best under scope="all", where Ray's is NaN and passed over (a helper's side by side)."""
+    import math
+
+    from ray.tune.trainable.metadata import _TrainingRunMetadata
+
+    from fluidsalus.result import metric_analysis
+
+    for values in _HISTORIES:
+        ours = metric_analysis(_rows(values, every))
+        theirs = _TrainingRunMetadata()
+        for row in _rows(values, every):
+            for key, value in (("score", row["score"]), ("nested/v", row["nested"]["v"])):
+                theirs.update_metric(key, value, step=row["training_iteration"])
+        assert set(ours) == {"score", "nested/v", "training_iteration"}  # pid, timestamp: Ray's debug metrics
+        for key in ("score", "nested/v"):
+            for name, value in theirs.metric_analysis[key].items():
+                mine = ours[key][name]
+                assert (math.isnan(mine) and math.isnan(value)) if value != value else mine == value, (values, name)
+
+
+def test_the_best_result_passes_over_a_trial_whose_score_is_nan_or_infinite_as_ray_does() -> None:
+    diverged = _result(_rows([1.0, 2.0, 3.0, _NAN]), {"x": 0})
+    spiked = _result(_rows([11.0, _INF, 13.0, 14.0]), {"x": 1})
+    steady = _result(_rows([5.0, 6.0, 7.0, 8.0]), {"x": 2})
+    grid = ResultGrid([diverged, spiked, steady], "/exp")
+    assert grid.get_best_result("score", "min", scope="all") is steady  # diverged's min is NaN (it was 1.0)
+    assert grid.get_best_result("score", "min", scope="avg") is steady  # spiked's avg is inf
+    assert grid.get_best_result("score", "max", scope="last") is spiked
+    assert grid.get_best_result("score", "max", scope="all", filter_nan_and_inf=False) is diverged  # NaN first
+    frame = grid.get_dataframe(filter_metric="score", filter_mode="max")  # pandas' idxmax: an infinity counts
+    assert list(frame["score"])[1] == _INF and list(frame["score"])[0] == 3.0
+    second = Checkpoint("/exp/t1/checkpoint_000002")
+    infinite = _result(_rows([1.0]), {}, best_checkpoints=[(Checkpoint("/exp/t1/checkpoint_000001"), {"score": 1.0}),
+                                                            (second, {"score": _INF})])
+    assert infinite.get_best_checkpoint("score", "max") is second  # as Ray's: it filters missing values only

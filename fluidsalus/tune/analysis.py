@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError
-from fluidsalus.result import MODES, Result, ResultGrid, flatten_dict, lookup_metric
+from fluidsalus.result import MODES, Result, ResultGrid, best_row, flatten_dict, lookup_metric, metric_analysis
 from fluidsalus.store import DB_FILENAME, ERROR_FILE, FINAL_STATUSES
 from fluidsalus.tune.result import TRAINING_ITERATION
 
@@ -37,8 +37,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_METRIC = "_metric"
 #: The scopes of :meth:`ExperimentAnalysis.get_best_trial` (Ray's list and order).
 SCOPES = ("all", "last", "avg", "last-5-avg", "last-10-avg")
-#: The windows of the ``last-N-avg`` entries of :attr:`Trial.metric_analysis` (Ray keeps these two).
-_WINDOWS = (5, 10)
 
 
 def _is_number(value: Any) -> bool:
@@ -112,22 +110,10 @@ class Trial:
     @property
     def metric_analysis(self) -> dict[str, dict[str, float]]:
         """For each numeric metric of the trial's results (nested ones flattened with ``/``): its ``max``,
-        ``min``, ``avg`` (over all results), ``last``, ``last-5-avg`` and ``last-10-avg``."""
+        ``min``, ``avg``, ``last``, ``last-5-avg`` and ``last-10-avg``, as Ray updates them result by result
+        (:func:`fluidsalus.result.metric_analysis`)."""
         if self._analysis is None:
-            series: dict[str, list[float]] = {}
-            for row in self.history:
-                for key, value in flatten_dict({k: v for k, v in row.items() if k != "config"}).items():
-                    if _is_number(value):
-                        series.setdefault(key, []).append(float(value))  # type: ignore[arg-type]
-            analysis = {}
-            for key, values in series.items():
-                entry = {"max": max(values), "min": min(values), "avg": sum(values) / len(values),
-                         "last": values[-1]}
-                for n in _WINDOWS:
-                    window = values[-n:]
-                    entry[f"last-{n}-avg"] = sum(window) / len(window)
-                analysis[key] = entry
-            self._analysis = analysis
+            self._analysis = metric_analysis(self.history)
         return self._analysis
 
     @property
@@ -266,11 +252,7 @@ class ExperimentAnalysis:
                 continue
             row = history[-1]
             if metric and mode:
-                scored = [r for r in history
-                          if _is_number(lookup_metric(r, metric)) and not math.isnan(lookup_metric(r, metric))]
-                if scored:
-                    pick = max if mode == "max" else min
-                    row = pick(scored, key=lambda r: lookup_metric(r, metric))  # the first of equal values, as idxmax
+                row = best_row(history, metric, mode) or row
             flat = flatten_dict({k: v for k, v in row.items() if k != "config"})
             flat.update(flatten_dict({"config": trial.config}))
             flat["logdir"] = trial.path
