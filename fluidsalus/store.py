@@ -304,6 +304,13 @@ def _check_sqlite_file(db_path: str) -> None:
         raise StoreError(f"{db_path!r} is not a fluidsalus experiment store (it is not an SQLite file)")
 
 
+#: Tries of :meth:`ExperimentStore.write_back_if_removed` while the experiment's folder keeps vanishing (a
+#: recursive removal still under way removed the folder it had made again: the run failed on sqlite's "unable to
+#: open database file"), and the wait between them.
+WRITE_BACK_ATTEMPTS = 5
+WRITE_BACK_RETRY_S = 0.1
+
+
 class DriverLock:
     """The one driver that runs an experiment: an exclusive ``flock`` on :data:`LOCK_FILENAME` in its folder.
 
@@ -569,14 +576,21 @@ class ExperimentStore:
         """
         if self.readonly or self._in_tx or os.path.exists(self.db_path):
             return False
-        os.makedirs(self.experiment_dir, exist_ok=True)
         staging = f"{self.db_path}.restoring"
-        copy = sqlite3.connect(staging)
-        try:
-            self._conn.backup(copy)
-        finally:
-            copy.close()
-        os.replace(staging, self.db_path)
+        for attempt in range(WRITE_BACK_ATTEMPTS):
+            os.makedirs(self.experiment_dir, exist_ok=True)
+            try:
+                copy = sqlite3.connect(staging)
+                try:
+                    self._conn.backup(copy)
+                finally:
+                    copy.close()
+                os.replace(staging, self.db_path)
+                break
+            except (sqlite3.OperationalError, OSError):
+                if attempt == WRITE_BACK_ATTEMPTS - 1 or os.path.isdir(self.experiment_dir):
+                    raise
+                time.sleep(WRITE_BACK_RETRY_S)  # the folder went again (its removal was still under way): again
         with contextlib.suppress(sqlite3.Error):
             self._conn.close()
         self._conn = sqlite3.connect(self.db_path, isolation_level=None, check_same_thread=False)

@@ -74,6 +74,30 @@ def test_a_store_whose_folder_was_removed_is_written_back_by_its_next_transactio
         reader.close()
 
 
+def test_a_store_written_back_while_its_folder_is_still_being_removed_tries_again(tmp_path, monkeypatch):
+    """The folder the write-back made was removed again by the removal still under way (a recursive removal from
+    a trial's thread): the run failed on sqlite's "unable to open database file" (a full suite run, once)."""
+    import shutil
+    import sqlite3
+
+    store = _new(tmp_path)
+    store.add_trials([("t0", 0, {"lr": 0.1})], group_id="g")
+    shutil.rmtree(tmp_path / "exp")
+    real, removals = sqlite3.connect, []
+
+    def connect(path, *args, **kwargs):
+        if str(path).endswith(".restoring") and not removals:
+            removals.append(path)
+            shutil.rmtree(tmp_path / "exp")  # the removal's last step, after the write-back made the folder
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr("fluidsalus.store.sqlite3.connect", connect)
+    store.add_results([("t0", 0, 1, 1.0, {"acc": 0.5})])
+    monkeypatch.undo()
+    store.close()
+    assert removals and [r.iteration for r in ExperimentStore.open(str(tmp_path / "exp")).results("t0")] == [1]
+
+
 def test_numpy_values_are_stored_as_plain_numbers(tmp_path):
     np = pytest.importorskip("numpy")
     store = _new(tmp_path)
