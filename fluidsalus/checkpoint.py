@@ -24,8 +24,11 @@ from fluidsalus.store import TRIAL_RECORD_FILES
 _METADATA_FILE = ".metadata.json"
 #: Prefix of the folder a checkpoint is copied into before it is renamed into place.
 STAGING_PREFIX = ".incoming_"
-#: Names of the trial's persisted checkpoints in its folder (``checkpoint_<iteration>``).
-PERSISTED_NAME = re.compile(r"checkpoint_\d{6,}")
+#: Put before the folder name of a copy of another trial's checkpoint, which a PBT exploit resumes from
+#: (``persist_checkpoint``'s ``prefix``).
+EXPLOIT_CHECKPOINT_PREFIX = "exploited_"
+#: Names of the trial's persisted checkpoints in its folder (``checkpoint_<iteration>``, and an exploit's copy).
+PERSISTED_NAME = re.compile(rf"(?:{EXPLOIT_CHECKPOINT_PREFIX})?checkpoint_\d{{6,}}")
 
 
 class Checkpoint:

@@ -96,15 +96,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as e:  # bad input to fluidsalus (an existing name, say): one line, as the CLI's own errors
         raise _UsageError(f"run: {e}") from None
     except SyntaxError as e:
-        if kind != "path" or e.filename is None or not _same_file(e.filename, what):
-            raise  # a module the target imports: the traceback shows where
+        if kind != "path" or not os.path.isfile(what) or what.endswith(".py") or e.filename is None \
+                or not (os.path.exists(e.filename) and os.path.samefile(e.filename, what)):
+            raise  # a Python file with an error, or a module it imports: Python's report shows where
         raise _UsageError(f"run: {what!r} is not a Python file: {e.msg} (line {e.lineno})") from None
     return 0
-
-
-def _same_file(a: str, b: str) -> bool:
-    main = os.path.join(b, "__main__.py")
-    return any(os.path.exists(p) and os.path.exists(a) and os.path.samefile(a, p) for p in (b, main))
 
 
 def _duration(exp: dict) -> str:

@@ -271,8 +271,11 @@ class TrialContext:
         return self.device
 
 
-#: Types a result's value may have without a pickling check (the usual metrics).
-_PLAIN_TYPES = (int, float, str, bool, type(None))
+#: Types a result's value may have without a pickling check (the usual metrics; NumPy's scalars are numbers).
+_SENDABLE_TYPES = (int, float, str, bool, bytes, type(None), Number)
+#: Libraries whose values (arrays, scalars, tensors) pickle: not checked on each report, where pickling a
+#: tensor cost 70 us and a 100,000-element array 430 us (measured by the review).
+_SENDABLE_LIBRARIES = frozenset({"numpy", "torch"})
 
 
 def check_sendable(metrics: Mapping[str, Any]) -> None:
@@ -284,7 +287,7 @@ def check_sendable(metrics: Mapping[str, Any]) -> None:
         TypeError: Naming the key and why its value does not pickle.
     """
     for key, value in metrics.items():
-        if type(value) in _PLAIN_TYPES:
+        if isinstance(value, _SENDABLE_TYPES) or type(value).__module__.partition(".")[0] in _SENDABLE_LIBRARIES:
             continue
         try:
             pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)

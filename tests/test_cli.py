@@ -101,7 +101,11 @@ def test_run_of_a_package_without_main_or_a_file_that_is_not_python_is_one_line(
     text.write_text("root:x:0:0:root:/root:/bin/bash\n")
     assert main(["run", str(text)]) == EXIT_USAGE
     assert capsys.readouterr().err == f"fluidsalus: run: {str(text)!r} is not a Python file: invalid syntax (line 1)\n"
-    # A syntax error in a module the script imports keeps its traceback: it names where.
+    # A Python file with a typo, or a module the script imports with one, keeps Python's report: it shows where.
+    typo = tmp_path / "typo.py"
+    typo.write_text("print(\n")
+    with pytest.raises(SyntaxError):
+        main(["run", str(typo)])
     (tmp_path / "broken_mod.py").write_text("def f(:\n")
     script = tmp_path / "uses.py"
     script.write_text("import broken_mod\n")

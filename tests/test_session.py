@@ -355,6 +355,7 @@ def test_a_checkpoint_of_the_trials_own_folder_leaves_out_its_earlier_checkpoint
     trial_dir = tmp_path / "exp" / "trial_0"
     (trial_dir / "checkpoint_000001").mkdir(parents=True)
     (trial_dir / "checkpoint_000001" / "model.txt").write_text("old")
+    (trial_dir / "exploited_checkpoint_000001").mkdir()  # a PBT exploit's copy of another trial's (the review)
     (trial_dir / ".incoming_abc").mkdir()
     (trial_dir / "model.txt").write_text("new")
     (trial_dir / "result.json").write_text("{}\n")  # the trial's records (the Tune front end's loggers)

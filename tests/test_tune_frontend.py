@@ -861,14 +861,27 @@ class _NoSaveEndless(_NoSave):
         return super().step()
 
 
+class _MayAskForCheckpoints(tune.Callback):
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        result["should_checkpoint"] = False  # it mentions should_checkpoint: each result waits for its verdict
+
+
+@pytest.mark.parametrize("ending", ["stop_all", "time_budget_under_verdicts"])
 def test_a_class_trainable_without_save_checkpoint_stopped_by_the_runs_end_is_only_stopped(ray_cluster,
-                                                                                          storage: str) -> None:
+                                                                                          storage: str,
+                                                                                          ending: str) -> None:
     """The run's end (a stopper's stop_all() here) stopped each trial at its next report, where the save of the
     Tuner's default checkpoint_at_end raised: every trial failed. Ray saves at the end only a trial that is done,
-    and stops the others at the experiment's end (checked with Ray 2.60's TuneController)."""
-    _, grid = _run(_NoSaveEndless, storage, {"x": tune.grid_search([1, 2])},
-                   run_config_kwargs={"stop": _StopAllAfter(6)})
-    assert grid.num_errors == 0 and all(r.metrics["training_iteration"] >= 1 for r in grid)
+    and stops the others at the experiment's end (checked with Ray 2.60's TuneController). With a callback that
+    may ask for checkpoints, the stop came while the trial waited for its verdict, and that path saved too (the
+    review)."""
+    if ending == "stop_all":
+        run_config, tune_config = {"stop": _StopAllAfter(6)}, {}
+    else:  # (the budget counts the actors' start: 5 s leaves room for results)
+        run_config, tune_config = {"callbacks": [_MayAskForCheckpoints()]}, {"time_budget_s": 5}
+    _, grid = _run(_NoSaveEndless, storage, {"x": tune.grid_search([1, 2])}, run_config_kwargs=run_config,
+                   **tune_config)
+    assert grid.num_errors == 0 and any(r.metrics.get("training_iteration", 0) >= 1 for r in grid)
 
 
 class _SaveFails(_NoSave):

@@ -61,7 +61,7 @@ import ray
 from ray import cloudpickle
 
 from fluidsalus.callbacks import Callback
-from fluidsalus.checkpoint import Checkpoint, persist_checkpoint
+from fluidsalus.checkpoint import EXPLOIT_CHECKPOINT_PREFIX, Checkpoint, persist_checkpoint
 from fluidsalus.distributed import data_parallel_workers
 from fluidsalus.errors import ConfigError, FluidsalusError, trial_error
 from fluidsalus.gpu.actor import start_device_actor
@@ -195,8 +195,6 @@ RESTART_MOVE = "move"  # a MOVE or RESIZE: restart from its checkpoint on the pl
 RESTART_PREEMPT = "preempted"  # its memory went to another trial: checkpoint, back to the queue
 RESTART_WITHDRAWN = "withdrawn"  # its device gave it back before it began: back to the queue, nothing lost
 RESTART_TURN = "turn"  # promoted while a trial behind it waited (BaseSearcher.takes_turns): back to the queue
-#: Put before the folder name of a copy of another trial's checkpoint, which a PBT exploit resumes from.
-EXPLOIT_CHECKPOINT_PREFIX = "exploited_"
 RESTART_DEVICE_DIED = "device_died"  # its device actor died: from its checkpoint, where the next plan puts it
 #: Ray Tune's switch for its check that every result has the run's metric: ``1`` turns it off (read at the start of
 #: each run), for trainables that report the metric only now and then (with PBT's ``require_attrs=False``).
