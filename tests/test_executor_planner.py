@@ -1329,3 +1329,27 @@ def test_an_exploit_the_runs_end_cancels_leaves_the_trials_own_checkpoint_whole(
     with open(os.path.join(b.checkpoint_path, "weights")) as f:
         assert f.read() == "weights of b"
     assert [(c["iteration"], c["metrics"]["score"]) for c in store.checkpoints("b")] == [(4, 0.1)]
+
+
+def test_an_out_of_memory_readmission_counts_its_attempt_from_the_checkpoint_it_resumes_at(tmp_path):
+    """The re-admitted trial starts again in the same attempt; its start set where the attempt resumes to its last
+    result's iteration, so a device death while it redid iterations counted as no progress (the death rule)."""
+    from fluidsalus.gpu.host import EV_LANE, EV_RESULT, EV_START
+    from fluidsalus.store import RUNNING
+
+    executor, store = _offline_executor(tmp_path)
+    trial = _trial("a", status=RUNNING)
+    trial.trial_dir = str(tmp_path / "exp" / "a")
+    _queue(executor, store, trial)
+    executor.pending.discard(trial.trial_id)
+    trial.placed_on = trial.devices = (0,)
+    executor._devices[0].assigned.add("a")
+    executor.searcher.on_trial_add("a", "g", {})
+    batch = [(EV_START, "a", 0, 0.5)]
+    for i in range(1, 6):
+        batch.append((EV_RESULT, "a", 0, float(i), {"training_iteration": i, "time_total_s": float(i)}, False, False))
+    executor._handle(executor._devices[0], batch)
+    executor._handle(executor._devices[0], [
+        (EV_LANE, "a", 0, 6.0, "oom_readmit", {"action": "resize", "from_iteration": 3, "error": "MemoryError"}),
+        (EV_START, "a", 0, 6.1)])
+    assert (trial.attempt, trial.attempt_start, trial.last_iteration) == (0, 3, 5)

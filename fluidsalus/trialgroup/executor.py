@@ -537,6 +537,7 @@ class Executor:
         # runs the iterations after it again, and the searcher does not decide on them twice (_requeue resets it
         # for a new configuration, which starts a new lineage)
         self._searcher_seen: dict[str, int] = {}
+        self._readmitted_from: dict[str, int] = {}  # trial -> the iteration its out-of-memory re-admission resumes at
         self._dirnames = {os.path.basename(t.trial_dir) for t in trials or []}  # folder names in use
         if trials:  # a resumed run goes on from the move cost it had measured, and from what its searcher saw
             self._restore_move_cost()
@@ -1637,7 +1638,9 @@ class Executor:
                     acted.append((kind, trial, event))
                 elif kind == EV_START:
                     trial.status = RUNNING
-                    trial.attempt_start = trial.last_iteration  # where this attempt resumes (its death rule)
+                    # where this attempt resumes (its death rule): re-admitted after an out-of-memory error, from
+                    # its checkpoint's iteration (it was the last result's, so a death in the redo seemed no progress)
+                    trial.attempt_start = self._readmitted_from.pop(trial_id, trial.last_iteration)
                     if trial_id in self._abandoned:
                         self._drop_checkpoints_after(trial, self._abandoned.pop(trial_id))
                     device.changed_at = ts
@@ -1788,6 +1791,8 @@ class Executor:
             trial.p_bytes, trial.t_bytes = estimate
             if self.pending:  # memory decides where queued trials fit
                 self._dirty = True
+        if what == "oom_readmit" and attempt == trial.attempt:  # it starts again in this attempt, from there
+            self._readmitted_from[trial_id] = int(data.get("from_iteration") or 0)
         if what == "worker_end" and device.spec.index in trial.placed_on[1:] and attempt == trial.attempt:
             device.assigned.discard(trial_id)
         elif what in ("worker_end", "lane_leave", "lane_fail") and trial_id in device.lingering:
