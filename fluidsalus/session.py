@@ -368,7 +368,7 @@ class TrialSession:
         self._started = time.time()
         self._last = self._started
         self.stop_requested = threading.Event()
-        self.run_ends = False  # the stop requested is the run's end (see request_stop)
+        self.no_verdict = False  # the stop requested is no verdict on the trial (see request_stop)
         #: Set when the driver asks for a checkpoint at the trial's next iteration (a Ray callback's
         #: ``should_checkpoint``); a class ``Trainable`` that does not ask for verdicts takes it
         #: (:meth:`take_checkpoint_request`).
@@ -482,15 +482,16 @@ class TrialSession:
         self.checkpoint_requested.clear()
         return True
 
-    def request_stop(self, run_ends: bool = False) -> None:
+    def request_stop(self, no_verdict: bool = False) -> None:
         """Stop the trial at its next report, or now if it is paused at its budget.
 
         Args:
-            run_ends: The stop is the run's end (its time budget, a stopper's ``stop_all()``, ``fail_fast``, an
-                interruption), not a decision about this trial: a save at its end that is not implemented then
-                does not fail it, as Ray saves ``checkpoint_at_end`` only for a trial that is done.
+            no_verdict: The stop is no verdict on this trial: the run's end (its time budget, a stopper's
+                ``stop_all()``, ``fail_fast``, an interruption), or the planner's move or preemption, after which
+                it starts again from its checkpoint. A save at its end that is not implemented then does not fail
+                it, as Ray saves ``checkpoint_at_end`` only for a trial that is done.
         """
-        self.run_ends = self.run_ends or run_ends
+        self.no_verdict = self.no_verdict or no_verdict
         self.stop_requested.set()
         self._resumed.set()
 
@@ -567,13 +568,13 @@ class TrialSession:
             try:
                 self._keep(at_end(), result)
             except NotImplementedError as e:
-                run_end = stop and self.run_ends and not self.stopped_by_rule  # Ray saves only a trial that is done
-                if (stop and not run_end) or not end_save_at_pause:
+                unjudged = stop and self.no_verdict and not self.stopped_by_rule  # Ray saves only a trial that is done
+                if (stop and not unjudged) or not end_save_at_pause:
                     self._sink(result, False, True)  # the result stands, as in Ray; the save's error fails the trial
                     raise
                 if not stop:
                     # A pause that may not be its end: it stays resident, needs no checkpoint to go on, and fails
-                    # with this error if the verdict ends it here (below), unless the run's end stops it.
+                    # with this error if the verdict ends it here (below), unless a stop that is no verdict does.
                     self._unsaved_pause = e
             except BaseException:
                 self._sink(result, False, True)  # the result stands, as in Ray; the save's error then fails the trial
@@ -590,7 +591,7 @@ class TrialSession:
                 self._turns.release()
             unsaved, self._unsaved_pause = self._unsaved_pause, None
             if self._wait_resume():
-                if unsaved is not None and not self.run_ends:
+                if unsaved is not None and not self.no_verdict:
                     raise unsaved  # ended at this pause: the save at its end is not implemented, as Ray's fails
                 raise self._stop()
             if self._turns is not None:

@@ -519,6 +519,20 @@ def test_calls_that_bring_a_device_commands_are_numbered_in_the_order_they_are_s
     assert device.batches == 0
 
 
+def test_a_stop_that_is_no_verdict_says_so_to_the_device(tmp_path):
+    """The run's end and the planner's moves and preemptions are no verdict on a trial: its device is told, so a
+    class Trainable whose save at its end is not implemented is only stopped there (a preempted paused one failed
+    with the save's error instead of waiting to be promoted: a review)."""
+    executor, _ = _offline_executor(tmp_path)
+    trial = _trial("a")
+    executor.trials["a"] = trial
+    trial.placed_on = (0,)
+    executor._send_stop(["a"], no_verdict=True)
+    executor._send_stop(["a"])
+    assert [c for c in _sent(executor._devices[0]) if c[0] == "stop"] == [("stop", (["a"], None, True)),
+                                                                         ("stop", (["a"],))]
+
+
 def test_a_device_command_that_raises_holds_back_no_command_after_it():
     """A batch that arrived early waited for the one numbered before it; when that one's command raised, the
     early batch stayed held until some later call came (and a command after it in its batch was dropped)."""

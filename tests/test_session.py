@@ -147,16 +147,16 @@ def test_a_pause_whose_save_is_not_implemented_fails_the_trial_only_if_the_verdi
     # stopped (each failed with the save's error).
     ending, held = _session(tmp_path, budget=1)
     thread, outcome = pause(ending, held, end_save_at_pause=True)
-    ending.request_stop(run_ends=True)
+    ending.request_stop(no_verdict=True)
     thread.join(5)
     assert isinstance(outcome.get("error"), StopTrial) and [r["a"] for r in held] == [1]
     running, ran = _session(tmp_path)
-    running.request_stop(run_ends=True)
+    running.request_stop(no_verdict=True)
     with pytest.raises(StopTrial):
         running.report({"a": 1}, at_end=broken_save, end_save_at_pause=True)
     assert [r["a"] for r in ran] == [1]
     ruled, ruled_seen = _session(tmp_path, should_stop=lambda r: True)  # the stop rule ends it too: it is done
-    ruled.request_stop(run_ends=True)
+    ruled.request_stop(no_verdict=True)
     with pytest.raises(NotImplementedError):
         ruled.report({"a": 1}, at_end=broken_save, end_save_at_pause=True)
 

@@ -151,9 +151,9 @@ class _DeviceActor:
     def submit(self, specs: list[TrialSpec], batch: int | None = None) -> None:
         self.apply([("submit", (specs,))], batch)
 
-    def stop(self, trial_ids: list[str], attempts: dict[str, int] | None = None, run_ends: bool = False,
+    def stop(self, trial_ids: list[str], attempts: dict[str, int] | None = None, no_verdict: bool = False,
              batch: int | None = None) -> None:
-        self.apply([("stop", (trial_ids, attempts, run_ends))], batch)
+        self.apply([("stop", (trial_ids, attempts, no_verdict))], batch)
 
     def withdraw(self, trial_ids: list[str], attempts: dict[str, int], batch: int | None = None) -> None:
         self.apply([("withdraw", (trial_ids, attempts))], batch)

@@ -403,7 +403,7 @@ class DeviceHost:
                     self._start_locked(spec, placement.lane_id)
             self._emit_lane_events_locked()
 
-    def stop(self, trial_ids: list[str], attempts: dict[str, int] | None = None, run_ends: bool = False) -> None:
+    def stop(self, trial_ids: list[str], attempts: dict[str, int] | None = None, no_verdict: bool = False) -> None:
         """Stop trials at their next boundary (at once if paused, or waiting for memory); waiting ones leave the queue
         stopped.
 
@@ -411,7 +411,8 @@ class DeviceHost:
             trial_ids: The trials.
             attempts: Only these attempts of the trials named here (a stop that arrives late must not hit a
                 newer attempt); a trial not named here is stopped whatever its attempt.
-            run_ends: The stop is the run's end, not a decision about these trials (``TrialSession.request_stop``).
+            no_verdict: The stop is no verdict on these trials: the run's end, or the planner's move or preemption
+                (``TrialSession.request_stop``).
         """
         now = time.time()
         attempts = attempts or {}
@@ -424,7 +425,7 @@ class DeviceHost:
                     continue
                 running = self._running.get(tid)
                 if running is not None and (wanted is None or running.spec.attempt == wanted):
-                    running.session.request_stop(run_ends)
+                    running.session.request_stop(no_verdict)
                     if running.readmitted is not None and not running.readmitted.is_set():
                         # It waits, in the lane queue, for memory to be placed again (its estimate grew): it
                         # leaves the queue and ends at once (_profile), instead of waiting for memory that may
@@ -556,7 +557,7 @@ class DeviceHost:
                 self._lanes.leave(tid)
             self._waiting.clear()
             for running in self._running.values():
-                running.session.request_stop(run_ends=True)
+                running.session.request_stop(no_verdict=True)
             for slot in self._calls.values():  # a trial waiting for the driver will not get an answer now
                 slot[1], slot[2] = StopTrial(), True
                 slot[0].set()

@@ -942,7 +942,7 @@ class Executor:
                 if trial.status == PAUSED and not trial.placed_on:
                     self._end_unstarted(trial)
             self._searcher_log.save()
-        self._stop_trials([tid for d in self._devices for tid in d.assigned], run_ends=True)
+        self._stop_trials([tid for d in self._devices for tid in d.assigned], no_verdict=True)
 
     def _end_stragglers(self) -> None:
         """End the trials still on a device :data:`RUN_END_GRACE_S` after the run began to end: they reached no
@@ -1094,7 +1094,7 @@ class Executor:
             self.pending.add(trial)
         for index, budgets in resumes.items():  # rank 0 decides for a data-parallel trial's workers
             self._send(self._device(index), "resume", budgets)
-        self._send_stop(turns)
+        self._send_stop(turns, no_verdict=True)
         self._stop_exploited()
 
     def _gives_way(self, trial: Trial, new: Iterable[Trial] = (), restarting: bool = False) -> bool:
@@ -1159,7 +1159,7 @@ class Executor:
                 for tid in idle:
                     self._requeue(self.trials[tid], self._restarts.pop(tid), time.time(), None, None, events)
                 self.store.add_events(events)
-        self._send_stop([tid for tid in resident if tid in self._restarts])
+        self._send_stop([tid for tid in resident if tid in self._restarts], no_verdict=True)
 
     def _take_exploits(self) -> None:
         """Apply the searcher's exploit requests: each paused trial restarts from its source's checkpoint."""
@@ -1187,10 +1187,10 @@ class Executor:
             )
             self._exploits.append(trial.trial_id)
 
-    def _stop_trials(self, trial_ids: list[str], run_ends: bool = False) -> None:
+    def _stop_trials(self, trial_ids: list[str], no_verdict: bool = False) -> None:
         """Stop trials: queued ones and ones paused off any device end at once, placed ones at their next report
         (or now, if paused). A restart planned for a trial (a move, an exploit) is dropped: the stop wins.
-        ``run_ends``: the stop is the run's end, not a decision about the trials (``gpu.host.DeviceHost.stop``)."""
+        ``no_verdict``: the stop is the run's end, not a decision about the trials (``gpu.host.DeviceHost.stop``)."""
         stop: list[str] = []
         ended: list[Trial] = []
         for trial_id in trial_ids:
@@ -1214,12 +1214,13 @@ class Executor:
                 for trial in ended:
                     self._end_unstarted(trial)
                 self._searcher_log.save()
-        self._send_stop(stop, run_ends)
+        self._send_stop(stop, no_verdict)
 
-    def _send_stop(self, trial_ids: Iterable[str], run_ends: bool = False) -> None:
-        """Ask every device a trial runs on to stop it at its next boundary. A data-parallel trial's workers
-        stop with rank 0, at its next report (``gpu.host.TrialSpec``): the stop only makes sure they end too
-        when rank 0 is gone."""
+    def _send_stop(self, trial_ids: Iterable[str], no_verdict: bool = False) -> None:
+        """Ask every device a trial runs on to stop it at its next boundary (``no_verdict``: the stop is the run's
+        end or the planner's, not a decision that the trial ends: ``gpu.host.DeviceHost.stop``). A data-parallel
+        trial's workers stop with rank 0, at its next report (``gpu.host.TrialSpec``): the stop only makes sure
+        they end too when rank 0 is gone."""
         by_device: dict[int, list[str]] = {}
         for trial_id in trial_ids:
             trial = self.trials[trial_id]
@@ -1229,7 +1230,7 @@ class Executor:
             for index in trial.placed_on:
                 by_device.setdefault(index, []).append(trial_id)
         for index, ids in by_device.items():
-            self._send(self._device(index), "stop", *((ids, None, True) if run_ends else (ids,)))
+            self._send(self._device(index), "stop", *((ids, None, True) if no_verdict else (ids,)))
 
     def _send_checkpoint_requests(self, trial_ids: Iterable[str]) -> None:
         """Ask the device of each trial the callbacks want checkpointed to save it at its next iteration (a
@@ -1411,7 +1412,7 @@ class Executor:
                 submits.append((self.trials[trial_id], (index,), "prefetch"))
             if events:
                 self.store.add_events(events)
-        self._send_stop([tid for tid, _, _ in actions.move] + actions.preempt)
+        self._send_stop([tid for tid, _, _ in actions.move] + actions.preempt, no_verdict=True)
         for index, attempts in withdraws.items():
             self._send(self._device(index), "withdraw", list(attempts), attempts)
         self._submit(submits)
@@ -2159,7 +2160,7 @@ class Executor:
                 self._searcher_log.save()
         device.assigned.clear()
         device.lingering.clear()
-        self._send_stop(lost_worker)
+        self._send_stop(lost_worker, no_verdict=True)
         for trial in ended:
             if trial.status == ERROR:
                 self._note_error(trial)

@@ -617,7 +617,7 @@ def run_trainable_class(cls: type[Trainable], config: dict[str, Any], parameters
                         if session.stop_requested.is_set():  # the driver stopped it at this result, as Ray would
                             # (not the run's end: Ray saves checkpoint_at_end only for a trial that is done)
                             if options.checkpoint_at_end and session.checkpoint_at[0] != session.iteration \
-                                    and not session.run_ends:
+                                    and not session.no_verdict:
                                 session.attach_checkpoint(save())
                             raise StopTrial()
             finally:
