@@ -37,7 +37,14 @@ from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS, for_devices, stop_rule
 from fluidsalus.result import ResultGrid
 from fluidsalus.searchers import BaseSearcher, RandomSearch
 from fluidsalus.session import DATE_FORMAT
-from fluidsalus.store import DB_FILENAME, DriverLock, ExperimentStore
+from fluidsalus.store import (
+    ABANDONED_CREATE_S,
+    DB_FILENAME,
+    DriverLock,
+    ExperimentStore,
+    abandoned_create,
+    remove_store_files,
+)
 from fluidsalus.trialgroup.dispatch import resume_from
 from fluidsalus.trialgroup.executor import WARM_DEVICES, Executor, ExecutorSettings
 from fluidsalus.trialgroup.searcher_log import restore
@@ -220,7 +227,12 @@ def run(
     _check_writable(storage)
     exp_name = spec.name or f"{trainable_name}_{datetime.datetime.now().strftime(DATE_FORMAT)}"
     exp_dir = os.path.join(storage, exp_name)
-    exists = os.path.exists(os.path.join(exp_dir, DB_FILENAME))
+    db_path = os.path.join(exp_dir, DB_FILENAME)
+    if abandoned_create(db_path):  # a creation cut short (its driver killed): the name is free again
+        logger.warning("%s holds no experiment: a creation cut short, %.0f s ago or more; it is replaced", db_path,
+                       ABANDONED_CREATE_S)
+        remove_store_files(db_path)
+    exists = os.path.exists(db_path)
     taken = ConfigError(f"name: an experiment named {exp_name!r} already exists at {exp_dir}. Pass resume=True to "
                         "continue it, or choose another name.")
     if exists and not spec.resume:

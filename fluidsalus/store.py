@@ -311,6 +311,51 @@ WRITE_BACK_ATTEMPTS = 5
 WRITE_BACK_RETRY_S = 0.1
 
 
+#: Age after which an ``experiment.db`` that holds no table is taken for a creation cut short (its driver killed
+#: between claiming the file and committing the schema), which a new run may replace. A creation takes
+#: milliseconds; a driver that is still creating it is never this slow.
+ABANDONED_CREATE_S = 60.0
+
+
+def abandoned_create(db_path: str, now: float | None = None) -> bool:
+    """Whether ``db_path`` is what a creation cut short left: an empty file, or an SQLite file with no table and no
+    fluidsalus id, untouched for :data:`ABANDONED_CREATE_S`. Neither a run (the name is taken) nor a resume (there
+    is no experiment in it) could use it.
+
+    Args:
+        db_path: An ``experiment.db``.
+        now: The time to judge its age at (default: now).
+    """
+    try:
+        info = os.stat(db_path)
+    except OSError:
+        return False
+    if (now if now is not None else time.time()) - info.st_mtime < ABANDONED_CREATE_S:
+        return False
+    if info.st_size == 0:
+        return True
+    try:
+        with open(db_path, "rb") as f:
+            if f.read(len(_SQLITE_MAGIC)) != _SQLITE_MAGIC:
+                return False
+        conn = sqlite3.connect(f"file:{os.path.abspath(db_path)}?mode=ro", uri=True)
+        try:
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error):
+        return False
+    return app_id == 0 and tables == 0
+
+
+def remove_store_files(db_path: str) -> None:
+    """Remove a store's database file and SQLite's files beside it (those that exist)."""
+    for suffix in ("", WAL_SUFFIX, SHM_SUFFIX):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(db_path + suffix)
+
+
 class DriverLock:
     """The one driver that runs an experiment: an exclusive ``flock`` on :data:`LOCK_FILENAME` in its folder.
 
@@ -418,9 +463,7 @@ class ExperimentStore:
             conn.execute("COMMIT")
         except BaseException:
             conn.close()
-            for suffix in ("", WAL_SUFFIX, SHM_SUFFIX):  # this store's own files: it claimed the database file
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(db_path + suffix)
+            remove_store_files(db_path)  # this store's own files: it claimed the database file
             raise
         return cls(conn, db_path, readonly=False)
 

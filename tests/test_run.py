@@ -326,6 +326,23 @@ def test_existing_name_is_refused_unless_resuming(storage):
         fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, name="never", resume=True, verbose=0)
 
 
+def test_a_store_whose_creation_was_cut_short_long_ago_is_replaced_by_a_new_run(storage):
+    """A driver killed between claiming experiment.db and committing its schema left a file that neither a new run
+    (the name was taken) nor a resume (no experiment in it) could use: it had to be removed by hand. A recent one
+    may be a creation under way, and is left alone."""
+    from fluidsalus.store import ABANDONED_CREATE_S
+
+    db = os.path.join(storage, "cut", "experiment.db")
+    os.makedirs(os.path.dirname(db))
+    open(db, "w").close()
+    with pytest.raises(ConfigError, match="name: an experiment named 'cut' already exists"):
+        fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, name="cut", verbose=0)
+    old = time.time() - ABANDONED_CREATE_S - 1
+    os.utime(db, (old, old))
+    grid = fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, name="cut", verbose=0)
+    assert grid.num_errors == 0 and len(grid) == 1
+
+
 def test_a_driver_that_loses_the_race_to_create_an_experiment_gets_the_same_error(storage, monkeypatch):
     """Two drivers starting the same new name at once both passed the check; the loser got a StoreError (or
     sqlite's "table experiment already exists") with a traceback, not the name's ConfigError."""

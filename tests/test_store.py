@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -167,6 +168,23 @@ def test_a_store_being_created_is_said_to_be_so_not_to_be_foreign(tmp_path):
     conn.close()
     with pytest.raises(StoreError, match="is an SQLite file but not a fluidsalus experiment store"):
         ExperimentStore.open(str(folder))
+
+
+def test_an_abandoned_creation_is_an_old_file_with_no_experiment_in_it(tmp_path):
+    import sqlite3
+
+    from fluidsalus.store import ABANDONED_CREATE_S, abandoned_create
+
+    later = time.time() + ABANDONED_CREATE_S + 1
+    empty, header, store = tmp_path / "empty.db", tmp_path / "header.db", _new(tmp_path)
+    empty.write_bytes(b"")
+    conn = sqlite3.connect(str(header))
+    conn.execute("PRAGMA journal_mode = WAL")  # what the create's first statement leaves: a header, no table
+    conn.close()
+    store.close()
+    assert abandoned_create(str(empty), later) and abandoned_create(str(header), later)
+    assert not abandoned_create(str(empty)) and not abandoned_create(str(header))  # recent: maybe under way
+    assert not abandoned_create(store.db_path, later) and not abandoned_create(str(tmp_path / "none.db"), later)
 
 
 def test_open_missing_not_sqlite_foreign_and_newer(tmp_path):
