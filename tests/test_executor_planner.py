@@ -1203,21 +1203,30 @@ def test_a_restart_lets_go_of_the_checkpoints_after_its_resume_point_only_once_t
     assert (tmp_path / "exp" / "a" / "checkpoint_000004").is_dir()  # the folder stays, unlisted
 
 
+def _placed_trial(executor, store, tid: str, devices=(0,), **kwargs) -> Trial:
+    """A RUNNING trial of group "g" placed on ``devices`` of an offline executor, its folder in the experiment's,
+    and known to the searcher."""
+    from fluidsalus.store import RUNNING
+
+    trial = _trial(tid, status=RUNNING, group_id="g", **kwargs)
+    trial.trial_dir = os.path.join(executor.settings.experiment_dir, tid)
+    _queue(executor, store, trial)
+    executor.pending.discard(trial.trial_id)
+    trial.placed_on = trial.devices = tuple(devices)
+    for index in devices:
+        executor._devices[index].assigned.add(tid)
+    executor.searcher.on_trial_add(tid, "g", {})
+    return trial
+
+
 def test_a_data_parallel_workers_own_end_after_its_trials_end_changes_nothing(tmp_path):
     """A worker still waiting for memory when rank 0's end came sends an end of its own once the stop reaches it:
     it was taken as the trial's second end (an ERROR trial became TERMINATED, the searcher heard of it twice)."""
     from fluidsalus.gpu.host import EV_END, EV_START, OUT_ERRORED, OUT_STOPPED
-    from fluidsalus.store import ERROR, RUNNING
+    from fluidsalus.store import ERROR
 
     executor, store = _offline_executor(tmp_path, n_devices=2)
-    trial = _trial("a", status=RUNNING, group_id="g")
-    trial.trial_dir = str(tmp_path / "exp" / "a")
-    _queue(executor, store, trial)
-    executor.pending.discard(trial.trial_id)
-    trial.placed_on = trial.devices = (0, 1)
-    for device in executor._devices:
-        device.assigned.add("a")
-    executor.searcher.on_trial_add("a", "g", {})
+    trial = _placed_trial(executor, store, "a", devices=(0, 1))
     completes = []
     executor._searcher_log.on_trial_complete = lambda tid, *args, **kwargs: completes.append(tid)
     rank0, worker = executor._devices
@@ -1232,17 +1241,10 @@ def test_a_retry_from_an_earlier_checkpoint_continues_time_total_s_from_the_chec
     """Results 1-5, a checkpoint at 3, then a failure: the retry resumed at iteration 3 with time_total_s from
     the 5th result, so each restart moved it on (budgets in time_total_s came early)."""
     from fluidsalus.gpu.host import EV_END, EV_RESULT, EV_START, OUT_ERRORED
-    from fluidsalus.store import RUNNING
 
     executor, store = _offline_executor(tmp_path)
     executor.settings.max_failures = 1
-    trial = _trial("a", status=RUNNING)
-    trial.trial_dir = str(tmp_path / "exp" / "a")
-    _queue(executor, store, trial)
-    executor.pending.discard(trial.trial_id)
-    trial.placed_on = trial.devices = (0,)
-    executor._devices[0].assigned.add("a")
-    executor.searcher.on_trial_add("a", "g", {})
+    trial = _placed_trial(executor, store, "a")
     os.makedirs(os.path.join(trial.trial_dir, "checkpoint_000003"))
     batch = [(EV_START, "a", 0, 0.5)]
     for i in range(1, 6):
@@ -1258,17 +1260,11 @@ def test_a_retry_from_an_earlier_checkpoint_continues_time_total_s_from_the_chec
 def _paused_at_its_budget_with_a_checkpoint(tmp_path, n_devices=1):
     """Trial "a" paused at its budget 2, with its checkpoint of iteration 2."""
     from fluidsalus.gpu.host import EV_RESULT, EV_START
-    from fluidsalus.store import PAUSED, RUNNING
+    from fluidsalus.store import PAUSED
 
     executor, store = _offline_executor(tmp_path, n_devices=n_devices)
-    trial = _trial("a", status=RUNNING, budget=2, group_id="g")
-    trial.trial_dir = str(tmp_path / "exp" / "a")
-    _queue(executor, store, trial)
+    trial = _placed_trial(executor, store, "a", budget=2)
     store.update_trial("a", budget=2)
-    executor.pending.discard(trial.trial_id)
-    trial.placed_on = trial.devices = (0,)
-    executor._devices[0].assigned.add("a")
-    executor.searcher.on_trial_add("a", "g", {})
     batch = [(EV_START, "a", 0, 0.5)]
     for i in (1, 2):
         os.makedirs(os.path.join(trial.trial_dir, f"checkpoint_00000{i}"))
@@ -1315,17 +1311,10 @@ def test_an_exploit_the_runs_end_cancels_leaves_the_trials_own_checkpoint_whole(
     trial's weights (and score) as its checkpoint."""
     from fluidsalus.gpu.host import EV_END, EV_RESULT, EV_START, OUT_STOPPED
     from fluidsalus.searchers._base import ExploitRequest
-    from fluidsalus.store import RUNNING
 
     executor, store = _offline_executor(tmp_path, n_devices=2)
     for index, (tid, score) in enumerate((("a", 0.9), ("b", 0.1))):
-        trial = _trial(tid, seq=index, status=RUNNING, budget=4, group_id="g")
-        trial.trial_dir = str(tmp_path / "exp" / tid)
-        _queue(executor, store, trial)
-        executor.pending.discard(tid)
-        trial.placed_on = trial.devices = (index,)
-        executor._devices[index].assigned.add(tid)
-        executor.searcher.on_trial_add(tid, "g", {})
+        trial = _placed_trial(executor, store, tid, devices=(index,), seq=index, budget=4)
         os.makedirs(os.path.join(trial.trial_dir, "checkpoint_000004"))
         with open(os.path.join(trial.trial_dir, "checkpoint_000004", "weights"), "w") as f:
             f.write(f"weights of {tid}")
@@ -1349,16 +1338,9 @@ def test_an_out_of_memory_readmission_counts_its_attempt_from_the_checkpoint_it_
     """The re-admitted trial starts again in the same attempt; its start set where the attempt resumes to its last
     result's iteration, so a device death while it redid iterations counted as no progress (the death rule)."""
     from fluidsalus.gpu.host import EV_LANE, EV_RESULT, EV_START
-    from fluidsalus.store import RUNNING
 
     executor, store = _offline_executor(tmp_path)
-    trial = _trial("a", status=RUNNING)
-    trial.trial_dir = str(tmp_path / "exp" / "a")
-    _queue(executor, store, trial)
-    executor.pending.discard(trial.trial_id)
-    trial.placed_on = trial.devices = (0,)
-    executor._devices[0].assigned.add("a")
-    executor.searcher.on_trial_add("a", "g", {})
+    trial = _placed_trial(executor, store, "a")
     batch = [(EV_START, "a", 0, 0.5)]
     for i in range(1, 6):
         batch.append((EV_RESULT, "a", 0, float(i), {"training_iteration": i, "time_total_s": float(i)}, False, False))
