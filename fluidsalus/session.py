@@ -365,8 +365,13 @@ class TrialSession:
         self._start_iteration = start_iteration
         self._time_total_offset = time_total_offset
         self._should_stop = should_stop
-        self._started = time.time()
-        self._last = self._started
+        self._last = time.time()  # the end of the last iteration (or the start): the next one's time counts from it
+        #: Seconds of the iterations since the start or restore, as Ray sums ``time_this_iter_s`` into
+        #: ``time_total_s`` and ``time_since_restore``: time paused at a budget or waiting for the lane's turn at a
+        #: boundary is in no iteration, so neither counts it (a wall clock did, and budgets in ``time_total_s``
+        #: came early for trials that shared a device or paused: 13-24 iterations of 10 ms to a 0.3 s max_t, Ray's
+        #: 28-29).
+        self._time_since_restore = 0.0
         self.stop_requested = threading.Event()
         self.no_verdict = False  # the stop requested is no verdict on the trial (see request_stop)
         #: Set when the driver asks for a checkpoint at the trial's next iteration (a Ray callback's
@@ -526,6 +531,8 @@ class TrialSession:
         check_sendable(metrics)
         now = time.time()
         self.iteration += 1
+        this_iteration = now - self._last
+        self._time_since_restore += this_iteration
         result: dict[str, Any] = dict(metrics)
         result.update(  # in the order of Ray's results (``config`` goes after ``node_ip``: with_config)
             timestamp=int(now),
@@ -534,12 +541,12 @@ class TrialSession:
             training_iteration=self.iteration,
             trial_id=self.context.trial_id,
             date=datetime.datetime.fromtimestamp(now).strftime(DATE_FORMAT),
-            time_this_iter_s=now - self._last,
-            time_total_s=self._time_total_offset + (now - self._started),
+            time_this_iter_s=this_iteration,
+            time_total_s=self._time_total_offset + self._time_since_restore,
             pid=os.getpid(),
             hostname=HOSTNAME,
             node_ip=node_ip(),
-            time_since_restore=now - self._started,
+            time_since_restore=self._time_since_restore,
             iterations_since_restore=self.iteration - self._start_iteration,
         )
         self._add_totals(metrics, result)
@@ -651,7 +658,7 @@ class TrialSession:
 
     def start_clock(self) -> None:
         """Start the trial's clocks (called once the trial first holds its lane's turn)."""
-        self._started = self._last = time.time()
+        self._last = time.time()
 
     def step(self) -> None:
         """A finer boundary than ``report()``: the lane may switch here once the quantum has passed."""
