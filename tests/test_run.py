@@ -1308,6 +1308,9 @@ def test_a_killed_driver_whose_searcher_state_was_saved_long_ago_resumes_from_th
         fluidsalus.run(asha_steps, searcher=_asha(12), callbacks=[Announce()], storage_path={storage!r},
                        name={name!r}, verbose=0)
         """)
+    # The devices earlier tests left warm hold cores the subprocess's own actors wait for (63 s once, in a full CI
+    # run, where it takes 5 s alone).
+    fluidsalus.release_devices()
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     acked = 0
     for _ in proc.stdout:  # type: ignore[union-attr]
