@@ -1418,7 +1418,9 @@ def removes_its_experiment_folder(config: dict[str, Any]) -> None:
         flag = Path(config["flag"])
         if config["k"] == 0 and i == 3 and not flag.exists():
             flag.write_text("done")
-            shutil.rmtree(Path(fluidsalus.get_context().get_trial_dir()).parent)
+            # (ignore_errors: the driver may write its store back into the folder while the removal is still under
+            # way, and the removal's last rmdir then finds the folder not empty: a failed test run once)
+            shutil.rmtree(Path(fluidsalus.get_context().get_trial_dir()).parent, ignore_errors=True)
         fluidsalus.report({"v": i})
 
 
