@@ -116,7 +116,7 @@ class Result:
         if all(value is None for _, value in values):
             raise RuntimeError(f"Invalid metric name {metric}! You may choose from the following metrics: "
                                f"{(self.metrics or {}).keys()}.")
-        scored = [(c, value) for c, value in values if _is_number(value) and not math.isnan(value)]
+        scored = [(c, value) for c, value in values if is_number(value) and not math.isnan(value)]
         if not scored:
             return None
         pick = max if mode == "max" else min
@@ -497,11 +497,12 @@ DEBUG_METRICS = frozenset({"trial_id", "experiment_id", "date", "timestamp", "pi
 METRIC_WINDOWS = (5, 10)
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """A number as Ray's readers count one (``numbers.Number``: bools and NumPy's scalars too), not complex."""
     return isinstance(value, numbers.Number) and not isinstance(value, complex)
 
 
-def metric_analysis(history: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+def metric_analysis(history: Sequence[Mapping[str, Any]], metric: str | None = None) -> dict[str, dict[str, Any]]:
     """Ray's ``metric_analysis`` of a trial, which its best-trial choices read: for each number in its results
     (nested keys flattened to ``a/b``; a bool counts, as in Ray), ``max``, ``min``, ``avg``, ``last``,
     ``last-5-avg`` and ``last-10-avg``, updated result by result with Ray's formulas (``TrialMetadata.update_metric``):
@@ -512,16 +513,22 @@ def metric_analysis(history: Sequence[Mapping[str, Any]]) -> dict[str, dict[str,
 
     Args:
         history: The trial's results, in order.
+        metric: Only this one (a flattened name reads a nested value), for a best-trial choice: every key of
+            every result is not flattened for it.
 
     Returns:
         ``metric -> {"max", "min", "avg", "last", "last-5-avg", "last-10-avg"}``.
     """
     analysis: dict[str, dict[str, Any]] = {}
     windows: dict[str, dict[int, collections.deque[Any]]] = {}
+    if metric in DEBUG_METRICS:
+        return analysis
     for row in history:
         step = row.get("training_iteration") or 1
-        for key, value in flatten_dict({k: v for k, v in row.items() if k not in DEBUG_METRICS}).items():
-            if not _is_number(value):
+        values = ([(metric, lookup_metric(row, metric))] if metric is not None
+                  else flatten_dict({k: v for k, v in row.items() if k not in DEBUG_METRICS}).items())
+        for key, value in values:
+            if not is_number(value):
                 continue
             entry = analysis.get(key)
             if entry is None:
@@ -540,7 +547,7 @@ def metric_analysis(history: Sequence[Mapping[str, Any]]) -> dict[str, dict[str,
 
 def _score(history: list[Mapping[str, Any]], metric: str, mode: str, scope: str, filter_nan: bool) -> Any:
     """A trial's score for a best-trial choice, as Ray's ``get_best_trial`` reads it (None: it has none)."""
-    entry = metric_analysis(history).get(metric)
+    entry = metric_analysis(history, metric).get(metric)
     if entry is None:
         return None
     score = entry[mode if scope == "all" else scope]
@@ -550,7 +557,7 @@ def _score(history: list[Mapping[str, Any]], metric: str, mode: str, scope: str,
 def best_row(history: Sequence[Mapping[str, Any]], metric: str, mode: str) -> Mapping[str, Any] | None:
     """The result with the best value of ``metric`` in ``mode``, as Ray's dataframes pick it (pandas' ``idxmax``
     and ``idxmin``: NaN skipped, an infinity counts, the first of equal values), or None when none has one."""
-    scored = [r for r in history if _is_number(value := lookup_metric(r, metric)) and not math.isnan(value)]
+    scored = [r for r in history if is_number(value := lookup_metric(r, metric)) and not math.isnan(value)]
     if not scored:
         return None
     return (max if mode == "max" else min)(scored, key=lambda r: lookup_metric(r, metric))

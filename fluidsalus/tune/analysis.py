@@ -17,12 +17,20 @@ from __future__ import annotations
 import logging
 import math
 import os
-from numbers import Number
 from typing import TYPE_CHECKING, Any
 
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError
-from fluidsalus.result import MODES, Result, ResultGrid, best_row, flatten_dict, lookup_metric, metric_analysis
+from fluidsalus.result import (
+    MODES,
+    Result,
+    ResultGrid,
+    best_row,
+    flatten_dict,
+    is_number,
+    lookup_metric,
+    metric_analysis,
+)
 from fluidsalus.store import DB_FILENAME, ERROR_FILE, FINAL_STATUSES
 from fluidsalus.tune.result import TRAINING_ITERATION
 
@@ -37,10 +45,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_METRIC = "_metric"
 #: The scopes of :meth:`ExperimentAnalysis.get_best_trial` (Ray's list and order).
 SCOPES = ("all", "last", "avg", "last-5-avg", "last-10-avg")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, Number) and not isinstance(value, complex)
 
 
 class Trial:
@@ -392,7 +396,7 @@ class ExperimentAnalysis:
         scored = []
         for checkpoint, metrics in found.checkpoints:
             value = lookup_metric(metrics, metric)
-            if _is_number(value) and not math.isnan(value):
+            if is_number(value) and not math.isnan(value):
                 scored.append((checkpoint, value))
         if not scored:
             logger.error(f"No checkpoints have been found for trial {found}.")
