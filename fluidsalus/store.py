@@ -338,7 +338,9 @@ def abandoned_create(db_path: str, now: float | None = None) -> bool:
         with open(db_path, "rb") as f:
             if f.read(len(_SQLITE_MAGIC)) != _SQLITE_MAGIC:
                 return False
-        conn = sqlite3.connect(f"file:{os.path.abspath(db_path)}?mode=ro", uri=True)
+        # (immutable when no write-ahead log is beside it: a read-only open would create empty -wal and -shm files)
+        immutable = "" if os.path.exists(db_path + WAL_SUFFIX) else "&immutable=1"
+        conn = sqlite3.connect(f"file:{os.path.abspath(db_path)}?mode=ro{immutable}", uri=True)
         try:
             app_id = conn.execute("PRAGMA application_id").fetchone()[0]
             tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]

@@ -185,6 +185,7 @@ def test_an_abandoned_creation_is_an_old_file_with_no_experiment_in_it(tmp_path)
     assert abandoned_create(str(empty), later) and abandoned_create(str(header), later)
     assert not abandoned_create(str(empty)) and not abandoned_create(str(header))  # recent: maybe under way
     assert not abandoned_create(store.db_path, later) and not abandoned_create(str(tmp_path / "none.db"), later)
+    assert sorted(os.listdir(tmp_path / "exp")) == ["experiment.db"]  # it looked without creating -wal and -shm
 
 
 def test_open_missing_not_sqlite_foreign_and_newer(tmp_path):

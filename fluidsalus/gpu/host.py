@@ -1091,12 +1091,13 @@ class DeviceHost:
                 error = f"{error} ({hint})"
             outcome = OUT_OOM if _is_out_of_memory(e) else OUT_ERRORED
             requested = mem.requested_bytes(error) if outcome == OUT_OOM else None
-            if requested is not None and requested > self._memory_total():
+            total = self._memory_total() if requested is not None else 0
+            if requested is not None and requested > total:
                 # One allocation larger than the whole device: a re-admission (with more of the device) would run
                 # the trial again, its side effects too, to fail the same way.
                 outcome = OUT_ERRORED
-                error = (f"{error} (one allocation of {requested} bytes is more than all the {self._memory_total()} "
-                         f"bytes of memory of device {self.settings.device}: not retried)")
+                error = (f"{error} (one allocation of {requested} bytes is more than all the {total} bytes of "
+                         f"memory of device {self.settings.device}: not retried)")
             if isinstance(e, (StopRuleError, BudgetKeyError)):
                 fatal = error = str(e)
         finally:

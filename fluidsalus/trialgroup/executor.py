@@ -1940,8 +1940,7 @@ class Executor:
         device), so the next plan keeps it there; a preempted trial goes back to the queue. A moved or preempted
         trial, or one whose device died, with nothing to run before its budget waits, paused off any device, for
         its searcher to promote it (it then restarts) or stop it: one whose checkpoint already reached its budget,
-        and one without a
-        checkpoint that had reached its budget (preempted while paused there because the run stalled:
+        and one without a checkpoint that had reached its budget (preempted while paused there because the run stalled:
         :func:`~fluidsalus.trialgroup.dispatch.is_stalled`; it restarts from scratch if promoted).
         """
         left = remaining_budget(trial, self.searcher.time_attr)
