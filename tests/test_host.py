@@ -375,6 +375,35 @@ def test_a_trial_waiting_for_memory_after_its_estimate_grew_ends_at_once_when_st
     host.stop(["t0"])
     assert [e[1] for e in _drain(host, 1) if e[0] == EV_END] == ["t0"]
 
+def test_the_compute_time_of_a_trial_that_leaves_its_lane_of_one_for_memory_counts_as_used(tmp_path):
+    """t1 computes SLEEP_S alone in its lane, then its first boundary measures as much memory as t0 holds, so it
+    leaves the lane (which dissolves: it was its only member) to wait for memory. That iteration's time counts as
+    used (the ``fair`` and ``srtf`` policies read it): before, it was lost with the lane's turn."""
+    import torch
+
+    sleep_s = 0.3
+
+    def f(config):
+        weights = torch.empty(int(0.6 * CAPACITY) // 4)  # its P, counted at its boundaries; never touched
+        for _ in range(5):
+            time.sleep(config.get("sleep", 0.0))
+            fluidsalus.report({"n": weights.numel()})
+
+    host = DeviceHost(f, _settings(max_lanes=2, profile_memory=True))
+    host.submit([dataclasses.replace(_spec(tmp_path, 0), budget=2)])
+    events, deadline = [], time.time() + WAIT_S
+    while not any(e[0] == EV_RESULT and e[1] == "t0" and e[5] for e in events):  # t0 paused at its budget
+        assert time.time() < deadline, f"t0 never paused at its budget; events so far: {events}"
+        events += host.poll(0.1)
+    host.submit([_spec(tmp_path, 1, sleep=sleep_s)])
+    while not any(e[0] == EV_LANE and e[4] == "lane_wait" and e[1] == "t1" for e in events):
+        assert time.time() < deadline, f"t1 never waited for memory; events so far: {events}"
+        events += host.poll(0.1)
+    assert host._view("t1", 0.0).used_time_s >= sleep_s
+    host.stop(["t0", "t1"])
+    _drain(host, 2)
+
+
 def test_a_trial_larger_than_the_device_fails_with_a_clear_error(tmp_path):
     host = DeviceHost(lambda c: None, _settings(max_lanes=1, capacity=sum(ESTIMATE) - 1))
     host.submit([_spec(tmp_path, 0)])

@@ -674,6 +674,15 @@ class DeviceHost:
         with self._lock:
             self._release_locked(self._running[trial_id], ready)
 
+    @staticmethod
+    def _charge_turn(r: _Running) -> float:
+        """Count the compute time of ``r``'s turn so far as used (what the ``fair`` and ``srtf`` policies read),
+        and start its count again; returns the time now."""
+        now = time.perf_counter()
+        r.used_time_s += now - r.turn_started
+        r.turn_started = now
+        return now
+
     def _release_locked(self, r: _Running, ready: bool) -> None:
         """Hand the lane's turn on (to the policy's pick among the ready, maybe ``r`` itself if ``ready``)."""
         turn = self._turns.get(r.lane_id)
@@ -682,8 +691,7 @@ class DeviceHost:
         if turn.holder != r.spec.trial_id:
             turn.ready.pop(r.spec.trial_id, None)
             return
-        now = time.perf_counter()
-        r.used_time_s += now - r.turn_started
+        now = self._charge_turn(r)
         turn.holder, turn.released_at, turn.released_by = None, now, r.spec.trial_id
         if ready:
             turn.ready[r.spec.trial_id] = now
@@ -703,9 +711,7 @@ class DeviceHost:
         with self._lock:
             keep = not may_switch or all(self._held(tid) for tid in turn.ready)  # (a prefetched trial waits)
             if keep:
-                now = time.perf_counter()
-                r.used_time_s += now - r.turn_started
-                r.turn_started = now
+                self._charge_turn(r)
             else:
                 self._release_locked(r, ready=True)
         if keep:
@@ -814,6 +820,7 @@ class DeviceHost:
             moved = decision.placement is not None and decision.placement.lane_id != r.lane_id
             if not moved and decision.action != ln.ACT_WAIT:
                 return False
+            self._charge_turn(r)  # it held its turn: counted now, as its lane may have dissolved as it left
             self._release_locked(r, ready=False)
             if decision.action == ln.ACT_WAIT:
                 r.readmitted = threading.Event()
