@@ -1159,6 +1159,26 @@ def test_a_class_trainables_last_row_is_done_as_in_ray(ray_cluster, storage: str
     assert result.checkpoint is not None and int(result.checkpoint.path[-6:]) == 3  # saved at its end, as before
 
 
+def _reports_once_tuner_state_is_saved(config):
+    """Reports whether ``tuner.pkl`` appeared in its experiment folder within ``wait_s``, before any result."""
+    from fluidsalus import train
+
+    path = os.path.join(os.path.dirname(train.get_context().get_trial_dir()), TUNER_STATE_FILE)
+    deadline = time.time() + config["wait_s"]
+    while not os.path.isfile(path) and time.time() < deadline:
+        time.sleep(0.05)
+    train.report({"saved_before_first_result": os.path.isfile(path)})
+
+
+def test_the_tuner_state_is_saved_once_a_trial_starts_before_any_result(ray_cluster, storage: str) -> None:
+    """A driver killed after its trials started but before their first result can be restored: ``tuner.pkl`` is
+    written at the first trial's start (Ray writes it as ``fit`` begins; the folder exists here only once the
+    run's store does). Before, it came with the first result."""
+    _, grid = _run(_reports_once_tuner_state_is_saved, storage, {"wait_s": 10.0})
+    (result,) = grid
+    assert result.error is None and result.metrics["saved_before_first_result"] is True
+
+
 def test_restore_continues_an_interrupted_experiment(ray_cluster, storage: str, tmp_path) -> None:
     callback = InterruptOnce(str(tmp_path / "interrupted"), n=4)
     tuner = Tuner(resumable, param_space={"x": tune.uniform(0, 1)},

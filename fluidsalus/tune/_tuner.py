@@ -22,7 +22,7 @@ Tuner.restore(path, ...).fit()                resume=True on the same experiment
 ============================================  ==============================================
 
 The experiment folder gets a ``tuner.pkl`` (param_space, TuneConfig and RunConfig, as Ray keeps one) once the
-first result is stored, so :meth:`Tuner.restore` can rebuild the same Tuner after a crash.
+first trial starts, so :meth:`Tuner.restore` can rebuild the same Tuner after a crash.
 
 As in Ray, the first Ctrl-C (or SIGUSR1) during :meth:`Tuner.fit` stops the trials, saves the experiment and
 returns its results so far, with a warning that says how to resume; a second Ctrl-C raises ``KeyboardInterrupt``
@@ -296,7 +296,8 @@ def _may_ask_for_checkpoints(engine: list[EngineCallback], ray_style: list[Any])
 
 
 class _SaveOnFirstEvent(EngineCallback):
-    """Writes ``tuner.pkl`` when the first result or trial end is stored (the experiment folder exists then)."""
+    """Writes ``tuner.pkl`` at the first trial's start, result or end (the experiment folder exists then; Ray
+    writes it as ``fit`` begins)."""
 
     def __init__(self, save: Callable[[], None]) -> None:
         self._save: Callable[[], None] | None = save
@@ -305,6 +306,9 @@ class _SaveOnFirstEvent(EngineCallback):
         if self._save is not None:
             save, self._save = self._save, None
             save()
+
+    def on_trial_start(self, trial_id: str, config: Mapping[str, Any], attempt: int) -> None:
+        self._once()
 
     def on_trial_result(self, trial_id: str, result: Mapping[str, Any]) -> None:
         self._once()
