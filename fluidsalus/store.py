@@ -171,6 +171,21 @@ _TRIAL_COLUMNS = frozenset(
 )
 
 
+def read_error_file(path: str | None) -> str | None:
+    """Ray's ``Trial.get_error()``: the text of a trial's ``error.txt``.
+
+    Args:
+        path: The file (a trial's ``error_file``), or None when the trial never failed.
+
+    Returns:
+        Every failure of the trial, appended, or None when there is no file.
+    """
+    if path is None or not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
 def _to_jsonable(value: Any) -> Any:
     """Turn numpy/torch scalars and other foreign objects into JSON-friendly Python values."""
     if isinstance(value, (str, int, float, bool)) or value is None:

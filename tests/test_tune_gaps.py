@@ -400,6 +400,7 @@ class _Recorder(tune.Callback):
     def on_trial_error(self, iteration, trials, trial, **info):
         with open(trial.error_file) as f:  # Ray's error.txt: each failure appended
             failures = sum(line.startswith("Failure # ") for line in f)
+        assert trial.get_error() == open(trial.error_file).read()  # (Ray's Trial.get_error(): the file's text)
         self._add("error", trial, trial.num_failures, trial.error, failures)
 
     def on_experiment_end(self, trials, **info):

@@ -420,6 +420,8 @@ def test_a_failed_trial_raises_after_the_run_unless_told_otherwise(ray_cluster, 
     failed = next(t for t in analysis.trials if t.status == "ERROR")
     assert "x is 2" in str(failed.error)
     assert failed.num_failures == 1 and failed.is_finished() and "x is 2" in open(failed.error_file).read()
+    assert failed.get_error() == open(failed.error_file).read() and "x is 2" in failed.get_error()  # (Ray's text)
+    assert next(t for t in analysis.trials if t.status == "TERMINATED").get_error() is None
     assert not failed.has_checkpoint() and not failed.has_reported_at_least_once
     assert analysis.best_config == {"x": 1}
 

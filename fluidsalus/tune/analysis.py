@@ -31,7 +31,7 @@ from fluidsalus.result import (
     lookup_metric,
     metric_analysis,
 )
-from fluidsalus.store import DB_FILENAME, ERROR_FILE, FINAL_STATUSES
+from fluidsalus.store import DB_FILENAME, ERROR_FILE, FINAL_STATUSES, read_error_file
 from fluidsalus.tune.result import TRAINING_ITERATION
 
 if TYPE_CHECKING:
@@ -92,6 +92,11 @@ class Trial:
         """The trial's ``error.txt`` (every failure of the trial, appended), or None if it never failed."""
         path = os.path.join(self.path, ERROR_FILE)
         return path if os.path.isfile(path) else None
+
+    def get_error(self) -> str | None:
+        """Ray's: the text of :attr:`error_file` (every failure of the trial, appended), or None if it never
+        failed."""
+        return read_error_file(self.error_file)
 
     def is_finished(self) -> bool:
         """Whether the trial has ended (``TERMINATED`` or ``ERROR``)."""

@@ -64,7 +64,15 @@ from fluidsalus.callbacks import Callback as EngineCallback
 from fluidsalus.checkpoint import write_atomically
 from fluidsalus.errors import ConfigError
 from fluidsalus.session import DATE_FORMAT, with_config
-from fluidsalus.store import DB_FILENAME, ERROR, ERROR_FILE, FINAL_STATUSES, TRIAL_RESTART_EVENT, ExperimentStore
+from fluidsalus.store import (
+    DB_FILENAME,
+    ERROR,
+    ERROR_FILE,
+    FINAL_STATUSES,
+    TRIAL_RESTART_EVENT,
+    ExperimentStore,
+    read_error_file,
+)
 from fluidsalus.tune._tags import Tagger
 from fluidsalus.tune.result import DONE, SHOULD_CHECKPOINT
 
@@ -228,6 +236,10 @@ class TrialInfo:
         """Ray's attribute: the trial's ``error.txt`` (every failure of the trial, appended), or None before any."""
         path = os.path.join(self.path, ERROR_FILE) if self.path else ""
         return path if path and os.path.isfile(path) else None
+
+    def get_error(self) -> str | None:
+        """Ray's: the text of :attr:`error_file` (every failure so far, appended), or None before any."""
+        return read_error_file(self.error_file)
 
     @property
     def experiment_dir_name(self) -> str:
