@@ -23,7 +23,7 @@ from pathlib import Path
 
 from fluidsalus.config import DEFAULT_STORAGE_PATH, STORAGE_PATH_ENV
 from fluidsalus.errors import ConfigError, StoreError
-from fluidsalus.inspect import open_readonly
+from fluidsalus.inspect import DRIVER_GONE, DRIVER_GONE_HINT, open_readonly, shown_status
 from fluidsalus.result import _finite
 from fluidsalus.store import DB_FILENAME, ExperimentStore
 
@@ -139,7 +139,7 @@ def _cmd_ls(args: argparse.Namespace) -> int:
                 for t in trials:
                     counts[t.status] = counts.get(t.status, 0) + 1
                 summary = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))
-                rows.append((name, exp["status"], f"{len(trials)} ({summary})" if trials else "0",
+                rows.append((name, shown_status(exp["status"], path), f"{len(trials)} ({summary})" if trials else "0",
                              _best(store, exp["metric"], exp["mode"]), _duration(exp)))
         except StoreError as e:
             rows.append((name, "UNREADABLE", "-", str(e), "-"))
@@ -150,6 +150,8 @@ def _cmd_ls(args: argparse.Namespace) -> int:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    if any(row[1] == DRIVER_GONE for row in rows):
+        print(f"\n{DRIVER_GONE_HINT}")
     return 0
 
 

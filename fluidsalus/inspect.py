@@ -32,6 +32,7 @@ from fluidsalus.store import (
     TRIAL_RESTART_EVENT,
     TRIAL_STATUSES,
     WAL_SUFFIX,
+    DriverLock,
     EventRow,
     ExperimentStore,
     TrialRow,
@@ -41,6 +42,29 @@ from fluidsalus.store import (
 
 if TYPE_CHECKING:
     import pandas as pd
+
+#: How ``fluidsalus ls`` and the report's header show a ``RUNNING`` experiment whose driver is gone
+#: (:meth:`~fluidsalus.store.DriverLock.holder_gone`): killed before it could end the experiment.
+DRIVER_GONE = "DRIVER GONE"
+#: What the report's header and ``fluidsalus ls`` add about such an experiment.
+DRIVER_GONE_HINT = (f"{DRIVER_GONE}: the experiment's driver was killed before it could end it; run it again with "
+                    "resume=True (or Tuner.restore) to continue")
+
+
+def shown_status(status: str, experiment_dir: str) -> str:
+    """An experiment's status as ``fluidsalus ls`` and the report's header show it: the stored one, except
+    :data:`DRIVER_GONE` for a ``RUNNING`` experiment whose driver is gone.
+
+    Args:
+        status: The stored status (``RUNNING``, ``FINISHED``, ``ERROR`` or ``INTERRUPTED``).
+        experiment_dir: The experiment's folder (its lock file names its driver), or its ``experiment.db``.
+
+    Returns:
+        The status to show.
+    """
+    folder = os.path.dirname(experiment_dir) if os.path.isfile(experiment_dir) else experiment_dir
+    return DRIVER_GONE if status == RUNNING and DriverLock.holder_gone(folder) else status
+
 
 #: Version of the JSON layout of :meth:`Report.to_dict`; bumped when a field changes meaning or goes away.
 JSON_SCHEMA_VERSION = 1
@@ -298,6 +322,12 @@ class Report:
         return str(self.experiment["status"])
 
     @property
+    def driver_gone(self) -> bool:
+        """Whether the experiment is ``RUNNING`` in the store but its driver is gone (killed before it could end
+        it: :meth:`~fluidsalus.store.DriverLock.holder_gone`); its trials run no more until it is resumed."""
+        return shown_status(self.status, self.path) == DRIVER_GONE
+
+    @property
     def device_stats(self) -> list[gp.DeviceStats]:
         return self.summary.devices
 
@@ -448,6 +478,7 @@ class Report:
             "schema_version": JSON_SCHEMA_VERSION,
             "experiment": {
                 "name": exp["name"], "path": os.path.abspath(self.path), "status": exp["status"],
+                "driver_gone": self.driver_gone,
                 "metric": exp["metric"], "mode": exp["mode"], "created_at": exp["created_at"],
                 "finished_at": exp["finished_at"], "duration_s": self.duration_s,
                 "trials": self.trial_counts, "trials_total": len(self.trial_rows), "stopped": self.stopped,
@@ -473,12 +504,16 @@ class Report:
         counts = self.trial_counts
         exp = self.experiment
         live = (f"{counts['RUNNING']} running, {counts['PENDING'] + counts['PAUSED']} waiting"
-                if exp["status"] == RUNNING else  # (an interrupted run's trials run no more: a resume continues them)
+                if exp["status"] == RUNNING and not self.driver_gone else  # (an interrupted run's trials run no
+                # more: a resume continues them)
                 f"{counts['RUNNING'] + counts['PENDING'] + counts['PAUSED']} unfinished")
         trials = _plural(len(self.trial_rows), "trial")
-        head = (f"experiment {exp['name']} ({exp['status']}, {self.duration_s:.1f}s): {trials}, "
+        status = DRIVER_GONE if self.driver_gone else exp["status"]
+        head = (f"experiment {exp['name']} ({status}, {self.duration_s:.1f}s): {trials}, "
                 f"{live}, {counts['TERMINATED']} done ({self.stopped} stopped by the search or a stop rule), "
                 f"{counts['ERROR']} errored")
+        if status == DRIVER_GONE:
+            head += f"\n{DRIVER_GONE_HINT}"
         unsaved = self.unsaved_iterations
         if unsaved:
             head += (f"\nunfinished trials ran {_plural(unsaved, 'iteration')} since their latest checkpoints: "
@@ -564,13 +599,14 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
 
     Raises:
         StoreError: The path is not an experiment, or the store is from a newer fluidsalus.
-        NoResultsError: The experiment is running and has no results yet.
+        NoResultsError: The experiment is running (its driver lives) and has no results yet.
         WindowError: ``window`` starts at or after its end or the run's, or either bound is negative.
     """
     resolved = resolve_experiment(path)
     with open_readonly(resolved) as store:
         exp = store.experiment()
-        if store.count("results") == 0 and exp["status"] == RUNNING:  # (a run that ended shows its errors)
+        if store.count("results") == 0 and shown_status(exp["status"], resolved) == RUNNING:  # (a run that
+            # ended, or whose driver is gone, shows its errors)
             raise NoResultsError(f"experiment {exp['name']!r} at {os.fspath(path)!r} has no results yet; "
                                  "inspect it again once a trial has reported")
         trials = store.trials()

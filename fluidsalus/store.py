@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import os
+import re
 import socket
 import sqlite3
 import time
@@ -373,6 +374,10 @@ def remove_store_files(db_path: str) -> None:
             os.remove(db_path + suffix)
 
 
+#: The line a driver writes into :data:`LOCK_FILENAME`: its pid and host (see :meth:`DriverLock.acquire`).
+_LOCK_LINE = re.compile(r"pid (\d+) on (\S+), since ")
+
+
 class DriverLock:
     """The one driver that runs an experiment: an exclusive ``flock`` on :data:`LOCK_FILENAME` in its folder.
 
@@ -416,6 +421,38 @@ class DriverLock:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
             os.close(fd)  # (closing the only descriptor drops the flock)
+
+    @staticmethod
+    def holder_gone(experiment_dir: str) -> bool:
+        """Whether the driver the lock file names is known to be gone without letting the experiment go.
+
+        A driver killed without its clean-up (SIGKILL, the kernel's out-of-memory killer, a crash) leaves its
+        experiment ``RUNNING`` in the store and its line in the lock file (a driver that ends empties it). This
+        tells such an experiment from one that runs, without touching the lock (taking it, even for a moment,
+        could refuse a driver starting then). It reads only the file: no process of this machine has the pid
+        the file names.
+
+        Args:
+            experiment_dir: The experiment's folder.
+
+        Returns:
+            True when the file names a process of this machine that no longer exists; False when it names one
+            that does (or whose pid another process took since), one of another machine, or nothing.
+        """
+        try:
+            with open(os.path.join(experiment_dir, LOCK_FILENAME), encoding="utf-8", errors="replace") as f:
+                match = _LOCK_LINE.match(f.read())
+        except OSError:
+            return False
+        if match is None or match.group(2) != socket.gethostname():
+            return False
+        try:
+            os.kill(int(match.group(1)), 0)
+        except ProcessLookupError:
+            return True
+        except OSError:  # (PermissionError: it exists, as another user's)
+            return False
+        return False
 
 
 def resolve_db_path(path: str | os.PathLike[str]) -> str:

@@ -34,6 +34,48 @@ def test_ls_lists_experiments_with_status_counts_best_and_duration(storage, caps
     assert capsys.readouterr().out.splitlines()[1:] == [row]
 
 
+def test_a_running_experiment_whose_driver_was_killed_shows_as_driver_gone(tmp_path, capsys):
+    """A driver SIGKILLed mid-run leaves its experiment RUNNING in the store: ``ls`` and ``inspect`` showed it
+    as running for ever. Its lock file names a process that no longer exists: they say so, and how to go on."""
+    import json
+    import re
+    import signal
+    import textwrap
+
+    from fluidsalus.inspect import DRIVER_GONE
+
+    exp = tmp_path / "killed"
+    script = textwrap.dedent(
+        f"""
+        import time
+        from fluidsalus.store import DriverLock, ExperimentStore
+        lock = DriverLock.acquire(ExperimentStore.create({str(exp)!r}, "killed", {{}}, "acc", "max").experiment_dir)
+        print("ready", flush=True)
+        time.sleep(600)
+        """
+    )
+    path = os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": path})
+    try:
+        assert proc.stdout.readline().strip() == "ready"  # type: ignore[union-attr]
+        assert main(["ls", str(tmp_path)]) == 0
+        (row,) = capsys.readouterr().out.splitlines()[1:]
+        assert row.split()[:2] == ["killed", "RUNNING"]  # its driver lives
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert main(["ls", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert re.split(r"\s{2,}", out.splitlines()[1])[:2] == ["killed", DRIVER_GONE] and "resume=True" in out
+    assert main(["inspect", str(exp)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"experiment killed ({DRIVER_GONE}") and "0 unfinished" in out and "resume=True" in out
+    assert main(["inspect", str(exp), "--json"]) == 0
+    experiment = json.loads(capsys.readouterr().out)["experiment"]
+    assert experiment["status"] == "RUNNING" and experiment["driver_gone"] is True  # (the stored status stays)
+
+
 def test_ls_on_a_missing_folder_exits_2_with_one_line(tmp_path, capsys):
     assert main(["ls", str(tmp_path / "nope")]) == EXIT_USAGE
     err = capsys.readouterr().err
