@@ -346,28 +346,38 @@ def test_a_trial_that_does_not_fit_waits_and_starts_when_memory_frees(tmp_path):
 
 
 
-def test_a_trial_waiting_for_memory_after_its_estimate_grew_ends_at_once_when_stopped(tmp_path):
-    """t0 pauses at its budget holding 60% of the device; t1's first boundary measures as much, so it leaves its
-    lane and waits for memory that only t0's end would free. A stop then ends t1 at once: before, it waited on
-    (the driver moves or preempts such a trial when nothing else can run, docs/architecture.md, "Stalls")."""
+def _sixty_percent(config):
+    """Holds 60% of the device (its P, counted at its boundaries; never touched), sleeping ``sleep`` s per step."""
     import torch
 
-    def f(config):
-        weights = torch.empty(int(0.6 * CAPACITY) // 4)  # its P, counted at its boundaries; never touched
-        for _ in range(5):
-            fluidsalus.report({"n": weights.numel()})
+    weights = torch.empty(int(0.6 * CAPACITY) // 4)
+    for _ in range(5):
+        time.sleep(config.get("sleep", 0.0))
+        fluidsalus.report({"n": weights.numel()})
 
-    host = DeviceHost(f, _settings(max_lanes=1, profile_memory=True))
+
+def _t1_waits_for_t0s_memory(tmp_path, max_lanes, **t1_config):
+    """t0 pauses at its budget holding 60% of the device; then t1's first boundary measures as much, so it
+    leaves its lane and waits for memory that only t0's end would free. Returns the host at that point."""
+    host = DeviceHost(_sixty_percent, _settings(max_lanes=max_lanes, profile_memory=True))
     # t1 only once t0 paused at its budget (submitted together, either could take the lane's first turn)
     host.submit([dataclasses.replace(_spec(tmp_path, 0), budget=2)])
     events, deadline = [], time.time() + WAIT_S
     while not any(e[0] == EV_RESULT and e[1] == "t0" and e[5] for e in events):  # t0 paused at its budget
         assert time.time() < deadline, f"t0 never paused at its budget; events so far: {events}"
         events += host.poll(0.1)
-    host.submit([_spec(tmp_path, 1)])
+    host.submit([_spec(tmp_path, 1, **t1_config)])
     while not any(e[0] == EV_LANE and e[4] == "lane_wait" and e[1] == "t1" for e in events):
         assert time.time() < deadline, f"t1 never waited for memory; events so far: {events}"
         events += host.poll(0.1)
+    return host
+
+
+def test_a_trial_waiting_for_memory_after_its_estimate_grew_ends_at_once_when_stopped(tmp_path):
+    """t1 waits for memory only t0's end would free (:func:`_t1_waits_for_t0s_memory`). A stop then ends t1 at
+    once: before, it waited on (the driver moves or preempts such a trial when nothing else can run,
+    docs/architecture.md, "Stalls")."""
+    host = _t1_waits_for_t0s_memory(tmp_path, max_lanes=1)
     host.stop(["t1"])
     (end,) = [e for e in _drain(host, 1) if e[0] == EV_END]
     assert end[1] == "t1" and end[4] == OUT_STOPPED
@@ -375,30 +385,13 @@ def test_a_trial_waiting_for_memory_after_its_estimate_grew_ends_at_once_when_st
     host.stop(["t0"])
     assert [e[1] for e in _drain(host, 1) if e[0] == EV_END] == ["t0"]
 
+
 def test_the_compute_time_of_a_trial_that_leaves_its_lane_of_one_for_memory_counts_as_used(tmp_path):
-    """t1 computes SLEEP_S alone in its lane, then its first boundary measures as much memory as t0 holds, so it
-    leaves the lane (which dissolves: it was its only member) to wait for memory. That iteration's time counts as
-    used (the ``fair`` and ``srtf`` policies read it): before, it was lost with the lane's turn."""
-    import torch
-
+    """t1 computes ``sleep_s`` alone in its own lane, then leaves it (which dissolves: it was its only member) to
+    wait for memory (:func:`_t1_waits_for_t0s_memory`). That iteration's time counts as used (the ``fair`` and
+    ``srtf`` policies read it): before, it was lost with the lane's turn."""
     sleep_s = 0.3
-
-    def f(config):
-        weights = torch.empty(int(0.6 * CAPACITY) // 4)  # its P, counted at its boundaries; never touched
-        for _ in range(5):
-            time.sleep(config.get("sleep", 0.0))
-            fluidsalus.report({"n": weights.numel()})
-
-    host = DeviceHost(f, _settings(max_lanes=2, profile_memory=True))
-    host.submit([dataclasses.replace(_spec(tmp_path, 0), budget=2)])
-    events, deadline = [], time.time() + WAIT_S
-    while not any(e[0] == EV_RESULT and e[1] == "t0" and e[5] for e in events):  # t0 paused at its budget
-        assert time.time() < deadline, f"t0 never paused at its budget; events so far: {events}"
-        events += host.poll(0.1)
-    host.submit([_spec(tmp_path, 1, sleep=sleep_s)])
-    while not any(e[0] == EV_LANE and e[4] == "lane_wait" and e[1] == "t1" for e in events):
-        assert time.time() < deadline, f"t1 never waited for memory; events so far: {events}"
-        events += host.poll(0.1)
+    host = _t1_waits_for_t0s_memory(tmp_path, max_lanes=2, sleep=sleep_s)
     assert host._view("t1", 0.0).used_time_s >= sleep_s
     host.stop(["t0", "t1"])
     _drain(host, 2)
