@@ -374,6 +374,9 @@ class TrialSession:
         self._time_since_restore = 0.0
         self.stop_requested = threading.Event()
         self.no_verdict = False  # the stop requested is no verdict on the trial (see request_stop)
+        #: Set when the driver found that a data-parallel worker of this rank 0 is gone with its device (see
+        #: request_stop): rank 0's end then waits for no worker (a dead process would never say it ended).
+        self.peers_lost = threading.Event()
         #: Set when the driver asks for a checkpoint at the trial's next iteration (a Ray callback's
         #: ``should_checkpoint``); a class ``Trainable`` that does not ask for verdicts takes it
         #: (:meth:`take_checkpoint_request`).
@@ -487,7 +490,7 @@ class TrialSession:
         self.checkpoint_requested.clear()
         return True
 
-    def request_stop(self, no_verdict: bool = False) -> None:
+    def request_stop(self, no_verdict: bool = False, peers_lost: bool = False) -> None:
         """Stop the trial at its next report, or now if it is paused at its budget.
 
         Args:
@@ -495,8 +498,12 @@ class TrialSession:
                 ``stop_all()``, ``fail_fast``, an interruption), or the planner's move or preemption, after which
                 it starts again from its checkpoint. A save at its end that is not implemented then does not fail
                 it, as Ray saves ``checkpoint_at_end`` only for a trial that is done.
+            peers_lost: A data-parallel worker of the trial died with its device (its process was killed, its
+                node went): rank 0 does not wait for the workers at its end (:attr:`peers_lost`).
         """
         self.no_verdict = self.no_verdict or no_verdict
+        if peers_lost:
+            self.peers_lost.set()
         self.stop_requested.set()
         self._resumed.set()
 

@@ -461,6 +461,36 @@ def test_a_hung_worker_fails_the_trial_within_the_timeout(tmp_path):
     assert _worker_end(events[1])["outcome"] == OUT_STOPPED
 
 
+def _worker_never_ends(config):
+    """One all-reduce (both ranks joined), then rank 0 completes while rank 1 never ends nor reports, as a
+    worker whose process was killed: its stop cannot reach it."""
+    group = distributed.init_process_group()
+    torch.distributed.all_reduce(torch.ones(1), group=group)
+    if distributed.get_rank() == 1:
+        _RELEASE.wait(WAIT_S)
+
+
+def test_rank_0_told_that_a_worker_died_with_its_device_ends_without_waiting_for_it(tmp_path):
+    """A worker's device actor was killed: its rank will never say it ended, and rank 0 waited for it the whole
+    rendezvous timeout (300 s by default) while the driver waited for rank 0's end to restart the trial. The
+    driver's stop with ``peers_lost`` (``Executor``, a worker's device died) ends that wait at once."""
+    hosts, events = _run_ranks(_worker_never_ends, tmp_path, 2)
+    time.sleep(0.5)  # rank 0 completed and waits for rank 1 to end
+    events[0] += hosts[0].poll(0.0)
+    assert not any(e[0] == EV_END for e in events[0])
+    started = time.time()
+    hosts[0].stop(["t0"], None, True, peers_lost=True)
+    deadline = time.time() + WAIT_S
+    while not any(e[0] == EV_END for e in events[0]):
+        assert time.time() < deadline
+        events[0] += hosts[0].poll(0.05)
+    assert time.time() - started < SHORT_TIMEOUT_S / 3  # not the rendezvous timeout
+    assert [e[4] for e in events[0] if e[0] == EV_END] == [OUT_COMPLETED]  # rank 0's own end, as it was
+    _RELEASE.set()
+    hosts[1].stop(["t0"])
+    _poll_until(hosts, events, _ended, "the worker's end")
+
+
 def test_a_stop_reaches_a_worker_blocked_in_a_collective(tmp_path):
     config = {"iterations": 6, "hang_rank": 0, "hang_at": 1, "tag": "blocked"}
     hosts, events = _run_ranks(_collective_trainable, tmp_path, 2, config)

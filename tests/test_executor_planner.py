@@ -1288,6 +1288,29 @@ def test_a_trial_paused_at_its_budget_whose_device_dies_waits_off_it_for_its_sea
     assert trial.status == PAUSED and "a" not in executor.pending and trial.placed_on == ()
 
 
+@pytest.mark.parametrize("stopping", [False, True])
+def test_a_data_parallel_trial_whose_workers_device_died_tells_rank_0_to_wait_for_no_worker(tmp_path, monkeypatch,
+                                                                                             stopping):
+    """Rank 0 (on cpu:0) would wait at its end for the worker of the dead cpu:1 the whole rendezvous timeout: the
+    stop it gets says its peers are lost (``DeviceHost.stop(..., peers_lost=True)``), also when it was being
+    stopped already (before, such a trial got no stop at all). Only a trial that was not being stopped restarts."""
+    from fluidsalus.trialgroup import executor as executor_module
+
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    trial = _trial("a", status=RUNNING, placed_on=(0, 1), devices=(0, 1))
+    _queue(executor, store, trial)
+    executor.pending.discard("a")
+    for device in executor._devices:
+        device.assigned.add("a")
+    if stopping:
+        executor._send_stop(["a"])
+    monkeypatch.setattr(executor_module, "start_device_actor", lambda *args: _FakeActor())
+    executor._device_died(executor._devices[1], RuntimeError("killed"))
+    stops = [c for c in _sent(executor._devices[0]) if c[0] == "stop"]
+    assert stops[-1] == ("stop", (["a"], None, not stopping, True))
+    assert ("a" in executor._restarts) is not stopping
+
+
 def test_a_resumed_trial_paused_at_its_budget_waits_for_its_searcher(tmp_path):
     """A resume queued it with nothing to run before its budget: the planner never starts such a trial, so it
     waited in the queue, and the run, for ever (a helper's run ended only at its time budget)."""

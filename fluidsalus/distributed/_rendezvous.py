@@ -129,8 +129,10 @@ class Rendezvous:
         except dist.DistError:
             return True
 
-    def _wait(self, key: str, cancelled: threading.Event | None, timeout_s: float | None, what: str) -> str | None:
-        """Wait for ``key`` and return its value; None once rank 0 ended or its store is gone.
+    def _wait(self, key: str, cancelled: threading.Event | None, timeout_s: float | None, what: str,
+              abandon: threading.Event | None = None) -> str | None:
+        """Wait for ``key`` and return its value; None once rank 0 ended or its store is gone, or at once when
+        ``abandon`` is set (what it waits for will never come).
 
         A worker asked to stop (``cancelled``) still waits for rank 0's decision, so that every rank stops
         at the same ``report()``, but at most the rendezvous timeout from then on; it then returns None.
@@ -152,6 +154,8 @@ class Rendezvous:
                     # on to its own end).
                     return self.store.get(key).decode() if self.store.check([key]) else None
             except dist.DistError:  # rank 0's store is gone: so is the trial
+                return None
+            if abandon is not None and abandon.is_set():
                 return None
             now = time.monotonic()
             if cancelled is not None and cancelled_at is None and cancelled.is_set():
@@ -258,8 +262,8 @@ class Rendezvous:
                 break
         return failures
 
-    def finish(self, outcome: str, error: str | None, trace: str | None,
-               peer_gone: bool = False) -> tuple[str, str | None, str | None]:
+    def finish(self, outcome: str, error: str | None, trace: str | None, peer_gone: bool = False,
+               peers_lost: threading.Event | None = None) -> tuple[str, str | None, str | None]:
         """End this rank's part of the trial and return its (outcome, error, traceback) as the host reports it.
 
         Rank 0 announces the end, closes its connections (workers blocked in a collective with it fail at
@@ -276,6 +280,10 @@ class Rendezvous:
             peer_gone: The exception that ended it says a peer went away (:func:`broken_by_leader_end`; the host
                 tells it, and keeps no reference to the exception, whose frames would keep the process group
                 open and its peers blocked in their collectives until gloo's timeout).
+            peers_lost: On rank 0: set when the driver found a worker's device dead (its process killed, its node
+                gone; ``TrialSession.peers_lost``). Rank 0 then waits for no worker: a dead process never says it
+                ended, and the wait would last the whole rendezvous timeout (300 s by default) while the driver
+                waits for this end to restart the trial.
         """
         import torch.distributed as dist
 
@@ -288,7 +296,8 @@ class Rendezvous:
             for rank in range(1, self.world_size):
                 try:
                     if self.store.check([f"joined/{rank}"]):
-                        self._wait(f"exited/{rank}", None, self.timeout_s, f"worker rank {rank} to end")
+                        self._wait(f"exited/{rank}", None, self.timeout_s, f"worker rank {rank} to end",
+                                   abandon=peers_lost)
                 except DataParallelError as e:
                     error = f"{error}; {e}" if error else str(e)
                     outcome = OUT_ERRORED

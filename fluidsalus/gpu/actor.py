@@ -152,8 +152,8 @@ class _DeviceActor:
         self.apply([("submit", (specs,))], batch)
 
     def stop(self, trial_ids: list[str], attempts: dict[str, int] | None = None, no_verdict: bool = False,
-             batch: int | None = None) -> None:
-        self.apply([("stop", (trial_ids, attempts, no_verdict))], batch)
+             peers_lost: bool = False, batch: int | None = None) -> None:
+        self.apply([("stop", (trial_ids, attempts, no_verdict, peers_lost))], batch)
 
     def withdraw(self, trial_ids: list[str], attempts: dict[str, int], batch: int | None = None) -> None:
         self.apply([("withdraw", (trial_ids, attempts))], batch)

@@ -403,7 +403,8 @@ class DeviceHost:
                     self._start_locked(spec, placement.lane_id)
             self._emit_lane_events_locked()
 
-    def stop(self, trial_ids: list[str], attempts: dict[str, int] | None = None, no_verdict: bool = False) -> None:
+    def stop(self, trial_ids: list[str], attempts: dict[str, int] | None = None, no_verdict: bool = False,
+             peers_lost: bool = False) -> None:
         """Stop trials at their next boundary (at once if paused, or waiting for memory); waiting ones leave the queue
         stopped.
 
@@ -413,6 +414,8 @@ class DeviceHost:
                 newer attempt); a trial not named here is stopped whatever its attempt.
             no_verdict: The stop is no verdict on these trials: the run's end, or the planner's move or preemption
                 (``TrialSession.request_stop``).
+            peers_lost: A data-parallel worker of these trials died with its device: their rank 0 ends without
+                waiting for its workers (``TrialSession.request_stop``).
         """
         now = time.time()
         attempts = attempts or {}
@@ -425,7 +428,7 @@ class DeviceHost:
                     continue
                 running = self._running.get(tid)
                 if running is not None and (wanted is None or running.spec.attempt == wanted):
-                    running.session.request_stop(no_verdict)
+                    running.session.request_stop(no_verdict, peers_lost)
                     if running.readmitted is not None and not running.readmitted.is_set():
                         # It waits, in the lane queue, for memory to be placed again (its estimate grew): it
                         # leaves the queue and ends at once (_profile), instead of waiting for memory that may
@@ -1113,7 +1116,7 @@ class DeviceHost:
             if self._arenas is not None:  # the run's memory is the trial's no more; leftovers are reported
                 self._arenas.exit(spec.trial_id)
         if ranks is not None:  # rank 0 waits for its workers here; their failures become the trial's error
-            outcome, error, trace = ranks.finish(outcome, error, trace, peer_gone)
+            outcome, error, trace = ranks.finish(outcome, error, trace, peer_gone, session.peers_lost)
         now = time.time()
         with self._lock:
             if outcome == OUT_OOM and (session.stop_requested.is_set() or self._closed):

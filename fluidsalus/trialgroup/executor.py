@@ -1216,11 +1216,12 @@ class Executor:
                 self._searcher_log.save()
         self._send_stop(stop, no_verdict)
 
-    def _send_stop(self, trial_ids: Iterable[str], no_verdict: bool = False) -> None:
+    def _send_stop(self, trial_ids: Iterable[str], no_verdict: bool = False, peers_lost: bool = False) -> None:
         """Ask every device a trial runs on to stop it at its next boundary (``no_verdict``: the stop is the run's
         end or the planner's, not a decision that the trial ends: ``gpu.host.DeviceHost.stop``). A data-parallel
         trial's workers stop with rank 0, at its next report (``gpu.host.TrialSpec``): the stop only makes sure
-        they end too when rank 0 is gone."""
+        they end too when rank 0 is gone. ``peers_lost``: a worker of each trial died with its device, so its
+        rank 0 must not wait for its workers at its end."""
         by_device: dict[int, list[str]] = {}
         for trial_id in trial_ids:
             trial = self.trials[trial_id]
@@ -1230,7 +1231,8 @@ class Executor:
             for index in trial.placed_on:
                 by_device.setdefault(index, []).append(trial_id)
         for index, ids in by_device.items():
-            self._send(self._device(index), "stop", *((ids, None, True) if no_verdict else (ids,)))
+            args = (ids, None, no_verdict, True) if peers_lost else (ids, None, True) if no_verdict else (ids,)
+            self._send(self._device(index), "stop", *args)
 
     def _send_checkpoint_requests(self, trial_ids: Iterable[str]) -> None:
         """Ask the device of each trial the callbacks want checkpointed to save it at its next iteration (a
@@ -2112,6 +2114,7 @@ class Executor:
             (now, "device_died", None, device.spec.name, {"error": text})]
         ended: list[Trial] = []
         lost_worker: list[str] = []
+        lost_stopping: list[str] = []  # (being stopped already: its rank 0 only learns that it waits for no worker)
         # (began, not paused, when the driver last heard of them; its home here: charge_death shares the blame)
         computing = {tid for tid in device.assigned if self.trials[tid].status == RUNNING
                      and self.trials[tid].placed_on[:1] == (device.spec.index,)}
@@ -2122,6 +2125,8 @@ class Executor:
                     if trial_id not in self._stopping:
                         self._restarts[trial_id] = _Restart(reason=RESTART_DEVICE_DIED, error=text)
                         lost_worker.append(trial_id)
+                    else:
+                        lost_stopping.append(trial_id)
                     continue
                 stopping = trial_id in self._stopping
                 self._stopping.discard(trial_id)
@@ -2159,7 +2164,8 @@ class Executor:
                 self._searcher_log.save()
         device.assigned.clear()
         device.lingering.clear()
-        self._send_stop(lost_worker, no_verdict=True)
+        self._send_stop(lost_worker, no_verdict=True, peers_lost=True)
+        self._send_stop(lost_stopping, peers_lost=True)
         for trial in ended:
             if trial.status == ERROR:
                 self._note_error(trial)
