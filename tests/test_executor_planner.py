@@ -1288,6 +1288,34 @@ def test_a_trial_paused_at_its_budget_whose_device_dies_waits_off_it_for_its_sea
     assert trial.status == PAUSED and "a" not in executor.pending and trial.placed_on == ()
 
 
+def _data_parallel_on_two_devices(tmp_path, max_failures=0):
+    """An offline executor of two devices running data-parallel trial "a": rank 0 on cpu:0, its worker on cpu:1."""
+    from fluidsalus.gpu.device import DeviceSpec
+    from fluidsalus.searchers import RandomSearch
+    from fluidsalus.trialgroup.executor import Executor, ExecutorSettings, _Device
+
+    @fluidsalus.distributed.data_parallel(workers=2)
+    def train(config):
+        pass
+
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, None, None)
+    specs = [DeviceSpec(f"cpu:{i}", "cpu", i, 1) for i in range(2)]
+    executor = Executor(cloudpickle.dumps((train, None)), RandomSearch({"x": 1}), store, specs,
+                        ExecutorSettings("exp", str(tmp_path / "exp"), "f", verbose=0, max_failures=max_failures))
+    for spec in specs:
+        device = _Device(spec, _FakeActor(), {"node_ip": "127.0.0.1", "capacity_bytes": 16 * GiB}, max_running=1,
+                         assigned=set())
+        executor._adopt(device, device.info)
+        executor._devices.append(device)
+    trial = _trial("a", status=RUNNING, placed_on=(0, 1), devices=(0, 1))
+    trial.trial_dir = str(tmp_path / "a")
+    _queue(executor, store, trial)
+    executor.pending.discard("a")
+    for device in executor._devices:
+        device.assigned.add("a")
+    return executor, trial
+
+
 @pytest.mark.parametrize("stopping", [False, True])
 def test_a_data_parallel_trial_whose_workers_device_died_tells_rank_0_to_wait_for_no_worker(tmp_path, monkeypatch,
                                                                                              stopping):
@@ -1296,12 +1324,7 @@ def test_a_data_parallel_trial_whose_workers_device_died_tells_rank_0_to_wait_fo
     stopped already (before, such a trial got no stop at all). Only a trial that was not being stopped restarts."""
     from fluidsalus.trialgroup import executor as executor_module
 
-    executor, store = _offline_executor(tmp_path, n_devices=2)
-    trial = _trial("a", status=RUNNING, placed_on=(0, 1), devices=(0, 1))
-    _queue(executor, store, trial)
-    executor.pending.discard("a")
-    for device in executor._devices:
-        device.assigned.add("a")
+    executor, _ = _data_parallel_on_two_devices(tmp_path)
     if stopping:
         executor._send_stop(["a"])
     monkeypatch.setattr(executor_module, "start_device_actor", lambda *args: _FakeActor())
@@ -1309,6 +1332,30 @@ def test_a_data_parallel_trial_whose_workers_device_died_tells_rank_0_to_wait_fo
     stops = [c for c in _sent(executor._devices[0]) if c[0] == "stop"]
     assert stops[-1] == ("stop", (["a"], None, not stopping, True))
     assert ("a" in executor._restarts) is not stopping
+
+
+def test_a_worker_that_ended_as_a_trial_before_rank_0_leaves_no_lingering_mark_that_blocks_the_restart(tmp_path):
+    """The worker never started on cpu:1 (too large there, or stopped while it waited for memory): its device
+    sends a trial's end, which the driver does not act on (only rank 0 speaks for the trial). It stayed assigned
+    there, so rank 0's end then marked it as still winding down on cpu:1, a mark nothing cleared: the retry was
+    never sent (a helper's driver-level script). Now the worker's end frees cpu:1 and the retry goes out."""
+    from fluidsalus.gpu.host import EV_END, EV_START, OUT_ERRORED
+
+    executor, trial = _data_parallel_on_two_devices(tmp_path, max_failures=1)
+    rank0, worker = executor._devices
+    executor._handle(rank0, [(EV_START, "a", 0, 1.0)])
+    executor._handle(worker, [(EV_END, "a", 0, 1.5, OUT_ERRORED, "cannot run here", None)])
+    executor._handle(rank0, [(EV_END, "a", 0, 2.0, OUT_ERRORED, "ValueError: rank 0", "tb")])
+    assert not worker.lingering and trial.attempt == 1
+    for device in executor._devices:
+        device.actor.calls.clear()
+        device.outbox.clear()
+    executor._rendezvous = lambda device: "127.0.0.1:1"
+    executor._dirty = True
+    executor._dispatch()
+    submitted = sorted((d.spec.name, spec.rank, spec.attempt) for d in executor._devices for c in _sent(d)
+                       if c[0] == "submit" for spec in c[1][0])
+    assert submitted == [("cpu:0", 0, 1), ("cpu:1", 1, 1)]
 
 
 def test_a_resumed_trial_paused_at_its_budget_waits_for_its_searcher(tmp_path):

@@ -1597,6 +1597,12 @@ class Executor:
                 trial = self.trials.get(trial_id)
                 if kind == EV_END and trial_id in device.lingering:
                     del device.lingering[trial_id]  # a worker that ended as a trial (never admitted, say)
+                elif (kind == EV_END and trial is not None and attempt == trial.attempt
+                      and device.spec.index in trial.placed_on[1:]):
+                    # A worker that ended as a trial before rank 0's end (too large for its device, or stopped
+                    # while it waited for memory): it is gone from there, as after its worker_end. Left assigned,
+                    # rank 0's end marked it lingering there for ever, and the trial's restart never went out.
+                    device.assigned.discard(trial_id)
                 if trial is None or not self._acts_on(device, event):
                     continue
                 if kind == EV_RESULT:
