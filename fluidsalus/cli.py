@@ -25,7 +25,7 @@ from fluidsalus.config import DEFAULT_STORAGE_PATH, STORAGE_PATH_ENV
 from fluidsalus.errors import ConfigError, StoreError
 from fluidsalus.inspect import DRIVER_GONE, DRIVER_GONE_HINT, open_readonly, shown_status
 from fluidsalus.result import _finite
-from fluidsalus.store import DB_FILENAME, ExperimentStore
+from fluidsalus.store import DB_FILENAME, FINAL_STATUSES, RUNNING, ExperimentStore
 
 EXIT_USAGE = 2
 #: The exit status after the reader of the output went away (``fluidsalus ls | head``): a shell's for SIGPIPE.
@@ -134,12 +134,15 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         try:
             with open_readonly(path) as store:
                 exp = store.experiment()
+                status = shown_status(exp["status"], path)
                 trials = store.trials()
                 counts: dict[str, int] = {}
                 for t in trials:
-                    counts[t.status] = counts.get(t.status, 0) + 1
-                summary = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items()))
-                rows.append((name, shown_status(exp["status"], path), f"{len(trials)} ({summary})" if trials else "0",
+                    # (the trials of an experiment that no driver runs run no more: a resume continues them)
+                    shown = t.status.lower() if t.status in FINAL_STATUSES or status == RUNNING else "unfinished"
+                    counts[shown] = counts.get(shown, 0) + 1
+                summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+                rows.append((name, status, f"{len(trials)} ({summary})" if trials else "0",
                              _best(store, exp["metric"], exp["mode"]), _duration(exp)))
         except StoreError as e:
             rows.append((name, "UNREADABLE", "-", str(e), "-"))

@@ -777,7 +777,7 @@ def _stats(device: str, kind: str | None, slots: int | None, device_seconds: flo
            lanes_peak: float, lanes_integral: float, lanes_time: float, waiting_peak: float, reserved_peak: float,
            used_peak: float, util: Sequence[float], mem_peak: float | None) -> DeviceStats:
     wasted = _waste(spans)
-    trials = len({s.trial_id for s in spans if not s.partial})  # (a data-parallel trial's workers' devices too)
+    trials = len({s.trial_id for s in spans})  # (a cut-short iteration too; a data-parallel trial's workers' devices)
     spans = [s for s in spans if s.counted]
     useful = [s for s in spans if s.useful]
     samples_all = [s.samples for s in spans if s.samples is not None]
@@ -897,23 +897,34 @@ class TimelineBin:
     goodput: float | None
 
 
-def timeline_bin_width(activity: Activity, bins: int = DEFAULT_TIMELINE_BINS) -> float:
-    """The bin width that cuts the whole run into ``bins`` bins (at least :data:`MIN_TIMELINE_BIN_S`)."""
-    start, end = activity.start, activity.end
+def timeline_bin_width(activity: Activity, bins: int = DEFAULT_TIMELINE_BINS,
+                       window: tuple[float, float] | None = None) -> float:
+    """The bin width that cuts the whole run, or ``window``, into ``bins`` bins (at least
+    :data:`MIN_TIMELINE_BIN_S`)."""
+    start, end = (activity.start, activity.end) if window is None else window
     if start is None or end is None:
         return MIN_TIMELINE_BIN_S
     return max((end - start) / bins, MIN_TIMELINE_BIN_S)
 
 
-def timeline(activity: Activity, bin_s: float | None = None) -> list[TimelineBin]:
+def timeline(activity: Activity, bin_s: float | None = None,
+             window: tuple[float, float] | None = None) -> list[TimelineBin]:
     """Goodput over time: per bin of ``bin_s`` seconds from the run's start, per device and in total.
 
     An iteration counts in the bin its report falls in; busy and device time are split across bins.
+
+    Args:
+        activity: The run's activity.
+        bin_s: The bins' width (default: the run, or the window, cut into :data:`DEFAULT_TIMELINE_BINS`).
+        window: Only ``(start, end)`` (absolute seconds, as :func:`summarize` takes it): the bins start there
+            and end there, and iterations reported outside it are left out. Default: the whole run.
     """
-    start, end = activity.start, activity.end
-    if start is None or end is None:
+    if activity.start is None or activity.end is None:
         return []
-    width = bin_s if bin_s is not None and bin_s > 0 else timeline_bin_width(activity)
+    start, end = (activity.start, activity.end) if window is None else (float(window[0]), float(window[1]))
+    if end <= start:
+        return []
+    width = bin_s if bin_s is not None and bin_s > 0 else timeline_bin_width(activity, window=(start, end))
     n = max(1, math.ceil((end - start) / width - 1e-9))
     edges = [(start + i * width, start + (i + 1) * width) for i in range(n)]
 
@@ -925,7 +936,8 @@ def timeline(activity: Activity, bin_s: float | None = None) -> list[TimelineBin
     for device in activity.devices:
         counts = [[0, 0] for _ in range(n)]
         for s in activity.spans:
-            if s.device == device and s.counted:
+            if s.device == device and s.counted and (window is None or start < s.end <= end
+                                                     or s.end == start <= activity.start):  # (as summarize's)
                 c = counts[index(s.end)]
                 c[0] += 1
                 c[1] += int(s.useful)

@@ -299,7 +299,7 @@ class Report:
         self.trial_rows = trial_rows
         self.activity = activity
         self.summary = summary
-        self.timeline_bins = gp.timeline(activity, bin_s)
+        self.timeline_bins = gp.timeline(activity, bin_s, (summary.start, summary.end))
         self._frames: dict[str, pd.DataFrame] = {}
 
     def __repr__(self) -> str:

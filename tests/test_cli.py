@@ -49,7 +49,10 @@ def test_a_running_experiment_whose_driver_was_killed_shows_as_driver_gone(tmp_p
         f"""
         import time
         from fluidsalus.store import DriverLock, ExperimentStore
-        lock = DriverLock.acquire(ExperimentStore.create({str(exp)!r}, "killed", {{}}, "acc", "max").experiment_dir)
+        store = ExperimentStore.create({str(exp)!r}, "killed", {{}}, "acc", "max")
+        lock = DriverLock.acquire(store.experiment_dir)
+        store.add_trials([("t0", 0, {{}}), ("t1", 1, {{}})])
+        store.update_trial("t0", status="RUNNING")
         print("ready", flush=True)
         time.sleep(600)
         """
@@ -61,16 +64,17 @@ def test_a_running_experiment_whose_driver_was_killed_shows_as_driver_gone(tmp_p
         assert proc.stdout.readline().strip() == "ready"  # type: ignore[union-attr]
         assert main(["ls", str(tmp_path)]) == 0
         (row,) = capsys.readouterr().out.splitlines()[1:]
-        assert row.split()[:2] == ["killed", "RUNNING"]  # its driver lives
+        assert re.split(r"\s{2,}", row)[:3] == ["killed", "RUNNING", "2 (1 pending, 1 running)"]  # its driver lives
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     assert main(["ls", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert re.split(r"\s{2,}", out.splitlines()[1])[:2] == ["killed", DRIVER_GONE] and "resume=True" in out
+    assert re.split(r"\s{2,}", out.splitlines()[1])[:3] == ["killed", DRIVER_GONE, "2 (2 unfinished)"]
+    assert "resume=True" in out  # (its trials run no more: a resume continues them)
     assert main(["inspect", str(exp)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"experiment killed ({DRIVER_GONE}") and "0 unfinished" in out and "resume=True" in out
+    assert out.startswith(f"experiment killed ({DRIVER_GONE}") and "2 unfinished" in out and "resume=True" in out
     assert main(["inspect", str(exp), "--json"]) == 0
     experiment = json.loads(capsys.readouterr().out)["experiment"]
     assert experiment["status"] == "RUNNING" and experiment["driver_gone"] is True  # (the stored status stays)

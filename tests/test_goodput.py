@@ -162,6 +162,19 @@ def test_timeline_bins(activity):
     assert len(gp.timeline(activity)) == 2 * gp.DEFAULT_TIMELINE_BINS  # the device and the totals
 
 
+def test_timeline_bins_of_a_window_cover_only_the_window(activity):
+    """``inspect --start/--end`` cut every figure but the timeline, which still covered the whole run, in bins
+    as wide as the whole run's (a helper's audit)."""
+    bins = [b for b in gp.timeline(activity, bin_s=1.0, window=(102.0, 104.0)) if b.device == DEV]
+    assert [(b.start, b.end) for b in bins] == [(102, 103), (103, 104)]
+    whole = {b.start: b for b in gp.timeline(activity, bin_s=1.0) if b.device == DEV}
+    assert [b.iterations for b in bins] == [whole[102].iterations, whole[103].iterations]
+    assert sum(b.iterations for b in bins) == 4  # those reported in (102, 104], as in the 2 s bin above
+    default = [b for b in gp.timeline(activity, window=(101.0, 107.0)) if b.device == DEV]  # (the run's: 8 s)
+    assert len(default) == gp.DEFAULT_TIMELINE_BINS and (default[0].start, default[-1].end) == pytest.approx(
+        (101.0, 107.0))
+
+
 def test_other_waste_causes_and_stopped_trials_stay_useful():
     events = [
         ev(0.0, "device_start", kind="cpu", slots=1),
@@ -245,6 +258,16 @@ def test_results_without_lane_events_still_count():
     d = gp.summarize(act).devices[0]
     assert d.device == gp.UNKNOWN_DEVICE and d.iterations == 2 and d.busy_s == pytest.approx(2.0)
     assert d.lanes_peak == 0 and d.switches == 0 and d.switch_latency_ms_p50 is None
+
+
+def test_a_trial_that_failed_before_its_first_report_counts_among_its_devices_trials():
+    """Its cut-short iteration kept the device busy, and wasted, but the device showed 0 trials (a helper's
+    audit: every trial of the run raised before reporting, each device 92% busy with ``trials=0``)."""
+    events = [ev(0.0, "device_start", kind="cpu", slots=1), ev(0.5, "trial_start", "F", attempt=0),
+              ev(1.5, "trial_end", "F", attempt=0, outcome="errored", error="ValueError: no")]
+    d = gp.summarize(gp.build_activity([], events, finished_at=2.0)).devices[0]
+    assert d.iterations == 0 and d.busy_s == pytest.approx(1.0) and d.wasted["failed"].partial == 1
+    assert d.trials == 1
 
 
 def test_malformed_events_are_skipped():
