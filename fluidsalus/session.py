@@ -21,6 +21,7 @@ import socket
 import sys
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -302,6 +303,26 @@ def check_sendable(metrics: Mapping[str, Any]) -> None:
                                 "objects that pickle") from None
 
 
+
+def _engine_checkpoint(checkpoint: Any) -> Checkpoint | None:
+    """``report``'s checkpoint as fluidsalus's: Ray's ``Checkpoint`` (``from ray.tune import Checkpoint`` left
+    unchanged, with fluidsalus's ``report``) is translated, with a warning that names the import to change.
+
+    Raises:
+        TypeError: It is neither (its type named).
+        ConfigError: Ray's checkpoint is not a local folder.
+    """
+    if checkpoint is None or isinstance(checkpoint, Checkpoint):
+        return checkpoint
+    if type(checkpoint).__module__.startswith("ray.") and type(checkpoint).__name__ == "Checkpoint":
+        from fluidsalus.gpu.ray_session import _as_fluidsalus_checkpoint
+
+        warnings.warn("report(checkpoint=...) got Ray's Checkpoint; it was translated. Change the import "
+                      "`from ray.tune import Checkpoint` (or `ray.train`) to `from fluidsalus.tune import "
+                      "Checkpoint` (or `fluidsalus.train`).", stacklevel=3)
+        return _as_fluidsalus_checkpoint(checkpoint)
+    raise TypeError(f"report(checkpoint=...): expected a fluidsalus.Checkpoint, got {type(checkpoint).__name__}")
+
 class TrialSession:
     """The per-trial state behind the session functions.
 
@@ -536,6 +557,7 @@ class TrialSession:
             raise TypeError(f"report(metrics=...): metrics must be a dict, got {type(metrics).__name__}")
         self._check_live("report")
         check_sendable(metrics)
+        checkpoint = _engine_checkpoint(checkpoint)
         now = time.time()
         self.iteration += 1
         this_iteration = now - self._last
@@ -560,10 +582,6 @@ class TrialSession:
         self._last = now
         self._last_time_total = result["time_total_s"]
         if checkpoint is not None:
-            if not isinstance(checkpoint, Checkpoint):
-                raise TypeError(
-                    f"report(checkpoint=...): expected a fluidsalus.Checkpoint, got {type(checkpoint).__name__}"
-                )
             self._keep(checkpoint, result)
         # The run's stop rule sees every result (as Ray Tune's stoppers do), even one the driver stops the trial
         # at anyway: a trial stopped for a move that also met the rule there is finished, not moved.

@@ -83,6 +83,31 @@ def test_ray_tune_report_checkpoint_and_context_reach_the_trial_with_one_warning
     assert forwarded == ["ray.tune.get_checkpoint", "ray.tune.get_context().get_trial_name", "ray.tune.report"]
 
 
+def _rays_checkpoint_to_fluidsalus_report(config):
+    """``from fluidsalus import tune`` changed, ``from ray.tune import Checkpoint`` left (Ray's own
+    ``hyperband_function_example.py`` so changed by a helper: every trial failed)."""
+    from fluidsalus import tune
+
+    for step in range(2):
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "state.json"), "w") as f:
+                json.dump({"step": step}, f)
+            tune.report({"score": step}, checkpoint=ray_tune.Checkpoint.from_directory(folder))
+
+
+def test_rays_checkpoint_given_to_fluidsalus_report_is_translated_with_a_warning_naming_the_import(tmp_path):
+    """It failed the trial: ``TypeError: report(checkpoint=...): expected a fluidsalus.Checkpoint, got
+    Checkpoint``, naming neither Ray nor the import (Ray's own report, forwarded, took it)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        events = _run(_rays_checkpoint_to_fluidsalus_report, tmp_path)
+    end = next(e for e in events if e[0] == EV_END)
+    assert end[4] == OUT_COMPLETED, end[5:]
+    assert len([d for d in os.listdir(tmp_path / "t0") if d.startswith("checkpoint_")]) == 2
+    texts = [str(w.message) for w in caught if "Ray's Checkpoint" in str(w.message)]
+    assert texts and "from fluidsalus.tune import Checkpoint" in texts[0]
+
+
 #: A helper of Ray's own (as ``ray.air.integrations.mlflow.setup_mlflow`` is): its module's name starts with "ray.".
 _RAYS_OWN_HELPER = compile("def trial_id():\n    return ray_tune.get_context().get_trial_id()\n",
                            "<ray helper>", "exec")
