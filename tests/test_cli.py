@@ -80,6 +80,18 @@ def test_a_running_experiment_whose_driver_was_killed_shows_as_driver_gone(tmp_p
     assert experiment["status"] == "RUNNING" and experiment["driver_gone"] is True  # (the stored status stays)
 
 
+def test_python_dash_m_fluidsalus_is_the_command_line(tmp_path):
+    """Without the console script on PATH (a checkout not installed): it said "'fluidsalus' is a package and cannot
+    be directly executed"."""
+    path = os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-m", "fluidsalus", "ls", str(tmp_path)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": path}, timeout=120)
+    assert done.returncode == 0 and "no experiments" in done.stdout, done.stderr
+    done = subprocess.run([sys.executable, "-m", "fluidsalus", "ls", str(tmp_path / "nope")], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": path}, timeout=120)
+    assert done.returncode == EXIT_USAGE and done.stderr.startswith("fluidsalus: ")
+
+
 def test_ls_on_a_missing_folder_exits_2_with_one_line(tmp_path, capsys):
     assert main(["ls", str(tmp_path / "nope")]) == EXIT_USAGE
     err = capsys.readouterr().err
