@@ -1159,6 +1159,17 @@ def test_a_class_trainables_last_row_is_done_as_in_ray(ray_cluster, storage: str
     assert result.checkpoint is not None and int(result.checkpoint.path[-6:]) == 3  # saved at its end, as before
 
 
+def _reports_accuracy(config):
+    tune.report({"accuracy": config["x"]})
+
+
+def test_a_wrong_metric_name_lists_only_what_the_trainable_reported(ray_cluster, storage: str) -> None:
+    """The list named ``experiment_tag`` too, a key the front end adds to every result (a helper's new-user
+    walkthrough), as if the trainable had reported it."""
+    with pytest.raises(ConfigError, match=r"metric='acc' is not in the results: trial \w+ reported \['accuracy'\]\."):
+        _run(_reports_accuracy, storage, {"x": 1}, metric="acc", mode="max")
+
+
 def _reports_once_tuner_state_is_saved(config):
     """Reports whether ``tuner.pkl`` appeared in its experiment folder within ``wait_s``, before any result."""
     from fluidsalus import train

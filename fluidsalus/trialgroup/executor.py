@@ -2085,7 +2085,9 @@ class Executor:
         if value is None and metric not in result:
             if self._lenient_metric:
                 return
-            reported = sorted(k for k in result if k not in AUTO_RESULT_KEYS)
+            added = self.trials[trial_id].extras or {}  # (the front end's keys, Ray Tune's experiment_tag: not the
+            # trainable's)
+            reported = sorted(k for k in result if k not in AUTO_RESULT_KEYS and k not in added)
             returned = (f" (a trainable that returns or yields a number reports it as {DEFAULT_METRIC!r}, as in Ray "
                         "Tune: report a dict to name it)" if reported == [DEFAULT_METRIC] else "")
             raise ConfigError(
