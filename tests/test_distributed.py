@@ -154,6 +154,12 @@ def test_data_parallel_marks_the_trainable_and_validates_workers():
         distributed.data_parallel(42, workers=2)
     with pytest.raises(TypeError):
         distributed.data_parallel(f, 2)  # workers is keyword-only
+    assert distributed.data_parallel_timeout(f) is None  # (the device's default)
+    distributed.data_parallel(f, workers=2, timeout_s=20)
+    assert distributed.data_parallel_timeout(f) == 20.0 and distributed.data_parallel_workers(f) == (1, 2)
+    for bad in (0, -5, float("inf"), float("nan"), "60", True):
+        with pytest.raises(ConfigError, match=r"timeout_s must be a positive number of seconds.*got"):
+            distributed.data_parallel(f, workers=2, timeout_s=bad)
 
 
 def test_shard_takes_every_kth_item_from_the_rank():
@@ -487,6 +493,21 @@ def test_rank_0_told_that_a_worker_died_with_its_device_ends_without_waiting_for
     assert time.time() - started < SHORT_TIMEOUT_S / 3  # not the rendezvous timeout
     assert [e[4] for e in events[0] if e[0] == EV_END] == [OUT_COMPLETED]  # rank 0's own end, as it was
     _RELEASE.set()
+    hosts[1].stop(["t0"])
+    _poll_until(hosts, events, _ended, "the worker's end")
+
+
+def test_a_hung_worker_fails_the_trial_within_the_timeout_its_trainable_declared(tmp_path):
+    """``data_parallel(..., timeout_s=...)``: the trainable's own rendezvous timeout, in place of the device's
+    (``fluidsalus.run`` and the Tune front end take none: a hung rank held its trial for the default 300 s)."""
+    trainable = distributed.data_parallel(lambda config: _collective_trainable(config), workers=2,
+                                          timeout_s=HANG_TIMEOUT_S)
+    started = time.time()
+    hosts, events = _run_ranks(trainable, tmp_path, 2, {"iterations": 6, "hang_rank": 1, "hang_at": 1})
+    _poll_until(hosts, events, lambda evs: any(e[0] == EV_END for e in evs[0]), "rank 0's end")
+    end = next(e for e in events[0] if e[0] == EV_END)
+    assert end[4] == OUT_ERRORED and "rank 1 to end" in end[5], end[5]
+    assert 2 * HANG_TIMEOUT_S <= time.time() - started < SHORT_TIMEOUT_S  # the device's timeout is SHORT_TIMEOUT_S
     hosts[1].stop(["t0"])
     _poll_until(hosts, events, _ended, "the worker's end")
 

@@ -28,6 +28,7 @@ from fluidsalus.distributed._common import (
     POLL_MIN_S,
     DataParallelError,
     data_parallel,
+    data_parallel_timeout,
     data_parallel_workers,
     free_port,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "all_reduce",
     "barrier",
     "data_parallel",
+    "data_parallel_timeout",
     "data_parallel_workers",
     "distributed_sampler",
     "free_port",

@@ -8,16 +8,17 @@ from typing import Any, TypeVar
 
 from fluidsalus.errors import ConfigError, FluidsalusError
 
-#: The attribute :func:`data_parallel` sets on a trainable: ``{"min_workers": a, "max_workers": b}``. The
-#: executor reads it to know how many devices (ranks) it may give each trial of that trainable.
+#: The attribute :func:`data_parallel` sets on a trainable: ``{"min_workers": a, "max_workers": b}``, and
+#: ``"timeout_s"`` when it sets one. The executor reads it to know how many devices (ranks) it may give each trial
+#: of that trainable; each rank's device, for the rendezvous timeout.
 DATA_PARALLEL_ATTR = "_fluidsalus_data_parallel"
 
 #: Seconds any rank of a data-parallel trial waits for its peers before it fails: to rendezvous, in one
 #: collective (gloo/nccl timeout), for rank 0's decision at a ``report()``, and, on rank 0, for the workers
 #: to end. Five minutes is far above a healthy wait (a peer's iteration tail, a checkpoint write, a lane
 #: turn) and short enough that a dead or hung peer surfaces as an error within minutes instead of torch's
-#: default 30. A run sets it with ``HostSettings.distributed_timeout_s``; a trainable may pass
-#: ``init_process_group(timeout_s=...)`` for its collectives.
+#: default 30. A trainable sets its own with ``data_parallel(..., timeout_s=...)`` (a device's default is
+#: ``HostSettings.distributed_timeout_s``), and may pass ``init_process_group(timeout_s=...)`` for its collectives.
 DEFAULT_TIMEOUT_S = 300.0
 
 #: First pause between two looks at the rendezvous store while a rank waits for a peer's key (seconds).
@@ -43,8 +44,8 @@ class DataParallelError(FluidsalusError, RuntimeError):
     """A rank of a data-parallel trial failed, or waited longer than the rendezvous timeout for a peer."""
 
 
-def data_parallel(trainable: _Trainable | None = None, *, workers: int | tuple[int, int]
-                  ) -> _Trainable | Callable[[_Trainable], _Trainable]:
+def data_parallel(trainable: _Trainable | None = None, *, workers: int | tuple[int, int],
+                  timeout_s: float | None = None) -> _Trainable | Callable[[_Trainable], _Trainable]:
     """Declare that a trainable can run data-parallel on several devices (one rank per device).
 
     The planner gives such a trial between ``min_workers`` and ``max_workers`` whole devices when it has
@@ -58,21 +59,28 @@ def data_parallel(trainable: _Trainable | None = None, *, workers: int | tuple[i
         trainable: The function trainable ``f(config)``; omit it to get a decorator.
         workers: The number of devices (ranks) a trial may run on: an int ``k`` (any of 1..k) or a pair
             ``(min_workers, max_workers)`` with ``1 <= min_workers <= max_workers``.
+        timeout_s: How long a rank waits for its peers, in seconds (the rendezvous, each collective unless
+            ``init_process_group(timeout_s=...)`` says otherwise, a worker's wait for rank 0's decision, rank 0's
+            wait for its workers to end): a hung rank fails its trial within about twice this. Default
+            :data:`DEFAULT_TIMEOUT_S`.
 
     Returns:
         The same trainable, marked with the attribute :data:`DATA_PARALLEL_ATTR`
-        (``{"min_workers": a, "max_workers": b}``), or a decorator that marks it.
+        (``{"min_workers": a, "max_workers": b}``, and ``"timeout_s"`` when given), or a decorator that marks it.
 
     Raises:
-        ConfigError: When ``workers`` is not a positive int or an ordered pair of them, or ``trainable`` is
-            not callable.
+        ConfigError: When ``workers`` is not a positive int or an ordered pair of them, ``timeout_s`` is not a
+            positive number of seconds, or ``trainable`` is not callable.
     """
     low, high = _check_workers(workers)
+    declared: dict[str, Any] = {"min_workers": low, "max_workers": high}
+    if timeout_s is not None:
+        declared["timeout_s"] = _check_timeout(timeout_s)
 
     def mark(fn: _Trainable) -> _Trainable:
         if not callable(fn) or isinstance(fn, type):
             raise ConfigError(f"data_parallel: trainable must be a function f(config); got {type(fn).__name__}")
-        setattr(fn, DATA_PARALLEL_ATTR, {"min_workers": low, "max_workers": high})
+        setattr(fn, DATA_PARALLEL_ATTR, dict(declared))
         return fn
 
     return mark if trainable is None else mark(trainable)
@@ -84,6 +92,20 @@ def data_parallel_workers(trainable: Any) -> tuple[int, int] | None:
     if spec is None:
         return None
     return int(spec["min_workers"]), int(spec["max_workers"])
+
+
+def data_parallel_timeout(trainable: Any) -> float | None:
+    """The rendezvous timeout a trainable declared with :func:`data_parallel` (``timeout_s``), or None."""
+    spec = getattr(trainable, DATA_PARALLEL_ATTR, None)
+    value = spec.get("timeout_s") if isinstance(spec, dict) else None
+    return None if value is None else float(value)
+
+
+def _check_timeout(timeout_s: Any) -> float:
+    if isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool) and 0 < timeout_s < float("inf"):
+        return float(timeout_s)
+    raise ConfigError(f"data_parallel: timeout_s must be a positive number of seconds (or None for the default "
+                      f"{DEFAULT_TIMEOUT_S:g}); got {timeout_s!r}")
 
 
 def _check_workers(workers: Any) -> tuple[int, int]:

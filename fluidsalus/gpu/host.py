@@ -42,6 +42,7 @@ from typing import Any
 
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.distributed._common import DEFAULT_TIMEOUT_S as DEFAULT_DISTRIBUTED_TIMEOUT_S
+from fluidsalus.distributed._common import data_parallel_timeout
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu import lanes as ln
 from fluidsalus.gpu import memory as mem
@@ -1069,7 +1070,8 @@ class DeviceHost:
             self._configure_torch()
             os.makedirs(spec.trial_dir, exist_ok=True)
             if spec.world_size > 1:  # a rank of a data-parallel trial meets the others first
-                ranks = session.ranks = _open_rendezvous(spec, self.settings, session.stop_requested)
+                ranks = session.ranks = _open_rendezvous(spec, self.settings, session.stop_requested,
+                                                         data_parallel_timeout(self._trainable))
             self._acquire(spec.trial_id)
             if self._running[spec.trial_id].withdrawn:
                 raise _Withdrawn()
@@ -1267,13 +1269,16 @@ def _reachable_bytes() -> int:
     return mem.persistent_bytes(modules, optimizers, tensors)
 
 
-def _open_rendezvous(spec: TrialSpec, settings: HostSettings, stop_requested: threading.Event) -> Any:
+def _open_rendezvous(spec: TrialSpec, settings: HostSettings, stop_requested: threading.Event,
+                     timeout_s: float | None = None) -> Any:
     """Connect one rank of a data-parallel trial to its peers (imports torch, which such a trial needs); a worker
-    still waiting for rank 0 ends with StopTrial once ``stop_requested`` is set."""
+    still waiting for rank 0 ends with StopTrial once ``stop_requested`` is set. ``timeout_s``: the trainable's
+    own (``data_parallel(..., timeout_s=...)``), else the device's ``distributed_timeout_s``."""
     from fluidsalus.distributed._rendezvous import Rendezvous
 
     return Rendezvous(spec.rendezvous, spec.rank, spec.world_size, f"{spec.trial_id}/{spec.attempt}",
-                      settings.distributed_timeout_s, settings.device, cancelled=stop_requested)
+                      settings.distributed_timeout_s if timeout_s is None else timeout_s, settings.device,
+                      cancelled=stop_requested)
 
 
 def _is_out_of_memory(error: BaseException) -> bool:
