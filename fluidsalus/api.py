@@ -3,13 +3,16 @@
 Everything is checked before any trial starts and before anything is written: a bad argument raises one
 :class:`ConfigError` naming it, and leaves no experiment folder behind. A metric that no trial reports can
 only be seen once the first result arrives; that also raises a ConfigError, and the half-run experiment is
-removed. A result that breaks such a rule after others kept it (a metric or stop key a late result leaves out)
-raises the same error but keeps the experiment, marked ERROR: what the run did is not thrown away.
+removed, as is one that any error ended before its first trial was made (a hook that raised, no device actor
+starting): the same name then runs once the input is fixed. A result that breaks such a rule after others kept
+it (a metric or stop key a late result leaves out) raises the same error but keeps the experiment, marked
+ERROR: what the run did is not thrown away.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime
 import logging
 import os
@@ -104,7 +107,7 @@ def run(
         trainable: A function ``f(config)`` that calls :func:`fluidsalus.report` once per iteration (or
             returns / yields a dict or a number, as in Ray Tune).
         config: The search space: constants, domains (``uniform(0, 1)``, ``choice([...])``, ...) and
-            ``grid_search([...])``, possibly nested.
+            ``grid_search([...])``, possibly nested. None or ``{}``: ``num_samples`` trials of ``{}`` (Ray's).
         num_samples: Samples per grid point; -1 samples until the run is stopped, which needs ``time_budget_s``
             or a ``stop`` Stopper with ``stop_all()``, unless ``searcher`` may end the search itself
             (``BaseSearcher.ends_itself``: a Ray Tune search algorithm of the user's own that returns ``FINISHED``).
@@ -197,7 +200,8 @@ def run(
     trainable_name = _check_trainable(trainable)
     for field_name, value, form in (("trial_dirname", trial_dirname, "f(trial_id, config) -> str"),
                                     ("trial_name", trial_name, "f(trial_id) -> str | None"),
-                                    ("result_extras", result_extras, "f(seq, config) -> dict")):
+                                    ("result_extras", result_extras, "f(seq, config) -> dict"),
+                                    ("call_handler", call_handler, "f(trial_id, name, args) -> answer")):
         if value is not None and not callable(value):
             raise ConfigError(f"{field_name} must be None or a callable {form} (got {type(value).__name__})")
     run_callbacks = _check_callbacks(callbacks)  # (checked before the store is made: a bad one left it RUNNING)
@@ -210,10 +214,11 @@ def run(
         )
     if searcher is None:
         try:
-            sp.validate_space(space)
+            sp.validate_space(space, allow_empty=True)  # ({}: num_samples trials of the empty config, as in Ray)
         except SpaceError as e:  # (named as every other bad argument is)
             raise SpaceError(f"config: {e}") from None
         space = dict(space)
+        _check_copyable(space)
         searcher = RandomSearch(space, num_samples=spec.num_samples, seed=spec.seed)
     elif not isinstance(searcher, BaseSearcher):
         raise ConfigError(f"searcher: must be a fluidsalus BaseSearcher, got {type(searcher).__name__}")
@@ -368,7 +373,8 @@ def _execute(spec: RunSpec, payload: bytes, searcher: BaseSearcher, store: Exper
 
     Raises:
         ConfigError: A rule the results must keep was broken (the metric or a stop key left out). The experiment
-            made here is removed when no result was acknowledged yet; else it is kept, marked ERROR.
+            made here is removed when no result was acknowledged yet; else it is kept, marked ERROR. Another
+            error removes it too when it holds no trial yet.
         KeyboardInterrupt: The run was interrupted (the experiment is marked INTERRUPTED).
     """
     exp_dir = settings.experiment_dir
@@ -382,8 +388,11 @@ def _execute(spec: RunSpec, payload: bytes, searcher: BaseSearcher, store: Exper
         store.close()
         raise
     except BaseException as e:
-        if isinstance(e, ConfigError) and created_here and not (executor and executor.results_acknowledged):
-            store.close()  # (a typo in the metric: nothing worth keeping)
+        if created_here and not (executor and executor.results_acknowledged) and (
+                isinstance(e, ConfigError) or _holds_no_trial(store)):
+            # Nothing worth keeping (a typo in the metric; an error before any trial was made: a searcher or a
+            # trial_dirname that raised): the experiment goes, so the same name runs once the input is fixed.
+            store.close()
             shutil.rmtree(exp_dir, ignore_errors=True)
             raise
         # Any other error, a late result breaking a rule the earlier ones kept included: what the run did is kept.
@@ -398,6 +407,31 @@ def _execute(spec: RunSpec, payload: bytes, searcher: BaseSearcher, store: Exper
     if spec.verbose >= 1:
         _print_summary(grid, exp_dir, time.time() - started, spec.metric, spec.mode)
     return grid
+
+
+def _holds_no_trial(store: ExperimentStore) -> bool:
+    """Whether the store holds no trial yet (False when it cannot tell: the store may be what failed)."""
+    try:
+        return not store.trials()
+    except Exception:  # noqa: BLE001 - keep what cannot be read
+        return False
+
+
+def _check_copyable(space: Mapping[str, Any]) -> None:
+    """Each value of the search space must copy (the default searcher deep-copies the space) and so go to the
+    devices: checked before the store is made, naming the parameter (it was a bare ``TypeError`` from the first
+    sampling, which left an experiment of no trial behind).
+
+    Raises:
+        ConfigError: A value cannot be copied.
+    """
+    for path, value in sp.flatten_space(dict(space), strict=False).items():
+        try:
+            copy.deepcopy(value)
+        except Exception as e:  # noqa: BLE001 - copying can fail with any exception type
+            raise ConfigError(f"config: the value of {path!r} ({type(value).__name__}) cannot be copied to send it to "
+                              f"the trials ({type(e).__name__}: {e}); create such objects (locks, open files, "
+                              "clients) inside the trainable instead") from None
 
 
 def _with_searchers_metric(spec: RunSpec, searcher: BaseSearcher) -> RunSpec:

@@ -44,6 +44,20 @@ def _whole_number(value: Any) -> Any:
 Int = Annotated[int, BeforeValidator(_whole_number)]
 
 
+def _real_number(value: Any) -> Any:
+    """A float setting takes a number (an int, a NumPy float too), not a str or a bool that pydantic would coerce
+    (``time_budget_s="10"`` ran with 10 s, ``quantum_ms=True`` with 1 ms)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError("must be a number")
+    if value != value:  # noqa: PLR0124 - NaN, which no setting means
+        raise ValueError("Input should be a finite number")
+    return value
+
+
+#: A float setting (see :func:`_real_number`).
+Float = Annotated[float, BeforeValidator(_real_number)]
+
+
 class RunSpec(BaseModel):
     """The scalar settings of one run. Each field's constraint is its documentation."""
 
@@ -60,23 +74,23 @@ class RunSpec(BaseModel):
     max_concurrent_trials: Int | None = Field(None, ge=1)
     max_failures: Int = Field(0, ge=-1, description="Retries of a failing trial; -1 retries forever (Ray).")
     lane_policy: Literal["fifo", "fair", "rr", "pack", "srtf", "priority"] = "fifo"
-    quantum_ms: float = Field(DEFAULT_QUANTUM_MS, ge=0)
-    time_budget_s: float | None = Field(None, gt=0)
+    quantum_ms: Float = Field(DEFAULT_QUANTUM_MS, ge=0)
+    time_budget_s: Float | None = Field(None, gt=0)
     fail_fast: StrictBool | Literal["raise"] = False
     checkpoint_num_to_keep: Int | None = Field(None, ge=1)
     checkpoint_score_attribute: str | None = None
     checkpoint_score_order: Literal["max", "min"] = "max"
     verbose: Int = Field(1, ge=0, le=3)
-    resume: bool = False
+    resume: StrictBool = False
     address: str | None = Field(None, description="Ray cluster to connect to when Ray is not yet initialised.")
     memory_mode: Literal["caching", "arena", "auto"] = Field(
         DEFAULT_MEMORY_MODE, description="How GPU devices know and bound trial memory (fluidsalus.gpu.arena)."
     )
-    gpu_per_trial: float | None = Field(
+    gpu_per_trial: Float | None = Field(
         None, gt=0, allow_inf_nan=False,
         description="Share of a device one trial is expected to need: the planner's prior, not a hard share.",
     )
-    cpus_per_trial: float | None = Field(
+    cpus_per_trial: Float | None = Field(
         None, ge=1 / RESOURCE_UNITS, allow_inf_nan=False,
         description="CPU cores one trial asks for: a device of c cores runs at most floor(c / cpus_per_trial).",
     )

@@ -240,7 +240,9 @@ class _Unpicklable:
     ("kwargs", "message"),
     [
         (dict(metric="score", mode="maximize"), r"mode: Input should be 'min' or 'max'.*'maximize'"),
-        (dict(config={}), "config: the search space is empty"),  # (it named no argument)
+        (dict(config={"x": 0.5, "lock": threading.Lock()}),  # (a bare TypeError at the first sampling, and an
+         # experiment of no trial left, which refused the fixed run's name)
+         r"config: the value of 'lock' \(lock\) cannot be copied to send it to the trials"),
         (dict(config=[1, 2]), "config: the search space must be a dict"),
         (dict(config={"x": {"grid_search": []}}), "grid_search"),
         (dict(num_samples=0), r"num_samples must be >= 1, or -1"),
@@ -259,6 +261,11 @@ class _Unpicklable:
         (dict(num_samples="4"), r"num_samples: must be an int \(got '4'\)"),
         (dict(max_failures=True), r"max_failures: must be an int \(got True\)"),
         (dict(devices=2.0), r"devices: must be an int \(got 2.0\)"),
+        (dict(time_budget_s="10"), r"time_budget_s: must be a number \(got '10'\)"),  # (ran with 10 s)
+        # (a str: "no" ran as False, "yes" as True)
+        (dict(resume="no"), r"resume: Input should be a valid boolean \(got 'no'\)"),
+        (dict(call_handler=5), r"call_handler must be None or a callable"),
+        (dict(searcher="MedianStopping(5)"), r"searcher: must be a fluidsalus BaseSearcher, got str"),
         # (each failed every trial at its first result, in the device's comparison)
         (dict(stop={"training_iteration": "2"}), r"stop: the threshold of 'training_iteration' must be a number, "
                                                  r"got '2' \(str\)"),
@@ -275,6 +282,37 @@ def test_bad_input_is_refused_before_anything_is_written(storage, kwargs, messag
     with pytest.raises(ConfigError, match=message):
         fluidsalus.run(args.pop("trainable"), args.pop("config"), **args)
     assert not os.path.exists(storage) or os.listdir(storage) == []
+
+
+def _constant(config):
+    fluidsalus.report({"score": len(config)})
+
+
+def _raises(*args):
+    raise ValueError("the user's own function failed")
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), [
+    (dict(trial_dirname=_raises), ValueError, "the user's own function failed"),
+    (dict(result_extras=lambda seq, config: ["tag"]), ConfigError, r"result_extras must return a dict of str keys"),
+    (dict(result_extras=lambda seq, config: {1: 2}), ConfigError, r"result_extras must return a dict of str keys"),
+    (dict(trial_name=lambda trial_id: 5), ConfigError, r"trial_name must return a str .* got 5"),
+])
+def test_an_error_before_any_trial_was_made_leaves_no_experiment_behind(storage, kwargs, error, message):
+    """Such an error (the user's hook raising, or answering what it may not) left an experiment of no trial,
+    marked ERROR, and a fixed run under the same name was refused: "an experiment named ... already exists"."""
+    with pytest.raises(error, match=message):
+        fluidsalus.run(_constant, {"x": 1}, storage_path=storage, name="hooked", verbose=0, **kwargs)
+    assert not os.path.exists(os.path.join(storage, "hooked"))
+    grid = fluidsalus.run(_constant, {"x": 1}, storage_path=storage, name="hooked", verbose=0)
+    assert grid[0].metrics["score"] == 1
+
+
+def test_a_run_without_a_config_runs_its_samples_of_the_empty_config_as_ray_does(storage):
+    """``config``'s own default (None), and ``{}``, were refused ("the search space is empty"): Ray Tune runs
+    ``num_samples`` trials of ``{}``, as the Tune front end here did."""
+    grid = fluidsalus.run(_constant, storage_path=storage, name="empty", verbose=0, num_samples=2)
+    assert [(r.config, r.metrics["score"], r.error) for r in grid] == [({}, 0, None), ({}, 0, None)]
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -1125,11 +1163,8 @@ def test_a_run_whose_device_actors_all_fail_to_start_says_why_and_leaves_no_acto
                        storage_path=storage, name="unloadable", verbose=0)
     assert "\x1b" not in str(raised.value)  # Ray's terminal colour codes are left out
     assert cpus_free_within(2, timeout_s=10), "a device actor of the failed run still holds a core"
-    reader = ExperimentStore.open(os.path.join(storage, "unloadable"), readonly=True)
-    try:
-        assert reader.experiment()["status"] == "ERROR"
-    finally:
-        reader.close()
+    # No trial was made: nothing is kept (it was, marked ERROR, and the same name was refused once it could run)
+    assert not os.path.exists(os.path.join(storage, "unloadable"))
 
 
 def test_a_device_whose_actor_fails_to_start_is_lost_and_the_run_goes_on_with_the_others(ray_cluster, storage,

@@ -229,6 +229,19 @@ def is_replayable(searcher: BaseSearcher) -> bool:
     return bool(getattr(searcher, "replayable", False)) and replay_breaker(type(searcher)) is None
 
 
+def check_inner(owner: str, inner: Any) -> BaseSearcher:
+    """A wrapper's ``inner`` must be a searcher (a number there failed only as the run began, with an
+    ``AttributeError`` about ``next_groups``).
+
+    Raises:
+        ConfigError: It is not a :class:`BaseSearcher`.
+    """
+    if not isinstance(inner, BaseSearcher):
+        raise ConfigError(f"{owner}: inner must be a fluidsalus searcher (a BaseSearcher: RandomSearch, GridSearch, "
+                          f"OptunaSearch, ...); got {type(inner).__name__}")
+    return inner
+
+
 class WrappingSearcher(BaseSearcher):
     """A searcher around another one, ``inner``, which makes the trials (repeats, a stopping rule, a scheduler of
     the user's own): what the wrapper does not change is ``inner``'s.

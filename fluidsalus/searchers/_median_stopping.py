@@ -29,7 +29,7 @@ import numpy as np
 
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers._asha import check_mode, check_name, is_number
-from fluidsalus.searchers._base import BaseSearcher, Decision, WrappingSearcher, is_replayable
+from fluidsalus.searchers._base import BaseSearcher, Decision, WrappingSearcher, check_inner, is_replayable
 from fluidsalus.trialgroup.trial import TrialGroup
 
 __all__ = ["MedianStopping", "median_says_stop"]
@@ -121,7 +121,7 @@ class MedianStopping(WrappingSearcher):
             raise ConfigError(f"{owner}: min_samples_required must be an int >= 1 (got {min_samples_required!r})")
         if not isinstance(hard_stop, bool):
             raise ConfigError(f"{owner}: hard_stop must be True or False (got {hard_stop!r})")
-        self.inner = inner
+        self.inner = check_inner(owner, inner)
         self.grace_period = float(grace_period)
         self.min_samples_required = min_samples_required
         self.hard_stop = hard_stop

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from fluidsalus.errors import ConfigError
-from fluidsalus.searchers._base import BaseSearcher, Decision, WrappingSearcher, is_replayable
+from fluidsalus.searchers._base import BaseSearcher, Decision, WrappingSearcher, check_inner, is_replayable
 from fluidsalus.trialgroup.trial import TrialGroup
 
 #: The config key that holds a repeat's index (0 .. repeat-1), Ray's ``ray.tune.search.repeater.TRIAL_INDEX``.
@@ -52,7 +52,7 @@ class RepeatSearcher(WrappingSearcher):
             raise ConfigError(f"Repeater: repeat must be an int >= 1 (got {repeat!r})")
         if not isinstance(metric, str) or not metric:
             raise ConfigError(f"Repeater: metric must be one result key, a str (got {metric!r})")
-        self.inner = inner
+        self.inner = check_inner("Repeater", inner)
         self.repeat = repeat
         self.metric = metric
         self.set_index = set_index

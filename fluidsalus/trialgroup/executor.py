@@ -1012,6 +1012,9 @@ class Executor:
                     shown = self.settings.trial_name(trial_id)
                     if isinstance(shown, str):
                         names[trial_id] = shown
+                    elif shown is not None:
+                        raise ConfigError(f"trial_name must return a str (the trial's name) or None (its id); got "
+                                          f"{shown!r} for trial {trial_id}")
                 self._dirnames.add(dirname)
                 new.append(Trial(
                     trial_id=trial_id,
@@ -1133,8 +1136,19 @@ class Executor:
             self._last_values.pop(trial_id, None)
 
     def _extras_of(self, seq: int, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The keys ``result_extras`` adds to the results of the trial of number ``seq``.
+
+        Raises:
+            ConfigError: It returned no dict of string keys.
+        """
         extras = self.settings.result_extras
-        return {} if extras is None else dict(extras(seq, config))
+        if extras is None:
+            return {}
+        added = extras(seq, config)
+        if not isinstance(added, Mapping) or not all(isinstance(k, str) for k in added):
+            raise ConfigError(f"result_extras must return a dict of str keys -> values to add to the trial's results; "
+                              f"got {added!r}")
+        return dict(added)
 
     def _set_extras(self, trial: Trial) -> None:
         if self.settings.result_extras is not None:
