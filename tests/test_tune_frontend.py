@@ -723,6 +723,29 @@ def test_a_fractional_cpu_request_runs_more_trials_at_once_on_each_core(ray_clus
         store.close()
 
 
+def _reports_its_gpus(config):
+    tune.report({"gpu": tune.get_context().get_trial_resources()["gpu"]})
+
+
+def test_a_request_of_several_gpus_per_trial_runs_on_one_device_and_says_so(ray_cluster, storage: str) -> None:
+    """Ray gives such a trial two GPUs (or never starts it where no node has them); here it ran on one device,
+    silently, while get_trial_resources() said 2 (a helper's side-by-side run)."""
+    with pytest.warns(UserWarning, match=r"each trial asks for 2 GPUs, but runs on one device .*data_parallel"):
+        _, grid = _run(tune.with_resources(_reports_its_gpus, {"cpu": 1, "gpu": 2}), storage, num_samples=1)
+    assert grid[0].metrics["gpu"] == 2.0 and grid[0].error is None
+
+
+def test_a_placement_group_factorys_extra_cpu_bundles_warn_that_they_keep_no_cores_for_the_trials_tasks() -> None:
+    """Ray keeps a factory's later bundles for the tasks a trial starts; here they are summed into the trial's
+    device, so such a task that asks for a CPU waited for ever, with no word (a helper's side-by-side run)."""
+    with pytest.warns(UserWarning, match=r"bundles after the first are not kept for Ray tasks.*num_cpus=0"):
+        tune.with_resources(_reports_its_gpus, tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 1}]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one bundle, or later bundles of no CPU: nothing to say
+        tune.with_resources(_reports_its_gpus, tune.PlacementGroupFactory([{"CPU": 1, "GPU": 1}]))
+        tune.with_resources(_reports_its_gpus, tune.PlacementGroupFactory([{"CPU": 1}, {"GPU": 1}]))
+
+
 def test_rays_own_with_parameters_and_with_resources_are_translated(ray_cluster, storage: str) -> None:
     def train(config, data=None):
         tune.report({"total": float(data.sum()), "gpu": tune.get_context().get_trial_resources()["gpu"]})

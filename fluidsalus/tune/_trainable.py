@@ -136,6 +136,20 @@ def _check_amount(key: str, value: Any) -> float:
     return amount
 
 
+#: Said when a placement group factory has CPUs in bundles after the first (Ray's way to reserve cores for the
+#: tasks and actors a trial starts).
+EXTRA_BUNDLES_WARNING = (
+    "fluidsalus.tune: a PlacementGroupFactory's bundles are summed into one request: the CPUs of the bundles after "
+    "the first are not kept for Ray tasks or actors the trial starts, as Ray keeps them. The run's device actors "
+    "hold the cores, so such a task that asks for a CPU waits until one is free, for as long as the run holds "
+    "them all. Start them with num_cpus=0, or use fluidsalus.run(..., devices=N) to leave cores free.")
+#: Said when a trial asks for more than one GPU.
+MANY_GPUS_WARNING = (
+    "fluidsalus.tune: each trial asks for {gpu:g} GPUs, but runs on one device (its CUDA_VISIBLE_DEVICES holds "
+    "one GPU; it is not kept from other trials), where Ray would give it {gpu:g} GPUs, or wait for them for ever "
+    "if no node has as many. A trial that trains on several GPUs: fluidsalus.distributed.data_parallel.")
+
+
 def normalize_resources(resources: Any) -> dict[str, float]:
     """A resource request as ``{name: amount}``: a dict, or a placement group factory's bundles summed.
 
@@ -155,6 +169,11 @@ def normalize_resources(resources: Any) -> dict[str, float]:
     """
     bundles = getattr(resources, "bundles", None)
     if bundles is not None and not isinstance(resources, Mapping):
+        if len(bundles) > 1 and any(_RESOURCE_ALIASES.get(str(k), str(k)) == "cpu" and v
+                                    for b in bundles[1:] for k, v in dict(b).items()):
+            import warnings
+
+            warnings.warn(EXTRA_BUNDLES_WARNING, UserWarning, stacklevel=3)
         total: dict[str, float] = {}
         for index, bundle in enumerate(bundles):
             for key, value in dict(bundle).items():

@@ -73,6 +73,7 @@ from fluidsalus.tune._interrupt import StopSignals
 from fluidsalus.tune._output import log_files
 from fluidsalus.tune._tags import TAG_KEY, Tagger
 from fluidsalus.tune._trainable import (
+    MANY_GPUS_WARNING,
     ClassOptions,
     adopt_ray_trainable,
     cpu_request,
@@ -733,6 +734,9 @@ class Tuner:
                           num_samples=sys.maxsize if endless else tune_config.num_samples,
                           total_num_samples=total_samples,
                           time_budget_s=tune_config.time_budget)
+        gpus = gpu_hint(entry.resources)
+        if gpus is not None and gpus > 1:
+            warnings.warn(MANY_GPUS_WARNING.format(gpu=gpus), UserWarning, stacklevel=2)
         signals = StopSignals()
         try:
             with signals:
