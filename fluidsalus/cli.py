@@ -84,6 +84,8 @@ def _find_target(target: str) -> tuple[str, str]:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    if args.target is None:
+        raise _UsageError("run: name what to run: an example (quickstart), path/to/script.py, or package.module")
     kind, what = _find_target(args.target)
     sys.argv = [what, *args.args]
     try:
@@ -206,7 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fluidsalus", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run an example by name, a .py file, or a module")
-    p_run.add_argument("target", help="example name (e.g. quickstart), path/to/script.py, or package.module")
+    p_run.add_argument("target", nargs="?", default=None,  # (required, checked in _cmd_run: argparse's own error
+                       # named the optional args as required too)
+                       help="example name (e.g. quickstart), path/to/script.py, or package.module")
     p_run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the target")
     p_run.set_defaults(func=_cmd_run)
     p_ls = sub.add_parser("ls", help="list the experiments in a storage path")

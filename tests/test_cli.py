@@ -124,6 +124,9 @@ def test_run_unknown_target_exits_2_and_names_examples(capsys):
     assert main(["run", "no_such_example_or_module"]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert "is not an example, a .py file or an importable module" in err and "quickstart" in err
+    assert main(["run"]) == EXIT_USAGE  # (argparse said "required: target, args": args is optional)
+    assert capsys.readouterr().err == ("fluidsalus: run: name what to run: an example (quickstart), "
+                                       "path/to/script.py, or package.module\n")
 
 
 def test_run_a_script_whose_fluidsalus_input_is_bad_says_so_in_one_line(tmp_path, capsys):
