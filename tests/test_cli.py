@@ -155,8 +155,8 @@ def test_run_a_folder_by_its_main_and_refuses_one_without(tmp_path, capsys):
 
 def test_run_of_a_package_without_main_or_a_file_that_is_not_python_is_one_line(tmp_path, capsys):
     """Both ended in a traceback (runpy's ImportError, the file's SyntaxError)."""
-    assert main(["run", "fluidsalus"]) == EXIT_USAGE
-    assert capsys.readouterr().err == ("fluidsalus: run: 'fluidsalus' is a package without a __main__ module; "
+    assert main(["run", "fluidsalus.tune"]) == EXIT_USAGE
+    assert capsys.readouterr().err == ("fluidsalus: run: 'fluidsalus.tune' is a package without a __main__ module; "
                                        "name one of its modules (package.module)\n")
     text = tmp_path / "notes.txt"
     text.write_text("root:x:0:0:root:/root:/bin/bash\n")
