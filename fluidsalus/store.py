@@ -378,6 +378,19 @@ def remove_store_files(db_path: str) -> None:
 _LOCK_LINE = re.compile(r"pid (\d+) on (\S+), since ")
 
 
+def _flock_held(path: str) -> bool:
+    """Whether a process of this kernel holds a ``flock`` on ``path`` (``/proc/locks`` lists it by device and
+    inode, for every pid namespace); False when that cannot be read."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return False
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    return any(" FLOCK " in line and key in line.split() for line in text.splitlines())
+
+
 class DriverLock:
     """The one driver that runs an experiment: an exclusive ``flock`` on :data:`LOCK_FILENAME` in its folder.
 
@@ -429,8 +442,9 @@ class DriverLock:
         A driver killed without its clean-up (SIGKILL, the kernel's out-of-memory killer, a crash) leaves its
         experiment ``RUNNING`` in the store and its line in the lock file (a driver that ends empties it). This
         tells such an experiment from one that runs, without touching the lock (taking it, even for a moment,
-        could refuse a driver starting then). It reads only the file: no process of this machine has the pid
-        the file names.
+        could refuse a driver starting then): the file names this machine, no process of this kernel holds a
+        ``flock`` on it (``/proc/locks``; a live driver in another pid namespace, such as a container that shares
+        the host's name, still holds it), and no process has the pid the file names.
 
         Args:
             experiment_dir: The experiment's folder.
@@ -439,12 +453,15 @@ class DriverLock:
             True when the file names a process of this machine that no longer exists; False when it names one
             that does (or whose pid another process took since), one of another machine, or nothing.
         """
+        path = os.path.join(experiment_dir, LOCK_FILENAME)
         try:
-            with open(os.path.join(experiment_dir, LOCK_FILENAME), encoding="utf-8", errors="replace") as f:
+            with open(path, encoding="utf-8", errors="replace") as f:
                 match = _LOCK_LINE.match(f.read())
         except OSError:
             return False
         if match is None or match.group(2) != socket.gethostname():
+            return False
+        if _flock_held(path):  # (held by a live process of this kernel, whatever its pid namespace)
             return False
         try:
             os.kill(int(match.group(1)), 0)

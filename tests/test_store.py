@@ -336,3 +336,22 @@ def test_a_write_that_sqlite_refuses_is_a_store_error_naming_the_store_and_is_ro
     store.add_results([("t0", 0, 1, 1.0, {"acc": 0.5})])
     assert [r.iteration for r in store.results("t0")] == [1]
     store.close()
+
+
+def test_a_lock_file_naming_a_gone_pid_is_not_gone_while_a_process_holds_its_lock(tmp_path):
+    """A driver in another pid namespace (a container sharing the host's name) writes a pid this machine's
+    processes do not have: ``ls`` showed its running experiment as DRIVER GONE (a review's script under
+    ``unshare --pid``). The lock itself tells: a process of this kernel holds it."""
+    import socket
+
+    lock = DriverLock.acquire(str(tmp_path))
+    try:
+        with open(os.path.join(tmp_path, LOCK_FILENAME), "w") as f:  # as that driver wrote it: its namespace's pid
+            f.write(f"pid 4000000 on {socket.gethostname()}, since 2026-11-29 12:00:00\n")
+        assert not DriverLock.holder_gone(str(tmp_path))
+    finally:
+        lock.release()
+    with open(os.path.join(tmp_path, LOCK_FILENAME), "w") as f:  # nobody holds it now, and no such pid lives
+        f.write(f"pid 4000000 on {socket.gethostname()}, since 2026-11-29 12:00:00\n")
+    assert DriverLock.holder_gone(str(tmp_path))
+
