@@ -304,6 +304,18 @@ def check_sendable(metrics: Mapping[str, Any]) -> None:
 
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _callers_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning of the calling function at the first frame outside fluidsalus
+    (the user's ``report``, whichever of fluidsalus's, ``tune``'s or ``train``'s wrappers it went through)."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _engine_checkpoint(checkpoint: Any) -> Checkpoint | None:
     """``report``'s checkpoint as fluidsalus's: Ray's ``Checkpoint`` (``from ray.tune import Checkpoint`` left
     unchanged, with fluidsalus's ``report``) is translated, with a warning that names the import to change.
@@ -319,7 +331,7 @@ def _engine_checkpoint(checkpoint: Any) -> Checkpoint | None:
 
         warnings.warn("report(checkpoint=...) got Ray's Checkpoint; it was translated. Change the import "
                       "`from ray.tune import Checkpoint` (or `ray.train`) to `from fluidsalus.tune import "
-                      "Checkpoint` (or `fluidsalus.train`).", stacklevel=3)
+                      "Checkpoint` (or `fluidsalus.train`).", stacklevel=_callers_stacklevel())
         return _as_fluidsalus_checkpoint(checkpoint)
     raise TypeError(f"report(checkpoint=...): expected a fluidsalus.Checkpoint, got {type(checkpoint).__name__}")
 

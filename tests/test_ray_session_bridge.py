@@ -104,8 +104,9 @@ def test_rays_checkpoint_given_to_fluidsalus_report_is_translated_with_a_warning
     end = next(e for e in events if e[0] == EV_END)
     assert end[4] == OUT_COMPLETED, end[5:]
     assert len([d for d in os.listdir(tmp_path / "t0") if d.startswith("checkpoint_")]) == 2
-    texts = [str(w.message) for w in caught if "Ray's Checkpoint" in str(w.message)]
-    assert texts and "from fluidsalus.tune import Checkpoint" in texts[0]
+    ours = [w for w in caught if "Ray's Checkpoint" in str(w.message)]
+    assert ours and "from fluidsalus.tune import Checkpoint" in str(ours[0].message)
+    assert ours[0].filename == __file__  # the user's report() (it named fluidsalus/session.py)
 
 
 #: A helper of Ray's own (as ``ray.air.integrations.mlflow.setup_mlflow`` is): its module's name starts with "ray.".

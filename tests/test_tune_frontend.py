@@ -1188,8 +1188,9 @@ def _reports_accuracy(config):
 
 def test_a_wrong_metric_name_lists_only_what_the_trainable_reported(ray_cluster, storage: str) -> None:
     """The list named ``experiment_tag`` too, a key the front end adds to every result (a helper's new-user
-    walkthrough), as if the trainable had reported it."""
-    with pytest.raises(ConfigError, match=r"metric='acc' is not in the results: trial \w+ reported \['accuracy'\]\."):
+    walkthrough), as if the trainable had reported it; it is named apart."""
+    with pytest.raises(ConfigError, match=r"metric='acc' is not in the results: trial \w+ reported \['accuracy'\], "
+                                          r"and the run added \['experiment_tag'\] to its results\."):
         _run(_reports_accuracy, storage, {"x": 1}, metric="acc", mode="max")
 
 

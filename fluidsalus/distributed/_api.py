@@ -52,8 +52,9 @@ def init_process_group(backend: str | None = None, *, timeout_s: float | None = 
     Args:
         backend: ``"gloo"`` or ``"nccl"``; None picks nccl on a CUDA device and gloo on a CPU device. With
             nccl, CPU tensors go through a gloo backend of the same group.
-        timeout_s: How long a collective may wait for a peer before it raises (None: the run's
-            ``distributed_timeout_s``, by default :data:`~fluidsalus.distributed.DEFAULT_TIMEOUT_S`).
+        timeout_s: How long a collective may wait for a peer before it raises (None: the rendezvous timeout, the
+            trainable's ``data_parallel(..., timeout_s=...)`` or else the device's ``distributed_timeout_s``, by
+            default :data:`~fluidsalus.distributed.DEFAULT_TIMEOUT_S`).
 
     Returns:
         The group, or None when the trial runs on one device (there is nothing to synchronise).

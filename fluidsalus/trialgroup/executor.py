@@ -2099,11 +2099,13 @@ class Executor:
         if value is None and metric not in result:
             if self._lenient_metric:
                 return
-            added = self.trials[trial_id].extras or {}  # (the front end's keys, Ray Tune's experiment_tag: not the
-            # trainable's)
+            added = self.trials[trial_id].extras or {}  # (result_extras' keys, the Tune front end's experiment_tag:
+            # not the trainable's, told apart)
             reported = sorted(k for k in result if k not in AUTO_RESULT_KEYS and k not in added)
             returned = (f" (a trainable that returns or yields a number reports it as {DEFAULT_METRIC!r}, as in Ray "
                         "Tune: report a dict to name it)" if reported == [DEFAULT_METRIC] else "")
+            if added:
+                returned += f", and the run added {sorted(added)} to its results"
             raise ConfigError(
                 f"metric={metric!r} is not in the results: trial {trial_id} reported {reported}{returned}. "
                 f"Pass the name of a metric the trainable reports (or set {LENIENT_METRIC_ENV}=1, as in Ray Tune, "
