@@ -12,7 +12,6 @@ ERROR: what the run did is not thrown away.
 from __future__ import annotations
 
 import contextlib
-import copy
 import datetime
 import logging
 import os
@@ -218,7 +217,7 @@ def run(
         except SpaceError as e:  # (named as every other bad argument is)
             raise SpaceError(f"config: {e}") from None
         space = dict(space)
-        _check_copyable(space)
+        sp.check_copyable(space, "config")
         searcher = RandomSearch(space, num_samples=spec.num_samples, seed=spec.seed)
     elif not isinstance(searcher, BaseSearcher):
         raise ConfigError(f"searcher: must be a fluidsalus BaseSearcher, got {type(searcher).__name__}")
@@ -415,23 +414,6 @@ def _holds_no_trial(store: ExperimentStore) -> bool:
         return not store.trials()
     except Exception:  # noqa: BLE001 - keep what cannot be read
         return False
-
-
-def _check_copyable(space: Mapping[str, Any]) -> None:
-    """Each value of the search space must copy (the default searcher deep-copies the space) and so go to the
-    devices: checked before the store is made, naming the parameter (it was a bare ``TypeError`` from the first
-    sampling, which left an experiment of no trial behind).
-
-    Raises:
-        ConfigError: A value cannot be copied.
-    """
-    for path, value in sp.flatten_space(dict(space), strict=False).items():
-        try:
-            copy.deepcopy(value)
-        except Exception as e:  # noqa: BLE001 - copying can fail with any exception type
-            raise ConfigError(f"config: the value of {path!r} ({type(value).__name__}) cannot be copied to send it to "
-                              f"the trials ({type(e).__name__}: {e}); create such objects (locks, open files, "
-                              "clients) inside the trainable instead") from None
 
 
 def _with_searchers_metric(spec: RunSpec, searcher: BaseSearcher) -> RunSpec:

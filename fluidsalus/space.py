@@ -1221,6 +1221,27 @@ def _flatten_into(node: dict[str, Any], path: Path, out: dict[str, Any], strict:
             out[PATH_SEPARATOR.join(child)] = value
 
 
+def check_copyable(space: Mapping[str, Any], name: str) -> None:
+    """Each value of a search space must copy, as the searchers copy the space and the trials get theirs
+    pickled: checked before a run writes anything, naming the parameter (it was a bare ``TypeError`` from the
+    first sampling).
+
+    Args:
+        space: The search space.
+        name: The argument that holds it (``config``, ``param_space``), for the message.
+
+    Raises:
+        SpaceError: A value cannot be copied (a lock, an open file, a client).
+    """
+    for path, value in flatten_space(dict(space), strict=False).items():
+        try:
+            copy.deepcopy(value)
+        except Exception as e:  # noqa: BLE001 - copying can fail with any exception type
+            raise SpaceError(f"{name}: the value of {path!r} ({type(value).__name__}) cannot be copied to send it to "
+                             f"the trials ({type(e).__name__}: {e}); create such objects (locks, open files, "
+                             "clients) inside the trainable instead") from None
+
+
 def flatten_space(space: dict[str, Any], strict: bool = True) -> dict[str, Any]:
     """Flatten nested dicts into ``"outer/inner"`` keys.
 

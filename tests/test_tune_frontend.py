@@ -343,6 +343,15 @@ def test_searcher_space_and_param_space_domains_are_refused_together() -> None:
         _plan(metric="m", mode="max", search_alg=OptunaSearch(space={"y": tune.uniform(0, 1)}))
 
 
+def test_a_param_space_value_that_cannot_be_copied_is_refused_naming_it() -> None:
+    """A lock in ``param_space`` failed the run with a bare ``TypeError`` from the first sampling (a helper's bad-input
+    fuzzing); Ray's own fails the same way, later."""
+    import threading
+
+    with pytest.raises(ConfigError, match=r"param_space: the value of 'opt/lock' \(lock\) cannot be copied"):
+        _plan(space={"x": tune.uniform(0, 1), "opt": {"lock": threading.Lock()}})
+
+
 def test_a_fluidsalus_searcher_is_taken_as_it_is() -> None:
     ours = searchers.ASHA(SPACE, 4, "m", "max", max_t=8)
     assert _plan(search_alg=ours).searcher is ours

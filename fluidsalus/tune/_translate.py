@@ -507,6 +507,7 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
         return _plan_median(scheduler, tune_config, param_space, class_trainable)
     space = translate_ray_values(dict(param_space or {}), "param_space")
     sp.validate_space(space, allow_empty=True)
+    sp.check_copyable(space, "param_space")
     search_alg = adopt_search_alg(tune_config.search_alg)
     search_alg, limits = _unwrap(search_alg)
     repeater, inner_limits = None, []
