@@ -62,6 +62,8 @@ def _find_target(target: str) -> tuple[str, str]:
             return "path", str(candidate)
     if os.path.isfile(os.path.join(target, "__main__.py")):
         return "path", target
+    if os.path.isdir(target) and not os.path.isfile(os.path.join(target, "__init__.py")):
+        _folder_target(target)  # a plain folder here (Python would import it as a namespace package): says so
     try:
         import importlib.util
 

@@ -155,6 +155,16 @@ def test_run_a_folder_by_its_main_and_refuses_one_without(tmp_path, capsys):
 
 def test_run_of_a_package_without_main_or_a_file_that_is_not_python_is_one_line(tmp_path, capsys):
     """Both ended in a traceback (runpy's ImportError, the file's SyntaxError)."""
+    folder = tmp_path / "plain_folder"
+    folder.mkdir()
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:  # (a bare folder name in the working directory was "a package without a __main__ module")
+        assert main(["run", "plain_folder"]) == EXIT_USAGE
+    finally:
+        os.chdir(cwd)
+    assert capsys.readouterr().err == ("fluidsalus: run: 'plain_folder' is a folder without a __main__.py; name a "
+                                       ".py file in it\n")
     assert main(["run", "fluidsalus.tune"]) == EXIT_USAGE
     assert capsys.readouterr().err == ("fluidsalus: run: 'fluidsalus.tune' is a package without a __main__ module; "
                                        "name one of its modules (package.module)\n")
