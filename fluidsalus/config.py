@@ -15,7 +15,6 @@ from pydantic import (
     StrictBool,
     ValidationError,
     field_validator,
-    model_validator,
 )
 
 from fluidsalus.errors import ConfigError
@@ -117,13 +116,15 @@ class RunSpec(BaseModel):
             )
         return value
 
-    @model_validator(mode="after")
-    def _metric_and_mode(self) -> RunSpec:
-        # (A metric without a mode, or a mode without a metric, is allowed, as Ray Tune allows it: the results
-        # must report the metric, and the best result needs both, given here or to get_best_result.)
-        if self.num_samples == 0:
-            raise ValueError("num_samples must be >= 1, or -1 to sample until the run is stopped")
-        return self
+    # (A metric without a mode, or a mode without a metric, is allowed, as Ray Tune allows it: the results must
+    # report the metric, and the best result needs both, given here or to get_best_result.)
+
+    @field_validator("num_samples")
+    @classmethod
+    def _num_samples(cls, value: int) -> int:
+        if value == 0:  # (checked after the model, its message said "arguments: num_samples ...")
+            raise ValueError("must be >= 1, or -1 to sample until the run is stopped")
+        return value
 
     def resolved_storage_path(self) -> str:
         path = self.storage_path or os.environ.get(STORAGE_PATH_ENV) or DEFAULT_STORAGE_PATH

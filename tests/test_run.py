@@ -245,7 +245,7 @@ class _Unpicklable:
          r"config: the value of 'lock' \(lock\) cannot be copied to send it to the trials"),
         (dict(config=[1, 2]), "config: the search space must be a dict"),
         (dict(config={"x": {"grid_search": []}}), "grid_search"),
-        (dict(num_samples=0), r"num_samples must be >= 1, or -1"),
+        (dict(num_samples=0), r"^num_samples: must be >= 1, or -1 to sample until the run is stopped \(got 0\)$"),
         (dict(num_samples=-1), r"num_samples=-1 samples until the run is stopped: also pass time_budget_s"),
         (dict(fail_fast="yes"), r"fail_fast"),
         (dict(trainable=42), r"trainable: must be a function f\(config\)"),
