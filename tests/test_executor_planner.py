@@ -1358,6 +1358,48 @@ def test_a_worker_that_ended_as_a_trial_before_rank_0_leaves_no_lingering_mark_t
     assert submitted == [("cpu:0", 0, 1), ("cpu:1", 1, 1)]
 
 
+def test_trials_whose_shared_device_died_restart_one_at_a_time_until_past_their_death_point(tmp_path,
+                                                                                             monkeypatch):
+    """The driver cannot tell which trial of a device ended its process. Restarted side by side, an objective
+    that calls os._exit and its blameless neighbour died together until both had failed (a helper's Optuna study:
+    the neighbour failed in 3 runs of 3). Now one suspect computes at a time, beside trials not suspected, so the
+    next death is charged to the one that caused it; the others start once it is past where it died, or ended."""
+    from fluidsalus.gpu.host import EV_RESULT, EV_START
+    from fluidsalus.trialgroup import executor as executor_module
+
+    executor, store = _offline_executor(tmp_path, n_devices=1, slots=2)
+    first = _placed_trial(executor, store, "a")
+    second = _placed_trial(executor, store, "b", seq=1)
+    device = executor._devices[0]
+    executor._handle(device, [(EV_START, "a", 0, 0.5), (EV_START, "b", 0, 0.5)])
+    executor._handle(device, [(EV_RESULT, tid, 0, 1.0, {"training_iteration": 1, "time_this_iter_s": 0.5}, False,
+                               False) for tid in ("a", "b")])
+    monkeypatch.setattr(executor_module, "start_device_actor", lambda *args: _FakeActor())
+    executor._device_died(device, RuntimeError("the process died"))
+    device.alive, device.start_ref = True, None  # its replacement is up
+    executor._adopt(device, device.info)
+    assert executor._suspects == {"a", "b"} and {first.status, second.status} == {"PENDING"}
+
+    def submitted() -> list[str]:
+        sent = [spec.trial_id for c in _sent(device) if c[0] == "submit" for spec in c[1][0]]
+        device.actor.calls.clear()
+        device.outbox.clear()
+        return sent
+
+    executor._dirty = True
+    executor._dispatch()
+    assert submitted() == ["a"]  # the first suspect alone, though the device has a free slot for "b"
+    executor._handle(device, [(EV_START, "a", 1, 2.0)])
+    executor._dirty = True
+    executor._dispatch()
+    assert submitted() == []  # "b" waits while "a" computes short of where it died
+    executor._handle(device, [(EV_RESULT, "a", 1, 3.0, {"training_iteration": 2, "time_this_iter_s": 0.5}, False,
+                               False)])
+    assert executor._suspects == {"b"}  # "a" got past iteration 1: it did not end the process
+    executor._dispatch()
+    assert submitted() == ["b"]
+
+
 def test_a_resumed_trial_paused_at_its_budget_waits_for_its_searcher(tmp_path):
     """A resume queued it with nothing to run before its budget: the planner never starts such a trial, so it
     waited in the queue, and the run, for ever (a helper's run ended only at its time budget)."""

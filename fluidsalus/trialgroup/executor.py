@@ -526,6 +526,9 @@ class Executor:
         self._refused: set[tuple[str, int, str]] = set()  # (trial, attempt, action) refusals already recorded
         self._withdraw_sent: set[tuple[str, int]] = set()  # (trial, attempt) its device was asked to give back
         self._awaiting_checkpoint: set[str] = set()  # trials whose planned move waits for their first checkpoint
+        # Trials computing beside others when their device died, until they get past the iteration they died at:
+        # one of them may have ended the process itself, and only one of them computes at a time (_held_suspects).
+        self._suspects: set[str] = set()
         self._admission_wait: set[str] = set()  # placed trials waiting for a lane's admission (lane_wait)
         # trial -> the iteration the callbacks last asked to checkpoint (answered to CHECKPOINT_VERDICT_CALL)
         self._checkpoint_wanted: dict[str, int] = {}
@@ -1309,7 +1312,10 @@ class Executor:
         states: dict[str, TrialState] = {}
         low = self._workers[0] if self._workers is not None else 1
         stalled = self._stalled()
+        held = self._held_suspects()
         for trial_id in self.pending if queued is None else queued:
+            if trial_id in held:
+                continue
             trial = self.trials[trial_id]
             if trial.devices and not all(self._device(i).alive for i in trial.devices):
                 trial.devices = ()  # kept for a device that is gone: placed afresh
@@ -1329,6 +1335,25 @@ class Executor:
                     unbegun=may_not_have_begun(trial, (trial_id, trial.attempt) in self._withdraw_sent),
                     moving=moving, min_devices=low, stalled=stalled)
         return states
+
+    def _held_suspects(self) -> set[str]:
+        """Queued suspects (``_suspects``) that wait while another computes.
+
+        A device's death is charged to every trial computing on it (:func:`charge_death`), as the driver cannot tell
+        which one ended the process (``os._exit``, a crash in native code, the out-of-memory killer). Restarted side
+        by side, a trial that does so and its blameless neighbour died together again and again until both had
+        failed (a helper's study: the neighbour of an objective calling ``os._exit`` failed in 3 runs of 3). One at a
+        time, the next death is charged to the one that caused it, beside trials that are not suspected.
+
+        Returns:
+            Every queued suspect when a suspect computes now; else all but the first of them (by arrival).
+        """
+        if not self._suspects:
+            return set()
+        queued = sorted((self.trials[tid] for tid in self._suspects if tid in self.pending), key=lambda t: t.seq)
+        computing = any(tid in self._suspects and self.trials[tid].status == RUNNING
+                        for device in self._devices for tid in device.assigned)
+        return {t.trial_id for t in queued[0 if computing else 1:]}
 
     def _stalled(self) -> bool:
         """Whether no trial computes and one waits for memory that only trials that do not compute can free
@@ -1634,6 +1659,9 @@ class Executor:
                     results.append((trial_id, attempt, metrics["training_iteration"], ts, metrics))
                     trial.last_result = metrics
                     trial.last_iteration = metrics["training_iteration"]
+                    if trial_id in self._suspects and trial.last_iteration > (trial.death_point or 0):
+                        self._suspects.discard(trial_id)  # past where it died: not the one that ended the process
+                        self._dirty = True  # (the suspects held back may start)
                     trial.time_total_s = metrics.get("time_total_s", trial.time_total_s)
                     if metrics.get("checkpoint_dir_name"):
                         trial.checkpoint_path = os.path.join(trial.trial_dir, metrics["checkpoint_dir_name"])
@@ -1925,6 +1953,9 @@ class Executor:
         self._planned_alone.pop(trial_id, None)
         self._allocation.pop(trial_id, None)
         self._awaiting_checkpoint.discard(trial_id)
+        if trial_id in self._suspects:
+            self._suspects.discard(trial_id)
+            self._dirty = True
         self._checkpoint_wanted.pop(trial_id, None)
         self._asks_verdicts.discard(trial_id)
         self._demands.pop(trial_id, None)
@@ -2162,6 +2193,8 @@ class Executor:
                     # checkpoint, where the next plan puts it. An exploit or a retry keeps its own restart.
                     restart = _Restart(reason=RESTART_DEVICE_DIED, error=text)
                 self._unplace(trial, now)  # its workers elsewhere are told to stop: rank 0 is gone
+                if restart is None and not stopping and trial_id in computing and len(computing) > 1:
+                    self._suspects.add(trial_id)  # (cleared past its death point: _handle; or at its end: _forget)
                 if restart is None and not stopping and trial_id in computing and charge_death(trial, len(computing)):
                     if self._may_retry(trial):
                         trial.num_failures += 1
