@@ -1358,6 +1358,35 @@ def test_a_worker_that_ended_as_a_trial_before_rank_0_leaves_no_lingering_mark_t
     assert submitted == [("cpu:0", 0, 1), ("cpu:1", 1, 1)]
 
 
+def _two_suspects(tmp_path, monkeypatch):
+    """Trials "a" and "b" computed side by side on one device of two slots, at iteration 1, when it died; its
+    replacement is up. Returns the executor, the device and a function that gives (and forgets) what was sent."""
+    from fluidsalus.gpu.host import EV_RESULT, EV_START
+    from fluidsalus.trialgroup import executor as executor_module
+
+    executor, store = _offline_executor(tmp_path, n_devices=1, slots=2)
+    trials = [_placed_trial(executor, store, "a"), _placed_trial(executor, store, "b", seq=1)]
+    device = executor._devices[0]
+    executor._handle(device, [(EV_START, "a", 0, 0.5), (EV_START, "b", 0, 0.5)])
+    executor._handle(device, [(EV_RESULT, tid, 0, 1.0, {"training_iteration": 1, "time_this_iter_s": 0.5}, False,
+                               False) for tid in ("a", "b")])
+    monkeypatch.setattr(executor_module, "start_device_actor", lambda *args: _FakeActor())
+    executor._device_died(device, RuntimeError("the process died"))
+    device.alive, device.start_ref = True, None
+    executor._adopt(device, device.info)
+    assert executor._suspects == {"a", "b"} and {t.status for t in trials} == {"PENDING"}
+
+    def submitted() -> list[str]:
+        executor._dirty = True
+        executor._dispatch()
+        sent = [spec.trial_id for c in _sent(device) if c[0] == "submit" for spec in c[1][0]]
+        device.actor.calls.clear()
+        device.outbox.clear()
+        return sent
+
+    return executor, device, trials, submitted
+
+
 def test_trials_whose_shared_device_died_restart_one_at_a_time_until_past_their_death_point(tmp_path,
                                                                                              monkeypatch):
     """The driver cannot tell which trial of a device ended its process. Restarted side by side, an objective
@@ -1365,38 +1394,23 @@ def test_trials_whose_shared_device_died_restart_one_at_a_time_until_past_their_
     the neighbour failed in 3 runs of 3). Now one suspect computes at a time, beside trials not suspected, so the
     next death is charged to the one that caused it; the others start once it is past where it died, or ended."""
     from fluidsalus.gpu.host import EV_RESULT, EV_START
-    from fluidsalus.trialgroup import executor as executor_module
 
-    executor, store = _offline_executor(tmp_path, n_devices=1, slots=2)
-    first = _placed_trial(executor, store, "a")
-    second = _placed_trial(executor, store, "b", seq=1)
-    device = executor._devices[0]
-    executor._handle(device, [(EV_START, "a", 0, 0.5), (EV_START, "b", 0, 0.5)])
-    executor._handle(device, [(EV_RESULT, tid, 0, 1.0, {"training_iteration": 1, "time_this_iter_s": 0.5}, False,
-                               False) for tid in ("a", "b")])
-    monkeypatch.setattr(executor_module, "start_device_actor", lambda *args: _FakeActor())
-    executor._device_died(device, RuntimeError("the process died"))
-    device.alive, device.start_ref = True, None  # its replacement is up
-    executor._adopt(device, device.info)
-    assert executor._suspects == {"a", "b"} and {first.status, second.status} == {"PENDING"}
-
-    def submitted() -> list[str]:
-        sent = [spec.trial_id for c in _sent(device) if c[0] == "submit" for spec in c[1][0]]
-        device.actor.calls.clear()
-        device.outbox.clear()
-        return sent
-
-    executor._dirty = True
-    executor._dispatch()
+    executor, device, _, submitted = _two_suspects(tmp_path, monkeypatch)
     assert submitted() == ["a"]  # the first suspect alone, though the device has a free slot for "b"
+    assert submitted() == []  # still PENDING (its start not heard yet), "a" counts as computing (a review's find)
     executor._handle(device, [(EV_START, "a", 1, 2.0)])
-    executor._dirty = True
-    executor._dispatch()
     assert submitted() == []  # "b" waits while "a" computes short of where it died
     executor._handle(device, [(EV_RESULT, "a", 1, 3.0, {"training_iteration": 2, "time_this_iter_s": 0.5}, False,
                                False)])
     assert executor._suspects == {"b"}  # "a" got past iteration 1: it did not end the process
-    executor._dispatch()
+    assert submitted() == ["b"]
+
+
+def test_a_suspect_that_died_again_waits_behind_those_that_had_no_turn(tmp_path, monkeypatch):
+    """The first suspect by arrival was the culprit: picked again after each death, it kept the blameless ones
+    waiting with a slot free, for ever under max_failures=-1 (a review's real run, where Ray finished them)."""
+    _, _, (first, _), submitted = _two_suspects(tmp_path, monkeypatch)
+    first.stuck_deaths += 1  # "a" died once more on its own turn
     assert submitted() == ["b"]
 
 

@@ -1346,12 +1346,15 @@ class Executor:
         time, the next death is charged to the one that caused it, beside trials that are not suspected.
 
         Returns:
-            Every queued suspect when a suspect computes now; else all but the first of them (by arrival).
+            Every queued suspect when a suspect computes now (placed and not paused: a submitted one is PENDING until
+            its device says it started); else all but the first of them, the one of the fewest deaths (so one that
+            just died again goes behind those that had no turn yet), then by arrival.
         """
         if not self._suspects:
             return set()
-        queued = sorted((self.trials[tid] for tid in self._suspects if tid in self.pending), key=lambda t: t.seq)
-        computing = any(tid in self._suspects and self.trials[tid].status == RUNNING
+        queued = sorted((self.trials[tid] for tid in self._suspects if tid in self.pending),
+                        key=lambda t: (t.stuck_deaths, t.seq))
+        computing = any(tid in self._suspects and self.trials[tid].status != PAUSED
                         for device in self._devices for tid in device.assigned)
         return {t.trial_id for t in queued[0 if computing else 1:]}
 
