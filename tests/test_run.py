@@ -762,6 +762,19 @@ def test_endless_search_ends_with_its_time_budget(storage):
     assert [e.data["reason"] for e in reader.events("experiment_ending")] == ["time_budget"]
 
 
+def test_a_time_budget_that_ends_before_any_trial_started_says_so(storage, caplog):
+    """It ended the run FINISHED with no trial run and no word (a helper's goodput audit: 3 s against a 6 s start
+    of the devices on a loaded machine)."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="fluidsalus"):
+        grid = fluidsalus.run(endless, {"x": fluidsalus.uniform(0, 1)}, num_samples=2, time_budget_s=0.001,
+                              storage_path=storage, name="too_short", verbose=0)
+    assert all(r.status == "TERMINATED" and "v" not in r.metrics for r in grid)
+    assert any("time_budget_s=0.001 ended the run before any trial started or reported" in r.getMessage()
+               for r in caplog.records)
+
+
 class _StopAfter:
     """A Ray-style Stopper: per trial after 3 results; the whole experiment once 10 results were seen."""
 

@@ -930,6 +930,10 @@ class Executor:
         budget = self.settings.time_budget_s
         if budget is not None and time.time() - self._started >= budget:
             self._ending = "time_budget"
+            if not any(t.last_result is not None or t.status in (RUNNING, PAUSED) for t in self.trials.values()):
+                logger.warning("time_budget_s=%g ended the run before any trial started or reported: the budget counts "
+                               "from the run's start, the devices' start included (as Ray Tune's counts from the "
+                               "experiment's); give it more time", budget)
         elif self._first_error is not None and self.settings.fail_fast:
             self._ending = "fail_fast"
         elif self.settings.stopper is not None and hasattr(self.settings.stopper, "stop_all") \
