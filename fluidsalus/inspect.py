@@ -18,6 +18,7 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from fluidsalus import goodput as gp
@@ -321,10 +322,11 @@ class Report:
     def status(self) -> str:
         return str(self.experiment["status"])
 
-    @property
+    @cached_property
     def driver_gone(self) -> bool:
         """Whether the experiment is ``RUNNING`` in the store but its driver is gone (killed before it could end
-        it: :meth:`~fluidsalus.store.DriverLock.holder_gone`); its trials run no more until it is resumed."""
+        it: :meth:`~fluidsalus.store.DriverLock.holder_gone`); its trials run no more until it is resumed. Read
+        once per report (the lock file and ``/proc/locks``), as the report is a snapshot."""
         return shown_status(self.status, self.path) == DRIVER_GONE
 
     @property

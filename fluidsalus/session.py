@@ -303,7 +303,6 @@ def check_sendable(metrics: Mapping[str, Any]) -> None:
                                 "objects that pickle") from None
 
 
-
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
