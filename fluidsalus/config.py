@@ -57,6 +57,13 @@ def _real_number(value: Any) -> Any:
 Float = Annotated[float, BeforeValidator(_real_number)]
 
 
+def _fail_fast(value: Any) -> Any:
+    """``fail_fast`` is True, False or ``"raise"`` (one message, not pydantic's one per member of the union)."""
+    if isinstance(value, bool) or value == "raise":
+        return value
+    raise ValueError("must be True, False or 'raise'")
+
+
 class RunSpec(BaseModel):
     """The scalar settings of one run. Each field's constraint is its documentation."""
 
@@ -75,7 +82,7 @@ class RunSpec(BaseModel):
     lane_policy: Literal["fifo", "fair", "rr", "pack", "srtf", "priority"] = "fifo"
     quantum_ms: Float = Field(DEFAULT_QUANTUM_MS, ge=0)
     time_budget_s: Float | None = Field(None, gt=0)
-    fail_fast: StrictBool | Literal["raise"] = False
+    fail_fast: Annotated[bool | Literal["raise"], BeforeValidator(_fail_fast)] = False
     checkpoint_num_to_keep: Int | None = Field(None, ge=1)
     checkpoint_score_attribute: str | None = None
     checkpoint_score_order: Literal["max", "min"] = "max"

@@ -597,6 +597,12 @@ class Executor:
             self._loop()
             self._searcher_log.save(force=True)
             ended = True
+        except (KeyboardInterrupt, FluidsalusError):
+            # Ctrl-C (a notebook's cell stopped to be run again), fail_fast="raise", a run-level input error: the
+            # devices are sound, and those whose trials all stop at the shutdown are kept warm as after a normal
+            # end. (An error of fluidsalus's own or of Ray's ends them: their state is not known.)
+            ended = True
+            raise
         finally:
             self._progress.close()
             self._stop_devices(keep_warm=ended)
@@ -815,8 +821,9 @@ class Executor:
         """Shut every device's trials down and end its actor, or park it for the next run of this process.
 
         Args:
-            keep_warm: The run ended normally: the actors of virtual CPU devices whose trials all stopped are
-                parked for ``settings.keep_warm_s`` (``fluidsalus.trialgroup.warm``) instead of ended.
+            keep_warm: The run ended normally, by Ctrl-C or by a :class:`FluidsalusError`: the actors of virtual
+                CPU devices whose trials all stopped are parked for ``settings.keep_warm_s``
+                (``fluidsalus.trialgroup.warm``) instead of ended.
         """
         live = [d for d in self._devices if d.alive]
         for device in self._devices:  # commands left for a next poll are moot: shutdown stops every trial and

@@ -2,11 +2,11 @@
 
 Starting a device actor is most of a short run's fixed cost: a new Ray worker process, its imports, and the
 unpickling of the trainable (about a second for each virtual CPU device on a 2-core machine, docs/benchmarks.md).
-When a run ends normally, the executor parks its virtual CPU devices' actors here for :func:`keep_warm_s`
-seconds. The next run of this process takes those that match its devices (same kind, cores and node, same Ray
-cluster) and resets each with its own trainable and settings (``_DeviceActor.reset``) instead of starting a new
-process; its other devices start new actors. It first lets every parked actor it does not take go, since they hold
-cores its new actors may need.
+When a run ends normally (or by Ctrl-C, or by an error fluidsalus raises on purpose), the executor parks its
+virtual CPU devices' actors here for :func:`keep_warm_s` seconds. The next run of this process takes those that
+match its devices (same kind, cores and node, same Ray cluster) and resets each with its own trainable and settings
+(``_DeviceActor.reset``) instead of starting a new process; its other devices start new actors. It first lets
+every parked actor it does not take go, since they hold cores its new actors may need.
 
 A parked actor runs nothing but holds its Ray resources. So every :data:`WATCH_PERIOD_S` a watcher asks whether
 anything else on the cluster waits for resources (a task, an actor, a placement group Ray cannot place yet: another
