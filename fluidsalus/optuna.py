@@ -1234,7 +1234,10 @@ class _StudyDriver(BaseSearcher):
         elif frozen.state == TrialState.PRUNED:
             _OPTIMIZE_LOGGER.info(f"Trial {trial.number} pruned. {message}")
         elif error is not None:
-            _log_failed(trial.number, trial.params, message, None, exc_info=error)
+            # (A Ctrl-C's traceback is the driver's frames, the same for every trial it ends: not shown. Optuna's,
+            # from inside its one objective, is not to be had: the objectives run on the devices.)
+            shown_error = None if interrupted and isinstance(error, KeyboardInterrupt) else error
+            _log_failed(trial.number, trial.params, message, None, exc_info=shown_error)
         else:
             _log_failed(trial.number, trial.params, problem or "", _Shown(shown if shown is not None else "None"))
         if interrupted:

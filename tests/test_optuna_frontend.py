@@ -351,7 +351,7 @@ def test_out_of_memory_reruns_the_same_optuna_trial(tmp_path):
         assert t.intermediate_values == {0: x + 0 + 0, 1: x + 1 + 0, 2: x + 2 + 100}
 
 
-def test_interrupted_run_fails_its_running_trials(tmp_path):
+def test_interrupted_run_fails_its_running_trials(tmp_path, optuna_records):
     def objective(trial: Any) -> float:
         x = trial.suggest_float("x", 0, 1)
         for step in range(20):
@@ -368,6 +368,11 @@ def test_interrupted_run_fails_its_running_trials(tmp_path):
     states = [t.state for t in study.trials]
     assert TrialState.COMPLETE in states and TrialState.RUNNING not in states
     assert not study._thread_local.in_optimize_loop
+    # Optuna's lines for each trial the interrupt failed, without the driver's traceback (the same frames for
+    # every such trial, none of them the objective's: it was shown once per trial)
+    failed = [r for r in optuna_records if "because of the following error: KeyboardInterrupt()." in r.getMessage()]
+    assert len(failed) == states.count(TrialState.FAIL) >= 1
+    assert all(r.exc_info is None for r in failed)
 
 
 # ---------------------------------------------------------------------------------------------- stopping
