@@ -450,15 +450,22 @@ class DriverLock:
             experiment_dir: The experiment's folder.
 
         Returns:
-            True when the file names a process of this machine that no longer exists; False when it names one
-            that does (or whose pid another process took since), one of another machine, or nothing.
+            True when the file names a process of this machine that no longer exists, or is empty and nobody
+            holds its lock; False when it names one that does (or whose pid another process took since), one of
+            another machine, or something else, or when there is no lock file.
         """
         path = os.path.join(experiment_dir, LOCK_FILENAME)
         try:
             with open(path, encoding="utf-8", errors="replace") as f:
-                match = _LOCK_LINE.match(f.read())
+                text = f.read()
         except OSError:
             return False
+        if not text.strip():
+            # Emptied: the last driver let the experiment go without setting its status (a second Ctrl-C while
+            # it flushed, a store it could no longer write), unless a driver took the lock a moment ago and has
+            # not written its line yet, which it then holds.
+            return not _flock_held(path)
+        match = _LOCK_LINE.match(text)
         if match is None or match.group(2) != socket.gethostname():
             return False
         if _flock_held(path):  # (held by a live process of this kernel, whatever its pid namespace)

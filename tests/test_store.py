@@ -355,3 +355,15 @@ def test_a_lock_file_naming_a_gone_pid_is_not_gone_while_a_process_holds_its_loc
         f.write(f"pid 4000000 on {socket.gethostname()}, since 2026-11-29 12:00:00\n")
     assert DriverLock.holder_gone(str(tmp_path))
 
+
+def test_an_emptied_lock_file_is_gone_unless_a_process_holds_its_lock(tmp_path):
+    """A driver that let the experiment go (it empties the file) without setting its status (a second Ctrl-C while
+    it flushed) left it RUNNING, and ``ls`` showed it RUNNING for ever: a review's finding."""
+    lock = DriverLock.acquire(str(tmp_path))
+    try:
+        open(os.path.join(tmp_path, LOCK_FILENAME), "w").close()  # taken, its line not written yet
+        assert not DriverLock.holder_gone(str(tmp_path))
+    finally:
+        lock.release()
+    assert open(os.path.join(tmp_path, LOCK_FILENAME)).read() == ""  # as a driver leaves it
+    assert DriverLock.holder_gone(str(tmp_path))
