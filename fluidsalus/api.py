@@ -96,6 +96,7 @@ def run(
     memory_mode: str = DEFAULT_MEMORY_MODE,
     gpu_per_trial: float | None = None,
     cpus_per_trial: float | None = None,
+    task_cpus_per_trial: float = 0.0,
     trial_dirname: Callable[[str, Mapping[str, Any]], str] | None = None,
     trial_name: Callable[[str], str | None] | None = None,
     result_extras: Callable[[int, Mapping[str, Any]], Mapping[str, Any]] | None = None,
@@ -170,6 +171,12 @@ def run(
             virtual CPU devices, a request of more than one core makes each device ``ceil(cpus_per_trial)``
             cores (unless ``cpus_per_device`` is given), whose torch intra-op threads its trial gets. No less
             than ``0.0001`` (Ray's resource unit). None (the default): one trial per core.
+        task_cpus_per_trial: CPU cores each trial keeps free for the Ray tasks and actors it starts (Ray Tune's
+            ``PlacementGroupFactory`` bundles after the first pass their CPUs here). The device actors hold every
+            core they are given, so such a task that asks for a CPU would wait for one as long as the run
+            lasts. With it, each node's devices hold only the cores of the trials Ray would run there at once
+            (``floor(cores / (cpus_per_trial + task_cpus_per_trial))``, at least one; their ``cpus_per_trial``
+            each, one if None), and leave the rest to Ray for those tasks. 0 (the default): none kept.
         trial_dirname: ``f(trial_id, config) -> str``, called once for each new trial: the name of its folder in
             the experiment (Ray Tune's ``trial_dirname_creator``). It must be one folder name (else the run ends
             with a ConfigError); a name already taken gets ``_`` and four hex digits, as in Ray. None (the
@@ -195,6 +202,7 @@ def run(
         checkpoint_num_to_keep=checkpoint_num_to_keep, checkpoint_score_attribute=checkpoint_score_attribute,
         checkpoint_score_order=checkpoint_score_order, address=address,
         memory_mode=memory_mode, gpu_per_trial=gpu_per_trial, cpus_per_trial=cpus_per_trial,
+        task_cpus_per_trial=task_cpus_per_trial,
     )
     trainable_name = _check_trainable(trainable)
     for field_name, value, form in (("trial_dirname", trial_dirname, "f(trial_id, config) -> str"),
@@ -249,7 +257,8 @@ def run(
         )
 
     _connect(spec.address)
-    device_specs = plan_devices(cluster_nodes(), spec.devices, spec.cpus_per_device, spec.cpus_per_trial)
+    device_specs = plan_devices(cluster_nodes(), spec.devices, spec.cpus_per_device, spec.cpus_per_trial,
+                                spec.task_cpus_per_trial)
 
     created_here = not exists
     trials: list[Trial] = []

@@ -100,6 +100,10 @@ class RunSpec(BaseModel):
         None, ge=1 / RESOURCE_UNITS, allow_inf_nan=False,
         description="CPU cores one trial asks for: a device of c cores runs at most floor(c / cpus_per_trial).",
     )
+    task_cpus_per_trial: Float = Field(
+        0.0, ge=0, allow_inf_nan=False,
+        description="CPU cores each trial keeps free, outside the devices, for the Ray tasks and actors it starts.",
+    )
 
     @field_validator("name")
     @classmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fluidsalus.errors import ConfigError
-from fluidsalus.gpu.device import lanes_for, plan_devices
+from fluidsalus.gpu.device import device_cores, lanes_for, plan_devices
 
 
 @pytest.mark.parametrize(("cpus", "expected"), [(1, [("cpu:0", 1)]), (2, [("cpu:0", 1), ("cpu:1", 1)]),
@@ -80,6 +80,36 @@ def test_a_device_reserves_its_cores_and_runs_one_trial_per_core_by_default():
 def test_a_bad_cpus_per_trial_is_refused_naming_it(value):
     with pytest.raises(ConfigError, match="cpus_per_trial: must be a number > 0 or None"):
         plan_devices({"CPU": 2}, cpus_per_trial=value)
+
+
+@pytest.mark.parametrize(("cores", "own", "tasks", "expected"), [
+    (8, 1, 2, 2),       # Ray runs 8 // 3 = 2 trials at once: the devices hold their 2 own cores, 6 stay free
+    (16, 0.5, 0.5, 8),  # 16 trials at once, half a core each of their own
+    (16, None, 1, 8),   # no request of its own: one core, as a device runs one trial per core
+    (8, 2, 2, 4),
+    (2, 1, 2, 1),       # a trial fits nowhere by Ray's count (Ray waits for ever): one runs, the other core is free
+    (1, 1, 1, 1),       # no core to leave: the devices need one
+    (0, 1, 1, 0),       # a node without CPUs has no CPU device
+])
+def test_each_node_leaves_the_cores_its_trials_keep_for_their_tasks_to_ray(cores, own, tasks, expected):
+    """A PlacementGroupFactory's bundles after the first keep cores for the Ray tasks a trial starts, as Ray keeps
+    them; the devices held every core, so such a task waited for ever (a helper's side-by-side run)."""
+    assert device_cores(cores, own, tasks) == expected
+
+
+def test_the_devices_of_a_run_whose_trials_keep_cores_for_tasks_hold_only_their_own():
+    assert [(d.slots, d.cpus) for d in plan_devices({"CPU": 8}, cpus_per_trial=1, task_cpus_per_trial=2)] == \
+        [(1, 1), (1, 1)]
+    assert [(d.slots, d.cpus) for d in plan_devices({"CPU": 16}, cpus_per_trial=0.5, task_cpus_per_trial=0.5)] == \
+        [(2, 1)] * 8
+    # per node: a GPU node's devices share the cores its trials keep for themselves
+    nodes = {"a": {"CPU": 16, "GPU": 2}, "b": {"CPU": 4}}
+    assert [(d.name, d.cpus, d.node_id) for d in plan_devices(nodes, cpus_per_trial=1, task_cpus_per_trial=4)] == \
+        [("cuda:0", 1, "a"), ("cuda:1", 1, "a")]
+    assert [(d.cpus, d.node_id) for d in plan_devices({"a": {"CPU": 8}, "b": {"CPU": 4}}, cpus_per_trial=1,
+                                                      task_cpus_per_trial=3)] == [(1, "a"), (1, "a"), (1, "b")]
+    with pytest.raises(ConfigError, match="task_cpus_per_trial: must be a number >= 0"):
+        plan_devices({"CPU": 2}, task_cpus_per_trial=-1)
 
 
 def test_devices_that_cpus_per_trial_sized_and_that_do_not_fit_say_so():

@@ -24,7 +24,7 @@ from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
 from fluidsalus.store import DB_FILENAME, ExperimentStore
 from fluidsalus.tune import Tuner
-from fluidsalus.tune._trainable import cpu_request, gpu_hint, make_entry
+from fluidsalus.tune._trainable import cpu_request, gpu_hint, make_entry, normalize_resources, task_cpus
 from fluidsalus.tune._translate import MaxBudgetStop, plan
 from fluidsalus.tune._tuner import TUNER_STATE_FILE
 
@@ -744,15 +744,45 @@ def test_a_request_of_several_gpus_per_trial_runs_on_one_device_and_says_so(ray_
     assert grid[0].metrics["gpu"] == 2.0 and grid[0].error is None
 
 
-def test_a_placement_group_factorys_extra_cpu_bundles_warn_that_they_keep_no_cores_for_the_trials_tasks() -> None:
-    """Ray keeps a factory's later bundles for the tasks a trial starts; here they are summed into the trial's
-    device, so such a task that asks for a CPU waited for ever, with no word (a helper's side-by-side run)."""
-    with pytest.warns(UserWarning, match=r"bundles after the first are not kept for Ray tasks.*num_cpus=0"):
-        tune.with_resources(_reports_its_gpus, tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 1}]))
+def _starts_a_task_of_one_cpu(config):
+    import ray
+
+    @ray.remote(num_cpus=1)
+    def square(x: float) -> float:
+        return x * x
+
+    # (a bound, not a test of speed: the task waited for ever, as long as the run's devices held every core)
+    tune.report({"square": ray.get(square.remote(config["x"]), timeout=60),
+                 "cpu": tune.get_context().get_trial_resources()["cpu"]})
+
+
+def test_a_placement_group_factorys_later_cpu_bundles_are_kept_free_for_the_tasks_a_trial_starts(
+        ray_cluster, storage: str) -> None:
+    """Ray keeps a factory's later bundles for the Ray tasks and actors a trial starts; they were summed into the
+    trial's request and the run's devices held every core, so such a task waited for ever (a helper's side-by-side
+    run: it was only warned of). On the 2-core test cluster the devices now hold one core and leave one to Ray."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # kept, so nothing to warn of
+        trainable = tune.with_resources(_starts_a_task_of_one_cpu,
+                                        tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 1}]))
+    assert trainable.task_cpus == 1.0
+    _, grid = _run(trainable, storage, param_space={"x": tune.grid_search([2.0, 3.0])})
+    assert grid.num_errors == 0
+    assert sorted(r.metrics["square"] for r in grid) == [4.0, 9.0]
+    assert {r.metrics["cpu"] for r in grid} == {2.0}  # the request as recorded: the bundles summed, as before
+
+
+def test_a_placement_group_factory_from_a_function_of_the_config_warns_that_it_keeps_no_cores() -> None:
+    """A function's factory is known only at each trial's start, after the devices took the cores."""
+    factory = tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 2}])
+    with pytest.warns(UserWarning, match=r"keeps no cores for the Ray tasks.*fixed PlacementGroupFactory"):
+        normalize_resources(factory)
+    assert (task_cpus(factory), cpu_request(normalize_resources(factory, keeps_task_cpus=True), 2.0)) == (2.0, 1.0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # one bundle, or later bundles of no CPU: nothing to say
         tune.with_resources(_reports_its_gpus, tune.PlacementGroupFactory([{"CPU": 1, "GPU": 1}]))
         tune.with_resources(_reports_its_gpus, tune.PlacementGroupFactory([{"CPU": 1}, {"GPU": 1}]))
+        normalize_resources(tune.PlacementGroupFactory([{"CPU": 1}, {"GPU": 1}]))
 
 
 def test_rays_own_with_parameters_and_with_resources_are_translated(ray_cluster, storage: str) -> None:

@@ -110,6 +110,7 @@ def plan_devices(
     devices: int | None = None,
     cpus_per_device: int | None = None,
     cpus_per_trial: float | None = None,
+    task_cpus_per_trial: float = 0.0,
 ) -> list[DeviceSpec]:
     """Decide the run's devices from Ray's resources, node by node.
 
@@ -132,6 +133,9 @@ def plan_devices(
         cpus_per_trial: The cores one trial asks for (Ray Tune's ``with_resources({"cpu": ...})``): each
             device runs at most ``floor(cores / cpus_per_trial)`` trials at once, and at least one
             (:func:`lanes_for`). None: one trial per core.
+        task_cpus_per_trial: Cores each trial keeps for the Ray tasks and actors it starts (Ray Tune's
+            ``PlacementGroupFactory`` bundles after the first): the devices of each node then hold only the cores
+            of the trials it can run at once by Ray's count, and leave the rest to Ray (:func:`device_cores`).
 
     Returns:
         The device specs, in order.
@@ -140,6 +144,11 @@ def plan_devices(
         ConfigError: If the cluster cannot hold the devices asked for.
     """
     nodes = _as_nodes(cluster)
+    if not (isinstance(task_cpus_per_trial, (int, float)) and 0 <= task_cpus_per_trial < math.inf):
+        raise ConfigError(f"task_cpus_per_trial: must be a number >= 0 (got {task_cpus_per_trial!r})")
+    if task_cpus_per_trial > 0:
+        nodes = [(node_id, {**res, "CPU": device_cores(_count(res, "CPU"), cpus_per_trial, task_cpus_per_trial)})
+                 for node_id, res in nodes]
     if devices is not None and devices < 1:
         raise ConfigError(f"devices: must be >= 1 or None (one per GPU / per {DEFAULT_CPUS_PER_DEVICE} cores)")
     if cpus_per_device is not None and cpus_per_device < 1:
@@ -162,6 +171,30 @@ def plan_devices(
         return specs
     return [DeviceSpec(d.name, d.kind, d.index, lanes_for(d.cpus, cpus_per_trial), d.node_id, d.node_devices, d.cpus)
             for d in specs]
+
+
+def device_cores(cores: int, cpus_per_trial: float | None, task_cpus_per_trial: float) -> int:
+    """The cores of a node of ``cores`` that its devices hold when each trial also keeps ``task_cpus_per_trial``
+    cores for the Ray tasks and actors it starts, as Ray Tune keeps a placement group's later bundles for them.
+
+    Ray runs ``k = floor(cores / (cpus_per_trial + task_cpus_per_trial))`` such trials at once on the node; the
+    devices hold the cores of those ``k`` trials' own share (``ceil(k * cpus_per_trial)``), and Ray keeps the
+    rest for their tasks. At least one trial runs (where Ray would wait for ever for a larger node) and the
+    devices hold at least one core.
+
+    Args:
+        cores: The node's CPUs.
+        cpus_per_trial: A trial's own cores (the placement group's first bundle), or None for one.
+        task_cpus_per_trial: The cores each trial keeps for its tasks.
+
+    Returns:
+        The cores the node's devices hold, ``1 <= n <= cores`` (0 for a node without a core).
+    """
+    if cores <= 0:
+        return 0
+    own = _units(cpus_per_trial) if cpus_per_trial else RESOURCE_UNITS
+    at_once = max(1, cores * RESOURCE_UNITS // (own + _units(task_cpus_per_trial)))
+    return min(cores, max(1, -(-at_once * own // RESOURCE_UNITS)))
 
 
 def _as_nodes(cluster: NodeResources | Mapping[str, NodeResources]) -> list[tuple[str | None, NodeResources]]:

@@ -119,7 +119,17 @@ def trainable_name(trainable: Any) -> str:
 def _check_resources(resources: Any) -> dict[str, float] | Callable[[dict[str, Any]], Any]:
     if callable(resources) and not isinstance(resources, Mapping) and not hasattr(resources, "bundles"):
         return resources
-    return normalize_resources(resources)
+    return normalize_resources(resources, keeps_task_cpus=True)
+
+
+def task_cpus(resources: Any) -> float:
+    """The CPUs of a placement group factory's bundles after the first: what Ray keeps for the tasks and actors a
+    trial starts (``fluidsalus.run(task_cpus_per_trial=...)``). 0 for anything else (checked by the caller)."""
+    bundles = getattr(resources, "bundles", None)
+    if bundles is None or isinstance(resources, Mapping):
+        return 0.0
+    return sum(float(v) for b in bundles[1:] for k, v in dict(b).items()
+               if _RESOURCE_ALIASES.get(str(k), str(k)) == "cpu")
 
 
 def _check_amount(key: str, value: Any) -> float:
@@ -136,13 +146,14 @@ def _check_amount(key: str, value: Any) -> float:
     return amount
 
 
-#: Said when a placement group factory has CPUs in bundles after the first (Ray's way to reserve cores for the
-#: tasks and actors a trial starts).
+#: Said when a function of the config returns a placement group factory with CPUs in bundles after the first
+#: (Ray's way to keep cores for the tasks and actors a trial starts): a fixed one keeps them (``task_cpus``), but a
+#: function's is known only as each trial starts, after the devices took the cores.
 EXTRA_BUNDLES_WARNING = (
-    "fluidsalus.tune: a PlacementGroupFactory's bundles are summed into one request: the CPUs of the bundles after "
-    "the first are not kept for Ray tasks or actors the trial starts, as Ray keeps them. The run's device actors "
-    "hold the cores, so such a task that asks for a CPU waits until one is free, for as long as the run holds "
-    "them all. Start them with num_cpus=0, or use fluidsalus.run(..., devices=N) to leave cores free.")
+    "fluidsalus.tune: the PlacementGroupFactory a function of the config returned keeps no cores for the Ray tasks "
+    "or actors the trial starts, as Ray keeps its bundles after the first: it is known only at the trial's start, "
+    "when the run's device actors already hold the cores. Such a task that asks for a CPU waits until one is "
+    "free. Pass a fixed PlacementGroupFactory to with_resources, or start the tasks with num_cpus=0.")
 #: Said when a trial asks for more than one GPU.
 MANY_GPUS_WARNING = (
     "fluidsalus.tune: each trial asks for {gpu:g} GPUs, but runs on one device (its CUDA_VISIBLE_DEVICES holds "
@@ -150,7 +161,7 @@ MANY_GPUS_WARNING = (
     "if no node has as many. A trial that trains on several GPUs: fluidsalus.distributed.data_parallel.")
 
 
-def normalize_resources(resources: Any) -> dict[str, float]:
+def normalize_resources(resources: Any, keeps_task_cpus: bool = False) -> dict[str, float]:
     """A resource request as ``{name: amount}``: a dict, or a placement group factory's bundles summed.
 
     ``CPU``/``GPU`` become ``cpu``/``gpu``; the entries of Ray's ``custom_resources`` dict become keys of their
@@ -159,6 +170,8 @@ def normalize_resources(resources: Any) -> dict[str, float]:
 
     Args:
         resources: A dict such as ``{"cpu": 1, "gpu": 0.25}``, or a placement group factory (``.bundles``).
+        keeps_task_cpus: Whether the run keeps the CPUs of a factory's later bundles free (a fixed request of
+            ``with_resources``: :func:`task_cpus`); if not, such CPUs warn (:data:`EXTRA_BUNDLES_WARNING`).
 
     Returns:
         The request, with ``cpu``, ``gpu`` and ``memory`` under those names.
@@ -169,8 +182,8 @@ def normalize_resources(resources: Any) -> dict[str, float]:
     """
     bundles = getattr(resources, "bundles", None)
     if bundles is not None and not isinstance(resources, Mapping):
-        if len(bundles) > 1 and any(_RESOURCE_ALIASES.get(str(k), str(k)) == "cpu" and v
-                                    for b in bundles[1:] for k, v in dict(b).items()):
+        if not keeps_task_cpus and len(bundles) > 1 and any(_RESOURCE_ALIASES.get(str(k), str(k)) == "cpu" and v
+                                                            for b in bundles[1:] for k, v in dict(b).items()):
             import warnings
 
             warnings.warn(EXTRA_BUNDLES_WARNING, UserWarning, stacklevel=3)
@@ -223,10 +236,12 @@ class Prepared:
     """
 
     def __init__(self, base: Any, parameters: Mapping[str, Any] | None = None,
-                 resources: dict[str, float] | Callable[[dict[str, Any]], Any] | None = None) -> None:
+                 resources: dict[str, float] | Callable[[dict[str, Any]], Any] | None = None,
+                 task_cpus: float = 0.0) -> None:
         self.base = base
         self.parameters = dict(parameters or {})
         self.resources = resources
+        self.task_cpus = task_cpus  # the CPUs of a fixed placement group factory's later bundles (task_cpus)
         self.__name__ = trainable_name(base)
         self.__doc__ = getattr(base, "__doc__", None)
         self.__wrapped__ = base
@@ -259,7 +274,7 @@ def with_parameters(trainable: Any, **kwargs: Any) -> Prepared:
     """
     if isinstance(trainable, Prepared):
         _check_base(trainable.base, "with_parameters")
-        return Prepared(trainable.base, {**trainable.parameters, **kwargs}, trainable.resources)
+        return Prepared(trainable.base, {**trainable.parameters, **kwargs}, trainable.resources, trainable.task_cpus)
     _check_base(trainable, "with_parameters")
     return Prepared(trainable, kwargs)
 
@@ -276,8 +291,9 @@ def with_resources(trainable: Any, resources: Any) -> Prepared:
     Args:
         trainable: A function or :class:`Trainable` subclass.
         resources: ``{"cpu": 1, "gpu": 0.5, "memory": ..., "custom_resources": {...}}`` (``CPU``/``GPU`` too),
-            a placement group factory (its bundles are summed), or a function ``f(config)`` that returns one of
-            these for each trial.
+            a placement group factory (its bundles are summed, and the CPUs of those after the first are kept
+            free for the Ray tasks and actors each trial starts, as Ray keeps them: :func:`task_cpus`), or a
+            function ``f(config)`` that returns one of these for each trial.
 
     Returns:
         The trainable with the request attached.
@@ -286,11 +302,12 @@ def with_resources(trainable: Any, resources: Any) -> Prepared:
         ConfigError: A bad request (see :func:`normalize_resources`), or a trainable that cannot run.
     """
     checked = _check_resources(resources)
+    kept = task_cpus(resources)
     if isinstance(trainable, Prepared):
         _check_base(trainable.base, "with_resources")
-        return Prepared(trainable.base, trainable.parameters, checked)
+        return Prepared(trainable.base, trainable.parameters, checked, kept)
     _check_base(trainable, "with_resources")
-    return Prepared(trainable, None, checked)
+    return Prepared(trainable, None, checked, kept)
 
 
 def gpu_hint(resources: dict[str, float] | Callable[[dict[str, Any]], Any] | None) -> float | None:
@@ -309,20 +326,24 @@ def gpu_hint(resources: dict[str, float] | Callable[[dict[str, Any]], Any] | Non
     return float(gpu) if gpu is not None and gpu > 0 else None
 
 
-def cpu_request(resources: dict[str, float] | Callable[[dict[str, Any]], Any] | None) -> float | None:
-    """The cores every trial of a ``with_resources`` request asks for: its ``cpu``, the planner's lane count.
+def cpu_request(resources: dict[str, float] | Callable[[dict[str, Any]], Any] | None,
+                kept_for_tasks: float = 0.0) -> float | None:
+    """The cores every trial of a ``with_resources`` request asks for itself: the planner's lane count.
 
     Args:
         resources: The checked request (a dict), a function of the config, or None.
+        kept_for_tasks: The request's CPUs kept for the trial's tasks (:func:`task_cpus`), not its own.
 
     Returns:
-        ``resources["cpu"]`` when it is a dict with a positive ``cpu`` (``fluidsalus.run(cpus_per_trial=...)``);
-        None for no request, no ``cpu`` or ``cpu: 0``, or a function (known only as each trial starts).
+        ``resources["cpu"]`` less ``kept_for_tasks`` when that is positive and the request is a dict
+        (``fluidsalus.run(cpus_per_trial=...)``); None for no request, no ``cpu`` or none left, or a function
+        (known only as each trial starts).
     """
     if not isinstance(resources, Mapping):
         return None
     cpu = resources.get("cpu")
-    return float(cpu) if cpu is not None and cpu > 0 else None
+    own = float(cpu) - kept_for_tasks if cpu is not None else 0.0
+    return own if own >= RESOURCE_PRECISION else None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -777,7 +798,8 @@ def is_class_trainable(trainable: Any) -> bool:
 class PlacementGroupFactory:
     """A resource request as bundles (``ray.tune.PlacementGroupFactory``), for :func:`with_resources`.
 
-    fluidsalus sums the bundles into one request and records it as a hint (see :func:`with_resources`).
+    fluidsalus sums the bundles into one request and records it as a hint, and keeps the CPUs of the bundles after
+    the first free for the Ray tasks and actors each trial starts, as Ray does (see :func:`with_resources`).
 
     Args:
         bundles: A list of ``{resource: amount}`` dicts.
@@ -793,7 +815,7 @@ class PlacementGroupFactory:
     @property
     def required_resources(self) -> dict[str, float]:
         """The bundles summed, with Ray's key names (``CPU``, ``GPU``), as Ray's factory answers."""
-        return TrialResources(normalize_resources(self)).required_resources
+        return TrialResources(normalize_resources(self, keeps_task_cpus=True)).required_resources
 
     def __repr__(self) -> str:
         return f"PlacementGroupFactory({self.bundles!r}, strategy={self.strategy!r})"

@@ -75,6 +75,7 @@ from fluidsalus.tune._tags import TAG_KEY, Tagger
 from fluidsalus.tune._trainable import (
     MANY_GPUS_WARNING,
     ClassOptions,
+    Prepared,
     adopt_ray_trainable,
     cpu_request,
     gpu_hint,
@@ -699,6 +700,8 @@ class Tuner:
         if not ray.is_initialized():
             ray.init(include_dashboard=False, configure_logging=False, log_to_driver=True)
         entry, refs = make_entry(trainable, options, log_files(run_config.log_to_file), chdir)
+        # (a fixed PlacementGroupFactory's later bundles: cores left to Ray for the tasks each trial starts)
+        kept_for_tasks = trainable.task_cpus if isinstance(trainable, Prepared) else 0.0
         storage = os.path.abspath(os.path.expanduser(run_config.storage_path or ""))
         label = self._registered_name or entry.__name__
         base_name = _UNSAFE_NAME_CHARS.sub("_", label).strip("_") or _FALLBACK_NAME
@@ -761,7 +764,8 @@ class Tuner:
                     resume=self._resume,
                     callbacks=[saver, policies, *engine_callbacks, *([adapter] if adapter is not None else [])],
                     gpu_per_trial=gpu_hint(entry.resources),
-                    cpus_per_trial=cpu_request(entry.resources),
+                    cpus_per_trial=cpu_request(entry.resources, kept_for_tasks),
+                    task_cpus_per_trial=kept_for_tasks,
                     trial_dirname=_dirname_function(dirname_creator, experiment_dir, label, tags,
                                                     tune_config.trial_name_creator, trial_names),
                     # (the creator's name, else Ray's <trainable>_<trial_id> by the registered name; stored, so a
