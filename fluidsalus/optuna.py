@@ -244,9 +244,12 @@ class _PackedError:
             first = error
             while first.__cause__ is not None:
                 first = first.__cause__
-            suppressed = first.__suppress_context__  # (setting __cause__ sets it)
-            first.__cause__ = DeviceTraceback(self.trace)  # printed first: the device's frames of the whole chain
-            first.__suppress_context__ = suppressed
+            if isinstance(first, DeviceTraceback):  # an error that crossed before (driver -> device -> driver):
+                first.text, first.args = self.trace, (self.trace,)  # its trace already holds the earlier one
+            else:
+                suppressed = first.__suppress_context__  # (setting __cause__ sets it)
+                first.__cause__ = DeviceTraceback(self.trace)  # printed first: the device's frames of the chain
+                first.__suppress_context__ = suppressed
         return error
 
 

@@ -15,6 +15,7 @@ import math
 import os
 import threading
 import time
+import traceback
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -312,6 +313,28 @@ def test_an_exceptions_cause_and_context_come_back_with_it():
     back = fo._PackedError.of(implicit).unpack()
     assert isinstance(back.__context__, ZeroDivisionError) and not back.__suppress_context__
     assert isinstance(back.__cause__, fo.DeviceTraceback)
+
+
+def _answering_on_the_driver() -> None:
+    raise ValueError("Cannot set different distribution kind to the same parameter name.")
+
+
+def test_an_error_that_crossed_twice_prints_each_frame_once():
+    """An error the driver raised answering a trial's call (Optuna's for a changed distribution, a sampler's) goes
+    to the device, is raised in the objective and comes back: its driver frames were printed twice, with two
+    device tracebacks in the chain (191 lines against Optuna's 43: a helper's side-by-side run)."""
+    try:
+        _answering_on_the_driver()
+    except ValueError as e:
+        on_device = fo._PackedError.of(e).unpack()  # as the trial's call raises it on the device
+    try:
+        raise on_device  # through the objective's frames
+    except ValueError as e:
+        back = fo._PackedError.of(e).unpack()  # as optimize raises it on the driver
+    printed = "".join(traceback.format_exception(back))
+    assert printed.count("in _answering_on_the_driver") == 1
+    assert printed.count("test_an_error_that_crossed_twice_prints_each_frame_once") == 2  # each crossing's frame
+    assert isinstance(back.__cause__, fo.DeviceTraceback) and back.__cause__.__cause__ is None
 
 
 def test_exception_that_cannot_be_recreated_becomes_trial_error():
