@@ -849,3 +849,32 @@ def test_pbt_population_starts_with_rays_configurations_for_the_points() -> None
         (population,) = searcher.next_groups()
         assert population.configs == _ray_variants(ray_space, num_samples, 42, points)
         assert len(population.configs) == max(num_samples, len(points))
+
+
+class _SchedulerOfTheUsersOwn(tune.schedulers.FIFOScheduler):
+    def on_trial_result(self, tune_controller, trial, result):
+        return self.CONTINUE
+
+
+@pytest.mark.parametrize(("scheduler", "search_alg", "expected"), [
+    (None, None, 6),
+    (lambda: tune.schedulers.ASHAScheduler(max_t=4), None, 6),
+    (lambda: tune.schedulers.HyperBandScheduler(max_t=4), None, 6),
+    (lambda: tune.schedulers.MedianStoppingRule(), None, 6),
+    (lambda: _SchedulerOfTheUsersOwn(), None, 6),
+    (lambda: tune.schedulers.PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2,
+                                                     hyperparam_mutations={"y": [1, 2]}), None, 6),
+    (lambda: tune.schedulers.ASHAScheduler(max_t=4), lambda: OptunaSearch(), 2),  # a model's: num_samples
+])
+def test_callbacks_and_reporters_are_told_the_trials_ray_counts_under_any_scheduler(scheduler, search_alg, expected):
+    """Ray's total_num_samples counts the grid under a scheduler too (its BasicVariantGenerator's); under ASHA,
+    HyperBand, the median rule, PBT or a scheduler of the user's own it was num_samples: 2 for 3 values x 2, and
+    CLIReporter printed "Number of trials: 3/1" (a helper's side-by-side run with Ray 2.60)."""
+    from fluidsalus.tune._tuner import _total_samples
+
+    config = tune.TuneConfig(metric="loss", mode="min", num_samples=2,
+                             scheduler=scheduler() if scheduler else None,
+                             search_alg=search_alg() if search_alg else None)
+    space = {"x": tune.grid_search([1, 2, 3])} if search_alg is None else {"x": tune.uniform(0, 1)}
+    planned = plan(config, space)
+    assert _total_samples(planned.searcher, 2, endless=False) == expected

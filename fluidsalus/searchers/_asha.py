@@ -29,7 +29,7 @@ import numpy as np
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError, SpaceError
 from fluidsalus.searchers._base import BaseSearcher, Decision
-from fluidsalus.searchers._random import VariantStream
+from fluidsalus.searchers._random import VariantStream, count_trials
 from fluidsalus.trialgroup.trial import TrialGroup
 
 __all__ = ["ASHA", "asha_bracket_rng", "asha_milestones"]
@@ -419,6 +419,11 @@ class ASHA(BaseSearcher):
         return self._stream
 
     # ---- the interface ---------------------------------------------------------------------------------
+
+    @property
+    def total_samples(self) -> int | None:
+        """How many trials the search makes (None when a draw makes grids): Ray's count of its variants."""
+        return count_trials(self.space, self.num_samples)
 
     def next_groups(self) -> list[TrialGroup]:
         """Promotions decided since the last call, then new configurations (see the class docstring).

@@ -35,7 +35,7 @@ from fluidsalus.searchers._asha import (
     is_number,
 )
 from fluidsalus.searchers._base import BaseSearcher, Decision
-from fluidsalus.searchers._random import VariantStream
+from fluidsalus.searchers._random import VariantStream, count_trials
 from fluidsalus.trialgroup.trial import TrialGroup
 
 __all__ = ["HyperBand", "hyperband_schedule"]
@@ -260,6 +260,11 @@ class HyperBand(BaseSearcher):
         return stops
 
     # ---- the interface ---------------------------------------------------------------------------------
+
+    @property
+    def total_samples(self) -> int | None:
+        """How many trials the search makes (None when a draw makes grids): Ray's count of its variants."""
+        return count_trials(self.space, self.num_samples)
 
     def next_groups(self) -> list[TrialGroup]:
         """Next rungs of brackets whose rung completed, then new brackets (rung 0 groups).

@@ -48,7 +48,7 @@ import numpy as np
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers._base import BaseSearcher, Decision, ExploitRequest
-from fluidsalus.searchers._random import VariantStream, check_points
+from fluidsalus.searchers._random import VariantStream, check_points, count_trials
 from fluidsalus.trialgroup.trial import TrialGroup
 
 logger = logging.getLogger(__name__)
@@ -534,6 +534,11 @@ class PBT(BaseSearcher):
         return self._trials[trial_id].config
 
     # ------------------------------------------------------------------ searcher interface
+
+    @property
+    def total_samples(self) -> int | None:
+        """How many trials the search makes (None when a draw makes grids): Ray's count of its variants."""
+        return count_trials(self.space, self.num_samples, self._points)
 
     def next_groups(self) -> list[TrialGroup]:
         """The population first; then promotions of trials that continue, one group per budget.

@@ -247,6 +247,32 @@ def check_points(space: Mapping[str, Any], points: Any, owner: str,
     return [point_assignments(space, point, owner, index, unknown_key_hint) for index, point in enumerate(points)]
 
 
+def count_trials(space: Mapping[str, Any], num_samples: int,
+                 points: Sequence[Mapping[str, Any]] = ()) -> int | None:
+    """How many configurations a :class:`VariantStream` of ``space`` yields: each point's grid, then the grid
+    ``num_samples - len(points)`` times (Ray's ``BasicVariantGenerator`` count, its ``total_samples``).
+
+    Args:
+        space: The search space.
+        num_samples: Samples per grid point (``-1``: endless).
+        points: The points to evaluate first (their assignments, as :func:`check_points` gives them).
+
+    Returns:
+        The count, or None when endless or when a draw makes grids (a grid inside a ``choice``).
+    """
+    if num_samples == sp.INFINITE_SAMPLES:
+        return None
+    total = 0
+    for assignments in points:
+        count = sp.count_variants(apply_point(space, assignments), 1)
+        if count is None:
+            return None
+        total += count
+    remaining = max(num_samples - len(points), 0)
+    rest = sp.count_variants(space, remaining) if remaining else 0
+    return None if rest is None else total + rest
+
+
 class RandomSearch(BaseSearcher):
     """Samples ``num_samples`` configurations (times every grid point) as one TrialGroup of fresh trials.
 
@@ -293,17 +319,7 @@ class RandomSearch(BaseSearcher):
     @property
     def total_samples(self) -> int | None:
         """How many configurations the search runs (None when endless or when a draw makes grids)."""
-        if self.num_samples == sp.INFINITE_SAMPLES:
-            return None
-        total = 0
-        for assignments in self._points:
-            count = sp.count_variants(apply_point(self.space, assignments), 1)
-            if count is None:
-                return None
-            total += count
-        remaining = max(self.num_samples - len(self._points), 0)
-        rest = sp.count_variants(self.space, remaining) if remaining else 0
-        return None if rest is None else total + rest
+        return count_trials(self.space, self.num_samples, self._points)
 
     def _make_stream(self) -> VariantStream:
         return VariantStream(self.space, self.num_samples, self.seed, self._points, self.constant_grid_search)

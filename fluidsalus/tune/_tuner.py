@@ -54,7 +54,7 @@ from fluidsalus.checkpoint import write_atomically
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.host import decides_stop_all, for_devices, stop_rule
 from fluidsalus.result import ResultGrid
-from fluidsalus.searchers import PBT, BaseSearcher
+from fluidsalus.searchers import PBT, BaseSearcher, MedianStopping
 from fluidsalus.searchers._pbt_replay import write_policy_files
 from fluidsalus.session import DATE_FORMAT
 from fluidsalus.store import (
@@ -68,6 +68,7 @@ from fluidsalus.store import (
 )
 from fluidsalus.trialgroup.searcher_log import restore
 from fluidsalus.tune._config import INFINITE_SAMPLES, CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+from fluidsalus.tune._custom_scheduler import ScheduledSearch
 from fluidsalus.tune._custom_search import defined_by_user, runner_of
 from fluidsalus.tune._interrupt import StopSignals
 from fluidsalus.tune._output import log_files
@@ -359,6 +360,20 @@ class NotRestorableError(ConfigError, FileNotFoundError):
     """``Tuner.restore`` of a folder that holds no fluidsalus.tune experiment: a :class:`ConfigError` that is also
     the ``FileNotFoundError`` Ray raises there."""
 
+
+
+def _total_samples(searcher: Any, num_samples: int, endless: bool) -> int | None:
+    """The run's trials as Ray counts them for ``Callback.setup(total_num_samples=...)`` and the progress table:
+    the variants of the search when it makes them from the space (its grid and points; also under a scheduler,
+    which Ray runs over its ``BasicVariantGenerator``), else ``num_samples`` (a model-based search, repeats:
+    Ray's ``SearchGenerator`` count), None when endless or unknown (a draw makes grids).
+
+    Under ASHA or a scheduler of the user's own it was ``num_samples`` (2 for a grid of 3 values times 2, where
+    Ray says 6: a helper's side-by-side run).
+    """
+    while isinstance(searcher, (MedianStopping, ScheduledSearch)):  # (they decide on the trials, not make them)
+        searcher = searcher.inner
+    return getattr(searcher, "total_samples", None if endless else num_samples)
 
 class Tuner:
     """Tune a trainable's hyperparameters (``ray.tune.Tuner``).
@@ -687,7 +702,7 @@ class Tuner:
         engine_callbacks, ray_callbacks = _split_callbacks(run_config.callbacks)
         ray_callbacks += default_loggers(ray_callbacks)  # Ray's result.json and progress.csv in each trial's folder
         endless = tune_config.num_samples == INFINITE_SAMPLES
-        total_samples = getattr(planned.searcher, "total_samples", None if endless else tune_config.num_samples)
+        total_samples = _total_samples(planned.searcher, tune_config.num_samples, endless)
         if run_config.progress_reporter is not None and run_config.verbosity() >= 1:
             # As tune.run does: the reporter gets the run's start, samples, and TuneConfig's metric and mode.
             run_config.progress_reporter.setup(start_time=time.time(), metric=tune_config.metric,
