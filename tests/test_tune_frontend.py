@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import time
 import warnings
@@ -1178,6 +1179,13 @@ def test_checkpoint_at_end_saves_a_trial_the_stop_rule_or_a_scheduler_ends(ray_c
     ends = sorted(r.metrics["training_iteration"] for r in grid)
     assert ends[0] < 4 and ends[-1] == 4  # some stopped at a rung, some ran to max_t
     assert all(int(r.checkpoint.path[-6:]) == r.metrics["training_iteration"] for r in grid)
+    # As Ray marks the result its scheduler stops a trial at (at a rung or at max_t): done in the stored rows and
+    # in Ray's progress.csv (every row said False: a helper's side-by-side run)
+    for result in grid:
+        stops = [False] * (result.metrics["training_iteration"] - 1) + [True]
+        assert list(result.metrics_dataframe["done"]) == stops
+        with open(os.path.join(result.path, "progress.csv")) as f:
+            assert [row["done"] for row in csv.DictReader(f)] == [str(done) for done in stops]
 
 
 def test_a_class_trainable_is_checkpointed_at_its_end_by_default_under_a_tuner_not_under_tune_run(

@@ -1754,19 +1754,10 @@ class Executor:
                     )
                     events.append((ts, "trial_end", trial_id, name, {"attempt": attempt, "outcome": outcome}))
                     acted.append((kind, trial, event))
-            if results:
-                self.store.add_results(results)
-                last: dict[str, Trial] = {r[0]: self.trials[r[0]] for r in results}
-                for trial in last.values():
-                    if trial.status not in FINAL_STATUSES:
-                        self.store.update_trial(trial.trial_id, status=trial.status, last_result=trial.last_result,
-                                                last_iteration=trial.last_iteration,
-                                                checkpoint_path=trial.checkpoint_path)
-            if events:
-                self.store.add_events(events)
             # The searcher consumes the batch in memory, and its new state commits together with the batch:
             # after a crash, the stored results and the stored searcher state always agree. Nothing leaves
-            # this process (stop messages, printed lines) before the commit.
+            # this process (stop messages, printed lines) before the commit. (It decides before the results
+            # are written, so that a stop marks its result done.)
             stops: list[str] = []
             for kind, trial, event in acted:
                 if kind == EV_RESULT:
@@ -1780,9 +1771,22 @@ class Executor:
                     self._searcher_seen[trial.trial_id] = iteration
                     if self._searcher_log.on_result(trial.trial_id, event[4]) == Decision.STOP:
                         stops.append(trial.trial_id)
+                        # As Ray marks the result its scheduler stops a trial at: ``done`` in the stored row, the
+                        # trial's last result, the callbacks and the loggers' files (the results are stored next)
+                        event[4]["done"] = True
                 elif kind == EV_END:
                     self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=trial.status == ERROR,
                                                         error_text=trial.error)
+            if results:
+                self.store.add_results(results)
+                last: dict[str, Trial] = {r[0]: self.trials[r[0]] for r in results}
+                for trial in last.values():
+                    if trial.status not in FINAL_STATUSES:
+                        self.store.update_trial(trial.trial_id, status=trial.status, last_result=trial.last_result,
+                                                last_iteration=trial.last_iteration,
+                                                checkpoint_path=trial.checkpoint_path)
+            if events:
+                self.store.add_events(events)
             if acted:
                 self._searcher_log.save()
         # Committed: the batch is acknowledged. Now act on it.
