@@ -81,6 +81,25 @@ def test_fifo_and_basic_variant_generator_become_random_search() -> None:
     assert seeded.searcher.next_groups()[0].configs == sp.generate_variants(SPACE, 3, 5)
 
 
+class _PlainFIFO(tune.schedulers.FIFOScheduler):
+    pass
+
+
+class _PlainASHA(tune.schedulers.ASHAScheduler):
+    pass
+
+
+def test_a_subclass_of_a_built_in_scheduler_that_adds_no_hook_runs_as_its_base() -> None:
+    """Ray runs ``class Mine(FIFOScheduler): pass`` as a FIFOScheduler; it was refused ("has no fluidsalus
+    equivalent"): a helper's side-by-side run."""
+    fifo = _plan(scheduler=tune.schedulers.FIFOScheduler()).searcher
+    assert type(_plan(scheduler=_PlainFIFO()).searcher) is type(fifo)
+    plain, base = _plan(metric="m", mode="max", scheduler=_PlainASHA(max_t=9)), _plan(
+        metric="m", mode="max", scheduler=tune.schedulers.ASHAScheduler(max_t=9))
+    assert type(plain.searcher) is type(base.searcher)
+    assert plain.summary.replace("_PlainASHA", "AsyncHyperBandScheduler") == base.summary
+
+
 def test_asha_scheduler_becomes_asha_with_its_parameters() -> None:
     sched = tune.schedulers.ASHAScheduler(max_t=27, grace_period=3, reduction_factor=3, brackets=2,
                                           stop_last_trials=False)

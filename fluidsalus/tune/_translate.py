@@ -340,7 +340,7 @@ def _plan_custom(search_alg: Any, scheduler: TrialScheduler, space: dict[str, An
     empty, with Ray's public spec: ``stop`` (the dict of thresholds, ``{}`` for a Stopper or none),
     ``num_samples`` and ``time_budget_s``; a method without ``**spec`` is called without it (Ray's fallback)."""
     name = type(search_alg).__name__
-    if type(scheduler) not in (FIFOScheduler, AsyncHyperBandScheduler, HyperBandScheduler):
+    if _kind(scheduler) not in (FIFOScheduler, AsyncHyperBandScheduler, HyperBandScheduler):
         raise ConfigError(
             f"TuneConfig: {pair}: fluidsalus runs a search algorithm of your own (a Searcher subclass) with no "
             "scheduler (FIFOScheduler), with AsyncHyperBandScheduler/ASHAScheduler or with HyperBandScheduler "
@@ -496,6 +496,20 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
     return _wait_for_batches(planned) if _batched(tune_config.search_alg) else planned
 
 
+#: The schedulers fluidsalus maps onto its searchers, by class (see :func:`_kind`).
+_BUILT_IN_SCHEDULERS = (FIFOScheduler, AsyncHyperBandScheduler, HyperBandForBOHB, HyperBandScheduler,
+                        MedianStoppingRule, PB2Holder, PopulationBasedTraining, PopulationBasedTrainingReplay,
+                        ResourceChangingScheduler)
+
+
+def _kind(scheduler: TrialScheduler) -> type:
+    """The built-in scheduler a scheduler runs as: its class, or for a subclass that adds no hook of its own
+    (:func:`is_custom_scheduler` is False) the nearest built-in class it derives from, as Ray runs ``class
+    Mine(FIFOScheduler): pass`` as a FIFOScheduler (it was refused as a pair with no equivalent: a helper's
+    side-by-side run)."""
+    return next((cls for cls in type(scheduler).__mro__ if cls in _BUILT_IN_SCHEDULERS), type(scheduler))
+
+
 def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_trainable: bool,
           stop: Any = None) -> Plan:
     scheduler: TrialScheduler = adopt_scheduler(tune_config.scheduler) or FIFOScheduler()
@@ -534,7 +548,7 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
         return _plan_custom(search_alg, scheduler, space, tune_config, metric, mode, cap, pair, bool(limits),
                             stop=stop)
     if isinstance(search_alg, BaseSearcher):
-        if type(scheduler) is not FIFOScheduler:
+        if _kind(scheduler) is not FIFOScheduler:
             raise ConfigError(
                 f"TuneConfig: {pair}: a fluidsalus searcher already decides when trials stop; use no scheduler"
             )
@@ -557,7 +571,7 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
     generator = search_alg if search_alg is not None else BasicVariantGenerator()
     seed = generator.seed()
     target = {FIFOScheduler: "RandomSearch", AsyncHyperBandScheduler: "ASHA", HyperBandScheduler: "HyperBand",
-              HyperBandForBOHB: "HyperBand", PopulationBasedTraining: "PBT", PB2Holder: "PB2"}.get(type(scheduler))
+              HyperBandForBOHB: "HyperBand", PopulationBasedTraining: "PBT", PB2Holder: "PB2"}.get(_kind(scheduler))
     if target is None:
         raise ConfigError(f"TuneConfig: {pair} has no fluidsalus equivalent; supported pairs: {_WORKING_PAIRS}")
     constant = generator.constant_grid_search
@@ -660,7 +674,7 @@ def _plan_repeated(repeater: Repeater, inner: Any, scheduler: TrialScheduler, sp
     """A :class:`RepeatSearcher` around the plan of the repeated search algorithm (``num_samples // repeat``
     configurations, ``inner_limits`` or the trial cap over ``repeat`` configurations in flight)."""
     custom = is_custom_searcher(inner)
-    if not (isinstance(inner, OptunaHolder) or custom) or type(scheduler) is not FIFOScheduler:
+    if not (isinstance(inner, OptunaHolder) or custom) or _kind(scheduler) is not FIFOScheduler:
         raise ConfigError(
             f"TuneConfig: Repeater({pair}): fluidsalus repeats an OptunaSearch or a search algorithm of your own "
             "(possibly in a ConcurrencyLimiter) with no scheduler (FIFOScheduler) only; an early-stopping "
@@ -758,7 +772,7 @@ def _plan_optuna(holder: OptunaHolder, scheduler: TrialScheduler, param_space: d
         how = (f"{name} + AsyncHyperBandScheduler -> OptunaSearch(pruner=SuccessiveHalvingPruner("
                f"min_resource={scheduler.grace_period}, reduction_factor={scheduler.reduction_factor}), "
                f"stop at {scheduler.time_attr} >= {scheduler.max_t})")
-    elif type(scheduler) is HyperBandScheduler:
+    elif _kind(scheduler) is HyperBandScheduler:
         pruner = None  # HyperBand stops the trials; the study's pruner takes no part, as in Ray
         how = (f"{name} + HyperBandScheduler -> OptunaHyperBand(time_attr={scheduler.time_attr!r}, "
                f"max_t={scheduler.max_t}, reduction_factor={scheduler.reduction_factor}, "
@@ -770,7 +784,7 @@ def _plan_optuna(holder: OptunaHolder, scheduler: TrialScheduler, param_space: d
         assert isinstance(searcher, OptunaSearch)
         searcher.wait_for_batch = True
         how += f", in batches of {batch}"
-    if type(scheduler) is HyperBandScheduler:
+    if _kind(scheduler) is HyperBandScheduler:
         assert isinstance(searcher, OptunaSearch) and isinstance(metric, str) and isinstance(mode, str)
         searcher = OptunaHyperBand(searcher, n, metric, mode, max_concurrent=batch, time_attr=scheduler.time_attr,
                                    max_t=scheduler.max_t, reduction_factor=scheduler.reduction_factor,
