@@ -152,6 +152,8 @@ class PlannerSummary:
         late_devices: Devices the run started without (``device_waiting``: their resources were taken when it
             began), each with the seconds until it joined, or None if it never did.
         turns: Places given up to a trial behind (``trial_restart`` with reason ``turn``: PBT's turns).
+        lost_devices: Devices whose actor died, or never started, and could not be started again (``device_lost``:
+            their node is gone, say), each with the first line of Ray's error; the run went on without them.
     """
 
     moves: int
@@ -165,6 +167,7 @@ class PlannerSummary:
     withdrawals: int = 0
     late_devices: dict[str, float | None] = field(default_factory=dict)
     turns: int = 0
+    lost_devices: dict[str, str] = field(default_factory=dict)
 
 
 def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
@@ -182,8 +185,13 @@ def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
     resize_cost: float | None = None
     waiting_since: dict[str, float] = {}
     late: dict[str, float | None] = {}
+    lost: dict[str, str] = {}
     for ev in events:
         data = ev.data or {}
+        if ev.kind == "device_lost" and ev.device is not None:
+            lost[ev.device] = str(data.get("error") or "").strip().splitlines()[0] if data.get("error") else ""
+        elif ev.kind == "device_start" and ev.device is not None:
+            lost.pop(ev.device, None)  # (started again: a resumed run's)
         if ev.kind == "device_waiting" and ev.device is not None:
             waiting_since[ev.device], late[ev.device] = ev.ts, None
         elif ev.kind == "device_start" and data.get("joined") and ev.device in waiting_since:
@@ -208,7 +216,8 @@ def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
             if isinstance(resize_count, int) and resize_count > 0 and finite(data.get("resize_cost_s")):
                 resize_cost, resizes = float(data["resize_cost_s"]), resize_count
     return PlannerSummary(moves, restarts, preemptions, dict(sorted(refused.items())), cost, measured,
-                          resize_cost, resizes, withdrawals, dict(sorted(late.items())), turns)
+                          resize_cost, resizes, withdrawals, dict(sorted(late.items())), turns,
+                          dict(sorted(lost.items())))
 
 
 def resolve_experiment(path: str | os.PathLike[str]) -> str:
@@ -557,6 +566,10 @@ class Report:
             late = [f"{name} never started" if after is None else f"{name} joined after {after:.2f}s"
                     for name, after in self.planner.late_devices.items()]
             lines.append("devices the run started without (their resources were taken): " + ", ".join(late))
+        if self.planner.lost_devices:
+            lost = [f"{name} ({error})" if error else name for name, error in self.planner.lost_devices.items()]
+            lines.append("devices lost (their actor died or did not start, and could not be started again; the run "
+                         "went on without them): " + ", ".join(lost))
         errors = self.errors
         if errors:
             lines.append(f"errored trials ({len(errors)}):")

@@ -217,7 +217,7 @@ def test_the_report_counts_the_planners_decisions_and_its_measured_move_cost(tmp
     assert report.to_dict()["planner"] == {"moves": 1, "restarts_for_moves": 1, "preemptions": 1,
                                            "refused": {"no checkpoint": 2, "paused": 1}, "move_cost_s": 0.026,
                                            "moves_measured": 2, "resize_cost_s": 0.5, "resizes_measured": 1,
-                                           "withdrawals": 1, "late_devices": {}, "turns": 0}
+                                           "withdrawals": 1, "late_devices": {}, "turns": 0, "lost_devices": {}}
     assert ("planner: 1 move (1 restarted), 1 preemption, 1 withdrawal, refused: no checkpoint 2, paused 1; move cost: "
             "26.0ms measured over 2 moves; resize cost: 500.0ms measured over 1 resize") in report.render_table()
     assert "started without" not in report.render_table()
@@ -238,6 +238,27 @@ def test_the_report_names_the_devices_a_run_started_without_and_when_each_joined
             "cpu:2 never started") in report.render_table()
     store.close()
 
+
+def test_the_report_names_the_devices_a_run_lost_and_why(tmp_path):
+    """A node's death took two devices for good, and the report showed them as ordinary devices: nothing said
+    that the run went on without them (a helper's two-node run)."""
+    store = _store(tmp_path)
+    store.add_results([("t0", 0, 1, 11.0, {"acc": 1, "time_this_iter_s": 0.5})])
+    gone = "The actor is not schedulable: The node specified via NodeAffinitySchedulingStrategy doesn't exist"
+    store.add_events([
+        (10.0, "device_start", None, "cpu:2", {"kind": "cpu", "slots": 1}),
+        (10.0, "device_start", None, "cpu:3", {"kind": "cpu", "slots": 1}),
+        (11.3, "device_died", None, "cpu:2", {"error": "The actor died because its node has died."}),
+        (11.31, "device_lost", None, "cpu:2", {"error": gone + "\n(more of Ray's words)"}),
+        (11.32, "device_lost", None, "cpu:3", {"error": gone}),
+        (20.0, "device_start", None, "cpu:3", {"kind": "cpu", "slots": 1}),  # a resumed run's: not lost
+    ])
+    report = inspect(store.experiment_dir)
+    assert report.planner.lost_devices == {"cpu:2": gone}
+    assert report.to_dict()["planner"]["lost_devices"] == {"cpu:2": gone}
+    assert (f"devices lost (their actor died or did not start, and could not be started again; the run went on "
+            f"without them): cpu:2 ({gone})") in report.render_table()
+    store.close()
 
 
 def test_the_report_lists_each_errored_trials_error_up_to_a_limit(tmp_path):

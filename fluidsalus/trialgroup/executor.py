@@ -785,6 +785,9 @@ class Executor:
             info = ray.get(ref)
         except ray.exceptions.RayError as e:
             self.store.add_events([(time.time(), "device_lost", None, device.spec.name, {"error": _plain(e)})])
+            what = "the replacement of its dead actor" if device.replacements else "its actor"
+            logger.warning("device %s is lost: %s could not start: %s; the run goes on with the other devices",
+                           device.spec.name, what, _plain(e).splitlines()[0])
             return
         self._adopt(device, info)
         device.alive, self._dirty = True, True
@@ -2179,6 +2182,7 @@ class Executor:
         """
         device.alive = False
         device.poll_ref = None
+        device.lanes = 0  # (the progress view showed a dead device's last open lanes for the rest of the run)
         device.outbox.clear()
         self._dirty = True
         now = time.time()
@@ -2258,6 +2262,8 @@ class Executor:
             actor = start_device_actor(device.spec, self.payload, self._host_settings(device.spec), name)
         except ray.exceptions.RayError as e:
             self.store.add_events([(time.time(), "device_lost", None, device.spec.name, {"error": _plain(e)})])
+            logger.warning("device %s is lost: its actor died and no replacement can start (%s); the run goes on "
+                           "with the other devices", device.spec.name, _plain(e).splitlines()[0])
             return
         # The driver goes on serving the other devices while the replacement starts; it joins as a device the
         # run began without does (:meth:`_join`), and its trials wait in the queue or go to the others meanwhile.
