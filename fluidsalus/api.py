@@ -322,6 +322,8 @@ def run(
             trial_name=trial_name,
             result_extras=result_extras,
             keep_warm_s=keep_s,
+            node_devices=lambda node_id, resources: plan_devices(
+                {node_id: resources}, None, spec.cpus_per_device, spec.cpus_per_trial, spec.task_cpus_per_trial),
         ))
     finally:
         lock.release()

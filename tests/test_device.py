@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fluidsalus.errors import ConfigError
-from fluidsalus.gpu.device import device_cores, lanes_for, plan_devices
+from fluidsalus.gpu.device import DeviceSpec, device_cores, lanes_for, plan_devices, replacements_for_lost
 
 
 @pytest.mark.parametrize(("cpus", "expected"), [(1, [("cpu:0", 1)]), (2, [("cpu:0", 1), ("cpu:1", 1)]),
@@ -116,3 +116,30 @@ def test_devices_that_cpus_per_trial_sized_and_that_do_not_fit_say_so():
     with pytest.raises(ConfigError, match=r"3 virtual CPU device\(s\) x 2 CPU\(s\) each needs 6 CPUs.*"
                                           r"\(cpus_per_trial=1.5 makes devices of 2 cores\)"):
         plan_devices({"CPU": 4}, devices=3, cpus_per_trial=1.5)
+
+
+def _node_plan(node_id, resources):
+    return plan_devices({node_id: resources})
+
+
+def test_devices_lost_with_their_node_start_again_on_a_node_that_joined_keeping_their_names():
+    """A node removed and added back (under a new id) was never used again: its devices stayed lost and the run
+    ran its queue on half its devices (a helper's two-node runs; Ray Tune places trials on the node)."""
+    lost = [DeviceSpec("cpu:2", "cpu", 2, 1, "gone", 2), DeviceSpec("cpu:3", "cpu", 3, 1, "gone", 2)]
+    nodes = {"head": {"CPU": 2}, "back": {"CPU": 2}}
+    moved = replacements_for_lost(lost, nodes, {"head"}, _node_plan)
+    assert [(old.name, new.name, new.index, new.node_id, new.slots) for old, new in moved] == [
+        ("cpu:2", "cpu:2", 2, "back", 1), ("cpu:3", "cpu:3", 3, "back", 1)]
+    # never more devices than the run lost: a larger node gives as many as were lost
+    assert len(replacements_for_lost(lost[:1], {"big": {"CPU": 8}}, set(), _node_plan)) == 1
+    # a smaller node takes what it can hold; the rest wait for another
+    assert [new.name for _, new in replacements_for_lost(lost, {"small": {"CPU": 1}}, set(), _node_plan)] == ["cpu:2"]
+    # nodes in use by the run are not planned again, and devices lost on a node still there stay where they are
+    assert replacements_for_lost(lost, {"head": {"CPU": 2}}, {"head"}, _node_plan) == []
+    failed_to_load = [DeviceSpec("cpu:0", "cpu", 0, 1, "head", 2)]
+    assert replacements_for_lost(failed_to_load, {"head": {"CPU": 2}, "new": {"CPU": 2}}, {"head"}, _node_plan) == []
+    # a GPU device takes a GPU node's device, not a CPU node's
+    gpu = [DeviceSpec("cuda:1", "cuda", 1, 4, "gone", 1)]
+    assert replacements_for_lost(gpu, {"cpus": {"CPU": 4}}, set(), _node_plan) == []
+    (_, new), = replacements_for_lost(gpu, {"cpus": {"CPU": 4}, "gpus": {"CPU": 8, "GPU": 2}}, set(), _node_plan)
+    assert (new.name, new.kind, new.node_id, new.slots) == ("cuda:1", "cuda", "gpus", 4)

@@ -266,10 +266,16 @@ def _raylets_of(address: str) -> list[int]:
 def _run_cluster_script(tmp_path: Path, nodes: list[tuple[int, int]], storage: Path, devices: int) -> dict:
     """Run the two-node sweep (``devices`` devices expected) in a subprocess; check that its cluster is gone;
     return its summary."""
-    script = tmp_path / "two_nodes.py"
-    script.write_text(textwrap.dedent(_CLUSTER_SCRIPT).format(
+    return _run_script(tmp_path, textwrap.dedent(_CLUSTER_SCRIPT).format(
         nodes=nodes, trials=CLUSTER_TRIALS, reports=CLUSTER_REPORTS, storage=str(storage), devices=devices,
         marks=str(tmp_path / "devices_that_ran_a_trial"), wait_s=ALL_DEVICES_WAIT_S))
+
+
+def _run_script(tmp_path: Path, text: str) -> dict:
+    """Run a cluster script (its first line of output names the cluster, its last is its summary) in a
+    subprocess; check that its cluster is gone; return the summary."""
+    script = tmp_path / "cluster_script.py"
+    script.write_text(text)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -329,3 +335,93 @@ def test_a_sweep_on_a_two_node_cluster_runs_on_devices_of_both_nodes(tmp_path, l
         assert seen == {(starts[t.device]["node_id"], tuple(starts[t.device]["gpu_ids"]))}
     assert {starts[t.device]["node_id"] for t in trials} == set(nodes)
     store.close()
+
+
+# ------------------------------------------------------------------------------------------- a node's death
+
+_NODE_LOSS_SCRIPT = """
+import json, os, threading, time
+
+import ray
+from ray.cluster_utils import Cluster
+
+import fluidsalus
+from fluidsalus.store import ExperimentStore
+
+TRIALS, REPORTS, STORAGE, MARKS, WAIT_S = 8, 4, {storage!r}, {marks!r}, {wait_s}
+os.makedirs(MARKS)
+
+
+def trainable(config):
+    node = ray.get_runtime_context().get_node_id()
+    start = 0
+    checkpoint = fluidsalus.get_checkpoint()
+    if checkpoint is not None:
+        with open(os.path.join(checkpoint.path, "i")) as f:
+            start = int(f.read())
+    for i in range(start, REPORTS):
+        time.sleep(0.05)
+        folder = os.path.join(MARKS, f"ckpt_{{os.getpid()}}_{{time.time_ns()}}")
+        os.makedirs(folder)
+        with open(os.path.join(folder, "i"), "w") as f:
+            f.write(str(i + 1))
+        fluidsalus.report({{"loss": config["x"] + i, "node": node}},
+                          checkpoint=fluidsalus.Checkpoint.from_directory(folder))
+        open(os.path.join(MARKS, "reported_" + node), "w").close()
+        # After its first report a trial waits until one has reported on the node that joins after the worker's
+        # death (or the deadline): so the run still has trials when that node's devices join.
+        while os.path.exists(os.path.join(MARKS, "waiting")) and time.time() < DEADLINE:
+            time.sleep(0.05)
+
+
+cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 2, "include_dashboard": False}})
+print(json.dumps({{"address": cluster.address}}), flush=True)  # first, so the test finds its raylets even on failure
+try:
+    worker = cluster.add_node(num_cpus=2)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address)
+    open(os.path.join(MARKS, "waiting"), "w").close()
+    DEADLINE = time.time() + WAIT_S  # the trainable is pickled by value, with this global
+    box = {{}}
+
+    def sweep():
+        box["grid"] = fluidsalus.run(trainable, {{"x": fluidsalus.uniform(0, 1)}}, num_samples=TRIALS,
+                                     metric="loss", mode="min", address=cluster.address, storage_path=STORAGE,
+                                     name="node_loss", verbose=0)
+
+    thread = threading.Thread(target=sweep, daemon=True)
+    thread.start()
+    while not os.path.exists(os.path.join(MARKS, "reported_" + worker.node_id)) and time.time() < DEADLINE:
+        time.sleep(0.05)
+    cluster.remove_node(worker)
+    back = cluster.add_node(num_cpus=2)  # as the worker's node coming back: a new node id
+    while not os.path.exists(os.path.join(MARKS, "reported_" + back.node_id)) and time.time() < DEADLINE:
+        time.sleep(0.05)
+    os.remove(os.path.join(MARKS, "waiting"))
+    thread.join()
+    store = ExperimentStore.open(os.path.join(STORAGE, "node_loss"), readonly=True)
+    print(json.dumps({{
+        "worker": worker.node_id, "back": back.node_id, "errors": box["grid"].num_errors,
+        "moved": [[e.device, e.data["from_node"], e.data["node_id"]] for e in store.events("device_moved")],
+        "trials": [[t.status, t.num_failures, sorted(r.iteration for r in store.results(t.trial_id))]
+                   for t in store.trials()],
+        "nodes": sorted({{r.metrics["node"] for r in store.results(latest_attempt_only=False)}}),
+    }}), flush=True)
+    store.close()
+finally:
+    ray.shutdown()
+    cluster.shutdown()
+"""
+
+
+def test_the_devices_of_a_node_that_died_start_again_on_a_node_that_joins(tmp_path):
+    """A node's death took its devices for good: a node added back (under a new id) was never used, and the run
+    ran its queue on half its devices (a helper's two-node runs; Ray Tune places trials on that node). Its
+    devices now start again there, and the trials of the dead node resume from their checkpoints, none failed."""
+    summary = _run_script(tmp_path, textwrap.dedent(_NODE_LOSS_SCRIPT).format(
+        storage=str(tmp_path / "results"), marks=str(tmp_path / "marks"), wait_s=ALL_DEVICES_WAIT_S))
+    worker, back = summary["worker"], summary["back"]
+    assert sorted(summary["moved"]) == [["cpu:2", worker, back], ["cpu:3", worker, back]]
+    assert back in summary["nodes"] and worker in summary["nodes"]  # trials ran on the node that joined
+    assert summary["errors"] == 0
+    assert summary["trials"] == [["TERMINATED", 0, [1, 2, 3, 4]]] * 8  # no failure, no result lost

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from fluidsalus.errors import ConfigError
@@ -195,6 +195,46 @@ def device_cores(cores: int, cpus_per_trial: float | None, task_cpus_per_trial: 
     own = _units(cpus_per_trial) if cpus_per_trial else RESOURCE_UNITS
     at_once = max(1, cores * RESOURCE_UNITS // (own + _units(task_cpus_per_trial)))
     return min(cores, max(1, -(-at_once * own // RESOURCE_UNITS)))
+
+
+def replacements_for_lost(
+    lost: Sequence[DeviceSpec],
+    nodes: Mapping[str, NodeResources],
+    in_use: Collection[str],
+    plan_node: Callable[[str, NodeResources], list[DeviceSpec]],
+) -> list[tuple[DeviceSpec, DeviceSpec]]:
+    """Where the devices a run lost with their node start again: on nodes that joined the cluster since.
+
+    A device pinned to a node that is gone cannot start there again (``soft=False``). A node that the run's other
+    devices do not use (one that joined, or a dead node back under a new id) is planned as the run planned its own
+    (``plan_node``), and each of its devices takes the place of a lost one of the same kind, keeping that one's
+    name and index, so the run has the devices it began with again (never more). Devices lost for another reason
+    (their node still there: the trainable failed to load, say) are not moved.
+
+    Args:
+        lost: The lost devices' specs, in the order they should get a place.
+        nodes: The cluster's alive nodes and their resources (:func:`fluidsalus.gpu.actor.cluster_nodes`).
+        in_use: The nodes of the run's devices that are not lost (up, or starting).
+        plan_node: The devices of one node as the run plans them (``plan_devices({node: resources}, ...)``).
+
+    Returns:
+        ``(lost spec, its new spec)`` pairs.
+    """
+    waiting = [spec for spec in lost if spec.node_id is not None and spec.node_id not in nodes]
+    moved: list[tuple[DeviceSpec, DeviceSpec]] = []
+    for node_id, resources in nodes.items():
+        if not waiting:
+            break
+        if node_id in in_use:
+            continue
+        for spec in plan_node(node_id, resources):
+            old = next((s for s in waiting if s.kind == spec.kind), None)
+            if old is None:
+                continue
+            waiting.remove(old)
+            moved.append((old, DeviceSpec(old.name, spec.kind, old.index, spec.slots, node_id, spec.node_devices,
+                                          spec.cpus)))
+    return moved
 
 
 def _as_nodes(cluster: NodeResources | Mapping[str, NodeResources]) -> list[tuple[str | None, NodeResources]]:

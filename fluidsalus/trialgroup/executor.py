@@ -64,8 +64,8 @@ from fluidsalus.callbacks import Callback
 from fluidsalus.checkpoint import EXPLOIT_CHECKPOINT_PREFIX, Checkpoint, persist_checkpoint
 from fluidsalus.distributed import data_parallel_workers
 from fluidsalus.errors import ConfigError, FluidsalusError, trial_error
-from fluidsalus.gpu.actor import start_device_actor
-from fluidsalus.gpu.device import DEFAULT_TRIAL_ESTIMATE, DeviceSpec
+from fluidsalus.gpu.actor import cluster_nodes, start_device_actor
+from fluidsalus.gpu.device import DEFAULT_TRIAL_ESTIMATE, DeviceSpec, NodeResources, replacements_for_lost
 from fluidsalus.gpu.host import (
     DEFAULT_QUANTUM_MS,
     EV_CALL,
@@ -200,6 +200,12 @@ RESTART_DEVICE_DIED = "device_died"  # its device actor died: from its checkpoin
 #: each run), for trainables that report the metric only now and then (with PBT's ``require_attrs=False``).
 LENIENT_METRIC_ENV = "TUNE_DISABLE_STRICT_METRIC_CHECKING"
 
+#: How often a run that lost devices with their node asks Ray for the cluster's nodes, to start those devices
+#: again on a node that joined (:func:`fluidsalus.gpu.device.replacements_for_lost`): the lost devices wait at
+#: most this long past the node's arrival, and a question costs the driver 0.55 ms here (``ray.nodes()``), 0.06 %
+#: of its time, and only while a device is lost.
+NODE_CHECK_S = 1.0
+
 
 @dataclass
 class ExecutorSettings:
@@ -243,6 +249,10 @@ class ExecutorSettings:
     #: Seconds the run's virtual CPU devices' actors stay warm for the next run of this process when it ends
     #: normally (``fluidsalus.trialgroup.warm``; 0: they end with the run).
     keep_warm_s: float = DEFAULT_KEEP_WARM_S
+    #: The devices of one node as the run plans its own (``plan_devices({node_id: resources}, ...)``), for the
+    #: devices lost with their node to start again on a node that joins (:meth:`Executor._restart_lost`). None:
+    #: lost devices stay lost.
+    node_devices: Callable[[str, NodeResources], list[DeviceSpec]] | None = None
 
 
 def _kill_quietly(actor: Any) -> None:
@@ -492,6 +502,9 @@ class Executor:
         self._lenient_metric = os.environ.get(LENIENT_METRIC_ENV, "0").strip() == "1"
         self.pending = PendingQueue(self.planner.book, searcher.time_attr, searcher.turn_key if self._turns else None)
         self._devices: list[_Device] = []
+        self._lost: dict[str, _Device] = {}  # devices whose actor is gone and could not be started again, by name
+        self._nodes_tried: set[str] = set()  # nodes planned for lost devices (:meth:`_restart_lost`)
+        self._next_node_check = 0.0
         # How long a new device actor takes to come up here: the first of the run's own, or, when warm actors serve
         # the run, the longest such time of the runs that started them (a device that joined late waited for its
         # resources, which says nothing of a start's time).
@@ -735,6 +748,7 @@ class Executor:
             elif i in failed:
                 logger.warning("device %s is lost: its actor failed to start: %s", name, _plain(failed[i]))
                 events.append((now, "device_lost", None, name, {"error": _plain(failed[i])}))
+                self._lost[name] = device
             else:
                 device.start_ref = still[i]
                 events.append((now, "device_waiting", None, name, {"actor": device.actor_name}))
@@ -788,7 +802,9 @@ class Executor:
             what = "the replacement of its dead actor" if device.replacements else "its actor"
             logger.warning("device %s is lost: %s could not start: %s; the run goes on with the other devices",
                            device.spec.name, what, _plain(e).splitlines()[0])
+            self._lost[device.spec.name] = device
             return
+        self._lost.pop(device.spec.name, None)
         self._adopt(device, info)
         device.alive, self._dirty = True, True
         how = {"replacement": True} if device.replacements else {"joined": True}
@@ -878,6 +894,7 @@ class Executor:
                 self._progress.update(self._snapshot())
             self._check_end()
             if self._ending is None:
+                self._restart_lost()
                 self._take_groups()
                 self._dispatch()
             if self._finished():
@@ -2254,6 +2271,14 @@ class Executor:
                 self._log_end(trial, OUT_STOPPED)
             for callback in self.settings.callbacks:
                 callback.on_trial_complete(trial.trial_id, trial.status, trial.last_result)
+        self._start_replacement(device)
+
+    def _start_replacement(self, device: _Device) -> None:
+        """Start a new actor for a device whose actor died (or was lost with its node: :meth:`_restart_lost`).
+
+        The driver goes on serving the other devices while it starts; it joins as a device the run began without
+        does (:meth:`_join`), and the device's trials wait in the queue or go to the others meanwhile.
+        """
         # Named by its number: two deaths within a second once gave a replacement the name of the last one, which
         # Ray had not yet released, and the device was lost.
         device.replacements += 1
@@ -2264,11 +2289,34 @@ class Executor:
             self.store.add_events([(time.time(), "device_lost", None, device.spec.name, {"error": _plain(e)})])
             logger.warning("device %s is lost: its actor died and no replacement can start (%s); the run goes on "
                            "with the other devices", device.spec.name, _plain(e).splitlines()[0])
+            self._lost[device.spec.name] = device
             return
-        # The driver goes on serving the other devices while the replacement starts; it joins as a device the
-        # run began without does (:meth:`_join`), and its trials wait in the queue or go to the others meanwhile.
         device.actor, device.actor_name, device.start_ref = actor, name, actor.info.remote()
         device.launched = time.time()
+
+    def _restart_lost(self) -> None:
+        """Start the devices the run lost with their node again on nodes that joined the cluster since, at most
+        every :data:`NODE_CHECK_S` (:func:`fluidsalus.gpu.device.replacements_for_lost`): a node removed and
+        added back, or a new one, takes their place, so the run has its devices again (as Ray Tune places trials
+        on a node that joins). Each node is planned once."""
+        now = time.time()
+        if not self._lost or self.settings.node_devices is None or now < self._next_node_check:
+            return
+        self._next_node_check = now + NODE_CHECK_S
+        in_use = {d.spec.node_id for d in self._devices if d.spec.node_id is not None} | self._nodes_tried
+        nodes = {node_id: res for node_id, res in cluster_nodes().items() if node_id not in in_use}
+        if not nodes:
+            return
+        self._nodes_tried.update(nodes)
+        for old, new in replacements_for_lost([d.spec for d in self._lost.values()], nodes, in_use,
+                                              self.settings.node_devices):
+            device = self._lost.pop(old.name)
+            device.spec, device.max_running = new, new.slots
+            logger.warning("device %s, lost with its node, starts again on node %s, which joined the cluster",
+                           new.name, new.node_id)
+            self.store.add_events([(now, "device_moved", None, new.name,
+                                    {"from_node": old.node_id, "node_id": new.node_id, "slots": new.slots})])
+            self._start_replacement(device)
 
     def _note_error(self, trial: Trial) -> None:
         """Keep the run's first failure (``fail_fast`` ends the run with it)."""
