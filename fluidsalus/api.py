@@ -270,6 +270,7 @@ def run(
                 experiment = store.experiment()
                 _check_objective(spec, experiment)
                 trials = _load_trials(store)
+                _renew_object_refs(trials, space)
                 _restore(searcher, store)  # its saved state, and what it was told after it
                 store.set_experiment(status=EXP_RUNNING, error=None, finished_at=None)
                 if experiment.get("metric") is None and spec.metric is not None:  # it ran without one: now it has it
@@ -570,12 +571,15 @@ def _load_trials(store: ExperimentStore) -> list[Trial]:
             latest[c["trial_id"]] = c
     out = []
     folders = store.trial_dirs()
+    # The objects a trial began with (a class, a function, a tuple), where JSON holds only their repr: a resumed
+    # trial got the strings (a helper's side-by-side run: config["cls"]() failed after Tuner.restore)
+    pickled = store.configs()
     for row in store.trials():
         final = row.status in ("TERMINATED", "ERROR")
         trial = Trial(
             trial_id=row.trial_id,
             seq=row.seq,
-            config=row.config,
+            config=pickled.get(row.trial_id, row.config),
             trial_dir=folders[row.trial_id],
             group_id=row.group_id,
             budget=row.budget,
@@ -590,6 +594,38 @@ def _load_trials(store: ExperimentStore) -> list[Trial]:
             resume_from(trial, latest.get(row.trial_id))
         out.append(trial)
     return out
+
+
+def _renew_object_refs(trials: list[Trial], space: Mapping[str, Any]) -> None:
+    """Give the unfinished trials of a resumed run the object refs the search space holds now, at the paths where
+    it holds them: those they began with may have died with the driver that made them. Ray Tune's
+    ``Tuner.restore(param_space=...)`` is for this ("the only part that will be used during restore are the
+    updated object references"); its continued trials got the old refs (a helper's side-by-side run)."""
+    refs: list[tuple[tuple[str, ...], Any]] = []
+
+    def walk(node: Mapping[str, Any], path: tuple[str, ...]) -> None:
+        for key, value in node.items():
+            if isinstance(value, ray.ObjectRef):
+                refs.append(((*path, key), value))
+            elif isinstance(value, Mapping):
+                walk(value, (*path, key))
+
+    walk(space, ())
+    for trial in trials:
+        if not refs or trial.status in ("TERMINATED", "ERROR"):
+            continue
+        trial.config = _copy_dicts(trial.config)
+        for path, ref in refs:
+            node: Any = trial.config
+            for key in path[:-1]:
+                node = node.get(key) if isinstance(node, dict) else None
+            if isinstance(node, dict) and path[-1] in node:
+                node[path[-1]] = ref
+
+
+def _copy_dicts(value: Any) -> Any:
+    """``value`` with its nested dicts copied (their other values shared)."""
+    return {k: _copy_dicts(v) for k, v in value.items()} if isinstance(value, dict) else value
 
 
 def _print_summary(grid: ResultGrid, exp_dir: str, elapsed: float, metric: str | None, mode: str | None) -> None:

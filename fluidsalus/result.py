@@ -227,7 +227,8 @@ class ResultGrid:
                 trials reported (NumPy scalars and arrays), as Ray's does; a grid read from disk has JSON's.
             configs: Trials' configurations as the search gave them, by trial id: the run that just ended gives
                 them, so that ``Result.config`` keeps a class, a function or a tuple of the search space (as Ray's
-                does: ``model(**result.config)``); the store holds JSON, where they are strings and lists.
+                does: ``model(**result.config)``). None: the store's, which keeps those that JSON cannot hold
+                pickled beside it (``ExperimentStore.configs``).
         """
         exp = store.experiment()
         history: dict[str, list[dict[str, Any]]] = {}
@@ -250,8 +251,10 @@ class ResultGrid:
         score_order = spec.get("checkpoint_score_order") or "max"
         results = []
         folders, names = store.trial_dirs(), store.trial_names()
+        if configs is None:
+            configs = store.configs()  # (as given, where JSON holds only a repr; the others' JSON is exact)
         for t in store.trials():
-            config = dict(configs[t.trial_id]) if configs is not None and t.trial_id in configs else t.config
+            config = dict(configs[t.trial_id]) if t.trial_id in configs else t.config
             rows = history.get(t.trial_id, [])
             reported = (last_results or {}).get(t.trial_id)
             metrics = (dict(reported) if reported is not None and t.last_result is not None

@@ -31,12 +31,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import cloudpickle
+
 from fluidsalus.errors import StoreError
 
 logger = logging.getLogger(__name__)
 
 #: Version of the table layout below. Bump it, and add a migration, whenever the layout changes.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: ``PRAGMA application_id`` of a fluidsalus store: the bytes "FlSa".
 APPLICATION_ID = 0x466C5361
 DB_FILENAME = "experiment.db"
@@ -92,7 +94,8 @@ CREATE TABLE trials (
     traceback TEXT,
     created_at REAL NOT NULL,
     started_at REAL,
-    finished_at REAL
+    finished_at REAL,
+    config_pickle BLOB
 );
 CREATE TABLE results (
     id INTEGER PRIMARY KEY,
@@ -131,8 +134,11 @@ CREATE TABLE IF NOT EXISTS searcher_calls (
     data_json TEXT
 )"""
 _SCHEMA += _SEARCHER_CALLS_TABLE
+#: Schema 3's column: a trial's config pickled, when JSON cannot hold it exactly (a class, a function, a tuple, an
+#: object ref), so that a resumed trial gets the objects it began with (:func:`config_pickle`).
+_CONFIG_PICKLE_COLUMN = "ALTER TABLE trials ADD COLUMN config_pickle BLOB"
 #: What each schema version adds to the one before it: a store opened for writing is brought up to date.
-_MIGRATIONS: dict[int, str] = {2: _SEARCHER_CALLS_TABLE}
+_MIGRATIONS: dict[int, str] = {2: _SEARCHER_CALLS_TABLE, 3: _CONFIG_PICKLE_COLUMN}
 
 # Trial statuses, as Ray Tune names them.
 PENDING = "PENDING"
@@ -263,6 +269,21 @@ class KeptRecords:
 
 def loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+def config_pickle(config: Mapping[str, Any]) -> bytes | None:
+    """A trial's config pickled (cloudpickle: a class or function of the script by value), when its JSON
+    (:func:`dumps`) does not give it back as it is: a class, a function or an object JSON writes as its repr, a
+    tuple (a list in JSON). None when the JSON does, or when it cannot be pickled (the JSON is all there is)."""
+    try:
+        if json.loads(dumps(config)) == config:
+            return None
+    except ValueError:  # (NaN, which JSON keeps, equals nothing: pickled)
+        pass
+    try:
+        return cloudpickle.dumps(dict(config))
+    except Exception:  # noqa: BLE001 - a config the run could copy but not pickle: its JSON stays
+        return None
 
 
 @dataclass
@@ -777,11 +798,12 @@ class ExperimentStore:
                    budget: float | None = None) -> None:
         """Insert new PENDING trials given as ``(trial_id, seq, config)``."""
         now = time.time()
-        rows = [(tid, seq, dumps(dict(cfg)), PENDING, group_id, budget, now) for tid, seq, cfg in trials]
+        rows = [(tid, seq, dumps(dict(cfg)), PENDING, group_id, budget, now, config_pickle(cfg))
+                for tid, seq, cfg in trials]
         with self.transaction():
             self._conn.executemany(
-                "INSERT INTO trials (trial_id, seq, config_json, status, group_id, budget, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO trials (trial_id, seq, config_json, status, group_id, budget, created_at, config_pickle)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 rows,
             )
 
@@ -806,7 +828,8 @@ class ExperimentStore:
     def update_trial_config(self, trial_id: str, config: Mapping[str, Any]) -> None:
         """Replace a trial's config (PBT's exploit restarts a trial with a new one)."""
         with self.transaction():
-            self._conn.execute("UPDATE trials SET config_json = ? WHERE trial_id = ?", (dumps(dict(config)), trial_id))
+            self._conn.execute("UPDATE trials SET config_json = ?, config_pickle = ? WHERE trial_id = ?",
+                               (dumps(dict(config)), config_pickle(config), trial_id))
 
     def add_results(self, rows: Sequence[tuple[str, int, int, float, Mapping[str, Any]]]) -> None:
         """Insert results given as ``(trial_id, attempt, iteration, ts, metrics)``."""
@@ -870,6 +893,24 @@ class ExperimentStore:
         for r in cur.fetchall():
             out.append(TrialRow(r[0], r[1], loads(r[2]), r[3], r[4], r[5], r[6], r[7], r[8], r[9], loads(r[10]),
                                 self.here(r[11]), *r[12:]))
+        return out
+
+    def configs(self) -> dict[str, dict[str, Any]]:
+        """The configs of the trials whose config JSON does not hold exactly (:func:`config_pickle`), as they were
+        given, by trial id. A config that does not unpickle here (its class's module is not importable, say) is
+        left out, with a warning: its JSON is all there is. Empty for a store of schema 2 opened read-only."""
+        try:
+            rows = self._conn.execute(
+                "SELECT trial_id, config_pickle FROM trials WHERE config_pickle IS NOT NULL").fetchall()
+        except sqlite3.OperationalError:  # (no such column: an older store, read-only)
+            return {}
+        out: dict[str, dict[str, Any]] = {}
+        for trial_id, blob in rows:
+            try:
+                out[trial_id] = cloudpickle.loads(blob)
+            except Exception as e:  # noqa: BLE001 - e.g. a class of a module this process cannot import
+                logger.warning("the config of trial %s cannot be unpickled here (%s: %s); its JSON is used", trial_id,
+                               type(e).__name__, e)
         return out
 
     def results(self, trial_id: str | None = None, latest_attempt_only: bool = True) -> list[ResultRow]:

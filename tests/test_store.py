@@ -217,11 +217,13 @@ def test_a_store_of_schema_1_is_read_as_it_is_and_brought_up_to_date_when_opened
     store.close()
     conn = sqlite3.connect(os.path.join(tmp_path, "old", DB_FILENAME))
     conn.execute("DROP TABLE searcher_calls")  # what fluidsalus wrote before schema 2
+    conn.execute("ALTER TABLE trials DROP COLUMN config_pickle")  # and before schema 3
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
     conn.close()
     reader = ExperimentStore.open(str(tmp_path / "old"), readonly=True)
     assert reader.searcher_calls() == [] and [t.trial_id for t in reader.trials()] == ["t0"]
+    assert reader.configs() == {}
     reader.close()
     writer = ExperimentStore.open(str(tmp_path / "old"))
     writer.add_searcher_calls([("result", "t0", {"acc": 0.5})])
@@ -229,9 +231,11 @@ def test_a_store_of_schema_1_is_read_as_it_is_and_brought_up_to_date_when_opened
     writer.set_searcher_state('{"drawn":2}')  # the whole state replaces the calls logged before it
     assert writer.searcher_calls() == [] and writer.experiment()["searcher_state"] == '{"drawn":2}'
     assert [t.config for t in writer.trials()] == [{"x": 1}]
+    writer.add_trials([("t1", 1, {"x": (1, 2)})])  # schema 3's column
+    assert writer.configs() == {"t1": {"x": (1, 2)}}
     writer.close()
     conn = sqlite3.connect(os.path.join(tmp_path, "old", DB_FILENAME))
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     conn.close()
 
 
@@ -367,3 +371,26 @@ def test_an_emptied_lock_file_is_gone_unless_a_process_holds_its_lock(tmp_path):
         lock.release()
     assert open(os.path.join(tmp_path, LOCK_FILENAME)).read() == ""  # as a driver leaves it
     assert DriverLock.holder_gone(str(tmp_path))
+
+
+class _Model:
+    def __init__(self, width: int = 1) -> None:
+        self.width = width
+
+
+def _activation(x: float) -> float:
+    return max(x, 0.0)
+
+
+def test_configs_that_json_cannot_hold_are_kept_as_given(tmp_path):
+    """A resumed trial got its config from the JSON, where a class or a function is its repr and a tuple a list:
+    config["cls"]() failed after Tuner.restore (a helper's side-by-side run; Ray keeps them pickled)."""
+    store = _new(tmp_path)
+    store.add_trials([("plain", 0, {"lr": 0.1, "layers": [1, 2], "name": "a"}),
+                      ("objects", 1, {"cls": _Model, "act": _activation, "shape": (3, 4), "lr": 0.1})])
+    assert store.configs() == {"objects": {"cls": _Model, "act": _activation, "shape": (3, 4), "lr": 0.1}}
+    assert [t.config["shape"] for t in store.trials() if t.trial_id == "objects"] == [[3, 4]]  # the JSON, as before
+    store.update_trial_config("plain", {"lr": 0.2, "cls": _Model})  # an exploit's new config
+    store.update_trial_config("objects", {"lr": 0.3})
+    assert store.configs() == {"plain": {"lr": 0.2, "cls": _Model}}
+    store.close()

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import optuna
 import pytest
+import ray
 
 from fluidsalus import space as sp
 from fluidsalus import tune
@@ -422,7 +423,9 @@ def _checkpointing(config: dict[str, Any]) -> None:
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, "state.json"), "w") as f:
             json.dump({"i": i}, f)
-        tune.report({"i": i, "resumed_from": start}, checkpoint=tune.Checkpoint.from_directory(folder))
+        data = sum(ray.get(config["data"])) if "data" in config else None  # an object ref of the search space
+        tune.report({"i": i, "resumed_from": start, "model": repr(config.get("model")), "data": data},
+                    checkpoint=tune.Checkpoint.from_directory(folder))
         if config["x"] == 1 and i == 2 and not os.path.exists(config["flag"]):
             open(config["flag"], "w").close()
             raise RuntimeError("x=1 fails once")
@@ -598,9 +601,17 @@ def test_only_a_callback_of_the_users_own_that_could_ask_for_checkpoints_makes_r
 # ---------------------------------------------------------------------------------------------------------
 
 
+class _Model:
+    """A class in the search space (Ray's ``model(**config)`` pattern): its repr names no address."""
+
+    def __repr__(self) -> str:
+        return "a _Model"
+
+
 def _errored_experiment(storage: str, name: str, flag: str) -> str:
     """An experiment whose one trial errored after 2 checkpointed iterations (of 4); returns its folder."""
-    grid = _tuner(_checkpointing, storage, {"x": 1, "flag": flag, "iterations": 4}, {"name": name}).fit()
+    grid = _tuner(_checkpointing, storage, {"x": 1, "flag": flag, "iterations": 4, "model": (_Model, 2)},
+                  {"name": name}).fit()
     assert grid.num_errors == 1 and grid[0].metrics["i"] == 2
     return os.path.join(storage, name)
 
@@ -622,8 +633,24 @@ def test_restore_resume_errored_continues_from_the_last_checkpoint(ray_cluster, 
     grid = Tuner.restore(path, _checkpointing, resume_errored=True).fit()
     assert grid.num_errors == 0 and grid[0].metrics["i"] == 4
     assert _attempts(path) == [(0, 1, 0), (0, 2, 0), (1, 3, 2), (1, 4, 2)]  # went on from iteration 2
+    # with the objects of its config, as it began (it got the JSON's strings and lists: "['<class ...>', 2]")
+    assert set(grid[0].metrics_dataframe["model"]) == {repr((_Model, 2))}
+    assert grid[0].config["model"] == (_Model, 2)
     # As in Ray (tune.run(resume="AUTO+ERRORED") kept num_failures=1): the failure that ended it counts (was 0)
     assert [t.num_failures for t in tune.ExperimentAnalysis(path).trials] == [1]
+
+
+def test_restore_with_a_param_space_gives_the_continued_trials_its_object_refs(ray_cluster, storage: str,
+                                                                               tmp_path) -> None:
+    """Ray's Tuner.restore(param_space=...) re-specifies the object refs, which may have died with the driver
+    that made them: the continued trials got the old ones (a helper's side-by-side run)."""
+    space = {"x": 1, "flag": str(tmp_path / "flag"), "iterations": 4, "data": ray.put([1, 2])}
+    grid = _tuner(_checkpointing, storage, space, {"name": "refs"}).fit()
+    assert grid.num_errors == 1 and list(grid[0].metrics_dataframe["data"]) == [3, 3]
+    path = os.path.join(storage, "refs")
+    renewed = {**space, "data": ray.put([7, 8])}
+    grid = Tuner.restore(path, _checkpointing, resume_errored=True, param_space=renewed).fit()
+    assert grid.num_errors == 0 and list(grid[0].metrics_dataframe["data"]) == [3, 3, 15, 15]
 
 
 def test_restore_restart_errored_starts_from_scratch(ray_cluster, storage: str, tmp_path) -> None:

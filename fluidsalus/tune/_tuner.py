@@ -466,7 +466,9 @@ class Tuner:
             resume_unfinished: Continue unfinished trials (True), or end them (False).
             resume_errored: Run errored trials again from their last checkpoint.
             restart_errored: Run errored trials again from scratch.
-            param_space: A param_space to use instead of the saved one (for objects that cannot be pickled).
+            param_space: A param_space to use instead of the saved one (for objects that cannot be pickled). As
+                in Ray, the trials that continue take its object refs (``ray.put``), at the paths where it has
+                them, in place of theirs, which may have died with the driver that made them.
             storage_filesystem: Not supported (must be None).
 
         Returns:
