@@ -325,6 +325,8 @@ def run(
             keep_warm_s=keep_s,
             node_devices=lambda node_id, resources: plan_devices(
                 {node_id: resources}, None, spec.cpus_per_device, spec.cpus_per_trial, spec.task_cpus_per_trial),
+            # (a run of devices=N keeps its N; one of the whole cluster grows with it, as Ray Tune's trials do)
+            grow_onto_new_nodes=spec.devices is None and all(d.node_id is not None for d in device_specs),
         ))
     finally:
         lock.release()

@@ -154,6 +154,8 @@ class PlannerSummary:
         turns: Places given up to a trial behind (``trial_restart`` with reason ``turn``: PBT's turns).
         lost_devices: Devices whose actor died, or never started, and could not be started again (``device_lost``:
             their node is gone, say), each with the first line of Ray's error; the run went on without them.
+        joined_devices: Devices started on nodes that joined the cluster during the run, each with how: ``moved``
+            (in place of one lost with its node: ``device_moved``) or ``added`` (``device_added``).
     """
 
     moves: int
@@ -168,6 +170,7 @@ class PlannerSummary:
     late_devices: dict[str, float | None] = field(default_factory=dict)
     turns: int = 0
     lost_devices: dict[str, str] = field(default_factory=dict)
+    joined_devices: dict[str, str] = field(default_factory=dict)
 
 
 def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
@@ -186,12 +189,15 @@ def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
     waiting_since: dict[str, float] = {}
     late: dict[str, float | None] = {}
     lost: dict[str, str] = {}
+    joined: dict[str, str] = {}
     for ev in events:
         data = ev.data or {}
         if ev.kind == "device_lost" and ev.device is not None:
             lost[ev.device] = str(data.get("error") or "").strip().splitlines()[0] if data.get("error") else ""
         elif ev.kind == "device_start" and ev.device is not None:
-            lost.pop(ev.device, None)  # (started again: a resumed run's)
+            lost.pop(ev.device, None)  # (started again: a resumed run's, or on a node that joined)
+        elif ev.kind in ("device_moved", "device_added") and ev.device is not None:
+            joined[ev.device] = "moved" if ev.kind == "device_moved" else "added"
         if ev.kind == "device_waiting" and ev.device is not None:
             waiting_since[ev.device], late[ev.device] = ev.ts, None
         elif ev.kind == "device_start" and data.get("joined") and ev.device in waiting_since:
@@ -217,7 +223,7 @@ def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
                 resize_cost, resizes = float(data["resize_cost_s"]), resize_count
     return PlannerSummary(moves, restarts, preemptions, dict(sorted(refused.items())), cost, measured,
                           resize_cost, resizes, withdrawals, dict(sorted(late.items())), turns,
-                          dict(sorted(lost.items())))
+                          dict(sorted(lost.items())), dict(sorted(joined.items())))
 
 
 def resolve_experiment(path: str | os.PathLike[str]) -> str:
@@ -570,6 +576,10 @@ class Report:
             lost = [f"{name} ({error})" if error else name for name, error in self.planner.lost_devices.items()]
             lines.append("devices lost (their actor died or did not start, and could not be started again; the run "
                          "went on without them): " + ", ".join(lost))
+        if self.planner.joined_devices:
+            joined = [f"{name} ({'in place of one lost with its node' if how == 'moved' else 'new'})"
+                      for name, how in self.planner.joined_devices.items()]
+            lines.append("devices started on nodes that joined during the run: " + ", ".join(joined))
         errors = self.errors
         if errors:
             lines.append(f"errored trials ({len(errors)}):")

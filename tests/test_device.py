@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from fluidsalus.errors import ConfigError
-from fluidsalus.gpu.device import DeviceSpec, device_cores, lanes_for, plan_devices, replacements_for_lost
+from fluidsalus.gpu.device import (
+    DeviceSpec,
+    device_cores,
+    devices_of_joined_nodes,
+    lanes_for,
+    plan_devices,
+    replacements_for_lost,
+)
 
 
 @pytest.mark.parametrize(("cpus", "expected"), [(1, [("cpu:0", 1)]), (2, [("cpu:0", 1), ("cpu:1", 1)]),
@@ -126,20 +133,42 @@ def test_devices_lost_with_their_node_start_again_on_a_node_that_joined_keeping_
     """A node removed and added back (under a new id) was never used again: its devices stayed lost and the run
     ran its queue on half its devices (a helper's two-node runs; Ray Tune places trials on the node)."""
     lost = [DeviceSpec("cpu:2", "cpu", 2, 1, "gone", 2), DeviceSpec("cpu:3", "cpu", 3, 1, "gone", 2)]
-    nodes = {"head": {"CPU": 2}, "back": {"CPU": 2}}
-    moved = replacements_for_lost(lost, nodes, {"head"}, _node_plan)
+    moved = replacements_for_lost(lost, {"back": {"CPU": 2}}, {}, _node_plan)
     assert [(old.name, new.name, new.index, new.node_id, new.slots) for old, new in moved] == [
         ("cpu:2", "cpu:2", 2, "back", 1), ("cpu:3", "cpu:3", 3, "back", 1)]
     # never more devices than the run lost: a larger node gives as many as were lost
-    assert len(replacements_for_lost(lost[:1], {"big": {"CPU": 8}}, set(), _node_plan)) == 1
+    assert len(replacements_for_lost(lost[:1], {"big": {"CPU": 8}}, {}, _node_plan)) == 1
     # a smaller node takes what it can hold; the rest wait for another
-    assert [new.name for _, new in replacements_for_lost(lost, {"small": {"CPU": 1}}, set(), _node_plan)] == ["cpu:2"]
-    # nodes in use by the run are not planned again, and devices lost on a node still there stay where they are
-    assert replacements_for_lost(lost, {"head": {"CPU": 2}}, {"head"}, _node_plan) == []
+    assert [new.name for _, new in replacements_for_lost(lost, {"small": {"CPU": 1}}, {}, _node_plan)] == ["cpu:2"]
+    # a node holds its plan less the devices the run has there: a device lost a moment after another that moved
+    # there still finds the place left (a review: each node was planned once)
+    assert [new.name for _, new in replacements_for_lost(lost[1:], {"back": {"CPU": 2}}, {"back": ["cpu"]},
+                                                         _node_plan)] == ["cpu:3"]
+    assert replacements_for_lost(lost[1:], {"back": {"CPU": 2}}, {"back": ["cpu", "cpu"]}, _node_plan) == []
+    # a node the run cannot plan (no core: a head node of num_cpus=0) takes none, and the run goes on (it failed)
+    assert [new.node_id for _, new in replacements_for_lost(lost[:1], {"none": {"CPU": 0}, "ok": {"CPU": 1}}, {},
+                                                            _node_plan)] == ["ok"]
+    # devices lost on a node still there stay where they are
     failed_to_load = [DeviceSpec("cpu:0", "cpu", 0, 1, "head", 2)]
-    assert replacements_for_lost(failed_to_load, {"head": {"CPU": 2}, "new": {"CPU": 2}}, {"head"}, _node_plan) == []
+    assert replacements_for_lost(failed_to_load, {"head": {"CPU": 2}, "new": {"CPU": 2}}, {}, _node_plan) == []
     # a GPU device takes a GPU node's device, not a CPU node's
     gpu = [DeviceSpec("cuda:1", "cuda", 1, 4, "gone", 1)]
-    assert replacements_for_lost(gpu, {"cpus": {"CPU": 4}}, set(), _node_plan) == []
-    (_, new), = replacements_for_lost(gpu, {"cpus": {"CPU": 4}, "gpus": {"CPU": 8, "GPU": 2}}, set(), _node_plan)
+    assert replacements_for_lost(gpu, {"cpus": {"CPU": 4}}, {}, _node_plan) == []
+    (_, new), = replacements_for_lost(gpu, {"cpus": {"CPU": 4}, "gpus": {"CPU": 8, "GPU": 2}}, {}, _node_plan)
     assert (new.name, new.kind, new.node_id, new.slots) == ("cuda:1", "cuda", "gpus", 4)
+
+
+def test_a_run_of_the_whole_cluster_gets_devices_on_a_node_that_joins_numbered_on():
+    """A node that joined while no device was lost was never used; Ray Tune places trials on it (a helper's run)."""
+    added = devices_of_joined_nodes({"new": {"CPU": 2}}, {}, {"cpu"}, _node_plan, first_index=4)
+    assert [(d.name, d.index, d.node_id, d.slots) for d in added] == [("cpu:4", 4, "new", 1), ("cpu:5", 5, "new", 1)]
+    # less the devices the run has there already (moved there, or added at an earlier check)
+    assert [d.name for d in devices_of_joined_nodes({"new": {"CPU": 2}}, {"new": ["cpu"]}, {"cpu"}, _node_plan,
+                                                    4)] == ["cpu:4"]
+    assert devices_of_joined_nodes({"new": {"CPU": 2}, "none": {"CPU": 0}}, {"new": ["cpu", "cpu"]}, {"cpu"},
+                                   _node_plan, 4) == []
+    # only devices of the run's kinds: a CPU node adds nothing to a run of GPU devices, a GPU node its GPUs
+    nodes = {"cpus": {"CPU": 4}, "gpus": {"CPU": 8, "GPU": 2}}
+    assert [(d.name, d.node_id) for d in devices_of_joined_nodes(nodes, {}, {"cuda"}, _node_plan, 2)] == [
+        ("cuda:2", "gpus"), ("cuda:3", "gpus")]
+    assert devices_of_joined_nodes({"gpus": {"CPU": 8, "GPU": 2}}, {}, {"cpu"}, _node_plan, 2) == []

@@ -217,7 +217,8 @@ def test_the_report_counts_the_planners_decisions_and_its_measured_move_cost(tmp
     assert report.to_dict()["planner"] == {"moves": 1, "restarts_for_moves": 1, "preemptions": 1,
                                            "refused": {"no checkpoint": 2, "paused": 1}, "move_cost_s": 0.026,
                                            "moves_measured": 2, "resize_cost_s": 0.5, "resizes_measured": 1,
-                                           "withdrawals": 1, "late_devices": {}, "turns": 0, "lost_devices": {}}
+                                           "withdrawals": 1, "late_devices": {}, "turns": 0, "lost_devices": {},
+                                           "joined_devices": {}}
     assert ("planner: 1 move (1 restarted), 1 preemption, 1 withdrawal, refused: no checkpoint 2, paused 1; move cost: "
             "26.0ms measured over 2 moves; resize cost: 500.0ms measured over 1 resize") in report.render_table()
     assert "started without" not in report.render_table()
@@ -239,7 +240,7 @@ def test_the_report_names_the_devices_a_run_started_without_and_when_each_joined
     store.close()
 
 
-def test_the_report_names_the_devices_a_run_lost_and_why(tmp_path):
+def test_the_report_names_the_devices_a_run_lost_and_those_nodes_that_joined_gave_it(tmp_path):
     """A node's death took two devices for good, and the report showed them as ordinary devices: nothing said
     that the run went on without them (a helper's two-node run)."""
     store = _store(tmp_path)
@@ -251,13 +252,18 @@ def test_the_report_names_the_devices_a_run_lost_and_why(tmp_path):
         (11.3, "device_died", None, "cpu:2", {"error": "The actor died because its node has died."}),
         (11.31, "device_lost", None, "cpu:2", {"error": gone + "\n(more of Ray's words)"}),
         (11.32, "device_lost", None, "cpu:3", {"error": gone}),
-        (20.0, "device_start", None, "cpu:3", {"kind": "cpu", "slots": 1}),  # a resumed run's: not lost
+        (19.0, "device_moved", None, "cpu:3", {"from_node": "gone", "node_id": "back", "slots": 1}),
+        (20.0, "device_start", None, "cpu:3", {"kind": "cpu", "slots": 1}),  # on a node that joined: not lost
+        (21.0, "device_added", None, "cpu:4", {"node_id": "new", "slots": 1}),
     ])
     report = inspect(store.experiment_dir)
     assert report.planner.lost_devices == {"cpu:2": gone}
     assert report.to_dict()["planner"]["lost_devices"] == {"cpu:2": gone}
     assert (f"devices lost (their actor died or did not start, and could not be started again; the run went on "
             f"without them): cpu:2 ({gone})") in report.render_table()
+    assert report.planner.joined_devices == {"cpu:3": "moved", "cpu:4": "added"}
+    assert ("devices started on nodes that joined during the run: cpu:3 (in place of one lost with its node), "
+            "cpu:4 (new)") in report.render_table()
     store.close()
 
 

@@ -348,7 +348,8 @@ from ray.cluster_utils import Cluster
 import fluidsalus
 from fluidsalus.store import ExperimentStore
 
-TRIALS, REPORTS, STORAGE, MARKS, WAIT_S = 8, 4, {storage!r}, {marks!r}, {wait_s}
+# (12 trials: the devices hold 8 at the start, one running and one queued each; those left wait for new devices)
+TRIALS, REPORTS, STORAGE, MARKS, WAIT_S = 12, 4, {storage!r}, {marks!r}, {wait_s}
 os.makedirs(MARKS)
 
 
@@ -368,8 +369,8 @@ def trainable(config):
         fluidsalus.report({{"loss": config["x"] + i, "node": node}},
                           checkpoint=fluidsalus.Checkpoint.from_directory(folder))
         open(os.path.join(MARKS, "reported_" + node), "w").close()
-        # After its first report a trial waits until one has reported on the node that joins after the worker's
-        # death (or the deadline): so the run still has trials when that node's devices join.
+        # After its first report a trial waits until one has reported on each node that joins after the worker's
+        # death (or the deadline): so the run still has trials when their devices join.
         while os.path.exists(os.path.join(MARKS, "waiting")) and time.time() < DEADLINE:
             time.sleep(0.05)
 
@@ -395,14 +396,17 @@ try:
         time.sleep(0.05)
     cluster.remove_node(worker)
     back = cluster.add_node(num_cpus=2)  # as the worker's node coming back: a new node id
-    while not os.path.exists(os.path.join(MARKS, "reported_" + back.node_id)) and time.time() < DEADLINE:
+    more = cluster.add_node(num_cpus=2)  # and one more
+    while not all(os.path.exists(os.path.join(MARKS, "reported_" + n.node_id)) for n in (back, more)) \
+            and time.time() < DEADLINE:
         time.sleep(0.05)
     os.remove(os.path.join(MARKS, "waiting"))
     thread.join()
     store = ExperimentStore.open(os.path.join(STORAGE, "node_loss"), readonly=True)
     print(json.dumps({{
-        "worker": worker.node_id, "back": back.node_id, "errors": box["grid"].num_errors,
+        "worker": worker.node_id, "new": sorted([back.node_id, more.node_id]), "errors": box["grid"].num_errors,
         "moved": [[e.device, e.data["from_node"], e.data["node_id"]] for e in store.events("device_moved")],
+        "added": [[e.device, e.data["node_id"]] for e in store.events("device_added")],
         "trials": [[t.status, t.num_failures, sorted(r.iteration for r in store.results(t.trial_id))]
                    for t in store.trials()],
         "nodes": sorted({{r.metrics["node"] for r in store.results(latest_attempt_only=False)}}),
@@ -414,14 +418,19 @@ finally:
 """
 
 
-def test_the_devices_of_a_node_that_died_start_again_on_a_node_that_joins(tmp_path):
-    """A node's death took its devices for good: a node added back (under a new id) was never used, and the run
-    ran its queue on half its devices (a helper's two-node runs; Ray Tune places trials on that node). Its
-    devices now start again there, and the trials of the dead node resume from their checkpoints, none failed."""
+def test_the_devices_of_a_node_that_died_start_again_on_a_node_that_joins_and_a_new_node_adds_its_own(tmp_path):
+    """A node's death took its devices for good: a node added back (under a new id) was never used, nor was a node
+    added while none was lost, and the run ran its queue on half its devices (a helper's two-node runs; Ray Tune
+    places trials on such nodes). The lost devices now start again on the first node that joins, the other gets
+    devices of its own, and the trials of the dead node resume from their checkpoints, none failed."""
     summary = _run_script(tmp_path, textwrap.dedent(_NODE_LOSS_SCRIPT).format(
         storage=str(tmp_path / "results"), marks=str(tmp_path / "marks"), wait_s=ALL_DEVICES_WAIT_S))
-    worker, back = summary["worker"], summary["back"]
-    assert sorted(summary["moved"]) == [["cpu:2", worker, back], ["cpu:3", worker, back]]
-    assert back in summary["nodes"] and worker in summary["nodes"]  # trials ran on the node that joined
+    worker, new = summary["worker"], summary["new"]
+    (moved_to,) = {node for _, _, node in summary["moved"]}
+    assert sorted(summary["moved"]) == [["cpu:2", worker, moved_to], ["cpu:3", worker, moved_to]]
+    (added_to,) = {node for _, node in summary["added"]}
+    assert sorted(summary["added"]) == [["cpu:4", added_to], ["cpu:5", added_to]]
+    assert sorted([moved_to, added_to]) == new
+    assert set(new) | {worker} <= set(summary["nodes"])  # trials ran on the dead node and on both new ones
     assert summary["errors"] == 0
-    assert summary["trials"] == [["TERMINATED", 0, [1, 2, 3, 4]]] * 8  # no failure, no result lost
+    assert summary["trials"] == [["TERMINATED", 0, [1, 2, 3, 4]]] * 12  # no failure, no result lost

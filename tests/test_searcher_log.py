@@ -299,3 +299,21 @@ def test_a_searcher_is_told_why_a_trial_errored_before_its_end_live_and_replayed
     replayed = Seen(SPACE, 3, seed=0)
     replay(replayed, store.searcher_calls())
     assert replayed.seen == live.seen
+
+
+def test_a_result_is_logged_as_the_searcher_was_given_it(tmp_path):
+    """The executor marks the result a stop is decided on done after the decision (as Ray does); the logged call
+    shared the dict, so a resumed run replayed it with done=True where the live searcher had False (a review)."""
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "score", "max")
+    log = SearcherLog(RandomSearch(SPACE, 1, seed=0), store, share=1e-9, clock=Clock(1e-3))
+    with store.transaction():
+        log.save()
+    groups = log.next_groups()
+    log.on_trial_add("t0", groups[0].group_id, groups[0].configs[0])
+    result = {"score": 1.0, "training_iteration": 1, "done": False}
+    log.on_result("t0", result)
+    result["done"] = True
+    with store.transaction():
+        log.save()
+    assert [data for kind, _, data in store.searcher_calls() if kind == RESULT] == [
+        {"score": 1.0, "training_iteration": 1, "done": False}]

@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 
 from fluidsalus.errors import StoreError
@@ -390,6 +391,11 @@ def test_configs_that_json_cannot_hold_are_kept_as_given(tmp_path):
                       ("objects", 1, {"cls": _Model, "act": _activation, "shape": (3, 4), "lr": 0.1})])
     assert store.configs() == {"objects": {"cls": _Model, "act": _activation, "shape": (3, 4), "lr": 0.1}}
     assert [t.config["shape"] for t in store.trials() if t.trial_id == "objects"] == [[3, 4]]  # the JSON, as before
+    # by type, not by a JSON round trip compared with ==, which took an array of one value for a list (a review)
+    store.add_trials([("array", 2, {"w": np.array([1.0])}), ("numpy_float", 3, {"lr": np.float64(0.5)})])
+    kept = store.configs()
+    assert set(kept) == {"objects", "array"} and isinstance(kept["array"]["w"], np.ndarray)
+    store.update_trial_config("array", {"w": 1.0})
     store.update_trial_config("plain", {"lr": 0.2, "cls": _Model})  # an exploit's new config
     store.update_trial_config("objects", {"lr": 0.3})
     assert store.configs() == {"plain": {"lr": 0.2, "cls": _Model}}

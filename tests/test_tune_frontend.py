@@ -1192,8 +1192,9 @@ def test_checkpoint_at_end_saves_a_trial_the_stop_rule_or_a_scheduler_ends(ray_c
     # Best first, so that some trial is stopped at a rung whatever the timing: asynchronous successive halving
     # promotes every trial that is the best so far at its rung (random values arriving in increasing order would
     # all run to max_t).
-    _, grid = _run(_Endless, storage, {"x": tune.grid_search([1.0, 0.9, 0.8, 0.7, 0.6, 0.5])}, run_config_kwargs=at_end,
-                   metric="value", mode="max",
+    seer = _SeesDone()
+    _, grid = _run(_Endless, storage, {"x": tune.grid_search([1.0, 0.9, 0.8, 0.7, 0.6, 0.5])},
+                   run_config_kwargs={**at_end, "stop": seer}, metric="value", mode="max",
                    scheduler=tune.schedulers.ASHAScheduler(max_t=4, grace_period=1, reduction_factor=2))
     ends = sorted(r.metrics["training_iteration"] for r in grid)
     assert ends[0] < 4 and ends[-1] == 4  # some stopped at a rung, some ran to max_t
@@ -1205,6 +1206,22 @@ def test_checkpoint_at_end_saves_a_trial_the_stop_rule_or_a_scheduler_ends(ray_c
         assert list(result.metrics_dataframe["done"]) == stops
         with open(os.path.join(result.path, "progress.csv")) as f:
             assert [row["done"] for row in csv.DictReader(f)] == [str(done) for done in stops]
+    # but the stopper saw them before the scheduler's decision, as in Ray (the driver's copy saw done: a review)
+    assert len(seer.seen) == sum(r.metrics["training_iteration"] for r in grid) and not any(seer.seen)
+
+
+class _SeesDone(tune.Stopper):
+    """Records the ``done`` of each result the driver's copy of the stopper sees; never stops."""
+
+    def __init__(self) -> None:
+        self.seen: list[bool] = []
+
+    def __call__(self, trial_id, result):
+        self.seen.append(bool(result.get("done")))
+        return False
+
+    def stop_all(self):
+        return False
 
 
 def test_a_class_trainable_is_checkpointed_at_its_end_by_default_under_a_tuner_not_under_tune_run(

@@ -200,21 +200,22 @@ def device_cores(cores: int, cpus_per_trial: float | None, task_cpus_per_trial: 
 def replacements_for_lost(
     lost: Sequence[DeviceSpec],
     nodes: Mapping[str, NodeResources],
-    in_use: Collection[str],
+    placed: Mapping[str, Sequence[str]],
     plan_node: Callable[[str, NodeResources], list[DeviceSpec]],
 ) -> list[tuple[DeviceSpec, DeviceSpec]]:
     """Where the devices a run lost with their node start again: on nodes that joined the cluster since.
 
-    A device pinned to a node that is gone cannot start there again (``soft=False``). A node that the run's other
-    devices do not use (one that joined, or a dead node back under a new id) is planned as the run planned its own
-    (``plan_node``), and each of its devices takes the place of a lost one of the same kind, keeping that one's
-    name and index, so the run has the devices it began with again (never more). Devices lost for another reason
-    (their node still there: the trainable failed to load, say) are not moved.
+    A device pinned to a node that is gone cannot start there again (``soft=False``). A node the run did not begin
+    on (one that joined, or a dead node back under a new id) is planned as the run planned its own (``plan_node``),
+    less the devices the run already has there, and each device left takes the place of a lost one of the same
+    kind, keeping that one's name and index. Devices lost for another reason (their node still there: the
+    trainable failed to load, say) are not moved.
 
     Args:
         lost: The lost devices' specs, in the order they should get a place.
-        nodes: The cluster's alive nodes and their resources (:func:`fluidsalus.gpu.actor.cluster_nodes`).
-        in_use: The nodes of the run's devices that are not lost (up, or starting).
+        nodes: The alive nodes the run did not begin on, and their resources.
+        placed: The kinds of the run's devices on each node (moved or added there before; a lost one too, which
+            still holds its place).
         plan_node: The devices of one node as the run plans them (``plan_devices({node: resources}, ...)``).
 
     Returns:
@@ -225,9 +226,7 @@ def replacements_for_lost(
     for node_id, resources in nodes.items():
         if not waiting:
             break
-        if node_id in in_use:
-            continue
-        for spec in plan_node(node_id, resources):
+        for spec in free_devices(node_id, resources, placed.get(node_id, ()), plan_node):
             old = next((s for s in waiting if s.kind == spec.kind), None)
             if old is None:
                 continue
@@ -235,6 +234,54 @@ def replacements_for_lost(
             moved.append((old, DeviceSpec(old.name, spec.kind, old.index, spec.slots, node_id, spec.node_devices,
                                           spec.cpus)))
     return moved
+
+
+def free_devices(node_id: str, resources: NodeResources, placed: Sequence[str],
+                 plan_node: Callable[[str, NodeResources], list[DeviceSpec]]) -> list[DeviceSpec]:
+    """A node's devices as the run plans them, less one of the same kind for each device it has there already
+    (``placed``: their kinds). A node the run cannot plan (no core, too few for ``cpus_per_device``: a head node
+    started with ``num_cpus=0``, say) has none."""
+    try:
+        specs = plan_node(node_id, resources)
+    except ConfigError:
+        return []
+    for kind in placed:
+        taken = next((s for s in specs if s.kind == kind), None)
+        if taken is not None:
+            specs.remove(taken)
+    return specs
+
+
+def devices_of_joined_nodes(
+    nodes: Mapping[str, NodeResources],
+    placed: Mapping[str, Sequence[str]],
+    kinds: Collection[str],
+    plan_node: Callable[[str, NodeResources], list[DeviceSpec]],
+    first_index: int,
+) -> list[DeviceSpec]:
+    """The devices a run that uses its whole cluster adds for nodes that joined it, as Ray Tune places trials on
+    such a node: each node is planned as the run planned its own (``plan_node``), less the devices the run has
+    there already, and its devices of the kinds the run has are kept (a CPU node that joins a run of GPU devices
+    adds none), numbered on from ``first_index``.
+
+    Args:
+        nodes: The alive nodes the run did not begin on, with their resources.
+        placed: The kinds of the run's devices on each node (:func:`replacements_for_lost`).
+        kinds: The kinds of the run's devices (``cpu``, ``cuda``).
+        plan_node: The devices of one node as the run plans them (``plan_devices({node: resources}, ...)``).
+        first_index: The run's device count: the first new device's index.
+
+    Returns:
+        The new devices, named ``<kind>:<index>``.
+    """
+    added: list[DeviceSpec] = []
+    for node_id, resources in nodes.items():
+        for spec in free_devices(node_id, resources, placed.get(node_id, ()), plan_node):
+            if spec.kind in kinds:
+                index = first_index + len(added)
+                added.append(DeviceSpec(f"{spec.kind}:{index}", spec.kind, index, spec.slots, node_id,
+                                        spec.node_devices, spec.cpus))
+    return added
 
 
 def _as_nodes(cluster: NodeResources | Mapping[str, NodeResources]) -> list[tuple[str | None, NodeResources]]:

@@ -65,7 +65,13 @@ from fluidsalus.checkpoint import EXPLOIT_CHECKPOINT_PREFIX, Checkpoint, persist
 from fluidsalus.distributed import data_parallel_workers
 from fluidsalus.errors import ConfigError, FluidsalusError, trial_error
 from fluidsalus.gpu.actor import cluster_nodes, start_device_actor
-from fluidsalus.gpu.device import DEFAULT_TRIAL_ESTIMATE, DeviceSpec, NodeResources, replacements_for_lost
+from fluidsalus.gpu.device import (
+    DEFAULT_TRIAL_ESTIMATE,
+    DeviceSpec,
+    NodeResources,
+    devices_of_joined_nodes,
+    replacements_for_lost,
+)
 from fluidsalus.gpu.host import (
     DEFAULT_QUANTUM_MS,
     EV_CALL,
@@ -200,10 +206,9 @@ RESTART_DEVICE_DIED = "device_died"  # its device actor died: from its checkpoin
 #: each run), for trainables that report the metric only now and then (with PBT's ``require_attrs=False``).
 LENIENT_METRIC_ENV = "TUNE_DISABLE_STRICT_METRIC_CHECKING"
 
-#: How often a run that lost devices with their node asks Ray for the cluster's nodes, to start those devices
-#: again on a node that joined (:func:`fluidsalus.gpu.device.replacements_for_lost`): the lost devices wait at
-#: most this long past the node's arrival, and a question costs the driver 0.55 ms here (``ray.nodes()``), 0.06 %
-#: of its time, and only while a device is lost.
+#: How often a run asks Ray for the cluster's nodes, to use those that joined (:meth:`Executor._watch_nodes`), while
+#: it has devices lost with their node or when it uses the whole cluster: a node's devices wait at most this long
+#: past its arrival, and a question costs the driver 0.55 ms here (``ray.nodes()``), 0.06 % of its time.
 NODE_CHECK_S = 1.0
 
 
@@ -250,9 +255,12 @@ class ExecutorSettings:
     #: normally (``fluidsalus.trialgroup.warm``; 0: they end with the run).
     keep_warm_s: float = DEFAULT_KEEP_WARM_S
     #: The devices of one node as the run plans its own (``plan_devices({node_id: resources}, ...)``), for the
-    #: devices lost with their node to start again on a node that joins (:meth:`Executor._restart_lost`). None:
+    #: devices lost with their node to start again on a node that joins (:meth:`Executor._watch_nodes`). None:
     #: lost devices stay lost.
     node_devices: Callable[[str, NodeResources], list[DeviceSpec]] | None = None
+    #: The run uses the whole cluster (no ``devices=N``): a node that joins it gets devices too
+    #: (:meth:`Executor._watch_nodes`).
+    grow_onto_new_nodes: bool = False
 
 
 def _kill_quietly(actor: Any) -> None:
@@ -503,7 +511,6 @@ class Executor:
         self.pending = PendingQueue(self.planner.book, searcher.time_attr, searcher.turn_key if self._turns else None)
         self._devices: list[_Device] = []
         self._lost: dict[str, _Device] = {}  # devices whose actor is gone and could not be started again, by name
-        self._nodes_tried: set[str] = set()  # nodes planned for lost devices (:meth:`_restart_lost`)
         self._next_node_check = 0.0
         # How long a new device actor takes to come up here: the first of the run's own, or, when warm actors serve
         # the run, the longest such time of the runs that started them (a device that joined late waited for its
@@ -894,7 +901,7 @@ class Executor:
                 self._progress.update(self._snapshot())
             self._check_end()
             if self._ending is None:
-                self._restart_lost()
+                self._watch_nodes()
                 self._take_groups()
                 self._dispatch()
             if self._finished():
@@ -1779,6 +1786,7 @@ class Executor:
             # this process (stop messages, printed lines) before the commit. (It decides before the results
             # are written, so that a stop marks its result done.)
             stops: list[str] = []
+            marked: set[int] = set()  # results a stop marked done (the stopper saw them before, as in Ray)
             for kind, trial, event in acted:
                 if kind == EV_RESULT:
                     # Every result is given, in order, also those that arrive in the batch of the trial's end
@@ -1794,6 +1802,7 @@ class Executor:
                         # As Ray marks the result its scheduler stops a trial at: ``done`` in the stored row, the
                         # trial's last result, the callbacks and the loggers' files (the results are stored next)
                         event[4]["done"] = True
+                        marked.add(id(event))
                 elif kind == EV_END:
                     self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=trial.status == ERROR,
                                                         error_text=trial.error)
@@ -1820,8 +1829,10 @@ class Executor:
                 self._iterations += 1
                 self._note_last_value(trial.trial_id, event[4])
                 if self.settings.stopper is not None:
-                    # keeps the driver's copy's state for stop_all; it sees what the device's copy saw
-                    self.settings.stopper(trial.trial_id, {"config": trial.config, **event[4]})
+                    # keeps the driver's copy's state for stop_all; it sees what the device's copy saw (Ray asks
+                    # the stopper before its scheduler decides: not the done a stop marked)
+                    self.settings.stopper(trial.trial_id, {"config": trial.config, **event[4],
+                                                           **({"done": False} if id(event) in marked else {})})
                 if event[4].get("checkpoint_dir_name") and self.settings.checkpoint_num_to_keep is not None:
                     self._retain_checkpoints(trial)
             elif trial.status == ERROR:
@@ -2274,7 +2285,7 @@ class Executor:
         self._start_replacement(device)
 
     def _start_replacement(self, device: _Device) -> None:
-        """Start a new actor for a device whose actor died (or was lost with its node: :meth:`_restart_lost`).
+        """Start a new actor for a device whose actor died (or was lost with its node: :meth:`_watch_nodes`).
 
         The driver goes on serving the other devices while it starts; it joins as a device the run began without
         does (:meth:`_join`), and the device's trials wait in the queue or go to the others meanwhile.
@@ -2285,7 +2296,7 @@ class Executor:
         name = f"{self._actor_name(device.spec)}:{device.replacements}"
         try:
             actor = start_device_actor(device.spec, self.payload, self._host_settings(device.spec), name)
-        except ray.exceptions.RayError as e:
+        except ray.exceptions.RayError as e:  # (its node went again, say)
             self.store.add_events([(time.time(), "device_lost", None, device.spec.name, {"error": _plain(e)})])
             logger.warning("device %s is lost: its actor died and no replacement can start (%s); the run goes on "
                            "with the other devices", device.spec.name, _plain(e).splitlines()[0])
@@ -2294,29 +2305,63 @@ class Executor:
         device.actor, device.actor_name, device.start_ref = actor, name, actor.info.remote()
         device.launched = time.time()
 
-    def _restart_lost(self) -> None:
-        """Start the devices the run lost with their node again on nodes that joined the cluster since, at most
-        every :data:`NODE_CHECK_S` (:func:`fluidsalus.gpu.device.replacements_for_lost`): a node removed and
-        added back, or a new one, takes their place, so the run has its devices again (as Ray Tune places trials
-        on a node that joins). Each node is planned once."""
+    def _watch_nodes(self) -> None:
+        """Use the nodes that joined the cluster since the run began, at most every :data:`NODE_CHECK_S`, as Ray
+        Tune places trials on them: first the devices the run lost with their node start again there
+        (:func:`fluidsalus.gpu.device.replacements_for_lost`: a node removed and added back, or a new one, takes
+        their place), then, when the run uses the whole cluster, the rest of such a node gets devices of its own
+        (:func:`fluidsalus.gpu.device.devices_of_joined_nodes`). A node is planned as the run planned its own,
+        less the devices the run has there already, at each check: a device lost a moment later still finds its
+        place."""
         now = time.time()
-        if not self._lost or self.settings.node_devices is None or now < self._next_node_check:
+        grow = self.settings.grow_onto_new_nodes
+        if (not self._lost and not grow) or self.settings.node_devices is None or now < self._next_node_check:
             return
         self._next_node_check = now + NODE_CHECK_S
-        in_use = {d.spec.node_id for d in self._devices if d.spec.node_id is not None} | self._nodes_tried
-        nodes = {node_id: res for node_id, res in cluster_nodes().items() if node_id not in in_use}
+        try:
+            alive = cluster_nodes()
+        except Exception as e:  # noqa: BLE001 - Ray's GCS did not answer: asked again at the next check
+            logger.debug("cannot list the cluster's nodes: %s", e)
+            return
+        home = {spec.node_id for spec in self.device_specs}  # (the nodes the run began on keep their plan)
+        nodes = {node_id: res for node_id, res in alive.items() if node_id not in home}
         if not nodes:
             return
-        self._nodes_tried.update(nodes)
-        for old, new in replacements_for_lost([d.spec for d in self._lost.values()], nodes, in_use,
-                                              self.settings.node_devices):
+        placed: dict[str, list[str]] = {}
+        for d in self._devices:
+            if d.spec.node_id in nodes:
+                placed.setdefault(str(d.spec.node_id), []).append(d.spec.kind)
+        gone = [d.spec for d in self._lost.values() if d.spec.node_id is not None and d.spec.node_id not in alive]
+        for old, new in replacements_for_lost(gone, nodes, placed, self.settings.node_devices):
             device = self._lost.pop(old.name)
             device.spec, device.max_running = new, new.slots
+            placed.setdefault(str(new.node_id), []).append(new.kind)
             logger.warning("device %s, lost with its node, starts again on node %s, which joined the cluster",
                            new.name, new.node_id)
             self.store.add_events([(now, "device_moved", None, new.name,
                                     {"from_node": old.node_id, "node_id": new.node_id, "slots": new.slots})])
             self._start_replacement(device)
+        if not grow:
+            return
+        kinds = {d.spec.kind for d in self._devices}
+        for planned in devices_of_joined_nodes(nodes, placed, kinds, self.settings.node_devices, len(self._devices)):
+            # (numbered by the devices there are: one that could not start leaves no gap)
+            index = len(self._devices)
+            spec = dataclasses.replace(planned, name=f"{planned.kind}:{index}", index=index)
+            name = self._actor_name(spec)
+            try:
+                actor = start_device_actor(spec, self.payload, self._host_settings(spec), name)
+            except ray.exceptions.RayError as e:  # (the node went again, say: it is asked again next time)
+                logger.warning("device %s for node %s, which joined the cluster, cannot start: %s", spec.name,
+                               spec.node_id, _plain(e).splitlines()[0])
+                break
+            logger.warning("device %s starts on node %s, which joined the cluster", spec.name, spec.node_id)
+            self.store.add_events([(now, "device_added", None, spec.name, {"node_id": spec.node_id,
+                                                                           "slots": spec.slots})])
+            device = _Device(spec, actor, {}, max_running=spec.slots, assigned=set(), actor_name=name,
+                             launched=now, start_ref=actor.info.remote())
+            device.alive = False  # until it joins (:meth:`_join`); a failed start leaves it lost, in its place
+            self._devices.append(device)
 
     def _note_error(self, trial: Trial) -> None:
         """Keep the run's first failure (``fail_fast`` ends the run with it)."""

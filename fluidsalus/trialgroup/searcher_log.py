@@ -108,7 +108,7 @@ class SearcherLog:
             raise FluidsalusError(
                 f"{type(self.searcher).__name__}.on_result returned {answer!r} for trial {trial_id}: expected "
                 f"{', '.join(f'Decision.{d.name}' for d in Decision)}") from None
-        self._log(RESULT, trial_id, result)
+        self._log(RESULT, trial_id, dict(result))  # (as given: the executor marks a stopped result done after)
         return decision
 
     def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool,
