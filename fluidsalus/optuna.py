@@ -245,7 +245,9 @@ class _PackedError:
             while first.__cause__ is not None:
                 first = first.__cause__
             if isinstance(first, DeviceTraceback):  # an error that crossed before (driver -> device -> driver):
-                first.text, first.args = self.trace, (self.trace,)  # its trace already holds the earlier one
+                # its trace already holds the earlier one, under that one's header line (printed once, by first)
+                trace = self.trace.removeprefix(f"{DeviceTraceback.__module__}.{DeviceTraceback.__qualname__}: \n")
+                first.text, first.args = trace, (trace,)
             else:
                 suppressed = first.__suppress_context__  # (setting __cause__ sets it)
                 first.__cause__ = DeviceTraceback(self.trace)  # printed first: the device's frames of the chain

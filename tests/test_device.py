@@ -115,6 +115,10 @@ def test_the_devices_of_a_run_whose_trials_keep_cores_for_tasks_hold_only_their_
         [("cuda:0", 1, "a"), ("cuda:1", 1, "a")]
     assert [(d.cpus, d.node_id) for d in plan_devices({"a": {"CPU": 8}, "b": {"CPU": 4}}, cpus_per_trial=1,
                                                       task_cpus_per_trial=3)] == [(1, "a"), (1, "a"), (1, "b")]
+    # a GPU device holds a core at least: no more GPU devices than the cores the trials keep for themselves (4
+    # devices took all 4 cores and ran 4 trials where Ray runs 2 and keeps 2 cores for their tasks: a review)
+    gpus = plan_devices({"CPU": 4, "GPU": 4}, cpus_per_trial=1, task_cpus_per_trial=1)
+    assert [(d.name, d.cpus) for d in gpus] == [("cuda:0", 1), ("cuda:1", 1)]
     with pytest.raises(ConfigError, match="task_cpus_per_trial: must be a number >= 0"):
         plan_devices({"CPU": 2}, task_cpus_per_trial=-1)
 

@@ -333,6 +333,7 @@ def test_an_error_that_crossed_twice_prints_each_frame_once():
         back = fo._PackedError.of(e).unpack()  # as optimize raises it on the driver
     printed = "".join(traceback.format_exception(back))
     assert printed.count("in _answering_on_the_driver") == 1
+    assert printed.count("DeviceTraceback:") == 1  # (its header came twice, stacked: a review)
     assert printed.count("test_an_error_that_crossed_twice_prints_each_frame_once") == 2  # each crossing's frame
     assert isinstance(back.__cause__, fo.DeviceTraceback) and back.__cause__.__cause__ is None
 

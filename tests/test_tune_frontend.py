@@ -100,6 +100,19 @@ def test_a_subclass_of_a_built_in_scheduler_that_adds_no_hook_runs_as_its_base()
     assert plain.summary.replace("_PlainASHA", "AsyncHyperBandScheduler") == base.summary
 
 
+class _LoggingASHA(tune.schedulers.ASHAScheduler):
+    def on_trial_result(self, tune_controller, trial, result):
+        return super().on_trial_result(tune_controller, trial, result)
+
+
+def test_a_subclass_of_a_built_in_scheduler_that_overrides_a_hook_says_that_the_base_decides_nothing() -> None:
+    """Its hooks decide, as a scheduler of the user's own; ASHA's rule is not made, and super() answers CONTINUE:
+    every trial ran to max_t without a word, where Ray's subclass stops them (a review's side-by-side run)."""
+    with pytest.warns(UserWarning, match=r"_LoggingASHA overrides on_trial_result of AsyncHyperBandScheduler.*"
+                                         r"AsyncHyperBandScheduler's own decisions are not made"):
+        _plan(metric="m", mode="max", scheduler=_LoggingASHA(max_t=9))
+
+
 def test_asha_scheduler_becomes_asha_with_its_parameters() -> None:
     sched = tune.schedulers.ASHAScheduler(max_t=27, grace_period=3, reduction_factor=3, brackets=2,
                                           stop_last_trials=False)

@@ -892,6 +892,11 @@ class _SchedulerOfTheUsersOwn(tune.schedulers.FIFOScheduler):
     (lambda: tune.schedulers.PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2,
                                                      hyperparam_mutations={"y": [1, 2]}), None, 6),
     (lambda: tune.schedulers.ASHAScheduler(max_t=4), lambda: OptunaSearch(), 2),  # a model's: num_samples
+    # a point first, then the grid once more (it counted the grid twice, 6, under ASHA: a review)
+    (lambda: tune.schedulers.ASHAScheduler(max_t=4),
+     lambda: tune.search.BasicVariantGenerator(points_to_evaluate=[{"x": 5}]), 4),
+    (lambda: tune.schedulers.HyperBandScheduler(max_t=4),
+     lambda: tune.search.BasicVariantGenerator(points_to_evaluate=[{"x": 5}]), 4),
 ])
 def test_callbacks_and_reporters_are_told_the_trials_ray_counts_under_any_scheduler(scheduler, search_alg, expected):
     """Ray's total_num_samples counts the grid under a scheduler too (its BasicVariantGenerator's); under ASHA,
@@ -899,9 +904,10 @@ def test_callbacks_and_reporters_are_told_the_trials_ray_counts_under_any_schedu
     CLIReporter printed "Number of trials: 3/1" (a helper's side-by-side run with Ray 2.60)."""
     from fluidsalus.tune._tuner import _total_samples
 
+    searcher = search_alg() if search_alg else None
     config = tune.TuneConfig(metric="loss", mode="min", num_samples=2,
-                             scheduler=scheduler() if scheduler else None,
-                             search_alg=search_alg() if search_alg else None)
-    space = {"x": tune.grid_search([1, 2, 3])} if search_alg is None else {"x": tune.uniform(0, 1)}
+                             scheduler=scheduler() if scheduler else None, search_alg=searcher)
+    grid = searcher is None or isinstance(searcher, tune.search.BasicVariantGenerator)
+    space = {"x": tune.grid_search([1, 2, 3])} if grid else {"x": tune.uniform(0, 1)}
     planned = plan(config, space)
     assert _total_samples(planned.searcher, 2, endless=False) == expected

@@ -147,8 +147,7 @@ def plan_devices(
     if not (isinstance(task_cpus_per_trial, (int, float)) and 0 <= task_cpus_per_trial < math.inf):
         raise ConfigError(f"task_cpus_per_trial: must be a number >= 0 (got {task_cpus_per_trial!r})")
     if task_cpus_per_trial > 0:
-        nodes = [(node_id, {**res, "CPU": device_cores(_count(res, "CPU"), cpus_per_trial, task_cpus_per_trial)})
-                 for node_id, res in nodes]
+        nodes = [(node_id, _keep_task_cpus(res, cpus_per_trial, task_cpus_per_trial)) for node_id, res in nodes]
     if devices is not None and devices < 1:
         raise ConfigError(f"devices: must be >= 1 or None (one per GPU / per {DEFAULT_CPUS_PER_DEVICE} cores)")
     if cpus_per_device is not None and cpus_per_device < 1:
@@ -171,6 +170,16 @@ def plan_devices(
         return specs
     return [DeviceSpec(d.name, d.kind, d.index, lanes_for(d.cpus, cpus_per_trial), d.node_id, d.node_devices, d.cpus)
             for d in specs]
+
+
+def _keep_task_cpus(res: NodeResources, cpus_per_trial: float | None, task_cpus_per_trial: float) -> NodeResources:
+    """A node's resources as its devices may hold them: :func:`device_cores` cores, and no more GPU devices than
+    those cores (each GPU device holds at least one core, so more would take the cores kept for the tasks)."""
+    cores = device_cores(_count(res, "CPU"), cpus_per_trial, task_cpus_per_trial)
+    kept = {**res, "CPU": cores}
+    if _count(res, "GPU") > cores > 0:
+        kept["GPU"] = cores
+    return kept
 
 
 def device_cores(cores: int, cpus_per_trial: float | None, task_cpus_per_trial: float) -> int:

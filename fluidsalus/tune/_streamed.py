@@ -18,7 +18,7 @@ from typing import Any
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers import ASHA, HyperBand
-from fluidsalus.searchers._random import ENDLESS_FIRST_BATCH, VariantStream, check_points
+from fluidsalus.searchers._random import ENDLESS_FIRST_BATCH, VariantStream, check_points, count_trials
 
 __all__ = ["ENDLESS_BRACKETS", "StreamedASHA", "StreamedHyperBand"]
 
@@ -61,6 +61,11 @@ class _Streamed:
         self.points_to_evaluate = list(points_to_evaluate or [])
         self._points = check_points(self.space, points_to_evaluate, "BasicVariantGenerator")  # type: ignore
         self.constant_grid_search = constant_grid_search
+
+    @property
+    def total_samples(self) -> int | None:
+        """Ray's count: each point's grid, then the grid ``num_samples - len(points)`` times (None: endless)."""
+        return count_trials(self.space, self.num_samples, self._points)  # type: ignore[attr-defined]
 
     def _config_stream(self) -> Any:
         if self._stream is None:  # type: ignore[has-type]

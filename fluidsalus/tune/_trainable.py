@@ -150,10 +150,11 @@ def _check_amount(key: str, value: Any) -> float:
 #: (Ray's way to keep cores for the tasks and actors a trial starts): a fixed one keeps them (``task_cpus``), but a
 #: function's is known only as each trial starts, after the devices took the cores.
 EXTRA_BUNDLES_WARNING = (
-    "fluidsalus.tune: the PlacementGroupFactory a function of the config returned keeps no cores for the Ray tasks "
-    "or actors the trial starts, as Ray keeps its bundles after the first: it is known only at the trial's start, "
-    "when the run's device actors already hold the cores. Such a task that asks for a CPU waits until one is "
-    "free. Pass a fixed PlacementGroupFactory to with_resources, or start the tasks with num_cpus=0.")
+    "fluidsalus.tune: the PlacementGroupFactory that a function of the config (or a Trainable's "
+    "default_resource_request) returned keeps no cores for the Ray tasks or actors the trial starts, as Ray keeps "
+    "its bundles after the first: it is known only at the trial's start, when the run's device actors already "
+    "hold the cores. Such a task that asks for a CPU waits until one is free. Pass a fixed PlacementGroupFactory "
+    "to with_resources, or start the tasks with num_cpus=0.")
 #: Said when a trial asks for more than one GPU.
 MANY_GPUS_WARNING = (
     "fluidsalus.tune: each trial asks for {gpu:g} GPUs, but runs on one device (its CUDA_VISIBLE_DEVICES holds "

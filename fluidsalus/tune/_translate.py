@@ -69,7 +69,7 @@ from fluidsalus.searchers import (
 )
 from fluidsalus.searchers._random import VariantStream
 from fluidsalus.tune._config import INFINITE_SAMPLES, TuneConfig
-from fluidsalus.tune._custom_scheduler import ScheduledSearch, is_custom_scheduler
+from fluidsalus.tune._custom_scheduler import HOOKS, ScheduledSearch, is_custom_scheduler
 from fluidsalus.tune._custom_search import (
     CustomASHA,
     CustomHyperBand,
@@ -516,6 +516,14 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
     if isinstance(scheduler, ResourceChangingScheduler):
         scheduler = _resource_changing_base(scheduler)
     if is_custom_scheduler(scheduler):
+        base = _kind(scheduler)
+        if base is not FIFOScheduler and base in _BUILT_IN_SCHEDULERS:
+            hooks = [hook for hook in HOOKS if defined_by_user(scheduler, hook)]
+            warnings.warn(
+                f"fluidsalus.tune: {type(scheduler).__name__} overrides {', '.join(hooks)} of {base.__name__}, so "
+                f"it runs as a scheduler of your own: its hooks decide, and {base.__name__}'s own decisions are not "
+                f"made (a super().{hooks[0]}(...) answers CONTINUE). Leave the hooks to {base.__name__}, or write "
+                "the whole rule in them", UserWarning, stacklevel=4)
         return _plan_scheduled(scheduler, tune_config, param_space, class_trainable)
     if isinstance(scheduler, MedianStoppingRule):
         return _plan_median(scheduler, tune_config, param_space, class_trainable)
