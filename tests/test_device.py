@@ -7,6 +7,7 @@ import pytest
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.device import (
     DeviceSpec,
+    as_run_plans,
     device_cores,
     devices_of_joined_nodes,
     lanes_for,
@@ -176,3 +177,13 @@ def test_a_run_of_the_whole_cluster_gets_devices_on_a_node_that_joins_numbered_o
     assert [(d.name, d.node_id) for d in devices_of_joined_nodes(nodes, {}, {"cuda"}, _node_plan, 2)] == [
         ("cuda:2", "gpus"), ("cuda:3", "gpus")]
     assert devices_of_joined_nodes({"gpus": {"CPU": 8, "GPU": 2}}, {}, {"cpu"}, _node_plan, 2) == []
+
+
+def test_a_gpu_node_that_joins_a_run_of_cpu_devices_gives_it_cpu_devices():
+    """Planned as it is, a GPU node gave only GPU devices, which a run of CPU devices does not take: its cores went
+    unused, where Ray Tune places CPU trials there (a helper's run)."""
+    gpu_node = {"CPU": 2, "GPU": 1}
+    assert as_run_plans(gpu_node, {"cpu"}) == {"CPU": 2}
+    assert as_run_plans(gpu_node, {"cuda"}) == gpu_node
+    added = devices_of_joined_nodes({"g": as_run_plans(gpu_node, {"cpu"})}, {}, {"cpu"}, _node_plan, 4)
+    assert [(d.name, d.kind, d.node_id) for d in added] == [("cpu:4", "cpu", "g"), ("cpu:5", "cpu", "g")]

@@ -261,6 +261,15 @@ def free_devices(node_id: str, resources: NodeResources, placed: Sequence[str],
     return specs
 
 
+def as_run_plans(resources: NodeResources, kinds: Collection[str]) -> NodeResources:
+    """A joining node's resources as a run of devices of ``kinds`` plans them: a run of virtual CPU devices plans
+    a GPU node's cores as CPU devices, leaving its GPUs out (Ray Tune places CPU trials on a GPU node; planned as
+    it is, the node gave only GPU devices, which such a run does not take: a helper's run)."""
+    if set(kinds) == {"cpu"} and "GPU" in resources:
+        return {k: v for k, v in resources.items() if k != "GPU"}
+    return resources
+
+
 def devices_of_joined_nodes(
     nodes: Mapping[str, NodeResources],
     placed: Mapping[str, Sequence[str]],

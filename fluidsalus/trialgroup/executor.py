@@ -69,6 +69,7 @@ from fluidsalus.gpu.device import (
     DEFAULT_TRIAL_ESTIMATE,
     DeviceSpec,
     NodeResources,
+    as_run_plans,
     devices_of_joined_nodes,
     replacements_for_lost,
 )
@@ -2324,7 +2325,8 @@ class Executor:
             logger.debug("cannot list the cluster's nodes: %s", e)
             return
         home = {spec.node_id for spec in self.device_specs}  # (the nodes the run began on keep their plan)
-        nodes = {node_id: res for node_id, res in alive.items() if node_id not in home}
+        kinds = {spec.kind for spec in self.device_specs}
+        nodes = {node_id: as_run_plans(res, kinds) for node_id, res in alive.items() if node_id not in home}
         if not nodes:
             return
         placed: dict[str, list[str]] = {}
@@ -2343,7 +2345,6 @@ class Executor:
             self._start_replacement(device)
         if not grow:
             return
-        kinds = {d.spec.kind for d in self._devices}
         for planned in devices_of_joined_nodes(nodes, placed, kinds, self.settings.node_devices, len(self._devices)):
             # (numbered by the devices there are: one that could not start leaves no gap)
             index = len(self._devices)
