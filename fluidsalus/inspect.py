@@ -155,7 +155,8 @@ class PlannerSummary:
         lost_devices: Devices whose actor died, or never started, and could not be started again (``device_lost``:
             their node is gone, say), each with the first line of Ray's error; the run went on without them.
         joined_devices: Devices started on nodes that joined the cluster during the run, each with how: ``moved``
-            (in place of one lost with its node: ``device_moved``) or ``added`` (``device_added``).
+            (in place of one lost with its node: ``device_moved``), ``added`` (``device_added``), or ``added,
+            moved`` (added, then moved on when that node left too).
     """
 
     moves: int
@@ -197,7 +198,8 @@ def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
         elif ev.kind == "device_start" and ev.device is not None:
             lost.pop(ev.device, None)  # (started again: a resumed run's, or on a node that joined)
         elif ev.kind in ("device_moved", "device_added") and ev.device is not None:
-            joined[ev.device] = "moved" if ev.kind == "device_moved" else "added"
+            how = "moved" if ev.kind == "device_moved" else "added"
+            joined[ev.device] = "added, moved" if how == "moved" and joined.get(ev.device) == "added" else how
         if ev.kind == "device_waiting" and ev.device is not None:
             waiting_since[ev.device], late[ev.device] = ev.ts, None
         elif ev.kind == "device_start" and data.get("joined") and ev.device in waiting_since:
@@ -577,8 +579,9 @@ class Report:
             lines.append("devices lost (their actor died or did not start, and could not be started again; the run "
                          "went on without them): " + ", ".join(lost))
         if self.planner.joined_devices:
-            joined = [f"{name} ({'in place of one lost with its node' if how == 'moved' else 'new'})"
-                      for name, how in self.planner.joined_devices.items()]
+            said = {"moved": "in place of one lost with its node", "added": "new",
+                    "added, moved": "new, then moved on when that node left too"}
+            joined = [f"{name} ({said.get(how, how)})" for name, how in self.planner.joined_devices.items()]
             lines.append("devices started on nodes that joined during the run: " + ", ".join(joined))
         errors = self.errors
         if errors:

@@ -255,15 +255,17 @@ def test_the_report_names_the_devices_a_run_lost_and_those_nodes_that_joined_gav
         (19.0, "device_moved", None, "cpu:3", {"from_node": "gone", "node_id": "back", "slots": 1}),
         (20.0, "device_start", None, "cpu:3", {"kind": "cpu", "slots": 1}),  # on a node that joined: not lost
         (21.0, "device_added", None, "cpu:4", {"node_id": "new", "slots": 1}),
+        (21.0, "device_added", None, "cpu:5", {"node_id": "new", "slots": 1}),
+        (30.0, "device_moved", None, "cpu:5", {"from_node": "new", "node_id": "newer", "slots": 1}),
     ])
     report = inspect(store.experiment_dir)
     assert report.planner.lost_devices == {"cpu:2": gone}
     assert report.to_dict()["planner"]["lost_devices"] == {"cpu:2": gone}
     assert (f"devices lost (their actor died or did not start, and could not be started again; the run went on "
             f"without them): cpu:2 ({gone})") in report.render_table()
-    assert report.planner.joined_devices == {"cpu:3": "moved", "cpu:4": "added"}
+    assert report.planner.joined_devices == {"cpu:3": "moved", "cpu:4": "added", "cpu:5": "added, moved"}
     assert ("devices started on nodes that joined during the run: cpu:3 (in place of one lost with its node), "
-            "cpu:4 (new)") in report.render_table()
+            "cpu:4 (new), cpu:5 (new, then moved on when that node left too)") in report.render_table()
     store.close()
 
 

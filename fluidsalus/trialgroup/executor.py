@@ -808,8 +808,13 @@ class Executor:
         except ray.exceptions.RayError as e:
             self.store.add_events([(time.time(), "device_lost", None, device.spec.name, {"error": _plain(e)})])
             what = "the replacement of its dead actor" if device.replacements else "its actor"
-            logger.warning("device %s is lost: %s could not start: %s; the run goes on with the other devices",
-                           device.spec.name, what, _plain(e).splitlines()[0])
+            if self._node_gone(device):  # (Ray's words, "the actor died unexpectedly", sounded like a bad trainable)
+                logger.warning("device %s is lost with its node, which left the cluster while %s started; the run "
+                               "goes on with the other devices, and the device with a node that joins",
+                               device.spec.name, what)
+            else:
+                logger.warning("device %s is lost: %s could not start: %s; the run goes on with the other devices",
+                               device.spec.name, what, _plain(e).splitlines()[0])
             self._lost[device.spec.name] = device
             return
         self._lost.pop(device.spec.name, None)
@@ -818,6 +823,17 @@ class Executor:
         how = {"replacement": True} if device.replacements else {"joined": True}
         self.store.add_events([(time.time(), "device_start", None, device.spec.name,
                                 {**info, "actor": device.actor_name, **how})])
+
+    @staticmethod
+    def _node_gone(device: _Device) -> bool:
+        """Whether the node a device is pinned to has left the cluster (False when unpinned, or when Ray cannot
+        say)."""
+        if device.spec.node_id is None:
+            return False
+        try:
+            return device.spec.node_id not in cluster_nodes()
+        except Exception:  # noqa: BLE001 - Ray's GCS did not answer
+            return False
 
     def _send(self, device: _Device, method: str, *args: Any) -> None:
         """Send a command (``submit``, ``stop``, ``withdraw``, ``resume``, ``request_checkpoint``, ``answer``) to a
