@@ -613,8 +613,10 @@ def _renew_object_refs(trials: list[Trial], space: Mapping[str, Any]) -> None:
                 walk(value, (*path, key))
 
     walk(space, ())
+    if not refs:
+        return
     for trial in trials:
-        if not refs or trial.status in ("TERMINATED", "ERROR"):
+        if trial.status in ("TERMINATED", "ERROR"):
             continue
         trial.config = _copy_dicts(trial.config)
         for path, ref in refs:

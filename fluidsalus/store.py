@@ -275,7 +275,7 @@ def config_pickle(config: Mapping[str, Any]) -> bytes | None:
     """A trial's config pickled (cloudpickle: a class or function of the script by value), when its JSON
     (:func:`dumps`) does not give it back as it is: a class, a function or an object JSON writes as its repr, a
     tuple (a list in JSON). None when the JSON does, or when it cannot be pickled (the JSON is all there is)."""
-    if all(type(k) is str and _json_exact(v) for k, v in config.items()):
+    if _json_exact(dict(config)):
         return None
     try:
         return cloudpickle.dumps(dict(config))

@@ -256,8 +256,8 @@ class ExecutorSettings:
     #: normally (``fluidsalus.trialgroup.warm``; 0: they end with the run).
     keep_warm_s: float = DEFAULT_KEEP_WARM_S
     #: The devices of one node as the run plans its own (``plan_devices({node_id: resources}, ...)``), for the
-    #: devices lost with their node to start again on a node that joins (:meth:`Executor._watch_nodes`). None:
-    #: lost devices stay lost.
+    #: nodes that join the cluster (:meth:`Executor._watch_nodes`): the devices lost with their node start again
+    #: there, and a run that grows adds the rest. None: lost devices stay lost, and the run does not grow.
     node_devices: Callable[[str, NodeResources], list[DeviceSpec]] | None = None
     #: The run uses the whole cluster (no ``devices=N``): a node that joins it gets devices too
     #: (:meth:`Executor._watch_nodes`).
@@ -2361,10 +2361,8 @@ class Executor:
             self._start_replacement(device)
         if not grow:
             return
-        for planned in devices_of_joined_nodes(nodes, placed, kinds, self.settings.node_devices, len(self._devices)):
-            # (numbered by the devices there are: one that could not start leaves no gap)
-            index = len(self._devices)
-            spec = dataclasses.replace(planned, name=f"{planned.kind}:{index}", index=index)
+        # (numbered on from the devices there are; the first that cannot start ends the loop: no gap)
+        for spec in devices_of_joined_nodes(nodes, placed, kinds, self.settings.node_devices, len(self._devices)):
             name = self._actor_name(spec)
             try:
                 actor = start_device_actor(spec, self.payload, self._host_settings(spec), name)

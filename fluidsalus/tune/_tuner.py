@@ -361,7 +361,6 @@ class NotRestorableError(ConfigError, FileNotFoundError):
     the ``FileNotFoundError`` Ray raises there."""
 
 
-
 def _total_samples(searcher: Any, num_samples: int, endless: bool) -> int | None:
     """The run's trials as Ray counts them for ``Callback.setup(total_num_samples=...)`` and the progress table:
     the variants of the search when it makes them from the space (its grid and points; also under a scheduler,
@@ -374,6 +373,7 @@ def _total_samples(searcher: Any, num_samples: int, endless: bool) -> int | None
     while isinstance(searcher, (MedianStopping, ScheduledSearch)):  # (they decide on the trials, not make them)
         searcher = searcher.inner
     return getattr(searcher, "total_samples", None if endless else num_samples)
+
 
 class Tuner:
     """Tune a trainable's hyperparameters (``ray.tune.Tuner``).
