@@ -85,6 +85,18 @@ def _typed_reduce(self: TrialError) -> tuple[Any, ...]:
     return trial_error, (self.args[0] if self.args else "", getattr(self, "error_text", None))
 
 
+def trial_failure(trial_id: str, error_text: str | None, traceback: str | None) -> TrialError:
+    """The error of a trial that failed, as its :class:`~fluidsalus.result.Result` and its folder's ``error.pkl`` give
+    it: ``Trial <id> failed: <error>`` and then the traceback (see :func:`trial_error`).
+
+    Args:
+        trial_id: The trial.
+        error_text: The trial's error as its device recorded it (``ValueError: ...``).
+        traceback: The error's traceback, where one was recorded.
+    """
+    return trial_error(f"Trial {trial_id} failed: {error_text}\n{traceback or ''}".rstrip(), error_text)
+
+
 def trial_error(message: str, error_text: str | None) -> TrialError:
     """The error of a failed trial, as a :class:`TrialError` that is also an instance of the exception the trial
     raised when the driver has that type (``isinstance(result.error, ValueError)`` holds, as it does for Ray's

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fluidsalus.checkpoint import Checkpoint
-from fluidsalus.errors import ConfigError, StoreError, trial_error
+from fluidsalus.errors import ConfigError, StoreError, trial_failure
 from fluidsalus.session import AUTO_RESULT_KEYS, DATE_FORMAT, with_config
 from fluidsalus.store import ERROR, TERMINATED, TRIAL_RESTART_EVENT, ExperimentStore
 
@@ -273,8 +273,7 @@ class ResultGrid:
                     metrics["done"] = True
             else:  # it never started: Ray's Result has only the trial's id
                 metrics = {"trial_id": t.trial_id}
-            error = trial_error(f"Trial {t.trial_id} failed: {t.error}\n{t.traceback or ''}".rstrip(), t.error) \
-                if t.status == ERROR else None
+            error = trial_failure(t.trial_id, t.error, t.traceback) if t.status == ERROR else None
             ckpts = checkpoints.get(t.trial_id, [])  # in report order: the last is the latest
             # Ray's best_checkpoints: the num_to_keep best, worst first (the latest, always kept, only if one)
             best = [ckpts[i] for i in rank_checkpoints([m for _, m in ckpts], score_attribute, score_order)]

@@ -49,13 +49,16 @@ WAL_SUFFIX, SHM_SUFFIX = "-wal", "-shm"
 LOCK_FILENAME = ".driver.lock"
 #: Ray's file in a trial's folder to which each failure of the trial is appended (``ray.air.constants``).
 ERROR_FILE = "error.txt"
+#: Ray's file in a trial's folder with its last failure pickled (``ray.air.constants``): ``ray.tune.Result.from_path``
+#: reads a trial's ``error`` from it.
+ERROR_PICKLE_FILE = "error.pkl"
 #: Ray's other file names in a trial's folder (``ray.air.constants``), which the Tune front end's loggers write.
 PARAMS_FILE = "params.json"
 PARAMS_PICKLE_FILE = "params.pkl"
 RESULT_FILE = "result.json"
 PROGRESS_FILE = "progress.csv"
 #: The files the engine and its front ends keep in a trial's folder (beside its checkpoints).
-TRIAL_RECORD_FILES = (ERROR_FILE, PARAMS_FILE, PARAMS_PICKLE_FILE, RESULT_FILE, PROGRESS_FILE)
+TRIAL_RECORD_FILES = (ERROR_FILE, ERROR_PICKLE_FILE, PARAMS_FILE, PARAMS_PICKLE_FILE, RESULT_FILE, PROGRESS_FILE)
 #: Where experiments go when no ``storage_path`` is given; ``FLUIDSALUS_STORAGE_PATH`` overrides it. (Here,
 #: not in ``config.py``, so that reading a store, and every device process, does without pydantic.)
 DEFAULT_STORAGE_PATH = os.path.join("~", "fluidsalus_results")

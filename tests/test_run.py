@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ray
 from _trials import cpus_free_within, restarted_after_running
 
 import fluidsalus
 from fluidsalus.errors import ConfigError, FluidsalusError
 from fluidsalus.inspect import inspect as inspect_experiment
 from fluidsalus.searchers import ASHA, Decision, RandomSearch
-from fluidsalus.store import DB_FILENAME, ERROR_FILE, DriverLock, ExperimentStore
+from fluidsalus.store import DB_FILENAME, ERROR_FILE, ERROR_PICKLE_FILE, DriverLock, ExperimentStore
 from fluidsalus.trialgroup.executor import ACTOR_START_TIMEOUT_S
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
@@ -634,6 +635,12 @@ def test_failing_trials_are_retried_from_checkpoint_up_to_max_failures(storage):
         assert re.findall(r"^Failure # (\d+) \(occurred at \d{4}-\d\d-\d\d_\d\d-\d\d-\d\d\)$", text, re.M) == [
             str(n) for n in range(1, failures + 1)]
         assert text.count("Traceback (most recent call last)") == failures and text.count("flaky failure") >= failures
+        # and Ray's error.pkl: the last failure, as the result's error gives it (Ray's Result.from_path reads it)
+        with open(os.path.join(result.path, ERROR_PICKLE_FILE), "rb") as f:
+            last = ray.cloudpickle.load(f)
+        assert isinstance(last, RuntimeError) and isinstance(last, fluidsalus.TrialError)
+        assert "flaky failure" in str(last)
+    assert str(hopeless.error) == str(last)
 
 
 def fails_with_its_value(config):

@@ -948,6 +948,9 @@ def test_asha_runs_a_class_trainable_without_save_checkpoint_and_its_ends_fail_a
     ends = [(r.metrics["training_iteration"], type(r.error).__name__ if r.error else None) for r in grid]
     assert all(error is not None and "NotImplementedError" in error for _, error in ends), ends
     assert max(iteration for iteration, _ in ends) == 6
+    # Ray's own reader of a trial folder finds the error (its error.pkl; before, none was written: error None)
+    again = rt.Result.from_path(grid[0].path)
+    assert isinstance(again.error, NotImplementedError) and str(again.error) == str(grid[0].error)
 
 
 class _NoSaveEndless(_NoSave):

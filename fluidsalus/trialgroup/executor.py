@@ -48,6 +48,7 @@ import logging
 import math
 import numbers
 import os
+import pickle
 import re
 import shutil
 import sys
@@ -63,7 +64,7 @@ from ray import cloudpickle
 from fluidsalus.callbacks import Callback
 from fluidsalus.checkpoint import EXPLOIT_CHECKPOINT_PREFIX, Checkpoint, persist_checkpoint
 from fluidsalus.distributed import data_parallel_workers
-from fluidsalus.errors import ConfigError, FluidsalusError, trial_error
+from fluidsalus.errors import ConfigError, FluidsalusError, trial_error, trial_failure
 from fluidsalus.gpu.actor import cluster_nodes, start_device_actor
 from fluidsalus.gpu.device import (
     DEFAULT_TRIAL_ESTIMATE,
@@ -105,6 +106,7 @@ from fluidsalus.session import (
 from fluidsalus.store import (
     ERROR,
     ERROR_FILE,
+    ERROR_PICKLE_FILE,
     FINAL_STATUSES,
     PAUSED,
     PENDING,
@@ -366,16 +368,23 @@ class _Restart:
 DIRNAME_SUFFIX_HEX = 4
 
 
-def _append_error_file(trial_dir: str, number: int, ts: float, text: str | None) -> None:
-    """Append a failure to the trial's :data:`ERROR_FILE`, as Ray writes it (``Failure # <n> (occurred at <date>)``,
-    then the error with its traceback). A folder that cannot be written loses the file, never the run."""
+def _append_error_file(trial_dir: str, trial_id: str, number: int, ts: float, error: str | None,
+                       trace: str | None) -> None:
+    """Record a failure in the trial's folder as Ray does: append it to :data:`ERROR_FILE` (``Failure # <n>
+    (occurred at <date>)``, then the error with its traceback), and pickle it, as the result's ``error`` gives it,
+    to :data:`ERROR_PICKLE_FILE` (the last failure; Ray's ``Result.from_path`` reads it). A folder that cannot be
+    written loses the files, never the run."""
     try:
         os.makedirs(trial_dir, exist_ok=True)
         with open(os.path.join(trial_dir, ERROR_FILE), "a") as f:
             f.write(f"Failure # {number} (occurred at {time.strftime(DATE_FORMAT, time.localtime(ts))})\n")
-            f.write(f"{(text or 'no error text').rstrip()}\n")
+            f.write(f"{(trace or error or 'no error text').rstrip()}\n")
+        pickled = os.path.join(trial_dir, ERROR_PICKLE_FILE)
+        with open(pickled + ".tmp", "wb") as f:  # (whole or not at all: a reader never sees half of it)
+            pickle.dump(trial_failure(trial_id, error, trace), f)
+        os.replace(pickled + ".tmp", pickled)
     except OSError as e:
-        logger.warning("could not write %s in %s: %s", ERROR_FILE, trial_dir, e)
+        logger.warning("could not record the failure in %s: %s", trial_dir, e)
 
 
 def check_dirname(name: Any, trial_id: str, experiment_dir: str, used: set[str]) -> str:
@@ -1771,7 +1780,7 @@ class Executor:
                     if outcome == OUT_ERRORED:
                         # Ray's error file counts every failure, the retried ones and the last
                         failures = trial.num_failures + 1
-                        _append_error_file(trial.trial_dir, failures, ts, trace or error)
+                        _append_error_file(trial.trial_dir, trial_id, failures, ts, error, trace)
                     if restart is None and outcome == OUT_ERRORED and self._may_retry(trial):
                         trial.num_failures += 1
                         restart = _Restart(reason="retry", error=error)
@@ -2266,7 +2275,7 @@ class Executor:
                     if self._may_retry(trial):
                         trial.num_failures += 1
                         restart = _Restart(reason="retry", error=self._death_error(trial, text))
-                        _append_error_file(trial.trial_dir, trial.num_failures, now, restart.error)
+                        _append_error_file(trial.trial_dir, trial_id, trial.num_failures, now, restart.error, None)
                     else:
                         self._end_by_deaths(trial, self._death_error(trial, text), now, device.spec.name, events)
                         ended.append(trial)
@@ -2403,7 +2412,7 @@ class Executor:
         self._forget(trial.trial_id)
         # Ray's failure number: the retried failures, then this one (num_failures counts the retried ones, as for
         # a trial whose error ended it)
-        _append_error_file(trial.trial_dir, trial.num_failures + 1, now, error)
+        _append_error_file(trial.trial_dir, trial.trial_id, trial.num_failures + 1, now, error, None)
         self.store.update_trial(trial.trial_id, status=ERROR, finished_at=now, error=error, stop_reason=OUT_ERRORED,
                                 last_iteration=trial.last_iteration, checkpoint_path=trial.checkpoint_path,
                                 num_failures=trial.num_failures)
