@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import sys
 import time
 import warnings
 from collections.abc import Mapping
@@ -911,3 +912,25 @@ def test_callbacks_and_reporters_are_told_the_trials_ray_counts_under_any_schedu
     space = {"x": tune.grid_search([1, 2, 3])} if grid else {"x": tune.uniform(0, 1)}
     planned = plan(config, space)
     assert _total_samples(planned.searcher, 2, endless=False) == expected
+
+
+@pytest.mark.parametrize("search_alg, expected", [
+    (None, 3 * sys.maxsize),  # Ray's BasicVariantGenerator: the grid of 3, sys.maxsize times
+    (lambda: tune.search.BasicVariantGenerator(points_to_evaluate=[{"x": 5}]), 1 + 3 * (sys.maxsize - 1)),
+    (lambda: OptunaSearch(seed=0), sys.maxsize),  # Ray's SearchGenerator: num_samples, sys.maxsize
+])
+def test_an_endless_run_tells_callbacks_rays_count_and_the_reporter_says_infinite(search_alg, expected):
+    """Ray runs num_samples=-1 as sys.maxsize samples and passes its count to ``Callback.setup``; fluidsalus
+    passed None (a helper's side-by-side run). CLIReporter then says "infinite", as Ray's does."""
+    from fluidsalus.tune._tuner import _total_samples
+    from fluidsalus.tune.progress_reporter import CLIReporter
+
+    searcher = search_alg() if search_alg else None
+    config = tune.TuneConfig(metric="loss", mode="min", num_samples=-1, search_alg=searcher, time_budget_s=5)
+    space = {"x": tune.grid_search([1, 2, 3])} if search_alg is None or not isinstance(searcher, OptunaSearch) \
+        else {"x": tune.uniform(0, 1)}
+    total = _total_samples(plan(config, space).searcher, -1, endless=True)
+    assert total == expected
+    reporter = CLIReporter()
+    reporter.setup(total_samples=total)
+    assert "Number of trials: 0/infinite" in reporter._progress_str([], done=False)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import math
+import sys
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -258,10 +259,12 @@ def count_trials(space: Mapping[str, Any], num_samples: int,
         points: The points to evaluate first (their assignments, as :func:`check_points` gives them).
 
     Returns:
-        The count, or None when endless or when a draw makes grids (a grid inside a ``choice``).
+        The count, or None when a draw makes grids (a grid inside a ``choice``). An endless search counts as
+        ``sys.maxsize`` samples, as Ray runs it (``num_samples=-1`` becomes ``sys.maxsize``): a count of at least
+        ``sys.maxsize`` means endless.
     """
     if num_samples == sp.INFINITE_SAMPLES:
-        return None
+        num_samples = sys.maxsize
     total = 0
     for assignments in points:
         count = sp.count_variants(apply_point(space, assignments), 1)
@@ -318,7 +321,7 @@ class RandomSearch(BaseSearcher):
 
     @property
     def total_samples(self) -> int | None:
-        """How many configurations the search runs (None when endless or when a draw makes grids)."""
+        """How many configurations the search runs (:func:`count_trials`: None when a draw makes grids)."""
         return count_trials(self.space, self.num_samples, self._points)
 
     def _make_stream(self) -> VariantStream:

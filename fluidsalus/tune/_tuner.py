@@ -365,14 +365,15 @@ def _total_samples(searcher: Any, num_samples: int, endless: bool) -> int | None
     """The run's trials as Ray counts them for ``Callback.setup(total_num_samples=...)`` and the progress table:
     the variants of the search when it makes them from the space (its grid and points; also under a scheduler,
     which Ray runs over its ``BasicVariantGenerator``), else ``num_samples`` (a model-based search, repeats:
-    Ray's ``SearchGenerator`` count), None when endless or unknown (a draw makes grids).
+    Ray's ``SearchGenerator`` count), None when unknown (a draw makes grids). An endless run counts as Ray counts
+    it: ``sys.maxsize`` samples (Ray passed that where fluidsalus passed None: a helper's side-by-side run).
 
     Under ASHA or a scheduler of the user's own it was ``num_samples`` (2 for a grid of 3 values times 2, where
     Ray says 6: a helper's side-by-side run).
     """
     while isinstance(searcher, (MedianStopping, ScheduledSearch)):  # (they decide on the trials, not make them)
         searcher = searcher.inner
-    return getattr(searcher, "total_samples", None if endless else num_samples)
+    return getattr(searcher, "total_samples", sys.maxsize if endless else num_samples)
 
 
 class Tuner:

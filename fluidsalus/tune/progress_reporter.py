@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime
 import math
 import numbers
+import sys
 import time
 import warnings
 from collections.abc import MutableMapping, Sequence
@@ -184,6 +185,8 @@ class TuneReporterBase(ProgressReporter):
             counts[trial.status] = counts.get(trial.status, 0) + 1
         shown_counts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items(), key=_status_key))
         total = f"{len(trials)}/{self._total_samples}" if self._total_samples else f"{len(trials)}"
+        if self._total_samples and self._total_samples >= sys.maxsize:  # an endless search: Ray's word for it
+            total = f"{len(trials)}/infinite"
         lines = ["== Status ==", f"Current time: {datetime.datetime.now():%Y-%m-%d %H:%M:%S} (running for {elapsed})",
                  *sys_info]
         best = self._best(trials)
