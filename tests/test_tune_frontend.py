@@ -497,8 +497,15 @@ def test_rays_config_objects_are_translated() -> None:
     (lambda: tune.schedulers.PopulationBasedTraining(), "PopulationBasedTraining: hyperparam_mutations is empty"),
     (lambda: tune.schedulers.PB2(), "PB2: hyperparam_bounds must be a non-empty dict"),
     (lambda: tune.schedulers.PB2(hyperparam_bounds={"lr": [2, 1]}), r"PB2: hyperparam_bounds\['lr'\] must be"),
-    (lambda: tune.search.ConcurrencyLimiter(tune.search.BasicVariantGenerator(), 0),
+    (lambda: tune.search.ConcurrencyLimiter(tune.search.Searcher(), 0),
      "ConcurrencyLimiter: max_concurrent must be an int >= 1"),
+    # (Ray raises too; fluidsalus ran it as max_concurrent_trials: a helper's side-by-side run)
+    (lambda: tune.search.ConcurrencyLimiter(tune.search.BasicVariantGenerator(), 2),
+     r"ConcurrencyLimiter: searcher must be a Searcher, such as OptunaSearch or one of your own \(got a "
+     r"BasicVariantGenerator \(pass max_concurrent to the BasicVariantGenerator itself\)\)"),
+    (lambda: tune.search.SearchGenerator(tune.search.SearchGenerator(tune.search.Searcher())),
+     "SearchGenerator: searcher must be a Searcher, such as OptunaSearch or one of your own \\(got a "
+     "SearchGenerator\\)"),
     (lambda: tune.with_resources(lambda c: None, {"gpu": -1}), r"with_resources: resources\['gpu'\] must be"),
     (lambda: tune.with_parameters("PPO"), "with_parameters takes the function"),
 ])
@@ -540,7 +547,7 @@ def _optuna_holder():
      "needs a metric and a mode"),
     (lambda: {"search_alg": tune.search.BasicVariantGenerator(points_to_evaluate=[{"nope": 0.1}])},
      "points_to_evaluate\\[0\\] sets 'nope', which is not a key"),
-    (lambda: {"search_alg": tune.search.ConcurrencyLimiter(tune.search.BasicVariantGenerator(), 2),
+    (lambda: {"search_alg": tune.search.ConcurrencyLimiter(tune.search.Searcher(), 2),
               "max_concurrent_trials": 3}, "already limits concurrency to 2"),
     (lambda: {"search_alg": object()}, "search_alg must be None"),
 ])

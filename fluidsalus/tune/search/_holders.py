@@ -306,6 +306,13 @@ class _Wrapper(SearchAlgorithm):
         if searcher is None or isinstance(searcher, (Mapping, Sequence)):
             raise ConfigError(f"{type(self).__name__}: searcher must be a search algorithm "
                               f"(got {type(searcher).__name__})")
+        if isinstance(searcher, (BasicVariantGenerator, SearchGenerator)):
+            # (Ray's rule: they are search algorithms, not Searchers; its ConcurrencyLimiter raises and its
+            # SearchGenerator asserts. fluidsalus ran the limiter as max_concurrent_trials: a helper's finding)
+            advice = " (pass max_concurrent to the BasicVariantGenerator itself)" \
+                if isinstance(searcher, BasicVariantGenerator) else ""
+            raise ConfigError(f"{type(self).__name__}: searcher must be a Searcher, such as OptunaSearch or one of "
+                              f"your own (got a {type(searcher).__name__}{advice})")
         self.searcher = searcher
 
     @property
