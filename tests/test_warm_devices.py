@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import os
 import sys
 import threading
@@ -154,6 +155,30 @@ def test_a_run_stopped_by_ctrl_c_or_by_an_input_error_keeps_its_devices_warm(sto
     assert len(WARM_DEVICES) == 2
     after = _run(storage, "after_the_fix")
     assert after.num_errors == 0 and _pids(after) <= _pids(first) and all(s["warm"] for s in _device_starts(after))
+
+
+def reports_then_sleeps(config: dict[str, Any]) -> None:
+    fluidsalus.report({"x": config["x"]})
+    time.sleep(30)  # no report to stop at: the shutdown waits its grace for it
+
+
+class _CtrlCTwice(Callback):
+    """Ctrl-C at the first result, and again half a second later, while the devices' trials are told to stop."""
+
+    def on_trial_result(self, trial_id: str, result: Any) -> None:
+        threading.Timer(0.5, _thread.interrupt_main).start()
+        raise KeyboardInterrupt
+
+
+def test_a_second_ctrl_c_while_the_trials_stop_ends_every_device_actor(storage):
+    """The second KeyboardInterrupt came out of the shutdown's wait and left the actors neither parked nor ended:
+    they held their cores in the process (a notebook's) until it ended. Now it ends them at once."""
+    fluidsalus.release_devices()
+    with pytest.raises(KeyboardInterrupt) as raised:
+        _run(storage, "twice", reports_then_sleeps, callbacks=[_CtrlCTwice()])
+    # (its traceback holds the run's frames, as a notebook holds its last error's: the actors' handles live on)
+    assert raised.tb is not None and len(WARM_DEVICES) == 0
+    assert cpus_free_within(2, timeout_s=10), "the interrupted run's actors still hold cores"
 
 
 def test_a_run_that_an_error_of_the_users_own_ends_keeps_no_actor_warm(storage):

@@ -634,8 +634,10 @@ class Executor:
             ended = True
             raise
         finally:
-            self._progress.close()
-            self._stop_devices(keep_warm=ended)
+            try:
+                self._progress.close()
+            finally:
+                self._stop_devices(keep_warm=ended)
 
     # ------------------------------------------------------------------ devices
 
@@ -877,6 +879,20 @@ class Executor:
                 CPU devices whose trials all stopped are parked for ``settings.keep_warm_s``
                 (``fluidsalus.trialgroup.warm``) instead of ended.
         """
+        try:
+            self._shut_down_devices(keep_warm)
+        except KeyboardInterrupt:
+            # A (second) Ctrl-C while the trials stop: every actor not yet parked is ended at once. (It left them
+            # neither parked nor ended, holding their cores while anything, a notebook's last error, held the run.)
+            for device in self._devices:
+                if device.alive:
+                    with contextlib.suppress(Exception):
+                        ray.kill(device.actor, no_restart=True)
+                    device.alive = False
+            raise
+
+    def _shut_down_devices(self, keep_warm: bool) -> None:
+        """:meth:`_stop_devices` but for a Ctrl-C on the way."""
         live = [d for d in self._devices if d.alive]
         for device in self._devices:  # commands left for a next poll are moot: shutdown stops every trial and
             device.outbox.clear()     # answers every call a trial waits in
