@@ -12,7 +12,9 @@ searcher's calls since its state was last saved, for searchers that can be repla
 ``fluidsalus/trialgroup/searcher_log.py``).
 
 The file carries ``PRAGMA application_id`` (so a stray SQLite file is not mistaken for a store) and
-``PRAGMA user_version`` = :data:`SCHEMA_VERSION` (so an older fluidsalus refuses a newer file clearly).
+``PRAGMA user_version`` = :data:`SCHEMA_VERSION` (so an older fluidsalus refuses a newer file clearly), and in its
+``store_info`` table the lowest schema whose fluidsalus can still read it (:data:`READABLE_FROM`): a newer schema that
+only adds tables or columns leaves older versions able to read, though not to write, the stores it writes.
 """
 
 from __future__ import annotations
@@ -142,6 +144,15 @@ _SCHEMA += _SEARCHER_CALLS_TABLE
 _CONFIG_PICKLE_COLUMN = "ALTER TABLE trials ADD COLUMN config_pickle BLOB"
 #: What each schema version adds to the one before it: a store opened for writing is brought up to date.
 _MIGRATIONS: dict[int, str] = {2: _SEARCHER_CALLS_TABLE, 3: _CONFIG_PICKLE_COLUMN}
+#: For each schema, the lowest schema whose fluidsalus can read a store of it: every version so far only added a
+#: table (2) or a nullable column (3), which a reader that names its columns passes over. A version that changes
+#: what a column means, or removes one, sets its own number here.
+READABLE_FROM: dict[int, int] = {1: 1, 2: 1, 3: 1}
+#: A table of facts about the file (``key``, ``value``), read before anything else: ``readable_from`` is
+#: :data:`READABLE_FROM` of the schema that last wrote it. (Not a schema change: a reader passes over a table it
+#: does not know; stores written before it have none, and are read as their schema says.)
+_STORE_INFO_TABLE = "CREATE TABLE IF NOT EXISTS store_info (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+_SET_READABLE_FROM = "INSERT OR REPLACE INTO store_info (key, value) VALUES ('readable_from', ?)"
 
 # Trial statuses, as Ray Tune names them.
 PENDING = "PENDING"
@@ -522,6 +533,17 @@ def resolve_db_path(path: str | os.PathLike[str]) -> str:
     return p
 
 
+def _readable_from(conn: sqlite3.Connection, version: int) -> int:
+    """The lowest schema that can read the store (its ``store_info``), or ``version`` when it does not say."""
+    try:
+        row = conn.execute("SELECT value FROM store_info WHERE key = 'readable_from'").fetchone()
+    except sqlite3.OperationalError:  # no such table: written before it, or by a version without it
+        return version
+    try:
+        return int(row[0]) if row is not None else version
+    except (TypeError, ValueError):
+        return version
+
 class ExperimentStore:
     """Reads and (from the driver only) writes one experiment's SQLite file.
 
@@ -571,6 +593,8 @@ class ExperimentStore:
                 " VALUES (1, ?, 'RUNNING', ?, ?, ?, ?, ?)",
                 (name, metric, mode, dumps(dict(spec)), now, now),
             )
+            conn.execute(_STORE_INFO_TABLE)
+            conn.execute(_SET_READABLE_FROM, (str(READABLE_FROM[SCHEMA_VERSION]),))
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
@@ -618,11 +642,16 @@ class ExperimentStore:
                                  "creating (try again in a moment), or whose creation was cut short")
             raise StoreError(f"{db_path!r} is an SQLite file but not a fluidsalus experiment store")
         if version > SCHEMA_VERSION:
-            conn.close()
-            raise StoreError(
-                f"{db_path!r} was written by a newer fluidsalus (store schema {version}; this version "
-                f"reads schema {SCHEMA_VERSION} and older). Upgrade fluidsalus to open it."
-            )
+            readable_from = _readable_from(conn, version)
+            if not readonly or readable_from > SCHEMA_VERSION:
+                conn.close()
+                reads = f"reads schema {SCHEMA_VERSION} and older"
+                if readable_from <= SCHEMA_VERSION:
+                    reads += ", and can read this store but not write it"
+                raise StoreError(
+                    f"{db_path!r} was written by a newer fluidsalus (store schema {version}; this version "
+                    f"{reads}). Upgrade fluidsalus to open it."
+                )
         if not readonly:
             cls._configure(conn)
             cls._migrate(conn, version)
@@ -663,13 +692,25 @@ class ExperimentStore:
 
     @staticmethod
     def _migrate(conn: sqlite3.Connection, version: int) -> None:
-        """Bring a store written by an older fluidsalus up to :data:`SCHEMA_VERSION`, in one transaction."""
+        """Bring a store written by an older fluidsalus up to :data:`SCHEMA_VERSION`, in one transaction (and give
+        one of this schema that an earlier version of it wrote its ``store_info``)."""
         if version >= SCHEMA_VERSION:
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'store_info'").fetchone() is None:
+                try:
+                    conn.execute("BEGIN")
+                    conn.execute(_STORE_INFO_TABLE)
+                    conn.execute(_SET_READABLE_FROM, (str(READABLE_FROM[SCHEMA_VERSION]),))
+                    conn.execute("COMMIT")
+                except sqlite3.OperationalError:  # (a store busy elsewhere: a later opening adds it)
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
             return
         conn.execute("BEGIN")
         try:
             for to in range(version + 1, SCHEMA_VERSION + 1):
                 conn.execute(_MIGRATIONS[to])
+            conn.execute(_STORE_INFO_TABLE)
+            conn.execute(_SET_READABLE_FROM, (str(READABLE_FROM[SCHEMA_VERSION]),))
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except BaseException:
             conn.execute("ROLLBACK")

@@ -315,7 +315,9 @@ def test_bad_input_gives_one_line_and_exit_2_and_changes_nothing(tmp_path, capsy
     newer.add_results([("t0", 0, 1, 11.0, {"acc": 1})])
     newer.close()
     conn = sqlite3.connect(tmp_path / "newer" / DB_FILENAME)
-    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")  # a later schema this version cannot read
+    conn.execute("UPDATE store_info SET value = ? WHERE key = 'readable_from'", (str(SCHEMA_VERSION + 1),))
+    conn.commit()
     conn.close()
     before = _files(tmp_path / "newer")
     assert "newer fluidsalus" in _bad(tmp_path / "newer", capsys)

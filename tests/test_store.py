@@ -14,7 +14,14 @@ import numpy as np
 import pytest
 
 from fluidsalus.errors import StoreError
-from fluidsalus.store import DB_FILENAME, LOCK_FILENAME, SCHEMA_VERSION, DriverLock, ExperimentStore
+from fluidsalus.store import (
+    DB_FILENAME,
+    LOCK_FILENAME,
+    READABLE_FROM,
+    SCHEMA_VERSION,
+    DriverLock,
+    ExperimentStore,
+)
 
 #: sqlite3's default busy timeout, which a blocking checkpoint waited out.
 BUSY_TIMEOUT_S = 5.0
@@ -209,6 +216,68 @@ def test_open_missing_not_sqlite_foreign_and_newer(tmp_path):
     conn.close()
     with pytest.raises(StoreError, match="newer fluidsalus"):
         ExperimentStore.open(str(tmp_path / "newer"))
+
+
+def _as_if_newer(db_path: str, readable_from: int | None) -> None:
+    """Make a store look written by a later fluidsalus: one schema more, a column added, its readable_from set."""
+    conn = sqlite3.connect(db_path)
+    conn.execute("ALTER TABLE trials ADD COLUMN a_later_column TEXT")
+    if readable_from is None:
+        conn.execute("DROP TABLE store_info")
+    else:
+        conn.execute("UPDATE store_info SET value = ? WHERE key = 'readable_from'", (str(readable_from),))
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("readable_from, readable", [
+    (READABLE_FROM[SCHEMA_VERSION], True),  # a later schema that only adds: this version reads it
+    (SCHEMA_VERSION + 1, False),  # one that says this version cannot
+    (None, False),  # one that does not say
+])
+def test_a_later_schema_that_says_this_version_can_read_it_is_read_but_never_written(tmp_path, readable_from,
+                                                                                    readable):
+    """A newer store was refused even for reading (``fluidsalus ls``), though schema 3 only added a nullable
+    column: now each store says the lowest schema that can read it (``store_info``), and a later fluidsalus
+    that only adds tables or columns leaves this one able to read its stores (a review's finding at stop 45)."""
+    store = _new(tmp_path, "later")
+    store.add_trials([("t0", 0, {"x": 1})])
+    store.close()
+    db_path = os.path.join(tmp_path, "later", DB_FILENAME)
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("SELECT value FROM store_info").fetchall() == [(str(READABLE_FROM[SCHEMA_VERSION]),)]
+    conn.close()
+    _as_if_newer(db_path, readable_from)
+    if readable:
+        reader = ExperimentStore.open(str(tmp_path / "later"), readonly=True)
+        assert [(t.trial_id, t.config) for t in reader.trials()] == [("t0", {"x": 1})]
+        reader.close()
+    else:
+        with pytest.raises(StoreError, match=rf"store schema {SCHEMA_VERSION + 1}; this version reads schema "
+                                             rf"{SCHEMA_VERSION} and older\)\. Upgrade fluidsalus"):
+            ExperimentStore.open(str(tmp_path / "later"), readonly=True)
+    with pytest.raises(StoreError, match="can read this store but not write it" if readable else "and older\\)"):
+        ExperimentStore.open(str(tmp_path / "later"))
+
+
+def test_a_store_of_this_schema_without_store_info_gets_it_when_opened_for_writing(tmp_path):
+    """Stores written at stop 45 (schema 3, before ``store_info``) get it at their next writing."""
+    _new(tmp_path, "before").close()
+    db_path = os.path.join(tmp_path, "before", DB_FILENAME)
+    conn = sqlite3.connect(db_path)
+    conn.execute("DROP TABLE store_info")
+    conn.commit()
+    conn.close()
+    ExperimentStore.open(str(tmp_path / "before"), readonly=True).close()  # a reader changes nothing
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'store_info'").fetchone() is None
+    conn.close()
+    ExperimentStore.open(str(tmp_path / "before")).close()
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("SELECT key, value FROM store_info").fetchall() == [
+        ("readable_from", str(READABLE_FROM[SCHEMA_VERSION]))]
+    conn.close()
 
 
 def test_a_store_of_schema_1_is_read_as_it_is_and_brought_up_to_date_when_opened_for_writing(tmp_path):
