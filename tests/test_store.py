@@ -262,7 +262,7 @@ def test_a_later_schema_that_says_this_version_can_read_it_is_read_but_never_wri
 
 
 def test_a_store_of_this_schema_without_store_info_gets_it_when_opened_for_writing(tmp_path):
-    """Stores written at stop 45 (schema 3, before ``store_info``) get it at their next writing."""
+    """Schema-3 stores written before ``store_info`` existed get it at their next opening for writing."""
     _new(tmp_path, "before").close()
     db_path = os.path.join(tmp_path, "before", DB_FILENAME)
     conn = sqlite3.connect(db_path)
