@@ -1406,6 +1406,30 @@ def test_trials_whose_shared_device_died_restart_one_at_a_time_until_past_their_
     assert submitted() == ["b"]
 
 
+def test_trials_whose_device_died_with_its_node_are_neither_charged_nor_suspects(tmp_path, monkeypatch):
+    """A node that left the cluster took the device's process: no trial ended it. Each trial computing on a
+    device of several slots was a suspect (restarted one at a time on the node that took its place), and every
+    computing trial was charged its share of the death (two node losses at the same point failed a trial that
+    computed alone: ``DEATHS_PER_FAILURE``)."""
+    from fluidsalus.gpu.host import EV_RESULT, EV_START
+    from fluidsalus.store import ExperimentStore
+    from fluidsalus.trialgroup import executor as executor_module
+
+    executor, store = _offline_executor(tmp_path, n_devices=1, slots=2)
+    trials = [_placed_trial(executor, store, "a"), _placed_trial(executor, store, "b", seq=1)]
+    device = executor._devices[0]
+    executor._handle(device, [(EV_START, "a", 0, 0.5), (EV_START, "b", 0, 0.5)])
+    executor._handle(device, [(EV_RESULT, tid, 0, 1.0, {"training_iteration": 1, "time_this_iter_s": 0.5}, False,
+                               False) for tid in ("a", "b")])
+    monkeypatch.setattr(executor_module, "start_device_actor", lambda *args: _FakeActor())
+    monkeypatch.setattr(executor_module.Executor, "_node_gone", staticmethod(lambda d: d is device))
+    executor._device_died(device, RuntimeError("The actor died because its node has died."))
+    assert executor._suspects == set() and {t.status for t in trials} == {"PENDING"}
+    assert all(t.death_blame == 0 and t.stuck_deaths == 0 and t.num_failures == 0 for t in trials)
+    (died,) = ExperimentStore.open(str(tmp_path / "exp"), readonly=True).events("device_died")
+    assert died.data["node_died"] is True and died.data["error"].endswith("left the cluster.")
+
+
 def test_a_suspect_that_died_again_waits_behind_those_that_had_no_turn(tmp_path, monkeypatch):
     """The first suspect by arrival was the culprit: picked again after each death, it kept the blameless ones
     waiting with a slot free, for ever under max_failures=-1 (a review's real run, where Ray finished them)."""

@@ -2257,14 +2257,21 @@ class Executor:
         self._dirty = True
         now = time.time()
         text = _plain(error)
+        # Its node left the cluster (removed, preempted, crashed): no trial ended the process, so none is charged
+        # with the death or held back as a suspect (each computing trial on a device of several slots was, and
+        # then restarted one at a time on the node that took its place).
+        node_died = self._node_gone(device)
+        if node_died:
+            text = f"{text.rstrip()}\nIts node {device.spec.node_id} left the cluster."
         events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]] = [
-            (now, "device_died", None, device.spec.name, {"error": text})]
+            (now, "device_died", None, device.spec.name, {"error": text, **({"node_died": True} if node_died
+                                                                           else {})})]
         ended: list[Trial] = []
         lost_worker: list[str] = []
         lost_stopping: list[str] = []  # (being stopped already: its rank 0 only learns that it waits for no worker)
         # (began, not paused, when the driver last heard of them; its home here: charge_death shares the blame)
         computing = {tid for tid in device.assigned if self.trials[tid].status == RUNNING
-                     and self.trials[tid].placed_on[:1] == (device.spec.index,)}
+                     and self.trials[tid].placed_on[:1] == (device.spec.index,)} if not node_died else set()
         with self.store.transaction():
             for trial_id in sorted(device.assigned):
                 trial = self.trials[trial_id]
