@@ -407,6 +407,7 @@ try:
         "worker": worker.node_id, "new": sorted([back.node_id, more.node_id]), "errors": box["grid"].num_errors,
         "moved": [[e.device, e.data["from_node"], e.data["node_id"]] for e in store.events("device_moved")],
         "added": [[e.device, e.data["node_id"]] for e in store.events("device_added")],
+        "died": [[e.device, e.data.get("node_died", False)] for e in store.events("device_died")],
         "trials": [[t.status, t.num_failures, sorted(r.iteration for r in store.results(t.trial_id))]
                    for t in store.trials()],
         "nodes": sorted({{r.metrics["node"] for r in store.results(latest_attempt_only=False)}}),
@@ -431,6 +432,7 @@ def test_the_devices_of_a_node_that_died_start_again_on_a_node_that_joins_and_a_
     (added_to,) = {node for _, node in summary["added"]}
     assert sorted(summary["added"]) == [["cpu:4", added_to], ["cpu:5", added_to]]
     assert sorted([moved_to, added_to]) == new
+    assert sorted(summary["died"]) == [["cpu:2", True], ["cpu:3", True]]  # its node's death: no trial charged
     assert set(new) | {worker} <= set(summary["nodes"])  # trials ran on the dead node and on both new ones
     assert summary["errors"] == 0
     assert summary["trials"] == [["TERMINATED", 0, [1, 2, 3, 4]]] * 12  # no failure, no result lost
