@@ -25,7 +25,14 @@ from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
 from fluidsalus.store import DB_FILENAME, ExperimentStore
 from fluidsalus.tune import Tuner
-from fluidsalus.tune._trainable import cpu_request, gpu_hint, make_entry, normalize_resources, task_cpus
+from fluidsalus.tune._trainable import (
+    cpu_request,
+    gpu_hint,
+    make_entry,
+    normalize_resources,
+    probe_task_cpus,
+    task_cpus,
+)
 from fluidsalus.tune._translate import MaxBudgetStop, plan
 from fluidsalus.tune._tuner import TUNER_STATE_FILE
 
@@ -812,12 +819,53 @@ def test_a_placement_group_factorys_later_cpu_bundles_are_kept_free_for_the_task
     assert {r.metrics["cpu"] for r in grid} == {2.0}  # the request as recorded: the bundles summed, as before
 
 
+class _StartsATaskOfOneCpu(tune.Trainable):
+    """RLlib's way: the class asks for a bundle for itself and one for the remote worker it starts."""
+
+    @classmethod
+    def default_resource_request(cls, config):
+        return tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 1}])
+
+    def step(self):
+        import ray
+
+        @ray.remote(num_cpus=1)
+        def square(x: float) -> float:
+            return x * x
+
+        # (a bound, not a test of speed: the task waited as long as the run's devices held every core)
+        return {"square": ray.get(square.remote(self.config["x"]), timeout=30), "done": True}
+
+
+def test_a_trainables_default_resource_request_keeps_its_later_bundles_cores_for_its_tasks(
+        ray_cluster, storage: str) -> None:
+    """Its factory was known only at each trial's start, once the devices held every core: the worker it
+    started waited for a core, where Ray's trials ran (a review at stop 45). The request is now asked once with
+    the space's first configuration before the devices start (``probe_task_cpus``), and its later bundles' cores
+    are left to Ray."""
+    no_save = {"checkpoint_config": tune.CheckpointConfig(checkpoint_at_end=False)}  # it has no save_checkpoint
+    _, grid = _run(_StartsATaskOfOneCpu, storage, param_space={"x": tune.grid_search([2.0, 3.0])},
+                   run_config_kwargs=no_save)
+    assert grid.num_errors == 0
+    assert sorted(r.metrics["square"] for r in grid) == [4.0, 9.0]
+
+
 def test_a_placement_group_factory_from_a_function_of_the_config_warns_that_it_keeps_no_cores() -> None:
     """A function's factory is known only at each trial's start, after the devices took the cores."""
     factory = tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 2}])
-    with pytest.warns(UserWarning, match=r"keeps no cores for the Ray tasks.*fixed PlacementGroupFactory"):
+    with pytest.warns(UserWarning, match=r"keeps more cores for the Ray tasks.*than the run kept.*fixed "
+                                         r"PlacementGroupFactory"):
         normalize_resources(factory)
     assert (task_cpus(factory), cpu_request(normalize_resources(factory, keeps_task_cpus=True), 2.0)) == (2.0, 1.0)
+    # before the devices start, the function is asked once with the space's first configuration (a grid's first
+    # value; seed 0 for the rest), and its later bundles' cores are kept for every trial
+    space = {"workers": tune.grid_search([3, 1]), "lr": tune.uniform(0, 1)}
+    by_workers = tune.with_resources(_reports_its_gpus, lambda config: tune.PlacementGroupFactory(
+        [{"CPU": 1}] + [{"CPU": 1}] * config["workers"]))
+    assert probe_task_cpus(make_entry(by_workers, None)[0], space) == 3.0
+    needs_more = tune.with_resources(_reports_its_gpus, lambda config: config["not in the space"])
+    assert probe_task_cpus(make_entry(needs_more, None)[0], space) == 0.0  # asked again per trial, as before
+    assert probe_task_cpus(make_entry(tune.with_resources(_reports_its_gpus, {"cpu": 2}), None)[0], space) == 0.0
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # one bundle, or later bundles of no CPU: nothing to say
         tune.with_resources(_reports_its_gpus, tune.PlacementGroupFactory([{"CPU": 1, "GPU": 1}]))

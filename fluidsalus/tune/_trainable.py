@@ -147,14 +147,15 @@ def _check_amount(key: str, value: Any) -> float:
 
 
 #: Said when a function of the config returns a placement group factory with CPUs in bundles after the first
-#: (Ray's way to keep cores for the tasks and actors a trial starts): a fixed one keeps them (``task_cpus``), but a
-#: function's is known only as each trial starts, after the devices took the cores.
+#: (Ray's way to keep cores for the tasks and actors a trial starts) beyond those the run kept: a fixed one keeps
+#: them (``task_cpus``), and a function's answer for the space's first configuration (``probe_task_cpus``), but
+#: another answer is known only at its trial's start, after the devices took the cores.
 EXTRA_BUNDLES_WARNING = (
     "fluidsalus.tune: the PlacementGroupFactory that a function of the config (or a Trainable's "
-    "default_resource_request) returned keeps no cores for the Ray tasks or actors the trial starts, as Ray keeps "
-    "its bundles after the first: it is known only at the trial's start, when the run's device actors already "
-    "hold the cores. Such a task that asks for a CPU waits until one is free. Pass a fixed PlacementGroupFactory "
-    "to with_resources, or start the tasks with num_cpus=0.")
+    "default_resource_request) returned for this trial keeps more cores for the Ray tasks or actors the trial "
+    "starts than the run kept (it asked the function once, with the search space's first configuration, before "
+    "its device actors took the cores). Such a task that asks for a CPU waits until one is free. Pass a fixed "
+    "PlacementGroupFactory to with_resources, or start the tasks with num_cpus=0.")
 #: Said when a trial asks for more than one GPU.
 MANY_GPUS_WARNING = (
     "fluidsalus.tune: each trial asks for {gpu:g} GPUs, but runs on one device (its CUDA_VISIBLE_DEVICES holds "
@@ -677,10 +678,13 @@ def run_trainable_class(cls: type[Trainable], config: dict[str, Any], parameters
 
 
 def _load_entry(base: Any, refs_blob: bytes, resources: Any, options: ClassOptions | None, name: str,
-                log_files: tuple[str | None, str | None] = (None, None), chdir: bool = False) -> TrialEntry:
+                log_files: tuple[str | None, str | None] = (None, None), chdir: bool = False,
+                kept_for_tasks: float = 0.0) -> TrialEntry:
     import ray
 
-    return TrialEntry(base, ray.cloudpickle.loads(refs_blob), resources, options, name, log_files, chdir)
+    entry = TrialEntry(base, ray.cloudpickle.loads(refs_blob), resources, options, name, log_files, chdir)
+    entry.kept_for_tasks = kept_for_tasks
+    return entry
 
 
 class TrialEntry:
@@ -713,6 +717,9 @@ class TrialEntry:
         self.__name__ = name
         self.log_files = log_files
         self.chdir = chdir
+        # The cores the run keeps free per trial for the tasks it starts, when a function of the config gives its
+        # requests (:func:`probe_task_cpus`): a trial's later bundles within them warn of nothing.
+        self.kept_for_tasks = 0.0
         functools.update_wrapper(self, base, assigned=("__doc__",), updated=())
         _keep_data_parallel(base, self)
 
@@ -720,7 +727,7 @@ class TrialEntry:
         import ray
 
         return (_load_entry, (self.base, ray.cloudpickle.dumps(self.refs), self.resources, self.options,
-                              self.__name__, self.log_files, self.chdir))
+                              self.__name__, self.log_files, self.chdir, self.kept_for_tasks))
 
     def _record_resources(self, config: dict[str, Any]) -> None:
         from fluidsalus.errors import SessionError
@@ -731,8 +738,9 @@ class TrialEntry:
         request = self.resources(config) if callable(self.resources) else self.resources
         if request is None:  # a default_resource_request with nothing to ask for
             return
+        kept = 0 < task_cpus(request) <= self.kept_for_tasks + RESOURCE_PRECISION
         with contextlib.suppress(SessionError):
-            get_context().resources = normalize_resources(request)
+            get_context().resources = normalize_resources(request, keeps_task_cpus=kept)
 
     def __call__(self, config: dict[str, Any]) -> Any:
         if self.log_files == (None, None) and not self.chdir:
@@ -779,6 +787,35 @@ def make_entry(trainable: Any, options: ClassOptions | None,
     entry = TrialEntry(prepared.base, refs, resources, options if is_class else None, prepared.__name__, log_files,
                        chdir)
     return entry, list(refs.values())
+
+
+def probe_task_cpus(entry: TrialEntry, space: Mapping[str, Any]) -> float:
+    """The cores to keep free per trial for the Ray tasks and actors it starts, when a function of the config
+    (``with_resources(f)``, a Trainable's ``default_resource_request``) gives each trial's request.
+
+    Ray keeps the CPUs of a placement group factory's bundles after the first for them. A fixed factory's are
+    known before the devices start (:func:`task_cpus`); a function's only at each trial's start, once the device
+    actors hold every core, so such a task waited for a core as long as the run lasted. The function is asked
+    once now, with the space's first configuration (seed 0), as Ray asks it for each trial: its later bundles'
+    CPUs are kept for every trial (a trial whose own request keeps more is warned of at its start).
+
+    Args:
+        entry: The run's trainable.
+        space: The search space.
+
+    Returns:
+        The CPUs of the answer's later bundles; 0 when the request is not a function, the space has no first
+        configuration to ask with, or the function raises on it (it is asked again, per trial, as before).
+    """
+    from fluidsalus.space import iter_variants
+
+    if not callable(entry.resources):
+        return 0.0
+    try:
+        config = next(iter(iter_variants(dict(space), 1, seed=0)))
+        return task_cpus(entry.resources(config))
+    except Exception:  # noqa: BLE001 - a function that needs what only a trial's config has: as before
+        return 0.0
 
 
 def _overrides_resource_request(cls: type) -> bool:

@@ -82,6 +82,7 @@ from fluidsalus.tune._trainable import (
     gpu_hint,
     is_class_trainable,
     make_entry,
+    probe_task_cpus,
     trainable_name,
 )
 from fluidsalus.tune._translate import Plan, plan
@@ -718,8 +719,11 @@ class Tuner:
         if not ray.is_initialized():
             ray.init(include_dashboard=False, configure_logging=False, log_to_driver=True)
         entry, refs = make_entry(trainable, options, log_files(run_config.log_to_file), chdir)
-        # (a fixed PlacementGroupFactory's later bundles: cores left to Ray for the tasks each trial starts)
+        # (a PlacementGroupFactory's later bundles: cores left to Ray for the tasks each trial starts; a function's,
+        # as it answers for the space's first configuration)
         kept_for_tasks = trainable.task_cpus if isinstance(trainable, Prepared) else 0.0
+        if not kept_for_tasks:
+            kept_for_tasks = entry.kept_for_tasks = probe_task_cpus(entry, planned.space)
         storage = os.path.abspath(os.path.expanduser(run_config.storage_path or ""))
         label = self._registered_name or entry.__name__
         base_name = _UNSAFE_NAME_CHARS.sub("_", label).strip("_") or _FALLBACK_NAME
