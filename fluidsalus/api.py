@@ -46,6 +46,7 @@ from fluidsalus.store import (
     ExperimentStore,
     abandoned_create,
     remove_store_files,
+    unused_name,
 )
 from fluidsalus.trialgroup.dispatch import resume_from
 from fluidsalus.trialgroup.executor import WARM_DEVICES, Executor, ExecutorSettings
@@ -121,7 +122,8 @@ def run(
             per-trial rule runs at each report in the trial's own thread. A Stopper's driver-side copy also sees
             every acknowledged result, and its ``stop_all()`` ends the experiment. The result a callable or a
             Stopper is given also holds the trial's ``config``, as in Ray Tune.
-        name: Experiment folder name under ``storage_path``. Default: ``<trainable>_<timestamp>``.
+        name: Experiment folder name under ``storage_path``. Default: ``<trainable>_<timestamp>``, with ``_2``,
+            ``_3``, ... added when a run of the same second has it.
         storage_path: Where experiments go (default ``~/fluidsalus_results`` or ``$FLUIDSALUS_STORAGE_PATH``).
         seed: Seed of the sampler, for reproducible configurations.
         searcher: A searcher that proposes the trials. Default: random/grid search over ``config``.
@@ -237,7 +239,8 @@ def run(
     payload = _pack(trainable, rule, {"memory_mode": spec.memory_mode})
     storage = spec.resolved_storage_path()
     _check_writable(storage)
-    exp_name = spec.name or f"{trainable_name}_{datetime.datetime.now().strftime(DATE_FORMAT)}"
+    # (a made-up name is made free: two runs of one second got the same one, and the second failed as "taken")
+    exp_name = spec.name or unused_name(storage, f"{trainable_name}_{datetime.datetime.now().strftime(DATE_FORMAT)}")
     exp_dir = os.path.join(storage, exp_name)
     db_path = os.path.join(exp_dir, DB_FILENAME)
     if abandoned_create(db_path):  # a creation cut short (its driver killed): the name is free again

@@ -525,6 +525,21 @@ class DriverLock:
         return False
 
 
+def unused_name(storage: str, name: str) -> str:
+    """An experiment name free in ``storage``: ``name``, else ``name_2``, ``name_3``, ... (the first whose folder does
+    not exist). For the names fluidsalus makes itself (``<trainable>_<date>``), which two runs of one second share.
+
+    Args:
+        storage: The folder the experiment goes in.
+        name: The name wanted.
+    """
+    fresh, count = name, 1
+    while os.path.exists(os.path.join(storage, fresh)):
+        count += 1
+        fresh = f"{name}_{count}"
+    return fresh
+
+
 def resolve_db_path(path: str | os.PathLike[str]) -> str:
     """Map an experiment folder or a path to its ``experiment.db`` onto the database file path."""
     p = os.fspath(path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import shutil
@@ -12,6 +13,7 @@ import sys
 import textwrap
 import threading
 import time
+import types
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -364,6 +366,26 @@ def test_existing_name_is_refused_unless_resuming(storage):
         fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, name="once", verbose=0)
     with pytest.raises(ConfigError, match="resume: there is no experiment named 'never'"):
         fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, name="never", resume=True, verbose=0)
+
+
+class _OneSecond(datetime.datetime):
+    """A clock that always says the same second."""
+
+    @classmethod
+    def now(cls, tz=None):
+        return cls(2026, 11, 29, 12, 0, 0)
+
+
+def test_runs_of_one_second_get_names_of_their_own(storage, monkeypatch):
+    """The name fluidsalus makes, ``<trainable>_<date>``, is to the second: a second run within it failed with
+    "an experiment named ... already exists" (a helper's loop of runs on warm devices, 0.05 s each)."""
+    import fluidsalus.api
+
+    monkeypatch.setattr(fluidsalus.api, "datetime", types.SimpleNamespace(datetime=_OneSecond))
+    names = [os.path.basename(fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, verbose=0).experiment_path)
+             for _ in range(3)]
+    assert names == ["objective_2026-11-29_12-00-00", "objective_2026-11-29_12-00-00_2",
+                     "objective_2026-11-29_12-00-00_3"]
 
 
 def test_a_store_whose_creation_was_cut_short_long_ago_is_replaced_by_a_new_run(storage):

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import csv
+import datetime
 import os
 import time
 import warnings
@@ -1430,6 +1431,25 @@ def test_running_twice_under_one_name_keeps_both(ray_cluster, storage: str) -> N
         _, grid = _run(_steps, storage, run_config_kwargs={"name": "same"})
     assert any("already exists" in str(w.message) for w in caught)
     assert os.path.basename(grid.experiment_path).startswith("same_")
+
+
+def test_fits_of_one_second_get_names_of_their_own_without_a_word(ray_cluster, storage: str, monkeypatch) -> None:
+    """The made-up name is to the second: a second fit within it warned "an experiment named ... already exists"
+    and got the date twice; Ray says nothing (its two runs share the folder)."""
+    import types
+
+    import fluidsalus.tune._tuner as tuner_module
+
+    class OneSecond(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(2026, 11, 29, 12, 0, 0)
+
+    monkeypatch.setattr(tuner_module, "datetime", types.SimpleNamespace(datetime=OneSecond))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        names = [os.path.basename(_run(_steps, storage)[1].experiment_path) for _ in range(2)]
+    assert names == ["steps_2026-11-29_12-00-00", "steps_2026-11-29_12-00-00_2"]
 
 
 def _reports_nested(config):

@@ -65,6 +65,7 @@ from fluidsalus.store import (
     RUNNING,
     TERMINATED,
     ExperimentStore,
+    unused_name,
 )
 from fluidsalus.trialgroup.searcher_log import restore
 from fluidsalus.tune._config import INFINITE_SAMPLES, CheckpointConfig, FailureConfig, RunConfig, TuneConfig
@@ -634,9 +635,13 @@ class Tuner:
             else class_trainable and self._checkpoint_at_end_by_default  # Ray's Tuner: at the end, unless a function
         return ClassOptions(checkpoint_frequency=frequency, checkpoint_at_end=at_end)
 
-    def _experiment_name(self, storage: str, name: str) -> str:
+    def _experiment_name(self, storage: str, name: str, made_up: bool = False) -> str:
+        """The run's name: ``name``, or, when an experiment has it, a new one (said in a warning, unless fluidsalus
+        made ``name`` up: two fits of one second got the same ``<trainable>_<date>``, where Ray says nothing)."""
         if self._resume:
             return name
+        if made_up:
+            return unused_name(storage, name)
         if not os.path.exists(os.path.join(storage, name, DB_FILENAME)):
             return name
         stamp = datetime.datetime.now().strftime(DATE_FORMAT)
@@ -728,7 +733,7 @@ class Tuner:
         label = self._registered_name or entry.__name__
         base_name = _UNSAFE_NAME_CHARS.sub("_", label).strip("_") or _FALLBACK_NAME
         default_name = f"{base_name}_{datetime.datetime.now().strftime(DATE_FORMAT)}"
-        name = self._experiment_name(storage, run_config.name or default_name)
+        name = self._experiment_name(storage, run_config.name or default_name, made_up=not run_config.name)
         experiment_dir = os.path.join(storage, name)
         # (with a trial_name_creator and no callback too: Ray calls it for every trial, and its errors end the run)
         dirname_creator = tune_config.trial_dirname_creator
