@@ -9,7 +9,10 @@ gets its actor pinned to that node with a hard node-affinity scheduling strategy
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
+import gc
 import os
 import pickle
 import socket
@@ -73,6 +76,9 @@ class _DeviceActor:
         changed = changed_module(sys.modules, self._started)
         if changed is not None:
             return {"refused": f"module {changed!r} changed on disk since the actor started"}
+        self.host = None  # the last run's trainable, with what it captured, goes before the next one comes
+        if max(self._payload_bytes, len(payload)) >= GIVE_BACK_PAYLOAD_BYTES:
+            give_memory_back()
         self._serve(device, payload, settings, driver_sys_path)
         return self._info
 
@@ -85,6 +91,7 @@ class _DeviceActor:
             if entry not in sys.path and os.path.isdir(entry):
                 sys.path.append(entry)
         host_options, code = unpack_payload(payload)
+        self._payload_bytes = len(payload)
         for name, value in host_options.items():  # the run's device settings from fluidsalus.run()
             setattr(settings, name, value)
         self.device = device
@@ -221,6 +228,30 @@ class _DeviceActor:
         if self._nvml is not None:
             self._nvml.stop()
         return self.host.shutdown(timeout_s)
+
+
+#: A warm device process collects what the last run left, and gives the freed heap back, before it serves a run
+#: whose packed trainable (or whose last run's) is at least this big (:func:`give_memory_back`). The collection
+#: costs about 80 ms in a process that imported torch, and a small trainable leaves almost nothing: 129.6 MB to
+#: 132.7 MB over 150 runs of a trainable that captured nothing, against 168 MB to 875 MB over 50 runs of one that
+#: captured 20 MB (a helper's soak test). 1 MiB: past glibc's smallest mmap threshold (128 KiB), where objects
+#: the trainable captured begin to fragment the heap.
+GIVE_BACK_PAYLOAD_BYTES = 1 << 20
+
+
+def give_memory_back() -> None:
+    """Collect what the last run left and return the freed heap to the system (glibc's ``malloc_trim``).
+
+    A warm device process unpickles each run's trainable anew: with a 20 MB object in the trainable's closure its
+    memory grew from 168 MB to 875 MB over 50 runs, and on by about 6 MB a run, though at most two such objects
+    were alive at any time (a helper's soak test): freed memory the allocator kept, some of it held in reference
+    cycles until a collection (the trim alone still reached 780 MB). With both at each reset it stayed at
+    283-378 MB over 30 runs. Elsewhere than glibc only the collection is done.
+    """
+    gc.collect()
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def changed_module(modules: Mapping[str, Any], since: float) -> str | None:
