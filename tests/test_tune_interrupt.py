@@ -111,6 +111,10 @@ def _check_shown_as_ray_shows(statuses: dict[str, str], path: str) -> None:
     stored = {r.trial_id: r.status for r in ResultGrid.read(path)}
     assert "RUNNING" in stored.values() and statuses.keys() == stored.keys()
     assert statuses == {tid: "TERMINATED" if s == "RUNNING" else s for tid, s in stored.items()}
+    # Ray's ExperimentAnalysis of the folder reads its saved state, where a trial it was running is PENDING (they
+    # showed RUNNING, as if a driver ran them: a helper's side-by-side run)
+    analysed = {t.trial_id: t.status for t in tune.ExperimentAnalysis(path).trials}
+    assert analysed == {tid: "PENDING" if s == "RUNNING" else s for tid, s in stored.items()}
 
 
 def _finish(path: str) -> None:

@@ -31,7 +31,16 @@ from fluidsalus.result import (
     lookup_metric,
     metric_analysis,
 )
-from fluidsalus.store import DB_FILENAME, ERROR_FILE, FINAL_STATUSES, read_error_file
+from fluidsalus.store import (
+    DB_FILENAME,
+    ERROR_FILE,
+    FINAL_STATUSES,
+    PENDING,
+    RUNNING,
+    DriverLock,
+    ExperimentStore,
+    read_error_file,
+)
 from fluidsalus.tune.result import TRAINING_ITERATION
 
 if TYPE_CHECKING:
@@ -203,7 +212,20 @@ class ExperimentAnalysis:
                    "experiments it ran itself, from their store, not Ray's result files; read this one with Ray's "
                    "ExperimentAnalysis" if ray_wrote_it else "")
             )
-        return [Trial(result) for result in ResultGrid.read(path)]
+        store = ExperimentStore.open(path, readonly=True)
+        try:
+            grid = ResultGrid.from_store(store)
+            status = store.experiment()["status"]
+        finally:
+            store.close()
+        trials = [Trial(result) for result in grid]
+        if status != RUNNING or DriverLock.holder_gone(path):
+            # No driver runs it (interrupted, or its driver killed): a trial it was running waits for a resume,
+            # as Ray's saved state shows it (its RUNNING trials are saved PENDING; here they showed RUNNING).
+            for trial in trials:
+                if trial.status == RUNNING:
+                    trial.status = PENDING
+        return trials
 
     # ------------------------------------------------------------------ the experiment
 
