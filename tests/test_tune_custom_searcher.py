@@ -137,6 +137,11 @@ def test_suggestions_are_capped_in_flight_and_the_searcher_sees_its_own_ids() ->
     assert [len(g.configs) for g in search.next_groups()] == [1]  # one freed slot, one new trial
     search.on_trial_complete("run_1", None, error=True)
     assert climber.completed[-1] == ("suggest_00001", None, True)
+    # an errored trial that reported: Ray's controller passes no result (it was given the last one, a value the
+    # searcher learnt from: a helper's side-by-side run)
+    search.on_result("run_2", {"trial_id": "run_2", "m": 9.0})
+    search.on_trial_complete("run_2", {"trial_id": "run_2", "m": 9.0}, error=True)
+    assert climber.completed[-1] == ("suggest_00002", None, True) and climber.best == 1.0
 
 
 def test_num_samples_and_finished_end_the_search() -> None:

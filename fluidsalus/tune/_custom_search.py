@@ -266,7 +266,9 @@ class _Told:
             return
         self._done.add(trial_id)
         own, seen = self._seen(trial_id, result)
-        self.searcher.on_trial_complete(own, result=seen, error=error)
+        # (an errored trial's end brings no result, as Ray's controller calls it: a searcher that learns from any
+        # result it is given learnt the failed trial's partial value)
+        self.searcher.on_trial_complete(own, result=None if error else seen, error=error)
 
     def _save(self, made: int) -> None:
         """Save the searcher with its ``save(path)`` when a trial was made or ended since the last save."""
