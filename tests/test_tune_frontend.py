@@ -80,8 +80,14 @@ def _plan(**kwargs):
 
 def test_fifo_and_basic_variant_generator_become_random_search() -> None:
     planned = _plan(num_samples=3)
-    assert isinstance(planned.searcher, searchers.RandomSearch)
-    assert planned.searcher.num_samples == 3 and planned.searcher.seed is None
+    assert isinstance(planned.searcher, searchers.RandomSearch) and planned.searcher.num_samples == 3
+    # no random_state: the seed comes from NumPy's global state, as Ray's generator draws from it, so that
+    # np.random.seed(...) before fit() repeats the sweep (it drew from fresh entropy: a helper's side-by-side run)
+    np.random.seed(11)
+    first = _plan(num_samples=3).searcher.next_groups()[0].configs
+    np.random.seed(11)
+    assert _plan(num_samples=3).searcher.next_groups()[0].configs == first
+    assert _plan(num_samples=3).searcher.next_groups()[0].configs != first
     seeded = _plan(num_samples=3, search_alg=tune.search.BasicVariantGenerator(random_state=5, max_concurrent=2),
                    scheduler=tune.schedulers.FIFOScheduler())
     assert seeded.searcher.seed == 5 and seeded.max_concurrent_trials == 2

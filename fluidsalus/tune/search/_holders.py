@@ -286,8 +286,12 @@ class BasicVariantGenerator(SearchAlgorithm):
     def seed(self) -> int | None:
         """The sampler's seed: the int ``random_state`` itself, or one drawn from a NumPy generator."""
         state = self.random_state
-        if state is None or _is_int(state):
-            return None if state is None else int(state)
+        if state is None:
+            # Ray's BasicVariantGenerator draws from NumPy's global state then, so np.random.seed(...) before
+            # fit() makes the sweep reproducible; draw the seed from it.
+            return int(np.random.randint(0, _LEGACY_SEED_BOUND))
+        if _is_int(state):
+            return int(state)
         if isinstance(state, np.random.Generator):
             return int(state.integers(0, 2**_SEED_BITS))
         return int(state.randint(0, _LEGACY_SEED_BOUND))
