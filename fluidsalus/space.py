@@ -77,12 +77,15 @@ __all__ = [
     "randint",
     "randn",
     "sample_from",
+    "put_functions_back",
     "split_constants",
+    "take_functions",
     "to_optuna_distributions",
     "to_python",
     "uniform",
     "unflatten",
     "validate_space",
+    "with_placeholders",
 ]
 
 #: Separator of nested keys in flattened spaces (``"model/lr"``), as in Ray's ``OptunaSearch``.
@@ -1046,6 +1049,66 @@ def _set_path(container: Any, path: Path, value: Any) -> Any:
         return _rebuild_tuple(container, items)
     container[key] = new_child
     return container
+
+
+#: What a search algorithm sees in place of a ``sample_from`` of the space (:func:`take_functions`): a constant
+#: string naming its path, as Ray's Tuner hands its searchers placeholders (``ray.tune.impl.placeholder``).
+SAMPLE_FROM_PLACEHOLDER = "<sample_from: {path}>"
+
+
+def take_functions(space: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[Path, Function]]]:
+    """Take the ``sample_from`` functions out of a space that a search algorithm (Optuna, a searcher of the user's
+    own) searches, as Ray's Tuner does: the algorithm sees a constant in each one's place
+    (:data:`SAMPLE_FROM_PLACEHOLDER`), and :func:`put_functions_back` computes them on each configuration it
+    suggests.
+
+    Args:
+        space: The search space.
+
+    Returns:
+        A copy of the space with each function (outside grids and choices) replaced by its placeholder, and the
+        functions by path, in depth-first order.
+    """
+    taken = copy.deepcopy(dict(space))
+    grids: list[tuple[Path, list[Any]]] = []
+    domains: list[tuple[Path, Domain]] = []
+    _find_unresolved(taken, (), grids, domains)
+    functions = [(path, domain) for path, domain in domains if isinstance(domain, Function)]
+    for path, _ in functions:
+        taken = _set_path(taken, path, SAMPLE_FROM_PLACEHOLDER.format(path=_path_text(path)))
+    return taken, functions
+
+
+def with_placeholders(config: Mapping[str, Any], functions: list[tuple[Path, Function]]) -> dict[str, Any]:
+    """A configuration made by :func:`put_functions_back` as the search algorithm suggested it: the placeholders of
+    :func:`take_functions` back in the functions' places (a new dict)."""
+    suggested = copy.deepcopy(dict(config))
+    for path, _ in functions:
+        suggested = _set_path(suggested, path, SAMPLE_FROM_PLACEHOLDER.format(path=_path_text(path)))
+    return suggested
+
+
+def put_functions_back(config: Mapping[str, Any], functions: list[tuple[Path, Function]],
+                       rng: np.random.Generator) -> dict[str, Any]:
+    """A configuration a search algorithm suggested over a :func:`take_functions` space, with each function computed
+    where its placeholder is (``spec.config`` is the configuration; functions may read each other, in any order).
+
+    Args:
+        config: The suggested configuration.
+        functions: :func:`take_functions`' functions.
+        rng: The generator a function's draw is given (a function of no argument draws from its own).
+
+    Returns:
+        A new configuration.
+
+    Raises:
+        SpaceError: A function raised, or they read each other in a cycle (the message names them).
+    """
+    variant = copy.deepcopy(dict(config))
+    for path, function in functions:
+        variant = _set_path(variant, path, function)
+    _resolve_functions(variant, list(functions), rng)
+    return variant
 
 
 def _grid_points(grids: list[tuple[Path, list[Any]]]) -> Iterator[tuple[Any, ...]]:

@@ -80,6 +80,7 @@ from fluidsalus.tune._custom_search import (
 from fluidsalus.tune._domains import translate_ray_values
 from fluidsalus.tune._optuna_hyperband import OptunaHyperBand
 from fluidsalus.tune._ray_objects import adopt_scheduler, adopt_search_alg
+from fluidsalus.tune._sample_from import with_sample_from
 from fluidsalus.tune._streamed import StreamedASHA, StreamedHyperBand
 from fluidsalus.tune._tags import SEARCHER, VARIANTS
 from fluidsalus.tune.schedulers import PB2 as PB2Holder
@@ -496,6 +497,34 @@ def plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, *,
     return _wait_for_batches(planned) if _batched(tune_config.search_alg) else planned
 
 
+def _plan_search_alg(search_alg: Any, repeater: Repeater | None, scheduler: TrialScheduler, space: dict[str, Any],
+                     tune_config: TuneConfig, metric: str | None, mode: str | None, cap: int | None, pair: str,
+                     limits: list[Any], inner_limits: list[Any], stop: Any) -> Plan:
+    """The plan of a search algorithm that suggests the configurations (a Repeater's, one of the user's own, a
+    fluidsalus searcher given as it is, TuneBOHB, OptunaSearch), over ``space``."""
+    n = tune_config.num_samples
+    if repeater is not None:
+        return _plan_repeated(repeater, search_alg, scheduler, space, tune_config, metric, mode, cap, pair,
+                              inner_limits, stop)
+    if is_custom_searcher(search_alg):
+        return _plan_custom(search_alg, scheduler, space, tune_config, metric, mode, cap, pair, bool(limits),
+                            stop=stop)
+    if isinstance(search_alg, BaseSearcher):
+        if _kind(scheduler) is not FIFOScheduler:
+            raise ConfigError(
+                f"TuneConfig: {pair}: a fluidsalus searcher already decides when trials stop; use no scheduler"
+            )
+        own_metric, own_mode = getattr(search_alg, "metric", None), getattr(search_alg, "mode", None)
+        if isinstance(own_metric, list):  # a multi-objective OptunaSearch: the run has no single metric
+            own_metric = own_mode = None
+        return Plan(search_alg, space, metric or own_metric, mode or own_mode, cap,
+                    summary=f"{type(search_alg).__name__} (given as it is)")
+    if isinstance(search_alg, TuneBOHB):
+        return _plan_bohb(search_alg, scheduler, space, metric, mode, n, cap, pair)
+    assert isinstance(search_alg, OptunaHolder)
+    return _plan_optuna(search_alg, scheduler, space, metric, mode, n, cap, pair, limits)
+
+
 #: The schedulers fluidsalus maps onto its searchers, by class (see :func:`_kind`).
 _BUILT_IN_SCHEDULERS = (FIFOScheduler, AsyncHyperBandScheduler, HyperBandForBOHB, HyperBandScheduler,
                         MedianStoppingRule, PB2Holder, PopulationBasedTraining, PopulationBasedTrainingReplay,
@@ -549,29 +578,21 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
     pair = f"search_alg={type(search_alg).__name__ if search_alg is not None else None}, " \
            f"scheduler={type(scheduler).__name__}"
 
-    if repeater is not None:
-        return _plan_repeated(repeater, search_alg, scheduler, space, tune_config, metric, mode, cap, pair,
-                              inner_limits, stop)
-    if is_custom_searcher(search_alg):
-        return _plan_custom(search_alg, scheduler, space, tune_config, metric, mode, cap, pair, bool(limits),
-                            stop=stop)
-    if isinstance(search_alg, BaseSearcher):
-        if _kind(scheduler) is not FIFOScheduler:
-            raise ConfigError(
-                f"TuneConfig: {pair}: a fluidsalus searcher already decides when trials stop; use no scheduler"
-            )
-        own_metric, own_mode = getattr(search_alg, "metric", None), getattr(search_alg, "mode", None)
-        if isinstance(own_metric, list):  # a multi-objective OptunaSearch: the run has no single metric
-            own_metric = own_mode = None
-        return Plan(search_alg, space, metric or own_metric, mode or own_mode, cap,
-                    summary=f"{type(search_alg).__name__} (given as it is)")
+    suggests = repeater is not None or is_custom_searcher(search_alg) or isinstance(search_alg, BaseSearcher)
+    if suggests or (isinstance(search_alg, (TuneBOHB, OptunaHolder))
+                    and not isinstance(scheduler, PopulationBasedTrainingReplay)):
+        # A search algorithm suggests the configurations: as in Ray's Tuner, it searches the space with a
+        # placeholder for each sample_from, and the functions are computed on what it suggests
+        taken, functions = sp.take_functions(space)
+        planned = _plan_search_alg(search_alg, repeater, scheduler, taken, tune_config, metric, mode, cap, pair,
+                                   limits, inner_limits, stop)
+        if not functions:
+            return planned
+        return replace(planned, searcher=with_sample_from(planned.searcher, functions),
+                       summary=f"{planned.summary}, with sample_from computed on each suggestion")
 
     if isinstance(scheduler, PopulationBasedTrainingReplay):
         return _plan_replay(scheduler, search_alg, space, metric, mode, n, cap, pair, class_trainable)
-    if isinstance(search_alg, TuneBOHB):
-        return _plan_bohb(search_alg, scheduler, space, metric, mode, n, cap, pair)
-    if isinstance(search_alg, OptunaHolder):
-        return _plan_optuna(search_alg, scheduler, space, metric, mode, n, cap, pair, limits)
     if search_alg is not None and not isinstance(search_alg, BasicVariantGenerator):
         raise ConfigError(f"TuneConfig: search_alg {type(search_alg).__name__} is not supported; use one of "
                           "BasicVariantGenerator, ConcurrencyLimiter, Repeater, TuneBOHB, OptunaSearch")
