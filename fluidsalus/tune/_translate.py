@@ -80,7 +80,7 @@ from fluidsalus.tune._custom_search import (
 from fluidsalus.tune._domains import translate_ray_values
 from fluidsalus.tune._optuna_hyperband import OptunaHyperBand
 from fluidsalus.tune._ray_objects import adopt_scheduler, adopt_search_alg
-from fluidsalus.tune._sample_from import with_sample_from
+from fluidsalus.tune._sample_from import SampleFromResolver, with_sample_from
 from fluidsalus.tune._streamed import StreamedASHA, StreamedHyperBand
 from fluidsalus.tune._tags import SEARCHER, VARIANTS
 from fluidsalus.tune.schedulers import PB2 as PB2Holder
@@ -394,9 +394,10 @@ def _plan_judged(who: str, tune_config: TuneConfig, param_space: Mapping[str, An
     """
     inner = _plan(dataclasses.replace(tune_config, scheduler=None, metric=metric, mode=mode), param_space,
                   class_trainable)
-    if not isinstance(inner.searcher, (RandomSearch, OptunaSearch, CustomSearch, RepeatSearcher)):
+    judged = inner.searcher.inner if isinstance(inner.searcher, SampleFromResolver) else inner.searcher
+    if not isinstance(judged, (RandomSearch, OptunaSearch, CustomSearch, RepeatSearcher)):
         raise ConfigError(f"TuneConfig: {who} runs over random or grid search, OptunaSearch, a Repeater or a search "
-                          f"algorithm of your own; {type(inner.searcher).__name__} decides on its trials itself")
+                          f"algorithm of your own; {type(judged).__name__} decides on its trials itself")
     return inner
 
 
