@@ -420,6 +420,9 @@ def test_plan_tells_the_searcher_rays_properties_and_refuses_a_scheduler() -> No
     assert isinstance(planned.searcher, CustomSearch) and planned.searcher.max_concurrent == 2
     assert climber.properties[:2] == ("m", "max") and "x" in climber.properties[2]
     assert climber.concurrency == 2 and (planned.metric, planned.mode) == ("m", "max")
+    told = HillClimber()  # max_concurrent_trials: Ray puts a ConcurrencyLimiter around it, which tells it too
+    plan(TuneConfig(metric="m", mode="max", num_samples=3, max_concurrent_trials=3, search_alg=told), {})
+    assert told.concurrency == 3
     assert planned.summary.startswith("HillClimber (your own Searcher) + FIFOScheduler -> CustomSearch(num_samples=3")
     with pytest.raises(ConfigError, match="a search algorithm of your own .* with no scheduler .*, with "
                                           "AsyncHyperBandScheduler/ASHAScheduler or with HyperBandScheduler only"):

@@ -332,7 +332,7 @@ def _set_search_properties(search_alg: Any, metric: str | None, mode: str | None
 
 
 def _plan_custom(search_alg: Any, scheduler: TrialScheduler, space: dict[str, Any], tune_config: TuneConfig,
-                 metric: str | None, mode: str | None, cap: int | None, pair: str, limited: bool,
+                 metric: str | None, mode: str | None, cap: int | None, pair: str,
                  n: int | None = None, stop: Any = None) -> Plan:
     """A search algorithm of the user's own (:mod:`fluidsalus.tune._custom_search`), told what Ray tells it, with
     no scheduler, ASHA or HyperBand, making ``n`` trials (None: ``num_samples``).
@@ -357,8 +357,10 @@ def _plan_custom(search_alg: Any, scheduler: TrialScheduler, space: dict[str, An
             f"TuneConfig: param_space has parameters to search, but {name}.set_search_properties refused it (its "
             "own search space is set already); as in Ray, put every parameter in one place"
         )
-    if limited and cap is not None:
-        search_alg.set_max_concurrency(cap)  # Ray's ConcurrencyLimiter tells the searcher its limit
+    if cap is not None:
+        # Ray's ConcurrencyLimiter tells the searcher its limit, also the one Ray puts around it for
+        # max_concurrent_trials (it was told only inside a limiter of the script's: a helper's side-by-side run)
+        search_alg.set_max_concurrency(cap)
     n = tune_config.num_samples if n is None else n
     if isinstance(scheduler, AsyncHyperBandScheduler):
         metric, mode = _need_metric(type(scheduler).__name__, metric, mode)
@@ -508,8 +510,7 @@ def _plan_search_alg(search_alg: Any, repeater: Repeater | None, scheduler: Tria
         return _plan_repeated(repeater, search_alg, scheduler, space, tune_config, metric, mode, cap, pair,
                               inner_limits, stop)
     if is_custom_searcher(search_alg):
-        return _plan_custom(search_alg, scheduler, space, tune_config, metric, mode, cap, pair, bool(limits),
-                            stop=stop)
+        return _plan_custom(search_alg, scheduler, space, tune_config, metric, mode, cap, pair, stop=stop)
     if isinstance(search_alg, BaseSearcher):
         if _kind(scheduler) is not FIFOScheduler:
             raise ConfigError(
@@ -726,7 +727,7 @@ def _plan_repeated(repeater: Repeater, inner: Any, scheduler: TrialScheduler, sp
     batch = inner_limits or ([math.ceil(cap / repeater.repeat)] if cap is not None else [])
     if custom:
         planned = _plan_custom(inner, scheduler, space, tune_config, metric, mode, min(batch) if batch else None,
-                               pair, bool(inner_limits), n=configs, stop=stop)
+                               pair, n=configs, stop=stop)
         planned = replace(planned, max_concurrent_trials=cap)
     else:
         planned = _plan_optuna(inner, scheduler, space, metric, mode, configs, cap, pair, batch)
