@@ -144,6 +144,23 @@ def test_metric_and_mode_may_be_given_to_the_scheduler() -> None:
     assert (planned.searcher.metric, planned.searcher.mode) == ("acc", "max")
 
 
+def test_tune_configs_metric_and_mode_replace_those_of_a_search_algorithm_that_searches_param_space() -> None:
+    """Ray's OptunaSearch.set_search_properties takes TuneConfig's metric and mode in place of its own when it
+    searches param_space; fluidsalus refused the pair ("given differently"), so such a Ray script stopped. Now it
+    runs as in Ray, with a warning; with a space of its own the search algorithm keeps them in Ray, and fluidsalus,
+    which has one searcher, still refuses."""
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    with pytest.warns(UserWarning, match=r"TuneConfig.mode='max' replaces OptunaSearch.mode='min', as Ray's "
+                                         r"OptunaSearch.set_search_properties replaces it"):
+        planned = _plan(metric="loss", mode="max", search_alg=OptunaSearch(metric="loss", mode="min"))
+    assert (planned.metric, planned.mode) == ("loss", "max")
+    assert planned.searcher.study.direction == optuna.study.StudyDirection.MAXIMIZE
+    with pytest.raises(ConfigError, match="metric: given differently"):
+        _plan(metric="score", mode="min", space={},
+              search_alg=OptunaSearch(space={"x": tune.uniform(0, 1)}, metric="loss", mode="min"))
+
+
 def test_conflicting_metric_is_refused() -> None:
     sched = tune.schedulers.AsyncHyperBandScheduler(metric="acc", mode="max")
     with pytest.raises(ConfigError, match="metric: given differently"):

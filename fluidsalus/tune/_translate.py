@@ -572,8 +572,20 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
                       scheduler.metric)]
     sources_mode = [("TuneConfig.mode", tune_config.mode), (f"{type(scheduler).__name__}.mode", scheduler.mode)]
     if search_alg is not None and not isinstance(search_alg, (BasicVariantGenerator, BaseSearcher)):
-        sources_metric.append((f"{type(search_alg).__name__}.metric", search_alg.metric))
-        sources_mode.append((f"{type(search_alg).__name__}.mode", search_alg.mode))
+        name = type(search_alg).__name__
+        # Ray's OptunaSearch (and the algorithms on it) and TuneBOHB take TuneConfig's metric and mode in place of
+        # their own when they search param_space (their set_search_properties); fluidsalus refused the pair
+        overridden = isinstance(search_alg, (OptunaHolder, TuneBOHB)) and search_alg.own_space() is None \
+            and bool(space) and not isinstance(search_alg.metric, list)
+        for what, sources, theirs, ours in (("metric", sources_metric, search_alg.metric, tune_config.metric),
+                                            ("mode", sources_mode, search_alg.mode, tune_config.mode)):
+            if overridden and ours is not None:
+                if theirs is not None and theirs != ours:
+                    warnings.warn(f"fluidsalus.tune: TuneConfig.{what}={ours!r} replaces {name}.{what}={theirs!r}, "
+                                  f"as Ray's {name}.set_search_properties replaces it; give it once",
+                                  UserWarning, stacklevel=4)
+                continue
+            sources.append((f"{name}.{what}", theirs))
     metric = _pick("metric", sources_metric)
     mode = _pick("mode", sources_mode)
     n = tune_config.num_samples
