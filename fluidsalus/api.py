@@ -240,7 +240,8 @@ def run(
     storage = spec.resolved_storage_path()
     _check_writable(storage)
     # (a made-up name is made free: two runs of one second got the same one, and the second failed as "taken")
-    exp_name = spec.name or unused_name(storage, f"{trainable_name}_{datetime.datetime.now().strftime(DATE_FORMAT)}")
+    exp_name_base = f"{trainable_name}_{datetime.datetime.now().strftime(DATE_FORMAT)}"
+    exp_name = spec.name or unused_name(storage, exp_name_base)
     exp_dir = os.path.join(storage, exp_name)
     db_path = os.path.join(exp_dir, DB_FILENAME)
     if abandoned_create(db_path):  # a creation cut short (its driver killed): the name is free again
@@ -287,14 +288,20 @@ def run(
             lock.release()
             raise
     else:
-        try:
-            store = ExperimentStore.create(
-                exp_dir, exp_name, _describe(spec, space, stop, trainable_name, searcher), spec.metric, spec.mode
-            )
-        except StoreError:
-            if os.path.exists(os.path.join(exp_dir, DB_FILENAME)):
-                raise taken from None  # another driver created it since the check above
-            raise
+        while True:
+            try:
+                store = ExperimentStore.create(
+                    exp_dir, exp_name, _describe(spec, space, stop, trainable_name, searcher), spec.metric, spec.mode
+                )
+                break
+            except StoreError:
+                if not os.path.exists(os.path.join(exp_dir, DB_FILENAME)):
+                    raise
+                if spec.name:
+                    raise taken from None  # another driver created it since the check above
+                # a made-up name another run of the same second took since unused_name: the next free one
+                exp_name = unused_name(storage, exp_name_base)
+                exp_dir = os.path.join(storage, exp_name)
         try:
             lock = _lock(exp_dir)
         except BaseException:

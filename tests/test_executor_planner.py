@@ -1406,6 +1406,27 @@ def test_trials_whose_shared_device_died_restart_one_at_a_time_until_past_their_
     assert submitted() == ["b"]
 
 
+def test_a_second_ctrl_c_ends_the_actors_still_starting_too(tmp_path, monkeypatch):
+    """A Ctrl-C during the shutdown ended the live devices' actors, but not one still starting (a dead device's
+    replacement, a device the run began without): it held its cores while the traceback held the run (the
+    review's script)."""
+    from fluidsalus.trialgroup import executor as executor_module
+
+    executor, _ = _offline_executor(tmp_path, n_devices=2)
+    starting = executor._devices[1]
+    starting.alive, starting.start_ref = False, object()  # its replacement actor is still starting
+    killed = []
+    monkeypatch.setattr(executor_module.ray, "kill", lambda actor, no_restart=True: killed.append(actor))
+
+    def interrupted(keep_warm: bool) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(executor, "_shut_down_devices", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        executor._stop_devices(keep_warm=True)
+    assert killed == [d.actor for d in executor._devices] and not any(d.alive for d in executor._devices)
+
+
 def test_trials_whose_device_died_with_its_node_are_neither_charged_nor_suspects(tmp_path, monkeypatch):
     """A node that left the cluster took the device's process: no trial ended it. Each trial computing on a
     device of several slots was a suspect (restarted one at a time on the node that took its place), and every

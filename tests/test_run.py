@@ -388,6 +388,43 @@ def test_runs_of_one_second_get_names_of_their_own(storage, monkeypatch):
                      "objective_2026-11-29_12-00-00_3"]
 
 
+def test_a_made_up_name_another_run_takes_between_its_check_and_its_store_gets_the_next_one(storage, monkeypatch):
+    """Two runs of one second in two threads: both found the name free, and the second's store creation failed
+    with "already exists" (the review's threads). The claim of the store file decides; the loser takes the next."""
+    import fluidsalus.api
+
+    monkeypatch.setattr(fluidsalus.api, "datetime", types.SimpleNamespace(datetime=_OneSecond))
+    create = ExperimentStore.create.__func__
+    calls = []
+
+    def the_other_run_wins(cls, path, *args, **kwargs):
+        if not calls:  # the other thread's run creates the store of this name first
+            create(cls, path, *args, **kwargs).close()
+        calls.append(os.path.basename(path))
+        return create(cls, path, *args, **kwargs)
+
+    monkeypatch.setattr(ExperimentStore, "create", classmethod(the_other_run_wins))
+    grid = fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, verbose=0)
+    assert os.path.basename(grid.experiment_path) == "objective_2026-11-29_12-00-00_2" and grid.num_errors == 0
+    assert calls == ["objective_2026-11-29_12-00-00", "objective_2026-11-29_12-00-00_2"]
+
+
+def raises_what_utf8_cannot_encode(config: dict[str, Any]) -> None:
+    fluidsalus.report({"x": 1})
+    raise ValueError("bad file name: " + os.fsdecode(b"\xff\xfe"))
+
+
+def test_a_trial_error_that_utf8_cannot_encode_fails_the_trial_not_the_run(storage):
+    """A lone surrogate (os.fsdecode of a file name that is not UTF-8) in a trial's error ended the whole run with
+    a UnicodeEncodeError from the error file, then from the store (the review; Ray's run finishes)."""
+    grid = fluidsalus.run(raises_what_utf8_cannot_encode, {"k": fluidsalus.grid_search([0, 1])}, devices=1,
+                          storage_path=storage, name="surrogates", verbose=0)
+    assert grid.num_errors == 2
+    assert all("bad file name: \\udcff\\udcfe" in str(r.error) for r in grid), [str(r.error) for r in grid]
+    with open(os.path.join(grid[0].path, ERROR_FILE), encoding="utf-8") as f:
+        assert "\\udcff\\udcfe" in f.read()
+
+
 def test_a_store_whose_creation_was_cut_short_long_ago_is_replaced_by_a_new_run(storage):
     """A driver killed between claiming experiment.db and committing its schema left a file that neither a new run
     (the name was taken) nor a resume (no experiment in it) could use: it had to be removed by hand. A recent one

@@ -1092,7 +1092,7 @@ class DeviceHost:
         except _Withdrawn:
             outcome = OUT_WITHDRAWN
         except BaseException as e:  # noqa: BLE001 - a trial's failure must never take the device down
-            error, trace = f"{type(e).__name__}: {e}", tb.format_exc()
+            error, trace = _encodable(f"{type(e).__name__}: {e}"), _encodable(tb.format_exc())
             if ranks is not None:
                 from fluidsalus.distributed._rendezvous import broken_by_leader_end  # (it imports this module)
 
@@ -1133,7 +1133,8 @@ class DeviceHost:
                         and self._readmit_locked(spec, session, error or "", trace)):
                     return
             except Exception as e:  # noqa: BLE001 - the trial must still end, or the driver waits forever
-                error, trace = f"{error}; re-admission failed: {type(e).__name__}: {e}", tb.format_exc()
+                error = _encodable(f"{error}; re-admission failed: {type(e).__name__}: {e}")
+                trace = _encodable(tb.format_exc())
             if outcome == OUT_OOM:
                 outcome = OUT_ERRORED
             if fatal is not None:
@@ -1399,3 +1400,9 @@ def stop_rule(stop: Mapping[str, float] | Callable[[str, Mapping[str, Any]], boo
 
 
 _RUN_TRIAL_CODE = DeviceHost._run_trial.__code__
+
+
+def _encodable(text: str) -> str:
+    """``text`` with what UTF-8 cannot encode (lone surrogates, from a file name in ``os.fsdecode``'s escapes)
+    written as backslash escapes: the store, the error file and the driver's logs all encode it."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -376,14 +376,14 @@ def _append_error_file(trial_dir: str, trial_id: str, number: int, ts: float, er
     written loses the files, never the run."""
     try:
         os.makedirs(trial_dir, exist_ok=True)
-        with open(os.path.join(trial_dir, ERROR_FILE), "a") as f:
+        with open(os.path.join(trial_dir, ERROR_FILE), "a", encoding="utf-8", errors="backslashreplace") as f:
             f.write(f"Failure # {number} (occurred at {time.strftime(DATE_FORMAT, time.localtime(ts))})\n")
             f.write(f"{(trace or error or 'no error text').rstrip()}\n")
         pickled = os.path.join(trial_dir, ERROR_PICKLE_FILE)
         with open(pickled + ".tmp", "wb") as f:  # (whole or not at all: a reader never sees half of it)
             pickle.dump(trial_failure(trial_id, error, trace), f)
         os.replace(pickled + ".tmp", pickled)
-    except OSError as e:
+    except (OSError, ValueError, pickle.PicklingError) as e:  # (ValueError: a text that cannot be encoded)
         logger.warning("could not record the failure in %s: %s", trial_dir, e)
 
 
@@ -879,13 +879,16 @@ class Executor:
                 CPU devices whose trials all stopped are parked for ``settings.keep_warm_s``
                 (``fluidsalus.trialgroup.warm``) instead of ended.
         """
+        self._parked: set[int] = set()  # ids of the devices parked warm (a Ctrl-C on the way ends the others)
         try:
             self._shut_down_devices(keep_warm)
         except KeyboardInterrupt:
             # A (second) Ctrl-C while the trials stop: every actor not yet parked is ended at once. (It left them
             # neither parked nor ended, holding their cores while anything, a notebook's last error, held the run.)
+            # (not only the live ones: a device's actor still starting, a replacement or one the run began
+            # without, is not alive yet and holds its cores as well; the parked ones serve the next run)
             for device in self._devices:
-                if device.alive:
+                if id(device) not in self._parked:
                     with contextlib.suppress(Exception):
                         ray.kill(device.actor, no_restart=True)
                     device.alive = False
@@ -913,6 +916,7 @@ class Executor:
             if key is not None:
                 WARM_DEVICES.park(key, WarmActor(device.actor, device.actor_name, self._start_s),
                                   self.settings.keep_warm_s)
+                self._parked.add(id(device))
             else:
                 ray.kill(device.actor, no_restart=True)
             device.alive = False
