@@ -404,6 +404,7 @@ def abandoned_create(db_path: str, now: float | None = None) -> bool:
         immutable = "" if os.path.exists(db_path + WAL_SUFFIX) else "&immutable=1"
         conn = sqlite3.connect(f"file:{os.path.abspath(db_path)}?mode=ro{immutable}", uri=True)
         try:
+            conn.execute("BEGIN")  # (one snapshot, as ExperimentStore.open reads them)
             app_id = conn.execute("PRAGMA application_id").fetchone()[0]
             tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
         finally:
@@ -643,14 +644,21 @@ class ExperimentStore:
                 conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
             else:
                 conn = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
-            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            # (in one read transaction: a creation that commits between two reads made a store being created
+            # look like a foreign file, "an SQLite file but not a fluidsalus experiment store": the review's race)
+            conn.execute("BEGIN")
+            try:
+                app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            finally:
+                conn.execute("COMMIT")
         except sqlite3.OperationalError as e:  # the file is a database, but SQLite cannot read it now
             raise StoreError(f"could not open the experiment store {db_path!r}: {e}") from None
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{db_path!r} is not a fluidsalus experiment store ({e})") from None
         if app_id != APPLICATION_ID:
-            empty = app_id == 0 and conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
+            empty = app_id == 0 and tables == 0
             conn.close()
             if empty:  # (the create's transaction sets the id with the schema: not committed yet, or cut short)
                 raise StoreError(f"{db_path!r} holds no tables yet: an experiment store that its driver is "
