@@ -32,13 +32,11 @@ from fluidsalus.store import (
     TERMINATED,
     TRIAL_RESTART_EVENT,
     TRIAL_STATUSES,
-    WAL_SUFFIX,
     DriverLock,
     EventRow,
-    ExperimentStore,
     TrialRow,
     finite,
-    resolve_db_path,
+    open_readonly,
 )
 
 if TYPE_CHECKING:
@@ -244,23 +242,6 @@ def resolve_experiment(path: str | os.PathLike[str]) -> str:
 
 #: The first bytes of every SQLite database file.
 _SQLITE_HEADER = b"SQLite format 3\x00"
-
-
-def open_readonly(path: str | os.PathLike[str]) -> ExperimentStore:
-    """Open a store for reading without changing anything on disk.
-
-    While the experiment runs (its write-ahead log ``experiment.db-wal`` exists) this is
-    ``ExperimentStore.open(path, readonly=True)``: a WAL reader sees every committed transaction and never
-    blocks the writer. A store nobody has open has no ``-wal`` file, and a plain read-only open would create an
-    empty ``-wal`` and ``-shm`` beside it; it is then opened with SQLite's ``immutable=1``, which reads the
-    database file alone and creates nothing.
-
-    Raises:
-        StoreError: As :meth:`ExperimentStore.open`: not an experiment, not a store, or a newer schema.
-    """
-    db_path = resolve_db_path(path)
-    idle = os.path.isfile(db_path) and not os.path.exists(db_path + WAL_SUFFIX)
-    return ExperimentStore.open(path, readonly=True, immutable=idle)
 
 
 def _fmt_bytes(value: float | None) -> str:

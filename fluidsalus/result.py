@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError, StoreError, trial_failure
 from fluidsalus.session import AUTO_RESULT_KEYS, DATE_FORMAT, with_config
-from fluidsalus.store import ERROR, TERMINATED, TRIAL_RESTART_EVENT, ExperimentStore
+from fluidsalus.store import ERROR, TERMINATED, TRIAL_RESTART_EVENT, ExperimentStore, open_readonly
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -203,7 +203,7 @@ class ResultGrid:
         Raises:
             StoreError: If there is no fluidsalus store in ``experiment_dir``.
         """
-        store = ExperimentStore.open(experiment_dir, readonly=True)
+        store = open_readonly(experiment_dir)  # (creating nothing: a store on a read-only disk failed to open)
         try:
             return cls.from_store(store)
         finally:

@@ -526,6 +526,23 @@ class DriverLock:
         return False
 
 
+def open_readonly(path: str | os.PathLike[str]) -> ExperimentStore:
+    """Open a store for reading without changing anything on disk.
+
+    While the experiment runs (its write-ahead log ``experiment.db-wal`` exists) this is
+    ``ExperimentStore.open(path, readonly=True)``: a WAL reader sees every committed transaction and never
+    blocks the writer. A store nobody has open has no ``-wal`` file, and a plain read-only open would create an
+    empty ``-wal`` and ``-shm`` beside it; it is then opened with SQLite's ``immutable=1``, which reads the
+    database file alone and creates nothing.
+
+    Raises:
+        StoreError: As :meth:`ExperimentStore.open`: not an experiment, not a store, or a newer schema.
+    """
+    db_path = resolve_db_path(path)
+    idle = os.path.isfile(db_path) and not os.path.exists(db_path + WAL_SUFFIX)
+    return ExperimentStore.open(path, readonly=True, immutable=idle)
+
+
 def unused_name(storage: str, name: str) -> str:
     """An experiment name free in ``storage``: ``name``, else ``name_2``, ``name_3``, ... (the first whose folder does
     not exist). For the names fluidsalus makes itself (``<trainable>_<date>``), which two runs of one second share.

@@ -301,3 +301,21 @@ def test_the_best_result_passes_over_a_trial_whose_score_is_nan_or_infinite_as_r
     infinite = _result(_rows([1.0]), {}, best_checkpoints=[(Checkpoint("/exp/t1/checkpoint_000001"), {"score": 1.0}),
                                                             (second, {"score": _INF})])
     assert infinite.get_best_checkpoint("score", "max") is second  # as Ray's: it filters missing values only
+
+
+def test_reading_a_finished_experiment_creates_nothing_beside_its_store(tmp_path) -> None:
+    """A read-only open of a store nobody has open made SQLite's empty -wal and -shm files beside it, and failed on
+    a read-only disk ("unable to open database file"; the review): ``ResultGrid.read`` now opens it as
+    ``fluidsalus inspect`` does (``store.open_readonly``: SQLite's ``immutable=1`` when no write-ahead log exists)."""
+    import os
+
+    from fluidsalus.store import ExperimentStore
+
+    store = ExperimentStore.create(str(tmp_path / "done"), "done", {}, "acc", "max")
+    store.add_trials([("t0", 0, {"x": 1})])
+    store.add_results([("t0", 0, 1, 1.0, {"acc": 0.5})])
+    store.close()
+    before = sorted(os.listdir(tmp_path / "done"))
+    grid = ResultGrid.read(str(tmp_path / "done"))
+    assert [r.metrics["acc"] for r in grid] == [0.5]
+    assert sorted(os.listdir(tmp_path / "done")) == before
