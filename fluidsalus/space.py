@@ -568,8 +568,13 @@ class Function(Domain):
                 self.pass_spec = False
         self._call = call
 
-    def draw(self, rng: np.random.Generator, spec: Mapping[str, Any] | None = None) -> Any:
+    def draw(self, rng: np.random.Generator, spec: Mapping[str, Any] | None = None,
+             config_first: bool = False) -> Any:
         """Call ``func`` (see the class docstring) and return its value with NumPy scalars made plain.
+
+        With ``config_first`` it is called as ``func(config)`` first and as ``func(spec)`` if that raises
+        ``KeyError`` or ``AttributeError``: Ray's order when its Tuner resolves a placeholder on a search
+        algorithm's suggestion (``_CallSampler`` given the config), so ``lambda c: c.get("x", 0)`` reads ``x``.
 
         Raises:
             Exception: Whatever ``func`` raises. A read of a value that is not resolved yet raises a
@@ -581,6 +586,13 @@ class Function(Domain):
             view = spec
         else:
             view = _SpecView(spec if spec is not None else {_SPEC_CONFIG_KEY: {}}, None)
+        if config_first and _SPEC_CONFIG_KEY in view:
+            try:
+                return to_python(self.func(view[_SPEC_CONFIG_KEY]))
+            except _UnresolvedDependency:
+                raise
+            except (KeyError, AttributeError):
+                return to_python(self.func(view))
         try:
             return to_python(self.func(view))
         except (KeyError, AttributeError) as spec_error:
@@ -1107,7 +1119,7 @@ def put_functions_back(config: Mapping[str, Any], functions: list[tuple[Path, Fu
     variant = copy.deepcopy(dict(config))
     for path, function in functions:
         variant = _set_path(variant, path, function)
-    _resolve_functions(variant, list(functions), rng)
+    _resolve_functions(variant, list(functions), rng, config_first=True)
     return variant
 
 
@@ -1118,7 +1130,8 @@ def _grid_points(grids: list[tuple[Path, list[Any]]]) -> Iterator[tuple[Any, ...
 
 
 def _resolve_functions(
-    variant: dict[str, Any], functions: list[tuple[Path, Function]], rng: np.random.Generator
+    variant: dict[str, Any], functions: list[tuple[Path, Function]], rng: np.random.Generator,
+    config_first: bool = False,
 ) -> bool:
     """Run the ``sample_from`` functions of one variant in passes until all have run.
 
@@ -1135,7 +1148,7 @@ def _resolve_functions(
         for path, function in pending:
             spec = _SpecView({_SPEC_CONFIG_KEY: variant}, None)
             try:
-                value = function.draw(rng, spec)
+                value = function.draw(rng, spec, config_first=config_first)
             except _UnresolvedDependency as exc:
                 waiting.append((path, function))
                 blocked_on[path] = exc.path

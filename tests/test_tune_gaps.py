@@ -971,13 +971,17 @@ def test_sample_from_in_a_search_algorithms_space_is_computed_on_each_suggestion
     suggests; fluidsalus refused such a space (Optuna: "sample_from(...) has no Optuna equivalent"; one's own
     searcher: "left param_space's y unresolved"; a helper's side-by-side run, where Ray ran y = 10 * x)."""
     space = {"x": tune.randint(1, 4), "y": tune.sample_from(lambda spec: spec.config.x * 10),
-             "nested": {"z": tune.sample_from(lambda spec: spec.config.y + 1)}, "const": 7}
+             "nested": {"z": tune.sample_from(lambda spec: spec.config.y + 1)}, "const": 7,
+             # called with the config first, as Ray's Tuner calls a placeholder's function (the spec first, it got
+             # the default, -1, for every trial: the review)
+             "w": tune.sample_from(lambda config: config.get("x", -1) * 100)}
     search_alg = make()
     planned = plan(tune.TuneConfig(metric="loss", mode="min", num_samples=3, search_alg=search_alg), space)
     configs = [config for _, config in _add(planned.searcher)]
     assert len(configs) >= 2
     for config in configs:
         assert config["y"] == 10 * config["x"] and config["nested"] == {"z": config["y"] + 1}
+        assert config["w"] == 100 * config["x"]
         assert config["const"] == 7
     if isinstance(search_alg, _CountingSearcher):  # it saw Ray's kind of placeholder, a constant, in their place
         assert search_alg.space is not None and search_alg.space["y"] == "<sample_from: y>"
