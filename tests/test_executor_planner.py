@@ -1358,9 +1358,9 @@ def test_a_worker_that_ended_as_a_trial_before_rank_0_leaves_no_lingering_mark_t
     assert submitted == [("cpu:0", 0, 1), ("cpu:1", 1, 1)]
 
 
-def _two_suspects(tmp_path, monkeypatch):
-    """Trials "a" and "b" computed side by side on one device of two slots, at iteration 1, when it died; its
-    replacement is up. Returns the executor, the device and a function that gives (and forgets) what was sent."""
+def _two_computing(tmp_path, monkeypatch):
+    """Trials "a" and "b" computing side by side on one device of two slots, at iteration 1 (a replacement of its
+    actor would be a fake). Returns the executor, the device and the trials."""
     from fluidsalus.gpu.host import EV_RESULT, EV_START
     from fluidsalus.trialgroup import executor as executor_module
 
@@ -1371,6 +1371,13 @@ def _two_suspects(tmp_path, monkeypatch):
     executor._handle(device, [(EV_RESULT, tid, 0, 1.0, {"training_iteration": 1, "time_this_iter_s": 0.5}, False,
                                False) for tid in ("a", "b")])
     monkeypatch.setattr(executor_module, "start_device_actor", lambda *args: _FakeActor())
+    return executor, device, trials
+
+
+def _two_suspects(tmp_path, monkeypatch):
+    """Trials "a" and "b" computed side by side on one device of two slots, at iteration 1, when it died; its
+    replacement is up. Returns the executor, the device and a function that gives (and forgets) what was sent."""
+    executor, device, trials = _two_computing(tmp_path, monkeypatch)
     executor._device_died(device, RuntimeError("the process died"))
     device.alive, device.start_ref = True, None
     executor._adopt(device, device.info)
@@ -1432,17 +1439,10 @@ def test_trials_whose_device_died_with_its_node_are_neither_charged_nor_suspects
     device of several slots was a suspect (restarted one at a time on the node that took its place), and every
     computing trial was charged its share of the death (two node losses at the same point failed a trial that
     computed alone: ``DEATHS_PER_FAILURE``)."""
-    from fluidsalus.gpu.host import EV_RESULT, EV_START
     from fluidsalus.store import ExperimentStore
     from fluidsalus.trialgroup import executor as executor_module
 
-    executor, store = _offline_executor(tmp_path, n_devices=1, slots=2)
-    trials = [_placed_trial(executor, store, "a"), _placed_trial(executor, store, "b", seq=1)]
-    device = executor._devices[0]
-    executor._handle(device, [(EV_START, "a", 0, 0.5), (EV_START, "b", 0, 0.5)])
-    executor._handle(device, [(EV_RESULT, tid, 0, 1.0, {"training_iteration": 1, "time_this_iter_s": 0.5}, False,
-                               False) for tid in ("a", "b")])
-    monkeypatch.setattr(executor_module, "start_device_actor", lambda *args: _FakeActor())
+    executor, device, trials = _two_computing(tmp_path, monkeypatch)
     monkeypatch.setattr(executor_module.Executor, "_node_gone", staticmethod(lambda d: d is device))
     executor._device_died(device, RuntimeError("The actor died because its node has died."))
     assert executor._suspects == set() and {t.status for t in trials} == {"PENDING"}
