@@ -1391,7 +1391,12 @@ def optimize(
     try:
         run(runner, searcher=driver, call_handler=driver.handle_call, name=name, verbose=verbose, **run_kwargs)
     except BaseException as e:
-        driver.fail_unfinished(e)
+        # As Optuna's _run_trial, which fails a trial on an Exception or a KeyboardInterrupt only: a SystemExit (Ray's
+        # SIGTERM handler raises one, a preemption's signal) leaves the running trials RUNNING, for a heartbeat
+        # storage's RetryFailedTrialCallback to find stale and run again (they were FAIL, never retried: a
+        # helper's side-by-side run)
+        if isinstance(e, (Exception, KeyboardInterrupt)):
+            driver.fail_unfinished(e)
         raise
     finally:
         driver.close()

@@ -399,6 +399,27 @@ def test_interrupted_run_fails_its_running_trials(tmp_path, optuna_records):
     assert all(r.exc_info is None for r in failed)
 
 
+def test_a_system_exit_in_the_driver_leaves_the_running_trials_running_as_optuna_does(tmp_path):
+    """Ray's SIGTERM handler raises SystemExit in the driver (a preemption): Optuna fails a trial only on an
+    Exception or a KeyboardInterrupt, so its trials stay RUNNING for a heartbeat storage to retry; here they were
+    told FAIL, and a RetryFailedTrialCallback never ran them again (a helper's side-by-side run)."""
+    def objective(trial: Any) -> float:
+        x = trial.suggest_float("x", 0, 1)
+        for step in range(20):
+            time.sleep(0.05)
+            trial.report(x, step)
+        return x
+
+    def terminated(study: optuna.Study, trial: FrozenTrial) -> None:
+        raise SystemExit(15)
+
+    study = optuna.create_study()
+    with pytest.raises(SystemExit):
+        _optimize(study, objective, tmp_path, n_trials=10, callbacks=[terminated])
+    states = [t.state for t in study.trials]
+    assert TrialState.COMPLETE in states and TrialState.RUNNING in states and TrialState.FAIL not in states
+
+
 # ---------------------------------------------------------------------------------------------- stopping
 
 
