@@ -675,10 +675,12 @@ class TrialSession:
         # every step, so its lane would otherwise idle for a round trip per step).
         self._turns.release()
         self._switch_owed = False
+        away = time.time()
         try:
             return self._caller(method, args)
         finally:
             self._turns.acquire()
+            self._last += time.time() - away  # waiting for the driver and the turn is no part of the iteration
 
     def _stop(self) -> StopTrial:
         """The exception that ends the trial here, noted so that a stop in a thread the trial started ends the
@@ -700,7 +702,9 @@ class TrialSession:
         """A finer boundary than ``report()``: the lane may switch here once the quantum has passed."""
         self._check_live("step")
         if self._turns is not None:
+            away = time.time()
             self._turns.step()
+            self._last += time.time() - away  # a neighbour's turn taken here is no part of this iteration
             if self.stop_requested.is_set() and self._stops_alone():
                 raise self._stop()
 

@@ -703,12 +703,14 @@ class DeviceHost:
         if turn.holder is None:  # nobody was ready: the lane idles, and the next start is not a switch
             turn.released_by = None
 
-    def _boundary(self, trial_id: str, may_switch: bool = True) -> None:
+    def _boundary(self, trial_id: str, may_switch: bool = True, iteration: bool = True) -> None:
         """An iteration boundary: measure memory while profiling, then switch if another trial is ready (and
-        ``may_switch``)."""
+        ``may_switch``). ``iteration=False``: a ``step()`` inside an iteration, which may switch but is no
+        iteration (the ``rr`` and ``srtf`` policies count reports) and no profiling sample."""
         r = self._running[trial_id]
-        r.iterations += 1
-        if self._profiling(r):
+        if iteration:
+            r.iterations += 1
+        if iteration and self._profiling(r):
             if self._profile(r):  # the trial changed lane or had to wait for memory: it holds a turn again
                 return
         turn = self._turns[r.lane_id]
@@ -719,7 +721,8 @@ class DeviceHost:
             else:
                 self._release_locked(r, ready=True)
         if keep:
-            self._open_window(r)
+            if iteration:  # (a step() inside the iteration keeps the window that measures the whole iteration)
+                self._open_window(r)
             return
         self._wait_turn(r, turn)
 
@@ -806,7 +809,7 @@ class DeviceHost:
                 with self._lock:
                     computing = self._computing_locked()
                 if computing == 1:
-                    grown = max(0, p - r.memory.p) if r.memory.samples else 0
+                    grown = max(0, p - r.memory.p) if r.memory.samples else p
                     measured = max(0, self._memory_peak() - window[0] - grown)  # type: ignore[operator]
                     t = self._confirmed_rss_t(r, p, measured, t)
         r.memory.update(p, t)
@@ -885,7 +888,7 @@ class DeviceHost:
     def _step(self, trial_id: str) -> None:
         r = self._running[trial_id]
         if (time.perf_counter() - r.turn_started) * 1e3 >= self.settings.quantum_ms:
-            self._boundary(trial_id)
+            self._boundary(trial_id, iteration=False)
 
     # ------------------------------------------------------------------ lanes: membership
 
