@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -171,7 +172,8 @@ def run(
             passes its ``cpu`` here): a device of ``c`` cores runs at most ``floor(c / cpus_per_trial)`` trials at
             once (at least one), so ``0.5`` runs two trials per core where one trial waits on I/O or sleeps. On
             virtual CPU devices, a request of more than one core makes each device ``ceil(cpus_per_trial)``
-            cores (unless ``cpus_per_device`` is given), whose torch intra-op threads its trial gets. No less
+            cores (unless ``cpus_per_device`` is given), whose torch intra-op threads its trial gets; more than a
+            node has makes its devices the node's cores, with a warning (Ray leaves such trials pending). No less
             than ``0.0001`` (Ray's resource unit). None (the default): one trial per core.
         task_cpus_per_trial: CPU cores each trial keeps free for the Ray tasks and actors it starts (Ray Tune's
             ``PlacementGroupFactory`` bundles after the first pass their CPUs here). The device actors hold every
@@ -263,6 +265,12 @@ def run(
     _connect(spec.address)
     device_specs = plan_devices(cluster_nodes(), spec.devices, spec.cpus_per_device, spec.cpus_per_trial,
                                 spec.task_cpus_per_trial)
+    largest = max((d.cpus for d in device_specs if d.kind == "cpu"), default=None)
+    if spec.cpus_per_trial is not None and largest is not None and spec.cpus_per_trial > largest \
+            and spec.cpus_per_device is None:
+        # (Ray warns that the cluster has too few, and leaves the trials pending; here they run on what there is)
+        warnings.warn(f"cpus_per_trial={spec.cpus_per_trial:g}: no node has that many cores; each trial runs on a "
+                      f"device of {largest} core{'s' if largest != 1 else ''}", UserWarning, stacklevel=2)
 
     created_here = not exists
     trials: list[Trial] = []

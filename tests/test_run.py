@@ -1613,3 +1613,12 @@ def test_a_resume_with_another_metric_or_mode_is_refused_and_changes_nothing(sto
     with pytest.raises(ConfigError, match="the experiment ran with metric='score'"):
         fluidsalus.run(objective, {"x": 0.5}, metric="loss", mode="min", storage_path=storage, name="none",
                        resume=True, verbose=0)
+
+
+def test_cpus_per_trial_above_every_node_warns_and_runs_on_the_largest_device(storage):
+    """It ran on a device of the node's cores without a word (a helper's lanes test); Ray warns that the cluster
+    has too few and leaves the trials pending."""
+    with pytest.warns(UserWarning, match="cpus_per_trial=3: no node has that many cores; each trial runs on a "
+                                         "device of 2 cores"):
+        grid = fluidsalus.run(objective, {"x": 0.5}, cpus_per_trial=3, storage_path=storage, name="big", verbose=0)
+    assert grid.num_errors == 0 and len(grid) == 1
