@@ -174,7 +174,8 @@ def run(
             virtual CPU devices, a request of more than one core makes each device ``ceil(cpus_per_trial)``
             cores (unless ``cpus_per_device`` is given), whose torch intra-op threads its trial gets; more than a
             node has makes its devices the node's cores, with a warning (Ray leaves such trials pending). No less
-            than ``0.0001`` (Ray's resource unit). None (the default): one trial per core.
+            than ``0.0001`` (Ray's resource unit); a trial's ``get_context().get_trial_resources()`` reports it
+            (and ``gpu_per_trial``), as Ray reports a request. None (the default): one trial per core.
         task_cpus_per_trial: CPU cores each trial keeps free for the Ray tasks and actors it starts (Ray Tune's
             ``PlacementGroupFactory`` bundles after the first pass their CPUs here). The device actors hold every
             core they are given, so such a task that asks for a CPU would wait for one as long as the run
@@ -337,6 +338,7 @@ def run(
             verbose=spec.verbose,
             callbacks=run_callbacks,
             gpu_per_trial=spec.gpu_per_trial,
+            cpus_per_trial=spec.cpus_per_trial,
             trial_dirname=trial_dirname,
             trial_name=trial_name,
             result_extras=result_extras,

@@ -1622,3 +1622,17 @@ def test_cpus_per_trial_above_every_node_warns_and_runs_on_the_largest_device(st
                                          "device of 2 cores"):
         grid = fluidsalus.run(objective, {"x": 0.5}, cpus_per_trial=3, storage_path=storage, name="big", verbose=0)
     assert grid.num_errors == 0 and len(grid) == 1
+
+
+def reports_its_resources(config: dict[str, Any]) -> None:
+    fluidsalus.report(dict(fluidsalus.get_context().get_trial_resources().required_resources))
+
+
+def test_a_trials_context_reports_the_cpus_per_trial_the_run_asked_for(storage):
+    """``get_trial_resources()`` said the device's cores (1.0 for ``cpus_per_trial=0.25``), where the Tune front
+    end, as Ray, reports the request (a helper's lanes test)."""
+    grid = fluidsalus.run(reports_its_resources, {"x": fluidsalus.grid_search([1, 2])}, cpus_per_trial=0.25,
+                          storage_path=storage, name="quarter", verbose=0)
+    assert grid.num_errors == 0 and {r.metrics["CPU"] for r in grid} == {0.25}
+    plain = fluidsalus.run(reports_its_resources, {"x": 1}, storage_path=storage, name="plain", verbose=0)
+    assert plain[0].metrics["CPU"] == 1.0  # no request: the device's one core, as before

@@ -245,6 +245,9 @@ class ExecutorSettings:
     prefetch_per_device: int = PREFETCH_PER_DEVICE
     #: The user's hint of the device share one trial needs (``PlannerSettings.prior_share``); None: no hint.
     gpu_per_trial: float | None = None
+    #: The CPU cores one trial asks for (``fluidsalus.run(cpus_per_trial=...)``), which its context reports
+    #: (``get_trial_resources()``, as Ray's gives the request); None: its device's cores.
+    cpus_per_trial: float | None = None
     #: ``f(trial_id, config) -> str``: the folder name of each new trial in the experiment (None: its id).
     trial_dirname: Callable[[str, Mapping[str, Any]], str] | None = None
     #: ``f(trial_id) -> str | None``: the name a trial's context gives it (None, or a None answer:
@@ -653,7 +656,10 @@ class Executor:
                 quantum_ms=self.settings.quantum_ms,
                 # Its cores shared out among the trials it runs at once (one each by default).
                 torch_threads=max(1, spec.cpus // spec.slots) if spec.kind == "cpu" else None,
-                resources={"cpu": float(spec.cpus), "gpu": 1.0 if spec.kind == "cuda" else 0.0},
+                # what a trial's context reports: the run's request where it made one, as Ray reports it (it
+                # said the device's cores, 1.0 for cpus_per_trial=0.25: a helper's lanes test), else the device's
+                resources={"cpu": float(self.settings.cpus_per_trial or spec.cpus),
+                           "gpu": float(self.settings.gpu_per_trial or 1.0) if spec.kind == "cuda" else 0.0},
                 time_attr=self.searcher.time_attr,
                 # every result waits for the driver when a stopper's stop_all() may end the run at it
                 verdict_from=STOP_ALL_VERDICT_FROM if self._stop_all_verdicts else self.searcher.verdict_from,
