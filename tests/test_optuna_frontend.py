@@ -375,20 +375,22 @@ def test_out_of_memory_reruns_the_same_optuna_trial(tmp_path):
         assert t.intermediate_values == {0: x + 0 + 0, 1: x + 1 + 0, 2: x + 2 + 100}
 
 
-def test_interrupted_run_fails_its_running_trials(tmp_path, optuna_records):
-    def objective(trial: Any) -> float:
-        x = trial.suggest_float("x", 0, 1)
-        for step in range(20):
-            time.sleep(0.05)
-            trial.report(x, step)
-        return x
+def _reports_for_a_second(trial: Any) -> float:
+    """Twenty reports 0.05 s apart: running when a callback ends the run."""
+    x = trial.suggest_float("x", 0, 1)
+    for step in range(20):
+        time.sleep(0.05)
+        trial.report(x, step)
+    return x
 
+
+def test_interrupted_run_fails_its_running_trials(tmp_path, optuna_records):
     def interrupt(study: optuna.Study, trial: FrozenTrial) -> None:
         raise KeyboardInterrupt
 
     study = optuna.create_study()
     with pytest.raises(KeyboardInterrupt):
-        _optimize(study, objective, tmp_path, n_trials=10, callbacks=[interrupt])
+        _optimize(study, _reports_for_a_second, tmp_path, n_trials=10, callbacks=[interrupt])
     states = [t.state for t in study.trials]
     assert TrialState.COMPLETE in states and TrialState.RUNNING not in states
     assert not study._thread_local.in_optimize_loop
@@ -403,19 +405,12 @@ def test_a_system_exit_in_the_driver_leaves_the_running_trials_running_as_optuna
     """Ray's SIGTERM handler raises SystemExit in the driver (a preemption): Optuna fails a trial only on an
     Exception or a KeyboardInterrupt, so its trials stay RUNNING for a heartbeat storage to retry; here they were
     told FAIL, and a RetryFailedTrialCallback never ran them again (a helper's side-by-side run)."""
-    def objective(trial: Any) -> float:
-        x = trial.suggest_float("x", 0, 1)
-        for step in range(20):
-            time.sleep(0.05)
-            trial.report(x, step)
-        return x
-
     def terminated(study: optuna.Study, trial: FrozenTrial) -> None:
         raise SystemExit(15)
 
     study = optuna.create_study()
     with pytest.raises(SystemExit):
-        _optimize(study, objective, tmp_path, n_trials=10, callbacks=[terminated])
+        _optimize(study, _reports_for_a_second, tmp_path, n_trials=10, callbacks=[terminated])
     states = [t.state for t in study.trials]
     assert TrialState.COMPLETE in states and TrialState.RUNNING in states and TrialState.FAIL not in states
 
