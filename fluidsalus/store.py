@@ -152,7 +152,14 @@ READABLE_FROM: dict[int, int] = {1: 1, 2: 1, 3: 1}
 #: :data:`READABLE_FROM` of the schema that last wrote it. (Not a schema change: a reader passes over a table it
 #: does not know; stores written before it have none, and are read as their schema says.)
 _STORE_INFO_TABLE = "CREATE TABLE IF NOT EXISTS store_info (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
-_SET_READABLE_FROM = "INSERT OR REPLACE INTO store_info (key, value) VALUES ('readable_from', ?)"
+
+
+def _write_store_info(conn: sqlite3.Connection) -> None:
+    """Create ``store_info`` if it is missing and set its ``readable_from`` for this schema (inside the caller's
+    transaction)."""
+    conn.execute(_STORE_INFO_TABLE)
+    conn.execute("INSERT OR REPLACE INTO store_info (key, value) VALUES ('readable_from', ?)",
+                 (str(READABLE_FROM[SCHEMA_VERSION]),))
 
 # Trial statuses, as Ray Tune names them.
 PENDING = "PENDING"
@@ -626,8 +633,7 @@ class ExperimentStore:
                 " VALUES (1, ?, 'RUNNING', ?, ?, ?, ?, ?)",
                 (name, metric, mode, dumps(dict(spec)), now, now),
             )
-            conn.execute(_STORE_INFO_TABLE)
-            conn.execute(_SET_READABLE_FROM, (str(READABLE_FROM[SCHEMA_VERSION]),))
+            _write_store_info(conn)
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
@@ -738,8 +744,7 @@ class ExperimentStore:
             if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'store_info'").fetchone() is None:
                 try:
                     conn.execute("BEGIN")
-                    conn.execute(_STORE_INFO_TABLE)
-                    conn.execute(_SET_READABLE_FROM, (str(READABLE_FROM[SCHEMA_VERSION]),))
+                    _write_store_info(conn)
                     conn.execute("COMMIT")
                 except sqlite3.OperationalError:  # (a store busy elsewhere: a later opening adds it)
                     if conn.in_transaction:
@@ -749,8 +754,7 @@ class ExperimentStore:
         try:
             for to in range(version + 1, SCHEMA_VERSION + 1):
                 conn.execute(_MIGRATIONS[to])
-            conn.execute(_STORE_INFO_TABLE)
-            conn.execute(_SET_READABLE_FROM, (str(READABLE_FROM[SCHEMA_VERSION]),))
+            _write_store_info(conn)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except BaseException:
             conn.execute("ROLLBACK")

@@ -524,6 +524,7 @@ class Executor:
         self.pending = PendingQueue(self.planner.book, searcher.time_attr, searcher.turn_key if self._turns else None)
         self._devices: list[_Device] = []
         self._lost: dict[str, _Device] = {}  # devices whose actor is gone and could not be started again, by name
+        self._parked: set[int] = set()  # ids of the devices parked warm at the run's end (_stop_devices)
         self._next_node_check = 0.0
         # How long a new device actor takes to come up here: the first of the run's own, or, when warm actors serve
         # the run, the longest such time of the runs that started them (a device that joined late waited for its
@@ -885,7 +886,6 @@ class Executor:
                 CPU devices whose trials all stopped are parked for ``settings.keep_warm_s``
                 (``fluidsalus.trialgroup.warm``) instead of ended.
         """
-        self._parked: set[int] = set()  # ids of the devices parked warm (a Ctrl-C on the way ends the others)
         try:
             self._shut_down_devices(keep_warm)
         except KeyboardInterrupt:

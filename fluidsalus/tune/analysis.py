@@ -38,7 +38,7 @@ from fluidsalus.store import (
     PENDING,
     RUNNING,
     DriverLock,
-    ExperimentStore,
+    open_readonly,
     read_error_file,
 )
 from fluidsalus.tune.result import TRAINING_ITERATION
@@ -212,7 +212,7 @@ class ExperimentAnalysis:
                    "experiments it ran itself, from their store, not Ray's result files; read this one with Ray's "
                    "ExperimentAnalysis" if ray_wrote_it else "")
             )
-        store = ExperimentStore.open(path, readonly=True)
+        store = open_readonly(path)  # (creating nothing beside it, as ResultGrid.read opens it)
         try:
             grid = ResultGrid.from_store(store)
             status = store.experiment()["status"]
