@@ -1081,19 +1081,16 @@ def take_functions(space: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple
         A copy of the space with each function (outside grids and choices) replaced by its placeholder, and the
         functions by path, in depth-first order.
     """
-    taken = copy.deepcopy(dict(space))
     grids: list[tuple[Path, list[Any]]] = []
     domains: list[tuple[Path, Domain]] = []
-    _find_unresolved(taken, (), grids, domains)
+    _find_unresolved(dict(space), (), grids, domains)
     functions = [(path, domain) for path, domain in domains if isinstance(domain, Function)]
-    for path, _ in functions:
-        taken = _set_path(taken, path, SAMPLE_FROM_PLACEHOLDER.format(path=_path_text(path)))
-    return taken, functions
+    return with_placeholders(space, functions), functions
 
 
 def with_placeholders(config: Mapping[str, Any], functions: list[tuple[Path, Function]]) -> dict[str, Any]:
-    """A configuration made by :func:`put_functions_back` as the search algorithm suggested it: the placeholders of
-    :func:`take_functions` back in the functions' places (a new dict)."""
+    """``config`` (a space, or a configuration made by :func:`put_functions_back`) with the placeholders of
+    :func:`take_functions` in the functions' places, as the search algorithm sees it (a new dict)."""
     suggested = copy.deepcopy(dict(config))
     for path, _ in functions:
         suggested = _set_path(suggested, path, SAMPLE_FROM_PLACEHOLDER.format(path=_path_text(path)))

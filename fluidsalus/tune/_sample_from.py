@@ -4,9 +4,9 @@ Ray's Tuner hands a search algorithm (``OptunaSearch``, ``HyperOptSearch``, ``Tu
 space with a placeholder in place of each ``sample_from``, and computes the functions on each configuration the
 algorithm suggests (``ray.tune.impl.placeholder``): ``{"x": tune.randint(0, 3), "y": tune.sample_from(lambda
 spec: spec.config.x * 10)}`` runs with ``y = 10 * x``. fluidsalus refused it (Optuna has no distribution for a
-function, and a searcher of one's own "left y unresolved"). :func:`with_sample_from` does what Ray does:
-:func:`fluidsalus.space.take_functions` gives the algorithm the placeholders, and :class:`SampleFromResolver`, around
-the plan's searcher, computes the functions on each configuration before its trial is made.
+function, and a searcher of one's own "left y unresolved"). Now as in Ray: :func:`fluidsalus.space.take_functions`
+gives the algorithm the placeholders (``fluidsalus/tune/_translate.py``), and :class:`SampleFromResolver`, around the
+plan's searcher, computes the functions on each configuration before its trial is made.
 """
 
 from __future__ import annotations
@@ -83,8 +83,3 @@ class SampleFromResolver(WrappingSearcher):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.inner.load_state_dict(state)
-
-
-def with_sample_from(searcher: BaseSearcher, functions: list[tuple[tuple[Any, ...], sp.Function]]) -> BaseSearcher:
-    """``searcher`` in a :class:`SampleFromResolver` when the space had functions, else itself."""
-    return SampleFromResolver(searcher, functions) if functions else searcher

@@ -80,7 +80,7 @@ from fluidsalus.tune._custom_search import (
 from fluidsalus.tune._domains import translate_ray_values
 from fluidsalus.tune._optuna_hyperband import OptunaHyperBand
 from fluidsalus.tune._ray_objects import adopt_scheduler, adopt_search_alg
-from fluidsalus.tune._sample_from import SampleFromResolver, with_sample_from
+from fluidsalus.tune._sample_from import SampleFromResolver
 from fluidsalus.tune._streamed import StreamedASHA, StreamedHyperBand
 from fluidsalus.tune._tags import SEARCHER, VARIANTS
 from fluidsalus.tune.schedulers import PB2 as PB2Holder
@@ -602,7 +602,7 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
                                    limits, inner_limits, stop)
         if not functions:
             return planned
-        return replace(planned, searcher=with_sample_from(planned.searcher, functions),
+        return replace(planned, searcher=SampleFromResolver(planned.searcher, functions),
                        summary=f"{planned.summary}, with sample_from computed on each suggestion")
 
     if isinstance(scheduler, PopulationBasedTrainingReplay):
