@@ -73,7 +73,6 @@ from fluidsalus.tune._custom_scheduler import ScheduledSearch
 from fluidsalus.tune._custom_search import defined_by_user, runner_of
 from fluidsalus.tune._interrupt import StopSignals
 from fluidsalus.tune._output import log_files
-from fluidsalus.tune._sample_from import SampleFromResolver
 from fluidsalus.tune._tags import TAG_KEY, Tagger
 from fluidsalus.tune._trainable import (
     MANY_GPUS_WARNING,
@@ -374,7 +373,7 @@ def _total_samples(searcher: Any, num_samples: int, endless: bool) -> int | None
     Under ASHA or a scheduler of the user's own it was ``num_samples`` (2 for a grid of 3 values times 2, where
     Ray says 6: a helper's side-by-side run).
     """
-    while isinstance(searcher, (MedianStopping, ScheduledSearch, SampleFromResolver)):  # (they make no trials)
+    while isinstance(searcher, (MedianStopping, ScheduledSearch)):  # (they decide on the trials, not make them)
         searcher = searcher.inner
     return getattr(searcher, "total_samples", sys.maxsize if endless else num_samples)
 
