@@ -22,6 +22,7 @@ from fluidsalus.gpu.host import (
     OUT_ERRORED,
     OUT_STOPPED,
     OUT_WITHDRAWN,
+    PROFILE_ITERATIONS,
     DeviceHost,
     HostSettings,
     LaneStreams,
@@ -817,6 +818,62 @@ def test_a_peak_over_the_device_measured_twice_fails_the_trial(tmp_path):
     assert end[4] == OUT_ERRORED and "needs more memory than the device has" in end[5]
     assert f"T={64 * 2**20}" in end[5]  # the larger of the two measurements
     assert len(memory) == 2
+
+
+def _memory_events(events, trial_id):
+    return [e[5] for e in events if e[0] == EV_LANE and e[4] == "memory" and e[1] == trial_id]
+
+
+def test_t_is_measured_only_alone_and_a_busy_start_leaves_no_trace_of_the_guess(tmp_path):
+    """Shared boundaries were counted as samples of T with the guess as their value: after three of them
+    profiling stopped with T at the 256 MiB guess (goodput then showed 256 MiB used by trials of 1 MB), and a
+    solo sample after one or two was weighed against the guess at 70 % (a helper's test). A shared boundary is
+    no sample of T now, profiling waits a few boundaries for a solo one, and that one replaces the guess."""
+    guess_t = 256 * 2**20
+
+    def f(config):
+        for i in range(config["n"]):
+            time.sleep(0.05)
+            fluidsalus.report({"i": i})
+
+    host = DeviceHost(f, HostSettings("exp", max_lanes=2, capacity_bytes=2**31, trial_estimate=(2**20, guess_t)))
+    host.submit([_spec(tmp_path, 0, n=4)])
+    events, deadline = [], time.time() + WAIT_S
+    while not any(e[0] == EV_RESULT for e in events) and time.time() < deadline:
+        events += host.poll(0.01)  # t0 is computing: t1's first iterations share the device with it
+    host.submit([_spec(tmp_path, 1, n=10)])
+    events += _drain(host, 2)
+    memory = _memory_events(events, "t1")
+    shared = [m for m in memory if not m["alone"]]
+    assert len(shared) >= 2 and all(m["t"] == guess_t for m in shared), memory  # not measured: no sample
+    assert min(m["t"] for m in memory) < 16 * 2**20, memory  # a solo iteration measured it: the guess is gone
+    assert memory[-1]["sample"] <= 2 * PROFILE_ITERATIONS
+
+
+def test_a_trial_readmitted_after_out_of_memory_keeps_its_grown_estimate_until_one_is_measured(tmp_path):
+    """A re-admitted trial's estimate restarted from the configured guess: its first shared boundary put the
+    guess back in its lane, undoing the growth its out-of-memory error had bought."""
+    guess = (2**20, 8 * 2**20)
+    marker = tmp_path / "ran_out_once"
+
+    def f(config):
+        if config["oom"] and not marker.exists():
+            marker.write_text("")
+            raise MemoryError("simulated out of memory")
+        for i in range(config["n"]):
+            time.sleep(0.05)
+            fluidsalus.report({"i": i})
+
+    host = DeviceHost(f, HostSettings("exp", max_lanes=2, capacity_bytes=2**31, trial_estimate=guess))
+    host.submit([_spec(tmp_path, 1, oom=False, n=12)])
+    events, deadline = [], time.time() + WAIT_S
+    while not any(e[0] == EV_RESULT for e in events) and time.time() < deadline:
+        events += host.poll(0.01)  # t1 is computing beside t0 throughout
+    host.submit([_spec(tmp_path, 0, oom=True, n=3)])
+    events += _drain(host, 2)
+    assert any(e[0] == EV_LANE and e[4] == "oom_readmit" and e[1] == "t0" for e in events)
+    shared = [m for m in _memory_events(events, "t0") if not m["alone"]]
+    assert shared and shared[0]["t"] == 2 * guess[1], shared  # the doubled estimate, not the guess
 
 
 def test_an_idle_lane_handover_is_not_a_switch(tmp_path):

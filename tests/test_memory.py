@@ -116,10 +116,12 @@ def test_ema():
 
 def test_memory_estimate_rises_at_once_and_decays_slowly():
     est = MemoryEstimate(p=1000, t=1000)  # an initial guess
-    est.update(100, 50)  # the first measurement replaces the guess
-    assert (est.p, est.t, est.samples) == (100, 50, 1)
+    est.update(100, None)  # a boundary that could not measure T (not alone): P only, and no sample of T
+    assert (est.p, est.t, est.samples, est.t_samples) == (100, 1000, 1, 0)
+    est.update(100, 50)  # the first measurement of T replaces the guess, however many boundaries came first
+    assert (est.p, est.t, est.samples, est.t_samples) == (100, 50, 2, 1)
     est.update(120, 80)  # larger: taken at once
     assert (est.p, est.t) == (120, 80)
     est.update(120, 0)  # smaller: decays by alpha
     assert est.t == round(80 * (1 - DEFAULT_EMA_ALPHA))
-    assert est.samples == 3
+    assert (est.samples, est.t_samples) == (4, 3)

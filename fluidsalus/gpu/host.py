@@ -166,7 +166,8 @@ class HostSettings:
         verdict_from: From this ``result[time_attr]`` on, each result waits for the searcher's decision on it
             (the searcher's ``verdict_from``; see ``TrialSession``). None: results never wait.
         profile_memory: Measure each trial's P and T during its first :data:`PROFILE_ITERATIONS` iterations
-            (CPU devices) and re-fit its lane; False keeps ``trial_estimate`` (changed only by an OOM).
+            (T only in an iteration no other trial computed during; up to as many more iterations wait for one
+            when none was) and re-fit its lane; False keeps ``trial_estimate`` (changed only by an OOM).
         memory_mode: How the device knows and bounds its trials' memory (:mod:`fluidsalus.gpu.arena`):
             ``"caching"`` (profiling as above, PyTorch's caching allocator on a GPU), ``"arena"`` (the lane
             allocator's arenas: exact P and T read at every boundary, hard caps; needs the ``arena`` backend of
@@ -734,9 +735,10 @@ class DeviceHost:
             return False
         if self._arenas is not None or r.memory.samples < PROFILE_ITERATIONS:
             return True
-        # A held-back T (see _confirmed_rss_t) waits for a solo iteration, for PROFILE_ITERATIONS more at most;
-        # after that it is dropped and the trial keeps its estimate.
-        return r.suspect_t is not None and r.memory.samples < 2 * PROFILE_ITERATIONS
+        # A T never measured (the trial never computed alone: a busy device) or held back (see _confirmed_rss_t)
+        # waits for a solo iteration, for PROFILE_ITERATIONS more at most; after that the trial keeps its estimate.
+        waiting = r.suspect_t is not None or r.memory.t_samples == 0
+        return waiting and r.memory.samples < 2 * PROFILE_ITERATIONS
 
     def _memory_now(self) -> int | None:
         """Memory in use by this process on the device: RSS on a CPU device, allocated bytes on a GPU."""
@@ -785,7 +787,8 @@ class DeviceHost:
         device). T is the peak rise of the device's memory over an iteration during which no other trial
         computed on it, less P's growth: the process's RSS on a CPU device (see :mod:`fluidsalus.gpu.memory`),
         PyTorch's caching allocator's ``max_memory_allocated`` on a GPU (a measured solo iteration, the
-        caching-allocator mode of docs/allocator.md). Otherwise the previous T is kept.
+        caching-allocator mode of docs/allocator.md). Otherwise T is not measured and the estimate keeps its T
+        (the one the trial was admitted with, until a solo iteration measures it).
 
         In arena mode both are exact, whoever else runs: P is the trial's live bytes in the lane allocator and T
         its peak since the previous boundary less P (:meth:`LaneArenas.boundary`). They are read at every
@@ -802,7 +805,7 @@ class DeviceHost:
             p, t, alone = exact.p, exact.t, None
         else:
             p = _reachable_bytes()
-            t = r.memory.t if r.memory.samples else self.settings.trial_estimate[1]
+            t: int | None = None
             window = r.window
             alone = window is not None and window[2] == 1 and window[1] == self._grant_seq and window[0] is not None
             if alone:
@@ -811,7 +814,7 @@ class DeviceHost:
                 if computing == 1:
                     grown = max(0, p - r.memory.p) if r.memory.samples else p
                     measured = max(0, self._memory_peak() - window[0] - grown)  # type: ignore[operator]
-                    t = self._confirmed_rss_t(r, p, measured, t)
+                    t = self._confirmed_rss_t(r, p, measured)
         r.memory.update(p, t)
         with self._lock:
             self._emit_locked((EV_LANE, r.spec.trial_id, r.spec.attempt, time.time(), "memory",
@@ -842,7 +845,7 @@ class DeviceHost:
         self._acquire(r.spec.trial_id)
         return True
 
-    def _confirmed_rss_t(self, r: _Running, p: int, measured: int, previous: int) -> int:
+    def _confirmed_rss_t(self, r: _Running, p: int, measured: int) -> int | None:
         """The T to use from a solo iteration's measured peak (the process's RSS on a CPU device; on a GPU in
         caching mode the allocator's device-wide peak).
 
@@ -850,7 +853,7 @@ class DeviceHost:
         during the window, and that cannot be told apart from the trial's own use. P is counted from the
         trial's own objects, so P alone over the device fails the trial at once; a T that alone would push
         the trial past the whole device (a failure, never retried) must be measured twice in a row first.
-        The first such sample is held back (the previous estimate stays) and the next solo iteration decides:
+        The first such sample is held back (the estimate keeps its T) and the next solo iteration decides:
         over again, and the larger one is used (the trial fails); within the device, and it is used as
         measured.
 
@@ -858,10 +861,9 @@ class DeviceHost:
             r: The trial.
             p: Its P just counted.
             measured: T from this window's RSS peak.
-            previous: The T in use before this sample.
 
         Returns:
-            The T to fold into the estimate.
+            The T to fold into the estimate, or None while it is held back.
         """
         settled = p > self.settings.capacity_bytes or p + measured <= self.settings.capacity_bytes
         if settled:  # within the device, or P alone decides the failure: nothing to confirm
@@ -869,7 +871,7 @@ class DeviceHost:
             return measured
         if r.suspect_t is None:
             r.suspect_t = measured
-            return previous
+            return None
         measured, r.suspect_t = max(measured, r.suspect_t), None
         return measured
 
@@ -943,7 +945,10 @@ class DeviceHost:
         thread = threading.Thread(target=self._run_trial, args=(spec, session), name=f"trial-{spec.trial_id}",
                                   daemon=True)
         self._turns.setdefault(lane_id, _LaneTurn())
-        self._running[spec.trial_id] = _Running(spec, session, thread, lane_id, self._seq)
+        # Its estimate starts from the one it was admitted with: the guess, or what an out-of-memory error grew.
+        estimate = self._lanes.estimate(spec.trial_id) if spec.trial_id in self._lanes else self.settings.trial_estimate
+        self._running[spec.trial_id] = _Running(spec, session, thread, lane_id, self._seq,
+                                                memory=mem.MemoryEstimate(*estimate))
         self._seq += 1
         if spec.prefetched:
             pass  # its start is its first turn (_begin_locked): until then it waits without running

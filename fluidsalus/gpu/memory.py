@@ -302,37 +302,41 @@ class Ema:
 class MemoryEstimate:
     """A trial's memory estimate, in bytes, as profiling refines it.
 
-    ``p`` is the latest measurement (P is counted exactly, and is what the trial holds now). ``t`` rises at
-    once to any larger measurement and decays towards smaller ones as an EMA: ``max(t_new, ema)``. An
-    average alone would sit below the peaks it has seen, which is how an admission runs out of memory.
+    ``p`` is the latest measurement (P is counted exactly, and is what the trial holds now). ``t`` starts as the
+    estimate the trial was admitted with (a guess, or one an out-of-memory error grew) and is replaced by the
+    first measurement of T; after that it rises at once to any larger measurement and decays towards smaller
+    ones as an EMA: ``max(t_new, ema)``. An average alone would sit below the peaks it has seen, which is how an
+    admission runs out of memory. A boundary that counts P but cannot measure T (another trial computed during
+    the iteration) leaves ``t`` as it is: it is no sample of T.
 
     Attributes:
         p: Persistent bytes.
         t: Ephemeral bytes.
-        samples: Measurements taken (0: ``p`` and ``t`` are an initial guess).
+        samples: Boundaries measured (P at each).
+        t_samples: Of them, those that measured T (0: ``t`` is still the estimate the trial was admitted with).
         alpha: EMA weight of a new ``t`` below the current estimate.
     """
 
     p: int = 0
     t: int = 0
     samples: int = 0
+    t_samples: int = 0
     alpha: float = DEFAULT_EMA_ALPHA
 
-    def update(self, p: int, t: int) -> MemoryEstimate:
-        """Fold in one measurement.
+    def update(self, p: int, t: int | None) -> MemoryEstimate:
+        """Fold in one boundary's measurement.
 
         Args:
             p: Measured persistent bytes.
-            t: Measured ephemeral bytes.
+            t: Measured ephemeral bytes, or None when this boundary could not measure T.
 
         Returns:
             self, updated.
         """
-        if self.samples == 0:
-            self.p, self.t = p, t
-        else:
-            self.p = p
-            self.t = max(t, math.ceil(self.alpha * t + (1 - self.alpha) * self.t))
+        self.p = p
+        if t is not None:
+            self.t = t if self.t_samples == 0 else max(t, math.ceil(self.alpha * t + (1 - self.alpha) * self.t))
+            self.t_samples += 1
         self.samples += 1
         return self
 
