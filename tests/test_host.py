@@ -717,6 +717,26 @@ def test_an_allocation_larger_than_the_whole_device_fails_at_once_without_a_reru
     assert "bytes of memory of device cpu: not retried" in end[5]
 
 
+def test_an_out_of_memory_error_that_names_its_size_grows_the_estimate_to_it(tmp_path):
+    """A MemoryError for 64 MiB doubled a 1 MiB estimate (2, 4, 8 MiB...): each retry ran the trial again to
+    fail the same way, and the retry limit could fail it though the device had the memory (a helper's test)."""
+    np = pytest.importorskip("numpy")
+    marker = tmp_path / "ran_out_once"
+
+    def f(config):
+        if not marker.exists():
+            marker.write_text("")
+            raise MemoryError("Unable to allocate 64.0 MiB for an array with shape (8388608,) and data type float64")
+        fluidsalus.report({"n": int(np.zeros(4).size)})
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    host.submit([_spec(tmp_path, 0)])
+    events = _drain(host, 1)
+    assert next(e for e in events if e[0] == EV_END)[4] == OUT_COMPLETED
+    oom = next(e for e in events if e[0] == EV_LANE and e[4] == "lane_oom")
+    assert oom[5]["detail"][2:] == [2 * ESTIMATE[0], 64 * 2**20]  # T: the 64 MiB asked for, not 2 MiB
+
+
 def test_the_size_an_out_of_memory_message_names():
     from fluidsalus.gpu.memory import requested_bytes
 

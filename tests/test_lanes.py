@@ -268,6 +268,19 @@ def test_oom_in_a_shared_lane_waits_for_a_lane_alone():
     m2.check_invariants()
 
 
+def test_oom_grows_t_to_at_least_the_allocation_that_failed():
+    m = LaneManager(1000, max_lanes=1, grow_lanes=False)
+    m.admit("a", 10, 20)
+    m.on_oom("a", needed=300)  # it held P and asked for 300 more: doubling (40) is known to fail again
+    assert m.estimate("a") == (20, 300)
+    m.on_oom("a", needed=100)  # a smaller request than double: doubling decides
+    assert m.estimate("a") == (40, 600)
+    m.on_oom("a", needed=5000)  # more than the device: clamped, P kept
+    assert m.estimate("a") == (80, 920)
+    with pytest.raises(LaneError, match="needed: must be an int >= 0"):
+        m.on_oom("a", needed=-1)
+
+
 def test_zero_estimates_still_grow_on_oom():
     m = LaneManager(10, max_lanes=1, grow_lanes=False)
     m.admit("a", 0, 0)

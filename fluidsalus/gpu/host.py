@@ -1138,7 +1138,7 @@ class DeviceHost:
             try:
                 # A data-parallel rank is not re-admitted alone: its peers' group is gone; the driver restarts.
                 if (outcome == OUT_OOM and spec.world_size == 1
-                        and self._readmit_locked(spec, session, error or "", trace)):
+                        and self._readmit_locked(spec, session, error or "", trace, requested or 0)):
                     return
             except Exception as e:  # noqa: BLE001 - the trial must still end, or the driver waits forever
                 error = _encodable(f"{error}; re-admission failed: {type(e).__name__}: {e}")
@@ -1159,18 +1159,19 @@ class DeviceHost:
                 self._emit_locked((EV_LANE, spec.trial_id, spec.attempt, time.time(), "runtime_error",
                                    {"traceback": tb.format_exc()}))
 
-    def _readmit_locked(self, spec: TrialSpec, session: TrialSession, error: str, trace: str | None) -> bool:
+    def _readmit_locked(self, spec: TrialSpec, session: TrialSession, error: str, trace: str | None,
+                        requested: int) -> bool:
         """A trial ran out of memory: re-admit it with a larger estimate, from its last checkpoint.
 
         Its lane neighbours keep running. The lane manager grows its estimate (alone in a lane if need be),
-        up to its retry limit.
+        up to its retry limit: doubled, and its T at least the ``requested`` bytes its error named (0: none).
 
         Returns:
             True when the trial was re-admitted (or queued for it); False when it must fail.
         """
         r = self._running[spec.trial_id]
         self._release_locked(r, ready=False)
-        decision = self._lanes.on_oom(spec.trial_id)
+        decision = self._lanes.on_oom(spec.trial_id, needed=requested)
         self._emit_lane_events_locked()
         if decision.action == ln.ACT_FAIL:  # the manager forgot the trial; it ends as errored
             self._place_admitted_locked(decision.admitted)  # the memory it left let waiting trials in: start them

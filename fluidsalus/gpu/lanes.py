@@ -400,8 +400,11 @@ class LaneManager:
             return self._fail(trial_id, f"estimate P+T = {p + t} bytes exceeds the device's {self.capacity}")
         return self._refit(trial_id, p, t)
 
-    def on_oom(self, trial_id: str, factor: float = DEFAULT_OOM_FACTOR) -> Decision:
+    def on_oom(self, trial_id: str, factor: float = DEFAULT_OOM_FACTOR, needed: int = 0) -> Decision:
         """A placed trial ran out of memory: re-admit it with ``P`` and ``T`` multiplied by ``factor``.
+
+        ``T`` grows to at least ``needed``, the size of the allocation that failed when its error says it: the
+        trial held its ``P`` and asked for that much more, so a smaller ``T`` is known to fail again.
 
         The grown estimate is clamped to the whole device (so the last chance is a lane alone on the device).
         The trial is re-placed like an estimate change (:meth:`update_estimate`): its lane grows if the device
@@ -412,6 +415,7 @@ class LaneManager:
         Args:
             trial_id: A placed trial (its failed iteration is re-run from its last state by the caller).
             factor: Growth factor of the estimate, > 1.
+            needed: Bytes the failed allocation asked for (0: unknown).
 
         Returns:
             The decision (``ACT_FAIL``: the manager forgot the trial; fail it with the recorded reason).
@@ -421,6 +425,7 @@ class LaneManager:
         """
         if not factor > 1:
             raise LaneError(f"factor: must be > 1, got {factor!r}")
+        _check_bytes("needed", needed)
         lane_id = self._where.get(trial_id)
         if lane_id is None:
             raise LaneError(f"trial {trial_id!r} is not placed on this device: only a running trial can run out")
@@ -430,7 +435,7 @@ class LaneManager:
             return self._fail(trial_id, f"out of memory {retry} times (max_oom_retries={self.max_oom_retries})")
         if p + t >= self.capacity:
             return self._fail(trial_id, f"out of memory with the whole device ({self.capacity} bytes)")
-        new_p, new_t = math.ceil(p * factor), math.ceil(t * factor)
+        new_p, new_t = math.ceil(p * factor), max(math.ceil(t * factor), needed)
         if new_p + new_t <= p + t:  # zero estimates do not grow by multiplication: take at least one byte more
             new_t = t + 1
         if new_p + new_t > self.capacity:  # clamp to the device, keeping P (persistent memory cannot shrink)
