@@ -75,13 +75,13 @@ class Result:
     _trial_name: str | None = None  # the name the run gave it (a Ray trial_name_creator's), if any
 
     @property
-    def metrics_dataframe(self) -> pd.DataFrame | None:
+    def metrics_dataframe(self) -> pd.DataFrame:
         """Every result of the trial, one row per iteration (built when asked for; see the class docstring): empty
-        when it started and reported nothing, None when it never started."""
+        when it reported nothing, or never started (as Ray's)."""
         import pandas as pd
 
         if not self._history:
-            return pd.DataFrame() if self._started else None
+            return pd.DataFrame()
 
         configs = self._row_configs or [self._config or {}] * len(self._history)
         # As Ray reads a trial's result.json: each row's top-level values first, then its nested ones flattened.
@@ -139,6 +139,7 @@ class Result:
         Raises:
             ConfigError: If ``storage_filesystem`` is set, or ``path`` is not a trial folder of a fluidsalus
                 experiment (the message says which part is missing).
+            RuntimeError: If the trial never started (Ray's error: its folder has no results).
         """
         if storage_filesystem is not None:
             raise ConfigError("Result.from_path: storage_filesystem is not supported by fluidsalus (the trial "
@@ -152,6 +153,9 @@ class Result:
                               f"{e}") from None
         for result in grid:
             if os.path.basename(result.path) == dirname:
+                if not result._started and not result._history:
+                    raise RuntimeError("Failed to restore the Result object: Neither result.json nor progress.csv "
+                                       "exists in the trial folder!")
                 return result
         raise ConfigError(f"Result.from_path: the experiment {experiment_dir!r} has no trial folder {dirname!r} "
                           f"(its trials' folders: {[os.path.basename(r.path) for r in grid]})")
@@ -412,6 +416,8 @@ class ResultGrid:
                 row = best_row(history, metric, filter_mode) or row  # type: ignore[arg-type]
             rows.append(with_config(row, result.config or {}))
             folders.append(result.path)
+        if not rows:
+            return pd.DataFrame()  # no trial reported: no columns either, as in Ray
         # Ray's column order: each row's top-level values, then its nested ones flattened, then the trial's folder.
         frame = pd.json_normalize(rows, sep=DELIMITER)
         frame["logdir"] = folders

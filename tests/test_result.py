@@ -67,7 +67,7 @@ def test_the_metrics_dataframe_flattens_nested_metrics_and_adds_the_config_of_ea
     assert list(frame["info/acc"]) == [0.5, 0.7] and list(frame["config/lr"]) == [0.1, 0.2]
     # Without per-row configurations (a store older than them): the trial's configuration on every row.
     assert list(_result(history, {"lr": 0.2}).metrics_dataframe["config/lr"]) == [0.2, 0.2]
-    assert _result([], {"lr": 0.2}).metrics_dataframe is None
+    assert _result([], {"lr": 0.2}).metrics_dataframe.empty  # never started: empty, as Ray's
 
 
 #: Ray Tune 2.60's result keys in order, from a function trainable that reports ``{"score": ..., "nested": {...}}``
@@ -172,12 +172,18 @@ def test_a_trial_that_never_reported_has_only_its_id_in_metrics_and_no_row_in_th
                        ("ran", 0, 2, 2.0, {"acc": 0.7, "training_iteration": 2})])
     grid = ResultGrid.from_store(store)
     never = next(r for r in grid if r.trial_id == "never")
-    assert never.metrics == {"trial_id": "never"} and never.config is None and never.metrics_dataframe is None
+    assert never.metrics == {"trial_id": "never"} and never.config is None and never.metrics_dataframe.empty
     ran = next(r for r in grid if r.trial_id == "ran")
     for frame in (grid.get_dataframe(), grid.get_dataframe(filter_metric="acc", filter_mode="min")):
         assert list(frame["config/x"]) == [1] and list(frame["logdir"]) == [ran.path]
     assert list(grid.get_dataframe(filter_metric="acc", filter_mode="min")["acc"]) == [0.5]
     assert grid.get_best_result().trial_id == "ran"
+    # Ray's error for the folder of a trial that never started (it returned a Result of None config)
+    with pytest.raises(RuntimeError, match="Neither result.json nor progress.csv exists in the trial folder"):
+        Result.from_path(never.path)
+    assert Result.from_path(ran.path).config == {"x": 1}
+    # A grid in which no trial reported: a frame without columns, as Ray's (it had a logdir column)
+    assert ResultGrid([never], grid.experiment_path).get_dataframe().columns.empty
     store.close()
 
 

@@ -129,8 +129,23 @@ def test_frames_take_the_last_or_the_best_row_per_trial() -> None:
     assert list(analysis.dataframe("loss")["loss"]) == [2.0, 4.0]  # no mode: the last row
     frame = analysis.results_df
     assert frame.index.name == "trial_id" and frame.loc["a", "loss"] == 2.0 and frame.loc["b", "config/x"] == 2
+    assert _analysis(_result("c", [], {"x": 3}, status="PENDING")).dataframe().columns.empty  # none reported
     assert list(analysis.trial_dataframes["a"]["loss"]) == [3.0, 1.0, 2.0] and analysis.trial_dataframes["c"].empty
     assert analysis.best_result_df.index.tolist() == ["a"] and list(analysis.best_dataframe["loss"]) == [3.0, 1.0, 2.0]
+
+
+def test_frames_have_rays_column_order() -> None:
+    """Nested keys stayed where the result had them (``loss, info/acc, done``); Ray's frames put them after the
+    plain ones (a helper's side-by-side comparison)."""
+    history = [{"trial_id": "a", "training_iteration": i, "loss": 1.0, "info": {"acc": 0.5}, "done": False}
+               for i in (1, 2)]
+    result = Result(metrics=dict(history[-1], config={"x": 1}), checkpoint=None, error=None, path="/exp/a",
+                    best_checkpoints=[], trial_id="a", status="TERMINATED", _history=history)
+    analysis = _analysis(result)
+    plain = ["trial_id", "training_iteration", "loss", "done"]
+    assert list(analysis.dataframe().columns) == [*plain, "info/acc", "config/x", "logdir"]
+    assert list(analysis.results_df.columns) == [*plain[1:], "info/acc", "config/x"]
+    assert list(analysis.best_result_df.columns) == [*plain[1:], "info/acc", "config/x"]
 
 
 def test_checkpoints_best_by_metric_and_last_by_iteration(tmp_path) -> None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError
 from fluidsalus.result import (
+    DELIMITER,
     MODES,
     Result,
     ResultGrid,
@@ -31,6 +32,7 @@ from fluidsalus.result import (
     lookup_metric,
     metric_analysis,
 )
+from fluidsalus.session import with_config
 from fluidsalus.store import (
     DB_FILENAME,
     ERROR_FILE,
@@ -42,6 +44,7 @@ from fluidsalus.store import (
     read_error_file,
 )
 from fluidsalus.tune.result import TRAINING_ITERATION
+from fluidsalus.tune.utils import flatten_dict as flatten_like_ray
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -247,10 +250,11 @@ class ExperimentAnalysis:
 
     @property
     def results_df(self) -> pd.DataFrame:
-        """The trials' last results (nested keys flattened with ``/``), indexed by ``trial_id``."""
+        """The trials' last results (nested keys flattened with ``/``, after the plain ones as in Ray), indexed by
+        ``trial_id``."""
         import pandas as pd
 
-        rows = [flatten_dict({"trial_id": t.trial_id, **t.last_result}) for t in self.trials]
+        rows = [flatten_like_ray({"trial_id": t.trial_id, **t.last_result}) for t in self.trials]
         return pd.DataFrame.from_records(rows, index="trial_id")
 
     @property
@@ -260,7 +264,9 @@ class ExperimentAnalysis:
 
     def dataframe(self, metric: str | None = None, mode: str | None = None) -> pd.DataFrame:
         """One row per trial that reported: its last result, or with ``metric`` and ``mode`` the result with the
-        best value it ever reported (not necessarily the last), plus ``config/...`` columns and ``logdir``.
+        best value it ever reported (not necessarily the last), plus ``config/...`` columns and ``logdir`` (the
+        trial's folder, where Ray 2.60 puts its id). Columns in Ray's order: a result's plain values, then its
+        nested ones flattened, then ``logdir``.
 
         Args:
             metric: The metric to pick each trial's row by (without ``mode``: the last row).
@@ -276,7 +282,7 @@ class ExperimentAnalysis:
                               f"(got {mode!r})")
         if mode and not metric:
             raise ConfigError("ExperimentAnalysis.dataframe: a mode needs a metric too; pass metric=")
-        rows = []
+        rows, folders = [], []
         for trial in self.trials:
             history = trial.history
             if not history:
@@ -284,11 +290,13 @@ class ExperimentAnalysis:
             row = history[-1]
             if metric and mode:
                 row = best_row(history, metric, mode) or row
-            flat = flatten_dict({k: v for k, v in row.items() if k != "config"})
-            flat.update(flatten_dict({"config": trial.config}))
-            flat["logdir"] = trial.path
-            rows.append(flat)
-        return pd.DataFrame(rows)
+            rows.append(with_config({k: v for k, v in row.items() if k != "config"}, trial.config or {}))
+            folders.append(trial.path)
+        if not rows:
+            return pd.DataFrame()  # no trial reported: no columns either, as in Ray
+        frame = pd.json_normalize(rows, sep=DELIMITER)  # as Ray reads a trial's results
+        frame["logdir"] = folders
+        return frame
 
     # ------------------------------------------------------------------ the best trial
 
@@ -382,7 +390,7 @@ class ExperimentAnalysis:
         """:attr:`best_result` as a one-row frame indexed by ``trial_id``."""
         import pandas as pd
 
-        return pd.DataFrame.from_records([flatten_dict(self.best_result)], index="trial_id")
+        return pd.DataFrame.from_records([flatten_like_ray(self.best_result)], index="trial_id")
 
     @property
     def best_dataframe(self) -> pd.DataFrame:

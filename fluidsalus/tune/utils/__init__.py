@@ -43,7 +43,10 @@ def flatten_dict(dt: dict[str, Any], delimiter: str = DELIMITER, prevent_delimit
                  flatten_list: bool = False) -> dict[str, Any]:
     """Nested dicts (and lists, with ``flatten_list``) as one level of ``delimiter``-joined keys.
 
-    The input is left as it is. An empty nested dict (or list) leaves no key, as in Ray.
+    The input is left as it is. An empty nested dict (or list) leaves no key, as in Ray. Keys come in Ray's
+    order, one level at a time: the plain values of a level keep their places, and the flattened keys of its
+    dicts follow them (``{"a": 1, "n": {"x": 2}, "b": 3}`` gives ``a, b, n/x``), which is the column order of
+    Ray's ``results_df``.
 
     Args:
         dt: The dict.
@@ -57,20 +60,31 @@ def flatten_dict(dt: dict[str, Any], delimiter: str = DELIMITER, prevent_delimit
     Raises:
         ValueError: ``prevent_delimiter`` and a key holds the delimiter (Ray's error).
     """
-    out = type(dt)()
 
-    def visit(prefix: str | None, value: Any) -> None:
-        if isinstance(value, dict) or (flatten_list and isinstance(value, list) and prefix is not None):
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            for key, child in items:
-                if prevent_delimiter and isinstance(value, dict) and delimiter in key:
-                    raise ValueError(f"Found delimiter `{delimiter}` in key when trying to flatten array. Please "
-                                     "avoid using the delimiter in your specification.")
-                visit(str(key) if prefix is None else f"{prefix}{delimiter}{key}", child)
-        else:
-            out[prefix] = value
+    def nested(value: Any) -> bool:
+        return isinstance(value, dict) or (flatten_list and isinstance(value, list))
 
-    visit(None, dt)
+    def check(key: Any) -> None:
+        if prevent_delimiter and delimiter in key:
+            raise ValueError(f"Found delimiter `{delimiter}` in key when trying to flatten array. Please avoid "
+                             "using the delimiter in your specification.")
+
+    out = copy.copy(dt)
+    for key in out:
+        check(key)
+    while any(nested(value) for value in out.values()):
+        level: dict[str, Any] = {}
+        for key, value in out.items():
+            if isinstance(value, dict):
+                for sub, child in value.items():
+                    check(sub)
+                    level[f"{key}{delimiter}{sub}"] = child
+            elif nested(value):
+                level.update((f"{key}{delimiter}{i}", child) for i, child in enumerate(value))
+        done = [key for key, value in out.items() if nested(value)]
+        out.update(level)
+        for key in done:
+            del out[key]
     return out
 
 
