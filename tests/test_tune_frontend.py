@@ -1032,6 +1032,22 @@ def test_asha_runs_a_class_trainable_without_save_checkpoint_and_its_ends_fail_a
     assert isinstance(again.error, NotImplementedError) and str(again.error) == str(grid[0].error)
 
 
+class _NoSaveDoneAtTwo(_NoSave):
+    def step(self):
+        return dict(super().step(), done=self.i >= 2)
+
+
+def test_a_class_trainable_whose_end_save_fails_keeps_its_last_result_as_in_ray(ray_cluster, storage: str) -> None:
+    """Under the Tuner's default checkpoint_at_end, the save that went with the result that ended the trial raised
+    before the result was reported: the trial failed with no result at all (or its previous one, without done). Ray
+    has the result before it saves (checked with Ray 2.60: iteration 2, the score, done True, and the error)."""
+    _, grid = _run(_NoSaveDoneAtTwo, storage, {"x": 3})
+    result = grid[0]
+    assert isinstance(result.error, NotImplementedError)
+    assert {k: result.metrics.get(k) for k in ("training_iteration", "score", "done")} == {
+        "training_iteration": 2, "score": 6, "done": True}
+
+
 class _NoSaveEndless(_NoSave):
     def step(self):
         time.sleep(0.02)

@@ -646,7 +646,16 @@ def run_trainable_class(cls: type[Trainable], config: dict[str, Any], parameters
                 result[DONE_KEY] = True
             try:
                 if now:
-                    session.report(result, checkpoint=save())
+                    try:
+                        checkpoint = save()
+                    except Exception as error:
+                        # Ray has the result before it saves: the result stands, and the save's error fails the
+                        # trial (its report may end the trial first, as a stop at this result would)
+                        try:
+                            session.report(result)
+                        finally:
+                            raise error  # the save's error is the trial's, whatever the report did
+                    session.report(result, checkpoint=checkpoint)
                 else:
                     # Under verdicts, the question right after goes with the result (and gives the lane away).
                     session.report(result, at_end=save if options.checkpoint_at_end or options.at_budgets else None,
