@@ -925,6 +925,7 @@ def timeline(activity: Activity, bin_s: float | None = None,
     if end <= start:
         return []
     width = bin_s if bin_s is not None and bin_s > 0 else timeline_bin_width(activity, window=(start, end))
+    width = min(width, end - start)  # one bin spans the run at most (an infinite bin_s made its edges NaN)
     n = max(1, math.ceil((end - start) / width - 1e-9))
     edges = [(start + i * width, start + (i + 1) * width) for i in range(n)]
 

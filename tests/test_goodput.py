@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from fluidsalus import goodput as gp
@@ -160,6 +162,15 @@ def test_timeline_bins(activity):
     totals = [b for b in gp.timeline(activity, bin_s=2.0) if b.device == gp.TOTAL_DEVICE]
     assert [b.goodput for b in totals] == pytest.approx([0, 1, 1, 1.5])
     assert len(gp.timeline(activity)) == 2 * gp.DEFAULT_TIMELINE_BINS  # the device and the totals
+
+
+@pytest.mark.parametrize("bin_s", [math.inf, 1e6, 8.0])
+def test_a_bin_as_wide_as_the_run_or_wider_is_the_whole_run(activity, bin_s):
+    """``inspect --bin inf`` gave one bin of NaN edges with no busy time (and 1e6 a bin past the run's end: a
+    helper's audit)."""
+    (only,) = [b for b in gp.timeline(activity, bin_s=bin_s) if b.device == DEV]
+    assert (only.start, only.end) == (100, 108)
+    assert only.iterations == 10 and only.lane_busy_s == pytest.approx(12)
 
 
 def test_timeline_bins_of_a_window_cover_only_the_window(activity):
