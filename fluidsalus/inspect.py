@@ -12,6 +12,7 @@ by :mod:`fluidsalus.goodput`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -27,6 +28,7 @@ from fluidsalus.store import (
     DB_FILENAME,
     DEFAULT_STORAGE_PATH,
     ERROR,
+    PENDING,
     RUNNING,
     STORAGE_PATH_ENV,
     TERMINATED,
@@ -619,6 +621,10 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
             raise NoResultsError(f"experiment {exp['name']!r} at {os.fspath(path)!r} has no results yet; "
                                  "inspect it again once a trial has reported")
         trials = store.trials()
+        if shown_status(exp["status"], resolved) != RUNNING:
+            # No driver runs it (interrupted, or its driver killed): a trial it was running waits for a resume,
+            # as ExperimentAnalysis and Ray's saved state show it (the report showed it running)
+            trials = [dataclasses.replace(t, status=PENDING) if t.status == RUNNING else t for t in trials]
         saved = {c["trial_id"]: int(c["iteration"]) for c in store.checkpoints()}  # (in order: the latest wins)
         events = store.events()
         activity = gp.build_activity(store.results(latest_attempt_only=False), events, exp["finished_at"])

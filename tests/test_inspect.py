@@ -348,11 +348,17 @@ def test_a_run_that_ended_without_results_shows_its_errored_trials(tmp_path, cap
 def test_the_trials_an_interrupted_run_left_are_unfinished_not_running(tmp_path, capsys):
     store = _store(tmp_path, "cut")
     store.add_results([("t0", 0, 1, 11.0, {"acc": 1})])
-    store.update_trial("t0", status="RUNNING")
+    store.update_trial("t0", status="RUNNING", last_result={"acc": 1}, last_iteration=1)
     store.set_experiment(status="INTERRUPTED", finished_at=11.5)
     store.close()
     assert main(["inspect", str(tmp_path / "cut")]) == 0
-    assert "s): 1 trial, 1 unfinished, 0 done" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "s): 1 trial, 1 unfinished, 0 done" in out
+    # Its trials wait for a resume, as ExperimentAnalysis shows them: the best line said "running", the JSON RUNNING
+    assert "at iteration 1, pending" in out
+    report = inspect(str(tmp_path / "cut"))
+    assert report.best.status == "PENDING" and [t.status for t in report.trial_rows] == ["PENDING"]
+    assert json.loads(report.to_json())["best"]["status"] == "PENDING"
 
 
 def test_a_plot_that_cannot_be_written_is_the_only_output(tmp_path, capsys):
