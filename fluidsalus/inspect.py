@@ -376,15 +376,16 @@ class Report:
 
     @property
     def errors(self) -> list[dict[str, str]]:
-        """Each errored trial's id and error (the exception's last line, as the table shows it, and the whole
-        text), in the order the trials were created."""
+        """Each errored trial's id and error (the exception's last line, as the table shows it, the error as its
+        device recorded it, and its traceback where one was recorded), in the order the trials were created."""
         out = []
         for t in self.trial_rows:
             if t.status != ERROR:
                 continue
             text = (t.error or "").strip()
             lines = text.splitlines()
-            out.append({"trial_id": t.trial_id, "error": lines[-1] if lines else "no error text", "text": text})
+            out.append({"trial_id": t.trial_id, "error": lines[-1] if lines else "no error text", "text": text,
+                        "traceback": t.traceback})
         return out
 
     @property

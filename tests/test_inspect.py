@@ -336,13 +336,17 @@ def test_a_run_that_ended_without_results_shows_its_errored_trials(tmp_path, cap
     """A run whose every trial failed before its first report is the one whose errors people want to read: it was
     refused as "no results yet; inspect it again once a trial has reported"."""
     store = _store(tmp_path, "failed")
-    store.update_trial("t0", status="ERROR", error="RuntimeError: boom", finished_at=10.6)
+    trace = 'Traceback (most recent call last):\n  File "train.py", line 3, in f\nRuntimeError: boom\n'
+    store.update_trial("t0", status="ERROR", error="RuntimeError: boom", traceback=trace, finished_at=10.6)
     store.set_experiment(status="FINISHED", finished_at=10.7)
     store.close()
     assert main(["inspect", str(tmp_path / "failed")]) == 0
     out = capsys.readouterr().out
     assert "experiment failed (FINISHED" in out and "errored trials (1):\n  t0: RuntimeError: boom" in out
     assert "1 trial, 0 unfinished, 0 done (0 stopped by the search or a stop rule), 1 errored" in out
+    # The JSON has the traceback too (its "text" was said to be the whole error: it is the error as recorded)
+    assert json.loads(inspect(tmp_path / "failed").to_json())["errors"] == [
+        {"trial_id": "t0", "error": "RuntimeError: boom", "text": "RuntimeError: boom", "traceback": trace}]
 
 
 def test_the_trials_an_interrupted_run_left_are_unfinished_not_running(tmp_path, capsys):
