@@ -4,8 +4,10 @@
   ``__main__.py``, or a module.
 - ``fluidsalus ls [STORAGE_PATH]``: list experiments with status, trial counts, best metric and duration (given
   an experiment's own folder, that experiment).
-- ``fluidsalus inspect EXPERIMENT [--json] [--plot FILE.png]``: per-device goodput of a running or finished
-  experiment (read-only), with totals and the best trial; ``--json`` for machines, ``--plot`` for a figure.
+- ``fluidsalus inspect EXPERIMENT [--json] [--plot FILE.png] [--start S] [--end S] [--bin S]``: per-device goodput
+  of a running or finished experiment (read-only), with totals and the best trial; ``--json`` for machines,
+  ``--plot`` for a figure, ``--start``/``--end`` for a window of the run, ``--bin`` for the width of the
+  goodput-over-time bins.
 
 Bad input (a path that is not an experiment, a store from a newer fluidsalus, an experiment with no results yet,
 an unknown example) prints one line and exits with code 2.
@@ -27,6 +29,8 @@ from fluidsalus.inspect import DRIVER_GONE, DRIVER_GONE_HINT, open_readonly, sho
 from fluidsalus.result import _finite
 from fluidsalus.store import DB_FILENAME, FINAL_STATUSES, RUNNING, ExperimentStore
 
+#: What ``fluidsalus --help`` says the command is.
+DESCRIPTION = "Run fluidsalus examples and scripts, list experiments, and inspect where their devices' time went."
 EXIT_USAGE = 2
 #: The exit status after the reader of the output went away (``fluidsalus ls | head``): a shell's for SIGPIPE.
 EXIT_BROKEN_PIPE = 128 + 13
@@ -207,7 +211,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fluidsalus", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="fluidsalus", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run an example by name, a .py file, or a module")
     p_run.add_argument("target", nargs="?", default=None,  # (required, checked in _cmd_run: argparse's own error
@@ -231,11 +235,16 @@ def build_parser() -> argparse.ArgumentParser:
     p_in.add_argument("--bin", type=float, default=None, metavar="S",
                       help="width of the goodput-over-time bins in seconds (default: the run in 60 bins)")
     p_in.set_defaults(func=_cmd_inspect)
+    for sub_parser in (p_run, p_ls, p_in):
+        sub_parser.set_defaults(parser=sub_parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # named by the subcommand's usage (the top-level one said nothing of its options)
+        args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         status = int(args.func(args))
         sys.stdout.flush()

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import fluidsalus
-from fluidsalus.cli import EXIT_USAGE, main
+from fluidsalus.cli import DESCRIPTION, EXIT_USAGE, main
 
 
 def _objective(config):
@@ -190,3 +190,17 @@ def test_run_a_script_passes_arguments(tmp_path):
     out = subprocess.run([sys.executable, "-m", "fluidsalus.cli", "run", str(script), "--x", "1"],
                          capture_output=True, text=True, check=True)
     assert "args ['--x', '1']" in out.stdout
+
+
+def test_an_unknown_option_is_named_by_its_subcommands_usage_and_help_is_plain_text(capsys):
+    """``inspect X --bogus`` printed the top-level usage, which lists no option of ``inspect``; ``--help`` showed the
+    module docstring's first line with its reST markup (a helper's audit)."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["inspect", "somewhere", "--bogus"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: fluidsalus inspect [-h] [--json]") and "unrecognized arguments: --bogus" in err
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert DESCRIPTION.split()[0] in out and "``" not in out
