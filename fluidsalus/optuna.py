@@ -44,7 +44,10 @@ from the device to the artifact store and records it on the trial in the study's
 :class:`DeviceStorage`, ``trial.storage``), so ``get_all_artifact_meta`` and optuna-dashboard find it.
 
 The fluidsalus experiment (``storage_path``/``name``) records every trial's intermediate values, its Optuna
-number and final state, so ``fluidsalus inspect`` shows the lanes' goodput for the study.
+number and final state, so ``fluidsalus inspect`` shows the lanes' goodput for the study: a ``PRUNED`` trial ends
+there stopped, as a trial a scheduler stops; a ``FAIL`` one errored, with the objective's exception, its work since
+its last report counted as the failure's waste (a failure told to the study is final: ``max_failures`` retries only
+the engine's failures).
 """
 
 from __future__ import annotations
@@ -755,7 +758,10 @@ class _ObjectiveRunner:
                 gc.collect()
 
     def _run(self, trial: DeviceTrial) -> dict[str, Any]:
-        values = None
+        """Run the objective and tell its outcome. A ``FAIL`` ends the fluidsalus trial errored, with the
+        objective's exception (its work since its last report is the failure's waste in the goodput record); a
+        ``PRUNED`` one ends stopped (:meth:`_StudyDriver.stopped_by_search`); both are final (no retry)."""
+        values, failed = None, None
         try:
             output = self.objective(trial)
         except session.StopTrial:
@@ -764,15 +770,20 @@ class _ObjectiveRunner:
                 _call(M_FLUSH)  # the trial is being stopped: the study still gets every value it reported
             raise
         except Exception as e:
-            state = self._ended(e)
+            state, failed = self._ended(e), e
         except BaseException as e:  # noqa: BLE001 - KeyboardInterrupt, SystemExit, one of the user's own
             # Optuna fails the trial on a KeyboardInterrupt and raises it (any other BaseException leaves its
             # study.optimize as well): the trial is FAIL and optimize raises the objective's own exception, which
             # before reached the caller as a TrialError ("errored on its device").
-            state = self._ended(e)
+            state, failed = self._ended(e), e
         else:
             values = _to_wire(output)
             state = _call(M_FINISH, OUT_RETURNED, values, repr(output), None, False)
+            if state == TrialState.FAIL.name:  # None, NaN, no number, the wrong count (Optuna's log says which)
+                failed = ValueError(f"Optuna failed trial {trial.number}: the objective returned {output!r}, which "
+                                    "is not a value it takes")
+        if state == TrialState.FAIL.name and failed is not None:
+            raise failed  # the study has it already: the engine records it as the trial's error
         result: dict[str, Any] = {KEY_NUMBER: trial.number, KEY_STATE: state}
         if state == TrialState.COMPLETE.name and values is not None:
             result[KEY_VALUES] = values
@@ -806,6 +817,7 @@ class _Live:
     reported: set[tuple[int, int]] = field(default_factory=set)  # the reports told to the study (KEY_REPORT)
     failing: tuple[_PackedError, bool] | None = None  # an out-of-memory error being retried, and if caught
     told: bool = False
+    state: str | None = None  # the state the study was told (a TrialState name), once told
 
 
 def _infeasibility(values: list[Any] | None, n_objectives: int) -> str | None:
@@ -992,6 +1004,18 @@ class _StudyDriver(BaseSearcher):
     def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
         self._proposed_unadded = max(0, self._proposed_unadded - 1)
         self._unstarted.add(trial_id)
+
+    def retries(self, trial_id: str) -> bool:
+        """A trial whose objective's failure the study was told (``FAIL``) is not run again: only the engine's
+        failures are (an out-of-memory error for good, a device's death), on the same Optuna trial."""
+        live = self._live.get(trial_id)
+        return live is None or not live.told
+
+    def stopped_by_search(self, trial_id: str) -> bool:
+        """A trial the study was told ``PRUNED`` ends stopped, as a trial a scheduler stops (``fluidsalus
+        inspect`` counts it "stopped by the search")."""
+        live = self._live.get(trial_id)
+        return live is not None and live.state == TrialState.PRUNED.name
 
     def collect_stops(self) -> list[str]:
         """Once stopping, the proposed trials that have not started: they end without running."""
@@ -1234,6 +1258,7 @@ class _StudyDriver(BaseSearcher):
         except Exception as e:  # noqa: BLE001 - the sampler's after_trial or the storage failed: raise it later
             self._fail(e)
             return None
+        live.state = frozen.state.name
         if frozen.state == TrialState.COMPLETE:
             self._log_completed(trial, list(frozen.values))
         elif frozen.state == TrialState.PRUNED:

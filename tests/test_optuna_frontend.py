@@ -218,6 +218,32 @@ def test_states_values_and_log_lines_are_optunas(tmp_path, optuna_records):
     assert "raise ValueError" in logging.Formatter().formatException(failed[0].exc_info)
 
 
+def test_failed_and_pruned_trials_end_errored_and_stopped_in_the_experiment_record(tmp_path):
+    """Every objective ended as a completed fluidsalus trial with a last result: ``fluidsalus inspect`` counted no
+    pruned trial as stopped and no failed one as errored, and a failed objective's work since its last report was a
+    useful iteration, not the failure's waste (a helper's goodput audit). A failure is final: ``max_failures`` does
+    not run the objective again on its FAIL trial."""
+    from fluidsalus.inspect import inspect
+
+    study = _scenario_study()
+    _optimize(study, _scenario, tmp_path, n_trials=len(SCENARIO_XS), catch=(ValueError,), name="scenario",
+              max_failures=2)
+    report = inspect(tmp_path / "fluidsalus" / "scenario")
+    states = [t.state for t in study.trials]
+    rows = sorted(report.trial_rows, key=lambda r: r.trial_id)
+    assert [(r.status, r.stop_reason) for r in rows] == [
+        {TrialState.COMPLETE: ("TERMINATED", "completed"), TrialState.PRUNED: ("TERMINATED", "stopped"),
+         TrialState.FAIL: ("ERROR", "errored")}[state] for state in states]
+    assert report.stopped == 2 and all(r.attempt == 0 for r in rows)  # no FAIL ran again
+    errors = [e["error"] for e in report.errors]
+    assert errors[0] == "ValueError: boom" and errors[1].startswith(
+        "ValueError: Optuna failed trial 2: the objective returned None")
+    failed = report.summary.totals.wasted["failed"]  # each FAIL's work since its last report: cut short, wasted
+    assert failed.partial == 4 and failed.iterations == 0
+    finals = [s for s in report.activity.spans if s.trial_id in {r.trial_id for r in rows if r.status == "ERROR"}]
+    assert len(finals) == 4 and not any(s.useful for s in finals)  # (they reported nothing: no useful final row)
+
+
 def test_multi_objective_is_optunas(tmp_path, optuna_records):
     def objective(trial: Any) -> Any:
         x = trial.suggest_float("x", 0, 1)

@@ -152,6 +152,30 @@ class BaseSearcher(abc.ABC):
         """Paused trials the searcher has decided to end (asked after every batch of results)."""
         return []
 
+    def retries(self, trial_id: str) -> bool:
+        """Whether a trial that failed may run again (``max_failures`` decides how often).
+
+        Args:
+            trial_id: A trial that ended errored.
+
+        Returns:
+            True (the default); False for a failure the search has taken as the trial's outcome already (an
+            Optuna objective's exception: the study's trial is ``FAIL``), which a new attempt cannot change.
+        """
+        return True
+
+    def stopped_by_search(self, trial_id: str) -> bool:
+        """Whether a trial that ended on its own ended by the search's decision (an Optuna pruner's: the objective
+        raised ``TrialPruned``): it then ends stopped, as a trial a scheduler stops.
+
+        Args:
+            trial_id: A trial whose trainable returned.
+
+        Returns:
+            False (the default).
+        """
+        return False
+
     def take_exploits(self) -> list[ExploitRequest]:
         """Paused trials to restart from another trial's checkpoint with a new config (PBT's exploit).
 

@@ -1821,6 +1821,9 @@ class Executor:
                         else:
                             self._move_costs.drop(trial_id)
                         continue
+                    if outcome == OUT_COMPLETED and self.searcher.stopped_by_search(trial_id):
+                        outcome = OUT_STOPPED  # the search ended it (an Optuna pruner), as a scheduler's stop
+                        event = (*event[:4], outcome, *event[5:])
                     trial.status = ERROR if outcome == OUT_ERRORED else TERMINATED
                     trial.error = error
                     trial.devices = ()
@@ -2426,8 +2429,9 @@ class Executor:
             self._first_error, self._first_error_text = f"Trial {trial.trial_id} failed: {trial.error}", trial.error
 
     def _may_retry(self, trial: Trial) -> bool:
-        """Whether ``max_failures`` allows one more retry of a failed trial (``-1`` arrives as ``sys.maxsize``)."""
-        return trial.num_failures < self.settings.max_failures
+        """Whether ``max_failures`` allows one more retry of a failed trial (``-1`` arrives as ``sys.maxsize``), and
+        the searcher does not take the failure as the trial's outcome (:meth:`BaseSearcher.retries`)."""
+        return trial.num_failures < self.settings.max_failures and self.searcher.retries(trial.trial_id)
 
     @staticmethod
     def _death_error(trial: Trial, text: str) -> str:
