@@ -927,7 +927,7 @@ def timeline(activity: Activity, bin_s: float | None = None,
     width = bin_s if bin_s is not None and bin_s > 0 else timeline_bin_width(activity, window=(start, end))
     width = min(width, end - start)  # one bin spans the run at most (an infinite bin_s made its edges NaN)
     n = max(1, math.ceil((end - start) / width - 1e-9))
-    edges = [(start + i * width, start + (i + 1) * width) for i in range(n)]
+    edges = [(start + i * width, min(end, start + (i + 1) * width)) for i in range(n)]  # the last ends with the run
 
     def index(ts: float) -> int:
         return min(n - 1, max(0, math.ceil((ts - start) / width) - 1))

@@ -173,6 +173,16 @@ def test_a_bin_as_wide_as_the_run_or_wider_is_the_whole_run(activity, bin_s):
     assert only.iterations == 10 and only.lane_busy_s == pytest.approx(12)
 
 
+def test_the_last_bin_ends_with_the_run_or_the_window(activity):
+    """A width that does not divide the run made the last bin reach past its end (past ``--end`` too, counting
+    time outside the window: a review)."""
+    bins = [b for b in gp.timeline(activity, bin_s=7.9) if b.device == DEV]
+    assert [(b.start, b.end) for b in bins] == [(100, pytest.approx(107.9)), (pytest.approx(107.9), 108)]
+    window = [b for b in gp.timeline(activity, bin_s=2.0, window=(101.0, 104.0)) if b.device == DEV]
+    assert [(b.start, b.end) for b in window] == [(101, 103), (103, 104)]
+    assert sum(b.device_seconds for b in window) == pytest.approx(3)  # the window's, as its summary says
+
+
 def test_timeline_bins_of_a_window_cover_only_the_window(activity):
     """``inspect --start/--end`` cut every figure but the timeline, which still covered the whole run, in bins
     as wide as the whole run's (a helper's audit)."""

@@ -737,6 +737,29 @@ def test_an_out_of_memory_error_that_names_its_size_grows_the_estimate_to_it(tmp
     assert oom[5]["detail"][2:] == [2 * ESTIMATE[0], 64 * 2**20]  # T: the 64 MiB asked for, not 2 MiB
 
 
+def test_the_estimate_an_out_of_memory_error_grew_is_a_floor_for_later_measurements(tmp_path):
+    """The grown T was replaced by the first solo measurement of an ordinary iteration: the lane shrank again and
+    the trial ran out at its spike each retry, until max_oom_retries failed it (a review of this change). The
+    spike is an iteration that needs 64 MiB more, refused while its lane reserves less (as an arena cap would)."""
+    need = 64 * 2**20
+    host = None
+
+    def f(config):
+        for i in range(5):
+            if i == 3 and host._lanes.estimate("t0")[1] < need:
+                raise MemoryError("Unable to allocate 64.0 MiB for an array with shape (8388608,) and data type "
+                                  "float64")
+            fluidsalus.report({"i": i})
+
+    host = DeviceHost(f, HostSettings("exp", max_lanes=1, capacity_bytes=2**31, trial_estimate=(2**20, 2**20)))
+    host.submit([_spec(tmp_path, 0)])
+    events = _drain(host, 1)
+    assert next(e for e in events if e[0] == EV_END)[4] == OUT_COMPLETED
+    assert sum(1 for e in events if e[0] == EV_LANE and e[4] == "oom_readmit") == 1
+    after = [e[5]["t"] for e in events if e[0] == EV_LANE and e[4] == "memory" and e[2] == 0][3:]
+    assert after and min(after) >= need, after  # measured below 64 MiB, the estimate stays at it
+
+
 def test_the_size_an_out_of_memory_message_names():
     from fluidsalus.gpu.memory import requested_bytes
 

@@ -68,6 +68,16 @@ def test_csv_logger_keeps_the_first_results_columns_and_appends_on_resume(tmp_pa
     assert path.read_text().count("loss") == 1
 
 
+def test_csv_logger_puts_nested_columns_after_the_plain_ones_as_ray_does(tmp_path) -> None:
+    """The nested keys kept their places (``a,nest/x,b``); Ray's file has them after the plain ones (a review)."""
+    trial = _trial(tmp_path, lr=0.1)
+    logger = CSVLoggerCallback()
+    logger.on_trial_result(1, [trial], trial, {"a": 1, "nest": {"x": 2, "deep": {"y": 3}}, "b": 4})
+    logger.on_experiment_end([trial])
+    header = (tmp_path / "t0" / "progress.csv").read_text().splitlines()[0]
+    assert header == "a,b,nest/x,nest/deep/y"
+
+
 def _has_tensorboardx() -> bool:
     import importlib.util
 

@@ -947,8 +947,10 @@ class DeviceHost:
         self._turns.setdefault(lane_id, _LaneTurn())
         # Its estimate starts from the one it was admitted with: the guess, or what an out-of-memory error grew.
         estimate = self._lanes.estimate(spec.trial_id) if spec.trial_id in self._lanes else self.settings.trial_estimate
+        # After an out-of-memory error its grown T is a floor: a smaller iteration measured first must not undo it
+        floor = estimate[1] if self._lanes.oom_retries(spec.trial_id) else 0
         self._running[spec.trial_id] = _Running(spec, session, thread, lane_id, self._seq,
-                                                memory=mem.MemoryEstimate(*estimate))
+                                                memory=mem.MemoryEstimate(*estimate, t_floor=floor))
         self._seq += 1
         if spec.prefetched:
             pass  # its start is its first turn (_begin_locked): until then it waits without running

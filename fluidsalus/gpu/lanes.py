@@ -277,6 +277,10 @@ class LaneManager:
                 return p, t
         raise LaneError(f"trial {trial_id!r} is neither placed nor waiting on this device")
 
+    def oom_retries(self, trial_id: str) -> int:
+        """How many times the trial was re-admitted after running out of memory."""
+        return self._oom_retries.get(trial_id, 0)
+
     def __contains__(self, trial_id: object) -> bool:
         return trial_id in self._where or any(tid == trial_id for tid, _, _ in self._waiting)
 

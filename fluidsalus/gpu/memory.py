@@ -315,6 +315,9 @@ class MemoryEstimate:
         samples: Boundaries measured (P at each).
         t_samples: Of them, those that measured T (0: ``t`` is still the estimate the trial was admitted with).
         alpha: EMA weight of a new ``t`` below the current estimate.
+        t_floor: T known to be needed (the estimate an out-of-memory error grew): no measurement takes ``t`` below
+            it, or an iteration that needs less, measured first, would undo the growth and the trial would run
+            out at the same spot again.
     """
 
     p: int = 0
@@ -322,6 +325,7 @@ class MemoryEstimate:
     samples: int = 0
     t_samples: int = 0
     alpha: float = DEFAULT_EMA_ALPHA
+    t_floor: int = 0
 
     def update(self, p: int, t: int | None) -> MemoryEstimate:
         """Fold in one boundary's measurement.
@@ -336,6 +340,7 @@ class MemoryEstimate:
         self.p = p
         if t is not None:
             self.t = t if self.t_samples == 0 else max(t, math.ceil(self.alpha * t + (1 - self.alpha) * self.t))
+            self.t = max(self.t, self.t_floor)
             self.t_samples += 1
         self.samples += 1
         return self

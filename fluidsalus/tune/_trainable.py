@@ -650,11 +650,11 @@ def run_trainable_class(cls: type[Trainable], config: dict[str, Any], parameters
                         checkpoint = save()
                     except Exception as error:
                         # Ray has the result before it saves: the result stands, and the save's error fails the
-                        # trial (its report may end the trial first, as a stop at this result would)
-                        try:
+                        # trial, also one stopped at this result; an error of the report itself (the run's stop
+                        # rule or budget key, which fail the run) goes first
+                        with contextlib.suppress(StopTrial):
                             session.report(result)
-                        finally:
-                            raise error  # the save's error is the trial's, whatever the report did
+                        raise error
                     session.report(result, checkpoint=checkpoint)
                 else:
                     # Under verdicts, the question right after goes with the result (and gives the lane away).

@@ -34,6 +34,7 @@ from fluidsalus.errors import ConfigError
 from fluidsalus.result import flatten_dict
 from fluidsalus.store import PARAMS_FILE, PARAMS_PICKLE_FILE, PROGRESS_FILE, RESULT_FILE  # Ray's names (re-exported)
 from fluidsalus.tune.callback import Callback, TrialInfo
+from fluidsalus.tune.utils import flatten_dict as flatten_like_ray
 
 __all__ = ["CSVLoggerCallback", "JsonLoggerCallback", "LoggerCallback", "TBXLoggerCallback", "default_loggers",
            "pretty_print", "translate_ray_logger"]
@@ -207,7 +208,8 @@ class CSVLoggerCallback(_FileLogger):
     def log_trial_result(self, iteration: int, trial: Any, result: dict[str, Any]) -> None:
         if trial.trial_id not in self._files:
             self._open(trial)
-        row = flatten_dict({k: v for k, v in result.items() if k != "config"})
+        # Ray's columns in Ray's order: a level's plain values, then its nested ones (Ray's flatten_dict)
+        row = flatten_like_ray({k: v for k, v in result.items() if k != "config"})
         writer = self._writers[trial.trial_id]
         if writer is None:
             columns = list(row)
