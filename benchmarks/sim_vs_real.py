@@ -174,7 +174,7 @@ def run_sweep(workload: str, trials: int, seed: int, storage: str, name: str, it
     else:
         raise ValueError(f"workload: {workload!r} is not one of {WORKLOADS}")
     started = time.perf_counter()
-    fluidsalus.run(trainable, space, searcher=make_searcher(trials, seed, space), metric="score", mode="max",
+    fluidsalus.run(trainable, searcher=make_searcher(trials, seed, space), metric="score", mode="max",
                    storage_path=storage, name=name, verbose=0, devices=devices, cpus_per_device=cpus_per_device)
     return time.perf_counter() - started
 

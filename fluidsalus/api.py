@@ -12,6 +12,7 @@ ERROR: what the run did is not thrown away.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import datetime
 import logging
 import os
@@ -65,6 +66,21 @@ ADDRESS_CONNECT_TIMEOUT_S = 5.0
 #: Held while a run checks whether this process has initialised Ray and initialises it: two runs started at once
 #: from two threads (two Optuna studies, say) both found Ray not initialised, and the second ``ray.init`` failed.
 _CONNECT_LOCK = threading.Lock()
+#: True while a front end (the Tune front end) calls :func:`run` with a searcher that already holds the run's space:
+#: its ``config`` and ``num_samples`` then describe the run (stored with it) and are not refused as unused.
+_SPACE_IN_SEARCHER: contextvars.ContextVar[bool] = contextvars.ContextVar("fluidsalus_space_in_searcher",
+                                                                         default=False)
+
+
+@contextlib.contextmanager
+def space_in_searcher() -> Any:
+    """Within it, :func:`run` takes a searcher with ``config``/``num_samples`` describing its space (the Tune
+    front end's plans)."""
+    token = _SPACE_IN_SEARCHER.set(True)
+    try:
+        yield
+    finally:
+        _SPACE_IN_SEARCHER.reset(token)
 
 
 def run(
@@ -127,7 +143,9 @@ def run(
             ``_3``, ... added when a run of the same second has it.
         storage_path: Where experiments go (default ``~/fluidsalus_results`` or ``$FLUIDSALUS_STORAGE_PATH``).
         seed: Seed of the sampler, for reproducible configurations.
-        searcher: A searcher that proposes the trials. Default: random/grid search over ``config``.
+        searcher: A searcher that proposes the trials. Default: random/grid search over ``config``. A searcher
+            has its own space, number of trials and seed: ``config``, ``num_samples`` and ``seed`` are then
+            refused (a ``ConfigError``: they went unused, silently).
         devices: Number of devices. Default: every GPU, else one virtual CPU device per core.
         cpus_per_device: CPU cores per device (each runs a trial at once, unless ``cpus_per_trial`` says
             otherwise). Default: one for virtual CPU devices, an even share of its node's cores for a GPU.
@@ -235,6 +253,8 @@ def run(
     elif not isinstance(searcher, BaseSearcher):
         raise ConfigError(f"searcher: must be a fluidsalus BaseSearcher, got {type(searcher).__name__}")
     else:
+        if not _SPACE_IN_SEARCHER.get():
+            _refuse_unused_with_searcher(searcher, space, spec)
         spec = _with_searchers_metric(spec, searcher)
     rule = stop_rule(stop)
     nvml.context_reserve_bytes()  # a bad $FLUIDSALUS_CUDA_RESERVE_BYTES fails here, before any actor starts
@@ -448,6 +468,27 @@ def _holds_no_trial(store: ExperimentStore) -> bool:
         return not store.trials()
     except Exception:  # noqa: BLE001 - keep what cannot be read
         return False
+
+
+def _refuse_unused_with_searcher(searcher: BaseSearcher, space: Mapping[str, Any], spec: RunSpec) -> None:
+    """A searcher proposes every configuration from its own space, as many as it decides, seeded its own way:
+    ``config``, ``num_samples`` and ``seed`` given with it went unused (Ray refuses a ``param_space`` domain next
+    to a search algorithm with a space of its own).
+
+    Raises:
+        ConfigError: Naming the first of them that was given.
+    """
+    name = type(searcher).__name__
+    if space:
+        raise ConfigError(f"config: the searcher ({name}) proposes every configuration from its own space, so "
+                          f"config= would go unused (keys {sorted(space)}); put these values, constants too, in "
+                          "the searcher's space")
+    if spec.num_samples != 1:
+        raise ConfigError(f"num_samples: the searcher ({name}) decides how many trials run (give it its own "
+                          f"num_samples=, where it has one); got num_samples={spec.num_samples}")
+    if spec.seed is not None:
+        raise ConfigError(f"seed: the searcher ({name}) draws its configurations itself (give it its own seed=, "
+                          f"where it has one); got seed={spec.seed}")
 
 
 def _with_searchers_metric(spec: RunSpec, searcher: BaseSearcher) -> RunSpec:

@@ -274,9 +274,17 @@ class _Unpicklable:
         (dict(stop={"training_iteration": "2"}), r"stop: the threshold of 'training_iteration' must be a number, "
                                                  r"got '2' \(str\)"),
         (dict(stop={3: 1}), "stop: keys must be result names"),
-        (dict(metric="score", mode="max", searcher=ASHA({"x": 0.5}, 2, "score", "min")),
+        (dict(config=None, metric="score", mode="max", searcher=ASHA({"x": 0.5}, 2, "score", "min")),
          r"mode='max', but the searcher \(ASHA\) decides by mode='min'"),
-        (dict(metric="loss", mode="min", searcher=ASHA({"x": 0.5}, 2, "score", "min")),
+        # A searcher's own space, count and seed: these went unused, silently (a helper ran 27 epochs for 5)
+        (dict(config={"epochs": 5}, searcher=ASHA({"x": 0.5}, 2, "score", "min")),
+         r"config: the searcher \(ASHA\) proposes every configuration from its own space, so config= would go "
+         r"unused \(keys \['epochs'\]\)"),
+        (dict(config=None, num_samples=10, searcher=ASHA({"x": 0.5}, 2, "score", "min")),
+         r"num_samples: the searcher \(ASHA\) decides how many trials run .* got num_samples=10"),
+        (dict(config=None, seed=3, searcher=ASHA({"x": 0.5}, 2, "score", "min")),
+         r"seed: the searcher \(ASHA\) draws its configurations itself .* got seed=3"),
+        (dict(config=None, metric="loss", mode="min", searcher=ASHA({"x": 0.5}, 2, "score", "min")),
          r"metric='loss', but the searcher \(ASHA\) decides by metric='score'"),
     ],
 )

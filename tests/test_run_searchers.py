@@ -89,6 +89,26 @@ def test_optuna_search_drives_a_real_study_through_the_engine(storage):
     assert study.best_value == pytest.approx(grid.get_best_result().metrics["loss"])
 
 
+def _fast_curve(config):
+    for _ in range(20):
+        fluidsalus.report({"v": config["x"]})  # no work between reports: a stop sent later arrives too late
+
+
+def test_a_trial_the_pruner_prunes_ends_at_the_step_it_was_judged_at(storage):
+    """A pruned trial ran on until the STOP reached it, a report or more later: all 20 steps when its steps cost
+    nothing, and Optuna recorded it pruned at step 20 (a helper's native run). Under a pruner each result now
+    waits for its verdict, as Optuna's should_prune() answers before the next step."""
+    searcher = OptunaSearch({"x": fluidsalus.uniform(0, 1)}, num_samples=8, metric="v", mode="max",
+                            seed=0, pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=1))
+    grid = fluidsalus.run(_fast_curve, searcher=searcher, storage_path=storage, name="pruned", verbose=0)
+    ran_to = {r.trial_id: r.metrics["training_iteration"] for r in grid}
+    pruned = [t for t in searcher.study.trials if t.state == optuna.trial.TrialState.PRUNED]
+    assert pruned
+    for t in pruned:
+        judged_at = max(t.intermediate_values)
+        assert judged_at < 20 and ran_to[t.user_attrs["fluidsalus_trial_id"]] == judged_at
+
+
 def curve(config):
     for step in range(1, 28):
         fluidsalus.report({"acc": config["q"] * (1 - 0.5 ** step)})

@@ -243,6 +243,9 @@ class OptunaSearch(BaseSearcher):
         self._points = self._check_points(points_to_evaluate)
         self.study = self._make_study(study, sampler, pruner)
         self._prune = pruner is not None
+        # Under a pruner each result waits for its verdict, as Optuna's should_prune() answers before the next step:
+        # a pruned trial ends at the step the pruner judged (it ran on a report or more, all of them when fast)
+        self.verdict_from: float | None = 0.0 if self._prune else None
         if evaluated_rewards is not None:
             if define_by_run is not None:
                 raise ConfigError("OptunaSearch: evaluated_rewards cannot be used with a define-by-run space (as in "

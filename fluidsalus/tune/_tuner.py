@@ -48,7 +48,7 @@ from typing import Any
 import cloudpickle
 import ray
 
-from fluidsalus.api import run
+from fluidsalus.api import run, space_in_searcher
 from fluidsalus.callbacks import Callback as EngineCallback
 from fluidsalus.checkpoint import write_atomically
 from fluidsalus.errors import ConfigError
@@ -769,7 +769,7 @@ class Tuner:
             warnings.warn(MANY_GPUS_WARNING.format(gpu=gpus), UserWarning, stacklevel=2)
         signals = StopSignals()
         try:
-            with signals:
+            with signals, space_in_searcher():  # (config= and num_samples= describe the plan's searcher)
                 grid = run(
                     entry,
                     config=planned.space,
