@@ -369,7 +369,8 @@ def test_tune_run_takes_an_experiments_own_arguments(ray_cluster, storage: str) 
     analysis = tune.run(experiment, metric="score", mode="max", verbose=0, config={"x": 100}, name="ignored")
     assert analysis.experiment_path == os.path.join(storage, "from_spec")
     assert analysis.best_config == {"x": 4} and analysis.best_result["score"] == 4  # stopped after one step
-    with pytest.warns(UserWarning, match="already exists"):  # the name is taken now: a new folder, as above
+    # The name is taken now: a new folder, as above, and tune.run's way to continue the old one (it said Tuner's)
+    with pytest.warns(UserWarning, match=r"already exists.*Use tune.run\(..., resume=True\) to continue"):
         again = tune.run([experiment], metric="score", mode="max", verbose=0)  # a list of one Experiment
     assert len(again.trials) == 2 and os.path.basename(again.experiment_path).startswith("from_spec_")
 
@@ -428,6 +429,11 @@ def test_a_failed_trial_raises_after_the_run_unless_told_otherwise(ray_cluster, 
     with pytest.raises(FluidsalusError, match="Trials did not complete") as caught:
         tune.run(_fails_for_two, config=space, storage_path=storage, name="fails", verbose=0)
     assert isinstance(caught.value, tune.TuneError)
+    # As Ray's TuneError("Trials did not complete", incomplete_trials): scripts read the trials from args[1] (the
+    # message named them by id only, and held no trials: a helper's side-by-side run)
+    (trial,) = caught.value.args[1]
+    assert trial.config == {"x": 2} and trial.status == "ERROR"
+    assert f"Trials did not complete: {trial} (ERROR: RuntimeError: x is 2)" == caught.value.args[0]
     analysis = tune.run(_fails_for_two, config=space, storage_path=storage, name="fails_ok", verbose=0,
                         raise_on_failed_trial=False, metric="score", mode="max")
     statuses = sorted((t.config["x"], t.status) for t in analysis.trials)

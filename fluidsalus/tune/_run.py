@@ -181,11 +181,12 @@ def _check_trainable(run_or_experiment: Any) -> None:
 
 
 def _describe(trial: Trial) -> str:
-    """A trial that did not end TERMINATED, for TuneError's message: its id, status and error's last line."""
+    """A trial that did not end TERMINATED, for TuneError's message: its name (``str(trial)``, as Ray's), status and
+    error's last line."""
     if trial.error is None:
-        return f"{trial.trial_id} ({trial.status})"
+        return f"{trial} ({trial.status})"
     lines = [line for line in str(trial.error).strip().splitlines() if line.strip()]
-    return f"{trial.trial_id} ({trial.status}: {lines[-1].strip() if lines else type(trial.error).__name__})"
+    return f"{trial} ({trial.status}: {lines[-1].strip() if lines else type(trial.error).__name__})"
 
 
 def run(
@@ -357,6 +358,7 @@ def run(
     if incomplete:
         described = "; ".join(_describe(t) for t in incomplete)
         if raise_on_failed_trial and not tuner.interrupted:
-            raise FluidsalusError(f"Trials did not complete: {described}")
+            # (Ray's TuneError("Trials did not complete", incomplete_trials): scripts read the trials from args[1])
+            raise FluidsalusError(f"Trials did not complete: {described}", incomplete)
         logger.error("Trials did not complete: %s", described)
     return ExperimentAnalysis(grid.experiment_path, trials=trials, default_metric=metric, default_mode=mode)

@@ -651,7 +651,7 @@ class Tuner:
             fresh = f"{name}_{stamp}_{count}"
         warnings.warn(
             f"fluidsalus.tune: an experiment named {name!r} already exists in {storage}; this run is named "
-            f"{fresh!r}. Use Tuner.restore({os.path.join(storage, name)!r}, trainable) to continue the old one.",
+            f"{fresh!r}. Use {self._resume_hint.format(path=os.path.join(storage, name))} to continue the old one.",
             UserWarning,
             stacklevel=3,
         )
