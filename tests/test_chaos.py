@@ -95,7 +95,7 @@ def draw_run(seed: int, marks: str, storage: str) -> tuple[dict[str, Any], dict[
     }
     devices = rng.choice([1, 2])
     kwargs: dict[str, Any] = dict(
-        seed=seed, verbose=0, storage_path=storage, devices=devices, cpus_per_device=2 // devices,
+        verbose=0, storage_path=storage, devices=devices, cpus_per_device=2 // devices,
         max_failures=rng.choice([0, 1, 2, -1]), lane_policy=rng.choice(["fifo", "fair", "rr", "pack", "srtf"]),
         checkpoint_num_to_keep=rng.choice([None, 1, 2]),
         # two trials per core in a third of the runs (a generator of its own keeps the other draws as they were)
@@ -106,7 +106,7 @@ def draw_run(seed: int, marks: str, storage: str) -> tuple[dict[str, Any], dict[
         kwargs["searcher"] = ASHA(space, num_samples=samples, metric="score", mode="max", max_t=MAX_ITERS,
                                   grace_period=1, reduction_factor=rng.choice([2, 3]), seed=seed)
         return kwargs, None
-    kwargs.update(num_samples=samples, metric="score", mode="max")
+    kwargs.update(num_samples=samples, metric="score", mode="max", seed=seed)  # (a searcher takes its own seed)
     return kwargs, space
 
 
