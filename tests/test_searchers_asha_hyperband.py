@@ -358,6 +358,12 @@ def test_rays_rule_keeps_the_nominal_size_of_a_partly_filled_bracket():
                                                       max_iterations=100).trials.values()}
     assert [h for h in heights if ends[h] == 66] == [25, 45, 10, 60, 20, 40, 70, 30, 50]
     assert all(ends[h] == 100 for h in heights if h not in (25, 45, 10, 60, 20, 40, 70, 30, 50))
+    # A native user asks for Ray's rule with an argument (it was an attribute only): the same ends
+    native = HyperBand({"h": sp.grid_search(heights)}, 1, "m", "max", max_t=200, halve_partial_brackets=False)
+    assert {t.config["h"]: t.iteration for t in drive(native, lambda c, it: c["h"], metric="m",
+                                                      max_iterations=100).trials.values()} == ends
+    with pytest.raises(ConfigError, match="halve_partial_brackets"):
+        HyperBand(SPACE, 4, "score", "max", halve_partial_brackets="no")
 
 
 def test_hyperband_one_bracket_at_a_time():

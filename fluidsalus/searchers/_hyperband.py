@@ -113,6 +113,8 @@ class HyperBand(BaseSearcher):
         max_concurrent_brackets: None: all brackets go out as soon as their configurations exist. An int:
             at most that many unfinished brackets; the next starts when one finishes.
         seed: Seed of the configurations; None draws one (kept in :meth:`state_dict`).
+        halve_partial_brackets: A bracket that got fewer trials than its nominal size halves its real size (the
+            default); False: Ray's rule (:attr:`halve_partial_brackets`).
 
     Raises:
         ConfigError: A parameter is out of range; the message names it and the allowed range.
@@ -143,6 +145,7 @@ class HyperBand(BaseSearcher):
         stop_last_trials: bool = True,
         max_concurrent_brackets: int | None = None,
         seed: int | None = None,
+        halve_partial_brackets: bool = True,
     ) -> None:
         owner = self._owner
         self.space = check_space(owner, space)
@@ -159,6 +162,7 @@ class HyperBand(BaseSearcher):
             owner, "max_concurrent_brackets", max_concurrent_brackets, minimum=1
         )
         self.seed = check_seed(owner, seed)
+        self.halve_partial_brackets = check_bool(owner, "halve_partial_brackets", halve_partial_brackets)
         self._sign = METRIC_SIGN[self.mode]
         self._s_max_1 = _s_max_1(max_t, reduction_factor)
         self._schedules = dict(hyperband_schedule(max_t, reduction_factor))
