@@ -137,7 +137,7 @@ def _cmd_ls(args: argparse.Namespace) -> int:
     else:
         folders = [(e.name, e.path) for e in sorted(os.scandir(root), key=lambda e: e.name)
                    if e.is_dir() and os.path.exists(os.path.join(e.path, DB_FILENAME))]
-    rows = []
+    rows, unreadable = [], []
     for name, path in folders:
         try:
             with open_readonly(path) as store:
@@ -152,8 +152,9 @@ def _cmd_ls(args: argparse.Namespace) -> int:
                 summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
                 rows.append((name, status, f"{len(trials)} ({summary})" if trials else "0",
                              _best(store, exp["metric"], exp["mode"]), _duration(exp)))
-        except StoreError as e:
-            rows.append((name, "UNREADABLE", "-", str(e), "-"))
+        except StoreError as e:  # (its reason under the table: in the BEST column it made the table as wide)
+            rows.append((name, "UNREADABLE", "-", "-", "-"))
+            unreadable.append(f"  {name}: {e}")
     if not rows:
         print(f"no experiments in {root}")
         return 0
@@ -161,6 +162,8 @@ def _cmd_ls(args: argparse.Namespace) -> int:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    if unreadable:
+        print("\nunreadable:\n" + "\n".join(unreadable))
     if any(row[1] == DRIVER_GONE for row in rows):
         print(f"\n{DRIVER_GONE_HINT}")
     return 0

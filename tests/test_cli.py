@@ -103,6 +103,17 @@ def test_ls_empty_folder(tmp_path, capsys):
     assert "no experiments" in capsys.readouterr().out
 
 
+def test_ls_names_an_unreadable_store_under_the_table(tmp_path, capsys):
+    """Its whole error stood in the BEST column, which made the table as wide as the error (a helper's audit)."""
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "experiment.db").write_bytes(b"not a database at all" * 10)
+    assert main(["ls", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    table, _, below = out.partition("\nunreadable:\n")
+    assert table.splitlines()[1].split() == ["broken", "UNREADABLE", "-", "-", "-"]
+    assert below.startswith("  broken: ") and len(below.strip().splitlines()) == 1
+
+
 
 def test_output_to_a_reader_that_went_away_ends_quietly(tmp_path):
     """``fluidsalus ls | head``: once ``head`` has read its lines and gone, writing fails with EPIPE. That printed
