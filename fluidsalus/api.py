@@ -181,7 +181,8 @@ def run(
             and is re-admitted), but no CUDA graphs, CUDA IPC or ``torch.cuda`` memory statistics in trainables;
             a device that cannot install it fails to start. ``"auto"``: arena where it can be installed, else
             caching. Virtual CPU devices always profile.
-        gpu_per_trial: The share of a device you expect one trial to need (``0.25``: a quarter; Ray Tune's
+        gpu_per_trial: The share of one device you expect one trial to need, in (0, 1] (``0.25``: a quarter; a
+            trial that trains on several devices: :mod:`fluidsalus.distributed`; Ray Tune's
             ``with_resources({"gpu": ...})`` passes its ``gpu`` here). A hint, not a share: until co-location
             is measured the planner packs up to ``1 / gpu_per_trial`` trials per device instead of up to the
             device's slots, then goes further one measured step at a time while co-locating still pays

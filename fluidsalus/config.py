@@ -93,8 +93,9 @@ class RunSpec(BaseModel):
         DEFAULT_MEMORY_MODE, description="How GPU devices know and bound trial memory (fluidsalus.gpu.arena)."
     )
     gpu_per_trial: Float | None = Field(
-        None, gt=0, allow_inf_nan=False,
-        description="Share of a device one trial is expected to need: the planner's prior, not a hard share.",
+        None, gt=0, le=1, allow_inf_nan=False,
+        description="Share of one device a trial is expected to need, in (0, 1]: the planner's prior, not a hard "
+                    "share (a trial on several devices: fluidsalus.distributed.data_parallel).",
     )
     cpus_per_trial: Float | None = Field(
         None, ge=1 / RESOURCE_UNITS, allow_inf_nan=False,

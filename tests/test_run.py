@@ -257,6 +257,8 @@ class _Unpicklable:
         (dict(name="a/b"), "name: must be a plain folder name"),
         (dict(lane_policy="lifo"), r"lane_policy: Input should be 'fifo', 'fair', 'rr', 'pack', 'srtf' or 'priority'"),
         (dict(gpu_per_trial=0), r"gpu_per_trial: Input should be greater than 0"),
+        # a share of one device (2 was taken silently, and meant one trial per device: a helper's native run)
+        (dict(gpu_per_trial=2), r"gpu_per_trial: Input should be less than or equal to 1 \(got 2\)"),
         (dict(gpu_per_trial=float("nan")), r"gpu_per_trial: Input should be a finite number"),
         (dict(cpus_per_trial=0), r"cpus_per_trial: Input should be greater than or equal to 0.0001"),
         (dict(cpus_per_trial=float("inf")), r"cpus_per_trial: Input should be a finite number"),

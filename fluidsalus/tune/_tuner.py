@@ -790,7 +790,7 @@ class Tuner:
                     verbose=run_config.verbosity(),
                     resume=self._resume,
                     callbacks=[saver, policies, *engine_callbacks, *([adapter] if adapter is not None else [])],
-                    gpu_per_trial=gpu_hint(entry.resources),
+                    gpu_per_trial=None if gpus is None else min(gpus, 1.0),  # (more than one GPU: warned above)
                     cpus_per_trial=cpu_request(entry.resources, kept_for_tasks),
                     task_cpus_per_trial=kept_for_tasks,
                     trial_dirname=_dirname_function(dirname_creator, experiment_dir, label, tags,
