@@ -599,6 +599,16 @@ class Report:
         return plot_report(self, path)
 
 
+def goodput_steps(bins: Sequence[gp.TimelineBin], t0: float) -> tuple[list[float], list[float], list[float]]:
+    """The plot's steps of throughput and goodput over time: the bins' edges in seconds after ``t0``, then each
+    bin's throughput and goodput; NaN (not drawn) for a bin without device time, such as the gap between the two
+    parts of a resumed run (it was drawn as zero goodput)."""
+    xs = [b.start - t0 for b in bins] + [bins[-1].end - t0] if bins else []
+    thr = [math.nan if b.throughput is None else b.throughput for b in bins]
+    good = [math.nan if b.goodput is None else b.goodput for b in bins]
+    return xs, thr, good
+
+
 def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | None] | None = None,
             bin_s: float | None = None) -> Report:
     """The goodput report of an experiment, running or finished, read without writing anything.
@@ -779,13 +789,12 @@ def plot_report(report: Report, path: str | os.PathLike[str]) -> str:
     ax = axes[-1]
     bins = [b for b in report.timeline_bins if b.device == gp.TOTAL_DEVICE]
     if bins:
-        xs = [b.start - t0 for b in bins] + [bins[-1].end - t0]
-        thr = [b.throughput or 0.0 for b in bins]
-        good = [b.goodput or 0.0 for b in bins]
+        xs, thr, good = goodput_steps(bins, t0)
         ax.stairs(thr, xs, color=PLOT_THROUGHPUT_COLOR, linewidth=1.2, label="all iterations (throughput)")
         ax.stairs(good, xs, color=PLOT_GOODPUT_COLOR, linewidth=1.8, label="useful iterations (goodput)")
         ax.stairs(thr, xs, baseline=good, fill=True, color=PLOT_WASTE_COLOR, alpha=0.3, label="wasted")
-        ax.set_ylim(0, max([*thr, *good, 0.0]) * PLOT_GOODPUT_HEADROOM or 1.0)
+        drawn = [v for v in (*thr, *good) if not math.isnan(v)]
+        ax.set_ylim(0, max([*drawn, 0.0]) * PLOT_GOODPUT_HEADROOM or 1.0)
     ax.set_xlabel("seconds since the first device started")
     ax.set_ylabel("iterations / device-s")
     ax.set_title("goodput over time (all devices)", fontsize=9, loc="left")

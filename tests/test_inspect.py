@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import sqlite3
@@ -449,3 +450,18 @@ def test_an_interrupted_run_says_how_many_of_its_useful_iterations_a_resume_runs
     assert report.unsaved_iterations == 2 and report.to_dict()["experiment"]["unsaved_iterations"] == 2
     assert "unfinished trials ran 2 iterations since their latest checkpoints" in report.render_table()
     assert report.total_stats.useful_iterations == 7  # (useful until a resume redoes them)
+
+
+def test_the_plot_leaves_out_bins_without_device_time():
+    """The gap between the two parts of a resumed run has no device time: it was drawn as zero goodput over the
+    gap's seconds, not as no data (a helper's audit)."""
+    from fluidsalus.goodput import TimelineBin
+    from fluidsalus.inspect import goodput_steps
+
+    bins = [TimelineBin(100.0, 110.0, "total", 20.0, 40, 30, 18.0, 9.0, 2.0, 1.5),
+            TimelineBin(110.0, 120.0, "total", 0.0, 0, 0, 0.0, 0.0, None, None),  # the gap
+            TimelineBin(120.0, 130.0, "total", 20.0, 0, 0, 0.0, 0.0, 0.0, 0.0)]  # devices up, nothing done
+    xs, thr, good = goodput_steps(bins, 100.0)
+    assert xs == [0.0, 10.0, 20.0, 30.0]
+    assert thr[0] == 2.0 and math.isnan(thr[1]) and thr[2] == 0.0
+    assert good[0] == 1.5 and math.isnan(good[1]) and good[2] == 0.0
