@@ -244,6 +244,18 @@ def test_failed_and_pruned_trials_end_errored_and_stopped_in_the_experiment_reco
     assert len(finals) == 4 and not any(s.useful for s in finals)  # (they reported nothing: no useful final row)
 
 
+def test_a_failed_objective_is_logged_once_under_the_progress_view(tmp_path, capfd, optuna_records):
+    """With show_progress_bar=True (verbose=1) a FAIL trial, which now ends errored in the experiment, was also
+    printed by the run ("Trial ... errored after 0 iterations" with the device's traceback and "every errored
+    trial's traceback is in ResultGrid.errors", which optimize does not return) under Optuna's own log line."""
+    study = _scenario_study()
+    _optimize(study, _scenario, tmp_path, n_trials=2, catch=(ValueError,), show_progress_bar=True)
+    assert [t.state for t in study.trials[:2]] == [TrialState.COMPLETE, TrialState.FAIL]  # (the rest: enqueued)
+    assert any("because of the following error: ValueError('boom')" in r.getMessage() for r in optuna_records)
+    err = capfd.readouterr().err
+    assert "errored after" not in err and "ResultGrid.errors" not in err
+
+
 def test_multi_objective_is_optunas(tmp_path, optuna_records):
     def objective(trial: Any) -> Any:
         x = trial.suggest_float("x", 0, 1)

@@ -160,7 +160,8 @@ class BaseSearcher(abc.ABC):
 
         Returns:
             True (the default); False for a failure the search has taken as the trial's outcome already (an
-            Optuna objective's exception: the study's trial is ``FAIL``), which a new attempt cannot change.
+            Optuna objective's exception: the study's trial is ``FAIL``), which a new attempt cannot change, and
+            which the search reports itself (the run's log does not print it again).
         """
         return True
 

@@ -2460,9 +2460,13 @@ class Executor:
     def _log_end(self, trial: Trial, outcome: str, trace: str | None = None) -> None:
         """Print a trial's end: a trial that failed for good from ``verbose=1`` on, to stderr, as Ray logs it (the
         first such trial of the run with its traceback, the others in one line each unless ``verbose>=2``); the
-        other ends from ``verbose=2`` on, to stdout."""
+        other ends from ``verbose=2`` on, to stdout. A failure the searcher took as the trial's outcome
+        (:meth:`BaseSearcher.retries`: an Optuna objective's, which Optuna's own log line reports) is not printed
+        again."""
         errored = outcome == OUT_ERRORED
         if self.settings.verbose < (ERROR_VERBOSITY if errored else 2):
+            return
+        if errored and not self.searcher.retries(trial.trial_id):
             return
         metric = self.settings.metric
         value = trial.last_result.get(metric) if (trial.last_result and metric) else None
