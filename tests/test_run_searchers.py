@@ -103,10 +103,9 @@ def test_a_trial_the_pruner_prunes_ends_at_the_step_it_was_judged_at(storage):
     grid = fluidsalus.run(_fast_curve, searcher=searcher, storage_path=storage, name="pruned", verbose=0)
     ran_to = {r.trial_id: r.metrics["training_iteration"] for r in grid}
     pruned = [t for t in searcher.study.trials if t.state == optuna.trial.TrialState.PRUNED]
-    assert pruned
-    for t in pruned:
-        judged_at = max(t.intermediate_values)
-        assert judged_at < 20 and ran_to[t.user_attrs["fluidsalus_trial_id"]] == judged_at
+    judged_at = {t.user_attrs["fluidsalus_trial_id"]: max(t.intermediate_values) for t in pruned}
+    assert any(step < 20 for step in judged_at.values())  # (one that started before the pruner woke may be late)
+    assert all(ran_to[trial_id] == step for trial_id, step in judged_at.items()), (judged_at, ran_to)
 
 
 def curve(config):
