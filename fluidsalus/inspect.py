@@ -375,7 +375,7 @@ class Report:
         return sum(1 for t in self.trial_rows if t.status == TERMINATED and t.stop_reason == STOPPED_OUTCOME)
 
     @property
-    def errors(self) -> list[dict[str, str]]:
+    def errors(self) -> list[dict[str, str | None]]:
         """Each errored trial's id and error (the exception's last line, as the table shows it, the error as its
         device recorded it, and its traceback where one was recorded), in the order the trials were created."""
         out = []
@@ -627,12 +627,12 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
     resolved = resolve_experiment(path)
     with open_readonly(resolved) as store:
         exp = store.experiment()
-        if store.count("results") == 0 and shown_status(exp["status"], resolved) == RUNNING:  # (a run that
-            # ended, or whose driver is gone, shows its errors)
+        live = shown_status(exp["status"], resolved) == RUNNING  # (its driver runs it)
+        if store.count("results") == 0 and live:  # (a run that ended, or whose driver is gone, shows its errors)
             raise NoResultsError(f"experiment {exp['name']!r} at {os.fspath(path)!r} has no results yet; "
                                  "inspect it again once a trial has reported")
         trials = store.trials()
-        if shown_status(exp["status"], resolved) != RUNNING:
+        if not live:
             # No driver runs it (interrupted, or its driver killed): a trial it was running waits for a resume,
             # as ExperimentAnalysis and Ray's saved state show it (the report showed it running)
             trials = [dataclasses.replace(t, status=PENDING) if t.status == RUNNING else t for t in trials]
