@@ -7,6 +7,7 @@ names the field that is wrong and what is allowed, so a user can fix the call wi
 from __future__ import annotations
 
 import functools
+import pickle
 import sys
 from typing import Any
 
@@ -32,7 +33,26 @@ class SessionError(FluidsalusError, RuntimeError):
 
 
 class TrialError(FluidsalusError):
-    """Raised by :meth:`ResultGrid` helpers to carry the error of a failed trial."""
+    """The error of a failed trial (a result's ``error``, ``fail_fast="raise"``'s exception).
+
+    Attributes:
+        cause: The exception the trial raised, re-created here as Ray's ``RayTaskError.cause`` is, when its device
+            could pickle it and this process can unpickle it; None otherwise (the message still names it).
+    """
+
+    cause: BaseException | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # As an exception pickles (its class, args and attributes), but the cause travels as its pickle (see
+        # ``trial_error``): a reader that cannot unpickle it still reads the error, without its cause.
+        state = {k: v for k, v in self.__dict__.items() if k != "cause"}
+        return type(self), self.args, state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        cause = _unpickled(state.get("cause_pickle"))
+        if cause is not None:
+            self.cause = cause
 
 
 #: Exception types a trial's error may name that are looked up by their bare name (its traceback's last line names
@@ -64,11 +84,12 @@ def _exception_type(error_text: str | None) -> type[BaseException] | None:
 @functools.cache
 def _typed_trial_error(cause: type[BaseException]) -> type[TrialError] | None:
     """``TrialError`` that is also a ``cause`` (Ray's ``RayTaskError(ValueError)``), or None when Python cannot
-    make one (two exception types of incompatible layouts, such as an ``OSError``)."""
+    make one (two exception types of incompatible layouts, such as an ``OSError``). As Ray's, an attribute it does
+    not have is the cause's (``error.code`` of a ``raise MyError(code=7)``), when the cause came across."""
     try:
         return type(f"TrialError({cause.__name__})", (TrialError, cause), {
             "__init__": _typed_init, "__str__": _typed_str, "__reduce__": _typed_reduce,
-            "__module__": __name__, "cause_type": cause})
+            "__getattr__": _typed_getattr, "__module__": __name__, "cause_type": cause})
     except TypeError:
         return None
 
@@ -82,10 +103,80 @@ def _typed_str(self: TrialError) -> str:
 
 
 def _typed_reduce(self: TrialError) -> tuple[Any, ...]:
-    return trial_error, (self.args[0] if self.args else "", getattr(self, "error_text", None))
+    return trial_error, (self.args[0] if self.args else "", getattr(self, "error_text", None),
+                         getattr(self, "cause_pickle", None))
 
 
-def trial_failure(trial_id: str, error_text: str | None, traceback: str | None) -> TrialError:
+def _typed_getattr(self: TrialError, name: str) -> Any:
+    cause = self.__dict__.get("cause")
+    if cause is None or name.startswith("__"):  # (special names: pickle and copy probe them)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    return getattr(cause, name)
+
+
+#: Largest pickle of a trial's exception sent to the driver, in bytes (:func:`pickle_exception`'s two). A raised
+#: exception's pickle is its type, message and attributes (a few kilobytes at most, its class's code included when
+#: the user's script defines it); one this large holds data (a tensor, a batch), which the error's text and
+#: traceback describe without the driver receiving it.
+MAX_ERROR_PICKLE_BYTES = 1 << 20
+
+
+def pickle_exception(error: BaseException) -> bytes | None:
+    """A trial's exception pickled on its device for the driver (a result's ``error.cause``); None when it cannot
+    be pickled, or its pickles are larger than :data:`MAX_ERROR_PICKLE_BYTES`.
+
+    It is pickled twice: whole, and as its class, ``args`` and attributes, which re-create it without calling its
+    ``__init__`` (Python's pickle of an exception calls ``cls(*args)``, which fails for an ``__init__(self, msg,
+    code)`` that passes only ``msg`` on; Ray's ``cause`` is then that ``TypeError``). Ray's cloudpickle, which
+    pickled the trainable: a class of the user's script it sent by value unpickles on the driver as that very
+    class (cloudpickle tracks such classes per pickler module).
+
+    Args:
+        error: The exception.
+
+    Returns:
+        The pickle, for :func:`trial_error`'s ``cause_pickle``.
+    """
+    from ray import cloudpickle  # (here: the lane runtime and this module import without Ray)
+
+    pickles: list[bytes | None] = []
+    for whole in (error, (type(error), error.args, getattr(error, "__dict__", {}))):
+        try:
+            pickles.append(cloudpickle.dumps(whole))
+        except Exception:  # noqa: BLE001 - any object may fail to pickle, in any way: the error's text still goes
+            pickles.append(None)
+    if pickles == [None, None]:
+        return None
+    blob = pickle.dumps(tuple(pickles))
+    return blob if len(blob) <= MAX_ERROR_PICKLE_BYTES else None
+
+
+def _unpickled(blob: bytes | None) -> BaseException | None:
+    """The exception :func:`pickle_exception` pickled, or None when there is none or it cannot be re-created here
+    (its class is not importable in this process, ...)."""
+    try:
+        whole, parts = pickle.loads(blob) if blob is not None else (None, None)
+    except Exception:  # noqa: BLE001 - any pickle may fail to load, in any way: the error stays without its cause
+        return None
+    try:
+        error = pickle.loads(whole) if isinstance(whole, bytes) else None
+        if isinstance(error, BaseException):
+            return error
+    except Exception:  # noqa: BLE001 - e.g. an __init__ that takes other arguments than its args: the parts then
+        pass
+    try:
+        cls, args, state = pickle.loads(parts) if isinstance(parts, bytes) else (None, (), {})
+        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+            return None
+        error = cls.__new__(cls, *args)
+        error.__dict__.update(state)
+        return error
+    except Exception:  # noqa: BLE001 - a class of its own __new__, or of no __dict__: no cause
+        return None
+
+
+def trial_failure(trial_id: str, error_text: str | None, traceback: str | None,
+                  cause_pickle: bytes | None = None) -> TrialError:
     """The error of a trial that failed, as its :class:`~fluidsalus.result.Result` and its folder's ``error.pkl`` give
     it: ``Trial <id> failed: <error>`` and then the traceback (see :func:`trial_error`).
 
@@ -93,21 +184,31 @@ def trial_failure(trial_id: str, error_text: str | None, traceback: str | None) 
         trial_id: The trial.
         error_text: The trial's error as its device recorded it (``ValueError: ...``).
         traceback: The error's traceback, where one was recorded.
+        cause_pickle: The exception the trial raised, as its device pickled it, where it could.
     """
-    return trial_error(f"Trial {trial_id} failed: {error_text}\n{traceback or ''}".rstrip(), error_text)
+    return trial_error(f"Trial {trial_id} failed: {error_text}\n{traceback or ''}".rstrip(), error_text,
+                       cause_pickle)
 
 
-def trial_error(message: str, error_text: str | None) -> TrialError:
+def trial_error(message: str, error_text: str | None, cause_pickle: bytes | None = None) -> TrialError:
     """The error of a failed trial, as a :class:`TrialError` that is also an instance of the exception the trial
     raised when the driver has that type (``isinstance(result.error, ValueError)`` holds, as it does for Ray's
-    ``RayTaskError(ValueError)``); a plain :class:`TrialError` otherwise.
+    ``RayTaskError(ValueError)``); a plain :class:`TrialError` otherwise. Its ``cause`` is that exception, when
+    ``cause_pickle`` gives it.
 
     Args:
         message: The error's message.
         error_text: The trial's error as its device recorded it (``ValueError: ...``), which names the type.
+        cause_pickle: The exception, as its device pickled it (kept with the error, which pickles with it).
     """
-    cause = _exception_type(error_text)
-    cls = _typed_trial_error(cause) if cause is not None and not issubclass(cause, TrialError) else None
+    cause = _unpickled(cause_pickle)
+    cause_type = type(cause) if isinstance(cause, Exception) else _exception_type(error_text)
+    cls = (_typed_trial_error(cause_type) if cause_type is not None and not issubclass(cause_type, TrialError)
+           else None)
     error = cls(message) if cls is not None else TrialError(message)
     error.error_text = error_text  # type: ignore[attr-defined]
+    if cause_pickle is not None:
+        error.cause_pickle = cause_pickle  # type: ignore[attr-defined]
+    if cause is not None:
+        error.cause = cause
     return error

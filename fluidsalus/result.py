@@ -7,6 +7,7 @@ import datetime
 import math
 import numbers
 import os
+import pickle
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -14,10 +15,31 @@ from typing import TYPE_CHECKING, Any
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError, StoreError, trial_failure
 from fluidsalus.session import AUTO_RESULT_KEYS, DATE_FORMAT, with_config
-from fluidsalus.store import ERROR, TERMINATED, TRIAL_RESTART_EVENT, ExperimentStore, open_readonly
+from fluidsalus.store import (
+    ERROR,
+    ERROR_PICKLE_FILE,
+    TERMINATED,
+    TRIAL_RESTART_EVENT,
+    ExperimentStore,
+    open_readonly,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
+
+
+def _error_pickle(trial_dir: str) -> bytes | None:
+    """The exception that ended a trial, pickled, as the error file of its folder (``error.pkl``) keeps it; None
+    when the folder has none, or one that cannot be read. The store keeps the error's text and traceback; the
+    exception itself, with the classes of the user's code it may need, is only pickled there, as in Ray's
+    folders."""
+    try:
+        with open(os.path.join(trial_dir, ERROR_PICKLE_FILE), "rb") as f:
+            recorded = pickle.load(f)
+    except Exception:  # noqa: BLE001 - a file of an older fluidsalus, half-copied, unreadable: no cause, no failure
+        return None
+    blob = getattr(recorded, "cause_pickle", None)
+    return blob if isinstance(blob, bytes) else None
 
 
 def _local_filesystem() -> Any:
@@ -277,7 +299,8 @@ class ResultGrid:
                     metrics["done"] = True
             else:  # it never started: Ray's Result has only the trial's id
                 metrics = {"trial_id": t.trial_id}
-            error = trial_failure(t.trial_id, t.error, t.traceback) if t.status == ERROR else None
+            error = (trial_failure(t.trial_id, t.error, t.traceback, _error_pickle(folders[t.trial_id]))
+                     if t.status == ERROR else None)
             ckpts = checkpoints.get(t.trial_id, [])  # in report order: the last is the latest
             # Ray's best_checkpoints: the num_to_keep best, worst first (the latest, always kept, only if one)
             best = [ckpts[i] for i in rank_checkpoints([m for _, m in ckpts], score_attribute, score_order)]

@@ -227,6 +227,7 @@ class _ScriptError(Exception):
 
     def __init__(self, code: int, detail: str) -> None:
         super().__init__(f"{code}: {detail}")
+        self.code = code
 
 
 def test_a_failed_trials_error_is_also_an_instance_of_the_exception_it_raised(tmp_path) -> None:
@@ -255,6 +256,44 @@ def test_a_failed_trials_error_is_also_an_instance_of_the_exception_it_raised(tm
                   if r.trial_id == "builtin")
     assert "error='TrialError(ValueError)'" in repr(result)  # Ray shows 'RayTaskError(ValueError)'
 
+
+def test_a_failed_trials_error_carries_the_exception_it_raised_as_its_cause() -> None:
+    """As Ray's ``RayTaskError.cause``: the exception itself, its attributes readable on the error too (before, the
+    device sent only its text: ``error.code`` raised AttributeError). One whose ``__init__`` takes other arguments
+    than its ``args`` is re-created all the same (Ray's cause is then the ``TypeError`` of its unpickling)."""
+    import pickle
+    import threading
+
+    from fluidsalus.errors import MAX_ERROR_PICKLE_BYTES, pickle_exception, trial_failure
+
+    own = trial_failure("t1", f"{__name__}._ScriptError: 3: detail", "Traceback ...",
+                        pickle_exception(_ScriptError(3, "detail")))
+    assert isinstance(own, _ScriptError) and isinstance(own.cause, _ScriptError)
+    assert own.cause.code == 3 and own.code == 3 and str(own.cause) == "3: detail"
+    assert str(own).startswith("Trial t1 failed: ")
+    with pytest.raises(AttributeError, match="object has no attribute 'nothing'"):  # (the cause's, as Ray's)
+        own.nothing  # noqa: B018
+    copy = pickle.loads(pickle.dumps(own))  # as error.pkl keeps it
+    assert isinstance(copy, _ScriptError) and copy.cause.code == 3 and str(copy) == str(own)
+    # A built-in one with its own fields (OSError's errno, which the error's own slot shadows, as in Ray's)
+    missing = trial_failure("t2", "FileNotFoundError: [Errno 2] nope", None,
+                            pickle_exception(FileNotFoundError(2, "nope")))
+    assert isinstance(missing, FileNotFoundError) and missing.cause.errno == 2
+    assert pickle.loads(pickle.dumps(missing)).cause.errno == 2
+    # A plain TrialError (a device's death, say) pickles its cause too
+    plain = TrialError("Trial t4 failed")
+    plain.cause_pickle, plain.cause = pickle_exception(KeyError("k")), KeyError("k")  # type: ignore[attr-defined]
+    assert pickle.loads(pickle.dumps(plain)).cause.args == ("k",)
+    # No cause, the error as before: one that cannot be pickled, one too large, one whose pickle cannot be read
+    locked = ValueError("locked")
+    locked.lock = threading.Lock()  # type: ignore[attr-defined]
+    assert pickle_exception(locked) is None
+    assert pickle_exception(ValueError(b"x" * MAX_ERROR_PICKLE_BYTES)) is None
+    assert pickle_exception(ValueError(b"x" * (MAX_ERROR_PICKLE_BYTES // 4))) is not None  # (pickled twice)
+    for blob in (None, b"not a pickle", pickle.dumps((b"garbage", None))):
+        plain = trial_failure("t3", "ValueError: locked", None, blob)
+        assert isinstance(plain, ValueError) and plain.cause is None
+        assert pickle.loads(pickle.dumps(plain)).cause is None
 
 _NAN, _INF = float("nan"), float("inf")
 #: Histories whose scores Ray builds value by value: a NaN late and early, an infinity, a bool, steps that skip.

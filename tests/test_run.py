@@ -955,6 +955,35 @@ def test_fail_fast_ends_the_experiment_at_the_first_failure(storage, mode):
     assert sum(1 for r in grid if r.metrics.get("training_iteration") == 50) == 0  # nobody finished
 
 
+class CodedError(Exception):
+    """A script's exception whose ``__init__`` takes more than its message, and keeps it as an attribute."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def fails_with_a_code(config):
+    fluidsalus.report({"v": 1})
+    raise CodedError(f"code {config['code']}", config["code"])
+
+
+def test_a_failed_trials_exception_comes_to_the_driver_as_the_errors_cause(storage):
+    """The result's error, its error.pkl, a reader of the experiment and ``fail_fast="raise"``'s exception all
+    carry the trial's exception as Ray's ``RayTaskError.cause`` (before: its text only, ``error.code`` raised)."""
+    grid = fluidsalus.run(fails_with_a_code, {"code": fluidsalus.grid_search([7])}, storage_path=storage,
+                          name="cause", verbose=0)
+    error = grid[0].error
+    assert isinstance(error, CodedError) and isinstance(error.cause, CodedError)
+    assert error.cause.code == 7 and error.code == 7 and str(error.cause) == "code 7"
+    with open(os.path.join(grid[0].path, ERROR_PICKLE_FILE), "rb") as f:
+        assert ray.cloudpickle.load(f).cause.code == 7
+    assert fluidsalus.ResultGrid.read(os.path.join(storage, "cause"))[0].error.cause.code == 7
+    with pytest.raises(fluidsalus.TrialError, match="code 8") as raised:
+        fluidsalus.run(fails_with_a_code, {"code": 8}, storage_path=storage, name="cause_ff", fail_fast="raise",
+                       verbose=0)
+    assert isinstance(raised.value, CodedError) and raised.value.cause.code == 8
+
 def keeps_checkpoints(config):
     for i, score in enumerate(config["scores"], start=1):
         d = os.path.join(fluidsalus.get_context().get_trial_dir(), f"c{i}")

@@ -43,7 +43,7 @@ from typing import Any
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.distributed._common import DEFAULT_TIMEOUT_S as DEFAULT_DISTRIBUTED_TIMEOUT_S
 from fluidsalus.distributed._common import data_parallel_timeout
-from fluidsalus.errors import ConfigError
+from fluidsalus.errors import ConfigError, pickle_exception
 from fluidsalus.gpu import lanes as ln
 from fluidsalus.gpu import memory as mem
 from fluidsalus.gpu import nvml
@@ -72,7 +72,9 @@ _THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 # Event kinds sent from a device to the driver. Each event is a tuple whose first item is its kind.
 EV_START = "start"  # (EV_START, trial_id, attempt, ts)
 EV_RESULT = "result"  # (EV_RESULT, trial_id, attempt, ts, metrics, paused_at_budget, stopped_by_rule)
-EV_END = "end"  # (EV_END, trial_id, attempt, ts, outcome, error, traceback)
+#: (EV_END, trial_id, attempt, ts, outcome, error, traceback[, error_pickle]): ``error_pickle`` is the exception a
+#: trial raised, pickled (:func:`~fluidsalus.errors.pickle_exception`), or None; ends from elsewhere have none.
+EV_END = "end"
 EV_FATAL = "fatal"  # (EV_FATAL, trial_id, attempt, ts, message): a run-level configuration error
 EV_CALL = "call"  # (EV_CALL, trial_id, attempt, ts, call_id, method, args): the trial waits for answer()
 EV_LANE = "lane"  # (EV_LANE, trial_id | None, attempt | None, ts, kind, data): lane activity, for goodput
@@ -1074,6 +1076,7 @@ class DeviceHost:
         set_session(session)
         outcome, error, trace = OUT_COMPLETED, None, None
         fatal: str | None = None
+        error_pickle: bytes | None = None
         ranks = None
         peer_gone = False  # a data-parallel rank's failure says a peer went away (a broken collective)
         try:
@@ -1103,6 +1106,7 @@ class DeviceHost:
             outcome = OUT_WITHDRAWN
         except BaseException as e:  # noqa: BLE001 - a trial's failure must never take the device down
             error, trace = _encodable(f"{type(e).__name__}: {e}"), _encodable(tb.format_exc())
+            error_pickle = pickle_exception(e)
             if ranks is not None:
                 from fluidsalus.distributed._rendezvous import broken_by_leader_end  # (it imports this module)
 
@@ -1128,7 +1132,10 @@ class DeviceHost:
             if self._arenas is not None:  # the run's memory is the trial's no more; leftovers are reported
                 self._arenas.exit(spec.trial_id)
         if ranks is not None:  # rank 0 waits for its workers here; their failures become the trial's error
+            own = error
             outcome, error, trace = ranks.finish(outcome, error, trace, peer_gone, session.peers_lost)
+            if error != own:  # a worker's error, whose exception stayed in the worker
+                error_pickle = None
         now = time.time()
         with self._lock:
             if outcome == OUT_OOM and (session.stop_requested.is_set() or self._closed):
@@ -1150,7 +1157,8 @@ class DeviceHost:
             if fatal is not None:
                 self._emit_locked((EV_FATAL, spec.trial_id, spec.attempt, now, fatal))
             if spec.rank == 0:
-                self._emit_locked((EV_END, spec.trial_id, spec.attempt, now, outcome, error, trace))
+                self._emit_locked((EV_END, spec.trial_id, spec.attempt, now, outcome, error, trace,
+                                   error_pickle if outcome == OUT_ERRORED else None))
             else:  # a data-parallel worker's end is not the trial's (see TrialSpec)
                 self._emit_locked((EV_LANE, spec.trial_id, spec.attempt, now, "worker_end",
                                    {"rank": spec.rank, "world_size": spec.world_size, "outcome": outcome,

@@ -372,11 +372,12 @@ DIRNAME_SUFFIX_HEX = 4
 
 
 def _append_error_file(trial_dir: str, trial_id: str, number: int, ts: float, error: str | None,
-                       trace: str | None) -> None:
+                       trace: str | None, error_pickle: bytes | None = None) -> None:
     """Record a failure in the trial's folder as Ray does: append it to :data:`ERROR_FILE` (``Failure # <n>
-    (occurred at <date>)``, then the error with its traceback), and pickle it, as the result's ``error`` gives it,
-    to :data:`ERROR_PICKLE_FILE` (the last failure; Ray's ``Result.from_path`` reads it). A folder that cannot be
-    written loses the files, never the run."""
+    (occurred at <date>)``, then the error with its traceback), and pickle it, as the result's ``error`` gives it
+    (its ``cause`` from ``error_pickle``), to :data:`ERROR_PICKLE_FILE` (the last failure; Ray's
+    ``Result.from_path`` reads it, and so do fluidsalus's results, for the cause). A folder that cannot be written
+    loses the files, never the run."""
     try:
         os.makedirs(trial_dir, exist_ok=True)
         with open(os.path.join(trial_dir, ERROR_FILE), "a", encoding="utf-8", errors="backslashreplace") as f:
@@ -384,7 +385,7 @@ def _append_error_file(trial_dir: str, trial_id: str, number: int, ts: float, er
             f.write(f"{(trace or error or 'no error text').rstrip()}\n")
         pickled = os.path.join(trial_dir, ERROR_PICKLE_FILE)
         with open(pickled + ".tmp", "wb") as f:  # (whole or not at all: a reader never sees half of it)
-            pickle.dump(trial_failure(trial_id, error, trace), f)
+            pickle.dump(trial_failure(trial_id, error, trace, error_pickle), f)
         os.replace(pickled + ".tmp", pickled)
     except (OSError, ValueError, pickle.PicklingError) as e:  # (ValueError: a text that cannot be encoded)
         logger.warning("could not record the failure in %s: %s", trial_dir, e)
@@ -550,6 +551,7 @@ class Executor:
         self._started = time.time()
         self._first_error: str | None = None
         self._first_error_text: str | None = None  # that trial's own error, which names its type
+        self._first_error_pickle: bytes | None = None  # and its exception, pickled (the raised error's cause)
         self._traced_an_error = False  # the first trial that fails for good is printed with its traceback
         self._dirty = True  # something the plan depends on changed since the last plan
         self._plans = 0
@@ -960,7 +962,8 @@ class Executor:
                 for callback in self.settings.callbacks:  # every pass that began ends, the last one too
                     callback.on_step_end()
                 if self._ending == "fail_fast" and self.settings.fail_fast == "raise":
-                    raise trial_error(self._first_error or "a trial failed (fail_fast='raise')", self._first_error_text)
+                    raise trial_error(self._first_error or "a trial failed (fail_fast='raise')", self._first_error_text,
+                                      self._first_error_pickle)
                 return
             refs = []
             for device in self._devices:
@@ -1792,6 +1795,7 @@ class Executor:
                     events.append((ts, "trial_start", trial_id, name, {"attempt": attempt}))
                 elif kind == EV_END:
                     outcome, error, trace = event[4], event[5], event[6]
+                    error_pickle = event[7] if len(event) > 7 else None
                     self._unplace(trial, ts)
                     stopped_for_good = trial_id in self._stopping and trial_id not in self._restarts
                     self._stopping.discard(trial_id)
@@ -1806,7 +1810,7 @@ class Executor:
                     if outcome == OUT_ERRORED:
                         # Ray's error file counts every failure, the retried ones and the last
                         failures = trial.num_failures + 1
-                        _append_error_file(trial.trial_dir, trial_id, failures, ts, error, trace)
+                        _append_error_file(trial.trial_dir, trial_id, failures, ts, error, trace, error_pickle)
                     if restart is None and outcome == OUT_ERRORED and self._may_retry(trial):
                         trial.num_failures += 1
                         restart = _Restart(reason="retry", error=error)
@@ -1825,7 +1829,7 @@ class Executor:
                         outcome = OUT_STOPPED  # the search ended it (an Optuna pruner), as a scheduler's stop
                         event = (*event[:4], outcome, *event[5:])
                     trial.status = ERROR if outcome == OUT_ERRORED else TERMINATED
-                    trial.error = error
+                    trial.error, trial.error_pickle = error, error_pickle
                     trial.devices = ()
                     self._forget(trial_id)
                     self.store.update_trial(
@@ -2427,6 +2431,7 @@ class Executor:
         """Keep the run's first failure (``fail_fast`` ends the run with it)."""
         if self._first_error is None:
             self._first_error, self._first_error_text = f"Trial {trial.trial_id} failed: {trial.error}", trial.error
+            self._first_error_pickle = trial.error_pickle
 
     def _may_retry(self, trial: Trial) -> bool:
         """Whether ``max_failures`` allows one more retry of a failed trial (``-1`` arrives as ``sys.maxsize``), and
