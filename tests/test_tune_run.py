@@ -163,6 +163,10 @@ def test_checkpoints_best_by_metric_and_last_by_iteration(tmp_path) -> None:
     assert analysis.get_last_checkpoint(best).path == ckpts[2][0].path
     assert analysis.get_last_checkpoint().path == ckpts[2][0].path  # the trial with the most iterations: a (3)
     assert analysis.get_best_checkpoint(analysis.trials[1]) is None  # kept none
+    # A metric its checkpoints' results lack raises as Ray's does (it gave None with "no checkpoints" logged)
+    with pytest.raises(KeyError, match="metric 'los' is not in the result of trial .*; it has: loss, "
+                                       "training_iteration"):
+        analysis.get_best_checkpoint(best, "los", "min")
     assert best.checkpoint.path == ckpts[2][0].path
     with pytest.raises(ConfigError, match="neither a Trial of this analysis"):
         analysis.get_best_checkpoint("/exp/zzz")

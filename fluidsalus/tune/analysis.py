@@ -423,7 +423,10 @@ class ExperimentAnalysis:
             mode: ``"min"`` or ``"max"`` (default: ``default_mode``).
 
         Returns:
-            The checkpoint, or None (with a logged error) when the trial kept none with a value of the metric.
+            The checkpoint, or None (with a logged error) when the trial kept none with a number as the metric.
+
+        Raises:
+            KeyError: A kept checkpoint's result has no ``metric`` (as Ray's; its message names what they have).
         """
         found = self._trial(trial)
         metric = metric or self.default_metric or TRAINING_ITERATION
@@ -431,6 +434,9 @@ class ExperimentAnalysis:
         scored = []
         for checkpoint, metrics in found.checkpoints:
             value = lookup_metric(metrics, metric)
+            if value is None:  # (Ray's lookup raises a bare KeyError; a typo is the usual cause)
+                raise KeyError(f"get_best_checkpoint: metric {metric!r} is not in the result of trial {found}'s "
+                               f"checkpoint {checkpoint.path}; it has: {', '.join(sorted(flatten_dict(metrics)))}")
             if is_number(value) and not math.isnan(value):
                 scored.append((checkpoint, value))
         if not scored:
