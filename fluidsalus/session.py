@@ -723,7 +723,7 @@ class TrialSession:
         if isinstance(output, Mapping):
             self.report(output)
         elif isinstance(output, Number) and not isinstance(output, bool):
-            self.report({DEFAULT_METRIC: float(output)})  # type: ignore[arg-type]
+            self.report({DEFAULT_METRIC: output})  # as it came: an int stays an int, as in Ray
         else:
             raise ValueError(
                 "Invalid return or yield value: a trainable may return or yield a single number or a dict, "

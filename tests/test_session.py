@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 import fluidsalus
@@ -213,7 +214,10 @@ def test_return_values_are_reported_like_ray_tune(tmp_path):
     session.report_return_value({"acc": 0.9})
     session.report_return_value(3)
     session.report_return_value(None)
-    assert got[0]["acc"] == 0.9 and got[1]["_metric"] == 3.0 and len(got) == 2
+    session.report_return_value(np.float32(0.5))
+    assert got[0]["acc"] == 0.9 and len(got) == 3
+    assert got[1]["_metric"] == 3 and type(got[1]["_metric"]) is int  # as it came, as Ray's (it was 3.0)
+    assert got[2]["_metric"] == 0.5
     with pytest.raises(ValueError, match="single number or a dict"):
         session.report_return_value("text")
 
