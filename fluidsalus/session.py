@@ -356,6 +356,8 @@ class TrialSession:
             not wait (their rank 0 would leave the others behind); a stop reaches them at the next report.
         result_totals: ``timesteps_total`` and ``episodes_total`` of the result the checkpoint was taken at (a
             restart continues Ray's running totals from there; see :meth:`report`).
+        on_resume_read: Told, once, that the trainable asked for the checkpoint to resume from
+            (:meth:`resume_checkpoint`): it restores what a restart gives it, so the planner may move it.
 
     Attributes:
         ranks: For one rank of a data-parallel trial, its link with the other ranks (set by the device host
@@ -377,8 +379,12 @@ class TrialSession:
         checkpoint_sink: Callable[[int, str], None] | None = None,
         verdict_from: float | None = None,
         result_totals: Mapping[str, float] | None = None,
+        on_resume_read: Callable[[], None] | None = None,
     ) -> None:
         self.context = context
+        self._on_resume_read = on_resume_read
+        #: Whether the trainable asked for its checkpoint in this attempt (:meth:`resume_checkpoint`).
+        self.resume_read = False
         self.verdict_from = verdict_from
         # Ray's running totals of timesteps and episodes, kept only once a result reports an increment; a restart
         # from a checkpoint continues from the totals of the checkpoint's result (``result_totals``).
@@ -539,6 +545,18 @@ class TrialSession:
         self.stop_requested.set()
         self._resumed.set()
 
+    def resume_checkpoint(self) -> Checkpoint | None:
+        """The checkpoint the trainable resumes from (:func:`get_checkpoint`, Ray's bridged one, a class
+        ``Trainable``'s restore), noted: a trainable that asks for it restores what a restart gives it. One that
+        never asks (Ray's XGBoost example: its callback saves, the function never reads) starts over at a restart
+        while its iterations go on from the checkpoint's, so the planner does not move it (the driver hears of the
+        first ask through ``on_resume_read``), and an out-of-memory re-admission starts it from scratch."""
+        if not self.resume_read:
+            self.resume_read = True
+            if self._on_resume_read is not None:
+                self._on_resume_read()
+        return self.checkpoint
+
     def report(self, metrics: Mapping[str, Any], checkpoint: Checkpoint | None = None,
                at_end: Callable[[], Checkpoint] | None = None, *, deferred: bool = False,
                end_save_at_pause: bool = False) -> None:
@@ -567,6 +585,11 @@ class TrialSession:
         if not isinstance(metrics, Mapping):
             raise TypeError(f"report(metrics=...): metrics must be a dict, got {type(metrics).__name__}")
         self._check_live("report")
+        if self.stopped:
+            # Stopped at an earlier boundary, and the trainable reports again as the stop unwinds it (a
+            # ``finally:``, Lightning's ``on_exception`` hooks): no result, as in Ray, which drops it. It was one
+            # more iteration, past where the scheduler stopped the trial, and could be its best result.
+            return
         check_sendable(metrics)
         checkpoint = _engine_checkpoint(checkpoint)
         now = time.time()
@@ -846,7 +869,7 @@ def get_checkpoint() -> Checkpoint | None:
 
     After the trial reports a checkpoint, this returns that (persisted) checkpoint.
     """
-    return _current("get_checkpoint").checkpoint
+    return _current("get_checkpoint").resume_checkpoint()
 
 
 def call_driver(method: str, *args: Any) -> Any:

@@ -82,16 +82,22 @@ def test_trial_demand_carries_estimates_devices_pause_and_data_parallel_bounds()
 
 def test_trial_demand_counts_the_iterations_a_restart_would_run_again():
     # A move restarts a trial from its last checkpoint: what it ran after it is run again.
-    running = _trial("c", budget=20, last_iteration=7, checkpoint_path="/tmp/c/checkpoint_000004", devices=(0,))
+    running = _trial("c", budget=20, last_iteration=7, checkpoint_path="/tmp/c/checkpoint_000004", devices=(0,),
+                     reads_checkpoints=True)
     assert trial_demand(running, "training_iteration", ESTIMATE).since_checkpoint == 3
     assert trial_demand(_trial("d", budget=20, last_iteration=7, devices=(0,)), "training_iteration",
                         ESTIMATE).since_checkpoint == 7  # no checkpoint: everything
-    at_checkpoint = _trial("e", budget=20, last_iteration=4, checkpoint_path="/tmp/e/checkpoint_000004")
+    at_checkpoint = _trial("e", budget=20, last_iteration=4, checkpoint_path="/tmp/e/checkpoint_000004",
+                           reads_checkpoints=True)
     assert trial_demand(at_checkpoint, "training_iteration", ESTIMATE).since_checkpoint == 0
-    # A trial that reported and has no checkpoint is never restarted (plan_actions refuses): the planner is told.
+    # A trial that never asked for its checkpoint (its callback saves one, its function never reads it) would
+    # start over at a restart while its iterations went on from the checkpoint's (a helper's XGBoost sweep)
+    unread = _trial("u", budget=20, last_iteration=7, checkpoint_path="/tmp/u/checkpoint_000004", devices=(0,))
+    # A trial that reported and has no checkpoint it reads is never restarted (plan_actions refuses): the planner
+    # is told.
     assert [trial_demand(t, "training_iteration", ESTIMATE).restartable
             for t in (running, _trial("d", budget=20, last_iteration=7, devices=(0,)), at_checkpoint,
-                      _trial("f", budget=20, devices=(0,)))] == [True, False, True, True]
+                      _trial("f", budget=20, devices=(0,)), unread)] == [True, False, True, True, False]
     # Its device was asked to give it back: it had begun, or it is on its way back to the queue.
     asked = _trial("g", budget=20, devices=(0,))
     assert not trial_demand(asked, "training_iteration", ESTIMATE, withdrawal_asked=True).restartable
@@ -774,9 +780,10 @@ def test_a_sweep_that_fits_its_device_never_restarts_a_trial(storage):
 def unevenly(config):
     """Trial 'short' ends early; 'a' and 'b' run long. Checkpoints every step when config says so. Each step asks
     the driver something (as an Optuna objective does at each report), so a trial prefetched behind another
-    begins while that one waits for the answer, and the two then time-slice their lane."""
+    begins while that one waits for the answer, and the two then time-slice their lane. With config "reads"
+    False it never asks for its checkpoint (as Ray's XGBoost example, whose callback saves)."""
     start = 0
-    if fluidsalus.get_checkpoint() is not None:
+    if config["reads"] and fluidsalus.get_checkpoint() is not None:
         with fluidsalus.get_checkpoint().as_directory() as d:
             start = int(open(os.path.join(d, "it")).read())
     for it in range(start + 1, config["n"] + 1):
@@ -793,21 +800,25 @@ def unevenly(config):
 
 
 @pytest.mark.usefixtures("ray_cluster")
-@pytest.mark.parametrize("checkpoint", [True, False], ids=["checkpointed", "no_checkpoint"])
-def test_a_trial_moves_only_from_a_checkpoint(storage, checkpoint):
+@pytest.mark.parametrize(("checkpoint", "reads"), [(True, True), (False, True), (True, False)],
+                         ids=["checkpointed", "no_checkpoint", "checkpoint_never_read"])
+def test_a_trial_moves_only_from_a_checkpoint(storage, checkpoint, reads):
     """Two single-slot devices, three trials: 'a' and 'short' start, 'b' is prefetched behind 'a', begins while
     'a' waits for the driver and time-slices its lane. When 'short' ends, the planner spreads 'b' to the free
     device. With checkpoints it moves there at its next boundary and resumes from its checkpoint; without, it
-    stays (a restart would lose its work, so the planner does not plan one)."""
-    space = {"n": fluidsalus.grid_search([40, 8, 40]), "checkpoint": checkpoint}
+    stays (a restart would lose its work, so the planner does not plan one). So it does with checkpoints that it
+    never asks for: restarted, it would start over while its iterations went on from the checkpoint's (it moved,
+    and a helper's ASHA sweep judged an XGBoost trial of 4 rounds at its rung 8)."""
+    space = {"n": fluidsalus.grid_search([40, 8, 40]), "checkpoint": checkpoint, "reads": reads}
     grid = fluidsalus.run(unevenly, space, devices=2, cpus_per_device=1, storage_path=storage,
-                          name=f"move{checkpoint}", verbose=0, call_handler=lambda trial_id, method, args: None)
+                          name=f"move{checkpoint}{reads}", verbose=0,
+                          call_handler=lambda trial_id, method, args: None)
     assert grid.num_errors == 0 and sorted(r.metrics["it"] for r in grid) == [8, 40, 40]
     reader = ExperimentStore.open(grid.experiment_path, readonly=True)
     trials = {r.config["n"]: r for r in grid}
     restarts = reader.events("trial_restart")
     planner = fluidsalus.inspect(grid.experiment_path).planner  # what `fluidsalus inspect` shows of it
-    if not checkpoint:
+    if not checkpoint or not reads:
         # The planner knows that neither long trial can restart (TrialDemand.restartable): it plans no move,
         # so the executor has none to refuse (its refusal: test_a_move_needs_a_checkpoint_and_a_computing_trial).
         assert not restarts and not reader.events("plan_refused") and not reader.events("plan_move")

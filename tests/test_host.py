@@ -454,6 +454,32 @@ def test_out_of_memory_readmits_the_trial_from_its_checkpoint_and_spares_its_nei
     assert "simulated device out of memory" in readmit[0][5]["error"]
 
 
+def test_a_trial_that_never_reads_its_checkpoint_is_readmitted_from_scratch(tmp_path):
+    """Its callback saves checkpoints and the function never asks for one (Ray's XGBoost example): re-admitted
+    "from its checkpoint", it started over while its iterations went on from the checkpoint's (1, 2, then 3, 4
+    holding a model of 1, 2 steps). It now starts from scratch, and its iterations do too."""
+    marker = tmp_path / "ran_out_once"
+
+    def f(config):
+        for it in range(1, 5):
+            time.sleep(0.01)
+            if it == 3 and not marker.exists():
+                marker.write_text("x")
+                raise MemoryError("simulated device out of memory")
+            d = os.path.join(fluidsalus.get_context().get_trial_dir(), f"s{it}")
+            os.makedirs(d, exist_ok=True)
+            fluidsalus.report({"it": it, "step": it}, checkpoint=fluidsalus.Checkpoint.from_directory(d))
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    host.submit([_spec(tmp_path, 0)])
+    events = _drain(host, 1)
+    assert [e[4] for e in events if e[0] == EV_END] == [OUT_COMPLETED]
+    results = [e[4] for e in events if e[0] == EV_RESULT]
+    assert [(r["training_iteration"], r["step"]) for r in results] == [(1, 1), (2, 2), (1, 1), (2, 2), (3, 3),
+                                                                       (4, 4)]
+    readmit = [e for e in events if e[0] == EV_LANE and e[4] == "oom_readmit"]
+    assert len(readmit) == 1 and readmit[0][5]["from_iteration"] == 0
+
 #: The message of a lane-allocator refusal, as PyTorch raises it when it cannot make torch.OutOfMemoryError of it
 #: (seen with torch 2.11+cu130 on an H100): a RuntimeError.
 REFUSAL = ("fluidsalus lane allocator: tag 1 could not get 512.00 MiB (536870912 bytes): the tag's cap is reached. "

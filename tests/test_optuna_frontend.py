@@ -490,6 +490,28 @@ def test_callback_error_is_raised(tmp_path):
     assert 1 <= len(study.trials) < 20 and all(t.state == TrialState.COMPLETE for t in study.trials)
 
 
+def test_an_optimize_started_from_a_callback_of_another_is_refused_at_once_when_the_outer_holds_every_core(tmp_path):
+    """Optuna runs another study's optimize in a callback. Here the outer run's devices hold the cores until the
+    callback returns: the inner run waited 120 s for them, then blamed the resources (a helper's test). It is now
+    refused at once, naming the nesting; where the outer leaves a core free, the inner runs on it."""
+    from fluidsalus.errors import FluidsalusError
+
+    other = optuna.create_study()
+
+    def optimise_other(study: optuna.Study, trial: FrozenTrial) -> None:
+        if trial.number == 0:
+            fo.optimize(other, _quadratic, n_trials=2, storage_path=str(tmp_path / "inner"), verbose=0)
+
+    study = optuna.create_study()
+    with pytest.raises(FluidsalusError, match=r"^this run was started inside another fluidsalus run of this thread "
+                                              r"\(from its callback.*none of its devices can start"):
+        _optimize(study, _quadratic, tmp_path, n_trials=3, callbacks=[optimise_other], name="outer")
+    assert len(other.trials) == 0 and study.trials[0].state == TrialState.COMPLETE
+    study = optuna.create_study()
+    _optimize(study, _quadratic, tmp_path, n_trials=3, callbacks=[optimise_other], name="outer_one", devices=1,
+              cpus_per_device=1)
+    assert [t.state for t in other.trials] == [TrialState.COMPLETE] * 2 and len(study.trials) == 3
+
 def test_study_stop_from_the_objective(tmp_path):
     def objective(trial: Any) -> float:
         x = trial.suggest_float("x", 0, 1)

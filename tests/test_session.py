@@ -257,6 +257,20 @@ def test_a_driver_stop_still_lets_the_stop_rule_see_the_result(tmp_path, value, 
     assert got[0]["done"] is True and s.stopped_by_rule is by_rule
 
 
+def test_a_report_made_as_a_stop_unwinds_the_trial_is_dropped_as_in_ray(tmp_path):
+    """A trainable that reports again in a ``finally:`` (or Lightning's ``on_exception`` hook) as the stop unwinds
+    it: Ray drops that report. It was stored, one iteration past the scheduler's stop, and could be the best
+    result (a helper's side by side under ASHA)."""
+    s, got = _session(tmp_path)
+    s.report({"loss": 1.0})
+    s.request_stop()
+    with pytest.raises(StopTrial):
+        s.report({"loss": 0.5})
+    checkpoint_dir = tmp_path / "late"
+    checkpoint_dir.mkdir()
+    assert s.report({"loss": -100.0}, checkpoint=fluidsalus.Checkpoint.from_directory(str(checkpoint_dir))) is None
+    assert [r["loss"] for r in got] == [1.0, 0.5] and s.iteration == 2
+
 def test_write_atomically_replaces_the_whole_file_or_leaves_the_old_one(tmp_path, monkeypatch):
     target = tmp_path / "state.pkl"
     write_atomically(str(target), b"old")

@@ -82,6 +82,10 @@ EV_LANE = "lane"  # (EV_LANE, trial_id | None, attempt | None, ts, kind, data): 
 #: result was already sent without one (``TrialSession.attach_checkpoint``)
 EV_CHECKPOINT = "checkpoint"
 
+#: An ``EV_LANE`` kind: the trial asked for the checkpoint it resumes from (``TrialSession.resume_checkpoint``), so
+#: a restart from its checkpoint resumes it; the driver keeps it on the trial and stores no event of it.
+LANE_RESUME_READ = "resume_read"
+
 # Outcomes of EV_END.
 OUT_COMPLETED = "completed"  # the trainable returned
 OUT_STOPPED = "stopped"  # the stop rule fired or the driver stopped it
@@ -1021,6 +1025,10 @@ class DeviceHost:
             with self._lock:
                 self._emit_locked((EV_CHECKPOINT, trial_id, attempt, time.time(), iteration, dirname))
 
+        def resume_read() -> None:
+            with self._lock:
+                self._emit_locked((EV_LANE, trial_id, attempt, time.time(), LANE_RESUME_READ, {}))
+
         stop_rule = None if worker else self.settings.stop
         should_stop = None
         if stop_rule is not None:
@@ -1053,6 +1061,7 @@ class DeviceHost:
             checkpoint_sink=None if worker else checkpoint_sink,
             verdict_from=None if worker else self.settings.verdict_from,
             result_totals=spec.result_totals if spec.checkpoint_path else None,
+            on_resume_read=None if worker else resume_read,
         )
         session._caller = lambda method, args: self._call(trial_id, attempt, method, args)
         return session
@@ -1188,13 +1197,15 @@ class DeviceHost:
             return False
         del self._running[spec.trial_id]
         iteration, time_total = session.checkpoint_at
+        # From its checkpoint if it reads one (else it would start over while its iterations went on from there)
+        resume = session.checkpoint if session.resume_read else None
         respec = TrialSpec(
             trial_id=spec.trial_id, trial_name=spec.trial_name, config=spec.config, trial_dir=spec.trial_dir,
             attempt=spec.attempt,
-            checkpoint_path=session.checkpoint.path if session.checkpoint is not None else None,
-            start_iteration=iteration if session.checkpoint is not None else 0,
-            time_total_offset=time_total if session.checkpoint is not None else 0.0,
-            result_totals=session.checkpoint_totals if session.checkpoint is not None else {},
+            checkpoint_path=resume.path if resume is not None else None,
+            start_iteration=iteration if resume is not None else 0,
+            time_total_offset=time_total if resume is not None else 0.0,
+            result_totals=session.checkpoint_totals if resume is not None else {},
             budget=session.budget, priority=spec.priority,
         )
         self._emit_locked((EV_LANE, spec.trial_id, spec.attempt, time.time(), "oom_readmit",

@@ -83,7 +83,7 @@ class RaySessionBridge:
     @property
     def loaded_checkpoint(self) -> Any:
         """``ray.tune.get_checkpoint()``: the trial's checkpoint as Ray's own ``Checkpoint`` class."""
-        checkpoint = self._trial("ray.tune.get_checkpoint", "fluidsalus.tune.get_checkpoint").checkpoint
+        checkpoint = self._trial("ray.tune.get_checkpoint", "fluidsalus.tune.get_checkpoint").resume_checkpoint()
         if checkpoint is None:
             return None
         from ray.tune import Checkpoint as RayCheckpoint  # imported already: the bridge exists because Ray's is

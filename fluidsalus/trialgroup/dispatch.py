@@ -100,7 +100,8 @@ def trial_demand(trial: Trial, time_attr: str, estimate: tuple[int, int],
                        paused=trial.status == PAUSED, seq=trial.seq,
                        since_checkpoint=max(0, trial.last_iteration - checkpointed),
                        # what plan_actions carries out: a move from a checkpoint, or a withdrawal
-                       restartable=trial.checkpoint_path is not None or may_not_have_begun(trial, withdrawal_asked),
+                       restartable=(trial.checkpoint_path is not None and trial.reads_checkpoints)
+                       or may_not_have_begun(trial, withdrawal_asked),
                        turn=turn, **extra)
 
 

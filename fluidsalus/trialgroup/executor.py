@@ -52,6 +52,7 @@ import pickle
 import re
 import shutil
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -83,6 +84,7 @@ from fluidsalus.gpu.host import (
     EV_LANE,
     EV_RESULT,
     EV_START,
+    LANE_RESUME_READ,
     OUT_COMPLETED,
     OUT_ERRORED,
     OUT_STOPPED,
@@ -341,6 +343,18 @@ def _not_started(specs: Sequence[DeviceSpec], what: str) -> FluidsalusError:
     return FluidsalusError(
         f"{what} did not start within {ACTOR_START_TIMEOUT_S:.0f} s. Asked for: {wanted}; "
         f"Ray has available: {ray.available_resources()}. Free resources or ask for fewer devices.")
+
+
+#: This thread's runs in progress: a run started from a callback, a searcher or a stopper of another on the driver
+#: (an Optuna callback that optimises a second study) is nested in it, and waits on resources that the outer run,
+#: blocked in that call, never frees (:meth:`Executor._check_nested_start`).
+_THREAD_RUNS = threading.local()
+
+
+def _fits(spec: DeviceSpec, available: Mapping[str, float]) -> bool:
+    """Whether Ray's free resources hold one more actor of ``spec`` (its CPUs, and a GPU for a CUDA device)."""
+    return (available.get("CPU", 0.0) >= spec.cpus
+            and (spec.kind != "cuda" or available.get("GPU", 0.0) >= 1.0))
 
 
 def _warm_key(cluster: str | None, spec: DeviceSpec) -> WarmKey | None:
@@ -628,8 +642,10 @@ class Executor:
             KeyboardInterrupt: After stopping the trials and flushing the store.
         """
         ended = False
+        outer = getattr(_THREAD_RUNS, "depth", 0)
+        _THREAD_RUNS.depth = outer + 1
         try:
-            self._start_devices()
+            self._start_devices(nested=outer > 0)
             self._loop()
             self._searcher_log.save(force=True)
             ended = True
@@ -640,6 +656,7 @@ class Executor:
             ended = True
             raise
         finally:
+            _THREAD_RUNS.depth = outer
             try:
                 self._progress.close()
             finally:
@@ -686,7 +703,26 @@ class Executor:
         device.lingering.clear()
         device.changed_at = time.time()
 
-    def _start_devices(self) -> None:
+    def _check_nested_start(self) -> None:
+        """Refuse at once a run nested in another of this thread (see :data:`_THREAD_RUNS`) when none of its devices
+        can start on what Ray has free: the outer run holds the rest until the call that started this one returns,
+        so waiting :data:`ACTOR_START_TIMEOUT_S` could only end in :func:`_not_started`'s misleading advice.
+
+        Raises:
+            FluidsalusError: No device of this run fits in Ray's free resources.
+        """
+        available = ray.available_resources()
+        if any(_fits(spec, available) for spec in self.device_specs):
+            return
+        wanted = ", ".join(f"{d.name} ({d.cpus} CPU{', 1 GPU' if d.kind == 'cuda' else ''})" for d in self.device_specs)
+        raise FluidsalusError(
+            "this run was started inside another fluidsalus run of this thread (from its callback, searcher or "
+            "stopper, or an Optuna callback of fluidsalus.optuna.optimize), whose devices hold the cluster's "
+            f"resources until that call returns: none of its devices can start (asked for: {wanted}; Ray has "
+            f"available: {available}). Start it after the outer run returns, or give the outer run fewer devices "
+            "(devices=...).")
+
+    def _start_devices(self, nested: bool = False) -> None:
         """Give every device an actor: a warm one that a finished run of this process left, where one matches
         (:meth:`_reset_warm_devices`), and a new one for each of the others. The run begins once the first new
         actor is up, or at once when no new actor is needed.
@@ -703,13 +739,18 @@ class Executor:
         Every actor is one of the run's devices from the moment it is asked for, so a run that fails while they
         start ends them all (:meth:`_stop_devices`).
 
+        Args:
+            nested: The run was started inside another of this thread (:meth:`_check_nested_start`).
+
         Raises:
             FluidsalusError: No device is up: every new actor failed to start (the message has the first one's
                 error), or none came up within :data:`ACTOR_START_TIMEOUT_S` (the message names the resources
-                asked for and those Ray has free).
+                asked for and those Ray has free); or, nested, none can start on the resources Ray has free.
         """
         cluster = _cluster_token()
         taken = WARM_DEVICES.take(cluster, [_warm_key(cluster, spec) for spec in self.device_specs])
+        if nested and not any(taken):  # (a warm actor taken is one the outer run does not hold)
+            self._check_nested_start()
         launched = time.time()
         # New actors first, so that their processes start while the warm ones reset.
         for spec, warm in zip(self.device_specs, taken, strict=True):
@@ -1424,7 +1465,7 @@ class Executor:
                     continue
                 states[trial_id] = TrialState(
                     trial.placed_on, computing=trial.status != PAUSED,
-                    can_restart=trial.checkpoint_path is not None,
+                    can_restart=trial.checkpoint_path is not None and trial.reads_checkpoints,
                     unbegun=may_not_have_begun(trial, (trial_id, trial.attempt) in self._withdraw_sent),
                     moving=moving, min_devices=low, stalled=stalled)
         return states
@@ -1724,6 +1765,11 @@ class Executor:
                         decisions.append(event)
                     else:
                         self._answer_call(device, event)
+                    continue
+                if kind == EV_LANE and event[4] == LANE_RESUME_READ:
+                    if trial_id in self.trials:
+                        self.trials[trial_id].reads_checkpoints = True
+                        self._dirty = True  # it may be moved now
                     continue
                 if kind == EV_LANE:  # lane activity: stored as it is, for goodput; the planner's memory view
                     self._lane_event(device, event)

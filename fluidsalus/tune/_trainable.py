@@ -632,8 +632,9 @@ def run_trainable_class(cls: type[Trainable], config: dict[str, Any], parameters
         return checkpoint
 
     try:
-        if session.checkpoint is not None:
-            trainable.restore(session.checkpoint)
+        checkpoint = session.resume_checkpoint()
+        if checkpoint is not None:
+            trainable.restore(checkpoint)
         while True:
             result = trainable.train()
             for key in TRAIN_FILLED_KEYS:  # the session fills these in for the trial (train() did, for a caller)
