@@ -266,8 +266,8 @@ def changed_module(modules: Mapping[str, Any], since: float) -> str | None:
     """
     for name, module in list(modules.items()):
         path = getattr(module, "__file__", None)
-        if not isinstance(path, str):
-            continue
+        if not isinstance(path, str) or not os.path.isabs(path):
+            continue  # (torch.ops's is "_ops.py": a name, no path, taken for a module deleted; imports give paths)
         try:
             modified = os.stat(path).st_mtime
         except OSError:
