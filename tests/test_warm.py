@@ -141,3 +141,22 @@ def test_changed_module_names_a_module_whose_file_changed_or_went_since_a_time(t
     assert changed_module(modules, since=2_000.0) == "user_module"
     path.unlink()
     assert changed_module(modules, since=4_000.0) == "user_module"
+
+
+def test_a_run_whose_ray_was_shut_down_under_it_calls_no_actor_at_its_end(monkeypatch):
+    """``ray.shutdown()`` from another thread during a fit: the run's end called its devices' actors, and Ray's
+    auto-init started a new local Ray from the fit's thread, whose ``Exception: Failed to submit task to actor``
+    replaced Ray's ``SystemExit`` and which the script's next ``ray.init(...)`` met (a helper's test). Nothing is
+    called now: the actors ended with Ray."""
+    import ray
+
+    from fluidsalus.trialgroup.executor import Executor
+
+    class Untouchable:
+        def __getattr__(self, name: str) -> None:
+            raise AssertionError(f"the actor was called ({name})")
+
+    devices = [types.SimpleNamespace(alive=True, actor=Untouchable(), outbox=[]) for _ in range(2)]
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    Executor._shut_down_devices(types.SimpleNamespace(_devices=devices), keep_warm=True)  # type: ignore[arg-type]
+    assert [d.alive for d in devices] == [False, False]

@@ -945,6 +945,13 @@ class Executor:
 
     def _shut_down_devices(self, keep_warm: bool) -> None:
         """:meth:`_stop_devices` but for a Ctrl-C on the way."""
+        if not ray.is_initialized():
+            # Ray was shut down under the run (``ray.shutdown()`` from another thread): its actors ended with it,
+            # and a call to one would start a new local Ray from this thread (Ray's auto-init), which the script's
+            # next ``ray.init(...)`` then met ("called ray.init twice").
+            for device in self._devices:
+                device.alive = False
+            return
         live = [d for d in self._devices if d.alive]
         for device in self._devices:  # commands left for a next poll are moot: shutdown stops every trial and
             device.outbox.clear()     # answers every call a trial waits in
