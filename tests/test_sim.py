@@ -339,7 +339,7 @@ def test_fast_lane_policy_keys_choose_as_the_policies_do():
     # sets (ties in ready time included) each key picks the trial that fluidsalus.gpu.policies.choose picks.
     import random
 
-    from fluidsalus.gpu.policies import TrialView, choose, get_policy
+    from fluidsalus.gpu.policies import choose, get_policy
     from fluidsalus.sim.engine import SIM_POLICY_KEYS, SimTrial
 
     rng = random.Random(0)
@@ -352,9 +352,10 @@ def test_fast_lane_policy_keys_choose_as_the_policies_do():
                 t.ready_since = float(rng.randint(0, 3))
                 t.arrival = rng.randint(0, 9)
                 t.used_s = float(rng.randint(0, 3))
-                t.iteration = rng.randint(0, 3)
+                t.lane_iterations = rng.randint(0, 3)
+                t.iteration = t.lane_iterations + rng.randint(0, 3)
                 ready.append(t)
-            views = [TrialView(t.tid, t.arrival, t.ready_since, t.used_s, t.iteration, None, None) for t in ready]
+            views = [Simulation.view(t) for t in ready]
             assert min(ready, key=key).tid == choose(policy, views), name
 
 
@@ -403,3 +404,37 @@ def test_a_synthetic_trial_fits_its_gpu_with_the_cuda_context(capsys):
     for planner in ("one_per_gpu", "waterfill"):
         assert main(["--gpus", "1", "--trials", "1", "--gpu-memory-gib", "2", "--planners", planner, "--json"]) == 0
         assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_srtf_lanes_are_told_the_measured_time_per_iteration_as_the_device_host_does():
+    """The simulator's srtf was fifo: its views had no sec_per_iter, so every trial looked unprofiled (a tester's
+    F-SIM-4). The view is now the device host's (DeviceHost._view): time and iterations since the trial joined its
+    lane, their ratio, and the iterations left to its budget."""
+    from fluidsalus.sim.engine import SimTrial
+    from fluidsalus.sim.strategies import WaterfillStrategy
+
+    hw = Hardware(gpus=1, gpus_per_node=1, **FREE)
+    wl = Workload((record(),))
+    s, max_it = make_searcher("asha", 2, 0, wl.metric, wl.mode, hw.gpus, max_t=10)
+    sim = Simulation(WaterfillStrategy(), wl, s, max_it, hw, lane_policy="srtf")
+    slow, quick = SimTrial("slow", 0, record(), 10, 0.0), SimTrial("quick", 1, record(), 10, 0.0)
+    slow.ready_since, quick.ready_since = 0.0, 1.0  # fifo takes slow
+    for trial, per_iter in ((slow, 10.0), (quick, 1.0)):
+        trial.iteration = trial.lane_iterations = 2
+        trial.used_s = 2 * per_iter
+    view = Simulation.view(quick)
+    assert (view.sec_per_iter, view.remaining_iterations, view.iterations) == (1.0, 8, 2)
+    assert sim.pick([slow, quick]) is quick  # 8 s left against 80 s
+    slow.lane_iterations, slow.used_s = 0, 0.0  # moved: unprofiled on its new lane, so it goes first
+    assert Simulation.view(slow).sec_per_iter is None and sim.pick([slow, quick]) is slow
+    slow.lane_iterations, slow.used_s = 2, 20.0
+    slow.budget = quick.budget = None  # open-ended (the host knows no max_iterations): both last, then fifo
+    assert sim.pick([slow, quick]) is slow
+
+    def run(policy: str) -> tuple:
+        hw = Hardware(gpus=4)
+        wl = generate_workload(60, 0, hw.gpu_memory - hw.context_bytes)
+        r = simulate(RunSpec("asha", 60, 0, hw, lane_policy=policy), wl, "waterfill")
+        return r.makespan_s, r.mean_jct_s, r.iterations
+
+    assert run("srtf") != run("fifo")

@@ -67,13 +67,14 @@ _STOP = Decision.STOP
 MAX_EVENTS = 50_000_000
 
 #: Sort keys over :class:`SimTrial` equal to the lane policies' keys over the :class:`TrialView` the engine would
-#: build (``arrival_seq`` = ``arrival``, ``used_time_s`` = ``used_s``, ``iterations`` = ``iteration``): the
-#: engine picks a lane's next trial with them instead of building views (tests/test_sim.py checks that they
-#: choose as :func:`fluidsalus.gpu.policies.choose` does). Policies not listed go through ``choose``.
+#: build (:meth:`Simulation.view`: ``arrival_seq`` = ``arrival``, ``used_time_s`` = ``used_s``, ``iterations`` =
+#: ``lane_iterations``): the engine picks a lane's next trial with them instead of building views
+#: (tests/test_sim.py checks that they choose as :func:`fluidsalus.gpu.policies.choose` does). Policies not
+#: listed (``srtf``, ``priority``) go through ``choose``.
 SIM_POLICY_KEYS: dict[str, Callable[[SimTrial], tuple]] = {
     "fifo": lambda t: (t.ready_since, t.arrival, t.tid),
     "fair": lambda t: (t.used_s, t.ready_since, t.arrival, t.tid),
-    "rr": lambda t: (t.iteration, t.ready_since, t.arrival, t.tid),
+    "rr": lambda t: (t.lane_iterations, t.ready_since, t.arrival, t.tid),
     "pack": lambda t: (t.arrival, t.ready_since, t.tid),
 }
 
@@ -90,7 +91,7 @@ class SimTrial:
         "const_base", "dp", "cap", "eff_demand", "next_devices", "preempt_pending", "stop_pending",
         "resident", "cold", "epoch", "iter_start", "iter_n", "arrival", "ready_since", "used_s", "slot",
         "last", "waiting_admission", "end_reason", "attempts", "view", "iter_left", "iter_last", "iter_rate",
-        "iter_mixed", "probe_pending", "prefetched", "began",
+        "iter_mixed", "probe_pending", "prefetched", "began", "lane_iterations",
     )
 
     def __init__(self, tid: str, seq: int, rec: TrialRecord, budget: float | None, created: float) -> None:
@@ -114,7 +115,8 @@ class SimTrial:
         self.iter_n = 1
         self.arrival = 0
         self.ready_since = 0.0
-        self.used_s = 0.0
+        self.used_s = 0.0  # compute time used since it joined its lane (the device host's used_time_s)
+        self.lane_iterations = 0  # iterations run since it joined its lane (the device host's iterations)
         self.slot: Any = None
         self.last: dict[str, Any] | None = None
         self.waiting_admission: set[int] = set()
@@ -420,14 +422,33 @@ class Simulation:
         ready.remove(trial)
         return trial
 
+    @staticmethod
+    def view(trial: SimTrial) -> TrialView:
+        """What the lane policy knows of a ready trial: the view the device host builds (``DeviceHost._view``).
+
+        Its compute time and iterations count since it joined its lane (the host keeps them per admission, so
+        a trial that moved starts unprofiled again); ``sec_per_iter`` is their ratio (None before its first
+        iteration there); its remaining iterations are to its group's budget (None: open-ended, as the host
+        does not know ``max_iterations``). Sim trials have no priority.
+
+        Args:
+            trial: A trial ready in a lane.
+
+        Returns:
+            Its view.
+        """
+        n = trial.lane_iterations
+        budget = trial.budget
+        remaining = None if budget is None else max(0.0, budget - trial.iteration)
+        return TrialView(trial.tid, trial.arrival, trial.ready_since, trial.used_s, n, remaining,
+                         trial.used_s / n if n else None)
+
     def pick(self, ready: list[SimTrial]) -> SimTrial:
-        """The ready trial a lane runs next, by the lane policy."""
+        """The ready trial a lane runs next, by the lane policy (over :meth:`view`)."""
         key = self._policy_key
         if key is not None:
             return min(ready, key=key)
-        views = [TrialView(t.tid, t.arrival, t.ready_since, t.used_s, t.iteration, t.remaining(self.max_iterations),
-                           None) for t in ready]
-        chosen = choose(self.policy, views)
+        chosen = choose(self.policy, [self.view(t) for t in ready])
         return next(t for t in ready if t.tid == chosen)
 
     def _reprice(self, dev: SimDevice, now: float) -> None:
@@ -476,6 +497,8 @@ class Simulation:
         lane.members += 1
         trial.lane = lane
         trial.arrival = next(lane.arrivals)
+        trial.used_s = 0.0  # the device host counts a trial's time and iterations per admission
+        trial.lane_iterations = 0
         trial.began = False
         if not trial.prefetched:
             lane.starting += 1
@@ -733,6 +756,7 @@ class Simulation:
         lane.current = None  # type: ignore[union-attr]
         duration = now - trial.iter_start
         trial.used_s += duration
+        trial.lane_iterations += 1
         iteration = trial.iteration = trial.iteration + 1
         trial.view = None
         self.iterations += 1
