@@ -438,3 +438,23 @@ def test_srtf_lanes_are_told_the_measured_time_per_iteration_as_the_device_host_
         return r.makespan_s, r.mean_jct_s, r.iterations
 
     assert run("srtf") != run("fifo")
+
+
+@pytest.mark.parametrize("planner", ["one_per_gpu", "fractional_4", "waterfill"])
+def test_a_trace_trial_larger_than_a_gpu_is_refused_at_once_naming_it(capsys, tmp_path, monkeypatch, planner):
+    """A static planner retried such a trial's out-of-memory start for ever (about 4 minutes, to MAX_EVENTS) and
+    waterfill stalled with "nothing can run" (a tester's F-SIM-1); the guard on events is lowered here so that the
+    old behaviour fails fast."""
+    import fluidsalus.sim.engine as engine
+
+    monkeypatch.setattr(engine, "MAX_EVENTS", 100_000)
+    path = str(tmp_path / "big.json")
+    save_trace(Workload((record(), record(p_bytes=6 * GIB, t_bytes=6 * GIB))), path, 3)
+    assert main(["--trace", path, "--gpus", "2", "--gpu-memory-gib", "4", "--planners", planner]) == 2
+    out, err = capsys.readouterr()
+    assert "big.json: trial record 1 needs P + T = 12.00 GiB but a GPU leaves 3.71 GiB" in err
+    assert "--gpu-memory-gib" in err and "1 of the 2 records" in err and out == ""
+    hw = Hardware(gpus=1, gpu_memory=4 * GIB)
+    s, max_it = make_searcher("random", 2, 0, "accuracy", "max", 1, max_t=3)
+    with pytest.raises(ConfigError, match="trial record 1 needs"):
+        Simulation(make_strategy(planner), load_trace(path), s, max_it, hw)

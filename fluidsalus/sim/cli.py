@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fluidsalus.errors import ConfigError
-from fluidsalus.sim.engine import SimResult, SimulationError
+from fluidsalus.sim.engine import SimResult, SimulationError, check_records_fit
 from fluidsalus.sim.model import GIB, Hardware
 from fluidsalus.sim.runner import BENCH_MAX_T, BENCH_PLANNERS, BENCH_TRIALS, RunSpec, bench, compare, speedups
 from fluidsalus.sim.searchers import SEARCHERS
@@ -162,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                        lane_policy=args.lane_policy, brackets=args.max_concurrent_brackets)
         if args.save_trace:
             check_save_path(args.save_trace)
+        check_records_fit(workload, hardware)
         summary = records_summary(workload.records)
         print(f"# {args.searcher}, {args.trials} trials on {hardware.gpus} GPUs ({hardware.gpu_memory / GIB:.0f} GiB, "
               f"{hardware.slots} slots), workload {workload.source}: mean {summary['sec_per_iter_mean']:.1f} s/iter, "

@@ -33,10 +33,11 @@ from collections.abc import Callable, Iterator, ValuesView
 from dataclasses import dataclass, field
 from typing import Any
 
+from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.lanes import LaneManager, TrialTooLargeError
 from fluidsalus.gpu.policies import DEFAULT_POLICY, TrialView, choose, get_policy
 from fluidsalus.searchers._base import BaseSearcher, Decision
-from fluidsalus.sim.model import Hardware, best_dp_factor, dp_factor
+from fluidsalus.sim.model import GIB, MIB, Hardware, best_dp_factor, dp_factor
 from fluidsalus.sim.strategies import Strategy
 from fluidsalus.sim.workload import TrialRecord, Workload
 from fluidsalus.trialgroup.planner import TrialDemand
@@ -81,6 +82,33 @@ SIM_POLICY_KEYS: dict[str, Callable[[SimTrial], tuple]] = {
 
 class SimulationError(RuntimeError):
     """The run cannot go on: the searcher proposes nothing while nothing runs, or a trial fits no GPU."""
+
+
+def check_records_fit(workload: Workload, hardware: Hardware) -> None:
+    """Refuse a workload with a trial that no GPU can ever hold.
+
+    Such a trial would never start: the water-filling planner's lane managers refuse it only once it is
+    placed (and the run stalls), and a static planner's process runs out of memory at every start and is
+    retried for ever (Ray's ``max_failures=-1``), to :data:`MAX_EVENTS`. Synthetic workloads are clipped to
+    fit (:func:`~fluidsalus.sim.workload.generate_workload`); a trace or a smaller ``--gpu-memory-gib`` may not.
+
+    Args:
+        workload: The trial records.
+        hardware: The virtual cluster.
+
+    Raises:
+        ConfigError: A record's ``P + T`` exceeds a GPU's memory less its CUDA context; the message names the
+            first such record, how many there are, and the options that set the GPU's memory.
+    """
+    room = hardware.gpu_memory - hardware.context_bytes
+    big = [i for i, r in enumerate(workload.records) if r.p_bytes + r.t_bytes > room]
+    if big:
+        r = workload.records[big[0]]
+        raise ConfigError(
+            f"{workload.source}: trial record {big[0]} needs P + T = {(r.p_bytes + r.t_bytes) / GIB:.2f} GiB but a "
+            f"GPU leaves {room / GIB:.2f} GiB to trials ({hardware.gpu_memory / GIB:.2f} GiB, --gpu-memory-gib, "
+            f"less a {hardware.context_bytes / MIB:.0f} MiB CUDA context, --context-mib); {len(big)} of the "
+            f"{len(workload.records)} records are that large: no planner could ever start them")
 
 
 class SimTrial:
@@ -291,6 +319,7 @@ class Simulation:
         self.metric = workload.metric
         self.sign = 1.0 if workload.mode == "max" else -1.0
         lane_capacity = hardware.gpu_memory - hardware.context_bytes
+        check_records_fit(workload, hardware)
         self.devices = [
             SimDevice(i, LaneManager(lane_capacity, hardware.slots) if strategy.lanes else None)
             for i in range(hardware.gpus)

@@ -40,6 +40,7 @@ from typing import Any
 from fluidsalus.errors import ConfigError
 
 GIB = 2**30
+MIB = 2**20
 
 #: GPUs per node: Ray places a trial on a node first, then on one of its GPUs (8-GPU servers, as in Fluid's
 #: and most tuning clusters).
