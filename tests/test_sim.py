@@ -458,3 +458,23 @@ def test_a_trace_trial_larger_than_a_gpu_is_refused_at_once_naming_it(capsys, tm
     s, max_it = make_searcher("random", 2, 0, "accuracy", "max", 1, max_t=3)
     with pytest.raises(ConfigError, match="trial record 1 needs"):
         Simulation(make_strategy(planner), load_trace(path), s, max_it, hw)
+
+
+def test_a_trace_runs_on_its_own_gpus_and_trials_unless_the_options_say_otherwise(capsys, tmp_path):
+    """--gpus defaulted to 64 and --trials to 1000, so a trace's recorded device count was never used and its
+    records were cycled (a tester's F-SIM-3)."""
+    path = str(tmp_path / "t.json")
+    save_trace(Workload(tuple(record(sec_per_iter=float(i + 1)) for i in range(5))), path, 3,
+               Hardware(gpus=3, gpus_per_node=3, **FREE).to_dict())
+
+    def run(*options: str) -> tuple[str, dict]:
+        assert main(["--trace", path, "--planners", "waterfill", "--searcher", "random", "--json", *options]) == 0
+        lines = capsys.readouterr().out.strip().splitlines()
+        return lines[0], json.loads(lines[-1])["waterfill"]
+
+    header, figures = run()
+    assert "random, 5 trials on 3 GPUs" in header and figures["trials"] == 5
+    header, figures = run("--gpus", "2", "--trials", "7")
+    assert "random, 7 trials on 2 GPUs" in header and figures["trials"] == 7
+    assert main(["--planners", "one_per_gpu", "--searcher", "random", "--max-t", "1"]) == 0
+    assert capsys.readouterr().out.startswith("# random, 1000 trials on 64 GPUs")

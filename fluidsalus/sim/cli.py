@@ -29,8 +29,10 @@ from fluidsalus.sim.strategies import PLANNERS
 from fluidsalus.sim.workload import check_save_path, generate_workload, load_trace, records_summary, save_trace
 
 #: Defaults of the options that choose the run, which ``--bench`` (the engine on its own workload) does not take.
-RUN_DEFAULTS: dict[str, Any] = {"trials": 1000, "searcher": "asha", "planners": ",".join(PLANNERS),
-                                "lane_policy": "fifo"}
+RUN_DEFAULTS: dict[str, Any] = {"searcher": "asha", "planners": ",".join(PLANNERS), "lane_policy": "fifo"}
+#: Trials the searcher creates on the synthetic workload when ``--trials`` is not given (with ``--trace``: one
+#: per recorded trial).
+DEFAULT_TRIALS = 1000
 
 
 def _integer(minimum: int) -> Callable[[str], int]:
@@ -65,8 +67,9 @@ def _number(minimum: float | None = 0.0, below: float | None = None, positive: b
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m fluidsalus.sim", description=__doc__.split("\n\n")[0])
-    p.add_argument("--gpus", type=_integer(1), default=64, help="virtual GPUs (default 64)")
-    p.add_argument("--trials", type=_integer(1), help=f"trials the searcher creates (default {RUN_DEFAULTS['trials']})")
+    p.add_argument("--gpus", type=_integer(1), help=f"virtual GPUs (default: the trace's, else {Hardware.gpus})")
+    p.add_argument("--trials", type=_integer(1), help=f"trials the searcher creates (default: one per record of "
+                   f"--trace, else {DEFAULT_TRIALS})")
     p.add_argument("--searcher", choices=SEARCHERS, help=f"(default {RUN_DEFAULTS['searcher']})")
     p.add_argument("--seed", type=_integer(0), default=0, help="seed of the workload and the searcher (default 0)")
     p.add_argument("--trace", help="a recorded trace (.json or .csv) instead of the synthetic workload")
@@ -151,6 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         workload = load_trace(args.trace) if args.trace else None
         hardware = _hardware(args, workload.hardware if workload else {})
+        if args.trials is None:  # a trace's own trials once each; its hardware fields are taken unless overridden
+            args.trials = DEFAULT_TRIALS if workload is None else len(workload.records)
         if workload is None:
             workload = generate_workload(args.trials, args.seed, hardware.gpu_memory - hardware.context_bytes)
         planners = [p.strip() for p in args.planners.split(",") if p.strip()]
