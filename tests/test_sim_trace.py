@@ -424,3 +424,25 @@ def test_sim_vs_real_machinery_on_a_tiny_sweep(tmp_path):
     # The same store, read again, gives the same comparison (the replay is deterministic).
     again = compare_with_store(load_store_trace(os.path.join(storage, "tiny"))).figures()
     assert again["predicted_s"] == row["predicted_s"] and again["naive_predicted_s"] == row["naive_predicted_s"]
+
+
+def test_a_run_that_did_not_finish_is_refused_and_no_figure_is_infinite(tmp_path, capsys):
+    """A killed run (a trial still RUNNING) was compared as "measured makespan 0.000 s ... +inf%", with
+    ``"error_pct": Infinity`` in a last line strict JSON parsers reject (a tester's F-SIM-5)."""
+    from fluidsalus.sim.trace import Comparison
+
+    w = StoreWriter(str(tmp_path / "killed"))
+    w.trial("t0", 0, None)
+    w.start(0.0, "t0", lane=0, new_lane=True)
+    w.iteration("t0", 1, 0.0, 1.0, 0.5)
+    w.store.set_experiment(status="ERROR")
+    w.store.close()
+    assert main([str(tmp_path / "killed")]) == 2
+    out, err = capsys.readouterr()
+    assert "1 of its 1 trials never ended (first: t0)" in err and out == ""
+    nothing = Comparison(measured_s=0.0, wall_s=None, recorded_s=2.0, profile_s=2.0, naive_s=2.0,
+                         calibration=calibrate(load_store_trace(str(tmp_path / "killed"))), planner="executor",
+                         iterations={})
+    figures = nothing.figures()
+    assert figures["error_pct"] is None and figures["profile_error_pct"] is None
+    json.dumps(figures, allow_nan=False)

@@ -1375,9 +1375,13 @@ class Comparison:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @staticmethod
-    def error_pct(predicted: float, measured: float) -> float:
-        """``100 * (predicted - measured) / measured`` (inf when nothing was measured)."""
-        return math.inf if measured <= 0 else 100.0 * (predicted - measured) / measured
+    def error_pct(predicted: float, measured: float) -> float | None:
+        """``100 * (predicted - measured) / measured`` (None when nothing was measured: JSON has no infinity)."""
+        return None if measured <= 0 else 100.0 * (predicted - measured) / measured
+
+    @staticmethod
+    def _rounded(value: float | None, digits: int) -> float | None:
+        return None if value is None else round(value, digits)
 
     def figures(self) -> dict[str, Any]:
         """JSON-ready figures: ``predicted_s`` and ``error_pct`` are the recorded trace's."""
@@ -1385,11 +1389,11 @@ class Comparison:
         return {
             "measured_s": round(self.measured_s, 4),
             "predicted_s": round(self.recorded_s, 4),
-            "error_pct": round(self.error_pct(self.recorded_s, self.measured_s), 2),
+            "error_pct": self._rounded(self.error_pct(self.recorded_s, self.measured_s), 2),
             "profile_predicted_s": round(self.profile_s, 4),
-            "profile_error_pct": round(self.error_pct(self.profile_s, self.measured_s), 2),
+            "profile_error_pct": self._rounded(self.error_pct(self.profile_s, self.measured_s), 2),
             "naive_predicted_s": round(self.naive_s, 4),
-            "naive_error_pct": round(self.error_pct(self.naive_s, self.measured_s), 2),
+            "naive_error_pct": self._rounded(self.error_pct(self.naive_s, self.measured_s), 2),
             "store_wall_s": None if self.wall_s is None else round(self.wall_s, 4),
             "planner": self.planner,
             "interference": round(c.interference, 4),
@@ -1428,7 +1432,12 @@ def compare_with_store(
 
     Returns:
         The comparison.
+
+    Raises:
+        StoreError: A trial of the run never ended (the run was killed or is still going): it has no makespan
+            to compare with.
     """
+    check_finished(trace)
     calibration = calibrate(trace)
     common = dict(calibration=calibration, planner=planner, max_iterations=max_iterations, lane_policy=lane_policy,
                   checkpoints=trace.checkpointed)
@@ -1443,7 +1452,7 @@ def compare_with_store(
     for name in also:
         other = replay(trace, pin_lanes=True, **{**common, "planner": name}).makespan_s  # type: ignore[arg-type]
         extra[f"{name}_predicted_s"] = round(other, 4)
-        extra[f"{name}_error_pct"] = round(Comparison.error_pct(other, trace.makespan_s), 2)
+        extra[f"{name}_error_pct"] = Comparison._rounded(Comparison.error_pct(other, trace.makespan_s), 2)
     return Comparison(
         measured_s=trace.makespan_s, wall_s=trace.wall_s, recorded_s=recorded.makespan_s,
         profile_s=profiled.makespan_s, naive_s=naive.makespan_s, calibration=calibration, planner=planner,
@@ -1453,6 +1462,23 @@ def compare_with_store(
 
 
 # ------------------------------------------------------------------------------------------ export, CLI
+
+
+def check_finished(trace: StoreTrace) -> None:
+    """Refuse a run with a trial that never ended: its measured makespan (the last trial end) would leave that
+    trial out, or be 0 when none ended, and a replay runs every trial to its last report.
+
+    Args:
+        trace: The run.
+
+    Raises:
+        StoreError: Naming how many trials never ended and the first of them.
+    """
+    open_ = [t.trial_id for t in trace.trials if t.finished is None]
+    if open_:
+        raise StoreError(f"{trace.path}: {len(open_)} of its {len(trace.trials)} trials never ended (first: "
+                         f"{open_[0]}); the run was interrupted or is still going, so it has no makespan to "
+                         "compare with: replay a finished experiment")
 
 
 def trace_document(trace: StoreTrace, calibration: Calibration | None = None) -> dict[str, Any]:
@@ -1484,6 +1510,10 @@ def save_store_trace(trace: StoreTrace, path: str, calibration: Calibration | No
     """Write :func:`trace_document` to ``path``."""
     with open(path, "w") as f:
         json.dump(trace_document(trace, calibration), f)
+
+
+def _pct(value: float | None) -> str:
+    return "no error: nothing measured" if value is None else f"{value:+.1f}%"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1518,9 +1548,9 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"interference {f['interference']}, driver latency {f['driver_latency_ms']} ms, start {f['startup_ms']} ms, "
           f"boundary {f['boundary_ms']} ms, admit-first share {f['admit_first_share']}")
     print(f"measured makespan {f['measured_s']:.3f} s; predicted from the trace {f['predicted_s']:.3f} s "
-          f"({f['error_pct']:+.1f}%; {f['naive_error_pct']:+.1f}% without the runtime's stop order and re-fits), "
-          f"from profiles {f['profile_predicted_s']:.3f} s ({f['profile_error_pct']:+.1f}%)")
-    print(json.dumps(f))
+          f"({_pct(f['error_pct'])}; {_pct(f['naive_error_pct'])} without the runtime's stop order and re-fits), "
+          f"from profiles {f['profile_predicted_s']:.3f} s ({_pct(f['profile_error_pct'])})")
+    print(json.dumps(f, allow_nan=False))
     return 0
 
 
@@ -1544,6 +1574,7 @@ __all__ = [
     "TrialPlan",
     "alone_times",
     "calibrate",
+    "check_finished",
     "compare_with_store",
     "fit_interference",
     "hardware_for",
