@@ -446,3 +446,31 @@ def test_a_run_that_did_not_finish_is_refused_and_no_figure_is_infinite(tmp_path
     figures = nothing.figures()
     assert figures["error_pct"] is None and figures["profile_error_pct"] is None
     json.dumps(figures, allow_nan=False)
+
+
+def test_a_run_with_data_parallel_trials_is_refused_not_replayed_on_one_device(tmp_path, capsys):
+    """A data-parallel run was replayed as one-device trials (its trials side by side on the devices they took
+    turns on: -38%) and saved as a trace of one-device trials (a tester's F-SIM-2). Until the replay models
+    ranks, the comparison, replay() and --save refuse such a run."""
+    from fluidsalus.errors import StoreError
+    from fluidsalus.sim.trace import trace_document
+
+    path = str(tmp_path / "dp")
+    w = StoreWriter(path, slots=1, devices=2)
+    for seq in range(2):  # each trial on both devices (rank 1 on cpu:1), one after the other
+        tid, at = f"t{seq}", 2.0 * seq
+        w.trial(tid, seq, None)
+        w.start(at, tid, lane=0, new_lane=True)
+        w.event(at, "worker_start", tid, "cpu:1", rank=1, world_size=2, attempt=0)
+        w.iteration(tid, 1, at, at + 1.0, 0.5)
+        w.iteration(tid, 2, at + 1.0, at + 2.0, 0.6)
+        w.event(at + 2.0, "worker_end", tid, "cpu:1", rank=1, world_size=2, outcome="completed", attempt=0)
+        w.end(at + 2.0, tid, lane=0, iterations=2, close=True)
+    w.close(4.1)
+    assert main([path, "--save", str(tmp_path / "t.json")]) == 2
+    assert "first: t0 on up to 2 devices" in capsys.readouterr().err and not (tmp_path / "t.json").exists()
+    trace = load_store_trace(path)
+    assert trace.world_sizes == {"t0": 2, "t1": 2}
+    for call in (lambda: replay(trace), lambda: trace_document(trace), lambda: compare_with_store(trace)):
+        with pytest.raises(StoreError, match="2 of its 2 trials ran data-parallel"):
+            call()

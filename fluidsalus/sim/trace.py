@@ -60,7 +60,8 @@ estimates the runtime profiled re-fit the lanes at the iterations they were take
 both ways. ``python -m fluidsalus.sim.trace EXPERIMENT`` prints that comparison; ``--save FILE`` writes the
 recorded workload as a JSON trace that ``python -m fluidsalus.sim --trace FILE`` reads.
 
-Limitations: attempts are flattened (a retried or restored trial replays its latest results as one
+Limitations: a run with data-parallel trials is refused (:func:`check_single_device`: the replay places each
+trial on one device); attempts are flattened (a retried or restored trial replays its latest results as one
 attempt); pause points are inferred as the run's distinct group budgets below a trial's length, which adds a
 pause where a multi-bracket searcher had none (one driver round trip each); the replay's memory re-fits must
 keep each trial in its lane (always so on virtual CPU devices, whose lanes can grow into half the host's
@@ -105,6 +106,9 @@ MAX_INTERFERENCE = 0.95
 #: Least co-location spread (sum of squared deviations of ``mean(n - 1)`` within trials) for the interference
 #: fit; below it (every iteration ran at the same co-location) nothing can be separated and 0 is returned.
 MIN_FIT_SPREAD = 1e-6
+#: The world size taken for a data-parallel trial whose ``worker_start`` event does not say it: a worker rank
+#: and rank 0.
+MIN_WORLD_SIZE = 2
 #: The result key budgets and iterations count.
 ITERATION_KEY = "training_iteration"
 #: The result key of an iteration's duration.
@@ -222,6 +226,8 @@ class StoreTrace:
         wall_s: The experiment's ``created_at`` to ``finished_at`` (None while it runs).
         checkpointed: Whether any trial saved a checkpoint (the executor moves only trials that did).
         move_costs: The seconds each measured move cost its trial (``move_cost`` events), in order.
+        world_sizes: The trials that ran data-parallel (a ``worker_start`` event: ranks on other devices), each
+            with the most devices it ran on at once.
     """
 
     path: str
@@ -238,6 +244,7 @@ class StoreTrace:
     wall_s: float | None
     checkpointed: bool = False
     move_costs: tuple[float, ...] = ()
+    world_sizes: dict[str, int] = field(default_factory=dict)
 
     @property
     def makespan_s(self) -> float:
@@ -296,7 +303,12 @@ def load_store_trace(path: str) -> StoreTrace:
         store.close()
     starts_abs: dict[str, float] = {}
     arrivals_abs: dict[str, float] = {}  # a trial's first admission into a lane, or its first start
+    world_sizes: dict[str, int] = {}
     for ev in events:
+        if ev.kind == "worker_start" and ev.trial_id is not None:
+            size = (ev.data or {}).get("world_size")
+            size = size if isinstance(size, int) and not isinstance(size, bool) else MIN_WORLD_SIZE
+            world_sizes[ev.trial_id] = max(world_sizes.get(ev.trial_id, 1), size)
         if ev.kind == "trial_start" and ev.trial_id is not None:
             starts_abs.setdefault(ev.trial_id, ev.ts)
         if ev.kind in ("trial_start", "lane_admit") and ev.trial_id is not None:
@@ -422,6 +434,7 @@ def load_store_trace(path: str) -> StoreTrace:
         checkpointed=checkpointed,
         move_costs=tuple(float((ev.data or {})["seconds"]) for ev in events
                          if ev.kind == "move_cost" and _number((ev.data or {}).get("seconds")) is not None),
+        world_sizes=world_sizes,
     )
 
 
@@ -1333,7 +1346,11 @@ def replay(
 
     Returns:
         The simulated run's figures (``makespan_s`` is comparable with :attr:`StoreTrace.makespan_s`).
+
+    Raises:
+        StoreError: The run had data-parallel trials (:func:`check_single_device`).
     """
+    check_single_device(trace)
     strategy = make_replay_strategy(planner, checkpoints)
     calibration = calibration or calibrate(trace)
     workload = workload or recorded_workload(trace, calibration)
@@ -1464,6 +1481,28 @@ def compare_with_store(
 # ------------------------------------------------------------------------------------------ export, CLI
 
 
+def check_single_device(trace: StoreTrace) -> None:
+    """Refuse a run with data-parallel trials: the replay and the saved trace model every trial on one device.
+
+    A trial whose ranks ran on several devices would be replayed on one (its iteration times, measured on all
+    its ranks, taken as one device's alone times), beside trials that in the run waited for its devices, and a
+    resize would not be replayed: a tester's run of 4 trials on 2 devices each was predicted 38% short.
+
+    Args:
+        trace: The run.
+
+    Raises:
+        StoreError: Naming how many trials ran data-parallel and the first of them.
+    """
+    if trace.world_sizes:
+        first = next((t.trial_id for t in trace.trials if t.trial_id in trace.world_sizes),
+                     next(iter(trace.world_sizes)))
+        raise StoreError(
+            f"{trace.path}: {len(trace.world_sizes)} of its {len(trace.trials)} trials ran data-parallel (first: "
+            f"{first} on up to {trace.world_sizes[first]} devices); the simulator replays one-device trials only "
+            "and would predict a wrong makespan: recorded traces of data-parallel runs are not supported")
+
+
 def check_finished(trace: StoreTrace) -> None:
     """Refuse a run with a trial that never ended: its measured makespan (the last trial end) would leave that
     trial out, or be 0 when none ended, and a replay runs every trial to its last report.
@@ -1492,7 +1531,11 @@ def trace_document(trace: StoreTrace, calibration: Calibration | None = None) ->
 
     Returns:
         The JSON-ready document.
+
+    Raises:
+        StoreError: The run had data-parallel trials (:func:`check_single_device`).
     """
+    check_single_device(trace)
     calibration = calibration or calibrate(trace)
     workload = recorded_workload(trace, calibration)
     entries = []
@@ -1575,6 +1618,7 @@ __all__ = [
     "alone_times",
     "calibrate",
     "check_finished",
+    "check_single_device",
     "compare_with_store",
     "fit_interference",
     "hardware_for",
