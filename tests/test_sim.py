@@ -306,7 +306,7 @@ def test_cli_reports_bad_input(capsys, tmp_path):
 @pytest.mark.parametrize(("option", "value", "says"), [
     ("--seed", "-1", "must be >= 0, got -1"), ("--startup-s", "inf", "must be a finite number, got inf"),
     ("--target", "nan", "must be a finite number"), ("--gpus", "0", "must be >= 1"),
-    ("--interference", "1", "must be < 1"), ("--max-concurrent-brackets", "0", "must be >= 1"),
+    ("--interference", "0.6", "must be <= 0.5, got 0.6"), ("--max-concurrent-brackets", "0", "must be >= 1"),
     ("--gpu-memory-gib", "0", "must be > 0"), ("--trials", "x", "'x' is not an integer"),
 ])
 def test_cli_refuses_a_bad_number_naming_the_option(capsys, option, value, says):
@@ -478,3 +478,18 @@ def test_a_trace_runs_on_its_own_gpus_and_trials_unless_the_options_say_otherwis
     assert "random, 7 trials on 2 GPUs" in header and figures["trials"] == 7
     assert main(["--planners", "one_per_gpu", "--searcher", "random", "--max-t", "1"]) == 0
     assert capsys.readouterr().out.startswith("# random, 1000 trials on 64 GPUs")
+
+
+def test_table_columns_never_run_together():
+    """At --interference 0.99 a makespan of 6.3e12 s printed as "63033914669702667035400041163460987322":
+    makespan, ttt and JCT in one word (a tester's F-SIM-6; the option now stops at 0.5)."""
+    from fluidsalus.sim.cli import _table
+    from fluidsalus.sim.engine import SimResult
+
+    huge = SimResult("waterfill", 6.3e12, 1.2e12, 4.1e12, 0.0001, 50, 1052, None, 25_863_974, 3, 7, 1.0, 1e7)
+    normal = SimResult("one_per_gpu", 2207.4, None, 678.0, 0.122, 50, 1052, 0.9, 0, 0, 50, 0.01, 210319.0)
+    head, *rows = _table({"waterfill": huge, "one_per_gpu": normal}).splitlines()
+    assert [row.split() for row in rows] == [
+        ["waterfill", "6.3e+12", "1.2e+12", "4.1e+12", "0.000", "2.59e+07", "3", "1052", "10000000"],
+        ["one_per_gpu", "2207", "-", "678", "0.122", "0", "0", "1052", "210319"]]
+    assert len(rows[1]) == len(head)

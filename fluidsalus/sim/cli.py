@@ -33,6 +33,11 @@ RUN_DEFAULTS: dict[str, Any] = {"searcher": "asha", "planners": ",".join(PLANNER
 #: Trials the searcher creates on the synthetic workload when ``--trials`` is not given (with ``--trace``: one
 #: per recorded trial).
 DEFAULT_TRIALS = 1000
+#: Largest ``--interference``. Past it packing is absurd rather than costly: with 8 co-runners a GPU runs at
+#: ``(1 - 0.5) ** 7``, under 1% of its speed; at 0.9 a 50-trial run took tens of millions of virtual seconds and
+#: a static planner's out-of-memory retries tens of millions of events. (The library's
+#: :class:`~fluidsalus.sim.model.Hardware` takes [0, 1), for fitted replays.)
+MAX_INTERFERENCE_OPTION = 0.5
 
 
 def _integer(minimum: int) -> Callable[[str], int]:
@@ -48,8 +53,10 @@ def _integer(minimum: int) -> Callable[[str], int]:
     return integer
 
 
-def _number(minimum: float | None = 0.0, below: float | None = None, positive: bool = False) -> Callable[[str], float]:
-    """An argparse type: a finite number, ``>= minimum`` (``> minimum`` if ``positive``) and ``< below``."""
+def _number(minimum: float | None = 0.0, below: float | None = None, positive: bool = False,
+            maximum: float | None = None) -> Callable[[str], float]:
+    """An argparse type: a finite number, ``>= minimum`` (``> minimum`` if ``positive``), ``< below`` and
+    ``<= maximum``."""
     def number(text: str) -> float:
         try:
             value = float(text)
@@ -61,6 +68,8 @@ def _number(minimum: float | None = 0.0, below: float | None = None, positive: b
             raise argparse.ArgumentTypeError(f"must be {'>' if positive else '>='} {minimum:g}, got {text}")
         if below is not None and value >= below:
             raise argparse.ArgumentTypeError(f"must be < {below:g}, got {text}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum:g}, got {text}")
         return value
     return number
 
@@ -81,7 +90,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus-per-node", type=_integer(1))
     p.add_argument("--gpu-memory-gib", type=_number(positive=True))
     p.add_argument("--slots", type=_integer(1), help="compute slots (lanes) per GPU")
-    p.add_argument("--interference", type=_number(below=1.0), help="throughput lost per co-running trial, in [0, 1)")
+    p.add_argument("--interference", type=_number(maximum=MAX_INTERFERENCE_OPTION),
+                   help=f"throughput lost per co-running trial, in [0, {MAX_INTERFERENCE_OPTION:g}]")
     p.add_argument("--startup-s", type=_number())
     p.add_argument("--move-s", type=_number())
     p.add_argument("--lane-policy", help=f"lane policy of waterfill (default {RUN_DEFAULTS['lane_policy']})")
@@ -123,14 +133,26 @@ def _hardware(args: argparse.Namespace, traced: dict) -> Hardware:
                               context_bytes=None if args.context_mib is None else int(args.context_mib * 2**20))
 
 
+def _cell(value: float | int | None, width: int, spec: str) -> str:
+    """One right-aligned figure of :func:`_table`: in ``spec``, or with 3 significant digits when that does not
+    fit its column; always at least one space from the figure before it."""
+    if value is None:
+        return "-".rjust(width)
+    text = format(value, spec)
+    if len(text) >= width:
+        text = format(value, ".3g")
+    return text.rjust(width) if len(text) < width else " " + text
+
+
 def _table(results: dict[str, SimResult]) -> str:
-    head = f"{'planner':<16}{'makespan_s':>12}{'ttt_s':>10}{'mean_jct_s':>12}{'util':>7}{'ooms':>6}" \
-           f"{'moves':>7}{'iters':>8}{'iters/s':>10}"
-    rows = [head]
+    columns = (("makespan_s", 12, ".0f"), ("ttt_s", 10, ".0f"), ("mean_jct_s", 12, ".0f"), ("util", 7, ".3f"),
+               ("ooms", 6, "d"), ("moves", 7, "d"), ("iters", 8, "d"), ("iters/s", 10, ".0f"))
+    rows = [f"{'planner':<16}" + "".join(title.rjust(width) for title, width, _ in columns)]
     for name, r in results.items():
-        ttt = "-" if r.time_to_target_s is None else f"{r.time_to_target_s:.0f}"
-        rows.append(f"{name:<16}{r.makespan_s:>12.0f}{ttt:>10}{r.mean_jct_s:>12.0f}{r.utilisation:>7.3f}"
-                    f"{r.ooms:>6}{r.moves:>7}{r.iterations:>8}{r.sim_iterations_per_s:>10.0f}")
+        values = (r.makespan_s, r.time_to_target_s, r.mean_jct_s, r.utilisation, r.ooms, r.moves, r.iterations,
+                  r.sim_iterations_per_s)
+        rows.append(f"{name:<16}" + "".join(_cell(v, width, spec)
+                                            for v, (_, width, spec) in zip(values, columns, strict=True)))
     return "\n".join(rows)
 
 
