@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fluidsalus.sim import PLANNERS, Hardware, RunSpec, compare, generate_workload, speedups  # noqa: E402
+from fluidsalus.sim.searchers import BRACKET_SEARCHERS  # noqa: E402
 
 
 def main() -> int:
@@ -30,7 +31,8 @@ def main() -> int:
     p.add_argument("--trials", type=int, default=1000)
     p.add_argument("--searchers", default="asha,bohb")
     p.add_argument("--seeds", default="0,1,2,3,4")
-    p.add_argument("--max-concurrent-brackets", type=int, help="bohb/hyperband: brackets at once (default: all)")
+    p.add_argument("--max-concurrent-brackets", type=int,
+                   help=f"brackets at once of {'/'.join(BRACKET_SEARCHERS)} (the others run none; default: all)")
     args = p.parse_args()
     hardware = Hardware(gpus=args.gpus)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -40,8 +42,9 @@ def main() -> int:
     for searcher in args.searchers.split(","):
         runs = []
         for seed in seeds:
-            workload = generate_workload(args.trials, seed, hardware.gpu_memory)
-            spec = RunSpec(searcher, args.trials, seed, hardware, brackets=args.max_concurrent_brackets)
+            workload = generate_workload(args.trials, seed, hardware.gpu_memory - hardware.context_bytes)  # as the CLI
+            brackets = args.max_concurrent_brackets if searcher in BRACKET_SEARCHERS else None
+            spec = RunSpec(searcher, args.trials, seed, hardware, brackets=brackets)
             results = compare(spec, workload)
             ratios = speedups(results)
             ours = results["waterfill"]

@@ -326,9 +326,10 @@ def test_cli_bench_refuses_the_options_of_a_run_it_would_ignore(capsys):
 def test_cli_saves_the_trace_only_after_the_run_and_refuses_a_csv_name_before_it(capsys, tmp_path):
     assert main(["--gpus", "2", "--trials", "4", "--save-trace", str(tmp_path / "t.csv")]) == 2
     assert "saved as JSON" in capsys.readouterr().err and not (tmp_path / "t.csv").exists()
-    assert main(["--gpus", "2", "--trials", "4", "--lane-policy", "bogus", "--save-trace",
-                 str(tmp_path / "t.json")]) == 2
-    assert "not a lane policy" in capsys.readouterr().err and not (tmp_path / "t.json").exists()
+    with pytest.raises(SystemExit):
+        main(["--gpus", "2", "--trials", "4", "--lane-policy", "bogus", "--save-trace", str(tmp_path / "t.json")])
+    assert "argument --lane-policy: invalid choice: 'bogus'" in capsys.readouterr().err
+    assert not (tmp_path / "t.json").exists()
     assert main(["--gpus", "2", "--trials", "4", "--searcher", "hyperband", "--max-concurrent-brackets", "1",
                  "--save-trace", str(tmp_path / "t.json"), "--planners", "waterfill", "--max-t", "3"]) == 0
     assert len(load_trace(str(tmp_path / "t.json")).records) == 4
@@ -493,3 +494,47 @@ def test_table_columns_never_run_together():
         ["waterfill", "6.3e+12", "1.2e+12", "4.1e+12", "0.000", "2.59e+07", "3", "1052", "10000000"],
         ["one_per_gpu", "2207", "-", "678", "0.122", "0", "0", "1052", "210319"]]
     assert len(rows[1]) == len(head)
+
+
+def test_cli_nits_lane_policy_brackets_and_a_small_gpu(capsys):
+    """A tester's F-SIM-7: a bad --lane-policy was refused as "lane_policy: ..." after the run's header was
+    printed; --max-concurrent-brackets was silently ignored by asha, random and bohb-async; a 0.5 GiB GPU was
+    shown as "0 GiB"."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["--gpus", "2", "--trials", "4", "--lane-policy", "foo"])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and out == "" and "argument --lane-policy: invalid choice: 'foo'" in err
+    for searcher in ("asha", "random", "bohb-async"):
+        with pytest.raises(SystemExit):
+            main(["--gpus", "2", "--trials", "4", "--searcher", searcher, "--max-concurrent-brackets", "2"])
+        out, err = capsys.readouterr()
+        assert out == "" and "--max-concurrent-brackets: only --searcher bohb or hyperband run brackets" in err
+        with pytest.raises(ConfigError, match="only bohb, hyperband run brackets"):
+            make_searcher(searcher, 4, 0, "accuracy", "max", 2, brackets=2)
+    assert main(["--gpus", "1", "--trials", "2", "--gpu-memory-gib", "0.5", "--planners", "one_per_gpu",
+                 "--searcher", "random", "--max-t", "1"]) == 0
+    assert "on 1 GPUs (0.5 GiB, 8 slots)" in capsys.readouterr().out
+
+
+def test_sim_compare_draws_the_workload_as_the_cli_does(monkeypatch, capsys):
+    """benchmarks/sim_compare.py clipped trials to the GPU's memory, the CLI to what the CUDA context leaves."""
+    import importlib
+    import os
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    monkeypatch.syspath_prepend(os.path.join(root, "benchmarks"))
+    sim_compare = importlib.import_module("sim_compare")
+    drawn = []
+
+    def recording(n, seed, gpu_memory):
+        drawn.append(gpu_memory)
+        return generate_workload(n, seed, gpu_memory)
+
+    monkeypatch.setattr(sim_compare, "generate_workload", recording)
+    monkeypatch.setattr(sys, "argv", ["sim_compare.py", "--gpus", "2", "--trials", "4", "--seeds", "0",
+                                      "--searchers", "random,hyperband", "--max-concurrent-brackets", "1"])
+    assert sim_compare.main() == 0
+    hw = Hardware(gpus=2)
+    assert drawn == [hw.gpu_memory - hw.context_bytes] * 2
+    assert set(json.loads(capsys.readouterr().out.strip().splitlines()[-1])) == {"random", "hyperband"}

@@ -21,10 +21,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fluidsalus.errors import ConfigError
+from fluidsalus.gpu.policies import POLICIES
 from fluidsalus.sim.engine import SimResult, SimulationError, check_records_fit
 from fluidsalus.sim.model import GIB, Hardware
 from fluidsalus.sim.runner import BENCH_MAX_T, BENCH_PLANNERS, BENCH_TRIALS, RunSpec, bench, compare, speedups
-from fluidsalus.sim.searchers import SEARCHERS
+from fluidsalus.sim.searchers import BRACKET_SEARCHERS, SEARCHERS
 from fluidsalus.sim.strategies import PLANNERS
 from fluidsalus.sim.workload import check_save_path, generate_workload, load_trace, records_summary, save_trace
 
@@ -94,9 +95,10 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"throughput lost per co-running trial, in [0, {MAX_INTERFERENCE_OPTION:g}]")
     p.add_argument("--startup-s", type=_number())
     p.add_argument("--move-s", type=_number())
-    p.add_argument("--lane-policy", help=f"lane policy of waterfill (default {RUN_DEFAULTS['lane_policy']})")
+    p.add_argument("--lane-policy", choices=sorted(POLICIES),
+                   help=f"lane policy of waterfill (default {RUN_DEFAULTS['lane_policy']})")
     p.add_argument("--max-concurrent-brackets", type=_integer(1),
-                   help="bohb/hyperband: brackets at once (default: all)")
+                   help=f"{'/'.join(BRACKET_SEARCHERS)} only: brackets at once (default: all)")
     p.add_argument("--driver-latency-s", type=_number(), help="delay of the driver's decisions after a change")
     p.add_argument("--context-mib", type=_number(), help="GPU memory of one CUDA context")
     p.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
@@ -122,6 +124,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     for name, default in RUN_DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, default)
+    if args.max_concurrent_brackets is not None and args.searcher not in BRACKET_SEARCHERS:
+        parser.error(f"--max-concurrent-brackets: only --searcher {' or '.join(BRACKET_SEARCHERS)} run brackets; "
+                     f"--searcher {args.searcher} would ignore it")
     return args
 
 
@@ -191,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_save_path(args.save_trace)
         check_records_fit(workload, hardware)
         summary = records_summary(workload.records)
-        print(f"# {args.searcher}, {args.trials} trials on {hardware.gpus} GPUs ({hardware.gpu_memory / GIB:.0f} GiB, "
+        print(f"# {args.searcher}, {args.trials} trials on {hardware.gpus} GPUs ({hardware.gpu_memory / GIB:.3g} GiB, "
               f"{hardware.slots} slots), workload {workload.source}: mean {summary['sec_per_iter_mean']:.1f} s/iter, "
               f"demand {summary['demand_mean']:.2f}, {summary['memory_gib_mean']:.2f} GiB")
         results = compare(spec, workload, planners)

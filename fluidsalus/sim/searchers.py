@@ -36,6 +36,8 @@ MAX_T = {"asha": 100, "bohb": 81, "bohb-async": 81, "hyperband": 81, "random": 1
 #: Reduction factors (Ray's defaults: 4 for ASHA, 3 for HyperBand and BOHB).
 REDUCTION_FACTOR = {"asha": 4, "bohb": 3, "bohb-async": 3, "hyperband": 3}
 SEARCHERS = tuple(MAX_T)
+#: The searchers that run HyperBand brackets, and so take a limit of brackets at once (``brackets``).
+BRACKET_SEARCHERS = ("bohb", "hyperband")
 
 
 def make_searcher(
@@ -58,10 +60,13 @@ def make_searcher(
         ``(searcher, max_iterations)``: the trainable returns after ``max_iterations``.
 
     Raises:
-        ConfigError: An unknown name.
+        ConfigError: An unknown name, or ``brackets`` for a searcher not in :data:`BRACKET_SEARCHERS`.
     """
     if name not in MAX_T:
         raise ConfigError(f"searcher: {name!r} is not one of {', '.join(SEARCHERS)}")
+    if brackets is not None and name not in BRACKET_SEARCHERS:
+        raise ConfigError(f"brackets (--max-concurrent-brackets): only {', '.join(BRACKET_SEARCHERS)} run brackets; "
+                          f"searcher {name!r} would ignore it")
     top = MAX_T[name] if max_t is None else int(max_t)
     eta = REDUCTION_FACTOR.get(name, 3)
     builders: dict[str, Callable[[], BaseSearcher]] = {
