@@ -835,6 +835,12 @@ def inherit_sessions_in_started_threads() -> None:
     _inheriting = True
 
 
+def in_device_process() -> bool:
+    """Whether a device host runs in this process (it made threads inherit their trial's session): a call
+    outside a trial here comes from a thread no trial started, not from a script run on its own."""
+    return _inheriting
+
+
 def report(metrics: Mapping[str, Any], checkpoint: Checkpoint | None = None) -> None:
     """Report one iteration's metrics, and optionally a checkpoint, from inside a trainable.
 

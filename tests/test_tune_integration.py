@@ -257,3 +257,50 @@ def test_lightning_reports_each_validation_with_a_checkpoint_and_a_stop_ends_it_
     assert saved["epoch"] == 3 and "layer.weight" in saved["state_dict"]
     # the trial stopped after its 2nd epoch ends there, not as an error (its report raises out of Lightning's loop)
     assert by_lr[1e-6].metrics["training_iteration"] == 2
+
+
+def test_a_training_function_run_on_its_own_trains_to_its_end_and_warns_once_as_in_ray(monkeypatch) -> None:
+    """Debugging the training function without a Tuner: Ray's ``tune.report`` and ``get_checkpoint`` warn once
+    each and return None, so the booster trains to its last round; fluidsalus's raised ``SessionError`` at the
+    first round (a helper's side by side)."""
+    import warnings
+
+    from fluidsalus import session
+    from fluidsalus.errors import SessionError
+
+    monkeypatch.setattr(tune, "_WARNED_OUTSIDE", set())
+    monkeypatch.setattr(session, "_inheriting", False)  # (no device host in this process: a plain script)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _train_xgboost({"rounds": 4, "frequency": 2})  # reports 4 rounds, 2 with a checkpoint
+        assert tune.get_checkpoint() is None and tune.get_checkpoint() is None
+    assert [str(w.message) for w in caught] == [
+        f"`{name}` is meant to only be called inside a function that is executed by a Tuner or Trainer. "
+        "Returning `None`." for name in ("report", "get_checkpoint")]
+    with pytest.raises(SessionError, match="outside a trial"):  # fluidsalus's own API still says so
+        import fluidsalus
+
+        fluidsalus.report({"loss": 1.0})
+    # In a device process, a thread no trial started is still told (its report would be lost)
+    monkeypatch.setattr(session, "_inheriting", True)
+    with pytest.raises(SessionError, match="outside a trial"):
+        tune.report({"loss": 1.0})
+
+
+def test_a_lightning_callback_written_for_ray_gets_the_trainer_and_the_module_by_keyword() -> None:
+    """A subclass of Ray's ``TuneCallback`` defines ``_handle(self, trainer, pl_module)``; fluidsalus called
+    ``_handle(trainer)``, a TypeError at the first hook (a helper's test)."""
+    pytest.importorskip("lightning")
+    from fluidsalus.tune.integration.pytorch_lightning import TuneCallback
+
+    seen: list[tuple[object, object]] = []
+
+    class Mine(TuneCallback):
+        def _handle(self, trainer, pl_module):
+            seen.append((trainer, pl_module))
+
+    callback = Mine(on=["validation_end", "train_batch_end"])
+    callback.on_validation_end("trainer", "module")
+    callback.on_train_batch_end("trainer", "module", {"loss": 1.0}, "batch", 0)
+    callback.on_train_epoch_end("trainer", "module")  # not one of its hooks
+    assert seen == [("trainer", "module"), ("trainer", "module")]

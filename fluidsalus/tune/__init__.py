@@ -31,6 +31,7 @@ shows the switch side by side.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -92,19 +93,44 @@ class Checkpoint(_EngineCheckpoint):
         return fs.LocalFileSystem()
 
 
+#: The session functions that warned of a call outside a trial (each warns once, as Ray's ``log_once``).
+_WARNED_OUTSIDE: set[str] = set()
+
+
+def _outside_a_trial(name: str) -> bool:
+    """Whether ``name`` is called by a script run on its own, outside any trial: Ray's warns once and returns
+    None, so a training function debugged without a ``Tuner`` runs to its end, its integration callbacks'
+    reports included. In a device process a thread no trial started still gets ``SessionError`` (its report
+    would be lost). fluidsalus's own ``fluidsalus.report`` always raises."""
+    if _session.current_session() is not None or _session.in_device_process():
+        return False
+    if name not in _WARNED_OUTSIDE:
+        _WARNED_OUTSIDE.add(name)
+        warnings.warn(f"`{name}` is meant to only be called inside a function that is executed by a Tuner or "
+                      "Trainer. Returning `None`.", stacklevel=3)
+    return True
+
+
 def report(metrics: Mapping[str, Any], *, checkpoint: _EngineCheckpoint | None = None) -> None:
     """Report one iteration's metrics, and optionally a checkpoint (``ray.tune.report``).
+
+    Outside a trial (the training function run on its own) it warns once and does nothing, as Ray's.
 
     Args:
         metrics: The metrics of this iteration.
         checkpoint: A :class:`Checkpoint` of the trial's state after this iteration; it is copied into the
             experiment before ``report`` returns.
     """
+    if _outside_a_trial("report"):
+        return
     _session.report(metrics, checkpoint)
 
 
 def get_checkpoint() -> Checkpoint | None:
-    """The checkpoint to resume from (``ray.tune.get_checkpoint``), or None when the trial starts fresh."""
+    """The checkpoint to resume from (``ray.tune.get_checkpoint``), or None when the trial starts fresh (and,
+    with a warning, outside a trial, as Ray's)."""
+    if _outside_a_trial("get_checkpoint"):
+        return None
     checkpoint = _session.get_checkpoint()
     return None if checkpoint is None else Checkpoint(checkpoint.path)
 

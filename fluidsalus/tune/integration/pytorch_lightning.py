@@ -39,7 +39,9 @@ def _hook(name: str) -> Any:
 
     def hook(self: TuneCallback, trainer: Trainer, *args: Any, **kwargs: Any) -> None:
         if name in self._on:
-            self._handle(trainer)
+            # by keyword, as Ray calls it, so that a subclass written for Ray (``_handle(self, trainer,
+            # pl_module)``) works; with the module Lightning passed (Ray's keyword-only parameter gets None)
+            self._handle(trainer=trainer, pl_module=args[0] if args else kwargs.get("pl_module"))
 
     hook.__name__ = name
     return hook
@@ -66,7 +68,13 @@ class TuneCallback(Callback):
                               f"(less their on_): {allowed}")
         self._on = frozenset(f"on_{name}" for name in names)
 
-    def _handle(self, trainer: Trainer) -> None:
+    def _handle(self, trainer: Trainer, pl_module: Any = None) -> None:
+        """What the callback does at each hook named by ``on`` (Ray's signature).
+
+        Args:
+            trainer: The Lightning trainer.
+            pl_module: The module being trained, where the hook gives it.
+        """
         raise NotImplementedError
 
 
@@ -110,7 +118,7 @@ class TuneReportCheckpointCallback(TuneCallback):
                                type(self).__name__, name, sorted(logged))
         return out
 
-    def _handle(self, trainer: Trainer) -> None:
+    def _handle(self, trainer: Trainer, pl_module: Any = None) -> None:
         if trainer.sanity_checking:
             return
         metrics = self._report_dict(trainer)
