@@ -20,6 +20,11 @@ class ConfigError(FluidsalusError, ValueError):
     """Invalid input to a public function: names the field and the allowed values."""
 
 
+class ConfigTypeError(ConfigError, TypeError):
+    """An argument of the wrong type at a public boundary that mirrors a library raising ``TypeError`` for it
+    (Optuna's ``Study.optimize``): ``except TypeError`` and ``except ConfigError`` both catch it."""
+
+
 class SpaceError(ConfigError):
     """Invalid search space: names the parameter path and what is allowed."""
 

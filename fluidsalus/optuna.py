@@ -83,7 +83,7 @@ from ray import cloudpickle
 
 from fluidsalus import session
 from fluidsalus.api import run
-from fluidsalus.errors import ConfigError, FluidsalusError, TrialError
+from fluidsalus.errors import ConfigError, ConfigTypeError, FluidsalusError, TrialError
 from fluidsalus.gpu.host import _is_out_of_memory
 from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.trialgroup.trial import TrialGroup
@@ -599,6 +599,8 @@ class DeviceTrial(BaseTrial):
             value: The intermediate value (anything ``float()`` accepts).
             step: The step, a non-negative int.
         """
+        if len(self.study.directions) > 1:  # (first, as Optuna checks it)
+            raise NotImplementedError("Trial.report is not supported for multi-objective optimization.")
         try:
             value = float(value)
         except (TypeError, ValueError):
@@ -609,8 +611,6 @@ class DeviceTrial(BaseTrial):
             raise TypeError(f"The `step` argument is of type '{type(step)}' but supposed to be an int.") from None
         if step < 0:
             raise ValueError(f"`{step=}` must be non-negative.")  # Optuna's message
-        if len(self.study.directions) > 1:
-            raise NotImplementedError("Trial.report is not supported for multi-objective optimization.")
         result: dict[str, Any] = {KEY_NUMBER: self._number, KEY_STEP: step, KEY_INTERMEDIATE: value}
         if step in self._earlier_steps and step not in self._steps:
             self._steps.add(step)  # a restarted attempt redoes a step the study already holds: nothing to tell
@@ -1307,10 +1307,12 @@ class _StudyDriver(BaseSearcher):
 
 
 def _check_catch(catch: Any) -> tuple[type[BaseException], ...]:
+    if catch is None:  # (Optuna takes it as catching nothing)
+        return ()
     classes = tuple(catch) if isinstance(catch, Iterable) else (catch,)
     for item in classes:
         if not (isinstance(item, type) and issubclass(item, BaseException)):
-            raise ConfigError(f"catch: must be an exception class or an iterable of them, got {item!r}")
+            raise ConfigTypeError(f"catch: must be an exception class or an iterable of them, got {item!r}")
     return classes
 
 
@@ -1319,7 +1321,7 @@ def _check_run_kwargs(run_kwargs: Mapping[str, Any]) -> None:
         if key in _REFUSED_RUN_KWARGS:
             raise ConfigError(f"{key}: optimize() does not take fluidsalus.run's {key}=; {_REFUSED_RUN_KWARGS[key]}")
         if key not in RUN_KWARGS:
-            raise ConfigError(
+            raise ConfigTypeError(
                 f"{key}: not an argument of optimize() or of the fluidsalus.run options it passes on "
                 f"({', '.join(sorted(RUN_KWARGS))})"
             )
@@ -1332,7 +1334,7 @@ def _experiment_name(study: optuna.Study) -> str:
 
 def optimize(
     study: optuna.Study,
-    objective: Callable[[Any], float | Sequence[float] | None],
+    objective: Callable[[Any], float | Sequence[float] | None] | None = None,
     n_trials: int | None = None,
     timeout: float | None = None,
     n_jobs: int = 1,
@@ -1358,9 +1360,9 @@ def optimize(
         timeout: Seconds after which no new trial starts; running trials finish (Optuna's rule). The clock
             starts once the device actors are up (starting them, a second or two, is not counted). A timeout
             <= 0 runs no trial, as in Optuna.
-        n_jobs: Accepted for compatibility and ignored: the lanes decide how many trials run at once (cap it
-            with ``max_concurrent_trials=``).
-        catch: Exception types that fail a trial (``FAIL``) without stopping the optimisation.
+        n_jobs: Checked as Optuna checks it (an int, -1 or >= 1), then ignored: the lanes decide how many
+            trials run at once (cap it with ``max_concurrent_trials=``).
+        catch: Exception types that fail a trial (``FAIL``) without stopping the optimisation (None: none).
         callbacks: Functions ``f(study, frozen_trial)`` called on the driver after each trial is told (not for a
             trial whose exception ends the optimisation). ``study.stop()`` in a callback ends the optimisation
             once the running trials finish.
@@ -1370,35 +1372,46 @@ def optimize(
         **run_kwargs: Options of :func:`fluidsalus.run` passed on: ``name``, ``storage_path``, ``devices``,
             ``cpus_per_device``, ``cpus_per_trial``, ``gpu_per_trial``, ``max_concurrent_trials``,
             ``max_failures``, ``lane_policy``, ``quantum_ms``, ``verbose``. The default name is
-            ``optuna_<study name>_<timestamp>_<random>``.
+            ``optuna_<study name>_<timestamp>_<random>``. ``func=`` is taken as the objective, as Optuna names it.
 
     Raises:
         ConfigError: A bad argument, or a ``fluidsalus.run`` option that ``optimize`` sets itself (the message
-            says what to use instead).
+            says what to use instead); a :class:`~fluidsalus.errors.ConfigTypeError` (also a ``TypeError``)
+            where Optuna raises ``TypeError``.
         RuntimeError: When called while this study is already being optimised in this thread.
         Exception: The exception of a trial that ``catch`` does not name, re-created on the driver (a
             :class:`TrialError` when it cannot be unpickled), with the device's traceback as ``__cause__``; or
             the exception of a callback or of the study's storage or sampler.
     """
-    del n_jobs  # the lanes decide concurrency
+    if "func" in run_kwargs:  # Optuna's name for it: study.optimize(func=objective, ...) rewritten as it is
+        if objective is not None:
+            raise ConfigTypeError("func: the objective was given twice (as objective and as func=); pass one")
+        objective = run_kwargs.pop("func")
     if not isinstance(study, optuna.Study):
-        raise ConfigError(f"study: must be an optuna.Study, got {type(study).__name__}")
+        raise ConfigTypeError(f"study: must be an optuna.Study, got {type(study).__name__}")
+    if objective is None:
+        raise ConfigTypeError("objective: missing; call optimize(study, objective, ...) (or func=objective)")
     if not callable(objective):
-        raise ConfigError(f"objective: must be a function f(trial), got {type(objective).__name__}")
+        raise ConfigTypeError(f"objective: must be a function f(trial), got {type(objective).__name__}")
+    # Checked as Optuna checks it (its thread pool's max_workers; -1: one per core), then left to the lanes
+    if not isinstance(n_jobs, int) or isinstance(n_jobs, bool):
+        raise ConfigTypeError(f"n_jobs: must be an int (ignored: the lanes decide concurrency), got {n_jobs!r}")
+    if n_jobs == 0 or n_jobs < -1:
+        raise ConfigError(f"n_jobs: must be -1 or >= 1 (ignored: the lanes decide concurrency), got {n_jobs}")
     # Numbers as Optuna's loop reads them: n_trials=2.5 runs 3 trials, n_trials=inf has no limit, and n_trials or
     # a timeout <= 0 runs none (a timeout computed as the time left, say).
     if n_trials is not None and (not isinstance(n_trials, numbers.Real) or isinstance(n_trials, bool)
                                  or math.isnan(n_trials)):
-        raise ConfigError(f"n_trials: must be a number of trials (an int) or None, got {n_trials!r}")
+        raise ConfigTypeError(f"n_trials: must be a number of trials (an int) or None, got {n_trials!r}")
     if timeout is not None and (not isinstance(timeout, numbers.Real) or isinstance(timeout, bool)
                                 or math.isnan(timeout)):
-        raise ConfigError(f"timeout: must be a number of seconds or None, got {timeout!r}")
+        raise ConfigTypeError(f"timeout: must be a number of seconds or None, got {timeout!r}")
     classes = _check_catch(catch)
     if callbacks is not None and (isinstance(callbacks, (str, bytes)) or not isinstance(callbacks, Iterable)):
-        raise ConfigError(f"callbacks: must be a list of functions f(study, frozen_trial), got {callbacks!r}")
+        raise ConfigTypeError(f"callbacks: must be a list of functions f(study, frozen_trial), got {callbacks!r}")
     callback_list = list(callbacks or [])
     if not all(callable(c) for c in callback_list):
-        raise ConfigError("callbacks: every callback must be a function f(study, frozen_trial)")
+        raise ConfigTypeError("callbacks: every callback must be a function f(study, frozen_trial)")
     _check_run_kwargs(run_kwargs)
     if study._thread_local.in_optimize_loop:
         raise RuntimeError("Nested invocation of `Study.optimize` method isn't allowed (the study is already being "

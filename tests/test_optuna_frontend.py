@@ -785,6 +785,18 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path):
         fo.optimize(study, _quadratic, timeout=math.nan)
     with pytest.raises(ConfigError, match="study"):
         fo.optimize("study", _quadratic, n_trials=1)
+    # Where Optuna raises TypeError, the error is one too (a ConfigTypeError), so `except TypeError` code catches it
+    for bad in ({"n_trials": "3"}, {"timeout": "1"}, {"callbacks": print}, {"catch": [42]}, {"n_jobs": "x"},
+                {"no_such_option": 1}):
+        with pytest.raises(TypeError, match=f"^{next(iter(bad))}: "):
+            fo.optimize(study, _quadratic, **bad)
+    with pytest.raises(ConfigError, match=r"^n_jobs: must be -1 or >= 1 \(ignored: the lanes decide concurrency\), "
+                                          "got 0$"):
+        fo.optimize(study, _quadratic, n_trials=1, n_jobs=0)  # (Optuna: "max_workers must be greater than 0")
+    with pytest.raises(TypeError, match="^objective: missing"):
+        fo.optimize(study, n_trials=1)
+    with pytest.raises(TypeError, match="^func: the objective was given twice"):
+        fo.optimize(study, _quadratic, func=_quadratic, n_trials=1)
     # As in Optuna, no trial and no error: nothing to do (a negative timeout: the time left, computed)
     for nothing in ({"n_trials": 0}, {"n_trials": -1}, {"n_trials": 3, "timeout": -1.0}):
         fo.optimize(study, _quadratic, storage_path=str(tmp_path), **nothing)
@@ -809,6 +821,27 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path):
     finally:
         study._thread_local.in_optimize_loop = False
 
+
+def test_optimize_takes_optunas_func_keyword_and_catch_none_as_study_optimize_does(tmp_path):
+    """``study.optimize(func=objective, catch=None)`` rewritten as ``optimize(study, func=objective, ...)``: it
+    failed with "missing 1 required positional argument: 'objective'", and catch=None was refused (a helper's
+    side by side)."""
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    _optimize(study, None, tmp_path, func=_quadratic, n_trials=2, catch=None, n_jobs=-1, name="func")
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
+
+
+def test_report_in_a_multi_objective_study_is_refused_before_its_arguments_are_checked(tmp_path):
+    """Optuna's Trial.report checks the study's objectives first: ``report("abc", 0)`` in a two-objective study
+    is NotImplementedError there; it was a TypeError here."""
+    def objective(trial: Any) -> tuple[float, float]:
+        trial.report("abc", 0)
+        return 0.0, 1.0
+
+    study = optuna.create_study(directions=["minimize", "maximize"])
+    with pytest.raises(NotImplementedError, match="Trial.report is not supported for multi-objective"):
+        _optimize(study, objective, tmp_path, n_trials=1, name="multi")
+    assert [t.state for t in study.trials] == [TrialState.FAIL]
 
 def _report_steps(trial: optuna.Trial) -> float:
     x = trial.suggest_float("x", 0.0, 1.0)
