@@ -1256,20 +1256,18 @@ class _StudyDriver(BaseSearcher):
             else:
                 frozen = study.tell(trial, state=TrialState.FAIL)
         except Exception as e:  # noqa: BLE001 - the sampler's after_trial or the storage failed: raise it later
+            # Optuna stores the state before the sampler's after_trial (its tell's finally), and its _run_trial
+            # logs the trial's line from the stored trial all the same: so here, when it was stored
+            stored = None
+            with contextlib.suppress(Exception):
+                stored = study._storage.get_trial(trial._trial_id)
             self._fail(e)
+            if stored is not None and stored.state.is_finished():
+                live.state = stored.state.name
+                self._log_end(trial, stored, error, message, shown, problem, interrupted)
             return None
         live.state = frozen.state.name
-        if frozen.state == TrialState.COMPLETE:
-            self._log_completed(trial, list(frozen.values))
-        elif frozen.state == TrialState.PRUNED:
-            _OPTIMIZE_LOGGER.info(f"Trial {trial.number} pruned. {message}")
-        elif error is not None:
-            # (A Ctrl-C's traceback is the driver's frames, the same for every trial it ends: not shown. Optuna's,
-            # from inside its one objective, is not to be had: the objectives run on the devices.)
-            shown_error = None if interrupted and isinstance(error, KeyboardInterrupt) else error
-            _log_failed(trial.number, trial.params, message, None, exc_info=shown_error)
-        else:
-            _log_failed(trial.number, trial.params, problem or "", _Shown(shown if shown is not None else "None"))
+        self._log_end(trial, frozen, error, message, shown, problem, interrupted)
         if interrupted:
             return frozen.state.name
         if error is not None and not caught:
@@ -1282,6 +1280,21 @@ class _StudyDriver(BaseSearcher):
                 self._fail(e)
                 break
         return frozen.state.name
+
+    def _log_end(self, trial: optuna.Trial, frozen: FrozenTrial, error: BaseException | None, message: str,
+                 shown: str | None, problem: str | None, interrupted: bool) -> None:
+        """Log Optuna's line for a trial's end, as its ``_run_trial`` does from the stored trial."""
+        if frozen.state == TrialState.COMPLETE:
+            self._log_completed(trial, list(frozen.values))
+        elif frozen.state == TrialState.PRUNED:
+            _OPTIMIZE_LOGGER.info(f"Trial {trial.number} pruned. {message}")
+        elif error is not None:
+            # (A Ctrl-C's traceback is the driver's frames, the same for every trial it ends: not shown. Optuna's,
+            # from inside its one objective, is not to be had: the objectives run on the devices.)
+            shown_error = None if interrupted and isinstance(error, KeyboardInterrupt) else error
+            _log_failed(trial.number, trial.params, message, None, exc_info=shown_error)
+        else:
+            _log_failed(trial.number, trial.params, problem or "", _Shown(shown if shown is not None else "None"))
 
     def _tell_packed(self, live: _Live, outcome: str, packed: _PackedError, caught: bool) -> str | None:
         """Tell a trial that ended with an exception raised on the device (pruned or failed)."""

@@ -831,6 +831,23 @@ def test_optimize_takes_optunas_func_keyword_and_catch_none_as_study_optimize_do
     assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
 
 
+class _FailsAfterTrialOne(optuna.samplers.RandomSampler):
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Any) -> None:
+        if trial.number == 1:
+            raise RuntimeError("after_trial failed")
+        super().after_trial(study, trial, state, values)
+
+
+def test_a_trial_whose_samplers_after_trial_raises_is_logged_as_optuna_logs_it(tmp_path, optuna_records):
+    """Optuna stores the trial before the sampler's after_trial, and logs its "finished" line from the stored
+    trial all the same; that line was missing here (a helper's side by side). The error then ends the run."""
+    study = optuna.create_study(sampler=_FailsAfterTrialOne(seed=0))
+    with pytest.raises(RuntimeError, match="after_trial failed"):
+        _optimize(study, _quadratic, tmp_path, n_trials=4, max_concurrent_trials=1, name="after_trial")
+    assert [t.state for t in study.trials[:2]] == [TrialState.COMPLETE] * 2
+    finished = [r.getMessage() for r in optuna_records if " finished with value" in r.getMessage()]
+    assert [m.split(" finished")[0] for m in finished][:2] == ["Trial 0", "Trial 1"]
+
 def test_report_in_a_multi_objective_study_is_refused_before_its_arguments_are_checked(tmp_path):
     """Optuna's Trial.report checks the study's objectives first: ``report("abc", 0)`` in a two-objective study
     is NotImplementedError there; it was a TypeError here."""

@@ -345,10 +345,23 @@ def _not_started(specs: Sequence[DeviceSpec], what: str) -> FluidsalusError:
         f"Ray has available: {ray.available_resources()}. Free resources or ask for fewer devices.")
 
 
-#: This thread's runs in progress: a run started from a callback, a searcher or a stopper of another on the driver
-#: (an Optuna callback that optimises a second study) is nested in it, and waits on resources that the outer run,
-#: blocked in that call, never frees (:meth:`Executor._check_nested_start`).
+#: This thread's runs in progress (``devices``: their device lists, outermost first): a run started from a
+#: callback, a searcher or a stopper of another on the driver (an Optuna callback that optimises a second study) is
+#: nested in it, and waits on resources that the outer run, blocked in that call, never frees
+#: (:meth:`Executor._check_nested_start`).
 _THREAD_RUNS = threading.local()
+
+
+def _free_after_take(parked: Sequence[WarmKey], taken: Sequence[WarmActor | None],
+                     keys: Sequence[WarmKey | None]) -> dict[str, float]:
+    """Ray's free resources as a run sees them once ``WARM_DEVICES.take`` ended the parked actors it did not take
+    (``parked``: what was parked before): Ray frees their cores a moment after the kill, and a run that asked at
+    once saw them held (a nested run refused, new actors not waited for)."""
+    available = dict(ray.available_resources())
+    kept = [key for key, warm in zip(keys, taken, strict=True) if warm is not None and key is not None]
+    freed = sum(key.cpus for key in parked) - sum(key.cpus for key in kept)
+    available["CPU"] = available.get("CPU", 0.0) + max(0, freed)
+    return available
 
 
 def _fits(spec: DeviceSpec, available: Mapping[str, float]) -> bool:
@@ -642,10 +655,10 @@ class Executor:
             KeyboardInterrupt: After stopping the trials and flushing the store.
         """
         ended = False
-        outer = getattr(_THREAD_RUNS, "depth", 0)
-        _THREAD_RUNS.depth = outer + 1
+        outer: list[Sequence[DeviceSpec]] = getattr(_THREAD_RUNS, "devices", [])
+        _THREAD_RUNS.devices = [*outer, self.device_specs]
         try:
-            self._start_devices(nested=outer > 0)
+            self._start_devices(outer=[spec for specs in outer for spec in specs])
             self._loop()
             self._searcher_log.save(force=True)
             ended = True
@@ -656,7 +669,7 @@ class Executor:
             ended = True
             raise
         finally:
-            _THREAD_RUNS.depth = outer
+            _THREAD_RUNS.devices = outer
             try:
                 self._progress.close()
             finally:
@@ -703,26 +716,35 @@ class Executor:
         device.lingering.clear()
         device.changed_at = time.time()
 
-    def _check_nested_start(self) -> None:
-        """Refuse at once a run nested in another of this thread (see :data:`_THREAD_RUNS`) when none of its devices
-        can start on what Ray has free: the outer run holds the rest until the call that started this one returns,
-        so waiting :data:`ACTOR_START_TIMEOUT_S` could only end in :func:`_not_started`'s misleading advice.
+    def _check_nested_start(self, outer: Sequence[DeviceSpec]) -> None:
+        """Refuse at once a run nested in others of this thread (see :data:`_THREAD_RUNS`) when none of its devices
+        could ever start: the cluster less what the outer runs' devices hold (until the call that started this one
+        returns) has no room for one. Waiting :data:`ACTOR_START_TIMEOUT_S` could only end in
+        :func:`_not_started`'s misleading advice. (Ray's free resources are no test: the cores of parked actors
+        just ended are freed a moment later, and other work may end.)
+
+        Args:
+            outer: The devices of the runs this one is nested in.
 
         Raises:
-            FluidsalusError: No device of this run fits in Ray's free resources.
+            FluidsalusError: No device of this run fits in what the outer runs leave of the cluster.
         """
-        available = ray.available_resources()
+        total = ray.cluster_resources()
+        available = {
+            "CPU": total.get("CPU", 0.0) - sum(spec.cpus for spec in outer),
+            "GPU": total.get("GPU", 0.0) - sum(1 for spec in outer if spec.kind == "cuda"),
+        }
         if any(_fits(spec, available) for spec in self.device_specs):
             return
         wanted = ", ".join(f"{d.name} ({d.cpus} CPU{', 1 GPU' if d.kind == 'cuda' else ''})" for d in self.device_specs)
         raise FluidsalusError(
             "this run was started inside another fluidsalus run of this thread (from its callback, searcher or "
             "stopper, or an Optuna callback of fluidsalus.optuna.optimize), whose devices hold the cluster's "
-            f"resources until that call returns: none of its devices can start (asked for: {wanted}; Ray has "
-            f"available: {available}). Start it after the outer run returns, or give the outer run fewer devices "
-            "(devices=...).")
+            f"resources until that call returns: none of its devices can start (asked for: {wanted}; the cluster "
+            f"less the outer runs' devices leaves: {available}). Start it after the outer run returns, or give the "
+            "outer run fewer devices (devices=...).")
 
-    def _start_devices(self, nested: bool = False) -> None:
+    def _start_devices(self, outer: Sequence[DeviceSpec] = ()) -> None:
         """Give every device an actor: a warm one that a finished run of this process left, where one matches
         (:meth:`_reset_warm_devices`), and a new one for each of the others. The run begins once the first new
         actor is up, or at once when no new actor is needed.
@@ -740,7 +762,8 @@ class Executor:
         start ends them all (:meth:`_stop_devices`).
 
         Args:
-            nested: The run was started inside another of this thread (:meth:`_check_nested_start`).
+            outer: The devices of the runs of this thread that this one was started inside
+                (:meth:`_check_nested_start`).
 
         Raises:
             FluidsalusError: No device is up: every new actor failed to start (the message has the first one's
@@ -748,15 +771,17 @@ class Executor:
                 asked for and those Ray has free); or, nested, none can start on the resources Ray has free.
         """
         cluster = _cluster_token()
-        taken = WARM_DEVICES.take(cluster, [_warm_key(cluster, spec) for spec in self.device_specs])
-        if nested and not any(taken):  # (a warm actor taken is one the outer run does not hold)
-            self._check_nested_start()
+        parked = WARM_DEVICES.keys(cluster)
+        keys = [_warm_key(cluster, spec) for spec in self.device_specs]
+        taken = WARM_DEVICES.take(cluster, keys)
+        available = _free_after_take(parked, taken, keys)
+        if outer and not any(taken):  # (a warm actor taken is one the outer runs do not hold)
+            self._check_nested_start(outer)
         # Whether Ray has room now for a new actor beside the warm ones (which hold theirs): without it, a warm
         # run does not wait for its new ones. (It waited as long again as the warm actors' first start, which a
         # busy cluster had made long, and passed that on: a helper's fits, with the script's own actor holding
         # one of two cores, took 13.9 s each where one without warm devices took 1.5 s.)
-        room = any(_fits(spec, ray.available_resources())
-                   for spec, warm in zip(self.device_specs, taken, strict=True) if warm is None)
+        room = any(_fits(spec, available) for spec, warm in zip(self.device_specs, taken, strict=True) if warm is None)
         launched = time.time()
         # New actors first, so that their processes start while the warm ones reset.
         for spec, warm in zip(self.device_specs, taken, strict=True):

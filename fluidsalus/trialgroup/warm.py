@@ -113,6 +113,11 @@ class WarmDevices:
         self._parked: list[_Parked] = []
         self._watcher: threading.Thread | None = None
 
+    def keys(self, cluster: str | None) -> list[WarmKey]:
+        """What the parked actors of ``cluster`` hold (one key each), as :meth:`take` will find them."""
+        with self._lock:
+            return [p.key for p in self._parked if p.key.cluster == cluster]
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._parked)
