@@ -40,7 +40,7 @@ from fluidsalus.gpu.device import DeviceSpec, plan_devices
 from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS, for_devices, stop_rule
 from fluidsalus.result import ResultGrid
 from fluidsalus.searchers import BaseSearcher, RandomSearch
-from fluidsalus.session import DATE_FORMAT
+from fluidsalus.session import DATE_FORMAT, callable_name
 from fluidsalus.store import (
     ABANDONED_CREATE_S,
     DB_FILENAME,
@@ -584,7 +584,7 @@ def _check_trainable(trainable: Any) -> str:
             f"trainable: class trainables ({trainable.__name__}) are not supported by fluidsalus.run; "
             "pass a function f(config)"
         )
-    return getattr(trainable, "__name__", type(trainable).__name__)
+    return callable_name(trainable)
 
 
 def _pack(trainable: Any, rule: Any, host_options: dict[str, Any]) -> bytes:

@@ -1562,3 +1562,21 @@ def test_reported_numpy_values_stay_numpy_in_the_results_of_fit_and_plain_after_
     assert list(grid.get_dataframe()["a"]) == [0.5]
     again = tune.Result.from_path(grid[0].path)
     assert type(again.metrics["a"]) is float and again.metrics["c"] == [1.0, 2.0]
+
+
+def test_a_lambda_trainable_names_its_experiment_trials_and_folders_lambda_as_ray_does(ray_cluster, storage):
+    """Ray names a lambda's trainable ``lambda``: fluidsalus.run made ``<lambda>_<date>`` folders (which a shell
+    must quote) and the Tune front end ``_lambda__<id>`` trial folders and ``<lambda>_<id>`` trial names (a
+    helper's side by side)."""
+    import fluidsalus
+
+    grid = tune.Tuner(lambda config: tune.report({"name": tune.get_context().get_trial_name()}),
+                      param_space={"x": tune.grid_search([1])},
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    (result,) = grid
+    assert os.path.basename(grid.experiment_path).startswith("lambda_")
+    assert os.path.basename(result.path).startswith(f"lambda_{result.metrics['trial_id']}_0_x=1_")
+    assert result.metrics["name"] == f"lambda_{result.metrics['trial_id']}"
+    native = fluidsalus.run(lambda config: fluidsalus.report({"x": config["x"]}), {"x": 1}, storage_path=storage,
+                            verbose=0)
+    assert os.path.basename(native.experiment_path).startswith("lambda_")

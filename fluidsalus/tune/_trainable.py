@@ -34,7 +34,7 @@ from typing import Any
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.distributed._common import DATA_PARALLEL_ATTR
 from fluidsalus.errors import ConfigError
-from fluidsalus.session import DATE_FORMAT, HOSTNAME, StopTrial, TrialResources, node_ip
+from fluidsalus.session import DATE_FORMAT, HOSTNAME, StopTrial, TrialResources, callable_name, node_ip
 
 __all__ = [
     "ClassOptions",
@@ -112,8 +112,7 @@ def _check_base(value: Any, where: str) -> None:
 
 def trainable_name(trainable: Any) -> str:
     """The name an experiment is named after (a function's or class's ``__name__``)."""
-    base = trainable.base if isinstance(trainable, Prepared) else trainable
-    return getattr(base, "__name__", type(base).__name__)
+    return callable_name(trainable.base if isinstance(trainable, Prepared) else trainable)
 
 
 def _check_resources(resources: Any) -> dict[str, float] | Callable[[dict[str, Any]], Any]:
