@@ -594,10 +594,14 @@ class TrialSession:
             raise TypeError(f"report(metrics=...): metrics must be a dict, got {type(metrics).__name__}")
         self._check_live("report")
         if self.stopped:
-            # Stopped at an earlier boundary, and the trainable reports again as the stop unwinds it (a
-            # ``finally:``, Lightning's ``on_exception`` hooks): no result, as in Ray, which drops it. It was one
-            # more iteration, past where the scheduler stopped the trial, and could be its best result.
-            return
+            # Stopped at an earlier boundary. A report made as that stop unwinds this thread (in a ``finally:`` or
+            # an ``except``, Lightning's ``on_exception`` hooks) is no result, as in Ray, which drops it: it was
+            # one more iteration, past where the scheduler stopped the trial, and could be its best result. Any
+            # other report (the trial's own thread, after a thread it started was stopped) stops its caller: Ray
+            # ends the whole process, so nothing of a stopped trial goes on.
+            if isinstance(sys.exc_info()[1], StopTrial):
+                return
+            raise self._stop()
         check_sendable(metrics)
         checkpoint = _engine_checkpoint(checkpoint)
         now = time.time()
