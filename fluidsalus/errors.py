@@ -210,7 +210,14 @@ def trial_error(message: str, error_text: str | None, cause_pickle: bytes | None
     cause_type = type(cause) if isinstance(cause, Exception) else _exception_type(error_text)
     cls = (_typed_trial_error(cause_type) if cause_type is not None and not issubclass(cause_type, TrialError)
            else None)
-    error = cls(message) if cls is not None else TrialError(message)
+    error: TrialError | None = None
+    if cls is not None:
+        try:
+            error = cls(message)
+        except Exception:  # noqa: BLE001 - a type of its own __new__ (ExceptionGroup's, a user's): a plain one
+            error = None
+    if error is None:
+        error = TrialError(message)
     error.error_text = error_text  # type: ignore[attr-defined]
     if cause_pickle is not None:
         error.cause_pickle = cause_pickle  # type: ignore[attr-defined]

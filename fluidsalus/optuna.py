@@ -1320,7 +1320,7 @@ class _StudyDriver(BaseSearcher):
 
 
 def _check_catch(catch: Any) -> tuple[type[BaseException], ...]:
-    if catch is None:  # (Optuna takes it as catching nothing)
+    if catch is None:  # catching nothing (Optuna 5 takes it at the call, then fails with a TypeError at a failure)
         return ()
     classes = tuple(catch) if isinstance(catch, Iterable) else (catch,)
     for item in classes:
@@ -1373,8 +1373,8 @@ def optimize(
         timeout: Seconds after which no new trial starts; running trials finish (Optuna's rule). The clock
             starts once the device actors are up (starting them, a second or two, is not counted). A timeout
             <= 0 runs no trial, as in Optuna.
-        n_jobs: Checked as Optuna checks it (an int, -1 or >= 1), then ignored: the lanes decide how many
-            trials run at once (cap it with ``max_concurrent_trials=``).
+        n_jobs: Refused where Optuna refuses it (not a number, or neither -1 nor > 0), else ignored: the lanes
+            decide how many trials run at once (cap it with ``max_concurrent_trials=``).
         catch: Exception types that fail a trial (``FAIL``) without stopping the optimisation (None: none).
         callbacks: Functions ``f(study, frozen_trial)`` called on the driver after each trial is told (not for a
             trial whose exception ends the optimisation). ``study.stop()`` in a callback ends the optimisation
@@ -1406,11 +1406,12 @@ def optimize(
         raise ConfigTypeError("objective: missing; call optimize(study, objective, ...) (or func=objective)")
     if not callable(objective):
         raise ConfigTypeError(f"objective: must be a function f(trial), got {type(objective).__name__}")
-    # Checked as Optuna checks it (its thread pool's max_workers; -1: one per core), then left to the lanes
-    if not isinstance(n_jobs, int) or isinstance(n_jobs, bool):
-        raise ConfigTypeError(f"n_jobs: must be an int (ignored: the lanes decide concurrency), got {n_jobs!r}")
-    if n_jobs == 0 or n_jobs < -1:
-        raise ConfigError(f"n_jobs: must be -1 or >= 1 (ignored: the lanes decide concurrency), got {n_jobs}")
+    # Refused where Optuna refuses it (its thread pool's max_workers: a number > 0, or -1 for one per core), then
+    # left to the lanes
+    if not isinstance(n_jobs, numbers.Real):
+        raise ConfigTypeError(f"n_jobs: must be a number (ignored: the lanes decide concurrency), got {n_jobs!r}")
+    if n_jobs != -1 and not n_jobs > 0:
+        raise ConfigError(f"n_jobs: must be -1 or > 0 (ignored: the lanes decide concurrency), got {n_jobs}")
     # Numbers as Optuna's loop reads them: n_trials=2.5 runs 3 trials, n_trials=inf has no limit, and n_trials or
     # a timeout <= 0 runs none (a timeout computed as the time left, say).
     if n_trials is not None and (not isinstance(n_trials, numbers.Real) or isinstance(n_trials, bool)

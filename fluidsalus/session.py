@@ -758,7 +758,9 @@ class TrialSession:
         if isinstance(output, Mapping):
             self.report(output)
         elif isinstance(output, Number) and not isinstance(output, bool):
-            self.report({DEFAULT_METRIC: output})  # as it came: an int stays an int, as in Ray
+            # as it came (an int stays an int, as in Ray); a number JSON cannot hold (a Fraction, a Decimal) as a float
+            kept = isinstance(output, (int, float)) or type(output).__module__ == "numpy"
+            self.report({DEFAULT_METRIC: output if kept else float(output)})
         else:
             raise ValueError(
                 "Invalid return or yield value: a trainable may return or yield a single number or a dict, "

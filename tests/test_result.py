@@ -257,6 +257,13 @@ def test_a_failed_trials_error_is_also_an_instance_of_the_exception_it_raised(tm
     assert "error='TrialError(ValueError)'" in repr(result)  # Ray shows 'RayTaskError(ValueError)'
 
 
+class _NewOnly(Exception):
+    """An exception type whose __new__ takes its own arguments."""
+
+    def __new__(cls, a: int, b: int) -> _NewOnly:
+        return super().__new__(cls, a, b)
+
+
 def test_a_failed_trials_error_carries_the_exception_it_raised_as_its_cause() -> None:
     """As Ray's ``RayTaskError.cause``: the exception itself, its attributes readable on the error too (before, the
     device sent only its text: ``error.code`` raised AttributeError). One whose ``__init__`` takes other arguments
@@ -284,6 +291,14 @@ def test_a_failed_trials_error_carries_the_exception_it_raised_as_its_cause() ->
     plain = TrialError("Trial t4 failed")
     plain.cause_pickle, plain.cause = pickle_exception(KeyError("k")), KeyError("k")  # type: ignore[attr-defined]
     assert pickle.loads(pickle.dumps(plain)).cause.args == ("k",)
+    # A type of its own __new__ (a user's, the built-in ExceptionGroup): a TrialError that cannot also be one is a
+    # plain TrialError; making it raised TypeError, which ended the whole run with the trial left RUNNING
+    import builtins
+
+    groups = [builtins.ExceptionGroup("eg", [ValueError("a")])] if hasattr(builtins, "ExceptionGroup") else []
+    for raised in (_NewOnly(1, 2), *groups):
+        error = trial_failure("t5", f"{type(raised).__name__}: {raised}", None, pickle_exception(raised))
+        assert type(error) is TrialError and type(error.cause) is type(raised)
     # No cause, the error as before: one that cannot be pickled, one too large, one whose pickle cannot be read
     locked = ValueError("locked")
     locked.lock = threading.Lock()  # type: ignore[attr-defined]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fractions
 import os
 
 import numpy as np
@@ -215,7 +216,8 @@ def test_return_values_are_reported_like_ray_tune(tmp_path):
     session.report_return_value(3)
     session.report_return_value(None)
     session.report_return_value(np.float32(0.5))
-    assert got[0]["acc"] == 0.9 and len(got) == 3
+    session.report_return_value(fractions.Fraction(1, 4))  # (stored as a string when kept as it came)
+    assert got[0]["acc"] == 0.9 and len(got) == 4 and type(got[3]["_metric"]) is float
     assert got[1]["_metric"] == 3 and type(got[1]["_metric"]) is int  # as it came, as Ray's (it was 3.0)
     assert got[2]["_metric"] == 0.5
     with pytest.raises(ValueError, match="single number or a dict"):

@@ -167,6 +167,9 @@ def test_checkpoints_best_by_metric_and_last_by_iteration(tmp_path) -> None:
     with pytest.raises(KeyError, match="metric 'los' is not in the result of trial .*; it has: loss, "
                                        "training_iteration"):
         analysis.get_best_checkpoint(best, "los", "min")
+    # one it reported as None is there: no candidate, no KeyError
+    none_valued = _analysis(_result("n", [1.0], checkpoints=[(ckpts[0][0], {"training_iteration": 1, "loss": None})]))
+    assert none_valued.get_best_checkpoint(none_valued.trials[0], "loss", "min") is None
     assert best.checkpoint.path == ckpts[2][0].path
     with pytest.raises(ConfigError, match="neither a Trial of this analysis"):
         analysis.get_best_checkpoint("/exp/zzz")

@@ -414,7 +414,8 @@ def _append_error_file(trial_dir: str, trial_id: str, number: int, ts: float, er
         with open(pickled + ".tmp", "wb") as f:  # (whole or not at all: a reader never sees half of it)
             pickle.dump(trial_failure(trial_id, error, trace, error_pickle), f)
         os.replace(pickled + ".tmp", pickled)
-    except (OSError, ValueError, pickle.PicklingError) as e:  # (ValueError: a text that cannot be encoded)
+    except Exception as e:  # noqa: BLE001 - a failure's record must never end the run (OSError, a text that
+        # cannot be encoded, an error object that cannot be made or pickled)
         logger.warning("could not record the failure in %s: %s", trial_dir, e)
 
 
@@ -579,6 +580,7 @@ class Executor:
         self._first_error: str | None = None
         self._first_error_text: str | None = None  # that trial's own error, which names its type
         self._first_error_pickle: bytes | None = None  # and its exception, pickled (the raised error's cause)
+        self._cluster: str | None = None  # the Ray cluster the devices started on (_cluster_token)
         self._traced_an_error = False  # the first trial that fails for good is printed with its traceback
         self._dirty = True  # something the plan depends on changed since the last plan
         self._plans = 0
@@ -770,7 +772,7 @@ class Executor:
                 error), or none came up within :data:`ACTOR_START_TIMEOUT_S` (the message names the resources
                 asked for and those Ray has free); or, nested, none can start on the resources Ray has free.
         """
-        cluster = _cluster_token()
+        cluster = self._cluster = _cluster_token()
         parked = WARM_DEVICES.keys(cluster)
         keys = [_warm_key(cluster, spec) for spec in self.device_specs]
         taken = WARM_DEVICES.take(cluster, keys)
@@ -977,10 +979,16 @@ class Executor:
 
     def _shut_down_devices(self, keep_warm: bool) -> None:
         """:meth:`_stop_devices` but for a Ctrl-C on the way."""
-        if not ray.is_initialized():
+        now_on = _cluster_token() if ray.is_initialized() else None
+        if not ray.is_initialized() or (self._cluster is not None and now_on is not None and now_on != self._cluster):
             # Ray was shut down under the run (``ray.shutdown()`` from another thread): its actors ended with it,
             # and a call to one would start a new local Ray from this thread (Ray's auto-init), which the script's
-            # next ``ray.init(...)`` then met ("called ray.init twice").
+            # next ``ray.init(...)`` then met ("called ray.init twice"). One of the loop's own calls may have
+            # started it already (another cluster now): that one is the run's doing, and goes.
+            if ray.is_initialized():
+                logger.warning("Ray was shut down during the run, and a call of the run started a new local Ray; "
+                               "it is shut down again")
+                ray.shutdown()
             for device in self._devices:
                 device.alive = False
             return

@@ -76,9 +76,9 @@ class Trial:
     num_failures: int = 0
     finished_by_rule: bool = False  # a result met the run's stop rule: it ends, and is never promoted
     error: str | None = None
-    error_pickle: bytes | None = None
+    error_pickle: bytes | None = None  # the exception that ended it, as its device pickled it (TrialError.cause)
     # An attempt asked for its checkpoint (get_checkpoint): a restart from one resumes it, so it may be moved
-    reads_checkpoints: bool = False  # the exception that ended it, as its device pickled it (TrialError.cause)
+    reads_checkpoints: bool = False
     history: list[dict[str, Any]] = field(default_factory=list)
     extras: dict[str, Any] | None = None  # keys added to each of its results (ExecutorSettings.result_extras)
     attempt_start: int = 0

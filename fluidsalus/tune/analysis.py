@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from fluidsalus.checkpoint import Checkpoint
@@ -58,6 +59,11 @@ DEFAULT_METRIC = "_metric"
 #: The scopes of :meth:`ExperimentAnalysis.get_best_trial` (Ray's list and order).
 SCOPES = ("all", "last", "avg", "last-5-avg", "last-10-avg")
 
+
+
+def _has_metric(metrics: Mapping[str, Any], metric: str) -> bool:
+    """Whether ``metrics`` holds ``metric`` (a flattened name may address a nested value), None or not."""
+    return metric in metrics or metric in flatten_dict(metrics)
 
 class Trial:
     """One trial of an analysed experiment: the attributes a script reads from Ray's ``Trial``.
@@ -434,7 +440,8 @@ class ExperimentAnalysis:
         scored = []
         for checkpoint, metrics in found.checkpoints:
             value = lookup_metric(metrics, metric)
-            if value is None:  # (Ray's lookup raises a bare KeyError; a typo is the usual cause)
+            if value is None and not _has_metric(metrics, metric):  # (Ray's lookup raises a bare KeyError; a typo
+                # is the usual cause)
                 raise KeyError(f"get_best_checkpoint: metric {metric!r} is not in the result of trial {found}'s "
                                f"checkpoint {checkpoint.path}; it has: {', '.join(sorted(flatten_dict(metrics)))}")
             if is_number(value) and not math.isnan(value):
