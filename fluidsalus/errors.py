@@ -180,6 +180,31 @@ def _unpickled(blob: bytes | None) -> BaseException | None:
         return None
 
 
+def error_summary(error: BaseException | str | None) -> str:
+    """The line that says what a trial's error is, as the console, ``fluidsalus inspect`` and ``tune.run``'s
+    ``TuneError`` show it: the first line of its device's error text (``ValueError: <message's first line>``).
+    The last line, shown before, was a multi-line message's last line without the type, or an exception's note
+    (``add_note``) in place of the exception; the whole text and the traceback are in the full error.
+
+    Args:
+        error: The error text as the store keeps it, or a :class:`TrialError` (its ``error_text``), or None.
+
+    Returns:
+        The line, or ``""`` when there is no text.
+    """
+    text = getattr(error, "error_text", None) if isinstance(error, BaseException) else error
+    if text is None and error is not None:
+        text = str(error)
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    if lines and lines[0].startswith(_TRACEBACK_HEADER):  # a whole traceback: its exception's line, after the frames
+        lines = [line for line in lines[1:] if not line[:1].isspace()] or lines
+    return lines[0].strip() if lines else ""
+
+
+#: The first line of a Python traceback (``traceback.format_exc()``).
+_TRACEBACK_HEADER = "Traceback (most recent call last)"
+
+
 def trial_failure(trial_id: str, error_text: str | None, traceback: str | None,
                   cause_pickle: bytes | None = None) -> TrialError:
     """The error of a trial that failed, as its :class:`~fluidsalus.result.Result` and its folder's ``error.pkl`` give

@@ -23,7 +23,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from fluidsalus import goodput as gp
-from fluidsalus.errors import StoreError
+from fluidsalus.errors import StoreError, error_summary
 from fluidsalus.store import (
     DB_FILENAME,
     DEFAULT_STORAGE_PATH,
@@ -383,8 +383,7 @@ class Report:
             if t.status != ERROR:
                 continue
             text = (t.error or "").strip()
-            lines = text.splitlines()
-            out.append({"trial_id": t.trial_id, "error": lines[-1] if lines else "no error text", "text": text,
+            out.append({"trial_id": t.trial_id, "error": error_summary(text) or "no error text", "text": text,
                         "traceback": t.traceback})
         return out
 

@@ -949,6 +949,8 @@ def test_fail_fast_ends_the_experiment_at_the_first_failure(storage, mode):
         with pytest.raises(fluidsalus.TrialError, match="negative x") as raised:
             fluidsalus.run(fails_on_negative, config, **kwargs)
         assert isinstance(raised.value, ValueError)  # the trial's own type too, as Ray's RayTaskError(ValueError)
+        # with the trial's traceback, as its Result.error has it (it was one line: a helper's side by side)
+        assert 'raise ValueError("negative x")' in str(raised.value)
         return
     grid = fluidsalus.run(fails_on_negative, config, **kwargs)
     assert grid.num_errors == 1
@@ -1675,3 +1677,26 @@ def test_a_trials_context_reports_the_cpus_per_trial_the_run_asked_for(storage):
     assert grid.num_errors == 0 and {r.metrics["CPU"] for r in grid} == {0.25}
     plain = fluidsalus.run(reports_its_resources, {"x": 1}, storage_path=storage, name="plain", verbose=0)
     assert plain[0].metrics["CPU"] == 1.0  # no request: the device's one core, as before
+
+
+def fails_with_two_lines_and_a_note(config):
+    fluidsalus.report({"it": 1})
+    if config["kind"] == "lines":
+        raise ValueError("first line of the message\nsecond line")
+    error = KeyError("missing-key")
+    error.add_note("NOTE: check your config")
+    raise error
+
+
+def test_an_errors_summary_is_its_first_line_with_its_type(storage, capsys):
+    """The console's line, inspect's errors and tune.run's TuneError summed an error up by its text's last line: a
+    multi-line message's last line without its type, or a note in place of the exception (a helper's test)."""
+    grid = fluidsalus.run(fails_with_two_lines_and_a_note, {"kind": fluidsalus.grid_search(["lines", "note"])},
+                          storage_path=storage, name="summary", verbose=1)
+    err = capsys.readouterr().err
+    ends = sorted(line.split(" errored after 1 iterations: ")[1] for line in err.splitlines()
+                  if " errored after " in line)
+    assert ends == ["KeyError: 'missing-key'", "ValueError: first line of the message"]
+    errors = inspect_experiment(grid.experiment_path).errors
+    assert sorted(e["error"] for e in errors) == ends
+    assert any("NOTE: check your config" in e["text"] or "NOTE" in (e["traceback"] or "") for e in errors)

@@ -65,7 +65,7 @@ def test_default_columns_infer_metrics_and_show_the_parameters_that_differ():
 def test_rows_are_cut_sorted_by_metric_and_errors_get_their_own_table():
     trials = [_trial(i, "TERMINATED", 0.1 * (i + 1), loss) for i, loss in enumerate([0.5, 0.1, 0.3, 0.2])]
     trials.append(TrialInfo(trial_id="t9", config={"lr": 9.0}, status="ERROR", trainable_name="train",
-                            error="Traceback ...\nValueError: lr too large", num_failures=1))
+                            error="ValueError: lr too large\nsee the docs", num_failures=1))  # (the store's text)
     reporter = CLIReporter(metric_columns=["loss"], max_progress_rows=3, sort_by_metric=True, metric="loss",
                            mode="min")
     text = reporter._progress_str(trials, done=True)

@@ -65,7 +65,7 @@ from ray import cloudpickle
 from fluidsalus.callbacks import Callback
 from fluidsalus.checkpoint import EXPLOIT_CHECKPOINT_PREFIX, Checkpoint, persist_checkpoint
 from fluidsalus.distributed import data_parallel_workers
-from fluidsalus.errors import ConfigError, FluidsalusError, trial_error, trial_failure
+from fluidsalus.errors import ConfigError, FluidsalusError, error_summary, trial_error, trial_failure
 from fluidsalus.gpu.actor import cluster_nodes, start_device_actor
 from fluidsalus.gpu.device import (
     DEFAULT_TRIAL_ESTIMATE,
@@ -1988,7 +1988,7 @@ class Executor:
                 if event[4].get("checkpoint_dir_name") and self.settings.checkpoint_num_to_keep is not None:
                     self._retain_checkpoints(trial)
             elif trial.status == ERROR:
-                self._note_error(trial)
+                self._note_error(trial, event[6] if kind == EV_END else None)
             elif kind == EV_END and event[4] == OUT_STOPPED:
                 self._stopped += 1
         for _, what, started_id, _, info in events:  # starts of this batch first (Callback.on_trial_start)
@@ -2520,10 +2520,13 @@ class Executor:
             device.alive = False  # until it joins (:meth:`_join`); a failed start leaves it lost, in its place
             self._devices.append(device)
 
-    def _note_error(self, trial: Trial) -> None:
-        """Keep the run's first failure (``fail_fast`` ends the run with it)."""
+    def _note_error(self, trial: Trial, trace: str | None = None) -> None:
+        """Keep the run's first failure (``fail_fast`` ends the run with it), with its traceback where the trial's
+        end brought one: ``fail_fast="raise"``'s error is the trial's ``Result.error`` (it had one line, and at
+        ``verbose=0`` nothing said where the trainable failed; Ray's shows the remote traceback)."""
         if self._first_error is None:
-            self._first_error, self._first_error_text = f"Trial {trial.trial_id} failed: {trial.error}", trial.error
+            self._first_error = f"Trial {trial.trial_id} failed: {trial.error}\n{trace or ''}".rstrip()
+            self._first_error_text = trial.error
             self._first_error_pickle = trial.error_pickle
 
     def _may_retry(self, trial: Trial) -> bool:
@@ -2574,8 +2577,7 @@ class Executor:
         if not errored:
             print(line, flush=True)
             return
-        error = (trial.error or "").strip().splitlines()
-        line += f": {error[-1] if error else 'no error text'}"
+        line += f": {error_summary(trial.error) or 'no error text'}"
         if trace and (self.settings.verbose >= 2 or not self._traced_an_error):
             line += "\n" + trace.rstrip()
             if not self._traced_an_error:

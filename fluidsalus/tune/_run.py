@@ -49,7 +49,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from fluidsalus.errors import ConfigError, FluidsalusError
+from fluidsalus.errors import ConfigError, FluidsalusError, error_summary
 from fluidsalus.store import TERMINATED
 from fluidsalus.tune._config import (
     DEPRECATED,
@@ -182,11 +182,10 @@ def _check_trainable(run_or_experiment: Any) -> None:
 
 def _describe(trial: Trial) -> str:
     """A trial that did not end TERMINATED, for TuneError's message: its name (``str(trial)``, as Ray's), status and
-    error's last line."""
+    error's summary (:func:`~fluidsalus.errors.error_summary`)."""
     if trial.error is None:
         return f"{trial} ({trial.status})"
-    lines = [line for line in str(trial.error).strip().splitlines() if line.strip()]
-    return f"{trial} ({trial.status}: {lines[-1].strip() if lines else type(trial.error).__name__})"
+    return f"{trial} ({trial.status}: {error_summary(trial.error) or type(trial.error).__name__})"
 
 
 def run(

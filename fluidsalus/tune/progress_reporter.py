@@ -31,7 +31,7 @@ import warnings
 from collections.abc import MutableMapping, Sequence
 from typing import Any
 
-from fluidsalus.errors import ConfigError
+from fluidsalus.errors import ConfigError, error_summary
 from fluidsalus.result import flatten_dict
 from fluidsalus.tune.callback import Callback, _AfterTheResult
 
@@ -200,7 +200,7 @@ class TuneReporterBase(ProgressReporter):
         errored = [t for t in trials if t.status == "ERROR"]
         if errored and self._max_error_rows:
             lines.append(f"Number of errored trials: {len(errored)}")
-            rows = [[str(t), str(t.num_failures), _last_line(t.error)] for t in errored[:self._max_error_rows]]
+            rows = [[str(t), str(t.num_failures), error_summary(t.error)] for t in errored[:self._max_error_rows]]
             lines.append(_table(["Trial name", "# failures", "error"], rows))
         return "\n".join(lines) + "\n"
 
@@ -377,11 +377,6 @@ def _cell(value: Any) -> str:
 
 def _cut(text: str, length: int) -> str:
     return text if not length or len(text) <= length else text[:max(length - 3, 0)] + "..."
-
-
-def _last_line(error: Any) -> str:
-    lines = [line.strip() for line in str(error or "").splitlines() if line.strip()]
-    return lines[-1] if lines else ""
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
