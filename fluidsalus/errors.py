@@ -55,7 +55,7 @@ class TrialError(FluidsalusError):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        cause = _unpickled(state.get("cause_pickle"))
+        cause = unpickle_exception(state.get("cause_pickle"))
         if cause is not None:
             self.cause = cause
 
@@ -156,9 +156,17 @@ def pickle_exception(error: BaseException) -> bytes | None:
     return blob if len(blob) <= MAX_ERROR_PICKLE_BYTES else None
 
 
-def _unpickled(blob: bytes | None) -> BaseException | None:
+def unpickle_exception(blob: bytes | None) -> BaseException | None:
     """The exception :func:`pickle_exception` pickled, or None when there is none or it cannot be re-created here
-    (its class is not importable in this process, ...)."""
+    (its class is not importable in this process, ...).
+
+    Args:
+        blob: What :func:`pickle_exception` returned.
+
+    Returns:
+        The exception: unpickled whole, else made from its class, ``args`` and attributes without calling its
+        ``__init__``; or None.
+    """
     try:
         whole, parts = pickle.loads(blob) if blob is not None else (None, None)
     except Exception:  # noqa: BLE001 - any pickle may fail to load, in any way: the error stays without its cause
@@ -231,7 +239,7 @@ def trial_error(message: str, error_text: str | None, cause_pickle: bytes | None
         error_text: The trial's error as its device recorded it (``ValueError: ...``), which names the type.
         cause_pickle: The exception, as its device pickled it (kept with the error, which pickles with it).
     """
-    cause = _unpickled(cause_pickle)
+    cause = unpickle_exception(cause_pickle)
     cause_type = type(cause) if isinstance(cause, Exception) else _exception_type(error_text)
     cls = (_typed_trial_error(cause_type) if cause_type is not None and not issubclass(cause_type, TrialError)
            else None)

@@ -83,7 +83,15 @@ from ray import cloudpickle
 
 from fluidsalus import session
 from fluidsalus.api import run
-from fluidsalus.errors import ConfigError, ConfigTypeError, FluidsalusError, TrialError
+from fluidsalus.errors import (
+    MAX_ERROR_PICKLE_BYTES,
+    ConfigError,
+    ConfigTypeError,
+    FluidsalusError,
+    TrialError,
+    pickle_exception,
+    unpickle_exception,
+)
 from fluidsalus.gpu.host import _is_out_of_memory
 from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.trialgroup.trial import TrialGroup
@@ -203,11 +211,11 @@ class _PackedError:
 
     @classmethod
     def of(cls, error: BaseException, depth: int = 0) -> _PackedError:
-        pickled, problem = None, None
-        try:
-            pickled = cloudpickle.dumps(error)
-        except Exception as e:  # noqa: BLE001 - any object may fail to pickle, in any way
-            problem = f"{type(e).__name__}: {e}"
+        # (whole, and as its class, args and attributes: one whose __init__ takes other arguments than its args,
+        # common in frameworks' errors, comes back all the same, as a Tune trial's error.cause does)
+        pickled = pickle_exception(error)
+        problem = None if pickled is not None else (
+            f"it could not be pickled, or its pickles are over {MAX_ERROR_PICKLE_BYTES} bytes")
         linked = depth < MAX_CHAINED_ERRORS
         cause = error.__cause__ if linked else None
         context = error.__context__ if linked else None
@@ -230,10 +238,9 @@ class _PackedError:
         error: BaseException | None = None
         problem = self.pickle_error
         if self.pickled is not None:
-            try:
-                error = cloudpickle.loads(self.pickled)
-            except Exception as e:  # noqa: BLE001 - e.g. an exception class whose __init__ needs other args
-                problem = f"{type(e).__name__}: {e}"
+            error = unpickle_exception(self.pickled)
+            if error is None:
+                problem = "its pickle could not be loaded (its class is not importable here, or needs other arguments)"
         if not isinstance(error, BaseException):
             error = TrialError(
                 f"{self.type_name}: {self.text} (the exception could not be re-created in this process: {problem})"

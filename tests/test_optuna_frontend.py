@@ -376,10 +376,24 @@ def test_an_error_that_crossed_twice_prints_each_frame_once():
     assert isinstance(back.__cause__, fo.DeviceTraceback) and back.__cause__.__cause__ is None
 
 
+class NewOnly(Exception):
+    """Cannot be made again by any pickle: its __new__ wants two arguments, its args hold one."""
+
+    def __new__(cls, a: str, b: str) -> NewOnly:
+        return super().__new__(cls, f"{a}-{b}")
+
+    def __init__(self, a: str, b: str) -> None:
+        super().__init__(f"{a}-{b}")
+
+
 def test_exception_that_cannot_be_recreated_becomes_trial_error():
-    packed = fo._PackedError.of(NotRecreatable("left", "right"))
+    # One whose __init__ takes other arguments than its args is made from its class, args and attributes (it was
+    # a TrialError, where the Tune front end's error.cause gave the exception: a helper's side by side)
+    error = fo._PackedError.of(NotRecreatable("left", "right")).unpack()
+    assert type(error) is NotRecreatable and str(error) == "left-right"
+    packed = fo._PackedError.of(NewOnly("left", "right"))
     error = packed.unpack()
-    assert isinstance(error, TrialError) and "NotRecreatable: left-right" in str(error)
+    assert isinstance(error, TrialError) and "NewOnly: left-right" in str(error)
     assert isinstance(error.__cause__, fo.DeviceTraceback)
     unpicklable = ValueError("holds a lock")
     unpicklable.lock = threading.Lock()
