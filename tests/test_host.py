@@ -11,6 +11,8 @@ import pytest
 
 import fluidsalus
 from fluidsalus.errors import ConfigError
+from fluidsalus.gpu.allocator import Status
+from fluidsalus.gpu.arena import ArenaOutOfMemoryError
 from fluidsalus.gpu.hints import SHARED_PROCESS_ERRORS
 from fluidsalus.gpu.host import (
     EV_END,
@@ -465,7 +467,7 @@ def test_a_trial_that_never_reads_its_checkpoint_is_readmitted_from_scratch(tmp_
             time.sleep(0.01)
             if it == 3 and not marker.exists():
                 marker.write_text("x")
-                raise MemoryError("simulated device out of memory")
+                raise ArenaOutOfMemoryError("simulated refusal at the trial's cap", Status.TAG_CAP)
             d = os.path.join(fluidsalus.get_context().get_trial_dir(), f"s{it}")
             os.makedirs(d, exist_ok=True)
             fluidsalus.report({"it": it, "step": it}, checkpoint=fluidsalus.Checkpoint.from_directory(d))
@@ -479,6 +481,25 @@ def test_a_trial_that_never_reads_its_checkpoint_is_readmitted_from_scratch(tmp_
                                                                        (4, 4)]
     readmit = [e for e in events if e[0] == EV_LANE and e[4] == "oom_readmit"]
     assert len(readmit) == 1 and readmit[0][5]["from_iteration"] == 0
+
+
+def test_out_of_the_devices_own_memory_with_no_other_trial_there_is_not_retried(tmp_path):
+    """A plain MemoryError (the host's memory, on a virtual CPU device) with no neighbour on the device: a larger
+    estimate frees nothing, and the trial ran four times under max_failures=0, at estimates of 1, 2 and 4 bytes
+    (a helper's test). It fails at once, saying why; beside a neighbour it is re-admitted
+    (test_out_of_memory_readmits_the_trial_from_its_checkpoint_and_spares_its_neighbour)."""
+    runs = []
+
+    def f(config):
+        runs.append(1)
+        raise MemoryError("simulated: the host is out of memory")
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    host.submit([_spec(tmp_path, 0)])
+    events = _drain(host, 1)
+    (end,) = [e for e in events if e[0] == EV_END]
+    assert end[4] == OUT_ERRORED and "with no other trial on device" in end[5] and "not retried" in end[5]
+    assert len(runs) == 1 and not [e for e in events if e[0] == EV_LANE and e[4] == "oom_readmit"]
 
 #: The message of a lane-allocator refusal, as PyTorch raises it when it cannot make torch.OutOfMemoryError of it
 #: (seen with torch 2.11+cu130 on an H100): a RuntimeError.
@@ -750,9 +771,10 @@ def test_an_out_of_memory_error_that_names_its_size_grows_the_estimate_to_it(tmp
     marker = tmp_path / "ran_out_once"
 
     def f(config):
-        if not marker.exists():
+        if not marker.exists():  # (alone on the device: a refusal at its own cap, which a larger estimate helps)
             marker.write_text("")
-            raise MemoryError("Unable to allocate 64.0 MiB for an array with shape (8388608,) and data type float64")
+            raise ArenaOutOfMemoryError("Unable to allocate 64.0 MiB for an array with shape (8388608,) and data "
+                                        "type float64", Status.TAG_CAP)
         fluidsalus.report({"n": int(np.zeros(4).size)})
 
     host = DeviceHost(f, _settings(max_lanes=1))
@@ -773,8 +795,8 @@ def test_the_estimate_an_out_of_memory_error_grew_is_a_floor_for_later_measureme
     def f(config):
         for i in range(5):
             if i == 3 and host._lanes.estimate("t0")[1] < need:
-                raise MemoryError("Unable to allocate 64.0 MiB for an array with shape (8388608,) and data type "
-                                  "float64")
+                raise ArenaOutOfMemoryError("Unable to allocate 64.0 MiB for an array with shape (8388608,) and "
+                                            "data type float64", Status.TAG_CAP)
             fluidsalus.report({"i": i})
 
     host = DeviceHost(f, HostSettings("exp", max_lanes=1, capacity_bytes=2**31, trial_estimate=(2**20, 2**20)))

@@ -409,8 +409,11 @@ def test_out_of_memory_reruns_the_same_optuna_trial(tmp_path):
             trial.set_user_attr("x_first", x)
         for step in range(3):
             trial.report(x + step + (0 if first else 100), step)
-            if first and step == 1:
-                raise MemoryError("out of memory on the first attempt")
+            if first and step == 1:  # (a refusal at its cap: alone on its device, a plain MemoryError is not retried)
+                from fluidsalus.gpu.allocator import Status
+                from fluidsalus.gpu.arena import ArenaOutOfMemoryError
+
+                raise ArenaOutOfMemoryError("out of memory on the first attempt", Status.TAG_CAP)
         return x
 
     study = optuna.create_study()

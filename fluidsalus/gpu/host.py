@@ -49,7 +49,7 @@ from fluidsalus.gpu import memory as mem
 from fluidsalus.gpu import nvml
 from fluidsalus.gpu import rng as rngs
 from fluidsalus.gpu.allocator import is_refusal
-from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE, ArenaBackend, host_arenas
+from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE, ArenaBackend, ArenaOutOfMemoryError, host_arenas
 from fluidsalus.gpu.device import host_memory_bytes
 from fluidsalus.gpu.hints import shared_process_hint
 from fluidsalus.gpu.policies import DEFAULT_POLICY, TrialView, choose, get_policy
@@ -1086,6 +1086,7 @@ class DeviceHost:
         outcome, error, trace = OUT_COMPLETED, None, None
         fatal: str | None = None
         error_pickle: bytes | None = None
+        refusal = False  # the lane allocator refused an allocation at the trial's cap (its estimate)
         ranks = None
         peer_gone = False  # a data-parallel rank's failure says a peer went away (a broken collective)
         try:
@@ -1125,6 +1126,7 @@ class DeviceHost:
             if hint is not None:
                 error = f"{error} ({hint})"
             outcome = OUT_OOM if _is_out_of_memory(e) else OUT_ERRORED
+            refusal = is_refusal(e) or isinstance(e, ArenaOutOfMemoryError)
             requested = mem.requested_bytes(error) if outcome == OUT_OOM else None
             total = self._memory_total() if requested is not None else 0
             if requested is not None and requested > total:
@@ -1153,6 +1155,15 @@ class DeviceHost:
                 self._emit_locked((EV_LANE, spec.trial_id, spec.attempt, now, "oom_after_stop",
                                    {"error": error, "traceback": trace}))
                 outcome, error, trace = OUT_STOPPED, None, None
+            if (outcome == OUT_OOM and not refusal
+                    and all(member == spec.trial_id for lane in self._lanes.lanes() for member in lane.members)):
+                # Out of the device's own memory with no other trial on it: a larger estimate frees nothing for it,
+                # and a re-admission would run it (and what it does besides) again, to fail the same way (a plain
+                # MemoryError ran four times under max_failures=0, at estimates of 1, 2 and 4 bytes: a helper's
+                # test). Only the lane allocator's refusal at the trial's own cap is helped by a larger estimate.
+                outcome = OUT_ERRORED
+                error = (f"{error} (out of memory with no other trial on device {self.settings.device}: a larger "
+                         "estimate frees nothing for it; not retried)")
             try:
                 # A data-parallel rank is not re-admitted alone: its peers' group is gone; the driver restarts.
                 if (outcome == OUT_OOM and spec.world_size == 1
