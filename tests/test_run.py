@@ -114,6 +114,10 @@ def _reports_text(config):
 @pytest.mark.parametrize(("trainable", "kwargs", "message"), [
     (objective, {"metric": "acc", "mode": "max"}, r"metric='acc' is not in the results.*\['loss', 'score'\]"),
     (objective, {"stop": {"epochs": 3}}, "stop criterion 'epochs' is not in the result"),
+    # A stop rule's own bug: it failed every trial it judged, as if the trainable had raised, and max_failures
+    # retried them (a helper's side by side: Ray's fit() raises it)
+    (objective, {"stop": lambda trial_id, result: 1 / 0, "max_failures": 2},
+     r"^stop: the stop rule raised on a result of trial \S+_00000: ZeroDivisionError: division by zero$"),
     # (OptunaSearch failed inside the study with "must be real number, not str", naming neither trial nor metric)
     (_reports_text, {"metric": "loss", "mode": "min"},
      r"metric='loss' must be a number: trial \S+_00000 reported 'low' \(str\)"),

@@ -1035,7 +1035,15 @@ class DeviceHost:
 
             def should_stop(result: Mapping[str, Any]) -> bool:
                 # with the trial's config, as Ray's stoppers see it (a key the trainable reported itself wins)
-                return stop_rule(trial_id, {"config": spec.config, **result})
+                try:
+                    return stop_rule(trial_id, {"config": spec.config, **result})
+                except StopRuleError:
+                    raise
+                except Exception as e:
+                    # The stop rule's own bug ends the run, as Ray's fit() raises it: it failed every trial it
+                    # judged, as if the trainables had, and max_failures retried them (a helper's test)
+                    raise StopRuleError(f"stop: the stop rule raised on a result of trial {trial_id}: "
+                                        f"{type(e).__name__}: {e}") from e
 
         context = TrialContext(
             trial_id=trial_id,
