@@ -480,7 +480,7 @@ class Report:
             "schema_version": JSON_SCHEMA_VERSION,
             "experiment": {
                 "name": exp["name"], "path": os.path.abspath(self.path), "status": exp["status"],
-                "driver_gone": self.driver_gone,
+                "error": exp["error"], "driver_gone": self.driver_gone,
                 "metric": exp["metric"], "mode": exp["mode"], "created_at": exp["created_at"],
                 "finished_at": exp["finished_at"], "duration_s": self.duration_s,
                 "trials": self.trial_counts, "trials_total": len(self.trial_rows), "stopped": self.stopped,
@@ -516,6 +516,8 @@ class Report:
                 f"{counts['ERROR']} errored")
         if status == DRIVER_GONE:
             head += f"\n{DRIVER_GONE_HINT}"
+        if exp["error"]:  # why the experiment ended in error (a callback's exception, a rule it broke, ...)
+            head += f"\nended by: {error_summary(exp['error'])}"
         unsaved = self.unsaved_iterations
         if unsaved:
             head += (f"\nunfinished trials ran {_plural(unsaved, 'iteration')} since their latest checkpoints: "

@@ -272,7 +272,8 @@ def test_the_report_names_the_devices_a_run_lost_and_those_nodes_that_joined_gav
 
 def test_the_report_lists_each_errored_trials_error_up_to_a_limit(tmp_path):
     """Why trials failed, in the report itself (the Optuna front end's error points there): one line each, the
-    error's last line (the exception, below its traceback), up to ``ERRORS_SHOWN``; the JSON has every one."""
+    error's type and first line (the exception's, below a traceback), up to ``ERRORS_SHOWN``; the JSON has every
+    one."""
     from fluidsalus.inspect import ERRORS_SHOWN
 
     store = _store(tmp_path)
@@ -290,6 +291,12 @@ def test_the_report_lists_each_errored_trials_error_up_to_a_limit(tmp_path):
     errors = report.to_dict()["errors"]
     assert [e["trial_id"] for e in errors] == failed and errors[-1]["error"] == f"ValueError: bad {len(failed) - 1}"
     assert errors[0]["text"].startswith("Traceback") and errors[0]["text"].endswith("ValueError: bad 0")
+    # and why the experiment itself ended in error, which the store kept and neither showed (a helper's test)
+    assert "ended by:" not in report.render_table() and report.to_dict()["experiment"]["error"] is None
+    store.set_experiment(status="ERROR", error="RuntimeError: a callback broke\nTraceback ...")
+    report = inspect(store.experiment_dir)
+    assert "\nended by: RuntimeError: a callback broke\n" in report.render_table()
+    assert report.to_dict()["experiment"]["error"].startswith("RuntimeError: a callback broke")
     store.close()
 
 
