@@ -1580,3 +1580,18 @@ def test_a_lambda_trainable_names_its_experiment_trials_and_folders_lambda_as_ra
     native = fluidsalus.run(lambda config: fluidsalus.report({"x": config["x"]}), {"x": 1}, storage_path=storage,
                             verbose=0)
     assert os.path.basename(native.experiment_path).startswith("lambda_")
+
+
+@pytest.mark.parametrize("module", ["fluidsalus.tune._tuner", "fluidsalus.tune.callback",
+                                    "fluidsalus.tune.search._own_suggest"])
+def test_what_a_restore_unpickles_keeps_the_scripts_file_names_for_its_tracebacks(module):
+    """The Tuner's state, callbacks' states and a search algorithm's were pickled with the standalone
+    cloudpickle, which (from 3.1.3 on) names every function pickled by value ``<dynamic-code>``: after a
+    ``Tuner.restore`` a restored callback's traceback read ``File "<dynamic-code>"`` (a helper's test). Ray's
+    cloudpickle, which ships the trainables, keeps the file."""
+    import importlib
+
+    pickler = importlib.import_module(module).cloudpickle
+    namespace: dict = {"__name__": "__main__"}  # (a function of the script: pickled by value)
+    exec(compile("def hook():\n    return 1\n", "/work/my_script.py", "exec"), namespace)
+    assert pickler.loads(pickler.dumps(namespace["hook"])).__code__.co_filename == "/work/my_script.py"

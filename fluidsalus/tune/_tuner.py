@@ -45,8 +45,8 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import cloudpickle
 import ray
+from ray import cloudpickle  # (Ray's: the standalone one names functions pickled by value <dynamic-code>)
 
 from fluidsalus.api import run, space_in_searcher
 from fluidsalus.callbacks import Callback as EngineCallback

@@ -58,7 +58,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import cloudpickle
+from ray import cloudpickle  # (Ray's: the standalone one names functions pickled by value <dynamic-code>)
 
 from fluidsalus.callbacks import Callback as EngineCallback
 from fluidsalus.checkpoint import write_atomically

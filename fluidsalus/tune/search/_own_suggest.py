@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import cloudpickle
+from ray import cloudpickle  # (Ray's: the standalone one names functions pickled by value <dynamic-code>)
 
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError

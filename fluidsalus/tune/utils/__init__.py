@@ -240,7 +240,7 @@ def wait_for_gpu(gpu_id: int | str | None = None, target_util: float = 0.01, ret
 
 def _serializes(value: Any) -> str | None:
     """None when cloudpickle (how fluidsalus ships a trainable to its devices) takes ``value``, else the error."""
-    import cloudpickle
+    from ray import cloudpickle
 
     try:
         cloudpickle.dumps(value)
