@@ -1617,3 +1617,14 @@ def test_the_first_memory_sample_does_not_count_what_the_trial_keeps_as_temporar
     samples = [e[5] for e in events if e[0] == EV_LANE and e[4] == "memory"]
     assert samples and samples[0]["p"] >= 30 * 2**20  # P is measured
     assert all(sample["t"] < 8 * 2**20 for sample in samples), [s["t"] / 2**20 for s in samples]
+
+
+def test_an_exception_without_a_message_is_named_as_python_prints_it(tmp_path):
+    """``RuntimeError: `` with its colon and nothing after it was the trial's error (a helper's test)."""
+    def f(config):
+        raise RuntimeError()
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    host.submit([_spec(tmp_path, 0)])
+    (end,) = [e for e in _drain(host, 1) if e[0] == EV_END]
+    assert end[4] == OUT_ERRORED and end[5] == "RuntimeError"

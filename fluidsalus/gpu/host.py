@@ -1123,7 +1123,9 @@ class DeviceHost:
         except _Withdrawn:
             outcome = OUT_WITHDRAWN
         except BaseException as e:  # noqa: BLE001 - a trial's failure must never take the device down
-            error, trace = _encodable(f"{type(e).__name__}: {e}"), _encodable(tb.format_exc())
+            # (as Python prints it: no ": " after the type of an exception without a message)
+            error = _encodable(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
+            trace = _encodable(tb.format_exc())
             error_pickle = pickle_exception(e)
             if ranks is not None:
                 from fluidsalus.distributed._rendezvous import broken_by_leader_end  # (it imports this module)
