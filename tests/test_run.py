@@ -1165,7 +1165,11 @@ def _waits_for_a_second_process(config):
 def test_a_run_goes_on_with_the_devices_that_start_and_the_others_join_when_their_cores_free_up(storage, caplog):
     """Another workload holds one of the two cores: the run starts on the other device (instead of waiting for
     both until ACTOR_START_TIMEOUT_S and failing), and the second device joins once the core is free."""
+    import logging
+
     import ray
+
+    caplog.set_level(logging.INFO, logger="fluidsalus.trialgroup.executor")  # (at verbose=0 the line is INFO)
 
     @ray.remote(num_cpus=1)
     class Holder:

@@ -235,13 +235,16 @@ def test_a_bad_keep_warm_setting_fails_before_anything_starts(storage, monkeypat
 SLOW_FIRST_START_S = 60.0
 
 
-def test_a_warm_run_does_not_wait_for_a_new_device_that_ray_has_no_room_for(storage):
+def test_a_warm_run_does_not_wait_for_a_new_device_that_ray_has_no_room_for(storage, caplog):
     """The script's own actor holds the other core: the new device cannot start, and the warm run waited for it
     twice the warm actor's first start (which a busy cluster had made long, and which each run passed on), so a
     helper's fits took 13.9 s each where fits without warm devices took 1.5 s. It now goes on at once, and the
     device joins when it can."""
+    import logging
+
     import ray
 
+    caplog.set_level(logging.INFO, logger="fluidsalus.trialgroup.executor")
     fluidsalus.release_devices()
 
     @ray.remote(num_cpus=1)
@@ -264,6 +267,9 @@ def test_a_warm_run_does_not_wait_for_a_new_device_that_ray_has_no_room_for(stor
         reader = ExperimentStore.open(two.experiment_path, readonly=True)
         assert [e.device for e in reader.events("device_waiting")] == ["cpu:1"]
         reader.close()
+        # verbose=0 is silent: the waiting device is logged at INFO (it was a warning every concurrent run printed)
+        waiting = [r for r in caplog.records if "have not started yet" in r.getMessage()]
+        assert waiting and all(r.levelname == "INFO" for r in waiting)
     finally:
         ray.kill(holder)
         fluidsalus.release_devices()

@@ -857,10 +857,11 @@ class Executor:
                 events.append((now, "device_waiting", None, name, {"actor": device.actor_name}))
         self.store.add_events(events)
         waiting = [d.spec.name for d in self._devices if d.start_ref is not None]
-        if waiting:
-            logger.warning("devices %s have not started yet (other work on the cluster may hold their resources; "
-                           "Ray has available: %s); the run goes on without them, and each joins when it starts",
-                           ", ".join(waiting), ray.available_resources())
+        if waiting:  # (a warning from verbose=1 on: every run started beside another one meets it)
+            logger.log(logging.WARNING if self.settings.verbose else logging.INFO,
+                       "devices %s have not started yet (other work on the cluster may hold their resources; Ray has "
+                       "available: %s); the run goes on without them, and each joins when it starts",
+                       ", ".join(waiting), ray.available_resources())
 
     def _reset_warm_devices(self, taken: Sequence[WarmActor | None]) -> dict[int, dict[str, Any]]:
         """Reset the warm actors taken for this run's devices with its trainable and settings.
