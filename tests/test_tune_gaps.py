@@ -641,6 +641,27 @@ def test_restore_resume_errored_continues_from_the_last_checkpoint(ray_cluster, 
     assert [t.num_failures for t in tune.ExperimentAnalysis(path).trials] == [1]
 
 
+#: ``trial.num_failures`` as a Ray callback saw it at each trial start (the callback is pickled with the Tuner).
+_FAILURES_SEEN: list[int] = []
+
+
+class _RecordsFailures(tune.Callback):
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        _FAILURES_SEEN.append(trial.num_failures)
+
+
+def test_a_resumed_errored_trial_shows_its_earlier_failure_to_the_callbacks(ray_cluster, storage: str,
+                                                                          tmp_path) -> None:
+    """Ray's callbacks see ``num_failures == 1`` for a trial that ``resume_errored`` runs again; fluidsalus's
+    counted this session's failures only (0; a helper's side by side). The store was right already."""
+    _FAILURES_SEEN.clear()
+    grid = _tuner(_checkpointing, storage, {"x": 1, "flag": str(tmp_path / "flag"), "iterations": 4,
+                                            "model": (_Model, 2)},
+                  {"name": "seen", "callbacks": [_RecordsFailures()]}).fit()
+    assert grid.num_errors == 1 and _FAILURES_SEEN == [0]
+    Tuner.restore(os.path.join(storage, "seen"), _checkpointing, resume_errored=True).fit()
+    assert _FAILURES_SEEN == [0, 1]
+
 def test_restore_with_a_param_space_gives_the_continued_trials_its_object_refs(ray_cluster, storage: str,
                                                                                tmp_path) -> None:
     """Ray's Tuner.restore(param_space=...) re-specifies the object refs, which may have died with the driver

@@ -327,6 +327,8 @@ class RayCallbackAdapter(EngineCallback):
         self._stepping: dict[str, list[Any]] = {}  # step hook -> the callbacks that override it
         self._restoring: set[str] = set()  # trials whose attempt's first result is still to come
         self._checkpoint_requests: list[str] = []  # trials a callback set should_checkpoint for
+        # A continued experiment's failures so far, by trial (read once, at the first trial seen: see _info)
+        self._earlier_failures: dict[str, int] | None = None
 
     def checkpoint_requests(self) -> list[str]:
         """The trials a Ray callback asked to checkpoint (``result["should_checkpoint"] = True``) since the last
@@ -480,6 +482,12 @@ class RayCallbackAdapter(EngineCallback):
             self._folders, self._seqs = store.trial_dirs(), store.trial_seqs()
         path = self._folders.get(trial_id, os.path.join(self.experiment_dir, trial_id))
         info = TrialInfo(trial_id, dict(config), path=path, trainable_name=self.trainable_name)
+        if self.restore:  # failures of the sessions before, as Ray's Trial keeps them (a resumed errored trial: 1)
+            if self._earlier_failures is None:
+                store = self._open_store()
+                self._earlier_failures = {} if store is None else {
+                    row.trial_id: row.num_failures + (row.status == ERROR) for row in store.trials()}
+            info.num_failures = self._earlier_failures.get(trial_id, 0)
         if self.tags is not None and trial_id in self._seqs:
             info.tag = self.tags.tag_of(self._seqs[trial_id], info.config) or None
         if self.tags is not None:
