@@ -362,6 +362,8 @@ def test_a_workers_error_fails_the_trial_with_its_traceback_before_the_timeout(t
     end = next(e for e in events[0] if e[0] == EV_END)
     assert end[4] == OUT_ERRORED
     assert "rank 1" in end[5] and "ValueError: rank 1 broke at iteration 2" in end[5]
+    # the worker's error leads: the trial's error is its type (it was rank 0's broken collective's RuntimeError)
+    assert end[5].startswith("ValueError: rank 1 broke at iteration 2 (data-parallel worker rank 1 failed; rank 0: ")
     assert "raise ValueError" in end[6]
     worker = _worker_end(events[1])
     assert worker["outcome"] == OUT_ERRORED and "ValueError" in worker["error"]
@@ -397,8 +399,9 @@ def test_rank_0s_report_raises_when_a_worker_failed_outside_collectives(tmp_path
     hosts, events = _run_ranks(f, tmp_path, 2, {"iterations": 200})
     _poll_until(hosts, events, _ended, "the trial's end")
     end = next(e for e in events[0] if e[0] == EV_END)
-    assert end[4] == OUT_ERRORED and end[5].startswith("DataParallelError: a data-parallel worker failed: rank 1")
-    assert "ValueError: worker broke" in end[5]
+    assert end[4] == OUT_ERRORED  # the worker's error leads (its type is the trial's), then rank 0's report's
+    assert end[5].startswith("ValueError: worker broke (data-parallel worker rank 1 failed; rank 0: "
+                             "DataParallelError: a data-parallel worker failed: rank 1")
     assert len([e for e in events[0] if e[0] == EV_RESULT]) < 200
 
 

@@ -304,8 +304,17 @@ class Rendezvous:
             failures = self.worker_failures()
             if failures:
                 outcome = OUT_ERRORED
-                text = "data-parallel worker failed: " + "; ".join(f.splitlines()[0] for f in failures)
-                error = f"{error}; {text}" if error else text
+                firsts = [f.splitlines()[0] for f in failures]
+                if error and peer_gone:
+                    # Rank 0's own error is its collective, broken by the worker that failed: the worker's error
+                    # leads, so that the trial's error has its type (it was rank 0's gloo RuntimeError)
+                    rank, _, own = firsts[0].partition(": ")
+                    error = f"{own} (data-parallel worker {rank} failed; rank 0: {error})"
+                    if len(firsts) > 1:
+                        error += "; data-parallel worker failed: " + "; ".join(firsts[1:])
+                else:
+                    text = "data-parallel worker failed: " + "; ".join(firsts)
+                    error = f"{error}; {text}" if error else text
                 trace = "\n".join([trace or "", *failures])
             return outcome, error, trace
         failed = outcome in (OUT_ERRORED, OUT_OOM)
