@@ -246,8 +246,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
-    if unknown:  # named by the subcommand's usage (the top-level one said nothing of its options)
-        args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if unknown:  # named by the subcommand's usage (the top-level one said nothing of its options), unless one
+        # came before the subcommand, where it is the top level's (`fluidsalus --bogus ls` named ls's usage)
+        given = list(sys.argv[1:] if argv is None else argv)
+        before = given[:given.index(args.command)] if args.command in given else []
+        (parser if any(u in before for u in unknown) else args.parser).error(
+            f"unrecognized arguments: {' '.join(unknown)}")
     try:
         status = int(args.func(args))
         sys.stdout.flush()

@@ -211,6 +211,11 @@ def test_an_unknown_option_is_named_by_its_subcommands_usage_and_help_is_plain_t
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: fluidsalus inspect [-h] [--json]") and "unrecognized arguments: --bogus" in err
+    # one given before the subcommand is the top level's (`fluidsalus --bogus ls` named ls's usage)
+    with pytest.raises(SystemExit):
+        main(["--bogus", "ls"])
+    err = capsys.readouterr().err
+    assert err.startswith("usage: fluidsalus [-h]") and "unrecognized arguments: --bogus" in err
     with pytest.raises(SystemExit):
         main(["--help"])
     out = capsys.readouterr().out
