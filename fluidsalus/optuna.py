@@ -59,6 +59,7 @@ import gc
 import inspect
 import io
 import itertools
+import logging
 import math
 import numbers
 import re
@@ -88,12 +89,14 @@ from fluidsalus.errors import (
     ConfigError,
     ConfigTypeError,
     FluidsalusError,
+    StoreError,
     TrialError,
     pickle_exception,
     unpickle_exception,
 )
 from fluidsalus.gpu.host import _is_out_of_memory
 from fluidsalus.searchers._base import BaseSearcher, Decision
+from fluidsalus.store import ExperimentStore
 from fluidsalus.trialgroup.trial import TrialGroup
 
 try:  # Optuna's own heartbeat helpers (what study.optimize uses for RDBStorage(heartbeat_interval=...)).
@@ -141,6 +144,9 @@ KEY_NUMBER, KEY_STEP, KEY_INTERMEDIATE = "optuna_number", "optuna_step", "optuna
 #: count of reports): the driver tells the study each report once, from its result or from the call carrying it.
 KEY_REPORT = "optuna_report"
 KEY_STATE, KEY_VALUES = "optuna_state", "optuna_values"
+#: Result key of a single-objective study's completed trial: its value, the experiment's metric once ``optimize``
+#: ends (so ``fluidsalus inspect``, ``ls`` and ``ResultGrid.read`` name the best trial, in the study's direction).
+KEY_VALUE = "optuna_value"
 #: Characters of the study name kept in the default experiment name (file names have a length limit).
 MAX_STUDY_NAME_CHARS = 80
 #: Characters a fluidsalus experiment name may not hold (see ``fluidsalus.config``), replaced with ``_``.
@@ -170,6 +176,7 @@ _REFUSED_RUN_KWARGS = {
 # Optuna writes its per-trial lines through these loggers; ours go through the same ones.
 _STUDY_LOGGER = optuna.logging.get_logger("optuna.study.study")
 _OPTIMIZE_LOGGER = optuna.logging.get_logger("optuna.study._optimize")
+logger = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------------------------- wire format
@@ -794,6 +801,8 @@ class _ObjectiveRunner:
         result: dict[str, Any] = {KEY_NUMBER: trial.number, KEY_STATE: state}
         if state == TrialState.COMPLETE.name and values is not None:
             result[KEY_VALUES] = values
+            if len(values) == 1:
+                result[KEY_VALUE] = values[0]
         return result
 
     def _ended(self, e: BaseException) -> str:
@@ -1448,7 +1457,8 @@ def optimize(
     study._stop_flag = False
     study._thread_local.in_optimize_loop = True  # study.stop() works in callbacks; ask() knows it is optimize
     try:
-        run(runner, searcher=driver, call_handler=driver.handle_call, name=name, verbose=verbose, **run_kwargs)
+        grid = run(runner, searcher=driver, call_handler=driver.handle_call, name=name, verbose=verbose,
+                   **run_kwargs)
     except BaseException as e:
         # As Optuna's _run_trial, which fails a trial on an Exception or a KeyboardInterrupt only: a SystemExit (Ray's
         # SIGTERM handler raises one, a preemption's signal) leaves the running trials RUNNING, for a heartbeat
@@ -1461,5 +1471,24 @@ def optimize(
         driver.close()
         study._thread_local.in_optimize_loop = False
         study._storage.remove_session()
+    _record_the_objective(grid.experiment_path, study)
     if driver.error is not None:
         raise driver.error
+
+
+def _record_the_objective(experiment_dir: str, study: optuna.Study) -> None:
+    """Give the experiment of a single-objective study its metric and mode once the run has ended: the trials'
+    values (:data:`KEY_VALUE`) in the study's direction, so ``fluidsalus inspect`` and ``ls`` name the best trial
+    (they had no metric: one given to the run would have been checked on every intermediate report). A store that
+    cannot be written keeps none, as before."""
+    if len(study.directions) != 1:
+        return
+    mode = "min" if study.direction == optuna.study.StudyDirection.MINIMIZE else "max"
+    try:
+        store = ExperimentStore.open(experiment_dir)
+        try:
+            store.set_experiment(metric=KEY_VALUE, mode=mode)
+        finally:
+            store.close()
+    except (StoreError, OSError) as e:
+        logger.warning("could not record the study's objective in %s: %s", experiment_dir, e)

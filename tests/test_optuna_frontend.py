@@ -97,6 +97,14 @@ def test_n_trials_best_trial_and_records(tmp_path):
         store.close()
     assert {fid: r[fo.KEY_NUMBER] for fid, r in finals.items()} == links
     assert all(r[fo.KEY_STATE] == "COMPLETE" for r in finals.values())
+    # The experiment names the study's objective once optimize ends, so `fluidsalus inspect` and `ls` show the
+    # study's best trial (they showed none: the run had no metric)
+    import fluidsalus
+
+    report = fluidsalus.inspect(str(tmp_path / "fluidsalus" / "quad"))
+    assert (report.experiment["metric"], report.experiment["mode"]) == (fo.KEY_VALUE, "min")
+    assert report.best is not None and links[report.best.trial_id] == study.best_trial.number
+    assert report.best.value == study.best_value
 
 
 def test_define_by_run_conditional_space_and_trial_api(tmp_path):
