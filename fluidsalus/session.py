@@ -109,7 +109,6 @@ HOSTNAME = socket.gethostname()
 _local = threading.local()
 
 
-@functools.cache
 def callable_name(trainable: Any) -> str:
     """The name a trainable's runs and trials are named after: its ``__name__`` (its type's for a callable
     object), and ``lambda`` for a lambda, as Ray names it (``<lambda>`` made ``<lambda>_<date>`` folders, which a
@@ -118,6 +117,7 @@ def callable_name(trainable: Any) -> str:
     return "lambda" if name == "<lambda>" else name
 
 
+@functools.cache
 def node_ip() -> str:
     """This node's IP address (Ray's ``node_ip`` result key), found once per process: Ray's own answer where Ray
     runs (a device actor), else what the host name resolves to, else the loopback address."""

@@ -392,3 +392,20 @@ def test_a_checkpoint_of_the_trials_own_folder_leaves_out_its_earlier_checkpoint
     # The experiment's folder, with the trial's inside it: the trial's folder is copied without them too.
     path = persist_checkpoint(Checkpoint.from_directory(str(tmp_path / "exp")), str(trial_dir), 3)
     assert sorted(os.listdir(os.path.join(path, "trial_0"))) == ["model.txt", "sub"]
+
+
+def test_a_trainables_name_is_its_own_lambda_for_a_lambda_and_its_types_for_an_unhashable_callable():
+    """A callable object need not be hashable: the name was cached by the trainable (a decorator slipped onto it),
+    and an object with ``__eq__`` and no ``__hash__`` raised TypeError."""
+    from fluidsalus.session import callable_name
+
+    class Objective:
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, Objective)
+
+        def __call__(self, config: dict) -> None:
+            return None
+
+    assert callable_name(lambda config: None) == "lambda"
+    assert callable_name(Objective()) == "Objective"
+    assert callable_name(_session) == "_session"
