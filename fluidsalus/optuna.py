@@ -96,6 +96,7 @@ from fluidsalus.errors import (
 )
 from fluidsalus.gpu.host import _is_out_of_memory
 from fluidsalus.searchers._base import BaseSearcher, Decision
+from fluidsalus.searchers._optuna import DIRECTIONS
 from fluidsalus.store import ExperimentStore
 from fluidsalus.trialgroup.trial import TrialGroup
 
@@ -1483,7 +1484,7 @@ def _record_the_objective(experiment_dir: str, study: optuna.Study) -> None:
     cannot be written keeps none, as before."""
     if len(study.directions) != 1:
         return
-    mode = "min" if study.direction == optuna.study.StudyDirection.MINIMIZE else "max"
+    mode = next(m for m, direction in DIRECTIONS.items() if direction == study.direction)
     try:
         store = ExperimentStore.open(experiment_dir)
         try:

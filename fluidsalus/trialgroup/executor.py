@@ -339,10 +339,14 @@ def _not_started(specs: Sequence[DeviceSpec], what: str) -> FluidsalusError:
     Returns:
         The error, naming the resources asked for and those Ray has free.
     """
-    wanted = ", ".join(f"{d.name} ({d.cpus} CPU{', 1 GPU' if d.kind == 'cuda' else ''})" for d in specs)
     return FluidsalusError(
-        f"{what} did not start within {ACTOR_START_TIMEOUT_S:.0f} s. Asked for: {wanted}; "
+        f"{what} did not start within {ACTOR_START_TIMEOUT_S:.0f} s. Asked for: {_asked_for(specs)}; "
         f"Ray has available: {ray.available_resources()}. Free resources or ask for fewer devices.")
+
+
+def _asked_for(specs: Sequence[DeviceSpec]) -> str:
+    """The resources of the devices' actors, for an error: ``cpu:0 (1 CPU), cuda:0 (2 CPU, 1 GPU)``."""
+    return ", ".join(f"{d.name} ({d.cpus} CPU{', 1 GPU' if d.kind == 'cuda' else ''})" for d in specs)
 
 
 #: This thread's runs in progress (``devices``: their device lists, outermost first): a run started from a
@@ -738,13 +742,12 @@ class Executor:
         }
         if any(_fits(spec, available) for spec in self.device_specs):
             return
-        wanted = ", ".join(f"{d.name} ({d.cpus} CPU{', 1 GPU' if d.kind == 'cuda' else ''})" for d in self.device_specs)
         raise FluidsalusError(
             "this run was started inside another fluidsalus run of this thread (from its callback, searcher or "
             "stopper, or an Optuna callback of fluidsalus.optuna.optimize), whose devices hold the cluster's "
-            f"resources until that call returns: none of its devices can start (asked for: {wanted}; the cluster "
-            f"less the outer runs' devices leaves: {available}). Start it after the outer run returns, or give the "
-            "outer run fewer devices (devices=...).")
+            f"resources until that call returns: none of its devices can start (asked for: "
+            f"{_asked_for(self.device_specs)}; the cluster less the outer runs' devices leaves: {available}). Start "
+            "it after the outer run returns, or give the outer run fewer devices (devices=...).")
 
     def _start_devices(self, outer: Sequence[DeviceSpec] = ()) -> None:
         """Give every device an actor: a warm one that a finished run of this process left, where one matches
@@ -776,14 +779,17 @@ class Executor:
         parked = WARM_DEVICES.keys(cluster)
         keys = [_warm_key(cluster, spec) for spec in self.device_specs]
         taken = WARM_DEVICES.take(cluster, keys)
-        available = _free_after_take(parked, taken, keys)
         if outer and not any(taken):  # (a warm actor taken is one the outer runs do not hold)
             self._check_nested_start(outer)
         # Whether Ray has room now for a new actor beside the warm ones (which hold theirs): without it, a warm
         # run does not wait for its new ones. (It waited as long again as the warm actors' first start, which a
         # busy cluster had made long, and passed that on: a helper's fits, with the script's own actor holding
         # one of two cores, took 13.9 s each where one without warm devices took 1.5 s.)
-        room = any(_fits(spec, available) for spec, warm in zip(self.device_specs, taken, strict=True) if warm is None)
+        room = False
+        if any(taken):
+            available = _free_after_take(parked, taken, keys)
+            room = any(_fits(spec, available)
+                       for spec, warm in zip(self.device_specs, taken, strict=True) if warm is None)
         launched = time.time()
         # New actors first, so that their processes start while the warm ones reset.
         for spec, warm in zip(self.device_specs, taken, strict=True):
@@ -980,13 +986,14 @@ class Executor:
 
     def _shut_down_devices(self, keep_warm: bool) -> None:
         """:meth:`_stop_devices` but for a Ctrl-C on the way."""
-        now_on = _cluster_token() if ray.is_initialized() else None
-        if not ray.is_initialized() or (self._cluster is not None and now_on is not None and now_on != self._cluster):
+        initialized = ray.is_initialized()
+        elsewhere = initialized and self._cluster is not None and _cluster_token() not in (None, self._cluster)
+        if not initialized or elsewhere:
             # Ray was shut down under the run (``ray.shutdown()`` from another thread): its actors ended with it,
             # and a call to one would start a new local Ray from this thread (Ray's auto-init), which the script's
             # next ``ray.init(...)`` then met ("called ray.init twice"). One of the loop's own calls may have
             # started it already (another cluster now): that one is the run's doing, and goes.
-            if ray.is_initialized():
+            if elsewhere:
                 logger.warning("Ray was shut down during the run, and a call of the run started a new local Ray; "
                                "it is shut down again")
                 ray.shutdown()
