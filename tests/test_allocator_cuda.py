@@ -457,10 +457,17 @@ def test_a_host_in_arena_mode_reads_exact_p_and_t_and_readmits_only_the_trial_pa
     assert readmit[0] == "b" and ("OutOfMemoryError" in readmit[1] or "could not get" in readmit[1]), readmit
     assert r["lane_oom"] and all(tid == "b" for tid, _ in r["lane_oom"])
     assert r["switches"] > 0  # the two trials time-sliced their lane
+    # The T the out-of-memory error grew b's estimate to (EV_OOM's new_t) is a floor for b's later samples: a
+    # smaller iteration must not undo it (gpu/memory.py, MemoryEstimate.t_floor).
+    grown_t = max(detail["detail"][3] for _, detail in r["lane_oom"])
+    assert grown_t > reference["b"]["t"], r["lane_oom"]
+    b_samples = [m for tid, m in r["memory"] if tid == "b"]
     for tid, m in r["memory"]:
         # exact, while another trial shares the lane: the allocator's P and T are the caching allocator's
-        # memory_allocated deltas of the same workload run alone
-        assert m["exact"] and (m["p"], m["t"]) == (reference[tid]["p"], reference[tid]["t"]), (tid, m)
+        # memory_allocated deltas of the same workload run alone; b's T after its re-admission is the floor
+        floored = tid == "b" and m is not b_samples[0]  # b's first sample came before its out-of-memory error
+        want_t = max(reference[tid]["t"], grown_t) if floored else reference[tid]["t"]
+        assert m["exact"] and (m["p"], m["t"]) == (reference[tid]["p"], want_t), (tid, m)
     assert {tid for tid, _ in r["memory"]} == {"a", "b"}
     assert r["arena_open"] >= 1 and r["lanes_left"] == [] and r["pool_used"] == 0
 

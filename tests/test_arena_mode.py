@@ -514,7 +514,12 @@ def test_the_host_tags_each_trial_and_reads_exact_p_and_t_at_its_boundaries(tmp_
     assert backend.allocator.live_bytes() == 0
 
 
-def test_a_cap_breach_readmits_the_trial_with_a_larger_estimate_and_spares_its_neighbour(tmp_path, backend):
+@pytest.mark.parametrize("breach_bytes", [3 * MiB, CAPACITY], ids=["fits_beside_the_neighbour", "whole_device"])
+def test_a_cap_breach_readmits_the_trial_with_a_larger_estimate_and_spares_its_neighbour(tmp_path, backend,
+                                                                                        breach_bytes):
+    """The breach asks for 3 MiB (the grown lane fits beside the neighbour), or for the whole device, as
+    tests/test_allocator_cuda.py's host script does (the grown estimate is clamped to the device, and the trial
+    waits for the neighbour's end to run alone)."""
     attempts: collections.Counter[str] = collections.Counter()
     keep_bytes, temp_bytes = 256 * KiB, 64 * KiB
 
@@ -526,7 +531,7 @@ def test_a_cap_breach_readmits_the_trial_with_a_larger_estimate_and_spares_its_n
             for i in range(4):
                 time.sleep(0.005)
                 if name == "hog" and attempts[name] == 1 and i == 1:
-                    backend.allocate(3 * MiB)  # past its cap (the lane less the neighbour's P)
+                    backend.allocate(breach_bytes)  # past its cap (the lane less the neighbour's P)
                 temp = backend.allocate(temp_bytes)
                 backend.free(temp)
                 fluidsalus.report({"i": i})
@@ -547,7 +552,11 @@ def test_a_cap_breach_readmits_the_trial_with_a_larger_estimate_and_spares_its_n
     (oom,) = _lane_events(events, "lane_oom", "hog")
     measured = [m for m in _lane_events(events, "memory", "hog")][0]
     _, _, new_p, new_t = oom["detail"]
-    assert (new_p, new_t) == (2 * measured["p"], 2 * measured["t"])  # the measured estimate, doubled
+    # the measured estimate doubled, and T at least the size the refusal names ("could not get 3145728 bytes"),
+    # clamped to the device
+    assert (new_p, new_t) == (2 * measured["p"], min(max(2 * measured["t"], breach_bytes), CAPACITY - new_p))
+    later = [m["t"] for m in _lane_events(events, "memory", "hog")[1:]]
+    assert later and all(t == new_t for t in later)  # the grown T is a floor for the samples after it
     assert not _lane_events(events, "oom_readmit", "neighbour")
     assert backend.allocator.lanes() == [] and backend.allocator.live_bytes() == 0
 

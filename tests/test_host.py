@@ -525,6 +525,9 @@ def test_a_lane_allocator_refusal_raised_as_runtime_error_readmits_the_trial(tmp
     if readmitted:
         assert end[4] == OUT_COMPLETED and len(readmit) == 1 and "could not get 512.00 MiB" in readmit[0]
         assert len(attempts) == 2
+        # T grew to the 512 MiB the refusal names (the GPU check on an H200 saw it only doubled)
+        oom = next(e for e in events if e[0] == EV_LANE and e[4] == "lane_oom")
+        assert oom[5]["detail"][3] == 512 * 2**20, oom
     else:
         assert end[4] == OUT_ERRORED and readmit == [] and "some other RuntimeError" in end[5]
         assert len(attempts) == 1
@@ -814,6 +817,8 @@ def test_the_size_an_out_of_memory_message_names():
     assert requested_bytes("Unable to allocate 728. TiB for an array with shape (100000000000000,)") == int(728 * 2**40)
     assert requested_bytes("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.35 GiB total)") == 2 * 2**30
     assert requested_bytes("DefaultCPUAllocator: can't allocate memory: you tried to allocate 4096 bytes.") == 4096
+    assert requested_bytes(REFUSAL) == 512 * 2**20  # the CUDA lane allocator's refusal at a cap
+    assert requested_bytes("lane arena: the trial could not get 4096 bytes: tag cap") == 4096  # the host arena's
     assert requested_bytes("MemoryError: ") is None
 
 

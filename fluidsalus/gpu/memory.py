@@ -165,13 +165,17 @@ def persistent_bytes(
 
 #: Binary units in the out-of-memory messages of NumPy ("728. TiB") and PyTorch ("2.00 GiB").
 _UNITS = {"B": 1, "bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50, "EiB": 2**60}
-#: How NumPy ("Unable to allocate 728. TiB for an array ...") and PyTorch ("Tried to allocate 2.00 GiB", "you tried
-#: to allocate 400000000000000 bytes") name the size of the allocation that failed.
-_REQUEST = re.compile(r"(?:[Uu]nable to allocate|[Tt]ried to allocate) ([0-9]+(?:\.[0-9]*)?) ?(bytes|B|[KMGTPE]iB)\b")
+#: How NumPy ("Unable to allocate 728. TiB for an array ..."), PyTorch ("Tried to allocate 2.00 GiB", "you tried
+#: to allocate 400000000000000 bytes") and this project's lane allocators (the CUDA one's "tag 1 could not get
+#: 512.00 MiB (536870912 bytes)", the host arena's "the trial could not get 4096 bytes") name the size of the
+#: allocation that failed.
+_REQUEST = re.compile(r"(?:[Uu]nable to allocate|[Tt]ried to allocate|could not get) ([0-9]+(?:\.[0-9]*)?) ?"
+                      r"(bytes|B|[KMGTPE]iB)\b")
 
 
 def requested_bytes(message: str) -> int | None:
-    """The size of the allocation an out-of-memory error's message names (NumPy's and PyTorch's), or None.
+    """The size of the allocation an out-of-memory error's message names (NumPy's, PyTorch's, the lane allocators'),
+    or None.
 
     Args:
         message: The error's text.
