@@ -7,7 +7,8 @@
 # in place, then runs each step in STEPS under its own time limit (STEP_TIMEOUT_S, default 240 s), with its log in
 # $OUT/<step>.log (the device tool brings $OUT back); TIMEOUT_<STEP> (for example TIMEOUT_SUITE=300) overrides the
 # limit for one step. A step that fails or times out does not stop the others; the
-# exit code is the number of steps that failed. Steps:
+# exit code is the number of steps that failed. The device tool brings back at most 8 files from $OUT, so at the
+# end the logs are packed into $OUT/logs.tgz (PACK_LOGS=0 leaves them as they are). Steps:
 #   info        nvidia-smi, torch's view of the GPU, the versions in use
 #   cuda        the GPU tests: tests/test_allocator_cuda.py and tests/test_host.py
 #   suite       the whole suite with the GPU present (pytest -n $SUITE_WORKERS, default 8)
@@ -17,6 +18,7 @@
 #               (default fluidsalus,fluidsalus_optuna,optuna, twice: the second run tells a slow machine from
 #               first-run costs)
 #   gpumem      benchmarks/gpu_memory.py (device memory outside torch's allocator)
+#   actorstart  benchmarks/gpu/actor_start.py (the steps of a GPU device actor's start, against a CPU one's)
 #   tests       python3 -m pytest on the test paths or node ids in $TESTS (one re-check, without the whole suite)
 #   longsweep   benchmarks/long_sweep.py --trials 100 --step-s 0.005 --no-pruning (the driver's round trips when
 #               many lanes share the GPU device: does a trial's report hide behind its neighbours' steps?)
@@ -53,6 +55,7 @@ step_command() {
     compare) echo "for i in \$(seq $COMPARE_RUNS); do python3 benchmarks/compare.py --sweep digits --device cuda \
                    --tools $COMPARE_TOOLS; done" ;;
     gpumem) echo "python3 benchmarks/gpu_memory.py" ;;
+    actorstart) echo "python3 benchmarks/gpu/actor_start.py --repeats 3" ;;
     tests) echo "python3 -m pytest -q -rs -p no:cacheprovider ${TESTS:?set TESTS to the tests to run}" ;;
     longsweep) echo "python3 benchmarks/long_sweep.py --trials 100 --step-s 0.005 --no-pruning" ;;
     *) return 1 ;;
@@ -72,4 +75,7 @@ for step in $STEPS; do
   tail -5 "$OUT/$step.log"
   [[ $rc -eq 0 ]] || failed=$((failed + 1))
 done
+if [[ "${PACK_LOGS:-1}" == "1" ]]; then
+  (cd "$OUT" && tar czf logs.tgz ./*.log && rm -f ./*.log)
+fi
 exit "$failed"
