@@ -519,7 +519,7 @@ class Report:
         if exp["error"]:  # why the experiment ended in error (a callback's exception, a rule it broke, ...)
             head += f"\nended by: {error_summary(exp['error'])}"
         unsaved = self.unsaved_iterations
-        if unsaved:
+        if unsaved and not (exp["status"] == RUNNING and not self.driver_gone):  # (a live run's trials save on)
             head += (f"\nunfinished trials ran {_plural(unsaved, 'iteration')} since their latest checkpoints: "
                      "counted useful, they are run again if the experiment is resumed")
         t0 = self.activity.start

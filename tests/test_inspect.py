@@ -459,6 +459,25 @@ def test_an_interrupted_run_says_how_many_of_its_useful_iterations_a_resume_runs
     assert report.total_stats.useful_iterations == 7  # (useful until a resume redoes them)
 
 
+def test_a_live_run_does_not_warn_of_iterations_a_resume_would_run_again(tmp_path):
+    """A running trial is always past its latest checkpoint: every inspect of a healthy live run warned that a
+    resume would run those iterations again (a helper's check). The JSON keeps the count."""
+    from fluidsalus.store import DriverLock
+
+    store = _store(tmp_path)
+    store.add_results([("t0", 0, i, 10.5 + i, {"acc": i}) for i in range(1, 4)])
+    store.update_trial("t0", status="RUNNING", last_iteration=3, last_result={"acc": 3})
+    lock = DriverLock.acquire(store.experiment_dir)  # its driver runs it
+    try:
+        report = inspect(str(tmp_path / "exp"))
+        assert not report.driver_gone and report.unsaved_iterations == 3
+        assert "since their latest checkpoints" not in report.render_table()
+    finally:
+        lock.release()
+        store.close()
+    assert "unfinished trials ran 3 iterations" in inspect(str(tmp_path / "exp")).render_table()  # driver gone
+
+
 def test_the_plot_leaves_out_bins_without_device_time():
     """The gap between the two parts of a resumed run has no device time: it was drawn as zero goodput over the
     gap's seconds, not as no data (a helper's audit)."""
