@@ -1109,6 +1109,10 @@ class _StudyDriver(BaseSearcher):
             start=live.starts,
         )
 
+    def started_trials(self) -> dict[str, int]:
+        """The Optuna trial id (in the study's storage) of each fluidsalus trial that started one."""
+        return {trial_id: live.trial._trial_id for trial_id, live in self._live.items()}
+
     def _on_start(self, trial_id: str) -> _TrialSnapshot | None:
         live = self._live.get(trial_id)
         if live is not None:  # the engine restarted this trial (out of memory, device lost): same Optuna trial
@@ -1472,24 +1476,33 @@ def optimize(
         driver.close()
         study._thread_local.in_optimize_loop = False
         study._storage.remove_session()
-    _record_the_objective(grid.experiment_path, study)
+    _record_the_study(grid.experiment_path, study, driver.started_trials())
     if driver.error is not None:
         raise driver.error
 
 
-def _record_the_objective(experiment_dir: str, study: optuna.Study) -> None:
-    """Give the experiment of a single-objective study its metric and mode once the run has ended: the trials'
-    values (:data:`KEY_VALUE`) in the study's direction, so ``fluidsalus inspect`` and ``ls`` name the best trial
-    (they had no metric: one given to the run would have been checked on every intermediate report). A store that
-    cannot be written keeps none, as before."""
-    if len(study.directions) != 1:
-        return
-    mode = next(m for m, direction in DIRECTIONS.items() if direction == study.direction)
+def _record_the_study(experiment_dir: str, study: optuna.Study, started: Mapping[str, int]) -> None:
+    """Record in the experiment what the study knows once the run has ended, so that ``fluidsalus inspect`` and
+    ``ls`` show it: each started trial's parameters as its config (the searcher proposed empty configs: the
+    objective suggests them), and, for a single-objective study, the experiment's metric and mode: the trials'
+    values (:data:`KEY_VALUE`) in the study's direction (they had no metric: one given to the run would have been
+    checked on every intermediate report). A store that cannot be written keeps what it has, as before.
+
+    Args:
+        experiment_dir: The run's experiment.
+        study: The study.
+        started: The Optuna trial id (in the study's storage) of each fluidsalus trial that started one.
+    """
     try:
+        params = {trial_id: study._storage.get_trial(optuna_id).params for trial_id, optuna_id in started.items()}
         store = ExperimentStore.open(experiment_dir)
         try:
-            store.set_experiment(metric=KEY_VALUE, mode=mode)
+            for trial_id, values in params.items():
+                store.update_trial_config(trial_id, values)
+            if len(study.directions) == 1:
+                mode = next(m for m, direction in DIRECTIONS.items() if direction == study.direction)
+                store.set_experiment(metric=KEY_VALUE, mode=mode)
         finally:
             store.close()
     except (StoreError, OSError) as e:
-        logger.warning("could not record the study's objective in %s: %s", experiment_dir, e)
+        logger.warning("could not record the study's trials in %s: %s", experiment_dir, e)

@@ -105,6 +105,14 @@ def test_n_trials_best_trial_and_records(tmp_path):
     assert (report.experiment["metric"], report.experiment["mode"]) == (fo.KEY_VALUE, "min")
     assert report.best is not None and links[report.best.trial_id] == study.best_trial.number
     assert report.best.value == study.best_value
+    # and each trial's config is its parameters (the searcher proposed empty ones: `config {}` in inspect)
+    assert report.best.config == study.best_params and f"config {study.best_params}" in report.render_table()
+    store = ExperimentStore.open(tmp_path / "fluidsalus" / "quad", readonly=True)
+    try:
+        assert {row.trial_id: row.config for row in store.trials()} == {
+            fid: study.trials[number].params for fid, number in links.items()}
+    finally:
+        store.close()
 
 
 def test_define_by_run_conditional_space_and_trial_api(tmp_path):
