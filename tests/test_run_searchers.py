@@ -20,9 +20,9 @@ pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 def pbt_trainable(config):
     """score grows by lr per step, for ``config.get("steps", 8)`` steps; the state (step, score) is checkpointed
-    every ``config.get("every", 1)`` steps."""
+    every ``config.get("every", 1)`` steps, and read at the start unless ``config["reads"]`` is False."""
     step, score = 0, 0.0
-    ckpt = fluidsalus.get_checkpoint()
+    ckpt = fluidsalus.get_checkpoint() if config.get("reads", True) else None
     if ckpt is not None:
         with ckpt.as_directory() as d:
             state = json.load(open(os.path.join(d, "state.json")))
@@ -175,6 +175,27 @@ def test_a_pbt_population_larger_than_its_places_takes_turns_by_progress(storage
     # A turn loses nothing: no iteration is wasted but those an exploit rewound.
     _, summary = goodput.from_store(reader)
     assert set(summary.totals.wasted) <= {"exploit"}
+
+
+def test_a_trial_that_never_reads_its_checkpoints_keeps_its_place_at_its_points(storage):
+    """A turn restarts a trial from its checkpoint, which a trainable that only saves never reads: it started
+    over from step 0 while its training_iteration went on from the checkpoint's (a helper's PBT check). Such a
+    trial keeps its place, as it is never moved; its exploits restart it as Ray's do."""
+    lrs = [0.1, 0.2, 0.3, 0.4, 0.5, 1.0]
+    searcher = PBT({"lr": fluidsalus.grid_search(lrs), "steps": 12, "reads": False}, num_samples=1,
+                   metric="score", mode="max", time_attr="training_iteration", perturbation_interval=2,
+                   hyperparam_mutations={"lr": lrs}, seed=0)
+    grid = fluidsalus.run(pbt_trainable, searcher=searcher, metric="score", mode="max", storage_path=storage,
+                          name="noread", max_concurrent_trials=2, verbose=0)
+    assert len(grid) == 6 and grid.num_errors == 0
+    reader = ExperimentStore.open(os.path.join(storage, "noread"), readonly=True)
+    restarts = reader.events("trial_restart")
+    assert not [e for e in restarts if e.data["reason"] == "turn"]
+    exploited = {e.trial_id for e in restarts if e.data["reason"] == "exploit"}
+    for result in grid:
+        if result.trial_id not in exploited:  # ran from step 0 to its end in one go: score = lr x iterations
+            assert result.metrics["score"] == pytest.approx(result.config["lr"] * 12), result.trial_id
+            assert result.metrics["training_iteration"] == 12
 
 
 def test_a_trial_rewound_by_an_exploit_keeps_no_checkpoint_of_its_abandoned_line(storage):

@@ -1296,7 +1296,8 @@ class Executor:
         """Whether ``trial``, paused on its device and about to run on (promoted, or exploiting), gives its place
         to a waiting trial instead: its searcher's trials take turns (``BaseSearcher.takes_turns``), a queued
         trial (or one of ``new``, about to be queued) has a smaller ``turn_key``, and a restart loses nothing
-        (``restarting``: it restarts anyway, an exploit; else its checkpoint is at its last result). Ray's PBT
+        (``restarting``: it restarts anyway, an exploit; else its checkpoint is at its last result and its
+        trainable reads its checkpoints). Ray's PBT
         pauses a trial at a perturbation point while others wait, and then runs the least advanced one.
 
         Args:
@@ -1308,7 +1309,8 @@ class Executor:
             True when it should wait in the queue for its turn.
         """
         if not self._turns or not restarting and (
-                trial.checkpoint_path is None or checkpoint_iteration(trial.checkpoint_path) != trial.last_iteration):
+                trial.checkpoint_path is None or checkpoint_iteration(trial.checkpoint_path) != trial.last_iteration
+                or not trial.reads_checkpoints):  # (a trainable that only saves would start over from step 0)
             return False
         turn = self.searcher.turn_key
         key = turn(trial.trial_id)
