@@ -324,6 +324,47 @@ def test_state_dict_round_trip_replays_an_in_memory_study_and_continues_running_
 
 
 
+def test_a_resumed_successive_halving_pruner_judges_its_trials_at_the_rungs_of_an_uninterrupted_run():
+    """The pruner keeps each trial's rung values in the study's system attributes (``completed_rung_<k>``), which
+    the state did not hold: after a resume a running trial was at rung 0 again, its next value (iteration 3, no
+    rung) was compared with another trial's iteration-5 value, and the best trial was stopped (a helper's check;
+    OptunaSearch + ASHAScheduler becomes this pruner)."""
+
+    def make() -> OptunaSearch:
+        return OptunaSearch({"x": sp.uniform(0, 1)}, num_samples=6, metric="loss", mode="min", seed=1,
+                            pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=2,
+                                                                          min_early_stopping_rate=0))
+
+    # (trial, iteration) in the order results arrive; the reload comes after the 8th (trial 0 at 4, trial 3 at 2)
+    order = [(0, 1), (1, 1), (0, 2), (2, 1), (0, 3), (3, 1), (0, 4), (3, 2),
+             (0, 5), (3, 3), (0, 6), (3, 4), (3, 5), (3, 6), (4, 1), (5, 1)]
+
+    def run(reload_after: int | None) -> dict[float, int]:
+        searcher = make()
+        group = searcher.propose(6)
+        trials = [(f"{group.group_id}_{i}", config["x"]) for i, config in enumerate(group.configs)]
+        for trial_id, config in zip((t for t, _ in trials), group.configs, strict=True):
+            searcher.on_trial_add(trial_id, group.group_id, config)
+        ended: dict[str, int] = {}
+        for n, (k, iteration) in enumerate(order):
+            trial_id, x = trials[k]
+            if trial_id in ended:
+                continue
+            if n == reload_after:  # what a resume does: a new searcher from the saved state
+                state = json.loads(searcher.state_json())
+                searcher = make()
+                searcher.load_state_dict(state)
+            result = {"loss": (x - 0.3) ** 2 + 1 / iteration, "training_iteration": iteration}
+            if searcher.on_result(trial_id, result).name == "STOP" or iteration == 6:
+                ended[trial_id] = iteration
+                searcher.on_trial_complete(trial_id, result)
+        return {round(x, 4): ended.get(trial_id, 0) for trial_id, x in trials}
+
+    uninterrupted = run(None)
+    assert sorted(uninterrupted.values()) == [1, 1, 1, 1, 6, 6]  # stopped at rung 1 or run to the end
+    assert run(8) == uninterrupted
+
+
 def test_a_resumed_seeded_sampler_goes_on_drawing_where_it_was_instead_of_repeating_its_first_draws():
     """A seeded TPE's first draws are random ones from its own generator. Rebuilt from its seed on resume (before,
     the state held no sampler), it drew the same sequence again, and the run had each of those configurations

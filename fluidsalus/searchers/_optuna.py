@@ -115,6 +115,11 @@ def _objectives(metric: Any, mode: Any) -> tuple[list[str], list[StudyDirection]
     return metrics, [DIRECTIONS[m] for m in modes]
 
 
+#: System attributes ``study.ask`` sets for a trial asked with fixed parameters (``enqueue_trial``), as this searcher
+#: asks every trial: the state's ``params`` stand for them, and a resumed trial is asked with them again.
+ASKED_ATTRS = frozenset({"fixed_params"})
+
+
 class OptunaSearch(BaseSearcher):
     """Propose configurations with an Optuna sampler (TPE by default) and tell Optuna every outcome.
 
@@ -272,6 +277,7 @@ class OptunaSearch(BaseSearcher):
         self._sampler_unpicklable = False  # warned once that the sampler cannot be saved (_sampler_state)
         self._sampler_saved: tuple[int, str | None] | None = None  # (asks then, the pickle): _sampler_state
         self._constraint_values: dict[str, dict[str, float]] = {}  # trial id -> outcome constraint -> violation
+        self._replayed_attrs: dict[str, dict[str, Any]] = {}  # trial id -> system attributes a state gave back
 
     # ------------------------------------------------------------------ construction helpers
 
@@ -686,7 +692,21 @@ class OptunaSearch(BaseSearcher):
             record["distributions"] = dict(self._trial_distributions[trial_id])
         if trial_id in self._constraint_values:
             record["constraints"] = dict(self._constraint_values[trial_id])
+        attrs = self._system_attrs(trial_id)
+        if attrs:
+            record["system_attrs"] = attrs
         return record
+
+    def _system_attrs(self, trial_id: str) -> dict[str, Any]:
+        """The trial's system attributes in the study: what its pruner and sampler keep there (the successive
+        halving pruner's ``completed_rung_<k>`` values: without them a resumed trial was judged at rung 0 again,
+        its next value against other trials' values of other steps). A trial replayed from a state keeps the ones
+        it was given back, a running one reads them from the study."""
+        trial = self._trials.get(trial_id)
+        if trial is None:
+            return dict(self._replayed_attrs.get(trial_id, {}))
+        attrs = self.study._storage.get_trial_system_attrs(trial._trial_id)
+        return {key: value for key, value in attrs.items() if key not in ASKED_ATTRS}
 
     def state_json(self) -> str:
         """:meth:`state_dict` as JSON text, with each finished trial's part encoded once and kept.
@@ -724,9 +744,13 @@ class OptunaSearch(BaseSearcher):
         self._constraint_values = {}
         self._told_json.clear()
         self._sampler_saved = None
+        self._replayed_attrs = {}
         for trial_id, record in state["trials"].items():
             params = dict(record["params"])
             self._params[trial_id] = params
+            attrs = record.get("system_attrs") or {}  # (a state saved before 2026-11-30 has none)
+            if attrs:
+                self._replayed_attrs[trial_id] = dict(attrs)
             intermediate = {int(step): float(v) for step, v in record["intermediate_values"].items()}
             if record["pruned"]:
                 self._pruned.add(trial_id)
@@ -742,6 +766,7 @@ class OptunaSearch(BaseSearcher):
                         state=TrialState[record["state"]], params=params,
                         distributions=self._distributions_of(record, params),
                         intermediate_values=intermediate, user_attrs={TRIAL_ID_ATTR: trial_id},
+                        system_attrs=dict(attrs),
                         **self._value_kwargs(record["value"]),
                         **({} if constraints is None else {"constraints": dict(constraints)}),
                     ))
@@ -759,6 +784,11 @@ class OptunaSearch(BaseSearcher):
                 }
             for step, value in sorted(intermediate.items()):
                 trial.report(value, step)
+            # What its pruner kept (its rungs), where the new ask did not set its own (the sampler's attributes)
+            asked = self.study._storage.get_trial_system_attrs(trial._trial_id)
+            for key, value in attrs.items():
+                if key not in asked:
+                    self.study._storage.set_trial_system_attr(trial._trial_id, key, value)
             self._trials[trial_id], self._intermediate[trial_id] = trial, intermediate
         for group_id, records in state["unassigned"].items():
             self._unassigned[group_id] = deque(self._ask(params) for params in records)
