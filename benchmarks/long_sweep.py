@@ -89,8 +89,9 @@ def optuna_objective(trial: Any, step_s: float = 0.0) -> float:
 
 
 def run_optuna(trials: int, through_fluidsalus: bool = False, step_s: float = 0.0,
-               pruning: bool = True) -> dict[str, Any]:
-    """Optuna's own ``study.optimize(n_jobs=2)``, or the same study through ``fluidsalus.optuna.optimize``."""
+               pruning: bool = True, storage: str | None = None) -> dict[str, Any]:
+    """Optuna's own ``study.optimize(n_jobs=2)``, or the same study through ``fluidsalus.optuna.optimize``, whose
+    experiment goes under ``storage`` (the run's temporary folder; None: ``~/fluidsalus_results``)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -102,7 +103,8 @@ def run_optuna(trials: int, through_fluidsalus: bool = False, step_s: float = 0.
     if through_fluidsalus:
         import fluidsalus.optuna
 
-        fluidsalus.optuna.optimize(study, functools.partial(optuna_objective, step_s=step_s), n_trials=trials)
+        fluidsalus.optuna.optimize(study, functools.partial(optuna_objective, step_s=step_s), n_trials=trials,
+                                   storage_path=storage)
     else:
         study.optimize(functools.partial(optuna_objective, step_s=step_s), n_trials=trials, n_jobs=2)
     figures = {"wall_s": round(time.perf_counter() - start, 3), "trials_run": len(study.trials),
@@ -150,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             for tool in tools:
                 pruning = not args.no_pruning
                 figures = run_fluidsalus(n, storage, args.step_s, pruning) if tool == "fluidsalus" else \
-                    run_optuna(n, through_fluidsalus=tool == "fluidsalus_optuna", step_s=args.step_s, pruning=pruning)
+                    run_optuna(n, through_fluidsalus=tool == "fluidsalus_optuna", step_s=args.step_s, pruning=pruning,
+                               storage=storage)
                 if tool != "optuna":  # each run starts its devices cold, as a process's first run does
                     import fluidsalus
 
