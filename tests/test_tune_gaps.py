@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import sys
 import time
 import warnings
@@ -673,6 +674,26 @@ def test_restore_with_a_param_space_gives_the_continued_trials_its_object_refs(r
     renewed = {**space, "data": ray.put([7, 8])}
     grid = Tuner.restore(path, _checkpointing, resume_errored=True, param_space=renewed).fit()
     assert grid.num_errors == 0 and list(grid[0].metrics_dataframe["data"]) == [3, 3, 15, 15]
+
+
+def _other_trainable(config):
+    tune.report({"i": 0, "resumed_from": 0})
+
+
+def test_restore_refuses_another_trainable_or_param_space_keys_as_ray_does(ray_cluster, storage: str,
+                                                                         tmp_path) -> None:
+    """Ray's Tuner.restore raises ValueError for either; fluidsalus took both, and the unfinished trials ran the
+    other function, its results mixed into theirs (a helper's side-by-side check)."""
+    path = _errored_experiment(storage, "other", str(tmp_path / "flag"))
+    with pytest.raises(ValueError, match=re.escape("Got a trainable with identifier '_other_trainable' but "
+                                                   "expected '_checkpointing'")):
+        Tuner.restore(path, _other_trainable, resume_errored=True)
+    space = {"x": 1, "flag": str(tmp_path / "flag"), "iterations": 4, "model": (_Model, 2)}
+    with pytest.raises(ValueError, match=re.escape("Got: ['flag', 'iterations', 'model', 'y'] Expected: "
+                                                   "['flag', 'iterations', 'model', 'x']")):
+        Tuner.restore(path, _checkpointing, param_space={**{k: v for k, v in space.items() if k != "x"}, "y": 1})
+    grid = Tuner.restore(path, _checkpointing, resume_errored=True, param_space=space).fit()  # the same keys
+    assert grid.num_errors == 0 and grid[0].metrics["i"] == 4
 
 
 def test_restore_restart_errored_starts_from_scratch(ray_cluster, storage: str, tmp_path) -> None:

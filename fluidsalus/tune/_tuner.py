@@ -92,7 +92,7 @@ from fluidsalus.tune.callback import RayCallbackAdapter, TrialInfo
 from fluidsalus.tune.logger import PROGRESS_FILE, RESULT_FILE, default_loggers, translate_ray_logger
 from fluidsalus.tune.progress_reporter import ReporterCallback
 from fluidsalus.tune.registry import resolve_trainable
-from fluidsalus.tune.utils import date_str
+from fluidsalus.tune.utils import date_str, flatten_dict
 
 __all__ = ["TUNER_STATE_FILE", "Tuner"]
 
@@ -479,7 +479,8 @@ class Tuner:
 
         Raises:
             ConfigError: No restorable experiment at ``path`` (a :class:`NotRestorableError`, also a
-                ``FileNotFoundError`` as Ray's), or an unsupported option.
+                ``FileNotFoundError`` as Ray's), an unsupported option, or, as Ray's ``ValueError``, another
+                trainable than the experiment's or a ``param_space`` with other keys.
         """
         if storage_filesystem is not None:
             raise ConfigError("Tuner.restore: storage_filesystem is not supported by fluidsalus")
@@ -502,6 +503,7 @@ class Tuner:
                                          storage_path=os.path.dirname(folder))
         tuner = cls(trainable, param_space=param_space if param_space is not None else state["param_space"],
                     tune_config=state["tune_config"], run_config=run_config)
+        _check_same_experiment(state, tuner._registered_name or trainable_name(tuner._trainable), param_space)
         tuner._continue(folder, resume_unfinished=resume_unfinished, resume_errored=resume_errored,
                         restart_errored=restart_errored)
         return tuner
@@ -818,3 +820,32 @@ class Tuner:
         self._experiment_dir = experiment_dir
         self._results = grid
         return grid
+
+
+def _check_same_experiment(state: Mapping[str, Any], name: str, param_space: Mapping[str, Any] | None) -> None:
+    """Refuse, as Ray's ``Tuner.restore`` does (with its words), another trainable than the experiment's (its
+    unfinished trials ran the other function, and its results mixed into theirs) or a ``param_space`` whose
+    flattened keys are not the saved one's (it is for refreshing object refs, not for new hyperparameters).
+
+    Args:
+        state: The saved ``tuner.pkl``.
+        name: The given trainable's name (as ``tuner.pkl`` names the experiment's).
+        param_space: The given ``param_space`` (None: the saved one is used).
+
+    Raises:
+        ConfigError: Either is not the experiment's.
+    """
+    expected = state.get("trainable_name")
+    if expected is not None and name != expected:
+        raise ConfigError("Invalid `trainable` input to `Tuner.restore()`. To fix this error, pass in the same "
+                          f"trainable that was used to initialize the Tuner. Got a trainable with identifier "
+                          f"'{name}' but expected '{expected}'.")
+    if param_space is None:
+        return
+    keys, saved = sorted(flatten_dict(dict(param_space))), sorted(flatten_dict(dict(state["param_space"] or {})))
+    if keys != saved:
+        raise ConfigError("Invalid `param_space` input to `Tuner.restore()`. To fix this error, pass in the same "
+                          "`param_space` that was used to initialize the Tuner. Only re-specify the `param_space` "
+                          "to refresh Ray object references that no longer exist due to restoring from a new Ray "
+                          f"cluster session. It should not be used to introduce new hyperparameters to search "
+                          f"over. Got: {keys} Expected: {saved}")
