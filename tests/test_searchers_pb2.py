@@ -21,6 +21,7 @@ from fluidsalus.searchers._pb2 import (
     MAX_OBSERVATIONS,
     _Point,
     fit_gp,
+    has_observation,
     improvement_data,
     tv_se_kernel,
     ucb_beta,
@@ -55,6 +56,14 @@ def test_improvements_are_score_changes_per_unit_time_within_one_segment():
     many = [_Point("a#0", float(t), [0.5], float(t)) for t in range(MAX_OBSERVATIONS + 10)]
     x, y = improvement_data(many)
     assert len(y) == MAX_OBSERVATIONS and x[0, 0] == 9.0  # the newest kept
+
+
+def test_a_trial_has_an_observation_once_two_of_its_points_ran_the_same_values():
+    points = [_Point("a#0", 4.0, [0.5], 2.0), _Point("b#0", 4.0, [0.1], 1.0), _Point("a#0", 8.0, [0.5], 6.0),
+              _Point("b#1", 8.0, [0.7], 6.0, group_id="g"), _Point("ab#0", 8.0, [0.7], 6.0)]
+    assert has_observation(points, "a") and not has_observation(points, "b")  # b's values changed at its clone
+    assert not has_observation(points, "ab")  # (not one of a's segments)
+    assert has_observation([*points, _Point("b#1", 12.0, [0.7], 7.0)], "b")
 
 
 def test_fit_interpolates_smooth_data_and_pending_points_lower_only_the_variance():
@@ -116,11 +125,26 @@ def test_missing_keys_are_drawn_from_their_bounds():
 def test_the_first_exploits_copy_the_source_and_later_ones_use_the_gp_within_bounds():
     run = run_pbt(_pb2(seed=3, hyperparam_bounds={"lr": [0.05, 0.95]}), seed=3)
     log = run.searcher.exploit_log
-    assert log and log[0]["operations"] == {"pb2": "copied (no data yet)"}
+    assert log and log[0]["operations"] == {"pb2": "copied (no observation of the source yet)"}
     assert log[0]["new_config"] == log[0]["source_config"]
     chosen = [entry["new_config"]["lr"] for entry in log if entry["operations"] == {"pb2": "gp-ucb"}]
     assert chosen and all(0.05 <= lr <= 0.95 for lr in chosen)
     assert len(set(chosen)) > len(chosen) // 2  # picks spread out: not one value over and over
+
+
+def test_a_source_without_an_observation_of_its_own_is_copied_as_rays_pb2_does():
+    """Ray's PB2 fits its GP for a clone only when the trial cloned has given an observation (its ``_explore``
+    reads the rows of ``base``); fluidsalus's picked with the GP once any trial had one (a helper's check)."""
+    run = run_pbt(_pb2(seed=0, hyperparam_bounds={"lr": [0.05, 0.95]}), seed=0)
+    points, mattered = run.searcher._points, 0
+    for entry in run.searcher.exploit_log:
+        start = next(i for i, p in enumerate(points) if p.group_id == entry["group_id"])  # the clone's start
+        known = has_observation(points[:start], entry["source_trial_id"])
+        assert (entry["operations"] == {"pb2": "gp-ucb"}) == known, entry
+        if not known and len(improvement_data(points[:start])[1]):  # other trials had observations by then
+            assert entry["new_config"] == entry["source_config"]
+            mattered += 1
+    assert mattered  # (this seed has such exploits)
 
 
 def test_custom_explore_fn_gets_each_selected_config():

@@ -25,10 +25,11 @@ How it explores. When a bottom trial clones a top trial, PB2:
 3. records the clone: the trial now starts from the source's state with the new hyperparameters, so its next
    point gives an observation of those.
 
-With no observation yet (the first round of exploits), the clone keeps the source's hyperparameters, as Ray's PB2
-does. Keys missing from a configuration are drawn uniformly from their bounds at the start. Values keep the type
-the source's configuration gives them (an ``int`` is rounded). Ray fits the GP with scikit-learn and L-BFGS;
-this one is NumPy only and deterministic for a given ``seed``.
+While the source has given no observation yet (two points of its own with the same hyperparameters: in the first
+round of exploits, or a source that changed its hyperparameters at its last point), the clone keeps the source's
+hyperparameters, as Ray's PB2 does. Keys missing from a configuration are drawn uniformly from their bounds at
+the start. Values keep the type the source's configuration gives them (an ``int`` is rounded). Ray fits the GP
+with scikit-learn and L-BFGS; this one is NumPy only and deterministic for a given ``seed``.
 """
 
 from __future__ import annotations
@@ -229,6 +230,19 @@ def improvement_data(points: Sequence[_Point]) -> tuple[np.ndarray, np.ndarray]:
     return x, np.array(ys[-MAX_OBSERVATIONS:], dtype=float)
 
 
+def has_observation(points: Sequence[_Point], trial_id: str) -> bool:
+    """Whether a trial (any of its segments) has given an observation yet: Ray's PB2 fits its GP for a clone only
+    when the trial it clones has one (its ``_explore`` reads the rows of ``base``), and copies the source's
+    hyperparameters otherwise.
+
+    Args:
+        points: Perturbation points and clone starts.
+        trial_id: The trial.
+    """
+    prefix = f"{trial_id}#"
+    return len(improvement_data([p for p in points if p.segment.startswith(prefix)])[1]) > 0
+
+
 def _scale(value: Any, low: float, high: float) -> Any:
     """``value`` (a number or an array) scaled to [0, 1] by ``[low, high]`` (0 for an empty range)."""
     return (value - low) / (high - low) if high - low > _TINY else value * 0.0
@@ -358,7 +372,7 @@ class PB2(PBT):
         new_config = copy.deepcopy(source.config)
         x, y = improvement_data(self._points)
         chosen = None
-        if len(y):
+        if len(y) and has_observation(self._points, source_id):
             chosen = self._select(x, y, source.last_train_time, source.last_score, self._values(source.config))
             for (key, (low, high)), value in zip(self.bounds.items(), chosen, strict=True):
                 raw = low + float(value) * (high - low)
@@ -374,7 +388,8 @@ class PB2(PBT):
         self._segments[trial_id] = self._segments.get(trial_id, 0) + 1
         self._points.append(_Point(self._segment(trial_id), source.last_train_time, self._values(new_config),
                                    source.last_score, group_id))
-        return new_config, ({"pb2": "gp-ucb"} if chosen is not None else {"pb2": "copied (no data yet)"})
+        copied = {"pb2": "copied (no observation of the source yet)"}
+        return new_config, ({"pb2": "gp-ucb"} if chosen is not None else copied)
 
     def _select(self, x: np.ndarray, y: np.ndarray, time: float, score: float, own: list[float]) -> np.ndarray:
         """Fit the GP and pick the hyperparameters (scaled) for a clone starting at ``(time, score)``."""
