@@ -131,7 +131,10 @@ def _cmd_ls(args: argparse.Namespace) -> int:
     root = os.path.abspath(os.path.expanduser(
         args.storage_path or os.environ.get(STORAGE_PATH_ENV) or DEFAULT_STORAGE_PATH))
     if not os.path.isdir(root):
-        raise _UsageError(f"ls: {root!r} is not a folder")
+        if args.storage_path or os.path.exists(root):  # (one asked for, or a file)
+            raise _UsageError(f"ls: {root!r} is not a folder")
+        print(f"no experiments in {root} (no run has written there yet)")  # before the first run
+        return 0
     if os.path.exists(os.path.join(root, DB_FILENAME)):  # an experiment's own folder: that one experiment
         folders = [(os.path.basename(root), root)]
     else:

@@ -233,13 +233,21 @@ def resolve_experiment(path: str | os.PathLike[str]) -> str:
 
     A bare name (no path separator) that is not an existing path is looked up in ``$FLUIDSALUS_STORAGE_PATH``
     or the default storage path.
+
+    Raises:
+        StoreError: A bare name found in neither place (the message names both, so a wrong
+            ``$FLUIDSALUS_STORAGE_PATH`` shows).
     """
     text = os.path.expanduser(os.fspath(path))
     if os.path.exists(text) or os.sep in text:
         return text
-    root = os.path.expanduser(os.environ.get(STORAGE_PATH_ENV) or DEFAULT_STORAGE_PATH)
+    root = os.path.abspath(os.path.expanduser(os.environ.get(STORAGE_PATH_ENV) or DEFAULT_STORAGE_PATH))
     candidate = os.path.join(root, text)
-    return candidate if os.path.exists(os.path.join(candidate, DB_FILENAME)) else text
+    if os.path.exists(os.path.join(candidate, DB_FILENAME)):
+        return candidate
+    raise StoreError(f"{text!r} is not a fluidsalus experiment: no such folder in {os.getcwd()!r}, nor an "
+                     f"experiment of that name in the storage path {root!r} (${STORAGE_PATH_ENV} or "
+                     f"{DEFAULT_STORAGE_PATH}); `fluidsalus ls` lists them")
 
 
 #: The first bytes of every SQLite database file.

@@ -98,6 +98,13 @@ def test_ls_on_a_missing_folder_exits_2_with_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and "is not a folder" in err
 
 
+def test_ls_before_the_first_run_lists_nothing(tmp_path, capsys, monkeypatch):
+    """The storage path that no run has made yet is no usage error (it exited 2: "is not a folder")."""
+    monkeypatch.setenv("FLUIDSALUS_STORAGE_PATH", str(tmp_path / "not_yet"))
+    assert main(["ls"]) == 0
+    assert capsys.readouterr().out == f"no experiments in {tmp_path / 'not_yet'} (no run has written there yet)\n"
+
+
 def test_ls_empty_folder(tmp_path, capsys):
     assert main(["ls", str(tmp_path)]) == 0
     assert "no experiments" in capsys.readouterr().out

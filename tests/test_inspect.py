@@ -309,6 +309,15 @@ def _bad(path, capsys):
     return captured.err
 
 
+def test_a_bare_name_found_nowhere_names_where_it_was_looked_for(tmp_path, capsys, monkeypatch):
+    """It said "'my_sweep' is not a fluidsalus experiment (no experiment.db found)", naming neither the working
+    folder nor the storage path it had looked in (a docs audit: a wrong $FLUIDSALUS_STORAGE_PATH did not show)."""
+    monkeypatch.setenv("FLUIDSALUS_STORAGE_PATH", str(tmp_path / "results"))
+    monkeypatch.chdir(tmp_path)
+    err = _bad("my_sweep", capsys)
+    assert f"no such folder in {str(tmp_path)!r}" in err and f"storage path {str(tmp_path / 'results')!r}" in err
+
+
 def test_bad_input_gives_one_line_and_exit_2_and_changes_nothing(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
