@@ -198,6 +198,27 @@ def test_a_trial_that_never_reads_its_checkpoints_keeps_its_place_at_its_points(
             assert result.metrics["training_iteration"] == 12
 
 
+def test_num_to_keep_leaves_no_folder_of_a_line_an_exploit_abandoned_on_disk(storage):
+    """An exploited trial's own checkpoint of the exploit's iteration, and those of later iterations its new
+    attempt did not write again, were only marked deleted in the store: with num_to_keep=1 their folders stayed
+    on disk for good, listed nowhere (Ray keeps num_to_keep; a helper's PBT check)."""
+    lrs = [0.1, 0.2, 0.3, 0.4, 0.5, 1.0]
+    searcher = PBT({"lr": fluidsalus.grid_search(lrs), "steps": 12}, num_samples=1, metric="score", mode="max",
+                   time_attr="training_iteration", perturbation_interval=2, hyperparam_mutations={"lr": lrs},
+                   quantile_fraction=0.5, seed=1)
+    grid = fluidsalus.run(pbt_trainable, searcher=searcher, metric="score", mode="max", storage_path=storage,
+                          name="keep1", max_concurrent_trials=2, checkpoint_num_to_keep=1, verbose=0)
+    assert grid.num_errors == 0
+    reader = ExperimentStore.open(os.path.join(storage, "keep1"), readonly=True)
+    assert any(e.data["reason"] == "exploit" for e in reader.events("trial_restart"))
+    for result in grid:
+        live = {row["path"] for row in reader.checkpoints(result.trial_id)}
+        assert 1 <= len(live) <= 2  # the best and the latest
+        gone = [row["path"] for row in reader.checkpoints(result.trial_id, include_deleted=True)
+                if row["path"] not in live]
+        assert not [path for path in gone if os.path.isdir(path)], result.trial_id
+
+
 def test_a_trial_rewound_by_an_exploit_keeps_no_checkpoint_of_its_abandoned_line(storage):
     """An exploit restarts a trial from another trial's checkpoint: the copy replaces the trial's own checkpoint
     of that iteration, and the new attempt writes the folders of the later iterations again. The store's rows of

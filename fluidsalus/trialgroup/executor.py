@@ -569,6 +569,9 @@ class Executor:
         self._restarts: dict[str, _Restart] = {}  # start again once the current attempt ends
         # trial -> the iteration its requeued attempt resumes from: its later checkpoints go when it starts
         self._abandoned: dict[str, int] = {}
+        # Per trial, the (path, iteration) of checkpoints a restart abandoned or an exploit's copy replaced, whose
+        # folders retention removes once the new attempt has gone past them (num_to_keep: _retain_checkpoints)
+        self._unlisted: dict[str, list[tuple[str, int]]] = {}
         self._exploits: list[str] = []  # exploit restarts decided, stop not yet sent
         self._ending: str | None = None  # why the experiment ends early (time budget, fail_fast, stop_all)
         self._ending_at = 0.0  # when it began to end
@@ -2216,13 +2219,16 @@ class Executor:
             self._set_extras(trial)
         if restart.copied_metrics is not None:  # the exploit happens: its copy becomes the trial's checkpoint
             # of that iteration, in place of the trial's own (whose folder stays on disk, unlisted, as Ray keeps
-            # an exploited trial's old checkpoints)
+            # an exploited trial's old checkpoints; with num_to_keep, retention removes it: _retain_checkpoints)
             replaced = [c["path"] for c in self.store.checkpoints(trial.trial_id)
                         if c["iteration"] == restart.iteration]
             if replaced:
                 self.store.mark_checkpoints_deleted(replaced)
+                self._note_unlisted(trial.trial_id, [(p, restart.iteration) for p in replaced])
             self.store.add_checkpoint(trial.trial_id, restart.iteration, restart.checkpoint_path,  # type: ignore[arg-type]
                                       restart.copied_metrics)
+            if self.settings.checkpoint_num_to_keep is not None:  # (the attempt may end before it saves again)
+                self._retain_checkpoints(trial)
         if restart.checkpoint_path is not None:
             trial.checkpoint_path = restart.checkpoint_path
             trial.last_iteration, trial.time_total_s = restart.iteration, restart.time_total_s
@@ -2295,11 +2301,19 @@ class Executor:
         retention could delete a new folder for an old row's score, or while the trial writes it. Their rows are
         marked deleted; the folders are left as they are (the new attempt may be writing one of those names): the
         ones it reaches it replaces, the others stay on disk unlisted, as Ray keeps an exploited trial's old
-        checkpoints. Until the attempt starts, nothing changes: a run that ends first keeps the old line whole.
+        checkpoints, unless ``num_to_keep`` is set: then retention removes those the attempt has gone past
+        (:meth:`_retain_checkpoints`). Until the attempt starts, nothing changes: a run that ends first keeps the
+        old line whole.
         """
-        doomed = [c["path"] for c in self.store.checkpoints(trial.trial_id) if c["iteration"] > iteration]
+        doomed = [c for c in self.store.checkpoints(trial.trial_id) if c["iteration"] > iteration]
         if doomed:
-            self.store.mark_checkpoints_deleted(doomed)
+            self.store.mark_checkpoints_deleted([c["path"] for c in doomed])
+            self._note_unlisted(trial.trial_id, [(c["path"], c["iteration"]) for c in doomed])
+
+    def _note_unlisted(self, trial_id: str, folders: list[tuple[str, int]]) -> None:
+        """Keep the ``(path, iteration)`` of checkpoints no longer listed, for retention to remove (num_to_keep)."""
+        if self.settings.checkpoint_num_to_keep is not None:
+            self._unlisted.setdefault(trial_id, []).extend(folders)
 
     def _answer_call(self, device: _Device, event: tuple[Any, ...]) -> None:
         trial_id, call_id, method, args = event[1], event[4], event[5], event[6]
@@ -2316,16 +2330,29 @@ class Executor:
         """Keep the trial's ``num_to_keep`` best checkpoints (by score, else the newest) and always its latest."""
         keep = self.settings.checkpoint_num_to_keep or 0
         checkpoints = self.store.checkpoints(trial.trial_id)
-        if len(checkpoints) <= keep:
+        if not checkpoints:
             return
         latest = checkpoints[-1]
-        ranked = rank_checkpoints([c["metrics"] for c in checkpoints], self.settings.checkpoint_score_attribute,
-                                  self.settings.checkpoint_score_order)
-        kept = {checkpoints[i]["path"] for i in ranked[-keep:]} | {latest["path"]} if keep else {latest["path"]}
-        doomed = [c for c in checkpoints if c["path"] not in kept]
-        self.store.mark_checkpoints_deleted([c["path"] for c in doomed])
-        for c in doomed:
-            shutil.rmtree(c["path"], ignore_errors=True)
+        if len(checkpoints) > keep:
+            ranked = rank_checkpoints([c["metrics"] for c in checkpoints], self.settings.checkpoint_score_attribute,
+                                      self.settings.checkpoint_score_order)
+            kept = {checkpoints[i]["path"] for i in ranked[-keep:]} | {latest["path"]} if keep else {latest["path"]}
+            doomed = [c for c in checkpoints if c["path"] not in kept]
+            self.store.mark_checkpoints_deleted([c["path"] for c in doomed])
+            for c in doomed:
+                shutil.rmtree(c["path"], ignore_errors=True)
+        # The folders of a line a restart abandoned (an exploit: _drop_checkpoints_after), which the new attempt
+        # went past without writing again: listed nowhere, they stayed on disk whatever num_to_keep said (Ray's
+        # checkpoint manager keeps num_to_keep). A later one may be the name the attempt writes next: kept.
+        unlisted = self._unlisted.pop(trial.trial_id, [])
+        if unlisted:
+            live = {c["path"] for c in self.store.checkpoints(trial.trial_id)}
+            ahead = [(path, iteration) for path, iteration in unlisted if iteration > latest["iteration"]]
+            for path, iteration in unlisted:
+                if iteration <= latest["iteration"] and path not in live:
+                    shutil.rmtree(path, ignore_errors=True)
+            if ahead:
+                self._unlisted[trial.trial_id] = ahead
 
     def _check_metric(self, trial_id: str, result: Mapping[str, Any]) -> None:
         """The run's metric is in every result (or nested: ``"val/acc"``), as a number (NaN and None pass; a
