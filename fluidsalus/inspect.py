@@ -28,6 +28,7 @@ from fluidsalus.store import (
     DB_FILENAME,
     DEFAULT_STORAGE_PATH,
     ERROR,
+    FINAL_STATUSES,
     PENDING,
     RUNNING,
     STORAGE_PATH_ENV,
@@ -586,8 +587,10 @@ class Report:
         if best is None:
             lines.append("best trial: -")
         else:
+            live = self.experiment["status"] == RUNNING and not self.driver_gone
+            shown = best.status.lower() if best.status in FINAL_STATUSES or live else "unfinished"  # (as ls says)
             lines.append(f"best trial: {best.trial_id} {best.metric}={best.value:.6g} ({best.mode}) at iteration "
-                         f"{best.iteration}, {best.status.lower()}, config {best.config}")
+                         f"{best.iteration}, {shown}, config {best.config}")
         return "\n".join(lines)
 
     def _planner_line(self) -> str:

@@ -375,8 +375,9 @@ def test_the_trials_an_interrupted_run_left_are_unfinished_not_running(tmp_path,
     assert main(["inspect", str(tmp_path / "cut")]) == 0
     out = capsys.readouterr().out
     assert "s): 1 trial, 1 unfinished, 0 done" in out
-    # Its trials wait for a resume, as ExperimentAnalysis shows them: the best line said "running", the JSON RUNNING
-    assert "at iteration 1, pending" in out
+    # Its trials wait for a resume, as ExperimentAnalysis shows them (PENDING): the best line said "running", the
+    # JSON RUNNING. The text says "unfinished", as the header and `fluidsalus ls` do (it said "pending")
+    assert "at iteration 1, unfinished" in out
     report = inspect(str(tmp_path / "cut"))
     assert report.best.status == "PENDING" and [t.status for t in report.trial_rows] == ["PENDING"]
     assert json.loads(report.to_json())["best"]["status"] == "PENDING"
@@ -465,6 +466,7 @@ def test_an_interrupted_run_says_how_many_of_its_useful_iterations_a_resume_runs
     report = inspect(str(tmp_path / "exp"))
     assert report.unsaved_iterations == 2 and report.to_dict()["experiment"]["unsaved_iterations"] == 2
     assert "unfinished trials ran 2 iterations since their latest checkpoints" in report.render_table()
+    assert "at iteration 7, unfinished, config" in report.render_table()  # as ls says it (it said "running")
     assert report.total_stats.useful_iterations == 7  # (useful until a resume redoes them)
 
 
