@@ -202,7 +202,9 @@ def test_a_cancelled_exploit_drops_the_clones_start_and_keeps_the_trials_segment
     (group,) = pb2.next_groups()
     for index, config in enumerate(group.configs):
         pb2.on_trial_add(f"t{index}", group.group_id, config)
-    for index in (3, 2, 1, 0):  # t0 reports last, the worst of four: it clones t3
+    # t3 is top at its point (so its checkpoint may be cloned, as in Ray); t0 reports last, the worst of four: it
+    # clones t3
+    for index in (2, 3, 1, 0):
         pb2.on_result(f"t{index}", {"score": float(index), "training_iteration": INTERVAL,
                                     "checkpoint_dir_name": "checkpoint_000004"})
     assert pb2.pending_exploits["t0"][0] == "t3"

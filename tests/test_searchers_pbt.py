@@ -277,8 +277,8 @@ def test_a_trial_whose_last_result_was_done_is_neither_ranked_nor_cloned_until_i
         pbt.on_trial_add(trial_id, group.group_id, config)
     point = {"training_iteration": INTERVAL, "checkpoint_dir_name": "checkpoint_000004"}
     pbt.on_result("t2", {**point, "score": 9.0, "done": True})  # the best, and finished by the stop rule
-    pbt.on_result("t1", {**point, "score": 3.0})
     pbt.on_result("t0", {**point, "score": 2.0})
+    pbt.on_result("t1", {**point, "score": 3.0})  # top at its point: its checkpoint may be cloned
     pbt.on_result("t3", {**point, "score": 1.0})
     assert pbt.pending_exploits["t3"][0] == "t1"  # without the rule: t2, the best
     lower, upper = pbt._quantiles()

@@ -21,10 +21,11 @@ Mapping onto TrialGroups and budgets:
 
 A trial can only be cloned from a checkpoint. PBT learns about checkpoints from the results: a result that
 carries ``checkpoint_dir_name`` (the session adds it when ``report`` gets a checkpoint) marks a restore point
-of its trial. A trial is cloned from the newest checkpoint it had at its last perturbation point (Ray's
-``last_checkpoint``: the state that earned its top-quantile score), so the trainable should checkpoint at least
-at every perturbation point. A bottom trial whose top-quantile candidates have no such checkpoint continues
-unchanged, as Ray skips such an exploit ("no checkpoint for trial ... Skip exploit").
+of its trial. A trial is cloned from the newest checkpoint it had at its last perturbation point, if it was in the
+top quantile there (Ray's ``last_checkpoint``: the state that earned its top-quantile score), so the trainable
+should checkpoint at least at every perturbation point. A bottom trial picks a top-quantile trial at random and
+continues unchanged when that one has no such checkpoint, as Ray skips such an exploit ("no checkpoint for trial
+... Skip exploit").
 
 If the driver never calls :meth:`PBT.take_exploits` (an executor that cannot apply exploits), a request still
 pending when ``next_groups`` is called the second time after it was made is withdrawn: the trial keeps its
@@ -108,7 +109,8 @@ class _TrialState:
     """PBT's view of one trial (Ray's ``_PBTTrialState`` plus the budget and the checkpoints).
 
     ``checkpoint_*`` is the trial's newest checkpoint; ``point_*`` the newest one it had at its last
-    perturbation point: the state others clone (Ray's ``last_checkpoint``).
+    perturbation point if it was in the top quantile there (else None): the state others clone (Ray's
+    ``last_checkpoint``).
     """
 
     config: dict[str, Any]
@@ -493,8 +495,10 @@ class PBT(BaseSearcher):
     def decide(self, trial_id: str) -> Perturbation:
         """Decide what a trial at a perturbation point does (draws from the random stream for the source).
 
-        A trial in the bottom quantile exploits a top-quantile trial picked at random among those with a
-        checkpoint; every other trial, and a bottom trial with no such candidate, continues.
+        As Ray's ``_checkpoint_or_exploit``: a trial keeps its checkpoint at this point as the one others may clone
+        only if it is in the top quantile here (else it has none until its next point); a trial in the bottom
+        quantile exploits a top-quantile trial picked at random, and continues instead when that one has no such
+        checkpoint (Ray's "no checkpoint for trial ... Skip exploit"); every other trial continues.
 
         Args:
             trial_id: A trial whose score was just updated at a perturbation point.
@@ -503,13 +507,16 @@ class PBT(BaseSearcher):
             The :class:`Perturbation`.
         """
         lower, upper = self._quantiles()
-        if trial_id not in lower:
+        state = self._trials[trial_id]
+        if trial_id not in upper:  # not a top trial: nothing of this point may be cloned (Ray's last_checkpoint)
+            state.point_iteration = state.point_time = None
+        if trial_id not in lower or not upper:
             return Perturbation(CONTINUE)
-        candidates = [tid for tid in upper if self._trials[tid].point_iteration is not None]
-        if not candidates:
-            logger.info("[pbt] no checkpoint for the top trials %s; trial %s continues", upper, trial_id)
+        source_id = self._rng.choice(upper)
+        if self._trials[source_id].point_iteration is None:
+            logger.info("[pbt] no checkpoint for trial %s; skip exploit for trial %s", source_id, trial_id)
             return Perturbation(CONTINUE)
-        return Perturbation(EXPLOIT, self._rng.choice(candidates))
+        return Perturbation(EXPLOIT, source_id)
 
     def turn_key(self, trial_id: str) -> float:
         """Ray's ``choose_trial_to_run`` key: the ``time_attr`` of the trial's last perturbation point (after an
