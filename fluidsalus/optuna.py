@@ -1495,6 +1495,10 @@ def _record_the_study(experiment_dir: str, study: optuna.Study, started: Mapping
     """
     try:
         params = {trial_id: study._storage.get_trial(optuna_id).params for trial_id, optuna_id in started.items()}
+    except Exception as e:  # noqa: BLE001 - a storage of any kind, which must not hide the run's own error
+        logger.warning("could not read the study's trials' parameters for %s: %s", experiment_dir, e)
+        params = {}
+    try:
         store = ExperimentStore.open(experiment_dir)
         try:
             for trial_id, values in params.items():

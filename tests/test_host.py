@@ -818,6 +818,9 @@ def test_the_size_an_out_of_memory_message_names():
     assert requested_bytes("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.35 GiB total)") == 2 * 2**30
     assert requested_bytes("DefaultCPUAllocator: can't allocate memory: you tried to allocate 4096 bytes.") == 4096
     assert requested_bytes(REFUSAL) == 512 * 2**20  # the CUDA lane allocator's refusal at a cap
+    # its exact count, not the rounded size before it (1.00 GiB read 4 MiB short: a review)
+    assert requested_bytes("fluidsalus lane allocator: tag 3 could not get 1.00 GiB (1077936128 bytes): ...") \
+        == 1077936128
     assert requested_bytes("lane arena: the trial could not get 4096 bytes: tag cap") == 4096  # the host arena's
     assert requested_bytes("MemoryError: ") is None
 

@@ -64,6 +64,9 @@ def test_a_trial_has_an_observation_once_two_of_its_points_ran_the_same_values()
     assert has_observation(points, "a") and not has_observation(points, "b")  # b's values changed at its clone
     assert not has_observation(points, "ab")  # (not one of a's segments)
     assert has_observation([*points, _Point("b#1", 12.0, [0.7], 7.0)], "b")
+    # only among the observations the GP learns from, the newest MAX_OBSERVATIONS (as Ray reads its kept rows)
+    newer = [_Point("c#0", float(t), [0.5], float(t)) for t in range(9, MAX_OBSERVATIONS + 10)]
+    assert not has_observation([*points, *newer], "a") and has_observation([*points, *newer[:-1]], "a")
 
 
 def test_fit_interpolates_smooth_data_and_pending_points_lower_only_the_variance():

@@ -473,6 +473,9 @@ def test_a_resume_config_restarts_the_errored_trial_and_skips_the_finished_one(r
     assert all(t.status == "TERMINATED" for t in again.trials)
     assert {t.config["x"]: t.last_result["score"] for t in again.trials} == {1: 1, 2: 2}
     assert [len(frame) for frame in again.trial_dataframes.values()] == [1, 1]  # the finished one did not run again
+    # Another trainable resuming it is refused, as Tuner.restore refuses it (it ran the errored trial: a review)
+    with pytest.raises(ValueError, match="Got a trainable with identifier '_noop' but expected '_fails_until_fixed'"):
+        tune.run(_noop, resume_config=tune.ResumeConfig(errored="restart"), **kwargs)
 
 
 def test_resume_auto_continues_an_interrupted_run_and_starts_a_missing_one(ray_cluster, storage: str,

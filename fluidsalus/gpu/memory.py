@@ -171,6 +171,8 @@ _UNITS = {"B": 1, "bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2
 #: allocation that failed.
 _REQUEST = re.compile(r"(?:[Uu]nable to allocate|[Tt]ried to allocate|could not get) ([0-9]+(?:\.[0-9]*)?) ?"
                       r"(bytes|B|[KMGTPE]iB)\b")
+#: The exact count some messages give after the rounded size (the CUDA lane allocator's), read in its place.
+_EXACT = re.compile(r" \(([0-9]+) bytes\)")
 
 
 def requested_bytes(message: str) -> int | None:
@@ -184,7 +186,10 @@ def requested_bytes(message: str) -> int | None:
         Bytes (rounded as the message rounds them), or None when the message names no size.
     """
     found = _REQUEST.search(message)
-    return None if found is None else int(float(found.group(1)) * _UNITS[found.group(2)])
+    if found is None:
+        return None
+    exact = _EXACT.match(message, found.end())  # the CUDA lane allocator's "1.00 GiB (1077936128 bytes)"
+    return int(exact.group(1)) if exact else int(float(found.group(1)) * _UNITS[found.group(2)])
 
 
 def _status_bytes(field: str) -> int | None:

@@ -115,9 +115,14 @@ def _objectives(metric: Any, mode: Any) -> tuple[list[str], list[StudyDirection]
     return metrics, [DIRECTIONS[m] for m in modes]
 
 
-#: System attributes ``study.ask`` sets for a trial asked with fixed parameters (``enqueue_trial``), as this searcher
-#: asks every trial: the state's ``params`` stand for them, and a resumed trial is asked with them again.
-ASKED_ATTRS = frozenset({"fixed_params"})
+#: System attributes the state leaves out of a trial's: ``fixed_params``, which ``study.ask`` sets for a trial asked
+#: with fixed parameters (``enqueue_trial``), as this searcher asks every trial (the state's ``params`` stand for
+#: them, and a resumed trial is asked with them again), and the outcome constraints (``constraints``, Optuna 5's
+#: ``constraints:<name>``), which the state holds as the trial's ``constraints`` (given back as
+#: ``create_trial(constraints=...)``: given twice, Optuna warned at each resume).
+UNSAVED_ATTRS = frozenset({"fixed_params", "constraints"})
+#: Prefixes of system attribute names the state leaves out, as :data:`UNSAVED_ATTRS`.
+UNSAVED_ATTR_PREFIXES = ("constraints:",)
 
 
 class OptunaSearch(BaseSearcher):
@@ -706,7 +711,8 @@ class OptunaSearch(BaseSearcher):
         if trial is None:
             return dict(self._replayed_attrs.get(trial_id, {}))
         attrs = self.study._storage.get_trial_system_attrs(trial._trial_id)
-        return {key: value for key, value in attrs.items() if key not in ASKED_ATTRS}
+        return {key: value for key, value in attrs.items()
+                if key not in UNSAVED_ATTRS and not key.startswith(UNSAVED_ATTR_PREFIXES)}
 
     def state_json(self) -> str:
         """:meth:`state_dict` as JSON text, with each finished trial's part encoded once and kept.

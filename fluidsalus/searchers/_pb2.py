@@ -216,31 +216,36 @@ def improvement_data(points: Sequence[_Point]) -> tuple[np.ndarray, np.ndarray]:
     Returns:
         ``(x, y)``, oldest first, at most :data:`MAX_OBSERVATIONS` (the newest).
     """
+    kept = _observations(points)[-MAX_OBSERVATIONS:]
+    x = np.array([row for _, row, _ in kept], dtype=float).reshape(-1, 2 + (len(points[0].values) if points else 0))
+    return x, np.array([y for _, _, y in kept], dtype=float)
+
+
+def _observations(points: Sequence[_Point]) -> list[tuple[str, list[float], float]]:
+    """Every observation, oldest first, as ``(segment, [t, score, values...], improvement rate)``."""
     last: dict[str, _Point] = {}
-    rows: list[list[float]] = []
-    ys: list[float] = []
+    out: list[tuple[str, list[float], float]] = []
     for point in sorted(points, key=lambda p: p.time):  # a stable sort keeps a segment's order at equal times
         before = last.get(point.segment)
         last[point.segment] = point
         if before is None or point.time <= before.time or point.values != before.values:
             continue
-        rows.append([before.time, before.score, *before.values])
-        ys.append((point.score - before.score) / (point.time - before.time))
-    x = np.array(rows[-MAX_OBSERVATIONS:], dtype=float).reshape(-1, 2 + (len(points[0].values) if points else 0))
-    return x, np.array(ys[-MAX_OBSERVATIONS:], dtype=float)
+        out.append((point.segment, [before.time, before.score, *before.values],
+                    (point.score - before.score) / (point.time - before.time)))
+    return out
 
 
 def has_observation(points: Sequence[_Point], trial_id: str) -> bool:
-    """Whether a trial (any of its segments) has given an observation yet: Ray's PB2 fits its GP for a clone only
-    when the trial it clones has one (its ``_explore`` reads the rows of ``base``), and copies the source's
-    hyperparameters otherwise.
+    """Whether one of the observations the GP learns from (the newest :data:`MAX_OBSERVATIONS`) is the trial's (any
+    of its segments): Ray's PB2 fits its GP for a clone only when the trial it clones has one among the rows it
+    keeps (its ``_explore`` reads the rows of ``base``), and copies the source's hyperparameters otherwise.
 
     Args:
         points: Perturbation points and clone starts.
         trial_id: The trial.
     """
-    prefix = f"{trial_id}#"
-    return len(improvement_data([p for p in points if p.segment.startswith(prefix)])[1]) > 0
+    return any(segment.rpartition("#")[0] == trial_id
+               for segment, _, _ in _observations(points)[-MAX_OBSERVATIONS:])
 
 
 def _scale(value: Any, low: float, high: float) -> Any:

@@ -2303,7 +2303,7 @@ class Executor:
         ones it reaches it replaces, the others stay on disk unlisted, as Ray keeps an exploited trial's old
         checkpoints, unless ``num_to_keep`` is set: then retention removes those the attempt has gone past
         (:meth:`_retain_checkpoints`). Until the attempt starts, nothing changes: a run that ends first keeps the
-        old line whole.
+        old line whole (less what ``num_to_keep``'s retention removed when the exploit's copy was listed).
         """
         doomed = [c for c in self.store.checkpoints(trial.trial_id) if c["iteration"] > iteration]
         if doomed:

@@ -60,7 +60,7 @@ from fluidsalus.tune._config import (
     TuneConfig,
 )
 from fluidsalus.tune._trainable import with_resources
-from fluidsalus.tune._tuner import Tuner
+from fluidsalus.tune._tuner import Tuner, check_same_trainable
 from fluidsalus.tune._workdir import chdir_argument_error
 from fluidsalus.tune.analysis import ExperimentAnalysis, Trial
 from fluidsalus.tune.experiment import Experiment
@@ -347,6 +347,7 @@ def run(
     tuner = Tuner(trainable, param_space=config, tune_config=tune_config, run_config=run_config)
     folder = os.path.join(os.path.abspath(os.path.expanduser(run_config.storage_path or "")), name) if name else None
     if flags is not None and folder is not None and Tuner.can_restore(folder):
+        check_same_trainable(folder, tuner._trainable, registered_name)  # (its resume ran another one's trials)
         tuner._continue(folder, **flags)
     tuner._resume_hint = _resume_hint
     tuner._checkpoint_at_end_by_default = False  # tune.run leaves CheckpointConfig's None as it is, falsy

@@ -822,6 +822,28 @@ class Tuner:
         return grid
 
 
+def check_same_trainable(folder: str, trainable: Any, registered_name: str | None) -> None:
+    """``tune.run(resume=...)``'s check of :func:`_check_same_experiment` for its trainable (its configs are the
+    call's own): the experiment in ``folder`` must have run the same one. A ``tuner.pkl`` that cannot be read
+    (another version) is not checked here.
+
+    Args:
+        folder: The experiment being resumed.
+        trainable: The call's trainable, as the Tuner holds it.
+        registered_name: The name it was registered under, if the call named it by a string.
+
+    Raises:
+        ConfigError: Another trainable than the experiment's.
+    """
+    try:
+        with open(os.path.join(folder, TUNER_STATE_FILE), "rb") as f:
+            state = cloudpickle.load(f)
+    except Exception:  # noqa: BLE001 - unreadable: the resume goes on as before, unchecked
+        return
+    if state.get("version") == _STATE_VERSION:
+        _check_same_experiment(state, registered_name or trainable_name(trainable), None)
+
+
 def _check_same_experiment(state: Mapping[str, Any], name: str, param_space: Mapping[str, Any] | None) -> None:
     """Refuse, as Ray's ``Tuner.restore`` does (with its words), another trainable than the experiment's (its
     unfinished trials ran the other function, and its results mixed into theirs) or a ``param_space`` whose
