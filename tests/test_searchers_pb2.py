@@ -118,6 +118,15 @@ def test_bad_bounds_raise_config_error_naming_the_key(bounds, message):
         _pb2(hyperparam_bounds=bounds)
 
 
+def test_pbts_checks_name_pb2():
+    with pytest.raises(ConfigError, match=r"^PB2: quantile_fraction must be in \[0, 0.5\] \(got 0.6\)$"):
+        _pb2(quantile_fraction=0.6)
+    from fluidsalus import tune  # the Tune front end's said "PB2: PBT: quantile_fraction ..."
+
+    with pytest.raises(ConfigError, match=r"^PB2: quantile_fraction must be in"):
+        tune.schedulers.PB2(hyperparam_bounds={"lr": [0.1, 0.5]}, quantile_fraction=0.6)
+
+
 def test_missing_keys_are_drawn_from_their_bounds():
     pb2 = _pb2(space={"other": 1}, hyperparam_bounds={"lr": [0.2, 0.4], "opt": {"momentum": [0.5, 0.9]}})
     (group,) = pb2.next_groups()

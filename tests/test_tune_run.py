@@ -114,6 +114,11 @@ def test_a_folder_ray_tune_wrote_is_named_as_such(tmp_path) -> None:
         an.ExperimentAnalysis(str(tmp_path))
     with pytest.raises(ConfigError, match=r"not found\); pass the folder <storage_path>/<name> of a run$"):
         an.ExperimentAnalysis(str(tmp_path / "nothing"))
+    # Tuner.restore of it says so too (it said only that it is not restorable: a helper's resume check)
+    (tmp_path / "tuner.pkl").write_bytes(b"Ray's")
+    with pytest.raises(FileNotFoundError, match="Ray Tune wrote this folder .*continue this one with Ray's "
+                                                "Tuner.restore"):
+        tune.Tuner.restore(str(tmp_path), lambda config: None)
 
 
 def test_frames_take_the_last_or_the_best_row_per_trial() -> None:

@@ -346,12 +346,15 @@ class PB2(PBT):
                               f"(got {hyperparam_bounds!r})")
         self.bounds = _flat_bounds(hyperparam_bounds)
         self.hyperparam_bounds = dict(hyperparam_bounds)
-        super().__init__(
-            space, num_samples, metric, mode, time_attr=time_attr, perturbation_interval=perturbation_interval,
-            hyperparam_mutations=_as_domains(hyperparam_bounds), quantile_fraction=quantile_fraction,
-            resample_probability=0.0, custom_explore_fn=custom_explore_fn, log_config=log_config,
-            require_attrs=require_attrs, synch=synch, seed=seed, points_to_evaluate=points_to_evaluate,
-        )
+        try:
+            super().__init__(
+                space, num_samples, metric, mode, time_attr=time_attr, perturbation_interval=perturbation_interval,
+                hyperparam_mutations=_as_domains(hyperparam_bounds), quantile_fraction=quantile_fraction,
+                resample_probability=0.0, custom_explore_fn=custom_explore_fn, log_config=log_config,
+                require_attrs=require_attrs, synch=synch, seed=seed, points_to_evaluate=points_to_evaluate,
+            )
+        except ConfigError as e:  # PBT's checks, named after PB2 (the Tune front end's said "PB2: PBT: ...")
+            raise ConfigError(f"PB2: {str(e).removeprefix('PBT: ')}") from None
         self._points: list[_Point] = []
         self._segments: dict[str, int] = {}  # trial -> exploits it has made
         self._pending: list[list[float]] = []  # values picked at the current newest time (GP-BUCB)

@@ -88,6 +88,7 @@ from fluidsalus.tune._trainable import (
 )
 from fluidsalus.tune._translate import Plan, plan
 from fluidsalus.tune._workdir import chdir_to_trial_dir
+from fluidsalus.tune.analysis import written_by_ray
 from fluidsalus.tune.callback import RayCallbackAdapter, TrialInfo
 from fluidsalus.tune.logger import PROGRESS_FILE, RESULT_FILE, default_loggers, translate_ray_logger
 from fluidsalus.tune.progress_reporter import ReporterCallback
@@ -493,6 +494,9 @@ class Tuner:
             raise NotRestorableError(
                 f"Tuner.restore: path {folder!r} is not a restorable fluidsalus.tune experiment (it needs "
                 f"{DB_FILENAME} and {TUNER_STATE_FILE}); check Tuner.can_restore(path) first"
+                + (". Ray Tune wrote this folder (its experiment_state file is there): fluidsalus continues the "
+                   "experiments it ran itself; continue this one with Ray's Tuner.restore"
+                   if written_by_ray(folder) else "")
             )
         with open(os.path.join(folder, TUNER_STATE_FILE), "rb") as f:
             state = cloudpickle.load(f)

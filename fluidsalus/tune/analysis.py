@@ -213,7 +213,7 @@ class ExperimentAnalysis:
     @staticmethod
     def _load_trials(path: str) -> list[Trial]:
         if not os.path.isfile(os.path.join(path, DB_FILENAME)):
-            ray_wrote_it = any(name.startswith("experiment_state") for name in _listdir(path))
+            ray_wrote_it = written_by_ray(path)
             raise ConfigError(
                 f"ExperimentAnalysis: experiment_checkpoint_path {path!r} holds no experiment ({DB_FILENAME} "
                 "not found); pass the folder <storage_path>/<name> of a run"
@@ -473,6 +473,11 @@ class ExperimentAnalysis:
 
     def __repr__(self) -> str:
         return f"ExperimentAnalysis<{len(self.trials)} trials, path={self._experiment_path!r}>"
+
+
+def written_by_ray(path: str) -> bool:
+    """Whether Ray Tune wrote the experiment folder ``path`` (its ``experiment_state`` file is there)."""
+    return any(name.startswith("experiment_state") for name in _listdir(path))
 
 
 def _listdir(path: str) -> list[str]:
