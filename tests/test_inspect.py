@@ -438,6 +438,22 @@ def test_a_window_from_python_is_checked_as_the_command_lines(tmp_path):
     assert "window 0.50s .. 1.00s" in clipped.render_table()  # (it showed the end asked for, 10.00s)
 
 
+def test_window_bounds_in_the_json_carry_no_float_noise_of_epoch_seconds(tmp_path):
+    """``--start 3.9`` came back as ``3.9000000953674316`` (t0 + 3.9 - t0 in epoch seconds: a helper's check)."""
+    t0 = 1_764_000_000.123
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "acc", "max")
+    store.add_trials([("t0", 0, {"x": 1})])
+    store.add_events([(t0, "device_start", None, "cpu:0", {"kind": "cpu", "slots": 1}),
+                      (t0, "trial_start", "t0", "cpu:0", {"attempt": 0}),
+                      (t0, "lane_open", None, "cpu:0", {"lane": 0, "capacity": 100}),
+                      (t0, "lane_admit", "t0", "cpu:0", {"detail": [0, 50, 50], "attempt": 0})])
+    store.add_results([("t0", 0, i, t0 + i, {"acc": i, "time_this_iter_s": 1.0}) for i in range(1, 9)])
+    store.set_experiment(status="FINISHED", finished_at=t0 + 8.5)
+    store.close()
+    window = json.loads(inspect(str(tmp_path / "exp"), window=(3.9, 4.7)).to_json())["window"]
+    assert (window["start_s"], window["end_s"]) == (3.9, 4.7)
+
+
 def test_a_run_that_ended_before_any_device_started_says_so(tmp_path):
     """Its window was shown from the epoch: "window -1795931592.20s .. -1795931592.20s" (a docs audit)."""
     store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "acc", "max")
