@@ -911,7 +911,11 @@ def timeline(activity: Activity, bin_s: float | None = None,
              window: tuple[float, float] | None = None) -> list[TimelineBin]:
     """Goodput over time: per bin of ``bin_s`` seconds from the run's start, per device and in total.
 
-    An iteration counts in the bin its report falls in; busy and device time are split across bins.
+    An iteration counts in the bin its report falls in (``iterations``, ``useful_iterations``); busy and device
+    time are split across bins, and so is each iteration for the rates (``throughput``, ``goodput``): its share of
+    a bin is the share of its span (the time its trial held its lane's turn for it) that falls there. Counted at
+    its report alone, a bin of a short run held 0 or 1 iteration and the rate flipped between 0 and its double,
+    and a bin that the device's time covered only in part spiked.
 
     Args:
         activity: The run's activity.
@@ -933,15 +937,28 @@ def timeline(activity: Activity, bin_s: float | None = None,
         return min(n - 1, max(0, math.ceil((ts - start) / width) - 1))
 
     out: list[TimelineBin] = []
-    totals = [[0.0, 0, 0, 0.0, 0.0] for _ in range(n)]
+    totals = [[0.0, 0, 0, 0.0, 0.0, 0.0, 0.0] for _ in range(n)]
     for device in activity.devices:
         counts = [[0, 0] for _ in range(n)]
+        spread = [[0.0, 0.0] for _ in range(n)]  # the iterations' shares of each bin, for the rates
         for s in activity.spans:
-            if s.device == device and s.counted and (window is None or start < s.end <= end
-                                                     or s.end == start <= activity.start):  # (as summarize's)
+            if s.device != device or not s.counted:
+                continue
+            if window is None or start < s.end <= end or s.end == start <= activity.start:  # (as summarize's)
                 c = counts[index(s.end)]
                 c[0] += 1
                 c[1] += int(s.useful)
+            length = s.end - s.start
+            if length <= 0 or s.end <= start or s.start >= end:
+                if length <= 0 and start <= s.end <= end:  # no span to spread: all of it where it was reported
+                    share = spread[index(s.end)]
+                    share[0] += 1.0
+                    share[1] += float(s.useful)
+                continue
+            for i in range(index(max(s.start, start)), index(min(s.end, end)) + 1):
+                f = overlap(s.start, s.end, *edges[i]) / length
+                spread[i][0] += f
+                spread[i][1] += f * s.useful
         lane_ivs = [iv for (d, _, _), iv in activity.lane_busy.items() if d == device]
         busy_iv = activity.device_busy.get(device, [])
         eps = activity.epochs[device]
@@ -950,16 +967,20 @@ def timeline(activity: Activity, bin_s: float | None = None,
             lane_busy = sum(covered(iv, b0, b1) for iv in lane_ivs)
             busy = covered(busy_iv, b0, b1)
             it, useful = counts[i]
-            out.append(TimelineBin(b0, b1, device, ds, it, useful, lane_busy, busy, _ratio(it, ds), _ratio(useful, ds)))
+            share_it, share_useful = spread[i]
+            out.append(TimelineBin(b0, b1, device, ds, it, useful, lane_busy, busy, _ratio(share_it, ds),
+                                   _ratio(share_useful, ds)))
             t = totals[i]
             t[0] += ds
             t[1] += it
             t[2] += useful
             t[3] += lane_busy
             t[4] += busy
-    for (b0, b1), (ds, it, useful, lane_busy, busy) in zip(edges, totals, strict=True):
-        out.append(TimelineBin(b0, b1, TOTAL_DEVICE, ds, int(it), int(useful), lane_busy, busy, _ratio(it, ds),
-                               _ratio(useful, ds)))
+            t[5] += share_it
+            t[6] += share_useful
+    for (b0, b1), (ds, it, useful, lane_busy, busy, share_it, share_useful) in zip(edges, totals, strict=True):
+        out.append(TimelineBin(b0, b1, TOTAL_DEVICE, ds, int(it), int(useful), lane_busy, busy,
+                               _ratio(share_it, ds), _ratio(share_useful, ds)))
     return out
 
 

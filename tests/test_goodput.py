@@ -160,7 +160,13 @@ def test_timeline_bins(activity):
     assert [b.device_seconds for b in bins] == pytest.approx([2, 2, 2, 2])
     assert [b.lane_busy_s for b in bins] == pytest.approx([2, 4, 3.5, 2.5])
     totals = [b for b in gp.timeline(activity, bin_s=2.0) if b.device == gp.TOTAL_DEVICE]
-    assert [b.goodput for b in totals] == pytest.approx([0, 1, 1, 1.5])
+    # The rates spread each iteration over its span: [100, 102] holds A1 [101, 102] (wasted) and half of C1
+    # [101, 103]; [102, 104] B1, C1's other half, A2 and C2 (both wasted); [104, 106] B2, C2 again and half of A's
+    # redone A1 [105.5, 106.5]; [106, 108] its other half, C3 and A2 (counted at their reports alone, the
+    # goodput read 0, 1, 1, 1.5: a helper saw short runs' curves flip between 0 and twice the rate).
+    assert [b.throughput for b in bins] == pytest.approx([0.75, 1.75, 1.25, 1.25])
+    assert [b.goodput for b in totals] == pytest.approx([0.25, 0.75, 1.25, 1.25])
+    assert sum(b.throughput * b.device_seconds for b in bins) == pytest.approx(10)  # every iteration, once
     assert len(gp.timeline(activity)) == 2 * gp.DEFAULT_TIMELINE_BINS  # the device and the totals
 
 
