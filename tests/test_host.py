@@ -164,6 +164,30 @@ def test_stop_rule_on_a_missing_key_is_a_run_level_error(tmp_path):
     assert fatal and "'epochs' is not in the result" in fatal[0][4]
 
 
+def test_a_node_that_does_not_see_the_experiments_store_ends_the_run_naming_the_shared_storage_it_needs(tmp_path):
+    """A worker node with a disk of its own under storage_path kept its trials' checkpoints there, where the
+    driver never found them: no error, Result.checkpoint None (a helper's two-node run). Ray fails such trials."""
+    ran = []
+
+    def f(config):
+        ran.append(1)
+        fluidsalus.report({"v": 1})
+
+    elsewhere = tmp_path / "not_shared"
+    host = DeviceHost(f, _settings(max_lanes=1, experiment_dir=str(elsewhere)))
+    host.submit([_spec(tmp_path, 0)])
+    events = _drain(host, 1)
+    fatal = [e for e in events if e[0] == EV_FATAL]
+    assert fatal and "is not visible on node" in fatal[0][4] and "storage_path must be a folder" in fatal[0][4]
+    assert ran == []  # the trainable never ran there
+    elsewhere.mkdir()
+    (elsewhere / "experiment.db").write_bytes(b"")  # the store is seen: trials run
+    host = DeviceHost(f, _settings(max_lanes=1, experiment_dir=str(elsewhere)))
+    host.submit([_spec(tmp_path, 1), _spec(tmp_path, 2)])
+    events = _drain(host, 2)
+    assert not [e for e in events if e[0] == EV_FATAL] and ran == [1, 1]
+
+
 def test_stop_rule_rejects_other_types():
     with pytest.raises(ConfigError, match="stop: must be a dict"):
         stop_rule(42)  # type: ignore[arg-type]

@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import numbers
 import os
+import socket
 import sys
 import threading
 import time
@@ -63,6 +64,7 @@ from fluidsalus.session import (
     set_session,
     start_outside_trials,
 )
+from fluidsalus.store import DB_FILENAME
 
 logger = logging.getLogger(__name__)
 
@@ -181,6 +183,10 @@ class HostSettings:
         distributed_timeout_s: How long a rank of a data-parallel trial waits for its peers (rendezvous,
             collectives, rank 0's decision at a report, the workers' end) before it fails; see
             ``fluidsalus.distributed.DEFAULT_TIMEOUT_S``.
+        experiment_dir: The experiment's folder as the driver made it (its store is there). The first trial on
+            the device checks that it sees the store there, since every node must share ``storage_path``:
+            otherwise the run ends with a :class:`StorageNotSharedError`, as Ray Tune fails a trial whose node
+            does not see the experiment's storage. None: not checked.
     """
 
     experiment_name: str
@@ -198,6 +204,7 @@ class HostSettings:
     profile_memory: bool = True
     memory_mode: str = DEFAULT_MEMORY_MODE
     distributed_timeout_s: float = DEFAULT_DISTRIBUTED_TIMEOUT_S
+    experiment_dir: str | None = None
 
 
 @dataclass
@@ -319,6 +326,11 @@ class StopRuleError(ConfigError):
     """The stop rule cannot be evaluated on a result (e.g. a stop key that no result has)."""
 
 
+class StorageNotSharedError(ConfigError):
+    """The experiment's folder is not visible where a trial runs: every node of the cluster must share
+    ``storage_path`` (checkpoints written there would be lost with the node's own disk)."""
+
+
 class _Withdrawn(Exception):
     """Ends a trial's thread that :meth:`DeviceHost.withdraw` took back before it began."""
 
@@ -380,6 +392,7 @@ class DeviceHost:
         self._call_seq = 0
         self._grant_seq = 0  # counts every turn given anywhere on the device (for "ran alone" checks)
         self._closed = False
+        self._storage_seen = False  # the experiment's store was seen from this node (_check_storage)
         self._torch_configured = False
         # One lane: one trial runs at a time, so each can have the process's random generators to itself.
         self._own_rngs = settings.max_lanes == 1
@@ -1074,6 +1087,21 @@ class DeviceHost:
         session._caller = lambda method, args: self._call(trial_id, attempt, method, args)
         return session
 
+    def _check_storage(self) -> None:
+        """Raise :class:`StorageNotSharedError` when this node does not see the experiment's store (once seen,
+        not checked again). A node with a disk of its own under ``storage_path`` kept its trials' checkpoints
+        there, where the driver never found them (a helper's two-node run with PBT: no error, no checkpoint)."""
+        folder = self.settings.experiment_dir
+        if folder is None or self._storage_seen:
+            return
+        if not os.path.isfile(os.path.join(folder, DB_FILENAME)):
+            raise StorageNotSharedError(
+                f"the experiment's folder {folder!r} is not visible on node {socket.gethostname()!r} (device "
+                f"{self.settings.device}: no {DB_FILENAME} there): storage_path must be a folder that every node of "
+                "the cluster shares (a network file system), as Ray Tune requires; the trials' checkpoints and "
+                "files written on this node would be lost")
+        self._storage_seen = True
+
     def _configure_torch(self) -> None:
         """Give a torch imported before the host's settings took effect the device's intra-op thread count.
 
@@ -1098,6 +1126,7 @@ class DeviceHost:
         ranks = None
         peer_gone = False  # a data-parallel rank's failure says a peer went away (a broken collective)
         try:
+            self._check_storage()
             self._configure_torch()
             os.makedirs(spec.trial_dir, exist_ok=True)
             if spec.world_size > 1:  # a rank of a data-parallel trial meets the others first
@@ -1145,7 +1174,7 @@ class DeviceHost:
                 outcome = OUT_ERRORED
                 error = (f"{error} (one allocation of {requested} bytes is more than all the {total} bytes of "
                          f"memory of device {self.settings.device}: not retried)")
-            if isinstance(e, (StopRuleError, BudgetKeyError)):
+            if isinstance(e, (StopRuleError, BudgetKeyError, StorageNotSharedError)):
                 fatal = error = str(e)
         finally:
             session.ended = True  # threads the trial started may not report after its end

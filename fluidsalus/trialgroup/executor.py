@@ -705,6 +705,7 @@ class Executor:
                 time_attr=self.searcher.time_attr,
                 # every result waits for the driver when a stopper's stop_all() may end the run at it
                 verdict_from=STOP_ALL_VERDICT_FROM if self._stop_all_verdicts else self.searcher.verdict_from,
+                experiment_dir=self.settings.experiment_dir,  # every node must see it (a shared storage_path)
             )
 
     def _actor_name(self, spec: DeviceSpec) -> str:
