@@ -916,7 +916,7 @@ class Executor:
             what = "the replacement of its dead actor" if device.replacements else "its actor"
             if self._node_gone(device):  # (Ray's words, "the actor died unexpectedly", sounded like a bad trainable)
                 logger.warning("device %s is lost with its node, which left the cluster while %s started; the run "
-                               "goes on with the other devices, and the device with a node that joins",
+                               "goes on with the other devices, and the device starts again on a node that joins",
                                device.spec.name, what)
             else:
                 logger.warning("device %s is lost: %s could not start: %s; the run goes on with the other devices",
