@@ -1516,6 +1516,35 @@ def test_an_exploit_the_runs_end_cancels_leaves_the_trials_own_checkpoint_whole(
     assert [(c["iteration"], c["metrics"]["score"]) for c in store.checkpoints("b")] == [(4, 0.1)]
 
 
+def test_an_exploit_whose_source_checkpoint_is_gone_is_cancelled_with_a_warning_and_an_event(tmp_path, caplog):
+    """It was cancelled without a word: the trial went on with its own config, and nothing said why (a helper's
+    multi-node run, where the source's checkpoint was on another node's disk)."""
+    import shutil
+
+    from fluidsalus.gpu.host import EV_RESULT, EV_START
+    from fluidsalus.searchers._base import ExploitRequest
+
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    for index, (tid, score) in enumerate((("a", 0.9), ("b", 0.1))):
+        trial = _placed_trial(executor, store, tid, devices=(index,), seq=index, budget=4)
+        os.makedirs(os.path.join(trial.trial_dir, "checkpoint_000004"))
+        metrics = {"training_iteration": 4, "time_total_s": 4.0, "score": score,
+                   "checkpoint_dir_name": "checkpoint_000004"}
+        executor._handle(executor._devices[index], [(EV_START, tid, 0, 0.5), (EV_RESULT, tid, 0, 4.0, metrics, True,
+                                                                             False)])
+    shutil.rmtree(os.path.join(executor.trials["a"].trial_dir, "checkpoint_000004"))
+    requests = [ExploitRequest("b", "a", 4, 4.0, {"lr": 0.5}, 8, "pbt-exploit-0")]
+    executor.searcher.take_exploits = lambda: [requests.pop()] if requests else []
+    cancelled = []
+    executor.searcher.cancel_exploit = cancelled.append
+    with caplog.at_level("WARNING", logger="fluidsalus.trialgroup.executor"):
+        executor._take_groups()
+    assert cancelled == ["b"] and "b" not in executor._restarts
+    assert "trial b does not exploit trial a: its checkpoint of iteration 4 is not found" in caplog.text
+    (event,) = store.events("exploit_cancelled")
+    assert (event.trial_id, event.data) == ("b", {"source": "a", "source_iteration": 4, "reason": "no_checkpoint"})
+
+
 def test_an_out_of_memory_readmission_counts_its_attempt_from_the_checkpoint_it_resumes_at(tmp_path):
     """The re-admitted trial starts again in the same attempt; its start set where the attempt resumes to its last
     result's iteration, so a device death while it redid iterations counted as no progress (the death rule)."""

@@ -1381,6 +1381,15 @@ class Executor:
                       if c["iteration"] == request.source_iteration and os.path.isdir(c["path"])]
             if trial.status != PAUSED or not source:
                 self.searcher.cancel_exploit(request.trial_id)
+                if trial.status == PAUSED:  # (a trial that is no longer paused ended or moved on: nothing to say)
+                    # The source's checkpoint is gone (retention deleted it, or by hand): the trial goes on as it
+                    # was. It was cancelled without a word (a helper's multi-node run).
+                    logger.warning("trial %s does not exploit trial %s: its checkpoint of iteration %s is not found; "
+                                   "it continues with its own config", trial.trial_id, request.source_trial_id,
+                                   request.source_iteration)
+                    self.store.add_events([(time.time(), "exploit_cancelled", trial.trial_id, None, {
+                        "source": request.source_trial_id, "source_iteration": request.source_iteration,
+                        "reason": "no_checkpoint"})])
                 continue
             own = request.source_trial_id == trial.trial_id  # (restarting from its own checkpoint: stored already)
             # Another trial's is copied beside the trial's own checkpoint of that iteration, not over it, and
