@@ -193,6 +193,7 @@ class Epoch:
     end: float
     kind: str | None
     slots: int | None
+    node: str | None = None  # the address of the node its actor ran on (its device_start's node_ip)
 
 
 @dataclass(frozen=True)
@@ -606,7 +607,9 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
             elif nxt == math.inf and finished_at is not None and finished_at > end:
                 end = finished_at
             slots = info.get("slots")
-            out.append(Epoch(device, i, ts, end, info.get("kind"), int(slots) if isinstance(slots, int) else None))
+            node = info.get("node_ip")
+            out.append(Epoch(device, i, ts, end, info.get("kind"), int(slots) if isinstance(slots, int) else None,
+                             node if isinstance(node, str) else None))
         epochs[device] = out
     orphans = defaultdict(list)
     for s in spans:
@@ -733,6 +736,7 @@ class DeviceStats:
     gpu_util_mean_pct: float | None
     gpu_mem_used_peak_bytes: int | None
     wasted: dict[str, WasteStats] = field(default_factory=dict)
+    node: str | None = None  # the node its (last) actor ran on; None for the totals and older stores
 
 
 @dataclass
@@ -843,6 +847,7 @@ def summarize(activity: Activity, window: tuple[float, float] | None = None) -> 
             activity.used.get(device, empty).peak(w0, w1), util,
             mem.peak(w0, w1) if mem is not None and mem.points else None,
         ))
+        devices[-1].node = eps[-1].node
 
     names = activity.devices
 

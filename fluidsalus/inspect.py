@@ -546,12 +546,15 @@ class Report:
         window = ("no device started" if t0 is None else  # (a run interrupted while Ray started, say)
                   f"window {self.summary.start - t0:.2f}s .. {self.summary.end - t0:.2f}s from the first device "
                   f"start; {self.total_stats.device_seconds:.2f} device-seconds")
-        header = ("DEVICE", "BUSY", "SLOTS", "ITERS", "USEFUL", "WASTED", "IT/S", "GOODPUT", "SAMPLES/S", "LANES",
-                  "SWITCHES", "SW_P50", "SW_P99", "RESERVED", "USED", "GPU%")
+        # A NODE column when the devices ran on more than one node (the address of each one's last actor)
+        nodes = len({d.node for d in self.device_stats}) > 1
+        header = ("DEVICE", *(("NODE",) if nodes else ()), "BUSY", "SLOTS", "ITERS", "USEFUL", "WASTED", "IT/S",
+                  "GOODPUT", "SAMPLES/S", "LANES", "SWITCHES", "SW_P50", "SW_P99", "RESERVED", "USED", "GPU%")
         rows = []
         for d in [*self.device_stats, self.total_stats]:
             rows.append((
-                d.device, _fmt(d.busy_fraction, ".0%"), _fmt(d.slot_occupancy, ".0%"), str(d.iterations),
+                d.device, *((d.node or "-",) if nodes else ()), _fmt(d.busy_fraction, ".0%"),
+                _fmt(d.slot_occupancy, ".0%"), str(d.iterations),
                 str(d.useful_iterations), str(d.wasted_iterations), _fmt(d.throughput, ".2f"), _fmt(d.goodput, ".2f"),
                 _fmt(d.samples_per_s, ".1f"), str(d.lanes_peak), str(d.switches),
                 _fmt(d.switch_latency_ms_p50, ".2f", "ms"), _fmt(d.switch_latency_ms_p99, ".2f", "ms"),

@@ -454,6 +454,36 @@ def test_window_bounds_in_the_json_carry_no_float_noise_of_epoch_seconds(tmp_pat
     assert (window["start_s"], window["end_s"]) == (3.9, 4.7)
 
 
+def test_devices_on_several_nodes_show_their_node(tmp_path):
+    """Neither the table nor the JSON said which node a device ran on, though its device_start records it (a
+    helper's multi-node run). One node: no NODE column."""
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "acc", "max")
+    store.add_trials([("t0", 0, {"x": 1}), ("t1", 1, {"x": 2})])
+    events = []
+    for device, node, trial in (("cpu:0", "10.0.0.1", "t0"), ("cpu:1", "10.0.0.2", "t1")):
+        events += [(10.0, "device_start", None, device, {"kind": "cpu", "slots": 1, "node_ip": node}),
+                   (10.5, "trial_start", trial, device, {"attempt": 0}),
+                   (10.5, "lane_open", None, device, {"lane": 0, "capacity": 100}),
+                   (10.5, "lane_admit", trial, device, {"detail": [0, 50, 50], "attempt": 0})]
+    store.add_events(events)
+    store.add_results([(t, 0, 1, 11.0, {"acc": 1, "time_this_iter_s": 0.5}) for t in ("t0", "t1")])
+    store.set_experiment(status="FINISHED", finished_at=12.0)
+    store.close()
+    report = inspect(str(tmp_path / "exp"))
+    assert [d.node for d in report.device_stats] == ["10.0.0.1", "10.0.0.2"] and report.total_stats.node is None
+    table = report.render_table().splitlines()
+    header = next(line for line in table if line.startswith("DEVICE"))
+    assert header.split()[:2] == ["DEVICE", "NODE"]
+    assert next(line for line in table if line.startswith("cpu:1")).split()[:2] == ["cpu:1", "10.0.0.2"]
+    assert [d["node"] for d in json.loads(report.to_json())["devices"]] == ["10.0.0.1", "10.0.0.2"]
+    one = _store(tmp_path, "one")  # one device (its device_start names no node)
+    one.add_results([("t0", 0, 1, 11.0, {"acc": 1, "time_this_iter_s": 0.5})])
+    one.close()
+    header = next(line for line in inspect(str(tmp_path / "one")).render_table().splitlines()
+                  if line.startswith("DEVICE"))
+    assert "NODE" not in header.split()
+
+
 def test_a_run_that_ended_before_any_device_started_says_so(tmp_path):
     """Its window was shown from the epoch: "window -1795931592.20s .. -1795931592.20s" (a docs audit)."""
     store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "acc", "max")
