@@ -349,6 +349,11 @@ class Report:
         return shown_status(self.status, self.path) == DRIVER_GONE
 
     @property
+    def live(self) -> bool:
+        """Whether a driver runs the experiment now (``RUNNING`` in the store, and its driver not gone)."""
+        return self.status == RUNNING and not self.driver_gone
+
+    @property
     def device_stats(self) -> list[gp.DeviceStats]:
         return self.summary.devices
 
@@ -526,7 +531,7 @@ class Report:
         counts = self.trial_counts
         exp = self.experiment
         live = (f"{counts['RUNNING']} running, {counts['PENDING'] + counts['PAUSED']} waiting"
-                if exp["status"] == RUNNING and not self.driver_gone else  # (an interrupted run's trials run no
+                if self.live else  # (an interrupted run's trials run no
                 # more: a resume continues them)
                 f"{counts['RUNNING'] + counts['PENDING'] + counts['PAUSED']} unfinished")
         trials = _plural(len(self.trial_rows), "trial")
@@ -539,7 +544,7 @@ class Report:
         if exp["error"]:  # why the experiment ended in error (a callback's exception, a rule it broke, ...)
             head += f"\nended by: {error_summary(exp['error'])}"
         unsaved = self.unsaved_iterations
-        if unsaved and not (exp["status"] == RUNNING and not self.driver_gone):  # (a live run's trials save on)
+        if unsaved and not self.live:  # (a live run's trials are always past their latest checkpoint)
             head += (f"\nunfinished trials ran {_plural(unsaved, 'iteration')} since their latest checkpoints: "
                      "counted useful, they are run again if the experiment is resumed")
         t0 = self.activity.start
@@ -601,8 +606,7 @@ class Report:
         if best is None:
             lines.append("best trial: -")
         else:
-            live = self.experiment["status"] == RUNNING and not self.driver_gone
-            shown = best.status.lower() if best.status in FINAL_STATUSES or live else "unfinished"  # (as ls says)
+            shown = best.status.lower() if best.status in FINAL_STATUSES or self.live else "unfinished"  # (as ls)
             lines.append(f"best trial: {best.trial_id} {best.metric}={best.value:.6g} ({best.mode}) at iteration "
                          f"{best.iteration}, {shown}, config {best.config}")
         return "\n".join(lines)

@@ -183,7 +183,8 @@ def requested_bytes(message: str) -> int | None:
         message: The error's text.
 
     Returns:
-        Bytes (rounded as the message rounds them), or None when the message names no size.
+        Bytes (the exact count where the message gives one, else rounded as it rounds them), or None when the
+        message names no size.
     """
     found = _REQUEST.search(message)
     if found is None:

@@ -216,9 +216,23 @@ def improvement_data(points: Sequence[_Point]) -> tuple[np.ndarray, np.ndarray]:
     Returns:
         ``(x, y)``, oldest first, at most :data:`MAX_OBSERVATIONS` (the newest).
     """
-    kept = _observations(points)[-MAX_OBSERVATIONS:]
-    x = np.array([row for _, row, _ in kept], dtype=float).reshape(-1, 2 + (len(points[0].values) if points else 0))
+    return _arrays(_newest(points), len(points[0].values) if points else 0)
+
+
+def _newest(points: Sequence[_Point]) -> list[tuple[str, list[float], float]]:
+    """The observations the GP learns from: the newest :data:`MAX_OBSERVATIONS` of :func:`_observations`."""
+    return _observations(points)[-MAX_OBSERVATIONS:]
+
+
+def _arrays(kept: Sequence[tuple[str, list[float], float]], n_values: int) -> tuple[np.ndarray, np.ndarray]:
+    """Observations as the GP's ``(x, y)``."""
+    x = np.array([row for _, row, _ in kept], dtype=float).reshape(-1, 2 + n_values)
     return x, np.array([y for _, _, y in kept], dtype=float)
+
+
+def _observed(kept: Sequence[tuple[str, list[float], float]], trial_id: str) -> bool:
+    """Whether one of the observations ``kept`` is the trial's (any of its segments ``<trial_id>#<n>``)."""
+    return any(segment.rpartition("#")[0] == trial_id for segment, _, _ in kept)
 
 
 def _observations(points: Sequence[_Point]) -> list[tuple[str, list[float], float]]:
@@ -244,8 +258,7 @@ def has_observation(points: Sequence[_Point], trial_id: str) -> bool:
         points: Perturbation points and clone starts.
         trial_id: The trial.
     """
-    return any(segment.rpartition("#")[0] == trial_id
-               for segment, _, _ in _observations(points)[-MAX_OBSERVATIONS:])
+    return _observed(_newest(points), trial_id)
 
 
 def _scale(value: Any, low: float, high: float) -> Any:
@@ -378,9 +391,10 @@ class PB2(PBT):
         source = self._trials[source_id]
         assert source.last_score is not None
         new_config = copy.deepcopy(source.config)
-        x, y = improvement_data(self._points)
+        kept = _newest(self._points)  # (once: the source's observation is looked for among these)
+        x, y = _arrays(kept, len(self.bounds))
         chosen = None
-        if len(y) and has_observation(self._points, source_id):
+        if len(y) and _observed(kept, source_id):
             chosen = self._select(x, y, source.last_train_time, source.last_score, self._values(source.config))
             for (key, (low, high)), value in zip(self.bounds.items(), chosen, strict=True):
                 raw = low + float(value) * (high - low)

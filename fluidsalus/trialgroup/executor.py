@@ -1301,8 +1301,8 @@ class Executor:
         to a waiting trial instead: its searcher's trials take turns (``BaseSearcher.takes_turns``), a queued
         trial (or one of ``new``, about to be queued) has a smaller ``turn_key``, and a restart loses nothing
         (``restarting``: it restarts anyway, an exploit; else its checkpoint is at its last result and its
-        trainable reads its checkpoints). Ray's PBT
-        pauses a trial at a perturbation point while others wait, and then runs the least advanced one.
+        trainable reads its checkpoints). Ray's PBT pauses a trial at a perturbation point while others wait, and
+        then runs the least advanced one.
 
         Args:
             trial: The trial.
@@ -2343,11 +2343,12 @@ class Executor:
         if not checkpoints:
             return
         latest = checkpoints[-1]
+        live = {c["path"] for c in checkpoints}
         if len(checkpoints) > keep:
             ranked = rank_checkpoints([c["metrics"] for c in checkpoints], self.settings.checkpoint_score_attribute,
                                       self.settings.checkpoint_score_order)
-            kept = {checkpoints[i]["path"] for i in ranked[-keep:]} | {latest["path"]} if keep else {latest["path"]}
-            doomed = [c for c in checkpoints if c["path"] not in kept]
+            live = {checkpoints[i]["path"] for i in ranked[-keep:]} | {latest["path"]} if keep else {latest["path"]}
+            doomed = [c for c in checkpoints if c["path"] not in live]
             self.store.mark_checkpoints_deleted([c["path"] for c in doomed])
             for c in doomed:
                 shutil.rmtree(c["path"], ignore_errors=True)
@@ -2356,7 +2357,6 @@ class Executor:
         # checkpoint manager keeps num_to_keep). A later one may be the name the attempt writes next: kept.
         unlisted = self._unlisted.pop(trial.trial_id, [])
         if unlisted:
-            live = {c["path"] for c in self.store.checkpoints(trial.trial_id)}
             ahead = [(path, iteration) for path, iteration in unlisted if iteration > latest["iteration"]]
             for path, iteration in unlisted:
                 if iteration <= latest["iteration"] and path not in live:

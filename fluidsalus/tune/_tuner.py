@@ -498,11 +498,7 @@ class Tuner:
                    "experiments it ran itself; continue this one with Ray's Tuner.restore"
                    if written_by_ray(folder) else "")
             )
-        with open(os.path.join(folder, TUNER_STATE_FILE), "rb") as f:
-            state = cloudpickle.load(f)
-        if state.get("version") != _STATE_VERSION:
-            raise ConfigError(f"Tuner.restore: {TUNER_STATE_FILE} has version {state.get('version')!r}; this "
-                              f"fluidsalus reads version {_STATE_VERSION}")
+        state = _read_state(folder)
         run_config = dataclasses.replace(state["run_config"], name=os.path.basename(folder),
                                          storage_path=os.path.dirname(folder))
         tuner = cls(trainable, param_space=param_space if param_space is not None else state["param_space"],
@@ -840,12 +836,24 @@ def check_same_trainable(folder: str, trainable: Any, registered_name: str | Non
         ConfigError: Another trainable than the experiment's.
     """
     try:
-        with open(os.path.join(folder, TUNER_STATE_FILE), "rb") as f:
-            state = cloudpickle.load(f)
+        state = _read_state(folder)
     except Exception:  # noqa: BLE001 - unreadable: the resume goes on as before, unchecked
         return
-    if state.get("version") == _STATE_VERSION:
-        _check_same_experiment(state, registered_name or trainable_name(trainable), None)
+    _check_same_experiment(state, registered_name or trainable_name(trainable), None)
+
+
+def _read_state(folder: str) -> dict[str, Any]:
+    """The experiment's ``tuner.pkl``.
+
+    Raises:
+        ConfigError: It was written by another version of it.
+    """
+    with open(os.path.join(folder, TUNER_STATE_FILE), "rb") as f:
+        state = cloudpickle.load(f)
+    if state.get("version") != _STATE_VERSION:
+        raise ConfigError(f"Tuner.restore: {TUNER_STATE_FILE} has version {state.get('version')!r}; this "
+                          f"fluidsalus reads version {_STATE_VERSION}")
+    return state
 
 
 def _check_same_experiment(state: Mapping[str, Any], name: str, param_space: Mapping[str, Any] | None) -> None:
