@@ -162,6 +162,20 @@ def test_a_move_needs_a_checkpoint_and_a_computing_trial():
     assert set(actions.refused) == {("bare", MOVE, REFUSED_NO_CHECKPOINT), ("paused", MOVE, REFUSED_PAUSED)}
 
 
+def test_a_move_the_planner_held_back_is_reported_as_refused_for_want_of_a_checkpoint():
+    """``Plan.held``: moves the planner left out because the trial cannot restart. Each becomes a refusal (the
+    executor's ``plan_refused`` event, so a report says why a device idled), unless the trial is already being
+    stopped or moved, or is paused at its budget (it computes nothing where it is)."""
+    plan = Plan(INTRA, (Assignment("held", (0,), (0,), KEEP), Assignment("busy", (0,), (0,), KEEP),
+                        Assignment("paused", (0,), (0,), KEEP)), (),
+                held=(("held", (1,)), ("busy", (1,)), ("paused", (1,)), ("gone", (1,))))
+    states = {"held": TrialState((0,)), "busy": TrialState((0,), busy=True),
+              "paused": TrialState((0,), computing=False)}
+    actions = plan_actions(plan, states)
+    assert actions.refused == [("held", MOVE, REFUSED_NO_CHECKPOINT)]
+    assert not actions.move and not actions.submit and not actions.withdraw
+
+
 def test_preemption_and_unplaceable_trials():
     plan = _plan(preempted=("ckpt", "bare", "queued"), unplaceable=("huge", "running_huge"), queued=("huge",))
     states = {"ckpt": TrialState((0,), can_restart=True), "bare": TrialState((0,)), "queued": TrialState(()),
@@ -819,10 +833,17 @@ def test_a_trial_moves_only_from_a_checkpoint(storage, checkpoint, reads):
     restarts = reader.events("trial_restart")
     planner = fluidsalus.inspect(grid.experiment_path).planner  # what `fluidsalus inspect` shows of it
     if not checkpoint or not reads:
-        # The planner knows that neither long trial can restart (TrialDemand.restartable): it plans no move,
-        # so the executor has none to refuse (its refusal: test_a_move_needs_a_checkpoint_and_a_computing_trial).
-        assert not restarts and not reader.events("plan_refused") and not reader.events("plan_move")
-        assert planner.moves == 0 and planner.refused == {}
+        # The planner knows that neither long trial can restart (TrialDemand.restartable): it plans no move, and
+        # says which it held back (Plan.held), which the executor records as refused, once for the trial's
+        # attempt: a report tells why the free device idled (it said "refused: none").
+        assert not restarts and not reader.events("plan_move")
+        refused = reader.events("plan_refused")
+        assert refused and len({e.trial_id for e in refused}) == len(refused)
+        for e in refused:
+            assert e.trial_id != trials[8].trial_id and e.data["action"] == MOVE
+            assert e.data["reason"] == REFUSED_NO_CHECKPOINT and e.data["to"] != [
+                p.device for p in reader.events("place") if p.trial_id == e.trial_id][-1:]
+        assert planner.moves == 0 and planner.refused == {REFUSED_NO_CHECKPOINT: len(refused)}
         assert planner.move_cost_s is None
         return
     assert restarts, "the time-sliced trial was never spread to the free device"

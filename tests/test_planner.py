@@ -481,11 +481,38 @@ def test_rebalance_leaves_a_trial_that_cannot_be_restarted_and_moves_the_next():
           TrialDemand("t1", 50, GIB, GIB, devices=(0,), seq=1), TrialDemand("t2", 30, GIB, GIB, devices=(0,), seq=2),
           TrialDemand("t3", 20, GIB, GIB, devices=(1,), seq=3),
           TrialDemand("t4", 10, GIB, GIB, devices=(1,), seq=4, paused=True)]
-    assert [(a.trial_id, a.devices) for a in plan(ts, devices(2, slots=3), book).changes] == [("t1", (1,))]
+    result = plan(ts, devices(2, slots=3), book)
+    assert [(a.trial_id, a.devices) for a in result.changes] == [("t1", (1,))]
+    assert result.held == (("t0", (1,)),)  # what the executor reports as refused (a user sees why it stayed)
     planner = Planner()  # and the same through the planner object (its cached state included)
     planner.book = book
-    assert [(a.trial_id, a.devices) for a in planner.plan(ts, devices(2, slots=3)).changes] == [("t1", (1,))]
-    assert planner.plan([t._replace(restartable=True) for t in ts], devices(2, slots=3)).changes[0].trial_id == "t0"
+    result = planner.plan(ts, devices(2, slots=3))
+    assert [(a.trial_id, a.devices) for a in result.changes] == [("t1", (1,))] and result.held == (("t0", (1,)),)
+    result = planner.plan([t._replace(restartable=True) for t in ts], devices(2, slots=3))
+    assert result.changes[0].trial_id == "t0" and result.held == ()
+
+
+def test_inter_holds_a_crowded_trial_that_cannot_restart_and_says_where_it_would_have_gone():
+    """Two trials time-slice device 0 while device 1 idles (HyperBand promoted both in place, say): the shorter
+    one would move to device 1, but it reported without a checkpoint it reads, so it stays, and the plan says
+    which move it left out (``Plan.held``): the executor records it as refused, so a report tells why device 1
+    idled (a helper's HyperBand sweep said ``refused: none``)."""
+    book = curve_book([10.0, 14.0, 19.0])
+    ts = [TrialDemand("t0", 100, GIB, GIB, devices=(0,), restartable=False),
+          TrialDemand("t1", 50, GIB, GIB, devices=(0,), seq=1, restartable=False)]
+    for planner in (None, Planner()):
+        if planner is not None:
+            planner.book = book
+        result = plan(ts, devices(2), book) if planner is None else planner.plan(ts, devices(2))
+        assert result.regime == INTER and result.changes == () and by_device(result) == {0: ["t0", "t1"]}
+        assert result.held == (("t1", (1,)),)
+    restartable = plan([t._replace(restartable=True) for t in ts], devices(2), book)
+    assert [(a.trial_id, a.devices) for a in restartable.changes] == [("t1", (1,))] and restartable.held == ()
+    # A move that would not pay is not held: with 0.1 iteration left it saves 0.1 * 10 * 0.4 = 0.4 s < 5 s.
+    assert plan([ts[0], ts[1]._replace(remaining=0.1)], devices(2), book).held == ()
+    # Nor one with nowhere to go: device 1 cannot hold t1.
+    small = [DeviceView(0, 16 * GIB, 4), DeviceView(1, GIB, 4)]
+    assert plan(ts, small, book).held == ()
 
 
 def test_device_gone_means_moved_or_preempted():

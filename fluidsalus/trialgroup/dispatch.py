@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from fluidsalus.gpu.lanes import LaneView
 from fluidsalus.session import result_totals
 from fluidsalus.store import PAUSED
-from fluidsalus.trialgroup.planner import KEEP, Plan, TrialDemand
+from fluidsalus.trialgroup.planner import KEEP, MOVE, Plan, TrialDemand
 from fluidsalus.trialgroup.queue import remaining_budget
 from fluidsalus.trialgroup.trial import Trial
 
@@ -214,7 +214,8 @@ class PlanActions:
             their checkpoint on ``devices``.
         retarget: ``(trial_id, devices)`` of trials already moving whose destination changed.
         preempt: Running trials to stop at their next boundary and queue again.
-        refused: ``(trial_id, action, reason)`` of planned changes not applied.
+        refused: ``(trial_id, action, reason)`` of planned changes not applied, and of the moves the planner left
+            out because the trial cannot restart (``Plan.held``: ``move``, :data:`REFUSED_NO_CHECKPOINT`).
         unplaceable: Queued trials that fit no device: they end with an error.
         withdraw: ``(trial_id, action)`` of planned moves and preemptions of trials without a checkpoint that may
             not have begun (``TrialState.unbegun``): their devices are asked to give them back.
@@ -291,6 +292,10 @@ def plan_actions(plan: Plan, states: Mapping[str, TrialState], limit: int | None
             out.preempt.append(trial_id)
         else:
             out.refused.append((trial_id, "preempt", REFUSED_NO_CHECKPOINT))
+    for trial_id, _ in plan.held:  # moves the planner left out because the trial cannot restart: say why
+        state = states.get(trial_id)
+        if state is not None and state.placed_on and state.computing and not (state.busy or state.moving):
+            out.refused.append((trial_id, MOVE, REFUSED_NO_CHECKPOINT))
     for trial_id in plan.unplaceable:
         state = states.get(trial_id)
         if state is not None and not state.placed_on and not state.busy:

@@ -1636,6 +1636,7 @@ class Executor:
                 events.append((now, "plan_preempt", trial_id, self._name(trial.placed_on[0]),
                                {"attempt": trial.attempt, "regime": plan.regime}))
                 trial.devices = ()
+            held = dict(plan.held)
             for trial_id, action, reason in actions.refused:
                 if reason == REFUSED_NO_CHECKPOINT:
                     self._awaiting_checkpoint.add(trial_id)
@@ -1644,7 +1645,7 @@ class Executor:
                     self._refused.add(key)
                     events.append((now, "plan_refused", trial_id, None, {
                         "attempt": key[1], "action": action, "reason": reason,
-                        "to": [self._name(i) for i in plan.placement(trial_id) or ()]}))
+                        "to": [self._name(i) for i in held.get(trial_id) or plan.placement(trial_id) or ()]}))
             withdraws: dict[int, dict[str, int]] = {}  # device -> {trial: attempt}
             for trial_id, action in actions.withdraw:
                 trial = self.trials[trial_id]

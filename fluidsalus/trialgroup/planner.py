@@ -255,6 +255,9 @@ class Plan:
         preempted: Trials that were placed and are not any more (their memory no longer fits): checkpoint them
             at their next iteration boundary and queue them.
         unplaceable: Trials whose ``P + T`` exceeds every device: they can never run here.
+        held: ``(trial_id, devices)`` of running trials the plan would have moved to ``devices`` (their crowded
+            device to an idle one) and left where they are because they cannot restart
+            (:attr:`TrialDemand.restartable` is False): the executor records why (a ``plan_refused`` event).
     """
 
     regime: str
@@ -262,6 +265,7 @@ class Plan:
     queued: tuple[str, ...]
     preempted: tuple[str, ...] = ()
     unplaceable: tuple[str, ...] = ()
+    held: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def placement(self, trial_id: str) -> tuple[int, ...] | None:
         """The devices of a placed trial, or None when it is queued or unknown."""
@@ -997,6 +1001,7 @@ class _Planning:
         self._full: set[int] = set()  # devices whose replay could not hold every resident
         self._unheld: dict[int, list[TrialDemand]] = {}  # full device -> residents its replay could not admit
         self._reopened: list[int] = []  # full devices that make_room's evictions let hold every resident
+        self.held: dict[str, int] = {}  # running trial -> the device a move would have taken it to (Plan.held)
         self.left: list[TrialDemand] | None = None  # intra: candidates left unplaced, in queue order
         # Computing trials keep() left unplaced, in arrival order (None: found by a scan); given by _KeptCache.
         self.arrivals: list[str] | None = None
@@ -1323,6 +1328,8 @@ class _Planning:
                 if saving <= cfg.move_cost_s:
                     return bool(moved)  # the longest cannot pay for the move: no shorter one can
                 if saving <= self.restart_cost_s(t, cfg.move_cost_s):
+                    if not t.restartable:
+                        self._hold(t, target)
                     continue  # its work since its checkpoint makes it dear to move: a shorter one may pay
                 self.release(t, crowded)
                 if self.admit(t, target):
@@ -1340,6 +1347,12 @@ class _Planning:
             self.load[crowded] -= rem
             self.ncomp[target] += 1
             self.load[target] += rem
+
+    def _hold(self, t: TrialDemand, target: int) -> None:
+        """Note that evening out would have moved ``t`` (which cannot restart) to ``target``, if it fits there."""
+        if t.trial_id not in self.held and self.admit(t, target):
+            self.release(t, target)
+            self.held[t.trial_id] = target
 
     def make_room(self, t: TrialDemand, order: list[tuple[float, int, int]]) -> int | None:
         """Evict paused residents (most recent arrival first) from the first device, in ``order``, where that
@@ -1480,6 +1493,11 @@ class _Planning:
                 n = self.ncomp[home]
                 saving = self.rem[t.trial_id] * (self.book.slowdown(curve, n) - 1.0) if n > 1 else 0.0
                 if max(saving, owner_gain) <= (self.restart_cost_s(t, cfg.move_cost_s) if t.devices else 0.0):
+                    if t.devices and not t.restartable and max(saving, owner_gain) > cfg.move_cost_s:
+                        held = self._free_device_for(t, owner)
+                        if held is not None:
+                            self.release(t, held)
+                            self.held.setdefault(t.trial_id, held)
                     continue
                 target = self._free_device_for(t, owner)
                 if target is None:
@@ -1678,7 +1696,8 @@ class _Planning:
             unplaceable = tuple(t.trial_id for t in rest if t.p_bytes + t.t_bytes > biggest)
         else:
             unplaceable = ()
-        return Plan(regime, tuple(assignments), queued, preempted, unplaceable)
+        held = tuple((tid, (d,)) for tid, d in self.held.items() if alloc.get(tid) is not None)
+        return Plan(regime, tuple(assignments), queued, preempted, unplaceable, held)
 
 
 def plan(
