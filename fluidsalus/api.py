@@ -49,6 +49,7 @@ from fluidsalus.store import (
     abandoned_create,
     remove_store_files,
     unused_name,
+    wait_for_killed_drivers_devices,
 )
 from fluidsalus.trialgroup.dispatch import resume_from
 from fluidsalus.trialgroup.executor import WARM_DEVICES, Executor, ExecutorSettings
@@ -303,6 +304,10 @@ def run(
             try:
                 experiment = store.experiment()
                 _check_objective(spec, experiment)
+                if experiment.get("status") == EXP_RUNNING and lock.previous_pid not in (None, os.getpid()):
+                    # Its driver was killed: its device actors on this machine run on until Ray ends them, and
+                    # would run the same trials beside ours, writing the same folders.
+                    wait_for_killed_drivers_devices(store)
                 trials = _load_trials(store)
                 _renew_object_refs(trials, space)
                 _restore(searcher, store)  # its saved state, and what it was told after it

@@ -454,8 +454,17 @@ class DriverLock:
     who holds it, for the refusal's message.
     """
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, previous: str = "") -> None:
         self._fd: int | None = fd
+        self.previous = previous  # what the file said before this driver took it (the last driver's line)
+
+    @property
+    def previous_pid(self) -> int | None:
+        """The pid of the driver that held the lock before this one and did not let it go (its line was still
+        there: it was killed, or is a driver of another machine whose lock this file system does not share),
+        or None."""
+        match = _LOCK_LINE.match(self.previous)
+        return int(match.group(1)) if match is not None else None
 
     @classmethod
     def acquire(cls, experiment_dir: str) -> DriverLock:
@@ -476,10 +485,11 @@ class DriverLock:
             os.close(fd)
             raise StoreError(f"the experiment at {experiment_dir} is being run by another driver ({holder}); wait "
                              "for it to end, or stop it, before running it again") from None
+        previous = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since "
                       f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
-        return cls(fd)
+        return cls(fd, previous)
 
     def release(self) -> None:
         """Let the experiment go (idempotent)."""
@@ -531,6 +541,113 @@ class DriverLock:
         except OSError:  # (PermissionError: it exists, as another user's)
             return False
         return False
+
+
+#: How long a driver that resumes an experiment whose last driver was killed (SIGKILL, a crash) waits for that
+#: driver's device processes on this machine to end before it runs trials itself. Ray ends a dead driver's actors
+#: by itself, about 2 s after the driver (measured: a helper killed the driver of a two-device sweep, whose
+#: devices ran 15 more iterations in 1.9 s and wrote checkpoint folders no store recorded); until then they would
+#: run the same trials beside the resumed ones, in the same folders. This leaves a loaded machine fifteen times
+#: that. Past it the driver warns and goes on (it never kills them: they may be the devices of a live driver of
+#: another machine whose lock this file system does not share).
+KILLED_DRIVER_DEVICES_WAIT_S = 30.0
+
+#: How often that wait looks again.
+KILLED_DRIVER_DEVICES_POLL_S = 0.1
+
+
+def _boot_time() -> float | None:
+    """When this machine booted (``btime`` of ``/proc/stat``), or None where there is no ``/proc``."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def process_started_at(pid: int, boot: float | None = None) -> float | None:
+    """When process ``pid`` of this machine started (epoch seconds, to a second: the boot time's resolution), or
+    None when there is no such live process (a zombie is not live) or ``/proc`` cannot tell.
+
+    Args:
+        pid: The process.
+        boot: The boot time, if read already.
+    """
+    boot = _boot_time() if boot is None else boot
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()  # after ``pid (comm)``: field 3 (state) on
+    if boot is None or len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime, in clock ticks since boot
+
+
+def live_device_processes(events: Iterable[EventRow], hostname: str | None = None) -> list[int]:
+    """The device processes that ``device_start`` events name on this machine and that still run.
+
+    A process counts when its pid is alive and it started before its event (to the second): a pid taken by
+    another process since started after.
+
+    Args:
+        events: The store's ``device_start`` events (their data carry the device actor's ``pid`` and
+            ``hostname``).
+        hostname: This machine's name (default: ``socket.gethostname()``).
+
+    Returns:
+        Their pids, each once, in the events' order.
+    """
+    hostname = socket.gethostname() if hostname is None else hostname
+    boot = _boot_time()
+    out: list[int] = []
+    for e in events:
+        data = e.data or {}
+        pid = data.get("pid")
+        if not isinstance(pid, int) or data.get("hostname") != hostname or pid in out or pid == os.getpid():
+            continue
+        started = process_started_at(pid, boot)
+        if started is not None and started <= e.ts + 1.0:
+            out.append(pid)
+    return out
+
+
+def wait_for_killed_drivers_devices(store: ExperimentStore,
+                                    timeout_s: float = KILLED_DRIVER_DEVICES_WAIT_S) -> list[int]:
+    """Wait until the device processes of an experiment's killed driver on this machine have ended
+    (:data:`KILLED_DRIVER_DEVICES_WAIT_S`), saying so in the log; warn when some outlive the wait. Its devices
+    are those of the ``device_start`` events since the experiment's last ``resume`` event (its own).
+
+    Args:
+        store: The experiment's store.
+        timeout_s: The most seconds to wait.
+
+    Returns:
+        The pids still running at the end (empty when every one ended).
+    """
+    resumes = store.events("resume")  # the last driver's devices started after its resume (or from the start)
+    since = resumes[-1].ts if resumes else -math.inf
+    events = [e for e in store.events("device_start") if e.ts >= since]
+    pids = live_device_processes(events)
+    if not pids:
+        return []
+    logger.warning("waiting for %d device process%s of the experiment's killed driver to end (pid %s); Ray ends "
+                   "them shortly after their driver", len(pids), "" if len(pids) == 1 else "es",
+                   ", ".join(map(str, pids)))
+    deadline = time.monotonic() + timeout_s
+    while pids and time.monotonic() < deadline:
+        time.sleep(KILLED_DRIVER_DEVICES_POLL_S)
+        pids = live_device_processes(events)
+    if pids:
+        logger.warning("%d device process%s of the experiment's killed driver still run%s after %.0f s (pid %s): "
+                       "they may run its trials beside this run's until they end", len(pids),
+                       "" if len(pids) == 1 else "es", "s" if len(pids) == 1 else "", timeout_s,
+                       ", ".join(map(str, pids)))
+    return pids
 
 
 def open_readonly(path: str | os.PathLike[str]) -> ExperimentStore:

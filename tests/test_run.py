@@ -1432,6 +1432,57 @@ def test_an_interrupted_driver_resumes_to_the_results_of_an_uninterrupted_run(tm
     assert after.experiment()["status"] == "FINISHED"
 
 
+#: Seconds the stand-in for a killed driver's device process lives in the test below.
+ORPHAN_LIFE_S = 2.0
+
+
+def test_a_resume_after_a_killed_driver_waits_for_its_device_processes_to_end(storage, caplog):
+    """A SIGKILLed driver's device actors run its trials on until Ray ends them (about 2 s, a helper measured),
+    writing checkpoint folders into the trials' folders; a resume started within that time ran the same trials
+    beside them (the driver lock died with the driver). It now waits for the device processes that the
+    experiment's ``device_start`` events name on this machine. Here the experiment is left as such a driver leaves
+    it: RUNNING, its line in the lock file, and a device process still running (a stand-in that lives
+    :data:`ORPHAN_LIFE_S`)."""
+    import logging
+    import socket
+
+    from fluidsalus.store import LOCK_FILENAME
+
+    grid = fluidsalus.run(objective, {"x": 1.0}, storage_path=storage, name="orphaned", verbose=0)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # (a pid no process has now: the killed driver's)
+    born = time.time()
+    orphan = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({ORPHAN_LIFE_S})"])
+    try:
+        store = ExperimentStore.open(grid.experiment_path)
+        store.set_experiment(status="RUNNING", finished_at=None)
+        # (the killed driver's devices started after its own resume: the first run's, still warm in this
+        # process, are not its)
+        store.add_events([(time.time(), "resume", None, None, {"unfinished": 0}),
+                          (time.time() + 0.1, "device_start", None, "cpu:0",
+                           {"pid": orphan.pid, "hostname": socket.gethostname()})])
+        store.close()
+        with open(os.path.join(grid.experiment_path, LOCK_FILENAME), "w") as f:
+            f.write(f"pid {dead.pid} on {socket.gethostname()}, since 2026-11-30 12:00:00\n")
+        with caplog.at_level(logging.WARNING, logger="fluidsalus.store"):
+            again = fluidsalus.run(objective, {"x": 1.0}, storage_path=storage, name="orphaned", resume=True,
+                                   verbose=0)
+    finally:
+        orphan.kill()
+        orphan.wait()
+    assert again.num_errors == 0 and len(again) == 1
+    reader = ExperimentStore.open(grid.experiment_path, readonly=True)
+    resume = reader.events("resume")[-1]
+    assert resume.ts >= born + ORPHAN_LIFE_S - 0.1  # not before the process ended
+    assert f"waiting for 1 device process of the experiment's killed driver to end (pid {orphan.pid})" in caplog.text
+    # A driver that let the experiment go cleanly (it empties its line) leaves nothing to wait for.
+    start = time.time()
+    with caplog.at_level(logging.WARNING, logger="fluidsalus.store"):
+        caplog.clear()
+        fluidsalus.run(objective, {"x": 1.0}, storage_path=storage, name="orphaned", resume=True, verbose=0)
+    assert "waiting for" not in caplog.text and time.time() - start < ORPHAN_LIFE_S * 5
+
+
 def asha_steps(config):
     for it in range(1, 10):
         time.sleep(0.02)

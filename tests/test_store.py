@@ -20,7 +20,9 @@ from fluidsalus.store import (
     READABLE_FROM,
     SCHEMA_VERSION,
     DriverLock,
+    EventRow,
     ExperimentStore,
+    live_device_processes,
 )
 
 #: sqlite3's default busy timeout, which a blocking checkpoint waited out.
@@ -441,6 +443,34 @@ def test_an_emptied_lock_file_is_gone_unless_a_process_holds_its_lock(tmp_path):
         lock.release()
     assert open(os.path.join(tmp_path, LOCK_FILENAME)).read() == ""  # as a driver leaves it
     assert DriverLock.holder_gone(str(tmp_path))
+
+
+def test_live_device_processes_are_those_of_this_machine_started_before_their_event_and_still_running():
+    """What a resume after a killed driver waits for (``tests/test_run.py::test_a_resume_after_a_killed_driver_
+    waits_for_its_device_processes_to_end``): a pid a ``device_start`` event names, on this machine, whose process
+    started before the event (a pid taken since by another process started after it) and has not ended."""
+    import socket
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    time.sleep(0.05)
+    now = time.time()
+
+    def event(ts: float, pid: int = proc.pid, host: str = socket.gethostname()) -> EventRow:
+        return EventRow(ts, "device_start", None, "cpu:0", {"pid": pid, "hostname": host})
+
+    try:
+        assert live_device_processes([event(now), event(now)]) == [proc.pid]  # (each once)
+        assert live_device_processes([event(now - 3600)]) == []  # the pid was taken since
+        assert live_device_processes([event(now, host="elsewhere")]) == []
+        assert live_device_processes([event(now, pid=os.getpid())]) == []  # (this process: not a device's)
+        assert live_device_processes([EventRow(now, "device_start", None, "cpu:0", None)]) == []
+        proc.kill()
+        time.sleep(0.2)  # a zombie until it is waited for: ended
+        assert live_device_processes([event(now)]) == []
+    finally:
+        proc.kill()
+        proc.wait()
+    assert live_device_processes([event(now)]) == []
 
 
 class _Model:
