@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from fluidsalus.errors import ConfigError
 from fluidsalus.store import TRIAL_RECORD_FILES
 
 _METADATA_FILE = ".metadata.json"
@@ -32,18 +33,38 @@ PERSISTED_NAME = re.compile(rf"(?:{EXPLOIT_CHECKPOINT_PREFIX})?checkpoint_\d{{6,
 
 
 class Checkpoint:
-    """A directory of files that captures a trial's state.
+    """A directory of files that captures a trial's state (``ray.tune.Checkpoint``, which
+    ``fluidsalus.tune.Checkpoint`` is: every checkpoint fluidsalus hands out, in a trial or in a result, is this
+    class).
 
     Args:
-        path: The directory. It must exist when the checkpoint is reported.
+        path: The directory. It must exist when the checkpoint is reported (as in Ray, not before).
+        filesystem: Ray's pyarrow filesystem of ``path``; must be None (a fluidsalus checkpoint is a local or
+            mounted directory).
+
+    Raises:
+        ConfigError: A ``filesystem`` was given.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], filesystem: Any = None) -> None:
+        if filesystem is not None:
+            raise ConfigError("Checkpoint: filesystem is not supported by fluidsalus; use a local or mounted path")
         self.path = os.fspath(path)
+
+    @property
+    def filesystem(self) -> Any:
+        """The checkpoint's filesystem, as Ray's attribute: always pyarrow's local one (``pyarrow.fs``, which
+        Ray installs), since a fluidsalus checkpoint is a local or mounted directory. Ray's W&B logger reads
+        it before it uploads a checkpoint, and Ray's idiom ``pyarrow.fs.copy_files(checkpoint.path, ...,
+        source_filesystem=checkpoint.filesystem)`` copies one out."""
+        from pyarrow import fs
+
+        return fs.LocalFileSystem()
 
     @classmethod
     def from_directory(cls, path: str | os.PathLike[str]) -> Checkpoint:
-        """Create a checkpoint from an existing directory.
+        """Create a checkpoint from a directory, as Ray's: the directory need only exist when the checkpoint is
+        reported (a trainable may make it after this call).
 
         Args:
             path: The directory holding the checkpoint's files.
@@ -51,19 +72,19 @@ class Checkpoint:
         Returns:
             A checkpoint that refers to ``path`` (nothing is copied yet).
         """
-        if not os.path.isdir(path):
-            raise ValueError(f"Checkpoint.from_directory: {os.fspath(path)!r} is not a directory")
         return cls(path)
 
     def to_directory(self, path: str | os.PathLike[str] | None = None) -> str:
-        """Copy the checkpoint's files into ``path`` (a new temporary directory if None).
+        """Copy the checkpoint's files into ``path`` (``~`` expanded, as Ray does; a new temporary directory if
+        None). A symbolic link whose target is missing is left out, as Ray's copy leaves it.
 
         Returns:
             The directory the files were copied into.
         """
-        target = os.fspath(path) if path is not None else tempfile.mkdtemp(prefix="fluidsalus_ckpt_")
+        target = (os.path.normpath(os.path.expanduser(os.fspath(path))) if path is not None
+                  else tempfile.mkdtemp(prefix="fluidsalus_ckpt_"))
         os.makedirs(target, exist_ok=True)
-        shutil.copytree(self.path, target, dirs_exist_ok=True)
+        shutil.copytree(self.path, target, dirs_exist_ok=True, ignore_dangling_symlinks=True)
         return target
 
     @contextlib.contextmanager
@@ -162,7 +183,12 @@ def persist_checkpoint(checkpoint: Checkpoint, trial_dir: str, iteration: int, p
         return final
     os.makedirs(trial_dir, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=trial_dir)
-    shutil.copytree(checkpoint.path, staging, dirs_exist_ok=True, ignore=_engine_folders_of(trial_dir))
+    try:  # (a link to a missing file is left out, as Ray's copy does: it failed every report of the trial)
+        shutil.copytree(checkpoint.path, staging, dirs_exist_ok=True, ignore=_engine_folders_of(trial_dir),
+                        ignore_dangling_symlinks=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)  # (a failed copy left a half-filled staging folder per attempt)
+        raise
     if os.path.exists(final):
         with contextlib.suppress(FileNotFoundError):  # (gone meanwhile: nothing left to replace)
             shutil.rmtree(final)

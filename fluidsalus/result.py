@@ -209,14 +209,28 @@ class ResultGrid:
     """All trials of an experiment (``ray.tune.ResultGrid``'s API).
 
     Args:
-        results: One :class:`Result` per trial, in trial order.
-        experiment_path: The experiment folder.
+        results: One :class:`Result` per trial, in trial order; or, as Ray's constructor takes it, a
+            ``fluidsalus.tune.ExperimentAnalysis`` (``ResultGrid(analysis)``: its trials' results, its folder and
+            its default metric and mode).
+        experiment_path: The experiment folder (not with an analysis).
         metric: Default metric for :meth:`get_best_result`.
         mode: Default mode for :meth:`get_best_result`.
+        experiment_analysis: Ray's keyword for the analysis, instead of ``results``.
+
+    Raises:
+        TypeError: Neither an analysis nor results with their ``experiment_path``.
     """
 
-    def __init__(self, results: list[Result], experiment_path: str, metric: str | None = None,
-                 mode: str | None = None) -> None:
+    def __init__(self, results: list[Result] | Any = None, experiment_path: str | None = None,
+                 metric: str | None = None, mode: str | None = None, *, experiment_analysis: Any = None) -> None:
+        analysis = experiment_analysis if experiment_analysis is not None else results
+        if experiment_path is None and hasattr(analysis, "trials") and hasattr(analysis, "experiment_path"):
+            results = [trial._result for trial in analysis.trials]
+            experiment_path = analysis.experiment_path
+            metric, mode = analysis.default_metric, analysis.default_mode
+        elif results is None or experiment_path is None:
+            raise TypeError("ResultGrid: give an ExperimentAnalysis (ResultGrid(analysis), as in Ray), or the results "
+                            "and their experiment_path")
         self._results = results
         self.experiment_path = experiment_path
         self._metric = metric

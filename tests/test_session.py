@@ -224,9 +224,9 @@ def test_return_values_are_reported_like_ray_tune(tmp_path):
         session.report_return_value("text")
 
 
-def test_checkpoint_helpers(tmp_path):
-    with pytest.raises(ValueError, match="is not a directory"):
-        fluidsalus.Checkpoint.from_directory(tmp_path / "missing")
+def test_checkpoint_helpers(tmp_path, monkeypatch):
+    later = fluidsalus.Checkpoint.from_directory(tmp_path / "later")  # as in Ray: it must exist when reported
+    assert later.path == str(tmp_path / "later")
     src = tmp_path / "c"
     src.mkdir()
     (src / "f").write_text("x")
@@ -236,6 +236,26 @@ def test_checkpoint_helpers(tmp_path):
     assert ckpt.get_metadata() == {"epoch": 3, "lr": 0.1}
     out = ckpt.to_directory(tmp_path / "copy")
     assert open(os.path.join(out, "f")).read() == "x"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    out = ckpt.to_directory("~/restored")  # ~ expanded, as Ray's (it made a folder named "~")
+    assert out == str(tmp_path / "home" / "restored") and open(os.path.join(out, "f")).read() == "x"
+
+
+def test_a_checkpoint_with_a_dangling_link_is_stored_without_it_as_rays_is(tmp_path):
+    """A stale link in a checkpoint folder (a framework's ``latest`` whose target was deleted) failed every report
+    of the trial with ``shutil.Error``, and each attempt left a half-filled staging folder: Ray's copy leaves the
+    link out. A copy that fails for another reason leaves no staging folder either."""
+    src = tmp_path / "c"
+    src.mkdir()
+    (src / "state.json").write_text("{}")
+    os.symlink(tmp_path / "gone", src / "latest")
+    trial_dir = tmp_path / "trial"
+    stored = persist_checkpoint(Checkpoint.from_directory(src), str(trial_dir), 1)
+    assert sorted(os.listdir(stored)) == ["state.json"]
+    assert sorted(os.listdir(Checkpoint(src).to_directory(tmp_path / "out"))) == ["state.json"]
+    with pytest.raises(FileNotFoundError):
+        persist_checkpoint(Checkpoint.from_directory(tmp_path / "never_made"), str(trial_dir), 2)
+    assert sorted(os.listdir(trial_dir)) == ["checkpoint_000001"]  # (no .incoming_* left)
 
 
 def test_a_reported_done_is_kept_and_ends_the_trial_as_in_ray(tmp_path):

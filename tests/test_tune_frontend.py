@@ -1048,6 +1048,42 @@ def test_a_class_trainable_whose_end_save_fails_keeps_its_last_result_as_in_ray(
         "training_iteration": 2, "score": 6, "done": True}
 
 
+class _CleanupRaises(tune.Trainable):
+    """Saves and restores; cleanup() raises; step() raises at iteration 2 when config["fail"]."""
+
+    def setup(self, config):
+        self.i = 0
+
+    def step(self):
+        self.i += 1
+        if self.config["fail"] and self.i == 2:
+            raise ValueError("boom in step at 2")
+        return {"score": self.i}
+
+    def save_checkpoint(self, checkpoint_dir):
+        return {"i": self.i}
+
+    def load_checkpoint(self, checkpoint):
+        self.i = checkpoint["i"]
+
+    def cleanup(self):
+        raise RuntimeError("boom in cleanup")
+
+
+def test_an_error_in_cleanup_neither_fails_a_finished_trial_nor_hides_a_steps_error(ray_cluster,
+                                                                                    storage: str) -> None:
+    """As in Ray (checked with Ray 2.60), what ``cleanup()`` raises is logged, not the trial's: a trial that
+    reached its stop rule ended ERROR, and ``max_failures`` ran it again from its checkpoint past the rule (to
+    iteration 4 of 2); a ``step()``'s error was replaced by cleanup's (a helper's side-by-side run)."""
+    _, grid = _run(_CleanupRaises, storage, {"fail": tune.grid_search([False, True])},
+                   run_config_kwargs={"stop": {"training_iteration": 2},
+                                      "failure_config": tune.FailureConfig(max_failures=2)})
+    finished, failed = sorted(grid, key=lambda r: r.config["fail"])
+    assert finished.error is None and finished.metrics["training_iteration"] == 2
+    assert list(finished.metrics_dataframe["training_iteration"]) == [1, 2]
+    assert isinstance(failed.error, ValueError) and "boom in step at 2" in str(failed.error)
+
+
 class _NoSaveEndless(_NoSave):
     def step(self):
         time.sleep(0.02)

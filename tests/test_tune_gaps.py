@@ -1041,3 +1041,50 @@ def test_a_fit_with_sample_from_and_optuna_search_runs_and_the_study_learns_the_
     assert grid.num_errors == 0 and len(grid) == 3
     assert all(r.config["y"] == 10 * r.config["x"] == r.metrics["loss"] for r in grid)
     assert grid.get_best_result().config["y"] == min(r.config["y"] for r in grid)
+
+
+def _checkpoints_each_iteration(config: dict[str, Any]) -> None:
+    for i in range(1, 4):
+        folder = os.path.join(tune.get_context().get_trial_dir(), f"tmp_{i}")
+        checkpoint = tune.Checkpoint.from_directory(folder)  # before the folder exists, as Ray allows
+        os.makedirs(folder)
+        with open(os.path.join(folder, "state.json"), "w") as f:
+            json.dump({"i": i}, f)
+        tune.report({"score": float(i * config["x"])}, checkpoint=checkpoint)
+
+
+def test_every_checkpoint_a_run_hands_out_is_a_tune_checkpoint_with_rays_filesystem(ray_cluster, storage: str,
+                                                                                    tmp_path) -> None:
+    """Results' checkpoints were the engine's class: not ``isinstance(..., tune.Checkpoint)``, and without Ray's
+    ``filesystem``, so Ray's ``pyarrow.fs.copy_files(..., source_filesystem=checkpoint.filesystem)`` failed where
+    a checkpoint in a trial had it (a helper's side-by-side run)."""
+    from pyarrow import fs
+
+    analysis = tune.run(_checkpoints_each_iteration, config={"x": tune.grid_search([1, 2])}, metric="score",
+                        mode="max", storage_path=storage, name="classes", verbose=0,
+                        checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="score"))
+    grid = tune.ResultGrid(analysis)
+    best = grid.get_best_result()
+    handed_out = [best.checkpoint, *(c for c, _ in best.best_checkpoints),
+                  analysis.get_best_checkpoint(analysis.get_best_trial()), analysis.best_checkpoint,
+                  tune.ResultGrid.read(analysis.experiment_path)[0].checkpoint]
+    for checkpoint in handed_out:
+        assert isinstance(checkpoint, tune.Checkpoint) and isinstance(checkpoint.filesystem, fs.LocalFileSystem)
+    os.makedirs(tmp_path / "out")
+    fs.copy_files(best.checkpoint.path, str(tmp_path / "out"), source_filesystem=best.checkpoint.filesystem)
+    assert json.load(open(tmp_path / "out" / "state.json")) == {"i": 3}
+
+
+def test_a_result_grid_is_built_from_an_experiment_analysis_as_in_ray(ray_cluster, storage: str) -> None:
+    """``ResultGrid(experiment_analysis)`` is Ray's constructor (it raised ``TypeError``); the grid takes the
+    analysis's trials, folder and default metric and mode."""
+    analysis = tune.run(_checkpoints_each_iteration, config={"x": tune.grid_search([1, 2])}, metric="score",
+                        mode="max", storage_path=storage, name="analysis", verbose=0)
+    for grid in (tune.ResultGrid(analysis), tune.ResultGrid(experiment_analysis=analysis),
+                 tune.ResultGrid(tune.ExperimentAnalysis(analysis.experiment_path, default_metric="score",
+                                                         default_mode="min"))):
+        assert len(grid) == 2 and grid.experiment_path == analysis.experiment_path
+    assert tune.ResultGrid(analysis).get_best_result().metrics["score"] == 6.0  # (its default mode: max)
+    assert grid.get_best_result().metrics["score"] == 3.0  # (the last one's: min)
+    with pytest.raises(TypeError, match="give an ExperimentAnalysis"):
+        tune.ResultGrid([])

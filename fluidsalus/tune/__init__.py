@@ -30,14 +30,12 @@ shows the switch side by side.
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from fluidsalus import session as _session
-from fluidsalus.checkpoint import Checkpoint as _EngineCheckpoint
-from fluidsalus.errors import ConfigError
+from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import FluidsalusError as TuneError
 from fluidsalus.result import Result, ResultGrid
 from fluidsalus.session import TrialContext as TuneContext
@@ -70,29 +68,6 @@ from fluidsalus.tune.schedulers import create_scheduler
 from fluidsalus.tune.search import create_searcher
 from fluidsalus.tune.stopper import Stopper
 
-
-class Checkpoint(_EngineCheckpoint):
-    """A directory of files that captures a trial's state (``ray.tune.Checkpoint``).
-
-    It is :class:`fluidsalus.Checkpoint` with Ray's signature: ``filesystem`` must be None (the checkpoint is a
-    local or mounted directory).
-    """
-
-    def __init__(self, path: str | os.PathLike[str], filesystem: Any = None) -> None:
-        if filesystem is not None:
-            raise ConfigError("Checkpoint: filesystem is not supported by fluidsalus; use a local or mounted path")
-        super().__init__(path)
-
-    @property
-    def filesystem(self) -> Any:
-        """The checkpoint's filesystem, as Ray's attribute: always pyarrow's local one (``pyarrow.fs``, which
-        Ray Tune installs), since a fluidsalus checkpoint is a local or mounted directory. Ray's W&B logger reads
-        it before it uploads a checkpoint."""
-        from pyarrow import fs
-
-        return fs.LocalFileSystem()
-
-
 #: The session functions that warned of a call outside a trial (each warns once, as Ray's ``log_once``).
 _WARNED_OUTSIDE: set[str] = set()
 
@@ -111,7 +86,7 @@ def _outside_a_trial(name: str) -> bool:
     return True
 
 
-def report(metrics: Mapping[str, Any], *, checkpoint: _EngineCheckpoint | None = None) -> None:
+def report(metrics: Mapping[str, Any], *, checkpoint: Checkpoint | None = None) -> None:
     """Report one iteration's metrics, and optionally a checkpoint (``ray.tune.report``).
 
     Outside a trial (the training function run on its own) it warns once and does nothing, as Ray's.
@@ -131,8 +106,7 @@ def get_checkpoint() -> Checkpoint | None:
     with a warning, outside a trial, as Ray's)."""
     if _outside_a_trial("get_checkpoint"):
         return None
-    checkpoint = _session.get_checkpoint()
-    return None if checkpoint is None else Checkpoint(checkpoint.path)
+    return _session.get_checkpoint()
 
 
 def get_context() -> TuneContext:

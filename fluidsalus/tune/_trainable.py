@@ -20,6 +20,7 @@ import copy
 import datetime
 import functools
 import json
+import logging
 import math
 import numbers
 import os
@@ -35,6 +36,8 @@ from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.distributed._common import DATA_PARALLEL_ATTR
 from fluidsalus.errors import ConfigError
 from fluidsalus.session import DATE_FORMAT, HOSTNAME, StopTrial, TrialResources, callable_name, node_ip
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "ClassOptions",
@@ -678,7 +681,13 @@ def run_trainable_class(cls: type[Trainable], config: dict[str, Any], parameters
             if done:
                 return
     finally:
-        trainable.stop()
+        try:
+            trainable.stop()
+        except Exception:  # (logged: as in Ray, cleanup() decides nothing about the trial)
+            # Ray's Tune ends the actor whatever its cleanup() raises: a finished trial stays finished, and a
+            # trial's own error stays its error (here it failed a finished trial, which max_failures then ran
+            # again past its stop rule, and replaced a step()'s error).
+            logger.warning("%s.cleanup() raised; the trial's outcome is unchanged", cls.__name__, exc_info=True)
 
 
 # ---------------------------------------------------------------------------------------------------------
