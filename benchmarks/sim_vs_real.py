@@ -206,7 +206,8 @@ def main() -> int:
     p.add_argument("--trials", type=int, default=64)
     p.add_argument("--seeds", default="0", help="comma-separated seeds, one sweep per seed and workload")
     p.add_argument("--iter-s", type=float, default=DEFAULT_ITER_S)
-    p.add_argument("--devices", type=int, help="virtual CPU devices (default: one per 2 cores)")
+    p.add_argument("--devices", type=int,
+                   help="virtual CPU devices (default: fluidsalus.run's, one 1-slot device per core)")
     p.add_argument("--cpus-per-device", type=int)
     p.add_argument("--planner", choices=REPLAY_PLANNERS, default="executor",
                    help="the placement to model: executor (the planner under the executor's rules, as the real "

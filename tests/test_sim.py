@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -538,3 +539,100 @@ def test_sim_compare_draws_the_workload_as_the_cli_does(monkeypatch, capsys):
     hw = Hardware(gpus=2)
     assert drawn == [hw.gpu_memory - hw.context_bytes] * 2
     assert set(json.loads(capsys.readouterr().out.strip().splitlines()[-1])) == {"random", "hyperband"}
+
+
+def _trace_file(tmp_path, name: str, **fields) -> str:
+    """A one-trial JSON trace with ``fields`` over a valid document (``trials`` and ``hardware`` replaced whole)."""
+    doc = {"format": "fluidsalus-sim-trace", "version": 1, "metric": "accuracy", "mode": "max",
+           "trials": [{"sec_per_iter": 2.0, "curve": [0.1, 0.2]}], **fields}
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+@pytest.mark.parametrize(("fields", "says"), [
+    ({"trials": [1, 2]}, r"trials\[0\]: must be an object of trial fields .*got int 1"),
+    ({"trials": ["abc"]}, r"trials\[0\]: must be an object of trial fields .*got str 'abc'"),
+    ({"trials": [{"sec_per_iter": 2.0, "curve": [0.1], "p_bytes": float("inf")}]},
+     r"trials\[0\]: p_bytes and t_bytes must be finite numbers of bytes, got inf"),
+    ({"hardware": [1, 2]}, r"'hardware' must be an object of Hardware fields, got list"),
+    ({"hardware": {"gpus": "4"}}, r"hardware.gpus must be an integer, got '4'"),
+    ({"hardware": {"gpus": 2.5}}, r"hardware.gpus must be an integer, got 2.5"),
+    ({"hardware": {"gpu_memory": "16GB"}}, r"hardware.gpu_memory must be an integer, got '16GB'"),
+    ({"hardware": {"slots": 1.5}}, r"hardware.slots must be an integer, got 1.5"),
+    ({"hardware": {"startup_s": float("nan")}}, r"hardware.startup_s must be a finite number, got nan"),
+    ({"hardware": {"gpus": 0}}, r"hardware: Hardware: gpus must be >= 1, got 0"),
+    ({"mode": "maximize"}, r"Workload: mode must be 'max' or 'min'"),
+])
+def test_a_malformed_trace_is_refused_naming_the_file_and_field_not_with_a_traceback(capsys, tmp_path, fields,
+                                                                                     says):
+    """A tester's (h71) A1: these crashed with AttributeError, OverflowError, TypeError (exit 1)."""
+    path = _trace_file(tmp_path, "bad.json", **fields)
+    with pytest.raises(ConfigError, match=f"^{re.escape(path)}: .*{says}"):
+        load_trace(path)
+    assert main(["--trace", path, "--planners", "one_per_gpu"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {path}: ")
+
+
+def test_a_trace_that_is_not_text_or_has_an_infinite_csv_cell_is_refused(tmp_path):
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ConfigError, match=r"binary.json: not a text file \(UTF-8\)"):
+        load_trace(str(binary))
+    csv_path = tmp_path / "inf.csv"
+    csv_path.write_text("trial,iteration,sec_per_iter,metric,p_bytes\na,1,2.0,0.5,inf\n")
+    with pytest.raises(ConfigError, match=r"inf.csv: trial 'a': p_bytes and t_bytes must be finite"):
+        load_trace(str(csv_path))
+
+
+def test_a_traces_interference_is_held_to_the_command_lines_range(capsys, tmp_path):
+    """A tester's (h71) A2: 0.99 in a trace's hardware got past --interference's 0.5 and a 50-trial run went on for
+    minutes; --interference given on the command line replaces it."""
+    path = _trace_file(tmp_path, "interf.json", hardware={"gpus": 2, "interference": 0.99})
+    assert main(["--trace", path, "--planners", "one_per_gpu"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {path}: hardware.interference 0.99 is above the command line's 0.5" in err
+    assert "give --interference" in err
+    assert main(["--trace", path, "--planners", "one_per_gpu", "--interference", "0.1"]) == 0
+
+
+def test_unknown_trace_fields_and_versions_are_reported(capsys, tmp_path):
+    """A tester's (h71) B4: a misspelt optional field silently took its default (demand 1.0: fills its GPU)."""
+    path = _trace_file(tmp_path, "typo.json", version=99, hardware={"gpuz": 4},
+                       trials=[{"sec_per_iter": 2.0, "curve": [0.1], "demnad": 0.1}])
+    with pytest.warns(UserWarning) as caught:
+        workload = load_trace(path)
+    messages = " | ".join(str(w.message) for w in caught)
+    assert "trace version 99" in messages and "hardware fields ['gpuz']" in messages
+    assert "trial fields ['demnad'] (first in trials[0])" in messages
+    assert workload.records[0].demand == 1.0
+    assert main(["--trace", path, "--planners", "one_per_gpu"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: " in err and "['demnad']" in err
+    csv_path = tmp_path / "extra.csv"
+    csv_path.write_text("trial,iteration,sec_per_iter,metric,demnad\na,1,2.0,0.5,0.1\n")
+    with pytest.warns(UserWarning, match=r"columns \['demnad'\] are not trace columns"):
+        load_trace(str(csv_path))
+
+
+def test_a_saved_replay_trace_runs_to_its_recorded_budgets(capsys, tmp_path):
+    """A tester's (h71) B2: `sim --trace` of a `sim.trace --save` trace ran ASHA's max_t 100 past every recorded
+    curve (630 iterations against the run's 114)."""
+    trials = [{"sec_per_iter": [1.0] * n, "curve": [0.1 * i for i in range(1, n + 1)], "iterations_run": n,
+               "budgets": budgets} for n, budgets in ((16, [1.0, 4.0, 16.0]), (4, [1.0, 4.0]), (1, [1.0]))]
+    path = _trace_file(tmp_path, "saved.json", trials=trials)
+    assert load_trace(path).max_budget == 16
+    assert main(["--trace", path, "--planners", "one_per_gpu", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "# --max-t 16: the largest budget" in out
+    assert main(["--trace", path, "--planners", "one_per_gpu", "--max-t", "2"]) == 0
+    assert "--max-t" not in capsys.readouterr().out.splitlines()[0]
+    assert load_trace(_trace_file(tmp_path, "plain.json")).max_budget is None
+
+
+def test_the_priority_lane_policy_is_refused_since_sim_trials_have_no_priority(capsys):
+    """A tester's (h71) B3: --lane-policy priority ran exactly as fifo without a word."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["--gpus", "2", "--trials", "4", "--lane-policy", "priority"])
+    assert exit_.value.code == 2
+    assert "--lane-policy priority: simulated trials have no priority" in capsys.readouterr().err

@@ -259,6 +259,11 @@ class LaneManager:
         """Snapshots of the lanes, oldest first."""
         return [LaneView(lane.lane_id, lane.capacity, dict(lane.members)) for lane in self._lanes.values()]
 
+    @property
+    def lane_count(self) -> int:
+        """Lanes open now (what :meth:`split` and admission compare with ``max_lanes``)."""
+        return len(self._lanes)
+
     def lane_of(self, trial_id: str) -> int | None:
         """The lane of a placed trial, or None (waiting or unknown)."""
         return self._where.get(trial_id)

@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,7 +28,14 @@ from fluidsalus.sim.model import GIB, Hardware
 from fluidsalus.sim.runner import BENCH_MAX_T, BENCH_PLANNERS, BENCH_TRIALS, RunSpec, bench, compare, speedups
 from fluidsalus.sim.searchers import BRACKET_SEARCHERS, SEARCHERS
 from fluidsalus.sim.strategies import PLANNERS
-from fluidsalus.sim.workload import check_save_path, generate_workload, load_trace, records_summary, save_trace
+from fluidsalus.sim.workload import (
+    Workload,
+    check_save_path,
+    generate_workload,
+    load_trace,
+    records_summary,
+    save_trace,
+)
 
 #: Defaults of the options that choose the run, which ``--bench`` (the engine on its own workload) does not take.
 RUN_DEFAULTS: dict[str, Any] = {"searcher": "asha", "planners": ",".join(PLANNERS), "lane_policy": "fifo"}
@@ -39,6 +47,11 @@ DEFAULT_TRIALS = 1000
 #: a static planner's out-of-memory retries tens of millions of events. (The library's
 #: :class:`~fluidsalus.sim.model.Hardware` takes [0, 1), for fitted replays.)
 MAX_INTERFERENCE_OPTION = 0.5
+#: Lane policies the simulator cannot model: its trials have no priority (``Simulation.view``), so ``priority``
+#: would run exactly as ``fifo`` (its tie-break).
+UNMODELLED_POLICIES = {"priority": "simulated trials have no priority, so it would run exactly as fifo"}
+#: Lane policies ``--lane-policy`` takes.
+LANE_POLICIES = sorted(p for p in POLICIES if p not in UNMODELLED_POLICIES)
 
 
 def _integer(minimum: int) -> Callable[[str], int]:
@@ -85,9 +98,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", help="a recorded trace (.json or .csv) instead of the synthetic workload")
     p.add_argument("--save-trace", metavar="FILE", help="write the workload as a JSON trace (not .csv) and go on")
     p.add_argument("--planners", help="comma-separated planners (default: all)")
-    p.add_argument("--max-t", type=_integer(1), help="largest budget (default: the searcher's)")
-    p.add_argument("--target", type=_number(minimum=None), help="metric value of time-to-target (default: the 95th "
-                   "percentile of the values the trials reach at the largest budget)")
+    p.add_argument("--max-t", type=_integer(1), help="largest budget (default: the largest budget a --trace "
+                   "records, as python -m fluidsalus.sim.trace --save writes it, else the searcher's)")
+    p.add_argument("--target", type=_number(minimum=None), help="metric value of time-to-target (default: the value "
+                   "the best 5%% of the trials reach at the largest budget: the 95th percentile of the values for "
+                   "mode max, the 5th for mode min)")
     p.add_argument("--gpus-per-node", type=_integer(1))
     p.add_argument("--gpu-memory-gib", type=_number(positive=True))
     p.add_argument("--slots", type=_integer(1), help="compute slots (lanes) per GPU")
@@ -95,8 +110,9 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"throughput lost per co-running trial, in [0, {MAX_INTERFERENCE_OPTION:g}]")
     p.add_argument("--startup-s", type=_number())
     p.add_argument("--move-s", type=_number())
-    p.add_argument("--lane-policy", choices=sorted(POLICIES),
-                   help=f"lane policy of waterfill (default {RUN_DEFAULTS['lane_policy']})")
+    p.add_argument("--lane-policy", choices=sorted(POLICIES), metavar="{" + ",".join(LANE_POLICIES) + "}",
+                   help=f"lane policy of waterfill (default {RUN_DEFAULTS['lane_policy']}; not priority: "
+                   f"{UNMODELLED_POLICIES['priority']})")
     p.add_argument("--max-concurrent-brackets", type=_integer(1),
                    help=f"{'/'.join(BRACKET_SEARCHERS)} only: brackets at once (default: all)")
     p.add_argument("--driver-latency-s", type=_number(), help="delay of the driver's decisions after a change")
@@ -121,6 +137,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
             parser.error(f"--bench measures the engine on its own workload (random search, {BENCH_TRIALS} trials "
                          f"of {BENCH_MAX_T} iterations, planners {', '.join(BENCH_PLANNERS)}); it does not take "
                          f"{', '.join(given)}")
+    if args.lane_policy in UNMODELLED_POLICIES:
+        parser.error(f"--lane-policy {args.lane_policy}: {UNMODELLED_POLICIES[args.lane_policy]}; choose from "
+                     f"{', '.join(LANE_POLICIES)}")
     for name, default in RUN_DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, default)
@@ -130,12 +149,36 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def _hardware(args: argparse.Namespace, traced: dict) -> Hardware:
+def _hardware(args: argparse.Namespace, traced: dict, source: str = "the trace") -> Hardware:
+    """The command line's hardware over a trace's (``traced``, already checked by ``load_trace``).
+
+    Raises:
+        ConfigError: The trace's interference is past :data:`MAX_INTERFERENCE_OPTION` and ``--interference``
+            does not replace it (``--interference`` itself is held to that range by argparse).
+    """
+    interference = traced.get("interference")
+    if args.interference is None and interference is not None and interference > MAX_INTERFERENCE_OPTION:
+        raise ConfigError(
+            f"{source}: hardware.interference {interference:g} is above the command line's "
+            f"{MAX_INTERFERENCE_OPTION:g}: past it packing is absurd rather than costly (runs took ~10^12 "
+            f"virtual seconds or tens of millions of out-of-memory retries); give --interference (at most "
+            f"{MAX_INTERFERENCE_OPTION:g}) to run this trace")
     memory = None if args.gpu_memory_gib is None else int(args.gpu_memory_gib * GIB)
     return Hardware.from_dict(traced, gpus=args.gpus, gpus_per_node=args.gpus_per_node, gpu_memory=memory,
                               slots=args.slots, interference=args.interference, startup_s=args.startup_s,
                               move_s=args.move_s, driver_latency_s=args.driver_latency_s,
                               context_bytes=None if args.context_mib is None else int(args.context_mib * 2**20))
+
+
+def _load_trace(path: str) -> Workload:
+    """:func:`load_trace`, its warnings (fields it does not know, another version) printed as ``warning: ...``
+    lines on stderr."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        workload = load_trace(path)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    return workload
 
 
 def _cell(value: float | int | None, width: int, spec: str) -> str:
@@ -179,10 +222,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f" on {hardware.gpus} GPUs: {figures['sim_iterations_per_s']:.0f} iterations/s")
             print(json.dumps({"bench": figures}))
             return 0
-        workload = load_trace(args.trace) if args.trace else None
-        hardware = _hardware(args, workload.hardware if workload else {})
+        workload = _load_trace(args.trace) if args.trace else None
+        hardware = _hardware(args, workload.hardware if workload else {}, args.trace)
         if args.trials is None:  # a trace's own trials once each; its hardware fields are taken unless overridden
             args.trials = DEFAULT_TRIALS if workload is None else len(workload.records)
+        if args.max_t is None and workload is not None and workload.max_budget is not None:
+            args.max_t = workload.max_budget  # its curves and times stop there (a saved replay trace)
+            print(f"# --max-t {args.max_t}: the largest budget {args.trace} records (its curves stop there)")
         if workload is None:
             workload = generate_workload(args.trials, args.seed, hardware.gpu_memory - hardware.context_bytes)
         planners = [p.strip() for p in args.planners.split(",") if p.strip()]

@@ -654,6 +654,7 @@ class Simulation:
                 if trial.tid in dev.lm:
                     for admitted in dev.lm.leave(trial.tid):
                         self._on_admitted(dev, admitted.trial_id, admitted.lane_id, now)
+                    self._spread(dev, now)
             trial.waiting_admission.clear()
         else:
             for d in trial.devices:
@@ -662,6 +663,39 @@ class Simulation:
         trial.resident = False
         trial.devices = ()
         trial.view = None
+
+    def _spread(self, dev: SimDevice, now: float) -> None:
+        """Work conservation after a trial left ``dev`` (``DeviceHost._spread_locked``): while the device runs
+        fewer lanes than its ``max_lanes``, a trial waiting for its turn in a shared lane (ready, not its lane's
+        current trial: at an iteration boundary, or not begun) takes a lane of its own
+        (:meth:`~fluidsalus.gpu.lanes.LaneManager.split`), lanes in creation order, each lane's trials in the
+        order they became ready. This is what a stop racing its replacement's admission leaves: the newcomer
+        shares a lane (every lane was open), then the stopped trial's lane dissolves; without the spread a slot
+        would idle until the next admission. As on the device, the moved trial keeps its turn counts (its
+        memory stays resident; only its turn moves) and begins at once in its new lane, prefetched or not."""
+        lm = dev.lm
+        if lm is None or lm.lane_count >= lm.max_lanes:
+            return
+        for lane in list(dev.lanes.values()):
+            for trial in sorted(lane.ready, key=lambda t: t.ready_since):
+                if lm.lane_count >= lm.max_lanes:
+                    return
+                placement = lm.split(trial.tid)
+                if placement is None:
+                    continue
+                lane.ready.remove(trial)
+                lane.members -= 1
+                unbegun = not trial.began and not trial.prefetched
+                if unbegun:
+                    lane.starting -= 1
+                new = dev.lanes[placement.lane_id] = SimLane(dev, placement.lane_id)
+                new.members = 1
+                new.starting = 1 if unbegun else 0
+                trial.lane = new
+                trial.arrival = next(new.arrivals)
+                new.ready.append(trial)
+                self._kick(new, now)
+            self._kick(lane, now)  # (a trial it held back may be free to begin now)
 
     def move(self, trial: SimTrial, devices: tuple[int, ...], now: float) -> None:
         """Move a placed trial to ``devices``: now if it is at an iteration boundary, else at the next one."""

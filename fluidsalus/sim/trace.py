@@ -32,9 +32,10 @@ A real run on virtual CPU devices (or GPUs) leaves in its store what the simulat
 - *Admit-first share*: the runtime's race between a stopped trial leaving its lane and the trial the driver
   placed in its stead being admitted. The driver sends the stop first, but the stopped trial's thread must
   wake up (take the GIL) to leave, while ``submit`` runs at once in an actor thread: the new trial is often
-  admitted while the stopped one still holds its lane. With every lane open it then joins another lane, and
-  when the stopped trial's lane dissolves the device runs fewer lanes than it has slots until its next
-  admission (the lanes do not rebalance). The share is measured over the placements that followed a stop.
+  admitted while the stopped one still holds its lane (a trial prefetched to a full device always is). With
+  every lane open it then joins another lane; when the stopped trial's lane dissolves, the device spreads
+  (``DeviceHost._spread_locked``, modelled by ``Simulation._spread``): a trial waiting in a shared lane takes
+  a lane of its own, so no slot idles. The share is measured over the placements that followed a stop.
 
 **Workloads** (:class:`~fluidsalus.sim.workload.Workload`, the simulator's input):
 
@@ -86,12 +87,13 @@ from fluidsalus.errors import ConfigError, StoreError
 from fluidsalus.gpu import lanes as ln
 from fluidsalus.gpu.device import DEFAULT_TRIAL_ESTIMATE, virtual_device_capacity
 from fluidsalus.gpu.host import PROFILE_ITERATIONS
+from fluidsalus.gpu.policies import POLICIES
 from fluidsalus.inspect import open_readonly, resolve_experiment
 from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.sim.engine import ENDED, PAUSED, QUEUED, SimResult, SimTrial, Simulation, SimulationError
 from fluidsalus.sim.model import Hardware, colocated_speed
 from fluidsalus.sim.strategies import Strategy, WaterfillStrategy, make_strategy
-from fluidsalus.sim.workload import TRACE_FORMAT, TRACE_VERSION, TrialRecord, Workload
+from fluidsalus.sim.workload import TRACE_FORMAT, TRACE_VERSION, TrialRecord, Workload, check_save_path
 from fluidsalus.trialgroup.dispatch import PREFETCH_PER_DEVICE, DeviceLoad, TrialState, choose_prefetch, plan_actions
 from fluidsalus.trialgroup.planner import DEFAULT_MOVE_COST_S, Plan, PlannerSettings, TrialDemand
 from fluidsalus.trialgroup.trial import TrialGroup
@@ -113,6 +115,11 @@ MIN_WORLD_SIZE = 2
 ITERATION_KEY = "training_iteration"
 #: The result key of an iteration's duration.
 ITER_TIME_KEY = gp.ITER_TIME_KEY
+#: The lane policy of a replay whose run recorded none (``fluidsalus.run``'s default).
+DEFAULT_LANE_POLICY = "fifo"
+#: Lane policies a replay runs as :data:`DEFAULT_LANE_POLICY`: they order trials by priority, which the replay's
+#: trials do not have.
+UNPRIORITISED_POLICIES = frozenset({"priority"})
 
 
 # ------------------------------------------------------------------------------------------ the trace
@@ -228,6 +235,7 @@ class StoreTrace:
         move_costs: The seconds each measured move cost its trial (``move_cost`` events), in order.
         world_sizes: The trials that ran data-parallel (a ``worker_start`` event: ranks on other devices), each
             with the most devices it ran on at once.
+        lane_policy: The run's lane policy, as its spec recorded it (None: not recorded).
     """
 
     path: str
@@ -245,6 +253,7 @@ class StoreTrace:
     checkpointed: bool = False
     move_costs: tuple[float, ...] = ()
     world_sizes: dict[str, int] = field(default_factory=dict)
+    lane_policy: str | None = None
 
     @property
     def makespan_s(self) -> float:
@@ -435,7 +444,15 @@ def load_store_trace(path: str) -> StoreTrace:
         move_costs=tuple(float((ev.data or {})["seconds"]) for ev in events
                          if ev.kind == "move_cost" and _number((ev.data or {}).get("seconds")) is not None),
         world_sizes=world_sizes,
+        lane_policy=_recorded_policy(exp),
     )
+
+
+def _recorded_policy(exp: Mapping[str, Any]) -> str | None:
+    """The lane policy the run's spec recorded (``fluidsalus.run(lane_policy=...)``), if it is one."""
+    spec = exp.get("spec")
+    policy = spec.get("lane_policy") if isinstance(spec, Mapping) else None
+    return policy if isinstance(policy, str) and policy in POLICIES else None
 
 
 # ------------------------------------------------------------------------------------------ calibration
@@ -1576,18 +1593,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("experiment", help="an experiment folder, its experiment.db, or a name under the storage path")
     p.add_argument("--save", metavar="FILE", help="write the recorded workload as a JSON trace")
     p.add_argument("--planner", choices=REPLAY_PLANNERS, default="executor")
-    p.add_argument("--lane-policy", default="fifo", help="the run's lane policy (default fifo)")
+    p.add_argument("--lane-policy", choices=sorted(POLICIES),
+                   help=f"the run's lane policy (default: the one the run's store records, else {DEFAULT_LANE_POLICY})")
     args = p.parse_args(argv)
     try:
+        if args.save:
+            check_save_path(args.save)  # before the replay: a .csv name or a missing folder
         trace = load_store_trace(args.experiment)
-        comparison = compare_with_store(trace, planner=args.planner, lane_policy=args.lane_policy)
+        policy = args.lane_policy or trace.lane_policy or DEFAULT_LANE_POLICY
+        if policy in UNPRIORITISED_POLICIES:
+            print(f"# lane policy {policy}: the replay's trials have no priority, so it runs as "
+                  f"{DEFAULT_LANE_POLICY} (its tie-break)")
+        comparison = compare_with_store(trace, planner=args.planner, lane_policy=policy)
         if args.save:
             save_store_trace(trace, args.save, comparison.calibration)
     except (StoreError, ConfigError, SimulationError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     f = comparison.figures()
-    print(f"# {len(trace.trials)} trials, {trace.iterations} iterations on {len(trace.devices)} device(s); "
+    print(f"# {len(trace.trials)} trials, {trace.iterations} iterations on {len(trace.devices)} device(s), lane "
+          f"policy {policy}; "
           f"interference {f['interference']}, driver latency {f['driver_latency_ms']} ms, start {f['startup_ms']} ms, "
           f"boundary {f['boundary_ms']} ms, admit-first share {f['admit_first_share']}")
     print(f"measured makespan {f['measured_s']:.3f} s; predicted from the trace {f['predicted_s']:.3f} s "

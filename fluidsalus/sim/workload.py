@@ -41,15 +41,16 @@ import csv
 import json
 import math
 import os
+import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.device import DEFAULT_TRIAL_ESTIMATE
-from fluidsalus.sim.model import DEFAULT_GPU_MEMORY, GIB
+from fluidsalus.sim.model import DEFAULT_GPU_MEMORY, GIB, Hardware
 
 #: The ``format`` tag of a JSON trace.
 TRACE_FORMAT = "fluidsalus-sim-trace"
@@ -62,6 +63,18 @@ TRACE_DEFAULTS: dict[str, Any] = {
     "serial_fraction": 0.5,
     "data_parallel": False,
 }
+#: The fields a trial entry may have: what :class:`TrialRecord` reads (``sec_per_iter``, ``curve`` and
+#: :data:`TRACE_DEFAULTS`), and what ``python -m fluidsalus.sim.trace --save`` adds for a replay
+#: (:func:`fluidsalus.sim.trace.trace_document`). Any other field is reported (a misspelt optional field would
+#: silently take its default).
+TRACE_TRIAL_FIELDS = frozenset({"sec_per_iter", "curve", *TRACE_DEFAULTS,
+                                "trial_id", "iterations_run", "budgets", "end", "estimates"})
+#: The top-level fields of a JSON trace (``measured_makespan_s`` and ``source``: written by
+#: ``python -m fluidsalus.sim.trace --save``).
+TRACE_TOP_FIELDS = frozenset({"format", "version", "metric", "mode", "hardware", "trials", "source",
+                              "measured_makespan_s"})
+#: Hardware fields that are counts or byte sizes (integers); the others are numbers.
+_INTEGER_HARDWARE = frozenset({"gpus", "gpus_per_node", "gpu_memory", "slots", "context_bytes"})
 
 # Synthetic small-trial distributions (see the module docstring).
 SEC_PER_ITER_MEDIAN = 10.0
@@ -170,6 +183,9 @@ class Workload:
         mode: ``"max"`` or ``"min"``.
         hardware: Hardware fields a trace carried (applied under the command line's own).
         source: Where it came from (``"synthetic(seed=...)"`` or the trace's path).
+        max_budget: The largest budget the trace's trials ran to, when it records them (the ``budgets`` and
+            ``iterations_run`` that ``python -m fluidsalus.sim.trace --save`` writes; None: not recorded). Its
+            curves and times stop there: ``python -m fluidsalus.sim --trace`` takes it as ``--max-t``.
     """
 
     records: tuple[TrialRecord, ...]
@@ -177,6 +193,7 @@ class Workload:
     mode: str = "max"
     hardware: dict[str, Any] = field(default_factory=dict)
     source: str = "synthetic"
+    max_budget: int | None = None
 
     def __post_init__(self) -> None:
         if not self.records:
@@ -250,7 +267,10 @@ def _flag(value: Any) -> bool:
     return _FLAGS[text]
 
 
-def _record_from(entry: dict[str, Any], where: str) -> TrialRecord:
+def _record_from(entry: Any, where: str) -> TrialRecord:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: must be an object of trial fields (sec_per_iter, curve, ...), got "
+                          f"{type(entry).__name__} {entry!r:.60}")
     values = {**TRACE_DEFAULTS, **{k: v for k, v in entry.items() if v is not None and v != ""}}
     try:
         sec = values["sec_per_iter"]
@@ -270,6 +290,51 @@ def _record_from(entry: dict[str, Any], where: str) -> TrialRecord:
         raise ConfigError(f"{where}: missing field {e.args[0]!r}") from None
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{where}: {e}") from None
+    except OverflowError:  # int(float("inf")): a byte count that is not finite
+        raise ConfigError(f"{where}: p_bytes and t_bytes must be finite numbers of bytes, got "
+                          f"{values['p_bytes']!r} and {values['t_bytes']!r}") from None
+
+
+def _hardware_from(hardware: Any, path: str) -> dict[str, Any]:
+    """A JSON trace's ``hardware``, checked as the simulator's :class:`~fluidsalus.sim.model.Hardware` takes it:
+    an object of its fields (an unknown one is reported and left out), counts as integers, every figure a finite
+    number in its range. Its interference is held to the command line's range later (``cli._hardware``).
+
+    Raises:
+        ConfigError: Naming the file and the field.
+    """
+    if hardware is None:
+        return {}
+    if not isinstance(hardware, dict):
+        raise ConfigError(f"{path}: 'hardware' must be an object of Hardware fields, got {type(hardware).__name__}")
+    known = {f.name for f in fields(Hardware)}
+    unknown = sorted(k for k in hardware if k not in known)
+    if unknown:
+        warnings.warn(f"{path}: hardware fields {unknown} are not Hardware fields and are ignored (known: "
+                      f"{', '.join(sorted(known))})", UserWarning, stacklevel=3)
+    values = {k: v for k, v in hardware.items() if k in known}
+    for name, value in values.items():
+        if name in _INTEGER_HARDWARE:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{path}: hardware.{name} must be an integer, got {value!r}")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(f"{path}: hardware.{name} must be a finite number, got {value!r}")
+    try:
+        Hardware.from_dict(values)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: hardware: {e}") from None
+    return values
+
+
+def _max_budget(trials: list[Any]) -> int | None:
+    """The largest budget a saved replay trace's trials ran to (its largest finite ``budgets`` entry, else its
+    longest ``iterations_run``); None when the trials record neither."""
+    budgets = [b for t in trials if isinstance(t, dict) and isinstance(t.get("budgets"), list)
+               for b in t["budgets"] if isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b)]
+    runs = [t["iterations_run"] for t in trials if isinstance(t, dict) and isinstance(t.get("iterations_run"), int)
+            and not isinstance(t["iterations_run"], bool)]
+    top = max(budgets, default=None) if budgets else max(runs, default=None)
+    return None if top is None or top < 1 else int(math.ceil(top))
 
 
 def load_trace(path: str) -> Workload:
@@ -281,6 +346,10 @@ def load_trace(path: str) -> Workload:
     Returns:
         The workload.
 
+    Warns:
+        UserWarning: Fields the format does not have (top-level, trial or hardware: a misspelt optional field
+            would silently take its default), or a ``version`` other than :data:`TRACE_VERSION`.
+
     Raises:
         ConfigError: The file is not a valid trace; the message names the entry and the field.
     """
@@ -291,25 +360,51 @@ def load_trace(path: str) -> Workload:
             data = json.load(f)
         except json.JSONDecodeError as e:
             raise ConfigError(f"{path}: not JSON ({e})") from None
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{path}: not a text file (UTF-8): {e.reason} at byte {e.start}") from None
     if not isinstance(data, dict) or data.get("format") != TRACE_FORMAT:
         raise ConfigError(f"{path}: not a {TRACE_FORMAT} file (its 'format' must be {TRACE_FORMAT!r})")
+    if data.get("version", TRACE_VERSION) != TRACE_VERSION:
+        warnings.warn(f"{path}: trace version {data.get('version')!r}, this simulator reads version {TRACE_VERSION}; "
+                      "read as that", UserWarning, stacklevel=2)
+    unknown_top = sorted(k for k in data if k not in TRACE_TOP_FIELDS)
+    if unknown_top:
+        warnings.warn(f"{path}: fields {unknown_top} are not trace fields and are ignored (known: "
+                      f"{', '.join(sorted(TRACE_TOP_FIELDS))})", UserWarning, stacklevel=2)
     trials = data.get("trials")
     if not isinstance(trials, list) or not trials:
         raise ConfigError(f"{path}: 'trials' must be a non-empty list")
+    hardware = _hardware_from(data.get("hardware"), path)
     records = tuple(_record_from(entry, f"{path}: trials[{i}]") for i, entry in enumerate(trials))
-    return Workload(records, metric=str(data.get("metric", "accuracy")), mode=str(data.get("mode", "max")),
-                    hardware=dict(data.get("hardware") or {}), source=os.path.basename(path))
+    unknown = sorted({k for entry in trials for k in entry if k not in TRACE_TRIAL_FIELDS})
+    if unknown:
+        first = next(i for i, entry in enumerate(trials) if any(k in unknown for k in entry))
+        warnings.warn(f"{path}: trial fields {unknown} (first in trials[{first}]) are not trace fields and are "
+                      f"ignored (known: {', '.join(sorted(TRACE_TRIAL_FIELDS))}); a misspelt optional field takes "
+                      "its default", UserWarning, stacklevel=2)
+    try:
+        return Workload(records, metric=str(data.get("metric", "accuracy")), mode=str(data.get("mode", "max")),
+                        hardware=hardware, source=os.path.basename(path), max_budget=_max_budget(trials))
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
 
 
 def _load_csv(path: str) -> Workload:
     rows: dict[str, list[dict[str, str]]] = {}
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        need = {"trial", "iteration", "sec_per_iter", "metric"}
-        if reader.fieldnames is None or not need <= set(reader.fieldnames):
-            raise ConfigError(f"{path}: the header must name at least {sorted(need)}")
-        for row in reader:
-            rows.setdefault(row["trial"], []).append(row)
+    need = {"trial", "iteration", "sec_per_iter", "metric"}
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames is None or not need <= set(reader.fieldnames):
+                raise ConfigError(f"{path}: the header must name at least {sorted(need)}")
+            unknown = sorted(set(reader.fieldnames) - need - set(TRACE_DEFAULTS))
+            if unknown:
+                warnings.warn(f"{path}: columns {unknown} are not trace columns and are ignored (known: "
+                              f"{', '.join(sorted(need | set(TRACE_DEFAULTS)))})", UserWarning, stacklevel=3)
+            for row in reader:
+                rows.setdefault(row["trial"], []).append(row)
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not a text file (UTF-8): {e.reason} at byte {e.start}") from None
     if not rows:
         raise ConfigError(f"{path}: no rows")
     records = []
