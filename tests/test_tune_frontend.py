@@ -1084,6 +1084,47 @@ def test_an_error_in_cleanup_neither_fails_a_finished_trial_nor_hides_a_steps_er
     assert isinstance(failed.error, ValueError) and "boom in step at 2" in str(failed.error)
 
 
+class _FailsOnceAtThree(tune.Trainable):
+    """Writes one file per checkpoint and reads it back as the only file of its folder; fails once at its third
+    step (a flag file remembers); reports the iteration it saw before the step."""
+
+    def setup(self, config):
+        self.value = 0
+
+    def step(self):
+        seen = self.iteration
+        self.value += 1
+        if self.value == 3 and not os.path.exists(self.config["flag"]):
+            open(self.config["flag"], "w").close()
+            raise RuntimeError("fails once at its third step")
+        return {"seen": seen, "value": self.value}
+
+    def save_checkpoint(self, checkpoint_dir):
+        with open(os.path.join(checkpoint_dir, "value.txt"), "w") as f:
+            f.write(str(self.value))
+
+    def load_checkpoint(self, checkpoint_dir):
+        (name,) = os.listdir(checkpoint_dir)
+        with open(os.path.join(checkpoint_dir, name)) as f:
+            self.value = int(f.read())
+
+
+def test_a_retried_class_trainable_continues_its_counters_from_the_store(ray_cluster, storage: str,
+                                                                         tmp_path) -> None:
+    """Its checkpoint folder holds only what save_checkpoint wrote (no ``_trainable_state.json``), and its
+    ``iteration`` after the restore is the checkpoint's, as the store recorded it."""
+    _, grid = _run(_FailsOnceAtThree, storage, {"flag": str(tmp_path / "failed")},
+                   run_config_kwargs={"stop": {"training_iteration": 5},
+                                      "failure_config": tune.FailureConfig(max_failures=1),
+                                      "checkpoint_config": tune.CheckpointConfig(checkpoint_frequency=1)})
+    (result,) = grid
+    assert result.error is None and os.path.exists(tmp_path / "failed")
+    frame = result.metrics_dataframe
+    assert list(frame["training_iteration"]) == [1, 2, 3, 4, 5] and list(frame["value"]) == [1, 2, 3, 4, 5]
+    assert list(frame["seen"]) == [0, 1, 2, 3, 4]
+    assert os.listdir(result.checkpoint.path) == ["value.txt"]
+
+
 class _NoSaveEndless(_NoSave):
     def step(self):
         time.sleep(0.02)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import threading
 import types
 
@@ -153,6 +154,37 @@ def test_train_fills_the_keys_rays_trainable_fills_and_calls_log_result() -> Non
     assert ours.reset({"start": 7}) is True
     assert (ours.iteration, ours.config, ours.train()["value"]) == (0, {"start": 7}, 8)
     theirs.stop()
+
+
+def test_a_class_trainables_checkpoint_folder_holds_only_what_save_checkpoint_wrote(tmp_path) -> None:
+    """Ray's does; fluidsalus added ``_trainable_state.json`` with the counters, which a ``load_checkpoint`` that
+    reads every file of its folder met (a helper's side-by-side run). As in Ray, the counters come back with the
+    object ``save()`` returned, not from a folder alone."""
+
+    class Files(_Counter):
+        def save_checkpoint(self, checkpoint_dir):
+            with open(os.path.join(checkpoint_dir, "value.txt"), "w") as f:
+                f.write(str(self.value))
+
+        def load_checkpoint(self, checkpoint_dir):
+            (name,) = os.listdir(checkpoint_dir)  # the only file, as save_checkpoint wrote it
+            with open(os.path.join(checkpoint_dir, name)) as f:
+                self.value = int(f.read())
+
+    first = Files({"start": 5})
+    first.train()
+    first.train()
+    saved = first.save(str(tmp_path / "saved"))
+    assert os.listdir(saved.path) == ["value.txt"]
+    again = Files({"start": 0})
+    again.restore(saved)
+    assert (again.iteration, again.value) == (2, 7) and again.train()["training_iteration"] == 3
+    from_folder = Files({"start": 0})
+    from_folder.restore(saved.path)  # Ray's restore of a folder alone: its counters start at 0
+    assert (from_folder.iteration, from_folder.value) == (0, 7)
+    dicts = _Counter({"start": 1})
+    dicts.train()
+    assert os.listdir(dicts.save(str(tmp_path / "dict")).path) == ["_dict_checkpoint.pkl"]  # (Ray's file name)
 
 
 def test_validate_save_restore_passes_a_trainable_that_resumes_and_fails_one_that_does_not() -> None:

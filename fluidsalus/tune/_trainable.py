@@ -53,8 +53,14 @@ __all__ = [
 
 #: File of a class trainable's checkpoint that holds the dict ``save_checkpoint`` returned.
 DICT_CHECKPOINT_FILE = "_dict_checkpoint.pkl"
-#: File of a class trainable's checkpoint that holds its counters.
+#: File in which a class trainable's checkpoint held its counters until 2026-11-30, still read from checkpoints
+#: that have it. Ray's checkpoint folder holds only what ``save_checkpoint`` wrote (a ``load_checkpoint`` that
+#: read every file of its folder met this one): the counters now come from the store in a trial, and from the
+#: object ``save()`` returned in direct use, as Ray's come from the result its ``save()`` returns.
 STATE_FILE = "_trainable_state.json"
+#: The attribute of the :class:`Checkpoint` that :meth:`Trainable.save` returns that carries its counters
+#: ``(iteration, time_total)`` (Ray's ``save()`` returns them in its result object).
+COUNTERS_ATTR = "_trainable_counters"
 #: Result keys a class trainable's ``step()`` may set to steer the loop (Ray's).
 DONE_KEY, SHOULD_CHECKPOINT_KEY = "done", "should_checkpoint"
 TIME_THIS_ITER_KEY = "time_this_iter_s"
@@ -503,19 +509,23 @@ class Trainable:
         elif state is not None and not isinstance(state, str):
             raise TypeError(f"{type(self).__name__}.save_checkpoint() must return None or a dict, "
                             f"got {type(state).__name__}")
-        with open(os.path.join(target, STATE_FILE), "w") as f:
-            json.dump({"iteration": self._iteration, "time_total": self._time_total}, f)
-        return Checkpoint.from_directory(target)
+        checkpoint = Checkpoint.from_directory(target)
+        setattr(checkpoint, COUNTERS_ATTR, (self._iteration, self._time_total))
+        return checkpoint
 
     def restore(self, checkpoint_path: Checkpoint | str) -> None:
-        """Restore from a checkpoint that :meth:`save` made (a :class:`Checkpoint` or its folder)."""
+        """Restore from a checkpoint that :meth:`save` made (a :class:`Checkpoint` or its folder).
+
+        As in Ray, the counters (``iteration``, ``time_total_s``) come back with the object ``save()`` returned;
+        from a folder alone they start at 0 (in a trial the session sets them from the store)."""
         path = checkpoint_path.path if isinstance(checkpoint_path, Checkpoint) else os.fspath(checkpoint_path)
+        counters = getattr(checkpoint_path, COUNTERS_ATTR, None)
         state_file = os.path.join(path, STATE_FILE)
-        if os.path.exists(state_file):
+        if counters is None and os.path.exists(state_file):  # (a checkpoint saved before 2026-11-30)
             with open(state_file) as f:
                 state = json.load(f)
-            self._iteration = int(state.get("iteration", 0))
-            self._time_total = float(state.get("time_total", 0.0))
+            counters = (int(state.get("iteration", 0)), float(state.get("time_total", 0.0)))
+        self._iteration, self._time_total = counters if counters is not None else (0, 0.0)
         dict_file = os.path.join(path, DICT_CHECKPOINT_FILE)
         if os.path.exists(dict_file):
             with open(dict_file, "rb") as f:
@@ -637,6 +647,8 @@ def run_trainable_class(cls: type[Trainable], config: dict[str, Any], parameters
         checkpoint = session.resume_checkpoint()
         if checkpoint is not None:
             trainable.restore(checkpoint)
+            # the checkpoint's counters, as the store recorded them (Ray's restore takes them from its result)
+            trainable._iteration, trainable._time_total = session.checkpoint_at
         while True:
             result = trainable.train()
             for key in TRAIN_FILLED_KEYS:  # the session fills these in for the trial (train() did, for a caller)
