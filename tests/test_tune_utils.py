@@ -182,6 +182,13 @@ def test_a_class_trainables_checkpoint_folder_holds_only_what_save_checkpoint_wr
     from_folder = Files({"start": 0})
     from_folder.restore(saved.path)  # Ray's restore of a folder alone: its counters start at 0
     assert (from_folder.iteration, from_folder.value) == (0, 7)
+    class ReturnsAFile(Files):  # (older Ray took a file in the folder; Ray 2.60 refuses it, as here)
+        def save_checkpoint(self, checkpoint_dir):
+            super().save_checkpoint(checkpoint_dir)
+            return os.path.join(checkpoint_dir, "value.txt")
+
+    with pytest.raises(ValueError, match="must be None or the same as the provided path argument"):
+        ReturnsAFile({"start": 0}).save(str(tmp_path / "file"))
     dicts = _Counter({"start": 1})
     dicts.train()
     assert os.listdir(dicts.save(str(tmp_path / "dict")).path) == ["_dict_checkpoint.pkl"]  # (Ray's file name)

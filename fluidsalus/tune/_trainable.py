@@ -509,6 +509,10 @@ class Trainable:
         elif state is not None and not isinstance(state, str):
             raise TypeError(f"{type(self).__name__}.save_checkpoint() must return None or a dict, "
                             f"got {type(state).__name__}")
+        elif isinstance(state, str) and os.path.normpath(state) != os.path.normpath(target):
+            # Ray's rule and words (a file in the folder, as older Ray took, was passed on as the folder here)
+            raise ValueError("The returned checkpoint path from `save_checkpoint` must be None or the same as the "
+                             f"provided path argument. Got {state} != {target}")
         checkpoint = Checkpoint.from_directory(target)
         setattr(checkpoint, COUNTERS_ATTR, (self._iteration, self._time_total))
         return checkpoint
