@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -179,8 +180,22 @@ def persist_checkpoint(checkpoint: Checkpoint, trial_dir: str, iteration: int, p
         The path of the persisted copy.
     """
     final = os.path.join(trial_dir, f"{prefix}checkpoint_{iteration:06d}")
-    if os.path.abspath(checkpoint.path) == os.path.abspath(final):
+    source = os.path.abspath(checkpoint.path)
+    if source == os.path.abspath(final):
         return final
+    name = os.path.basename(source)
+    if os.path.dirname(source) == os.path.abspath(trial_dir) and PERSISTED_NAME.fullmatch(name):
+        # The trainable saved into a folder of the trial's own folder (its working directory) named as stored
+        # checkpoints are (Ray's names look the same, checkpoint_<index>, and a trainable may copy them): an
+        # earlier iteration's stored checkpoint then holds this iteration's files, which nothing here can undo.
+        stored = int(name.rsplit("_", 1)[1])
+        what = (f"fluidsalus stored iteration {stored}'s checkpoint there, and files written into it change that "
+                "checkpoint"
+                if not name.startswith(EXPLOIT_CHECKPOINT_PREFIX) and 1 <= stored < iteration
+                else "a name of fluidsalus's stored checkpoints (checkpoint_<iteration>)")
+        warnings.warn(f"the checkpoint reported at iteration {iteration} is the folder {name} of the trial's folder "
+                      f"(its working directory): {what}; save checkpoints into a folder of another name, or a "
+                      "tempfile.TemporaryDirectory()", UserWarning, stacklevel=3)
     os.makedirs(trial_dir, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=trial_dir)
     try:  # (a link to a missing file is left out, as Ray's copy does: it failed every report of the trial)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fractions
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -429,3 +430,24 @@ def test_a_trainables_name_is_its_own_lambda_for_a_lambda_and_its_types_for_an_u
     assert callable_name(lambda config: None) == "lambda"
     assert callable_name(Objective()) == "Objective"
     assert callable_name(_session) == "_session"
+
+
+def test_a_checkpoint_saved_into_a_stored_checkpoints_folder_warns(tmp_path):
+    """A trainable whose working directory is its trial's folder and that saves into ``checkpoint_<i-1:06d>``
+    (Ray's naming) wrote iteration 3's files into the stored checkpoint of iteration 2, without a word (a helper's
+    side-by-side run: Ray's working directory is elsewhere)."""
+    trial_dir = tmp_path / "trial"
+    src = tmp_path / "c"
+    src.mkdir()
+    (src / "state").write_text("2")
+    stored = persist_checkpoint(Checkpoint.from_directory(src), str(trial_dir), 2)
+    (trial_dir / "checkpoint_000002" / "state").write_text("3")  # what the trainable did at iteration 3
+    with pytest.warns(UserWarning, match="is the folder checkpoint_000002 of the trial's folder .*: fluidsalus "
+                                         "stored iteration 2's checkpoint there, and files written into it change"):
+        persist_checkpoint(Checkpoint.from_directory(stored), str(trial_dir), 3)
+    (trial_dir / "checkpoint_000000").mkdir()
+    with pytest.warns(UserWarning, match="a name of fluidsalus's stored checkpoints"):
+        persist_checkpoint(Checkpoint.from_directory(trial_dir / "checkpoint_000000"), str(trial_dir), 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        persist_checkpoint(Checkpoint.from_directory(src), str(trial_dir), 4)  # (a folder elsewhere: no word)
