@@ -94,6 +94,18 @@ def test_a_nan_in_a_key_goes_last_whatever_the_order_of_the_ready_trials(name):
         assert order(policy, ready) == expected and choose(policy, ready) == "a"
 
 
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_a_nan_ready_since_goes_last_under_every_policy(name):
+    """``ready_since`` is every key's tie-break (and fifo's only key): a NaN there made the choice depend on the
+    order of ``ready`` (fifo chose c from [a, b, c] and b from [b, a, c]), as the other fields did before."""
+    views = [TrialView("a", 0, 1.0), TrialView("b", 0, math.nan), TrialView("c", 0, 0.0)]
+    policy = get_policy(name)
+    expected = order(policy, views)
+    assert expected[-1] == "b"
+    for ready in (views, views[::-1], [views[1], views[0], views[2]], [views[2], views[1], views[0]]):
+        assert order(policy, ready) == expected and choose(policy, ready) == expected[0]
+
+
 def test_registry_flags_and_errors():
     assert set(POLICIES) == {"fifo", "fair", "rr", "pack", "srtf", "priority"}
     assert all(p.work_conserving for p in POLICIES.values())

@@ -4,7 +4,7 @@ Trials of one lane time-slice: at each iteration boundary the lane picks one of 
 waiting to run their next iteration). A policy is a pure key function over a :class:`TrialView`; the
 lane runs the ready trial with the smallest key (:func:`choose`). Every key ends with the same tie-break,
 ``(ready_since, arrival_seq, trial_id)`` (oldest readiness, then earliest into the lane, then id), so the
-choice is deterministic.
+choice is deterministic (a NaN in any float field, ``ready_since`` included, sorts last).
 
 | name | runs next | key |
 |---|---|---|
@@ -89,7 +89,7 @@ def _last_if_nan(value: float) -> float:
 
 
 def _tie(v: TrialView) -> tuple:
-    return (v.ready_since, v.arrival_seq, v.trial_id)
+    return (_last_if_nan(v.ready_since), v.arrival_seq, v.trial_id)
 
 
 def fifo_key(v: TrialView) -> tuple:
@@ -109,7 +109,7 @@ def rr_key(v: TrialView) -> tuple:
 
 def pack_key(v: TrialView) -> tuple:
     """``pack``: earliest admitted into the lane (its order of arrival), so a trial runs to completion first."""
-    return (v.arrival_seq, v.ready_since, v.trial_id)
+    return (v.arrival_seq, _last_if_nan(v.ready_since), v.trial_id)
 
 
 def predicted_remaining_s(v: TrialView) -> float | None:

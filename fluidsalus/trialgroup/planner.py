@@ -17,7 +17,8 @@ advanced trial first. Every other searcher leaves the turns equal (0).
 number of devices.
 
 * ``C > D``, **intra-GPU**: every trial gets one device. Trials already placed keep their device (a
-  data-parallel trial shrinks to its first device). The others, longest predicted remaining time first, go
+  data-parallel trial shrinks to its first device, or to its first ``min_devices`` when its trainable needs more:
+  those take no other trial, and evening out leaves it there). The others, longest predicted remaining time first, go
   to the least-loaded device (load: the predicted remaining seconds of its computing trials; ties: fewer
   trials, then the lower index) that (1) admits the trial's memory by the Salus lane rule (the device's
   lanes with its kept residents, paused ones included: :class:`LaneMemory`, the memory side of
@@ -25,20 +26,22 @@ number of devices.
   with ``n`` computing trials takes another only while ``n < slots`` and the measured marginal gain
   ``X(n+1) / X(n) - 1`` is at least :data:`MIN_MARGINAL_GAIN`, where ``X(n)`` is the aggregate throughput with
   ``n`` co-located trials (:meth:`ProfileBook.colocation_gain`). A trial that fits nowhere may take the memory
-  of paused trials on a device that gains (they are preempted: paused trials hold memory, not compute).
+  of paused trials on a device that gains (they are preempted: paused trials hold memory, not compute; only
+  those it needs, most recent arrival first).
   Then co-location is evened out: while a device runs two or more computing trials more than an open one,
   its longest trial moves there if the predicted saving exceeds the move cost. Trials left stay queued,
   longest first.
-* ``C <= D``, **inter-GPU**: every computing trial gets a device of its own. Queued trials take free devices
-  (taking back a data-parallel trial's last extra device, the one it loses least by, when none is free; and
-  co-located as above when nothing else is left). On a device with several computing trials the longest
-  stays and each other one moves to a free device when its predicted saving pays for the move. Then the water
-  level rises: the next free device goes to the data-parallel trial with the most predicted remaining time, as
-  long as its scaling profile says ``k + 1`` devices cut the time per iteration by more than
-  :data:`MIN_SCALING_GAIN` and, for a running trial, the saving over its remaining budget exceeds the move
-  cost. An unmeasured step is a probe, taken only once the trial's time at ``k`` devices is measured (or as
-  the first step of a trial that starts now). Only trials whose trainable declared data-parallel support
-  (``TrialDemand.data_parallel``) get more than one device, and only whole devices.
+* ``C <= D``, **inter-GPU**: every computing trial gets a device of its own. Queued trials take free devices (taking
+  back a data-parallel trial's last extra device, the one it loses least by, when none is free, never below its
+  ``min_devices``; and co-located as above when nothing else is left, never on a data-parallel trial's devices). On a
+  device with several computing trials the longest (or a data-parallel trial kept on its ``min_devices``, which holds
+  them whole) stays and each other one moves to a free device when its predicted saving pays for the move. Then the
+  water level rises: the next free device goes to the data-parallel trial with the most predicted remaining time, as
+  long as its scaling profile says ``k + 1`` devices cut the time per iteration by more than :data:`MIN_SCALING_GAIN`
+  and, for a running trial, the saving over its remaining budget exceeds the move cost. An unmeasured step is a probe,
+  taken only once the trial's time at ``k`` devices is measured (or as the first step of a trial that starts now).
+  Only trials whose trainable declared data-parallel support (``TrialDemand.data_parallel``) get more than one device,
+  and only whole devices.
 
 Moving or growing a running trial restarts it from its checkpoint, so its cost is ``move_cost_s`` (growing:
 ``PlannerSettings.grow_cost_s``) plus its iterations since that checkpoint (``TrialDemand.since_checkpoint``) at
@@ -151,7 +154,8 @@ INTER = "inter"  # no more computing trials than devices: one or more whole devi
 
 
 class PlanError(FluidsalusError, ValueError):
-    """Inconsistent planner input: duplicate trial or device ids, a negative estimate."""
+    """Inconsistent planner input: duplicate trial or device ids, a negative estimate, a NaN ``remaining``, a
+    non-finite measured time."""
 
 
 @dataclass(frozen=True)
@@ -185,7 +189,8 @@ class TrialDemand(NamedTuple):
 
     Attributes:
         trial_id: Unique id.
-        remaining: Iterations left to the budget of its group (None: open-ended, runs until it stops).
+        remaining: Iterations left to the budget of its group (None: open-ended, runs until it stops; ``inf`` is
+            the same; NaN is refused).
         p_bytes: Persistent-memory estimate P.
         t_bytes: Ephemeral-memory estimate T.
         data_parallel: The trainable declared data-parallel support: the trial may get more than one device.
@@ -403,17 +408,18 @@ class ProfileBook:
 
         Args:
             trial_id: The trial.
-            sec_per_iter: The iteration's duration, in seconds (> 0).
+            sec_per_iter: The iteration's duration, in seconds (> 0 and finite).
             devices: Devices the trial ran on (``k``).
             colocated: Computing trials on its home device during the iteration, itself included (``n``).
             curve_key: The home device's class.
 
         Raises:
-            PlanError: A non-positive time or allocation.
+            PlanError: A non-positive or non-finite time (an infinite one made the next neighbouring record fail
+                on ``log(0)``), or a non-positive allocation.
         """
-        if not sec_per_iter > 0 or devices < 1 or colocated < 1:
-            raise PlanError(f"record({trial_id!r}): need sec_per_iter > 0, devices >= 1, colocated >= 1; got "
-                            f"{sec_per_iter!r}, {devices!r}, {colocated!r}")
+        if not 0 < sec_per_iter < math.inf or devices < 1 or colocated < 1:
+            raise PlanError(f"record({trial_id!r}): need a finite sec_per_iter > 0, devices >= 1, colocated >= 1; "
+                            f"got {sec_per_iter!r}, {devices!r}, {colocated!r}")
         key = (devices, colocated)
         per = self._times.get(trial_id)
         self._classes_seen.add(curve_key)
@@ -499,6 +505,8 @@ class ProfileBook:
         return out, self._changes
 
     def _step(self, curves: dict[str, dict[int, Ema]], curve_key: str, step: int, ratio: float) -> None:
+        if not 0.0 < ratio < math.inf:
+            return  # two finite times too far apart for a float ratio (1e-300 s, then 1e300 s): no sample
         steps = curves.get(curve_key)
         if steps is None:
             steps = curves[curve_key] = {}
@@ -958,11 +966,18 @@ class _Planning:
                     comp.add(tid)
             elif remaining <= 0:
                 rem[tid] = 0.0
-            else:
+            elif remaining < math.inf:
                 alone = alone_of(tid)
                 rem[tid] = remaining * (typical if alone is None else alone)
                 if not t.paused:
                     comp.add(tid)
+            elif remaining == math.inf:  # an infinite budget is an open-ended one (its sums would make NaN)
+                rem[tid] = OPEN_ENDED_S
+                if not t.paused:
+                    comp.add(tid)
+            else:
+                raise PlanError(f"trial {tid!r}: remaining must be None (open-ended) or a number of iterations, "
+                                f"got {remaining!r}")
         if len(by_id) != len(trials):
             seen: set[str] = set()
             for t in trials:
@@ -998,6 +1013,9 @@ class _Planning:
         self._rejected: defaultdict[int, list[tuple[int, int]]] = defaultdict(list)
         self._no_room: list[tuple[int, int]] = []  # (P, T) that no device admits even without its paused trials
         self._paused_on: dict[int, list[str]] | None = None  # device -> its placed paused trials, latest first
+        # Residents that keep() may leave on several devices (the only trials that can hold devices whole when the
+        # later phases begin); given by _KeptCache, which must not see it changed.
+        self.multi: set[str] = set()
         self._full: set[int] = set()  # devices whose replay could not hold every resident
         self._unheld: dict[int, list[TrialDemand]] = {}  # full device -> residents its replay could not admit
         self._reopened: list[int] = []  # full devices that make_room's evictions let hold every resident
@@ -1120,7 +1138,7 @@ class _Planning:
             devices = t.devices
             tid = t.trial_id
             size = t.p_bytes + t.t_bytes
-            if len(devices) == 1 or (intra and tid in comp):
+            if len(devices) == 1 or (intra and tid in comp and t.min_devices <= 1):
                 d = devices[0]
                 if d not in known:
                     continue
@@ -1133,8 +1151,11 @@ class _Planning:
                     entries.append((t, [d], False))
                 continue
             devs = [d for d in dict.fromkeys(devices) if d in known]
+            if intra and tid in comp:
+                devs = devs[:t.min_devices]  # a data-parallel trial shrinks no further than its fewest devices
             if not devs:
                 continue
+            self.multi.add(tid)
             for d in devs:
                 total[d] += size
                 if d in snap:
@@ -1291,13 +1312,14 @@ class _Planning:
                 push_bounds(chosen)
         return left
 
-    def rebalance(self) -> bool:
+    def rebalance(self, exclude: frozenset[int] = frozenset()) -> bool:
         """Even out co-location after :meth:`fill_intra`: while a device runs at least two computing trials more
         than a device whose gate is open, move the crowded device's trial with the most predicted remaining time
         there, if the move pays: ``remaining * (slowdown(n_from) - slowdown(n_to + 1))`` exceeds its
         :meth:`restart_cost_s` (the move cost plus its iterations since its checkpoint; a trial too dear for that
         leaves the move to the next longest). Trials that end unevenly otherwise leave long trials crowded on some
-        devices while others idle."""
+        devices while others idle. Devices in ``exclude`` (a data-parallel trial's, held whole) take nothing, and
+        a trial on several devices does not move."""
         cfg = self.cfg
         moved: set[str] = set()
         by_dev: dict[int, list[str]] = {}  # device -> its computing trials, listed when a move off it is considered
@@ -1311,14 +1333,15 @@ class _Planning:
 
         while True:
             crowded = max(self.devices, key=lambda d: (self.ncomp[d.index], self.load[d.index], -d.index)).index
-            open_devs = [d.index for d in self.devices if d.index != crowded and self.gate(d.index)]
+            open_devs = [d.index for d in self.devices
+                         if d.index != crowded and d.index not in exclude and self.gate(d.index)]
             if not open_devs:
                 return bool(moved)
             target = min(open_devs, key=lambda d: (self.ncomp[d], self.load[d], d))
             n_from, n_to = self.ncomp[crowded], self.ncomp[target]
             if n_from - n_to < 2:
                 return bool(moved)
-            candidates = [self.trials[tid] for tid in on(crowded) if tid not in moved]
+            candidates = [self.trials[tid] for tid in on(crowded) if tid not in moved and len(self.alloc[tid]) == 1]
             candidates.sort(key=self.key)
             key_from = self.dev[crowded].curve_key
             key_to = self.dev[target].curve_key
@@ -1357,7 +1380,8 @@ class _Planning:
     def make_room(self, t: TrialDemand, order: list[tuple[float, int, int]]) -> int | None:
         """Evict paused residents (most recent arrival first) from the first device, in ``order``, where that
         lets ``t`` in. Paused trials hold memory but no compute; without this, a synchronous rung whose paused
-        trials fill every device would wait forever for its last trials. Returns the device, or None."""
+        trials fill every device would wait forever for its last trials. Only the evictions ``t`` needs are kept
+        (:meth:`_fewest_evictions`). Returns the device, or None."""
         if self._paused_on is None:
             self._paused_on = {}
             for tid in reversed(self.order):
@@ -1382,10 +1406,14 @@ class _Planning:
                     self.release(victim, dev)
                 evicted.append(victim)
                 if self.admit(t, d):
+                    if len(evicted) > 1:
+                        evicted = self._fewest_evictions(t, d, evicted, saved)
+                    freed: set[int] = set()
                     for v in evicted:
                         for dev in self.alloc.pop(v.trial_id):
                             self._paused_on[dev].remove(v.trial_id)
-                    for dev in sorted(touched & self._full):
+                            freed.add(dev)
+                    for dev in sorted(freed & self._full):
                         self._reopen(dev)
                     return d
             self._mem.update(saved)  # no room even without them: undo the evictions
@@ -1393,6 +1421,33 @@ class _Planning:
         self._no_room = [(rp, rq) for rp, rq in self._no_room if rp < p or rq < q]
         self._no_room.append((p, q))
         return None
+
+    def _evict_and_admit(self, t: TrialDemand, d: int, evicted: list[TrialDemand],
+                         saved: dict[int, LaneMemory]) -> bool:
+        """From the lanes as they were before :meth:`make_room` (``saved``), release ``evicted`` (in that order)
+        and admit ``t`` on ``d``: the lanes the devices would have if only those were preempted."""
+        self._mem.update({dev: mem.copy() for dev, mem in saved.items()})
+        for victim in evicted:
+            for dev in self.alloc[victim.trial_id]:
+                self.release(victim, dev)
+        return self.admit(t, d)
+
+    def _fewest_evictions(self, t: TrialDemand, d: int, evicted: list[TrialDemand],
+                          saved: dict[int, LaneMemory]) -> list[TrialDemand]:
+        """``t`` was admitted on ``d`` once ``evicted`` (most recent arrival first) were released; the last one was
+        needed, the others perhaps not (a later eviction alone may free enough). Each of the others, oldest
+        first, stays where it is when ``t`` is still admitted without evicting it. Returns the evictions kept,
+        with the lanes left as they are with those released and ``t`` admitted."""
+        needed = list(evicted)
+        settled = True  # the lanes are those of ``needed`` released and t admitted
+        for victim in reversed(evicted[:-1]):
+            trial = [v for v in needed if v is not victim]
+            settled = self._evict_and_admit(t, d, trial, saved)
+            if settled:
+                needed = trial
+        if not settled and not self._evict_and_admit(t, d, needed, saved):
+            raise AssertionError(f"make_room: {t.trial_id!r} no longer fits device {d}")  # a replay is deterministic
+        return needed
 
     def _reopen(self, d: int) -> None:
         """A full device lost residents to :meth:`make_room`: if its replay now holds the residents it could not
@@ -1416,13 +1471,31 @@ class _Planning:
                 used.update(devs)
         return [d for d in self.dev if d not in used]  # self.dev is in index order
 
+    def whole_devices(self) -> frozenset[int]:
+        """The devices of the computing trials placed on several devices: a data-parallel trial holds them whole,
+        so nothing else is placed on them."""
+        alloc, comp = self.alloc, self.comp
+        whole: set[int] = set()
+        for tid in self.multi:
+            devs = alloc.get(tid)
+            if devs is not None and len(devs) > 1 and tid in comp:
+                whole.update(devs)
+        return frozenset(whole)
+
     def inter(self) -> None:
         """The inter-GPU regime after :meth:`keep`."""
         cfg = self.cfg
         computing = [self.trials[tid] for tid in self.alloc if tid in self.comp]
         computing.sort(key=self.key)
-        # 1. Homes: the longest trial on a device owns it; the others there share it (step 4 may spread them).
+        # 1. Homes: the longest trial on a device owns it; the others there share it (step 4 may spread them). A
+        # data-parallel trial placed on at least its fewest devices (``min_devices`` > 1) owns those first: it is
+        # never taken below them.
         owner: dict[int, str] = {}
+        for t in computing:
+            devs = self.alloc[t.trial_id]
+            if 1 < t.min_devices <= len(devs):
+                for d in devs[:t.min_devices]:
+                    owner.setdefault(d, t.trial_id)
         for t in computing:
             owner.setdefault(self.alloc[t.trial_id][0], t.trial_id)
         # 2. Extras: a device is an extra only if no other computing trial lives there, and only while the
@@ -1441,7 +1514,8 @@ class _Planning:
                 ratio, source = self.book.scaling_ratio(t.trial_id, len(keep), self.dev[devs[0]].curve_key)
                 measured_no_gain = source in ("trial", "pooled") and not ratio < 1.0 - cfg.min_scaling_gain
                 at_most = t.max_devices is not None and len(keep) >= t.max_devices
-                if d in owner or at_most or (measured_no_gain and len(keep) >= t.min_devices):
+                if owner.get(d, t.trial_id) != t.trial_id or at_most or (measured_no_gain
+                                                                          and len(keep) >= t.min_devices):
                     self.release(t, d)
                     continue
                 keep.append(d)
@@ -1467,9 +1541,7 @@ class _Planning:
                 left.append(t)
         if left:  # no free device admits them: co-locate like the intra regime, not on a data-parallel trial's
             # devices (it holds them whole)
-            whole = frozenset(d for tid, devs in self.alloc.items() if tid in self.comp and len(devs) > 1
-                              for d in devs)
-            self.fill_intra(left, whole)
+            self.fill_intra(left, self.whole_devices())
         # 4. Spread: on a device with several computing trials (kept there, or co-located by the fallback above)
         # the longest stays and each other one moves to a free device when the predicted saving pays for the
         # move (a trial that only starts now moves for free): its own, or that of the longest when it is
@@ -1485,6 +1557,10 @@ class _Planning:
             crowd = sorted(homes[home], key=self.key)
             if len(crowd) < 2:
                 continue
+            for i, t in enumerate(crowd):
+                if i and len(self.alloc[t.trial_id]) > 1:  # a data-parallel trial kept at its fewest devices
+                    crowd.insert(0, crowd.pop(i))  # stays (it moves only whole): the others spread
+                    break
             curve = self.dev[home].curve_key
             if free_left < 0:
                 free_left = sum(1 for d in self.free_devices() if d not in owner)
@@ -1625,6 +1701,8 @@ class _Planning:
                 continue
             other = self.trials[tid]
             k = len(devs)
+            if k <= other.min_devices:
+                continue  # it runs on no fewer devices
             loss = self.rem[tid] * (self.sec(other, k - 1) - self.sec(other, k)) / self.sec(other, 1)
             options.append((loss, other.seq, tid))
         for _, _, tid in sorted(options):
@@ -1721,7 +1799,7 @@ def plan(
         The plan.
 
     Raises:
-        PlanError: Duplicate ids or invalid estimates.
+        PlanError: Duplicate ids, invalid estimates or a NaN ``remaining`` (the error names the trial and field).
     """
     work = _Planning(trials, devices, book if book is not None else ProfileBook(), settings or PlannerSettings())
     return _run(work)
@@ -1737,11 +1815,12 @@ def _run(work: _Planning) -> Plan:
 def _place(work: _Planning, intra: bool) -> Plan:
     """The phases after :meth:`_Planning.keep`."""
     if intra:
-        work.left = work.fill_intra(work.candidates())
+        whole = work.whole_devices()  # a data-parallel trial kept on its fewest devices holds them whole
+        work.left = work.fill_intra(work.candidates(), whole)
         # a move may have opened a device for a queued trial (with no devices, every trial waits)
-        while work.devices and work.rebalance() and work.left:
+        while work.devices and work.rebalance(whole) and work.left:
             before = len(work.left)
-            work.left = work.fill_intra(work.left)
+            work.left = work.fill_intra(work.left, whole)
             if len(work.left) == before:
                 break
         return work.result(INTRA)
@@ -1907,10 +1986,12 @@ class _KeptCache:
         devices = t.devices
         if not devices:
             return
-        if len(devices) == 1 or (intra and tid in self.comp):
+        if len(devices) == 1 or (intra and tid in self.comp and t.min_devices <= 1):
             devs = [devices[0]] if devices[0] in self.dev else []
         else:
             devs = [d for d in dict.fromkeys(devices) if d in self.dev]
+            if intra and tid in self.comp:
+                devs = devs[:t.min_devices]
         if not devs:
             return
         size = t.p_bytes + t.t_bytes
@@ -1945,7 +2026,7 @@ class _KeptCache:
         self.alone[tid] = alone
         remaining = t.remaining
         self.unmeasured.discard(tid)
-        if remaining is None:
+        if remaining is None or remaining == math.inf:
             self.rem[tid] = OPEN_ENDED_S
         elif remaining <= 0:
             self.rem[tid] = 0.0
@@ -2014,7 +2095,8 @@ class _KeptCache:
             self._clear()
             return None  # duplicates: plan() says which
         for t in changed:
-            if t.p_bytes < 0 or t.t_bytes < 0 or t.since_checkpoint < 0 or type(t.devices) is not tuple:
+            if t.p_bytes < 0 or t.t_bytes < 0 or t.since_checkpoint < 0 or type(t.devices) is not tuple \
+                    or t.remaining != t.remaining:  # (NaN: plan() says which)
                 self._clear()
                 return None
         dirty: set[int] = set(changed_views)  # devices whose kept or staying residents, or lanes, changed
@@ -2032,8 +2114,8 @@ class _KeptCache:
             # What keep() does with it depends on everything but its remaining budget, as long as that stays
             # positive (or open); when only that or its estimate moved (an iteration went by), only its predicted
             # time changes.
-            if old is not None and old[2:] == t[2:] and remaining is not None and remaining > 0 \
-                    and old.remaining is not None and old.remaining > 0:
+            if old is not None and old[2:] == t[2:] and remaining is not None and 0 < remaining < math.inf \
+                    and old.remaining is not None and 0 < old.remaining < math.inf:
                 alone = alone_of(tid)
                 demands[tid] = t
                 alone_used[tid] = alone
@@ -2103,6 +2185,7 @@ class _KeptCache:
         work._snap = self.snap
         work._fresh()
         work._leaving = dict(self.leaving)
+        work.multi = self.multi
         work.ncomp = dict(self.ncomp)
         work.load = dict(self.load)
         keys = self.order_keys
