@@ -1130,8 +1130,11 @@ class ExperimentStore:
         return out
 
     def results(self, trial_id: str | None = None, latest_attempt_only: bool = True) -> list[ResultRow]:
-        """Results in order. With ``latest_attempt_only``, an iteration redone after a failure or a
-        restore shows once, from its latest attempt."""
+        """Results in order. With ``latest_attempt_only``, the trial's current history: an iteration redone after a
+        failure or a restore shows once, from its latest attempt, and an earlier attempt's rows from where a later
+        attempt began are gone even where that attempt ended sooner (a trial retried from an older checkpoint that
+        then ended kept the dead attempt's later rows, whose best score chose it as the best trial, as Ray's
+        last result would not)."""
         sql = "SELECT trial_id, attempt, iteration, ts, metrics_json FROM results"
         args: tuple[Any, ...] = ()
         if trial_id is not None:
@@ -1141,10 +1144,15 @@ class ExperimentStore:
         rows = [ResultRow(r[0], r[1], r[2], r[3], loads(r[4])) for r in self._conn.execute(sql, args)]
         if not latest_attempt_only:
             return rows
-        latest: dict[tuple[str, int], ResultRow] = {}
-        for row in rows:
-            latest[(row.trial_id, row.iteration)] = row
-        return list(latest.values())
+        began: dict[tuple[str, int], int] = {}  # (trial, attempt) -> its first iteration
+        for row in rows:  # (in iteration order: the first seen is the attempt's first)
+            began.setdefault((row.trial_id, row.attempt), row.iteration)
+        superseded_from: dict[tuple[str, int], float] = {}  # (trial, attempt) -> where a later attempt began
+        earliest_later: dict[str, float] = {}
+        for trial, attempt in sorted(began, reverse=True):  # each trial's latest attempt first
+            superseded_from[(trial, attempt)] = earliest_later.get(trial, math.inf)
+            earliest_later[trial] = min(superseded_from[(trial, attempt)], began[(trial, attempt)])
+        return [row for row in rows if row.iteration < superseded_from[(row.trial_id, row.attempt)]]
 
     def trial_seqs(self) -> dict[str, int]:
         """Each trial's creation index (``seq``), without decoding the rest of its row."""

@@ -65,6 +65,23 @@ def test_round_trip_trials_results_events_checkpoints(tmp_path):
     assert store.checkpoints("t0")[0]["iteration"] == 2
 
 
+def test_a_trials_history_ends_where_its_last_attempt_ended(tmp_path):
+    """A trial ran iterations 1-3 (a best score at 3), failed, was retried from its checkpoint of iteration 1 and
+    ended at iteration 2: its history is 1 (attempt 0) and 2 (attempt 1). The dead attempt's iteration 3 stayed,
+    and its score made the trial the best one while its last result said otherwise (a helper's run against Ray)."""
+    store = _new(tmp_path)
+    store.add_trials([("t0", 0, {}), ("t1", 1, {}), ("t2", 2, {})])
+    store.add_results([("t0", 0, i, float(i), {"score": s}) for i, s in ((1, 10), (2, 20), (3, 100))])
+    store.add_results([("t0", 1, 2, 5.0, {"score": 1})])
+    # t1: an attempt that reported nothing, then one from scratch that reached iteration 1 only
+    store.add_results([("t1", 0, i, float(i), {"score": i}) for i in (1, 2, 3)] + [("t1", 2, 1, 9.0, {"score": 7})])
+    store.add_results([("t2", 0, i, float(i), {"score": i}) for i in (1, 2)])  # one attempt: as it was
+    latest = [(r.trial_id, r.iteration, r.attempt, r.metrics["score"]) for r in store.results()]
+    assert latest == [("t0", 1, 0, 10), ("t0", 2, 1, 1), ("t1", 1, 2, 7), ("t2", 1, 0, 1), ("t2", 2, 0, 2)]
+    assert [(r.iteration, r.attempt) for r in store.results("t0")] == [(1, 0), (2, 1)]
+    assert len(store.results(latest_attempt_only=False)) == 10  # (every row is kept)
+
+
 def test_a_store_whose_folder_was_removed_is_written_back_by_its_next_transaction(tmp_path):
     """SQLite goes on writing a deleted file, which left nothing on disk: the next write puts every row back at the
     store's path first, records it, and goes on there."""

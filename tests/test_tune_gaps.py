@@ -1088,3 +1088,38 @@ def test_a_result_grid_is_built_from_an_experiment_analysis_as_in_ray(ray_cluste
     assert grid.get_best_result().metrics["score"] == 3.0  # (the last one's: min)
     with pytest.raises(TypeError, match="give an ExperimentAnalysis"):
         tune.ResultGrid([])
+
+
+def _retried_from_an_older_checkpoint(config: dict[str, Any]) -> None:
+    """x=1: checkpoints at iteration 1 only, reaches score 100 at iteration 3 and fails; its retry resumes from
+    iteration 1 and ends at iteration 2 with score 1. x=2: scores 50."""
+    start = 0
+    if tune.get_checkpoint() is not None:
+        start = 1
+    for i in range(start + 1, 4):
+        if config["x"] == 2:
+            tune.report({"score": 50.0})
+            continue
+        if start == 1:  # the retry: one more iteration, then it ends
+            tune.report({"score": 1.0})
+            return
+        checkpoint = None
+        if i == 1:
+            folder = os.path.join(tune.get_context().get_trial_dir(), "tmp_1")
+            os.makedirs(folder, exist_ok=True)
+            checkpoint = tune.Checkpoint.from_directory(folder)
+        tune.report({"score": 100.0 if i == 3 else 10.0}, checkpoint=checkpoint)
+    if config["x"] == 1:
+        raise RuntimeError("fails after iteration 3")
+
+
+def test_a_trial_retried_from_an_older_checkpoint_is_judged_by_its_last_attempt(ray_cluster, storage: str) -> None:
+    """Its dead attempt's later rows (iteration 3, score 100) stayed in its history, so the best result by the
+    last score was this trial, whose own last result says 1 (Ray picks the other trial: a helper's run)."""
+    grid = _tuner(_retried_from_an_older_checkpoint, storage, {"x": tune.grid_search([1, 2])},
+                  {"failure_config": tune.FailureConfig(max_failures=1)}, metric="score", mode="max").fit()
+    retried = next(r for r in grid if r.config["x"] == 1)
+    assert retried.error is None and retried.metrics["score"] == 1.0
+    assert list(retried.metrics_dataframe["training_iteration"]) == [1, 2]
+    assert grid.get_best_result().config["x"] == 2
+    assert sorted(grid.get_dataframe()["score"]) == [1.0, 50.0]
