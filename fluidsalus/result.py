@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError, StoreError, trial_failure
-from fluidsalus.session import AUTO_RESULT_KEYS, DATE_FORMAT, with_config
+from fluidsalus.session import AUTO_RESULT_KEYS, DATE_FORMAT, DEFAULT_METRIC, with_config
 from fluidsalus.store import (
     ERROR,
     ERROR_PICKLE_FILE,
@@ -377,8 +377,9 @@ class ResultGrid:
         """The trial with the best ``metric``.
 
         Args:
-            metric: Metric to compare; defaults to the run's metric. A flattened name (``"info/acc"``) reads a
-                nested one, as in Ray.
+            metric: Metric to compare; defaults to the run's metric (``"_metric"``, what a trainable's returned
+                number is reported as, when the run had only a mode, as in Ray). A flattened name (``"info/acc"``)
+                reads a nested one, as in Ray.
             mode: ``"min"`` or ``"max"``; defaults to the run's mode.
             scope: Which of a trial's results count: ``"last"`` (its last result), ``"avg"`` (the mean of
                 all), ``"last-5-avg"``, ``"last-10-avg"``, or ``"all"`` (its best result).
@@ -394,6 +395,8 @@ class ResultGrid:
         """
         if len(self._results) == 1:
             return self._results[0]
+        if not metric and not self._metric and self._mode:
+            metric = DEFAULT_METRIC  # a run with a mode and no metric optimises Ray's anonymous "_metric", as Ray's
         metric = metric or self._metric
         mode = mode or self._mode
         if not metric:

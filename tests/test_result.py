@@ -151,6 +151,17 @@ def test_the_best_result_of_one_trial_is_that_trial_and_the_errors_say_what_is_m
         two.get_best_result("acc", "max")
 
 
+def test_a_run_with_a_mode_and_no_metric_is_judged_by_rays_anonymous_metric() -> None:
+    """``TuneConfig(mode="max")`` without a metric: Ray's grid takes ``"_metric"`` (what a returned number is
+    reported as); this one raised "No metric is provided" (a helper's run against Ray). A mode given only to the
+    call still needs a metric, as in Ray."""
+    low, high = _result([{"_metric": 1.0}], {"x": 1}), _result([{"_metric": 3.0}], {"x": 2})
+    assert ResultGrid([low, high], "/exp", None, "max").get_best_result() is high
+    assert ResultGrid([low, high], "/exp", None, "min").get_best_result() is low
+    with pytest.raises(ValueError, match="No metric is provided"):
+        ResultGrid([low, high], "/exp").get_best_result(mode="max")
+
+
 def test_a_searcher_sees_a_nested_value_under_rays_flattened_key_too():
     from fluidsalus.result import with_flat_keys
 
