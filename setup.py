@@ -8,17 +8,23 @@ setuptools compiles it on ``pip install .`` and ``pip install -e .`` and puts it
 runtime is loaded at run time with ``dlopen``.
 
 The extension is optional: without a working C++ compiler the install still succeeds (with a warning
-from setuptools), and ``fluidsalus.gpu.allocator`` raises a clear error when the allocator is used.
+from setuptools, which pip shows only with -v), and ``fluidsalus.gpu.allocator`` raises a clear error when
+the allocator is used.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 CSRC = "csrc"
+#: The repository's examples (``fluidsalus run quickstart``), and where an installed package has them: a wheel
+#: holds no folder beside the package, so ``fluidsalus.cli`` also looks here (``fluidsalus/_examples``).
+EXAMPLES, EXAMPLES_IN_PACKAGE = "examples", "fluidsalus/_examples"
 SOURCES = [
     f"{CSRC}/{name}.cpp" for name in ("arena", "backing", "allocator", "lane_allocator", "cuda_hooks", "pymodule")
 ]
@@ -37,6 +43,19 @@ class BuildExt(build_ext):
             if isinstance(flags, list):
                 setattr(self.compiler, attr, [f for f in flags if f not in C_ONLY_FLAGS])
         super().build_extensions()
+
+
+class BuildPy(build_py):
+    """build_py that also copies ``examples/*.py`` into the built package (:data:`EXAMPLES_IN_PACKAGE`), so that
+    ``fluidsalus run quickstart`` finds them in an installed (not editable) package; an editable install finds the
+    repository's own."""
+
+    def run(self) -> None:
+        super().run()
+        target = Path(self.build_lib) / EXAMPLES_IN_PACKAGE
+        for example in sorted(Path(EXAMPLES).glob("*.py")):
+            self.mkpath(str(target))
+            self.copy_file(str(example), str(target / example.name))
 
 
 def lane_allocator_extension() -> Extension:
@@ -61,4 +80,4 @@ def lane_allocator_extension() -> Extension:
     )
 
 
-setup(ext_modules=[lane_allocator_extension()], cmdclass={"build_ext": BuildExt})
+setup(ext_modules=[lane_allocator_extension()], cmdclass={"build_ext": BuildExt, "build_py": BuildPy})

@@ -41,8 +41,10 @@ class _UsageError(Exception):
 
 
 def _examples_dirs() -> list[Path]:
+    """Where ``fluidsalus run NAME`` looks for ``NAME.py``: ``./examples``, the repository's (a checkout or an
+    editable install), and the copy an installed package holds (``setup.py`` puts it there)."""
     here = Path(__file__).resolve().parent
-    return [Path.cwd() / "examples", here.parent / "examples"]
+    return [Path.cwd() / "examples", here.parent / "examples", here / "_examples"]
 
 
 def _folder_target(target: str) -> tuple[str, str]:

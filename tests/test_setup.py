@@ -54,3 +54,23 @@ def test_every_declared_dependency_is_pinned_within_its_range():
         (spec,) = pins[name].specifier
         assert req.specifier.contains(spec.version, prereleases=True), (
             f"constraints.txt pins {req.name}=={spec.version}, outside pyproject.toml's {req.specifier}")
+
+
+def test_an_installed_package_holds_the_examples_that_fluidsalus_run_finds(tmp_path, monkeypatch):
+    """A wheel holds no folder beside the package, so `fluidsalus run quickstart` (README) said "not an example"
+    after a non-editable install (a helper's install from a wheel): setup.py's build_py copies examples/*.py into
+    the package, where the command looks too."""
+    import subprocess
+    import sys
+
+    from fluidsalus import cli
+
+    built = tmp_path / "lib"
+    subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(built)], cwd=ROOT, check=True,
+                   capture_output=True)
+    copied = sorted(p.name for p in (built / "fluidsalus" / "_examples").glob("*.py"))
+    assert copied == sorted(p.name for p in (ROOT / "examples").glob("*.py")) and "quickstart.py" in copied
+    # The installed layout: site-packages/fluidsalus/{cli.py,_examples/}, run from a folder without examples/
+    monkeypatch.setattr(cli, "__file__", str(built / "fluidsalus" / "cli.py"))
+    monkeypatch.chdir(tmp_path)
+    assert cli._find_target("quickstart") == ("path", str(built / "fluidsalus" / "_examples" / "quickstart.py"))
