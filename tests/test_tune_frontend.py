@@ -1125,6 +1125,39 @@ def test_a_retried_class_trainable_continues_its_counters_from_the_store(ray_clu
     assert os.listdir(result.checkpoint.path) == ["value.txt"]
 
 
+def _fails_once_at_four(config):
+    start = 0
+    if tune.get_checkpoint() is not None:
+        with tune.get_checkpoint().as_directory() as folder, open(os.path.join(folder, "i")) as f:
+            start = int(f.read())
+    for i in range(start + 1, 21):
+        flag = os.path.join(config["flags"], str(config["k"]))
+        if i == 4 and not os.path.exists(flag):
+            open(flag, "w").close()
+            raise RuntimeError("fails once before its 4th report")
+        folder = os.path.join(tune.get_context().get_trial_dir(), f"tmp_{i}")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "i"), "w") as f:
+            f.write(str(i))
+        tune.report({"x": float(i)}, checkpoint=tune.Checkpoint.from_directory(folder))
+        time.sleep(0.1)
+
+
+def test_a_retried_trial_is_judged_by_a_stopper_that_counted_its_earlier_attempt(ray_cluster, storage: str,
+                                                                                 tmp_path) -> None:
+    """Each device judged its trials with a copy of the stopper of its own, which knew only the trials that had run
+    there: a trial retried on the other device counted ``MaximumIterationStopper(6)``'s results afresh and ran to
+    iteration 9 (a helper's side-by-side run: 3 of 3; Ray stops every trial at 6). A continuing attempt now takes
+    the driver's copy, which saw all its results."""
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    _, grid = _run(_fails_once_at_four, storage, {"k": tune.grid_search([1, 2, 3]), "flags": str(flags)},
+                   run_config_kwargs={"stop": tune.stopper.MaximumIterationStopper(6),
+                                      "failure_config": tune.FailureConfig(max_failures=1)})
+    assert len(os.listdir(flags)) == 3 and grid.num_errors == 0
+    assert sorted(r.metrics["training_iteration"] for r in grid) == [6, 6, 6]
+
+
 class _NoSaveEndless(_NoSave):
     def step(self):
         time.sleep(0.02)

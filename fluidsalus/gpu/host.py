@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import numbers
 import os
+import pickle
 import socket
 import sys
 import threading
@@ -133,6 +134,11 @@ class TrialSpec:
             its first turn, that is when the lane would otherwise idle (the running trial ended, paused at its
             budget or waits for the driver). Once begun it time-slices like any other trial. Its ``EV_START`` is
             sent at its first turn, not at its admission; one withdrawn or stopped before that ends with no start.
+        stop_state: For an attempt that continues a trial (a retry, a move, an exploit, a resume), the driver's
+            copy of the run's stopper (its device view, pickled), which has seen every result of the trial: this
+            attempt is judged by it instead of the device's own copy, which saw only the trials that ran here
+            (a retry on the other device counted ``MaximumIterationStopper(6)``'s results afresh and ran to 9).
+            None: the device's copy (a trial's first attempt).
     """
 
     trial_id: str
@@ -150,6 +156,7 @@ class TrialSpec:
     world_size: int = 1
     rendezvous: str | None = None
     prefetched: bool = False
+    stop_state: bytes | None = None
 
 
 @dataclass
@@ -1043,6 +1050,8 @@ class DeviceHost:
                 self._emit_locked((EV_LANE, trial_id, attempt, time.time(), LANE_RESUME_READ, {}))
 
         stop_rule = None if worker else self.settings.stop
+        if stop_rule is not None and spec.stop_state is not None:
+            stop_rule = pickle.loads(spec.stop_state)  # the driver's, with the trial's past (TrialSpec.stop_state)
         should_stop = None
         if stop_rule is not None:
 

@@ -92,6 +92,7 @@ from fluidsalus.gpu.host import (
     HostSettings,
     TrialSpec,
     decides_stop_all,
+    for_devices,
 )
 from fluidsalus.gpu.policies import DEFAULT_POLICY
 from fluidsalus.progress import Progress
@@ -1778,7 +1779,16 @@ class Executor:
             result_totals=dict(trial.checkpoint_totals) if trial.checkpoint_path else {},
             budget=trial.budget,
             prefetched=prefetched,
+            stop_state=self._stop_state() if trial.attempt > 0 or trial.checkpoint_path else None,
         )
+
+    def _stop_state(self) -> bytes | None:
+        """The driver's copy of the run's stopper as the devices evaluate it, pickled, for an attempt that continues
+        a trial (``TrialSpec.stop_state``); None without a stopper object (a dict's thresholds or a function keep
+        no per-trial state the driver could hand on)."""
+        if self.settings.stopper is None:
+            return None
+        return cloudpickle.dumps(for_devices(self.settings.stopper))
 
     # ------------------------------------------------------------------ events
 
