@@ -545,6 +545,19 @@ def test_bad_input_names_the_field(build, message: str) -> None:
         build()
 
 
+def test_a_time_budget_of_zero_is_no_budget_as_ray_reads_it() -> None:
+    """Ray tests ``time_budget_s``'s truth, so 0 (a script's "none" default) runs without a budget; it was refused
+    here (a helper's side-by-side run). A negative one or ``False`` is still refused."""
+    import datetime
+
+    for zero in (0, 0.0, datetime.timedelta(0)):
+        assert tune.TuneConfig(time_budget_s=zero).time_budget is None
+    assert tune.TuneConfig(time_budget_s=datetime.timedelta(seconds=2)).time_budget == 2.0
+    for bad in (False, -1):
+        with pytest.raises(ConfigError, match="TuneConfig: time_budget_s must be"):
+            tune.TuneConfig(time_budget_s=bad)
+
+
 def test_define_by_run_optuna_space_refuses_evaluated_rewards() -> None:
     from fluidsalus.tune.search.optuna import OptunaSearch
 

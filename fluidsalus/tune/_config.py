@@ -121,6 +121,14 @@ def seconds(owner: str, name: str, value: Any) -> float | None:
     return float(value)
 
 
+def _zero_budget(value: Any) -> bool:
+    """A ``time_budget_s`` of 0 (or a zero ``timedelta``), which Ray reads as no budget (it tests the value's
+    truth); not ``False``, which is no number of seconds."""
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds() == 0
+    return _is_real(value) and not isinstance(value, bool) and value == 0
+
+
 @dataclass
 class CheckpointConfig:
     """Which checkpoints a trial keeps (``ray.tune.CheckpointConfig``).
@@ -422,7 +430,8 @@ class TuneConfig:
         num_samples: Samples per grid point; -1 samples until ``time_budget_s`` or a stopper's
             ``stop_all()`` ends the run (every search algorithm and scheduler but PopulationBasedTraining).
         max_concurrent_trials: Cap on trials running at once (0 or None: no cap, as in Ray).
-        time_budget_s: Seconds (or a ``timedelta``) after which the experiment ends.
+        time_budget_s: Seconds (or a ``timedelta``) after which the experiment ends; None or 0: no budget (Ray's
+            reading of 0).
         reuse_actors: Accepted; fluidsalus always reuses its device actors.
         trial_name_creator: ``f(trial) -> str``, called once per trial with its callback view
             (:class:`fluidsalus.tune.callback.TrialInfo`: ``trial_id``, ``trainable_name``, ``config``); the
@@ -458,7 +467,8 @@ class TuneConfig:
         ):
             raise _fail(owner, "max_concurrent_trials", "None or an int >= 1 (0 means no cap, as in Ray)",
                         self.max_concurrent_trials)
-        seconds(owner, "time_budget_s", self.time_budget_s)
+        if not _zero_budget(self.time_budget_s):  # (0: no budget, as Ray reads it)
+            seconds(owner, "time_budget_s", self.time_budget_s)
         if not isinstance(self.reuse_actors, bool):
             raise _fail(owner, "reuse_actors", "True or False", self.reuse_actors)
         for name in ("trial_name_creator", "trial_dirname_creator"):
@@ -475,7 +485,10 @@ class TuneConfig:
 
     @property
     def time_budget(self) -> float | None:
-        """``time_budget_s`` in seconds."""
+        """``time_budget_s`` in seconds; None for none, and for 0 (or a zero ``timedelta``), which Ray also reads
+        as no budget."""
+        if _zero_budget(self.time_budget_s):
+            return None
         return seconds("TuneConfig", "time_budget_s", self.time_budget_s)
 
 class MetricModeHolder:
