@@ -1120,12 +1120,14 @@ class _FailsOnceAtThree(tune.Trainable):
         (name,) = os.listdir(checkpoint_dir)
         with open(os.path.join(checkpoint_dir, name)) as f:
             self.value = int(f.read())
+        assert self.iteration == self.value, (self.iteration, self.value)  # as Ray's restore sets it first
 
 
 def test_a_retried_class_trainable_continues_its_counters_from_the_store(ray_cluster, storage: str,
                                                                          tmp_path) -> None:
     """Its checkpoint folder holds only what save_checkpoint wrote (no ``_trainable_state.json``), and its
-    ``iteration`` after the restore is the checkpoint's, as the store recorded it."""
+    ``iteration`` from the restore on, ``load_checkpoint`` included (a review found 0 there), is the checkpoint's,
+    as the store recorded it."""
     _, grid = _run(_FailsOnceAtThree, storage, {"flag": str(tmp_path / "failed")},
                    run_config_kwargs={"stop": {"training_iteration": 5},
                                       "failure_config": tune.FailureConfig(max_failures=1),

@@ -650,9 +650,10 @@ def run_trainable_class(cls: type[Trainable], config: dict[str, Any], parameters
     try:
         checkpoint = session.resume_checkpoint()
         if checkpoint is not None:
+            # the checkpoint's counters, as the store recorded them, in place before load_checkpoint runs (Ray's
+            # restore takes them from its result first: a schedule read from self.iteration there restarted at 0)
+            setattr(checkpoint, COUNTERS_ATTR, session.checkpoint_at)
             trainable.restore(checkpoint)
-            # the checkpoint's counters, as the store recorded them (Ray's restore takes them from its result)
-            trainable._iteration, trainable._time_total = session.checkpoint_at
         while True:
             result = trainable.train()
             for key in TRAIN_FILLED_KEYS:  # the session fills these in for the trial (train() did, for a caller)
