@@ -57,9 +57,17 @@ class Checkpoint:
         """The checkpoint's filesystem, as Ray's attribute: always pyarrow's local one (``pyarrow.fs``, which
         Ray installs), since a fluidsalus checkpoint is a local or mounted directory. Ray's W&B logger reads
         it before it uploads a checkpoint, and Ray's idiom ``pyarrow.fs.copy_files(checkpoint.path, ...,
-        source_filesystem=checkpoint.filesystem)`` copies one out."""
-        from pyarrow import fs
+        source_filesystem=checkpoint.filesystem)`` copies one out.
 
+        Raises:
+            AttributeError: pyarrow is not installed (plain ``ray`` does not pull it in; ``ray[tune]`` does), so
+                that ``hasattr(checkpoint, "filesystem")`` is False there, as for an object without it.
+        """
+        try:
+            from pyarrow import fs
+        except ImportError:
+            raise AttributeError("Checkpoint.filesystem is pyarrow's LocalFileSystem, and pyarrow is not installed "
+                                 "(pip install pyarrow, or ray[tune])") from None
         return fs.LocalFileSystem()
 
     @classmethod

@@ -510,13 +510,17 @@ def test_rebalance_leaves_a_trial_that_cannot_be_restarted_and_moves_the_next():
           TrialDemand("t4", 10, GIB, GIB, devices=(1,), seq=4, paused=True)]
     result = plan(ts, devices(2, slots=3), book)
     assert [(a.trial_id, a.devices) for a in result.changes] == [("t1", (1,))]
-    assert result.held == (("t0", (1,)),)  # what the executor reports as refused (a user sees why it stayed)
+    assert result.held == ()  # t1 evened the devices out in its place: no device idles for want of t0's move
     planner = Planner()  # and the same through the planner object (its cached state included)
     planner.book = book
     result = planner.plan(ts, devices(2, slots=3))
-    assert [(a.trial_id, a.devices) for a in result.changes] == [("t1", (1,))] and result.held == (("t0", (1,)),)
+    assert [(a.trial_id, a.devices) for a in result.changes] == [("t1", (1,))] and result.held == ()
     result = planner.plan([t._replace(restartable=True) for t in ts], devices(2, slots=3))
     assert result.changes[0].trial_id == "t0" and result.held == ()
+    # None of device 0's trials can restart: the longest is held (one says why device 1 stays short), not each
+    stuck = [t._replace(restartable=False) if t.devices == (0,) else t for t in ts]
+    for result in (plan(stuck, devices(2, slots=3), book), planner.plan(stuck, devices(2, slots=3))):
+        assert result.changes == () and result.held == (("t0", (1,)),)
 
 
 def test_inter_holds_a_crowded_trial_that_cannot_restart_and_says_where_it_would_have_gone():
@@ -540,6 +544,14 @@ def test_inter_holds_a_crowded_trial_that_cannot_restart_and_says_where_it_would
     # Nor one with nowhere to go: device 1 cannot hold t1.
     small = [DeviceView(0, 16 * GIB, 4), DeviceView(1, GIB, 4)]
     assert plan(ts, small, book).held == ()
+    # Nor one whose device another trial takes in the same plan (the refusal named a device that did not idle):
+    # a queued trial starts on device 1.
+    queued = [*ts, TrialDemand("t2", 80, GIB, GIB, seq=2)]
+    result = plan(queued, devices(2), book)
+    assert placed(result)["t2"] == (1,) and result.held == ()
+    # Three trials of one device that cannot restart, two idle devices: one of them says why (the longest).
+    crowd = [*ts, TrialDemand("t3", 20, GIB, GIB, devices=(0,), seq=3, restartable=False)]
+    assert plan(crowd, devices(3), book).held == (("t1", (1,)),)
 
 
 def test_device_gone_means_moved_or_preempted():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fractions
 import os
+import sys
 import warnings
 
 import numpy as np
@@ -237,6 +238,13 @@ def test_checkpoint_helpers(tmp_path, monkeypatch):
     assert ckpt.get_metadata() == {"epoch": 3, "lr": 0.1}
     out = ckpt.to_directory(tmp_path / "copy")
     assert open(os.path.join(out, "f")).read() == "x"
+    import pyarrow.fs
+
+    assert isinstance(ckpt.filesystem, pyarrow.fs.LocalFileSystem)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # (plain ray does not install it)
+    assert not hasattr(ckpt, "filesystem")  # an AttributeError naming pyarrow, not a ModuleNotFoundError
+    with pytest.raises(AttributeError, match="pyarrow is not installed"):
+        ckpt.filesystem  # noqa: B018
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     out = ckpt.to_directory("~/restored")  # ~ expanded, as Ray's (it made a folder named "~")
     assert out == str(tmp_path / "home" / "restored") and open(os.path.join(out, "f")).read() == "x"

@@ -1639,7 +1639,9 @@ class Executor:
                 trial.devices = ()
             held = dict(plan.held)
             for trial_id, action, reason in actions.refused:
-                if reason == REFUSED_NO_CHECKPOINT:
+                if reason == REFUSED_NO_CHECKPOINT and self.trials[trial_id].checkpoint_path is None:
+                    # (its first checkpoint may let it move; one that has a checkpoint it does not read stays
+                    # unmovable, and each of its checkpoints re-planned for nothing)
                     self._awaiting_checkpoint.add(trial_id)
                 key = (trial_id, self.trials[trial_id].attempt, action)
                 if reason != REFUSED_LIMIT and key not in self._refused:

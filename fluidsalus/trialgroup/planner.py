@@ -1020,6 +1020,7 @@ class _Planning:
         self._unheld: dict[int, list[TrialDemand]] = {}  # full device -> residents its replay could not admit
         self._reopened: list[int] = []  # full devices that make_room's evictions let hold every resident
         self.held: dict[str, int] = {}  # running trial -> the device a move would have taken it to (Plan.held)
+        self._held_from: set[int] = set()  # devices one of whose trials is held (one says why: the others wait)
         self.left: list[TrialDemand] | None = None  # intra: candidates left unplaced, in queue order
         # Computing trials keep() left unplaced, in arrival order (None: found by a scan); given by _KeptCache.
         self.arrivals: list[str] | None = None
@@ -1352,7 +1353,7 @@ class _Planning:
                     return bool(moved)  # the longest cannot pay for the move: no shorter one can
                 if saving <= self.restart_cost_s(t, cfg.move_cost_s):
                     if not t.restartable:
-                        self._hold(t, target)
+                        self._hold(t, crowded, target)
                     continue  # its work since its checkpoint makes it dear to move: a shorter one may pay
                 self.release(t, crowded)
                 if self.admit(t, target):
@@ -1371,11 +1372,13 @@ class _Planning:
             self.ncomp[target] += 1
             self.load[target] += rem
 
-    def _hold(self, t: TrialDemand, target: int) -> None:
-        """Note that evening out would have moved ``t`` (which cannot restart) to ``target``, if it fits there."""
-        if t.trial_id not in self.held and self.admit(t, target):
+    def _hold(self, t: TrialDemand, home: int, target: int) -> None:
+        """Note that evening out would have moved ``t`` (which cannot restart) from ``home`` to ``target``, if it
+        fits there and no other trial of ``home`` is noted already."""
+        if home not in self._held_from and self.admit(t, target):
             self.release(t, target)
             self.held[t.trial_id] = target
+            self._held_from.add(home)
 
     def make_room(self, t: TrialDemand, order: list[tuple[float, int, int]]) -> int | None:
         """Evict paused residents (most recent arrival first) from the first device, in ``order``, where that
@@ -1569,11 +1572,13 @@ class _Planning:
                 n = self.ncomp[home]
                 saving = self.rem[t.trial_id] * (self.book.slowdown(curve, n) - 1.0) if n > 1 else 0.0
                 if max(saving, owner_gain) <= (self.restart_cost_s(t, cfg.move_cost_s) if t.devices else 0.0):
-                    if t.devices and not t.restartable and max(saving, owner_gain) > cfg.move_cost_s:
+                    if t.devices and not t.restartable and max(saving, owner_gain) > cfg.move_cost_s \
+                            and home not in self._held_from:
                         held = self._free_device_for(t, owner)
                         if held is not None:
                             self.release(t, held)
-                            self.held.setdefault(t.trial_id, held)
+                            self.held[t.trial_id] = held
+                            self._held_from.add(home)
                     continue
                 target = self._free_device_for(t, owner)
                 if target is None:
@@ -1774,7 +1779,11 @@ class _Planning:
             unplaceable = tuple(t.trial_id for t in rest if t.p_bytes + t.t_bytes > biggest)
         else:
             unplaceable = ()
-        held = tuple((tid, (d,)) for tid, d in self.held.items() if alloc.get(tid) is not None)
+        # (a move held back that would no longer even out the plan's co-location, its target since given other
+        # trials, is left out: the refusal would name a device that did not idle)
+        ncomp = self.ncomp
+        held = tuple((tid, (d,)) for tid, d in self.held.items()
+                     if (devs := alloc.get(tid)) is not None and ncomp[d] + 1 < ncomp[devs[0]])
         return Plan(regime, tuple(assignments), queued, preempted, unplaceable, held)
 
 
