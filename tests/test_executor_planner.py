@@ -8,7 +8,9 @@ the others run real sweeps on the shared 2-CPU Ray and read the store's events.
 from __future__ import annotations
 
 import os
+import pickle
 import time
+import types
 
 import cloudpickle
 import pytest
@@ -1581,3 +1583,32 @@ def test_an_out_of_memory_readmission_counts_its_attempt_from_the_checkpoint_it_
         (EV_LANE, "a", 0, 6.0, "oom_readmit", {"action": "resize", "from_iteration": 3, "error": "MemoryError"}),
         (EV_START, "a", 0, 6.1)])
     assert (trial.attempt, trial.attempt_start, trial.last_iteration) == (0, 3, 5)
+
+
+def test_a_stopper_that_cannot_be_pickled_since_leaves_restarted_trials_to_the_devices_copies(caplog) -> None:
+    """A continuing attempt takes the driver's copy of the stopper (``TrialSpec.stop_state``); one whose state
+    cannot be pickled any more (a lock it made since the start) must not end the run: the attempt goes without,
+    with one warning."""
+    import logging
+    import threading
+
+    from fluidsalus.trialgroup.executor import Executor
+
+    class Stopper:
+        def __init__(self) -> None:
+            self.seen = 0
+
+        def __call__(self, trial_id, result) -> bool:
+            return False
+
+        def stop_all(self) -> bool:
+            return False
+
+    executor = Executor.__new__(Executor)
+    executor.settings = types.SimpleNamespace(stopper=Stopper())
+    executor._stop_state_failed = False
+    assert pickle.loads(executor._stop_state()).seen == 0
+    executor.settings.stopper.lock = threading.Lock()
+    with caplog.at_level(logging.WARNING, logger="fluidsalus.trialgroup.executor"):
+        assert executor._stop_state() is None and executor._stop_state() is None
+    assert caplog.text.count("the stopper's state cannot be sent with a restarted trial") == 1

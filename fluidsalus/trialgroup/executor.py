@@ -627,6 +627,7 @@ class Executor:
         #: Whether each result waits for the driver to judge the stopper's stop_all() on it (``decides_stop_all``):
         #: the run then ends at the result that ended it.
         self._stop_all_verdicts = decides_stop_all(settings.stopper)
+        self._stop_state_failed = False  # the stopper could not be pickled for a restarted trial (_stop_state)
         for trial in trials or []:
             self.trials[trial.trial_id] = trial
             self._seq = max(self._seq, trial.seq + 1)
@@ -1788,9 +1789,17 @@ class Executor:
         """The driver's copy of the run's stopper as the devices evaluate it, pickled, for an attempt that continues
         a trial (``TrialSpec.stop_state``); None without a stopper object (a dict's thresholds or a function keep
         no per-trial state the driver could hand on)."""
-        if self.settings.stopper is None:
+        if self.settings.stopper is None or self._stop_state_failed:
             return None
-        return cloudpickle.dumps(for_devices(self.settings.stopper))
+        try:
+            return cloudpickle.dumps(for_devices(self.settings.stopper))
+        except Exception as e:  # noqa: BLE001 - pickling fails with any type (a lock the stopper made since)
+            # It was pickled for the devices at the start: only state it gathered since fails. The devices' own
+            # copies judge the trial then, as before.
+            self._stop_state_failed = True
+            logger.warning("the stopper's state cannot be sent with a restarted trial (%s: %s); each device judges "
+                           "it with its own copy", type(e).__name__, e)
+            return None
 
     # ------------------------------------------------------------------ events
 
