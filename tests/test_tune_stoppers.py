@@ -75,6 +75,7 @@ def _same_answers(ours: Any, rays: Any, stream: list[tuple[str, dict[str, Any]]]
     {"std": 0.05, "num_results": 3, "grace_period": 2},
     {"std": 0.02, "num_results": 5, "grace_period": 8, "metric_threshold": 0.3, "mode": "min"},
     {"std": 0.1, "num_results": 2, "grace_period": 1, "metric_threshold": 0.2, "mode": "max"},
+    {"metric_threshold": 0.0},  # (no mode: Ray takes a threshold of 0, whose truth it checks, and it bounds nothing)
 ])
 def test_trial_plateau_stopper_answers_as_rays(seed: int, kwargs: dict[str, Any]) -> None:
     stream = [(t, r) for t, r in _stream(seed) if "loss" in r] if "metric_threshold" in kwargs else _stream(seed)

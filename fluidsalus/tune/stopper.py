@@ -179,7 +179,8 @@ class TrialPlateauStopper(Stopper):
         metric_threshold: float | None = None,
         mode: str | None = None,
     ) -> None:
-        if metric_threshold is not None and mode not in _MODES:
+        # (Ray checks the threshold's truth: a threshold of 0 without a mode is taken, and bounds nothing)
+        if metric_threshold and mode not in _MODES:
             raise ConfigError(
                 f"TrialPlateauStopper: mode must be 'min' or 'max' when metric_threshold is given (got {mode!r})"
             )
