@@ -1173,6 +1173,46 @@ def test_a_retried_trial_is_judged_by_a_stopper_that_counted_its_earlier_attempt
     assert sorted(r.metrics["training_iteration"] for r in grid) == [6, 6, 6]
 
 
+class _FlagStopper(tune.Stopper):
+    """Stops every trial once its ``flag`` is set (by a callback, on the driver); its own ``stop_all``."""
+
+    def __init__(self) -> None:
+        self.flag = False
+
+    def __call__(self, trial_id, result) -> bool:
+        return self.flag
+
+    def stop_all(self) -> bool:
+        return False
+
+
+class _SetsTheFlag(tune.Callback):
+    def __init__(self, stopper: _FlagStopper) -> None:
+        self.stopper = stopper
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result["training_iteration"] >= 3:
+            self.stopper.flag = True
+
+
+def _thirty_steps(config):
+    for i in range(30):
+        tune.report({"i": i})
+        time.sleep(0.02)
+
+
+def test_a_stopper_whose_state_changes_on_the_driver_stops_trials_there(ray_cluster, storage: str) -> None:
+    """A stopper whose ``stop_all`` may end the run makes each result wait for the driver's copy: its ``__call__``
+    answer now stops the trial too, so state the driver's copy gathered (a callback's "stop now" flag) counts, as in
+    Ray's one copy; the devices' copies never saw it and both trials ran all 30 iterations (a helper's side-by-side
+    run: Ray stops them at 3 and 4)."""
+    stopper = _FlagStopper()
+    _, grid = _run(_thirty_steps, storage, {"x": tune.grid_search([1, 2])},
+                   run_config_kwargs={"stop": stopper, "callbacks": [_SetsTheFlag(stopper)]})
+    assert grid.num_errors == 0
+    assert all(r.metrics["training_iteration"] <= 5 for r in grid), [r.metrics["training_iteration"] for r in grid]
+
+
 class _NoSaveEndless(_NoSave):
     def step(self):
         time.sleep(0.02)

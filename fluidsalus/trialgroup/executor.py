@@ -2028,8 +2028,13 @@ class Executor:
                 if self.settings.stopper is not None:
                     # keeps the driver's copy's state for stop_all; it sees what the device's copy saw (Ray asks
                     # the stopper before its scheduler decides: not the done a stop marked)
-                    self.settings.stopper(trial.trial_id, {"config": trial.config, **event[4],
-                                                           **({"done": False} if id(event) in marked else {})})
+                    says_stop = self.settings.stopper(trial.trial_id, {
+                        "config": trial.config, **event[4], **({"done": False} if id(event) in marked else {})})
+                    if says_stop and self._stop_all_verdicts and trial.status not in FINAL_STATUSES:
+                        # The result waits for this verdict anyway: the driver's copy's answer stops the trial at
+                        # it too, so that state the driver's copy gathered since the start (a callback's "stop
+                        # now") counts, as in Ray's one copy (the devices' copies never see it)
+                        self._stop_trials([trial.trial_id])
                 if event[4].get("checkpoint_dir_name") and self.settings.checkpoint_num_to_keep is not None:
                     self._retain_checkpoints(trial)
             elif trial.status == ERROR:
