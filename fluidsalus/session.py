@@ -661,7 +661,12 @@ class TrialSession:
         if stop:
             raise self._stop()
         if not paused and self._verdict_due(result) and self.call(RESULT_VERDICT_CALL, self.iteration):
-            raise self._stop()  # the searcher stopped it at this result (its lane's turn went away meanwhile)
+            # The searcher (or the driver's copy of the stopper) stopped it at this result (its lane's turn went
+            # away meanwhile): a class Trainable's end save goes with it, as with any stop that ends the trial
+            # (the driver's stopper's stops lost theirs: a review)
+            if at_end is not None and checkpoint is None and not self.no_verdict:
+                self.attach_checkpoint(at_end())
+            raise self._stop()
         if paused:
             # Salus-style fast switching: the trial's state stays resident while it waits for its verdict,
             # and its lane's turn goes to another trial meanwhile.

@@ -1213,6 +1213,35 @@ def test_a_stopper_whose_state_changes_on_the_driver_stops_trials_there(ray_clus
     assert all(r.metrics["training_iteration"] <= 5 for r in grid), [r.metrics["training_iteration"] for r in grid]
 
 
+class _ThirtyStepsSaved(tune.Trainable):
+    def setup(self, config):
+        self.i = 0
+
+    def step(self):
+        self.i += 1
+        time.sleep(0.02)
+        return {"i": self.i, "done": self.i >= 30}
+
+    def save_checkpoint(self, checkpoint_dir):
+        return {"i": self.i}
+
+    def load_checkpoint(self, checkpoint):
+        self.i = checkpoint["i"]
+
+
+def test_a_class_trainable_the_drivers_stopper_stops_is_saved_at_its_end(ray_cluster, storage: str) -> None:
+    """Under a Tuner's default checkpoint_at_end, a class Trainable is saved with the result that ends it, whatever
+    ends it: the driver's stopper's stop came as the answer to a result that waits, which saved nothing (Ray 2.60
+    saves it: a review's side-by-side run)."""
+    stopper = _FlagStopper()
+    _, grid = _run(_ThirtyStepsSaved, storage, {"x": tune.grid_search([1, 2])},
+                   run_config_kwargs={"stop": stopper, "callbacks": [_SetsTheFlag(stopper)]})
+    assert grid.num_errors == 0
+    for result in grid:
+        assert result.metrics["training_iteration"] <= 5 and result.checkpoint is not None
+        assert result.checkpoint.path.endswith(f"checkpoint_{result.metrics['training_iteration']:06d}")
+
+
 class _NoSaveEndless(_NoSave):
     def step(self):
         time.sleep(0.02)

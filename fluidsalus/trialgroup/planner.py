@@ -262,7 +262,9 @@ class Plan:
         unplaceable: Trials whose ``P + T`` exceeds every device: they can never run here.
         held: ``(trial_id, devices)`` of running trials the plan would have moved to ``devices`` (their crowded
             device to an idle one) and left where they are because they cannot restart
-            (:attr:`TrialDemand.restartable` is False): the executor records why (a ``plan_refused`` event).
+            (:attr:`TrialDemand.restartable` is False): the executor records why (a ``plan_refused`` event). One
+            trial per crowded device, and only while that move would still even the plan out (its target was not
+            given other trials meanwhile).
     """
 
     regime: str
