@@ -669,3 +669,48 @@ def test_an_interrupted_run_restores_the_searcher_from_its_saved_state(scheduler
     assert sorted(r.config["x"] for r in grid) == sorted(i // repeat for i in range(4))
     searcher = runner_of(restored.plan.searcher).searcher
     assert searcher.restored_from is not None and searcher.asked == [f"suggest_{i:05d}" for i in range(4 // repeat)]
+
+
+class _TakesItsSpaceOnce(Searcher):
+    """Ray's usual pattern: the space comes from ``set_search_properties``, which refuses a second one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.space = None
+        self.n = 0
+
+    def set_search_properties(self, metric, mode, config, **spec):
+        if self.space:
+            return False
+        self.space, self._metric, self._mode = config, metric, mode
+        return True
+
+    def suggest(self, trial_id):
+        self.n += 1
+        return {"x": self.n / 10}
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        pass
+
+    def save(self, checkpoint_path):
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump(self.__dict__, f)
+
+    def restore(self, checkpoint_path):
+        with open(checkpoint_path, "rb") as f:
+            self.__dict__.update(pickle.load(f))
+
+
+def test_a_run_whose_searcher_took_param_space_restores(ray_cluster, storage) -> None:
+    """``tuner.pkl`` held the search algorithm after ``fit()`` had given it ``param_space`` (through its
+    ``set_search_properties``), so ``Tuner.restore(...).fit()`` gave it again and it refused: a ``ConfigError`` for
+    NevergradSearch, ZOOptSearch and a searcher of one's own (a helper's run; Ray restores them). The state saved is
+    the search algorithm as the script built it."""
+    tuner = Tuner(_objective, param_space={"x": tune.uniform(0, 1)},
+                  tune_config=TuneConfig(metric="score", mode="max", num_samples=3, search_alg=_TakesItsSpaceOnce()),
+                  run_config=tune.RunConfig(storage_path=storage, name="took", verbose=0))
+    first = tuner.fit()
+    assert len(first) == 3 and first.num_errors == 0
+    again = Tuner.restore(os.path.join(storage, "took"), _objective).fit()
+    assert len(again) == 3 and again.num_errors == 0
+    assert sorted(r.config["x"] for r in again) == [0.1, 0.2, 0.3]

@@ -661,7 +661,8 @@ class Tuner:
 
     def _save_state(self, experiment_dir: str) -> None:
         """Write ``tuner.pkl`` (without callbacks if they cannot be pickled)."""
-        state = {"version": _STATE_VERSION, "param_space": self._param_space, "tune_config": self._tune_config,
+        state = {"version": _STATE_VERSION, "param_space": self._param_space,
+                 "tune_config": getattr(self, "_pristine_tune_config", None) or self._tune_config,
                  "run_config": self._run_config,
                  "trainable_name": self._registered_name or trainable_name(self._trainable)}
         try:
@@ -702,6 +703,14 @@ class Tuner:
         trainable = adopt_ray_trainable(self._trainable)
         class_trainable = is_class_trainable(trainable)
         options = self._check_checkpointing(class_trainable)
+        # What tuner.pkl keeps for Tuner.restore: the search algorithm as the script built it, before plan() gives it
+        # param_space (set_search_properties); given it again at the restore, a searcher that takes its space once
+        # refused (NevergradSearch, ZOOptSearch, one's own: the restore was a ConfigError). Its state comes back
+        # from the store. None when it cannot be copied (the TuneConfig as it is is kept then, as before).
+        try:
+            self._pristine_tune_config = cloudpickle.loads(cloudpickle.dumps(tune_config))
+        except Exception:  # noqa: BLE001 - any object in the config may refuse pickling
+            self._pristine_tune_config = None
         self.plan = planned = plan(tune_config, self._param_space, class_trainable=class_trainable,
                                    stop=run_config.stop)
         if planned.checkpoint_at_budgets:
