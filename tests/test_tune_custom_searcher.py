@@ -714,3 +714,23 @@ def test_a_run_whose_searcher_took_param_space_restores(ray_cluster, storage) ->
     again = Tuner.restore(os.path.join(storage, "took"), _objective).fit()
     assert len(again) == 3 and again.num_errors == 0
     assert sorted(r.config["x"] for r in again) == [0.1, 0.2, 0.3]
+
+
+def test_a_fluidsalus_search_algorithm_called_on_its_own_says_the_engine_runs_it() -> None:
+    """``OptunaSearch(...).suggest("t0")`` (a unit test of a Ray script, a searcher that delegates to one) raised a
+    bare ``NotImplementedError``; one's own subclass that lacks ``suggest`` still raises it bare, as Ray's."""
+    from fluidsalus.tune.search.hyperopt import HyperOptSearch
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    for searcher in (OptunaSearch(metric="x", mode="max"), HyperOptSearch(metric="x", mode="max")):
+        name = type(searcher).__name__
+        with pytest.raises(NotImplementedError, match=rf"{name}\.suggest: fluidsalus runs this search algorithm"):
+            searcher.suggest("t0")
+        with pytest.raises(NotImplementedError, match=rf"{name}\.on_trial_complete: fluidsalus runs"):
+            searcher.on_trial_complete("t0", {"x": 1.0})
+
+    class Mine(Searcher):
+        pass
+
+    with pytest.raises(NotImplementedError, match="^$"):
+        Mine().suggest("t0")

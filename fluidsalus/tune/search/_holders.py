@@ -71,15 +71,28 @@ class Searcher(MetricModeHolder, SearchAlgorithm):
 
         Args:
             trial_id: The trial's id, under which its results and end are reported back.
+
+        Raises:
+            NotImplementedError: A search algorithm of your own that does not override it (bare, as Ray's), or a
+                fluidsalus one (``OptunaSearch``, ``HyperOptSearch``, ...), which the engine runs inside
+                ``Tuner.fit()`` and which cannot suggest on its own (the message says so).
         """
-        raise NotImplementedError
+        raise NotImplementedError(self._engine_run("suggest"))
+
+    def _engine_run(self, method: str) -> str:
+        """Why ``method`` cannot be called on a fluidsalus search algorithm ("" for one of your own)."""
+        if type(self) is Searcher or not type(self).__module__.startswith("fluidsalus."):
+            return ""
+        return (f"{type(self).__name__}.{method}: fluidsalus runs this search algorithm inside Tuner.fit() (its "
+                "engine's searcher asks and learns), so it cannot be called on its own; for a study you drive "
+                "yourself use optuna's ask() and tell()")
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         """Told each result of a trial (optional; the default does nothing)."""
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         """Told once when a trial ends, with its last result (None if it had none); ``error`` if it failed."""
-        raise NotImplementedError
+        raise NotImplementedError(self._engine_run("on_trial_complete"))
 
     def save(self, checkpoint_path: str) -> None:
         """Save the search state to the file ``checkpoint_path`` (optional: without it a resumed run starts the
