@@ -159,3 +159,26 @@ def test_a_tuner_runs_its_suggestions_under_asha_and_tells_it_every_end(ray_clus
     assert all(0 <= c["x"] <= 1 and c["y"] in (0, 1, 2, 3) and c["k"] == 7 for c in configs)
     assert searcher._optimizer.num_tell == 6 and searcher._live == {}
     assert [f for f in os.listdir(os.path.join(storage, "ng")) if f.startswith("searcher-state-")]
+
+
+def test_its_own_metric_and_mode_given_again_to_tune_config_are_no_refused_space() -> None:
+    """The same metric and mode on the searcher and in ``TuneConfig`` (Ray runs it): its ``set_search_properties``
+    took ``param_space`` but answered False (from the metric it had), which read as a refused space (a helper's run);
+    ZOOptSearch the same."""
+    from fluidsalus.tune._translate import plan
+
+    searchers = [NevergradSearch(optimizer=ng.optimizers.OnePlusOne, metric="m", mode="min")]
+    zoopt = pytest.importorskip("fluidsalus.tune.search.zoopt") if _has("zoopt") else None
+    if zoopt is not None:
+        searchers.append(zoopt.ZOOptSearch(budget=4, metric="m", mode="min"))
+    for searcher in searchers:
+        planned = plan(tune.TuneConfig(metric="m", mode="min", num_samples=4, search_alg=searcher),
+                       {"x": tune.uniform(0, 1)})
+        assert planned.searcher is not None
+        assert searcher.set_search_properties("m", "min", {"x": tune.uniform(0, 1)}) is False  # (a space it has)
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None

@@ -179,13 +179,15 @@ class NevergradSearch(OwnSuggestSearcher):
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any],
                               **spec: Any) -> bool:
-        """Take ``metric``/``mode`` and, unless a space was given here, search ``config`` (then True)."""
-        taken = self._take_metric_mode(metric, mode)
+        """Take ``metric``/``mode`` (unless given here) and, unless a space was given here, search ``config`` (then
+        True: the answer says whether the space was taken; one's own metric and mode given here too answered
+        False, which read as a refused space)."""
+        self._take_metric_mode(metric, mode)
         if self._optimizer is not None:
             return False
         self._space = convert_space(config, type(self).__name__)
         self._set_up()
-        return taken
+        return True
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
         """Ask the optimizer for the next candidate, as a config."""

@@ -163,16 +163,17 @@ class ZOOptSearch(OwnSuggestSearcher):
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any],
                               **spec: Any) -> bool:
-        """Take ``metric``/``mode`` and, unless ``dim_dict`` was given, search ``config`` (then True)."""
-        taken = self._take_metric_mode(metric, mode)
+        """Take ``metric``/``mode`` (unless given here) and, unless ``dim_dict`` was given, search ``config`` (then
+        True: the answer says whether the space was taken, as for ``NevergradSearch``)."""
+        self._take_metric_mode(metric, mode)
         if self._optimizer is not None:
             return False
         self._dim_dict = convert_space(config, type(self).__name__)
         self._steps = _steps(config)
         if not self._dim_dict:
-            return taken
+            return True
         self._set_up()
-        return taken
+        return True
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         """ZOOpt's next solution as a config, None while it waits for trials to end, or ``FINISHED``."""
