@@ -224,6 +224,7 @@ def test_it_becomes_an_optuna_search_with_a_gp_sampler_over_uniform_floats() -> 
 
 @pytest.mark.parametrize("kwargs, space, message", [
     ({}, {"k": tune.choice([1, 2])}, "k is a Categorical parameter, and BayesOpt searches float parameters only"),
+    ({}, {"k": tune.randint(1, 5)}, "k is an Integer parameter, and BayesOpt searches float parameters only"),
     ({}, {"x": tune.grid_search([0.1, 0.2])}, "grid_search parameters cannot be searched by BayesOpt"),
     ({"patience": 0}, {}, "patience must be an int >= 1"),
     ({"random_search_steps": -1}, {}, "random_search_steps must be an int >= 0"),

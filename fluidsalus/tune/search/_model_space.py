@@ -10,7 +10,14 @@ from typing import Any
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
 
-__all__ = ["model_space"]
+__all__ = ["a_kind", "model_space"]
+
+
+def a_kind(domain: object) -> str:
+    """``"a Float"``, ``"an Integer"``: a search-space domain's class with its article, for error messages (one
+    said "a Integer parameter")."""
+    name = type(domain).__name__
+    return f"{'an' if name[:1] in 'AEIOU' else 'a'} {name}"
 
 
 def model_space(owner: str, library: str, space: dict[str, Any]) -> dict[str, Any]:
@@ -47,7 +54,7 @@ def model_space(owner: str, library: str, space: dict[str, Any]) -> dict[str, An
                 domain = (sp.lograndint(domain.lower, domain.upper + 1, domain.base) if domain.log
                           else sp.randint(domain.lower, domain.upper + 1))
         elif not isinstance(domain, sp.Categorical):
-            raise ConfigError(f"{owner}: {path} is a {type(domain).__name__} parameter, which {library} cannot search "
+            raise ConfigError(f"{owner}: {path} is {a_kind(domain)} parameter, which {library} cannot search "
                               "(as in Ray); use tune.uniform, tune.randint, tune.choice and their kin")
         converted[path] = domain
     return sp.unflatten({**constants, **converted})

@@ -27,6 +27,7 @@ from typing import Any
 
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
+from fluidsalus.tune.search._model_space import a_kind
 from fluidsalus.tune.search.optuna import OptunaSearch, gp_sampler, single_objective
 
 __all__ = ["BayesOptSearch"]
@@ -113,7 +114,7 @@ class BayesOptSearch(OptunaSearch):
         uniform: dict[str, Any] = {}
         for path, domain in domains.items():
             if not isinstance(domain, sp.Float):
-                raise ConfigError(f"{owner}: {path} is a {type(domain).__name__} parameter, and BayesOpt searches "
+                raise ConfigError(f"{owner}: {path} is {a_kind(domain)} parameter, and BayesOpt searches "
                                   "float parameters only (tune.uniform, ...), as in Ray")
             if domain.log or domain.q is not None:
                 warnings.warn(f"{owner}: {path}: BayesOpt searches between the bounds uniformly; {domain!r}'s "

@@ -31,6 +31,7 @@ from typing import Any
 
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
+from fluidsalus.tune.search._model_space import a_kind
 from fluidsalus.tune.search._own_suggest import OwnSuggestSearcher
 
 __all__ = ["NevergradSearch"]
@@ -81,7 +82,7 @@ def convert_space(space: Mapping[str, Any], owner: str = "NevergradSearch") -> A
         elif isinstance(domain, sp.Categorical):
             parameters[path] = ng.p.Choice(choices=list(domain.categories))
         else:
-            raise ConfigError(f"{owner}: {path} is a {type(domain).__name__} parameter; Nevergrad searches "
+            raise ConfigError(f"{owner}: {path} is {a_kind(domain)} parameter; Nevergrad searches "
                               "tune.uniform/loguniform/randint/lograndint/choice parameters (and their q* forms) only")
     return ng.p.Dict(**parameters)
 
