@@ -1379,8 +1379,12 @@ class _Planning:
         fits there and no other trial of ``home`` is noted already."""
         if home not in self._held_from and self.admit(t, target):
             self.release(t, target)
-            self.held[t.trial_id] = target
-            self._held_from.add(home)
+            self._note_held(t, home, target)
+
+    def _note_held(self, t: TrialDemand, home: int, target: int) -> None:
+        """Record ``t``'s held move from ``home`` to ``target`` (``Plan.held``; one per device)."""
+        self.held[t.trial_id] = target
+        self._held_from.add(home)
 
     def make_room(self, t: TrialDemand, order: list[tuple[float, int, int]]) -> int | None:
         """Evict paused residents (most recent arrival first) from the first device, in ``order``, where that
@@ -1579,8 +1583,7 @@ class _Planning:
                         held = self._free_device_for(t, owner)
                         if held is not None:
                             self.release(t, held)
-                            self.held[t.trial_id] = held
-                            self._held_from.add(home)
+                            self._note_held(t, home, held)
                     continue
                 target = self._free_device_for(t, owner)
                 if target is None:
