@@ -41,6 +41,7 @@ from fluidsalus.space import (
 if TYPE_CHECKING:
     from fluidsalus.api import release_devices, run
 
+#: The package's version, written only here: pyproject.toml reads it (``[tool.setuptools.dynamic]``).
 __version__ = "0.1.0"
 
 #: Front ends and tools loaded on first use, so that ``import fluidsalus`` does not import optuna etc.

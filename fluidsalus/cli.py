@@ -9,8 +9,8 @@
   ``--plot`` for a figure, ``--start``/``--end`` for a window of the run, ``--bin`` for the width of the
   goodput-over-time bins.
 
-Bad input (a path that is not an experiment, a store from a newer fluidsalus, an experiment with no results yet,
-an unknown example) prints one line and exits with code 2.
+``fluidsalus --version`` prints the installed version. Bad input (a path that is not an experiment, a store from a
+newer fluidsalus, an experiment with no results yet, an unknown example) prints one line and exits with code 2.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from fluidsalus import __version__
 from fluidsalus.config import DEFAULT_STORAGE_PATH, STORAGE_PATH_ENV
 from fluidsalus.errors import ConfigError, StoreError
 from fluidsalus.inspect import DRIVER_GONE, DRIVER_GONE_HINT, open_readonly, shown_status
@@ -220,6 +221,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fluidsalus", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run an example by name, a .py file, or a module")
     p_run.add_argument("target", nargs="?", default=None,  # (required, checked in _cmd_run: argparse's own error

@@ -572,7 +572,7 @@ class Report:
                 lines.append("  ".join("-" * w for w in widths))
             lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         lines.append("")
-        lines.append("BUSY: time at least one lane computes a reported iteration (see docs/goodput.md); "
+        lines.append("BUSY: time at least one lane computes a reported iteration (see help('fluidsalus.goodput')); "
                      "SLOTS: busy lane-seconds / (slots x device-seconds); "
                      "IT/S and GOODPUT: all and useful iterations per device-second; LANES: peak open lanes.")
         waste = self.total_stats.wasted

@@ -92,6 +92,13 @@ def test_python_dash_m_fluidsalus_is_the_command_line(tmp_path):
     assert done.returncode == EXIT_USAGE and done.stderr.startswith("fluidsalus: ")
 
 
+def test_version_prints_the_packages_version(capsys):
+    """There was no ``fluidsalus --version`` (a helper's install check)."""
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out == f"fluidsalus {fluidsalus.__version__}\n"
+
+
 def test_ls_on_a_missing_folder_exits_2_with_one_line(tmp_path, capsys):
     assert main(["ls", str(tmp_path / "nope")]) == EXIT_USAGE
     err = capsys.readouterr().err

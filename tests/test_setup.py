@@ -74,3 +74,36 @@ def test_an_installed_package_holds_the_examples_that_fluidsalus_run_finds(tmp_p
     monkeypatch.setattr(cli, "__file__", str(built / "fluidsalus" / "cli.py"))
     monkeypatch.chdir(tmp_path)
     assert cli._find_target("quickstart") == ("path", str(built / "fluidsalus" / "_examples" / "quickstart.py"))
+
+
+def test_the_built_metadata_names_the_license_file_and_the_packages_one_version(tmp_path):
+    """A helper's non-editable install found no LICENSE file although the metadata said Apache-2.0, a deprecated
+    license table, and the version written twice (pyproject.toml and ``__version__``): the metadata now carries the
+    SPDX expression and the file, and its version is ``fluidsalus.__version__``."""
+    import subprocess
+    import sys
+
+    import fluidsalus
+
+    code = ("import sys, setuptools.build_meta as b; "
+            "print(b.prepare_metadata_for_build_wheel(sys.argv[1]))")
+    name = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, check=True, capture_output=True,
+                          text=True).stdout.strip().splitlines()[-1]
+    info = tmp_path / name
+    headers = [line.partition(": ") for line in (info / "METADATA").read_text().split("\n\n")[0].splitlines()]
+    fields = {key: value for key, _, value in headers}
+    assert fields["Version"] == fluidsalus.__version__
+    assert fields["License-Expression"] == "Apache-2.0" and fields["License-File"] == "LICENSE"
+    assert (info / "licenses" / "LICENSE").read_text() == (ROOT / "LICENSE").read_text()
+    assert "Apache License" in (ROOT / "LICENSE").read_text()
+
+
+def test_an_installed_package_marks_itself_typed(tmp_path):
+    """PEP 561: without ``py.typed`` in the installed package a user's type checker ignores fluidsalus's hints."""
+    import subprocess
+    import sys
+
+    built = tmp_path / "lib"
+    subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(built)], cwd=ROOT, check=True,
+                   capture_output=True)
+    assert (built / "fluidsalus" / "py.typed").is_file()
