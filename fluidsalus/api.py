@@ -166,7 +166,8 @@ def run(
         checkpoint_score_order: ``"max"`` or ``"min"``: which scores are best.
         call_handler: Answers ``fluidsalus.session.call_driver(method, *args)`` from inside trials, as
             ``handler(trial_id, method, args)``, on the driver (front ends use it for define-by-run APIs).
-        verbose: 0 silent, 1 a summary, 2 a line per finished trial.
+        verbose: 0 no progress, 1 a summary, 2 a line per finished trial. At every level a trial that fails for
+            good is printed on stderr (the run's first with its traceback), as Ray logs failures.
         resume: Continue the experiment ``name``: finished trials are kept, unfinished ones resume from their
             last checkpoint (or restart when they have none).
         callbacks: :class:`fluidsalus.callbacks.Callback` s, told of each result once it is safely stored.

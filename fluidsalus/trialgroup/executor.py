@@ -198,9 +198,10 @@ MIN_PROFILED_ITERATION_S = 0.01
 #: How long the driver waits for rank 0's device actor to pick a free port for a data-parallel trial's
 #: rendezvous: one actor round trip, far below this unless the actor is dead or stuck.
 FREE_PORT_TIMEOUT_S = 30.0
-#: From this ``verbose`` on, a trial that fails for good is printed when it ends (Ray logs every trial failure at
-#: its default verbosity); other trial ends from 2 on.
-ERROR_VERBOSITY = 1
+#: From this ``verbose`` on, a trial that fails for good is printed when it ends: at every verbosity, as Ray logs
+#: every trial failure even at ``verbose=0`` (where fluidsalus said nothing, and a failed trial went unseen); other
+#: trial ends from 2 on.
+ERROR_VERBOSITY = 0
 
 # Restart reasons (``_Restart.reason``, and the ``reason`` of ``trial_restart`` events) set by the planner.
 RESTART_MOVE = "move"  # a MOVE or RESIZE: restart from its checkpoint on the planner's new devices
@@ -2633,7 +2634,7 @@ class Executor:
         self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=True, error_text=trial.error)
 
     def _log_end(self, trial: Trial, outcome: str, trace: str | None = None) -> None:
-        """Print a trial's end: a trial that failed for good from ``verbose=1`` on, to stderr, as Ray logs it (the
+        """Print a trial's end: a trial that failed for good at every ``verbose``, to stderr, as Ray logs it (the
         first such trial of the run with its traceback, the others in one line each unless ``verbose>=2``); the
         other ends from ``verbose=2`` on, to stdout. A failure the searcher took as the trial's outcome
         (:meth:`BaseSearcher.retries`: an Optuna objective's, which Optuna's own log line reports) is not printed

@@ -298,7 +298,8 @@ class RunConfig:
         failure_config: A :class:`FailureConfig` (default ``FailureConfig()``).
         checkpoint_config: A :class:`CheckpointConfig` (default ``CheckpointConfig()``).
         sync_config: Accepted and ignored: the store and checkpoints live under ``storage_path`` directly.
-        verbose: 0 silent, 1 a summary (the default), 2 and 3 a line per finished trial. Ray's
+        verbose: 0 no progress, 1 a summary (the default), 2 and 3 a line per finished trial; a trial that fails
+            for good is printed on stderr at every level, as Ray logs it. Ray's
             ``AirVerbosity``/``Verbosity`` enums are read as their int values.
         stop: ``{result_key: threshold}``, a callable ``f(trial_id, result) -> bool``, or a
             :class:`~fluidsalus.tune.Stopper` (whose ``stop_all()`` ends the experiment).
