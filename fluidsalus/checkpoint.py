@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import tempfile
+import urllib.parse
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,6 +32,31 @@ STAGING_PREFIX = ".incoming_"
 EXPLOIT_CHECKPOINT_PREFIX = "exploited_"
 #: Names of the trial's persisted checkpoints in its folder (``checkpoint_<iteration>``, and an exploit's copy).
 PERSISTED_NAME = re.compile(rf"(?:{EXPLOIT_CHECKPOINT_PREFIX})?checkpoint_\d{{6,}}")
+#: A URI's ``scheme://`` (RFC 3986's scheme syntax), as Ray reads a checkpoint's path as a URI when it has one.
+URI_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+#: The one URI scheme a checkpoint's path may have: a local file (``file:///abs/dir``, with no host or ``localhost``).
+FILE_SCHEME, LOCAL_HOSTS = "file", ("", "localhost")
+
+
+def _local_path(path: str) -> str:
+    """``path`` as a local path: a ``file://`` URI's path (percent-escapes decoded, as Ray's ``Checkpoint`` resolves
+    it; kept as given, every later use of the checkpoint failed with FileNotFoundError), any other path as given.
+
+    Raises:
+        ConfigError: ``path`` is a URI of another scheme (``s3://``, ``gs://``: fluidsalus has no remote storage),
+            or a ``file://`` URI that names a host.
+    """
+    match = URI_SCHEME.match(path)
+    if match is None:
+        return path
+    parts = urllib.parse.urlsplit(path)
+    if match.group(1).lower() != FILE_SCHEME:
+        raise ConfigError(f"Checkpoint: path {path!r} is a {match.group(1)!r} URI; a fluidsalus checkpoint is a "
+                          "local or mounted directory: give its path (or a file:// URI)")
+    if parts.netloc not in LOCAL_HOSTS:
+        raise ConfigError(f"Checkpoint: path {path!r} names the host {parts.netloc!r}; a file:// URI must be local "
+                          "(file:///absolute/dir)")
+    return urllib.parse.unquote(parts.path)
 
 
 class Checkpoint:
@@ -44,13 +70,14 @@ class Checkpoint:
             mounted directory).
 
     Raises:
-        ConfigError: A ``filesystem`` was given.
+        ConfigError: A ``filesystem`` was given, or ``path`` is a URI other than a local ``file://`` one (whose path
+            is taken, as Ray resolves it).
     """
 
     def __init__(self, path: str | os.PathLike[str], filesystem: Any = None) -> None:
         if filesystem is not None:
             raise ConfigError("Checkpoint: filesystem is not supported by fluidsalus; use a local or mounted path")
-        self.path = os.fspath(path)
+        self.path = _local_path(os.fspath(path))
 
     @property
     def filesystem(self) -> Any:

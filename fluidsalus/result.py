@@ -282,10 +282,11 @@ class ResultGrid:
             if event.trial_id and "config" in data:
                 changes.setdefault(event.trial_id, []).append(
                     (int(data["attempt"]), data["config"], data.get("previous_config") or {}))
-        checkpoints: dict[str, list[tuple[Checkpoint, dict[str, Any]]]] = {}
+        checkpoints: dict[str, list[tuple[Checkpoint, dict[str, Any], int]]] = {}
         for c in store.checkpoints():
             if os.path.isdir(c["path"]):
-                checkpoints.setdefault(c["trial_id"], []).append((Checkpoint(c["path"]), c["metrics"] or {}))
+                checkpoints.setdefault(c["trial_id"], []).append(
+                    (Checkpoint(c["path"]), c["metrics"] or {}, c["iteration"]))
         spec = exp["spec"] or {}
         score_attribute, num_to_keep = spec.get("checkpoint_score_attribute"), spec.get("checkpoint_num_to_keep")
         score_order = spec.get("checkpoint_score_order") or "max"
@@ -315,12 +316,15 @@ class ResultGrid:
                 metrics = {"trial_id": t.trial_id}
             error = (trial_failure(t.trial_id, t.error, t.traceback, _error_pickle(folders[t.trial_id]))
                      if t.status == ERROR else None)
-            ckpts = checkpoints.get(t.trial_id, [])  # in report order: the last is the latest
+            row_configs = [_config_of_attempt(config, changes.get(t.trial_id, []), attempt)
+                           for attempt in attempts.get(t.trial_id, [])]
+            # in report order: the last is the latest; each with its result and the config it was reported with
+            # (Ray's checkpoint results carry ``config``; here the store's lack it: a helper's KeyError)
+            ckpts = [(ckpt, with_config(m, _config_at(iteration, rows, row_configs, config)))
+                     for ckpt, m, iteration in checkpoints.get(t.trial_id, [])]
             # Ray's best_checkpoints: the num_to_keep best, worst first (the latest, always kept, only if one)
             best = [ckpts[i] for i in rank_checkpoints([m for _, m in ckpts], score_attribute, score_order)]
             best = best[-num_to_keep:] if num_to_keep else best
-            row_configs = [_config_of_attempt(config, changes.get(t.trial_id, []), attempt)
-                           for attempt in attempts.get(t.trial_id, [])]
             results.append(
                 Result(
                     metrics=metrics,
@@ -462,6 +466,17 @@ class ResultGrid:
         frame = pd.json_normalize(rows, sep=DELIMITER)
         frame["logdir"] = folders
         return frame
+
+
+def _config_at(iteration: int, rows: list[dict[str, Any]], row_configs: list[dict[str, Any]],
+               config: dict[str, Any]) -> dict[str, Any]:
+    """The configuration a trial's checkpoint of ``iteration`` was reported with: that of the last stored result
+    of that iteration (under PBT a trial's configuration changes at an exploit), else the trial's ``config``."""
+    if len(row_configs) == len(rows):
+        for row, row_config in zip(reversed(rows), reversed(row_configs), strict=True):
+            if row.get("training_iteration") == iteration:
+                return row_config
+    return config
 
 
 def _config_of_attempt(config: dict[str, Any], changes: list[tuple[int, dict[str, Any], dict[str, Any]]],

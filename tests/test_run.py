@@ -1012,6 +1012,21 @@ def test_checkpoint_retention_keeps_the_best_and_the_latest(storage, attribute):
     assert on_disk == ["checkpoint_000001", "checkpoint_000003", "checkpoint_000006"]  # and 6, the latest
     assert _iterations([(result.checkpoint, {})]) == [6]
     assert result.get_best_checkpoint("score", "max").path.endswith("checkpoint_000003")
+    # each with the config it was reported with, as Ray's (a helper's m["config"] was a KeyError)
+    assert [m["config"] for _, m in result.best_checkpoints] == [{"scores": [5, 1, 9, 2, 3, 4]}] * 2
+
+
+def test_a_checkpoints_config_is_that_of_the_last_result_of_its_iteration():
+    """Under PBT a trial's configuration changes at an exploit: a checkpoint's result carries the configuration of
+    the last stored result of its iteration (else the trial's), as Ray's carries the one it was reported with."""
+    from fluidsalus.result import _config_at
+
+    rows = [{"training_iteration": 1}, {"training_iteration": 2}, {"training_iteration": 2}]
+    configs = [{"lr": 1}, {"lr": 1}, {"lr": 2}]
+    assert _config_at(1, rows, configs, {"lr": 3}) == {"lr": 1}
+    assert _config_at(2, rows, configs, {"lr": 3}) == {"lr": 2}  # the later report of iteration 2 (after a rollback)
+    assert _config_at(7, rows, configs, {"lr": 3}) == {"lr": 3}  # none: the trial's
+    assert _config_at(1, rows, [], {"lr": 3}) == {"lr": 3}  # an older store without per-row configs
 
 
 def test_a_nan_score_ranks_below_every_checkpoint_and_never_displaces_a_better_one(storage):

@@ -6,13 +6,14 @@ import fractions
 import os
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import fluidsalus
 from fluidsalus.checkpoint import Checkpoint, persist_checkpoint, write_atomically
-from fluidsalus.errors import SessionError
+from fluidsalus.errors import ConfigError, SessionError
 from fluidsalus.session import AUTO_RESULT_KEYS, StopTrial, TrialContext, TrialSession, set_session
 
 
@@ -248,6 +249,24 @@ def test_checkpoint_helpers(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     out = ckpt.to_directory("~/restored")  # ~ expanded, as Ray's (it made a folder named "~")
     assert out == str(tmp_path / "home" / "restored") and open(os.path.join(out, "f")).read() == "x"
+
+
+def test_a_file_uri_is_the_checkpoints_local_path_and_other_uris_are_refused(tmp_path):
+    """``Checkpoint("file:///abs/dir")`` kept the URI as its path, so every later use failed with FileNotFoundError;
+    Ray resolves it to the directory. A remote URI names what fluidsalus accepts instead of failing later."""
+    folder = tmp_path / "a dir"
+    folder.mkdir()
+    (folder / "w.txt").write_text("1")
+    uri = folder.as_uri()  # file:///.../a%20dir
+    checkpoint = Checkpoint(uri)
+    assert checkpoint.path == str(folder)
+    with checkpoint.as_directory() as d:
+        assert (Path(d) / "w.txt").read_text() == "1"
+    assert Checkpoint.from_directory(f"file://localhost{folder}").path == str(folder)
+    with pytest.raises(ConfigError, match=r"'s3://bucket/key' is a 's3' URI; a fluidsalus checkpoint is a local"):
+        Checkpoint("s3://bucket/key")
+    with pytest.raises(ConfigError, match=r"names the host 'host'; a file:// URI must be local"):
+        Checkpoint("file://host/x")
 
 
 def test_a_checkpoint_with_a_dangling_link_is_stored_without_it_as_rays_is(tmp_path):
