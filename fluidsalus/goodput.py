@@ -946,6 +946,8 @@ def timeline(activity: Activity, bin_s: float | None = None,
     for device in activity.devices:
         counts = [[0, 0] for _ in range(n)]
         spread = [[0.0, 0.0] for _ in range(n)]  # the iterations' shares of each bin, for the rates
+        eps = activity.epochs[device]
+        device_s = [sum(overlap(e.start, e.end, b0, b1) for e in eps) for b0, b1 in edges]
         for s in activity.spans:
             if s.device != device or not s.counted:
                 continue
@@ -956,7 +958,10 @@ def timeline(activity: Activity, bin_s: float | None = None,
             length = s.end - s.start
             if length <= 0 or s.end <= start or s.start >= end:
                 if length <= 0 and start <= s.end <= end:  # no span to spread: all of it where it was reported
-                    share = spread[index(s.end)]
+                    i = index(s.end)
+                    if not device_s[i] and s.end == edges[i][1] and i + 1 < n:
+                        i += 1  # reported as its device's time begins, on a bin's end: its rate goes where that time is
+                    share = spread[i]
                     share[0] += 1.0
                     share[1] += float(s.useful)
                 continue
@@ -966,9 +971,8 @@ def timeline(activity: Activity, bin_s: float | None = None,
                 spread[i][1] += f * s.useful
         lane_ivs = [iv for (d, _, _), iv in activity.lane_busy.items() if d == device]
         busy_iv = activity.device_busy.get(device, [])
-        eps = activity.epochs[device]
         for i, (b0, b1) in enumerate(edges):
-            ds = sum(overlap(e.start, e.end, b0, b1) for e in eps)
+            ds = device_s[i]
             lane_busy = sum(covered(iv, b0, b1) for iv in lane_ivs)
             busy = covered(busy_iv, b0, b1)
             it, useful = counts[i]

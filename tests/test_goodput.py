@@ -382,3 +382,20 @@ def test_an_out_of_memory_error_after_a_stop_wastes_its_cut_short_iteration_and_
     assert (d.iterations, d.useful_iterations) == (1, 1)
     oom = d.wasted[gp.WASTE_OOM]
     assert (oom.iterations, oom.partial, oom.seconds) == (0, 1, pytest.approx(0.6))
+
+
+def test_a_zero_length_iteration_reported_as_its_device_starts_on_a_bin_edge_keeps_its_rate():
+    # Reported at cpu:0's start, which is a bin's end: it counts in that bin (bins are right-closed), where cpu:0 has
+    # no device time, so its rate was dropped (throughput None there, 0.0 in the next bin, the sum 0, not 1).
+    events = [EventRow(0.0, "device_start", None, "cpu:1", {"kind": "cpu", "slots": 1}),
+              EventRow(1.0, "device_start", None, "cpu:0", {"kind": "cpu", "slots": 1}),
+              EventRow(1.0, "trial_start", "t0", "cpu:0", {"attempt": 0}),
+              EventRow(1.01, "trial_end", "t0", "cpu:0", {"attempt": 0, "outcome": "completed"})]
+    results = [ResultRow("t0", 0, 1, 1.0, {"time_this_iter_s": 0.0, "training_iteration": 1})]
+    activity = gp.build_activity(results, events)
+    bins = [b for b in gp.timeline(activity) if b.device == "cpu:0"]
+    assert sum(b.iterations for b in bins) == 1  # counted where it was reported, as before
+    assert sum((b.throughput or 0.0) * b.device_seconds for b in bins) == pytest.approx(1.0)
+    assert all(b.throughput is None for b in bins if not b.device_seconds)
+    total = [b for b in gp.timeline(activity) if b.device == gp.TOTAL_DEVICE]
+    assert sum((b.throughput or 0.0) * b.device_seconds for b in total) == pytest.approx(1.0)

@@ -582,6 +582,23 @@ def test_a_nan_remaining_is_refused_naming_the_trial_by_both_paths():
             plan(ts, devices(1)) if planner is None else planner.plan(ts, devices(1))
 
 
+def test_a_nan_turn_is_refused_naming_the_trial_by_both_paths():
+    # Waiting trials are sorted by turn: with a NaN among them the sort put the smallest turn anywhere (c, turn 0,
+    # went last behind a, turn 1).
+    ts = [TrialDemand("a", 10, GIB, GIB, turn=1.0), TrialDemand("b", 10, GIB, GIB, turn=math.nan, seq=1),
+          TrialDemand("c", 10, GIB, GIB, turn=0.0, seq=2)]
+    with pytest.raises(PlanError, match="trial 'b': turn must be a number"):
+        plan(ts, devices(1, capacity=GIB))
+    planner = Planner()
+    views = [DeviceView(0, GIB, 1, lanes=())]
+    planner.plan([t._replace(turn=0.0) for t in ts], views)  # the cache now holds a state it could update
+    with pytest.raises(PlanError, match="trial 'b': turn must be a number"):
+        planner.plan(ts, views)
+    # Infinite turns order as numbers.
+    result = plan([t._replace(turn=math.inf) if t.trial_id == "b" else t for t in ts], devices(1, capacity=GIB))
+    assert result.queued == ("c", "a", "b")
+
+
 def test_a_negative_count_of_iterations_since_the_checkpoint_is_rejected_by_both_paths():
     bad = [TrialDemand("x", 1, GIB, GIB, since_checkpoint=-1)]
     with pytest.raises(PlanError, match="'x': since_checkpoint must be >= 0 iterations, got -1"):
@@ -967,6 +984,84 @@ def test_inter_keeps_a_data_parallel_trial_on_its_fewest_devices_when_a_longer_t
     assert result.changes == () and placed(result) == {"dp": (0, 1), "long": (0,)}
 
 
+def needs_two(tid: str, remaining: float, devices: tuple[int, ...] = (), seq: int = 0, **kw) -> TrialDemand:
+    """A data-parallel trial whose trainable runs on no fewer than two devices (``min_workers=2``)."""
+    return TrialDemand(tid, remaining, GIB, GIB, data_parallel=True, devices=devices, min_devices=2, seq=seq, **kw)
+
+
+def test_intra_places_a_queued_trial_that_needs_several_devices_on_whole_devices_or_leaves_it_queued():
+    # Trials outnumber devices. A queued trial that runs on no fewer than two devices gets two devices no computing
+    # trial uses, or waits: it was started on one device each (a START the executor refuses), two of them per device.
+    running = needs_two("A", 100, (0, 1))
+    queued = [needs_two(f"q{i}", 50 - i, seq=1 + i) for i in range(5)]
+    result = plans_both_ways([running] + queued, devices(4))
+    assert result.regime == INTRA
+    assert placed(result) == {"A": (0, 1), "q0": (2, 3)} and result.queued == ("q1", "q2", "q3", "q4")
+    result = plans_both_ways([needs_two(f"q{i}", 50 - i, seq=i) for i in range(8)], devices(4))
+    assert placed(result) == {"q0": (0, 1), "q1": (2, 3)} and len(result.queued) == 6
+    # One that finds no two whole devices does not hold up the one-device trials behind it (as a trial whose
+    # memory fits nowhere does not), and nothing is placed on a device it was given.
+    crowded = [TrialDemand(f"s{i}", 5, GIB, GIB, devices=(1,), seq=10 + i) for i in range(3)]
+    result = plans_both_ways([needs_two("big", 100, seq=0)] + crowded + trials([1, 1])[:2], devices(2))
+    assert result.regime == INTRA and "big" in result.queued
+    assert {tid for tid, devs in placed(result).items() if devs == (0,)} == {"t0", "t1"}
+    result = plans_both_ways([needs_two("big", 100, seq=0)] + trials([1, 1, 1]), devices(3))
+    assert placed(result)["big"] == (0, 1) and {placed(result)[f"t{i}"] for i in range(3)} == {(2,)}
+
+
+def test_inter_places_a_queued_trial_that_needs_several_devices_on_all_of_them_at_once():
+    # It took one free device, a shorter trial the other, and its growth to two found none (a START refused).
+    result = plans_both_ways([needs_two("Q", 100), TrialDemand("S", 10, GIB, GIB, seq=1)], devices(2))
+    assert result.regime == INTER and placed(result) == {"Q": (0, 1)} and result.queued == ("S",)
+    result = plans_both_ways([needs_two("Q", 100), TrialDemand("S", 10, GIB, GIB, seq=1)], devices(3))
+    assert placed(result) == {"Q": (0, 1), "S": (2,)}
+
+
+def test_a_trial_that_needs_several_devices_takes_the_memory_of_paused_trials_only_when_it_gets_all_of_them():
+    # Paused trials fill devices 1 and 2: the newcomer evicts those it needs (as a one-device trial does), and only
+    # once it knows it gets two devices.
+    paused = [TrialDemand(f"p{i}", 0, 12 * GIB, GIB, devices=(d,), paused=True, seq=1 + i)
+              for i, d in enumerate((1, 2))]
+    busy = TrialDemand("busy", 50, GIB, GIB, devices=(0,), seq=3)
+    big = needs_two("dp", 100, seq=4)._replace(p_bytes=8 * GIB)
+    result = plans_both_ways([big, busy] + paused, devices(3))
+    assert placed(result)["dp"] == (1, 2) and set(result.preempted) == {"p0", "p1"}
+    # With one device to be had, nothing is evicted and it waits.
+    result = plans_both_ways([big, busy, paused[0]], devices(2))
+    assert "dp" in result.queued and result.preempted == () and placed(result)["p0"] == (1,)
+
+
+def test_of_two_trials_claiming_one_device_the_later_in_key_order_moves_to_devices_of_its_own_or_waits():
+    # B was paused on (1, 2), A was placed on (0, 1), and B was promoted: both claim device 1. A (more predicted
+    # time) keeps it; B was shrunk to device 1 alone (a RESIZE refused) while devices 2 and 3 were free.
+    a, b = needs_two("A", 100, (0, 1)), needs_two("B", 50, (1, 2), seq=1)
+    result = plans_both_ways([a, b], devices(4))
+    assert result.regime == INTER and [(x.trial_id, x.devices, x.action) for x in result.changes] == [
+        ("B", (2, 3), MOVE)]
+    # No two whole devices left for it (trials outnumber devices, one-device trials on device 3): it waits
+    # (checkpointed and queued), where both ran on device 1.
+    ones = [TrialDemand(f"s{i}", 5, GIB, GIB, devices=(3,), seq=2 + i) for i in range(3)]
+    result = plans_both_ways([a, b] + ones, devices(4))
+    assert result.regime == INTRA and placed(result)["A"] == (0, 1) and "B" not in placed(result)
+    assert result.preempted == ("B",)
+    # A trial kept on fewer devices than it needs (one of them is gone) is placed again, never resized below.
+    result = plans_both_ways([needs_two("C", 100, (0, 5))], devices(3))
+    assert placed(result) == {"C": (0, 1)}
+    result = plans_both_ways([needs_two("C", 100, (0,))] + trials([1, 1, 1], devices=(1,)), devices(2))
+    assert result.regime == INTRA and result.preempted == ("C",)
+
+
+def test_a_one_device_trial_homed_on_a_data_parallel_trials_device_stays():
+    # Promoted in place on A's second device: the planner does not move it off (the stability rule: a valid
+    # placement is kept; what its rank loses there is not in the profiles, so no move could be weighed), and
+    # nothing else is placed there.
+    a, b = needs_two("A", 100, (0, 1)), TrialDemand("B", 50, GIB, GIB, devices=(1,), seq=1)
+    for n in (2, 3):
+        result = plans_both_ways([a, b, TrialDemand("new", 10, GIB, GIB, seq=2)], devices(n))
+        assert placed(result)["A"] == (0, 1) and placed(result)["B"] == (1,)
+        assert placed(result).get("new") in (None, (2,))
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(), st.data())
 def test_a_data_parallel_trial_is_never_taken_below_its_fewest_devices(scenario, data):
@@ -990,11 +1085,25 @@ def test_a_data_parallel_trial_is_never_taken_below_its_fewest_devices(scenario,
     got = placed(result)
     for tid, ds in held.items():
         if tid in shared:
-            continue  # two of them on one device (nonsense input): one must give way
+            continue  # two of them on one device (a paused trial promoted on another's): one gives way (below)
         assert tid in got and ds <= set(got[tid]), (tid, ds, got.get(tid))
         for a in result.assignments:
             if a.trial_id != tid:
                 assert not ds & (set(a.devices) - set(a.previous)), (a, tid, ds)
+    # Whatever the input: no computing trial is placed on fewer devices than it runs on (one placed so is placed
+    # again, or waits), no two of them claim one device (their first min_devices), and nothing else is newly
+    # placed on a claimed device.
+    by_id = {t.trial_id: t for t in ts}
+    claims: dict[int, str] = {}
+    for a in result.assignments:
+        t = by_id[a.trial_id]
+        if t.computing and t.min_devices > 1:
+            assert len(a.devices) >= t.min_devices, a
+            if len(a.devices) > 1:
+                for d in a.devices[:t.min_devices]:
+                    assert claims.setdefault(d, a.trial_id) == a.trial_id, (a, claims[d])
+    for a in result.assignments:
+        assert all(claims.get(d, a.trial_id) == a.trial_id for d in set(a.devices) - set(a.previous)), (a, claims)
 
 
 # ------------------------------------------------------------------------------------------ incremental plans

@@ -1502,6 +1502,8 @@ class Executor:
     def _demand(self, trial: Trial, time_attr: str) -> TrialDemand:
         """:func:`trial_demand`, as the same object as last time when it is equal to it."""
         turn = self.searcher.turn_key(trial.trial_id) if self._turns and not trial.placed_on else 0.0
+        if turn != turn:  # a NaN progress (its time_attr reported NaN): last in turn, as the planner refuses NaN
+            turn = math.inf
         demand = trial_demand(trial, time_attr, DEFAULT_TRIAL_ESTIMATE, self._workers,
                               withdrawal_asked=(trial.trial_id, trial.attempt) in self._withdraw_sent, turn=turn)
         before = self._demands.get(trial.trial_id)

@@ -18,7 +18,8 @@ number of devices.
 
 * ``C > D``, **intra-GPU**: every trial gets one device. Trials already placed keep their device (a
   data-parallel trial shrinks to its first device, or to its first ``min_devices`` when its trainable needs more:
-  those take no other trial, and evening out leaves it there). The others, longest predicted remaining time first, go
+  those take no other trial, and evening out leaves it there). The others (one that needs ``min_devices`` > 1 takes
+  that many whole devices, or waits), longest predicted remaining time first, go
   to the least-loaded device (load: the predicted remaining seconds of its computing trials; ties: fewer
   trials, then the lower index) that (1) admits the trial's memory by the Salus lane rule (the device's
   lanes with its kept residents, paused ones included: :class:`LaneMemory`, the memory side of
@@ -33,7 +34,8 @@ number of devices.
   longest first.
 * ``C <= D``, **inter-GPU**: every computing trial gets a device of its own. Queued trials take free devices (taking
   back a data-parallel trial's last extra device, the one it loses least by, when none is free, never below its
-  ``min_devices``; and co-located as above when nothing else is left, never on a data-parallel trial's devices). On a
+  ``min_devices``; and co-located as above when nothing else is left, never on a data-parallel trial's devices; one
+  that needs ``min_devices`` > 1 takes that many free devices at once, or waits). On a
   device with several computing trials the longest (or a data-parallel trial kept on its ``min_devices``, which holds
   them whole) stays and each other one moves to a free device when its predicted saving pays for the move. Then the
   water level rises: the next free device goes to the data-parallel trial with the most predicted remaining time, as
@@ -80,7 +82,7 @@ import heapq
 import math
 import operator
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -154,8 +156,8 @@ INTER = "inter"  # no more computing trials than devices: one or more whole devi
 
 
 class PlanError(FluidsalusError, ValueError):
-    """Inconsistent planner input: duplicate trial or device ids, a negative estimate, a NaN ``remaining``, a
-    non-finite measured time."""
+    """Inconsistent planner input: duplicate trial or device ids, a negative estimate, a NaN ``remaining`` or
+    ``turn``, a non-finite measured time."""
 
 
 @dataclass(frozen=True)
@@ -199,7 +201,10 @@ class TrialDemand(NamedTuple):
             counts for no compute. A trial whose ``remaining`` is 0 is treated the same way.
         seq: Arrival order; ties between equal predictions go to the smaller ``seq``, then the smaller id.
         min_devices: Fewest devices a data-parallel trial runs on (its trainable's ``min_workers``). In the inter
-            regime it grows to that many whatever the profiles say, and is never given back below it.
+            regime it grows to that many whatever the profiles say, and is never given back below it. In either
+            regime a trial is never placed on fewer: a waiting one gets that many whole devices at once or waits,
+            and of two that claim one device (their first ``min_devices``) the one with less predicted time is
+            placed again on devices of its own, or waits.
         max_devices: Most devices it may get (``max_workers``; None: no bound).
         since_checkpoint: Iterations it ran after its last checkpoint (all of them when it has none). A move or
             a resize restarts it from that checkpoint and runs them again, so the planner adds their predicted
@@ -209,7 +214,8 @@ class TrialDemand(NamedTuple):
             resizes it (:meth:`Planner.restart_cost_s` is infinite) and weighs the next candidate instead.
         turn: Where a waiting trial stands when its searcher's trials take turns by progress
             (``BaseSearcher.turn_key``, e.g. PBT's): waiting trials with a smaller turn start first, whatever
-            their predicted time; equal turns (the default, 0) leave the order to the predicted time.
+            their predicted time; equal turns (the default, 0) leave the order to the predicted time. ``inf``
+            and ``-inf`` order as numbers; NaN is refused (it has no place in the order).
     """
 
     trial_id: str
@@ -959,6 +965,8 @@ class _Planning:
                 raise PlanError(f"trial {tid!r}: negative memory estimate")
             if t.since_checkpoint < 0:
                 raise PlanError(f"trial {tid!r}: since_checkpoint must be >= 0 iterations, got {t.since_checkpoint}")
+            if t.turn != t.turn:  # NaN: the order of waiting trials would depend on the order of the input
+                raise PlanError(f"trial {tid!r}: turn must be a number (smaller goes first), got {t.turn!r}")
             if type(t.devices) is not tuple:
                 t = t._replace(devices=tuple(t.devices))
             by_id[tid] = t
@@ -1018,6 +1026,8 @@ class _Planning:
         # Residents that keep() may leave on several devices (the only trials that can hold devices whole when the
         # later phases begin); given by _KeptCache, which must not see it changed.
         self.multi: set[str] = set()
+        self.spread: list[str] = []  # trials the phases after keep() placed on whole devices (place_whole)
+        self._displaced: set[str] = set()  # kept trials settle_whole took off their devices (still in ``order``)
         self._full: set[int] = set()  # devices whose replay could not hold every resident
         self._unheld: dict[int, list[TrialDemand]] = {}  # full device -> residents its replay could not admit
         self._reopened: list[int] = []  # full devices that make_room's evictions let hold every resident
@@ -1145,6 +1155,8 @@ class _Planning:
                 d = devices[0]
                 if d not in known:
                     continue
+                if t.min_devices > 1:
+                    self.multi.add(tid)  # on fewer devices than it runs on: settle_whole places it again
                 members = snap.get(d)
                 if members is not None:
                     staying[d].add(tid)
@@ -1262,10 +1274,37 @@ class _Planning:
 
         best_b = best_a = -1
         stale = True  # the best bounds are read again after each placement only
+        whole: set[int] | None = None  # exclude, and the devices trials placed below hold whole
+        whole_failed: list[tuple[int, int, int]] = []  # (P, T, min_devices) that found no whole devices
         for i, t in enumerate(candidates):
             if not heap:  # no device takes anything more (nothing reopens one without a placement)
                 left.extend(candidates[i:])
                 break
+            if t.min_devices > 1:  # it runs on no fewer devices: whole ones, or it waits (the next trial goes on)
+                p, q, k = t.p_bytes, t.t_bytes, t.min_devices
+                if any(p >= fp and q >= fq and k >= fk for fp, fq, fk in whole_failed):
+                    left.append(t)  # devices are only taken (until an eviction): what failed fails again
+                    continue
+                if whole is None:
+                    whole = set(exclude)
+                devs = self.place_whole(t, whole)
+                if devs is None:
+                    whole_failed.append((p, q, k))
+                    left.append(t)
+                    continue
+                self.take_whole(t, devs)
+                whole.update(devs)
+                in_heap.difference_update(devs)
+                heap = [item for item in heap if item[2] not in whole]
+                heapq.heapify(heap)
+                for d in self._reopened:
+                    if d in bounds:
+                        bounds[d] = self.mem(d).bound()
+                        if d in in_heap:
+                            push_bounds(d)
+                self._reopened.clear()
+                stale = True
+                continue
             if stale:
                 if not built:
                     tops[0].extend((-bound(d)[0], d) for d in in_heap)
@@ -1297,6 +1336,7 @@ class _Planning:
                 if chosen is None:
                     left.append(t)
                     continue
+                whole_failed.clear()  # evictions freed memory: a trial that needs whole devices may fit now
                 heap = [item for item in heap if item[2] != chosen]
                 heapq.heapify(heap)
                 for d in self._reopened:
@@ -1391,45 +1431,148 @@ class _Planning:
         lets ``t`` in. Paused trials hold memory but no compute; without this, a synchronous rung whose paused
         trials fill every device would wait forever for its last trials. Only the evictions ``t`` needs are kept
         (:meth:`_fewest_evictions`). Returns the device, or None."""
+        if not self._paused_residents():
+            return None
+        for rp, rq in self._no_room:
+            if t.p_bytes >= rp and t.t_bytes >= rq:
+                return None
+        for _, _, d in order:
+            if self._evict_for(t, d):
+                return d
+        p, q = t.p_bytes, t.t_bytes  # keep the minimal pairs only: a pair dominated by another adds nothing
+        self._no_room = [(rp, rq) for rp, rq in self._no_room if rp < p or rq < q]
+        self._no_room.append((p, q))
+        return None
+
+    def _paused_residents(self) -> dict[int, list[str]]:
+        """Device -> its placed paused trials, latest arrival first (built on first use, then kept up to date)."""
         if self._paused_on is None:
             self._paused_on = {}
             for tid in reversed(self.order):
                 if tid in self.alloc and tid not in self.comp:
                     for d in self.alloc[tid]:
                         self._paused_on.setdefault(d, []).append(tid)
-        if not self._paused_on:
+        return self._paused_on
+
+    def _evict_for(self, t: TrialDemand, d: int) -> bool:
+        """Evict paused residents of ``d`` (most recent arrival first, only those needed) until ``t`` is admitted
+        there; False (nothing changed) when even all of them do not make room."""
+        paused_on = self._paused_residents()
+        if d in self._full or not paused_on.get(d):
+            return False
+        victims = list(paused_on[d])
+        touched = {dev for tid in victims for dev in self.alloc[tid]}
+        saved = {dev: self.mem(dev).copy() for dev in touched}
+        evicted: list[TrialDemand] = []
+        for tid in victims:
+            victim = self.trials[tid]
+            for dev in self.alloc[tid]:
+                self.release(victim, dev)
+            evicted.append(victim)
+            if self.admit(t, d):
+                if len(evicted) > 1:
+                    evicted = self._fewest_evictions(t, d, evicted, saved)
+                freed: set[int] = set()
+                for v in evicted:
+                    for dev in self.alloc.pop(v.trial_id):
+                        paused_on[dev].remove(v.trial_id)
+                        freed.add(dev)
+                for dev in sorted(freed & self._full):
+                    self._reopen(dev)
+                return True
+        self._mem.update(saved)  # no room even without them: undo the evictions
+        return False
+
+    def _admits_without_paused(self, t: TrialDemand, d: int) -> bool:
+        """Would ``d`` admit ``t`` once all its paused residents left? (Asked on a copy: nothing changes.)"""
+        trial_mem = self.mem(d).copy()
+        for tid in self._paused_residents().get(d, ()):
+            trial_mem.leave(tid)
+        return trial_mem.admit(t.trial_id, t.p_bytes, t.t_bytes)
+
+    def place_whole(self, t: TrialDemand, exclude: Container[int]) -> list[int] | None:
+        """Whole devices for a computing trial that runs on no fewer than ``min_devices`` (> 1) of them: the
+        lowest-index devices that no computing trial uses, are not in ``exclude`` (devices other trials hold
+        whole) and admit its memory, evicting paused residents where only that lets it in (as :meth:`make_room`,
+        and only once enough devices are known to take it). Returns ``min_devices`` devices, lowest first, with
+        ``t`` admitted on each, or None (nothing changed): it is never placed on fewer."""
+        k = t.min_devices
+        ncomp, full = self.ncomp, self._full
+        usable = [v.index for v in self.devices
+                  if not ncomp[v.index] and v.index not in exclude and v.index not in full]
+        if len(usable) < k:
             return None
-        for rp, rq in self._no_room:
-            if t.p_bytes >= rp and t.t_bytes >= rq:
-                return None
-        for _, _, d in order:
-            if d in self._full or not self._paused_on.get(d):
-                continue
-            victims = list(self._paused_on[d])
-            touched = {dev for tid in victims for dev in self.alloc[tid]}
-            saved = {dev: self.mem(dev).copy() for dev in touched}
-            evicted: list[TrialDemand] = []
-            for tid in victims:
-                victim = self.trials[tid]
-                for dev in self.alloc[tid]:
-                    self.release(victim, dev)
-                evicted.append(victim)
-                if self.admit(t, d):
-                    if len(evicted) > 1:
-                        evicted = self._fewest_evictions(t, d, evicted, saved)
-                    freed: set[int] = set()
-                    for v in evicted:
-                        for dev in self.alloc.pop(v.trial_id):
-                            self._paused_on[dev].remove(v.trial_id)
-                            freed.add(dev)
-                    for dev in sorted(freed & self._full):
-                        self._reopen(dev)
-                    return d
-            self._mem.update(saved)  # no room even without them: undo the evictions
-        p, q = t.p_bytes, t.t_bytes  # keep the minimal pairs only: a pair dominated by another adds nothing
-        self._no_room = [(rp, rq) for rp, rq in self._no_room if rp < p or rq < q]
-        self._no_room.append((p, q))
+        chosen: list[int] = []
+        for d in usable:
+            if self.admit(t, d):
+                chosen.append(d)
+                if len(chosen) == k:
+                    return chosen
+        paused_on = self._paused_residents()
+        if paused_on:
+            taken = set(chosen)
+            more = [d for d in usable if d not in taken and paused_on.get(d) and self._admits_without_paused(t, d)]
+            if len(chosen) + len(more) >= k:
+                for d in more[:k - len(chosen)]:
+                    # (an eviction for an earlier device may have freed this one too: a paused trial on both)
+                    if not self.admit(t, d) and not self._evict_for(t, d):
+                        raise AssertionError(f"place_whole: {t.trial_id!r} no longer fits device {d}")  # (as found)
+                    chosen.append(d)
+                return sorted(chosen)
+        for d in chosen:
+            self.release(t, d)
         return None
+
+    def take_whole(self, t: TrialDemand, devices: list[int]) -> None:
+        """Record ``t`` on the whole devices :meth:`place_whole` found (a trial :meth:`settle_whole` took off its
+        devices keeps its place in the decision order)."""
+        tid = t.trial_id
+        if tid in self._displaced:
+            self.alloc[tid] = devices
+            self.ncomp[devices[0]] += 1
+            self.load[devices[0]] += self.rem[tid]
+        else:
+            self.place(t, devices)
+        self.spread.append(tid)
+
+    def settle_whole(self) -> None:
+        """Before the regimes' phases: every computing trial kept on several devices that needs more than one
+        (``min_devices`` > 1) claims its first ``min_devices``, longest predicted remaining time first (:meth:`key`).
+        One whose claim overlaps an earlier one (a paused trial promoted on another's devices), or that kept
+        fewer than ``min_devices`` (some of its devices are gone), is taken off its devices: placed again on
+        whole devices of its own, or queued (preempted). Never on fewer devices than it runs on."""
+        alloc, comp, trials = self.alloc, self.comp, self.trials
+        needs = [trials[tid] for tid in self.multi
+                 if tid in comp and trials[tid].min_devices > 1 and tid in alloc]
+        if not needs:
+            return
+        needs.sort(key=self.key)
+        claimed: set[int] = set()
+        off: list[TrialDemand] = []
+        for t in needs:
+            devs = alloc[t.trial_id]
+            mine = devs[:t.min_devices]
+            if len(mine) == t.min_devices and claimed.isdisjoint(mine):
+                claimed.update(mine)
+                continue
+            off.append(t)
+        freed: set[int] = set()
+        for t in off:
+            tid = t.trial_id
+            for d in alloc[tid]:
+                self.release(t, d)
+            devs = alloc.pop(tid)
+            freed.update(devs)
+            self.ncomp[devs[0]] -= 1
+            self.load[devs[0]] -= self.rem[tid]
+            self._displaced.add(tid)
+        for d in sorted(freed & self._full):  # as after make_room's evictions: it may take trials again
+            self._reopen(d)
+        self._reopened.clear()  # (fill_intra reads it; its bounds are not built yet)
+        if self.arrivals is not None:  # the cache's candidates: these join them, in arrival order
+            waiting = sorted([(trials[tid].seq, tid) for tid in self.arrivals]
+                             + [(t.seq, t.trial_id) for t in off])
+            self.arrivals = list(map(_SECOND, waiting))
 
     def _evict_and_admit(self, t: TrialDemand, d: int, evicted: list[TrialDemand],
                          saved: dict[int, LaneMemory]) -> bool:
@@ -1485,10 +1628,11 @@ class _Planning:
         so nothing else is placed on them."""
         alloc, comp = self.alloc, self.comp
         whole: set[int] = set()
-        for tid in self.multi:
-            devs = alloc.get(tid)
-            if devs is not None and len(devs) > 1 and tid in comp:
-                whole.update(devs)
+        for tids in (self.multi, self.spread):
+            for tid in tids:
+                devs = alloc.get(tid)
+                if devs is not None and len(devs) > 1 and tid in comp:
+                    whole.update(devs)
         return frozenset(whole)
 
     def inter(self) -> None:
@@ -1537,6 +1681,16 @@ class _Planning:
         left: list[TrialDemand] = []
         taken: dict[int, TrialDemand] = {}  # device -> the candidate this step gave it
         for t in candidates:
+            if t.min_devices > 1:  # whole devices of its own, or it waits (co-located below only on whole ones)
+                devs = self.place_whole(t, owner)
+                self._reopened.clear()  # (read by fill_intra only)
+                if devs is None:
+                    left.append(t)
+                    continue
+                self.take_whole(t, devs)
+                for d in devs:
+                    owner[d] = t.trial_id
+                continue
             target = self._free_device_for(t, owner)
             if target is None:
                 target = self._swap_for(t, owner, taken)
@@ -1813,7 +1967,8 @@ def plan(
         The plan.
 
     Raises:
-        PlanError: Duplicate ids, invalid estimates or a NaN ``remaining`` (the error names the trial and field).
+        PlanError: Duplicate ids, invalid estimates or a NaN ``remaining`` or ``turn`` (the error names the trial and
+            field).
     """
     work = _Planning(trials, devices, book if book is not None else ProfileBook(), settings or PlannerSettings())
     return _run(work)
@@ -1828,13 +1983,19 @@ def _run(work: _Planning) -> Plan:
 
 def _place(work: _Planning, intra: bool) -> Plan:
     """The phases after :meth:`_Planning.keep`."""
+    work.settle_whole()
     if intra:
         whole = work.whole_devices()  # a data-parallel trial kept on its fewest devices holds them whole
+        spread = len(work.spread)
         work.left = work.fill_intra(work.candidates(), whole)
+        if len(work.spread) != spread:  # queued trials placed on whole devices hold them too
+            whole, spread = work.whole_devices(), len(work.spread)
         # a move may have opened a device for a queued trial (with no devices, every trial waits)
         while work.devices and work.rebalance(whole) and work.left:
             before = len(work.left)
             work.left = work.fill_intra(work.left, whole)
+            if len(work.spread) != spread:
+                whole, spread = work.whole_devices(), len(work.spread)
             if len(work.left) == before:
                 break
         return work.result(INTRA)
@@ -1976,8 +2137,9 @@ class _KeptCache:
             self.stay[d].discard(tid)
             dirty.add(d)
 
-    def _index(self, tid: str, devices: tuple[int, ...]) -> None:
-        """Index a resident under each of its known devices (``res_on``), replacing what was there."""
+    def _index(self, tid: str, devices: tuple[int, ...], min_devices: int = 1) -> None:
+        """Index a resident under each of its known devices (``res_on``), replacing what was there; one on several
+        devices, or that needs several (``min_devices``), goes into ``multi`` as :meth:`_Planning.keep` puts it."""
         for d in self.res_devs.pop(tid, ()):
             self.res_on[d].discard(tid)
         known = tuple(d for d in devices if d in self.res_on)
@@ -1985,7 +2147,7 @@ class _KeptCache:
             self.res_devs[tid] = known
             for d in known:
                 self.res_on[d].add(tid)
-        if len(devices) > 1:
+        if len(devices) > 1 or (devices and min_devices > 1):
             self.multi.add(tid)
         else:
             self.multi.discard(tid)
@@ -2110,7 +2272,7 @@ class _KeptCache:
             return None  # duplicates: plan() says which
         for t in changed:
             if t.p_bytes < 0 or t.t_bytes < 0 or t.since_checkpoint < 0 or type(t.devices) is not tuple \
-                    or t.remaining != t.remaining:  # (NaN: plan() says which)
+                    or t.remaining != t.remaining or t.turn != t.turn:  # (NaN: plan() says which)
                 self._clear()
                 return None
         dirty: set[int] = set(changed_views)  # devices whose kept or staying residents, or lanes, changed
@@ -2147,7 +2309,7 @@ class _KeptCache:
                 self._unkeep(tid, dirty)  # (its arrival key may change)
             self._take(t, alone_of(tid), typical)
             rem_changed.append(tid)
-            self._index(tid, t.devices)
+            self._index(tid, t.devices, t.min_devices)
             recheck.add(tid)
         for tid in news:  # estimates the book changed of trials whose demand did not change (the others are done)
             if tid in ids:
