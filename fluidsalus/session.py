@@ -148,8 +148,10 @@ class LaneTurns(Protocol):
         """Like ``boundary`` once the trial has computed for at least the quantum; else nothing."""
 
 
-#: Decisions the ranks of a data-parallel trial agree on at each ``report()`` (see :class:`RankSync`).
-GO, PAUSE, STOP = "go", "pause", "stop"
+#: Decisions the ranks of a data-parallel trial agree on at each ``report()`` (see :class:`RankSync`). VERDICT: the
+#: result waits for the driver's verdict on it (``verdict_from``), which rank 0 asks for and then passes on as
+#: after a pause (go or stop), so that every rank stops at that result.
+GO, PAUSE, STOP, VERDICT = "go", "pause", "stop", "verdict"
 
 
 class RankSync(Protocol):
@@ -162,10 +164,11 @@ class RankSync(Protocol):
     leader: bool
 
     def at_report(self, iteration: int, decision: str, cancelled: threading.Event) -> str:
-        """Leader: publish ``decision`` (GO, PAUSE or STOP) and return it. Worker: return the leader's."""
+        """Leader: publish ``decision`` (GO, PAUSE, STOP or VERDICT) and return it. Worker: return the leader's."""
 
     def at_resume(self, iteration: int, stop: bool, cancelled: threading.Event) -> str:
-        """After a pause. Leader: publish GO, or STOP when ``stop``. Worker: wait for the leader's verdict."""
+        """After a pause or a VERDICT. Leader: publish GO, or STOP when ``stop``. Worker: wait for the leader's
+        verdict."""
 
     def leader_gone(self) -> bool:
         """True once rank 0 has ended (or cannot be reached): a stopped worker need not wait for it."""
@@ -360,8 +363,8 @@ class TrialSession:
         checkpoint_sink: Told ``(iteration, checkpoint_dir_name)`` of a checkpoint attached to a result already
             delivered (:meth:`attach_checkpoint`).
         verdict_from: From this ``result[time_attr]`` on, each result waits for the searcher's decision on it
-            before the trial goes on (:data:`RESULT_VERDICT_CALL`; None: never). A data-parallel trial's ranks do
-            not wait (their rank 0 would leave the others behind); a stop reaches them at the next report.
+            before the trial goes on (:data:`RESULT_VERDICT_CALL`; None: never). Of a data-parallel trial, rank 0
+            asks and its workers wait for its answer (:data:`VERDICT`), so all stop at that result.
         result_totals: ``timesteps_total`` and ``episodes_total`` of the result the checkpoint was taken at (a
             restart continues Ray's running totals from there; see :meth:`report`).
         on_resume_read: Told, once, that the trainable asked for the checkpoint to resume from
@@ -482,7 +485,7 @@ class TrialSession:
 
     def _verdict_due(self, result: Mapping[str, Any]) -> bool:
         """Whether the trial waits for the searcher's decision on ``result`` (see ``verdict_from``)."""
-        if self.verdict_from is None or self.ranks is not None:
+        if self.verdict_from is None:
             return False
         reached = result.get(self.time_attr)
         return isinstance(reached, (int, float)) and reached >= self.verdict_from
@@ -636,10 +639,11 @@ class TrialSession:
         stop = self.stopped_by_rule or self.stop_requested.is_set()
         with self._pause_lock:  # (with resume(): a new budget either comes before this check or wakes the pause)
             paused = self._pausing = not stop and self.at_budget(result)
+        verdict = not stop and not paused and self._verdict_due(result)
         if self.ranks is not None:  # data-parallel: rank 0 decides, the workers follow
-            decision = self.ranks.at_report(self.iteration, STOP if stop else PAUSE if paused else GO,
-                                            self.stop_requested)
-            stop, paused = decision == STOP, decision == PAUSE
+            decision = self.ranks.at_report(
+                self.iteration, STOP if stop else PAUSE if paused else VERDICT if verdict else GO, self.stop_requested)
+            stop, paused, verdict = decision == STOP, decision == PAUSE, decision == VERDICT
         if stop:
             result["done"] = True
         if at_end is not None and checkpoint is None and (stop or paused):
@@ -660,7 +664,7 @@ class TrialSession:
         self._sink(result, paused, not deferred or stop or paused or checkpoint is not None)
         if stop:
             raise self._stop()
-        if not paused and self._verdict_due(result) and self.call(RESULT_VERDICT_CALL, self.iteration):
+        if verdict and self._wait_verdict():
             # The searcher (or the driver's copy of the stopper) stopped it at this result (its lane's turn went
             # away meanwhile): a class Trainable's end save goes with it, as with any stop that ends the trial
             # (the driver's stopper's stops lost theirs: a review)
@@ -686,6 +690,26 @@ class TrialSession:
             if self.stop_requested.is_set() and self._stops_alone():
                 raise self._stop()
         self._last = time.time()  # time spent paused or waiting for the lane is not part of an iteration
+
+    def _wait_verdict(self) -> bool:
+        """Wait for the driver's verdict on the result just delivered (:data:`RESULT_VERDICT_CALL`): True to stop
+        at it, False to run on.
+
+        Rank 0 of a data-parallel trial asks the driver and passes the answer on (:data:`VERDICT`); a worker waits
+        for it as after a pause, its lane's turn given to a neighbour meanwhile, as the caller's is (:meth:`call`).
+        """
+        if self.ranks is not None and not self.ranks.leader:
+            if self._turns is not None:
+                self._turns.release()
+            if self.ranks.at_resume(self.iteration, False, self.stop_requested) == STOP:
+                return True
+            if self._turns is not None:
+                self._turns.acquire()
+            return False
+        stop = bool(self.call(RESULT_VERDICT_CALL, self.iteration))
+        if self.ranks is not None:
+            self.ranks.at_resume(self.iteration, stop, self.stop_requested)
+        return stop
 
     def _wait_resume(self) -> bool:
         """Wait, paused at the budget, for the verdict: True to stop, False to run on.

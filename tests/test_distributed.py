@@ -24,6 +24,7 @@ from fluidsalus.distributed import DataParallelError  # noqa: E402
 from fluidsalus.distributed._rendezvous import Rendezvous, broken_by_leader_end, parse_address  # noqa: E402
 from fluidsalus.errors import ConfigError, SessionError  # noqa: E402
 from fluidsalus.gpu.host import (  # noqa: E402
+    EV_CALL,
     EV_END,
     EV_LANE,
     EV_RESULT,
@@ -35,7 +36,15 @@ from fluidsalus.gpu.host import (  # noqa: E402
     HostSettings,
     TrialSpec,
 )
-from fluidsalus.session import GO, STOP, StopTrial, TrialContext, TrialSession, set_session  # noqa: E402
+from fluidsalus.session import (  # noqa: E402
+    GO,
+    RESULT_VERDICT_CALL,
+    STOP,
+    StopTrial,
+    TrialContext,
+    TrialSession,
+    set_session,
+)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 from digits_ddp import digits_ddp_trainable  # noqa: E402
@@ -351,6 +360,35 @@ def test_workers_pause_resume_and_stop_with_rank_0(tmp_path):
     assert [e[4] for e in events[0] if e[0] == EV_END] == [OUT_STOPPED]
     assert _worker_end(events[1])["outcome"] == OUT_STOPPED
     assert _PROGRESS[("pause", 1)] == 4
+
+
+def test_every_rank_waits_for_the_drivers_verdict_on_a_result_and_stops_at_it(tmp_path):
+    """A result that waits for the driver's verdict (``verdict_from``: a stopper's ``stop_all``, a pruning search)
+    made only a one-device trial wait: rank 0 of a data-parallel trial went on (its workers could not follow), and a
+    stop reached it at its next report, one result later than a one-device trial (a review). Rank 0 now asks, its
+    workers wait for its answer, and every rank stops at that result."""
+    config = {"iterations": 10, "tag": "verdict"}
+    hosts, events = _run_ranks(_collective_trainable, tmp_path, 2, config,
+                               settings=_settings(verdict_from=float("-inf")))
+    answered: set[int] = set()
+
+    def asks(evs):
+        return [e for e in evs[0] if e[0] == EV_CALL and e[5] == RESULT_VERDICT_CALL and e[4] not in answered]
+
+    for iteration in (1, 2, 3):
+        _poll_until(hosts, events, asks, f"rank 0's call for its verdict on result {iteration}")
+        (call,) = asks(events)
+        assert call[6] == (iteration,)
+        time.sleep(0.3)  # the worker must wait too, not compute the next iteration's collective
+        assert _PROGRESS[("verdict", 0)] == _PROGRESS[("verdict", 1)] == iteration
+        assert hosts[1].load()[0] == 0  # the waiting worker gave its lane's turn away
+        answered.add(call[4])
+        hosts[0].answer(call[4], iteration == 3)  # stop at the third result
+    _poll_until(hosts, events, _ended, "the trial's end")
+    assert [e[4]["training_iteration"] for e in events[0] if e[0] == EV_RESULT] == [1, 2, 3]
+    assert [e[4] for e in events[0] if e[0] == EV_END] == [OUT_STOPPED]
+    assert _worker_end(events[1])["outcome"] == OUT_STOPPED
+    assert _PROGRESS[("verdict", 0)] == _PROGRESS[("verdict", 1)] == 3
 
 
 def test_a_workers_error_fails_the_trial_with_its_traceback_before_the_timeout(tmp_path):

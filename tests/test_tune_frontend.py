@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import json
 import os
 import time
 import warnings
@@ -1213,6 +1214,23 @@ def test_a_stopper_whose_state_changes_on_the_driver_stops_trials_there(ray_clus
     assert all(r.metrics["training_iteration"] <= 5 for r in grid), [r.metrics["training_iteration"] for r in grid]
 
 
+@pytest.mark.parametrize("data_parallel", [False, True])
+def test_the_drivers_stopper_stops_a_trial_at_the_result_after_the_flag_one_device_or_data_parallel(
+        ray_cluster, storage: str, data_parallel: bool) -> None:
+    """The callback sets the flag on result 3, before that result's verdict goes out: the driver's copy stops the
+    trial at result 4, as Ray's one copy does. A data-parallel trial's results did not wait for the driver, so the
+    stop reached it at a later report (5 in a review's run); rank 0 now waits and its workers with it."""
+    from fluidsalus import distributed
+
+    stopper = _FlagStopper()
+    trainable = distributed.data_parallel(workers=2)(_thirty_steps) if data_parallel else _thirty_steps
+    _, grid = _run(trainable, storage, {"x": 1},
+                   run_config_kwargs={"stop": stopper, "callbacks": [_SetsTheFlag(stopper)]})
+    (result,) = grid
+    assert result.error is None and result.metrics["training_iteration"] == 4
+    assert list(result.metrics_dataframe["done"]) == [False, False, False, True]
+
+
 class _ThirtyStepsSaved(tune.Trainable):
     def setup(self, config):
         self.i = 0
@@ -1240,6 +1258,56 @@ def test_a_class_trainable_the_drivers_stopper_stops_is_saved_at_its_end(ray_clu
     for result in grid:
         assert result.metrics["training_iteration"] <= 5 and result.checkpoint is not None
         assert result.checkpoint.path.endswith(f"checkpoint_{result.metrics['training_iteration']:06d}")
+
+
+class _LogsWhatItIsGiven(tune.search.Searcher):
+    """Suggests ``{"x": 1}``; appends each result it is given and each trial's end to the file ``log`` (the
+    engine runs a copy of it)."""
+
+    def __init__(self, log: str) -> None:
+        super().__init__(metric="i", mode="max")
+        self.log = log
+
+    def suggest(self, trial_id):
+        return {"x": 1}
+
+    def _write(self, *entry) -> None:
+        with open(self.log, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    def on_trial_result(self, trial_id, result):
+        self._write("result", trial_id, result["training_iteration"], result["done"])
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        self._write("complete", trial_id, result["training_iteration"], result["done"])
+
+
+def test_the_result_the_drivers_stopper_stops_a_trial_at_is_done_and_kept_from_the_searcher(
+        ray_cluster, storage: str, tmp_path) -> None:
+    """Ray asks its stopper before its scheduler and search algorithm: the result the stopper stops a trial at is
+    marked done (its stored row, progress.csv) and only the searcher's on_trial_complete gets it. The driver's copy
+    was asked after the batch was stored and given to the searcher: that row said done=False (Result.metrics said
+    True) and the searcher's on_trial_result got it (a review's side-by-side run with Ray 2.60)."""
+    log = tmp_path / "searcher.log"
+    stopper = _FlagStopper()
+    _, grid = _run(_thirty_steps, storage, {}, search_alg=_LogsWhatItIsGiven(str(log)), num_samples=2,
+                   run_config_kwargs={"stop": stopper, "callbacks": [_SetsTheFlag(stopper)]})
+    assert grid.num_errors == 0
+    ends = sorted(r.metrics["training_iteration"] for r in grid)
+    assert ends[-1] <= 5, ends
+    for result in grid:
+        stops = [False] * (result.metrics["training_iteration"] - 1) + [True]
+        assert result.metrics["done"] and list(result.metrics_dataframe["done"]) == stops
+        with open(os.path.join(result.path, "progress.csv")) as f:
+            assert [row["done"] for row in csv.DictReader(f)] == [str(done) for done in stops]
+    given: dict[str, list[tuple[str, int, bool]]] = {}
+    for line in log.read_text().splitlines():
+        what, trial_id, iteration, done = json.loads(line)
+        given.setdefault(trial_id, []).append((what, iteration, done))
+    assert sorted(calls[-1][1] for calls in given.values()) == ends
+    for calls in given.values():
+        end = calls[-1][1]
+        assert calls == [("result", i, False) for i in range(1, end)] + [("complete", end, True)]
 
 
 class _NoSaveEndless(_NoSave):
@@ -1354,6 +1422,38 @@ def test_stop_callable_and_stopper_with_endless_samples(ray_cluster, storage: st
     reader = ExperimentStore.open(grid.experiment_path, readonly=True)
     assert [e.data["reason"] for e in reader.events("experiment_ending")] == ["time_budget"]
     assert all("i" not in r.metrics or r.metrics["i"] <= 2 for r in grid)
+
+
+class _EndsAtOnce(tune.Stopper):
+    def __call__(self, trial_id, result):
+        return False
+
+    def stop_all(self):
+        return True
+
+
+@pytest.mark.parametrize("ending", ["stop_all", "timeout_stopper_0", "time_budget"])
+def test_a_run_that_ends_before_any_trial_starts_keeps_its_trials_never_started_as_in_ray(ray_cluster, storage: str,
+                                                                                          ending: str) -> None:
+    """A stop_all() True at its first check (or TimeoutStopper(0), a time budget the devices' start spent) ended
+    the run before the search made any trial: the grid was empty and ``grid[0]`` raised IndexError. Ray's grid
+    holds the trials, TERMINATED, with metrics of just their trial_id (a helper's side-by-side run)."""
+    run_config, tune_config = {}, {}
+    if ending == "stop_all":
+        run_config["stop"] = _EndsAtOnce()
+    elif ending == "timeout_stopper_0":
+        run_config["stop"] = tune.stopper.TimeoutStopper(0)
+    else:
+        tune_config["time_budget_s"] = 0.0001
+    _, grid = _run(_thirty_steps, storage, {"x": tune.grid_search([1, 2, 3])}, run_config_kwargs=run_config,
+                   **tune_config)
+    assert len(grid) == 3 and grid.num_errors == 0 and grid.num_terminated == 3
+    assert [set(r.metrics) for r in grid] == [{"trial_id"}] * 3 and grid[0].error is None
+    assert [t.status for t in tune.ExperimentAnalysis(grid.experiment_path).trials] == ["TERMINATED"] * 3
+    reader = ExperimentStore.open(grid.experiment_path, readonly=True)
+    assert [e.data["reason"] for e in reader.events("experiment_ending")] == [
+        "time_budget" if ending == "time_budget" else "stop_all"]
+    assert [t.status for t in reader.trials()] == ["TERMINATED"] * 3 and not reader.results()
 
 
 def _flat_thirty(config):

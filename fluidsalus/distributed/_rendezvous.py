@@ -5,9 +5,9 @@ found free); the workers connect to it as clients. Every key lives under ``fluid
 so a late worker of an earlier attempt can never mix with the current one. The store carries:
 
 - the **boundary protocol** (:class:`~fluidsalus.session.RankSync`): at each ``report()`` rank 0 writes its
-  decision (``report/<i>`` = go, pause or stop) and, after a pause, its verdict (``resume/<i>``); a worker
-  waits for that key and does the same. So the workers pause, resume and stop exactly when rank 0 does, and
-  the driver only ever talks to rank 0;
+  decision (``report/<i>`` = go, pause, stop or verdict) and, after a pause or once the driver judged a result
+  that waits for its verdict, its verdict (``resume/<i>``); a worker waits for that key and does the same. So
+  the workers pause, resume and stop exactly when rank 0 does, and the driver only ever talks to rank 0;
 - the **end protocol**: rank 0 writes ``end`` when its trainable is over, a worker writes ``exited/<r>`` when
   its own is, and a worker that failed on its own writes ``error/<r>`` and ``failed``;
 - the rendezvous of the trial's **process group**, built on demand by ``init_process_group()``.
@@ -112,7 +112,8 @@ class Rendezvous:
         return STOP if got is None else got
 
     def at_resume(self, iteration: int, stop: bool, cancelled: threading.Event) -> str:
-        """After a pause at report ``iteration``: rank 0 publishes go or stop; a worker waits (without limit)."""
+        """After a pause, or a verdict, at report ``iteration``: rank 0 publishes go or stop; a worker waits
+        (without limit)."""
         if self.leader:
             decision = STOP if stop else GO
             self.store.set(f"resume/{iteration}", decision)

@@ -1051,16 +1051,24 @@ class Executor:
                 "iterations_done": self._iterations, "iterations_budget": None}
 
     def _loop(self) -> None:
+        first = not self.trials  # a new run's first pass (a resumed run has its trials)
         while True:
             for callback in self.settings.callbacks:
                 callback.on_step_begin()
             if self.settings.verbose > 0:
                 self._progress.update(self._snapshot())
+            if first:
+                # The search's first trials are made before the first check of the run's end, so that a run that
+                # ends there (a stop_all() True from the start, TimeoutStopper(0), a time budget the devices' start
+                # spent) ends them unstarted and its grid holds them, as Ray's does (it was empty)
+                self._take_groups()
             self._check_end()
             if self._ending is None:
                 self._watch_nodes()
-                self._take_groups()
+                if not first:
+                    self._take_groups()
                 self._dispatch()
+            first = False
             if self._finished():
                 for callback in self.settings.callbacks:  # every pass that began ends, the last one too
                     callback.on_step_end()
@@ -1986,23 +1994,31 @@ class Executor:
             # this process (stop messages, printed lines) before the commit. (It decides before the results
             # are written, so that a stop marks its result done.)
             stops: list[str] = []
-            marked: set[int] = set()  # results a stop marked done (the stopper saw them before, as in Ray)
+            stopper_error: Exception | None = None  # the driver's copy of the stopper raised: after the commit
             for kind, trial, event in acted:
                 if kind == EV_RESULT:
+                    # As Ray's controller, the stopper is asked first; a stop of its own skips the searcher
+                    stopped = False
+                    if stopper_error is None:
+                        try:
+                            stopped = self._stopper_stops(trial, event[4])
+                        except Exception as e:  # the run ends with it, once the batch is kept
+                            stopper_error = e
                     # Every result is given, in order, also those that arrive in the batch of the trial's end
                     # (they come before it in ``acted``): the searcher sees the same sequence however the
                     # device happened to batch them. A stop asked for a trial that has already ended is moot
                     # (_stop_trials passes over ended trials).
                     iteration = event[4]["training_iteration"]
-                    if iteration <= self._searcher_seen.get(trial.trial_id, 0):
+                    seen = iteration <= self._searcher_seen.get(trial.trial_id, 0)
+                    if seen and not stopped:
                         continue  # run again after a restart: the searcher decided on this iteration already
-                    self._searcher_seen[trial.trial_id] = iteration
-                    if self._searcher_log.on_result(trial.trial_id, event[4]) == Decision.STOP:
+                    self._searcher_seen[trial.trial_id] = max(iteration, self._searcher_seen.get(trial.trial_id, 0))
+                    if stopped or self._searcher_log.on_result(trial.trial_id, event[4]) == Decision.STOP:
                         stops.append(trial.trial_id)
-                        # As Ray marks the result its scheduler stops a trial at: ``done`` in the stored row, the
-                        # trial's last result, the callbacks and the loggers' files (the results are stored next)
+                        # As Ray marks the result its stopper or scheduler stops a trial at: ``done`` in the stored
+                        # row, the trial's last result (which the searcher's on_trial_complete gets), the callbacks
+                        # and the loggers' files (the results are stored next)
                         event[4]["done"] = True
-                        marked.add(id(event))
                 elif kind == EV_END:
                     self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=trial.status == ERROR,
                                                         error_text=trial.error)
@@ -2019,6 +2035,8 @@ class Executor:
             if acted:
                 self._searcher_log.save()
         # Committed: the batch is acknowledged. Now act on it.
+        if stopper_error is not None:
+            raise stopper_error
         if stops:
             self._stop_trials(stops)
         for kind, trial, event in acted:
@@ -2028,16 +2046,6 @@ class Executor:
             elif kind == EV_RESULT:
                 self._iterations += 1
                 self._note_last_value(trial.trial_id, event[4])
-                if self.settings.stopper is not None:
-                    # keeps the driver's copy's state for stop_all; it sees what the device's copy saw (Ray asks
-                    # the stopper before its scheduler decides: not the done a stop marked)
-                    says_stop = self.settings.stopper(trial.trial_id, {
-                        "config": trial.config, **event[4], **({"done": False} if id(event) in marked else {})})
-                    if says_stop and self._stop_all_verdicts and trial.status not in FINAL_STATUSES:
-                        # The result waits for this verdict anyway: the driver's copy's answer stops the trial at
-                        # it too, so that state the driver's copy gathered since the start (a callback's "stop
-                        # now") counts, as in Ray's one copy (the devices' copies never see it)
-                        self._stop_trials([trial.trial_id])
                 if event[4].get("checkpoint_dir_name") and self.settings.checkpoint_num_to_keep is not None:
                     self._retain_checkpoints(trial)
             elif trial.status == ERROR:
@@ -2075,6 +2083,27 @@ class Executor:
             if wanted:
                 del self._checkpoint_wanted[trial_id]
             self._send(device, "answer", event[4], wanted, False)
+
+    def _stopper_stops(self, trial: Trial, metrics: Mapping[str, Any]) -> bool:
+        """Give the driver's copy of the run's stopper a result (it sees every one, in order: its state serves
+        ``stop_all()`` and the copy a restarted trial takes, ``_stop_state``), and say whether its answer stops the
+        trial at that result, where the device's copy did not.
+
+        It does for a stopper whose results wait for the driver (``_stop_all_verdicts``): the wait costs nothing
+        more, and state the driver's copy gathered since the start (a callback's "stop now") then counts, as in
+        Ray's one copy (the devices' copies never see it). Not for a trial that has ended, nor a result that
+        already ends its trial (``done``: the device's copy, the trainable or an earlier stop ended it there).
+        It is asked before the searcher, with the result as the trial reported it, as Ray asks its stopper before
+        the scheduler.
+
+        Raises:
+            Exception: What the stopper raised.
+        """
+        if self.settings.stopper is None:
+            return False
+        says_stop = self.settings.stopper(trial.trial_id, {"config": trial.config, **metrics})
+        return (bool(says_stop) and self._stop_all_verdicts and not metrics.get("done")
+                and trial.status not in FINAL_STATUSES)
 
     def _lane_event(self, device: _Device, event: tuple[Any, ...]) -> None:
         """Follow a device's lanes (its mirror for the planner), the trials' memory estimates and the end of
