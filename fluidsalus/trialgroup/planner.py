@@ -79,6 +79,7 @@ from __future__ import annotations
 import bisect
 import functools
 import heapq
+import itertools
 import math
 import operator
 from collections import defaultdict
@@ -1365,26 +1366,60 @@ class _Planning:
         a trial on several devices does not move."""
         cfg = self.cfg
         moved: set[str] = set()
-        by_dev: dict[int, list[str]] = {}  # device -> its computing trials, listed when a move off it is considered
+        ncomp, load, alloc, gate = self.ncomp, self.load, self.alloc, self.gate
+        by_dev: dict[int, list[str]] = {}  # device -> its computing trials, listed once a move is considered
 
         def on(d: int) -> list[str]:
-            members = by_dev.get(d)
-            if members is None:
+            if not by_dev:  # one pass over the placements for every device (a pass per device was O(trials) each)
                 comp = self.comp
-                members = by_dev[d] = [tid for tid, devs in self.alloc.items() if devs[0] == d and tid in comp]
-            return members
+                for tid, devs in alloc.items():
+                    if tid in comp:
+                        by_dev.setdefault(devs[0], []).append(tid)
+                by_dev.setdefault(d, [])
+            return by_dev.setdefault(d, [])
+
+        # The most crowded device, max (ncomp, load, -index), and the least loaded open one, min (ncomp, load,
+        # index), from two heaps with lazy deletion: an entry counts while its device's version is the entry's.
+        # A move changes only its two devices, which are pushed again: O(log devices) a move, not three scans.
+        version = dict.fromkeys(ncomp, 0)
+        crowded_heap = [(-ncomp[d], -load[d], d, 0) for d in ncomp]
+        open_heap = [(ncomp[d], load[d], d, 0) for d in ncomp if d not in exclude and gate(d)]
+        heapq.heapify(crowded_heap)
+        heapq.heapify(open_heap)
+
+        def push(d: int) -> None:
+            v = version[d] = version[d] + 1
+            heapq.heappush(crowded_heap, (-ncomp[d], -load[d], d, v))
+            if d not in exclude and gate(d):
+                heapq.heappush(open_heap, (ncomp[d], load[d], d, v))
 
         while True:
-            crowded = max(self.devices, key=lambda d: (self.ncomp[d.index], self.load[d.index], -d.index)).index
-            open_devs = [d.index for d in self.devices
-                         if d.index != crowded and d.index not in exclude and self.gate(d.index)]
-            if not open_devs:
+            while crowded_heap and crowded_heap[0][3] != version[crowded_heap[0][2]]:
+                heapq.heappop(crowded_heap)
+            if not crowded_heap:
                 return bool(moved)
-            target = min(open_devs, key=lambda d: (self.ncomp[d], self.load[d], d))
-            n_from, n_to = self.ncomp[crowded], self.ncomp[target]
+            crowded = crowded_heap[0][2]
+            target = None
+            while open_heap:
+                entry = open_heap[0]
+                if entry[3] != version[entry[2]]:
+                    heapq.heappop(open_heap)
+                elif entry[2] == crowded:  # the next one: the crowded device's own entry stays for later
+                    top = heapq.heappop(open_heap)
+                    while open_heap and open_heap[0][3] != version[open_heap[0][2]]:
+                        heapq.heappop(open_heap)
+                    target = open_heap[0][2] if open_heap else None
+                    heapq.heappush(open_heap, top)
+                    break
+                else:
+                    target = entry[2]
+                    break
+            if target is None:
+                return bool(moved)
+            n_from, n_to = ncomp[crowded], ncomp[target]
             if n_from - n_to < 2:
                 return bool(moved)
-            candidates = [self.trials[tid] for tid in on(crowded) if tid not in moved and len(self.alloc[tid]) == 1]
+            candidates = [self.trials[tid] for tid in on(crowded) if tid not in moved and len(alloc[tid]) == 1]
             candidates.sort(key=self.key)
             key_from = self.dev[crowded].curve_key
             key_to = self.dev[target].curve_key
@@ -1405,14 +1440,16 @@ class _Planning:
                 return bool(moved)
             tid = t.trial_id
             moved.add(tid)
-            self.alloc[tid] = [target]
+            alloc[tid] = [target]
             on(crowded).remove(tid)
             on(target).append(tid)
             rem = self.rem[tid]
-            self.ncomp[crowded] -= 1
-            self.load[crowded] -= rem
-            self.ncomp[target] += 1
-            self.load[target] += rem
+            ncomp[crowded] -= 1
+            load[crowded] -= rem
+            ncomp[target] += 1
+            load[target] += rem
+            push(crowded)
+            push(target)
 
     def _hold(self, t: TrialDemand, home: int, target: int) -> None:
         """Note that evening out would have moved ``t`` (which cannot restart) from ``home`` to ``target``, if it
@@ -1717,9 +1754,10 @@ class _Planning:
                 homes.setdefault(devs[0], []).append(self.trials[tid])
         free_left = -1  # free devices no trial owns (-1: not counted yet); each move below takes one
         for home in sorted(homes):
-            crowd = sorted(homes[home], key=self.key)
+            crowd = homes[home]
             if len(crowd) < 2:
                 continue
+            crowd.sort(key=self.key)
             for i, t in enumerate(crowd):
                 if i and len(self.alloc[t.trial_id]) > 1:  # a data-parallel trial kept at its fewest devices
                     crowd.insert(0, crowd.pop(i))  # stays (it moves only whole): the others spread
@@ -1757,14 +1795,27 @@ class _Planning:
             return
         # A grower's key depends on its own allocation only, and growing takes free devices, never a home: so
         # the candidates are found once and kept in a heap by key (the one with the most remaining time first).
+        # A trial that the loop below would pop and pass over whatever its key (at its most devices, or a step
+        # that does not pay or is an untaken probe, at no fewer than its fewest devices) is left out: it would
+        # not change the others' order, and its key (two predictions) is the costly part of a plan's growing.
         heap: list[tuple[float, int, str, TrialDemand]] = []
+        book, alloc, ncomp = self.book, self.alloc, self.ncomp
         for t in computing + candidates:
             if not t.data_parallel:
                 continue
             tid = t.trial_id
-            devs = self.alloc.get(tid)
-            if devs is None or owner.get(devs[0]) != tid or self.ncomp[devs[0]] > 1:
+            devs = alloc.get(tid)
+            if devs is None or owner.get(devs[0]) != tid or ncomp[devs[0]] > 1:
                 continue  # not placed, or shares its home: it cannot grow (it holds whole devices only)
+            k = len(devs)
+            if t.max_devices is not None and k >= t.max_devices:
+                continue
+            if k >= t.min_devices:
+                ratio, source = book.scaling_ratio(tid, k, self.dev[devs[0]].curve_key)
+                if not ratio < 1.0 - cfg.min_scaling_gain or (source not in ("trial", "pooled")
+                                                              and book.measured(tid, k) is None
+                                                              and not (k == 1 and not t.devices)):
+                    continue
             heapq.heappush(heap, self._grow_key(t))
         while free and heap:
             neg_remaining_s, _, tid, best = heapq.heappop(heap)
@@ -1797,9 +1848,13 @@ class _Planning:
 
     def _grow_key(self, t: TrialDemand) -> tuple[float, int, str, TrialDemand]:
         """Water-filling order: most predicted remaining time at the trial's current width first."""
-        k = len(self.alloc[t.trial_id])
-        remaining_s = self.rem[t.trial_id] * self.sec(t, k) / self.sec(t, 1)
-        return (-remaining_s, t.seq, t.trial_id, t)
+        tid = t.trial_id
+        devs = self.alloc[tid]
+        k = len(devs)
+        predict, curve_key = self.book.predict, self.dev[devs[0]].curve_key
+        alone = predict(tid, 1, 1, curve_key)  # (sec(t, 1); at one device, sec(t, k) is the same prediction)
+        remaining_s = self.rem[tid] * (alone if k == 1 else predict(tid, k, 1, curve_key)) / alone
+        return (-remaining_s, t.seq, tid, t)
 
     def _owner_gain(self, t: TrialDemand, others: int, free: int) -> float:
         """Predicted saving of data-parallel trial ``t`` from its next scaling step, net of its restart, if the
@@ -2013,15 +2068,16 @@ class _KeptCache:
 
     Where every device reports its lanes (``DeviceView.lanes``), ``keep`` records a resident listed in the lanes
     of each of its devices (after the intra regime's shrink, and when it fits them) as it is, and admits a
-    resident with one device that its lanes do not list yet (sent there, or waiting in the device's queue). When
-    every resident is one of those (or is on no device that still exists), the state after ``keep``
+    resident that the lanes of one of its devices do not list yet (sent there, or waiting in the device's queue;
+    a data-parallel trial just grown or moved, on several devices). When every resident is one of those (or is
+    on no device that still exists), the state after ``keep``
     (placements in arrival order, each device's computing trials and their predicted remaining work, reported
     lane members that left) is a function of each trial's demand, its alone estimate (the typical one when it
     was never measured) and its devices' views, plus those admissions. The cache holds that state from the last
     plan and updates the trials whose demand object or estimate changed, the devices whose view object changed,
     and the never-measured trials when the typical time moved; the admissions are redone. A plan then costs an
-    identity check per trial plus the work of what changed. Otherwise (a resident on several devices that one of
-    them does not list, devices without reported lanes, another device set, input that :func:`plan` rejects)
+    identity check per trial plus the work of what changed. Otherwise (a resident that does not fit one of its
+    devices, devices without reported lanes, another device set, input that :func:`plan` rejects)
     :meth:`prepare` answers None and the plan is computed from scratch. Either way it is the plan :func:`plan`
     returns: tests/test_planner.py checks this on random sequences of plans, and tests/test_sim.py on whole
     simulated runs.
@@ -2055,6 +2111,9 @@ class _KeptCache:
         self.home: dict[int, list[tuple[int, str]]] = {}  # device -> kept residents it is home of, (seq, id), sorted
         self.transit: dict[str, int] = {}  # resident its one device's lanes do not list -> that device
         self.transit_on: dict[int, list[tuple[int, str]]] = {}  # device -> its transit residents, sorted
+        # resident on several devices that the lanes of one of them do not list -> the devices keep() leaves it
+        self.transit_multi: dict[str, list[int]] = {}
+        self.transit_multi_keys: list[tuple[int, str]] = []  # (seq, id) of transit_multi, sorted
         self.stay: dict[int, set[str]] = {}  # device -> residents that keep() counts as staying there
         self.order_keys: list[tuple[int, str]] = []  # every kept resident, (seq, id), sorted
         self.order_ids: list[str] = []  # the ids of order_keys, in the same order
@@ -2074,6 +2133,29 @@ class _KeptCache:
         views = self.views
         if self._valid and len(devices) == len(views):
             changed: set[int] = set()
+            # The usual case (the simulator's): the views in index order, each the last plan's view of its device
+            # or a new view of that same device. The views to look at are then found in one C-level pass.
+            sorted_views = self.sorted_views
+            positions = list(itertools.compress(range(len(devices)), map(operator.is_not, devices, sorted_views)))
+            if all(devices[i].index == sorted_views[i].index for i in positions):
+                for i in positions:
+                    d, old = devices[i], sorted_views[i]
+                    if d.lanes is None or d.capacity_bytes != old.capacity_bytes \
+                            or d.reserved_bytes != old.reserved_bytes or d.slots != old.slots \
+                            or d.curve_key != old.curve_key:
+                        return None
+                if positions:
+                    moved, snap = self.moved, self.snap
+                    sorted_views = self.sorted_views = list(sorted_views)
+                    for i in positions:
+                        d = devices[i]
+                        index = d.index
+                        views[index] = self.dev[index] = sorted_views[i] = d
+                        members = lane_members(d)
+                        moved[index] = members.symmetric_difference(snap[index])
+                        snap[index] = members
+                        changed.add(index)
+                return changed
             for d in devices:
                 old = views.get(d.index)
                 if old is d:
@@ -2136,6 +2218,14 @@ class _KeptCache:
             del lst[bisect.bisect_left(lst, key)]
             self.stay[d].discard(tid)
             dirty.add(d)
+            return
+        devs = self.transit_multi.pop(tid, None)
+        if devs is not None:
+            lst = self.transit_multi_keys
+            del lst[bisect.bisect_left(lst, key)]
+            for d in devs:
+                self.stay[d].discard(tid)
+            dirty.update(devs)
 
     def _index(self, tid: str, devices: tuple[int, ...], min_devices: int = 1) -> None:
         """Index a resident under each of its known devices (``res_on``), replacing what was there; one on several
@@ -2154,8 +2244,8 @@ class _KeptCache:
 
     def _status(self, t: TrialDemand, intra: bool, dirty: set[int]) -> None:
         """What ``keep`` does with resident ``t``: keep it as reported (``kept``), admit it on its one device
-        (``transit``), nothing (no device of it exists), or anything else (``slow``: the plan is computed from
-        scratch)."""
+        (``transit``) or on those of its devices whose lanes do not list it (``transit_multi``), nothing (no device
+        of it exists), or anything else (``slow``: the plan is computed from scratch)."""
         tid = t.trial_id
         self._unkeep(tid, dirty)
         self.slow.discard(tid)
@@ -2193,7 +2283,11 @@ class _KeptCache:
             self.stay[d].add(tid)
             dirty.add(d)
         else:
-            self.slow.add(tid)
+            self.transit_multi[tid] = devs
+            bisect.insort(self.transit_multi_keys, key)
+            for d in devs:
+                self.stay[d].add(tid)
+            dirty.update(devs)
 
     def _take(self, t: TrialDemand, alone: float | None, typical: float) -> None:
         """Record a trial's demand and its predicted remaining time (as :class:`_Planning` computes it)."""
@@ -2366,27 +2460,55 @@ class _KeptCache:
         work.load = dict(self.load)
         keys = self.order_keys
         admitted: list[tuple[int, str]] = []
-        for d, waiting in self.transit_on.items():  # keep() admits these, each device in arrival order
-            if not waiting:
+        homes: dict[int, list[tuple[int, str]]] = {}  # device -> the transit residents placed with it as home
+        waiting = [lst for lst in self.transit_on.values() if lst]
+        if self.transit_multi_keys:
+            waiting.append(self.transit_multi_keys)
+        transit, transit_multi, snap = self.transit, self.transit_multi, self.snap
+        # keep() admits these in arrival order (one device's order is all that matters, except that a resident on
+        # several devices that one of them does not admit leaves them all, which later ones may then fit)
+        for key in waiting[0] if len(waiting) == 1 else heapq.merge(*waiting):
+            tid = key[1]
+            t = demands[tid]
+            d = transit.get(tid)
+            if d is not None:
+                if not work.admit(t, d):
+                    continue
+                homes.setdefault(d, []).append(key)
+                admitted.append(key)
                 continue
-            here = [key for key in waiting if work.admit(demands[key[1]], d)]
-            if here:
-                admitted += here
-                n = 0
-                load = 0.0
-                for _, tid in sorted(self.home[d] + here):
-                    if tid in comp:
-                        n += 1
-                        load += rem[tid]
-                work.ncomp[d] = n
-                work.load[d] = load
+            devs = transit_multi[tid]
+            recorded = 0  # as keep() does: devices (a prefix of devs) whose lanes now hold it
+            for d in devs:
+                if tid not in snap[d] and not work.admit(t, d):
+                    break
+                recorded += 1
+            if recorded < len(devs):  # the device has not got it (it waits in its queue): it is re-placed
+                for d in devs[:recorded]:
+                    work.release(t, d)
+                for d in devs[recorded:]:  # a reported lane still holding it past the failing device
+                    if tid in snap[d]:
+                        work.mem(d).leave(tid)
+                continue
+            homes.setdefault(devs[0], []).append(key)
+            admitted.append(key)
+        for d, here in homes.items():
+            n = 0
+            load = 0.0
+            for _, tid in sorted(self.home[d] + here):
+                if tid in comp:
+                    n += 1
+                    load += rem[tid]
+            work.ncomp[d] = n
+            work.load[d] = load
         if admitted:
             ids_kept = self.order_ids
             alloc = dict(zip(ids_kept, map(kept.__getitem__, ids_kept), strict=True))
             prefix, keys = list(self.kept_assign), list(keys)
             for key in sorted(admitted):
                 tid = key[1]
-                devs = alloc[tid] = [self.transit[tid]]
+                d = transit.get(tid)
+                devs = alloc[tid] = [d] if d is not None else transit_multi[tid]
                 i = bisect.bisect_left(keys, key)
                 keys.insert(i, key)
                 prefix.insert(i, _assignment(tid, devs, demands[tid].devices))
