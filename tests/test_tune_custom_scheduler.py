@@ -181,3 +181,25 @@ def test_a_tuner_run_under_a_scheduler_of_your_own(ray_cluster, storage) -> None
     assert ends[0.1] == ends[0.3] == 2
     assert sorted(scheduler.added) == sorted(r.metrics["trial_id"] for r in grid)
     assert sorted(iteration for _, _, iteration in scheduler.completed) == sorted(ends.values())
+
+
+#: What the scheduler of the test below records: a module-level variable, as a script's scheduler writes to one.
+RECORDED: list[int] = []
+
+
+def test_a_scheduler_defined_in_the_script_writes_to_the_scripts_own_variables(ray_cluster, storage) -> None:
+    """fit() kept a copy of the TuneConfig for tuner.pkl by pickling and loading it in the process: cloudpickle then
+    set the methods of a class pickled by value (a script's own, or one defined in a function, like this one) anew,
+    with a copy of the globals they use, so the scheduler's writes to a module-level list went to a copy that
+    nobody read (a helper's script: 6 entries under Ray, none here)."""
+
+    class Records(TrialScheduler):
+        def on_trial_result(self, tune_controller, trial, result):
+            RECORDED.append(result["training_iteration"])
+            return TrialScheduler.CONTINUE
+
+    RECORDED.clear()
+    Tuner(_steps, param_space={"x": tune.grid_search([0.1, 0.9])},
+          tune_config=TuneConfig(metric="value", mode="max", scheduler=Records()),
+          run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert sorted(RECORDED) == sorted(list(range(1, 7)) * 2)

@@ -379,6 +379,16 @@ def _total_samples(searcher: Any, num_samples: int, endless: bool) -> int | None
     return getattr(searcher, "total_samples", sys.maxsize if endless else num_samples)
 
 
+class _Pickled:
+    """Bytes of a cloudpickled object that unpickle as that object (in tuner.pkl)."""
+
+    def __init__(self, blob: bytes) -> None:
+        self.blob = blob
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        return cloudpickle.loads, (self.blob,)
+
+
 class Tuner:
     """Tune a trainable's hyperparameters (``ray.tune.Tuner``).
 
@@ -708,7 +718,9 @@ class Tuner:
         # refused (NevergradSearch, ZOOptSearch, one's own: the restore was a ConfigError). Its state comes back
         # from the store. None when it cannot be copied (the TuneConfig as it is is kept then, as before).
         try:
-            self._pristine_tune_config = cloudpickle.loads(cloudpickle.dumps(tune_config))
+            # Kept as bytes: loading them here would rebind the script's own classes (cloudpickle's class
+            # tracker sets their methods anew, with a copy of __main__'s globals).
+            self._pristine_tune_config = _Pickled(cloudpickle.dumps(tune_config))
         except Exception:  # noqa: BLE001 - any object in the config may refuse pickling
             self._pristine_tune_config = None
         self.plan = planned = plan(tune_config, self._param_space, class_trainable=class_trainable,
