@@ -608,7 +608,8 @@ class DeviceTrial(BaseTrial):
         ``suggest_*``, a study read, or the trial's end), before that call, so the study sees the same order
         of events as under ``study.optimize``, with one round trip fewer per step; or sooner, when the result
         reaches the driver first (within ``POLL_WAIT_S``). Optuna's checks of the arguments are made here, where
-        the objective called ``report``; its warning for a step reported twice comes with the next call.
+        the objective called ``report``, and so is its warning for a step this attempt reported already (the
+        value is then ignored, as Optuna ignores it).
 
         Args:
             value: The intermediate value (anything ``float()`` accepts).
@@ -627,7 +628,10 @@ class DeviceTrial(BaseTrial):
         if step < 0:
             raise ValueError(f"`{step=}` must be non-negative.")  # Optuna's message
         result: dict[str, Any] = {KEY_NUMBER: self._number, KEY_STEP: step, KEY_INTERMEDIATE: value}
-        if step in self._earlier_steps and step not in self._steps:
+        if step in self._steps:  # Optuna's warning, given at this call as Optuna gives it; the value is ignored
+            warnings.warn(f"The reported value is ignored because this `{step=}` is already reported.", UserWarning,
+                          stacklevel=2)
+        elif step in self._earlier_steps:
             self._steps.add(step)  # a restarted attempt redoes a step the study already holds: nothing to tell
         else:
             # Told to the study with the trial's next call (should_prune, its end), or when the driver gets the

@@ -977,9 +977,11 @@ def _warned_in_the_objective(trial: Any) -> float:
         warnings.simplefilter("always")
         x = trial.suggest_float("x", 0.0, 1.0)  # enqueued out of its range: Optuna warns
         trial.report(x, 0)
+    with warnings.catch_warnings(record=True) as again:  # around the call alone (a helper's: it came one call later)
+        warnings.simplefilter("always")
         trial.report(x + 1, 0)  # the same step again: Optuna warns and ignores the value
-        trial.should_prune()
-    trial.set_user_attr("warned", [f"{w.category.__name__}: {w.message}" for w in caught])
+    trial.should_prune()
+    trial.set_user_attr("warned", [f"{w.category.__name__}: {w.message}" for w in caught + again])
     return x
 
 
