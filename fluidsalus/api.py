@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import ray
@@ -140,9 +140,11 @@ def run(
             per-trial rule runs at each report in the trial's own thread. A Stopper's driver-side copy also sees
             every acknowledged result, and its ``stop_all()`` ends the experiment. The result a callable or a
             Stopper is given also holds the trial's ``config``, as in Ray Tune.
-        name: Experiment folder name under ``storage_path``. Default: ``<trainable>_<timestamp>``, with ``_2``,
-            ``_3``, ... added when a run of the same second has it.
-        storage_path: Where experiments go (default ``~/fluidsalus_results`` or ``$FLUIDSALUS_STORAGE_PATH``).
+        name: Experiment folder name under ``storage_path`` (at most 255 bytes, a file system's longest name; not
+            the name of a file there). Default: ``<trainable>_<timestamp>``, with ``_2``, ``_3``, ... added when a
+            run of the same second has it.
+        storage_path: Where experiments go (default ``~/fluidsalus_results`` or ``$FLUIDSALUS_STORAGE_PATH``); a
+            folder path, not ``""``.
         seed: Seed of the sampler, for reproducible configurations.
         searcher: A searcher that proposes the trials. Default: random/grid search over ``config``. A searcher
             has its own space, number of trials and seed: ``config``, ``num_samples`` and ``seed`` are then
@@ -169,7 +171,9 @@ def run(
         verbose: 0 no progress, 1 a summary, 2 a line per finished trial. At every level a trial that fails for
             good is printed on stderr (the run's first with its traceback), as Ray logs failures.
         resume: Continue the experiment ``name``: finished trials are kept, unfinished ones resume from their
-            last checkpoint (or restart when they have none).
+            last checkpoint (or restart when they have none). It needs the trainable (by name), the ``config``
+            keys, the metric, mode and searcher kind the experiment ran with (another is a ConfigError naming
+            both, and nothing in the store changes); ``config``'s values may differ (object refs given again).
         callbacks: :class:`fluidsalus.callbacks.Callback` s, told of each result once it is safely stored.
         address: The Ray cluster to run on when this process has not initialised Ray yet: the head node's
             ``host:port``, ``ray://host:port`` (Ray Client) or ``"auto"``, as in ``ray.init(address=...)``.
@@ -204,9 +208,9 @@ def run(
             (``floor(cores / (cpus_per_trial + task_cpus_per_trial))``, at least one; their ``cpus_per_trial``
             each, one if None), and leave the rest to Ray for those tasks. 0 (the default): none kept.
         trial_dirname: ``f(trial_id, config) -> str``, called once for each new trial: the name of its folder in
-            the experiment (Ray Tune's ``trial_dirname_creator``). It must be one folder name (else the run ends
-            with a ConfigError); a name already taken gets ``_`` and four hex digits, as in Ray. None (the
-            default): the folder is the trial id.
+            the experiment (Ray Tune's ``trial_dirname_creator``). It must be one folder name of at most 250 bytes,
+            without a NUL byte (else the run ends with a ConfigError); a name already taken gets ``_`` and four hex
+            digits, as in Ray. None (the default): the folder is the trial id.
         trial_name: ``f(trial_id) -> str | None``, asked after ``trial_dirname``: the name
             ``get_context().get_trial_name()`` gives the trial (Ray Tune's ``trial_name_creator``). None (the
             default), or a None answer: ``<trainable>_<trial_id>``.
@@ -281,6 +285,8 @@ def run(
         raise taken
     if not exists and spec.resume:
         raise ConfigError(f"resume: there is no experiment named {exp_name!r} at {exp_dir} to resume")
+    if os.path.lexists(exp_dir) and not os.path.isdir(exp_dir):  # (it failed later: a bare FileExistsError)
+        raise ConfigError(f"name: {exp_dir} is a file, not an experiment's folder; choose another name")
     if not exists and os.path.isdir(exp_dir) and os.listdir(exp_dir):
         raise ConfigError(
             f"name: {exp_dir} exists and is not an empty folder or an experiment; choose another name"
@@ -305,6 +311,12 @@ def run(
             try:
                 experiment = store.experiment()
                 _check_objective(spec, experiment)
+                ran = experiment.get("spec") or {}
+                _check_searcher_kind(searcher, ran.get("searcher"))
+                ran_space = ran.get("space")
+                check_same_run(ran.get("trainable"), trainable_name,
+                               None if ran_space is None else list(ran_space), list(_describe_space(space)),
+                               other_trainable=_OTHER_TRAINABLE, other_space=_OTHER_SPACE)
                 if experiment.get("status") == EXP_RUNNING and lock.previous_pid not in (None, os.getpid()):
                     # Its driver was killed: its device actors on this machine run on until Ray ends them, and
                     # would run the same trials beside ours, writing the same folders.
@@ -406,16 +418,60 @@ def _check_objective(spec: RunSpec, experiment: Mapping[str, Any]) -> None:
                               f"(got {given!r}), or start a new experiment under another name")
 
 
-def _restore(searcher: BaseSearcher, store: ExperimentStore) -> None:
-    """:func:`restore` for a resumed run, whose searcher must be of the kind the experiment ran with.
+#: :func:`run`'s refusals of a resume that runs another trainable or search space (:func:`check_same_run`).
+_OTHER_TRAINABLE = ("trainable: the experiment ran the trainable {expected!r}; resume it with that trainable (got "
+                    "{got!r}), or start a new experiment under another name: its unfinished trials would run the "
+                    "other one on their configs")
+_OTHER_SPACE = ("config: the experiment ran with the search space keys {expected}; resume it with that search space "
+                "(got keys {got}), or start a new experiment under another name")
+
+
+def check_same_run(ran_trainable: str | None, trainable: str, ran_keys: Iterable[str] | None,
+                   keys: Iterable[str] | None, *, other_trainable: str, other_space: str) -> None:
+    """Refuse a resume that brings another trainable, or a search space of other keys, than the experiment ran
+    with: its unfinished trials would run the other trainable on their configs, and its results would mix both.
+    Trainables are compared by name (:func:`fluidsalus.session.callable_name`: a function is pickled anew each
+    run), spaces by their flattened keys only (their values may be given again: an object ref that died with the
+    driver that made it, a constant that does not pickle). ``fluidsalus.run`` and the Tune front end's
+    ``Tuner.restore``/``tune.run(resume=...)`` each word the refusal their own way.
+
+    Args:
+        ran_trainable: The trainable's name the experiment stored (None: not stored, not compared).
+        trainable: The given trainable's name.
+        ran_keys: The flattened keys of the space the experiment stored (None: not compared).
+        keys: The flattened keys of the given space (None: not compared).
+        other_trainable: The refusal of another trainable, with ``{expected}`` and ``{got}``.
+        other_space: The refusal of other keys, with ``{expected}`` and ``{got}`` (sorted lists).
 
     Raises:
-        ConfigError: The searcher is of another kind, or its saved state does not load into it.
+        ConfigError: Another trainable, or other keys.
     """
-    ran_with = (store.experiment()["spec"] or {}).get("searcher")
+    if ran_trainable is not None and trainable != ran_trainable:
+        raise ConfigError(other_trainable.format(expected=ran_trainable, got=trainable))
+    if ran_keys is None or keys is None:
+        return
+    expected, got = sorted(ran_keys), sorted(keys)
+    if expected != got:
+        raise ConfigError(other_space.format(expected=expected, got=got))
+
+
+def _check_searcher_kind(searcher: BaseSearcher, ran_with: str | None) -> None:
+    """A resumed run's searcher must be of the kind the experiment ran with (``ran_with``, its class's name).
+
+    Raises:
+        ConfigError: The searcher is of another kind.
+    """
     if ran_with is not None and ran_with != type(searcher).__name__:
         raise ConfigError(f"searcher: the experiment ran with {ran_with}; resume it with that searcher (got "
                           f"{type(searcher).__name__})")
+
+
+def _restore(searcher: BaseSearcher, store: ExperimentStore) -> None:
+    """:func:`restore` for a resumed run (whose searcher :func:`_check_searcher_kind` checked).
+
+    Raises:
+        ConfigError: The searcher's saved state does not load into it.
+    """
     try:
         restore(searcher, store)
     except (ConfigError, StoreError):
@@ -612,6 +668,8 @@ def _pack(trainable: Any, rule: Any, host_options: dict[str, Any]) -> bytes:
 
 
 def _check_writable(storage: str) -> None:
+    if os.path.lexists(storage) and not os.path.isdir(storage):  # (it said "is not writable (File exists)")
+        raise ConfigError(f"storage_path: {storage!r} is a file, not a folder. Pass a folder you can write to.")
     try:
         os.makedirs(storage, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=storage, prefix=".write_test_"):
@@ -627,10 +685,15 @@ def _describe(spec: RunSpec, space: Mapping[str, Any], stop: Any, trainable_name
     return {
         "trainable": trainable_name,
         "searcher": type(searcher).__name__,  # (a resume must bring one of the same kind)
-        "space": {k: repr(v) for k, v in sp.flatten_space(space, strict=False).items()} if space else {},
+        "space": _describe_space(space),
         "stop": stop if isinstance(stop, Mapping) else (repr(stop) if stop is not None else None),
         **spec.model_dump(exclude={"name", "storage_path", "resume"}),
     }
+
+
+def _describe_space(space: Mapping[str, Any]) -> dict[str, str]:
+    """The search space as an experiment stores it: its flattened keys and their values' reprs."""
+    return {k: repr(v) for k, v in sp.flatten_space(dict(space), strict=False).items()} if space else {}
 
 
 def _load_trials(store: ExperimentStore) -> list[Trial]:

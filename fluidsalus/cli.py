@@ -131,6 +131,9 @@ def _best(store: ExperimentStore, metric: str | None, mode: str | None) -> str:
 
 
 def _cmd_ls(args: argparse.Namespace) -> int:
+    if args.storage_path == "":  # (it listed the default folder, as if none was given)
+        raise _UsageError("ls: STORAGE_PATH is empty; pass a folder, or leave it out for "
+                          f"${STORAGE_PATH_ENV} or {DEFAULT_STORAGE_PATH}")
     root = os.path.abspath(os.path.expanduser(
         args.storage_path or os.environ.get(STORAGE_PATH_ENV) or DEFAULT_STORAGE_PATH))
     if not os.path.isdir(root):

@@ -21,7 +21,7 @@ from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE
 from fluidsalus.gpu.device import RESOURCE_UNITS
 from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS
-from fluidsalus.store import DEFAULT_STORAGE_PATH, STORAGE_PATH_ENV
+from fluidsalus.store import DEFAULT_STORAGE_PATH, NAME_MAX_BYTES, STORAGE_PATH_ENV
 
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.=+-][A-Za-z0-9_.=+ -]*$")
 #: Addresses ``ray.init(address=...)`` accepts: ``auto`` (the cluster this machine belongs to), ``local``, or a
@@ -113,6 +113,17 @@ class RunSpec(BaseModel):
             raise ValueError(
                 "must be a plain folder name: letters, digits, spaces and _ . = + - (no path separators)"
             )
+        if value is not None and len(value.encode()) > NAME_MAX_BYTES:
+            raise ValueError(f"must be at most {NAME_MAX_BYTES} bytes long, the longest folder name a file system "
+                             f"takes; this one has {len(value.encode())}")
+        return value
+
+    @field_validator("storage_path")
+    @classmethod
+    def _storage_path(cls, value: str | None) -> str | None:
+        # ("" fell back to the default folder, as an unset storage_path does: the run went to ~/fluidsalus_results)
+        if value is not None and (not value or "\0" in value):
+            raise ValueError("must be None (the default folder) or a folder path: not empty, without a NUL byte")
         return value
 
     @field_validator("address")
@@ -139,7 +150,8 @@ class RunSpec(BaseModel):
         return value
 
     def resolved_storage_path(self) -> str:
-        path = self.storage_path or os.environ.get(STORAGE_PATH_ENV) or DEFAULT_STORAGE_PATH
+        path = self.storage_path if self.storage_path is not None else (
+            os.environ.get(STORAGE_PATH_ENV) or DEFAULT_STORAGE_PATH)  # (an empty variable is unset, as in a shell)
         return os.path.abspath(os.path.expanduser(path))
 
 

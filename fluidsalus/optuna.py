@@ -1347,6 +1347,9 @@ class _StudyDriver(BaseSearcher):
 def _check_catch(catch: Any) -> tuple[type[BaseException], ...]:
     if catch is None:  # catching nothing (Optuna 5 takes it at the call, then fails with a TypeError at a failure)
         return ()
+    if isinstance(catch, (str, bytes)):  # (it was iterated: "got 'V'", its first letter)
+        raise ConfigTypeError(f"catch: must be an exception class or an iterable of them, got {catch!r}, a name: "
+                              "pass the class itself (catch=(ValueError,), not catch='ValueError')")
     classes = tuple(catch) if isinstance(catch, Iterable) else (catch,)
     for item in classes:
         if not (isinstance(item, type) and issubclass(item, BaseException)):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import logging
 import math
@@ -31,7 +32,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import cloudpickle
 
@@ -64,6 +65,9 @@ TRIAL_RECORD_FILES = (ERROR_FILE, ERROR_PICKLE_FILE, PARAMS_FILE, PARAMS_PICKLE_
 #: Where experiments go when no ``storage_path`` is given; ``FLUIDSALUS_STORAGE_PATH`` overrides it. (Here,
 #: not in ``config.py``, so that reading a store, and every device process, does without pydantic.)
 DEFAULT_STORAGE_PATH = os.path.join("~", "fluidsalus_results")
+#: The longest file or folder name, in bytes, that Linux's file systems take (``NAME_MAX`` in ``<limits.h>``: ext4,
+#: XFS, btrfs, tmpfs; macOS's APFS too). An experiment's and a trial's folder name longer than this cannot be made.
+NAME_MAX_BYTES = 255
 STORAGE_PATH_ENV = "FLUIDSALUS_STORAGE_PATH"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -701,6 +705,32 @@ def _readable_from(conn: sqlite3.Connection, version: int) -> int:
     except (TypeError, ValueError):
         return version
 
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def unreadable(db_path: str, error: sqlite3.DatabaseError) -> StoreError:
+    """The error of a store SQLite cannot read past its header: a page damaged after the store was opened (a torn
+    write, a bad sector, a copy cut short), a table dropped by another tool, or a lock held elsewhere. Readers
+    (``fluidsalus ls``, ``ExperimentAnalysis``, ``ResultGrid.read``, a resume) got SQLite's bare error, which named
+    neither the store nor what was wrong with it."""
+    what = "cannot be read" if isinstance(error, sqlite3.OperationalError) else "is damaged"
+    return StoreError(f"the experiment store {db_path!r} {what} ({error})")
+
+
+def _reads(method: Callable[Concatenate[ExperimentStore, _P], _T]) -> Callable[Concatenate[ExperimentStore, _P], _T]:
+    """An :class:`ExperimentStore` read: SQLite's errors out of it become :func:`unreadable`'s StoreError."""
+
+    @functools.wraps(method)
+    def read(self: ExperimentStore, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.DatabaseError as e:  # (OperationalError included: "no such table: trials")
+            raise unreadable(self.db_path, e) from e
+
+    return read
+
+
 class ExperimentStore:
     """Reads and (from the driver only) writes one experiment's SQLite file.
 
@@ -815,12 +845,18 @@ class ExperimentStore:
                     f"{db_path!r} was written by a newer fluidsalus (store schema {version}; this version "
                     f"{reads}). Upgrade fluidsalus to open it."
                 )
-        if not readonly:
-            cls._configure(conn)
-            cls._migrate(conn, version)
         store = cls(conn, db_path, readonly=readonly)
         if not readonly:
-            store._relocate()
+            try:
+                cls._configure(conn)
+                cls._migrate(conn, version)
+                store._relocate()
+            except sqlite3.DatabaseError as e:  # (a page past the header damaged: the checkpoints table's, say)
+                conn.close()
+                raise unreadable(db_path, e) from e
+            except BaseException:
+                conn.close()
+                raise
         return store
 
     def here(self, path: str | None) -> str | None:
@@ -1086,6 +1122,7 @@ class ExperimentStore:
 
     # ------------------------------------------------------------------ reading
 
+    @_reads
     def experiment(self) -> dict[str, Any]:
         row = self._conn.execute(
             "SELECT name, status, metric, mode, spec_json, searcher_state, error, created_at, updated_at,"
@@ -1099,6 +1136,7 @@ class ExperimentStore:
         out["spec"] = loads(out["spec"])
         return out
 
+    @_reads
     def trials(self) -> list[TrialRow]:
         cur = self._conn.execute(
             "SELECT trial_id, seq, config_json, status, group_id, budget, device, attempt, num_failures,"
@@ -1111,6 +1149,7 @@ class ExperimentStore:
                                 self.here(r[11]), *r[12:]))
         return out
 
+    @_reads
     def configs(self) -> dict[str, dict[str, Any]]:
         """The configs of the trials whose config JSON does not hold exactly (:func:`config_pickle`), as they were
         given, by trial id. A config that does not unpickle here (its class's module is not importable, say) is
@@ -1129,6 +1168,7 @@ class ExperimentStore:
                                type(e).__name__, e)
         return out
 
+    @_reads
     def results(self, trial_id: str | None = None, latest_attempt_only: bool = True) -> list[ResultRow]:
         """Results in order. With ``latest_attempt_only``, the trial's current history: an iteration redone after a
         failure or a restore shows once, from its latest attempt, and an earlier attempt's rows from where a later
@@ -1154,10 +1194,12 @@ class ExperimentStore:
             earliest_later[trial] = min(superseded_from[(trial, attempt)], began[(trial, attempt)])
         return [row for row in rows if row.iteration < superseded_from[(row.trial_id, row.attempt)]]
 
+    @_reads
     def trial_seqs(self) -> dict[str, int]:
         """Each trial's creation index (``seq``), without decoding the rest of its row."""
         return {row[0]: int(row[1]) for row in self._conn.execute("SELECT trial_id, seq FROM trials")}
 
+    @_reads
     def trial_dirs(self) -> dict[str, str]:
         """Each trial's folder: ``<experiment>/<trial_id>``, or the name a :data:`TRIAL_DIRNAME_EVENT` gave it.
 
@@ -1169,12 +1211,14 @@ class ExperimentStore:
         return {row[0]: os.path.join(self.experiment_dir, names.get(row[0], row[0]))
                 for row in self._conn.execute("SELECT trial_id FROM trials ORDER BY seq")}
 
+    @_reads
     def trial_names(self) -> dict[str, str]:
         """The names a run's ``trial_name`` function gave its trials (the ``"name"`` of their
         :data:`TRIAL_DIRNAME_EVENT`), by trial id; a trial it did not name is not in it."""
         return {e.trial_id: str(e.data["name"]) for e in self.events(TRIAL_DIRNAME_EVENT)
                 if e.trial_id and e.data and "name" in e.data}
 
+    @_reads
     def events(self, kind: str | None = None) -> list[EventRow]:
         sql = "SELECT ts, kind, trial_id, device, data_json FROM events"
         args: tuple[Any, ...] = ()
@@ -1184,6 +1228,7 @@ class ExperimentStore:
         sql += " ORDER BY id"
         return [EventRow(r[0], r[1], r[2], r[3], loads(r[4])) for r in self._conn.execute(sql, args)]
 
+    @_reads
     def searcher_calls(self) -> list[tuple[str, str, Any]]:
         """The searcher calls logged since its state was last saved, in order, as ``(kind, trial_id, data)``
         (none in a store of schema 1 opened read-only)."""
@@ -1193,6 +1238,7 @@ class ExperimentStore:
             return []
         return [(r[0], r[1], loads(r[2])) for r in rows]
 
+    @_reads
     def checkpoints(self, trial_id: str | None = None, include_deleted: bool = False) -> list[dict[str, Any]]:
         sql = "SELECT trial_id, iteration, path, metrics_json, created_at, deleted FROM checkpoints"
         clauses, args = [], []
@@ -1209,6 +1255,7 @@ class ExperimentStore:
             for r in self._conn.execute(sql, args)
         ]
 
+    @_reads
     def count(self, table: str) -> int:
         if table not in {"trials", "results", "events", "checkpoints"}:
             raise ValueError(f"unknown table {table!r}")

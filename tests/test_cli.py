@@ -112,6 +112,14 @@ def test_ls_before_the_first_run_lists_nothing(tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().out == f"no experiments in {tmp_path / 'not_yet'} (no run has written there yet)\n"
 
 
+def test_ls_of_an_empty_storage_path_exits_2_with_one_line(tmp_path, capsys, monkeypatch):
+    """``fluidsalus ls ""`` listed the default folder, as if no folder was given (h83's N1)."""
+    monkeypatch.setenv("FLUIDSALUS_STORAGE_PATH", str(tmp_path))
+    assert main(["ls", ""]) == EXIT_USAGE
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and "ls: STORAGE_PATH is empty" in captured.err
+
+
 def test_ls_empty_folder(tmp_path, capsys):
     assert main(["ls", str(tmp_path)]) == 0
     assert "no experiments" in capsys.readouterr().out
@@ -127,6 +135,59 @@ def test_ls_names_an_unreadable_store_under_the_table(tmp_path, capsys):
     assert table.splitlines()[1].split() == ["broken", "UNREADABLE", "-", "-", "-"]
     assert below.startswith("  broken: ") and len(below.strip().splitlines()) == 1
 
+
+
+#: SQLite's page size of a store fluidsalus creates (its default; the first page holds the header).
+_PAGE_BYTES = 4096
+
+
+def _store_damaged_at(folder, damage: str) -> str:
+    """A finished experiment's store in ``folder`` whose header page is intact and whose ``trials`` table is
+    damaged: its page garbled (a torn write, a bad sector), or the table dropped by another tool."""
+    import sqlite3
+
+    from fluidsalus.store import DB_FILENAME, ExperimentStore
+
+    store = ExperimentStore.create(str(folder), folder.name, {}, "acc", "max")
+    store.add_trials([(f"t{i}", i, {"x": i}) for i in range(3)])
+    store.set_experiment(status="FINISHED")
+    store.close()
+    db = os.path.join(str(folder), DB_FILENAME)
+    with sqlite3.connect(db) as conn:
+        if damage == "dropped":
+            conn.execute("DROP TABLE trials")
+        (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'trials'").fetchone() or (0,)
+    conn.close()
+    if damage == "garbled":
+        data = bytearray(open(db, "rb").read())
+        for i in range((root - 1) * _PAGE_BYTES, root * _PAGE_BYTES, 2):
+            data[i] ^= 0xA5
+        open(db, "wb").write(bytes(data))
+    return db
+
+
+@pytest.mark.parametrize(("damage", "reason"), [("garbled", r"is damaged \(database disk image is malformed\)"),
+                                                ("dropped", r"cannot be read \(no such table: trials\)")])
+def test_a_store_damaged_past_its_header_is_named_by_ls_and_by_every_reader(tmp_path, capsys, damage, reason):
+    """``ls`` ended with SQLite's traceback for the whole folder, and the readers raised SQLite's bare error,
+    which named neither the store nor what was wrong (h83's N6)."""
+    import re
+
+    from fluidsalus.errors import StoreError
+    from fluidsalus.result import ResultGrid
+    from fluidsalus.store import ExperimentStore
+    from fluidsalus.tune import ExperimentAnalysis
+
+    (tmp_path / "good").mkdir()
+    ExperimentStore.create(str(tmp_path / "good"), "good", {}, "acc", "max").close()
+    db = _store_damaged_at(tmp_path / "damaged", damage)
+    assert main(["ls", str(tmp_path)]) == 0
+    table, _, below = capsys.readouterr().out.partition("\nunreadable:\n")
+    assert [line.split()[:2] for line in table.splitlines()[1:]] == [["damaged", "UNREADABLE"], ["good", "RUNNING"]]
+    assert re.fullmatch(rf"  damaged: the experiment store {re.escape(repr(db))} {reason}\n", below)
+    for read in (ResultGrid.read, ExperimentAnalysis, lambda path: ExperimentStore.open(path).trials()):
+        with pytest.raises(StoreError, match=rf"the experiment store {re.escape(repr(db))} {reason}"):
+            read(str(tmp_path / "damaged"))
 
 
 def test_output_to_a_reader_that_went_away_ends_quietly(tmp_path):

@@ -812,6 +812,10 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path):
         fo.optimize(study, _quadratic, n_trials=1, no_such_option=1)
     with pytest.raises(ConfigError, match="catch"):
         fo.optimize(study, _quadratic, n_trials=1, catch=[42])
+    # (a name was iterated: "got 'V'", its first letter; h83's N4)
+    with pytest.raises(ConfigError, match=r"^catch: must be an exception class or an iterable of them, got "
+                                          r"'ValueError', a name: pass the class itself"):
+        fo.optimize(study, _quadratic, n_trials=1, catch="ValueError")
     with pytest.raises(ConfigError, match=r"n_trials: must be a number of trials \(an int\) or None, got '3'"):
         fo.optimize(study, _quadratic, n_trials="3")
     with pytest.raises(ConfigError, match="timeout: must be a number of seconds or None, got nan"):

@@ -111,6 +111,10 @@ def _reports_text(config):
     fluidsalus.report({"loss": "low"})
 
 
+def _reports_a_list(config):
+    fluidsalus.report({"loss": [0.25]})
+
+
 @pytest.mark.parametrize(("trainable", "kwargs", "message"), [
     (objective, {"metric": "acc", "mode": "max"}, r"metric='acc' is not in the results.*\['loss', 'score'\]"),
     (objective, {"stop": {"epochs": 3}}, "stop criterion 'epochs' is not in the result"),
@@ -121,6 +125,9 @@ def _reports_text(config):
     # (OptunaSearch failed inside the study with "must be real number, not str", naming neither trial nor metric)
     (_reports_text, {"metric": "loss", "mode": "min"},
      r"metric='loss' must be a number: trial \S+_00000 reported 'low' \(str\)"),
+    # (Ray Tune stores such a value, and returns it from get_best_result: docs/compatibility.md, h83's N5)
+    (_reports_a_list, {"metric": "loss", "mode": "min"},
+     r"metric='loss' must be a number: trial \S+_00000 reported \[0.25\] \(list\)"),
 ])
 def test_a_first_result_that_breaks_a_rule_fails_the_run_and_leaves_nothing(storage, trainable, kwargs, message):
     with pytest.raises(ConfigError, match=message):
@@ -259,6 +266,13 @@ class _Unpicklable:
         (dict(trainable=42), r"trainable: must be a function f\(config\)"),
         (dict(verbose=7), "verbose"),
         (dict(name="a/b"), "name: must be a plain folder name"),
+        # (a bare OSError "File name too long" once Ray was up: h83's N2)
+        (dict(name="x" * 256), r"name: must be at most 255 bytes long, the longest folder name a file system takes; "
+                               r"this one has 256 \(got 'xxx"),
+        # ("" ran in ~/fluidsalus_results, as if no storage_path was given: h83's N1)
+        (dict(storage_path=""), r"^storage_path: must be None \(the default folder\) or a folder path: not empty, "
+                                r"without a NUL byte \(got ''\)$"),
+        (dict(storage_path="a\0b"), r"^storage_path: must be None .* without a NUL byte"),
         (dict(lane_policy="lifo"), r"lane_policy: Input should be 'fifo', 'fair', 'rr', 'pack', 'srtf' or 'priority'"),
         (dict(gpu_per_trial=0), r"gpu_per_trial: Input should be greater than 0"),
         # a share of one device (2 was taken silently, and meant one trial per device: a helper's native run)
@@ -315,6 +329,16 @@ def _raises(*args):
     (dict(result_extras=lambda seq, config: ["tag"]), ConfigError, r"result_extras must return a dict of str keys"),
     (dict(result_extras=lambda seq, config: {1: 2}), ConfigError, r"result_extras must return a dict of str keys"),
     (dict(trial_name=lambda trial_id: 5), ConfigError, r"trial_name must return a str .* got 5"),
+    # Named as the user named it (it said "TuneConfig: trial_dirname_creator"), and a name no folder can have is
+    # refused as "a/b" is (it failed the trial with OSError / ValueError, and its failure could not be recorded)
+    (dict(trial_dirname=lambda trial_id, config: "a/b"), ConfigError,
+     r"^trial_dirname returned 'a/b' for trial \w+: it must be one folder name"),
+    (dict(trial_dirname=lambda trial_id, config: "a\0b"), ConfigError,
+     r"^trial_dirname returned 'a\\x00b' for trial \w+: it must be one folder name .* without a path separator or "
+     r"a NUL byte"),
+    (dict(trial_dirname=lambda trial_id, config: "d" * 300), ConfigError,
+     r"^trial_dirname returned a name of 300 bytes for trial \w+: it must be at most 250 \(a file system's longest "
+     r"folder name, 255, less the 5 a taken name gets\)"),
 ])
 def test_an_error_before_any_trial_was_made_leaves_no_experiment_behind(storage, kwargs, error, message):
     """Such an error (the user's hook raising, or answering what it may not) left an experiment of no trial,
@@ -338,11 +362,15 @@ def test_a_run_without_a_config_runs_its_samples_of_the_empty_config_as_ray_does
     (dict(num_samples=-5), "RandomSearch: num_samples must be an int >= 1, or -1"),
     (dict(seed="a"), "RandomSearch: seed must be None or an int >= 0, got 'a'"),
     (dict(seed=-1), "RandomSearch: seed must be None or an int >= 0, got -1"),
+    # (a bare TypeError "'int' object is not iterable"; any value was taken as a flag: h83's N9)
+    (dict(space=5), "RandomSearch: space must be a dict of the search space (constants, domains such as "
+                    "uniform(0, 1), grid_search([...])); got int"),
+    (dict(constant_grid_search="x"), "RandomSearch: constant_grid_search must be True or False (got 'x')"),
 ])
 def test_random_search_refuses_a_count_or_seed_that_cannot_run(kwargs, message):
     """A count of 0 made a run that never ended (nothing to propose, never finished); a bad seed failed in NumPy."""
     with pytest.raises(ConfigError, match=re.escape(message)):
-        RandomSearch({"x": fluidsalus.uniform(0, 1)}, **kwargs)
+        RandomSearch(**{"space": {"x": fluidsalus.uniform(0, 1)}, **kwargs})
 
 
 def test_a_run_takes_the_searchers_metric_when_it_names_none(storage):
@@ -372,6 +400,20 @@ def test_storage_path_not_writable(tmp_path):
     blocker.write_text("not a folder")
     with pytest.raises(ConfigError, match=r"storage_path: .* is not writable"):
         fluidsalus.run(objective, {"x": 1}, storage_path=str(blocker / "results"), verbose=0)
+
+
+def test_a_name_or_storage_path_that_is_a_file_is_refused_and_the_file_left_alone(storage):
+    """A name of an existing file failed with a bare FileExistsError once Ray was up (h83's N14); a storage_path
+    of a file said "is not writable (File exists)"."""
+    os.makedirs(storage)
+    a_file = Path(storage, "a_file")
+    a_file.write_text("mine")
+    with pytest.raises(ConfigError, match=rf"^name: {re.escape(str(a_file))} is a file, not an experiment's folder; "
+                                          "choose another name$"):
+        fluidsalus.run(objective, {"x": 1}, storage_path=storage, name="a_file", verbose=0)
+    with pytest.raises(ConfigError, match=rf"^storage_path: {re.escape(repr(str(a_file)))} is a file, not a folder"):
+        fluidsalus.run(objective, {"x": 1}, storage_path=str(a_file), verbose=0)
+    assert os.listdir(storage) == ["a_file"] and a_file.read_text() == "mine"
 
 
 def test_existing_name_is_refused_unless_resuming(storage):
@@ -1727,6 +1769,41 @@ def test_a_resume_with_another_metric_or_mode_is_refused_and_changes_nothing(sto
     with pytest.raises(ConfigError, match="the experiment ran with metric='score'"):
         fluidsalus.run(objective, {"x": 0.5}, metric="loss", mode="min", storage_path=storage, name="none",
                        resume=True, verbose=0)
+
+
+def _other_objective(config):
+    fluidsalus.report({"score": 0.0})
+
+
+def _files(folder: str) -> dict[str, bytes]:
+    """Every file under ``folder`` and its bytes (the driver's lock file left out: each driver writes its line)."""
+    return {os.path.relpath(os.path.join(root, name), folder): Path(root, name).read_bytes()
+            for root, _, names in os.walk(folder) for name in names if name != ".driver.lock"}
+
+
+@pytest.mark.parametrize(("trainable", "config", "message"), [
+    (_other_objective, {"x": fluidsalus.uniform(0, 1)},
+     r"trainable: the experiment ran the trainable 'objective'; resume it with that trainable \(got "
+     r"'_other_objective'\)"),
+    (objective, {"lr": fluidsalus.uniform(0, 1)},
+     r"config: the experiment ran with the search space keys \['x'\]; resume it with that search space \(got "
+     r"keys \['lr'\]\)"),
+    (objective, {"x": fluidsalus.uniform(0, 1), "extra": 1}, r"config: .* keys \['x'\]; .* \['extra', 'x'\]"),
+])
+def test_a_resume_with_another_trainable_or_space_is_refused_and_changes_nothing(storage, trainable, config,
+                                                                                   message):
+    """A resume ran whatever trainable and space it was given: the unfinished trials ran the other function on
+    their old configs, and the experiment mixed both (h83's N13). Tuner.restore refuses these in Ray's words."""
+    fluidsalus.run(objective, {"x": fluidsalus.uniform(0, 1)}, num_samples=2, storage_path=storage, name="e",
+                   verbose=0)
+    before = _files(storage)
+    with pytest.raises(ConfigError, match=message):
+        fluidsalus.run(trainable, config, num_samples=2, storage_path=storage, name="e", resume=True, verbose=0)
+    assert _files(storage) == before
+    # The same trainable and keys resume (the values may be given again: an object ref, a constant)
+    grid = fluidsalus.run(objective, {"x": fluidsalus.uniform(0, 1)}, num_samples=2, storage_path=storage,
+                          name="e", resume=True, verbose=0)
+    assert len(grid) == 2 and grid.num_errors == 0
 
 
 def test_cpus_per_trial_above_every_node_warns_and_runs_on_the_largest_device(storage):

@@ -236,6 +236,10 @@ def test_evaluated_rewards_are_added_to_the_study_without_running():
         ({"space": {"lr": sp.qloguniform(1e-4, 1e-1, 1e-4)}}, r"parameter 'lr'.*log-scaled and stepped"),
         ({"space": [1, 2]}, r"space must be a dict"),
         ({"mode": "avg"}, r"mode must be one of \['max', 'min'\] \(got 'avg'"),
+        # (an unhashable mode was a bare TypeError "unhashable type: 'list'": h83's N9)
+        ({"mode": ["min"]}, r"mode must be one of \['max', 'min'\] \(got \['min'\]"),
+        ({"metric": ["a", "b"], "mode": [["min"], "max"]},
+         r"with metric=\['a', 'b'\], mode must be a list of 2 values"),
         ({"metric": ""}, r"metric must be the name of a result key"),
         ({"num_samples": 0}, r"num_samples must be an int >= 1 \(got 0\)"),
         ({"batch_size": 0}, r"batch_size must be an int >= 1 \(got 0\)"),

@@ -160,6 +160,13 @@ def test_replay_pauses_at_each_change_and_restarts_from_its_own_checkpoint(caplo
     assert (promoted.trial_ids, promoted.budget) == (["u"], None)
     with pytest.raises(ConfigError, match=r"iterations must be >= 0 and not decrease \(got \[4, 2\]\)"):
         PBTReplay({}, [(4, {}), (2, {})])
+    # (a number for either was a bare TypeError "'int' object is not iterable": h83's N9)
+    with pytest.raises(ConfigError, match=r"^PBTReplay: config must be a dict, the starting configuration \(got int\)"):
+        PBTReplay(5, [])  # type: ignore[arg-type]
+    for schedule in (5, [("a", {})], [(1, 2)], [(1,)]):
+        with pytest.raises(ConfigError, match=r"^PBTReplay: schedule must be a list of \(iteration, config\) pairs, "
+                                              r"an int and a dict each \(got "):
+            PBTReplay({}, schedule)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -87,10 +87,15 @@ def test_the_state_survives_json_and_a_resumed_searcher_tells_the_mean_of_old_an
 def test_mean_score_and_bad_arguments() -> None:
     assert mean_score([1.0, math.nan, 3.0]) == 2.0 and mean_score([math.nan]) is None
     inner = OptunaSearch(SPACE, num_samples=1, metric="score", mode="max")
-    with pytest.raises(ConfigError, match="repeat must be an int >= 1"):
+    # (named as the user called it, not "Repeater", the Tune front end's name, nor a "GridSearch" there is not: h83)
+    with pytest.raises(ConfigError, match="^RepeatSearcher: repeat must be an int >= 1"):
         RepeatSearcher(inner, 0, "score")
-    with pytest.raises(ConfigError, match="metric must be one result key"):
+    with pytest.raises(ConfigError, match="^RepeatSearcher: metric must be one result key"):
         RepeatSearcher(inner, 2, ["a", "b"])  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^RepeatSearcher: inner must be a fluidsalus searcher \(a BaseSearcher: "
+                                          r"RandomSearch, which grid-searches grid_search\(...\) values too, "
+                                          r"OptunaSearch, ASHA, ...\); got int$"):
+        RepeatSearcher(5, 2, "score")  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------------- the tune front end

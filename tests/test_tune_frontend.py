@@ -523,6 +523,9 @@ def test_rays_config_objects_are_translated() -> None:
     (lambda: tune.CheckpointConfig(checkpoint_score_order="best"), "checkpoint_score_order must be 'max' or"),
     (lambda: tune.RunConfig(local_dir="/tmp/x"), "RunConfig: local_dir is deprecated"),
     (lambda: tune.RunConfig(stop=3), "RunConfig: stop must be None, a dict"),
+    # (before fit() starts Ray: an OSError "File name too long" once it was up; h83's N2)
+    (lambda: tune.RunConfig(name="x" * 256), "RunConfig: name must be a folder name of at most 255 bytes"),
+    (lambda: tune.RunConfig(storage_path=""), r"RunConfig: storage_path must be None or a folder path \(got ''\)"),
     (lambda: tune.schedulers.ASHAScheduler(reduction_factor=1), "AsyncHyperBandScheduler: reduction_factor must"),
     (lambda: tune.schedulers.ASHAScheduler(grace_period=200), "AsyncHyperBandScheduler: grace_period must be"),
     (lambda: tune.schedulers.HyperBandScheduler(mode="up"), "HyperBandScheduler: mode must be"),
@@ -553,8 +556,10 @@ def test_a_time_budget_of_zero_is_no_budget_as_ray_reads_it() -> None:
 
     for zero in (0, 0.0, datetime.timedelta(0)):
         assert tune.TuneConfig(time_budget_s=zero).time_budget is None
+    # inf too, which Ray and fluidsalus.run take as no budget (it was refused: "a number of seconds > 0", h83's N15)
+    assert tune.TuneConfig(time_budget_s=float("inf")).time_budget is None
     assert tune.TuneConfig(time_budget_s=datetime.timedelta(seconds=2)).time_budget == 2.0
-    for bad in (False, -1):
+    for bad in (False, -1, float("-inf"), float("nan")):
         with pytest.raises(ConfigError, match="TuneConfig: time_budget_s must be"):
             tune.TuneConfig(time_budget_s=bad)
 

@@ -696,6 +696,21 @@ def test_restore_refuses_another_trainable_or_param_space_keys_as_ray_does(ray_c
     assert grid.num_errors == 0 and grid[0].metrics["i"] == 4
 
 
+def test_restore_of_a_damaged_tuner_pkl_names_the_file(ray_cluster, storage: str, tmp_path) -> None:
+    """It raised the bare ``UnpicklingError: pickle data was truncated`` (h83's N7). ``can_restore`` still says True:
+    as Ray's, it looks for the files and reads none."""
+    path = _errored_experiment(storage, "cut", str(tmp_path / "flag"))
+    state = os.path.join(path, "tuner.pkl")
+    with open(state, "r+b") as f:
+        f.truncate(os.path.getsize(state) // 2)
+    assert Tuner.can_restore(path)
+    with pytest.raises(ConfigError, match=rf"^Tuner.restore: {re.escape(repr(state))} cannot be read \(\w+: .*\), so "
+                                          r"the experiment cannot be continued; its results can still be read with "
+                                          rf"tune.ExperimentAnalysis\({re.escape(repr(path))}\)$"):
+        Tuner.restore(path, _checkpointing)
+    assert len(tune.ExperimentAnalysis(path).trials) == 1
+
+
 def test_restore_restart_errored_starts_from_scratch(ray_cluster, storage: str, tmp_path) -> None:
     path = _errored_experiment(storage, "restart_errored", str(tmp_path / "flag"))
     grid = Tuner.restore(path, _checkpointing, restart_errored=True, resume_errored=False).fit()

@@ -280,6 +280,8 @@ def _noop(config):
     ({"local_dir": "/tmp/x"}, "local_dir is deprecated"),
     ({"mode": "maximize"}, "mode must be one of"),
     ({"config": [1, 2]}, "config must be a dict"),
+    # (list(5): a bare TypeError, as Ray's; h83's N3)
+    ({"callbacks": 5}, r"^tune.run: callbacks must be None or a list of callbacks \(got 5\)$"),
     ({"fail_fast": True, "max_failures": 2}, "max_failures must be 0 if fail_fast"),
     ({"resume": "PROMPT"}, "deprecated"),
     ({"scheduler": tune.schedulers.ASHAScheduler(metric="a", mode="max"), "metric": "b", "mode": "min"},
@@ -481,6 +483,17 @@ def test_a_resume_config_restarts_the_errored_trial_and_skips_the_finished_one(r
     # Another trainable resuming it is refused, as Tuner.restore refuses it (it ran the errored trial: a review)
     with pytest.raises(ValueError, match="Got a trainable with identifier '_noop' but expected '_fails_until_fixed'"):
         tune.run(_noop, resume_config=tune.ResumeConfig(errored="restart"), **kwargs)
+    # So is a config of other keys (Ray ignores a resumed run's new config; fluidsalus ran new trials of it: h83)
+    other = {**kwargs, "config": {"y": tune.grid_search([1, 2]), "fixed": str(fixed)}}
+    with pytest.raises(ConfigError, match=r"config: the experiment ran with the search space keys \['fixed', 'x'\]; "
+                                          r"resume it with that search space \(got keys \['fixed', 'y'\]\)"):
+        tune.run(_fails_until_fixed, resume=True, **other)
+    # And another trainable is refused where tuner.pkl cannot tell (unreadable): by the name the store keeps
+    with open(os.path.join(storage, "fix_me", "tuner.pkl"), "r+b") as f:
+        f.truncate(10)
+    with pytest.raises(ConfigError, match=r"trainable: the experiment ran the trainable '_fails_until_fixed'; "
+                                          r"resume it with that trainable \(got '_noop'\)"):
+        tune.run(_noop, resume=True, **kwargs)
 
 
 def test_resume_auto_continues_an_interrupted_run_and_starts_a_missing_one(ray_cluster, storage: str,

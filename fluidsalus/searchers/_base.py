@@ -262,8 +262,9 @@ def check_inner(owner: str, inner: Any) -> BaseSearcher:
         ConfigError: It is not a :class:`BaseSearcher`.
     """
     if not isinstance(inner, BaseSearcher):
-        raise ConfigError(f"{owner}: inner must be a fluidsalus searcher (a BaseSearcher: RandomSearch, GridSearch, "
-                          f"OptunaSearch, ...); got {type(inner).__name__}")
+        raise ConfigError(f"{owner}: inner must be a fluidsalus searcher (a BaseSearcher: RandomSearch, which "
+                          "grid-searches grid_search(...) values too, OptunaSearch, ASHA, ...); got "
+                          f"{type(inner).__name__}")
     return inner
 
 

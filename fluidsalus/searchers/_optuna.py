@@ -100,7 +100,7 @@ def _objectives(metric: Any, mode: Any) -> tuple[list[str], list[StudyDirection]
         if not isinstance(metric, str) or not metric:
             raise ConfigError(f"OptunaSearch: metric must be the name of a result key, got {metric!r} (a "
                               "multi-objective search takes a list of metrics and a list of modes)")
-        if mode not in DIRECTIONS:
+        if not isinstance(mode, str) or mode not in DIRECTIONS:  # (a list raised "unhashable type: 'list'")
             raise ConfigError(f"OptunaSearch: mode must be one of {sorted(DIRECTIONS)} (got {mode!r}; a "
                               "multi-objective search takes a list of metrics and a list of modes)")
         return [metric], [DIRECTIONS[mode]]
@@ -109,7 +109,8 @@ def _objectives(metric: Any, mode: Any) -> tuple[list[str], list[StudyDirection]
     if not metrics or not all(isinstance(m, str) and m for m in metrics) or len(set(metrics)) != len(metrics):
         raise ConfigError(f"OptunaSearch: metric must be a result key or a list of distinct result keys, got "
                           f"{metric!r}")
-    if not isinstance(modes, list) or len(modes) != len(metrics) or not all(m in DIRECTIONS for m in modes):
+    if not isinstance(modes, list) or len(modes) != len(metrics) or not all(
+            isinstance(m, str) and m in DIRECTIONS for m in modes):
         raise ConfigError(f"OptunaSearch: with metric={metrics!r}, mode must be a list of {len(metrics)} values, "
                           f"each one of {sorted(DIRECTIONS)}, got {mode!r}")
     return metrics, [DIRECTIONS[m] for m in modes]

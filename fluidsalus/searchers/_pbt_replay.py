@@ -19,7 +19,9 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import numbers
 import os
+import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -153,12 +155,23 @@ class PBTReplay(BaseSearcher):
             the trial trains with ``config``. Iterations must not decrease.
 
     Raises:
-        ConfigError: The schedule's iterations decrease or are negative.
+        ConfigError: ``config`` is not a dict, ``schedule`` is not a list of ``(int, dict)`` pairs, or its
+            iterations decrease or are negative.
     """
 
     time_attr = ITERATION_KEY
 
     def __init__(self, config: Mapping[str, Any], schedule: Sequence[tuple[int, Mapping[str, Any]]]) -> None:
+        # (a number for either raised a bare TypeError: "'int' object is not iterable")
+        if not isinstance(config, Mapping):
+            raise ConfigError(f"PBTReplay: config must be a dict, the starting configuration (got "
+                              f"{type(config).__name__})")
+        if isinstance(schedule, (str, bytes)) or not isinstance(schedule, Sequence) or not all(
+                isinstance(entry, Sequence) and not isinstance(entry, (str, bytes)) and len(entry) == 2
+                and isinstance(entry[0], numbers.Integral) and not isinstance(entry[0], bool)
+                and isinstance(entry[1], Mapping) for entry in schedule):
+            raise ConfigError(f"PBTReplay: schedule must be a list of (iteration, config) pairs, an int and a dict "
+                              f"each (got {reprlib.repr(schedule)})")
         steps = [int(step) for step, _ in schedule]
         if any(step < 0 for step in steps) or steps != sorted(steps):
             raise ConfigError(f"PBTReplay: the schedule's iterations must be >= 0 and not decrease (got {steps})")

@@ -297,8 +297,9 @@ class RandomSearch(BaseSearcher):
             ``BasicVariantGenerator(constant_grid_search=True)``).
 
     Raises:
-        ConfigError: ``num_samples`` is not an int >= 1 or -1, ``seed`` is not None or an int >= 0, or a point is
-            not a dict or sets a key the space does not have.
+        ConfigError: ``space`` is not a dict, ``num_samples`` is not an int >= 1 or -1, ``seed`` is not None or
+            an int >= 0, ``constant_grid_search`` is not a bool, or a point is not a dict or sets a key the space
+            does not have.
     """
 
     replayable = True  # its decisions depend on its state and the results alone (see BaseSearcher)
@@ -306,13 +307,19 @@ class RandomSearch(BaseSearcher):
     def __init__(self, space: Mapping[str, Any], num_samples: int = 1, seed: int | None = None,
                  points_to_evaluate: Sequence[Mapping[str, Any]] | None = None,
                  constant_grid_search: bool = False) -> None:
+        if not isinstance(space, Mapping):  # (dict(5) raised a bare TypeError: "'int' object is not iterable")
+            raise ConfigError(f"RandomSearch: space must be a dict of the search space (constants, domains such as "
+                              f"uniform(0, 1), grid_search([...])); got {type(space).__name__}")
+        if not isinstance(constant_grid_search, bool):  # (bool() took any value: "x" was True)
+            raise ConfigError(f"RandomSearch: constant_grid_search must be True or False (got "
+                              f"{constant_grid_search!r})")
         self.space = dict(space)
         try:  # (a bad count made a run that never ended: nothing to propose, and never finished)
             self.num_samples = sp.check_num_samples(num_samples)
             self.seed = sp.check_seed(seed)
         except SpaceError as e:
             raise ConfigError(f"RandomSearch: {e}") from None
-        self.constant_grid_search = bool(constant_grid_search)
+        self.constant_grid_search = constant_grid_search
         self._points = check_points(self.space, points_to_evaluate, "RandomSearch")
         self.points_to_evaluate = [copy.deepcopy(dict(p)) for p in points_to_evaluate or []]
         self._proposed = 0  # configurations proposed so far

@@ -49,10 +49,10 @@ class RepeatSearcher(WrappingSearcher):
 
     def __init__(self, inner: BaseSearcher, repeat: int, metric: str, set_index: bool = True) -> None:
         if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
-            raise ConfigError(f"Repeater: repeat must be an int >= 1 (got {repeat!r})")
+            raise ConfigError(f"RepeatSearcher: repeat must be an int >= 1 (got {repeat!r})")
         if not isinstance(metric, str) or not metric:
-            raise ConfigError(f"Repeater: metric must be one result key, a str (got {metric!r})")
-        self.inner = check_inner("Repeater", inner)
+            raise ConfigError(f"RepeatSearcher: metric must be one result key, a str (got {metric!r})")
+        self.inner = check_inner("RepeatSearcher", inner)
         self.repeat = repeat
         self.metric = metric
         self.set_index = set_index
@@ -71,7 +71,7 @@ class RepeatSearcher(WrappingSearcher):
         groups = []
         for group in self.inner.next_groups():
             if group.budget is not None or group.trial_ids:
-                raise ConfigError(f"Repeater: {type(self.inner).__name__} runs trials to budgets or promotes "
+                raise ConfigError(f"RepeatSearcher: {type(self.inner).__name__} runs trials to budgets or promotes "
                                   "them; only a searcher that runs each trial to its end can be repeated")
             configs = [{**config, TRIAL_INDEX: index} if self.set_index else dict(config)
                        for config in group.configs for index in range(self.repeat)]

@@ -111,6 +111,7 @@ from fluidsalus.store import (
     ERROR_FILE,
     ERROR_PICKLE_FILE,
     FINAL_STATUSES,
+    NAME_MAX_BYTES,
     PAUSED,
     PENDING,
     RUNNING,
@@ -425,7 +426,12 @@ def _append_error_file(trial_dir: str, trial_id: str, number: int, ts: float, er
         logger.warning("could not record the failure in %s: %s", trial_dir, e)
 
 
-def check_dirname(name: Any, trial_id: str, experiment_dir: str, used: set[str]) -> str:
+#: The longest name a ``trial_dirname`` function may give: a file system's :data:`NAME_MAX_BYTES`, less the ``_``
+#: and :data:`DIRNAME_SUFFIX_HEX` hex digits a taken name gets.
+MAX_DIRNAME_BYTES = NAME_MAX_BYTES - 1 - DIRNAME_SUFFIX_HEX
+
+
+def check_dirname(name: Any, trial_id: str, experiment_dir: str, used: set[str], field: str = "trial_dirname") -> str:
     """A new trial's folder name as a ``trial_dirname`` function gave it, checked.
 
     Args:
@@ -433,21 +439,27 @@ def check_dirname(name: Any, trial_id: str, experiment_dir: str, used: set[str])
         trial_id: The trial (for the message).
         experiment_dir: The experiment's folder.
         used: The folder names of the experiment's other trials.
+        field: The function, as the user named it (``fluidsalus.run``'s ``trial_dirname``; a front end's own).
 
     Returns:
         ``name``, or, when another trial or a file of the experiment already has it, ``name`` followed by ``_``
         and four hex digits that make it new (Ray's rule, logged).
 
     Raises:
-        ConfigError: ``name`` is not a str naming one folder: empty, ``.``/``..``, or with a path separator.
+        ConfigError: ``name`` is not a str naming one folder: empty, ``.``/``..``, with a path separator or a NUL
+            byte, or longer than :data:`MAX_DIRNAME_BYTES` (it failed the trial, with OSError "File name too long").
     """
-    what = f"trial_dirname_creator returned {name!r} for trial {trial_id}"
+    what = f"{field} returned {name!r} for trial {trial_id}"
     if not isinstance(name, str):
-        raise ConfigError(f"TuneConfig: trial_dirname_creator must return a str (got {type(name).__name__} for "
-                          f"trial {trial_id})")
-    if name in ("", ".", "..") or "/" in name or os.sep in name or (os.altsep and os.altsep in name):
-        raise ConfigError(f"TuneConfig: {what}: it must be one folder name (not empty, '.', '..', and without a "
-                          "path separator)")
+        raise ConfigError(f"{field} must return a str (got {type(name).__name__} for trial {trial_id})")
+    if name in ("", ".", "..") or "/" in name or "\0" in name or os.sep in name or (
+            os.altsep and os.altsep in name):
+        raise ConfigError(f"{what}: it must be one folder name (not empty, '.', '..', and without a path separator "
+                          "or a NUL byte)")
+    if len(name.encode("utf-8", "surrogateescape")) > MAX_DIRNAME_BYTES:
+        raise ConfigError(f"{field} returned a name of {len(name.encode('utf-8', 'surrogateescape'))} bytes for "
+                          f"trial {trial_id}: it must be at most {MAX_DIRNAME_BYTES} (a file system's longest "
+                          f"folder name, {NAME_MAX_BYTES}, less the {1 + DIRNAME_SUFFIX_HEX} a taken name gets)")
     unique = name
     while unique in used or os.path.lexists(os.path.join(experiment_dir, unique)):
         unique = f"{name}_{uuid.uuid4().hex[:DIRNAME_SUFFIX_HEX]}"
@@ -1213,7 +1225,8 @@ class Executor:
                 dirname = trial_id
                 if self.settings.trial_dirname is not None:
                     dirname = check_dirname(self.settings.trial_dirname(trial_id, config), trial_id,
-                                            self.settings.experiment_dir, self._dirnames)
+                                            self.settings.experiment_dir, self._dirnames,
+                                            str(getattr(self.settings.trial_dirname, "error_field", "trial_dirname")))
                     named[trial_id] = dirname
                 if self.settings.trial_name is not None:
                     shown = self.settings.trial_name(trial_id)

@@ -23,6 +23,7 @@ from enum import Enum
 from typing import Any
 
 from fluidsalus.errors import ConfigError
+from fluidsalus.store import NAME_MAX_BYTES
 from fluidsalus.tune._output import log_files
 from fluidsalus.tune._workdir import chdir_argument_error
 
@@ -121,12 +122,13 @@ def seconds(owner: str, name: str, value: Any) -> float | None:
     return float(value)
 
 
-def _zero_budget(value: Any) -> bool:
+def _no_budget(value: Any) -> bool:
     """A ``time_budget_s`` of 0 (or a zero ``timedelta``), which Ray reads as no budget (it tests the value's
-    truth); not ``False``, which is no number of seconds."""
+    truth), or of ``inf``, which never ends a run in Ray (nor in ``fluidsalus.run``; it was refused here); not
+    ``False``, which is no number of seconds."""
     if isinstance(value, datetime.timedelta):
         return value.total_seconds() == 0
-    return _is_real(value) and not isinstance(value, bool) and value == 0
+    return _is_real(value) and not isinstance(value, bool) and (value == 0 or value == math.inf)
 
 
 @dataclass
@@ -363,6 +365,10 @@ class RunConfig:
             raise _fail(owner, "storage_path", "None or a folder path", self.storage_path)
         if self.name is not None and (not isinstance(self.name, str) or not self.name):
             raise _fail(owner, "name", "None or a non-empty folder name", self.name)
+        if self.name is not None and len(self.name.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
+            # (before fit() starts Ray: it failed once Ray was up, with OSError "File name too long")
+            raise _fail(owner, "name", f"a folder name of at most {NAME_MAX_BYTES} bytes, the longest a file system "
+                        "takes", self.name)
         from fluidsalus.tune.progress_reporter import adopt_reporter  # it imports the callbacks, which import this
 
         self.progress_reporter = adopt_reporter(self.progress_reporter)
@@ -431,8 +437,8 @@ class TuneConfig:
         num_samples: Samples per grid point; -1 samples until ``time_budget_s`` or a stopper's
             ``stop_all()`` ends the run (every search algorithm and scheduler but PopulationBasedTraining).
         max_concurrent_trials: Cap on trials running at once (0 or None: no cap, as in Ray).
-        time_budget_s: Seconds (or a ``timedelta``) after which the experiment ends; None or 0: no budget (Ray's
-            reading of 0).
+        time_budget_s: Seconds (or a ``timedelta``) after which the experiment ends; None, 0 or ``inf``: no
+            budget (Ray's reading of 0 and inf).
         reuse_actors: Accepted; fluidsalus always reuses its device actors.
         trial_name_creator: ``f(trial) -> str``, called once per trial with its callback view
             (:class:`fluidsalus.tune.callback.TrialInfo`: ``trial_id``, ``trainable_name``, ``config``); the
@@ -468,7 +474,7 @@ class TuneConfig:
         ):
             raise _fail(owner, "max_concurrent_trials", "None or an int >= 1 (0 means no cap, as in Ray)",
                         self.max_concurrent_trials)
-        if not _zero_budget(self.time_budget_s):  # (0: no budget, as Ray reads it)
+        if not _no_budget(self.time_budget_s):  # (0 and inf: no budget, as Ray reads them)
             seconds(owner, "time_budget_s", self.time_budget_s)
         if not isinstance(self.reuse_actors, bool):
             raise _fail(owner, "reuse_actors", "True or False", self.reuse_actors)
@@ -486,9 +492,9 @@ class TuneConfig:
 
     @property
     def time_budget(self) -> float | None:
-        """``time_budget_s`` in seconds; None for none, and for 0 (or a zero ``timedelta``), which Ray also reads
-        as no budget."""
-        if _zero_budget(self.time_budget_s):
+        """``time_budget_s`` in seconds; None for none, and for 0 (or a zero ``timedelta``) and ``inf``, which Ray
+        also reads as no budget."""
+        if _no_budget(self.time_budget_s):
             return None
         return seconds("TuneConfig", "time_budget_s", self.time_budget_s)
 

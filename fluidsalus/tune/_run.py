@@ -304,6 +304,8 @@ def run(
         raise ConfigError(f"tune.run: mode must be one of ['min', 'max'] (got {mode!r})")
     if config is not None and not isinstance(config, dict):
         raise ConfigError(f"tune.run: config must be a dict (got {type(config).__name__})")
+    if callbacks is not None and not isinstance(callbacks, (list, tuple)):  # (list(5): a bare TypeError, as Ray's)
+        raise ConfigError(f"tune.run: callbacks must be None or a list of callbacks (got {callbacks!r})")
     if fail_fast and max_failures != 0:
         raise ConfigError("tune.run: max_failures must be 0 if fail_fast=True")
     # As in Ray, a resume_config takes the place of what `resume` says, and makes the run resume when it can.

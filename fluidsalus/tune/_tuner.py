@@ -48,7 +48,7 @@ from typing import Any
 import ray
 from ray import cloudpickle  # (Ray's: the standalone one names functions pickled by value <dynamic-code>)
 
-from fluidsalus.api import run, space_in_searcher
+from fluidsalus.api import check_same_run, run, space_in_searcher
 from fluidsalus.callbacks import Callback as EngineCallback
 from fluidsalus.checkpoint import write_atomically
 from fluidsalus.errors import ConfigError
@@ -213,6 +213,7 @@ def _dirname_function(creator: Callable[[TrialInfo], str] | None, experiment_dir
             return ray_default_dirname(trial)
         return creator(trial)
 
+    dirname.error_field = "TuneConfig: trial_dirname_creator"  # type: ignore[attr-defined]  # (its errors name it)
     return dirname
 
 
@@ -867,14 +868,35 @@ def _read_state(folder: str) -> dict[str, Any]:
     """The experiment's ``tuner.pkl``.
 
     Raises:
-        ConfigError: It was written by another version of it.
+        ConfigError: It cannot be read (cut short, damaged, or it pickled a class this process cannot import:
+            it was the bare ``UnpicklingError``, naming no file), or another version of it wrote it.
     """
-    with open(os.path.join(folder, TUNER_STATE_FILE), "rb") as f:
-        state = cloudpickle.load(f)
+    path = os.path.join(folder, TUNER_STATE_FILE)
+    try:
+        with open(path, "rb") as f:
+            state = cloudpickle.load(f)
+    except Exception as e:  # noqa: BLE001 - unpickling fails in any way (EOFError, UnpicklingError, ImportError, ...)
+        raise ConfigError(f"Tuner.restore: {path!r} cannot be read ({type(e).__name__}: {e}), so the experiment "
+                          "cannot be continued; its results can still be read with "
+                          f"tune.ExperimentAnalysis({folder!r})") from e
+    if not isinstance(state, dict):
+        raise ConfigError(f"Tuner.restore: {path!r} holds a {type(state).__name__}, not a Tuner's saved state")
     if state.get("version") != _STATE_VERSION:
         raise ConfigError(f"Tuner.restore: {TUNER_STATE_FILE} has version {state.get('version')!r}; this "
                           f"fluidsalus reads version {_STATE_VERSION}")
     return state
+
+
+#: Ray's refusals of a restore with another trainable or a ``param_space`` of other keys (its words), for
+#: :func:`fluidsalus.api.check_same_run`.
+_OTHER_TRAINABLE = ("Invalid `trainable` input to `Tuner.restore()`. To fix this error, pass in the same trainable "
+                    "that was used to initialize the Tuner. Got a trainable with identifier '{got}' but expected "
+                    "'{expected}'.")
+_OTHER_PARAM_SPACE = ("Invalid `param_space` input to `Tuner.restore()`. To fix this error, pass in the same "
+                      "`param_space` that was used to initialize the Tuner. Only re-specify the `param_space` to "
+                      "refresh Ray object references that no longer exist due to restoring from a new Ray cluster "
+                      "session. It should not be used to introduce new hyperparameters to search over. Got: {got} "
+                      "Expected: {expected}")
 
 
 def _check_same_experiment(state: Mapping[str, Any], name: str, param_space: Mapping[str, Any] | None) -> None:
@@ -890,17 +912,7 @@ def _check_same_experiment(state: Mapping[str, Any], name: str, param_space: Map
     Raises:
         ConfigError: Either is not the experiment's.
     """
-    expected = state.get("trainable_name")
-    if expected is not None and name != expected:
-        raise ConfigError("Invalid `trainable` input to `Tuner.restore()`. To fix this error, pass in the same "
-                          f"trainable that was used to initialize the Tuner. Got a trainable with identifier "
-                          f"'{name}' but expected '{expected}'.")
-    if param_space is None:
-        return
-    keys, saved = sorted(flatten_dict(dict(param_space))), sorted(flatten_dict(dict(state["param_space"] or {})))
-    if keys != saved:
-        raise ConfigError("Invalid `param_space` input to `Tuner.restore()`. To fix this error, pass in the same "
-                          "`param_space` that was used to initialize the Tuner. Only re-specify the `param_space` "
-                          "to refresh Ray object references that no longer exist due to restoring from a new Ray "
-                          f"cluster session. It should not be used to introduce new hyperparameters to search "
-                          f"over. Got: {keys} Expected: {saved}")
+    check_same_run(state.get("trainable_name"), name,
+                   None if param_space is None else list(flatten_dict(dict(state["param_space"] or {}))),
+                   None if param_space is None else list(flatten_dict(dict(param_space))),
+                   other_trainable=_OTHER_TRAINABLE, other_space=_OTHER_PARAM_SPACE)
