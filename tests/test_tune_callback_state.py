@@ -150,6 +150,28 @@ def test_a_resumed_run_gives_fresh_callbacks_the_states_the_first_run_ended_with
     assert fresh_ray.restored == {"ray_results": 6}
 
 
+class EndSeen(rt.Callback):
+    """Ray's base class; records the trials its ``on_experiment_end`` is given."""
+
+    def __init__(self) -> None:
+        self.ended: list[tuple[int, str, int | None]] = []
+
+    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        self.ended = sorted((t.config["x"], t.status, (t.last_result or {}).get("training_iteration"))
+                            for t in trials)
+
+
+def test_a_resumed_runs_callbacks_are_given_every_trial_of_the_experiment(ray_cluster, tmp_path) -> None:
+    """As Ray's restored controller holds every trial of the experiment, a resumed run's callbacks get those that
+    ended before it too, with their last results; they saw only the trials this session ran (a helper's script)."""
+    kwargs: dict[str, Any] = {"config": {"x": tune.grid_search([0, 1])}, "metric": "i", "mode": "max",
+                              "storage_path": str(tmp_path), "name": "all_trials", "verbose": 0}
+    tune.run(_steps, **kwargs)
+    seen = EndSeen()
+    tune.run(_steps, callbacks=[seen], resume=True, **kwargs)
+    assert seen.ended == [(0, "TERMINATED", 3), (1, "TERMINATED", 3)]
+
+
 class Steps(rt.Callback):
     """Ray's base class; records its step calls and the results seen between them."""
 

@@ -195,6 +195,34 @@ def test_a_run_with_the_loggers_writes_rays_files_in_each_trial_folder(ray_clust
             0, result.config["x"]]
 
 
+def test_a_subclass_of_rays_own_logger_writes_each_file_once(ray_cluster, storage) -> None:
+    """A subclass of Ray's CSV or JSON logger runs as a Ray callback: it failed at once (``TrialInfo`` had no
+    ``init_local_path``), then the default loggers wrote the same files again (two headers, every row twice); a
+    helper's scripts. Each file now has what Ray's has."""
+    from ray.tune.logger import CSVLoggerCallback as RayCSV
+    from ray.tune.logger import JsonLoggerCallback as RayJson
+
+    from fluidsalus import tune
+
+    class MyCSV(RayCSV):
+        pass
+
+    class MyJson(RayJson):
+        pass
+
+    grid = tune.Tuner(_two_steps, param_space={"x": tune.grid_search([1, 2])},
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[MyCSV(), MyJson()])).fit()
+    assert grid.num_errors == 0
+    for result in grid:
+        with open(os.path.join(result.path, "progress.csv")) as f:
+            lines = f.read().splitlines()
+        assert len(lines) == 3 and lines.count(lines[0]) == 1  # one header, one row per result
+        assert [float(row["score"]) for row in _rows(os.path.join(result.path, "progress.csv"))] == [
+            0, result.config["x"]]
+        lines = open(os.path.join(result.path, "result.json")).read().splitlines()
+        assert [json.loads(line)["score"] for line in lines] == [0, result.config["x"]]
+
+
 class _Names:
     """Ray's callback hook that records the trials' names."""
 

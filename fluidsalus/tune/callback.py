@@ -137,10 +137,10 @@ class Callback:
         """Called once before the first trial (``info`` holds ``time_budget_s``)."""
 
     def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
-        """Not called by fluidsalus (its driver has no loop steps to report)."""
+        """Called at the start of each pass of the driver's loop, as Ray's at each step of its controller."""
 
     def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
-        """Not called by fluidsalus (its driver has no loop steps to report)."""
+        """Called at the end of each pass of the driver's loop."""
 
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         """Called when an attempt of a trial has started on a device."""
@@ -259,6 +259,23 @@ class TrialInfo:
         tag = (self.last_result or {}).get(EXPERIMENT_TAG)
         return str(tag) if tag is not None else (self.tag or "")
 
+    @property
+    def storage(self) -> Any:
+        """Ray's ``Trial.storage``, as far as Ray's own loggers read it: the trial's folder is its storage (local), so
+        their ``_restore_from_remote`` of a resumed trial's file finds it where it already is."""
+        import types
+
+        import pyarrow.fs
+
+        return types.SimpleNamespace(trial_fs_path=self.path, storage_filesystem=pyarrow.fs.LocalFileSystem(),
+                                     trial_dir_name=os.path.basename(self.path.rstrip(os.sep)),
+                                     experiment_fs_path=os.path.dirname(self.path.rstrip(os.sep)))
+
+    def init_local_path(self) -> None:
+        """Ray's: make the trial's folder (Ray's own loggers call it before writing there)."""
+        if self.path:
+            os.makedirs(self.path, exist_ok=True)
+
     def is_finished(self) -> bool:
         """Whether the trial has ended (``TERMINATED`` or ``ERROR``)."""
         return self.status in FINAL_STATUSES
@@ -376,6 +393,7 @@ class RayCallbackAdapter(EngineCallback):
         """
         if self.restore:
             self.restore_states()
+            self._views_of_stored_trials()
         self._call("setup", stop=stop, num_samples=num_samples, total_num_samples=total_num_samples, **info)
 
     def experiment_end(self) -> None:
@@ -500,6 +518,23 @@ class RayCallbackAdapter(EngineCallback):
             info.custom_trial_name = name
         self.trials[trial_id] = info
         return info, True
+
+    def _views_of_stored_trials(self) -> None:
+        """A continued experiment's trials, as Ray's restored ``Trial`` objects: every stored trial is in ``trials``
+        from the start (a finished one with its status), with its last stored result and latest checkpoint."""
+        from fluidsalus.tune import Checkpoint  # the package imports this module
+
+        store = self._open_store()
+        if store is None:
+            return
+        for row in sorted(store.trials(), key=lambda row: row.seq):
+            trial, _ = self._info(row.trial_id, row.config)
+            trial.status = row.status if row.status in FINAL_STATUSES else PENDING
+            if row.last_result:
+                trial.last_result = with_config(row.last_result, trial.config)
+            checkpoints = [c for c in store.checkpoints(row.trial_id) if os.path.isdir(c["path"])]
+            if checkpoints:
+                trial.checkpoint = Checkpoint(checkpoints[-1]["path"])
 
     # ------------------------------------------------------------------ engine hooks
 

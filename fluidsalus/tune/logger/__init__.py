@@ -27,6 +27,7 @@ import math
 import numbers
 import os
 import pickle
+import sys
 import warnings
 from typing import Any, TextIO
 
@@ -387,5 +388,8 @@ def default_loggers(callbacks: list[Any]) -> list[LoggerCallback]:
     """
     if os.environ.get(DISABLE_AUTO_LOGGERS_ENV, "0") == "1":
         return []
+    # A subclass of Ray's own logger (not translated: it runs as a Ray callback) writes the same file. Its module
+    # is imported where a script made one; it is not imported here for the others (ray.tune is slow to import).
+    ray_logger = sys.modules.get("ray.tune.logger")
     return [kind() for kind in (CSVLoggerCallback, JsonLoggerCallback)
-            if not any(isinstance(callback, kind) for callback in callbacks)]
+            if not any(isinstance(callback, (kind, getattr(ray_logger, kind.__name__, ()))) for callback in callbacks)]
