@@ -158,6 +158,31 @@ class Checkpoint:
         return hash(os.path.abspath(self.path))
 
 
+#: The modes a plain ``open()`` and ``os.makedirs()`` ask for, before the umask: ``tempfile`` makes its files 0600
+#: and folders 0700, so a stored checkpoint and ``tuner.pkl`` were unreadable to anyone else on shared storage.
+PLAIN_FILE_MODE, PLAIN_DIR_MODE = 0o666, 0o777
+#: Where Linux shows a process's umask without changing it (``Umask:`` line, since Linux 4.7).
+PROC_STATUS = "/proc/self/status"
+
+
+def _umask() -> int:
+    """The process's umask: read from :data:`PROC_STATUS` where it can be, else by setting and restoring it."""
+    with contextlib.suppress(OSError, ValueError):
+        with open(PROC_STATUS) as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _as_plainly_made(path: str, mode: int) -> None:
+    """Give ``path`` the permissions it would have had if made with a plain ``open()`` / ``os.makedirs()`` (``mode``
+    less the umask), as Ray's copies get, instead of ``tempfile``'s private ones or a private source's."""
+    os.chmod(path, mode & ~_umask())
+
+
 def write_atomically(path: str, data: bytes | str) -> None:
     """Write a whole file under a temporary name in its folder, then rename it into place, so a crash leaves
     either the old file or the new one, never half of one.
@@ -171,6 +196,7 @@ def write_atomically(path: str, data: bytes | str) -> None:
     try:
         with os.fdopen(handle, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
+        _as_plainly_made(staging, PLAIN_FILE_MODE)
         os.replace(staging, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -236,6 +262,7 @@ def persist_checkpoint(checkpoint: Checkpoint, trial_dir: str, iteration: int, p
     try:  # (a link to a missing file is left out, as Ray's copy does: it failed every report of the trial)
         shutil.copytree(checkpoint.path, staging, dirs_exist_ok=True, ignore=_engine_folders_of(trial_dir),
                         ignore_dangling_symlinks=True)
+        _as_plainly_made(staging, PLAIN_DIR_MODE)  # (copytree gave it the source's mode: a TemporaryDirectory's 0700)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)  # (a failed copy left a half-filled staging folder per attempt)
         raise

@@ -174,6 +174,24 @@ def test_stop_rule_delivers_the_result_then_stops(tmp_path):
     assert [r["done"] for r in got] == [False, True]
 
 
+def test_a_stored_checkpoint_and_an_atomically_written_file_have_the_modes_plain_ones_would(tmp_path):
+    """Stored checkpoints were 0700 (a TemporaryDirectory's mode, or mkdtemp's) and tuner.pkl 0600 (mkstemp's), where
+    Ray's are 0755 and 0644 under a umask of 022: unreadable to another user or job on shared storage (a helper's)."""
+    import tempfile
+
+    umask = os.umask(0o022)
+    try:
+        session, _ = _session(tmp_path)
+        with tempfile.TemporaryDirectory() as src:  # (mode 0700)
+            open(os.path.join(src, "w.txt"), "w").close()
+            session.report({"a": 1}, checkpoint=fluidsalus.Checkpoint.from_directory(src))
+        assert os.stat(session.checkpoint.path).st_mode & 0o777 == 0o755
+        write_atomically(str(tmp_path / "state.pkl"), b"x")
+        assert os.stat(tmp_path / "state.pkl").st_mode & 0o777 == 0o644
+    finally:
+        os.umask(umask)
+
+
 def test_checkpoint_is_copied_into_the_trial_folder(tmp_path):
     session, got = _session(tmp_path)
     src = tmp_path / "mine"
