@@ -113,6 +113,7 @@ def test_tbx_logger_writes_rays_scalars_histograms_and_hparams(tmp_path) -> None
     for step, loss in ((1, 0.5), (2, 0.25)):
         logger.on_trial_result(step, [trial], trial, {
             "loss": loss, "info": {"acc": np.float32(0.75)}, "bad": math.nan, "hist": [1.0, 2.0, 3.0],
+            "flag": step == 2, "np_flag": np.bool_(True),  # (a Python bool is a scalar, as in Ray; NumPy's is not)
             "training_iteration": step, "time_total_s": 1.0, "config": trial.config, "name": "text"})
     resumed = pickle.loads(pickle.dumps(logger))  # what Tuner.restore unpickles: no open writer in it
     assert resumed._writers == {}
@@ -121,7 +122,8 @@ def test_tbx_logger_writes_rays_scalars_histograms_and_hparams(tmp_path) -> None
     events = _events(tmp_path / "t0")
     scalars = sorted((v.tag, e.step, round(v.simple_value, 3)) for e in events for v in e.summary.value
                      if v.HasField("simple_value"))
-    assert scalars == [("ray/tune/info/acc", 1, 0.75), ("ray/tune/info/acc", 2, 0.75), ("ray/tune/loss", 1, 0.5),
+    assert scalars == [("ray/tune/flag", 1, 0), ("ray/tune/flag", 2, 1), ("ray/tune/info/acc", 1, 0.75),
+                       ("ray/tune/info/acc", 2, 0.75), ("ray/tune/loss", 1, 0.5),
                        ("ray/tune/loss", 2, 0.25)]  # no NaN, no text, no training_iteration or time_total_s
     assert [(v.tag, e.step) for e in events for v in e.summary.value if v.HasField("histo")] == [
         ("ray/tune/hist", 1), ("ray/tune/hist", 2)]

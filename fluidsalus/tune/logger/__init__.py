@@ -337,10 +337,11 @@ class TBXLoggerCallback(LoggerCallback):
 
 
 def _is_scalar(value: Any) -> bool:
-    """A number TensorBoard takes as a scalar (Ray's ``VALID_SUMMARY_TYPES``: ints and floats, NumPy's too)."""
+    """A number TensorBoard takes as a scalar, as Ray's ``VALID_SUMMARY_TYPES`` do (ints, floats, NumPy's too, and a
+    Python bool, an int: Ray logs ``done`` and a boolean metric; it dropped them here), not a NumPy bool."""
     import numpy as np
 
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    return isinstance(value, (int, float, np.integer, np.floating))
 
 
 #: Ray's loggers of other tools (``ray.air.integrations``) that run here as they are, as Ray callback objects: they
