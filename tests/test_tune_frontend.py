@@ -1315,6 +1315,106 @@ def test_the_result_the_drivers_stopper_stops_a_trial_at_is_done_and_kept_from_t
         assert calls == [("result", i, False) for i in range(1, end)] + [("complete", end, True)]
 
 
+def _six_steps_done_at_three_if_told(config):
+    for i in range(1, 7):
+        tune.report({"i": i, **({"done": i == 3} if config.get("done_at_3") else {})})
+
+
+class _LogsWhatItIsScheduled(tune.schedulers.FIFOScheduler):
+    """A scheduler of the user's own that appends each result and end it is given to the file ``log``."""
+
+    def __init__(self, log: str) -> None:
+        super().__init__()
+        self.log = log
+
+    def _write(self, *entry) -> None:
+        with open(self.log, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    def on_trial_result(self, tune_controller, trial, result):
+        self._write("result", trial.trial_id, result["training_iteration"], result["done"])
+        return tune.schedulers.TrialScheduler.CONTINUE
+
+    def on_trial_complete(self, tune_controller, trial, result):
+        self._write("complete", trial.trial_id, result["training_iteration"], result["done"])
+
+
+@pytest.mark.parametrize("rule", ["dict", "function", "stopper", "trainable_done"])
+def test_the_result_a_stop_rule_ends_a_trial_at_goes_to_the_end_hooks_only_as_in_ray(
+        ray_cluster, storage: str, tmp_path, rule: str) -> None:
+    """Ray's controller gives a result its stopper, the trial's stop criteria or the trainable's own ``done=True``
+    ends the trial at to neither the scheduler's nor the search algorithm's ``on_trial_result``: both get it in
+    ``on_trial_complete`` only (``Trial.should_stop``, tune_controller.py). fluidsalus gave it to both (one call more
+    per trial: Ray 2.60 side by side, /work/scratch_h90/sbs.py ``c3``, ``searcher``, ``done``)."""
+    stops = {"dict": {"training_iteration": 3}, "function": lambda trial_id, result: result["training_iteration"] >= 3,
+             "stopper": tune.stopper.MaximumIterationStopper(3), "trainable_done": None}
+    searcher_log, scheduler_log = tmp_path / "searcher.log", tmp_path / "scheduler.log"
+    _, grid = _run(_six_steps_done_at_three_if_told, storage, {"done_at_3": rule == "trainable_done"},
+                   search_alg=_LogsWhatItIsGiven(str(searcher_log)),
+                   scheduler=_LogsWhatItIsScheduled(str(scheduler_log)), num_samples=2,
+                   run_config_kwargs={"stop": stops[rule]})
+    assert grid.num_errors == 0 and sorted(r.metrics["training_iteration"] for r in grid) == [3, 3]
+    for log in (searcher_log, scheduler_log):
+        given: dict[str, list[tuple[str, int, bool]]] = {}
+        for line in log.read_text().splitlines():
+            what, trial_id, iteration, done = json.loads(line)
+            given.setdefault(trial_id, []).append((what, iteration, done))
+        assert len(given) == 2, given
+        for calls in given.values():
+            assert calls == [("result", 1, False), ("result", 2, False), ("complete", 3, True)], (log.name, calls)
+
+
+def _median_values(config):
+    values = {0: [1, 1, 10, 10, 10, 10], 1: [5, 5, 5, 5, 5, 5]}[config["x"]]
+    for i, value in enumerate(values, 1):
+        tune.report({"score": value, "stopme": int(config["x"] == 0 and i >= 3)})
+
+
+def test_the_median_rule_counts_the_result_a_stop_rule_ends_a_trial_at_once_as_in_ray(ray_cluster,
+                                                                                        storage: str) -> None:
+    """Trial 0 meets ``stop`` at its 3rd result (1, 1, 10): Ray's MedianStoppingRule records that result once (its
+    on_trial_complete), so trial 1 (5 at every step) is judged at step 3 against a running mean of 4 and runs on to
+    its end. fluidsalus's rule also got it in on_result: counted twice, the mean was 5.5 and trial 1 was stopped at
+    step 3 (Ray 2.60 side by side: /work/scratch_h90/sbs.py ``median``)."""
+    rule = tune.schedulers.MedianStoppingRule(time_attr="training_iteration", grace_period=1, min_samples_required=1)
+    _, grid = _run(_median_values, storage, {"x": tune.grid_search([0, 1])}, metric="score", mode="max",
+                   scheduler=rule, max_concurrent_trials=1, run_config_kwargs={"stop": {"stopme": 1}})
+    assert sorted((r.config["x"], r.metrics["training_iteration"]) for r in grid) == [(0, 3), (1, 6)]
+
+
+def _rung_steps(config):
+    start = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with open(os.path.join(checkpoint.path, "step")) as f:
+            start = int(f.read())
+    for step in range(start + 1, 10):
+        time.sleep(0.4 if config["x"] == 3 else 0.0)  # trial 3 reaches its rung last
+        folder = os.path.join(tune.get_context().get_trial_dir(), f"state_{step}")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "step"), "w") as f:
+            f.write(str(step))
+        tune.report({"score": config["score"] + 0.01 * step}, checkpoint=tune.Checkpoint.from_directory(folder))
+
+
+def test_a_trial_a_stop_rule_ends_at_its_hyperband_rung_takes_no_place_there_as_in_ray(ray_cluster,
+                                                                                        storage: str) -> None:
+    """HyperBand max_t=9, rf=3 over 9 trials: trials 3-7 make the bracket of 5 that keeps 2 at its rung 3. Trial 3,
+    the best and the last to get there, meets ``stop`` at 3: Ray's HyperBand takes it out of the bracket
+    (on_trial_complete -> cleanup_trial) and keeps the best 2 others (6 and 7 run to 9). fluidsalus's HyperBand also
+    got that result in on_result: trial 3 completed the rung as a candidate, took one of the 2 places, and trial 7
+    was stopped at 3 (Ray 2.60 side by side: /work/scratch_h90/sbs.py ``hb3``)."""
+    scores = {0: 1, 1: 2, 2: 3, 3: 9, 4: 4.16, 5: 4.08, 6: 4.97, 7: 4.47, 8: 0}
+    _, grid = _run(_rung_steps, storage, {"x": tune.grid_search(list(range(9))),
+                                          "score": tune.sample_from(lambda spec: scores[spec.config.x])},
+                   metric="score", mode="max",
+                   scheduler=tune.schedulers.HyperBandScheduler(max_t=9, reduction_factor=3),
+                   run_config_kwargs={"stop": lambda trial_id, result: result["config"]["x"] == 3
+                                      and result["training_iteration"] >= 3})
+    ends = {r.config["x"]: r.metrics["training_iteration"] for r in grid}
+    assert {x: ends[x] for x in range(3, 8)} == {3: 3, 4: 3, 5: 3, 6: 9, 7: 9}, ends
+
+
 class _NoSaveEndless(_NoSave):
     def step(self):
         time.sleep(0.02)

@@ -126,6 +126,10 @@ class BaseSearcher(abc.ABC):
     def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
         """Answer one acknowledged result of a running trial.
 
+        A result that ends its trial by the run's stop rule (``stop``, a stopper, the trainable's own ``done``) or
+        after a stop for good does not come here: :meth:`on_trial_complete` gets it, at once, as Ray's controller
+        gives such a result to neither ``on_trial_result``.
+
         Args:
             trial_id: The trial that reported.
             result: The result, with the auto-filled keys (``training_iteration``, ...).
@@ -137,7 +141,8 @@ class BaseSearcher(abc.ABC):
         return Decision.CONTINUE
 
     def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
-        """Told once when a trial ends (finished, stopped or errored), with its last result."""
+        """Told once when a trial ends (finished, stopped or errored), with its last result; for a trial that a
+        stop rule ends, at the result that ends it (see :meth:`on_result`), which may come before its end."""
 
     def on_trial_error(self, trial_id: str, error: str) -> None:
         """Told why a trial errored, just before its ``on_trial_complete(..., error=True)``.

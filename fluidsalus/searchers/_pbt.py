@@ -481,10 +481,9 @@ class PBT(BaseSearcher):
     def _quantiles(self) -> tuple[list[str], list[str]]:
         """Bottom and top quantiles of the live trials that have a score (see :func:`quantiles`).
 
-        A trial whose last result was ``done`` is left out, as Ray's PBT leaves out finished trials: it met the run's
-        stop rule there (its end may reach the driver after other trials' results, and a trial that cloned its last
-        checkpoint would run past the rule), or it is being stopped (a move: it is ranked again from its next
-        result).
+        A trial whose last result was ``done`` is left out, as Ray's PBT leaves out finished trials: it is being
+        stopped (a move: it is ranked again from its next result). (A result at which the run's stop rule ends a
+        trial does not come here: the executor tells :meth:`on_trial_complete` at it, as Ray's controller does.)
         """
         scored = [
             (tid, s.last_score) for tid, s in self._trials.items()

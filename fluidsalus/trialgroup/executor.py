@@ -626,6 +626,9 @@ class Executor:
         # runs the iterations after it again, and the searcher does not decide on them twice (_requeue resets it
         # for a new configuration, which starts a new lineage)
         self._searcher_seen: dict[str, int] = {}
+        # trials whose searcher was told of their end at the result a stop rule (or a stop for good) ended them at,
+        # as Ray's controller tells its scheduler and search algorithm there: their end tells it nothing more
+        self._told_end: set[str] = set()
         self._readmitted_from: dict[str, int] = {}  # trial -> the iteration its out-of-memory re-admission resumes at
         self._dirnames = {os.path.basename(t.trial_dir) for t in trials or []}  # folder names in use
         if trials:  # a resumed run goes on from the move cost it had measured, and from what its searcher saw
@@ -1500,7 +1503,7 @@ class Executor:
         trial.devices = ()
         self._forget(trial.trial_id)
         self.store.update_trial(trial.trial_id, status=TERMINATED, stop_reason=OUT_STOPPED, finished_at=time.time())
-        self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=False)
+        self._tell_end(trial, error=False)
 
     # ------------------------------------------------------------------ placement (the planner)
 
@@ -1787,7 +1790,7 @@ class Executor:
         self.store.update_trial(trial.trial_id, status=ERROR, finished_at=now, error=error, stop_reason=OUT_ERRORED)
         events.append((now, "trial_end", trial.trial_id, None,
                        {"attempt": trial.attempt, "outcome": OUT_ERRORED, "reason": "unplaceable"}))
-        self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=True, error_text=trial.error)
+        self._tell_end(trial, error=True)
         self._note_error(trial)
 
     def _spec_for(self, trial: Trial, prefetched: bool = False) -> TrialSpec:
@@ -2023,18 +2026,27 @@ class Executor:
                     # (_stop_trials passes over ended trials).
                     iteration = event[4]["training_iteration"]
                     seen = iteration <= self._searcher_seen.get(trial.trial_id, 0)
-                    if seen and not stopped:
+                    if trial.trial_id in self._told_end or (seen and not stopped):
                         continue  # run again after a restart: the searcher decided on this iteration already
                     self._searcher_seen[trial.trial_id] = max(iteration, self._searcher_seen.get(trial.trial_id, 0))
-                    if stopped or self._searcher_log.on_result(trial.trial_id, event[4]) == Decision.STOP:
+                    if stopped or self._ends_at(trial, event):
+                        # As Ray's controller: a result its stopper, the trial's stop criteria or a trainable's own
+                        # ``done`` ends the trial at goes to neither on_trial_result; the searcher learns the trial's
+                        # end from it, there (Ray's stop_trial: ASHA records it at its rung, HyperBand takes the
+                        # trial out of its rung, the median rule records it once, PBT ranks it no more)
+                        if stopped:
+                            stops.append(trial.trial_id)
+                        event[4]["done"] = True
+                        self._told_end.add(trial.trial_id)
+                        self._searcher_log.on_trial_complete(trial.trial_id, event[4], error=False)
+                    elif self._searcher_log.on_result(trial.trial_id, event[4]) == Decision.STOP:
                         stops.append(trial.trial_id)
                         # As Ray marks the result its stopper or scheduler stops a trial at: ``done`` in the stored
                         # row, the trial's last result (which the searcher's on_trial_complete gets), the callbacks
                         # and the loggers' files (the results are stored next)
                         event[4]["done"] = True
                 elif kind == EV_END:
-                    self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=trial.status == ERROR,
-                                                        error_text=trial.error)
+                    self._tell_end(trial, error=trial.status == ERROR)
             if results:
                 self.store.add_results(results)
                 last: dict[str, Trial] = {r[0]: self.trials[r[0]] for r in results}
@@ -2096,6 +2108,26 @@ class Executor:
             if wanted:
                 del self._checkpoint_wanted[trial_id]
             self._send(device, "answer", event[4], wanted, False)
+
+    def _ends_at(self, trial: Trial, event: tuple[Any, ...]) -> bool:
+        """Whether a result ends its trial by a stop rule or a stop for good, where Ray's controller gives it to
+        neither ``on_trial_result``: ``done``, and met the run's stop rule on its device (``stop``, a stopper, a
+        trainable's own ``done=True``: ``Trial.should_stop``), or came after the driver stopped the trial for good
+        (the run's end, a stop decided on an earlier result; not a move, which runs it on elsewhere).
+        A trainable whose function returns after its last report ends with a result that is not ``done``: that
+        one is the searcher's, as in Ray."""
+        if not event[4].get("done"):
+            return False
+        return bool(event[6]) or (trial.trial_id in self._stopping and trial.trial_id not in self._restarts)
+
+    def _tell_end(self, trial: Trial, error: bool) -> None:
+        """Tell the searcher a trial ended (with its last result), unless it was told at the result that ended it
+        (:meth:`_ends_at`)."""
+        if trial.trial_id in self._told_end:
+            self._told_end.discard(trial.trial_id)
+            return
+        self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=error,
+                                             error_text=trial.error if error else None)
 
     def _stopper_stops(self, trial: Trial, metrics: Mapping[str, Any]) -> bool:
         """Give the driver's copy of the run's stopper a result (it sees every one, in order: its state serves
@@ -2539,7 +2571,7 @@ class Executor:
                                             last_iteration=trial.last_iteration, checkpoint_path=trial.checkpoint_path)
                     events.append((now, "trial_end", trial_id, device.spec.name,
                                    {"attempt": trial.attempt, "outcome": OUT_STOPPED}))
-                    self._searcher_log.on_trial_complete(trial_id, trial.last_result, error=False)
+                    self._tell_end(trial, error=False)
                     ended.append(trial)
                     continue
                 self._requeue(trial, restart or _Restart(reason=RESTART_DEVICE_DIED, error=text), now,
@@ -2675,7 +2707,7 @@ class Executor:
                                 num_failures=trial.num_failures)
         events.append((now, "trial_end", trial.trial_id, device_name, {"attempt": trial.attempt,
                                                                         "outcome": OUT_ERRORED}))
-        self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=True, error_text=trial.error)
+        self._tell_end(trial, error=True)
 
     def _log_end(self, trial: Trial, outcome: str, trace: str | None = None) -> None:
         """Print a trial's end: a trial that failed for good at every ``verbose``, to stderr, as Ray logs it (the
