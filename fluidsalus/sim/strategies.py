@@ -27,6 +27,8 @@ else the free share of a half-used GPU.
 from __future__ import annotations
 
 import heapq
+import itertools
+import operator
 from typing import TYPE_CHECKING
 
 from fluidsalus.sim.model import Hardware
@@ -49,6 +51,9 @@ UNITS = 120
 SPREAD_THRESHOLD = 0.5
 #: Fluid's shares (fractions of a GPU) of the two trials on a GPU.
 FLUID_SHARES = (0.6, 0.4)
+_VERSION = operator.attrgetter("version")
+_VIEW = operator.attrgetter("view")
+_ACTION = operator.attrgetter("action")
 #: The planners, in the order of the report.
 PLANNERS = ("waterfill", "one_per_gpu", "fractional_2", "fractional_4", "fractional_8", "fluid_heuristic")
 
@@ -256,21 +261,25 @@ class WaterfillStrategy(Strategy):
         hw: Hardware = sim.hardware
         self.planner = Planner(self.settings or PlannerSettings(move_cost_s=hw.move_s))
         self.capacity = hw.gpu_memory - hw.context_bytes  # one CUDA context per device actor
-        self.views: list[tuple[int, DeviceView]] = [(-1, DeviceView(i, self.capacity, hw.slots))
-                                                    for i in range(hw.gpus)]
+        # Per GPU (in index order): the view of its lanes last built, and the GPU's version then (-1: none yet).
+        self.views: list[DeviceView] = [DeviceView(i, self.capacity, hw.slots) for i in range(hw.gpus)]
+        self.versions: list[int] = [-1] * hw.gpus
         self.plans = 0
 
     def device_views(self) -> list[DeviceView]:
-        """Each GPU with a snapshot of its real lanes (rebuilt only for GPUs whose lanes changed)."""
-        out = []
-        for dev in self.sim.devices:
-            version, view = self.views[dev.index]
-            if version != dev.version:
+        """Each GPU with a snapshot of its real lanes (rebuilt only for GPUs whose lanes changed: their version
+        moved; the others are the same objects as in the last plan, as the executor's views are)."""
+        devices, views = self.sim.devices, self.views
+        now = list(map(_VERSION, devices))
+        changed = list(itertools.compress(range(len(now)), map(operator.ne, now, self.versions)))
+        if changed:
+            slots = self.sim.hardware.slots
+            for i in changed:
+                dev = devices[i]
                 assert dev.lm is not None
-                view = DeviceView(dev.index, self.capacity, self.sim.hardware.slots, lanes=tuple(dev.lm.lanes()))
-                self.views[dev.index] = (dev.version, view)
-            out.append(view)
-        return out
+                views[i] = DeviceView(dev.index, self.capacity, slots, lanes=tuple(dev.lm.lanes()))
+            self.versions = now
+        return list(views)
 
     def observe(self, trial: SimTrial, duration: float, devices: int, colocated: int) -> None:
         # Planner.observe, without its extra call (this runs for nearly every simulated iteration).
@@ -280,8 +289,11 @@ class WaterfillStrategy(Strategy):
         """Plan every live trial (their cached demands) on the GPUs' lanes; None when no trial is live."""
         sim = self.sim
         max_iterations = sim.max_iterations
-        demands = [trial.view if trial.view is not None else trial.demand_view(max_iterations)
-                   for trial in sim.live_trials()]
+        # (the cached views in C-level passes; the few stale ones rebuilt)
+        live = list(sim.live_trials())
+        demands = list(map(_VIEW, live))
+        for i in itertools.compress(range(len(demands)), map(operator.is_, demands, itertools.repeat(None))):
+            demands[i] = live[i].demand_view(max_iterations)
         if self.check_views:
             stale = [d for d in demands if d != sim.trials[d.trial_id].build_view(max_iterations)]
             if stale:
@@ -304,9 +316,9 @@ class WaterfillStrategy(Strategy):
             return
         sim = self.sim
         trials = sim.trials
-        for a in plan.assignments:
-            if a.action == KEEP:
-                continue
+        assignments = plan.assignments
+        # the changes (every action but KEEP), in their order, found in C-level passes: most trials keep their place
+        for a in itertools.compress(assignments, map(operator.ne, map(_ACTION, assignments), itertools.repeat(KEEP))):
             trial = trials[a.trial_id]
             if a.action == START:
                 sim.start_lanes(trial, a.devices, now)

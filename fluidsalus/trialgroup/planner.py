@@ -77,6 +77,7 @@ are documented on :meth:`ProfileBook.predict`, :meth:`ProfileBook.colocation_gai
 from __future__ import annotations
 
 import bisect
+import collections
 import functools
 import heapq
 import itertools
@@ -401,6 +402,19 @@ class ProfileBook:
         self._journal: dict[str, int] = {}
         self._changes = 0
         self._classes_seen: set[str] = set()  # curve keys with at least one recorded iteration
+        # trial -> curve key -> [scaling_ratio(trial, k, curve key) for k = 1, 2, ...] as computed (a cache: the
+        # planner asks the same ratios at every plan). Ratio k reads the trial's EMAs at (k, 1), (k + 1, 1) and
+        # (1, 1), else the pooled step k of the curve key: a record at (k, 1) drops the trial's ratios from k - 1 on
+        # (all of them for k = 1; a record at n > 1 changes none), forget() drops them all, and a pooled step k
+        # that moves drops, for its curve key, the lists whose ratio k came from the pooled or default step.
+        self._ratios: dict[str, dict[str, list[tuple[float, str]]]] = {}
+        # (curve key, k) -> trials whose cached ratio k for that key came from the pooled or default step (some
+        # may have been dropped since): those a change of pooled step k drops
+        self._pooled_users: dict[tuple[str, int], set[str]] = {}
+        # trial -> (devices, curve key) -> predict(trial, devices, 1, curve key), for trials with an alone estimate
+        # of their own (a cache; the co-location curves do not enter: slowdown(1) is 1). Dropped for a trial at
+        # each of its records and at forget(), all of them when a pooled scaling step moves.
+        self._predictions: dict[str, dict[tuple[int, str], float]] = {}
 
     # ---------------------------------------------------------------- recording
 
@@ -435,6 +449,9 @@ class ProfileBook:
         if per is not None and self._last[trial_id] == key and self._key[trial_id] == curve_key:
             # The allocation of its last record (most records): its EMA there and its alone estimate move.
             value = per[key].update(sec_per_iter)
+            if colocated == 1:
+                self._drop_ratios(trial_id, devices)
+            self._predictions.pop(trial_id, None)
             one = per.get((1, 1))
             if one is not None:
                 self._alone[trial_id] = one.value
@@ -466,6 +483,9 @@ class ProfileBook:
         if ema is None:
             ema = per[key] = Ema(self.alpha)
         value = ema.update(sec_per_iter)
+        if colocated == 1:
+            self._drop_ratios(trial_id, devices)
+        self._predictions.pop(trial_id, None)
         if previous != key:
             # The trial just changed allocation: one sample of the step between its last allocation (its recent
             # smoothed time there) and this one, if they are neighbours.
@@ -486,6 +506,16 @@ class ProfileBook:
             self._alone[trial_id] = value / (self._slowdown(curve_key, colocated)
                                              * self._scale_factor(curve_key, devices))
         self._note(trial_id)
+
+    def _drop_ratios(self, trial_id: str, k: int) -> None:
+        """The trial's EMA at ``(k, 1)`` changed: drop its cached scaling ratios that read it (see ``_ratios``)."""
+        known = self._ratios.get(trial_id)
+        if known is not None:
+            if k == 1:
+                del self._ratios[trial_id]
+            else:
+                for ratios in known.values():
+                    del ratios[k - 2:]
 
     def _note(self, trial_id: str) -> None:
         """The trial's alone estimate changed (see :meth:`changed_since`)."""
@@ -526,6 +556,12 @@ class ProfileBook:
         else:
             old = ema.value
         new = ema.update(math.log(ratio))
+        if curves is self._scale:  # the ratios at this step that came from it, or from the default it replaces
+            for tid in self._pooled_users.pop((curve_key, step), ()):
+                ratios = self._ratios.get(tid, {}).get(curve_key)
+                if ratios is not None and len(ratios) >= step and ratios[step - 1][1] in ("pooled", "default"):
+                    del ratios[step - 1:]
+            self._predictions.clear()
         if curves is self._coloc:
             cum = self._cum.get(curve_key)
             if cum is not None:  # log slowdown(m) for m > step moves by the step's change
@@ -536,6 +572,8 @@ class ProfileBook:
     def forget(self, trial_id: str) -> None:
         """Drop a trial's own measurements (the pooled curves keep what it contributed)."""
         self._times.pop(trial_id, None)
+        self._ratios.pop(trial_id, None)
+        self._predictions.pop(trial_id, None)
         self._key.pop(trial_id, None)
         self._last.pop(trial_id, None)
         if self._alone.pop(trial_id, None) is not None:
@@ -650,6 +688,37 @@ class ProfileBook:
         Returns:
             ``(ratio, source)``.
         """
+        known = self._ratios.get(trial_id)
+        if known is not None:
+            ratios = known.get(curve_key)
+            if ratios is not None and len(ratios) >= k >= 1:
+                return ratios[k - 1]
+        if k < 1:
+            return self._scaling_ratio(trial_id, k, curve_key)
+        return self.scaling_ratios(trial_id, k, curve_key)[k - 1]
+
+    def scaling_ratios(self, trial_id: str, k: int, curve_key: str = DEFAULT_CURVE_KEY) -> list[tuple[float, str]]:
+        """``[scaling_ratio(trial_id, m, curve_key) for m = 1 .. k]`` (at least; ``k >= 1``), from the book's cache
+        (see ``_ratios`` in ``__init__``). The caller must not change the list."""
+        known = self._ratios.get(trial_id)
+        if known is None:
+            known = self._ratios[trial_id] = {}
+        ratios = known.get(curve_key)
+        if ratios is None:
+            ratios = known[curve_key] = []
+        while len(ratios) < k:
+            m = len(ratios) + 1
+            ratio = self._scaling_ratio(trial_id, m, curve_key)
+            ratios.append(ratio)
+            if ratio[1] in ("pooled", "default"):
+                users = self._pooled_users.get((curve_key, m))
+                if users is None:
+                    users = self._pooled_users[(curve_key, m)] = set()
+                users.add(trial_id)
+        return ratios
+
+    def _scaling_ratio(self, trial_id: str, k: int, curve_key: str) -> tuple[float, str]:
+        """:meth:`scaling_ratio`, computed."""
         per = self._times.get(trial_id, {})
         now, nxt = per.get((k, 1)), per.get((k + 1, 1))
         if now is not None and nxt is not None:
@@ -717,15 +786,29 @@ class ProfileBook:
         Returns:
             Seconds per iteration.
         """
+        cacheable = colocated == 1 and curve_key is not None
+        if cacheable:
+            known = self._predictions.get(trial_id)
+            if known is not None:
+                value = known.get((devices, curve_key))  # type: ignore[arg-type]
+                if value is not None:
+                    return value
         exact = self.measured(trial_id, devices, colocated)
         if exact is not None:
-            return exact
-        key = curve_key if curve_key is not None else self._key.get(trial_id, DEFAULT_CURVE_KEY)
-        base = self.alone(trial_id)
-        factor = 1.0
-        for m in range(1, devices):
-            factor *= self.scaling_ratio(trial_id, m, key)[0]
-        return base * factor * self._slowdown(key, colocated)
+            value = exact
+        else:
+            key = curve_key if curve_key is not None else self._key.get(trial_id, DEFAULT_CURVE_KEY)
+            base = self.alone(trial_id)
+            factor = 1.0
+            for m in range(1, devices):
+                factor *= self.scaling_ratio(trial_id, m, key)[0]
+            value = base * factor * self._slowdown(key, colocated)
+        if cacheable and trial_id in self._alone:  # (a trial never measured follows typical(), which moves)
+            known = self._predictions.get(trial_id)
+            if known is None:
+                known = self._predictions[trial_id] = {}
+            known[(devices, curve_key)] = value  # type: ignore[index]
+        return value
 
     def trials(self) -> list[str]:
         """Trials with measurements."""
@@ -890,6 +973,9 @@ def _by_turn(trials: list[TrialDemand]) -> list[TrialDemand]:
             trials.sort(key=_TURN)
     return trials
 _T_BYTES = operator.attrgetter("t_bytes")
+_FIRST = operator.itemgetter(0)
+_MIN_DEVICES = operator.attrgetter("min_devices")
+_DATA_PARALLEL = operator.attrgetter("data_parallel")
 _SECOND = operator.itemgetter(1)
 
 
@@ -1015,7 +1101,8 @@ class _Planning:
         self._pending: defaultdict[int, list[str]] = defaultdict(list)  # admitted, not yet replayed
         self._leaving: dict[int, set[str]] = {}  # device -> reported members that leave its lanes in this plan
         # trial -> devices after the plan; a list here is never changed in place (it may be shared with the
-        # Planner's cache): a phase that changes a placement assigns a new list.
+        # Planner's cache): a phase that changes a placement assigns a new list. No phase depends on the order of
+        # its entries (the decision order is ``order``): the cache copies its own.
         self.alloc: dict[str, list[int]] = {}
         self.order: list[str] = []  # decision order of placed trials
         self.ncomp: dict[int, int] = dict.fromkeys(indices, 0)
@@ -1116,6 +1203,27 @@ class _Planning:
             cached = self._gates[(view.curve_key, n)] = self.book.colocation_pays(
                 view.curve_key, n, self.cfg.min_marginal_gain, self.cfg.prior_share)
         return cached
+
+    def open_devices(self, exclude: Container[int] = ()) -> list[int]:
+        """The devices not in ``exclude`` whose :meth:`gate` is open, in index order (its answers, without a call
+        per device: a plan asks this of every device)."""
+        out: list[int] = []
+        append = out.append
+        gates, ncomp = self._gates, self.ncomp
+        for view in self.devices:
+            d = view.index
+            if d in exclude:
+                continue
+            n = ncomp[d]
+            if n == 0:
+                append(d)  # (slots >= 1)
+            elif n < view.slots:
+                cached = gates.get((view.curve_key, n))
+                if cached is None:
+                    cached = self.gate(d)
+                if cached:
+                    append(d)
+        return out
 
     def sec(self, t: TrialDemand, k: int) -> float:
         """Predicted seconds per iteration of ``t`` alone on ``k`` devices."""
@@ -1238,8 +1346,10 @@ class _Planning:
         A trial that no open device admits may take the memory of paused residents (:meth:`make_room`).
         Devices in ``exclude`` (a data-parallel trial's devices) take nothing.
         """
-        open_devs = {d.index for d in self.devices if d.index not in exclude and self.gate(d.index)}
-        heap = [(self.load[d], self.ncomp[d], d) for d in sorted(open_devs)]
+        open_list = self.open_devices(exclude)
+        open_devs = set(open_list)
+        load, ncomp = self.load, self.ncomp
+        heap = [(load[d], ncomp[d], d) for d in open_list]
         heapq.heapify(heap)
         bounds: dict[int, tuple[int, int] | None] = {
             d: (-1, -1) if d in self._full else self.mem(d).bound() if d in self._mem else None for d in open_devs
@@ -1367,23 +1477,24 @@ class _Planning:
         cfg = self.cfg
         moved: set[str] = set()
         ncomp, load, alloc, gate = self.ncomp, self.load, self.alloc, self.gate
-        by_dev: dict[int, list[str]] = {}  # device -> its computing trials, listed once a move is considered
+        # device -> its computing trials (home there), listed when a move from it is first considered (a C-level
+        # pass over the placements; moves are few), then kept up to date by the moves
+        by_dev: dict[int, list[str]] = {}
 
         def on(d: int) -> list[str]:
-            if not by_dev:  # one pass over the placements for every device (a pass per device was O(trials) each)
-                comp = self.comp
-                for tid, devs in alloc.items():
-                    if tid in comp:
-                        by_dev.setdefault(devs[0], []).append(tid)
-                by_dev.setdefault(d, [])
-            return by_dev.setdefault(d, [])
+            here = by_dev.get(d)
+            if here is None:
+                here = by_dev[d] = [tid for tid in itertools.compress(
+                    alloc.keys(), map(operator.eq, map(_FIRST, alloc.values()), itertools.repeat(d)))
+                    if tid in self.comp]
+            return here
 
         # The most crowded device, max (ncomp, load, -index), and the least loaded open one, min (ncomp, load,
         # index), from two heaps with lazy deletion: an entry counts while its device's version is the entry's.
         # A move changes only its two devices, which are pushed again: O(log devices) a move, not three scans.
         version = dict.fromkeys(ncomp, 0)
         crowded_heap = [(-ncomp[d], -load[d], d, 0) for d in ncomp]
-        open_heap = [(ncomp[d], load[d], d, 0) for d in ncomp if d not in exclude and gate(d)]
+        open_heap = [(ncomp[d], load[d], d, 0) for d in self.open_devices(exclude)]
         heapq.heapify(crowded_heap)
         heapq.heapify(open_heap)
 
@@ -1442,7 +1553,8 @@ class _Planning:
             moved.add(tid)
             alloc[tid] = [target]
             on(crowded).remove(tid)
-            on(target).append(tid)
+            if target in by_dev:  # (listed later from the placements, where it now is)
+                by_dev[target].append(tid)
             rem = self.rem[tid]
             ncomp[crowded] -= 1
             load[crowded] -= rem
@@ -1652,12 +1764,8 @@ class _Planning:
 
     def free_devices(self) -> list[int]:
         """Devices no computing trial uses (home or extra), by index."""
-        used: set[int] = set()
         alloc = self.alloc
-        for tid in self.comp:
-            devs = alloc.get(tid)
-            if devs is not None:
-                used.update(devs)
+        used = set(itertools.chain.from_iterable(map(alloc.__getitem__, self.comp.intersection(alloc))))
         return [d for d in self.dev if d not in used]  # self.dev is in index order
 
     def whole_devices(self) -> frozenset[int]:
@@ -1675,42 +1783,56 @@ class _Planning:
     def inter(self) -> None:
         """The inter-GPU regime after :meth:`keep`."""
         cfg = self.cfg
-        computing = [self.trials[tid] for tid in self.alloc if tid in self.comp]
-        computing.sort(key=self.key)
+        # In key() order: a stable sort by predicted time, longest first, of the trials in arrival order.
+        alloc, trials = self.alloc, self.trials
+        computing = [trials[tid] for tid in alloc if tid in self.comp]
+        computing.sort(key=_ARRIVAL)
+        ids = list(map(_TRIAL_ID, computing))
+        ids.sort(key=self.rem.__getitem__, reverse=True)
+        computing = list(map(trials.__getitem__, ids))
+        placed = list(map(alloc.__getitem__, ids))  # their devices, in the same order
         # 1. Homes: the longest trial on a device owns it; the others there share it (step 4 may spread them). A
         # data-parallel trial placed on at least its fewest devices (``min_devices`` > 1) owns those first: it is
         # never taken below them.
         owner: dict[int, str] = {}
-        for t in computing:
-            devs = self.alloc[t.trial_id]
-            if 1 < t.min_devices <= len(devs):
-                for d in devs[:t.min_devices]:
-                    owner.setdefault(d, t.trial_id)
-        for t in computing:
-            owner.setdefault(self.alloc[t.trial_id][0], t.trial_id)
+        if any(map((1).__lt__, map(_MIN_DEVICES, computing))):
+            for t, devs in zip(computing, placed, strict=True):
+                if 1 < t.min_devices <= len(devs):
+                    for d in devs[:t.min_devices]:
+                        owner.setdefault(d, t.trial_id)
+        # each home's first trial in that order (assigned last to first: the first stays)
+        first = dict(zip(reversed(list(map(_FIRST, placed))), reversed(ids), strict=True))
+        if owner:
+            for d, tid in first.items():
+                owner.setdefault(d, tid)
+        else:
+            owner = first
         # 2. Extras: a device is an extra only if no other computing trial lives there, and only while the
-        # measured scaling step (the trial's own or the pooled one) pays.
-        for t in computing:
-            devs = self.alloc[t.trial_id]
-            if len(devs) < 2:
-                continue
+        # measured scaling step (the trial's own or the pooled one) pays. (Trials on one device have none: only
+        # those on several are looked at, in the same order.)
+        limit = 1.0 - cfg.min_scaling_gain
+        for i in itertools.compress(range(len(placed)), map((1).__lt__, map(len, placed))):
+            t, devs = computing[i], placed[i]
+            tid = t.trial_id
             keep = [devs[0]]
-            if owner.get(devs[0]) != t.trial_id:  # shares its home: it cannot hold whole devices either
+            if owner.get(devs[0]) != tid:  # shares its home: it cannot hold whole devices either
                 for d in devs[1:]:
                     self.release(t, d)
-                self.alloc[t.trial_id] = keep
+                alloc[tid] = keep
                 continue
+            ratios = self.book.scaling_ratios(tid, len(devs) - 1, self.dev[devs[0]].curve_key)
+            max_devices, min_devices = t.max_devices, t.min_devices
             for d in devs[1:]:
-                ratio, source = self.book.scaling_ratio(t.trial_id, len(keep), self.dev[devs[0]].curve_key)
-                measured_no_gain = source in ("trial", "pooled") and not ratio < 1.0 - cfg.min_scaling_gain
-                at_most = t.max_devices is not None and len(keep) >= t.max_devices
-                if owner.get(d, t.trial_id) != t.trial_id or at_most or (measured_no_gain
-                                                                          and len(keep) >= t.min_devices):
+                ratio, source = ratios[len(keep) - 1]
+                measured_no_gain = source in ("trial", "pooled") and not ratio < limit
+                at_most = max_devices is not None and len(keep) >= max_devices
+                if owner.get(d, tid) != tid or at_most or (measured_no_gain and len(keep) >= min_devices):
                     self.release(t, d)
                     continue
                 keep.append(d)
-                owner[d] = t.trial_id
-            self.alloc[t.trial_id] = keep
+                owner[d] = tid
+            if len(keep) != len(devs):  # (all kept: its placement, the same list, stays as it is; result() reuses it)
+                alloc[tid] = keep
         # 3. Queued and displaced trials take free devices, longest first.
         candidates = _by_turn(sorted(
             [self.trials[tid] for tid in self.comp if tid not in self.alloc], key=self.key
@@ -1747,16 +1869,18 @@ class _Planning:
         # move (a trial that only starts now moves for free): its own, or that of the longest when it is
         # data-parallel, since it grows only once its home is its own (a paused trial promoted in place, for
         # one, lands on the home of a trial that has grown meanwhile).
-        homes: dict[int, list[TrialDemand]] = {}
-        for tid in self.order:
-            devs = self.alloc.get(tid)
-            if devs is not None and tid in self.comp:
-                homes.setdefault(devs[0], []).append(self.trials[tid])
+        alloc_get, comp = self.alloc.get, self.comp
+        home_of = [(devs[0], tid) for tid in self.order if (devs := alloc_get(tid)) is not None and tid in comp]
+        homes: dict[int, list[TrialDemand]] = {  # (only the homes of several computing trials: the others stay)
+            home: [] for home, n in collections.Counter(map(_FIRST, home_of)).items() if n > 1}
+        if homes:
+            for home, tid in home_of:
+                crowd = homes.get(home)
+                if crowd is not None:
+                    crowd.append(self.trials[tid])
         free_left = -1  # free devices no trial owns (-1: not counted yet); each move below takes one
         for home in sorted(homes):
             crowd = homes[home]
-            if len(crowd) < 2:
-                continue
             crowd.sort(key=self.key)
             for i, t in enumerate(crowd):
                 if i and len(self.alloc[t.trial_id]) > 1:  # a data-parallel trial kept at its fewest devices
@@ -1800,9 +1924,9 @@ class _Planning:
         # not change the others' order, and its key (two predictions) is the costly part of a plan's growing.
         heap: list[tuple[float, int, str, TrialDemand]] = []
         book, alloc, ncomp = self.book, self.alloc, self.ncomp
-        for t in computing + candidates:
-            if not t.data_parallel:
-                continue
+        predict, rem, dev = book.predict, self.rem, self.dev
+        limit = 1.0 - cfg.min_scaling_gain
+        for t in filter(_DATA_PARALLEL, itertools.chain(computing, candidates)):
             tid = t.trial_id
             devs = alloc.get(tid)
             if devs is None or owner.get(devs[0]) != tid or ncomp[devs[0]] > 1:
@@ -1810,13 +1934,16 @@ class _Planning:
             k = len(devs)
             if t.max_devices is not None and k >= t.max_devices:
                 continue
+            curve_key = dev[devs[0]].curve_key
             if k >= t.min_devices:
-                ratio, source = book.scaling_ratio(tid, k, self.dev[devs[0]].curve_key)
-                if not ratio < 1.0 - cfg.min_scaling_gain or (source not in ("trial", "pooled")
-                                                              and book.measured(tid, k) is None
-                                                              and not (k == 1 and not t.devices)):
+                ratio, source = book.scaling_ratio(tid, k, curve_key)
+                if not ratio < limit or (source not in ("trial", "pooled") and book.measured(tid, k) is None
+                                         and not (k == 1 and not t.devices)):
                     continue
-            heapq.heappush(heap, self._grow_key(t))
+            # _grow_key(t), inlined
+            alone = predict(tid, 1, 1, curve_key)
+            heapq.heappush(heap, (-(rem[tid] * (alone if k == 1 else predict(tid, k, 1, curve_key)) / alone), t.seq,
+                                  tid, t))
         while free and heap:
             neg_remaining_s, _, tid, best = heapq.heappop(heap)
             if best.max_devices is not None and len(self.alloc[tid]) >= best.max_devices:
@@ -2124,6 +2251,14 @@ class _KeptCache:
         self.free_keys: list[tuple[int, str]] = []  # computing trials not kept as reported, (seq, id), sorted
         self.free_key: dict[str, tuple[int, str]] = {}
         self.kept_assign: list[Assignment] = []  # the assignment of each of order_ids, in the same order
+        # device -> what the last plan's admissions did there, for a device whose transit residents are all on it
+        # alone (no resident on several devices is admitted there): (its view, its reported members that leave,
+        # the (id, P, T) of those residents in arrival order, its lanes after the admissions, the refused (P, T)
+        # pairs, which residents were admitted). The admissions are a function of the first three: while they are
+        # the same (a trial moving there waits for its iteration's end over several plans), the lanes after are
+        # copied instead of rebuilt from the view and admitted again. Replaced when one differs.
+        self.admissions: dict[int, tuple[DeviceView, set[str] | None, tuple[tuple[str, int, int], ...], LaneMemory,
+                                         list[tuple[int, int]], tuple[bool, ...]]] = {}
 
     # ---------------------------------------------------------------- devices
 
@@ -2461,10 +2596,32 @@ class _KeptCache:
         keys = self.order_keys
         admitted: list[tuple[int, str]] = []
         homes: dict[int, list[tuple[int, str]]] = {}  # device -> the transit residents placed with it as home
-        waiting = [lst for lst in self.transit_on.values() if lst]
+        transit, transit_multi, snap = self.transit, self.transit_multi, self.snap
+        waiting = []
+        # A device whose transit residents are all on it alone is admitted on independently of the others: where
+        # the last plan did the same admissions there (``admissions``), their outcome is reused.
+        shared = set(itertools.chain.from_iterable(transit_multi.values())) if transit_multi else ()
+        done, leaving_of, dev = self.admissions, self.leaving, self.dev
+        to_record: dict[int, tuple[tuple[str, int, int], ...]] = {}  # device -> its residents, admitted below
+        for d, lst in self.transit_on.items():
+            if not lst:
+                continue
+            if d not in shared:
+                residents = tuple([(tid, demands[tid].p_bytes, demands[tid].t_bytes) for _, tid in lst])
+                last = done.get(d)
+                if last is not None and last[0] is dev[d] and last[2] == residents and last[1] == leaving_of.get(d):
+                    work._mem[d] = last[3].copy()  # as mem(d) then the admissions would leave it
+                    work._leaving.pop(d, None)
+                    work._rejected[d] = list(last[4])  # (the admissions make the entry even when empty)
+                    for key, placed in zip(lst, last[5], strict=True):
+                        if placed:
+                            homes.setdefault(d, []).append(key)
+                            admitted.append(key)
+                    continue
+                to_record[d] = residents
+            waiting.append(lst)
         if self.transit_multi_keys:
             waiting.append(self.transit_multi_keys)
-        transit, transit_multi, snap = self.transit, self.transit_multi, self.snap
         # keep() admits these in arrival order (one device's order is all that matters, except that a resident on
         # several devices that one of them does not admit leaves them all, which later ones may then fit)
         for key in waiting[0] if len(waiting) == 1 else heapq.merge(*waiting):
@@ -2492,6 +2649,15 @@ class _KeptCache:
                 continue
             homes.setdefault(devs[0], []).append(key)
             admitted.append(key)
+        for d, residents in to_record.items():
+            after = work._mem.get(d)
+            if after is None:  # (the first admission on a device reads its lanes: not reached)
+                done.pop(d, None)
+                continue
+            leaving = leaving_of.get(d)
+            here = set(homes.get(d, ()))
+            done[d] = (dev[d], None if leaving is None else set(leaving), residents, after.copy(),
+                       list(work._rejected.get(d, ())), tuple(key in here for key in self.transit_on[d]))
         for d, here in homes.items():
             n = 0
             load = 0.0
@@ -2502,8 +2668,7 @@ class _KeptCache:
             work.ncomp[d] = n
             work.load[d] = load
         if admitted:
-            ids_kept = self.order_ids
-            alloc = dict(zip(ids_kept, map(kept.__getitem__, ids_kept), strict=True))
+            alloc = dict(kept)  # (no phase depends on the order of ``alloc``: see _Planning._fresh)
             prefix, keys = list(self.kept_assign), list(keys)
             for key in sorted(admitted):
                 tid = key[1]
@@ -2527,7 +2692,7 @@ class _KeptCache:
             work.kept_prefix, work.kept_ids, work.kept_keys = prefix, alloc, keys
         else:
             order = list(self.order_ids)
-            work.alloc = _Alloc(zip(order, map(self.kept.__getitem__, order), strict=True))
+            work.alloc = _Alloc(kept)
             work.arrivals = list(map(_SECOND, self.free_keys))
             work.kept_prefix, work.kept_ids, work.kept_keys = self.kept_assign, kept, keys
         work.order = order
