@@ -194,8 +194,9 @@ RAY_DEFAULT_REQUEST: dict[str, float] = {"CPU": 1.0}
 class TrialResources(dict):  # type: ignore[type-arg]
     """A trial's recorded resource request: a dict (``{"cpu": 1.0, "gpu": 0.25}``) that also answers the attributes
     a script reads from the ``PlacementGroupFactory`` Ray returns (``required_resources``, ``bundles``,
-    ``head_cpus``, ``strategy``, ``head_bundle_is_empty``), with Ray's key names (``CPU``, ``GPU``). A trial that
-    requested nothing shows Ray's default request, one CPU, there.
+    ``head_cpus``, ``strategy``, ``head_bundle_is_empty``), with Ray's key names (``CPU``, ``GPU``). An empty one
+    answers Ray's default request, one CPU, there; a trial that requested nothing records the resources of the
+    device actor it runs in (docs/compatibility.md, "Trainables").
 
     The request is a hint to the planner, not a reservation (:func:`fluidsalus.tune.with_resources`).
     """

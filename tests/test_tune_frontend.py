@@ -822,8 +822,76 @@ def test_a_fractional_cpu_request_runs_more_trials_at_once_on_each_core(ray_clus
         store.close()
 
 
+class _AsksForTwoCpus(tune.Trainable):
+    """RLlib's way to declare a trial's resources: a constant ``default_resource_request``."""
+
+    @classmethod
+    def default_resource_request(cls, config):
+        return tune.PlacementGroupFactory([{"CPU": 2}])
+
+    def step(self):
+        return {"cpu": tune.get_context().get_trial_resources()["cpu"], "done": True}
+
+
+def _cpus_per_trial_of(grid) -> float | None:
+    store = ExperimentStore.open(grid.experiment_path, readonly=True)
+    try:
+        return store.experiment()["spec"]["cpus_per_trial"]
+    finally:
+        store.close()
+
+
+def test_a_function_that_answers_one_request_counts_it_as_a_fixed_request(ray_cluster, storage: str) -> None:
+    """A constant ``default_resource_request`` of two CPUs ran a trial per core on 2 cores, where Ray runs one at a
+    time, and a lambda's ``{"cpu": 0.5, "gpu": 0.5}`` half as many as Ray (h89's B4): a function's request set no
+    count. Its answers for the space's first configurations, asked before the devices start, now count as the
+    fixed request when they agree; a request that differs per configuration still sets none."""
+    no_save = {"checkpoint_config": tune.CheckpointConfig(checkpoint_at_end=False)}  # it has no save_checkpoint
+    _, grid = _run(_AsksForTwoCpus, storage, param_space={"x": tune.grid_search([1, 2])}, run_config_kwargs=no_save)
+    assert [r.metrics["cpu"] for r in grid] == [2.0, 2.0]
+    assert _cpus_per_trial_of(grid) == 2.0  # one trial at a time on the 2-core test cluster, as Ray
+    _, grid = _run(tune.with_resources(_reports_its_gpus, lambda config: {"cpu": 0.5}), storage,
+                   param_space={"x": tune.grid_search([1, 2])})
+    assert _cpus_per_trial_of(grid) == 0.5
+    by_x = tune.with_resources(_reports_its_gpus, lambda config: {"cpu": config["x"]})
+    _, grid = _run(by_x, storage, param_space={"x": tune.grid_search([1, 2])})
+    assert grid.num_errors == 0 and _cpus_per_trial_of(grid) is None  # per trial: no count, as before
+    from fluidsalus.tune._trainable import probe_request
+
+    space = {"x": tune.uniform(0, 1)}
+    constant = tune.with_resources(_reports_its_gpus, lambda config: tune.PlacementGroupFactory(
+        [{"CPU": 0.5, "GPU": 0.5}, {"CPU": 1}]))
+    assert probe_request(make_entry(constant, None)[0], space) == (1.0, {"cpu": 1.5, "gpu": 0.5})
+    fails_later = tune.with_resources(_reports_its_gpus, lambda config: {"cpu": 1 / (config["x"] > 0.5)})
+    assert probe_request(make_entry(fails_later, None)[0], space)[1] is None
+    nothing = tune.with_resources(_reports_its_gpus, lambda config: None)
+    assert probe_request(make_entry(nothing, None)[0], space) == (0.0, {})
+
+
+def test_a_request_the_run_does_not_reserve_is_warned_of_once(ray_cluster, storage: str) -> None:
+    """Custom resources and ``memory`` were recorded and silently not reserved (Ray limits the trials at once by
+    them and places trials on the nodes that have them), and a GPU request on a cluster without a GPU ran on CPU
+    devices, silently, where Ray waits for ever (h89's B1/B5). Each is warned of once per run, naming the keys."""
+    request = {"cpu": 1, "gpu": 0.5, "memory": 1e6, "custom_resources": {"special": 1}}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _, grid = _run(tune.with_resources(_reports_its_gpus, request), storage,
+                       param_space={"x": tune.grid_search([1, 2])})
+    assert grid.num_errors == 0
+    messages = [str(w.message) for w in caught if str(w.message).startswith("fluidsalus.tune: each trial asks")]
+    assert len(messages) == 2, messages
+    assert "asks for 0.5 GPU, but the Ray cluster has no GPU" in messages[0]
+    assert "asks for memory: 1e+06, special: 1, which fluidsalus records" in messages[1]
+    assert "max_concurrent_trials" in messages[1]
+    with warnings.catch_warnings(record=True) as caught:  # CPUs only (custom amounts of 0): nothing to say
+        warnings.simplefilter("always")
+        _run(tune.with_resources(_reports_its_gpus, {"cpu": 1, "gpu": 0, "custom_resources": {"special": 0}}),
+             storage, num_samples=1)
+    assert not [w for w in caught if str(w.message).startswith("fluidsalus.tune: each trial asks")]
+
+
 def _reports_its_gpus(config):
-    tune.report({"gpu": tune.get_context().get_trial_resources()["gpu"]})
+    tune.report({"gpu": tune.get_context().get_trial_resources().get("gpu", 0.0)})
 
 
 def test_a_request_of_several_gpus_per_trial_runs_on_one_device_and_says_so(ray_cluster, storage: str) -> None:
@@ -914,6 +982,39 @@ def test_a_placement_group_factory_from_a_function_of_the_config_warns_that_it_k
         tune.with_resources(_reports_its_gpus, tune.PlacementGroupFactory([{"CPU": 1, "GPU": 1}]))
         tune.with_resources(_reports_its_gpus, tune.PlacementGroupFactory([{"CPU": 1}, {"GPU": 1}]))
         normalize_resources(tune.PlacementGroupFactory([{"CPU": 1}, {"GPU": 1}]))
+
+
+def test_a_placement_group_factorys_later_gpu_bundles_are_refused_before_the_devices_start(
+        ray_cluster, storage: str) -> None:
+    """Ray keeps a factory's later GPU bundles for the tasks a trial starts (``.options(num_gpus=1)``); here the
+    device actors held every GPU, so such a task waited for ever, silently (a helper's side-by-side run: h89's A1).
+    fluidsalus cannot keep GPUs free, so fit() and tune.run refuse the factory, naming the bundle, before any device
+    starts; a function's factory is refused when its answer for the space's first configuration has one, and
+    fails its trial when only that trial's has."""
+    factory = tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 1}, {"CPU": 0, "GPU": 0.5}])
+    fixed = tune.with_resources(_reports_its_gpus, factory)  # (Ray accepts it here too; the run is what fails)
+    refused = r"with_resources: the PlacementGroupFactory's bundles\[2\] asks for 0.5 GPU.*first bundle.*num_gpus=0"
+    with pytest.raises(ConfigError, match=refused):
+        _run(fixed, storage, num_samples=1)
+    with pytest.raises(ConfigError, match=refused):  # kept by with_parameters, given by resources_per_trial
+        tune.run(tune.with_parameters(_reports_its_gpus, unused=1), resources_per_trial=factory, num_samples=1,
+                 storage_path=storage, verbose=0)
+    assert not os.path.exists(storage)  # nothing started
+    with pytest.raises(ConfigError, match=r"the resource request of .*space's first configuration.*bundles\[1\] "
+                                          r"asks for 1 GPU"):
+        _run(tune.with_resources(_reports_its_gpus, lambda config: tune.PlacementGroupFactory(
+            [{"CPU": 1}, {"GPU": 1}])), storage, num_samples=1)
+    # a function whose first configuration's answer has none: the trial whose answer has one fails (not waits)
+    by_x = tune.with_resources(_reports_its_gpus, lambda config: tune.PlacementGroupFactory(
+        [{"CPU": 1}] + [{"GPU": 1}] * config["x"]))
+    _, grid = _run(by_x, storage, param_space={"x": tune.grid_search([0, 1])})
+    assert [(r.config["x"], r.error is None) for r in sorted(grid, key=lambda r: r.config["x"])] == \
+        [(0, True), (1, False)]
+    assert "bundles[1] asks for 1 GPU" in str(next(r.error for r in grid if r.error is not None))
+    # a GPU in the trial's own (first) bundle is its device's, as before
+    from fluidsalus.tune._trainable import task_gpu_bundle
+
+    assert task_gpu_bundle(tune.PlacementGroupFactory([{"CPU": 1, "GPU": 1}, {"CPU": 1}])) is None
 
 
 def test_rays_own_with_parameters_and_with_resources_are_translated(ray_cluster, storage: str) -> None:

@@ -584,6 +584,69 @@ def test_deprecated_checkpoint_arguments_and_resources_per_trial_take_effect(ray
     assert result["head_cpus"] == ray_view.head_cpus and result["bundles"] == ray_view.bundles
 
 
+class _ReadsTheFactory(tune.Callback):
+    """As Ray's callbacks and loggers read it: ``trial.placement_group_factory.required_resources``."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, dict[str, float]] = {}
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.seen[trial.config["x"]] = trial.placement_group_factory.required_resources
+
+
+def test_the_trials_of_callbacks_and_of_the_analysis_have_rays_placement_group_factory(
+        ray_cluster, storage: str) -> None:
+    """Ray's ``Trial.placement_group_factory`` was missing: a Ray callback reading it failed fit() with an
+    AttributeError (h89's B3). Callbacks' trial views and tune.run's analysis now answer the trial's request as it
+    recorded it (a factory's bundles summed), a function's per trial; Ray's default (one CPU) for none."""
+    reader = _ReadsTheFactory()
+    factory = tune.PlacementGroupFactory([{"CPU": 0.5, "GPU": 0.25}, {"CPU": 0.5}])
+    analysis = tune.run(_resources, config={"x": tune.grid_search([1, 2])}, resources_per_trial=factory,
+                        callbacks=[reader], storage_path=storage, verbose=0)
+    summed = {"CPU": 1.0, "GPU": 0.25}  # Ray's required_resources of that factory
+    assert reader.seen == {1: summed, 2: summed}
+    assert [t.placement_group_factory.required_resources for t in analysis.trials] == [summed, summed]
+    assert analysis.trials[0].placement_group_factory.bundles == [summed]
+    by_x = tune.with_resources(_resources, lambda config: {"cpu": config["x"] / 2})
+    reader = _ReadsTheFactory()
+    analysis = tune.run(by_x, config={"x": tune.grid_search([1, 2])}, callbacks=[reader], storage_path=storage,
+                        verbose=0)
+    assert reader.seen == {1: {"CPU": 0.5}, 2: {"CPU": 1.0}}
+    assert sorted(t.placement_group_factory.head_cpus for t in analysis.trials) == [0.5, 1.0]
+    reader = _ReadsTheFactory()
+    analysis = tune.run(_resources, config={"x": 1}, callbacks=[reader], storage_path=storage, verbose=0)
+    assert reader.seen == {1: {"CPU": 1.0}}  # no request: Ray's default
+    assert analysis.trials[0].placement_group_factory.required_resources == {"CPU": 1.0}
+    # read back from its folder, the request is not known (the store does not keep it)
+    assert an.ExperimentAnalysis(analysis.experiment_path).trials[0].placement_group_factory is None
+
+
+class _AsksForTwoCpus(tune.Trainable):
+    @classmethod
+    def default_resource_request(cls, config):
+        return tune.PlacementGroupFactory([{"CPU": 2}])
+
+    def step(self):
+        return {"done": True}
+
+
+def test_resources_per_trial_beside_a_trainables_own_request_is_refused(storage: str) -> None:
+    """Ray raises a TuneError ("Please clear the resources_per_trial option"); fluidsalus ran with resources_per_trial
+    in place of the trainable's own request, silently (h89's B7). Refused before Ray starts, naming both."""
+    for trainable, source in ((tune.with_resources(_resources, {"cpu": 1}), "with_resources"),
+                              (tune.with_parameters(tune.with_resources(_resources, lambda c: {"cpu": 1}), x=1),
+                               "with_resources"),
+                              (_AsksForTwoCpus, "default_resource_request")):
+        with pytest.raises(ConfigError, match=rf"resources_per_trial=\{{'cpu': 0.5\}} is given, but the trainable "
+                                              rf"\w+ already has a resource request \(from {source}\)"):
+            tune.run(trainable, resources_per_trial={"cpu": 0.5}, storage_path=storage, verbose=0)
+    assert not os.path.exists(storage)
+    # Ray Tune's own with_resources too
+    with pytest.raises(ConfigError, match=r"from with_resources"):
+        tune.run(rt.with_resources(_resources, {"cpu": 1}), resources_per_trial={"cpu": 0.5}, storage_path=storage,
+                 verbose=0)
+
+
 def test_trial_resources_read_like_rays_placement_group_factory() -> None:
     from fluidsalus.session import TrialResources
 

@@ -59,7 +59,7 @@ from fluidsalus.tune._config import (
     RunConfig,
     TuneConfig,
 )
-from fluidsalus.tune._trainable import with_resources
+from fluidsalus.tune._trainable import carried_request, trainable_name, with_resources
 from fluidsalus.tune._tuner import Tuner, check_same_trainable
 from fluidsalus.tune._workdir import chdir_argument_error
 from fluidsalus.tune.analysis import ExperimentAnalysis, Trial
@@ -242,7 +242,9 @@ def run(
         stop: A dict of result thresholds, a function ``f(trial_id, result)``, or a ``Stopper``.
         time_budget_s: Time after which every trial is stopped.
         config: The search space (``param_space``).
-        resources_per_trial: A resource request (``with_resources``): a hint to the planner.
+        resources_per_trial: A resource request (``with_resources``): a hint to the planner. Refused (as Ray
+            refuses it) for a trainable that has its own: wrapped by ``with_resources``, or a Trainable subclass
+            that overrides ``default_resource_request``.
         num_samples: Samples of the space (``-1``: until a stop rule or the time budget ends the run).
         storage_path: Where the experiment folder goes (default ``~/ray_results``).
         storage_filesystem: Not supported (must be None).
@@ -295,6 +297,11 @@ def run(
     registered_name = run_or_experiment if isinstance(run_or_experiment, str) else None
     run_or_experiment = resolve_trainable(run_or_experiment)  # a name given to tune.register_trainable
     _check_trainable(run_or_experiment)
+    carried = carried_request(run_or_experiment)
+    if resources_per_trial is not None and carried is not None:  # (Ray: a TuneError; fluidsalus took the argument)
+        raise ConfigError(f"tune.run: resources_per_trial={resources_per_trial!r} is given, but the trainable "
+                          f"{trainable_name(run_or_experiment)} already has a resource request (from {carried}); "
+                          "give it in one place: drop resources_per_trial, or the trainable's own request")
     for field, value in (("storage_filesystem", storage_filesystem), ("restore", restore)):
         if value is not None:
             raise ConfigError(f"tune.run: {field} is not supported by fluidsalus; leave it None")
@@ -355,7 +362,7 @@ def run(
     tuner._checkpoint_at_end_by_default = False  # tune.run leaves CheckpointConfig's None as it is, falsy
     tuner._registered_name = registered_name  # kept under with_resources too: Ray names the run after it
     grid = tuner.fit()
-    trials = [Trial(result) for result in grid]
+    trials = [Trial(result, tuner.request) for result in grid]
     incomplete = [trial for trial in trials if trial.status != TERMINATED]
     if incomplete:
         described = "; ".join(_describe(t) for t in incomplete)

@@ -140,6 +140,35 @@ def task_cpus(resources: Any) -> float:
                if _RESOURCE_ALIASES.get(str(k), str(k)) == "cpu")
 
 
+def task_gpu_bundle(resources: Any) -> tuple[int, float] | None:
+    """The first bundle after the first of a placement group factory that asks for GPUs, as ``(index, gpus)``:
+    GPUs Ray keeps for the tasks and actors a trial starts, which fluidsalus cannot keep (:data:`TASK_GPUS_ERROR`).
+    None for a factory without one, or anything else."""
+    bundles = getattr(resources, "bundles", None)
+    if bundles is None or isinstance(resources, Mapping):
+        return None
+    for index, bundle in enumerate(bundles[1:], start=1):
+        gpus = sum(float(v) for k, v in dict(bundle).items() if _RESOURCE_ALIASES.get(str(k), str(k)) == "gpu"
+                   and isinstance(v, numbers.Real) and not isinstance(v, bool))
+        if gpus > 0:
+            return index, gpus
+    return None
+
+
+def check_task_gpus(bundle: tuple[int, float] | None, where: str) -> None:
+    """Refuse a placement group factory whose bundles after the first ask for GPUs (:func:`task_gpu_bundle`).
+
+    Args:
+        bundle: ``(index, gpus)`` of the first such bundle, or None (nothing to refuse).
+        where: What gave the factory, for the message (``"with_resources"``, ...).
+
+    Raises:
+        ConfigError: Naming the bundle and what to do instead (:data:`TASK_GPUS_ERROR`).
+    """
+    if bundle is not None:
+        raise ConfigError(TASK_GPUS_ERROR.format(where=where, index=bundle[0], gpu=bundle[1]))
+
+
 def _check_amount(key: str, value: Any) -> float:
     """One amount of a resource request, checked with Ray's rules."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
@@ -164,6 +193,37 @@ EXTRA_BUNDLES_WARNING = (
     "starts than the run kept (it asked the function once, with the search space's first configuration, before "
     "its device actors took the cores). Such a task that asks for a CPU waits until one is free. Pass a fixed "
     "PlacementGroupFactory to with_resources, or start the tasks with num_cpus=0.")
+#: Refused (a ConfigError) for a placement group factory with GPUs in a bundle after the first: Ray keeps those GPUs
+#: for the tasks and actors a trial starts, but the run's device actors hold every GPU of the cluster (one per GPU),
+#: so such a task would wait for a GPU as long as the run lasts.
+TASK_GPUS_ERROR = (
+    "{where}: the PlacementGroupFactory's bundles[{index}] asks for {gpu:g} GPU(s) for the Ray tasks and actors "
+    "each trial starts (Ray keeps the bundles after the first for them); fluidsalus cannot keep GPUs free for them "
+    "(its device actors hold every GPU of the cluster), so such a task would wait for ever. Put the GPUs in the "
+    "first bundle, the trial's own (the trial then runs on a GPU device and uses it itself), or start those tasks "
+    "with num_gpus=0; a trial that trains on several GPUs: fluidsalus.distributed.data_parallel.")
+#: Said once per run when every trial asks for resources other than CPUs and GPUs (custom resources, ``memory``):
+#: recorded, but not reserved.
+UNSCHEDULED_RESOURCES_WARNING = (
+    "fluidsalus.tune: each trial asks for {keys}, which fluidsalus records (get_trial_resources()) but does not "
+    "reserve: its device actors ask Ray only for CPUs and GPUs, so such a request neither limits how many trials "
+    "run at once nor places them on the nodes that have it, where Ray does both (and waits for ever where no node "
+    "has it). Trials are admitted by the memory they are measured to use (lanes), not by a memory request; to "
+    "limit the trials at once, use TuneConfig(max_concurrent_trials=...).")
+#: Said once per run when every trial asks for a GPU and the Ray cluster has none.
+NO_GPU_WARNING = (
+    "fluidsalus.tune: each trial asks for {gpu:g} GPU, but the Ray cluster has no GPU: the trials run on virtual "
+    "CPU devices, where Ray would wait for a GPU for ever (did the GPU nodes fail to join the cluster?).")
+#: The request keys the device actors reserve from Ray; any other a trial asks for is only recorded.
+SCHEDULED_RESOURCES = ("cpu", "gpu")
+
+
+def unscheduled_resources(request: Mapping[str, float] | None) -> list[str]:
+    """The keys of a checked request (:func:`normalize_resources`) with a positive amount that the run does not
+    reserve (not in :data:`SCHEDULED_RESOURCES`: ``memory`` and custom resources), sorted."""
+    return sorted(key for key, amount in (request or {}).items() if key not in SCHEDULED_RESOURCES and amount > 0)
+
+
 #: Said when a trial asks for more than one GPU.
 MANY_GPUS_WARNING = (
     "fluidsalus.tune: each trial asks for {gpu:g} GPUs, but runs on one device (its CUDA_VISIBLE_DEVICES holds "
@@ -247,11 +307,12 @@ class Prepared:
 
     def __init__(self, base: Any, parameters: Mapping[str, Any] | None = None,
                  resources: dict[str, float] | Callable[[dict[str, Any]], Any] | None = None,
-                 task_cpus: float = 0.0) -> None:
+                 task_cpus: float = 0.0, task_gpus: tuple[int, float] | None = None) -> None:
         self.base = base
         self.parameters = dict(parameters or {})
         self.resources = resources
         self.task_cpus = task_cpus  # the CPUs of a fixed placement group factory's later bundles (task_cpus)
+        self.task_gpus = task_gpus  # its first later bundle with GPUs, refused at fit() (task_gpu_bundle)
         self.__name__ = trainable_name(base)
         self.__doc__ = getattr(base, "__doc__", None)
         self.__wrapped__ = base
@@ -284,7 +345,8 @@ def with_parameters(trainable: Any, **kwargs: Any) -> Prepared:
     """
     if isinstance(trainable, Prepared):
         _check_base(trainable.base, "with_parameters")
-        return Prepared(trainable.base, {**trainable.parameters, **kwargs}, trainable.resources, trainable.task_cpus)
+        return Prepared(trainable.base, {**trainable.parameters, **kwargs}, trainable.resources, trainable.task_cpus,
+                        trainable.task_gpus)
     _check_base(trainable, "with_parameters")
     return Prepared(trainable, kwargs)
 
@@ -302,8 +364,9 @@ def with_resources(trainable: Any, resources: Any) -> Prepared:
         trainable: A function or :class:`Trainable` subclass.
         resources: ``{"cpu": 1, "gpu": 0.5, "memory": ..., "custom_resources": {...}}`` (``CPU``/``GPU`` too),
             a placement group factory (its bundles are summed, and the CPUs of those after the first are kept
-            free for the Ray tasks and actors each trial starts, as Ray keeps them: :func:`task_cpus`), or a
-            function ``f(config)`` that returns one of these for each trial.
+            free for the Ray tasks and actors each trial starts, as Ray keeps them: :func:`task_cpus`; GPUs there
+            are refused at ``fit()``: :data:`TASK_GPUS_ERROR`), or a function ``f(config)`` that returns one of
+            these for each trial.
 
     Returns:
         The trainable with the request attached.
@@ -312,12 +375,12 @@ def with_resources(trainable: Any, resources: Any) -> Prepared:
         ConfigError: A bad request (see :func:`normalize_resources`), or a trainable that cannot run.
     """
     checked = _check_resources(resources)
-    kept = task_cpus(resources)
+    kept, gpu_bundle = task_cpus(resources), task_gpu_bundle(resources)
     if isinstance(trainable, Prepared):
         _check_base(trainable.base, "with_resources")
-        return Prepared(trainable.base, trainable.parameters, checked, kept)
+        return Prepared(trainable.base, trainable.parameters, checked, kept, gpu_bundle)
     _check_base(trainable, "with_resources")
-    return Prepared(trainable, None, checked, kept)
+    return Prepared(trainable, None, checked, kept, gpu_bundle)
 
 
 def gpu_hint(resources: dict[str, float] | Callable[[dict[str, Any]], Any] | None) -> float | None:
@@ -773,6 +836,8 @@ class TrialEntry:
         request = self.resources(config) if callable(self.resources) else self.resources
         if request is None:  # a default_resource_request with nothing to ask for
             return
+        # (a factory whose later bundles ask for GPUs fails its trial: its tasks would wait for ever)
+        check_task_gpus(task_gpu_bundle(request), f"the resource request of {callable_name(self.resources)}")
         kept = 0 < task_cpus(request) <= self.kept_for_tasks + RESOURCE_PRECISION
         with contextlib.suppress(SessionError):
             get_context().resources = normalize_resources(request, keeps_task_cpus=kept)
@@ -816,41 +881,130 @@ def make_entry(trainable: Any, options: ClassOptions | None,
     _check_base(prepared.base, "Tuner")
     refs = {name: ray.put(value) for name, value in prepared.parameters.items()}
     is_class = _is_trainable_class(prepared.base)
-    resources = prepared.resources
-    if resources is None and is_class and _overrides_resource_request(prepared.base):
-        resources = prepared.base.default_resource_request  # a bound classmethod: pickled by reference
-    entry = TrialEntry(prepared.base, refs, resources, options if is_class else None, prepared.__name__, log_files,
-                       chdir)
+    entry = TrialEntry(prepared.base, refs, run_request(prepared), options if is_class else None, prepared.__name__,
+                       log_files, chdir)
     return entry, list(refs.values())
 
 
-def probe_task_cpus(entry: TrialEntry, space: Mapping[str, Any]) -> float:
-    """The cores to keep free per trial for the Ray tasks and actors it starts, when a function of the config
-    (``with_resources(f)``, a Trainable's ``default_resource_request``) gives each trial's request.
+def carried_request(trainable: Any) -> str | None:
+    """What gives a trainable its own resource request, for ``tune.run``'s refusal of ``resources_per_trial``
+    beside it (Ray's TuneError): ``"with_resources"`` (ours or Ray Tune's), ``"default_resource_request"`` (a
+    Trainable subclass's own), or None when it carries none."""
+    if isinstance(trainable, Prepared):
+        if trainable.resources is not None:
+            return "with_resources"
+        trainable = trainable.base
+    if getattr(trainable, "_resources", None) is not None and not isinstance(trainable, type):
+        return "with_resources"  # Ray Tune's own (translated at fit())
+    if _is_trainable_class(trainable) and _overrides_resource_request(trainable):
+        return "default_resource_request"
+    return None
 
-    Ray keeps the CPUs of a placement group factory's bundles after the first for them. A fixed factory's are
-    known before the devices start (:func:`task_cpus`); a function's only at each trial's start, once the device
-    actors hold every core, so such a task waited for a core as long as the run lasted. The function is asked
-    once now, with the space's first configuration (seed 0), as Ray asks it for each trial: its later bundles'
-    CPUs are kept for every trial (a trial whose own request keeps more is warned of at its start).
+
+def run_request(trainable: Any) -> dict[str, float] | Callable[[dict[str, Any]], Any] | None:
+    """The resource request a run's trials get: ``with_resources``'s (a dict or a function of the config), else a
+    Trainable subclass's own ``default_resource_request`` (a bound classmethod), else None (Ray's default)."""
+    prepared = trainable if isinstance(trainable, Prepared) else Prepared(trainable)
+    if prepared.resources is None and _is_trainable_class(prepared.base) \
+            and _overrides_resource_request(prepared.base):
+        return prepared.base.default_resource_request  # type: ignore[no-any-return]  # pickled by reference
+    return prepared.resources
+
+
+def trial_placement_group_factory(request: Any, config: Mapping[str, Any]) -> PlacementGroupFactory:
+    """A trial's resource request as Ray's ``trial.placement_group_factory``: one bundle, the request as the trial
+    records it (``get_context().get_trial_resources()``: a factory's bundles summed).
+
+    Args:
+        request: The run's request (:func:`run_request`): a dict, a function of the config, or None.
+        config: The trial's configuration (a function is asked with it, on the driver, as Ray asks it).
+
+    Returns:
+        The factory; Ray's default request (one CPU) for None, or for a function that raises or answers
+        something that is no request for this configuration (that trial fails with that error at its start).
+    """
+    if callable(request) and not isinstance(request, Mapping):
+        try:
+            request = request(dict(config))
+        except Exception:  # noqa: BLE001 - the trial itself fails with it; a callback's view must not
+            request = None
+    try:
+        resources = {} if request is None else normalize_resources(request, keeps_task_cpus=True)
+    except ConfigError:
+        resources = {}
+    return PlacementGroupFactory(TrialResources(resources).bundles)
+
+
+#: The search space's first configurations a function of the config is asked with before the devices start
+#: (:func:`probe_request`): the first for the cores its factory keeps for the trial's tasks, and, when the answers
+#: for all of them agree, a request the run counts as a fixed one (a function that ignores its config).
+PROBE_CONFIGURATIONS = 2
+
+
+def probe_request(entry: TrialEntry, space: Mapping[str, Any]) -> tuple[float, dict[str, float] | None]:
+    """What a function of the config (``with_resources(f)``, a Trainable's ``default_resource_request``) that gives
+    each trial's request tells the run before its devices start.
+
+    Ray keeps the CPUs of a placement group factory's bundles after the first for the Ray tasks and actors a trial
+    starts. A fixed factory's are known before the devices start (:func:`task_cpus`); a function's only at each
+    trial's start, once the device actors hold every core, so such a task waited for a core as long as the run
+    lasted. And a fixed request's ``cpu`` and ``gpu`` set how many trials run at once (:func:`cpu_request`,
+    :func:`gpu_hint`), where a function's set nothing: a constant ``default_resource_request`` of two CPUs ran a
+    trial per core, where Ray runs one per two. So the function is asked now with the space's first
+    :data:`PROBE_CONFIGURATIONS` configurations (seed 0), as Ray asks it for each trial: its later bundles' CPUs in
+    the first answer are kept for every trial (a trial whose own request keeps more is warned of at its start), and
+    when every answer is the same request, it is counted as a fixed one.
 
     Args:
         entry: The run's trainable.
         space: The search space.
 
     Returns:
-        The CPUs of the answer's later bundles; 0 when the request is not a function, the space has no first
-        configuration to ask with, or the function raises on it (it is asked again, per trial, as before).
+        ``(task_cpus, constant)``: the CPUs of the first answer's later bundles, and the answers' request when they
+        all agree (``{}`` for None: no request), else None. ``(0.0, None)`` when the request is not a function, the
+        space has no configuration to ask with, or the function raises or answers no request for the first one (it
+        is asked again, per trial, as before).
+
+    Raises:
+        ConfigError: The first answer is a factory whose later bundles ask for GPUs (:data:`TASK_GPUS_ERROR`).
     """
     from fluidsalus.space import iter_variants
 
     if not callable(entry.resources):
-        return 0.0
+        return 0.0, None
+    answers: list[Any] = []
     try:
-        config = next(iter(iter_variants(dict(space), 1, seed=0)))
-        return task_cpus(entry.resources(config))
+        for config in iter_variants(dict(space), PROBE_CONFIGURATIONS, seed=0):
+            answers.append(entry.resources(config))
+            if len(answers) == PROBE_CONFIGURATIONS:
+                break
     except Exception:  # noqa: BLE001 - a function that needs what only a trial's config has: as before
-        return 0.0
+        if not answers:
+            return 0.0, None
+        answers.append(_NO_ANSWER)  # (the later configuration's: not the same request)
+    if not answers:
+        return 0.0, None
+    first = answers[0]
+    check_task_gpus(task_gpu_bundle(first), f"the resource request of {callable_name(entry.resources)} (asked "
+                                            "with the search space's first configuration)")
+    try:
+        requests = [{} if answer is None else normalize_resources(answer, keeps_task_cpus=True)
+                    if answer is not _NO_ANSWER else None for answer in answers]
+    except ConfigError:  # (its trial fails with it at its start, as before)
+        return task_cpus(first), None
+    same = requests[0] is not None and all(request == requests[0] for request in requests) \
+        and all(task_cpus(answer) == task_cpus(first) for answer in answers)
+    return task_cpus(first), requests[0] if same else None
+
+
+#: Stands for an answer the function raised on, in :func:`probe_request`.
+_NO_ANSWER = object()
+
+
+def probe_task_cpus(entry: TrialEntry, space: Mapping[str, Any]) -> float:
+    """The cores to keep free per trial for the Ray tasks and actors it starts, when a function of the config gives
+    each trial's request: :func:`probe_request`'s first answer."""
+    return probe_request(entry, space)[0]
 
 
 def _overrides_resource_request(cls: type) -> bool:
@@ -872,7 +1026,8 @@ class PlacementGroupFactory:
     """A resource request as bundles (``ray.tune.PlacementGroupFactory``), for :func:`with_resources`.
 
     fluidsalus sums the bundles into one request and records it as a hint, and keeps the CPUs of the bundles after
-    the first free for the Ray tasks and actors each trial starts, as Ray does (see :func:`with_resources`).
+    the first free for the Ray tasks and actors each trial starts, as Ray does (see :func:`with_resources`); GPUs
+    in those bundles are refused at ``fit()`` (:data:`TASK_GPUS_ERROR`).
 
     Args:
         bundles: A list of ``{resource: amount}`` dicts.
@@ -889,6 +1044,18 @@ class PlacementGroupFactory:
     def required_resources(self) -> dict[str, float]:
         """The bundles summed, with Ray's key names (``CPU``, ``GPU``), as Ray's factory answers."""
         return TrialResources(normalize_resources(self, keeps_task_cpus=True)).required_resources
+
+    @property
+    def head_bundle_is_empty(self) -> bool:
+        """Whether the first bundle (the trial's own) asks for nothing, as Ray's factory answers."""
+        return not self.bundles or not any(self.bundles[0].values())
+
+    @property
+    def head_cpus(self) -> float:
+        """The CPUs of the first bundle (0 for an empty one), as Ray's factory answers."""
+        if self.head_bundle_is_empty:
+            return 0.0
+        return float(sum(v for k, v in self.bundles[0].items() if _RESOURCE_ALIASES.get(str(k), str(k)) == "cpu"))
 
     def __repr__(self) -> str:
         return f"PlacementGroupFactory({self.bundles!r}, strategy={self.strategy!r})"
@@ -939,4 +1106,4 @@ def adopt_ray_trainable(trainable: Any) -> Any:
         UserWarning,
         stacklevel=3,
     )
-    return Prepared(base, parameters, resources)
+    return Prepared(base, parameters, resources, task_cpus(ray_resources), task_gpu_bundle(ray_resources))

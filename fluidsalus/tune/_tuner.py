@@ -76,15 +76,19 @@ from fluidsalus.tune._output import log_files
 from fluidsalus.tune._tags import TAG_KEY, Tagger
 from fluidsalus.tune._trainable import (
     MANY_GPUS_WARNING,
+    NO_GPU_WARNING,
+    UNSCHEDULED_RESOURCES_WARNING,
     ClassOptions,
     Prepared,
     adopt_ray_trainable,
+    check_task_gpus,
     cpu_request,
     gpu_hint,
     is_class_trainable,
     make_entry,
-    probe_task_cpus,
+    probe_request,
     trainable_name,
+    unscheduled_resources,
 )
 from fluidsalus.tune._translate import Plan, plan
 from fluidsalus.tune._workdir import chdir_to_trial_dir
@@ -197,7 +201,7 @@ def ray_default_dirname(trial: TrialInfo) -> str:
 
 def _dirname_function(creator: Callable[[TrialInfo], str] | None, experiment_dir: str,
                       trainable_name: str, tags: Tagger, name_creator: Callable[[TrialInfo], str] | None,
-                      names: dict[str, Any]) -> Callable[[str, Mapping[str, Any]], str]:
+                      names: dict[str, Any], request: Any = None) -> Callable[[str, Mapping[str, Any]], str]:
     """The engine's ``trial_dirname(trial_id, config)`` from Ray's ``trial_dirname_creator(trial)`` (None: Ray's
     default, :func:`ray_default_dirname`): the creator is given each new trial's :class:`TrialInfo` (Ray gives its
     ``Trial``), with the ``experiment_tag`` the engine asked ``tags`` for just before. Ray's default name uses
@@ -205,7 +209,7 @@ def _dirname_function(creator: Callable[[TrialInfo], str] | None, experiment_dir
 
     def dirname(trial_id: str, config: Mapping[str, Any]) -> str:
         trial = TrialInfo(trial_id, dict(config), path=os.path.join(experiment_dir, trial_id),
-                          trainable_name=trainable_name, tag=tags.latest or None)
+                          trainable_name=trainable_name, tag=tags.latest or None, request=request)
         if name_creator is not None:  # (its name is also the trial's get_context().get_trial_name())
             names[trial_id] = named = name_creator(trial)  # checked where the callbacks use it
             trial.custom_trial_name = named if isinstance(named, str) else None
@@ -423,6 +427,8 @@ class Tuner:
         self._experiment_dir: str | None = None
         self._resume = False
         self._restore_flags: dict[str, bool] | None = None  # applied to the store at the next fit()
+        #: The run's resource request as the last fit() gave its trials (a dict, a function of the config, or None).
+        self.request: Any = None
         self._results: ResultGrid | None = None
         self._resume_hint = RESUME_HINT  # tune.run names its own way to resume
         # What CheckpointConfig(checkpoint_at_end=None) means for a class Trainable: True under Ray's Tuner,
@@ -712,6 +718,8 @@ class Tuner:
             raise ConfigError("Tuner: trainable is required (a function f(config) or a Trainable subclass)")
         tune_config, run_config = self._tune_config, self._run_config
         trainable = adopt_ray_trainable(self._trainable)
+        if isinstance(trainable, Prepared):  # (GPUs a factory keeps for a trial's tasks: before Ray and devices start)
+            check_task_gpus(trainable.task_gpus, "with_resources")
         class_trainable = is_class_trainable(trainable)
         options = self._check_checkpointing(class_trainable)
         # What tuner.pkl keeps for Tuner.restore: the search algorithm as the script built it, before plan() gives it
@@ -748,11 +756,16 @@ class Tuner:
         if not ray.is_initialized():
             ray.init(include_dashboard=False, configure_logging=False, log_to_driver=True)
         entry, refs = make_entry(trainable, options, log_files(run_config.log_to_file), chdir)
+        self.request = entry.resources  # (tune.run's trials' placement_group_factory)
         # (a PlacementGroupFactory's later bundles: cores left to Ray for the tasks each trial starts; a function's,
         # as it answers for the space's first configuration)
         kept_for_tasks = trainable.task_cpus if isinstance(trainable, Prepared) else 0.0
+        # (and a function that answers the same request for the space's first configurations counts as that fixed
+        # request: its cpu sets the trials at once, its gpu the planner's hint)
+        probed_tasks, constant = probe_request(entry, planned.space)
         if not kept_for_tasks:
-            kept_for_tasks = entry.kept_for_tasks = probe_task_cpus(entry, planned.space)
+            kept_for_tasks = entry.kept_for_tasks = probed_tasks
+        counted = constant if callable(entry.resources) else entry.resources
         storage = os.path.abspath(os.path.expanduser(run_config.storage_path or ""))
         label = self._registered_name or entry.__name__
         base_name = _UNSAFE_NAME_CHARS.sub("_", label).strip("_") or _FALLBACK_NAME
@@ -772,6 +785,8 @@ class Tuner:
         adapter = RayCallbackAdapter(ray_callbacks, experiment_dir, label, tune_config.trial_name_creator,
                                      restore=self._resume, tags=tags, names=trial_names) \
             if ray_callbacks or tune_config.trial_name_creator is not None else None
+        if adapter is not None:  # (its trial views' placement_group_factory)
+            adapter.request = entry.resources
         saver = _SaveOnFirstEvent(lambda: self._save_state(experiment_dir))
         policies = _PolicyFiles(planned.searcher, experiment_dir)
         failure = run_config.failure_config
@@ -788,9 +803,15 @@ class Tuner:
                           num_samples=sys.maxsize if endless else tune_config.num_samples,
                           total_num_samples=total_samples,
                           time_budget_s=tune_config.time_budget)
-        gpus = gpu_hint(entry.resources)
+        gpus = gpu_hint(counted)
         if gpus is not None and gpus > 1:
             warnings.warn(MANY_GPUS_WARNING.format(gpu=gpus), UserWarning, stacklevel=2)
+        if gpus is not None and not ray.cluster_resources().get("GPU"):
+            warnings.warn(NO_GPU_WARNING.format(gpu=gpus), UserWarning, stacklevel=2)
+        unscheduled = unscheduled_resources(counted if isinstance(counted, Mapping) else None)
+        if unscheduled:
+            warnings.warn(UNSCHEDULED_RESOURCES_WARNING.format(keys=", ".join(
+                f"{key}: {counted[key]:g}" for key in unscheduled)), UserWarning, stacklevel=2)
         signals = StopSignals()
         try:
             with signals, space_in_searcher():  # (config= and num_samples= describe the plan's searcher)
@@ -815,10 +836,10 @@ class Tuner:
                     resume=self._resume,
                     callbacks=[saver, policies, *engine_callbacks, *([adapter] if adapter is not None else [])],
                     gpu_per_trial=None if gpus is None else min(gpus, 1.0),  # (more than one GPU: warned above)
-                    cpus_per_trial=cpu_request(entry.resources, kept_for_tasks),
+                    cpus_per_trial=cpu_request(counted, kept_for_tasks),
                     task_cpus_per_trial=kept_for_tasks,
                     trial_dirname=_dirname_function(dirname_creator, experiment_dir, label, tags,
-                                                    tune_config.trial_name_creator, trial_names),
+                                                    tune_config.trial_name_creator, trial_names, entry.resources),
                     # (the creator's name, else Ray's <trainable>_<trial_id> by the registered name; stored, so a
                     # restored trial keeps it and ExperimentAnalysis shows it)
                     trial_name=lambda trial_id: trial_names[trial_id] if isinstance(trial_names.get(trial_id), str)

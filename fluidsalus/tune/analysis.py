@@ -65,6 +65,11 @@ def _has_metric(metrics: Mapping[str, Any], metric: str) -> bool:
     """Whether ``metrics`` holds ``metric`` (a flattened name may address a nested value), None or not."""
     return metric in metrics or metric in flatten_dict(metrics)
 
+#: A :class:`Trial`'s request where the analysis did not run it (read back from a folder): its
+#: ``placement_group_factory`` is None.
+UNKNOWN_REQUEST: Any = object()
+
+
 class Trial:
     """One trial of an analysed experiment: the attributes a script reads from Ray's ``Trial``.
 
@@ -79,10 +84,17 @@ class Trial:
         experiment_tag: Ray's tag of the trial (``"<index>_<values>"``), or ``""`` if it reported nothing.
         num_failures: How often it failed (each failure that was retried, and the one that ended it).
         trainable_name: The name of the run's trainable (``""`` if the experiment did not record one).
+
+    Args:
+        result: The trial's result.
+        request: The run's resource request (a dict, a function of the config, or None for none), for
+            :attr:`placement_group_factory`; :data:`UNKNOWN_REQUEST` where the analysis did not run the trials
+            (an experiment folder read back: its store does not keep the request).
     """
 
-    def __init__(self, result: Result) -> None:
+    def __init__(self, result: Result, request: Any = None) -> None:
         self._result = result
+        self._request = request
         self.trial_id = result.trial_id
         self.config: dict[str, Any] = dict(result._config if result._config is not None else result.config or {})
         self.last_result: dict[str, Any] = dict(result.metrics or {})
@@ -104,6 +116,17 @@ class Trial:
         if self._name:
             return self._name
         return f"{self.trainable_name}_{self.trial_id}" if self.trainable_name else self.trial_id
+
+    @property
+    def placement_group_factory(self) -> Any:
+        """Ray's attribute: the trial's resource request as a ``tune.PlacementGroupFactory`` of one bundle, as the
+        trial recorded it (a factory's bundles summed; Ray's default, one CPU, for a run that asked for none), or
+        None for an experiment folder read back (:data:`UNKNOWN_REQUEST`)."""
+        from fluidsalus.tune._trainable import trial_placement_group_factory
+
+        if self._request is UNKNOWN_REQUEST:
+            return None
+        return trial_placement_group_factory(self._request, self.config)
 
     @property
     def error_file(self) -> str | None:
@@ -227,7 +250,7 @@ class ExperimentAnalysis:
             status = store.experiment()["status"]
         finally:
             store.close()
-        trials = [Trial(result) for result in grid]
+        trials = [Trial(result, UNKNOWN_REQUEST) for result in grid]
         if status != RUNNING or DriverLock.holder_gone(path):
             # No driver runs it (interrupted, or its driver killed): a trial it was running waits for a resume,
             # as Ray's saved state shows it (its RUNNING trials are saved PENDING; here they showed RUNNING).

@@ -210,6 +210,8 @@ class TrialInfo:
         tag: Its ``experiment_tag`` as known when the view was made (before its first result), or None.
         evaluated_params: The values the search chose for it, by ``/``-joined path (Ray's attribute: the space's
             grid searches and domains, as first drawn; a PBT perturbation does not change them).
+        request: The run's resource request (a dict, a function of the config, or None), for
+            :attr:`placement_group_factory`.
     """
 
     trial_id: str
@@ -225,6 +227,16 @@ class TrialInfo:
     custom_trial_name: str | None = None
     tag: str | None = None
     evaluated_params: dict[str, Any] = field(default_factory=dict)
+    request: Any = field(default=None, repr=False)
+
+    @property
+    def placement_group_factory(self) -> Any:
+        """Ray's attribute: the trial's resource request as a ``tune.PlacementGroupFactory`` of one bundle, as the
+        trial records it (``get_trial_resources()``; a factory's bundles summed); Ray's default, one CPU, for a run
+        that asked for none (:func:`fluidsalus.tune._trainable.trial_placement_group_factory`)."""
+        from fluidsalus.tune._trainable import trial_placement_group_factory
+
+        return trial_placement_group_factory(self.request, self.config)
 
     @property
     def local_path(self) -> str:
@@ -332,6 +344,7 @@ class RayCallbackAdapter(EngineCallback):
         self._seqs: dict[str, int] = {}  # trial -> its creation index, as the store last said
         self.experiment_dir = experiment_dir
         self.trainable_name = trainable_name
+        self.request: Any = None  # the run's resource request, for the views' placement_group_factory (the Tuner's)
         self.name_creator = name_creator
         self.restore = restore
         self._fixed_period = _save_period()
@@ -499,7 +512,7 @@ class RayCallbackAdapter(EngineCallback):
             # read again only for a trial created since the last read
             self._folders, self._seqs = store.trial_dirs(), store.trial_seqs()
         path = self._folders.get(trial_id, os.path.join(self.experiment_dir, trial_id))
-        info = TrialInfo(trial_id, dict(config), path=path, trainable_name=self.trainable_name)
+        info = TrialInfo(trial_id, dict(config), path=path, trainable_name=self.trainable_name, request=self.request)
         if self.restore:  # failures of the sessions before, as Ray's Trial keeps them (a resumed errored trial: 1)
             if self._earlier_failures is None:
                 store = self._open_store()
