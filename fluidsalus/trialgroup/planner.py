@@ -1377,6 +1377,15 @@ class _Planning:
             heapq.heappush(tops[0], (-b[0], d))
             heapq.heappush(tops[1], (-b[1], d))
 
+        def refresh_reopened() -> None:
+            """Devices that evictions let hold every resident again (:meth:`_reopen`): their bounds, anew."""
+            for d in self._reopened:
+                if d in bounds:
+                    bounds[d] = self.mem(d).bound()
+                    if d in in_heap:
+                        push_bounds(d)
+            self._reopened.clear()
+
         def best(which: int) -> int:
             top = tops[which]
             while top and (top[0][1] not in in_heap or bound(top[0][1])[which] != -top[0][0]):
@@ -1408,12 +1417,7 @@ class _Planning:
                 in_heap.difference_update(devs)
                 heap = [item for item in heap if item[2] not in whole]
                 heapq.heapify(heap)
-                for d in self._reopened:
-                    if d in bounds:
-                        bounds[d] = self.mem(d).bound()
-                        if d in in_heap:
-                            push_bounds(d)
-                self._reopened.clear()
+                refresh_reopened()
                 stale = True
                 continue
             if stale:
@@ -1450,12 +1454,7 @@ class _Planning:
                 whole_failed.clear()  # evictions freed memory: a trial that needs whole devices may fit now
                 heap = [item for item in heap if item[2] != chosen]
                 heapq.heapify(heap)
-                for d in self._reopened:
-                    if d in bounds:
-                        bounds[d] = self.mem(d).bound()
-                        if d in in_heap:
-                            push_bounds(d)
-                self._reopened.clear()
+                refresh_reopened()
             in_heap.discard(chosen)
             self.place(t, [chosen])
             bounds[chosen] = self.mem(chosen).bound()
