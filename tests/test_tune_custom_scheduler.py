@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 import warnings
 
@@ -203,3 +204,141 @@ def test_a_scheduler_defined_in_the_script_writes_to_the_scripts_own_variables(r
           tune_config=TuneConfig(metric="value", mode="max", scheduler=Records()),
           run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
     assert sorted(RECORDED) == sorted(list(range(1, 7)) * 2)
+
+
+def _score(x: int, iteration: int) -> float:
+    """Crossing curves (a helper's side-by-side script): slope and offset depend on x."""
+    a = [0.5, 1.0, 2.0, 0.2, 3.0, 1.5, 0.7, 2.5, 0.1][x]
+    b = [5.0, 3.0, 0.5, 6.0, 0.0, 2.0, 4.0, 1.0, 7.0][x]
+    return b + a * math.log(1 + iteration)
+
+
+class _Trial:
+    """What Ray's schedulers read of a trial."""
+
+    def __init__(self, trial_id: str) -> None:
+        self.trial_id = trial_id
+
+
+class _NoneWaiting:
+    """What Ray's MedianStoppingRule reads of its controller: no trial waits (with one, Ray pauses a trial it
+    cannot judge yet, to let it run: fluidsalus shares devices instead, docs/compatibility.md)."""
+
+    @staticmethod
+    def get_live_trials():
+        return []
+
+
+def _decisions_one_trial_at_a_time(judge, add, complete, n=9, max_t=9):
+    """Trial x runs after trial x-1 ended (max_concurrent_trials=1): {x: [decision per iteration]}."""
+    out = {}
+    for x in range(n):
+        add(x)
+        said = []
+        for iteration in range(1, max_t + 1):
+            result = {"m": _score(x, iteration), "training_iteration": iteration}
+            said.append(judge(x, result))
+            if said[-1] == TrialScheduler.STOP:
+                break
+        complete(x, result)
+        out[x] = said
+    return out
+
+
+@pytest.mark.parametrize("which", ["asha", "median"])
+def test_a_subclass_of_asha_or_the_median_rule_that_calls_super_gets_the_rules_decisions_as_in_ray(which) -> None:
+    """A script's subclass of ASHAScheduler (or MedianStoppingRule) that overrides on_trial_result to log and
+    returns super().on_trial_result(...) ran as a scheduler of your own whose super() answered CONTINUE: it
+    stopped none of 9 trials, where Ray stopped 6 (a review's side-by-side run). Its base hooks now answer with the
+    rule the plain class maps onto: the same decisions as Ray's own scheduler, result for result."""
+    from ray.tune.schedulers import ASHAScheduler as RayASHA
+    from ray.tune.schedulers import MedianStoppingRule as RayMedian
+
+    kwargs = {"asha": {"max_t": 9, "grace_period": 1, "reduction_factor": 3},
+              "median": {"time_attr": "training_iteration", "grace_period": 2, "min_samples_required": 2}}[which]
+    base = {"asha": tune.schedulers.ASHAScheduler, "median": tune.schedulers.MedianStoppingRule}[which]
+
+    class Logging(base):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.said = []
+
+        def on_trial_result(self, tune_controller, trial, result):
+            self.said.append(super().on_trial_result(tune_controller, trial, result))
+            return self.said[-1]
+
+    ray_scheduler = {"asha": RayASHA, "median": RayMedian}[which](metric="m", mode="max", **kwargs)
+    ray_trials = {x: _Trial(f"r{x}") for x in range(9)}
+    expected = _decisions_one_trial_at_a_time(
+        lambda x, r: ray_scheduler.on_trial_result(_NoneWaiting(), ray_trials[x], r),
+        lambda x: ray_scheduler.on_trial_add(None, ray_trials[x]),
+        lambda x, r: ray_scheduler.on_trial_complete(None, ray_trials[x], r))
+    assert sum(said[-1] == TrialScheduler.STOP and len(said) < 9 for said in expected.values()) >= 3
+
+    mine = Logging(**kwargs)
+    planned = plan(TuneConfig(metric="m", mode="max", scheduler=mine, num_samples=1),
+                   {"x": tune.grid_search(list(range(9)))})
+    search = planned.searcher
+    assert isinstance(search, ScheduledSearch) and planned.summary.startswith(
+        f"Logging (your own scheduler, super() answers {base.__name__}'s rule) over ")
+    (group,) = search.next_groups()
+    ids = {}
+
+    def add(x):
+        ids[x] = f"t{x}"
+        search.on_trial_add(ids[x], group.group_id, group.configs[x])
+
+    def judge(x, result):
+        return TrialScheduler.STOP if search.on_result(ids[x], result) == Decision.STOP else TrialScheduler.CONTINUE
+
+    got = _decisions_one_trial_at_a_time(judge, add, lambda x, r: search.on_trial_complete(ids[x], r))
+    assert got == expected
+    assert mine.said == [d for said in expected.values() for d in said]
+    # outside a run the base decides nothing, as before
+    assert mine.on_trial_result(None, _Trial("t0"), {"m": -100.0, "training_iteration": 9}) == TrialScheduler.CONTINUE
+
+
+def test_the_subclasss_own_answer_is_final_and_a_hyperband_subclass_has_no_rule() -> None:
+    class Lenient(tune.schedulers.ASHAScheduler):
+        """Lets trial t1 go on where ASHA stops it, as a Ray subclass may."""
+
+        def on_trial_result(self, tune_controller, trial, result):
+            said = super().on_trial_result(tune_controller, trial, result)
+            return TrialScheduler.CONTINUE if trial.trial_id == "t1" else said
+
+    search = plan(TuneConfig(metric="m", mode="max", scheduler=Lenient(max_t=9, reduction_factor=2)),
+                  {"x": tune.grid_search([0, 1, 2])}).searcher
+    (group,) = search.next_groups()
+    for i, config in enumerate(group.configs):
+        search.on_trial_add(f"t{i}", group.group_id, config)
+    assert search.on_result("t0", {"m": 1.0, "training_iteration": 1}) == Decision.CONTINUE
+    assert search.on_result("t1", {"m": 0.0, "training_iteration": 1}) == Decision.CONTINUE  # ASHA: STOP
+    assert search.on_result("t2", {"m": 0.0, "training_iteration": 1}) == Decision.STOP
+    assert search.on_result("t1", {"m": 5.0, "training_iteration": 9}) == Decision.CONTINUE  # max_t: STOP
+
+    class LoggingHyperBand(tune.schedulers.HyperBandScheduler):
+        def on_trial_result(self, tune_controller, trial, result):
+            return super().on_trial_result(tune_controller, trial, result)
+
+    with pytest.warns(UserWarning, match="a super\\(\\).on_trial_result\\(...\\) answers CONTINUE"):
+        planned = plan(TuneConfig(metric="m", mode="max", scheduler=LoggingHyperBand(max_t=9)), {"x": 1})
+    assert planned.searcher.rule is None
+
+
+def test_a_tuner_run_under_an_asha_subclass_that_calls_super_stops_trials_as_asha(ray_cluster, storage) -> None:
+    """A script's ASHA subclass that only counts and returns ``super().on_trial_result(...)`` stopped nothing: the
+    run became a random search (a helper's side-by-side script: Ray stopped 6 of 9 trials)."""
+
+    class Counted(ASHAScheduler):
+        def on_trial_result(self, tune_controller, trial, result):
+            RECORDED.append(result["training_iteration"])
+            return super().on_trial_result(tune_controller, trial, result)
+
+    RECORDED.clear()
+    grid = Tuner(_steps, param_space={"x": tune.grid_search([0.9, 0.7, 0.3, 0.1])},
+                 tune_config=TuneConfig(metric="value", mode="max", max_concurrent_trials=1,
+                                        scheduler=Counted(max_t=6, grace_period=1, reduction_factor=3)),
+                 run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    ends = {r.config["x"]: r.metrics["training_iteration"] for r in grid}
+    # one at a time, best first: each later trial is below the rung's cutoff at its first result, as ASHA decides
+    assert ends == {0.9: 6, 0.7: 1, 0.3: 1, 0.1: 1} and len(RECORDED) == 9

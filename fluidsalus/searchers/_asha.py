@@ -501,6 +501,19 @@ class ASHA(BaseSearcher):
         self._live += 1
         self._on_new_trial(trial_id, config)
 
+    def judge_trial(self, trial_id: str) -> None:
+        """Judge a trial made elsewhere, result by result, as Ray's scheduler does: it has no budget (it runs to
+        its end, and :meth:`on_result` decides on each of its results), and its bracket is drawn as a new
+        trial's. A ``super().on_trial_result(...)`` in a subclass of ``ASHAScheduler`` answers with this
+        (:mod:`fluidsalus.tune._custom_scheduler`). A trial judged already is left as it is."""
+        if trial_id in self._trials:
+            return
+        index = self._emitted
+        self._emitted += 1
+        self._trials[trial_id] = {"bracket": self._choose_bracket(index), "budget": None, "index": index,
+                                  "live": True}
+        self._live += 1
+
     def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
         """Decide on one result with Ray's rules; promote a trial that passed its milestone.
 

@@ -164,6 +164,10 @@ class MedianStopping(WrappingSearcher):
         self._judged.add(trial_id)
         return Decision.STOP if self.hard_stop else decision
 
+    def judged(self, trial_id: str) -> bool:
+        """Whether the rule has stopped the trial (without ``hard_stop``: let it go on unjudged)."""
+        return trial_id in self._judged
+
     def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
         self.inner.on_trial_complete(trial_id, result, error)
         if not error:  # Ray's on_trial_complete records the last result again; its on_trial_error records nothing

@@ -22,6 +22,12 @@ result:
   again with ``on_trial_add`` (newest result first; an unfinished trial as ``PENDING``, a finished one as
   ``TERMINATED``, an errored one as ``ERROR``). The trial views are saved (config, status and the time of the last
   result) for this.
+- A subclass of ``ASHAScheduler`` (``AsyncHyperBandScheduler``) or ``MedianStoppingRule`` that overrides hooks
+  runs here with a :class:`BuiltInRule`: the searcher the plain class maps onto (``ASHA``, ``MedianStopping``),
+  which judges the trials result by result, as Ray's scheduler does. While a hook is called, the holder's base
+  hooks answer with it (``fluidsalus.tune.schedulers._holders.judging``): ``super().on_trial_result(...)`` is
+  the rule's decision on that result, and the subclass's own answer is final, as in Ray. The rule's state is
+  not saved, as the scheduler's is not: a resumed run starts it anew and re-adds the trials.
 """
 
 from __future__ import annotations
@@ -39,8 +45,9 @@ from fluidsalus.store import ERROR, FINAL_STATUSES, PENDING, RUNNING, TERMINATED
 from fluidsalus.trialgroup.trial import TrialGroup
 from fluidsalus.tune._custom_search import defined_by_user
 from fluidsalus.tune.callback import TrialInfo
+from fluidsalus.tune.schedulers._holders import judging
 
-__all__ = ["CONTINUE", "NOOP", "PAUSE", "STOP", "HOOKS", "ScheduledSearch", "is_custom_scheduler"]
+__all__ = ["CONTINUE", "NOOP", "PAUSE", "STOP", "HOOKS", "BuiltInRule", "ScheduledSearch", "is_custom_scheduler"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +78,61 @@ class _ControllerView:
         return [t for t in self._trials.values() if t.status not in FINAL_STATUSES]
 
 
+class _NoTrials(BaseSearcher):
+    """The searcher a :class:`~fluidsalus.searchers.MedianStopping` rule wraps when it only judges."""
+
+    def next_groups(self) -> list[TrialGroup]:
+        return []
+
+
+class BuiltInRule:
+    """A built-in scheduler's decisions, for a subclass's ``super()`` calls: ``searcher`` (an
+    :class:`~fluidsalus.searchers.ASHA` or a :class:`~fluidsalus.searchers.MedianStopping`) judges trials made
+    elsewhere, each result as it is given.
+
+    Args:
+        searcher: The searcher the plain class maps onto (for ASHA, its trials are taken with
+            :meth:`~fluidsalus.searchers.ASHA.judge_trial`; for the median rule, wrapping nothing).
+    """
+
+    def __init__(self, searcher: BaseSearcher) -> None:
+        self.searcher = searcher
+
+    @classmethod
+    def asha(cls, metric: str, mode: str, seed: int | None, **kwargs: Any) -> BuiltInRule:
+        """ASHA's rule (``kwargs``: time_attr, max_t, grace_period, reduction_factor, brackets, stop_last_trials;
+        ``seed`` draws the brackets). It draws no configuration, so its space is a placeholder."""
+        from fluidsalus.searchers import ASHA
+
+        return cls(ASHA({"_": 0}, 1, metric, mode, seed=seed, **kwargs))
+
+    @classmethod
+    def median(cls, metric: str, mode: str, **kwargs: Any) -> BuiltInRule:
+        """The median rule's (``kwargs``: time_attr, grace_period, min_samples_required, hard_stop)."""
+        from fluidsalus.searchers import MedianStopping
+
+        return cls(MedianStopping(_NoTrials(), metric, mode, **kwargs))
+
+    def add(self, trial_id: str) -> None:
+        """Ray's ``on_trial_add``."""
+        judge_trial = getattr(self.searcher, "judge_trial", None)
+        if judge_trial is not None:
+            judge_trial(trial_id)
+
+    def judge(self, trial_id: str, result: Mapping[str, Any]) -> str:
+        """Ray's ``on_trial_result``: ``STOP``, ``CONTINUE``, or ``PAUSE`` where the median rule without
+        ``hard_stop`` would stop the trial (Ray pauses it)."""
+        judged = getattr(self.searcher, "judged", None)
+        before = judged is not None and judged(trial_id)
+        if self.searcher.on_result(trial_id, dict(result)) == Decision.STOP:
+            return STOP
+        return PAUSE if judged is not None and not before and judged(trial_id) else CONTINUE
+
+    def complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
+        """Ray's ``on_trial_complete`` (``error``: ``on_trial_error`` or ``on_trial_remove``)."""
+        self.searcher.on_trial_complete(trial_id, None if result is None else dict(result), error)
+
+
 class ScheduledSearch(WrappingSearcher):
     """``inner``'s trials, with ``scheduler`` (Ray's API) deciding on each result (see the module docstring).
 
@@ -78,13 +140,15 @@ class ScheduledSearch(WrappingSearcher):
         inner: The searcher that makes the trials and runs them to their end.
         scheduler: The user's scheduler.
         trainable_name: For the trial views' names.
+        rule: For a subclass of ASHA or the median rule: the built-in rule its base hooks answer with.
 
     Raises:
         ConfigError: ``inner`` runs trials to budgets (a scheduler of fluidsalus's own already decides there).
     """
 
-    def __init__(self, inner: BaseSearcher, scheduler: Any, trainable_name: str = "") -> None:
-        self.inner, self.scheduler, self.trainable_name = inner, scheduler, trainable_name
+    def __init__(self, inner: BaseSearcher, scheduler: Any, trainable_name: str = "",
+                 rule: BuiltInRule | None = None) -> None:
+        self.inner, self.scheduler, self.trainable_name, self.rule = inner, scheduler, trainable_name, rule
         self.time_attr = inner.time_attr
         self._trials: dict[str, TrialInfo] = {}
         self._view = _ControllerView(self._trials)
@@ -112,7 +176,12 @@ class ScheduledSearch(WrappingSearcher):
 
     def _call(self, hook: str, trial: TrialInfo, *args: Any) -> Any:
         method = getattr(self.scheduler, hook, None)
-        return method(self._view, trial, *args) if callable(method) else None
+        if not callable(method):
+            return None
+        if self.rule is None:
+            return method(self._view, trial, *args)
+        with judging(self.scheduler, self.rule):
+            return method(self._view, trial, *args)
 
     def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
         """Ask the scheduler about the result; its ``STOP`` wins over the wrapped searcher's decision.

@@ -69,7 +69,7 @@ from fluidsalus.searchers import (
 )
 from fluidsalus.searchers._random import VariantStream
 from fluidsalus.tune._config import INFINITE_SAMPLES, TuneConfig
-from fluidsalus.tune._custom_scheduler import HOOKS, ScheduledSearch, is_custom_scheduler
+from fluidsalus.tune._custom_scheduler import HOOKS, BuiltInRule, ScheduledSearch, is_custom_scheduler
 from fluidsalus.tune._custom_search import (
     CustomASHA,
     CustomHyperBand,
@@ -414,8 +414,37 @@ def _plan_scheduled(scheduler: Any, tune_config: TuneConfig, param_space: Mappin
     metric = tune_config.metric or getattr(scheduler, "metric", None)
     mode = tune_config.mode or getattr(scheduler, "mode", None)
     inner = _plan_judged(f"{name} (your own scheduler)", tune_config, param_space, class_trainable, metric, mode)
-    searcher = ScheduledSearch(inner.searcher, scheduler)
-    return replace(inner, searcher=searcher, summary=f"{name} (your own scheduler) over {inner.summary}")
+    rule, how = _built_in_rule(scheduler, inner)
+    searcher = ScheduledSearch(inner.searcher, scheduler, rule=rule)
+    if rule is not None:
+        inner = replace(inner, metric=rule.searcher.metric, mode=rule.searcher.mode)
+    return replace(inner, searcher=searcher, summary=f"{name} (your own scheduler{how}) over {inner.summary}")
+
+
+def _built_in_rule(scheduler: Any, inner: Plan) -> tuple[BuiltInRule | None, str]:
+    """For a subclass of ASHAScheduler or MedianStoppingRule (that overrides hooks): the searcher the plain class
+    maps onto, as the rule its base hooks answer with (a ``super().on_trial_result(...)``, as in Ray), and the
+    words for the plan's summary. HyperBand's decisions are made per bracket, not per result: a subclass of
+    HyperBandScheduler (PBT, ...) has no rule (its ``super()`` answers CONTINUE)."""
+    base = _kind(scheduler)
+    if base not in (AsyncHyperBandScheduler, MedianStoppingRule):
+        return None, ""
+    name = base.__name__
+    if isinstance(getattr(inner.searcher, "metric", None), list):
+        raise ConfigError(f"TuneConfig: {name} decides on one metric, and the search is multi-objective "
+                          f"(metric={inner.searcher.metric!r}); use no scheduler")
+    metric, mode = _need_metric(type(scheduler).__name__, inner.metric, inner.mode)
+    if base is AsyncHyperBandScheduler:
+        judged = inner.searcher.inner if isinstance(inner.searcher, SampleFromResolver) else inner.searcher
+        rule = BuiltInRule.asha(metric, mode, getattr(judged, "seed", None),
+                                time_attr=scheduler.time_attr, max_t=scheduler.max_t,
+                                grace_period=scheduler.grace_period, reduction_factor=scheduler.reduction_factor,
+                                brackets=scheduler.brackets, stop_last_trials=scheduler.stop_last_trials)
+    else:
+        rule = BuiltInRule.median(metric, mode, time_attr=scheduler.time_attr, grace_period=scheduler.grace_period,
+                                  min_samples_required=scheduler.min_samples_required,
+                                  hard_stop=scheduler.hard_stop)
+    return rule, f", super() answers {name}'s rule"
 
 
 def _plan_median(rule: MedianStoppingRule, tune_config: TuneConfig, param_space: Mapping[str, Any] | None,
@@ -548,7 +577,8 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
         scheduler = _resource_changing_base(scheduler)
     if is_custom_scheduler(scheduler):
         base = _kind(scheduler)
-        if base is not FIFOScheduler and base in _BUILT_IN_SCHEDULERS:
+        # (a subclass of ASHA or the median rule: its super() answers the rule's decisions, see _built_in_rule)
+        if base not in (FIFOScheduler, AsyncHyperBandScheduler, MedianStoppingRule) and base in _BUILT_IN_SCHEDULERS:
             hooks = [hook for hook in HOOKS if defined_by_user(scheduler, hook)]
             warnings.warn(
                 f"fluidsalus.tune: {type(scheduler).__name__} overrides {', '.join(hooks)} of {base.__name__}, so "

@@ -12,8 +12,10 @@ for example ``AsyncHyperBandScheduler: reduction_factor must be > 1 (got 1)``.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from fluidsalus.errors import ConfigError
@@ -106,6 +108,67 @@ class TrialScheduler(MetricModeHolder):
         return f"{type(self).__name__}({args})"
 
 
+#: Per thread, by ``id(scheduler)``: the built-in rule of the search now calling one of that scheduler's hooks.
+_JUDGING = threading.local()
+
+
+@contextlib.contextmanager
+def judging(scheduler: Any, rule: Any) -> Iterator[None]:
+    """While a hook of ``scheduler`` (a subclass of a built-in scheduler, run as a scheduler of the user's own) is
+    called, its base's hooks answer with ``rule`` (see :class:`_RuleHooks`)."""
+    rules: dict[int, Any] = _JUDGING.__dict__.setdefault("rules", {})
+    key, before = id(scheduler), rules.get(id(scheduler))
+    rules[key] = rule
+    try:
+        yield
+    finally:
+        if before is None:
+            rules.pop(key, None)
+        else:
+            rules[key] = before
+
+
+def _rule(scheduler: Any) -> Any:
+    return getattr(_JUDGING, "rules", {}).get(id(scheduler))
+
+
+class _RuleHooks(TrialScheduler):
+    """The hooks of a built-in scheduler whose rule decides on each result (ASHA, the median rule), for a subclass
+    of the user's own that overrides some of them and calls ``super()``, as a Ray script does.
+
+    Such a subclass runs as a scheduler of the user's own (:mod:`fluidsalus.tune._custom_scheduler`) with the
+    searcher the plain class maps onto as its rule (``BuiltInRule``): ``super().on_trial_result(...)`` answers
+    the rule's decision on the result it is given (``STOP``, ``CONTINUE``, or ``PAUSE`` for the median rule
+    without ``hard_stop``), and the other hooks tell the rule of the trial's life, as Ray's do. The subclass's
+    answer is final: a ``CONTINUE`` where ``super()`` said ``STOP`` lets the trial go on, as in Ray. Outside a
+    run (no rule), the hooks decide nothing (``CONTINUE``).
+    """
+
+    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+        rule = _rule(self)
+        if rule is not None:
+            rule.add(trial.trial_id)
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+        rule = _rule(self)
+        return self.CONTINUE if rule is None else rule.judge(trial.trial_id, result)
+
+    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict[str, Any] | None) -> None:
+        rule = _rule(self)
+        if rule is not None:
+            rule.complete(trial.trial_id, result)
+
+    def on_trial_error(self, tune_controller: Any, trial: Any) -> None:
+        rule = _rule(self)
+        if rule is not None:
+            rule.complete(trial.trial_id, None, error=True)
+
+    def on_trial_remove(self, tune_controller: Any, trial: Any) -> None:
+        rule = _rule(self)
+        if rule is not None:
+            rule.complete(trial.trial_id, None, error=True)
+
+
 class FIFOScheduler(TrialScheduler):
     """Runs every trial to the end (``ray.tune.schedulers.FIFOScheduler``): plain random/grid search."""
 
@@ -116,11 +179,12 @@ class FIFOScheduler(TrialScheduler):
         return {}
 
 
-class AsyncHyperBandScheduler(TrialScheduler):
+class AsyncHyperBandScheduler(_RuleHooks):
     """Asynchronous successive halving (``ray.tune.schedulers.AsyncHyperBandScheduler`` / ``ASHAScheduler``).
 
     Maps onto :class:`fluidsalus.searchers.ASHA`, which makes Ray's decisions result for result; paired with
-    an ``OptunaSearch`` it becomes Optuna's ``SuccessiveHalvingPruner`` (see docs/compatibility.md).
+    an ``OptunaSearch`` it becomes Optuna's ``SuccessiveHalvingPruner`` (see docs/compatibility.md). In a
+    subclass that overrides hooks, ``super().on_trial_result(...)`` answers ASHA's decision (:class:`_RuleHooks`).
 
     Args:
         time_attr: Result key budgets are measured in (monotonic).
@@ -216,14 +280,15 @@ class HyperBandForBOHB(HyperBandScheduler):
     """
 
 
-class MedianStoppingRule(TrialScheduler):
+class MedianStoppingRule(_RuleHooks):
     """Median stopping (``ray.tune.schedulers.MedianStoppingRule``).
 
     Maps onto :class:`fluidsalus.searchers.MedianStopping` around the search algorithm's trials, with Ray's
     decisions: from ``grace_period`` on, a trial whose best value is strictly worse than the median of the other
     trials' running means at its time is stopped. ``min_time_slice`` is not used (fluidsalus never pauses a trial
     to let others run), and with ``hard_stop=False`` the trial goes on at once instead of pausing. See
-    docs/compatibility.md.
+    docs/compatibility.md. In a subclass that overrides hooks, ``super().on_trial_result(...)`` answers the
+    rule's decision (:class:`_RuleHooks`).
 
     Args:
         time_attr: The result key time is measured in (monotonic).
