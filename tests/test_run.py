@@ -1850,3 +1850,24 @@ def test_an_errors_summary_is_its_first_line_with_its_type(storage, capsys):
     errors = inspect_experiment(grid.experiment_path).errors
     assert sorted(e["error"] for e in errors) == ends
     assert any("NOTE: check your config" in e["text"] or "NOTE" in (e["traceback"] or "") for e in errors)
+
+
+def _fails_on_its_way_out(config):
+    with open(config["log"], "a") as log:
+        log.write("start\n")
+    try:
+        for i in range(10):
+            fluidsalus.report({"loss": float(i)})
+    finally:
+        raise RuntimeError("cleanup failed")
+
+
+def test_a_trial_that_met_its_stop_rule_and_then_fails_is_not_retried(storage, tmp_path):
+    """Its end was told to the searcher at the result the stop rule ended it at (as Ray's controller tells it); an
+    error on its way out then had it retried: the finished trial ran again, its new results unseen by the searcher
+    (a review's script). It ends with that error, once."""
+    log = tmp_path / "starts.txt"
+    grid = fluidsalus.run(_fails_on_its_way_out, {"log": str(log)}, stop={"training_iteration": 3},
+                          storage_path=storage, name="way_out", verbose=0, max_failures=1)
+    assert log.read_text().count("start") == 1
+    assert grid[0].metrics["training_iteration"] == 3 and grid[0].metrics["done"] is True

@@ -868,6 +868,18 @@ def test_a_function_that_answers_one_request_counts_it_as_a_fixed_request(ray_cl
     assert probe_request(make_entry(fails_later, None)[0], space)[1] is None
     nothing = tune.with_resources(_reports_its_gpus, lambda config: None)
     assert probe_request(make_entry(nothing, None)[0], space) == (0.0, {})
+    # the probe's draws leave the global generators as they were: a sample_from drawing from np.random then draws
+    # what it would without the probe (a review: a resource function changed a seeded run's configurations)
+    import random
+
+    drawn = {"x": tune.sample_from(lambda spec: float(np.random.uniform()) + random.random())}
+    np.random.seed(0)
+    random.seed(0)
+    expected = (float(np.random.uniform()), random.random())
+    np.random.seed(0)
+    random.seed(0)
+    probe_request(make_entry(constant, None)[0], drawn)
+    assert (float(np.random.uniform()), random.random()) == expected
 
 
 def test_a_request_the_run_does_not_reserve_is_warned_of_once(ray_cluster, storage: str) -> None:

@@ -630,7 +630,16 @@ class _AsksForTwoCpus(tune.Trainable):
         return {"done": True}
 
 
-def test_resources_per_trial_beside_a_trainables_own_request_is_refused(storage: str) -> None:
+class _AsksForNothing(tune.Trainable):
+    @classmethod
+    def default_resource_request(cls, config):
+        return None
+
+    def step(self):
+        return {"done": True}
+
+
+def test_resources_per_trial_beside_a_trainables_own_request_is_refused(ray_cluster, storage: str) -> None:
     """Ray raises a TuneError ("Please clear the resources_per_trial option"); fluidsalus ran with resources_per_trial
     in place of the trainable's own request, silently (h89's B7). Refused before Ray starts, naming both."""
     for trainable, source in ((tune.with_resources(_resources, {"cpu": 1}), "with_resources"),
@@ -641,6 +650,9 @@ def test_resources_per_trial_beside_a_trainables_own_request_is_refused(storage:
                                               rf"\w+ already has a resource request \(from {source}\)"):
             tune.run(trainable, resources_per_trial={"cpu": 0.5}, storage_path=storage, verbose=0)
     assert not os.path.exists(storage)
+    # a default_resource_request that answers None asks for nothing: taken, as Ray takes it (a review)
+    assert tune.run(_AsksForNothing, resources_per_trial={"cpu": 0.5}, storage_path=storage, verbose=0,
+                    name="nothing").trials[0].status == "TERMINATED"
     # Ray Tune's own with_resources too
     with pytest.raises(ConfigError, match=r"from with_resources"):
         tune.run(rt.with_resources(_resources, {"cpu": 1}), resources_per_trial={"cpu": 0.5}, storage_path=storage,

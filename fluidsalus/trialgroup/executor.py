@@ -1976,7 +1976,10 @@ class Executor:
                         # Ray's error file counts every failure, the retried ones and the last
                         failures = trial.num_failures + 1
                         _append_error_file(trial.trial_dir, trial_id, failures, ts, error, trace, error_pickle)
-                    if restart is None and outcome == OUT_ERRORED and self._may_retry(trial):
+                    # (not a trial that met its stop rule at its last result, whose end the searcher was told there:
+                    # an error on its way out ends it, where a retry ran a finished trial again, unseen by the searcher)
+                    if restart is None and outcome == OUT_ERRORED and trial_id not in self._told_end \
+                            and self._may_retry(trial):
                         trial.num_failures += 1
                         restart = _Restart(reason="retry", error=error)
                     if restart is not None:

@@ -297,7 +297,7 @@ def run(
     registered_name = run_or_experiment if isinstance(run_or_experiment, str) else None
     run_or_experiment = resolve_trainable(run_or_experiment)  # a name given to tune.register_trainable
     _check_trainable(run_or_experiment)
-    carried = carried_request(run_or_experiment)
+    carried = carried_request(run_or_experiment, config)
     if resources_per_trial is not None and carried is not None:  # (Ray: a TuneError; fluidsalus took the argument)
         raise ConfigError(f"tune.run: resources_per_trial={resources_per_trial!r} is given, but the trainable "
                           f"{trainable_name(run_or_experiment)} already has a resource request (from {carried}); "

@@ -886,10 +886,28 @@ def make_entry(trainable: Any, options: ClassOptions | None,
     return entry, list(refs.values())
 
 
-def carried_request(trainable: Any) -> str | None:
+@contextlib.contextmanager
+def _generators_kept() -> Any:
+    """Leave Python's and NumPy's global random generators as they were: a ``sample_from`` in the space draws from
+    them, and a draw made before the run (to ask a resource function) must not change the run's own draws (a
+    review: with ``np.random.seed(0)``, a resource function changed a run's configurations)."""
+    import random
+
+    import numpy as np
+
+    states = random.getstate(), np.random.get_state()
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+
+
+def carried_request(trainable: Any, space: Mapping[str, Any] | None = None) -> str | None:
     """What gives a trainable its own resource request, for ``tune.run``'s refusal of ``resources_per_trial``
     beside it (Ray's TuneError): ``"with_resources"`` (ours or Ray Tune's), ``"default_resource_request"`` (a
-    Trainable subclass's own), or None when it carries none."""
+    Trainable subclass's own, when it answers a request for the space's first configuration: Ray refuses only
+    then), or None when it carries none."""
     if isinstance(trainable, Prepared):
         if trainable.resources is not None:
             return "with_resources"
@@ -897,7 +915,15 @@ def carried_request(trainable: Any) -> str | None:
     if getattr(trainable, "_resources", None) is not None and not isinstance(trainable, type):
         return "with_resources"  # Ray Tune's own (translated at fit())
     if _is_trainable_class(trainable) and _overrides_resource_request(trainable):
-        return "default_resource_request"
+        from fluidsalus.space import iter_variants
+
+        try:
+            with _generators_kept():
+                config = next(iter(iter_variants(dict(space or {}), 1, seed=0)), {})
+                answer = trainable.default_resource_request(config)
+        except Exception:  # noqa: BLE001 - its trials fail with it, as in Ray
+            return None
+        return "default_resource_request" if answer is not None else None
     return None
 
 
@@ -974,10 +1000,11 @@ def probe_request(entry: TrialEntry, space: Mapping[str, Any]) -> tuple[float, d
         return 0.0, None
     answers: list[Any] = []
     try:
-        for config in iter_variants(dict(space), PROBE_CONFIGURATIONS, seed=0):
-            answers.append(entry.resources(config))
-            if len(answers) == PROBE_CONFIGURATIONS:
-                break
+        with _generators_kept():
+            for config in iter_variants(dict(space), PROBE_CONFIGURATIONS, seed=0):
+                answers.append(entry.resources(config))
+                if len(answers) == PROBE_CONFIGURATIONS:
+                    break
     except Exception:  # noqa: BLE001 - a function that needs what only a trial's config has: as before
         if not answers:
             return 0.0, None
