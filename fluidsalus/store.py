@@ -179,6 +179,9 @@ TRIAL_DIRNAME_EVENT = "trial_dirname"
 #: The event of a trial's restart on a new attempt (``data``: ``attempt``, ``reason``, ``from_iteration``, ...; for a
 #: restart with a new configuration, PBT's exploit, also ``config`` and the ``previous_config`` it replaced).
 TRIAL_RESTART_EVENT = "trial_restart"
+#: The searcher was told a trial's end at the result a stop rule ended it at, before the trial's end reached the
+#: driver (``data``: ``attempt``): stored with that result, so that a resumed run does not tell it again.
+SEARCHER_TOLD_END_EVENT = "searcher_told_end"
 #: The event of a store written back after its file was deleted during a run
 #: (:meth:`ExperimentStore.write_back_if_removed`).
 STORE_RESTORED_EVENT = "store_restored"

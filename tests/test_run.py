@@ -1871,3 +1871,28 @@ def test_a_trial_that_met_its_stop_rule_and_then_fails_is_not_retried(storage, t
                           storage_path=storage, name="way_out", verbose=0, max_failures=1)
     assert log.read_text().count("start") == 1
     assert grid[0].metrics["training_iteration"] == 3 and grid[0].metrics["done"] is True
+
+
+def _ten_steps(config):
+    for i in range(10):
+        fluidsalus.report({"loss": config["x"] + i})
+
+
+def test_a_resumed_run_does_not_tell_the_searcher_again_of_an_end_it_was_told_at_the_stop_result(storage):
+    """The searcher is told a trial's end at the result its stop rule ended it at, and that commits with the result;
+    a driver that died before the trial's end reached the store left it RUNNING, and the resumed run told the
+    searcher its end a second time (the median rule then counts it twice: a review's script)."""
+    space = {"x": fluidsalus.uniform(0, 1)}
+    kwargs: dict[str, Any] = {"metric": "loss", "mode": "min", "stop": {"training_iteration": 3},
+                              "storage_path": storage, "name": "told", "verbose": 0, "devices": 1}
+    first = RecordingSearch(space, num_samples=1, seed=0)
+    fluidsalus.run(_ten_steps, searcher=first, **kwargs)
+    assert list(first.calls.values()) == [[1, 2, "complete"]]
+    db = sqlite3.connect(os.path.join(storage, "told", DB_FILENAME))  # the store as that crash leaves it
+    db.execute("UPDATE trials SET status = 'RUNNING', finished_at = NULL")
+    db.commit()
+    db.close()
+    again = RecordingSearch(space, num_samples=1, seed=0)
+    grid = fluidsalus.run(_ten_steps, searcher=again, resume=True, **kwargs)
+    assert "complete" not in [call for calls in again.calls.values() for call in calls]
+    assert grid[0].metrics["training_iteration"] == 3

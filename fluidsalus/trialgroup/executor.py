@@ -115,6 +115,7 @@ from fluidsalus.store import (
     PAUSED,
     PENDING,
     RUNNING,
+    SEARCHER_TOLD_END_EVENT,
     TERMINATED,
     TRIAL_DIRNAME_EVENT,
     TRIAL_RESTART_EVENT,
@@ -1976,10 +1977,11 @@ class Executor:
                         # Ray's error file counts every failure, the retried ones and the last
                         failures = trial.num_failures + 1
                         _append_error_file(trial.trial_dir, trial_id, failures, ts, error, trace, error_pickle)
-                    # (not a trial that met its stop rule at its last result, whose end the searcher was told there:
-                    # an error on its way out ends it, where a retry ran a finished trial again, unseen by the searcher)
-                    if restart is None and outcome == OUT_ERRORED and trial_id not in self._told_end \
-                            and self._may_retry(trial):
+                    # (not a trial that met its stop rule, or was stopped for good, whose end the searcher is told
+                    # at that result (in this batch or an earlier one): an error on its way out ends it, where a
+                    # retry ran a finished trial again, unseen by the searcher)
+                    ended_at_result = trial_id in self._told_end or trial.finished_by_rule or stopped_for_good
+                    if restart is None and outcome == OUT_ERRORED and not ended_at_result and self._may_retry(trial):
                         trial.num_failures += 1
                         restart = _Restart(reason="retry", error=error)
                     if restart is not None:
@@ -2042,6 +2044,8 @@ class Executor:
                         event[4]["done"] = True
                         self._told_end.add(trial.trial_id)
                         self._searcher_log.on_trial_complete(trial.trial_id, event[4], error=False)
+                        events.append((event[3], SEARCHER_TOLD_END_EVENT, trial.trial_id, None,
+                                       {"attempt": trial.attempt}))
                     elif self._searcher_log.on_result(trial.trial_id, event[4]) == Decision.STOP:
                         stops.append(trial.trial_id)
                         # As Ray marks the result its stopper or scheduler stops a trial at: ``done`` in the stored
@@ -2240,6 +2244,10 @@ class Executor:
             data = event.data or {}
             if event.trial_id is not None and data.get("reason") == "exploit" and isinstance(data.get("attempt"), int):
                 lineage[event.trial_id] = data["attempt"]
+        # told at the result that ended them, before a crash kept their end from the store: not told again
+        unfinished = {row.trial_id for row in self.store.trials() if row.status not in FINAL_STATUSES}
+        self._told_end.update(event.trial_id for event in self.store.events(SEARCHER_TOLD_END_EVENT)
+                              if event.trial_id in unfinished)
         seen = self._searcher_seen
         for row in self.store.results(latest_attempt_only=False):
             if row.attempt >= lineage.get(row.trial_id, 0) and row.iteration > seen.get(row.trial_id, 0):
