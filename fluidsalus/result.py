@@ -320,8 +320,9 @@ class ResultGrid:
                            for attempt in attempts.get(t.trial_id, [])]
             # in report order: the last is the latest; each with its result and the config it was reported with
             # (Ray's checkpoint results carry ``config``; here the store's lack it: a helper's KeyError)
-            ckpts = [(ckpt, with_config(m, _config_at(iteration, rows, row_configs, config)))
-                     for ckpt, m, iteration in checkpoints.get(t.trial_id, [])]
+            stored = checkpoints.get(t.trial_id, [])
+            by_iteration = _configs_by_iteration(rows, row_configs) if stored and changes.get(t.trial_id) else {}
+            ckpts = [(ckpt, with_config(m, by_iteration.get(iteration, config))) for ckpt, m, iteration in stored]
             # Ray's best_checkpoints: the num_to_keep best, worst first (the latest, always kept, only if one)
             best = [ckpts[i] for i in rank_checkpoints([m for _, m in ckpts], score_attribute, score_order)]
             best = best[-num_to_keep:] if num_to_keep else best
@@ -468,15 +469,13 @@ class ResultGrid:
         return frame
 
 
-def _config_at(iteration: int, rows: list[dict[str, Any]], row_configs: list[dict[str, Any]],
-               config: dict[str, Any]) -> dict[str, Any]:
-    """The configuration a trial's checkpoint of ``iteration`` was reported with: that of the last stored result
-    of that iteration (under PBT a trial's configuration changes at an exploit), else the trial's ``config``."""
-    if len(row_configs) == len(rows):
-        for row, row_config in zip(reversed(rows), reversed(row_configs), strict=True):
-            if row.get("training_iteration") == iteration:
-                return row_config
-    return config
+def _configs_by_iteration(rows: list[dict[str, Any]], row_configs: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
+    """Iteration -> the configuration its last stored result was reported with (under PBT a trial's configuration
+    changes at an exploit): what a checkpoint of that iteration carries. Empty for a store without per-row configs
+    (the trial's own configuration stands then)."""
+    if len(row_configs) != len(rows):
+        return {}
+    return {row.get("training_iteration"): row_config for row, row_config in zip(rows, row_configs, strict=True)}
 
 
 def _config_of_attempt(config: dict[str, Any], changes: list[tuple[int, dict[str, Any], dict[str, Any]]],

@@ -1062,7 +1062,10 @@ def test_checkpoint_retention_keeps_the_best_and_the_latest(storage, attribute):
 def test_a_checkpoints_config_is_that_of_the_last_result_of_its_iteration():
     """Under PBT a trial's configuration changes at an exploit: a checkpoint's result carries the configuration of
     the last stored result of its iteration (else the trial's), as Ray's carries the one it was reported with."""
-    from fluidsalus.result import _config_at
+    from fluidsalus.result import _configs_by_iteration
+
+    def _config_at(iteration, rows, configs, config):
+        return _configs_by_iteration(rows, configs).get(iteration, config)
 
     rows = [{"training_iteration": 1}, {"training_iteration": 2}, {"training_iteration": 2}]
     configs = [{"lr": 1}, {"lr": 1}, {"lr": 2}]
