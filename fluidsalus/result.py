@@ -9,7 +9,7 @@ import numbers
 import os
 import pickle
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fluidsalus.checkpoint import Checkpoint
@@ -63,9 +63,12 @@ REPR_HIDDEN_KEYS: frozenset[str] = AUTO_RESULT_KEYS | {
     "_report_on"}
 
 
-@dataclass
+@dataclass(init=False)
 class Result:
     """The outcome of one trial.
+
+    Built by the engine from the store; a user may build one too, with Ray's constructor: ``Result(metrics,
+    checkpoint, error, path, metrics_dataframe=None, best_checkpoints=None, _storage_filesystem=None)``.
 
     Attributes:
         metrics: The trial's last reported result (with ``config``, as in Ray Tune), or None.
@@ -95,13 +98,43 @@ class Result:
     _trainable_name: str = ""
     _started: bool = False  # whether the trial started (one that reported nothing then has an empty frame)
     _trial_name: str | None = None  # the name the run gave it (a Ray trial_name_creator's), if any
+    _frame: pd.DataFrame | None = field(default=None, compare=False, repr=False)  # one given to the constructor
+
+    def __init__(self, metrics: dict[str, Any] | None, checkpoint: Checkpoint | None, error: Exception | None,
+                 path: str, metrics_dataframe: pd.DataFrame | None = None,
+                 best_checkpoints: list[tuple[Checkpoint, dict[str, Any]]] | None = None,
+                 _storage_filesystem: Any = None, *, trial_id: str = "", status: str = TERMINATED,
+                 _history: list[dict[str, Any]] | None = None, _config: dict[str, Any] | None = None,
+                 _row_configs: list[dict[str, Any]] | None = None, _num_failures: int = 0,
+                 _trainable_name: str = "", _started: bool = False, _trial_name: str | None = None) -> None:
+        """Ray's positional order (``metrics_dataframe`` fifth); the keywords after ``*`` are the engine's.
+
+        Raises:
+            ConfigError: ``_storage_filesystem`` is set (the folder must be local or mounted).
+        """
+        if _storage_filesystem is not None:
+            raise ConfigError("Result: _storage_filesystem is not supported by fluidsalus (the trial folder must be "
+                              "local or mounted)")
+        self.metrics, self.checkpoint, self.error, self.path = metrics, checkpoint, error, path
+        self.best_checkpoints, self.trial_id, self.status = best_checkpoints, trial_id, status
+        if metrics_dataframe is not None and _history is None:
+            # its rows are what a grid scores and lists (get_best_result's scopes, get_dataframe), as Ray reads
+            # them from this frame; a frame's rows are flat, and flattened names are looked up as nested ones
+            _history = metrics_dataframe.to_dict("records")
+            _started = True
+        self._history, self._config, self._row_configs = _history, _config, _row_configs
+        self._num_failures, self._trainable_name = _num_failures, _trainable_name
+        self._started, self._trial_name = _started, _trial_name
+        self._frame = metrics_dataframe
 
     @property
     def metrics_dataframe(self) -> pd.DataFrame:
         """Every result of the trial, one row per iteration (built when asked for; see the class docstring): empty
-        when it reported nothing, or never started (as Ray's)."""
+        when it reported nothing, or never started (as Ray's); the frame given to the constructor if one was."""
         import pandas as pd
 
+        if self._frame is not None:
+            return self._frame
         if not self._history:
             return pd.DataFrame()
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from fluidsalus.checkpoint import Checkpoint
-from fluidsalus.errors import TrialError
+from fluidsalus.errors import ConfigError, TrialError
 from fluidsalus.result import Result, ResultGrid, _config_of_attempt
 from fluidsalus.session import with_config
 
@@ -390,3 +390,22 @@ def test_reading_a_finished_experiment_creates_nothing_beside_its_store(tmp_path
     grid = ResultGrid.read(str(tmp_path / "done"))
     assert [r.metrics["acc"] for r in grid] == [0.5]
     assert sorted(os.listdir(tmp_path / "done")) == before
+
+
+def test_a_result_built_with_rays_constructor_keeps_its_frame_in_rays_positional_order() -> None:
+    # Ray's Result(metrics, checkpoint, error, path, metrics_dataframe, best_checkpoints, _storage_filesystem): a
+    # frame given fifth is the result's frame (it was a TypeError by keyword and best_checkpoints by position), and
+    # a grid scores it by its rows as Ray does
+    import pandas as pd
+
+    frame = pd.DataFrame({"loss": [3.0, 1.0, 2.0], "training_iteration": [1, 2, 3]})
+    result = Result({"loss": 2.0, "config": {"x": 1}}, None, None, "/exp/t1", frame)
+    assert result.metrics_dataframe is frame and result.best_checkpoints is None and result.config == {"x": 1}
+    other = Result({"loss": 1.5, "config": {"x": 2}}, None, None, "/exp/t2", metrics_dataframe=pd.DataFrame(
+        {"loss": [1.5]}))
+    grid = ResultGrid([result, other], "/exp")
+    assert grid.get_best_result("loss", "min").config == {"x": 2}
+    assert grid.get_best_result("loss", "min", scope="all").config == {"x": 1}  # its 1.0 at iteration 2
+    assert grid.get_best_result("loss", "min", scope="avg").config == {"x": 2}
+    with pytest.raises(ConfigError, match="_storage_filesystem is not supported"):
+        Result(None, None, None, "/exp/t3", _storage_filesystem=object())
