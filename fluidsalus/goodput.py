@@ -17,7 +17,9 @@ nothing here starts Ray or writes anything. The exact definitions are in ``docs/
   reported again later (a retry after a failure, an out-of-memory re-admission, a PBT exploit rollback, a
   resumed experiment), every earlier report of it was wasted. The latest report of each iteration is useful: the
   searcher consumed it and it was never redone. Results of trials the searcher stopped stay useful. The cause of
-  a waste is the first restart marker of that trial between the wasted report and its redo.
+  a waste is the first restart marker of that trial between the wasted report and its redo that resumed it from
+  before that iteration (its ``from_iteration`` is lower; a ``resume``, which names none, always qualifies): a
+  restart from at or after it undid nothing of it.
 - **Partial iterations.** The iteration a failure cut short has no result. It held the turn from the latest of
   the attempt's last result, the trial's last ``switch`` into it and its ``trial_start``, up to the failure
   (``trial_restart`` with reason ``retry``, ``oom_readmit``, ``oom_after_stop`` (out of memory after the driver
@@ -413,7 +415,7 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
     switches: list[Switch] = []
     gpu_util: dict[str, list[tuple[float, float]]] = defaultdict(list)
     gpu_mem: dict[str, StepSeries] = defaultdict(StepSeries)
-    restarts: dict[str, list[tuple[float, str]]] = defaultdict(list)  # trial -> (ts, cause)
+    restarts: dict[str, list[tuple[float, str, int | None]]] = defaultdict(list)  # trial -> (ts, cause, from_iteration)
     resumes: list[float] = []
     raw_markers: list[tuple[float, str, str, str | None, str | None]] = []  # ts, kind, device, trial, detail
     failures: list[tuple[float, str, str, int, str]] = []  # ts, device, trial, attempt, cause: cut-short iterations
@@ -440,7 +442,7 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
         attempt = attempt if isinstance(attempt, int) else 0
         if ev.kind == TRIAL_RESTART_EVENT and ev.trial_id is not None:
             reason = str(data.get("reason") or WASTE_OTHER)
-            restarts[ev.trial_id].append((ev.ts, reason))
+            restarts[ev.trial_id].append((ev.ts, reason, _as_int(data.get("from_iteration"))))
             kind = MARK_EXPLOIT if reason == WASTE_EXPLOIT else MARK_FAILURE
             if reason not in PLANNED_RESTART_REASONS:
                 raw_markers.append((ev.ts, kind, ev.device or UNKNOWN_DEVICE, ev.trial_id, data.get("error")))
@@ -448,7 +450,7 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
                 failures.append((ev.ts, ev.device, ev.trial_id, attempt - 1, WASTE_RETRY))
         elif ev.kind in ("oom_readmit", "oom_after_stop") and ev.trial_id is not None:
             if ev.kind == "oom_readmit":  # (after a stop the trial ends there: nothing is redone)
-                restarts[ev.trial_id].append((ev.ts, WASTE_OOM))
+                restarts[ev.trial_id].append((ev.ts, WASTE_OOM, _as_int(data.get("from_iteration"))))
             raw_markers.append((ev.ts, MARK_OOM, ev.device or UNKNOWN_DEVICE, ev.trial_id, data.get("error")))
             if ev.device is not None:
                 failures.append((ev.ts, ev.device, ev.trial_id, attempt, WASTE_OOM))
@@ -543,13 +545,13 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
     for r in results:
         by_iteration[(r.trial_id, r.iteration)].append(r)
     for rows in restarts.values():
-        rows.sort()
+        rows.sort(key=lambda r: r[0])
     resumes.sort()
     verdict: dict[int, str | None] = {}  # id(row) -> waste cause (None: useful)
-    for (trial_id, _), rows in by_iteration.items():
+    for (trial_id, iteration), rows in by_iteration.items():
         rows.sort(key=lambda r: (r.attempt, r.ts))
         for row, redo in zip(rows, rows[1:], strict=False):
-            verdict[id(row)] = _cause(restarts.get(trial_id, []), resumes, row.ts, redo.ts)
+            verdict[id(row)] = _cause(restarts.get(trial_id, []), resumes, row.ts, redo.ts, iteration)
         verdict[id(rows[-1])] = None
 
     # Spans.
@@ -656,10 +658,20 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
     )
 
 
-def _cause(restarts: Sequence[tuple[float, str]], resumes: Sequence[float], done: float, redo: float) -> str:
-    """Why a report at ``done`` was redone at ``redo``: the first restart marker in between."""
-    found: list[tuple[float, str]] = [(ts, c) for ts, c in restarts if done <= ts <= redo]
-    found += [(ts, WASTE_RESUME) for ts in resumes if done <= ts <= redo]
+def _cause(restarts: Sequence[tuple[float, str, int | None]], resumes: Sequence[float], done: float, redo: float,
+           iteration: int) -> str:
+    """Why the report of ``iteration`` at ``done`` was redone at ``redo``: the first restart marker in between that
+    resumed the trial from before ``iteration`` (a marker without ``from_iteration``, and a ``resume``, may have).
+
+    A restart from at or after the iteration undid nothing of it: a PBT trial that gave its place up at its
+    checkpoint (``turn``) and was later exploited from an earlier checkpoint lost its iterations to the exploit,
+    not to its turn. (When no marker resumed from before it, the first marker in between is named, as before
+    ``from_iteration`` was read; none: :data:`WASTE_OTHER`.)
+    """
+    between = [(ts, c, start) for ts, c, start in restarts if done <= ts <= redo]
+    between += [(ts, WASTE_RESUME, None) for ts in resumes if done <= ts <= redo]
+    undid = [(ts, c) for ts, c, start in between if start is None or start < iteration]
+    found = undid or [(ts, c) for ts, c, _ in between]
     return min(found)[1] if found else WASTE_OTHER
 
 

@@ -244,6 +244,43 @@ def test_the_planners_restarts_place_no_failure_marker_and_a_moves_redone_iterat
     assert all(s.useful for s in act.spans if s.trial_id == "W")
 
 
+def test_a_waste_is_the_restart_that_resumed_from_before_it_not_the_first_restart_after_it():
+    """A restart from at or after an iteration undoes nothing of it. PBT trial T gives its place up at its
+    checkpoint 6 (``turn``: nothing lost), runs 7 and 8, and is exploited from a source's checkpoint 3: 4..8 are
+    redone, all lost to the exploit (4..6 used to be blamed on the turn, the first marker after their reports: the
+    flaky test_a_trial_gives_its_place_up_only_from_a_checkpoint_at_its_point). U's turn from 4 after it reported 6
+    does undo 5 and 6 (the turn's waste); V's marker of an older store, without ``from_iteration``, is named as it
+    always was; W's redo after a restart from past it (no marker resumed from before it) names that marker."""
+    events = [ev(0.0, "device_start", kind="cpu", slots=1)]
+    events += [ev(0.1, "trial_start", t, attempt=a) for t in "TUVW" for a in (0, 1, 2)]
+    events += [
+        ev(6.5, "trial_restart", "T", attempt=1, reason="turn", from_iteration=6),
+        ev(8.5, "trial_restart", "T", attempt=2, reason="exploit", from_iteration=3),
+        ev(6.5, "trial_restart", "U", attempt=1, reason="turn", from_iteration=4),
+        ev(8.5, "trial_restart", "U", attempt=2, reason="exploit", from_iteration=2),
+        ev(2.5, "trial_restart", "V", attempt=1, reason="move"),
+        ev(2.5, "trial_restart", "W", attempt=1, reason="move", from_iteration=2),
+    ]
+    results = [res("T", 0, i, float(i), 1.0) for i in range(1, 7)]
+    results += [res("T", 1, i, float(i), 1.0) for i in (7, 8)]
+    results += [res("T", 2, i, 5.0 + i, 1.0) for i in range(4, 13)]
+    results += [res("U", 0, i, float(i), 1.0) for i in range(1, 7)]
+    results += [res("U", 1, i, 5.75 + i / 4, 0.25) for i in (5, 6, 7, 8)]
+    results += [res("U", 2, i, 6.0 + i, 1.0) for i in range(3, 9)]
+    results += [res("V", 0, 1, 1.0, 0.5), res("V", 0, 2, 2.0, 0.5), res("V", 1, 2, 3.0, 0.5)]
+    results += [res("W", 0, 1, 1.0, 0.5), res("W", 0, 2, 2.0, 0.5), res("W", 1, 2, 3.0, 0.5)]
+    act = gp.build_activity(results, events)
+    wasted = {(s.trial_id, s.attempt, s.iteration): s.waste_cause for s in act.spans if not s.useful}
+    assert wasted == {
+        **{("T", 0, i): gp.WASTE_EXPLOIT for i in (4, 5, 6)}, **{("T", 1, i): gp.WASTE_EXPLOIT for i in (7, 8)},
+        ("U", 0, 5): "turn", ("U", 0, 6): "turn",  # redone in U's attempt 1, after its turn from 4
+        **{("U", 1, i): gp.WASTE_EXPLOIT for i in (5, 6, 7, 8)}, ("U", 0, 3): gp.WASTE_EXPLOIT,
+        ("U", 0, 4): gp.WASTE_EXPLOIT, ("V", 0, 2): "move", ("W", 0, 2): "move",
+    }
+    d = gp.summarize(act).devices[0]
+    assert {k: w.iterations for k, w in d.wasted.items()} == {gp.WASTE_EXPLOIT: 11, "turn": 2, "move": 2}
+
+
 def test_two_devices_totals_and_nvml():
     events = []
     results = []

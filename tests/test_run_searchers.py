@@ -256,6 +256,13 @@ def test_a_trial_gives_its_place_up_only_from_a_checkpoint_at_its_point(storage)
     reader = ExperimentStore.open(os.path.join(storage, "sparse"), readonly=True)
     turns = [e for e in reader.events("trial_restart") if e.data["reason"] == "turn"]
     assert turns and {e.data["from_iteration"] for e in turns} <= {6, 12}
+    results = reader.results(latest_attempt_only=False)
+    for turn in turns:  # each turn resumes from the last result of the attempt it ends: nothing is run twice
+        ended = [r.iteration for r in results if r.trial_id == turn.trial_id and r.attempt == turn.data["attempt"] - 1]
+        assert ended and max(ended) == turn.data["from_iteration"]
+    # Only exploits redo iterations. (A trial that gave its place up at 6, ran 7 and 8 and then exploited a source
+    # whose checkpoint at its last point was 3 redoes 4..8: all the exploit's, though the turn came between its
+    # first reports of 4..6 and their redo; goodput named the turn for them, and this failed now and then.)
     _, summary = goodput.from_store(reader)
     assert set(summary.totals.wasted) <= {"exploit"}
 
