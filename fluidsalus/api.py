@@ -47,6 +47,7 @@ from fluidsalus.store import (
     DriverLock,
     ExperimentStore,
     abandoned_create,
+    open_untouched,
     remove_store_files,
     unused_name,
     wait_for_killed_drivers_devices,
@@ -71,6 +72,24 @@ _CONNECT_LOCK = threading.Lock()
 #: its ``config`` and ``num_samples`` then describe the run (stored with it) and are not refused as unused.
 _SPACE_IN_SEARCHER: contextvars.ContextVar[bool] = contextvars.ContextVar("fluidsalus_space_in_searcher",
                                                                          default=False)
+
+
+#: Set by a front end around :func:`run`: called as ``hook(store, searcher)`` by a resume once every check passed
+#: and the store is open for writing, before the stored trials are loaded; ``searcher`` holds the stored state
+#: then (what the hook tells it, it saves itself). The Tune front end carries out ``Tuner.restore``'s flags in it,
+#: so that a refused resume has changed no trial.
+_ON_RESUME: contextvars.ContextVar[Callable[[ExperimentStore, BaseSearcher], None] | None] = \
+    contextvars.ContextVar("fluidsalus_on_resume", default=None)
+
+
+@contextlib.contextmanager
+def on_resume(hook: Callable[[ExperimentStore, BaseSearcher], None]) -> Any:
+    """Within it, a resume by :func:`run` calls ``hook`` once it is accepted (:data:`_ON_RESUME`)."""
+    token = _ON_RESUME.set(hook)
+    try:
+        yield
+    finally:
+        _ON_RESUME.reset(token)
 
 
 @contextlib.contextmanager
@@ -173,7 +192,9 @@ def run(
         resume: Continue the experiment ``name``: finished trials are kept, unfinished ones resume from their
             last checkpoint (or restart when they have none). It needs the trainable (by name), the ``config``
             keys, the metric, mode and searcher kind the experiment ran with (another is a ConfigError naming
-            both, and nothing in the store changes); ``config``'s values may differ (object refs given again).
+            both, and the experiment's folder is left byte for byte as it was: the checks read the store without
+            writing, and only an accepted resume opens it for writing); ``config``'s values may differ (object
+            refs given again).
         callbacks: :class:`fluidsalus.callbacks.Callback` s, told of each result once it is safely stored.
         address: The Ray cluster to run on when this process has not initialised Ray yet: the head node's
             ``host:port``, ``ray://host:port`` (Ray Client) or ``"auto"``, as in ``ray.init(address=...)``.
@@ -305,11 +326,14 @@ def run(
     created_here = not exists
     trials: list[Trial] = []
     if exists:
-        lock = _lock(exp_dir)  # before the store changes: another driver may be running it
+        lock = _lock(exp_dir)  # before the store is read: another driver may be running it
+        store = None
         try:
-            store = ExperimentStore.open(exp_dir)
-            try:
-                experiment = store.experiment()
+            # Every check on a view that changes nothing (the store's folder byte for byte, no -wal/-shm made):
+            # a refused resume leaves the experiment as it was. Only then is it opened for writing, which brings
+            # an older schema up to date and rewrites the checkpoint paths of a moved experiment.
+            with open_untouched(exp_dir) as view:
+                experiment = view.experiment()
                 _check_objective(spec, experiment)
                 ran = experiment.get("spec") or {}
                 _check_searcher_kind(searcher, ran.get("searcher"))
@@ -317,23 +341,26 @@ def run(
                 check_same_run(ran.get("trainable"), trainable_name,
                                None if ran_space is None else list(ran_space), list(_describe_space(space)),
                                other_trainable=_OTHER_TRAINABLE, other_space=_OTHER_SPACE)
-                if experiment.get("status") == EXP_RUNNING and lock.previous_pid not in (None, os.getpid()):
-                    # Its driver was killed: its device actors on this machine run on until Ray ends them, and
-                    # would run the same trials beside ours, writing the same folders.
-                    wait_for_killed_drivers_devices(store)
-                trials = _load_trials(store)
-                _renew_object_refs(trials, space)
-                _restore(searcher, store)  # its saved state, and what it was told after it
-                store.set_experiment(status=EXP_RUNNING, error=None, finished_at=None)
-                if experiment.get("metric") is None and spec.metric is not None:  # it ran without one: now it has it
-                    store.set_experiment(metric=spec.metric, mode=spec.mode)
-                store.add_events([(time.time(), "resume", None, None, {"unfinished": sum(
-                    t.status not in ("TERMINATED", "ERROR") for t in trials)})])
-            except BaseException:
-                store.close()
-                raise
+                _restore(searcher, view)  # its saved state, and what it was told after it (or the refusal)
+            store = ExperimentStore.open(exp_dir)
+            if experiment.get("status") == EXP_RUNNING and lock.previous_pid not in (None, os.getpid()):
+                # Its driver was killed: its device actors on this machine run on until Ray ends them, and
+                # would run the same trials beside ours, writing the same folders.
+                wait_for_killed_drivers_devices(store)
+            accepted = _ON_RESUME.get()
+            if accepted is not None:  # (a front end's changes to the stored trials: Tuner.restore's flags)
+                accepted(store, searcher)
+            trials = _load_trials(store)
+            _renew_object_refs(trials, space)
+            store.set_experiment(status=EXP_RUNNING, error=None, finished_at=None)
+            if experiment.get("metric") is None and spec.metric is not None:  # it ran without one: now it has it
+                store.set_experiment(metric=spec.metric, mode=spec.mode)
+            store.add_events([(time.time(), "resume", None, None, {"unfinished": sum(
+                t.status not in ("TERMINATED", "ERROR") for t in trials)})])
         except BaseException:
-            lock.release()
+            if store is not None:
+                store.close()
+            lock.release(put_back=store is None)  # (refused before the store was opened for writing: as it was)
             raise
     else:
         while True:

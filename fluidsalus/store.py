@@ -461,9 +461,13 @@ class DriverLock:
     who holds it, for the refusal's message.
     """
 
-    def __init__(self, fd: int, previous: str = "") -> None:
+    def __init__(self, fd: int, previous: str = "", path: str | None = None, made: bool = False,
+                 previous_bytes: bytes = b"") -> None:
         self._fd: int | None = fd
         self.previous = previous  # what the file said before this driver took it (the last driver's line)
+        self._path = path  # the lock file, and whether acquire made it and what it held (for put_back)
+        self._made = made
+        self._previous_bytes = previous_bytes
 
     @property
     def previous_pid(self) -> int | None:
@@ -481,29 +485,45 @@ class DriverLock:
             StoreError: Another driver holds it (the message says which, as it wrote), or the file cannot be made.
         """
         path = os.path.join(experiment_dir, LOCK_FILENAME)
+        made = False
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except FileNotFoundError:
+                fd, made = os.open(path, os.O_RDWR | os.O_CREAT, 0o644), True
         except OSError as e:
             raise StoreError(f"cannot create the experiment's lock file {path!r}: {e.strerror}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "a driver that wrote nothing"
-            os.close(fd)
+            os.close(fd)  # (a file made here, in a race with the holder's, is its: it stays)
             raise StoreError(f"the experiment at {experiment_dir} is being run by another driver ({holder}); wait "
                              "for it to end, or stop it, before running it again") from None
-        previous = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+        previous_bytes = os.pread(fd, 4096, 0)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since "
                       f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
-        return cls(fd, previous)
+        return cls(fd, previous_bytes.decode("utf-8", "replace").strip(), path, made, previous_bytes)
 
-    def release(self) -> None:
-        """Let the experiment go (idempotent)."""
+    def release(self, put_back: bool = False) -> None:
+        """Let the experiment go (idempotent).
+
+        Args:
+            put_back: Leave the lock file as :meth:`acquire` found it (a refused resume changes nothing in the
+                experiment's folder): its bytes written back (a killed driver's line, which
+                :meth:`holder_gone` reads), or the file removed when :meth:`acquire` made it. Otherwise it is
+                emptied: the experiment is let go.
+        """
         if self._fd is not None:
             fd, self._fd = self._fd, None
             with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
+                if put_back and self._made and self._path is not None:
+                    os.remove(self._path)  # (while the flock is held: a driver that opens it after makes its own)
+                else:
+                    os.ftruncate(fd, 0)
+                    if put_back and self._previous_bytes:
+                        os.pwrite(fd, self._previous_bytes, 0)
             os.close(fd)  # (closing the only descriptor drops the flock)
 
     @staticmethod
@@ -674,6 +694,30 @@ def open_readonly(path: str | os.PathLike[str]) -> ExperimentStore:
     return ExperimentStore.open(path, readonly=True, immutable=idle)
 
 
+def _untouched_uri(db_path: str) -> str:
+    """The URI of a read-only connection to ``db_path`` that changes no byte beside it and makes no file: SQLite's
+    ``immutable=1`` when no write-ahead log is there (a plain read-only open would create empty ``-wal`` and
+    ``-shm`` files); with one (a killed driver's, or a running driver's), ``readonly_shm=1``, which reads the log
+    without writing its shared-memory index (a plain read-only reader writes its read marks and, after a crash,
+    rebuilds the index there). A ``-wal`` without its ``-shm`` leaves only the plain read-only open, which makes
+    the ``-shm``."""
+    uri = "file:" + os.path.abspath(db_path) + "?mode=ro"
+    if not os.path.exists(db_path + WAL_SUFFIX):
+        return uri + "&immutable=1"
+    return uri + "&readonly_shm=1" if os.path.exists(db_path + SHM_SUFFIX) else uri
+
+
+def open_untouched(path: str | os.PathLike[str]) -> ExperimentStore:
+    """Open a store for reading without changing a byte of its folder, nor making a file there, whoever else has
+    it open or left it (:func:`_untouched_uri`): what a resume reads to decide whether it may go on, so that a
+    refused resume leaves the experiment as it was.
+
+    Raises:
+        StoreError: As :meth:`ExperimentStore.open`: not an experiment, not a store, or a newer schema.
+    """
+    return ExperimentStore.open(path, readonly=True, untouched=True)
+
+
 def unused_name(storage: str, name: str) -> str:
     """An experiment name free in ``storage``: ``name``, else ``name_2``, ``name_3``, ... (the first whose folder does
     not exist). For the names fluidsalus makes itself (``<trainable>_<date>``), which two runs of one second share.
@@ -794,14 +838,22 @@ class ExperimentStore:
         return cls(conn, db_path, readonly=False)
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], readonly: bool = False, immutable: bool = False) -> ExperimentStore:
+    def open(cls, path: str | os.PathLike[str], readonly: bool = False, immutable: bool = False,
+             untouched: bool = False) -> ExperimentStore:
         """Open an existing store, given its experiment folder or its ``experiment.db``.
+
+        A writer first reads the file's header on a connection that changes nothing (:func:`_untouched_uri`), and
+        connects for writing (which makes the ``-wal``/``-shm`` files, brings an older schema up to date and
+        rewrites the checkpoint paths of a moved experiment) only once it holds a store this version can write: a
+        store it refuses is left as it was.
 
         Args:
             path: The experiment folder or the database file.
             readonly: Open without any write access (safe on a running experiment).
             immutable: With ``readonly``, read the database file alone (SQLite's ``immutable=1``) and create no
                 ``-wal``/``-shm`` files: only for a store that no process has open.
+            untouched: With ``readonly``, change no byte beside the store and make no file
+                (:func:`open_untouched`).
 
         Raises:
             StoreError: If there is no store there, the file is not a fluidsalus store, or it was written
@@ -811,43 +863,14 @@ class ExperimentStore:
         if not os.path.exists(db_path):
             raise StoreError(f"{os.fspath(path)!r} is not a fluidsalus experiment (no {DB_FILENAME} found)")
         _check_sqlite_file(db_path)
-        try:
-            if readonly:
-                uri = "file:" + os.path.abspath(db_path) + "?mode=ro" + ("&immutable=1" if immutable else "")
-                conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-            else:
-                conn = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
-            # (in one read transaction: a creation that commits between two reads made a store being created
-            # look like a foreign file, "an SQLite file but not a fluidsalus experiment store": the review's race)
-            conn.execute("BEGIN")
-            try:
-                app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-                tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-            finally:
-                conn.execute("COMMIT")
-        except sqlite3.OperationalError as e:  # the file is a database, but SQLite cannot read it now
-            raise StoreError(f"could not open the experiment store {db_path!r}: {e}") from None
-        except sqlite3.DatabaseError as e:
-            raise StoreError(f"{db_path!r} is not a fluidsalus experiment store ({e})") from None
-        if app_id != APPLICATION_ID:
-            empty = app_id == 0 and tables == 0
-            conn.close()
-            if empty:  # (the create's transaction sets the id with the schema: not committed yet, or cut short)
-                raise StoreError(f"{db_path!r} holds no tables yet: an experiment store that its driver is "
-                                 "creating (try again in a moment), or whose creation was cut short")
-            raise StoreError(f"{db_path!r} is an SQLite file but not a fluidsalus experiment store")
-        if version > SCHEMA_VERSION:
-            readable_from = _readable_from(conn, version)
-            if not readonly or readable_from > SCHEMA_VERSION:
-                conn.close()
-                reads = f"reads schema {SCHEMA_VERSION} and older"
-                if readable_from <= SCHEMA_VERSION:
-                    reads += ", and can read this store but not write it"
-                raise StoreError(
-                    f"{db_path!r} was written by a newer fluidsalus (store schema {version}; this version "
-                    f"{reads}). Upgrade fluidsalus to open it."
-                )
+        if not readonly:  # (what a writer would refuse, refused before it connects: see above)
+            cls._connect_checked(db_path, _untouched_uri(db_path), writing=True)[0].close()
+        if readonly:
+            uri = _untouched_uri(db_path) if untouched else \
+                "file:" + os.path.abspath(db_path) + "?mode=ro" + ("&immutable=1" if immutable else "")
+        else:
+            uri = None
+        conn, version = cls._connect_checked(db_path, uri, writing=not readonly)
         store = cls(conn, db_path, readonly=readonly)
         if not readonly:
             try:
@@ -861,6 +884,59 @@ class ExperimentStore:
                 conn.close()
                 raise
         return store
+
+    @staticmethod
+    def _connect_checked(db_path: str, uri: str | None, writing: bool) -> tuple[sqlite3.Connection, int]:
+        """Connect to ``db_path`` (a read-write connection when ``uri`` is None) and check its header: a
+        fluidsalus store of a schema this version can read (and, when ``writing``, write).
+
+        Returns:
+            The connection and the store's schema version.
+
+        Raises:
+            StoreError: It is not one (the connection is closed).
+        """
+        try:
+            if uri is not None:
+                conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            else:
+                conn = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+        except sqlite3.OperationalError as e:
+            raise StoreError(f"could not open the experiment store {db_path!r}: {e}") from None
+        try:
+            # (in one read transaction: a creation that commits between two reads made a store being created
+            # look like a foreign file, "an SQLite file but not a fluidsalus experiment store": the review's race)
+            conn.execute("BEGIN")
+            try:
+                app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+                readable_from = _readable_from(conn, version) if version > SCHEMA_VERSION else version
+            finally:
+                conn.execute("COMMIT")
+        except sqlite3.OperationalError as e:  # the file is a database, but SQLite cannot read it now
+            conn.close()
+            raise StoreError(f"could not open the experiment store {db_path!r}: {e}") from None
+        except sqlite3.DatabaseError as e:
+            conn.close()
+            raise StoreError(f"{db_path!r} is not a fluidsalus experiment store ({e})") from None
+        if app_id != APPLICATION_ID:
+            conn.close()
+            if app_id == 0 and tables == 0:  # (the create's transaction sets the id with the schema: not committed
+                # yet, or cut short)
+                raise StoreError(f"{db_path!r} holds no tables yet: an experiment store that its driver is "
+                                 "creating (try again in a moment), or whose creation was cut short")
+            raise StoreError(f"{db_path!r} is an SQLite file but not a fluidsalus experiment store")
+        if version > SCHEMA_VERSION and (writing or readable_from > SCHEMA_VERSION):
+            conn.close()
+            reads = f"reads schema {SCHEMA_VERSION} and older"
+            if readable_from <= SCHEMA_VERSION:
+                reads += ", and can read this store but not write it"
+            raise StoreError(
+                f"{db_path!r} was written by a newer fluidsalus (store schema {version}; this version "
+                f"{reads}). Upgrade fluidsalus to open it."
+            )
+        return conn, version
 
     def here(self, path: str | None) -> str | None:
         """A checkpoint path the store recorded, where it is now.
@@ -1030,6 +1106,10 @@ class ExperimentStore:
         except BaseException as e:
             with contextlib.suppress(sqlite3.Error):  # (SQLite may have rolled back already)
                 self._conn.execute("ROLLBACK")
+            # (a read inside the write raises unreadable()'s StoreError, SQLite's error its cause: the advice
+            # below was lost for it)
+            if isinstance(e, StoreError) and isinstance(e.__cause__, sqlite3.OperationalError):
+                e = e.__cause__
             if isinstance(e, sqlite3.OperationalError):
                 raise StoreError(f"could not write the experiment store {self.db_path!r}: {e} (nothing of this "
                                  "write was kept; if the disk is full, free space, then run the experiment again "

@@ -1899,3 +1899,79 @@ def test_a_resumed_run_does_not_tell_the_searcher_again_of_an_end_it_was_told_at
     grid = fluidsalus.run(_ten_steps, searcher=again, resume=True, **kwargs)
     assert "complete" not in [call for calls in again.calls.values() for call in calls]
     assert grid[0].metrics["training_iteration"] == 3
+
+
+def _checkpointed(config):
+    for it in (1, 2):
+        fluidsalus.report({"score": config["x"] * it}, checkpoint=iteration_checkpoint(it))
+
+
+def _as_schema_1(folder: str) -> None:
+    conn = sqlite3.connect(os.path.join(folder, DB_FILENAME), isolation_level=None)
+    for statement in ("DROP TABLE searcher_calls", "ALTER TABLE trials DROP COLUMN config_pickle",
+                      "DROP TABLE store_info", "PRAGMA user_version = 1"):
+        conn.execute(statement)
+    conn.close()
+
+
+def _moved(folder: str) -> str:
+    moved = folder + "_moved"
+    shutil.copytree(folder, moved)
+    return moved
+
+
+def _killed_drivers_log(folder: str) -> None:
+    """A killed driver's store: a transaction in its ``-wal`` (not folded in), ``-shm`` beside it, its lock line."""
+    subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import os, sqlite3
+        c = sqlite3.connect({os.path.join(folder, DB_FILENAME)!r}, isolation_level=None)
+        c.execute("INSERT INTO events (ts, kind) VALUES (1.0, 'late')")
+        os._exit(0)""")], check=True)
+    Path(folder, ".driver.lock").write_text("pid 999999 on elsewhere, since 2025-01-01 00:00:00\n")
+
+
+def _truncated_store(folder: str) -> None:
+    path = os.path.join(folder, DB_FILENAME)
+    os.truncate(path, os.path.getsize(path) // 2)
+
+
+@pytest.mark.parametrize(("prepare", "trainable", "message"), [
+    (_as_schema_1, _other_objective, "trainable: the experiment ran the trainable '_checkpointed'"),
+    (_moved, _other_objective, "trainable: the experiment ran the trainable '_checkpointed'"),
+    (lambda folder: os.remove(os.path.join(folder, ".driver.lock")), _other_objective, "trainable: the experiment"),
+    (_killed_drivers_log, _other_objective, "trainable: the experiment ran the trainable '_checkpointed'"),
+    (_truncated_store, _checkpointed, r"experiment.db' is not a fluidsalus experiment store \(database disk image is "
+                                      r"malformed\)"),
+], ids=["older-schema", "moved", "no-lock-file", "killed-driver", "truncated-store"])
+def test_a_refused_resume_leaves_the_experiments_folder_byte_for_byte(storage, prepare, trainable, message):
+    """A refused resume opened the store for writing before its checks: an older schema was migrated, a moved
+    experiment's checkpoint paths rewritten, a killed driver's log folded in and its lock line emptied, a lock
+    file made, and a store damaged past its header got -wal/-shm files (h92's review, h83's N8)."""
+    fluidsalus.run(_checkpointed, {"x": fluidsalus.grid_search([1, 2])}, storage_path=storage, name="e", verbose=0)
+    folder = prepare(os.path.join(storage, "e")) or os.path.join(storage, "e")
+    before = _every_file(folder)
+    with pytest.raises(fluidsalus.errors.FluidsalusError, match=message):
+        fluidsalus.run(trainable, {"x": fluidsalus.grid_search([1, 2])}, storage_path=os.path.dirname(folder),
+                       name=os.path.basename(folder), resume=True, verbose=0)
+    assert _every_file(folder) == before
+
+
+def _every_file(folder: str) -> dict[str, bytes]:
+    """Every file under ``folder`` and its bytes, the driver's lock file too."""
+    return {os.path.relpath(os.path.join(root, name), folder): Path(root, name).read_bytes()
+            for root, _, names in os.walk(folder) for name in names}
+
+
+def test_an_accepted_resume_still_migrates_and_relocates(storage):
+    """What a refused resume no longer does, an accepted one still does: an older schema is brought up to date and
+    a moved experiment's checkpoints are found where it is now."""
+    fluidsalus.run(_checkpointed, {"x": fluidsalus.grid_search([1, 2])}, storage_path=storage, name="e", verbose=0)
+    _as_schema_1(os.path.join(storage, "e"))
+    moved = _moved(os.path.join(storage, "e"))
+    grid = fluidsalus.run(_checkpointed, {"x": fluidsalus.grid_search([1, 2])}, storage_path=storage,
+                          name=os.path.basename(moved), resume=True, verbose=0)
+    assert len(grid) == 2 and grid.num_errors == 0
+    conn = sqlite3.connect(os.path.join(moved, DB_FILENAME))
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert all(path.startswith(moved + os.sep) for (path,) in conn.execute("SELECT path FROM checkpoints"))
+    conn.close()

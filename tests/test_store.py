@@ -516,3 +516,73 @@ def test_configs_that_json_cannot_hold_are_kept_as_given(tmp_path):
     store.update_trial_config("objects", {"lr": 0.3})
     assert store.configs() == {"plain": {"lr": 0.2, "cls": _Model}}
     store.close()
+
+
+def _folder_bytes(folder) -> dict[str, bytes]:
+    """Every file under ``folder`` (the lock file too) and its bytes."""
+    return {os.path.relpath(os.path.join(root, name), folder): open(os.path.join(root, name), "rb").read()
+            for root, _, names in os.walk(folder) for name in names}
+
+
+def _truncated(db_path: str) -> None:
+    os.truncate(db_path, os.path.getsize(db_path) // 2)
+
+
+def test_a_writer_that_refuses_a_store_leaves_its_folder_as_it_was(tmp_path):
+    """A writer's open of a store damaged past its first bytes connected for writing before it refused: the store
+    got ``-wal``/``-shm`` files beside it (h83's N8, a refused restore). (A newer schema's refusal made none.)"""
+    store = _new(tmp_path)
+    store.add_trials([(f"t{i}", i, {"x": i}) for i in range(200)])  # (pages enough that half of them is cut)
+    store.close()
+    _truncated(store.db_path)
+    before = _folder_bytes(tmp_path / "exp")
+    with pytest.raises(StoreError, match=r"is not a fluidsalus experiment store \(database disk image is malformed\)"):
+        ExperimentStore.open(str(tmp_path / "exp"))
+    assert _folder_bytes(tmp_path / "exp") == before
+
+
+def test_an_untouched_view_of_a_killed_writers_store_reads_its_log_and_changes_no_byte(tmp_path):
+    """A resume reads a killed driver's store (its ``-wal`` and ``-shm`` left) to check it: SQLite's plain read-only
+    reader rewrote the ``-shm`` (its recovery and read marks), and a writer folded the log in and removed both."""
+    store = _new(tmp_path)
+    store.close()
+    script = (f"from fluidsalus.store import ExperimentStore; import os\n"
+              f"s = ExperimentStore.open({str(tmp_path / 'exp')!r})\n"
+              "s.add_events([(1.0, 'late', None, None, None)]); os._exit(0)")
+    subprocess.run([sys.executable, "-c", script], check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.environ.get("PYTHONPATH", "")])})
+    before = _folder_bytes(tmp_path / "exp")
+    assert DB_FILENAME + "-wal" in before and DB_FILENAME + "-shm" in before
+    from fluidsalus.store import open_untouched
+    with open_untouched(tmp_path / "exp") as view:
+        assert [e.kind for e in view.events()] == ["late"]  # (only in the log)
+    assert _folder_bytes(tmp_path / "exp") == before
+
+
+@pytest.mark.parametrize("held_before", ["", "pid 999999 on elsewhere, since 2025-01-01 00:00:00\n", None])
+def test_a_lock_put_back_leaves_its_file_as_it_was(tmp_path, held_before):
+    """A refused resume took the driver lock: the file then held nothing (a killed driver's line, which
+    ``holder_gone`` reads, was lost) or was made anew in an experiment that had none."""
+    path = tmp_path / LOCK_FILENAME
+    if held_before is not None:
+        path.write_text(held_before)
+    lock = DriverLock.acquire(str(tmp_path))
+    assert path.read_text().startswith(f"pid {os.getpid()} ")
+    lock.release(put_back=True)
+    assert (path.read_text() if path.exists() else None) == held_before
+
+
+def test_a_read_that_fails_inside_a_write_keeps_the_writes_advice(tmp_path):
+    """A read inside a transaction that SQLite could not do said only "cannot be read": the transaction's own
+    message (nothing kept, what to do) was lost (h92's review)."""
+    store = _new(tmp_path)
+    other = sqlite3.connect(store.db_path)
+    other.execute("DROP TABLE events")
+    other.close()
+    with pytest.raises(StoreError, match=r"could not write the experiment store .*: no such table: events \(nothing "
+                                         r"of this write was kept; .* resume=True"):
+        with store.transaction():
+            store.add_trials([("t0", 0, {"x": 1})])
+            store.events()
+    assert store.trials() == []
+    store.close()

@@ -711,6 +711,25 @@ def test_restore_of_a_damaged_tuner_pkl_names_the_file(ray_cluster, storage: str
     assert len(tune.ExperimentAnalysis(path).trials) == 1
 
 
+@pytest.mark.parametrize("flags", [{}, {"restart_errored": True}])
+def test_restore_of_a_store_damaged_past_its_header_changes_nothing(ray_cluster, storage: str, tmp_path,
+                                                                    flags) -> None:
+    """Its fit() opened the store for writing (to read the trials' tags) before the store was refused: the
+    experiment's folder got -wal/-shm files (h83's N8)."""
+    from fluidsalus.errors import StoreError
+
+    path = _errored_experiment(storage, "damaged", str(tmp_path / "flag"))
+    db_path = os.path.join(path, "experiment.db")
+    os.truncate(db_path, os.path.getsize(db_path) // 2)
+    before = {os.path.relpath(os.path.join(root, name), path): open(os.path.join(root, name), "rb").read()
+              for root, _, names in os.walk(path) for name in names}
+    with pytest.raises(StoreError, match=rf"^{re.escape(repr(db_path))} is not a fluidsalus experiment store "
+                                         r"\(database disk image is malformed\)$"):
+        Tuner.restore(path, _checkpointing, **flags).fit()
+    assert {os.path.relpath(os.path.join(root, name), path): open(os.path.join(root, name), "rb").read()
+            for root, _, names in os.walk(path) for name in names} == before
+
+
 def test_restore_restart_errored_starts_from_scratch(ray_cluster, storage: str, tmp_path) -> None:
     path = _errored_experiment(storage, "restart_errored", str(tmp_path / "flag"))
     grid = Tuner.restore(path, _checkpointing, restart_errored=True, resume_errored=False).fit()

@@ -668,3 +668,44 @@ def test_trial_resources_read_like_rays_placement_group_factory() -> None:
     nothing = TrialResources()
     assert nothing == {} and nothing.required_resources == {"CPU": 1.0} and nothing.head_cpus == 1.0  # Ray's default
     assert (nothing.strategy, nothing.head_bundle_is_empty) == ("PACK", False)
+
+
+def _checkpointed_fails_at_2(config):
+    folder = os.path.join(tune.get_context().get_trial_dir(), "saved")
+    os.makedirs(folder, exist_ok=True)
+    tune.report({"score": config["x"]}, checkpoint=Checkpoint.from_directory(folder))
+    if config["x"] == 2:
+        raise RuntimeError("x is 2")
+
+
+class _WithState(tune.Callback):
+    def get_state(self):
+        return {"seen": 1}
+
+
+def _every_file(folder: str) -> dict[str, bytes]:
+    """Every file under ``folder`` and its bytes (the driver's lock file too)."""
+    out = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            with open(os.path.join(root, name), "rb") as f:
+                out[os.path.relpath(os.path.join(root, name), folder)] = f.read()
+    return out
+
+
+@pytest.mark.parametrize("how", [{"resume": "AUTO+RESTART_ERRORED"}, {"resume": "AUTO+ERRORED_ONLY"},
+                                 {"resume": True, "callbacks": [_WithState()]}],
+                         ids=["restart-errored", "errored-only", "callback-state"])
+def test_a_refused_tune_run_resume_leaves_the_experiment_as_it_was(ray_cluster, storage: str, how) -> None:
+    """``tune.run(resume=...)`` carried out its flags before fluidsalus.run refused the resume (another config's
+    keys): the errored trial's checkpoints, result.json and progress.csv were deleted and it was made PENDING, its
+    error gone; a callback's state file was written, and the store's reader left -wal/-shm files."""
+    kwargs = {"storage_path": storage, "name": "e", "verbose": 0, "raise_on_failed_trial": False, "metric": "score",
+              "mode": "max"}
+    tune.run(_checkpointed_fails_at_2, config={"x": tune.grid_search([1, 2])}, **kwargs)
+    folder = os.path.join(storage, "e")
+    before = _every_file(folder)
+    with pytest.raises(ConfigError, match=r"config: the experiment ran with the search space keys \['x'\]; resume it "
+                                          r"with that search space \(got keys \['y'\]\)"):
+        tune.run(_checkpointed_fails_at_2, config={"y": tune.grid_search([1, 2])}, **{**kwargs, **how})
+    assert _every_file(folder) == before

@@ -48,7 +48,7 @@ from typing import Any
 import ray
 from ray import cloudpickle  # (Ray's: the standalone one names functions pickled by value <dynamic-code>)
 
-from fluidsalus.api import check_same_run, run, space_in_searcher
+from fluidsalus.api import check_same_run, on_resume, run, space_in_searcher
 from fluidsalus.callbacks import Callback as EngineCallback
 from fluidsalus.checkpoint import write_atomically
 from fluidsalus.errors import ConfigError
@@ -65,9 +65,9 @@ from fluidsalus.store import (
     RUNNING,
     TERMINATED,
     ExperimentStore,
+    open_untouched,
     unused_name,
 )
-from fluidsalus.trialgroup.searcher_log import restore
 from fluidsalus.tune._config import INFINITE_SAMPLES, CheckpointConfig, FailureConfig, RunConfig, TuneConfig
 from fluidsalus.tune._custom_scheduler import ScheduledSearch
 from fluidsalus.tune._custom_search import defined_by_user, runner_of
@@ -534,15 +534,17 @@ class Tuner:
         self._restore_flags = {"resume_unfinished": resume_unfinished, "resume_errored": resume_errored,
                                "restart_errored": restart_errored}
 
-    def _apply_restore_flags(self, experiment_dir: str, make_searcher: Callable[[], BaseSearcher]) -> None:
-        """Carry out :meth:`restore`'s flags on the stored trials, before ``fluidsalus.run`` loads them.
+    def _apply_restore_flags(self, store: ExperimentStore, searcher: BaseSearcher) -> None:
+        """Carry out :meth:`restore`'s flags on the stored trials, once ``fluidsalus.run`` accepted the resume
+        (its :func:`~fluidsalus.api.on_resume` hook: a refused resume changes no trial) and before it loads them.
 
         Errored trials to run again become PENDING (with their checkpoints deleted for a restart); unfinished
-        trials not to resume become TERMINATED, and the saved searcher state is told they completed.
+        trials not to resume become TERMINATED, and the run's searcher, which holds the saved state, is told they
+        completed, and its state saved.
 
         Args:
-            experiment_dir: The experiment folder.
-            make_searcher: Builds a searcher of the same plan (called only when its saved state must change).
+            store: The experiment's store, open for writing.
+            searcher: The run's searcher, restored from the store.
         """
         flags, self._restore_flags = self._restore_flags, None
         if not flags:
@@ -551,44 +553,38 @@ class Tuner:
         from_scratch = flags["restart_errored"] and not flags["resume_errored"]
         if flags["resume_unfinished"] and not again_errored:
             return
-        store = ExperimentStore.open(experiment_dir)
-        try:
-            now, done, events = time.time(), [], []
-            folders = store.trial_dirs()
-            for row in store.trials():
-                if row.status == ERROR and again_errored:
-                    # As Ray's restore: a resumed trial counts the failure that ended it, a restarted one is anew.
-                    fields: dict[str, Any] = {"status": PENDING, "error": None, "traceback": None,
-                                              "finished_at": None, "stop_reason": None,
-                                              "num_failures": 0 if from_scratch else row.num_failures + 1}
-                    if from_scratch:
-                        checkpoints = store.checkpoints(row.trial_id)
-                        for checkpoint in checkpoints:
-                            shutil.rmtree(checkpoint["path"], ignore_errors=True)
-                        store.mark_checkpoints_deleted([c["path"] for c in checkpoints])
-                        fields.update(checkpoint_path=None, last_iteration=0)
-                        # Ray restarts it as a new trial in a new folder: its files hold the new attempt only (they
-                        # had both, 1, 2, 1, 2, 3, ...); the store keeps every attempt's results.
-                        for name in (RESULT_FILE, PROGRESS_FILE):
-                            with contextlib.suppress(FileNotFoundError):
-                                os.remove(os.path.join(folders[row.trial_id], name))
-                    store.update_trial(row.trial_id, **fields)
-                    events.append((now, _RESTORE_EVENT, row.trial_id, None,
-                                   {"action": "restart_errored" if from_scratch else "resume_errored"}))
-                elif row.status not in FINAL_STATUSES and not flags["resume_unfinished"]:
-                    store.update_trial(row.trial_id, status=TERMINATED, stop_reason=NOT_RESUMED, finished_at=now)
-                    events.append((now, _RESTORE_EVENT, row.trial_id, None, {"action": "not_resumed"}))
-                    done.append(row)
-            if done:
-                searcher = make_searcher()
-                restore(searcher, store)  # its saved state and the calls logged after it, before the new ones
-                for row in done:
-                    searcher.on_trial_complete(row.trial_id, row.last_result, error=False)
-                store.set_searcher_state(searcher.state_json())  # and the logged calls go: the state has them
-            if events:
-                store.add_events(events)
-        finally:
-            store.close()
+        now, done, events = time.time(), [], []
+        folders = store.trial_dirs()
+        for row in store.trials():
+            if row.status == ERROR and again_errored:
+                # As Ray's restore: a resumed trial counts the failure that ended it, a restarted one is anew.
+                fields: dict[str, Any] = {"status": PENDING, "error": None, "traceback": None,
+                                          "finished_at": None, "stop_reason": None,
+                                          "num_failures": 0 if from_scratch else row.num_failures + 1}
+                if from_scratch:
+                    checkpoints = store.checkpoints(row.trial_id)
+                    for checkpoint in checkpoints:
+                        shutil.rmtree(checkpoint["path"], ignore_errors=True)
+                    store.mark_checkpoints_deleted([c["path"] for c in checkpoints])
+                    fields.update(checkpoint_path=None, last_iteration=0)
+                    # Ray restarts it as a new trial in a new folder: its files hold the new attempt only (they
+                    # had both, 1, 2, 1, 2, 3, ...); the store keeps every attempt's results.
+                    for name in (RESULT_FILE, PROGRESS_FILE):
+                        with contextlib.suppress(FileNotFoundError):
+                            os.remove(os.path.join(folders[row.trial_id], name))
+                store.update_trial(row.trial_id, **fields)
+                events.append((now, _RESTORE_EVENT, row.trial_id, None,
+                               {"action": "restart_errored" if from_scratch else "resume_errored"}))
+            elif row.status not in FINAL_STATUSES and not flags["resume_unfinished"]:
+                store.update_trial(row.trial_id, status=TERMINATED, stop_reason=NOT_RESUMED, finished_at=now)
+                events.append((now, _RESTORE_EVENT, row.trial_id, None, {"action": "not_resumed"}))
+                done.append(row)
+        if done:
+            for row in done:
+                searcher.on_trial_complete(row.trial_id, row.last_result, error=False)
+            store.set_searcher_state(searcher.state_json())  # and the logged calls go: the state has them
+        if events:
+            store.add_events(events)
 
     @staticmethod
     def _restore_trials_view(experiment_dir: str, tags: Tagger, names: dict[str, Any] | None) -> None:
@@ -596,7 +592,7 @@ class Tuner:
         ``names`` when given, the name ``trial_name_creator`` gave it (so the creator is called once per trial)."""
         if not os.path.isfile(os.path.join(experiment_dir, DB_FILENAME)):
             return
-        store = ExperimentStore.open(experiment_dir)
+        store = open_untouched(experiment_dir)  # (read before fluidsalus.run checks the resume: changing nothing)
         try:
             for row in store.trials():
                 stored = (row.last_result or {}).get(TAG_KEY)
@@ -792,17 +788,23 @@ class Tuner:
         failure = run_config.failure_config
         checkpoint = run_config.checkpoint_config
         assert failure is not None and checkpoint is not None
-        if self._resume and self._restore_flags:
-            # A throwaway searcher of the same plan carries the saved searcher state's news of ended trials.
-            self._apply_restore_flags(experiment_dir, lambda: plan(tune_config, self._param_space,
-                                                                   class_trainable=class_trainable,
-                                                                   stop=run_config.stop).searcher)
-        if adapter is not None:
-            adapter.setup(stop=dict(run_config.stop) if isinstance(run_config.stop, Mapping) else {},  # (as Ray's
-                          # public spec: {} for none, a Stopper or a function)
-                          num_samples=sys.maxsize if endless else tune_config.num_samples,
-                          total_num_samples=total_samples,
-                          time_budget_s=tune_config.time_budget)
+        setup = {"stop": dict(run_config.stop) if isinstance(run_config.stop, Mapping) else {},  # (as Ray's public
+                 # spec: {} for none, a Stopper or a function)
+                 "num_samples": sys.maxsize if endless else tune_config.num_samples,
+                 "total_num_samples": total_samples, "time_budget_s": tune_config.time_budget}
+        if adapter is not None and not self._resume:
+            adapter.setup(**setup)
+        accepted = False
+
+        def resume_accepted(store: ExperimentStore, searcher: BaseSearcher) -> None:
+            """A resume that fluidsalus.run accepted: the flags change the stored trials, and the callbacks see
+            them as they are then. A refused one writes nothing into the experiment's folder, and, as Ray's
+            refused restore, calls no callback."""
+            nonlocal accepted
+            accepted = True
+            self._apply_restore_flags(store, searcher)
+            if adapter is not None:
+                adapter.setup(**setup)
         gpus = gpu_hint(counted)
         if gpus is not None and gpus > 1:
             warnings.warn(MANY_GPUS_WARNING.format(gpu=gpus), UserWarning, stacklevel=2)
@@ -814,7 +816,8 @@ class Tuner:
                 f"{key}: {counted[key]:g}" for key in unscheduled)), UserWarning, stacklevel=2)
         signals = StopSignals()
         try:
-            with signals, space_in_searcher():  # (config= and num_samples= describe the plan's searcher)
+            with signals, space_in_searcher(), on_resume(resume_accepted):  # (config= and num_samples= describe
+                # the plan's searcher)
                 grid = run(
                     entry,
                     config=planned.space,
@@ -851,8 +854,10 @@ class Tuner:
                 raise
             grid = self._interrupted_results(experiment_dir)
         finally:
-            policies.write()
-            if adapter is not None:
+            refused = self._resume and not accepted  # (its experiment is left as it was: see resume_accepted)
+            if not refused:
+                policies.write()
+            if adapter is not None and not refused:
                 adapter.experiment_end()
                 ExperimentStore.fold_log(experiment_dir)  # (its store reader closed after the run's writer)
             if os.path.isfile(os.path.join(experiment_dir, DB_FILENAME)) and not os.path.isfile(
