@@ -32,7 +32,7 @@ from ray import cloudpickle as ray_cloudpickle
 from fluidsalus import space as sp
 from fluidsalus.callbacks import Callback
 from fluidsalus.config import RunSpec, build
-from fluidsalus.errors import ConfigError, SpaceError, StoreError
+from fluidsalus.errors import ConfigError, SpaceError, StoreError, plural
 from fluidsalus.gpu import nvml
 from fluidsalus.gpu.actor import cluster_nodes, pack_trainable
 from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE
@@ -313,25 +313,14 @@ def run(
             f"name: {exp_dir} exists and is not an empty folder or an experiment; choose another name"
         )
 
-    _connect(spec.address)
-    device_specs = plan_devices(cluster_nodes(), spec.devices, spec.cpus_per_device, spec.cpus_per_trial,
-                                spec.task_cpus_per_trial)
-    largest = max((d.cpus for d in device_specs if d.kind == "cpu"), default=None)
-    if spec.cpus_per_trial is not None and largest is not None and spec.cpus_per_trial > largest \
-            and spec.cpus_per_device is None:
-        # (Ray warns that the cluster has too few, and leaves the trials pending; here they run on what there is)
-        warnings.warn(f"cpus_per_trial={spec.cpus_per_trial:g}: no node has that many cores; each trial runs on a "
-                      f"device of {largest} core{'s' if largest != 1 else ''}", UserWarning, stacklevel=2)
-
-    created_here = not exists
-    trials: list[Trial] = []
+    experiment: Mapping[str, Any] = {}
     if exists:
+        # Every check of a resume before Ray starts (a refused one started a whole local Ray first: seconds), on
+        # a view that changes nothing (the store's folder byte for byte, no -wal/-shm made): a refused resume
+        # leaves the experiment as it was. Only once Ray is up is it opened for writing, which brings an older
+        # schema up to date and rewrites the checkpoint paths of a moved experiment.
         lock = _lock(exp_dir)  # before the store is read: another driver may be running it
-        store = None
         try:
-            # Every check on a view that changes nothing (the store's folder byte for byte, no -wal/-shm made):
-            # a refused resume leaves the experiment as it was. Only then is it opened for writing, which brings
-            # an older schema up to date and rewrites the checkpoint paths of a moved experiment.
             with open_untouched(exp_dir) as view:
                 experiment = view.experiment()
                 _check_objective(spec, experiment)
@@ -342,6 +331,30 @@ def run(
                                None if ran_space is None else list(ran_space), list(_describe_space(space)),
                                other_trainable=_OTHER_TRAINABLE, other_space=_OTHER_SPACE)
                 _restore(searcher, view)  # its saved state, and what it was told after it (or the refusal)
+        except BaseException:
+            lock.release(put_back=True)
+            raise
+
+    try:
+        _connect(spec.address)
+        device_specs = plan_devices(cluster_nodes(), spec.devices, spec.cpus_per_device, spec.cpus_per_trial,
+                                    spec.task_cpus_per_trial)
+    except BaseException:
+        if exists:
+            lock.release(put_back=True)
+        raise
+    largest = max((d.cpus for d in device_specs if d.kind == "cpu"), default=None)
+    if spec.cpus_per_trial is not None and largest is not None and spec.cpus_per_trial > largest \
+            and spec.cpus_per_device is None:
+        # (Ray warns that the cluster has too few, and leaves the trials pending; here they run on what there is)
+        warnings.warn(f"cpus_per_trial={spec.cpus_per_trial:g}: no node has that many cores; each trial runs on a "
+                      f"device of {largest} core{'s' if largest != 1 else ''}", UserWarning, stacklevel=2)
+
+    created_here = not exists
+    trials: list[Trial] = []
+    if exists:
+        store = None
+        try:
             store = ExperimentStore.open(exp_dir)
             if experiment.get("status") == EXP_RUNNING and lock.previous_pid not in (None, os.getpid()):
                 # Its driver was killed: its device actors on this machine run on until Ray ends them, and
@@ -791,7 +804,7 @@ def _copy_dicts(value: Any) -> Any:
 
 
 def _print_summary(grid: ResultGrid, exp_dir: str, elapsed: float, metric: str | None, mode: str | None) -> None:
-    line = (f"fluidsalus: {len(grid)} trials in {elapsed:.1f}s ({grid.num_terminated} terminated, "
+    line = (f"fluidsalus: {plural(len(grid), 'trial')} in {elapsed:.1f}s ({grid.num_terminated} terminated, "
             f"{grid.num_errors} errored) -> {exp_dir}")
     if metric and mode:
         try:

@@ -188,6 +188,11 @@ def unpickle_exception(blob: bytes | None) -> BaseException | None:
         return None
 
 
+def plural(n: int, word: str, plural: str | None = None) -> str:
+    """``1 trial``, ``2 trials`` (for messages); ``plural`` where adding an s is wrong (``switches``)."""
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
 def error_summary(error: BaseException | str | None) -> str:
     """The line that says what a trial's error is, as the console, ``fluidsalus inspect`` and ``tune.run``'s
     ``TuneError`` show it: the first line of its device's error text (``ValueError: <message's first line>``).

@@ -23,7 +23,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from fluidsalus import goodput as gp
-from fluidsalus.errors import StoreError, error_summary
+from fluidsalus.errors import StoreError, error_summary, plural
 from fluidsalus.store import (
     DB_FILENAME,
     DEFAULT_STORAGE_PATH,
@@ -278,11 +278,6 @@ def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
 
 
-def _plural(n: int, word: str, plural: str | None = None) -> str:
-    """``1 trial``, ``2 trials``; ``plural`` where adding an s is wrong (``switches``)."""
-    return f"{n} {word if n == 1 else plural or word + 's'}"
-
-
 def _short(trial_id: str) -> str:
     """The trial's number within its experiment (``ab12c_00007`` -> ``7``), or the whole id if it has none."""
     tail = trial_id.rsplit("_", 1)[-1]
@@ -324,8 +319,8 @@ class Report:
 
     def __repr__(self) -> str:
         t = self.total_stats
-        return (f"<Report {self.name} ({self.status}): {_plural(len(self.device_stats), 'device')}, "
-                f"{_plural(len(self.trial_rows), 'trial')}, goodput {_fmt(t.goodput, '.3g')} of "
+        return (f"<Report {self.name} ({self.status}): {plural(len(self.device_stats), 'device')}, "
+                f"{plural(len(self.trial_rows), 'trial')}, goodput {_fmt(t.goodput, '.3g')} of "
                 f"{_fmt(t.throughput, '.3g')} iterations per device-second>")
 
     def __str__(self) -> str:
@@ -534,7 +529,7 @@ class Report:
                 if self.live else  # (an interrupted run's trials run no
                 # more: a resume continues them)
                 f"{counts['RUNNING'] + counts['PENDING'] + counts['PAUSED']} unfinished")
-        trials = _plural(len(self.trial_rows), "trial")
+        trials = plural(len(self.trial_rows), "trial")
         status = DRIVER_GONE if self.driver_gone else exp["status"]
         head = (f"experiment {exp['name']} ({status}, {self.duration_s:.1f}s): {trials}, "
                 f"{live}, {counts['TERMINATED']} done ({self.stopped} stopped by the search or a stop rule), "
@@ -545,7 +540,7 @@ class Report:
             head += f"\nended by: {error_summary(exp['error'])}"
         unsaved = self.unsaved_iterations
         if unsaved and not self.live:  # (a live run's trials are always past their latest checkpoint)
-            head += (f"\nunfinished trials ran {_plural(unsaved, 'iteration')} since their latest checkpoints: "
+            head += (f"\nunfinished trials ran {plural(unsaved, 'iteration')} since their latest checkpoints: "
                      "counted useful, they are run again if the experiment is resumed")
         t0 = self.activity.start
         window = ("no device started" if t0 is None else  # (a run interrupted while Ray started, say)
@@ -614,14 +609,14 @@ class Report:
     def _planner_line(self) -> str:
         p = self.planner
         cost = ("no move measured" if p.move_cost_s is None else
-                f"{p.move_cost_s * 1e3:.1f}ms measured over {_plural(p.moves_measured, 'move')}")
+                f"{p.move_cost_s * 1e3:.1f}ms measured over {plural(p.moves_measured, 'move')}")
         if p.resize_cost_s is not None:
-            resizes = _plural(p.resizes_measured, "resize")
+            resizes = plural(p.resizes_measured, "resize")
             cost += f"; resize cost: {p.resize_cost_s * 1e3:.1f}ms measured over {resizes}"
         refused = ", ".join(f"{reason} {n}" for reason, n in p.refused.items()) or "none"
-        turns = f", {_plural(p.turns, 'place')} given up in turn" if p.turns else ""
-        return (f"planner: {_plural(p.moves, 'move')} ({p.restarts_for_moves} restarted), "
-                f"{_plural(p.preemptions, 'preemption')}, {_plural(p.withdrawals, 'withdrawal')}{turns}, "
+        turns = f", {plural(p.turns, 'place')} given up in turn" if p.turns else ""
+        return (f"planner: {plural(p.moves, 'move')} ({p.restarts_for_moves} restarted), "
+                f"{plural(p.preemptions, 'preemption')}, {plural(p.withdrawals, 'withdrawal')}{turns}, "
                 f"refused: {refused}; move cost: {cost}")
 
     def plot(self, path: str | os.PathLike[str]) -> str:
@@ -809,9 +804,9 @@ def plot_report(report: Report, path: str | os.PathLike[str]) -> str:
         d = stats.get(device)
         median = "" if d is None or d.switch_latency_ms_p50 is None else f" (median {d.switch_latency_ms_p50:.2f} ms)"
         info = "" if d is None else (
-            f": busy {_fmt(d.busy_fraction, '.0%')}, {_plural(d.iterations, 'iteration')} "
-            f"({d.wasted_iterations} wasted), {_plural(d.switches, 'switch', 'switches')}{median}, "
-            f"at most {_plural(d.lanes_peak, 'lane')} open, {_fmt_bytes(d.reserved_peak_bytes)} reserved at peak")
+            f": busy {_fmt(d.busy_fraction, '.0%')}, {plural(d.iterations, 'iteration')} "
+            f"({d.wasted_iterations} wasted), {plural(d.switches, 'switch', 'switches')}{median}, "
+            f"at most {plural(d.lanes_peak, 'lane')} open, {_fmt_bytes(d.reserved_peak_bytes)} reserved at peak")
         ax.set_title(f"{device}{info}", fontsize=9, loc="left")
         ax.grid(axis="x", color="#cccccc", linewidth=0.5)
         ax.tick_params(axis="x", labelbottom=False)
@@ -834,9 +829,9 @@ def plot_report(report: Report, path: str | os.PathLike[str]) -> str:
 
     tot = report.total_stats
     fig.suptitle(
-        f"{report.name} ({report.status}, {report.duration_s:.1f}s, {_plural(len(report.trial_rows), 'trial')}): "
+        f"{report.name} ({report.status}, {report.duration_s:.1f}s, {plural(len(report.trial_rows), 'trial')}): "
         f"goodput {_fmt(tot.goodput, '.2f')} of {_fmt(tot.throughput, '.2f')} iterations per device-second, "
-        f"busy {_fmt(tot.busy_fraction, '.0%')}, {_plural(tot.switches, 'switch', 'switches')}",
+        f"busy {_fmt(tot.busy_fraction, '.0%')}, {plural(tot.switches, 'switch', 'switches')}",
         fontsize=11, y=1 - 0.15 / total_in)
     handles = [
         Patch(facecolor=PLOT_IDLE_COLOR, label="lane open, idle"),

@@ -769,7 +769,7 @@ def test_a_trial_that_fails_for_good_is_printed_the_first_with_its_traceback(sto
                           name="loud", verbose=verbose)
     assert len(grid.errors) == 2
     err = capsys.readouterr().err
-    ends = sorted(line.split(" errored after 1 iterations: ")[1] for line in err.splitlines()
+    ends = sorted(line.split(" errored after 1 iteration: ")[1] for line in err.splitlines()
                   if " errored after " in line)
     # As Ray logs each trial failure, at verbose=0 too (where nothing was printed, and a Ray user lost the only sign
     # that a trial failed): one line per trial, the first with its traceback (each with verbose=2)
@@ -1847,7 +1847,7 @@ def test_an_errors_summary_is_its_first_line_with_its_type(storage, capsys):
     grid = fluidsalus.run(fails_with_two_lines_and_a_note, {"kind": fluidsalus.grid_search(["lines", "note"])},
                           storage_path=storage, name="summary", verbose=1)
     err = capsys.readouterr().err
-    ends = sorted(line.split(" errored after 1 iterations: ")[1] for line in err.splitlines()
+    ends = sorted(line.split(" errored after 1 iteration: ")[1] for line in err.splitlines()
                   if " errored after " in line)
     assert ends == ["KeyError: 'missing-key'", "ValueError: first line of the message"]
     errors = inspect_experiment(grid.experiment_path).errors
@@ -1943,13 +1943,20 @@ def _truncated_store(folder: str) -> None:
     (_truncated_store, _checkpointed, r"experiment.db' is not a fluidsalus experiment store \(database disk image is "
                                       r"malformed\)"),
 ], ids=["older-schema", "moved", "no-lock-file", "killed-driver", "truncated-store"])
-def test_a_refused_resume_leaves_the_experiments_folder_byte_for_byte(storage, prepare, trainable, message):
+def test_a_refused_resume_leaves_the_experiments_folder_byte_for_byte(storage, prepare, trainable, message,
+                                                                      monkeypatch):
     """A refused resume opened the store for writing before its checks: an older schema was migrated, a moved
     experiment's checkpoint paths rewritten, a killed driver's log folded in and its lock line emptied, a lock
-    file made, and a store damaged past its header got -wal/-shm files (h92's review, h83's N8)."""
+    file made, and a store damaged past its header got -wal/-shm files (h92's review, h83's N8). It is refused
+    before Ray is asked for anything (a refused resume started a whole local Ray first: h98's F1)."""
     fluidsalus.run(_checkpointed, {"x": fluidsalus.grid_search([1, 2])}, storage_path=storage, name="e", verbose=0)
     folder = prepare(os.path.join(storage, "e")) or os.path.join(storage, "e")
     before = _every_file(folder)
+
+    def no_ray(address: str | None) -> None:
+        raise AssertionError("a refused resume connected to Ray")
+
+    monkeypatch.setattr(fluidsalus.api, "_connect", no_ray)
     with pytest.raises(fluidsalus.errors.FluidsalusError, match=message):
         fluidsalus.run(trainable, {"x": fluidsalus.grid_search([1, 2])}, storage_path=os.path.dirname(folder),
                        name=os.path.basename(folder), resume=True, verbose=0)

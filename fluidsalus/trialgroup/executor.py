@@ -65,7 +65,7 @@ from ray import cloudpickle
 from fluidsalus.callbacks import Callback
 from fluidsalus.checkpoint import EXPLOIT_CHECKPOINT_PREFIX, Checkpoint, persist_checkpoint
 from fluidsalus.distributed import data_parallel_workers
-from fluidsalus.errors import ConfigError, FluidsalusError, error_summary, trial_error, trial_failure
+from fluidsalus.errors import ConfigError, FluidsalusError, error_summary, plural, trial_error, trial_failure
 from fluidsalus.gpu.actor import cluster_nodes, start_device_actor
 from fluidsalus.gpu.device import (
     DEFAULT_TRIAL_ESTIMATE,
@@ -2735,7 +2735,7 @@ class Executor:
         value = trial.last_result.get(metric) if (trial.last_result and metric) else None
         shown = f" {metric}={value:.6g}" if isinstance(value, (int, float)) else ""
         what = {OUT_COMPLETED: "finished", OUT_STOPPED: "stopped", OUT_ERRORED: "errored"}[outcome]
-        line = f"Trial {trial.trial_id} {what} after {trial.last_iteration} iterations{shown}"
+        line = f"Trial {trial.trial_id} {what} after {plural(trial.last_iteration, 'iteration')}{shown}"
         if not errored:
             print(line, flush=True)
             return
