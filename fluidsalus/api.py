@@ -335,20 +335,21 @@ def run(
             lock.release(put_back=True)
             raise
 
-    try:
+    try:  # (the lock of a resume is put back on every way out until the store is opened for writing)
         _connect(spec.address)
         device_specs = plan_devices(cluster_nodes(), spec.devices, spec.cpus_per_device, spec.cpus_per_trial,
                                     spec.task_cpus_per_trial)
+        largest = max((d.cpus for d in device_specs if d.kind == "cpu"), default=None)
+        if spec.cpus_per_trial is not None and largest is not None and spec.cpus_per_trial > largest \
+                and spec.cpus_per_device is None:
+            # (Ray warns that the cluster has too few, and leaves the trials pending; here they run on what there
+            # is; a warning filter may make it an error)
+            warnings.warn(f"cpus_per_trial={spec.cpus_per_trial:g}: no node has that many cores; each trial runs "
+                          f"on a device of {largest} core{'s' if largest != 1 else ''}", UserWarning, stacklevel=2)
     except BaseException:
         if exists:
             lock.release(put_back=True)
         raise
-    largest = max((d.cpus for d in device_specs if d.kind == "cpu"), default=None)
-    if spec.cpus_per_trial is not None and largest is not None and spec.cpus_per_trial > largest \
-            and spec.cpus_per_device is None:
-        # (Ray warns that the cluster has too few, and leaves the trials pending; here they run on what there is)
-        warnings.warn(f"cpus_per_trial={spec.cpus_per_trial:g}: no node has that many cores; each trial runs on a "
-                      f"device of {largest} core{'s' if largest != 1 else ''}", UserWarning, stacklevel=2)
 
     created_here = not exists
     trials: list[Trial] = []

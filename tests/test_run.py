@@ -14,6 +14,7 @@ import textwrap
 import threading
 import time
 import types
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -1982,3 +1983,16 @@ def test_an_accepted_resume_still_migrates_and_relocates(storage):
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
     assert all(path.startswith(moved + os.sep) for (path,) in conn.execute("SELECT path FROM checkpoints"))
     conn.close()
+
+
+def test_a_resume_whose_warning_is_made_an_error_lets_the_experiment_go(storage):
+    """A warning between the resume's lock and the store's opening, made an error by a filter, left the lock held
+    in this process: every later resume here was refused as 'being run by another driver' (h101)."""
+    fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, name="e", verbose=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="cpus_per_trial=3: no node has that many cores"):
+            fluidsalus.run(objective, {"x": 0.5}, cpus_per_trial=3, storage_path=storage, name="e", resume=True,
+                           verbose=0)
+    grid = fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, name="e", resume=True, verbose=0)
+    assert len(grid) == 1 and grid.num_errors == 0
