@@ -46,6 +46,14 @@ class Callback:
     def on_step_end(self) -> None:
         """Called at the end of each pass of the driver's loop, after the results it waited for were handled."""
 
+    def failed_ends(self) -> Iterable[tuple[str, str, str | None, bytes | None]]:
+        """Trials whose end this callback could not take, asked since the last call (the executor asks after each
+        round of :meth:`on_trial_complete`): ``(trial_id, error text, traceback, pickled exception or None)``. The
+        executor records each such trial that ended ``TERMINATED`` as ``ERROR`` with that error (its results and
+        checkpoints stay), as Ray Tune fails a trial whose callback's ``on_trial_complete`` raised; the searcher has
+        been told of its completion already, as in Ray. Default: none."""
+        return ()
+
     def checkpoint_requests(self) -> Iterable[str]:
         """Trials to checkpoint, asked for since the last call (the executor asks after each batch's hooks), each
         at the iteration of its last result. Only a class ``Trainable`` can be made to save; a function trainable

@@ -37,6 +37,29 @@ class SessionError(FluidsalusError, RuntimeError):
     """A session function (``report``, ``get_checkpoint``, ...) was called outside a running trial."""
 
 
+class CallbackError(FluidsalusError):
+    """A run's experiment callback (a ``tune.Callback`` or ``LoggerCallback`` of ``RunConfig(callbacks=[...])``) raised
+    in a hook that Ray Tune's controller runs inside a trial event's handler (``on_trial_result``, ``on_trial_save``,
+    ``on_trial_recover``, ``on_trial_error``, and a ``LoggerCallback``'s ``log_trial_result`` / ``log_trial_save`` /
+    ``log_trial_end(failed=True)`` under them): the run ends with this error, as Ray's with its ``TuneError``
+    (``fluidsalus.tune.error.TuneError`` is :class:`FluidsalusError`, so ``except TuneError`` catches it). Its
+    message names the callback, the hook and the trial, then gives the callback's traceback (Ray's text is that
+    traceback); ``__cause__`` is the callback's exception.
+
+    Attributes:
+        callback: The callback's class name.
+        hook: The hook that raised (``on_trial_result``, ...).
+        trial: The trial's name, or None.
+    """
+
+    def __init__(self, message: str, callback: str = "", hook: str = "", trial: str | None = None) -> None:
+        super().__init__(message)
+        self.callback, self.hook, self.trial = callback, hook, trial
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (str(self), self.callback, self.hook, self.trial)
+
+
 class TrialError(FluidsalusError):
     """The error of a failed trial (a result's ``error``, ``fail_fast="raise"``'s exception).
 

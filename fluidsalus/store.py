@@ -182,6 +182,9 @@ TRIAL_RESTART_EVENT = "trial_restart"
 #: The searcher was told a trial's end at the result a stop rule ended it at, before the trial's end reached the
 #: driver (``data``: ``attempt``): stored with that result, so that a resumed run does not tell it again.
 SEARCHER_TOLD_END_EVENT = "searcher_told_end"
+#: A trial that ended ``TERMINATED`` was made ``ERROR`` because a run's callback raised at its end (Ray Tune fails
+#: such a trial; ``data``: ``attempt``, ``hook``, ``error``).
+CALLBACK_ERROR_EVENT = "callback_error"
 #: The event of a store written back after its file was deleted during a run
 #: (:meth:`ExperimentStore.write_back_if_removed`).
 STORE_RESTORED_EVENT = "store_restored"

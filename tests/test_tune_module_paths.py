@@ -78,3 +78,20 @@ def test_the_searcher_message_templates_take_rays_placeholders() -> None:
     assert "'space'" in UNDEFINED_SEARCH_SPACE.format(cls="MySearch", space="'space'")
     message = UNDEFINED_METRIC_MODE.format(cls="MySearch", metric=None, mode="max")
     assert "metric (None)" in message and "mode (max)" in message
+
+
+def test_tune_error_is_an_attribute_of_the_package_as_in_ray() -> None:
+    """``except tune.error.TuneError`` after a bare ``from ray import tune`` (a callback's error ends a run with it):
+    Ray's package imports its ``error`` module; ours did not, so the name failed unless something else imported it
+    (checked in a fresh interpreter: this session's other tests may have imported it)."""
+    import os
+    import subprocess
+    import sys
+
+    import fluidsalus
+
+    code = "from fluidsalus import tune; assert tune.error.TuneError is tune.TuneError"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(fluidsalus.__file__)))  # (this checkout's package)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -107,6 +107,7 @@ from fluidsalus.session import (
     result_totals,
 )
 from fluidsalus.store import (
+    CALLBACK_ERROR_EVENT,
     ERROR,
     ERROR_FILE,
     ERROR_PICKLE_FILE,
@@ -1702,6 +1703,8 @@ class Executor:
             self._log_end(trial, OUT_ERRORED)
             for callback in self.settings.callbacks:
                 callback.on_trial_complete(trial_id, trial.status, trial.last_result)
+        if unplaceable:
+            self._record_failed_ends()
 
     def _name(self, index: int) -> str:
         return self._device(index).spec.name
@@ -2099,6 +2102,7 @@ class Executor:
                 self._log_end(trial, event[4], event[6])
                 for callback in self.settings.callbacks:
                     callback.on_trial_complete(trial.trial_id, trial.status, trial.last_result)
+                self._record_failed_ends()
         if acted and self.settings.callbacks:
             requested = [tid for callback in self.settings.callbacks for tid in callback.checkpoint_requests()]
             for tid in requested:
@@ -2603,6 +2607,7 @@ class Executor:
                 self._log_end(trial, OUT_STOPPED)
             for callback in self.settings.callbacks:
                 callback.on_trial_complete(trial.trial_id, trial.status, trial.last_result)
+            self._record_failed_ends()
         self._start_replacement(device)
 
     def _start_replacement(self, device: _Device) -> None:
@@ -2681,6 +2686,25 @@ class Executor:
                              launched=now, start_ref=actor.info.remote())
             device.alive = False  # until it joins (:meth:`_join`); a failed start leaves it lost, in its place
             self._devices.append(device)
+
+    def _record_failed_ends(self) -> None:
+        """Record as ``ERROR`` the trials whose end a callback could not take (``Callback.failed_ends``: a Ray-style
+        callback's ``on_trial_complete`` raised), as Ray's ``stop_trial`` fails such a trial: its error in the store
+        and its folder's error file, ``fail_fast`` applies, the run goes on. Its results and checkpoints stay."""
+        failed = [end for callback in self.settings.callbacks for end in callback.failed_ends()]
+        now = time.time()
+        for trial_id, error, trace, error_pickle in failed:
+            trial = self.trials.get(trial_id)
+            if trial is None or trial.status != TERMINATED:
+                continue
+            trial.status, trial.error, trial.error_pickle = ERROR, error, error_pickle
+            _append_error_file(trial.trial_dir, trial_id, trial.num_failures + 1, now, error, trace, error_pickle)
+            with self.store.transaction():
+                self.store.update_trial(trial_id, status=ERROR, error=error, traceback=trace, stop_reason=OUT_ERRORED)
+                self.store.add_events([(now, CALLBACK_ERROR_EVENT, trial_id, None,
+                                        {"attempt": trial.attempt, "hook": "on_trial_complete", "error": error})])
+            self._note_error(trial, trace)
+            self._log_end(trial, OUT_ERRORED)  # (one line: the callbacks' logger has shown the traceback)
 
     def _note_error(self, trial: Trial, trace: str | None = None) -> None:
         """Keep the run's first failure (``fail_fast`` ends the run with it), with its traceback where the trial's

@@ -54,7 +54,7 @@ from fluidsalus.space import (
     sample_from,
     uniform,
 )
-from fluidsalus.tune import analysis, experiment, progress_reporter, schedulers, search, stopper
+from fluidsalus.tune import analysis, error, experiment, progress_reporter, schedulers, search, stopper
 from fluidsalus.tune._config import CheckpointConfig, FailureConfig, ResumeConfig, RunConfig, SyncConfig, TuneConfig
 from fluidsalus.tune._run import run
 from fluidsalus.tune._trainable import PlacementGroupFactory, Trainable, with_parameters, with_resources
@@ -150,6 +150,7 @@ __all__ = [
     "analysis",
     "create_scheduler",
     "create_searcher",
+    "error",
     "experiment",
     "progress_reporter",
     "randint",

@@ -44,6 +44,14 @@ logged, as in Ray). When the experiment is restored (``Tuner.restore``, ``tune.r
 at the same place in the list is given its state before ``setup``.
 
 An object of Ray's own ``ray.tune.Callback`` class is accepted too and called the same way.
+
+A callback's exception is handled hook by hook as Ray's controller handles it, and ends that hook's round (the
+callbacks after it are not called for the event, as in Ray's ``CallbackList``): in ``on_trial_complete`` it is
+logged and the trial fails (``ERROR``, ``on_trial_error``; the engine records it:
+:meth:`RayCallbackAdapter.failed_ends`) while the run goes on; in ``on_checkpoint`` it is logged and the run goes
+on; in ``on_trial_result``, ``on_trial_save``, ``on_trial_recover`` and ``on_trial_error`` the run ends with a
+:class:`~fluidsalus.errors.CallbackError` (a ``TuneError``, as Ray's); in any other hook the run ends with the
+exception itself, with a note naming the callback and the hook (docs/compatibility.md, "A callback that raises").
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ import glob
 import logging
 import os
 import time
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,7 +71,7 @@ from ray import cloudpickle  # (Ray's: the standalone one names functions pickle
 
 from fluidsalus.callbacks import Callback as EngineCallback
 from fluidsalus.checkpoint import write_atomically
-from fluidsalus.errors import ConfigError
+from fluidsalus.errors import CallbackError, ConfigError, pickle_exception
 from fluidsalus.session import DATE_FORMAT, with_config
 from fluidsalus.store import (
     DB_FILENAME,
@@ -102,6 +111,34 @@ PERIOD_ENV = "TUNE_GLOBAL_CHECKPOINT_S"
 AUTO_MIN_PERIOD_S = 10.0
 #: ... and this many times the last save's duration, so that saving takes at most 1/20 of the time.
 AUTO_PERIOD_FACTOR = 19.0
+
+
+#: Hooks that Ray's controller calls in the handler of a trial's future (its training result, its save, its
+#: failure), which turns any exception into ``TuneError(traceback)``: the run ends with a :class:`CallbackError` (a
+#: ``TuneError``).
+#: A ``LoggerCallback``'s ``log_trial_result`` / ``log_trial_save`` / ``log_trial_end(failed=True)`` run under them.
+RAISED_AS_TUNE_ERROR = frozenset({"on_trial_result", "on_trial_save", "on_trial_recover", "on_trial_error"})
+#: Hooks whose exception Ray's controller catches, logs, and goes on: ``on_checkpoint`` (the run goes on; the
+#: checkpoint is kept) and ``on_trial_complete`` (the trial ends ``ERROR``; a ``LoggerCallback``'s
+#: ``log_trial_end(failed=False)`` runs under it).
+CAUGHT = frozenset({"on_checkpoint", "on_trial_complete"})
+#: Ray's warning when a callback's ``on_checkpoint`` raises (its words).
+CHECKPOINT_HOOK_WARNING = ("Error encountered during processing of callbacks. Ray Train/Tune recently changed the "
+                           "checkpoint interface that is passed to callbacks. If you implemented your own callback "
+                           "with an `on_checkpoint` handler, please review the checkpoint interface and adjust your "
+                           "code accordingly.")
+
+
+class _HookFailed(Exception):
+    """A callback's exception in a hook of :data:`CAUGHT`, for the adapter to handle as Ray's controller does."""
+
+    def __init__(self, name: str, error: Exception, trace: str) -> None:
+        super().__init__(name)
+        self.name, self.error, self.trace = name, error, trace
+
+
+def _callback_name(callback: Any) -> str:
+    return type(callback).__qualname__
 
 
 def _overrides(callback: Any, hook: str) -> bool:
@@ -357,6 +394,8 @@ class RayCallbackAdapter(EngineCallback):
         self._stepping: dict[str, list[Any]] = {}  # step hook -> the callbacks that override it
         self._restoring: set[str] = set()  # trials whose attempt's first result is still to come
         self._checkpoint_requests: list[str] = []  # trials a callback set should_checkpoint for
+        # trials whose end a callback's on_trial_complete raised in, for the engine (failed_ends)
+        self._failed_ends: list[tuple[str, str, str, bytes | None]] = []
         # A continued experiment's failures so far, by trial (read once, at the first trial seen: see _info)
         self._earlier_failures: dict[str, int] | None = None
 
@@ -372,7 +411,27 @@ class RayCallbackAdapter(EngineCallback):
         for callback in self.callbacks if callbacks is None else callbacks:
             method = getattr(callback, hook, None)
             if callable(method):
-                method(**kwargs)
+                self._run(callback, hook, method, kwargs)
+
+    @staticmethod
+    def _run(callback: Any, hook: str, method: Callable[..., Any], kwargs: Mapping[str, Any]) -> None:
+        """Call one callback's hook. Its exception ends the hook's round (the callbacks after it are not called for
+        this event, as in Ray's ``CallbackList``) and is handled as Ray's controller handles it: a hook of
+        :data:`RAISED_AS_TUNE_ERROR` raises a :class:`CallbackError` from it; one of :data:`CAUGHT` raises
+        :class:`_HookFailed` for the adapter; any other hook's exception leaves as it is, with a note naming the
+        callback and the hook."""
+        try:
+            method(**kwargs)
+        except Exception as error:
+            name, trial = _callback_name(callback), kwargs.get("trial")
+            where = f"callback {name}.{hook}" + (f" (trial {trial})" if trial is not None else "")
+            if hook in CAUGHT:
+                raise _HookFailed(name, error, traceback.format_exc()) from error
+            if hook in RAISED_AS_TUNE_ERROR:
+                raise CallbackError(f"{where} raised {type(error).__name__}: {error}\n{traceback.format_exc()}",
+                                    name, hook, None if trial is None else str(trial)) from error
+            error.add_note(f"(raised by fluidsalus.tune's {where}; the run ends with it, as in Ray Tune)")
+            raise
 
     def on_step_begin(self) -> None:
         """Call ``on_step_begin(iteration, trials)`` of the callbacks that override it."""
@@ -389,7 +448,7 @@ class RayCallbackAdapter(EngineCallback):
         if stepping:
             trials = list(self.trials.values())
             for callback in stepping:
-                getattr(callback, hook)(iteration=self.iteration, trials=trials)
+                self._run(callback, hook, getattr(callback, hook), {"iteration": self.iteration, "trials": trials})
 
     def _call_trial(self, hook: str, trial: TrialInfo, callbacks: list[Any] | None = None, **kwargs: Any) -> None:
         self._call(hook, callbacks, iteration=self.iteration, trials=list(self.trials.values()), trial=trial,
@@ -614,8 +673,17 @@ class RayCallbackAdapter(EngineCallback):
         from fluidsalus.tune import Checkpoint  # the package imports this module
 
         checkpoint = Checkpoint(os.path.join(trial.path, folder))
-        self._call_trial("on_checkpoint", trial, checkpoint=checkpoint)  # (as in Ray: trial.checkpoint is the
-        trial.checkpoint = checkpoint  # previous one there, and this one in on_trial_save)
+        # (as in Ray: trial.checkpoint is the previous one in on_checkpoint, and this one in on_trial_save)
+        try:
+            self._call_trial("on_checkpoint", trial, checkpoint=checkpoint)
+        except _HookFailed as failed:
+            # As Ray's controller: logged, and the run goes on (on_trial_save is called all the same); the checkpoint
+            # is stored before the callbacks hear of it, so it stays the trial's (Ray's trial forgets it)
+            logger.warning(CHECKPOINT_HOOK_WARNING)
+            logger.error("Trial %s: Error handling checkpoint %s: callback %s.on_checkpoint raised (the checkpoint is "
+                         "kept and the run goes on, as in Ray Tune):\n%s", trial, checkpoint.path, failed.name,
+                         failed.trace)
+        trial.checkpoint = checkpoint
         self._call_trial("on_trial_save", trial)
 
     def on_trial_complete(self, trial_id: str, status: str, result: Mapping[str, Any] | None) -> None:
@@ -635,7 +703,34 @@ class RayCallbackAdapter(EngineCallback):
             # PENDING for a trial ended before it started); it is TERMINATED once the callbacks return
             if trial.last_result is not None:
                 trial.last_result = {**trial.last_result, DONE: True}
-            self._call_trial("on_trial_complete", trial, self._before_update)
-            trial.status = status
-            self._call_trial("on_trial_complete", trial, self._after_update)
+            try:
+                self._call_trial("on_trial_complete", trial, self._before_update)
+                trial.status = status
+                self._call_trial("on_trial_complete", trial, self._after_update)
+            except _HookFailed as failed:
+                self._end_failed(trial, failed)
         self._maybe_save_states()
+
+    def _end_failed(self, trial: TrialInfo, failed: _HookFailed) -> None:
+        """A callback's ``on_trial_complete`` raised: as Ray's ``stop_trial``, log it and fail the trial (it is
+        ``ERROR``, the callbacks get ``on_trial_error``); the engine records the error (:meth:`failed_ends`) and
+        keeps the trial's results and checkpoints. (Ray retries such a trial where ``max_failures`` allows, running
+        the finished trial again from its last checkpoint; here it ends ``ERROR``.)"""
+        logger.error("Trial %s: Error stopping trial: callback %s.on_trial_complete raised; the trial ends ERROR, its "
+                     "results and checkpoints kept, and the run goes on (as in Ray Tune):\n%s", trial, failed.name,
+                     failed.trace)
+        error = failed.error
+        text = f"{type(error).__name__}: {error}"
+        trace = (f"callback {failed.name}.on_trial_complete raised at the trial's end (its results and checkpoints "
+                 f"are kept):\n{failed.trace}")
+        self._failed_ends.append((trial.trial_id, text, trace, pickle_exception(error)))
+        trial.status, trial.error = ERROR, text
+        trial.num_failures += 1
+        self.iteration += 1
+        self._call_trial("on_trial_error", trial)
+
+    def failed_ends(self) -> list[tuple[str, str, str, bytes | None]]:
+        """The trials whose ``on_trial_complete`` a callback raised in since the last call, each as ``(trial_id,
+        error text, traceback, pickled exception)``: the engine records them as ``ERROR``."""
+        failed, self._failed_ends = self._failed_ends, []
+        return failed
