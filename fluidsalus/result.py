@@ -42,6 +42,12 @@ def _error_pickle(trial_dir: str) -> bytes | None:
     return blob if isinstance(blob, bytes) else None
 
 
+class NotATrialFolderError(ConfigError, RuntimeError):
+    """``Result.from_path`` of a folder that is no trial folder of a fluidsalus experiment (missing, or another
+    folder): a :class:`ConfigError` that is also the ``RuntimeError`` Ray's ``Result.from_path`` raises there
+    ("Trial folder ... doesn't exist!", or that the folder has no results)."""
+
+
 def _local_filesystem() -> Any:
     """pyarrow's local filesystem: what Ray's ``filesystem`` properties give for a local folder."""
     try:
@@ -106,7 +112,8 @@ class Result:
                  _storage_filesystem: Any = None, *, trial_id: str = "", status: str = TERMINATED,
                  _history: list[dict[str, Any]] | None = None, _config: dict[str, Any] | None = None,
                  _row_configs: list[dict[str, Any]] | None = None, _num_failures: int = 0,
-                 _trainable_name: str = "", _started: bool = False, _trial_name: str | None = None) -> None:
+                 _trainable_name: str = "", _started: bool = False, _trial_name: str | None = None,
+                 _frame: pd.DataFrame | None = None) -> None:
         """Ray's positional order (``metrics_dataframe`` fifth); the keywords after ``*`` are the engine's.
 
         Raises:
@@ -117,6 +124,7 @@ class Result:
                               "local or mounted)")
         self.metrics, self.checkpoint, self.error, self.path = metrics, checkpoint, error, path
         self.best_checkpoints, self.trial_id, self.status = best_checkpoints, trial_id, status
+        metrics_dataframe = _frame if metrics_dataframe is None else metrics_dataframe  # (dataclasses.replace)
         if metrics_dataframe is not None and _history is None:
             # its rows are what a grid scores and lists (get_best_result's scopes, get_dataframe), as Ray reads
             # them from this frame; a frame's rows are flat, and flattened names are looked up as nested ones
@@ -192,8 +200,9 @@ class Result:
             The trial's :class:`Result`.
 
         Raises:
-            ConfigError: If ``storage_filesystem`` is set, or ``path`` is not a trial folder of a fluidsalus
-                experiment (the message says which part is missing).
+            ConfigError: If ``storage_filesystem`` is set.
+            NotATrialFolderError: ``path`` is not a trial folder of a fluidsalus experiment (the message says which
+                part is missing): a ``ConfigError`` that is also the ``RuntimeError`` Ray raises there.
             RuntimeError: If the trial never started (Ray's error: its folder has no results).
         """
         if storage_filesystem is not None:
@@ -201,19 +210,21 @@ class Result:
                               "folder must be local or mounted)")
         folder = os.path.abspath(os.path.expanduser(os.fspath(path)))
         experiment_dir, dirname = os.path.split(folder)
+        missing = f"Trial folder {folder} doesn't exist!"  # Ray's message for a folder that is not there
         try:
             grid = ResultGrid.read(experiment_dir)
         except StoreError as e:
-            raise ConfigError(f"Result.from_path: {folder!r} is not a trial folder of a fluidsalus experiment: "
-                              f"{e}") from None
+            raise NotATrialFolderError((f"{missing} " if not os.path.isdir(folder) else "Result.from_path: ")
+                                       + f"{folder!r} is not a trial folder of a fluidsalus experiment: {e}") from None
         for result in grid:
             if os.path.basename(result.path) == dirname:
                 if not result._started and not result._history:
                     raise RuntimeError("Failed to restore the Result object: Neither result.json nor progress.csv "
                                        "exists in the trial folder!")
                 return result
-        raise ConfigError(f"Result.from_path: the experiment {experiment_dir!r} has no trial folder {dirname!r} "
-                          f"(its trials' folders: {[os.path.basename(r.path) for r in grid]})")
+        raise NotATrialFolderError((f"{missing} " if not os.path.isdir(folder) else "Result.from_path: ")
+                                   + f"the experiment {experiment_dir!r} has no trial folder {dirname!r} (its "
+                                   f"trials' folders: {[os.path.basename(r.path) for r in grid]})")
 
     @property
     def filesystem(self) -> Any:
@@ -257,10 +268,12 @@ class ResultGrid:
     def __init__(self, results: list[Result] | Any = None, experiment_path: str | None = None,
                  metric: str | None = None, mode: str | None = None, *, experiment_analysis: Any = None) -> None:
         analysis = experiment_analysis if experiment_analysis is not None else results
+        self._analysis: Any = None
         if experiment_path is None and hasattr(analysis, "trials") and hasattr(analysis, "experiment_path"):
             results = [trial._result for trial in analysis.trials]
             experiment_path = analysis.experiment_path
             metric, mode = analysis.default_metric, analysis.default_mode
+            self._analysis = analysis
         elif results is None or experiment_path is None:
             raise TypeError("ResultGrid: give an ExperimentAnalysis (ResultGrid(analysis), as in Ray), or the results "
                             "and their experiment_path")
@@ -268,6 +281,18 @@ class ResultGrid:
         self.experiment_path = experiment_path
         self._metric = metric
         self._mode = mode
+
+    @property
+    def _experiment_analysis(self) -> Any:
+        """Ray's attribute: the grid's ``fluidsalus.tune.ExperimentAnalysis`` (the one it was built from, else one
+        of its results, made when first asked for, with the run's metric and mode as its defaults), whose
+        ``trials`` are Ray's ``Trial`` views of the results (``evaluated_params``, ``metric_analysis``, ...)."""
+        if self._analysis is None:
+            from fluidsalus.tune.analysis import ExperimentAnalysis  # (the Tune front end imports this module)
+
+            self._analysis = ExperimentAnalysis.of_results(self.experiment_path, list(self._results),
+                                                           default_metric=self._metric, default_mode=self._mode)
+        return self._analysis
 
     @classmethod
     def read(cls, experiment_dir: str | os.PathLike[str]) -> ResultGrid:
@@ -475,7 +500,6 @@ class ResultGrid:
             ValueError: ``filter_mode`` is neither ``"min"`` nor ``"max"``, or comes without ``filter_metric``
                 (Ray's messages).
         """
-        import pandas as pd
 
         if filter_mode and filter_mode not in ("min", "max"):
             raise ValueError("If set, `mode` has to be one of [min, max]")
@@ -483,23 +507,45 @@ class ResultGrid:
             raise ValueError("If a `mode` is passed to `ExperimentAnalysis.dataframe(), you'll also have to pass a "
                              "`metric`!")
         metric = filter_metric if filter_mode else None  # a metric without a mode: the last results, as in Ray
-        rows, folders = [], []
-        for result in self._results:
-            history = result._history or []
-            # Its last result as reported (Ray reads its result files: `done` as the trial reported it)
-            row: Mapping[str, Any] = history[-1] if history else result.metrics or {}
-            if not history and (result._started or set(row) <= {"trial_id"}):  # it reported nothing: no row, as
-                continue  # in Ray
-            if metric:  # (else, or with no value of it, its last result, as Ray's)
-                row = best_row(history, metric, filter_mode) or row  # type: ignore[arg-type]
-            rows.append(with_config(row, result.config or {}))
-            folders.append(result.path)
-        if not rows:
-            return pd.DataFrame()  # no trial reported: no columns either, as in Ray
-        # Ray's column order: each row's top-level values, then its nested ones flattened, then the trial's folder.
-        frame = pd.json_normalize(rows, sep=DELIMITER)
-        frame["logdir"] = folders
-        return frame
+        return picked_rows_frame([(result, result._config if result._config is not None else result.config or {})
+                                  for result in self._results], metric, filter_mode)
+
+
+def picked_rows_frame(entries: Sequence[tuple[Result, Mapping[str, Any]]], metric: str | None,
+                      mode: str | None) -> pd.DataFrame:
+    """One row per trial that reported, as Ray's ``ExperimentAnalysis.dataframe`` builds it (which its
+    ``ResultGrid.get_dataframe`` returns): the row of the trial's whole frame (:attr:`Result.metrics_dataframe`)
+    at its last result, or with ``metric`` and ``mode`` at its best value of ``metric`` (:func:`best_index`), with
+    the trial's ``config/...`` and its folder as ``logdir``. Taken from the trial's frame, a row has a column for every
+    key the trial ever reported (NaN where this result lacks it) and the frame's dtype (a number reported on some
+    results only is a float, as pandas fills the others with NaN), as Ray's.
+
+    Args:
+        entries: Each trial's result and configuration.
+        metric: The metric to pick each trial's row by (None: its last result).
+        mode: ``"min"`` or ``"max"`` (with ``metric``).
+
+    Returns:
+        The frame; without columns when no trial reported, as Ray's.
+    """
+    import pandas as pd
+
+    rows = []
+    for result, config in entries:
+        history = result._history or []
+        if history:
+            index = best_index(history, metric, mode) if metric and mode else None
+            row = result.metrics_dataframe.iloc[-1 if index is None else index].to_dict()
+        else:
+            metrics = result.metrics or {}
+            if result._started or set(metrics) <= {"trial_id"}:  # it reported nothing: no row, as in Ray
+                continue
+            # (a Result built by hand, with metrics and no frame: its metrics as its one row)
+            row = pd.json_normalize([with_config(metrics, config)], sep=DELIMITER).iloc[-1].to_dict()
+        row.update(flatten_dict({"config": config}))  # Ray's get_all_configs(prefix=True)
+        row["logdir"] = result.path
+        rows.append(row)
+    return pd.DataFrame(rows)  # (Ray's: no trial reported, no columns either)
 
 
 def _configs_by_iteration(rows: list[dict[str, Any]], row_configs: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
@@ -649,13 +695,15 @@ def _score(history: list[Mapping[str, Any]], metric: str, mode: str, scope: str,
     return None if filter_nan and not math.isfinite(score) else score
 
 
-def best_row(history: Sequence[Mapping[str, Any]], metric: str, mode: str) -> Mapping[str, Any] | None:
-    """The result with the best value of ``metric`` in ``mode``, as Ray's dataframes pick it (pandas' ``idxmax``
-    and ``idxmin``: NaN skipped, an infinity counts, the first of equal values), or None when none has one."""
-    scored = [r for r in history if is_number(value := lookup_metric(r, metric)) and not math.isnan(value)]
+def best_index(history: Sequence[Mapping[str, Any]], metric: str, mode: str) -> int | None:
+    """The position of the result with the best value of ``metric`` in ``mode``, as Ray's dataframes pick it
+    (pandas' ``idxmax`` and ``idxmin``: NaN skipped, an infinity counts, the first of equal values), or None when
+    none has one."""
+    scored = [(i, value) for i, r in enumerate(history)
+              if is_number(value := lookup_metric(r, metric)) and not math.isnan(value)]
     if not scored:
         return None
-    return (max if mode == "max" else min)(scored, key=lambda r: lookup_metric(r, metric))
+    return (max if mode == "max" else min)(scored, key=lambda pair: pair[1])[0]
 
 
 def with_flat_keys(result: Mapping[str, Any]) -> Mapping[str, Any]:

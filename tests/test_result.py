@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -409,3 +410,75 @@ def test_a_result_built_with_rays_constructor_keeps_its_frame_in_rays_positional
     assert grid.get_best_result("loss", "min", scope="avg").config == {"x": 2}
     with pytest.raises(ConfigError, match="_storage_filesystem is not supported"):
         Result(None, None, None, "/exp/t3", _storage_filesystem=object())
+
+
+def test_frames_take_each_trials_row_from_its_whole_frame_as_rays_do() -> None:
+    """Ray's ``get_dataframe``/``dataframe()`` take each trial's row from the trial's whole frame (``df.iloc[-1]``, or
+    the ``idxmax``/``idxmin`` row): a metric reported on some results only is a float (pandas fills the others with
+    NaN), and one the trial reported before its last result has a column (NaN there). fluidsalus normalised the picked
+    rows only: ``extra`` stayed int64 and ``only2`` had no column (a helper's side-by-side run)."""
+    import pandas as pd
+
+    def history(trial_id: str) -> list[dict]:
+        rows = []
+        for i in (1, 2, 3):
+            row = {"score": float(i), "training_iteration": i, "trial_id": trial_id}
+            row.update({"extra": i} if i != 2 else {"only2": 7})
+            rows.append(row)
+        return rows
+
+    results = [Result(metrics=dict(history(t)[-1], config={"x": n}), checkpoint=None, error=None, path=f"/exp/{t}",
+                      trial_id=t, _history=history(t), _config={"x": n}) for n, t in enumerate(("a", "b"))]
+    grid = ResultGrid(results, "/exp")
+
+    def rays(pick) -> pd.DataFrame:  # Ray 2.60's ExperimentAnalysis.dataframe, step by step
+        rows = []
+        for r in results:
+            frame = pd.json_normalize([{**row, "config": r._config} for row in r._history], sep="/")  # result.json
+            rows.append({**frame.iloc[pick(frame)].to_dict(), "config/x": r._config["x"], "logdir": r.path})
+        return pd.DataFrame(rows)
+
+    for frame, expected in ((grid.get_dataframe(), rays(lambda f: -1)),
+                            (grid.get_dataframe("extra", "min"), rays(lambda f: f["extra"].idxmin())),
+                            (grid.get_dataframe("score", "max"), rays(lambda f: f["score"].idxmax()))):
+        pd.testing.assert_frame_equal(frame, expected)
+        assert str(frame["extra"].dtype) == "float64" and frame["only2"].isna().all()
+    assert list(grid.get_dataframe("extra", "min")["training_iteration"]) == [1, 1]
+
+
+def test_result_from_path_of_a_missing_or_foreign_folder_raises_rays_runtime_error(tmp_path) -> None:
+    """Ray's ``Result.from_path`` raises ``RuntimeError("Trial folder ... doesn't exist!")`` for a missing folder and a
+    ``RuntimeError`` for a folder that is no trial's; fluidsalus raised a ``ConfigError`` (a ValueError), which an
+    ``except RuntimeError`` missed. Now an error that is both."""
+    from fluidsalus.errors import ConfigError
+    from fluidsalus.result import NotATrialFolderError
+    from fluidsalus.store import ExperimentStore
+
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "acc", "max")
+    store.add_trials([("ran", 0, {"x": 1})])
+    store.add_results([("ran", 0, 1, 1.0, {"acc": 0.5, "training_iteration": 1})])
+    store.close()
+    os.makedirs(tmp_path / "exp" / "ran", exist_ok=True)
+    os.makedirs(tmp_path / "exp" / "other", exist_ok=True)
+    assert Result.from_path(str(tmp_path / "exp" / "ran")).metrics["acc"] == 0.5
+    for path, message in ((tmp_path / "exp" / "gone", "Trial folder .*gone doesn't exist!"),
+                          (tmp_path / "nowhere" / "gone", "Trial folder .*gone doesn't exist!"),
+                          (tmp_path / "exp" / "other", "has no trial folder 'other'"),
+                          (tmp_path / "exp", "is not a trial folder of a fluidsalus experiment")):
+        with pytest.raises(RuntimeError, match=message) as caught:
+            Result.from_path(str(path))
+        assert isinstance(caught.value, ConfigError) and isinstance(caught.value, NotATrialFolderError)
+
+
+def test_dataclasses_replace_copies_a_result_with_its_frame():
+    """The constructor's own fields made ``dataclasses.replace(result, ...)`` a TypeError for every Result (h101)."""
+    import dataclasses
+
+    import pandas as pd
+
+    frame = pd.DataFrame({"loss": [2.0, 1.0]})
+    result = Result({"loss": 1.0, "config": {"x": 1}}, None, None, "/exp/t1", frame)
+    moved = dataclasses.replace(result, path="/exp2/t1")
+    assert moved.path == "/exp2/t1" and moved.metrics_dataframe is frame and dataclasses.replace(result) == result
+    assert dataclasses.replace(_result([{"loss": 1.0}], {"x": 2}), status="ERROR").metrics_dataframe["loss"].tolist() \
+        == [1.0]

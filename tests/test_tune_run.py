@@ -432,6 +432,50 @@ def test_a_legacy_script_gets_rays_analysis(ray_cluster, storage: str) -> None:
     assert list(frame["step"]) == [1, 2, 3] and list(frame["config/x"]) == [3, 3, 3]
 
 
+def _sparse(config):
+    """Reports ``extra`` at iterations 1 and 3 only, ``only2`` at iteration 2 only."""
+    for i in range(1, 4):
+        metrics = {"score": config["a"] * i + config["b"]}
+        if i in (1, 3):
+            metrics["extra"] = i
+        if i == 2:
+            metrics["only2"] = 7
+        tune.report(metrics)
+
+
+def test_the_analysis_and_the_grid_read_back_as_rays(ray_cluster, storage: str) -> None:
+    """Side by side with Ray Tune 2.60 (the same sweep and reads: a helper's comparison): the analysis's trials
+    have Ray's ``evaluated_params`` (the drawn values only, by flattened path: not the constants) and
+    ``relative_logdir``, from ``tune.run``, from the folder and from ``ResultGrid._experiment_analysis`` (they had
+    neither: AttributeError); each trial's row in ``dataframe()``/``get_dataframe()`` is the row of its whole frame,
+    so a metric reported on some results only is a float and one reported before the last result has its column
+    (NaN), as Ray's (``extra`` was int64, ``only2`` had no column)."""
+    space = {"a": tune.uniform(0, 1), "b": tune.grid_search([1, 2]), "c": 3, "nested": {"d": tune.choice(["x", "y"]),
+                                                                                       "e": 5}}
+    analysis = tune.run(_sparse, config=space, metric="score", mode="max", storage_path=storage, name="sparse",
+                        verbose=0)
+    grid = tune.Tuner(_sparse, param_space=space, tune_config=tune.TuneConfig(metric="score", mode="max"),
+                      run_config=tune.RunConfig(storage_path=storage, name="sparse_tuner", verbose=0)).fit()
+    folder = tune.ExperimentAnalysis(analysis.experiment_path)
+    for each in (analysis, folder, grid._experiment_analysis, tune.ExperimentAnalysis(grid.experiment_path)):
+        assert len(each.trials) == 2
+        for trial in each.trials:
+            config = trial.config
+            assert trial.evaluated_params == {"a": config["a"], "b": config["b"], "nested/d": config["nested"]["d"]}
+            assert trial.relative_logdir == os.path.basename(trial.path)
+            assert trial.relative_logdir.startswith("_sparse_")
+        for frame in (each.dataframe(), each.dataframe("score", "max"), each.dataframe("extra", "min")):
+            assert str(frame["extra"].dtype) == "float64" and str(frame["only2"].dtype) == "float64"
+            assert frame["only2"].isna().all() and list(frame.columns)[-2:] == ["only2", "logdir"]
+        assert list(each.dataframe("extra", "min")["training_iteration"]) == [1, 1]
+        assert list(each.dataframe()["extra"]) == [3.0, 3.0]
+    kept = grid._experiment_analysis
+    assert kept.default_metric == "score" and grid._experiment_analysis is kept
+    assert str(grid.get_dataframe()["extra"].dtype) == "float64" and "only2" in grid.get_dataframe()
+    # The grid built from an analysis keeps it, as Ray's
+    assert tune.ResultGrid(analysis)._experiment_analysis is analysis
+
+
 def _fails_for_two(config):
     if config["x"] == 2:
         raise RuntimeError("x is 2")

@@ -167,3 +167,25 @@ def test_a_resumed_run_keeps_each_trials_first_tag_and_its_perturbation() -> Non
     assert resumed(1, {"lr": 0.5, "k": 1})["experiment_tag"] == "1_lr=0.5000"  # not perturbed: plain
     assert resumed(1, {"lr": 0.6, "k": 1})["experiment_tag"] == "1_lr=0.5000@perturbed[lr=0.6000]"
     assert resumed(0, {"lr": 0.4, "k": 1})["experiment_tag"] == "0_lr=0.2500@perturbed[lr=0.4000]"
+
+
+def test_a_taggers_description_gives_the_same_evaluated_params() -> None:
+    """What the Tuner writes beside tuner.pkl (``tune_params.json``: plain JSON, read without unpickling) gives an
+    ``ExperimentAnalysis`` of the folder the run's own ``evaluated_params``: the drawn paths (nested ones too, not a
+    sample_from's), a point's given values left out, the keys PBT samples, a search algorithm's whole suggestion."""
+    import json
+
+    space = {"a": tune.grid_search([1, 2]), "b": tune.uniform(0, 1), "c": tune.sample_from(lambda spec: spec.config.a),
+             "n": {"d": tune.randint(0, 100), "k": 4}}
+    planned = plan(tune.TuneConfig(search_alg=tune.search.BasicVariantGenerator(
+        random_state=7, points_to_evaluate=[{"b": 0.5}, {"a": 9, "b": 0.25, "n": {"d": 3}}]), num_samples=2), space)
+    configs = planned.searcher.next_groups()[0].configs
+    taggers = [Tagger(planned.space, planned.tags, points=planned.points),
+               Tagger({"lr": 0.1, "w": tune.choice([1, 2])}, VARIANTS, perturbed=["lr", "momentum"]),
+               Tagger({"k": 3}, SEARCHER)]
+    for tagger in taggers:
+        again = Tagger.from_description(json.loads(json.dumps(tagger.describe())))
+        for seq, config in enumerate([*configs, {"lr": 0.1, "w": 2, "momentum": 0.8}]):
+            assert again.evaluated_params(config, seq) == tagger.evaluated_params(config, seq)
+    assert [taggers[0].evaluated_params(c, seq) for seq, c in enumerate(configs)][:2] == [
+        {"a": 1, "n/d": configs[0]["n"]["d"]}, {"a": 2, "n/d": configs[1]["n"]["d"]}]

@@ -362,7 +362,8 @@ def run(
     tuner._checkpoint_at_end_by_default = False  # tune.run leaves CheckpointConfig's None as it is, falsy
     tuner._registered_name = registered_name  # kept under with_resources too: Ray names the run after it
     grid = tuner.fit()
-    trials = [Trial(result, tuner.request) for result in grid]
+    analysis = ExperimentAnalysis.of_results(grid.experiment_path, list(grid), tuner.request, metric, mode)
+    trials = analysis.trials
     incomplete = [trial for trial in trials if trial.status != TERMINATED]
     if incomplete:
         described = "; ".join(_describe(t) for t in incomplete)
@@ -370,4 +371,4 @@ def run(
             # (Ray's TuneError("Trials did not complete", incomplete_trials): scripts read the trials from args[1])
             raise FluidsalusError(f"Trials did not complete: {described}", incomplete)
         logger.error("Trials did not complete: %s", described)
-    return ExperimentAnalysis(grid.experiment_path, trials=trials, default_metric=metric, default_mode=mode)
+    return analysis

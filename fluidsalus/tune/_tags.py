@@ -30,7 +30,7 @@ from typing import Any
 from fluidsalus import space as sp
 from fluidsalus.searchers._random import apply_point, check_points
 
-__all__ = ["PERTURBED_MARK", "SEARCHER", "TAG_KEY", "VARIANTS", "Tagger", "format_vars"]
+__all__ = ["PARAMS_FILE", "PERTURBED_MARK", "SEARCHER", "TAG_KEY", "VARIANTS", "Tagger", "format_vars"]
 
 #: Ray's result key.
 TAG_KEY = "experiment_tag"
@@ -38,6 +38,8 @@ TAG_KEY = "experiment_tag"
 VARIANTS = "variants"
 #: Trials suggested by a search algorithm: 1-based number, every value of the configuration.
 SEARCHER = "searcher"
+#: The file beside ``tuner.pkl`` that keeps :meth:`Tagger.describe` (plain JSON, read without unpickling anything).
+PARAMS_FILE = "tune_params.json"
 #: What follows a trial's first tag once PBT or PB2 changed its configuration (Ray's ``@perturbed[...]``).
 PERTURBED_MARK = "@perturbed["
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]+")
@@ -190,6 +192,29 @@ class Tagger:
         chosen = _values_at(config, [*(path for path in self._drawn if path not in given),
                                      *((key,) for key in self._filled)])
         return {_joined(path): value for path, value in chosen.items()}
+
+    def describe(self) -> dict[str, Any]:
+        """What :meth:`evaluated_params` needs of the run, as plain JSON (paths as lists): the Tuner writes it beside
+        ``tuner.pkl`` (:data:`PARAMS_FILE`), so that an ``ExperimentAnalysis`` read from the folder gives its trials
+        Ray's ``evaluated_params`` (:meth:`from_description`)."""
+        return {"version": 1, "kind": self.kind, "drawn": [list(path) for path in self._drawn],
+                "filled": list(self._filled),
+                "points": [[count, sorted((list(path) for path in given), key=str)]
+                           for count, given in self._point_runs]}
+
+    @classmethod
+    def from_description(cls, description: Mapping[str, Any]) -> Tagger:
+        """A tagger that answers :meth:`evaluated_params` as the run's did, from :meth:`describe`'s dict.
+
+        Raises:
+            KeyError, TypeError, ValueError: Not such a dict.
+        """
+        tagger = cls({}, str(description["kind"]))
+        tagger._drawn = [tuple(path) for path in description["drawn"]]
+        tagger._filled = list(description["filled"])
+        tagger._point_runs = [(int(count), {tuple(path) for path in given}) for count, given in description["points"]]
+        tagger._paths = tagger._drawn if tagger.kind == VARIANTS else []
+        return tagger
 
     def restore(self, seq: int, stored_tag: str, config: Mapping[str, Any]) -> None:
         """A resumed run: the trial created ``seq``-th had ``stored_tag`` on its last stored result and now has

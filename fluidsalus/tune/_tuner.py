@@ -35,6 +35,7 @@ import contextlib
 import dataclasses
 import datetime
 import inspect
+import json
 import logging
 import os
 import re
@@ -73,7 +74,7 @@ from fluidsalus.tune._custom_scheduler import ScheduledSearch
 from fluidsalus.tune._custom_search import defined_by_user, runner_of
 from fluidsalus.tune._interrupt import StopSignals
 from fluidsalus.tune._output import log_files
-from fluidsalus.tune._tags import TAG_KEY, Tagger
+from fluidsalus.tune._tags import PARAMS_FILE, TAG_KEY, Tagger
 from fluidsalus.tune._trainable import (
     MANY_GPUS_WARNING,
     NO_GPU_WARNING,
@@ -673,7 +674,15 @@ class Tuner:
         return fresh
 
     def _save_state(self, experiment_dir: str) -> None:
-        """Write ``tuner.pkl`` (without callbacks if they cannot be pickled)."""
+        """Write ``tuner.pkl`` (without callbacks if they cannot be pickled), and beside it, in plain JSON, what the
+        trials' ``evaluated_params`` are made of (:data:`PARAMS_FILE`), which an ``ExperimentAnalysis`` of the folder
+        reads without unpickling the run's objects."""
+        tags = getattr(self, "_tags", None)
+        if tags is not None:
+            try:
+                write_atomically(os.path.join(experiment_dir, PARAMS_FILE), json.dumps(tags.describe()))
+            except (TypeError, ValueError, OSError) as exc:  # a path of keys JSON cannot hold: no evaluated_params
+                logger.debug("fluidsalus.tune: %s not written: %s", PARAMS_FILE, exc)
         state = {"version": _STATE_VERSION, "param_space": self._param_space,
                  "tune_config": getattr(self, "_pristine_tune_config", None) or self._tune_config,
                  "run_config": self._run_config,
@@ -775,6 +784,7 @@ class Tuner:
             runner.attach(experiment_dir, datetime.datetime.now().strftime(DATE_FORMAT))
         tags = Tagger(planned.space, planned.tags, planned.perturbed, planned.replay_tag,  # Ray's experiment_tag
                       points=planned.points)
+        self._tags = tags  # (its description goes beside tuner.pkl: the analysis's evaluated_params)
         trial_names: dict[str, Any] = {}  # trial -> what trial_name_creator returned for it
         if self._resume:
             self._restore_trials_view(experiment_dir, tags, trial_names if tune_config.trial_name_creator else None)

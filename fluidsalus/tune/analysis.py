@@ -14,6 +14,7 @@ no trial reported the metric, and a mode without a metric selects Ray's anonymou
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -21,29 +22,29 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from fluidsalus.checkpoint import Checkpoint
-from fluidsalus.errors import ConfigError
+from fluidsalus.errors import ConfigError, StoreError
 from fluidsalus.result import (
-    DELIMITER,
     MODES,
     Result,
     ResultGrid,
-    best_row,
     flatten_dict,
     is_number,
     lookup_metric,
     metric_analysis,
+    picked_rows_frame,
 )
-from fluidsalus.session import with_config
 from fluidsalus.store import (
     DB_FILENAME,
     ERROR_FILE,
     FINAL_STATUSES,
     PENDING,
     RUNNING,
+    TRIAL_RESTART_EVENT,
     DriverLock,
     open_readonly,
     read_error_file,
 )
+from fluidsalus.tune._tags import PARAMS_FILE, Tagger
 from fluidsalus.tune.result import TRAINING_ITERATION
 from fluidsalus.tune.utils import flatten_dict as flatten_like_ray
 
@@ -84,15 +85,21 @@ class Trial:
         experiment_tag: Ray's tag of the trial (``"<index>_<values>"``), or ``""`` if it reported nothing.
         num_failures: How often it failed (each failure that was retried, and the one that ended it).
         trainable_name: The name of the run's trainable (``""`` if the experiment did not record one).
+        evaluated_params: Ray's: the values the search chose for the trial, by ``/``-joined path (the space's grid
+            searches and domains as first drawn, or a search algorithm's suggestion; not the constants), as the
+            callbacks' trial views have them (:func:`evaluated_params_of`); ``{}`` where the experiment's folder
+            does not say (one ``fluidsalus.run`` wrote, or an older fluidsalus).
 
     Args:
         result: The trial's result.
         request: The run's resource request (a dict, a function of the config, or None for none), for
             :attr:`placement_group_factory`; :data:`UNKNOWN_REQUEST` where the analysis did not run the trials
             (an experiment folder read back: its store does not keep the request).
+        evaluated_params: See the attribute.
     """
 
-    def __init__(self, result: Result, request: Any = None) -> None:
+    def __init__(self, result: Result, request: Any = None,
+                 evaluated_params: Mapping[str, Any] | None = None) -> None:
         self._result = result
         self._request = request
         self.trial_id = result.trial_id
@@ -107,6 +114,7 @@ class Trial:
         self.num_failures = result._num_failures
         self.trainable_name = result._trainable_name
         self._name = result._trial_name
+        self.evaluated_params: dict[str, Any] = dict(evaluated_params or {})
         self._analysis: dict[str, dict[str, float]] | None = None
 
     @property
@@ -151,6 +159,11 @@ class Trial:
     def has_reported_at_least_once(self) -> bool:
         """Ray's: whether the trial reported a result."""
         return bool(self._result._history)
+
+    @property
+    def relative_logdir(self) -> str:
+        """Ray's: the name of the trial's folder in the experiment's folder."""
+        return os.path.basename(self.path.rstrip(os.sep)) if self.path else ""
 
     @property
     def experiment_dir_name(self) -> str:
@@ -233,6 +246,15 @@ class ExperimentAnalysis:
         self._experiment_path = path
         self.trials: list[Trial] = trials if trials is not None else self._load_trials(path)
 
+    @classmethod
+    def of_results(cls, experiment_path: str, results: list[Result], request: Any = UNKNOWN_REQUEST,
+                   default_metric: str | None = None, default_mode: str | None = None) -> ExperimentAnalysis:
+        """The analysis of a run's results (what ``tune.run`` returns, and ``ResultGrid._experiment_analysis``): its
+        trials share the results, with their ``evaluated_params`` from the experiment's folder."""
+        params = evaluated_params_of(experiment_path, results)
+        trials = [Trial(result, request, params.get(result.trial_id)) for result in results]
+        return cls(experiment_path, trials=trials, default_metric=default_metric, default_mode=default_mode)
+
     @staticmethod
     def _load_trials(path: str) -> list[Trial]:
         if not os.path.isfile(os.path.join(path, DB_FILENAME)):
@@ -250,7 +272,8 @@ class ExperimentAnalysis:
             status = store.experiment()["status"]
         finally:
             store.close()
-        trials = [Trial(result, UNKNOWN_REQUEST) for result in grid]
+        params = evaluated_params_of(path, list(grid))
+        trials = [Trial(result, UNKNOWN_REQUEST, params.get(result.trial_id)) for result in grid]
         if status != RUNNING or DriverLock.holder_gone(path):
             # No driver runs it (interrupted, or its driver killed): a trial it was running waits for a resume,
             # as Ray's saved state shows it (its RUNNING trials are saved PENDING; here they showed RUNNING).
@@ -304,28 +327,15 @@ class ExperimentAnalysis:
         Raises:
             ConfigError: A bad mode, or a mode without a metric.
         """
-        import pandas as pd
 
         if mode and mode not in MODES:
             raise ConfigError(f"ExperimentAnalysis.dataframe: mode has to be None or one of {list(MODES)} "
                               f"(got {mode!r})")
         if mode and not metric:
             raise ConfigError("ExperimentAnalysis.dataframe: a mode needs a metric too; pass metric=")
-        rows, folders = [], []
-        for trial in self.trials:
-            history = trial.history
-            if not history:
-                continue
-            row = history[-1]
-            if metric and mode:
-                row = best_row(history, metric, mode) or row
-            rows.append(with_config({k: v for k, v in row.items() if k != "config"}, trial.config or {}))
-            folders.append(trial.path)
-        if not rows:
-            return pd.DataFrame()  # no trial reported: no columns either, as in Ray
-        frame = pd.json_normalize(rows, sep=DELIMITER)  # as Ray reads a trial's results
-        frame["logdir"] = folders
-        return frame
+        # (Ray's rows: each trial's whole frame, at its last or best result; a trial that never reported has none)
+        return picked_rows_frame([(trial._result, trial.config or {}) for trial in self.trials if trial.history],
+                                 metric, mode)
 
     # ------------------------------------------------------------------ the best trial
 
@@ -496,6 +506,44 @@ class ExperimentAnalysis:
 
     def __repr__(self) -> str:
         return f"ExperimentAnalysis<{len(self.trials)} trials, path={self._experiment_path!r}>"
+
+
+def evaluated_params_of(experiment_path: str, results: list[Result]) -> dict[str, dict[str, Any]]:
+    """Ray's ``Trial.evaluated_params`` of each trial, by trial id: what the search chose for it, as the callbacks'
+    trial views have it, from what the ``fluidsalus.tune`` run wrote beside ``tuner.pkl`` (:data:`PARAMS_FILE`: which
+    paths of the space were drawn, the keys PBT sampled, the ``points_to_evaluate`` runs), each trial's creation
+    index and its configuration as it was created (before a PBT exploit changed it; the store's restart events keep
+    the one each change replaced). Ray's value is reproduced exactly: it is a function of these.
+
+    Returns:
+        Trial id -> path -> value; empty when the folder has no such file (an experiment ``fluidsalus.run`` wrote,
+        or one of an older fluidsalus), or no readable store.
+    """
+    try:
+        with open(os.path.join(experiment_path, PARAMS_FILE), encoding="utf-8") as f:
+            tagger = Tagger.from_description(json.load(f))
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    try:
+        store = open_readonly(experiment_path)
+    except StoreError:
+        return {}
+    try:
+        seqs = store.trial_seqs()
+        created: dict[str, dict[str, Any]] = {}  # the config a trial had before its first change
+        for event in store.events(TRIAL_RESTART_EVENT):
+            data = event.data or {}
+            if event.trial_id and "config" in data and event.trial_id not in created:
+                created[event.trial_id] = dict(data.get("previous_config") or {})
+    finally:
+        store.close()
+    out = {}
+    for result in results:
+        config = created.get(result.trial_id)
+        if config is None:
+            config = result._config if result._config is not None else (result.config or {})
+        out[result.trial_id] = tagger.evaluated_params(config, seqs.get(result.trial_id))
+    return out
 
 
 def written_by_ray(path: str) -> bool:
