@@ -488,21 +488,32 @@ class DriverLock:
             StoreError: Another driver holds it (the message says which, as it wrote), or the file cannot be made.
         """
         path = os.path.join(experiment_dir, LOCK_FILENAME)
-        made = False
-        try:
+        while True:
+            made = False
             try:
-                fd = os.open(path, os.O_RDWR)
+                try:
+                    fd = os.open(path, os.O_RDWR)
+                except FileNotFoundError:
+                    try:
+                        fd, made = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+                    except FileExistsError:
+                        continue  # (another driver made it just now: open its file)
+            except OSError as e:
+                raise StoreError(f"cannot create the experiment's lock file {path!r}: {e.strerror}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "a driver that wrote nothing"
+                os.close(fd)  # (a file made here, in a race with the holder's, is its: it stays)
+                raise StoreError(f"the experiment at {experiment_dir} is being run by another driver ({holder}); "
+                                 "wait for it to end, or stop it, before running it again") from None
+            try:  # (a refused driver's put_back may have removed the file this fd opened: lock the one at path)
+                same = os.path.samestat(os.fstat(fd), os.stat(path))
             except FileNotFoundError:
-                fd, made = os.open(path, os.O_RDWR | os.O_CREAT, 0o644), True
-        except OSError as e:
-            raise StoreError(f"cannot create the experiment's lock file {path!r}: {e.strerror}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "a driver that wrote nothing"
-            os.close(fd)  # (a file made here, in a race with the holder's, is its: it stays)
-            raise StoreError(f"the experiment at {experiment_dir} is being run by another driver ({holder}); wait "
-                             "for it to end, or stop it, before running it again") from None
+                same = False
+            if same:
+                break
+            os.close(fd)
         previous_bytes = os.pread(fd, 4096, 0)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since "

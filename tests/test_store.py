@@ -586,3 +586,27 @@ def test_a_read_that_fails_inside_a_write_keeps_the_writes_advice(tmp_path):
             store.events()
     assert store.trials() == []
     store.close()
+
+
+def test_a_driver_that_locked_a_lock_file_just_removed_locks_the_new_one(tmp_path, monkeypatch):
+    """A refused resume removes the lock file it made (put_back). A driver that opened that file just before, and
+    locked it just after, held the lock of a deleted file, and a third driver made a new file and held the lock
+    too: two drivers ran one experiment (h101's F1). The second one now locks the file that is at the path."""
+    import fcntl
+
+    from fluidsalus import store as st
+
+    first = DriverLock.acquire(str(tmp_path))  # a resume about to be refused: the lock file is its
+    real_flock = fcntl.flock
+
+    def refused_between_open_and_lock(fd: int, op: int) -> None:
+        monkeypatch.setattr(st.fcntl, "flock", real_flock)
+        first.release(put_back=True)  # removes the file the second driver opened
+        real_flock(fd, op)
+
+    monkeypatch.setattr(st.fcntl, "flock", refused_between_open_and_lock)
+    second = DriverLock.acquire(str(tmp_path))
+    assert os.path.exists(tmp_path / LOCK_FILENAME)
+    with pytest.raises(StoreError, match="being run by another driver"):
+        DriverLock.acquire(str(tmp_path))
+    second.release()

@@ -216,3 +216,25 @@ def test_an_exception_ends_the_hooks_round_as_in_rays_callback_list(tmp_path) ->
     ((trial_id, text, trace, _),) = adapter.failed_ends()
     assert trial_id == "t0" and text == "ValueError: boom in on_trial_complete" and "Raising.on_trial_complete" in trace
     assert adapter.trials["t0"].status == "ERROR" and adapter.failed_ends() == []
+
+
+class _SetupRaises(Raising):
+    """Raises in ``setup``; records ``on_experiment_end``."""
+
+    def __init__(self) -> None:
+        super().__init__("setup")
+
+    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        self._called("on_experiment_end")
+
+
+def test_a_callback_whose_setup_raises_on_a_resume_gets_no_experiment_end(tmp_path) -> None:
+    """As in Ray and in a new run, a callback whose setup raised is not told the experiment ended; a resume called
+    its on_experiment_end (its setup ran once fluidsalus.run accepted the resume: h101's F3)."""
+    space = {"x": tune.grid_search([0]), "fail": False}
+    tune.run(_train, config=space, name="e", storage_path=str(tmp_path), verbose=0)
+    callback = _SetupRaises()
+    with pytest.raises(ValueError, match="boom in setup"):
+        tune.run(_train, config=space, name="e", storage_path=str(tmp_path), verbose=0, resume=True,
+                 callbacks=[callback])
+    assert callback.calls == [("setup", None)]

@@ -811,10 +811,10 @@ class Tuner:
             them as they are then. A refused one writes nothing into the experiment's folder, and, as Ray's
             refused restore, calls no callback."""
             nonlocal accepted
-            accepted = True
             self._apply_restore_flags(store, searcher)
             if adapter is not None:
                 adapter.setup(**setup)
+            accepted = True  # (a callback whose setup raised gets no on_experiment_end, as in Ray and a new run)
         gpus = gpu_hint(counted)
         if gpus is not None and gpus > 1:
             warnings.warn(MANY_GPUS_WARNING.format(gpu=gpus), UserWarning, stacklevel=2)
