@@ -1134,15 +1134,21 @@ class _StudyDriver(BaseSearcher):
                     warnings.simplefilter("ignore", ExperimentalWarning)
                     optuna.storages.fail_stale_trials(self.study)
             trial = self.study.ask()
-            storage.set_trial_system_attr(trial._trial_id, SYSTEM_ATTR,
-                                          {"experiment": self.experiment, "trial_id": trial_id})
         except Exception as e:  # noqa: BLE001 - a storage or sampler error ends the optimisation, as in Optuna
             self._fail(e)
             return None
+        # (registered and beating at once, as Optuna's _run_trial: a Ctrl-C, SIGTERM or storage error in the
+        # write below leaves no RUNNING trial that nothing fails and no heartbeat ever makes stale)
         heartbeat = get_heartbeat_thread(trial._trial_id, storage)
         heartbeat.start()
         live = self._live[trial_id] = _Live(trial_id, trial, heartbeat)
         self._asked += 1
+        try:
+            storage.set_trial_system_attr(trial._trial_id, SYSTEM_ATTR,
+                                          {"experiment": self.experiment, "trial_id": trial_id})
+        except Exception as e:  # noqa: BLE001 - a storage error ends the optimisation; the trial is FAIL
+            self._tell(live, OUT_FAILED, error=e, message=repr(e))
+            return None
         return self._snapshot(live)
 
     def _on_suggest(self, trial_id: str, name: str,

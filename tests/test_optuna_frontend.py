@@ -486,6 +486,30 @@ def test_a_system_exit_in_the_driver_leaves_the_running_trials_running_as_optuna
     assert TrialState.COMPLETE in states and TrialState.RUNNING in states and TrialState.FAIL not in states
 
 
+@pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
+def test_an_error_while_a_trial_is_started_leaves_no_trial_running(tmp_path, error):
+    """A Ctrl-C (or a storage error) landing in the driver's write of a new trial's system attribute, between
+    ``study.ask()`` and the trial's registration and heartbeat, left that trial RUNNING for good: nothing failed it,
+    and without a heartbeat row no stale-trial check ever would (h99's F1, seen twice in ~25 signalled runs)."""
+    study = optuna.create_study()
+    storage = study._storage
+    real = storage.set_trial_system_attr
+    calls = {"n": 0}
+
+    def lands_in_the_third_start(trial_id: int, key: str, value: Any) -> None:
+        if key == fo.SYSTEM_ATTR:
+            calls["n"] += 1
+            if calls["n"] == 3:
+                raise error("it landed here")
+        real(trial_id, key, value)
+
+    storage.set_trial_system_attr = lands_in_the_third_start
+    with pytest.raises(error, match="it landed here"):
+        _optimize(study, _quadratic, tmp_path, n_trials=6)
+    states = [t.state for t in study.trials]
+    assert len(states) >= 3 and TrialState.RUNNING not in states and states[2] == TrialState.FAIL
+
+
 # ---------------------------------------------------------------------------------------------- stopping
 
 
