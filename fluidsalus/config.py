@@ -150,9 +150,15 @@ class RunSpec(BaseModel):
         return value
 
     def resolved_storage_path(self) -> str:
-        path = self.storage_path if self.storage_path is not None else (
-            os.environ.get(STORAGE_PATH_ENV) or DEFAULT_STORAGE_PATH)  # (an empty variable is unset, as in a shell)
-        return os.path.abspath(os.path.expanduser(path))
+        return resolve_storage_path(self.storage_path)
+
+
+def resolve_storage_path(storage_path: str | None) -> str:
+    """The folder experiments go in: ``storage_path``, else ``$FLUIDSALUS_STORAGE_PATH``, else the default, made
+    absolute (``~`` expanded)."""
+    path = storage_path if storage_path is not None else (
+        os.environ.get(STORAGE_PATH_ENV) or DEFAULT_STORAGE_PATH)  # (an empty variable is unset, as in a shell)
+    return os.path.abspath(os.path.expanduser(path))
 
 
 def build(model: type[BaseModel], **fields: Any) -> Any:

@@ -62,6 +62,7 @@ import itertools
 import logging
 import math
 import numbers
+import os
 import re
 import threading
 import time
@@ -84,6 +85,7 @@ from ray import cloudpickle
 
 from fluidsalus import session
 from fluidsalus.api import run
+from fluidsalus.config import resolve_storage_path
 from fluidsalus.errors import (
     MAX_ERROR_PICKLE_BYTES,
     ConfigError,
@@ -97,7 +99,7 @@ from fluidsalus.errors import (
 from fluidsalus.gpu.host import _is_out_of_memory
 from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.searchers._optuna import DIRECTIONS
-from fluidsalus.store import ExperimentStore
+from fluidsalus.store import ExperimentStore, unused_name
 from fluidsalus.trialgroup.trial import TrialGroup
 
 try:  # Optuna's own heartbeat helpers (what study.optimize uses for RDBStorage(heartbeat_interval=...)).
@@ -1379,6 +1381,25 @@ def _experiment_name(study: optuna.Study) -> str:
     return f"optuna_{study_part}_{datetime.datetime.now().strftime(session.DATE_FORMAT)}_{uuid.uuid4().hex[:6]}"
 
 
+def _record_name(name: Any, storage_path: Any, study: optuna.Study) -> Any:
+    """The name of this call's fluidsalus experiment (each call of :func:`optimize` records its trials as a new
+    one): :func:`_experiment_name` by default; a given ``name`` that an experiment has already (``optimize`` called
+    again on the study, which Optuna continues, or after a crash) becomes the first free ``<name>_<k>``, with a
+    warning (it was refused with advice ``optimize`` cannot take: ``resume=True``). A name or storage path of a
+    wrong type is left to :func:`fluidsalus.run`'s checks."""
+    if name is None:
+        return _experiment_name(study)
+    if not isinstance(name, str) or not isinstance(storage_path, (str, os.PathLike, type(None))):
+        return name
+    storage = resolve_storage_path(None if storage_path is None else os.fspath(storage_path))
+    free = unused_name(storage, name)
+    if free != name:
+        warnings.warn(f"name: an experiment named {name!r} already exists in {storage} (an earlier optimize call "
+                      f"on this study, or another run); this call's trials are recorded as {free!r}", UserWarning,
+                      stacklevel=3)
+    return free
+
+
 def optimize(
     study: optuna.Study,
     objective: Callable[[Any], float | Sequence[float] | None] | None = None,
@@ -1419,7 +1440,9 @@ def optimize(
         **run_kwargs: Options of :func:`fluidsalus.run` passed on: ``name``, ``storage_path``, ``devices``,
             ``cpus_per_device``, ``cpus_per_trial``, ``gpu_per_trial``, ``max_concurrent_trials``,
             ``max_failures``, ``lane_policy``, ``quantum_ms``, ``verbose``. The default name is
-            ``optuna_<study name>_<timestamp>_<random>``. ``func=`` is taken as the objective, as Optuna names it.
+            ``optuna_<study name>_<timestamp>_<random>``; a ``name`` an experiment already has (an earlier call's)
+            becomes ``<name>_2``, ``<name>_3``, ... with a warning. ``func=`` is taken as the objective, as Optuna
+            names it.
 
     Raises:
         ConfigError: A bad argument, or a ``fluidsalus.run`` option that ``optimize`` sets itself (the message
@@ -1467,7 +1490,7 @@ def optimize(
     if (n_trials is not None and n_trials <= 0) or (timeout is not None and timeout <= 0):
         return
 
-    name = run_kwargs.pop("name", None) or _experiment_name(study)
+    name = _record_name(run_kwargs.pop("name", None), run_kwargs.get("storage_path"), study)
     verbose = run_kwargs.pop("verbose", 1 if show_progress_bar else 0)
     limit = None if n_trials is None or math.isinf(n_trials) else math.ceil(n_trials)  # (inf: no limit, as Optuna's)
     driver = _StudyDriver(study, limit, timeout, callback_list, name)

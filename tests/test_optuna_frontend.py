@@ -1284,3 +1284,14 @@ def test_a_trial_whose_device_died_fails_with_the_reason_in_its_error(tmp_path):
     assert "Its device process died 2 times while it ran" in message
     states = {t.number: t.state for t in study.trials}
     assert states[1] == TrialState.FAIL and states[0] == TrialState.COMPLETE
+
+
+def test_optimize_again_with_a_fixed_name_records_a_new_experiment(tmp_path):
+    """Optuna continues a study optimised again; the second call with the same ``name=`` was refused as a taken
+    experiment name, with advice (``resume=True``) that optimize cannot take (h99's F2)."""
+    study = optuna.create_study()
+    _optimize(study, _quadratic, tmp_path, n_trials=2, name="fixed")
+    with pytest.warns(UserWarning, match="'fixed' already exists .* recorded as 'fixed_2'"):
+        _optimize(study, _quadratic, tmp_path, n_trials=2, name="fixed")
+    assert len(study.trials) == 4 and all(t.state == TrialState.COMPLETE for t in study.trials)
+    assert sorted(os.listdir(tmp_path / "fluidsalus")) == ["fixed", "fixed_2"]
