@@ -99,7 +99,7 @@ from fluidsalus.errors import (
 from fluidsalus.gpu.host import _is_out_of_memory
 from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.searchers._optuna import DIRECTIONS
-from fluidsalus.store import ExperimentStore, unused_name
+from fluidsalus.store import DB_FILENAME, ExperimentStore, unused_name
 from fluidsalus.trialgroup.trial import TrialGroup
 
 try:  # Optuna's own heartbeat helpers (what study.optimize uses for RDBStorage(heartbeat_interval=...)).
@@ -1507,6 +1507,13 @@ def optimize(
         # helper's side-by-side run)
         if isinstance(e, (Exception, KeyboardInterrupt)):
             driver.fail_unfinished(e)
+        # what the study knows goes into the record of a run cut short too (its trials had no params and `ls` no
+        # best: h99's F3), when its store was made
+        experiment_dir = os.path.join(resolve_storage_path(run_kwargs.get("storage_path")), name) \
+            if isinstance(name, str) and isinstance(run_kwargs.get("storage_path"), (str, type(None))) else None
+        if experiment_dir is not None and os.path.isfile(os.path.join(experiment_dir, DB_FILENAME)) \
+                and driver.started_trials():
+            _record_the_study(experiment_dir, study, driver.started_trials())
         raise
     finally:
         driver.close()

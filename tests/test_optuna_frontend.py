@@ -465,6 +465,15 @@ def test_interrupted_run_fails_its_running_trials(tmp_path, optuna_records):
     states = [t.state for t in study.trials]
     assert TrialState.COMPLETE in states and TrialState.RUNNING not in states
     assert not study._thread_local.in_optimize_loop
+    # the experiment's record has the study's params and metric, as after a run that ended (h99's F3)
+    [folder] = os.listdir(tmp_path / "fluidsalus")
+    store = ExperimentStore.open(tmp_path / "fluidsalus" / folder, readonly=True)
+    try:
+        assert store.experiment()["metric"] == fo.KEY_VALUE
+        configs = [row.config for row in store.trials()]
+    finally:
+        store.close()
+    assert sum(set(config) == {"x"} for config in configs) == len(study.trials)  # (the others never started)
     # Optuna's lines for each trial the interrupt failed, without the driver's traceback (the same frames for
     # every such trial, none of them the objective's: it was shown once per trial)
     failed = [r for r in optuna_records if "because of the following error: KeyboardInterrupt()." in r.getMessage()]
