@@ -37,7 +37,9 @@ class Callback:
         """
 
     def on_trial_complete(self, trial_id: str, status: str, result: Mapping[str, Any] | None) -> None:
-        """Called once when a trial ends (``status`` is TERMINATED or ERROR), with its last result."""
+        """Called once when a trial ends (``status`` is TERMINATED or ERROR), with its last result: on its device,
+        or off any device when its searcher stops it (or the search ends) while it is queued or paused there (not
+        when the run's end ends it there: a time budget, ``stop_all()``, ``fail_fast``)."""
 
     def on_step_begin(self) -> None:
         """Called at the start of each pass of the driver's loop (before it takes new trials and waits for

@@ -16,6 +16,7 @@ import cloudpickle
 import pytest
 
 import fluidsalus
+from fluidsalus.callbacks import Callback as EngineCallback
 from fluidsalus.gpu.host import TrialSpec
 from fluidsalus.store import PAUSED, PENDING, RUNNING, ExperimentStore
 from fluidsalus.trialgroup.dispatch import (
@@ -1320,6 +1321,84 @@ def test_a_trial_paused_at_its_budget_whose_device_dies_waits_off_it_for_its_sea
     monkeypatch.setattr(executor_module, "start_device_actor", lambda *args: _FakeActor())
     executor._device_died(executor._devices[0], RuntimeError("killed"))
     assert trial.status == PAUSED and "a" not in executor.pending and trial.placed_on == ()
+
+
+class _Ends(EngineCallback):
+    """Records the results and ends the executor tells its callbacks, in order."""
+
+    def __init__(self):
+        self.calls = []
+
+    def on_trial_result(self, trial_id, result):
+        self.calls.append(("result", trial_id, result["training_iteration"]))
+
+    def on_trial_complete(self, trial_id, status, result):
+        self.calls.append(("complete", trial_id, status))
+
+
+@pytest.mark.parametrize("how", ["searcher_stops_it", "search_finished"])
+def test_a_trial_moved_off_its_device_while_paused_at_its_budget_then_stopped_is_told_to_the_callbacks(tmp_path,
+                                                                                                       how):
+    """A move planned for a trial that then paused at its budget leaves it paused off any device (_requeue). When
+    its searcher stops it (ASHA below its top rung) or the search ends (ASHA's last rung, the run's last trials), it
+    ended in the store without a word to the callbacks: a Ray callback never got ``on_trial_complete`` and its
+    ``on_experiment_end`` saw the trial RUNNING (h101's F6: an ASHA run restored with ``restart_errored=True``, about 1
+    run in 4 on a loaded machine). Ray's ``stop_trial`` calls ``on_trial_complete`` for a PAUSED or PENDING trial."""
+    from fluidsalus.gpu.host import EV_END, OUT_STOPPED
+    from fluidsalus.store import TERMINATED
+    from fluidsalus.trialgroup.executor import RESTART_MOVE, _Restart
+
+    executor, store, trial = _paused_at_its_budget_with_a_checkpoint(tmp_path, n_devices=2)
+    callback = _Ends()
+    executor.settings.callbacks = [callback]
+    executor._restarts["a"] = _Restart(reason=RESTART_MOVE, action=MOVE)
+    executor._send_stop(["a"], no_verdict=True)
+    executor._handle(executor._devices[0], [(EV_END, "a", 0, 3.0, OUT_STOPPED, None, None)])
+    assert trial.status == PAUSED and not trial.placed_on and "a" not in executor.pending and not callback.calls
+    if how == "searcher_stops_it":
+        executor._searcher_log.collect_stops = lambda: ["a"]
+        executor._searcher_log.next_groups = lambda: []
+        executor._take_groups()
+    else:
+        executor.searcher.is_finished = lambda: True
+        assert executor._finished()
+    row = {r.trial_id: r for r in store.trials()}["a"]
+    assert (trial.status, row.status) == (TERMINATED, TERMINATED)
+    assert callback.calls == [("complete", "a", TERMINATED)]
+
+
+def test_a_trial_stopped_at_a_result_that_came_with_the_end_of_its_move_is_told_after_that_result(tmp_path):
+    """The searcher's stop of a result that came in the batch of the trial's end for a move: the end requeued it
+    first (paused off any device, at its budget), so the stop ended it there, unheard by the callbacks (h101's F6).
+    They are told its end, after the batch's results, as Ray's callbacks get the result, then the end."""
+    from fluidsalus.gpu.host import EV_END, EV_RESULT, EV_START, OUT_STOPPED
+    from fluidsalus.searchers._base import Decision
+    from fluidsalus.store import TERMINATED
+    from fluidsalus.trialgroup.executor import RESTART_MOVE, _Restart
+
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    trial = _placed_trial(executor, store, "a", budget=3)
+    store.update_trial("a", budget=3)
+    callback = _Ends()
+    executor.settings.callbacks = [callback]
+    executor._searcher_log.on_result = lambda tid, result: (Decision.STOP if result["training_iteration"] == 3
+                                                            else Decision.CONTINUE)
+    device = executor._devices[0]
+
+    def result(i):
+        os.makedirs(os.path.join(trial.trial_dir, f"checkpoint_00000{i}"))
+        return (EV_RESULT, "a", 0, float(i), {"training_iteration": i, "time_this_iter_s": 1.0,
+                                              "time_total_s": float(i), "checkpoint_dir_name": f"checkpoint_00000{i}"},
+                i == 3, False)
+
+    executor._handle(device, [(EV_START, "a", 0, 0.5), result(1), result(2)])
+    executor._restarts["a"] = _Restart(reason=RESTART_MOVE, action=MOVE)  # the planner moves it to cpu:1
+    executor._send_stop(["a"], no_verdict=True)
+    executor._handle(device, [result(3), (EV_END, "a", 0, 3.5, OUT_STOPPED, None, None)])
+    row = {r.trial_id: r for r in store.trials()}["a"]
+    assert (trial.status, row.status) == (TERMINATED, TERMINATED) and "a" not in executor.pending
+    assert callback.calls == [("result", "a", 1), ("result", "a", 2), ("result", "a", 3),
+                              ("complete", "a", TERMINATED)]
 
 
 def _data_parallel_on_two_devices(tmp_path, max_failures=0):

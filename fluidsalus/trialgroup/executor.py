@@ -1166,6 +1166,8 @@ class Executor:
                 if trial.status == PAUSED and not trial.placed_on:
                     self._end_unstarted(trial)
             self._searcher_log.save()
+        # (the run's end: trials it ends unstarted are not told to the callbacks, as Ray's end leaves its queued and
+        # paused trials as they are; those on a device end there, and are told)
         self._stop_trials([tid for d in self._devices for tid in d.assigned], no_verdict=True)
 
     def _end_stragglers(self) -> None:
@@ -1204,7 +1206,7 @@ class Executor:
         paused = [tid for tid in live if self.trials[tid].status == PAUSED]
         if paused and len(paused) == len(live):
             # The searcher is done and will promote no one: paused trials have reached their last budget.
-            self._stop_trials(paused)
+            self._tell_stopped(self._stop_trials(paused))
             live = [t.trial_id for t in self.trials.values() if t.status in (RUNNING, PAUSED) or t.placed_on]
         return not live and not self.pending
 
@@ -1213,7 +1215,7 @@ class Executor:
         groups = self._searcher_log.next_groups()
         stops = self._searcher_log.collect_stops()
         if stops:
-            self._stop_trials(stops)
+            self._tell_stopped(self._stop_trials(stops))
         if not groups:
             with self.store.transaction():
                 self._take_exploits()
@@ -1437,10 +1439,15 @@ class Executor:
             )
             self._exploits.append(trial.trial_id)
 
-    def _stop_trials(self, trial_ids: list[str], no_verdict: bool = False) -> None:
+    def _stop_trials(self, trial_ids: list[str], no_verdict: bool = False) -> list[Trial]:
         """Stop trials: queued ones and ones paused off any device end at once, placed ones at their next report
         (or now, if paused). A restart planned for a trial (a move, an exploit) is dropped: the stop wins.
-        ``no_verdict``: the stop is the run's end, not a decision about the trials (``gpu.host.DeviceHost.stop``)."""
+        ``no_verdict``: the stop is the run's end, not a decision about the trials (``gpu.host.DeviceHost.stop``).
+
+        Returns:
+            The trials ended at once (committed): the caller tells the callbacks (:meth:`_tell_stopped`) once
+            they have seen what came before the stop (a batch's results).
+        """
         stop: list[str] = []
         ended: list[Trial] = []
         for trial_id in trial_ids:
@@ -1465,6 +1472,21 @@ class Executor:
                     self._end_unstarted(trial)
                 self._searcher_log.save()
         self._send_stop(stop, no_verdict)
+        return ended
+
+    def _tell_stopped(self, ended: list[Trial]) -> None:
+        """Tell the callbacks the end of trials :meth:`_stop_trials` ended off any device (queued, or paused off
+        its device: moved or preempted at its rung, then stopped by its searcher or at the search's end), as the
+        ends that come from a device are told (:meth:`_handle`), and as Ray's ``stop_trial`` calls
+        ``on_trial_complete`` for a ``PENDING`` or ``PAUSED`` trial."""
+        for trial in ended:
+            if trial.status != TERMINATED:
+                continue
+            self._stopped += 1
+            self._log_end(trial, OUT_STOPPED)
+            for callback in self.settings.callbacks:
+                callback.on_trial_complete(trial.trial_id, trial.status, trial.last_result)
+            self._record_failed_ends()
 
     def _send_stop(self, trial_ids: Iterable[str], no_verdict: bool = False, peers_lost: bool = False) -> None:
         """Ask every device a trial runs on to stop it at its next boundary (``no_verdict``: the stop is the run's
@@ -2072,8 +2094,9 @@ class Executor:
         # Committed: the batch is acknowledged. Now act on it.
         if stopper_error is not None:
             raise stopper_error
-        if stops:
-            self._stop_trials(stops)
+        # Trials a stop ends at once (a trial this batch's end requeued: a move at its budget leaves it paused off
+        # any device, a retry queued) are told to the callbacks after this batch's results
+        stopped = self._stop_trials(stops) if stops else []
         for kind, trial, event in acted:
             if kind == EV_CHECKPOINT:
                 if self.settings.checkpoint_num_to_keep is not None:
@@ -2103,6 +2126,7 @@ class Executor:
                 for callback in self.settings.callbacks:
                     callback.on_trial_complete(trial.trial_id, trial.status, trial.last_result)
                 self._record_failed_ends()
+        self._tell_stopped(stopped)
         if acted and self.settings.callbacks:
             requested = [tid for callback in self.settings.callbacks for tid in callback.checkpoint_requests()]
             for tid in requested:
