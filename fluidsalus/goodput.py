@@ -597,6 +597,9 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
 
     # Epoch bounds.
     epochs: dict[str, list[Epoch]] = {}
+    # While the experiment runs (no finished_at), a device's live epoch lasts up to the store's latest
+    # activity, not its own last event: a device idle since its last trial ended was shown busy.
+    latest = max([*last_ts.values(), *(s.end for s in spans)], default=None)
     for device, rows in starts.items():
         rows.sort(key=lambda x: x[0])
         out = []
@@ -608,6 +611,8 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
                 end = deaths[0]
             elif nxt == math.inf and finished_at is not None and finished_at > end:
                 end = finished_at
+            elif nxt == math.inf and finished_at is None and latest is not None and latest > end:
+                end = latest
             slots = info.get("slots")
             node = info.get("node_ip")
             out.append(Epoch(device, i, ts, end, info.get("kind"), int(slots) if isinstance(slots, int) else None,

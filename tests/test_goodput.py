@@ -436,3 +436,17 @@ def test_a_zero_length_iteration_reported_as_its_device_starts_on_a_bin_edge_kee
     assert all(b.throughput is None for b in bins if not b.device_seconds)
     total = [b for b in gp.timeline(activity) if b.device == gp.TOTAL_DEVICE]
     assert sum((b.throughput or 0.0) * b.device_seconds for b in total) == pytest.approx(1.0)
+
+
+def test_a_live_run_counts_a_device_idle_since_its_last_trial_up_to_the_runs_latest_activity():
+    """While the run goes on (no finished_at), each device's time stopped at its own last event: a device idle
+    since its last trial ended at t=2 while the other ran to t=4 showed as busy (95% where the finished run gave
+    48%: h104's F1). Its time now lasts to the store's latest activity."""
+    events = [ev(0.0, "device_start", device=d, kind="cpu", slots=1) for d in ("cpu:0", "cpu:1")]
+    events += [ev(0.0, "trial_start", "A", device="cpu:0", attempt=0),
+               ev(0.0, "trial_start", "B", device="cpu:1", attempt=0)]
+    results = [res("A", 0, i, float(i), 1.0) for i in (1, 2, 3, 4)] + [res("B", 0, i, float(i), 1.0) for i in (1, 2)]
+    summary = gp.summarize(gp.build_activity(results, events, finished_at=None))
+    idle_since_2 = next(d for d in summary.devices if d.device == "cpu:1")
+    assert idle_since_2.device_seconds == pytest.approx(4.0)
+    assert idle_since_2.busy_fraction == pytest.approx(0.5)
