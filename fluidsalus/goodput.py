@@ -25,6 +25,8 @@ nothing here starts Ray or writes anything. The exact definitions are in ``docs/
   (``trial_restart`` with reason ``retry``, ``oom_readmit``, ``oom_after_stop`` (out of memory after the driver
   stopped it: it ends stopped), or ``trial_end`` with outcome ``errored``). It counts as
   busy time and as wasted seconds of that cause, never as an iteration.
+- **Wasted seconds.** A device's ``wasted_s`` is the turn time of its wasted work, redone iterations and cut-short
+  ones (a data-parallel worker's share too); ``wasted_fraction`` is that share of its compute (``lane_busy_s``).
 - **Throughput** = iterations / device_seconds; **goodput** = useful iterations / device_seconds.
 
 Every setting is a named constant below.
@@ -754,6 +756,12 @@ class DeviceStats:
     gpu_mem_used_peak_bytes: int | None
     wasted: dict[str, WasteStats] = field(default_factory=dict)
     node: str | None = None  # the node its (last) actor ran on; None for the totals and older stores
+    #: Compute seconds of wasted work on this device (iterations redone later, and those a failure cut short:
+    #: their turn time, lane-seconds), a data-parallel worker's share included: the device time ``wasted``'s
+    #: seconds leave on rank 0's device only.
+    wasted_s: float = 0.0
+    #: ``wasted_s / lane_busy_s``: the share of the device's compute that was wasted (None without compute).
+    wasted_fraction: float | None = None
 
 
 @dataclass
@@ -798,6 +806,7 @@ def _stats(device: str, kind: str | None, slots: int | None, device_seconds: flo
            lanes_peak: float, lanes_integral: float, lanes_time: float, waiting_peak: float, reserved_peak: float,
            used_peak: float, util: Sequence[float], mem_peak: float | None) -> DeviceStats:
     wasted = _waste(spans)
+    wasted_s = sum(s.end - s.start for s in spans if not s.useful)  # (partial and worker spans too: device time)
     trials = len({s.trial_id for s in spans})  # (a cut-short iteration too; a data-parallel trial's workers' devices)
     spans = [s for s in spans if s.counted]
     useful = [s for s in spans if s.useful]
@@ -820,6 +829,7 @@ def _stats(device: str, kind: str | None, slots: int | None, device_seconds: flo
         reserved_peak_bytes=int(reserved_peak), used_peak_bytes=int(used_peak),
         gpu_util_mean_pct=(sum(util) / len(util)) if util else None,
         gpu_mem_used_peak_bytes=None if mem_peak is None else int(mem_peak), wasted=wasted,
+        wasted_s=wasted_s, wasted_fraction=_ratio(wasted_s, lane_busy_s),
     )
 
 

@@ -75,6 +75,21 @@ STOPPED_OUTCOME = "stopped"
 #: Errored trials the table lists, one line each (the JSON lists them all): enough to see whether the trials failed
 #: for one reason or for several, without a sweep of hundreds of failures filling the screen.
 ERRORS_SHOWN = 10
+#: Trials the table's "costliest trials" section lists, most compute first (the JSON's ``trials`` has every one):
+#: enough to find the trials that cost most, few enough to read at a glance.
+TRIALS_SHOWN = 5
+#: The lines under the table that say what its columns hold (docs/goodput.md, "The table", says it at length).
+TABLE_LEGEND = (
+    "BUSY: share of the device's time at least one lane computed an iteration, reported or cut short by a failure "
+    "(wasted work included; see help('fluidsalus.goodput')); SLOTS: busy lane-seconds / (slots x device-seconds);",
+    "ITERS, USEFUL, WASTED: iterations reported, kept, and redone later; WASTED_S, WASTE%: compute seconds of wasted "
+    "work (iterations redone later or cut short by a failure) and their share of the device's busy lane-seconds;",
+    "IT/S and GOODPUT: all and useful iterations per device-second; LANES: peak open lanes.",
+)
+#: Columns of :attr:`Report.trials` (and of each entry of the JSON's ``trials``).
+TRIAL_COLUMNS = ("trial_id", "status", "stop_reason", "device", "attempts", "failures", "iteration", "reported",
+                 "useful", "wasted", "cut_short", "compute_s", "useful_s", "wasted_s", "waste_causes", "metric",
+                 "error", "config")
 
 # Plot settings.
 #: Figure width, inches.
@@ -441,32 +456,56 @@ class Report:
         return self._frame("lanes", [asdict(lane) for lane in self.lane_stats],
                            [f for f in gp.LaneStats.__dataclass_fields__])
 
-    @property
-    def trials(self) -> pd.DataFrame:
-        """One row per trial: status, device, attempts, failures (Ray's count: the retried ones and the one that
-        ended it), iterations reported, useful and wasted, compute time."""
-        per: dict[str, dict[str, float]] = defaultdict(lambda: {"reported": 0, "useful": 0, "wasted": 0,
-                                                                "compute_s": 0.0})
+    @cached_property
+    def trial_table(self) -> list[dict[str, Any]]:
+        """One dict per trial, in the order the trials were created (the rows of :attr:`trials` and the JSON's
+        ``trials``), over the whole run (a window does not cut it): status, stop reason, device, attempts,
+        failures (Ray's count: the retried ones and the one that ended it), iterations reported, useful and
+        wasted (redone later), iterations a failure cut short, compute seconds (``compute_s``: device time, a
+        data-parallel trial's on each of its devices) split into ``useful_s`` and ``wasted_s`` (redone or cut
+        short), the causes of its waste, its last metric, error and config."""
+        per: dict[str, dict[str, Any]] = defaultdict(lambda: {"reported": 0, "useful": 0, "wasted": 0, "cut_short": 0,
+                                                              "compute_s": 0.0, "useful_s": 0.0, "wasted_s": 0.0,
+                                                              "waste_causes": set()})
         for s in self.activity.spans:
             row = per[s.trial_id]
             row["compute_s"] += s.end - s.start  # (device time: a data-parallel trial's on each of its devices)
+            row["useful_s" if s.useful else "wasted_s"] += s.end - s.start
+            if s.waste_cause is not None:
+                row["waste_causes"].add(s.waste_cause)
             if s.counted:
                 row["reported"] += 1
                 row["useful" if s.useful else "wasted"] += 1
+            elif s.partial:
+                row["cut_short"] += 1
         metric = self.experiment["metric"]
         rows = []
         for t in self.trial_rows:
             last = (t.last_result or {}).get(metric) if metric else None
+            mine = per[t.trial_id]
             rows.append({
                 "trial_id": t.trial_id, "status": t.status, "stop_reason": t.stop_reason, "device": t.device,
                 "attempts": t.attempt + 1, "failures": t.num_failures + (t.status == ERROR),
                 "iteration": t.last_iteration,
-                **{k: per[t.trial_id][k] for k in ("reported", "useful", "wasted", "compute_s")},
+                **{k: mine[k] for k in ("reported", "useful", "wasted", "cut_short", "compute_s", "useful_s",
+                                         "wasted_s")},
+                "waste_causes": sorted(mine["waste_causes"]),
                 "metric": last if finite(last) else None, "error": t.error, "config": t.config,
             })
-        return self._frame("trials", rows, ["trial_id", "status", "stop_reason", "device", "attempts", "failures",
-                                            "iteration", "reported", "useful", "wasted", "compute_s", "metric",
-                                            "error", "config"])
+        return rows
+
+    @property
+    def trials(self) -> pd.DataFrame:
+        """One row per trial (:attr:`trial_table`): status, device, attempts, failures, iterations reported, useful
+        and wasted, cut short, compute time and its useful and wasted seconds, waste causes, metric, error, config."""
+        return self._frame("trials", self.trial_table, TRIAL_COLUMNS)
+
+    def costliest_trials(self, n: int | None = None) -> list[dict[str, Any]]:
+        """The ``n`` (default :data:`TRIALS_SHOWN`) trials with the most compute seconds (:attr:`trial_table` rows;
+        ties in creation order); trials that computed nothing are left out."""
+        n = TRIALS_SHOWN if n is None else n
+        ranked = sorted((r for r in self.trial_table if r["compute_s"] > 0), key=lambda r: -r["compute_s"])
+        return ranked[:n]
 
     @property
     def timeline(self) -> pd.DataFrame:
@@ -516,6 +555,7 @@ class Report:
             "timeline": [{**asdict(b), "start_s": _since(b.start, t0), "end_s": _since(b.end, t0)}
                          for b in self.timeline_bins
                          if b.device == gp.TOTAL_DEVICE],
+            "trials": self.trial_table,
         })
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -548,14 +588,16 @@ class Report:
                   f"start; {self.total_stats.device_seconds:.2f} device-seconds")
         # A NODE column when the devices ran on more than one node (the address of each one's last actor)
         nodes = len({d.node for d in self.device_stats}) > 1
-        header = ("DEVICE", *(("NODE",) if nodes else ()), "BUSY", "SLOTS", "ITERS", "USEFUL", "WASTED", "IT/S",
-                  "GOODPUT", "SAMPLES/S", "LANES", "SWITCHES", "SW_P50", "SW_P99", "RESERVED", "USED", "GPU%")
+        header = ("DEVICE", *(("NODE",) if nodes else ()), "BUSY", "SLOTS", "ITERS", "USEFUL", "WASTED", "WASTED_S",
+                  "WASTE%", "IT/S", "GOODPUT", "SAMPLES/S", "LANES", "SWITCHES", "SW_P50", "SW_P99", "RESERVED", "USED",
+                  "GPU%")
         rows = []
         for d in [*self.device_stats, self.total_stats]:
             rows.append((
                 d.device, *((d.node or "-",) if nodes else ()), _fmt(d.busy_fraction, ".0%"),
                 _fmt(d.slot_occupancy, ".0%"), str(d.iterations),
-                str(d.useful_iterations), str(d.wasted_iterations), _fmt(d.throughput, ".2f"), _fmt(d.goodput, ".2f"),
+                str(d.useful_iterations), str(d.wasted_iterations), f"{d.wasted_s:.2f}s",
+                _fmt(d.wasted_fraction, ".0%"), _fmt(d.throughput, ".2f"), _fmt(d.goodput, ".2f"),
                 _fmt(d.samples_per_s, ".1f"), str(d.lanes_peak), str(d.switches),
                 _fmt(d.switch_latency_ms_p50, ".2f", "ms"), _fmt(d.switch_latency_ms_p99, ".2f", "ms"),
                 _fmt_bytes(d.reserved_peak_bytes), _fmt_bytes(d.used_peak_bytes), _fmt(d.gpu_util_mean_pct, ".0f"),
@@ -567,9 +609,7 @@ class Report:
                 lines.append("  ".join("-" * w for w in widths))
             lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         lines.append("")
-        lines.append("BUSY: time at least one lane computes a reported iteration (see help('fluidsalus.goodput')); "
-                     "SLOTS: busy lane-seconds / (slots x device-seconds); "
-                     "IT/S and GOODPUT: all and useful iterations per device-second; LANES: peak open lanes.")
+        lines += TABLE_LEGEND
         waste = self.total_stats.wasted
         if waste:
             parts = [f"{cause} {w.iterations} it" + (f" + {w.partial} cut short" if w.partial else "")
@@ -577,6 +617,7 @@ class Report:
             lines.append("wasted by cause: " + ", ".join(parts))
         else:
             lines.append("wasted by cause: none")
+        lines += self._costliest_lines()
         lines.append(self._planner_line())
         if self.planner.late_devices:
             late = [f"{name} never started" if after is None else f"{name} joined after {after:.2f}s"
@@ -605,6 +646,30 @@ class Report:
             lines.append(f"best trial: {best.trial_id} {best.metric}={best.value:.6g} ({best.mode}) at iteration "
                          f"{best.iteration}, {shown}, config {best.config}")
         return "\n".join(lines)
+
+    def _costliest_lines(self) -> list[str]:
+        """The "costliest trials" section: the :data:`TRIALS_SHOWN` trials with the most compute, as a small table."""
+        top = self.costliest_trials()
+        if not top:
+            return []
+        metric = self.experiment["metric"]
+        header = ("TRIAL", "DEVICE", "COMPUTE", "USEFUL_S", "WASTED_S", "ITERS", "STATUS", metric or "METRIC")
+        rows = []
+        for r in top:
+            wasted = f"{r['wasted_s']:.2f}s" + (f" ({', '.join(r['waste_causes'])})" if r["waste_causes"] else "")
+            notes = [f"{r['wasted']} redone"] if r["wasted"] else []
+            notes += [f"+{r['cut_short']} cut short"] if r["cut_short"] else []
+            iters = str(r["reported"]) + (f" ({', '.join(notes)})" if notes else "")
+            status = r["status"] + (f" ({r['stop_reason']})" if r["stop_reason"] == STOPPED_OUTCOME else "")
+            rows.append((r["trial_id"], r["device"] or "-", f"{r['compute_s']:.2f}s", f"{r['useful_s']:.2f}s", wasted,
+                         iters, status, _fmt(r["metric"], ".6g")))
+        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+        shown = (f"top {len(top)} of {len(self.trial_rows)}" if len(top) < len(self.trial_rows)
+                 else f"all {len(self.trial_rows)}")
+        lines = [f"costliest trials ({shown} by compute seconds over the whole run; --json lists every trial):"]
+        lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                  for row in [header, *rows]]
+        return lines
 
     def _planner_line(self) -> str:
         p = self.planner
@@ -684,6 +749,19 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
 
 
 # ---------------------------------------------------------------------------------------------- plot
+
+
+def device_title(d: gp.DeviceStats) -> str:
+    """The title of a device's panel in the plot: ``cpu:0: busy 99%, 5 iterations (0 redone), 3.01s wasted (38% of
+    its compute: retry 3.01s), ...``: its waste in seconds too, as the table's ``WASTED_S`` and ``WASTE%`` (a
+    device whose waste was all cut-short iterations said "(0 wasted)")."""
+    median = "" if d.switch_latency_ms_p50 is None else f" (median {d.switch_latency_ms_p50:.2f} ms)"
+    by_seconds = sorted(d.wasted.items(), key=lambda x: -x[1].seconds)
+    causes = ", ".join(f"{cause} {w.seconds:.2f}s" for cause, w in by_seconds)
+    return (f"{d.device}: busy {_fmt(d.busy_fraction, '.0%')}, {plural(d.iterations, 'iteration')} "
+            f"({d.wasted_iterations} redone), {d.wasted_s:.2f}s wasted ({_fmt(d.wasted_fraction, '.0%')} of its "
+            f"compute{': ' + causes if causes else ''}), {plural(d.switches, 'switch', 'switches')}{median}, "
+            f"at most {plural(d.lanes_peak, 'lane')} open, {_fmt_bytes(d.reserved_peak_bytes)} reserved at peak")
 
 
 def _lane_rows(lives: list[gp.LaneLife], epoch_end: dict[tuple[str, int], float]) -> dict[tuple[int, int], int]:
@@ -802,12 +880,7 @@ def plot_report(report: Report, path: str | os.PathLike[str]) -> str:
         ax.set_yticks(range(len(labels)), labels, fontsize=8)
         ax.set_ylim(len(labels) - 0.5 if labels else 0.5, -0.5)
         d = stats.get(device)
-        median = "" if d is None or d.switch_latency_ms_p50 is None else f" (median {d.switch_latency_ms_p50:.2f} ms)"
-        info = "" if d is None else (
-            f": busy {_fmt(d.busy_fraction, '.0%')}, {plural(d.iterations, 'iteration')} "
-            f"({d.wasted_iterations} wasted), {plural(d.switches, 'switch', 'switches')}{median}, "
-            f"at most {plural(d.lanes_peak, 'lane')} open, {_fmt_bytes(d.reserved_peak_bytes)} reserved at peak")
-        ax.set_title(f"{device}{info}", fontsize=9, loc="left")
+        ax.set_title(device if d is None else device_title(d), fontsize=9, loc="left")
         ax.grid(axis="x", color="#cccccc", linewidth=0.5)
         ax.tick_params(axis="x", labelbottom=False)
 

@@ -450,3 +450,51 @@ def test_a_live_run_counts_a_device_idle_since_its_last_trial_up_to_the_runs_lat
     idle_since_2 = next(d for d in summary.devices if d.device == "cpu:1")
     assert idle_since_2.device_seconds == pytest.approx(4.0)
     assert idle_since_2.busy_fraction == pytest.approx(0.5)
+
+
+def test_each_device_says_the_seconds_it_wasted_cut_short_iterations_included(activity):
+    """Per device only redone reports counted as waste (``wasted_iterations``): a device whose waste was all
+    iterations cut short by failures showed 0 wasted, though 37% of its time went to them (h104's F2).
+    ``wasted_s`` is their compute seconds, redone and cut short, and ``wasted_fraction`` their share of its
+    compute (busy lane-seconds)."""
+    summary = gp.summarize(activity)
+    [d] = summary.devices
+    # oom: A's iterations 1 and 2 (1 s each) and its cut-short third (0.5 s); retry: C's iteration 2 (1 s) and its
+    # cut-short third (0.5 s): 4 s of the 12 lane-seconds of compute.
+    assert d.wasted_s == pytest.approx(4.0) == pytest.approx(sum(w.seconds for w in d.wasted.values()))
+    assert d.wasted_fraction == pytest.approx(4.0 / 12.0)
+    assert summary.totals.wasted_s == pytest.approx(4.0) and summary.totals.wasted_fraction == pytest.approx(4 / 12)
+    # Every waste a cut-short iteration: no wasted iteration, and all of its compute wasted.
+    events = [ev(0.0, "device_start", kind="cpu", slots=1), ev(0.5, "trial_start", "F", attempt=0),
+              ev(1.5, "trial_end", "F", attempt=0, outcome="errored", error="ValueError: no")]
+    f = gp.summarize(gp.build_activity([], events, finished_at=2.0)).devices[0]
+    assert f.wasted_iterations == 0 and f.wasted_s == pytest.approx(1.0) and f.wasted_fraction == pytest.approx(1.0)
+    # No compute: nothing wasted, and no share of nothing.
+    idle = gp.summarize(gp.build_activity([], [ev(0.0, "device_start", kind="cpu", slots=1)], 2.0)).devices[0]
+    assert idle.wasted_s == 0.0 and idle.wasted_fraction is None
+
+
+def test_a_data_parallel_trials_wasted_iteration_is_wasted_time_on_each_of_its_devices():
+    """``wasted`` counts a wasted iteration once, on rank 0's device; ``wasted_s`` is device time, so its other
+    devices' share of it counts there too (the worker device computed it, and it was thrown away)."""
+    other = "cpu:1"
+    events = [
+        ev(100.0, "device_start", kind="cpu", slots=1), ev(100.0, "device_start", device=other, kind="cpu", slots=1),
+        ev(100.0, "lane_open", lane=0, capacity=100 * MiB),
+        ev(100.0, "lane_open", device=other, lane=0, capacity=100 * MiB),
+        ev(100.0, "lane_admit", "T", detail=[0, MiB, MiB]),
+        ev(100.0, "lane_admit", "T", device=other, detail=[0, MiB, MiB]),
+        ev(100.0, "trial_start", "T", attempt=0), ev(100.0, "worker_start", "T", device=other, rank=1, attempt=0),
+        ev(102.5, "trial_restart", "T", attempt=1, reason="retry", from_iteration=0, error="RuntimeError: x"),
+        ev(102.5, "worker_end", "T", device=other, rank=1, outcome="errored", attempt=0),
+        ev(102.5, "trial_start", "T", attempt=1), ev(102.5, "worker_start", "T", device=other, rank=1, attempt=1),
+        ev(104.5, "worker_end", "T", device=other, rank=1, outcome="completed", attempt=1),
+        ev(104.5, "trial_end", "T", attempt=1, outcome="completed"),
+    ]
+    results = [res("T", 0, 1, 102.0, 2.0), res("T", 1, 1, 104.5, 2.0)]  # iteration 1 redone after the retry
+    summary = gp.summarize(gp.build_activity(results, events, 104.5))
+    stats = {d.device: d for d in summary.devices}
+    assert stats[DEV].wasted_iterations == 1 and stats[other].wasted_iterations == 0
+    assert stats[other].wasted == {}  # (counted once, on rank 0's device)
+    assert stats[other].wasted_s == pytest.approx(2.0) and stats[other].wasted_fraction == pytest.approx(0.5)
+    assert stats[DEV].wasted_s == pytest.approx(2.5)  # iteration 1 (2 s) and the cut-short [102, 102.5]
