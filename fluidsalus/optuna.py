@@ -1387,7 +1387,7 @@ def _record_name(name: Any, storage_path: Any, study: optuna.Study) -> Any:
     again on the study, which Optuna continues, or after a crash) becomes the first free ``<name>_<k>``, with a
     warning (it was refused with advice ``optimize`` cannot take: ``resume=True``). A name or storage path of a
     wrong type is left to :func:`fluidsalus.run`'s checks."""
-    if name is None:
+    if name is None or name == "":  # ("": the default, as before; it named the storage folder itself, "taken")
         return _experiment_name(study)
     if not isinstance(name, str) or not isinstance(storage_path, (str, os.PathLike, type(None))):
         return name

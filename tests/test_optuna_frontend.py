@@ -1304,3 +1304,7 @@ def test_optimize_again_with_a_fixed_name_records_a_new_experiment(tmp_path):
         _optimize(study, _quadratic, tmp_path, n_trials=2, name="fixed")
     assert len(study.trials) == 4 and all(t.state == TrialState.COMPLETE for t in study.trials)
     assert sorted(os.listdir(tmp_path / "fluidsalus")) == ["fixed", "fixed_2"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an empty name is the default one, as before (it was "'' already exists")
+        _optimize(study, _quadratic, tmp_path, n_trials=1, name="")
+    assert len(os.listdir(tmp_path / "fluidsalus")) == 3

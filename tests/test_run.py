@@ -1996,3 +1996,32 @@ def test_a_resume_whose_warning_is_made_an_error_lets_the_experiment_go(storage)
                            verbose=0)
     grid = fluidsalus.run(objective, {"x": 0.5}, storage_path=storage, name="e", resume=True, verbose=0)
     assert len(grid) == 1 and grid.num_errors == 0
+
+
+class _FailsEveryEnd(fluidsalus.callbacks.Callback):
+    """Takes no trial's end: each is handed back as failed (as the Tune front end's adapter does for a Ray
+    callback whose on_trial_complete raised)."""
+
+    def __init__(self) -> None:
+        self.ends: list[str] = []
+
+    def on_trial_complete(self, trial_id: str, status: str, result: Any) -> None:
+        self.ends.append(trial_id)
+
+    def failed_ends(self) -> list[tuple[str, str, str, None]]:
+        ended, self.ends = self.ends, []
+        return [(trial_id, "ValueError: boom", "the callback's traceback", None) for trial_id in ended]
+
+
+def test_a_stopped_trial_a_callback_fails_is_counted_errored_not_stopped(storage, capsys):
+    """The progress line read '0 done (2 stopped), 2 errored': a trial counted stopped at its stop rule stayed
+    counted when a callback's error at its end made it ERROR (h103's F4)."""
+    def reports(config: dict[str, Any]) -> None:
+        for i in range(5):
+            fluidsalus.report({"loss": 1.0 / (i + 1)})
+
+    grid = fluidsalus.run(reports, {"x": fluidsalus.grid_search([0, 1])}, stop={"training_iteration": 2},
+                          storage_path=storage, verbose=1, callbacks=[_FailsEveryEnd()])
+    assert grid.num_errors == 2
+    last = [line for line in capsys.readouterr().out.splitlines() if "trials of 2:" in line][-1]
+    assert "0 done (0 stopped), 2 errored" in last

@@ -596,8 +596,10 @@ class Executor:
         self._last_values: dict[str, float] = {}
         self._iterations = 0
         # trials stopped early (the progress view's count): those of an earlier session of a resumed run too
-        self._stopped = sum(1 for row in store.trials() if row.status == TERMINATED and row.stop_reason == OUT_STOPPED
-                            and row.started_at is not None) if trials else 0  # (not those ended before they began)
+        # (a set: a trial a callback's error then fails leaves it)
+        self._stopped: set[str] = {row.trial_id for row in store.trials() if row.status == TERMINATED
+                                   and row.stop_reason == OUT_STOPPED and row.started_at is not None} if trials \
+            else set()  # (not those ended before they began)
         self._progress = Progress(settings.verbose, settings.metric, settings.mode, None)
         self._started = time.time()
         self._first_error: str | None = None
@@ -1061,7 +1063,7 @@ class Executor:
                    for d in self._devices]
         mode = self.settings.mode
         best = (max if mode == "max" else min)(self._last_values.values(), default=None) if mode else None
-        return {"elapsed_s": time.time() - self._started, "trials": counts, "stopped": self._stopped,
+        return {"elapsed_s": time.time() - self._started, "trials": counts, "stopped": len(self._stopped),
                 "best": best, "devices": devices,
                 # Known once the searcher will propose no more trials: then the view shows an ETA.
                 "total_trials": len(self.trials) if self.searcher.is_finished() else None,
@@ -1482,7 +1484,7 @@ class Executor:
         for trial in ended:
             if trial.status != TERMINATED:
                 continue
-            self._stopped += 1
+            self._stopped.add(trial.trial_id)
             self._log_end(trial, OUT_STOPPED)
             for callback in self.settings.callbacks:
                 callback.on_trial_complete(trial.trial_id, trial.status, trial.last_result)
@@ -2109,7 +2111,7 @@ class Executor:
             elif trial.status == ERROR:
                 self._note_error(trial, event[6] if kind == EV_END else None)
             elif kind == EV_END and event[4] == OUT_STOPPED:
-                self._stopped += 1
+                self._stopped.add(trial.trial_id)
         for _, what, started_id, _, info in events:  # starts of this batch first (Callback.on_trial_start)
             if what == "trial_start" and started_id in self.trials:
                 for callback in self.settings.callbacks:
@@ -2627,7 +2629,7 @@ class Executor:
                 self._note_error(trial)
                 self._log_end(trial, OUT_ERRORED)
             else:
-                self._stopped += 1
+                self._stopped.add(trial.trial_id)
                 self._log_end(trial, OUT_STOPPED)
             for callback in self.settings.callbacks:
                 callback.on_trial_complete(trial.trial_id, trial.status, trial.last_result)
@@ -2722,6 +2724,7 @@ class Executor:
             if trial is None or trial.status != TERMINATED:
                 continue
             trial.status, trial.error, trial.error_pickle = ERROR, error, error_pickle
+            self._stopped.discard(trial_id)  # (counted as stopped by the search or a stop rule: now errored)
             _append_error_file(trial.trial_dir, trial_id, trial.num_failures + 1, now, error, trace, error_pickle)
             with self.store.transaction():
                 self.store.update_trial(trial_id, status=ERROR, error=error, traceback=trace, stop_reason=OUT_ERRORED)
