@@ -27,6 +27,10 @@ nothing here starts Ray or writes anything. The exact definitions are in ``docs/
   busy time and as wasted seconds of that cause, never as an iteration.
 - **Wasted seconds.** A device's ``wasted_s`` is the turn time of its wasted work, redone iterations and cut-short
   ones (a data-parallel worker's share too); ``wasted_fraction`` is that share of its compute (``lane_busy_s``).
+- **Idle by cause.** A device's ``idle_s`` (``device_seconds - busy_s``) is split into the ``IDLE_*`` causes
+  below (``idle``), taken in that order: no trial on it (no lane open), before its first turn, after a trial's
+  last report until the trial ended or left it, after its last turn up to the end of its epoch with a trial still
+  on it (the run's stop cut it short), and the rest (a lane open between turns). They sum to ``idle_s``.
 - **Throughput** = iterations / device_seconds; **goodput** = useful iterations / device_seconds.
 
 Every setting is a named constant below.
@@ -68,6 +72,32 @@ WASTE_DEVICE_DIED = "device_died"  # the device actor died; its trials restarted
 WASTE_FAILED = "failed"  # the partial iteration of an attempt that failed for good (trial_end errored)
 #: The causes this module names. A ``trial_restart`` reason it does not know is used as the cause as it is.
 WASTE_CAUSES = (WASTE_RETRY, WASTE_OOM, WASTE_EXPLOIT, WASTE_DEVICE_DIED, WASTE_RESUME, WASTE_OTHER, WASTE_FAILED)
+
+# Causes of idle device time (device time in which none of its lanes was busy). Each idle moment of a device gets
+# the first cause of this list that fits it; docs/goodput.md, "Idle by cause", defines them.
+#: No trial on the device (no lane open): the search had nothing for it yet or any more (no trial left, a
+#: concurrency limit, the driver placing the first trials), or the run was ending.
+IDLE_NO_TRIAL = "no_trial"
+#: A trial on the device (a lane open) before the device's first turn in its epoch: the first trial's start before
+#: its first iteration's clock starts (its process taking the trial, a driver round trip such as an Optuna
+#: sampler's first ``suggest``). (The trainable's own setup before its first report is busy: the first iteration's
+#: ``time_this_iter_s`` counts it, as Ray's does.) An epoch in which trials were placed but none got a turn has
+#: its lane-open time here.
+IDLE_STARTUP = "startup"
+#: From a trial's last report on the device to its ``trial_end``, ``trial_restart`` or ``lane_leave`` there: its
+#: trainable still ran after its last report (the rest of its function, a checkpoint, its teardown) or the driver
+#: took that long to stop it.
+IDLE_AFTER_REPORT = "after_report"
+#: From the device's last turn in its epoch to the epoch's end, a trial still on it: an iteration that the run's
+#: stop (an interrupt, the actor's death) cut short, or, while the run goes on, the iteration now in progress.
+IDLE_STOPPED = "stopped"
+#: The rest: a trial on the device (a lane open) but no turn held: switches, driver round trips (a searcher's
+#: ``suggest``, Optuna's ``should_prune``), a later trial's start, a pause at a budget.
+IDLE_BETWEEN_TURNS = "between_turns"
+#: The idle causes, in the order they are tried.
+IDLE_CAUSES = (IDLE_NO_TRIAL, IDLE_STARTUP, IDLE_AFTER_REPORT, IDLE_STOPPED, IDLE_BETWEEN_TURNS)
+#: Event kinds after which a trial no longer computes on its device (the end of its "after its last report" time).
+LEAVE_EVENTS = ("trial_end", TRIAL_RESTART_EVENT, "lane_leave")
 
 # Kinds of markers (failures and the like) placed on the lane timeline.
 MARK_FAILURE = "failure"  # an attempt raised: retried (trial_restart retry) or final (trial_end errored)
@@ -121,6 +151,42 @@ def covered(merged: Sequence[tuple[float, float]], w0: float, w1: float) -> floa
         total += overlap(merged[i][0], merged[i][1], w0, w1)
         i += 1
     return total
+
+
+def subtract_intervals(intervals: Sequence[tuple[float, float]],
+                       cuts: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """``intervals`` minus ``cuts``, both sorted and disjoint (as :func:`merge_intervals` gives); empty pieces are
+    dropped."""
+    out: list[tuple[float, float]] = []
+    j = 0
+    for start, end in intervals:
+        while j < len(cuts) and cuts[j][1] <= start:
+            j += 1
+        k, t = j, start
+        while k < len(cuts) and cuts[k][0] < end:
+            if cuts[k][0] > t:
+                out.append((t, cuts[k][0]))
+            t = max(t, cuts[k][1])
+            k += 1
+        if t < end:
+            out.append((t, end))
+    return out
+
+
+def intersect_intervals(intervals: Sequence[tuple[float, float]],
+                        other: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """``intervals ∩ other``, both sorted and disjoint; empty pieces are dropped."""
+    out: list[tuple[float, float]] = []
+    i = j = 0
+    while i < len(intervals) and j < len(other):
+        start, end = max(intervals[i][0], other[j][0]), min(intervals[i][1], other[j][1])
+        if start < end:
+            out.append((start, end))
+        if intervals[i][1] < other[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
 
 
 def _number(value: Any) -> float | None:
@@ -287,6 +353,8 @@ class Activity:
         gpu_util, gpu_mem: Per device, NVML samples ``(ts, gpu_util_pct)`` and ``(ts, mem_used)`` (may be empty).
         lane_busy: Per ``(device, epoch, lane)``, the merged turn intervals.
         device_busy: Per device, the merged intervals when at least one lane was busy.
+        leaves: Per ``(device, trial_id)``, the sorted times of the trial's :data:`LEAVE_EVENTS` on that device
+            (where its time after its last report there ends: :data:`IDLE_AFTER_REPORT`).
     """
 
     epochs: dict[str, list[Epoch]]
@@ -302,6 +370,7 @@ class Activity:
     gpu_mem: dict[str, StepSeries]
     lane_busy: dict[tuple[str, int, int | None], list[tuple[float, float]]]
     device_busy: dict[str, list[tuple[float, float]]]
+    leaves: dict[tuple[str, str], list[float]] = field(default_factory=dict)
 
     @property
     def devices(self) -> list[str]:
@@ -423,6 +492,7 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
     failures: list[tuple[float, str, str, int, str]] = []  # ts, device, trial, attempt, cause: cut-short iterations
     switch_in: dict[tuple[str, str], list[float]] = defaultdict(list)  # (device, trial) -> switch times
     last_ts: dict[tuple[str, int], float] = {}
+    leaves: dict[tuple[str, str], list[float]] = defaultdict(list)  # (device, trial) -> its LEAVE_EVENTS' times
     # (trial, attempt) -> [device, worker_start, worker_end] of each rank > 0 of a data-parallel trial
     workers: dict[tuple[str, int], list[list[Any]]] = defaultdict(list)
 
@@ -464,6 +534,8 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
             continue
         device = ev.device
         touch(device, ev.ts)
+        if ev.kind in LEAVE_EVENTS and ev.trial_id is not None:
+            leaves[(device, ev.trial_id)].append(ev.ts)
         if ev.kind == "worker_start" and ev.trial_id is not None:
             workers[(ev.trial_id, attempt)].append([device, ev.ts, math.inf])
             continue
@@ -661,8 +733,59 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
         epochs=epochs, spans=spans, lanes=sorted(lives.values(), key=lambda x: (x.device, x.epoch, x.opened_at)),
         switches=switches, markers=markers, lanes_open=dict(lanes_open), reserved=dict(reserved), used=dict(used),
         waiting=dict(waiting), gpu_util=dict(gpu_util), gpu_mem=dict(gpu_mem), lane_busy=lane_busy,
-        device_busy=device_busy,
+        device_busy=device_busy, leaves={key: sorted(ts) for key, ts in leaves.items()},
     )
+
+
+def idle_intervals(activity: Activity, device: str) -> dict[str, list[tuple[float, float]]]:
+    """The device's idle time (its epochs minus its busy time), as sorted disjoint intervals per idle cause.
+
+    Every cause of :data:`IDLE_CAUSES` is a key (empty list when none). In each epoch, each idle moment gets the
+    first cause that fits it: :data:`IDLE_NO_TRIAL` (no lane open), :data:`IDLE_STARTUP` (before the epoch's
+    first turn), :data:`IDLE_AFTER_REPORT` (from a trial's last span on the device to its next leave event there),
+    :data:`IDLE_STOPPED` (after the epoch's last turn), :data:`IDLE_BETWEEN_TURNS` (the rest). The causes of an
+    epoch are disjoint and cover its idle time exactly.
+    """
+    out: dict[str, list[tuple[float, float]]] = {cause: [] for cause in IDLE_CAUSES}
+    busy_all = activity.device_busy.get(device, [])
+    mine = [s for s in activity.spans if s.device == device]
+    for ep in activity.epochs.get(device, []):
+        if ep.end <= ep.start:
+            continue
+        whole = [(ep.start, ep.end)]
+        busy = intersect_intervals(busy_all, whole)
+        idle = subtract_intervals(whole, busy)
+        lanes = merge_intervals(
+            (max(life.opened_at, ep.start), min(ep.end if life.closed_at is None else life.closed_at, ep.end))
+            for life in activity.lanes if life.device == device and life.epoch == ep.index)
+        lanes = [(a, b) for a, b in lanes if a < b]
+        first = busy[0][0] if busy else ep.end
+        pieces = {IDLE_NO_TRIAL: subtract_intervals(whole, lanes),  # no lane open: the complement of the lanes
+                  IDLE_STARTUP: [(ep.start, first)] if first > ep.start else []}
+        # after a trial's last report: from its last span before each of its leave events to that event
+        tails = []
+        last_end: dict[str, list[float]] = defaultdict(list)
+        for s in mine:
+            if s.epoch == ep.index:
+                last_end[s.trial_id].append(s.end)
+        for trial_id, ends in last_end.items():
+            ends.sort()
+            prev = ep.start
+            for ts in activity.leaves.get((device, trial_id), []):
+                if not ep.start <= ts <= ep.end:
+                    continue
+                i = bisect.bisect_right(ends, ts)
+                if i and ends[i - 1] >= prev and ends[i - 1] < ts:
+                    tails.append((ends[i - 1], ts))
+                prev = ts
+        pieces[IDLE_AFTER_REPORT] = merge_intervals(tails)
+        pieces[IDLE_STOPPED] = [(busy[-1][1], ep.end)] if busy and busy[-1][1] < ep.end else []
+        for cause in IDLE_CAUSES[:-1]:
+            took = intersect_intervals(idle, pieces[cause])
+            out[cause].extend(took)
+            idle = subtract_intervals(idle, pieces[cause])
+        out[IDLE_BETWEEN_TURNS].extend(idle)
+    return out
 
 
 def _cause(restarts: Sequence[tuple[float, str, int | None]], resumes: Sequence[float], done: float, redo: float,
@@ -762,6 +885,10 @@ class DeviceStats:
     wasted_s: float = 0.0
     #: ``wasted_s / lane_busy_s``: the share of the device's compute that was wasted (None without compute).
     wasted_fraction: float | None = None
+    #: ``device_seconds - busy_s``: the device's time in which none of its lanes computed.
+    idle_s: float = 0.0
+    #: ``idle_s`` split by cause (every one of :data:`IDLE_CAUSES`, in that order; they sum to ``idle_s``).
+    idle: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -833,6 +960,21 @@ def _stats(device: str, kind: str | None, slots: int | None, device_seconds: flo
     )
 
 
+def _idle(activity: Activity, device: str, device_seconds: float, busy_s: float, w0: float,
+          w1: float) -> tuple[float, dict[str, float]]:
+    """The device's idle seconds in ``[w0, w1]`` and their split by cause (:func:`idle_intervals`).
+
+    :data:`IDLE_BETWEEN_TURNS` is what the other causes leave of ``device_seconds - busy_s``, so that the causes
+    sum to it exactly (as intervals they do: this only absorbs rounding).
+    """
+    idle_s = device_seconds - busy_s
+    intervals = idle_intervals(activity, device)
+    split = {cause: covered(intervals[cause], w0, w1) for cause in IDLE_CAUSES[:-1]}
+    rest = idle_s - sum(split.values())
+    split[IDLE_BETWEEN_TURNS] = 0.0 if abs(rest) < 1e-9 else rest
+    return idle_s, split
+
+
 def summarize(activity: Activity, window: tuple[float, float] | None = None) -> Goodput:
     """Goodput per device, in total and per lane, over ``window`` (absolute seconds; default: the whole run).
 
@@ -875,6 +1017,7 @@ def summarize(activity: Activity, window: tuple[float, float] | None = None) -> 
             mem.peak(w0, w1) if mem is not None and mem.points else None,
         ))
         devices[-1].node = eps[-1].node
+        devices[-1].idle_s, devices[-1].idle = _idle(activity, device, device_seconds, busy_s, w0, w1)
 
     names = activity.devices
 
@@ -893,6 +1036,9 @@ def summarize(activity: Activity, window: tuple[float, float] | None = None) -> 
         total_series(activity.used).peak(w0, w1), all_util,
         StepSeries.summed(mems).peak(w0, w1) if mems else None,
     )
+
+    totals.idle_s = totals.device_seconds - totals.busy_s
+    totals.idle = {cause: sum(d.idle.get(cause, 0.0) for d in devices) for cause in IDLE_CAUSES}
 
     by_lane: dict[tuple[str, int, int | None], list[Span]] = defaultdict(list)
     for s in all_spans:

@@ -78,6 +78,10 @@ ERRORS_SHOWN = 10
 #: Trials the table's "costliest trials" section lists, most compute first (the JSON's ``trials`` has every one):
 #: enough to find the trials that cost most, few enough to read at a glance.
 TRIALS_SHOWN = 5
+#: Devices the ``idle by cause`` line names per cause, most idle first (the JSON has every device's split).
+IDLE_DEVICES_SHOWN = 2
+#: Idle seconds below which a cause is left off the ``idle by cause`` line (it would print as 0.00s).
+IDLE_SHOWN_MIN_S = 0.005
 #: The lines under the table that say what its columns hold (docs/goodput.md, "The table", says it at length).
 TABLE_LEGEND = (
     "BUSY: share of the device's time at least one lane computed an iteration, reported or cut short by a failure "
@@ -617,6 +621,7 @@ class Report:
             lines.append("wasted by cause: " + ", ".join(parts))
         else:
             lines.append("wasted by cause: none")
+        lines.append(self._idle_line())
         lines += self._costliest_lines()
         lines.append(self._planner_line())
         if self.planner.late_devices:
@@ -646,6 +651,27 @@ class Report:
             lines.append(f"best trial: {best.trial_id} {best.metric}={best.value:.6g} ({best.mode}) at iteration "
                          f"{best.iteration}, {shown}, config {best.config}")
         return "\n".join(lines)
+
+    def _idle_line(self) -> str:
+        """``idle by cause: no_trial 4.38s (cpu:1 4.32s, cpu:2 0.06s), startup 0.14s, ...``: the totals' idle split,
+        largest first, each with the devices idlest for it when more than one device was (docs/goodput.md, "Idle by
+        cause")."""
+        parts = []
+        for cause, seconds in sorted(self.total_stats.idle.items(), key=lambda x: -x[1]):
+            if seconds < IDLE_SHOWN_MIN_S:
+                continue
+            by_device = sorted(((d.idle.get(cause, 0.0), d.device) for d in self.device_stats
+                                if d.idle.get(cause, 0.0) >= IDLE_SHOWN_MIN_S), key=lambda x: -x[0])
+            # (while the run goes on, a device's time after its last turn is mostly the iteration in progress)
+            name = f"{cause}/in progress" if cause == gp.IDLE_STOPPED and self.live else cause
+            part = f"{name} {seconds:.2f}s"
+            if len(self.device_stats) > 1 and by_device:
+                shown = [f"{device} {s:.2f}s" for s, device in by_device[:IDLE_DEVICES_SHOWN]]
+                if len(by_device) > IDLE_DEVICES_SHOWN:
+                    shown.append(f"+{len(by_device) - IDLE_DEVICES_SHOWN} more")
+                part += f" ({', '.join(shown)})"
+            parts.append(part)
+        return "idle by cause: " + (", ".join(parts) if parts else "none")
 
     def _costliest_lines(self) -> list[str]:
         """The "costliest trials" section: the :data:`TRIALS_SHOWN` trials with the most compute, as a small table."""

@@ -498,3 +498,106 @@ def test_a_data_parallel_trials_wasted_iteration_is_wasted_time_on_each_of_its_d
     assert stats[other].wasted == {}  # (counted once, on rank 0's device)
     assert stats[other].wasted_s == pytest.approx(2.0) and stats[other].wasted_fraction == pytest.approx(0.5)
     assert stats[DEV].wasted_s == pytest.approx(2.5)  # iteration 1 (2 s) and the cut-short [102, 102.5]
+
+
+def idle_events():
+    """cpu:0 (one slot, 0 -> 7): A's lane opens at 0.5 and A computes [1, 2] and [2.5, 3.5], ends at 4 (its lane
+    closes); nothing on the device until B's lane opens at 5; B computes [5, 6] and the run is stopped at 7 (B's
+    lane 1 still open; lane ids are not reused within an epoch). cpu:1 starts at 0 and never gets a trial."""
+    events = [ev(0.0, "device_start", device=d, kind="cpu", slots=1) for d in ("cpu:0", "cpu:1")]
+    events += [
+        ev(0.5, "trial_start", "A", attempt=0), ev(0.5, "lane_open", lane=0, capacity=100),
+        ev(0.5, "lane_admit", "A", detail=[0, 50, 50]),
+        ev(4.0, "trial_end", "A", attempt=0, outcome="completed"), ev(4.0, "lane_leave", "A", detail=[0]),
+        ev(4.0, "lane_close", lane=0),
+        ev(5.0, "trial_start", "B", attempt=0), ev(5.0, "lane_open", lane=1, capacity=100),
+        ev(5.0, "lane_admit", "B", detail=[1, 50, 50]),
+        ev(7.0, "device_stop", device="cpu:0"), ev(7.0, "device_stop", device="cpu:1"),
+    ]
+    return events
+
+
+IDLE_RESULTS = [res("A", 0, 1, 2.0, 1.0), res("A", 0, 2, 3.5, 1.0), res("B", 0, 1, 6.0, 1.0)]
+
+
+def idle_scenario():
+    return gp.build_activity(IDLE_RESULTS, idle_events(), finished_at=7.0)
+
+
+def test_idle_time_is_split_by_cause():
+    """inspect said how busy a device was, never why it was idle (h104's F3): each cause on known intervals."""
+    summary = gp.summarize(idle_scenario())
+    stats = {d.device: d for d in summary.devices}
+    dev = stats["cpu:0"]
+    assert dev.busy_s == pytest.approx(3.0) and dev.idle_s == pytest.approx(4.0)
+    assert list(dev.idle) == list(gp.IDLE_CAUSES)  # every cause, in order
+    assert dev.idle == pytest.approx({
+        gp.IDLE_NO_TRIAL: 1.5,  # [0, 0.5] (A not placed yet) and [4, 5]: no lane open
+        gp.IDLE_STARTUP: 0.5,  # [0.5, 1]: A's lane open before the device's first turn
+        gp.IDLE_BETWEEN_TURNS: 0.5,  # [2, 2.5]: A's lane open, no turn
+        gp.IDLE_AFTER_REPORT: 0.5,  # [3.5, 4]: A's last report to its trial_end
+        gp.IDLE_STOPPED: 1.0,  # [6, 7]: B's lane open, its iteration cut short by the stop
+    })
+    never = stats["cpu:1"]  # a device without a trial is idle for lack of one, not starting up
+    assert never.idle_s == pytest.approx(7.0) and never.idle[gp.IDLE_NO_TRIAL] == pytest.approx(7.0)
+    assert sum(never.idle.values()) == pytest.approx(7.0)
+    assert summary.totals.idle_s == pytest.approx(11.0)
+    assert summary.totals.idle == pytest.approx({gp.IDLE_STARTUP: 0.5, gp.IDLE_NO_TRIAL: 8.5,
+                                                 gp.IDLE_AFTER_REPORT: 0.5, gp.IDLE_STOPPED: 1.0,
+                                                 gp.IDLE_BETWEEN_TURNS: 0.5})
+
+
+def test_idle_causes_are_clipped_to_a_window():
+    dev = gp.summarize(idle_scenario(), window=(0.5, 6.5)).devices[0]
+    assert dev.device_seconds == pytest.approx(6.0) and dev.idle_s == pytest.approx(3.0)
+    assert dev.idle == pytest.approx({gp.IDLE_STARTUP: 0.5, gp.IDLE_NO_TRIAL: 1.0, gp.IDLE_AFTER_REPORT: 0.5,
+                                      gp.IDLE_STOPPED: 0.5, gp.IDLE_BETWEEN_TURNS: 0.5})
+
+
+def test_a_trial_that_leaves_its_device_and_comes_back_has_an_after_report_time_for_each_stay():
+    """A trial's time after its last report ends at its next leave event, each stay on its own (a PBT turn given
+    up at 2.5 and taken again at 3): the wait off the lane between is no trial on the device, the time after the
+    last report before the final end is after_report again."""
+    events = [ev(0.0, "device_start", kind="cpu", slots=1), ev(0.0, "trial_start", "A", attempt=0),
+              ev(0.0, "lane_open", lane=0, capacity=100), ev(0.0, "lane_admit", "A", detail=[0, 50, 50]),
+              ev(2.5, "trial_restart", "A", attempt=1, reason="turn", from_iteration=2),
+              ev(2.5, "lane_leave", "A", detail=[0]), ev(2.5, "lane_close", lane=0),
+              ev(3.0, "trial_start", "A", attempt=1), ev(3.0, "lane_open", lane=1, capacity=100),
+              ev(3.0, "lane_admit", "A", detail=[1, 50, 50]),
+              ev(4.25, "trial_end", "A", attempt=1, outcome="completed"), ev(4.25, "lane_close", lane=1)]
+    results = [res("A", 0, 1, 1.0, 1.0), res("A", 0, 2, 2.0, 1.0), res("A", 1, 3, 4.0, 1.0)]
+    dev = gp.summarize(gp.build_activity(results, events, finished_at=4.25)).devices[0]
+    assert dev.idle == pytest.approx({gp.IDLE_STARTUP: 0.0, gp.IDLE_NO_TRIAL: 0.5, gp.IDLE_AFTER_REPORT: 0.75,
+                                      gp.IDLE_STOPPED: 0.0, gp.IDLE_BETWEEN_TURNS: 0.0})
+
+
+def test_a_live_runs_iteration_in_progress_is_stopped_idle_and_a_device_without_lanes_is_without_a_trial():
+    """No finished_at: B's lane is open since its last report at 6 (the iteration in progress) up to the store's
+    latest activity; a store without lane events (older runs) has every gap as no_trial."""
+    activity = idle_scenario()
+    live = gp.build_activity(
+        [*IDLE_RESULTS, res("C", 0, 1, 8.0, 1.0)],
+        [e for e in idle_events() if e.kind != "device_stop"] + [ev(6.0, "trial_start", "C", device="cpu:1",
+                                                                    attempt=0)], finished_at=None)
+    stats = {d.device: d for d in gp.summarize(live).devices}
+    assert stats["cpu:0"].device_seconds == pytest.approx(8.0)  # up to C's report at 8
+    assert stats["cpu:0"].idle[gp.IDLE_STOPPED] == pytest.approx(2.0)  # [6, 8]
+    assert stats["cpu:1"].idle[gp.IDLE_NO_TRIAL] == pytest.approx(7.0)  # [0, 7]: no lane events
+    assert stats["cpu:1"].idle_s == pytest.approx(7.0)
+    assert activity.leaves[("cpu:0", "A")] == [4.0, 4.0]  # its trial_end and its lane_leave
+
+
+@pytest.mark.parametrize("window", [None, (100.5, 104.2), (103.0, 108.0)])
+def test_idle_causes_sum_to_the_idle_time_of_each_device_and_the_totals(activity, window):
+    """idle_s = device_seconds - busy_s, and the causes (none negative) add up to it, per device and in total."""
+    for acts in (activity, idle_scenario()):
+        if window is not None and acts is not activity:
+            continue
+        summary = gp.summarize(acts, window)
+        for d in [*summary.devices, summary.totals]:
+            assert d.idle_s == pytest.approx(d.device_seconds - d.busy_s, abs=1e-12)
+            assert sum(d.idle.values()) == pytest.approx(d.idle_s, abs=1e-9)
+            assert min(d.idle.values()) >= 0.0
+    whole = {d.device: d for d in gp.summarize(activity).devices}[DEV]
+    assert whole.idle == pytest.approx({gp.IDLE_STARTUP: 0.0, gp.IDLE_NO_TRIAL: 1.4, gp.IDLE_AFTER_REPORT: 0.1,
+                                        gp.IDLE_STOPPED: 0.0, gp.IDLE_BETWEEN_TURNS: 0.0})

@@ -676,3 +676,67 @@ def test_the_docs_show_the_table_and_say_what_each_column_holds(tmp_path):
     for column in [*header, "NODE"]:
         assert re.search(rf"^\| (`[^`|]+`, )*`{re.escape(column)}`[ ,]", text, re.M), column  # a row of the table
     assert "| `TRIALS_SHOWN` of the module `fluidsalus.inspect` | 5 |" in text
+
+
+def test_the_report_says_why_each_device_was_idle(tmp_path, capsys):
+    """inspect gave each device's BUSY share and nothing on where the rest of its time went (h104's F3). cpu:0
+    computes [10.5, 12]; cpu:1's trial computes [11, 11.5] (its lane open from 10.5), ends at 11.75 and nothing else
+    runs there."""
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "acc", "max")
+    store.add_trials([("t0", 0, {"x": 1}), ("t1", 1, {"x": 2})])
+    events = []
+    for device, trial, end in (("cpu:0", "t0", 12.0), ("cpu:1", "t1", 11.75)):
+        events += [(10.0, "device_start", None, device, {"kind": "cpu", "slots": 1}),
+                   (10.5, "trial_start", trial, device, {"attempt": 0}),
+                   (10.5, "lane_open", None, device, {"lane": 0, "capacity": 100}),
+                   (10.5, "lane_admit", trial, device, {"detail": [0, 50, 50], "attempt": 0}),
+                   (end, "trial_end", trial, device, {"attempt": 0, "outcome": "completed"}),
+                   (end, "lane_close", None, device, {"lane": 0})]
+    store.add_events(events)
+    store.add_results([("t0", 0, 1, 11.0, {"acc": 1, "time_this_iter_s": 0.5}),
+                       ("t0", 0, 2, 12.0, {"acc": 2, "time_this_iter_s": 1.0}),
+                       ("t1", 0, 1, 11.5, {"acc": 1, "time_this_iter_s": 0.5})])
+    store.set_experiment(status="FINISHED", finished_at=12.0)
+    store.close()
+    path = str(tmp_path / "exp")
+    assert main(["inspect", path]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("wasted by cause:"))
+    assert lines[at + 1] == ("idle by cause: no_trial 1.25s (cpu:1 0.75s, cpu:0 0.50s), startup 0.50s (cpu:1 0.50s), "
+                             "after_report 0.25s (cpu:1 0.25s)")
+    data = json.loads(inspect(path).to_json())
+    one = data["devices"][1]
+    assert one["device"] == "cpu:1" and one["idle_s"] == pytest.approx(1.5)
+    assert one["idle"] == pytest.approx({gp.IDLE_NO_TRIAL: 0.75, gp.IDLE_STARTUP: 0.5, gp.IDLE_AFTER_REPORT: 0.25,
+                                         gp.IDLE_STOPPED: 0.0, gp.IDLE_BETWEEN_TURNS: 0.0})
+    assert data["totals"]["idle_s"] == pytest.approx(2.0) and sum(data["totals"]["idle"].values()) == pytest.approx(2.0)
+    assert data["totals"]["idle"][gp.IDLE_NO_TRIAL] == pytest.approx(1.25)
+    assert "idle_s" in inspect(path).devices.columns  # the DataFrame has them too
+    # one device: the causes alone, no device named
+    one_device = _store(tmp_path, "one")
+    one_device.add_results([("t0", 0, 1, 11.0, {"acc": 1, "time_this_iter_s": 0.5})])
+    one_device.close()
+    line = next(x for x in inspect(str(tmp_path / "one")).render_table().splitlines() if x.startswith("idle by"))
+    assert line == "idle by cause: no_trial 0.50s"
+
+
+def test_a_live_runs_time_after_its_last_turn_is_shown_as_in_progress(tmp_path):
+    """While the run goes on, a device's idle time after its last turn (cause ``stopped``) is mostly the iteration
+    being computed: the line says so; once the driver is gone it is the stop's."""
+    from fluidsalus.store import DriverLock
+
+    store = _store(tmp_path)  # cpu:0 from 10.0, t0's lane open from 10.5
+    store.add_results([("t0", 0, 1, 11.0, {"acc": 1, "time_this_iter_s": 0.5})])
+    store.add_events([(11.5, "memory", "t0", "cpu:0", {"attempt": 0})])  # activity at 11.5, no report since 11
+    lock = DriverLock.acquire(store.experiment_dir)
+    try:
+        report = inspect(str(tmp_path / "exp"))
+        assert report.live
+        line = next(x for x in report.render_table().splitlines() if x.startswith("idle by"))
+        assert line == "idle by cause: no_trial 0.50s, stopped/in progress 0.50s"
+        assert report.total_stats.idle[gp.IDLE_STOPPED] == pytest.approx(0.5)
+    finally:
+        lock.release()
+        store.close()
+    line = next(x for x in inspect(str(tmp_path / "exp")).render_table().splitlines() if x.startswith("idle by"))
+    assert line == "idle by cause: no_trial 0.50s, stopped 0.50s"
