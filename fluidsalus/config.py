@@ -118,6 +118,12 @@ class RunSpec(BaseModel):
                              f"takes; this one has {len(value.encode())}")
         return value
 
+    @field_validator("storage_path", mode="before")
+    @classmethod
+    def _storage_path_like(cls, value: Any) -> Any:
+        # a pathlib.Path (any os.PathLike of a str), as Ray's RunConfig takes it; it was refused as "not a string"
+        return os.fspath(value) if isinstance(value, os.PathLike) and isinstance(os.fspath(value), str) else value
+
     @field_validator("storage_path")
     @classmethod
     def _storage_path(cls, value: str | None) -> str | None:

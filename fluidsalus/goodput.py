@@ -94,6 +94,9 @@ IDLE_STOPPED = "stopped"
 #: The rest: a trial on the device (a lane open) but no turn held: switches, driver round trips (a searcher's
 #: ``suggest``, Optuna's ``should_prune``), a later trial's start, a pause at a budget.
 IDLE_BETWEEN_TURNS = "between_turns"
+#: Events that end a device's epoch where it was let go (the run's end, or its actor lost): its time is not
+#: counted on to the experiment's end, nor, while a run goes on, to the latest activity.
+DEVICE_END_EVENTS = ("device_stop", "device_lost")
 #: The idle causes, in the order they are tried.
 IDLE_CAUSES = (IDLE_NO_TRIAL, IDLE_STARTUP, IDLE_AFTER_REPORT, IDLE_STOPPED, IDLE_BETWEEN_TURNS)
 #: Event kinds after which a trial no longer computes on its device (the end of its "after its last report" time).
@@ -448,11 +451,14 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
     # Epochs from device_start / device_died.
     starts: dict[str, list[tuple[float, dict[str, Any]]]] = defaultdict(list)
     died: dict[str, list[float]] = defaultdict(list)
+    stopped: dict[str, list[float]] = defaultdict(list)  # device_stop / device_lost: the epoch ended there
     for ev in events:
         if ev.kind == "device_start" and ev.device is not None:
             starts[ev.device].append((ev.ts, ev.data or {}))
         elif ev.kind == "device_died" and ev.device is not None:
             died[ev.device].append(ev.ts)
+        elif ev.kind in DEVICE_END_EVENTS and ev.device is not None:
+            stopped[ev.device].append(ev.ts)
     start_ts = {d: sorted(ts for ts, _ in s) for d, s in starts.items()}
 
     def epoch_of(device: str, ts: float) -> int:
@@ -681,8 +687,11 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
             nxt = rows[i + 1][0] if i + 1 < len(rows) else math.inf
             end = last_ts.get((device, i), ts)
             deaths = [d for d in died.get(device, []) if ts <= d < nxt]
+            stops = [d for d in stopped.get(device, []) if ts <= d < nxt]
             if deaths:
                 end = deaths[0]
+            elif stops:  # (a device a resumed run did not start again lasted to that run's end)
+                end = max(end, stops[0])
             elif nxt == math.inf and finished_at is not None and finished_at > end:
                 end = finished_at
             elif nxt == math.inf and finished_at is None and latest is not None and latest > end:
@@ -915,7 +924,9 @@ def _window(activity: Activity, window: tuple[float, float] | None) -> tuple[flo
     return start, end
 
 
-def _waste(spans: Iterable[Span]) -> dict[str, WasteStats]:
+def _waste(spans: Iterable[Span], w0: float = -math.inf, w1: float = math.inf) -> dict[str, WasteStats]:
+    """Wasted iterations by cause, and their seconds within ``[w0, w1]`` (a span that began before a window counts
+    its part inside it, as busy time does)."""
     out: dict[str, WasteStats] = {}
     for s in spans:
         if s.waste_cause is not None and not s.worker:  # (a wasted iteration counts once, on rank 0's device)
@@ -924,16 +935,18 @@ def _waste(spans: Iterable[Span]) -> dict[str, WasteStats]:
                 w.partial += 1
             else:
                 w.iterations += 1
-            w.seconds += s.end - s.start
+            w.seconds += overlap(s.start, s.end, w0, w1)
     return out
 
 
 def _stats(device: str, kind: str | None, slots: int | None, device_seconds: float, busy_s: float,
            lane_busy_s: float, slot_seconds: float, spans: Sequence[Span], latencies: Sequence[float],
            lanes_peak: float, lanes_integral: float, lanes_time: float, waiting_peak: float, reserved_peak: float,
-           used_peak: float, util: Sequence[float], mem_peak: float | None) -> DeviceStats:
-    wasted = _waste(spans)
-    wasted_s = sum(s.end - s.start for s in spans if not s.useful)  # (partial and worker spans too: device time)
+           used_peak: float, util: Sequence[float], mem_peak: float | None,
+           window: tuple[float, float] = (-math.inf, math.inf)) -> DeviceStats:
+    wasted = _waste(spans, *window)
+    # (partial and worker spans too: device time; within the window, as the compute it is a share of)
+    wasted_s = sum(overlap(s.start, s.end, *window) for s in spans if not s.useful)
     trials = len({s.trial_id for s in spans})  # (a cut-short iteration too; a data-parallel trial's workers' devices)
     spans = [s for s in spans if s.counted]
     useful = [s for s in spans if s.useful]
@@ -1014,7 +1027,7 @@ def summarize(activity: Activity, window: tuple[float, float] | None = None) -> 
             lanes.peak(w0, w1), lanes.integral(w0, w1), device_seconds,
             activity.waiting.get(device, empty).peak(w0, w1), activity.reserved.get(device, empty).peak(w0, w1),
             activity.used.get(device, empty).peak(w0, w1), util,
-            mem.peak(w0, w1) if mem is not None and mem.points else None,
+            mem.peak(w0, w1) if mem is not None and mem.points else None, (w0, w1),
         ))
         devices[-1].node = eps[-1].node
         devices[-1].idle_s, devices[-1].idle = _idle(activity, device, device_seconds, busy_s, w0, w1)
@@ -1034,7 +1047,7 @@ def summarize(activity: Activity, window: tuple[float, float] | None = None) -> 
         all_latencies, total_lanes.peak(w0, w1), total_lanes.integral(w0, w1), w1 - w0,
         total_series(activity.waiting).peak(w0, w1), total_series(activity.reserved).peak(w0, w1),
         total_series(activity.used).peak(w0, w1), all_util,
-        StepSeries.summed(mems).peak(w0, w1) if mems else None,
+        StepSeries.summed(mems).peak(w0, w1) if mems else None, (w0, w1),
     )
 
     totals.idle_s = totals.device_seconds - totals.busy_s

@@ -409,8 +409,10 @@ class Report:
     @property
     def stopped(self) -> int:
         """Trials the searcher or the stop rule ended (an ASHA trial that reached max_t, a trial at a stop rule's
-        training_iteration too): the others ran until their trainable returned."""
-        return sum(1 for t in self.trial_rows if t.status == TERMINATED and t.stop_reason == STOPPED_OUTCOME)
+        training_iteration too): the others ran until their trainable returned. Trials that never started are not
+        counted (a run ended by ``fail_fast`` or its time budget ends those too), as the run's progress line counts."""
+        return sum(1 for t in self.trial_rows if t.status == TERMINATED and t.stop_reason == STOPPED_OUTCOME
+                   and t.started_at is not None)
 
     @property
     def errors(self) -> list[dict[str, str | None]]:

@@ -1513,7 +1513,10 @@ def optimize(
             if isinstance(name, str) and isinstance(run_kwargs.get("storage_path"), (str, type(None))) else None
         if experiment_dir is not None and os.path.isfile(os.path.join(experiment_dir, DB_FILENAME)) \
                 and driver.started_trials():
-            _record_the_study(experiment_dir, study, driver.started_trials())
+            try:
+                _record_the_study(experiment_dir, study, driver.started_trials())
+            except Exception as record_error:  # noqa: BLE001 - the run's own exception is the one to raise
+                logger.warning("could not record the study's trials in %s: %s", experiment_dir, record_error)
         raise
     finally:
         driver.close()

@@ -555,7 +555,9 @@ def _frame_row(result: Result, index: int) -> dict[str, Any]:
     whole frame of each trial to keep one row made ``get_dataframe()`` 35x slower on 2,000 trials of 50 results (a
     reviewer's measure)."""
     history = result._history or []
-    if result._frame is None and not result._row_configs and _uniform(history):
+    one_config = not result._row_configs or all(c is result._config for c in result._row_configs)  # (a store's
+    # reader gives each row its attempt's config: the trial's own object when nothing changed it)
+    if result._frame is None and one_config and _uniform(history):
         # (flat already: the frame's row is the result's values in its order, then the config's columns, which the
         # caller adds)
         return dict(history[index])
@@ -563,10 +565,10 @@ def _frame_row(result: Result, index: int) -> dict[str, Any]:
 
 
 def _uniform(history: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether every result has the first one's keys in its order, and each key's values are of one type, never a
-    mapping (see :func:`_frame_row`)."""
+    """Whether every result has the first one's keys in its order, none ``config``, and each key's values are of one
+    type, never a mapping (see :func:`_frame_row`)."""
     keys = tuple(history[0])
-    if any(tuple(r) != keys for r in history):
+    if "config" in keys or any(tuple(r) != keys for r in history):  # (a result's own "config": with_config's)
         return False
     for values in zip(*(r.values() for r in history), strict=True):
         types = set(map(type, values))

@@ -601,3 +601,34 @@ def test_idle_causes_sum_to_the_idle_time_of_each_device_and_the_totals(activity
     whole = {d.device: d for d in gp.summarize(activity).devices}[DEV]
     assert whole.idle == pytest.approx({gp.IDLE_STARTUP: 0.0, gp.IDLE_NO_TRIAL: 1.4, gp.IDLE_AFTER_REPORT: 0.1,
                                         gp.IDLE_STOPPED: 0.0, gp.IDLE_BETWEEN_TURNS: 0.0})
+
+
+@pytest.mark.parametrize("finished_at", [None, 12.0])
+def test_a_device_a_resumed_run_did_not_start_again_ends_at_its_device_stop(finished_at):
+    """Session 1 ran two devices to t=4 (device_stop at 4); the resume started cpu:0 only, which ran to t=12.
+    cpu:1's time lasted to the resumed run's end (or, live, its latest activity): 12 s, 13 % busy, against its 4 s
+    (h106's F1)."""
+    events = [ev(0.0, "device_start", device=d, kind="cpu", slots=1) for d in ("cpu:0", "cpu:1")]
+    events += [ev(0.0, "trial_start", t, device=d, attempt=0) for t, d in (("A", "cpu:0"), ("B", "cpu:1"))]
+    events += [ev(4.0, "device_stop", device=d) for d in ("cpu:0", "cpu:1")]
+    events += [ev(6.0, "device_start", device="cpu:0", kind="cpu", slots=1), ev(6.0, "resume", None),
+               ev(6.0, "trial_start", "A", device="cpu:0", attempt=1)]
+    results = [res("A", 0, i, float(i), 1.0) for i in (1, 2, 3, 4)] + [res("B", 0, i, float(i), 1.0) for i in (1, 2)]
+    results += [res("A", 1, i, 2.0 + i, 1.0) for i in range(5, 11)]
+    summary = gp.summarize(gp.build_activity(results, events, finished_at=finished_at))
+    cpu1 = next(d for d in summary.devices if d.device == "cpu:1")
+    assert cpu1.device_seconds == pytest.approx(4.0) and cpu1.busy_fraction == pytest.approx(0.5)
+
+
+def test_wasted_seconds_in_a_window_are_the_wasted_spans_part_inside_it():
+    """A window counted the whole of a wasted iteration that ended inside it, against compute clipped to it:
+    WASTE% of 120-240% (h106's F3)."""
+    events = [ev(0.0, "device_start", kind="cpu", slots=1), ev(0.0, "trial_start", "A", attempt=0),
+              ev(2.5, "trial_restart", "A", attempt=1, reason="retry", from_iteration=0),
+              ev(2.5, "trial_start", "A", attempt=1)]
+    results = [res("A", 0, 1, 2.0, 2.0), res("A", 1, 1, 4.5, 2.0)]  # iteration 1 over [0, 2], redone over [2.5, 4.5]
+    activity = gp.build_activity(results, events, finished_at=5.0)
+    # inside (1, 3): half of the wasted [0, 2], the cut-short [2, 2.5] (the failure), and 0.5 s of the redo (useful)
+    d = gp.summarize(activity, (1.0, 3.0)).devices[0]
+    assert d.wasted_s == pytest.approx(1.5) and d.wasted[gp.WASTE_RETRY].seconds == pytest.approx(1.5)
+    assert d.lane_busy_s == pytest.approx(2.0) and d.wasted_fraction == pytest.approx(0.75)

@@ -740,3 +740,18 @@ def test_a_live_runs_time_after_its_last_turn_is_shown_as_in_progress(tmp_path):
         store.close()
     line = next(x for x in inspect(str(tmp_path / "exp")).render_table().splitlines() if x.startswith("idle by"))
     assert line == "idle by cause: no_trial 0.50s, stopped 0.50s"
+
+
+def _fails_at_once(config):
+    raise RuntimeError("fails at once")
+
+
+def test_trials_a_fail_fast_end_left_unstarted_are_not_counted_stopped(tmp_path):
+    """inspect said '5 stopped by the search or a stop rule' where the run's progress line said none: the trials
+    the run's end (fail_fast) ended before they began (h106's F4)."""
+    storage = str(tmp_path / "results")
+    with pytest.raises(fluidsalus.TrialError):
+        fluidsalus.run(_fails_at_once, {"x": fluidsalus.grid_search([1, 2, 3, 4])}, storage_path=storage, name="ff",
+                       fail_fast="raise", max_concurrent_trials=1, verbose=0)
+    report = inspect(os.path.join(storage, "ff"))
+    assert report.trial_counts["ERROR"] == 1 and report.trial_counts["TERMINATED"] == 3 and report.stopped == 0

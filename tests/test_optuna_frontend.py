@@ -1308,3 +1308,17 @@ def test_optimize_again_with_a_fixed_name_records_a_new_experiment(tmp_path):
         warnings.simplefilter("error")  # an empty name is the default one, as before (it was "'' already exists")
         _optimize(study, _quadratic, tmp_path, n_trials=1, name="")
     assert len(os.listdir(tmp_path / "fluidsalus")) == 3
+
+
+def test_a_failing_record_of_an_interrupted_study_does_not_hide_the_interrupt(tmp_path, monkeypatch):
+    """Recording the study in the experiment of an optimize cut short must not replace its exception (h106)."""
+    def interrupt(study: optuna.Study, trial: FrozenTrial) -> None:
+        raise KeyboardInterrupt
+
+    def broken_record(*args: Any) -> None:
+        raise RuntimeError("the record failed")
+
+    monkeypatch.setattr(fo, "_record_the_study", broken_record)
+    study = optuna.create_study()
+    with pytest.raises(KeyboardInterrupt):
+        _optimize(study, _quadratic, tmp_path, n_trials=4, callbacks=[interrupt])

@@ -500,8 +500,10 @@ def test_a_trial_of_uniform_results_gives_its_frames_row_without_building_the_fr
     flat = [{k: v for k, v in row.items() if k != "info"} | {"acc": row["info"]["acc"]} for row in rows(3)]
     mixed = [dict(row, loss=int(row["loss"])) if row["it"] == 0 else row for row in flat]  # an int, then floats
     gaps = [dict(row, extra=1) if row["it"] == 1 else row for row in flat]  # a key on some results only
+    stored_config = {"x": 5}  # as a store's reader gives it: each row's config, the trial's own object
     results = [_result(flat, {"x": 1}), _result(mixed, {"x": 2}), _result(gaps, {"x": 3}),
-               _result(rows(2), {"x": 4})]
+               _result(rows(2), {"x": 4}), _result(flat, stored_config, _row_configs=[stored_config] * len(flat)),
+               _result([dict(row, config={"y": 1}) for row in flat], {"x": 6})]  # a result's own "config" key
     for i, r in enumerate(results):
         r.path = f"/exp/t{i}"
     grid = ResultGrid(results, "/exp")
@@ -519,4 +521,5 @@ def test_a_trial_of_uniform_results_gives_its_frames_row_without_building_the_fr
 
     monkeypatch.setattr(Result, "metrics_dataframe", property(counted))
     grid.get_dataframe()
-    assert sorted(built) == ["/exp/t1", "/exp/t2", "/exp/t3"]  # t0 alone is uniform (t3 has a nested dict)
+    assert sorted(built) == ["/exp/t1", "/exp/t2", "/exp/t3", "/exp/t5"]  # t0 and t4 are uniform (t3 has a nested
+    # dict, t5 a "config" of its own)

@@ -2025,3 +2025,9 @@ def test_a_stopped_trial_a_callback_fails_is_counted_errored_not_stopped(storage
     assert grid.num_errors == 2
     last = [line for line in capsys.readouterr().out.splitlines() if "trials of 2:" in line][-1]
     assert "0 done (0 stopped), 2 errored" in last
+
+
+def test_a_pathlib_storage_path_is_taken_as_ray_takes_it(storage):
+    """``storage_path=Path(...)``, as Ray's RunConfig takes it, was refused as not a string (h106)."""
+    grid = fluidsalus.run(objective, {"x": 0.5}, storage_path=Path(storage), name="p", verbose=0)
+    assert grid.num_errors == 0 and grid.experiment_path == os.path.join(storage, "p")
