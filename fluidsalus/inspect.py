@@ -41,6 +41,7 @@ from fluidsalus.store import (
     finite,
     open_readonly,
 )
+from fluidsalus.trialgroup.dispatch import REFUSED_MIN_DEVICES, REFUSED_NO_CHECKPOINT, REFUSED_PAUSED
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -78,6 +79,13 @@ ERRORS_SHOWN = 10
 #: Trials the table's "costliest trials" section lists, most compute first (the JSON's ``trials`` has every one):
 #: enough to find the trials that cost most, few enough to read at a glance.
 TRIALS_SHOWN = 5
+#: What the planner line says of each reason a planned change (a move, a preemption) was held back
+#: (``plan_refused``; the planner's ``REFUSED_*`` reasons), so that an idle device's cause reads plainly.
+REFUSED_REASONS = {
+    REFUSED_NO_CHECKPOINT: "a trial with no checkpoint to restart from",
+    REFUSED_PAUSED: "a trial paused at its budget",
+    REFUSED_MIN_DEVICES: "fewer devices than the trial's workers",
+}
 #: Devices the ``idle by cause`` line names per cause, most idle first (the JSON has every device's split).
 IDLE_DEVICES_SHOWN = 2
 #: Idle seconds below which a cause is left off the ``idle by cause`` line (it would print as 0.00s).
@@ -706,11 +714,12 @@ class Report:
         if p.resize_cost_s is not None:
             resizes = plural(p.resizes_measured, "resize")
             cost += f"; resize cost: {p.resize_cost_s * 1e3:.1f}ms measured over {resizes}"
-        refused = ", ".join(f"{reason} {n}" for reason, n in p.refused.items()) or "none"
+        refused = ", ".join(f"{n} ({REFUSED_REASONS.get(reason, reason)})" for reason, n in p.refused.items()) \
+            or "none"
         turns = f", {plural(p.turns, 'place')} given up in turn" if p.turns else ""
         return (f"planner: {plural(p.moves, 'move')} ({p.restarts_for_moves} restarted), "
                 f"{plural(p.preemptions, 'preemption')}, {plural(p.withdrawals, 'withdrawal')}{turns}, "
-                f"refused: {refused}; move cost: {cost}")
+                f"changes held back: {refused}; move cost: {cost}")
 
     def plot(self, path: str | os.PathLike[str]) -> str:
         """Draw the lane timeline of each device and goodput over time into one PNG; returns its path."""

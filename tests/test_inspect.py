@@ -210,8 +210,8 @@ def test_the_report_counts_the_planners_decisions_and_its_measured_move_cost(tmp
     store.add_results([("t0", 0, 1, 11.0, {"acc": 1, "time_this_iter_s": 0.5})])
     report = inspect(store.experiment_dir)
     assert report.planner == PlannerSummary(0, 0, 0, {}, None, 0)
-    assert "planner: 0 moves (0 restarted), 0 preemptions, 0 withdrawals, refused: none; move cost: no move measured" \
-        in report.render_table()
+    assert ("planner: 0 moves (0 restarted), 0 preemptions, 0 withdrawals, changes held back: none; move cost: no "
+            "move measured") in report.render_table()
     store.add_events([
         (11.0, "plan_move", "t0", "cpu:0", {"attempt": 0, "action": "move", "to": ["cpu:1"]}),
         (11.1, "trial_restart", "t0", "cpu:0", {"attempt": 1, "reason": "move"}),
@@ -234,7 +234,8 @@ def test_the_report_counts_the_planners_decisions_and_its_measured_move_cost(tmp
                                            "moves_measured": 2, "resize_cost_s": 0.5, "resizes_measured": 1,
                                            "withdrawals": 1, "late_devices": {}, "turns": 0, "lost_devices": {},
                                            "joined_devices": {}}
-    assert ("planner: 1 move (1 restarted), 1 preemption, 1 withdrawal, refused: no checkpoint 2, paused 1; move cost: "
+    assert ("planner: 1 move (1 restarted), 1 preemption, 1 withdrawal, changes held back: 2 (a trial with no "
+            "checkpoint to restart from), 1 (a trial paused at its budget); move cost: "
             "26.0ms measured over 2 moves; resize cost: 500.0ms measured over 1 resize") in report.render_table()
     assert "started without" not in report.render_table()
     store.close()
