@@ -4,8 +4,9 @@ Pure functions over the store's rows (:class:`~fluidsalus.store.ResultRow`, :cla
 nothing here starts Ray or writes anything. The exact definitions are in ``docs/goodput.md``; in short:
 
 - **Device time.** A device exists from its ``device_start`` event to the end of that run of its actor: its
-  ``device_died`` event, else its last recorded activity, and for the last run of a finished experiment the
-  experiment's ``finished_at``. A resumed experiment starts the actor again: each ``device_start`` opens a new
+  ``device_died`` event; else its ``device_stop``/``device_lost`` (or its last activity, if later); else its last
+  recorded activity, and for the last run of a finished experiment the experiment's ``finished_at`` (while a run
+  goes on, the store's latest activity). A resumed experiment starts the actor again: each ``device_start`` opens a new
   *epoch* (lane ids restart at 0 in each). ``device_seconds`` is the time inside the analysed window.
 - **Turns.** Each stored result is one iteration. The trial held its lane's turn over
   ``[ts - time_this_iter_s, ts]``: ``time_this_iter_s`` counts from the moment the trial (re)gained the turn
@@ -97,6 +98,9 @@ IDLE_BETWEEN_TURNS = "between_turns"
 #: Events that end a device's epoch where it was let go (the run's end, or its actor lost): its time is not
 #: counted on to the experiment's end, nor, while a run goes on, to the latest activity.
 DEVICE_END_EVENTS = ("device_stop", "device_lost")
+#: Events of a device that are no activity of its epoch: they do not stretch it (a resumed run's device still
+#: starting, or lost, stretched its previous session's epoch to the new session).
+NOT_ACTIVITY_EVENTS = ("device_waiting", *DEVICE_END_EVENTS)
 #: The idle causes, in the order they are tried.
 IDLE_CAUSES = (IDLE_NO_TRIAL, IDLE_STARTUP, IDLE_AFTER_REPORT, IDLE_STOPPED, IDLE_BETWEEN_TURNS)
 #: Event kinds after which a trial no longer computes on its device (the end of its "after its last report" time).
@@ -539,9 +543,11 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
         if ev.device is None:
             continue
         device = ev.device
-        touch(device, ev.ts)
-        if ev.kind in LEAVE_EVENTS and ev.trial_id is not None:
-            leaves[(device, ev.trial_id)].append(ev.ts)
+        if ev.kind not in NOT_ACTIVITY_EVENTS:
+            touch(device, ev.ts)
+        if ev.kind in LEAVE_EVENTS and ev.trial_id is not None \
+                and not (ev.kind == TRIAL_RESTART_EVENT and data.get("reason") == WASTE_DEVICE_DIED):
+            leaves[(device, ev.trial_id)].append(ev.ts)  # (an actor's death cut its iteration short: IDLE_STOPPED)
         if ev.kind == "worker_start" and ev.trial_id is not None:
             workers[(ev.trial_id, attempt)].append([device, ev.ts, math.inf])
             continue

@@ -1509,8 +1509,9 @@ def optimize(
             driver.fail_unfinished(e)
         # what the study knows goes into the record of a run cut short too (its trials had no params and `ls` no
         # best: h99's F3), when its store was made
-        experiment_dir = os.path.join(resolve_storage_path(run_kwargs.get("storage_path")), name) \
-            if isinstance(name, str) and isinstance(run_kwargs.get("storage_path"), (str, type(None))) else None
+        storage = run_kwargs.get("storage_path")  # (a pathlib.Path too, as run() takes it)
+        experiment_dir = os.path.join(resolve_storage_path(None if storage is None else os.fspath(storage)), name) \
+            if isinstance(name, str) and isinstance(storage, (str, os.PathLike, type(None))) else None
         if experiment_dir is not None and os.path.isfile(os.path.join(experiment_dir, DB_FILENAME)) \
                 and driver.started_trials():
             try:

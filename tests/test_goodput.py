@@ -604,15 +604,17 @@ def test_idle_causes_sum_to_the_idle_time_of_each_device_and_the_totals(activity
 
 
 @pytest.mark.parametrize("finished_at", [None, 12.0])
-def test_a_device_a_resumed_run_did_not_start_again_ends_at_its_device_stop(finished_at):
+@pytest.mark.parametrize("resumed_cpu1", [None, "device_waiting", "device_lost"])
+def test_a_device_a_resumed_run_did_not_start_again_ends_at_its_device_stop(finished_at, resumed_cpu1):
     """Session 1 ran two devices to t=4 (device_stop at 4); the resume started cpu:0 only, which ran to t=12.
     cpu:1's time lasted to the resumed run's end (or, live, its latest activity): 12 s, 13 % busy, against its 4 s
-    (h106's F1)."""
+    (h106's F1); a resume whose cpu:1 was still starting, or was lost, stretched it to that event (h108's F1)."""
     events = [ev(0.0, "device_start", device=d, kind="cpu", slots=1) for d in ("cpu:0", "cpu:1")]
     events += [ev(0.0, "trial_start", t, device=d, attempt=0) for t, d in (("A", "cpu:0"), ("B", "cpu:1"))]
     events += [ev(4.0, "device_stop", device=d) for d in ("cpu:0", "cpu:1")]
     events += [ev(6.0, "device_start", device="cpu:0", kind="cpu", slots=1), ev(6.0, "resume", None),
                ev(6.0, "trial_start", "A", device="cpu:0", attempt=1)]
+    events += [ev(7.0, resumed_cpu1, device="cpu:1")] if resumed_cpu1 else []
     results = [res("A", 0, i, float(i), 1.0) for i in (1, 2, 3, 4)] + [res("B", 0, i, float(i), 1.0) for i in (1, 2)]
     results += [res("A", 1, i, 2.0 + i, 1.0) for i in range(5, 11)]
     summary = gp.summarize(gp.build_activity(results, events, finished_at=finished_at))
@@ -632,3 +634,16 @@ def test_wasted_seconds_in_a_window_are_the_wasted_spans_part_inside_it():
     d = gp.summarize(activity, (1.0, 3.0)).devices[0]
     assert d.wasted_s == pytest.approx(1.5) and d.wasted[gp.WASTE_RETRY].seconds == pytest.approx(1.5)
     assert d.lane_busy_s == pytest.approx(2.0) and d.wasted_fraction == pytest.approx(0.75)
+
+
+def test_an_iteration_an_actors_death_cut_short_is_stopped_idle_not_after_report():
+    """The device died at 2.6 in the iteration after A's report at 2.0; its trial_restart (reason device_died) is
+    no leave after a last report: that time is ``stopped`` (docs/goodput.md), not ``after_report`` (h108's F3)."""
+    events = [ev(0.0, "device_start", kind="cpu", slots=1), ev(0.0, "lane_open", lane=0),
+              ev(0.0, "trial_start", "A", attempt=0), ev(0.0, "lane_admit", "A", detail=[0, 1, 1], attempt=0),
+              ev(2.6, "device_died"), ev(2.6, "trial_restart", "A", attempt=1, reason="device_died")]
+    results = [res("A", 0, 1, 1.0, 1.0), res("A", 0, 2, 2.0, 1.0)]
+    d = gp.summarize(gp.build_activity(results, events, finished_at=3.0)).devices[0]
+    assert d.idle_s == pytest.approx(0.6) and d.idle[gp.IDLE_STOPPED] == pytest.approx(0.6)
+    assert d.idle[gp.IDLE_AFTER_REPORT] == 0.0
+

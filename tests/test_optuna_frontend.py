@@ -1322,3 +1322,20 @@ def test_a_failing_record_of_an_interrupted_study_does_not_hide_the_interrupt(tm
     study = optuna.create_study()
     with pytest.raises(KeyboardInterrupt):
         _optimize(study, _quadratic, tmp_path, n_trials=4, callbacks=[interrupt])
+
+
+def test_an_interrupted_optimize_with_a_pathlib_storage_path_records_the_study(tmp_path):
+    """With storage_path a pathlib.Path (taken since e4e08d5), an interrupted optimize recorded nothing of the
+    study: metric None and every config {} (h108's F4)."""
+    def interrupt(study: optuna.Study, trial: FrozenTrial) -> None:
+        raise KeyboardInterrupt
+
+    study = optuna.create_study()
+    with pytest.raises(KeyboardInterrupt):
+        fo.optimize(study, _quadratic, n_trials=4, callbacks=[interrupt], storage_path=tmp_path / "fluidsalus")
+    [folder] = os.listdir(tmp_path / "fluidsalus")
+    store = ExperimentStore.open(tmp_path / "fluidsalus" / folder, readonly=True)
+    try:
+        assert store.experiment()["metric"] == fo.KEY_VALUE
+    finally:
+        store.close()
