@@ -379,18 +379,26 @@ def test_helpers():
     assert total.value_at(2.5) == 3.0 and total.peak(0, 10) == 6.0
 
 
-def test_a_data_parallel_trials_other_devices_are_busy_while_it_computes() -> None:
-    """Rank 0 reports for the trial; its rank 1 computes each iteration too, on cpu:1 (worker_start ..
-    worker_end). cpu:1 was shown idle (BUSY 0%, the total half busy); its share is now busy time there, useful as
-    rank 0's iteration is, while the iteration counts once, on cpu:0."""
-    other = "cpu:1"
-    events = [
+def _data_parallel_start(other: str) -> list[EventRow]:
+    """Two one-slot devices, DEV and ``other``, a lane on each, and trial T's rank 0 on DEV and rank 1 on ``other``
+    from t=100."""
+    return [
         ev(100.0, "device_start", kind="cpu", slots=1), ev(100.0, "device_start", device=other, kind="cpu", slots=1),
         ev(100.0, "lane_open", lane=0, capacity=100 * MiB),
         ev(100.0, "lane_open", device=other, lane=0, capacity=100 * MiB),
         ev(100.0, "lane_admit", "T", detail=[0, MiB, MiB]),
         ev(100.0, "lane_admit", "T", device=other, detail=[0, MiB, MiB]),
         ev(100.0, "trial_start", "T", attempt=0), ev(100.0, "worker_start", "T", device=other, rank=1, attempt=0),
+    ]
+
+
+def test_a_data_parallel_trials_other_devices_are_busy_while_it_computes() -> None:
+    """Rank 0 reports for the trial; its rank 1 computes each iteration too, on cpu:1 (worker_start ..
+    worker_end). cpu:1 was shown idle (BUSY 0%, the total half busy); its share is now busy time there, useful as
+    rank 0's iteration is, while the iteration counts once, on cpu:0."""
+    other = "cpu:1"
+    events = [
+        *_data_parallel_start(other),
         ev(104.0, "worker_end", "T", device=other, rank=1, outcome="completed", attempt=0),
         ev(104.0, "trial_end", "T", attempt=0, outcome="completed"),
     ]
@@ -479,12 +487,7 @@ def test_a_data_parallel_trials_wasted_iteration_is_wasted_time_on_each_of_its_d
     devices' share of it counts there too (the worker device computed it, and it was thrown away)."""
     other = "cpu:1"
     events = [
-        ev(100.0, "device_start", kind="cpu", slots=1), ev(100.0, "device_start", device=other, kind="cpu", slots=1),
-        ev(100.0, "lane_open", lane=0, capacity=100 * MiB),
-        ev(100.0, "lane_open", device=other, lane=0, capacity=100 * MiB),
-        ev(100.0, "lane_admit", "T", detail=[0, MiB, MiB]),
-        ev(100.0, "lane_admit", "T", device=other, detail=[0, MiB, MiB]),
-        ev(100.0, "trial_start", "T", attempt=0), ev(100.0, "worker_start", "T", device=other, rank=1, attempt=0),
+        *_data_parallel_start(other),
         ev(102.5, "trial_restart", "T", attempt=1, reason="retry", from_iteration=0, error="RuntimeError: x"),
         ev(102.5, "worker_end", "T", device=other, rank=1, outcome="errored", attempt=0),
         ev(102.5, "trial_start", "T", attempt=1), ev(102.5, "worker_start", "T", device=other, rank=1, attempt=1),
