@@ -159,10 +159,10 @@ class RunSpec(BaseModel):
         return resolve_storage_path(self.storage_path)
 
 
-def resolve_storage_path(storage_path: str | None) -> str:
+def resolve_storage_path(storage_path: str | os.PathLike[str] | None) -> str:
     """The folder experiments go in: ``storage_path``, else ``$FLUIDSALUS_STORAGE_PATH``, else the default, made
     absolute (``~`` expanded)."""
-    path = storage_path if storage_path is not None else (
+    path = os.fspath(storage_path) if storage_path is not None else (
         os.environ.get(STORAGE_PATH_ENV) or DEFAULT_STORAGE_PATH)  # (an empty variable is unset, as in a shell)
     return os.path.abspath(os.path.expanduser(path))
 

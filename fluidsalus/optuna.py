@@ -1381,6 +1381,12 @@ def _experiment_name(study: optuna.Study) -> str:
     return f"optuna_{study_part}_{datetime.datetime.now().strftime(session.DATE_FORMAT)}_{uuid.uuid4().hex[:6]}"
 
 
+def _storage_folder(storage_path: Any) -> str | None:
+    """The folder the run records its experiment in (a ``pathlib.Path`` too, as :func:`fluidsalus.run` takes it);
+    None for a ``storage_path`` of a wrong type, which :func:`fluidsalus.run`'s checks refuse."""
+    return resolve_storage_path(storage_path) if isinstance(storage_path, (str, os.PathLike, type(None))) else None
+
+
 def _record_name(name: Any, storage_path: Any, study: optuna.Study) -> Any:
     """The name of this call's fluidsalus experiment (each call of :func:`optimize` records its trials as a new
     one): :func:`_experiment_name` by default; a given ``name`` that an experiment has already (``optimize`` called
@@ -1389,9 +1395,9 @@ def _record_name(name: Any, storage_path: Any, study: optuna.Study) -> Any:
     wrong type is left to :func:`fluidsalus.run`'s checks."""
     if name is None or name == "":  # ("": the default, as before; it named the storage folder itself, "taken")
         return _experiment_name(study)
-    if not isinstance(name, str) or not isinstance(storage_path, (str, os.PathLike, type(None))):
+    storage = _storage_folder(storage_path)
+    if not isinstance(name, str) or storage is None:
         return name
-    storage = resolve_storage_path(None if storage_path is None else os.fspath(storage_path))
     free = unused_name(storage, name)
     if free != name:
         warnings.warn(f"name: an experiment named {name!r} already exists in {storage} (an earlier optimize call "
@@ -1509,9 +1515,8 @@ def optimize(
             driver.fail_unfinished(e)
         # what the study knows goes into the record of a run cut short too (its trials had no params and `ls` no
         # best: h99's F3), when its store was made
-        storage = run_kwargs.get("storage_path")  # (a pathlib.Path too, as run() takes it)
-        experiment_dir = os.path.join(resolve_storage_path(None if storage is None else os.fspath(storage)), name) \
-            if isinstance(name, str) and isinstance(storage, (str, os.PathLike, type(None))) else None
+        storage = _storage_folder(run_kwargs.get("storage_path"))
+        experiment_dir = os.path.join(storage, name) if isinstance(name, str) and storage is not None else None
         if experiment_dir is not None and os.path.isfile(os.path.join(experiment_dir, DB_FILENAME)) \
                 and driver.started_trials():
             try:

@@ -1486,9 +1486,7 @@ class Executor:
                 continue
             self._stopped.add(trial.trial_id)
             self._log_end(trial, OUT_STOPPED)
-            for callback in self.settings.callbacks:
-                callback.on_trial_complete(trial.trial_id, trial.status, trial.last_result)
-            self._record_failed_ends()
+            self._callbacks_end(trial)
 
     def _send_stop(self, trial_ids: Iterable[str], no_verdict: bool = False, peers_lost: bool = False) -> None:
         """Ask every device a trial runs on to stop it at its next boundary (``no_verdict``: the stop is the run's
@@ -1725,10 +1723,7 @@ class Executor:
         for trial_id in unplaceable:  # committed: tell the callbacks
             trial = self.trials[trial_id]
             self._log_end(trial, OUT_ERRORED)
-            for callback in self.settings.callbacks:
-                callback.on_trial_complete(trial_id, trial.status, trial.last_result)
-        if unplaceable:
-            self._record_failed_ends()
+            self._callbacks_end(trial)
 
     def _name(self, index: int) -> str:
         return self._device(index).spec.name
@@ -2125,9 +2120,7 @@ class Executor:
                     callback.on_trial_checkpoint(trial.trial_id, event[4], event[5])
             else:
                 self._log_end(trial, event[4], event[6])
-                for callback in self.settings.callbacks:
-                    callback.on_trial_complete(trial.trial_id, trial.status, trial.last_result)
-                self._record_failed_ends()
+                self._callbacks_end(trial)
         self._tell_stopped(stopped)
         if acted and self.settings.callbacks:
             requested = [tid for callback in self.settings.callbacks for tid in callback.checkpoint_requests()]
@@ -2631,9 +2624,7 @@ class Executor:
             else:
                 self._stopped.add(trial.trial_id)
                 self._log_end(trial, OUT_STOPPED)
-            for callback in self.settings.callbacks:
-                callback.on_trial_complete(trial.trial_id, trial.status, trial.last_result)
-            self._record_failed_ends()
+            self._callbacks_end(trial)
         self._start_replacement(device)
 
     def _start_replacement(self, device: _Device) -> None:
@@ -2712,6 +2703,13 @@ class Executor:
                              launched=now, start_ref=actor.info.remote())
             device.alive = False  # until it joins (:meth:`_join`); a failed start leaves it lost, in its place
             self._devices.append(device)
+
+    def _callbacks_end(self, trial: Trial) -> None:
+        """Tell the callbacks a trial's end (``on_trial_complete``, once its end is committed), then record the ends
+        a callback could not take (:meth:`_record_failed_ends`)."""
+        for callback in self.settings.callbacks:
+            callback.on_trial_complete(trial.trial_id, trial.status, trial.last_result)
+        self._record_failed_ends()
 
     def _record_failed_ends(self) -> None:
         """Record as ``ERROR`` the trials whose end a callback could not take (``Callback.failed_ends``: a Ray-style
