@@ -646,20 +646,30 @@ def _run(trainable, storage, param_space=None, run_config_kwargs=None, **tune_kw
     return tuner, tuner.fit()
 
 
+def _step_of(checkpoint: tune.Checkpoint | None) -> int:
+    """The step a checkpoint of :func:`_step_folder` was saved at; 0 for none."""
+    if checkpoint is None:
+        return 0
+    with open(os.path.join(checkpoint.path, "step")) as f:
+        return int(f.read())
+
+
+def _step_folder(trial_dir: str, step: int) -> str:
+    """A folder in the trial's own that holds ``step``, to report as a checkpoint."""
+    folder = os.path.join(trial_dir, f"state_{step}")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "step"), "w") as f:
+        f.write(str(step))
+    return folder
+
+
 def _train_style(config):
     """A function trainable as Ray 2.7-2.9 wrote them: ``train.report`` and ``train.get_checkpoint``."""
     from fluidsalus import train
 
-    start = 0
-    checkpoint = train.get_checkpoint()
-    if checkpoint is not None:
-        with open(os.path.join(checkpoint.path, "step")) as f:
-            start = int(f.read())
+    start = _step_of(train.get_checkpoint())
     for step in range(start + 1, 4):
-        folder = os.path.join(train.get_context().get_trial_dir(), f"state_{step}")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "step"), "w") as f:
-            f.write(str(step))
+        folder = _step_folder(train.get_context().get_trial_dir(), step)
         train.report({"score": config["x"] * step, "started_at": start},
                      checkpoint=train.Checkpoint.from_directory(folder))
 
@@ -1498,17 +1508,10 @@ def test_the_median_rule_counts_the_result_a_stop_rule_ends_a_trial_at_once_as_i
 
 
 def _rung_steps(config):
-    start = 0
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is not None:
-        with open(os.path.join(checkpoint.path, "step")) as f:
-            start = int(f.read())
+    start = _step_of(tune.get_checkpoint())
     for step in range(start + 1, 10):
         time.sleep(0.4 if config["x"] == 3 else 0.0)  # trial 3 reaches its rung last
-        folder = os.path.join(tune.get_context().get_trial_dir(), f"state_{step}")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "step"), "w") as f:
-            f.write(str(step))
+        folder = _step_folder(tune.get_context().get_trial_dir(), step)
         tune.report({"score": config["score"] + 0.01 * step}, checkpoint=tune.Checkpoint.from_directory(folder))
 
 
