@@ -60,6 +60,10 @@ process, or the sum over the N processes, each including its own Python and torc
 counted). In-process modes sample the peak every :data:`PEAK_SAMPLE_S` because the lane runtime's memory
 profiling resets it too.
 
+In the table's notes, ``lanes_opened`` counts the lanes opened over the whole phase (a lane closed and opened
+again counts twice), not the lanes open at once; ``per-lane`` is how many trials each lane id ran and
+``waited`` how many admissions waited for lane memory.
+
 The script prints a table and, with ``--json``, as its last line one JSON object::
 
     {"switch_latency_ms_p50": ..., "switch_latency_ms_p99": ..., "device": ..., ...,
@@ -640,7 +644,7 @@ def print_table(results: list[dict[str, Any]]) -> None:
         eff = r["samples_per_s"] / fused["samples_per_s"] if fused and fused["samples_per_s"] else None
         notes = []
         if r["mode"] == "lanes":
-            notes.append(f"lanes={r['lanes_opened']} per-lane={r['trials_per_lane']} switches={r['switches']}")
+            notes.append(f"lanes_opened={r['lanes_opened']} per-lane={r['trials_per_lane']} switches={r['switches']}")
             if r.get("switch_ms_p50") is not None:
                 notes.append(f"switch p50={r['switch_ms_p50']:.3f}ms")
             if r["waited"]:

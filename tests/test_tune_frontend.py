@@ -1470,7 +1470,7 @@ def test_the_result_a_stop_rule_ends_a_trial_at_goes_to_the_end_hooks_only_as_in
     """Ray's controller gives a result its stopper, the trial's stop criteria or the trainable's own ``done=True``
     ends the trial at to neither the scheduler's nor the search algorithm's ``on_trial_result``: both get it in
     ``on_trial_complete`` only (``Trial.should_stop``, tune_controller.py). fluidsalus gave it to both (one call more
-    per trial: Ray 2.60 side by side, /work/scratch_h90/sbs.py ``c3``, ``searcher``, ``done``)."""
+    per trial: Ray 2.60 side by side, a side-by-side script's case ``c3``, ``searcher``, ``done``)."""
     stops = {"dict": {"training_iteration": 3}, "function": lambda trial_id, result: result["training_iteration"] >= 3,
              "stopper": tune.stopper.MaximumIterationStopper(3), "trainable_done": None}
     searcher_log, scheduler_log = tmp_path / "searcher.log", tmp_path / "scheduler.log"
@@ -1500,7 +1500,7 @@ def test_the_median_rule_counts_the_result_a_stop_rule_ends_a_trial_at_once_as_i
     """Trial 0 meets ``stop`` at its 3rd result (1, 1, 10): Ray's MedianStoppingRule records that result once (its
     on_trial_complete), so trial 1 (5 at every step) is judged at step 3 against a running mean of 4 and runs on to
     its end. fluidsalus's rule also got it in on_result: counted twice, the mean was 5.5 and trial 1 was stopped at
-    step 3 (Ray 2.60 side by side: /work/scratch_h90/sbs.py ``median``)."""
+    step 3 (Ray 2.60 side by side: a side-by-side script's case ``median``)."""
     rule = tune.schedulers.MedianStoppingRule(time_attr="training_iteration", grace_period=1, min_samples_required=1)
     _, grid = _run(_median_values, storage, {"x": tune.grid_search([0, 1])}, metric="score", mode="max",
                    scheduler=rule, max_concurrent_trials=1, run_config_kwargs={"stop": {"stopme": 1}})
@@ -1521,7 +1521,7 @@ def test_a_trial_a_stop_rule_ends_at_its_hyperband_rung_takes_no_place_there_as_
     the best and the last to get there, meets ``stop`` at 3: Ray's HyperBand takes it out of the bracket
     (on_trial_complete -> cleanup_trial) and keeps the best 2 others (6 and 7 run to 9). fluidsalus's HyperBand also
     got that result in on_result: trial 3 completed the rung as a candidate, took one of the 2 places, and trial 7
-    was stopped at 3 (Ray 2.60 side by side: /work/scratch_h90/sbs.py ``hb3``)."""
+    was stopped at 3 (Ray 2.60 side by side: a side-by-side script's case ``hb3``)."""
     scores = {0: 1, 1: 2, 2: 3, 3: 9, 4: 4.16, 5: 4.08, 6: 4.97, 7: 4.47, 8: 0}
     _, grid = _run(_rung_steps, storage, {"x": tune.grid_search(list(range(9))),
                                           "score": tune.sample_from(lambda spec: scores[spec.config.x])},
