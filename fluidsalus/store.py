@@ -721,15 +721,23 @@ def _untouched_uri(db_path: str) -> str:
     return uri + "&readonly_shm=1" if os.path.exists(db_path + SHM_SUFFIX) else uri
 
 
-def open_untouched(path: str | os.PathLike[str]) -> ExperimentStore:
+def open_untouched(path: str | os.PathLike[str], writable: bool = False) -> ExperimentStore:
     """Open a store for reading without changing a byte of its folder, nor making a file there, whoever else has
     it open or left it (:func:`_untouched_uri`): what a resume reads to decide whether it may go on, so that a
     refused resume leaves the experiment as it was.
 
+    Args:
+        path: The experiment folder or the database file.
+        writable: Also refuse, as a writer's :meth:`ExperimentStore.open` would, a store this version can read but
+            not write (a newer schema whose ``readable_from`` it meets): a resume, which will write it, is refused
+            on this view, before it starts anything (it was refused only when the writer opened it, after Ray's
+            start).
+
     Raises:
-        StoreError: As :meth:`ExperimentStore.open`: not an experiment, not a store, or a newer schema.
+        StoreError: As :meth:`ExperimentStore.open`: not an experiment, not a store, or a newer schema (with
+            ``writable``, one this version cannot write).
     """
-    return ExperimentStore.open(path, readonly=True, untouched=True)
+    return ExperimentStore.open(path, readonly=True, untouched=True, writable=writable)
 
 
 def unused_name(storage: str, name: str) -> str:
@@ -853,7 +861,7 @@ class ExperimentStore:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], readonly: bool = False, immutable: bool = False,
-             untouched: bool = False) -> ExperimentStore:
+             untouched: bool = False, writable: bool = False) -> ExperimentStore:
         """Open an existing store, given its experiment folder or its ``experiment.db``.
 
         A writer first reads the file's header on a connection that changes nothing (:func:`_untouched_uri`), and
@@ -868,6 +876,7 @@ class ExperimentStore:
                 ``-wal``/``-shm`` files: only for a store that no process has open.
             untouched: With ``readonly``, change no byte beside the store and make no file
                 (:func:`open_untouched`).
+            writable: With ``readonly``, refuse a store this version could not write, as a writer's open does.
 
         Raises:
             StoreError: If there is no store there, the file is not a fluidsalus store, or it was written
@@ -884,7 +893,7 @@ class ExperimentStore:
                 "file:" + os.path.abspath(db_path) + "?mode=ro" + ("&immutable=1" if immutable else "")
         else:
             uri = None
-        conn, version = cls._connect_checked(db_path, uri, writing=not readonly)
+        conn, version = cls._connect_checked(db_path, uri, writing=not readonly or writable)
         store = cls(conn, db_path, readonly=readonly)
         if not readonly:
             try:

@@ -1810,6 +1810,29 @@ def test_a_resume_with_another_trainable_or_space_is_refused_and_changes_nothing
     assert len(grid) == 2 and grid.num_errors == 0
 
 
+@pytest.mark.parametrize(("state", "message"), [
+    ('{"bogus":1}', r"searcher: the experiment's saved searcher state is not a RandomSearch's: it lacks "
+                    r"'proposed' \(it holds \['bogus'\]\)"),
+    ('{"proposed":3,"bogus":1}', r"is not a RandomSearch's: a RandomSearch saves no 'bogus'"),
+    ("[3]", r"saved searcher state is a JSON list, not the object a RandomSearch saves"),
+])
+def test_a_resume_whose_stored_searcher_state_is_not_the_searchers_own_is_refused_and_changes_nothing(
+        storage, state, message):
+    """RandomSearch read its state with defaults: a foreign state of valid JSON, {"bogus": 1}, loaded as a search
+    that had proposed nothing, and the resume ran every trial again beside the stored ones (6 trials, not 3)."""
+    fluidsalus.run(objective, {"x": fluidsalus.uniform(0, 1)}, num_samples=3, seed=1, storage_path=storage,
+                   name="e", verbose=0)
+    conn = sqlite3.connect(os.path.join(storage, "e", DB_FILENAME))
+    with conn:
+        conn.execute("UPDATE experiment SET searcher_state = ?", (state,))
+    conn.close()
+    before = _files(storage)
+    with pytest.raises(ConfigError, match=message):
+        fluidsalus.run(objective, {"x": fluidsalus.uniform(0, 1)}, num_samples=3, seed=1, storage_path=storage,
+                       name="e", resume=True, verbose=0)
+    assert _files(storage) == before
+
+
 def test_cpus_per_trial_above_every_node_warns_and_runs_on_the_largest_device(storage):
     """It ran on a device of the node's cores without a word (a helper's lanes test); Ray warns that the cluster
     has too few and leaves the trials pending."""
@@ -1936,6 +1959,14 @@ def _truncated_store(folder: str) -> None:
     os.truncate(path, os.path.getsize(path) // 2)
 
 
+def _as_newer_read_only(folder: str) -> None:
+    """A store of a later schema that says this version can read it (``readable_from``), but not write it."""
+    conn = sqlite3.connect(os.path.join(folder, DB_FILENAME), isolation_level=None)
+    conn.execute("UPDATE store_info SET value = '1' WHERE key = 'readable_from'")
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+
+
 @pytest.mark.parametrize(("prepare", "trainable", "message"), [
     (_as_schema_1, _other_objective, "trainable: the experiment ran the trainable '_checkpointed'"),
     (_moved, _other_objective, "trainable: the experiment ran the trainable '_checkpointed'"),
@@ -1943,7 +1974,9 @@ def _truncated_store(folder: str) -> None:
     (_killed_drivers_log, _other_objective, "trainable: the experiment ran the trainable '_checkpointed'"),
     (_truncated_store, _checkpointed, r"experiment.db' is not a fluidsalus experiment store \(database disk image is "
                                       r"malformed\)"),
-], ids=["older-schema", "moved", "no-lock-file", "killed-driver", "truncated-store"])
+    # (it was refused only when the writer opened it, after Ray's start)
+    (_as_newer_read_only, _checkpointed, "written by a newer fluidsalus .*can read this store but not write it"),
+], ids=["older-schema", "moved", "no-lock-file", "killed-driver", "truncated-store", "newer-read-only"])
 def test_a_refused_resume_leaves_the_experiments_folder_byte_for_byte(storage, prepare, trainable, message,
                                                                       monkeypatch):
     """A refused resume opened the store for writing before its checks: an older schema was migrated, a moved

@@ -238,3 +238,52 @@ def test_a_callback_whose_setup_raises_on_a_resume_gets_no_experiment_end(tmp_pa
         tune.run(_train, config=space, name="e", storage_path=str(tmp_path), verbose=0, resume=True,
                  callbacks=[callback])
     assert callback.calls == [("setup", None)]
+
+
+def _every_file(folder: str) -> dict[str, bytes]:
+    """Every file under ``folder`` and its bytes (the driver's lock file left out: each driver writes its line)."""
+    out = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            if name != ".driver.lock":
+                with open(os.path.join(root, name), "rb") as f:
+                    out[os.path.relpath(os.path.join(root, name), folder)] = f.read()
+    return out
+
+
+def _fails_while_flagged(config: dict[str, Any]) -> None:
+    """Three iterations, each with a checkpoint; raises at the second while the file ``config["flag"]`` exists;
+    reports where it began (``start``)."""
+    checkpoint = tune.get_checkpoint()
+    start = 0
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder, open(os.path.join(folder, "it")) as f:
+            start = int(f.read())
+    for i in range(start, 3):
+        if i == 1 and os.path.exists(config["flag"]):
+            raise RuntimeError("the trial fails")
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "it"), "w") as f:
+                f.write(str(i + 1))
+            tune.report({"score": i, "start": start}, checkpoint=tune.Checkpoint.from_directory(folder))
+
+
+def test_a_restore_whose_callbacks_setup_raises_leaves_the_experiment_as_it_was(tmp_path) -> None:
+    """The setup ran after the restore's flags were carried out: a RESTART_ERRORED resume whose callback's setup
+    raised had deleted the errored trial's checkpoints and results files and made it PENDING (the experiment still
+    FINISHED), and left -wal/-shm files beside the store; a later resume with resume_errored ran it from scratch.
+    Ray's restore changes its trials in memory only: its experiment is left as it was (h111's d)."""
+    flag = tmp_path / "fail"
+    flag.touch()
+    space = {"x": tune.grid_search([1]), "flag": str(flag)}
+    kwargs: dict[str, Any] = {"config": space, "name": "e", "storage_path": str(tmp_path / "results"), "verbose": 0}
+    tune.run(_fails_while_flagged, raise_on_failed_trial=False, **kwargs)
+    flag.unlink()
+    folder = str(tmp_path / "results" / "e")
+    before = _every_file(folder)
+    with pytest.raises(ValueError, match="boom in setup"):
+        tune.run(_fails_while_flagged, resume="AUTO+RESTART_ERRORED", callbacks=[_SetupRaises()], **kwargs)
+    assert _every_file(folder) == before
+    # the errored trial goes on from its checkpoint, as now asked (it had lost it, and ran from scratch)
+    (trial,) = tune.run(_fails_while_flagged, resume="AUTO+ERRORED", **kwargs).trials
+    assert trial.status == "TERMINATED" and trial.last_result["score"] == 2 and trial.last_result["start"] == 1

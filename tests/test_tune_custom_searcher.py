@@ -195,6 +195,17 @@ def test_the_searcher_is_saved_when_it_changed_and_a_resumed_run_restores_the_ne
     assert resumed.is_finished() and resumed.next_groups() == []
 
 
+def test_a_saved_state_that_is_not_a_custom_searchs_own_is_refused_before_the_searcher_is_touched() -> None:
+    """It read every field with a default: {"bogus": 1} loaded as a search that had drawn nothing, and a resumed
+    run asked the user's searcher for every trial again."""
+    fresh = HillClimber(metric="m", mode="max")
+    search = CustomSearch(fresh, {}, num_samples=4, max_concurrent=2)
+    with pytest.raises(ConfigError, match=r"searcher: the experiment's saved searcher state is not a "
+                                          r"CustomSearch's: it lacks 'drawn' \(it holds \['bogus'\]\)"):
+        search.load_state_dict({"bogus": 1})
+    assert fresh.asked == []
+
+
 def test_a_new_searcher_starts_where_a_saved_one_left_off_with_restore_from_dir(tmp_path) -> None:
     from fluidsalus.tune.search.optuna import OptunaSearch
 

@@ -730,6 +730,63 @@ def test_restore_of_a_store_damaged_past_its_header_changes_nothing(ray_cluster,
             for root, _, names in os.walk(path) for name in names} == before
 
 
+def _newer_read_only(path: str) -> None:
+    """The store as a later fluidsalus leaves it: a schema this version can read (its readable_from) but not write."""
+    import sqlite3
+
+    conn = sqlite3.connect(os.path.join(path, "experiment.db"), isolation_level=None)
+    conn.execute("UPDATE store_info SET value = '1' WHERE key = 'readable_from'")
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+
+
+@pytest.mark.parametrize("case", ["another-driver", "another-driver-and-a-failed-read", "newer-read-only"])
+def test_a_refused_restore_is_refused_before_ray_starts_and_another_driver_wins_over_a_failed_read(
+        ray_cluster, storage: str, tmp_path, monkeypatch, case) -> None:
+    """fit() read the stored trials before the driver lock was taken: beside another driver running the
+    experiment, that read failed about once in 36,000 opens, a StoreError in place of the refusal (h111's a). And
+    fit() started Ray before fluidsalus.run refused the resume (seconds), a store it could read but not write only
+    once the writer opened it (h111's c)."""
+    from fluidsalus.errors import StoreError
+    from fluidsalus.store import DriverLock
+
+    path = _errored_experiment(storage, "refused", str(tmp_path / "flag"))
+    other = None
+    if case.startswith("another-driver"):
+        other = DriverLock.acquire(path)  # (a second acquire, another file description, is refused as another's)
+    if case == "another-driver-and-a-failed-read":
+        opened = ExperimentStore.open.__func__
+
+        def failing_read(cls, path_, *args, **kwargs):
+            if kwargs.get("untouched"):  # (the read beside that driver's writes, failing as it did)
+                raise StoreError(f"the experiment store {path_!r} cannot be read (database is locked)")
+            return opened(cls, path_, *args, **kwargs)
+
+        monkeypatch.setattr(ExperimentStore, "open", classmethod(failing_read))
+    if case == "newer-read-only":
+        _newer_read_only(path)
+
+    def no_ray(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a refused restore started Ray")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", no_ray)
+    before = {os.path.relpath(os.path.join(root, name), path): open(os.path.join(root, name), "rb").read()
+              for root, _, names in os.walk(path) for name in names if name != ".driver.lock"}
+    try:
+        if case == "newer-read-only":
+            with pytest.raises(StoreError, match="written by a newer fluidsalus .*can read this store but not write"):
+                Tuner.restore(path, _checkpointing).fit()
+        else:
+            with pytest.raises(ConfigError, match=r"resume: the experiment at .* is being run by another driver"):
+                Tuner.restore(path, _checkpointing).fit()
+    finally:
+        if other is not None:
+            other.release()
+    assert {os.path.relpath(os.path.join(root, name), path): open(os.path.join(root, name), "rb").read()
+            for root, _, names in os.walk(path) for name in names if name != ".driver.lock"} == before
+
+
 def test_restore_restart_errored_starts_from_scratch(ray_cluster, storage: str, tmp_path) -> None:
     path = _errored_experiment(storage, "restart_errored", str(tmp_path / "flag"))
     grid = Tuner.restore(path, _checkpointing, restart_errored=True, resume_errored=False).fit()

@@ -26,7 +26,7 @@ import numpy as np
 
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError, SpaceError
-from fluidsalus.searchers._base import BaseSearcher
+from fluidsalus.searchers._base import BaseSearcher, check_saved_state
 from fluidsalus.trialgroup.trial import TrialGroup
 
 __all__ = ["ENDLESS_FIRST_BATCH", "RandomSearch", "VariantStream", "apply_point", "point_assignments"]
@@ -362,5 +362,7 @@ class RandomSearch(BaseSearcher):
         return {"proposed": self._proposed, "owed": self._owed}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._proposed = int(state.get("proposed", 0))
+        # ("owed" came later: a state saved before it has "proposed" alone)
+        check_saved_state(state, type(self).__name__, required=("proposed",), optional=("owed",))
+        self._proposed = int(state["proposed"])
         self._owed = int(state.get("owed", ENDLESS_FIRST_BATCH))

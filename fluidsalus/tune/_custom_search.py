@@ -37,6 +37,7 @@ from typing import Any
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers import BaseSearcher, Decision
+from fluidsalus.searchers._base import check_saved_state
 from fluidsalus.searchers._optuna import DEFAULT_BATCH_SIZE
 from fluidsalus.trialgroup.trial import TrialGroup
 from fluidsalus.tune._streamed import StreamedASHA, StreamedHyperBand
@@ -361,7 +362,8 @@ class CustomSearch(_Told, BaseSearcher):
                 **self._told_state()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._stream.restore(int(state.get("drawn", 0)))
+        check_saved_state(state, type(self).__name__, required=("drawn",))  # (every CustomSearch state has it)
+        self._stream.restore(int(state["drawn"]))
         self._stream.finished = bool(state.get("finished", False))
         self._added = int(state.get("added", 0))
         self._load_told_state(state)

@@ -49,7 +49,7 @@ from typing import Any
 import ray
 from ray import cloudpickle  # (Ray's: the standalone one names functions pickled by value <dynamic-code>)
 
-from fluidsalus.api import check_same_run, on_resume, run, space_in_searcher
+from fluidsalus.api import check_same_run, on_resume, resume_view, run, space_in_searcher
 from fluidsalus.callbacks import Callback as EngineCallback
 from fluidsalus.checkpoint import write_atomically
 from fluidsalus.errors import ConfigError
@@ -66,7 +66,6 @@ from fluidsalus.store import (
     RUNNING,
     TERMINATED,
     ExperimentStore,
-    open_untouched,
     unused_name,
 )
 from fluidsalus.tune._config import INFINITE_SAMPLES, CheckpointConfig, FailureConfig, RunConfig, TuneConfig
@@ -589,20 +588,27 @@ class Tuner:
 
     @staticmethod
     def _restore_trials_view(experiment_dir: str, tags: Tagger, names: dict[str, Any] | None) -> None:
-        """A resumed run: each stored trial keeps the ``experiment_tag`` its last stored result had and, into
-        ``names`` when given, the name ``trial_name_creator`` gave it (so the creator is called once per trial)."""
+        """A resumed run, before Ray starts: each stored trial keeps the ``experiment_tag`` its last stored result had
+        and, into ``names`` when given, the name ``trial_name_creator`` gave it (so the creator is called once per
+        trial).
+
+        The store is read under the experiment's driver lock (:func:`fluidsalus.api.resume_view`, which puts it back
+        as it was), so a resume beside another driver is refused as ``fluidsalus.run`` refuses it, before Ray starts
+        and before a read beside that driver's writes could fail; so is a store this version cannot write.
+
+        Raises:
+            ConfigError: Another driver is running the experiment.
+            StoreError: Its store cannot be read, or written, by this version.
+        """
         if not os.path.isfile(os.path.join(experiment_dir, DB_FILENAME)):
             return
-        store = open_untouched(experiment_dir)  # (read before fluidsalus.run checks the resume: changing nothing)
-        try:
+        with resume_view(experiment_dir) as store:  # (changing nothing: fluidsalus.run checks the resume after)
             for row in store.trials():
                 stored = (row.last_result or {}).get(TAG_KEY)
                 if isinstance(stored, str):
                     tags.restore(row.seq, stored, row.config)
             if names is not None:
                 names.update(store.trial_names())
-        finally:
-            store.close()
 
     # ------------------------------------------------------------------ results
 
@@ -758,6 +764,16 @@ class Tuner:
             # Each result waits for the callbacks' answer, so a requested checkpoint is of that result, as in Ray.
             options = dataclasses.replace(options, checkpoint_verdicts=True)
         chdir = chdir_to_trial_dir()  # Ray's RAY_CHDIR_TO_TRIAL_DIR; a bad value fails before Ray starts
+        storage = os.path.abspath(os.path.expanduser(run_config.storage_path or ""))
+        tags = Tagger(planned.space, planned.tags, planned.perturbed, planned.replay_tag,  # Ray's experiment_tag
+                      points=planned.points)
+        self._tags = tags  # (its description goes beside tuner.pkl: the analysis's evaluated_params)
+        trial_names: dict[str, Any] = {}  # trial -> what trial_name_creator returned for it
+        if self._resume and run_config.name:  # (a resume names its experiment: restore and tune.run set the name)
+            # Before Ray starts (seconds): another driver running it, or a store this version cannot write, is
+            # refused here, and the trials are read under the experiment's lock, not beside that driver's writes.
+            self._restore_trials_view(os.path.join(storage, run_config.name), tags,
+                                      trial_names if tune_config.trial_name_creator else None)
         if not ray.is_initialized():
             ray.init(include_dashboard=False, configure_logging=False, log_to_driver=True)
         entry, refs = make_entry(trainable, options, log_files(run_config.log_to_file), chdir)
@@ -771,7 +787,6 @@ class Tuner:
         if not kept_for_tasks:
             kept_for_tasks = entry.kept_for_tasks = probed_tasks
         counted = constant if callable(entry.resources) else entry.resources
-        storage = os.path.abspath(os.path.expanduser(run_config.storage_path or ""))
         label = self._registered_name or entry.__name__
         base_name = _UNSAFE_NAME_CHARS.sub("_", label).strip("_") or _FALLBACK_NAME
         default_name = f"{base_name}_{datetime.datetime.now().strftime(DATE_FORMAT)}"
@@ -782,12 +797,6 @@ class Tuner:
         runner = runner_of(planned.searcher)  # a search algorithm with its own suggest, also under ASHA or a wrapper
         if runner is not None:  # saved where Ray saves it, restored from there
             runner.attach(experiment_dir, datetime.datetime.now().strftime(DATE_FORMAT))
-        tags = Tagger(planned.space, planned.tags, planned.perturbed, planned.replay_tag,  # Ray's experiment_tag
-                      points=planned.points)
-        self._tags = tags  # (its description goes beside tuner.pkl: the analysis's evaluated_params)
-        trial_names: dict[str, Any] = {}  # trial -> what trial_name_creator returned for it
-        if self._resume:
-            self._restore_trials_view(experiment_dir, tags, trial_names if tune_config.trial_name_creator else None)
         adapter = RayCallbackAdapter(ray_callbacks, experiment_dir, label, tune_config.trial_name_creator,
                                      restore=self._resume, tags=tags, names=trial_names) \
             if ray_callbacks or tune_config.trial_name_creator is not None else None
@@ -807,13 +816,17 @@ class Tuner:
         accepted = False
 
         def resume_accepted(store: ExperimentStore, searcher: BaseSearcher) -> None:
-            """A resume that fluidsalus.run accepted: the flags change the stored trials, and the callbacks see
-            them as they are then. A refused one writes nothing into the experiment's folder, and, as Ray's
-            refused restore, calls no callback."""
+            """A resume that fluidsalus.run accepted: the callbacks' setups, then the flags change the stored
+            trials, and the callbacks see them as they are then. A setup that raises ends the run before the flags
+            changed anything (as Ray's, whose restore changes its trials in memory only: the experiment is left
+            as it was). A refused one writes nothing into the experiment's folder, and, as Ray's refused restore,
+            calls no callback."""
             nonlocal accepted
-            self._apply_restore_flags(store, searcher)
             if adapter is not None:
                 adapter.setup(**setup)
+            self._apply_restore_flags(store, searcher)
+            if adapter is not None:
+                adapter.restore_trials()
             accepted = True  # (a callback whose setup raised gets no on_experiment_end, as in Ray and a new run)
         gpus = gpu_hint(counted)
         if gpus is not None and gpus > 1:

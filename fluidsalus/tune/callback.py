@@ -463,10 +463,19 @@ class RayCallbackAdapter(EngineCallback):
             total_num_samples: Trials the search will run, when known.
             **info: More of Ray's keys (``time_budget_s``).
         """
-        if self.restore:
+        if self.restore:  # (the stored trials' views come after, from restore_trials: see its docstring)
             self.restore_states()
-            self._views_of_stored_trials()
         self._call("setup", stop=stop, num_samples=num_samples, total_num_samples=total_num_samples, **info)
+
+    def restore_trials(self) -> None:
+        """A restored run's trials, read from the store once every callback's :meth:`setup` returned and the
+        restore's flags changed the stored trials (:meth:`_views_of_stored_trials`). The setups come first, before
+        the flags change anything: a setup that raises ends the restore with the experiment as it was, as Ray's
+        (the flags had deleted a ``restart_errored`` trial's checkpoints and made it PENDING, and a later restore
+        with ``resume_errored=True`` ran it from scratch; the views' read connection also kept the store's ``-wal``
+        and ``-shm`` files beside it)."""
+        if self.restore:
+            self._views_of_stored_trials()
 
     def experiment_end(self) -> None:
         """Save the callbacks' states, call every callback's ``on_experiment_end`` and close the store."""
