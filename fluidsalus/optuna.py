@@ -96,10 +96,10 @@ from fluidsalus.errors import (
     pickle_exception,
     unpickle_exception,
 )
-from fluidsalus.gpu.host import _is_out_of_memory
+from fluidsalus.gpu.host import OUT_COMPLETED, OUT_ERRORED, OUT_STOPPED, _is_out_of_memory
 from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.searchers._optuna import DIRECTIONS
-from fluidsalus.store import DB_FILENAME, ExperimentStore, unused_name
+from fluidsalus.store import DB_FILENAME, ERROR, PENDING, RUNNING, TERMINATED, ExperimentStore, unused_name
 from fluidsalus.trialgroup.trial import TrialGroup
 
 try:  # Optuna's own heartbeat helpers (what study.optimize uses for RDBStorage(heartbeat_interval=...)).
@@ -1150,7 +1150,9 @@ class _StudyDriver(BaseSearcher):
                                           {"experiment": self.experiment, "trial_id": trial_id})
         except Exception as e:  # noqa: BLE001 - a storage error ends the optimisation; the trial is FAIL
             self._tell(live, OUT_FAILED, error=e, message=repr(e))
-            return None
+            # ... and ERROR in the experiment's record, with this error, as the study has it (answered None, its
+            # fluidsalus trial ended TERMINATED with no result: the two records disagreed)
+            raise
         return self._snapshot(live)
 
     def _on_suggest(self, trial_id: str, name: str,
@@ -1520,7 +1522,7 @@ def optimize(
         if experiment_dir is not None and os.path.isfile(os.path.join(experiment_dir, DB_FILENAME)) \
                 and driver.started_trials():
             try:
-                _record_the_study(experiment_dir, study, driver.started_trials())
+                _record_the_study(experiment_dir, study, driver.started_trials(), ended_by=e)
             except Exception as record_error:  # noqa: BLE001 - the run's own exception is the one to raise
                 logger.warning("could not record the study's trials in %s: %s", experiment_dir, record_error)
         raise
@@ -1533,7 +1535,8 @@ def optimize(
         raise driver.error
 
 
-def _record_the_study(experiment_dir: str, study: optuna.Study, started: Mapping[str, int]) -> None:
+def _record_the_study(experiment_dir: str, study: optuna.Study, started: Mapping[str, int],
+                      ended_by: BaseException | None = None) -> None:
     """Record in the experiment what the study knows once the run has ended, so that ``fluidsalus inspect`` and
     ``ls`` show it: each started trial's parameters as its config (the searcher proposed empty configs: the
     objective suggests them), and, for a single-objective study, the experiment's metric and mode: the trials'
@@ -1544,17 +1547,35 @@ def _record_the_study(experiment_dir: str, study: optuna.Study, started: Mapping
         experiment_dir: The run's experiment.
         study: The study.
         started: The Optuna trial id (in the study's storage) of each fluidsalus trial that started one.
+        ended_by: The exception that ended the run under its trials (Ctrl-C, an engine error), if one did: a trial
+            the engine left unfinished (``RUNNING``/``PENDING``, as an interrupted run's trials wait for a resume,
+            which ``optimize`` does not do) but the study has finished gets the study's end: ``ERROR`` with that
+            exception for a ``FAIL`` (:meth:`_StudyDriver.fail_unfinished`), ``TERMINATED`` for a trial told
+            ``COMPLETE`` or ``PRUNED`` before its result reached the driver (the two records disagreed).
     """
     try:
-        params = {trial_id: study._storage.get_trial(optuna_id).params for trial_id, optuna_id in started.items()}
+        frozen = {trial_id: study._storage.get_trial(optuna_id) for trial_id, optuna_id in started.items()}
     except Exception as e:  # noqa: BLE001 - a storage of any kind, which must not hide the run's own error
         logger.warning("could not read the study's trials' parameters for %s: %s", experiment_dir, e)
-        params = {}
+        frozen = {}
     try:
         store = ExperimentStore.open(experiment_dir)
         try:
-            for trial_id, values in params.items():
-                store.update_trial_config(trial_id, values)
+            for trial_id, trial in frozen.items():
+                store.update_trial_config(trial_id, trial.params)
+            if ended_by is not None:
+                unfinished = {row.trial_id for row in store.trials() if row.status in (RUNNING, PENDING)}
+                why = "".join(traceback.format_exception_only(type(ended_by), ended_by)).strip()
+                for trial_id, trial in frozen.items():
+                    if trial_id not in unfinished or not trial.state.is_finished():
+                        continue  # (the engine recorded its end, or the study has it RUNNING too: a SystemExit)
+                    if trial.state == TrialState.FAIL:
+                        store.update_trial(trial_id, status=ERROR, error=why, finished_at=time.time(),
+                                           stop_reason=OUT_ERRORED)
+                    else:  # told before its result reached the driver (a callback raised the interrupt)
+                        store.update_trial(trial_id, status=TERMINATED, finished_at=time.time(),
+                                           stop_reason=OUT_STOPPED if trial.state == TrialState.PRUNED
+                                           else OUT_COMPLETED)
             if len(study.directions) == 1:
                 mode = next(m for m, direction in DIRECTIONS.items() if direction == study.direction)
                 store.set_experiment(metric=KEY_VALUE, mode=mode)

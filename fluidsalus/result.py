@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import logging
 import math
 import numbers
 import os
@@ -26,6 +27,8 @@ from fluidsalus.store import (
 
 if TYPE_CHECKING:
     import pandas as pd
+
+logger = logging.getLogger(__name__)
 
 
 def _error_pickle(trial_dir: str) -> bytes | None:
@@ -86,8 +89,8 @@ class Result:
             latest checkpoint, which is always kept, counts only if it is one of them).
         metrics_dataframe: Every result of the trial, one row per iteration, as Ray builds it from a trial's
             ``result.json``: nested metrics flattened to ``"a/b"`` columns, and the configuration each result was
-            reported with as ``config/...`` columns (under PBT it changes at an exploit). None if it reported
-            nothing.
+            reported with as ``config/...`` columns (under PBT it changes at an exploit). Empty if it reported
+            nothing, as Ray's; None for a ``Result`` built by hand without a frame, as Ray's.
     """
 
     metrics: dict[str, Any] | None
@@ -136,13 +139,16 @@ class Result:
         self._frame = metrics_dataframe
 
     @property
-    def metrics_dataframe(self) -> pd.DataFrame:
+    def metrics_dataframe(self) -> pd.DataFrame | None:
         """Every result of the trial, one row per iteration (built when asked for; see the class docstring): empty
-        when it reported nothing, or never started (as Ray's); the frame given to the constructor if one was."""
+        when it reported nothing, or never started (as Ray's); the frame given to the constructor if one was, and
+        None for a ``Result`` built by hand without one (Ray's default)."""
         import pandas as pd
 
         if self._frame is not None:
             return self._frame
+        if self._history is None:  # (built by hand without a frame: the engine's results always have a history)
+            return None
         if not self._history:
             return pd.DataFrame()
 
@@ -492,7 +498,8 @@ class ResultGrid:
 
         Args:
             filter_metric: Pick each trial's row by this metric instead of taking its last result (a flattened
-                name such as ``"info/acc"`` reads a nested one).
+                name such as ``"info/acc"`` reads a nested one); a trial whose values of it are all NaN has no row
+                then, with Ray's warning, as in Ray.
             filter_mode: ``"min"`` or ``"max"``: with ``filter_metric`` the filter applies; without it each
                 trial's last result is taken, as in Ray.
 
@@ -518,7 +525,9 @@ def picked_rows_frame(entries: Sequence[tuple[Result, Mapping[str, Any]]], metri
     at its last result, or with ``metric`` and ``mode`` at its best value of ``metric`` (:func:`best_index`), with
     the trial's ``config/...`` and its folder as ``logdir``. Taken from the trial's frame, a row has a column for every
     key the trial ever reported (NaN where this result lacks it) and the frame's dtype (a number reported on some
-    results only is a float, as pandas fills the others with NaN), as Ray's.
+    results only is a float, as pandas fills the others with NaN), as Ray's. With ``metric`` and ``mode``, a trial
+    that reported ``metric`` but never a value of it (all NaN or None) has no row, with Ray's warning, as Ray's
+    ``idxmax`` pick leaves it out (a trial without the metric at all gives its last row, as in Ray).
 
     Args:
         entries: Each trial's result and configuration.
@@ -535,6 +544,12 @@ def picked_rows_frame(entries: Sequence[tuple[Result, Mapping[str, Any]]], metri
         history = result._history or []
         if history:
             index = best_index(history, metric, mode) if metric and mode else None
+            if index is None and metric and mode and _all_missing(history, metric):
+                # Ray's: the trial's column of the metric has no value (all NaN): pandas' idxmax finds no row, and
+                # Ray leaves the trial out with this warning (under pandas 3 its idxmax raises instead: Ray's
+                # dataframe() then fails with "Encountered all NA values"); it gave the trial's last row
+                logger.warning("Warning: Non-numerical value(s) encountered for %s", result.trial_id or result.path)
+                continue
             row = _frame_row(result, -1 if index is None else index)
         else:
             metrics = result.metrics or {}
@@ -546,6 +561,22 @@ def picked_rows_frame(entries: Sequence[tuple[Result, Mapping[str, Any]]], metri
         row["logdir"] = result.path
         rows.append(row)
     return pd.DataFrame(rows)  # (Ray's: no trial reported, no columns either)
+
+
+def _all_missing(history: Sequence[Mapping[str, Any]], metric: str) -> bool:
+    """Whether the trial's frame has a column ``metric`` (a result has it, a flattened name may address a nested
+    value) in which no result has a value: each is NaN or None (or the result lacks it, NaN in the frame), so
+    pandas' ``idxmax``/``idxmin`` find no row."""
+    present = False
+    for row in history:
+        value = lookup_metric(row, metric)
+        if value is None:
+            present = present or metric in row or metric in flatten_dict(row)
+        elif is_number(value) and math.isnan(value):
+            present = True
+        else:
+            return False
+    return present
 
 
 def _frame_row(result: Result, index: int) -> dict[str, Any]:

@@ -470,10 +470,18 @@ def test_interrupted_run_fails_its_running_trials(tmp_path, optuna_records):
     store = ExperimentStore.open(tmp_path / "fluidsalus" / folder, readonly=True)
     try:
         assert store.experiment()["metric"] == fo.KEY_VALUE
-        configs = [row.config for row in store.trials()]
+        rows = {row.trial_id: row for row in store.trials()}
     finally:
         store.close()
+    configs = [row.config for row in rows.values()]
     assert sum(set(config) == {"x"} for config in configs) == len(study.trials)  # (the others never started)
+    # each trial the interrupt failed in the study is ERROR in the experiment too, with the interrupt, and the trial
+    # whose callback raised it is TERMINATED (they stayed RUNNING or PENDING there, for a resume optimize never does:
+    # the two records disagreed)
+    for trial in study.trials:
+        row = rows[trial.system_attrs[fo.SYSTEM_ATTR]["trial_id"]]
+        expected = {TrialState.COMPLETE: "TERMINATED", TrialState.FAIL: "ERROR"}[trial.state]
+        assert row.status == expected and (expected == "TERMINATED" or row.error == "KeyboardInterrupt")
     # Optuna's lines for each trial the interrupt failed, without the driver's traceback (the same frames for
     # every such trial, none of them the objective's: it was shown once per trial)
     failed = [r for r in optuna_records if "because of the following error: KeyboardInterrupt()." in r.getMessage()]
@@ -490,9 +498,18 @@ def test_a_system_exit_in_the_driver_leaves_the_running_trials_running_as_optuna
 
     study = optuna.create_study()
     with pytest.raises(SystemExit):
-        _optimize(study, _reports_for_a_second, tmp_path, n_trials=10, callbacks=[terminated])
+        _optimize(study, _reports_for_a_second, tmp_path, n_trials=10, callbacks=[terminated], name="sigterm")
     states = [t.state for t in study.trials]
     assert TrialState.COMPLETE in states and TrialState.RUNNING in states and TrialState.FAIL not in states
+    # the experiment's record agrees: the COMPLETE trial (its callback raised) TERMINATED, the RUNNING ones unfinished
+    store = ExperimentStore.open(tmp_path / "fluidsalus" / "sigterm", readonly=True)
+    try:
+        rows = {row.trial_id: row.status for row in store.trials()}
+    finally:
+        store.close()
+    for trial in study.trials:
+        status = rows[trial.system_attrs[fo.SYSTEM_ATTR]["trial_id"]]
+        assert status == "TERMINATED" if trial.state == TrialState.COMPLETE else status in ("RUNNING", "PENDING")
 
 
 @pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
@@ -514,9 +531,21 @@ def test_an_error_while_a_trial_is_started_leaves_no_trial_running(tmp_path, err
 
     storage.set_trial_system_attr = lands_in_the_third_start
     with pytest.raises(error, match="it landed here"):
-        _optimize(study, _quadratic, tmp_path, n_trials=6)
+        _optimize(study, _quadratic, tmp_path, n_trials=6, name="started")
     states = [t.state for t in study.trials]
     assert len(states) >= 3 and TrialState.RUNNING not in states and states[2] == TrialState.FAIL
+    if error is RuntimeError:
+        # the experiment's record agrees with the study: that trial ERROR with the storage's error (it ended
+        # TERMINATED with no result and an empty config)
+        store = ExperimentStore.open(tmp_path / "fluidsalus" / "started", readonly=True)
+        try:
+            rows = {row.trial_id: row for row in store.trials()}
+        finally:
+            store.close()
+        linked = {t.system_attrs[fo.SYSTEM_ATTR]["trial_id"] for t in study.trials if fo.SYSTEM_ATTR in t.system_attrs}
+        errored = [row for row in rows.values() if row.status == "ERROR"]
+        assert len(errored) == 1 and errored[0].trial_id not in linked  # (the one whose link was not written)
+        assert "RuntimeError: it landed here" in (errored[0].error or "")
 
 
 # ---------------------------------------------------------------------------------------------- stopping

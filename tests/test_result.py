@@ -523,3 +523,59 @@ def test_a_trial_of_uniform_results_gives_its_frames_row_without_building_the_fr
     grid.get_dataframe()
     assert sorted(built) == ["/exp/t1", "/exp/t2", "/exp/t3", "/exp/t5"]  # t0 and t4 are uniform (t3 has a nested
     # dict, t5 a "config" of its own)
+
+
+def test_a_trial_whose_metric_is_all_nan_has_no_row_in_a_frame_picked_by_it_as_in_ray(caplog) -> None:
+    """Ray's ``dataframe(metric, mode)`` (and ``get_dataframe(filter_metric, filter_mode)``) picks each trial's row
+    with pandas' ``idxmax``/``idxmin``; a trial whose column of the metric holds no value (all NaN, or None) has no
+    such row, and Ray leaves it out with a warning (pandas 2's NaN index; under pandas 3 its idxmax raises "Encountered
+    all NA values" out of Ray's ``dataframe``: /work/scratch_h112/a_ray_pandas2.py). fluidsalus gave the trial's
+    last row. A trial without the metric at all keeps its last row, as in Ray; without a mode every trial has one."""
+    import logging
+    import math
+
+    import pandas as pd
+
+    def history(trial_id: str, values: list) -> list[dict]:
+        return [{"training_iteration": i + 1, "trial_id": trial_id, **({"m": v} if v is not _NO else {})}
+                for i, v in enumerate(values)]
+
+    histories = {"nan": history("nan", [math.nan, None, _NO]), "good": history("good", [1.0, math.nan, 3.0]),
+                 "none": history("none", [_NO, _NO]),
+                 "nested": [{"training_iteration": 1, "trial_id": "nested", "info": {"m": math.nan}}]}
+    results = [Result(metrics=dict(rows[-1]), checkpoint=None, error=None, path=f"/exp/{t}", trial_id=t,
+                      _history=rows, _config={}) for t, rows in histories.items()]
+    grid = ResultGrid(results, "/exp")
+
+    def rays(metric: str, mode: str) -> list[str]:  # Ray 2.60's _retrieve_rows under pandas 2 (idxmax: NaN when all NA)
+        kept = []
+        for r in results:
+            frame = pd.json_normalize(r._history, sep="/")
+            if metric in frame and frame[metric].isna().all():
+                continue  # (df.iloc[nan]: TypeError, "Non-numerical value(s) encountered")
+            kept.append(r.trial_id)
+        return kept
+
+    with caplog.at_level(logging.WARNING, logger="fluidsalus.result"):
+        for metric in ("m", "info/m"):
+            for mode in ("max", "min"):
+                assert list(grid.get_dataframe(metric, mode)["trial_id"]) == rays(metric, mode)
+    assert "Warning: Non-numerical value(s) encountered for nan" in caplog.text
+    picked = grid.get_dataframe("m", "max")  # good's best; the two without an "m" column: their last rows
+    assert list(picked["training_iteration"]) == [3, 2, 1] and picked["m"].iloc[0] == 3.0
+    assert len(grid.get_dataframe()) == len(grid.get_dataframe("m")) == 4
+
+
+_NO = object()  # (a result without the metric)
+
+
+def test_a_result_built_by_hand_without_a_frame_has_none_as_in_ray() -> None:
+    """Ray's ``Result(metrics, checkpoint, error, path)`` has ``metrics_dataframe`` None (its default); fluidsalus
+    gave an empty frame. A trial of a run that reported nothing still has an empty one, as Ray's."""
+    import pandas as pd
+
+    assert Result(metrics={"a": 1}, checkpoint=None, error=None, path="/x").metrics_dataframe is None
+    frame = pd.DataFrame([{"a": 1}])
+    assert Result({"a": 1}, None, None, "/x", frame).metrics_dataframe is frame
+    never = Result(metrics={"trial_id": "t"}, checkpoint=None, error=None, path="/x", trial_id="t", _history=[])
+    assert never.metrics_dataframe is not None and never.metrics_dataframe.empty

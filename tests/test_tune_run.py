@@ -476,6 +476,52 @@ def test_the_analysis_and_the_grid_read_back_as_rays(ray_cluster, storage: str) 
     assert tune.ResultGrid(analysis)._experiment_analysis is analysis
 
 
+def _doubled_b(spec):
+    return spec.config.b * 2
+
+
+def test_trials_read_back_have_rays_run_settings_and_evaluated_params_without_the_params_file(
+        ray_cluster, storage: str) -> None:
+    """Side by side with Ray Tune 2.60 (/work/scratch_h112/ray_side.py): a trial of ``ExperimentAnalysis(path)`` has
+    Ray's ``custom_trial_name`` (``trial_name_creator``'s name, else None), ``max_failures`` and
+    ``stopping_criterion`` (the run's ``stop`` dict; ``{}`` for a function), which were AttributeErrors. A folder
+    without ``tune_params.json`` (``fluidsalus.run``'s, an older fluidsalus's) gave ``evaluated_params == {}``; they
+    are now the values at the stored space's grid searches and domains, Ray's value (not the flattened config:
+    Ray leaves the constants and a ``sample_from``'s value out)."""
+    import fluidsalus
+
+    space = {"a": tune.uniform(0, 1), "b": tune.grid_search([1, 2]), "c": 3,
+             "nested": {"d": tune.choice(["x", "y"]), "e": 5}, "f": tune.sample_from(_doubled_b)}
+
+    def rays(config):
+        return {"a": config["a"], "b": config["b"], "nested/d": config["nested"]["d"]}
+
+    grid = tune.Tuner(_sparse, param_space=space,
+                      tune_config=tune.TuneConfig(trial_name_creator=lambda t: f"named_{t.trial_id}"),
+                      run_config=tune.RunConfig(storage_path=storage, name="settings", verbose=0,
+                                                stop={"training_iteration": 10},
+                                                failure_config=tune.FailureConfig(max_failures=2))).fit()
+    for each in (grid._experiment_analysis, tune.ExperimentAnalysis(grid.experiment_path)):
+        for trial in each.trials:
+            assert trial.custom_trial_name == f"named_{trial.trial_id}" and trial.max_failures == 2
+            assert trial.stopping_criterion == {"training_iteration": 10}
+            assert trial.evaluated_params == rays(trial.config)
+    os.remove(os.path.join(grid.experiment_path, "tune_params.json"))  # as an older fluidsalus left the folder
+    for trial in tune.ExperimentAnalysis(grid.experiment_path).trials:
+        assert trial.evaluated_params == rays(trial.config)
+
+    plain = tune.run(_sparse, config=space, stop=lambda trial_id, result: False, storage_path=storage,
+                     name="plain", verbose=0)
+    for trial in plain.trials:
+        assert (trial.custom_trial_name, trial.stopping_criterion, trial.max_failures) == (None, {}, 0)
+
+    fluidsalus.run(_sparse, space, name="by_run", storage_path=storage, verbose=0, stop={"training_iteration": 10})
+    trials = tune.ExperimentAnalysis(os.path.join(storage, "by_run")).trials
+    assert len(trials) == 2
+    for trial in trials:
+        assert trial.evaluated_params == rays(trial.config) and trial.stopping_criterion == {"training_iteration": 10}
+
+
 def _fails_for_two(config):
     if config["x"] == 2:
         raise RuntimeError("x is 2")

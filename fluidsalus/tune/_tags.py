@@ -38,7 +38,8 @@ TAG_KEY = "experiment_tag"
 VARIANTS = "variants"
 #: Trials suggested by a search algorithm: 1-based number, every value of the configuration.
 SEARCHER = "searcher"
-#: The file beside ``tuner.pkl`` that keeps :meth:`Tagger.describe` (plain JSON, read without unpickling anything).
+#: The file beside ``tuner.pkl`` that keeps :meth:`Tagger.describe` (plain JSON, read without unpickling anything),
+#: and under ``"stop"`` the run's ``stop`` when it is a dict (Ray's ``Trial.stopping_criterion``).
 PARAMS_FILE = "tune_params.json"
 #: What follows a trial's first tag once PBT or PB2 changed its configuration (Ray's ``@perturbed[...]``).
 PERTURBED_MARK = "@perturbed["

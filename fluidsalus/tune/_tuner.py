@@ -685,8 +685,13 @@ class Tuner:
         reads without unpickling the run's objects."""
         tags = getattr(self, "_tags", None)
         if tags is not None:
+            description = tags.describe()
+            stop = getattr(self._run_config, "stop", None)
+            if isinstance(stop, Mapping):  # Ray's Trial.stopping_criterion (the run spec names the function it became)
+                with contextlib.suppress(TypeError, ValueError):
+                    description["stop"] = json.loads(json.dumps(dict(stop)))
             try:
-                write_atomically(os.path.join(experiment_dir, PARAMS_FILE), json.dumps(tags.describe()))
+                write_atomically(os.path.join(experiment_dir, PARAMS_FILE), json.dumps(description))
             except (TypeError, ValueError, OSError) as exc:  # a path of keys JSON cannot hold: no evaluated_params
                 logger.debug("fluidsalus.tune: %s not written: %s", PARAMS_FILE, exc)
         state = {"version": _STATE_VERSION, "param_space": self._param_space,

@@ -4,7 +4,8 @@ It reads an experiment's store, like :class:`fluidsalus.ResultGrid`, and answers
 ``best_config``, ``best_trial``, ``best_result``, ``best_checkpoint``, ``results_df``, ``dataframe()``,
 ``trial_dataframes``, ``get_best_trial(metric, mode, scope)``, ... Its trials are :class:`Trial` objects with the
 attributes a script reads from Ray's ``Trial`` (``config``, ``last_result``, ``status``, ``checkpoint``,
-``path``, ``metric_analysis``, ``num_failures``, ``trial_name``, ...).
+``path``, ``metric_analysis``, ``num_failures``, ``trial_name``, ``custom_trial_name``, ``max_failures``,
+``stopping_criterion``, ``evaluated_params``, ...).
 
 Ray's rules are kept where they show: the best trial compares each trial's ``metric_analysis[metric][scope]``
 (for ``scope="all"``: its best value in ``mode``), a trial whose score is NaN or infinite is skipped, an
@@ -18,6 +19,7 @@ import json
 import logging
 import math
 import os
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -87,8 +89,13 @@ class Trial:
         trainable_name: The name of the run's trainable (``""`` if the experiment did not record one).
         evaluated_params: Ray's: the values the search chose for the trial, by ``/``-joined path (the space's grid
             searches and domains as first drawn, or a search algorithm's suggestion; not the constants), as the
-            callbacks' trial views have them (:func:`evaluated_params_of`); ``{}`` where the experiment's folder
-            does not say (one ``fluidsalus.run`` wrote, or an older fluidsalus).
+            callbacks' trial views have them (:func:`evaluated_params_of`); for a folder ``fluidsalus.run`` or an
+            older fluidsalus wrote, the values at the grid searches and domains of the space its store describes.
+        custom_trial_name: Ray's: the name ``trial_name_creator`` gave the trial, or None (also for a creator that
+            gave Ray's default name, ``<trainable>_<trial_id>``: the folder does not tell them apart).
+        max_failures: Ray's: the run's ``FailureConfig.max_failures`` (``-1``: no limit).
+        stopping_criterion: Ray's: the run's ``stop`` when it was a dict (``{}`` for a function, a ``Stopper`` or
+            none, as in Ray; ``{}`` too for an experiment of an older fluidsalus, which did not record it).
 
     Args:
         result: The trial's result.
@@ -96,10 +103,13 @@ class Trial:
             :attr:`placement_group_factory`; :data:`UNKNOWN_REQUEST` where the analysis did not run the trials
             (an experiment folder read back: its store does not keep the request).
         evaluated_params: See the attribute.
+        settings: What the run said of every trial (:func:`run_settings_of`): ``max_failures`` and
+            ``stopping_criterion``.
     """
 
     def __init__(self, result: Result, request: Any = None,
-                 evaluated_params: Mapping[str, Any] | None = None) -> None:
+                 evaluated_params: Mapping[str, Any] | None = None,
+                 settings: Mapping[str, Any] | None = None) -> None:
         self._result = result
         self._request = request
         self.trial_id = result.trial_id
@@ -115,6 +125,13 @@ class Trial:
         self.trainable_name = result._trainable_name
         self._name = result._trial_name
         self.evaluated_params: dict[str, Any] = dict(evaluated_params or {})
+        settings = settings or {}
+        # (the Tune front end names every trial; Ray's default name, ``<trainable>_<id>``, is no creator's)
+        default_name = f"{self.trainable_name}_{self.trial_id}" if self.trainable_name else self.trial_id
+        named = result._trial_name
+        self.custom_trial_name: str | None = named if named and named != default_name else None
+        self.max_failures: int = int(settings.get("max_failures") or 0)
+        self.stopping_criterion: dict[str, Any] = dict(settings.get("stopping_criterion") or {})
         self._analysis: dict[str, dict[str, float]] | None = None
 
     @property
@@ -252,7 +269,8 @@ class ExperimentAnalysis:
         """The analysis of a run's results (what ``tune.run`` returns, and ``ResultGrid._experiment_analysis``): its
         trials share the results, with their ``evaluated_params`` from the experiment's folder."""
         params = evaluated_params_of(experiment_path, results)
-        trials = [Trial(result, request, params.get(result.trial_id)) for result in results]
+        settings = run_settings_of(experiment_path)
+        trials = [Trial(result, request, params.get(result.trial_id), settings) for result in results]
         return cls(experiment_path, trials=trials, default_metric=default_metric, default_mode=default_mode)
 
     @staticmethod
@@ -273,7 +291,8 @@ class ExperimentAnalysis:
         finally:
             store.close()
         params = evaluated_params_of(path, list(grid))
-        trials = [Trial(result, UNKNOWN_REQUEST, params.get(result.trial_id)) for result in grid]
+        settings = run_settings_of(path)
+        trials = [Trial(result, UNKNOWN_REQUEST, params.get(result.trial_id), settings) for result in grid]
         if status != RUNNING or DriverLock.holder_gone(path):
             # No driver runs it (interrupted, or its driver killed): a trial it was running waits for a resume,
             # as Ray's saved state shows it (its RUNNING trials are saved PENDING; here they showed RUNNING).
@@ -316,7 +335,8 @@ class ExperimentAnalysis:
 
     def dataframe(self, metric: str | None = None, mode: str | None = None) -> pd.DataFrame:
         """One row per trial that reported: its last result, or with ``metric`` and ``mode`` the result with the
-        best value it ever reported (not necessarily the last), plus ``config/...`` columns and ``logdir`` (the
+        best value it ever reported (not necessarily the last; a trial whose values of it are all NaN has no row,
+        with Ray's warning), plus ``config/...`` columns and ``logdir`` (the
         trial's folder, where Ray 2.60 puts its id). Columns in Ray's order: a result's plain values, then its
         nested ones flattened, then ``logdir``.
 
@@ -515,20 +535,32 @@ def evaluated_params_of(experiment_path: str, results: list[Result]) -> dict[str
     index and its configuration as it was created (before a PBT exploit changed it; the store's restart events keep
     the one each change replaced). Ray's value is reproduced exactly: it is a function of these.
 
+    A folder without that file (an experiment ``fluidsalus.run`` wrote, or one of an older fluidsalus) gives the
+    values at the paths of the grid searches and domains of the search space its store describes
+    (:func:`drawn_keys`): Ray's value for a space without ``points_to_evaluate`` or PBT's sampled keys, which that
+    description does not tell apart (a point's values are then in, and PBT's sampled keys out).
+
     Returns:
-        Trial id -> path -> value; empty when the folder has no such file (an experiment ``fluidsalus.run`` wrote,
-        or one of an older fluidsalus), or no readable store.
+        Trial id -> path -> value; empty when the folder says nothing of the space (no such file, and a store
+        without a space: a searcher's own), or has no readable store.
     """
+    tagger: Tagger | None = None
     try:
         with open(os.path.join(experiment_path, PARAMS_FILE), encoding="utf-8") as f:
             tagger = Tagger.from_description(json.load(f))
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
     try:
         store = open_readonly(experiment_path)
     except StoreError:
         return {}
     try:
+        drawn: list[str] | None = None
+        if tagger is None:
+            space = (store.experiment().get("spec") or {}).get("space")
+            if not isinstance(space, Mapping) or not space:
+                return {}
+            drawn = drawn_keys(space)
         seqs = store.trial_seqs()
         created: dict[str, dict[str, Any]] = {}  # the config a trial had before its first change
         for event in store.events(TRIAL_RESTART_EVENT):
@@ -542,7 +574,69 @@ def evaluated_params_of(experiment_path: str, results: list[Result]) -> dict[str
         config = created.get(result.trial_id)
         if config is None:
             config = result._config if result._config is not None else (result.config or {})
-        out[result.trial_id] = tagger.evaluated_params(config, seqs.get(result.trial_id))
+        if tagger is not None:
+            out[result.trial_id] = tagger.evaluated_params(config, seqs.get(result.trial_id))
+        else:
+            out[result.trial_id] = {key: value for key in drawn or () if (value := _at_key(config, key)) is not _ABSENT}
+    return out
+
+
+#: The reprs of the search space's draws, as a store's run spec describes the space (``repr`` of each flattened
+#: value): a grid search, or a domain of ``fluidsalus.space`` (Ray's ``tune.uniform``, ...; not ``sample_from``,
+#: whose value Ray leaves out of ``evaluated_params``).
+_DRAWN_REPR = re.compile(r"^(\{'grid_search': |(uniform|quniform|loguniform|qloguniform|randn|qrandn|randint|qrandint|"
+                         r"lograndint|qlograndint|choice)\()")
+_ABSENT: Any = object()
+
+
+def drawn_keys(space: Mapping[str, Any]) -> list[str]:
+    """The flattened keys of a stored space description (``{key: repr(value)}``) whose value is drawn: a grid
+    search or a sampling domain, in the space's order."""
+    return [key for key, shown in space.items() if isinstance(shown, str) and _DRAWN_REPR.match(shown)]
+
+
+def _at_key(config: Mapping[str, Any], key: str) -> Any:
+    """The value at a ``/``-joined key of ``config`` (a key of its own, or a nested one), or :data:`_ABSENT`."""
+    if key in config:
+        return config[key]
+    value: Any = config
+    for part in key.split("/"):
+        if not isinstance(value, Mapping) or part not in value:
+            return _ABSENT
+        value = value[part]
+    return value
+
+
+def run_settings_of(experiment_path: str) -> dict[str, Any]:
+    """What an experiment's folder says of the run that Ray's ``Trial`` has on every trial: ``max_failures`` (the
+    store's run spec), ``stopping_criterion`` (the run's ``stop`` when it was a dict: a ``fluidsalus.tune`` run's, as
+    its Tuner wrote it into :data:`PARAMS_FILE`, or the dict a ``fluidsalus.run`` stored; ``{}`` otherwise, as in
+    Ray).
+
+    Returns:
+        Those two keys; Ray's defaults (``0``, ``{}``) for what the folder does not say.
+    """
+    out: dict[str, Any] = {"max_failures": 0, "stopping_criterion": {}}
+    try:
+        store = open_readonly(experiment_path)
+    except StoreError:
+        return out
+    try:
+        spec = store.experiment().get("spec") or {}
+    except StoreError:
+        spec = {}
+    finally:
+        store.close()
+    if isinstance(spec.get("max_failures"), int):
+        out["max_failures"] = spec["max_failures"]
+    stop = spec.get("stop")
+    try:  # (the Tune front end ran a dict as a function, which the spec names; its Tuner wrote the dict)
+        with open(os.path.join(experiment_path, PARAMS_FILE), encoding="utf-8") as f:
+            stop = json.load(f).get("stop")
+    except (OSError, ValueError, AttributeError):
+        pass
+    if isinstance(stop, Mapping):
+        out["stopping_criterion"] = dict(stop)
     return out
 
 
