@@ -29,9 +29,11 @@ nothing here starts Ray or writes anything. The exact definitions are in ``docs/
 - **Wasted seconds.** A device's ``wasted_s`` is the turn time of its wasted work, redone iterations and cut-short
   ones (a data-parallel worker's share too); ``wasted_fraction`` is that share of its compute (``lane_busy_s``).
 - **Idle by cause.** A device's ``idle_s`` (``device_seconds - busy_s``) is split into the ``IDLE_*`` causes
-  below (``idle``), taken in that order: no trial on it (no lane open), before its first turn, after a trial's
-  last report until the trial ended or left it, after its last turn up to the end of its epoch with a trial still
-  on it (the run's stop cut it short), and the rest (a lane open between turns). They sum to ``idle_s``.
+  below (``idle``), taken in that order: waiting for the driver (a trial's call to it, or, without a trial, the
+  driver busy asking the searcher for trials or answering a call), no trial on it (no lane open), before its
+  first turn, after a trial's last report until the trial ended or left it, after its last turn up to the end of
+  its epoch with a trial still on it (the run's stop cut it short), and the rest (a lane open between turns).
+  They sum to ``idle_s``.
 - **Throughput** = iterations / device_seconds; **goodput** = useful iterations / device_seconds.
 
 Every setting is a named constant below.
@@ -76,6 +78,13 @@ WASTE_CAUSES = (WASTE_RETRY, WASTE_OOM, WASTE_EXPLOIT, WASTE_DEVICE_DIED, WASTE_
 
 # Causes of idle device time (device time in which none of its lanes was busy). Each idle moment of a device gets
 # the first cause of this list that fits it; docs/goodput.md, "Idle by cause", defines them.
+#: Waiting for the driver: a trial on the device waited for the driver's answer to a call (``driver_wait``
+#: events: an Optuna trial's ``suggest`` while the sampler samples, its ``should_prune``, the trial's start and
+#: end told to the study, a verdict on a result), or the device had no trial while the driver, with trials still to
+#: place, was busy asking the searcher for trials or answering a call (``driver_busy`` events: a Tune
+#: ``Searcher``'s ``suggest``, an Optuna sampler's). Stores written before these events have none: their waits are
+#: in the other causes (``startup``, ``between_turns``, ``no_trial``).
+IDLE_DRIVER = "driver"
 #: No trial on the device (no lane open): the search had nothing for it yet or any more (no trial left, a
 #: concurrency limit, the driver placing the first trials), or the run was ending.
 IDLE_NO_TRIAL = "no_trial"
@@ -102,7 +111,14 @@ DEVICE_END_EVENTS = ("device_stop", "device_lost")
 #: starting, or lost, stretched its previous session's epoch to the new session).
 NOT_ACTIVITY_EVENTS = ("device_waiting", *DEVICE_END_EVENTS)
 #: The idle causes, in the order they are tried.
-IDLE_CAUSES = (IDLE_NO_TRIAL, IDLE_STARTUP, IDLE_AFTER_REPORT, IDLE_STOPPED, IDLE_BETWEEN_TURNS)
+IDLE_CAUSES = (IDLE_DRIVER, IDLE_NO_TRIAL, IDLE_STARTUP, IDLE_AFTER_REPORT, IDLE_STOPPED, IDLE_BETWEEN_TURNS)
+#: Event of a device: one of its trials waited for the driver's answer to a call, from ``ts`` for
+#: ``data["wait_s"]`` seconds (``fluidsalus.gpu.host.DRIVER_WAIT_EVENT``).
+DRIVER_WAIT_EVENT = "driver_wait"
+#: Event of the driver: it was busy asking the searcher for trials, or answering a call, for ``data["wait_s"]``
+#: seconds from ``ts``, with trials still to place unless ``data["more"]`` is false
+#: (``fluidsalus.trialgroup.executor.DRIVER_BUSY_EVENT``).
+DRIVER_BUSY_EVENT = "driver_busy"
 #: Event kinds after which a trial no longer computes on its device (the end of its "after its last report" time).
 LEAVE_EVENTS = ("trial_end", TRIAL_RESTART_EVENT, "lane_leave")
 
@@ -362,6 +378,10 @@ class Activity:
         device_busy: Per device, the merged intervals when at least one lane was busy.
         leaves: Per ``(device, trial_id)``, the sorted times of the trial's :data:`LEAVE_EVENTS` on that device
             (where its time after its last report there ends: :data:`IDLE_AFTER_REPORT`).
+        driver_waits: Per device, the merged intervals in which one of its trials waited for the driver's answer
+            to a call (:data:`DRIVER_WAIT_EVENT`).
+        driver_busy: The merged intervals in which the driver, with trials still to place, asked the searcher for
+            trials or answered a call (:data:`DRIVER_BUSY_EVENT`).
     """
 
     epochs: dict[str, list[Epoch]]
@@ -378,6 +398,8 @@ class Activity:
     lane_busy: dict[tuple[str, int, int | None], list[tuple[float, float]]]
     device_busy: dict[str, list[tuple[float, float]]]
     leaves: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    driver_waits: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    driver_busy: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def devices(self) -> list[str]:
@@ -503,6 +525,8 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
     switch_in: dict[tuple[str, str], list[float]] = defaultdict(list)  # (device, trial) -> switch times
     last_ts: dict[tuple[str, int], float] = {}
     leaves: dict[tuple[str, str], list[float]] = defaultdict(list)  # (device, trial) -> its LEAVE_EVENTS' times
+    driver_waits: dict[str, list[tuple[float, float]]] = defaultdict(list)  # device -> its trials' calls' waits
+    driver_busy: list[tuple[float, float]] = []  # the driver asked the searcher / answered a call, trials to place
     # (trial, attempt) -> [device, worker_start, worker_end] of each rank > 0 of a data-parallel trial
     workers: dict[tuple[str, int], list[list[Any]]] = defaultdict(list)
 
@@ -520,6 +544,14 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
         data = ev.data or {}
         if ev.kind == "resume":
             resumes.append(ev.ts)
+        elif ev.kind in (DRIVER_WAIT_EVENT, DRIVER_BUSY_EVENT):
+            wait = _number(data.get("wait_s"))
+            if wait is not None and wait > 0:
+                if ev.kind == DRIVER_BUSY_EVENT:
+                    if data.get("more", True):  # (with nothing left to place, a device without a trial waits for none)
+                        driver_busy.append((ev.ts, ev.ts + wait))
+                elif ev.device is not None:
+                    driver_waits[ev.device].append((ev.ts, ev.ts + wait))
         attempt = data.get("attempt")
         attempt = attempt if isinstance(attempt, int) else 0
         if ev.kind == TRIAL_RESTART_EVENT and ev.trial_id is not None:
@@ -727,7 +759,11 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
     per_lane: dict[tuple[str, int, int | None], list[tuple[float, float]]] = defaultdict(list)
     for s in spans:
         per_lane[(s.device, s.epoch, s.lane)].append((s.start, s.end))
-    lane_busy = {key: merge_intervals(iv) for key, iv in per_lane.items()}
+    # Busy time is device time: a turn that reaches back before its epoch's start (a resumed trial's first
+    # iteration timed from before the device started again) is clipped to the device's epochs; counted whole, busy_s
+    # exceeded the device's busy time and the residual idle cause (between_turns) went negative.
+    alive = {d: merge_intervals((e.start, e.end) for e in eps) for d, eps in epochs.items()}
+    lane_busy = {key: intersect_intervals(merge_intervals(iv), alive.get(key[0], [])) for key, iv in per_lane.items()}
     per_device: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for (device, _, _), iv in lane_busy.items():
         per_device[device].extend(iv)
@@ -749,6 +785,8 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
         switches=switches, markers=markers, lanes_open=dict(lanes_open), reserved=dict(reserved), used=dict(used),
         waiting=dict(waiting), gpu_util=dict(gpu_util), gpu_mem=dict(gpu_mem), lane_busy=lane_busy,
         device_busy=device_busy, leaves={key: sorted(ts) for key, ts in leaves.items()},
+        driver_waits={d: merge_intervals(iv) for d, iv in driver_waits.items()},
+        driver_busy=merge_intervals(driver_busy),
     )
 
 
@@ -756,10 +794,11 @@ def idle_intervals(activity: Activity, device: str) -> dict[str, list[tuple[floa
     """The device's idle time (its epochs minus its busy time), as sorted disjoint intervals per idle cause.
 
     Every cause of :data:`IDLE_CAUSES` is a key (empty list when none). In each epoch, each idle moment gets the
-    first cause that fits it: :data:`IDLE_NO_TRIAL` (no lane open), :data:`IDLE_STARTUP` (before the epoch's
-    first turn), :data:`IDLE_AFTER_REPORT` (from a trial's last span on the device to its next leave event there),
-    :data:`IDLE_STOPPED` (after the epoch's last turn), :data:`IDLE_BETWEEN_TURNS` (the rest). The causes of an
-    epoch are disjoint and cover its idle time exactly.
+    first cause that fits it: :data:`IDLE_DRIVER` (one of its trials waited for the driver's answer to a call, or
+    no lane was open while the driver was busy with trials to place), :data:`IDLE_NO_TRIAL` (no lane open),
+    :data:`IDLE_STARTUP` (before the epoch's first turn), :data:`IDLE_AFTER_REPORT` (from a trial's last span on
+    the device to its next leave event there), :data:`IDLE_STOPPED` (after the epoch's last turn),
+    :data:`IDLE_BETWEEN_TURNS` (the rest). The causes of an epoch are disjoint and cover its idle time exactly.
     """
     out: dict[str, list[tuple[float, float]]] = {cause: [] for cause in IDLE_CAUSES}
     busy_all = activity.device_busy.get(device, [])
@@ -775,7 +814,10 @@ def idle_intervals(activity: Activity, device: str) -> dict[str, list[tuple[floa
             for life in activity.lanes if life.device == device and life.epoch == ep.index)
         lanes = [(a, b) for a, b in lanes if a < b]
         first = busy[0][0] if busy else ep.end
-        pieces = {IDLE_NO_TRIAL: subtract_intervals(whole, lanes),  # no lane open: the complement of the lanes
+        no_lane = subtract_intervals(whole, lanes)  # no lane open: the complement of the lanes
+        pieces = {IDLE_DRIVER: merge_intervals([*intersect_intervals(activity.driver_waits.get(device, []), whole),
+                                                *intersect_intervals(activity.driver_busy, no_lane)]),
+                  IDLE_NO_TRIAL: no_lane,
                   IDLE_STARTUP: [(ep.start, first)] if first > ep.start else []}
         # after a trial's last report: from its last span before each of its leave events to that event
         tails = []

@@ -86,6 +86,9 @@ REFUSED_REASONS = {
     REFUSED_PAUSED: "a trial paused at its budget",
     REFUSED_MIN_DEVICES: "fewer devices than the trial's workers",
 }
+#: Held-back changes of the planner (``plan_refused``) the table lists, one line each (the JSON's ``planner.held_back``
+#: has them all): the first ones explain a device left idle at the time.
+HELD_BACK_SHOWN = 5
 #: Devices the ``idle by cause`` line names per cause, most idle first (the JSON has every device's split).
 IDLE_DEVICES_SHOWN = 2
 #: Idle seconds below which a cause is left off the ``idle by cause`` line (it would print as 0.00s).
@@ -100,8 +103,11 @@ TABLE_LEGEND = (
 )
 #: Columns of :attr:`Report.trials` (and of each entry of the JSON's ``trials``).
 TRIAL_COLUMNS = ("trial_id", "status", "stop_reason", "device", "attempts", "failures", "iteration", "reported",
-                 "useful", "wasted", "cut_short", "compute_s", "useful_s", "wasted_s", "waste_causes", "metric",
-                 "error", "config")
+                 "useful", "wasted", "cut_short", "compute_s", "useful_s", "wasted_s", "waste_causes", "queued_s",
+                 "metric", "error", "config")
+#: A trial that waited at least this long for its first start (``queued_s``) counts on the ``queued`` line: a start
+#: takes some milliseconds (placement, the device taking it) even with a place free.
+QUEUED_SHOWN_MIN_S = 0.1
 
 # Plot settings.
 #: Figure width, inches.
@@ -118,8 +124,11 @@ PLOT_BAR_HEIGHT = 0.7
 PLOT_LABEL_MIN_FRACTION = 0.012
 #: Box behind a trial's number, so that it stays readable on hatching.
 PLOT_LABEL_BOX = {"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.75}
-#: Headroom above the highest goodput-over-time value, so that the legend never hides a line.
-PLOT_GOODPUT_HEADROOM = 1.35
+#: Headroom above the highest goodput-over-time value (the panel's legend sits above the panel, not in it).
+PLOT_GOODPUT_HEADROOM = 1.1
+#: Runs of lane ids (``0-3``) a timeline row's label names before "+N" (a row shows every lane that was never open
+#: beside another one of its rows).
+PLOT_ROW_LANES_SHOWN = 2
 #: Consecutive iterations of one trial in one lane are drawn as one bar when the gap between them is below
 #: this fraction of the time axis (the gap is then invisible anyway; a longer one, e.g. a pause, stays visible).
 PLOT_MERGE_GAP_FRACTION = 0.002
@@ -185,6 +194,9 @@ class PlannerSummary:
         joined_devices: Devices started on nodes that joined the cluster during the run, each with how: ``moved``
             (in place of one lost with its node: ``device_moved``), ``added`` (``device_added``), or ``added,
             moved`` (added, then moved on when that node left too).
+        held_back: Each planned change that was held back (``plan_refused``), in time order: ``ts`` (absolute),
+            ``trial_id``, ``action`` (``move``, ``preempt``, ...), ``reason``, ``from`` (the trial's device then,
+            or None: older stores, a trial on none) and ``to`` (the devices the plan gave it).
     """
 
     moves: int
@@ -200,6 +212,7 @@ class PlannerSummary:
     turns: int = 0
     lost_devices: dict[str, str] = field(default_factory=dict)
     joined_devices: dict[str, str] = field(default_factory=dict)
+    held_back: list[dict[str, Any]] = field(default_factory=list)
 
 
 def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
@@ -213,6 +226,7 @@ def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
     """
     moves = restarts = preemptions = measured = resizes = withdrawals = turns = 0
     refused: dict[str, int] = {}
+    held_back: list[dict[str, Any]] = []
     cost: float | None = None
     resize_cost: float | None = None
     waiting_since: dict[str, float] = {}
@@ -245,6 +259,10 @@ def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
         elif ev.kind == "plan_refused":
             reason = str(data.get("reason"))
             refused[reason] = refused.get(reason, 0) + 1
+            to = data.get("to")
+            held_back.append({"ts": ev.ts, "trial_id": ev.trial_id, "action": str(data.get("action") or "change"),
+                              "reason": reason, "from": data.get("from"),
+                              "to": [str(d) for d in to] if isinstance(to, (list, tuple)) else []})
         elif ev.kind == "move_cost":
             count, resize_count = data.get("samples"), data.get("resize_samples", 0)
             if isinstance(count, int) and count > 0 and finite(data.get("move_cost_s")):
@@ -253,7 +271,8 @@ def planner_summary(events: Iterable[EventRow]) -> PlannerSummary:
                 resize_cost, resizes = float(data["resize_cost_s"]), resize_count
     return PlannerSummary(moves, restarts, preemptions, dict(sorted(refused.items())), cost, measured,
                           resize_cost, resizes, withdrawals, dict(sorted(late.items())), turns,
-                          dict(sorted(lost.items())), dict(sorted(joined.items())))
+                          dict(sorted(lost.items())), dict(sorted(joined.items())),
+                          sorted(held_back, key=lambda h: h["ts"]))
 
 
 #: Decimals of the seconds since the first device start that the JSON and DataFrames give (microseconds): epoch
@@ -332,8 +351,11 @@ class Report:
 
     def __init__(self, path: str, experiment: dict[str, Any], trial_rows: list[TrialRow], activity: gp.Activity,
                  summary: gp.Goodput, bin_s: float | None = None, planner: PlannerSummary | None = None,
-                 saved_iterations: Mapping[str, int] | None = None) -> None:
+                 saved_iterations: Mapping[str, int] | None = None,
+                 first_starts: Mapping[str, float] | None = None) -> None:
         self.path = path
+        #: Each trial's first ``trial_start`` (absolute seconds; trials that never started are left out).
+        self.first_starts = dict(first_starts or {})
         #: Each trial's iteration of its latest checkpoint (trials without one are left out).
         self.saved_iterations = dict(saved_iterations or {})
         self.planner = planner if planner is not None else planner_summary(())
@@ -477,7 +499,9 @@ class Report:
         failures (Ray's count: the retried ones and the one that ended it), iterations reported, useful and
         wasted (redone later), iterations a failure cut short, compute seconds (``compute_s``: device time, a
         data-parallel trial's on each of its devices) split into ``useful_s`` and ``wasted_s`` (redone or cut
-        short), the causes of its waste, its last metric, error and config."""
+        short), the causes of its waste, how long it waited for its first start (``queued_s``: from its creation to
+        its first ``trial_start``, counting only time some device was up, so neither the devices' start nor the gap
+        between a resumed run's sessions; None if it never started), its last metric, error and config."""
         per: dict[str, dict[str, Any]] = defaultdict(lambda: {"reported": 0, "useful": 0, "wasted": 0, "cut_short": 0,
                                                               "compute_s": 0.0, "useful_s": 0.0, "wasted_s": 0.0,
                                                               "waste_causes": set()})
@@ -493,10 +517,12 @@ class Report:
             elif s.partial:
                 row["cut_short"] += 1
         metric = self.experiment["metric"]
+        up = gp.merge_intervals((e.start, e.end) for eps in self.activity.epochs.values() for e in eps)
         rows = []
         for t in self.trial_rows:
             last = (t.last_result or {}).get(metric) if metric else None
             mine = per[t.trial_id]
+            first = self.first_starts.get(t.trial_id)
             rows.append({
                 "trial_id": t.trial_id, "status": t.status, "stop_reason": t.stop_reason, "device": t.device,
                 "attempts": t.attempt + 1, "failures": t.num_failures + (t.status == ERROR),
@@ -504,6 +530,7 @@ class Report:
                 **{k: mine[k] for k in ("reported", "useful", "wasted", "cut_short", "compute_s", "useful_s",
                                          "wasted_s")},
                 "waste_causes": sorted(mine["waste_causes"]),
+                "queued_s": None if first is None else gp.covered(up, t.created_at, first),
                 "metric": last if finite(last) else None, "error": t.error, "config": t.config,
             })
         return rows
@@ -511,7 +538,8 @@ class Report:
     @property
     def trials(self) -> pd.DataFrame:
         """One row per trial (:attr:`trial_table`): status, device, attempts, failures, iterations reported, useful
-        and wasted, cut short, compute time and its useful and wasted seconds, waste causes, metric, error, config."""
+        and wasted, cut short, compute time and its useful and wasted seconds, waste causes, time queued before its
+        first start, metric, error, config."""
         return self._frame("trials", self.trial_table, TRIAL_COLUMNS)
 
     def costliest_trials(self, n: int | None = None) -> list[dict[str, Any]]:
@@ -632,8 +660,10 @@ class Report:
         else:
             lines.append("wasted by cause: none")
         lines.append(self._idle_line())
+        lines.append(self._queued_line())
         lines += self._costliest_lines()
         lines.append(self._planner_line())
+        lines += self._held_back_lines()
         if self.planner.late_devices:
             late = [f"{name} never started" if after is None else f"{name} joined after {after:.2f}s"
                     for name, after in self.planner.late_devices.items()]
@@ -682,6 +712,36 @@ class Report:
                 part += f" ({', '.join(shown)})"
             parts.append(part)
         return "idle by cause: " + (", ".join(parts) if parts else "none")
+
+    def _queued_line(self) -> str:
+        """``queued: 6 of 8 trials waited for their first start, mean 2.08s, max 3.16s (a9c90_00006)``: the trials
+        that waited at least :data:`QUEUED_SHOWN_MIN_S` (``queued_s``) over the whole run, their mean and longest
+        wait. It stays once the run ended (the header's "waiting" counts only the trials waiting now)."""
+        queued = [(r["queued_s"], r["trial_id"]) for r in self.trial_table
+                  if r["queued_s"] is not None and r["queued_s"] >= QUEUED_SHOWN_MIN_S]
+        if not queued:
+            return "queued: none"
+        longest, who = max(queued)
+        mean = sum(w for w, _ in queued) / len(queued)
+        return (f"queued: {len(queued)} of {plural(len(self.trial_rows), 'trial')} waited for their first start, "
+                f"mean {mean:.2f}s, max {longest:.2f}s ({who})")
+
+    def _held_back_lines(self) -> list[str]:
+        """The planner's held-back changes, one line each up to :data:`HELD_BACK_SHOWN`: which trial, from and to which
+        devices, when, and why (``planner.held_back``)."""
+        held = self.planner.held_back
+        if not held:
+            return []
+        t0 = self.activity.start or self.experiment["created_at"]
+        shown = held[:HELD_BACK_SHOWN]
+        count = (f"{len(held)}" if len(held) == len(shown) else
+                 f"first {len(shown)} of {len(held)}; --json lists them all")
+        lines = [f"changes held back ({count}):"]
+        for h in shown:
+            where = (f" from {h['from']}" if h["from"] else "") + (f" to {', '.join(h['to'])}" if h["to"] else "")
+            lines.append(f"  {h['ts'] - t0:.2f}s: {h['action']} of {h['trial_id']}{where}: "
+                         f"{REFUSED_REASONS.get(h['reason'], h['reason'])}")
+        return lines
 
     def _costliest_lines(self) -> list[str]:
         """The "costliest trials" section: the :data:`TRIALS_SHOWN` trials with the most compute, as a small table."""
@@ -781,8 +841,12 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
             raise WindowError(f"the window starts at {first:.2f}s, at or after the run's end (it lasted "
                               f"{lasted:.2f}s)")
         absolute = (t0 + first, t0 + (lasted if end is None else min(end, lasted)))  # (shown clipped to the run)
+    first_starts: dict[str, float] = {}
+    for ev in events:
+        if ev.kind == "trial_start" and ev.trial_id is not None:
+            first_starts[ev.trial_id] = min(ev.ts, first_starts.get(ev.trial_id, ev.ts))
     return Report(resolved, exp, trials, activity, gp.summarize(activity, absolute), bin_s, planner_summary(events),
-                  saved)
+                  saved, first_starts)
 
 
 # ---------------------------------------------------------------------------------------------- plot
@@ -832,7 +896,31 @@ def _bars(spans: list[gp.Span], merge_gap: float) -> list[tuple[float, float, gp
 
 
 def plot_report(report: Report, path: str | os.PathLike[str]) -> str:
-    """Draw ``report`` into ``path`` (PNG) on matplotlib's Agg canvas; returns the path.
+    """Draw ``report`` into ``path`` (PNG) on matplotlib's Agg canvas (:func:`report_figure`); returns the path."""
+    out = os.fspath(path)
+    report_figure(report).savefig(out, dpi=PLOT_DPI)
+    return out
+
+
+def _row_label(lanes: Sequence[int]) -> str:
+    """A timeline row's label: the ids of the lanes it showed, as ``Report.lanes`` and the JSON number them, runs
+    of consecutive ids joined (``lane 0``, ``lanes 0-3``, ``lanes 0, 3``, ``lanes 0-2, 5, +3``). It said ``lane 1``
+    for the first row, whatever lanes it held (lane 0, or lanes 0 to 3 of a trial retried three times)."""
+    ids = sorted(set(lanes))
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    parts = [str(a) if a == b else f"{a}-{b}" for a, b in runs]
+    shown = ", ".join(parts[:PLOT_ROW_LANES_SHOWN])
+    more = len(parts) - PLOT_ROW_LANES_SHOWN
+    return ("lane " if len(ids) == 1 else "lanes ") + shown + (f", +{more}" if more > 0 else "")
+
+
+def report_figure(report: Report) -> Any:
+    """Draw ``report`` on a bare matplotlib ``Figure`` (on the Agg canvas) and return it.
 
     One panel per device: a row per lane position (lanes that never coexist share a row), a grey bar while a
     lane is open (memory reserved) and a coloured bar per trial while it holds the lane's turn (its number
@@ -911,7 +999,10 @@ def plot_report(report: Report, path: str | os.PathLike[str]) -> str:
             if pts:
                 ax.scatter([x for x, _ in pts], [y for _, y in pts], marker=marker, s=90, color=mcolor,
                            edgecolors="black", linewidths=0.6, zorder=5)
-        labels = [f"lane {i + 1}" for i in range(len(set(rows.values())))]
+        held: dict[int, list[int]] = defaultdict(list)  # row -> the ids of the lanes it showed
+        for (_, lane), row in rows.items():
+            held[row].append(lane)
+        labels = [_row_label(held[i]) for i in range(len(set(rows.values())))]
         if n_rows[device] > len(labels):
             labels.append("no lane")
         ax.set_yticks(range(len(labels)), labels, fontsize=8)
@@ -934,7 +1025,8 @@ def plot_report(report: Report, path: str | os.PathLike[str]) -> str:
     ax.set_ylabel("iterations / device-s")
     ax.set_title("goodput over time (all devices)", fontsize=9, loc="left")
     ax.grid(color="#cccccc", linewidth=0.5)
-    ax.legend(loc="upper right", fontsize=8)
+    # above the panel, right of its title: inside it, the box hid the curves it names (a resumed run's second part)
+    ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=3, fontsize=8, frameon=False, borderaxespad=0.2)
     ax.set_xlim(0, x_range)
 
     tot = report.total_stats
@@ -953,6 +1045,4 @@ def plot_report(report: Report, path: str | os.PathLike[str]) -> str:
          for m, c, lab in PLOT_MARKERS.values()]
     fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, 1 - 0.55 / total_in))
-    out = os.fspath(path)
-    fig.savefig(out, dpi=PLOT_DPI)
-    return out
+    return fig

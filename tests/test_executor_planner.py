@@ -846,6 +846,11 @@ def test_a_trial_moves_only_from_a_checkpoint(storage, checkpoint, reads):
             assert e.trial_id != trials[8].trial_id and e.data["action"] == MOVE
             assert e.data["reason"] == REFUSED_NO_CHECKPOINT and e.data["to"] != [
                 p.device for p in reader.events("place") if p.trial_id == e.trial_id][-1:]
+            # the device the move would have left, so that inspect says which trial stayed where (h104's F10)
+            assert e.data["from"] == [p.device for p in reader.events("place")
+                                      if p.trial_id == e.trial_id and p.ts <= e.ts][-1]
+        assert [(h["trial_id"], h["from"], h["to"]) for h in planner.held_back] == [
+            (e.trial_id, e.data["from"], e.data["to"]) for e in refused]
         assert planner.moves == 0 and planner.refused == {REFUSED_NO_CHECKPOINT: len(refused)}
         assert planner.move_cost_s is None
         return

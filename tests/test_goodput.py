@@ -535,6 +535,7 @@ def test_idle_time_is_split_by_cause():
     assert dev.busy_s == pytest.approx(3.0) and dev.idle_s == pytest.approx(4.0)
     assert list(dev.idle) == list(gp.IDLE_CAUSES)  # every cause, in order
     assert dev.idle == pytest.approx({
+        gp.IDLE_DRIVER: 0.0,  # (no driver_wait / driver_busy events: test_time_a_device_waits_for_the_driver...)
         gp.IDLE_NO_TRIAL: 1.5,  # [0, 0.5] (A not placed yet) and [4, 5]: no lane open
         gp.IDLE_STARTUP: 0.5,  # [0.5, 1]: A's lane open before the device's first turn
         gp.IDLE_BETWEEN_TURNS: 0.5,  # [2, 2.5]: A's lane open, no turn
@@ -545,16 +546,51 @@ def test_idle_time_is_split_by_cause():
     assert never.idle_s == pytest.approx(7.0) and never.idle[gp.IDLE_NO_TRIAL] == pytest.approx(7.0)
     assert sum(never.idle.values()) == pytest.approx(7.0)
     assert summary.totals.idle_s == pytest.approx(11.0)
-    assert summary.totals.idle == pytest.approx({gp.IDLE_STARTUP: 0.5, gp.IDLE_NO_TRIAL: 8.5,
+    assert summary.totals.idle == pytest.approx({gp.IDLE_DRIVER: 0.0, gp.IDLE_STARTUP: 0.5, gp.IDLE_NO_TRIAL: 8.5,
                                                  gp.IDLE_AFTER_REPORT: 0.5, gp.IDLE_STOPPED: 1.0,
                                                  gp.IDLE_BETWEEN_TURNS: 0.5})
+
+
+def test_time_a_device_waits_for_the_driver_is_its_own_idle_cause():
+    """A slow Optuna sampler (59 % of device time in h104's s12) or Tune searcher showed as ``startup``,
+    ``between_turns`` or ``no_trial``: no event said the devices waited for the driver. Now a trial's call waits
+    (``driver_wait``, per device) and the driver's busy spells with trials still to place (``driver_busy``) are
+    ``driver`` time, before every other cause; a busy spell counts only where the device had no trial (a lane open
+    is the trial's own business), and not when nothing was left to place."""
+    events = idle_events() + [
+        ev(0.5, "driver_wait", "A", wait_s=0.4, method="suggest"),  # [0.5, 0.9]: was startup
+        ev(2.0, "driver_wait", "A", wait_s=0.3, method="should_prune"),  # [2, 2.3]: was between_turns
+        ev(3.0, "driver_wait", "A", wait_s=0.2, method="should_prune"),  # during A's compute [2.5, 3.5]: busy
+        EventRow(4.2, "driver_busy", None, None, {"wait_s": 0.5, "what": "searcher", "trials": 1,
+                                                  "more": True}),  # no lane open on either device
+        EventRow(6.2, "driver_busy", None, None, {"wait_s": 0.5, "what": "suggest", "more": True}),  # B's lane open
+        EventRow(0.0, "driver_busy", None, None, {"wait_s": 0.2, "what": "searcher", "more": False}),  # none left
+    ]
+    summary = gp.summarize(gp.build_activity(IDLE_RESULTS, events, finished_at=7.0))
+    stats = {d.device: d for d in summary.devices}
+    assert stats["cpu:0"].idle == pytest.approx({
+        gp.IDLE_DRIVER: 1.2,  # [0.5, 0.9], [2, 2.3], [4.2, 4.7]
+        gp.IDLE_NO_TRIAL: 1.0,  # [0, 0.5] (the busy spell there had nothing to place), [4, 4.2], [4.7, 5]
+        gp.IDLE_STARTUP: 0.1,  # [0.9, 1]
+        gp.IDLE_AFTER_REPORT: 0.5, gp.IDLE_STOPPED: 1.0,  # [6, 7]: B's lane open, the driver's spell no matter
+        gp.IDLE_BETWEEN_TURNS: 0.2,  # [2.3, 2.5]
+    })
+    assert stats["cpu:0"].idle_s == pytest.approx(4.0) and stats["cpu:0"].busy_s == pytest.approx(3.0)
+    assert stats["cpu:1"].idle == pytest.approx({gp.IDLE_DRIVER: 1.0, gp.IDLE_NO_TRIAL: 6.0, gp.IDLE_STARTUP: 0.0,
+                                                 gp.IDLE_AFTER_REPORT: 0.0, gp.IDLE_STOPPED: 0.0,
+                                                 gp.IDLE_BETWEEN_TURNS: 0.0})
+    assert summary.totals.idle[gp.IDLE_DRIVER] == pytest.approx(2.2)
+    assert list(stats["cpu:0"].idle)[0] == gp.IDLE_DRIVER  # tried first
+    # clipped to a window as the others are
+    assert gp.summarize(gp.build_activity(IDLE_RESULTS, events, finished_at=7.0), (0.7, 4.5)).devices[0].idle[
+        gp.IDLE_DRIVER] == pytest.approx(0.2 + 0.3 + 0.3)
 
 
 def test_idle_causes_are_clipped_to_a_window():
     dev = gp.summarize(idle_scenario(), window=(0.5, 6.5)).devices[0]
     assert dev.device_seconds == pytest.approx(6.0) and dev.idle_s == pytest.approx(3.0)
-    assert dev.idle == pytest.approx({gp.IDLE_STARTUP: 0.5, gp.IDLE_NO_TRIAL: 1.0, gp.IDLE_AFTER_REPORT: 0.5,
-                                      gp.IDLE_STOPPED: 0.5, gp.IDLE_BETWEEN_TURNS: 0.5})
+    assert dev.idle == pytest.approx({gp.IDLE_DRIVER: 0.0, gp.IDLE_STARTUP: 0.5, gp.IDLE_NO_TRIAL: 1.0,
+                                      gp.IDLE_AFTER_REPORT: 0.5, gp.IDLE_STOPPED: 0.5, gp.IDLE_BETWEEN_TURNS: 0.5})
 
 
 def test_a_trial_that_leaves_its_device_and_comes_back_has_an_after_report_time_for_each_stay():
@@ -570,8 +606,8 @@ def test_a_trial_that_leaves_its_device_and_comes_back_has_an_after_report_time_
               ev(4.25, "trial_end", "A", attempt=1, outcome="completed"), ev(4.25, "lane_close", lane=1)]
     results = [res("A", 0, 1, 1.0, 1.0), res("A", 0, 2, 2.0, 1.0), res("A", 1, 3, 4.0, 1.0)]
     dev = gp.summarize(gp.build_activity(results, events, finished_at=4.25)).devices[0]
-    assert dev.idle == pytest.approx({gp.IDLE_STARTUP: 0.0, gp.IDLE_NO_TRIAL: 0.5, gp.IDLE_AFTER_REPORT: 0.75,
-                                      gp.IDLE_STOPPED: 0.0, gp.IDLE_BETWEEN_TURNS: 0.0})
+    assert dev.idle == pytest.approx({gp.IDLE_DRIVER: 0.0, gp.IDLE_STARTUP: 0.0, gp.IDLE_NO_TRIAL: 0.5,
+                                      gp.IDLE_AFTER_REPORT: 0.75, gp.IDLE_STOPPED: 0.0, gp.IDLE_BETWEEN_TURNS: 0.0})
 
 
 def test_a_live_runs_iteration_in_progress_is_stopped_idle_and_a_device_without_lanes_is_without_a_trial():
@@ -602,8 +638,8 @@ def test_idle_causes_sum_to_the_idle_time_of_each_device_and_the_totals(activity
             assert sum(d.idle.values()) == pytest.approx(d.idle_s, abs=1e-9)
             assert min(d.idle.values()) >= 0.0
     whole = {d.device: d for d in gp.summarize(activity).devices}[DEV]
-    assert whole.idle == pytest.approx({gp.IDLE_STARTUP: 0.0, gp.IDLE_NO_TRIAL: 1.4, gp.IDLE_AFTER_REPORT: 0.1,
-                                        gp.IDLE_STOPPED: 0.0, gp.IDLE_BETWEEN_TURNS: 0.0})
+    assert whole.idle == pytest.approx({gp.IDLE_DRIVER: 0.0, gp.IDLE_STARTUP: 0.0, gp.IDLE_NO_TRIAL: 1.4,
+                                        gp.IDLE_AFTER_REPORT: 0.1, gp.IDLE_STOPPED: 0.0, gp.IDLE_BETWEEN_TURNS: 0.0})
 
 
 @pytest.mark.parametrize("finished_at", [None, 12.0])
@@ -650,3 +686,23 @@ def test_an_iteration_an_actors_death_cut_short_is_stopped_idle_not_after_report
     assert d.idle_s == pytest.approx(0.6) and d.idle[gp.IDLE_STOPPED] == pytest.approx(0.6)
     assert d.idle[gp.IDLE_AFTER_REPORT] == 0.0
 
+
+
+def test_busy_time_is_device_time_a_turn_reaching_back_before_its_epoch_is_clipped():
+    """A resumed trial's first iteration timed from before its device started again ([5, 7], the device back at 6)
+    counted 1 s of busy time outside the device's time: busy_s 5 of 6 device-seconds, and between_turns -1.0 (h107's
+    note 3). Busy time (the lanes', the device's, the timeline's) is clipped to the device's epochs."""
+    events = [ev(0.0, "device_start", kind="cpu", slots=1), ev(0.0, "trial_start", "A", attempt=0),
+              ev(0.0, "lane_open", lane=0, capacity=1), ev(0.0, "lane_admit", "A", detail=[0, 1, 1]),
+              ev(4.0, "device_stop"), ev(6.0, "device_start", kind="cpu", slots=1), ev(6.0, "resume", None, None),
+              ev(6.0, "trial_start", "A", attempt=1), ev(6.0, "lane_open", lane=0, capacity=1),
+              ev(6.0, "lane_admit", "A", detail=[0, 1, 1])]
+    results = [res("A", 0, 1, 1.0, 1.0), res("A", 0, 2, 2.0, 1.0), res("A", 1, 3, 7.0, 2.0), res("A", 1, 4, 8.0, 1.0)]
+    activity = gp.build_activity(results, events, finished_at=8.0)
+    d = gp.summarize(activity).devices[0]
+    assert d.device_seconds == pytest.approx(6.0)
+    assert d.busy_s == pytest.approx(4.0) and d.lane_busy_s == pytest.approx(4.0)  # [0, 2] and [6, 8]
+    assert d.idle_s == pytest.approx(2.0) and d.idle[gp.IDLE_STOPPED] == pytest.approx(2.0)  # [2, 4]
+    assert min(d.idle.values()) >= 0.0 and d.idle[gp.IDLE_BETWEEN_TURNS] == pytest.approx(0.0)
+    assert sum(b.busy_s for b in gp.timeline(activity, 1.0) if b.device == DEV) == pytest.approx(4.0)
+    assert d.iterations == 4  # (the iteration itself still counts, where it was reported)

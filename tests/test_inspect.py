@@ -205,7 +205,7 @@ def test_a_running_experiment_is_read_without_disturbing_its_writer(tmp_path):
     assert (tmp_path / "running.png").stat().st_size > 0
 
 
-def test_the_report_counts_the_planners_decisions_and_its_measured_move_cost(tmp_path):
+def test_the_report_counts_the_planners_decisions_and_its_measured_move_cost(tmp_path, monkeypatch):
     store = _store(tmp_path)
     store.add_results([("t0", 0, 1, 11.0, {"acc": 1, "time_this_iter_s": 0.5})])
     report = inspect(store.experiment_dir)
@@ -219,25 +219,47 @@ def test_the_report_counts_the_planners_decisions_and_its_measured_move_cost(tmp
         (11.3, "plan_preempt", "t0", "cpu:1", {"attempt": 2}),
         (11.35, "plan_withdraw", "t0", "cpu:1", {"attempt": 2, "action": "preempt", "to": []}),
         (11.36, "trial_restart", "t0", "cpu:1", {"attempt": 3, "reason": "withdrawn"}),
-        (11.4, "plan_refused", "t0", None, {"reason": "no checkpoint"}),
-        (11.5, "plan_refused", "t0", None, {"reason": "no checkpoint"}),
-        (11.6, "plan_refused", "t0", None, {"reason": "paused"}),
+        (11.4, "plan_refused", "t0", None, {"reason": "no checkpoint"}),  # (as older stores wrote it)
+        (11.5, "plan_refused", "t0", None, {"reason": "no checkpoint", "action": "move", "from": "cpu:1",
+                                            "to": ["cpu:0"]}),
+        (11.6, "plan_refused", "t0", None, {"reason": "paused", "action": "preempt", "from": "cpu:1", "to": []}),
         (11.7, "move_cost", "t0", "cpu:1", {"seconds": 0.02, "move_cost_s": 0.02, "samples": 1}),
         (11.8, "move_cost", "t0", "cpu:1", {"seconds": 0.04, "move_cost_s": 0.026, "samples": 2}),
         (11.9, "move_cost", "t0", "cpu:1", {"kind": "resize", "seconds": 0.5, "move_cost_s": 0.026, "samples": 2,
                                             "resize_cost_s": 0.5, "resize_samples": 1}),
     ])
     report = inspect(store.experiment_dir)
-    assert report.planner == PlannerSummary(1, 1, 1, {"no checkpoint": 2, "paused": 1}, 0.026, 2, 0.5, 1, 1)
+    held_back = [
+        {"ts": 11.4, "trial_id": "t0", "action": "change", "reason": "no checkpoint", "from": None, "to": []},
+        {"ts": 11.5, "trial_id": "t0", "action": "move", "reason": "no checkpoint", "from": "cpu:1", "to": ["cpu:0"]},
+        {"ts": 11.6, "trial_id": "t0", "action": "preempt", "reason": "paused", "from": "cpu:1", "to": []}]
+    assert report.planner == PlannerSummary(1, 1, 1, {"no checkpoint": 2, "paused": 1}, 0.026, 2, 0.5, 1, 1,
+                                            held_back=held_back)
     assert report.to_dict()["planner"] == {"moves": 1, "restarts_for_moves": 1, "preemptions": 1,
                                            "refused": {"no checkpoint": 2, "paused": 1}, "move_cost_s": 0.026,
                                            "moves_measured": 2, "resize_cost_s": 0.5, "resizes_measured": 1,
                                            "withdrawals": 1, "late_devices": {}, "turns": 0, "lost_devices": {},
-                                           "joined_devices": {}}
+                                           "joined_devices": {}, "held_back": held_back}
     assert ("planner: 1 move (1 restarted), 1 preemption, 1 withdrawal, changes held back: 2 (a trial with no "
             "checkpoint to restart from), 1 (a trial paused at its budget); move cost: "
             "26.0ms measured over 2 moves; resize cost: 500.0ms measured over 1 resize") in report.render_table()
     assert "started without" not in report.render_table()
+    # which change, of which trial, from and to which device, when (h104's F10: "refused: no checkpoint 1" said
+    # neither what nor where, though it was why a device sat idle)
+    lines = report.render_table().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("planner:"))
+    assert lines[at + 1:at + 5] == [
+        "changes held back (3):",
+        "  1.40s: change of t0: a trial with no checkpoint to restart from",
+        "  1.50s: move of t0 from cpu:1 to cpu:0: a trial with no checkpoint to restart from",
+        "  1.60s: preempt of t0 from cpu:1: a trial paused at its budget"]
+    monkeypatch.setattr(sys.modules["fluidsalus.inspect"], "HELD_BACK_SHOWN", 2)
+    lines = inspect(store.experiment_dir).render_table().splitlines()
+    assert lines[at + 1:at + 4] == ["changes held back (first 2 of 3; --json lists them all):",
+                                    "  1.40s: change of t0: a trial with no checkpoint to restart from",
+                                    "  1.50s: move of t0 from cpu:1 to cpu:0: a trial with no checkpoint to restart "
+                                    "from"]
+    assert lines[at + 4].startswith("best trial:")
     store.close()
 
 
@@ -565,6 +587,37 @@ def test_the_plot_leaves_out_bins_without_device_time():
     assert good[0] == 1.5 and math.isnan(good[1]) and good[2] == 0.0
 
 
+def test_the_plots_rows_are_named_by_their_lanes_and_its_legend_hides_no_curve(tmp_path):
+    """The timeline labelled its first row "lane 1" (the lanes are numbered from 0 in Report.lanes and the JSON,
+    and a row shows every lane never open beside another), and the goodput panel's legend sat on its curves
+    (h104's F13). cpu:0: lanes 0 and 1 one after the other (one row), lane 2 beside lane 1 (a second row)."""
+    pytest.importorskip("matplotlib")
+    from fluidsalus.inspect import report_figure
+
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "acc", "max")
+    store.add_trials([("t0", 0, {"x": 0}), ("t1", 1, {"x": 1}), ("t2", 2, {"x": 2})])
+    events = [(10.0, "device_start", None, "cpu:0", {"kind": "cpu", "slots": 2})]
+    for trial, lane, start, end in (("t0", 0, 10.0, 11.0), ("t1", 1, 11.0, 12.0), ("t2", 2, 11.0, 12.0)):
+        events += [(start, "trial_start", trial, "cpu:0", {"attempt": 0}),
+                   (start, "lane_open", None, "cpu:0", {"lane": lane, "capacity": 100}),
+                   (start, "lane_admit", trial, "cpu:0", {"detail": [lane, 50, 50], "attempt": 0}),
+                   (end, "trial_end", trial, "cpu:0", {"attempt": 0, "outcome": "completed"}),
+                   (end, "lane_close", None, "cpu:0", {"lane": lane})]
+    store.add_events(events)
+    store.add_results([(t, 0, 1, end, {"acc": 1, "time_this_iter_s": 1.0}) for t, end in
+                       (("t0", 11.0), ("t1", 12.0), ("t2", 12.0))])
+    store.set_experiment(status="FINISHED", finished_at=12.0)
+    store.close()
+    fig = report_figure(inspect(str(tmp_path / "exp")))
+    fig.canvas.draw()
+    device, goodput = fig.axes
+    assert [t.get_text() for t in device.get_yticklabels()] == ["lanes 0-1", "lane 2"]
+    legend = goodput.get_legend()
+    assert legend is not None
+    # the legend box lies above the panel's plotting area, so no curve runs under it
+    assert legend.get_window_extent().y0 >= goodput.get_window_extent().y1 - 1
+
+
 def _failing_store(tmp_path, extra_trials=0):
     """cpu:0: t0 reports iteration 1 (0.5 s), fails 1 s into iteration 2 (retried from its checkpoint at 1, so
     nothing is redone: only the cut-short second is wasted) and reports iteration 2 (0.5 s). cpu:1: t1 reports 2
@@ -708,8 +761,8 @@ def test_the_report_says_why_each_device_was_idle(tmp_path, capsys):
     data = json.loads(inspect(path).to_json())
     one = data["devices"][1]
     assert one["device"] == "cpu:1" and one["idle_s"] == pytest.approx(1.5)
-    assert one["idle"] == pytest.approx({gp.IDLE_NO_TRIAL: 0.75, gp.IDLE_STARTUP: 0.5, gp.IDLE_AFTER_REPORT: 0.25,
-                                         gp.IDLE_STOPPED: 0.0, gp.IDLE_BETWEEN_TURNS: 0.0})
+    assert one["idle"] == pytest.approx({gp.IDLE_DRIVER: 0.0, gp.IDLE_NO_TRIAL: 0.75, gp.IDLE_STARTUP: 0.5,
+                                         gp.IDLE_AFTER_REPORT: 0.25, gp.IDLE_STOPPED: 0.0, gp.IDLE_BETWEEN_TURNS: 0.0})
     assert data["totals"]["idle_s"] == pytest.approx(2.0) and sum(data["totals"]["idle"].values()) == pytest.approx(2.0)
     assert data["totals"]["idle"][gp.IDLE_NO_TRIAL] == pytest.approx(1.25)
     assert "idle_s" in inspect(path).devices.columns  # the DataFrame has them too
@@ -741,6 +794,90 @@ def test_a_live_runs_time_after_its_last_turn_is_shown_as_in_progress(tmp_path):
         store.close()
     line = next(x for x in inspect(str(tmp_path / "exp")).render_table().splitlines() if x.startswith("idle by"))
     assert line == "idle by cause: no_trial 0.50s, stopped 0.50s"
+
+
+def test_the_report_says_how_long_trials_waited_for_their_first_start_after_the_run(tmp_path):
+    """Queue waits showed only live, as the header's "N waiting" (h104's F7): once a run ended nothing said that 6 of
+    its 8 trials had queued. Each trial's ``queued_s`` runs from its creation to its first ``trial_start``, counting
+    only time a device was up (not the devices' start, nor the gap of a resumed run); the ``queued`` line sums up
+    those that waited at least ``QUEUED_SHOWN_MIN_S``. One device (10 -> 14, one slot): t0 starts at once; t1,
+    made before the device started, at 11 (1 s queued); t2 at 12.5 after a retry of its own start (its first start
+    counts: 2.5 s); t3 never starts."""
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "acc", "max")
+    store.add_trials([(f"t{i}", i, {"x": i}) for i in range(4)])
+    events = [(10.0, "device_start", None, "cpu:0", {"kind": "cpu", "slots": 1})]
+    for trial, start, end in (("t0", 10.0, 11.0), ("t1", 11.0, 12.5), ("t2", 12.5, 14.0)):
+        events += [(start, "trial_start", trial, "cpu:0", {"attempt": 0}),
+                   (end, "trial_end", trial, "cpu:0", {"attempt": 0, "outcome": "completed"})]
+    events.append((13.0, "trial_start", "t2", "cpu:0", {"attempt": 1}))
+    store.add_events(events)
+    store.add_results([("t0", 0, 1, 11.0, {"acc": 1, "time_this_iter_s": 1.0}),
+                       ("t1", 0, 1, 12.5, {"acc": 1, "time_this_iter_s": 1.5}),
+                       ("t2", 0, 1, 14.0, {"acc": 1, "time_this_iter_s": 1.0})])
+    store.set_experiment(status="FINISHED", finished_at=14.0)
+    store.close()
+    with sqlite3.connect(str(tmp_path / "exp" / DB_FILENAME)) as db:  # (the store stamps trials with the clock)
+        db.executemany("UPDATE trials SET created_at = ? WHERE trial_id = ?",
+                       [(10.0, "t0"), (9.0, "t1"), (10.0, "t2"), (10.0, "t3")])
+    db.close()
+    report = inspect(str(tmp_path / "exp"))
+    queued = {r["trial_id"]: r["queued_s"] for r in report.trial_table}
+    assert queued == {"t0": 0.0, "t1": pytest.approx(1.0), "t2": pytest.approx(2.5), "t3": None}
+    assert list(report.trials["queued_s"])[:3] == [0.0, pytest.approx(1.0), pytest.approx(2.5)]
+    assert report.to_dict()["trials"][2]["queued_s"] == pytest.approx(2.5)
+    lines = report.render_table().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("idle by cause:"))
+    assert lines[at + 1] == "queued: 2 of 4 trials waited for their first start, mean 1.75s, max 2.50s (t2)"
+    assert "queued: none" in inspect(_failing_store(tmp_path / "other")).render_table()
+
+
+#: Seconds the call handler of ``test_a_device_waiting_for_the_driver_...`` takes to answer (a slow sampler).
+SLOW_ANSWER_S = 0.3
+
+
+def _asks_a_slow_driver(config):
+    """Asks the driver once before its first report and once between its two reports."""
+    from fluidsalus.session import call_driver
+
+    call_driver("suggest")
+    for _ in range(2):
+        time.sleep(0.05)
+        fluidsalus.report({"acc": config["x"]})
+        call_driver("should_prune")
+
+
+def test_a_device_waiting_for_the_driver_is_idle_for_the_driver(ray_cluster, tmp_path, capsys):
+    """A slow Optuna sampler left devices 59 % idle with nothing said (h104's s12): the wait showed as startup and
+    between_turns. Each answered call is a ``driver_wait`` event of its device, and the driver's slow answers are
+    ``driver_busy`` events; inspect puts that time under ``driver``, first on the idle line."""
+    slow = {"suggest": SLOW_ANSWER_S, "should_prune": SLOW_ANSWER_S / 3}
+
+    def handler(trial_id, method, args):
+        time.sleep(slow[method])
+
+    storage = str(tmp_path / "results")
+    fluidsalus.run(_asks_a_slow_driver, {"x": fluidsalus.grid_search([1, 2])}, call_handler=handler, devices=1,
+                   max_concurrent_trials=1, storage_path=storage, name="slow", metric="acc", mode="max", verbose=0)
+    path = os.path.join(storage, "slow")
+    store = open_untouched(path)
+    try:
+        waits, busy = store.events("driver_wait"), store.events("driver_busy")
+    finally:
+        store.close()
+    # 2 trials x (suggest + 2 should_prune), each waited at least its answer
+    assert sorted(e.data["method"] for e in waits) == ["should_prune"] * 4 + ["suggest"] * 2
+    assert all(e.device == "cpu:0" and e.data["wait_s"] >= slow[e.data["method"]] - 0.01 for e in waits)
+    # (an ask of the searcher that took 1 ms on a busy machine is one too)
+    answered = sorted(e.data["what"] for e in busy if e.data["what"] != "searcher")
+    assert answered == ["should_prune"] * 4 + ["suggest"] * 2
+    report = inspect(path)
+    [device] = report.device_stats
+    # one device, one trial at a time: it waited through every answer (6 x at least 0.1 s, 2 of them 0.3 s)
+    assert device.idle[gp.IDLE_DRIVER] >= 2 * SLOW_ANSWER_S + 4 * SLOW_ANSWER_S / 3 - 0.05
+    assert device.idle[gp.IDLE_DRIVER] > device.idle_s / 2
+    assert main(["inspect", path]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("idle by cause:"))
+    assert line.startswith("idle by cause: driver ")
 
 
 def _fails_at_once(config):

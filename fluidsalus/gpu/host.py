@@ -85,6 +85,11 @@ EV_LANE = "lane"  # (EV_LANE, trial_id | None, attempt | None, ts, kind, data): 
 #: result was already sent without one (``TrialSession.attach_checkpoint``)
 EV_CHECKPOINT = "checkpoint"
 
+#: An ``EV_LANE`` kind, stored as an event of that kind: a trial waited for the driver's answer to a call
+#: (``call_driver``: an Optuna trial's ``suggest``/``should_prune``, a verdict on a result) from the event's ``ts``
+#: for ``data["wait_s"]`` seconds (``data["method"]``: the call). Its lane's turn went to a neighbour meanwhile; a
+#: device with none idled, waiting for the driver (``fluidsalus.goodput.IDLE_DRIVER``). One per answered call.
+DRIVER_WAIT_EVENT = "driver_wait"
 #: An ``EV_LANE`` kind: the trial asked for the checkpoint it resumes from (``TrialSession.resume_checkpoint``), so
 #: a restart from its checkpoint resumes it; the driver keeps it on the trial and stores no event of it.
 LANE_RESUME_READ = "resume_read"
@@ -544,10 +549,15 @@ class DeviceHost:
             call_id = self._call_seq
             slot: list[Any] = [threading.Event(), None, False]
             self._calls[call_id] = slot
-            self._emit_locked((EV_CALL, trial_id, attempt, time.time(), call_id, method, args))
+            asked = time.time()
+            self._emit_locked((EV_CALL, trial_id, attempt, asked, call_id, method, args))
         slot[0].wait()
+        answered = time.time()
         with self._lock:
             del self._calls[call_id]
+            if not self._closed:  # the wait, for goodput (a record: it rides with the trial's next event)
+                self._emit_locked((EV_LANE, trial_id, attempt, asked, DRIVER_WAIT_EVENT,
+                                   {"wait_s": answered - asked, "method": method}), wake=False)
         if slot[2]:
             raise slot[1]
         return slot[1]

@@ -191,6 +191,16 @@ QUEUE_WINDOW_FACTOR = 2
 #: poll of each brings them, well within two poll periods. A worker that outlives this (one that never joined
 #: its rank 0) is ended by the device's shutdown.
 WORKER_END_GRACE_S = 2 * POLL_WAIT_S
+#: Event the driver stores when it was busy for at least :data:`DRIVER_BUSY_MIN_S` asking the searcher for trials
+#: (``next_groups``: a Tune ``Searcher``'s ``suggest``; ``data["what"]`` is ``"searcher"``, ``data["trials"]`` the
+#: new trials it gave) or answering a trial's call (an Optuna sampler's ``suggest``; ``data["what"]`` is the call):
+#: ``ts`` is when it began, ``data["wait_s"]`` how long it took, ``data["more"]`` whether trials were queued or the
+#: searcher had more then. Meanwhile the loop placed nothing: a device without a trial waited for the driver
+#: (``fluidsalus.goodput.IDLE_DRIVER``), if there was more to place. A quicker ask stores nothing.
+DRIVER_BUSY_EVENT = "driver_busy"
+#: Shortest ask of the searcher, or answer to a call, stored as a :data:`DRIVER_BUSY_EVENT` (the loop asks the
+#: searcher at every pass; a random search's draws take microseconds).
+DRIVER_BUSY_MIN_S = 0.001
 #: Shortest iteration the planner is told about. A shorter one measures the report path (building the result,
 #: the lane hand-over, GIL hand-offs between the device's trial threads), not the trial's compute: a report
 #: costs ~0.01 ms alone but its 95th percentile is 1 to 4 ms on a busy 2-core machine (``report_ms_p95`` of
@@ -1214,7 +1224,11 @@ class Executor:
 
     def _take_groups(self) -> None:
         """Register the searcher's new groups (new trials, promotions) and carry out its stops."""
+        asked = time.time()
         groups = self._searcher_log.next_groups()
+        took = time.time() - asked
+        if took >= DRIVER_BUSY_MIN_S:  # a device without a trial waited for it (goodput's IDLE_DRIVER)
+            self._note_busy(asked, took, "searcher", sum(len(g.configs) for g in groups))
         stops = self._searcher_log.collect_stops()
         if stops:
             self._tell_stopped(self._stop_trials(stops))
@@ -1698,8 +1712,10 @@ class Executor:
                 key = (trial_id, self.trials[trial_id].attempt, action)
                 if reason != REFUSED_LIMIT and key not in self._refused:
                     self._refused.add(key)
+                    on = self.trials[trial_id].placed_on  # (inspect names the device the change would have left)
                     events.append((now, "plan_refused", trial_id, None, {
                         "attempt": key[1], "action": action, "reason": reason,
+                        "from": self._name(on[0]) if on else None,
                         "to": [self._name(i) for i in held.get(trial_id) or plan.placement(trial_id) or ()]}))
             withdraws: dict[int, dict[str, int]] = {}  # device -> {trial: attempt}
             for trial_id, action in actions.withdraw:
@@ -2466,13 +2482,27 @@ class Executor:
     def _answer_call(self, device: _Device, event: tuple[Any, ...]) -> None:
         trial_id, call_id, method, args = event[1], event[4], event[5], event[6]
         handler = self.settings.call_handler
+        began = time.time()
         try:
             if handler is None:
                 raise FluidsalusError(f"trial {trial_id} called the driver ({method!r}); the run has no call handler")
             value, is_error = handler(trial_id, method, tuple(args)), False
         except Exception as e:  # noqa: BLE001 - the error is raised in the calling trial, where it belongs
             value, is_error = e, True
+        took = time.time() - began
+        if took >= DRIVER_BUSY_MIN_S:  # (an Optuna sampler's suggest: no trial is placed meanwhile)
+            self._note_busy(began, took, str(method))
         self._send(device, "answer", call_id, value, is_error)
+
+    def _note_busy(self, began: float, took: float, what: str, trials: int | None = None) -> None:
+        """Store a :data:`DRIVER_BUSY_EVENT`: the loop did ``what`` for ``took`` seconds from ``began`` (an ask of
+        the searcher that gave ``trials`` new trials, or a call); ``more``: trials were left to place then (those
+        it gave, queued ones, or more from the searcher)."""
+        more = bool(trials) or bool(self.pending) or not self.searcher.is_finished()
+        data: dict[str, Any] = {"wait_s": took, "what": what, "more": more}
+        if trials is not None:
+            data["trials"] = trials
+        self.store.add_events([(began, DRIVER_BUSY_EVENT, None, None, data)])
 
     def _retain_checkpoints(self, trial: Trial) -> None:
         """Keep the trial's ``num_to_keep`` best checkpoints (by score, else the newest) and always its latest."""
