@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 import uuid
 from pathlib import Path
 from typing import Any
@@ -190,25 +191,46 @@ def test_a_warm_device_serving_a_large_trainable_again_and_again_does_not_grow(s
 
 def reports_then_sleeps(config: dict[str, Any]) -> None:
     fluidsalus.report({"x": config["x"]})
+    Path(config["asleep"], str(config["x"])).touch()  # past its report: no stop reaches it for 30 s
     time.sleep(30)  # no report to stop at: the shutdown waits its grace for it
 
 
 class _CtrlCTwice(Callback):
-    """Ctrl-C at the first result, and again half a second later, while the devices' trials are told to stop."""
+    """Ctrl-C at the first result, and again half a second later, while the devices' trials are told to stop.
+
+    The first waits until a trial is past its report, in its sleep: a trial still inside its first ``report()``
+    (its result already on its way here) or not yet at it stops at once when the shutdown tells it to. Where that
+    held for every device, the shutdown parked them all within 0.2 s, before the second Ctrl-C, which then came
+    after the run (the fresh-clone CI failed so once: 2 actors warm; forced by a report that lingers 0.15 s).
+    """
+
+    def __init__(self, asleep: Path) -> None:
+        self.asleep = asleep
+        self.waited_for_a_sleeper = False
 
     def on_trial_result(self, trial_id: str, result: Any) -> None:
+        deadline = time.monotonic() + 30
+        while not any(self.asleep.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.waited_for_a_sleeper = any(self.asleep.iterdir())
         threading.Timer(0.5, _thread.interrupt_main).start()
         raise KeyboardInterrupt
 
 
-def test_a_second_ctrl_c_while_the_trials_stop_ends_every_device_actor(storage):
+def test_a_second_ctrl_c_while_the_trials_stop_ends_every_device_actor(storage, tmp_path):
     """The second KeyboardInterrupt came out of the shutdown's wait and left the actors neither parked nor ended:
     they held their cores in the process (a notebook's) until it ended. Now it ends them at once."""
     fluidsalus.release_devices()
+    ctrl_c = _CtrlCTwice(tmp_path / "asleep")
+    ctrl_c.asleep.mkdir()
     with pytest.raises(KeyboardInterrupt) as raised:
-        _run(storage, "twice", reports_then_sleeps, callbacks=[_CtrlCTwice()])
-    # (its traceback holds the run's frames, as a notebook holds its last error's: the actors' handles live on)
-    assert raised.tb is not None and len(WARM_DEVICES) == 0
+        _run(storage, "twice", reports_then_sleeps, callbacks=[ctrl_c],
+             config={"x": fluidsalus.grid_search([1, 2, 3, 4]), "asleep": str(ctrl_c.asleep)})
+    assert ctrl_c.waited_for_a_sleeper, "no trial got past its first report within 30 s"
+    # the KeyboardInterrupt raised is the second one, out of the devices' shutdown (its traceback holds the run's
+    # frames to the end of the test, as a notebook holds its last error's: the actors' handles live on)
+    assert "_stop_devices" in {frame.name for frame in traceback.extract_tb(raised.tb)}
+    assert len(WARM_DEVICES) == 0
     assert cpus_free_within(2, timeout_s=10), "the interrupted run's actors still hold cores"
 
 
