@@ -41,6 +41,12 @@ class Callback:
         or off any device when its searcher stops it (or the search ends) while it is queued or paused there (not
         when the run's end ends it there: a time budget, ``stop_all()``, ``fail_fast``)."""
 
+    def on_run_ending(self, reason: str) -> None:
+        """Called once when the run begins to end early (``reason``: ``"time_budget"``, ``"fail_fast"`` or
+        ``"stop_all"``), before its trials are stopped: those queued or paused off any device end at once without
+        :meth:`on_trial_complete`; those on a device stop at their next report and do get it (Ray Tune's front end,
+        ``fluidsalus.tune``, passes them on to no Ray callback's hook, as Ray ends them without one)."""
+
     def on_step_begin(self) -> None:
         """Called at the start of each pass of the driver's loop (before it takes new trials and waits for
         results), as Ray Tune calls ``on_step_begin`` at each step of its controller."""

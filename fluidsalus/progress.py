@@ -7,7 +7,7 @@ refresh interval), then :meth:`Progress.close` at the end. The snapshot contract
     {
         "elapsed_s": float,                      # since the run started
         "trials": {"PENDING": n, "RUNNING": n, "PAUSED": n, "TERMINATED": n, "ERROR": n},
-        "stopped": n,                            # TERMINATED early by the searcher or the stop rule
+        "stopped": n,                            # TERMINATED early by the searcher or the stop rule, once started
         "best": float | None,                    # best of the trials' last values of the metric
         "devices": [{"device": "cpu:0", "lanes": n_lanes_open, "computing": n}],
         "total_trials": int | None,              # when the searcher knows it

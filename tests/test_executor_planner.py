@@ -610,6 +610,59 @@ def test_a_trial_stopped_for_a_move_where_it_met_the_stop_rule_ends_instead_of_m
         assert trial.status == PENDING and "a" in executor.pending and trial.attempt == 1
 
 
+def test_the_progress_views_stopped_count_is_the_same_live_and_after_a_resume(tmp_path):
+    """The live view counted a queued trial its searcher stopped before it began as "stopped"; a resumed run's
+    recount leaves out trials that never started, so the count went down on resume. A trial stopped on its device
+    counts in both."""
+    from fluidsalus.gpu.host import EV_END, EV_START, OUT_STOPPED
+    from fluidsalus.searchers import RandomSearch
+    from fluidsalus.trialgroup.executor import Executor, ExecutorSettings
+
+    executor, store = _offline_executor(tmp_path)
+    ran, queued = _trial("ran", status=RUNNING, placed_on=(0,), devices=(0,)), _trial("queued", seq=1)
+    _queue(executor, store, ran, queued)
+    executor.pending.discard("ran")
+    executor._devices[0].assigned.add("ran")
+    executor._handle(executor._devices[0], [(EV_START, "ran", 0, 1.0)])
+    executor._tell_stopped(executor._stop_trials(["ran", "queued"]))  # (the searcher's stops)
+    executor._handle(executor._devices[0], [(EV_END, "ran", 0, 1.1, OUT_STOPPED, None, None)])
+    assert {t.trial_id: t.status for t in store.trials()} == {"ran": "TERMINATED", "queued": "TERMINATED"}
+    resumed = Executor(cloudpickle.dumps((lambda config: None, None)), RandomSearch({"x": 1}), store,
+                       executor.device_specs, ExecutorSettings("exp", str(tmp_path / "exp"), "f", verbose=0),
+                       trials=list(executor.trials.values()))
+    assert executor._snapshot()["stopped"] == resumed._snapshot()["stopped"] == 1
+
+
+@pytest.mark.parametrize("one_batch", [True, False], ids=["one_batch", "two_batches"])
+def test_a_failure_right_after_the_result_its_searcher_stops_the_trial_at_is_not_retried(tmp_path, one_batch):
+    """A trial's result, which its searcher STOPs it at, and its failure right after it, came in one device batch:
+    the failure was judged before the searcher decided, so the trial was retried (one failure more, a restart, its
+    error file) and the STOP then ended the retry unstarted: ``TERMINATED`` with the failure's error
+    (h110's stop_and_error_offline.py). Ray handles the result first (its trial waits in its report). Now the
+    searcher decides first, as when the two come in two batches: a failure on the way out of a stopped trial,
+    not retried (docs/compatibility.md: it ends ``ERROR``)."""
+    from fluidsalus.gpu.host import EV_END, EV_RESULT, OUT_ERRORED
+    from fluidsalus.searchers._base import Decision
+
+    executor, store = _offline_executor(tmp_path)
+    executor.settings.max_failures = 1
+    trial = _trial("a", status=RUNNING, placed_on=(0,), devices=(0,))
+    trial.trial_dir = str(tmp_path / "a")
+    _queue(executor, store, trial)
+    executor.pending.discard("a")
+    executor.searcher.on_trial_add("a", "g", {})
+    executor.searcher.on_result = lambda trial_id, result: Decision.STOP
+    executor._devices[0].assigned.add("a")
+    batch = [(EV_RESULT, "a", 0, 1.0, {"training_iteration": 2, "time_this_iter_s": 0.1}, False, False),
+             (EV_END, "a", 0, 1.1, OUT_ERRORED, "RuntimeError: boom", "Traceback ...\nRuntimeError: boom")]
+    for part in [batch] if one_batch else [batch[:1], batch[1:]]:
+        executor._handle(executor._devices[0], part)
+    row = {r.trial_id: r for r in store.trials()}["a"]
+    assert (trial.status, trial.num_failures, trial.attempt) == ("ERROR", 0, 0)
+    assert (row.status, row.num_failures, row.error) == ("ERROR", 0, "RuntimeError: boom")
+    assert not store.events("trial_restart") and "a" not in executor.pending
+
+
 @pytest.mark.parametrize("stopped", [False, True], ids=["placed_again", "stopped_meanwhile"])
 def test_a_withdrawn_trial_goes_back_to_the_queue_unless_its_searcher_stopped_it_meanwhile(tmp_path, stopped):
     """A device's ``withdrawn`` end: the trial is queued again on a new attempt, with no device of its own (the next

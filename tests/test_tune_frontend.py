@@ -1679,6 +1679,59 @@ def test_a_run_that_ends_before_any_trial_starts_keeps_its_trials_never_started_
     assert [t.status for t in reader.trials()] == ["TERMINATED"] * 3 and not reader.results()
 
 
+class _TrialEnds(tune.Callback):
+    """Records the trial-end hooks and the statuses ``on_experiment_end`` sees; its ``on_trial_complete`` raises
+    (which fails the trial it is called for, as in Ray)."""
+
+    def __init__(self) -> None:
+        self.ends: list[tuple[str, str]] = []
+        self.at_end: dict[str, str] | None = None
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.ends.append(("complete", trial.trial_id))
+        raise ValueError("a callback that fails at a trial's end")
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self.ends.append(("error", trial.trial_id))
+
+    def on_experiment_end(self, trials, **info):
+        self.at_end = {t.trial_id: t.status for t in trials}
+
+
+def _forever_but_x1_fails(config):
+    for i in range(1, 100000):
+        if config["x"] == 1 and i == 4:
+            raise RuntimeError("x=1 fails")
+        time.sleep(0.02)
+        tune.report({"x": config["x"], "i": i})
+
+
+@pytest.mark.parametrize("ending", ["stop_all", "time_budget", "fail_fast"])
+def test_the_runs_end_ends_its_trials_without_a_trial_end_hook_and_every_trial_terminated_as_in_ray(
+        ray_cluster, storage: str, ending: str) -> None:
+    """Ray 2.60's controller ends the run (stop_all(), its time budget: a TimeoutStopper, fail_fast) by setting every
+    unfinished trial TERMINATED there, running, queued or paused alike, with no on_trial_complete: its
+    on_experiment_end and ResultGrid show them all TERMINATED (a helper's side-by-side run, h110's end_states.py).
+    fluidsalus called on_trial_complete for each trial the run's end stopped on its device, so a callback that
+    raised there made it ERROR, and on_experiment_end did not have the trials that never started."""
+    recorder = _TrialEnds()
+    run_config, tune_config = {"callbacks": [recorder]}, {}
+    if ending == "stop_all":
+        run_config["stop"] = _StopAllAfter(6)
+    elif ending == "time_budget":
+        tune_config["time_budget_s"] = 6
+    else:
+        run_config["failure_config"] = tune.FailureConfig(fail_fast=True)
+    trainable = _forever_but_x1_fails if ending == "fail_fast" else _forever
+    _, grid = _run(trainable, storage, {"x": tune.grid_search([1, 2, 3, 4, 5, 6])}, run_config_kwargs=run_config,
+                   **tune_config)
+    failed = [r.trial_id for r in grid if (r.config or {}).get("x") == 1] if ending == "fail_fast" else []
+    assert recorder.ends == [("error", tid) for tid in failed]
+    assert grid.num_errors == len(failed) and grid.num_terminated == len(grid) - len(failed) == 6 - len(failed)
+    assert recorder.at_end == {r.trial_id: "ERROR" if r.trial_id in failed else "TERMINATED"
+                               for r in grid}
+
+
 def _flat_thirty(config):
     for _ in range(30):
         tune.report({"m": 1.0})

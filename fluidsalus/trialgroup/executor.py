@@ -610,6 +610,10 @@ class Executor:
         self._stopped: set[str] = {row.trial_id for row in store.trials() if row.status == TERMINATED
                                    and row.stop_reason == OUT_STOPPED and row.started_at is not None} if trials \
             else set()  # (not those ended before they began)
+        # trials that have started (the count leaves out a trial stopped before it began, also in this session:
+        # a queued one its searcher stopped, as the recount above does)
+        self._began: set[str] = {row.trial_id for row in store.trials() if row.started_at is not None} if trials \
+            else set()
         self._progress = Progress(settings.verbose, settings.metric, settings.mode, None)
         self._started = time.time()
         self._first_error: str | None = None
@@ -1073,7 +1077,8 @@ class Executor:
                    for d in self._devices]
         mode = self.settings.mode
         best = (max if mode == "max" else min)(self._last_values.values(), default=None) if mode else None
-        return {"elapsed_s": time.time() - self._started, "trials": counts, "stopped": len(self._stopped),
+        stopped = sum(1 for trial_id in self._stopped if trial_id in self._began)
+        return {"elapsed_s": time.time() - self._started, "trials": counts, "stopped": stopped,
                 "best": best, "devices": devices,
                 # Known once the searcher will propose no more trials: then the view shows an ETA.
                 "total_trials": len(self.trials) if self.searcher.is_finished() else None,
@@ -1172,6 +1177,10 @@ class Executor:
             return
         self._ending_at = time.time()
         self.store.add_events([(self._ending_at, "experiment_ending", None, None, {"reason": self._ending})])
+        for callback in self.settings.callbacks:  # (before the ends it brings: Callback.on_run_ending)
+            ending = getattr(callback, "on_run_ending", None)
+            if callable(ending):
+                ending(self._ending)
         with self.store.transaction():
             self._end_queued()
             for trial in self.trials.values():  # paused off any device: nothing to stop, they end here
@@ -1887,6 +1896,15 @@ class Executor:
                 missing from a result): the events before it are stored and acted on first, as if they had come
                 in a batch of their own, so that what the run did is kept whatever the device's batching.
         """
+        split = self._failed_after_its_result(batch)
+        if split:
+            # The searcher decides on the trial's result before its failure is judged, as when they come in two
+            # batches (and as Ray, whose trial waits in its report: a STOP there ends it before it fails): a STOP
+            # there makes the failure one on its way out, not retried; decided after it, a retry ran the trial
+            # again (one failure more, its error file, a restart) and the STOP then ended the retry unstarted
+            self._handle(device, batch[:split])
+            self._handle(device, batch[split:])
+            return
         for index, event in enumerate(batch):
             error: ConfigError | None = None
             if event[0] not in (EV_FATAL, EV_RESULT) or not self._acts_on(device, event):
@@ -1996,6 +2014,7 @@ class Executor:
                         self._drop_checkpoints_after(trial, self._abandoned.pop(trial_id))
                     device.changed_at = ts
                     self.store.update_trial(trial_id, status=RUNNING, started_at=ts, attempt=attempt)
+                    self._began.add(trial_id)
                     events.append((ts, "trial_start", trial_id, name, {"attempt": attempt}))
                 elif kind == EV_END:
                     outcome, error, trace = event[4], event[5], event[6]
@@ -2154,6 +2173,19 @@ class Executor:
             if wanted:
                 del self._checkpoint_wanted[trial_id]
             self._send(device, "answer", event[4], wanted, False)
+
+    def _failed_after_its_result(self, batch: list[tuple[Any, ...]]) -> int:
+        """The index of the first errored end in ``batch`` that a result of the same attempt of its trial comes
+        before (where a retry may follow the failure), or 0: :meth:`_handle` handles the events before it first."""
+        if not self.settings.max_failures or len(batch) < 2:
+            return 0
+        reported: set[tuple[str, int]] = set()
+        for index, event in enumerate(batch):
+            if event[0] == EV_RESULT:
+                reported.add((event[1], event[2]))
+            elif event[0] == EV_END and event[4] == OUT_ERRORED and (event[1], event[2]) in reported:
+                return index
+        return 0
 
     def _ends_at(self, trial: Trial, event: tuple[Any, ...]) -> bool:
         """Whether a result ends its trial by a stop rule or a stop for good, where Ray's controller gives it to

@@ -630,9 +630,10 @@ class Tuner:
     def _interrupted_results(self, experiment_dir: str) -> ResultGrid:
         """The results of a run a stop signal ended (its store is flushed), after Ray's warning.
 
-        As in Ray, whose clean-up after the first Ctrl-C stops every trial that had a worker, a trial that
-        was running shows as ``TERMINATED`` here; the saved state (the store) keeps it ``RUNNING``, so
-        ``Tuner.restore`` continues it from its checkpoint. Pending and paused trials keep their status.
+        As in Ray, whose clean-up after the first Ctrl-C stops every trial that had an actor (a pending one
+        has one requested), a trial that was running or pending shows as ``TERMINATED`` here; the saved state
+        (the store) keeps it ``RUNNING`` or ``PENDING``, so ``Tuner.restore`` continues it (from its checkpoint).
+        Paused trials keep their status.
         """
         self.interrupted = True
         hint = self._resume_hint.format(path=experiment_dir)
@@ -640,7 +641,7 @@ class Tuner:
                        f"Resume experiment with: {hint}")
         grid = ResultGrid.read(experiment_dir)
         for result in grid:
-            if result.status == RUNNING:
+            if result.status in (RUNNING, PENDING):
                 result.status = TERMINATED
         return grid
 

@@ -78,6 +78,8 @@ from fluidsalus.store import (
     ERROR,
     ERROR_FILE,
     FINAL_STATUSES,
+    PAUSED,
+    TERMINATED,
     TRIAL_RESTART_EVENT,
     ExperimentStore,
     read_error_file,
@@ -235,7 +237,8 @@ class TrialInfo:
         trial_id: The trial's id.
         config: Its configuration (PBT may change it).
         last_result: Its last result (with ``config``), or None.
-        status: ``PENDING``, ``RUNNING``, ``TERMINATED`` or ``ERROR``.
+        status: ``PENDING``, ``RUNNING``, ``TERMINATED`` or ``ERROR`` (``PAUSED`` in ``on_experiment_end``, for a
+            trial a Ctrl-C found paused off any device, as Ray's).
         path: Its folder in the experiment.
         trainable_name: The trainable's name.
         checkpoint: Its latest checkpoint (a :class:`fluidsalus.tune.Checkpoint`), or None.
@@ -398,6 +401,7 @@ class RayCallbackAdapter(EngineCallback):
         self._failed_ends: list[tuple[str, str, str, bytes | None]] = []
         # A continued experiment's failures so far, by trial (read once, at the first trial seen: see _info)
         self._earlier_failures: dict[str, int] | None = None
+        self._run_ending: str | None = None  # why the run ends early, once it does (on_run_ending)
 
     def checkpoint_requests(self) -> list[str]:
         """The trials a Ray callback asked to checkpoint (``result["should_checkpoint"] = True``) since the last
@@ -484,12 +488,39 @@ class RayCallbackAdapter(EngineCallback):
                 self.save_states()
             except Exception:  # as Ray's final save: logged, and the run's end goes on
                 logger.exception("Saving the callbacks' states failed")
+            self._settle_views()
             self._call("on_experiment_end", trials=list(self.trials.values()))
         finally:
             if self._store is not None:
                 with contextlib.suppress(Exception):
                     self._store.close()
                 self._store = None
+
+    def _settle_views(self) -> None:
+        """The trials as Ray's ``on_experiment_end`` sees them, after its clean-up: every trial of the experiment
+        (also those that never started), and those that had not ended ``TERMINATED``: the run's early end (a time
+        budget, ``stop_all()``, ``fail_fast``) ended them all, and Ray's clean-up after a Ctrl-C or an error stops
+        every trial that has an actor (running, or pending: Ray requests their actors ahead); a trial paused off
+        any device stays ``PAUSED`` then. The store keeps what a resume needs (a trial that ran stays ``RUNNING``
+        there after a Ctrl-C)."""
+        store = self._open_store()
+        rows = {} if store is None else {row.trial_id: row for row in store.trials()}
+        for trial_id, row in sorted(rows.items(), key=lambda item: item[1].seq):
+            if trial_id not in self.trials:
+                self._info(trial_id, row.config)
+        if rows:  # (in the order the trials were made, as Ray's list)
+            order = {trial_id: row.seq for trial_id, row in rows.items()}
+            self.trials = dict(sorted(self.trials.items(), key=lambda item: order.get(item[0], len(order))))
+        for trial_id, trial in self.trials.items():
+            if trial.is_finished():
+                continue
+            row = rows.get(trial_id)
+            if row is not None and row.status == ERROR:
+                trial.status = ERROR
+            elif row is not None and row.status == PAUSED and self._run_ending is None:
+                trial.status = PAUSED
+            else:
+                trial.status = TERMINATED
 
     # ------------------------------------------------------------------ callback states
 
@@ -695,9 +726,23 @@ class RayCallbackAdapter(EngineCallback):
         trial.checkpoint = checkpoint
         self._call_trial("on_trial_save", trial)
 
+    def on_run_ending(self, reason: str) -> None:
+        """The run ends early (its time budget, ``stop_all()``, ``fail_fast``): as in Ray, whose controller sets
+        every unfinished trial ``TERMINATED`` there without ``on_trial_complete``, the ends it brings call no
+        hook (:meth:`on_trial_complete`), and ``on_experiment_end`` sees every such trial ``TERMINATED``."""
+        self._run_ending = reason
+
     def on_trial_complete(self, trial_id: str, status: str, result: Mapping[str, Any] | None) -> None:
         trial, _ = self._info(trial_id)
         self._restoring.discard(trial_id)
+        if self._run_ending is not None and status != ERROR:
+            # Stopped by the run's end (or done within its grace): Ray ended it there already, with no hook, no
+            # ``done`` in its last result, and no error a callback could make of it
+            if result is not None:
+                trial.last_result = with_config(result, trial.config)
+            trial.status = TERMINATED
+            self._maybe_save_states()
+            return
         if result is not None:
             trial.last_result = with_config(result, trial.config)
         self.iteration += 1
