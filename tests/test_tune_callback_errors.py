@@ -30,13 +30,18 @@ from fluidsalus.tune.logger import LoggerCallback
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 
+def _resumed_at() -> int:
+    """The iteration the trial's checkpoint (file ``it``) says it resumes at, 0 without one."""
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is None:
+        return 0
+    with checkpoint.as_directory() as folder, open(os.path.join(folder, "it")) as f:
+        return int(f.read())
+
+
 def _train(config: dict[str, Any]) -> None:
     """Three iterations, each with a checkpoint; with ``fail``, trial x=1 raises at the second of every attempt."""
-    checkpoint = tune.get_checkpoint()
-    start = 0
-    if checkpoint is not None:
-        with checkpoint.as_directory() as folder, open(os.path.join(folder, "it")) as f:
-            start = int(f.read())
+    start = _resumed_at()
     for i in range(start, 3):
         if config["fail"] and config["x"] == 1 and i == 1:
             raise RuntimeError("the trial fails")
@@ -254,11 +259,7 @@ def _every_file(folder: str) -> dict[str, bytes]:
 def _fails_while_flagged(config: dict[str, Any]) -> None:
     """Three iterations, each with a checkpoint; raises at the second while the file ``config["flag"]`` exists;
     reports where it began (``start``)."""
-    checkpoint = tune.get_checkpoint()
-    start = 0
-    if checkpoint is not None:
-        with checkpoint.as_directory() as folder, open(os.path.join(folder, "it")) as f:
-            start = int(f.read())
+    start = _resumed_at()
     for i in range(start, 3):
         if i == 1 and os.path.exists(config["flag"]):
             raise RuntimeError("the trial fails")
