@@ -100,6 +100,7 @@ from fluidsalus.gpu.host import OUT_COMPLETED, OUT_ERRORED, OUT_STOPPED, _is_out
 from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.searchers._optuna import DIRECTIONS
 from fluidsalus.store import DB_FILENAME, ERROR, PENDING, RUNNING, TERMINATED, ExperimentStore, unused_name
+from fluidsalus.trialgroup.executor import append_error_file
 from fluidsalus.trialgroup.trial import TrialGroup
 
 try:  # Optuna's own heartbeat helpers (what study.optimize uses for RDBStorage(heartbeat_interval=...)).
@@ -1149,6 +1150,7 @@ class _StudyDriver(BaseSearcher):
             storage.set_trial_system_attr(trial._trial_id, SYSTEM_ATTR,
                                           {"experiment": self.experiment, "trial_id": trial_id})
         except Exception as e:  # noqa: BLE001 - a storage error ends the optimisation; the trial is FAIL
+            self._fail(e)  # (first: a tell that fails too must not make its own error the one optimize raises)
             self._tell(live, OUT_FAILED, error=e, message=repr(e))
             # ... and ERROR in the experiment's record, with this error, as the study has it (answered None, its
             # fluidsalus trial ended TERMINATED with no result: the two records disagreed)
@@ -1564,16 +1566,33 @@ def _record_the_study(experiment_dir: str, study: optuna.Study, started: Mapping
             for trial_id, trial in frozen.items():
                 store.update_trial_config(trial_id, trial.params)
             if ended_by is not None:
-                unfinished = {row.trial_id for row in store.trials() if row.status in (RUNNING, PENDING)}
+                unfinished = {row.trial_id: row for row in store.trials() if row.status in (RUNNING, PENDING)}
                 why = "".join(traceback.format_exception_only(type(ended_by), ended_by)).strip()
+                trace = "".join(traceback.format_exception(type(ended_by), ended_by, ended_by.__traceback__))
+                folders = store.trial_dirs()
                 for trial_id, trial in frozen.items():
                     if trial_id not in unfinished or not trial.state.is_finished():
                         continue  # (the engine recorded its end, or the study has it RUNNING too: a SystemExit)
                     if trial.state == TrialState.FAIL:
-                        store.update_trial(trial_id, status=ERROR, error=why, finished_at=time.time(),
+                        now = time.time()
+                        store.update_trial(trial_id, status=ERROR, error=why, finished_at=now,
                                            stop_reason=OUT_ERRORED)
+                        # (its error files too, as every ERROR trial's: Trial.get_error(), Result.error's cause)
+                        append_error_file(folders[trial_id], trial_id, unfinished[trial_id].num_failures + 1, now,
+                                          why, trace)
                     else:  # told before its result reached the driver (a callback raised the interrupt)
-                        store.update_trial(trial_id, status=TERMINATED, finished_at=time.time(),
+                        # its end result too, as the objective's runner returns it (the value is the metric)
+                        end: dict[str, Any] = {KEY_NUMBER: trial.number, KEY_STATE: trial.state.name}
+                        if trial.state == TrialState.COMPLETE and trial.values is not None:
+                            end[KEY_VALUES] = list(trial.values)
+                            if len(trial.values) == 1:
+                                end[KEY_VALUE] = trial.values[0]
+                        stored = store.results(trial_id)
+                        iteration = (stored[-1].iteration if stored else 0) + 1
+                        attempt = stored[-1].attempt if stored else 0
+                        end.update(training_iteration=iteration, trial_id=trial_id, done=True)
+                        store.add_results([(trial_id, attempt, iteration, time.time(), end)])
+                        store.update_trial(trial_id, status=TERMINATED, finished_at=time.time(), last_result=end,
                                            stop_reason=OUT_STOPPED if trial.state == TrialState.PRUNED
                                            else OUT_COMPLETED)
             if len(study.directions) == 1:

@@ -26,7 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 import fluidsalus.optuna as fo
 from fluidsalus.errors import ConfigError, TrialError
-from fluidsalus.store import ExperimentStore
+from fluidsalus.store import ERROR_FILE, ExperimentStore
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -482,6 +482,10 @@ def test_interrupted_run_fails_its_running_trials(tmp_path, optuna_records):
         row = rows[trial.system_attrs[fo.SYSTEM_ATTR]["trial_id"]]
         expected = {TrialState.COMPLETE: "TERMINATED", TrialState.FAIL: "ERROR"}[trial.state]
         assert row.status == expected and (expected == "TERMINATED" or row.error == "KeyboardInterrupt")
+        if expected == "TERMINATED":  # with its value, as a trial that ended in the run (no value: no best trial)
+            assert (row.last_result or {}).get(fo.KEY_VALUE) == trial.value
+        else:  # and its error files, as every ERROR trial's (Trial.get_error() was None)
+            assert "KeyboardInterrupt" in (tmp_path / "fluidsalus" / folder / row.trial_id / ERROR_FILE).read_text()
     # Optuna's lines for each trial the interrupt failed, without the driver's traceback (the same frames for
     # every such trial, none of them the objective's: it was shown once per trial)
     failed = [r for r in optuna_records if "because of the following error: KeyboardInterrupt()." in r.getMessage()]
@@ -512,7 +516,7 @@ def test_a_system_exit_in_the_driver_leaves_the_running_trials_running_as_optuna
         assert status == "TERMINATED" if trial.state == TrialState.COMPLETE else status in ("RUNNING", "PENDING")
 
 
-@pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
+@pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError, ConnectionError])
 def test_an_error_while_a_trial_is_started_leaves_no_trial_running(tmp_path, error):
     """A Ctrl-C (or a storage error) landing in the driver's write of a new trial's system attribute, between
     ``study.ask()`` and the trial's registration and heartbeat, left that trial RUNNING for good: nothing failed it,
@@ -530,8 +534,19 @@ def test_an_error_while_a_trial_is_started_leaves_no_trial_running(tmp_path, err
         real(trial_id, key, value)
 
     storage.set_trial_system_attr = lands_in_the_third_start
-    with pytest.raises(error, match="it landed here"):
+    if error is ConnectionError:  # the storage stays down: telling the study that trial failed fails too
+        real_tell = storage.set_trial_state_values
+
+        def still_down(trial_id: int, state: TrialState, values: Any = None) -> bool:
+            if calls["n"] >= 3:
+                raise RuntimeError("still down")
+            return real_tell(trial_id, state, values)
+
+        storage.set_trial_state_values = still_down
+    with pytest.raises(error, match="it landed here"):  # (the first error: the second's was raised)
         _optimize(study, _quadratic, tmp_path, n_trials=6, name="started")
+    if error is ConnectionError:
+        return
     states = [t.state for t in study.trials]
     assert len(states) >= 3 and TrialState.RUNNING not in states and states[2] == TrialState.FAIL
     if error is RuntimeError:

@@ -482,24 +482,30 @@ def _doubled_b(spec):
 
 def test_trials_read_back_have_rays_run_settings_and_evaluated_params_without_the_params_file(
         ray_cluster, storage: str) -> None:
-    """Side by side with Ray Tune 2.60 (/work/scratch_h112/ray_side.py): a trial of ``ExperimentAnalysis(path)`` has
-    Ray's ``custom_trial_name`` (``trial_name_creator``'s name, else None), ``max_failures`` and
-    ``stopping_criterion`` (the run's ``stop`` dict; ``{}`` for a function), which were AttributeErrors. A folder
-    without ``tune_params.json`` (``fluidsalus.run``'s, an older fluidsalus's) gave ``evaluated_params == {}``; they
-    are now the values at the stored space's grid searches and domains, Ray's value (not the flattened config:
-    Ray leaves the constants and a ``sample_from``'s value out)."""
+    """Side by side with Ray Tune 2.60 (a helper's script of the same runs under Ray): a trial of
+    ``ExperimentAnalysis(path)`` has Ray's ``custom_trial_name`` (``trial_name_creator``'s name, else None),
+    ``max_failures`` and ``stopping_criterion`` (the run's ``stop`` dict; ``{}`` for a function), which were
+    AttributeErrors. A folder without ``tune_params.json`` (``fluidsalus.run``'s, an older fluidsalus's) gave
+    ``evaluated_params == {}``; they are now the values at the stored space's grid searches and domains, Ray's value
+    (not the flattened config: Ray leaves the constants and a ``sample_from``'s value out), a domain in a list and
+    one under a key holding ``/`` too (they were left out). A ``stop`` dict holding a NumPy number is Ray's
+    ``stopping_criterion`` (``{}``: its JSON write failed)."""
+    import numpy as np
+
     import fluidsalus
 
     space = {"a": tune.uniform(0, 1), "b": tune.grid_search([1, 2]), "c": 3,
-             "nested": {"d": tune.choice(["x", "y"]), "e": 5}, "f": tune.sample_from(_doubled_b)}
+             "nested": {"d": tune.choice(["x", "y"]), "e": 5}, "f": tune.sample_from(_doubled_b),
+             "lst": [tune.uniform(0, 1), 4], "p/q": {"r": tune.randint(10, 20)}}
 
     def rays(config):
-        return {"a": config["a"], "b": config["b"], "nested/d": config["nested"]["d"]}
+        return {"a": config["a"], "b": config["b"], "nested/d": config["nested"]["d"], "lst/0": config["lst"][0],
+                "p/q/r": config["p/q"]["r"]}
 
     grid = tune.Tuner(_sparse, param_space=space,
                       tune_config=tune.TuneConfig(trial_name_creator=lambda t: f"named_{t.trial_id}"),
                       run_config=tune.RunConfig(storage_path=storage, name="settings", verbose=0,
-                                                stop={"training_iteration": 10},
+                                                stop={"training_iteration": np.int64(10)},
                                                 failure_config=tune.FailureConfig(max_failures=2))).fit()
     for each in (grid._experiment_analysis, tune.ExperimentAnalysis(grid.experiment_path)):
         for trial in each.trials:

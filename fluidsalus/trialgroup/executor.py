@@ -417,7 +417,7 @@ class _Restart:
 DIRNAME_SUFFIX_HEX = 4
 
 
-def _append_error_file(trial_dir: str, trial_id: str, number: int, ts: float, error: str | None,
+def append_error_file(trial_dir: str, trial_id: str, number: int, ts: float, error: str | None,
                        trace: str | None, error_pickle: bytes | None = None) -> None:
     """Record a failure in the trial's folder as Ray does: append it to :data:`ERROR_FILE` (``Failure # <n>
     (occurred at <date>)``, then the error with its traceback), and pickle it, as the result's ``error`` gives it
@@ -2033,7 +2033,7 @@ class Executor:
                     if outcome == OUT_ERRORED:
                         # Ray's error file counts every failure, the retried ones and the last
                         failures = trial.num_failures + 1
-                        _append_error_file(trial.trial_dir, trial_id, failures, ts, error, trace, error_pickle)
+                        append_error_file(trial.trial_dir, trial_id, failures, ts, error, trace, error_pickle)
                     # (not a trial that met its stop rule, or was stopped for good, whose end the searcher is told
                     # at that result (in this batch or an earlier one): an error on its way out ends it, where a
                     # retry ran a finished trial again, unseen by the searcher)
@@ -2655,7 +2655,7 @@ class Executor:
                     if self._may_retry(trial):
                         trial.num_failures += 1
                         restart = _Restart(reason="retry", error=self._death_error(trial, text))
-                        _append_error_file(trial.trial_dir, trial_id, trial.num_failures, now, restart.error, None)
+                        append_error_file(trial.trial_dir, trial_id, trial.num_failures, now, restart.error, None)
                     else:
                         self._end_by_deaths(trial, self._death_error(trial, text), now, device.spec.name, events)
                         ended.append(trial)
@@ -2785,7 +2785,7 @@ class Executor:
                 continue
             trial.status, trial.error, trial.error_pickle = ERROR, error, error_pickle
             self._stopped.discard(trial_id)  # (counted as stopped by the search or a stop rule: now errored)
-            _append_error_file(trial.trial_dir, trial_id, trial.num_failures + 1, now, error, trace, error_pickle)
+            append_error_file(trial.trial_dir, trial_id, trial.num_failures + 1, now, error, trace, error_pickle)
             with self.store.transaction():
                 self.store.update_trial(trial_id, status=ERROR, error=error, traceback=trace, stop_reason=OUT_ERRORED)
                 self.store.add_events([(now, CALLBACK_ERROR_EVENT, trial_id, None,
@@ -2823,7 +2823,7 @@ class Executor:
         self._forget(trial.trial_id)
         # Ray's failure number: the retried failures, then this one (num_failures counts the retried ones, as for
         # a trial whose error ended it)
-        _append_error_file(trial.trial_dir, trial.trial_id, trial.num_failures + 1, now, error, None)
+        append_error_file(trial.trial_dir, trial.trial_id, trial.num_failures + 1, now, error, None)
         self.store.update_trial(trial.trial_id, status=ERROR, finished_at=now, error=error, stop_reason=OUT_ERRORED,
                                 last_iteration=trial.last_iteration, checkpoint_path=trial.checkpoint_path,
                                 num_failures=trial.num_failures)

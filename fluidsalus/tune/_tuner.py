@@ -66,6 +66,7 @@ from fluidsalus.store import (
     RUNNING,
     TERMINATED,
     ExperimentStore,
+    dumps,
     unused_name,
 )
 from fluidsalus.tune._config import INFINITE_SAMPLES, CheckpointConfig, FailureConfig, RunConfig, TuneConfig
@@ -690,7 +691,7 @@ class Tuner:
             stop = getattr(self._run_config, "stop", None)
             if isinstance(stop, Mapping):  # Ray's Trial.stopping_criterion (the run spec names the function it became)
                 with contextlib.suppress(TypeError, ValueError):
-                    description["stop"] = json.loads(json.dumps(dict(stop)))
+                    description["stop"] = json.loads(dumps(dict(stop)))  # (NumPy numbers as plain ones)
             try:
                 write_atomically(os.path.join(experiment_dir, PARAMS_FILE), json.dumps(description))
             except (TypeError, ValueError, OSError) as exc:  # a path of keys JSON cannot hold: no evaluated_params

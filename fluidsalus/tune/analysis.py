@@ -15,6 +15,7 @@ no trial reported the metric, and a mode without a metric selects Ray's anonymou
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import math
@@ -581,30 +582,79 @@ def evaluated_params_of(experiment_path: str, results: list[Result]) -> dict[str
     return out
 
 
+#: The ``fluidsalus.space`` domains whose value is drawn (Ray's ``tune.uniform``, ...; not ``sample_from``, whose
+#: value Ray leaves out of ``evaluated_params``), by the name their repr starts with.
+_DRAWN_CALLS = frozenset({"uniform", "quniform", "loguniform", "qloguniform", "randn", "qrandn", "randint", "qrandint",
+                          "lograndint", "qlograndint", "choice"})
 #: The reprs of the search space's draws, as a store's run spec describes the space (``repr`` of each flattened
-#: value): a grid search, or a domain of ``fluidsalus.space`` (Ray's ``tune.uniform``, ...; not ``sample_from``,
-#: whose value Ray leaves out of ``evaluated_params``).
-_DRAWN_REPR = re.compile(r"^(\{'grid_search': |(uniform|quniform|loguniform|qloguniform|randn|qrandn|randint|qrandint|"
-                         r"lograndint|qlograndint|choice)\()")
+#: value): a grid search, or one of :data:`_DRAWN_CALLS`.
+_DRAWN_REPR = re.compile(r"^(\{'grid_search': |(" + "|".join(sorted(_DRAWN_CALLS)) + r")\()")
 _ABSENT: Any = object()
 
 
 def drawn_keys(space: Mapping[str, Any]) -> list[str]:
     """The flattened keys of a stored space description (``{key: repr(value)}``) whose value is drawn: a grid
-    search or a sampling domain, in the space's order."""
-    return [key for key, shown in space.items() if isinstance(shown, str) and _DRAWN_REPR.match(shown)]
+    search or a sampling domain, in the space's order; for a list or tuple (one leaf of the description), the
+    ``key/<index>`` of each element that is one (its repr parsed as a Python literal of calls)."""
+    out: list[str] = []
+    for key, shown in space.items():
+        if not isinstance(shown, str):
+            continue
+        if _DRAWN_REPR.match(shown):
+            out.append(key)
+        elif shown[:1] in "[(":
+            out.extend(f"{key}/{suffix}" for suffix in _drawn_in_sequence(shown))
+    return out
 
 
-def _at_key(config: Mapping[str, Any], key: str) -> Any:
-    """The value at a ``/``-joined key of ``config`` (a key of its own, or a nested one), or :data:`_ABSENT`."""
-    if key in config:
+def _drawn_in_sequence(shown: str) -> list[str]:
+    """The ``/``-joined positions of the draws in a list's or tuple's repr (nested lists, tuples and dicts too);
+    none when it does not parse (a ``sample_from(func=<lambda>)`` in it, an object's ``<...>`` repr)."""
+
+    try:
+        tree = ast.parse(shown, mode="eval").body
+    except (SyntaxError, ValueError):
+        return []
+    found: list[str] = []
+
+    def walk(node: ast.AST, path: tuple[str, ...]) -> None:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _DRAWN_CALLS:
+            found.append("/".join(path))
+        elif isinstance(node, ast.Dict) and len(node.keys) == 1 and isinstance(node.keys[0], ast.Constant) \
+                and node.keys[0].value == "grid_search":
+            found.append("/".join(path))
+        elif isinstance(node, (ast.List, ast.Tuple)):
+            for index, item in enumerate(node.elts):
+                walk(item, (*path, str(index)))
+        elif isinstance(node, ast.Dict):
+            for k, v in zip(node.keys, node.values, strict=True):
+                if isinstance(k, ast.Constant) and isinstance(k.value, str):
+                    walk(v, (*path, k.value))
+
+    walk(tree, ())
+    return found
+
+
+def _at_key(config: Any, key: str) -> Any:
+    """The value at a ``/``-joined key of ``config`` (a key of its own, or a nested one, where a key may itself
+    hold ``/``; a list's or tuple's element by its index), or :data:`_ABSENT`."""
+    if isinstance(config, Mapping) and key in config:
         return config[key]
-    value: Any = config
-    for part in key.split("/"):
-        if not isinstance(value, Mapping) or part not in value:
-            return _ABSENT
-        value = value[part]
-    return value
+    if isinstance(config, (list, tuple)) and key.isdigit() and int(key) < len(config):
+        return config[int(key)]
+    parts = key.split("/")
+    for i in range(1, len(parts)):
+        head, rest = "/".join(parts[:i]), "/".join(parts[i:])
+        if isinstance(config, Mapping) and head in config:
+            child = config[head]
+        elif isinstance(config, (list, tuple)) and head.isdigit() and int(head) < len(config):
+            child = config[int(head)]
+        else:
+            continue
+        value = _at_key(child, rest)
+        if value is not _ABSENT:
+            return value
+    return _ABSENT
 
 
 def run_settings_of(experiment_path: str) -> dict[str, Any]:
