@@ -417,9 +417,10 @@ def abandoned_create(db_path: str, now: float | None = None) -> bool:
         with open(db_path, "rb") as f:
             if f.read(len(_SQLITE_MAGIC)) != _SQLITE_MAGIC:
                 return False
-        # (immutable when no write-ahead log is beside it: a read-only open would create empty -wal and -shm files)
-        immutable = "" if os.path.exists(db_path + WAL_SUFFIX) else "&immutable=1"
-        conn = sqlite3.connect(f"file:{os.path.abspath(db_path)}?mode=ro{immutable}", uri=True)
+        # (changing no byte beside it: immutable when no write-ahead log is there, a plain read-only open would
+        # create empty -wal and -shm files; readonly_shm beside a killed driver's -wal/-shm, whose -shm a plain
+        # read-only reader rewrites: a refused resume left it changed)
+        conn = sqlite3.connect(_untouched_uri(db_path), uri=True)
         try:
             conn.execute("BEGIN")  # (one snapshot, as ExperimentStore.open reads them)
             app_id = conn.execute("PRAGMA application_id").fetchone()[0]

@@ -214,36 +214,30 @@ class BaseSearcher(abc.ABC):
         """Restore what :meth:`state_dict` returned."""
 
 
-def check_saved_state(state: Any, owner: str, required: tuple[str, ...], optional: tuple[str, ...] | None = None
-                      ) -> None:
+def check_saved_state(state: Any, owner: str, required: tuple[str, ...]) -> None:
     """Refuse a saved state that is not ``owner``'s own before :meth:`BaseSearcher.load_state_dict` takes anything
     from it: a loader that reads its fields with defaults (``state.get("proposed", 0)``) took any JSON object,
     ``{"bogus": 1}`` too, for a search that had proposed nothing, and a resumed run proposed every trial again.
+    Fields it does not know are not refused: a subclass's state holds its own beside its base's.
 
     Args:
         state: The saved state, as the store's JSON gave it back.
         owner: The searcher's name, for the message.
         required: The fields every state ``owner`` has saved holds.
-        optional: With ``required``, the only fields it may hold (fields a later version added, which an earlier
-            one's state lacks); None: other fields are not checked.
 
     Raises:
-        ConfigError: ``state`` is not a JSON object, lacks a required field, or holds a field ``owner`` never
-            saves; the message names the searcher and the field.
+        ConfigError: ``state`` is not a JSON object, or lacks a required field; the message names the searcher and
+            the field.
     """
     advice = f"resume it with the searcher ({owner}), and the searcher's arguments, it ran with"
     if not isinstance(state, Mapping):
-        raise ConfigError(f"searcher: the experiment's saved searcher state is a JSON {type(state).__name__}, not "
-                          f"the object a {owner} saves; {advice}")
+        shown = {type(None): "null", str: "string", list: "array", bool: "boolean"}.get(type(state), "number")
+        raise ConfigError(f"searcher: the experiment's saved searcher state is a JSON {shown}, not the object a "
+                          f"{owner} saves; {advice}")
     missing = [name for name in required if name not in state]
     if missing:
         raise ConfigError(f"searcher: the experiment's saved searcher state is not a {owner}'s: it lacks "
                           f"{', '.join(map(repr, missing))} (it holds {sorted(map(str, state))}); {advice}")
-    if optional is not None:
-        foreign = sorted(str(name) for name in state if name not in required and name not in optional)
-        if foreign:
-            raise ConfigError(f"searcher: the experiment's saved searcher state is not a {owner}'s: a {owner} saves "
-                              f"no {', '.join(map(repr, foreign))}; {advice}")
 
 
 #: The calls (and the hooks of ASHA and HyperBand) whose replay a replayable searcher promises to be exact.

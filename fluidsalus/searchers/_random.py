@@ -362,7 +362,7 @@ class RandomSearch(BaseSearcher):
         return {"proposed": self._proposed, "owed": self._owed}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        # ("owed" came later: a state saved before it has "proposed" alone)
-        check_saved_state(state, type(self).__name__, required=("proposed",), optional=("owed",))
+        # ("owed" came later: a state saved before it has "proposed" alone; a subclass may save more fields)
+        check_saved_state(state, type(self).__name__, required=("proposed",))
         self._proposed = int(state["proposed"])
         self._owed = int(state.get("owed", ENDLESS_FIRST_BATCH))
