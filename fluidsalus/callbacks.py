@@ -45,7 +45,8 @@ class Callback:
         """Called once when the run begins to end early (``reason``: ``"time_budget"``, ``"fail_fast"`` or
         ``"stop_all"``), before its trials are stopped: those queued or paused off any device end at once without
         :meth:`on_trial_complete`; those on a device stop at their next report and do get it (Ray Tune's front end,
-        ``fluidsalus.tune``, passes them on to no Ray callback's hook, as Ray ends them without one)."""
+        ``fluidsalus.tune``, passes it on to its Ray callbacks but keeps those trials ``TERMINATED`` whatever they
+        do, as Ray, which ends them without a hook)."""
 
     def on_step_begin(self) -> None:
         """Called at the start of each pass of the driver's loop (before it takes new trials and waits for

@@ -663,6 +663,35 @@ def test_a_failure_right_after_the_result_its_searcher_stops_the_trial_at_is_not
     assert not store.events("trial_restart") and "a" not in executor.pending
 
 
+def test_a_failure_after_a_result_whose_callback_raised_in_the_same_batch_is_still_recorded(tmp_path):
+    """The batch is split so that the searcher decides on the result before the failure is judged; when handling
+    the result raised (an engine callback's ``on_trial_result``), the failure after it was never stored: the trial
+    stayed RUNNING with no failure counted and no error file (a review's s3_split_lost_end.py)."""
+    from fluidsalus.callbacks import Callback
+    from fluidsalus.gpu.host import EV_END, EV_RESULT, OUT_ERRORED
+
+    class Raises(Callback):
+        def on_trial_result(self, trial_id: str, result: dict) -> None:
+            raise RuntimeError("a callback that fails")
+
+    executor, store = _offline_executor(tmp_path)
+    executor.settings.max_failures = 1
+    executor.settings.callbacks = [Raises()]
+    trial = _trial("a", status=RUNNING, placed_on=(0,), devices=(0,))
+    trial.trial_dir = str(tmp_path / "a")
+    _queue(executor, store, trial)
+    executor.pending.discard("a")
+    executor.searcher.on_trial_add("a", "g", {})
+    executor._devices[0].assigned.add("a")
+    batch = [(EV_RESULT, "a", 0, 1.0, {"training_iteration": 1, "time_this_iter_s": 0.1}, False, False),
+             (EV_END, "a", 0, 1.1, OUT_ERRORED, "RuntimeError: boom", "Traceback ...\nRuntimeError: boom")]
+    with pytest.raises(RuntimeError, match="a callback that fails"):
+        executor._handle(executor._devices[0], batch)
+    row = {r.trial_id: r for r in store.trials()}["a"]
+    assert row.status != RUNNING and row.num_failures == 1
+    assert "RuntimeError: boom" in (tmp_path / "a" / "error.txt").read_text()
+
+
 @pytest.mark.parametrize("stopped", [False, True], ids=["placed_again", "stopped_meanwhile"])
 def test_a_withdrawn_trial_goes_back_to_the_queue_unless_its_searcher_stopped_it_meanwhile(tmp_path, stopped):
     """A device's ``withdrawn`` end: the trial is queued again on a new attempt, with no device of its own (the next

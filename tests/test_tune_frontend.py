@@ -1680,8 +1680,9 @@ def test_a_run_that_ends_before_any_trial_starts_keeps_its_trials_never_started_
 
 
 class _TrialEnds(tune.Callback):
-    """Records the trial-end hooks and the statuses ``on_experiment_end`` sees; its ``on_trial_complete`` raises
-    (which fails the trial it is called for, as in Ray)."""
+    """Records the trial-end hooks and the statuses ``on_experiment_end`` sees (and each trial's ``last_result``'s
+    ``trial_id``, a dict also for a trial that never started, as Ray's); its ``on_trial_complete`` raises (which
+    fails the trial it is called for, as in Ray, except at the run's end)."""
 
     def __init__(self) -> None:
         self.ends: list[tuple[str, str]] = []
@@ -1696,6 +1697,7 @@ class _TrialEnds(tune.Callback):
 
     def on_experiment_end(self, trials, **info):
         self.at_end = {t.trial_id: t.status for t in trials}
+        self.last_ids = {t.trial_id: t.last_result.get("trial_id") for t in trials}
 
 
 def _forever_but_x1_fails(config):
@@ -1707,13 +1709,15 @@ def _forever_but_x1_fails(config):
 
 
 @pytest.mark.parametrize("ending", ["stop_all", "time_budget", "fail_fast"])
-def test_the_runs_end_ends_its_trials_without_a_trial_end_hook_and_every_trial_terminated_as_in_ray(
+def test_the_runs_end_leaves_its_trials_terminated_whatever_their_end_hook_does_and_lists_every_trial(
         ray_cluster, storage: str, ending: str) -> None:
     """Ray 2.60's controller ends the run (stop_all(), its time budget: a TimeoutStopper, fail_fast) by setting every
     unfinished trial TERMINATED there, running, queued or paused alike, with no on_trial_complete: its
-    on_experiment_end and ResultGrid show them all TERMINATED (a helper's side-by-side run, h110's end_states.py).
-    fluidsalus called on_trial_complete for each trial the run's end stopped on its device, so a callback that
-    raised there made it ERROR, and on_experiment_end did not have the trials that never started."""
+    on_experiment_end and ResultGrid show them all TERMINATED (a helper's side-by-side run). fluidsalus calls
+    on_trial_complete for each trial the run's end stops on its device (so loggers end their records: Ray's W&B
+    callback waits its upload_timeout for runs never ended), but a callback that raises there made the trial ERROR;
+    now it stays TERMINATED. on_experiment_end did not have the trials that never started (their last_result is a
+    dict, as Ray's: None broke a callback reading it)."""
     recorder = _TrialEnds()
     run_config, tune_config = {"callbacks": [recorder]}, {}
     if ending == "stop_all":
@@ -1726,7 +1730,10 @@ def test_the_runs_end_ends_its_trials_without_a_trial_end_hook_and_every_trial_t
     _, grid = _run(trainable, storage, {"x": tune.grid_search([1, 2, 3, 4, 5, 6])}, run_config_kwargs=run_config,
                    **tune_config)
     failed = [r.trial_id for r in grid if (r.config or {}).get("x") == 1] if ending == "fail_fast" else []
-    assert recorder.ends == [("error", tid) for tid in failed]
+    assert [end for end in recorder.ends if end[0] == "error"] == [("error", tid) for tid in failed]
+    started = {r.trial_id for r in grid if r.metrics and r.metrics.get("i")}
+    assert started - set(failed) <= {tid for kind, tid in recorder.ends if kind == "complete"}
+    assert recorder.last_ids == {r.trial_id: r.trial_id for r in grid}
     assert grid.num_errors == len(failed) and grid.num_terminated == len(grid) - len(failed) == 6 - len(failed)
     assert recorder.at_end == {r.trial_id: "ERROR" if r.trial_id in failed else "TERMINATED"
                                for r in grid}

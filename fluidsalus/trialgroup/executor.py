@@ -1902,7 +1902,11 @@ class Executor:
             # batches (and as Ray, whose trial waits in its report: a STOP there ends it before it fails): a STOP
             # there makes the failure one on its way out, not retried; decided after it, a retry ran the trial
             # again (one failure more, its error file, a restart) and the STOP then ended the retry unstarted
-            self._handle(device, batch[:split])
+            try:
+                self._handle(device, batch[:split])
+            except BaseException:  # (a callback or stopper that raised: the failure after it is still recorded)
+                self._handle(device, batch[split:])
+                raise
             self._handle(device, batch[split:])
             return
         for index, event in enumerate(batch):

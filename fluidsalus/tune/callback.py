@@ -512,6 +512,8 @@ class RayCallbackAdapter(EngineCallback):
             order = {trial_id: row.seq for trial_id, row in rows.items()}
             self.trials = dict(sorted(self.trials.items(), key=lambda item: order.get(item[0], len(order))))
         for trial_id, trial in self.trials.items():
+            if trial.last_result is None:  # never started: Ray's Trial.last_result is {"trial_id": ...} then
+                trial.last_result = {"trial_id": trial_id}
             if trial.is_finished():
                 continue
             row = rows.get(trial_id)
@@ -727,22 +729,19 @@ class RayCallbackAdapter(EngineCallback):
         self._call_trial("on_trial_save", trial)
 
     def on_run_ending(self, reason: str) -> None:
-        """The run ends early (its time budget, ``stop_all()``, ``fail_fast``): as in Ray, whose controller sets
-        every unfinished trial ``TERMINATED`` there without ``on_trial_complete``, the ends it brings call no
-        hook (:meth:`on_trial_complete`), and ``on_experiment_end`` sees every such trial ``TERMINATED``."""
+        """The run ends early (its time budget, ``stop_all()``, ``fail_fast``). Ray's controller then sets every
+        unfinished trial ``TERMINATED`` without a trial-end hook, so its own loggers never end those trials'
+        records (W&B's runs stay open and ``on_experiment_end`` waits ``upload_timeout`` for them, MLflow's stay
+        ``RUNNING``, TensorBoard writes no HParams). Here the trials it stops on a device get
+        ``on_trial_complete`` (and ``log_trial_end``), as every trial that ends does, which also keeps the hook of
+        a trial whose own stop was decided just before the run's end (Ray calls it there); but a callback raising
+        in it is only logged, the trial stays ``TERMINATED`` (Ray calls no hook that could fail it), and
+        ``on_experiment_end`` sees every such trial ``TERMINATED``."""
         self._run_ending = reason
 
     def on_trial_complete(self, trial_id: str, status: str, result: Mapping[str, Any] | None) -> None:
         trial, _ = self._info(trial_id)
         self._restoring.discard(trial_id)
-        if self._run_ending is not None and status != ERROR:
-            # Stopped by the run's end (or done within its grace): Ray ended it there already, with no hook, no
-            # ``done`` in its last result, and no error a callback could make of it
-            if result is not None:
-                trial.last_result = with_config(result, trial.config)
-            trial.status = TERMINATED
-            self._maybe_save_states()
-            return
         if result is not None:
             trial.last_result = with_config(result, trial.config)
         self.iteration += 1
@@ -762,7 +761,12 @@ class RayCallbackAdapter(EngineCallback):
                 trial.status = status
                 self._call_trial("on_trial_complete", trial, self._after_update)
             except _HookFailed as failed:
-                self._end_failed(trial, failed)
+                if self._run_ending is None:
+                    self._end_failed(trial, failed)
+                else:  # the run's end stopped it, or it ended within that end's grace: see on_run_ending
+                    trial.status = TERMINATED
+                    logger.error("Trial %s: callback %s.on_trial_complete raised at the run's end (%s); the trial "
+                                 "stays TERMINATED:\n%s", trial, failed.name, self._run_ending, failed.trace)
         self._maybe_save_states()
 
     def _end_failed(self, trial: TrialInfo, failed: _HookFailed) -> None:
