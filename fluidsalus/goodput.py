@@ -80,10 +80,11 @@ WASTE_CAUSES = (WASTE_RETRY, WASTE_OOM, WASTE_EXPLOIT, WASTE_DEVICE_DIED, WASTE_
 # the first cause of this list that fits it; docs/goodput.md, "Idle by cause", defines them.
 #: Waiting for the driver: a trial on the device waited for the driver's answer to a call (``driver_wait``
 #: events: an Optuna trial's ``suggest`` while the sampler samples, its ``should_prune``, the trial's start and
-#: end told to the study, a verdict on a result), or the device had no trial while the driver, with trials still to
-#: place, was busy asking the searcher for trials or answering a call (``driver_busy`` events: a Tune
-#: ``Searcher``'s ``suggest``, an Optuna sampler's). Stores written before these events have none: their waits are
-#: in the other causes (``startup``, ``between_turns``, ``no_trial``).
+#: end told to the study, a verdict on a result), or the device had no trial while the driver, with a trial it could
+#: have placed, was busy asking the searcher for trials or answering a call (``driver_busy`` events: a Tune
+#: ``Searcher``'s ``suggest``, an Optuna sampler's), counted only on a stretch without a trial that ends with a lane
+#: opening (a device that got nothing after it waited for no one: ``no_trial``). Stores written before these events
+#: have none: their waits are in the other causes (``startup``, ``between_turns``, ``no_trial``).
 IDLE_DRIVER = "driver"
 #: No trial on the device (no lane open): the search had nothing for it yet or any more (no trial left, a
 #: concurrency limit, the driver placing the first trials), or the run was ending.
@@ -112,8 +113,9 @@ DEVICE_END_EVENTS = ("device_stop", "device_lost")
 NOT_ACTIVITY_EVENTS = ("device_waiting", *DEVICE_END_EVENTS)
 #: The idle causes, in the order they are tried.
 IDLE_CAUSES = (IDLE_DRIVER, IDLE_NO_TRIAL, IDLE_STARTUP, IDLE_AFTER_REPORT, IDLE_STOPPED, IDLE_BETWEEN_TURNS)
-#: Event of a device: one of its trials waited for the driver's answer to a call, from ``ts`` for
-#: ``data["wait_s"]`` seconds (``fluidsalus.gpu.host.DRIVER_WAIT_EVENT``).
+#: Event of a device: one of its trials waited for the driver's answers to its calls, ``data["waits"]`` (``[[offset_s,
+#: wait_s], ...]`` from ``ts``), or, in stores of the first version, one call from ``ts`` for ``data["wait_s"]``
+#: seconds (``fluidsalus.gpu.host.DRIVER_WAIT_EVENT``).
 DRIVER_WAIT_EVENT = "driver_wait"
 #: Event of the driver: it was busy asking the searcher for trials, or answering a call, for ``data["wait_s"]``
 #: seconds from ``ts``, with trials still to place unless ``data["more"]`` is false
@@ -379,7 +381,8 @@ class Activity:
         leaves: Per ``(device, trial_id)``, the sorted times of the trial's :data:`LEAVE_EVENTS` on that device
             (where its time after its last report there ends: :data:`IDLE_AFTER_REPORT`).
         driver_waits: Per device, the merged intervals in which one of its trials waited for the driver's answer
-            to a call (:data:`DRIVER_WAIT_EVENT`).
+            to a call (:data:`DRIVER_WAIT_EVENT`), or a data-parallel trial whose worker was on it did (its ranks
+            > 0 wait for rank 0's call at their next collective op).
         driver_busy: The merged intervals in which the driver, with trials still to place, asked the searcher for
             trials or answered a call (:data:`DRIVER_BUSY_EVENT`).
     """
@@ -462,6 +465,22 @@ def _detail(event: EventRow) -> list[Any]:
     return list(detail) if isinstance(detail, (list, tuple)) else []
 
 
+def _driver_waits(ts: float, data: Mapping[str, Any]) -> list[tuple[float, float]]:
+    """The intervals of a :data:`DRIVER_WAIT_EVENT`: ``data["waits"]`` (``[[offset_s, wait_s], ...]`` from ``ts``),
+    or, as the first version stored one event per call, ``[ts, ts + data["wait_s"]]``."""
+    waits = data.get("waits")
+    if isinstance(waits, list):
+        out = []
+        for pair in waits:
+            if isinstance(pair, (list, tuple)) and len(pair) == 2:
+                off, wait = _number(pair[0]), _number(pair[1])
+                if off is not None and wait is not None and wait > 0:
+                    out.append((ts + off, ts + off + wait))
+        return out
+    wait = _number(data.get("wait_s"))
+    return [(ts, ts + wait)] if wait is not None and wait > 0 else []
+
+
 def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
                    finished_at: float | None = None) -> Activity:
     """Parse an experiment's results (all attempts) and events (in store order) into an :class:`Activity`.
@@ -527,6 +546,7 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
     leaves: dict[tuple[str, str], list[float]] = defaultdict(list)  # (device, trial) -> its LEAVE_EVENTS' times
     driver_waits: dict[str, list[tuple[float, float]]] = defaultdict(list)  # device -> its trials' calls' waits
     driver_busy: list[tuple[float, float]] = []  # the driver asked the searcher / answered a call, trials to place
+    trial_waits: dict[tuple[str, int], list[tuple[float, float]]] = defaultdict(list)  # (trial, attempt) -> waits
     # (trial, attempt) -> [device, worker_start, worker_end] of each rank > 0 of a data-parallel trial
     workers: dict[tuple[str, int], list[list[Any]]] = defaultdict(list)
 
@@ -544,14 +564,15 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
         data = ev.data or {}
         if ev.kind == "resume":
             resumes.append(ev.ts)
-        elif ev.kind in (DRIVER_WAIT_EVENT, DRIVER_BUSY_EVENT):
+        elif ev.kind == DRIVER_WAIT_EVENT and ev.device is not None:
+            waits = _driver_waits(ev.ts, data)
+            driver_waits[ev.device].extend(waits)
+            if ev.trial_id is not None:  # (its data-parallel workers waited too: below)
+                trial_waits[(ev.trial_id, int(data.get("attempt") or 0))].extend(waits)
+        elif ev.kind == DRIVER_BUSY_EVENT:
             wait = _number(data.get("wait_s"))
-            if wait is not None and wait > 0:
-                if ev.kind == DRIVER_BUSY_EVENT:
-                    if data.get("more", True):  # (with nothing left to place, a device without a trial waits for none)
-                        driver_busy.append((ev.ts, ev.ts + wait))
-                elif ev.device is not None:
-                    driver_waits[ev.device].append((ev.ts, ev.ts + wait))
+            if wait is not None and wait > 0 and data.get("more", True):
+                driver_busy.append((ev.ts, ev.ts + wait))  # (with nothing to place, no device waited for it)
         attempt = data.get("attempt")
         attempt = attempt if isinstance(attempt, int) else 0
         if ev.kind == TRIAL_RESTART_EVENT and ev.trial_id is not None:
@@ -658,6 +679,14 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
             continue
         record(device, ev.ts, state)
 
+    # A data-parallel trial's ranks > 0 wait for rank 0's calls to the driver (the next collective op): their
+    # devices waited for the driver too, while the worker was there.
+    for key, rows in workers.items():
+        waits = trial_waits.get(key)
+        if waits:
+            for device, since, until in rows:
+                driver_waits[device].extend(intersect_intervals(merge_intervals(waits), [(since, until)]))
+
     # Which report of each iteration is useful, and why the others were wasted.
     by_iteration: dict[tuple[str, int], list[ResultRow]] = defaultdict(list)
     for r in results:
@@ -673,6 +702,15 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
         verdict[id(rows[-1])] = None
 
     # Spans.
+    def device_time(device: str, epoch: int, start: float, end: float) -> float:
+        """``start`` clipped to the start of the device's epoch that the span ends in: the device time of a turn.
+        A resumed trial's first iteration timed from before its device came back ran on no device before that
+        (busy time, wasted seconds and a trial's compute seconds all read the clipped span)."""
+        starts = start_ts.get(device)
+        if starts and epoch < len(starts):
+            start = max(start, starts[epoch])
+        return min(start, end)
+
     def lane_at(device: str, epoch: int, trial_id: str, ts: float) -> int | None:
         history = admits.get((device, epoch, trial_id), [])
         before = [lane for t, lane in history if t <= ts]
@@ -687,14 +725,16 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
         dt = max(0.0, dt) if dt is not None else 0.0
         cause = verdict.get(id(r))
         spans.append(Span(r.trial_id, r.attempt, r.iteration, device, epoch, lane_at(device, epoch, r.trial_id, r.ts),
-                          r.ts - dt, r.ts, _number(r.metrics.get(SAMPLES_KEY)), cause is None, cause))
+                          device_time(device, epoch, r.ts - dt, r.ts), r.ts, _number(r.metrics.get(SAMPLES_KEY)),
+                          cause is None, cause))
         last_result[(device, r.trial_id, r.attempt)].append((r.ts, r.iteration))
         touch(device, r.ts)
         for other, since, until in workers.get((r.trial_id, r.attempt), []):  # its ranks > 0 computed it too
             if since <= r.ts <= until and other != device:
                 other_epoch = epoch_of(other, r.ts)
                 spans.append(Span(r.trial_id, r.attempt, r.iteration, other, other_epoch,
-                                  lane_at(other, other_epoch, r.trial_id, r.ts), max(r.ts - dt, since), r.ts, None,
+                                  lane_at(other, other_epoch, r.trial_id, r.ts),
+                                  device_time(other, other_epoch, max(r.ts - dt, since), r.ts), r.ts, None,
                                   cause is None, cause, worker=True))
 
     # The iteration each failure cut short held the turn from the trial's last result, switch-in or start.
@@ -709,8 +749,8 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
         start = max(since)
         epoch = epoch_of(device, ts)
         iteration = reports[-1][1] + 1 if reports else 1
-        spans.append(Span(trial_id, attempt, iteration, device, epoch, lane_at(device, epoch, trial_id, start), start,
-                          ts, None, False, cause, partial=True))
+        spans.append(Span(trial_id, attempt, iteration, device, epoch, lane_at(device, epoch, trial_id, start),
+                          device_time(device, epoch, start, ts), ts, None, False, cause, partial=True))
     spans.sort(key=lambda s: s.end)
 
     # Epoch bounds.
@@ -759,9 +799,9 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
     per_lane: dict[tuple[str, int, int | None], list[tuple[float, float]]] = defaultdict(list)
     for s in spans:
         per_lane[(s.device, s.epoch, s.lane)].append((s.start, s.end))
-    # Busy time is device time: a turn that reaches back before its epoch's start (a resumed trial's first
-    # iteration timed from before the device started again) is clipped to the device's epochs; counted whole, busy_s
-    # exceeded the device's busy time and the residual idle cause (between_turns) went negative.
+    # Busy time is device time: the spans are clipped to their epoch's start (device_time above), and the busy
+    # intervals to the device's epochs too (counted whole, a turn reaching back before its epoch's start made busy_s
+    # exceed the device's time and the residual idle cause, between_turns, go negative).
     alive = {d: merge_intervals((e.start, e.end) for e in eps) for d, eps in epochs.items()}
     lane_busy = {key: intersect_intervals(merge_intervals(iv), alive.get(key[0], [])) for key, iv in per_lane.items()}
     per_device: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -795,7 +835,8 @@ def idle_intervals(activity: Activity, device: str) -> dict[str, list[tuple[floa
 
     Every cause of :data:`IDLE_CAUSES` is a key (empty list when none). In each epoch, each idle moment gets the
     first cause that fits it: :data:`IDLE_DRIVER` (one of its trials waited for the driver's answer to a call, or
-    no lane was open while the driver was busy with trials to place), :data:`IDLE_NO_TRIAL` (no lane open),
+    no lane was open while the driver was busy with trials to place, on a stretch without a lane that ends with one
+    opening), :data:`IDLE_NO_TRIAL` (no lane open),
     :data:`IDLE_STARTUP` (before the epoch's first turn), :data:`IDLE_AFTER_REPORT` (from a trial's last span on
     the device to its next leave event there), :data:`IDLE_STOPPED` (after the epoch's last turn),
     :data:`IDLE_BETWEEN_TURNS` (the rest). The causes of an epoch are disjoint and cover its idle time exactly.
@@ -815,8 +856,12 @@ def idle_intervals(activity: Activity, device: str) -> dict[str, list[tuple[floa
         lanes = [(a, b) for a, b in lanes if a < b]
         first = busy[0][0] if busy else ep.end
         no_lane = subtract_intervals(whole, lanes)  # no lane open: the complement of the lanes
+        # The driver's busy spells count only on the stretches without a trial that a trial ended (a lane opened
+        # after them): on a device that got nothing more (the sweep's last trials ran elsewhere, a concurrency
+        # limit) the driver held nothing back from it, whatever it was doing.
+        awaited = [(a, b) for a, b in no_lane if b < ep.end]
         pieces = {IDLE_DRIVER: merge_intervals([*intersect_intervals(activity.driver_waits.get(device, []), whole),
-                                                *intersect_intervals(activity.driver_busy, no_lane)]),
+                                                *intersect_intervals(activity.driver_busy, awaited)]),
                   IDLE_NO_TRIAL: no_lane,
                   IDLE_STARTUP: [(ep.start, first)] if first > ep.start else []}
         # after a trial's last report: from its last span before each of its leave events to that event

@@ -126,8 +126,8 @@ PLOT_LABEL_MIN_FRACTION = 0.012
 PLOT_LABEL_BOX = {"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.75}
 #: Headroom above the highest goodput-over-time value (the panel's legend sits above the panel, not in it).
 PLOT_GOODPUT_HEADROOM = 1.1
-#: Runs of lane ids (``0-3``) a timeline row's label names before "+N" (a row shows every lane that was never open
-#: beside another one of its rows).
+#: Runs of lane ids (``0-3``) a timeline row's label names before "+N more" (N: the lanes left out; a row shows every
+#: lane that was never open beside another one of its rows).
 PLOT_ROW_LANES_SHOWN = 2
 #: Consecutive iterations of one trial in one lane are drawn as one bar when the gap between them is below
 #: this fraction of the time axis (the gap is then invisible anyway; a longer one, e.g. a pause, stays visible).
@@ -593,7 +593,8 @@ class Report:
             "lanes": [asdict(lane) for lane in self.lane_stats],
             "best": None if best is None else asdict(best),
             "errors": self.errors,
-            "planner": asdict(self.planner),
+            "planner": {**asdict(self.planner),  # (each held-back change also when, as the table says it)
+                        "held_back": [{**h, "ts_s": _since(h["ts"], t0)} for h in self.planner.held_back]},
             "timeline": [{**asdict(b), "start_s": _since(b.start, t0), "end_s": _since(b.end, t0)}
                          for b in self.timeline_bins
                          if b.device == gp.TOTAL_DEVICE],
@@ -716,15 +717,40 @@ class Report:
     def _queued_line(self) -> str:
         """``queued: 6 of 8 trials waited for their first start, mean 2.08s, max 3.16s (a9c90_00006)``: the trials
         that waited at least :data:`QUEUED_SHOWN_MIN_S` (``queued_s``) over the whole run, their mean and longest
-        wait. It stays once the run ended (the header's "waiting" counts only the trials waiting now)."""
+        wait. It stays once the run ended (the header's "waiting" counts only the trials waiting now). Trials that
+        never started (``queued_s`` None) are counted after it, with the longest of their waits up to their end
+        (or the run's): ``; 6 never started (waited up to 4.29s)`` (``not started yet (waiting ...)`` while the run
+        goes on); it said ``queued: none`` for a run interrupted with 6 of its 10 trials still queued."""
         queued = [(r["queued_s"], r["trial_id"]) for r in self.trial_table
                   if r["queued_s"] is not None and r["queued_s"] >= QUEUED_SHOWN_MIN_S]
-        if not queued:
-            return "queued: none"
-        longest, who = max(queued)
-        mean = sum(w for w, _ in queued) / len(queued)
-        return (f"queued: {len(queued)} of {plural(len(self.trial_rows), 'trial')} waited for their first start, "
-                f"mean {mean:.2f}s, max {longest:.2f}s ({who})")
+        parts = []
+        if queued:
+            longest, who = max(queued)
+            mean = sum(w for w, _ in queued) / len(queued)
+            parts.append(f"{len(queued)} of {plural(len(self.trial_rows), 'trial')} waited for their first start, "
+                         f"mean {mean:.2f}s, max {longest:.2f}s ({who})")
+        never = self._never_started()
+        if never:
+            longest = max(never)
+            some = f"{len(never)}" if queued else f"{len(never)} of {plural(len(self.trial_rows), 'trial')}"
+            upto = "up to " if len(never) > 1 else ""
+            parts.append(f"{some} not started yet (waiting {upto}{longest:.2f}s)" if self.live else
+                         f"{some} never started (waited {upto}{longest:.2f}s)")
+        return "queued: " + ("; ".join(parts) if parts else "none")
+
+    def _never_started(self) -> list[float]:
+        """The waits of the trials that never started (no ``trial_start``): from their creation to their end, or to
+        the run's end (its last device time) for those that did not end, counting only time a device was up, as
+        ``queued_s`` does."""
+        up = gp.merge_intervals((e.start, e.end) for eps in self.activity.epochs.values() for e in eps)
+        end = self.activity.end
+        waits = []
+        for t in self.trial_rows:
+            if t.trial_id in self.first_starts:
+                continue
+            until = t.finished_at if t.finished_at is not None else end
+            waits.append(0.0 if until is None else gp.covered(up, t.created_at, until))
+        return waits
 
     def _held_back_lines(self) -> list[str]:
         """The planner's held-back changes, one line each up to :data:`HELD_BACK_SHOWN`: which trial, from and to which
@@ -904,7 +930,8 @@ def plot_report(report: Report, path: str | os.PathLike[str]) -> str:
 
 def _row_label(lanes: Sequence[int]) -> str:
     """A timeline row's label: the ids of the lanes it showed, as ``Report.lanes`` and the JSON number them, runs
-    of consecutive ids joined (``lane 0``, ``lanes 0-3``, ``lanes 0, 3``, ``lanes 0-2, 5, +3``). It said ``lane 1``
+    of consecutive ids joined, then how many more lanes it showed (``lane 0``, ``lanes 0-3``, ``lanes 0, 3``,
+    ``lanes 0-2, 5, +3 more``: 7, 9 and 11, say). It said ``lane 1``
     for the first row, whatever lanes it held (lane 0, or lanes 0 to 3 of a trial retried three times)."""
     ids = sorted(set(lanes))
     runs: list[list[int]] = []
@@ -915,8 +942,8 @@ def _row_label(lanes: Sequence[int]) -> str:
             runs.append([i, i])
     parts = [str(a) if a == b else f"{a}-{b}" for a, b in runs]
     shown = ", ".join(parts[:PLOT_ROW_LANES_SHOWN])
-    more = len(parts) - PLOT_ROW_LANES_SHOWN
-    return ("lane " if len(ids) == 1 else "lanes ") + shown + (f", +{more}" if more > 0 else "")
+    more = sum(b - a + 1 for a, b in runs[PLOT_ROW_LANES_SHOWN:])  # the lanes left out (it counted their runs)
+    return ("lane " if len(ids) == 1 else "lanes ") + shown + (f", +{more} more" if more > 0 else "")
 
 
 def report_figure(report: Report) -> Any:

@@ -411,6 +411,33 @@ def test_a_data_parallel_trials_other_devices_are_busy_while_it_computes() -> No
     assert summary.totals.iterations == 2 and summary.totals.busy_fraction == pytest.approx(1.0)
 
 
+def test_a_data_parallel_trials_workers_wait_for_the_driver_with_rank_0():
+    """h117's F4: rank 0 calls the driver; its ranks > 0 wait for it at their next collective op, but only rank 0's
+    device has ``driver_wait`` events, so the worker devices' wait was ``between_turns``. A trial's waits count on
+    its workers' devices too, while they are there (worker_start .. worker_end). T computes [100, 101.5] and
+    [102.5, 104] on both; rank 0 waited [101.5, 102.3] (one event holding two waits) for the driver."""
+    other = "cpu:1"
+    events = [
+        *_data_parallel_start(other),
+        EventRow(101.5, "driver_wait", "T", DEV, {"waits": [[0.0, 0.3], [0.5, 0.3]], "wait_s": 0.6, "attempt": 0,
+                                                  "calls": {"should_prune": 2}}),
+        ev(104.0, "worker_end", "T", device=other, rank=1, outcome="completed", attempt=0),
+        ev(104.0, "trial_end", "T", attempt=0, outcome="completed"),
+        ev(105.0, "device_stop"), ev(105.0, "device_stop", device=other),
+    ]
+    results = [res("T", 0, 1, 101.5, 1.5), res("T", 0, 2, 104.0, 1.5)]
+    stats = {d.device: d for d in gp.summarize(gp.build_activity(results, events, 105.0)).devices}
+    for device in (DEV, other):  # [101.5, 101.8] and [102.0, 102.3]; the rest of [101.5, 102.5] between turns
+        assert stats[device].idle[gp.IDLE_DRIVER] == pytest.approx(0.6), device
+        assert stats[device].idle[gp.IDLE_BETWEEN_TURNS] == pytest.approx(0.4), device
+    # the first version's one event per call reads the same
+    old = [e for e in events if e.kind != "driver_wait"] + [
+        EventRow(101.5, "driver_wait", "T", DEV, {"wait_s": 0.3, "method": "should_prune", "attempt": 0}),
+        EventRow(102.0, "driver_wait", "T", DEV, {"wait_s": 0.3, "method": "should_prune", "attempt": 0})]
+    assert {d.device: d.idle for d in gp.summarize(gp.build_activity(results, old, 105.0)).devices} == {
+        d: s.idle for d, s in stats.items()}
+
+
 def test_an_out_of_memory_error_after_a_stop_wastes_its_cut_short_iteration_and_redoes_nothing():
     """A trial the driver stopped that runs out of memory before its next report ends stopped (``oom_after_stop``):
     its cut-short iteration is out-of-memory waste, and its reported iterations stay useful (nothing is redone)."""
@@ -576,14 +603,39 @@ def test_time_a_device_waits_for_the_driver_is_its_own_idle_cause():
         gp.IDLE_BETWEEN_TURNS: 0.2,  # [2.3, 2.5]
     })
     assert stats["cpu:0"].idle_s == pytest.approx(4.0) and stats["cpu:0"].busy_s == pytest.approx(3.0)
-    assert stats["cpu:1"].idle == pytest.approx({gp.IDLE_DRIVER: 1.0, gp.IDLE_NO_TRIAL: 6.0, gp.IDLE_STARTUP: 0.0,
+    # cpu:1 never got a trial: the driver's spells held nothing back from it (test_a_driver_busy_spell_counts_...)
+    assert stats["cpu:1"].idle == pytest.approx({gp.IDLE_DRIVER: 0.0, gp.IDLE_NO_TRIAL: 7.0, gp.IDLE_STARTUP: 0.0,
                                                  gp.IDLE_AFTER_REPORT: 0.0, gp.IDLE_STOPPED: 0.0,
                                                  gp.IDLE_BETWEEN_TURNS: 0.0})
-    assert summary.totals.idle[gp.IDLE_DRIVER] == pytest.approx(2.2)
+    assert summary.totals.idle[gp.IDLE_DRIVER] == pytest.approx(1.2)
     assert list(stats["cpu:0"].idle)[0] == gp.IDLE_DRIVER  # tried first
     # clipped to a window as the others are
     assert gp.summarize(gp.build_activity(IDLE_RESULTS, events, finished_at=7.0), (0.7, 4.5)).devices[0].idle[
         gp.IDLE_DRIVER] == pytest.approx(0.2 + 0.3 + 0.3)
+
+
+def test_a_driver_busy_spell_counts_only_on_a_device_that_then_got_a_trial():
+    """h117's F1: the driver's busy spells were ``driver`` idle on every device without a trial, also on one that
+    nothing could have been placed on (a concurrency limit; the end of an ASHA sweep, whose searcher is not finished
+    while its last trials run elsewhere): a spell counts only on a stretch without a trial that ends with a lane
+    opening. cpu:0 gets B at 5 (the spell at [4.2, 4.7] held it back); cpu:1 never gets a trial, and cpu:0 after
+    B's lane: the spells [1.5, 2] and [7.5, 8] (past cpu:0's end) are no one's."""
+    events = idle_events() + [
+        EventRow(4.2, "driver_busy", None, None, {"wait_s": 0.5, "what": "searcher", "trials": 1, "more": True}),
+        EventRow(1.5, "driver_busy", None, None, {"wait_s": 0.5, "what": "suggest", "more": True}),
+    ]
+    summary = gp.summarize(gp.build_activity(IDLE_RESULTS, events, finished_at=7.0))
+    stats = {d.device: d for d in summary.devices}
+    assert stats["cpu:0"].idle[gp.IDLE_DRIVER] == pytest.approx(0.5)  # [4.2, 4.7]; [1.5, 2] A's lane was open
+    assert stats["cpu:0"].idle[gp.IDLE_NO_TRIAL] == pytest.approx(1.0)
+    assert stats["cpu:1"].idle[gp.IDLE_DRIVER] == 0.0 and stats["cpu:1"].idle[gp.IDLE_NO_TRIAL] == pytest.approx(7.0)
+    # a device whose trial-less stretch ends with a lane opening gets the spells in it
+    late = [*events, ev(6.0, "trial_start", "C", device="cpu:1", attempt=0),
+            ev(6.0, "lane_open", device="cpu:1", lane=0, capacity=100),
+            ev(6.0, "lane_admit", "C", device="cpu:1", detail=[0, 50, 50])]
+    stats = {d.device: d for d in gp.summarize(gp.build_activity(IDLE_RESULTS, late, finished_at=7.0)).devices}
+    assert stats["cpu:1"].idle[gp.IDLE_DRIVER] == pytest.approx(1.0)  # [1.5, 2] and [4.2, 4.7], before C's lane
+    assert stats["cpu:1"].idle[gp.IDLE_NO_TRIAL] == pytest.approx(5.0)
 
 
 def test_idle_causes_are_clipped_to_a_window():
@@ -706,3 +758,26 @@ def test_busy_time_is_device_time_a_turn_reaching_back_before_its_epoch_is_clipp
     assert min(d.idle.values()) >= 0.0 and d.idle[gp.IDLE_BETWEEN_TURNS] == pytest.approx(0.0)
     assert sum(b.busy_s for b in gp.timeline(activity, 1.0) if b.device == DEV) == pytest.approx(4.0)
     assert d.iterations == 4  # (the iteration itself still counts, where it was reported)
+
+
+def test_wasted_and_compute_seconds_are_device_time_as_busy_time_is():
+    """h117's F2: busy time was clipped to the device's epochs, but wasted seconds and a trial's compute seconds
+    (``Report.trials``) read the unclipped turn: the resumed trial's first iteration [5, 7] (device back at 6),
+    redone after a retry, was 2 s of wasted_s, 50 % of 4 s of compute, and the trial's compute_s (5 s) exceeded the
+    device's busy time (4 s). The spans themselves are clipped to their epoch's start: it is 1 s everywhere."""
+    events = [ev(0.0, "device_start", kind="cpu", slots=1), ev(0.0, "trial_start", "A", attempt=0),
+              ev(0.0, "lane_open", lane=0, capacity=1), ev(0.0, "lane_admit", "A", detail=[0, 1, 1]),
+              ev(4.0, "device_stop"), ev(6.0, "device_start", kind="cpu", slots=1), ev(6.0, "resume", None, None),
+              ev(6.0, "trial_start", "A", attempt=1), ev(6.0, "lane_open", lane=0, capacity=1),
+              ev(6.0, "lane_admit", "A", detail=[0, 1, 1]),
+              ev(7.0, "trial_restart", "A", attempt=2, reason="retry", from_iteration=2),
+              ev(7.0, "trial_start", "A", attempt=2)]
+    results = [res("A", 0, 1, 1.0, 1.0), res("A", 0, 2, 2.0, 1.0), res("A", 1, 3, 7.0, 2.0), res("A", 2, 3, 8.0, 1.0)]
+    activity = gp.build_activity(results, events, finished_at=8.0)
+    d = gp.summarize(activity).devices[0]
+    assert d.busy_s == pytest.approx(4.0) and d.lane_busy_s == pytest.approx(4.0)
+    assert d.wasted_s == pytest.approx(1.0) and d.wasted_fraction == pytest.approx(0.25)
+    assert d.wasted[gp.WASTE_RETRY].seconds == pytest.approx(1.0)
+    redone = next(s for s in activity.spans if s.attempt == 1)
+    assert (redone.start, redone.end) == (6.0, 7.0)
+    assert sum(s.end - s.start for s in activity.spans) == pytest.approx(d.busy_s)  # the trial's compute_s

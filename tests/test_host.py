@@ -15,6 +15,8 @@ from fluidsalus.gpu.allocator import Status
 from fluidsalus.gpu.arena import ArenaOutOfMemoryError
 from fluidsalus.gpu.hints import SHARED_PROCESS_ERRORS
 from fluidsalus.gpu.host import (
+    DRIVER_WAIT_EVENT,
+    DRIVER_WAITS_HELD_S,
     EV_END,
     EV_FATAL,
     EV_LANE,
@@ -1660,3 +1662,39 @@ def test_an_exception_without_a_message_is_named_as_python_prints_it(tmp_path):
     host.submit([_spec(tmp_path, 0)])
     (end,) = [e for e in _drain(host, 1) if e[0] == EV_END]
     assert end[4] == OUT_ERRORED and end[5] == "RuntimeError"
+
+
+def test_a_trials_waits_for_the_driver_go_as_one_event_per_held_spell(tmp_path):
+    """h117's F3: one ``driver_wait`` event per answered call doubled an Optuna study's events (a ``should_prune``
+    per step). The device holds a trial's waits and sends them as one event, ``data["waits"]`` the exact intervals
+    as offsets from its ``ts``, when the first is ``DRIVER_WAITS_HELD_S`` old or the attempt ends (before its end
+    event): six quick calls are one event; calls spread over more than that are more than one, none lost."""
+    def f(config):
+        for i in range(config["x"]):
+            time.sleep(config["gap"])
+            fluidsalus.session.call_driver("should_prune", i)
+
+    asked: dict[str, list[float]] = {"t0": [], "t1": []}
+
+    def answer(e):
+        asked[e[1]].append(e[3])
+        time.sleep(0.01)
+
+    host = DeviceHost(f, _settings(max_lanes=2))
+    quick = _spec(tmp_path, 0, x=6)
+    quick.config["gap"] = 0.0
+    spread = _spec(tmp_path, 1, x=4)
+    spread.config["gap"] = DRIVER_WAITS_HELD_S / 2
+    host.submit([quick, spread])
+    events = _drain_answering(host, 2, answer)
+    host.shutdown(1.0)
+    for trial, most in (("t0", 1), ("t1", 3)):
+        mine = [e for e in events if e[1] == trial]
+        waits = [e for e in mine if e[0] == EV_LANE and e[4] == DRIVER_WAIT_EVENT]
+        assert 1 <= len(waits) <= most and mine.index(waits[-1]) < mine.index(next(e for e in mine if e[0] == EV_END))
+        intervals = [(w[3] + off, w[3] + off + wait) for w in waits for off, wait in w[5]["waits"]]
+        assert len(intervals) == len(asked[trial]) and sum(w[5]["calls"]["should_prune"] for w in waits) == len(
+            intervals)
+        for (start, end), ts in zip(intervals, asked[trial], strict=True):
+            assert start == pytest.approx(ts, abs=2e-6) and end - start >= 0.01 - 1e-3
+    assert len([e for e in events if e[0] == EV_LANE and e[1] == "t1" and e[4] == DRIVER_WAIT_EVENT]) >= 2

@@ -85,11 +85,20 @@ EV_LANE = "lane"  # (EV_LANE, trial_id | None, attempt | None, ts, kind, data): 
 #: result was already sent without one (``TrialSession.attach_checkpoint``)
 EV_CHECKPOINT = "checkpoint"
 
-#: An ``EV_LANE`` kind, stored as an event of that kind: a trial waited for the driver's answer to a call
-#: (``call_driver``: an Optuna trial's ``suggest``/``should_prune``, a verdict on a result) from the event's ``ts``
-#: for ``data["wait_s"]`` seconds (``data["method"]``: the call). Its lane's turn went to a neighbour meanwhile; a
-#: device with none idled, waiting for the driver (``fluidsalus.goodput.IDLE_DRIVER``). One per answered call.
+#: An ``EV_LANE`` kind, stored as an event of that kind: a trial waited for the driver's answer to its calls
+#: (``call_driver``: an Optuna trial's ``suggest``/``should_prune``, a verdict on a result). Its lane's turn went to
+#: a neighbour meanwhile; a device with none idled, waiting for the driver (``fluidsalus.goodput.IDLE_DRIVER``).
+#: The device gathers a trial's waits and sends them as one event (:data:`DRIVER_WAITS_HELD_S`): ``data["waits"]``
+#: is ``[[offset_s, wait_s], ...]``, each wait from ``ts + offset_s`` for ``wait_s`` seconds (to the microsecond),
+#: ``data["wait_s"]`` their sum and ``data["calls"]`` a count per method. (The first version stored one event per
+#: call, with ``data["wait_s"]`` and ``data["method"]``: twice the events of an Optuna study, h117's F3.)
 DRIVER_WAIT_EVENT = "driver_wait"
+#: How long a device holds a trial's waits for the driver before it sends them (as one :data:`DRIVER_WAIT_EVENT`):
+#: when a call is answered, or the driver polls, and the trial's first held wait is this old; and always when the
+#: trial's attempt ends. A live ``inspect`` thus lacks at most the last second of a trial's waits (shown
+#: ``between_turns`` meanwhile), and an actor's death or the run's stop (a Ctrl-C: the driver polls no more) loses
+#: them, as it loses the device's last lane events.
+DRIVER_WAITS_HELD_S = 1.0
 #: An ``EV_LANE`` kind: the trial asked for the checkpoint it resumes from (``TrialSession.resume_checkpoint``), so
 #: a restart from its checkpoint resumes it; the driver keeps it on the trial and stores no event of it.
 LANE_RESUME_READ = "resume_read"
@@ -388,6 +397,8 @@ class DeviceHost:
         self._outbox_ready = threading.Condition(self._lock)
         self._outbox: list[tuple[Any, ...]] = []
         self._outbox_wakes = False  # whether the outbox holds an event the driver should get now (_emit_locked)
+        # (trial_id, attempt) -> its waits for the driver not sent yet: [asked, wait_s, method] (DRIVER_WAITS_HELD_S)
+        self._waits: dict[tuple[str, int], list[tuple[float, float, str]]] = {}
         self._waiting: dict[str, TrialSpec] = {}  # admitted later, in the lane manager's queue order
         self._running: dict[str, _Running] = {}
         self._turns: dict[int, _LaneTurn] = {}
@@ -555,9 +566,11 @@ class DeviceHost:
         answered = time.time()
         with self._lock:
             del self._calls[call_id]
-            if not self._closed:  # the wait, for goodput (a record: it rides with the trial's next event)
-                self._emit_locked((EV_LANE, trial_id, attempt, asked, DRIVER_WAIT_EVENT,
-                                   {"wait_s": answered - asked, "method": method}), wake=False)
+            if not self._closed:  # the wait, for goodput (held, then sent as a record with a later event)
+                held = self._waits.setdefault((trial_id, attempt), [])
+                held.append((asked, answered - asked, method))
+                if answered - held[0][0] >= DRIVER_WAITS_HELD_S:
+                    self._send_waits_locked((trial_id, attempt))
         if slot[2]:
             raise slot[1]
         return slot[1]
@@ -568,8 +581,25 @@ class DeviceHost:
         with self._lock:
             if not self._outbox_wakes and max_wait_s > 0:
                 self._outbox_ready.wait(max_wait_s)
+            if self._waits:
+                old = time.time() - DRIVER_WAITS_HELD_S
+                for key in [k for k, held in self._waits.items() if held[0][0] <= old]:
+                    self._send_waits_locked(key)
             out, self._outbox, self._outbox_wakes = self._outbox, [], False
             return out
+
+    def _send_waits_locked(self, key: tuple[str, int]) -> None:
+        """Queue the held waits for the driver of ``key`` (trial, attempt) as one :data:`DRIVER_WAIT_EVENT`."""
+        held = self._waits.pop(key, None)
+        if not held:
+            return
+        ts = held[0][0]
+        calls: dict[str, int] = {}
+        for _, _, method in held:
+            calls[method] = calls.get(method, 0) + 1
+        self._outbox.append((EV_LANE, key[0], key[1], ts, DRIVER_WAIT_EVENT, {
+            "waits": [[round(asked - ts, 6), round(wait, 6)] for asked, wait, _ in held],
+            "wait_s": sum(wait for _, wait, _ in held), "calls": calls}))  # (a record: wakes no poll)
 
     def load(self) -> tuple[int, int, int]:
         """(computing, resident, queued) trial counts: resident includes trials paused at their budget."""
@@ -941,6 +971,8 @@ class DeviceHost:
                 when the poll's wait ends. A trial that reports and then calls the driver at each step (an
                 Optuna trial's ``report`` and ``should_prune``) thus costs one round trip per step, not two.
         """
+        if event[0] == EV_END and self._waits:  # the attempt's held waits go first
+            self._send_waits_locked((event[1], event[2]))
         self._outbox.append(event)
         if wake:
             self._outbox_wakes = True

@@ -194,9 +194,11 @@ WORKER_END_GRACE_S = 2 * POLL_WAIT_S
 #: Event the driver stores when it was busy for at least :data:`DRIVER_BUSY_MIN_S` asking the searcher for trials
 #: (``next_groups``: a Tune ``Searcher``'s ``suggest``; ``data["what"]`` is ``"searcher"``, ``data["trials"]`` the
 #: new trials it gave) or answering a trial's call (an Optuna sampler's ``suggest``; ``data["what"]`` is the call):
-#: ``ts`` is when it began, ``data["wait_s"]`` how long it took, ``data["more"]`` whether trials were queued or the
-#: searcher had more then. Meanwhile the loop placed nothing: a device without a trial waited for the driver
-#: (``fluidsalus.goodput.IDLE_DRIVER``), if there was more to place. A quicker ask stores nothing.
+#: ``ts`` is when it began, ``data["wait_s"]`` how long it took. Meanwhile the loop placed nothing: a device without
+#: a trial waited for the driver (``fluidsalus.goodput.IDLE_DRIVER``). Stored only when the spell held a placement
+#: back: the ask gave trials, or trials were queued, under ``max_concurrent_trials`` (``data["more"]`` is then
+#: true; stores of 1e74147 also hold spells with ``more`` false, which goodput ignores). A quicker ask stores
+#: nothing.
 DRIVER_BUSY_EVENT = "driver_busy"
 #: Shortest ask of the searcher, or answer to a call, stored as a :data:`DRIVER_BUSY_EVENT` (the loop asks the
 #: searcher at every pass; a random search's draws take microseconds).
@@ -2532,13 +2534,31 @@ class Executor:
 
     def _note_busy(self, began: float, took: float, what: str, trials: int | None = None) -> None:
         """Store a :data:`DRIVER_BUSY_EVENT`: the loop did ``what`` for ``took`` seconds from ``began`` (an ask of
-        the searcher that gave ``trials`` new trials, or a call); ``more``: trials were left to place then (those
-        it gave, queued ones, or more from the searcher)."""
-        more = bool(trials) or bool(self.pending) or not self.searcher.is_finished()
-        data: dict[str, Any] = {"wait_s": took, "what": what, "more": more}
+        the searcher that gave ``trials`` new trials, or a call), if it held a placement back (:meth:`_could_place`:
+        a trial it gave, or a queued one, with a free place under the concurrency limit). A spell with nothing to
+        place is not stored: a searcher that answers "not now" at every pass of the loop (a Tune ``Searcher``'s
+        ``None``), the end of an ASHA sweep whose last trials run, a run at its ``max_concurrent_trials``."""
+        if not self._could_place(bool(trials)):
+            return
+        data: dict[str, Any] = {"wait_s": took, "what": what, "more": True}
         if trials is not None:
             data["trials"] = trials
         self.store.add_events([(began, DRIVER_BUSY_EVENT, None, None, data)])
+
+    def _could_place(self, given: bool = False) -> bool:
+        """Whether a trial could have been placed: the searcher ``given`` new trials, or trials are queued, and
+        fewer trials compute than ``max_concurrent_trials`` (counted as :meth:`_prefetch` does). Whether the search
+        is over (``searcher.is_finished()``) is not it: ASHA's, PBT's and HyperBand's stay unfinished while their
+        last trials run, with nothing left to place."""
+        if not given and not self.pending:
+            return False
+        limit = self.settings.max_concurrent_trials
+        if limit is None:
+            return True
+        computing = sum(1 for d in self._devices for tid in d.assigned
+                        if self.trials[tid].status != PAUSED and self.trials[tid].placed_on
+                        and self.trials[tid].placed_on[0] == d.spec.index)
+        return computing < limit
 
     def _retain_checkpoints(self, trial: Trial) -> None:
         """Keep the trial's ``num_to_keep`` best checkpoints (by score, else the newest) and always its latest."""
