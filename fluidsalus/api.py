@@ -15,6 +15,7 @@ import contextlib
 import contextvars
 import datetime
 import logging
+import numbers
 import os
 import shutil
 import socket
@@ -138,6 +139,8 @@ def run(
     trial_dirname: Callable[[str, Mapping[str, Any]], str] | None = None,
     trial_name: Callable[[str], str | None] | None = None,
     result_extras: Callable[[int, Mapping[str, Any]], Mapping[str, Any]] | None = None,
+    call_offload: Callable[[str, str, tuple[Any, ...]], Callable[[], Any] | None] | None = None,
+    call_threads: int = 0,
 ) -> ResultGrid:
     """Run a hyperparameter sweep of ``trainable`` on the cluster's devices.
 
@@ -238,6 +241,15 @@ def run(
         result_extras: ``f(seq, config) -> dict``: keys added to every result of the trial created ``seq``-th
             (from 0) with ``config``, before it is stored (front ends use it for their own keys, such as Ray
             Tune's ``experiment_tag``). None (the default): none.
+        call_offload: ``f(trial_id, name, args) -> answer_fn | None``, asked on the driver's loop for each call
+            from a trial when ``call_threads`` allows more than one thread: a function ``answer_fn()`` that the run
+            calls on one of its call threads, and whose return value (or exception) is the call's answer, while
+            the loop goes on serving the other devices; or None to answer with ``call_handler`` on the loop, as
+            always. For a front end's slow calls (``fluidsalus.optuna``: the sampler's). The front end keeps
+            what else it does for the calling trial until ``answer_fn`` returns; the answer goes to the trial as
+            soon as the loop sees it. None (the default): every call on the loop.
+        call_threads: The most calls answered at once on call threads (``call_offload``): one per device up to
+            this; with fewer than two (one device, or 0 or 1 here) every call is answered on the loop.
 
     Returns:
         A :class:`ResultGrid` of every trial.
@@ -259,9 +271,12 @@ def run(
     for field_name, value, form in (("trial_dirname", trial_dirname, "f(trial_id, config) -> str"),
                                     ("trial_name", trial_name, "f(trial_id) -> str | None"),
                                     ("result_extras", result_extras, "f(seq, config) -> dict"),
-                                    ("call_handler", call_handler, "f(trial_id, name, args) -> answer")):
+                                    ("call_handler", call_handler, "f(trial_id, name, args) -> answer"),
+                                    ("call_offload", call_offload, "f(trial_id, name, args) -> answer_fn | None")):
         if value is not None and not callable(value):
             raise ConfigError(f"{field_name} must be None or a callable {form} (got {type(value).__name__})")
+    if not isinstance(call_threads, numbers.Integral) or isinstance(call_threads, bool) or call_threads < 0:
+        raise ConfigError(f"call_threads must be a number of threads >= 0 (got {call_threads!r})")
     run_callbacks = _check_callbacks(callbacks)  # (checked before the store is made: a bad one left it RUNNING)
     space = {} if config is None else config
     if spec.num_samples == -1 and spec.time_budget_s is None and not hasattr(stop, "stop_all") \
@@ -422,6 +437,8 @@ def run(
             trial_dirname=trial_dirname,
             trial_name=trial_name,
             result_extras=result_extras,
+            call_offload=call_offload,
+            call_threads=call_threads,
             keep_warm_s=keep_s,
             node_devices=lambda node_id, resources: plan_devices(
                 {node_id: resources}, None, spec.cpus_per_device, spec.cpus_per_trial, spec.task_cpus_per_trial),

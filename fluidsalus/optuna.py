@@ -52,6 +52,7 @@ the engine's failures).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import datetime
@@ -70,7 +71,7 @@ import traceback
 import uuid
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -138,6 +139,23 @@ OUT_RETURNED, OUT_PRUNED, OUT_FAILED = "returned", "pruned", "failed"
 #: has a trial ready for the next free lane, and each start proposes the next one (a loop turn, milliseconds).
 #: More would only sit in queues; the Optuna trial is created when the objective starts, not when proposed.
 PROPOSALS_AHEAD = 1
+#: The calls answered off the driver's loop when the run has two devices or more: those in which the study's sampler
+#: samples (a GPSampler's fit takes 0.3 to 1 s; the loop meanwhile serves the other devices' trials).
+SAMPLER_CALLS = frozenset({M_SUGGEST, M_RELATIVE_PARAMS})
+#: Default of ``optimize(sampler_threads=...)``: at most this many sampler calls are answered at once (one per
+#: device up to this). More threads than the driver's cores gain nothing: a sampler holds the GIL between its
+#: NumPy/PyTorch calls.
+SAMPLER_THREADS_MAX = 4
+#: A sampler call goes to a call thread only while one of the study's last :data:`SAMPLE_TIMES_KEPT` sampler calls
+#: took this long or more: a GPSampler's do (0.3 to 1 s for each trial's first suggest, which fits the model;
+#: its others take a millisecond); a TPE's or random sampler's (0.1 to 10 ms) stay on the loop, where they were:
+#: on a call thread they gained nothing (they hold the GIL) and cost the loop GIL waits (TPE, 400 trials on two
+#: devices: 25.4 s against 22.5 s, docs/benchmarks.md). A run's first sampler calls are answered on the loop, and
+#: timed.
+SAMPLER_THREAD_MIN_S = 0.05
+#: How many of the last sampler calls' times :data:`SAMPLER_THREAD_MIN_S` looks at (two trials' worth of four
+#: parameters: a GPSampler's slow first suggest of each trial stays in view).
+SAMPLE_TIMES_KEPT = 8
 #: Prefix of the TrialGroup ids (one fresh trial per group).
 GROUP_ID_PREFIX = "optuna"
 #: System attribute of each Optuna trial: ``{"experiment": name, "trial_id": id}`` of its fluidsalus trial.
@@ -166,6 +184,8 @@ _REFUSED_RUN_KWARGS = {
     "config": "the objective suggests its parameters through the trial",
     "searcher": "the study's sampler proposes the parameters",
     "call_handler": "optimize answers the trials' calls itself",
+    "call_offload": "optimize answers the trials' calls itself",
+    "call_threads": "use sampler_threads=",
     "num_samples": "use n_trials=",
     "time_budget_s": "use timeout= (running trials then finish, as in Optuna)",
     "stop": "use timeout=, n_trials= or study.stop() in a callback",
@@ -383,6 +403,77 @@ def _caught(caught: list[warnings.WarningMessage]) -> tuple[Warning, ...]:
             message = UserWarning(f"{w.category.__name__}: {w.message}")
         out.append(message)
     return tuple(out)
+
+
+class _WarningRecorder:
+    """Records the warnings the study gives while the driver answers a call, per thread, for one ``optimize``.
+
+    ``warnings.catch_warnings`` swaps the process's warning state (filters, ``showwarning``) and puts it back at its
+    end: two calls answered at once (a sampler call on a call thread, another call on the loop) put back each
+    other's state in the wrong order, and one call's list could stay installed for the rest of the process. This
+    one is installed once, around the run (:meth:`__enter__`), and each call records into its own thread's list
+    (:meth:`recording`); a warning given outside a call (the driver's own, another thread's) goes where it went
+    before. The filters are the script's, as under ``catch_warnings``, and, as there, each call starts with the
+    filters' once-per-place registries cleared, so each trial gets its warnings.
+    """
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._active = False
+        self._showwarning: Any = None
+        self._showwarnmsg_impl: Any = None
+
+    def __enter__(self) -> _WarningRecorder:
+        self._showwarning, self._showwarnmsg_impl = warnings.showwarning, warnings._showwarnmsg_impl  # type: ignore[attr-defined]
+        warnings._showwarnmsg_impl = self._show  # type: ignore[attr-defined]
+        # (the default showwarning makes warnings._showwarnmsg call _showwarnmsg_impl: catch_warnings(record=True)'s
+        # way; a showwarning the script set still gets the warnings given outside the calls, in _show)
+        warnings.showwarning = warnings._showwarning_orig  # type: ignore[attr-defined]
+        self._active = True
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._active = False
+        warnings.showwarning = self._showwarning
+        warnings._showwarnmsg_impl = self._showwarnmsg_impl  # type: ignore[attr-defined]
+
+    def _show(self, message: warnings.WarningMessage) -> None:
+        log = getattr(self._local, "log", None)
+        if log is not None:
+            log.append(message)
+        elif self._showwarning is not warnings._showwarning_orig:  # type: ignore[attr-defined]
+            self._showwarning(message.message, message.category, message.filename, message.lineno, message.file,
+                              message.line)
+        else:
+            self._showwarnmsg_impl(message)
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[list[warnings.WarningMessage]]:
+        """The warnings this thread gives inside the block (``catch_warnings(record=True)`` when not installed:
+        the driver's calls answered without ``optimize``, in tests)."""
+        if not self._active:
+            with warnings.catch_warnings(record=True) as caught:
+                yield caught
+            return
+        log: list[warnings.WarningMessage] = []
+        self._local.log = log
+        _filters_mutated()
+        try:
+            yield log
+        finally:
+            self._local.log = None
+
+
+def _filters_mutated() -> None:
+    """Clear the registries of warnings shown once per place, as ``catch_warnings`` does on entry."""
+    mutated = getattr(warnings, "_filters_mutated", None)
+    if mutated is not None:
+        mutated()
+        return
+    held, lock = getattr(warnings, "_filters_mutated_lock_held", None), getattr(warnings, "_lock", None)
+    if held is not None and lock is not None:  # (the name in newer Pythons, under the module's lock)
+        with lock:
+            held()
 
 
 def _warn_again(warned: Sequence[Warning]) -> None:
@@ -842,6 +933,13 @@ class _Live:
     failing: tuple[_PackedError, bool] | None = None  # an out-of-memory error being retried, and if caught
     told: bool = False
     state: str | None = None  # the state the study was told (a TrialState name), once told
+    # Held while the driver does anything for the trial: a sampler call answered on another thread holds it from the
+    # loop's hand-over to its answer, so nothing else of the trial (its end, a report) is handled meanwhile.
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    # The study's trials as the sampler saw them at the trial's first sampler call off the loop (Optuna keeps this
+    # list per thread, from ask() to tell(), ``Study._thread_local.cached_all_trials``; a call thread serves many
+    # trials, so each trial's list is kept here and put back on the thread for its next call).
+    cached_trials: list[FrozenTrial] | None = None
 
 
 def _infeasibility(values: list[Any] | None, n_objectives: int) -> str | None:
@@ -932,11 +1030,16 @@ class _Choices:
     def __init__(self, study: optuna.Study) -> None:
         self._study = study
         self._known: dict[str, list[tuple[Any, ...]]] | None = None
+        self._lock = threading.Lock()  # (suggests of two trials may be answered at once, on call threads)
 
     def canonical(self, name: str, choices: tuple[Any, ...]) -> tuple[Any, ...]:
         """``choices`` as the study first had them for ``name`` (``choices`` itself when new or plain values)."""
         if all(isinstance(c, _PLAIN_CHOICES) for c in choices):
             return choices
+        with self._lock:
+            return self._canonical(name, choices)
+
+    def _canonical(self, name: str, choices: tuple[Any, ...]) -> tuple[Any, ...]:
         if self._known is None:
             self._known = {}
             for trial in self._study.get_trials(deepcopy=False):
@@ -957,7 +1060,9 @@ class _StudyDriver(BaseSearcher):
 
     It proposes one empty fluidsalus trial at a time (:data:`PROPOSALS_AHEAD` ahead of the starts), creates the
     Optuna trial when the objective starts, answers the trial's calls, tells the outcome, logs and runs the
-    callbacks. Every method runs in the driver's thread (the executor's loop).
+    callbacks. Every method runs in the driver's thread (the executor's loop), but the sampler calls
+    (:data:`SAMPLER_CALLS`) that the executor answers on its call threads (:meth:`offload_call`): each started
+    trial's lock (``_Live.lock``) keeps whatever else the driver does for that trial until the answer is made.
 
     Args:
         study: The study to optimise.
@@ -980,6 +1085,10 @@ class _StudyDriver(BaseSearcher):
         self._unstarted: set[str] = set()
         self._errors: dict[str, str] = {}  # why a trial errored on its device (on_trial_error), until its end
         self._choices = _Choices(study)
+        self.warnings = _WarningRecorder()  # installed by optimize around the run
+        # how long the last sampler calls took (SAMPLER_THREAD_MIN_S), wherever answered
+        self._sample_times: collections.deque[float] = collections.deque(maxlen=SAMPLE_TIMES_KEPT)
+        self._sample_times_lock = threading.Lock()
         self._proposed_unadded = 0
         self._stop_sent: set[str] = set()
         self._group_seq = 0
@@ -1058,6 +1167,10 @@ class _StudyDriver(BaseSearcher):
     def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
         """A fluidsalus trial ended; one whose objective never told its outcome is told ``FAIL`` here, with the
         reason the engine gave (``on_trial_error``)."""
+        with self._held(trial_id):
+            self._on_trial_complete(trial_id, error)
+
+    def _on_trial_complete(self, trial_id: str, error: bool) -> None:
         self._unstarted.discard(trial_id)
         text = self._errors.pop(trial_id, None)
         why = (f": {text.strip()}" if text and text.strip()
@@ -1087,10 +1200,72 @@ class _StudyDriver(BaseSearcher):
 
     def handle_call(self, trial_id: str, method: str, args: tuple[Any, ...]) -> tuple[bool, Any]:
         """``fluidsalus.run``'s call handler: ``(True, pickled answer)`` or ``(False, packed exception)``."""
+        with self._held(trial_id):
+            return self._answer(trial_id, method, args)
+
+    def offload_call(self, trial_id: str, method: str, args: tuple[Any, ...]) -> Callable[[], tuple[bool, Any]] | None:
+        """``fluidsalus.run``'s ``call_offload``: for a sampler call (:data:`SAMPLER_CALLS`) of a started trial, the
+        function that answers it on one of the executor's call threads; None for any other call (answered on the
+        loop by :meth:`handle_call`).
+
+        The trial's lock is taken here, on the loop, and given back once the answer is made: what the loop does
+        next for the trial (its end on its device, a report, a restarted attempt's call) waits for it, as when the
+        loop answered the call itself. The sampler sees the trial's own list of the study's trials, as on Optuna's
+        thread of the trial (see ``_Live.cached_trials``).
+        """
+        if method not in SAMPLER_CALLS or not self._slow_sampler():
+            return None
+        live = self._live.get(trial_id)
+        if live is None or live.told:
+            return None  # (answered on the loop: its error)
+        live.lock.acquire()
+
+        def answer() -> tuple[bool, Any]:
+            local = self.study._thread_local
+            try:
+                local.cached_all_trials = live.cached_trials
+                try:
+                    return self._answer(trial_id, method, args)
+                finally:
+                    if not live.told:
+                        live.cached_trials = local.cached_all_trials
+                    local.cached_all_trials = None  # (kept nowhere else: the trial's tell drops it)
+            finally:
+                live.lock.release()
+
+        return answer
+
+    def _slow_sampler(self) -> bool:
+        """Whether one of the last sampler calls took :data:`SAMPLER_THREAD_MIN_S` or more (0 s before any)."""
+        with self._sample_times_lock:
+            longest = max(self._sample_times, default=0.0)
+        return longest >= SAMPLER_THREAD_MIN_S
+
+    @contextlib.contextmanager
+    def _held(self, trial_id: str) -> Iterator[None]:
+        """Hold the started trial's lock (nothing to hold for a trial not started)."""
+        live = self._live.get(trial_id)
+        if live is None:
+            yield
+            return
+        with live.lock:
+            yield
+
+    def _answer(self, trial_id: str, method: str, args: tuple[Any, ...]) -> tuple[bool, Any]:
+        if method not in SAMPLER_CALLS:
+            return self._answer_recorded(trial_id, method, args)
+        began = time.perf_counter()
+        try:
+            return self._answer_recorded(trial_id, method, args)
+        finally:
+            with self._sample_times_lock:
+                self._sample_times.append(time.perf_counter() - began)
+
+    def _answer_recorded(self, trial_id: str, method: str, args: tuple[Any, ...]) -> tuple[bool, Any]:
         # The warnings the study gives (a step reported twice, a fixed value out of range, ...) belong to the
         # objective, as under study.optimize: they go back with the answer and are given there again. They are
         # caught here under the driver's filters (the script's own), and given there under the device's.
-        with warnings.catch_warnings(record=True) as caught:
+        with self.warnings.recording() as caught:
             try:
                 handler = self._calls.get(method)
                 if handler is None:
@@ -1203,10 +1378,13 @@ class _StudyDriver(BaseSearcher):
         Optuna's warning or error."""
         mark, live = result.get(KEY_REPORT), self._live.get(trial_id)
         step = result.get(KEY_STEP)
-        if mark is None or live is None or live.told or step in live.steps:
+        if mark is None or live is None:
             return Decision.CONTINUE
-        with contextlib.suppress(Exception):
-            self._tell_report(trial_id, float(result[KEY_INTERMEDIATE]), int(step), tuple(mark))
+        with live.lock:
+            if live.told or step in live.steps:
+                return Decision.CONTINUE
+            with contextlib.suppress(Exception):
+                self._tell_report(trial_id, float(result[KEY_INTERMEDIATE]), int(step), tuple(mark))
         return Decision.CONTINUE
 
     def _on_should_prune(self, trial_id: str) -> bool:
@@ -1282,6 +1460,7 @@ class _StudyDriver(BaseSearcher):
             The trial's final state name, or None when telling failed (that error then ends the optimisation).
         """
         live.told = True
+        live.cached_trials = None
         live.heartbeat.join()
         trial, study = live.trial, self.study
         problem = _infeasibility(values, len(study.directions)) if outcome == OUT_RETURNED else None
@@ -1341,13 +1520,15 @@ class _StudyDriver(BaseSearcher):
 
     def fail_unfinished(self, reason: BaseException) -> None:
         """Tell ``FAIL`` for every started trial not told yet (the run ended under them: Ctrl-C, an engine error)."""
-        for live in self._live.values():
-            if not live.told:
-                self._tell(live, OUT_FAILED, error=reason, message=repr(reason), interrupted=True)
+        for live in list(self._live.values()):
+            with live.lock:  # (a sampler call still answered on a call thread ends first)
+                if not live.told:
+                    self._tell(live, OUT_FAILED, error=reason, message=repr(reason), interrupted=True)
 
     def close(self) -> None:
         """Stop the heartbeats of trials that are still running (only after an interrupted run)."""
-        for live in self._live.values():
+        # (no lock: the last step, also after a second Ctrl-C, which may leave a sampler call on a call thread)
+        for live in list(self._live.values()):
             if not live.told:
                 live.heartbeat.join()
                 live.told = True
@@ -1420,6 +1601,7 @@ def optimize(
     callbacks: Iterable[Callable[[optuna.Study, FrozenTrial], None]] | None = None,
     gc_after_trial: bool = False,
     show_progress_bar: bool = False,
+    sampler_threads: int | None = None,
     **run_kwargs: Any,
 ) -> None:
     """Optimise ``study`` like ``study.optimize(objective, ...)``, with the objective on fluidsalus's lanes.
@@ -1447,6 +1629,12 @@ def optimize(
         gc_after_trial: Run ``gc.collect()`` in the device process after each trial.
         show_progress_bar: Show fluidsalus's own progress and summary (``verbose=1``) instead of nothing; an
             explicit ``verbose=`` wins.
+        sampler_threads: With two devices or more and a slow sampler (one of its last calls took
+            :data:`SAMPLER_THREAD_MIN_S`, 50 ms, or more, as ``GPSampler`` 's do), the trials' sampler calls
+            (``trial.suggest_*``, ``relative_params``) are answered on up to this many threads of the driver, one
+            per device, while the driver's loop goes on serving the other devices: the sampler then holds up only
+            the trial that asked. None: :data:`SAMPLER_THREADS_MAX`; 1: every call on the loop, one at a time.
+            With one device every call is answered on the loop.
         **run_kwargs: Options of :func:`fluidsalus.run` passed on: ``name``, ``storage_path``, ``devices``,
             ``cpus_per_device``, ``cpus_per_trial``, ``gpu_per_trial``, ``max_concurrent_trials``,
             ``max_failures``, ``lane_policy``, ``quantum_ms``, ``verbose``. The default name is
@@ -1493,6 +1681,13 @@ def optimize(
     callback_list = list(callbacks or [])
     if not all(callable(c) for c in callback_list):
         raise ConfigTypeError("callbacks: every callback must be a function f(study, frozen_trial)")
+    if sampler_threads is None:
+        sampler_threads = SAMPLER_THREADS_MAX
+    elif not isinstance(sampler_threads, numbers.Integral) or isinstance(sampler_threads, bool):
+        raise ConfigTypeError(f"sampler_threads: must be a number of threads (an int) or None, got {sampler_threads!r}")
+    elif sampler_threads < 1:
+        raise ConfigError(f"sampler_threads: must be >= 1 (1: every call answered on the driver's loop), got "
+                          f"{sampler_threads}")
     _check_run_kwargs(run_kwargs)
     if study._thread_local.in_optimize_loop:
         raise RuntimeError("Nested invocation of `Study.optimize` method isn't allowed (the study is already being "
@@ -1508,8 +1703,9 @@ def optimize(
     study._stop_flag = False
     study._thread_local.in_optimize_loop = True  # study.stop() works in callbacks; ask() knows it is optimize
     try:
-        grid = run(runner, searcher=driver, call_handler=driver.handle_call, name=name, verbose=verbose,
-                   **run_kwargs)
+        with driver.warnings:
+            grid = run(runner, searcher=driver, call_handler=driver.handle_call, call_offload=driver.offload_call,
+                       call_threads=int(sampler_threads), name=name, verbose=verbose, **run_kwargs)
     except BaseException as e:
         # As Optuna's _run_trial, which fails a trial on an Exception or a KeyboardInterrupt only: a SystemExit (Ray's
         # SIGTERM handler raises one, a preemption's signal) leaves the running trials RUNNING, for a heartbeat

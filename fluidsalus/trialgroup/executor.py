@@ -49,6 +49,7 @@ import math
 import numbers
 import os
 import pickle
+import queue
 import re
 import shutil
 import sys
@@ -56,6 +57,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,6 +205,11 @@ DRIVER_BUSY_EVENT = "driver_busy"
 #: Shortest ask of the searcher, or answer to a call, stored as a :data:`DRIVER_BUSY_EVENT` (the loop asks the
 #: searcher at every pass; a random search's draws take microseconds).
 DRIVER_BUSY_MIN_S = 0.001
+#: While calls are answered on the run's call threads (``ExecutorSettings.call_offload``), the loop waits for its
+#: devices in slices of this long, and sends the answers made meanwhile between them: an answer reaches its trial
+#: at most this late (a sampler call so answered takes 0.01 to 1 s), and the loop wakes 500 times a second at
+#: most, only while such calls are out.
+CALL_ANSWER_CHECK_S = 0.002
 #: Shortest iteration the planner is told about. A shorter one measures the report path (building the result,
 #: the lane hand-over, GIL hand-offs between the device's trial threads), not the trial's compute: a report
 #: costs ~0.01 ms alone but its 95th percentile is 1 to 4 ms on a busy 2-core machine (``report_ms_p95`` of
@@ -255,6 +262,12 @@ class ExecutorSettings:
     checkpoint_score_order: str = "max"
     #: Answers ``fluidsalus.session.call_driver(method, *args)`` from trials: ``handler(trial_id, method, args)``.
     call_handler: Callable[[str, str, tuple[Any, ...]], Any] | None = None
+    #: ``f(trial_id, method, args) -> answer_fn | None``, asked on the loop for each call when the run may use call
+    #: threads (``call_threads``): ``answer_fn()`` answers it on one of them, while the loop goes on; None: answered
+    #: on the loop by ``call_handler`` (:meth:`Executor._answer_call`).
+    call_offload: Callable[[str, str, tuple[Any, ...]], Callable[[], Any] | None] | None = None
+    #: The most call threads: one per device up to this; fewer than two: every call is answered on the loop.
+    call_threads: int = 0
     verbose: int = 1
     callbacks: list[Callback] = field(default_factory=list)
     #: ``(min_workers, max_workers)``: devices a trial may run on, data-parallel. None reads what the trainable
@@ -584,6 +597,11 @@ class Executor:
         self._lenient_metric = os.environ.get(LENIENT_METRIC_ENV, "0").strip() == "1"
         self.pending = PendingQueue(self.planner.book, searcher.time_attr, searcher.turn_key if self._turns else None)
         self._devices: list[_Device] = []
+        # Calls answered on call threads (settings.call_offload): the pool (made at the first), the answers the loop
+        # has not sent yet (device, its actor then, call id, value, is_error), and how many calls are still out
+        self._call_pool: ThreadPoolExecutor | None = None
+        self._answers: queue.SimpleQueue[tuple[_Device, Any, Any, Any, bool]] = queue.SimpleQueue()
+        self._calls_out = 0
         self._lost: dict[str, _Device] = {}  # devices whose actor is gone and could not be started again, by name
         self._parked: set[int] = set()  # ids of the devices parked warm at the run's end (_stop_devices)
         self._next_node_check = 0.0
@@ -718,7 +736,10 @@ class Executor:
         finally:
             _THREAD_RUNS.devices = outer
             try:
-                self._progress.close()
+                try:
+                    self._end_calls()
+                finally:
+                    self._progress.close()
             finally:
                 self._stop_devices(keep_warm=ended)
 
@@ -1112,6 +1133,7 @@ class Executor:
                     raise trial_error(self._first_error or "a trial failed (fail_fast='raise')", self._first_error_text,
                                       self._first_error_pickle)
                 return
+            self._send_answers()  # (made on call threads since the last pass: they go with the polls)
             refs = []
             for device in self._devices:
                 if device.alive and device.poll_ref is None:
@@ -1127,7 +1149,7 @@ class Executor:
             if not refs:  # no device is up: the run waits for one of those starting, as long as a run's start does
                 timeout = max(0.0, max(d.launched for d in starting.values()) + ACTOR_START_TIMEOUT_S - time.time())
             refs.extend(starting)
-            ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+            ready = self._wait_for_devices(refs, timeout)
             if not ready:
                 raise _not_started([d.spec for d in starting.values()],
                                    "no device is up, and the device actors still starting")
@@ -2520,6 +2542,16 @@ class Executor:
     def _answer_call(self, device: _Device, event: tuple[Any, ...]) -> None:
         trial_id, call_id, method, args = event[1], event[4], event[5], event[6]
         handler = self.settings.call_handler
+        offload = self.settings.call_offload
+        if handler is not None and offload is not None and self._call_threads() > 1:
+            try:
+                work = offload(trial_id, str(method), tuple(args))
+            except Exception as e:  # noqa: BLE001 - raised in the calling trial, as the handler's own errors
+                self._send(device, "answer", call_id, e, True)
+                return
+            if work is not None:
+                self._start_call(device, call_id, work)
+                return
         began = time.time()
         try:
             if handler is None:
@@ -2531,6 +2563,69 @@ class Executor:
         if took >= DRIVER_BUSY_MIN_S:  # (an Optuna sampler's suggest: no trial is placed meanwhile)
             self._note_busy(began, took, str(method))
         self._send(device, "answer", call_id, value, is_error)
+
+    def _call_threads(self) -> int:
+        """How many call threads the run may use (one per device, up to ``settings.call_threads``)."""
+        return min(self.settings.call_threads, len(self._devices))
+
+    def _start_call(self, device: _Device, call_id: Any, work: Callable[[], Any]) -> None:
+        """Answer a call on a call thread: ``work()``'s value (or exception) goes back to the loop
+        (:attr:`_answers`), which sends it (:meth:`_send_answers`). No ``driver_busy`` event: the loop is not held up
+        meanwhile (the calling trial's wait is its own ``driver_wait``)."""
+        if self._call_pool is None:
+            self._call_pool = ThreadPoolExecutor(max_workers=self._call_threads(), thread_name_prefix="fluidsalus-call")
+        actor = device.actor
+
+        def answer() -> None:
+            try:
+                value, is_error = work(), False
+            except BaseException as e:  # noqa: BLE001 - raised in the calling trial, as the handler's own errors
+                value, is_error = e, True
+            self._answers.put((device, actor, call_id, value, is_error))
+
+        self._call_pool.submit(answer)
+        self._calls_out += 1
+
+    def _send_answers(self) -> None:
+        """Send the answers made on call threads since the last look. One to a device's actor that has died since
+        is dropped (a replacement numbers its calls anew; the trial's new attempt asks again)."""
+        while True:
+            try:
+                device, actor, call_id, value, is_error = self._answers.get_nowait()
+            except queue.Empty:
+                return
+            self._calls_out -= 1
+            if device.actor is actor:
+                self._send(device, "answer", call_id, value, is_error)
+
+    def _wait_for_devices(self, refs: list[Any], timeout: float | None) -> list[Any]:
+        """``ray.wait`` for the first of ``refs`` (``timeout``: None waits for ever); while calls are out on call
+        threads, in slices of :data:`CALL_ANSWER_CHECK_S`, sending each answer between them (every live device
+        has a poll out here: the answer goes to its actor at once)."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while self._calls_out:
+            left = CALL_ANSWER_CHECK_S if end is None else min(CALL_ANSWER_CHECK_S, max(0.0, end - time.monotonic()))
+            ready, _ = ray.wait(refs, num_returns=1, timeout=left)
+            self._send_answers()
+            if ready or (end is not None and time.monotonic() >= end):
+                return ready
+        ready, _ = ray.wait(refs, num_returns=1, timeout=None if end is None else max(0.0, end - time.monotonic()))
+        return ready
+
+    def _end_calls(self) -> None:
+        """At the run's end (a normal one has none out), wait for the calls still answered on call threads, so
+        that no thread is left working on the front end's state after the run (a sampler call takes a second at
+        most): their answers are moot (the devices stop, answering their waiting trials themselves)."""
+        pool, self._call_pool = self._call_pool, None
+        if pool is None:
+            return
+        pool.shutdown(wait=True)
+        while True:
+            try:
+                self._answers.get_nowait()
+            except queue.Empty:
+                break
+        self._calls_out = 0
 
     def _note_busy(self, began: float, took: float, what: str, trials: int | None = None) -> None:
         """Store a :data:`DRIVER_BUSY_EVENT`: the loop did ``what`` for ``took`` seconds from ``began`` (an ask of
