@@ -6,7 +6,9 @@ that proposes empty fluidsalus trials and a call handler that owns the real stud
 
 The objective gets a :class:`DeviceTrial`, which has ``optuna.Trial``'s API. Each of its calls goes to the
 real ``optuna.Trial`` on the driver through :func:`fluidsalus.session.call_driver` (one round trip; a
-parameter already suggested with the same distribution is answered from a local copy, as Optuna does), so the
+parameter already suggested with the same distribution is answered from a local copy, as Optuna does; a report,
+and on an in-memory study a user attribute, goes with the next call; ``should_prune`` where Optuna's answer is
+False whatever the study holds is answered on the device: :meth:`DeviceTrial._local_should_prune`), so the
 study's sampler, pruner and storage (in-memory, RDB/SQLite, JournalStorage, ...) see exactly what
 ``study.optimize`` would show them, define-by-run included, and the study shows up in optuna-dashboard like
 any other.
@@ -109,6 +111,11 @@ try:  # Optuna's own heartbeat helpers (what study.optimize uses for RDBStorage(
 except ImportError as exc:  # pragma: no cover - present in every supported Optuna (>=4,<6)
     raise ImportError(f"fluidsalus.optuna needs optuna>=4,<6 (optuna.storages._heartbeat: {exc})") from exc
 
+try:  # the warm-up/interval rule of PercentilePruner (and MedianPruner), to answer its sure False on the device
+    from optuna.pruners._percentile import _is_first_in_interval_step
+except ImportError:  # pragma: no cover - then every should_prune of those pruners asks the driver
+    _is_first_in_interval_step = None
+
 __all__ = ["DeviceStorage", "DeviceStudy", "DeviceTraceback", "DeviceTrial", "optimize"]
 
 #: Prefix of the driver calls this front end makes (``fluidsalus.session.call_driver``).
@@ -127,10 +134,16 @@ M_SYSTEM_ATTRS = CALL_PREFIX + "system_attrs"
 M_SET_SYSTEM_ATTR = CALL_PREFIX + "set_system_attr"
 #: What the study's sampler drew jointly for the trial (``optuna.Trial.relative_params``).
 M_RELATIVE_PARAMS = CALL_PREFIX + "relative_params"
-#: Reports held back by ``DeviceTrial.report``, then another call: ``(reports, method, args)``.
+#: Reports (and, on an in-memory study, user attributes) held back by ``DeviceTrial.report`` and
+#: ``DeviceTrial.set_user_attr``, then another call: ``(held, method, args)``.
 M_AFTER_REPORTS = CALL_PREFIX + "after_reports"
 #: Nothing but the held reports it carries: a trial leaving its objective early (stopped) tells them.
 M_FLUSH = CALL_PREFIX + "flush"
+
+#: ``_TrialSnapshot.prune_rule``: the study's pruner answers ``should_prune`` with False whatever the study holds
+#: (``NopPruner``), or at the steps its warm-up and interval rule skip (``MedianPruner``/``PercentilePruner``:
+#: ``(PRUNE_WARMUP, n_warmup_steps, interval_steps)``). The device then answers those calls itself.
+PRUNE_NEVER, PRUNE_WARMUP = "never", "warmup"
 
 #: How the objective ended (sent with ``M_FINISH``).
 OUT_RETURNED, OUT_PRUNED, OUT_FAILED = "returned", "pruned", "failed"
@@ -333,20 +346,37 @@ class _TrialSnapshot:
     directions: list[optuna.study.StudyDirection]
     trial_id: int  # the Optuna trial's id in the study's storage (``optuna.Trial._trial_id``)
     start: int  # how many times the objective started on this trial (1, or more after the engine restarted it)
+    #: When the device may answer ``should_prune`` itself (:func:`_prune_rule`; None: never, it asks the driver).
+    prune_rule: tuple[Any, ...] | None = None
+    #: The study's storage is Optuna's ``InMemoryStorage``, whose writes to a running trial cannot fail: a
+    #: report or a user attribute may then wait for the trial's next call to the driver (see
+    #: :meth:`DeviceTrial.should_prune`); other storages (RDB, journal) can fail a write, which must raise at
+    #: the call Optuna raises it at, so there the device waits.
+    writes_cannot_fail: bool = False
 
 
 #: One intermediate value on its way to the study: ``(value, step, (start, seq))`` (see :data:`KEY_REPORT`).
 _Report = tuple[float, int, tuple[int, int]]
 
-#: Intermediate values the objective reported that the driver has not been told yet, per trial (its session: any
-#: thread of the trial may report, and the next call from any of them carries them, as one Optuna study would
-#: see them; per thread, the reports of a thread that ended without a call of its own were never told).
-_held: weakref.WeakKeyDictionary[session.TrialSession, list[_Report]] = weakref.WeakKeyDictionary()
+
+@dataclass(frozen=True)
+class _HeldAttr:
+    """A user attribute on its way to an in-memory study: ``(key, value)`` pickled when the objective set it (a
+    value changed afterwards is stored as it was then, as Optuna's storage got it then)."""
+
+    blob: bytes
+
+
+#: Intermediate values (and user attributes) the objective gave that the driver has not been told yet, per
+#: trial, in the order given (its session: any thread of the trial may report, and the next call from any of
+#: them carries them, as one Optuna study would see them; per thread, the reports of a thread that ended
+#: without a call of its own were never told).
+_held: weakref.WeakKeyDictionary[session.TrialSession, list[_Report | _HeldAttr]] = weakref.WeakKeyDictionary()
 _held_lock = threading.Lock()
 
 
-def _hold_report(report: _Report) -> None:
-    """Keep a report for the trial's next driver call, which carries it (see :func:`_call`)."""
+def _hold_report(report: _Report | _HeldAttr) -> None:
+    """Keep a report (or user attribute) for the trial's next driver call, which carries it (see :func:`_call`)."""
     trial = session.current_session()
     if trial is None:  # outside a trial: the call below fails there, as every call does
         _call(M_FLUSH)
@@ -355,7 +385,32 @@ def _hold_report(report: _Report) -> None:
         _held.setdefault(trial, []).append(report)
 
 
-def _take_held() -> list[_Report] | None:
+def _in_live_trial() -> bool:
+    """Whether the calling thread belongs to a trial that has not ended: only there may a call be answered (or
+    held) without the driver; elsewhere it goes to :func:`_call`, which raises as it always did."""
+    trial = session.current_session()
+    return trial is not None and not trial.ended
+
+
+def _holds() -> bool:
+    """Whether the calling thread's trial holds reports or attributes that the driver has not been told."""
+    trial = session.current_session()
+    if trial is None:
+        return False
+    with _held_lock:
+        return bool(_held.get(trial))
+
+
+def _pickled_args(method: str, args: tuple[Any, ...]) -> bytes:
+    """``args`` pickled for the driver; a value that does not pickle fails here, in the objective (TypeError)."""
+    try:
+        return cloudpickle.dumps(args)
+    except Exception as e:  # noqa: BLE001 - any object may fail to pickle, in any way
+        raise TypeError(f"cannot send the arguments of {method.removeprefix(CALL_PREFIX)}() to the driver, where "
+                        f"the study lives: they do not pickle ({type(e).__name__}: {e})") from e
+
+
+def _take_held() -> list[_Report | _HeldAttr] | None:
     """The reports held for the calling thread's trial, which the caller now carries (None: none)."""
     trial = session.current_session()
     if trial is None:
@@ -367,21 +422,19 @@ def _take_held() -> list[_Report] | None:
 def _call(method: str, *args: Any) -> Any:
     """Call the driver's handler from the trial's thread and return its answer, or raise its exception.
 
-    Reports held back by :meth:`DeviceTrial.report` travel with the call and reach the study first, in order:
-    ``report`` then ``should_prune`` (the usual pair, once per step) costs one round trip to the driver, not
-    two, and nothing can read the study between them in a different order than in Optuna.
+    Reports held back by :meth:`DeviceTrial.report` (and user attributes held by
+    :meth:`DeviceTrial.set_user_attr`) travel with the call and reach the study first, in order: ``report`` then
+    ``should_prune`` (the usual pair, once per step) costs one round trip to the driver, not two, and nothing can
+    read the study between them in a different order than in Optuna.
 
     The arguments travel pickled, so a value that cannot be pickled fails here, in the objective, as a
-    TypeError, not in the engine.
+    TypeError naming the call, not in the engine; what is held stays held then, for the next call (before, the
+    held reports went with the failed call and were lost unless their result reached the driver).
     """
+    blob = _pickled_args(method, args)
     reports = _take_held()
-    if reports:
-        method, args = M_AFTER_REPORTS, (reports, method, args)
-    try:
-        blob = cloudpickle.dumps(args)
-    except Exception as e:  # noqa: BLE001 - any object may fail to pickle, in any way
-        raise TypeError(f"cannot send the arguments of {method.removeprefix(CALL_PREFIX)}() to the driver, where "
-                        f"the study lives: they do not pickle ({type(e).__name__}: {e})") from e
+    if reports:  # (the call's own arguments stay a pickle inside: the driver loads them after the reports)
+        method, blob = M_AFTER_REPORTS, cloudpickle.dumps((reports, method, blob))
     ok, payload = session.call_driver(method, blob)
     if ok:
         answer, warned = cloudpickle.loads(payload)
@@ -622,10 +675,12 @@ class DeviceTrial(BaseTrial):
 
     Every call is one round trip to the driver, where the real ``optuna.Trial`` lives, except a parameter
     already suggested with the same distribution (answered from the local copy, as Optuna answers it from its
-    cache) and the read-only properties. Any thread of the objective may call it: a thread the objective
-    starts belongs to its trial, and the values it reports reach the study with the trial's next call, from
-    whichever thread (before, reports were held per thread, and those of a thread that ended without a call of
-    its own never reached the study).
+    cache), the read-only properties, ``report`` (its value goes with the next call), ``should_prune`` where
+    Optuna's answer cannot depend on the study (:meth:`_local_should_prune`) and, on an in-memory study,
+    ``set_user_attr`` (with the next call: :meth:`set_user_attr`). Any thread of the objective may call it: a
+    thread the objective starts belongs to its trial, and the values it reports reach the study with the
+    trial's next call, from whichever thread (before, reports were held per thread, and those of a thread that
+    ended without a call of its own never reached the study).
 
     Args:
         snapshot: The started Optuna trial, as the driver sent it.
@@ -646,6 +701,8 @@ class DeviceTrial(BaseTrial):
         self.storage = DeviceStorage(snapshot.trial_id)
         self.study._storage = self.storage
         self._relative_params: dict[str, Any] | None = None  # fetched on first use, then kept (as Optuna keeps it)
+        self._prune_rule = snapshot.prune_rule
+        self._writes_cannot_fail = snapshot.writes_cannot_fail
 
     # ---------------------------------------------------------------- suggestions
 
@@ -698,8 +755,9 @@ class DeviceTrial(BaseTrial):
     def report(self, value: float, step: int) -> None:
         """Record an intermediate value in the study (``optuna.Trial.report``); also a lane boundary.
 
-        The value reaches the study with the trial's next call to the driver (``should_prune``, a
-        ``suggest_*``, a study read, or the trial's end), before that call, so the study sees the same order
+        The value reaches the study with the trial's next call to the driver (``should_prune`` unless the
+        device answers it, :meth:`_local_should_prune`; a ``suggest_*``, a study read, or the trial's end),
+        before that call, so the study sees the same order
         of events as under ``study.optimize``, with one round trip fewer per step; or sooner, when the result
         reaches the driver first (within ``POLL_WAIT_S``). Optuna's checks of the arguments are made here, where
         the objective called ``report``, and so is its warning for a step this attempt reported already (the
@@ -739,14 +797,73 @@ class DeviceTrial(BaseTrial):
         session.report_deferred(result)
 
     def should_prune(self) -> bool:
-        """Ask the study's pruner about this trial (``optuna.Trial.should_prune``)."""
+        """Ask the study's pruner about this trial (``optuna.Trial.should_prune``).
+
+        One round trip to the driver, except where Optuna's answer is False whatever the study holds: the
+        study's pruner is ``NopPruner``, or a ``MedianPruner``/``PercentilePruner`` at a step its warm-up
+        (``n_warmup_steps``) or ``interval_steps`` skips. The device answers those itself (see
+        :meth:`_local_should_prune` for why that is Optuna's answer), and the held reports go with the trial's
+        next call instead.
+        """
+        answer = self._local_should_prune()
+        if answer is not None:
+            return answer
         return bool(_call(M_SHOULD_PRUNE))
+
+    def _local_should_prune(self) -> bool | None:
+        """Optuna's answer to ``should_prune`` when it can be had without the study, or None (ask the driver).
+
+        Optuna 5's ``Trial.should_prune`` checks the study's directions, then returns
+        ``study.pruner.prune(study, trial)`` with the trial's own cached copy (it reads nothing of the trial
+        from the storage). ``NopPruner.prune`` returns False and reads nothing. ``PercentilePruner.prune``
+        (``MedianPruner`` is one) returns False, whatever the other trials hold, when the trial's last step is
+        below ``n_warmup_steps`` or is not the first step of its interval (its only read, the study's completed
+        trials, decides between other ways of returning False before those checks). The trial's steps are the
+        ones it reported (this attempt's and an earlier one's, as the snapshot said), so the answer here is the
+        one the driver would give. The pruner is the one the study had when this attempt started (a callback
+        that replaces ``study.pruner`` acts on the trials that start after it, as with ``n_jobs=1``).
+
+        Not waiting for the driver must not move an error either: the reports (and user attributes) this trial
+        holds for the driver are told with its next call, so where a write can fail (an RDB or journal
+        storage) the call still goes to the driver whenever something is held, and the storage's error is
+        raised here as before. An in-memory storage does not fail a running trial's write. A step reported
+        twice is warned of by ``report`` itself, on the device.
+        """
+        rule = self._prune_rule
+        if rule is None or not _in_live_trial() or (not self._writes_cannot_fail and _holds()):
+            return None
+        if len(self.study.directions) > 1:  # (first, as Optuna checks it; the same exception and message)
+            raise NotImplementedError("Trial.should_prune is not supported for multi-objective optimization.")
+        if rule[0] == PRUNE_NEVER:
+            return False
+        _, n_warmup_steps, interval_steps = rule
+        try:
+            steps = self._earlier_steps.union(self._steps)
+        except RuntimeError:  # another thread of the trial reported meanwhile ("changed size"): ask the driver
+            return None
+        if not steps:
+            return False
+        step = max(steps)
+        if step < n_warmup_steps or not _is_first_in_interval_step(step, steps, n_warmup_steps, interval_steps):
+            return False
+        return None
 
     # ---------------------------------------------------------------- attributes
 
     def set_user_attr(self, key: str, value: Any) -> None:
-        """Set a user attribute of the trial (``optuna.Trial.set_user_attr``)."""
-        _call(M_SET_USER_ATTR, key, value)
+        """Set a user attribute of the trial (``optuna.Trial.set_user_attr``).
+
+        On a study in Optuna's ``InMemoryStorage`` the attribute goes to the driver with the trial's next call
+        (a ``should_prune``, a read of the study, its end), before that call, and this returns at once: that
+        storage does not fail a running trial's write and reads nothing else of it, so the study ends with the
+        same attributes, and anything that reads it through the trial's own calls (``trial.study.trials``) sees
+        them there, as in Optuna. Other storages can fail the write: there it is one round trip, and their error
+        is raised here, as in Optuna. A value that does not pickle raises TypeError here in both cases.
+        """
+        if self._writes_cannot_fail and _in_live_trial():
+            _hold_report(_HeldAttr(_pickled_args(M_SET_USER_ATTR, (key, value))))
+        else:
+            _call(M_SET_USER_ATTR, key, value)
         self._user_attrs[key] = value
 
     def set_constraint(self, key: str, value: float) -> None:
@@ -1000,6 +1117,28 @@ def _log_failed(number: int, params: Mapping[str, Any], message: str, shown: Any
 
 #: Categorical choices that equal their copies (Optuna's "None, bool, int, float and str").
 _PLAIN_CHOICES = (type(None), bool, int, float, str)
+
+
+def _prune_rule(study: optuna.Study) -> tuple[Any, ...] | None:
+    """When the device may answer ``should_prune`` without the study (:meth:`DeviceTrial._local_should_prune`).
+
+    Only Optuna's own classes (a subclass may prune otherwise). ``NopPruner`` reads nothing: on any storage.
+    ``PercentilePruner`` reads the study's completed trials first, which an in-memory storage cannot fail: on that
+    storage only (elsewhere the read may raise, and must, at the call).
+    """
+    pruner = study.pruner
+    if type(pruner) is optuna.pruners.NopPruner:
+        return (PRUNE_NEVER,)
+    if (type(pruner) in (optuna.pruners.MedianPruner, optuna.pruners.PercentilePruner)
+            and _is_first_in_interval_step is not None and _writes_cannot_fail(study)):
+        return (PRUNE_WARMUP, pruner._n_warmup_steps, pruner._interval_steps)
+    return None
+
+
+def _writes_cannot_fail(study: optuna.Study) -> bool:
+    """Whether the study's storage is Optuna's ``InMemoryStorage``: it does not fail a running trial's write
+    (``report``, ``set_user_attr``) or a read, so these need not be waited for (see ``_TrialSnapshot``)."""
+    return type(study._storage) is optuna.storages.InMemoryStorage
 
 
 def _same_choice(a: Any, b: Any) -> bool:
@@ -1288,7 +1427,7 @@ class _StudyDriver(BaseSearcher):
             number=trial.number, datetime_start=trial.datetime_start, params=trial.params,
             distributions=trial.distributions, user_attrs=trial.user_attrs, steps=frozenset(live.steps),
             study_name=self.study.study_name, directions=list(self.study.directions), trial_id=trial._trial_id,
-            start=live.starts,
+            start=live.starts, prune_rule=_prune_rule(self.study), writes_cannot_fail=_writes_cannot_fail(self.study),
         )
 
     def started_trials(self) -> dict[str, int]:
@@ -1364,12 +1503,17 @@ class _StudyDriver(BaseSearcher):
         live.reported.add(mark)
         live.steps.add(step)
 
-    def _on_after_reports(self, trial_id: str, reports: list[_Report], method: str, args: tuple[Any, ...]) -> Any:
-        """Tell the study the reports a trial held back, in order, then answer the call they came with."""
+    def _on_after_reports(self, trial_id: str, held: list[_Report | _HeldAttr], method: str, blob: bytes) -> Any:
+        """Tell the study the reports (and user attributes) a trial held back, in order, then answer the call they
+        came with (its arguments, pickled)."""
         self._trial(trial_id)  # (raises for a trial that has no running Optuna trial)
-        for value, step, mark in reports:
-            self._tell_report(trial_id, value, step, tuple(mark))
-        return self._calls[method](trial_id, *args)
+        for item in held:
+            if isinstance(item, _HeldAttr):
+                self._on_set_user_attr(trial_id, *cloudpickle.loads(item.blob))
+            else:
+                value, step, mark = item
+                self._tell_report(trial_id, value, step, tuple(mark))
+        return self._calls[method](trial_id, *cloudpickle.loads(blob))
 
     def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
         """A report of a new step that the driver gets before the call that carries it is told to the study now:

@@ -250,7 +250,12 @@ def test_failed_and_pruned_trials_end_errored_and_stopped_in_the_experiment_reco
     assert [(r.status, r.stop_reason) for r in rows] == [
         {TrialState.COMPLETE: ("TERMINATED", "completed"), TrialState.PRUNED: ("TERMINATED", "stopped"),
          TrialState.FAIL: ("ERROR", "errored")}[state] for state in states]
-    assert report.stopped == 2 and all(r.attempt == 0 for r in rows)  # no FAIL ran again
+    assert report.stopped == 2
+    # no FAIL ran again: no restart but the planner's move of a queued trial before it started ("withdrawn", timing:
+    # it came in about one run in six once the trials' calls got fewer)
+    store = ExperimentStore.open(str(tmp_path / "fluidsalus" / "scenario"), readonly=True)
+    assert {e.data["reason"] for e in store.events("trial_restart") if e.data} <= {"withdrawn"}
+    assert all(r.attempt == 0 for r in rows if r.trial_id not in {e.trial_id for e in store.events("trial_restart")})
     errors = [e["error"] for e in report.errors]
     assert errors[0] == "ValueError: boom" and errors[1].startswith(
         "ValueError: Optuna failed trial 2: the objective returned None")
@@ -1008,6 +1013,140 @@ def test_each_report_travels_with_the_next_call(tmp_path, monkeypatch):
         x = t.params["x"]
         assert t.intermediate_values == {0: x, 1: x + 1, 2: x + 2, 10: x + 10}
     assert calls.count(fo.M_AFTER_REPORTS) == 2 * 4  # three should_prune calls and the end carry the reports
+
+
+def _count_driver_calls(monkeypatch: Any) -> list[tuple[str, str]]:
+    """Record each call a trial makes to the driver: ``(method, inner)``, the inner method of a call that carries
+    held reports (``M_AFTER_REPORTS``), else ``""``."""
+    import cloudpickle
+
+    calls: list[tuple[str, str]] = []
+    handle = fo._StudyDriver.handle_call
+
+    def counting(self, trial_id, method, args):
+        inner = cloudpickle.loads(args[0])[1] if method == fo.M_AFTER_REPORTS else ""
+        calls.append((method, inner))
+        return handle(self, trial_id, method, args)
+
+    monkeypatch.setattr(fo._StudyDriver, "handle_call", counting)
+    return calls
+
+
+def _steps_with_attrs(trial: optuna.Trial) -> float:
+    x = trial.suggest_float("x", 0.0, 1.0)
+    trial.set_user_attr("first", [x])
+    assert trial.user_attrs["first"] == [x]  # (read from the trial's own copy, as Optuna's cache answers it)
+    for step in range(6):
+        trial.report(x + step, step)
+        trial.set_user_attr(f"at{step}", step)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+    return x
+
+
+def _run_both(study_of: Any, objective: Any, tmp_path: Any, n_trials: int) -> tuple[optuna.Study, optuna.Study]:
+    """The same seeded study run by Optuna (one thread) and by fluidsalus (one trial at a time)."""
+    ours, theirs = study_of(), study_of()
+    theirs.optimize(objective, n_trials=n_trials)
+    _optimize(ours, objective, tmp_path, n_trials=n_trials, max_concurrent_trials=1)
+    return ours, theirs
+
+
+def _contents(study: optuna.Study) -> list[tuple[Any, ...]]:
+    return [(t.number, t.state, t.values, t.params, t.intermediate_values, t.user_attrs,
+             {k: v for k, v in t.system_attrs.items() if k != fo.SYSTEM_ATTR}) for t in study.trials]
+
+
+@pytest.mark.parametrize("pruner", ["nop", "median_warmup", "percentile_interval"])
+def test_pruner_answers_and_user_attributes_that_need_no_driver_cost_no_round_trip(tmp_path, monkeypatch, pruner):
+    """``should_prune`` under a NopPruner, or at a step a MedianPruner's warm-up skips, is False whatever the study
+    holds: the device answers it. On an in-memory study ``set_user_attr`` goes with the next call. Before, each was
+    one round trip (a NopPruner objective of 6 steps with user attributes: 15 calls a trial, now 3); the study
+    ends with the same contents as Optuna's own run of the same seeded study."""
+    calls = _count_driver_calls(monkeypatch)
+
+    def study_of() -> optuna.Study:
+        if pruner == "nop":
+            chosen: optuna.pruners.BasePruner = optuna.pruners.NopPruner()
+        elif pruner == "median_warmup":
+            chosen = optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=4)
+        else:
+            chosen = optuna.pruners.PercentilePruner(40.0, n_startup_trials=2, n_warmup_steps=1, interval_steps=2)
+        return optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3), pruner=chosen)
+
+    ours, theirs = _run_both(study_of, _steps_with_attrs, tmp_path, n_trials=6)
+    assert _contents(ours) == _contents(theirs)
+    per_method = [m if not inner else inner for m, inner in calls]
+    assert per_method.count(fo.M_START) == 6 and per_method.count(fo.M_SUGGEST) == 6
+    assert fo.M_SET_USER_ATTR not in per_method  # every attribute went with a later call
+    asked = per_method.count(fo.M_SHOULD_PRUNE)
+    if pruner == "nop":
+        assert asked == 0 and len(calls) == 3 * 6  # start, suggest, finish (carrying 6 reports and 7 attributes)
+    elif pruner == "median_warmup":  # from step 4 (the warm-up's end) to the trial's last step only
+        assert asked == sum(max(t.intermediate_values) - 3 for t in ours.trials)
+    else:  # the first step of each interval after the warm-up: 1, 3 and 5
+        assert asked == sum(sum(s <= max(t.intermediate_values) for s in (1, 3, 5)) for t in ours.trials)
+
+
+def _asks_a_multi_objective_pruner(trial: Any) -> tuple[float, float]:
+    try:
+        trial.should_prune()
+    except NotImplementedError as e:
+        trial.set_user_attr("refused", str(e))
+    return 0.0, 1.0
+
+
+def test_should_prune_in_a_multi_objective_study_is_refused_on_the_device_as_optuna_refuses_it(tmp_path):
+    def study_of() -> optuna.Study:
+        return optuna.create_study(directions=["minimize", "maximize"], pruner=optuna.pruners.NopPruner())
+
+    ours, theirs = _run_both(study_of, _asks_a_multi_objective_pruner, tmp_path, n_trials=1)
+    assert _contents(ours) == _contents(theirs)
+    assert "multi-objective" in ours.trials[0].user_attrs["refused"]
+
+
+def _sets_an_attribute_json_refuses(trial: Any) -> float:
+    trial.report(1.0, 0)
+    try:
+        trial.set_user_attr("bad", {1, 2})  # pickles, but an RDB storage stores JSON: Optuna raises at the call
+    except TypeError as e:
+        trial.set_user_attr("refused", type(e).__name__)
+    trial.report(2.0, 1)
+    trial.should_prune()  # a report is held (its write could fail): asked, carrying it
+    trial.should_prune()  # nothing held: NopPruner's answer reads nothing, given on the device
+    return 1.0
+
+
+def test_a_storage_that_can_fail_a_write_still_raises_it_at_the_call(tmp_path, monkeypatch):
+    """Only an in-memory study's writes wait for the next call: an RDB storage refuses a user attribute at
+    ``set_user_attr``, as in Optuna, and ``should_prune`` (NopPruner) still goes to the driver while a report is
+    held there (its write could fail)."""
+    calls = _count_driver_calls(monkeypatch)
+
+    def study_of() -> optuna.Study:
+        url = f"sqlite:///{tmp_path}/s{len(os.listdir(tmp_path))}.db"
+        return optuna.create_study(storage=url, pruner=optuna.pruners.NopPruner())
+
+    ours, theirs = _run_both(study_of, _sets_an_attribute_json_refuses, tmp_path, n_trials=1)
+    assert _contents(ours) == _contents(theirs)
+    assert ours.trials[0].user_attrs == {"refused": "TypeError"}
+    assert calls == [(fo.M_START, ""), (fo.M_AFTER_REPORTS, fo.M_SET_USER_ATTR), (fo.M_SET_USER_ATTR, ""),
+                     (fo.M_AFTER_REPORTS, fo.M_SHOULD_PRUNE), (fo.M_FINISH, "")]
+
+
+def _report_then_unpicklable_call(trial: Any) -> float:
+    trial.report(1.5, 0)
+    with pytest.raises(TypeError, match=r"arguments of study\(\)"):
+        trial.study.set_user_attr("lock", threading.Lock())
+    return 1.0
+
+
+def test_a_call_whose_arguments_do_not_pickle_keeps_the_held_reports(tmp_path):
+    """The held report went with the call that failed to pickle (and the error named after_reports()): lost."""
+    study = optuna.create_study()
+    _optimize(study, _report_then_unpicklable_call, tmp_path, n_trials=1)
+    (trial,) = study.trials
+    assert trial.state == TrialState.COMPLETE and trial.intermediate_values == {0: 1.5}
 
 
 #: How long the objective below waits for the study to show its report (the test fails if it never does).
