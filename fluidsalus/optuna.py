@@ -1131,7 +1131,9 @@ def _prune_rule(study: optuna.Study) -> tuple[Any, ...] | None:
         return (PRUNE_NEVER,)
     if (type(pruner) in (optuna.pruners.MedianPruner, optuna.pruners.PercentilePruner)
             and _is_first_in_interval_step is not None and _writes_cannot_fail(study)):
-        return (PRUNE_WARMUP, pruner._n_warmup_steps, pruner._interval_steps)
+        warmup, interval = getattr(pruner, "_n_warmup_steps", None), getattr(pruner, "_interval_steps", None)
+        if isinstance(warmup, int) and isinstance(interval, int):  # (Optuna's private names: else ask the driver)
+            return (PRUNE_WARMUP, warmup, interval)
     return None
 
 
