@@ -6,8 +6,8 @@ that proposes empty fluidsalus trials and a call handler that owns the real stud
 
 The objective gets a :class:`DeviceTrial`, which has ``optuna.Trial``'s API. Each of its calls goes to the
 real ``optuna.Trial`` on the driver through :func:`fluidsalus.session.call_driver` (one round trip; a
-parameter already suggested with the same distribution is answered from a local copy, as Optuna does; a report,
-and on an in-memory study a user attribute, goes with the next call; ``should_prune`` where Optuna's answer is
+parameter already suggested with the same distribution is answered from a local copy, as Optuna does; a report
+goes with the next call; ``should_prune`` where Optuna's answer is
 False whatever the study holds is answered on the device: :meth:`DeviceTrial._local_should_prune`), so the
 study's sampler, pruner and storage (in-memory, RDB/SQLite, JournalStorage, ...) see exactly what
 ``study.optimize`` would show them, define-by-run included, and the study shows up in optuna-dashboard like
@@ -134,11 +134,16 @@ M_SYSTEM_ATTRS = CALL_PREFIX + "system_attrs"
 M_SET_SYSTEM_ATTR = CALL_PREFIX + "set_system_attr"
 #: What the study's sampler drew jointly for the trial (``optuna.Trial.relative_params``).
 M_RELATIVE_PARAMS = CALL_PREFIX + "relative_params"
-#: Reports (and, on an in-memory study, user attributes) held back by ``DeviceTrial.report`` and
-#: ``DeviceTrial.set_user_attr``, then another call: ``(held, method, args)``.
+#: Reports held back by ``DeviceTrial.report``, then another call: ``(reports, method, pickled args)``.
 M_AFTER_REPORTS = CALL_PREFIX + "after_reports"
-#: Nothing but the held reports it carries: a trial leaving its objective early (stopped) tells them.
+#: Nothing but the held reports it carries: a trial leaving its objective early (stopped) tells them, and so does one
+#: that holds :data:`HELD_REPORTS_MAX`.
 M_FLUSH = CALL_PREFIX + "flush"
+#: The most reports a trial holds for its next driver call: one more is sent at once with the others (one round trip
+#: per this many steps of a trial whose ``should_prune`` the device answers). Without it such a trial carried all its
+#: reports in its last call, which held the driver's loop, and every other device's trial, for 32-34 s at 100,000
+#: steps (a review's measurement); Optuna's own steps then cost about 0.1 ms each, a round trip here about 3 ms.
+HELD_REPORTS_MAX = 100
 
 #: ``_TrialSnapshot.prune_rule``: the study's pruner answers ``should_prune`` with False whatever the study holds
 #: (``NopPruner``), or at the steps its warm-up and interval rule skip (``MedianPruner``/``PercentilePruner``:
@@ -348,10 +353,10 @@ class _TrialSnapshot:
     start: int  # how many times the objective started on this trial (1, or more after the engine restarted it)
     #: When the device may answer ``should_prune`` itself (:func:`_prune_rule`; None: never, it asks the driver).
     prune_rule: tuple[Any, ...] | None = None
-    #: The study's storage is Optuna's ``InMemoryStorage``, whose writes to a running trial cannot fail: a
-    #: report or a user attribute may then wait for the trial's next call to the driver (see
-    #: :meth:`DeviceTrial.should_prune`); other storages (RDB, journal) can fail a write, which must raise at
-    #: the call Optuna raises it at, so there the device waits.
+    #: The study's storage is Optuna's ``InMemoryStorage``, whose writes of a running trial's reports cannot
+    #: fail: a report may then wait for the trial's next call to the driver (see :meth:`DeviceTrial.should_prune`);
+    #: other storages (RDB, journal) can fail a write, which must raise at the call Optuna raises it at, so there
+    #: the device asks the driver whenever a report is held.
     writes_cannot_fail: bool = False
 
 
@@ -359,30 +364,26 @@ class _TrialSnapshot:
 _Report = tuple[float, int, tuple[int, int]]
 
 
-@dataclass(frozen=True)
-class _HeldAttr:
-    """A user attribute on its way to an in-memory study: ``(key, value)`` pickled when the objective set it (a
-    value changed afterwards is stored as it was then, as Optuna's storage got it then)."""
-
-    blob: bytes
-
-
-#: Intermediate values (and user attributes) the objective gave that the driver has not been told yet, per
+#: Intermediate values the objective gave that the driver has not been told yet, per
 #: trial, in the order given (its session: any thread of the trial may report, and the next call from any of
 #: them carries them, as one Optuna study would see them; per thread, the reports of a thread that ended
 #: without a call of its own were never told).
-_held: weakref.WeakKeyDictionary[session.TrialSession, list[_Report | _HeldAttr]] = weakref.WeakKeyDictionary()
+_held: weakref.WeakKeyDictionary[session.TrialSession, list[_Report]] = weakref.WeakKeyDictionary()
 _held_lock = threading.Lock()
 
 
-def _hold_report(report: _Report | _HeldAttr) -> None:
-    """Keep a report (or user attribute) for the trial's next driver call, which carries it (see :func:`_call`)."""
+def _hold_report(report: _Report) -> None:
+    """Keep a report for the trial's next driver call, which carries it (see :func:`_call`)."""
     trial = session.current_session()
     if trial is None:  # outside a trial: the call below fails there, as every call does
         _call(M_FLUSH)
         return
     with _held_lock:
-        _held.setdefault(trial, []).append(report)
+        held = _held.setdefault(trial, [])
+        held.append(report)
+        full = len(held) >= HELD_REPORTS_MAX
+    if full:  # (they go now: a long trial whose should_prune the device answers made one call at its end carry all)
+        _call(M_FLUSH)
 
 
 def _in_live_trial() -> bool:
@@ -410,7 +411,7 @@ def _pickled_args(method: str, args: tuple[Any, ...]) -> bytes:
                         f"the study lives: they do not pickle ({type(e).__name__}: {e})") from e
 
 
-def _take_held() -> list[_Report | _HeldAttr] | None:
+def _take_held() -> list[_Report] | None:
     """The reports held for the calling thread's trial, which the caller now carries (None: none)."""
     trial = session.current_session()
     if trial is None:
@@ -422,10 +423,9 @@ def _take_held() -> list[_Report | _HeldAttr] | None:
 def _call(method: str, *args: Any) -> Any:
     """Call the driver's handler from the trial's thread and return its answer, or raise its exception.
 
-    Reports held back by :meth:`DeviceTrial.report` (and user attributes held by
-    :meth:`DeviceTrial.set_user_attr`) travel with the call and reach the study first, in order: ``report`` then
-    ``should_prune`` (the usual pair, once per step) costs one round trip to the driver, not two, and nothing can
-    read the study between them in a different order than in Optuna.
+    Reports held back by :meth:`DeviceTrial.report` travel with the call and reach the study first, in order:
+    ``report`` then ``should_prune`` (the usual pair, once per step) costs one round trip to the driver, not two,
+    and nothing can read the study between them in a different order than in Optuna.
 
     The arguments travel pickled, so a value that cannot be pickled fails here, in the objective, as a
     TypeError naming the call, not in the engine; what is held stays held then, for the next call (before, the
@@ -820,10 +820,10 @@ class DeviceTrial(BaseTrial):
         below ``n_warmup_steps`` or is not the first step of its interval (its only read, the study's completed
         trials, decides between other ways of returning False before those checks). The trial's steps are the
         ones it reported (this attempt's and an earlier one's, as the snapshot said), so the answer here is the
-        one the driver would give. The pruner is the one the study had when this attempt started (a callback
-        that replaces ``study.pruner`` acts on the trials that start after it, as with ``n_jobs=1``).
+        one the driver would give. The pruner is the one the study had when this attempt started: a callback that
+        replaces ``study.pruner`` reaches this trial only at its calls that go to the driver (docs/migrating.md).
 
-        Not waiting for the driver must not move an error either: the reports (and user attributes) this trial
+        Not waiting for the driver must not move an error either: the reports this trial
         holds for the driver are told with its next call, so where a write can fail (an RDB or journal
         storage) the call still goes to the driver whenever something is held, and the storage's error is
         raised here as before. An in-memory storage does not fail a running trial's write. A step reported
@@ -851,19 +851,11 @@ class DeviceTrial(BaseTrial):
     # ---------------------------------------------------------------- attributes
 
     def set_user_attr(self, key: str, value: Any) -> None:
-        """Set a user attribute of the trial (``optuna.Trial.set_user_attr``).
-
-        On a study in Optuna's ``InMemoryStorage`` the attribute goes to the driver with the trial's next call
-        (a ``should_prune``, a read of the study, its end), before that call, and this returns at once: that
-        storage does not fail a running trial's write and reads nothing else of it, so the study ends with the
-        same attributes, and anything that reads it through the trial's own calls (``trial.study.trials``) sees
-        them there, as in Optuna. Other storages can fail the write: there it is one round trip, and their error
-        is raised here, as in Optuna. A value that does not pickle raises TypeError here in both cases.
-        """
-        if self._writes_cannot_fail and _in_live_trial():
-            _hold_report(_HeldAttr(_pickled_args(M_SET_USER_ATTR, (key, value))))
-        else:
-            _call(M_SET_USER_ATTR, key, value)
+        """Set a user attribute of the trial (``optuna.Trial.set_user_attr``): one round trip, so the study shows it
+        at once (optuna-dashboard, another thread's or trial's read) and a key or value the study refuses raises
+        here, as in Optuna. (Held for the next call, as reports are, a refused one failed a later call, and a
+        Ctrl-C lost the running trials' attributes: a review of f46935a.)"""
+        _call(M_SET_USER_ATTR, key, value)
         self._user_attrs[key] = value
 
     def set_constraint(self, key: str, value: float) -> None:
@@ -1139,7 +1131,7 @@ def _prune_rule(study: optuna.Study) -> tuple[Any, ...] | None:
 
 def _writes_cannot_fail(study: optuna.Study) -> bool:
     """Whether the study's storage is Optuna's ``InMemoryStorage``: it does not fail a running trial's write
-    (``report``, ``set_user_attr``) or a read, so these need not be waited for (see ``_TrialSnapshot``)."""
+    (``report``) or a read, so these need not be waited for (see ``_TrialSnapshot``)."""
     return type(study._storage) is optuna.storages.InMemoryStorage
 
 
@@ -1505,16 +1497,12 @@ class _StudyDriver(BaseSearcher):
         live.reported.add(mark)
         live.steps.add(step)
 
-    def _on_after_reports(self, trial_id: str, held: list[_Report | _HeldAttr], method: str, blob: bytes) -> Any:
-        """Tell the study the reports (and user attributes) a trial held back, in order, then answer the call they
-        came with (its arguments, pickled)."""
+    def _on_after_reports(self, trial_id: str, held: list[_Report], method: str, blob: bytes) -> Any:
+        """Tell the study the reports a trial held back, in order, then answer the call they came with (its
+        arguments, pickled)."""
         self._trial(trial_id)  # (raises for a trial that has no running Optuna trial)
-        for item in held:
-            if isinstance(item, _HeldAttr):
-                self._on_set_user_attr(trial_id, *cloudpickle.loads(item.blob))
-            else:
-                value, step, mark = item
-                self._tell_report(trial_id, value, step, tuple(mark))
+        for value, step, mark in held:
+            self._tell_report(trial_id, value, step, tuple(mark))
         return self._calls[method](trial_id, *cloudpickle.loads(blob))
 
     def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:

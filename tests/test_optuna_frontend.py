@@ -1060,9 +1060,9 @@ def _contents(study: optuna.Study) -> list[tuple[Any, ...]]:
 @pytest.mark.parametrize("pruner", ["nop", "median_warmup", "percentile_interval"])
 def test_pruner_answers_and_user_attributes_that_need_no_driver_cost_no_round_trip(tmp_path, monkeypatch, pruner):
     """``should_prune`` under a NopPruner, or at a step a MedianPruner's warm-up skips, is False whatever the study
-    holds: the device answers it. On an in-memory study ``set_user_attr`` goes with the next call. Before, each was
-    one round trip (a NopPruner objective of 6 steps with user attributes: 15 calls a trial, now 3); the study
-    ends with the same contents as Optuna's own run of the same seeded study."""
+    holds: the device answers it. Before, each was one round trip; ``set_user_attr`` stays one (so the study shows
+    it at once and a refused one raises at the call); the study ends with the same contents as Optuna's own run of
+    the same seeded study."""
     calls = _count_driver_calls(monkeypatch)
 
     def study_of() -> optuna.Study:
@@ -1078,14 +1078,59 @@ def test_pruner_answers_and_user_attributes_that_need_no_driver_cost_no_round_tr
     assert _contents(ours) == _contents(theirs)
     per_method = [m if not inner else inner for m, inner in calls]
     assert per_method.count(fo.M_START) == 6 and per_method.count(fo.M_SUGGEST) == 6
-    assert fo.M_SET_USER_ATTR not in per_method  # every attribute went with a later call
+    attrs = sum(len(t.user_attrs) for t in ours.trials)
+    assert per_method.count(fo.M_SET_USER_ATTR) == attrs  # one round trip each, as before
     asked = per_method.count(fo.M_SHOULD_PRUNE)
     if pruner == "nop":
-        assert asked == 0 and len(calls) == 3 * 6  # start, suggest, finish (carrying 6 reports and 7 attributes)
+        assert asked == 0 and len(calls) == 3 * 6 + attrs  # start, suggest, finish, and the attributes
     elif pruner == "median_warmup":  # from step 4 (the warm-up's end) to the trial's last step only
         assert asked == sum(max(t.intermediate_values) - 3 for t in ours.trials)
     else:  # the first step of each interval after the warm-up: 1, 3 and 5
         assert asked == sum(sum(s <= max(t.intermediate_values) for s in (1, 3, 5)) for t in ours.trials)
+
+
+def _long_and_never_pruned(trial: Any) -> float:
+    x = trial.suggest_float("x", 0.0, 1.0)
+    for step in range(2 * fo.HELD_REPORTS_MAX + 50):
+        trial.report(x + step, step)
+        assert not trial.should_prune()  # (a NopPruner: the device answers)
+    return x
+
+
+def test_a_trial_that_never_asks_the_driver_sends_its_reports_every_so_many(tmp_path, monkeypatch):
+    """Under a NopPruner no step asks the driver, and a trial carried every report in its last call (100,000 steps
+    held the driver's loop, and every other device, for 32 s); it now sends them every ``HELD_REPORTS_MAX``, and the
+    study gets every value, as Optuna's own run."""
+    calls = _count_driver_calls(monkeypatch)
+
+    def study_of() -> optuna.Study:
+        return optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=5), pruner=optuna.pruners.NopPruner())
+
+    ours, theirs = _run_both(study_of, _long_and_never_pruned, tmp_path, n_trials=2)
+    assert _contents(ours) == _contents(theirs)
+    assert [m for m, _ in calls].count(fo.M_AFTER_REPORTS) >= 2 * 2  # (the flushes, and the finish carrying the rest)
+    assert sum(1 for m, inner in calls if inner == fo.M_FLUSH) == 2 * 2
+
+
+def _refused_attribute_caught(trial: Any) -> float:
+    x = trial.suggest_float("x", 0.0, 1.0)
+    try:
+        trial.set_user_attr(["unhashable"], 1)  # type: ignore[arg-type]
+    except TypeError:
+        trial.set_user_attr("refused", True)
+    trial.report(x, 0)
+    return x
+
+
+def test_a_user_attribute_the_study_refuses_raises_at_its_call_as_in_optuna(tmp_path):
+    """An attribute held for the trial's next call (a first version of fewer round trips) was refused only there:
+    the objective's ``except`` around ``set_user_attr`` saw nothing, and the trial FAILed at its end."""
+    def study_of() -> optuna.Study:
+        return optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=2), pruner=optuna.pruners.NopPruner())
+
+    ours, theirs = _run_both(study_of, _refused_attribute_caught, tmp_path, n_trials=2)
+    assert _contents(ours) == _contents(theirs)
+    assert [t.user_attrs for t in ours.trials] == [{"refused": True}] * 2
 
 
 def _asks_a_multi_objective_pruner(trial: Any) -> tuple[float, float]:
