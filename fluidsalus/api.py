@@ -247,7 +247,9 @@ def run(
             the loop goes on serving the other devices; or None to answer with ``call_handler`` on the loop, as
             always. For a front end's slow calls (``fluidsalus.optuna``: the sampler's). The front end keeps
             what else it does for the calling trial until ``answer_fn`` returns; the answer goes to the trial as
-            soon as the loop sees it. None (the default): every call on the loop.
+            soon as the loop sees it; if the run cannot hand it to a thread (a Ctrl-C at that moment), it calls
+            ``answer_fn.cancel()`` when there is one, so the front end lets go of what it kept. None (the
+            default): every call on the loop.
         call_threads: The most calls answered at once on call threads (``call_offload``): one per device up to
             this; with fewer than two (one device, or 0 or 1 here) every call is answered on the loop.
 

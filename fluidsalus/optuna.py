@@ -458,6 +458,16 @@ def _caught(caught: list[warnings.WarningMessage]) -> tuple[Warning, ...]:
     return tuple(out)
 
 
+def _inner_method(method: str, args: tuple[Any, ...]) -> str | None:
+    """The call's own method: the one an ``M_AFTER_REPORTS`` carries (None when its arguments do not load)."""
+    if method != M_AFTER_REPORTS:
+        return method
+    try:
+        return cloudpickle.loads(args[0])[1]
+    except Exception:  # noqa: BLE001 - answered on the loop, which gives the error
+        return None
+
+
 class _WarningRecorder:
     """Records the warnings the study gives while the driver answers a call, per thread, for one ``optimize``.
 
@@ -1346,14 +1356,20 @@ class _StudyDriver(BaseSearcher):
         loop answered the call itself. The sampler sees the trial's own list of the study's trials, as on Optuna's
         thread of the trial (see ``_Live.cached_trials``).
         """
-        if method not in SAMPLER_CALLS or not self._slow_sampler():
+        if method not in SAMPLER_CALLS and method != M_AFTER_REPORTS:
+            return None
+        # (a suggest carrying held reports too: a define-by-run objective's suggest after a report)
+        if not self._slow_sampler() or _inner_method(method, args) not in SAMPLER_CALLS:
             return None
         live = self._live.get(trial_id)
         if live is None or live.told:
             return None  # (answered on the loop: its error)
         live.lock.acquire()
+        claimed = threading.Lock()  # taken by whichever comes first: the call thread, or the executor's cancel
 
         def answer() -> tuple[bool, Any]:
+            if not claimed.acquire(blocking=False):
+                raise RuntimeError("the call was cancelled before it started")  # (its answer is dropped)
             local = self.study._thread_local
             try:
                 local.cached_all_trials = live.cached_trials
@@ -1366,6 +1382,13 @@ class _StudyDriver(BaseSearcher):
             finally:
                 live.lock.release()
 
+        def cancel() -> None:
+            """The executor could not hand the call to a thread (a Ctrl-C, no thread to start): the trial's lock goes
+            back now (it was held for ever, and ``fail_unfinished`` then hung on it)."""
+            if claimed.acquire(blocking=False):
+                live.lock.release()
+
+        answer.cancel = cancel  # type: ignore[attr-defined]
         return answer
 
     def _slow_sampler(self) -> bool:
@@ -1503,7 +1526,14 @@ class _StudyDriver(BaseSearcher):
         self._trial(trial_id)  # (raises for a trial that has no running Optuna trial)
         for value, step, mark in held:
             self._tell_report(trial_id, value, step, tuple(mark))
-        return self._calls[method](trial_id, *cloudpickle.loads(blob))
+        if method not in SAMPLER_CALLS:
+            return self._calls[method](trial_id, *cloudpickle.loads(blob))
+        began = time.perf_counter()  # (timed as a plain sampler call is, in _answer: SAMPLER_THREAD_MIN_S)
+        try:
+            return self._calls[method](trial_id, *cloudpickle.loads(blob))
+        finally:
+            with self._sample_times_lock:
+                self._sample_times.append(time.perf_counter() - began)
 
     def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
         """A report of a new step that the driver gets before the call that carries it is told to the study now:

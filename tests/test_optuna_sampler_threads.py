@@ -382,3 +382,56 @@ def test_only_a_slow_samplers_calls_go_to_call_threads(tmp_path, monkeypatch):
     assert threading.main_thread().name in slow.threads  # (the first call, measured)
     assert any(name.startswith(CALL_THREAD) for name in slow.threads)
     assert not _call_threads()
+
+
+def _slow_once(trial: Any) -> float:
+    time.sleep(0.05)
+    return trial.suggest_float("x", 0, 1)
+
+
+def test_a_ctrl_c_while_a_call_is_handed_to_a_thread_lets_the_trial_go(tmp_path, monkeypatch):
+    """``offload_call`` takes the trial's lock on the loop and the call thread gives it back; a Ctrl-C (or no thread
+    to start) between the two left it taken for ever, and ``optimize`` hung failing that trial (a review's
+    s3_ctrlc_between_acquire_and_submit.py). The executor now cancels the hand-over: the trials FAIL, as in Optuna."""
+    from fluidsalus.trialgroup import executor as ex
+
+    def interrupted(self, device, call_id, work):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ex.Executor, "_start_call", interrupted)
+    study = optuna.create_study()
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            _optimize(study, _slow_once, tmp_path, n_trials=4, devices=2)
+        except BaseException as e:  # noqa: BLE001 - the test looks at it below
+            outcome.append(e)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    runner.join(WAIT_S)
+    assert not runner.is_alive(), "optimize hung on the trial's lock"
+    assert outcome and isinstance(outcome[0], KeyboardInterrupt)
+    assert study.trials and all(t.state == TrialState.FAIL for t in study.trials)
+    assert not _call_threads()
+
+
+def _reports_then_suggests(trial: Any) -> float:
+    total = 0.0
+    for step in range(3):
+        trial.report(total, step)  # (held: the suggest after it carries it to the driver)
+        total += trial.suggest_float(f"p{step}", 0, 1)
+    return total
+
+
+def test_a_suggest_that_carries_held_reports_goes_to_a_call_thread_too(tmp_path):
+    """A define-by-run objective's suggest after a report carries the held report (``M_AFTER_REPORTS``), and was
+    answered on the loop whatever the sampler, and never timed, so a slow sampler was never seen as slow."""
+    sampler = _Recording()
+    study = optuna.create_study(sampler=sampler)
+    _optimize(study, _reports_then_suggests, tmp_path, n_trials=4, devices=2)
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 4
+    assert all(t.intermediate_values == {0: 0.0, 1: t.params["p0"], 2: t.params["p0"] + t.params["p1"]}
+               for t in study.trials)
+    assert sampler.threads and all(name.startswith(CALL_THREAD) for name in sampler.threads)

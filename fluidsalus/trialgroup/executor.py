@@ -2550,7 +2550,13 @@ class Executor:
                 self._send(device, "answer", call_id, e, True)
                 return
             if work is not None:
-                self._start_call(device, call_id, work)
+                try:
+                    self._start_call(device, call_id, work)
+                except BaseException:  # (not handed to a thread: a Ctrl-C here, no thread to start)
+                    cancel = getattr(work, "cancel", None)
+                    if callable(cancel):
+                        cancel()
+                    raise
                 return
         began = time.time()
         try:
