@@ -1407,27 +1407,28 @@ class _StudyDriver(BaseSearcher):
         with live.lock:
             yield
 
-    def _answer(self, trial_id: str, method: str, args: tuple[Any, ...]) -> tuple[bool, Any]:
+    def _dispatch(self, trial_id: str, method: str, args: tuple[Any, ...]) -> Any:
+        """``method``'s handler's answer, a sampler call's timed (:data:`SAMPLER_THREAD_MIN_S`), also one that
+        held reports carry (:meth:`_on_after_reports`)."""
         if method not in SAMPLER_CALLS:
-            return self._answer_recorded(trial_id, method, args)
+            return self._calls[method](trial_id, *args)
         began = time.perf_counter()
         try:
-            return self._answer_recorded(trial_id, method, args)
+            return self._calls[method](trial_id, *args)
         finally:
             with self._sample_times_lock:
                 self._sample_times.append(time.perf_counter() - began)
 
-    def _answer_recorded(self, trial_id: str, method: str, args: tuple[Any, ...]) -> tuple[bool, Any]:
+    def _answer(self, trial_id: str, method: str, args: tuple[Any, ...]) -> tuple[bool, Any]:
         # The warnings the study gives (a step reported twice, a fixed value out of range, ...) belong to the
         # objective, as under study.optimize: they go back with the answer and are given there again. They are
         # caught here under the driver's filters (the script's own), and given there under the device's.
         with self.warnings.recording() as caught:
             try:
-                handler = self._calls.get(method)
-                if handler is None:
+                if method not in self._calls:
                     raise FluidsalusError(f"unknown driver call {method!r} from trial {trial_id}")
                 (blob,) = args
-                answer = handler(trial_id, *cloudpickle.loads(blob))
+                answer = self._dispatch(trial_id, method, cloudpickle.loads(blob))
                 return True, cloudpickle.dumps((answer, _caught(caught)))
             except Exception as e:  # noqa: BLE001 - the exception belongs to the calling objective
                 return False, replace(_PackedError.of(e), warned=_caught(caught))
@@ -1526,14 +1527,7 @@ class _StudyDriver(BaseSearcher):
         self._trial(trial_id)  # (raises for a trial that has no running Optuna trial)
         for value, step, mark in held:
             self._tell_report(trial_id, value, step, tuple(mark))
-        if method not in SAMPLER_CALLS:
-            return self._calls[method](trial_id, *cloudpickle.loads(blob))
-        began = time.perf_counter()  # (timed as a plain sampler call is, in _answer: SAMPLER_THREAD_MIN_S)
-        try:
-            return self._calls[method](trial_id, *cloudpickle.loads(blob))
-        finally:
-            with self._sample_times_lock:
-                self._sample_times.append(time.perf_counter() - began)
+        return self._dispatch(trial_id, method, cloudpickle.loads(blob))
 
     def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
         """A report of a new step that the driver gets before the call that carries it is told to the study now:

@@ -1801,14 +1801,8 @@ class Executor:
                  and not self.trials[tid].devices]
         if not queue:
             return []
-        load: dict[int, int] = {}
-        computing = 0
-        for device in self._devices:
-            for trial_id in device.assigned:
-                trial = self.trials[trial_id]
-                if trial.status != PAUSED and trial.placed_on and trial.placed_on[0] == device.spec.index:
-                    load[device.spec.index] = load.get(device.spec.index, 0) + 1
-                    computing += 1
+        load = self._computing_load()
+        computing = sum(load.values())
         limit = self.settings.max_concurrent_trials
         allowance = None if limit is None else max(0, limit - computing)
         devices = [DeviceLoad(d.spec.index, load.get(d.spec.index, 0), d.spec.slots, d.capacity)
@@ -2648,7 +2642,7 @@ class Executor:
 
     def _could_place(self, given: bool = False) -> bool:
         """Whether a trial could have been placed: the searcher ``given`` new trials, or trials are queued, and
-        fewer trials compute than ``max_concurrent_trials`` (counted as :meth:`_prefetch` does). Whether the search
+        fewer trials compute than ``max_concurrent_trials`` (:meth:`_computing_load`). Whether the search
         is over (``searcher.is_finished()``) is not it: ASHA's, PBT's and HyperBand's stay unfinished while their
         last trials run, with nothing left to place."""
         if not given and not self.pending:
@@ -2656,10 +2650,17 @@ class Executor:
         limit = self.settings.max_concurrent_trials
         if limit is None:
             return True
-        computing = sum(1 for d in self._devices for tid in d.assigned
-                        if self.trials[tid].status != PAUSED and self.trials[tid].placed_on
-                        and self.trials[tid].placed_on[0] == d.spec.index)
-        return computing < limit
+        return sum(self._computing_load().values()) < limit
+
+    def _computing_load(self) -> dict[int, int]:
+        """Per device index, the trials computing there (assigned, not paused, with it as their first device)."""
+        load: dict[int, int] = {}
+        for device in self._devices:
+            for trial_id in device.assigned:
+                trial = self.trials[trial_id]
+                if trial.status != PAUSED and trial.placed_on and trial.placed_on[0] == device.spec.index:
+                    load[device.spec.index] = load.get(device.spec.index, 0) + 1
+        return load
 
     def _retain_checkpoints(self, trial: Trial) -> None:
         """Keep the trial's ``num_to_keep`` best checkpoints (by score, else the newest) and always its latest."""
