@@ -340,13 +340,8 @@ def run(
         try:
             with open_untouched(exp_dir, writable=True) as view:  # (a store it could not write: refused now)
                 experiment = view.experiment()
-                _check_objective(spec, experiment)
-                ran = experiment.get("spec") or {}
-                _check_searcher_kind(searcher, ran.get("searcher"))
-                ran_space = ran.get("space")
-                check_same_run(ran.get("trainable"), trainable_name,
-                               None if ran_space is None else list(ran_space), list(_describe_space(space)),
-                               other_trainable=_OTHER_TRAINABLE, other_space=_OTHER_SPACE)
+                check_resume(experiment, metric=spec.metric, mode=spec.mode, searcher=searcher, space=space,
+                             trainable=trainable_name)
                 _restore(searcher, view)  # its saved state, and what it was told after it (or the refusal)
         except BaseException:
             lock.release(put_back=True)
@@ -484,7 +479,38 @@ def _lock(exp_dir: str) -> DriverLock:
         raise ConfigError(f"resume: {e}") from None
 
 
-def _check_objective(spec: RunSpec, experiment: Mapping[str, Any]) -> None:
+def check_resume(experiment: Mapping[str, Any], *, metric: str | None, mode: str | None,
+                 searcher: BaseSearcher | None, space: Mapping[str, Any] | None, trainable: str | None = None) -> None:
+    """:func:`run`'s refusals of a resume that need neither Ray nor the searcher's saved state: another metric or
+    mode (:func:`_check_objective`), a searcher of another kind, another trainable, or a search space of other
+    keys (:func:`check_same_run`), in that order. :func:`run` makes them on its view of the store; a front end that
+    starts Ray itself (the Tune front end's ``Tuner.fit``) makes them first on :func:`resume_view`'s store, with
+    what it will give :func:`run`, so such a resume is refused before Ray starts.
+
+    Args:
+        experiment: The stored experiment (``ExperimentStore.experiment()``).
+        metric: The run's ``metric`` (the searcher's own where it decides by one, as :func:`run` takes it).
+        mode: The run's ``mode`` (likewise).
+        searcher: The run's searcher (only its kind and its metric and mode are looked at; None: not compared).
+        space: The run's ``config``.
+        trainable: The trainable's name as :func:`run` stores it (None: not compared).
+
+    Raises:
+        ConfigError: Any of them differs from the experiment's, or the run's metric or mode from the searcher's.
+    """
+    if searcher is not None:
+        metric, mode = _searchers_objective(metric, mode, searcher)
+    _check_objective(metric, mode, experiment)
+    ran = experiment.get("spec") or {}
+    if searcher is not None:
+        _check_searcher_kind(searcher, ran.get("searcher"))
+    ran_space = ran.get("space")
+    check_same_run(None if trainable is None else ran.get("trainable"), trainable or "",
+                   None if ran_space is None else list(ran_space), list(_describe_space(space or {})),
+                   other_trainable=_OTHER_TRAINABLE, other_space=_OTHER_SPACE)
+
+
+def _check_objective(metric: str | None, mode: str | None, experiment: Mapping[str, Any]) -> None:
     """A resumed run must optimise what the experiment did: its best result, its searcher's decisions and its
     stored results all follow that metric and mode (an experiment that ran without one may be given one).
 
@@ -492,8 +518,8 @@ def _check_objective(spec: RunSpec, experiment: Mapping[str, Any]) -> None:
         ConfigError: ``metric`` or ``mode`` differs from the experiment's (a resume used to keep the old ones
             silently, so the best result was not the one asked for).
     """
-    for field in ("metric", "mode"):
-        ran, given = experiment.get(field), getattr(spec, field)
+    for field, given in (("metric", metric), ("mode", mode)):
+        ran = experiment.get(field)
         if ran is not None and given is not None and ran != given:
             raise ConfigError(f"{field}: the experiment ran with {field}={ran!r}; resume it with that {field} "
                               f"(got {given!r}), or start a new experiment under another name")
@@ -643,14 +669,26 @@ def _with_searchers_metric(spec: RunSpec, searcher: BaseSearcher) -> RunSpec:
     Raises:
         ConfigError: The run names another metric or mode than the searcher decides by.
     """
-    metric, mode = getattr(searcher, "metric", None), getattr(searcher, "mode", None)
-    if not isinstance(metric, str) or mode not in ("min", "max"):
-        return spec  # (a searcher without one, or a multi-objective one: the run's own stand)
-    for field_name, ours, its in (("metric", spec.metric, metric), ("mode", spec.mode, mode)):
+    metric, mode = _searchers_objective(spec.metric, spec.mode, searcher)
+    if (metric, mode) == (spec.metric, spec.mode):
+        return spec
+    return spec.model_copy(update={"metric": metric, "mode": mode})
+
+
+def _searchers_objective(metric: str | None, mode: str | None, searcher: BaseSearcher) -> tuple[str | None, str | None]:
+    """:func:`_with_searchers_metric`'s metric and mode: the searcher's own when it decides by one, else the run's.
+
+    Raises:
+        ConfigError: The run names another metric or mode than the searcher decides by.
+    """
+    its_metric, its_mode = getattr(searcher, "metric", None), getattr(searcher, "mode", None)
+    if not isinstance(its_metric, str) or its_mode not in ("min", "max"):
+        return metric, mode  # (a searcher without one, or a multi-objective one: the run's own stand)
+    for field_name, ours, its in (("metric", metric, its_metric), ("mode", mode, its_mode)):
         if ours is not None and ours != its:
             raise ConfigError(f"{field_name}={ours!r}, but the searcher ({type(searcher).__name__}) decides by "
                               f"{field_name}={its!r}: pass the same {field_name}, or leave it to the searcher")
-    return spec.model_copy(update={"metric": metric, "mode": mode})
+    return its_metric, its_mode
 
 
 def release_devices() -> int:

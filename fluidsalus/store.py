@@ -466,12 +466,15 @@ class DriverLock:
     """
 
     def __init__(self, fd: int, previous: str = "", path: str | None = None, made: bool = False,
-                 previous_bytes: bytes = b"") -> None:
+                 previous_bytes: bytes = b"", times: tuple[int, int] | None = None) -> None:
         self._fd: int | None = fd
         self.previous = previous  # what the file said before this driver took it (the last driver's line)
         self._path = path  # the lock file, and whether acquire made it and what it held (for put_back)
         self._made = made
         self._previous_bytes = previous_bytes
+        # (for put_back: the access and modification times, in ns, of the file, or of its folder when acquire
+        # made the file)
+        self._times = times
 
     @property
     def previous_pid(self) -> int | None:
@@ -490,11 +493,12 @@ class DriverLock:
         """
         path = os.path.join(experiment_dir, LOCK_FILENAME)
         while True:
-            made = False
+            made, folder_times = False, None
             try:
                 try:
                     fd = os.open(path, os.O_RDWR)
                 except FileNotFoundError:
+                    folder_times = _times(experiment_dir)  # (as they were before the file is made)
                     try:
                         fd, made = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
                     except FileExistsError:
@@ -515,11 +519,12 @@ class DriverLock:
             if same:
                 break
             os.close(fd)
+        times = folder_times if made else _times(fd)
         previous_bytes = os.pread(fd, 4096, 0)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since "
                       f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
-        return cls(fd, previous_bytes.decode("utf-8", "replace").strip(), path, made, previous_bytes)
+        return cls(fd, previous_bytes.decode("utf-8", "replace").strip(), path, made, previous_bytes, times)
 
     def release(self, put_back: bool = False) -> None:
         """Let the experiment go (idempotent).
@@ -527,18 +532,23 @@ class DriverLock:
         Args:
             put_back: Leave the lock file as :meth:`acquire` found it (a refused resume changes nothing in the
                 experiment's folder): its bytes written back (a killed driver's line, which
-                :meth:`holder_gone` reads), or the file removed when :meth:`acquire` made it. Otherwise it is
-                emptied: the experiment is let go.
+                :meth:`holder_gone` reads) and its access and modification times set back, or the file removed
+                when :meth:`acquire` made it and the folder's times set back. Otherwise it is emptied: the
+                experiment is let go.
         """
         if self._fd is not None:
             fd, self._fd = self._fd, None
             with contextlib.suppress(OSError):
                 if put_back and self._made and self._path is not None:
                     os.remove(self._path)  # (while the flock is held: a driver that opens it after makes its own)
+                    if self._times is not None:  # (the folder's mtime moved with the file's making and removal)
+                        os.utime(os.path.dirname(self._path), ns=self._times)
                 else:
                     os.ftruncate(fd, 0)
                     if put_back and self._previous_bytes:
                         os.pwrite(fd, self._previous_bytes, 0)
+                    if put_back and self._times is not None:
+                        os.utime(fd, ns=self._times)
             os.close(fd)  # (closing the only descriptor drops the flock)
 
     @staticmethod
@@ -583,6 +593,16 @@ class DriverLock:
         except OSError:  # (PermissionError: it exists, as another user's)
             return False
         return False
+
+
+def _times(path_or_fd: str | int) -> tuple[int, int] | None:
+    """The access and modification times (ns) of a path or an open file, for ``os.utime(..., ns=...)``; None
+    when it cannot be read."""
+    try:
+        info = os.stat(path_or_fd)
+    except OSError:
+        return None
+    return info.st_atime_ns, info.st_mtime_ns
 
 
 #: How long a driver that resumes an experiment whose last driver was killed (SIGKILL, a crash) waits for that

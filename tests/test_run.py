@@ -2006,7 +2006,11 @@ def test_a_refused_resume_leaves_the_experiments_folder_byte_for_byte(storage, p
     before Ray is asked for anything (a refused resume started a whole local Ray first: h98's F1)."""
     fluidsalus.run(_checkpointed, {"x": fluidsalus.grid_search([1, 2])}, storage_path=storage, name="e", verbose=0)
     folder = prepare(os.path.join(storage, "e")) or os.path.join(storage, "e")
-    before = _every_file(folder)
+    lock_file = os.path.join(folder, ".driver.lock")
+    earlier = time.time() - 5  # (the folder's and the lock file's: a refusal that moved them shows, h125's b)
+    for path in (folder, *([lock_file] if os.path.exists(lock_file) else [])):
+        os.utime(path, (earlier, earlier))
+    before, times = _every_file(folder), _times(folder)
 
     def no_ray(address: str | None) -> None:
         raise AssertionError("a refused resume connected to Ray")
@@ -2016,6 +2020,16 @@ def test_a_refused_resume_leaves_the_experiments_folder_byte_for_byte(storage, p
         fluidsalus.run(trainable, {"x": fluidsalus.grid_search([1, 2])}, storage_path=os.path.dirname(folder),
                        name=os.path.basename(folder), resume=True, verbose=0)
     assert _every_file(folder) == before
+    assert _times(folder) == times
+
+
+def _times(folder: str) -> dict[str, int]:
+    """The modification time (ns) of ``folder`` and of every file under it."""
+    out = {".": os.stat(folder).st_mtime_ns}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            out[os.path.relpath(os.path.join(root, name), folder)] = os.stat(os.path.join(root, name)).st_mtime_ns
+    return out
 
 
 def _every_file(folder: str) -> dict[str, bytes]:

@@ -572,6 +572,28 @@ def test_a_lock_put_back_leaves_its_file_as_it_was(tmp_path, held_before):
     assert (path.read_text() if path.exists() else None) == held_before
 
 
+@pytest.mark.parametrize("held_before", ["", "pid 999999 on elsewhere, since 2025-01-01 00:00:00\n", None],
+                         ids=["emptied", "killed-driver", "no-lock-file"])
+def test_a_lock_put_back_leaves_the_files_and_the_folders_times_as_they_were(tmp_path, held_before):
+    """The lock file was put back with a new mtime (and an experiment without one had its folder's mtime moved by
+    the file made and removed): a refused resume left its mark on what ``ls -lt`` and a backup's scan see (h125's
+    b). A lock let go without put_back is the driver's: its file gets a new mtime."""
+    path = tmp_path / LOCK_FILENAME
+    if held_before is not None:
+        path.write_text(held_before)
+    long_ago = time.time() - 3600
+    for each in (tmp_path, *([path] if held_before is not None else [])):
+        os.utime(each, (long_ago, long_ago))
+    times = {each: (os.stat(each).st_atime_ns, os.stat(each).st_mtime_ns) for each in (tmp_path, path)
+             if each.exists()}
+    lock = DriverLock.acquire(str(tmp_path))
+    lock.release(put_back=True)
+    assert {each: (os.stat(each).st_atime_ns, os.stat(each).st_mtime_ns) for each in (tmp_path, path)
+            if each.exists()} == times
+    DriverLock.acquire(str(tmp_path)).release()  # (a driver's own release: the file shows its time)
+    assert os.stat(path).st_mtime > long_ago + 60
+
+
 def test_a_read_that_fails_inside_a_write_keeps_the_writes_advice(tmp_path):
     """A read inside a transaction that SQLite could not do said only "cannot be read": the transaction's own
     message (nothing kept, what to do) was lost (h92's review)."""

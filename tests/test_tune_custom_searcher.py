@@ -206,6 +206,37 @@ def test_a_saved_state_that_is_not_a_custom_searchs_own_is_refused_before_the_se
     assert fresh.asked == []
 
 
+def _first_format(state: dict) -> dict:
+    """A CustomSearch state as its first version saved it (7861b62): ``suggested`` for ``drawn``, and the ids
+    drawn but not yet given a trial, by group, in ``unassigned`` for ``added``."""
+    waiting = [f"suggest_{i:05d}" for i in range(state["added"], state["drawn"])]
+    return {"suggested": state["drawn"], "finished": state["finished"], "ids": state["ids"], "done": state["done"],
+            "unassigned": {f"custom-{state['added']}": waiting} if waiting else {}}
+
+
+def test_a_saved_state_of_the_first_format_is_read_as_todays() -> None:
+    """A CustomSearch state saved by the first version (7861b62) was refused as "not a CustomSearch's ... resume
+    it with the searcher (CustomSearch)", which it was (h125's c); before that refusal it was read as a search that
+    had drawn nothing, and every trial was asked for again."""
+    climber = HillClimber(metric="m", mode="max")
+    search = CustomSearch(climber, {}, num_samples=6, max_concurrent=3)
+    groups = search.next_groups()
+    search.on_trial_add("t0", groups[0].group_id, groups[0].configs[0])
+    search.on_trial_add("t1", groups[0].group_id, groups[0].configs[1])  # (the third drawn, not yet a trial)
+    search.on_trial_complete("t0", {"m": 0.5})
+    state = search.state_dict()
+    assert (state["drawn"], state["added"]) == (3, 2)
+    loaded = {}
+    for name, saved in (("today", state), ("first", _first_format(state))):
+        resumed = CustomSearch(HillClimber(metric="m", mode="max"), {}, num_samples=6, max_concurrent=3)
+        resumed.load_state_dict(saved)
+        resumed.on_trial_add("t2", groups[0].group_id, groups[0].configs[2])
+        loaded[name] = (resumed.state_dict(), [g.configs for g in resumed.next_groups()], resumed.searcher.asked)
+    assert loaded["first"] == loaded["today"]
+    assert loaded["first"][0]["ids"] == {"t0": "suggest_00000", "t1": "suggest_00001", "t2": "suggest_00002"}
+    assert loaded["first"][2] == ["suggest_00003"]  # (the cap: 3 unfinished; no trial asked for again)
+
+
 def test_a_new_searcher_starts_where_a_saved_one_left_off_with_restore_from_dir(tmp_path) -> None:
     from fluidsalus.tune.search.optuna import OptunaSearch
 
@@ -680,6 +711,31 @@ def test_an_interrupted_run_restores_the_searcher_from_its_saved_state(scheduler
     assert sorted(r.config["x"] for r in grid) == sorted(i // repeat for i in range(4))
     searcher = runner_of(restored.plan.searcher).searcher
     assert searcher.restored_from is not None and searcher.asked == [f"suggest_{i:05d}" for i in range(4 // repeat)]
+
+
+def test_an_experiment_whose_searcher_state_is_of_the_first_format_resumes(ray_cluster, storage, tmp_path) -> None:
+    """An experiment a CustomSearch of the first version (7861b62) saved was refused by Tuner.restore (h125's c)."""
+    import json
+    import sqlite3
+
+    from fluidsalus.testing.tune import InterruptOnce, resumable
+
+    tuner = Tuner(resumable, tune_config=TuneConfig(num_samples=4, search_alg=Counting(), max_concurrent_trials=2),
+                  run_config=tune.RunConfig(name="counting", storage_path=storage, verbose=0,
+                                            callbacks=[InterruptOnce(str(tmp_path / "interrupted"), n=3)]))
+    with pytest.raises(KeyboardInterrupt):
+        tuner.fit()
+    path = os.path.join(storage, "counting")
+    conn = sqlite3.connect(os.path.join(path, "experiment.db"), isolation_level=None)
+    (state,) = conn.execute("SELECT searcher_state FROM experiment WHERE id = 1").fetchone()
+    first = json.dumps(_first_format(json.loads(state)))
+    conn.execute("UPDATE experiment SET searcher_state = ? WHERE id = 1", (first,))
+    conn.close()
+    restored = Tuner.restore(path, resumable)
+    grid = restored.fit()
+    assert len(grid) == 4 and grid.num_errors == 0 and all(r.metrics["i"] == 6 for r in grid)
+    assert sorted(r.config["x"] for r in grid) == [0, 1, 2, 3]  # no suggestion repeated after the resume
+    assert runner_of(restored.plan.searcher).searcher.asked == [f"suggest_{i:05d}" for i in range(4)]
 
 
 class _TakesItsSpaceOnce(Searcher):

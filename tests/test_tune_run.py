@@ -805,3 +805,52 @@ def test_a_refused_tune_run_resume_leaves_the_experiment_as_it_was(ray_cluster, 
                                           r"with that search space \(got keys \['y'\]\)"):
         tune.run(_checkpointed_fails_at_2, config={"y": tune.grid_search([1, 2])}, **{**kwargs, **how})
     assert _every_file(folder) == before
+
+
+def _times(folder: str) -> dict[str, int]:
+    """The modification time (ns) of ``folder`` and of every file under it."""
+    out = {".": os.stat(folder).st_mtime_ns}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            out[os.path.relpath(os.path.join(root, name), folder)] = os.stat(os.path.join(root, name)).st_mtime_ns
+    return out
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"metric": "other"},
+     r"metric: the experiment ran with metric='score'; resume it with that metric \(got 'other'\)"),
+    ({"mode": "min"}, r"mode: the experiment ran with mode='max'; resume it with that mode \(got 'min'\)"),
+    ({"config": {"y": tune.grid_search([1, 2])}},
+     r"config: the experiment ran with the search space keys \['x'\]; resume it with that search space \(got keys "
+     r"\['y'\]\)"),
+    ({"scheduler": "async_hyperband"}, r"searcher: the experiment ran with RandomSearch; resume it with that searcher "
+                                       r"\(got ASHA\)"),
+], ids=["metric", "mode", "config", "searcher-kind"])
+@pytest.mark.parametrize("lock_file", [True, False], ids=["lock-file", "no-lock-file"])
+def test_a_tune_run_resume_of_another_objective_or_space_is_refused_before_ray_starts(
+        ray_cluster, storage: str, monkeypatch, change, message, lock_file) -> None:
+    """These refusals came from fluidsalus.run's checks, after Tuner.fit had started Ray (seconds; h125's a), and
+    the lock file they took and put back had a new mtime (or, with none, the folder had: h125's b). Ray's own
+    tune.run(resume=True) takes them all: it keeps the old config and trials, and its analysis the new metric and
+    mode (docs/compatibility.md: fluidsalus refuses them)."""
+    import ray
+
+    kwargs = {"storage_path": storage, "name": "e", "verbose": 0, "metric": "score", "mode": "max",
+              "config": {"x": tune.grid_search([1, 2])}}
+    tune.run(_noop, **kwargs)
+    folder = os.path.join(storage, "e")
+    if not lock_file:
+        os.remove(os.path.join(folder, ".driver.lock"))
+    earlier = os.stat(folder).st_mtime - 5  # (a second's tick apart from the refusal's, were it to move them)
+    for path in [folder, *(os.path.join(folder, name) for name in os.listdir(folder))]:
+        os.utime(path, (earlier, earlier))
+    before, times = _every_file(folder), _times(folder)
+
+    def no_ray(*args, **kwargs) -> None:
+        raise AssertionError("a refused resume started Ray")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", no_ray)
+    with pytest.raises(ConfigError, match=message):
+        tune.run(_noop, resume=True, **{**kwargs, **change})
+    assert _every_file(folder) == before and _times(folder) == times

@@ -304,6 +304,26 @@ def runner_of(searcher: Any) -> _Told | None:
     return None
 
 
+#: The fields of :class:`CustomSearch`'s state as its first version saved it (commit 7861b62, 2026-11-26: its
+#: own trial counter ``suggested`` and the searcher's ids not yet given a trial, by group, ``unassigned``).
+_FIRST_FORMAT = ("suggested", "finished", "ids", "done", "unassigned")
+
+
+def _from_first_format(state: Any) -> Any:
+    """A :class:`CustomSearch` state of the first format (:data:`_FIRST_FORMAT`) in today's: ``suggested`` is
+    what was ``drawn``, and the trials the engine named (``added``) are those drawn less the ones still
+    ``unassigned``, as both versions name them in the order they were drawn; ``finished``, ``ids`` and ``done``
+    are the same. Any other state is returned as it is. (Read from 171ddaa on as a search that had drawn
+    nothing, so a resumed run asked the searcher for every trial again; then refused as not a CustomSearch's.)"""
+    if not isinstance(state, Mapping) or "drawn" in state or "suggested" not in state \
+            or not set(state) <= set(_FIRST_FORMAT):
+        return state
+    drawn = int(state["suggested"])
+    unassigned = sum(len(ids) for ids in dict(state.get("unassigned") or {}).values())
+    return {"drawn": drawn, "finished": bool(state.get("finished", False)), "added": max(drawn - unassigned, 0),
+            "ids": dict(state.get("ids") or {}), "done": list(state.get("done") or [])}
+
+
 class CustomSearch(_Told, BaseSearcher):
     """Runs a Ray-style ``Searcher`` of the user's own with no scheduler (see the module docstring).
 
@@ -362,6 +382,7 @@ class CustomSearch(_Told, BaseSearcher):
                 **self._told_state()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        state = _from_first_format(state)
         check_saved_state(state, type(self).__name__, required=("drawn",))  # (every CustomSearch state has it)
         self._stream.restore(int(state["drawn"]))
         self._stream.finished = bool(state.get("finished", False))

@@ -49,7 +49,7 @@ from typing import Any
 import ray
 from ray import cloudpickle  # (Ray's: the standalone one names functions pickled by value <dynamic-code>)
 
-from fluidsalus.api import check_same_run, on_resume, resume_view, run, space_in_searcher
+from fluidsalus.api import check_resume, check_same_run, on_resume, resume_view, run, space_in_searcher
 from fluidsalus.callbacks import Callback as EngineCallback
 from fluidsalus.checkpoint import write_atomically
 from fluidsalus.errors import ConfigError
@@ -588,22 +588,26 @@ class Tuner:
             store.add_events(events)
 
     @staticmethod
-    def _restore_trials_view(experiment_dir: str, tags: Tagger, names: dict[str, Any] | None) -> None:
+    def _restore_trials_view(experiment_dir: str, tags: Tagger, names: dict[str, Any] | None,
+                             check: Callable[[Mapping[str, Any]], None] | None = None) -> None:
         """A resumed run, before Ray starts: each stored trial keeps the ``experiment_tag`` its last stored result had
         and, into ``names`` when given, the name ``trial_name_creator`` gave it (so the creator is called once per
         trial).
 
         The store is read under the experiment's driver lock (:func:`fluidsalus.api.resume_view`, which puts it back
         as it was), so a resume beside another driver is refused as ``fluidsalus.run`` refuses it, before Ray starts
-        and before a read beside that driver's writes could fail; so is a store this version cannot write.
+        and before a read beside that driver's writes could fail; so is a store this version cannot write, and
+        whatever ``check`` refuses of the stored experiment (:func:`fluidsalus.api.check_resume`).
 
         Raises:
-            ConfigError: Another driver is running the experiment.
+            ConfigError: Another driver is running the experiment, or ``check`` refused it.
             StoreError: Its store cannot be read, or written, by this version.
         """
         if not os.path.isfile(os.path.join(experiment_dir, DB_FILENAME)):
             return
         with resume_view(experiment_dir) as store:  # (changing nothing: fluidsalus.run checks the resume after)
+            if check is not None:
+                check(store.experiment())
             for row in store.trials():
                 stored = (row.last_result or {}).get(TAG_KEY)
                 if isinstance(stored, str):
@@ -779,8 +783,13 @@ class Tuner:
         if self._resume and run_config.name:  # (a resume names its experiment: restore and tune.run set the name)
             # Before Ray starts (seconds): another driver running it, or a store this version cannot write, is
             # refused here, and the trials are read under the experiment's lock, not beside that driver's writes.
+            # So are another metric, mode, searcher kind or search space keys (tune.run(resume=...) takes the
+            # call's configs): fluidsalus.run's own checks, with what it will be given (they started Ray first).
             self._restore_trials_view(os.path.join(storage, run_config.name), tags,
-                                      trial_names if tune_config.trial_name_creator else None)
+                                      trial_names if tune_config.trial_name_creator else None,
+                                      lambda experiment: check_resume(experiment, metric=planned.metric,
+                                                                      mode=planned.mode, searcher=planned.searcher,
+                                                                      space=planned.space))
         if not ray.is_initialized():
             ray.init(include_dashboard=False, configure_logging=False, log_to_driver=True)
         entry, refs = make_entry(trainable, options, log_files(run_config.log_to_file), chdir)
