@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import ray
+from _folders import every_file, file_times
 from _trials import cpus_free_within, restarted_after_running
 
 import fluidsalus
@@ -2010,7 +2011,7 @@ def test_a_refused_resume_leaves_the_experiments_folder_byte_for_byte(storage, p
     earlier = time.time() - 5  # (the folder's and the lock file's: a refusal that moved them shows, h125's b)
     for path in (folder, *([lock_file] if os.path.exists(lock_file) else [])):
         os.utime(path, (earlier, earlier))
-    before, times = _every_file(folder), _times(folder)
+    before, times = every_file(folder), file_times(folder)
 
     def no_ray(address: str | None) -> None:
         raise AssertionError("a refused resume connected to Ray")
@@ -2019,23 +2020,12 @@ def test_a_refused_resume_leaves_the_experiments_folder_byte_for_byte(storage, p
     with pytest.raises(fluidsalus.errors.FluidsalusError, match=message):
         fluidsalus.run(trainable, {"x": fluidsalus.grid_search([1, 2])}, storage_path=os.path.dirname(folder),
                        name=os.path.basename(folder), resume=True, verbose=0)
-    assert _every_file(folder) == before
-    assert _times(folder) == times
+    assert every_file(folder) == before
+    assert file_times(folder) == times
 
 
-def _times(folder: str) -> dict[str, int]:
-    """The modification time (ns) of ``folder`` and of every file under it."""
-    out = {".": os.stat(folder).st_mtime_ns}
-    for root, _, names in os.walk(folder):
-        for name in names:
-            out[os.path.relpath(os.path.join(root, name), folder)] = os.stat(os.path.join(root, name)).st_mtime_ns
-    return out
 
 
-def _every_file(folder: str) -> dict[str, bytes]:
-    """Every file under ``folder`` and its bytes, the driver's lock file too."""
-    return {os.path.relpath(os.path.join(root, name), folder): Path(root, name).read_bytes()
-            for root, _, names in os.walk(folder) for name in names}
 
 
 def test_an_accepted_resume_still_migrates_and_relocates(storage):

@@ -16,6 +16,7 @@ import os
 import warnings
 
 import pytest
+from _folders import every_file, file_times
 
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError, FluidsalusError
@@ -779,14 +780,6 @@ class _WithState(tune.Callback):
         return {"seen": 1}
 
 
-def _every_file(folder: str) -> dict[str, bytes]:
-    """Every file under ``folder`` and its bytes (the driver's lock file too)."""
-    out = {}
-    for root, _, names in os.walk(folder):
-        for name in names:
-            with open(os.path.join(root, name), "rb") as f:
-                out[os.path.relpath(os.path.join(root, name), folder)] = f.read()
-    return out
 
 
 @pytest.mark.parametrize("how", [{"resume": "AUTO+RESTART_ERRORED"}, {"resume": "AUTO+ERRORED_ONLY"},
@@ -800,20 +793,13 @@ def test_a_refused_tune_run_resume_leaves_the_experiment_as_it_was(ray_cluster, 
               "mode": "max"}
     tune.run(_checkpointed_fails_at_2, config={"x": tune.grid_search([1, 2])}, **kwargs)
     folder = os.path.join(storage, "e")
-    before = _every_file(folder)
+    before = every_file(folder)
     with pytest.raises(ConfigError, match=r"config: the experiment ran with the search space keys \['x'\]; resume it "
                                           r"with that search space \(got keys \['y'\]\)"):
         tune.run(_checkpointed_fails_at_2, config={"y": tune.grid_search([1, 2])}, **{**kwargs, **how})
-    assert _every_file(folder) == before
+    assert every_file(folder) == before
 
 
-def _times(folder: str) -> dict[str, int]:
-    """The modification time (ns) of ``folder`` and of every file under it."""
-    out = {".": os.stat(folder).st_mtime_ns}
-    for root, _, names in os.walk(folder):
-        for name in names:
-            out[os.path.relpath(os.path.join(root, name), folder)] = os.stat(os.path.join(root, name)).st_mtime_ns
-    return out
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -844,7 +830,7 @@ def test_a_tune_run_resume_of_another_objective_or_space_is_refused_before_ray_s
     earlier = os.stat(folder).st_mtime - 5  # (a second's tick apart from the refusal's, were it to move them)
     for path in [folder, *(os.path.join(folder, name) for name in os.listdir(folder))]:
         os.utime(path, (earlier, earlier))
-    before, times = _every_file(folder), _times(folder)
+    before, times = every_file(folder), file_times(folder)
 
     def no_ray(*args, **kwargs) -> None:
         raise AssertionError("a refused resume started Ray")
@@ -853,4 +839,4 @@ def test_a_tune_run_resume_of_another_objective_or_space_is_refused_before_ray_s
     monkeypatch.setattr(ray, "init", no_ray)
     with pytest.raises(ConfigError, match=message):
         tune.run(_noop, resume=True, **{**kwargs, **change})
-    assert _every_file(folder) == before and _times(folder) == times
+    assert every_file(folder) == before and file_times(folder) == times
