@@ -626,9 +626,10 @@ def _execute(spec: RunSpec, payload: bytes, searcher: BaseSearcher, store: Exper
     store.set_experiment(status=EXP_FINISHED, finished_at=time.time())
     assert executor is not None  # (it ran to its end)
     grid = ResultGrid.from_store(store, last_results=executor.last_results(), configs=executor.configs())
+    never = sum(1 for row in store.trials() if row.status == "TERMINATED" and row.started_at is None)
     store.close()
     if spec.verbose >= 1:
-        _print_summary(grid, exp_dir, time.time() - started, spec.metric, spec.mode)
+        _print_summary(grid, exp_dir, time.time() - started, spec.metric, spec.mode, never)
     return grid
 
 
@@ -882,8 +883,12 @@ def _copy_dicts(value: Any) -> Any:
     return {k: _copy_dicts(v) for k, v in value.items()} if isinstance(value, dict) else value
 
 
-def _print_summary(grid: ResultGrid, exp_dir: str, elapsed: float, metric: str | None, mode: str | None) -> None:
-    line = (f"fluidsalus: {plural(len(grid), 'trial')} in {elapsed:.1f}s ({grid.num_terminated} terminated, "
+def _print_summary(grid: ResultGrid, exp_dir: str, elapsed: float, metric: str | None, mode: str | None,
+                   never_started: int = 0) -> None:
+    # (``never_started``: terminated trials that never began, as a time budget leaves the queued ones: Ray's
+    # status line counts them TERMINATED too, and "8 terminated" alone read as eight trials run)
+    never = f", {never_started} of them never started" if never_started else ""
+    line = (f"fluidsalus: {plural(len(grid), 'trial')} in {elapsed:.1f}s ({grid.num_terminated} terminated{never}, "
             f"{grid.num_errors} errored) -> {exp_dir}")
     if metric and mode:
         try:

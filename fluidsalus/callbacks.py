@@ -39,12 +39,14 @@ class Callback:
     def on_trial_complete(self, trial_id: str, status: str, result: Mapping[str, Any] | None) -> None:
         """Called once when a trial ends (``status`` is TERMINATED or ERROR), with its last result: on its device,
         or off any device when its searcher stops it (or the search ends) while it is queued or paused there (not
-        when the run's end ends it there: a time budget, ``stop_all()``, ``fail_fast``)."""
+        when the run's end ends it there: a time budget, ``stop_all()``, ``fail_fast``; nor one the run's end finds
+        prefetched onto a device, not begun: it ends as a queued one)."""
 
     def on_run_ending(self, reason: str) -> None:
         """Called once when the run begins to end early (``reason``: ``"time_budget"``, ``"fail_fast"`` or
         ``"stop_all"``), before its trials are stopped: those queued or paused off any device end at once without
-        :meth:`on_trial_complete`; those on a device stop at their next report and do get it (Ray Tune's front end,
+        :meth:`on_trial_complete` (and so do those prefetched onto a device that have not begun, once their device
+        ends them); those running on a device stop at their next report and do get it (Ray Tune's front end,
         ``fluidsalus.tune``, passes it on to its Ray callbacks but keeps those trials ``TERMINATED`` whatever they
         do, as Ray, which ends them without a hook)."""
 

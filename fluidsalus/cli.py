@@ -28,7 +28,7 @@ from fluidsalus.config import DEFAULT_STORAGE_PATH, STORAGE_PATH_ENV
 from fluidsalus.errors import ConfigError, StoreError
 from fluidsalus.inspect import DRIVER_GONE, DRIVER_GONE_HINT, open_readonly, shown_status
 from fluidsalus.result import _finite
-from fluidsalus.store import DB_FILENAME, FINAL_STATUSES, RUNNING, ExperimentStore
+from fluidsalus.store import DB_FILENAME, FINAL_STATUSES, RUNNING, TERMINATED, ExperimentStore
 
 #: What ``fluidsalus --help`` says the command is.
 DESCRIPTION = "Run fluidsalus examples and scripts, list experiments, and inspect where their devices' time went."
@@ -158,7 +158,11 @@ def _cmd_ls(args: argparse.Namespace) -> int:
                     # (the trials of an experiment that no driver runs run no more: a resume continues them)
                     shown = t.status.lower() if t.status in FINAL_STATUSES or status == RUNNING else "unfinished"
                     counts[shown] = counts.get(shown, 0) + 1
-                summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+                # (terminated trials that never began, as a time budget leaves those it finds queued: "8
+                # terminated" alone read as eight trials run)
+                never = sum(1 for t in trials if t.status == TERMINATED and t.started_at is None)
+                summary = ", ".join(f"{n} {s}" + (f", {never} of them never started" if s == "terminated" and never
+                                                  else "") for s, n in sorted(counts.items()))
                 rows.append((name, status, f"{len(trials)} ({summary})" if trials else "0",
                              _best(store, exp["metric"], exp["mode"]), _duration(exp)))
         except StoreError as e:  # (its reason under the table: in the BEST column it made the table as wide)

@@ -8,6 +8,7 @@ refresh interval), then :meth:`Progress.close` at the end. The snapshot contract
         "elapsed_s": float,                      # since the run started
         "trials": {"PENDING": n, "RUNNING": n, "PAUSED": n, "TERMINATED": n, "ERROR": n},
         "stopped": n,                            # TERMINATED early by the searcher or the stop rule, once started
+        "never_started": n,                      # TERMINATED without ever starting (the run's end, a stop)
         "best": float | None,                    # best of the trials' last values of the metric
         "devices": [{"device": "cpu:0", "lanes": n_lanes_open, "computing": n}],
         "total_trials": int | None,              # when the searcher knows it
@@ -152,10 +153,17 @@ class Progress:
         return {
             "elapsed_s": elapsed, "eta_s": eta, "fraction": fraction, "total": total,
             "running": count["RUNNING"], "waiting": count["PENDING"] + count["PAUSED"], "paused": count["PAUSED"],
-            "done": count["TERMINATED"], "stopped": int(snap.get("stopped") or 0), "errored": count["ERROR"],
+            "done": count["TERMINATED"], "stopped": int(snap.get("stopped") or 0),
+            "never_started": int(snap.get("never_started") or 0), "errored": count["ERROR"],
             "best": float(best) if best_ok else None, "devices": list(snap.get("devices") or []),
             "iterations_done": done, "iterations_budget": budget,
         }
+
+    @staticmethod
+    def _never_text(f: Mapping[str, Any]) -> str:
+        """``, 6 never started`` when some done trials never started (a time budget ended the run with trials still
+        queued): "8 done" alone read as eight trials run."""
+        return f", {f['never_started']} never started" if f["never_started"] else ""
 
     def _best_text(self, best: float | None) -> str:
         if not self.metric:
@@ -171,7 +179,7 @@ class Progress:
         parts = [
             f"{PLAIN_PREFIX} {format_duration(f['elapsed_s'])}",
             f"trials{of}: {f['running']} running, {f['waiting']} waiting{paused}, {f['done']} done "
-            f"({f['stopped']} stopped), {f['errored']} errored",
+            f"({f['stopped']} stopped{self._never_text(f)}), {f['errored']} errored",
         ]
         best = self._best_text(f["best"])
         if best:
@@ -233,7 +241,8 @@ class Progress:
         trials = Text.assemble(
             (f"trials{of}: ", "bold"), (f"{f['running']} running", "cyan"), ", ",
             (f"{f['waiting']} waiting{paused}", "yellow"), ", ", (f"{f['done']} done", "green"),
-            f" ({f['stopped']} stopped), ", (f"{f['errored']} errored", "red" if f["errored"] else ""),
+            f" ({f['stopped']} stopped{self._never_text(f)}), ",
+            (f"{f['errored']} errored", "red" if f["errored"] else ""),
         )
         parts: list[Any] = [head, trials]
         facts = Text(self._best_text(f["best"]), style="bold magenta")

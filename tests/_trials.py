@@ -49,7 +49,8 @@ def trials_that_shared_a_device(experiment_path: str) -> list[tuple[str, str]]:
     store = ExperimentStore.open(experiment_path, readonly=True)
     spans = {e.trial_id: [e.device, e.ts, float("inf")] for e in store.events("trial_start")}
     for e in store.events("trial_end"):
-        spans[e.trial_id][2] = e.ts
+        if e.trial_id in spans:  # (a trial the run's end ended before it started has an end and no start)
+            spans[e.trial_id][2] = e.ts
     return [(a, b) for a in sorted(spans) for b in sorted(spans)
             if a < b and spans[a][0] == spans[b][0] and spans[a][1] < spans[b][2] and spans[b][1] < spans[a][2]]
 

@@ -95,6 +95,20 @@ def test_live_view_on_a_terminal_is_rate_limited():
     assert "\x1b[" in text  # drawn in place by rich (cursor movement, colours)
 
 
+def test_done_trials_that_never_started_are_counted_beside_the_stopped_ones():
+    """A time budget that ends a run with trials still queued ends them TERMINATED, as Ray's status line counts
+    them ("8 TERMINATED"): "8 done" alone read as eight trials run. Both views say how many never started."""
+    snap = {**snapshot(done=8), "never_started": 6}
+    line = Progress(1, "acc", "max", 12, stream=io.StringIO()).line(snap)
+    assert "8 done (2 stopped, 6 never started), 1 errored" in line
+    assert "never started" not in Progress(1, "acc", "max", 12, stream=io.StringIO()).line(snapshot())
+    out, clock = Tty(), Clock()
+    live = Progress(1, "acc", "max", 12, stream=out, clock=clock)
+    live.update(snap)
+    live.close()
+    assert "(2 stopped, 6 never" in out.getvalue()  # (wrapped at the terminal's width there)
+
+
 def test_update_is_cheap():
     p = Progress(1, "acc", "max", 12, stream=io.StringIO())
     snap = snapshot()

@@ -288,3 +288,24 @@ def test_a_restore_whose_callbacks_setup_raises_leaves_the_experiment_as_it_was(
     # the errored trial goes on from its checkpoint, as now asked (it had lost it, and ran from scratch)
     (trial,) = tune.run(_fails_while_flagged, resume="AUTO+ERRORED", **kwargs).trials
     assert trial.status == "TERMINATED" and trial.last_result["score"] == 2 and trial.last_result["start"] == 1
+
+
+class _ReadsLastResult(tune.Callback):
+    """Reads ``trial.last_result`` in ``on_trial_complete``, as many callbacks do."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, Any, str]] = []
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.seen.append((trial.trial_id, trial.last_result.get("trial_id"), trial.status))
+
+
+def test_a_trial_ended_before_it_started_shows_rays_last_result_in_its_end_hook(tmp_path) -> None:
+    """A trial its scheduler or search stops while queued gets on_trial_complete, as Ray's stop_trial calls it for
+    a PENDING trial; Ray's Trial.last_result is then {"trial_id": ...}, never None. It was None here, so a callback
+    reading it raised, and the trial that never ran ended ERROR."""
+    reader = _ReadsLastResult()
+    adapter = RayCallbackAdapter([reader], str(tmp_path), "f")
+    adapter.on_trial_complete("t0", "TERMINATED", None)
+    assert reader.seen == [("t0", "t0", "PENDING")]
+    assert adapter.failed_ends() == [] and adapter.trials["t0"].status == "TERMINATED"

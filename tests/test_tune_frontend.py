@@ -1739,6 +1739,63 @@ def test_the_runs_end_leaves_its_trials_terminated_whatever_their_end_hook_does_
                                for r in grid}
 
 
+class _EndHooks(tune.Callback):
+    """Records which trials got on_trial_start and on_trial_complete, and the last_result each end hook saw."""
+
+    def __init__(self) -> None:
+        self.started: set[str] = set()
+        self.completed: dict[str, object] = {}
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.started.add(trial.trial_id)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        last = trial.last_result  # (a dict, as Ray's: it was None for a trial that never started)
+        self.completed[trial.trial_id] = last.get("trial_id") if isinstance(last, dict) else last
+
+
+@pytest.mark.parametrize("ending", ["time_budget", "fail_fast"])
+def test_the_runs_end_calls_no_end_hook_for_a_trial_it_finds_prefetched_as_for_one_still_queued(
+        ray_cluster, storage: str, capsys: pytest.CaptureFixture[str], ending: str) -> None:
+    """Ray 2.60's controller ends the run (its time budget, fail_fast, stop_all()) by setting its PENDING trials
+    TERMINATED with no hook (a helper's side-by-side run: 8 trials on 2 CPUs, time_budget_s=6: on_trial_start and
+    no on_trial_complete for the 6 that never started, all 8 TERMINATED in on_experiment_end, the grid and
+    ExperimentAnalysis). Here a trial the planner had sent ahead to a device (prefetched, waiting for its first
+    turn) got on_trial_complete with last_result None (a callback reading it raised), where one still queued in
+    the driver got nothing, so the hooks followed the planner's timing. Every such trial now ends as a queued
+    one: no hook, TERMINATED, one trial_end event marked ``started: False``; the run's final line and
+    ``fluidsalus ls`` say how many of the terminated trials never started."""
+    from fluidsalus.cli import main as cli_main
+
+    hooks = _EndHooks()
+    run_config, tune_config = {"callbacks": [hooks], "verbose": 1}, {}
+    if ending == "time_budget":
+        tune_config["time_budget_s"] = 6
+    else:
+        run_config["failure_config"] = tune.FailureConfig(fail_fast=True)
+    trainable = _forever_but_x1_fails if ending == "fail_fast" else _forever
+    _, grid = _run(trainable, storage, {"x": tune.grid_search([1, 2, 3, 4, 5, 6, 7, 8])},
+                   run_config_kwargs=run_config, **tune_config)
+    assert len(grid) == 8 and grid.num_terminated + grid.num_errors == 8
+    reader = ExperimentStore.open(grid.experiment_path, readonly=True)
+    rows = {row.trial_id: row for row in reader.trials()}
+    never = {tid for tid, row in rows.items() if row.started_at is None}
+    assert never and never.isdisjoint(hooks.started) and hooks.started == set(rows) - never
+    # both ways a trial waits: prefetched onto a device, and queued in the driver
+    assert {rows[tid].device is None for tid in never} == {True, False}, [rows[t].device for t in never]
+    assert set(hooks.completed) <= hooks.started and all(v == k for k, v in hooks.completed.items())
+    assert all(rows[tid].status == "TERMINATED" for tid in never)
+    ends = {}
+    for event in reader.events("trial_end"):
+        ends.setdefault(event.trial_id, []).append(event.data)
+    assert all(ends.get(tid) == [{"attempt": 0, "outcome": "stopped", "started": False}] for tid in never), ends
+    assert all(len(ends.get(tid, [])) == 1 and "started" not in ends[tid][0] for tid in set(rows) - never)
+    out = capsys.readouterr().out
+    assert f"terminated, {len(never)} of them never started, " in out
+    assert cli_main(["ls", storage]) == 0
+    assert f"terminated, {len(never)} of them never started" in capsys.readouterr().out
+
+
 def _flat_thirty(config):
     for _ in range(30):
         tune.report({"m": 1.0})

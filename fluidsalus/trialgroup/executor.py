@@ -1101,8 +1101,11 @@ class Executor:
         mode = self.settings.mode
         best = (max if mode == "max" else min)(self._last_values.values(), default=None) if mode else None
         stopped = sum(1 for trial_id in self._stopped if trial_id in self._began)
+        # (done trials the run's end, or a stop, ended before they began: a time budget's run counted them done)
+        never = sum(1 for trial_id, trial in self.trials.items()
+                    if trial.status == TERMINATED and trial_id not in self._began)
         return {"elapsed_s": time.time() - self._started, "trials": counts, "stopped": stopped,
-                "best": best, "devices": devices,
+                "never_started": never, "best": best, "devices": devices,
                 # Known once the searcher will propose no more trials: then the view shows an ETA.
                 "total_trials": len(self.trials) if self.searcher.is_finished() else None,
                 "iterations_done": self._iterations, "iterations_budget": None}
@@ -1212,7 +1215,8 @@ class Executor:
                     self._end_unstarted(trial)
             self._searcher_log.save()
         # (the run's end: trials it ends unstarted are not told to the callbacks, as Ray's end leaves its queued and
-        # paused trials as they are; those on a device end there, and are told)
+        # paused trials as they are, nor are those prefetched on a device that end there before they began
+        # (_handle's ``unstarted``); those that run on a device end there, and are told)
         self._stop_trials([tid for d in self._devices for tid in d.assigned], no_verdict=True)
 
     def _end_stragglers(self) -> None:
@@ -1570,10 +1574,16 @@ class Executor:
     def _end_unstarted(self, trial: Trial) -> None:
         """End a trial that runs nowhere, inside the caller's transaction; the caller saves the searcher's log
         (``self._searcher_log.save()``) in it once for all the trials it ends."""
+        now, queued = time.time(), trial.status == PENDING
         trial.status = TERMINATED
         trial.devices = ()
         self._forget(trial.trial_id)
-        self.store.update_trial(trial.trial_id, status=TERMINATED, stop_reason=OUT_STOPPED, finished_at=time.time())
+        self.store.update_trial(trial.trial_id, status=TERMINATED, stop_reason=OUT_STOPPED, finished_at=now)
+        # Every ended trial has its trial_end, one that ends off any device too (no device: it ends no time on
+        # one; ``started`` False: a queued trial's attempt never began, as a prefetched one the run's end stops)
+        self.store.add_events([(now, "trial_end", trial.trial_id, None,
+                                {"attempt": trial.attempt, "outcome": OUT_STOPPED,
+                                 **({"started": False} if queued else {})})])
         self._tell_end(trial, error=False)
 
     # ------------------------------------------------------------------ placement (the planner)
@@ -1948,6 +1958,9 @@ class Executor:
         results: list[tuple[str, int, int, float, Mapping[str, Any]]] = []
         events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]] = []
         acted: list[tuple[str, Trial, tuple[Any, ...]]] = []
+        # Trials the run's end stopped before their first turn (prefetched): they end as those it finds queued
+        # (_end_unstarted), with no end hook and no "stopped" count, whatever the planner had sent ahead
+        unstarted: set[str] = set()
         verdicts: list[tuple[Any, ...]] = []  # CHECKPOINT_VERDICT_CALLs: answered once the callbacks saw the batch
         decisions: list[tuple[Any, ...]] = []  # RESULT_VERDICT_CALLs: answered once the searcher saw the batch
         name = device.spec.name
@@ -2077,6 +2090,8 @@ class Executor:
                     if outcome == OUT_COMPLETED and self.searcher.stopped_by_search(trial_id):
                         outcome = OUT_STOPPED  # the search ended it (an Optuna pruner), as a scheduler's stop
                         event = (*event[:4], outcome, *event[5:])
+                    if outcome == OUT_STOPPED and trial.status == PENDING and self._ending is not None:
+                        unstarted.add(trial_id)  # (its attempt never started: PENDING until its EV_START)
                     trial.status = ERROR if outcome == OUT_ERRORED else TERMINATED
                     trial.error, trial.error_pickle = error, error_pickle
                     trial.devices = ()
@@ -2087,7 +2102,9 @@ class Executor:
                         checkpoint_path=trial.checkpoint_path,
                         **({"last_result": trial.last_result} if trial.last_result is not None else {}),
                     )
-                    events.append((ts, "trial_end", trial_id, name, {"attempt": attempt, "outcome": outcome}))
+                    events.append((ts, "trial_end", trial_id, name, {"attempt": attempt, "outcome": outcome,
+                                                                      **({"started": False} if trial_id in unstarted
+                                                                         else {})}))
                     acted.append((kind, trial, event))
             # The searcher consumes the batch in memory, and its new state commits together with the batch:
             # after a crash, the stored results and the stored searcher state always agree. Nothing leaves
@@ -2162,7 +2179,7 @@ class Executor:
                     self._retain_checkpoints(trial)
             elif trial.status == ERROR:
                 self._note_error(trial, event[6] if kind == EV_END else None)
-            elif kind == EV_END and event[4] == OUT_STOPPED:
+            elif kind == EV_END and event[4] == OUT_STOPPED and trial.trial_id not in unstarted:
                 self._stopped.add(trial.trial_id)
         for _, what, started_id, _, info in events:  # starts of this batch first (Callback.on_trial_start)
             if what == "trial_start" and started_id in self.trials:
@@ -2175,7 +2192,7 @@ class Executor:
             elif kind == EV_CHECKPOINT:
                 for callback in self.settings.callbacks:
                     callback.on_trial_checkpoint(trial.trial_id, event[4], event[5])
-            else:
+            elif trial.trial_id not in unstarted:  # (the run's end ends an unstarted trial with no hook, as Ray's)
                 self._log_end(trial, event[4], event[6])
                 self._callbacks_end(trial)
         self._tell_stopped(stopped)

@@ -753,8 +753,12 @@ class RayCallbackAdapter(EngineCallback):
             self._call_trial("on_trial_error", trial)
         else:
             # As in Ray: its last result says done, and on_trial_complete sees the status it had (RUNNING, or
-            # PENDING for a trial ended before it started); it is TERMINATED once the callbacks return
-            if trial.last_result is not None:
+            # PENDING for a trial ended before it started, whose last_result is Ray's {"trial_id": ...}: it was
+            # None, and a callback reading trial.last_result raised; a trial that started has one from _start,
+            # so a view with none is one that never started); it is TERMINATED once the callbacks return
+            if trial.last_result is None:
+                trial.status, trial.last_result = PENDING, {"trial_id": trial_id}
+            else:
                 trial.last_result = {**trial.last_result, DONE: True}
             try:
                 self._call_trial("on_trial_complete", trial, self._before_update)
