@@ -6,6 +6,7 @@ names the field that is wrong and what is allowed, so a user can fix the call wi
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import pickle
 import sys
@@ -149,7 +150,7 @@ def _typed_getattr(self: TrialError, name: str) -> Any:
 MAX_ERROR_PICKLE_BYTES = 1 << 20
 
 
-def pickle_exception(error: BaseException) -> bytes | None:
+def pickle_exception(error: BaseException, partial: bool = False) -> bytes | None:
     """A trial's exception pickled on its device for the driver (a result's ``error.cause``); None when it cannot
     be pickled, or its pickles are larger than :data:`MAX_ERROR_PICKLE_BYTES`.
 
@@ -161,6 +162,9 @@ def pickle_exception(error: BaseException) -> bytes | None:
 
     Args:
         error: The exception.
+        partial: When neither pickles, pickle its class with what of it does: its ``args`` (else its message) and
+            the attributes that pickle (an error the Optuna front end's driver raised answering a trial's call,
+            which the objective and ``catch`` must see by its class: a storage's exception holding a lock).
 
     Returns:
         The pickle, for :func:`trial_error`'s ``cause_pickle``.
@@ -173,10 +177,28 @@ def pickle_exception(error: BaseException) -> bytes | None:
             pickles.append(cloudpickle.dumps(whole))
         except Exception:  # noqa: BLE001 - any object may fail to pickle, in any way: the error's text still goes
             pickles.append(None)
+    if pickles == [None, None] and partial:
+        pickles[1] = _pickle_what_pickles(error)
     if pickles == [None, None]:
         return None
     blob = pickle.dumps(tuple(pickles))
     return blob if len(blob) <= MAX_ERROR_PICKLE_BYTES else None
+
+
+def _pickle_what_pickles(error: BaseException) -> bytes | None:
+    """``error``'s class, its ``args`` (else its message) and those of its attributes that pickle, pickled as
+    :func:`pickle_exception`'s parts; None when its class does not pickle."""
+    from ray import cloudpickle
+
+    state = {}
+    for key, value in (getattr(error, "__dict__", None) or {}).items():
+        with contextlib.suppress(Exception):  # (any object may fail to pickle, in any way: it stays behind)
+            cloudpickle.dumps(value)
+            state[key] = value
+    for args in (error.args, (str(error),)):
+        with contextlib.suppress(Exception):  # (the args may not pickle: then its message; its class: None)
+            return cloudpickle.dumps((type(error), args, state))
+    return None
 
 
 def unpickle_exception(blob: bytes | None) -> BaseException | None:

@@ -21,7 +21,8 @@ A trial's life, and the Optuna state it ends in:
    After ``timeout``, ``study.stop()`` or an uncaught exception, no new trial starts; running ones finish.
 2. The objective runs. ``trial.report(value, step)`` records the value in the study and is an iteration
    boundary of the lane (where another trial of the lane may take its turn); ``trial.should_prune()`` asks the
-   study's pruner.
+   study's pruner. An error of the study's storage answering a call (a value it refuses, which goes with the
+   trial's next call or its end) is raised in the objective there, as Optuna's ``report`` raises it.
 3. The wrapper classifies the outcome on the device and tells the driver, which tells the study:
 
    * a return value: ``COMPLETE`` (a float, or a sequence for a multi-objective study); ``None``, NaN, a value
@@ -259,10 +260,15 @@ class _PackedError:
     suppress_context: bool = False
 
     @classmethod
-    def of(cls, error: BaseException, depth: int = 0) -> _PackedError:
+    def of(cls, error: BaseException, depth: int = 0, bare: bool = False) -> _PackedError:
+        """Pack ``error`` (and its chain). ``bare``: one that does not pickle goes as its class, ``args`` (or its
+        message) and the attributes that pickle, rather than as a :class:`TrialError` naming it: for an error the
+        driver raised answering a trial's call (the study's storage, its sampler), which the objective, ``catch``
+        and ``optimize``'s caller then see as Optuna shows it, by its class (a storage's exception holding a lock
+        was a ``TrialError``, and ``catch`` missed it)."""
         # (whole, and as its class, args and attributes: one whose __init__ takes other arguments than its args,
         # common in frameworks' errors, comes back all the same, as a Tune trial's error.cause does)
-        pickled = pickle_exception(error)
+        pickled = pickle_exception(error, partial=bare)
         problem = None if pickled is not None else (
             f"it could not be pickled, or its pickles are over {MAX_ERROR_PICKLE_BYTES} bytes")
         linked = depth < MAX_CHAINED_ERRORS
@@ -275,8 +281,8 @@ class _PackedError:
             trace="".join(traceback.format_exception(error)) if depth == 0 else "",  # (the first's holds the chain)
             pickled=pickled,
             pickle_error=problem,
-            cause=None if cause is None else cls.of(cause, depth + 1),
-            context=None if context is None or context is cause else cls.of(context, depth + 1),
+            cause=None if cause is None else cls.of(cause, depth + 1, bare),
+            context=None if context is None or context is cause else cls.of(context, depth + 1, bare),
             context_is_cause=context is not None and context is cause,
             suppress_context=error.__suppress_context__,
         )
@@ -1010,8 +1016,15 @@ class _ObjectiveRunner:
             state, failed = self._ended(e), e
         else:
             values = _to_wire(output)
-            state = _call(M_FINISH, OUT_RETURNED, values, repr(output), None, False)
-            if state == TrialState.FAIL.name:  # None, NaN, no number, the wrong count (Optuna's log says which)
+            try:
+                state = _call(M_FINISH, OUT_RETURNED, values, repr(output), None, False)
+            except Exception as e:
+                # the reports the end carried failed (the study's storage refused one, which Optuna's report raises
+                # in the objective): the objective's failure, as there (``catch`` names it or not); it ended the
+                # trial errored with a TrialError, "before its objective returned", which optimize raised
+                state, failed, values = self._ended(e), e, None
+            if state == TrialState.FAIL.name and failed is None:  # None, NaN, no number, the wrong count (Optuna's
+                # log says which)
                 failed = ValueError(f"Optuna failed trial {trial.number}: the objective returned {output!r}, which "
                                     "is not a value it takes")
         if state == TrialState.FAIL.name and failed is not None:
@@ -1431,7 +1444,7 @@ class _StudyDriver(BaseSearcher):
                 answer = self._dispatch(trial_id, method, cloudpickle.loads(blob))
                 return True, cloudpickle.dumps((answer, _caught(caught)))
             except Exception as e:  # noqa: BLE001 - the exception belongs to the calling objective
-                return False, replace(_PackedError.of(e), warned=_caught(caught))
+                return False, replace(_PackedError.of(e, bare=True), warned=_caught(caught))
 
     def _trial(self, trial_id: str) -> optuna.Trial:
         live = self._live.get(trial_id)
@@ -1875,8 +1888,7 @@ def optimize(
         # best: h99's F3), when its store was made
         storage = _storage_folder(run_kwargs.get("storage_path"))
         experiment_dir = os.path.join(storage, name) if isinstance(name, str) and storage is not None else None
-        if experiment_dir is not None and os.path.isfile(os.path.join(experiment_dir, DB_FILENAME)) \
-                and driver.started_trials():
+        if experiment_dir is not None and os.path.isfile(os.path.join(experiment_dir, DB_FILENAME)):
             try:
                 _record_the_study(experiment_dir, study, driver.started_trials(), ended_by=e)
             except Exception as record_error:  # noqa: BLE001 - the run's own exception is the one to raise
@@ -1907,7 +1919,9 @@ def _record_the_study(experiment_dir: str, study: optuna.Study, started: Mapping
             the engine left unfinished (``RUNNING``/``PENDING``, as an interrupted run's trials wait for a resume,
             which ``optimize`` does not do) but the study has finished gets the study's end: ``ERROR`` with that
             exception for a ``FAIL`` (:meth:`_StudyDriver.fail_unfinished`), ``TERMINATED`` for a trial told
-            ``COMPLETE`` or ``PRUNED`` before its result reached the driver (the two records disagreed).
+            ``COMPLETE`` or ``PRUNED`` before its result reached the driver (the two records disagreed); one that
+            never started an Optuna trial ends ``TERMINATED`` (``stopped``, no result), as the engine ends a proposed
+            trial it never ran.
     """
     try:
         frozen = {trial_id: study._storage.get_trial(optuna_id) for trial_id, optuna_id in started.items()}
@@ -1949,6 +1963,12 @@ def _record_the_study(experiment_dir: str, study: optuna.Study, started: Mapping
                         store.update_trial(trial_id, status=TERMINATED, finished_at=time.time(), last_result=end,
                                            stop_reason=OUT_STOPPED if trial.state == TrialState.PRUNED
                                            else OUT_COMPLETED)
+                # a trial proposed but never started (no Optuna trial: it waited for a lane, or for its start's
+                # answer) ends as the engine ends those it never ran (TERMINATED, stopped, no result): it stayed
+                # PENDING/RUNNING, "unfinished" in `ls`, waiting for a resume optimize never does
+                now = time.time()
+                for trial_id in sorted(unfinished.keys() - started.keys()):
+                    store.update_trial(trial_id, status=TERMINATED, stop_reason=OUT_STOPPED, finished_at=now)
             if len(study.directions) == 1:
                 mode = next(m for m, direction in DIRECTIONS.items() if direction == study.direction)
                 store.set_experiment(metric=KEY_VALUE, mode=mode)

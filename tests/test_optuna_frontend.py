@@ -8,6 +8,7 @@ device actor, so what it sees is recorded in user attributes and checked on the 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import logging
@@ -422,6 +423,74 @@ def test_exception_that_cannot_be_recreated_becomes_trial_error():
     assert isinstance(error, TrialError) and "ValueError: holds a lock" in str(error) and "pickle" in str(error)
 
 
+def test_an_unpicklable_error_the_driver_raised_goes_to_the_device_as_its_class():
+    """An error the driver raised answering a trial's call (the study's storage, its sampler) that does not pickle
+    goes as its class, args and the attributes that pickle (it was a TrialError: the objective, ``catch`` and
+    optimize's caller did not see the class Optuna shows them)."""
+    error = StorageDown("storage down")
+    error.code = 7
+    back = fo._PackedError.of(error, bare=True).unpack()
+    assert type(back) is StorageDown and str(back) == "storage down" and back.code == 7
+    assert not hasattr(back, "lock")  # (what cannot travel stays behind)
+    assert isinstance(back.__cause__, fo.DeviceTraceback)
+    assert isinstance(fo._PackedError.of(error).unpack(), TrialError)  # (an objective's own: as before)
+
+
+class StorageDown(RuntimeError):
+    """A storage's exception that does not pickle (it holds a lock)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.lock = threading.Lock()
+
+
+_CALL_AFTER_EACH_REPORT = {"inside": True, "at_the_end": False}
+
+
+def _reports_three(trial: Any, call_after: bool) -> float:
+    x = trial.suggest_float("x", -10, 10)
+    for step in range(3):
+        trial.report(x + step, step)
+        if call_after:  # the report goes to the study with this call, inside the objective (else with its end)
+            trial.suggest_int(f"k{step}", 0, 3)
+    return x
+
+
+@pytest.mark.parametrize("where", sorted(_CALL_AFTER_EACH_REPORT))
+@pytest.mark.parametrize("catch", [(), (RuntimeError,)])
+@pytest.mark.parametrize("how", ["optuna", "fluidsalus"])
+def test_a_storage_error_in_a_report_is_the_objectives_as_in_optuna(tmp_path, how, catch, where):
+    """The study's storage refuses trial 1's first report with an exception that does not pickle. Optuna raises it
+    in the objective's ``report``: the trial is FAIL, and optimize raises that very exception unless ``catch``
+    names it. Here optimize raised a TrialError ("errored on its device before its objective returned" when the
+    report went with the trial's end; "could not be re-created" when with a later call) and ``catch`` missed it."""
+    study = optuna.create_study()
+    real = study._storage.set_trial_intermediate_value
+
+    def refusing(trial_id: int, step: int, value: float) -> None:
+        if study._storage.get_trial(trial_id).number == 1 and step == 0:
+            raise StorageDown("storage down")
+        real(trial_id, step, value)
+
+    study._storage.set_trial_intermediate_value = refusing
+    objective = functools.partial(_reports_three, call_after=_CALL_AFTER_EACH_REPORT[where])
+    with contextlib.nullcontext() if catch else pytest.raises(StorageDown, match="storage down"):
+        if how == "optuna":
+            study.optimize(objective, n_trials=3, catch=catch)
+        else:
+            _optimize(study, objective, tmp_path, n_trials=3, catch=catch, max_concurrent_trials=1, name="down")
+    states = [t.state for t in study.trials]
+    assert states == ([TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE] if catch
+                      else [TrialState.COMPLETE, TrialState.FAIL])
+    if how == "fluidsalus":
+        store = ExperimentStore.open(tmp_path / "fluidsalus" / "down", readonly=True)
+        try:
+            errors = [row.error for row in store.trials() if row.status == "ERROR"]
+        finally:
+            store.close()
+        assert errors == ["StorageDown: storage down"]
+
+
 def test_out_of_memory_reruns_the_same_optuna_trial(tmp_path):
     def objective(trial: Any) -> float:
         x = trial.suggest_float("x", 0, 1)
@@ -491,11 +560,45 @@ def test_interrupted_run_fails_its_running_trials(tmp_path, optuna_records):
             assert (row.last_result or {}).get(fo.KEY_VALUE) == trial.value
         else:  # and its error files, as every ERROR trial's (Trial.get_error() was None)
             assert "KeyboardInterrupt" in (tmp_path / "fluidsalus" / folder / row.trial_id / ERROR_FILE).read_text()
+    # and a trial proposed but never started (no Optuna trial) ends as the engine ends those it never ran: it
+    # stayed PENDING, "unfinished" in `ls`, for a resume optimize never does (h116's F3)
+    linked = {t.system_attrs[fo.SYSTEM_ATTR]["trial_id"] for t in study.trials}
+    assert all(row.status in ("TERMINATED", "ERROR") for row in rows.values())
+    assert all(row.status == "TERMINATED" and row.stop_reason == "stopped" and row.last_result is None
+               for row in rows.values() if row.trial_id not in linked)
     # Optuna's lines for each trial the interrupt failed, without the driver's traceback (the same frames for
     # every such trial, none of them the objective's: it was shown once per trial)
     failed = [r for r in optuna_records if "because of the following error: KeyboardInterrupt()." in r.getMessage()]
     assert len(failed) == states.count(TrialState.FAIL) >= 1
     assert all(r.exc_info is None for r in failed)
+
+
+@pytest.mark.parametrize("how", ["optuna", "fluidsalus"])
+def test_an_interrupt_before_any_trial_started_leaves_no_trial_unfinished(tmp_path, how):
+    """A Ctrl-C landing in the first ``study.ask()``: Optuna raises it with no trial; the experiment's record had
+    the proposed fluidsalus trials RUNNING/PENDING for good ("unfinished" in ``fluidsalus ls``, for a resume
+    optimize never does), and no metric (nothing was recorded when no trial had started)."""
+    def interrupted_ask(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    study = optuna.create_study()
+    study.ask = interrupted_ask  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        if how == "optuna":
+            study.optimize(_quadratic, n_trials=4)
+        else:
+            _optimize(study, _quadratic, tmp_path, n_trials=4, name="first")
+    assert study.trials == []
+    if how == "optuna":
+        return
+    store = ExperimentStore.open(tmp_path / "fluidsalus" / "first", readonly=True)
+    try:
+        rows = store.trials()
+        assert store.experiment()["metric"] == fo.KEY_VALUE
+    finally:
+        store.close()
+    assert rows and all(row.status == "TERMINATED" and row.stop_reason == "stopped" and row.last_result is None
+                        for row in rows)
 
 
 def test_a_system_exit_in_the_driver_leaves_the_running_trials_running_as_optuna_does(tmp_path):
