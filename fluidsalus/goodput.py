@@ -33,7 +33,8 @@ nothing here starts Ray or writes anything. The exact definitions are in ``docs/
   driver busy asking the searcher for trials or answering a call), no trial on it (no lane open), before its
   first turn, after a trial's last report until the trial ended or left it, after its last turn up to the end of
   its epoch with a trial still on it (the run's stop cut it short), and the rest (a lane open between turns).
-  They sum to ``idle_s``.
+  They sum to ``idle_s``. The ``driver`` time is split by the method of the calls waited for (``idle_driver``:
+  ``suggest``, ``should_prune``, ``searcher``, ...), a moment several calls waited shared equally by them.
 - **Throughput** = iterations / device_seconds; **goodput** = useful iterations / device_seconds.
 
 Every setting is a named constant below.
@@ -114,9 +115,16 @@ NOT_ACTIVITY_EVENTS = ("device_waiting", *DEVICE_END_EVENTS)
 #: The idle causes, in the order they are tried.
 IDLE_CAUSES = (IDLE_DRIVER, IDLE_NO_TRIAL, IDLE_STARTUP, IDLE_AFTER_REPORT, IDLE_STOPPED, IDLE_BETWEEN_TURNS)
 #: Event of a device: one of its trials waited for the driver's answers to its calls, ``data["waits"]`` (``[[offset_s,
-#: wait_s], ...]`` from ``ts``), or, in stores of the first version, one call from ``ts`` for ``data["wait_s"]``
-#: seconds (``fluidsalus.gpu.host.DRIVER_WAIT_EVENT``).
+#: wait_s], ...]`` from ``ts``) of the calls ``data["methods"]`` names (one per wait; stores before it lack it), or, in
+#: stores of the first version, one call of ``data["method"]`` from ``ts`` for ``data["wait_s"]`` seconds
+#: (``fluidsalus.gpu.host.DRIVER_WAIT_EVENT``).
 DRIVER_WAIT_EVENT = "driver_wait"
+#: The method of a wait for the driver whose event does not name it (a store written before waits were named, whose
+#: event held calls of several methods): :attr:`DeviceStats.idle_driver`'s key for it.
+DRIVER_METHOD_UNKNOWN = "unknown"
+#: Prefixes of the calls' names that :attr:`DeviceStats.idle_driver` leaves off (``optuna.suggest`` is ``suggest``,
+#: ``fluidsalus.result_verdict`` is ``result_verdict``); a ``driver_busy`` spell asking the searcher is ``searcher``.
+DRIVER_METHOD_PREFIXES = ("optuna.", "fluidsalus.")
 #: Event of the driver: it was busy asking the searcher for trials, or answering a call, for ``data["wait_s"]``
 #: seconds from ``ts``, with trials still to place unless ``data["more"]`` is false
 #: (``fluidsalus.trialgroup.executor.DRIVER_BUSY_EVENT``).
@@ -385,6 +393,10 @@ class Activity:
             > 0 wait for rank 0's call at their next collective op).
         driver_busy: The merged intervals in which the driver, with trials still to place, asked the searcher for
             trials or answered a call (:data:`DRIVER_BUSY_EVENT`).
+        driver_calls: Per device, the waits of ``driver_waits`` one by one, each ``(start, end, method)`` (the
+            call's name without its front end's prefix: ``suggest``, ``should_prune``, ``result_verdict``).
+        driver_busy_calls: The spells of ``driver_busy`` one by one, each ``(start, end, what)`` (``searcher``, or
+            the call answered).
     """
 
     epochs: dict[str, list[Epoch]]
@@ -403,6 +415,8 @@ class Activity:
     leaves: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     driver_waits: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     driver_busy: list[tuple[float, float]] = field(default_factory=list)
+    driver_calls: dict[str, list[tuple[float, float, str]]] = field(default_factory=dict)
+    driver_busy_calls: list[tuple[float, float, str]] = field(default_factory=list)
 
     @property
     def devices(self) -> list[str]:
@@ -465,20 +479,74 @@ def _detail(event: EventRow) -> list[Any]:
     return list(detail) if isinstance(detail, (list, tuple)) else []
 
 
-def _driver_waits(ts: float, data: Mapping[str, Any]) -> list[tuple[float, float]]:
-    """The intervals of a :data:`DRIVER_WAIT_EVENT`: ``data["waits"]`` (``[[offset_s, wait_s], ...]`` from ``ts``),
-    or, as the first version stored one event per call, ``[ts, ts + data["wait_s"]]``."""
+def _driver_waits(ts: float, data: Mapping[str, Any]) -> list[tuple[float, float, str]]:
+    """The waits of a :data:`DRIVER_WAIT_EVENT`, each ``(start, end, method)``: ``data["waits"]`` (``[[offset_s,
+    wait_s], ...]`` from ``ts``) with ``data["methods"]`` (each wait's method; a store before it has none: its
+    one method when ``data["calls"]`` names one, else :data:`DRIVER_METHOD_UNKNOWN`), or, as the first version
+    stored one event per call, ``[ts, ts + data["wait_s"]]`` of ``data["method"]``."""
     waits = data.get("waits")
     if isinstance(waits, list):
+        methods = data.get("methods")
+        methods = methods if isinstance(methods, list) and len(methods) == len(waits) else None
+        calls = data.get("calls")
+        only = next(iter(calls)) if isinstance(calls, dict) and len(calls) == 1 else DRIVER_METHOD_UNKNOWN
         out = []
-        for pair in waits:
+        for i, pair in enumerate(waits):
             if isinstance(pair, (list, tuple)) and len(pair) == 2:
                 off, wait = _number(pair[0]), _number(pair[1])
                 if off is not None and wait is not None and wait > 0:
-                    out.append((ts + off, ts + off + wait))
+                    out.append((ts + off, ts + off + wait, _method(methods[i] if methods is not None else only)))
         return out
     wait = _number(data.get("wait_s"))
-    return [(ts, ts + wait)] if wait is not None and wait > 0 else []
+    return [(ts, ts + wait, _method(data.get("method")))] if wait is not None and wait > 0 else []
+
+
+def _method(raw: Any) -> str:
+    """The name of a call to the driver as the report gives it: its front end's prefix (``optuna.``,
+    ``fluidsalus.``) left off; :data:`DRIVER_METHOD_UNKNOWN` for none."""
+    if not isinstance(raw, str) or not raw:
+        return DRIVER_METHOD_UNKNOWN
+    for prefix in DRIVER_METHOD_PREFIXES:
+        if raw.startswith(prefix) and len(raw) > len(prefix):
+            return raw[len(prefix):]
+    return raw
+
+
+def split_by_label(target: Sequence[tuple[float, float]],
+                   labelled: Iterable[tuple[float, float, str]]) -> dict[str, float]:
+    """The length of ``target`` (sorted disjoint intervals) split among the labels of ``labelled`` intervals:
+    each moment of ``target`` is shared equally by the labelled intervals that cover it (two calls waited at
+    once: half each), so the shares sum to the covered length of ``target``; a moment none covers goes to
+    :data:`DRIVER_METHOD_UNKNOWN`. Labels with no share are left out."""
+    points: list[tuple[float, int, str | None]] = []  # (t, +1/-1, label; None: target)
+    for a, b in target:
+        if b > a:
+            points += [(a, 1, None), (b, -1, None)]
+    for a, b, label in labelled:
+        if b > a:
+            points += [(a, 1, label), (b, -1, label)]
+    points.sort(key=lambda p: p[0])
+    out: dict[str, float] = defaultdict(float)
+    count: dict[str, int] = defaultdict(int)
+    inside = 0
+    for i, (t, delta, label) in enumerate(points):
+        if label is None:
+            inside += delta
+        else:
+            count[label] += delta
+        if i + 1 == len(points) or inside <= 0:
+            continue
+        seg = points[i + 1][0] - t
+        if seg <= 0:
+            continue
+        live = {k: n for k, n in count.items() if n > 0}
+        if not live:
+            out[DRIVER_METHOD_UNKNOWN] += seg
+            continue
+        total = sum(live.values())
+        for k, n in live.items():
+            out[k] += seg * n / total
+    return {k: v for k, v in out.items() if v > 0}
 
 
 def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
@@ -544,9 +612,11 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
     switch_in: dict[tuple[str, str], list[float]] = defaultdict(list)  # (device, trial) -> switch times
     last_ts: dict[tuple[str, int], float] = {}
     leaves: dict[tuple[str, str], list[float]] = defaultdict(list)  # (device, trial) -> its LEAVE_EVENTS' times
-    driver_waits: dict[str, list[tuple[float, float]]] = defaultdict(list)  # device -> its trials' calls' waits
-    driver_busy: list[tuple[float, float]] = []  # the driver asked the searcher / answered a call, trials to place
-    trial_waits: dict[tuple[str, int], list[tuple[float, float]]] = defaultdict(list)  # (trial, attempt) -> waits
+    # device -> its trials' calls' waits, each (start, end, method)
+    driver_waits: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    # the driver asked the searcher / answered a call, with trials to place: (start, end, what)
+    driver_busy: list[tuple[float, float, str]] = []
+    trial_waits: dict[tuple[str, int], list[tuple[float, float, str]]] = defaultdict(list)  # (trial, attempt) -> waits
     # (trial, attempt) -> [device, worker_start, worker_end] of each rank > 0 of a data-parallel trial
     workers: dict[tuple[str, int], list[list[Any]]] = defaultdict(list)
 
@@ -571,8 +641,8 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
                 trial_waits[(ev.trial_id, int(data.get("attempt") or 0))].extend(waits)
         elif ev.kind == DRIVER_BUSY_EVENT:
             wait = _number(data.get("wait_s"))
-            if wait is not None and wait > 0 and data.get("more", True):
-                driver_busy.append((ev.ts, ev.ts + wait))  # (with nothing to place, no device waited for it)
+            if wait is not None and wait > 0 and data.get("more", True):  # (with nothing to place, no device waited)
+                driver_busy.append((ev.ts, ev.ts + wait, _method(data.get("what"))))
         attempt = data.get("attempt")
         attempt = attempt if isinstance(attempt, int) else 0
         if ev.kind == TRIAL_RESTART_EVENT and ev.trial_id is not None:
@@ -685,7 +755,8 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
         waits = trial_waits.get(key)
         if waits:
             for device, since, until in rows:
-                driver_waits[device].extend(intersect_intervals(merge_intervals(waits), [(since, until)]))
+                driver_waits[device].extend((max(a, since), min(b, until), method) for a, b, method in waits
+                                            if min(b, until) > max(a, since))
 
     # Which report of each iteration is useful, and why the others were wasted.
     by_iteration: dict[tuple[str, int], list[ResultRow]] = defaultdict(list)
@@ -825,8 +896,9 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
         switches=switches, markers=markers, lanes_open=dict(lanes_open), reserved=dict(reserved), used=dict(used),
         waiting=dict(waiting), gpu_util=dict(gpu_util), gpu_mem=dict(gpu_mem), lane_busy=lane_busy,
         device_busy=device_busy, leaves={key: sorted(ts) for key, ts in leaves.items()},
-        driver_waits={d: merge_intervals(iv) for d, iv in driver_waits.items()},
-        driver_busy=merge_intervals(driver_busy),
+        driver_waits={d: merge_intervals((a, b) for a, b, _ in iv) for d, iv in driver_waits.items()},
+        driver_busy=merge_intervals((a, b) for a, b, _ in driver_busy),
+        driver_calls={d: sorted(iv) for d, iv in driver_waits.items()}, driver_busy_calls=sorted(driver_busy),
     )
 
 
@@ -841,7 +913,16 @@ def idle_intervals(activity: Activity, device: str) -> dict[str, list[tuple[floa
     the device to its next leave event there), :data:`IDLE_STOPPED` (after the epoch's last turn),
     :data:`IDLE_BETWEEN_TURNS` (the rest). The causes of an epoch are disjoint and cover its idle time exactly.
     """
+    return _idle_split(activity, device)[0]
+
+
+def _idle_split(activity: Activity, device: str) -> tuple[dict[str, list[tuple[float, float]]],
+                                                          list[tuple[float, float, str]]]:
+    """:func:`idle_intervals`, and the calls and driver spells that make its :data:`IDLE_DRIVER` time, each
+    ``(start, end, method)`` (a trial's wait for the driver; the driver's busy spell on a stretch without a trial
+    that a lane ended): :func:`split_by_label` splits that time by method."""
     out: dict[str, list[tuple[float, float]]] = {cause: [] for cause in IDLE_CAUSES}
+    calls: list[tuple[float, float, str]] = []
     busy_all = activity.device_busy.get(device, [])
     mine = [s for s in activity.spans if s.device == device]
     for ep in activity.epochs.get(device, []):
@@ -860,6 +941,10 @@ def idle_intervals(activity: Activity, device: str) -> dict[str, list[tuple[floa
         # after them): on a device that got nothing more (the sweep's last trials ran elsewhere, a concurrency
         # limit) the driver held nothing back from it, whatever it was doing.
         awaited = [(a, b) for a, b in no_lane if b < ep.end]
+        calls += [(max(a, ep.start), min(b, ep.end), m) for a, b, m in activity.driver_calls.get(device, [])
+                  if min(b, ep.end) > max(a, ep.start)]
+        calls += [(a2, b2, m) for a, b, m in activity.driver_busy_calls
+                  for a2, b2 in intersect_intervals([(a, b)], awaited)]
         pieces = {IDLE_DRIVER: merge_intervals([*intersect_intervals(activity.driver_waits.get(device, []), whole),
                                                 *intersect_intervals(activity.driver_busy, awaited)]),
                   IDLE_NO_TRIAL: no_lane,
@@ -887,7 +972,7 @@ def idle_intervals(activity: Activity, device: str) -> dict[str, list[tuple[floa
             out[cause].extend(took)
             idle = subtract_intervals(idle, pieces[cause])
         out[IDLE_BETWEEN_TURNS].extend(idle)
-    return out
+    return out, calls
 
 
 def _cause(restarts: Sequence[tuple[float, str, int | None]], resumes: Sequence[float], done: float, redo: float,
@@ -991,6 +1076,10 @@ class DeviceStats:
     idle_s: float = 0.0
     #: ``idle_s`` split by cause (every one of :data:`IDLE_CAUSES`, in that order; they sum to ``idle_s``).
     idle: dict[str, float] = field(default_factory=dict)
+    #: ``idle["driver"]`` split by the method of the calls waited for (``suggest``, ``should_prune``, ``report``,
+    #: ``start``, ``finish``, ``result_verdict``, ``searcher`` for the driver asking it, ...), largest first; a
+    #: moment in which several calls waited is shared equally by them. They sum to ``idle["driver"]``.
+    idle_driver: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -1067,18 +1156,21 @@ def _stats(device: str, kind: str | None, slots: int | None, device_seconds: flo
 
 
 def _idle(activity: Activity, device: str, device_seconds: float, busy_s: float, w0: float,
-          w1: float) -> tuple[float, dict[str, float]]:
-    """The device's idle seconds in ``[w0, w1]`` and their split by cause (:func:`idle_intervals`).
+          w1: float) -> tuple[float, dict[str, float], dict[str, float]]:
+    """The device's idle seconds in ``[w0, w1]``, their split by cause (:func:`idle_intervals`), and the
+    :data:`IDLE_DRIVER` seconds split by the method of the calls waited for (:func:`split_by_label`: a moment two
+    calls waited at once counts half to each), largest first.
 
     :data:`IDLE_BETWEEN_TURNS` is what the other causes leave of ``device_seconds - busy_s``, so that the causes
     sum to it exactly (as intervals they do: this only absorbs rounding).
     """
     idle_s = device_seconds - busy_s
-    intervals = idle_intervals(activity, device)
+    intervals, calls = _idle_split(activity, device)
     split = {cause: covered(intervals[cause], w0, w1) for cause in IDLE_CAUSES[:-1]}
     rest = idle_s - sum(split.values())
     split[IDLE_BETWEEN_TURNS] = 0.0 if abs(rest) < 1e-9 else rest
-    return idle_s, split
+    by_method = split_by_label(intersect_intervals(intervals[IDLE_DRIVER], [(w0, w1)]), calls)
+    return idle_s, split, dict(sorted(by_method.items(), key=lambda x: (-x[1], x[0])))
 
 
 def summarize(activity: Activity, window: tuple[float, float] | None = None) -> Goodput:
@@ -1123,7 +1215,8 @@ def summarize(activity: Activity, window: tuple[float, float] | None = None) -> 
             mem.peak(w0, w1) if mem is not None and mem.points else None, (w0, w1),
         ))
         devices[-1].node = eps[-1].node
-        devices[-1].idle_s, devices[-1].idle = _idle(activity, device, device_seconds, busy_s, w0, w1)
+        devices[-1].idle_s, devices[-1].idle, devices[-1].idle_driver = _idle(activity, device, device_seconds,
+                                                                              busy_s, w0, w1)
 
     names = activity.devices
 
@@ -1145,6 +1238,11 @@ def summarize(activity: Activity, window: tuple[float, float] | None = None) -> 
 
     totals.idle_s = totals.device_seconds - totals.busy_s
     totals.idle = {cause: sum(d.idle.get(cause, 0.0) for d in devices) for cause in IDLE_CAUSES}
+    driver: dict[str, float] = defaultdict(float)
+    for d in devices:
+        for method, seconds in d.idle_driver.items():
+            driver[method] += seconds
+    totals.idle_driver = dict(sorted(driver.items(), key=lambda x: (-x[1], x[0])))
 
     by_lane: dict[tuple[str, int, int | None], list[Span]] = defaultdict(list)
     for s in all_spans:
@@ -1163,6 +1261,48 @@ def summarize(activity: Activity, window: tuple[float, float] | None = None) -> 
                                _ratio(busy, open_s), len(mine), len({s.trial_id for s in mine}),
                                life.capacity_peak_bytes))
     return Goodput(w0, w1, devices, totals, lanes)
+
+
+def queue_waits(events: Iterable[EventRow], created: Mapping[str, float]) -> dict[str, list[tuple[float, float]]]:
+    """Each trial's waits to start, ``(since, start)`` in time order: every stretch in which it waited off any device
+    for a place, ended by a ``trial_start`` (its ``queued_s`` is their device time, ``docs/goodput.md``).
+
+    A trial waits from its creation (``created``) to its first ``trial_start``, and again from each
+    ``trial_restart`` that ended a started attempt (a retry, a preemption, a move, a PBT turn or exploit, a device
+    that died) to its next ``trial_start``; a restart of an attempt that never started (a trial its device gave back
+    before it began, ``withdrawn``) goes on with the wait it was in. A ``promoted`` restart starts its wait afresh:
+    the trial was paused off any device, or ended, until its searcher promoted it, waiting for the search, not for a
+    place. A ``resume`` event starts a wait for each trial that was computing when the run was interrupted (started,
+    not ended since). A ``trial_end`` ends a wait that no start ended, which is not counted (nor the wait of a trial
+    still waiting at the run's end: a trial that never started has none, ``queued_s`` null). A ``trial_start`` with no
+    wait before it (an out-of-memory re-admission, on its device) adds none.
+    """
+    since: dict[str, float | None] = dict(created)
+    running: set[str] = set()  # trials started, not ended or restarted since: computing at a resume
+    out: dict[str, list[tuple[float, float]]] = {tid: [] for tid in created}
+    for ev in sorted(events, key=lambda e: e.ts):  # (stable: events of one moment in the order stored)
+        tid = ev.trial_id
+        if ev.kind == "resume":
+            for trial in running:
+                since[trial] = ev.ts
+            running.clear()
+            continue
+        if tid is None or tid not in out:
+            continue
+        if ev.kind == "trial_start":
+            began = since.get(tid)
+            if began is not None:
+                out[tid].append((began, max(began, ev.ts)))
+            since[tid] = None
+            running.add(tid)
+        elif ev.kind == TRIAL_RESTART_EVENT:
+            running.discard(tid)
+            if (ev.data or {}).get("reason") == "promoted" or since.get(tid) is None:
+                since[tid] = ev.ts
+        elif ev.kind == "trial_end":
+            running.discard(tid)
+            since[tid] = None
+    return out
 
 
 @dataclass(frozen=True)

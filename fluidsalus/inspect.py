@@ -91,8 +91,12 @@ REFUSED_REASONS = {
 HELD_BACK_SHOWN = 5
 #: Devices the ``idle by cause`` line names per cause, most idle first (the JSON has every device's split).
 IDLE_DEVICES_SHOWN = 2
-#: Idle seconds below which a cause is left off the ``idle by cause`` line (it would print as 0.00s).
+#: Idle seconds below which a cause is left off the ``idle by cause`` line (it would print as 0.00s); so is a method
+#: of the ``driver`` cause.
 IDLE_SHOWN_MIN_S = 0.005
+#: Methods the ``idle by cause`` line names in its ``driver`` cause, most waited for first (the JSON's
+#: ``idle_driver`` has them all).
+IDLE_METHODS_SHOWN = 4
 #: The lines under the table that say what its columns hold (docs/goodput.md, "The table", says it at length).
 TABLE_LEGEND = (
     "BUSY: share of the device's time at least one lane computed an iteration, reported or cut short by a failure "
@@ -104,8 +108,8 @@ TABLE_LEGEND = (
 #: Columns of :attr:`Report.trials` (and of each entry of the JSON's ``trials``).
 TRIAL_COLUMNS = ("trial_id", "status", "stop_reason", "device", "attempts", "failures", "iteration", "reported",
                  "useful", "wasted", "cut_short", "compute_s", "useful_s", "wasted_s", "waste_causes", "queued_s",
-                 "metric", "error", "config")
-#: A trial that waited at least this long for its first start (``queued_s``) counts on the ``queued`` line: a start
+                 "queued_waits", "metric", "error", "config")
+#: A trial that waited at least this long to start (``queued_s``, all its waits) counts on the ``queued`` line: a start
 #: takes some milliseconds (placement, the device taking it) even with a place free.
 QUEUED_SHOWN_MIN_S = 0.1
 
@@ -140,6 +144,9 @@ PLOT_WASTE_COLOR = "#d62728"
 PLOT_WASTE_HATCH, PLOT_HATCH_COLOR = "xxxx", "#222222"
 PLOT_GOODPUT_COLOR = "#2ca02c"
 PLOT_THROUGHPUT_COLOR = "#555555"
+#: Shading of a device's time waiting for the driver (idle cause ``driver``), over its whole panel, and its opacity:
+#: light enough that the grey of an open lane shows through.
+PLOT_DRIVER_COLOR, PLOT_DRIVER_ALPHA = "#9467bd", 0.35
 #: Marker style per timeline marker kind: (matplotlib marker, colour, label).
 PLOT_MARKERS = {
     gp.MARK_FAILURE: ("X", "#d62728", "failure"),
@@ -352,10 +359,14 @@ class Report:
     def __init__(self, path: str, experiment: dict[str, Any], trial_rows: list[TrialRow], activity: gp.Activity,
                  summary: gp.Goodput, bin_s: float | None = None, planner: PlannerSummary | None = None,
                  saved_iterations: Mapping[str, int] | None = None,
-                 first_starts: Mapping[str, float] | None = None) -> None:
+                 first_starts: Mapping[str, float] | None = None,
+                 queue_waits: Mapping[str, Sequence[tuple[float, float]]] | None = None) -> None:
         self.path = path
         #: Each trial's first ``trial_start`` (absolute seconds; trials that never started are left out).
         self.first_starts = dict(first_starts or {})
+        #: Each trial's waits to start, ``(since, start)`` (:func:`goodput.queue_waits`); a trial not here waited
+        #: from its creation to its first start only.
+        self.queue_waits = {tid: list(w) for tid, w in (queue_waits or {}).items()}
         #: Each trial's iteration of its latest checkpoint (trials without one are left out).
         self.saved_iterations = dict(saved_iterations or {})
         self.planner = planner if planner is not None else planner_summary(())
@@ -499,9 +510,11 @@ class Report:
         failures (Ray's count: the retried ones and the one that ended it), iterations reported, useful and
         wasted (redone later), iterations a failure cut short, compute seconds (``compute_s``: device time, a
         data-parallel trial's on each of its devices) split into ``useful_s`` and ``wasted_s`` (redone or cut
-        short), the causes of its waste, how long it waited for its first start (``queued_s``: from its creation to
-        its first ``trial_start``, counting only time some device was up, so neither the devices' start nor the gap
-        between a resumed run's sessions; None if it never started), its last metric, error and config."""
+        short), the causes of its waste, how long it waited to start (``queued_s``: from its creation to its first
+        ``trial_start``, and from each restart, a retry, a preemption, a PBT turn, to its next one:
+        :func:`goodput.queue_waits`; counting only time some device was up, so neither the devices' start nor the
+        gap between a resumed run's sessions; None if it never started) and how many starts it waited for
+        (``queued_waits``), its last metric, error and config."""
         per: dict[str, dict[str, Any]] = defaultdict(lambda: {"reported": 0, "useful": 0, "wasted": 0, "cut_short": 0,
                                                               "compute_s": 0.0, "useful_s": 0.0, "wasted_s": 0.0,
                                                               "waste_causes": set()})
@@ -523,6 +536,7 @@ class Report:
             last = (t.last_result or {}).get(metric) if metric else None
             mine = per[t.trial_id]
             first = self.first_starts.get(t.trial_id)
+            waits = self.queue_waits.get(t.trial_id, [] if first is None else [(t.created_at, first)])
             rows.append({
                 "trial_id": t.trial_id, "status": t.status, "stop_reason": t.stop_reason, "device": t.device,
                 "attempts": t.attempt + 1, "failures": t.num_failures + (t.status == ERROR),
@@ -530,7 +544,8 @@ class Report:
                 **{k: mine[k] for k in ("reported", "useful", "wasted", "cut_short", "compute_s", "useful_s",
                                          "wasted_s")},
                 "waste_causes": sorted(mine["waste_causes"]),
-                "queued_s": None if first is None else gp.covered(up, t.created_at, first),
+                "queued_s": None if first is None else sum(gp.covered(up, a, b) for a, b in waits),
+                "queued_waits": 0 if first is None else len(waits),
                 "metric": last if finite(last) else None, "error": t.error, "config": t.config,
             })
         return rows
@@ -696,7 +711,8 @@ class Report:
     def _idle_line(self) -> str:
         """``idle by cause: no_trial 4.38s (cpu:1 4.32s, cpu:2 0.06s), startup 0.14s, ...``: the totals' idle split,
         largest first, each with the devices idlest for it when more than one device was (docs/goodput.md, "Idle by
-        cause")."""
+        cause"); ``driver`` first names the calls waited for: ``driver 3.09s (suggest 2.70s, should_prune 0.39s;
+        cpu:1 1.60s, cpu:0 1.49s)``."""
         parts = []
         for cause, seconds in sorted(self.total_stats.idle.items(), key=lambda x: -x[1]):
             if seconds < IDLE_SHOWN_MIN_S:
@@ -706,28 +722,43 @@ class Report:
             # (while the run goes on, a device's time after its last turn is mostly the iteration in progress)
             name = f"{cause}/in progress" if cause == gp.IDLE_STOPPED and self.live else cause
             part = f"{name} {seconds:.2f}s"
+            inner = []
+            if cause == gp.IDLE_DRIVER:  # which calls the devices waited for: suggest 2.90s, should_prune 0.40s
+                methods = [(m, s) for m, s in self.total_stats.idle_driver.items() if s >= IDLE_SHOWN_MIN_S]
+                said = [f"{m} {s:.2f}s" for m, s in methods[:IDLE_METHODS_SHOWN]]
+                if len(methods) > IDLE_METHODS_SHOWN:
+                    said.append(f"+{len(methods) - IDLE_METHODS_SHOWN} more")
+                if said and [m for m, _ in methods] != [gp.DRIVER_METHOD_UNKNOWN]:  # (a store before waits were named)
+                    inner.append(", ".join(said))
             if len(self.device_stats) > 1 and by_device:
                 shown = [f"{device} {s:.2f}s" for s, device in by_device[:IDLE_DEVICES_SHOWN]]
                 if len(by_device) > IDLE_DEVICES_SHOWN:
                     shown.append(f"+{len(by_device) - IDLE_DEVICES_SHOWN} more")
-                part += f" ({', '.join(shown)})"
+                inner.append(", ".join(shown))
+            if inner:
+                part += f" ({'; '.join(inner)})"
             parts.append(part)
         return "idle by cause: " + (", ".join(parts) if parts else "none")
 
     def _queued_line(self) -> str:
         """``queued: 6 of 8 trials waited for their first start, mean 2.08s, max 3.16s (a9c90_00006)``: the trials
-        that waited at least :data:`QUEUED_SHOWN_MIN_S` (``queued_s``) over the whole run, their mean and longest
-        wait. It stays once the run ended (the header's "waiting" counts only the trials waiting now). Trials that
-        never started (``queued_s`` None) are counted after it, with the longest of their waits up to their end
-        (or the run's): ``; 6 never started (waited up to 4.29s)`` (``not started yet (waiting ...)`` while the run
-        goes on); it said ``queued: none`` for a run interrupted with 6 of its 10 trials still queued."""
-        queued = [(r["queued_s"], r["trial_id"]) for r in self.trial_table
-                  if r["queued_s"] is not None and r["queued_s"] >= QUEUED_SHOWN_MIN_S]
+        that waited at least :data:`QUEUED_SHOWN_MIN_S` (``queued_s``: every wait to start, the first and those
+        after a restart) over the whole run, their mean and longest wait; ``waited to start (their first starts and
+        16 restarts)`` when some of those trials also waited to restart (``queued_waits``). It stays once the run
+        ended (the header's "waiting" counts only the trials waiting now). Trials that never started (``queued_s``
+        None) are counted after it, with the longest of their waits up to their end (or the run's): ``; 6 never
+        started (waited up to 4.29s)`` (``not started yet (waiting ...)`` while the run goes on); it said ``queued:
+        none`` for a run interrupted with 6 of its 10 trials still queued."""
+        rows = [r for r in self.trial_table if r["queued_s"] is not None and r["queued_s"] >= QUEUED_SHOWN_MIN_S]
+        queued = [(r["queued_s"], r["trial_id"]) for r in rows]
         parts = []
         if queued:
             longest, who = max(queued)
             mean = sum(w for w, _ in queued) / len(queued)
-            parts.append(f"{len(queued)} of {plural(len(self.trial_rows), 'trial')} waited for their first start, "
+            restarts = sum(max(0, r["queued_waits"] - 1) for r in rows)  # (waits after a retry, a preemption, ...)
+            what = (f"to start (their first starts and {plural(restarts, 'restart')})" if restarts else
+                    "for their first start")
+            parts.append(f"{len(queued)} of {plural(len(self.trial_rows), 'trial')} waited {what}, "
                          f"mean {mean:.2f}s, max {longest:.2f}s ({who})")
         never = self._never_started()
         if never:
@@ -871,8 +902,9 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
     for ev in events:
         if ev.kind == "trial_start" and ev.trial_id is not None:
             first_starts[ev.trial_id] = min(ev.ts, first_starts.get(ev.trial_id, ev.ts))
+    waits = gp.queue_waits(events, {t.trial_id: t.created_at for t in trials})
     return Report(resolved, exp, trials, activity, gp.summarize(activity, absolute), bin_s, planner_summary(events),
-                  saved, first_starts)
+                  saved, first_starts, waits)
 
 
 # ---------------------------------------------------------------------------------------------- plot
@@ -952,7 +984,8 @@ def report_figure(report: Report) -> Any:
     One panel per device: a row per lane position (lanes that never coexist share a row), a grey bar while a
     lane is open (memory reserved) and a coloured bar per trial while it holds the lane's turn (its number
     written in when there is room); cross-hatched bars are iterations redone later or cut short by a failure
-    (wasted); small triangles mark switches; crosses, stars and diamonds mark failures, out-of-memory
+    (wasted); a purple shade over the panel is the device's time waiting for the driver (idle cause
+    ``driver``); small triangles mark switches; crosses, stars and diamonds mark failures, out-of-memory
     re-admissions and PBT exploits. The bottom panel shows all and useful iterations per device-second over
     time, the gap between them shaded as waste.
     """
@@ -1017,6 +1050,11 @@ def report_figure(report: Report) -> Any:
                 if (b1 - b0) >= PLOT_LABEL_MIN_FRACTION * x_range:
                     ax.text((b0 + b1) / 2 - t0, y, _short(s.trial_id), ha="center", va="center", fontsize=7,
                             zorder=3, color="black", bbox=PLOT_LABEL_BOX)
+        waits = gp.idle_intervals(act, device)[gp.IDLE_DRIVER]  # (idle: no busy bar of the device under it)
+        if waits:
+            ax.broken_barh([(a - t0, b - a) for a, b in waits], (-0.5, max(1, n_rows[device])),
+                           facecolors=PLOT_DRIVER_COLOR, alpha=PLOT_DRIVER_ALPHA, edgecolor="none", zorder=1.5,
+                           gid="driver_idle")
         sw = [(s.ts - t0, row_of(s.epoch, s.lane)) for s in act.switches if s.device == device]
         if sw:
             ax.scatter([x for x, _ in sw], [y + PLOT_BAR_HEIGHT / 2 for _, y in sw], marker="v", s=10,
@@ -1064,6 +1102,7 @@ def report_figure(report: Report) -> Any:
         fontsize=11, y=1 - 0.15 / total_in)
     handles = [
         Patch(facecolor=PLOT_IDLE_COLOR, label="lane open, idle"),
+        Patch(facecolor=PLOT_DRIVER_COLOR, alpha=PLOT_DRIVER_ALPHA, label="waiting for the driver"),
         Patch(facecolor=cmap(0), edgecolor="white", label="trial computes (colour, number = trial)"),
         Patch(facecolor="white", hatch=PLOT_WASTE_HATCH, edgecolor=PLOT_HATCH_COLOR, linewidth=0,
               label="wasted (redone or cut short)"),

@@ -140,6 +140,9 @@ M_AFTER_REPORTS = CALL_PREFIX + "after_reports"
 #: Nothing but the held reports it carries: a trial leaving its objective early (stopped) tells them, and so does one
 #: that holds :data:`HELD_REPORTS_MAX`.
 M_FLUSH = CALL_PREFIX + "flush"
+#: What a :data:`M_FLUSH` call's wait is named in the device's goodput record (``driver_wait``): the trial's
+#: ``report`` calls told to the study (a call that carries them with it is named by its own method).
+M_REPORT = CALL_PREFIX + "report"
 #: The most reports a trial holds for its next driver call: one more is sent at once with the others (one round trip
 #: per this many steps of a trial whose ``should_prune`` the device answers). Without it such a trial carried all its
 #: reports in its last call, which held the driver's loop, and every other device's trial, for 32-34 s at 100,000
@@ -439,9 +442,12 @@ def _call(method: str, *args: Any) -> Any:
     """
     blob = _pickled_args(method, args)
     reports = _take_held()
+    # The wait's name in the device's goodput record (``fluidsalus inspect``'s driver idle by method): the call the
+    # objective made, whatever reports it carries; a call carrying nothing but reports is the trial's ``report``.
+    label = M_REPORT if method == M_FLUSH else method
     if reports:  # (the call's own arguments stay a pickle inside: the driver loads them after the reports)
         method, blob = M_AFTER_REPORTS, cloudpickle.dumps((reports, method, blob))
-    ok, payload = session.call_driver(method, blob)
+    ok, payload = session._current("call_driver").call(method, blob, label=label)
     if ok:
         answer, warned = cloudpickle.loads(payload)
         _warn_again(warned)

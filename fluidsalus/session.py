@@ -442,7 +442,9 @@ class TrialSession:
         self._pausing = False
         self._pause_lock = threading.Lock()
         self._turns = turns
-        self._caller: Callable[[str, tuple[Any, ...]], Any] | None = None
+        #: ``caller(method, args, label)``: sends a call to the driver and waits for its answer (``label``: what
+        #: the device's goodput record names the wait by, None for ``method``; :meth:`call`).
+        self._caller: Callable[[str, tuple[Any, ...], str | None], Any] | None = None
         #: Set when a deferred report kept its lane's turn, expecting the driver call that follows it to give the
         #: turn away; cleared by that call or by the next boundary that may switch (see :meth:`report`).
         self._switch_owed = False
@@ -728,13 +730,17 @@ class TrialSession:
             self.ranks.at_resume(self.iteration, stop, self.stop_requested)
         return stop
 
-    def call(self, method: str, *args: Any) -> Any:
-        """Call ``method`` on the driver's call handler and wait for its answer (see ``fluidsalus.session.call``)."""
+    def call(self, method: str, *args: Any, label: str | None = None) -> Any:
+        """Call ``method`` on the driver's call handler and wait for its answer (see ``fluidsalus.session.call``).
+
+        ``label`` names the wait in the device's ``driver_wait`` record (goodput's ``idle_driver`` split by method),
+        ``method`` when None: a front end whose ``method`` wraps another call names the call it makes (an Optuna
+        ``should_prune`` that carries the trial's held reports travels as ``optuna.after_reports``)."""
         self._check_live("call_driver")
         if self._caller is None:
             raise SessionError("this trial has no driver to call (no call handler was set for the run)")
         if self._turns is None:
-            return self._caller(method, args)
+            return self._caller(method, args, label)
         # Waiting for the driver computes nothing: the lane's turn goes to a ready neighbour meanwhile, as when
         # paused at a budget, and comes back once the answer is here (an Optuna objective asks the driver at
         # every step, so its lane would otherwise idle for a round trip per step).
@@ -742,7 +748,7 @@ class TrialSession:
         self._switch_owed = False
         away = time.time()
         try:
-            return self._caller(method, args)
+            return self._caller(method, args, label)
         finally:
             self._turns.acquire()
             self._last += time.time() - away  # waiting for the driver and the turn is no part of the iteration

@@ -430,6 +430,7 @@ def test_a_data_parallel_trials_workers_wait_for_the_driver_with_rank_0():
     for device in (DEV, other):  # [101.5, 101.8] and [102.0, 102.3]; the rest of [101.5, 102.5] between turns
         assert stats[device].idle[gp.IDLE_DRIVER] == pytest.approx(0.6), device
         assert stats[device].idle[gp.IDLE_BETWEEN_TURNS] == pytest.approx(0.4), device
+        assert stats[device].idle_driver == pytest.approx({"should_prune": 0.6}), device  # (the worker's: rank 0's)
     # the first version's one event per call reads the same
     old = [e for e in events if e.kind != "driver_wait"] + [
         EventRow(101.5, "driver_wait", "T", DEV, {"wait_s": 0.3, "method": "should_prune", "attempt": 0}),
@@ -614,6 +615,61 @@ def test_time_a_device_waits_for_the_driver_is_its_own_idle_cause():
         gp.IDLE_DRIVER] == pytest.approx(0.2 + 0.3 + 0.3)
 
 
+def test_split_by_label_shares_each_moment_among_the_calls_covering_it():
+    """The maths of ``idle_driver``: each moment of the target goes to the labelled intervals that cover it, in equal
+    shares (per interval: two ``b`` and one ``a`` give ``b`` two thirds); a moment none covers is ``unknown``; the
+    shares sum to the target's length, and labelled time outside the target counts nothing."""
+    split = gp.split_by_label([(0.0, 10.0)], [(0.0, 4.0, "a"), (2.0, 6.0, "b"), (2.0, 6.0, "b"), (8.0, 9.0, "a"),
+                                              (11.0, 12.0, "c")])
+    assert split == pytest.approx({"a": 2.0 + 2.0 / 3 + 1.0, "b": 4.0 / 3 + 2.0, gp.DRIVER_METHOD_UNKNOWN: 3.0})
+    assert sum(split.values()) == pytest.approx(10.0)
+    assert gp.split_by_label([(0.0, 1.0), (2.0, 3.0)], [(0.5, 2.5, "a")]) == pytest.approx(
+        {"a": 1.0, gp.DRIVER_METHOD_UNKNOWN: 1.0})
+    assert gp.split_by_label([], [(0.0, 1.0, "a")]) == {}
+
+
+def test_driver_idle_is_split_by_the_method_waited_for():
+    """The ``driver`` idle cause said how long the devices waited for the driver, not for which calls (an Optuna
+    study's ``suggest`` while its sampler samples, or ``should_prune`` while its pruner decides): ``idle_driver``
+    splits it by method, from each wait's method in its ``driver_wait`` event (``data["methods"]``), and the
+    driver's busy spells by what they did (``searcher``). On cpu:0 (``idle_events``): A's ``suggest`` [0.5, 0.9]
+    (startup before), its ``should_prune`` [2, 2.4] and X's ``report`` [2.2, 2.5] (between turns; [2.2, 2.4] half
+    each), a ``should_prune`` inside A's turn [3, 3.2] (busy: nothing), the searcher's spell [4.2, 4.7]."""
+    def waits(ts, trial, pairs, methods, **more):
+        return EventRow(ts, "driver_wait", trial, "cpu:0", {"waits": pairs, "methods": methods, "attempt": 0, **more})
+
+    events = idle_events() + [
+        waits(0.5, "A", [[0.0, 0.4], [1.5, 0.4], [2.5, 0.2]], ["optuna.suggest", "optuna.should_prune",
+                                                                "optuna.should_prune"]),
+        waits(2.2, "X", [[0.0, 0.3]], ["optuna.report"]),
+        EventRow(4.2, "driver_busy", None, None, {"wait_s": 0.5, "what": "searcher", "trials": 1, "more": True}),
+    ]
+    summary = gp.summarize(gp.build_activity(IDLE_RESULTS, events, finished_at=7.0))
+    dev = {d.device: d for d in summary.devices}["cpu:0"]
+    assert dev.idle[gp.IDLE_DRIVER] == pytest.approx(1.4)
+    assert dev.idle_driver == pytest.approx({"searcher": 0.5, "suggest": 0.4, "should_prune": 0.3, "report": 0.2})
+    assert list(dev.idle_driver) == ["searcher", "suggest", "should_prune", "report"]  # largest first
+    assert summary.totals.idle_driver == pytest.approx(dev.idle_driver)
+    assert {d.device: d for d in summary.devices}["cpu:1"].idle_driver == {}
+    # clipped to a window as the cause is: [0.7, 0.9] of the suggest, [4.2, 4.5] of the spell
+    windowed = gp.summarize(gp.build_activity(IDLE_RESULTS, events, finished_at=7.0), (0.7, 4.5)).devices[0]
+    assert windowed.idle_driver == pytest.approx({"suggest": 0.2, "should_prune": 0.3, "report": 0.2,
+                                                  "searcher": 0.3})
+    assert sum(windowed.idle_driver.values()) == pytest.approx(windowed.idle[gp.IDLE_DRIVER])
+    # a store before waits were named: an event's one method names its waits; several: unknown
+    before = [e for e in events if e.kind != "driver_wait"] + [
+        EventRow(0.5, "driver_wait", "A", "cpu:0", {"waits": [[0.0, 0.4]], "calls": {"optuna.suggest": 1}}),
+        EventRow(2.0, "driver_wait", "A", "cpu:0", {"waits": [[0.0, 0.4], [1.0, 0.2]],
+                                                    "calls": {"optuna.after_reports": 1, "optuna.should_prune": 1}})]
+    old = gp.summarize(gp.build_activity(IDLE_RESULTS, before, finished_at=7.0)).devices[0]
+    assert old.idle_driver == pytest.approx({"searcher": 0.5, "suggest": 0.4, gp.DRIVER_METHOD_UNKNOWN: 0.4})
+    # the first version's one event per call names its method
+    first = [e for e in events if e.kind != "driver_wait"] + [
+        ev(0.5, "driver_wait", "A", wait_s=0.4, method="optuna.suggest")]
+    assert gp.summarize(gp.build_activity(IDLE_RESULTS, first, finished_at=7.0)).devices[0].idle_driver == \
+        pytest.approx({"searcher": 0.5, "suggest": 0.4})
+
+
 def test_a_driver_busy_spell_counts_only_on_a_device_that_then_got_a_trial():
     """h117's F1: the driver's busy spells were ``driver`` idle on every device without a trial, also on one that
     nothing could have been placed on (a concurrency limit; the end of an ASHA sweep, whose searcher is not finished
@@ -781,3 +837,37 @@ def test_wasted_and_compute_seconds_are_device_time_as_busy_time_is():
     redone = next(s for s in activity.spans if s.attempt == 1)
     assert (redone.start, redone.end) == (6.0, 7.0)
     assert sum(s.end - s.start for s in activity.spans) == pytest.approx(d.busy_s)  # the trial's compute_s
+
+
+def test_queue_waits_count_every_wait_to_start_not_only_the_first():
+    """``queued_s`` counted a trial's wait from its creation to its first start only: the waits after a retry, a
+    preemption or a PBT turn (the trial back in the queue until a place is free) were not counted (a population
+    taking turns waited 0.9-1.1 s per trial and showed 0.005-0.24 s). Every wait counts: from the creation, and from
+    each restart of a started attempt, to the next ``trial_start``."""
+    def restart(ts, trial, reason, attempt):
+        return ev(ts, "trial_restart", trial, attempt=attempt, reason=reason)
+
+    events = [
+        ev(0.0, "device_start", kind="cpu", slots=1),
+        # A: starts at 1; retried at 2, restarts at 3; preempted at 4 (paused off any device), promoted at 6,
+        # starts at 6.5; given back before it began (withdrawn) at 7, starts at 8; runs out of memory and is
+        # re-admitted on its device (a trial_start without a restart) at 9; ends at 10
+        ev(1.0, "trial_start", "A", attempt=0), restart(2.0, "A", "retry", 1), ev(3.0, "trial_start", "A", attempt=1),
+        restart(4.0, "A", "preempted", 2), restart(6.0, "A", "promoted", 3), ev(6.5, "trial_start", "A", attempt=3),
+        restart(6.7, "A", "turn", 4), restart(7.0, "A", "withdrawn", 5), ev(8.0, "trial_start", "A", attempt=5),
+        ev(9.0, "oom_readmit", "A", attempt=5), ev(9.0, "trial_start", "A", attempt=5),
+        ev(10.0, "trial_end", "A", attempt=5, outcome="completed"),
+        # B: starts at 0.5, is computing when the run is interrupted (no end) and resumed at 20; starts at 21
+        ev(0.5, "trial_start", "B", attempt=0), EventRow(20.0, "resume", None, None, {"unfinished": 2}),
+        ev(21.0, "trial_start", "B", attempt=0),
+        # C: never starts (stopped unstarted at 5): no wait ended by a start
+        ev(5.0, "trial_end", "C", attempt=0, outcome="stopped"),
+        # D: starts at 2, is retried at 3 and stopped at 3.5 before it restarts: that wait no start ended
+        ev(2.0, "trial_start", "D", attempt=0), restart(3.0, "D", "retry", 1),
+        ev(3.5, "trial_end", "D", attempt=1, outcome="stopped"),
+    ]
+    waits = gp.queue_waits(events, {"A": 0.0, "B": 0.0, "C": 0.0, "D": 1.0})
+    assert waits == {"A": [(0.0, 1.0), (2.0, 3.0), (6.0, 6.5), (6.7, 8.0)], "B": [(0.0, 0.5), (20.0, 21.0)],
+                     "C": [], "D": [(1.0, 2.0)]}
+    # events of a trial the rows do not name are ignored; so is the order the store gave them in
+    assert gp.queue_waits(list(reversed(events)), {"B": 0.0}) == {"B": [(0.0, 0.5), (20.0, 21.0)]}

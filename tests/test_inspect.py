@@ -633,6 +633,47 @@ def test_the_plots_rows_are_named_by_their_lanes_and_its_legend_hides_no_curve(t
     assert legend.get_window_extent().y0 >= goodput.get_window_extent().y1 - 1
 
 
+def test_the_plot_shades_a_devices_time_waiting_for_the_driver(tmp_path):
+    """The figure had no mark for a device waiting for the driver (idle cause ``driver``), the largest cause of an
+    Optuna study with a slow sampler: its panel is shaded there (one collection, ``gid="driver_idle"``), and the
+    legend names it. cpu:0 (10 -> 12): t0's lane opens at 10, t0 waits for its ``suggest`` [10.2, 10.6] and
+    computes [10.6, 11.5]."""
+    pytest.importorskip("matplotlib")
+    from fluidsalus.inspect import report_figure
+
+    store = _store(tmp_path)  # cpu:0 from 10.0, t0's lane open from 10.5
+    store.add_events([(10.2, "driver_wait", "t0", "cpu:0", {"waits": [[0.0, 0.4]], "methods": ["optuna.suggest"],
+                                                           "calls": {"optuna.suggest": 1}, "attempt": 0})])
+    store.add_results([("t0", 0, 1, 11.5, {"acc": 1, "time_this_iter_s": 0.9})])
+    store.set_experiment(status="FINISHED", finished_at=12.0)
+    store.close()
+    report = inspect(str(tmp_path / "exp"))
+    assert report.device_stats[0].idle_driver == pytest.approx({"suggest": 0.4})
+    line = next(x for x in report.render_table().splitlines() if x.startswith("idle by cause:"))
+    assert "driver 0.40s (suggest 0.40s)," in line  # (one device: no device named)
+    fig = report_figure(report)
+    fig.canvas.draw()
+    device = fig.axes[0]
+    [shade] = [c for c in device.collections if c.get_gid() == "driver_idle"]
+    [box] = [p.get_extents() for p in shade.get_paths()]
+    assert (box.x0, box.x1) == pytest.approx((0.2, 0.6))  # seconds since the device started
+    assert "waiting for the driver" in [t.get_text() for t in fig.legends[0].get_texts()]
+    # a store written before waits were named, whose event held calls of two methods: the JSON says "unknown", the
+    # line names no method (it would say nothing more)
+    old = _store(tmp_path, "old")
+    old.add_events([(10.2, "driver_wait", "t0", "cpu:0", {"waits": [[0.0, 0.4]], "attempt": 0,
+                                                         "calls": {"optuna.start": 1, "optuna.suggest": 1}})])
+    old.add_results([("t0", 0, 1, 11.5, {"acc": 1, "time_this_iter_s": 0.9})])
+    old.set_experiment(status="FINISHED", finished_at=12.0)
+    old.close()
+    before = inspect(str(tmp_path / "old"))
+    assert before.to_dict()["totals"]["idle_driver"] == pytest.approx({gp.DRIVER_METHOD_UNKNOWN: 0.4})
+    assert "driver 0.40s, " in next(x for x in before.render_table().splitlines() if x.startswith("idle by cause:"))
+    # a device that never waited for the driver has no shade
+    assert not [c for c in report_figure(inspect(_failing_store(tmp_path / "other"))).axes[0].collections
+                if c.get_gid() == "driver_idle"]
+
+
 def _failing_store(tmp_path, extra_trials=0):
     """cpu:0: t0 reports iteration 1 (0.5 s), fails 1 s into iteration 2 (retried from its checkpoint at 1, so
     nothing is redone: only the cut-short second is wasted) and reports iteration 2 (0.5 s). cpu:1: t1 reports 2
@@ -873,6 +914,92 @@ def test_the_report_says_how_long_trials_waited_for_their_first_start_after_the_
     assert "queued: none" in inspect(_failing_store(tmp_path / "other")).render_table()
 
 
+def _queue_store(path, events, created, finished_at, status="FINISHED"):
+    """A store of trials ``created`` ({trial: created_at}) with ``events``, one result per trial at its last start."""
+    store = ExperimentStore.create(str(path), "exp", {}, "acc", "max")
+    store.add_trials([(tid, i, {"x": i}) for i, tid in enumerate(created)])
+    store.add_events(events)
+    starts = {e[2]: e[0] for e in events if e[1] == "trial_start"}
+    store.add_results([(tid, 0, 1, ts + 0.5, {"acc": 1, "time_this_iter_s": 0.5}) for tid, ts in starts.items()])
+    store.set_experiment(status=status, finished_at=finished_at)
+    store.close()
+    with sqlite3.connect(str(path / DB_FILENAME)) as db:  # (the store stamps trials with the clock)
+        db.executemany("UPDATE trials SET created_at = ? WHERE trial_id = ?", [(c, t) for t, c in created.items()])
+    db.close()
+    return inspect(str(path))
+
+
+def test_queued_s_counts_the_waits_after_a_restart_too(tmp_path):
+    """``queued_s`` counted only a trial's wait for its first start, not its waits in the queue after a retry or a
+    preemption (:func:`goodput.queue_waits`). One device (10 -> 16): t0 starts at 10, fails at 11 and is retried,
+    but t1 (created at 10) took the place at 11; t0 waits until t1 ends at 13. t0 waited twice (0 s and 2 s),
+    t1 once (1 s)."""
+    dev = "cpu:0"
+    events = [(10.0, "device_start", None, dev, {"kind": "cpu", "slots": 1}),
+              (10.0, "trial_start", "t0", dev, {"attempt": 0}),
+              (11.0, "trial_restart", "t0", dev, {"attempt": 1, "reason": "retry", "from_iteration": 0}),
+              (11.0, "trial_start", "t1", dev, {"attempt": 0}),
+              (13.0, "trial_end", "t1", dev, {"attempt": 0, "outcome": "completed"}),
+              (13.0, "trial_start", "t0", dev, {"attempt": 1}),
+              (16.0, "trial_end", "t0", dev, {"attempt": 1, "outcome": "completed"})]
+    report = _queue_store(tmp_path / "retry", events, {"t0": 10.0, "t1": 10.0}, 16.0)
+    rows = {r["trial_id"]: r for r in report.trial_table}
+    assert rows["t0"]["queued_s"] == pytest.approx(2.0) and rows["t0"]["queued_waits"] == 2
+    assert rows["t1"]["queued_s"] == pytest.approx(1.0) and rows["t1"]["queued_waits"] == 1
+    assert list(report.trials["queued_waits"]) == [2, 1]
+    assert report.to_dict()["trials"][0]["queued_s"] == pytest.approx(2.0)
+    line = next(x for x in report.render_table().splitlines() if x.startswith("queued:"))
+    assert line == ("queued: 2 of 2 trials waited to start (their first starts and 1 restart), mean 1.50s, "
+                    "max 2.00s (t0)")
+    # A resumed run: t0, retried at 11.5 as the first session ends (its device stops at 12), restarts at 22 in the
+    # second session (its device back at 21): 0.5 + 1 s of device time, not the gap between the sessions. t1,
+    # computing when the run was interrupted, waits again from the resume to its start at 21.5 (0.5 s).
+    events = [(10.0, "device_start", None, dev, {"kind": "cpu", "slots": 2}),
+              (10.0, "trial_start", "t0", dev, {"attempt": 0}), (10.0, "trial_start", "t1", dev, {"attempt": 0}),
+              (11.5, "trial_restart", "t0", dev, {"attempt": 1, "reason": "retry", "from_iteration": 0}),
+              (12.0, "device_stop", None, dev, {}), (20.0, "resume", None, None, {"unfinished": 2}),
+              (21.0, "device_start", None, dev, {"kind": "cpu", "slots": 2}),
+              (21.5, "trial_start", "t1", dev, {"attempt": 0}), (22.0, "trial_start", "t0", dev, {"attempt": 1})]
+    report = _queue_store(tmp_path / "resumed", events, {"t0": 10.0, "t1": 10.0}, 23.0)
+    assert [(r["queued_s"], r["queued_waits"]) for r in report.trial_table] == [
+        (pytest.approx(1.5), 2), (pytest.approx(0.5), 2)]
+
+
+def _fails_once(config):
+    """Fails in its second iteration of its first attempt (a marker file in its folder), then runs 3 iterations."""
+    flag = os.path.join(fluidsalus.get_context().get_trial_dir(), "failed_once")
+    for i in range(3):
+        time.sleep(0.05)
+        if config["x"] == 0 and i == 1 and not os.path.exists(flag):
+            open(flag, "w").close()
+            raise RuntimeError("fails once")
+        fluidsalus.report({"acc": i})
+
+
+def test_a_retried_trials_queued_s_counts_its_wait_to_restart(ray_cluster, tmp_path):
+    """A real retry (``max_failures=1``): the retried trial waits twice, for its first start and for its restart
+    (from its ``trial_restart`` to its next ``trial_start``), and ``queued_s`` counts both."""
+    storage = str(tmp_path / "results")
+    fluidsalus.run(_fails_once, {"x": fluidsalus.grid_search([0, 1])}, devices=1, max_concurrent_trials=1,
+                   max_failures=1, storage_path=storage, name="retry", metric="acc", mode="max", verbose=0)
+    path = os.path.join(storage, "retry")
+    store = open_untouched(path)
+    try:
+        created = {t.trial_id: t.created_at for t in store.trials()}
+        events = [e for e in store.events() if e.kind in ("trial_start", "trial_restart")]
+    finally:
+        store.close()
+    report = inspect(path)
+    up = gp.merge_intervals((e.start, e.end) for eps in report.activity.epochs.values() for e in eps)
+    retried = next(r for r in report.trial_table if r["attempts"] == 2)
+    mine = [e for e in events if e.trial_id == retried["trial_id"]]
+    assert [e.kind for e in mine] == ["trial_start", "trial_restart", "trial_start"]
+    expected = gp.covered(up, created[retried["trial_id"]], mine[0].ts) + gp.covered(up, mine[1].ts, mine[2].ts)
+    assert retried["queued_waits"] == 2 and retried["queued_s"] == pytest.approx(expected, abs=1e-6)
+    other = next(r for r in report.trial_table if r["attempts"] == 1)
+    assert other["queued_waits"] == 1
+
+
 def test_the_queued_line_counts_trials_that_never_started(tmp_path):
     """h117's F6: an interrupted run whose queued trials never started said ``queued: none``. One device (10 -> 14):
     t0 starts at once, t1 and t2 never start (t2 ended unstarted at 12: its wait ends there)."""
@@ -945,6 +1072,74 @@ def test_a_device_waiting_for_the_driver_is_idle_for_the_driver(ray_cluster, tmp
     assert main(["inspect", path]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("idle by cause:"))
     assert line.startswith("idle by cause: driver ")
+
+
+#: Seconds the slow sampler and pruner of ``test_the_driver_idle_names_the_calls_an_optuna_study_waited_for`` take.
+SLOW_SAMPLE_S, SLOW_PRUNE_S = 0.2, 0.05
+
+
+def _pruned_objective(trial):
+    """Three steps of 50 ms, each reported and followed by ``should_prune``."""
+    import optuna
+
+    x = trial.suggest_float("x", -1.0, 1.0)
+    for step in range(3):
+        time.sleep(0.05)
+        trial.report(x * x + step, step)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+    return x * x
+
+
+def test_the_driver_idle_names_the_calls_an_optuna_study_waited_for(ray_cluster, tmp_path, capsys):
+    """The ``driver`` idle cause did not say which calls the devices waited for (a slow sampler's ``suggest`` or a
+    slow pruner's ``should_prune``), though the events counted them, and a ``should_prune`` carrying the trial's
+    reports was counted as ``optuna.after_reports``. A real study (a sampler that takes 0.2 s a draw, a median
+    pruner 0.05 s a decision): each wait names the objective's call, and ``idle_driver`` (the JSON, the
+    ``idle by cause`` line) splits the driver's time by it."""
+    import optuna
+
+    from fluidsalus import optuna as fo
+
+    class SlowSampler(optuna.samplers.RandomSampler):
+        def sample_independent(self, study, trial, name, dist):
+            time.sleep(SLOW_SAMPLE_S)
+            return super().sample_independent(study, trial, name, dist)
+
+    class SlowPruner(optuna.pruners.MedianPruner):
+        def prune(self, study, trial):
+            time.sleep(SLOW_PRUNE_S)
+            return super().prune(study, trial)
+
+    study = optuna.create_study(sampler=SlowSampler(seed=0), pruner=SlowPruner(n_startup_trials=0,
+                                                                               n_warmup_steps=0))
+    storage = str(tmp_path / "results")
+    fo.optimize(study, _pruned_objective, n_trials=4, storage_path=storage, name="pruned", devices=1,
+                max_concurrent_trials=1, verbose=0)  # (one trial at a time: each of its waits idles the device)
+    path = os.path.join(storage, "pruned")
+    store = open_untouched(path)
+    try:
+        waits = store.events("driver_wait")
+    finally:
+        store.close()
+    methods = [m for e in waits for m in e.data["methods"]]
+    assert len(methods) == sum(len(e.data["waits"]) for e in waits)
+    assert methods.count("optuna.suggest") == 4 and "optuna.should_prune" in methods
+    assert "optuna.after_reports" not in methods  # (the call that carried the reports is named by its own method)
+    assert sum(n for e in waits for n in e.data["calls"].values()) == len(methods)
+    report = inspect(path)
+    [device] = report.device_stats
+    split = device.idle_driver
+    assert sum(split.values()) == pytest.approx(device.idle[gp.IDLE_DRIVER])
+    assert split["suggest"] >= 4 * SLOW_SAMPLE_S * 0.9 and split["should_prune"] >= SLOW_PRUNE_S
+    assert set(split) <= {"start", "suggest", "should_prune", "report", "finish"}
+    assert report.to_dict()["totals"]["idle_driver"] == pytest.approx(split)
+    assert main(["inspect", path]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("idle by cause:"))
+    shown = re.match(r"idle by cause: driver [0-9.]+s \(([^)]*)\)", line)
+    assert shown is not None, line
+    assert [p.split()[0] for p in shown.group(1).split(", ")][:2] == list(split)[:2]  # largest first
+    assert f"suggest {split['suggest']:.2f}s" in shown.group(1)
 
 
 def _fails_at_once(config):

@@ -90,8 +90,11 @@ EV_CHECKPOINT = "checkpoint"
 #: a neighbour meanwhile; a device with none idled, waiting for the driver (``fluidsalus.goodput.IDLE_DRIVER``).
 #: The device gathers a trial's waits and sends them as one event (:data:`DRIVER_WAITS_HELD_S`): ``data["waits"]``
 #: is ``[[offset_s, wait_s], ...]``, each wait from ``ts + offset_s`` for ``wait_s`` seconds (to the microsecond),
-#: ``data["wait_s"]`` their sum and ``data["calls"]`` a count per method. (The first version stored one event per
-#: call, with ``data["wait_s"]`` and ``data["method"]``: twice the events of an Optuna study, h117's F3.)
+#: ``data["methods"]`` the method of each of those waits (the call's ``label`` where its front end gave one: an
+#: Optuna ``should_prune`` carrying held reports is ``optuna.should_prune``, not ``optuna.after_reports``; stores
+#: before it lack it), ``data["wait_s"]`` their sum and ``data["calls"]`` a count per method. (The first version
+#: stored one event per call, with ``data["wait_s"]`` and ``data["method"]``: twice the events of an Optuna study,
+#: h117's F3.)
 DRIVER_WAIT_EVENT = "driver_wait"
 #: How long a device holds a trial's waits for the driver before it sends them (as one :data:`DRIVER_WAIT_EVENT`):
 #: when a call is answered, or the driver polls, and the trial's first held wait is this old; and always when the
@@ -552,7 +555,7 @@ class DeviceHost:
             slot[1], slot[2] = value, is_error
             slot[0].set()
 
-    def _call(self, trial_id: str, attempt: int, method: str, args: tuple[Any, ...]) -> Any:
+    def _call(self, trial_id: str, attempt: int, method: str, args: tuple[Any, ...], label: str | None = None) -> Any:
         with self._lock:
             if self._closed:  # shut down: no driver answers now (shutdown answered the calls already waiting)
                 raise StopTrial()
@@ -568,7 +571,7 @@ class DeviceHost:
             del self._calls[call_id]
             if not self._closed:  # the wait, for goodput (held, then sent as a record with a later event)
                 held = self._waits.setdefault((trial_id, attempt), [])
-                held.append((asked, answered - asked, method))
+                held.append((asked, answered - asked, label or method))
                 if answered - held[0][0] >= DRIVER_WAITS_HELD_S:
                     self._send_waits_locked((trial_id, attempt))
         if slot[2]:
@@ -599,6 +602,7 @@ class DeviceHost:
             calls[method] = calls.get(method, 0) + 1
         self._outbox.append((EV_LANE, key[0], key[1], ts, DRIVER_WAIT_EVENT, {
             "waits": [[round(asked - ts, 6), round(wait, 6)] for asked, wait, _ in held],
+            "methods": [method for _, _, method in held],  # (beside "waits": a reader before them reads those)
             "wait_s": sum(wait for _, wait, _ in held), "calls": calls}))  # (a record: wakes no poll)
 
     def load(self) -> tuple[int, int, int]:
@@ -1135,7 +1139,7 @@ class DeviceHost:
             result_totals=spec.result_totals if spec.checkpoint_path else None,
             on_resume_read=None if worker else resume_read,
         )
-        session._caller = lambda method, args: self._call(trial_id, attempt, method, args)
+        session._caller = lambda method, args, label=None: self._call(trial_id, attempt, method, args, label)
         return session
 
     def _check_storage(self) -> None:
