@@ -757,10 +757,17 @@ def _score(history: list[Mapping[str, Any]], metric: str, mode: str, scope: str,
 
 def best_index(history: Sequence[Mapping[str, Any]], metric: str, mode: str) -> int | None:
     """The position of the result with the best value of ``metric`` in ``mode``, as Ray's dataframes pick it
-    (pandas' ``idxmax`` and ``idxmin``: NaN skipped, an infinity counts, the first of equal values), or None when
-    none has one."""
-    scored = [(i, value) for i, r in enumerate(history)
-              if is_number(value := lookup_metric(r, metric)) and not math.isnan(value)]
+    (pandas' ``idxmax`` and ``idxmin`` of the trial's column: NaN and None skipped, an infinity counts, the first of
+    equal values; a column of strings compares them, so ``["b", "c", "a"]`` gives ``"c"``'s row for ``"max"``), or
+    None when none has one. A column that mixes strings and numbers, where pandas (and so Ray's ``dataframe``)
+    raises a ``TypeError``, is picked by its numbers. Under pandas 2 Ray's ``idxmin`` of ``[nan, inf]`` gave the NaN's
+    row (its ``nanargmin`` fills NaN with +inf); as pandas 3 does, the infinity's row is picked here."""
+    given = [(i, value) for i, r in enumerate(history)
+             if (value := lookup_metric(r, metric)) is not None and not (is_number(value) and math.isnan(value))]
+    if given and all(isinstance(value, str) for _, value in given):
+        scored: list[tuple[int, Any]] = given
+    else:
+        scored = [(i, value) for i, value in given if is_number(value)]
     if not scored:
         return None
     return (max if mode == "max" else min)(scored, key=lambda pair: pair[1])[0]

@@ -579,3 +579,26 @@ def test_a_result_built_by_hand_without_a_frame_has_none_as_in_ray() -> None:
     assert Result({"a": 1}, None, None, "/x", frame).metrics_dataframe is frame
     never = Result(metrics={"trial_id": "t"}, checkpoint=None, error=None, path="/x", trial_id="t", _history=[])
     assert never.metrics_dataframe is not None and never.metrics_dataframe.empty
+
+
+def test_a_trials_row_picked_by_a_string_metric_is_pandas_idxmax_row_as_in_rays_dataframe() -> None:
+    """Ray's ``get_dataframe(filter_metric, filter_mode)`` (and ``ExperimentAnalysis.dataframe``) picks each trial's
+    row by pandas' ``idxmax``/``idxmin`` of its column (a helper's side-by-side run under Ray 2.60, pandas 3.1.1):
+    for strings ``["b", "c", "a"]`` the row of ``"c"`` (max) and of ``"a"`` (min); fluidsalus took the last row for
+    both (it compared numbers only). Missing values are skipped among strings as among numbers; NaN and an
+    infinity pick the infinity's row (pandas 3; pandas 2's ``idxmin`` gave the NaN's row)."""
+    import pandas as pd
+
+    columns = (["b", "c", "a"], ["b", None, "c", _NAN], [None, "a"], ["c", "c"], [_NAN, _INF], [_NAN, -_INF, 0.5],
+               [True, False, True], [1, 3, 2, 3])
+    results = [_result([{"m": value, "j": j, "training_iteration": j + 1} for j, value in enumerate(values)], {"i": i})
+               for i, values in enumerate(columns)]
+    grid = ResultGrid(results, "/exp")
+    for mode in ("max", "min"):
+        picked = list(grid.get_dataframe(filter_metric="m", filter_mode=mode)["j"])
+        rays = [int(getattr(pd.json_normalize([{"m": value} for value in values])["m"], f"idx{mode}")())
+                for values in columns]
+        assert picked == rays, mode
+    assert list(grid.get_dataframe("m", "max")["m"])[:1] == ["c"]
+    mixed = ResultGrid([_result([{"m": 2.0}, {"m": "z"}, {"m": 1.0}], {}), results[0]], "/exp")  # (pandas: TypeError)
+    assert list(mixed.get_dataframe("m", "min")["m"]) == [1.0, "a"]  # by its numbers

@@ -481,6 +481,50 @@ def _doubled_b(spec):
     return spec.config.b * 2
 
 
+def _one_report(config):
+    tune.report({"score": 1.0})
+
+
+def test_evaluated_params_read_back_hold_the_draws_inside_grid_values_and_categories_in_rays_order(
+        ray_cluster, storage: str) -> None:
+    """Side by side with Ray Tune 2.60 (a helper's script of the same space under Ray's Tuner): a trial's
+    ``evaluated_params`` hold the draws inside a grid's value and a choice's category (``g/lr``, ``c/k``), in Ray's
+    order (the domains in the space's order, then the grids by path, then the nested draws), in the callbacks'
+    trial views, in the grid's analysis, in ``ExperimentAnalysis`` of the folder, and in that of a folder
+    ``fluidsalus.run`` wrote (no ``tune_params.json``). They were ``{"g": {...}}`` and ``{"c": {...}}`` alone,
+    with the grids first in the space's order."""
+    import fluidsalus
+
+    space = {"z": tune.uniform(0, 1), "b": tune.grid_search([1, 2]), "a": tune.grid_search(["x"]),
+             "g": tune.grid_search([{"lr": tune.uniform(0, 1)}, {"lr": 0.1}]), "k": 7,
+             "c": tune.choice([{"k": tune.randint(1, 5)}])}
+
+    def rays(config):  # Ray 2.60's Trial.evaluated_params of this space, in its order
+        drawn = config["g"]["lr"] != 0.1
+        return [("z", config["z"]), ("c", config["c"]), ("a", "x"), ("b", config["b"]), ("g", config["g"]),
+                *([("g/lr", config["g"]["lr"])] if drawn else []), ("c/k", config["c"]["k"])]
+
+    started = {}
+
+    class Starts(tune.Callback):
+        def on_trial_start(self, iteration, trials, trial, **info):
+            started[trial.trial_id] = (dict(trial.evaluated_params), trial.config)
+
+    grid = tune.Tuner(_one_report, param_space=space, run_config=tune.RunConfig(
+        storage_path=storage, name="nested", verbose=0, callbacks=[Starts()])).fit()
+    assert len(started) == 4
+    for evaluated, config in started.values():
+        assert list(evaluated.items()) == rays(config)
+    for each in (grid._experiment_analysis, tune.ExperimentAnalysis(grid.experiment_path)):
+        for trial in each.trials:
+            assert list(trial.evaluated_params.items()) == rays(trial.config)
+    fluidsalus.run(_one_report, space, name="nested_by_run", storage_path=storage, verbose=0)
+    trials = tune.ExperimentAnalysis(os.path.join(storage, "nested_by_run")).trials
+    assert len(trials) == 4
+    for trial in trials:
+        assert list(trial.evaluated_params.items()) == rays(trial.config)
+
+
 def test_trials_read_back_have_rays_run_settings_and_evaluated_params_without_the_params_file(
         ray_cluster, storage: str) -> None:
     """Side by side with Ray Tune 2.60 (a helper's script of the same runs under Ray): a trial of

@@ -189,3 +189,96 @@ def test_a_taggers_description_gives_the_same_evaluated_params() -> None:
             assert again.evaluated_params(config, seq) == tagger.evaluated_params(config, seq)
     assert [taggers[0].evaluated_params(c, seq) for seq, c in enumerate(configs)][:2] == [
         {"a": 1, "n/d": configs[0]["n"]["d"]}, {"a": 2, "n/d": configs[1]["n"]["d"]}]
+
+
+def _nested_draws_space(module: Any) -> dict[str, Any]:
+    """A space with draws inside grid values and choice categories, built with Ray's or fluidsalus's functions."""
+    return {"z": module.uniform(0, 1), "b": module.grid_search([1, 2]), "a": module.grid_search(["x"]),
+            "m": {"n": module.choice([3, 4]), "g": module.grid_search([5])}, "k": 7, "d": module.randint(0, 3),
+            "gd": module.grid_search([{"lr": module.uniform(0, 1), "h": module.grid_search([8, 9])}, {"lr": 0.1}]),
+            "cd": module.choice([{"k": module.randint(1, 5)}, [module.uniform(2, 3), 1]]),
+            "l": [module.loguniform(1e-3, 1), {"q": module.choice([1, 2])}]}
+
+
+def test_evaluated_params_and_tags_hold_the_draws_inside_grid_values_and_choice_categories_in_rays_order() -> None:
+    """Ray's ``resolved_vars`` (whence ``Trial.evaluated_params`` and the ``experiment_tag``) of the same variants:
+    level by level, each level's domains in the space's order, then its grid searches by path, then the draws a
+    chosen grid value or choice category holds (``gd/lr``, ``gd/h``, ``cd/0``). They were left out (only ``gd`` and
+    ``cd``), and the grids came first, in the space's order. Ray's value at a choice whose category holds domains
+    keeps the unresolved domain objects (and its tag their repr, with an address): ours is the trial's value there.
+    """
+    import json
+
+    from ray.tune.search.sample import Domain as RayDomain
+    from ray.tune.search.sample import _BackwardsCompatibleNumpyRng
+    from ray.tune.search.variant_generator import _flatten_resolved_vars, generate_variants
+    from ray.tune.search.variant_generator import format_vars as ray_format_vars
+
+    def holds_domain(value: Any) -> bool:
+        values = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
+        return any(isinstance(item, RayDomain) for item in values)
+
+    rng = _BackwardsCompatibleNumpyRng(3)
+    expected, configs = [], []
+    for _ in range(2):
+        for resolved_vars, spec in generate_variants(copy.deepcopy({"config": _nested_draws_space(rt)}),
+                                                     random_state=rng):
+            expected.append((_flatten_resolved_vars(resolved_vars), ray_format_vars(
+                {path: value for path, value in resolved_vars.items() if not holds_domain(value)})))
+            configs.append(spec["config"])
+    searcher = plan(tune.TuneConfig(search_alg=tune.search.BasicVariantGenerator(random_state=3), num_samples=2),
+                    _nested_draws_space(tune)).searcher
+    (group,) = searcher.next_groups()
+    assert group.configs == configs and len(configs) == 12
+    tagger = Tagger(_nested_draws_space(tune), VARIANTS)
+    again = Tagger.from_description(json.loads(json.dumps(tagger.describe())))  # what tune_params.json keeps
+    for seq, (config, (rays, rays_tag)) in enumerate(zip(configs, expected, strict=True)):
+        ours = tagger.evaluated_params(config, seq)
+        assert list(ours) == list(rays)  # the same keys, in Ray's order
+        assert ours == {key: config["cd"] if key == "cd" else value for key, value in rays.items()}
+        assert again.evaluated_params(config, seq) == ours
+        tag = tagger(seq, config)["experiment_tag"]
+        assert tag.replace(f"cd={_clean(config['cd'])},", "") == f"{seq}_{rays_tag}"
+    assert list(tagger.evaluated_params(configs[0], 0))[:6] == ["z", "m/n", "d", "cd", "l/0", "l/1/q"]
+
+
+def _clean(value: Any) -> str:
+    from ray.tune.search.variant_generator import _clean_value
+
+    return _clean_value(value)
+
+
+def test_a_grid_value_or_category_without_draws_is_preferred_when_the_trials_value_fits_both() -> None:
+    """``grid_search([{"lr": tune.uniform(0, 1)}, {"lr": 0.1}])``: a trial of ``{"lr": 0.1}`` is the constant
+    value's (Ray: ``{"g": {"lr": 0.1}}``, no ``g/lr``); a drawn one has ``g/lr`` too, as in Ray."""
+    tagger = Tagger({"g": tune.grid_search([{"lr": tune.uniform(0, 1)}, {"lr": 0.1}])}, VARIANTS)
+    assert tagger.evaluated_params({"g": {"lr": 0.1}}, 1) == {"g": {"lr": 0.1}}
+    assert tagger.evaluated_params({"g": {"lr": 0.25}}, 0) == {"g": {"lr": 0.25}, "g/lr": 0.25}
+    assert tagger(0, {"g": {"lr": 0.25}})["experiment_tag"] == "0_g=lr_0_25,lr=0.2500"  # Ray's tag of that trial
+    # an object the description cannot hold fits any value, so a category described exactly is preferred to it; a
+    # NumPy number of the space is the plain number the trial gets
+    import numpy as np
+
+    objects = Tagger({"d": tune.choice([{(1, 2): tune.randint(0, 3)}, {"x": np.int64(3), "y": tune.randn()}])},
+                     VARIANTS)
+    assert objects.evaluated_params({"d": {"x": 3, "y": 0.5}}, 0) == {"d": {"x": 3, "y": 0.5}, "d/y": 0.5}
+
+
+def test_a_stored_space_description_gives_the_same_evaluated_params_as_the_space() -> None:
+    """A folder without ``tune_params.json`` (``fluidsalus.run``'s): the draws of the space its store describes
+    (each value's repr) are read as the space's own, nested ones and Ray's order included (they were the top-level
+    keys only, in the space's order)."""
+    from fluidsalus.api import _describe_space
+    from fluidsalus.tune._tags import resolved_values
+    from fluidsalus.tune.analysis import _value_at_key, stored_draw_tree
+
+    space = _nested_draws_space(tune)
+    tree = stored_draw_tree(_describe_space(space))
+    tagger = Tagger(space, VARIANTS)
+    searcher = plan(tune.TuneConfig(search_alg=tune.search.BasicVariantGenerator(random_state=5)), space).searcher
+    (group,) = searcher.next_groups()
+    for seq, config in enumerate(group.configs):
+        read = {"/".join(map(str, path)): value
+                for path, value in resolved_values(tree, lambda path, c=config: _value_at_key(c, path)).items()}
+        ours = tagger.evaluated_params(config, seq)
+        assert list(read.items()) == list(ours.items())

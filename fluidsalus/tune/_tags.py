@@ -4,9 +4,10 @@ Ray writes it into every result (and into its default trial folder names):
 
 - for trials of ``BasicVariantGenerator`` (random and grid search, and the schedulers that draw from it: ASHA,
   HyperBand, PBT, PB2), ``"<index>_<vars>"`` with the 0-based index of the trial and the values drawn for the
-  space's domains and grid searches, or ``"<index>"`` when the space has none. As in Ray, a ``sample_from``'s
-  value is not among them, and neither is a value a ``points_to_evaluate`` point gave (a trial of a point that
-  gives every value is ``"<index>"``);
+  space's domains and grid searches (and for those inside the grid value or ``choice`` category the trial got, as
+  Ray's ``resolved_vars`` hold them: :func:`resolved_values`), or ``"<index>"`` when the space has none. As in Ray,
+  a ``sample_from``'s value is not among them, and neither is a value a ``points_to_evaluate`` point gave (a trial
+  of a point that gives every value is ``"<index>"``);
 - for trials of a search algorithm (OptunaSearch, TuneBOHB, Repeater, ...), ``"<number>_<vars>"`` with the
   1-based number of the trial and every value of its configuration.
 
@@ -112,6 +113,157 @@ def _point_runs(space: Mapping[str, Any], points: Sequence[Mapping[str, Any]] | 
     return runs
 
 
+#: The kinds of a node of :func:`draw_tree` (plain JSON, so that ``tune_params.json`` keeps it): a value drawn from a
+#: domain (``"draw"``), a ``choice`` (``"choice"``) or a grid search (``"grid"``), each with ``"of"`` (the choice's
+#: categories or the grid's values, as nodes of their own) when one of those holds a draw; inside such a value a
+#: dict (``"dict"``, its ``"items"`` as ``[key, node]`` pairs), a list or tuple (``"list"``), a constant
+#: (``"const"``, its ``"value"``), a ``sample_from`` (``"fn"``) or any other object (``"any"``).
+_DRAW_KINDS = frozenset({"draw", "choice", "grid"})
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def _node(value: Any) -> dict[str, Any]:
+    """The :func:`draw_tree` node of a value of the space (see :data:`_DRAW_KINDS`)."""
+    if isinstance(value, sp.Function):
+        return {"kind": "fn"}
+    if isinstance(value, sp.Categorical) or sp._is_grid(value):
+        kind = "choice" if isinstance(value, sp.Categorical) else "grid"
+        options = list(value.categories) if kind == "choice" else list(value[sp.GRID_SEARCH_KEY])
+        node: dict[str, Any] = {"kind": kind}
+        alternatives = [_node(option) for option in options]
+        if any(draws_in(alternative) for alternative in alternatives):
+            node["of"] = alternatives
+        return node
+    if isinstance(value, sp.Domain):
+        return {"kind": "draw"}
+    if isinstance(value, dict):
+        if not all(isinstance(key, _JSON_SCALARS) for key in value):
+            return {"kind": "any"}
+        return {"kind": "dict", "items": [[key, _node(item)] for key, item in value.items()]}
+    if isinstance(value, (list, tuple)):
+        return {"kind": "list", "items": [_node(item) for item in value]}
+    if type(value).__module__ == "numpy" and callable(getattr(value, "item", None)) and not getattr(value, "shape", ()):
+        value = value.item()  # a NumPy scalar: the trial gets a plain number
+    if isinstance(value, _JSON_SCALARS):
+        return {"kind": "const", "value": value}
+    return {"kind": "any"}
+
+
+def draws_in(node: Mapping[str, Any], path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """The draws a value's node holds (not inside them), by path below it, depth first in its order."""
+    kind = node.get("kind")
+    if kind in _DRAW_KINDS:
+        return [(path, dict(node))]
+    if kind == "dict":
+        return [found for key, item in node["items"] for found in draws_in(item, (*path, key))]
+    if kind == "list":
+        return [found for index, item in enumerate(node["items"]) for found in draws_in(item, (*path, index))]
+    return []
+
+
+def draw_tree(space: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """The grid searches and domains of a space (not its ``sample_from`` functions, whose values Ray's Tuner leaves
+    out of a variant's resolved values), by path, depth first in the space's order, each as a node of
+    :data:`_DRAW_KINDS`: what :func:`resolved_values` reads a trial's configuration by. (The space's constants are
+    not walked: a large one costs nothing.)"""
+    out: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    def walk(value: Any, path: tuple[Any, ...]) -> None:
+        if isinstance(value, dict):
+            if sp._is_grid(value):
+                out.append((path, _node(value)))
+                return
+            for key, item in value.items():
+                walk(item, (*path, key))
+        elif isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                if not isinstance(item, _JSON_SCALARS):  # (a long list of numbers is walked quickly)
+                    walk(item, (*path, index))
+        elif isinstance(value, sp.Domain) and not isinstance(value, sp.Function):
+            out.append((path, _node(value)))
+
+    walk(dict(space), ())
+    return out
+
+
+def _matches(node: Mapping[str, Any], value: Any) -> bool:
+    """Whether ``value`` can have come out of ``node`` (a grid's value or a choice's category)."""
+    kind = node.get("kind")
+    if kind in ("choice", "grid") and "of" in node:
+        return any(_matches(option, value) for option in node["of"])
+    if kind == "dict":
+        return (isinstance(value, Mapping) and len(value) == len(node["items"])
+                and all(key in value and _matches(item, value[key]) for key, item in node["items"]))
+    if kind == "list":
+        return (isinstance(value, (list, tuple)) and len(value) == len(node["items"])
+                and all(_matches(item, element) for item, element in zip(node["items"], value, strict=True)))
+    if kind == "const":
+        try:
+            return bool(value == node["value"])
+        except Exception:  # noqa: BLE001 - an object whose == does not give a bool (an array)
+            return False
+    return True  # a draw, a sample_from, any other object
+
+
+def _unknowns(node: Mapping[str, Any]) -> int:
+    """How many values of an option are objects its node does not describe (``"any"``: they fit every value)."""
+    kind = node.get("kind")
+    if kind == "any":
+        return 1
+    items = [item for _, item in node["items"]] if kind == "dict" else node["items"] if kind == "list" else []
+    return sum(_unknowns(item) for item in items)
+
+
+def _chosen(options: Sequence[Mapping[str, Any]], value: Any) -> Mapping[str, Any] | None:
+    """The option (a grid value, a choice category) the trial's ``value`` came out of: of those it can have come
+    out of, the one that fits it best (the fewest objects its node does not describe), then the one with the fewest
+    draws (``{"lr": 0.1}`` rather than ``{"lr": tune.uniform(0, 1)}`` for ``{"lr": 0.1}``); None when none fits."""
+    fitting = [option for option in options if _matches(option, value)]
+    return min(fitting, key=lambda option: (_unknowns(option), len(draws_in(option)))) if fitting else None
+
+
+def _path_order(path: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple((isinstance(part, str), part if isinstance(part, (int, str)) else str(part)) for part in path)
+
+
+def resolved_values(tree: Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]], value_at: Any,
+                    skip: frozenset[tuple[Any, ...]] = frozenset()) -> dict[tuple[Any, ...], Any]:
+    """Ray's ``resolved_vars`` of a variant (``BasicVariantGenerator``'s, whence ``Trial.evaluated_params`` and the
+    ``experiment_tag``), read from the trial's configuration: level by level as Ray's ``_generate_variants_internal``
+    resolves the space, each level's domains in the space's order (depth first), then its grid searches by path,
+    then the draws the values of this level hold (a grid value or a choice category with domains or grids in it:
+    ``{"g": {"lr": 0.5}, "g/lr": 0.5}`` for ``{"g": tune.grid_search([{"lr": tune.uniform(0, 1)}, ...])}``).
+
+    Args:
+        tree: :func:`draw_tree` of the space.
+        value_at: ``value_at(path)``: the configuration's value at a path, or raises ``KeyError``, ``IndexError``
+            or ``TypeError`` when it has none (a define-by-run branch may lack a drawn key).
+        skip: Paths of the first level not drawn (given by a ``points_to_evaluate`` point).
+
+    Returns:
+        Path -> value, in Ray's order.
+    """
+    out: dict[tuple[Any, ...], Any] = {}
+    level = [((index,), tuple(path), node) for index, (path, node) in enumerate(tree) if tuple(path) not in skip]
+    while level:
+        domains = sorted((entry for entry in level if entry[2].get("kind") != "grid"), key=lambda entry: entry[0])
+        grids = sorted((entry for entry in level if entry[2].get("kind") == "grid"),
+                       key=lambda entry: _path_order(entry[1]))
+        deeper = []
+        for order, path, node in [*domains, *grids]:
+            try:
+                value = value_at(path)
+            except (KeyError, IndexError, TypeError):
+                continue
+            out[path] = value
+            option = _chosen(node["of"], value) if "of" in node else None
+            if option is not None:
+                deeper.extend(((*order, index), (*path, *below), inner)
+                              for index, (below, inner) in enumerate(draws_in(option)))
+        level = deeper
+    return out
+
+
 class Tagger:
     """The engine's ``result_extras(seq, config)`` that adds Ray's ``experiment_tag`` to a trial's results.
 
@@ -137,10 +289,11 @@ class Tagger:
         self.perturbed = tuple(perturbed) if perturbed is not None else None
         # (Ray leaves a sample_from's value out of a variant's resolved values: its tag and evaluated_params)
         self._drawn = [path for path in sp.drawn_paths(space) if not isinstance(_at(space, path), sp.Function)]
+        # (Ray's resolved values of a variant: also the draws inside a grid's value or a choice's category)
+        self._tree: list[tuple[tuple[Any, ...], dict[str, Any]]] | None = draw_tree(space) if kind == VARIANTS else None
         self._point_runs = _point_runs(space, points) if kind == VARIANTS else []
         # PBT/PB2 sample these at the start
         self._filled = [key for key in self.perturbed or () if key not in space]
-        self._paths = self._drawn if kind == VARIANTS else []
         self._first: dict[int, str] = {}  # seq -> its first tag
         self._tags: dict[int, str] = {}  # seq -> its tag now
         self._resumed: set[int] = set()  # trials a resumed run knows the tags of before the engine asks (restore)
@@ -175,7 +328,8 @@ class Tagger:
 
     def evaluated_params(self, config: Mapping[str, Any], seq: int | None = None) -> dict[str, Any]:
         """Ray's ``Trial.evaluated_params`` of a trial with ``config``: the values the search chose, by their paths
-        joined with ``/``. Those are the space's grid searches and domains, and the keys PBT or PB2 sampled
+        joined with ``/``, in Ray's order (:func:`resolved_values`). Those are the space's grid searches and domains
+        (with the draws inside the grid value or choice category the trial got), and the keys PBT or PB2 sampled
         because the space lacks them; for a search algorithm of your own whose space is not in ``param_space``
         (none is drawn there), every value of ``config``.
 
@@ -190,15 +344,23 @@ class Tagger:
         if not self._drawn and not self._filled:
             return {} if self.kind == VARIANTS else {_joined(path): value for path, value in _leaves(config)}
         given = self._given_by_point(seq) if seq is not None else set()
-        chosen = _values_at(config, [*(path for path in self._drawn if path not in given),
-                                     *((key,) for key in self._filled)])
+        chosen = self._resolved(config, given)
+        chosen.update(_values_at(config, [(key,) for key in self._filled if (key,) not in chosen]))
         return {_joined(path): value for path, value in chosen.items()}
+
+    def _resolved(self, config: Mapping[str, Any], given: set[tuple[Any, ...]]) -> dict[tuple[Any, ...], Any]:
+        """The values drawn for the trial, by path, in Ray's order (:func:`resolved_values`); a search algorithm's
+        (or the description of an older run, which kept only the paths): the values at the drawn paths."""
+        if self._tree is None:
+            return _values_at(config, [path for path in self._drawn if path not in given])
+        return resolved_values(self._tree, lambda path: _at(config, path), frozenset(given))
 
     def describe(self) -> dict[str, Any]:
         """What :meth:`evaluated_params` needs of the run, as plain JSON (paths as lists): the Tuner writes it beside
         ``tuner.pkl`` (:data:`PARAMS_FILE`), so that an ``ExperimentAnalysis`` read from the folder gives its trials
         Ray's ``evaluated_params`` (:meth:`from_description`)."""
-        return {"version": 1, "kind": self.kind, "drawn": [list(path) for path in self._drawn],
+        return {"version": 2, "kind": self.kind, "drawn": [list(path) for path in self._drawn],
+                **({"tree": [[list(path), node] for path, node in self._tree]} if self._tree is not None else {}),
                 "filled": list(self._filled),
                 "points": [[count, sorted((list(path) for path in given), key=str)]
                            for count, given in self._point_runs]}
@@ -212,9 +374,10 @@ class Tagger:
         """
         tagger = cls({}, str(description["kind"]))
         tagger._drawn = [tuple(path) for path in description["drawn"]]
+        tree = description.get("tree")  # (version 1, of an older fluidsalus: the drawn paths only)
+        tagger._tree = [(tuple(path), dict(node)) for path, node in tree] if tree is not None else None
         tagger._filled = list(description["filled"])
         tagger._point_runs = [(int(count), {tuple(path) for path in given}) for count, given in description["points"]]
-        tagger._paths = tagger._drawn if tagger.kind == VARIANTS else []
         return tagger
 
     def restore(self, seq: int, stored_tag: str, config: Mapping[str, Any]) -> None:
@@ -241,8 +404,7 @@ class Tagger:
 
     def _tag(self, seq: int, config: Mapping[str, Any]) -> str:
         if self.kind == VARIANTS:
-            given = self._given_by_point(seq)
-            drawn = _values_at(config, [path for path in self._paths if path not in given])
+            drawn = self._resolved(config, self._given_by_point(seq))
             index = str(seq)
         else:
             drawn = dict(_leaves(config))

@@ -47,7 +47,7 @@ from fluidsalus.store import (
     open_readonly,
     read_error_file,
 )
-from fluidsalus.tune._tags import PARAMS_FILE, Tagger
+from fluidsalus.tune._tags import PARAMS_FILE, Tagger, draws_in, resolved_values
 from fluidsalus.tune.result import TRAINING_ITERATION
 from fluidsalus.tune.utils import flatten_dict as flatten_like_ray
 
@@ -88,8 +88,9 @@ class Trial:
         experiment_tag: Ray's tag of the trial (``"<index>_<values>"``), or ``""`` if it reported nothing.
         num_failures: How often it failed (each failure that was retried, and the one that ended it).
         trainable_name: The name of the run's trainable (``""`` if the experiment did not record one).
-        evaluated_params: Ray's: the values the search chose for the trial, by ``/``-joined path (the space's grid
-            searches and domains as first drawn, or a search algorithm's suggestion; not the constants), as the
+        evaluated_params: Ray's: the values the search chose for the trial, by ``/``-joined path, in Ray's order (the
+            space's grid searches and domains as first drawn, with the draws inside a chosen grid value or choice
+            category, or a search algorithm's suggestion; not the constants), as the
             callbacks' trial views have them (:func:`evaluated_params_of`); for a folder ``fluidsalus.run`` or an
             older fluidsalus wrote, the values at the grid searches and domains of the space its store describes.
         custom_trial_name: Ray's: the name ``trial_name_creator`` gave the trial, or None (also for a creator that
@@ -536,10 +537,14 @@ def evaluated_params_of(experiment_path: str, results: list[Result]) -> dict[str
     index and its configuration as it was created (before a PBT exploit changed it; the store's restart events keep
     the one each change replaced). Ray's value is reproduced exactly: it is a function of these.
 
-    A folder without that file (an experiment ``fluidsalus.run`` wrote, or one of an older fluidsalus) gives the
-    values at the paths of the grid searches and domains of the search space its store describes
-    (:func:`drawn_keys`): Ray's value for a space without ``points_to_evaluate`` or PBT's sampled keys, which that
-    description does not tell apart (a point's values are then in, and PBT's sampled keys out).
+    Either way the values are in Ray's order (Ray's ``resolved_vars``: the domains in the space's order, then the
+    grid searches by path, then the draws that a chosen grid value or choice category holds, such as ``g/lr`` of
+    ``tune.grid_search([{"lr": tune.uniform(0, 1)}, {"lr": 0.1}])``;
+    :func:`fluidsalus.tune._tags.resolved_values`). A folder without that file (an experiment ``fluidsalus.run``
+    wrote, or one of an older fluidsalus) gives the values of the grid searches and domains of the search space its
+    store describes (:func:`stored_draw_tree`): Ray's value for a space without ``points_to_evaluate`` or PBT's
+    sampled keys, which that description does not tell apart (a point's values are then in, and PBT's sampled keys
+    out).
 
     Returns:
         Trial id -> path -> value; empty when the folder says nothing of the space (no such file, and a store
@@ -556,12 +561,12 @@ def evaluated_params_of(experiment_path: str, results: list[Result]) -> dict[str
     except StoreError:
         return {}
     try:
-        drawn: list[str] | None = None
+        tree: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
         if tagger is None:
             space = (store.experiment().get("spec") or {}).get("space")
             if not isinstance(space, Mapping) or not space:
                 return {}
-            drawn = drawn_keys(space)
+            tree = stored_draw_tree(space)
         seqs = store.trial_seqs()
         created: dict[str, dict[str, Any]] = {}  # the config a trial had before its first change
         for event in store.events(TRIAL_RESTART_EVENT):
@@ -578,7 +583,8 @@ def evaluated_params_of(experiment_path: str, results: list[Result]) -> dict[str
         if tagger is not None:
             out[result.trial_id] = tagger.evaluated_params(config, seqs.get(result.trial_id))
         else:
-            out[result.trial_id] = {key: value for key in drawn or () if (value := _at_key(config, key)) is not _ABSENT}
+            out[result.trial_id] = {"/".join(str(part) for part in path): value for path, value in
+                                    resolved_values(tree, lambda path, c=config: _value_at_key(c, path)).items()}
     return out
 
 
@@ -592,47 +598,67 @@ _DRAWN_REPR = re.compile(r"^(\{'grid_search': |(" + "|".join(sorted(_DRAWN_CALLS
 _ABSENT: Any = object()
 
 
-def drawn_keys(space: Mapping[str, Any]) -> list[str]:
-    """The flattened keys of a stored space description (``{key: repr(value)}``) whose value is drawn: a grid
-    search or a sampling domain, in the space's order; for a list or tuple (one leaf of the description), the
-    ``key/<index>`` of each element that is one (its repr parsed as a Python literal of calls)."""
-    out: list[str] = []
+def stored_draw_tree(space: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """The grid searches and sampling domains of a stored space description (``{flattened key: repr(value)}``), as
+    :func:`fluidsalus.tune._tags.draw_tree` gives them for the space itself: by path (the flattened key, then the
+    positions in a list or tuple), in the space's order, each with the draws its grid values or choice categories
+    hold (the reprs parsed as Python literals of calls; a repr that does not parse, cut short or with an object's
+    ``<...>`` in it, gives the draw without them)."""
+    out: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
     for key, shown in space.items():
         if not isinstance(shown, str):
             continue
-        if _DRAWN_REPR.match(shown):
-            out.append(key)
-        elif shown[:1] in "[(":
-            out.extend(f"{key}/{suffix}" for suffix in _drawn_in_sequence(shown))
+        try:
+            node = _repr_node(ast.parse(shown, mode="eval").body)
+        except (SyntaxError, ValueError):
+            if not _DRAWN_REPR.match(shown):
+                continue
+            node = {"kind": "grid" if shown.startswith("{") else "choice" if shown.startswith("choice(") else "draw"}
+        out.extend(draws_in(node, (key,)))
     return out
 
 
-def _drawn_in_sequence(shown: str) -> list[str]:
-    """The ``/``-joined positions of the draws in a list's or tuple's repr (nested lists, tuples and dicts too);
-    none when it does not parse (a ``sample_from(func=<lambda>)`` in it, an object's ``<...>`` repr)."""
-
+def _repr_node(node: ast.AST) -> dict[str, Any]:
+    """The draw-tree node (:func:`fluidsalus.tune._tags.draw_tree`) of a parsed repr of a value of the space."""
+    if isinstance(node, ast.Call):
+        name = node.func.id if isinstance(node.func, ast.Name) else ""
+        if name not in _DRAWN_CALLS:
+            return {"kind": "fn" if name == "sample_from" else "any"}
+        if name != "choice":
+            return {"kind": "draw"}
+        given = [kw.value for kw in node.keywords if kw.arg == "categories"] or node.args[:1]
+        return _options_node("choice", given[0] if given else None)
+    if isinstance(node, ast.Dict):
+        if len(node.keys) == 1 and isinstance(node.keys[0], ast.Constant) and node.keys[0].value == "grid_search":
+            return _options_node("grid", node.values[0])
+        if not all(isinstance(k, ast.Constant) for k in node.keys):
+            return {"kind": "any"}
+        return {"kind": "dict", "items": [[k.value, _repr_node(v)]  # type: ignore[union-attr]
+                                          for k, v in zip(node.keys, node.values, strict=True)]}
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return {"kind": "list", "items": [_repr_node(item) for item in node.elts]}
     try:
-        tree = ast.parse(shown, mode="eval").body
-    except (SyntaxError, ValueError):
-        return []
-    found: list[str] = []
+        return {"kind": "const", "value": ast.literal_eval(node)}
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return {"kind": "any"}
 
-    def walk(node: ast.AST, path: tuple[str, ...]) -> None:
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _DRAWN_CALLS:
-            found.append("/".join(path))
-        elif isinstance(node, ast.Dict) and len(node.keys) == 1 and isinstance(node.keys[0], ast.Constant) \
-                and node.keys[0].value == "grid_search":
-            found.append("/".join(path))
-        elif isinstance(node, (ast.List, ast.Tuple)):
-            for index, item in enumerate(node.elts):
-                walk(item, (*path, str(index)))
-        elif isinstance(node, ast.Dict):
-            for k, v in zip(node.keys, node.values, strict=True):
-                if isinstance(k, ast.Constant) and isinstance(k.value, str):
-                    walk(v, (*path, k.value))
 
-    walk(tree, ())
-    return found
+def _options_node(kind: str, options: ast.AST | None) -> dict[str, Any]:
+    """A choice's or grid's node, with its categories or values when they hold draws."""
+    node: dict[str, Any] = {"kind": kind}
+    if isinstance(options, (ast.List, ast.Tuple)):
+        alternatives = [_repr_node(option) for option in options.elts]
+        if any(draws_in(alternative) for alternative in alternatives):
+            node["of"] = alternatives
+    return node
+
+
+def _value_at_key(config: Any, path: tuple[Any, ...]) -> Any:
+    """``_at_key`` of a stored tree's path, raising ``KeyError`` where the configuration has no value."""
+    value = _at_key(config, "/".join(str(part) for part in path))
+    if value is _ABSENT:
+        raise KeyError(path)
+    return value
 
 
 def _at_key(config: Any, key: str) -> Any:
