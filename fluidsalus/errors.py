@@ -197,7 +197,14 @@ def _pickle_what_pickles(error: BaseException) -> bytes | None:
             state[key] = value
     for args in (error.args, (str(error),)):
         with contextlib.suppress(Exception):  # (the args may not pickle: then its message; its class: None)
-            return cloudpickle.dumps((type(error), args, state))
+            blob = cloudpickle.dumps((type(error), args, state))
+            # Re-created without the attributes left behind, it must still say what it is: a __str__ that reads
+            # one of them (as many libraries' errors format themselves) would fail wherever it is shown, and the
+            # error is then better sent as its text (None: the caller's TrialError, with the message)
+            made = unpickle_exception(pickle.dumps((None, blob)))
+            if made is not None and str(made) == str(error):
+                return blob
+            return None
     return None
 
 

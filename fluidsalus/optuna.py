@@ -1014,12 +1014,12 @@ class _ObjectiveRunner:
                 _call(M_FLUSH)  # the trial is being stopped: the study still gets every value it reported
             raise
         except Exception as e:
-            state, failed = self._ended(e), e
+            state, failed = self._ended(e)
         except BaseException as e:  # noqa: BLE001 - KeyboardInterrupt, SystemExit, one of the user's own
             # Optuna fails the trial on a KeyboardInterrupt and raises it (any other BaseException leaves its
             # study.optimize as well): the trial is FAIL and optimize raises the objective's own exception, which
             # before reached the caller as a TrialError ("errored on its device").
-            state, failed = self._ended(e), e
+            state, failed = self._ended(e)
         else:
             values = _to_wire(output)
             try:
@@ -1028,7 +1028,7 @@ class _ObjectiveRunner:
                 # the reports the end carried failed (the study's storage refused one, which Optuna's report raises
                 # in the objective): the objective's failure, as there (``catch`` names it or not); it ended the
                 # trial errored with a TrialError, "before its objective returned", which optimize raised
-                state, failed, values = self._ended(e), e, None
+                (state, failed), values = self._ended(e), None
             if state == TrialState.FAIL.name and failed is None:  # None, NaN, no number, the wrong count (Optuna's
                 # log says which)
                 failed = ValueError(f"Optuna failed trial {trial.number}: the objective returned {output!r}, which "
@@ -1042,7 +1042,18 @@ class _ObjectiveRunner:
                 result[KEY_VALUE] = values[0]
         return result
 
-    def _ended(self, e: BaseException) -> str:
+    def _ended(self, e: BaseException) -> tuple[str, BaseException]:
+        """Tell the driver how the objective ended with ``e``; return the trial's Optuna state and the exception
+        that failed it: ``e``, or the study's storage's error when it refused a report the end carried (Optuna's
+        ``report`` raises it in the objective, before the objective's own end: ``catch`` names it or not)."""
+        try:
+            return self._end_with(e), e
+        except Exception as refused:
+            if refused is e:  # (an out-of-memory error, raised again for its retry)
+                raise
+            return self._end_with(refused), refused
+
+    def _end_with(self, e: BaseException) -> str:
         """Tell the driver how the objective ended with ``e``; return the trial's Optuna state."""
         if isinstance(e, optuna.TrialPruned):
             return _call(M_FINISH, OUT_PRUNED, None, None, _PackedError.of(e), False)

@@ -436,6 +436,25 @@ def test_an_unpicklable_error_the_driver_raised_goes_to_the_device_as_its_class(
     assert isinstance(fo._PackedError.of(error).unpack(), TrialError)  # (an objective's own: as before)
 
 
+class _Described(RuntimeError):
+    """An exception that formats itself from an attribute that does not pickle (as many libraries' errors do)."""
+
+    def __init__(self, conn: Any) -> None:
+        super().__init__()
+        self.conn = conn
+
+    def __str__(self) -> str:
+        return f"lost {self.conn!r}"
+
+
+def test_an_unpicklable_driver_error_whose_text_needs_what_stays_behind_goes_as_its_text():
+    """Re-created without the attribute its ``__str__`` reads, such an error failed wherever it was shown (the
+    user got ``AttributeError: ... no attribute 'conn'``): it goes as a TrialError with its own text, as before."""
+    error = _Described(threading.Lock())
+    back = fo._PackedError.of(error, bare=True).unpack()
+    assert isinstance(back, TrialError) and "_Described: lost <unlocked _thread.lock" in str(back), str(back)
+
+
 class StorageDown(RuntimeError):
     """A storage's exception that does not pickle (it holds a lock)."""
 
@@ -444,15 +463,19 @@ class StorageDown(RuntimeError):
         self.lock = threading.Lock()
 
 
-_CALL_AFTER_EACH_REPORT = {"inside": True, "at_the_end": False}
+#: Where trial 1's refused report reaches the study: with a later call inside the objective, with the end of an
+#: objective that returns, or with the end of one that raises (TrialPruned) right after its last report.
+_CALL_AFTER_EACH_REPORT = {"inside": True, "at_the_end": False, "at_a_raising_end": False}
 
 
-def _reports_three(trial: Any, call_after: bool) -> float:
+def _reports_three(trial: Any, call_after: bool, pruned: bool = False) -> float:
     x = trial.suggest_float("x", -10, 10)
     for step in range(3):
         trial.report(x + step, step)
         if call_after:  # the report goes to the study with this call, inside the objective (else with its end)
             trial.suggest_int(f"k{step}", 0, 3)
+    if pruned:
+        raise optuna.TrialPruned()
     return x
 
 
@@ -463,7 +486,8 @@ def test_a_storage_error_in_a_report_is_the_objectives_as_in_optuna(tmp_path, ho
     """The study's storage refuses trial 1's first report with an exception that does not pickle. Optuna raises it
     in the objective's ``report``: the trial is FAIL, and optimize raises that very exception unless ``catch``
     names it. Here optimize raised a TrialError ("errored on its device before its objective returned" when the
-    report went with the trial's end; "could not be re-created" when with a later call) and ``catch`` missed it."""
+    report went with the trial's end, also that of an objective raising right after it; "could not be re-created"
+    when with a later call) and ``catch`` missed it."""
     study = optuna.create_study()
     real = study._storage.set_trial_intermediate_value
 
@@ -473,15 +497,16 @@ def test_a_storage_error_in_a_report_is_the_objectives_as_in_optuna(tmp_path, ho
         real(trial_id, step, value)
 
     study._storage.set_trial_intermediate_value = refusing
-    objective = functools.partial(_reports_three, call_after=_CALL_AFTER_EACH_REPORT[where])
+    objective = functools.partial(_reports_three, call_after=_CALL_AFTER_EACH_REPORT[where],
+                                  pruned=where == "at_a_raising_end")
     with contextlib.nullcontext() if catch else pytest.raises(StorageDown, match="storage down"):
         if how == "optuna":
             study.optimize(objective, n_trials=3, catch=catch)
         else:
             _optimize(study, objective, tmp_path, n_trials=3, catch=catch, max_concurrent_trials=1, name="down")
     states = [t.state for t in study.trials]
-    assert states == ([TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE] if catch
-                      else [TrialState.COMPLETE, TrialState.FAIL])
+    ok = TrialState.PRUNED if where == "at_a_raising_end" else TrialState.COMPLETE
+    assert states == ([ok, TrialState.FAIL, ok] if catch else [ok, TrialState.FAIL])
     if how == "fluidsalus":
         store = ExperimentStore.open(tmp_path / "fluidsalus" / "down", readonly=True)
         try:

@@ -1342,7 +1342,6 @@ class _LoadsOnlyWhereAllowed:
         raise RuntimeError("this trainable cannot be loaded here")
 
 
-
 def test_a_run_whose_device_actors_all_fail_to_start_says_why_and_leaves_no_actor(ray_cluster, storage):
     fluidsalus.release_devices()
     with pytest.raises(FluidsalusError, match=r"(?s)no device actor started: that of cpu:[01] failed: .*"
@@ -2022,10 +2021,6 @@ def test_a_refused_resume_leaves_the_experiments_folder_byte_for_byte(storage, p
                        name=os.path.basename(folder), resume=True, verbose=0)
     assert every_file(folder) == before
     assert file_times(folder) == times
-
-
-
-
 
 
 def test_an_accepted_resume_still_migrates_and_relocates(storage):

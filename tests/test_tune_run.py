@@ -824,8 +824,6 @@ class _WithState(tune.Callback):
         return {"seen": 1}
 
 
-
-
 @pytest.mark.parametrize("how", [{"resume": "AUTO+RESTART_ERRORED"}, {"resume": "AUTO+ERRORED_ONLY"},
                                  {"resume": True, "callbacks": [_WithState()]}],
                          ids=["restart-errored", "errored-only", "callback-state"])
@@ -842,8 +840,6 @@ def test_a_refused_tune_run_resume_leaves_the_experiment_as_it_was(ray_cluster, 
                                           r"with that search space \(got keys \['y'\]\)"):
         tune.run(_checkpointed_fails_at_2, config={"y": tune.grid_search([1, 2])}, **{**kwargs, **how})
     assert every_file(folder) == before
-
-
 
 
 @pytest.mark.parametrize(("change", "message"), [
