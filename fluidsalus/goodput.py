@@ -943,8 +943,11 @@ def _idle_split(activity: Activity, device: str) -> tuple[dict[str, list[tuple[f
         awaited = [(a, b) for a, b in no_lane if b < ep.end]
         calls += [(max(a, ep.start), min(b, ep.end), m) for a, b, m in activity.driver_calls.get(device, [])
                   if min(b, ep.end) > max(a, ep.start)]
-        calls += [(a2, b2, m) for a, b, m in activity.driver_busy_calls
-                  for a2, b2 in intersect_intervals([(a, b)], awaited)]
+        by_what: dict[str, list[tuple[float, float]]] = defaultdict(list)  # (one linear merge per label)
+        for a, b, m in activity.driver_busy_calls:
+            by_what[m].append((a, b))
+        calls += [(a2, b2, m) for m, spells in by_what.items()
+                  for a2, b2 in intersect_intervals(merge_intervals(spells), awaited)]
         pieces = {IDLE_DRIVER: merge_intervals([*intersect_intervals(activity.driver_waits.get(device, []), whole),
                                                 *intersect_intervals(activity.driver_busy, awaited)]),
                   IDLE_NO_TRIAL: no_lane,
@@ -1272,35 +1275,39 @@ def queue_waits(events: Iterable[EventRow], created: Mapping[str, float]) -> dic
     that died) to its next ``trial_start``; a restart of an attempt that never started (a trial its device gave back
     before it began, ``withdrawn``) goes on with the wait it was in. A ``promoted`` restart starts its wait afresh:
     the trial was paused off any device, or ended, until its searcher promoted it, waiting for the search, not for a
-    place. A ``resume`` event starts a wait for each trial that was computing when the run was interrupted (started,
-    not ended since). A ``trial_end`` ends a wait that no start ended, which is not counted (nor the wait of a trial
-    still waiting at the run's end: a trial that never started has none, ``queued_s`` null). A ``trial_start`` with no
-    wait before it (an out-of-memory re-admission, on its device) adds none.
+    place. A ``resume`` event starts a wait for every trial not waiting then: those computing when the run was
+    interrupted, and ended ones the resume runs again (``resume_errored``, ``restart_errored``). A ``trial_end`` ends
+    a wait that no start ended, which is not counted (nor the wait of a trial still waiting at the run's end: a
+    trial that never started has none, ``queued_s`` null). A ``trial_start`` with no wait before it (an
+    out-of-memory re-admission, on its device) adds none; nor does a restart of an attempt that has started already
+    (its start stamped before it: another node's clock).
     """
     since: dict[str, float | None] = dict(created)
-    running: set[str] = set()  # trials started, not ended or restarted since: computing at a resume
+    started: dict[str, int] = {}  # each trial's latest attempt that started
     out: dict[str, list[tuple[float, float]]] = {tid: [] for tid in created}
     for ev in sorted(events, key=lambda e: e.ts):  # (stable: events of one moment in the order stored)
         tid = ev.trial_id
         if ev.kind == "resume":
-            for trial in running:
-                since[trial] = ev.ts
-            running.clear()
+            for trial in out:
+                if since.get(trial) is None:  # (one that never starts again has no start to end the wait)
+                    since[trial] = ev.ts
             continue
         if tid is None or tid not in out:
             continue
+        attempt = (ev.data or {}).get("attempt")
         if ev.kind == "trial_start":
             began = since.get(tid)
             if began is not None:
                 out[tid].append((began, max(began, ev.ts)))
             since[tid] = None
-            running.add(tid)
+            if isinstance(attempt, int):
+                started[tid] = max(attempt, started.get(tid, attempt))
         elif ev.kind == TRIAL_RESTART_EVENT:
-            running.discard(tid)
+            if isinstance(attempt, int) and started.get(tid, -1) >= attempt:
+                continue  # (the attempt it makes has started: a clock behind the driver's stamped its start)
             if (ev.data or {}).get("reason") == "promoted" or since.get(tid) is None:
                 since[tid] = ev.ts
         elif ev.kind == "trial_end":
-            running.discard(tid)
             since[tid] = None
     return out
 

@@ -871,3 +871,26 @@ def test_queue_waits_count_every_wait_to_start_not_only_the_first():
                      "C": [], "D": [(1.0, 2.0)]}
     # events of a trial the rows do not name are ignored; so is the order the store gave them in
     assert gp.queue_waits(list(reversed(events)), {"B": 0.0}) == {"B": [(0.0, 0.5), (20.0, 21.0)]}
+
+
+def test_queue_waits_after_a_resume_that_reruns_ended_trials_and_with_a_start_stamped_before_its_restart():
+    """A resume that runs errored trials again (``resume_errored``/``restart_errored``) started no wait for them:
+    their wait to start again was not counted (a helper's run: 0.41 s waited, ``queued_waits`` 1). And a start
+    stamped before its restart (another node's clock behind the driver's) made the whole attempt count as queued."""
+    def ev_(ts, what, trial=None, **data):
+        return EventRow(ts, what, trial, None, data)
+
+    events = [
+        ev_(0.0, "device_start", kind="cpu", slots=1),
+        # E errors at 2 (its end), the run ends; the resume at 10 runs it again: it starts at 11
+        ev_(1.0, "trial_start", "E", attempt=0), ev_(2.0, "trial_end", "E", attempt=0, outcome="errored"),
+        ev_(10.0, "resume", unfinished=1), ev_(10.5, "trial_restart", "E", attempt=1, reason="retry"),
+        ev_(11.0, "trial_start", "E", attempt=1),
+        # F finished before the interrupt: it never starts again, and waits for nothing
+        ev_(1.0, "trial_start", "F", attempt=0), ev_(3.0, "trial_end", "F", attempt=0, outcome="completed"),
+        # G, on another node: retried at 5.000, its start stamped at 4.999 by its node's clock, ends at 8
+        ev_(1.0, "trial_start", "G", attempt=0), ev_(5.0, "trial_restart", "G", attempt=1, reason="retry"),
+        ev_(4.999, "trial_start", "G", attempt=1), ev_(8.0, "trial_end", "G", attempt=1, outcome="completed"),
+    ]
+    waits = gp.queue_waits(events, {"E": 0.0, "F": 0.0, "G": 0.0})
+    assert waits == {"E": [(0.0, 1.0), (10.0, 11.0)], "F": [(0.0, 1.0)], "G": [(0.0, 1.0)]}
