@@ -1454,6 +1454,29 @@ def test_a_trial_moved_off_its_device_while_paused_at_its_budget_then_stopped_is
     assert callback.calls == [("complete", "a", TERMINATED)]
 
 
+@pytest.mark.parametrize("run_ends", [False, True], ids=["alone", "then_the_run_ends"])
+def test_a_prefetched_trial_its_searcher_stopped_keeps_its_end_hook_when_the_run_ends_before_its_reply(tmp_path,
+                                                                                                       run_ends):
+    """A trial sent ahead to a device (PENDING, not begun) that its searcher or scheduler stops gets
+    ``on_trial_complete``, as Ray's ``stop_trial`` calls it at once for a PENDING trial; when the run's end (a time
+    budget) began before its device's reply, the end was taken for the run's own (no hook, no "stopped" count). Its
+    ``trial_end`` says it never began, either way."""
+    from fluidsalus.gpu.host import EV_END, OUT_STOPPED
+    from fluidsalus.store import PENDING, TERMINATED
+
+    executor, store = _offline_executor(tmp_path, n_devices=1)
+    callback = _Ends()
+    executor.settings.callbacks = [callback]
+    trial = _placed_trial(executor, store, "a")
+    trial.status = PENDING  # prefetched: placed, not begun (no EV_START yet)
+    executor._tell_stopped(executor._stop_trials(["a"]))  # the searcher's stop
+    if run_ends:
+        executor._ending = "time_budget"
+    executor._handle(executor._devices[0], [(EV_END, "a", 0, 1.0, OUT_STOPPED, None, None)])
+    assert callback.calls == [("complete", "a", TERMINATED)]
+    assert [e.data for e in store.events("trial_end")] == [{"attempt": 0, "outcome": "stopped", "started": False}]
+
+
 def test_a_trial_stopped_at_a_result_that_came_with_the_end_of_its_move_is_told_after_that_result(tmp_path):
     """The searcher's stop of a result that came in the batch of the trial's end for a move: the end requeued it
     first (paused off any device, at its budget), so the stop ended it there, unheard by the callbacks (h101's F6).

@@ -187,6 +187,22 @@ def test_calibration_measures_latency_start_and_boundary(tmp_path):
     assert cal.admit_first_share == 1.0
 
 
+def test_an_end_off_any_device_is_no_report_for_the_driver_latency(tmp_path):
+    """A trial ended off any device (queued when the run or its search ended it) writes a ``trial_end`` with no
+    device: no device's report waited for the driver there, so it must not be taken for one (it shortened the
+    measured driver latency: t1's result at 1.5, then t2's start at 1.503, not this end at 1.502)."""
+    path = str(tmp_path / "race")
+    write_race_store(path)
+    before = load_store_trace(path)
+    store = ExperimentStore.open(path)
+    store.add_events([(before.origin + 1.502, "trial_end", "t1", None,
+                       {"attempt": 0, "outcome": "stopped", "started": False})])
+    store.close()
+    after = load_store_trace(path)
+    assert after.reports == before.reports
+    assert calibrate(after).driver_latency_s == close(0.003)
+
+
 def test_calibration_takes_the_median_of_the_moves_the_executor_measured(tmp_path):
     path = str(tmp_path / "race")
     write_race_store(path)

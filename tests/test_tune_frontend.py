@@ -1781,8 +1781,10 @@ def test_the_runs_end_calls_no_end_hook_for_a_trial_it_finds_prefetched_as_for_o
     rows = {row.trial_id: row for row in reader.trials()}
     never = {tid for tid, row in rows.items() if row.started_at is None}
     assert never and never.isdisjoint(hooks.started) and hooks.started == set(rows) - never
-    # both ways a trial waits: prefetched onto a device, and queued in the driver
-    assert {rows[tid].device is None for tid in never} == {True, False}, [rows[t].device for t in never]
+    # both ways a trial waits: prefetched onto a device, and queued in the driver (at fail_fast, which comes once
+    # the devices are up; a loaded machine may spend the 6 s budget starting them, before anything is sent ahead)
+    if ending == "fail_fast":
+        assert {rows[tid].device is None for tid in never} == {True, False}, [rows[t].device for t in never]
     assert set(hooks.completed) <= hooks.started and all(v == k for k, v in hooks.completed.items())
     assert all(rows[tid].status == "TERMINATED" for tid in never)
     ends = {}

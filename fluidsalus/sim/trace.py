@@ -432,7 +432,9 @@ def load_store_trace(path: str) -> StoreTrace:
         devices[name] = int(slots) if slots else 1
     spans = tuple(TraceSpan(s.device, s.lane, s.trial_id, s.iteration, s.start - origin, s.end - origin)
                   for s in activity.spans if not s.worker)  # (the simulator models rank 0 of a data-parallel trial)
-    reports = sorted([r.ts - origin for r in results] + [ev.ts - origin for ev in events if ev.kind == "trial_end"])
+    # (a trial_end with no device is an end off any device, no report: a trial the run or its search ended queued)
+    reports = sorted([r.ts - origin for r in results]
+                     + [ev.ts - origin for ev in events if ev.kind == "trial_end" and ev.device is not None])
     finished = exp.get("finished_at")
     return StoreTrace(
         path=str(path), metric=metric, mode=exp.get("mode"), origin=origin, trials=tuple(trials),

@@ -612,6 +612,9 @@ class Executor:
         self._seq = 0
         self._run_tag = os.urandom(3).hex()[:5]
         self._stopping: set[str] = set()  # stop sent, end not yet seen
+        # placed trials whose stop was decided (a searcher's or scheduler's), not the run's end's: they keep their end
+        # hook even when the run's end began before their device's reply (Ray's stop_trial calls it at once)
+        self._decided_stops: set[str] = set()
         self._restarts: dict[str, _Restart] = {}  # start again once the current attempt ends
         # trial -> the iteration its requeued attempt resumes from: its later checkpoints go when it starts
         self._abandoned: dict[str, int] = {}
@@ -1516,6 +1519,8 @@ class Executor:
                 ended.append(trial)
             elif trial.placed_on:
                 stop.append(trial_id)
+                if not no_verdict:
+                    self._decided_stops.add(trial_id)
             elif trial.status == PAUSED:  # paused off any device (preempted): nothing runs, it ends here
                 ended.append(trial)
         if ended:
@@ -2090,8 +2095,9 @@ class Executor:
                     if outcome == OUT_COMPLETED and self.searcher.stopped_by_search(trial_id):
                         outcome = OUT_STOPPED  # the search ended it (an Optuna pruner), as a scheduler's stop
                         event = (*event[:4], outcome, *event[5:])
-                    if outcome == OUT_STOPPED and trial.status == PENDING and self._ending is not None:
-                        unstarted.add(trial_id)  # (its attempt never started: PENDING until its EV_START)
+                    attempt_began = not (outcome == OUT_STOPPED and trial.status == PENDING)  # (PENDING until EV_START)
+                    if not attempt_began and self._ending is not None and trial_id not in self._decided_stops:
+                        unstarted.add(trial_id)  # (the run's end stopped it before its attempt began)
                     trial.status = ERROR if outcome == OUT_ERRORED else TERMINATED
                     trial.error, trial.error_pickle = error, error_pickle
                     trial.devices = ()
@@ -2103,8 +2109,7 @@ class Executor:
                         **({"last_result": trial.last_result} if trial.last_result is not None else {}),
                     )
                     events.append((ts, "trial_end", trial_id, name, {"attempt": attempt, "outcome": outcome,
-                                                                      **({"started": False} if trial_id in unstarted
-                                                                         else {})}))
+                                                                      **({} if attempt_began else {"started": False})}))
                     acted.append((kind, trial, event))
             # The searcher consumes the batch in memory, and its new state commits together with the batch:
             # after a crash, the stored results and the stored searcher state always agree. Nothing leaves
@@ -2397,6 +2402,7 @@ class Executor:
         """An ended trial's measurements go (the pooled curves keep what it taught them)."""
         self._move_costs.drop(trial_id)
         self._first_iter_s.pop(trial_id, None)
+        self._decided_stops.discard(trial_id)
         self.planner.forget(trial_id)
         self._measured.discard(trial_id)
         self._planned_alone.pop(trial_id, None)
