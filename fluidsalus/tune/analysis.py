@@ -47,7 +47,7 @@ from fluidsalus.store import (
     open_readonly,
     read_error_file,
 )
-from fluidsalus.tune._tags import PARAMS_FILE, Tagger, draws_in, resolved_values
+from fluidsalus.tune._tags import PARAMS_FILE, Tagger, constant_list_node, draws_in, resolved_values
 from fluidsalus.tune.result import TRAINING_ITERATION
 from fluidsalus.tune.utils import flatten_dict as flatten_like_ray
 
@@ -636,6 +636,8 @@ def _repr_node(node: ast.AST) -> dict[str, Any]:
         return {"kind": "dict", "items": [[k.value, _repr_node(v)]  # type: ignore[union-attr]
                                           for k, v in zip(node.keys, node.values, strict=True)]}
     if isinstance(node, (ast.List, ast.Tuple)):
+        if all(isinstance(item, ast.Constant) for item in node.elts):  # (plain values: one node, as _tags' own)
+            return constant_list_node([item.value for item in node.elts])
         return {"kind": "list", "items": [_repr_node(item) for item in node.elts]}
     try:
         return {"kind": "const", "value": ast.literal_eval(node)}
