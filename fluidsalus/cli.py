@@ -3,11 +3,13 @@
 - ``fluidsalus run TARGET [ARGS...]``: run an example by name (``quickstart``), a Python file, a folder with a
   ``__main__.py``, or a module.
 - ``fluidsalus ls [STORAGE_PATH]``: list experiments with status, trial counts, best metric and duration (given
-  an experiment's own folder, that experiment).
-- ``fluidsalus inspect EXPERIMENT [--json] [--plot FILE.png] [--start S] [--end S] [--bin S]``: per-device goodput
+  an experiment's own folder, that experiment; given none, those of both default folders: ``fluidsalus.run``'s and
+  the Optuna front end's, ``$FLUIDSALUS_STORAGE_PATH`` or ``~/fluidsalus_results``, and the Tune front end's,
+  ``$RAY_STORAGE`` or ``~/ray_results``, each under its folder's name).
+- ``fluidsalus inspect EXPERIMENT [--json] [--plot FILE] [--start S] [--end S] [--bin S]``: per-device goodput
   of a running or finished experiment (read-only), with totals and the best trial; ``--json`` for machines,
-  ``--plot`` for a figure, ``--start``/``--end`` for a window of the run, ``--bin`` for the width of the
-  goodput-over-time bins.
+  ``--plot`` for a figure (``.png``, ``.pdf``, ``.svg``, ...), ``--start``/``--end`` for a window of the run,
+  ``--bin`` for the width of the goodput-over-time bins.
 
 ``fluidsalus --version`` prints the installed version. Bad input (a path that is not an experiment, a store from a
 newer fluidsalus, an experiment with no results yet, an unknown example) prints one line and exits with code 2.
@@ -24,11 +26,24 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fluidsalus import __version__
-from fluidsalus.config import DEFAULT_STORAGE_PATH, STORAGE_PATH_ENV
 from fluidsalus.errors import ConfigError, StoreError
 from fluidsalus.inspect import DRIVER_GONE, DRIVER_GONE_HINT, open_readonly, shown_status
 from fluidsalus.result import _finite
-from fluidsalus.store import DB_FILENAME, FINAL_STATUSES, RUNNING, TERMINATED, ExperimentStore
+from fluidsalus.store import (
+    DB_FILENAME,
+    DEFAULT_STORAGE_PATH,
+    FINAL_STATUSES,
+    PAUSED,
+    PENDING,
+    RAY_STORAGE_ENV,
+    RUNNING,
+    STORAGE_PATH_ENV,
+    TERMINATED,
+    TUNE_DEFAULT_STORAGE_PATH,
+    ExperimentStore,
+    TrialRow,
+    default_storage_paths,
+)
 
 #: What ``fluidsalus --help`` says the command is.
 DESCRIPTION = "Run fluidsalus examples and scripts, list experiments, and inspect where their devices' time went."
@@ -114,10 +129,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _duration(exp: dict) -> str:
-    end = exp["finished_at"] or exp["updated_at"]
-    seconds = max(0.0, (end or exp["created_at"]) - exp["created_at"])
-    return f"{seconds:.1f}s"
+def _duration(store: ExperimentStore) -> str:
+    """The time the experiment ran: its sessions' lengths summed (a resumed one's time interrupted left out), with
+    how many sessions when it was resumed."""
+    sessions = store.sessions()
+    seconds = sum(end - start for start, end in sessions)
+    return f"{seconds:.1f}s" + (f" ({len(sessions)} sessions)" if len(sessions) > 1 else "")
 
 
 def _best(store: ExperimentStore, metric: str | None, mode: str | None) -> str:
@@ -130,56 +147,115 @@ def _best(store: ExperimentStore, metric: str | None, mode: str | None) -> str:
     return f"{metric}={(max(values) if mode == 'max' else min(values)):.6g}"
 
 
-def _cmd_ls(args: argparse.Namespace) -> int:
-    if args.storage_path == "":  # (it listed the default folder, as if none was given)
-        raise _UsageError("ls: STORAGE_PATH is empty; pass a folder, or leave it out for "
-                          f"${STORAGE_PATH_ENV} or {DEFAULT_STORAGE_PATH}")
-    root = os.path.abspath(os.path.expanduser(
-        args.storage_path or os.environ.get(STORAGE_PATH_ENV) or DEFAULT_STORAGE_PATH))
-    if not os.path.isdir(root):
-        if args.storage_path or os.path.exists(root):  # (one asked for, or a file)
-            raise _UsageError(f"ls: {root!r} is not a folder")
-        print(f"no experiments in {root} (no run has written there yet)")  # before the first run
-        return 0
+def _trial_counts(trials: Sequence[TrialRow], status: str) -> str:
+    """``5 (2 running, 2 terminated, 1 waiting)``: the trials by status, in the words the progress line and
+    ``inspect`` use for a live run (pending and paused trials are ``waiting``)."""
+    counts: dict[str, int] = {}
+    for t in trials:
+        # (the trials of an experiment that no driver runs run no more: a resume continues them)
+        if t.status in FINAL_STATUSES:
+            shown = t.status.lower()
+        elif status != RUNNING:
+            shown = "unfinished"
+        else:
+            shown = "waiting" if t.status in (PENDING, PAUSED) else t.status.lower()
+        counts[shown] = counts.get(shown, 0) + 1
+    # (terminated trials that never began, as a time budget leaves those it finds queued: "8 terminated" alone
+    # read as eight trials run; paused ones among the waiting, as the progress line's "3 waiting (1 paused)")
+    never = sum(1 for t in trials if t.status == TERMINATED and t.started_at is None)
+    paused = sum(1 for t in trials if t.status == PAUSED) if status == RUNNING else 0
+    of_them = {"terminated": f", {never} of them never started" if never else "",
+               "waiting": f", {paused} of them paused" if paused else ""}
+    summary = ", ".join(f"{n} {s}{of_them.get(s, '')}" for s, n in sorted(counts.items()))
+    return f"{len(trials)} ({summary})" if trials else "0"
+
+
+_Row = tuple[str, str, str, str, str]
+
+
+def _experiments(root: str) -> tuple[list[_Row], list[str]]:
+    """The rows of the experiments in ``root`` (or of ``root`` itself, an experiment's own folder), and a line for
+    each store that could not be read."""
     if os.path.exists(os.path.join(root, DB_FILENAME)):  # an experiment's own folder: that one experiment
         folders = [(os.path.basename(root), root)]
     else:
         folders = [(e.name, e.path) for e in sorted(os.scandir(root), key=lambda e: e.name)
                    if e.is_dir() and os.path.exists(os.path.join(e.path, DB_FILENAME))]
-    rows, unreadable = [], []
+    rows: list[_Row] = []
+    unreadable: list[str] = []
     for name, path in folders:
         try:
             with open_readonly(path) as store:
                 exp = store.experiment()
                 status = shown_status(exp["status"], path)
-                trials = store.trials()
-                counts: dict[str, int] = {}
-                for t in trials:
-                    # (the trials of an experiment that no driver runs run no more: a resume continues them)
-                    shown = t.status.lower() if t.status in FINAL_STATUSES or status == RUNNING else "unfinished"
-                    counts[shown] = counts.get(shown, 0) + 1
-                # (terminated trials that never began, as a time budget leaves those it finds queued: "8
-                # terminated" alone read as eight trials run)
-                never = sum(1 for t in trials if t.status == TERMINATED and t.started_at is None)
-                summary = ", ".join(f"{n} {s}" + (f", {never} of them never started" if s == "terminated" and never
-                                                  else "") for s, n in sorted(counts.items()))
-                rows.append((name, status, f"{len(trials)} ({summary})" if trials else "0",
-                             _best(store, exp["metric"], exp["mode"]), _duration(exp)))
+                rows.append((name, status, _trial_counts(store.trials(), status),
+                             _best(store, exp["metric"], exp["mode"]), _duration(store)))
         except StoreError as e:  # (its reason under the table: in the BEST column it made the table as wide)
             rows.append((name, "UNREADABLE", "-", "-", "-"))
             unreadable.append(f"  {name}: {e}")
-    if not rows:
-        print(f"no experiments in {root}")
-        return 0
-    header = ("EXPERIMENT", "STATUS", "TRIALS", "BEST", "DURATION")
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
+    return rows, unreadable
+
+
+_HEADER: _Row = ("EXPERIMENT", "STATUS", "TRIALS", "BEST", "DURATION")
+
+
+def _print_table(rows: Sequence[_Row], unreadable: Sequence[str], widths: Sequence[int]) -> None:
+    for row in [_HEADER, *rows]:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     if unreadable:
         print("\nunreadable:\n" + "\n".join(unreadable))
+
+
+def _default_places() -> str:
+    return " and ".join(f"{path} ({how})" for path, how in default_storage_paths())
+
+
+def _cmd_ls(args: argparse.Namespace) -> int:
+    if args.storage_path == "":  # (it listed the default folder, as if none was given)
+        raise _UsageError(f"ls: STORAGE_PATH is empty; pass a folder, or leave it out for {_default_places()}")
+    if args.storage_path:
+        root = os.path.abspath(os.path.expanduser(args.storage_path))
+        if not os.path.isdir(root):
+            raise _UsageError(f"ls: {root!r} is not a folder")
+        rows, unreadable = _experiments(root)
+        if not rows:
+            print(f"no experiments in {root}")
+            return 0
+        _print_table(rows, unreadable, [max(len(r[i]) for r in [_HEADER, *rows]) for i in range(len(_HEADER))])
+    else:  # the folders runs go in by default: fluidsalus.run's and the Optuna front end's, the Tune front end's
+        places = []
+        for root, how in default_storage_paths():
+            if os.path.exists(root) and not os.path.isdir(root):
+                raise _UsageError(f"ls: {root!r} ({how}) is not a folder")
+            places.append((root, how, *(_experiments(root) if os.path.isdir(root) else ([], []))))
+        if not any(rows for _, _, rows, _ in places):
+            print("no experiments in " + ", nor in ".join(
+                f"{root} ({how}{'' if os.path.isdir(root) else '; no run has written there yet'})"
+                for root, how, _, _ in places))
+            return 0
+        places = [place for place in places if os.path.isdir(place[0])]  # (one no run has made yet: left out)
+        rows = [row for place in places for row in place[2]]
+        widths = [max(len(r[i]) for r in [_HEADER, *rows]) for i in range(len(_HEADER))]  # (aligned across places)
+        for i, (root, how, place_rows, unreadable) in enumerate(places):
+            print(("\n" if i else "") + f"{root} ({how}):" + ("" if place_rows else " no experiments"))
+            if place_rows:
+                _print_table(place_rows, unreadable, widths)
     if any(row[1] == DRIVER_GONE for row in rows):
         print(f"\n{DRIVER_GONE_HINT}")
     return 0
+
+
+#: Formats matplotlib knows that ``--plot`` refuses: PGF needs a LaTeX installation (``xelatex``) to write.
+_PLOT_REFUSED = ("pgf",)
+
+
+def _plot_suffixes() -> list[str]:
+    """The suffixes ``inspect --plot`` takes: those whose format matplotlib's ``savefig`` writes (``.png`` first,
+    then ``.pdf``, ``.svg``, ...), less :data:`_PLOT_REFUSED`."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    kinds = [k for k in FigureCanvasBase.get_supported_filetypes() if k not in _PLOT_REFUSED]
+    return [f".{k}" for k in sorted(kinds, key=lambda k: (k != "png", k))]
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -188,15 +264,18 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
     if args.plot is not None:
         folder = os.path.dirname(os.path.abspath(args.plot))
-        if not args.plot.lower().endswith(".png") or os.path.isdir(args.plot):
-            # (matplotlib would pick the format by the suffix: a traceback for .txt, <name>.png for none)
-            raise _UsageError(f"inspect: --plot: {args.plot!r} is not a file name ending in .png")
-        if not os.path.isdir(folder):
-            raise _UsageError(f"inspect: --plot: folder {folder!r} does not exist")
         try:
             import matplotlib  # noqa: F401
         except ImportError:
             raise _UsageError("inspect: --plot needs matplotlib (pip install matplotlib)") from None
+        suffixes = _plot_suffixes()
+        suffix = os.path.splitext(args.plot)[1].lower()
+        if suffix not in suffixes or os.path.isdir(args.plot):
+            # (matplotlib picks the format by the suffix: a traceback for .txt, <name>.png for none)
+            raise _UsageError(f"inspect: --plot: {args.plot!r} is not a file name ending in a suffix matplotlib "
+                              f"writes: {', '.join(suffixes)}")
+        if not os.path.isdir(folder):
+            raise _UsageError(f"inspect: --plot: folder {folder!r} does not exist")
     if args.bin is not None and not args.bin >= gp.MIN_TIMELINE_BIN_S:
         raise _UsageError(f"inspect: --bin must be at least {gp.MIN_TIMELINE_BIN_S} seconds (a narrower bin holds "
                           f"too few iterations to mean anything), got {args.bin}")
@@ -238,13 +317,16 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.set_defaults(func=_cmd_run)
     p_ls = sub.add_parser("ls", help="list the experiments in a storage path")
     p_ls.add_argument("storage_path", nargs="?", default=None,
-                      help=f"default: ${STORAGE_PATH_ENV} or {DEFAULT_STORAGE_PATH}")
+                      help=f"default: both folders runs go in when given none, ${STORAGE_PATH_ENV} or "
+                           f"{DEFAULT_STORAGE_PATH} (fluidsalus.run, fluidsalus.optuna) and ${RAY_STORAGE_ENV} or "
+                           f"{TUNE_DEFAULT_STORAGE_PATH} (fluidsalus.tune)")
     p_ls.set_defaults(func=_cmd_ls)
     p_in = sub.add_parser("inspect", help="per-device goodput of an experiment, running or finished (read-only)")
     p_in.add_argument("experiment", help="the experiment folder, its experiment.db, or a name under the storage path")
     p_in.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
-    p_in.add_argument("--plot", metavar="FILE.png", default=None,
-                      help="draw the lane timeline per device and goodput over time into FILE.png")
+    p_in.add_argument("--plot", metavar="FILE", default=None,
+                      help="draw the lane timeline per device and goodput over time into FILE, in the format its "
+                           "suffix names: .png, .pdf, .svg, or another that matplotlib writes")
     p_in.add_argument("--start", type=float, default=None, metavar="S",
                       help="only count from S seconds after the first device started")
     p_in.add_argument("--end", type=float, default=None, metavar="S",

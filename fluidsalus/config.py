@@ -21,7 +21,7 @@ from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE
 from fluidsalus.gpu.device import RESOURCE_UNITS
 from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS
-from fluidsalus.store import DEFAULT_STORAGE_PATH, NAME_MAX_BYTES, STORAGE_PATH_ENV
+from fluidsalus.store import DEFAULT_STORAGE_PATH, NAME_MAX_BYTES, STORAGE_PATH_ENV, default_storage_path  # noqa: F401 (re-exported)
 
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.=+-][A-Za-z0-9_.=+ -]*$")
 #: Addresses ``ray.init(address=...)`` accepts: ``auto`` (the cluster this machine belongs to), ``local``, or a
@@ -162,8 +162,7 @@ class RunSpec(BaseModel):
 def resolve_storage_path(storage_path: str | os.PathLike[str] | None) -> str:
     """The folder experiments go in: ``storage_path``, else ``$FLUIDSALUS_STORAGE_PATH``, else the default, made
     absolute (``~`` expanded)."""
-    path = os.fspath(storage_path) if storage_path is not None else (
-        os.environ.get(STORAGE_PATH_ENV) or DEFAULT_STORAGE_PATH)  # (an empty variable is unset, as in a shell)
+    path = os.fspath(storage_path) if storage_path is not None else default_storage_path()
     return os.path.abspath(os.path.expanduser(path))
 
 

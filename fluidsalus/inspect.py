@@ -26,18 +26,17 @@ from fluidsalus import goodput as gp
 from fluidsalus.errors import StoreError, error_summary, plural
 from fluidsalus.store import (
     DB_FILENAME,
-    DEFAULT_STORAGE_PATH,
     ERROR,
     FINAL_STATUSES,
     PENDING,
     RUNNING,
-    STORAGE_PATH_ENV,
     TERMINATED,
     TRIAL_RESTART_EVENT,
     TRIAL_STATUSES,
     DriverLock,
     EventRow,
     TrialRow,
+    default_storage_paths,
     finite,
     open_readonly,
 )
@@ -293,25 +292,32 @@ def _since(ts: float, t0: float) -> float:
 
 
 def resolve_experiment(path: str | os.PathLike[str]) -> str:
-    """An experiment folder, its ``experiment.db``, or a bare experiment name under the storage path.
+    """An experiment folder, its ``experiment.db``, or a bare experiment name under a default storage path.
 
-    A bare name (no path separator) that is not an existing path is looked up in ``$FLUIDSALUS_STORAGE_PATH``
-    or the default storage path.
+    A bare name (no path separator) that is not an existing path is looked up in the folders runs go in when no
+    ``storage_path`` is given (:func:`fluidsalus.store.default_storage_paths`): ``$FLUIDSALUS_STORAGE_PATH`` or
+    ``~/fluidsalus_results`` (``fluidsalus.run``, the Optuna front end), and ``$RAY_STORAGE`` or ``~/ray_results``
+    (the Tune front end).
 
     Raises:
-        StoreError: A bare name found in neither place (the message names both, so a wrong
-            ``$FLUIDSALUS_STORAGE_PATH`` shows).
+        StoreError: A bare name found in none of these places (the message names each, so a wrong
+            ``$FLUIDSALUS_STORAGE_PATH`` shows), or in more than one (it names both experiments' folders).
     """
     text = os.path.expanduser(os.fspath(path))
     if os.path.exists(text) or os.sep in text:
         return text
-    root = os.path.abspath(os.path.expanduser(os.environ.get(STORAGE_PATH_ENV) or DEFAULT_STORAGE_PATH))
-    candidate = os.path.join(root, text)
-    if os.path.exists(os.path.join(candidate, DB_FILENAME)):
-        return candidate
+    places = default_storage_paths()
+    found = [os.path.join(root, text) for root, _ in places
+             if os.path.exists(os.path.join(root, text, DB_FILENAME))]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise StoreError(f"{text!r} names an experiment in more than one storage path: {' and '.join(found)}; "
+                         "give its folder")
+    where = "; ".join(f"{root!r} ({how})" for root, how in places)
     raise StoreError(f"{text!r} is not a fluidsalus experiment: no such folder in {os.getcwd()!r}, nor an "
-                     f"experiment of that name in the storage path {root!r} (${STORAGE_PATH_ENV} or "
-                     f"{DEFAULT_STORAGE_PATH}); `fluidsalus ls` lists them")
+                     f"experiment of that name in the storage path{'s' if len(places) > 1 else ''} {where}; "
+                     "`fluidsalus ls` lists them")
 
 
 #: The first bytes of every SQLite database file.
@@ -839,7 +845,8 @@ class Report:
                 f"changes held back: {refused}; move cost: {cost}")
 
     def plot(self, path: str | os.PathLike[str]) -> str:
-        """Draw the lane timeline of each device and goodput over time into one PNG; returns its path."""
+        """Draw the lane timeline of each device and goodput over time into one file, in the format its suffix names
+        (``.png``, ``.pdf``, ``.svg``, ...: matplotlib's ``savefig``); returns its path."""
         return plot_report(self, path)
 
 
@@ -954,7 +961,8 @@ def _bars(spans: list[gp.Span], merge_gap: float) -> list[tuple[float, float, gp
 
 
 def plot_report(report: Report, path: str | os.PathLike[str]) -> str:
-    """Draw ``report`` into ``path`` (PNG) on matplotlib's Agg canvas (:func:`report_figure`); returns the path."""
+    """Draw ``report`` into ``path`` (its suffix names the format: PNG, PDF, SVG, ...) from matplotlib's Agg canvas
+    (:func:`report_figure`); returns the path."""
     out = os.fspath(path)
     report_figure(report).savefig(out, dpi=PLOT_DPI)
     return out

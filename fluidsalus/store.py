@@ -69,7 +69,46 @@ DEFAULT_STORAGE_PATH = os.path.join("~", "fluidsalus_results")
 #: XFS, btrfs, tmpfs; macOS's APFS too). An experiment's and a trial's folder name longer than this cannot be made.
 NAME_MAX_BYTES = 255
 STORAGE_PATH_ENV = "FLUIDSALUS_STORAGE_PATH"
+#: Where the Tune front end (``fluidsalus.tune``) puts experiments when ``RunConfig`` has no ``storage_path``: Ray's
+#: default (``ray.train.constants.DEFAULT_STORAGE_PATH``). Here, beside fluidsalus's own, so that the command line
+#: finds them without importing the front end.
+TUNE_DEFAULT_STORAGE_PATH = os.path.join("~", "ray_results")
+#: Ray still reads this deprecated variable as the default ``storage_path`` (with a deprecation warning); so does
+#: the Tune front end.
+RAY_STORAGE_ENV = "RAY_STORAGE"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def default_storage_path() -> str:
+    """Where ``fluidsalus.run`` and the Optuna front end put experiments when no ``storage_path`` is given:
+    ``$FLUIDSALUS_STORAGE_PATH`` (an empty variable is unset, as in a shell), else ``~/fluidsalus_results``; as
+    given (``~`` not expanded)."""
+    return os.environ.get(STORAGE_PATH_ENV) or DEFAULT_STORAGE_PATH
+
+
+def tune_storage_path() -> str:
+    """Where the Tune front end puts experiments when ``RunConfig`` has no ``storage_path``: ``$RAY_STORAGE`` as
+    given when it is set (Ray still reads it), else Ray's ``~/ray_results``, expanded."""
+    return os.environ.get(RAY_STORAGE_ENV) or os.path.expanduser(TUNE_DEFAULT_STORAGE_PATH)
+
+
+def default_storage_paths() -> list[tuple[str, str]]:
+    """The folders experiments go in when no ``storage_path`` is given, absolute, each with what chose it:
+    :func:`default_storage_path` (``fluidsalus.run``, the Optuna front end), then :func:`tune_storage_path` (the
+    Tune front end). One folder that both name is given once, with both reasons. ``fluidsalus ls`` lists both and
+    ``fluidsalus inspect NAME`` looks a name up in both."""
+    places = [(default_storage_path(), f"fluidsalus.run's and fluidsalus.optuna's default: ${STORAGE_PATH_ENV} or "
+                                       f"{DEFAULT_STORAGE_PATH}"),
+              (tune_storage_path(), f"fluidsalus.tune's default: ${RAY_STORAGE_ENV} or {TUNE_DEFAULT_STORAGE_PATH}")]
+    out: list[tuple[str, str]] = []
+    for path, how in places:
+        path = os.path.abspath(os.path.expanduser(path))
+        same = [i for i, (seen, _) in enumerate(out) if os.path.realpath(path) == os.path.realpath(seen)]
+        if same:  # (both defaults set to one folder: listed once, under both names)
+            out[same[0]] = (out[same[0]][0], f"{out[same[0]][1]}; {how}")
+        else:
+            out.append((path, how))
+    return out
 
 _SCHEMA = """
 CREATE TABLE experiment (
@@ -1248,6 +1287,37 @@ class ExperimentStore:
             self._conn.execute("DELETE FROM searcher_calls")
 
     # ------------------------------------------------------------------ reading
+
+    @_reads
+    def sessions(self) -> list[tuple[float, float]]:
+        """The experiment's sessions, ``(start, end)`` each: the first from its creation, then one from each
+        ``resume`` event (a resume of an interrupted run, or of one whose driver was killed). A session that a
+        later one followed ends at the last thing it recorded (an event or a result: its devices' stop, as a
+        rule); the last one at ``finished_at``, or, while it runs (or its driver is gone), at ``updated_at`` or
+        the last thing recorded, the later. Their lengths summed are the time the experiment ran, without the time
+        it sat interrupted between them (``fluidsalus ls``'s DURATION)."""
+        exp = self._conn.execute("SELECT created_at, updated_at, finished_at FROM experiment WHERE id = 1").fetchone()
+        if exp is None:
+            raise StoreError(f"{self.db_path!r} has no experiment row (the store is damaged)")
+        created, updated, finished = exp
+        starts = [created] + [ts for (ts,) in self._conn.execute(
+            "SELECT ts FROM events WHERE kind = 'resume' ORDER BY id")]
+        if len(starts) == 1:  # (never resumed: no scan of the tables for its last record)
+            return [(created, max(created, finished or updated or created))]
+
+        def last_record(since: float, before: float) -> float | None:
+            ends = [self._conn.execute(f"SELECT MAX(ts) FROM {table} WHERE ts >= ? AND ts < ?",
+                                       (since, before)).fetchone()[0] for table in ("events", "results")]
+            return max((e for e in ends if e is not None), default=None)
+
+        out = []
+        for start, following in zip(starts, [*starts[1:], math.inf], strict=True):
+            if following == math.inf:
+                end = finished or max(updated or start, last_record(start, following) or start)
+            else:
+                end = last_record(start, following) or start
+            out.append((start, max(start, end)))
+        return out
 
     @_reads
     def experiment(self) -> dict[str, Any]:

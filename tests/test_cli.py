@@ -64,7 +64,7 @@ def test_a_running_experiment_whose_driver_was_killed_shows_as_driver_gone(tmp_p
         assert proc.stdout.readline().strip() == "ready"  # type: ignore[union-attr]
         assert main(["ls", str(tmp_path)]) == 0
         (row,) = capsys.readouterr().out.splitlines()[1:]
-        assert re.split(r"\s{2,}", row)[:3] == ["killed", "RUNNING", "2 (1 pending, 1 running)"]  # its driver lives
+        assert re.split(r"\s{2,}", row)[:3] == ["killed", "RUNNING", "2 (1 running, 1 waiting)"]  # its driver lives
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -108,8 +108,11 @@ def test_ls_on_a_missing_folder_exits_2_with_one_line(tmp_path, capsys):
 def test_ls_before_the_first_run_lists_nothing(tmp_path, capsys, monkeypatch):
     """The storage path that no run has made yet is no usage error (it exited 2: "is not a folder")."""
     monkeypatch.setenv("FLUIDSALUS_STORAGE_PATH", str(tmp_path / "not_yet"))
+    monkeypatch.setenv("RAY_STORAGE", str(tmp_path / "nor_this"))
     assert main(["ls"]) == 0
-    assert capsys.readouterr().out == f"no experiments in {tmp_path / 'not_yet'} (no run has written there yet)\n"
+    out = capsys.readouterr().out
+    assert out.startswith(f"no experiments in {tmp_path / 'not_yet'} (") and out.count("\n") == 1
+    assert f", nor in {tmp_path / 'nor_this'} (" in out and out.count("; no run has written there yet)") == 2
 
 
 def test_ls_of_an_empty_storage_path_exits_2_with_one_line(tmp_path, capsys, monkeypatch):
@@ -295,3 +298,155 @@ def test_an_unknown_option_is_named_by_its_subcommands_usage_and_help_is_plain_t
         main(["--help"])
     out = capsys.readouterr().out
     assert DESCRIPTION.split()[0] in out and "``" not in out
+
+
+# ------------------------------------------------------------------------- the default places, without Ray
+
+
+def _stored(root, name, statuses=("TERMINATED",), finished=True):
+    """An experiment ``root/name`` with a trial of each of ``statuses`` (acc 0.5), finished or running."""
+    from fluidsalus.store import ExperimentStore
+
+    store = ExperimentStore.create(os.path.join(root, name), name, {}, "acc", "max")
+    store.add_trials([(f"t{i}", i, {"x": i}) for i in range(len(statuses))])
+    created = store.experiment()["created_at"]
+    for i, status in enumerate(statuses):
+        store.update_trial(f"t{i}", status=status, last_result={"acc": 0.5}, started_at=created)
+    if finished:
+        store.set_experiment(status="FINISHED", finished_at=store.experiment()["created_at"] + 1.0)
+    return store
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A home folder of its own, with neither storage variable set: the default places are ``home/...``."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("FLUIDSALUS_STORAGE_PATH", raising=False)
+    monkeypatch.delenv("RAY_STORAGE", raising=False)
+    return tmp_path / "home"
+
+
+def test_the_tune_front_ends_default_storage_path_is_a_place_ls_lists(home, monkeypatch):
+    """``fluidsalus ls`` and ``inspect NAME`` take the Tune front end's default from the code ``RunConfig`` uses:
+    ``~/ray_results``, or ``$RAY_STORAGE`` (they knew only ``~/fluidsalus_results``)."""
+    from fluidsalus import tune
+    from fluidsalus.store import default_storage_paths
+
+    assert [p for p, _ in default_storage_paths()] == [str(home / "fluidsalus_results"), str(home / "ray_results")]
+    assert tune.RunConfig().storage_path == str(home / "ray_results")
+    monkeypatch.setenv("RAY_STORAGE", str(home / "elsewhere"))
+    with pytest.warns(UserWarning, match="RAY_STORAGE"):
+        assert tune.RunConfig().storage_path == str(home / "elsewhere")
+    assert tune.Experiment("exp", _objective).path == str(home / "elsewhere" / "exp")  # (it said ~/ray_results/exp)
+    assert [p for p, _ in default_storage_paths()][1] == str(home / "elsewhere")
+    monkeypatch.setenv("FLUIDSALUS_STORAGE_PATH", str(home / "elsewhere"))  # one folder named twice: listed once
+    ((path, how),) = default_storage_paths()
+    assert path == str(home / "elsewhere") and "$FLUIDSALUS_STORAGE_PATH" in how and "$RAY_STORAGE" in how
+
+
+def test_ls_without_a_folder_lists_both_default_places_each_under_its_folder(home, capsys):
+    """A Tune front-end run goes to ``~/ray_results``, as Ray's: ``fluidsalus ls`` said "no experiments in
+    ~/fluidsalus_results (no run has written there yet)" (h134's F1). Each place that exists is listed under its
+    name, its columns aligned with the other's."""
+    assert main(["ls"]) == 0  # neither exists yet: the one line names both
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and out.startswith(f"no experiments in {home / 'fluidsalus_results'} (")
+    assert f"nor in {home / 'ray_results'} (" in out and out.count("no run has written there yet") == 2
+    _stored(str(home / "ray_results"), "hyperband_test").close()
+    assert main(["ls"]) == 0
+    out = capsys.readouterr().out.splitlines()  # (the place no run made is left out)
+    assert out[0].startswith(f"{home / 'ray_results'} (fluidsalus.tune's default: $RAY_STORAGE or ")
+    assert out[1].split() == ["EXPERIMENT", "STATUS", "TRIALS", "BEST", "DURATION"] and len(out) == 3
+    assert out[2].split()[:2] == ["hyperband_test", "FINISHED"]
+    _stored(str(home / "fluidsalus_results"), "a_much_longer_experiment_name").close()
+    assert main(["ls"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"{home / 'fluidsalus_results'} (fluidsalus.run's and fluidsalus.optuna's default: ")
+    assert out[2].startswith("a_much_longer_experiment_name  FINISHED") and out[3] == ""
+    assert out[4].startswith(f"{home / 'ray_results'} (") and len(out) == 7
+    assert out[6].index("FINISHED") == out[2].index("FINISHED")  # one width for both tables
+    (home / "fluidsalus_results" / "a_much_longer_experiment_name" / "experiment.db").unlink()
+    assert main(["ls"]) == 0  # a place that exists with nothing in it says so
+    assert capsys.readouterr().out.splitlines()[0].endswith("~/fluidsalus_results): no experiments")
+
+
+def test_inspect_finds_a_bare_name_in_either_default_place_and_refuses_one_in_both(home, tmp_path, capsys,
+                                                                                     monkeypatch):
+    """``fluidsalus inspect hyperband_test`` after a Tune front-end run said it was "not a fluidsalus experiment",
+    naming only ``~/fluidsalus_results`` (h134's F1)."""
+    monkeypatch.chdir(tmp_path)
+    _stored(str(home / "ray_results"), "hyperband_test").close()
+    _stored(str(home / "fluidsalus_results"), "sweep").close()
+    for name in ("hyperband_test", "sweep"):
+        assert main(["inspect", name]) == 0
+        assert capsys.readouterr().out.startswith(f"experiment {name} (FINISHED")
+    assert main(["inspect", "nope"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"no such folder in {str(tmp_path)!r}" in err
+    assert f"{str(home / 'fluidsalus_results')!r} (" in err and f"{str(home / 'ray_results')!r} (" in err
+    _stored(str(home / "ray_results"), "sweep").close()
+    assert main(["inspect", "sweep"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "more than one storage path" in err and err.count("\n") == 1
+    assert str(home / "fluidsalus_results" / "sweep") in err and str(home / "ray_results" / "sweep") in err
+
+
+def test_ls_says_waiting_as_inspect_and_the_progress_line_do(tmp_path, capsys):
+    """``ls`` said "1 pending" where ``inspect`` and the progress line say "1 waiting" (h134's F8); a paused
+    trial waits too, as they count it."""
+    from fluidsalus.store import DriverLock
+
+    store = _stored(str(tmp_path), "live", ("RUNNING", "PENDING", "PAUSED", "TERMINATED"), finished=False)
+    lock = DriverLock.acquire(store.experiment_dir)  # (its driver lives: this process)
+    store.add_results([("t0", 0, 1, store.experiment()["created_at"] + 1.0, {"acc": 0.5})])
+    try:
+        assert main(["ls", str(tmp_path)]) == 0
+        row = capsys.readouterr().out.splitlines()[1]
+        assert "4 (1 running, 1 terminated, 2 waiting, 1 of them paused)" in row and "pending" not in row
+        assert main(["inspect", store.experiment_dir]) == 0
+        assert "1 running, 2 waiting" in capsys.readouterr().out
+    finally:
+        lock.release()
+        store.close()
+
+
+def test_ls_duration_of_a_resumed_run_leaves_out_the_time_it_sat_interrupted(tmp_path, capsys):
+    """A run interrupted after 4.8 s and resumed for 32.7 s showed 57.4 s, its creation to its end (h134's F8):
+    DURATION sums its sessions, each from its creation or resume to the last thing it recorded."""
+    store = _stored(str(tmp_path), "resumed", finished=False)
+    t0 = store.experiment()["created_at"]
+    store.add_events([(t0 + 1.0, "device_start", None, "cpu:0", {"kind": "cpu", "slots": 1}),
+                      (t0 + 4.0, "device_stop", None, "cpu:0", None),  # interrupted here
+                      (t0 + 100.0, "resume", None, None, {"unfinished": 1}),
+                      (t0 + 101.0, "device_start", None, "cpu:0", {"kind": "cpu", "slots": 1})])
+    store.add_results([("t0", 0, 1, t0 + 3.0, {"acc": 0.5}), ("t0", 0, 2, t0 + 108.0, {"acc": 0.5})])
+    store.set_experiment(status="FINISHED", finished_at=t0 + 110.0)
+    assert store.sessions() == [(t0, t0 + 4.0), (t0 + 100.0, t0 + 110.0)]
+    store.close()
+    assert main(["ls", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[1].endswith("  14.0s (2 sessions)")
+
+
+def test_inspect_plot_writes_the_formats_matplotlib_writes_by_their_suffix(tmp_path, capsys):
+    """``--plot x.svg`` was refused ("is not a file name ending in .png", h134's F8): matplotlib writes svg and
+    pdf too. A suffix it cannot write is refused with the ones it can."""
+    pytest.importorskip("matplotlib")
+    store = _stored(str(tmp_path), "exp", finished=False)
+    t0 = store.experiment()["created_at"]
+    store.add_events([(t0 + 1.0, "device_start", None, "cpu:0", {"kind": "cpu", "slots": 1}),
+                      (t0 + 1.5, "trial_start", "t0", "cpu:0", {"attempt": 0}),
+                      (t0 + 1.5, "lane_open", None, "cpu:0", {"lane": 0, "capacity": 100}),
+                      (t0 + 1.5, "lane_admit", "t0", "cpu:0", {"detail": [0, 50, 50], "attempt": 0})])
+    store.add_results([("t0", 0, 1, t0 + 2.0, {"acc": 0.5, "time_this_iter_s": 0.5})])
+    store.set_experiment(status="FINISHED", finished_at=t0 + 3.0)
+    store.close()
+    for name, head in (("plot.svg", b"<?xml"), ("plot.pdf", b"%PDF"), ("plot.PNG", b"\x89PNG")):
+        assert main(["inspect", store.experiment_dir, "--plot", str(tmp_path / name)]) == 0
+        assert capsys.readouterr().out.endswith(f"plot written to {tmp_path / name}\n")
+        assert (tmp_path / name).read_bytes().startswith(head)
+    for name in ("plot.txt", "plot", "plot.pgf"):  # (pgf needs LaTeX installed)
+        assert main(["inspect", store.experiment_dir, "--plot", str(tmp_path / name)]) == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is not a file name ending in a suffix matplotlib writes: .png, " in err
+        allowed = err.split("matplotlib writes: ")[1]
+        assert ".pdf" in allowed and ".svg" in allowed and ".pgf" not in allowed and not (tmp_path / name).exists()

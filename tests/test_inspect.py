@@ -362,9 +362,11 @@ def test_a_bare_name_found_nowhere_names_where_it_was_looked_for(tmp_path, capsy
     """It said "'my_sweep' is not a fluidsalus experiment (no experiment.db found)", naming neither the working
     folder nor the storage path it had looked in (a docs audit: a wrong $FLUIDSALUS_STORAGE_PATH did not show)."""
     monkeypatch.setenv("FLUIDSALUS_STORAGE_PATH", str(tmp_path / "results"))
+    monkeypatch.setenv("RAY_STORAGE", str(tmp_path / "ray_results"))
     monkeypatch.chdir(tmp_path)
     err = _bad("my_sweep", capsys)
-    assert f"no such folder in {str(tmp_path)!r}" in err and f"storage path {str(tmp_path / 'results')!r}" in err
+    assert f"no such folder in {str(tmp_path)!r}" in err and f"storage paths {str(tmp_path / 'results')!r} (" in err
+    assert f"; {str(tmp_path / 'ray_results')!r} (fluidsalus.tune's default" in err  # (where Tune's runs go)
 
 
 def test_bad_input_gives_one_line_and_exit_2_and_changes_nothing(tmp_path, capsys):
@@ -457,8 +459,8 @@ def test_bad_options_exit_2(tmp_path, capsys):
     assert len(err) == 3 and all(line.startswith("fluidsalus: inspect:") for line in err)
     # Each was accepted: a plot that is no PNG (a traceback, or a <name>.png written beside a folder), a bin too
     # narrow to mean anything, a negative start, and a window that starts after the run (shown inverted).
-    for option, message in ((["--plot", str(tmp_path / "x.txt")], "is not a file name ending in .png"),
-                            (["--plot", str(tmp_path)], "is not a file name ending in .png"),
+    for option, message in ((["--plot", str(tmp_path / "x.txt")], "is not a file name ending in a suffix matplotlib"),
+                            (["--plot", str(tmp_path)], "is not a file name ending in a suffix matplotlib"),
                             (["--bin", "0.001"], "--bin must be at least 0.05 seconds"),
                             (["--start", "-5"], "--start is seconds after the first device started: >= 0"),
                             (["--start", "100"], "the window starts at 100.00s, at or after the run's end (it lasted "

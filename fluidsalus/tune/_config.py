@@ -23,7 +23,7 @@ from enum import Enum
 from typing import Any
 
 from fluidsalus.errors import ConfigError
-from fluidsalus.store import NAME_MAX_BYTES
+from fluidsalus.store import NAME_MAX_BYTES, RAY_STORAGE_ENV, TUNE_DEFAULT_STORAGE_PATH, tune_storage_path
 from fluidsalus.tune._output import log_files
 from fluidsalus.tune._workdir import chdir_argument_error
 
@@ -38,9 +38,9 @@ __all__ = [
 ]
 
 #: Ray's default ``storage_path`` (``ray.train.constants.DEFAULT_STORAGE_PATH``): ``~/ray_results``, expanded.
-DEFAULT_STORAGE_PATH = os.path.expanduser(os.path.join("~", "ray_results"))
-#: Ray still reads this deprecated variable as the default ``storage_path`` (with a deprecation warning).
-RAY_STORAGE_ENV = "RAY_STORAGE"
+#: ``RunConfig`` takes its default from :func:`fluidsalus.store.tune_storage_path` (``$RAY_STORAGE``, else this
+#: folder), which ``fluidsalus ls`` and ``fluidsalus inspect NAME`` read too.
+DEFAULT_STORAGE_PATH = os.path.expanduser(TUNE_DEFAULT_STORAGE_PATH)
 #: Variables that Ray 2.x no longer reads (``tune.run`` refuses to start when they are set); fluidsalus
 #: ignores them with a warning.
 IGNORED_STORAGE_ENVS = ("TUNE_RESULT_DIR", "RAY_AIR_LOCAL_CACHE_DIR")
@@ -348,17 +348,14 @@ class RunConfig:
                     stacklevel=3,
                 )
         if self.storage_path is None:
-            ray_storage = os.environ.get(RAY_STORAGE_ENV)
-            if ray_storage:
+            self.storage_path = tune_storage_path()  # ($RAY_STORAGE or ~/ray_results: as `fluidsalus ls` looks)
+            if os.environ.get(RAY_STORAGE_ENV):
                 warnings.warn(
-                    f"fluidsalus.tune: using ${RAY_STORAGE_ENV}={ray_storage!r} as the storage_path; this "
+                    f"fluidsalus.tune: using ${RAY_STORAGE_ENV}={self.storage_path!r} as the storage_path; this "
                     "variable is deprecated in Ray, pass RunConfig(storage_path=...) instead",
                     UserWarning,
                     stacklevel=3,
                 )
-                self.storage_path = ray_storage
-            else:
-                self.storage_path = DEFAULT_STORAGE_PATH
         if isinstance(self.storage_path, os.PathLike):
             self.storage_path = os.fspath(self.storage_path)
         if not isinstance(self.storage_path, str) or not self.storage_path:

@@ -26,7 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fluidsalus.errors import ConfigError
-from fluidsalus.tune._config import DEFAULT_STORAGE_PATH, CheckpointConfig
+from fluidsalus.store import tune_storage_path
+from fluidsalus.tune._config import CheckpointConfig
 from fluidsalus.tune._trainable import is_class_trainable
 from fluidsalus.tune.callback import TrialInfo as Trial
 from fluidsalus.tune.registry import resolve_trainable
@@ -192,7 +193,7 @@ class Experiment:
         """The experiment folder, when the experiment has a name (None: named when it runs)."""
         if not self.name:
             return None
-        storage = self.spec["storage_path"] or DEFAULT_STORAGE_PATH
+        storage = self.spec["storage_path"] or tune_storage_path()  # (RunConfig's default: $RAY_STORAGE too)
         return os.path.join(os.path.abspath(os.path.expanduser(storage)), self.name)
 
     local_path = path
