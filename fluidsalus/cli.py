@@ -22,12 +22,20 @@ import os
 import runpy
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from fluidsalus import __version__
 from fluidsalus.errors import ConfigError, StoreError
-from fluidsalus.inspect import DRIVER_GONE, DRIVER_GONE_HINT, open_readonly, shown_status
+from fluidsalus.inspect import (
+    DRIVER_GONE,
+    DRIVER_GONE_HINT,
+    OPTUNA_TRIAL_EVENT,
+    is_optuna_experiment,
+    open_readonly,
+    optuna_trials,
+    shown_status,
+)
 from fluidsalus.result import _finite
 from fluidsalus.store import (
     DB_FILENAME,
@@ -147,9 +155,20 @@ def _best(store: ExperimentStore, metric: str | None, mode: str | None) -> str:
     return f"{metric}={(max(values) if mode == 'max' else min(values)):.6g}"
 
 
-def _trial_counts(trials: Sequence[TrialRow], status: str) -> str:
+def _optuna_words(store: ExperimentStore, exp: dict, trials: list[TrialRow]) -> dict[str, str]:
+    """For an experiment of the Optuna front end, the word ``ls`` counts each of its trials under: its Optuna state
+    (``complete``, ``pruned``, ``fail``: "20 (14 complete, 6 pruned)", as the study counts them; they were all
+    "terminated"), for the trials the study gave one; empty for any other experiment."""
+    if not is_optuna_experiment(exp):
+        return {}
+    known = optuna_trials(trials, store.events(OPTUNA_TRIAL_EVENT))
+    return {trial_id: t.state.lower() for trial_id, t in known.items() if t.state is not None}
+
+
+def _trial_counts(trials: Sequence[TrialRow], status: str, words: Mapping[str, str] | None = None) -> str:
     """``5 (2 running, 2 terminated, 1 waiting)``: the trials by status, in the words the progress line and
-    ``inspect`` use for a live run (pending and paused trials are ``waiting``)."""
+    ``inspect`` use for a live run (pending and paused trials are ``waiting``); ``words`` gives a trial's own word
+    instead (an Optuna study's: :func:`_optuna_words`)."""
     counts: dict[str, int] = {}
     for t in trials:
         # (the trials of an experiment that no driver runs run no more: a resume continues them)
@@ -159,6 +178,7 @@ def _trial_counts(trials: Sequence[TrialRow], status: str) -> str:
             shown = "unfinished"
         else:
             shown = "waiting" if t.status in (PENDING, PAUSED) else t.status.lower()
+        shown = (words or {}).get(t.trial_id, shown)
         counts[shown] = counts.get(shown, 0) + 1
     # (terminated trials that never began, as a time budget leaves those it finds queued: "8 terminated" alone
     # read as eight trials run; paused ones among the waiting, as the progress line's "3 waiting (1 paused)")
@@ -188,7 +208,8 @@ def _experiments(root: str) -> tuple[list[_Row], list[str]]:
             with open_readonly(path) as store:
                 exp = store.experiment()
                 status = shown_status(exp["status"], path)
-                rows.append((name, status, _trial_counts(store.trials(), status),
+                trials = store.trials()
+                rows.append((name, status, _trial_counts(trials, status, _optuna_words(store, exp, trials)),
                              _best(store, exp["metric"], exp["mode"]), _duration(store)))
         except StoreError as e:  # (its reason under the table: in the BEST column it made the table as wide)
             rows.append((name, "UNREADABLE", "-", "-", "-"))

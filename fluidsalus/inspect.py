@@ -39,6 +39,7 @@ from fluidsalus.store import (
     default_storage_paths,
     finite,
     open_readonly,
+    written_by_ray,
 )
 from fluidsalus.trialgroup.dispatch import REFUSED_MIN_DEVICES, REFUSED_NO_CHECKPOINT, REFUSED_PAUSED
 
@@ -108,6 +109,18 @@ TABLE_LEGEND = (
 TRIAL_COLUMNS = ("trial_id", "status", "stop_reason", "device", "attempts", "failures", "iteration", "reported",
                  "useful", "wasted", "cut_short", "compute_s", "useful_s", "wasted_s", "waste_causes", "queued_s",
                  "queued_waits", "metric", "error", "config")
+#: The searcher an experiment's spec names (``spec["searcher"]``) when ``fluidsalus.optuna.optimize`` ran it: the
+#: report and ``fluidsalus ls`` then name its trials by their Optuna number and state too, as Optuna's log does.
+OPTUNA_SEARCHER = "_StudyDriver"
+#: Result keys of the Optuna front end (``fluidsalus.optuna.KEY_NUMBER``, ``KEY_STATE``): each report's result and
+#: the trial's end carry its Optuna number, the end its state (``COMPLETE``, ``PRUNED``).
+OPTUNA_NUMBER_KEY, OPTUNA_STATE_KEY = "optuna_number", "optuna_state"
+#: Event the Optuna front end stores for each trial it started once ``optimize`` ends (data ``number``, ``state``:
+#: the study's word, ``FAIL`` too, and the number of a trial that failed before its first report).
+OPTUNA_TRIAL_EVENT = "optuna_trial"
+#: Columns :attr:`Report.trials` (and each entry of the JSON's ``trials``) adds for an experiment of the Optuna
+#: front end: the trial's Optuna number and state (None where the store has neither: a trial that never started).
+OPTUNA_TRIAL_COLUMNS = (OPTUNA_NUMBER_KEY, OPTUNA_STATE_KEY)
 #: A trial that waited at least this long to start (``queued_s``, all its waits) counts on the ``queued`` line: a start
 #: takes some milliseconds (placement, the device taking it) even with a place free.
 QUEUED_SHOWN_MIN_S = 0.1
@@ -152,6 +165,47 @@ PLOT_MARKERS = {
     gp.MARK_OOM: ("*", "#ff7f0e", "out of memory"),
     gp.MARK_EXPLOIT: ("D", "#1f77b4", "PBT exploit (restart)"),
 }
+
+
+@dataclass(frozen=True)
+class OptunaTrial:
+    """A trial's Optuna number and state (``COMPLETE``, ``PRUNED``, ``FAIL``), each None where the store has none
+    (a running trial's state; a trial that never started)."""
+
+    number: int | None
+    state: str | None
+
+    @property
+    def label(self) -> str:
+        """``Optuna trial 11``, as Optuna's log names it (``Optuna trial -`` without a number)."""
+        return f"Optuna trial {'-' if self.number is None else self.number}"
+
+
+def is_optuna_experiment(experiment: Mapping[str, Any]) -> bool:
+    """Whether ``fluidsalus.optuna.optimize`` ran the experiment (its stored spec names :data:`OPTUNA_SEARCHER`)."""
+    spec = experiment.get("spec")
+    return isinstance(spec, Mapping) and spec.get("searcher") == OPTUNA_SEARCHER
+
+
+def optuna_trials(trials: Iterable[TrialRow], events: Iterable[EventRow]) -> dict[str, OptunaTrial]:
+    """Each trial's Optuna number and state: from its last result (the end's, or a running trial's last report:
+    its number), then from the :data:`OPTUNA_TRIAL_EVENT` events ``optimize`` stores as it ends (the study's own
+    word, a ``FAIL`` too). Only for an experiment of the Optuna front end (:func:`is_optuna_experiment`)."""
+    out: dict[str, OptunaTrial] = {}
+    for t in trials:
+        last = t.last_result or {}
+        number, state = last.get(OPTUNA_NUMBER_KEY), last.get(OPTUNA_STATE_KEY)
+        out[t.trial_id] = OptunaTrial(number if isinstance(number, int) and not isinstance(number, bool) else None,
+                                      state if isinstance(state, str) else None)
+    for ev in events:
+        data = ev.data or {}
+        if ev.kind != OPTUNA_TRIAL_EVENT or ev.trial_id is None:
+            continue
+        number, state = data.get("number"), data.get("state")
+        known = out.get(ev.trial_id, OptunaTrial(None, None))
+        out[ev.trial_id] = OptunaTrial(number if isinstance(number, int) else known.number,
+                                       state if isinstance(state, str) else known.state)
+    return out
 
 
 class NoResultsError(StoreError):
@@ -366,8 +420,12 @@ class Report:
                  summary: gp.Goodput, bin_s: float | None = None, planner: PlannerSummary | None = None,
                  saved_iterations: Mapping[str, int] | None = None,
                  first_starts: Mapping[str, float] | None = None,
-                 queue_waits: Mapping[str, Sequence[tuple[float, float]]] | None = None) -> None:
+                 queue_waits: Mapping[str, Sequence[tuple[float, float]]] | None = None,
+                 optuna: Mapping[str, OptunaTrial] | None = None) -> None:
         self.path = path
+        #: Each trial's Optuna number and state (:func:`optuna_trials`) for an experiment of the Optuna front end;
+        #: None for any other.
+        self.optuna = None if optuna is None else dict(optuna)
         #: Each trial's first ``trial_start`` (absolute seconds; trials that never started are left out).
         self.first_starts = dict(first_starts or {})
         #: Each trial's waits to start, ``(since, start)`` (:func:`goodput.queue_waits`); a trial not here waited
@@ -413,6 +471,25 @@ class Report:
     def live(self) -> bool:
         """Whether a driver runs the experiment now (``RUNNING`` in the store, and its driver not gone)."""
         return self.status == RUNNING and not self.driver_gone
+
+    def named(self, trial_id: str, within: bool = False) -> str:
+        """How the table names a trial: its id, and for an experiment of the Optuna front end its Optuna number too
+        (``5356d_00011 (Optuna trial 11)``, as Optuna's log names it; ``5356d_00011, Optuna trial 11`` ``within``
+        parentheses already)."""
+        known = None if self.optuna is None else self.optuna.get(trial_id)
+        if known is None or known.number is None:
+            return trial_id
+        return f"{trial_id}, {known.label}" if within else f"{trial_id} ({known.label})"
+
+    @property
+    def optuna_states(self) -> dict[str, int]:
+        """For an experiment of the Optuna front end, its trials per Optuna state (``COMPLETE``, ``PRUNED``,
+        ``FAIL``, ...; most first), those without one left out; empty for any other experiment."""
+        counts: dict[str, int] = {}
+        for known in (self.optuna or {}).values():
+            if known.state is not None:
+                counts[known.state] = counts.get(known.state, 0) + 1
+        return dict(sorted(counts.items(), key=lambda x: (-x[1], x[0])))
 
     @property
     def device_stats(self) -> list[gp.DeviceStats]:
@@ -554,6 +631,9 @@ class Report:
                 "queued_waits": 0 if first is None else len(waits),
                 "metric": last if finite(last) else None, "error": t.error, "config": t.config,
             })
+            if self.optuna is not None:  # (its number and state, as Optuna's log names the trial)
+                known = self.optuna.get(t.trial_id, OptunaTrial(None, None))
+                rows[-1].update({OPTUNA_NUMBER_KEY: known.number, OPTUNA_STATE_KEY: known.state})
         return rows
 
     @property
@@ -561,7 +641,8 @@ class Report:
         """One row per trial (:attr:`trial_table`): status, device, attempts, failures, iterations reported, useful
         and wasted, cut short, compute time and its useful and wasted seconds, waste causes, time queued before its
         first start, metric, error, config."""
-        return self._frame("trials", self.trial_table, TRIAL_COLUMNS)
+        return self._frame("trials", self.trial_table,
+                           TRIAL_COLUMNS + (OPTUNA_TRIAL_COLUMNS if self.optuna is not None else ()))
 
     def costliest_trials(self, n: int | None = None) -> list[dict[str, Any]]:
         """The ``n`` (default :data:`TRIALS_SHOWN`) trials with the most compute seconds (:attr:`trial_table` rows;
@@ -612,7 +693,9 @@ class Report:
             "devices": [asdict(d) for d in self.device_stats],
             "totals": asdict(self.total_stats),
             "lanes": [asdict(lane) for lane in self.lane_stats],
-            "best": None if best is None else asdict(best),
+            "best": None if best is None else {**asdict(best), **(
+                {} if self.optuna is None else {OPTUNA_NUMBER_KEY: self.optuna.get(
+                    best.trial_id, OptunaTrial(None, None)).number})},
             "errors": self.errors,
             "planner": {**asdict(self.planner),  # (each held-back change also when, as the table says it)
                         "held_back": [{**h, "ts_s": _since(h["ts"], t0)} for h in self.planner.held_back]},
@@ -638,6 +721,9 @@ class Report:
         head = (f"experiment {exp['name']} ({status}, {self.duration_s:.1f}s): {trials}, "
                 f"{live}, {counts['TERMINATED']} done ({self.stopped} stopped by the search or a stop rule), "
                 f"{counts['ERROR']} errored")
+        states = self.optuna_states
+        if states:  # (Optuna's words for them: a PRUNED trial is one the search stopped)
+            head += "; Optuna: " + ", ".join(f"{n} {state}" for state, n in states.items())
         if status == DRIVER_GONE:
             head += f"\n{DRIVER_GONE_HINT}"
         if exp["error"]:  # why the experiment ended in error (a callback's exception, a rule it broke, ...)
@@ -702,7 +788,7 @@ class Report:
         errors = self.errors
         if errors:
             lines.append(f"errored trials ({len(errors)}):")
-            lines += [f"  {e['trial_id']}: {e['error']}" for e in errors[:ERRORS_SHOWN]]
+            lines += [f"  {self.named(str(e['trial_id']))}: {e['error']}" for e in errors[:ERRORS_SHOWN]]
             if len(errors) > ERRORS_SHOWN:
                 lines.append(f"  ... and {len(errors) - ERRORS_SHOWN} more (--json lists them all)")
         best = self.best
@@ -710,8 +796,10 @@ class Report:
             lines.append("best trial: -")
         else:
             shown = best.status.lower() if best.status in FINAL_STATUSES or self.live else "unfinished"  # (as ls)
-            lines.append(f"best trial: {best.trial_id} {best.metric}={best.value:.6g} ({best.mode}) at iteration "
-                         f"{best.iteration}, {shown}, config {best.config}")
+            state = None if self.optuna is None else self.optuna.get(best.trial_id, OptunaTrial(None, None)).state
+            shown = shown if state is None else state.lower()  # (Optuna's word for it: complete)
+            lines.append(f"best trial: {self.named(best.trial_id)} {best.metric}={best.value:.6g} ({best.mode}) at "
+                         f"iteration {best.iteration}, {shown}, config {best.config}")
         return "\n".join(lines)
 
     def _idle_line(self) -> str:
@@ -765,7 +853,7 @@ class Report:
             what = (f"to start (their first starts and {plural(restarts, 'restart')})" if restarts else
                     "for their first start")
             parts.append(f"{len(queued)} of {plural(len(self.trial_rows), 'trial')} waited {what}, "
-                         f"mean {mean:.2f}s, max {longest:.2f}s ({who})")
+                         f"mean {mean:.2f}s, max {longest:.2f}s ({self.named(who, within=True)})")
         never = self._never_started()
         if never:
             longest = max(never)
@@ -802,7 +890,7 @@ class Report:
         lines = [f"changes held back ({count}):"]
         for h in shown:
             where = (f" from {h['from']}" if h["from"] else "") + (f" to {', '.join(h['to'])}" if h["to"] else "")
-            lines.append(f"  {h['ts'] - t0:.2f}s: {h['action']} of {h['trial_id']}{where}: "
+            lines.append(f"  {h['ts'] - t0:.2f}s: {h['action']} of {self.named(h['trial_id'])}{where}: "
                          f"{REFUSED_REASONS.get(h['reason'], h['reason'])}")
         return lines
 
@@ -812,7 +900,8 @@ class Report:
         if not top:
             return []
         metric = self.experiment["metric"]
-        header = ("TRIAL", "DEVICE", "COMPUTE", "USEFUL_S", "WASTED_S", "ITERS", "STATUS", metric or "METRIC")
+        header = ("TRIAL", *(("OPTUNA #",) if self.optuna is not None else ()), "DEVICE", "COMPUTE", "USEFUL_S",
+                  "WASTED_S", "ITERS", "STATUS", metric or "METRIC")
         rows = []
         for r in top:
             wasted = f"{r['wasted_s']:.2f}s" + (f" ({', '.join(r['waste_causes'])})" if r["waste_causes"] else "")
@@ -820,8 +909,13 @@ class Report:
             notes += [f"+{r['cut_short']} cut short"] if r["cut_short"] else []
             iters = str(r["reported"]) + (f" ({', '.join(notes)})" if notes else "")
             status = r["status"] + (f" ({r['stop_reason']})" if r["stop_reason"] == STOPPED_OUTCOME else "")
-            rows.append((r["trial_id"], r["device"] or "-", f"{r['compute_s']:.2f}s", f"{r['useful_s']:.2f}s", wasted,
-                         iters, status, _fmt(r["metric"], ".6g")))
+            optuna: tuple[str, ...] = ()
+            if self.optuna is not None:  # its Optuna number, and Optuna's state where the study gave one
+                number, state = r.get(OPTUNA_NUMBER_KEY), r.get(OPTUNA_STATE_KEY)
+                optuna = ("-" if number is None else str(number),)
+                status = state or status
+            rows.append((r["trial_id"], *optuna, r["device"] or "-", f"{r['compute_s']:.2f}s",
+                         f"{r['useful_s']:.2f}s", wasted, iters, status, _fmt(r["metric"], ".6g")))
         widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
         shown = (f"top {len(top)} of {len(self.trial_rows)}" if len(top) < len(self.trial_rows)
                  else f"all {len(self.trial_rows)}")
@@ -876,6 +970,11 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
         WindowError: ``window`` starts at or after its end or the run's, or either bound is negative.
     """
     resolved = resolve_experiment(path)
+    if not os.path.exists(os.path.join(resolved, DB_FILENAME)) and written_by_ray(resolved):
+        # (it said only "no experiment.db found", where ExperimentAnalysis names Ray's folder as such)
+        raise StoreError(f"{os.fspath(path)!r} is not a fluidsalus experiment (no {DB_FILENAME} found). Ray Tune "
+                         "wrote this folder (its experiment_state file is there): fluidsalus inspects the experiments "
+                         "it ran itself, from their store; read this one with Ray's ExperimentAnalysis.")
     with open_readonly(resolved) as store:
         exp = store.experiment()
         live = shown_status(exp["status"], resolved) == RUNNING  # (its driver runs it)
@@ -910,8 +1009,9 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
         if ev.kind == "trial_start" and ev.trial_id is not None:
             first_starts[ev.trial_id] = min(ev.ts, first_starts.get(ev.trial_id, ev.ts))
     waits = gp.queue_waits(events, {t.trial_id: t.created_at for t in trials})
+    optuna = optuna_trials(trials, events) if is_optuna_experiment(exp) else None
     return Report(resolved, exp, trials, activity, gp.summarize(activity, absolute), bin_s, planner_summary(events),
-                  saved, first_starts, waits)
+                  saved, first_starts, waits, optuna)
 
 
 # ---------------------------------------------------------------------------------------------- plot
@@ -1032,6 +1132,10 @@ def report_figure(report: Report) -> Any:
     def color(trial_id: str) -> Any:
         return cmap(seq.get(trial_id, abs(hash(trial_id))) % cmap.N)
 
+    def label(trial_id: str) -> str:  # an Optuna study's trials by their Optuna number, as its log names them
+        known = None if report.optuna is None else report.optuna.get(trial_id)
+        return _short(trial_id) if known is None or known.number is None else str(known.number)
+
     for ax, device in zip(axes, devices, strict=False):
         rows = rows_of[device]
         nothing_row = n_rows[device] - 1
@@ -1056,7 +1160,7 @@ def report_figure(report: Report) -> Any:
                     kwargs.update(hatch=PLOT_WASTE_HATCH, edgecolor=PLOT_HATCH_COLOR, linewidth=0)
                 ax.barh(y, b1 - b0, left=b0 - t0, height=PLOT_BAR_HEIGHT, zorder=2, **kwargs)
                 if (b1 - b0) >= PLOT_LABEL_MIN_FRACTION * x_range:
-                    ax.text((b0 + b1) / 2 - t0, y, _short(s.trial_id), ha="center", va="center", fontsize=7,
+                    ax.text((b0 + b1) / 2 - t0, y, label(s.trial_id), ha="center", va="center", fontsize=7,
                             zorder=3, color="black", bbox=PLOT_LABEL_BOX)
         waits = gp.idle_intervals(act, device)[gp.IDLE_DRIVER]  # (idle: no busy bar of the device under it)
         if waits:
@@ -1111,7 +1215,8 @@ def report_figure(report: Report) -> Any:
     handles = [
         Patch(facecolor=PLOT_IDLE_COLOR, label="lane open, idle"),
         Patch(facecolor=PLOT_DRIVER_COLOR, alpha=PLOT_DRIVER_ALPHA, label="waiting for the driver"),
-        Patch(facecolor=cmap(0), edgecolor="white", label="trial computes (colour, number = trial)"),
+        Patch(facecolor=cmap(0), edgecolor="white", label="trial computes (colour, number = "
+              + ("Optuna trial)" if report.optuna is not None else "trial)")),
         Patch(facecolor="white", hatch=PLOT_WASTE_HATCH, edgecolor=PLOT_HATCH_COLOR, linewidth=0,
               label="wasted (redone or cut short)"),
         Line2D([], [], marker="v", linestyle="none", color="black", markersize=5, label="switch"),

@@ -101,6 +101,7 @@ from fluidsalus.errors import (
     unpickle_exception,
 )
 from fluidsalus.gpu.host import OUT_COMPLETED, OUT_ERRORED, OUT_STOPPED, _is_out_of_memory
+from fluidsalus.inspect import OPTUNA_NUMBER_KEY, OPTUNA_STATE_KEY, OPTUNA_TRIAL_EVENT
 from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.searchers._optuna import DIRECTIONS
 from fluidsalus.store import DB_FILENAME, ERROR, PENDING, RUNNING, TERMINATED, ExperimentStore, unused_name
@@ -183,11 +184,11 @@ GROUP_ID_PREFIX = "optuna"
 #: System attribute of each Optuna trial: ``{"experiment": name, "trial_id": id}`` of its fluidsalus trial.
 SYSTEM_ATTR = "fluidsalus"
 #: Result keys: every ``trial.report`` stores (number, step, intermediate value); the end stores the outcome.
-KEY_NUMBER, KEY_STEP, KEY_INTERMEDIATE = "optuna_number", "optuna_step", "optuna_intermediate_value"
+KEY_NUMBER, KEY_STEP, KEY_INTERMEDIATE = OPTUNA_NUMBER_KEY, "optuna_step", "optuna_intermediate_value"
 #: Result key: which of the trial's reports this is, ``[start, seq]`` (the attempt's start on the driver, and its
 #: count of reports): the driver tells the study each report once, from its result or from the call carrying it.
 KEY_REPORT = "optuna_report"
-KEY_STATE, KEY_VALUES = "optuna_state", "optuna_values"
+KEY_STATE, KEY_VALUES = OPTUNA_STATE_KEY, "optuna_values"
 #: Result key of a single-objective study's completed trial: its value, the experiment's metric once ``optimize``
 #: ends (so ``fluidsalus inspect``, ``ls`` and ``ResultGrid.read`` name the best trial, in the study's direction).
 KEY_VALUE = "optuna_value"
@@ -1950,6 +1951,12 @@ def _record_the_study(experiment_dir: str, study: optuna.Study, started: Mapping
         try:
             for trial_id, trial in frozen.items():
                 store.update_trial_config(trial_id, trial.params)
+            # each trial's Optuna number and state, as the study ended it: `fluidsalus inspect` and `ls` name the
+            # trials so (a trial that failed before its first report has no result that carries its number)
+            now = time.time()
+            store.add_events([(now, OPTUNA_TRIAL_EVENT, trial_id, None,
+                               {"number": trial.number, "state": trial.state.name})
+                              for trial_id, trial in frozen.items()])
             if ended_by is not None:
                 unfinished = {row.trial_id: row for row in store.trials() if row.status in (RUNNING, PENDING)}
                 why = "".join(traceback.format_exception_only(type(ended_by), ended_by)).strip()

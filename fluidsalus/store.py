@@ -815,6 +815,15 @@ def unused_name(storage: str, name: str) -> str:
     return fresh
 
 
+def written_by_ray(path: str | os.PathLike[str]) -> bool:
+    """Whether Ray Tune wrote the experiment folder ``path`` (its ``experiment_state`` file is there)."""
+    try:
+        names = os.listdir(path)
+    except OSError:  # (no readable folder)
+        return False
+    return any(name.startswith("experiment_state") for name in names)
+
+
 def resolve_db_path(path: str | os.PathLike[str]) -> str:
     """Map an experiment folder or a path to its ``experiment.db`` onto the database file path."""
     p = os.fspath(path)

@@ -1157,3 +1157,91 @@ def test_trials_a_fail_fast_end_left_unstarted_are_not_counted_stopped(tmp_path)
                        fail_fast="raise", max_concurrent_trials=1, verbose=0)
     report = inspect(os.path.join(storage, "ff"))
     assert report.trial_counts["ERROR"] == 1 and report.trial_counts["TERMINATED"] == 3 and report.stopped == 0
+
+
+def _optuna_store(tmp_path, searcher="_StudyDriver"):
+    """An experiment as ``fluidsalus.optuna.optimize`` records one, on a study that held 3 trials before: o0 is
+    Optuna's trial 3 (COMPLETE, the best), o1 its trial 4 (FAIL before any report: no result carries its number,
+    the ``optuna_trial`` event does), o2 its trial 5 (PRUNED after a report). ``searcher`` is the spec's."""
+    from fluidsalus.inspect import OPTUNA_TRIAL_EVENT
+
+    path = tmp_path / "results" / "study"
+    store = ExperimentStore.create(str(path), "study", {"searcher": searcher}, "optuna_value", "min")
+    store.add_trials([("o0", 0, {"x": 0.5}), ("o1", 1, {"x": 0.9}), ("o2", 2, {"x": 0.7})])
+    events = [(10.0, "device_start", None, "cpu:0", {"kind": "cpu", "slots": 1}),
+              (10.0, "lane_open", None, "cpu:0", {"lane": 0, "capacity": 100})]
+    for i, trial in enumerate(("o0", "o1", "o2")):
+        events += [(10.0 + i, "trial_start", trial, "cpu:0", {"attempt": 0}),
+                   (10.0 + i, "lane_admit", trial, "cpu:0", {"detail": [0, 50, 50], "attempt": 0})]
+    events += [(13.0, OPTUNA_TRIAL_EVENT, trial, None, {"number": n, "state": s})
+               for trial, n, s in (("o0", 3, "COMPLETE"), ("o1", 4, "FAIL"), ("o2", 5, "PRUNED"))]
+    store.add_events(events)
+    end0 = {"optuna_number": 3, "optuna_state": "COMPLETE", "optuna_value": 0.25, "time_this_iter_s": 0.5}
+    report2 = {"optuna_number": 5, "optuna_step": 0, "optuna_intermediate_value": 9.0, "time_this_iter_s": 0.3}
+    end2 = {"optuna_number": 5, "optuna_state": "PRUNED", "time_this_iter_s": 0.1}
+    store.add_results([("o0", 0, 1, 10.5, end0), ("o2", 0, 1, 12.3, report2), ("o2", 0, 2, 12.4, end2)])
+    store.update_trial("o0", status="TERMINATED", stop_reason="completed", last_iteration=1, last_result=end0,
+                       device="cpu:0")
+    store.update_trial("o1", status="ERROR", stop_reason="errored", error="ValueError: boom", device="cpu:0")
+    store.update_trial("o2", status="TERMINATED", stop_reason="stopped", last_iteration=2, last_result=end2,
+                       device="cpu:0")
+    store.set_experiment(status="FINISHED", finished_at=13.0)
+    store.close()
+    return str(path)
+
+
+def test_an_optuna_studys_trials_are_named_by_their_optuna_number_and_state(tmp_path, capsys):
+    """An experiment of ``fluidsalus.optuna.optimize`` named its trials only by fluidsalus ids (``5356d_00011``)
+    where Optuna's log says "Trial 11 pruned", and showed a PRUNED trial as TERMINATED (h134's F7): the costliest
+    trials show the Optuna number and state, the errored and best trials their Optuna number, the header the
+    study's counts, the JSON's trials ``optuna_number`` and ``optuna_state``, the plot's bars the number, and
+    ``fluidsalus ls`` counts the trials by Optuna state."""
+    from fluidsalus.inspect import OPTUNA_TRIAL_COLUMNS, TRIAL_COLUMNS, report_figure
+
+    path = _optuna_store(tmp_path)
+    report = inspect(path)
+    table = report.render_table()
+    lines = table.splitlines()
+    assert lines[0].endswith("; Optuna: 1 COMPLETE, 1 FAIL, 1 PRUNED")
+    start = next(i for i, line in enumerate(lines) if line.startswith("costliest trials"))
+    header, *rows = (line.split() for line in lines[start + 1:start + 4])  # (o1 computed nothing)
+    assert header == ["TRIAL", "OPTUNA", "#", "DEVICE", "COMPUTE", "USEFUL_S", "WASTED_S", "ITERS", "STATUS",
+                      "optuna_value"]
+    assert {r[0]: (r[1], r[-2]) for r in rows} == {"o0": ("3", "COMPLETE"), "o2": ("5", "PRUNED")}
+    assert "  o1 (Optuna trial 4): ValueError: boom" in lines
+    assert lines[-1].startswith("best trial: o0 (Optuna trial 3) optuna_value=0.25 (min) at iteration 1, complete,")
+    out = report.to_dict()
+    assert [(t["trial_id"], t["optuna_number"], t["optuna_state"]) for t in out["trials"]] == [
+        ("o0", 3, "COMPLETE"), ("o1", 4, "FAIL"), ("o2", 5, "PRUNED")]
+    assert out["best"]["optuna_number"] == 3
+    assert list(report.trials.columns) == [*TRIAL_COLUMNS, *OPTUNA_TRIAL_COLUMNS]
+    texts = {t.get_text() for ax in report_figure(report).axes for t in ax.texts}
+    assert {"3", "5"} <= texts and "0" not in texts  # (o0's and o2's bars; o1 computed nothing reported)
+    assert main(["ls", str(tmp_path / "results")]) == 0
+    assert "3 (1 complete, 1 fail, 1 pruned)" in capsys.readouterr().out
+    # a store written before optimize stored its trials' numbers (no optuna_trial event): what the results carry
+    store = ExperimentStore.open(path)
+    store._conn.execute("DELETE FROM events WHERE kind = 'optuna_trial'")
+    store._conn.commit()
+    store.close()
+    old = inspect(path)
+    assert [(t["optuna_number"], t["optuna_state"]) for t in old.trial_table] == [(3, "COMPLETE"), (None, None),
+                                                                                   (5, "PRUNED")]
+    assert "  o1: ValueError: boom" in old.render_table().splitlines()
+    # another front end's experiment has none of it
+    other = inspect(_optuna_store(tmp_path / "other", searcher="RandomSearcher"))
+    assert other.optuna is None and "OPTUNA" not in other.render_table() and "Optuna" not in other.render_table()
+    assert all(list(t) == list(TRIAL_COLUMNS) for t in other.to_dict()["trials"])
+    assert "optuna_number" not in other.to_dict()["best"]
+
+
+def test_a_folder_ray_tune_wrote_is_named_as_such(tmp_path, capsys):
+    """``fluidsalus inspect`` of a folder Ray Tune wrote said only "no experiment.db found", where
+    ``ExperimentAnalysis`` says Ray wrote it (h134's F8)."""
+    (tmp_path / "experiment_state-2026-11-29_01-31-01.json").write_text("{}")
+    err = _bad(tmp_path, capsys)
+    assert "no experiment.db found" in err
+    assert err.rstrip("\n").endswith("Ray Tune wrote this folder (its experiment_state file is there): fluidsalus "
+                                     "inspects the experiments it ran itself, from their store; read this one with "
+                                     "Ray's ExperimentAnalysis.")
+    assert "Ray Tune" not in _bad(tmp_path / "nothing", capsys)

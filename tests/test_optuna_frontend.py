@@ -266,6 +266,33 @@ def test_failed_and_pruned_trials_end_errored_and_stopped_in_the_experiment_reco
     assert len(finals) == 4 and not any(s.useful for s in finals)  # (they reported nothing: no useful final row)
 
 
+def test_inspect_and_ls_name_the_trials_by_their_optuna_number_and_state(tmp_path, capsys):
+    """``fluidsalus inspect`` named an Optuna study's trials only by their fluidsalus ids and showed PRUNED as
+    TERMINATED; ``ls`` counted "9 terminated" (h134's F7). On a study that held trials before (its numbers are not
+    the fluidsalus trials' order), every trial, a FAIL before any report too (no result carries its number: the
+    ``optuna_trial`` event ``optimize`` stores as it ends does), has the study's number and state."""
+    from fluidsalus.cli import main
+    from fluidsalus.inspect import OPTUNA_NUMBER_KEY, OPTUNA_SEARCHER, OPTUNA_STATE_KEY, inspect
+
+    assert (fo.KEY_NUMBER, fo.KEY_STATE, fo._StudyDriver.__name__) == (OPTUNA_NUMBER_KEY, OPTUNA_STATE_KEY,
+                                                                        OPTUNA_SEARCHER)
+    study = _scenario_study()
+    study.optimize(_quadratic, n_trials=2)  # Optuna's trials 0 and 1 (the first two enqueued x's)
+    _optimize(study, _scenario, tmp_path, n_trials=5, catch=(ValueError,), name="numbers")
+    path = tmp_path / "fluidsalus" / "numbers"
+    ours = {t.system_attrs[fo.SYSTEM_ATTR]["trial_id"]: (t.number, t.state.name) for t in study.trials
+            if fo.SYSTEM_ATTR in t.system_attrs}  # (not the trials enqueued for later)
+    assert sorted(state for _, state in ours.values()) == ["COMPLETE", "FAIL", "FAIL", "FAIL", "PRUNED"]
+    report = inspect(path)
+    assert {t["trial_id"]: (t["optuna_number"], t["optuna_state"]) for t in report.trial_table} == ours
+    table = report.render_table()
+    for trial_id, (number, state) in ours.items():
+        if state == "FAIL":
+            assert any(line.startswith(f"  {trial_id} (Optuna trial {number}): ") for line in table.splitlines())
+    assert main(["ls", str(tmp_path / "fluidsalus")]) == 0
+    assert "5 (1 complete, 3 fail, 1 pruned)" in capsys.readouterr().out
+
+
 def test_a_failed_objective_is_logged_once_under_the_progress_view(tmp_path, capfd, optuna_records):
     """With show_progress_bar=True (verbose=1) a FAIL trial, which now ends errored in the experiment, was also
     printed by the run ("Trial ... errored after 0 iterations" with the device's traceback and "every errored

@@ -108,17 +108,18 @@ def test_analysis_errors_name_what_is_missing() -> None:
 
 
 def test_a_folder_ray_tune_wrote_is_named_as_such(tmp_path) -> None:
-    """ExperimentAnalysis(path) of a folder Ray Tune wrote said only that experiment.db is missing."""
+    """ExperimentAnalysis(path) of a folder Ray Tune wrote said only that experiment.db is missing; its message, and
+    Tuner.restore's, lacked their final period (h134's F8)."""
     (tmp_path / "experiment_state-2026-11-29_01-31-01.json").write_text("{}")
     with pytest.raises(ConfigError, match="experiment.db not found.*Ray Tune wrote this folder .*read this one with "
-                                          "Ray's ExperimentAnalysis"):
+                                          r"Ray's ExperimentAnalysis\.$"):
         an.ExperimentAnalysis(str(tmp_path))
     with pytest.raises(ConfigError, match=r"not found\); pass the folder <storage_path>/<name> of a run$"):
         an.ExperimentAnalysis(str(tmp_path / "nothing"))
     # Tuner.restore of it says so too (it said only that it is not restorable: a helper's resume check)
     (tmp_path / "tuner.pkl").write_bytes(b"Ray's")
     with pytest.raises(FileNotFoundError, match="Ray Tune wrote this folder .*continue this one with Ray's "
-                                                "Tuner.restore"):
+                                                r"Tuner\.restore\.$"):
         tune.Tuner.restore(str(tmp_path), lambda config: None)
 
 

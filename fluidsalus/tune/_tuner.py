@@ -513,7 +513,7 @@ class Tuner:
                 f"Tuner.restore: path {folder!r} is not a restorable fluidsalus.tune experiment (it needs "
                 f"{DB_FILENAME} and {TUNER_STATE_FILE}); check Tuner.can_restore(path) first"
                 + (". Ray Tune wrote this folder (its experiment_state file is there): fluidsalus continues the "
-                   "experiments it ran itself; continue this one with Ray's Tuner.restore"
+                   "experiments it ran itself; continue this one with Ray's Tuner.restore."
                    if written_by_ray(folder) else "")
             )
         state = _read_state(folder)

@@ -46,6 +46,7 @@ from fluidsalus.store import (
     DriverLock,
     open_readonly,
     read_error_file,
+    written_by_ray,
 )
 from fluidsalus.tune._tags import PARAMS_FILE, Tagger, constant_list_node, draws_in, resolved_values
 from fluidsalus.tune.result import TRAINING_ITERATION
@@ -284,7 +285,7 @@ class ExperimentAnalysis:
                 "not found); pass the folder <storage_path>/<name> of a run"
                 + (". Ray Tune wrote this folder (its experiment_state file is there): fluidsalus reads the "
                    "experiments it ran itself, from their store, not Ray's result files; read this one with Ray's "
-                   "ExperimentAnalysis" if ray_wrote_it else "")
+                   "ExperimentAnalysis." if ray_wrote_it else "")
             )
         store = open_readonly(path)  # (creating nothing beside it, as ResultGrid.read opens it)
         try:
@@ -716,16 +717,3 @@ def run_settings_of(experiment_path: str) -> dict[str, Any]:
     if isinstance(stop, Mapping):
         out["stopping_criterion"] = dict(stop)
     return out
-
-
-def written_by_ray(path: str) -> bool:
-    """Whether Ray Tune wrote the experiment folder ``path`` (its ``experiment_state`` file is there)."""
-    return any(name.startswith("experiment_state") for name in _listdir(path))
-
-
-def _listdir(path: str) -> list[str]:
-    """The names in ``path``, or none when it is no readable folder."""
-    try:
-        return os.listdir(path)
-    except OSError:
-        return []
