@@ -327,6 +327,41 @@ def _callers_stacklevel() -> int:
     return level
 
 
+def warn_user(message: str, stacklevel: int = 1, category: type[Warning] = UserWarning) -> None:
+    """A warning for the script's author given in a trial (an import to change): sent to the driver, which gives it
+    once per run, in its own terminal, under its own warning filters.
+
+    Given as ``warnings.warn`` in the device process, it reached the terminal only through Ray's forwarding of the
+    workers' output: after the run's summary, once per device, and not at all when the script ended right after
+    ``fit()`` (h134's F3). A trial run by a device host sends it with its events (``TrialSession``'s
+    ``warning_sink``); the driver gives it with ``warnings.warn_explicit`` at the user's line found here. Each trial
+    sends a message once. Outside a device host (a session made by hand, a trainable used directly) it is
+    ``warnings.warn`` here, once per trial too.
+
+    Args:
+        message: The text.
+        stacklevel: As the caller would pass it to ``warnings.warn`` (1: the caller's own line).
+        category: The warning's class.
+    """
+    current = current_session()
+    if current is not None:
+        with current._warned_lock:
+            if (category, message) in current._warned:
+                return
+            current._warned.add((category, message))
+    sink = current._warning_sink if current is not None else None
+    if sink is None:
+        warnings.warn(message, category, stacklevel=stacklevel + 1)
+        return
+    try:
+        frame = sys._getframe(stacklevel)
+        where = {"filename": frame.f_code.co_filename, "lineno": frame.f_lineno,
+                 "module": frame.f_globals.get("__name__")}
+    except ValueError:  # a shorter stack: as warnings.warn names it
+        where = {"filename": "<sys>", "lineno": 0, "module": None}
+    sink({"message": message, "category": category, **where})
+
+
 def _engine_checkpoint(checkpoint: Any) -> Checkpoint | None:
     """``report``'s checkpoint as fluidsalus's: Ray's ``Checkpoint`` (``from ray.tune import Checkpoint`` left
     unchanged, with fluidsalus's ``report``) is translated, with a warning that names the import to change.
@@ -340,9 +375,9 @@ def _engine_checkpoint(checkpoint: Any) -> Checkpoint | None:
     if type(checkpoint).__module__.startswith("ray.") and type(checkpoint).__name__ == "Checkpoint":
         from fluidsalus.gpu.ray_session import _as_fluidsalus_checkpoint
 
-        warnings.warn("report(checkpoint=...) got Ray's Checkpoint; it was translated. Change the import "
-                      "`from ray.tune import Checkpoint` (or `ray.train`) to `from fluidsalus.tune import "
-                      "Checkpoint` (or `fluidsalus.train`).", stacklevel=_callers_stacklevel())
+        warn_user("report(checkpoint=...) got Ray's Checkpoint; it was translated. Change the import "
+                  "`from ray.tune import Checkpoint` (or `ray.train`) to `from fluidsalus.tune import "
+                  "Checkpoint` (or `fluidsalus.train`).", stacklevel=_callers_stacklevel())
         return _as_fluidsalus_checkpoint(checkpoint)
     raise TypeError(f"report(checkpoint=...): expected a fluidsalus.Checkpoint, got {type(checkpoint).__name__}")
 
@@ -370,6 +405,8 @@ class TrialSession:
             restart continues Ray's running totals from there; see :meth:`report`).
         on_resume_read: Told, once, that the trainable asked for the checkpoint to resume from
             (:meth:`resume_checkpoint`): it restores what a restart gives it, so the planner may move it.
+        warning_sink: Sends a warning for the script's author (:func:`warn_user`: its message, category and the
+            user's file, line and module) to the driver, which gives it once per run (None: ``warnings.warn`` here).
 
     Attributes:
         ranks: For one rank of a data-parallel trial, its link with the other ranks (set by the device host
@@ -392,9 +429,13 @@ class TrialSession:
         verdict_from: float | None = None,
         result_totals: Mapping[str, float] | None = None,
         on_resume_read: Callable[[], None] | None = None,
+        warning_sink: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.context = context
         self._on_resume_read = on_resume_read
+        self._warning_sink = warning_sink
+        self._warned: set[tuple[type[Warning], str]] = set()  # what warn_user gave in this trial
+        self._warned_lock = threading.Lock()
         #: Whether the trainable asked for its checkpoint in this attempt (:meth:`resume_checkpoint`).
         self.resume_read = False
         self.verdict_from = verdict_from

@@ -629,6 +629,51 @@ def test_trainables_that_cannot_run_are_refused(storage: str) -> None:
         Tuner(lambda c: None).get_results()
 
 
+def test_rays_own_mock_trainable_is_translated_into_fluidsalus_twin_with_a_warning_naming_the_import() -> None:
+    # Ray's hyperband_example.py keeps `from ray.tune.utils.mock_trainable import MyTrainableClass` (docs/migrating.md
+    # keeps Ray's helpers): it was refused at fit(), after Ray started, with advice to import Trainable (h134's F2)
+    from ray.tune.utils.mock_trainable import MyTrainableClass as RaysClass
+
+    from fluidsalus.tune._trainable import adopt_ray_trainable
+    from fluidsalus.tune.registry import get_trainable_cls
+    from fluidsalus.tune.utils.mock_trainable import MyTrainableClass
+
+    said = "MyTrainableClass is Ray Tune's .*Change the import to `from fluidsalus.tune.utils.mock_trainable import"
+    with pytest.warns(UserWarning, match=said) as caught:
+        assert adopt_ray_trainable(RaysClass) is MyTrainableClass
+    assert caught[0].filename == __file__  # the script's line, not fluidsalus's
+    with pytest.warns(UserWarning, match="with_parameters: " + said):
+        assert tune.with_parameters(RaysClass, data=1).base is MyTrainableClass
+    with pytest.warns(UserWarning, match="with_resources: " + said):
+        assert tune.with_resources(RaysClass, {"cpu": 1}).base is MyTrainableClass
+    with pytest.warns(UserWarning, match="register_trainable: " + said):
+        tune.register_trainable("rays_mock", RaysClass)
+    assert get_trainable_cls("rays_mock") is MyTrainableClass
+
+
+def test_a_subclass_of_rays_trainable_is_refused_before_ray_starts(storage: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+    from ray.tune.examples.pbt_example import PBTBenchmarkExample  # Ray's own, with no fluidsalus twin
+
+    class RayStyle(rt.Trainable):
+        pass
+
+    def started(*args, **kwargs):
+        raise AssertionError("Ray was started before the trainable was checked")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", started)
+    with pytest.raises(ConfigError, match="RayStyle \\(defined in .*test_tune_frontend\\) subclasses Ray's Trainable.*"
+                                          "Make it subclass fluidsalus.tune.Trainable"):
+        Tuner(RayStyle, run_config=tune.RunConfig(storage_path=storage)).fit()
+    with pytest.raises(ConfigError, match="Make it subclass fluidsalus.tune.Trainable"):
+        tune.run(RayStyle, storage_path=storage)
+    with pytest.raises(ConfigError, match="PBTBenchmarkExample is Ray's own class \\(ray.tune.examples.pbt_example\\), "
+                                          "which fluidsalus has no equivalent of"):
+        Tuner(PBTBenchmarkExample, run_config=tune.RunConfig(storage_path=storage)).fit()
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Runs
 # ---------------------------------------------------------------------------------------------------------

@@ -504,6 +504,17 @@ def test_logger_callback_and_rays_mock_trainable(ray_cluster, storage: str) -> N
                       ("end", False)]
 
 
+def test_rays_own_mock_trainable_left_imported_runs_as_fluidsalus_twin(ray_cluster, storage: str) -> None:
+    # Ray's hyperband_example.py with only `from ray import tune` changed (h134's F2: refused after Ray started)
+    from ray.tune.utils.mock_trainable import MyTrainableClass
+
+    with pytest.warns(UserWarning, match="from fluidsalus.tune.utils.mock_trainable import MyTrainableClass"):
+        grid = _tuner(MyTrainableClass, storage, {"width": 2, "height": 3}, {"stop": {"training_iteration": 2}},
+                      metric="episode_reward_mean", mode="max").fit()
+    assert grid.num_errors == 0
+    assert grid[0].metrics["episode_reward_mean"] == pytest.approx(3 * np.tanh(1))
+
+
 class _Counter(tune.Trainable):
     """A class Trainable whose state is the number of steps it took."""
 

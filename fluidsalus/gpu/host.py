@@ -105,6 +105,10 @@ DRIVER_WAITS_HELD_S = 1.0
 #: An ``EV_LANE`` kind: the trial asked for the checkpoint it resumes from (``TrialSession.resume_checkpoint``), so
 #: a restart from its checkpoint resumes it; the driver keeps it on the trial and stores no event of it.
 LANE_RESUME_READ = "resume_read"
+#: An ``EV_LANE`` kind: a warning for the script's author given in the trial (:func:`fluidsalus.session.warn_user`;
+#: ``data``: ``message``, ``category`` and the user's ``filename``, ``lineno`` and ``module``); the driver gives it
+#: once per run and stores no event of it.
+LANE_WARNING = "warning"
 
 # Outcomes of EV_END.
 OUT_COMPLETED = "completed"  # the trainable returned
@@ -1095,6 +1099,10 @@ class DeviceHost:
             with self._lock:
                 self._emit_locked((EV_LANE, trial_id, attempt, time.time(), LANE_RESUME_READ, {}))
 
+        def warning_sink(data: dict[str, Any]) -> None:
+            with self._lock:
+                self._emit_locked((EV_LANE, trial_id, attempt, time.time(), LANE_WARNING, data), wake=False)
+
         stop_rule = None if worker else self.settings.stop
         if stop_rule is not None and spec.stop_state is not None:
             stop_rule = pickle.loads(spec.stop_state)  # the driver's, with the trial's past (TrialSpec.stop_state)
@@ -1138,6 +1146,7 @@ class DeviceHost:
             verdict_from=None if worker else self.settings.verdict_from,
             result_totals=spec.result_totals if spec.checkpoint_path else None,
             on_resume_read=None if worker else resume_read,
+            warning_sink=warning_sink,
         )
         session._caller = lambda method, args, label=None: self._call(trial_id, attempt, method, args, label)
         return session

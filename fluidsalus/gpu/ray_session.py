@@ -6,8 +6,9 @@ functions look up one process-wide session (``ray.train._internal.session.get_se
 they warn and do nothing: the trial would end with no result at all. In a device process no Ray Tune session
 ever exists, so the device actor installs a :class:`RaySessionBridge` in its place. The bridge forwards each
 call to the fluidsalus trial that runs in the calling thread (lanes run several trials as threads of one
-process), warns once per function that the import should change, and is falsy in any other thread, where
-Ray's own "meant to only be called inside a function that is executed by a Tuner" warning stays.
+process), warns once per function that the import should change (sent to the driver, which gives it once per
+run: :func:`fluidsalus.session.warn_user`), and is falsy in any other thread, where Ray's own "meant to only be
+called inside a function that is executed by a Tuner" warning stays.
 
 The bridge is installed when the trainable's code imports Ray's session module: at once if unpickling the
 trainable imported it, else by a finder that waits for the import (:func:`install_now_or_on_import`), so a trial
@@ -23,9 +24,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import sys
-import threading
 import types
-import warnings
 from typing import Any
 
 from fluidsalus import session as _session
@@ -36,6 +35,13 @@ from fluidsalus.errors import ConfigError, SessionError
 RAY_SESSION_MODULE = "ray.train._internal.session"
 
 
+#: Modules whose functions pass a call of Ray's session functions on to the bridge: the bridge's own and Ray's
+#: wrappers (``ray.tune.report`` -> ``ray.train._internal.session``'s wrapper -> the bridge; ``get_context()``'s
+#: getters). Above them is the code that made the call: the user's (which warns) or Ray's own (which does not).
+_PASSING_ON = frozenset({__name__, RAY_SESSION_MODULE, "ray.tune.context", "ray.train.context",
+                         "ray.tune.trainable.trainable_fn_utils"})
+
+
 class RaySessionBridge:
     """Stands in for Ray's process-wide trial session; every call goes to the calling thread's fluidsalus trial.
 
@@ -43,33 +49,25 @@ class RaySessionBridge:
     ``trial_name``, ...).
     """
 
-    def __init__(self) -> None:
-        self._warned: set[str] = set()
-        self._lock = threading.Lock()
-
     def __bool__(self) -> bool:
         """True only in a thread that runs a fluidsalus trial (elsewhere Ray warns, as it does without Tune)."""
         return _session.current_session() is not None
 
-    def _trial(self, ray_name: str, ours: str, depth: int = 0) -> _session.TrialSession:
-        """The calling thread's trial; the first call of each Ray function from the user's code warns (at the
-        user's line: Ray's wrapper and function sit between, and ``depth`` more frames of the bridge). A call from
-        Ray's own code (``ray.air.integrations.mlflow.setup_mlflow`` reads ``ray.tune.get_context()``) does not
-        warn: the user has no import to change there."""
-        try:
-            caller = sys._getframe(4 + depth).f_globals.get("__name__", "")
-        except ValueError:  # a shorter stack than Ray's wrappers make: not Ray's own code
-            caller = ""
-        if caller == "ray" or caller.startswith("ray."):
-            first = False  # Ray's own code (setup_mlflow, say): there is no import of the user's to change
-        else:
-            with self._lock:
-                first = ray_name not in self._warned
-                self._warned.add(ray_name)
-        if first:
-            warnings.warn(f"{ray_name} was called inside a fluidsalus trial: it is forwarded to {ours}. "
-                          "Change the import to `from fluidsalus import tune` (an import left unchanged?).",
-                          stacklevel=5 + depth)
+    def _trial(self, ray_name: str, ours: str) -> _session.TrialSession:
+        """The calling thread's trial; the first call of each Ray function from the user's code warns, at the user's
+        line (the first frame above the bridge and Ray's functions that pass the call on to it,
+        :data:`_PASSING_ON`). A call from Ray's own code does not warn: the user has no import to change there
+        (``ray.air.integrations.mlflow.setup_mlflow`` calls ``ray.tune.get_context()``; Ray's ``setup_wandb`` reads
+        the session's ``trial_id`` itself, one frame nearer the bridge, and its read was taken for the user's: a
+        warning named fluidsalus's own trial entry as the line to change)."""
+        frame, level = sys._getframe(1), 2  # (level: the stacklevel a warning given here would name frame with)
+        while frame is not None and frame.f_globals.get("__name__") in _PASSING_ON:
+            frame, level = frame.f_back, level + 1
+        caller = (frame.f_globals.get("__name__") or "") if frame is not None else "ray"
+        if not (caller == "ray" or caller.startswith("ray.")):  # Sent to the driver, which gives it once per run
+            _session.warn_user(f"{ray_name} was called inside a fluidsalus trial: it is forwarded to {ours}. "
+                               "Change the import to `from fluidsalus import tune` (an import left unchanged?).",
+                               stacklevel=level)
         current = _session.current_session()
         if current is None:  # Ray's wrapper checked truthiness in this thread a moment ago
             raise SessionError(f"{ray_name} called outside a fluidsalus trial")
@@ -91,8 +89,7 @@ class RaySessionBridge:
         return RayCheckpoint.from_directory(checkpoint.path)
 
     def _context(self, ray_name: str) -> _session.TrialContext:
-        # Two more frames than report(): this method, and Ray's TuneContext method above its session function.
-        return self._trial(f"ray.tune.get_context().{ray_name}", "fluidsalus.tune.get_context()", depth=2).context
+        return self._trial(f"ray.tune.get_context().{ray_name}", "fluidsalus.tune.get_context()").context
 
     @property
     def trial_name(self) -> str:

@@ -56,6 +56,7 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -87,6 +88,7 @@ from fluidsalus.gpu.host import (
     EV_RESULT,
     EV_START,
     LANE_RESUME_READ,
+    LANE_WARNING,
     OUT_COMPLETED,
     OUT_ERRORED,
     OUT_STOPPED,
@@ -670,6 +672,9 @@ class Executor:
         # trials whose searcher was told of their end at the result a stop rule (or a stop for good) ended them at,
         # as Ray's controller tells its scheduler and search algorithm there: their end tells it nothing more
         self._told_end: set[str] = set()
+        # The warnings the trials sent for the script's author (LANE_WARNING) given in this run: each once
+        self._trial_warnings: set[tuple[Any, str]] = set()
+        self._warnings_registry: dict[Any, Any] = {}  # (warnings' "default" action: once per place, per run)
         self._readmitted_from: dict[str, int] = {}  # trial -> the iteration its out-of-memory re-admission resumes at
         self._dirnames = {os.path.basename(t.trial_dir) for t in trials or []}  # folder names in use
         if trials:  # a resumed run goes on from the move cost it had measured, and from what its searcher saw
@@ -1412,6 +1417,23 @@ class Executor:
         return any(turn(tid) < key for tid in self.pending if tid != trial.trial_id) \
             or any(turn(t.trial_id) < key for t in new) or any(turn(tid) < key for tid in neighbours)
 
+    def _warn_from_trials(self, warned: Sequence[Mapping[str, Any]]) -> None:
+        """Give the warnings the trials sent for the script's author (:func:`fluidsalus.session.warn_user`: an import
+        to change), each once per run, in the driver's terminal, under the driver's filters, at the user's line in the
+        trial. Given in a device process, they reached the terminal only through Ray's forwarding of the workers'
+        output, after the run's summary, once per device, or never when the script ended right after ``fit()``."""
+        for data in warned:
+            category = data.get("category")
+            if not (isinstance(category, type) and issubclass(category, Warning)):
+                category = UserWarning
+            message = str(data.get("message"))
+            if (category, message) in self._trial_warnings:
+                continue
+            self._trial_warnings.add((category, message))
+            warnings.warn_explicit(message, category, str(data.get("filename") or "<trial>"),
+                                   int(data.get("lineno") or 0), module=data.get("module"),
+                                   registry=self._warnings_registry)
+
     def _note_last_value(self, trial_id: str, result: Mapping[str, Any] | None) -> None:
         """Keep the trial's last value of the metric (a trial whose last value is no finite number has none)."""
         value = lookup_metric(result, self.settings.metric) if self.settings.metric and result else None
@@ -1968,6 +1990,7 @@ class Executor:
         unstarted: set[str] = set()
         verdicts: list[tuple[Any, ...]] = []  # CHECKPOINT_VERDICT_CALLs: answered once the callbacks saw the batch
         decisions: list[tuple[Any, ...]] = []  # RESULT_VERDICT_CALLs: answered once the searcher saw the batch
+        warned: list[Mapping[str, Any]] = []  # LANE_WARNINGs: given once the batch is committed
         name = device.spec.name
         received = time.time()  # the driver's clock: a move's two ends may be on nodes with different clocks
         with self.store.transaction():
@@ -1981,6 +2004,9 @@ class Executor:
                         decisions.append(event)
                     else:
                         self._answer_call(device, event)
+                    continue
+                if kind == EV_LANE and event[4] == LANE_WARNING:
+                    warned.append(event[5])
                     continue
                 if kind == EV_LANE and event[4] == LANE_RESUME_READ:
                     if trial_id in self.trials:
@@ -2168,6 +2194,7 @@ class Executor:
             if acted:
                 self._searcher_log.save()
         # Committed: the batch is acknowledged. Now act on it.
+        self._warn_from_trials(warned)
         if stopper_error is not None:
             raise stopper_error
         # Trials a stop ends at once (a trial this batch's end requeued: a move at its budget leaves it paused off

@@ -45,6 +45,7 @@ __all__ = [
     "Prepared",
     "Trainable",
     "TrialEntry",
+    "adopt_ray_class",
     "adopt_ray_trainable",
     "trainable_name",
     "with_parameters",
@@ -93,6 +94,53 @@ def _is_trainable_class(value: Any) -> bool:
     return isinstance(value, type) and issubclass(value, Trainable)
 
 
+#: Ray Tune's package, whose own trainables (``ray.tune.utils.mock_trainable.MyTrainableClass``) are translated into
+#: fluidsalus's twin at the same path under ``fluidsalus.tune`` (:func:`adopt_ray_class`).
+_RAY_TUNE_PACKAGE = "ray.tune."
+
+
+def _ray_twin(value: Any) -> type | None:
+    """fluidsalus's :class:`Trainable` at the module path and name of ``value``, a class of Ray Tune's own package
+    (``ray.tune.utils.mock_trainable.MyTrainableClass`` -> ``fluidsalus.tune.utils.mock_trainable``'s); None for
+    anything else (a class of the user's, Ray's without a twin)."""
+    module = getattr(value, "__module__", None)
+    if not isinstance(value, type) or not isinstance(module, str) or not module.startswith(_RAY_TUNE_PACKAGE):
+        return None
+    import importlib
+
+    try:
+        twin = getattr(importlib.import_module("fluidsalus" + module[len("ray"):]), value.__qualname__, None)
+    except ImportError:
+        return None
+    return twin if _is_trainable_class(twin) else None
+
+
+def adopt_ray_class(value: Any, where: str) -> Any:
+    """``value`` checked as a trainable (:func:`_check_base`), Ray Tune's own ``Trainable`` class that fluidsalus
+    ships a twin of translated into it, with a ``UserWarning`` that names the import to change (Ray's examples
+    import ``MyTrainableClass`` from ``ray.tune.utils.mock_trainable``). Needs only the class: called before Ray
+    starts.
+
+    Raises:
+        ConfigError: A trainable that cannot run (:func:`_check_base`).
+    """
+    twin = _ray_twin(value)
+    if twin is None:
+        _check_base(value, where)
+        return value
+    import warnings
+
+    from fluidsalus.session import _callers_stacklevel
+
+    warnings.warn(
+        f"fluidsalus.tune: {where}: {value.__name__} is Ray Tune's ({value.__module__}); it was translated into "
+        f"fluidsalus's. Change the import to `from {twin.__module__} import {value.__name__}`.",
+        UserWarning,
+        stacklevel=_callers_stacklevel(),
+    )
+    return twin
+
+
 def _check_base(value: Any, where: str) -> None:
     if isinstance(value, str):
         raise ConfigError(
@@ -103,11 +151,19 @@ def _check_base(value: Any, where: str) -> None:
     if isinstance(value, type):
         if issubclass(value, Trainable):
             return
-        if any(cls.__module__.startswith("ray.") for cls in value.__mro__):
+        if value.__module__.startswith("ray."):  # Ray's own class, with no fluidsalus twin (see adopt_ray_class)
             raise ConfigError(
-                f"{where}: {value.__name__} subclasses Ray's {value.__mro__[1].__name__}; fluidsalus runs function "
-                "trainables and fluidsalus.tune.Trainable subclasses. Import Trainable from fluidsalus.tune "
+                f"{where}: {value.__name__} is Ray's own class ({value.__module__}), which fluidsalus has no "
+                "equivalent of; fluidsalus runs function trainables and fluidsalus.tune.Trainable subclasses "
                 "(Ray Train trainers such as TorchTrainer are not supported)"
+            )
+        ray_base = next((cls for cls in value.__mro__ if cls.__module__.startswith("ray.")), None)
+        if ray_base is not None:
+            raise ConfigError(
+                f"{where}: {value.__name__} (defined in {value.__module__}) subclasses Ray's {ray_base.__name__}; "
+                "fluidsalus runs function trainables and fluidsalus.tune.Trainable subclasses. Make it subclass "
+                "fluidsalus.tune.Trainable: change `from ray.tune import Trainable` to `from fluidsalus.tune import "
+                "Trainable` (Ray Train trainers such as TorchTrainer are not supported)"
             )
         raise ConfigError(f"{where}: the class {value.__name__} is not a fluidsalus.tune.Trainable subclass")
     if type(value).__module__.startswith("ray.train") or hasattr(value, "as_trainable"):
@@ -347,8 +403,7 @@ def with_parameters(trainable: Any, **kwargs: Any) -> Prepared:
         _check_base(trainable.base, "with_parameters")
         return Prepared(trainable.base, {**trainable.parameters, **kwargs}, trainable.resources, trainable.task_cpus,
                         trainable.task_gpus)
-    _check_base(trainable, "with_parameters")
-    return Prepared(trainable, kwargs)
+    return Prepared(adopt_ray_class(trainable, "with_parameters"), kwargs)
 
 
 def with_resources(trainable: Any, resources: Any) -> Prepared:
@@ -379,8 +434,7 @@ def with_resources(trainable: Any, resources: Any) -> Prepared:
     if isinstance(trainable, Prepared):
         _check_base(trainable.base, "with_resources")
         return Prepared(trainable.base, trainable.parameters, checked, kept, gpu_bundle)
-    _check_base(trainable, "with_resources")
-    return Prepared(trainable, None, checked, kept, gpu_bundle)
+    return Prepared(adopt_ray_class(trainable, "with_resources"), None, checked, kept, gpu_bundle)
 
 
 def gpu_hint(resources: dict[str, float] | Callable[[dict[str, Any]], Any] | None) -> float | None:
@@ -1100,10 +1154,18 @@ def adopt_ray_trainable(trainable: Any) -> Any:
     Ray's ``with_parameters`` keeps the objects in a registry of object references that only Ray's trial
     runner can pickle, and ``with_resources`` sets a ``_resources`` attribute on the function. The objects
     and the request are read back on the driver and attached with :class:`Prepared`, with a ``UserWarning``.
-    Anything else is returned as it is.
+    Ray Tune's own class trainables that fluidsalus ships a twin of become the twin (:func:`adopt_ray_class`).
+    Anything else is returned as it is, once checked: a trainable that cannot run (a subclass of Ray's
+    ``Trainable``) is refused here, before Ray starts.
+
+    Raises:
+        ConfigError: A trainable that cannot run (:func:`_check_base`).
     """
-    if isinstance(trainable, Prepared) or isinstance(trainable, type) or not callable(trainable):
+    if isinstance(trainable, Prepared):
+        _check_base(trainable.base, "Tuner")
         return trainable
+    if isinstance(trainable, type) or not callable(trainable):
+        return adopt_ray_class(trainable, "Tuner")
     code = getattr(trainable, "__code__", None)
     parameters: dict[str, Any] = {}
     base = trainable
@@ -1124,6 +1186,7 @@ def adopt_ray_trainable(trainable: Any) -> Any:
             else normalize_resources(ray_resources)
         translated.append("with_resources")
     if not translated:
+        _check_base(trainable, "Tuner")
         return trainable
     import warnings
 

@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from fluidsalus.errors import ConfigError
-from fluidsalus.tune._trainable import Prepared, _check_base
+from fluidsalus.tune._trainable import Prepared, _check_base, adopt_ray_class
 
 __all__ = ["get_trainable_cls", "register_trainable", "registered_names", "resolve_trainable"]
 
@@ -36,7 +36,10 @@ def register_trainable(name: str, trainable: Any, warn: bool = True) -> None:
     """
     if not isinstance(name, str) or not name:
         raise ConfigError(f"register_trainable: name must be a non-empty str (got {name!r})")
-    _check_base(trainable.base if isinstance(trainable, Prepared) else trainable, "register_trainable")
+    if isinstance(trainable, Prepared):
+        _check_base(trainable.base, "register_trainable")
+    else:  # (Ray Tune's own MyTrainableClass becomes fluidsalus's, with a warning)
+        trainable = adopt_ray_class(trainable, "register_trainable")
     with _LOCK:
         _TRAINABLES[name] = trainable
 
