@@ -198,13 +198,15 @@ def _pickle_what_pickles(error: BaseException) -> bytes | None:
     for args in (error.args, (str(error),)):
         with contextlib.suppress(Exception):  # (the args may not pickle: then its message; its class: None)
             blob = cloudpickle.dumps((type(error), args, state))
-            # Re-created without the attributes left behind, it must still say what it is: a __str__ that reads
-            # one of them (as many libraries' errors format themselves) would fail wherever it is shown, and the
-            # error is then better sent as its text (None: the caller's TrialError, with the message)
+            # Re-created without the attributes left behind, it must still be shown: a __str__ that reads one of
+            # them (as many libraries' errors format themselves) would fail wherever it is shown, and the error is
+            # then better sent as its text (None: the caller's TrialError, with the message). Its text may differ
+            # (an object's address in it): the class matters more, for ``catch``
             made = unpickle_exception(pickle.dumps((None, blob)))
-            if made is not None and str(made) == str(error):
-                return blob
-            return None
+            if made is None:
+                return None
+            str(made)  # (raises where its __str__ reads an attribute left behind: then its message, below, or None)
+            return blob
     return None
 
 

@@ -482,6 +482,28 @@ def test_an_unpicklable_driver_error_whose_text_needs_what_stays_behind_goes_as_
     assert isinstance(back, TrialError) and "_Described: lost <unlocked _thread.lock" in str(back), str(back)
 
 
+class _Handle:
+    """A picklable object whose repr holds its address (a new one once unpickled)."""
+
+
+class _AddressedDown(RuntimeError):
+    """A storage error that does not pickle (it holds a lock) and names an object by its repr, address and all."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.handle, self.lock = _Handle(), threading.Lock()
+
+    def __str__(self) -> str:
+        return f"lost {self.handle!r}"
+
+
+def test_an_unpicklable_driver_error_whose_text_names_an_address_still_goes_as_its_class():
+    """Re-created, its text names another address: it still goes as its class, which ``catch`` names (it was sent
+    as a TrialError when the texts differed, and optimize stopped where Optuna's ``catch`` went on)."""
+    back = fo._PackedError.of(_AddressedDown(), bare=True).unpack()
+    assert type(back) is _AddressedDown and str(back).startswith("lost <")
+
+
 class StorageDown(RuntimeError):
     """A storage's exception that does not pickle (it holds a lock)."""
 

@@ -267,6 +267,29 @@ def test_a_draw_inside_a_dict_option_is_not_taken_for_a_plain_domain_option_and_
         assert described.evaluated_params({"g": {"w": [1, 2], "lr": 0.1}}, 1) == {"g": {"w": [1, 2], "lr": 0.1}}
 
 
+@pytest.mark.parametrize("length", [64, 65, 100_000])
+def test_options_told_apart_by_a_long_constant_list_and_a_choice_of_plain_values_keep_rays_draws(length) -> None:
+    """Two grid values that differ only by a list of constants longer than ``tune_params.json`` keeps whole: the
+    trial's option is still found by it (with the list described as "any", the option without a draw won: Ray's
+    ``g/lr`` was lost), also read back from the file; and a ``choice`` of plain values fits no dict (it did, and
+    Ray's ``h/x/y`` was lost). Ray's ``generate_variants`` gives ``['g', 'g/lr']`` and ``['g']``, and
+    ``['h', 'h/x', 'h/x/y']`` for the dict."""
+    import json
+
+    big = list(range(length))
+    space = {"g": tune.grid_search([{"w": big, "lr": tune.uniform(0, 1)}, {"w": [x + 1 for x in big], "lr": 0.1}]),
+             "h": tune.grid_search([{"x": tune.choice([1, 2])}, {"x": tune.choice([{"y": tune.uniform(0, 1)}])}])}
+    tagger = Tagger(space, VARIANTS)
+    described = json.dumps(tagger.describe())
+    assert len(described) < 2_000
+    again = Tagger.from_description(json.loads(described))
+    drawn = {"g": {"w": big, "lr": 0.5}, "h": {"x": {"y": 0.25}}}
+    constant = {"g": {"w": [x + 1 for x in big], "lr": 0.1}, "h": {"x": 1}}
+    for which in (tagger, again):
+        assert list(which.evaluated_params(drawn, 3)) == ["g", "h", "g/lr", "h/x", "h/x/y"]
+        assert list(which.evaluated_params(constant, 0)) == ["g", "h", "h/x"]
+
+
 def _clean(value: Any) -> str:
     from ray.tune.search.variant_generator import _clean_value
 

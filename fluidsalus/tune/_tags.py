@@ -133,6 +133,8 @@ def _node(value: Any) -> dict[str, Any]:
         alternatives = [_node(option) for option in options]
         if any(draws_in(alternative) for alternative in alternatives):
             node["of"] = alternatives
+        elif not any(isinstance(option, (Mapping, list, tuple)) for option in options):
+            node["scalar"] = True  # (its values are no dict or list: one of those came from another option)
         return node
     if isinstance(value, sp.Domain):
         return {"kind": "draw"}
@@ -151,16 +153,45 @@ def _node(value: Any) -> dict[str, Any]:
     return {"kind": "any"}
 
 
-#: The longest list of plain values a :func:`draw_tree` node keeps (to tell a grid's values or a choice's
-#: categories apart by it, compared in one step); a longer one is described as ``"any"`` (it fits every value), so
-#: that neither ``tune_params.json`` nor the matching of each trial grows with a large constant (a 100,000-number
-#: list inside a grid value made tagging 2,000 trials take 320 s against 30 s, and the file 3.5 MB).
+#: The longest list of plain values ``tune_params.json`` keeps whole in a :func:`draw_tree` node (a list that tells
+#: a grid's values or a choice's categories apart); a longer one is written as its length and a sample of its values
+#: (:func:`_written`), so that the file does not grow with a large constant (a 100,000-number list inside a grid
+#: value made it 3.5 MB). In memory a list is one node, compared in one step (element by element, tagging 2,000
+#: trials took 320 s against 30 s).
 CONSTANT_LIST_KEPT = 64
 
 
 def constant_list_node(values: list[Any]) -> dict[str, Any]:
-    """The :func:`draw_tree` node of a list or tuple of plain values (:data:`CONSTANT_LIST_KEPT`)."""
-    return {"kind": "const", "value": values} if len(values) <= CONSTANT_LIST_KEPT else {"kind": "any"}
+    """The :func:`draw_tree` node of a list or tuple of plain values: one node, compared in one step (a long one
+    is shortened only where it is written down: :func:`_written`)."""
+    return {"kind": "const", "value": values}
+
+
+#: How many values of a long list constant :func:`_written` keeps, spread over it.
+_SAMPLED = 16
+
+
+def _sampled(values: Sequence[Any]) -> list[list[Any]]:
+    """``[index, value]`` of :data:`_SAMPLED` elements spread over ``values`` (its first and last too)."""
+    n = len(values)
+    picks = sorted({0, n - 1, *(i * (n - 1) // (_SAMPLED - 1) for i in range(_SAMPLED))})
+    return [[i, values[i]] for i in picks]
+
+
+def _written(node: Mapping[str, Any]) -> dict[str, Any]:
+    """``node`` as :meth:`Tagger.describe` writes it: a list constant longer than :data:`CONSTANT_LIST_KEPT` as
+    its length and a sample of its values (``"const_sample"``), so that ``tune_params.json`` stays small."""
+    kind = node.get("kind")
+    if kind == "const" and isinstance(node.get("value"), list) and len(node["value"]) > CONSTANT_LIST_KEPT:
+        return {"kind": "const_sample", "len": len(node["value"]), "sample": _sampled(node["value"])}
+    out = dict(node)
+    if "of" in node:
+        out["of"] = [_written(option) for option in node["of"]]
+    if kind == "dict":
+        out["items"] = [[key, _written(item)] for key, item in node["items"]]
+    elif kind == "list":
+        out["items"] = [_written(item) for item in node["items"]]
+    return out
 
 
 def draws_in(node: Mapping[str, Any], path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
@@ -179,8 +210,8 @@ def draw_tree(space: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], dict[str,
     """The grid searches and domains of a space (not its ``sample_from`` functions, whose values Ray's Tuner leaves
     out of a variant's resolved values), by path, depth first in the space's order, each as a node of
     :data:`_DRAW_KINDS`: what :func:`resolved_values` reads a trial's configuration by. (The space's constants are
-    not walked, and inside a grid value or a choice category a list of plain values longer than
-    :data:`CONSTANT_LIST_KEPT` is described as "any": a large one costs nothing.)"""
+    not walked, and inside a grid value or a choice category a list of plain values is one node: a large one costs
+    little.)"""
     out: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
 
     def walk(value: Any, path: tuple[Any, ...]) -> None:
@@ -206,6 +237,11 @@ def _matches(node: Mapping[str, Any], value: Any) -> bool:
     kind = node.get("kind")
     if kind in ("choice", "grid") and "of" in node:
         return any(_matches(option, value) for option in node["of"])
+    if kind in ("choice", "grid") and node.get("scalar"):
+        return not isinstance(value, (Mapping, list, tuple))
+    if kind == "const_sample":  # (a long list constant, as tune_params.json keeps it)
+        return (isinstance(value, (list, tuple)) and len(value) == node["len"]
+                and all(value[i] == v for i, v in node["sample"]))
     if kind == "dict":
         return (isinstance(value, Mapping) and len(value) == len(node["items"])
                 and all(key in value and _matches(item, value[key]) for key, item in node["items"]))
@@ -379,7 +415,8 @@ class Tagger:
         ``tuner.pkl`` (:data:`PARAMS_FILE`), so that an ``ExperimentAnalysis`` read from the folder gives its trials
         Ray's ``evaluated_params`` (:meth:`from_description`)."""
         return {"version": 2, "kind": self.kind, "drawn": [list(path) for path in self._drawn],
-                **({"tree": [[list(path), node] for path, node in self._tree]} if self._tree is not None else {}),
+                **({"tree": [[list(path), _written(node)] for path, node in self._tree]} if self._tree is not None
+                   else {}),
                 "filled": list(self._filled),
                 "points": [[count, sorted((list(path) for path in given), key=str)]
                            for count, given in self._point_runs]}

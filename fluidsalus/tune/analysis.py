@@ -653,6 +653,8 @@ def _options_node(kind: str, options: ast.AST | None) -> dict[str, Any]:
         alternatives = [_repr_node(option) for option in options.elts]
         if any(draws_in(alternative) for alternative in alternatives):
             node["of"] = alternatives
+        elif not any(isinstance(option, (ast.Dict, ast.List, ast.Tuple)) for option in options.elts):
+            node["scalar"] = True  # (as _tags' own: no dict or list among its values)
     return node
 
 
