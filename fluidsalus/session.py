@@ -318,7 +318,7 @@ def check_sendable(metrics: Mapping[str, Any]) -> None:
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-def _callers_stacklevel() -> int:
+def callers_stacklevel() -> int:
     """The ``stacklevel`` that points a warning of the calling function at the first frame outside fluidsalus
     (the user's ``report``, whichever of fluidsalus's, ``tune``'s or ``train``'s wrappers it went through)."""
     frame, level = sys._getframe(1), 1
@@ -377,7 +377,7 @@ def _engine_checkpoint(checkpoint: Any) -> Checkpoint | None:
 
         warn_user("report(checkpoint=...) got Ray's Checkpoint; it was translated. Change the import "
                   "`from ray.tune import Checkpoint` (or `ray.train`) to `from fluidsalus.tune import "
-                  "Checkpoint` (or `fluidsalus.train`).", stacklevel=_callers_stacklevel())
+                  "Checkpoint` (or `fluidsalus.train`).", stacklevel=callers_stacklevel())
         return _as_fluidsalus_checkpoint(checkpoint)
     raise TypeError(f"report(checkpoint=...): expected a fluidsalus.Checkpoint, got {type(checkpoint).__name__}")
 

@@ -444,9 +444,11 @@ def test_ray_domains_in_param_space_are_translated() -> None:
 def test_rays_asha_is_translated_with_a_warning() -> None:
     from ray.tune.schedulers import ASHAScheduler
 
-    with pytest.warns(UserWarning, match="Ray Tune's AsyncHyperBandScheduler"):
+    with pytest.warns(UserWarning, match="Ray Tune's AsyncHyperBandScheduler") as caught:
         s = _plan(metric="m", mode="max", scheduler=ASHAScheduler(max_t=50, grace_period=5, brackets=2)).searcher
     assert isinstance(s, searchers.ASHA) and (s.max_t, s.grace_period, s.brackets) == (50, 5, 2)
+    # the warning names the script's line, not fluidsalus's own (it named fluidsalus/tune/_translate.py's)
+    assert {os.path.abspath(w.filename) for w in caught} == {os.path.abspath(__file__)}
 
 
 def test_rays_hyperband_median_and_pbt_are_translated() -> None:

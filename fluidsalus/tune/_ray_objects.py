@@ -15,6 +15,7 @@ from typing import Any
 
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers import BaseSearcher
+from fluidsalus.session import callers_stacklevel
 from fluidsalus.tune._custom_scheduler import is_custom_scheduler
 from fluidsalus.tune._custom_search import is_custom_searcher
 from fluidsalus.tune.schedulers import (
@@ -91,7 +92,8 @@ def _users_subclass(field: str, value: Any, name: str, warn: bool) -> bool:
     if runs is not None and runs(value):
         if warn:
             warnings.warn(f"fluidsalus.tune: {field} {type(value).__name__} subclasses Ray Tune's {name}; fluidsalus "
-                          f"runs it as it is. Change the import to `{module}`.", UserWarning, stacklevel=4)
+                          f"runs it as it is. Change the import to `{module}`.",
+                          UserWarning, stacklevel=callers_stacklevel())
         return True
     raise ConfigError(
         f"{field} is {type(value).__name__}, a subclass of Ray Tune's {name} with code of its own, which "
@@ -240,7 +242,7 @@ def _warn(field: str, ray_name: str, ours: Any, module: str) -> None:
         f"fluidsalus.tune: {field} is Ray Tune's {ray_name}; it was translated into {ours!r}. Change "
         f"the import to `from {module} import {type(ours).__name__}`.",
         UserWarning,
-        stacklevel=4,
+        stacklevel=callers_stacklevel(),
     )
 
 

@@ -130,13 +130,13 @@ def adopt_ray_class(value: Any, where: str) -> Any:
         return value
     import warnings
 
-    from fluidsalus.session import _callers_stacklevel
+    from fluidsalus.session import callers_stacklevel
 
     warnings.warn(
         f"fluidsalus.tune: {where}: {value.__name__} is Ray Tune's ({value.__module__}); it was translated into "
         f"fluidsalus's. Change the import to `from {twin.__module__} import {value.__name__}`.",
         UserWarning,
-        stacklevel=_callers_stacklevel(),
+        stacklevel=callers_stacklevel(),
     )
     return twin
 

@@ -68,6 +68,7 @@ from fluidsalus.searchers import (
     SyncBOHB,
 )
 from fluidsalus.searchers._random import VariantStream
+from fluidsalus.session import callers_stacklevel
 from fluidsalus.tune._config import INFINITE_SAMPLES, TuneConfig
 from fluidsalus.tune._custom_scheduler import HOOKS, BuiltInRule, ScheduledSearch, is_custom_scheduler
 from fluidsalus.tune._custom_search import (
@@ -312,7 +313,7 @@ def _resource_changing_base(scheduler: ResourceChangingScheduler) -> TrialSchedu
         f"({scheduler.resources_allocation_function!r}) is not called and get_trial_resources() keeps each "
         "trial's request",
         UserWarning,
-        stacklevel=3,
+        stacklevel=callers_stacklevel(),
     )
     return base
 
@@ -465,7 +466,8 @@ def _plan_median(rule: MedianStoppingRule, tune_config: TuneConfig, param_space:
     if not rule.hard_stop:
         warnings.warn("fluidsalus.tune: MedianStoppingRule(hard_stop=False): Ray pauses a trial the rule would stop "
                       "and resumes it once no other trial waits; fluidsalus shares devices instead of pausing "
-                      "trials, so it goes on at once (and, as in Ray, is not judged again)", UserWarning, stacklevel=3)
+                      "trials, so it goes on at once (and, as in Ray, is not judged again)",
+                      UserWarning, stacklevel=callers_stacklevel())
     searcher = MedianStopping(inner.searcher, metric, mode, time_attr=rule.time_attr, grace_period=rule.grace_period,
                               min_samples_required=rule.min_samples_required, hard_stop=rule.hard_stop)
     return replace(inner, searcher=searcher, metric=metric, mode=mode,
@@ -497,7 +499,7 @@ def _wait_for_batches(planned: Plan) -> Plan:
     if not isinstance(searcher, (OptunaSearch, CustomSearch, CustomASHA, CustomHyperBand)):
         warnings.warn(f"fluidsalus.tune: ConcurrencyLimiter(batch=True) waits for each batch around OptunaSearch, "
                       f"HyperOptSearch, BayesOptSearch and a search algorithm of your own; {type(searcher).__name__} "
-                      "proposes as it does without it", UserWarning, stacklevel=3)
+                      "proposes as it does without it", UserWarning, stacklevel=callers_stacklevel())
         return planned
     searcher.wait_for_batch = True
     return replace(planned, summary=f"{planned.summary}, in batches")
@@ -584,7 +586,7 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
                 f"fluidsalus.tune: {type(scheduler).__name__} overrides {', '.join(hooks)} of {base.__name__}, so "
                 f"it runs as a scheduler of your own: its hooks decide, and {base.__name__}'s own decisions are not "
                 f"made (a super().{hooks[0]}(...) answers CONTINUE). Leave the hooks to {base.__name__}, or write "
-                "the whole rule in them", UserWarning, stacklevel=4)
+                "the whole rule in them", UserWarning, stacklevel=callers_stacklevel())
         return _plan_scheduled(scheduler, tune_config, param_space, class_trainable)
     if isinstance(scheduler, MedianStoppingRule):
         return _plan_median(scheduler, tune_config, param_space, class_trainable)
@@ -613,7 +615,7 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
                 if theirs is not None and theirs != ours:
                     warnings.warn(f"fluidsalus.tune: TuneConfig.{what}={ours!r} replaces {name}.{what}={theirs!r}, "
                                   f"as Ray's {name}.set_search_properties replaces it; give it once",
-                                  UserWarning, stacklevel=4)
+                                  UserWarning, stacklevel=callers_stacklevel())
                 continue
             sources.append((f"{name}.{what}", theirs))
     metric = _pick("metric", sources_metric)
@@ -682,7 +684,7 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
                 "its brackets from the smallest up (HyperBandForBOHB goes from the largest down); pair it with "
                 "TuneBOHB for BOHB",
                 UserWarning,
-                stacklevel=3,
+                stacklevel=callers_stacklevel(),
             )
         searcher = (StreamedHyperBand if streamed else HyperBand)(
             space, n, metric, mode, time_attr=scheduler.time_attr, max_t=scheduler.max_t,
@@ -721,7 +723,8 @@ def _plan_replay(replay: PopulationBasedTrainingReplay, search_alg: Any, space: 
     if replay.schedule:
         if space:
             warnings.warn("fluidsalus.tune: PopulationBasedTrainingReplay replaces param_space with the replayed "
-                          "configuration, as Ray does; pass no param_space", UserWarning, stacklevel=3)
+                          "configuration, as Ray does; pass no param_space",
+                          UserWarning, stacklevel=callers_stacklevel())
     else:
         seed = search_alg.seed() if isinstance(search_alg, BasicVariantGenerator) else None
         samples = VariantStream(space, 1, seed).take(None) if space else []
