@@ -30,6 +30,7 @@ from fluidsalus.errors import ConfigError, StoreError
 from fluidsalus.inspect import (
     DRIVER_GONE,
     DRIVER_GONE_HINT,
+    OPTUNA_FINAL_STATES,
     OPTUNA_TRIAL_EVENT,
     is_optuna_experiment,
     open_readonly,
@@ -162,7 +163,9 @@ def _optuna_words(store: ExperimentStore, exp: dict, trials: list[TrialRow]) -> 
     if not is_optuna_experiment(exp):
         return {}
     known = optuna_trials(trials, store.events(OPTUNA_TRIAL_EVENT))
-    return {trial_id: t.state.lower() for trial_id, t in known.items() if t.state is not None}
+    # (only a state the study ended it in: a trial a SystemExit left RUNNING in the study is "unfinished" in an
+    # experiment no driver runs, as every other front end's)
+    return {trial_id: t.state.lower() for trial_id, t in known.items() if t.state in OPTUNA_FINAL_STATES}
 
 
 def _trial_counts(trials: Sequence[TrialRow], status: str, words: Mapping[str, str] | None = None) -> str:

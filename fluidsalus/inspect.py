@@ -118,6 +118,8 @@ OPTUNA_NUMBER_KEY, OPTUNA_STATE_KEY = "optuna_number", "optuna_state"
 #: Event the Optuna front end stores for each trial it started once ``optimize`` ends (data ``number``, ``state``:
 #: the study's word, ``FAIL`` too, and the number of a trial that failed before its first report).
 OPTUNA_TRIAL_EVENT = "optuna_trial"
+#: The Optuna states a trial ends in (``optuna.trial.TrialState.is_finished``).
+OPTUNA_FINAL_STATES = ("COMPLETE", "PRUNED", "FAIL")
 #: Columns :attr:`Report.trials` (and each entry of the JSON's ``trials``) adds for an experiment of the Optuna
 #: front end: the trial's Optuna number and state (None where the store has neither: a trial that never started).
 OPTUNA_TRIAL_COLUMNS = (OPTUNA_NUMBER_KEY, OPTUNA_STATE_KEY)
@@ -368,6 +370,9 @@ def resolve_experiment(path: str | os.PathLike[str]) -> str:
     if found:
         raise StoreError(f"{text!r} names an experiment in more than one storage path: {' and '.join(found)}; "
                          "give its folder")
+    ray = [os.path.join(root, text) for root, _ in places if written_by_ray(os.path.join(root, text))]
+    if ray:  # (a folder Ray Tune wrote in ~/ray_results: inspect() says so, naming it)
+        return ray[0]
     where = "; ".join(f"{root!r} ({how})" for root, how in places)
     raise StoreError(f"{text!r} is not a fluidsalus experiment: no such folder in {os.getcwd()!r}, nor an "
                      f"experiment of that name in the storage path{'s' if len(places) > 1 else ''} {where}; "
@@ -972,7 +977,7 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
     resolved = resolve_experiment(path)
     if not os.path.exists(os.path.join(resolved, DB_FILENAME)) and written_by_ray(resolved):
         # (it said only "no experiment.db found", where ExperimentAnalysis names Ray's folder as such)
-        raise StoreError(f"{os.fspath(path)!r} is not a fluidsalus experiment (no {DB_FILENAME} found). Ray Tune "
+        raise StoreError(f"{resolved!r} is not a fluidsalus experiment (no {DB_FILENAME} found). Ray Tune "
                          "wrote this folder (its experiment_state file is there): fluidsalus inspects the experiments "
                          "it ran itself, from their store; read this one with Ray's ExperimentAnalysis.")
     with open_readonly(resolved) as store:

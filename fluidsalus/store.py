@@ -1311,13 +1311,15 @@ class ExperimentStore:
         created, updated, finished = exp
         starts = [created] + [ts for (ts,) in self._conn.execute(
             "SELECT ts FROM events WHERE kind = 'resume' ORDER BY id")]
-        if len(starts) == 1:  # (never resumed: no scan of the tables for its last record)
-            return [(created, max(created, finished or updated or created))]
 
         def last_record(since: float, before: float) -> float | None:
             ends = [self._conn.execute(f"SELECT MAX(ts) FROM {table} WHERE ts >= ? AND ts < ?",
                                        (since, before)).fetchone()[0] for table in ("events", "results")]
             return max((e for e in ends if e is not None), default=None)
+
+        if len(starts) == 1:  # (never resumed: a finished one needs no scan of the tables for its last record)
+            end = finished or max(updated or created, last_record(created, math.inf) or created)
+            return [(created, max(created, end))]
 
         out = []
         for start, following in zip(starts, [*starts[1:], math.inf], strict=True):

@@ -179,6 +179,8 @@ def test_inspect_and_ls_read_only(sweep, capsys):
 
 def test_by_name_under_the_storage_path_and_a_window(sweep, monkeypatch):
     monkeypatch.setenv("FLUIDSALUS_STORAGE_PATH", os.path.dirname(sweep))
+    # (not the real ~/ray_results, where a name may be too)
+    monkeypatch.setenv("RAY_STORAGE", os.path.join(os.path.dirname(sweep), "no_ray_results"))
     whole = inspect("sweep")
     half = whole.total_stats.device_seconds / 2
     first = inspect("sweep", window=(0, half))
@@ -1245,3 +1247,16 @@ def test_a_folder_ray_tune_wrote_is_named_as_such(tmp_path, capsys):
                                      "inspects the experiments it ran itself, from their store; read this one with "
                                      "Ray's ExperimentAnalysis.")
     assert "Ray Tune" not in _bad(tmp_path / "nothing", capsys)
+
+
+def test_a_bare_name_of_a_folder_ray_tune_wrote_in_ray_results_is_named_as_such(tmp_path, capsys, monkeypatch):
+    """``fluidsalus inspect raysweep`` of Ray Tune's own run in ``~/ray_results`` said the name was found nowhere
+    (only a store is looked for by name); it names the folder and says Ray wrote it."""
+    monkeypatch.setenv("FLUIDSALUS_STORAGE_PATH", str(tmp_path / "results"))
+    monkeypatch.setenv("RAY_STORAGE", str(tmp_path / "ray_results"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ray_results" / "raysweep").mkdir(parents=True)
+    (tmp_path / "ray_results" / "raysweep" / "experiment_state-2026-11-29_01-31-01.json").write_text("{}")
+    err = _bad("raysweep", capsys)
+    assert f"{str(tmp_path / 'ray_results' / 'raysweep')!r} is not a fluidsalus experiment" in err
+    assert "Ray Tune wrote this folder" in err

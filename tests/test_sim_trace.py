@@ -461,6 +461,8 @@ def test_the_recorded_workload_is_a_sim_trace_and_the_cli_compares(tmp_path, cap
 
 def test_the_cli_takes_a_bare_name_and_refuses_a_run_without_iterations(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("FLUIDSALUS_STORAGE_PATH", str(tmp_path))
+    # (not the real ~/ray_results, where a name may be too)
+    monkeypatch.setenv("RAY_STORAGE", os.path.join(os.path.dirname(str(tmp_path)), "no_ray_results"))
     write_race_store(str(tmp_path / "race"))
     assert main(["race"]) == 0  # "no such file" before: inspect takes a bare name, so does this
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["iterations"]["recorded"] == 5
