@@ -320,6 +320,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             report.plot(args.plot)
         except OSError as e:
             raise _UsageError(f"inspect: cannot write {args.plot!r}: {e.strerror or e}") from None
+        except (RuntimeError, KeyError, ValueError) as e:  # (a format the installed Pillow cannot write: .avif)
+            raise _UsageError(f"inspect: cannot write {args.plot!r} in that format here ({type(e).__name__}: {e}); "
+                              "write a .png, .pdf or .svg") from None
     if args.json:
         print(report.to_json())
     else:

@@ -450,3 +450,20 @@ def test_inspect_plot_writes_the_formats_matplotlib_writes_by_their_suffix(tmp_p
         assert err.count("\n") == 1 and "is not a file name ending in a suffix matplotlib writes: .png, " in err
         allowed = err.split("matplotlib writes: ")[1]
         assert ".pdf" in allowed and ".svg" in allowed and ".pgf" not in allowed and not (tmp_path / name).exists()
+
+
+def test_inspect_plot_in_a_format_this_machine_cannot_write_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    """A suffix matplotlib knows but the installed Pillow cannot write (``.avif``, ``.webp`` with an old Pillow)
+    ended in a traceback and exit 1."""
+    pytest.importorskip("matplotlib")
+    inspect_module = sys.modules["fluidsalus.inspect"]  # (the package's ``inspect`` is the function)
+
+    def no_codec(self, path):
+        raise KeyError("AVIF")
+
+    monkeypatch.setattr(inspect_module.Report, "plot", no_codec)
+    store = _stored(str(tmp_path), "exp")
+    store.close()
+    assert main(["inspect", store.experiment_dir, "--plot", str(tmp_path / "plot.png")]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "in that format here (KeyError: 'AVIF'); write a .png, .pdf or .svg" in err
