@@ -143,6 +143,16 @@ def _typed_getattr(self: TrialError, name: str) -> Any:
     return getattr(cause, name)
 
 
+def exception_text(error: BaseException, show: Any = str) -> str:
+    """``str(error)`` (or ``show(error)``: ``repr``), or, where the exception's own method raises, what Python's
+    traceback shows for it: a user's ``__str__`` that fails must not fail the code that reports the error (a
+    trainable raising one hung its run: the device's trial thread died formatting it, and the trial never ended)."""
+    try:
+        return show(error)
+    except Exception:  # noqa: BLE001 - any user's method may fail, in any way
+        return f"<exception {getattr(show, '__name__', 'str')}() failed>"
+
+
 #: Largest pickle of a trial's exception sent to the driver, in bytes (:func:`pickle_exception`'s two). A raised
 #: exception's pickle is its type, message and attributes (a few kilobytes at most, its class's code included when
 #: the user's script defines it); one this large holds data (a tensor, a batch), which the error's text and

@@ -97,6 +97,7 @@ from fluidsalus.errors import (
     FluidsalusError,
     StoreError,
     TrialError,
+    exception_text,
     pickle_exception,
     unpickle_exception,
 )
@@ -280,8 +281,8 @@ class _PackedError:
         context = error.__context__ if linked else None
         return cls(
             type_name=type(error).__name__,
-            text=str(error),
-            shown=repr(error),
+            text=exception_text(error),
+            shown=exception_text(error, repr),
             trace="".join(traceback.format_exception(error)) if depth == 0 else "",  # (the first's holds the chain)
             pickled=pickled,
             pickle_error=problem,

@@ -504,6 +504,31 @@ def test_an_unpicklable_driver_error_whose_text_names_an_address_still_goes_as_i
     assert type(back) is _AddressedDown and str(back).startswith("lost <")
 
 
+class _BadStr(ValueError):
+    """An objective's exception whose ``__str__`` itself raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+@pytest.mark.parametrize("how", ["optuna", "fluidsalus"])
+def test_an_objective_error_whose_str_raises_is_caught_as_in_optuna(tmp_path, how):
+    """Optuna fails the trial and ``catch=(ValueError,)`` goes on; here packing its text raised, and the run ended
+    with a TrialError."""
+    def objective(trial: Any) -> float:
+        x = trial.suggest_float("x", 0, 1)
+        if trial.number == 1:
+            raise _BadStr()
+        return x
+
+    study = optuna.create_study()
+    if how == "optuna":
+        study.optimize(objective, n_trials=3, catch=(ValueError,))
+    else:
+        _optimize(study, objective, tmp_path, n_trials=3, catch=(ValueError,), max_concurrent_trials=1, name="bad")
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE]
+
+
 class StorageDown(RuntimeError):
     """A storage's exception that does not pickle (it holds a lock)."""
 

@@ -2084,3 +2084,25 @@ def test_a_pathlib_storage_path_is_taken_as_ray_takes_it(storage):
     """``storage_path=Path(...)``, as Ray's RunConfig takes it, was refused as not a string (h106)."""
     grid = fluidsalus.run(objective, {"x": 0.5}, storage_path=Path(storage), name="p", verbose=0)
     assert grid.num_errors == 0 and grid.experiment_path == os.path.join(storage, "p")
+
+
+class _TextlessError(ValueError):
+    """A trainable's exception whose ``__str__`` itself raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def _raises_textless_at_1(config):
+    if config["x"] == 1:
+        raise _TextlessError()
+    fluidsalus.report({"m": config["x"]})
+
+
+def test_a_trainable_error_whose_str_raises_errors_its_trial_and_the_run_ends(storage):
+    """The device's trial thread died formatting such an error (``str(e)``), so the trial never ended and the run
+    waited for it for ever; it is recorded as Python's traceback shows it."""
+    grid = fluidsalus.run(_raises_textless_at_1, {"x": fluidsalus.grid_search([0, 1, 2])}, storage_path=storage,
+                          name="textless", verbose=0)
+    assert [r.error is not None for r in grid] == [False, True, False]
+    assert "_TextlessError: <exception str() failed>" in str(grid[1].error)

@@ -34,7 +34,7 @@ from fluidsalus.distributed._common import (
     POLL_MIN_S,
     DataParallelError,
 )
-from fluidsalus.errors import ConfigError
+from fluidsalus.errors import ConfigError, exception_text
 from fluidsalus.gpu.host import OUT_ERRORED, OUT_OOM, OUT_STOPPED
 from fluidsalus.session import GO, STOP, StopTrial
 
@@ -385,7 +385,7 @@ def broken_by_leader_end(exc: BaseException | None) -> bool:
     while exc is not None and seen < _CHAIN_DEPTH:
         if isinstance(exc, (DataParallelError, dist.DistError)):
             return True
-        if isinstance(exc, RuntimeError) and any(word in str(exc).lower() for word in _BROKEN_PEER_WORDS):
+        if isinstance(exc, RuntimeError) and any(word in exception_text(exc).lower() for word in _BROKEN_PEER_WORDS):
             return True
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return False

@@ -45,7 +45,7 @@ from typing import Any
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.distributed._common import DEFAULT_TIMEOUT_S as DEFAULT_DISTRIBUTED_TIMEOUT_S
 from fluidsalus.distributed._common import data_parallel_timeout
-from fluidsalus.errors import ConfigError, pickle_exception
+from fluidsalus.errors import ConfigError, exception_text, pickle_exception
 from fluidsalus.gpu import lanes as ln
 from fluidsalus.gpu import memory as mem
 from fluidsalus.gpu import nvml
@@ -1217,7 +1217,8 @@ class DeviceHost:
             outcome = OUT_WITHDRAWN
         except BaseException as e:  # noqa: BLE001 - a trial's failure must never take the device down
             # (as Python prints it: no ": " after the type of an exception without a message)
-            error = _encodable(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
+            text = exception_text(e)
+            error = _encodable(f"{type(e).__name__}: {text}" if text else type(e).__name__)
             trace = _encodable(tb.format_exc())
             error_pickle = pickle_exception(e)
             if ranks is not None:
