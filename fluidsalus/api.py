@@ -630,6 +630,8 @@ def _execute(spec: RunSpec, payload: bytes, searcher: BaseSearcher, store: Exper
     store.close()
     if spec.verbose >= 1:
         _print_summary(grid, exp_dir, time.time() - started, spec.metric, spec.mode, never)
+    if executor.warning_error is not None:  # a trial's warning under an "error" filter (python -W error)
+        raise executor.warning_error
     return grid
 
 

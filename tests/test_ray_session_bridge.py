@@ -219,6 +219,28 @@ def test_a_tuner_runs_a_trainable_that_calls_rays_report(ray_cluster, storage):
         assert json.load(f) == {"step": 2}
 
 
+def test_a_trial_warning_under_an_error_filter_is_raised_once_the_run_has_ended(ray_cluster, storage):
+    """Under ``python -W error`` (or pytest's ``filterwarnings = error``) the driver's ``warn_explicit`` raised
+    in the middle of the run, which then ended as an engine error, half run (Ray Tune's trials warn in their
+    own processes, and its run finishes): the run now finishes and is stored, then ``fit()`` raises it."""
+    from fluidsalus import tune
+    from fluidsalus.store import ExperimentStore
+
+    tuner = tune.Tuner(_ray_style_trainable, param_space={"x": tune.grid_search([1, 3])},
+                       tune_config=tune.TuneConfig(metric="score", mode="max"),
+                       run_config=tune.RunConfig(name="strict", storage_path=storage, verbose=0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="was called"):
+            tuner.fit()
+    store = ExperimentStore.open(os.path.join(storage, "strict"), readonly=True)
+    try:
+        assert store.experiment()["status"] == "FINISHED"
+        assert sorted(row.status for row in store.trials()) == ["TERMINATED", "TERMINATED"]
+    finally:
+        store.close()
+
+
 def test_the_bridge_is_put_in_place_when_a_trial_first_imports_rays_session_module(tmp_path, monkeypatch):
     # A stand-in for Ray's session module, not imported yet: the device process waits for the trainable to import
     # it (inside a trial, say) instead of importing it itself.

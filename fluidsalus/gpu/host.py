@@ -1101,7 +1101,8 @@ class DeviceHost:
 
         def warning_sink(data: dict[str, Any]) -> None:
             with self._lock:
-                self._emit_locked((EV_LANE, trial_id, attempt, time.time(), LANE_WARNING, data), wake=False)
+                # wake: sent at once (once per trial and message), so a process that dies next does not lose it
+                self._emit_locked((EV_LANE, trial_id, attempt, time.time(), LANE_WARNING, data))
 
         stop_rule = None if worker else self.settings.stop
         if stop_rule is not None and spec.stop_state is not None:

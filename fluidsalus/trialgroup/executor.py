@@ -675,6 +675,9 @@ class Executor:
         # The warnings the trials sent for the script's author (LANE_WARNING) given in this run: each once
         self._trial_warnings: set[tuple[Any, str]] = set()
         self._warnings_registry: dict[Any, Any] = {}  # (warnings' "default" action: once per place, per run)
+        #: The first trial warning that the driver's filters turned into an exception ("error"): raised by the
+        #: caller once the run has ended and is stored (raised mid-run, it ended the run as an engine error)
+        self.warning_error: Exception | None = None
         self._readmitted_from: dict[str, int] = {}  # trial -> the iteration its out-of-memory re-admission resumes at
         self._dirnames = {os.path.basename(t.trial_dir) for t in trials or []}  # folder names in use
         if trials:  # a resumed run goes on from the move cost it had measured, and from what its searcher saw
@@ -1430,9 +1433,13 @@ class Executor:
             if (category, message) in self._trial_warnings:
                 continue
             self._trial_warnings.add((category, message))
-            warnings.warn_explicit(message, category, str(data.get("filename") or "<trial>"),
-                                   int(data.get("lineno") or 0), module=data.get("module"),
-                                   registry=self._warnings_registry)
+            try:
+                warnings.warn_explicit(message, category, str(data.get("filename") or "<trial>"),
+                                       int(data.get("lineno") or 0), module=data.get("module"),
+                                       registry=self._warnings_registry)
+            except Exception as e:  # noqa: BLE001 - a filter set to "error": raised once the run has ended
+                if self.warning_error is None:
+                    self.warning_error = e
 
     def _note_last_value(self, trial_id: str, result: Mapping[str, Any] | None) -> None:
         """Keep the trial's last value of the metric (a trial whose last value is no finite number has none)."""
