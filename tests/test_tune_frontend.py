@@ -674,6 +674,17 @@ def test_a_subclass_of_rays_trainable_is_refused_before_ray_starts(storage: str,
     with pytest.raises(ConfigError, match="PBTBenchmarkExample is Ray's own class \\(ray.tune.examples.pbt_example\\), "
                                           "which fluidsalus has no equivalent of"):
         Tuner(PBTBenchmarkExample, run_config=tune.RunConfig(storage_path=storage)).fit()
+    # a subclass of Ray's MyTrainableClass: the import to change is that one (the message named `from ray.tune
+    # import Trainable`, an import the script never wrote)
+    from ray.tune.utils.mock_trainable import MyTrainableClass
+
+    class Mocked(MyTrainableClass):
+        pass
+
+    with pytest.raises(ConfigError, match="Mocked .* subclasses Ray's MyTrainableClass .*Change `from "
+                                          "ray.tune.utils.mock_trainable import MyTrainableClass` to `from "
+                                          "fluidsalus.tune.utils.mock_trainable import MyTrainableClass`"):
+        Tuner(Mocked, run_config=tune.RunConfig(storage_path=storage)).fit()
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -158,6 +158,14 @@ def _check_base(value: Any, where: str) -> None:
                 "(Ray Train trainers such as TorchTrainer are not supported)"
             )
         ray_base = next((cls for cls in value.__mro__ if cls.__module__.startswith("ray.")), None)
+        twin = _ray_twin(ray_base) if ray_base is not None else None
+        if twin is not None:  # (a subclass of Ray's MyTrainableClass: the import to change is that one)
+            raise ConfigError(
+                f"{where}: {value.__name__} (defined in {value.__module__}) subclasses Ray's {ray_base.__name__} "
+                f"({ray_base.__module__}); fluidsalus runs function trainables and fluidsalus.tune.Trainable "
+                f"subclasses. Change `from {ray_base.__module__} import {ray_base.__name__}` to `from "
+                f"{twin.__module__} import {ray_base.__name__}`"
+            )
         if ray_base is not None:
             raise ConfigError(
                 f"{where}: {value.__name__} (defined in {value.__module__}) subclasses Ray's {ray_base.__name__}; "
