@@ -653,6 +653,16 @@ def test_rays_own_mock_trainable_is_translated_into_fluidsalus_twin_with_a_warni
     assert get_trainable_cls("rays_mock") is MyTrainableClass
 
 
+def test_the_mock_trainable_module_registers_its_class_as_rays_does() -> None:
+    """Ray's ``mock_trainable`` module has ``MOCK_TRAINABLE_NAME`` and ``register_mock_trainable()``; fluidsalus's
+    twin lacked both, so a script of Ray's that registers the class by name failed at its import."""
+    from fluidsalus.tune.registry import get_trainable_cls
+    from fluidsalus.tune.utils.mock_trainable import MOCK_TRAINABLE_NAME, MyTrainableClass, register_mock_trainable
+
+    register_mock_trainable()
+    assert MOCK_TRAINABLE_NAME == "mock_trainable" and get_trainable_cls("mock_trainable") is MyTrainableClass
+
+
 def test_a_subclass_of_rays_trainable_is_refused_before_ray_starts(storage: str,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     import ray

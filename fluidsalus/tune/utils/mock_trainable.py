@@ -16,8 +16,10 @@ from typing import Any
 
 from fluidsalus.tune._trainable import Trainable
 
-__all__ = ["MOCK_ERROR_KEY", "MyTrainableClass"]
+__all__ = ["MOCK_ERROR_KEY", "MOCK_TRAINABLE_NAME", "MyTrainableClass", "register_mock_trainable"]
 
+#: The name :func:`register_mock_trainable` registers the class under, as Ray's module names it.
+MOCK_TRAINABLE_NAME = "mock_trainable"
 #: Config key that makes the trainable fail on purpose.
 MOCK_ERROR_KEY = "mock_error"
 #: The checkpoint file.
@@ -51,3 +53,11 @@ class MyTrainableClass(Trainable):
         with open(os.path.join(checkpoint, _CHECKPOINT_FILE)) as f:
             self.timestep = json.load(f)["timestep"]
         self.restored = True
+
+
+def register_mock_trainable() -> None:
+    """Register :class:`MyTrainableClass` as :data:`MOCK_TRAINABLE_NAME` (``tune.register_trainable``), as Ray's
+    module does, so a script may name it ``"mock_trainable"`` in ``Tuner`` or ``tune.run``."""
+    from fluidsalus.tune.registry import register_trainable
+
+    register_trainable(MOCK_TRAINABLE_NAME, MyTrainableClass)
