@@ -230,6 +230,11 @@ def _print_table(rows: Sequence[_Row], unreadable: Sequence[str], widths: Sequen
         print("\nunreadable:\n" + "\n".join(unreadable))
 
 
+def _widths(rows: Sequence[_Row]) -> list[int]:
+    """Each column's width: its widest cell, the header's included."""
+    return [max(len(r[i]) for r in [_HEADER, *rows]) for i in range(len(_HEADER))]
+
+
 def _default_places() -> str:
     return " and ".join(f"{path} ({how})" for path, how in default_storage_paths())
 
@@ -245,7 +250,7 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         if not rows:
             print(f"no experiments in {root}")
             return 0
-        _print_table(rows, unreadable, [max(len(r[i]) for r in [_HEADER, *rows]) for i in range(len(_HEADER))])
+        _print_table(rows, unreadable, _widths(rows))
     else:  # the folders runs go in by default: fluidsalus.run's and the Optuna front end's, the Tune front end's
         places = []
         for root, how in default_storage_paths():
@@ -259,7 +264,7 @@ def _cmd_ls(args: argparse.Namespace) -> int:
             return 0
         places = [place for place in places if os.path.isdir(place[0])]  # (one no run has made yet: left out)
         rows = [row for place in places for row in place[2]]
-        widths = [max(len(r[i]) for r in [_HEADER, *rows]) for i in range(len(_HEADER))]  # (aligned across places)
+        widths = _widths(rows)  # (aligned across places)
         for i, (root, how, place_rows, unreadable) in enumerate(places):
             print(("\n" if i else "") + f"{root} ({how}):" + ("" if place_rows else " no experiments"))
             if place_rows:

@@ -449,7 +449,7 @@ def _call(method: str, *args: Any) -> Any:
     label = M_REPORT if method == M_FLUSH else method
     if reports:  # (the call's own arguments stay a pickle inside: the driver loads them after the reports)
         method, blob = M_AFTER_REPORTS, cloudpickle.dumps((reports, method, blob))
-    ok, payload = session._current("call_driver").call(method, blob, label=label)
+    ok, payload = session.call_driver(method, blob, label=label)
     if ok:
         answer, warned = cloudpickle.loads(payload)
         _warn_again(warned)

@@ -969,7 +969,7 @@ def get_checkpoint() -> Checkpoint | None:
     return _current("get_checkpoint").resume_checkpoint()
 
 
-def call_driver(method: str, *args: Any) -> Any:
+def call_driver(method: str, *args: Any, label: str | None = None) -> Any:
     """From inside a trial, call the run's driver-side call handler and return its answer.
 
     This is the channel front ends use for define-by-run APIs (an Optuna trial's ``suggest_float`` asks the
@@ -979,11 +979,13 @@ def call_driver(method: str, *args: Any) -> Any:
     Args:
         method: The name the handler dispatches on.
         *args: Its arguments (picklable).
+        label: What the device's goodput record names the wait by (``fluidsalus inspect``'s driver idle by
+            method); None: ``method``.
 
     Returns:
         The handler's return value.
     """
-    return _current("call_driver").call(method, *args)
+    return _current("call_driver").call(method, *args, label=label)
 
 
 def step() -> None:

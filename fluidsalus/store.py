@@ -1317,10 +1317,6 @@ class ExperimentStore:
                                        (since, before)).fetchone()[0] for table in ("events", "results")]
             return max((e for e in ends if e is not None), default=None)
 
-        if len(starts) == 1:  # (never resumed: a finished one needs no scan of the tables for its last record)
-            end = finished or max(updated or created, last_record(created, math.inf) or created)
-            return [(created, max(created, end))]
-
         out = []
         for start, following in zip(starts, [*starts[1:], math.inf], strict=True):
             if following == math.inf:

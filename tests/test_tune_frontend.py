@@ -1114,9 +1114,12 @@ def test_rays_own_with_parameters_and_with_resources_are_translated(ray_cluster,
         tune.report({"total": float(data.sum()), "gpu": tune.get_context().get_trial_resources()["gpu"]})
 
     wrapped = rt.with_parameters(rt.with_resources(train, {"cpu": 1, "gpu": 0.5}), data=np.ones(10))
-    with pytest.warns(UserWarning, match="Ray Tune's with_parameters and with_resources"):
+    with pytest.warns(UserWarning, match="Ray Tune's with_parameters and with_resources") as caught:
         _, grid = _run(wrapped, storage, num_samples=1)
     assert (grid[0].metrics["total"], grid[0].metrics["gpu"]) == (10.0, 0.5)
+    # at the script's line, whichever entry point took the trainable (callers_stacklevel)
+    assert {os.path.abspath(w.filename) for w in caught if "with_parameters" in str(w.message)} == {
+        os.path.abspath(__file__)}
 
 
 class _Recorder(tune.Callback):

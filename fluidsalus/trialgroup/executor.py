@@ -1104,17 +1104,16 @@ class Executor:
     def _snapshot(self) -> dict[str, Any]:
         """What the live progress view shows (see ``fluidsalus.progress.Progress.update``)."""
         counts = {status: 0 for status in (PENDING, RUNNING, PAUSED, TERMINATED, ERROR)}
-        for trial in self.trials.values():
+        never = 0  # (done trials the run's end, or a stop, ended before they began: a time budget's counted done)
+        for trial_id, trial in self.trials.items():
             counts[trial.status] = counts.get(trial.status, 0) + 1
+            never += trial.status == TERMINATED and trial_id not in self._began
         devices = [{"device": d.spec.name, "lanes": d.lanes,
                     "computing": sum(1 for t in d.assigned if self.trials[t].status == RUNNING)}
                    for d in self._devices]
         mode = self.settings.mode
         best = (max if mode == "max" else min)(self._last_values.values(), default=None) if mode else None
         stopped = sum(1 for trial_id in self._stopped if trial_id in self._began)
-        # (done trials the run's end, or a stop, ended before they began: a time budget's run counted them done)
-        never = sum(1 for trial_id, trial in self.trials.items()
-                    if trial.status == TERMINATED and trial_id not in self._began)
         return {"elapsed_s": time.time() - self._started, "trials": counts, "stopped": stopped,
                 "never_started": never, "best": best, "devices": devices,
                 # Known once the searcher will propose no more trials: then the view shows an ETA.

@@ -1198,10 +1198,12 @@ def adopt_ray_trainable(trainable: Any) -> Any:
         return trainable
     import warnings
 
+    from fluidsalus.session import callers_stacklevel
+
     warnings.warn(
         f"fluidsalus.tune: the trainable was wrapped by Ray Tune's {' and '.join(translated)}; it was translated "
         "into fluidsalus.tune's. Change `from ray import tune` to `from fluidsalus import tune`.",
         UserWarning,
-        stacklevel=3,
+        stacklevel=callers_stacklevel(),
     )
     return Prepared(base, parameters, resources, task_cpus(ray_resources), task_gpu_bundle(ray_resources))
