@@ -39,12 +39,15 @@ from fluidsalus.gpu.actor import cluster_nodes, pack_trainable
 from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE
 from fluidsalus.gpu.device import DeviceSpec, plan_devices
 from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS, for_devices, stop_rule
+from fluidsalus.progress import format_metric
 from fluidsalus.result import ResultGrid
 from fluidsalus.searchers import BaseSearcher, RandomSearch
 from fluidsalus.session import DATE_FORMAT, callable_name
 from fluidsalus.store import (
     ABANDONED_CREATE_S,
     DB_FILENAME,
+    ERROR,
+    ERROR_FILE,
     DriverLock,
     ExperimentStore,
     abandoned_create,
@@ -895,8 +898,29 @@ def _print_summary(grid: ResultGrid, exp_dir: str, elapsed: float, metric: str |
     if metric and mode:
         try:
             best = grid.get_best_result()
-            line += f"\nBest {metric}={best.metrics[metric]:.6g} with config {best.config}"  # type: ignore[index]
+            line += f"\nBest {metric}={format_metric(best.metrics[metric])} with config {best.config}"  # type: ignore[index]
         except RuntimeError:
             pass
-    print(line, flush=True)
+    print(line + _errored_table(grid), flush=True)
+
+
+#: The header of the table of errored trials under the run's summary: Ray Tune's words for its columns.
+ERRORED_HEADER = ("Trial name", "# failures", "error file")
+
+
+def _errored_table(grid: ResultGrid) -> str:
+    """Under the run's summary, as Ray Tune prints at a run's end: ``Number of errored trials: N`` and a table of
+    each trial that failed (its ``error.txt`` is there: one that errored, and one that failed and was retried to
+    its end, its count marked ``*``), its failures and its ``error.txt``; empty when none failed."""
+    rows = [(r.trial_id, f"{r._num_failures}{'' if r.status == ERROR else '*'}", os.path.join(r.path, ERROR_FILE))
+            for r in grid if r.path and os.path.exists(os.path.join(r.path, ERROR_FILE))]
+    if not rows:
+        return ""
+    widths = [max(len(row[i]) for row in [ERRORED_HEADER, *rows]) for i in range(len(ERRORED_HEADER))]
+    lines = [f"Number of errored trials: {len(rows)}"]
+    for name, failures, path in [ERRORED_HEADER, *rows]:  # (the count right-aligned, as Ray's)
+        lines.append(f"{name.ljust(widths[0])}  {failures.rjust(widths[1])}  {path}")
+    if any(failures.endswith("*") for _, failures, _ in rows):
+        lines.append("* The trial terminated successfully after retrying.")
+    return "\n" + "\n".join(lines)
 

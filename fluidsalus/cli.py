@@ -22,36 +22,36 @@ import os
 import runpy
 import sqlite3
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from fluidsalus import __version__
-from fluidsalus.errors import ConfigError, StoreError
+from fluidsalus.errors import ConfigError, StoreError, plural
 from fluidsalus.inspect import (
     DRIVER_GONE,
     DRIVER_GONE_HINT,
-    OPTUNA_FINAL_STATES,
     OPTUNA_TRIAL_EVENT,
     is_optuna_experiment,
     open_readonly,
     optuna_trials,
+    optuna_words,
+    sessions_text,
     shown_status,
+    trial_counts_text,
 )
+from fluidsalus.progress import format_metric
 from fluidsalus.result import _finite
 from fluidsalus.store import (
     DB_FILENAME,
     DEFAULT_STORAGE_PATH,
-    FINAL_STATUSES,
-    PAUSED,
-    PENDING,
     RAY_STORAGE_ENV,
     RUNNING,
     STORAGE_PATH_ENV,
-    TERMINATED,
     TUNE_DEFAULT_STORAGE_PATH,
     ExperimentStore,
-    TrialRow,
     default_storage_paths,
+    written_by_ray,
 )
 
 #: What ``fluidsalus --help`` says the command is.
@@ -138,14 +138,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _duration(store: ExperimentStore) -> str:
-    """The time the experiment ran: its sessions' lengths summed (a resumed one's time interrupted left out), with
-    how many sessions when it was resumed."""
-    sessions = store.sessions()
-    seconds = sum(end - start for start, end in sessions)
-    return f"{seconds:.1f}s" + (f" ({len(sessions)} sessions)" if len(sessions) > 1 else "")
-
-
 def _best(store: ExperimentStore, metric: str | None, mode: str | None) -> str:
     if not metric or not mode:
         return "-"
@@ -153,57 +145,37 @@ def _best(store: ExperimentStore, metric: str | None, mode: str | None) -> str:
               if r.last_result is not None and _finite(r.last_result.get(metric))]
     if not values:
         return "-"
-    return f"{metric}={(max(values) if mode == 'max' else min(values)):.6g}"
+    return f"{metric}={format_metric(max(values) if mode == 'max' else min(values))}"
 
 
-def _optuna_words(store: ExperimentStore, exp: dict, trials: list[TrialRow]) -> dict[str, str]:
-    """For an experiment of the Optuna front end, the word ``ls`` counts each of its trials under: its Optuna state
-    (``complete``, ``pruned``, ``fail``: "20 (14 complete, 6 pruned)", as the study counts them; they were all
-    "terminated"), for the trials the study gave one; empty for any other experiment."""
-    if not is_optuna_experiment(exp):
-        return {}
-    known = optuna_trials(trials, store.events(OPTUNA_TRIAL_EVENT))
-    # (only a state the study ended it in: a trial a SystemExit left RUNNING in the study is "unfinished" in an
-    # experiment no driver runs, as every other front end's)
-    return {trial_id: t.state.lower() for trial_id, t in known.items() if t.state in OPTUNA_FINAL_STATES}
-
-
-def _trial_counts(trials: Sequence[TrialRow], status: str, words: Mapping[str, str] | None = None) -> str:
-    """``5 (2 running, 2 terminated, 1 waiting)``: the trials by status, in the words the progress line and
-    ``inspect`` use for a live run (pending and paused trials are ``waiting``); ``words`` gives a trial's own word
-    instead (an Optuna study's: :func:`_optuna_words`)."""
-    counts: dict[str, int] = {}
-    for t in trials:
-        # (the trials of an experiment that no driver runs run no more: a resume continues them)
-        if t.status in FINAL_STATUSES:
-            shown = t.status.lower()
-        elif status != RUNNING:
-            shown = "unfinished"
-        else:
-            shown = "waiting" if t.status in (PENDING, PAUSED) else t.status.lower()
-        shown = (words or {}).get(t.trial_id, shown)
-        counts[shown] = counts.get(shown, 0) + 1
-    # (terminated trials that never began, as a time budget leaves those it finds queued: "8 terminated" alone
-    # read as eight trials run; paused ones among the waiting, as the progress line's "3 waiting (1 paused)")
-    never = sum(1 for t in trials if t.status == TERMINATED and t.started_at is None)
-    paused = sum(1 for t in trials if t.status == PAUSED) if status == RUNNING else 0
-    of_them = {"terminated": f", {never} of them never started" if never else "",
-               "waiting": f", {paused} of them paused" if paused else ""}
-    summary = ", ".join(f"{n} {s}{of_them.get(s, '')}" for s, n in sorted(counts.items()))
+def _counts(store: ExperimentStore, exp: dict, status: str) -> str:
+    """``5 (2 running, 2 terminated, 1 waiting)``: the TRIALS column, in the words the report's header uses
+    (:func:`~fluidsalus.inspect.trial_counts_text`; an Optuna study's trials in its states: "20 (14 complete,
+    6 pruned)")."""
+    trials = store.trials()
+    words = (optuna_words(trials, optuna_trials(trials, store.events(OPTUNA_TRIAL_EVENT)))
+             if is_optuna_experiment(exp) else None)
+    summary = trial_counts_text(trials, status == RUNNING, words)
     return f"{len(trials)} ({summary})" if trials else "0"
 
 
 _Row = tuple[str, str, str, str, str]
 
 
-def _experiments(root: str) -> tuple[list[_Row], list[str]]:
-    """The rows of the experiments in ``root`` (or of ``root`` itself, an experiment's own folder), and a line for
-    each store that could not be read."""
+def _experiments(root: str) -> tuple[list[_Row], list[str], int]:
+    """The rows of the experiments in ``root`` (or of ``root`` itself, an experiment's own folder), a line for
+    each store that could not be read, and how many folders in ``root`` Ray Tune wrote (:func:`written_by_ray`: not
+    listed, fluidsalus has no store of them)."""
+    ray_written = 0
     if os.path.exists(os.path.join(root, DB_FILENAME)):  # an experiment's own folder: that one experiment
         folders = [(os.path.basename(root), root)]
     else:
-        folders = [(e.name, e.path) for e in sorted(os.scandir(root), key=lambda e: e.name)
-                   if e.is_dir() and os.path.exists(os.path.join(e.path, DB_FILENAME))]
+        folders = []
+        for e in sorted(os.scandir(root), key=lambda e: e.name):
+            if e.is_dir() and os.path.exists(os.path.join(e.path, DB_FILENAME)):
+                folders.append((e.name, e.path))
+            elif e.is_dir() and written_by_ray(e.path):
+                ray_written += 1
     rows: list[_Row] = []
     unreadable: list[str] = []
     for name, path in folders:
@@ -211,13 +183,31 @@ def _experiments(root: str) -> tuple[list[_Row], list[str]]:
             with open_readonly(path) as store:
                 exp = store.experiment()
                 status = shown_status(exp["status"], path)
-                trials = store.trials()
-                rows.append((name, status, _trial_counts(trials, status, _optuna_words(store, exp, trials)),
-                             _best(store, exp["metric"], exp["mode"]), _duration(store)))
+                rows.append((name, status, _counts(store, exp, status), _best(store, exp["metric"], exp["mode"]),
+                             sessions_text(store.sessions())))
         except StoreError as e:  # (its reason under the table: in the BEST column it made the table as wide)
             rows.append((name, "UNREADABLE", "-", "-", "-"))
             unreadable.append(f"  {name}: {e}")
-    return rows, unreadable
+    return rows, unreadable, ray_written
+
+
+def _ray_written_line(count: int) -> str:
+    """What ``ls`` says under a folder of the experiments Ray Tune wrote there, which it does not list (it
+    skipped them without a word, as if the runs were lost)."""
+    return (f"({plural(count, 'folder')} Ray Tune wrote, not listed: fluidsalus lists the experiments it ran, from "
+            "their store; read those with Ray's ExperimentAnalysis)")
+
+
+class _Place(NamedTuple):
+    """A default folder ``ls`` lists: what chose it, why it holds nothing to list (empty when it is a folder), and
+    :func:`_experiments`' answer for it."""
+
+    root: str
+    how: str
+    why: str
+    rows: list[_Row]
+    unreadable: list[str]
+    ray_written: int
 
 
 _HEADER: _Row = ("EXPERIMENT", "STATUS", "TRIALS", "BEST", "DURATION")
@@ -246,29 +236,37 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         root = os.path.abspath(os.path.expanduser(args.storage_path))
         if not os.path.isdir(root):
             raise _UsageError(f"ls: {root!r} is not a folder")
-        rows, unreadable = _experiments(root)
+        rows, unreadable, ray_written = _experiments(root)
         if not rows:
             print(f"no experiments in {root}")
-            return 0
-        _print_table(rows, unreadable, _widths(rows))
+        else:
+            _print_table(rows, unreadable, _widths(rows))
+        if ray_written:
+            print(_ray_written_line(ray_written))
     else:  # the folders runs go in by default: fluidsalus.run's and the Optuna front end's, the Tune front end's
         places = []
         for root, how in default_storage_paths():
-            if os.path.exists(root) and not os.path.isdir(root):
-                raise _UsageError(f"ls: {root!r} ({how}) is not a folder")
-            places.append((root, how, *(_experiments(root) if os.path.isdir(root) else ([], []))))
-        if not any(rows for _, _, rows, _ in places):
+            # (a default that is a file, a $RAY_STORAGE set wrong: named and skipped; it failed the whole listing)
+            why = ("" if os.path.isdir(root) else
+                   "not a folder, skipped" if os.path.exists(root) else "no run has written there yet")
+            places.append(_Place(root, how, why, *(_experiments(root) if not why else ([], [], 0))))
+        if not any(place.rows for place in places):
             print("no experiments in " + ", nor in ".join(
-                f"{root} ({how}{'' if os.path.isdir(root) else '; no run has written there yet'})"
-                for root, how, _, _ in places))
+                f"{p.root} ({p.how}{f'; {p.why}' if p.why else ''})" for p in places))
+            for place in places:
+                if place.ray_written:
+                    print(f"{place.root}: {_ray_written_line(place.ray_written)}")
             return 0
-        places = [place for place in places if os.path.isdir(place[0])]  # (one no run has made yet: left out)
-        rows = [row for place in places for row in place[2]]
+        places = [place for place in places if os.path.exists(place.root)]  # (one no run has made yet: left out)
+        rows = [row for place in places for row in place.rows]
         widths = _widths(rows)  # (aligned across places)
-        for i, (root, how, place_rows, unreadable) in enumerate(places):
-            print(("\n" if i else "") + f"{root} ({how}):" + ("" if place_rows else " no experiments"))
-            if place_rows:
-                _print_table(place_rows, unreadable, widths)
+        for i, place in enumerate(places):
+            said = f" {place.why}" if place.why else "" if place.rows else " no experiments"
+            print(("\n" if i else "") + f"{place.root} ({place.how}):{said}")
+            if place.rows:
+                _print_table(place.rows, place.unreadable, widths)
+            if place.ray_written:
+                print(_ray_written_line(place.ray_written))
     if any(row[1] == DRIVER_GONE for row in rows):
         print(f"\n{DRIVER_GONE_HINT}")
     return 0

@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from fluidsalus import goodput as gp
 from fluidsalus.errors import StoreError, error_summary, plural
+from fluidsalus.progress import format_metric
 from fluidsalus.store import (
     DB_FILENAME,
     ERROR,
     FINAL_STATUSES,
+    PAUSED,
     PENDING,
     RUNNING,
     TERMINATED,
@@ -118,8 +120,10 @@ OPTUNA_NUMBER_KEY, OPTUNA_STATE_KEY = "optuna_number", "optuna_state"
 #: Event the Optuna front end stores for each trial it started once ``optimize`` ends (data ``number``, ``state``:
 #: the study's word, ``FAIL`` too, and the number of a trial that failed before its first report).
 OPTUNA_TRIAL_EVENT = "optuna_trial"
+#: The Optuna state of a trial whose objective raised (the front end ends it ``ERROR`` in the experiment).
+OPTUNA_FAIL = "FAIL"
 #: The Optuna states a trial ends in (``optuna.trial.TrialState.is_finished``).
-OPTUNA_FINAL_STATES = ("COMPLETE", "PRUNED", "FAIL")
+OPTUNA_FINAL_STATES = ("COMPLETE", "PRUNED", OPTUNA_FAIL)
 #: Columns :attr:`Report.trials` (and each entry of the JSON's ``trials``) adds for an experiment of the Optuna
 #: front end: the trial's Optuna number and state (None where the store has neither: a trial that never started).
 OPTUNA_TRIAL_COLUMNS = (OPTUNA_NUMBER_KEY, OPTUNA_STATE_KEY)
@@ -208,6 +212,53 @@ def optuna_trials(trials: Iterable[TrialRow], events: Iterable[EventRow]) -> dic
         out[ev.trial_id] = OptunaTrial(number if isinstance(number, int) else known.number,
                                        state if isinstance(state, str) else known.state)
     return out
+
+
+def optuna_words(trials: Iterable[TrialRow], known: Mapping[str, OptunaTrial]) -> dict[str, str]:
+    """For an experiment of the Optuna front end, the word its trials are counted under (``fluidsalus ls`` and the
+    report's header): the Optuna state the study ended each in (``complete``, ``pruned``, ``fail``: "20 (14 complete,
+    6 pruned)", as the study counts them), and ``fail`` for one the engine ended ``ERROR`` before ``optimize``
+    stored the study's state (the front end ends a FAIL trial so: it said ``error`` while the study ran, ``fail``
+    once it ended); ``known``: :func:`optuna_trials`. A trial a SystemExit left RUNNING in the study keeps its
+    engine word (``unfinished`` in an experiment no driver runs, as every other front end's)."""
+    words = {trial_id: t.state.lower() for trial_id, t in known.items() if t.state in OPTUNA_FINAL_STATES}
+    return {**{t.trial_id: OPTUNA_FAIL.lower() for t in trials if t.status == ERROR}, **words}
+
+
+def trial_counts_text(trials: Sequence[TrialRow], live: bool, words: Mapping[str, str] | None = None) -> str:
+    """``2 running, 2 terminated, 1 waiting``: the trials by status, as ``fluidsalus ls`` and the report's header
+    both count them: Ray Tune's words (``terminated``, ``error``, ``running``), ``waiting`` for pending and paused
+    trials while a driver runs the experiment (``live``), ``unfinished`` for those of an experiment no driver runs
+    (a resume continues them); ``words`` gives a trial's own word instead (an Optuna study's: :func:`optuna_words`).
+    Empty for no trials."""
+    counts: dict[str, int] = {}
+    for t in trials:
+        if t.status in FINAL_STATUSES:
+            shown = t.status.lower()
+        elif not live:
+            shown = "unfinished"
+        else:
+            shown = "waiting" if t.status in (PENDING, PAUSED) else t.status.lower()
+        shown = (words or {}).get(t.trial_id, shown)
+        counts[shown] = counts.get(shown, 0) + 1
+    # (terminated trials that never began, as a time budget leaves those it finds queued: "8 terminated" alone
+    # read as eight trials run; paused ones among the waiting, as the progress line's "3 waiting (1 paused)")
+    never = sum(1 for t in trials if t.status == TERMINATED and t.started_at is None)
+    paused = sum(1 for t in trials if t.status == PAUSED) if live else 0
+    of_them = {"terminated": f", {never} of them never started" if never else "",
+               "waiting": f", {paused} of them paused" if paused else ""}
+    return ", ".join(f"{n} {s}{of_them.get(s, '')}" for s, n in sorted(counts.items()))
+
+
+def sessions_text(sessions: Sequence[tuple[float, float]], within: bool = False) -> str:
+    """``14.0s (2 sessions)``: the time an experiment ran, its sessions' lengths summed
+    (:meth:`~fluidsalus.store.ExperimentStore.sessions`: a resumed one's time interrupted left out), with how many
+    sessions when it was resumed (``14.0s in 2 sessions`` ``within`` parentheses already); ``fluidsalus ls``'s
+    DURATION, the report's header and its plot's title."""
+    seconds = sum(end - start for start, end in sessions)
+    if len(sessions) < 2:
+        return f"{seconds:.1f}s"
+    return f"{seconds:.1f}s in {len(sessions)} sessions" if within else f"{seconds:.1f}s ({len(sessions)} sessions)"
 
 
 class NoResultsError(StoreError):
@@ -426,8 +477,12 @@ class Report:
                  saved_iterations: Mapping[str, int] | None = None,
                  first_starts: Mapping[str, float] | None = None,
                  queue_waits: Mapping[str, Sequence[tuple[float, float]]] | None = None,
-                 optuna: Mapping[str, OptunaTrial] | None = None) -> None:
+                 optuna: Mapping[str, OptunaTrial] | None = None,
+                 sessions: Sequence[tuple[float, float]] | None = None) -> None:
         self.path = path
+        #: The experiment's sessions, ``(start, end)`` each (:meth:`~fluidsalus.store.ExperimentStore.sessions`: its
+        #: creation and each resume to the last thing that session recorded); None: one, from its creation to its end.
+        self.sessions = None if sessions is None else list(sessions)
         #: Each trial's Optuna number and state (:func:`optuna_trials`) for an experiment of the Optuna front end;
         #: None for any other.
         self.optuna = None if optuna is None else dict(optuna)
@@ -487,16 +542,6 @@ class Report:
         return f"{trial_id}, {known.label}" if within else f"{trial_id} ({known.label})"
 
     @property
-    def optuna_states(self) -> dict[str, int]:
-        """For an experiment of the Optuna front end, its trials per Optuna state (``COMPLETE``, ``PRUNED``,
-        ``FAIL``, ...; most first), those without one left out; empty for any other experiment."""
-        counts: dict[str, int] = {}
-        for known in (self.optuna or {}).values():
-            if known.state is not None:
-                counts[known.state] = counts.get(known.state, 0) + 1
-        return dict(sorted(counts.items(), key=lambda x: (-x[1], x[0])))
-
-    @property
     def device_stats(self) -> list[gp.DeviceStats]:
         return self.summary.devices
 
@@ -514,11 +559,26 @@ class Report:
         return asdict(self.summary.totals)
 
     @property
-    def duration_s(self) -> float:
-        """Wall time of the experiment: to ``finished_at``, or to the last thing recorded while it runs."""
+    def session_spans(self) -> list[tuple[float, float]]:
+        """:attr:`sessions`, or, for a report built without them, one session from the experiment's creation to
+        ``finished_at`` (or to the last thing recorded while it runs)."""
+        if self.sessions is not None:
+            return self.sessions
         exp = self.experiment
         end = exp["finished_at"] or max(exp["updated_at"] or exp["created_at"], self.activity.end or 0.0)
-        return max(0.0, end - exp["created_at"])
+        return [(exp["created_at"], max(exp["created_at"], end))]
+
+    @property
+    def duration_s(self) -> float:
+        """The time the experiment ran: its sessions' lengths summed (a resumed run's time interrupted left out), as
+        ``fluidsalus ls``'s DURATION."""
+        return sum(end - start for start, end in self.session_spans)
+
+    @property
+    def duration_text(self) -> str:
+        """:attr:`duration_s` as the header and the plot's title show it, in parentheses: ``14.0s in 2 sessions``
+        (``fluidsalus ls``: ``14.0s (2 sessions)``)."""
+        return sessions_text(self.session_spans, within=True)
 
     @property
     def trial_counts(self) -> dict[str, int]:
@@ -690,6 +750,7 @@ class Report:
                 "error": exp["error"], "driver_gone": self.driver_gone,
                 "metric": exp["metric"], "mode": exp["mode"], "created_at": exp["created_at"],
                 "finished_at": exp["finished_at"], "duration_s": self.duration_s,
+                "sessions": len(self.session_spans),
                 "trials": self.trial_counts, "trials_total": len(self.trial_rows), "stopped": self.stopped,
                 "unsaved_iterations": self.unsaved_iterations,
             },
@@ -715,20 +776,16 @@ class Report:
 
     def render_table(self) -> str:
         """The human-readable report: a header, the per-device table with totals, waste, and the best trial."""
-        counts = self.trial_counts
         exp = self.experiment
-        live = (f"{counts['RUNNING']} running, {counts['PENDING'] + counts['PAUSED']} waiting"
-                if self.live else  # (an interrupted run's trials run no
-                # more: a resume continues them)
-                f"{counts['RUNNING'] + counts['PENDING'] + counts['PAUSED']} unfinished")
-        trials = plural(len(self.trial_rows), "trial")
+        # (in the words ``fluidsalus ls`` counts them in: Ray Tune's, an Optuna study's states for its trials; it said
+        # "done" and "errored" where ls said "terminated" and "error")
+        words = None if self.optuna is None else optuna_words(self.trial_rows, self.optuna)
+        counts = trial_counts_text(self.trial_rows, self.live, words)
+        trials = plural(len(self.trial_rows), "trial") + (f" ({counts})" if counts else "")
+        if self.optuna is None:  # (an Optuna study's "pruned" says it)
+            trials += f", {self.stopped} stopped by the search or a stop rule"
         status = DRIVER_GONE if self.driver_gone else exp["status"]
-        head = (f"experiment {exp['name']} ({status}, {self.duration_s:.1f}s): {trials}, "
-                f"{live}, {counts['TERMINATED']} done ({self.stopped} stopped by the search or a stop rule), "
-                f"{counts['ERROR']} errored")
-        states = self.optuna_states
-        if states:  # (Optuna's words for them: a PRUNED trial is one the search stopped)
-            head += "; Optuna: " + ", ".join(f"{n} {state}" for state, n in states.items())
+        head = f"experiment {exp['name']} ({status}, {self.duration_text}): {trials}"
         if status == DRIVER_GONE:
             head += f"\n{DRIVER_GONE_HINT}"
         if exp["error"]:  # why the experiment ended in error (a callback's exception, a rule it broke, ...)
@@ -803,8 +860,8 @@ class Report:
             shown = best.status.lower() if best.status in FINAL_STATUSES or self.live else "unfinished"  # (as ls)
             state = None if self.optuna is None else self.optuna.get(best.trial_id, OptunaTrial(None, None)).state
             shown = shown if state is None else state.lower()  # (Optuna's word for it: complete)
-            lines.append(f"best trial: {self.named(best.trial_id)} {best.metric}={best.value:.6g} ({best.mode}) at "
-                         f"iteration {best.iteration}, {shown}, config {best.config}")
+            lines.append(f"best trial: {self.named(best.trial_id)} {best.metric}={format_metric(best.value)} "
+                         f"({best.mode}) at iteration {best.iteration}, {shown}, config {best.config}")
         return "\n".join(lines)
 
     def _idle_line(self) -> str:
@@ -919,8 +976,9 @@ class Report:
                 number, state = r.get(OPTUNA_NUMBER_KEY), r.get(OPTUNA_STATE_KEY)
                 optuna = ("-" if number is None else str(number),)
                 status = state or status
+            value = "-" if r["metric"] is None else format_metric(r["metric"])
             rows.append((r["trial_id"], *optuna, r["device"] or "-", f"{r['compute_s']:.2f}s",
-                         f"{r['useful_s']:.2f}s", wasted, iters, status, _fmt(r["metric"], ".6g")))
+                         f"{r['useful_s']:.2f}s", wasted, iters, status, value))
         widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
         shown = (f"top {len(top)} of {len(self.trial_rows)}" if len(top) < len(self.trial_rows)
                  else f"all {len(self.trial_rows)}")
@@ -994,6 +1052,7 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
         saved = {c["trial_id"]: int(c["iteration"]) for c in store.checkpoints()}  # (in order: the latest wins)
         events = store.events()
         activity = gp.build_activity(store.results(latest_attempt_only=False), events, exp["finished_at"])
+        sessions = store.sessions()
     absolute = None
     if window is not None:
         t0 = activity.start or exp["created_at"]
@@ -1016,7 +1075,7 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
     waits = gp.queue_waits(events, {t.trial_id: t.created_at for t in trials})
     optuna = optuna_trials(trials, events) if is_optuna_experiment(exp) else None
     return Report(resolved, exp, trials, activity, gp.summarize(activity, absolute), bin_s, planner_summary(events),
-                  saved, first_starts, waits, optuna)
+                  saved, first_starts, waits, optuna, sessions)
 
 
 # ---------------------------------------------------------------------------------------------- plot
@@ -1213,7 +1272,7 @@ def report_figure(report: Report) -> Any:
 
     tot = report.total_stats
     fig.suptitle(
-        f"{report.name} ({report.status}, {report.duration_s:.1f}s, {plural(len(report.trial_rows), 'trial')}): "
+        f"{report.name} ({report.status}, {report.duration_text}, {plural(len(report.trial_rows), 'trial')}): "
         f"goodput {_fmt(tot.goodput, '.2f')} of {_fmt(tot.throughput, '.2f')} iterations per device-second, "
         f"busy {_fmt(tot.busy_fraction, '.0%')}, {plural(tot.switches, 'switch', 'switches')}",
         fontsize=11, y=1 - 0.15 / total_in)

@@ -58,6 +58,19 @@ def format_duration(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
+#: Significant digits a metric is shown with (the progress line, the run's summary, ``fluidsalus ls`` and ``inspect``).
+METRIC_DIGITS = 6
+
+
+def format_metric(value: float) -> str:
+    """A metric's value in :data:`METRIC_DIGITS` significant digits (``0.912346``), or in full, as Ray Tune prints
+    it (its shortest exact form), where that would round it onto a whole number it is not: ``0.99999999`` read
+    ``1``, a perfect score it is not."""
+    shown = f"{value:.{METRIC_DIGITS}g}"
+    rounded = float(shown)
+    return repr(float(value)) if rounded != value and rounded.is_integer() else shown
+
+
 class Progress:
     """Shows a run's progress; see the module docstring.
 
@@ -169,7 +182,7 @@ class Progress:
         if not self.metric:
             return ""
         mode = f" ({self.mode})" if self.mode else ""
-        return f"best {self.metric}={best:.6g}{mode}" if best is not None else f"best {self.metric}=-"
+        return f"best {self.metric}={format_metric(best)}{mode}" if best is not None else f"best {self.metric}=-"
 
     def line(self, snap: Mapping[str, Any]) -> str:
         """The plain progress line of a snapshot."""

@@ -403,8 +403,8 @@ def test_ls_says_waiting_as_inspect_and_the_progress_line_do(tmp_path, capsys):
         assert main(["ls", str(tmp_path)]) == 0
         row = capsys.readouterr().out.splitlines()[1]
         assert "4 (1 running, 1 terminated, 2 waiting, 1 of them paused)" in row and "pending" not in row
-        assert main(["inspect", store.experiment_dir]) == 0
-        assert "1 running, 2 waiting" in capsys.readouterr().out
+        assert main(["inspect", store.experiment_dir]) == 0  # (the header counts them in ls's words)
+        assert "4 trials (1 running, 1 terminated, 2 waiting, 1 of them paused)" in capsys.readouterr().out
     finally:
         lock.release()
         store.close()
@@ -467,3 +467,131 @@ def test_inspect_plot_in_a_format_this_machine_cannot_write_is_one_line_and_exit
     assert main(["inspect", store.experiment_dir, "--plot", str(tmp_path / "plot.png")]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "in that format here (KeyError: 'AVIF'); write a .png, .pdf or .svg" in err
+
+
+# ------------------------------------------------------------------------- ls and inspect say the same (h143)
+
+
+def _header(capsys, folder) -> str:
+    """The first line of ``fluidsalus inspect FOLDER``."""
+    assert main(["inspect", folder]) == 0
+    return capsys.readouterr().out.splitlines()[0]
+
+
+def _ls_row(capsys, root, name) -> str:
+    assert main(["ls", root]) == 0
+    return next(line for line in capsys.readouterr().out.splitlines() if line.startswith(f"{name} "))
+
+
+def test_ls_and_inspect_count_the_trials_in_one_vocabulary_live_and_after_the_run(tmp_path, capsys):
+    """``ls`` said ``terminated``/``error`` where ``inspect``'s header said ``done``/``errored``; an Optuna study's
+    failed trial was ``error`` while ``optimize`` ran and ``fail`` once it ended (h138's D6). Both now count in
+    Ray Tune's words (Optuna's states for a study's trials), the same text live and after the run."""
+    from fluidsalus.inspect import OPTUNA_SEARCHER, OPTUNA_TRIAL_EVENT
+    from fluidsalus.store import DriverLock, ExperimentStore
+
+    root = str(tmp_path)
+    store = _stored(root, "plain", ("TERMINATED", "ERROR"))
+    store.close()
+    counts = "2 (1 error, 1 terminated)"
+    assert counts in _ls_row(capsys, root, "plain")
+    assert "): 2 trials (1 error, 1 terminated), 0 stopped by the search or a stop rule" in _header(
+        capsys, store.experiment_dir)
+    store = ExperimentStore.create(os.path.join(root, "study"), "study", {"searcher": OPTUNA_SEARCHER}, "v", "min")
+    store.add_trials([(f"o{i}", i, {"x": i}) for i in range(3)])
+    t0 = store.experiment()["created_at"]
+    store.update_trial("o0", status="TERMINATED", started_at=t0,
+                       last_result={"v": 1.0, "optuna_number": 0, "optuna_state": "COMPLETE"})
+    store.update_trial("o1", status="ERROR", started_at=t0, error="ValueError: x",
+                       last_result={"v": 2.0, "optuna_number": 1})  # (FAIL: the study's word comes at the end)
+    store.update_trial("o2", status="RUNNING", started_at=t0, last_result={"v": 3.0, "optuna_number": 2})
+    store.add_results([(f"o{i}", 0, 1, t0 + 1.0, {"v": float(i)}) for i in range(3)])
+    lock = DriverLock.acquire(store.experiment_dir)  # (its driver lives: this process)
+    try:
+        live = "3 (1 complete, 1 fail, 1 running)"
+        assert live in _ls_row(capsys, root, "study")
+        assert _header(capsys, store.experiment_dir).endswith(f"): 3 trials {live[2:]}")
+    finally:
+        lock.release()
+    store.update_trial("o2", status="TERMINATED", last_result={"v": 3.0, "optuna_number": 2, "optuna_state": "PRUNED"})
+    store.add_events([(t0 + 2.0, OPTUNA_TRIAL_EVENT, tid, None, {"number": n, "state": state})
+                      for tid, n, state in (("o0", 0, "COMPLETE"), ("o1", 1, "FAIL"), ("o2", 2, "PRUNED"))])
+    store.set_experiment(status="FINISHED", finished_at=t0 + 2.0)
+    store.close()
+    ended = "3 (1 complete, 1 fail, 1 pruned)"
+    assert ended in _ls_row(capsys, root, "study")
+    assert _header(capsys, store.experiment_dir).endswith(f"): 3 trials {ended[2:]}")
+
+
+def test_ls_says_how_many_folders_ray_tune_wrote_it_left_out(home, capsys):
+    """``ls`` skipped the experiments Ray Tune wrote in ``~/ray_results`` without a word (h138's F1): a user
+    thought their runs lost. Under the folder, one line says how many and where to read them."""
+    ray_results = home / "ray_results"
+    for name in ("ray_a", "ray_b"):
+        (ray_results / name).mkdir(parents=True)
+        (ray_results / name / "experiment_state-2026-11-30_16-00-00.json").write_text("{}")
+    (ray_results / "not_an_experiment").mkdir()  # (neither fluidsalus's nor Ray's: not counted)
+    said = "(2 folders Ray Tune wrote, not listed: fluidsalus lists the experiments it ran, from their store; read "
+    assert main(["ls", str(ray_results)]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"no experiments in {ray_results}",
+                                                    said + "those with Ray's ExperimentAnalysis)"]
+    assert main(["ls"]) == 0  # (no fluidsalus experiment in either default place)
+    assert capsys.readouterr().out.splitlines()[1] == f"{ray_results}: {said}those with Ray's ExperimentAnalysis)"
+    _stored(str(ray_results), "ours").close()
+    assert main(["ls"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"{ray_results} (") and out[2].startswith("ours ") and out[3].startswith(said)
+
+
+def test_ls_without_a_folder_names_a_default_place_that_is_a_file_and_lists_the_other(home, capsys, monkeypatch):
+    """A ``$RAY_STORAGE`` that names a file made ``ls`` exit 2 for everything, the experiments of
+    ``~/fluidsalus_results`` unlisted (h138's D1)."""
+    home.mkdir()
+    (home / "afile").write_text("")
+    monkeypatch.setenv("RAY_STORAGE", str(home / "afile"))
+    assert main(["ls"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"no experiments in {home / 'fluidsalus_results'} (fluidsalus.run's and fluidsalus.optuna's default: "
+        f"$FLUIDSALUS_STORAGE_PATH or ~/fluidsalus_results; no run has written there yet), nor in {home / 'afile'} "
+        "(fluidsalus.tune's default: $RAY_STORAGE or ~/ray_results; not a folder, skipped)")
+    _stored(str(home / "fluidsalus_results"), "sweep").close()
+    assert main(["ls"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2].startswith("sweep ") and out[-1] == (
+        f"{home / 'afile'} (fluidsalus.tune's default: $RAY_STORAGE or ~/ray_results): not a folder, skipped")
+
+
+def test_inspect_gives_a_resumed_runs_duration_as_ls_does(tmp_path, capsys):
+    """The header, the JSON's ``duration_s`` and the plot's title gave a resumed run's creation to its end (110 s),
+    where ``ls`` sums its sessions (14 s)."""
+    import json
+
+    from fluidsalus.inspect import inspect, report_figure
+
+    store = _stored(str(tmp_path), "resumed", finished=False)
+    t0 = store.experiment()["created_at"]
+    store.add_events([(t0 + 1.0, "device_start", None, "cpu:0", {"kind": "cpu", "slots": 1}),
+                      (t0 + 4.0, "device_stop", None, "cpu:0", None),
+                      (t0 + 100.0, "resume", None, None, {"unfinished": 1}),
+                      (t0 + 101.0, "device_start", None, "cpu:0", {"kind": "cpu", "slots": 1})])
+    store.add_results([("t0", 0, 1, t0 + 3.0, {"acc": 0.5}), ("t0", 0, 2, t0 + 108.0, {"acc": 0.5})])
+    store.set_experiment(status="FINISHED", finished_at=t0 + 110.0)
+    store.close()
+    assert _ls_row(capsys, str(tmp_path), "resumed").endswith("  14.0s (2 sessions)")
+    assert _header(capsys, store.experiment_dir).startswith("experiment resumed (FINISHED, 14.0s in 2 sessions): ")
+    assert main(["inspect", store.experiment_dir, "--json"]) == 0
+    experiment = json.loads(capsys.readouterr().out)["experiment"]
+    assert (experiment["duration_s"], experiment["sessions"]) == (14.0, 2)
+    pytest.importorskip("matplotlib")
+    assert report_figure(inspect(store.experiment_dir))._suptitle.get_text().startswith(
+        "resumed (FINISHED, 14.0s in 2 sessions, 1 trial): ")
+
+
+def test_ls_and_inspect_show_a_best_value_just_below_1_as_below_1(tmp_path, capsys):
+    """``acc=1`` for 0.99999999 (6 significant digits) read as a perfect score; Ray prints 0.99999999."""
+    store = _stored(str(tmp_path), "almost")
+    store.update_trial("t0", last_result={"acc": 0.99999999})
+    store.close()
+    assert "acc=0.99999999" in _ls_row(capsys, str(tmp_path), "almost")
+    assert main(["inspect", store.experiment_dir]) == 0
+    assert "best trial: t0 acc=0.99999999 (max)" in capsys.readouterr().out

@@ -413,7 +413,7 @@ def test_a_run_that_ended_without_results_shows_its_errored_trials(tmp_path, cap
     assert main(["inspect", str(tmp_path / "failed")]) == 0
     out = capsys.readouterr().out
     assert "experiment failed (FINISHED" in out and "errored trials (1):\n  t0: RuntimeError: boom" in out
-    assert "1 trial, 0 unfinished, 0 done (0 stopped by the search or a stop rule), 1 errored" in out
+    assert "1 trial (1 error), 0 stopped by the search or a stop rule" in out
     # The JSON has the traceback too (its "text" was said to be the whole error: it is the error as recorded)
     assert json.loads(inspect(tmp_path / "failed").to_json())["errors"] == [
         {"trial_id": "t0", "error": "RuntimeError: boom", "text": "RuntimeError: boom", "traceback": trace}]
@@ -427,7 +427,7 @@ def test_the_trials_an_interrupted_run_left_are_unfinished_not_running(tmp_path,
     store.close()
     assert main(["inspect", str(tmp_path / "cut")]) == 0
     out = capsys.readouterr().out
-    assert "s): 1 trial, 1 unfinished, 0 done" in out
+    assert "s): 1 trial (1 unfinished), 0 stopped" in out
     # Its trials wait for a resume, as ExperimentAnalysis shows them (PENDING): the best line said "running", the
     # JSON RUNNING. The text says "unfinished", as the header and `fluidsalus ls` do (it said "pending")
     assert "at iteration 1, unfinished" in out
@@ -1204,7 +1204,7 @@ def test_an_optuna_studys_trials_are_named_by_their_optuna_number_and_state(tmp_
     report = inspect(path)
     table = report.render_table()
     lines = table.splitlines()
-    assert lines[0].endswith("; Optuna: 1 COMPLETE, 1 FAIL, 1 PRUNED")
+    assert lines[0].endswith("): 3 trials (1 complete, 1 fail, 1 pruned)")  # (as ls counts them, below)
     start = next(i for i, line in enumerate(lines) if line.startswith("costliest trials"))
     header, *rows = (line.split() for line in lines[start + 1:start + 4])  # (o1 computed nothing)
     assert header == ["TRIAL", "OPTUNA", "#", "DEVICE", "COMPUTE", "USEFUL_S", "WASTED_S", "ITERS", "STATUS",

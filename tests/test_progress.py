@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from fluidsalus.progress import LIVE_REFRESH_S, PLAIN_INTERVAL_S, PLAIN_PREFIX, Progress, format_duration
+from fluidsalus.progress import LIVE_REFRESH_S, PLAIN_INTERVAL_S, PLAIN_PREFIX, Progress, format_duration, format_metric
 
 
 def snapshot(elapsed=12.5, done=5, budget=None, total=12, best=0.93123):
@@ -124,3 +124,13 @@ def test_format_duration():
     assert format_duration(None) == "-" and format_duration(float("inf")) == "-"
     assert format_duration(42.04) == "42.0s" and format_duration(185) == "3m05s"
     assert format_duration(7620) == "2h07m"
+
+
+def test_a_metric_just_below_a_whole_number_is_not_shown_as_that_number():
+    """``best accuracy=1`` for 0.99999999 (6 significant digits) read as a perfect score: Ray Tune prints
+    0.99999999. Other values keep 6 significant digits."""
+    assert format_metric(0.99999999) == "0.99999999" and format_metric(2.9999999) == "2.9999999"
+    assert format_metric(1) == "1" and format_metric(1.0) == "1" and format_metric(0.5) == "0.5"
+    assert format_metric(0.123456789) == "0.123457" and format_metric(-0.99999999) == "-0.99999999"
+    progress = Progress(1, "accuracy", "max", None, stream=io.StringIO(), live=False)
+    assert "best accuracy=0.99999999 (max)" in progress.line({"best": 0.99999999})

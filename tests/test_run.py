@@ -758,6 +758,24 @@ def test_failing_trials_are_retried_from_checkpoint_up_to_max_failures(storage):
     assert str(hopeless.error) == str(last)
 
 
+def test_the_summary_lists_each_failed_trials_error_file_as_ray_does(storage, capsys):
+    """Ray prints "Number of errored trials: N" and each failed trial's failures and error.txt at a run's end (a
+    trial retried to its end marked ``*``); fluidsalus printed no error.txt path (h134's F8)."""
+    grid = fluidsalus.run(flaky, {"always": fluidsalus.grid_search([False, True])}, max_failures=2,
+                          storage_path=storage, name="errfiles", verbose=1)
+    recovered, hopeless = grid[0], grid[1]
+    out = capsys.readouterr().out.splitlines()
+    start = out.index("Number of errored trials: 2")
+    assert out[start + 1].split() == ["Trial", "name", "#", "failures", "error", "file"]
+    rows = {line.split()[0]: line.split()[1:] for line in out[start + 2:start + 4]}
+    assert rows == {recovered.trial_id: ["1*", os.path.join(recovered.path, ERROR_FILE)],
+                    hopeless.trial_id: ["3", os.path.join(hopeless.path, ERROR_FILE)]}
+    assert out[start + 4] == "* The trial terminated successfully after retrying."
+    capsys.readouterr()
+    fluidsalus.run(_improves_then_worsens, {"x": 1}, storage_path=storage, name="fine", verbose=1)
+    assert "Number of errored trials" not in capsys.readouterr().out  # (no failure: no table)
+
+
 def fails_with_its_value(config):
     fluidsalus.report({"it": 1})
     raise ValueError(f"bad value {config['v']}")

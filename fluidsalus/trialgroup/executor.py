@@ -99,7 +99,7 @@ from fluidsalus.gpu.host import (
     for_devices,
 )
 from fluidsalus.gpu.policies import DEFAULT_POLICY
-from fluidsalus.progress import Progress
+from fluidsalus.progress import Progress, format_metric
 from fluidsalus.result import lookup_metric, rank_checkpoints
 from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.session import (
@@ -3026,7 +3026,7 @@ class Executor:
             return
         metric = self.settings.metric
         value = trial.last_result.get(metric) if (trial.last_result and metric) else None
-        shown = f" {metric}={value:.6g}" if isinstance(value, (int, float)) else ""
+        shown = f" {metric}={format_metric(value)}" if isinstance(value, (int, float)) else ""
         what = {OUT_COMPLETED: "finished", OUT_STOPPED: "stopped", OUT_ERRORED: "errored"}[outcome]
         line = f"Trial {trial.trial_id} {what} after {plural(trial.last_iteration, 'iteration')}{shown}"
         if not errored:
