@@ -18,7 +18,9 @@ A trial's life, and the Optuna state it ends in:
 1. The executor places the fluidsalus trial on a device; once it holds its lane, the objective wrapper asks
    the driver to start it. Only then is the Optuna trial created (``study.ask()``), so a trial waiting for a
    lane is no RUNNING Optuna trial yet and samplers learn from every trial finished before it starts.
-   After ``timeout``, ``study.stop()`` or an uncaught exception, no new trial starts; running ones finish.
+   After ``timeout``, ``study.stop()`` or an uncaught exception, no new trial starts; running ones finish. A
+   trial that began on its lane before the stop reached it runs nothing (no Optuna trial) and is recorded as one
+   that never started (:meth:`_StudyDriver.started_trial`).
 2. The objective runs. ``trial.report(value, step)`` records the value in the study and is an iteration
    boundary of the lane (where another trial of the lane may take its turn); ``trial.should_prune()`` asks the
    study's pruner. An error of the study's storage answering a call (a value it refuses, which goes with the
@@ -1082,6 +1084,10 @@ class _Live:
     starts: int = 1  # how many times its objective started (see _TrialSnapshot.start)
     reported: set[tuple[int, int]] = field(default_factory=set)  # the reports told to the study (KEY_REPORT)
     failing: tuple[_PackedError, bool] | None = None  # an out-of-memory error being retried, and if caught
+    # The last report the study refused, and the error: the call carrying it raises that error (again, when it was
+    # refused as its result came), and from then on the trial's reports reach the study only with its calls, never
+    # as their results come (Optuna's report raised it in the objective, which then reported no more)
+    refused: tuple[tuple[int, int], Exception] | None = None
     told: bool = False
     state: str | None = None  # the state the study was told (a TrialState name), once told
     # Held while the driver does anything for the trial: a sampler call answered on another thread holds it from the
@@ -1325,6 +1331,12 @@ class _StudyDriver(BaseSearcher):
         live = self._live.get(trial_id)
         return live is not None and live.state == TrialState.PRUNED.name
 
+    def started_trial(self, trial_id: str) -> bool:
+        """Whether the fluidsalus trial started an Optuna trial: one whose start found the optimisation over (timeout,
+        ``study.stop()``, an error: :meth:`_on_start` answered None) ran nothing, and ends as a trial that never
+        started, as Optuna's loop starts no trial then."""
+        return trial_id in self._live
+
     def collect_stops(self) -> list[str]:
         """Once stopping, the proposed trials that have not started: they end without running."""
         if not self.stopping():
@@ -1549,7 +1561,13 @@ class _StudyDriver(BaseSearcher):
         live = self._live.get(trial_id)
         if live is None or live.told or mark in live.reported:
             return
-        live.trial.report(value, step)
+        if live.refused is not None and live.refused[0] == mark:
+            raise live.refused[1]  # (refused as its result came: Optuna's report raised it there)
+        try:
+            live.trial.report(value, step)
+        except Exception as e:  # noqa: BLE001 - the study's storage, of any kind: the objective's error
+            live.refused = (mark, e)
+            raise
         live.reported.add(mark)
         live.steps.add(step)
 
@@ -1564,16 +1582,18 @@ class _StudyDriver(BaseSearcher):
     def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
         """A report of a new step that the driver gets before the call that carries it is told to the study now:
         the study shows it while the trial runs (Optuna writes each report at once), and an interrupted run keeps
-        it. A step reported again, or a report the study refuses, is left to that call, which gives the objective
-        Optuna's warning or error."""
+        it. A step reported again is left to that call, which gives the objective Optuna's warning; a report the
+        study refuses too, which raises its error there (``_Live.refused``), and after a refusal no report of the
+        trial is told here: Optuna's ``report`` raised it in the objective, which reported no more (a FAIL trial kept
+        the values reported after it, also those whose results came between a raising end's two calls, h131's F3)."""
         mark, live = result.get(KEY_REPORT), self._live.get(trial_id)
         step = result.get(KEY_STEP)
         if mark is None or live is None:
             return Decision.CONTINUE
         with live.lock:
-            if live.told or step in live.steps:
+            if live.told or live.refused is not None or step in live.steps:
                 return Decision.CONTINUE
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # (kept for the call carrying it: _Live.refused)
                 self._tell_report(trial_id, float(result[KEY_INTERMEDIATE]), int(step), tuple(mark))
         return Decision.CONTINUE
 
@@ -1939,8 +1959,8 @@ def _record_the_study(experiment_dir: str, study: optuna.Study, started: Mapping
             which ``optimize`` does not do) but the study has finished gets the study's end: ``ERROR`` with that
             exception for a ``FAIL`` (:meth:`_StudyDriver.fail_unfinished`), ``TERMINATED`` for a trial told
             ``COMPLETE`` or ``PRUNED`` before its result reached the driver (the two records disagreed); one that
-            never started an Optuna trial ends ``TERMINATED`` (``stopped``, no result), as the engine ends a proposed
-            trial it never ran.
+            never started an Optuna trial ends ``TERMINATED`` (``stopped``, no result, no start, a ``trial_end`` with
+            ``started: False``), as the engine ends a proposed trial it never ran.
     """
     try:
         frozen = {trial_id: study._storage.get_trial(optuna_id) for trial_id, optuna_id in started.items()}
@@ -1989,11 +2009,17 @@ def _record_the_study(experiment_dir: str, study: optuna.Study, started: Mapping
                                            stop_reason=OUT_STOPPED if trial.state == TrialState.PRUNED
                                            else OUT_COMPLETED)
                 # a trial proposed but never started (no Optuna trial: it waited for a lane, or for its start's
-                # answer) ends as the engine ends those it never ran (TERMINATED, stopped, no result): it stayed
-                # PENDING/RUNNING, "unfinished" in `ls`, waiting for a resume optimize never does
+                # answer) ends as the engine ends those it never ran (TERMINATED, stopped, no result, no start, a
+                # trial_end off any device with started False): it stayed PENDING/RUNNING, "unfinished" in `ls`,
+                # waiting for a resume optimize never does, and one whose lane had begun it then counted as a
+                # trial that ran ("1 terminated", not "never started")
                 now = time.time()
                 for trial_id in sorted(unfinished.keys() - started.keys()):
-                    store.update_trial(trial_id, status=TERMINATED, stop_reason=OUT_STOPPED, finished_at=now)
+                    with store.transaction():
+                        store.update_trial(trial_id, status=TERMINATED, stop_reason=OUT_STOPPED, finished_at=now)
+                        store.take_back_start(trial_id)
+                        store.add_events([(now, "trial_end", trial_id, None, {
+                            "attempt": unfinished[trial_id].attempt, "outcome": OUT_STOPPED, "started": False})])
             if len(study.directions) == 1:
                 mode = next(m for m, direction in DIRECTIONS.items() if direction == study.direction)
                 store.set_experiment(metric=KEY_VALUE, mode=mode)

@@ -215,6 +215,8 @@ FINAL_STATUSES = frozenset({TERMINATED, ERROR})
 #: The event that names a trial's folder when it is not the trial id, and the trial itself when the run's
 #: ``trial_name`` function named it (``data``: ``{"dirname": ...}``, ``{"name": ...}`` or both).
 TRIAL_DIRNAME_EVENT = "trial_dirname"
+#: The event of an attempt's start on its device (``data``: ``attempt``): its first turn on its lane.
+TRIAL_START_EVENT = "trial_start"
 #: The event of a trial's restart on a new attempt (``data``: ``attempt``, ``reason``, ``from_iteration``, ...; for a
 #: restart with a new configuration, PBT's exploit, also ``config`` and the ``previous_config`` it replaced).
 TRIAL_RESTART_EVENT = "trial_restart"
@@ -1246,6 +1248,15 @@ class ExperimentStore:
         cols = ", ".join(f"{k} = ?" for k in fields)
         with self.transaction():
             self._conn.execute(f"UPDATE trials SET {cols} WHERE trial_id = ?", (*fields.values(), trial_id))
+
+    def take_back_start(self, trial_id: str) -> None:
+        """Record that a trial never started after all: its ``started_at`` and ``trial_start`` events go. For a trial
+        whose device began it only for its trainable to find nothing to run (the Optuna front end's trial whose start
+        found the optimisation over: the study has no trial for it), so it counts, as one the run's end stops before
+        its first turn, among the trials that never started (``ls``, the final line, ``inspect``'s queue waits)."""
+        with self.transaction():
+            self._conn.execute("UPDATE trials SET started_at = NULL WHERE trial_id = ?", (trial_id,))
+            self._conn.execute("DELETE FROM events WHERE kind = ? AND trial_id = ?", (TRIAL_START_EVENT, trial_id))
 
     def mark_checkpoints_deleted(self, paths: Sequence[str]) -> None:
         """Record that checkpoint folders were removed (retention); they are no longer offered for restore."""

@@ -28,6 +28,7 @@ from optuna.trial import FrozenTrial, TrialState
 import fluidsalus.optuna as fo
 from fluidsalus.errors import ConfigError, TrialError
 from fluidsalus.store import ERROR_FILE, ExperimentStore
+from fluidsalus.trialgroup.executor import POLL_WAIT_S
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -581,6 +582,7 @@ def test_a_storage_error_in_a_report_is_the_objectives_as_in_optuna(tmp_path, ho
     states = [t.state for t in study.trials]
     ok = TrialState.PRUNED if where == "at_a_raising_end" else TrialState.COMPLETE
     assert states == ([ok, TrialState.FAIL, ok] if catch else [ok, TrialState.FAIL])
+    assert study.trials[1].intermediate_values == {}  # (nothing told after the refused report)
     if how == "fluidsalus":
         store = ExperimentStore.open(tmp_path / "fluidsalus" / "down", readonly=True)
         try:
@@ -588,6 +590,37 @@ def test_a_storage_error_in_a_report_is_the_objectives_as_in_optuna(tmp_path, ho
         finally:
             store.close()
         assert errors == ["StorageDown: storage down"]
+
+
+def _reports_three_then_waits_for_the_driver(trial: Any) -> float:
+    x = trial.suggest_float("x", -10, 10)
+    for step in range(3):
+        trial.report(x + step, step)
+    time.sleep(2 * POLL_WAIT_S)  # (the results reach the driver before the end that carries the reports)
+    return x
+
+
+@pytest.mark.parametrize("how", ["optuna", "fluidsalus"])
+def test_a_trial_whose_report_the_storage_refused_keeps_no_later_value_as_in_optuna(tmp_path, how):
+    """Optuna's ``report`` raises the storage's refusal in the objective, which reports no more: the FAIL trial has
+    no intermediate value. The driver told each later report as its result came (the refusal was left to the call
+    carrying it), so the FAIL trial kept the values of steps 1 and 2 (h131's F3)."""
+    study = optuna.create_study()
+    real = study._storage.set_trial_intermediate_value
+
+    def refusing(trial_id: int, step: int, value: float) -> None:
+        if study._storage.get_trial(trial_id).number == 1 and step == 0:
+            raise ConnectionError("storage down")
+        real(trial_id, step, value)
+
+    study._storage.set_trial_intermediate_value = refusing
+    if how == "optuna":
+        study.optimize(_reports_three_then_waits_for_the_driver, n_trials=3, catch=(ConnectionError,))
+    else:
+        _optimize(study, _reports_three_then_waits_for_the_driver, tmp_path, n_trials=3, catch=(ConnectionError,),
+                  max_concurrent_trials=1)
+    assert [(t.state, sorted(t.intermediate_values)) for t in study.trials] == [
+        (TrialState.COMPLETE, [0, 1, 2]), (TrialState.FAIL, []), (TrialState.COMPLETE, [0, 1, 2])]
 
 
 def test_out_of_memory_reruns_the_same_optuna_trial(tmp_path):
@@ -673,10 +706,14 @@ def test_interrupted_run_fails_its_running_trials(tmp_path, optuna_records):
 
 
 @pytest.mark.parametrize("how", ["optuna", "fluidsalus"])
-def test_an_interrupt_before_any_trial_started_leaves_no_trial_unfinished(tmp_path, how):
+def test_an_interrupt_before_any_trial_started_leaves_no_trial_unfinished(tmp_path, how, capsys):
     """A Ctrl-C landing in the first ``study.ask()``: Optuna raises it with no trial; the experiment's record had
     the proposed fluidsalus trials RUNNING/PENDING for good ("unfinished" in ``fluidsalus ls``, for a resume
-    optimize never does), and no metric (nothing was recorded when no trial had started)."""
+    optimize never does), and no metric (nothing was recorded when no trial had started). They end as trials that
+    never started: the one whose lane had begun it counted as a trial that ran ("1 terminated" in ``ls``), with
+    no ``trial_end`` (h131's F6, h130's F4)."""
+    from fluidsalus.cli import main
+
     def interrupted_ask(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
@@ -690,14 +727,21 @@ def test_an_interrupt_before_any_trial_started_leaves_no_trial_unfinished(tmp_pa
     assert study.trials == []
     if how == "optuna":
         return
-    store = ExperimentStore.open(tmp_path / "fluidsalus" / "first", readonly=True)
+    path = tmp_path / "fluidsalus" / "first"
+    store = ExperimentStore.open(path, readonly=True)
     try:
-        rows = store.trials()
+        rows, ends, starts = store.trials(), store.events("trial_end"), store.events("trial_start")
         assert store.experiment()["metric"] == fo.KEY_VALUE
     finally:
         store.close()
     assert rows and all(row.status == "TERMINATED" and row.stop_reason == "stopped" and row.last_result is None
-                        for row in rows)
+                        and row.started_at is None for row in rows)
+    assert sorted((e.trial_id, e.data) for e in ends) == sorted(
+        (row.trial_id, {"attempt": 0, "outcome": "stopped", "started": False}) for row in rows)
+    assert starts == []
+    capsys.readouterr()
+    assert main(["ls", str(path)]) == 0
+    assert f"{len(rows)} ({len(rows)} terminated, {len(rows)} of them never started)" in capsys.readouterr().out
 
 
 def test_a_system_exit_in_the_driver_leaves_the_running_trials_running_as_optuna_does(tmp_path):
@@ -860,6 +904,43 @@ def test_timeout_starts_no_new_trial_and_lets_running_ones_finish(tmp_path):
     last_start = max(t.datetime_start for t in study.trials)
     first_start = min(t.datetime_start for t in study.trials)
     assert (last_start - first_start).total_seconds() < timeout_s
+
+
+def test_a_trial_whose_start_finds_the_study_stopped_ends_as_one_that_never_started(tmp_path, monkeypatch, capsys):
+    """After ``study.stop()`` (or ``timeout``) the trial waiting on a lane begins before the stop reaches it (forced
+    here: the driver sends it no stop), asks for its start and runs nothing: the study has no trial for it, as Optuna's
+    loop starts none. It was recorded as a started, completed trial ("4 terminated" for Optuna's 3, h130's F2): it
+    ends stopped, with no start, a ``trial_end`` with ``started: False``, and the final line and ``ls`` count it
+    among those that never started."""
+    from fluidsalus.cli import main
+
+    def stop_after_the_third(study: optuna.Study, trial: FrozenTrial) -> None:
+        if trial.number == 2:
+            study.stop()
+
+    plain = optuna.create_study()
+    plain.optimize(_quadratic, n_trials=20, callbacks=[stop_after_the_third])
+    monkeypatch.setattr(fo._StudyDriver, "collect_stops", lambda self: [])  # (the stop reaches no trial in time)
+    study = optuna.create_study()
+    _optimize(study, _quadratic, tmp_path, n_trials=20, callbacks=[stop_after_the_third], name="stopped",
+              max_concurrent_trials=1, verbose=1)
+    assert len(study.trials) == len(plain.trials) == 3
+    path = tmp_path / "fluidsalus" / "stopped"
+    store = ExperimentStore.open(path, readonly=True)
+    try:
+        rows, ends, starts = store.trials(), store.events("trial_end"), store.events("trial_start")
+    finally:
+        store.close()
+    linked = {t.system_attrs[fo.SYSTEM_ATTR]["trial_id"] for t in study.trials}
+    never = {row.trial_id for row in rows if row.trial_id not in linked}
+    assert len(never) == 1
+    assert all(row.status == "TERMINATED" and row.stop_reason == "stopped" and row.started_at is None
+               and row.last_result is None for row in rows if row.trial_id in never)
+    assert [e.data for e in ends if e.trial_id in never] == [{"attempt": 0, "outcome": "stopped", "started": False}]
+    assert {e.trial_id for e in starts} == linked
+    assert "4 trials in" in (out := capsys.readouterr().out) and "(4 terminated, 1 of them never started" in out
+    assert main(["ls", str(path)]) == 0
+    assert "4 (3 complete, 1 terminated, 1 of them never started)" in capsys.readouterr().out
 
 
 def test_cpus_per_trial_runs_more_objectives_at_once_on_each_core(tmp_path):

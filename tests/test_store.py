@@ -19,6 +19,7 @@ from fluidsalus.store import (
     LOCK_FILENAME,
     READABLE_FROM,
     SCHEMA_VERSION,
+    TRIAL_START_EVENT,
     DriverLock,
     EventRow,
     ExperimentStore,
@@ -63,6 +64,22 @@ def test_round_trip_trials_results_events_checkpoints(tmp_path):
     assert store.results("t0")[0].metrics["nan"] != store.results("t0")[0].metrics["nan"]  # NaN kept
     assert store.events("trial_start")[0].data == {"attempt": 0}
     assert store.checkpoints("t0")[0]["iteration"] == 2
+
+
+def test_a_start_taken_back_leaves_the_trial_never_started_and_the_others_as_they_were(tmp_path):
+    """A trial its device began only for it to find nothing to run (the Optuna front end's after a study.stop()):
+    no started_at, no trial_start event; the other trials' starts stay."""
+    store = _new(tmp_path)
+    store.add_trials([("t0", 0, {}), ("t1", 1, {})])
+    for trial_id in ("t0", "t1"):
+        store.update_trial(trial_id, started_at=1.0)
+    store.add_events([(1.0, TRIAL_START_EVENT, "t0", "cpu:0", {"attempt": 0}),
+                      (1.0, TRIAL_START_EVENT, "t1", "cpu:1", {"attempt": 0}),
+                      (2.0, "trial_end", "t0", "cpu:0", {"attempt": 0, "outcome": "stopped"})])
+    store.take_back_start("t0")
+    assert [(t.trial_id, t.started_at) for t in store.trials()] == [("t0", None), ("t1", 1.0)]
+    assert [e.trial_id for e in store.events(TRIAL_START_EVENT)] == ["t1"]
+    assert [e.trial_id for e in store.events("trial_end")] == ["t0"]
 
 
 def test_a_trials_history_ends_where_its_last_attempt_ended(tmp_path):

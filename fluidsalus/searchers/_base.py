@@ -182,6 +182,20 @@ class BaseSearcher(abc.ABC):
         """
         return False
 
+    def started_trial(self, trial_id: str) -> bool:
+        """Whether a trial whose trainable began on its device and ended without an error ran the search's trial: False
+        for one that found the search over at its start and ran nothing (the Optuna front end's trial whose start came
+        after ``timeout`` or ``study.stop()``: the study has no trial for it). It then ends stopped, as a trial that
+        never started (as one the run's end stops before its first turn).
+
+        Args:
+            trial_id: A trial whose attempt began and that returned or was stopped.
+
+        Returns:
+            True (the default).
+        """
+        return True
+
     def take_exploits(self) -> list[ExploitRequest]:
         """Paused trials to restart from another trial's checkpoint with a new config (PBT's exploit).
 

@@ -124,6 +124,7 @@ from fluidsalus.store import (
     TERMINATED,
     TRIAL_DIRNAME_EVENT,
     TRIAL_RESTART_EVENT,
+    TRIAL_START_EVENT,
     ExperimentStore,
 )
 from fluidsalus.trialgroup.dispatch import (
@@ -1604,6 +1605,14 @@ class Executor:
         for index, ids in by_device.items():
             self._send(self._device(index), "request_checkpoint", ids)
 
+    def _take_back_start(self, trial_id: str,
+                         events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]]) -> None:
+        """The trial never started after all (:meth:`BaseSearcher.started_trial`): its start goes from the store, and
+        from the batch's ``events`` when it came in the same batch (then no callback is told of it)."""
+        self._began.discard(trial_id)
+        events[:] = [e for e in events if not (e[1] == TRIAL_START_EVENT and e[2] == trial_id)]
+        self.store.take_back_start(trial_id)
+
     def _end_unstarted(self, trial: Trial) -> None:
         """End a trial that runs nowhere, inside the caller's transaction; the caller saves the searcher's log
         (``self._searcher_log.save()``) in it once for all the trials it ends."""
@@ -2087,7 +2096,7 @@ class Executor:
                     device.changed_at = ts
                     self.store.update_trial(trial_id, status=RUNNING, started_at=ts, attempt=attempt)
                     self._began.add(trial_id)
-                    events.append((ts, "trial_start", trial_id, name, {"attempt": attempt}))
+                    events.append((ts, TRIAL_START_EVENT, trial_id, name, {"attempt": attempt}))
                 elif kind == EV_END:
                     outcome, error, trace = event[4], event[5], event[6]
                     error_pickle = event[7] if len(event) > 7 else None
@@ -2128,6 +2137,14 @@ class Executor:
                         outcome = OUT_STOPPED  # the search ended it (an Optuna pruner), as a scheduler's stop
                         event = (*event[:4], outcome, *event[5:])
                     attempt_began = not (outcome == OUT_STOPPED and trial.status == PENDING)  # (PENDING until EV_START)
+                    if attempt_began and outcome in (OUT_COMPLETED, OUT_STOPPED) \
+                            and not self.searcher.started_trial(trial_id):
+                        # it began only to find the search over (an Optuna trial's start after the timeout or
+                        # study.stop(): the study has no trial for it): it never started, as a prefetched trial the
+                        # run's end stops (it was "completed", a started trial, in the counts)
+                        outcome, attempt_began = OUT_STOPPED, False
+                        event = (*event[:4], outcome, *event[5:])
+                        self._take_back_start(trial_id, events)
                     if not attempt_began and self._ending is not None and trial_id not in self._decided_stops:
                         unstarted.add(trial_id)  # (the run's end stopped it before its attempt began)
                     trial.status = ERROR if outcome == OUT_ERRORED else TERMINATED
@@ -2220,7 +2237,7 @@ class Executor:
             elif kind == EV_END and event[4] == OUT_STOPPED and trial.trial_id not in unstarted:
                 self._stopped.add(trial.trial_id)
         for _, what, started_id, _, info in events:  # starts of this batch first (Callback.on_trial_start)
-            if what == "trial_start" and started_id in self.trials:
+            if what == TRIAL_START_EVENT and started_id in self.trials:
                 for callback in self.settings.callbacks:
                     callback.on_trial_start(started_id, self.trials[started_id].config, int((info or {})["attempt"]))
         for kind, trial, event in acted:
