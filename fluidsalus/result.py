@@ -758,19 +758,29 @@ def _score(history: list[Mapping[str, Any]], metric: str, mode: str, scope: str,
 def best_index(history: Sequence[Mapping[str, Any]], metric: str, mode: str) -> int | None:
     """The position of the result with the best value of ``metric`` in ``mode``, as Ray's dataframes pick it
     (pandas' ``idxmax`` and ``idxmin`` of the trial's column: NaN and None skipped, an infinity counts, the first of
-    equal values; a column of strings compares them, so ``["b", "c", "a"]`` gives ``"c"``'s row for ``"max"``), or
-    None when none has one. A column that mixes strings and numbers, where pandas (and so Ray's ``dataframe``)
-    raises a ``TypeError``, is picked by its numbers. Under pandas 2 Ray's ``idxmin`` of ``[nan, inf]`` gave the NaN's
-    row (its ``nanargmin`` fills NaN with +inf); as pandas 3 does, the infinity's row is picked here."""
+    equal values; a column of other values than numbers compares them as Python does, so strings ``["b", "c", "a"]``
+    give ``"c"``'s row for ``"max"`` and lists ``[[1], [3], [2]]`` ``[3]``'s; a NumPy scalar or 0-d array counts as
+    its value), or None when none has one or the values do not compare (dicts). A column that mixes numbers with
+    other values, where pandas (and so Ray's ``dataframe``) raises a ``TypeError``, is picked by its numbers. Under
+    pandas 2 Ray's ``idxmin`` of ``[nan, inf]`` gave the NaN's row (its ``nanargmin`` fills NaN with +inf); as pandas
+    3 does, the infinity's row is picked here."""
     given = [(i, value) for i, r in enumerate(history)
-             if (value := lookup_metric(r, metric)) is not None and not (is_number(value) and math.isnan(value))]
-    if given and all(isinstance(value, str) for _, value in given):
-        scored: list[tuple[int, Any]] = given
-    else:
-        scored = [(i, value) for i, value in given if is_number(value)]
+             if (value := _as_python(lookup_metric(r, metric))) is not None
+             and not (is_number(value) and math.isnan(value))]
+    scored = [(i, value) for i, value in given if is_number(value)] or given
     if not scored:
         return None
-    return (max if mode == "max" else min)(scored, key=lambda pair: pair[1])[0]
+    try:
+        return (max if mode == "max" else min)(scored, key=lambda pair: pair[1])[0]
+    except TypeError:  # values that do not compare (dicts, a list of strings beside one of numbers)
+        return None
+
+
+def _as_python(value: Any) -> Any:
+    """A NumPy scalar or 0-d array as its Python value (``np.bool_(True)``: ``True``), anything else as it is."""
+    if getattr(value, "shape", None) == () and callable(getattr(value, "item", None)):
+        return value.item()
+    return value
 
 
 def with_flat_keys(result: Mapping[str, Any]) -> Mapping[str, Any]:

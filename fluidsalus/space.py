@@ -899,7 +899,7 @@ def _validate_value(value: Any, path: Path) -> None:
         for index, grid_value in enumerate(_grid_values(value, path)):
             _validate_value(grid_value, (*path, GRID_SEARCH_KEY, index))
         return
-    if isinstance(value, dict):
+    if isinstance(value, dict) and not path:
         for key in value:
             if not isinstance(key, str):
                 raise SpaceError(
@@ -918,7 +918,8 @@ def validate_space(space: Any, allow_empty: bool = False) -> None:
         allow_empty: Accept ``{}`` (it resolves to one empty configuration per sample).
 
     Raises:
-        SpaceError: ``space`` is not a dict, is empty, has a key that is not a string, holds a malformed
+        SpaceError: ``space`` is not a dict, is empty, has a key that is not a string at its top level (below it
+            a key may be any value a dict takes, as in Ray: ``{"n": {2: ...}}``), holds a malformed
             grid search (``{"grid_search": x}`` with ``x`` not a non-empty list) or a Ray Tune domain. The
             message names the parameter path, such as ``model/lr``.
     """
@@ -1283,6 +1284,11 @@ def generate_variants(
 def _flatten_into(node: dict[str, Any], path: Path, out: dict[str, Any], strict: bool = True) -> None:
     for key, value in node.items():
         child = (*path, key)
+        if strict and not isinstance(key, str):
+            raise SpaceError(
+                f"search space key {key!r} at '{_path_text(path)}' must be a string for this search algorithm "
+                f"(it names the parameter by the flattened key), got {type(key).__name__}"
+            )
         if strict and PATH_SEPARATOR in key:
             raise SpaceError(
                 f"search space key {key!r} at '{_path_text(path)}' contains {PATH_SEPARATOR!r}, the "
@@ -1291,7 +1297,7 @@ def _flatten_into(node: dict[str, Any], path: Path, out: dict[str, Any], strict:
         if isinstance(value, dict) and value and not _is_grid(value):
             _flatten_into(value, child, out, strict)
         else:
-            out[PATH_SEPARATOR.join(child)] = value
+            out[_path_text(child)] = value
 
 
 def check_copyable(space: Mapping[str, Any], name: str) -> None:

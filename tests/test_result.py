@@ -602,3 +602,25 @@ def test_a_trials_row_picked_by_a_string_metric_is_pandas_idxmax_row_as_in_rays_
     assert list(grid.get_dataframe("m", "max")["m"])[:1] == ["c"]
     mixed = ResultGrid([_result([{"m": 2.0}, {"m": "z"}, {"m": 1.0}], {}), results[0]], "/exp")  # (pandas: TypeError)
     assert list(mixed.get_dataframe("m", "min")["m"]) == [1.0, "a"]  # by its numbers
+
+
+def test_a_trials_row_picked_by_values_other_than_numbers_or_strings_is_pandas_idxmax_row_as_in_rays() -> None:
+    """Lists (tuples, read back as lists), ``np.bool_``, bytes and 0-d NumPy arrays: pandas compares them (Ray's run
+    of the same values, reported by a trainable, picks ``[3]``'s row for ``"max"`` and ``[1]``'s for ``"min"`` of
+    ``[[1], [3], [2]]``; a helper's side-by-side run under Ray 2.60). fluidsalus compared numbers and strings only,
+    and took the trial's last row. A column whose values do not compare (dicts) still gives the last row."""
+    import numpy as np
+    import pandas as pd
+
+    columns = ([[1], [3], [2]], [[1, 5], [3, 0], [2, 9], None], [np.bool_(False), np.bool_(True), np.bool_(False)],
+               [b"b", b"c", b"a"], [np.array(2.0), np.array(3.0), _NAN, np.array(1.0)], [(1,), (3,), (2,)])
+    results = [_result([{"m": value, "j": j, "training_iteration": j + 1} for j, value in enumerate(values)], {"i": i})
+               for i, values in enumerate(columns)]
+    grid = ResultGrid(results, "/exp")
+    for mode in ("max", "min"):
+        picked = list(grid.get_dataframe(filter_metric="m", filter_mode=mode)["j"])
+        rays = [int(getattr(pd.json_normalize([{"m": value} for value in values])["m"], f"idx{mode}")())
+                for values in columns]
+        assert picked == rays == ([1, 1, 1, 1, 1, 1] if mode == "max" else [0, 0, 0, 2, 3, 0]), mode
+    unordered = ResultGrid([_result([{"m": {"a": 1}, "j": 0}, {"m": {"b": 0}, "j": 1}], {})], "/exp")
+    assert list(unordered.get_dataframe(filter_metric="m", filter_mode="max")["j"]) == [1]

@@ -242,6 +242,96 @@ def test_evaluated_params_and_tags_hold_the_draws_inside_grid_values_and_choice_
     assert list(tagger.evaluated_params(configs[0], 0))[:6] == ["z", "m/n", "d", "cd", "l/0", "l/1/q"]
 
 
+def _rays_variants(space: Any, seed: int, samples: int = 1) -> list[tuple[dict[str, Any], dict[str, Any], str]]:
+    """Ray's variants of ``space`` (``space(ray.tune)``) for ``seed`` and ``num_samples=samples``: each one's config,
+    ``evaluated_params`` and tag's values."""
+    from ray.tune.search.sample import _BackwardsCompatibleNumpyRng
+    from ray.tune.search.variant_generator import _flatten_resolved_vars, generate_variants
+    from ray.tune.search.variant_generator import format_vars as ray_format_vars
+
+    rng = _BackwardsCompatibleNumpyRng(seed)
+    return [(spec["config"], _flatten_resolved_vars(resolved_vars), ray_format_vars(resolved_vars))
+            for _ in range(samples)
+            for resolved_vars, spec in generate_variants({"config": space(rt)}, random_state=rng)]
+
+
+def _grids_in_categories_space(module: Any) -> dict[str, Any]:
+    """Grid searches inside choice categories (in a dict, in a grid value, in a list, beside a constant)."""
+    return {"c": module.choice([{"g": module.grid_search([1, 2]), "u": 0.5},
+                                {"g": module.grid_search([{"h": module.grid_search(["p", "q"])}, 3])},
+                                [module.grid_search(["x", "y"]), 1], 5]),
+            "z": module.uniform(0, 1), "b": module.grid_search([True, False])}
+
+
+def test_a_grid_search_inside_a_choice_category_is_shown_as_written_in_the_tag_and_evaluated_params_as_in_ray() -> None:
+    """Ray draws a choice's category before it expands the grid searches in it, so its resolved value there (the
+    trial's ``evaluated_params["c"]`` and the tag's ``c=...``, whence its folder name) keeps the grid search as the
+    space wrote it: ``0_c=g_grid_search_1_2_u_0_5,g=1,...``. Ours was the trial's value (``c=g_1_u_0_5``)."""
+    import json
+
+    from fluidsalus.api import _describe_space
+    from fluidsalus.tune._tags import resolved_values
+    from fluidsalus.tune.analysis import _value_at_key, stored_draw_tree
+
+    rays = _rays_variants(_grids_in_categories_space, 3, samples=3)
+    space = _grids_in_categories_space(tune)
+    searcher = plan(tune.TuneConfig(search_alg=tune.search.BasicVariantGenerator(random_state=3), num_samples=3),
+                    space).searcher
+    (group,) = searcher.next_groups()
+    assert group.configs == [config for config, _, _ in rays]
+    tagger = Tagger(space, VARIANTS)
+    again = Tagger.from_description(json.loads(json.dumps(tagger.describe())))  # what tune_params.json keeps
+    tree = stored_draw_tree(_describe_space(space))  # a fluidsalus.run folder's
+    shown = set()
+    for seq, (config, evaluated, tag) in enumerate(rays):
+        ours = tagger.evaluated_params(config, seq)
+        assert list(ours.items()) == list(evaluated.items())
+        assert again.evaluated_params(config, seq) == ours
+        stored = {"/".join(map(str, path)): value
+                  for path, value in resolved_values(tree, lambda path, c=config: _value_at_key(c, path)).items()}
+        # (the store's run spec describes the space by reprs, which cut the second category short: "[...]")
+        cut = isinstance(config["c"], dict) and "u" not in config["c"]
+        assert stored == ({**ours, "c": config["c"]} if cut else ours)
+        assert tagger(seq, config)["experiment_tag"] == f"{seq}_{tag}"
+        shown.add(_clean(ours["c"]))
+    assert {"g_grid_search_1_2_u_0_5", "g_grid_search_h_grid_search_p_q_3", "grid_search_x_y_1"} <= shown
+
+
+def test_a_search_space_with_keys_other_than_strings_below_the_top_runs_as_in_ray(ray_cluster, storage) -> None:
+    """Ray takes ``{"n": {2: ..., 1: ...}}`` (keys that are no strings, below the top level) and its trials' configs
+    keep those keys; fluidsalus refused the space (``SpaceError: search space key 2 at 'n' must be a string``). The
+    same configs, ``evaluated_params`` and tags as Ray's; the trials' folders and results carry the tags."""
+    def space_of(module: Any) -> dict[str, Any]:
+        return {"n": {2: module.choice([1, 2]), 1: module.grid_search([5, 6]), 0.5: 7},
+                "g": module.grid_search([{3: module.uniform(0, 1)}, {1.5: module.randint(0, 9)}])}
+
+    rays = _rays_variants(space_of, 7)
+    tagger = Tagger(space_of(tune), VARIANTS)
+    for seq, (config, evaluated, tag) in enumerate(rays):
+        assert list(tagger.evaluated_params(config, seq).items()) == list(evaluated.items())
+        assert tagger(seq, config)["experiment_tag"] == f"{seq}_{tag}"
+    started: dict[str, Any] = {}
+
+    class Starts(tune.Callback):
+        def on_trial_start(self, iteration, trials, trial, **info):
+            started[trial.experiment_tag] = (trial.config, trial.evaluated_params)
+
+    def train(config):
+        tune.report({"score": config["n"][1]})
+
+    grid = tune.Tuner(train, param_space=space_of(tune),
+                      tune_config=tune.TuneConfig(search_alg=tune.search.BasicVariantGenerator(random_state=7)),
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[Starts()])).fit()
+    assert started == {f"{seq}_{tag}": (config, evaluated) for seq, (config, evaluated, tag) in enumerate(rays)}
+    assert sorted((r.config for r in grid), key=str) == sorted((config for config, _, _ in rays), key=str)
+    assert all(r.metrics["experiment_tag"] in os.path.basename(r.path) for r in grid)
+    assert sorted(r.metrics["experiment_tag"] for r in grid) == sorted(started)
+    assert grid.get_best_result("score", "max").config["n"][1] == 6
+    analysis = tune.ExperimentAnalysis(grid.experiment_path)
+    assert sorted(((t.experiment_tag, t.config, t.evaluated_params) for t in analysis.trials), key=str) == sorted(
+        ((tag, config, evaluated) for tag, (config, evaluated) in started.items()), key=str)
+
+
 def test_a_draw_inside_a_dict_option_is_not_taken_for_a_plain_domain_option_and_large_constants_stay_small() -> None:
     """A plain domain option fitted any value, a dict too, and a tie went to the first option: for
     ``grid_search([{"x": uniform}, {"x": choice([{"y": uniform}])}])`` Ray's ``g/x/y`` was lost (only ``g``, ``g/x``).

@@ -117,7 +117,9 @@ def _point_runs(space: Mapping[str, Any], points: Sequence[Mapping[str, Any]] | 
 #: domain (``"draw"``), a ``choice`` (``"choice"``) or a grid search (``"grid"``), each with ``"of"`` (the choice's
 #: categories or the grid's values, as nodes of their own) when one of those holds a draw; inside such a value a
 #: dict (``"dict"``, its ``"items"`` as ``[key, node]`` pairs), a list or tuple (``"list"``), a constant
-#: (``"const"``, its ``"value"``), a ``sample_from`` (``"fn"``) or any other object (``"any"``).
+#: (``"const"``, its ``"value"``), a ``sample_from`` (``"fn"``) or any other object (``"any"``). A grid search whose
+#: values are plain (:func:`is_plain`) keeps them (``"values"``): a choice category that holds it shows it so
+#: (:func:`_as_drawn`).
 _DRAW_KINDS = frozenset({"draw", "choice", "grid"})
 _JSON_SCALARS = (str, int, float, bool, type(None))
 
@@ -130,6 +132,8 @@ def _node(value: Any) -> dict[str, Any]:
         kind = "choice" if isinstance(value, sp.Categorical) else "grid"
         options = list(value.categories) if kind == "choice" else list(value[sp.GRID_SEARCH_KEY])
         node: dict[str, Any] = {"kind": kind}
+        if kind == "grid" and is_plain(options):
+            node["values"] = options
         alternatives = [_node(option) for option in options]
         if any(draws_in(alternative) for alternative in alternatives):
             node["of"] = alternatives
@@ -159,6 +163,39 @@ def _node(value: Any) -> dict[str, Any]:
 #: value made it 3.5 MB). In memory a list is one node, compared in one step (element by element, tagging 2,000
 #: trials took 320 s against 30 s).
 CONSTANT_LIST_KEPT = 64
+
+
+def is_plain(value: Any) -> bool:
+    """Whether ``value`` is plain JSON that ``tune_params.json`` keeps as it is: a string, number, bool or None, or
+    a list or tuple (of at most :data:`CONSTANT_LIST_KEPT` items) or a dict of string keys, of such values."""
+    if isinstance(value, (list, tuple)):
+        return len(value) <= CONSTANT_LIST_KEPT and all(is_plain(item) for item in value)
+    if isinstance(value, dict):
+        return all(isinstance(key, str) and is_plain(item) for key, item in value.items())
+    return type(value) in _JSON_SCALARS
+
+
+def _as_drawn(node: Mapping[str, Any], value: Any) -> Any:
+    """A choice category's value as Ray's resolved values hold it (whence its ``evaluated_params`` and tag): Ray
+    draws the category before it expands the grid searches in it, so each grid search inside the category is as
+    the space wrote it (``{"c": {"g": {"grid_search": [1, 2]}}}``, tag ``c=g_grid_search_1_2,g=1``); the rest is
+    the trial's value (a domain inside the category too, whose unresolved object Ray shows). A grid search of
+    values that are not :func:`is_plain` is its trial's value too."""
+    kind = node.get("kind")
+    if kind == "dict" and isinstance(value, Mapping):
+        inner = dict(node["items"])
+        return {key: _grid_as_written(inner[key], item) if key in inner else item for key, item in value.items()}
+    if kind == "list" and isinstance(value, (list, tuple)) and len(value) == len(node["items"]):
+        return type(value)(_grid_as_written(item, element) for item, element in zip(node["items"], value, strict=True))
+    return value
+
+
+def _grid_as_written(node: Mapping[str, Any], value: Any) -> Any:
+    """A value inside a choice category (:func:`_as_drawn`): a grid search as the space wrote it when its node keeps
+    its values, the values inside a dict or list in turn, any other value as it is."""
+    if node.get("kind") == "grid" and "values" in node:
+        return {sp.GRID_SEARCH_KEY: node["values"]}
+    return _as_drawn(node, value)
 
 
 def constant_list_node(values: list[Any]) -> dict[str, Any]:
@@ -310,8 +347,8 @@ def resolved_values(tree: Sequence[tuple[tuple[Any, ...], Mapping[str, Any]]], v
                 value = value_at(path)
             except (KeyError, IndexError, TypeError):
                 continue
-            out[path] = value
             option = _chosen(node["of"], value) if "of" in node else None
+            out[path] = _as_drawn(option, value) if option is not None and node.get("kind") == "choice" else value
             if option is not None:
                 deeper.extend(((*order, index), (*path, *below), inner)
                               for index, (below, inner) in enumerate(draws_in(option)))

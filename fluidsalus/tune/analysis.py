@@ -48,7 +48,7 @@ from fluidsalus.store import (
     read_error_file,
     written_by_ray,
 )
-from fluidsalus.tune._tags import PARAMS_FILE, Tagger, constant_list_node, draws_in, resolved_values
+from fluidsalus.tune._tags import PARAMS_FILE, Tagger, constant_list_node, draws_in, is_plain, resolved_values
 from fluidsalus.tune.result import TRAINING_ITERATION
 from fluidsalus.tune.utils import flatten_dict as flatten_like_ray
 
@@ -649,6 +649,13 @@ def _repr_node(node: ast.AST) -> dict[str, Any]:
 def _options_node(kind: str, options: ast.AST | None) -> dict[str, Any]:
     """A choice's or grid's node, with its categories or values when they hold draws."""
     node: dict[str, Any] = {"kind": kind}
+    if kind == "grid" and options is not None:
+        try:
+            values = ast.literal_eval(options)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            values = None
+        if isinstance(values, (list, tuple)) and is_plain(values):  # (its values as written, as _tags' own keeps them)
+            node["values"] = list(values)
     if isinstance(options, (ast.List, ast.Tuple)):
         alternatives = [_repr_node(option) for option in options.elts]
         if any(draws_in(alternative) for alternative in alternatives):
@@ -668,23 +675,32 @@ def _value_at_key(config: Any, path: tuple[Any, ...]) -> Any:
 
 def _at_key(config: Any, key: str) -> Any:
     """The value at a ``/``-joined key of ``config`` (a key of its own, or a nested one, where a key may itself
-    hold ``/``; a list's or tuple's element by its index), or :data:`_ABSENT`."""
-    if isinstance(config, Mapping) and key in config:
-        return config[key]
-    if isinstance(config, (list, tuple)) and key.isdigit() and int(key) < len(config):
-        return config[int(key)]
+    hold ``/``; a list's or tuple's element by its index; a key that is no string, such as ``2`` in
+    ``{"n": {2: ...}}``, by its text), or :data:`_ABSENT`."""
+    own = _child(config, key)
+    if own is not _ABSENT:
+        return own
     parts = key.split("/")
     for i in range(1, len(parts)):
-        head, rest = "/".join(parts[:i]), "/".join(parts[i:])
-        if isinstance(config, Mapping) and head in config:
-            child = config[head]
-        elif isinstance(config, (list, tuple)) and head.isdigit() and int(head) < len(config):
-            child = config[int(head)]
-        else:
+        child = _child(config, "/".join(parts[:i]))
+        if child is _ABSENT:
             continue
-        value = _at_key(child, rest)
+        value = _at_key(child, "/".join(parts[i:]))
         if value is not _ABSENT:
             return value
+    return _ABSENT
+
+
+def _child(config: Any, name: str) -> Any:
+    """The value of ``config`` (a dict, list or tuple) under the key or index whose text is ``name``, or
+    :data:`_ABSENT`."""
+    if isinstance(config, Mapping):
+        if name in config:
+            return config[name]
+        return next((value for key, value in config.items() if not isinstance(key, str) and str(key) == name),
+                    _ABSENT)
+    if isinstance(config, (list, tuple)) and name.isdigit() and int(name) < len(config):
+        return config[int(name)]
     return _ABSENT
 
 
