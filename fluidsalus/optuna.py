@@ -999,6 +999,9 @@ class _ObjectiveRunner:
         snapshot: _TrialSnapshot | None = _call(M_START)
         if snapshot is None:
             return None  # the optimisation ended (timeout, study.stop(), an error) before this trial started
+        trial_session = session.current_session()
+        if trial_session is not None:  # what the objective prints names its trial as Optuna's log does
+            trial_session.output_name = f"trial {snapshot.number}"
         try:
             return self._run(DeviceTrial(snapshot))
         finally:

@@ -432,6 +432,9 @@ class TrialSession:
         warning_sink: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.context = context
+        #: What starts each line the trial prints in a device process (``fluidsalus.gpu.output``): its name, or
+        #: what a front end names it by (the Optuna front end: ``trial 3``, as Optuna's log does).
+        self.output_name = context.trial_name
         self._on_resume_read = on_resume_read
         self._warning_sink = warning_sink
         self._warned: set[tuple[type[Warning], str]] = set()  # what warn_user gave in this trial

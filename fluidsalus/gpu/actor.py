@@ -32,6 +32,7 @@ from fluidsalus.gpu import nvml
 from fluidsalus.gpu.allocator import install_cuda_allocator
 from fluidsalus.gpu.device import DeviceSpec, NodeResources, virtual_device_capacity
 from fluidsalus.gpu.host import EV_LANE, DeviceHost, HostSettings, TrialSpec
+from fluidsalus.gpu.output import tag_trial_lines
 from fluidsalus.gpu.ray_session import RaySessionBridge, install_now_or_on_import
 from fluidsalus.session import trial_threads_alive
 
@@ -48,9 +49,21 @@ class _DeviceActor:
         # Before any of the user's code is imported here: a module file changed after this may differ from the
         # module this process loaded, so the actor then serves no other run (reset).
         self._started = time.time()
+        self._log_name = f"fluidsalus {device.name}"  # see __repr__
         # A trainable that still calls Ray's ray.tune.report (an import left unchanged) reaches its trial.
         self._ray_session = RaySessionBridge()
+        # Each line a trial prints starts with its name: the process's own prefix (__repr__) names only the device.
+        tag_trial_lines()
         self._serve(device, payload, settings, driver_sys_path)
+
+    def __repr__(self) -> str:
+        """What Ray's log forwarding puts before each line this process writes: ``(fluidsalus cpu:0 pid=N)``.
+
+        Ray reads it once, when ``__init__`` has returned (its "Customizing prefixes for Actor logs"), so a warm
+        actor that serves a later run keeps the name of the device it started as (``fluidsalus.trialgroup.warm``
+        hands parked actors to a run's devices in order, so that is usually the same name).
+        """
+        return self._log_name
 
     def reset(self, device: DeviceSpec, payload: bytes, settings: HostSettings, driver_sys_path: list[str]
               ) -> dict[str, Any]:

@@ -54,6 +54,7 @@ from fluidsalus.gpu.allocator import is_refusal
 from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE, ArenaBackend, ArenaOutOfMemoryError, host_arenas
 from fluidsalus.gpu.device import host_memory_bytes
 from fluidsalus.gpu.hints import shared_process_hint
+from fluidsalus.gpu.output import end_trial_output
 from fluidsalus.gpu.policies import DEFAULT_POLICY, TrialView, choose, get_policy
 from fluidsalus.result import lookup_metric
 from fluidsalus.session import (
@@ -1245,6 +1246,7 @@ class DeviceHost:
         finally:
             session.ended = True  # threads the trial started may not report after its end
             set_session(None)
+            end_trial_output(session)  # a line it left unfinished is written before its end is sent
             if self._arenas is not None:  # the run's memory is the trial's no more; leftovers are reported
                 self._arenas.exit(spec.trial_id)
         if ranks is not None:  # rank 0 waits for its workers here; their failures become the trial's error

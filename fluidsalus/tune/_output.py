@@ -2,30 +2,27 @@
 
 Ray runs one trial per actor process and swaps that process's ``sys.stdout``/``sys.stderr`` for a tee of the
 console and the file. A fluidsalus device process runs several trials at once, one thread each, so the swap is
-per trial: the first trial that logs to a file replaces the process's streams with a :class:`_Router`, which
-writes everything to the stream it replaced (the console, through Ray's log forwarding, as before) and a
-trial's text also to that trial's file. A trial's text is what its own thread and the threads it started write
-(they belong to it: ``fluidsalus.session.inherit_sessions_in_started_threads``). Output written below Python (C
-extensions writing to file descriptor 1 or 2, logging handlers that kept the old stream), and that of threads a
-trial did not start (a pool shared between trials), reach the console only.
+per trial: the process's streams are a :class:`fluidsalus.gpu.output.Router` (a device process's always are), which
+writes everything to the stream it replaced (the console, through Ray's log forwarding) and a trial's text also to
+that trial's file. A trial's text is what its own thread and the threads it started write (they belong to it:
+``fluidsalus.session.inherit_sessions_in_started_threads``). Output written below Python (C extensions writing to
+file descriptor 1 or 2, logging handlers that kept the old stream), and that of threads a trial did not start (a
+pool shared between trials), reach the console only.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import sys
-import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
 from fluidsalus.errors import ConfigError
+from fluidsalus.gpu.output import STREAMS, Router, owner_of, router
 from fluidsalus.session import current_session
 
 #: Ray's file names for ``log_to_file=True``.
 STDOUT_FILE, STDERR_FILE = "stdout", "stderr"
-_STREAMS = ("stdout", "stderr")
-_LOCK = threading.Lock()
 
 
 def log_files(log_to_file: Any) -> tuple[str | None, str | None]:
@@ -51,49 +48,6 @@ def log_files(log_to_file: Any) -> tuple[str | None, str | None]:
                       f"stderr_file) of file names or None (got {log_to_file!r})")
 
 
-def _owner() -> object:
-    """Whose files a write goes to: the calling thread's trial (shared by the threads the trial started: see
-    ``fluidsalus.session.inherit_sessions_in_started_threads``), or, outside any trial, the thread itself."""
-    session = current_session()
-    return session if session is not None else threading.current_thread()
-
-
-class _Router:
-    """A process's ``sys.stdout`` or ``sys.stderr``: writes go to the stream it replaced and, from a trial (or
-    thread) that has one, to its file too (Ray's ``Tee``; under Ray one trial owns the whole process)."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.files: dict[object, TextIO] = {}
-
-    def write(self, text: str) -> int:
-        written = self.stream.write(text)
-        file = self.files.get(_owner())
-        if file is not None:
-            with contextlib.suppress(ValueError):  # closed: a thread of the trial wrote as the trial ended
-                file.write(text)
-        return written
-
-    def flush(self) -> None:
-        self.stream.flush()
-        file = self.files.get(_owner())
-        if file is not None:
-            with contextlib.suppress(ValueError):
-                file.flush()
-
-    def __getattr__(self, name: str) -> Any:  # encoding, isatty(), fileno(), ... of the stream it replaced
-        return getattr(self.stream, name)
-
-
-def _router(name: str) -> _Router:
-    with _LOCK:
-        current = getattr(sys, name)
-        if not isinstance(current, _Router):
-            current = _Router(current)
-            setattr(sys, name, current)
-        return current
-
-
 @contextlib.contextmanager
 def trial_output(folder: str, stdout_file: str | None, stderr_file: str | None) -> Iterator[None]:
     """While the block runs, the ``print`` output (and ``sys.stderr`` writes) of the calling thread's trial (its
@@ -105,25 +59,25 @@ def trial_output(folder: str, stdout_file: str | None, stderr_file: str | None) 
         stderr_file: File for ``sys.stderr`` (the same name as ``stdout_file``: one file for both), or None.
     """
     opened: dict[str, TextIO] = {}
-    routes: list[tuple[_Router, TextIO | None]] = []
-    owner = _owner()
+    routes: list[tuple[Router, TextIO | None]] = []
+    owner = owner_of(current_session())
     try:
-        for stream, name in zip(_STREAMS, (stdout_file, stderr_file), strict=True):
+        for stream, name in zip(STREAMS, (stdout_file, stderr_file), strict=True):
             if not name:
                 continue
             path = os.path.join(folder, os.path.expanduser(name))
             if path not in opened:
                 os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
                 opened[path] = open(path, "a", buffering=1)  # noqa: SIM115 - closed below; line-buffered
-            router = _router(stream)
-            routes.append((router, router.files.get(owner)))
-            router.files[owner] = opened[path]
+            route = router(stream)
+            routes.append((route, route.files.get(owner)))
+            route.files[owner] = opened[path]
         yield
     finally:
-        for router, previous in reversed(routes):
+        for route, previous in reversed(routes):
             if previous is None:
-                router.files.pop(owner, None)
+                route.files.pop(owner, None)
             else:
-                router.files[owner] = previous
+                route.files[owner] = previous
         for file in opened.values():
             file.close()

@@ -1,0 +1,151 @@
+"""What a trial prints names the trial: a device process starts each line a trial writes with the trial's name, and
+Ray's prefix names the device, not ``_DeviceActor`` (fluidsalus/gpu/output.py, ``gpu.actor._DeviceActor.__repr__``).
+"""
+
+from __future__ import annotations
+
+import glob
+import io
+import os
+import sys
+import threading
+import time
+
+from fluidsalus.gpu.output import Router
+from fluidsalus.session import TrialContext, TrialSession, set_session
+
+
+def _session(name: str) -> TrialSession:
+    return TrialSession(TrialContext(trial_id=name, trial_name=name, experiment_name="exp", trial_dir="."),
+                        lambda *_: None)
+
+
+def _tagging_router() -> tuple[Router, io.StringIO]:
+    console = io.StringIO()
+    router = Router(console)
+    router.tags_lines = True
+    return router, console
+
+
+def test_each_line_a_trial_writes_starts_with_its_name_and_is_written_whole() -> None:
+    router, console = _tagging_router()
+    a, b = _session("train_a_00000"), _session("train_b_00001")
+
+    def write(session: TrialSession | None, text: str) -> None:
+        set_session(session)
+        try:
+            router.write(text)
+        finally:
+            set_session(None)
+
+    write(a, "epoch 1 ")  # a's line is not finished when b writes a whole one
+    write(b, "b's line\n")
+    write(a, "done\nsecond\r\nthird")
+    write(None, "the device's own line\n")  # outside any trial: as it is
+    router.end_trial(a)  # a's unfinished line, as a line of its own
+    router.end_trial(b)  # nothing held
+    assert console.getvalue() == ("[train_b_00001] b's line\n"
+                                  "[train_a_00000] epoch 1 done\n"
+                                  "[train_a_00000] second\r\n"
+                                  "the device's own line\n"
+                                  "[train_a_00000] third\n")
+
+
+def test_a_router_that_does_not_tag_passes_a_trials_text_as_it_is() -> None:
+    """``log_to_file`` alone in a process that is no device (a test's DeviceHost): the console text is unchanged."""
+    console = io.StringIO()
+    router = Router(console)
+    set_session(_session("t"))
+    try:
+        router.write("as it is")
+    finally:
+        set_session(None)
+    assert console.getvalue() == "as it is"
+
+
+def test_two_trials_printing_at_once_on_two_lanes_never_mix_their_lines(monkeypatch) -> None:
+    from fluidsalus.gpu.host import EV_END, DeviceHost, HostSettings, TrialSpec
+
+    router, console = _tagging_router()
+    monkeypatch.setattr(sys, "stdout", router)
+    barrier = threading.Barrier(2)
+
+    def f(config):
+        barrier.wait()
+        for step in range(200):
+            print(f"x={config['x']} step {step}")
+            thread = threading.Thread(target=print, args=(f"x={config['x']} from its thread {step}",))
+            thread.start()  # a thread the trial starts writes as the trial
+            thread.join()
+        print(f"x={config['x']} left unfinished", end="")
+
+    host = DeviceHost(f, HostSettings("exp", max_lanes=2, capacity_bytes=2**30, trial_estimate=(2**20, 2**20),
+                                      profile_memory=False))
+    host.submit([TrialSpec(f"t{x}", f"train_t{x}", {"x": x}, "unused") for x in (1, 2)])
+    events, deadline = [], time.time() + 30
+    while sum(e[0] == EV_END for e in events) < 2:
+        assert time.time() < deadline, events
+        events += host.poll(0.1)
+    assert [e[4] for e in events if e[0] == EV_END] == ["completed", "completed"]
+    lines = console.getvalue().splitlines()
+    for x in (1, 2):
+        mine = [line for line in lines if line.startswith(f"[train_t{x}] ")]
+        assert [line for line in mine if "step" in line] == [f"[train_t{x}] x={x} step {s}" for s in range(200)]
+        assert len([line for line in mine if "from its thread" in line]) == 200
+        assert mine[-1] == f"[train_t{x}] x={x} left unfinished"
+    assert len(lines) == 2 * 401
+
+
+def _prints(config):
+    from fluidsalus import tune
+
+    print(f"hello from x={config['x']}")
+    print(f"a warning of x={config['x']}", file=sys.stderr)
+    tune.report({"pid": os.getpid(), "name": tune.get_context().get_trial_name()})
+
+
+def _worker_log(pid: int, suffix: str) -> list[str]:
+    """The lines of the Ray worker log file (``.out`` or ``.err``) of process ``pid``: what Ray's log forwarding
+    brings to the driver's terminal, each line prefixed by Ray with the name the last ``:actor_name:`` line of the
+    file gave (``__repr__``)."""
+    import ray
+
+    logs = ray._private.worker._global_node.get_logs_dir_path()
+    files = glob.glob(os.path.join(logs, f"worker-*-{pid}{suffix}"))
+    assert len(files) == 1, files
+    with open(files[0]) as file:
+        return file.read().splitlines()
+
+
+def test_a_trials_printed_lines_reach_rays_log_with_the_trials_name_and_the_devices(ray_cluster, storage) -> None:
+    from fluidsalus import tune
+
+    grid = tune.Tuner(_prints, param_space={"x": tune.grid_search([1, 2])},
+                      run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert len(grid) == 2 and not grid.errors
+    for result in grid:
+        name, pid, x = result.metrics["name"], result.metrics["pid"], result.config["x"]
+        assert name.startswith("_prints_")  # Ray's trial name: <trainable>_<trial id>
+        for suffix, line in ((".out", f"[{name}] hello from x={x}"), (".err", f"[{name}] a warning of x={x}")):
+            text = _worker_log(pid, suffix)  # written before the trial's end
+            assert line in text
+            names = [t for t in text if t.startswith(":actor_name:")]
+            assert names[-1].startswith(":actor_name:fluidsalus cpu:"), names
+
+
+def test_an_optuna_objectives_lines_carry_its_optuna_trial_number(ray_cluster, storage) -> None:
+    import optuna
+
+    import fluidsalus.optuna
+
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+
+    def objective(trial):
+        x = trial.suggest_float("x", 0, 1)
+        print(f"objective x={x}")
+        trial.set_user_attr("pid", os.getpid())
+        return x
+
+    fluidsalus.optuna.optimize(study, objective, n_trials=3, storage_path=storage)
+    for trial in study.trials:
+        assert f"[trial {trial.number}] objective x={trial.params['x']}" in _worker_log(trial.user_attrs["pid"], ".out")
