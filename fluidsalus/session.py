@@ -254,6 +254,14 @@ class TrialContext:
     def get_trial_dir(self) -> str:
         return self.trial_dir
 
+    def get_storage(self) -> Any:
+        """Ray's ``StorageContext`` of this trial (Ray's ``get_context().get_storage()``, a DeveloperAPI): its
+        ``storage_filesystem`` is the local one, its ``trial_fs_path`` this trial's folder
+        (:func:`fluidsalus.gpu.ray_session.trial_storage`). Imports Ray Tune's storage module."""
+        from fluidsalus.gpu.ray_session import trial_storage
+
+        return trial_storage(self.trial_dir)
+
     def get_trial_resources(self) -> TrialResources:
         """The trial's resource request (:class:`TrialResources`: a dict that also reads like Ray's
         ``PlacementGroupFactory``)."""

@@ -1477,6 +1477,106 @@ def test_a_prefetched_trial_its_searcher_stopped_keeps_its_end_hook_when_the_run
     assert [e.data for e in store.events("trial_end")] == [{"attempt": 0, "outcome": "stopped", "started": False}]
 
 
+@pytest.mark.parametrize("waiting", ["queued", "prefetched"])
+def test_a_trial_that_ran_and_that_the_runs_end_found_waiting_for_its_next_attempt_is_counted_stopped(tmp_path,
+                                                                                                     waiting):
+    """A trial that ran, was queued again (a PBT turn, a move) and was ended by the run's end before its next
+    attempt began counts as "stopped" live as after a resume and in ``fluidsalus inspect`` (their rule: TERMINATED,
+    stopped, started_at set): the live count left it out (3 stopped live, 5 after a resume, in a PBT run with a
+    time budget). A trial that never began counts as never started, and not as stopped."""
+    from fluidsalus.gpu.host import EV_END, OUT_STOPPED
+    from fluidsalus.inspect import inspect
+    from fluidsalus.searchers import RandomSearch
+    from fluidsalus.store import TERMINATED
+    from fluidsalus.trialgroup.executor import Executor
+
+    executor, store = _offline_executor(tmp_path, n_devices=1)
+    ran = _placed_trial(executor, store, "ran")
+    executor._began.add("ran")  # its first attempt began (EV_START) ...
+    store.update_trial("ran", started_at=0.5)
+    ran.status, ran.attempt = PENDING, 1  # ... and the next one waits
+    if waiting == "queued":
+        executor._devices[0].assigned.discard("ran")
+        ran.placed_on = ran.devices = ()
+        executor.pending.add(ran)
+    _queue(executor, store, _trial("never", seq=1))
+    executor._ending = "time_budget"
+    executor._end_queued()
+    executor._stop_trials(["ran"], no_verdict=True)
+    if waiting == "prefetched":
+        executor._handle(executor._devices[0], [(EV_END, "ran", 1, 1.0, OUT_STOPPED, None, None)])
+    assert {t.trial_id: t.status for t in executor.trials.values()} == {"ran": TERMINATED, "never": TERMINATED}
+    live = executor._snapshot()
+    resumed = Executor(executor.payload, RandomSearch({"x": 1}), store, executor.device_specs, executor.settings,
+                       trials=list(executor.trials.values()))._snapshot()
+    assert (live["stopped"], live["never_started"]) == (resumed["stopped"], resumed["never_started"]) == (1, 1)
+    store.set_experiment(status="FINISHED", finished_at=2.0)  # (inspect reads a running one once it has results)
+    assert inspect(str(tmp_path / "exp")).stopped == 1
+
+
+def test_the_runs_end_names_only_trials_whose_attempt_began_when_it_gives_up_waiting(tmp_path, caplog):
+    """After RUN_END_GRACE_S the trials still on a device end; the warning and the ``trial_abandoned`` event named
+    a trial sent ahead that had not begun too ("reached no report"): it ran nothing, and ends as the queued ones
+    do, unnamed (no hook, a ``trial_end`` that says it never started)."""
+    from fluidsalus.store import TERMINATED
+    from fluidsalus.trialgroup.executor import RUN_END_GRACE_S
+
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    callback = _Ends()
+    executor.settings.callbacks = [callback]
+    _placed_trial(executor, store, "hung", devices=(0,))
+    ahead = _placed_trial(executor, store, "ahead", devices=(1,))
+    ahead.status = PENDING  # prefetched: placed, not begun (no EV_START yet)
+    executor._ending, executor._ending_at = "time_budget", time.time() - RUN_END_GRACE_S
+    with caplog.at_level("WARNING", logger="fluidsalus.trialgroup.executor"):
+        executor._check_end()
+    assert {t.trial_id: t.status for t in executor.trials.values()} == {"hung": TERMINATED, "ahead": TERMINATED}
+    assert [e.trial_id for e in store.events("trial_abandoned")] == ["hung"]
+    assert "trial hung reached no report" in caplog.text and "ahead" not in caplog.text
+    assert callback.calls == [("complete", "hung", TERMINATED)]
+    ends = {e.trial_id: e.data for e in store.events("trial_end")}
+    assert ends == {"hung": {"attempt": 0, "outcome": "stopped"},
+                    "ahead": {"attempt": 0, "outcome": "stopped", "started": False}}
+
+
+def test_a_ctrl_c_while_the_run_ends_ends_the_trials_it_waited_for_as_those_it_found_queued(tmp_path):
+    """Ctrl-C inside the run's end (a time budget's grace): the trials still on a device, running or sent ahead and
+    not begun, stayed RUNNING and PENDING in the store, so ``Tuner.restore`` ran them again, while those the end
+    found queued stayed TERMINATED. Ray's end sets every unfinished trial TERMINATED at once, and a restore after
+    the Ctrl-C runs none: every trial ends here, stopped, with no hook (the run is interrupted)."""
+    from fluidsalus.store import FINAL_STATUSES, TERMINATED
+
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    callback = _Ends()
+    executor.settings.callbacks = [callback]
+    executor.settings.time_budget_s = 0.0
+    _placed_trial(executor, store, "running", devices=(0,))
+    executor._began.add("running")
+    store.update_trial("running", status=RUNNING, started_at=0.5)
+    ahead = _placed_trial(executor, store, "ahead", devices=(1,))
+    ahead.status = PENDING
+    _queue(executor, store, _trial("queued", seq=2))
+    executor._start_devices = lambda outer: None
+    executor._stop_devices = lambda keep_warm: None  # (offline: no actor to stop, whether or not Ray is up)
+
+    def interrupted_while_it_ends():
+        executor._check_end()  # the budget is spent: the queued trial ends, the others are told to stop
+        assert executor._ending == "time_budget" and executor.trials["queued"].status == TERMINATED
+        raise KeyboardInterrupt
+
+    executor._loop = interrupted_while_it_ends
+    with pytest.raises(KeyboardInterrupt):
+        executor.run()
+    rows = {r.trial_id: r for r in store.trials()}
+    assert {tid: (r.status, r.stop_reason) for tid, r in rows.items()} == {
+        tid: (TERMINATED, "stopped") for tid in ("running", "ahead", "queued")}
+    assert not [r for r in rows.values() if r.status not in FINAL_STATUSES]  # (a restore runs none of them)
+    ends = {e.trial_id: e.data for e in store.events("trial_end")}
+    assert ends["running"] == {"attempt": 0, "outcome": "stopped"}
+    assert ends["ahead"] == ends["queued"] == {"attempt": 0, "outcome": "stopped", "started": False}
+    assert callback.calls == []
+
+
 def test_a_trial_stopped_at_a_result_that_came_with_the_end_of_its_move_is_told_after_that_result(tmp_path):
     """The searcher's stop of a result that came in the batch of the trial's end for a move: the end requeued it
     first (paused off any device, at its budget), so the stop ended it there, unheard by the callbacks (h101's F6).

@@ -180,6 +180,42 @@ def test_a_checkpoint_on_another_filesystem_fails_the_trial_saying_why(bridge, t
     assert "expected a Checkpoint of a local folder" in end[5] and "filesystem='s3'" in end[5]
 
 
+def _writes_an_artifact_through_rays_storage(config):
+    """Ray's recipe for a trial's own files: ``get_context().get_storage()``'s filesystem and ``trial_fs_path``."""
+    from pathlib import Path
+
+    from ray.train._internal.storage import StorageContext
+
+    from fluidsalus import tune
+
+    for storage in (ray_tune.get_context().get_storage(), tune.get_context().get_storage()):
+        assert isinstance(storage, StorageContext)
+        with storage.storage_filesystem.open_output_stream(Path(storage.trial_fs_path, "artifact.txt").as_posix()) as f:
+            f.write(b"hello")
+        ray_tune.report({key: str(getattr(storage, key)) for key in (
+            "storage_fs_path", "experiment_dir_name", "trial_dir_name", "experiment_fs_path", "trial_fs_path",
+            "trial_working_directory", "trial_driver_staging_path", "experiment_driver_staging_path")})
+
+
+def test_rays_get_storage_answers_rays_storage_context_of_the_trials_folders(bridge, tmp_path):
+    """``ray.tune.get_context().get_storage()`` was ``AttributeError: 'RaySessionBridge' object has no attribute
+    'storage'`` (h140 F5), and fluidsalus's own ``get_context()`` had no ``get_storage``."""
+    experiment = tmp_path / "exp"
+    experiment.mkdir()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        events = _run(_writes_an_artifact_through_rays_storage, experiment)
+    end = next(e for e in events if e[0] == EV_END)
+    assert end[4] == OUT_COMPLETED, end[5:]
+    trial = str(experiment / "t0")
+    expected = {"storage_fs_path": str(tmp_path), "experiment_dir_name": "exp", "trial_dir_name": "t0",
+                "experiment_fs_path": str(experiment), "trial_fs_path": trial, "trial_working_directory": trial,
+                "trial_driver_staging_path": trial, "experiment_driver_staging_path": str(experiment)}
+    assert [{k: e[4][k] for k in expected} for e in events if e[0] == EV_RESULT] == [expected, expected]
+    assert (experiment / "t0" / "artifact.txt").read_bytes() == b"hello"
+    assert "ray.tune.get_context().get_storage" in _forwarded(_sent_warnings(events, caught))
+
+
 def test_outside_a_trial_the_bridge_is_falsy_and_rays_own_warning_stays(bridge):
     assert not bridge
     with pytest.warns(UserWarning, match="meant to only be called inside a function"):

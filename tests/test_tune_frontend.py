@@ -14,6 +14,7 @@ import csv
 import datetime
 import json
 import os
+import re
 import time
 import warnings
 
@@ -644,13 +645,64 @@ def test_rays_own_mock_trainable_is_translated_into_fluidsalus_twin_with_a_warni
     with pytest.warns(UserWarning, match=said) as caught:
         assert adopt_ray_trainable(RaysClass) is MyTrainableClass
     assert caught[0].filename == __file__  # the script's line, not fluidsalus's
-    with pytest.warns(UserWarning, match="with_parameters: " + said):
+    # not prefixed with the entry point: tune.run(resources_per_trial=...) named with_resources, a call the script
+    # did not make (h140 F7; end to end in test_tune_gaps.py)
+    with pytest.warns(UserWarning, match="fluidsalus.tune: " + said):
         assert tune.with_parameters(RaysClass, data=1).base is MyTrainableClass
-    with pytest.warns(UserWarning, match="with_resources: " + said):
+    with pytest.warns(UserWarning, match="fluidsalus.tune: " + said):
         assert tune.with_resources(RaysClass, {"cpu": 1}).base is MyTrainableClass
-    with pytest.warns(UserWarning, match="register_trainable: " + said):
+    with pytest.warns(UserWarning, match="fluidsalus.tune: " + said):
         tune.register_trainable("rays_mock", RaysClass)
     assert get_trainable_cls("rays_mock") is MyTrainableClass
+
+
+def _takes_data(config, data=None):
+    pass
+
+
+def test_rays_own_with_parameters_and_with_resources_around_rays_class_are_translated() -> None:
+    """Ray's ``with_parameters`` / ``with_resources`` make a subclass of a class trainable (``_Inner``,
+    ``ResourceTrainable``, named as the class, in ``ray.tune.trainable.util``): around Ray's ``MyTrainableClass``
+    they were refused as "Ray's own class (ray.tune.trainable.util), which fluidsalus has no equivalent of" (h140
+    F4); they are read back as they are for a function, with the same warning."""
+    from ray.tune.utils.mock_trainable import MyTrainableClass as RaysClass
+
+    from fluidsalus.tune._trainable import adopt_ray_trainable
+    from fluidsalus.tune.registry import get_trainable_cls
+    from fluidsalus.tune.utils.mock_trainable import MyTrainableClass
+
+    with pytest.warns(UserWarning) as caught:
+        prepared = adopt_ray_trainable(rt.with_resources(rt.with_parameters(RaysClass, data=5), {"cpu": 1, "gpu": 0.5}))
+    assert (prepared.base, prepared.parameters, prepared.resources) == (MyTrainableClass, {"data": 5},
+                                                                        {"cpu": 1.0, "gpu": 0.5})
+    assert sorted(str(w.message).split(";")[0] for w in caught) == [
+        "fluidsalus.tune: MyTrainableClass is Ray Tune's (ray.tune.utils.mock_trainable)",
+        "fluidsalus.tune: the trainable was wrapped by Ray Tune's with_resources and with_parameters"]
+    assert {w.filename for w in caught} == {__file__}
+    # a function of the config is kept; a factory's later bundles are kept for the trial's tasks, for a class as for
+    # a function, without the warning about a *function's* factory (normalize_resources without keeps_task_cpus)
+    with pytest.warns(UserWarning, match="wrapped by Ray Tune's with_resources") as caught:
+        by_config = adopt_ray_trainable(rt.with_resources(RaysClass, lambda config: {"cpu": config["n"]}))
+        factory = rt.PlacementGroupFactory([{"CPU": 1}, {"CPU": 2}])
+        factories = [adopt_ray_trainable(rt.with_resources(t, factory)) for t in (RaysClass, _takes_data)]
+    assert by_config.resources({"n": 2}) == {"cpu": 2}
+    assert [(f.base, f.resources, f.task_cpus) for f in factories] == [(MyTrainableClass, {"cpu": 3.0}, 2.0),
+                                                                       (_takes_data, {"cpu": 3.0}, 2.0)]
+    assert not [w for w in caught if "a function of the config" in str(w.message)]
+    # fluidsalus's wrappers and register_trainable around Ray's keep what Ray's held
+    with pytest.warns(UserWarning, match="wrapped by Ray Tune's with_resources"):
+        both = tune.with_parameters(rt.with_resources(RaysClass, {"cpu": 2}), x=1)
+    assert (both.base, both.parameters, both.resources) == (MyTrainableClass, {"x": 1}, {"cpu": 2.0})
+    with pytest.warns(UserWarning, match="wrapped by Ray Tune's with_parameters"):
+        tune.register_trainable("rays_wrapped_mock", rt.with_parameters(RaysClass))
+    assert get_trainable_cls("rays_wrapped_mock").base is MyTrainableClass
+
+    class RayStyle(rt.Trainable):
+        pass
+
+    # around a class of the script's own that subclasses Ray's Trainable: refused naming it, not Ray's wrapper
+    with pytest.raises(ConfigError, match="RayStyle \\(defined in .*test_tune_frontend\\) subclasses Ray's Trainable"):
+        adopt_ray_trainable(rt.with_parameters(RayStyle, data=1))
 
 
 def test_the_mock_trainable_module_registers_its_class_as_rays_does() -> None:
@@ -695,6 +747,38 @@ def test_a_subclass_of_rays_trainable_is_refused_before_ray_starts(storage: str,
                                           "ray.tune.utils.mock_trainable import MyTrainableClass` to `from "
                                           "fluidsalus.tune.utils.mock_trainable import MyTrainableClass`"):
         Tuner(Mocked, run_config=tune.RunConfig(storage_path=storage)).fit()
+
+
+def test_a_subclass_of_rays_trainable_outside_the_script_is_refused_with_advice_the_user_can_act_on(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An installed package's subclass of Ray's Trainable was refused with "change `from ray.tune import
+    Trainable`", an import in someone else's package: the advice is now to run it from a function trainable (which
+    runs: Ray's Trainable makes and steps outside Ray's trial runner). A module of the user's is named by its file."""
+    import sys
+    import sysconfig
+    import types
+
+    from fluidsalus.tune._trainable import adopt_ray_trainable
+
+    def module(name: str, path: str) -> types.ModuleType:
+        made = types.ModuleType(name)
+        made.__file__ = path
+        monkeypatch.setitem(sys.modules, name, made)
+        exec("from ray import tune\nclass Algo(tune.Trainable):\n    def step(self):\n        return {'s': 1}\n",
+             made.__dict__)  # noqa: S102 - a package's module, in small
+        return made
+
+    installed = module("somelib.algos", os.path.join(sysconfig.get_path("purelib"), "somelib", "algos.py"))
+    with pytest.raises(ConfigError, match=r"Tuner: Algo \(from somelib.algos, an installed package\) subclasses Ray's "
+                                          r"Trainable.*the import to change is the package's.*`def train\(config\): "
+                                          r"algo = Algo\(config=config\)"):
+        adopt_ray_trainable(installed.Algo)
+    algo = installed.Algo(config={})  # the advice works: made and stepped outside Ray's trial runner
+    assert algo.step() == {"s": 1}
+    algo.stop()
+    users = module("my_models", str(tmp_path / "my_models.py"))
+    with pytest.raises(ConfigError, match="change `from ray.tune import Trainable` in " + re.escape(users.__file__)):
+        adopt_ray_trainable(users.Algo)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -515,6 +515,31 @@ def test_rays_own_mock_trainable_left_imported_runs_as_fluidsalus_twin(ray_clust
     assert grid[0].metrics["episode_reward_mean"] == pytest.approx(3 * np.tanh(1))
 
 
+def test_rays_with_resources_around_rays_class_runs_and_tune_run_names_no_call_the_script_did_not_make(
+        ray_cluster, storage: str) -> None:
+    # Ray's with_resources around Ray's MyTrainableClass was refused as "Ray's own class" (h140 F4); tune.run's
+    # resources_per_trial warned "with_resources: MyTrainableClass is Ray Tune's", a call the script did not make (F7)
+    from ray import tune as rt
+    from ray.tune.utils.mock_trainable import MyTrainableClass
+
+    space = {"width": 2, "height": 3}
+    with pytest.warns(UserWarning, match="wrapped by Ray Tune's with_resources") as caught:
+        grid = _tuner(rt.with_resources(MyTrainableClass, {"cpu": 1}), storage, space,
+                      {"stop": {"training_iteration": 2}}, metric="episode_reward_mean", mode="max").fit()
+    assert (grid.num_errors, grid[0].metrics["episode_reward_mean"]) == (0, pytest.approx(3 * np.tanh(1)))
+    assert {w.filename for w in caught if "Ray Tune's" in str(w.message)} == {__file__}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        analysis = tune.run(MyTrainableClass, resources_per_trial={"cpu": 1}, config=space, storage_path=storage,
+                            stop={"training_iteration": 2}, verbose=0, metric="episode_reward_mean", mode="max")
+    said = [str(w.message) for w in caught if "MyTrainableClass is Ray Tune's" in str(w.message)]
+    assert len(said) == 1 and "with_resources" not in said[0], said
+    assert analysis.trials[0].last_result["episode_reward_mean"] == pytest.approx(3 * np.tanh(1))
+    with pytest.raises(ConfigError, match="already has a resource request \\(from with_resources\\)"):
+        tune.run(rt.with_resources(MyTrainableClass, {"cpu": 1}), resources_per_trial={"cpu": 1}, config=space,
+                 storage_path=storage, verbose=0)
+
+
 class _Counter(tune.Trainable):
     """A class Trainable whose state is the number of steps it took."""
 

@@ -15,14 +15,17 @@ trainable imported it, else by a finder that waits for the import (:func:`instal
 that imports ``ray.tune`` (or Ray's MLflow or W&B integration) only inside its function is covered too. A device
 process never imports ``ray.tune`` for it.
 
+``get_context().get_storage()`` answers Ray's own ``StorageContext`` for the trial's folders (:func:`trial_storage`).
 Not forwarded: Ray Train's own API (``ray.train.report`` under Ray Train V2, the default of Ray 2.60, raises in
-a Tune function under Ray too), datasets and storage (``get_dataset_shard``, ``get_storage``).
+a Tune function under Ray too) and datasets (``get_dataset_shard``).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 import types
 from typing import Any
@@ -116,6 +119,12 @@ class RaySessionBridge:
         return self._context("get_trial_resources").get_trial_resources()
 
     @property
+    def storage(self) -> Any:
+        """``ray.tune.get_context().get_storage()``: Ray's ``StorageContext`` of the trial (:func:`_storage_class`);
+        it was an ``AttributeError``."""
+        return self._context("get_storage").get_storage()
+
+    @property
     def metadata(self) -> dict[str, Any]:
         return {}
 
@@ -125,6 +134,45 @@ class RaySessionBridge:
     node_rank = None
     world_size = None
     local_world_size = None
+
+
+def trial_storage(trial_dir: str) -> Any:
+    """Ray's ``StorageContext`` of the trial whose folder is ``trial_dir`` (:func:`_storage_class`), for
+    ``get_context().get_storage()``: Ray's own class, so a trial's code that writes through its
+    ``storage_filesystem`` to its ``trial_fs_path`` (Ray's recipe for a trial's artifacts) runs as under Ray."""
+    experiment_dir = os.path.dirname(trial_dir)  # (the executor puts each trial's folder in the experiment's)
+    return _storage_class()(storage_path=os.path.dirname(experiment_dir),
+                            experiment_dir_name=os.path.basename(experiment_dir),
+                            trial_dir_name=os.path.basename(trial_dir))
+
+
+@functools.cache
+def _storage_class() -> type:
+    """Ray's ``StorageContext`` whose paths are the fluidsalus trial's folders, on the local filesystem.
+
+    Ray's answers ``storage_filesystem``, ``storage_fs_path``, ``experiment_fs_path``, ``trial_fs_path``,
+    ``experiment_dir_name`` and ``trial_dir_name`` from the experiment's and trial's folders as they are. Its local
+    paths, ``trial_working_directory`` (the trial's working directory) and the ``*_driver_staging_path`` ones
+    (``get_trial_dir()`` is the trial's), are folders under Ray's session folder that Ray copies to storage; a
+    fluidsalus trial works in its folder in the experiment, so they are those folders here. Made on first use: a
+    device process imports Ray's storage module only when a trial asks for it (Ray's session module imports it).
+    """
+    from ray.train._internal.storage import StorageContext
+
+    class TrialStorage(StorageContext):
+        @property
+        def trial_working_directory(self) -> str:
+            return str(self.trial_fs_path)
+
+        @property
+        def trial_driver_staging_path(self) -> str:
+            return str(self.trial_fs_path)
+
+        @property
+        def experiment_driver_staging_path(self) -> str:
+            return str(self.experiment_fs_path)
+
+    return TrialStorage
 
 
 def _as_fluidsalus_checkpoint(checkpoint: Any) -> Checkpoint:

@@ -739,11 +739,13 @@ class Executor:
             self._loop()
             self._searcher_log.save(force=True)
             ended = True
-        except (KeyboardInterrupt, FluidsalusError):
+        except (KeyboardInterrupt, FluidsalusError) as e:
             # Ctrl-C (a notebook's cell stopped to be run again), fail_fast="raise", a run-level input error: the
             # devices are sound, and those whose trials all stop at the shutdown are kept warm as after a normal
             # end. (An error of fluidsalus's own or of Ray's ends them: their state is not known.)
             ended = True
+            if isinstance(e, KeyboardInterrupt) and self._ending is not None:
+                self._end_the_ending()
             raise
         finally:
             _THREAD_RUNS.devices = outer
@@ -1236,18 +1238,39 @@ class Executor:
         them and the run waited for ever. They end stopped, with the results they reported, as if their device
         had sent the end; the device is not kept warm, its actor is ended with the run (``_stop_devices``: a
         trial of it still runs), as Ray's controller kills the actors of trials that have not stopped after its
-        grace."""
+        grace. A trial sent ahead that had not begun its attempt (``PENDING`` until its start) ends as well, as
+        the run's end ends the queued ones: no warning and no ``trial_abandoned`` event name it, since nothing of it
+        ran to be abandoned."""
         now = time.time()
         stragglers = {tid: self.trials[tid] for d in self._devices for tid in d.assigned}
         for trial_id, trial in stragglers.items():
             if trial.status in FINAL_STATUSES or not trial.placed_on:
                 continue
-            logger.warning("trial %s reached no report in the %.0f s after the run began to end (%s): it ends "
-                           "here, and its device with the run", trial_id, RUN_END_GRACE_S, self._ending)
-            self.store.add_events([(now, "trial_abandoned", trial_id, None, {"attempt": trial.attempt,
-                                                                               "reason": self._ending})])
+            if trial.status != PENDING:  # (its attempt began: it is what the run's end waited for)
+                logger.warning("trial %s reached no report in the %.0f s after the run began to end (%s): it ends "
+                               "here, and its device with the run", trial_id, RUN_END_GRACE_S, self._ending)
+                self.store.add_events([(now, "trial_abandoned", trial_id, None, {"attempt": trial.attempt,
+                                                                                   "reason": self._ending})])
             self._handle(self._device(trial.placed_on[0]), [(EV_END, trial_id, trial.attempt, now, OUT_STOPPED,
                                                             None, None)])
+
+    def _end_the_ending(self) -> None:
+        """A Ctrl-C while the run ends (its time budget, ``fail_fast``, ``stop_all()``) cuts short its wait for the
+        trials still on a device, those sent ahead that had not begun included: they end here, ``TERMINATED``
+        (stopped, with the results they reported), as the run's end ended those it found queued. Ray's end of an
+        experiment sets every unfinished trial ``TERMINATED`` at once, so a Ctrl-C after it leaves none for
+        ``Tuner.restore`` to run; here those the device had not answered for yet stayed ``PENDING`` or ``RUNNING``,
+        and a restore ran them again, while the queued ones stayed ended. No hook is called (the run is
+        interrupted, as Ray's end calls none)."""
+        left = [trial for trial in self.trials.values() if trial.status not in FINAL_STATUSES]
+        if not left:
+            return
+        with self.store.transaction():
+            for trial in left:
+                self._end_unstarted(trial)
+            self._searcher_log.save()
+        if self.settings.verbose > 0:  # (the progress view's last line, drawn as it closes, shows them ended)
+            self._progress.update(self._snapshot())
 
     def _end_queued(self) -> None:
         for trial_id in list(self.pending):
@@ -1569,7 +1592,6 @@ class Executor:
         for trial in ended:
             if trial.status != TERMINATED:
                 continue
-            self._stopped.add(trial.trial_id)
             self._log_end(trial, OUT_STOPPED)
             self._callbacks_end(trial)
 
@@ -1614,13 +1636,15 @@ class Executor:
         self.store.take_back_start(trial_id)
 
     def _end_unstarted(self, trial: Trial) -> None:
-        """End a trial that runs nowhere, inside the caller's transaction; the caller saves the searcher's log
-        (``self._searcher_log.save()``) in it once for all the trials it ends."""
+        """End a trial that runs nowhere (or runs no more: :meth:`_end_the_ending`), inside the caller's
+        transaction; the caller saves the searcher's log (``self._searcher_log.save()``) in it once for all the
+        trials it ends."""
         now, queued = time.time(), trial.status == PENDING
         trial.status = TERMINATED
         trial.devices = ()
         self._forget(trial.trial_id)
         self.store.update_trial(trial.trial_id, status=TERMINATED, stop_reason=OUT_STOPPED, finished_at=now)
+        self._stopped.add(trial.trial_id)  # (counted if it began: one that ran, then waited for another attempt)
         # Every ended trial has its trial_end, one that ends off any device too (no device: it ends no time on
         # one; ``started`` False: a queued trial's attempt never began, as a prefetched one the run's end stops)
         self.store.add_events([(now, "trial_end", trial.trial_id, None,
@@ -2000,8 +2024,9 @@ class Executor:
         results: list[tuple[str, int, int, float, Mapping[str, Any]]] = []
         events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]] = []
         acted: list[tuple[str, Trial, tuple[Any, ...]]] = []
-        # Trials the run's end stopped before their first turn (prefetched): they end as those it finds queued
-        # (_end_unstarted), with no end hook and no "stopped" count, whatever the planner had sent ahead
+        # Trials the run's end stopped before their attempt's first turn (prefetched): they end as those it finds
+        # queued (_end_unstarted), with no end hook, whatever the planner had sent ahead (and in the "stopped" count
+        # as those, if an earlier attempt began: the count takes only the trials in _began)
         unstarted: set[str] = set()
         verdicts: list[tuple[Any, ...]] = []  # CHECKPOINT_VERDICT_CALLs: answered once the callbacks saw the batch
         decisions: list[tuple[Any, ...]] = []  # RESULT_VERDICT_CALLs: answered once the searcher saw the batch
@@ -2234,7 +2259,7 @@ class Executor:
                     self._retain_checkpoints(trial)
             elif trial.status == ERROR:
                 self._note_error(trial, event[6] if kind == EV_END else None)
-            elif kind == EV_END and event[4] == OUT_STOPPED and trial.trial_id not in unstarted:
+            elif kind == EV_END and event[4] == OUT_STOPPED:  # (counted if it began, as the resume's recount)
                 self._stopped.add(trial.trial_id)
         for _, what, started_id, _, info in events:  # starts of this batch first (Callback.on_trial_start)
             if what == TRIAL_START_EVENT and started_id in self.trials:

@@ -59,7 +59,7 @@ from fluidsalus.tune._config import (
     RunConfig,
     TuneConfig,
 )
-from fluidsalus.tune._trainable import carried_request, trainable_name, with_resources
+from fluidsalus.tune._trainable import adopt_ray_trainable, carried_request, trainable_name, with_resources
 from fluidsalus.tune._tuner import Tuner, check_same_trainable
 from fluidsalus.tune._workdir import chdir_argument_error
 from fluidsalus.tune.analysis import ExperimentAnalysis, Trial
@@ -297,6 +297,9 @@ def run(
     registered_name = run_or_experiment if isinstance(run_or_experiment, str) else None
     run_or_experiment = resolve_trainable(run_or_experiment)  # a name given to tune.register_trainable
     _check_trainable(run_or_experiment)
+    # Ray's own wrappers and MyTrainableClass translated here, before resources_per_trial wraps the trainable (its
+    # warning named with_resources, a call the script did not make) and is checked against their request.
+    run_or_experiment = adopt_ray_trainable(run_or_experiment, "tune.run")
     carried = carried_request(run_or_experiment, config)
     if resources_per_trial is not None and carried is not None:  # (Ray: a TuneError; fluidsalus took the argument)
         raise ConfigError(f"tune.run: resources_per_trial={resources_per_trial!r} is given, but the trainable "

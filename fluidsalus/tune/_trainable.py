@@ -19,6 +19,7 @@ import contextlib
 import copy
 import datetime
 import functools
+import inspect
 import json
 import logging
 import math
@@ -26,8 +27,12 @@ import numbers
 import os
 import pickle
 import shutil
+import site
+import sys
+import sysconfig
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -128,17 +133,29 @@ def adopt_ray_class(value: Any, where: str) -> Any:
     if twin is None:
         _check_base(value, where)
         return value
-    import warnings
-
     from fluidsalus.session import callers_stacklevel
 
+    # (Not prefixed with `where`: given at the script's line, it named a call the script did not make, such as
+    # tune.run's own with_resources for resources_per_trial.)
     warnings.warn(
-        f"fluidsalus.tune: {where}: {value.__name__} is Ray Tune's ({value.__module__}); it was translated into "
+        f"fluidsalus.tune: {value.__name__} is Ray Tune's ({value.__module__}); it was translated into "
         f"fluidsalus's. Change the import to `from {twin.__module__} import {value.__name__}`.",
         UserWarning,
         stacklevel=callers_stacklevel(),
     )
     return twin
+
+
+def _is_installed(module_name: str) -> bool:
+    """Whether the module was loaded from a folder of installed packages (``site-packages``): a library's code,
+    whose imports the script's author cannot change."""
+    path = getattr(sys.modules.get(module_name), "__file__", None)
+    if not isinstance(path, str):
+        return False
+    folders = {sysconfig.get_path(name) for name in ("purelib", "platlib")} | set(site.getsitepackages()) \
+        | {site.getusersitepackages()}
+    path = os.path.realpath(path)
+    return any(path.startswith(os.path.join(os.path.realpath(folder), "")) for folder in folders if folder)
 
 
 def _check_base(value: Any, where: str) -> None:
@@ -166,12 +183,22 @@ def _check_base(value: Any, where: str) -> None:
                 f"subclasses. Change `from {ray_base.__module__} import {ray_base.__name__}` to `from "
                 f"{twin.__module__} import {ray_base.__name__}`"
             )
+        if ray_base is not None and _is_installed(value.__module__):  # (a library's: no import of the user's)
+            raise ConfigError(
+                f"{where}: {value.__name__} (from {value.__module__}, an installed package) subclasses Ray's "
+                f"{ray_base.__name__}, which fluidsalus cannot run as a trainable; the import to change is the "
+                "package's, not yours. Run it from a function trainable of yours that makes it and reports each step: "
+                f"`def train(config): algo = {value.__name__}(config=config); for _ in range(steps): "
+                "tune.report(algo.step())`, with `from fluidsalus import tune` (docs/migrating.md)"
+            )
         if ray_base is not None:
+            module = sys.modules.get(value.__module__)
+            place = f" in {module.__file__}" if isinstance(getattr(module, "__file__", None), str) else ""
             raise ConfigError(
                 f"{where}: {value.__name__} (defined in {value.__module__}) subclasses Ray's {ray_base.__name__}; "
                 "fluidsalus runs function trainables and fluidsalus.tune.Trainable subclasses. Make it subclass "
-                "fluidsalus.tune.Trainable: change `from ray.tune import Trainable` to `from fluidsalus.tune import "
-                "Trainable` (Ray Train trainers such as TorchTrainer are not supported)"
+                f"fluidsalus.tune.Trainable: change `from ray.tune import Trainable`{place} to `from fluidsalus.tune "
+                "import Trainable` (Ray Train trainers such as TorchTrainer are not supported)"
             )
         raise ConfigError(f"{where}: the class {value.__name__} is not a fluidsalus.tune.Trainable subclass")
     if type(value).__module__.startswith("ray.train") or hasattr(value, "as_trainable"):
@@ -318,8 +345,6 @@ def normalize_resources(resources: Any, keeps_task_cpus: bool = False) -> dict[s
     if bundles is not None and not isinstance(resources, Mapping):
         if not keeps_task_cpus and len(bundles) > 1 and any(_RESOURCE_ALIASES.get(str(k), str(k)) == "cpu" and v
                                                             for b in bundles[1:] for k, v in dict(b).items()):
-            import warnings
-
             warnings.warn(EXTRA_BUNDLES_WARNING, UserWarning, stacklevel=3)
         total: dict[str, float] = {}
         for index, bundle in enumerate(bundles):
@@ -407,11 +432,11 @@ def with_parameters(trainable: Any, **kwargs: Any) -> Prepared:
     Returns:
         The trainable with its parameters attached.
     """
+    trainable = adopt_ray_trainable(trainable, "with_parameters")
     if isinstance(trainable, Prepared):
-        _check_base(trainable.base, "with_parameters")
         return Prepared(trainable.base, {**trainable.parameters, **kwargs}, trainable.resources, trainable.task_cpus,
                         trainable.task_gpus)
-    return Prepared(adopt_ray_class(trainable, "with_parameters"), kwargs)
+    return Prepared(trainable, kwargs)
 
 
 def with_resources(trainable: Any, resources: Any) -> Prepared:
@@ -439,10 +464,10 @@ def with_resources(trainable: Any, resources: Any) -> Prepared:
     """
     checked = _check_resources(resources)
     kept, gpu_bundle = task_cpus(resources), task_gpu_bundle(resources)
+    trainable = adopt_ray_trainable(trainable, "with_resources")
     if isinstance(trainable, Prepared):
-        _check_base(trainable.base, "with_resources")
         return Prepared(trainable.base, trainable.parameters, checked, kept, gpu_bundle)
-    return Prepared(adopt_ray_class(trainable, "with_resources"), None, checked, kept, gpu_bundle)
+    return Prepared(trainable, None, checked, kept, gpu_bundle)
 
 
 def gpu_hint(resources: dict[str, float] | Callable[[dict[str, Any]], Any] | None) -> float | None:
@@ -1154,50 +1179,80 @@ class PlacementGroupFactory:
 _RAY_TRAINABLE_UTIL = "ray.tune.trainable.util"
 #: Name of the function Ray's ``with_parameters`` returns for a function trainable.
 _RAY_WRAPPER_NAME = "inner"
+#: Qualified names of the subclasses Ray's ``with_parameters`` and ``with_resources`` make of a class trainable
+#: (their ``__name__`` is the wrapped class's).
+_RAY_PARAMETERS_CLASS = "with_parameters.<locals>._Inner"
+_RAY_RESOURCES_CLASS = "with_resources.<locals>.ResourceTrainable"
 
 
-def adopt_ray_trainable(trainable: Any) -> Any:
+def _parameters_of(closure: Mapping[str, Any]) -> dict[str, Any]:
+    """The objects Ray's ``with_parameters`` keeps, read back from its wrapper's closure (its registry of object
+    references, under ``prefix + key``)."""
+    registry, prefix = closure["parameter_registry"], closure["prefix"]
+    return {key: registry.get(prefix + key) for key in closure["keys"]}
+
+
+def _unwrap_ray_wrappers(trainable: Any) -> tuple[Any, dict[str, Any], Any, list[str]]:
+    """What Ray's ``with_parameters`` / ``with_resources`` wrapped: ``(base, parameters, Ray's resource request or
+    None, names of the wrappers found)``. A function's wrappers are a closure (``with_parameters``) and a
+    ``_resources`` attribute (``with_resources``); a class's are subclasses made in ``ray.tune.trainable.util``,
+    one per call, whose ``setup`` / ``default_resource_request`` hold the objects / the request in their closure
+    (the outermost request is the one Ray asks, as the outermost subclass's method overrides the others)."""
+    parameters: dict[str, Any] = {}
+    ray_resources: Any = None
+    translated: list[str] = []
+    base = trainable
+    if not isinstance(trainable, type):
+        code = getattr(trainable, "__code__", None)
+        if getattr(trainable, "__module__", None) == _RAY_TRAINABLE_UTIL and code is not None \
+                and code.co_name == _RAY_WRAPPER_NAME:
+            closure = inspect.getclosurevars(trainable).nonlocals
+            base, parameters = closure["trainable"], _parameters_of(closure)
+            translated.append("with_parameters")
+        ray_resources = getattr(trainable, "_resources", None)
+        if ray_resources is not None:
+            translated.append("with_resources")
+        return base, parameters, ray_resources, translated
+    while base.__module__ == _RAY_TRAINABLE_UTIL and base.__qualname__ in (_RAY_PARAMETERS_CLASS,
+                                                                            _RAY_RESOURCES_CLASS):
+        if base.__qualname__ == _RAY_PARAMETERS_CLASS:
+            parameters = {**_parameters_of(inspect.getclosurevars(base.setup).nonlocals), **parameters}
+            name = "with_parameters"
+        else:
+            if ray_resources is None:
+                ray_resources = inspect.getclosurevars(base.default_resource_request).nonlocals["pgf"]
+            name = "with_resources"
+        if name not in translated:
+            translated.append(name)
+        base = base.__bases__[0]
+    return base, parameters, ray_resources, translated
+
+
+def adopt_ray_trainable(trainable: Any, where: str = "Tuner") -> Any:
     """A trainable wrapped by Ray's own ``with_parameters`` / ``with_resources``, as fluidsalus's wrappers.
 
     Ray's ``with_parameters`` keeps the objects in a registry of object references that only Ray's trial
-    runner can pickle, and ``with_resources`` sets a ``_resources`` attribute on the function. The objects
-    and the request are read back on the driver and attached with :class:`Prepared`, with a ``UserWarning``.
-    Ray Tune's own class trainables that fluidsalus ships a twin of become the twin (:func:`adopt_ray_class`).
-    Anything else is returned as it is, once checked: a trainable that cannot run (a subclass of Ray's
-    ``Trainable``) is refused here, before Ray starts.
+    runner can pickle, and ``with_resources`` sets a ``_resources`` attribute on a function (a class gets a
+    subclass: :func:`_unwrap_ray_wrappers`). The objects and the request are read back on the driver and attached
+    with :class:`Prepared`, with a ``UserWarning``. Ray Tune's own class trainables that fluidsalus ships a twin of
+    become the twin (:func:`adopt_ray_class`), wrapped or not. Anything else is returned as it is, once checked: a
+    trainable that cannot run (a subclass of Ray's ``Trainable``) is refused here, before Ray starts.
+
+    Args:
+        trainable: What the script passed.
+        where: The entry point that took it, for the messages of a refusal.
 
     Raises:
         ConfigError: A trainable that cannot run (:func:`_check_base`).
     """
     if isinstance(trainable, Prepared):
-        _check_base(trainable.base, "Tuner")
+        _check_base(trainable.base, where)
         return trainable
-    if isinstance(trainable, type) or not callable(trainable):
-        return adopt_ray_class(trainable, "Tuner")
-    code = getattr(trainable, "__code__", None)
-    parameters: dict[str, Any] = {}
-    base = trainable
-    translated = []
-    if getattr(trainable, "__module__", None) == _RAY_TRAINABLE_UTIL and code is not None \
-            and code.co_name == _RAY_WRAPPER_NAME:
-        import inspect
-
-        closure = inspect.getclosurevars(trainable).nonlocals
-        registry, prefix = closure["parameter_registry"], closure["prefix"]
-        base = closure["trainable"]
-        parameters = {key: registry.get(prefix + key) for key in closure["keys"]}
-        translated.append("with_parameters")
-    ray_resources = getattr(trainable, "_resources", None)
-    resources = None
-    if ray_resources is not None:
-        resources = ray_resources if callable(ray_resources) and not hasattr(ray_resources, "bundles") \
-            else normalize_resources(ray_resources)
-        translated.append("with_resources")
+    base, parameters, ray_resources, translated = _unwrap_ray_wrappers(trainable)
+    base = adopt_ray_class(base, where)
     if not translated:
-        _check_base(trainable, "Tuner")
-        return trainable
-    import warnings
-
+        return base
+    resources = None if ray_resources is None else _check_resources(ray_resources)
     from fluidsalus.session import callers_stacklevel
 
     warnings.warn(

@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from fluidsalus.errors import ConfigError
-from fluidsalus.tune._trainable import Prepared, _check_base, adopt_ray_class
+from fluidsalus.tune._trainable import adopt_ray_trainable
 
 __all__ = ["get_trainable_cls", "register_trainable", "registered_names", "resolve_trainable"]
 
@@ -36,10 +36,8 @@ def register_trainable(name: str, trainable: Any, warn: bool = True) -> None:
     """
     if not isinstance(name, str) or not name:
         raise ConfigError(f"register_trainable: name must be a non-empty str (got {name!r})")
-    if isinstance(trainable, Prepared):
-        _check_base(trainable.base, "register_trainable")
-    else:  # (Ray Tune's own MyTrainableClass becomes fluidsalus's, with a warning)
-        trainable = adopt_ray_class(trainable, "register_trainable")
+    # (Ray Tune's own MyTrainableClass, and Ray's with_parameters/with_resources, become fluidsalus's, with a warning)
+    trainable = adopt_ray_trainable(trainable, "register_trainable")
     with _LOCK:
         _TRAINABLES[name] = trainable
 
