@@ -554,6 +554,20 @@ def _reports_three(trial: Any, call_after: bool, pruned: bool = False) -> float:
     return x
 
 
+def _refusing_trial_1s_first_report(error: Exception) -> optuna.Study:
+    """A study whose storage refuses trial 1's report of step 0 with ``error``."""
+    study = optuna.create_study()
+    real = study._storage.set_trial_intermediate_value
+
+    def refusing(trial_id: int, step: int, value: float) -> None:
+        if study._storage.get_trial(trial_id).number == 1 and step == 0:
+            raise error
+        real(trial_id, step, value)
+
+    study._storage.set_trial_intermediate_value = refusing
+    return study
+
+
 @pytest.mark.parametrize("where", sorted(_CALL_AFTER_EACH_REPORT))
 @pytest.mark.parametrize("catch", [(), (RuntimeError,)])
 @pytest.mark.parametrize("how", ["optuna", "fluidsalus"])
@@ -563,15 +577,7 @@ def test_a_storage_error_in_a_report_is_the_objectives_as_in_optuna(tmp_path, ho
     names it. Here optimize raised a TrialError ("errored on its device before its objective returned" when the
     report went with the trial's end, also that of an objective raising right after it; "could not be re-created"
     when with a later call) and ``catch`` missed it."""
-    study = optuna.create_study()
-    real = study._storage.set_trial_intermediate_value
-
-    def refusing(trial_id: int, step: int, value: float) -> None:
-        if study._storage.get_trial(trial_id).number == 1 and step == 0:
-            raise StorageDown("storage down")
-        real(trial_id, step, value)
-
-    study._storage.set_trial_intermediate_value = refusing
+    study = _refusing_trial_1s_first_report(StorageDown("storage down"))
     objective = functools.partial(_reports_three, call_after=_CALL_AFTER_EACH_REPORT[where],
                                   pruned=where == "at_a_raising_end")
     with contextlib.nullcontext() if catch else pytest.raises(StorageDown, match="storage down"):
@@ -605,15 +611,7 @@ def test_a_trial_whose_report_the_storage_refused_keeps_no_later_value_as_in_opt
     """Optuna's ``report`` raises the storage's refusal in the objective, which reports no more: the FAIL trial has
     no intermediate value. The driver told each later report as its result came (the refusal was left to the call
     carrying it), so the FAIL trial kept the values of steps 1 and 2 (h131's F3)."""
-    study = optuna.create_study()
-    real = study._storage.set_trial_intermediate_value
-
-    def refusing(trial_id: int, step: int, value: float) -> None:
-        if study._storage.get_trial(trial_id).number == 1 and step == 0:
-            raise ConnectionError("storage down")
-        real(trial_id, step, value)
-
-    study._storage.set_trial_intermediate_value = refusing
+    study = _refusing_trial_1s_first_report(ConnectionError("storage down"))
     if how == "optuna":
         study.optimize(_reports_three_then_waits_for_the_driver, n_trials=3, catch=(ConnectionError,))
     else:

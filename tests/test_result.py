@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -581,23 +582,36 @@ def test_a_result_built_by_hand_without_a_frame_has_none_as_in_ray() -> None:
     assert never.metrics_dataframe is not None and never.metrics_dataframe.empty
 
 
+
+def _grid_of_columns(columns: Sequence[Sequence[Any]]) -> tuple[list[Result], ResultGrid]:
+    """One trial per column, its results the column's values as metric ``m`` (``j``: the row)."""
+    results = [_result([{"m": value, "j": j, "training_iteration": j + 1} for j, value in enumerate(values)], {"i": i})
+               for i, values in enumerate(columns)]
+    return results, ResultGrid(results, "/exp")
+
+
+def _picked_and_pandas_rows(grid: ResultGrid, columns: Sequence[Sequence[Any]], mode: str
+                            ) -> tuple[list[int], list[int]]:
+    """The row each trial's best result is in, as ``get_dataframe`` picks it and as pandas' ``idxmax``/``idxmin``
+    of the column (Ray's ``dataframe``) does."""
+    import pandas as pd
+
+    picked = list(grid.get_dataframe(filter_metric="m", filter_mode=mode)["j"])
+    rays = [int(getattr(pd.json_normalize([{"m": value} for value in values])["m"], f"idx{mode}")())
+            for values in columns]
+    return picked, rays
+
 def test_a_trials_row_picked_by_a_string_metric_is_pandas_idxmax_row_as_in_rays_dataframe() -> None:
     """Ray's ``get_dataframe(filter_metric, filter_mode)`` (and ``ExperimentAnalysis.dataframe``) picks each trial's
     row by pandas' ``idxmax``/``idxmin`` of its column (a helper's side-by-side run under Ray 2.60, pandas 3.1.1):
     for strings ``["b", "c", "a"]`` the row of ``"c"`` (max) and of ``"a"`` (min); fluidsalus took the last row for
     both (it compared numbers only). Missing values are skipped among strings as among numbers; NaN and an
     infinity pick the infinity's row (pandas 3; pandas 2's ``idxmin`` gave the NaN's row)."""
-    import pandas as pd
-
     columns = (["b", "c", "a"], ["b", None, "c", _NAN], [None, "a"], ["c", "c"], [_NAN, _INF], [_NAN, -_INF, 0.5],
                [True, False, True], [1, 3, 2, 3])
-    results = [_result([{"m": value, "j": j, "training_iteration": j + 1} for j, value in enumerate(values)], {"i": i})
-               for i, values in enumerate(columns)]
-    grid = ResultGrid(results, "/exp")
+    results, grid = _grid_of_columns(columns)
     for mode in ("max", "min"):
-        picked = list(grid.get_dataframe(filter_metric="m", filter_mode=mode)["j"])
-        rays = [int(getattr(pd.json_normalize([{"m": value} for value in values])["m"], f"idx{mode}")())
-                for values in columns]
+        picked, rays = _picked_and_pandas_rows(grid, columns, mode)
         assert picked == rays, mode
     assert list(grid.get_dataframe("m", "max")["m"])[:1] == ["c"]
     mixed = ResultGrid([_result([{"m": 2.0}, {"m": "z"}, {"m": 1.0}], {}), results[0]], "/exp")  # (pandas: TypeError)
@@ -610,17 +624,12 @@ def test_a_trials_row_picked_by_values_other_than_numbers_or_strings_is_pandas_i
     ``[[1], [3], [2]]``; a helper's side-by-side run under Ray 2.60). fluidsalus compared numbers and strings only,
     and took the trial's last row. A column whose values do not compare (dicts) still gives the last row."""
     import numpy as np
-    import pandas as pd
 
     columns = ([[1], [3], [2]], [[1, 5], [3, 0], [2, 9], None], [np.bool_(False), np.bool_(True), np.bool_(False)],
                [b"b", b"c", b"a"], [np.array(2.0), np.array(3.0), _NAN, np.array(1.0)], [(1,), (3,), (2,)])
-    results = [_result([{"m": value, "j": j, "training_iteration": j + 1} for j, value in enumerate(values)], {"i": i})
-               for i, values in enumerate(columns)]
-    grid = ResultGrid(results, "/exp")
+    _, grid = _grid_of_columns(columns)
     for mode in ("max", "min"):
-        picked = list(grid.get_dataframe(filter_metric="m", filter_mode=mode)["j"])
-        rays = [int(getattr(pd.json_normalize([{"m": value} for value in values])["m"], f"idx{mode}")())
-                for values in columns]
+        picked, rays = _picked_and_pandas_rows(grid, columns, mode)
         assert picked == rays == ([1, 1, 1, 1, 1, 1] if mode == "max" else [0, 0, 0, 2, 3, 0]), mode
     unordered = ResultGrid([_result([{"m": {"a": 1}, "j": 0}, {"m": {"b": 0}, "j": 1}], {})], "/exp")
     assert list(unordered.get_dataframe(filter_metric="m", filter_mode="max")["j"]) == [1]
