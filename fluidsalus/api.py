@@ -284,11 +284,14 @@ def run(
         raise ConfigError(f"call_threads must be a number of threads >= 0 (got {call_threads!r})")
     run_callbacks = _check_callbacks(callbacks)  # (checked before the store is made: a bad one left it RUNNING)
     space = {} if config is None else config
-    if spec.num_samples == -1 and spec.time_budget_s is None and not hasattr(stop, "stop_all") \
+    # (a searcher's own num_samples=-1 too: RandomSearch(space, num_samples=-1) ran for ever)
+    endless = spec.num_samples == sp.INFINITE_SAMPLES or bool(getattr(searcher, "endless", False))
+    if endless and spec.time_budget_s is None and not hasattr(stop, "stop_all") \
             and not (searcher is not None and getattr(searcher, "ends_itself", False)):
         raise ConfigError(
-            "num_samples=-1 samples until the run is stopped: also pass time_budget_s, or a stop= Stopper "
-            "whose stop_all() ends the run"
+            f"num_samples=-1{'' if spec.num_samples == sp.INFINITE_SAMPLES else f' ({type(searcher).__name__})'} "
+            "samples until the run is stopped: also pass time_budget_s, or a stop= Stopper whose stop_all() ends "
+            "the run"
         )
     if searcher is None:
         try:

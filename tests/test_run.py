@@ -27,7 +27,7 @@ from _trials import cpus_free_within, restarted_after_running
 import fluidsalus
 from fluidsalus.errors import ConfigError, FluidsalusError
 from fluidsalus.inspect import inspect as inspect_experiment
-from fluidsalus.searchers import ASHA, Decision, RandomSearch
+from fluidsalus.searchers import ASHA, BOHB, Decision, MedianStopping, OptunaSearch, RandomSearch
 from fluidsalus.store import ABANDONED_CREATE_S, DB_FILENAME, ERROR_FILE, ERROR_PICKLE_FILE, DriverLock, ExperimentStore
 from fluidsalus.trialgroup.executor import ACTOR_START_TIMEOUT_S
 
@@ -263,6 +263,15 @@ class _Unpicklable:
         (dict(config={"x": {"grid_search": []}}), "grid_search"),
         (dict(num_samples=0), r"^num_samples: must be >= 1, or -1 to sample until the run is stopped \(got 0\)$"),
         (dict(num_samples=-1), r"num_samples=-1 samples until the run is stopped: also pass time_budget_s"),
+        # a searcher's own endless stream too (it ran for ever: h147's F1)
+        (dict(config=None, searcher=RandomSearch({"x": 0.5}, num_samples=-1)),
+         r"num_samples=-1 \(RandomSearch\) samples until the run is stopped: also pass time_budget_s"),
+        (dict(config=None, searcher=MedianStopping(RandomSearch({"x": 0.5}, num_samples=-1), "score", "max")),
+         r"num_samples=-1 \(MedianStopping\) samples until the run is stopped"),
+        (dict(config=None, searcher=OptunaSearch({"x": fluidsalus.uniform(0, 1)}, -1, "score", "max")),
+         r"num_samples=-1 \(OptunaSearch\) samples until the run is stopped"),
+        (dict(config=None, searcher=BOHB({"x": fluidsalus.uniform(0, 1)}, -1, "score", "max", max_concurrent=2)),
+         r"num_samples=-1 \(BOHB\) samples until the run is stopped"),
         # (was pydantic's two messages, one per member of the union: "fail_fast.bool: ...; fail_fast.literal[...")
         (dict(fail_fast="yes"), r"^fail_fast: must be True, False or 'raise' \(got 'yes'\)$"),
         (dict(trainable=42), r"trainable: must be a function f\(config\)"),

@@ -496,6 +496,23 @@ def test_sim_vs_real_machinery_on_a_tiny_sweep(tmp_path):
     assert again["predicted_s"] == row["predicted_s"] and again["naive_predicted_s"] == row["naive_predicted_s"]
 
 
+def test_a_resumed_run_is_refused_for_its_makespan_holds_the_time_it_sat_interrupted(tmp_path, capsys):
+    """An experiment interrupted and resumed 30 s later was compared as "measured makespan 43.9 s; predicted ...
+    8.058 s (-81.6%)": its first trial start to last trial end spans the time it sat interrupted (h147's F3)."""
+    w = StoreWriter(str(tmp_path / "resumed"))
+    w.trial("t0", 0, None)
+    w.start(0.0, "t0", lane=0, new_lane=True)
+    w.iteration("t0", 1, 0.0, 1.0, 0.5)
+    w.event(30.0, "resume", unfinished=1)
+    w.iteration("t0", 2, 30.0, 31.0, 0.6)
+    w.end(31.0, "t0", lane=0, iterations=2, close=True)
+    w.close(31.0)
+    assert main([str(tmp_path / "resumed")]) == 2
+    out, err = capsys.readouterr()
+    assert "the run was interrupted and resumed (1 time), so its makespan holds the time it sat interrupted" in err
+    assert out == ""
+
+
 def test_a_run_that_did_not_finish_is_refused_and_no_figure_is_infinite(tmp_path, capsys):
     """A killed run (a trial still RUNNING) was compared as "measured makespan 0.000 s ... +inf%", with
     ``"error_pct": Infinity`` in a last line strict JSON parsers reject (a tester's F-SIM-5)."""

@@ -211,6 +211,12 @@ class BaseSearcher(abc.ABC):
         """True when the searcher will propose no more groups."""
         return False
 
+    @property
+    def endless(self) -> bool:
+        """Whether the searcher proposes until the run is stopped (``num_samples=-1``): ``fluidsalus.run`` then
+        needs a time budget or a stopper that ends the run, unless the searcher :attr:`ends_itself`."""
+        return False
+
     def state_dict(self) -> dict[str, Any]:
         """State that lets a resumed run continue the same search (JSON-serialisable)."""
         return {}
@@ -337,6 +343,11 @@ class WrappingSearcher(BaseSearcher):
 
     def is_finished(self) -> bool:
         return self.inner.is_finished()
+
+    @property
+    def endless(self) -> bool:
+        """Whether the wrapped searcher proposes until the run is stopped."""
+        return self.inner.endless
 
     @property
     def ends_itself(self) -> bool:  # type: ignore[override]

@@ -636,6 +636,11 @@ class OptunaSearch(BaseSearcher):
         """True once ``num_samples`` trials are proposed (never with ``num_samples=-1``)."""
         return self.num_samples != sp.INFINITE_SAMPLES and self._asked >= self.num_samples
 
+    @property
+    def endless(self) -> bool:
+        """Whether ``num_samples`` is -1 (propose until the run is stopped)."""
+        return self.num_samples == sp.INFINITE_SAMPLES
+
     def optuna_trial(self, trial_id: str) -> optuna.Trial | None:
         """The Optuna trial behind a fluidsalus trial (None for an unknown id)."""
         return self._trials.get(trial_id)

@@ -358,6 +358,11 @@ class RandomSearch(BaseSearcher):
     def is_finished(self) -> bool:
         return self.num_samples != sp.INFINITE_SAMPLES and self._proposed > 0
 
+    @property
+    def endless(self) -> bool:
+        """Whether ``num_samples`` is -1 (an endless stream)."""
+        return self.num_samples == sp.INFINITE_SAMPLES
+
     def state_dict(self) -> dict[str, Any]:
         return {"proposed": self._proposed, "owed": self._owed}
 

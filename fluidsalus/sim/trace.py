@@ -83,7 +83,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fluidsalus import goodput as gp
-from fluidsalus.errors import ConfigError, StoreError
+from fluidsalus.errors import ConfigError, StoreError, plural
 from fluidsalus.gpu import lanes as ln
 from fluidsalus.gpu.device import DEFAULT_TRIAL_ESTIMATE, virtual_device_capacity
 from fluidsalus.gpu.host import PROFILE_ITERATIONS
@@ -236,6 +236,8 @@ class StoreTrace:
         world_sizes: The trials that ran data-parallel (a ``worker_start`` event: ranks on other devices), each
             with the most devices it ran on at once.
         lane_policy: The run's lane policy, as its spec recorded it (None: not recorded).
+        resumes: How many times the run was resumed (its ``resume`` events): its makespan then holds the time it
+            sat interrupted (:func:`check_finished`).
     """
 
     path: str
@@ -254,6 +256,7 @@ class StoreTrace:
     move_costs: tuple[float, ...] = ()
     world_sizes: dict[str, int] = field(default_factory=dict)
     lane_policy: str | None = None
+    resumes: int = 0
 
     @property
     def makespan_s(self) -> float:
@@ -447,6 +450,7 @@ def load_store_trace(path: str) -> StoreTrace:
                          if ev.kind == "move_cost" and _number((ev.data or {}).get("seconds")) is not None),
         world_sizes=world_sizes,
         lane_policy=_recorded_policy(exp),
+        resumes=sum(1 for ev in events if ev.kind == "resume"),
     )
 
 
@@ -1524,19 +1528,25 @@ def check_single_device(trace: StoreTrace) -> None:
 
 def check_finished(trace: StoreTrace) -> None:
     """Refuse a run with a trial that never ended: its measured makespan (the last trial end) would leave that
-    trial out, or be 0 when none ended, and a replay runs every trial to its last report.
+    trial out, or be 0 when none ended, and a replay runs every trial to its last report. Refuse a resumed run too:
+    its measured makespan holds the time it sat interrupted (and the iterations its resume ran again), which no
+    replay predicts (``fluidsalus ls`` sums its sessions instead).
 
     Args:
         trace: The run.
 
     Raises:
-        StoreError: Naming how many trials never ended and the first of them.
+        StoreError: Naming how many trials never ended and the first of them, or how many times it was resumed.
     """
     open_ = [t.trial_id for t in trace.trials if t.finished is None]
     if open_:
         raise StoreError(f"{trace.path}: {len(open_)} of its {len(trace.trials)} trials never ended (first: "
                          f"{open_[0]}); the run was interrupted or is still going, so it has no makespan to "
                          "compare with: replay a finished experiment")
+    if trace.resumes:
+        raise StoreError(f"{trace.path}: the run was interrupted and resumed ({plural(trace.resumes, 'time')}), so "
+                         "its makespan holds the time it sat interrupted: replay an experiment that ran in one "
+                         "session")
 
 
 def trace_document(trace: StoreTrace, calibration: Calibration | None = None) -> dict[str, Any]:

@@ -51,7 +51,7 @@ def chdir_to_trial_dir(environ: Mapping[str, str] = os.environ) -> bool:
         return bool(int(value))
     except ValueError:
         raise ConfigError(f"{CHDIR_ENV} must be 0 (trials keep the working directory) or 1 (each trial works in "
-                          f"its folder, the default); got {value!r}") from None
+                          f"its folder, the default; any integer but 0 reads as 1, as in Ray); got {value!r}") from None
 
 
 def chdir_argument_error(owner: str) -> ConfigError:
