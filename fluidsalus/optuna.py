@@ -70,6 +70,7 @@ import math
 import numbers
 import os
 import re
+import shlex
 import threading
 import time
 import traceback
@@ -83,6 +84,7 @@ from typing import Any
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.exceptions import ExperimentalWarning
+from optuna.progress_bar import _ProgressBar
 from optuna.trial import BaseTrial, FrozenTrial, TrialState
 
 # Ray's own pickler, which ships the objective: a class of the script pickled in a call is then the class the
@@ -226,6 +228,9 @@ _REFUSED_RUN_KWARGS = {
 # Optuna writes its per-trial lines through these loggers; ours go through the same ones.
 _STUDY_LOGGER = optuna.logging.get_logger("optuna.study.study")
 _OPTIMIZE_LOGGER = optuna.logging.get_logger("optuna.study._optimize")
+#: The line that says where an ``optimize`` call's fluidsalus record went (under ``verbose=0``), below Optuna's root
+#: logger as its trial lines are: ``optuna.logging.set_verbosity``, its handler and its format apply to it.
+_RECORD_LOGGER = optuna.logging.get_logger("optuna.fluidsalus")
 logger = logging.getLogger(__name__)
 
 
@@ -834,7 +839,9 @@ class DeviceTrial(BaseTrial):
         answer = self._local_should_prune()
         if answer is not None:
             return answer
-        return bool(_call(M_SHOULD_PRUNE))
+        # what the pruner returned, as Optuna's ``should_prune`` returns it (``MedianPruner``'s: a NumPy bool)
+        prune: bool = _call(M_SHOULD_PRUNE)
+        return prune
 
     def _local_should_prune(self) -> bool | None:
         """Optuna's answer to ``should_prune`` when it can be had without the study, or None (ask the driver).
@@ -1149,12 +1156,23 @@ def _log_completed(study: optuna.Study, trial: optuna.Trial, values: list[float]
 
 
 def _log_failed(number: int, params: Mapping[str, Any], message: str, shown: Any,
-                exc_info: BaseException | None = None) -> None:
-    """Optuna's two warning lines for a failed trial (``optuna.study._optimize``), through its logger."""
-    _OPTIMIZE_LOGGER.warning(
-        f"Trial {number} failed with parameters: {params} because of the following error: {message}.",
-        exc_info=exc_info,
-    )
+                exc_info: BaseException | None = None, trace: str | None = None) -> None:
+    """Optuna's two warning lines for a failed trial (``optuna.study._optimize``), through its logger.
+
+    ``trace``: the objective's traceback as the device wrote it, shown under the first line as Optuna shows the
+    objective's (``Traceback ...``, the objective's frames, the error) instead of the re-created exception's chain
+    (the device's text as a ``DeviceTraceback`` cause, then the error again without frames); the record keeps
+    ``exc_info``, for handlers that read the exception itself.
+    """
+    first = f"Trial {number} failed with parameters: {params} because of the following error: {message}."
+    if trace is None or exc_info is None:
+        _OPTIMIZE_LOGGER.warning(first, exc_info=exc_info)
+    elif _OPTIMIZE_LOGGER.isEnabledFor(logging.WARNING):
+        record = _OPTIMIZE_LOGGER.makeRecord(
+            _OPTIMIZE_LOGGER.name, logging.WARNING, __file__, 0, first, None,
+            (type(exc_info), exc_info, exc_info.__traceback__))
+        record.exc_text = trace.rstrip("\n")  # (a Formatter shows exc_text, when set, for exc_info)
+        _OPTIMIZE_LOGGER.handle(record)
     _OPTIMIZE_LOGGER.warning(f"Trial {number} failed with value {shown!r}.")
 
 
@@ -1254,15 +1272,18 @@ class _StudyDriver(BaseSearcher):
         timeout: Seconds after which no new trial starts (None: no limit).
         callbacks: ``f(study, frozen_trial)`` after each told trial.
         experiment: The fluidsalus experiment name (recorded on each Optuna trial).
+        progress_bar: Optuna's own bar (``show_progress_bar``), updated after each trial's callbacks (None: none).
     """
 
     def __init__(self, study: optuna.Study, n_trials: int | None, timeout: float | None,
-                 callbacks: list[Callable[[optuna.Study, FrozenTrial], None]], experiment: str) -> None:
+                 callbacks: list[Callable[[optuna.Study, FrozenTrial], None]], experiment: str,
+                 progress_bar: _ProgressBar | None = None) -> None:
         self.study = study
         self.n_trials = n_trials
         self.timeout = timeout
         self.callbacks = callbacks
         self.experiment = experiment
+        self.progress_bar = progress_bar if progress_bar is not None else _ProgressBar(False)
         self.error: BaseException | None = None  # the first error optimize must raise
         self._started: float | None = None  # when the devices were up (the first next_groups)
         self._live: dict[str, _Live] = {}
@@ -1309,6 +1330,7 @@ class _StudyDriver(BaseSearcher):
         """One new (empty) fluidsalus trial when fewer than :data:`PROPOSALS_AHEAD` wait to start."""
         if self._started is None:
             self._started = time.monotonic()  # the executor asks once its device actors are up
+            _start_the_clock(self.progress_bar)
         waiting = len(self._unstarted) + self._proposed_unadded
         if self.stopping() or waiting >= PROPOSALS_AHEAD:
             return []
@@ -1656,7 +1678,7 @@ class _StudyDriver(BaseSearcher):
 
     def _tell(self, live: _Live, outcome: str, *, values: list[Any] | None = None, shown: str | None = None,
               error: BaseException | None = None, message: str = "", caught: bool = False,
-              interrupted: bool = False) -> str | None:
+              interrupted: bool = False, trace: str | None = None) -> str | None:
         """Tell the study how the trial ended, log Optuna's line and run the callbacks (as ``_run_trial`` does).
 
         Args:
@@ -1668,6 +1690,7 @@ class _StudyDriver(BaseSearcher):
             message: ``repr(error)`` as the device saw it (``OUT_FAILED``), or ``str(TrialPruned)`` (``OUT_PRUNED``).
             caught: Whether ``catch`` names the error (then the optimisation goes on).
             interrupted: The run itself ended under the trial (its error is raised anyway): no callbacks.
+            trace: The device's traceback of ``error``, for the log (:func:`_log_failed`).
 
         Returns:
             The trial's final state name, or None when telling failed (that error then ends the optimisation).
@@ -1693,10 +1716,10 @@ class _StudyDriver(BaseSearcher):
             self._fail(e)
             if stored is not None and stored.state.is_finished():
                 live.state = stored.state.name
-                self._log_end(trial, stored, error, message, shown, problem, interrupted)
+                self._log_end(trial, stored, error, message, shown, problem, interrupted, trace)
             return None
         live.state = frozen.state.name
-        self._log_end(trial, frozen, error, message, shown, problem, interrupted)
+        self._log_end(trial, frozen, error, message, shown, problem, interrupted, trace)
         if interrupted:
             return frozen.state.name
         if error is not None and not caught:
@@ -1707,11 +1730,16 @@ class _StudyDriver(BaseSearcher):
                 callback(study, copy.deepcopy(frozen))
             except Exception as e:  # noqa: BLE001 - a callback's error ends the optimisation, as in Optuna
                 self._fail(e)
-                break
+                return frozen.state.name
+        # then the bar, as Optuna's loop updates it (its time from the devices' start, as the timeout's)
+        try:
+            self.progress_bar.update(0.0 if self._started is None else time.monotonic() - self._started, study)
+        except Exception as e:  # noqa: BLE001 - its read of the best trial failed (the storage): as in Optuna's loop
+            self._fail(e)
         return frozen.state.name
 
     def _log_end(self, trial: optuna.Trial, frozen: FrozenTrial, error: BaseException | None, message: str,
-                 shown: str | None, problem: str | None, interrupted: bool) -> None:
+                 shown: str | None, problem: str | None, interrupted: bool, trace: str | None) -> None:
         """Log Optuna's line for a trial's end, as its ``_run_trial`` does from the stored trial."""
         if frozen.state == TrialState.COMPLETE:
             self._log_completed(trial, list(frozen.values))
@@ -1721,7 +1749,7 @@ class _StudyDriver(BaseSearcher):
             # (A Ctrl-C's traceback is the driver's frames, the same for every trial it ends: not shown. Optuna's,
             # from inside its one objective, is not to be had: the objectives run on the devices.)
             shown_error = None if interrupted and isinstance(error, KeyboardInterrupt) else error
-            _log_failed(trial.number, trial.params, message, None, exc_info=shown_error)
+            _log_failed(trial.number, trial.params, message, None, exc_info=shown_error, trace=trace)
         else:
             _log_failed(trial.number, trial.params, problem or "", _Shown(shown if shown is not None else "None"))
 
@@ -1729,7 +1757,8 @@ class _StudyDriver(BaseSearcher):
         """Tell a trial that ended with an exception raised on the device (pruned or failed)."""
         if outcome == OUT_PRUNED:
             return self._tell(live, OUT_PRUNED, message=packed.text)
-        return self._tell(live, OUT_FAILED, error=packed.unpack(), message=packed.shown, caught=caught)
+        return self._tell(live, OUT_FAILED, error=packed.unpack(), message=packed.shown, caught=caught,
+                          trace=packed.trace)
 
     def fail_unfinished(self, reason: BaseException) -> None:
         """Tell ``FAIL`` for every started trial not told yet (the run ended under them: Ctrl-C, an engine error)."""
@@ -1840,8 +1869,11 @@ def optimize(
             trial whose exception ends the optimisation). ``study.stop()`` in a callback ends the optimisation
             once the running trials finish.
         gc_after_trial: Run ``gc.collect()`` in the device process after each trial.
-        show_progress_bar: Show fluidsalus's own progress and summary (``verbose=1``) instead of nothing; an
-            explicit ``verbose=`` wins.
+        show_progress_bar: Show Optuna's own progress bar (``Best trial: 3. Best value: 0.12``), updated after
+            each trial's callbacks as ``study.optimize`` updates it; its clock starts once the devices are up, as
+            ``timeout`` 's does. fluidsalus's own progress view and summary come with ``verbose=1``; under the
+            default ``verbose=0`` one line of Optuna's logger (``INFO``, so ``optuna.logging.set_verbosity``
+            silences it) says where the fluidsalus record of the call went.
         sampler_threads: With two devices or more and a slow sampler (one of its last calls took
             :data:`SAMPLER_THREAD_MIN_S`, 50 ms, or more, as ``GPSampler`` 's do), the trials' sampler calls
             (``trial.suggest_*``, ``relative_params``) are answered on up to this many threads of the driver, one
@@ -1909,9 +1941,10 @@ def optimize(
         return
 
     name = _record_name(run_kwargs.pop("name", None), run_kwargs.get("storage_path"), study)
-    verbose = run_kwargs.pop("verbose", 1 if show_progress_bar else 0)
+    verbose = run_kwargs.pop("verbose", 0)
     limit = None if n_trials is None or math.isinf(n_trials) else math.ceil(n_trials)  # (inf: no limit, as Optuna's)
-    driver = _StudyDriver(study, limit, timeout, callback_list, name)
+    progress_bar = _ProgressBar(bool(show_progress_bar), n_trials, timeout)  # (Optuna's, with its warning)
+    driver = _StudyDriver(study, limit, timeout, callback_list, name, progress_bar)
     runner = _ObjectiveRunner(objective, classes, bool(gc_after_trial), study)
     study._stop_flag = False
     study._thread_local.in_optimize_loop = True  # study.stop() works in callbacks; ask() knows it is optimize
@@ -1935,14 +1968,35 @@ def optimize(
                 _record_the_study(experiment_dir, study, driver.started_trials(), ended_by=e)
             except Exception as record_error:  # noqa: BLE001 - the run's own exception is the one to raise
                 logger.warning("could not record the study's trials in %s: %s", experiment_dir, record_error)
+            else:
+                _say_where(experiment_dir, len(driver.started_trials()), verbose)
         raise
     finally:
+        progress_bar.close()
         driver.close()
         study._thread_local.in_optimize_loop = False
         study._storage.remove_session()
     _record_the_study(grid.experiment_path, study, driver.started_trials())
+    _say_where(grid.experiment_path, len(driver.started_trials()), verbose)
     if driver.error is not None:
         raise driver.error
+
+
+def _start_the_clock(progress_bar: _ProgressBar) -> None:
+    """Start the clock of Optuna's bar (tqdm's: the time and the rate it shows) once the devices are up, as the
+    ``timeout`` 's clock starts (a bar made at the call showed the devices' start as the first trial's time, and a
+    ``timeout`` bar "00:12/00:01")."""
+    shown = getattr(progress_bar, "_progress_bar", None)  # (the tqdm bar, there only while the bar is shown)
+    if shown is not None:
+        shown.reset()
+
+
+def _say_where(experiment_dir: str, n_trials: int, verbose: Any) -> None:
+    """Under ``verbose=0`` (where the run prints no summary naming it), one ``INFO`` line of Optuna's logger that
+    says where this call's fluidsalus record is and how to look at it."""
+    if verbose == 0:
+        _RECORD_LOGGER.info(f"fluidsalus recorded this call's {n_trials} trials; show them with: fluidsalus inspect "
+                            f"{shlex.quote(experiment_dir)}")
 
 
 def _record_the_study(experiment_dir: str, study: optuna.Study, started: Mapping[str, int],

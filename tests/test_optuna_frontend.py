@@ -14,6 +14,7 @@ import functools
 import logging
 import math
 import os
+import re
 import threading
 import time
 import traceback
@@ -209,7 +210,10 @@ def _facts(study: optuna.Study) -> list[tuple[Any, ...]]:
 
 
 def _messages(records: list[logging.LogRecord]) -> list[tuple[str, int, str]]:
-    return [(r.name, r.levelno, r.getMessage()) for r in records if "new study created" not in r.getMessage()]
+    """Optuna's lines for the trials (not the study's creation, nor the line that says where fluidsalus's record
+    went: ``test_optimize_says_where_its_record_went_in_one_line_of_optunas_log``)."""
+    return [(r.name, r.levelno, r.getMessage()) for r in records
+            if "new study created" not in r.getMessage() and r.name != fo._RECORD_LOGGER.name]
 
 
 def test_states_values_and_log_lines_are_optunas(tmp_path, optuna_records):
@@ -295,15 +299,111 @@ def test_inspect_and_ls_name_the_trials_by_their_optuna_number_and_state(tmp_pat
 
 
 def test_a_failed_objective_is_logged_once_under_the_progress_view(tmp_path, capfd, optuna_records):
-    """With show_progress_bar=True (verbose=1) a FAIL trial, which now ends errored in the experiment, was also
-    printed by the run ("Trial ... errored after 0 iterations" with the device's traceback and "every errored
-    trial's traceback is in ResultGrid.errors", which optimize does not return) under Optuna's own log line."""
+    """With verbose=1 (what show_progress_bar=True gave before it showed Optuna's bar) a FAIL trial, which now
+    ends errored in the experiment, was also printed by the run ("Trial ... errored after 0 iterations" with the
+    device's traceback and "every errored trial's traceback is in ResultGrid.errors", which optimize does not
+    return) under Optuna's own log line."""
     study = _scenario_study()
-    _optimize(study, _scenario, tmp_path, n_trials=2, catch=(ValueError,), show_progress_bar=True)
+    _optimize(study, _scenario, tmp_path, n_trials=2, catch=(ValueError,), verbose=1)
     assert [t.state for t in study.trials[:2]] == [TrialState.COMPLETE, TrialState.FAIL]  # (the rest: enqueued)
     assert any("because of the following error: ValueError('boom')" in r.getMessage() for r in optuna_records)
     err = capfd.readouterr().err
     assert "errored after" not in err and "ResultGrid.errors" not in err
+
+
+def _after_frames_of(formatted: str, function: str) -> list[str]:
+    """The lines of a logged traceback from the frame of ``function`` on (the objective's frames and its error)."""
+    lines = formatted.splitlines()
+    return lines[next(i for i, line in enumerate(lines) if line.endswith(f", in {function}")):]
+
+
+def test_a_failed_trials_log_shows_the_objectives_traceback_as_optunas_does(tmp_path, optuna_records):
+    """Optuna logs a failed trial's traceback as ``Traceback ...``, the objective's frames and its error; the log
+    here showed the re-created exception's chain: a ``fluidsalus.optuna.DeviceTraceback:`` line, the device's
+    frames, "The above exception was the direct cause of the following exception:" and the error again."""
+    reference = _scenario_study()
+    reference.optimize(_scenario, n_trials=2, catch=(ValueError,))
+    formatter = logging.Formatter()
+    [expected] = [formatter.format(r) for r in optuna_records if "ValueError('boom')" in r.getMessage()]
+    optuna_records.clear()
+
+    study = _scenario_study()
+    _optimize(study, _scenario, tmp_path, n_trials=2, catch=(ValueError,), max_concurrent_trials=1)
+    [record] = [r for r in optuna_records if "ValueError('boom')" in r.getMessage()]
+    shown = formatter.format(record)
+    assert shown.splitlines()[1] == "Traceback (most recent call last):" == expected.splitlines()[1]
+    assert _after_frames_of(shown, "_scenario") == _after_frames_of(expected, "_scenario")
+    assert "DeviceTraceback" not in shown and "direct cause" not in shown
+    assert isinstance(record.exc_info[1], ValueError)  # (the exception itself stays on the record, for handlers)
+
+
+def _prune_answer_types(trial: Any) -> float:
+    x = trial.suggest_float("x", 0, 4)
+    trial.report(x, 0)
+    answer = trial.should_prune()
+    trial.set_user_attr("answer", f"{type(answer).__module__}.{type(answer).__name__}")
+    return x
+
+
+def test_should_prune_returns_what_the_pruner_returns_as_optunas_does(tmp_path):
+    """Optuna's ``should_prune`` returns the pruner's answer as it is (``MedianPruner``: a NumPy bool once it
+    compares); it was made a Python ``bool`` here (a ``repr`` or an ``is np.True_`` differed)."""
+    def make() -> optuna.Study:
+        study = optuna.create_study(pruner=optuna.pruners.MedianPruner(n_startup_trials=0))
+        for x in (1.0, 2.0, 0.5):
+            study.enqueue_trial({"x": x})
+        return study
+
+    reference = make()
+    reference.optimize(_prune_answer_types, n_trials=3)
+    study = make()
+    _optimize(study, _prune_answer_types, tmp_path, n_trials=3, max_concurrent_trials=1)
+    answers = [t.user_attrs["answer"] for t in study.trials]
+    assert answers == [t.user_attrs["answer"] for t in reference.trials]
+    assert answers[1:] == ["numpy.bool"] * 2
+
+
+def _bar_descriptions(err: str) -> list[str]:
+    """Optuna's bar texts ("Best trial: N. Best value: V") in the order shown, each once, and the bar's last count."""
+    texts = re.findall(r"Best trial: \d+\. Best value: [^:]+", err)
+    return [text for i, text in enumerate(texts) if i == 0 or text != texts[i - 1]] + re.findall(r"\d+/\d+", err)[-1:]
+
+
+def test_show_progress_bar_is_optunas_bar_with_the_best_trial(tmp_path, capfd):
+    """``show_progress_bar=True`` showed fluidsalus's progress line and summary, never the best value, where
+    Optuna's tqdm bar shows "Best trial: 3. Best value: 0.12" after each trial: it is Optuna's bar now, updated as
+    Optuna's loop updates it (fluidsalus's own view: ``verbose=1``)."""
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    study.optimize(_quadratic, n_trials=4, show_progress_bar=True)
+    expected = _bar_descriptions(capfd.readouterr().err)
+    assert len(expected) >= 2 and expected[-1] == "4/4"
+
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    _optimize(study, _quadratic, tmp_path, n_trials=4, show_progress_bar=True, max_concurrent_trials=1)
+    err = capfd.readouterr().err
+    assert _bar_descriptions(err) == expected
+    assert "[fluidsalus]" not in err and "fluidsalus: 4 trials" not in err  # (no view of its own unless verbose=1)
+
+
+def test_optimize_says_where_its_record_went_in_one_line_of_optunas_log(tmp_path, capfd, optuna_records):
+    """Under the default ``verbose=0`` nothing said where the fluidsalus record went (``fluidsalus ls``/``inspect``
+    had something to show that the user did not know of): one INFO line of Optuna's logger says it, which
+    ``optuna.logging.set_verbosity(WARNING)`` silences with Optuna's own lines; ``verbose=1``'s summary names it."""
+    study = optuna.create_study()
+    _optimize(study, _quadratic, tmp_path, n_trials=2, name="where")
+    where = str(tmp_path / "fluidsalus" / "where")
+    lines = [r for r in optuna_records if r.name == "optuna.fluidsalus"]
+    assert [(r.levelno, r.getMessage()) for r in lines] == [
+        (logging.INFO, f"fluidsalus recorded this call's 2 trials; show them with: fluidsalus inspect {where}")]
+    optuna_records.clear()
+
+    _optimize(study, _quadratic, tmp_path, n_trials=1, name="where_verbose", verbose=1)
+    assert not [r for r in optuna_records if r.name == "optuna.fluidsalus"]
+    assert str(tmp_path / "fluidsalus" / "where_verbose") in capfd.readouterr().out
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # (the fixture puts the verbosity back)
+    _optimize(study, _quadratic, tmp_path, n_trials=1, name="where_quiet")
+    assert "fluidsalus" not in capfd.readouterr().err
 
 
 def test_multi_objective_is_optunas(tmp_path, optuna_records):
