@@ -1272,8 +1272,10 @@ def queue_waits(events: Iterable[EventRow], created: Mapping[str, float]) -> dic
 
     A trial waits from its creation (``created``) to its first ``trial_start``, and again from each
     ``trial_restart`` that ended a started attempt (a retry, a preemption, a move, a PBT turn or exploit, a device
-    that died) to its next ``trial_start``; a restart of an attempt that never started (a trial its device gave back
-    before it began, ``withdrawn``) goes on with the wait it was in. A ``promoted`` restart starts its wait afresh:
+    that died) to its next ``trial_start``; a restart of an attempt that never began (a trial its device gave back
+    before its first turn, ``withdrawn``) goes on with the wait it was in, also when that attempt has a
+    ``trial_start`` (a trial placed without prefetch is started at its admission, and may wait in a shared lane for
+    its first turn): that start ended no wait. A ``promoted`` restart starts its wait afresh:
     the trial was paused off any device, or ended, until its searcher promoted it, waiting for the search, not for a
     place. A ``resume`` event starts a wait for every trial not waiting then: those computing when the run was
     interrupted, and ended ones the resume runs again (``resume_errored``, ``restart_errored``). A ``trial_end`` ends
@@ -1284,6 +1286,7 @@ def queue_waits(events: Iterable[EventRow], created: Mapping[str, float]) -> dic
     """
     since: dict[str, float | None] = dict(created)
     started: dict[str, int] = {}  # each trial's latest attempt that started
+    ended_by: dict[str, int] = {}  # the attempt whose trial_start ended each trial's last wait
     out: dict[str, list[tuple[float, float]]] = {tid: [] for tid in created}
     for ev in sorted(events, key=lambda e: e.ts):  # (stable: events of one moment in the order stored)
         tid = ev.trial_id
@@ -1299,13 +1302,20 @@ def queue_waits(events: Iterable[EventRow], created: Mapping[str, float]) -> dic
             began = since.get(tid)
             if began is not None:
                 out[tid].append((began, max(began, ev.ts)))
+                if isinstance(attempt, int):
+                    ended_by[tid] = attempt
             since[tid] = None
             if isinstance(attempt, int):
                 started[tid] = max(attempt, started.get(tid, attempt))
         elif ev.kind == TRIAL_RESTART_EVENT:
             if isinstance(attempt, int) and started.get(tid, -1) >= attempt:
                 continue  # (the attempt it makes has started: a clock behind the driver's stamped its start)
-            if (ev.data or {}).get("reason") == "promoted" or since.get(tid) is None:
+            reason = (ev.data or {}).get("reason")
+            if reason == "withdrawn" and since.get(tid) is None and isinstance(attempt, int) \
+                    and ended_by.get(tid) == attempt - 1:
+                since[tid] = out[tid].pop()[0]  # (the withdrawn attempt's start, at its admission: it never began)
+                continue
+            if reason == "promoted" or since.get(tid) is None:
                 since[tid] = ev.ts
         elif ev.kind == "trial_end":
             since[tid] = None

@@ -1158,8 +1158,8 @@ def report_figure(report: Report) -> Any:
     written in when there is room); cross-hatched bars are iterations redone later or cut short by a failure
     (wasted); a purple shade over the panel is the device's time waiting for the driver (idle cause
     ``driver``); small triangles mark switches; crosses, stars and diamonds mark failures, out-of-memory
-    re-admissions and PBT exploits. The bottom panel shows all and useful iterations per device-second over
-    time, the gap between them shaded as waste.
+    re-admissions and PBT exploits. The legend above them names only the marks the panels show. The bottom panel
+    shows all and useful iterations per device-second over time, the gap between them shaded as waste.
     """
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -1200,6 +1200,7 @@ def report_figure(report: Report) -> Any:
         known = None if report.optuna is None else report.optuna.get(trial_id)
         return _short(trial_id) if known is None or known.number is None else str(known.number)
 
+    shown: set[str] = set()  # what the device panels show (the legend's keys below): the legend names only those
     for ax, device in zip(axes, devices, strict=False):
         rows = rows_of[device]
         nothing_row = n_rows[device] - 1
@@ -1212,6 +1213,7 @@ def report_figure(report: Report) -> Any:
             end = life.closed_at if life.closed_at is not None else epoch_end.get((device, life.epoch), life.opened_at)
             ax.barh(row_of(life.epoch, life.lane), end - life.opened_at, left=life.opened_at - t0, height=0.9,
                     color=PLOT_IDLE_COLOR, edgecolor="none", zorder=1)
+            shown.add("lane")
         by_lane: dict[tuple[int, int | None], list[gp.Span]] = defaultdict(list)
         for s in act.spans:
             if s.device == device:
@@ -1220,8 +1222,10 @@ def report_figure(report: Report) -> Any:
             y = row_of(epoch, lane)
             for b0, b1, s in _bars(spans, PLOT_MERGE_GAP_FRACTION * x_range):
                 kwargs: dict[str, Any] = {"color": color(s.trial_id), "edgecolor": "white", "linewidth": 0.4}
+                shown.add("trial")
                 if not s.useful:  # the hatch takes the edge colour; a zero-width edge keeps the bar's outline
                     kwargs.update(hatch=PLOT_WASTE_HATCH, edgecolor=PLOT_HATCH_COLOR, linewidth=0)
+                    shown.add("wasted")
                 ax.barh(y, b1 - b0, left=b0 - t0, height=PLOT_BAR_HEIGHT, zorder=2, **kwargs)
                 if (b1 - b0) >= PLOT_LABEL_MIN_FRACTION * x_range:
                     ax.text((b0 + b1) / 2 - t0, y, label(s.trial_id), ha="center", va="center", fontsize=7,
@@ -1231,15 +1235,18 @@ def report_figure(report: Report) -> Any:
             ax.broken_barh([(a - t0, b - a) for a, b in waits], (-0.5, max(1, n_rows[device])),
                            facecolors=PLOT_DRIVER_COLOR, alpha=PLOT_DRIVER_ALPHA, edgecolor="none", zorder=1.5,
                            gid="driver_idle")
+            shown.add("driver")
         sw = [(s.ts - t0, row_of(s.epoch, s.lane)) for s in act.switches if s.device == device]
         if sw:
             ax.scatter([x for x, _ in sw], [y + PLOT_BAR_HEIGHT / 2 for _, y in sw], marker="v", s=10,
                        color="black", zorder=4, linewidths=0)
+            shown.add("switch")
         for kind, (marker, mcolor, _) in PLOT_MARKERS.items():
             pts = [(m.ts - t0, row_of(m.epoch, m.lane)) for m in act.markers if m.device == device and m.kind == kind]
             if pts:
                 ax.scatter([x for x, _ in pts], [y for _, y in pts], marker=marker, s=90, color=mcolor,
                            edgecolors="black", linewidths=0.6, zorder=5)
+                shown.add(kind)
         held: dict[int, list[int]] = defaultdict(list)  # row -> the ids of the lanes it showed
         for (_, lane), row in rows.items():
             held[row].append(lane)
@@ -1259,7 +1266,8 @@ def report_figure(report: Report) -> Any:
         xs, thr, good = goodput_steps(bins, t0)
         ax.stairs(thr, xs, color=PLOT_THROUGHPUT_COLOR, linewidth=1.2, label="all iterations (throughput)")
         ax.stairs(good, xs, color=PLOT_GOODPUT_COLOR, linewidth=1.8, label="useful iterations (goodput)")
-        ax.stairs(thr, xs, baseline=good, fill=True, color=PLOT_WASTE_COLOR, alpha=0.3, label="wasted")
+        if any(t > g for t, g in zip(thr, good, strict=True)):  # (a NaN bin, not drawn, compares false)
+            ax.stairs(thr, xs, baseline=good, fill=True, color=PLOT_WASTE_COLOR, alpha=0.3, label="wasted")
         drawn = [v for v in (*thr, *good) if not math.isnan(v)]
         ax.set_ylim(0, max([*drawn, 0.0]) * PLOT_GOODPUT_HEADROOM or 1.0)
     ax.set_xlabel("seconds since the first device started")
@@ -1276,16 +1284,18 @@ def report_figure(report: Report) -> Any:
         f"goodput {_fmt(tot.goodput, '.2f')} of {_fmt(tot.throughput, '.2f')} iterations per device-second, "
         f"busy {_fmt(tot.busy_fraction, '.0%')}, {plural(tot.switches, 'switch', 'switches')}",
         fontsize=11, y=1 - 0.15 / total_in)
-    handles = [
-        Patch(facecolor=PLOT_IDLE_COLOR, label="lane open, idle"),
-        Patch(facecolor=PLOT_DRIVER_COLOR, alpha=PLOT_DRIVER_ALPHA, label="waiting for the driver"),
-        Patch(facecolor=cmap(0), edgecolor="white", label="trial computes (colour, number = "
-              + ("Optuna trial)" if report.optuna is not None else "trial)")),
-        Patch(facecolor="white", hatch=PLOT_WASTE_HATCH, edgecolor=PLOT_HATCH_COLOR, linewidth=0,
-              label="wasted (redone or cut short)"),
-        Line2D([], [], marker="v", linestyle="none", color="black", markersize=5, label="switch"),
-    ] + [Line2D([], [], marker=m, linestyle="none", color=c, markeredgecolor="black", markersize=9, label=lab)
-         for m, c, lab in PLOT_MARKERS.values()]
-    fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=8, frameon=False,
-               bbox_to_anchor=(0.5, 1 - 0.55 / total_in))
+    keyed = [
+        ("lane", Patch(facecolor=PLOT_IDLE_COLOR, label="lane open, idle")),
+        ("driver", Patch(facecolor=PLOT_DRIVER_COLOR, alpha=PLOT_DRIVER_ALPHA, label="waiting for the driver")),
+        ("trial", Patch(facecolor=cmap(0), edgecolor="white", label="trial computes (colour, number = "
+                        + ("Optuna trial)" if report.optuna is not None else "trial)"))),
+        ("wasted", Patch(facecolor="white", hatch=PLOT_WASTE_HATCH, edgecolor=PLOT_HATCH_COLOR, linewidth=0,
+                         label="wasted (redone or cut short)")),
+        ("switch", Line2D([], [], marker="v", linestyle="none", color="black", markersize=5, label="switch")),
+    ] + [(kind, Line2D([], [], marker=m, linestyle="none", color=c, markeredgecolor="black", markersize=9,
+                       label=lab)) for kind, (m, c, lab) in PLOT_MARKERS.items()]
+    handles = [handle for key, handle in keyed if key in shown]
+    if handles:
+        fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=8, frameon=False,
+                   bbox_to_anchor=(0.5, 1 - 0.55 / total_in))
     return fig

@@ -786,6 +786,7 @@ class TrialSession:
         """Call ``method`` on the driver's call handler and wait for its answer (see ``fluidsalus.session.call``).
 
         ``label`` names the wait in the device's ``driver_wait`` record (goodput's ``idle_driver`` split by method),
+        and the driver's ``driver_busy`` spell answering it, if any (the call carries it: ``gpu.host.EV_CALL``),
         ``method`` when None: a front end whose ``method`` wraps another call names the call it makes (an Optuna
         ``should_prune`` that carries the trial's held reports travels as ``optuna.after_reports``)."""
         self._check_live("call_driver")
@@ -991,7 +992,7 @@ def call_driver(method: str, *args: Any, label: str | None = None) -> Any:
         method: The name the handler dispatches on.
         *args: Its arguments (picklable).
         label: What the device's goodput record names the wait by (``fluidsalus inspect``'s driver idle by
-            method); None: ``method``.
+            method), and the driver's record its busy spell answering the call; None: ``method``.
 
     Returns:
         The handler's return value.

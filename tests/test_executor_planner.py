@@ -1151,6 +1151,27 @@ def test_a_checkpoint_verdict_is_answered_after_the_callbacks_saw_the_result_and
     assert [args for name, args in _sent(device) if name == "answer"][-1] == (13, False, False)
 
 
+def test_the_drivers_busy_spell_answering_a_call_is_named_by_the_calls_label(tmp_path):
+    """A call the loop answers slowly while a trial is queued is a ``driver_busy`` spell; it was named by the wire
+    method (``optuna.after_reports``: a ``should_prune`` carrying held reports; ``optuna.flush``) while the
+    trial's own wait was named by the call's label (``should_prune``, ``report``), so ``idle_driver`` showed the
+    one call as two methods. The spell is named by the label the call carries (``gpu.host.EV_CALL``)."""
+    from fluidsalus.gpu.host import EV_CALL
+    from fluidsalus.trialgroup.executor import DRIVER_BUSY_EVENT, DRIVER_BUSY_MIN_S
+
+    executor, store = _offline_executor(tmp_path)
+    executor.settings.call_handler = lambda trial_id, method, args: time.sleep(2 * DRIVER_BUSY_MIN_S)
+    running = _trial("a", status=RUNNING, placed_on=(0,), devices=(0,))
+    _queue(executor, store, running, _trial("queued", seq=1))
+    executor.pending.discard("a")  # ("queued" waits for a place: the loop's spell holds it back)
+    device = executor._devices[0]
+    executor._handle(device, [
+        (EV_CALL, "a", 0, 1.0, 1, "optuna.after_reports", (b"",), "optuna.should_prune"),
+        (EV_CALL, "a", 0, 2.0, 2, "optuna.flush", (), "optuna.report")])
+    assert [e.data["what"] for e in store.events(DRIVER_BUSY_EVENT)] == ["optuna.should_prune", "optuna.report"]
+    assert [args[0] for name, args in _sent(device) if name == "answer"] == [1, 2]
+
+
 def test_a_command_waits_for_the_next_poll_of_a_device_whose_poll_came_back_and_goes_at_once_otherwise(tmp_path):
     """``Executor._send``: one message per round trip for a busy device, no delay for one with a poll still out,
     nothing for a dead device."""

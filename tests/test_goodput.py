@@ -894,3 +894,32 @@ def test_queue_waits_after_a_resume_that_reruns_ended_trials_and_with_a_start_st
     ]
     waits = gp.queue_waits(events, {"E": 0.0, "F": 0.0, "G": 0.0})
     assert waits == {"E": [(0.0, 1.0), (10.0, 11.0)], "F": [(0.0, 1.0)], "G": [(0.0, 1.0)]}
+
+
+def test_queue_waits_go_on_across_the_withdrawal_of_a_trial_started_at_its_admission():
+    """A trial placed without prefetch is started at its admission (its device sends ``trial_start`` then), and may
+    wait in a shared lane for its first turn; given back before it (``withdrawn``), it counted a second wait, as a
+    restart, and its time on the device before the withdrawal was in neither (a device's real events,
+    ``scratch_h153/s3b_withdraw_unbegun_host.py``: 2 waits, 0.14 s, where it waited 0.45 s for its first turn; the
+    device side: ``tests/test_host.py::test_a_trial_that_has_not_had_a_turn_is_withdrawn_without_running_and_its_
+    neighbour_goes_on``). Its wait goes on across the withdrawal, as a prefetched trial's does."""
+    def ev_(ts, what, trial=None, **data):
+        return EventRow(ts, what, trial, None, data)
+
+    events = [
+        ev_(0.0, "device_start", kind="cpu", slots=1),
+        # A: started at its admission at 1, withdrawn at 3 before its first turn, starts elsewhere at 4
+        ev_(1.0, "trial_start", "A", attempt=0),
+        ev_(3.0, "trial_restart", "A", attempt=1, reason="withdrawn", from_iteration=0),
+        ev_(4.0, "trial_start", "A", attempt=1),
+        # B: runs from 1, is retried at 2 and started again at its admission at 2.5, withdrawn at 3, starts at 4
+        ev_(1.0, "trial_start", "B", attempt=0), ev_(2.0, "trial_restart", "B", attempt=1, reason="retry"),
+        ev_(2.5, "trial_start", "B", attempt=1),
+        ev_(3.0, "trial_restart", "B", attempt=2, reason="withdrawn", from_iteration=0),
+        ev_(4.0, "trial_start", "B", attempt=2),
+        # C: prefetched (no start before its first turn), withdrawn at 3, starts at 4: as before
+        ev_(3.0, "trial_restart", "C", attempt=1, reason="withdrawn", from_iteration=0),
+        ev_(4.0, "trial_start", "C", attempt=1),
+    ]
+    assert gp.queue_waits(events, {"A": 0.0, "B": 0.0, "C": 0.0}) == {
+        "A": [(0.0, 4.0)], "B": [(0.0, 1.0), (2.0, 4.0)], "C": [(0.0, 4.0)]}

@@ -1417,6 +1417,8 @@ def test_a_trial_that_has_not_had_a_turn_is_withdrawn_without_running_and_its_ne
     host.withdraw(["t0", "t1"], {"t0": 0, "t1": 0})  # t0 has begun: only t1 is given back
     events = _drain(host, 1)
     assert [(e[1], e[4]) for e in events if e[0] == EV_END] == [("t1", OUT_WITHDRAWN)]
+    # (not prefetched, t1 was started at its admission: goodput's queue_waits knows that start ended no wait)
+    assert [e[0] for e in events if e[1] == "t1" and e[0] in (EV_START, EV_END)] == [EV_START, EV_END]
     go.set()
     events += _drain(host, 1)
     assert [(e[1], e[4]) for e in events if e[0] == EV_END] == [("t1", OUT_WITHDRAWN), ("t0", OUT_COMPLETED)]
@@ -1698,3 +1700,22 @@ def test_a_trials_waits_for_the_driver_go_as_one_event_per_held_spell(tmp_path):
         for (start, end), ts in zip(intervals, asked[trial], strict=True):
             assert start == pytest.approx(ts, abs=2e-6) and end - start >= 0.01 - 1e-3
     assert len([e for e in events if e[0] == EV_LANE and e[1] == "t1" and e[4] == DRIVER_WAIT_EVENT]) >= 2
+
+
+def test_a_call_carries_its_label_to_the_driver_as_its_wait_is_named(tmp_path):
+    """The driver named its busy spell answering a call by the wire method (an Optuna ``should_prune`` carrying
+    held reports: ``after_reports``, 0.004 s in a helper's 1,000-trial study) where the trial's ``driver_wait``
+    named it by its label (``should_prune``): ``idle_driver`` split one call into two methods. The call carries
+    its label (its method when it has none), as its wait names it."""
+    def f(config):
+        fluidsalus.session.call_driver("optuna.after_reports", label="optuna.should_prune")
+        fluidsalus.session.call_driver("plain")
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    host.submit([_spec(tmp_path, 0)])
+    events = _drain_answering(host, 1, lambda e: None)
+    host.shutdown(1.0)
+    calls = [e for e in events if e[0] == "call"]
+    assert [(e[5], e[7]) for e in calls] == [("optuna.after_reports", "optuna.should_prune"), ("plain", "plain")]
+    (waits,) = [e for e in events if e[0] == EV_LANE and e[4] == DRIVER_WAIT_EVENT]
+    assert waits[5]["methods"] == [e[7] for e in calls]

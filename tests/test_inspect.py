@@ -678,6 +678,47 @@ def test_the_plot_shades_a_devices_time_waiting_for_the_driver(tmp_path):
                 if c.get_gid() == "driver_idle"]
 
 
+def test_the_plots_legend_names_only_what_the_figure_shows(tmp_path):
+    """The legend listed every mark the figure can draw: "waiting for the driver" under a run no device of which
+    waited for the driver (a helper's review, h132), out-of-memory and PBT-exploit markers under a sweep with
+    neither. It names what the panels show: a failed and retried trial's run has its failure and its wasted
+    iteration, no driver shade, no out-of-memory star, no exploit, no switch; a trial that waited for its
+    ``suggest`` has the driver's shade and nothing wasted."""
+    pytest.importorskip("matplotlib")
+    from fluidsalus.inspect import report_figure
+
+    def legend(path, goodput_panel=False):
+        fig = report_figure(inspect(path))
+        shown = fig.axes[-1].get_legend() if goodput_panel else fig.legends[0]
+        return [t.get_text() for t in shown.get_texts()]
+
+    failing = _failing_store(tmp_path / "failing")
+    assert legend(failing) == [
+        "lane open, idle", "trial computes (colour, number = trial)", "wasted (redone or cut short)", "failure"]
+    assert legend(failing, goodput_panel=True) == [  # (its waste is a cut-short second: no iteration redone)
+        "all iterations (throughput)", "useful iterations (goodput)"]
+    redone = _store(tmp_path, "redone")  # t0's iteration 1 is redone after a retry from scratch
+    redone.add_events([(11.0, "trial_restart", "t0", "cpu:0", {"reason": "retry", "attempt": 1, "from_iteration": 0,
+                                                              "error": "RuntimeError: boom"}),
+                       (11.0, "trial_start", "t0", "cpu:0", {"attempt": 1})])
+    redone.add_results([("t0", 0, 1, 11.0, {"acc": 1, "time_this_iter_s": 0.5}),
+                        ("t0", 1, 1, 11.5, {"acc": 1, "time_this_iter_s": 0.5})])
+    redone.set_experiment(status="FINISHED", finished_at=12.0)
+    redone.close()
+    assert legend(str(tmp_path / "redone"), goodput_panel=True) == [
+        "all iterations (throughput)", "useful iterations (goodput)", "wasted"]
+    store = _store(tmp_path)
+    store.add_events([(10.2, "driver_wait", "t0", "cpu:0", {"waits": [[0.0, 0.4]], "methods": ["optuna.suggest"],
+                                                           "calls": {"optuna.suggest": 1}, "attempt": 0})])
+    store.add_results([("t0", 0, 1, 11.5, {"acc": 1, "time_this_iter_s": 0.9})])
+    store.set_experiment(status="FINISHED", finished_at=12.0)
+    store.close()
+    assert legend(str(tmp_path / "exp")) == [
+        "lane open, idle", "waiting for the driver", "trial computes (colour, number = trial)"]
+    assert legend(str(tmp_path / "exp"), goodput_panel=True) == [  # (nothing wasted: no waste drawn)
+        "all iterations (throughput)", "useful iterations (goodput)"]
+
+
 def _failing_store(tmp_path, extra_trials=0):
     """cpu:0: t0 reports iteration 1 (0.5 s), fails 1 s into iteration 2 (retried from its checkpoint at 1, so
     nothing is redone: only the cut-short second is wasted) and reports iteration 2 (0.5 s). cpu:1: t1 reports 2

@@ -80,7 +80,11 @@ EV_RESULT = "result"  # (EV_RESULT, trial_id, attempt, ts, metrics, paused_at_bu
 #: trial raised, pickled (:func:`~fluidsalus.errors.pickle_exception`), or None; ends from elsewhere have none.
 EV_END = "end"
 EV_FATAL = "fatal"  # (EV_FATAL, trial_id, attempt, ts, message): a run-level configuration error
-EV_CALL = "call"  # (EV_CALL, trial_id, attempt, ts, call_id, method, args): the trial waits for answer()
+#: (EV_CALL, trial_id, attempt, ts, call_id, method, args, label): the trial waits for answer(); ``label`` names the
+#: call in goodput's records (the caller's ``label``, else ``method``): its ``driver_wait`` here and, when the driver's
+#: loop is busy answering it, the driver's ``driver_busy`` spell (an Optuna ``should_prune`` carrying held reports
+#: travels as ``optuna.after_reports`` and is named ``optuna.should_prune`` in both)
+EV_CALL = "call"
 EV_LANE = "lane"  # (EV_LANE, trial_id | None, attempt | None, ts, kind, data): lane activity, for goodput
 #: (EV_CHECKPOINT, trial_id, attempt, ts, iteration, checkpoint_dir_name): a checkpoint of an iteration whose
 #: result was already sent without one (``TrialSession.attach_checkpoint``)
@@ -569,14 +573,15 @@ class DeviceHost:
             slot: list[Any] = [threading.Event(), None, False]
             self._calls[call_id] = slot
             asked = time.time()
-            self._emit_locked((EV_CALL, trial_id, attempt, asked, call_id, method, args))
+            label = label or method
+            self._emit_locked((EV_CALL, trial_id, attempt, asked, call_id, method, args, label))
         slot[0].wait()
         answered = time.time()
         with self._lock:
             del self._calls[call_id]
             if not self._closed:  # the wait, for goodput (held, then sent as a record with a later event)
                 held = self._waits.setdefault((trial_id, attempt), [])
-                held.append((asked, answered - asked, label or method))
+                held.append((asked, answered - asked, label))
                 if answered - held[0][0] >= DRIVER_WAITS_HELD_S:
                     self._send_waits_locked((trial_id, attempt))
         if slot[2]:

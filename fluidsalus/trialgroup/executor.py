@@ -198,7 +198,9 @@ QUEUE_WINDOW_FACTOR = 2
 WORKER_END_GRACE_S = 2 * POLL_WAIT_S
 #: Event the driver stores when it was busy for at least :data:`DRIVER_BUSY_MIN_S` asking the searcher for trials
 #: (``next_groups``: a Tune ``Searcher``'s ``suggest``; ``data["what"]`` is ``"searcher"``, ``data["trials"]`` the
-#: new trials it gave) or answering a trial's call (an Optuna sampler's ``suggest``; ``data["what"]`` is the call):
+#: new trials it gave) or answering a trial's call (an Optuna sampler's ``suggest``; ``data["what"]`` is the call as
+#: its trial's ``driver_wait`` names it, ``gpu.host.EV_CALL``'s label: ``optuna.should_prune`` for one carrying held
+#: reports, ``optuna.report`` for a flush; stores before it have the wire method, ``optuna.after_reports``):
 #: ``ts`` is when it began, ``data["wait_s"]`` how long it took. Meanwhile the loop placed nothing: a device without
 #: a trial waited for the driver (``fluidsalus.goodput.IDLE_DRIVER``). Stored only when the spell held a placement
 #: back: the ask gave trials, or trials were queued, under ``max_concurrent_trials`` (``data["more"]`` is then
@@ -2632,7 +2634,7 @@ class Executor:
             self._unlisted.setdefault(trial_id, []).extend(folders)
 
     def _answer_call(self, device: _Device, event: tuple[Any, ...]) -> None:
-        trial_id, call_id, method, args = event[1], event[4], event[5], event[6]
+        trial_id, call_id, method, args, label = event[1], event[4], event[5], event[6], event[7]
         handler = self.settings.call_handler
         offload = self.settings.call_offload
         if handler is not None and offload is not None and self._call_threads() > 1:
@@ -2659,7 +2661,7 @@ class Executor:
             value, is_error = e, True
         took = time.time() - began
         if took >= DRIVER_BUSY_MIN_S:  # (an Optuna sampler's suggest: no trial is placed meanwhile)
-            self._note_busy(began, took, str(method))
+            self._note_busy(began, took, str(label))  # (named as the caller's wait: goodput's idle by method)
         self._send(device, "answer", call_id, value, is_error)
 
     def _call_threads(self) -> int:
