@@ -610,6 +610,78 @@ def test_a_trial_stopped_for_a_move_where_it_met_the_stop_rule_ends_instead_of_m
         assert trial.status == PENDING and "a" in executor.pending and trial.attempt == 1
 
 
+@pytest.mark.parametrize("by_rule", [True, False], ids=["rule_met", "rule_not_met"])
+def test_a_trial_that_met_the_stop_rule_while_its_exploit_was_pending_ends_instead_of_exploiting(tmp_path, by_rule):
+    """PBT's exploit was taken (the trial's attempt is stopped to restart on the source's checkpoint with a new
+    configuration), and the trial's result met the run's stop rule before its end arrived: the exploit was not
+    dropped (a move's is), so the finished trial restarted on the new configuration past its stop rule, its results
+    hidden from its searcher (h92's F6). Now the exploit is cancelled (the searcher is told, before it hears of the
+    trial's end, so PBT reverts it) and the trial ends there; without the stop rule it exploits as before."""
+    from fluidsalus.gpu.host import EV_END, EV_RESULT, OUT_STOPPED
+    from fluidsalus.store import TERMINATED
+    from fluidsalus.trialgroup.executor import _Restart
+
+    executor, store = _offline_executor(tmp_path)
+    trial = _trial("a", status=RUNNING, placed_on=(0,), devices=(0,), budget=8)
+    trial.config = {"lr": 1}
+    _queue(executor, store, trial)
+    executor.pending.discard("a")
+    executor.searcher.on_trial_add("a", "g", {"lr": 1})
+    told: list[tuple[str, str]] = []
+    executor.searcher.cancel_exploit = lambda trial_id: told.append(("cancel_exploit", trial_id))
+    executor.searcher.on_trial_complete = lambda trial_id, *args, **kwargs: told.append(("complete", trial_id))
+    executor._devices[0].assigned.add("a")
+    executor._restarts["a"] = _Restart(reason="exploit", config={"lr": 2}, iteration=4,
+                                       checkpoint_path=str(tmp_path / "b" / "checkpoint_000004"))
+    executor._stopping.add("a")  # (_stop_exploited's stop)
+    metrics = {"training_iteration": 5, "done": True, "time_this_iter_s": 0.1}
+    executor._handle(executor._devices[0], [(EV_RESULT, "a", 0, 1.0, metrics, False, by_rule)])
+    executor._handle(executor._devices[0], [(EV_END, "a", 0, 1.1, OUT_STOPPED, None, None)])
+    if by_rule:
+        assert (trial.status, trial.attempt, trial.config) == (TERMINATED, 0, {"lr": 1})
+        assert "a" not in executor.pending and not store.events("trial_restart")
+        assert told == [("cancel_exploit", "a"), ("complete", "a")]
+    else:  # the exploit goes ahead
+        assert (trial.status, trial.attempt, trial.config) == (PENDING, 1, {"lr": 2}) and "a" in executor.pending
+        assert "cancel_exploit" not in {what for what, _ in told}
+
+
+def test_a_trial_restarted_on_a_new_configuration_gives_its_searcher_its_results_again(tmp_path):
+    """``_requeue`` forgot the results the searcher had seen for a new configuration (an exploit), but not that the
+    searcher was told the trial's end at a result (``_told_end``): a trial restarted on a new configuration then
+    had every result of it hidden from its searcher, and its end never told (h92's F6). The new configuration is a
+    new run for the searcher: its results are given, and its end is told."""
+    from fluidsalus.gpu.host import EV_END, EV_RESULT, EV_START, OUT_COMPLETED, OUT_STOPPED
+    from fluidsalus.searchers._base import Decision
+    from fluidsalus.trialgroup.executor import RESTART_EXPLOIT, _Restart
+
+    executor, store = _offline_executor(tmp_path)
+    trial = _trial("a", status=PAUSED, placed_on=(0,), devices=(0,), budget=8)
+    trial.config = {"lr": 1}
+    _queue(executor, store, trial)
+    executor.pending.discard("a")
+    executor.searcher.on_trial_add("a", "g", {"lr": 1})
+    told: list[tuple[str, object]] = []
+    executor.searcher.on_result = lambda trial_id, result: told.append(
+        ("result", result["training_iteration"])) or Decision.CONTINUE
+    executor.searcher.on_trial_complete = lambda trial_id, *args, **kwargs: told.append(("complete", trial_id))
+    device = executor._devices[0]
+    device.assigned.add("a")
+    executor._told_end.add("a")  # (the searcher was told the end of its old configuration at a result)
+    executor._restarts["a"] = _Restart(reason=RESTART_EXPLOIT, config={"lr": 2}, iteration=4,
+                                       checkpoint_path=str(tmp_path / "b" / "checkpoint_000004"))
+    executor._handle(device, [(EV_END, "a", 0, 1.0, OUT_STOPPED, None, None)])
+    assert (trial.attempt, trial.config) == (1, {"lr": 2})
+    executor.pending.discard("a")
+    trial.placed_on = (0,)
+    device.assigned.add("a")
+    executor._handle(device, [(EV_START, "a", 1, 1.1),
+                              (EV_RESULT, "a", 1, 1.2, {"training_iteration": 5, "time_this_iter_s": 0.1}, False,
+                               False),
+                              (EV_END, "a", 1, 1.3, OUT_COMPLETED, None, None)])
+    assert told == [("result", 5), ("complete", "a")]
+
+
 def test_the_progress_views_stopped_count_is_the_same_live_and_after_a_resume(tmp_path):
     """The live view counted a queued trial its searcher stopped before it began as "stopped"; a resumed run's
     recount leaves out trials that never started, so the count went down on resume. A trial stopped on its device

@@ -319,6 +319,21 @@ def test_a_cancelled_exploit_promotes_the_trial_unchanged():
     assert group.trial_ids == ["t3"] and pbt.trial_config("t3") == old
 
 
+def test_a_taken_exploit_cancelled_as_the_trial_ends_leaves_it_ended_with_its_own_config():
+    """The executor cancels a taken exploit of a trial that met the run's stop rule before its restart began, and
+    then tells PBT the trial's end (tests/test_executor_planner.py): PBT keeps the trial's own configuration,
+    forgets the exploit, and promotes nothing."""
+    pbt = _pbt(num_samples=4)
+    old = _population(pbt, [2.0, 3.0, 4.0, 1.0])[3]
+    pbt.next_groups()
+    (request,) = pbt.take_exploits()
+    assert request.trial_id == "t3" and len(pbt.exploit_log) == 1
+    pbt.cancel_exploit("t3")
+    pbt.on_trial_complete("t3", {"score": 1.0, "training_iteration": INTERVAL + 1, "done": True})
+    assert pbt.trial_config("t3") == old and pbt.exploit_log == []
+    assert "t3" not in {tid for group in pbt.next_groups() for tid in group.trial_ids}
+
+
 def test_results_missing_the_metric_raise_unless_require_attrs_is_false():
     pbt = _pbt(num_samples=2)
     (group,) = pbt.next_groups()

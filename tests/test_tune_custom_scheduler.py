@@ -298,7 +298,7 @@ def test_a_subclass_of_asha_or_the_median_rule_that_calls_super_gets_the_rules_d
     assert mine.on_trial_result(None, _Trial("t0"), {"m": -100.0, "training_iteration": 9}) == TrialScheduler.CONTINUE
 
 
-def test_the_subclasss_own_answer_is_final_and_a_hyperband_subclass_has_no_rule() -> None:
+def test_the_subclasss_own_answer_is_final_and_a_hyperband_subclass_that_does_not_ask_its_base_has_no_rule() -> None:
     class Lenient(tune.schedulers.ASHAScheduler):
         """Lets trial t1 go on where ASHA stops it, as a Ray subclass may."""
 
@@ -316,13 +316,75 @@ def test_the_subclasss_own_answer_is_final_and_a_hyperband_subclass_has_no_rule(
     assert search.on_result("t2", {"m": 0.0, "training_iteration": 1}) == Decision.STOP
     assert search.on_result("t1", {"m": 5.0, "training_iteration": 9}) == Decision.CONTINUE  # max_t: STOP
 
-    class LoggingHyperBand(tune.schedulers.HyperBandScheduler):
-        def on_trial_result(self, tune_controller, trial, result):
-            return super().on_trial_result(tune_controller, trial, result)
+    class OwnHyperBand(tune.schedulers.HyperBandScheduler):
+        """Does not ask HyperBand: as in Ray, HyperBand then pauses nothing, and this rule decides alone."""
 
-    with pytest.warns(UserWarning, match="a super\\(\\).on_trial_result\\(...\\) answers CONTINUE"):
-        planned = plan(TuneConfig(metric="m", mode="max", scheduler=LoggingHyperBand(max_t=9)), {"x": 1})
+        def on_trial_result(self, tune_controller, trial, result):
+            return TrialScheduler.CONTINUE
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        planned = plan(TuneConfig(metric="m", mode="max", scheduler=OwnHyperBand(max_t=9)), {"x": 1})
     assert planned.searcher.rule is None
+
+
+class _HyperBandSaying(tune.schedulers.HyperBandScheduler):
+    """Logs what ``super().on_trial_result`` says and returns it; stops the trials in ``stop_at`` ({x: iteration})
+    on its own."""
+
+    def __init__(self, stop_at=None, **kwargs):
+        super().__init__(**kwargs)
+        self.said, self.stop_at, self.removed, self.last = [], stop_at or {}, [], {}
+
+    def on_trial_result(self, tune_controller, trial, result):
+        self.said.append(super().on_trial_result(tune_controller, trial, result))
+        self.last[trial.config["x"]] = self.said[-1]
+        if self.stop_at.get(trial.config["x"]) == result["training_iteration"]:
+            return TrialScheduler.STOP
+        return self.said[-1]
+
+    def on_trial_remove(self, tune_controller, trial):
+        self.removed.append(trial.config["x"])
+        super().on_trial_remove(tune_controller, trial)
+
+
+#: Ray Tune 2.60's run of 9 trials (x = 0..8, ``_score``) under a HyperBandScheduler(max_t=9) subclass that returns
+#: ``super().on_trial_result(...)``: each trial's last iteration, and the count of each answer of ``super()``
+#: (a helper's side-by-side script). Under ``_HyperBandSaying(stop_at={8: 2})``: x=8 ends at 2, and ``super()``
+#: answered CONTINUE 46, PAUSE 7, STOP 3 times.
+_RAY_HYPERBAND_ENDS = {0: 9, 1: 9, 2: 9, 3: 9, 4: 3, 5: 3, 6: 9, 7: 3, 8: 9}
+_RAY_HYPERBAND_SAID = {"CONTINUE": 52, "PAUSE": 7, "STOP": 4}
+
+
+@pytest.mark.parametrize("stop_at", [{}, {8: 2}])
+def test_a_hyperband_subclass_that_calls_super_gets_hyperbands_decisions_as_in_ray(stop_at) -> None:
+    """A script's HyperBandScheduler subclass that logs and returns ``super().on_trial_result(...)`` ran as a
+    scheduler of your own whose super() answered CONTINUE: all 9 trials ran to max_t, where Ray stopped 3 at their
+    rung (a review's side-by-side run). It now runs HyperBand's brackets, its super() answering HyperBand's
+    decision (PAUSE at a rung's budget), and a STOP of its own still ends a trial, as in Ray."""
+    from collections import Counter
+
+    from fluidsalus.testing.driver import drive
+
+    space = {"x": tune.grid_search(list(range(9)))}
+    mine = _HyperBandSaying(stop_at=stop_at, max_t=9)
+    planned = plan(TuneConfig(metric="m", mode="max", scheduler=mine), space)
+    assert isinstance(planned.searcher, ScheduledSearch) and planned.summary.startswith(
+        "_HyperBandSaying (your own scheduler, super() answers HyperBandScheduler's rule) over HyperBandScheduler")
+    run = drive(planned.searcher, lambda config, it: _score(config["x"], it), metric="m", max_iterations=9,
+                parallel=9)
+    ends = {t.config["x"]: t.history[-1]["training_iteration"] for t in run.trials.values()}
+    assert ends == {**_RAY_HYPERBAND_ENDS, **{x: it for x, it in stop_at.items()}}
+    said = Counter(mine.said)
+    assert said == (_RAY_HYPERBAND_SAID if not stop_at else {"CONTINUE": 46, "PAUSE": 7, "STOP": 3})
+    # the trials HyperBand stopped while they waited at a rung are removed, as Ray's stop_trial removes them
+    assert mine.removed and sorted(mine.removed) == sorted(x for x, last in mine.last.items() if last == "PAUSE")
+    # as the plain class's run, decision for decision, without a STOP of the subclass's own
+    if not stop_at:
+        plain = plan(TuneConfig(metric="m", mode="max", scheduler=tune.schedulers.HyperBandScheduler(max_t=9)),
+                     space).searcher
+        assert run.decisions == drive(plain, lambda config, it: _score(config["x"], it), metric="m",
+                                      max_iterations=9, parallel=9).decisions
 
 
 def test_a_tuner_run_under_an_asha_subclass_that_calls_super_stops_trials_as_asha(ray_cluster, storage) -> None:
@@ -342,3 +404,52 @@ def test_a_tuner_run_under_an_asha_subclass_that_calls_super_stops_trials_as_ash
     ends = {r.config["x"]: r.metrics["training_iteration"] for r in grid}
     # one at a time, best first: each later trial is below the rung's cutoff at its first result, as ASHA decides
     assert ends == {0.9: 6, 0.7: 1, 0.3: 1, 0.1: 1} and len(RECORDED) == 9
+
+
+def test_a_hyperband_subclasss_search_saves_its_state_and_warns_once_where_its_answer_cannot_stand() -> None:
+    """The state (HyperBand's brackets and the trial views) is saved at every step and restores; an answer other
+    than STOP that differs from HyperBand's (a CONTINUE where it pauses the trial) leaves HyperBand's decision
+    standing, with one warning."""
+
+    class Eager(tune.schedulers.HyperBandScheduler):
+        def on_trial_result(self, tune_controller, trial, result):
+            super().on_trial_result(tune_controller, trial, result)
+            return TrialScheduler.CONTINUE
+
+    def planned(scheduler):
+        return plan(TuneConfig(metric="m", mode="max", scheduler=scheduler), {"x": tune.grid_search(list(range(9)))})
+
+    search = planned(_HyperBandSaying(max_t=9)).searcher
+    assert drive_checking_state_json(search, lambda config, it: _score(config["x"], it), metric="m",
+                                     max_iterations=9, parallel=3, seed=0) > 50
+    resumed = planned(_HyperBandSaying(max_t=9)).searcher
+    resumed.load_state_dict(json.loads(search.state_json()))
+    assert json.loads(resumed.state_json()) == json.loads(search.state_json())
+
+    from fluidsalus.testing.driver import drive
+
+    with pytest.warns(UserWarning, match=r"Eager.on_trial_result answered CONTINUE where HyperBandScheduler's rule "
+                                         r"answered PAUSE .*only a STOP of yours changes its decision") as caught:
+        run = drive(planned(Eager(max_t=9)).searcher, lambda config, it: _score(config["x"], it), metric="m",
+                    max_iterations=9, parallel=9)
+    assert len([w for w in caught if "Eager.on_trial_result" in str(w.message)]) == 1
+    assert {t.config["x"]: t.history[-1]["training_iteration"] for t in run.trials.values()} == _RAY_HYPERBAND_ENDS
+
+
+def _crossing(config):
+    for iteration in range(1, 10):
+        tune.report({"m": _score(config["x"], iteration)})
+
+
+def test_a_tuner_run_under_a_hyperband_subclass_that_calls_super_stops_trials_as_ray(ray_cluster, storage) -> None:
+    """The side-by-side run itself: the same trials end at the same iterations as under Ray Tune 2.60, with as
+    many results and PAUSEs (whether the last trial to reach a rung is its loser, STOP, or a winner, CONTINUE,
+    depends on the order the trials run in, as in Ray)."""
+    mine = _HyperBandSaying(max_t=9)
+    grid = Tuner(_crossing, param_space={"x": tune.grid_search(list(range(9)))},
+                 tune_config=TuneConfig(metric="m", mode="max", scheduler=mine),
+                 run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert grid.num_errors == 0
+    assert {r.config["x"]: r.metrics["training_iteration"] for r in grid} == _RAY_HYPERBAND_ENDS
+    assert len(mine.said) == sum(_RAY_HYPERBAND_SAID.values())
+    assert mine.said.count("PAUSE") == _RAY_HYPERBAND_SAID["PAUSE"]

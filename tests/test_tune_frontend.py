@@ -116,19 +116,18 @@ def test_a_subclass_of_a_built_in_scheduler_that_adds_no_hook_runs_as_its_base()
     assert plain.summary.replace("_PlainASHA", "AsyncHyperBandScheduler") == base.summary
 
 
-class _LoggingHyperBand(tune.schedulers.HyperBandScheduler):
+class _LoggingPBT(tune.schedulers.PopulationBasedTraining):
     def on_trial_result(self, tune_controller, trial, result):
         return super().on_trial_result(tune_controller, trial, result)
 
 
 def test_a_subclass_of_a_built_in_scheduler_that_overrides_a_hook_says_that_the_base_decides_nothing() -> None:
-    """Its hooks decide, as a scheduler of the user's own; HyperBand's rule is not made (its decisions are per
-    bracket, not per result), and super() answers CONTINUE: every trial ran to max_t without a word, where Ray's
-    subclass stops them (a review's side-by-side run). A subclass of ASHA or the median rule gets the rule's
-    decisions from super() (tests/test_tune_custom_scheduler.py), with no warning."""
-    with pytest.warns(UserWarning, match=r"_LoggingHyperBand overrides on_trial_result of HyperBandScheduler.*"
-                                         r"HyperBandScheduler's own decisions are not made"):
-        _plan(metric="m", mode="max", scheduler=_LoggingHyperBand(max_t=9))
+    """Its hooks decide, as a scheduler of the user's own; PBT's rule is not made, and super() answers CONTINUE,
+    with a warning. A subclass of ASHA, HyperBand or the median rule gets the rule's decisions from super()
+    (tests/test_tune_custom_scheduler.py), with no warning."""
+    with pytest.warns(UserWarning, match=r"_LoggingPBT overrides on_trial_result of PopulationBasedTraining.*"
+                                         r"PopulationBasedTraining's own decisions are not made"):
+        _plan(metric="m", mode="max", scheduler=_LoggingPBT(hyperparam_mutations={"x": tune.uniform(0, 1)}))
 
 
 def test_asha_scheduler_becomes_asha_with_its_parameters() -> None:

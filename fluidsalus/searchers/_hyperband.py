@@ -360,6 +360,16 @@ class HyperBand(BaseSearcher):
         self._stops += stops
         return Decision.CONTINUE
 
+    def waits_at_rung(self, trial_id: str) -> bool:
+        """Whether the trial reached its rung's budget and waits there for the rest of its rung (Ray's
+        ``HyperBandScheduler`` answers ``PAUSE`` on that result). A trial that completed its rung does not wait:
+        it was promoted (Ray's ``CONTINUE``) or stopped."""
+        index = self._trial_bracket.get(trial_id)
+        if index is None:
+            return False
+        bracket = self._brackets[index]
+        return not bracket["done"] and trial_id in bracket["reached"]
+
     def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
         """The trial leaves its rung; that may complete the rung."""
         index = self._trial_bracket.get(trial_id)

@@ -236,6 +236,9 @@ RESTART_PREEMPT = "preempted"  # its memory went to another trial: checkpoint, b
 RESTART_WITHDRAWN = "withdrawn"  # its device gave it back before it began: back to the queue, nothing lost
 RESTART_TURN = "turn"  # promoted while a trial behind it waited (BaseSearcher.takes_turns): back to the queue
 RESTART_DEVICE_DIED = "device_died"  # its device actor died: from its checkpoint, where the next plan puts it
+RESTART_EXPLOIT = "exploit"  # PBT's exploit: from the source's checkpoint, with a new configuration
+#: The ``exploit_cancelled`` event of an exploit the executor does not apply (with its ``reason``).
+EXPLOIT_CANCELLED_EVENT = "exploit_cancelled"
 #: Ray Tune's switch for its check that every result has the run's metric: ``1`` turns it off (read at the start of
 #: each run), for trainables that report the metric only now and then (with PBT's ``require_attrs=False``).
 LENIENT_METRIC_ENV = "TUNE_DISABLE_STRICT_METRIC_CHECKING"
@@ -1528,7 +1531,7 @@ class Executor:
                     logger.warning("trial %s does not exploit trial %s: its checkpoint of iteration %s is not found; "
                                    "it continues with its own config", trial.trial_id, request.source_trial_id,
                                    request.source_iteration)
-                    self.store.add_events([(time.time(), "exploit_cancelled", trial.trial_id, None, {
+                    self.store.add_events([(time.time(), EXPLOIT_CANCELLED_EVENT, trial.trial_id, None, {
                         "source": request.source_trial_id, "source_iteration": request.source_iteration,
                         "reason": "no_checkpoint"})])
                 continue
@@ -1542,12 +1545,24 @@ class Executor:
             self.pending.refresh(trial)
             self.store.update_trial(trial.trial_id, group_id=request.group_id, budget=request.budget)
             self._restarts[trial.trial_id] = _Restart(
-                reason="exploit", config=dict(request.config), checkpoint_path=copied,
+                reason=RESTART_EXPLOIT, config=dict(request.config), checkpoint_path=copied,
                 iteration=request.source_iteration, time_total_s=float(metrics.get("time_total_s", 0.0)),
                 totals=result_totals(metrics), queue=self._gives_way(trial, restarting=True),
                 copied_metrics=None if own else dict(metrics),
             )
             self._exploits.append(trial.trial_id)
+
+    def _drop_exploit(self, trial_id: str) -> None:
+        """A trial whose exploit was taken met the run's stop rule before its attempt ended: nothing may run it
+        further (as a promotion of it is ignored, and a move of it dropped), so its exploit is cancelled, and its
+        searcher told so before it hears of the trial's end (PBT then reverts the exploit: the trial ended with its
+        own configuration). It restarted on the new configuration past its stop rule, unseen by its searcher."""
+        restart = self._restarts.get(trial_id)
+        if restart is None or restart.reason != RESTART_EXPLOIT:
+            return
+        del self._restarts[trial_id]
+        self.searcher.cancel_exploit(trial_id)
+        self.store.add_events([(time.time(), EXPLOIT_CANCELLED_EVENT, trial_id, None, {"reason": "stop rule met"})])
 
     def _stop_trials(self, trial_ids: list[str], no_verdict: bool = False) -> list[Trial]:
         """Stop trials: queued ones and ones paused off any device end at once, placed ones at their next report
@@ -2082,6 +2097,7 @@ class Executor:
                         self._dirty = True
                     if (metrics.get("done") and trial_id not in self._stopping) or event[6]:
                         trial.finished_by_rule = True  # the run's stop rule ended it, not a decision
+                        self._drop_exploit(trial_id)
                     results.append((trial_id, attempt, metrics["training_iteration"], ts, metrics))
                     trial.last_result = metrics
                     trial.last_iteration = metrics["training_iteration"]
@@ -2434,7 +2450,8 @@ class Executor:
         lineage: dict[str, int] = {}  # trial -> first attempt of its current configuration
         for event in self.store.events(TRIAL_RESTART_EVENT):
             data = event.data or {}
-            if event.trial_id is not None and data.get("reason") == "exploit" and isinstance(data.get("attempt"), int):
+            if event.trial_id is not None and data.get("reason") == RESTART_EXPLOIT \
+                    and isinstance(data.get("attempt"), int):
                 lineage[event.trial_id] = data["attempt"]
         # told at the result that ended them, before a crash kept their end from the store: not told again
         unfinished = {row.trial_id for row in self.store.trials() if row.status not in FINAL_STATUSES}
@@ -2533,7 +2550,9 @@ class Executor:
         previous_config = trial.config
         if restart.config is not None:
             trial.config = dict(restart.config)
-            self._searcher_seen.pop(trial.trial_id, None)  # a new configuration: its results are all new
+            # a new configuration: its results are all new, and its end is yet to be told
+            self._searcher_seen.pop(trial.trial_id, None)
+            self._told_end.discard(trial.trial_id)
             self._set_extras(trial)
         if restart.copied_metrics is not None:  # the exploit happens: its copy becomes the trial's checkpoint
             # of that iteration, in place of the trial's own (whose folder stays on disk, unlisted, as Ray keeps

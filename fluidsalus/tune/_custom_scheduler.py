@@ -28,6 +28,11 @@ result:
   hooks answer with it (``fluidsalus.tune.schedulers._holders.judging``): ``super().on_trial_result(...)`` is
   the rule's decision on that result, and the subclass's own answer is final, as in Ray. The rule's state is
   not saved, as the scheduler's is not: a resumed run starts it anew and re-adds the trials.
+- A subclass of ``HyperBandScheduler`` whose ``on_trial_result`` calls ``super()`` runs here around the plain
+  class's search (:class:`HyperBandRule`): HyperBand's trials run to its rungs' budgets and wait there, its
+  halvings stop trials, and ``super().on_trial_result(...)`` answers the decision HyperBand made on the result
+  (``PAUSE`` while the trial waits at its rung). Only the subclass's ``STOP`` changes that decision; a trial
+  stopped while it waits is told with ``on_trial_remove``, as Ray tells it.
 """
 
 from __future__ import annotations
@@ -39,15 +44,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from fluidsalus.errors import ConfigError
-from fluidsalus.searchers import BaseSearcher, Decision
+from fluidsalus.searchers import BaseSearcher, Decision, HyperBand
 from fluidsalus.searchers._base import WrappingSearcher
-from fluidsalus.store import ERROR, FINAL_STATUSES, PENDING, RUNNING, TERMINATED, KeptRecords
+from fluidsalus.store import ERROR, FINAL_STATUSES, PAUSED, PENDING, RUNNING, TERMINATED, KeptRecords
 from fluidsalus.trialgroup.trial import TrialGroup
 from fluidsalus.tune._custom_search import defined_by_user
 from fluidsalus.tune.callback import TrialInfo
 from fluidsalus.tune.schedulers._holders import judging
 
-__all__ = ["CONTINUE", "NOOP", "PAUSE", "STOP", "HOOKS", "BuiltInRule", "ScheduledSearch", "is_custom_scheduler"]
+__all__ = ["CONTINUE", "NOOP", "PAUSE", "STOP", "HOOKS", "BuiltInRule", "HyperBandRule", "ScheduledSearch",
+           "is_custom_scheduler"]
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +139,44 @@ class BuiltInRule:
         self.searcher.on_trial_complete(trial_id, None if result is None else dict(result), error)
 
 
+class HyperBandRule(BuiltInRule):
+    """HyperBand's decisions, for a subclass of ``HyperBandScheduler`` whose ``on_trial_result`` calls ``super()``.
+
+    Unlike ASHA's and the median rule's, they are not made result by result on the side: HyperBand runs its
+    trials to each rung's budget, where they wait (paused) until their rung is complete, and its halving stops the
+    rung's worst trials, so :class:`ScheduledSearch` runs the plain class's searcher (``searcher``, found in the
+    search it wraps) as the search itself. ``super().on_trial_result(...)`` answers the decision that searcher
+    made on the result (:meth:`answer`); the other hooks tell it nothing (the search already did).
+
+    Args:
+        searcher: The :class:`~fluidsalus.searchers.HyperBand` that runs the trials.
+    """
+
+    searcher: HyperBand
+
+    def __init__(self, searcher: HyperBand) -> None:
+        super().__init__(searcher)
+        self._answers: dict[str, str] = {}
+
+    def answer(self, trial_id: str, decision: Decision) -> str:
+        """Note and return Ray's answer for the searcher's ``decision`` on the trial's latest result: ``PAUSE``
+        while the trial waits at its rung's budget (Ray pauses a trial that reached the last rung too, and stops
+        it when the bracket ends; fluidsalus stops it at once), ``STOP`` for a trial the rung's halving stopped,
+        else ``CONTINUE``."""
+        said = PAUSE if self.searcher.waits_at_rung(trial_id) else STOP if decision == Decision.STOP else CONTINUE
+        self._answers[trial_id] = said
+        return said
+
+    def add(self, trial_id: str) -> None:
+        """Nothing: the search tells the searcher of its trials."""
+
+    def judge(self, trial_id: str, result: Mapping[str, Any]) -> str:
+        return self._answers.get(trial_id, CONTINUE)
+
+    def complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
+        """Nothing: the search tells the searcher of its trials' ends."""
+
+
 class ScheduledSearch(WrappingSearcher):
     """``inner``'s trials, with ``scheduler`` (Ray's API) deciding on each result (see the module docstring).
 
@@ -152,7 +196,7 @@ class ScheduledSearch(WrappingSearcher):
         self.time_attr = inner.time_attr
         self._trials: dict[str, TrialInfo] = {}
         self._view = _ControllerView(self._trials)
-        self._warned_pause = False
+        self._warned_pause = self._warned_rule = False
         self._ended_json = KeptRecords()  # ended trials' parts of state_json, encoded once
         self._name = type(scheduler).__name__
         if defined_by_user(scheduler, "choose_trial_to_run"):
@@ -165,6 +209,8 @@ class ScheduledSearch(WrappingSearcher):
         return -math.inf
 
     def next_groups(self) -> list[TrialGroup]:
+        if isinstance(self.rule, HyperBandRule):  # (the search is HyperBand's: its trials run to rungs' budgets)
+            return self.inner.next_groups()
         return self._groups_run_to_their_end(self._name, "a scheduler of your own runs with trials that run to "
                                                          "their end")
 
@@ -195,9 +241,20 @@ class ScheduledSearch(WrappingSearcher):
             return decision
         self._ended_json.forget(trial_id)
         trial.status, trial.last_result = RUNNING, dict(result)
+        rules = self.rule.answer(trial_id, decision) if isinstance(self.rule, HyperBandRule) else None
         said = self._call("on_trial_result", trial, dict(result))
         if said == STOP:
             return Decision.STOP
+        if rules is not None and said in (CONTINUE, NOOP, PAUSE, None):
+            if rules == PAUSE:
+                trial.status = PAUSED  # (a stop while it waits removes it, as Ray's stop_trial does)
+            if said not in (rules, NOOP, None) and not self._warned_rule:
+                self._warned_rule = True
+                warnings.warn(f"fluidsalus.tune: {self._name}.on_trial_result answered {said} where "
+                              f"HyperBandScheduler's rule answered {rules} (trial {trial_id}); HyperBand's trials run "
+                              "to its rungs' budgets, so only a STOP of yours changes its decision", UserWarning,
+                              stacklevel=2)
+            return decision
         if said == PAUSE and not self._warned_pause:
             self._warned_pause = True
             warnings.warn(f"fluidsalus.tune: {self._name} paused trial {trial_id}; fluidsalus shares devices instead "
@@ -217,7 +274,8 @@ class ScheduledSearch(WrappingSearcher):
         if error:
             trial.status = ERROR
             self._call("on_trial_error", trial)
-        elif trial.status == PENDING:  # ended before it reported (stopped while queued, say): Ray removes it
+        elif trial.status in (PENDING, PAUSED):  # ended before it reported (stopped while queued, say) or while it
+            # waited at a HyperBand rung: Ray removes it
             trial.status = TERMINATED
             self._call("on_trial_remove", trial)
         else:

@@ -70,7 +70,13 @@ from fluidsalus.searchers import (
 from fluidsalus.searchers._random import VariantStream
 from fluidsalus.session import callers_stacklevel
 from fluidsalus.tune._config import INFINITE_SAMPLES, TuneConfig
-from fluidsalus.tune._custom_scheduler import HOOKS, BuiltInRule, ScheduledSearch, is_custom_scheduler
+from fluidsalus.tune._custom_scheduler import (
+    HOOKS,
+    BuiltInRule,
+    HyperBandRule,
+    ScheduledSearch,
+    is_custom_scheduler,
+)
 from fluidsalus.tune._custom_search import (
     CustomASHA,
     CustomHyperBand,
@@ -426,7 +432,8 @@ def _built_in_rule(scheduler: Any, inner: Plan) -> tuple[BuiltInRule | None, str
     """For a subclass of ASHAScheduler or MedianStoppingRule (that overrides hooks): the searcher the plain class
     maps onto, as the rule its base hooks answer with (a ``super().on_trial_result(...)``, as in Ray), and the
     words for the plan's summary. HyperBand's decisions are made per bracket, not per result: a subclass of
-    HyperBandScheduler (PBT, ...) has no rule (its ``super()`` answers CONTINUE)."""
+    HyperBandScheduler that asks its base is planned by :func:`_plan_hyperband_rule`; one of PBT (...) has no rule
+    (its ``super()`` answers CONTINUE)."""
     base = _kind(scheduler)
     if base not in (AsyncHyperBandScheduler, MedianStoppingRule):
         return None, ""
@@ -446,6 +453,37 @@ def _built_in_rule(scheduler: Any, inner: Plan) -> tuple[BuiltInRule | None, str
                                   min_samples_required=scheduler.min_samples_required,
                                   hard_stop=scheduler.hard_stop)
     return rule, f", super() answers {name}'s rule"
+
+
+def _asks_its_base(scheduler: TrialScheduler, hook: str) -> bool:
+    """Whether ``scheduler``'s ``hook`` runs its built-in base's: the subclass does not override it, or its
+    override names the hook (``super().on_trial_result(...)``, ``HyperBandScheduler.on_trial_result(self, ...)``);
+    read from the override's code, as the call cannot be seen before the run."""
+    if not defined_by_user(scheduler, hook):
+        return True
+    owner = next(cls for cls in type(scheduler).__mro__ if hook in cls.__dict__)
+    code = getattr(owner.__dict__[hook], "__code__", None)
+    return code is not None and hook in code.co_names
+
+
+def _plan_hyperband_rule(scheduler: HyperBandScheduler, tune_config: TuneConfig,
+                         param_space: Mapping[str, Any] | None, class_trainable: bool, stop: Any) -> Plan:
+    """A subclass of HyperBandScheduler whose ``on_trial_result`` calls ``super()``: the plain class's plan (its
+    HyperBand runs the trials to the rungs' budgets and stops the halvings' losers, as Ray's does), with the
+    subclass's hooks called on it as a scheduler of the user's own, its ``super().on_trial_result(...)``
+    answering HyperBand's decision (:class:`~fluidsalus.tune._custom_scheduler.HyperBandRule`)."""
+    plain = HyperBandScheduler(time_attr=scheduler.time_attr, metric=scheduler.metric, mode=scheduler.mode,
+                               max_t=scheduler.max_t, reduction_factor=scheduler.reduction_factor,
+                               stop_last_trials=scheduler.stop_last_trials)
+    planned = _plan(dataclasses.replace(tune_config, scheduler=plain), param_space, class_trainable, stop)
+    scheduler.set_search_properties(tune_config.metric, tune_config.mode)  # (as Ray tells it; checked above)
+    hyperband: Any = planned.searcher
+    while not isinstance(hyperband, HyperBand):  # (under the wrappers: sample_from's, say)
+        hyperband = hyperband.inner
+    searcher = ScheduledSearch(planned.searcher, scheduler, rule=HyperBandRule(hyperband))
+    name = type(scheduler).__name__
+    return replace(planned, searcher=searcher, summary=f"{name} (your own scheduler, super() answers "
+                                                       f"HyperBandScheduler's rule) over {planned.summary}")
 
 
 def _plan_median(rule: MedianStoppingRule, tune_config: TuneConfig, param_space: Mapping[str, Any] | None,
@@ -579,8 +617,13 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
         scheduler = _resource_changing_base(scheduler)
     if is_custom_scheduler(scheduler):
         base = _kind(scheduler)
-        # (a subclass of ASHA or the median rule: its super() answers the rule's decisions, see _built_in_rule)
-        if base not in (FIFOScheduler, AsyncHyperBandScheduler, MedianStoppingRule) and base in _BUILT_IN_SCHEDULERS:
+        if base is HyperBandScheduler and _asks_its_base(scheduler, "on_trial_result"):
+            return _plan_hyperband_rule(scheduler, tune_config, param_space, class_trainable, stop)
+        # (a subclass of ASHA or the median rule: its super() answers the rule's decisions, see _built_in_rule; one
+        # of HyperBand whose on_trial_result does not ask HyperBand never pauses a trial, so HyperBand decides
+        # nothing, as in Ray)
+        if base not in (FIFOScheduler, AsyncHyperBandScheduler, MedianStoppingRule, HyperBandScheduler) \
+                and base in _BUILT_IN_SCHEDULERS:
             hooks = [hook for hook in HOOKS if defined_by_user(scheduler, hook)]
             warnings.warn(
                 f"fluidsalus.tune: {type(scheduler).__name__} overrides {', '.join(hooks)} of {base.__name__}, so "

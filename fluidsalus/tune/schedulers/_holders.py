@@ -142,6 +142,10 @@ class _RuleHooks(TrialScheduler):
     without ``hard_stop``), and the other hooks tell the rule of the trial's life, as Ray's do. The subclass's
     answer is final: a ``CONTINUE`` where ``super()`` said ``STOP`` lets the trial go on, as in Ray. Outside a
     run (no rule), the hooks decide nothing (``CONTINUE``).
+
+    HyperBand's rule (``HyperBandRule``) is the run's search itself: its trials run to the rungs' budgets and its
+    halving stops trials, and ``super().on_trial_result(...)`` answers the decision it made on the result
+    (``PAUSE`` at a rung's budget, ``STOP`` or ``CONTINUE``); there only the subclass's ``STOP`` changes it.
     """
 
     def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
@@ -232,10 +236,11 @@ class AsyncHyperBandScheduler(_RuleHooks):
 ASHAScheduler = AsyncHyperBandScheduler
 
 
-class HyperBandScheduler(TrialScheduler):
+class HyperBandScheduler(_RuleHooks):
     """Synchronous HyperBand (``ray.tune.schedulers.HyperBandScheduler``).
 
-    Maps onto :class:`fluidsalus.searchers.HyperBand` (Ray's bracket sizes and promotions).
+    Maps onto :class:`fluidsalus.searchers.HyperBand` (Ray's bracket sizes and promotions). In a subclass whose
+    ``on_trial_result`` calls ``super()``, that call answers HyperBand's decision (:class:`_RuleHooks`).
 
     Args:
         time_attr: Result key budgets are measured in.
