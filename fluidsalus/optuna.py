@@ -388,6 +388,10 @@ _Report = tuple[float, int, tuple[int, int]]
 #: without a call of its own were never told).
 _held: weakref.WeakKeyDictionary[session.TrialSession, list[_Report]] = weakref.WeakKeyDictionary()
 _held_lock = threading.Lock()
+#: Steps of reports a failed call carried (the study's storage may have refused one, and the driver drops those after
+#: it): the trial's next ``report`` of such a step goes to the driver, which stores it, or ignores it with Optuna's
+#: warning when the study holds it (h149 F1: a retried refused step was ignored here as "already reported").
+_untold: weakref.WeakKeyDictionary[session.TrialSession, set[int]] = weakref.WeakKeyDictionary()
 
 
 def _hold_report(report: _Report) -> None:
@@ -462,6 +466,11 @@ def _call(method: str, *args: Any) -> Any:
         _warn_again(warned)
         return answer
     _warn_again(payload.warned)
+    if reports:
+        trial = session.current_session()
+        if trial is not None:
+            with _held_lock:
+                _untold.setdefault(trial, set()).update(step for _, step, _ in reports)
     raise payload.unpack()
 
 
@@ -811,6 +820,10 @@ class DeviceTrial(BaseTrial):
         if step < 0:
             raise ValueError(f"`{step=}` must be non-negative.")  # Optuna's message
         result: dict[str, Any] = {KEY_NUMBER: self._number, KEY_STEP: step, KEY_INTERMEDIATE: value}
+        trial_session = session.current_session()
+        if trial_session is not None and _untold:
+            with _held_lock:
+                self._steps.difference_update(_untold.pop(trial_session, ()))
         if step in self._steps:  # Optuna's warning, given at this call as Optuna gives it; the value is ignored
             warnings.warn(f"The reported value is ignored because this `{step=}` is already reported.", UserWarning,
                           stacklevel=2)
@@ -1587,7 +1600,10 @@ class _StudyDriver(BaseSearcher):
         if live is None or live.told or mark in live.reported:
             return
         if live.refused is not None and live.refused[0] == mark:
-            raise live.refused[1]  # (refused as its result came: Optuna's report raised it there)
+            # refused as its result came, where Optuna's report raised it: told again with its call, which raises
+            # the error if the storage refuses it again (a passing refusal, a storage's hiccup, let the trial go
+            # on before; raising the first error failed it at a call the objective did not guard: h149's F2)
+            live.refused = None
         try:
             live.trial.report(value, step)
         except Exception as e:  # noqa: BLE001 - the study's storage, of any kind: the objective's error

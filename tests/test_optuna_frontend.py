@@ -654,15 +654,17 @@ def _reports_three(trial: Any, call_after: bool, pruned: bool = False) -> float:
     return x
 
 
-def _refusing_trial_1s_first_report(error: Exception) -> optuna.Study:
-    """A study whose storage refuses trial 1's report of step 0 with ``error``."""
+def _refusing_trial_1s_first_report(error: Exception, step: int = 0, once: bool = False) -> optuna.Study:
+    """A study whose storage refuses trial 1's report of ``step`` with ``error`` (the first time only: ``once``)."""
     study = optuna.create_study()
     real = study._storage.set_trial_intermediate_value
+    refused: list[int] = []
 
-    def refusing(trial_id: int, step: int, value: float) -> None:
-        if study._storage.get_trial(trial_id).number == 1 and step == 0:
+    def refusing(trial_id: int, at: int, value: float) -> None:
+        if study._storage.get_trial(trial_id).number == 1 and at == step and not (once and refused):
+            refused.append(at)
             raise error
-        real(trial_id, step, value)
+        real(trial_id, at, value)
 
     study._storage.set_trial_intermediate_value = refusing
     return study
@@ -719,6 +721,59 @@ def test_a_trial_whose_report_the_storage_refused_keeps_no_later_value_as_in_opt
                   max_concurrent_trials=1)
     assert [(t.state, sorted(t.intermediate_values)) for t in study.trials] == [
         (TrialState.COMPLETE, [0, 1, 2]), (TrialState.FAIL, []), (TrialState.COMPLETE, [0, 1, 2])]
+
+
+def _retries_a_refused_report(trial: Any) -> float:
+    x = trial.suggest_float("x", 0, 1)
+    for step in range(4):
+        for _ in range(2):  # (the objective reports the step again after the storage's error)
+            try:
+                trial.report(x + step, step)
+                trial.should_prune()
+                break
+            except ConnectionError:
+                pass
+    return x
+
+
+def _guards_its_reports_only(trial: Any) -> float:
+    x = trial.suggest_float("x", 0, 1)
+    for step in range(4):
+        with contextlib.suppress(ConnectionError):
+            trial.report(x + step, step)
+    time.sleep(2 * POLL_WAIT_S)  # (the results reach the driver before the call that carries the reports)
+    trial.set_user_attr("done", True)
+    return x
+
+
+@pytest.mark.parametrize("how", ["optuna", "fluidsalus"])
+def test_a_report_the_storage_refused_once_is_stored_when_the_objective_reports_it_again(tmp_path, how):
+    """The storage refuses trial 1's step 1 once; the objective catches the error and reports the step again.
+    Optuna stores it then. The device had marked the step reported before the driver stored it, so the second
+    report was ignored with Optuna's "already reported" warning and the value lost (h149's F1)."""
+    study = _refusing_trial_1s_first_report(ConnectionError("storage down"), step=1, once=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # (no "already reported" warning: Optuna gives none)
+        if how == "optuna":
+            study.optimize(_retries_a_refused_report, n_trials=3)
+        else:
+            _optimize(study, _retries_a_refused_report, tmp_path, n_trials=3, max_concurrent_trials=1)
+    assert [(t.state, sorted(t.intermediate_values)) for t in study.trials] == [
+        (TrialState.COMPLETE, [0, 1, 2, 3])] * 3
+
+
+@pytest.mark.parametrize("how", ["optuna", "fluidsalus"])
+def test_a_report_the_storage_refused_once_fails_no_trial_whose_objective_guards_its_reports(tmp_path, how):
+    """The storage refuses trial 1's step 1 once, and the objective guards only its reports. Optuna's report raises
+    there and the trial completes. The driver kept the first refusal and raised it at the call carrying the report,
+    the unguarded ``set_user_attr``: the trial failed (h149's F2); the call tells the report again now."""
+    study = _refusing_trial_1s_first_report(ConnectionError("storage down"), step=1, once=True)
+    if how == "optuna":
+        study.optimize(_guards_its_reports_only, n_trials=3)
+    else:
+        _optimize(study, _guards_its_reports_only, tmp_path, n_trials=3, max_concurrent_trials=1)
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 3
+    assert all(t.user_attrs == {"done": True} for t in study.trials)
 
 
 def test_out_of_memory_reruns_the_same_optuna_trial(tmp_path):
