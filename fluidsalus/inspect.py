@@ -570,13 +570,21 @@ class Report:
 
     @property
     def duration_s(self) -> float:
+        """Wall time of the experiment: to ``finished_at``, or to the last thing recorded while it runs (a resumed
+        run's time interrupted included: :attr:`ran_s` leaves it out)."""
+        exp = self.experiment
+        end = exp["finished_at"] or max(exp["updated_at"] or exp["created_at"], self.activity.end or 0.0)
+        return max(0.0, end - exp["created_at"])
+
+    @property
+    def ran_s(self) -> float:
         """The time the experiment ran: its sessions' lengths summed (a resumed run's time interrupted left out), as
-        ``fluidsalus ls``'s DURATION."""
+        ``fluidsalus ls``'s DURATION, the header and the plot's title give it."""
         return sum(end - start for start, end in self.session_spans)
 
     @property
     def duration_text(self) -> str:
-        """:attr:`duration_s` as the header and the plot's title show it, in parentheses: ``14.0s in 2 sessions``
+        """:attr:`ran_s` as the header and the plot's title show it, in parentheses: ``14.0s in 2 sessions``
         (``fluidsalus ls``: ``14.0s (2 sessions)``)."""
         return sessions_text(self.session_spans, within=True)
 
@@ -749,7 +757,7 @@ class Report:
                 "name": exp["name"], "path": os.path.abspath(self.path), "status": exp["status"],
                 "error": exp["error"], "driver_gone": self.driver_gone,
                 "metric": exp["metric"], "mode": exp["mode"], "created_at": exp["created_at"],
-                "finished_at": exp["finished_at"], "duration_s": self.duration_s,
+                "finished_at": exp["finished_at"], "duration_s": self.duration_s, "ran_s": self.ran_s,
                 "sessions": len(self.session_spans),
                 "trials": self.trial_counts, "trials_total": len(self.trial_rows), "stopped": self.stopped,
                 "unsaved_iterations": self.unsaved_iterations,

@@ -562,8 +562,8 @@ def test_ls_without_a_folder_names_a_default_place_that_is_a_file_and_lists_the_
 
 
 def test_inspect_gives_a_resumed_runs_duration_as_ls_does(tmp_path, capsys):
-    """The header, the JSON's ``duration_s`` and the plot's title gave a resumed run's creation to its end (110 s),
-    where ``ls`` sums its sessions (14 s)."""
+    """The header and the plot's title gave a resumed run's creation to its end (110 s), where ``ls`` sums its
+    sessions (14 s); the JSON keeps that wall time as ``duration_s`` (its schema's meaning) and adds ``ran_s``."""
     import json
 
     from fluidsalus.inspect import inspect, report_figure
@@ -581,7 +581,7 @@ def test_inspect_gives_a_resumed_runs_duration_as_ls_does(tmp_path, capsys):
     assert _header(capsys, store.experiment_dir).startswith("experiment resumed (FINISHED, 14.0s in 2 sessions): ")
     assert main(["inspect", store.experiment_dir, "--json"]) == 0
     experiment = json.loads(capsys.readouterr().out)["experiment"]
-    assert (experiment["duration_s"], experiment["sessions"]) == (14.0, 2)
+    assert (experiment["duration_s"], experiment["ran_s"], experiment["sessions"]) == (110.0, 14.0, 2)
     pytest.importorskip("matplotlib")
     assert report_figure(inspect(store.experiment_dir))._suptitle.get_text().startswith(
         "resumed (FINISHED, 14.0s in 2 sessions, 1 trial): ")
