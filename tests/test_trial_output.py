@@ -149,3 +149,62 @@ def test_an_optuna_objectives_lines_carry_its_optuna_trial_number(ray_cluster, s
     fluidsalus.optuna.optimize(study, objective, n_trials=3, storage_path=storage)
     for trial in study.trials:
         assert f"[trial {trial.number}] objective x={trial.params['x']}" in _worker_log(trial.user_attrs["pid"], ".out")
+
+
+def _written(router: Router, session: TrialSession, *texts: str) -> None:
+    set_session(session)
+    try:
+        for text in texts:
+            router.write(text)
+    finally:
+        set_session(None)
+
+
+def test_a_line_ends_at_a_line_feed_only_as_rays_log_forwarding_reads_it() -> None:
+    """A form feed, ``\\u2028`` or a progress bar's ``\\r`` inside a line got the trial's name before the rest of it
+    (``str.splitlines`` split there), and ``print("abc\\r")`` made a tagged empty line (h151's B3)."""
+    router, console = _tagging_router()
+    a = _session("train_a_00000")
+    _written(router, a, "abc\r", "\n", "page\x0cbreak\u2028here\n", " 10%\r 20%\r", "100%\n")
+    router.writelines(["not in a trial\n"])
+    set_session(a)
+    try:
+        router.writelines(["one\n", "two\n"])  # (it bypassed the router: no name, not in the trial's file)
+    finally:
+        set_session(None)
+    assert console.getvalue() == ("[train_a_00000] abc\r\n"
+                                  "[train_a_00000] page\x0cbreak\u2028here\n"
+                                  "[train_a_00000]  10%\r 20%\r100%\n"
+                                  "not in a trial\n"
+                                  "[train_a_00000] one\n[train_a_00000] two\n")
+
+
+def test_an_unfinished_line_the_console_cannot_encode_fails_the_write_not_the_trials_end() -> None:
+    """``print("caf\\udce9", end="")`` (a lone surrogate) was held, and its write at the trial's end raised in the
+    trial's clean-up, so the trial's end was never sent and the run hung (h151's A0). The write raises at once now,
+    as the console's own does, and a trial's end writes what it holds whatever it is."""
+    from fluidsalus.gpu.output import end_trial_output
+
+    console = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    router = Router(console)
+    router.tags_lines = True
+    a = _session("train_a_00000")
+    try:
+        _written(router, a, "caf\udce9")
+    except UnicodeEncodeError:
+        pass
+    else:
+        raise AssertionError("the write of text the console cannot encode did not raise")
+    _written(router, a, "held ")
+    router._partial[a].append("\udce9")  # (held all the same: the end must still go through)
+    end_trial_output(a)  # does not raise
+    assert a not in router._partial
+
+
+def test_a_thread_writing_after_its_trial_ended_writes_through() -> None:
+    """A thread the trial started wrote an unfinished line after the trial's end: it was held for ever (h151's A2)."""
+    router, console = _tagging_router()
+    a = _session("train_a_00000")
+    a.ended = True
+    _written(router, a, "late, unfinished")
+    assert console.getvalue() == "late, unfinished" and a not in router._partial

@@ -17,8 +17,10 @@ passes by the router: it carries no trial name and goes to no trial's file.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
+import weakref
 from typing import Any, TextIO
 
 from fluidsalus.session import TrialSession, current_session
@@ -26,6 +28,7 @@ from fluidsalus.session import TrialSession, current_session
 #: The process's streams a router replaces.
 STREAMS = ("stdout", "stderr")
 _LOCK = threading.Lock()
+_ROUTERS: weakref.WeakSet[Router] = weakref.WeakSet()  # every router made: end_trial_output finds them all
 
 
 def trial_tag(session: TrialSession) -> str:
@@ -56,10 +59,13 @@ class Router:
         self.tags_lines = False
         self._partial: dict[TrialSession, list[str]] = {}  # a trial's text after its last line break, in pieces
         self._lines = threading.Lock()  # a trial's lines reach the stream whole
+        self._encoding = getattr(stream, "encoding", None)
+        self._errors = getattr(stream, "errors", None) or "strict"
+        _ROUTERS.add(self)
 
     def write(self, text: str) -> int:
         session = current_session()
-        if session is None or not self.tags_lines:
+        if session is None or session.ended or not self.tags_lines:  # (a thread still writing after its trial)
             written = self.stream.write(text)
         else:
             written = self._write_lines(session, text)
@@ -72,15 +78,25 @@ class Router:
     def _write_lines(self, session: TrialSession, text: str) -> int:
         """Write the trial's text to the stream, each of its lines whole and tagged; hold what follows the last
         line break until the trial's next write (or its end)."""
-        lines = text.splitlines(keepends=True)
-        tail = lines.pop() if lines and lines[-1].splitlines()[0] == lines[-1] else None  # no line break yet
+        # (lines end at "\n" only, as Ray's log forwarding reads them: a "\r" of a progress bar, a form feed or
+        # "\u2028" inside a line got a trial's name before the rest of it)
+        lines = text.split("\n")
+        tail = lines.pop() or None  # (after the last line break: held until the trial's next write, or its end)
+        lines = [line + "\n" for line in lines]
+        if tail is not None and self._encoding:  # held text the stream cannot take fails here, as the write would
+            tail.encode(self._encoding, self._errors)
         with self._lines:
             held = self._partial.pop(session, [])
             if lines:
                 lines[0] = "".join(held) + lines[0]
-                held = []
                 tag = trial_tag(session)
-                self.stream.write("".join(tag + line for line in lines))
+                try:
+                    self.stream.write("".join(tag + line for line in lines))
+                except BaseException:
+                    if held:  # the text before this write is not lost with it
+                        self._partial[session] = held
+                    raise
+                held = []
             if tail is not None:
                 held.append(tail)
             if held:
@@ -94,8 +110,17 @@ class Router:
         with self._lines:
             held = self._partial.pop(session, None)
             if held is not None:
-                self.stream.write(f"{trial_tag(session)}{''.join(held)}\n")
+                text = f"{trial_tag(session)}{''.join(held)}\n"
+                try:
+                    self.stream.write(text)
+                except UnicodeEncodeError:  # text the stream cannot encode (a lone surrogate): shown escaped
+                    encoding = getattr(self.stream, "encoding", None) or "utf-8"
+                    self.stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
                 self.stream.flush()
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
 
     def flush(self) -> None:
         self.stream.flush()
@@ -129,7 +154,18 @@ def end_trial_output(session: TrialSession) -> None:
     """At a trial's end: the line it left unfinished, if any, is written. (Its whole lines were written as they
     came; a Ray worker's streams write through at once, so Ray's log forwarding, which reads the process's log files,
     finds them there.)"""
-    for name in STREAMS:
-        stream = getattr(sys, name)
-        if isinstance(stream, Router):
-            stream.end_trial(session)
+    for route in list(_ROUTERS):  # (not only sys.stdout's: a trial may have redirected it meanwhile)
+        try:
+            route.end_trial(session)
+        except Exception:  # noqa: BLE001 - a trial's end must be sent whatever its text was
+            route._partial.pop(session, None)
+
+
+def _after_fork_in_child() -> None:
+    """A child forked while another thread held a router's lock (a DataLoader worker) must still print."""
+    for route in list(_ROUTERS):
+        route._lines = threading.Lock()
+        route._partial.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
