@@ -263,6 +263,28 @@ def _grids_in_categories_space(module: Any) -> dict[str, Any]:
             "z": module.uniform(0, 1), "b": module.grid_search([True, False])}
 
 
+def test_a_namedtuple_choice_category_holding_a_draw_resolves() -> None:
+    """A namedtuple category holding a domain or a grid search: its value was rebuilt from a generator, which a
+    namedtuple cannot take (``P.__new__() missing 1 required positional argument``), and ``fit()`` raised; Ray runs
+    it (h150's F1)."""
+    from collections import namedtuple
+
+    from fluidsalus.tune._tags import draw_tree, resolved_values
+
+    pair = namedtuple("pair", "a b")
+    for space, config, shown in [
+            ({"c": tune.choice([pair(tune.uniform(0, 1), 3)])}, {"c": pair(0.5, 3)}, pair(0.5, 3)),
+            ({"c": tune.choice([pair(tune.grid_search([1, 2]), 3)])}, {"c": pair(1, 3)},
+             pair({"grid_search": [1, 2]}, 3))]:
+        def value_at(path: tuple, config: dict = config) -> object:
+            for part in path:
+                config = config[part]
+            return config
+
+        values = resolved_values(draw_tree(space), value_at)
+        assert values[("c",)] == shown and type(values[("c",)]) is pair
+
+
 def test_a_grid_search_inside_a_choice_category_is_shown_as_written_in_the_tag_and_evaluated_params_as_in_ray() -> None:
     """Ray draws a choice's category before it expands the grid searches in it, so its resolved value there (the
     trial's ``evaluated_params["c"]`` and the tag's ``c=...``, whence its folder name) keeps the grid search as the

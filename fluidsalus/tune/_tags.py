@@ -186,7 +186,8 @@ def _as_drawn(node: Mapping[str, Any], value: Any) -> Any:
         inner = dict(node["items"])
         return {key: _grid_as_written(inner[key], item) if key in inner else item for key, item in value.items()}
     if kind == "list" and isinstance(value, (list, tuple)) and len(value) == len(node["items"]):
-        return type(value)(_grid_as_written(item, element) for item, element in zip(node["items"], value, strict=True))
+        items = [_grid_as_written(item, element) for item, element in zip(node["items"], value, strict=True)]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)  # (a namedtuple: by position)
     return value
 
 
