@@ -257,7 +257,9 @@ class TrialContext:
     def get_storage(self) -> Any:
         """Ray's ``StorageContext`` of this trial (Ray's ``get_context().get_storage()``, a DeveloperAPI): its
         ``storage_filesystem`` is the local one, its ``trial_fs_path`` this trial's folder
-        (:func:`fluidsalus.gpu.ray_session.trial_storage`). Imports Ray Tune's storage module."""
+        (:func:`fluidsalus.gpu.ray_session.trial_storage`). The first call in a device process imports Ray Train's
+        storage module (``ray.train._internal.storage``, which imports pandas and pyarrow: 2-3 s, counted in the
+        trial's time, unless the trainable's code imported ``ray.tune`` already); later calls are cheap."""
         from fluidsalus.gpu.ray_session import trial_storage
 
         return trial_storage(self.trial_dir)

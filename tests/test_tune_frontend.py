@@ -403,6 +403,21 @@ def test_optuna_distributions_space_is_converted() -> None:
         OptunaSearch(space={"odd": IntDistribution(1, 10, step=3)})
 
 
+def test_space_errors_of_an_optuna_based_search_algorithm_name_the_class_built() -> None:
+    """HyperOptSearch runs as an OptunaSearch, and its space's errors said "OptunaSearch:", a class the user never
+    named (h150 D1). Keys other than strings below the top are refused by it (Ray's HyperOptSearch runs them; Ray's
+    OptunaSearch fails with a TypeError)."""
+    from fluidsalus.errors import SpaceError
+    from fluidsalus.tune.search.hyperopt import HyperOptSearch
+
+    spaces = {r"search space key 2 at 'n' must be a string": {"n": {2: tune.uniform(0, 1), 3: tune.choice([1, 2])}},
+              r"parameter 'c': choice\(.*\) holds domains": {"c": tune.choice([{"u": tune.uniform(0, 1)}, {"k": 3}])}}
+    for search in (HyperOptSearch, tune.search.optuna.OptunaSearch):
+        for message, space in spaces.items():
+            with pytest.raises(SpaceError, match=f"^{search.__name__}: {message}"):
+                plan(tune.TuneConfig(search_alg=search(metric="m", mode="max"), num_samples=2), space)
+
+
 def test_searcher_space_and_param_space_domains_are_refused_together() -> None:
     from fluidsalus.tune.search.optuna import OptunaSearch
 
@@ -704,6 +719,45 @@ def test_rays_own_with_parameters_and_with_resources_around_rays_class_are_trans
         adopt_ray_trainable(rt.with_parameters(RayStyle, data=1))
 
 
+def _takes_two(config, x=None, y=None):
+    return {"x": x, "y": y}
+
+
+def test_rays_wrappers_around_fluidsaluss_are_merged_as_ray_merges_its_own() -> None:
+    """A half-migrated script (fluidsalus's ``with_parameters``/``with_resources`` in one module, Ray's in another):
+    Ray's ``with_resources`` around fluidsalus's wrapper set ``_resources`` on it and the request was dropped
+    silently; Ray's ``with_parameters`` around it made ``Prepared(Prepared(f))``, which lost the inner request and
+    failed every trial (``Prepared.__call__() got an unexpected keyword argument``) (h150 A2). They merge as Ray's
+    own nest: the objects of both, the outer's winning; Ray's ``with_resources`` overriding the request inside it;
+    Ray's ``with_parameters`` keeping it."""
+    from fluidsalus.tune._trainable import Prepared, adopt_ray_trainable, carried_request
+
+    def merged(wrapped):
+        with pytest.warns(UserWarning, match="wrapped by Ray Tune's") as caught:
+            prepared = adopt_ray_trainable(wrapped)
+        assert {w.filename for w in caught} == {__file__}
+        assert isinstance(prepared, Prepared) and prepared.base is _takes_two
+        return prepared
+
+    fs_params = merged(rt.with_resources(tune.with_parameters(_takes_two, x=1), {"cpu": 2}))
+    assert (fs_params.parameters, fs_params.resources, carried_request(fs_params)) == (
+        {"x": 1}, {"cpu": 2.0}, "with_resources")
+    both_params = merged(rt.with_parameters(tune.with_parameters(_takes_two, x=1), y=2))
+    assert (both_params.parameters, both_params.resources, both_params({})) == ({"x": 1, "y": 2}, None,
+                                                                               {"x": 1, "y": 2})
+    outer_wins = merged(rt.with_parameters(tune.with_parameters(_takes_two, x=1), x=5))
+    assert outer_wins.parameters == {"x": 5}
+    factory = tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 2}])
+    kept = merged(rt.with_parameters(tune.with_resources(_takes_two, factory), y=2))
+    assert (kept.parameters, kept.resources, kept.task_cpus, kept({})) == ({"y": 2}, {"cpu": 3.0}, 2.0,
+                                                                           {"x": None, "y": 2})
+    overridden = merged(rt.with_resources(tune.with_resources(_takes_two, factory), {"cpu": 1}))
+    assert (overridden.resources, overridden.task_cpus) == ({"cpu": 1.0}, 0.0)
+    # through fluidsalus's own wrapper and the Tuner too
+    with pytest.warns(UserWarning, match="wrapped by Ray Tune's with_parameters"):
+        outer = tune.with_parameters(rt.with_parameters(tune.with_resources(_takes_two, {"cpu": 2}), y=2), x=1)
+    assert (outer.base, outer.parameters, outer.resources) == (_takes_two, {"x": 1, "y": 2}, {"cpu": 2.0})
+
 def test_the_mock_trainable_module_registers_its_class_as_rays_does() -> None:
     """Ray's ``mock_trainable`` module has ``MOCK_TRAINABLE_NAME`` and ``register_mock_trainable()``; fluidsalus's
     twin lacked both, so a script of Ray's that registers the class by name failed at its import."""
@@ -743,7 +797,8 @@ def test_a_subclass_of_rays_trainable_is_refused_before_ray_starts(storage: str,
         pass
 
     with pytest.raises(ConfigError, match="Mocked .* subclasses Ray's MyTrainableClass .*Change `from "
-                                          "ray.tune.utils.mock_trainable import MyTrainableClass` to `from "
+                                          "ray.tune.utils.mock_trainable import MyTrainableClass` in "
+                                          f"{re.escape(__file__)} to `from "
                                           "fluidsalus.tune.utils.mock_trainable import MyTrainableClass`"):
         Tuner(Mocked, run_config=tune.RunConfig(storage_path=storage)).fit()
 
@@ -752,32 +807,73 @@ def test_a_subclass_of_rays_trainable_outside_the_script_is_refused_with_advice_
         tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An installed package's subclass of Ray's Trainable was refused with "change `from ray.tune import
     Trainable`", an import in someone else's package: the advice is now to run it from a function trainable (which
-    runs: Ray's Trainable makes and steps outside Ray's trial runner). A module of the user's is named by its file."""
+    runs: Ray's Trainable makes and steps outside Ray's trial runner, in the trial's folder given as its
+    ``storage``). A module of the user's is named by its file. The advice is about the class whose own base is
+    Ray's: a script's subclass of a library's class got advice to change an import it never wrote, and so did a
+    library's subclass of Ray's MyTrainableClass (h150 B1)."""
     import sys
     import sysconfig
     import types
 
+    from ray.tune.utils.mock_trainable import MyTrainableClass
+
+    from fluidsalus.gpu.ray_session import trial_storage
     from fluidsalus.tune._trainable import adopt_ray_trainable
 
-    def module(name: str, path: str) -> types.ModuleType:
+    def module(name: str, path: str, source: str = "from ray import tune\nclass Algo(tune.Trainable):\n"
+                                                        "    def step(self):\n        return {'s': 1}\n"
+               ) -> types.ModuleType:
         made = types.ModuleType(name)
         made.__file__ = path
         monkeypatch.setitem(sys.modules, name, made)
-        exec("from ray import tune\nclass Algo(tune.Trainable):\n    def step(self):\n        return {'s': 1}\n",
-             made.__dict__)  # noqa: S102 - a package's module, in small
+        exec(source, made.__dict__)  # noqa: S102 - a package's module, in small
         return made
 
-    installed = module("somelib.algos", os.path.join(sysconfig.get_path("purelib"), "somelib", "algos.py"))
-    with pytest.raises(ConfigError, match=r"Tuner: Algo \(from somelib.algos, an installed package\) subclasses Ray's "
-                                          r"Trainable.*the import to change is the package's.*`def train\(config\): "
-                                          r"algo = Algo\(config=config\)"):
-        adopt_ray_trainable(installed.Algo)
-    algo = installed.Algo(config={})  # the advice works: made and stepped outside Ray's trial runner
-    assert algo.step() == {"s": 1}
+    def refused(trainable: type) -> str:
+        with pytest.raises(ConfigError) as caught:
+            adopt_ray_trainable(trainable)
+        return str(caught.value)
+
+    purelib = os.path.join(sysconfig.get_path("purelib"), "somelib")
+    installed = module("somelib.algos", os.path.join(purelib, "algos.py"))
+    recipe = ("the import to change is the package's, not yours. Run it from a function trainable of yours that makes "
+              "it and reports each step: `def train(config): algo = {}(config=config, "
+              "storage=tune.get_context().get_storage()); for _ in range(steps): tune.report(algo.step())`")
+    assert refused(installed.Algo).startswith("Tuner: Algo (from somelib.algos, an installed package) subclasses "
+                                              "Ray's Trainable, which fluidsalus cannot run as a trainable; "
+                                              + recipe.format("Algo"))
+
+    class Mine(installed.Algo):  # the script's own subclass of the library's class
+        pass
+
+    assert refused(Mine).startswith(f"Tuner: Mine (defined in {__name__}) subclasses Ray's Trainable through "
+                                    "Algo (from somelib.algos, an installed package), which fluidsalus cannot run as "
+                                    "a trainable; " + recipe.format("Mine"))
+    mocks = module("somelib.mocks", os.path.join(purelib, "mocks.py"),
+                   "from ray.tune.utils.mock_trainable import MyTrainableClass\nclass LibMock(MyTrainableClass):\n"
+                   "    pass\n")
+    assert MyTrainableClass in mocks.LibMock.__bases__
+    assert refused(mocks.LibMock).startswith(
+        "Tuner: LibMock (from somelib.mocks, an installed package) subclasses Ray's MyTrainableClass "
+        "(ray.tune.utils.mock_trainable), which fluidsalus cannot run as a trainable; " + recipe.format("LibMock"))
+    # the advice works: made in a trial's folder (no folder of its own in ~/ray_results) and stepped outside Ray's
+    # trial runner (Ray's Trainable moves into the folder: the test's working directory and environment are put back)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TUNE_ORIG_WORKING_DIR", raising=False)
+    trial_dir = tmp_path / "experiment" / "trial_0"
+    algo = installed.Algo(config={}, storage=trial_storage(str(trial_dir)))
+    assert algo.step() == {"s": 1} and algo.logdir.rstrip(os.sep) == str(trial_dir)
     algo.stop()
     users = module("my_models", str(tmp_path / "my_models.py"))
-    with pytest.raises(ConfigError, match="change `from ray.tune import Trainable` in " + re.escape(users.__file__)):
-        adopt_ray_trainable(users.Algo)
+    assert "change `from ray.tune import Trainable` in " + users.__file__ in refused(users.Algo)
+
+    class FromMyModels(users.Algo):  # the file to change is my_models', not the script's
+        pass
+
+    assert refused(FromMyModels).startswith(
+        f"Tuner: FromMyModels (defined in {__name__}) subclasses Ray's Trainable through Algo (defined in "
+        f"my_models); fluidsalus runs function trainables and fluidsalus.tune.Trainable subclasses. Make Algo subclass "
+        f"fluidsalus.tune.Trainable: change `from ray.tune import Trainable` in {users.__file__} to ")
 
 
 # ---------------------------------------------------------------------------------------------------------

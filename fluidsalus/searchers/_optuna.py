@@ -167,6 +167,8 @@ class OptunaSearch(BaseSearcher):
             Optuna's ``GPSampler`` models. A trial whose last result lacks one of those keys, or holds a value
             that is not a finite number, is told ``FAIL`` (Ray's ``AxSearch`` abandons such a trial). Needs
             Optuna 5.
+        owner: The search algorithm that the space's errors name (the Tune front end's class the user built:
+            ``HyperOptSearch``, ``AxSearch``, ... which run as this one).
 
     Raises:
         ConfigError: A parameter is invalid, or the space has a parameter Optuna cannot express (the message
@@ -190,6 +192,8 @@ class OptunaSearch(BaseSearcher):
         evaluated_points: Sequence[Mapping[str, Any]] | None = None,
         parameter_constraints: Sequence[str] | None = None,
         outcome_constraints: Sequence[str] | None = None,
+        *,
+        owner: str = "OptunaSearch",
     ) -> None:
         if callable(space) and not isinstance(space, Mapping) and define_by_run is None:
             space, define_by_run = {}, space
@@ -205,14 +209,14 @@ class OptunaSearch(BaseSearcher):
             if define_by_run is not None:
                 if domains:
                     raise ConfigError(
-                        f"OptunaSearch: with a define-by-run function the space may hold only constants; it holds "
+                        f"{owner}: with a define-by-run function the space may hold only constants; it holds "
                         f"parameters to search too ({', '.join(sorted(domains))}). Suggest them in the function"
                     )
                 self._distributions: dict[str, BaseDistribution] = {}
             else:
                 self._distributions = sp.to_optuna_distributions(dict(space))
         except SpaceError as exc:
-            raise SpaceError(f"OptunaSearch: {exc}") from exc
+            raise SpaceError(f"{owner}: {exc}") from exc
         if num_samples != sp.INFINITE_SAMPLES:
             num_samples = _check_int("num_samples", num_samples, 1)
         self.num_samples = int(num_samples)

@@ -35,7 +35,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.distributed._common import DATA_PARALLEL_ATTR
@@ -93,6 +93,15 @@ _MISSPELT_RESOURCES = {"cpus": "cpu", "num_cpus": "cpu", "CPUs": "cpu", "gpus": 
                        "GPUs": "gpu", "mem": "memory"}
 #: Smallest fraction of a resource Ray can express (its fixed-point resource unit).
 RESOURCE_PRECISION = 1e-4
+
+
+#: The recipe for a class of an installed package that subclasses Ray's ``Trainable`` (docs/migrating.md): a function
+#: trainable that makes it in the trial's folder (``storage``: else Ray's ``Trainable`` makes a folder of its own
+#: in ``~/ray_results`` for each) and reports each ``step()``.
+LIBRARY_TRAINABLE_RECIPE = (
+    "`def train(config): algo = {name}(config=config, storage=tune.get_context().get_storage()); "
+    "for _ in range(steps): tune.report(algo.step())`"
+)
 
 
 def _is_trainable_class(value: Any) -> bool:
@@ -158,6 +167,52 @@ def _is_installed(module_name: str) -> bool:
     return any(path.startswith(os.path.join(os.path.realpath(folder), "")) for folder in folders if folder)
 
 
+def _described(cls: type) -> str:
+    """A class named with where it comes from, for a refusal: ``Algo (from somelib.algos, an installed package)``
+    or ``Algo (defined in my_models)``."""
+    if _is_installed(cls.__module__):
+        return f"{cls.__name__} (from {cls.__module__}, an installed package)"
+    return f"{cls.__name__} (defined in {cls.__module__})"
+
+
+def _refuse_ray_subclass(value: type, ray_base: type, where: str) -> NoReturn:
+    """Refuse ``value``, a class that subclasses ``ray_base`` (the first of Ray's classes in its MRO), with advice
+    about the import that made it Ray's: that of the class whose own base is Ray's (the *owner*: ``value`` itself,
+    or a class ``value`` subclasses, maybe an installed package's, whose import the user cannot change).
+
+    Raises:
+        ConfigError: Always.
+    """
+    owner = next((cls for cls in value.__mro__ if ray_base in cls.__bases__), value)
+    twin = _ray_twin(ray_base)
+    subject = f"{_described(value)} subclasses Ray's {ray_base.__name__}"
+    if twin is not None:
+        subject += f" ({ray_base.__module__})"
+    if owner is not value:
+        subject += f" through {_described(owner)}"
+    if _is_installed(owner.__module__):  # (a library's: no import of the user's to change)
+        raise ConfigError(
+            f"{where}: {subject}, which fluidsalus cannot run as a trainable; the import to change is the package's, "
+            "not yours. Run it from a function trainable of yours that makes it and reports each step: "
+            f"{LIBRARY_TRAINABLE_RECIPE.format(name=value.__name__)}, with `from fluidsalus import tune` "
+            "(docs/migrating.md)"
+        )
+    module = sys.modules.get(owner.__module__)
+    place = f" in {module.__file__}" if isinstance(getattr(module, "__file__", None), str) else ""
+    if twin is not None:  # (a subclass of Ray's MyTrainableClass: the import to change is that one)
+        raise ConfigError(
+            f"{where}: {subject}; fluidsalus runs function trainables and fluidsalus.tune.Trainable subclasses. "
+            f"Change `from {ray_base.__module__} import {ray_base.__name__}`"
+            f"{place} to `from {twin.__module__} import {ray_base.__name__}`"
+        )
+    target = "it" if owner is value else owner.__name__
+    raise ConfigError(
+        f"{where}: {subject}; fluidsalus runs function trainables and fluidsalus.tune.Trainable subclasses. Make "
+        f"{target} subclass fluidsalus.tune.Trainable: change `from ray.tune import Trainable`{place} to "
+        "`from fluidsalus.tune import Trainable` (Ray Train trainers such as TorchTrainer are not supported)"
+    )
+
+
 def _check_base(value: Any, where: str) -> None:
     if isinstance(value, str):
         raise ConfigError(
@@ -175,31 +230,8 @@ def _check_base(value: Any, where: str) -> None:
                 "(Ray Train trainers such as TorchTrainer are not supported)"
             )
         ray_base = next((cls for cls in value.__mro__ if cls.__module__.startswith("ray.")), None)
-        twin = _ray_twin(ray_base) if ray_base is not None else None
-        if twin is not None:  # (a subclass of Ray's MyTrainableClass: the import to change is that one)
-            raise ConfigError(
-                f"{where}: {value.__name__} (defined in {value.__module__}) subclasses Ray's {ray_base.__name__} "
-                f"({ray_base.__module__}); fluidsalus runs function trainables and fluidsalus.tune.Trainable "
-                f"subclasses. Change `from {ray_base.__module__} import {ray_base.__name__}` to `from "
-                f"{twin.__module__} import {ray_base.__name__}`"
-            )
-        if ray_base is not None and _is_installed(value.__module__):  # (a library's: no import of the user's)
-            raise ConfigError(
-                f"{where}: {value.__name__} (from {value.__module__}, an installed package) subclasses Ray's "
-                f"{ray_base.__name__}, which fluidsalus cannot run as a trainable; the import to change is the "
-                "package's, not yours. Run it from a function trainable of yours that makes it and reports each step: "
-                f"`def train(config): algo = {value.__name__}(config=config); for _ in range(steps): "
-                "tune.report(algo.step())`, with `from fluidsalus import tune` (docs/migrating.md)"
-            )
         if ray_base is not None:
-            module = sys.modules.get(value.__module__)
-            place = f" in {module.__file__}" if isinstance(getattr(module, "__file__", None), str) else ""
-            raise ConfigError(
-                f"{where}: {value.__name__} (defined in {value.__module__}) subclasses Ray's {ray_base.__name__}; "
-                "fluidsalus runs function trainables and fluidsalus.tune.Trainable subclasses. Make it subclass "
-                f"fluidsalus.tune.Trainable: change `from ray.tune import Trainable`{place} to `from fluidsalus.tune "
-                "import Trainable` (Ray Train trainers such as TorchTrainer are not supported)"
-            )
+            _refuse_ray_subclass(value, ray_base, where)
         raise ConfigError(f"{where}: the class {value.__name__} is not a fluidsalus.tune.Trainable subclass")
     if type(value).__module__.startswith("ray.train") or hasattr(value, "as_trainable"):
         raise ConfigError(
@@ -1235,8 +1267,11 @@ def adopt_ray_trainable(trainable: Any, where: str = "Tuner") -> Any:
     runner can pickle, and ``with_resources`` sets a ``_resources`` attribute on a function (a class gets a
     subclass: :func:`_unwrap_ray_wrappers`). The objects and the request are read back on the driver and attached
     with :class:`Prepared`, with a ``UserWarning``. Ray Tune's own class trainables that fluidsalus ships a twin of
-    become the twin (:func:`adopt_ray_class`), wrapped or not. Anything else is returned as it is, once checked: a
-    trainable that cannot run (a subclass of Ray's ``Trainable``) is refused here, before Ray starts.
+    become the twin (:func:`adopt_ray_class`), wrapped or not. fluidsalus's own wrapper inside Ray's (a script
+    that imports both) is merged with them as Ray merges its own: the objects of both (the outer's win), and Ray's
+    ``with_resources`` request over the inner one, else the inner one (Ray's ``with_parameters`` keeps the request
+    of what it wraps). Anything else is returned as it is, once checked: a trainable that cannot run (a subclass
+    of Ray's ``Trainable``) is refused here, before Ray starts.
 
     Args:
         trainable: What the script passed.
@@ -1245,14 +1280,25 @@ def adopt_ray_trainable(trainable: Any, where: str = "Tuner") -> Any:
     Raises:
         ConfigError: A trainable that cannot run (:func:`_check_base`).
     """
-    if isinstance(trainable, Prepared):
-        _check_base(trainable.base, where)
-        return trainable
     base, parameters, ray_resources, translated = _unwrap_ray_wrappers(trainable)
-    base = adopt_ray_class(base, where)
-    if not translated:
-        return base
-    resources = None if ray_resources is None else _check_resources(ray_resources)
+    if isinstance(base, Prepared):  # fluidsalus's wrapper inside Ray's (a half-migrated script): merged
+        _check_base(base.base, where)
+        if not translated:
+            return base
+        inner, base = base, base.base
+        parameters = {**inner.parameters, **parameters}  # (the outer's win, as fluidsalus's own wrappers nest)
+    else:
+        inner = None
+        base = adopt_ray_class(base, where)
+        if not translated:
+            return base
+    if ray_resources is not None:  # Ray's with_resources overrides the request inside it, as in Ray
+        resources, kept, gpu_bundle = _check_resources(ray_resources), task_cpus(ray_resources), \
+            task_gpu_bundle(ray_resources)
+    elif inner is not None:  # Ray's with_parameters keeps the wrapped trainable's request (its `_resources`)
+        resources, kept, gpu_bundle = inner.resources, inner.task_cpus, inner.task_gpus
+    else:
+        resources, kept, gpu_bundle = None, 0.0, None
     from fluidsalus.session import callers_stacklevel
 
     warnings.warn(
@@ -1261,4 +1307,4 @@ def adopt_ray_trainable(trainable: Any, where: str = "Tuner") -> Any:
         UserWarning,
         stacklevel=callers_stacklevel(),
     )
-    return Prepared(base, parameters, resources, task_cpus(ray_resources), task_gpu_bundle(ray_resources))
+    return Prepared(base, parameters, resources, kept, gpu_bundle)

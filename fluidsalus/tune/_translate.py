@@ -283,6 +283,7 @@ def _optuna(holder: OptunaHolder, space: dict[str, Any], num_samples: int, metri
         evaluated_points=holder.evaluated_points or None,
         parameter_constraints=holder.parameter_constraints,
         outcome_constraints=holder.outcome_constraints,
+        owner=type(holder).__name__,
     )
 
 
