@@ -193,7 +193,8 @@ def run(
         checkpoint_score_order: ``"max"`` or ``"min"``: which scores are best.
         call_handler: Answers ``fluidsalus.session.call_driver(method, *args)`` from inside trials, as
             ``handler(trial_id, method, args)``, on the driver (front ends use it for define-by-run APIs).
-        verbose: 0 no progress, 1 a summary, 2 a line per finished trial. At every level a trial that fails for
+        verbose: 0 no progress, 1 a summary, 2 a line per finished trial (``Trial <id> never started`` for one
+            the counts call never started). At every level a trial that fails for
             good is printed on stderr (the run's first with its traceback), as Ray logs failures.
         resume: Continue the experiment ``name``: finished trials are kept, unfinished ones resume from their
             last checkpoint (or restart when they have none). It needs the trainable (by name), the ``config``
@@ -614,6 +615,9 @@ def _execute(spec: RunSpec, payload: bytes, searcher: BaseSearcher, store: Exper
         executor.run()
     except KeyboardInterrupt:
         store.set_experiment(status=EXP_INTERRUPTED, finished_at=time.time())
+        if spec.verbose >= 1:  # (Ray prints its errored trials on an interrupted run too; the summary is a finish's)
+            with contextlib.suppress(Exception):  # (the interrupt is what the caller must get)
+                _print_errored_table(ResultGrid.from_store(store))
         store.close()
         raise
     except BaseException as e:
@@ -904,26 +908,28 @@ def _print_summary(grid: ResultGrid, exp_dir: str, elapsed: float, metric: str |
             line += f"\nBest {metric}={format_metric(best.metrics[metric])} with config {best.config}"  # type: ignore[index]
         except RuntimeError:
             pass
-    print(line + _errored_table(grid), flush=True)
+    print(line, flush=True)
+    _print_errored_table(grid)
 
 
 #: The header of the table of errored trials under the run's summary: Ray Tune's words for its columns.
 ERRORED_HEADER = ("Trial name", "# failures", "error file")
 
 
-def _errored_table(grid: ResultGrid) -> str:
-    """Under the run's summary, as Ray Tune prints at a run's end: ``Number of errored trials: N`` and a table of
-    each trial that failed (its ``error.txt`` is there: one that errored, and one that failed and was retried to
-    its end, its count marked ``*``), its failures and its ``error.txt``; empty when none failed."""
-    rows = [(r.trial_id, f"{r._num_failures}{'' if r.status == ERROR else '*'}", os.path.join(r.path, ERROR_FILE))
+def _print_errored_table(grid: ResultGrid) -> None:
+    """Print, as Ray Tune does at a run's end (an interrupted one's too), ``Number of errored trials: N`` and a table
+    of each trial that failed (its ``error.txt`` is there: one that errored, and one that failed and was retried to
+    its end, its count marked ``*``): its name (the Tune front end's ``<trainable>_<id>`` or ``trial_name_creator``'s,
+    else its id), its failures and its ``error.txt``; nothing when none failed."""
+    rows = [(r._trial_name or r.trial_id, f"{r._num_failures}{'' if r.status == ERROR else '*'}",
+             os.path.join(r.path, ERROR_FILE))
             for r in grid if r.path and os.path.exists(os.path.join(r.path, ERROR_FILE))]
     if not rows:
-        return ""
+        return
     widths = [max(len(row[i]) for row in [ERRORED_HEADER, *rows]) for i in range(len(ERRORED_HEADER))]
     lines = [f"Number of errored trials: {len(rows)}"]
     for name, failures, path in [ERRORED_HEADER, *rows]:  # (the count right-aligned, as Ray's)
         lines.append(f"{name.ljust(widths[0])}  {failures.rjust(widths[1])}  {path}")
     if any(failures.endswith("*") for _, failures, _ in rows):
         lines.append("* The trial terminated successfully after retrying.")
-    return "\n" + "\n".join(lines)
-
+    print("\n".join(lines), flush=True)

@@ -5,7 +5,8 @@
 - ``fluidsalus ls [STORAGE_PATH]``: list experiments with status, trial counts, best metric and duration (given
   an experiment's own folder, that experiment; given none, those of both default folders: ``fluidsalus.run``'s and
   the Optuna front end's, ``$FLUIDSALUS_STORAGE_PATH`` or ``~/fluidsalus_results``, and the Tune front end's,
-  ``$RAY_STORAGE`` or ``~/ray_results``, each under its folder's name).
+  ``$RAY_STORAGE`` or ``~/ray_results``, each under its folder's name). The folders Ray Tune wrote are not listed:
+  a line says how many (or, given one of them, that Ray Tune wrote it), to be read with Ray's ExperimentAnalysis.
 - ``fluidsalus inspect EXPERIMENT [--json] [--plot FILE] [--start S] [--end S] [--bin S]``: per-device goodput
   of a running or finished experiment (read-only), with totals and the best trial; ``--json`` for machines,
   ``--plot`` for a figure (``.png``, ``.pdf``, ``.svg``, ...), ``--start``/``--end`` for a window of the run,
@@ -198,6 +199,13 @@ def _ray_written_line(count: int) -> str:
             "their store; read those with Ray's ExperimentAnalysis)")
 
 
+def _ray_folder_line(root: str) -> str:
+    """What ``ls`` says of an experiment's folder that Ray Tune wrote, given as its folder (it said only "no
+    experiments in ...")."""
+    return (f"{root}: an experiment folder Ray Tune wrote (its experiment_state file is there), not listed: "
+            "fluidsalus lists the experiments it ran, from their store; read this one with Ray's ExperimentAnalysis")
+
+
 class _Place(NamedTuple):
     """A default folder ``ls`` lists: what chose it, why it holds nothing to list (empty when it is a folder), and
     :func:`_experiments`' answer for it."""
@@ -237,7 +245,9 @@ def _cmd_ls(args: argparse.Namespace) -> int:
         if not os.path.isdir(root):
             raise _UsageError(f"ls: {root!r} is not a folder")
         rows, unreadable, ray_written = _experiments(root)
-        if not rows:
+        if not rows and written_by_ray(root):  # (Ray's own experiment folder: "no experiments" read as a lost run)
+            print(_ray_folder_line(root))
+        elif not rows:
             print(f"no experiments in {root}")
         else:
             _print_table(rows, unreadable, _widths(rows))

@@ -9,7 +9,7 @@ refresh interval), then :meth:`Progress.close` at the end. The snapshot contract
         "trials": {"PENDING": n, "RUNNING": n, "PAUSED": n, "TERMINATED": n, "ERROR": n},
         "stopped": n,                            # TERMINATED early by the searcher or the stop rule, once started
         "never_started": n,                      # TERMINATED without ever starting (the run's end, a stop)
-        "best": float | None,                    # best of the trials' last values of the metric
+        "best": int | float | None,              # best of the trials' last values of the metric (an int in full)
         "devices": [{"device": "cpu:0", "lanes": n_lanes_open, "computing": n}],
         "total_trials": int | None,              # when the searcher knows it
         "iterations_done": int,
@@ -29,6 +29,7 @@ Missing keys are read as empty or unknown, so a partial snapshot never breaks a 
 from __future__ import annotations
 
 import math
+import numbers
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -60,15 +61,26 @@ def format_duration(seconds: float | None) -> str:
 
 #: Significant digits a metric is shown with (the progress line, the run's summary, ``fluidsalus ls`` and ``inspect``).
 METRIC_DIGITS = 6
+#: Significant digits that give back any float exactly (``repr``'s most): where adding digits always stops.
+FLOAT_EXACT_DIGITS = 17
 
 
-def format_metric(value: float) -> str:
-    """A metric's value in :data:`METRIC_DIGITS` significant digits (``0.912346``), or in full, as Ray Tune prints
-    it (its shortest exact form), where that would round it onto a whole number it is not: ``0.99999999`` read
-    ``1``, a perfect score it is not."""
-    shown = f"{value:.{METRIC_DIGITS}g}"
-    rounded = float(shown)
-    return repr(float(value)) if rounded != value and rounded.is_integer() else shown
+def format_metric(value: Any) -> str:
+    """A metric's value as Ray Tune's progress table shows it: an integer in full (``1234567``), a float in
+    :data:`METRIC_DIGITS` significant digits (``0.912346``, ``1.23457e+06``). A float that is not whole but would
+    round onto a whole number at that (``0.99999999`` read ``1``, a perfect score it is not; ``123456.7`` read
+    ``123457``) gets the fewest more digits that show its fraction (``0.99999999``, ``123456.7``), as Ray's best-trial
+    line shows it. A NumPy value is read as its Python number (a ``float32``'s digits are its own: ``0.9999999``)."""
+    if isinstance(value, numbers.Integral):  # (bool and NumPy integers too; float() lost digits above 2**53)
+        return str(int(value))
+    if not isinstance(value, numbers.Real):  # (a metric of another kind, a string say: as it is)
+        return str(value)
+    number = float(value)
+    for digits in range(METRIC_DIGITS, FLOAT_EXACT_DIGITS + 1):
+        shown = f"{number:.{digits}g}"
+        if number.is_integer() or not float(shown).is_integer():  # (nan and inf are not whole either)
+            return shown
+    return repr(number)  # (not reached: FLOAT_EXACT_DIGITS digits give the number back)
 
 
 class Progress:
@@ -162,13 +174,15 @@ class Progress:
         elif fraction:
             eta = elapsed * (1.0 - fraction) / fraction
         best = snap.get("best")
-        best_ok = isinstance(best, (int, float)) and not isinstance(best, bool) and math.isfinite(best)
+        # (an int stays whole, as format_metric shows it in full; float() lost digits above 2**53)
+        best_ok = ((isinstance(best, int) and not isinstance(best, bool))
+                   or (isinstance(best, float) and math.isfinite(best)))
         return {
             "elapsed_s": elapsed, "eta_s": eta, "fraction": fraction, "total": total,
             "running": count["RUNNING"], "waiting": count["PENDING"] + count["PAUSED"], "paused": count["PAUSED"],
             "done": count["TERMINATED"], "stopped": int(snap.get("stopped") or 0),
             "never_started": int(snap.get("never_started") or 0), "errored": count["ERROR"],
-            "best": float(best) if best_ok else None, "devices": list(snap.get("devices") or []),
+            "best": best if best_ok else None, "devices": list(snap.get("devices") or []),
             "iterations_done": done, "iterations_budget": budget,
         }
 

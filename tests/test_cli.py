@@ -543,6 +543,18 @@ def test_ls_says_how_many_folders_ray_tune_wrote_it_left_out(home, capsys):
     assert out[0].startswith(f"{ray_results} (") and out[2].startswith("ours ") and out[3].startswith(said)
 
 
+def test_ls_of_an_experiment_folder_ray_tune_wrote_says_so(home, capsys):
+    """``ls`` of Ray's own experiment folder said only "no experiments in ..." (h148's F7), where ``inspect`` of it
+    names it as Ray's: ``ls`` says so too, and how to read it."""
+    folder = home / "ray_results" / "ray_a"
+    folder.mkdir(parents=True)
+    (folder / "experiment_state-2026-11-30_16-00-00.json").write_text("{}")
+    assert main(["ls", str(folder)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"{folder}: an experiment folder Ray Tune wrote (its experiment_state file is there), not listed: fluidsalus "
+        "lists the experiments it ran, from their store; read this one with Ray's ExperimentAnalysis"]
+
+
 def test_ls_without_a_folder_names_a_default_place_that_is_a_file_and_lists_the_other(home, capsys, monkeypatch):
     """A ``$RAY_STORAGE`` that names a file made ``ls`` exit 2 for everything, the experiments of
     ``~/fluidsalus_results`` unlisted (h138's D1)."""

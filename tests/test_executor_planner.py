@@ -705,6 +705,46 @@ def test_the_progress_views_stopped_count_is_the_same_live_and_after_a_resume(tm
     assert executor._snapshot()["stopped"] == resumed._snapshot()["stopped"] == 1
 
 
+def test_verbose_2_says_a_trial_that_never_started_never_started(tmp_path, capsys):
+    """With ``verbose=2`` a trial the counts call never started printed "stopped after 0 iterations", as one that ran
+    (h149's F5): the trial whose start found the search over (``started_trial`` False, the Optuna front end's after
+    ``study.stop()``) and a queued trial its searcher stopped. A trial stopped on its device still says so."""
+    from fluidsalus.gpu.host import EV_END, EV_START, OUT_COMPLETED, OUT_STOPPED
+
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    executor.settings.verbose = 2
+    _placed_trial(executor, store, "ran", devices=(0,))
+    _placed_trial(executor, store, "over", devices=(1,))
+    _queue(executor, store, _trial("queued", seq=2))
+    executor.searcher.started_trial = lambda trial_id: trial_id != "over"  # (its start found the search over)
+    executor._handle(executor._devices[0], [(EV_START, "ran", 0, 1.0)])
+    executor._handle(executor._devices[1], [(EV_START, "over", 0, 1.0)])
+    executor._tell_stopped(executor._stop_trials(["ran", "queued"]))  # (the searcher's stops)
+    executor._handle(executor._devices[0], [(EV_END, "ran", 0, 1.1, OUT_STOPPED, None, None)])
+    executor._handle(executor._devices[1], [(EV_END, "over", 0, 1.1, OUT_COMPLETED, None, None)])
+    lines = capsys.readouterr().out.splitlines()
+    assert sorted(lines) == ["Trial over never started", "Trial queued never started",
+                             "Trial ran stopped after 0 iterations"]
+    snapshot = executor._snapshot()
+    assert (snapshot["stopped"], snapshot["never_started"]) == (1, 2)  # (the counts the lines agree with)
+
+
+def test_the_progress_lines_best_keeps_an_integer_metric_whole(tmp_path):
+    """The live best was kept as float(): an integer metric showed as ``1.23457e+06`` on the progress line where the
+    summary (and Ray's table) show ``1234567``, and one above 2**53 lost its last digits (h148's F2, live part)."""
+    import numpy as np
+
+    from fluidsalus.progress import Progress
+
+    executor, _ = _offline_executor(tmp_path)
+    executor.settings.metric, executor.settings.mode = "m", "max"
+    progress = Progress(1, "m", "max", None, live=False)
+    for value, shown in ((1234567, "1234567"), (2**53 + 1, "9007199254740993"), (np.int64(7), "7"), (0.5, "0.5")):
+        executor._last_values.clear()
+        executor._note_last_value("t", {"m": value})
+        assert f"best m={shown} (max)" in progress.line(executor._snapshot())
+
+
 @pytest.mark.parametrize("one_batch", [True, False], ids=["one_batch", "two_batches"])
 def test_a_failure_right_after_the_result_its_searcher_stops_the_trial_at_is_not_retried(tmp_path, one_batch):
     """A trial's result, which its searcher STOPs it at, and its failure right after it, came in one device batch:

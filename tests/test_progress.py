@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import time
 
+import numpy as np
 import pytest
 
 from fluidsalus.progress import LIVE_REFRESH_S, PLAIN_INTERVAL_S, PLAIN_PREFIX, Progress, format_duration, format_metric
@@ -134,3 +135,19 @@ def test_a_metric_just_below_a_whole_number_is_not_shown_as_that_number():
     assert format_metric(0.123456789) == "0.123457" and format_metric(-0.99999999) == "-0.99999999"
     progress = Progress(1, "accuracy", "max", None, stream=io.StringIO(), live=False)
     assert "best accuracy=0.99999999 (max)" in progress.line({"best": 0.99999999})
+
+
+def test_a_metric_is_shown_as_rays_table_shows_it_with_only_the_digits_its_fraction_needs():
+    """Ray's table shows an integer in full and a float in 6 significant digits; a fraction that 6 digits would
+    round away onto a whole number gets the fewest more digits that show it (123456.7 was printed in full by repr,
+    an int of 1e6 or more as a float, one above 2**53 with the wrong digits, a float32 with float64's noise:
+    h148's F2)."""
+    assert format_metric(123456.7) == "123456.7" and format_metric(999999.5) == "999999.5"
+    assert format_metric(1234567.5) == "1234567.5" and format_metric(123456.789) == "123456.8"
+    assert format_metric(1234567) == "1234567" and format_metric(np.int64(1234567)) == "1234567"
+    assert format_metric(2**53 + 1) == "9007199254740993"
+    assert format_metric(np.float32(0.9999999)) == "0.9999999" and format_metric(np.float32(0.25)) == "0.25"
+    # a whole float, and one too large to have a fraction, keep Ray's 6 digits
+    assert format_metric(1234567.0) == "1.23457e+06" and format_metric(1.2345678e20) == "1.23457e+20"
+    assert [format_metric(v) for v in (float("nan"), float("inf"), -float("inf"), True, 1e-300)] == [
+        "nan", "inf", "-inf", "1", "1e-300"]

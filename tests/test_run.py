@@ -785,6 +785,53 @@ def test_the_summary_lists_each_failed_trials_error_file_as_ray_does(storage, ca
     assert "Number of errored trials" not in capsys.readouterr().out  # (no failure: no table)
 
 
+def fails_at_once_or_runs(config):
+    """Fails before its first result when ``config["fail"]``, else reports for a while (longer than a test waits)."""
+    if config["fail"]:
+        raise ValueError("bad config")
+    for it in range(1, 200):
+        fluidsalus.report({"it": it})
+        time.sleep(0.05)
+
+
+def test_the_errored_table_names_a_trial_by_the_name_the_run_gave_it(storage, capsys):
+    """Ray's table names a trial as its ``trial_name_creator`` does (``<trainable>_<id>`` by default, which the Tune
+    front end gives as ``trial_name``): the table named it by its id (h148's F4)."""
+    grid = fluidsalus.run(fails_at_once_or_runs, {"fail": True}, storage_path=storage, name="named",
+                          trial_name=lambda trial_id: f"named_{trial_id}", verbose=1)
+    out = capsys.readouterr().out.splitlines()
+    start = out.index("Number of errored trials: 1")
+    assert out[start + 2].split() == [f"named_{grid[0].trial_id}", "1", os.path.join(grid[0].path, ERROR_FILE)]
+
+
+class _InterruptAfterAFailure(fluidsalus.callbacks.Callback):
+    """A Ctrl-C at the first result after a trial failed for good."""
+
+    def __init__(self) -> None:
+        self.failed = False
+
+    def on_trial_complete(self, trial_id, status, result):
+        self.failed = self.failed or status == "ERROR"
+
+    def on_trial_result(self, trial_id, result):
+        if self.failed:
+            raise KeyboardInterrupt
+
+
+def test_an_interrupted_run_lists_its_errored_trials_as_ray_does(storage, capsys):
+    """Ray prints its errored trials on an interrupted run too (before its "Experiment has been interrupted"); the
+    table came only with a finished run's summary (h148's F3). The summary itself is a finished run's."""
+    with pytest.raises(KeyboardInterrupt):
+        fluidsalus.run(fails_at_once_or_runs, {"fail": fluidsalus.grid_search([True, False])}, storage_path=storage,
+                       name="cut", callbacks=[_InterruptAfterAFailure()], verbose=1)
+    out = capsys.readouterr().out
+    grid = fluidsalus.ResultGrid.read(os.path.join(storage, "cut"))
+    failed = next(r for r in grid if r.status == "ERROR")
+    assert "Number of errored trials: 1" in out and "fluidsalus: 2 trials in" not in out
+    rows = out.split("Number of errored trials: 1\n")[1].splitlines()
+    assert rows[1].split() == [failed.trial_id, "1", os.path.join(failed.path, ERROR_FILE)]
+
+
 def fails_with_its_value(config):
     fluidsalus.report({"it": 1})
     raise ValueError(f"bad value {config['v']}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -317,3 +318,18 @@ def test_a_result_is_logged_as_the_searcher_was_given_it(tmp_path):
         log.save()
     assert [data for kind, _, data in store.searcher_calls() if kind == RESULT] == [
         {"score": 1.0, "training_iteration": 1, "done": False}]
+
+
+def test_the_searcher_docs_name_every_question_asked_of_a_trials_end():
+    """docs/searchers.md lists the questions the run asks a searcher of a trial's end (``retries``,
+    ``stopped_by_search``), but not ``started_trial`` (h149's F4): each hook ``f(trial_id) -> bool`` is named there."""
+    page = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "searchers.md")
+    if not os.path.exists(page):
+        pytest.skip("no docs/ beside the tests (an installed package)")
+    with open(page) as f:
+        text = f.read()
+    questions = [name for name, hook in vars(BaseSearcher).items() if callable(hook) and not name.startswith("_")
+                 and list(inspect.signature(hook).parameters) == ["self", "trial_id"]
+                 and inspect.signature(hook).return_annotation in (bool, "bool")]
+    assert {"retries", "stopped_by_search", "started_trial"} <= set(questions)
+    assert [q for q in questions if f"`{q}(trial_id)`" not in text] == []

@@ -1470,10 +1470,11 @@ class Executor:
                     self.warning_error = e
 
     def _note_last_value(self, trial_id: str, result: Mapping[str, Any] | None) -> None:
-        """Keep the trial's last value of the metric (a trial whose last value is no finite number has none)."""
+        """Keep the trial's last value of the metric (a trial whose last value is no finite number has none), an
+        integer as an int (the progress line shows it in full, as the summary: float() lost digits above 2**53)."""
         value = lookup_metric(result, self.settings.metric) if self.settings.metric and result else None
         if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
-            self._last_values[trial_id] = float(value)
+            self._last_values[trial_id] = int(value) if isinstance(value, numbers.Integral) else float(value)
         else:
             self._last_values.pop(trial_id, None)
 
@@ -3079,13 +3080,17 @@ class Executor:
     def _log_end(self, trial: Trial, outcome: str, trace: str | None = None) -> None:
         """Print a trial's end: a trial that failed for good at every ``verbose``, to stderr, as Ray logs it (the
         first such trial of the run with its traceback, the others in one line each unless ``verbose>=2``); the
-        other ends from ``verbose=2`` on, to stdout. A failure the searcher took as the trial's outcome
-        (:meth:`BaseSearcher.retries`: an Optuna objective's, which Optuna's own log line reports) is not printed
-        again."""
+        other ends from ``verbose=2`` on, to stdout (a trial stopped before any attempt of it began, which the counts
+        call never started, as such: "stopped after 0 iterations" read as a trial that ran). A failure the searcher
+        took as the trial's outcome (:meth:`BaseSearcher.retries`: an Optuna objective's, which Optuna's own log line
+        reports) is not printed again."""
         errored = outcome == OUT_ERRORED
         if self.settings.verbose < (ERROR_VERBOSITY if errored else 2):
             return
         if errored and not self.searcher.retries(trial.trial_id):
+            return
+        if outcome == OUT_STOPPED and trial.trial_id not in self._began:  # (the counts' rule: see _snapshot)
+            print(f"Trial {trial.trial_id} never started", flush=True)
             return
         metric = self.settings.metric
         value = trial.last_result.get(metric) if (trial.last_result and metric) else None
