@@ -328,6 +328,58 @@ def test_the_subclasss_own_answer_is_final_and_a_hyperband_subclass_that_does_no
     assert planned.searcher.rule is None
 
 
+def test_a_hyperband_subclass_asking_its_base_through_a_helper_or_a_decorator_gets_the_rule() -> None:
+    """A ``super()`` call in a helper method, or under a ``functools.wraps`` decorator, was not seen in the override's
+    code: the subclass ran without HyperBand and no warning (Ray: the same ends as a plain ``super()``; h157's B1).
+    Metric and mode given both to such a subclass and to TuneConfig are refused, as Ray refuses them (h157's B3)."""
+    import functools
+
+    def logged(method):
+        @functools.wraps(method)
+        def wrapper(self, *args):
+            return method(self, *args)
+        return wrapper
+
+    class ThroughAHelper(tune.schedulers.HyperBandScheduler):
+        def on_trial_result(self, tune_controller, trial, result):
+            return self._decide(tune_controller, trial, result)
+
+        def _decide(self, tune_controller, trial, result):
+            return super().on_trial_result(tune_controller, trial, result)
+
+    class Decorated(tune.schedulers.HyperBandScheduler):
+        @logged
+        def on_trial_result(self, tune_controller, trial, result):
+            return super().on_trial_result(tune_controller, trial, result)
+
+    for cls in (ThroughAHelper, Decorated):
+        planned = plan(TuneConfig(metric="m", mode="max", scheduler=cls(max_t=9)), {"x": 1})
+        assert type(planned.searcher.rule).__name__ == "HyperBandRule", cls
+    with pytest.raises(ConfigError, match=r"metric/mode given to TuneConfig and to Decorated, which has its own"):
+        plan(TuneConfig(metric="m", mode="max", scheduler=Decorated(metric="m", mode="max", max_t=9)), {"x": 1})
+
+
+def test_a_hyperband_subclasss_search_refuses_the_state_of_one_that_ran_without_hyperband_and_says_why() -> None:
+    """An experiment recorded before a HyperBand subclass's ``super()`` ran HyperBand's rule (its search was random
+    search) failed to restore with "does not load into this ScheduledSearch (KeyError: 'seed'); resume it with the
+    searcher ... it ran with", advice the user (who passed no searcher) could not follow (h157's A1)."""
+    class Asks(tune.schedulers.HyperBandScheduler):
+        def on_trial_result(self, tune_controller, trial, result):
+            return super().on_trial_result(tune_controller, trial, result)
+
+    class Alone(tune.schedulers.HyperBandScheduler):  # (how such a subclass ran before: without HyperBand)
+        def on_trial_result(self, tune_controller, trial, result):
+            return TrialScheduler.CONTINUE
+
+    space = {"x": tune.grid_search([1, 2])}
+    old = plan(TuneConfig(metric="m", mode="max", scheduler=Alone(max_t=9)), space).searcher
+    old.next_groups()
+    new = plan(TuneConfig(metric="m", mode="max", scheduler=Asks(max_t=9)), space).searcher
+    with pytest.raises(ConfigError, match=r"this experiment ran Asks over a search without HyperBand .* resume it "
+                                          r"with that fluidsalus, or start a new experiment"):
+        new.load_state_dict(old.state_dict())
+
+
 class _HyperBandSaying(tune.schedulers.HyperBandScheduler):
     """Logs what ``super().on_trial_result`` says and returns it; stops the trials in ``stop_at`` ({x: iteration})
     on its own."""

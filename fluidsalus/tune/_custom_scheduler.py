@@ -307,8 +307,23 @@ class ScheduledSearch(WrappingSearcher):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore the wrapped searcher and the trial views, and tell the scheduler (the one saved when the run
         began) of every trial again with ``on_trial_add``, newest result first, as Ray's resume re-adds them: an
-        unfinished trial as ``PENDING``."""
-        self.inner.load_state_dict(state["inner"])
+        unfinished trial as ``PENDING``.
+
+        Raises:
+            ConfigError: A HyperBand subclass's search given the state of one that ran without HyperBand (an
+                experiment of a fluidsalus before its ``super()`` ran HyperBand's rule: its trials cannot go on
+                under HyperBand; the bare load error advised a searcher the user never passed).
+        """
+        try:
+            self.inner.load_state_dict(state["inner"])
+        except (KeyError, TypeError, ValueError) as e:
+            if not isinstance(self.rule, HyperBandRule):
+                raise
+            raise ConfigError(
+                f"searcher: this experiment ran {self._name} over a search without HyperBand (a fluidsalus from "
+                "before 2026-11-30, which ran a HyperBandScheduler subclass that calls super() as a scheduler of "
+                "your own); it cannot go on under HyperBand's rule: resume it with that fluidsalus, or start a new "
+                f"experiment ({type(e).__name__}: {e})") from e
         self._trials.clear()
         self._ended_json.clear()
         saved_trials = dict(state.get("trials", {}))

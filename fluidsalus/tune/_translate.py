@@ -42,10 +42,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import logging
 import math
 import os
 import sys
+import types
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -411,14 +413,23 @@ def _plan_judged(who: str, tune_config: TuneConfig, param_space: Mapping[str, An
     return inner
 
 
+def _tell_search_properties(scheduler: Any, tune_config: TuneConfig) -> None:
+    """Tell a scheduler of the user's own TuneConfig's metric and mode, as Ray does (``set_search_properties``).
+
+    Raises:
+        ConfigError: The scheduler has its own and TuneConfig gives them too (Ray refuses it).
+    """
+    if not scheduler.set_search_properties(tune_config.metric, tune_config.mode):
+        raise ConfigError(f"TuneConfig: metric/mode given to TuneConfig and to {type(scheduler).__name__}, which has "
+                          "its own; give them in one place, as Ray requires")
+
+
 def _plan_scheduled(scheduler: Any, tune_config: TuneConfig, param_space: Mapping[str, Any] | None,
                     class_trainable: bool) -> Plan:
     """A scheduler of the user's own (:mod:`fluidsalus.tune._custom_scheduler`) over the trials the search
     algorithm makes with no scheduler."""
     name = type(scheduler).__name__
-    if not scheduler.set_search_properties(tune_config.metric, tune_config.mode):
-        raise ConfigError(f"TuneConfig: metric/mode given to TuneConfig and to {name}, which has its own; give "
-                          "them in one place, as Ray requires")
+    _tell_search_properties(scheduler, tune_config)
     metric = tune_config.metric or getattr(scheduler, "metric", None)
     mode = tune_config.mode or getattr(scheduler, "mode", None)
     inner = _plan_judged(f"{name} (your own scheduler)", tune_config, param_space, class_trainable, metric, mode)
@@ -462,9 +473,44 @@ def _asks_its_base(scheduler: TrialScheduler, hook: str) -> bool:
     read from the override's code, as the call cannot be seen before the run."""
     if not defined_by_user(scheduler, hook):
         return True
-    owner = next(cls for cls in type(scheduler).__mro__ if hook in cls.__dict__)
-    code = getattr(owner.__dict__[hook], "__code__", None)
-    return code is not None and hook in code.co_names
+
+    def names(code: types.CodeType) -> set[str]:  # (with those of nested functions, lambdas, comprehensions)
+        found = set(code.co_names)
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                found |= names(const)
+        return found
+
+    def named_in(value: Any, seen: set[int]) -> bool:  # (a decorator's wrapper: the function it wraps)
+        value = getattr(value, "__func__", value)
+        if id(value) in seen or not callable(value):
+            return False
+        seen.add(id(value))
+        value = inspect.unwrap(value)
+        code = getattr(value, "__code__", None)
+        if code is None:
+            return False
+        if hook in names(code):
+            return True
+        cells = [cell.cell_contents for cell in (getattr(value, "__closure__", None) or ())
+                 if not _empty_cell(cell)]
+        return any(named_in(cell, seen) for cell in cells)
+
+    # the override, or a helper method of the user's classes it calls (``self._decide(...)`` calling super())
+    for cls in type(scheduler).__mro__:
+        if cls.__module__.startswith(("ray.", "fluidsalus.")):
+            break
+        if any(named_in(value, set()) for value in vars(cls).values()):
+            return True
+    return False
+
+
+def _empty_cell(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - raises ValueError for an empty cell
+    except ValueError:
+        return True
+    return False
 
 
 def _plan_hyperband_rule(scheduler: HyperBandScheduler, tune_config: TuneConfig,
@@ -473,11 +519,11 @@ def _plan_hyperband_rule(scheduler: HyperBandScheduler, tune_config: TuneConfig,
     HyperBand runs the trials to the rungs' budgets and stops the halvings' losers, as Ray's does), with the
     subclass's hooks called on it as a scheduler of the user's own, its ``super().on_trial_result(...)``
     answering HyperBand's decision (:class:`~fluidsalus.tune._custom_scheduler.HyperBandRule`)."""
+    _tell_search_properties(scheduler, tune_config)  # (before the plain class takes the subclass's metric and mode)
     plain = HyperBandScheduler(time_attr=scheduler.time_attr, metric=scheduler.metric, mode=scheduler.mode,
                                max_t=scheduler.max_t, reduction_factor=scheduler.reduction_factor,
                                stop_last_trials=scheduler.stop_last_trials)
     planned = _plan(dataclasses.replace(tune_config, scheduler=plain), param_space, class_trainable, stop)
-    scheduler.set_search_properties(tune_config.metric, tune_config.mode)  # (as Ray tells it; checked above)
     hyperband: Any = planned.searcher
     while not isinstance(hyperband, HyperBand):  # (under the wrappers: sample_from's, say)
         hyperband = hyperband.inner
