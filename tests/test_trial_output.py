@@ -208,3 +208,28 @@ def test_a_thread_writing_after_its_trial_ended_writes_through() -> None:
     a.ended = True
     _written(router, a, "late, unfinished")
     assert console.getvalue() == "late, unfinished" and a not in router._partial
+
+
+def test_a_progress_bars_updates_are_written_as_they_come_with_one_name() -> None:
+    """An unfinished line holding ``\\r`` (tqdm, ``print(..., end="\\r")``) was held until its final ``\\n``, so a
+    progress bar showed nothing until it ended (Ray forwards each update; h159's R0). Another trial's line ends
+    it first, so no name lands mid-line. A trial that reconfigures its console (``errors="backslashreplace"``)
+    prints what that takes (the router had kept the console's first setting: h159's R1)."""
+    router, console = _tagging_router()
+    a, b = _session("train_a_00000"), _session("train_b_00001")
+    _written(router, a, " 10%\r")
+    assert console.getvalue() == "[train_a_00000]  10%\r"
+    _written(router, a, " 20%\r")
+    _written(router, b, "b's line\n")
+    _written(router, a, "100%\n")
+    assert console.getvalue() == ("[train_a_00000]  10%\r 20%\r\n"
+                                  "[train_b_00001] b's line\n"
+                                  "[train_a_00000] 100%\n")
+    wrapped = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    router = Router(wrapped)
+    router.tags_lines = True
+    wrapped.reconfigure(errors="backslashreplace")
+    _written(router, a, "caf\udce9")  # (no UnicodeEncodeError: the console takes it now)
+    router.end_trial(a)
+    wrapped.flush()
+    assert wrapped.buffer.getvalue() == b"[train_a_00000] caf\\udce9\n"

@@ -59,8 +59,7 @@ class Router:
         self.tags_lines = False
         self._partial: dict[TrialSession, list[str]] = {}  # a trial's text after its last line break, in pieces
         self._lines = threading.Lock()  # a trial's lines reach the stream whole
-        self._encoding = getattr(stream, "encoding", None)
-        self._errors = getattr(stream, "errors", None) or "strict"
+        self._open: TrialSession | None = None  # whose unfinished line (written up to a "\r") the stream is on
         _ROUTERS.add(self)
 
     def write(self, text: str) -> int:
@@ -83,20 +82,29 @@ class Router:
         lines = text.split("\n")
         tail = lines.pop() or None  # (after the last line break: held until the trial's next write, or its end)
         lines = [line + "\n" for line in lines]
-        if tail is not None and self._encoding:  # held text the stream cannot take fails here, as the write would
-            tail.encode(self._encoding, self._errors)
+        shown = None  # an unfinished line with a "\r" (a progress bar's updates): written now, as Ray shows it
+        if tail is not None and "\r" in tail:
+            shown, tail = tail, None
+        encoding = getattr(self.stream, "encoding", None)  # (read at each write: a trial may reconfigure() it)
+        if tail is not None and encoding:  # held text the stream cannot take fails here, as the write would
+            tail.encode(encoding, getattr(self.stream, "errors", None) or "strict")
         with self._lines:
             held = self._partial.pop(session, [])
-            if lines:
-                lines[0] = "".join(held) + lines[0]
+            pieces = lines + ([shown] if shown is not None else [])
+            if pieces:
+                pieces[0] = "".join(held) + pieces[0]
                 tag = trial_tag(session)
+                # (no name where the stream's line is this trial's own, left open at a "\r"; another trial's open
+                # line is ended first)
+                lead = "" if self._open is session else ("\n" if self._open is not None else "") + tag
                 try:
-                    self.stream.write("".join(tag + line for line in lines))
+                    self.stream.write(lead + pieces[0] + "".join(tag + piece for piece in pieces[1:]))
                 except BaseException:
                     if held:  # the text before this write is not lost with it
                         self._partial[session] = held
                     raise
                 held = []
+                self._open = session if shown is not None else None
             if tail is not None:
                 held.append(tail)
             if held:
@@ -105,12 +113,14 @@ class Router:
 
     def end_trial(self, session: TrialSession) -> None:
         """Write what the trial wrote after its last line break, if anything, as a line of its own."""
-        if session not in self._partial:  # (a trial that printed whole lines, or nothing, pays no more)
+        if session not in self._partial and self._open is not session:  # (whole lines, or nothing: no more)
             return
         with self._lines:
             held = self._partial.pop(session, None)
-            if held is not None:
-                text = f"{trial_tag(session)}{''.join(held)}\n"
+            if held is not None or self._open is session:
+                lead = "" if self._open is session else ("\n" if self._open is not None else "") + trial_tag(session)
+                self._open = None
+                text = f"{lead}{''.join(held or [])}\n"
                 try:
                     self.stream.write(text)
                 except UnicodeEncodeError:  # text the stream cannot encode (a lone surrogate): shown escaped
@@ -166,6 +176,7 @@ def _after_fork_in_child() -> None:
     for route in list(_ROUTERS):
         route._lines = threading.Lock()
         route._partial.clear()
+        route._open = None
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
