@@ -882,6 +882,7 @@ class ExperimentStore:
         self.db_path = db_path
         self.readonly = readonly
         self._in_tx = False
+        self._after_commit: list[Callable[[], None]] = []  # see after_commit
 
     @property
     def experiment_dir(self) -> str:
@@ -1198,6 +1199,7 @@ class ExperimentStore:
             yield
             self._conn.execute("COMMIT")
         except BaseException as e:
+            self._after_commit.clear()  # (what the rolled-back writes recorded stays: its folders too)
             with contextlib.suppress(sqlite3.Error):  # (SQLite may have rolled back already)
                 self._conn.execute("ROLLBACK")
             # (a read inside the write raises unreadable()'s StoreError, SQLite's error its cause: the advice
@@ -1211,6 +1213,20 @@ class ExperimentStore:
             raise
         finally:
             self._in_tx = False
+        done, self._after_commit = self._after_commit, []
+        for action in done:
+            action()
+
+    def after_commit(self, action: Callable[[], None]) -> None:
+        """Run ``action`` once the current transaction commits (at once outside one), never if it rolls back: what
+        removes files the transaction's rows stop listing (checkpoint folders it marks deleted), so a rollback, a
+        Ctrl-C's ``KeyboardInterrupt`` inside it say, leaves the rows and their files as they were (the folders
+        went, and the restored rows named folders that were gone: a resume lost the iterations since the last one
+        that was left)."""
+        if self._in_tx:
+            self._after_commit.append(action)
+        else:
+            action()
 
     def set_experiment(self, **fields: Any) -> None:
         """Update the experiment row (``status``, ``error``, ``finished_at``, ``searcher_state``, ...)."""

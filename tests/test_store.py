@@ -649,3 +649,38 @@ def test_a_driver_that_locked_a_lock_file_just_removed_locks_the_new_one(tmp_pat
     with pytest.raises(StoreError, match="being run by another driver"):
         DriverLock.acquire(str(tmp_path))
     second.release()
+
+
+def test_checkpoint_retention_removes_folders_only_once_its_rows_are_committed(tmp_path):
+    """Checkpoint retention deleted folders inside the transaction that marked them deleted: a Ctrl-C raised in it
+    (a PBT exploit's requeue) rolled the rows back to list folders that were gone, and the resume went back to the
+    last one left, losing the iterations since (h160's F1). The folders now go once the rows are committed."""
+    import types
+
+    import pytest
+
+    from fluidsalus.trialgroup.executor import Executor
+
+    store = _new(tmp_path)
+    store.add_trials([("t0", 0, {})], group_id="g")
+    folders = []
+    for iteration in (5, 10, 15):
+        folder = tmp_path / f"checkpoint_{iteration:06d}"
+        folder.mkdir()
+        folders.append(folder)
+        store.add_checkpoint("t0", iteration, str(folder), {"acc": iteration})
+    executor = types.SimpleNamespace(  # (what _retain_checkpoints reads of the executor)
+        settings=types.SimpleNamespace(checkpoint_num_to_keep=1, checkpoint_score_attribute=None,
+                                       checkpoint_score_order="max"),
+        store=store, _unlisted={})
+    trial = types.SimpleNamespace(trial_id="t0")
+    with pytest.raises(KeyboardInterrupt), store.transaction():
+        Executor._retain_checkpoints(executor, trial)  # type: ignore[arg-type]
+        raise KeyboardInterrupt  # (the first Ctrl-C, wherever the driver is)
+    assert [c["iteration"] for c in store.checkpoints("t0")] == [5, 10, 15]
+    assert all(folder.is_dir() for folder in folders)  # (the rows list them: they are there)
+    with store.transaction():
+        Executor._retain_checkpoints(executor, trial)  # type: ignore[arg-type]
+        assert all(folder.is_dir() for folder in folders)  # (not before the commit)
+    assert [c["iteration"] for c in store.checkpoints("t0")] == [15]
+    assert [folder.is_dir() for folder in folders] == [False, False, True]

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
 import numbers
@@ -2796,8 +2797,8 @@ class Executor:
             live = {checkpoints[i]["path"] for i in ranked[-keep:]} | {latest["path"]} if keep else {latest["path"]}
             doomed = [c for c in checkpoints if c["path"] not in live]
             self.store.mark_checkpoints_deleted([c["path"] for c in doomed])
-            for c in doomed:
-                shutil.rmtree(c["path"], ignore_errors=True)
+            for c in doomed:  # (once the rows that stop listing them are committed: a Ctrl-C rolls both back)
+                self.store.after_commit(functools.partial(shutil.rmtree, c["path"], ignore_errors=True))
         # The folders of a line a restart abandoned (an exploit: _drop_checkpoints_after), which the new attempt
         # went past without writing again: listed nowhere, they stayed on disk whatever num_to_keep said (Ray's
         # checkpoint manager keeps num_to_keep). A later one may be the name the attempt writes next: kept.
@@ -2806,7 +2807,7 @@ class Executor:
             ahead = [(path, iteration) for path, iteration in unlisted if iteration > latest["iteration"]]
             for path, iteration in unlisted:
                 if iteration <= latest["iteration"] and path not in live:
-                    shutil.rmtree(path, ignore_errors=True)
+                    self.store.after_commit(functools.partial(shutil.rmtree, path, ignore_errors=True))
             if ahead:
                 self._unlisted[trial.trial_id] = ahead
 

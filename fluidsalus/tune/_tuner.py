@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import functools
 import inspect
 import json
 import logging
@@ -564,8 +565,8 @@ class Tuner:
                                           "num_failures": 0 if from_scratch else row.num_failures + 1}
                 if from_scratch:
                     checkpoints = store.checkpoints(row.trial_id)
-                    for checkpoint in checkpoints:
-                        shutil.rmtree(checkpoint["path"], ignore_errors=True)
+                    for checkpoint in checkpoints:  # (once the rows that stop listing them are committed)
+                        store.after_commit(functools.partial(shutil.rmtree, checkpoint["path"], ignore_errors=True))
                     store.mark_checkpoints_deleted([c["path"] for c in checkpoints])
                     fields.update(checkpoint_path=None, last_iteration=0)
                     # Ray restarts it as a new trial in a new folder: its files hold the new attempt only (they
