@@ -103,6 +103,7 @@ from fluidsalus.errors import (
     TrialError,
     exception_text,
     pickle_exception,
+    plural,
     unpickle_exception,
 )
 from fluidsalus.gpu.host import OUT_COMPLETED, OUT_ERRORED, OUT_STOPPED, _is_out_of_memory
@@ -264,6 +265,9 @@ class _PackedError:
     pickled: bytes | None
     pickle_error: str | None
     warned: tuple[Warning, ...] = ()  # warnings given on the driver before the error (see ``_caught``)
+    # For a call that carried held reports: the steps of those the driver did not store (the refused one and those
+    # after it), () when all were told and the call itself failed; None: not known (all are taken as untold)
+    untold: tuple[int, ...] | None = None
     # Its chain (a pickle keeps none of it): ``raise ... from`` its cause, the exception being handled when it was
     # raised (often the cause itself), and whether that is hidden, as ``raise ... from`` hides it.
     cause: _PackedError | None = None
@@ -466,11 +470,12 @@ def _call(method: str, *args: Any) -> Any:
         _warn_again(warned)
         return answer
     _warn_again(payload.warned)
-    if reports:
+    untold = [step for _, step, _ in reports or ()] if payload.untold is None else payload.untold
+    if untold:
         trial = session.current_session()
         if trial is not None:
             with _held_lock:
-                _untold.setdefault(trial, set()).update(step for _, step, _ in reports)
+                _untold.setdefault(trial, set()).update(untold)
     raise payload.unpack()
 
 
@@ -1311,6 +1316,7 @@ class _StudyDriver(BaseSearcher):
         self._stop_sent: set[str] = set()
         self._group_seq = 0
         self._asked = 0
+        self._calling = threading.local()  # per answering thread: ``untold`` of the call being answered
         self._log_completed = _completed_logger(study)
         self._calls: dict[str, Callable[..., Any]] = {
             M_START: self._on_start, M_SUGGEST: self._on_suggest,
@@ -1506,6 +1512,7 @@ class _StudyDriver(BaseSearcher):
         # objective, as under study.optimize: they go back with the answer and are given there again. They are
         # caught here under the driver's filters (the script's own), and given there under the device's.
         with self.warnings.recording() as caught:
+            self._calling.untold = None
             try:
                 if method not in self._calls:
                     raise FluidsalusError(f"unknown driver call {method!r} from trial {trial_id}")
@@ -1513,7 +1520,9 @@ class _StudyDriver(BaseSearcher):
                 answer = self._dispatch(trial_id, method, cloudpickle.loads(blob))
                 return True, cloudpickle.dumps((answer, _caught(caught)))
             except Exception as e:  # noqa: BLE001 - the exception belongs to the calling objective
-                return False, replace(_PackedError.of(e, bare=True), warned=_caught(caught))
+                untold = self._calling.untold
+                return False, replace(_PackedError.of(e, bare=True), warned=_caught(caught),
+                                      untold=None if untold is None else tuple(untold))
 
     def _trial(self, trial_id: str) -> optuna.Trial:
         live = self._live.get(trial_id)
@@ -1616,8 +1625,10 @@ class _StudyDriver(BaseSearcher):
         """Tell the study the reports a trial held back, in order, then answer the call they came with (its
         arguments, pickled)."""
         self._trial(trial_id)  # (raises for a trial that has no running Optuna trial)
-        for value, step, mark in held:
+        for i, (value, step, mark) in enumerate(held):
+            self._calling.untold = [s for _, s, _ in held[i:]]  # (if this one fails: the device forgets these)
             self._tell_report(trial_id, value, step, tuple(mark))
+        self._calling.untold = []  # (all told: an error of the call itself leaves the device's steps as they are)
         return self._dispatch(trial_id, method, cloudpickle.loads(blob))
 
     def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
@@ -2011,8 +2022,8 @@ def _say_where(experiment_dir: str, n_trials: int, verbose: Any) -> None:
     """Under ``verbose=0`` (where the run prints no summary naming it), one ``INFO`` line of Optuna's logger that
     says where this call's fluidsalus record is and how to look at it."""
     if verbose == 0:
-        _RECORD_LOGGER.info(f"fluidsalus recorded this call's {n_trials} trials; show them with: fluidsalus inspect "
-                            f"{shlex.quote(experiment_dir)}")
+        _RECORD_LOGGER.info(f"fluidsalus recorded this call's {plural(n_trials, 'trial')}; show them with: "
+                            f"fluidsalus inspect {shlex.quote(experiment_dir)}")
 
 
 def _record_the_study(experiment_dir: str, study: optuna.Study, started: Mapping[str, int],

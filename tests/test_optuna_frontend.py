@@ -776,6 +776,45 @@ def test_a_report_the_storage_refused_once_fails_no_trial_whose_objective_guards
     assert all(t.user_attrs == {"done": True} for t in study.trials)
 
 
+class _PrunerThatFailsOnce(optuna.pruners.BasePruner):
+    """Raises at trial 1's first ``should_prune`` (a pruner's own error: no report was refused)."""
+
+    def __init__(self) -> None:
+        self.failed = False
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        if trial.number == 1 and not self.failed:
+            self.failed = True
+            raise RuntimeError("pruner hiccup")
+        return False
+
+
+def _reports_a_step_again_after_a_failed_call(trial: Any) -> float:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trial.report(1.0, 0)
+        with contextlib.suppress(RuntimeError):
+            trial.should_prune()
+        trial.report(2.0, 0)  # (Optuna: "already reported", given here)
+        trial.report(3.0, 1)
+    trial.set_user_attr("warned", [str(w.message)[:40] for w in caught])
+    return 0.0
+
+
+@pytest.mark.parametrize("how", ["optuna", "fluidsalus"])
+def test_a_call_that_failed_for_another_reason_than_a_refused_report_keeps_its_steps_reported(tmp_path, how):
+    """A call carrying held reports failed on the driver (the pruner raised) after every report was stored: the
+    device forgot all of their steps, so a step reported again gave Optuna's "already reported" warning at a later
+    call, outside the objective's ``catch_warnings`` (Optuna gives it at ``report``: h158's B1)."""
+    study = optuna.create_study(pruner=_PrunerThatFailsOnce())
+    if how == "optuna":
+        study.optimize(_reports_a_step_again_after_a_failed_call, n_trials=2)
+    else:
+        _optimize(study, _reports_a_step_again_after_a_failed_call, tmp_path, n_trials=2, max_concurrent_trials=1)
+    assert [t.user_attrs["warned"] for t in study.trials] == [["The reported value is ignored because th"]] * 2
+    assert [t.intermediate_values for t in study.trials] == [{0: 1.0, 1: 3.0}] * 2
+
+
 def test_out_of_memory_reruns_the_same_optuna_trial(tmp_path):
     def objective(trial: Any) -> float:
         x = trial.suggest_float("x", 0, 1)
