@@ -11,6 +11,7 @@ import os
 import pickle
 import time
 import types
+from typing import Any
 
 import cloudpickle
 import pytest
@@ -610,6 +611,18 @@ def test_a_trial_stopped_for_a_move_where_it_met_the_stop_rule_ends_instead_of_m
         assert trial.status == PENDING and "a" in executor.pending and trial.attempt == 1
 
 
+def _placed_with_lr_1(tmp_path, status: str) -> tuple[Any, Any, Any]:
+    """An offline executor with trial ``a`` (config ``{"lr": 1}``) placed on device 0 in ``status``, added to its
+    searcher: the executor, its store and the trial."""
+    executor, store = _offline_executor(tmp_path)
+    trial = _trial("a", status=status, placed_on=(0,), devices=(0,), budget=8)
+    trial.config = {"lr": 1}
+    _queue(executor, store, trial)
+    executor.pending.discard("a")
+    executor.searcher.on_trial_add("a", "g", {"lr": 1})
+    return executor, store, trial
+
+
 @pytest.mark.parametrize("by_rule", [True, False], ids=["rule_met", "rule_not_met"])
 def test_a_trial_that_met_the_stop_rule_while_its_exploit_was_pending_ends_instead_of_exploiting(tmp_path, by_rule):
     """PBT's exploit was taken (the trial's attempt is stopped to restart on the source's checkpoint with a new
@@ -621,12 +634,7 @@ def test_a_trial_that_met_the_stop_rule_while_its_exploit_was_pending_ends_inste
     from fluidsalus.store import TERMINATED
     from fluidsalus.trialgroup.executor import _Restart
 
-    executor, store = _offline_executor(tmp_path)
-    trial = _trial("a", status=RUNNING, placed_on=(0,), devices=(0,), budget=8)
-    trial.config = {"lr": 1}
-    _queue(executor, store, trial)
-    executor.pending.discard("a")
-    executor.searcher.on_trial_add("a", "g", {"lr": 1})
+    executor, store, trial = _placed_with_lr_1(tmp_path, RUNNING)
     told: list[tuple[str, str]] = []
     executor.searcher.cancel_exploit = lambda trial_id: told.append(("cancel_exploit", trial_id))
     executor.searcher.on_trial_complete = lambda trial_id, *args, **kwargs: told.append(("complete", trial_id))
@@ -655,12 +663,7 @@ def test_a_trial_restarted_on_a_new_configuration_gives_its_searcher_its_results
     from fluidsalus.searchers._base import Decision
     from fluidsalus.trialgroup.executor import RESTART_EXPLOIT, _Restart
 
-    executor, store = _offline_executor(tmp_path)
-    trial = _trial("a", status=PAUSED, placed_on=(0,), devices=(0,), budget=8)
-    trial.config = {"lr": 1}
-    _queue(executor, store, trial)
-    executor.pending.discard("a")
-    executor.searcher.on_trial_add("a", "g", {"lr": 1})
+    executor, store, trial = _placed_with_lr_1(tmp_path, PAUSED)
     told: list[tuple[str, object]] = []
     executor.searcher.on_result = lambda trial_id, result: told.append(
         ("result", result["training_iteration"])) or Decision.CONTINUE
