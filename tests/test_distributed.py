@@ -23,6 +23,7 @@ from fluidsalus import distributed  # noqa: E402
 from fluidsalus.distributed import DataParallelError  # noqa: E402
 from fluidsalus.distributed._rendezvous import Rendezvous, broken_by_leader_end, parse_address  # noqa: E402
 from fluidsalus.errors import ConfigError, SessionError  # noqa: E402
+from fluidsalus.gpu import host as host_module  # noqa: E402
 from fluidsalus.gpu.host import (  # noqa: E402
     EV_CALL,
     EV_END,
@@ -57,6 +58,9 @@ WAIT_S = 60.0
 SHORT_TIMEOUT_S = 30.0
 #: The rendezvous timeout of the hung-rank test, which does wait for it to expire.
 HANG_TIMEOUT_S = 2.0
+#: How long after rank 0's end a late worker waits for the driver's stop before it meets rank 0 (a rank 0 that
+#: waits for it sends no end, hence no stop): far above the in-process round trip (milliseconds).
+LATE_WORKER_S = 0.5
 #: Epochs of the convergence comparisons (23 optimizer steps each, at the default global batch of 64).
 EPOCHS = 4
 #: How close the 2-rank run's validation loss must be to the 1-rank run's. DDP averages the two ranks'
@@ -486,6 +490,65 @@ def test_a_worker_started_after_its_rank_0_ended_stops_on_the_drivers_stop_for_i
     assert time.time() - started < SHORT_TIMEOUT_S / 2
     assert _worker_end(events[0])["outcome"] == OUT_STOPPED
     host.shutdown(5.0)
+
+
+#: Reports each rank of :func:`_reports_without_collectives` made, by (tag, rank).
+_REPORTED: dict[tuple[str, int], int] = {}
+
+
+def _reports_without_collectives(config):
+    """Reports at once, with no collective: rank 0 can run its whole function before a worker has met it.
+    Reports ``done=True`` at report ``stop_at`` (its stop rule), if given."""
+    rank = distributed.get_rank()
+    for i in range(1, config["iterations"] + 1):
+        _REPORTED[(config["tag"], rank)] = i
+        fluidsalus.report({"rank": rank, "done": i == config.get("stop_at")})
+
+
+@pytest.mark.parametrize(("stop_at", "outcome"), [(None, OUT_COMPLETED), (1, OUT_STOPPED)])
+def test_a_worker_that_meets_rank_0_only_after_its_end_still_runs_its_function(tmp_path, monkeypatch, stop_at,
+                                                                               outcome):
+    """A trial that reports at once (no collective) ended before its worker, slower to start (its torch import),
+    met rank 0: rank 0 waited only for workers that had joined, sent its end, and the driver's stop that follows
+    it ended the worker before its function ran (a reviewer's 2-CPU run; under Ray Train every worker runs). Rank
+    0 now waits for every worker to join, unless it failed or the driver stopped it, and the worker goes through
+    rank 0's decisions to the same end: every report to a completed end, or the report where rank 0's stop rule
+    ended it."""
+    ended = threading.Event()  # rank 0 has written ``end`` and closed its group
+    stop_sent = threading.Event()  # the driver's stop at rank 0's end has reached the worker
+    close_group, open_rendezvous = Rendezvous.close_group, host_module._open_rendezvous
+
+    def closing(ranks):
+        close_group(ranks)
+        if ranks.leader:
+            ended.set()
+
+    def late(spec, *args):
+        if spec.rank > 0:  # it meets rank 0 after rank 0's end, and after the stop that follows if rank 0 sends it
+            ended.wait(WAIT_S)
+            stop_sent.wait(LATE_WORKER_S)
+        return open_rendezvous(spec, *args)
+
+    monkeypatch.setattr(Rendezvous, "close_group", closing)
+    monkeypatch.setattr(host_module, "_open_rendezvous", late)
+    tag, iterations = f"late-{stop_at}", 3
+    hosts, events = _run_ranks(_reports_without_collectives, tmp_path, 2,
+                               {"iterations": iterations, "stop_at": stop_at, "tag": tag})
+    stopped = False
+    deadline = time.time() + WAIT_S
+    while not _ended(events):
+        assert time.time() < deadline, f"timed out waiting for the trial's end; events: {events}"
+        for host, got in zip(hosts, events, strict=True):
+            got += host.poll(0.02)
+        if not stopped and any(e[0] == EV_END for e in events[0]):
+            hosts[1].stop(["t0"], {"t0": 0})  # as the driver does at rank 0's end (Executor._unplace)
+            stopped = True
+            stop_sent.set()
+    assert [e[4] for e in events[0] if e[0] == EV_END] == [outcome]
+    assert _worker_end(events[1])["outcome"] == outcome
+    assert _REPORTED[(tag, 1)] == _REPORTED[(tag, 0)] == (stop_at or iterations)  # the worker ran as rank 0
+    worker_end = next(e[3] for e in events[1] if e[0] == EV_LANE and e[4] == "worker_end")
+    assert next(e[3] for e in events[0] if e[0] == EV_END) >= worker_end  # rank 0 ended last
 
 
 def test_a_hung_worker_fails_the_trial_within_the_timeout(tmp_path):

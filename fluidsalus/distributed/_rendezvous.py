@@ -35,7 +35,7 @@ from fluidsalus.distributed._common import (
     DataParallelError,
 )
 from fluidsalus.errors import ConfigError, exception_text
-from fluidsalus.gpu.host import OUT_ERRORED, OUT_OOM, OUT_STOPPED
+from fluidsalus.gpu.host import OUT_COMPLETED, OUT_ERRORED, OUT_OOM, OUT_STOPPED
 from fluidsalus.session import GO, STOP, StopTrial
 
 #: Backends a trial's process group can use.
@@ -264,12 +264,18 @@ class Rendezvous:
         return failures
 
     def finish(self, outcome: str, error: str | None, trace: str | None, peer_gone: bool = False,
-               peers_lost: threading.Event | None = None) -> tuple[str, str | None, str | None]:
+               peers_lost: threading.Event | None = None,
+               stop_requested: threading.Event | None = None) -> tuple[str, str | None, str | None]:
         """End this rank's part of the trial and return its (outcome, error, traceback) as the host reports it.
 
         Rank 0 announces the end, closes its connections (workers blocked in a collective with it fail at
-        once), waits up to the timeout for the workers that joined to end, and fails the trial with the errors
-        of workers that failed on their own. A worker that failed on its own records its error for rank 0; a
+        once), waits up to the timeout for its workers to end, and fails the trial with the errors of workers
+        that failed on their own. A worker that has not joined yet is waited for too (up to the timeout for its
+        join, then for its end), unless rank 0 failed or the driver asked it to stop (``stop_requested``, also
+        while rank 0 waits; the driver stops such a worker after rank 0's end): a trainable with no collective
+        can end on rank 0 before a worker slower to start met it, and that worker then runs its function through
+        rank 0's decisions, all written, to the same end (the driver's stop at rank 0's end ended it before its
+        function ran). A worker that failed on its own records its error for rank 0; a
         worker whose collective broke after rank 0 ended (:func:`broken_by_leader_end`) counts as stopped. A
         worker's own error after rank 0 ended (rank 0 ran ahead of it, or its code after the last report raised)
         is its own still: it was counted as stopped, and the trial ended completed with the error nowhere.
@@ -285,6 +291,8 @@ class Rendezvous:
                 gone; ``TrialSession.peers_lost``). Rank 0 then waits for no worker: a dead process never says it
                 ended, and the wait would last the whole rendezvous timeout (300 s by default) while the driver
                 waits for this end to restart the trial.
+            stop_requested: On rank 0: set when the driver asked the trial to stop (``TrialSession.stop_requested``,
+                also set with ``peers_lost``). Rank 0 then waits only for the workers that have joined.
         """
         import torch.distributed as dist
 
@@ -294,9 +302,14 @@ class Rendezvous:
             except dist.DistError:
                 pass
             self.close_group()
+            late_joins = outcome in (OUT_COMPLETED, OUT_STOPPED) and not (stop_requested and stop_requested.is_set())
             for rank in range(1, self.world_size):
                 try:
-                    if self.store.check([f"joined/{rank}"]):
+                    joined = self.store.check([f"joined/{rank}"])
+                    if not joined and late_joins:
+                        joined = self._wait(f"joined/{rank}", None, self.timeout_s, f"worker rank {rank} to start",
+                                            abandon=stop_requested) is not None
+                    if joined:
                         self._wait(f"exited/{rank}", None, self.timeout_s, f"worker rank {rank} to end",
                                    abandon=peers_lost)
                 except DataParallelError as e:

@@ -1256,7 +1256,8 @@ class DeviceHost:
                 self._arenas.exit(spec.trial_id)
         if ranks is not None:  # rank 0 waits for its workers here; their failures become the trial's error
             own = error
-            outcome, error, trace = ranks.finish(outcome, error, trace, peer_gone, session.peers_lost)
+            outcome, error, trace = ranks.finish(outcome, error, trace, peer_gone, session.peers_lost,
+                                                 session.stop_requested)
             if error != own:  # a worker's error, whose exception stayed in the worker
                 error_pickle = None
         now = time.time()
