@@ -27,7 +27,7 @@ from fluidsalus.searchers._pb2 import (
     ucb_beta,
     ucb_pick,
 )
-from fluidsalus.testing.pbt import run_pbt, task_arguments
+from fluidsalus.testing.pbt import exploit_lines, run_pbt, task_arguments
 
 INTERVAL = 4
 
@@ -142,6 +142,19 @@ def test_the_first_exploits_copy_the_source_and_later_ones_use_the_gp_within_bou
     chosen = [entry["new_config"]["lr"] for entry in log if entry["operations"] == {"pb2": "gp-ucb"}]
     assert chosen and all(0.05 <= lr <= 0.95 for lr in chosen)
     assert len(set(chosen)) > len(chosen) // 2  # picks spread out: not one value over and over
+
+
+def test_an_exploit_logs_rays_lines_with_pb2s_name_and_plain_arrows() -> None:
+    """As Ray's PB2 (PBT's lines, no operation per key: ``lr : old -----> new``; h160's F4)."""
+    with exploit_lines() as lines:
+        run = run_pbt(_pb2(seed=3, hyperparam_bounds={"lr": [0.05, 0.95]}), seed=3)
+    assert run.searcher.exploit_log
+    for entry in run.searcher.exploit_log:  # each exploit's two lines (a skipped one has Ray's "[pbt]: no checkpoint")
+        assert any(line.startswith(f"\n\n[PB2] [Exploit] Cloning trial {entry['source_trial_id']} (score = ")
+                   and f") into trial {entry['trial_id']} (score = " in line for line in lines)
+        assert (f"\n\n[PB2] [Explore] Perturbed the hyperparameter config of trial{entry['trial_id']}:\n"
+                f"lr : {entry['source_config']['lr']} -----> {entry['new_config']['lr']}\n") in lines
+    assert any(line.startswith("[pbt]: no checkpoint for trial ") for line in lines)
 
 
 def test_a_source_without_an_observation_of_its_own_is_copied_as_rays_pb2_does():

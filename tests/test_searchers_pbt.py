@@ -7,6 +7,7 @@ group/budget/pause rules that applies :meth:`PBT.take_exploits` the way the exec
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 import statistics
@@ -22,12 +23,13 @@ from fluidsalus.searchers._pbt import (
     EXPLOIT,
     PBT,
     POPULATION_GROUP_ID,
+    exploit_logger,
     explore,
     next_perturbation_point,
     quantiles,
 )
 from fluidsalus.testing import drive
-from fluidsalus.testing.pbt import ITERATIONS, PbtRun, run_pbt, task_arguments
+from fluidsalus.testing.pbt import ITERATIONS, PbtRun, exploit_lines, run_pbt, task_arguments
 
 #: Perturbation interval of the tests' PBT (in iterations).
 INTERVAL = 4
@@ -244,6 +246,32 @@ def test_bottom_trial_exploits_a_top_trial_and_the_rest_are_promoted():
     )
     assert pbt.take_exploits() == [] and pbt.pending_exploits == {}
     assert pbt.exploit_log[0]["trial_id"] == "t3" and json.dumps(pbt.exploit_log)
+
+
+def test_an_exploit_logs_rays_exploit_and_explore_lines() -> None:
+    """PBT exploits printed nothing (fluidsalus logged its own line at INFO, which nothing shows); Ray's PBT logs
+    two lines per exploit through its module's logger, shown by default at any verbose (h160's F4)."""
+    import ray  # (Ray's import sets its ``ray`` logger's INFO handler, which shows the lines as it shows Ray's)
+
+    assert exploit_logger.name == "ray.tune.schedulers.pbt" and ray and logging.getLogger("ray").handlers
+    assert logging.getLogger("ray").isEnabledFor(logging.INFO)
+    pbt = _pbt(num_samples=4, space={"lr": 0.5, "opt": {"m": 0.9}},
+               hyperparam_mutations={"lr": sp.uniform(0.0, 1.0), "opt": {"m": [0.8, 0.9]}})
+    with exploit_lines() as lines:
+        _population(pbt, [2.0, 3.0, 4.0, 1.0])
+    exploit, explore_line = lines
+    assert exploit == "\n\n[PBT] [Exploit] Cloning trial t2 (score = 4.000000) into trial t3 (score = 1.000000)\n"
+    new, ops = pbt.trial_config("t3"), pbt.exploit_log[0]["operations"]
+    assert explore_line == (  # (Ray's text has no space before the trial id)
+        "\n\n[PBT] [Explore] Perturbed the hyperparameter config of trialt3:\n"
+        f"lr : 0.5 --- ({ops['lr']}) --> {new['lr']}\n"
+        f"opt : \n    m : 0.9 --- ({ops['opt']['m']}) --> {new['opt']['m']}\n")
+    pbt = _pbt(num_samples=4, hyperparam_mutations={}, custom_explore_fn=lambda config: config)
+    pbt.scheduler_name = "MyPBT"  # (the Tune front end sets its scheduler's class name, as Ray's lines give it)
+    with exploit_lines() as lines:
+        _population(pbt, [2.0, 3.0, 4.0, 1.0])
+    assert lines[-1] == ("\n\n[MyPBT] [Explore] Perturbed the hyperparameter config of trialt3:\n"
+                         "No hyperparameters mutated.")
 
 
 def test_trials_take_turns_by_the_time_of_their_last_point_as_in_rays_choose_trial_to_run():

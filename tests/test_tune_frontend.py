@@ -41,6 +41,7 @@ from fluidsalus.tune._tuner import TUNER_STATE_FILE
 
 rt = pytest.importorskip("ray.tune")
 from fluidsalus import tune  # noqa: E402
+from fluidsalus.testing.pbt import exploit_lines  # noqa: E402
 from fluidsalus.testing.tune import InterruptOnce, resumable  # noqa: E402
 
 
@@ -2144,9 +2145,10 @@ def test_a_class_trainable_under_pbt_is_saved_at_its_perturbation_points(ray_clu
     kept only the last few and a source's point was often gone when a bottom trial came to clone it."""
     pbt = tune.schedulers.PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=4,
                                                   quantile_fraction=0.5, hyperparam_mutations={"lr": [0.1, 0.5, 1.0]})
-    grid = Tuner(_Climber, param_space={"lr": tune.grid_search([0.1, 0.5, 1.0, 2.0])},
-                 tune_config=tune.TuneConfig(scheduler=pbt, metric="height", mode="max"),
-                 run_config=tune.RunConfig(storage_path=storage, name="points", verbose=0)).fit()
+    with exploit_lines() as lines:
+        grid = Tuner(_Climber, param_space={"lr": tune.grid_search([0.1, 0.5, 1.0, 2.0])},
+                     tune_config=tune.TuneConfig(scheduler=pbt, metric="height", mode="max"),
+                     run_config=tune.RunConfig(storage_path=storage, name="points", verbose=0)).fit()
     assert grid.num_errors == 0
     store = ExperimentStore.open(os.path.join(storage, "points"), readonly=True)
     try:
@@ -2157,6 +2159,12 @@ def test_a_class_trainable_under_pbt_is_saved_at_its_perturbation_points(ray_clu
     # at the points and at the end (13), not between the points
     assert {4, 8, 12, 13} <= saved and not saved & {1, 2, 3, 5, 6, 7, 9, 10, 11}
     assert exploits and all(e.data["from_iteration"] in (4, 8, 12) for e in exploits)
+    # Ray's lines of each exploit, with the scheduler's class name, at verbose=0 too (they printed nothing: h160's F4)
+    for event in exploits:
+        assert any(line.startswith("\n\n[PopulationBasedTraining] [Exploit] Cloning trial ")
+                   and f" into trial {event.trial_id} (score = " in line for line in lines)
+        assert any(line.startswith("\n\n[PopulationBasedTraining] [Explore] Perturbed the hyperparameter config "
+                                   f"of trial{event.trial_id}:\nlr : ") for line in lines)
 
 
 class _Endless(tune.Trainable):

@@ -68,6 +68,42 @@ def test_csv_logger_keeps_the_first_results_columns_and_appends_on_resume(tmp_pa
     assert path.read_text().count("loss") == 1
 
 
+def _iterations(logger_class, path) -> list[int]:
+    if logger_class is CSVLoggerCallback:
+        return [int(row["training_iteration"]) for row in _rows(path / "progress.csv")]
+    return [json.loads(line)["training_iteration"] for line in (path / "result.json").read_text().splitlines()]
+
+
+def _report(logger, trial, iterations, since_restore_from: int) -> None:
+    for i in iterations:
+        logger.on_trial_result(i, [trial], trial, {"training_iteration": i, "v": i,
+                                                   "iterations_since_restore": i - since_restore_from})
+
+
+@pytest.mark.parametrize("logger_class", [JsonLoggerCallback, CSVLoggerCallback])
+def test_a_restored_trial_continues_its_file_from_where_it_resumes_and_a_retry_appends(tmp_path,
+                                                                                      logger_class) -> None:
+    """After a Ctrl-C and Tuner.restore, a trial restarted from scratch kept its aborted attempt's rows in
+    progress.csv/result.json (1..7 then 1..): its file starts anew, as Ray's; one resumed from its checkpoint of
+    iteration 6 keeps the rows up to 6 (as the store's results); a retry within a session appends, as in Ray
+    (h160's F2)."""
+    scratch, resumed = _trial(tmp_path, "scratch"), _trial(tmp_path, "resumed")
+    logger = logger_class()
+    for trial in (scratch, resumed):
+        logger.on_trial_start(0, [trial], trial)
+        _report(logger, trial, range(1, 4), since_restore_from=0)
+        logger.on_trial_start(0, [trial], trial)  # a retry from scratch in the same session: appended, as in Ray
+        _report(logger, trial, range(1, 8), since_restore_from=0)
+    assert _iterations(logger_class, tmp_path / "scratch") == [1, 2, 3, 1, 2, 3, 4, 5, 6, 7]
+    restored = pickle.loads(pickle.dumps(logger))  # Tuner.restore's logger, in the next session
+    for trial, start in ((scratch, 0), (resumed, 6)):
+        restored.on_trial_start(0, [trial], trial)
+        _report(restored, trial, range(start + 1, 10), since_restore_from=start)
+    restored.on_experiment_end([scratch, resumed])
+    assert _iterations(logger_class, tmp_path / "scratch") == list(range(1, 10))
+    assert _iterations(logger_class, tmp_path / "resumed") == [1, 2, 3] + list(range(1, 10))
+
+
 def test_csv_logger_puts_nested_columns_after_the_plain_ones_as_ray_does(tmp_path) -> None:
     """The nested keys kept their places (``a,nest/x,b``); Ray's file has them after the plain ones (a review)."""
     trial = _trial(tmp_path, lr=0.1)

@@ -337,6 +337,8 @@ class PB2(PBT):
             range; the message names it.
     """
 
+    scheduler_name = "PB2"
+
     def __init__(
         self,
         space: Mapping[str, Any],

@@ -53,6 +53,11 @@ from fluidsalus.searchers._random import VariantStream, check_points, count_tria
 from fluidsalus.trialgroup.trial import TrialGroup
 
 logger = logging.getLogger(__name__)
+#: The logger of the lines Ray's PBT logs at each exploit (``[Exploit] Cloning trial ...``, ``[Explore] Perturbed
+#: ...``) and skipped exploit: Ray's PBT module's, so they show as Ray's do (the handler Ray sets on its ``ray``
+#: logger prints INFO, also at ``verbose=0``), and a level set for ``ray.tune.schedulers.pbt`` (or ``ray.tune``)
+#: applies to them as to Ray's.
+exploit_logger = logging.getLogger("ray.tune.schedulers.pbt")
 
 __all__ = ["CONTINUE", "EXPLOIT", "PBT", "ExploitRequest", "Perturbation", "explore", "quantiles"]
 
@@ -82,6 +87,8 @@ POPULATION_GROUP_ID = "pbt-population"
 GROUP_ID_PREFIX = "pbt"
 #: Shifts of a list value to a neighbouring index (Ray's list perturbation).
 LIST_SHIFTS = (-1, 1)
+#: Indentation of a nested key's line in the explore summary (Ray's four spaces).
+NESTED_INDENT = 4
 #: Bits of the seed drawn from PBT's random stream for one NumPy generator (to resample a domain).
 NUMPY_SEED_BITS = 64
 #: ``next_groups`` calls a request may stay untaken before PBT concludes the driver cannot apply exploits.
@@ -283,6 +290,54 @@ def explore(
 # --------------------------------------------------------------------------------------------------------
 
 
+def _mutated_params(config: Mapping[str, Any], mutations: Mutations) -> dict[str, Any]:
+    """The values of ``config`` at the keys of ``mutations`` (nested dicts followed), as Ray's
+    ``_filter_mutated_params_from_config`` picks them for its explore line; keys the config lacks are left out."""
+    picked: dict[str, Any] = {}
+    for key, distribution in mutations.items():
+        if key not in config:
+            continue
+        value = config[key]
+        if isinstance(distribution, Mapping) and isinstance(value, Mapping):
+            picked[key] = _mutated_params(value, distribution)
+        else:
+            picked[key] = value
+    return picked
+
+
+def _summarize_changes(old: Mapping[str, Any], new: Mapping[str, Any], operations: Mapping[str, Any],
+                      prefix: str = "") -> str:
+    """Ray's ``_summarize_hyperparam_changes``: one line per mutated key, ``lr : 0.0001 --- (* 0.8) --> 8e-05``
+    (``old -----> new`` without an operation; a nested dict's keys under its own, indented four spaces).
+
+    Args:
+        old: The source's values of the mutated keys (:func:`_mutated_params`).
+        new: The new config's values of the same keys.
+        operations: Per key, what :func:`explore` did (``"* 0.8"``, ``"resample"``, ...; nested for nested keys).
+        prefix: Indentation of the lines.
+
+    Returns:
+        The lines, each ending with a newline (empty when nothing was mutated).
+    """
+    text = ""
+    for key, old_value in old.items():
+        new_value = new.get(key)
+        text += f"{prefix}{key} : "
+        operation = operations.get(key) if isinstance(operations, Mapping) else None
+        if isinstance(old_value, Mapping) and isinstance(new_value, Mapping):
+            nested = operation if isinstance(operation, Mapping) else {}
+            text += "\n" + _summarize_changes(old_value, new_value, nested, prefix + " " * NESTED_INDENT)
+        else:
+            arrow = f"--- ({operation}) -->" if operation else "----->"
+            text += f"{old_value} {arrow} {new_value}\n"
+    return text
+
+
+def _score(value: float | None) -> str:
+    """A score as Ray's exploit line writes it (``{:4f}``: six decimals)."""
+    return f"{math.nan if value is None else value:4f}"
+
+
 def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
@@ -383,6 +438,9 @@ class PBT(BaseSearcher):
     #: The population takes turns on the devices by progress (:meth:`turn_key`), as Ray's PBT pauses a trial at a
     #: perturbation point while others wait and then runs the least advanced one.
     takes_turns = True
+    #: The scheduler the exploit lines name (``[PBT] [Exploit] ...``); the Tune front end sets its scheduler's class
+    #: name (``PopulationBasedTraining``, ``PB2``), as Ray's lines give ``self.__class__.__name__``.
+    scheduler_name = "PBT"
 
     def __init__(
         self,
@@ -513,7 +571,7 @@ class PBT(BaseSearcher):
             return Perturbation(CONTINUE)
         source_id = self._rng.choice(upper)
         if self._trials[source_id].point_iteration is None:
-            logger.info("[pbt] no checkpoint for trial %s; skip exploit for trial %s", source_id, trial_id)
+            exploit_logger.info(f"[pbt]: no checkpoint for trial {source_id}. Skip exploit for Trial {trial_id}")
             return Perturbation(CONTINUE)
         return Perturbation(EXPLOIT, source_id)
 
@@ -704,11 +762,7 @@ class PBT(BaseSearcher):
         )
         self._exploits[trial_id] = request
         self.num_perturbations += 1
-        logger.info(
-            "[pbt] trial %s (score %s) exploits trial %s (score %s) from iteration %d: %s",
-            trial_id, state.last_score, source_id, source.last_score,
-            source.point_iteration, operations,
-        )
+        self._log_exploit(trial_id, source_id, new_config, operations)
         if self.log_config:
             self.exploit_log_version += 1
             self.exploit_log.append({
@@ -717,6 +771,20 @@ class PBT(BaseSearcher):
                 "source_iteration": source.point_iteration, "source_config": copy.deepcopy(source.config),
                 "new_config": copy.deepcopy(new_config), "operations": operations,
             })
+
+    def _log_exploit(self, trial_id: str, source_id: str, new_config: Mapping[str, Any],
+                     operations: Mapping[str, Any]) -> None:
+        """Log Ray's two lines of an exploit, in its words: ``[Exploit] Cloning trial <source> (score = ...) into
+        trial <trial> (score = ...)`` and ``[Explore] Perturbed the hyperparameter config of trial<trial>:`` with a
+        line per mutated key (:func:`_summarize_changes`; Ray's text has no space before the trial id)."""
+        name, source = self.scheduler_name, self._trials[source_id]
+        exploit_logger.info(
+            f"\n\n[{name}] [Exploit] Cloning trial {source_id} (score = {_score(source.last_score)}) into trial "
+            f"{trial_id} (score = {_score(self._trials[trial_id].last_score)})\n")
+        changes = _summarize_changes(_mutated_params(source.config, self.hyperparam_mutations),
+                                    _mutated_params(new_config, self.hyperparam_mutations), operations)
+        exploit_logger.info(f"\n\n[{name}] [Explore] Perturbed the hyperparameter config of trial{trial_id}:\n"
+                            + (changes or "No hyperparameters mutated."))
 
     def _at_point(self, trial_id: str, state: _TrialState) -> None:
         """Called when a trial reaches a perturbation point, its score and time updated (a hook for PB2)."""

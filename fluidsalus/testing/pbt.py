@@ -1,4 +1,5 @@
-"""A small driver for population based searchers (PBT, PB2) that applies their exploits, and a synthetic task.
+"""A small driver for population based searchers (PBT, PB2) that applies their exploits, and a synthetic task;
+:func:`exploit_lines` catches the lines PBT logs at its exploits.
 
 The pure driver (:func:`fluidsalus.testing.drive`) cannot restart a trial from another trial's checkpoint, so the
 exploit path runs through :func:`run_pbt`: it has the executor's group/budget/pause rules and applies
@@ -9,16 +10,18 @@ learning rate moves during training, so a schedule beats every constant.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fluidsalus import space as sp
 from fluidsalus.searchers._base import Decision, ExploitRequest
-from fluidsalus.searchers._pbt import PBT
+from fluidsalus.searchers._pbt import PBT, exploit_logger
 
-__all__ = ["ITERATIONS", "PbtRun", "gain", "run_pbt", "task_arguments"]
+__all__ = ["ITERATIONS", "PbtRun", "exploit_lines", "gain", "run_pbt", "task_arguments"]
 
 #: States of a simulated trial.
 RUNNING, PAUSED, ENDED = "RUNNING", "PAUSED", "ENDED"
@@ -140,3 +143,31 @@ def run_pbt(
     raise RuntimeError("PBT did not finish")
 
 
+class _Lines(logging.Handler):
+    """Keeps the messages logged to the logger it is added to."""
+
+    def __init__(self, messages: list[str]) -> None:
+        super().__init__(logging.INFO)
+        self.messages = messages
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def exploit_lines() -> Iterator[list[str]]:
+    """The messages PBT's exploit logger logs inside the block (Ray's ``ray.tune.schedulers.pbt``: once Ray is
+    imported its records stop at Ray's ``ray`` logger, before pytest's handler on the root logger).
+
+    Yields:
+        The list the messages are appended to.
+    """
+    messages: list[str] = []
+    handler, level = _Lines(messages), exploit_logger.level
+    exploit_logger.addHandler(handler)
+    exploit_logger.setLevel(logging.INFO)
+    try:
+        yield messages
+    finally:
+        exploit_logger.removeHandler(handler)
+        exploit_logger.setLevel(level)

@@ -785,6 +785,7 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
         assert isinstance(scheduler, PopulationBasedTraining)
         engine = PB2 if isinstance(scheduler, PB2Holder) else PBT
         searcher = engine(space, n, metric, mode, seed=seed, points_to_evaluate=points, **scheduler.engine_kwargs())
+        searcher.scheduler_name = type(scheduler).__name__  # (its exploit lines name it, as Ray's)
         names = ("time_attr", "perturbation_interval", "quantile_fraction", "synch")
         if engine is PBT:
             names += ("burn_in_period", "resample_probability")

@@ -22,6 +22,7 @@ tensorboardX package). Ray adds it to every run when tensorboardX is installed; 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import numbers
@@ -29,8 +30,10 @@ import os
 import pickle
 import sys
 import warnings
-from typing import Any, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO, TypeVar
 
+from fluidsalus.checkpoint import write_atomically
 from fluidsalus.errors import ConfigError
 from fluidsalus.result import flatten_dict
 from fluidsalus.store import PARAMS_FILE, PARAMS_PICKLE_FILE, PROGRESS_FILE, RESULT_FILE  # Ray's names (re-exported)
@@ -48,6 +51,8 @@ TBX_PREFIX = "ray/tune/"
 TBX_SKIPPED = ("config", "pid", "timestamp", "time_total_s", "training_iteration")
 #: How often a trial's event file is flushed in the background, in seconds (Ray's ``flush_secs``).
 TBX_FLUSH_S = 30
+
+_Row = TypeVar("_Row")
 
 
 class LoggerCallback(Callback):
@@ -134,15 +139,72 @@ def pretty_print(result: dict[str, Any], exclude: set[str] | None = None) -> str
     return str(yaml.dump(plain, Dumper=_Dumper, default_flow_style=False))
 
 
+#: The result keys that say where an attempt started: the trial's iteration count, and the attempt's.
+_ITERATION_KEY = "training_iteration"
+_SINCE_RESTORE_KEY = "iterations_since_restore"
+
+
+def _drop_rows_past(rows: list[_Row], iteration_of: Callable[[_Row], int | None], last_kept: int) -> list[_Row]:
+    """``rows`` without its trailing rows whose iteration is past ``last_kept`` (a row without one ends the scan):
+    the rows of an attempt that a resumed attempt, starting after ``last_kept``, writes again."""
+    end = len(rows)
+    while end > 0 and (iteration := iteration_of(rows[end - 1])) is not None and iteration > last_kept:
+        end -= 1
+    return rows[:end]
+
+
+def _row_iteration(value: Any) -> int | None:
+    """A row's ``training_iteration`` as a number, or None when it has none."""
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        return None
+
+
 class _FileLogger(LoggerCallback):
-    """A logger with one open file per trial, closed when the trial or the experiment ends."""
+    """A logger with one open results file per trial (:attr:`FILE` in its folder), closed when the trial or the
+    experiment ends.
+
+    The first result this logger gets for a trial in a session tells where the trial's attempt started
+    (``training_iteration - iterations_since_restore``): the file's trailing rows past that iteration, which an
+    interrupted session wrote before the trial was restored from an earlier checkpoint or restarted from scratch,
+    are dropped, so the file holds the history the attempt continues, as the experiment's store does (Ray starts a
+    restored trial's file anew when it has no checkpoint). Within a session a retry appends, as in Ray."""
+
+    #: The results file, in the trial's folder.
+    FILE = RESULT_FILE
 
     def __init__(self) -> None:
         self._files: dict[str, TextIO] = {}
+        self._continued: set[str] = set()  # trials whose file this session has checked (a retry appends)
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled without its open files (``Tuner.restore`` keeps the callbacks): each reopens in append mode."""
-        return {name: {} if isinstance(value, dict) else value for name, value in self.__dict__.items()}
+        """Pickled without its open files and what it knows of this session (``Tuner.restore`` keeps the callbacks):
+        each reopens in append mode."""
+        return {name: {} if isinstance(value, dict) else set() if isinstance(value, set) else value
+                for name, value in self.__dict__.items()}
+
+    def _open(self, trial: Any) -> None:
+        """Open the trial's file for appending."""
+        os.makedirs(trial.path, exist_ok=True)
+        self._files[trial.trial_id] = open(os.path.join(trial.path, self.FILE), "a")  # noqa: SIM115
+
+    def _drop_rows(self, path: str, last_kept: int) -> bool:
+        """Drop the file's trailing rows past iteration ``last_kept``; whether any were."""
+        raise NotImplementedError
+
+    def _continue_file(self, trial: Any, result: dict[str, Any]) -> None:
+        """At the trial's first result in this session: drop its file's rows past where this attempt started
+        (reopening the file if any were dropped), then open it if it is not open."""
+        if trial.trial_id not in self._continued:
+            self._continued.add(trial.trial_id)
+            total, since = result.get(_ITERATION_KEY), result.get(_SINCE_RESTORE_KEY)
+            path = os.path.join(trial.path, self.FILE)
+            if isinstance(total, int) and isinstance(since, int) and os.path.exists(path) \
+                    and self._drop_rows(path, total - since) and trial.trial_id in self._files:
+                self.log_trial_end(trial)
+        if trial.trial_id not in self._files:
+            self._open(trial)
 
     def log_trial_end(self, trial: Any, failed: bool = False) -> None:
         out = self._files.pop(trial.trial_id, None)
@@ -156,7 +218,8 @@ class _FileLogger(LoggerCallback):
 
 class JsonLoggerCallback(_FileLogger):
     """Writes ``params.json`` / ``params.pkl`` when a trial starts and appends each result to its ``result.json``
-    as one JSON line (``ray.tune.logger.JsonLoggerCallback``'s files). A resumed trial appends to its file."""
+    as one JSON line (``ray.tune.logger.JsonLoggerCallback``'s files). A retry appends to the file; a trial of a
+    restored experiment continues it from the iteration it resumes from (see :class:`_FileLogger`)."""
 
     def log_trial_start(self, trial: Any) -> None:
         if trial.trial_id in self._files:
@@ -171,11 +234,29 @@ class JsonLoggerCallback(_FileLogger):
         if blob is not None:
             with open(os.path.join(trial.path, PARAMS_PICKLE_FILE), "wb") as f:
                 f.write(blob)
-        self._files[trial.trial_id] = open(os.path.join(trial.path, RESULT_FILE), "a")  # noqa: SIM115
+        self._open(trial)
+
+    def _drop_rows(self, path: str, last_kept: int) -> bool:
+        with open(path) as f:
+            lines = f.readlines()
+
+        def iteration_of(line: str) -> int | None:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                return None
+            return _row_iteration(row.get(_ITERATION_KEY)) if isinstance(row, dict) else None
+
+        kept = _drop_rows_past(lines, iteration_of, last_kept)
+        if len(kept) == len(lines):
+            return False
+        write_atomically(path, "".join(kept))
+        return True
 
     def log_trial_result(self, iteration: int, trial: Any, result: dict[str, Any]) -> None:
         if trial.trial_id not in self._files:
             self.log_trial_start(trial)
+        self._continue_file(trial, result)
         out = self._files[trial.trial_id]
         out.write(json.dumps(result, cls=_JsonFallback) + "\n")
         out.flush()
@@ -186,8 +267,11 @@ class CSVLoggerCallback(_FileLogger):
     """Writes each result of a trial as one row of its ``progress.csv`` (``ray.tune.logger.CSVLoggerCallback``).
 
     As in Ray, the columns are the flattened keys (``/``-joined) of the trial's first result, without
-    ``config``; later keys outside them are left out. A resumed trial appends rows under the header it has.
+    ``config``; later keys outside them are left out. A retry appends rows under the header the file has; a trial
+    of a restored experiment continues the file from the iteration it resumes from (see :class:`_FileLogger`).
     """
+
+    FILE = PROGRESS_FILE
 
     def __init__(self) -> None:
         super().__init__()
@@ -196,10 +280,26 @@ class CSVLoggerCallback(_FileLogger):
 
     def _open(self, trial: Any) -> None:
         os.makedirs(trial.path, exist_ok=True)
-        path = os.path.join(trial.path, PROGRESS_FILE)
+        path = os.path.join(trial.path, self.FILE)
         self._has_header[trial.trial_id] = os.path.exists(path) and os.path.getsize(path) > 0
         self._files[trial.trial_id] = open(path, "a", newline="")  # noqa: SIM115
         self._writers[trial.trial_id] = None
+
+    def _drop_rows(self, path: str, last_kept: int) -> bool:
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+        if not rows or _ITERATION_KEY not in rows[0]:
+            return False
+        column = rows[0].index(_ITERATION_KEY)
+        kept = _drop_rows_past(rows[1:], lambda row: _row_iteration(row[column]) if column < len(row) else None,
+                               last_kept)
+        if len(kept) == len(rows) - 1:
+            return False
+        text = io.StringIO(newline="")
+        if kept:  # (no row left: the file starts anew, its header from the attempt's first result, as in Ray)
+            csv.writer(text).writerows(rows[:1] + kept)
+        write_atomically(path, text.getvalue())
+        return True
 
     def log_trial_start(self, trial: Any) -> None:
         if trial.trial_id in self._files:
@@ -207,8 +307,7 @@ class CSVLoggerCallback(_FileLogger):
         self._open(trial)
 
     def log_trial_result(self, iteration: int, trial: Any, result: dict[str, Any]) -> None:
-        if trial.trial_id not in self._files:
-            self._open(trial)
+        self._continue_file(trial, result)
         # Ray's columns in Ray's order: a level's plain values, then its nested ones (Ray's flatten_dict)
         row = flatten_like_ray({k: v for k, v in result.items() if k != "config"})
         writer = self._writers[trial.trial_id]
