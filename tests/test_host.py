@@ -1161,33 +1161,6 @@ def test_a_prefetched_trial_begins_when_its_lane_would_idle_and_then_time_slices
     assert {e[1]: e[4] for e in events if e[0] == EV_END} == {"t0": OUT_COMPLETED, "t1": OUT_COMPLETED}
 
 
-def test_a_prefetched_trial_waits_through_a_pause_its_driver_answers_with_a_promotion(tmp_path):
-    """A pause at the budget is answered with the driver's next poll (its promotion or stop is carried out before
-    that poll): a prefetched trial behind the paused one begins only if the pause stands then. Here the driver
-    promotes at once (ASHA), so the promoted trial runs on alone and the prefetched one begins at its end. (It
-    began at the pause, and the two time-slicing one slot could not be parted without checkpoints: a tester's
-    ASHA run left the other device idle for 13.8 s, h160's F3.)"""
-    order = []
-
-    def f(config):
-        for i in range(config["n"]):
-            order.append(config["name"])
-            time.sleep(0.02)
-            fluidsalus.report({"i": i})
-
-    host = DeviceHost(f, _settings(max_lanes=1))
-    host.submit([dataclasses.replace(_spec(tmp_path, 0, name="a", n=4), budget=2)])  # pauses after 2 iterations
-    host.submit([dataclasses.replace(_spec(tmp_path, 1, name="b", n=3), prefetched=True)])
-    events, deadline = [], time.time() + WAIT_S
-    while not any(e[0] == EV_RESULT and e[5] for e in events):  # a's result at its budget reaches the driver
-        assert time.time() < deadline, f"no pause; events: {events}"
-        events += host.poll(0.05)
-    host.resume({"t0": None})  # the driver's answer, carried out before its next poll
-    events += _drain(host, 2)
-    assert order == ["a"] * 4 + ["b"] * 3
-    assert {e[1]: e[4] for e in events if e[0] == EV_END} == {"t0": OUT_COMPLETED, "t1": OUT_COMPLETED}
-
-
 def test_a_trial_waiting_for_the_driver_lets_its_lane_neighbour_compute(tmp_path):
     """A driver call computes nothing: while one trial waits for its answer, the other trial of its lane runs."""
     released = threading.Event()

@@ -157,9 +157,8 @@ class TrialSpec:
             ``world_size > 1``.
         prefetched: The driver sent it ahead to a full device (its place action ``prefetch``). Until it has had
             its first turn it takes its lane's turn only when no other trial of the lane is ready or on its way to
-            its first turn, that is when the lane would otherwise idle (the running trial ended, waits for the
-            driver, or paused at its budget and the pause stands once the driver answered it: :meth:`DeviceHost.poll`).
-            Once begun it time-slices like any other trial. Its ``EV_START`` is
+            its first turn, that is when the lane would otherwise idle (the running trial ended, paused at its
+            budget or waits for the driver). Once begun it time-slices like any other trial. Its ``EV_START`` is
             sent at its first turn, not at its admission; one withdrawn or stopped before that ends with no start.
         stop_state: For an attempt that continues a trial (a retry, a move, an exploit, a resume), the driver's
             copy of the run's stopper (its device view, pickled), which has seen every result of the trial: this
@@ -262,10 +261,6 @@ class _Running:
     began: bool = False  # it has been given its lane's turn: its code may have run
     rngs: rngs.RngState | None = None  # its global random generators, kept while another trial holds them
     withdrawn: bool = False  # taken back before it began (:meth:`DeviceHost.withdraw`): it ends without running
-    # Its result at its budget is on its way to the driver (``pause_sent``) or was in a batch a poll returned, and
-    # the driver has not polled since (``pause_told``): a prefetched trial of its lane waits (see DeviceHost.poll)
-    pause_sent: bool = False
-    pause_told: bool = False
 
 
 #: The start of the warning torch gives once per process when a thread asks for its cuBLAS handle before it has a
@@ -556,7 +551,6 @@ class DeviceHost:
             for tid, budget in budgets.items():
                 running = self._running.get(tid)
                 if running is not None:
-                    running.pause_sent = running.pause_told = False
                     running.session.resume(budget)
                 elif tid in self._waiting:
                     self._waiting[tid].budget = budget
@@ -596,20 +590,8 @@ class DeviceHost:
 
     def poll(self, max_wait_s: float) -> list[tuple[Any, ...]]:
         """Return all events gathered so far, waiting up to ``max_wait_s`` for one that wakes the driver (events
-        that are only records, such as a lane switch, wait for the next that does, or for ``max_wait_s``).
-
-        A trial's pause at its budget is answered by the poll after the one that returned its result: the driver
-        sends what its searcher decided (a promotion, a stop) with that poll, and the actor carries it out before
-        it calls this. A prefetched trial behind a paused one begins only then, when the pause stands: had it
-        begun at the pause, the promotion that follows at once (ASHA's) would leave the two time-slicing one slot
-        to their ends, since neither can leave without a checkpoint, while another device idled."""
+        that are only records, such as a lane switch, wait for the next that does, or for ``max_wait_s``)."""
         with self._lock:
-            for r in self._running.values():
-                if r.pause_told:  # the pause stands: its lane may go to a trial waiting in it
-                    r.pause_sent = r.pause_told = False
-                    turn = self._turns.get(r.lane_id)
-                    if turn is not None:
-                        self._grant_locked(turn)
             if not self._outbox_wakes and max_wait_s > 0:
                 self._outbox_ready.wait(max_wait_s)
             if self._waits:
@@ -617,8 +599,6 @@ class DeviceHost:
                 for key in [k for k, held in self._waits.items() if held[0][0] <= old]:
                     self._send_waits_locked(key)
             out, self._outbox, self._outbox_wakes = self._outbox, [], False
-            for r in self._running.values():
-                r.pause_told = r.pause_sent
             return out
 
     def _send_waits_locked(self, key: tuple[str, int]) -> None:
@@ -689,8 +669,7 @@ class DeviceHost:
             return
         eligible = [tid for tid in turn.ready if not self._held(tid)]
         if not eligible:  # only prefetched trials wait: one begins unless a trial ahead of it is still starting
-            # or is paused at its budget until the driver has answered (DeviceHost.poll)
-            if any(self._starting_ahead(tid) for tid in turn.ready) or self._pause_unanswered(turn):
+            if any(self._starting_ahead(tid) for tid in turn.ready):
                 return
             eligible = list(turn.ready)
         views = [self._view(tid, turn.ready[tid]) for tid in eligible]
@@ -714,10 +693,6 @@ class DeviceHost:
         driver stopped is not held: it takes the turn at the next boundary, to end there without running."""
         r = self._running[trial_id]
         return r.spec.prefetched and not r.began and not r.session.stop_requested.is_set()
-
-    def _pause_unanswered(self, turn: _LaneTurn) -> bool:
-        """Whether a trial of the lane is paused at its budget and the driver has not answered yet."""
-        return any(r.pause_sent and self._turns.get(r.lane_id) is turn for r in self._running.values())
 
     def _starting_ahead(self, trial_id: str) -> bool:
         """Whether a trial that is not prefetched shares ``trial_id``'s lane and has not begun: its thread is on
@@ -1119,9 +1094,6 @@ class DeviceHost:
             if worker:
                 return
             with self._lock:
-                running = self._running.get(trial_id)
-                if running is not None:
-                    running.pause_sent, running.pause_told = paused, False
                 self._emit_locked((EV_RESULT, trial_id, attempt, time.time(), result, paused,
                                    session.stopped_by_rule), wake=prompt)
 

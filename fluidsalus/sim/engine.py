@@ -397,7 +397,7 @@ class Simulation:
         trial = None
         if len(ready) == 1:  # the common case, inlined: this runs for every iteration
             trial = ready[0]
-            if trial.began or not trial.prefetched or not (lane.starting or self._pause_unanswered(lane)):
+            if trial.began or not trial.prefetched or not lane.starting:
                 ready.pop()
             else:
                 trial = None
@@ -443,22 +443,17 @@ class Simulation:
     def _next(self, lane: SimLane) -> SimTrial | None:
         """Take the trial the lane runs next from its two or more ready ones, as the device host does
         (``DeviceHost._grant_locked``; :meth:`_kick` inlines the case of one): by the lane policy, a prefetched trial
-        that has not begun only when no other trial is ready, none that is not prefetched is still starting in
-        the lane and none is paused at its budget until the driver's next step (None: the lane waits)."""
+        that has not begun only when no other trial is ready and none that is not prefetched is still starting in
+        the lane (None: the lane waits)."""
         ready = lane.ready
         eligible = [t for t in ready if not (t.prefetched and not t.began)]
         if not eligible:
-            if lane.starting or self._pause_unanswered(lane):
+            if lane.starting:
                 return None
             eligible = ready
         trial = eligible[0] if len(eligible) == 1 else self.pick(eligible)
         ready.remove(trial)
         return trial
-
-    def _pause_unanswered(self, lane: SimLane) -> bool:
-        """Whether a trial of ``lane`` paused at its budget since the driver's last step: the device host holds a
-        prefetched trial until the driver has answered the pause (``DeviceHost.poll``), and the step does."""
-        return any(t.lane is lane and t.state == PAUSED for t in self._paused_since)
 
     @staticmethod
     def view(trial: SimTrial) -> TrialView:
@@ -979,11 +974,8 @@ class Simulation:
                 if trial.state == PAUSED and trial.resident:
                     self._release(trial, now)
                     trial.cold = True
-        answered = [t.lane for t in self._paused_since if t.state == PAUSED and t.lane is not None]
         self._paused_since.clear()
         self.strategy.place(now)
-        for lane in answered:  # the pauses stand: a prefetched trial waiting in their lanes may begin
-            self._kick(lane, now)
 
     def _finish(self, now: float) -> bool:
         """Nothing is scheduled: end the run (True) or let the driver act once more (False)."""

@@ -37,8 +37,7 @@ finds unplaceable (``P + T`` above every device) end with an error that names bo
 that the device starts its next trial the moment a slot frees, without a driver round trip. The planner sees a
 prefetched trial as placed there (it holds memory in a lane there), and may still withdraw it or move it (from a
 checkpoint, as any trial). The device holds it back (``TrialSpec.prefetched``): it begins only when its lane would
-otherwise idle, so it does not time-slice with the trial it waits behind, and trials end one after another (a
-pause at the budget idles the lane only if the pause stands at the driver's next poll: ASHA promotes at once).
+otherwise idle, so it does not time-slice with the trial it waits behind, and trials end one after another.
 """
 
 from __future__ import annotations
