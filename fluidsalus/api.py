@@ -615,10 +615,12 @@ def _execute(spec: RunSpec, payload: bytes, searcher: BaseSearcher, store: Exper
         executor.run()
     except KeyboardInterrupt:
         store.set_experiment(status=EXP_INTERRUPTED, finished_at=time.time())
-        if spec.verbose >= 1:  # (Ray prints its errored trials on an interrupted run too; the summary is a finish's)
-            with contextlib.suppress(Exception):  # (the interrupt is what the caller must get)
-                _print_errored_table(ResultGrid.from_store(store))
-        store.close()
+        try:
+            if spec.verbose >= 1:  # (Ray prints an interrupted run's errored trials too; the summary is a finish's)
+                with contextlib.suppress(Exception):  # (the interrupt is what the caller must get)
+                    _print_errored_table(ResultGrid.from_store(store))
+        finally:  # (a second Ctrl-C while it prints: the store is closed all the same)
+            store.close()
         raise
     except BaseException as e:
         if created_here and not (executor and executor.results_acknowledged) and (

@@ -276,7 +276,7 @@ class BestTrial:
     trial_id: str
     metric: str
     mode: str
-    value: float
+    value: float | int
     iteration: int
     status: str
     config: dict[str, Any]
@@ -635,8 +635,9 @@ class Report:
         if not scored:
             return None
         value, trial = (max if mode == "max" else min)(scored, key=lambda x: x[0])
-        return BestTrial(trial.trial_id, metric, mode, float(value), trial.last_iteration, trial.status,
-                         trial.config)
+        # (an int as it is: float() showed 1152921504606846977 as 1.15292e+18 where ls and the summary give it whole)
+        return BestTrial(trial.trial_id, metric, mode, value if isinstance(value, int) else float(value),
+                         trial.last_iteration, trial.status, trial.config)
 
     # ------------------------------------------------------------------ DataFrames
 

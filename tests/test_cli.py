@@ -607,3 +607,18 @@ def test_ls_and_inspect_show_a_best_value_just_below_1_as_below_1(tmp_path, caps
     assert "acc=0.99999999" in _ls_row(capsys, str(tmp_path), "almost")
     assert main(["inspect", store.experiment_dir]) == 0
     assert "best trial: t0 acc=0.99999999 (max)" in capsys.readouterr().out
+
+
+def test_ls_and_inspect_show_an_integer_best_in_full() -> None:
+    """``inspect``'s best-trial line made the metric a float: ``score=1.15292e+18`` where ``ls``, the summary and
+    the progress line give 1152921504606846977 (h163's F3)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        store = _stored(folder, "whole")
+        store.update_trial("t0", last_result={"acc": 2**60 + 1})
+        store.close()
+        from fluidsalus.inspect import inspect
+
+        best = inspect(store.experiment_dir).best
+        assert best is not None and best.value == 2**60 + 1 and isinstance(best.value, int)

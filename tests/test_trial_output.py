@@ -174,7 +174,7 @@ def test_a_line_ends_at_a_line_feed_only_as_rays_log_forwarding_reads_it() -> No
         set_session(None)
     assert console.getvalue() == ("[train_a_00000] abc\r\n"
                                   "[train_a_00000] page\x0cbreak\u2028here\n"
-                                  "[train_a_00000]  10%\r 20%\r100%\n"
+                                  "[train_a_00000]  10%\r[train_a_00000]  20%\r[train_a_00000] 100%\n"
                                   "not in a trial\n"
                                   "[train_a_00000] one\n[train_a_00000] two\n")
 
@@ -222,7 +222,7 @@ def test_a_progress_bars_updates_are_written_as_they_come_with_one_name() -> Non
     _written(router, a, " 20%\r")
     _written(router, b, "b's line\n")
     _written(router, a, "100%\n")
-    assert console.getvalue() == ("[train_a_00000]  10%\r 20%\r\n"
+    assert console.getvalue() == ("[train_a_00000]  10%\r[train_a_00000]  20%\r\n"
                                   "[train_b_00001] b's line\n"
                                   "[train_a_00000] 100%\n")
     wrapped = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import threading
 import weakref
@@ -65,6 +66,11 @@ class Router:
     def write(self, text: str) -> int:
         session = current_session()
         if session is None or session.ended or not self.tags_lines:  # (a thread still writing after its trial)
+            if self._open is not None and self.tags_lines:  # (a trial's line left open at a "\r": ended first)
+                with self._lines:
+                    if self._open is not None:
+                        self.stream.write("\n")
+                        self._open = None
             written = self.stream.write(text)
         else:
             written = self._write_lines(session, text)
@@ -96,9 +102,14 @@ class Router:
                 tag = trial_tag(session)
                 # (no name where the stream's line is this trial's own, left open at a "\r"; another trial's open
                 # line is ended first)
-                lead = "" if self._open is session else ("\n" if self._open is not None else "") + tag
+                # (each write names the trial, an open line's too: Ray's log monitor publishes each chunk it reads
+                # as a line; and each redraw after a "\r")
+                lead = ("\n" if self._open not in (None, session) else "") + tag
+                if self._open is session and pieces[0] == "\n":  # (the open line's bare end: no name on it)
+                    lead = ""
                 try:
-                    self.stream.write(lead + pieces[0] + "".join(tag + piece for piece in pieces[1:]))
+                    self.stream.write(lead + _redraws_named(pieces[0], tag)
+                                      + "".join(tag + _redraws_named(piece, tag) for piece in pieces[1:]))
                 except BaseException:
                     if held:  # the text before this write is not lost with it
                         self._partial[session] = held
@@ -118,7 +129,8 @@ class Router:
         with self._lines:
             held = self._partial.pop(session, None)
             if held is not None or self._open is session:
-                lead = "" if self._open is session else ("\n" if self._open is not None else "") + trial_tag(session)
+                closing = self._open is session and held is None  # (only the open line's end: no name needed)
+                lead = "" if closing else ("\n" if self._open not in (None, session) else "") + trial_tag(session)
                 self._open = None
                 text = f"{lead}{''.join(held or [])}\n"
                 try:
@@ -141,6 +153,14 @@ class Router:
 
     def __getattr__(self, name: str) -> Any:  # encoding, isatty(), fileno(), ... of the stream it replaced
         return getattr(self.stream, name)
+
+
+def _redraws_named(piece: str, tag: str) -> str:
+    """``piece`` with ``tag`` after each ``\r`` that text follows (a progress bar's redraw names its trial)."""
+    return _REDRAW.sub("\r" + tag, piece) if "\r" in piece else piece
+
+
+_REDRAW = re.compile(r"\r(?=[^\r\n])")
 
 
 def router(name: str) -> Router:

@@ -563,18 +563,20 @@ class Tuner:
                 fields: dict[str, Any] = {"status": PENDING, "error": None, "traceback": None,
                                           "finished_at": None, "stop_reason": None,
                                           "num_failures": 0 if from_scratch else row.num_failures + 1}
-                if from_scratch:
-                    checkpoints = store.checkpoints(row.trial_id)
-                    for checkpoint in checkpoints:  # (once the rows that stop listing them are committed)
-                        store.after_commit(functools.partial(shutil.rmtree, checkpoint["path"], ignore_errors=True))
-                    store.mark_checkpoints_deleted([c["path"] for c in checkpoints])
-                    fields.update(checkpoint_path=None, last_iteration=0)
-                    # Ray restarts it as a new trial in a new folder: its files hold the new attempt only (they
-                    # had both, 1, 2, 1, 2, 3, ...); the store keeps every attempt's results.
-                    for name in (RESULT_FILE, PROGRESS_FILE):
-                        with contextlib.suppress(FileNotFoundError):
-                            os.remove(os.path.join(folders[row.trial_id], name))
-                store.update_trial(row.trial_id, **fields)
+                with store.transaction():  # (the folders and files go once the rows that stop listing them commit)
+                    if from_scratch:
+                        checkpoints = store.checkpoints(row.trial_id)
+                        store.mark_checkpoints_deleted([c["path"] for c in checkpoints])
+                        for checkpoint in checkpoints:
+                            store.after_commit(functools.partial(shutil.rmtree, checkpoint["path"],
+                                                                 ignore_errors=True))
+                        fields.update(checkpoint_path=None, last_iteration=0)
+                        # Ray restarts it as a new trial in a new folder: its files hold the new attempt only (they
+                        # had both, 1, 2, 1, 2, 3, ...); the store keeps every attempt's results.
+                        for name in (RESULT_FILE, PROGRESS_FILE):
+                            store.after_commit(functools.partial(_remove_if_there,
+                                                                 os.path.join(folders[row.trial_id], name)))
+                    store.update_trial(row.trial_id, **fields)
                 events.append((now, _RESTORE_EVENT, row.trial_id, None,
                                {"action": "restart_errored" if from_scratch else "resume_errored"}))
             elif row.status not in FINAL_STATUSES and not flags["resume_unfinished"]:
@@ -982,3 +984,8 @@ def _check_same_experiment(state: Mapping[str, Any], name: str, param_space: Map
                    None if param_space is None else list(flatten_dict(dict(state["param_space"] or {}))),
                    None if param_space is None else list(flatten_dict(dict(param_space))),
                    other_trainable=_OTHER_TRAINABLE, other_space=_OTHER_PARAM_SPACE)
+
+
+def _remove_if_there(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
