@@ -530,7 +530,7 @@ def test_a_trial_whose_metric_is_all_nan_has_no_row_in_a_frame_picked_by_it_as_i
     """Ray's ``dataframe(metric, mode)`` (and ``get_dataframe(filter_metric, filter_mode)``) picks each trial's row
     with pandas' ``idxmax``/``idxmin``; a trial whose column of the metric holds no value (all NaN, or None) has no
     such row, and Ray leaves it out with a warning (pandas 2's NaN index; under pandas 3 its idxmax raises "Encountered
-    all NA values" out of Ray's ``dataframe``: /work/scratch_h112/a_ray_pandas2.py). fluidsalus gave the trial's
+    all NA values" out of Ray's ``dataframe``: a helper's side-by-side script). fluidsalus gave the trial's
     last row. A trial without the metric at all keeps its last row, as in Ray; without a mode every trial has one."""
     import logging
     import math
