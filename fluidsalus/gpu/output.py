@@ -100,15 +100,10 @@ class Router:
             if pieces:
                 pieces[0] = "".join(held) + pieces[0]
                 tag = trial_tag(session)
-                # (no name where the stream's line is this trial's own, left open at a "\r"; another trial's open
-                # line is ended first)
                 # (each write names the trial, an open line's too: Ray's log monitor publishes each chunk it reads
                 # as a line; and each redraw after a "\r")
-                lead = ("\n" if self._open not in (None, session) else "") + tag
-                if self._open is session and pieces[0] == "\n":  # (the open line's bare end: no name on it)
-                    lead = ""
                 try:
-                    self.stream.write(lead + _redraws_named(pieces[0], tag)
+                    self.stream.write(self._lead_locked(session, pieces[0] == "\n") + _redraws_named(pieces[0], tag)
                                       + "".join(tag + _redraws_named(piece, tag) for piece in pieces[1:]))
                 except BaseException:
                     if held:  # the text before this write is not lost with it
@@ -122,6 +117,13 @@ class Router:
                 self._partial[session] = held
         return len(text)
 
+    def _lead_locked(self, session: TrialSession, bare_end: bool) -> str:
+        """What goes before a trial's text: the end of another trial's line left open at a ``\r``, then the
+        trial's name; nothing before the bare end (``bare_end``) of the trial's own open line."""
+        if bare_end and self._open is session:
+            return ""
+        return ("\n" if self._open not in (None, session) else "") + trial_tag(session)
+
     def end_trial(self, session: TrialSession) -> None:
         """Write what the trial wrote after its last line break, if anything, as a line of its own."""
         if session not in self._partial and self._open is not session:  # (whole lines, or nothing: no more)
@@ -129,8 +131,7 @@ class Router:
         with self._lines:
             held = self._partial.pop(session, None)
             if held is not None or self._open is session:
-                closing = self._open is session and held is None  # (only the open line's end: no name needed)
-                lead = "" if closing else ("\n" if self._open not in (None, session) else "") + trial_tag(session)
+                lead = self._lead_locked(session, held is None)
                 self._open = None
                 text = f"{lead}{''.join(held or [])}\n"
                 try:

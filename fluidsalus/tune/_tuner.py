@@ -45,6 +45,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -574,8 +575,8 @@ class Tuner:
                         # Ray restarts it as a new trial in a new folder: its files hold the new attempt only (they
                         # had both, 1, 2, 1, 2, 3, ...); the store keeps every attempt's results.
                         for name in (RESULT_FILE, PROGRESS_FILE):
-                            store.after_commit(functools.partial(_remove_if_there,
-                                                                 os.path.join(folders[row.trial_id], name)))
+                            store.after_commit(functools.partial(
+                                Path(folders[row.trial_id], name).unlink, missing_ok=True))
                     store.update_trial(row.trial_id, **fields)
                 events.append((now, _RESTORE_EVENT, row.trial_id, None,
                                {"action": "restart_errored" if from_scratch else "resume_errored"}))
@@ -984,8 +985,3 @@ def _check_same_experiment(state: Mapping[str, Any], name: str, param_space: Map
                    None if param_space is None else list(flatten_dict(dict(state["param_space"] or {}))),
                    None if param_space is None else list(flatten_dict(dict(param_space))),
                    other_trainable=_OTHER_TRAINABLE, other_space=_OTHER_PARAM_SPACE)
-
-
-def _remove_if_there(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(path)
