@@ -30,6 +30,7 @@ import re
 import socket
 import sqlite3
 import time
+import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -871,6 +872,25 @@ def _reads(method: Callable[Concatenate[ExperimentStore, _P], _T]) -> Callable[C
     return read
 
 
+def _run_after_commit(action: Callable[[], None]) -> None:
+    """Run one action of :meth:`ExperimentStore.after_commit`; one that fails is logged, not raised: its rows are
+    committed already, so the failure cannot undo them, and the actions after it (other folders to remove) still run
+    (a raise dropped them, leaving their folders on disk, and ended the run over a file it could not remove)."""
+    try:
+        action()
+    except Exception as e:  # noqa: BLE001 (any failure of a clean-up: it is reported, the run goes on)
+        logger.warning("could not clean up after a store write (%s): %s: %s; the store is up to date, the files it no "
+                       "longer lists may be left on disk", _describe_action(action), type(e).__name__, e)
+
+
+def _describe_action(action: Callable[[], None]) -> str:
+    """A clean-up action in words: the function and the path it acts on, where it is a ``functools.partial``."""
+    func, args = (action.func, action.args) if isinstance(action, functools.partial) else (action, ())
+    if isinstance(func, types.MethodType):  # (a bound method, ``Path(p).unlink``: its path)
+        args = (func.__self__, *args)
+    return f"{getattr(func, '__qualname__', repr(func))}({', '.join(map(str, args))})"
+
+
 class ExperimentStore:
     """Reads and (from the driver only) writes one experiment's SQLite file.
 
@@ -1215,7 +1235,7 @@ class ExperimentStore:
             self._in_tx = False
         done, self._after_commit = self._after_commit, []
         for action in done:
-            action()
+            _run_after_commit(action)
 
     def after_commit(self, action: Callable[[], None]) -> None:
         """Run ``action`` once the current transaction commits (at once outside one), never if it rolls back: what
@@ -1226,7 +1246,7 @@ class ExperimentStore:
         if self._in_tx:
             self._after_commit.append(action)
         else:
-            action()
+            _run_after_commit(action)
 
     def set_experiment(self, **fields: Any) -> None:
         """Update the experiment row (``status``, ``error``, ``finished_at``, ``searcher_state``, ...)."""

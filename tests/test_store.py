@@ -684,3 +684,29 @@ def test_checkpoint_retention_removes_folders_only_once_its_rows_are_committed(t
         assert all(folder.is_dir() for folder in folders)  # (not before the commit)
     assert [c["iteration"] for c in store.checkpoints("t0")] == [15]
     assert [folder.is_dir() for folder in folders] == [False, False, True]
+
+
+def test_an_after_commit_action_that_fails_is_logged_and_the_others_still_run(tmp_path, caplog):
+    """The actions :meth:`ExperimentStore.after_commit` queues run once the rows are committed: one that raised (a
+    folder it could not remove) dropped the ones after it, leaving their folders on disk, and its error came out of
+    ``transaction()`` after a commit it could not undo. Each action runs now; a failure is a warning naming it."""
+    import functools
+    import logging
+    from pathlib import Path
+
+    store = _new(tmp_path)
+    kept = tmp_path / "not_a_folder"
+    kept.write_text("a file: rmtree refuses it")
+    gone = tmp_path / "checkpoint_000002"
+    gone.mkdir()
+    with caplog.at_level(logging.WARNING, logger="fluidsalus.store"), store.transaction():
+        store.after_commit(functools.partial(os.rmdir, kept))  # (NotADirectoryError)
+        store.after_commit(Path(gone).rmdir)
+    assert not gone.exists()
+    assert kept.exists()
+    assert f"could not clean up after a store write (rmdir({kept}))" in caplog.text
+    assert "NotADirectoryError" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="fluidsalus.store"):
+        store.after_commit(Path(tmp_path / "missing").rmdir)  # (outside a transaction: at once, the same way)
+    assert f"(Path.rmdir({tmp_path / 'missing'}))" in caplog.text
