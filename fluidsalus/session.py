@@ -899,13 +899,13 @@ def _start_in_trial(self: threading.Thread) -> None:
         run = self.run
 
         def run_in_trial() -> None:
+            # (the session stays the thread's until it ends: the traceback of an exception it lets out, which
+            # threading.excepthook prints after this returns, is the trial's output, as under Ray)
             set_session(session)
             try:
                 run()
             except StopTrial:
                 pass
-            finally:
-                set_session(None)
 
         self.run = run_in_trial  # type: ignore[method-assign]
         _trial_threads.add(self)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import glob
 import io
 import os
+import re
 import sys
 import threading
 import time
@@ -233,3 +234,251 @@ def test_a_progress_bars_updates_are_written_as_they_come_with_one_name() -> Non
     router.end_trial(a)
     wrapped.flush()
     assert wrapped.buffer.getvalue() == b"[train_a_00000] caf\\udce9\n"
+
+
+def _device_streams(monkeypatch) -> tuple[io.StringIO, io.StringIO]:
+    """This process's streams as a device process has them (``tag_trial_lines``) over two consoles, put back after
+    the test."""
+    import types
+
+    from fluidsalus.gpu import output
+
+    console, errors = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stdout", Router(console))
+    monkeypatch.setattr(sys, "stderr", Router(errors))
+    monkeypatch.setattr(sys, "__class__", types.ModuleType)  # (put back first: the streams after it, plainly)
+    monkeypatch.setattr(output, "_TRIAL_STREAMS", {}, raising=False)
+    output.tag_trial_lines()
+    return console, errors
+
+
+def _own_lines(console: io.StringIO) -> list[str]:
+    """The lines of ``console`` but those Ray's log forwarding printed there for an earlier test's device process
+    (``(fluidsalus cpu:0 pid=N) ...``, coloured or not: the driver prints them to ``sys.stdout`` when they come)."""
+    return [line for line in console.getvalue().splitlines() if not re.match(r"(\x1b\[\d+m)?\(", line)]
+
+
+def test_a_trials_redirect_stdout_is_its_own_and_the_other_trials_keep_the_console(monkeypatch) -> None:
+    """``contextlib.redirect_stdout(buffer)`` in one trial caught what the device's other trials printed meanwhile
+    (``sys.stdout`` is the process's; under Ray each trial has a process), and a trial that replaced
+    ``sys.stdout`` for good took the device's console with it (h151's B5, h159's R6)."""
+    import contextlib
+    import logging
+
+    from fluidsalus.gpu.host import EV_END, DeviceHost, HostSettings, TrialSpec
+
+    console, errors = _device_streams(monkeypatch)
+    handler = logging.StreamHandler()  # made before the trials: it holds the router, as under Ray the first stream
+    logger = logging.getLogger("test_trial_output.redirect")
+    monkeypatch.setattr(logger, "handlers", [handler])
+    monkeypatch.setattr(logger, "propagate", False)
+    redirected, printed = threading.Event(), threading.Event()
+    seen: dict[str, object] = {}
+
+    def f(config):
+        if config["x"] == 1:
+            buffer, error_buffer = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(error_buffer):
+                seen["is_buffer"] = sys.stdout is buffer and sys.stderr is error_buffer
+                print("x=1 captured")
+                thread = threading.Thread(target=print, args=("x=1's thread captured",))
+                thread.start()  # a thread the trial starts writes where the trial does
+                thread.join()
+                logger.warning("x=1 logged to the console")
+                redirected.set()
+                assert printed.wait(10)
+            seen["captured"], seen["errors"] = buffer.getvalue(), error_buffer.getvalue()
+            print("x=1 after its redirect")
+            sys.stdout = io.StringIO()  # replaced and never put back: the trial's until its end
+        else:
+            assert redirected.wait(10)
+            seen["x=2 sees"] = sys.stdout
+            print("x=2 printed while x=1 redirected")
+            printed.set()
+
+    host = DeviceHost(f, HostSettings("exp", max_lanes=2, capacity_bytes=2**30, trial_estimate=(2**20, 2**20),
+                                      profile_memory=False))
+    host.submit([TrialSpec(f"t{x}", f"train_t{x}", {"x": x}, "unused") for x in (1, 2)])
+    events, deadline = [], time.time() + 30
+    while sum(e[0] == EV_END for e in events) < 2:
+        assert time.time() < deadline, events
+        events += host.poll(0.1)
+    assert [e[4] for e in events if e[0] == EV_END] == ["completed", "completed"], events
+    print("the device's line after the trials")
+    assert seen["is_buffer"] is True and isinstance(seen["x=2 sees"], Router)
+    assert seen["captured"] == "x=1 captured\nx=1's thread captured\n" and seen["errors"] == ""
+    assert _own_lines(console) == ["[train_t2] x=2 printed while x=1 redirected",
+                                   "[train_t1] x=1 after its redirect",
+                                   "the device's line after the trials"]
+    assert _own_lines(errors) == ["[train_t1] x=1 logged to the console"]
+
+
+def test_a_stream_a_trial_wraps_around_sys_stdout_gets_each_write_once(monkeypatch) -> None:
+    """``sys.stdout = Tee(sys.stdout)`` in a trial: ``print`` reaches the router through the trial's stream, and the
+    stream's writes to what it wraps do not come back to it."""
+    console, _ = _device_streams(monkeypatch)
+    copies: list[str] = []
+
+    class Tee:
+        def __init__(self, stream):
+            self.stream = stream
+
+        def write(self, text):
+            copies.append(text)
+            return self.stream.write(text)
+
+        def flush(self):
+            self.stream.flush()
+
+    a = _session("train_a_00000")
+    set_session(a)
+    try:
+        original = sys.stdout
+        sys.stdout = Tee(original)
+        print("printed")
+        sys.stdout.write("written\n")
+        sys.stdout = original  # put back: the trial's own stream ends
+        print("plain")
+    finally:
+        set_session(None)
+    assert copies == ["printed", "\n", "written\n"]
+    assert _own_lines(console) == ["[train_a_00000] printed", "[train_a_00000] written", "[train_a_00000] plain"]
+
+
+def test_a_write_of_what_is_not_text_raises_the_streams_type_error() -> None:
+    """``sys.stdout.write(None)`` in a trial raised the router's ``AttributeError`` (h159's R8)."""
+    router, console = _tagging_router()
+    for bad in (None, 42, b"bytes\n"):
+        try:
+            _written(router, _session("t"), bad)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+        else:
+            raise AssertionError(f"write({bad!r}) did not raise TypeError")
+    assert console.getvalue() == ""
+
+
+def _redirects(config):
+    """Trial 0 redirects its stdout while trial 1, on the same device, prints; files in ``config["sync"]`` keep
+    them in step (the two trials are threads of one process, which a test cannot reach)."""
+    import contextlib
+    import pathlib
+
+    from fluidsalus import tune
+
+    sync = pathlib.Path(config["sync"])
+
+    def wait_for(name: str) -> None:
+        deadline = time.time() + 30
+        while not (sync / name).exists():
+            assert time.time() < deadline, f"no {name}: the two trials did not run at once"
+            time.sleep(0.02)
+
+    captured = ""
+    if config["i"] == 0:
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            print("NOISY from trial 0")
+            (sync / "redirected").touch()
+            wait_for("printed")
+        captured = buffer.getvalue()
+    else:
+        wait_for("redirected")
+        print("LINE of trial 1 while trial 0 redirected", flush=True)
+        (sync / "printed").touch()
+    tune.report({"pid": os.getpid(), "name": tune.get_context().get_trial_name(), "captured": captured})
+
+
+def test_two_trials_on_one_device_where_one_redirects_stdout(ray_cluster, storage, tmp_path, capsys) -> None:
+    import fluidsalus
+
+    grid = fluidsalus.run(_redirects, {"i": fluidsalus.grid_search([0, 1]), "sync": str(tmp_path)}, devices=1,
+                          cpus_per_device=2, cpus_per_trial=1, storage_path=storage, verbose=0)
+    assert len(grid) == 2 and not grid.errors
+    by_i = {result.config["i"]: result.metrics for result in grid}
+    assert by_i[0]["pid"] == by_i[1]["pid"]  # one device process
+    assert by_i[0]["captured"] == "NOISY from trial 0\n"
+    line = f"[{by_i[1]['name']}] LINE of trial 1 while trial 0 redirected"
+    log = _worker_log(by_i[1]["pid"], ".out")
+    assert line in log and not any("NOISY" in text for text in log)
+    console, deadline = "", time.time() + 30  # (and on the driver's console once Ray forwards it, not in a later test)
+    while line not in console:
+        assert time.time() < deadline, console
+        time.sleep(0.1)
+        console += capsys.readouterr().out
+    assert "NOISY" not in console
+
+
+def test_text_the_console_cannot_take_under_log_to_file_is_logged_as_rays_tee_does(caplog) -> None:
+    """Under ``RunConfig(log_to_file=...)`` Ray's ``Tee`` catches a stream's ``ValueError`` (a lone surrogate's
+    ``UnicodeEncodeError``), logs it and goes on; the router raised it into the trial, which failed (h159's R2).
+    Without ``log_to_file`` it raises at the write, as Ray's plain stream does
+    (``test_an_unfinished_line_the_console_cannot_encode_fails_the_write_not_the_trials_end``)."""
+    console = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    router = Router(console)
+    router.tags_lines = True
+    a = _session("train_a_00000")
+    router.files[a] = file = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    with caplog.at_level("WARNING", logger="fluidsalus.gpu.output"):
+        _written(router, a, "before\n", "file name caf\udce9\n", "held caf\udce9", "after\n")
+    console.flush()
+    file.flush()
+    assert console.buffer.getvalue() == b"[train_a_00000] before\n[train_a_00000] after\n"
+    assert file.buffer.getvalue() == b"before\nafter\n"
+    warnings = [r.getMessage() for r in caplog.records if "ValueError when calling 'write' on stream" in r.getMessage()]
+    assert len(warnings) == 4 and all("caf\\udce9" in w for w in warnings), warnings  # console and file, twice
+
+
+def test_the_traceback_of_an_exception_a_trials_thread_lets_out_is_the_trials_output(monkeypatch) -> None:
+    """``threading.excepthook`` prints it after the thread's ``run`` returned, when the thread had left its trial
+    (``session._start_in_trial``): it had no name, and missed the trial's ``redirect_stderr`` (under Ray it is the
+    trial's process's stderr)."""
+    import contextlib
+
+    from fluidsalus.session import inherit_sessions_in_started_threads
+
+    _, errors = _device_streams(monkeypatch)
+    inherit_sessions_in_started_threads()
+    monkeypatch.setattr(threading, "excepthook", threading.__excepthook__)  # Python's, not pytest's (a warning)
+
+    def boom() -> None:
+        raise ValueError("boom in a thread of the trial")
+
+    def thread_of(session: TrialSession) -> None:
+        set_session(session)
+        try:
+            thread = threading.Thread(target=boom)
+            thread.start()
+            thread.join()
+        finally:
+            set_session(None)
+
+    thread_of(_session("train_a_00000"))
+    buffer = io.StringIO()
+    b = _session("train_b_00001")
+    set_session(b)
+    try:
+        with contextlib.redirect_stderr(buffer):
+            thread_of(b)
+    finally:
+        set_session(None)
+    assert "[train_a_00000] ValueError: boom in a thread of the trial" in _own_lines(errors)
+    assert "ValueError: boom in a thread of the trial" in buffer.getvalue()
+    assert not any("train_b" in line for line in _own_lines(errors))
+
+
+def test_sys_of_a_device_process_still_pickles_by_name(monkeypatch) -> None:
+    """A device process's ``sys`` has a class of its own (per-trial streams); cloudpickle looks a module's reducer up
+    by its exact type, so a function using ``sys`` (a Ray task a trial starts) could not be shipped."""
+    import pickle
+
+    import cloudpickle
+
+    _device_streams(monkeypatch)
+
+    def version() -> str:
+        return sys.version
+
+    assert pickle.loads(pickle.dumps(sys)) is sys
+    assert cloudpickle.loads(cloudpickle.dumps(sys)) is sys
+    assert cloudpickle.loads(cloudpickle.dumps(version))() == sys.version

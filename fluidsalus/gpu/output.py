@@ -12,15 +12,34 @@ trial's text to its files (``RunConfig(log_to_file=...)``: :mod:`fluidsalus.tune
 Writes outside any trial (the device's own, a thread pool shared between trials) pass through as they are. Output
 written below Python (C extensions writing to file descriptor 1 or 2, logging handlers that kept the old stream)
 passes by the router: it carries no trial name and goes to no trial's file.
+
+A trial that replaces ``sys.stdout`` or ``sys.stderr`` (``contextlib.redirect_stdout(buffer)``, ``sys.stdout =
+Logger(sys.stdout)``) replaces it for itself (its threads, and those it started), as under Ray, where the trial owns
+its process: the device's other trials keep writing through the router. ``sys`` is a module, and a module's
+attributes cannot be per thread, so a device process gives ``sys`` a class of its own (:class:`_Sys`, which Python
+allows for any module) whose ``stdout`` and ``stderr`` properties are what Python code reads and assigns: an
+assignment from a trial's thread is recorded for the trial, one from outside any trial replaces the stream for the
+process, as before. Code written in C (``print`` without ``file=``, a traceback Python prints) reads the module's
+own dictionary and bypasses the properties, so that holds a :class:`_TrialStreams`, which writes to the calling
+trial's stream if it replaced it, else to the router. Python code never sees the ``_TrialStreams``: it reads the
+router (or its trial's own stream), so a stream that wraps the one it read (``Logger(sys.stdout)``) writes to the
+router and not back to itself, and a ``logging`` handler made before a trial's ``redirect_stderr`` keeps writing
+to the console, as under Ray. A trial's replacement ends with the trial. Simpler ways do not work: the router cannot
+tell a trial's ``print`` from that of a stream that wraps the router, and ``sys.stdout = x`` writes the module's
+dictionary, which no hook of a plain module sees (a module's ``__setattr__`` is not called). The cost: reading any
+attribute of ``sys`` from Python takes about 0.05 us more (Python's fast path for plain modules no longer applies).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
+import logging
 import os
 import re
 import sys
 import threading
+import types
 import weakref
 from typing import Any, TextIO
 
@@ -30,6 +49,7 @@ from fluidsalus.session import TrialSession, current_session
 STREAMS = ("stdout", "stderr")
 _LOCK = threading.Lock()
 _ROUTERS: weakref.WeakSet[Router] = weakref.WeakSet()  # every router made: end_trial_output finds them all
+_log = logging.getLogger(__name__)
 
 
 def trial_tag(session: TrialSession) -> str:
@@ -64,20 +84,32 @@ class Router:
         _ROUTERS.add(self)
 
     def write(self, text: str) -> int:
+        if not isinstance(text, str):  # (the stream's own error: TypeError, not the router's AttributeError)
+            return self.stream.write(text)
         session = current_session()
-        if session is None or session.ended or not self.tags_lines:  # (a thread still writing after its trial)
-            if self._open is not None and self.tags_lines:  # (a trial's line left open at a "\r": ended first)
-                with self._lines:
-                    if self._open is not None:
-                        self.stream.write("\n")
-                        self._open = None
-            written = self.stream.write(text)
-        else:
-            written = self._write_lines(session, text)
         file = self.files.get(owner_of(session))
+        try:
+            if session is None or session.ended or not self.tags_lines:  # (a thread still writing after its trial)
+                if self._open is not None and self.tags_lines:  # (a trial's line left open at a "\r": ended first)
+                    with self._lines:
+                        if self._open is not None:
+                            self.stream.write("\n")
+                            self._open = None
+                written = self.stream.write(text)
+            else:
+                written = self._write_lines(session, text)
+        except ValueError as error:  # (UnicodeEncodeError: text the console cannot take, a lone surrogate)
+            if file is None:
+                raise
+            _not_written(self.stream, text, error)  # log_to_file: Ray's Tee logs it and goes on
+            written = len(text)
         if file is not None:  # (after the console: a line-buffered file's write may let another thread run)
-            with contextlib.suppress(ValueError):  # closed: a thread of the trial wrote as the trial ended
+            try:
                 file.write(text)
+            except UnicodeError as error:
+                _not_written(file, text, error)
+            except ValueError:  # closed: a thread of the trial wrote as the trial ended
+                pass
         return written
 
     def _write_lines(self, session: TrialSession, text: str) -> int:
@@ -156,6 +188,14 @@ class Router:
         return getattr(self.stream, name)
 
 
+def _not_written(stream: Any, text: str, error: ValueError) -> None:
+    """Warn as Ray's ``Tee`` (``RunConfig(log_to_file=...)``) does of a write to one of its streams that raised
+    ``ValueError``, which it does not raise (``ray.tune.utils.util.Tee``); ``ascii()`` so that the warning's own
+    write cannot fail the same way."""
+    _log.warning("ValueError when calling 'write' on stream (%s). args: (%s,) kwargs: {} (%s)", ascii(stream),
+                 ascii(text), ascii(str(error)))
+
+
 def _redraws_named(piece: str, tag: str) -> str:
     """``piece`` with ``tag`` after each ``\r`` that text follows (a progress bar's redraw names its trial)."""
     return _REDRAW.sub("\r" + tag, piece) if "\r" in piece else piece
@@ -164,27 +204,112 @@ def _redraws_named(piece: str, tag: str) -> str:
 _REDRAW = re.compile(r"\r(?=[^\r\n])")
 
 
+class _TrialStreams:
+    """What ``sys.__dict__`` holds as ``stdout`` (``stderr``) in a device process, for code written in C (``print``
+    without ``file=``): the calling trial's own stream where the trial replaced it, else the router.
+
+    Attributes:
+        router: The process's :class:`Router`.
+        replaced: The stream each trial put in the router's place (``sys.stdout = ...`` from one of its threads).
+    """
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+        self.replaced: dict[TrialSession, Any] = {}
+
+    def target(self) -> Any:
+        """The calling thread's stream: its trial's own, or the router."""
+        if not self.replaced:  # (no trial replaced it: the common case, without a session look-up)
+            return self.router
+        session = current_session()
+        return self.router if session is None else self.replaced.get(session, self.router)
+
+    def write(self, text: str) -> int:
+        stream = self.target() if self.replaced else self.router  # (every print: the common case without a call)
+        if stream is None:  # (sys.stdout = None: print writes nothing, as Python's print to None)
+            return len(text)
+        return stream.write(text)  # type: ignore[no-any-return]
+
+    def flush(self) -> None:
+        stream = self.target()
+        if stream is not None:
+            stream.flush()
+
+    def __getattr__(self, name: str) -> Any:  # encoding, fileno(), ... of the calling thread's stream
+        return getattr(self.target(), name)
+
+
+_TRIAL_STREAMS: dict[str, _TrialStreams] = {}  # sys.__dict__'s, by stream name, in a device process
+
+
+def _held(name: str) -> Any:
+    """``sys.<name>`` as the module's dictionary holds it (what ``print`` writes to)."""
+    return vars(sys)[name]
+
+
+def _read(name: str) -> Any:
+    """``sys.<name>`` as Python code reads it: the calling trial's own stream, or the router."""
+    held = _held(name)
+    return held.target() if isinstance(held, _TrialStreams) else held
+
+
+def _assign(name: str, stream: Any) -> None:
+    """``sys.<name> = stream``: for the calling thread's trial only, or outside any trial for the process."""
+    streams = _TRIAL_STREAMS.get(name)
+    if streams is not None and stream is streams.router:  # (the router read back: it goes back behind the trials')
+        stream = streams
+    held = _held(name)
+    session = current_session()
+    if session is not None and isinstance(held, _TrialStreams):
+        if stream is held:  # (a trial restores what it read: its own replacement ends)
+            held.replaced.pop(session, None)
+        else:
+            held.replaced[session] = stream
+    else:
+        vars(sys)[name] = stream
+
+
+class _Sys(types.ModuleType):
+    """The class of a device process's ``sys`` module: ``sys.stdout`` and ``sys.stderr`` are per trial."""
+
+    stdout = property(lambda self: _read("stdout"), lambda self, stream: _assign("stdout", stream))
+    stderr = property(lambda self: _read("stderr"), lambda self, stream: _assign("stderr", stream))
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        """Pickled by name, as a plain module is (cloudpickle looks a module's reducer up by its exact type, so a
+        trial's Ray task whose function uses ``sys`` could not be shipped)."""
+        return importlib.import_module, (self.__name__,)
+
+
 def router(name: str) -> Router:
     """The :class:`Router` that is ``sys.<name>`` (``"stdout"`` or ``"stderr"``), put there if it is not yet."""
     with _LOCK:
-        current = getattr(sys, name)
+        held = _held(name)
+        current = held.router if isinstance(held, _TrialStreams) else held
         if not isinstance(current, Router):
             current = Router(current)
-            setattr(sys, name, current)
+            vars(sys)[name] = current  # (for the process, even when a trial's thread asks first)
         return current
 
 
 def tag_trial_lines() -> None:
-    """Start each line a trial of this process writes to ``sys.stdout`` or ``sys.stderr`` with the trial's name
-    (a device process, once: ``gpu.actor._DeviceActor``)."""
+    """Start each line a trial of this process writes to ``sys.stdout`` or ``sys.stderr`` with the trial's name,
+    and make a trial's replacement of either its own (a device process, once: ``gpu.actor._DeviceActor``)."""
     for name in STREAMS:
-        router(name).tags_lines = True
+        route = router(name)
+        route.tags_lines = True
+        with _LOCK:
+            if not isinstance(_held(name), _TrialStreams):
+                vars(sys)[name] = _TRIAL_STREAMS[name] = _TrialStreams(route)
+    sys.__class__ = _Sys
 
 
 def end_trial_output(session: TrialSession) -> None:
-    """At a trial's end: the line it left unfinished, if any, is written. (Its whole lines were written as they
-    came; a Ray worker's streams write through at once, so Ray's log forwarding, which reads the process's log files,
-    finds them there.)"""
+    """At a trial's end: the streams it put in place of ``sys.stdout``/``sys.stderr`` are its no more, and the line it
+    left unfinished, if any, is written. (Its whole lines were written as they came; a Ray worker's streams write
+    through at once, so Ray's log forwarding, which reads the process's log files, finds them there.)"""
+    for streams in _TRIAL_STREAMS.values():
+        streams.replaced.pop(session, None)
     for route in list(_ROUTERS):  # (not only sys.stdout's: a trial may have redirected it meanwhile)
         try:
             route.end_trial(session)
