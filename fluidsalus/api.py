@@ -197,7 +197,9 @@ def run(
             the counts call never started). At every level a trial that fails for
             good is printed on stderr (the run's first with its traceback), as Ray logs failures.
         resume: Continue the experiment ``name``: finished trials are kept, unfinished ones resume from their
-            last checkpoint (or restart when they have none). It needs the trainable (by name), the ``config``
+            last checkpoint (or restart when they have none). The searcher proposes no new trial when the
+            experiment was ended by its time budget, a stopper's ``stop_all()`` or ``fail_fast`` (not ``"raise"``),
+            as Ray's restored search stays finished. It needs the trainable (by name), the ``config``
             keys, the metric, mode and searcher kind the experiment ran with (another is a ConfigError naming
             both, and the experiment's folder is left byte for byte as it was: the checks read the store without
             writing, and only an accepted resume opens it for writing); ``config``'s values may differ (object
@@ -614,7 +616,11 @@ def _execute(spec: RunSpec, payload: bytes, searcher: BaseSearcher, store: Exper
         executor = Executor(payload, searcher, store, device_specs, settings, trials=trials)
         executor.run()
     except KeyboardInterrupt:
-        store.set_experiment(status=EXP_INTERRUPTED, finished_at=time.time())
+        try:
+            store.set_experiment(status=EXP_INTERRUPTED, finished_at=time.time())
+        except Exception:  # noqa: BLE001 - the Ctrl-C is what the caller must get (a full disk's error replaced it)
+            logger.exception("could not record the interrupted run in its store (it stays RUNNING there; a resume "
+                             "continues it all the same)")
         try:
             if spec.verbose >= 1:  # (Ray prints an interrupted run's errored trials too; the summary is a finish's)
                 with contextlib.suppress(Exception):  # (the interrupt is what the caller must get)

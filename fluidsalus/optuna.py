@@ -2070,28 +2070,34 @@ def _record_the_study(experiment_dir: str, study: optuna.Study, started: Mapping
                 for trial_id, trial in frozen.items():
                     if trial_id not in unfinished or not trial.state.is_finished():
                         continue  # (the engine recorded its end, or the study has it RUNNING too: a SystemExit)
-                    if trial.state == TrialState.FAIL:
-                        now = time.time()
-                        store.update_trial(trial_id, status=ERROR, error=why, finished_at=now,
-                                           stop_reason=OUT_ERRORED)
-                        # (its error files too, as every ERROR trial's: Trial.get_error(), Result.error's cause)
-                        append_error_file(folders[trial_id], trial_id, unfinished[trial_id].num_failures + 1, now,
-                                          why, trace)
-                    else:  # told before its result reached the driver (a callback raised the interrupt)
-                        # its end result too, as the objective's runner returns it (the value is the metric)
-                        end: dict[str, Any] = {KEY_NUMBER: trial.number, KEY_STATE: trial.state.name}
-                        if trial.state == TrialState.COMPLETE and trial.values is not None:
-                            end[KEY_VALUES] = list(trial.values)
-                            if len(trial.values) == 1:
-                                end[KEY_VALUE] = trial.values[0]
-                        stored = store.results(trial_id)
-                        iteration = (stored[-1].iteration if stored else 0) + 1
-                        attempt = stored[-1].attempt if stored else 0
-                        end.update(training_iteration=iteration, trial_id=trial_id, done=True)
-                        store.add_results([(trial_id, attempt, iteration, time.time(), end)])
-                        store.update_trial(trial_id, status=TERMINATED, finished_at=time.time(), last_result=end,
-                                           stop_reason=OUT_STOPPED if trial.state == TrialState.PRUNED
-                                           else OUT_COMPLETED)
+                    now = time.time()
+                    with store.transaction():  # (its row, result and end together)
+                        if trial.state == TrialState.FAIL:
+                            outcome = OUT_ERRORED
+                            store.update_trial(trial_id, status=ERROR, error=why, finished_at=now,
+                                               stop_reason=outcome)
+                            # (its error files too, as every ERROR trial's: Trial.get_error(), Result.error's cause)
+                            append_error_file(folders[trial_id], trial_id, unfinished[trial_id].num_failures + 1, now,
+                                              why, trace)
+                        else:  # told before its result reached the driver (a callback raised the interrupt)
+                            # its end result too, as the objective's runner returns it (the value is the metric)
+                            end: dict[str, Any] = {KEY_NUMBER: trial.number, KEY_STATE: trial.state.name}
+                            if trial.state == TrialState.COMPLETE and trial.values is not None:
+                                end[KEY_VALUES] = list(trial.values)
+                                if len(trial.values) == 1:
+                                    end[KEY_VALUE] = trial.values[0]
+                            stored = store.results(trial_id)
+                            iteration = (stored[-1].iteration if stored else 0) + 1
+                            attempt = stored[-1].attempt if stored else 0
+                            end.update(training_iteration=iteration, trial_id=trial_id, done=True)
+                            store.add_results([(trial_id, attempt, iteration, now, end)])
+                            outcome = OUT_STOPPED if trial.state == TrialState.PRUNED else OUT_COMPLETED
+                            store.update_trial(trial_id, status=TERMINATED, finished_at=now, last_result=end,
+                                               stop_reason=outcome)
+                        # every ended trial has its trial_end (inspect's timelines end there), off any device as the
+                        # engine's ends of trials it stopped running (the run's devices had ended under it)
+                        store.add_events([(now, "trial_end", trial_id, None,
+                                           {"attempt": unfinished[trial_id].attempt, "outcome": outcome})])
                 # a trial proposed but never started (no Optuna trial: it waited for a lane, or for its start's
                 # answer) ends as the engine ends those it never ran (TERMINATED, stopped, no result, no start, a
                 # trial_end off any device with started False): it stayed PENDING/RUNNING, "unfinished" in `ls`,

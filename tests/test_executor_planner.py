@@ -1713,6 +1713,46 @@ def test_a_ctrl_c_while_the_run_ends_ends_the_trials_it_waited_for_as_those_it_f
     assert callback.calls == []
 
 
+def test_a_store_error_while_a_ctrl_c_ends_the_runs_end_leaves_the_ctrl_c_raised_and_the_trials_as_stored(
+        tmp_path, caplog):
+    """A store that cannot be written when a Ctrl-C cuts the run's end short (``Executor._end_the_ending``): its
+    error replaced the user's ``KeyboardInterrupt`` (the Tune front end's first Ctrl-C then raised a ``StoreError``
+    instead of returning the results so far). The ``KeyboardInterrupt`` is raised, the error logged, and the
+    transaction rolled back: the trials the end waited for stay as stored, for a resume to run again."""
+    from fluidsalus.errors import StoreError
+    from fluidsalus.store import TERMINATED
+
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    executor.settings.time_budget_s = 0.0
+    _placed_trial(executor, store, "running", devices=(0,))
+    store.update_trial("running", status=RUNNING, started_at=0.5)
+    ahead = _placed_trial(executor, store, "ahead", devices=(1,))
+    ahead.status = PENDING
+    store.update_trial("ahead", status=PENDING)
+    executor._start_devices = lambda outer: None
+    executor._stop_devices = lambda keep_warm: None  # (offline: no actor to stop, whether or not Ray is up)
+    writes = store.update_trial
+
+    def second_write_fails(trial_id, **fields):
+        if trial_id == "ahead":
+            raise StoreError("could not write the experiment store: disk full")
+        writes(trial_id, **fields)
+
+    def interrupted_while_it_ends():
+        executor._check_end()  # the budget is spent: the trials on the devices are told to stop
+        store.update_trial = second_write_fails
+        raise KeyboardInterrupt
+
+    executor._loop = interrupted_while_it_ends
+    with pytest.raises(KeyboardInterrupt):
+        executor.run()
+    store.update_trial = writes
+    rows = {r.trial_id: r.status for r in store.trials()}
+    assert rows == {"running": RUNNING, "ahead": PENDING} and TERMINATED not in rows.values()  # (none half-ended)
+    assert not store.events("trial_end")
+    assert any(r.exc_info and "disk full" in str(r.exc_info[1]) for r in caplog.records)  # (logged, not lost)
+
+
 def test_a_trial_stopped_at_a_result_that_came_with_the_end_of_its_move_is_told_after_that_result(tmp_path):
     """The searcher's stop of a result that came in the batch of the trial's end for a move: the end requeued it
     first (paused off any device, at its budget), so the stop ended it there, unheard by the callbacks (h101's F6).

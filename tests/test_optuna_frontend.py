@@ -869,8 +869,14 @@ def test_interrupted_run_fails_its_running_trials(tmp_path, optuna_records):
     try:
         assert store.experiment()["metric"] == fo.KEY_VALUE
         rows = {row.trial_id: row for row in store.trials()}
+        ends = store.events("trial_end")
     finally:
         store.close()
+    # every trial has one trial_end, of its outcome, as every trial the engine ends (those the interrupt ended in the
+    # study had none: inspect's timelines lacked their end)
+    assert sorted(e.trial_id for e in ends) == sorted(rows)
+    assert all(e.data["outcome"] == rows[e.trial_id].stop_reason and e.data["attempt"] == rows[e.trial_id].attempt
+               for e in ends)
     configs = [row.config for row in rows.values()]
     assert sum(set(config) == {"x"} for config in configs) == len(study.trials)  # (the others never started)
     # each trial the interrupt failed in the study is ERROR in the experiment too, with the interrupt, and the trial

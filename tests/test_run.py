@@ -2180,3 +2180,34 @@ def test_a_trainable_error_whose_str_raises_errors_its_trial_and_the_run_ends(st
                           name="textless", verbose=0)
     assert [r.error is not None for r in grid] == [False, True, False]
     assert "_TextlessError: <exception str() failed>" in str(grid[1].error)
+
+
+def test_a_store_that_cannot_record_a_ctrl_c_leaves_the_ctrl_c_raised(tmp_path, ray_cluster, monkeypatch, caplog):
+    """The run's Ctrl-C path records the experiment INTERRUPTED: a store that cannot be written then (a full disk)
+    raised its ``StoreError`` in place of the user's ``KeyboardInterrupt`` and left the store open. The Ctrl-C is
+    raised, the error logged, and the experiment stays as stored (RUNNING: a resume continues it)."""
+    from fluidsalus.callbacks import Callback
+    from fluidsalus.errors import StoreError
+
+    class CtrlC(Callback):
+        def on_trial_result(self, trial_id, result):
+            raise KeyboardInterrupt  # (as a Ctrl-C in the driver)
+
+    set_experiment = ExperimentStore.set_experiment
+
+    def full_disk(self, **fields):
+        if fields.get("status") == "INTERRUPTED":
+            raise StoreError("could not write the experiment store: disk full")
+        set_experiment(self, **fields)
+
+    monkeypatch.setattr(ExperimentStore, "set_experiment", full_disk)
+    storage = str(tmp_path / "results")
+    with pytest.raises(KeyboardInterrupt):
+        fluidsalus.run(checkpoints_each_step, {"x": 1}, callbacks=[CtrlC()], storage_path=storage, name="full",
+                       verbose=0)
+    assert any(r.exc_info and "disk full" in str(r.exc_info[1]) for r in caplog.records)
+    reader = ExperimentStore.open(os.path.join(storage, "full"), readonly=True)
+    try:
+        assert reader.experiment()["status"] == "RUNNING"
+    finally:
+        reader.close()

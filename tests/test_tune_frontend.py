@@ -2322,6 +2322,56 @@ def test_restore_continues_an_interrupted_experiment(ray_cluster, storage: str, 
     assert grid.get_best_result().metrics["i"] == 6
 
 
+@pytest.mark.parametrize("ending", ["stop_all", "time_budget", "ctrl_c"])
+def test_a_restore_after_the_runs_end_asks_its_search_for_no_more_trials_as_rays(ray_cluster, storage: str, tmp_path,
+                                                                                 ending: str) -> None:
+    """A search that suggests as it goes (OptunaSearch under ``max_concurrent_trials``) ended by the run's end (a
+    stopper's ``stop_all()``, the time budget): ``Tuner.restore(...).fit()`` asked it for new trials and ran them
+    under a fresh budget (4 trials after 2). Ray's controller calls ``search_alg.set_finished()`` at that end and
+    restores it, so its restore runs none (a helper's side-by-side run). A Ctrl-C is no such end: the search goes
+    on to its ``num_samples``, in both."""
+    from fluidsalus.trialgroup.executor import EXPERIMENT_ENDING_EVENT, SEARCH_ENDED_KEY
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    run_config: dict = {}
+    tune_config: dict = {}
+    trainable = _forever
+    if ending == "stop_all":
+        run_config["stop"] = _StopAllAfter(3)
+    elif ending == "time_budget":
+        tune_config["time_budget_s"] = 4
+    else:
+        run_config["callbacks"] = [InterruptOnce(str(tmp_path / "interrupted"), n=3)]
+        trainable = resumable
+    tuner = Tuner(trainable, param_space={"x": tune.uniform(0, 1)},
+                  tune_config=tune.TuneConfig(num_samples=5, max_concurrent_trials=2, **tune_config,
+                                              search_alg=OptunaSearch(metric="i", mode="max", seed=1)),
+                  run_config=tune.RunConfig(name="ended", storage_path=storage, verbose=0, **run_config))
+    if ending == "ctrl_c":
+        with pytest.raises(KeyboardInterrupt):
+            tuner.fit()
+    else:
+        tuner.fit()
+    path = os.path.join(storage, "ended")
+
+    def stored() -> tuple[list[str], int, list[dict]]:
+        reader = ExperimentStore.open(path, readonly=True)
+        try:
+            return (sorted(row.trial_id for row in reader.trials()), len(reader.events("trial_start")),
+                    [e.data for e in reader.events(EXPERIMENT_ENDING_EVENT)])
+        finally:
+            reader.close()
+
+    made, starts, endings = stored()
+    grid = Tuner.restore(path, trainable).fit()
+    if ending == "ctrl_c":  # (no end of the run's: the search goes on)
+        assert endings == [] and len(made) < 5 and len(grid) == 5 and grid.num_errors == 0
+        return
+    assert stored()[:2] == (made, starts)  # no trial made after it, none started again
+    assert sorted(r.metrics["trial_id"] for r in grid) == made
+    assert endings == [{"reason": ending, SEARCH_ENDED_KEY: True}]  # (the store says why)
+
+
 def _median_rule() -> dict:
     return {"scheduler": tune.schedulers.MedianStoppingRule(time_attr="training_iteration", grace_period=1,
                                                             min_samples_required=1)}

@@ -158,7 +158,7 @@ from fluidsalus.trialgroup.planner import (
 )
 from fluidsalus.trialgroup.queue import PendingQueue, remaining_budget
 from fluidsalus.trialgroup.searcher_log import SearcherLog
-from fluidsalus.trialgroup.trial import Trial
+from fluidsalus.trialgroup.trial import Trial, TrialGroup
 from fluidsalus.trialgroup.warm import DEFAULT_KEEP_WARM_S, WarmActor, WarmDevices, WarmKey
 
 logger = logging.getLogger(__name__)
@@ -179,6 +179,16 @@ SHUTDOWN_GRACE_S = 2.0
 #: ``fail_fast``); one that has not is ended without it (:meth:`Executor._end_stragglers`). Ray's: its controller
 #: waits 5 s for the trials' actors to stop at the end of an experiment, then kills them.
 RUN_END_GRACE_S = 5.0
+#: Event the driver stores when the run begins to end early (:meth:`Executor._check_end`): ``data["reason"]`` is
+#: ``"time_budget"``, ``"fail_fast"`` or ``"stop_all"``, and ``data[SEARCH_ENDED_KEY]`` whether that end ended the
+#: search for good.
+EXPERIMENT_ENDING_EVENT = "experiment_ending"
+#: :data:`EXPERIMENT_ENDING_EVENT`'s key that says the run's end ended the search, as Ray's controller calls
+#: ``search_alg.set_finished()`` there and its restore keeps it: a resumed run asks its searcher for no more trials.
+#: True for each reason but ``fail_fast="raise"`` (Ray raises that trial's error before it ends the search); a
+#: Ctrl-C stores no such event (Ray's leaves the search to go on). Stores before it have no such key: their search
+#: goes on.
+SEARCH_ENDED_KEY = "search_ended"
 #: The devices' ``verdict_from`` when a stopper's ``stop_all()`` may end the run: every result (its ``time_attr``
 #: is at least this) waits for the driver's judgement of it.
 STOP_ALL_VERDICT_FROM = float("-inf")
@@ -632,6 +642,10 @@ class Executor:
         self._unlisted: dict[str, list[tuple[str, int]]] = {}
         self._exploits: list[str] = []  # exploit restarts decided, stop not yet sent
         self._ending: str | None = None  # why the experiment ends early (time budget, fail_fast, stop_all)
+        # Whether the searcher proposes no more trials for good: an earlier session's end ended the search
+        # (SEARCH_ENDED_KEY), as Ray's restored search algorithm stays finished
+        self._search_ended = any((event.data or {}).get(SEARCH_ENDED_KEY)
+                                 for event in store.events(EXPERIMENT_ENDING_EVENT)) if trials else False
         self._ending_at = 0.0  # when it began to end
         # Each trial's last finite value of the metric: the live view's best is the best of these, as the best
         # result is (a trial's last result, Ray's default scope), not the best value ever reported.
@@ -751,7 +765,12 @@ class Executor:
             # end. (An error of fluidsalus's own or of Ray's ends them: their state is not known.)
             ended = True
             if isinstance(e, KeyboardInterrupt) and self._ending is not None:
-                self._end_the_ending()
+                try:
+                    self._end_the_ending()
+                except Exception:  # noqa: BLE001 - the user's Ctrl-C is the exception to raise (its transaction
+                    # rolled back: the trials stay as stored, for a resume to run again)
+                    logger.exception("could not end the trials the run's end was waiting for after the Ctrl-C; "
+                                     "they stay unfinished in the store, and a resume runs them again")
             raise
         finally:
             _THREAD_RUNS.devices = outer
@@ -1126,7 +1145,7 @@ class Executor:
         return {"elapsed_s": time.time() - self._started, "trials": counts, "stopped": stopped,
                 "never_started": never, "best": best, "devices": devices,
                 # Known once the searcher will propose no more trials: then the view shows an ETA.
-                "total_trials": len(self.trials) if self.searcher.is_finished() else None,
+                "total_trials": len(self.trials) if self._search_over() else None,
                 "iterations_done": self._iterations, "iterations_budget": None}
 
     def _loop(self) -> None:
@@ -1222,7 +1241,9 @@ class Executor:
         if self._ending is None:
             return
         self._ending_at = time.time()
-        self.store.add_events([(self._ending_at, "experiment_ending", None, None, {"reason": self._ending})])
+        self._search_ended = self._ending != "fail_fast" or self.settings.fail_fast != "raise"
+        self.store.add_events([(self._ending_at, EXPERIMENT_ENDING_EVENT, None, None,
+                                {"reason": self._ending, SEARCH_ENDED_KEY: self._search_ended})])
         for callback in self.settings.callbacks:  # (before the ends it brings: Callback.on_run_ending)
             ending = getattr(callback, "on_run_ending", None)
             if callable(ending):
@@ -1289,7 +1310,7 @@ class Executor:
             return False  # a data-parallel worker's end is still on its way: its events belong in the store
         if self._ending is not None:
             return not self.pending and all(not d.assigned for d in self._devices)
-        if self.pending or not self.searcher.is_finished():
+        if self.pending or not self._search_over():
             return False
         live = [t.trial_id for t in self.trials.values() if t.status in (RUNNING, PAUSED) or t.placed_on]
         paused = [tid for tid in live if self.trials[tid].status == PAUSED]
@@ -1299,13 +1320,20 @@ class Executor:
             live = [t.trial_id for t in self.trials.values() if t.status in (RUNNING, PAUSED) or t.placed_on]
         return not live and not self.pending
 
+    def _search_over(self) -> bool:
+        """Whether the searcher will propose no more trials: it says so, or the run's end ended the search."""
+        return self._search_ended or self.searcher.is_finished()
+
     def _take_groups(self) -> None:
-        """Register the searcher's new groups (new trials, promotions) and carry out its stops."""
-        asked = time.time()
-        groups = self._searcher_log.next_groups()
-        took = time.time() - asked
-        if took >= DRIVER_BUSY_MIN_S:  # a device without a trial waited for it (goodput's IDLE_DRIVER)
-            self._note_busy(asked, took, "searcher", sum(len(g.configs) for g in groups))
+        """Register the searcher's new groups (new trials, promotions) and carry out its stops. Once the run's end
+        ended the search (:data:`SEARCH_ENDED_KEY`), it is not asked for groups."""
+        groups: list[TrialGroup] = []
+        if not self._search_ended:
+            asked = time.time()
+            groups = self._searcher_log.next_groups()
+            took = time.time() - asked
+            if took >= DRIVER_BUSY_MIN_S:  # a device without a trial waited for it (goodput's IDLE_DRIVER)
+                self._note_busy(asked, took, "searcher", sum(len(g.configs) for g in groups))
         stops = self._searcher_log.collect_stops()
         if stops:
             self._tell_stopped(self._stop_trials(stops))
