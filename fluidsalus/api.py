@@ -39,9 +39,11 @@ from fluidsalus.gpu.actor import cluster_nodes, pack_trainable
 from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE
 from fluidsalus.gpu.device import DeviceSpec, plan_devices
 from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS, for_devices, stop_rule
+from fluidsalus.inspect import trial_counts_text
 from fluidsalus.progress import format_metric
 from fluidsalus.result import ResultGrid
 from fluidsalus.searchers import BaseSearcher, RandomSearch
+from fluidsalus.searchers._base import WrappingSearcher
 from fluidsalus.session import DATE_FORMAT, callable_name
 from fluidsalus.store import (
     ABANDONED_CREATE_S,
@@ -193,9 +195,9 @@ def run(
         checkpoint_score_order: ``"max"`` or ``"min"``: which scores are best.
         call_handler: Answers ``fluidsalus.session.call_driver(method, *args)`` from inside trials, as
             ``handler(trial_id, method, args)``, on the driver (front ends use it for define-by-run APIs).
-        verbose: 0 no progress, 1 a summary, 2 a line per finished trial (``Trial <id> never started`` for one
-            the counts call never started). At every level a trial that fails for
-            good is printed on stderr (the run's first with its traceback), as Ray logs failures.
+        verbose: 0 no progress, 1 a summary, 2 a line per finished trial (``Trial <name> never started`` for one
+            the counts call never started; a trial is named by ``trial_name``, else its id). At every level a trial
+            that fails for good is printed on stderr (the run's first with its traceback), as Ray logs failures.
         resume: Continue the experiment ``name``: finished trials are kept, unfinished ones resume from their
             last checkpoint (or restart when they have none). The searcher proposes no new trial when the
             experiment was ended by its time budget, a stopper's ``stop_all()`` or ``fail_fast`` (not ``"raise"``),
@@ -291,8 +293,11 @@ def run(
     endless = spec.num_samples == sp.INFINITE_SAMPLES or bool(getattr(searcher, "endless", False))
     if endless and spec.time_budget_s is None and not hasattr(stop, "stop_all") \
             and not (searcher is not None and getattr(searcher, "ends_itself", False)):
+        owner = searcher
+        while isinstance(owner, WrappingSearcher):  # (the searcher given -1, not a stopping rule or repeats on it)
+            owner = owner.inner
         raise ConfigError(
-            f"num_samples=-1{'' if spec.num_samples == sp.INFINITE_SAMPLES else f' ({type(searcher).__name__})'} "
+            f"num_samples=-1{'' if spec.num_samples == sp.INFINITE_SAMPLES else f' ({type(owner).__name__})'} "
             "samples until the run is stopped: also pass time_budget_s, or a stop= Stopper whose stop_all() ends "
             "the run"
         )
@@ -644,10 +649,10 @@ def _execute(spec: RunSpec, payload: bytes, searcher: BaseSearcher, store: Exper
     store.set_experiment(status=EXP_FINISHED, finished_at=time.time())
     assert executor is not None  # (it ran to its end)
     grid = ResultGrid.from_store(store, last_results=executor.last_results(), configs=executor.configs())
-    never = sum(1 for row in store.trials() if row.status == "TERMINATED" and row.started_at is None)
+    counts = trial_counts_text(store.trials(), live=False)
     store.close()
     if spec.verbose >= 1:
-        _print_summary(grid, exp_dir, time.time() - started, spec.metric, spec.mode, never)
+        _print_summary(grid, exp_dir, time.time() - started, spec.metric, spec.mode, counts)
     if executor.warning_error is not None:  # a trial's warning under an "error" filter (python -W error)
         raise executor.warning_error
     return grid
@@ -904,12 +909,11 @@ def _copy_dicts(value: Any) -> Any:
 
 
 def _print_summary(grid: ResultGrid, exp_dir: str, elapsed: float, metric: str | None, mode: str | None,
-                   never_started: int = 0) -> None:
-    # (``never_started``: terminated trials that never began, as a time budget leaves the queued ones: Ray's
-    # status line counts them TERMINATED too, and "8 terminated" alone read as eight trials run)
-    never = f", {never_started} of them never started" if never_started else ""
-    line = (f"fluidsalus: {plural(len(grid), 'trial')} in {elapsed:.1f}s ({grid.num_terminated} terminated{never}, "
-            f"{grid.num_errors} errored) -> {exp_dir}")
+                   counts: str) -> None:
+    # (``counts``: the trials counted as ``fluidsalus ls`` counts them, "1 error, 8 terminated, 6 of them never
+    # started": those a time budget left queued are terminated in Ray's status line too)
+    counted = f" ({counts})" if counts else ""  # (none for a run of no trial)
+    line = f"fluidsalus: {plural(len(grid), 'trial')} in {elapsed:.1f}s{counted} -> {exp_dir}"
     if metric and mode:
         try:
             best = grid.get_best_result()

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from fluidsalus import goodput as gp
 from fluidsalus.errors import StoreError, error_summary, plural
-from fluidsalus.progress import format_metric
+from fluidsalus.progress import LIVE_WORDS, counts_text, format_metric, format_metric_column
 from fluidsalus.store import (
     DB_FILENAME,
     ERROR,
@@ -233,21 +233,18 @@ def trial_counts_text(trials: Sequence[TrialRow], live: bool, words: Mapping[str
     Empty for no trials."""
     counts: dict[str, int] = {}
     for t in trials:
-        if t.status in FINAL_STATUSES:
-            shown = t.status.lower()
-        elif not live:
-            shown = "unfinished"
+        if t.status in FINAL_STATUSES or live:
+            shown = LIVE_WORDS.get(t.status, t.status.lower())
         else:
-            shown = "waiting" if t.status in (PENDING, PAUSED) else t.status.lower()
+            shown = "unfinished"
         shown = (words or {}).get(t.trial_id, shown)
         counts[shown] = counts.get(shown, 0) + 1
     # (terminated trials that never began, as a time budget leaves those it finds queued: "8 terminated" alone
-    # read as eight trials run; paused ones among the waiting, as the progress line's "3 waiting (1 paused)")
+    # read as eight trials run; paused ones among the waiting, as the progress line's "3 waiting, 1 of them paused")
     never = sum(1 for t in trials if t.status == TERMINATED and t.started_at is None)
     paused = sum(1 for t in trials if t.status == PAUSED) if live else 0
-    of_them = {"terminated": f", {never} of them never started" if never else "",
-               "waiting": f", {paused} of them paused" if paused else ""}
-    return ", ".join(f"{n} {s}{of_them.get(s, '')}" for s, n in sorted(counts.items()))
+    return counts_text(counts, {LIVE_WORDS[TERMINATED]: {"never started": never},
+                                LIVE_WORDS[PAUSED]: {"paused": paused}})
 
 
 def sessions_text(sessions: Sequence[tuple[float, float]], within: bool = False) -> str:
@@ -974,7 +971,9 @@ class Report:
         header = ("TRIAL", *(("OPTUNA #",) if self.optuna is not None else ()), "DEVICE", "COMPUTE", "USEFUL_S",
                   "WASTED_S", "ITERS", "STATUS", metric or "METRIC")
         rows = []
-        for r in top:
+        # (one format for the column, as Ray's table: 1234567 beside 1234567.5, not 1.23457e+06)
+        values = format_metric_column(["-" if r["metric"] is None else r["metric"] for r in top])
+        for r, value in zip(top, values, strict=True):
             wasted = f"{r['wasted_s']:.2f}s" + (f" ({', '.join(r['waste_causes'])})" if r["waste_causes"] else "")
             notes = [f"{r['wasted']} redone"] if r["wasted"] else []
             notes += [f"+{r['cut_short']} cut short"] if r["cut_short"] else []
@@ -985,7 +984,6 @@ class Report:
                 number, state = r.get(OPTUNA_NUMBER_KEY), r.get(OPTUNA_STATE_KEY)
                 optuna = ("-" if number is None else str(number),)
                 status = state or status
-            value = "-" if r["metric"] is None else format_metric(r["metric"])
             rows.append((r["trial_id"], *optuna, r["device"] or "-", f"{r['compute_s']:.2f}s",
                          f"{r['useful_s']:.2f}s", wasted, iters, status, value))
         widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]

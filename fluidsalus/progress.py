@@ -20,7 +20,8 @@ Missing keys are read as empty or unknown, so a partial snapshot never breaks a 
 
 - ``verbose=0``: silent.
 - ``verbose>=1`` on a terminal (``stream.isatty()``): a ``rich.live.Live`` view that redraws in place, at most
-  every :data:`LIVE_REFRESH_S`: trials running, waiting, done, stopped and errored, the best of the trials' last
+  every :data:`LIVE_REFRESH_S`: the trials counted in ``fluidsalus ls``'s words (:data:`LIVE_WORDS`: running,
+  waiting, terminated, of them stopped or never started, error), the best of the trials' last
   values of the metric (as the best result is judged), lanes in use per device, elapsed time, and the ETA when the
   budget (iterations or trials) is known.
 - ``verbose>=1`` elsewhere (a log file, CI): the same facts as one plain line every :data:`PLAIN_INTERVAL_S`.
@@ -32,7 +33,7 @@ import math
 import numbers
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 #: Least time between two redraws of the live view, seconds. Twice a second looks live and costs nothing.
@@ -43,6 +44,8 @@ PLAIN_INTERVAL_S = 5.0
 BAR_WIDTH = 30
 #: Prefix of every plain progress line.
 PLAIN_PREFIX = "[fluidsalus]"
+#: The trials' part of the progress line before the first trial is counted.
+NO_TRIALS_YET = "none yet"
 
 
 def format_duration(seconds: float | None) -> str:
@@ -59,6 +62,36 @@ def format_duration(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
+#: The word a trial is counted under while a driver runs it, by status: Ray Tune's (``terminated``, ``error``,
+#: ``running``), ``waiting`` for a pending or paused one; the progress line, the run's summary, ``fluidsalus ls`` and
+#: ``inspect`` count in these words (:func:`counts_text`).
+LIVE_WORDS = {"PENDING": "waiting", "PAUSED": "waiting", "RUNNING": "running", "TERMINATED": "terminated",
+              "ERROR": "error"}
+#: The live view's colour of each word trials are counted under (:data:`LIVE_WORDS`).
+COUNT_STYLES = {"running": "cyan", "waiting": "yellow", "terminated": "green", "error": "red"}
+#: For each word trials are counted under, how many of them are in a state worth naming: ``{"terminated":
+#: {"never started": 6}}`` (:func:`count_parts`).
+OfThem = Mapping[str, Mapping[str, int]]
+
+
+def count_parts(counts: Mapping[str, int], of_them: OfThem | None = None) -> list[tuple[str, str]]:
+    """``[("error", "1 error"), ("terminated", "8 terminated, 6 of them never started")]``: each word counted (not
+    0), sorted, with how many of its trials are in a state worth naming (``of_them``: word -> {state: count}, a 0
+    left out): "8 terminated" alone read as eight trials run. :func:`counts_text` joins them."""
+    parts = []
+    for word, n in sorted(counts.items()):
+        if n:
+            details = "".join(f", {k} of them {state}" for state, k in (of_them or {}).get(word, {}).items() if k)
+            parts.append((word, f"{n} {word}{details}"))
+    return parts
+
+
+def counts_text(counts: Mapping[str, int], of_them: OfThem | None = None) -> str:
+    """``1 error, 8 terminated, 6 of them never started``: trials counted by word (:func:`count_parts`), as the
+    progress line, the run's summary, ``fluidsalus ls`` and ``inspect`` give them; empty for none."""
+    return ", ".join(text for _, text in count_parts(counts, of_them))
+
+
 #: Significant digits a metric is shown with (the progress line, the run's summary, ``fluidsalus ls`` and ``inspect``).
 METRIC_DIGITS = 6
 #: Significant digits that give back any float exactly (``repr``'s most): where adding digits always stops.
@@ -70,17 +103,23 @@ def format_metric(value: Any) -> str:
     :data:`METRIC_DIGITS` significant digits (``0.912346``, ``1.23457e+06``). A float that is not whole but would
     round onto a whole number at that (``0.99999999`` read ``1``, a perfect score it is not; ``123456.7`` read
     ``123457``) gets the fewest more digits that show its fraction (``0.99999999``, ``123456.7``), as Ray's best-trial
-    line shows it. A NumPy value is read as its Python number (a ``float32``'s digits are its own: ``0.9999999``)."""
-    if isinstance(value, numbers.Integral):  # (bool and NumPy integers too; float() lost digits above 2**53)
-        return str(int(value))
-    if not isinstance(value, numbers.Real):  # (a metric of another kind, a string say: as it is)
-        return str(value)
-    number = float(value)
-    for digits in range(METRIC_DIGITS, FLOAT_EXACT_DIGITS + 1):
-        shown = f"{number:.{digits}g}"
-        if number.is_integer() or not float(shown).is_integer():  # (nan and inf are not whole either)
-            return shown
-    return repr(number)  # (not reached: FLOAT_EXACT_DIGITS digits give the number back)
+    line shows it. A NumPy value is read as its Python number (a ``float32``'s digits are its own: ``0.9999999``).
+    A column of values: :func:`format_metric_column`."""
+    return format_metric_column([value])[0]
+
+
+def format_metric_column(values: Sequence[Any]) -> list[str]:
+    """Metric values shown in one column of a table, in one format, as Ray's table (tabulate) formats a column: all
+    integers in full; else every number as a float in the same significant digits, :func:`format_metric`'s for the
+    value that needs most (``1234567`` beside ``1234567.5``, where alone ``1234567.0`` reads ``1.23457e+06``; an
+    integer in such a column too, as tabulate's); a value of another kind (a string) as it is."""
+    real = [v for v in values if isinstance(v, numbers.Real)]
+    if all(isinstance(v, numbers.Integral) for v in real):  # (bool and NumPy integers too; float() lost digits)
+        return [str(int(v)) if isinstance(v, numbers.Integral) else str(v) for v in values]
+    fractions = [float(v) for v in real if not float(v).is_integer()]  # (nan and inf are not whole either)
+    digits = next(d for d in range(METRIC_DIGITS, FLOAT_EXACT_DIGITS + 1)  # (FLOAT_EXACT_DIGITS show any fraction)
+                  if not any(float(f"{x:.{d}g}").is_integer() for x in fractions))
+    return [f"{float(v):.{digits}g}" if isinstance(v, numbers.Real) else str(v) for v in values]
 
 
 class Progress:
@@ -177,8 +216,11 @@ class Progress:
         # (an int stays whole, as format_metric shows it in full; float() lost digits above 2**53)
         best_ok = ((isinstance(best, int) and not isinstance(best, bool))
                    or (isinstance(best, float) and math.isfinite(best)))
+        words: dict[str, int] = {}
+        for status, n in count.items():
+            words[LIVE_WORDS[status]] = words.get(LIVE_WORDS[status], 0) + n
         return {
-            "elapsed_s": elapsed, "eta_s": eta, "fraction": fraction, "total": total,
+            "elapsed_s": elapsed, "eta_s": eta, "fraction": fraction, "total": total, "counts": words,
             "running": count["RUNNING"], "waiting": count["PENDING"] + count["PAUSED"], "paused": count["PAUSED"],
             "done": count["TERMINATED"], "stopped": int(snap.get("stopped") or 0),
             "never_started": int(snap.get("never_started") or 0), "errored": count["ERROR"],
@@ -187,10 +229,13 @@ class Progress:
         }
 
     @staticmethod
-    def _never_text(f: Mapping[str, Any]) -> str:
-        """``, 6 never started`` when some done trials never started (a time budget ended the run with trials still
-        queued): "8 done" alone read as eight trials run."""
-        return f", {f['never_started']} never started" if f["never_started"] else ""
+    def _count_parts(f: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """The trials counted as ``fluidsalus ls`` counts them (:func:`count_parts`): ``2 running, 8 terminated, 2
+        of them stopped, 6 of them never started`` (stopped by the search or a stop rule once started; never
+        started: a time budget ended the run with them queued), ``3 waiting, 1 of them paused``."""
+        return count_parts(f["counts"], {
+            LIVE_WORDS["TERMINATED"]: {"stopped": f["stopped"], "never started": f["never_started"]},
+            LIVE_WORDS["PAUSED"]: {"paused": f["paused"]}})
 
     def _best_text(self, best: float | None) -> str:
         if not self.metric:
@@ -202,12 +247,8 @@ class Progress:
         """The plain progress line of a snapshot."""
         f = self.facts(snap)
         of = f" of {f['total']}" if f["total"] else ""
-        paused = f" ({f['paused']} paused)" if f["paused"] else ""
-        parts = [
-            f"{PLAIN_PREFIX} {format_duration(f['elapsed_s'])}",
-            f"trials{of}: {f['running']} running, {f['waiting']} waiting{paused}, {f['done']} done "
-            f"({f['stopped']} stopped{self._never_text(f)}), {f['errored']} errored",
-        ]
+        counted = ", ".join(text for _, text in self._count_parts(f)) or NO_TRIALS_YET
+        parts = [f"{PLAIN_PREFIX} {format_duration(f['elapsed_s'])}", f"trials{of}: {counted}"]
         best = self._best_text(f["best"])
         if best:
             parts.append(best)
@@ -264,13 +305,13 @@ class Progress:
             Text(f"{f['fraction']:.0%}" if f["fraction"] is not None else ""),
         )
         of = f" of {f['total']}" if f["total"] else ""
-        paused = f" ({f['paused']} paused)" if f["paused"] else ""
-        trials = Text.assemble(
-            (f"trials{of}: ", "bold"), (f"{f['running']} running", "cyan"), ", ",
-            (f"{f['waiting']} waiting{paused}", "yellow"), ", ", (f"{f['done']} done", "green"),
-            f" ({f['stopped']} stopped{self._never_text(f)}), ",
-            (f"{f['errored']} errored", "red" if f["errored"] else ""),
-        )
+        trials = Text(f"trials{of}: ", style="bold")
+        counted = self._count_parts(f)
+        for i, (word, text) in enumerate(counted):
+            trials.append(", " if i else "")
+            trials.append(text, style=COUNT_STYLES.get(word, ""))
+        if not counted:
+            trials.append(NO_TRIALS_YET)
         parts: list[Any] = [head, trials]
         facts = Text(self._best_text(f["best"]), style="bold magenta")
         if f["iterations_budget"]:

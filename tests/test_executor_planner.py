@@ -732,6 +732,30 @@ def test_verbose_2_says_a_trial_that_never_started_never_started(tmp_path, capsy
     assert (snapshot["stopped"], snapshot["never_started"]) == (1, 2)  # (the counts the lines agree with)
 
 
+def test_a_trials_end_lines_name_it_as_ray_does(tmp_path, capsys):
+    """"Trial <id> errored after N iterations" (stderr, every verbose) and verbose=2's end lines named a trial by id;
+    Ray's name it ``str(trial)``: ``trial_name_creator``'s name, else ``<trainable>_<id>`` (h156's and h148's notes).
+    The run's ``trial_name`` names them now, as the errored-trials table; a trial it gives no name keeps its id."""
+    from fluidsalus.gpu.host import EV_END, EV_START, OUT_COMPLETED, OUT_ERRORED
+
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    executor.settings.verbose = 2
+    executor.settings.trial_name = lambda trial_id: None if trial_id == "plain" else f"train_{trial_id}"
+    _placed_trial(executor, store, "ran", devices=(0,))
+    _placed_trial(executor, store, "bad", devices=(1,))
+    _queue(executor, store, _trial("queued", seq=2))
+    _queue(executor, store, _trial("plain", seq=3))
+    executor._handle(executor._devices[0], [(EV_START, "ran", 0, 1.0)])
+    executor._handle(executor._devices[1], [(EV_START, "bad", 0, 1.0)])
+    executor._tell_stopped(executor._stop_trials(["queued", "plain"]))
+    executor._handle(executor._devices[0], [(EV_END, "ran", 0, 1.1, OUT_COMPLETED, None, None)])
+    executor._handle(executor._devices[1], [(EV_END, "bad", 0, 1.1, OUT_ERRORED, "ValueError: no", "trace")])
+    out, err = capsys.readouterr()
+    assert sorted(out.splitlines()) == ["Trial plain never started", "Trial train_queued never started",
+                                        "Trial train_ran finished after 0 iterations"]
+    assert err.startswith("Trial train_bad errored after 0 iterations: ValueError: no"), err
+
+
 def test_the_progress_lines_best_keeps_an_integer_metric_whole(tmp_path):
     """The live best was kept as float(): an integer metric showed as ``1.23457e+06`` on the progress line where the
     summary (and Ray's table) show ``1234567``, and one above 2**53 lost its last digits (h148's F2, live part)."""

@@ -1301,3 +1301,18 @@ def test_a_bare_name_of_a_folder_ray_tune_wrote_in_ray_results_is_named_as_such(
     err = _bad("raysweep", capsys)
     assert f"{str(tmp_path / 'ray_results' / 'raysweep')!r} is not a fluidsalus experiment" in err
     assert "Ray Tune wrote this folder" in err
+
+
+def test_the_costliest_trials_metric_column_has_one_format(tmp_path):
+    """The column mixed forms, each value formatted alone: ``1.23457e+06`` (1234567.0) beside ``1234567.5`` (h148's
+    F2). One format for the column now, as Ray's table formats a column (``format_metric_column``)."""
+    store = _store(tmp_path)
+    store.add_trials([("t1", 1, {"x": 2}), ("t2", 2, {"x": 3})])
+    for i, (trial_id, value) in enumerate((("t0", 1234567.0), ("t1", 1234567.5), ("t2", 3))):
+        store.add_results([(trial_id, 0, 1, 11.0 + i, {"acc": value, "time_this_iter_s": 0.5})])
+        store.update_trial(trial_id, status="TERMINATED", last_result={"acc": value})
+    lines = inspect(store.experiment_dir).render_table().splitlines()
+    store.close()
+    start = next(i for i, line in enumerate(lines) if line.startswith("costliest trials"))
+    assert {line.split()[0]: line.split()[-1] for line in lines[start + 2:start + 5]} == {
+        "t0": "1234567", "t1": "1234567.5", "t2": "3"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import time
 
 import numpy as np
@@ -56,14 +57,14 @@ def test_plain_lines_are_periodic_off_a_terminal():
     p.update(snapshot(elapsed=6.0))
     lines = out.getvalue().splitlines()
     assert len(lines) == 2 and all(line.startswith(PLAIN_PREFIX) for line in lines)
-    assert lines[0] == (f"{PLAIN_PREFIX} 1.0s | trials of 12: 3 running, 3 waiting (1 paused), 5 done (2 stopped), "
-                        "1 errored | best acc=0.93123 (max) | lanes cpu:0 1/2, cpu:1 1/1 | ETA 1.0s")
+    assert lines[0] == (f"{PLAIN_PREFIX} 1.0s | trials of 12: 1 error, 3 running, 5 terminated, 2 of them stopped, "
+                        "3 waiting, 1 of them paused | best acc=0.93123 (max) | lanes cpu:0 1/2, cpu:1 1/1 | ETA 1.0s")
     clock.t = PLAIN_INTERVAL_S + 1
     p.update(snapshot(elapsed=7.0, done=11))
     p.close()  # draws the last state, which was not shown yet
     p.close()  # idempotent
     lines = out.getvalue().splitlines()
-    assert len(lines) == 3 and "11 done" in lines[-1] and "7.0s" in lines[-1]
+    assert len(lines) == 3 and "11 terminated" in lines[-1] and "7.0s" in lines[-1]
 
 
 def test_eta_from_the_iteration_budget_and_unknown_budget():
@@ -89,7 +90,7 @@ def test_live_view_on_a_terminal_is_rate_limited():
     assert p.draws == 2
     p.close()
     text = out.getvalue()
-    for fragment in ("fluidsalus", "3 running", "3 waiting (1 paused)", "6 done", "(2 stopped)", "1 errored",
+    for fragment in ("fluidsalus", "1 error", "3 running", "6 terminated, 2 of them stopped", "3 waiting",
                      "best acc=0.93123 (max)", "cpu:0", "cpu:1", "lanes open", "computing", "elapsed 20.0s",
                      "ETA 14.3s"):  # 7 of 12 trials ended in 20 s
         assert fragment in text, fragment
@@ -98,16 +99,18 @@ def test_live_view_on_a_terminal_is_rate_limited():
 
 def test_done_trials_that_never_started_are_counted_beside_the_stopped_ones():
     """A time budget that ends a run with trials still queued ends them TERMINATED, as Ray's status line counts
-    them ("8 TERMINATED"): "8 done" alone read as eight trials run. Both views say how many never started."""
+    them ("8 TERMINATED"): "8 terminated" alone read as eight trials run. Both views say how many never started,
+    in the words of ``fluidsalus ls``."""
     snap = {**snapshot(done=8), "never_started": 6}
     line = Progress(1, "acc", "max", 12, stream=io.StringIO()).line(snap)
-    assert "8 done (2 stopped, 6 never started), 1 errored" in line
+    assert "1 error, 3 running, 8 terminated, 2 of them stopped, 6 of them never started, 3 waiting" in line
     assert "never started" not in Progress(1, "acc", "max", 12, stream=io.StringIO()).line(snapshot())
     out, clock = Tty(), Clock()
     live = Progress(1, "acc", "max", 12, stream=out, clock=clock)
     live.update(snap)
     live.close()
-    assert "(2 stopped, 6 never" in out.getvalue()  # (wrapped at the terminal's width there)
+    shown = " ".join(re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue()).split())  # (wrapped at its width)
+    assert "8 terminated, 2 of them stopped, 6 of them never started" in shown
 
 
 def test_update_is_cheap():
@@ -151,3 +154,19 @@ def test_a_metric_is_shown_as_rays_table_shows_it_with_only_the_digits_its_fract
     assert format_metric(1234567.0) == "1.23457e+06" and format_metric(1.2345678e20) == "1.23457e+20"
     assert [format_metric(v) for v in (float("nan"), float("inf"), -float("inf"), True, 1e-300)] == [
         "nan", "inf", "-inf", "1", "1e-300"]
+
+
+def test_a_column_of_metrics_is_shown_in_one_format_as_rays_table_shows_a_column():
+    """A table's column mixed forms (``1.23457e+06`` for 1234567.0 beside ``1234567.5``: h148's F2, h156's note):
+    ``format_metric_column`` gives a column one format, as Ray's table (tabulate) does: integers alone in full;
+    with a float, every number in the digits the value that needs most takes; another kind of value as it is."""
+    from fluidsalus.progress import format_metric_column
+
+    assert format_metric_column([1234567.0, 1234567.5, 0.99999999, 3]) == ["1234567", "1234567.5", "0.99999999", "3"]
+    assert format_metric_column([1234567.0, 0.5]) == ["1.23457e+06", "0.5"]  # (Ray's table: the same)
+    assert format_metric_column([3, 2**53 + 1, np.int64(7)]) == ["3", "9007199254740993", "7"]
+    assert format_metric_column([0.123456789, 0.99999999]) == ["0.12345679", "0.99999999"]
+    assert format_metric_column(["-", float("nan"), 0.5, float("inf")]) == ["-", "nan", "0.5", "inf"]
+    assert format_metric_column([]) == []
+    for value in (1234567.0, 1234567.5, 0.123456789, 7, "x"):  # (one value: format_metric's form)
+        assert format_metric_column([value]) == [format_metric(value)]

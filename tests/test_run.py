@@ -27,6 +27,7 @@ from _trials import cpus_free_within, restarted_after_running
 import fluidsalus
 from fluidsalus.errors import ConfigError, FluidsalusError
 from fluidsalus.inspect import inspect as inspect_experiment
+from fluidsalus.progress import PLAIN_PREFIX
 from fluidsalus.searchers import ASHA, BOHB, Decision, MedianStopping, OptunaSearch, RandomSearch
 from fluidsalus.store import ABANDONED_CREATE_S, DB_FILENAME, ERROR_FILE, ERROR_PICKLE_FILE, DriverLock, ExperimentStore
 from fluidsalus.trialgroup.executor import ACTOR_START_TIMEOUT_S
@@ -193,8 +194,8 @@ def test_a_resumed_runs_progress_counts_the_trials_stopped_before_it(storage, ca
         fluidsalus.run(_five_steps, {"x": fluidsalus.grid_search([1, 2, 3])}, stop={"training_iteration": 2},
                        storage_path=storage, name="again", resume=resume, verbose=1)
         out = capfd.readouterr()
-        lines = [line for line in (out.out + out.err).splitlines() if "done (" in line]
-        assert lines and "3 done (3 stopped)" in lines[-1], (resume, lines[-1:])
+        lines = [line for line in (out.out + out.err).splitlines() if line.startswith(PLAIN_PREFIX)]
+        assert lines and "3 terminated, 3 of them stopped |" in lines[-1], (resume, lines[-1:])
 
 
 def test_a_metric_that_result_extras_adds_passes_the_metric_check(storage):
@@ -266,8 +267,9 @@ class _Unpicklable:
         # a searcher's own endless stream too (it ran for ever: h147's F1)
         (dict(config=None, searcher=RandomSearch({"x": 0.5}, num_samples=-1)),
          r"num_samples=-1 \(RandomSearch\) samples until the run is stopped: also pass time_budget_s"),
+        # (named the rule around it, which takes no num_samples: h159's E2)
         (dict(config=None, searcher=MedianStopping(RandomSearch({"x": 0.5}, num_samples=-1), "score", "max")),
-         r"num_samples=-1 \(MedianStopping\) samples until the run is stopped"),
+         r"num_samples=-1 \(RandomSearch\) samples until the run is stopped"),
         (dict(config=None, searcher=OptunaSearch({"x": fluidsalus.uniform(0, 1)}, -1, "score", "max")),
          r"num_samples=-1 \(OptunaSearch\) samples until the run is stopped"),
         (dict(config=None, searcher=BOHB({"x": fluidsalus.uniform(0, 1)}, -1, "score", "max", max_concurrent=2)),
@@ -2151,7 +2153,29 @@ def test_a_stopped_trial_a_callback_fails_is_counted_errored_not_stopped(storage
                           storage_path=storage, verbose=1, callbacks=[_FailsEveryEnd()])
     assert grid.num_errors == 2
     last = [line for line in capsys.readouterr().out.splitlines() if "trials of 2:" in line][-1]
-    assert "0 done (0 stopped), 2 errored" in last
+    assert "trials of 2: 2 error |" in last
+
+
+def _fails_at_one(config: dict[str, Any]) -> None:
+    fluidsalus.report({"loss": 1.0})
+    if config["x"] == 1:
+        raise ValueError("x=1 fails")
+
+
+def test_the_progress_line_the_summary_and_ls_count_a_runs_trials_in_the_same_words(storage, capsys):
+    """One run said '3 done (0 stopped), 1 errored' (progress line), '(3 terminated, 1 errored)' (summary), and
+    '4 (1 error, 3 terminated)' (ls); Ray's status line: '3 TERMINATED | 1 ERROR'. The three count in ls's words
+    (h148's F5)."""
+    from fluidsalus.cli import main as cli
+
+    fluidsalus.run(_fails_at_one, {"x": fluidsalus.grid_search([0, 1, 2, 3])}, storage_path=storage, name="words",
+                   verbose=1)
+    out = capsys.readouterr().out
+    last = [line for line in out.splitlines() if line.startswith(PLAIN_PREFIX)][-1]
+    assert "| trials of 4: 1 error, 3 terminated |" in last, last
+    assert re.search(r"fluidsalus: 4 trials in \S+ \(1 error, 3 terminated\) -> ", out), out
+    assert cli(["ls", storage]) == 0
+    assert "4 (1 error, 3 terminated)" in capsys.readouterr().out
 
 
 def test_a_pathlib_storage_path_is_taken_as_ray_takes_it(storage):

@@ -400,6 +400,28 @@ class _HyperBandSaying(tune.schedulers.HyperBandScheduler):
         super().on_trial_remove(tune_controller, trial)
 
 
+def test_a_hyperband_subclasss_plan_names_the_subclass_in_its_messages() -> None:
+    """The plan of a HyperBandScheduler subclass that asks its base said "HyperBandScheduler needs a metric and a
+    mode", "scheduler=HyperBandScheduler has no fluidsalus equivalent": the plain class it runs on, where every
+    other scheduler's messages name the user's class. They name the subclass now."""
+    from fluidsalus.tune.search.bohb import TuneBOHB
+
+    class MyHyperBand(tune.schedulers.HyperBandScheduler):
+        def on_trial_result(self, tune_controller, trial, result):
+            return super().on_trial_result(tune_controller, trial, result)
+
+    space = {"x": tune.uniform(0, 1)}
+    with pytest.raises(ConfigError, match=r"^TuneConfig: MyHyperBand needs a metric and a mode"):
+        plan(TuneConfig(scheduler=MyHyperBand()), space)
+    with pytest.raises(ConfigError, match=r"search_alg=TuneBOHB, scheduler=MyHyperBand has no fluidsalus equivalent"):
+        plan(TuneConfig(metric="m", mode="max", scheduler=MyHyperBand(), search_alg=TuneBOHB()), space)
+    with pytest.raises(ConfigError, match=r"scheduler=MyHyperBand: a fluidsalus searcher already decides"):
+        plan(TuneConfig(metric="m", mode="max", scheduler=MyHyperBand(),
+                        search_alg=searchers.RandomSearch({"x": 0.5}, num_samples=2)), space)
+    planned = plan(TuneConfig(metric="m", mode="max", scheduler=MyHyperBand(max_t=9)), space)
+    assert "HyperBandScheduler ->" not in planned.summary and " over MyHyperBand -> HyperBand(" in planned.summary
+
+
 #: Ray Tune 2.60's run of 9 trials (x = 0..8, ``_score``) under a HyperBandScheduler(max_t=9) subclass that returns
 #: ``super().on_trial_result(...)``: each trial's last iteration, and the count of each answer of ``super()``
 #: (a helper's side-by-side script). Under ``_HyperBandSaying(stop_at={8: 2})``: x=8 ends at 2, and ``super()``
@@ -422,7 +444,8 @@ def test_a_hyperband_subclass_that_calls_super_gets_hyperbands_decisions_as_in_r
     mine = _HyperBandSaying(stop_at=stop_at, max_t=9)
     planned = plan(TuneConfig(metric="m", mode="max", scheduler=mine), space)
     assert isinstance(planned.searcher, ScheduledSearch) and planned.summary.startswith(
-        "_HyperBandSaying (your own scheduler, super() answers HyperBandScheduler's rule) over HyperBandScheduler")
+        "_HyperBandSaying (your own scheduler, super() answers HyperBandScheduler's rule) over _HyperBandSaying -> "
+        "HyperBand(")
     run = drive(planned.searcher, lambda config, it: _score(config["x"], it), metric="m", max_iterations=9,
                 parallel=9)
     ends = {t.config["x"]: t.history[-1]["training_iteration"] for t in run.trials.values()}

@@ -2044,7 +2044,7 @@ def test_the_runs_end_calls_no_end_hook_for_a_trial_it_finds_prefetched_as_for_o
     assert all(ends.get(tid) == [{"attempt": 0, "outcome": "stopped", "started": False}] for tid in never), ends
     assert all(len(ends.get(tid, [])) == 1 and "started" not in ends[tid][0] for tid in set(rows) - never)
     out = capsys.readouterr().out
-    assert f"terminated, {len(never)} of them never started, " in out
+    assert f"terminated, {len(never)} of them never started) -> " in out  # (the summary, in ls's words)
     assert cli_main(["ls", storage]) == 0
     assert f"terminated, {len(never)} of them never started" in capsys.readouterr().out
 

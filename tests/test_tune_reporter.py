@@ -53,6 +53,23 @@ def test_the_status_text_has_counts_the_given_columns_and_the_best_trial():
                            ["train_t0", "TERMINATED", "0.1", "0.5", "1"]]
 
 
+def test_a_column_is_shown_in_one_format_and_the_best_trials_value_in_full_as_rays_reporter():
+    """The table showed each float in 5 significant digits (``1.2346e+06``; Ray's tabulate: 6, ``1.23457e+06``) and
+    the best trial's value so too (``m=1`` for 0.99999999; Ray's line: ``str(value)``). Now each column has one
+    format, the progress table's (``format_metric_column``: Ray's 6 digits, with those that show a fraction), and the
+    best line gives the value in full."""
+    trials = [_trial(i, "TERMINATED", lr, None) for i, lr in enumerate((0.1, 0.2, 0.3, 0.4))]
+    for trial, m in zip(trials, (1234567.0, 1234567.5, 0.99999999, 3), strict=True):
+        trial.last_result = {"m": m, "training_iteration": 1}
+    trials[0].config["flag"] = True
+    reporter = CLIReporter(metric_columns=["m"], parameter_columns=["lr", "flag"])
+    reporter.setup(metric="m", mode="min")
+    text = reporter._progress_str(trials, done=True)
+    assert "Current best trial: t2 with m=0.99999999 and parameters=" in text
+    assert [row[2:] for row in _rows(text)] == [["0.1", "True", "1234567"], ["0.2", "", "1234567.5"],
+                                                ["0.3", "", "0.99999999"], ["0.4", "", "3"]]
+
+
 def test_default_columns_infer_metrics_and_show_the_parameters_that_differ():
     trials = [_trial(0, "TERMINATED", 0.1, 0.5, extra_metric=3), _trial(1, "TERMINATED", 0.2, 0.4, extra_metric=4)]
     text = CLIReporter(infer_limit=2)._progress_str(trials, done=True)
@@ -149,8 +166,9 @@ def test_a_cli_reporter_prints_tables_of_a_real_run(ray_cluster, storage: str, c
     last = tables[-1]
     assert "Number of trials: 2/2 (2 TERMINATED)" in last and "Current best trial: " in last
     rows = _rows(last)
-    assert sorted((row[1], row[2], row[3], row[4]) for row in rows) == [("TERMINATED", "0.1", "0.033333", "3"),
-                                                                         ("TERMINATED", "0.2", "0.066667", "3")]
+    # (Ray's table: 6 significant digits, 0.0333333; it said 0.033333)
+    assert sorted((row[1], row[2], row[3], row[4]) for row in rows) == [("TERMINATED", "0.1", "0.0333333", "3"),
+                                                                         ("TERMINATED", "0.2", "0.0666667", "3")]
 
 
 def test_a_custom_reporter_is_set_up_and_called_and_verbose_0_silences_it(ray_cluster, storage: str) -> None:

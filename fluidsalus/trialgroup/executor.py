@@ -3106,26 +3106,33 @@ class Executor:
                                                                         "outcome": OUT_ERRORED}))
         self._tell_end(trial, error=True)
 
+    def _shown_name(self, trial_id: str) -> str:
+        """A trial as the run's lines name it, as Ray's name it (``str(trial)``): the name ``trial_name`` gives it
+        (the Tune front end's ``<trainable>_<id>`` or ``trial_name_creator``'s), else its id, as the errored-trials
+        table under the run's summary names it."""
+        return (self.settings.trial_name and self.settings.trial_name(trial_id)) or trial_id
+
     def _log_end(self, trial: Trial, outcome: str, trace: str | None = None) -> None:
         """Print a trial's end: a trial that failed for good at every ``verbose``, to stderr, as Ray logs it (the
         first such trial of the run with its traceback, the others in one line each unless ``verbose>=2``); the
         other ends from ``verbose=2`` on, to stdout (a trial stopped before any attempt of it began, which the counts
         call never started, as such: "stopped after 0 iterations" read as a trial that ran). A failure the searcher
         took as the trial's outcome (:meth:`BaseSearcher.retries`: an Optuna objective's, which Optuna's own log line
-        reports) is not printed again."""
+        reports) is not printed again. The trial is named as Ray's lines name it (:meth:`_shown_name`)."""
         errored = outcome == OUT_ERRORED
         if self.settings.verbose < (ERROR_VERBOSITY if errored else 2):
             return
         if errored and not self.searcher.retries(trial.trial_id):
             return
         if outcome == OUT_STOPPED and trial.trial_id not in self._began:  # (the counts' rule: see _snapshot)
-            print(f"Trial {trial.trial_id} never started", flush=True)
+            print(f"Trial {self._shown_name(trial.trial_id)} never started", flush=True)
             return
         metric = self.settings.metric
         value = trial.last_result.get(metric) if (trial.last_result and metric) else None
         shown = f" {metric}={format_metric(value)}" if isinstance(value, (int, float)) else ""
         what = {OUT_COMPLETED: "finished", OUT_STOPPED: "stopped", OUT_ERRORED: "errored"}[outcome]
-        line = f"Trial {trial.trial_id} {what} after {plural(trial.last_iteration, 'iteration')}{shown}"
+        iterations = plural(trial.last_iteration, "iteration")
+        line = f"Trial {self._shown_name(trial.trial_id)} {what} after {iterations}{shown}"
         if not errored:
             print(line, flush=True)
             return

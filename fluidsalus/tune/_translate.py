@@ -520,15 +520,17 @@ def _plan_hyperband_rule(scheduler: HyperBandScheduler, tune_config: TuneConfig,
     subclass's hooks called on it as a scheduler of the user's own, its ``super().on_trial_result(...)``
     answering HyperBand's decision (:class:`~fluidsalus.tune._custom_scheduler.HyperBandRule`)."""
     _tell_search_properties(scheduler, tune_config)  # (before the plain class takes the subclass's metric and mode)
-    plain = HyperBandScheduler(time_attr=scheduler.time_attr, metric=scheduler.metric, mode=scheduler.mode,
-                               max_t=scheduler.max_t, reduction_factor=scheduler.reduction_factor,
-                               stop_last_trials=scheduler.stop_last_trials)
+    name = type(scheduler).__name__
+    # (the plain class under the subclass's name, with no hook of its own: the plan's messages name the user's
+    # scheduler, "MyHyperBand needs a metric and a mode", where they said HyperBandScheduler)
+    plain = type(name, (HyperBandScheduler,), {})(
+        time_attr=scheduler.time_attr, metric=scheduler.metric, mode=scheduler.mode, max_t=scheduler.max_t,
+        reduction_factor=scheduler.reduction_factor, stop_last_trials=scheduler.stop_last_trials)
     planned = _plan(dataclasses.replace(tune_config, scheduler=plain), param_space, class_trainable, stop)
     hyperband: Any = planned.searcher
     while not isinstance(hyperband, HyperBand):  # (under the wrappers: sample_from's, say)
         hyperband = hyperband.inner
     searcher = ScheduledSearch(planned.searcher, scheduler, rule=HyperBandRule(hyperband))
-    name = type(scheduler).__name__
     return replace(planned, searcher=searcher, summary=f"{name} (your own scheduler, super() answers "
                                                        f"HyperBandScheduler's rule) over {planned.summary}")
 

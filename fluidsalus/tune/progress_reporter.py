@@ -32,6 +32,7 @@ from collections.abc import MutableMapping, Sequence
 from typing import Any
 
 from fluidsalus.errors import ConfigError, error_summary
+from fluidsalus.progress import format_metric_column
 from fluidsalus.result import flatten_dict
 from fluidsalus.tune.callback import Callback, _AfterTheResult
 
@@ -48,8 +49,6 @@ AUTO_FILLED = frozenset({
 })
 #: Trial statuses in the order their rows come (running trials first, as Ray shows them).
 _STATUS_ORDER = ("RUNNING", "PAUSED", "PENDING", "TERMINATED", "ERROR")
-#: Digits a float is shown with.
-_FLOAT_DIGITS = 5
 
 
 class ProgressReporter:
@@ -191,7 +190,7 @@ class TuneReporterBase(ProgressReporter):
                  *sys_info]
         best = self._best(trials)
         if best is not None:
-            value = _cell(best.last_result[self._metric])
+            value = best.last_result[self._metric]  # (in full, as Ray's line: str(value))
             lines.append(f"Current best trial: {best.trial_id} with {self._metric}={value} and parameters="
                          f"{flatten_dict(best.config)}")
         lines.append(f"Number of trials: {total} ({shown_counts})")
@@ -231,11 +230,14 @@ class TuneReporterBase(ProgressReporter):
         shown = ordered[:self._max_progress_rows] if self._max_progress_rows else ordered
         header = ["Trial name", "status", *[_cut(h, self._max_column_length) for h in parameters.values()],
                   *[_cut(h, self._max_column_length) for h in metrics.values()]]
-        rows = []
+        values = []
         for trial in shown:
             config, result = flatten_dict(trial.config), flatten_dict(trial.last_result or {})
-            rows.append([str(trial), trial.status, *[_cell(config.get(k)) for k in parameters],
-                         *[_cell(result.get(k)) for k in metrics]])
+            values.append([*[config.get(k) for k in parameters], *[result.get(k) for k in metrics]])
+        # (each column in one format, as Ray's table formats a column: not 1.2346e+06 beside 1234567.5)
+        columns = [_column([row[i] for row in values]) for i in range(len(parameters) + len(metrics))]
+        cells = list(zip(*columns, strict=True)) if columns else [() for _ in shown]
+        rows = [[str(trial), trial.status, *row] for trial, row in zip(shown, cells, strict=True)]
         table = _table(header, rows)
         if len(shown) < len(trials):
             table += f"\n... {len(trials) - len(shown)} more trials not shown"
@@ -367,12 +369,10 @@ def _reported_metrics(trials: Sequence[Any]) -> list[str]:
     return list(keys)
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.{_FLOAT_DIGITS}g}"
-    return str(value)
+def _column(values: Sequence[Any]) -> list[str]:
+    """A column of the table's cells: its numbers in one format (:func:`~fluidsalus.progress.format_metric_column`,
+    Ray's table's digits), a bool and another value as it is (``True``), empty for a missing one."""
+    return format_metric_column(["" if v is None else str(v) if isinstance(v, bool) else v for v in values])
 
 
 def _cut(text: str, length: int) -> str:
