@@ -1327,6 +1327,26 @@ def test_a_command_waits_for_the_next_poll_of_a_device_whose_poll_came_back_and_
     assert device.actor.calls == [("resume", ({"a": 3},))] and len(device.outbox) == 2
 
 
+def test_the_driver_holds_pauses_on_its_devices_only_while_another_device_is_up_and_nothing_is_queued(tmp_path):
+    """``Executor._tell_hold_pauses``: a device holds a prefetched trial through its neighbour's pause until the
+    driver answered it (``DeviceHost.hold_pauses``) only when a slot freed elsewhere would have nothing to start,
+    and the message goes only when that changes (a run on one device never sends it)."""
+    executor, _ = _offline_executor(tmp_path, n_devices=2)
+    executor.pending.add(_trial("a"))
+    executor._tell_hold_pauses()
+    assert [_sent(d) for d in executor._devices] == [[], []]  # a trial waits for a slot: no device would idle
+    executor.pending.discard("a")
+    executor._tell_hold_pauses()
+    executor._tell_hold_pauses()
+    assert [_sent(d) for d in executor._devices] == [[("hold_pauses", (True,))]] * 2
+    executor._devices[1].alive = False  # no other device is up
+    executor._tell_hold_pauses()
+    assert _sent(executor._devices[0]) == [("hold_pauses", (True,)), ("hold_pauses", (False,))]
+    one, _ = _offline_executor(tmp_path / "one")
+    one._tell_hold_pauses()
+    assert _sent(one._devices[0]) == []
+
+
 #: Reports of :func:`_reports_slowly`, each after :data:`_REPORT_SLEEP_S`: long enough that a stop sent after the
 #: submit lands before the trial ends.
 _SLOW_REPORTS = 50

@@ -1161,6 +1161,89 @@ def test_a_prefetched_trial_begins_when_its_lane_would_idle_and_then_time_slices
     assert {e[1]: e[4] for e in events if e[0] == EV_END} == {"t0": OUT_COMPLETED, "t1": OUT_COMPLETED}
 
 
+def _paused_with_prefetched(tmp_path, order, n_b=3):
+    """A one-lane device that holds pauses: a (4 iterations) pauses at budget 2, b is prefetched behind it.
+    Returns the host and the events up to the poll that returned a's result at its budget."""
+
+    def f(config):
+        for i in range(config["n"]):
+            order.append(config["name"])
+            time.sleep(0.02)
+            fluidsalus.report({"i": i})
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    host.hold_pauses(True)  # the driver: another device is up and nothing is queued
+    host.submit([dataclasses.replace(_spec(tmp_path, 0, name="a", n=4), budget=2)])  # pauses after 2 iterations
+    host.submit([dataclasses.replace(_spec(tmp_path, 1, name="b", n=n_b), prefetched=True)])
+    events, deadline = [], time.time() + WAIT_S
+    while not any(e[0] == EV_RESULT and e[5] for e in events):  # a's result at its budget reaches the driver
+        assert time.time() < deadline, f"no pause; events: {events}"
+        events += host.poll(0.05)
+    return host, events
+
+
+def test_while_pauses_are_held_a_prefetched_trial_waits_through_a_pause_the_driver_answers_with_a_promotion(tmp_path):
+    """While the driver holds pauses (another device is up, nothing is queued: ``Executor._tell_hold_pauses``), a
+    prefetched trial behind a trial paused at its budget begins only if the pause stands once the driver answered
+    it (with its next poll). ASHA promotes at once: the promoted trial runs on alone and the prefetched one begins
+    at its end, instead of the two time-slicing one slot to their ends (h160's F3: the other device idled 13.8 s,
+    since neither could move without a checkpoint)."""
+    order = []
+    host, events = _paused_with_prefetched(tmp_path, order)
+    time.sleep(0.1)
+    assert order == ["a", "a"]  # b has not begun at the pause
+    host.resume({"t0": None})  # the driver's answer, carried out before its next poll
+    events += _drain(host, 2)
+    assert order == ["a"] * 4 + ["b"] * 3
+    assert {e[1]: e[4] for e in events if e[0] == EV_END} == {"t0": OUT_COMPLETED, "t1": OUT_COMPLETED}
+
+
+def test_while_pauses_are_held_a_prefetched_trial_begins_once_the_driver_answered_and_the_pause_stands(tmp_path):
+    """The driver's answer comes with the poll after the one that returned the pause: when it brings neither a
+    promotion nor a stop (a synchronous searcher waits for other trials), the pause stands and the prefetched
+    trial begins then; a stop that comes later ends the paused trial as usual."""
+    order = []
+    host, events = _paused_with_prefetched(tmp_path, order)
+    time.sleep(0.1)
+    assert order == ["a", "a"]
+    events += host.poll(0)  # the driver's next poll, with nothing for a: its pause stands
+    deadline = time.time() + WAIT_S
+    while "b" not in order:
+        assert time.time() < deadline, f"the prefetched trial did not begin; events: {events}"
+        events += host.poll(0.05)
+    host.stop(["t0"])
+    events += _drain(host, 2)
+    assert order == ["a", "a"] + ["b"] * 3
+    assert {e[1]: e[4] for e in events if e[0] == EV_END} == {"t0": OUT_STOPPED, "t1": OUT_COMPLETED}
+
+
+def test_while_pauses_are_held_a_stop_at_the_pause_lets_the_prefetched_trial_begin(tmp_path):
+    """ASHA's usual answer at a rung, a stop, ends the paused trial: the prefetched one begins at its end."""
+    order = []
+    host, events = _paused_with_prefetched(tmp_path, order)
+    host.stop(["t0"])
+    events += _drain(host, 2)
+    assert order == ["a", "a"] + ["b"] * 3
+    assert {e[1]: e[4] for e in events if e[0] == EV_END} == {"t0": OUT_STOPPED, "t1": OUT_COMPLETED}
+
+
+def test_a_prefetched_trial_held_through_a_pause_begins_when_the_driver_stops_holding_pauses(tmp_path):
+    """The driver stops holding pauses (a trial came to its queue): a prefetched trial held behind a pause that
+    the driver has not answered yet begins at once, as it would have at the pause."""
+    order = []
+    host, events = _paused_with_prefetched(tmp_path, order)
+    time.sleep(0.1)
+    assert order == ["a", "a"]
+    host.hold_pauses(False)
+    deadline = time.time() + WAIT_S
+    while "b" not in order:
+        assert time.time() < deadline, f"the prefetched trial did not begin; events: {events}"
+        time.sleep(0.01)
+    host.stop(["t0"])
+    events += _drain(host, 2)
+    assert order == ["a", "a"] + ["b"] * 3
+
+
 def test_a_trial_waiting_for_the_driver_lets_its_lane_neighbour_compute(tmp_path):
     """A driver call computes nothing: while one trial waits for its answer, the other trial of its lane runs."""
     released = threading.Event()

@@ -315,6 +315,41 @@ def test_the_executor_replay_withdraws_a_prefetched_trial_that_has_not_begun():
     assert result.moves == 0 and sim.trials["t00003"].attempts == 2  # a second start, not a move
 
 
+def _f3_replay(gpus):
+    """h160's F3 in small, in the executor's replay: no checkpoints, 1 s iterations, a driver 0.1 s away, 1-slot
+    devices. t0 (10 iterations, a rung at 2) starts on device 0, t1 (4 iterations, a rung at 2) on device 1 (or
+    after t0's pause on device 0), and t2 (6 iterations, a rung at 1) is prefetched behind t0; every pause is
+    promoted at the driver's next step."""
+    records = tuple(TrialRecord(sec_per_iter=1.0, curve=(0.0,)) for _ in range(3))
+    plans = [TrialPlan(10, (2.0, None), 0), TrialPlan(4, (2.0, None), 0), TrialPlan(6, (1.0, None), 0)]
+    sim = Simulation(make_replay_strategy("executor"), Workload(records), ReplaySearcher(plans), 10,
+                     Hardware(gpus=gpus, slots=1, **{**FREE, "driver_latency_s": 0.1}))
+    return sim, sim.run()
+
+
+def test_the_executor_replay_holds_a_prefetched_trial_through_a_pause_while_another_device_would_idle():
+    # Two devices and nothing queued once t2 is prefetched: the executor holds pauses (Executor._tell_hold_pauses),
+    # so t2 waits through t0's pause at 2 s until the driver's next step has promoted t0, and when t1 ends at
+    # 4.1 s it has not begun: it is withdrawn to device 1 and ends at 10.3 s, beside t0 (10.1 s). Without the hold
+    # t2 began at t0's pause, and the two, neither of which could leave device 0 without a checkpoint, took turns
+    # there to 13 s and 16 s while device 1 idled from 4.1 s (h160's F3, an ASHA run resumed on two CPUs).
+    sim, result = _f3_replay(gpus=2)
+    assert {tid: t.ended_at for tid, t in sim.trials.items()} == close({"t00000": 10.1, "t00001": 4.1,
+                                                                        "t00002": 10.3})
+    assert result.makespan_s == close(10.3)
+    assert sim.trials["t00002"].attempts == 2  # withdrawn before it began, then started on device 1
+
+
+def test_the_executor_replay_does_not_hold_pauses_on_one_device():
+    # With one device no other would idle, so pauses are not held: t2 begins at t0's pause (2 s), using the
+    # driver's round trip, and time-slices with t0 (and then t1) as before the hold existed.
+    sim, result = _f3_replay(gpus=1)
+    assert not sim.hold_pauses
+    assert {tid: t.ended_at for tid, t in sim.trials.items()} == close({"t00000": 14.0, "t00001": 9.0,
+                                                                        "t00002": 20.1})
+    assert result.makespan_s == close(20.1)
+
+
 def test_the_executor_replay_learns_what_a_start_costs_from_a_trial_that_has_ended():
     # As the executor measures a start from every attempt's first two iterations: two 1-slot devices, t1 (3
     # iterations of 0.5 s) ends at 1.5 s, the only trial that has done two iterations by then. Its start cost

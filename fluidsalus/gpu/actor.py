@@ -37,7 +37,7 @@ from fluidsalus.gpu.ray_session import RaySessionBridge, install_now_or_on_impor
 from fluidsalus.session import trial_threads_alive
 
 #: The actor methods a driver may send as commands with a poll (``poll(max_wait_s, commands)``) or ``apply``.
-COMMANDS = ("submit", "stop", "withdraw", "resume", "request_checkpoint", "answer")
+COMMANDS = ("submit", "stop", "withdraw", "resume", "request_checkpoint", "answer", "hold_pauses")
 
 #: Concurrent method calls the actor serves: one long poll plus submit/stop/info calls beside it.
 ACTOR_MAX_CONCURRENCY = 4
@@ -186,6 +186,9 @@ class _DeviceActor:
 
     def answer(self, call_id: int, value: Any, is_error: bool = False, batch: int | None = None) -> None:
         self.apply([("answer", (call_id, value, is_error))], batch)
+
+    def hold_pauses(self, hold: bool, batch: int | None = None) -> None:
+        self.apply([("hold_pauses", (hold,))], batch)
 
     def apply(self, commands: list[tuple[str, tuple[Any, ...]]], batch: int | None = None) -> None:
         """Carry out the driver's commands in order: each is ``(method, args)`` for one of :data:`COMMANDS`.

@@ -158,8 +158,10 @@ class TrialSpec:
         prefetched: The driver sent it ahead to a full device (its place action ``prefetch``). Until it has had
             its first turn it takes its lane's turn only when no other trial of the lane is ready or on its way to
             its first turn, that is when the lane would otherwise idle (the running trial ended, paused at its
-            budget or waits for the driver). Once begun it time-slices like any other trial. Its ``EV_START`` is
-            sent at its first turn, not at its admission; one withdrawn or stopped before that ends with no start.
+            budget or waits for the driver; while the driver holds pauses, a pause only once the driver answered
+            it and it stands: :meth:`DeviceHost.hold_pauses`). Once begun it time-slices like any other trial.
+            Its ``EV_START`` is sent at its first turn, not at its admission; one withdrawn or stopped before
+            that ends with no start.
         stop_state: For an attempt that continues a trial (a retry, a move, an exploit, a resume), the driver's
             copy of the run's stopper (its device view, pickled), which has seen every result of the trial: this
             attempt is judged by it instead of the device's own copy, which saw only the trials that ran here
@@ -426,6 +428,10 @@ class DeviceHost:
         self._calls: dict[int, list[Any]] = {}  # call id -> [event, answer, is_error]
         self._call_seq = 0
         self._grant_seq = 0  # counts every turn given anywhere on the device (for "ran alone" checks)
+        self._hold_pauses = False  # see hold_pauses
+        # While pauses are held: trial paused at its budget -> whether a poll returned that result (the next poll
+        # brings the driver's answer)
+        self._pauses: dict[str, bool] = {}
         self._closed = False
         self._storage_seen = False  # the experiment's store was seen from this node (_check_storage)
         self._torch_configured = False
@@ -551,9 +557,25 @@ class DeviceHost:
             for tid, budget in budgets.items():
                 running = self._running.get(tid)
                 if running is not None:
+                    self._pauses.pop(tid, None)  # answered: it runs on, the prefetched trial still waits
                     running.session.resume(budget)
                 elif tid in self._waiting:
                     self._waiting[tid].budget = budget
+
+    def hold_pauses(self, hold: bool) -> None:
+        """Whether a prefetched trial that has not begun waits through its lane neighbour's pause at the budget
+        until the driver has answered that pause (:meth:`poll`), instead of beginning at the pause.
+
+        The driver holds pauses while another device is up and no trial waits in its queue: a device that frees
+        a slot then has nothing to start, and only a prefetched trial that has not begun can still go there (a
+        trial that has begun, without a checkpoint, cannot leave). Begun at a pause that ASHA answers with a
+        promotion, it would time-slice one slot with the promoted trial to their ends while that device idled.
+        Otherwise every freed slot gets a queued trial, and the prefetched trial begins at the pause, using the
+        driver's round trip (which a pause that ends in a stop would otherwise leave idle)."""
+        with self._lock:
+            self._hold_pauses = hold
+            if not hold:
+                self._answered_locked(list(self._pauses))
 
     def answer(self, call_id: int, value: Any, is_error: bool = False) -> None:
         """Deliver the driver's answer to a trial waiting in ``call_driver`` (an exception if ``is_error``)."""
@@ -590,8 +612,15 @@ class DeviceHost:
 
     def poll(self, max_wait_s: float) -> list[tuple[Any, ...]]:
         """Return all events gathered so far, waiting up to ``max_wait_s`` for one that wakes the driver (events
-        that are only records, such as a lane switch, wait for the next that does, or for ``max_wait_s``)."""
+        that are only records, such as a lane switch, wait for the next that does, or for ``max_wait_s``).
+
+        A pause at the budget is answered by the poll after the one that returned its result: the driver sends
+        what its searcher decided (a promotion, a stop) with that poll, and the actor carries it out before it
+        calls this. While pauses are held (:meth:`hold_pauses`), a prefetched trial waiting behind a pause that
+        still stands then begins."""
         with self._lock:
+            if self._pauses:
+                self._answered_locked([tid for tid, told in self._pauses.items() if told])
             if not self._outbox_wakes and max_wait_s > 0:
                 self._outbox_ready.wait(max_wait_s)
             if self._waits:
@@ -599,7 +628,19 @@ class DeviceHost:
                 for key in [k for k, held in self._waits.items() if held[0][0] <= old]:
                     self._send_waits_locked(key)
             out, self._outbox, self._outbox_wakes = self._outbox, [], False
+            for tid in self._pauses:  # their results are in ``out`` (or an earlier poll's)
+                self._pauses[tid] = True
             return out
+
+    def _answered_locked(self, trial_ids: list[str]) -> None:
+        """The driver has answered these pauses and they stand: a prefetched trial waiting in their lanes may
+        begin."""
+        for tid in trial_ids:
+            del self._pauses[tid]
+            r = self._running.get(tid)
+            turn = self._turns.get(r.lane_id) if r is not None else None
+            if turn is not None:
+                self._grant_locked(turn)
 
     def _send_waits_locked(self, key: tuple[str, int]) -> None:
         """Queue the held waits for the driver of ``key`` (trial, attempt) as one :data:`DRIVER_WAIT_EVENT`."""
@@ -669,7 +710,8 @@ class DeviceHost:
             return
         eligible = [tid for tid in turn.ready if not self._held(tid)]
         if not eligible:  # only prefetched trials wait: one begins unless a trial ahead of it is still starting
-            if any(self._starting_ahead(tid) for tid in turn.ready):
+            # or (pauses held) is paused at its budget until the driver answered
+            if any(self._starting_ahead(tid) for tid in turn.ready) or (self._pauses and self._pause_unanswered(turn)):
                 return
             eligible = list(turn.ready)
         views = [self._view(tid, turn.ready[tid]) for tid in eligible]
@@ -693,6 +735,11 @@ class DeviceHost:
         driver stopped is not held: it takes the turn at the next boundary, to end there without running."""
         r = self._running[trial_id]
         return r.spec.prefetched and not r.began and not r.session.stop_requested.is_set()
+
+    def _pause_unanswered(self, turn: _LaneTurn) -> bool:
+        """Whether a trial of the lane of ``turn`` is paused at its budget and the driver has not answered yet."""
+        running = self._running
+        return any(tid in running and self._turns.get(running[tid].lane_id) is turn for tid in self._pauses)
 
     def _starting_ahead(self, trial_id: str) -> bool:
         """Whether a trial that is not prefetched shares ``trial_id``'s lane and has not begun: its thread is on
@@ -1048,6 +1095,7 @@ class DeviceHost:
         r = self._running[trial_id]
         if self._rng_owner is r:
             self._rng_owner = None  # its streams end with it: the next holder need not keep them
+        self._pauses.pop(trial_id, None)  # (a pause the driver answered with a stop)
         self._release_locked(r, ready=False)
         del self._running[trial_id]
         turn = self._turns.get(r.lane_id)
@@ -1094,6 +1142,8 @@ class DeviceHost:
             if worker:
                 return
             with self._lock:
+                if paused and self._hold_pauses:
+                    self._pauses[trial_id] = False
                 self._emit_locked((EV_RESULT, trial_id, attempt, time.time(), result, paused,
                                    session.stopped_by_rule), wake=prompt)
 

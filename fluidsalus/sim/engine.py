@@ -330,6 +330,9 @@ class Simulation:
         # releases (the step walked every live trial, and ASHA's are all live from the start: 20,000 trials ran
         # 5x slower per iteration than 1,000)
         self._paused_since: list[SimTrial] = []
+        # Whether a prefetched trial waits through its lane neighbour's pause at the budget until the driver's next
+        # step (the device host's ``hold_pauses``, which the executor's replay sets as the executor does)
+        self.hold_pauses = False
         self.queue: list[tuple[int, int, SimTrial]] = []  # heap of (class, order, trial)
         self._queue_order = itertools.count()
         self._heap: list[tuple[float, int, int, Any, int]] = []
@@ -397,7 +400,7 @@ class Simulation:
         trial = None
         if len(ready) == 1:  # the common case, inlined: this runs for every iteration
             trial = ready[0]
-            if trial.began or not trial.prefetched or not lane.starting:
+            if trial.began or not trial.prefetched or not (lane.starting or self._pause_unanswered(lane)):
                 ready.pop()
             else:
                 trial = None
@@ -443,17 +446,23 @@ class Simulation:
     def _next(self, lane: SimLane) -> SimTrial | None:
         """Take the trial the lane runs next from its two or more ready ones, as the device host does
         (``DeviceHost._grant_locked``; :meth:`_kick` inlines the case of one): by the lane policy, a prefetched trial
-        that has not begun only when no other trial is ready and none that is not prefetched is still starting in
-        the lane (None: the lane waits)."""
+        that has not begun only when no other trial is ready, none that is not prefetched is still starting in
+        the lane and (pauses held) none is paused at its budget until the driver's next step (None: the lane
+        waits)."""
         ready = lane.ready
         eligible = [t for t in ready if not (t.prefetched and not t.began)]
         if not eligible:
-            if lane.starting:
+            if lane.starting or self._pause_unanswered(lane):
                 return None
             eligible = ready
         trial = eligible[0] if len(eligible) == 1 else self.pick(eligible)
         ready.remove(trial)
         return trial
+
+    def _pause_unanswered(self, lane: SimLane) -> bool:
+        """While pauses are held (:attr:`hold_pauses`): whether a trial of ``lane`` paused at its budget since the
+        driver's last step, which answers it as the executor's next poll does (``DeviceHost.poll``)."""
+        return self.hold_pauses and any(t.lane is lane and t.state == PAUSED for t in self._paused_since)
 
     @staticmethod
     def view(trial: SimTrial) -> TrialView:
@@ -974,8 +983,13 @@ class Simulation:
                 if trial.state == PAUSED and trial.resident:
                     self._release(trial, now)
                     trial.cold = True
+        # pauses that stand after the step: a prefetched trial held behind one may begin (hold_pauses)
+        answered = [t.lane for t in self._paused_since if t.state == PAUSED and t.lane is not None] \
+            if self.hold_pauses else []
         self._paused_since.clear()
         self.strategy.place(now)
+        for lane in answered:
+            self._kick(lane, now)
 
     def _finish(self, now: float) -> bool:
         """Nothing is scheduled: end the run (True) or let the driver act once more (False)."""

@@ -1224,7 +1224,10 @@ class PlannerExecutorStrategy(WaterfillStrategy):
             sim.withdraw(trials[tid], None if action == "preempt" else planned[tid], now)
         for tid in actions.preempt:
             sim.preempt(trials[tid], now)
-        self._prefetch(plan.queued, now)
+        left = self._prefetch(plan.queued, now)
+        # as the executor tells its devices (Executor._tell_hold_pauses): hold pauses while another device is up and
+        # no trial waits in the queue
+        sim.hold_pauses = sim.hardware.gpus > 1 and not left
 
     def _planned(self, plan: Plan) -> set[str]:
         """The trials a plan decides about."""
@@ -1239,7 +1242,8 @@ class PlannerExecutorStrategy(WaterfillStrategy):
                           can_restart=self.checkpoints and trial.iteration > 0, unbegun=trial.iteration == 0,
                           moving=trial.next_devices is not None, busy=trial.state == ENDED or trial.stop_pending)
 
-    def _prefetch(self, queue: Sequence[str], now: float) -> None:
+    def _prefetch(self, queue: Sequence[str], now: float) -> int:
+        """Submit queued trials ahead to full devices; returns how many trials are left waiting in the queue."""
         sim = self.sim
         slots = sim.hardware.slots
         load = [0] * sim.hardware.gpus
@@ -1250,8 +1254,10 @@ class PlannerExecutorStrategy(WaterfillStrategy):
         waiting = [tid for tid in queue if trials[tid].state == QUEUED and not trials[tid].resident]
         sizes = {tid: trials[tid].rec.p_bytes + trials[tid].rec.t_bytes for tid in waiting}
         devices = [DeviceLoad(d, n, slots, self.capacity) for d, n in enumerate(load)]
-        for tid, device in choose_prefetch(waiting, sizes, devices, self.prefetch):
+        prefetched = choose_prefetch(waiting, sizes, devices, self.prefetch)
+        for tid, device in prefetched:
             sim.start_lanes(trials[tid], (device,), now, prefetched=True)
+        return len(waiting) - len(prefetched)
 
 
 def make_replay_strategy(planner: str, checkpoints: bool = False) -> Strategy:

@@ -38,6 +38,9 @@ that the device starts its next trial the moment a slot frees, without a driver 
 prefetched trial as placed there (it holds memory in a lane there), and may still withdraw it or move it (from a
 checkpoint, as any trial). The device holds it back (``TrialSpec.prefetched``): it begins only when its lane would
 otherwise idle, so it does not time-slice with the trial it waits behind, and trials end one after another.
+While another device is up and no trial waits in the queue, the device also holds it through its neighbour's
+pause at the budget until the driver answered that pause (``Executor._tell_hold_pauses``): a freed slot elsewhere
+has nothing else to start, and ASHA's promotion would leave the two time-slicing one slot to their ends.
 """
 
 from __future__ import annotations
@@ -580,6 +583,7 @@ class _Device:
     start_ref: Any = None  # its actor's ``info()`` while the actor is still starting (the device is not alive yet)
     actor_name: str = ""  # the Ray name of its current actor
     launched: float = 0.0  # when its current actor was asked for (driver clock)
+    hold_pauses: bool = False  # what its actor was last told to do with pauses (``DeviceHost.hold_pauses``)
 
 
 class Executor:
@@ -814,6 +818,7 @@ class Executor:
         """Take a (new) actor's info: the capacity and class the planner sees, and empty lanes."""
         device.info = info
         device.batches = 0  # a new actor numbers the calls that bring it commands from 0
+        device.hold_pauses = False  # (a new actor's host does not hold them)
         # The actor reports its lane capacity: a GPU's free memory, or a CPU device's share of its node's memory.
         device.capacity = int(info.get("capacity_bytes") or 0)
         model = info.get("gpu_name")
@@ -1175,6 +1180,7 @@ class Executor:
                                       self._first_error_pickle)
                 return
             self._send_answers()  # (made on call threads since the last pass: they go with the polls)
+            self._tell_hold_pauses()
             refs = []
             for device in self._devices:
                 if device.alive and device.poll_ref is None:
@@ -1211,6 +1217,21 @@ class Executor:
                     self._handle(device, batch)
             for callback in self.settings.callbacks:
                 callback.on_step_end()
+
+    def _tell_hold_pauses(self) -> None:
+        """Tell each device, when it changes, whether a prefetched trial there waits through its neighbour's pause
+        at the budget until this driver answered it (``DeviceHost.hold_pauses``): while another device is up and
+        no trial waits in the queue. A device that frees a slot then has nothing to start, and a prefetched trial
+        that has not begun is the only one that can still go there (the planner withdraws it); one begun at a
+        pause that the searcher answers with a promotion (ASHA's, at once) would time-slice one slot with the
+        promoted trial to their ends, neither movable without a checkpoint, while that device idled. Otherwise a
+        freed slot gets a queued trial, and the prefetched trial begins at the pause (no round trip lost)."""
+        alive = [d for d in self._devices if d.alive]
+        hold = len(alive) > 1 and not self.pending
+        for device in alive:
+            if device.hold_pauses != hold:
+                device.hold_pauses = hold
+                self._send(device, "hold_pauses", hold)
 
     def _check_end(self) -> None:
         """End the experiment early when its time budget is spent, a trial failed under fail_fast, or the
