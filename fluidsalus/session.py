@@ -417,6 +417,9 @@ class TrialSession:
             (:meth:`resume_checkpoint`): it restores what a restart gives it, so the planner may move it.
         warning_sink: Sends a warning for the script's author (:func:`warn_user`: its message, category and the
             user's file, line and module) to the driver, which gives it once per run (None: ``warnings.warn`` here).
+        await_delivery: Waits until the driver has the results delivered so far (the host's
+            :meth:`~fluidsalus.gpu.host.DeviceHost.await_delivery`); called once, at a result the trial's stop rule
+            ends it at, before the trainable gets back control (None: it goes on at once).
 
     Attributes:
         ranks: For one rank of a data-parallel trial, its link with the other ranks (set by the device host
@@ -440,6 +443,7 @@ class TrialSession:
         result_totals: Mapping[str, float] | None = None,
         on_resume_read: Callable[[], None] | None = None,
         warning_sink: Callable[[dict[str, Any]], None] | None = None,
+        await_delivery: Callable[[], None] | None = None,
     ) -> None:
         self.context = context
         #: What starts each line the trial prints in a device process (``fluidsalus.gpu.output``): its name, or
@@ -447,6 +451,7 @@ class TrialSession:
         self.output_name = context.trial_name
         self._on_resume_read = on_resume_read
         self._warning_sink = warning_sink
+        self._await_delivery = await_delivery
         self._warned: set[tuple[type[Warning], str]] = set()  # what warn_user gave in this trial
         self._warned_lock = threading.Lock()
         #: Whether the trainable asked for its checkpoint in this attempt (:meth:`resume_checkpoint`).
@@ -720,6 +725,8 @@ class TrialSession:
                 raise
         self._sink(result, paused, not deferred or stop or paused or checkpoint is not None)
         if stop:
+            if self.stopped_by_rule:
+                self._wait_delivered()
             raise self._stop()
         if verdict and self._wait_verdict():
             # The searcher (or the driver's copy of the stopper) stopped it at this result (its lane's turn went
@@ -747,6 +754,23 @@ class TrialSession:
             if self.stop_requested.is_set() and self._stops_alone():
                 raise self._stop()
         self._last = time.time()  # time spent paused or waiting for the lane is not part of an iteration
+
+    def _wait_delivered(self) -> None:
+        """Wait, at the result the trial's stop rule ends it at, until the driver has it (one round trip, once per
+        trial): what the trainable does next (a ``finally:`` that ends the process, a crash in native code) can no
+        longer lose it. A process that died there lost the result still waiting in the device's outbox: the trial
+        was run again, and failed after two such deaths, where a Ray Tune trial, whose report waits for the driver,
+        ends ``TERMINATED`` at it. The lane's turn goes to a ready neighbour meanwhile, as in :meth:`call`."""
+        if self._await_delivery is None:
+            return
+        if self._turns is not None:
+            self._turns.release()
+        self._switch_owed = False
+        try:
+            self._await_delivery()
+        finally:
+            if self._turns is not None:
+                self._turns.acquire()
 
     def _wait_verdict(self) -> bool:
         """Wait for the driver's verdict on the result just delivered (:data:`RESULT_VERDICT_CALL`): True to stop

@@ -22,6 +22,7 @@ from fluidsalus.gpu.host import (
     EV_LANE,
     EV_RESULT,
     EV_START,
+    LANE_ERROR_AFTER_STOP,
     OUT_COMPLETED,
     OUT_ERRORED,
     OUT_STOPPED,
@@ -153,6 +154,51 @@ def test_stop_rule_dict_has_ray_semantics(tmp_path):
     host.submit([_spec(tmp_path, 0)])
     events = _drain(host, 1)
     assert [e[4]["training_iteration"] for e in events if e[0] == EV_RESULT] == [1, 2, 3, 4, 5]
+
+
+def test_a_trial_goes_on_past_its_stop_rules_result_only_once_the_driver_has_it(tmp_path):
+    """What a trainable does as the stop unwinds it (a ``finally:`` that ends the process) could lose the result the
+    rule ended it at while that result waited in the outbox: it waits until the driver polls again after the poll
+    that took it (the driver polls only after it handled the last batch)."""
+    unwound = threading.Event()
+
+    def f(config):
+        try:
+            for i in range(10):
+                fluidsalus.report({"v": i})
+        finally:
+            unwound.set()
+
+    host = DeviceHost(f, _settings(max_lanes=1, stop=stop_rule({"training_iteration": 2})))
+    host.submit([_spec(tmp_path, 0)])
+    events, deadline = [], time.time() + WAIT_S
+    while not any(e[0] == EV_RESULT and e[4]["done"] for e in events):
+        assert time.time() < deadline, f"timed out; events so far: {events}"
+        events += host.poll(0.1)
+    assert not unwound.wait(0.3)  # the driver has not polled again: it may not have the result yet
+    later = host.poll(0.1)  # (its end may come with it)
+    assert unwound.wait(WAIT_S)  # this poll says the driver handled the batch: the trainable goes on
+    assert not [e for e in later if e[0] == EV_RESULT]
+    ends = [e for e in later + _drain(host, 0 if any(e[0] == EV_END for e in later) else 1) if e[0] == EV_END]
+    assert [e[4] for e in ends] == [OUT_STOPPED]
+
+
+def test_a_trial_that_raises_as_its_stop_rule_stops_it_ends_stopped_with_the_error_as_a_record(tmp_path):
+    """As in Ray Tune, whose trial ends TERMINATED at that result: it was retried, or ended ERROR with its searcher
+    told it completed. An end save that fails at that result (before the stop) still fails it."""
+    def f(config):
+        try:
+            for i in range(10):
+                fluidsalus.report({"v": i})
+        finally:
+            raise RuntimeError("cleanup failed")
+
+    host = DeviceHost(f, _settings(max_lanes=1, stop=stop_rule({"training_iteration": 2})))
+    host.submit([_spec(tmp_path, 0)])
+    events = _drain(host, 1)
+    assert [e[4:6] for e in events if e[0] == EV_END] == [(OUT_STOPPED, None)]
+    (late,) = [e for e in events if e[0] == EV_LANE and e[4] == LANE_ERROR_AFTER_STOP]
+    assert late[5]["error"] == "RuntimeError: cleanup failed" and "cleanup failed" in late[5]["traceback"]
 
 
 def test_stop_rule_on_a_missing_key_is_a_run_level_error(tmp_path):

@@ -1979,12 +1979,54 @@ def _fails_on_its_way_out(config):
 def test_a_trial_that_met_its_stop_rule_and_then_fails_is_not_retried(storage, tmp_path):
     """Its end was told to the searcher at the result the stop rule ended it at (as Ray's controller tells it); an
     error on its way out then had it retried: the finished trial ran again, its new results unseen by the searcher
-    (a review's script). It ends with that error, once."""
+    (a review's script). Then it ended ERROR, where its searcher was told it completed; as in Ray Tune, it ends
+    TERMINATED at that result, with no error, and the error is a warning and an ``error_after_stop`` event."""
     log = tmp_path / "starts.txt"
-    grid = fluidsalus.run(_fails_on_its_way_out, {"log": str(log)}, stop={"training_iteration": 3},
+    searcher = RecordingSearch({"log": str(log)}, num_samples=1)
+    grid = fluidsalus.run(_fails_on_its_way_out, searcher=searcher, stop={"training_iteration": 3},
                           storage_path=storage, name="way_out", verbose=0, max_failures=1)
     assert log.read_text().count("start") == 1
-    assert grid[0].metrics["training_iteration"] == 3 and grid[0].metrics["done"] is True
+    (result,) = grid
+    assert result.error is None and grid.num_errors == 0
+    assert result.metrics["training_iteration"] == 3 and result.metrics["done"] is True
+    assert list(searcher.calls.values()) == [[1, 2, "complete"]]
+    store = ExperimentStore.open(grid.experiment_path, readonly=True)
+    assert store.trials()[0].status == "TERMINATED"
+    assert [e.data["error"] for e in store.events("error_after_stop")] == ["RuntimeError: cleanup failed"]
+
+
+def _ends_its_process_after_its_stop_result(config):
+    with open(config["log"], "a") as log:
+        log.write("start\n")
+    try:
+        for i in range(10):
+            fluidsalus.report({"loss": float(i)})
+    finally:
+        os._exit(1)  # (as a crash in native code or the out-of-memory killer would, as the stop unwinds it)
+
+
+@pytest.mark.parametrize("max_failures", [0, 1])
+def test_a_trial_whose_process_dies_right_after_its_stop_result_ends_terminated_there(storage, tmp_path,
+                                                                                      max_failures):
+    """The result its stop rule ended it at waited in the device's outbox; the process died before the driver's next
+    poll took it, so the trial ran again (its death not charged at first), and failed at its second death (a review's
+    script). As a Ray Tune trial, whose report waits for the driver, it ends TERMINATED at that result, with no error
+    and its function started once: the device waits for the driver to have that result before the trainable goes on,
+    and a death after it ends the trial there, its searcher told its end once."""
+    log = tmp_path / "starts.txt"
+    searcher = RecordingSearch({"log": str(log)}, num_samples=1)
+    grid = fluidsalus.run(_ends_its_process_after_its_stop_result, searcher=searcher, stop={"training_iteration": 3},
+                          storage_path=storage, name=f"dies_after_stop{max_failures}", verbose=0,
+                          max_failures=max_failures, time_budget_s=120)
+    assert log.read_text().count("start") == 1
+    (result,) = grid
+    assert result.error is None and grid.num_errors == 0
+    assert result.metrics["training_iteration"] == 3 and result.metrics["done"] is True
+    assert list(searcher.calls.values()) == [[1, 2, "complete"]]
+    store = ExperimentStore.open(grid.experiment_path, readonly=True)
+    (trial,) = store.trials()
+    assert trial.status == "TERMINATED" and trial.attempt == 0
+    assert len(store.events("device_died")) == 1 and not store.events("trial_restart")
 
 
 def _ten_steps(config):

@@ -110,6 +110,10 @@ DRIVER_WAITS_HELD_S = 1.0
 #: An ``EV_LANE`` kind: the trial asked for the checkpoint it resumes from (``TrialSession.resume_checkpoint``), so
 #: a restart from its checkpoint resumes it; the driver keeps it on the trial and stores no event of it.
 LANE_RESUME_READ = "resume_read"
+#: An ``EV_LANE`` kind: the trainable raised after the result its stop rule ended it at (a ``finally:`` or an
+#: ``except`` that fails as the stop unwinds it; ``data``: ``error`` and ``traceback``). The trial ends stopped at that
+#: result (its ``EV_END`` is ``OUT_STOPPED``), as a Ray Tune trial does; the driver stores the event and warns.
+LANE_ERROR_AFTER_STOP = "error_after_stop"
 #: An ``EV_LANE`` kind: a warning for the script's author given in the trial (:func:`fluidsalus.session.warn_user`;
 #: ``data``: ``message``, ``category`` and the user's ``filename``, ``lineno`` and ``module``); the driver gives it
 #: once per run and stores no event of it.
@@ -370,6 +374,19 @@ class _Withdrawn(Exception):
     """Ends a trial's thread that :meth:`DeviceHost.withdraw` took back before it began."""
 
 
+def _raised_as_stop_unwound(error: BaseException) -> bool:
+    """Whether ``error`` was raised while a :class:`StopTrial` unwound the trainable (a ``finally:`` or an ``except``
+    that failed): the stop is in its context chain."""
+    seen: set[int] = set()
+    cause = error.__context__
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, StopTrial):
+            return True
+        seen.add(id(cause))
+        cause = cause.__context__
+    return False
+
+
 class _Turns:
     """The session's handle on its lane (see :class:`TrialSession`)."""
 
@@ -411,6 +428,11 @@ class DeviceHost:
         self._outbox_ready = threading.Condition(self._lock)
         self._outbox: list[tuple[Any, ...]] = []
         self._outbox_wakes = False  # whether the outbox holds an event the driver should get now (_emit_locked)
+        # Polls that took the outbox, and of those the ones the driver has handled (it polls again only after it
+        # handled the last batch: its next poll says so): see await_delivery
+        self._taken = 0
+        self._handled = 0
+        self._handled_ready = threading.Condition(self._lock)
         # (trial_id, attempt) -> its waits for the driver not sent yet: [asked, wait_s, method] (DRIVER_WAITS_HELD_S)
         self._waits: dict[tuple[str, int], list[tuple[float, float, str]]] = {}
         self._waiting: dict[str, TrialSpec] = {}  # admitted later, in the lane manager's queue order
@@ -429,9 +451,9 @@ class DeviceHost:
         self._call_seq = 0
         self._grant_seq = 0  # counts every turn given anywhere on the device (for "ran alone" checks)
         self._hold_pauses = False  # see hold_pauses
-        # While pauses are held: trial paused at its budget -> whether a poll returned that result (the next poll
-        # brings the driver's answer)
-        self._pauses: dict[str, bool] = {}
+        # While pauses are held: trial paused at its budget -> the poll that takes that result (its batch answered
+        # once the driver polls again: _handled)
+        self._pauses: dict[str, int] = {}
         self._closed = False
         self._storage_seen = False  # the experiment's store was seen from this node (_check_storage)
         self._torch_configured = False
@@ -619,8 +641,11 @@ class DeviceHost:
         calls this. While pauses are held (:meth:`hold_pauses`), a prefetched trial waiting behind a pause that
         still stands then begins."""
         with self._lock:
-            if self._pauses:
-                self._answered_locked([tid for tid, told in self._pauses.items() if told])
+            if self._handled < self._taken:  # (the driver polls again once it has handled the last batch)
+                self._handled = self._taken
+                self._handled_ready.notify_all()
+                if self._pauses:  # (answered pauses that still stand: a prefetched trial held behind one may begin)
+                    self._answered_locked([tid for tid, by in self._pauses.items() if by <= self._handled])
             if not self._outbox_wakes and max_wait_s > 0:
                 self._outbox_ready.wait(max_wait_s)
             if self._waits:
@@ -628,9 +653,16 @@ class DeviceHost:
                 for key in [k for k, held in self._waits.items() if held[0][0] <= old]:
                     self._send_waits_locked(key)
             out, self._outbox, self._outbox_wakes = self._outbox, [], False
-            for tid in self._pauses:  # their results are in ``out`` (or an earlier poll's)
-                self._pauses[tid] = True
+            self._taken += 1
             return out
+
+    def await_delivery(self, take: int) -> None:
+        """Wait until the driver has handled the batch of the ``take``-th poll (it polls again: :meth:`poll`), or
+        the host shuts down. A trial waits so at the result its stop rule ends it at
+        (:meth:`TrialSession._wait_delivered`), before its trainable goes on to what may end the process."""
+        with self._lock:
+            while self._handled < take and not self._closed:
+                self._handled_ready.wait()
 
     def _answered_locked(self, trial_ids: list[str]) -> None:
         """The driver has answered these pauses and they stand: a prefetched trial waiting in their lanes may
@@ -687,6 +719,7 @@ class DeviceHost:
             for slot in self._calls.values():  # a trial waiting for the driver will not get an answer now
                 slot[1], slot[2] = StopTrial(), True
                 slot[0].set()
+            self._handled_ready.notify_all()  # (nor will a trial waiting for its result's delivery)
             threads = [r.thread for r in self._running.values()]
         deadline = time.time() + timeout_s
         for thread in threads:
@@ -1138,14 +1171,20 @@ class DeviceHost:
         trial_id = spec.trial_id
         worker = spec.rank > 0  # a data-parallel worker: rank 0 reports, decides and pauses for the trial
 
+        delivered_by = [0]  # the poll whose batch carries the trial's last result (await_delivery)
+
         def sink(result: dict[str, Any], paused: bool, prompt: bool) -> None:
             if worker:
                 return
             with self._lock:
-                if paused and self._hold_pauses:
-                    self._pauses[trial_id] = False
                 self._emit_locked((EV_RESULT, trial_id, attempt, time.time(), result, paused,
                                    session.stopped_by_rule), wake=prompt)
+                delivered_by[0] = self._taken + 1  # (the next poll takes it)
+                if paused and self._hold_pauses:
+                    self._pauses[trial_id] = delivered_by[0]
+
+        def await_delivery() -> None:
+            self.await_delivery(delivered_by[0])
 
         def checkpoint_sink(iteration: int, dirname: str) -> None:
             with self._lock:
@@ -1204,6 +1243,7 @@ class DeviceHost:
             result_totals=spec.result_totals if spec.checkpoint_path else None,
             on_resume_read=None if worker else resume_read,
             warning_sink=warning_sink,
+            await_delivery=None if worker else await_delivery,
         )
         session._caller = lambda method, args, label=None: self._call(trial_id, attempt, method, args, label)
         return session
@@ -1246,6 +1286,7 @@ class DeviceHost:
         refusal = False  # the lane allocator refused an allocation at the trial's cap (its estimate)
         ranks = None
         peer_gone = False  # a data-parallel rank's failure says a peer went away (a broken collective)
+        unwinding_stop = False  # it raised while the stop at a report unwound it (_raised_as_stop_unwound)
         try:
             self._check_storage()
             self._configure_torch()
@@ -1278,6 +1319,7 @@ class DeviceHost:
             error = _encodable(f"{type(e).__name__}: {text}" if text else type(e).__name__)
             trace = _encodable(tb.format_exc())
             error_pickle = pickle_exception(e)
+            unwinding_stop = _raised_as_stop_unwound(e)
             if ranks is not None:
                 from fluidsalus.distributed._rendezvous import broken_by_leader_end  # (it imports this module)
 
@@ -1316,6 +1358,13 @@ class DeviceHost:
                 # Out of memory after the driver stopped it (the searcher, a move, the run's end): it ends stopped,
                 # from its last result and checkpoint, as at its next report; a re-admission lost the stop.
                 self._emit_locked((EV_LANE, spec.trial_id, spec.attempt, now, "oom_after_stop",
+                                   {"error": error, "traceback": trace}))
+                outcome, error, trace = OUT_STOPPED, None, None
+            if outcome in (OUT_ERRORED, OUT_OOM) and fatal is None and session.stopped_by_rule and unwinding_stop:
+                # It raised as the stop at its stop rule's result unwound it: it ends stopped there, where it was
+                # retried or ERROR. (An end save that fails at that result is no such error: the class front end
+                # reports the result, then raises the save's error, which fails the trial, as in Ray.)
+                self._emit_locked((EV_LANE, spec.trial_id, spec.attempt, now, LANE_ERROR_AFTER_STOP,
                                    {"error": error, "traceback": trace}))
                 outcome, error, trace = OUT_STOPPED, None, None
             if (outcome == OUT_OOM and not refusal

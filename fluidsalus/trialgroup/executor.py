@@ -91,6 +91,7 @@ from fluidsalus.gpu.host import (
     EV_LANE,
     EV_RESULT,
     EV_START,
+    LANE_ERROR_AFTER_STOP,
     LANE_RESUME_READ,
     LANE_WARNING,
     OUT_COMPLETED,
@@ -2099,6 +2100,7 @@ class Executor:
         verdicts: list[tuple[Any, ...]] = []  # CHECKPOINT_VERDICT_CALLs: answered once the callbacks saw the batch
         decisions: list[tuple[Any, ...]] = []  # RESULT_VERDICT_CALLs: answered once the searcher saw the batch
         warned: list[Mapping[str, Any]] = []  # LANE_WARNINGs: given once the batch is committed
+        failed_after_stop: list[tuple[Any, ...]] = []  # LANE_ERROR_AFTER_STOPs: warned of once the batch is committed
         name = device.spec.name
         received = time.time()  # the driver's clock: a move's two ends may be on nodes with different clocks
         with self.store.transaction():
@@ -2113,6 +2115,8 @@ class Executor:
                     else:
                         self._answer_call(device, event)
                     continue
+                if kind == EV_LANE and event[4] == LANE_ERROR_AFTER_STOP:
+                    failed_after_stop.append(event)  # (stored below, as every lane event; warned of after the commit)
                 if kind == EV_LANE and event[4] == LANE_WARNING:
                     warned.append(event[5])
                     continue
@@ -2312,6 +2316,9 @@ class Executor:
                 self._searcher_log.save()
         # Committed: the batch is acknowledged. Now act on it.
         self._warn_from_trials(warned)
+        for event in failed_after_stop:
+            logger.warning("trial %s raised after the result its stop rule ended it at; it ends TERMINATED there, "
+                           "as in Ray Tune: %s", event[1], event[5].get("error"))
         if stopper_error is not None:
             raise stopper_error
         # Trials a stop ends at once (a trial this batch's end requeued: a move at its budget leaves it paused off
@@ -2922,6 +2929,7 @@ class Executor:
         ended: list[Trial] = []
         lost_worker: list[str] = []
         lost_stopping: list[str] = []  # (being stopped already: its rank 0 only learns that it waits for no worker)
+        died_after_stop: list[Trial] = []  # met its stop rule, then its process died: it ends TERMINATED there
         # (began, not paused, when the driver last heard of them; its home here: charge_death shares the blame)
         computing = {tid for tid in device.assigned if self.trials[tid].status == RUNNING
                      and self.trials[tid].placed_on[:1] == (device.spec.index,)} if not node_died else set()
@@ -2938,6 +2946,12 @@ class Executor:
                 stopping = trial_id in self._stopping
                 self._stopping.discard(trial_id)
                 restart = self._restarts.pop(trial_id, None)
+                # It met its stop rule (its searcher was told its end at that result, which the driver has: the
+                # device waits for that before its trainable goes on): it ends there, TERMINATED, as a Ray Tune trial
+                # whose process dies after its stop; restarted, it ran a finished trial again, unseen by its searcher
+                finished = trial.finished_by_rule or trial_id in self._told_end
+                if finished:
+                    restart = None
                 if restart is not None and restart.reason in (RESTART_MOVE, RESTART_PREEMPT, RESTART_WITHDRAWN,
                                                               RESTART_TURN):
                     # The death ended the attempt before the planner's stop did (and may have taken a failure
@@ -2945,9 +2959,10 @@ class Executor:
                     # checkpoint, where the next plan puts it. An exploit or a retry keeps its own restart.
                     restart = _Restart(reason=RESTART_DEVICE_DIED, error=text)
                 self._unplace(trial, now)  # its workers elsewhere are told to stop: rank 0 is gone
-                if restart is None and not stopping and trial_id in computing and len(computing) > 1:
+                ends = stopping or finished  # (it ends here: no suspect, charged with nothing)
+                if restart is None and not ends and trial_id in computing and len(computing) > 1:
                     self._suspects.add(trial_id)  # (cleared past its death point: _handle; or at its end: _forget)
-                if restart is None and not stopping and trial_id in computing and charge_death(trial, len(computing)):
+                if restart is None and not ends and trial_id in computing and charge_death(trial, len(computing)):
                     if self._may_retry(trial):
                         trial.num_failures += 1
                         restart = _Restart(reason="retry", error=self._death_error(trial, text))
@@ -2956,7 +2971,9 @@ class Executor:
                         self._end_by_deaths(trial, self._death_error(trial, text), now, device.spec.name, events)
                         ended.append(trial)
                         continue
-                if stopping and restart is None:  # it was being stopped for good: it ends now
+                if ends and restart is None:  # it was being stopped for good, or met its stop rule: it ends now
+                    if finished:
+                        died_after_stop.append(trial)  # (warned of after the commit)
                     trial.status, trial.devices = TERMINATED, ()
                     self._forget(trial_id)
                     self.store.update_trial(trial_id, status=TERMINATED, finished_at=now, stop_reason=OUT_STOPPED,
@@ -2973,6 +2990,10 @@ class Executor:
                 self._searcher_log.save()
         device.assigned.clear()
         device.lingering.clear()
+        for trial in died_after_stop:
+            logger.warning("trial %s: its device %s died after the result its stop rule ended it at (iteration %s); it "
+                           "ends TERMINATED there: %s", trial.trial_id, device.spec.name, trial.last_iteration,
+                           text.splitlines()[0] if text else "")
         self._send_stop(lost_worker, no_verdict=True, peers_lost=True)
         self._send_stop(lost_stopping, peers_lost=True)
         for trial in ended:
