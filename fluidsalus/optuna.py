@@ -771,9 +771,14 @@ class DeviceTrial(BaseTrial):
 
     def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
         """Suggest one of ``choices`` (``optuna.Trial.suggest_categorical``)."""
-        with warnings.catch_warnings(record=True) as caught:  # (choices unfit for storage: Optuna's UserWarning)
-            warnings.simplefilter("always")
-            distribution = CategoricalDistribution(choices)
+        if all(isinstance(c, _PLAIN_CHOICES) for c in choices):
+            # no warning to hold back (Optuna warns only of choices unfit for storage): no catch_warnings, which
+            # swaps the process's warning state and is not thread-safe (other trials of the process, their threads)
+            distribution, caught = CategoricalDistribution(choices), []
+        else:
+            with warnings.catch_warnings(record=True) as caught:  # (choices unfit for storage: Optuna's UserWarning)
+                warnings.simplefilter("always")
+                distribution = CategoricalDistribution(choices)
         if self._distributions.get(name) != distribution:
             return self._suggest(name, distribution)  # the driver's suggestion gives Optuna's warnings (relayed)
         for warning in caught:  # answered here: given here, once, as Optuna's call gives it

@@ -1784,6 +1784,31 @@ def test_a_categorical_warning_is_given_once_per_call_as_in_optuna(tmp_path):
     assert len(theirs.trials[0].user_attrs["warned"]) == 2
 
 
+def _cached_categorical_without_catch_warnings(trial: Any) -> float:
+    trial.suggest_categorical("c", ["a", "b"])
+    real = warnings.catch_warnings
+
+    def swaps_the_process_state(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("catch_warnings on the device")
+
+    warnings.catch_warnings = swaps_the_process_state  # type: ignore[assignment,misc]
+    try:
+        trial.suggest_categorical("c", ["a", "b"])  # (answered on the device: the name was suggested)
+    finally:
+        warnings.catch_warnings = real  # type: ignore[misc]
+    return 0.0
+
+
+def test_a_categorical_answered_on_the_device_leaves_the_warning_state_alone(tmp_path):
+    """Each ``suggest_categorical`` on the device ran under ``warnings.catch_warnings(record=True)``, which swaps the
+    process's warning state and is not thread-safe: racing another trial of the device process (``cpus_per_trial``
+    below 1) or a library's thread, it left a dead list installed, and every later warning of that process was lost
+    (h170's 1). Plain choices (those Optuna warns nothing of) do without it."""
+    study = optuna.create_study()
+    _optimize(study, _cached_categorical_without_catch_warnings, tmp_path, n_trials=1)
+    assert study.trials[0].state == TrialState.COMPLETE, study.trials[0]
+
+
 def _upload_model(trial: Any, base: str) -> float:
     x = trial.suggest_float("x", 0, 1)
     path = os.path.join(base, f"model_{trial.number}.txt")  # the device writes the trial's file
