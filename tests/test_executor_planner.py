@@ -708,6 +708,30 @@ def test_the_progress_views_stopped_count_is_the_same_live_and_after_a_resume(tm
     assert executor._snapshot()["stopped"] == resumed._snapshot()["stopped"] == 1
 
 
+def test_a_resumed_trial_lets_go_of_the_stored_checkpoints_after_the_one_it_resumes_from(tmp_path):
+    """A resumed trial whose newest stored checkpoint's folder was gone resumed from the one before (_load_trials),
+    but the stored row of the gone one stayed: the attempt wrote that folder again, and it was listed twice, once
+    with the lost attempt's metrics, for retention and ``best_checkpoints`` (h171's F1). It goes once the attempt
+    starts, as after a restart within a run."""
+    from fluidsalus.gpu.host import EV_START
+    from fluidsalus.searchers import RandomSearch
+    from fluidsalus.trialgroup.executor import Executor, ExecutorSettings
+
+    executor, store = _offline_executor(tmp_path)
+    store.add_trials([("a", 0, {})], group_id="g")
+    for iteration in (3, 4):
+        store.add_checkpoint("a", iteration, str(tmp_path / f"checkpoint_{iteration:06d}"), {"acc": iteration})
+    store.update_trial("a", status=RUNNING)
+    resumed = Executor(cloudpickle.dumps((lambda config: None, None)), RandomSearch({"x": 1}), store,
+                       executor.device_specs, ExecutorSettings("exp", str(tmp_path / "exp"), "f", verbose=0),
+                       trials=[_trial("a", status=RUNNING, last_iteration=3, attempt=1)])  # (checkpoint_000004 gone)
+    device = executor._devices[0]  # (offline: the resumed run has started none)
+    device.assigned.add("a")
+    assert [c["iteration"] for c in store.checkpoints("a")] == [3, 4]  # (until its attempt starts)
+    resumed._handle(device, [(EV_START, "a", 1, 1.0)])
+    assert [c["iteration"] for c in store.checkpoints("a")] == [3]
+
+
 def test_verbose_2_says_a_trial_that_never_started_never_started(tmp_path, capsys):
     """With ``verbose=2`` a trial the counts call never started printed "stopped after 0 iterations", as one that ran
     (h149's F5): the trial whose start found the search over (``started_trial`` False, the Optuna front end's after

@@ -731,6 +731,10 @@ class Executor:
                     continue  # its checkpoint is at its budget: it waits for its searcher, as _requeue keeps one
                 trial.status = PENDING
                 self.pending.add(trial)
+                # it resumes from its newest checkpoint left on disk (_load_trials): the stored ones after it (whose
+                # folders went) go when its attempt starts, as after a restart within a run; kept, the folder it
+                # writes again was listed twice, once with the lost attempt's metrics (h171's F1)
+                self._abandoned[trial.trial_id] = trial.last_iteration
 
     # ------------------------------------------------------------------ public
 
