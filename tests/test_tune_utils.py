@@ -194,6 +194,29 @@ def test_a_class_trainables_checkpoint_folder_holds_only_what_save_checkpoint_wr
     assert os.listdir(dicts.save(str(tmp_path / "dict")).path) == ["_dict_checkpoint.pkl"]  # (Ray's file name)
 
 
+def test_a_save_that_fails_leaves_no_temporary_folder(tmp_path, monkeypatch) -> None:
+    """``save()`` without a folder makes a temporary one for ``save_checkpoint``: one that raised left it, with
+    what it had written, in the temporary directory (h171's F2; Ray's leaks it too). A folder the caller gave is
+    the caller's, and stays."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    os.makedirs(tempfile.tempdir)
+
+    class Fails(_Counter):
+        def save_checkpoint(self, checkpoint_dir):
+            with open(os.path.join(checkpoint_dir, "partial.bin"), "w") as f:
+                f.write("half")
+            raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        Fails({"start": 0}).save()
+    assert os.listdir(tempfile.tempdir) == []
+    with pytest.raises(OSError, match="disk full"):
+        Fails({"start": 0}).save(str(tmp_path / "given"))
+    assert os.listdir(tmp_path / "given") == ["partial.bin"]
+
+
 def test_validate_save_restore_passes_a_trainable_that_resumes_and_fails_one_that_does_not() -> None:
     assert utils.validate_save_restore(_Counter, {"start": 5}) is True
     with pytest.raises(AssertionError, match="restored from a checkpoint of iteration 3 reported training_iteration 1"):

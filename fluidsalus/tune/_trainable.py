@@ -684,17 +684,22 @@ class Trainable:
         """Save a checkpoint into ``checkpoint_dir`` (a new temporary folder if None)."""
         target = checkpoint_dir or tempfile.mkdtemp(prefix="fluidsalus_trainable_")
         os.makedirs(target, exist_ok=True)
-        state = self.save_checkpoint(target)
-        if isinstance(state, dict):
-            with open(os.path.join(target, DICT_CHECKPOINT_FILE), "wb") as f:
-                pickle.dump(state, f)
-        elif state is not None and not isinstance(state, str):
-            raise TypeError(f"{type(self).__name__}.save_checkpoint() must return None or a dict, "
-                            f"got {type(state).__name__}")
-        elif isinstance(state, str) and os.path.normpath(state) != os.path.normpath(target):
-            # Ray's rule and words (a file in the folder, as older Ray took, was passed on as the folder here)
-            raise ValueError("The returned checkpoint path from `save_checkpoint` must be None or the same as the "
-                             f"provided path argument. Got {state} != {target}")
+        try:
+            state = self.save_checkpoint(target)
+            if isinstance(state, dict):
+                with open(os.path.join(target, DICT_CHECKPOINT_FILE), "wb") as f:
+                    pickle.dump(state, f)
+            elif state is not None and not isinstance(state, str):
+                raise TypeError(f"{type(self).__name__}.save_checkpoint() must return None or a dict, "
+                                f"got {type(state).__name__}")
+            elif isinstance(state, str) and os.path.normpath(state) != os.path.normpath(target):
+                # Ray's rule and words (a file in the folder, as older Ray took, was passed on as the folder here)
+                raise ValueError("The returned checkpoint path from `save_checkpoint` must be None or the same as "
+                                 f"the provided path argument. Got {state} != {target}")
+        except BaseException:
+            if checkpoint_dir is None:  # the temporary folder made for it goes with the failed save (h171's F2)
+                shutil.rmtree(target, ignore_errors=True)
+            raise
         checkpoint = Checkpoint.from_directory(target)
         setattr(checkpoint, COUNTERS_ATTR, (self._iteration, self._time_total))
         return checkpoint
