@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import socket
 import sqlite3
 import time
@@ -870,6 +871,16 @@ def _reads(method: Callable[Concatenate[ExperimentStore, _P], _T]) -> Callable[C
             raise unreadable(self.db_path, e) from e
 
     return read
+
+
+def remove_folder(path: str) -> None:
+    """Remove a folder the store no longer lists (a checkpoint's), for :meth:`ExperimentStore.after_commit`: one
+    already gone is fine; one that cannot be removed raises, so that the clean-up warns of it (``rmtree``'s
+    ``ignore_errors`` left it on disk without a word)."""
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        pass
 
 
 def _run_after_commit(action: Callable[[], None]) -> None:

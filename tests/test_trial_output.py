@@ -482,3 +482,85 @@ def test_sys_of_a_device_process_still_pickles_by_name(monkeypatch) -> None:
     assert pickle.loads(pickle.dumps(sys)) is sys
     assert cloudpickle.loads(cloudpickle.dumps(sys)) is sys
     assert cloudpickle.loads(cloudpickle.dumps(version))() == sys.version
+
+
+def test_a_trial_that_detaches_or_closes_its_stdout_leaves_the_console_to_the_other_trials(monkeypatch) -> None:
+    """``sys.stdout = io.TextIOWrapper(sys.stdout.detach(), encoding="utf-8")`` (or over ``sys.stdout.buffer``), or
+    ``sys.stdout.close()``, in one trial detached or closed the device's console under its other trials (and a
+    later run's, on a warm device): their prints raised ValueError. Under Ray the console is the trial's own."""
+    import types
+
+    from fluidsalus.gpu import output
+
+    console = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", line_buffering=True)
+    monkeypatch.setattr(sys, "stdout", Router(console))
+    monkeypatch.setattr(sys, "stderr", Router(io.StringIO()))
+    monkeypatch.setattr(sys, "__class__", types.ModuleType)
+    monkeypatch.setattr(output, "_TRIAL_STREAMS", {}, raising=False)
+    output.tag_trial_lines()
+    for how in ("detach", "buffer", "close"):
+        a = _session(f"train_{how}")
+        set_session(a)
+        try:
+            if how == "close":
+                sys.stdout.close()
+            else:
+                raw = sys.stdout.detach() if how == "detach" else sys.stdout.buffer
+                sys.stdout = io.TextIOWrapper(raw, encoding="utf-8", line_buffering=True)
+                print(f"{how}: the trial's own wrapper")
+        finally:
+            a.ended = True
+            set_session(None)
+            output.end_trial_output(a)  # (its wrapper goes: freed, it must not close the console)
+        b = _session("train_b")
+        set_session(b)
+        try:
+            print(f"after {how}")
+        finally:
+            set_session(None)
+            output.end_trial_output(b)
+    console.flush()
+    assert console.buffer.getvalue().decode().splitlines() == [
+        "detach: the trial's own wrapper", "[train_b] after detach", "buffer: the trial's own wrapper",
+        "[train_b] after buffer", "[train_b] after close"]
+
+
+def test_a_stream_a_trial_leaves_over_the_consoles_descriptor_does_not_close_it_at_the_trials_end(
+        monkeypatch, tmp_path) -> None:
+    """``sys.stdout = os.fdopen(sys.stdout.fileno(), "w", buffering=1)`` left in place: freed at the trial's end, it
+    closed the console's descriptor under the device's other trials (OSError EBADF), and the next file opened got
+    its number, and their text."""
+    import gc
+    import types
+
+    from fluidsalus.gpu import output
+
+    console = open(tmp_path / "console", "w", buffering=1)  # noqa: SIM115 - closed below
+    monkeypatch.setattr(sys, "stdout", Router(console))
+    monkeypatch.setattr(sys, "stderr", Router(io.StringIO()))
+    monkeypatch.setattr(sys, "__class__", types.ModuleType)
+    monkeypatch.setattr(output, "_TRIAL_STREAMS", {}, raising=False)
+    monkeypatch.setattr(output, "_LEFT_BY_TRIALS", [], raising=False)
+    output.tag_trial_lines()
+    a = _session("train_a")
+    set_session(a)
+    try:
+        sys.stdout = os.fdopen(sys.stdout.fileno(), "w", buffering=1)
+        print("a's own stream")
+    finally:
+        a.ended = True
+        set_session(None)
+        output.end_trial_output(a)
+    gc.collect()
+    b = _session("train_b")
+    set_session(b)
+    try:
+        with open(tmp_path / "data", "w") as data:
+            data.write("DATA\n")
+            print("b's line")
+    finally:
+        set_session(None)
+        output.end_trial_output(b)
+    console.close()
+    assert (tmp_path / "data").read_text() == "DATA\n"
+    assert (tmp_path / "console").read_text() == "a's own stream\n[train_b] b's line\n"

@@ -184,16 +184,72 @@ class Router:
             with contextlib.suppress(ValueError):
                 file.flush()
 
+    def _in_trial(self) -> bool:
+        """Whether the caller is a trial of a device process, whose other trials share this console."""
+        return bool(self.__dict__.get("tags_lines")) and current_session() is not None
+
+    def detach(self) -> Any:
+        """A trial's ``sys.stdout.detach()`` (``io.TextIOWrapper(sys.stdout.detach(), encoding=...)``) gets the
+        console's buffer, which it cannot close; the console stays attached for the device's other trials."""
+        if self._in_trial():
+            return _SharedBuffer(self.stream.buffer)
+        return self.stream.detach()
+
+    def close(self) -> None:
+        """From a trial: nothing (the console is the device's other trials' too; under Ray the trial's own)."""
+        if self._in_trial():
+            self.flush()
+            return
+        self.stream.close()
+
     def __getattr__(self, name: str) -> Any:  # encoding, isatty(), fileno(), ... of the stream it replaced
+        if name.startswith("__") or name == "stream":  # (half-built: copy.copy, pickle)
+            raise AttributeError(name)
+        if name == "buffer" and self._in_trial():  # (a trial's wrapper over it must not close it when freed)
+            return _SharedBuffer(self.stream.buffer)
         return getattr(self.stream, name)
+
+
+class _SharedBuffer:
+    """The console's binary buffer as a trial of a device process gets it: writes pass; ``close()`` and
+    ``detach()`` (a trial's ``TextIOWrapper`` over it, closed or freed at the trial's end) only flush it."""
+
+    def __init__(self, buffer: Any) -> None:
+        self._buffer = buffer
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._buffer.closed)
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self._buffer.flush()
+
+    def detach(self) -> Any:
+        self.close()
+        return self._buffer
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "_buffer":
+            raise AttributeError(name)
+        return getattr(self._buffer, name)
 
 
 def _not_written(stream: Any, text: str, error: ValueError) -> None:
     """Warn as Ray's ``Tee`` (``RunConfig(log_to_file=...)``) does of a write to one of its streams that raised
     ``ValueError``, which it does not raise (``ray.tune.utils.util.Tee``); ``ascii()`` so that the warning's own
     write cannot fail the same way."""
-    _log.warning("ValueError when calling 'write' on stream (%s). args: (%s,) kwargs: {} (%s)", ascii(stream),
-                 ascii(text), ascii(str(error)))
+    if getattr(_warning, "on", False):  # (the warning's own write failed the same way: Ray's Tee stops here too)
+        return
+    _warning.on = True
+    try:
+        _log.warning("ValueError when calling 'write' on stream (%s). args: (%s,) kwargs: {} (%s)", ascii(stream),
+                     ascii(text), ascii(str(error)))
+    finally:
+        _warning.on = False
+
+
+_warning = threading.local()  # whether this thread is logging a write that failed (see _not_written)
 
 
 def _redraws_named(piece: str, tag: str) -> str:
@@ -239,6 +295,20 @@ class _TrialStreams:
         return getattr(self.target(), name)
 
 
+_LEFT_BY_TRIALS: list[Any] = []  # streams over the console's descriptors trials left in place at their end
+
+
+def _on_console_descriptor(stream: Any) -> bool:
+    """Whether ``stream`` writes to the descriptor of a console the routers write to (1 or 2 in a Ray worker)
+    itself: freeing it may close that console."""
+    consoles = {1, 2}
+    for route in list(_ROUTERS):
+        with contextlib.suppress(Exception):
+            consoles.add(route.stream.fileno())
+    try:
+        return stream.fileno() in consoles
+    except Exception:  # noqa: BLE001 - no descriptor (StringIO's UnsupportedOperation), or a stream of any kind
+        return False
 _TRIAL_STREAMS: dict[str, _TrialStreams] = {}  # sys.__dict__'s, by stream name, in a device process
 
 
@@ -309,7 +379,16 @@ def end_trial_output(session: TrialSession) -> None:
     left unfinished, if any, is written. (Its whole lines were written as they came; a Ray worker's streams write
     through at once, so Ray's log forwarding, which reads the process's log files, finds them there.)"""
     for streams in _TRIAL_STREAMS.values():
-        streams.replaced.pop(session, None)
+        left = streams.replaced.pop(session, None)
+        if left is not None:
+            with contextlib.suppress(Exception):
+                left.flush()
+            if _on_console_descriptor(left):
+                # (kept for the process's life, as the process keeps it under Ray: freed here, a stream over the
+                # console's descriptor, os.fdopen(sys.stdout.fileno()), would close it under the device's other
+                # trials, and the next file opened would get its number and the console's text; any other stream,
+                # a StringIO holding what it caught, is let go)
+                _LEFT_BY_TRIALS.append(left)
     for route in list(_ROUTERS):  # (not only sys.stdout's: a trial may have redirected it meanwhile)
         try:
             route.end_trial(session)

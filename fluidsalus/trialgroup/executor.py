@@ -55,7 +55,6 @@ import os
 import pickle
 import queue
 import re
-import shutil
 import sys
 import threading
 import time
@@ -131,6 +130,7 @@ from fluidsalus.store import (
     TRIAL_RESTART_EVENT,
     TRIAL_START_EVENT,
     ExperimentStore,
+    remove_folder,
 )
 from fluidsalus.trialgroup.dispatch import (
     PREFETCH_PER_DEVICE,
@@ -2858,7 +2858,7 @@ class Executor:
             doomed = [c for c in checkpoints if c["path"] not in live]
             self.store.mark_checkpoints_deleted([c["path"] for c in doomed])
             for c in doomed:  # (once the rows that stop listing them are committed: a Ctrl-C rolls both back)
-                self.store.after_commit(functools.partial(shutil.rmtree, c["path"], ignore_errors=True))
+                self.store.after_commit(functools.partial(remove_folder, c["path"]))
         # The folders of a line a restart abandoned (an exploit: _drop_checkpoints_after), which the new attempt
         # went past without writing again: listed nowhere, they stayed on disk whatever num_to_keep said (Ray's
         # checkpoint manager keeps num_to_keep). A later one may be the name the attempt writes next: kept.
@@ -2867,7 +2867,7 @@ class Executor:
             ahead = [(path, iteration) for path, iteration in unlisted if iteration > latest["iteration"]]
             for path, iteration in unlisted:
                 if iteration <= latest["iteration"] and path not in live:
-                    self.store.after_commit(functools.partial(shutil.rmtree, path, ignore_errors=True))
+                    self.store.after_commit(functools.partial(remove_folder, path))
             if ahead:
                 self._unlisted[trial.trial_id] = ahead
 

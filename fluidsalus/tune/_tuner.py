@@ -40,7 +40,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import sys
 import time
 import warnings
@@ -69,6 +68,7 @@ from fluidsalus.store import (
     TERMINATED,
     ExperimentStore,
     dumps,
+    remove_folder,
     unused_name,
 )
 from fluidsalus.tune._config import INFINITE_SAMPLES, CheckpointConfig, FailureConfig, RunConfig, TuneConfig
@@ -569,8 +569,7 @@ class Tuner:
                         checkpoints = store.checkpoints(row.trial_id)
                         store.mark_checkpoints_deleted([c["path"] for c in checkpoints])
                         for checkpoint in checkpoints:
-                            store.after_commit(functools.partial(shutil.rmtree, checkpoint["path"],
-                                                                 ignore_errors=True))
+                            store.after_commit(functools.partial(remove_folder, checkpoint["path"]))
                         fields.update(checkpoint_path=None, last_iteration=0)
                         # Ray restarts it as a new trial in a new folder: its files hold the new attempt only (they
                         # had both, 1, 2, 1, 2, 3, ...); the store keeps every attempt's results.
