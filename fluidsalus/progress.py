@@ -305,7 +305,8 @@ class Progress:
             Text(f"{f['fraction']:.0%}" if f["fraction"] is not None else ""),
         )
         of = f" of {f['total']}" if f["total"] else ""
-        trials = Text(f"trials{of}: ", style="bold")
+        trials = Text()
+        trials.append(f"trials{of}: ", style="bold")
         counted = self._count_parts(f)
         for i, (word, text) in enumerate(counted):
             trials.append(", " if i else "")

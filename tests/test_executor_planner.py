@@ -2145,3 +2145,24 @@ def test_a_stopper_that_cannot_be_pickled_since_leaves_restarted_trials_to_the_d
     with caplog.at_level(logging.WARNING, logger="fluidsalus.trialgroup.executor"):
         assert executor._stop_state() is None and executor._stop_state() is None
     assert caplog.text.count("the stopper's state cannot be sent with a restarted trial") == 1
+
+
+def test_a_resumed_run_whose_search_ended_says_so(tmp_path, capsys):
+    """A resume of a run whose time budget (stop_all, fail_fast) ended its search proposes no new trial, as Ray's
+    restored search: a larger time_budget_s or num_samples then asked for nothing without a word (h174's B1)."""
+    from fluidsalus.gpu.device import DeviceSpec
+    from fluidsalus.searchers import RandomSearch
+    from fluidsalus.trialgroup.executor import EXPERIMENT_ENDING_EVENT, SEARCH_ENDED_KEY, Executor, ExecutorSettings
+
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, None, None)
+    store.add_events([(1.0, EXPERIMENT_ENDING_EVENT, None, None, {"reason": "time_budget", SEARCH_ENDED_KEY: True})])
+
+    def resumed(verbose: int) -> Executor:
+        return Executor(cloudpickle.dumps((lambda config: None, None)), RandomSearch({"x": 1}), store,
+                        [DeviceSpec("cpu:0", "cpu", 0, 1)], ExecutorSettings("exp", str(tmp_path / "exp"), "f",
+                                                                            verbose=verbose),
+                        trials=[_trial("a", status="TERMINATED")])
+
+    assert resumed(1)._search_ended
+    assert "the search ended with the run this resumes (time budget)" in capsys.readouterr().out
+    assert resumed(0)._search_ended and capsys.readouterr().out == ""

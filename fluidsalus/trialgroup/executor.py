@@ -649,8 +649,12 @@ class Executor:
         self._ending: str | None = None  # why the experiment ends early (time budget, fail_fast, stop_all)
         # Whether the searcher proposes no more trials for good: an earlier session's end ended the search
         # (SEARCH_ENDED_KEY), as Ray's restored search algorithm stays finished
-        self._search_ended = any((event.data or {}).get(SEARCH_ENDED_KEY)
-                                 for event in store.events(EXPERIMENT_ENDING_EVENT)) if trials else False
+        ended = [event.data["reason"] for event in (store.events(EXPERIMENT_ENDING_EVENT) if trials else ())
+                 if (event.data or {}).get(SEARCH_ENDED_KEY)]
+        self._search_ended = bool(ended)
+        if ended and settings.verbose >= 1:  # (a new time_budget_s or num_samples asks for nothing then: say why)
+            print(f"fluidsalus: the search ended with the run this resumes ({ended[-1].replace('_', ' ')}), as a "
+                  "restored Ray Tune search does: no new trial is proposed; unfinished trials run", flush=True)
         self._ending_at = 0.0  # when it began to end
         # Each trial's last finite value of the metric: the live view's best is the best of these, as the best
         # result is (a trial's last result, Ray's default scope), not the best value ever reported.
