@@ -223,6 +223,25 @@ def test_asha_result_without_the_metric_continues_and_is_still_promoted():
     assert searcher.is_finished()
 
 
+@pytest.mark.parametrize("make", [
+    lambda: ASHA(SPACE, 2, "score", "max", max_t=16, grace_period=1, reduction_factor=4, seed=0),
+    lambda: HyperBand(SPACE, 2, "score", "max", max_t=16, reduction_factor=4, seed=0),
+])
+def test_a_searcher_proposes_no_new_trial_once_its_configurations_are_drawn(make):
+    """``proposes_new``: False once every configuration is drawn, while its trials still run and may be promoted
+    (``is_finished`` stays False): the executor then holds pauses for a device that would idle (h173)."""
+    searcher = make()
+    assert searcher.proposes_new()
+    while searcher.proposes_new():
+        groups = [g for g in searcher.next_groups() if not g.trial_ids]
+        for group in groups:
+            for i, config in enumerate(group.configs):
+                searcher.on_trial_add(f"{group.group_id}_{i}", group.group_id, config)
+        assert groups, "it said it proposes new trials, and proposed none"
+    assert not searcher.is_finished()
+    assert BaseSearcher.proposes_new(searcher) != searcher.proposes_new()  # (the default waits for the end)
+
+
 def test_asha_trials_that_end_early_do_not_block_the_run():
     result = drive(ASHA(SPACE, 30, "score", "max", max_t=27, reduction_factor=3, seed=6), curve,
                    max_iterations=5, parallel=4)

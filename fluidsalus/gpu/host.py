@@ -588,11 +588,11 @@ class DeviceHost:
         """Whether a prefetched trial that has not begun waits through its lane neighbour's pause at the budget
         until the driver has answered that pause (:meth:`poll`), instead of beginning at the pause.
 
-        The driver holds pauses while another device is up and no trial waits in its queue: a device that frees
-        a slot then has nothing to start, and only a prefetched trial that has not begun can still go there (a
-        trial that has begun, without a checkpoint, cannot leave). Begun at a pause that ASHA answers with a
-        promotion, it would time-slice one slot with the promoted trial to their ends while that device idled.
-        Otherwise every freed slot gets a queued trial, and the prefetched trial begins at the pause, using the
+        The driver holds pauses while another device is up, no trial waits in its queue and none can come: a device that
+        frees a slot then has nothing to start, and only a prefetched trial that has not begun can still go there (a
+        trial that has begun, without a checkpoint, cannot leave). Begun at a pause that ASHA answers with a promotion,
+        it would time-slice one slot with the promoted trial to their ends while that device idled. Otherwise every
+        freed slot gets a queued trial, and the prefetched trial begins at the pause, using the
         driver's round trip (which a pause that ends in a stop would otherwise leave idle)."""
         with self._lock:
             self._hold_pauses = hold

@@ -561,6 +561,9 @@ class ASHA(BaseSearcher):
         if is_number(progress) and is_number(value):
             self._brackets[info["bracket"]].on_result(trial_id, float(progress), self._sign * float(value))
 
+    def proposes_new(self) -> bool:
+        return bool(self._pending_new) or self._configs_left()
+
     def is_finished(self) -> bool:
         return (
             not self._pending_new

@@ -211,6 +211,13 @@ class BaseSearcher(abc.ABC):
         """True when the searcher will propose no more groups."""
         return False
 
+    def proposes_new(self) -> bool:
+        """Whether it may still propose trials of new configurations (promotions of its trials aside): a slot that
+        frees then gets one. The executor holds a device's prefetched trial through a neighbour's pause only once
+        none can come (``Executor._tell_hold_pauses``). True until :meth:`is_finished`, unless the searcher knows
+        sooner (ASHA, HyperBand: once their configurations are all drawn)."""
+        return not self.is_finished()
+
     @property
     def endless(self) -> bool:
         """Whether the searcher proposes until the run is stopped (``num_samples=-1``): ``fluidsalus.run`` then
@@ -343,6 +350,9 @@ class WrappingSearcher(BaseSearcher):
 
     def is_finished(self) -> bool:
         return self.inner.is_finished()
+
+    def proposes_new(self) -> bool:
+        return self.inner.proposes_new()
 
     @property
     def endless(self) -> bool:

@@ -386,6 +386,9 @@ class HyperBand(BaseSearcher):
         stops, self._stops = self._stops, []
         return stops
 
+    def proposes_new(self) -> bool:
+        return bool(self._pending_new) or self._configs_left()
+
     def is_finished(self) -> bool:
         return (
             not self._pending_new

@@ -864,6 +864,9 @@ class ReplaySearcher(BaseSearcher):
     def is_finished(self) -> bool:
         return self._emitted_batches == len(self._batches) and not self._promotions
 
+    def proposes_new(self) -> bool:
+        return self._emitted_batches < len(self._batches)
+
 
 # ------------------------------------------------------------------------------------------ the device runtime
 
@@ -978,6 +981,9 @@ class RuntimeEffects(BaseSearcher):
 
     def is_finished(self) -> bool:
         return self.inner.is_finished()
+
+    def proposes_new(self) -> bool:
+        return self.inner.proposes_new()
 
     def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
         decision = self.inner.on_result(trial_id, result)
@@ -1225,9 +1231,9 @@ class PlannerExecutorStrategy(WaterfillStrategy):
         for tid in actions.preempt:
             sim.preempt(trials[tid], now)
         left = self._prefetch(plan.queued, now)
-        # as the executor tells its devices (Executor._tell_hold_pauses): hold pauses while another device is up and
-        # no trial waits in the queue
-        sim.hold_pauses = sim.hardware.gpus > 1 and not left
+        # as the executor tells its devices (Executor._tell_hold_pauses): hold pauses while another device is up, no
+        # trial waits in the queue and the searcher proposes no new one
+        sim.hold_pauses = sim.hardware.gpus > 1 and not left and not sim.searcher.proposes_new()
 
     def _planned(self, plan: Plan) -> set[str]:
         """The trials a plan decides about."""

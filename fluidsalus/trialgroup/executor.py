@@ -38,9 +38,10 @@ that the device starts its next trial the moment a slot frees, without a driver 
 prefetched trial as placed there (it holds memory in a lane there), and may still withdraw it or move it (from a
 checkpoint, as any trial). The device holds it back (``TrialSpec.prefetched``): it begins only when its lane would
 otherwise idle, so it does not time-slice with the trial it waits behind, and trials end one after another.
-While another device is up and no trial waits in the queue, the device also holds it through its neighbour's
-pause at the budget until the driver answered that pause (``Executor._tell_hold_pauses``): a freed slot elsewhere
-has nothing else to start, and ASHA's promotion would leave the two time-slicing one slot to their ends.
+While another device is up, no trial waits in the queue and the searcher proposes no new one, the device also holds it
+through its neighbour's pause at the budget until the driver answered that pause (``Executor._tell_hold_pauses``): a
+freed slot elsewhere has nothing else to start, and ASHA's promotion would leave the two time-slicing one slot to their
+ends.
 """
 
 from __future__ import annotations
@@ -1229,14 +1230,17 @@ class Executor:
 
     def _tell_hold_pauses(self) -> None:
         """Tell each device, when it changes, whether a prefetched trial there waits through its neighbour's pause
-        at the budget until this driver answered it (``DeviceHost.hold_pauses``): while another device is up and
-        no trial waits in the queue. A device that frees a slot then has nothing to start, and a prefetched trial
-        that has not begun is the only one that can still go there (the planner withdraws it); one begun at a
-        pause that the searcher answers with a promotion (ASHA's, at once) would time-slice one slot with the
-        promoted trial to their ends, neither movable without a checkpoint, while that device idled. Otherwise a
-        freed slot gets a queued trial, and the prefetched trial begins at the pause (no round trip lost)."""
+        at the budget until this driver answered it (``DeviceHost.hold_pauses``): while another device is up and no
+        trial waits in the queue nor can come (``BaseSearcher.proposes_new``). A device that frees a slot then has
+        nothing to start, and a prefetched trial that has not begun is the only one that can still go there (the planner
+        withdraws it); one begun at a pause that the searcher answers with a promotion (ASHA's, at once) would
+        time-slice one slot with the promoted trial to their ends, neither movable without a checkpoint, while that
+        device idled. Otherwise a freed slot gets a queued trial, and the prefetched trial begins at the pause (no round
+        trip lost)."""
         alive = [d for d in self._devices if d.alive]
-        hold = len(alive) > 1 and not self.pending
+        # (an empty queue alone is not the run's tail: a search that proposes as slots free, under
+        # max_concurrent, empties it after each start; holding then cost 8-15% of device time, h173)
+        hold = len(alive) > 1 and not self.pending and (self._search_ended or not self.searcher.proposes_new())
         for device in alive:
             if device.hold_pauses != hold:
                 device.hold_pauses = hold
