@@ -1460,13 +1460,13 @@ def _replacement_never_starts_script(storage: str, marks: str, gcs: str) -> str:
         from fluidsalus.errors import FluidsalusError
         from fluidsalus.gpu.actor import DeviceActor
 
-        executor.ACTOR_START_TIMEOUT_S = 3.0
         real, names = executor.start_device_actor, []
 
         def start(spec, payload, settings, name=None):
             names.append(name)
-            if len(names) == 1:
+            if len(names) == 1:  # (the first starts in its own time: a loaded machine took more than 3 s)
                 return real(spec, payload, settings, name)
+            executor.ACTOR_START_TIMEOUT_S = 3.0  # (the replacement's wait)
             return DeviceActor.options(num_cpus=spec.cpus, name=name, resources={{"no_node_has_this": 1}}).remote(
                 spec, payload, settings, list(sys.path))
 
