@@ -760,17 +760,12 @@ class TrialSession:
         trial): what the trainable does next (a ``finally:`` that ends the process, a crash in native code) can no
         longer lose it. A process that died there lost the result still waiting in the device's outbox: the trial
         was run again, and failed after two such deaths, where a Ray Tune trial, whose report waits for the driver,
-        ends ``TERMINATED`` at it. The lane's turn goes to a ready neighbour meanwhile, as in :meth:`call`."""
+        ends ``TERMINATED`` at it. The trial keeps its lane's turn meanwhile (below)."""
         if self._await_delivery is None:
             return
-        if self._turns is not None:
-            self._turns.release()
-        self._switch_owed = False
-        try:
-            self._await_delivery()
-        finally:
-            if self._turns is not None:
-                self._turns.acquire()
+        # (The trial keeps its lane's turn through the wait, a round trip: given to a neighbour, it came back only
+        # at that neighbour's next boundary, a whole iteration of it later, or never before the run's end.)
+        self._await_delivery()
 
     def _wait_verdict(self) -> bool:
         """Wait for the driver's verdict on the result just delivered (:data:`RESULT_VERDICT_CALL`): True to stop

@@ -183,6 +183,39 @@ def test_a_trial_goes_on_past_its_stop_rules_result_only_once_the_driver_has_it(
     assert [e[4] for e in ends] == [OUT_STOPPED]
 
 
+def test_a_trial_waiting_for_its_stop_result_to_be_delivered_keeps_its_lanes_turn(tmp_path):
+    """It gave the turn to a neighbour of its one-slot lane and got it back only at the neighbour's next report: a
+    long iteration of that neighbour delayed its ``finally:`` as long (and a time budget's end could come first,
+    h175). It keeps the turn through the wait, a round trip."""
+    unwound = threading.Event()
+    release_neighbour = threading.Event()
+
+    def f(config):
+        if config["x"] == 1:  # the neighbour (the next trial, prefetched behind it): one long iteration
+            release_neighbour.wait(WAIT_S)
+            fluidsalus.report({"v": 0})
+            return
+        try:
+            for i in range(10):
+                fluidsalus.report({"v": i})
+        finally:
+            unwound.set()
+
+    host = DeviceHost(f, _settings(max_lanes=1, stop=stop_rule({"training_iteration": 2})))
+    host.submit([_spec(tmp_path, 0, x=0), dataclasses.replace(_spec(tmp_path, 1, x=1), prefetched=True)])
+    events, deadline = [], time.time() + WAIT_S
+    while not any(e[0] == EV_RESULT and e[1] == "t0" and e[4]["done"] for e in events):
+        assert time.time() < deadline, f"timed out; events so far: {events}"
+        events += host.poll(0.1)
+    events += host.poll(0.1)  # the driver has the stop result: the trial goes on, without waiting for its neighbour
+    try:
+        assert unwound.wait(WAIT_S / 2)
+    finally:
+        release_neighbour.set()
+        events += _drain(host, 2 - sum(e[0] == EV_END for e in events))
+    assert sorted(e[1] for e in events if e[0] == EV_END) == ["t0", "t1"]
+
+
 def test_a_trial_that_raises_as_its_stop_rule_stops_it_ends_stopped_with_the_error_as_a_record(tmp_path):
     """As in Ray Tune, whose trial ends TERMINATED at that result: it was retried, or ended ERROR with its searcher
     told it completed. An end save that fails at that result (before the stop) still fails it."""
