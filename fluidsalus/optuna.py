@@ -464,7 +464,7 @@ def _call(method: str, *args: Any) -> Any:
     label = M_REPORT if method == M_FLUSH else method
     if reports:  # (the call's own arguments stay a pickle inside: the driver loads them after the reports)
         method, blob = M_AFTER_REPORTS, cloudpickle.dumps((reports, method, blob))
-    ok, payload = session.call_driver(method, blob, label=label)
+    ok, payload = session.call_driver(method, blob, label=label, verdict=label == M_SHOULD_PRUNE)
     if ok:
         answer, warned = cloudpickle.loads(payload)
         _warn_again(warned)
@@ -1396,6 +1396,14 @@ class _StudyDriver(BaseSearcher):
 
     def is_finished(self) -> bool:
         return self.stopping() or (self.n_trials is not None and self._asked >= self.n_trials)
+
+    def proposes_new(self) -> bool:
+        """Whether a slot that frees may still get a new trial: not once stopping, nor once ``n_trials`` trials
+        are asked or wait to start, as :meth:`next_groups` counts them. (:meth:`is_finished` counts a trial once
+        its objective starts it: a prefetched trial does at its first turn, too late for the executor to hold
+        a pause, or a verdict wait, in front of it: ``Executor._tell_hold_pauses``.)"""
+        waiting = len(self._unstarted) + self._proposed_unadded
+        return not self.stopping() and (self.n_trials is None or self._asked + waiting < self.n_trials)
 
     def on_trial_error(self, trial_id: str, error: str) -> None:
         self._errors[trial_id] = error

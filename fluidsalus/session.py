@@ -137,8 +137,9 @@ class LaneTurns(Protocol):
     def acquire(self) -> None:
         """Wait until the trial holds the turn."""
 
-    def release(self) -> None:
-        """Give the turn away; the trial is not ready (it pauses)."""
+    def release(self, verdict: bool = False) -> None:
+        """Give the turn away; the trial is not ready (it pauses, or waits for the driver: ``verdict``, for its
+        verdict on the result just reported, which the device host may hold a prefetched trial through)."""
 
     def boundary(self, may_switch: bool = True) -> None:
         """An iteration boundary: hand the turn to the next ready trial, if any, and wait for it back (with
@@ -782,7 +783,7 @@ class TrialSession:
             if self._turns is not None:
                 self._turns.acquire()
             return False
-        stop = bool(self.call(RESULT_VERDICT_CALL, self.iteration))
+        stop = bool(self.call(RESULT_VERDICT_CALL, self.iteration, verdict=True))
         if self.ranks is not None:
             self.ranks.at_resume(self.iteration, stop, self.stop_requested)
         return stop
@@ -803,13 +804,15 @@ class TrialSession:
             self.ranks.at_resume(self.iteration, stop, self.stop_requested)
         return stop
 
-    def call(self, method: str, *args: Any, label: str | None = None) -> Any:
+    def call(self, method: str, *args: Any, label: str | None = None, verdict: bool = False) -> Any:
         """Call ``method`` on the driver's call handler and wait for its answer (see ``fluidsalus.session.call``).
 
         ``label`` names the wait in the device's ``driver_wait`` record (goodput's ``idle_driver`` split by method),
         and the driver's ``driver_busy`` spell answering it, if any (the call carries it: ``gpu.host.EV_CALL``),
         ``method`` when None: a front end whose ``method`` wraps another call names the call it makes (an Optuna
-        ``should_prune`` that carries the trial's held reports travels as ``optuna.after_reports``)."""
+        ``should_prune`` that carries the trial's held reports travels as ``optuna.after_reports``). ``verdict``: the
+        call asks whether the trial stops at the result it just reported (a scheduler's verdict, an Optuna
+        ``should_prune``): see :func:`call_driver`."""
         self._check_live("call_driver")
         if self._caller is None:
             raise SessionError("this trial has no driver to call (no call handler was set for the run)")
@@ -818,7 +821,7 @@ class TrialSession:
         # Waiting for the driver computes nothing: the lane's turn goes to a ready neighbour meanwhile, as when
         # paused at a budget, and comes back once the answer is here (an Optuna objective asks the driver at
         # every step, so its lane would otherwise idle for a round trip per step).
-        self._turns.release()
+        self._turns.release(verdict)
         self._switch_owed = False
         away = time.time()
         try:
@@ -1002,7 +1005,7 @@ def get_checkpoint() -> Checkpoint | None:
     return _current("get_checkpoint").resume_checkpoint()
 
 
-def call_driver(method: str, *args: Any, label: str | None = None) -> Any:
+def call_driver(method: str, *args: Any, label: str | None = None, verdict: bool = False) -> Any:
     """From inside a trial, call the run's driver-side call handler and return its answer.
 
     This is the channel front ends use for define-by-run APIs (an Optuna trial's ``suggest_float`` asks the
@@ -1014,11 +1017,15 @@ def call_driver(method: str, *args: Any, label: str | None = None) -> Any:
         *args: Its arguments (picklable).
         label: What the device's goodput record names the wait by (``fluidsalus inspect``'s driver idle by
             method), and the driver's record its busy spell answering the call; None: ``method``.
+        verdict: The call asks whether the trial stops at the result it just reported (an Optuna ``should_prune``):
+            the trial runs on or ends with the answer. While the driver holds pauses (the run's tail:
+            ``DeviceHost.hold_pauses``), a prefetched trial of its lane does not begin during the wait, as during
+            a pause at the budget.
 
     Returns:
         The handler's return value.
     """
-    return _current("call_driver").call(method, *args, label=label)
+    return _current("call_driver").call(method, *args, label=label, verdict=verdict)
 
 
 def step() -> None:

@@ -36,6 +36,7 @@ from fluidsalus.gpu.host import (
     TrialSpec,
     stop_rule,
 )
+from fluidsalus.session import RESULT_VERDICT_CALL
 
 WAIT_S = 10.0
 #: A device big enough for every test here: 1 GiB, trials estimated at 1 MiB + 1 MiB.
@@ -1321,6 +1322,98 @@ def test_a_prefetched_trial_held_through_a_pause_begins_when_the_driver_stops_ho
     host.stop(["t0"])
     events += _drain(host, 2)
     assert order == ["a", "a"] + ["b"] * 3
+
+
+def _verdict_wait_with_prefetched(tmp_path, order, verdict_from=0):
+    """A one-lane device that holds pauses, whose results wait for the driver's verdict (``verdict_from=0``, as
+    under the Tune front end's ASHA with ``OptunaSearch``; None: never): a (4 iterations) runs, b is prefetched
+    behind it. Each iteration of a calls the driver (``call_driver("slow")``, no verdict) before it reports when
+    its results wait for no verdict. Returns the host and the events up to a's first driver call (not answered)."""
+
+    def f(config):
+        for i in range(config["n"]):
+            order.append(config["name"])
+            time.sleep(0.02)
+            if verdict_from is None and config["name"] == "a":
+                fluidsalus.session.call_driver("slow")
+            fluidsalus.report({"i": i})
+
+    host = DeviceHost(f, _settings(max_lanes=1, verdict_from=verdict_from))
+    host.hold_pauses(True)  # the driver: another device is up, nothing is queued and none can come
+    host.submit([_spec(tmp_path, 0, name="a", n=4)])
+    host.submit([dataclasses.replace(_spec(tmp_path, 1, name="b", n=3), prefetched=True)])
+    events, deadline = [], time.time() + WAIT_S
+    while not any(e[0] == "call" for e in events):
+        assert time.time() < deadline, f"no driver call; events: {events}"
+        events += host.poll(0.05)
+    return host, events
+
+
+def _verdict_call(events):
+    """a's call for the verdict on its first result."""
+    call = next(e for e in events if e[0] == "call")
+    assert call[1] == "t0" and call[5] == RESULT_VERDICT_CALL
+    return call
+
+
+def test_while_pauses_are_held_a_prefetched_trial_waits_through_its_neighbours_wait_for_a_verdict(tmp_path):
+    """An ASHA that decides at each result (the Tune front end's ``AsyncHyperBandScheduler`` under
+    ``OptunaSearch``, an Optuna study's pruner) makes each result of a trial wait for the driver's verdict, a
+    driver call: while pauses are held, a prefetched trial behind it does not begin during that wait, and the
+    trial that runs on keeps its slot to its end, instead of the two time-slicing it to their ends while another
+    device idles (h173's 2: 4.1 s, the other device idle 3.7 s, where one trial per slot takes 2.4 s)."""
+    order = []
+    host, events = _verdict_wait_with_prefetched(tmp_path, order)
+    time.sleep(0.1)
+    assert order == ["a"]  # b has not begun while a waits for its verdict
+    host.answer(_verdict_call(events)[4], False)  # run on
+    events += _drain_answering(host, 2, lambda e: False)
+    assert order == ["a"] * 4 + ["b"] * 3
+    assert {e[1]: e[4] for e in events if e[0] == EV_END} == {"t0": OUT_COMPLETED, "t1": OUT_COMPLETED}
+
+
+def test_while_pauses_are_held_a_stop_at_a_verdict_lets_the_prefetched_trial_begin(tmp_path):
+    """A verdict that stops the trial at its result ends it: the prefetched trial begins at its end."""
+    order = []
+    host, events = _verdict_wait_with_prefetched(tmp_path, order)
+    time.sleep(0.1)
+    assert order == ["a"]
+    host.answer(_verdict_call(events)[4], True)  # stop
+    events += _drain_answering(host, 2, lambda e: False)
+    assert order == ["a"] + ["b"] * 3
+    assert {e[1]: e[4] for e in events if e[0] == EV_END} == {"t0": OUT_STOPPED, "t1": OUT_COMPLETED}
+
+
+def test_a_prefetched_trial_held_through_a_verdict_wait_begins_when_the_driver_stops_holding_pauses(tmp_path):
+    """The driver stops holding pauses (a trial came to its queue): a prefetched trial held behind a trial waiting
+    for its verdict begins at once, as it would have at the wait."""
+    order = []
+    host, events = _verdict_wait_with_prefetched(tmp_path, order)
+    time.sleep(0.1)
+    assert order == ["a"]
+    host.hold_pauses(False)
+    deadline = time.time() + WAIT_S
+    while "b" not in order:
+        assert time.time() < deadline, f"the prefetched trial did not begin; events: {events}"
+        time.sleep(0.01)
+    host.answer(_verdict_call(events)[4], True)
+    events += _drain_answering(host, 2, lambda e: False)
+    assert order == ["a", "b", "b", "b"]
+
+
+def test_while_pauses_are_held_a_prefetched_trial_still_begins_at_a_driver_call_that_is_no_verdict(tmp_path):
+    """Only a call that asks for a verdict on a result holds the prefetched trial (the session's verdict at a
+    result, ``call_driver(..., verdict=True)``: an Optuna ``should_prune``): at another call (an Optuna ``suggest``)
+    its lane's neighbour begins, as without held pauses."""
+    order = []
+    host, events = _verdict_wait_with_prefetched(tmp_path, order, verdict_from=None)
+    deadline = time.time() + WAIT_S
+    while "b" not in order:
+        assert time.time() < deadline, f"the prefetched trial did not begin; events: {events}"
+        time.sleep(0.01)
+    host.answer(next(e for e in events if e[0] == "call")[4], None)
+    events += _drain_answering(host, 2, lambda e: None)
+    assert order[:2] == ["a", "b"] and sorted(order) == ["a"] * 4 + ["b"] * 3
 
 
 def test_a_trial_waiting_for_the_driver_lets_its_lane_neighbour_compute(tmp_path):

@@ -2073,3 +2073,68 @@ def test_an_interrupted_optimize_with_a_pathlib_storage_path_records_the_study(t
         assert store.experiment()["metric"] == fo.KEY_VALUE
     finally:
         store.close()
+
+
+def test_the_study_driver_proposes_no_new_trial_once_n_trials_are_proposed():
+    """``proposes_new`` (the executor holds pauses and verdict waits only once it is False:
+    ``Executor._tell_hold_pauses``) counts a proposed trial that has not started its objective yet, as
+    ``next_groups`` does: a prefetched trial starts its Optuna trial only at its first turn, so counting only the
+    started ones (``is_finished``) turned the hold on too late for the trial it was for (h176)."""
+    driver = fo._StudyDriver(optuna.create_study(), 2, None, [], "unit")
+    for trial_id in ("t0", "t1"):
+        assert driver.proposes_new()
+        [group] = driver.next_groups()
+        driver.on_trial_add(trial_id, group.group_id, {})
+        if trial_id == "t0":
+            ok, _ = driver.handle_call("t0", fo.M_START, (fo.cloudpickle.dumps(()),))
+            assert ok
+    assert not driver.proposes_new() and not driver.is_finished()  # t1 waits to start: no third trial comes
+    assert driver.next_groups() == []
+    assert fo._StudyDriver(optuna.create_study(), None, None, [], "unit").proposes_new()  # no n_trials: endless
+
+
+def test_should_prune_asks_the_driver_as_a_verdict_and_other_calls_do_not(monkeypatch):
+    """An Optuna ``should_prune`` is the verdict on the step just reported (``call_driver(verdict=True)``): while
+    the driver holds pauses, a prefetched trial of its lane waits through it (``DeviceHost.hold_pauses``); a
+    ``suggest`` is no verdict."""
+    calls: list[tuple[str, bool]] = []
+
+    def call_driver(method: str, *args: Any, label: str | None = None, verdict: bool = False) -> Any:
+        calls.append((label or method, verdict))
+        return True, fo.cloudpickle.dumps((False, []))
+
+    monkeypatch.setattr(fo.session, "call_driver", call_driver)
+    assert fo._call(fo.M_SHOULD_PRUNE) is False
+    fo._call(fo.M_SUGGEST, "x")
+    assert calls == [(fo.M_SHOULD_PRUNE, True), (fo.M_SUGGEST, False)]
+
+
+def test_in_the_runs_tail_a_prefetched_trial_waits_through_its_neighbours_should_prune_and_moves(tmp_path):
+    """h173's 2, through this front end: 3 trials of 40, 6 and 40 steps on 2 devices, the third prefetched
+    behind the first (nothing else can come), a pruner asking the driver at each step. Once the short trial ends,
+    the prefetched one, which has not begun (it waited through its neighbour's ``should_prune`` calls), moves to the
+    freed device (``plan_withdraw``); before, it began at its neighbour's first ``should_prune``, could not move
+    without a checkpoint (``plan_refused``) and the two time-sliced one device to their ends while the other idled
+    (4.1 s against 2.4 s)."""
+    steps = [40, 6, 40]
+
+    def objective(trial: Any) -> float:
+        i = trial.number
+        for step in range(steps[i]):
+            time.sleep(0.02)
+            trial.report(1.0 / (1 + step) + 0.01 * [0, 2, -1][i], step)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+        return 1.0 / (1 + steps[i])
+
+    study = optuna.create_study(pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=5))
+    _optimize(study, objective, tmp_path, n_trials=3, name="tail")
+    store = ExperimentStore.open(tmp_path / "fluidsalus" / "tail", readonly=True)
+    try:
+        refused, withdrawn = store.events("plan_refused"), store.events("plan_withdraw")
+        devices = {e.trial_id: e.device for e in store.events("trial_start")}
+    finally:
+        store.close()
+    assert not refused and len(withdrawn) == 1
+    moved = withdrawn[0]
+    assert moved.device != devices[moved.trial_id] == moved.data["to"][0]  # it began on the freed device

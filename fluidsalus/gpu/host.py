@@ -38,7 +38,7 @@ import threading
 import time
 import traceback as tb
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,7 +163,8 @@ class TrialSpec:
             its first turn it takes its lane's turn only when no other trial of the lane is ready or on its way to
             its first turn, that is when the lane would otherwise idle (the running trial ended, paused at its
             budget or waits for the driver; while the driver holds pauses, a pause only once the driver answered
-            it and it stands: :meth:`DeviceHost.hold_pauses`). Once begun it time-slices like any other trial.
+            it and it stands, and a wait for a verdict on a result not at all: :meth:`DeviceHost.hold_pauses`).
+            Once begun it time-slices like any other trial.
             Its ``EV_START`` is sent at its first turn, not at its admission; one withdrawn or stopped before
             that ends with no start.
         stop_state: For an attempt that continues a trial (a retry, a move, an exploit, a resume), the driver's
@@ -396,8 +397,8 @@ class _Turns:
     def acquire(self) -> None:
         self._host._acquire(self._trial_id)
 
-    def release(self) -> None:
-        self._host._release(self._trial_id, ready=False)
+    def release(self, verdict: bool = False) -> None:
+        self._host._release(self._trial_id, ready=False, verdict=verdict)
 
     def boundary(self, may_switch: bool = True) -> None:
         self._host._boundary(self._trial_id, may_switch)
@@ -454,6 +455,9 @@ class DeviceHost:
         # While pauses are held: trial paused at its budget -> the poll that takes that result (its batch answered
         # once the driver polls again: _handled)
         self._pauses: dict[str, int] = {}
+        # While pauses are held: trials waiting for the driver's verdict on a result (a verdict call: answered when
+        # they take their turn back, or end)
+        self._verdict_waits: set[str] = set()
         self._closed = False
         self._storage_seen = False  # the experiment's store was seen from this node (_check_storage)
         self._torch_configured = False
@@ -586,7 +590,9 @@ class DeviceHost:
 
     def hold_pauses(self, hold: bool) -> None:
         """Whether a prefetched trial that has not begun waits through its lane neighbour's pause at the budget
-        until the driver has answered that pause (:meth:`poll`), instead of beginning at the pause.
+        until the driver has answered that pause (:meth:`poll`), instead of beginning at the pause; and through its
+        neighbour's wait for the driver's verdict on a result (a verdict call: :meth:`_release`), until the neighbour
+        takes its turn back or ends (an ASHA that decides at each result, an Optuna pruner).
 
         The driver holds pauses while another device is up, no trial waits in its queue and none can come: a device that
         frees a slot then has nothing to start, and only a prefetched trial that has not begun can still go there (a
@@ -597,7 +603,9 @@ class DeviceHost:
         with self._lock:
             self._hold_pauses = hold
             if not hold:
+                waits, self._verdict_waits = self._verdict_waits, set()
                 self._answered_locked(list(self._pauses))
+                self._grant_lanes_of_locked(waits)
 
     def answer(self, call_id: int, value: Any, is_error: bool = False) -> None:
         """Deliver the driver's answer to a trial waiting in ``call_driver`` (an exception if ``is_error``)."""
@@ -669,6 +677,11 @@ class DeviceHost:
         begin."""
         for tid in trial_ids:
             del self._pauses[tid]
+        self._grant_lanes_of_locked(trial_ids)
+
+    def _grant_lanes_of_locked(self, trial_ids: Iterable[str]) -> None:
+        """Give the free turns of the lanes of these trials (a prefetched trial held behind them may begin)."""
+        for tid in trial_ids:
             r = self._running.get(tid)
             turn = self._turns.get(r.lane_id) if r is not None else None
             if turn is not None:
@@ -743,8 +756,9 @@ class DeviceHost:
             return
         eligible = [tid for tid in turn.ready if not self._held(tid)]
         if not eligible:  # only prefetched trials wait: one begins unless a trial ahead of it is still starting
-            # or (pauses held) is paused at its budget until the driver answered
-            if any(self._starting_ahead(tid) for tid in turn.ready) or (self._pauses and self._pause_unanswered(turn)):
+            # or (pauses held) is paused at its budget until the driver answered, or waits for its verdict on a result
+            if any(self._starting_ahead(tid) for tid in turn.ready) or (
+                    (self._pauses or self._verdict_waits) and self._pause_unanswered(turn)):
                 return
             eligible = list(turn.ready)
         views = [self._view(tid, turn.ready[tid]) for tid in eligible]
@@ -770,9 +784,11 @@ class DeviceHost:
         return r.spec.prefetched and not r.began and not r.session.stop_requested.is_set()
 
     def _pause_unanswered(self, turn: _LaneTurn) -> bool:
-        """Whether a trial of the lane of ``turn`` is paused at its budget and the driver has not answered yet."""
+        """Whether a trial of the lane of ``turn`` is paused at its budget, or waits for its verdict on a result
+        (pauses held: :meth:`hold_pauses`), and the driver has not answered yet."""
         running = self._running
-        return any(tid in running and self._turns.get(running[tid].lane_id) is turn for tid in self._pauses)
+        return any(tid in running and self._turns.get(running[tid].lane_id) is turn
+                   for tid in (*self._pauses, *self._verdict_waits))
 
     def _starting_ahead(self, trial_id: str) -> bool:
         """Whether a trial that is not prefetched shares ``trial_id``'s lane and has not begun: its thread is on
@@ -784,6 +800,7 @@ class DeviceHost:
     def _acquire(self, trial_id: str) -> None:
         """Become ready and wait for the lane's turn."""
         with self._lock:
+            self._verdict_waits.discard(trial_id)  # (answered: it takes the turn back before a prefetched trial)
             r = self._running[trial_id]
             if r.withdrawn:
                 return
@@ -835,8 +852,12 @@ class DeviceHost:
             self._use_stream(r.spec.trial_id)  # a trial that moved lanes runs on its new lane's stream
         self._arenas.enter(r.spec.trial_id, r.lane_id, turn.stream)
 
-    def _release(self, trial_id: str, ready: bool) -> None:
+    def _release(self, trial_id: str, ready: bool, verdict: bool = False) -> None:
+        """Hand the lane's turn on (:meth:`_release_locked`). ``verdict``: the trial waits for the driver's verdict
+        on its result (:meth:`hold_pauses`: a prefetched trial of its lane waits through it while pauses are held)."""
         with self._lock:
+            if verdict and self._hold_pauses:
+                self._verdict_waits.add(trial_id)
             self._release_locked(self._running[trial_id], ready)
 
     @staticmethod
@@ -1129,6 +1150,7 @@ class DeviceHost:
         if self._rng_owner is r:
             self._rng_owner = None  # its streams end with it: the next holder need not keep them
         self._pauses.pop(trial_id, None)  # (a pause the driver answered with a stop)
+        self._verdict_waits.discard(trial_id)  # (a verdict that stopped it)
         self._release_locked(r, ready=False)
         del self._running[trial_id]
         turn = self._turns.get(r.lane_id)

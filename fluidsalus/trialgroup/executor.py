@@ -39,8 +39,9 @@ prefetched trial as placed there (it holds memory in a lane there), and may stil
 checkpoint, as any trial). The device holds it back (``TrialSpec.prefetched``): it begins only when its lane would
 otherwise idle, so it does not time-slice with the trial it waits behind, and trials end one after another.
 While another device is up, no trial waits in the queue and the searcher proposes no new one, the device also holds it
-through its neighbour's pause at the budget until the driver answered that pause (``Executor._tell_hold_pauses``): a
-freed slot elsewhere has nothing else to start, and ASHA's promotion would leave the two time-slicing one slot to their
+through its neighbour's pause at the budget until the driver answered that pause, and through its neighbour's wait for a
+verdict on a result (an Optuna pruner's ``should_prune``) (``Executor._tell_hold_pauses``): a freed slot elsewhere has
+nothing else to start, and ASHA's promotion (or a verdict to run on) would leave the two time-slicing one slot to their
 ends.
 """
 
