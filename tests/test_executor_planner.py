@@ -1769,6 +1769,7 @@ def test_a_ctrl_c_while_the_run_ends_ends_the_trials_it_waited_for_as_those_it_f
     _queue(executor, store, _trial("queued", seq=2))
     executor._start_devices = lambda outer: None
     executor._stop_devices = lambda keep_warm: None  # (offline: no actor to stop, whether or not Ray is up)
+    executor._drain = lambda: None  # (nor one to poll at the Ctrl-C)
 
     def interrupted_while_it_ends():
         executor._check_end()  # the budget is spent: the queued trial ends, the others are told to stop
@@ -1806,6 +1807,7 @@ def test_a_store_error_while_a_ctrl_c_ends_the_runs_end_leaves_the_ctrl_c_raised
     store.update_trial("ahead", status=PENDING)
     executor._start_devices = lambda outer: None
     executor._stop_devices = lambda keep_warm: None  # (offline: no actor to stop, whether or not Ray is up)
+    executor._drain = lambda: None  # (nor one to poll at the Ctrl-C)
     writes = store.update_trial
 
     def second_write_fails(trial_id, **fields):

@@ -1974,3 +1974,35 @@ def test_a_call_carries_its_label_to_the_driver_as_its_wait_is_named(tmp_path):
     assert [(e[5], e[7]) for e in calls] == [("optuna.after_reports", "optuna.should_prune"), ("plain", "plain")]
     (waits,) = [e for e in events if e[0] == EV_LANE and e[4] == DRIVER_WAIT_EVENT]
     assert waits[5]["methods"] == [e[7] for e in calls]
+
+
+def test_wake_poll_returns_the_waiting_poll_at_once_with_the_results_held_back(tmp_path):
+    """A Ctrl-C's last look at the device (``Executor._drain``) wakes the poll the driver has out: a deferred result
+    (an Optuna trial's ``trial.report``) wakes none, and the poll held it for up to its wait."""
+    go_report, reported, go_on = threading.Event(), threading.Event(), threading.Event()
+
+    def f(config):
+        assert go_report.wait(WAIT_S)
+        fluidsalus.session.report_deferred({"step": 0})
+        reported.set()
+        go_on.wait(WAIT_S)
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    host.submit([_spec(tmp_path, 0)])
+    events = host.poll(WAIT_S)  # (its start wakes the poll)
+    assert [e[0] for e in events if e[0] != EV_LANE] == [EV_START]
+    go_report.set()
+    assert reported.wait(WAIT_S)
+    got: list[list] = []
+    poll = threading.Thread(target=lambda: got.append(host.poll(WAIT_S)))
+    began = time.monotonic()
+    poll.start()
+    time.sleep(0.1)  # (the poll waits: the deferred result wakes it not)
+    assert not got
+    host.wake_poll()
+    poll.join(WAIT_S)
+    took = time.monotonic() - began
+    go_on.set()
+    assert took < WAIT_S / 2 and [e[4] for e in got[0] if e[0] == EV_RESULT][-1]["step"] == 0
+    _drain(host, 1)
+    host.shutdown()

@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import re
+import signal
 import threading
 import time
 import traceback
@@ -901,6 +902,35 @@ def test_interrupted_run_fails_its_running_trials(tmp_path, optuna_records):
     failed = [r for r in optuna_records if "because of the following error: KeyboardInterrupt()." in r.getMessage()]
     assert len(failed) == states.count(TrialState.FAIL) >= 1
     assert all(r.exc_info is None for r in failed)
+
+
+
+def test_a_ctrl_c_keeps_the_reports_the_devices_still_held(tmp_path):
+    """Under a pruner answered on the device (``NopPruner``), a report reaches the driver with the trial's next call
+    to it or within ``POLL_WAIT_S``: a Ctrl-C lost the running trials' reports of that last half second (here the
+    ten after the first: the study had step 0, or steps 0-1), where Optuna stores each at once. The first Ctrl-C
+    takes what the devices hold before it fails the trials (``Executor._drain``)."""
+    driver = os.getpid()
+
+    def objective(trial: Any) -> float:
+        x = trial.suggest_float("x", 0, 1)
+        trial.report(x, 0)
+        time.sleep(2 * POLL_WAIT_S)  # (step 0 has reached the driver, which waits for the next poll)
+        for step in range(1, 11):
+            trial.report(x, step)
+            trial.should_prune()
+        os.kill(driver, signal.SIGINT)  # the user's Ctrl-C, right after them
+        for step in range(11, 1000):  # (stopped at a report once the run stops its trials)
+            time.sleep(0.01)
+            trial.report(x, step)
+        return x
+
+    study = optuna.create_study(pruner=optuna.pruners.NopPruner())
+    with pytest.raises(KeyboardInterrupt):
+        _optimize(study, objective, tmp_path, n_trials=1)
+    [trial] = study.trials
+    assert trial.state == TrialState.FAIL
+    assert set(range(11)) <= trial.intermediate_values.keys()
 
 
 @pytest.mark.parametrize("how", ["optuna", "fluidsalus"])

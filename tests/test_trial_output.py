@@ -564,3 +564,41 @@ def test_a_stream_a_trial_leaves_over_the_consoles_descriptor_does_not_close_it_
     console.close()
     assert (tmp_path / "data").read_text() == "DATA\n"
     assert (tmp_path / "console").read_text() == "a's own stream\n[train_b] b's line\n"
+
+
+def test_a_stream_a_thread_of_an_ended_trial_puts_in_place_goes_with_the_thread(monkeypatch) -> None:
+    """A thread a trial started that assigns ``sys.stdout`` after the trial ended (a library's worker that silences
+    itself) kept the ended trial's session for the device process's life, and every later print of any trial took
+    the look-up's path (h172's A3): the stream is the thread's while it lives, then goes."""
+    import gc
+    import types
+    import weakref
+
+    from fluidsalus.gpu import output
+
+    console = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", Router(console))
+    monkeypatch.setattr(sys, "stderr", Router(io.StringIO()))
+    monkeypatch.setattr(sys, "__class__", types.ModuleType)
+    monkeypatch.setattr(output, "_TRIAL_STREAMS", {}, raising=False)
+    output.tag_trial_lines()
+    a = _session("train_a")
+    a.ended = True  # (its end: the host's end_trial_output ran before the thread's assignment)
+    output.end_trial_output(a)
+    own = io.StringIO()
+
+    def late(session: TrialSession) -> None:
+        set_session(session)  # (a thread the trial started has its session to its end)
+        sys.stdout = own
+        print("the thread's own line")
+
+    thread = threading.Thread(target=late, args=(a,))
+    thread.start()
+    thread.join()
+    ended = weakref.ref(a)
+    del a, thread
+    gc.collect()
+    print("the device's line")
+    assert own.getvalue() == "the thread's own line\n" and console.getvalue() == "the device's line\n"
+    assert ended() is None
+    assert not output._TRIAL_STREAMS["stdout"].replaced

@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -161,6 +162,27 @@ def test_first_ctrl_c_returns_the_results_so_far_and_the_experiment_resumes(
     assert f'Resume experiment with: Tuner.restore(path="{path}", trainable=...)' in caplog.text
     assert tuner.get_results() is grid
     _finish(path)
+
+
+
+def test_first_ctrl_c_keeps_the_last_result_the_device_held(ray_cluster, storage: str) -> None:
+    """A result whose poll was on its way to the driver when the Ctrl-C came was dropped (the grid's last ``i``
+    was 2); Ray's first Ctrl-C lets the trials' last results through (3 in Ray 2.60). The first Ctrl-C takes what
+    the devices hold before it stops the trials (``Executor._drain``)."""
+    driver = os.getpid()
+
+    def train(config):
+        for i in range(1, 4):
+            time.sleep(0.2)
+            tune.report({"i": i})
+        os.kill(driver, signal.SIGINT)  # the user's Ctrl-C, right after the third result
+        time.sleep(1)
+        tune.report({"i": 4})  # (the run has stopped the trial: it ends here)
+
+    tuner = Tuner(train, run_config=tune.RunConfig(name="last_result", storage_path=storage, verbose=0))
+    [result] = tuner.fit()
+    assert tuner.interrupted
+    assert result.metrics["i"] == 3 and list(result.metrics_dataframe["i"]) == [1, 2, 3]
 
 
 def test_sigusr1_ends_a_run_like_ctrl_c(ray_cluster, storage: str) -> None:

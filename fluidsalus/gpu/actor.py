@@ -240,6 +240,10 @@ class _DeviceActor:
                     self._nvml_sent = sample.ts
         return events
 
+    def wake_poll(self) -> None:
+        """:meth:`DeviceHost.wake_poll` (a call of its own: the poll it wakes holds no lock it needs)."""
+        self.host.wake_poll()
+
     def shutdown(self, timeout_s: float) -> list[str]:
         if self._nvml is not None:
             self._nvml.stop()

@@ -664,6 +664,13 @@ class DeviceHost:
             self._taken += 1
             return out
 
+    def wake_poll(self) -> None:
+        """Make the poll that waits now (or the next one) return at once with what the outbox holds: the driver's
+        last look at a Ctrl-C, which takes the results held back (``trialgroup.executor.Executor._drain``)."""
+        with self._lock:
+            self._outbox_wakes = True
+            self._outbox_ready.notify_all()
+
     def await_delivery(self, take: int) -> None:
         """Wait until the driver has handled the batch of the ``take``-th poll (it polls again: :meth:`poll`), or
         the host shuts down. A trial waits so at the result its stop rule ends it at

@@ -267,21 +267,25 @@ class _TrialStreams:
     Attributes:
         router: The process's :class:`Router`.
         replaced: The stream each trial put in the router's place (``sys.stdout = ...`` from one of its threads).
+            Weak: a trial's entry goes at its end (:func:`end_trial_output`), and one that a thread of an ended
+            trial made afterwards (a library's worker that silences itself) goes with the thread, whose session it
+            was; it kept the ended session, and every later print of the process on the look-up's path.
     """
 
     def __init__(self, router: Router) -> None:
         self.router = router
-        self.replaced: dict[TrialSession, Any] = {}
+        self.replaced: weakref.WeakKeyDictionary[TrialSession, Any] = weakref.WeakKeyDictionary()
 
     def target(self) -> Any:
         """The calling thread's stream: its trial's own, or the router."""
-        if not self.replaced:  # (no trial replaced it: the common case, without a session look-up)
+        if not self.replaced.data:  # (no trial replaced it: the common case, without a session look-up; .data,
+            # the plain dict under it, as a WeakKeyDictionary's own len() is a Python call per print)
             return self.router
         session = current_session()
         return self.router if session is None else self.replaced.get(session, self.router)
 
     def write(self, text: str) -> int:
-        stream = self.target() if self.replaced else self.router  # (every print: the common case without a call)
+        stream = self.target() if self.replaced.data else self.router  # (every print: the common case without a call)
         if stream is None:  # (sys.stdout = None: print writes nothing, as Python's print to None)
             return len(text)
         return stream.write(text)  # type: ignore[no-any-return]

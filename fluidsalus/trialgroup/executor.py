@@ -179,6 +179,10 @@ POLL_WAIT_S = 0.5
 #: :meth:`Executor._start_devices`.) A run with no device up later (its last one died) waits as long for a
 #: replacement (:meth:`Executor._loop`).
 ACTOR_START_TIMEOUT_S = 120.0
+#: Longest a Ctrl-C waits for the devices' last polls before it stops their trials (:meth:`Executor._drain`): woken,
+#: a device's poll returns at once, and without the wake within :data:`POLL_WAIT_S`, well within two poll
+#: periods, as :data:`WORKER_END_GRACE_S`'s.
+INTERRUPT_DRAIN_S = 2 * POLL_WAIT_S
 #: Grace period for trials to reach a report boundary when the run ends early (Ctrl-C, fatal error).
 SHUTDOWN_GRACE_S = 2.0
 #: Seconds a trial has to reach its next report once the run begins to end (its time budget, ``stop_all()``,
@@ -779,6 +783,11 @@ class Executor:
             # devices are sound, and those whose trials all stop at the shutdown are kept warm as after a normal
             # end. (An error of fluidsalus's own or of Ray's ends them: their state is not known.)
             ended = True
+            if isinstance(e, KeyboardInterrupt):
+                try:
+                    self._drain()  # (a second Ctrl-C cuts it short: raised from here, the devices are shut down)
+                except Exception:  # noqa: BLE001 - the user's Ctrl-C is the exception to raise
+                    logger.exception("could not take the devices' last results after the Ctrl-C")
             if isinstance(e, KeyboardInterrupt) and self._ending is not None:
                 try:
                     self._end_the_ending()
@@ -796,6 +805,53 @@ class Executor:
                     self._progress.close()
             finally:
                 self._stop_devices(keep_warm=ended)
+
+    def _drain(self) -> None:
+        """At a Ctrl-C, before the trials stop: the polls the live devices have out (woken: they return at once),
+        then one more of each that waits for nothing, within :data:`INTERRUPT_DRAIN_S` in all, their results handled
+        as usual (stored, told to the searcher and the callbacks). What a device still held was lost with its
+        trials: an Optuna trial's reports reach the driver with its next call or within :data:`POLL_WAIT_S`
+        (``session.report_deferred``), so a Ctrl-C lost their last half second (Optuna stores each at once), and a
+        poll that came back as the Ctrl-C came was dropped (Ray's first Ctrl-C lets the trials' last results
+        through). The poll out comes first (one sent beside it could take the outbox before it, and their events be
+        handled out of order), the second takes what came after it; a device that does not answer in time keeps
+        what it holds. The trials' calls to the driver in them are not answered (the shutdown answers them)."""
+        if not ray.is_initialized() or self._ray_elsewhere():  # (a call would start a Ray: _shut_down_devices)
+            return
+        end = time.monotonic() + INTERRUPT_DRAIN_S
+        out = [d for d in self._devices if d.alive and d.poll_ref is not None]
+        for device in out:
+            device.actor.wake_poll.remote()
+        self._take_polls(out, end)
+        last = [d for d in self._devices if d.alive and d.poll_ref is None]
+        for device in last:  # (commands left for it are moot: the shutdown stops every trial)
+            device.poll_ref = device.actor.poll.remote(0.0)
+        self._take_polls(last, end)
+
+    def _take_polls(self, devices: list[_Device], end: float) -> None:
+        """Handle the batches of the polls ``devices`` have out that come back before ``end`` (``time.monotonic``)
+        (:meth:`_drain`)."""
+        by_ref = {d.poll_ref: d for d in devices}
+        if not by_ref:
+            return
+        ready, _ = ray.wait(list(by_ref), num_returns=len(by_ref), timeout=max(0.0, end - time.monotonic()))
+        for ref in ready:
+            device = by_ref[ref]
+            device.poll_ref = None
+            try:
+                batch = ray.get(ref)
+            except ray.exceptions.RayError:  # (it died: its trials end with the run, as they would have)
+                device.alive = False
+                continue
+            # (a trial's call is not answered: it stops with the others, as before; answered, an Optuna trial's
+            # start began an Optuna trial that the interrupt then failed, one Optuna never starts after a Ctrl-C)
+            batch = [event for event in batch if event[0] != EV_CALL]
+            try:
+                if batch:
+                    self._handle(device, batch)
+            except Exception:  # noqa: BLE001 - the Ctrl-C is what the caller must get (a callback's error, a result
+                # that failed the run's checks: the trials end as they would have without it)
+                logger.exception("could not take the last results of device %s after the Ctrl-C", device.spec.name)
 
     # ------------------------------------------------------------------ devices
 
@@ -1102,10 +1158,15 @@ class Executor:
                     device.alive = False
             raise
 
+    def _ray_elsewhere(self) -> bool:
+        """Whether this process's Ray is another cluster than the run's (``ray.shutdown()`` from another thread, then
+        a call that started a new local one): the run's actors ended with the old one."""
+        return self._cluster is not None and _cluster_token() not in (None, self._cluster)
+
     def _shut_down_devices(self, keep_warm: bool) -> None:
         """:meth:`_stop_devices` but for a Ctrl-C on the way."""
         initialized = ray.is_initialized()
-        elsewhere = initialized and self._cluster is not None and _cluster_token() not in (None, self._cluster)
+        elsewhere = initialized and self._ray_elsewhere()
         if not initialized or elsewhere:
             # Ray was shut down under the run (``ray.shutdown()`` from another thread): its actors ended with it,
             # and a call to one would start a new local Ray from this thread (Ray's auto-init), which the script's
@@ -1218,12 +1279,12 @@ class Executor:
                     self._join(starting[ref])
                     continue
                 device = by_ref[ref]
-                device.poll_ref = None
                 try:
-                    batch = ray.get(ref)
+                    batch = ray.get(ref)  # (its poll stays out until got: a Ctrl-C here leaves it to _drain)
                 except ray.exceptions.RayActorError as e:
                     self._device_died(device, e)
                     continue
+                device.poll_ref = None
                 if batch:
                     self._handle(device, batch)
             for callback in self.settings.callbacks:
