@@ -80,6 +80,9 @@ _SPACE_IN_SEARCHER: contextvars.ContextVar[bool] = contextvars.ContextVar("fluid
                                                                          default=False)
 
 
+#: The event a resume stores once it is accepted, after :data:`_ON_RESUME`'s hook (``data["unfinished"]``: how many
+#: trials it found unfinished).
+RESUME_EVENT = "resume"
 #: Set by a front end around :func:`run`: called as ``hook(store, searcher)`` by a resume once every check passed
 #: and the store is open for writing, before the stored trials are loaded; ``searcher`` holds the stored state
 #: then (what the hook tells it, it saves itself). The Tune front end carries out ``Tuner.restore``'s flags in it,
@@ -201,8 +204,9 @@ def run(
         resume: Continue the experiment ``name``: finished trials are kept, unfinished ones resume from their
             last checkpoint (or restart when they have none). The searcher proposes no new trial when the
             experiment was ended by its time budget, a stopper's ``stop_all()`` or ``fail_fast`` (not ``"raise"``),
-            as Ray's restored search stays finished. It needs the trainable (by name), the ``config``
-            keys, the metric, mode and searcher kind the experiment ran with (another is a ConfigError naming
+            as Ray's restored search stays finished; ``fail_fast="raise"`` leaves the trials its end stopped
+            unfinished, so they resume (its failed trial stays errored). It needs the trainable (by name), the
+            ``config`` keys, the metric, mode and searcher kind the experiment ran with (another is a ConfigError naming
             both, and the experiment's folder is left byte for byte as it was: the checks read the store without
             writing, and only an accepted resume opens it for writing); ``config``'s values may differ (object
             refs given again).
@@ -395,7 +399,7 @@ def run(
             store.set_experiment(status=EXP_RUNNING, error=None, finished_at=None)
             if experiment.get("metric") is None and spec.metric is not None:  # it ran without one: now it has it
                 store.set_experiment(metric=spec.metric, mode=spec.mode)
-            store.add_events([(time.time(), "resume", None, None, {"unfinished": sum(
+            store.add_events([(time.time(), RESUME_EVENT, None, None, {"unfinished": sum(
                 t.status not in ("TERMINATED", "ERROR") for t in trials)})])
         except BaseException:
             if store is not None:

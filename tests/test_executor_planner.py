@@ -1789,6 +1789,37 @@ def test_a_ctrl_c_while_the_run_ends_ends_the_trials_it_waited_for_as_those_it_f
     assert callback.calls == []
 
 
+def test_a_ctrl_c_while_a_fail_fast_raise_end_runs_leaves_its_trials_unfinished_as_its_raise_does(tmp_path):
+    """``fail_fast="raise"``: Ray raises the trial's error before its end stops any trial, so its restore runs them
+    on; a Ctrl-C within fluidsalus's end (before the raise) ended them all here (``_end_the_ending``), the queued one
+    too, and a restore ran none. They stay unfinished, those the end found queued given back (``PENDING``)."""
+    from fluidsalus.store import TERMINATED
+
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    executor.settings.fail_fast = "raise"
+    executor._first_error, executor._first_error_trial = "Trial failed failed: boom", "failed"
+    _placed_trial(executor, store, "running", devices=(0,))
+    executor._began.add("running")
+    store.update_trial("running", status=RUNNING, started_at=0.5)
+    ahead = _placed_trial(executor, store, "ahead", devices=(1,))
+    ahead.status = PENDING
+    _queue(executor, store, _trial("queued", seq=2))
+    executor._start_devices = lambda outer: None
+    executor._stop_devices = lambda keep_warm: None  # (offline: no actor to stop, whether or not Ray is up)
+
+    def interrupted_while_it_ends():
+        executor._check_end()  # fail_fast: the queued trial ends, the others are told to stop
+        assert executor._ending == "fail_fast" and executor.trials["queued"].status == TERMINATED
+        raise KeyboardInterrupt
+
+    executor._loop = interrupted_while_it_ends
+    with pytest.raises(KeyboardInterrupt):
+        executor.run()
+    assert {r.trial_id: r.status for r in store.trials()} == {"running": RUNNING, "ahead": PENDING, "queued": PENDING}
+    (ending,) = store.events("experiment_ending")
+    assert ending.data == {"reason": "fail_fast", "search_ended": False, "raised": "failed"}
+
+
 def test_a_store_error_while_a_ctrl_c_ends_the_runs_end_leaves_the_ctrl_c_raised_and_the_trials_as_stored(
         tmp_path, caplog):
     """A store that cannot be written when a Ctrl-C cuts the run's end short (``Executor._end_the_ending``): its

@@ -25,7 +25,7 @@ import pytest
 
 from fluidsalus import searchers
 from fluidsalus import space as sp
-from fluidsalus.errors import ConfigError
+from fluidsalus.errors import ConfigError, TrialError
 from fluidsalus.store import DB_FILENAME, ExperimentStore
 from fluidsalus.tune import Tuner
 from fluidsalus.tune._trainable import (
@@ -42,7 +42,7 @@ from fluidsalus.tune._tuner import TUNER_STATE_FILE
 rt = pytest.importorskip("ray.tune")
 from fluidsalus import tune  # noqa: E402
 from fluidsalus.testing.pbt import exploit_lines  # noqa: E402
-from fluidsalus.testing.tune import InterruptOnce, resumable  # noqa: E402
+from fluidsalus.testing.tune import RESUMABLE_STEPS, InterruptOnce, resumable  # noqa: E402
 
 
 def test_fluidsalus_train_names_are_the_tune_objects_and_ray_train_itself_is_refused() -> None:
@@ -2370,6 +2370,69 @@ def test_a_restore_after_the_runs_end_asks_its_search_for_no_more_trials_as_rays
     assert stored()[:2] == (made, starts)  # no trial made after it, none started again
     assert sorted(r.metrics["trial_id"] for r in grid) == made
     assert endings == [{"reason": ending, SEARCH_ENDED_KEY: True}]  # (the store says why)
+
+
+def _fails_once_at_2(config):
+    """:func:`resumable` (a checkpoint each step, ``resumed_from``), whose trial of ``x == 0.2`` fails at its step 2
+    until the file ``config["mark"]`` exists (the bug fixed)."""
+    start = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder, open(os.path.join(folder, "state.json")) as f:
+            start = json.load(f)["i"]
+    for i in range(start + 1, RESUMABLE_STEPS + 1):
+        time.sleep(0.1)
+        if config["x"] == 0.2 and i == 2 and not os.path.exists(config["mark"]):
+            raise RuntimeError("x=0.2 fails")
+        folder = os.path.join(tune.get_context().get_trial_dir(), f"tmp_{i}")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "state.json"), "w") as f:
+            json.dump({"i": i}, f)
+        tune.report({"i": i, "resumed_from": start}, checkpoint=tune.Checkpoint.from_directory(folder))
+
+
+@pytest.mark.parametrize("flags", [{}, {"resume_errored": True}, {"restart_errored": True},
+                                   {"resume_unfinished": False}])
+def test_a_restore_after_fail_fast_raise_runs_on_the_trials_it_cut_short_and_the_failed_one_as_rays(
+        ray_cluster, storage: str, tmp_path, flags: dict) -> None:
+    """Ray raises ``fail_fast="raise"``'s error at once, before it records the failure or stops a trial: its saved
+    state holds every trial it had not ended unfinished, the failed one included, and ``Tuner.restore(...).fit()``
+    runs them all on to their ends, whatever ``resume_errored``/``restart_errored`` say (``resume_unfinished=False``
+    ends them all, none runs; a helper's side-by-side run). fluidsalus's run's end stopped them first (the running
+    trial at its next step, the queued ones before they began) and saved them ``TERMINATED``, and the failed one
+    ``ERROR``: a restore ran none of them (2 trials cut short at step 2-3, one error; h174's B2)."""
+    mark = str(tmp_path / "fixed")
+    param_space = {"x": tune.grid_search([0.1, 0.2, 0.3, 0.4]), "mark": mark}
+    tuner = Tuner(_fails_once_at_2, param_space=param_space,
+                  tune_config=tune.TuneConfig(max_concurrent_trials=2),
+                  run_config=tune.RunConfig(name="raised", storage_path=storage, verbose=0,
+                                            failure_config=tune.FailureConfig(fail_fast="raise")))
+    with pytest.raises(TrialError, match="x=0.2 fails"):
+        tuner.fit()
+    path = os.path.join(storage, "raised")
+    reader = ExperimentStore.open(path, readonly=True)
+    try:
+        stored = {row.config["x"]: row.status for row in reader.trials()}
+        starts = len(reader.events("trial_start"))
+    finally:
+        reader.close()
+    assert stored == {0.1: "PENDING", 0.2: "ERROR", 0.3: "PENDING", 0.4: "PENDING"}  # (left as Ray's state has them)
+    open(mark, "w").close()
+    grid = Tuner.restore(path, _fails_once_at_2, **flags).fit()
+    assert len(grid) == 4 and grid.num_errors == 0 and all(r.status == "TERMINATED" for r in grid)
+    if flags == {"resume_unfinished": False}:  # (Ray's restore of it hangs: its grid search waits for 2 live trials)
+        reader = ExperimentStore.open(path, readonly=True)
+        try:
+            assert len(reader.events("trial_start")) == starts  # none ran
+            assert {row.config["x"]: (row.status, row.last_iteration) for row in reader.trials()}[0.2] == \
+                ("TERMINATED", 1)
+        finally:
+            reader.close()
+        return
+    steps = {r.config["x"]: r.metrics["i"] for r in grid}
+    assert set(steps.values()) == {RESUMABLE_STEPS}
+    resumed = {r.config["x"]: r.metrics["resumed_from"] for r in grid}
+    assert resumed[0.2] == 1 and resumed[0.1] >= 1  # from their last checkpoints, as after a Ctrl-C
 
 
 def _median_rule() -> dict:

@@ -199,6 +199,10 @@ EXPERIMENT_ENDING_EVENT = "experiment_ending"
 #: Ctrl-C stores no such event (Ray's leaves the search to go on). Stores before it have no such key: their search
 #: goes on.
 SEARCH_ENDED_KEY = "search_ended"
+#: :data:`EXPERIMENT_ENDING_EVENT`'s key, under ``fail_fast="raise"`` only, naming the trial whose error the run
+#: raised. Ray raises it before it records the failure, so its saved state holds that trial unfinished and its
+#: ``Tuner.restore`` runs it on whatever its errored-trial flags say (``fluidsalus.tune.Tuner.restore``).
+RAISED_TRIAL_KEY = "raised"
 #: The devices' ``verdict_from`` when a stopper's ``stop_all()`` may end the run: every result (its ``time_attr``
 #: is at least this) waits for the driver's judgement of it.
 STOP_ALL_VERDICT_FROM = float("-inf")
@@ -680,6 +684,10 @@ class Executor:
         self._first_error: str | None = None
         self._first_error_text: str | None = None  # that trial's own error, which names its type
         self._first_error_pickle: bytes | None = None  # and its exception, pickled (the raised error's cause)
+        self._first_error_trial: str | None = None  # and the trial's id
+        # fail_fast="raise": the trials not ended when the run began to end (_check_end), which Ray's saved state
+        # holds unfinished (_leave_unfinished)
+        self._caught: set[str] = set()
         self._cluster: str | None = None  # the Ray cluster the devices started on (_cluster_token)
         self._traced_an_error = False  # the first trial that fails for good is printed with its traceback
         self._dirty = True  # something the plan depends on changed since the last plan
@@ -788,7 +796,9 @@ class Executor:
                     self._drain()  # (a second Ctrl-C cuts it short: raised from here, the devices are shut down)
                 except Exception:  # noqa: BLE001 - the user's Ctrl-C is the exception to raise
                     logger.exception("could not take the devices' last results after the Ctrl-C")
-            if isinstance(e, KeyboardInterrupt) and self._ending is not None:
+            if isinstance(e, KeyboardInterrupt) and self._raises():
+                self._leave_unfinished()  # (fail_fast="raise": Ray raised before its end began, nothing of it ended)
+            elif isinstance(e, KeyboardInterrupt) and self._ending is not None:
                 try:
                     self._end_the_ending()
                 except Exception:  # noqa: BLE001 - the user's Ctrl-C is the exception to raise (its transaction
@@ -1247,7 +1257,8 @@ class Executor:
             if self._finished():
                 for callback in self.settings.callbacks:  # every pass that began ends, the last one too
                     callback.on_step_end()
-                if self._ending == "fail_fast" and self.settings.fail_fast == "raise":
+                if self._raises():
+                    self._leave_unfinished()
                     raise trial_error(self._first_error or "a trial failed (fail_fast='raise')", self._first_error_text,
                                       self._first_error_pickle)
                 return
@@ -1338,8 +1349,11 @@ class Executor:
             return
         self._ending_at = time.time()
         self._search_ended = self._ending != "fail_fast" or self.settings.fail_fast != "raise"
-        self.store.add_events([(self._ending_at, EXPERIMENT_ENDING_EVENT, None, None,
-                                {"reason": self._ending, SEARCH_ENDED_KEY: self._search_ended})])
+        data: dict[str, Any] = {"reason": self._ending, SEARCH_ENDED_KEY: self._search_ended}
+        if self._raises():
+            data[RAISED_TRIAL_KEY] = self._first_error_trial
+            self._caught = {tid for tid, trial in self.trials.items() if trial.status not in FINAL_STATUSES}
+        self.store.add_events([(self._ending_at, EXPERIMENT_ENDING_EVENT, None, None, data)])
         for callback in self.settings.callbacks:  # (before the ends it brings: Callback.on_run_ending)
             ending = getattr(callback, "on_run_ending", None)
             if callable(ending):
@@ -1376,6 +1390,27 @@ class Executor:
                                                                                    "reason": self._ending})])
             self._handle(self._device(trial.placed_on[0]), [(EV_END, trial_id, trial.attempt, now, OUT_STOPPED,
                                                             None, None)])
+
+    def _raises(self) -> bool:
+        """Whether the run ends by ``fail_fast="raise"`` (it raises the first trial error at its end)."""
+        return self._ending == "fail_fast" and self.settings.fail_fast == "raise"
+
+    def _leave_unfinished(self) -> None:
+        """Before ``fail_fast="raise"`` raises: give the store back, unfinished (``PENDING``), the trials that the
+        run's end stopped (``TERMINATED``, stopped), queued, prefetched or running, so that a resume runs them on
+        from their last checkpoint, as after a Ctrl-C. Ray raises the trial's error at once, before its end stops
+        any trial, so its saved state holds them unfinished and ``Tuner.restore`` runs them on; here they stayed
+        stopped, and a restore ran none of them (h174's B2). Those that ended otherwise meanwhile (completed,
+        failed) stay as they ended. A store that cannot be written leaves them stopped, logged: the trial's error is
+        what the run raises."""
+        try:
+            with self.store.transaction():
+                for row in self.store.trials():
+                    if row.trial_id in self._caught and row.status == TERMINATED and row.stop_reason == OUT_STOPPED:
+                        self.store.update_trial(row.trial_id, status=PENDING, stop_reason=None, finished_at=None)
+        except Exception:  # noqa: BLE001 - the trial's error is the exception to raise
+            logger.exception("could not leave the trials that fail_fast='raise' stopped unfinished in the store; "
+                             "they stay stopped, and a resume runs none of them")
 
     def _end_the_ending(self) -> None:
         """A Ctrl-C while the run ends (its time budget, ``fail_fast``, ``stop_all()``) cuts short its wait for the
@@ -3192,6 +3227,7 @@ class Executor:
             self._first_error = f"Trial {trial.trial_id} failed: {trial.error}\n{trace or ''}".rstrip()
             self._first_error_text = trial.error
             self._first_error_pickle = trial.error_pickle
+            self._first_error_trial = trial.trial_id
 
     def _may_retry(self, trial: Trial) -> bool:
         """Whether ``max_failures`` allows one more retry of a failed trial (``-1`` arrives as ``sys.maxsize``), and

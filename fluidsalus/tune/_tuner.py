@@ -50,7 +50,15 @@ from typing import Any
 import ray
 from ray import cloudpickle  # (Ray's: the standalone one names functions pickled by value <dynamic-code>)
 
-from fluidsalus.api import check_resume, check_same_run, on_resume, resume_view, run, space_in_searcher
+from fluidsalus.api import (
+    RESUME_EVENT,
+    check_resume,
+    check_same_run,
+    on_resume,
+    resume_view,
+    run,
+    space_in_searcher,
+)
 from fluidsalus.callbacks import Callback as EngineCallback
 from fluidsalus.checkpoint import write_atomically
 from fluidsalus.errors import ConfigError
@@ -71,6 +79,7 @@ from fluidsalus.store import (
     remove_folder,
     unused_name,
 )
+from fluidsalus.trialgroup.executor import EXPERIMENT_ENDING_EVENT, RAISED_TRIAL_KEY
 from fluidsalus.tune._config import INFINITE_SAMPLES, CheckpointConfig, FailureConfig, RunConfig, TuneConfig
 from fluidsalus.tune._custom_scheduler import ScheduledSearch
 from fluidsalus.tune._custom_search import defined_by_user, runner_of
@@ -478,7 +487,10 @@ class Tuner:
           checkpoint (from scratch without one), keeping their id, results and failure count, as in Ray; or
           ``restart_errored=True``: then they start again from scratch, with their checkpoints deleted. Ray
           gives a restarted trial a new id; fluidsalus keeps the id and starts a new attempt, whose results
-          replace the old ones. ``resume_errored`` wins when both are set, as in Ray.
+          replace the old ones. ``resume_errored`` wins when both are set, as in Ray;
+        - after a ``fail_fast="raise"`` end, the trial whose error was raised is unfinished, as in Ray's saved state
+          (Ray raises before it records the failure): it resumes from its last checkpoint (or ends, with
+          ``resume_unfinished=False``), whatever the errored-trial flags say.
 
         The searcher is not told that an errored trial runs again (it was told that it failed), as in Ray: a
         model-based searcher keeps it as failed, and ASHA/HyperBand make no more decisions on it, so it runs
@@ -554,12 +566,22 @@ class Tuner:
             return
         again_errored = flags["resume_errored"] or flags["restart_errored"]
         from_scratch = flags["restart_errored"] and not flags["resume_errored"]
-        if flags["resume_unfinished"] and not again_errored:
+        raised = _raised_trial(store)
+        if flags["resume_unfinished"] and not again_errored and raised is None:
             return
         now, done, events = time.time(), [], []
         folders = store.trial_dirs()
         for row in store.trials():
-            if row.status == ERROR and again_errored:
+            if row.trial_id == raised and row.status == ERROR:
+                # Ray raised its error before it recorded the failure: its saved state holds the trial unfinished,
+                # and its restore runs it on (or ends it, resume_unfinished=False) whatever the errored-trial flags
+                # say, with the failure not counted
+                action = "resume_raised" if flags["resume_unfinished"] else NOT_RESUMED
+                store.update_trial(row.trial_id, error=None, traceback=None, **(
+                    {"status": PENDING, "finished_at": None, "stop_reason": None} if flags["resume_unfinished"]
+                    else {"status": TERMINATED, "finished_at": now, "stop_reason": NOT_RESUMED}))
+                events.append((now, _RESTORE_EVENT, row.trial_id, None, {"action": action}))
+            elif row.status == ERROR and again_errored:
                 # As Ray's restore: a resumed trial counts the failure that ended it, a restarted one is anew.
                 fields: dict[str, Any] = {"status": PENDING, "error": None, "traceback": None,
                                           "finished_at": None, "stop_reason": None,
@@ -930,6 +952,19 @@ def check_same_trainable(folder: str, trainable: Any, registered_name: str | Non
     except Exception:  # noqa: BLE001 - unreadable: the resume goes on as before, unchecked
         return
     _check_same_experiment(state, registered_name or trainable_name(trainable), None)
+
+
+def _raised_trial(store: ExperimentStore) -> str | None:
+    """The trial whose error the session this restore continues raised (``fail_fast="raise"``): the last run's end
+    names it (:data:`~fluidsalus.trialgroup.executor.RAISED_TRIAL_KEY`) when no resume came after it. None
+    otherwise."""
+    endings = store.events(EXPERIMENT_ENDING_EVENT)
+    if not endings:
+        return None
+    resumes = store.events(RESUME_EVENT)
+    if resumes and resumes[-1].ts >= endings[-1].ts:
+        return None
+    return (endings[-1].data or {}).get(RAISED_TRIAL_KEY)
 
 
 def _read_state(folder: str) -> dict[str, Any]:
