@@ -66,3 +66,23 @@ def cpus_free_within(cpus: float, timeout_s: float) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def began_on_the_freed_device(experiment_path: str) -> bool:
+    """Whether the experiment's one withdrawal (a prefetched trial given back before it began) sent that trial to
+    another device, where it began, with no move refused: a device that freed in the run's tail got the trial held
+    behind a neighbour's pause or verdict wait (docs/architecture.md, "A pause, while another device would idle").
+
+    Args:
+        experiment_path: The experiment's folder.
+    """
+    store = ExperimentStore.open(experiment_path, readonly=True)
+    try:
+        refused, withdrawn = store.events("plan_refused"), store.events("plan_withdraw")
+        devices = {e.trial_id: e.device for e in store.events("trial_start")}
+    finally:
+        store.close()
+    if refused or len(withdrawn) != 1:
+        return False
+    moved = withdrawn[0]
+    return moved.device != devices[moved.trial_id] == moved.data["to"][0]

@@ -54,6 +54,15 @@ def _spec(tmp_path, i, **config):
     return TrialSpec(trial_id=f"t{i}", trial_name=f"f_t{i}", config=config, trial_dir=str(tmp_path / f"t{i}"))
 
 
+def _poll_until(host, reached) -> list:
+    """Poll until an event for which ``reached(event)`` is true has come; return all events in order."""
+    events, deadline = [], time.time() + WAIT_S
+    while not any(reached(e) for e in events):
+        assert time.time() < deadline, f"timed out; events so far: {events}"
+        events += host.poll(0.1)
+    return events
+
+
 def _drain(host, n_ends):
     """Poll until ``n_ends`` trials have ended; return all events in order."""
     events, deadline = [], time.time() + WAIT_S
@@ -172,10 +181,7 @@ def test_a_trial_goes_on_past_its_stop_rules_result_only_once_the_driver_has_it(
 
     host = DeviceHost(f, _settings(max_lanes=1, stop=stop_rule({"training_iteration": 2})))
     host.submit([_spec(tmp_path, 0)])
-    events, deadline = [], time.time() + WAIT_S
-    while not any(e[0] == EV_RESULT and e[4]["done"] for e in events):
-        assert time.time() < deadline, f"timed out; events so far: {events}"
-        events += host.poll(0.1)
+    _poll_until(host, lambda e: e[0] == EV_RESULT and e[4]["done"])
     assert not unwound.wait(0.3)  # the driver has not polled again: it may not have the result yet
     later = host.poll(0.1)  # (its end may come with it)
     assert unwound.wait(WAIT_S)  # this poll says the driver handled the batch: the trainable goes on
@@ -204,10 +210,7 @@ def test_a_trial_waiting_for_its_stop_result_to_be_delivered_keeps_its_lanes_tur
 
     host = DeviceHost(f, _settings(max_lanes=1, stop=stop_rule({"training_iteration": 2})))
     host.submit([_spec(tmp_path, 0, x=0), dataclasses.replace(_spec(tmp_path, 1, x=1), prefetched=True)])
-    events, deadline = [], time.time() + WAIT_S
-    while not any(e[0] == EV_RESULT and e[1] == "t0" and e[4]["done"] for e in events):
-        assert time.time() < deadline, f"timed out; events so far: {events}"
-        events += host.poll(0.1)
+    events = _poll_until(host, lambda e: e[0] == EV_RESULT and e[1] == "t0" and e[4]["done"])
     events += host.poll(0.1)  # the driver has the stop result: the trial goes on, without waiting for its neighbour
     try:
         assert unwound.wait(WAIT_S / 2)

@@ -25,6 +25,7 @@ from typing import Any
 
 import optuna
 import pytest
+from _trials import began_on_the_freed_device
 from optuna.trial import FrozenTrial, TrialState
 
 import fluidsalus.optuna as fo
@@ -2159,12 +2160,4 @@ def test_in_the_runs_tail_a_prefetched_trial_waits_through_its_neighbours_should
 
     study = optuna.create_study(pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=5))
     _optimize(study, objective, tmp_path, n_trials=3, name="tail")
-    store = ExperimentStore.open(tmp_path / "fluidsalus" / "tail", readonly=True)
-    try:
-        refused, withdrawn = store.events("plan_refused"), store.events("plan_withdraw")
-        devices = {e.trial_id: e.device for e in store.events("trial_start")}
-    finally:
-        store.close()
-    assert not refused and len(withdrawn) == 1
-    moved = withdrawn[0]
-    assert moved.device != devices[moved.trial_id] == moved.data["to"][0]  # it began on the freed device
+    assert began_on_the_freed_device(str(tmp_path / "fluidsalus" / "tail"))

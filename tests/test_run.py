@@ -1967,13 +1967,31 @@ def test_an_errors_summary_is_its_first_line_with_its_type(storage, capsys):
 
 
 def _fails_on_its_way_out(config):
+    """Reports until its stop rule stops it, then fails as the stop unwinds it: ``config["how"]`` ``"raise"`` (a
+    ``finally:`` that raises) or ``"exit"`` (its process ends, as a crash in native code or the out-of-memory killer
+    would)."""
     with open(config["log"], "a") as log:
         log.write("start\n")
     try:
         for i in range(10):
             fluidsalus.report({"loss": float(i)})
     finally:
+        if config["how"] == "exit":
+            os._exit(1)
         raise RuntimeError("cleanup failed")
+
+
+def _ended_once_at_its_stop_result(grid: Any, log: Path, searcher: Any) -> ExperimentStore:
+    """Assert the one trial ended TERMINATED, with no error, at its stop rule's result (iteration 3), its function
+    started once and its searcher told its end once; return the experiment's store, open."""
+    assert log.read_text().count("start") == 1
+    (result,) = grid
+    assert result.error is None and grid.num_errors == 0
+    assert result.metrics["training_iteration"] == 3 and result.metrics["done"] is True
+    assert list(searcher.calls.values()) == [[1, 2, "complete"]]
+    store = ExperimentStore.open(grid.experiment_path, readonly=True)
+    assert [t.status for t in store.trials()] == ["TERMINATED"]
+    return store
 
 
 def test_a_trial_that_met_its_stop_rule_and_then_fails_is_not_retried(storage, tmp_path):
@@ -1982,27 +2000,11 @@ def test_a_trial_that_met_its_stop_rule_and_then_fails_is_not_retried(storage, t
     (a review's script). Then it ended ERROR, where its searcher was told it completed; as in Ray Tune, it ends
     TERMINATED at that result, with no error, and the error is a warning and an ``error_after_stop`` event."""
     log = tmp_path / "starts.txt"
-    searcher = RecordingSearch({"log": str(log)}, num_samples=1)
+    searcher = RecordingSearch({"log": str(log), "how": "raise"}, num_samples=1)
     grid = fluidsalus.run(_fails_on_its_way_out, searcher=searcher, stop={"training_iteration": 3},
                           storage_path=storage, name="way_out", verbose=0, max_failures=1)
-    assert log.read_text().count("start") == 1
-    (result,) = grid
-    assert result.error is None and grid.num_errors == 0
-    assert result.metrics["training_iteration"] == 3 and result.metrics["done"] is True
-    assert list(searcher.calls.values()) == [[1, 2, "complete"]]
-    store = ExperimentStore.open(grid.experiment_path, readonly=True)
-    assert store.trials()[0].status == "TERMINATED"
+    store = _ended_once_at_its_stop_result(grid, log, searcher)
     assert [e.data["error"] for e in store.events("error_after_stop")] == ["RuntimeError: cleanup failed"]
-
-
-def _ends_its_process_after_its_stop_result(config):
-    with open(config["log"], "a") as log:
-        log.write("start\n")
-    try:
-        for i in range(10):
-            fluidsalus.report({"loss": float(i)})
-    finally:
-        os._exit(1)  # (as a crash in native code or the out-of-memory killer would, as the stop unwinds it)
 
 
 @pytest.mark.parametrize("max_failures", [0, 1])
@@ -2014,18 +2016,12 @@ def test_a_trial_whose_process_dies_right_after_its_stop_result_ends_terminated_
     and its function started once: the device waits for the driver to have that result before the trainable goes on,
     and a death after it ends the trial there, its searcher told its end once."""
     log = tmp_path / "starts.txt"
-    searcher = RecordingSearch({"log": str(log)}, num_samples=1)
-    grid = fluidsalus.run(_ends_its_process_after_its_stop_result, searcher=searcher, stop={"training_iteration": 3},
+    searcher = RecordingSearch({"log": str(log), "how": "exit"}, num_samples=1)
+    grid = fluidsalus.run(_fails_on_its_way_out, searcher=searcher, stop={"training_iteration": 3},
                           storage_path=storage, name=f"dies_after_stop{max_failures}", verbose=0,
                           max_failures=max_failures, time_budget_s=120)
-    assert log.read_text().count("start") == 1
-    (result,) = grid
-    assert result.error is None and grid.num_errors == 0
-    assert result.metrics["training_iteration"] == 3 and result.metrics["done"] is True
-    assert list(searcher.calls.values()) == [[1, 2, "complete"]]
-    store = ExperimentStore.open(grid.experiment_path, readonly=True)
-    (trial,) = store.trials()
-    assert trial.status == "TERMINATED" and trial.attempt == 0
+    store = _ended_once_at_its_stop_result(grid, log, searcher)
+    assert store.trials()[0].attempt == 0
     assert len(store.events("device_died")) == 1 and not store.events("trial_restart")
 
 

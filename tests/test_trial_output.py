@@ -11,6 +11,7 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from fluidsalus.gpu.output import Router
 from fluidsalus.session import TrialContext, TrialSession, set_session
@@ -65,7 +66,7 @@ def test_a_router_that_does_not_tag_passes_a_trials_text_as_it_is() -> None:
 
 
 def test_two_trials_printing_at_once_on_two_lanes_never_mix_their_lines(monkeypatch) -> None:
-    from fluidsalus.gpu.host import EV_END, DeviceHost, HostSettings, TrialSpec
+    from fluidsalus.gpu.host import EV_END
 
     router, console = _tagging_router()
     monkeypatch.setattr(sys, "stdout", router)
@@ -80,13 +81,7 @@ def test_two_trials_printing_at_once_on_two_lanes_never_mix_their_lines(monkeypa
             thread.join()
         print(f"x={config['x']} left unfinished", end="")
 
-    host = DeviceHost(f, HostSettings("exp", max_lanes=2, capacity_bytes=2**30, trial_estimate=(2**20, 2**20),
-                                      profile_memory=False))
-    host.submit([TrialSpec(f"t{x}", f"train_t{x}", {"x": x}, "unused") for x in (1, 2)])
-    events, deadline = [], time.time() + 30
-    while sum(e[0] == EV_END for e in events) < 2:
-        assert time.time() < deadline, events
-        events += host.poll(0.1)
+    events = _two_trials_in_one_device(f)
     assert [e[4] for e in events if e[0] == EV_END] == ["completed", "completed"]
     lines = console.getvalue().splitlines()
     for x in (1, 2):
@@ -236,6 +231,21 @@ def test_a_progress_bars_updates_are_written_as_they_come_with_one_name() -> Non
     assert wrapped.buffer.getvalue() == b"[train_a_00000] caf\\udce9\n"
 
 
+def _two_trials_in_one_device(f: Callable[[dict], None]) -> list:
+    """Run trials ``t1`` and ``t2`` (``{"x": 1}``, ``{"x": 2}``) of ``f`` side by side, in two lanes of one device
+    host in this process, to their ends; return the host's events in order."""
+    from fluidsalus.gpu.host import EV_END, DeviceHost, HostSettings, TrialSpec
+
+    host = DeviceHost(f, HostSettings("exp", max_lanes=2, capacity_bytes=2**30, trial_estimate=(2**20, 2**20),
+                                      profile_memory=False))
+    host.submit([TrialSpec(f"t{x}", f"train_t{x}", {"x": x}, "unused") for x in (1, 2)])
+    events, deadline = [], time.time() + 30
+    while sum(e[0] == EV_END for e in events) < 2:
+        assert time.time() < deadline, events
+        events += host.poll(0.1)
+    return events
+
+
 def _device_streams(monkeypatch) -> tuple[io.StringIO, io.StringIO]:
     """This process's streams as a device process has them (``tag_trial_lines``) over two consoles, put back after
     the test."""
@@ -265,7 +275,7 @@ def test_a_trials_redirect_stdout_is_its_own_and_the_other_trials_keep_the_conso
     import contextlib
     import logging
 
-    from fluidsalus.gpu.host import EV_END, DeviceHost, HostSettings, TrialSpec
+    from fluidsalus.gpu.host import EV_END
 
     console, errors = _device_streams(monkeypatch)
     handler = logging.StreamHandler()  # made before the trials: it holds the router, as under Ray the first stream
@@ -296,13 +306,7 @@ def test_a_trials_redirect_stdout_is_its_own_and_the_other_trials_keep_the_conso
             print("x=2 printed while x=1 redirected")
             printed.set()
 
-    host = DeviceHost(f, HostSettings("exp", max_lanes=2, capacity_bytes=2**30, trial_estimate=(2**20, 2**20),
-                                      profile_memory=False))
-    host.submit([TrialSpec(f"t{x}", f"train_t{x}", {"x": x}, "unused") for x in (1, 2)])
-    events, deadline = [], time.time() + 30
-    while sum(e[0] == EV_END for e in events) < 2:
-        assert time.time() < deadline, events
-        events += host.poll(0.1)
+    events = _two_trials_in_one_device(f)
     assert [e[4] for e in events if e[0] == EV_END] == ["completed", "completed"], events
     print("the device's line after the trials")
     assert seen["is_buffer"] is True and isinstance(seen["x=2 sees"], Router)

@@ -2375,20 +2375,12 @@ def test_a_restore_after_the_runs_end_asks_its_search_for_no_more_trials_as_rays
 def _fails_once_at_2(config):
     """:func:`resumable` (a checkpoint each step, ``resumed_from``), whose trial of ``x == 0.2`` fails at its step 2
     until the file ``config["mark"]`` exists (the bug fixed)."""
-    start = 0
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as folder, open(os.path.join(folder, "state.json")) as f:
-            start = json.load(f)["i"]
-    for i in range(start + 1, RESUMABLE_STEPS + 1):
-        time.sleep(0.1)
-        if config["x"] == 0.2 and i == 2 and not os.path.exists(config["mark"]):
-            raise RuntimeError("x=0.2 fails")
-        folder = os.path.join(tune.get_context().get_trial_dir(), f"tmp_{i}")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "state.json"), "w") as f:
-            json.dump({"i": i}, f)
-        tune.report({"i": i, "resumed_from": start}, checkpoint=tune.Checkpoint.from_directory(folder))
+    resumable(config, before_step=_fails_at_2_until_marked)
+
+
+def _fails_at_2_until_marked(config, i):
+    if config["x"] == 0.2 and i == 2 and not os.path.exists(config["mark"]):
+        raise RuntimeError("x=0.2 fails")
 
 
 @pytest.mark.parametrize("flags", [{}, {"resume_errored": True}, {"restart_errored": True},

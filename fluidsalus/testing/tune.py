@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fluidsalus import tune
@@ -57,9 +58,15 @@ class SignalOnce(tune.Callback):
                 self._send(signals[1:])
 
 
-def resumable(config: dict[str, Any]) -> None:
+def resumable(config: dict[str, Any], before_step: Callable[[dict[str, Any], int], None] | None = None) -> None:
     """Reports ``i`` = 1 .. :data:`RESUMABLE_STEPS` with a checkpoint each, continuing after the checkpoint it is
-    given; ``resumed_from`` is the iteration it continued from (0 for a fresh start)."""
+    given; ``resumed_from`` is the iteration it continued from (0 for a fresh start).
+
+    Args:
+        config: The trial's configuration.
+        before_step: Called as ``before_step(config, i)`` before step ``i`` is reported (a trainable built on this
+            one fails there, say).
+    """
     start = 0
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
@@ -67,6 +74,8 @@ def resumable(config: dict[str, Any]) -> None:
             start = json.load(f)["i"]
     for i in range(start + 1, RESUMABLE_STEPS + 1):
         time.sleep(_STEP_S)
+        if before_step is not None:
+            before_step(config, i)
         folder = os.path.join(tune.get_context().get_trial_dir(), f"tmp_{i}")
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, "state.json"), "w") as f:
