@@ -777,7 +777,7 @@ class TrialSession:
         """
         if self.ranks is not None and not self.ranks.leader:
             if self._turns is not None:
-                self._turns.release()
+                self._turns.release(verdict=True)  # (held through in a run's tail as rank 0's: hold_pauses)
             if self.ranks.at_resume(self.iteration, False, self.stop_requested) == STOP:
                 return True
             if self._turns is not None:
