@@ -598,8 +598,8 @@ class DeviceHost:
         frees a slot then has nothing to start, and only a prefetched trial that has not begun can still go there (a
         trial that has begun, without a checkpoint, cannot leave). Begun at a pause that ASHA answers with a promotion,
         it would time-slice one slot with the promoted trial to their ends while that device idled. Otherwise every
-        freed slot gets a queued trial, and the prefetched trial begins at the pause, using the
-        driver's round trip (which a pause that ends in a stop would otherwise leave idle)."""
+        freed slot gets a queued trial, and the prefetched trial begins at the pause, using the driver's round trip
+        (which a pause that ends in a stop would otherwise leave idle)."""
         with self._lock:
             self._hold_pauses = hold
             if not hold:
