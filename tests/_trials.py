@@ -19,14 +19,20 @@ def restarted_after_running(experiment_path: str) -> set[str]:
     return {e.trial_id for e in store.events("trial_restart") if (e.data or {}).get("reason") != "withdrawn"}
 
 
+#: A trial's resources under which two trials of one device compute at once (:func:`sharing_tune_config`).
+SHARING_RESOURCES = {"cpu": 0.5}
+
+
 def sharing_tune_config(max_t: int) -> Any:
     """A ``TuneConfig`` under which two trials run at once in each device's process, for the tests of what
-    trials sharing a process must not share (W&B and MLflow runs).
+    trials sharing a process must not share (W&B and MLflow runs), with the trainable under
+    :data:`SHARING_RESOURCES`.
 
-    Each device computes one trial per slot, and the trial prefetched behind it begins only when its lane would
-    idle (docs/architecture.md, "Prefetch"). ASHA pauses every trial at each rung for its verdict, which is such a
-    moment; the trainable reports the same ``tie`` in every result, so ASHA stops none early. ``max_t`` must exceed
-    the trainable's reports, so that none is stopped at its last.
+    Each device computes ``floor(cores / cpu)`` trials at once: two of half a CPU on a one-core device. (ASHA's
+    pauses at each rung once let the trial prefetched behind a one-CPU trial begin; in a run's tail the driver now
+    holds it through them, docs/architecture.md "A pause, while another device would idle".) The trainable reports
+    the same ``tie`` in every result, so ASHA stops none early. ``max_t`` must exceed the trainable's reports, so
+    that none is stopped at its last.
 
     Args:
         max_t: ASHA's largest budget.

@@ -12,7 +12,7 @@ import warnings
 from typing import Any
 
 import pytest
-from _trials import sharing_tune_config, trials_that_shared_a_device
+from _trials import SHARING_RESOURCES, sharing_tune_config, trials_that_shared_a_device
 
 # Found, not imported: importing MLflow takes seconds, which every run of the suite would pay at collection.
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="needs mlflow (the test extra)")
@@ -64,7 +64,7 @@ def test_rays_mlflow_callback_and_setup_mlflow_log_each_trial_to_its_own_run(ray
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         grid = tune.Tuner(
-            _with_setup_mlflow,
+            tune.with_resources(_with_setup_mlflow, SHARING_RESOURCES),
             param_space={"x": tune.grid_search(xs), "uri": uri},
             tune_config=sharing_tune_config(max_t=3),
             run_config=tune.RunConfig(storage_path=storage, verbose=0, callbacks=[callback])).fit()

@@ -14,7 +14,7 @@ import tempfile
 from typing import Any
 
 import pytest
-from _trials import sharing_tune_config, trials_that_shared_a_device
+from _trials import SHARING_RESOURCES, sharing_tune_config, trials_that_shared_a_device
 
 # Found, not imported: importing W&B takes a second, which every run of the suite would pay at collection.
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="needs wandb (the test extra)")
@@ -137,7 +137,8 @@ def test_setup_wandb_in_trials_that_share_a_device_logs_each_to_its_own_run(ray_
                                                                             no_wandb_litter) -> None:
     from fluidsalus import tune
 
-    grid = tune.Tuner(_with_setup_wandb, param_space={"x": tune.grid_search([1, 2, 3, 4])},
+    grid = tune.Tuner(tune.with_resources(_with_setup_wandb, SHARING_RESOURCES),
+                      param_space={"x": tune.grid_search([1, 2, 3, 4])},
                       tune_config=sharing_tune_config(max_t=4),
                       run_config=tune.RunConfig(storage_path=storage, name="wb_setup", verbose=0)).fit()
     assert not grid.errors, [str(e)[-2000:] for e in grid.errors]

@@ -143,6 +143,15 @@ def test_changed_module_names_a_module_whose_file_changed_or_went_since_a_time(t
     assert changed_module(modules, since=4_000.0) == "user_module"
 
 
+def _ended_run(devices: list) -> types.SimpleNamespace:
+    """What ``Executor._shut_down_devices`` reads of a run whose devices started on the cluster "the run's"."""
+    from fluidsalus.trialgroup.executor import Executor
+
+    run = types.SimpleNamespace(_devices=devices, _cluster="the run's")
+    run._ray_elsewhere = lambda: Executor._ray_elsewhere(run)  # type: ignore[arg-type]
+    return run
+
+
 def test_a_run_whose_ray_was_shut_down_under_it_calls_no_actor_at_its_end(monkeypatch):
     """``ray.shutdown()`` from another thread during a fit: the run's end called its devices' actors, and Ray's
     auto-init started a new local Ray from the fit's thread, whose ``Exception: Failed to submit task to actor``
@@ -160,7 +169,7 @@ def test_a_run_whose_ray_was_shut_down_under_it_calls_no_actor_at_its_end(monkey
 
     devices = [types.SimpleNamespace(alive=True, actor=Untouchable(), outbox=[]) for _ in range(2)]
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    run = types.SimpleNamespace(_devices=devices, _cluster="the run's")
+    run = _ended_run(devices)
     Executor._shut_down_devices(run, keep_warm=True)  # type: ignore[arg-type]
     assert [d.alive for d in devices] == [False, False]
     # A call of the run's loop started a new local Ray first (Ray's auto-init; a review saw it once in four):
@@ -170,6 +179,5 @@ def test_a_run_whose_ray_was_shut_down_under_it_calls_no_actor_at_its_end(monkey
     monkeypatch.setattr(ray, "is_initialized", lambda: not shut)
     monkeypatch.setattr(ray, "shutdown", lambda: shut.append(True))
     monkeypatch.setattr(executor, "_cluster_token", lambda: "a new one")
-    Executor._shut_down_devices(types.SimpleNamespace(_devices=devices, _cluster="the run's"),  # type: ignore[arg-type]
-                                keep_warm=True)
+    Executor._shut_down_devices(_ended_run(devices), keep_warm=True)  # type: ignore[arg-type]
     assert shut == [True] and [d.alive for d in devices] == [False, False]
