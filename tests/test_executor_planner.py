@@ -1750,17 +1750,12 @@ def test_the_runs_end_names_only_trials_whose_attempt_began_when_it_gives_up_wai
                     "ahead": {"attempt": 0, "outcome": "stopped", "started": False}}
 
 
-def test_a_ctrl_c_while_the_run_ends_ends_the_trials_it_waited_for_as_those_it_found_queued(tmp_path):
-    """Ctrl-C inside the run's end (a time budget's grace): the trials still on a device, running or sent ahead and
-    not begun, stayed RUNNING and PENDING in the store, so ``Tuner.restore`` ran them again, while those the end
-    found queued stayed TERMINATED. Ray's end sets every unfinished trial TERMINATED at once, and a restore after
-    the Ctrl-C runs none: every trial ends here, stopped, with no hook (the run is interrupted)."""
-    from fluidsalus.store import FINAL_STATUSES, TERMINATED
+def _interrupted_in_its_end(executor: Any, store: ExperimentStore, reason: str) -> None:
+    """Run an offline executor with three trials (``running`` on device 0, ``ahead`` sent ahead to device 1 and not
+    begun, ``queued``) whose run's end begins at once (``reason``: its settings make it) and is cut short by a
+    Ctrl-C; ``run()`` raises the ``KeyboardInterrupt``."""
+    from fluidsalus.store import TERMINATED
 
-    executor, store = _offline_executor(tmp_path, n_devices=2)
-    callback = _Ends()
-    executor.settings.callbacks = [callback]
-    executor.settings.time_budget_s = 0.0
     _placed_trial(executor, store, "running", devices=(0,))
     executor._began.add("running")
     store.update_trial("running", status=RUNNING, started_at=0.5)
@@ -1772,13 +1767,27 @@ def test_a_ctrl_c_while_the_run_ends_ends_the_trials_it_waited_for_as_those_it_f
     executor._drain = lambda: None  # (nor one to poll at the Ctrl-C)
 
     def interrupted_while_it_ends():
-        executor._check_end()  # the budget is spent: the queued trial ends, the others are told to stop
-        assert executor._ending == "time_budget" and executor.trials["queued"].status == TERMINATED
+        executor._check_end()  # the end begins: the queued trial ends, the others are told to stop
+        assert executor._ending == reason and executor.trials["queued"].status == TERMINATED
         raise KeyboardInterrupt
 
     executor._loop = interrupted_while_it_ends
     with pytest.raises(KeyboardInterrupt):
         executor.run()
+
+
+def test_a_ctrl_c_while_the_run_ends_ends_the_trials_it_waited_for_as_those_it_found_queued(tmp_path):
+    """Ctrl-C inside the run's end (a time budget's grace): the trials still on a device, running or sent ahead and
+    not begun, stayed RUNNING and PENDING in the store, so ``Tuner.restore`` ran them again, while those the end
+    found queued stayed TERMINATED. Ray's end sets every unfinished trial TERMINATED at once, and a restore after
+    the Ctrl-C runs none: every trial ends here, stopped, with no hook (the run is interrupted)."""
+    from fluidsalus.store import FINAL_STATUSES, TERMINATED
+
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    callback = _Ends()
+    executor.settings.callbacks = [callback]
+    executor.settings.time_budget_s = 0.0
+    _interrupted_in_its_end(executor, store, "time_budget")
     rows = {r.trial_id: r for r in store.trials()}
     assert {tid: (r.status, r.stop_reason) for tid, r in rows.items()} == {
         tid: (TERMINATED, "stopped") for tid in ("running", "ahead", "queued")}
@@ -1793,28 +1802,11 @@ def test_a_ctrl_c_while_a_fail_fast_raise_end_runs_leaves_its_trials_unfinished_
     """``fail_fast="raise"``: Ray raises the trial's error before its end stops any trial, so its restore runs them
     on; a Ctrl-C within fluidsalus's end (before the raise) ended them all here (``_end_the_ending``), the queued one
     too, and a restore ran none. They stay unfinished, those the end found queued given back (``PENDING``)."""
-    from fluidsalus.store import TERMINATED
 
     executor, store = _offline_executor(tmp_path, n_devices=2)
     executor.settings.fail_fast = "raise"
     executor._first_error, executor._first_error_trial = "Trial failed failed: boom", "failed"
-    _placed_trial(executor, store, "running", devices=(0,))
-    executor._began.add("running")
-    store.update_trial("running", status=RUNNING, started_at=0.5)
-    ahead = _placed_trial(executor, store, "ahead", devices=(1,))
-    ahead.status = PENDING
-    _queue(executor, store, _trial("queued", seq=2))
-    executor._start_devices = lambda outer: None
-    executor._stop_devices = lambda keep_warm: None  # (offline: no actor to stop, whether or not Ray is up)
-
-    def interrupted_while_it_ends():
-        executor._check_end()  # fail_fast: the queued trial ends, the others are told to stop
-        assert executor._ending == "fail_fast" and executor.trials["queued"].status == TERMINATED
-        raise KeyboardInterrupt
-
-    executor._loop = interrupted_while_it_ends
-    with pytest.raises(KeyboardInterrupt):
-        executor.run()
+    _interrupted_in_its_end(executor, store, "fail_fast")
     assert {r.trial_id: r.status for r in store.trials()} == {"running": RUNNING, "ahead": PENDING, "queued": PENDING}
     (ending,) = store.events("experiment_ending")
     assert ending.data == {"reason": "fail_fast", "search_ended": False, "raised": "failed"}

@@ -6,6 +6,7 @@ import dataclasses
 import os
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -166,20 +167,24 @@ def test_stop_rule_dict_has_ray_semantics(tmp_path):
     assert [e[4]["training_iteration"] for e in events if e[0] == EV_RESULT] == [1, 2, 3, 4, 5]
 
 
-def test_a_trial_goes_on_past_its_stop_rules_result_only_once_the_driver_has_it(tmp_path):
-    """What a trainable does as the stop unwinds it (a ``finally:`` that ends the process) could lose the result the
-    rule ended it at while that result waited in the outbox: it waits until the driver polls again after the poll
-    that took it (the driver polls only after it handled the last batch)."""
-    unwound = threading.Event()
-
-    def f(config):
+def _reports_then_sets(unwound: threading.Event) -> Callable[[dict], None]:
+    """A trainable that reports ten times and sets ``unwound`` as a stop unwinds it (its ``finally:``)."""
+    def f(config: dict) -> None:
         try:
             for i in range(10):
                 fluidsalus.report({"v": i})
         finally:
             unwound.set()
 
-    host = DeviceHost(f, _settings(max_lanes=1, stop=stop_rule({"training_iteration": 2})))
+    return f
+
+
+def test_a_trial_goes_on_past_its_stop_rules_result_only_once_the_driver_has_it(tmp_path):
+    """What a trainable does as the stop unwinds it (a ``finally:`` that ends the process) could lose the result the
+    rule ended it at while that result waited in the outbox: it waits until the driver polls again after the poll
+    that took it (the driver polls only after it handled the last batch)."""
+    unwound = threading.Event()
+    host = DeviceHost(_reports_then_sets(unwound), _settings(max_lanes=1, stop=stop_rule({"training_iteration": 2})))
     host.submit([_spec(tmp_path, 0)])
     _poll_until(host, lambda e: e[0] == EV_RESULT and e[4]["done"])
     assert not unwound.wait(0.3)  # the driver has not polled again: it may not have the result yet
@@ -197,16 +202,14 @@ def test_a_trial_waiting_for_its_stop_result_to_be_delivered_keeps_its_lanes_tur
     unwound = threading.Event()
     release_neighbour = threading.Event()
 
+    reports = _reports_then_sets(unwound)
+
     def f(config):
         if config["x"] == 1:  # the neighbour (the next trial, prefetched behind it): one long iteration
             release_neighbour.wait(WAIT_S)
             fluidsalus.report({"v": 0})
             return
-        try:
-            for i in range(10):
-                fluidsalus.report({"v": i})
-        finally:
-            unwound.set()
+        reports(config)
 
     host = DeviceHost(f, _settings(max_lanes=1, stop=stop_rule({"training_iteration": 2})))
     host.submit([_spec(tmp_path, 0, x=0), dataclasses.replace(_spec(tmp_path, 1, x=1), prefetched=True)])
@@ -1217,18 +1220,22 @@ def test_a_prefetched_trial_stopped_before_it_began_ends_at_its_neighbours_next_
     assert not any(e[0] in (EV_RESULT, EV_START) and e[1] == "t1" for e in events)  # nor did it start
 
 
-def test_a_prefetched_trial_begins_when_its_lane_would_idle_and_then_time_slices(tmp_path):
-    """Work conservation: a prefetched trial takes the lane whenever no other trial of it is ready. Here the
-    running trial pauses at its budget; once begun, the two trials alternate like any others."""
-    order = []
-
-    def f(config):
+def _records_turns(order: list[str]) -> Callable[[dict], None]:
+    """A trainable of ``config["n"]`` short iterations that appends ``config["name"]`` to ``order`` at each."""
+    def f(config: dict) -> None:
         for i in range(config["n"]):
             order.append(config["name"])
             time.sleep(0.02)
             fluidsalus.report({"i": i})
 
-    host = DeviceHost(f, _settings(max_lanes=1))
+    return f
+
+
+def test_a_prefetched_trial_begins_when_its_lane_would_idle_and_then_time_slices(tmp_path):
+    """Work conservation: a prefetched trial takes the lane whenever no other trial of it is ready. Here the
+    running trial pauses at its budget; once begun, the two trials alternate like any others."""
+    order = []
+    host = DeviceHost(_records_turns(order), _settings(max_lanes=1))
     host.submit([dataclasses.replace(_spec(tmp_path, 0, name="a", n=4), budget=2)])  # pauses after 2 iterations
     host.submit([dataclasses.replace(_spec(tmp_path, 1, name="b", n=10), prefetched=True)])
     events, deadline = [], time.time() + WAIT_S
@@ -1247,14 +1254,7 @@ def test_a_prefetched_trial_begins_when_its_lane_would_idle_and_then_time_slices
 def _paused_with_prefetched(tmp_path, order, n_b=3):
     """A one-lane device that holds pauses: a (4 iterations) pauses at budget 2, b is prefetched behind it.
     Returns the host and the events up to the poll that returned a's result at its budget."""
-
-    def f(config):
-        for i in range(config["n"]):
-            order.append(config["name"])
-            time.sleep(0.02)
-            fluidsalus.report({"i": i})
-
-    host = DeviceHost(f, _settings(max_lanes=1))
+    host = DeviceHost(_records_turns(order), _settings(max_lanes=1))
     host.hold_pauses(True)  # the driver: another device is up and nothing is queued
     host.submit([dataclasses.replace(_spec(tmp_path, 0, name="a", n=4), budget=2)])  # pauses after 2 iterations
     host.submit([dataclasses.replace(_spec(tmp_path, 1, name="b", n=n_b), prefetched=True)])
