@@ -221,9 +221,8 @@ class Progress:
             words[LIVE_WORDS[status]] = words.get(LIVE_WORDS[status], 0) + n
         return {
             "elapsed_s": elapsed, "eta_s": eta, "fraction": fraction, "total": total, "counts": words,
-            "running": count["RUNNING"], "waiting": count["PENDING"] + count["PAUSED"], "paused": count["PAUSED"],
-            "done": count["TERMINATED"], "stopped": int(snap.get("stopped") or 0),
-            "never_started": int(snap.get("never_started") or 0), "errored": count["ERROR"],
+            "running": count["RUNNING"], "paused": count["PAUSED"], "stopped": int(snap.get("stopped") or 0),
+            "never_started": int(snap.get("never_started") or 0),
             "best": best if best_ok else None, "devices": list(snap.get("devices") or []),
             "iterations_done": done, "iterations_budget": budget,
         }

@@ -313,6 +313,8 @@ def _on_console_descriptor(stream: Any) -> bool:
         return stream.fileno() in consoles
     except Exception:  # noqa: BLE001 - no descriptor (StringIO's UnsupportedOperation), or a stream of any kind
         return False
+
+
 _TRIAL_STREAMS: dict[str, _TrialStreams] = {}  # sys.__dict__'s, by stream name, in a device process
 
 
