@@ -83,7 +83,6 @@ from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
-from optuna.exceptions import ExperimentalWarning
 from optuna.progress_bar import _ProgressBar
 from optuna.trial import BaseTrial, FrozenTrial, TrialState
 
@@ -771,18 +770,15 @@ class DeviceTrial(BaseTrial):
 
     def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
         """Suggest one of ``choices`` (``optuna.Trial.suggest_categorical``)."""
-        if all(isinstance(c, _PLAIN_CHOICES) for c in choices):
-            # no warning to hold back (Optuna warns only of choices unfit for storage): no catch_warnings, which
-            # swaps the process's warning state and is not thread-safe (other trials of the process, their threads)
-            distribution, caught = CategoricalDistribution(choices), []
-        else:
-            with warnings.catch_warnings(record=True) as caught:  # (choices unfit for storage: Optuna's UserWarning)
-                warnings.simplefilter("always")
-                distribution = CategoricalDistribution(choices)
+        # No warnings.catch_warnings to hold back Optuna's warning of choices unfit for storage: it swaps the
+        # process's warning state and is not thread-safe (other trials of the process, their threads: one left a
+        # dead list installed, and every later warning of the process was lost)
+        plain = all(isinstance(c, _PLAIN_CHOICES) for c in choices)
+        distribution = CategoricalDistribution(choices) if plain else _unchecked_categorical(choices)
         if self._distributions.get(name) != distribution:
             return self._suggest(name, distribution)  # the driver's suggestion gives Optuna's warnings (relayed)
-        for warning in caught:  # answered here: given here, once, as Optuna's call gives it
-            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+        if not plain:
+            CategoricalDistribution(choices)  # answered here: Optuna's warnings given here, once, as its call does
         return self._params[name]
 
     def suggest_uniform(self, name: str, low: float, high: float) -> float:
@@ -1203,6 +1199,14 @@ def _log_failed(number: int, params: Mapping[str, Any], message: str, shown: Any
 _PLAIN_CHOICES = (type(None), bool, int, float, str)
 
 
+def _unchecked_categorical(choices: Sequence[Any]) -> CategoricalDistribution:
+    """Optuna's distribution of ``choices`` (not empty) made without its warning of choices unfit for storage:
+    made of plain stand-ins, which it warns nothing of, then given the choices."""
+    distribution = CategoricalDistribution([None] * len(choices))
+    distribution.choices = tuple(choices)
+    return distribution
+
+
 def _prune_rule(study: optuna.Study) -> tuple[Any, ...] | None:
     """When the device may answer ``should_prune`` without the study (:meth:`DeviceTrial._local_should_prune`).
 
@@ -1278,6 +1282,22 @@ class _Choices:
                 return first
         known.append(choices)
         return choices
+
+
+class _TrialsSideBySideBar(_ProgressBar):
+    """Optuna's progress bar, updated after each trial of trials that run side by side.
+
+    With ``timeout`` alone, Optuna's bar moves by the time since its last update, cut at the ``timeout``; its loop
+    makes one update past the ``timeout`` (its last trial's), which fills the bar. Here the trials that ran beside
+    that one end past the ``timeout`` too, and each such update moved the bar back (Optuna's cut subtracts the time
+    past the ``timeout`` from a move that starts at the last update's time, not at the ``timeout``): a 1.5 s study
+    ended at 95% or 54%. Past the ``timeout`` the bar is updated as at the ``timeout``: full once, then still.
+    """
+
+    def update(self, elapsed_seconds: float, study: optuna.Study) -> None:
+        if self._n_trials is None and self._timeout is not None:  # (the bar of the timeout: Optuna's fields)
+            elapsed_seconds = min(elapsed_seconds, self._timeout)
+        super().update(elapsed_seconds, study)
 
 
 class _StudyDriver(BaseSearcher):
@@ -1569,9 +1589,10 @@ class _StudyDriver(BaseSearcher):
         storage = self.study._storage
         try:
             if is_heartbeat_enabled(storage):
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", ExperimentalWarning)
-                    optuna.storages.fail_stale_trials(self.study)
+                # Optuna's _run_trial ignores the ExperimentalWarning of this call under warnings.catch_warnings,
+                # which swaps the process's warning state: not thread-safe beside the call threads' sampler calls
+                # (see _WarningRecorder). The undecorated function gives no such warning.
+                inspect.unwrap(optuna.storages.fail_stale_trials)(self.study)
             trial = self.study.ask()
         except Exception as e:  # noqa: BLE001 - a storage or sampler error ends the optimisation, as in Optuna
             self._fail(e)
@@ -1898,7 +1919,8 @@ def optimize(
         objective: ``f(trial)`` returning a float (a sequence of floats for a multi-objective study). It is
             pickled to the devices, so it must not capture locks, open files or clients.
         n_trials: Trials to run in this call; None runs until ``timeout``, ``study.stop()`` or an error. As in
-            Optuna's loop, a fraction rounds up (2.5 runs 3) and a number <= 0 runs none.
+            Optuna's loop, a fraction rounds up (2.5 runs 3), a bool counts as an int (True runs 1) and a number
+            <= 0 runs none.
         timeout: Seconds after which no new trial starts; running trials finish (Optuna's rule). The clock
             starts once the device actors are up (starting them, a second or two, is not counted). A timeout
             <= 0 runs no trial, as in Optuna.
@@ -1952,13 +1974,12 @@ def optimize(
         raise ConfigTypeError(f"n_jobs: must be a number (ignored: the lanes decide concurrency), got {n_jobs!r}")
     if n_jobs != -1 and not n_jobs > 0:
         raise ConfigError(f"n_jobs: must be -1 or > 0 (ignored: the lanes decide concurrency), got {n_jobs}")
-    # Numbers as Optuna's loop reads them: n_trials=2.5 runs 3 trials, n_trials=inf has no limit, and n_trials or
-    # a timeout <= 0 runs none (a timeout computed as the time left, say).
-    if n_trials is not None and (not isinstance(n_trials, numbers.Real) or isinstance(n_trials, bool)
-                                 or math.isnan(n_trials)):
+    # Numbers as Optuna's loop reads them (it compares them with its counts): n_trials=2.5 runs 3 trials,
+    # n_trials=True 1 (a bool is an int), n_trials=inf has no limit, and n_trials or a timeout <= 0 runs none (a
+    # timeout computed as the time left, say)
+    if n_trials is not None and (not isinstance(n_trials, numbers.Real) or math.isnan(n_trials)):
         raise ConfigTypeError(f"n_trials: must be a number of trials (an int) or None, got {n_trials!r}")
-    if timeout is not None and (not isinstance(timeout, numbers.Real) or isinstance(timeout, bool)
-                                or math.isnan(timeout)):
+    if timeout is not None and (not isinstance(timeout, numbers.Real) or math.isnan(timeout)):
         raise ConfigTypeError(f"timeout: must be a number of seconds or None, got {timeout!r}")
     classes = _check_catch(catch)
     if callbacks is not None and (isinstance(callbacks, (str, bytes)) or not isinstance(callbacks, Iterable)):
@@ -1983,7 +2004,7 @@ def optimize(
     name = _record_name(run_kwargs.pop("name", None), run_kwargs.get("storage_path"), study)
     verbose = run_kwargs.pop("verbose", 0)
     limit = None if n_trials is None or math.isinf(n_trials) else math.ceil(n_trials)  # (inf: no limit, as Optuna's)
-    progress_bar = _ProgressBar(bool(show_progress_bar), n_trials, timeout)  # (Optuna's, with its warning)
+    progress_bar = _TrialsSideBySideBar(bool(show_progress_bar), n_trials, timeout)  # (Optuna's, with its warning)
     driver = _StudyDriver(study, limit, timeout, callback_list, name, progress_bar)
     runner = _ObjectiveRunner(objective, classes, bool(gc_after_trial), study)
     study._stop_flag = False

@@ -387,6 +387,32 @@ def test_show_progress_bar_is_optunas_bar_with_the_best_trial(tmp_path, capfd):
     assert "[fluidsalus]" not in err and "fluidsalus: 4 trials" not in err  # (no view of its own unless verbose=1)
 
 
+def _sleeps_a_little(trial: Any) -> float:
+    x = trial.suggest_float("x", 0, 1)
+    time.sleep(0.3)
+    return x
+
+
+def _bar_shares(err: str) -> list[int]:
+    """The shares of a ``timeout`` bar ("  54%|"), in the order shown."""
+    return [int(share) for share in re.findall(r"(\d+)%\|", err)]
+
+
+def test_a_timeout_bar_ends_full_as_optunas_does(tmp_path, capfd):
+    """With ``timeout`` alone Optuna's bar ends at 100% (its last trial's update passes the timeout); here the trials
+    that ran beside the last one end past it too, and each of their updates moved the bar back: a 1.5 s study
+    ended at 95% or 54% (h170). It fills once and stays full."""
+    study = optuna.create_study()
+    study.optimize(_sleeps_a_little, timeout=1.0, show_progress_bar=True)
+    assert _bar_shares(capfd.readouterr().err)[-1] == 100
+
+    study = optuna.create_study()
+    _optimize(study, _sleeps_a_little, tmp_path, timeout=1.0, show_progress_bar=True)
+    shares = _bar_shares(capfd.readouterr().err)
+    assert shares[-1] == 100 and shares == sorted(shares), shares  # (never back)
+    assert len(study.trials) >= 4  # (trials side by side: several ended past the timeout)
+
+
 def test_optimize_says_where_its_record_went_in_one_line_of_optunas_log(tmp_path, capfd, optuna_records):
     """Under the default ``verbose=0`` nothing said where the fluidsalus record went (``fluidsalus ls``/``inspect``
     had something to show that the user did not know of): one INFO line of Optuna's logger says it, which
@@ -1453,6 +1479,18 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path):
         study._thread_local.in_optimize_loop = False
 
 
+def test_a_bool_n_trials_or_timeout_is_read_as_optunas_loop_reads_it(tmp_path):
+    """Optuna's loop compares ``n_trials`` and ``timeout`` with its counts, so a bool is an int there:
+    ``n_trials=True`` runs one trial, ``False`` none, ``timeout=True`` is a second. They were refused (h170)."""
+    theirs, ours = optuna.create_study(), optuna.create_study()
+    theirs.optimize(_quadratic, n_trials=True, timeout=True)
+    _optimize(ours, _quadratic, tmp_path, n_trials=True, timeout=True, name="bool")
+    assert [t.state for t in ours.trials] == [t.state for t in theirs.trials] == [TrialState.COMPLETE]
+    theirs.optimize(_quadratic, n_trials=False)
+    fo.optimize(ours, _quadratic, n_trials=False, storage_path=str(tmp_path / "none"))
+    assert len(ours.trials) == len(theirs.trials) == 1 and not (tmp_path / "none").exists()
+
+
 def test_optimize_takes_optunas_func_keyword_and_catch_none_as_study_optimize_does(tmp_path):
     """``study.optimize(func=objective, catch=None)`` rewritten as ``optimize(study, func=objective, ...)``: it
     failed with "missing 1 required positional argument: 'objective'", and catch=None was refused (a helper's
@@ -1838,6 +1876,67 @@ def test_a_categorical_answered_on_the_device_leaves_the_warning_state_alone(tmp
     study = optuna.create_study()
     _optimize(study, _cached_categorical_without_catch_warnings, tmp_path, n_trials=1)
     assert study.trials[0].state == TrialState.COMPLETE, study.trials[0]
+
+
+def _object_categorical_without_catch_warnings(trial: Any) -> float:
+    real = warnings.catch_warnings
+
+    def swaps_the_process_state(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("catch_warnings on the device")
+
+    warnings.catch_warnings = swaps_the_process_state  # type: ignore[assignment,misc]
+    try:
+        for _ in range(2):  # asked of the driver, then answered on the device (the name was suggested)
+            trial.suggest_categorical("c", [{"a": 1}, {"b": 2}])
+    finally:
+        warnings.catch_warnings = real  # type: ignore[misc]
+    return 0.0
+
+
+def test_a_categorical_of_objects_leaves_the_warning_state_alone(tmp_path):
+    """Choices that are objects (Optuna warns they do not suit persistent storage) still ran under
+    ``warnings.catch_warnings`` on the device, which is not thread-safe (h170's 1, the plain choices' fix of
+    89928b1): they do without it, and Optuna's warning is still given once per call
+    (:func:`test_a_categorical_warning_is_given_once_per_call_as_in_optuna`)."""
+    study = optuna.create_study()
+    _optimize(study, _object_categorical_without_catch_warnings, tmp_path, n_trials=1)
+    assert study.trials[0].state == TrialState.COMPLETE, study.trials[0]
+    assert study.trials[0].params["c"] in ({"a": 1}, {"b": 2})
+
+
+def test_the_stale_trial_check_of_a_heartbeat_storage_leaves_the_warning_state_alone(tmp_path, monkeypatch):
+    """Each trial's start on a heartbeat storage ran Optuna's stale-trial check under ``warnings.catch_warnings``
+    (to ignore its ExperimentalWarning, as Optuna's ``_run_trial``), which swaps the process's warning state beside
+    the call threads' sampler calls: it calls the check without its experimental decorator. The stale trial is
+    still failed and the storage's retry callback run, and no ExperimentalWarning reaches the trial."""
+    import sqlite3
+
+    path = tmp_path / "heartbeat.db"
+    retry = optuna.storages.RetryHeartbeatStaleTrialCallback()
+    storage = optuna.storages.RDBStorage(f"sqlite:///{path}", heartbeat_interval=60, grace_period=60,
+                                         heartbeat_stale_trial_callback=retry)
+    study = optuna.create_study(storage=storage)
+    stale = study.ask()
+    storage.record_heartbeat(stale._trial_id)
+    with contextlib.closing(sqlite3.connect(path)) as db, db:  # (its last beat an hour ago)
+        db.execute("UPDATE trial_heartbeats SET heartbeat = datetime('now', '-1 hour')")
+    driver = fo._StudyDriver(study, None, None, [], "unit")
+
+    def swaps_the_process_state(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("catch_warnings on the driver")
+
+    with driver.warnings, driver.warnings.recording() as caught:
+        monkeypatch.setattr(warnings, "catch_warnings", swaps_the_process_state)
+        started = driver._on_start("unit-0")
+        monkeypatch.undo()
+    try:
+        assert driver.error is None and started is not None
+        assert [t.state for t in study.trials] == [TrialState.FAIL, TrialState.RUNNING]
+        assert started.number == 1 and study.trials[1].system_attrs["failed_trial"] == 0  # (the retry)
+        assert not [w for w in caught if issubclass(w.category, optuna.exceptions.ExperimentalWarning)]
+    finally:
+        driver.close()
+        storage.remove_session()
 
 
 def _upload_model(trial: Any, base: str) -> float:
