@@ -25,7 +25,7 @@ import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from fluidsalus import __version__
 from fluidsalus.errors import ConfigError, StoreError, plural
@@ -41,8 +41,7 @@ from fluidsalus.inspect import (
     shown_status,
     trial_counts_text,
 )
-from fluidsalus.progress import format_metric
-from fluidsalus.result import _finite
+from fluidsalus.progress import format_metric_column
 from fluidsalus.store import (
     DB_FILENAME,
     DEFAULT_STORAGE_PATH,
@@ -52,6 +51,7 @@ from fluidsalus.store import (
     TUNE_DEFAULT_STORAGE_PATH,
     ExperimentStore,
     default_storage_paths,
+    finite,
     written_by_ray,
 )
 
@@ -139,14 +139,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _best(store: ExperimentStore, metric: str | None, mode: str | None) -> str:
+def _best(store: ExperimentStore, metric: str | None, mode: str | None) -> tuple[str, Any] | None:
+    """The experiment's metric and its best value (of the trials' last results), or None without one."""
     if not metric or not mode:
-        return "-"
+        return None
     values = [r.last_result[metric] for r in store.trials()
-              if r.last_result is not None and _finite(r.last_result.get(metric))]
+              if r.last_result is not None and finite(r.last_result.get(metric))]
     if not values:
-        return "-"
-    return f"{metric}={format_metric(max(values) if mode == 'max' else min(values))}"
+        return None
+    return metric, max(values) if mode == "max" else min(values)
+
+
+def _best_column(bests: Sequence[tuple[str, Any] | None]) -> list[str]:
+    """The BEST column, ``acc=0.912346`` or ``-``: its values in one format (:func:`format_metric_column`, a value
+    that would round onto a whole number it is not with its fraction: ``0.99999999``, as the summary shows it)."""
+    values = iter(format_metric_column([best[1] for best in bests if best is not None], fractions=True))
+    return ["-" if best is None else f"{best[0]}={next(values)}" for best in bests]
 
 
 def _counts(store: ExperimentStore, exp: dict, status: str) -> str:
@@ -177,19 +185,23 @@ def _experiments(root: str) -> tuple[list[_Row], list[str], int]:
                 folders.append((e.name, e.path))
             elif e.is_dir() and written_by_ray(e.path):
                 ray_written += 1
-    rows: list[_Row] = []
+    rows: list[tuple[str, str, str, str]] = []  # (a row less its BEST, which is formatted as a column)
+    bests: list[tuple[str, Any] | None] = []
     unreadable: list[str] = []
     for name, path in folders:
         try:
             with open_readonly(path) as store:
                 exp = store.experiment()
                 status = shown_status(exp["status"], path)
-                rows.append((name, status, _counts(store, exp, status), _best(store, exp["metric"], exp["mode"]),
-                             sessions_text(store.sessions())))
+                best = _best(store, exp["metric"], exp["mode"])
+                rows.append((name, status, _counts(store, exp, status), sessions_text(store.sessions())))
         except StoreError as e:  # (its reason under the table: in the BEST column it made the table as wide)
-            rows.append((name, "UNREADABLE", "-", "-", "-"))
+            best = None
+            rows.append((name, "UNREADABLE", "-", "-"))
             unreadable.append(f"  {name}: {e}")
-    return rows, unreadable, ray_written
+        bests.append(best)
+    return ([(name, status, trials, best, duration) for (name, status, trials, duration), best
+             in zip(rows, _best_column(bests), strict=True)], unreadable, ray_written)
 
 
 def _ray_written_line(count: int) -> str:

@@ -282,18 +282,19 @@ def error_summary(error: BaseException | str | None) -> str:
 _TRACEBACK_HEADER = "Traceback (most recent call last)"
 
 
-def trial_failure(trial_id: str, error_text: str | None, traceback: str | None,
+def trial_failure(trial_name: str, error_text: str | None, traceback: str | None,
                   cause_pickle: bytes | None = None) -> TrialError:
     """The error of a trial that failed, as its :class:`~fluidsalus.result.Result` and its folder's ``error.pkl`` give
-    it: ``Trial <id> failed: <error>`` and then the traceback (see :func:`trial_error`).
+    it: ``Trial <name> failed: <error>`` and then the traceback (see :func:`trial_error`).
 
     Args:
-        trial_id: The trial.
+        trial_name: The trial as the run's lines name it: the name the run gave it (the Tune front end's
+            ``<trainable>_<id>``), else its id.
         error_text: The trial's error as its device recorded it (``ValueError: ...``).
         traceback: The error's traceback, where one was recorded.
         cause_pickle: The exception the trial raised, as its device pickled it, where it could.
     """
-    return trial_error(f"Trial {trial_id} failed: {error_text}\n{traceback or ''}".rstrip(), error_text,
+    return trial_error(f"Trial {trial_name} failed: {error_text}\n{traceback or ''}".rstrip(), error_text,
                        cause_pickle)
 
 

@@ -475,8 +475,12 @@ class Report:
                  first_starts: Mapping[str, float] | None = None,
                  queue_waits: Mapping[str, Sequence[tuple[float, float]]] | None = None,
                  optuna: Mapping[str, OptunaTrial] | None = None,
-                 sessions: Sequence[tuple[float, float]] | None = None) -> None:
+                 sessions: Sequence[tuple[float, float]] | None = None,
+                 names: Mapping[str, str] | None = None) -> None:
         self.path = path
+        #: The names the run gave its trials, by id (:meth:`~fluidsalus.store.ExperimentStore.trial_names`: the Tune
+        #: front end's ``<trainable>_<id>`` or ``trial_name_creator``'s); a trial not in it is named by its id.
+        self.names = dict(names or {})
         #: The experiment's sessions, ``(start, end)`` each (:meth:`~fluidsalus.store.ExperimentStore.sessions`: its
         #: creation and each resume to the last thing that session recorded); None: one, from its creation to its end.
         self.sessions = None if sessions is None else list(sessions)
@@ -530,13 +534,18 @@ class Report:
         return self.status == RUNNING and not self.driver_gone
 
     def named(self, trial_id: str, within: bool = False) -> str:
-        """How the table names a trial: its id, and for an experiment of the Optuna front end its Optuna number too
-        (``5356d_00011 (Optuna trial 11)``, as Optuna's log names it; ``5356d_00011, Optuna trial 11`` ``within``
-        parentheses already)."""
+        """How the report names a trial, as the run's lines and its errored-trials table name it: the name the run
+        gave it (:attr:`names`: ``train_5356d_00011``), else its id; with its id too where the name does not hold it
+        (``lr=0.1 (5356d_00011)``: the id finds its folder and its ``--json`` row), and for an experiment of the
+        Optuna front end its Optuna number (``5356d_00011 (Optuna trial 11)``, as Optuna's log names it;
+        ``5356d_00011, Optuna trial 11`` ``within`` parentheses already)."""
+        name = self.names.get(trial_id, trial_id)
         known = None if self.optuna is None else self.optuna.get(trial_id)
-        if known is None or known.number is None:
-            return trial_id
-        return f"{trial_id}, {known.label}" if within else f"{trial_id} ({known.label})"
+        notes = [*(() if trial_id in name else (trial_id,)),
+                 *(() if known is None or known.number is None else (known.label,))]
+        if not notes:
+            return name
+        return f"{name}, {', '.join(notes)}" if within else f"{name} ({', '.join(notes)})"
 
     @property
     def device_stats(self) -> list[gp.DeviceStats]:
@@ -971,7 +980,7 @@ class Report:
         header = ("TRIAL", *(("OPTUNA #",) if self.optuna is not None else ()), "DEVICE", "COMPUTE", "USEFUL_S",
                   "WASTED_S", "ITERS", "STATUS", metric or "METRIC")
         rows = []
-        # (one format for the column, as Ray's table: 1234567 beside 1234567.5, not 1.23457e+06)
+        # (one format for the column, as Ray's table: 6 significant digits, 1.23457e+06 for 1234567 beside 0.5)
         values = format_metric_column(["-" if r["metric"] is None else r["metric"] for r in top])
         for r, value in zip(top, values, strict=True):
             wasted = f"{r['wasted_s']:.2f}s" + (f" ({', '.join(r['waste_causes'])})" if r["waste_causes"] else "")
@@ -1060,6 +1069,7 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
         events = store.events()
         activity = gp.build_activity(store.results(latest_attempt_only=False), events, exp["finished_at"])
         sessions = store.sessions()
+        names = store.trial_names()
     absolute = None
     if window is not None:
         t0 = activity.start or exp["created_at"]
@@ -1082,7 +1092,7 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
     waits = gp.queue_waits(events, {t.trial_id: t.created_at for t in trials})
     optuna = optuna_trials(trials, events) if is_optuna_experiment(exp) else None
     return Report(resolved, exp, trials, activity, gp.summarize(activity, absolute), bin_s, planner_summary(events),
-                  saved, first_starts, waits, optuna, sessions)
+                  saved, first_starts, waits, optuna, sessions, names)
 
 
 # ---------------------------------------------------------------------------------------------- plot

@@ -36,6 +36,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
+import numpy as np
+
 #: Least time between two redraws of the live view, seconds. Twice a second looks live and costs nothing.
 LIVE_REFRESH_S = 0.5
 #: Time between two plain progress lines off a terminal, seconds: often enough to follow, rare enough to read.
@@ -100,26 +102,52 @@ FLOAT_EXACT_DIGITS = 17
 
 def format_metric(value: Any) -> str:
     """A metric's value as Ray Tune's progress table shows it: an integer in full (``1234567``), a float in
-    :data:`METRIC_DIGITS` significant digits (``0.912346``, ``1.23457e+06``). A float that is not whole but would
-    round onto a whole number at that (``0.99999999`` read ``1``, a perfect score it is not; ``123456.7`` read
-    ``123457``) gets the fewest more digits that show its fraction (``0.99999999``, ``123456.7``), as Ray's best-trial
-    line shows it. A NumPy value is read as its Python number (a ``float32``'s digits are its own: ``0.9999999``).
-    A column of values: :func:`format_metric_column`."""
-    return format_metric_column([value])[0]
+    :data:`METRIC_DIGITS` significant digits (``0.912346``, ``1.23457e+06``), a bool, Python's or NumPy's, as its
+    number (``1``: Ray's table reads NumPy's so). A float that is not whole but would round onto a whole number at
+    :data:`METRIC_DIGITS` (``0.99999999`` read ``1``, a perfect score it is not; ``123456.7`` read ``123457``) gets
+    the fewest more digits that show its fraction (``0.99999999``, ``123456.7``), as Ray's best-trial line shows it.
+    A NumPy value is read as its Python number (a ``float32``'s digits are its own: ``0.9999999``). A column of
+    values: :func:`format_metric_column`."""
+    return format_metric_column([int(value) if isinstance(value, (bool, np.bool_)) else value], fractions=True)[0]
 
 
-def format_metric_column(values: Sequence[Any]) -> list[str]:
+def format_metric_column(values: Sequence[Any], *, fractions: bool = False) -> list[str]:
     """Metric values shown in one column of a table, in one format, as Ray's table (tabulate) formats a column: all
-    integers in full; else every number as a float in the same significant digits, :func:`format_metric`'s for the
-    value that needs most (``1234567`` beside ``1234567.5``, where alone ``1234567.0`` reads ``1.23457e+06``; an
-    integer in such a column too, as tabulate's); a value of another kind (a string) as it is."""
-    real = [v for v in values if isinstance(v, numbers.Real)]
-    if all(isinstance(v, numbers.Integral) for v in real):  # (bool and NumPy integers too; float() lost digits)
-        return [str(int(v)) if isinstance(v, numbers.Integral) else str(v) for v in values]
-    fractions = [float(v) for v in real if not float(v).is_integer()]  # (nan and inf are not whole either)
-    digits = next(d for d in range(METRIC_DIGITS, FLOAT_EXACT_DIGITS + 1)  # (FLOAT_EXACT_DIGITS show any fraction)
-                  if not any(float(f"{x:.{d}g}").is_integer() for x in fractions))
-    return [f"{float(v):.{digits}g}" if isinstance(v, numbers.Real) else str(v) for v in values]
+    integers in full, a bool as it is (``True``); with a float among them, every number as a float in
+    :data:`METRIC_DIGITS` significant digits (``0.99999999`` reads ``1``, as in Ray's table; an integer too, as
+    tabulate's: ``1.23457e+06`` for 1234567 beside 0.5; a bool as its number, ``1``); a NumPy bool is a number
+    (``1``) as tabulate reads it; a value of another kind (a string) as it is. ``fractions``: a value that would
+    round onto a whole number it is not keeps the digits that show its fraction, as :func:`format_metric` shows a
+    single value (that value only: the column's other numbers keep their :data:`METRIC_DIGITS`)."""
+    real = [v for v in values if _is_number(v)]
+    if all(isinstance(v, (numbers.Integral, np.bool_)) for v in real):  # (float() lost digits above 2**53)
+        return [str(int(v)) if _is_number(v) and not isinstance(v, bool) else str(v) for v in values]
+    return [_float_text(v, _fraction_digits(v) if fractions else METRIC_DIGITS) if _is_number(v) else str(v)
+            for v in values]
+
+
+def _is_number(value: Any) -> bool:
+    """A real number a table shows as one: a NumPy bool too, which ``numbers.Real`` does not take."""
+    return isinstance(value, (numbers.Real, np.bool_))
+
+
+def _fraction_digits(value: Any) -> int:
+    """The fewest significant digits, :data:`METRIC_DIGITS` or more, that do not round a value that is not whole
+    onto a whole number (:data:`FLOAT_EXACT_DIGITS` show any fraction); a whole value (an integer) takes
+    :data:`METRIC_DIGITS`."""
+    if isinstance(value, (numbers.Integral, np.bool_)) or float(value).is_integer():  # (nan and inf are not whole)
+        return METRIC_DIGITS
+    return next(d for d in range(METRIC_DIGITS, FLOAT_EXACT_DIGITS + 1)
+                if not float(f"{float(value):.{d}g}").is_integer())
+
+
+def _float_text(value: Any, digits: int) -> str:
+    """A number as a float in ``digits`` significant digits; an integer too large for a float in full (tabulate's
+    ``float()`` raised ``OverflowError`` there)."""
+    try:
+        return f"{float(value):.{digits}g}"
+    except OverflowError:
+        return str(int(value))
 
 
 class Progress:

@@ -378,7 +378,8 @@ class ResultGrid:
                     metrics["done"] = True
             else:  # it never started: Ray's Result has only the trial's id
                 metrics = {"trial_id": t.trial_id}
-            error = (trial_failure(t.trial_id, t.error, t.traceback, _error_pickle(folders[t.trial_id]))
+            error = (trial_failure(names.get(t.trial_id, t.trial_id), t.error, t.traceback,
+                                   _error_pickle(folders[t.trial_id]))
                      if t.status == ERROR else None)
             row_configs = [_config_of_attempt(config, changes.get(t.trial_id, []), attempt)
                            for attempt in attempts.get(t.trial_id, [])]
@@ -686,10 +687,6 @@ def lookup_metric(metrics: Mapping[str, Any], metric: str) -> Any:
 def _check_mode(mode: str) -> None:
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 #: Ray's ``DEBUG_METRICS``: keys of a result that are no metric, left out of a trial's :func:`metric_analysis`.

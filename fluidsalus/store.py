@@ -1525,5 +1525,8 @@ class ExperimentStore:
 
 
 def finite(value: Any) -> bool:
-    """True for a real number that is neither NaN nor infinite."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """True for a real number that is neither NaN nor infinite (an int always: one above ~1e308, too large for a
+    float, made ``math.isfinite`` raise ``OverflowError``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) or math.isfinite(value)

@@ -622,3 +622,46 @@ def test_ls_and_inspect_show_an_integer_best_in_full() -> None:
 
         best = inspect(store.experiment_dir).best
         assert best is not None and best.value == 2**60 + 1 and isinstance(best.value, int)
+
+
+def test_ls_and_inspect_read_an_integer_best_too_large_for_a_float(tmp_path, capsys):
+    """``math.isfinite`` of an int above ~1e308 raised ``OverflowError``: ``ls`` and ``inspect`` of an experiment
+    whose best is one failed (h148's and h156's note). It is compared as Python's int and shown in full."""
+    store = _stored(str(tmp_path), "huge", statuses=("TERMINATED", "TERMINATED"))
+    store.update_trial("t1", last_result={"acc": 10**400})
+    store.close()
+    assert f"acc={10**400}" in _ls_row(capsys, str(tmp_path), "huge")
+    assert main(["inspect", store.experiment_dir]) == 0
+    assert f"best trial: t1 acc={10**400} (max)" in capsys.readouterr().out
+
+
+def test_ls_formats_its_best_column_as_one(tmp_path, capsys):
+    """``ls``'s BEST column was formatted value by value: an int in full beside a float in 6 digits (h167's note).
+    Now one format for the column, as a table's (``format_metric_column``), a best value that would round onto a
+    whole number it is not keeping its fraction, as the summary and ``inspect`` show it."""
+    for name, acc in (("a_int", 1234567), ("b_float", 0.123456789), ("c_almost", 0.99999999)):
+        store = _stored(str(tmp_path), name)
+        store.update_trial("t0", last_result={"acc": acc})
+        store.close()
+    assert main(["ls", str(tmp_path)]) == 0
+    best = {line.split()[0]: line.split()[-2] for line in capsys.readouterr().out.splitlines()[1:]}
+    assert best == {"a_int": "acc=1.23457e+06", "b_float": "acc=0.123457", "c_almost": "acc=0.99999999"}
+
+
+def test_inspect_names_the_errored_and_the_best_trial_as_the_run_named_them(tmp_path, capsys):
+    """``inspect``'s errored-trials list and best-trial line named trials by id (``5f029_00003``) where the run's
+    lines, its errored-trials table and the ``fail_fast="raise"`` error name them ``train_5f029_00003`` (h167's
+    note). They give the run's name now, with the id where the name does not hold it (it finds the folder)."""
+    from fluidsalus.store import TRIAL_DIRNAME_EVENT
+
+    store = _stored(str(tmp_path), "named", statuses=("TERMINATED", "ERROR", "ERROR"))
+    store.update_trial("t1", error="ValueError: boom")
+    store.update_trial("t2", error="ValueError: bang")
+    t0 = store.experiment()["created_at"]
+    store.add_events([(t0, TRIAL_DIRNAME_EVENT, "t0", None, {"dirname": "train_t0_0", "name": "train_t0"}),
+                      (t0, TRIAL_DIRNAME_EVENT, "t1", None, {"dirname": "train_t1_1", "name": "lr=0.1"})])
+    store.close()
+    assert main(["inspect", store.experiment_dir]) == 0
+    out = capsys.readouterr().out
+    assert "errored trials (2):\n  lr=0.1 (t1): ValueError: boom\n  t2: ValueError: bang\n" in out
+    assert "best trial: train_t0 acc=0.5 (max)" in out

@@ -796,6 +796,52 @@ def test_the_progress_lines_best_keeps_an_integer_metric_whole(tmp_path):
         assert f"best m={shown} (max)" in progress.line(executor._snapshot())
 
 
+def test_the_progress_lines_best_takes_an_integer_too_large_for_a_float(tmp_path):
+    """``math.isfinite`` of an int above ~1e308 raised ``OverflowError`` in the live best (h148's and h156's
+    note): it is compared as Python's int, beside floats too."""
+    from fluidsalus.progress import Progress
+
+    executor, _ = _offline_executor(tmp_path)
+    executor.settings.metric, executor.settings.mode = "m", "max"
+    progress = Progress(1, "m", "max", None, live=False)
+    for trial_id, value in (("a", 0.5), ("b", 10**400), ("c", float("inf"))):
+        executor._note_last_value(trial_id, {"m": value})
+    assert f"best m={10**400} (max)" in progress.line(executor._snapshot())
+    executor.settings.mode = "min"
+    assert executor._snapshot()["best"] == 0.5
+
+
+def test_a_metric_too_large_for_a_float_is_refused_as_such(tmp_path):
+    """An int metric above ~1e308 was refused as ``must be a number: ... reported 1000...0 (int)``, its 401 digits
+    written out (h182's ``bigint_run.py``; Ray's run fails on it too, in its own ``isnan``). The refusal says why."""
+    from fluidsalus.errors import ConfigError
+
+    executor, _ = _offline_executor(tmp_path)
+    executor.settings.metric = "m"
+    executor._check_metric("t", {"m": 2**1023})  # (a float holds it)
+    with pytest.raises(ConfigError, match=r"metric='m' must be a number a float holds .*: trial t reported an int of "
+                                          r"401 digits, above a float's largest \(1\.79769e\+308\)$"):
+        executor._check_metric("t", {"m": 10**400})
+
+
+def test_the_fail_fast_raise_error_and_the_error_file_name_the_trial_as_the_runs_lines(tmp_path, capsys):
+    """The ``fail_fast="raise"`` error (``Trial <id> failed: ...``) and the trial's ``error.pkl`` named it by id where
+    the run's lines and its errored-trials table name it ``train_<id>`` (h167's note). They use the run's name now,
+    as the trial's ``Result.error``."""
+    import pickle
+
+    from fluidsalus.gpu.host import EV_END, EV_START, OUT_ERRORED
+
+    executor, store = _offline_executor(tmp_path)
+    executor.settings.trial_name = lambda trial_id: f"train_{trial_id}"
+    _placed_trial(executor, store, "bad", devices=(0,))
+    executor._handle(executor._devices[0], [(EV_START, "bad", 0, 1.0)])
+    executor._handle(executor._devices[0], [(EV_END, "bad", 0, 1.1, OUT_ERRORED, "ValueError: no", "trace")])
+    assert executor._first_error == "Trial train_bad failed: ValueError: no\ntrace"
+    with open(os.path.join(executor.trials["bad"].trial_dir, "error.pkl"), "rb") as f:
+        assert str(pickle.load(f)).startswith("Trial train_bad failed: ValueError: no")
+
+
 @pytest.mark.parametrize("one_batch", [True, False], ids=["one_batch", "two_batches"])
 def test_a_failure_right_after_the_result_its_searcher_stops_the_trial_at_is_not_retried(tmp_path, one_batch):
     """A trial's result, which its searcher STOPs it at, and its failure right after it, came in one device batch:

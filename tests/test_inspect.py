@@ -1309,7 +1309,8 @@ def test_a_bare_name_of_a_folder_ray_tune_wrote_in_ray_results_is_named_as_such(
 
 def test_the_costliest_trials_metric_column_has_one_format(tmp_path):
     """The column mixed forms, each value formatted alone: ``1.23457e+06`` (1234567.0) beside ``1234567.5`` (h148's
-    F2). One format for the column now, as Ray's table formats a column (``format_metric_column``)."""
+    F2). One format for the column now, as Ray's table formats a column (``format_metric_column``: 6 significant
+    digits, as Ray's, since h182; h167's kept 1234567.5's fraction and widened the column for it)."""
     store = _store(tmp_path)
     store.add_trials([("t1", 1, {"x": 2}), ("t2", 2, {"x": 3})])
     for i, (trial_id, value) in enumerate((("t0", 1234567.0), ("t1", 1234567.5), ("t2", 3))):
@@ -1319,4 +1320,4 @@ def test_the_costliest_trials_metric_column_has_one_format(tmp_path):
     store.close()
     start = next(i for i, line in enumerate(lines) if line.startswith("costliest trials"))
     assert {line.split()[0]: line.split()[-1] for line in lines[start + 2:start + 5]} == {
-        "t0": "1234567", "t1": "1234567.5", "t2": "3"}
+        "t0": "1.23457e+06", "t1": "1.23457e+06", "t2": "3"}

@@ -159,14 +159,50 @@ def test_a_metric_is_shown_as_rays_table_shows_it_with_only_the_digits_its_fract
 def test_a_column_of_metrics_is_shown_in_one_format_as_rays_table_shows_a_column():
     """A table's column mixed forms (``1.23457e+06`` for 1234567.0 beside ``1234567.5``: h148's F2, h156's note):
     ``format_metric_column`` gives a column one format, as Ray's table (tabulate) does: integers alone in full;
-    with a float, every number in the digits the value that needs most takes; another kind of value as it is."""
+    with a float, every number in 6 significant digits (``1`` for 0.99999999, as Ray's); another kind of value as
+    it is."""
     from fluidsalus.progress import format_metric_column
 
-    assert format_metric_column([1234567.0, 1234567.5, 0.99999999, 3]) == ["1234567", "1234567.5", "0.99999999", "3"]
+    assert format_metric_column([1234567.0, 1234567.5, 0.99999999, 3]) == ["1.23457e+06", "1.23457e+06", "1", "3"]
     assert format_metric_column([1234567.0, 0.5]) == ["1.23457e+06", "0.5"]  # (Ray's table: the same)
     assert format_metric_column([3, 2**53 + 1, np.int64(7)]) == ["3", "9007199254740993", "7"]
-    assert format_metric_column([0.123456789, 0.99999999]) == ["0.12345679", "0.99999999"]
+    assert format_metric_column([0.123456789, 0.99999999]) == ["0.123457", "1"]
     assert format_metric_column(["-", float("nan"), 0.5, float("inf")]) == ["-", "nan", "0.5", "inf"]
     assert format_metric_column([]) == []
-    for value in (1234567.0, 1234567.5, 0.123456789, 7, "x"):  # (one value: format_metric's form)
-        assert format_metric_column([value]) == [format_metric(value)]
+    for value in (1234567.0, 1234567.5, 0.123456789, 0.99999999, 7, "x"):  # (one value, fractions: format_metric's)
+        assert format_metric_column([value], fractions=True) == [format_metric(value)]
+
+
+def test_a_value_that_would_round_onto_a_whole_number_does_not_widen_its_column():
+    """One such value gave its whole column the digits that show its fraction, up to 17 (``0.9999999999999999``
+    beside ``0.3333333333333333``: h174's D2). Ray's table shows it in the column's 6 digits (``1``,
+    ``ray_tab_bools.py`` in h182's notes); with ``fractions`` (``ls``'s BEST column, a best value as the summary
+    shows it) that value alone keeps its fraction."""
+    from fluidsalus.progress import format_metric_column
+
+    column = [1 - 2**-53, 1 / 3, 2 / 3, 0.123456789]
+    assert format_metric_column(column) == ["1", "0.333333", "0.666667", "0.123457"]
+    assert format_metric_column(column, fractions=True) == ["0.9999999999999999", "0.333333", "0.666667",
+                                                            "0.123457"]
+    assert format_metric_column([0.99999999, 1234567.5, 7], fractions=True) == ["0.99999999", "1234567.5", "7"]
+
+
+def test_a_bool_is_shown_as_rays_table_shows_it():
+    """A bool beside floats printed ``True`` (Ray's table: ``1``), and ``format_metric`` showed NumPy's ``True`` as
+    ``True`` where it shows Python's as ``1`` (h174's B3). As Ray's table (tabulate): beside a float a bool is its
+    number; a column of Python bools ``True``/``False``; a NumPy bool a number, alone too."""
+    from fluidsalus.progress import format_metric_column
+
+    assert format_metric_column([True, 0.5, False]) == ["1", "0.5", "0"]
+    assert format_metric_column([np.True_, 0.5]) == ["1", "0.5"]
+    assert format_metric_column([True, False, "", None]) == ["True", "False", "", "None"]
+    assert format_metric_column([np.True_]) == ["1"] and format_metric_column([np.False_, 3]) == ["0", "3"]
+    assert [format_metric(v) for v in (True, np.True_, np.False_)] == ["1", "1", "0"]
+
+
+def test_an_integer_too_large_for_a_float_is_shown_in_full_in_a_column_with_a_float():
+    """``float()`` of an int above ~1e308 raised ``OverflowError`` (h174's D3; Ray's tabulate raises it too)."""
+    from fluidsalus.progress import format_metric_column
+
+    assert format_metric_column([10**400, 0.5]) == [str(10**400), "0.5"]
+    assert format_metric(10**400) == str(10**400)

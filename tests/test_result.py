@@ -270,6 +270,21 @@ def test_a_failed_trials_error_is_also_an_instance_of_the_exception_it_raised(tm
     assert "error='TrialError(ValueError)'" in repr(result)  # Ray shows 'RayTaskError(ValueError)'
 
 
+def test_a_failed_trials_error_names_it_as_the_run_named_it(tmp_path) -> None:
+    """``Result.error`` (``Trial <id> failed: ...``, also the ``fail_fast="raise"`` error) named the trial by id where
+    the run's lines name it ``train_<id>`` (h167's note); a trial the run gave no name keeps its id."""
+    from fluidsalus.store import TRIAL_DIRNAME_EVENT, ExperimentStore
+
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "acc", "max")
+    store.add_trials([("a", 0, {}), ("b", 1, {})])
+    for tid in ("a", "b"):
+        store.update_trial(tid, status="ERROR", error="ValueError: bad lr")
+    store.add_events([(0.0, TRIAL_DIRNAME_EVENT, "a", None, {"dirname": "train_a_0", "name": "train_a"})])
+    errors = {r.trial_id: str(r.error) for r in ResultGrid.from_store(store)}
+    store.close()
+    assert errors == {"a": "Trial train_a failed: ValueError: bad lr", "b": "Trial b failed: ValueError: bad lr"}
+
+
 class _NewOnly(Exception):
     """An exception type whose __new__ takes its own arguments."""
 

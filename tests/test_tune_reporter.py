@@ -56,8 +56,8 @@ def test_the_status_text_has_counts_the_given_columns_and_the_best_trial():
 def test_a_column_is_shown_in_one_format_and_the_best_trials_value_in_full_as_rays_reporter():
     """The table showed each float in 5 significant digits (``1.2346e+06``; Ray's tabulate: 6, ``1.23457e+06``) and
     the best trial's value so too (``m=1`` for 0.99999999; Ray's line: ``str(value)``). Now each column has one
-    format, the progress table's (``format_metric_column``: Ray's 6 digits, with those that show a fraction), and the
-    best line gives the value in full."""
+    format, Ray's table's (``format_metric_column``: 6 digits; ``1`` for 0.99999999 and ``1.23457e+06`` for
+    1234567.5, as Ray's), and the best line gives the value in full."""
     trials = [_trial(i, "TERMINATED", lr, None) for i, lr in enumerate((0.1, 0.2, 0.3, 0.4))]
     for trial, m in zip(trials, (1234567.0, 1234567.5, 0.99999999, 3), strict=True):
         trial.last_result = {"m": m, "training_iteration": 1}
@@ -66,8 +66,25 @@ def test_a_column_is_shown_in_one_format_and_the_best_trials_value_in_full_as_ra
     reporter.setup(metric="m", mode="min")
     text = reporter._progress_str(trials, done=True)
     assert "Current best trial: t2 with m=0.99999999 and parameters=" in text
-    assert [row[2:] for row in _rows(text)] == [["0.1", "True", "1234567"], ["0.2", "", "1234567.5"],
-                                                ["0.3", "", "0.99999999"], ["0.4", "", "3"]]
+    assert [row[2:] for row in _rows(text)] == [["0.1", "True", "1.23457e+06"], ["0.2", "", "1.23457e+06"],
+                                                ["0.3", "", "1"], ["0.4", "", "3"]]
+
+
+def test_a_value_near_a_whole_number_and_a_bool_beside_floats_are_shown_as_rays_table_shows_them():
+    """One value that would round onto a whole number (0.99999999) gave its whole column its digits (``0.33333333``
+    beside it; up to 17 digits: h174's D2), and a bool beside floats printed ``True`` (h174's B3). Ray's table
+    (tabulate, ``words_run.py`` in h182's notes): ``1``, ``0.333333``; a bool beside floats ``1``, a column of bools
+    ``True``/``False``, a NumPy bool ``1``."""
+    import numpy as np
+
+    trials = [_trial(i, "TERMINATED", lr, None) for i, lr in enumerate((0.1, 0.2, 0.3, 0.4))]
+    columns = {"m": (0.99999999, 1 / 3, 2 / 3, 0.123456789), "flag": (True, 0.5, False, 0.25),
+               "ok": (True, False, True, False), "np_ok": (np.True_, np.False_, np.True_, np.False_)}
+    for i, trial in enumerate(trials):
+        trial.last_result = {key: values[i] for key, values in columns.items()} | {"training_iteration": 1}
+    text = CLIReporter(metric_columns=list(columns), parameter_columns=[])._progress_str(trials, done=True)
+    assert [row[2:] for row in _rows(text)] == [["1", "1", "True", "1"], ["0.333333", "0.5", "False", "0"],
+                                                ["0.666667", "0", "True", "1"], ["0.123457", "0.25", "False", "0"]]
 
 
 def test_default_columns_infer_metrics_and_show_the_parameters_that_differ():

@@ -465,13 +465,13 @@ class _Restart:
 DIRNAME_SUFFIX_HEX = 4
 
 
-def append_error_file(trial_dir: str, trial_id: str, number: int, ts: float, error: str | None,
+def append_error_file(trial_dir: str, trial_name: str, number: int, ts: float, error: str | None,
                        trace: str | None, error_pickle: bytes | None = None) -> None:
     """Record a failure in the trial's folder as Ray does: append it to :data:`ERROR_FILE` (``Failure # <n>
     (occurred at <date>)``, then the error with its traceback), and pickle it, as the result's ``error`` gives it
     (its ``cause`` from ``error_pickle``), to :data:`ERROR_PICKLE_FILE` (the last failure; Ray's
-    ``Result.from_path`` reads it, and so do fluidsalus's results, for the cause). A folder that cannot be written
-    loses the files, never the run."""
+    ``Result.from_path`` reads it, and so do fluidsalus's results, for the cause; ``Trial <trial_name> failed: ...``,
+    :func:`~fluidsalus.errors.trial_failure`). A folder that cannot be written loses the files, never the run."""
     try:
         os.makedirs(trial_dir, exist_ok=True)
         with open(os.path.join(trial_dir, ERROR_FILE), "a", encoding="utf-8", errors="backslashreplace") as f:
@@ -479,7 +479,7 @@ def append_error_file(trial_dir: str, trial_id: str, number: int, ts: float, err
             f.write(f"{(trace or error or 'no error text').rstrip()}\n")
         pickled = os.path.join(trial_dir, ERROR_PICKLE_FILE)
         with open(pickled + ".tmp", "wb") as f:  # (whole or not at all: a reader never sees half of it)
-            pickle.dump(trial_failure(trial_id, error, trace, error_pickle), f)
+            pickle.dump(trial_failure(trial_name, error, trace, error_pickle), f)
         os.replace(pickled + ".tmp", pickled)
     except Exception as e:  # noqa: BLE001 - a failure's record must never end the run (OSError, a text that
         # cannot be encoded, an error object that cannot be made or pickled)
@@ -668,7 +668,7 @@ class Executor:
         self._ending_at = 0.0  # when it began to end
         # Each trial's last finite value of the metric: the live view's best is the best of these, as the best
         # result is (a trial's last result, Ray's default scope), not the best value ever reported.
-        self._last_values: dict[str, float] = {}
+        self._last_values: dict[str, float | int] = {}
         self._iterations = 0
         # trials stopped early (the progress view's count): those of an earlier session of a resumed run too
         # (a set: a trial a callback's error then fails leaves it)
@@ -1631,10 +1631,13 @@ class Executor:
 
     def _note_last_value(self, trial_id: str, result: Mapping[str, Any] | None) -> None:
         """Keep the trial's last value of the metric (a trial whose last value is no finite number has none), an
-        integer as an int (the progress line shows it in full, as the summary: float() lost digits above 2**53)."""
+        integer as an int (the progress line shows it in full, as the summary: float() lost digits above 2**53, and
+        raised ``OverflowError`` above ~1e308; the live best compares ints as Python's ints)."""
         value = lookup_metric(result, self.settings.metric) if self.settings.metric and result else None
-        if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
-            self._last_values[trial_id] = int(value) if isinstance(value, numbers.Integral) else float(value)
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            self._last_values[trial_id] = int(value)
+        elif isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
+            self._last_values[trial_id] = float(value)
         else:
             self._last_values.pop(trial_id, None)
 
@@ -2321,7 +2324,8 @@ class Executor:
                     if outcome == OUT_ERRORED:
                         # Ray's error file counts every failure, the retried ones and the last
                         failures = trial.num_failures + 1
-                        append_error_file(trial.trial_dir, trial_id, failures, ts, error, trace, error_pickle)
+                        append_error_file(trial.trial_dir, self._shown_name(trial_id), failures, ts, error, trace,
+                                          error_pickle)
                     # (not a trial that met its stop rule, or was stopped for good, whose end the searcher is told
                     # at that result (in this batch or an earlier one): an error on its way out ends it, where a
                     # retry ran a finished trial again, unseen by the searcher)
@@ -2981,7 +2985,7 @@ class Executor:
         searcher cannot rank a string, which failed inside it with an error naming neither trial nor metric).
 
         Raises:
-            ConfigError: It is missing, or not a number.
+            ConfigError: It is missing, or not a number (an int too large for a float too).
         """
         metric = self.settings.metric
         if metric is None:
@@ -3004,6 +3008,10 @@ class Executor:
             )
         if value is None or (not isinstance(value, (str, bytes)) and _floats(value)):
             return
+        if isinstance(value, numbers.Integral):  # (float() raised OverflowError; "must be a number" said of an int)
+            raise ConfigError(f"metric={metric!r} must be a number a float holds (searchers and best-trial choices "
+                              f"compute with floats, as Ray Tune's): trial {trial_id} reported an int of "
+                              f"{len(str(abs(int(value))))} digits, above a float's largest ({sys.float_info.max:g})")
         raise ConfigError(f"metric={metric!r} must be a number: trial {trial_id} reported {value!r} "
                           f"({type(value).__name__})")
 
@@ -3075,7 +3083,8 @@ class Executor:
                     if self._may_retry(trial):
                         trial.num_failures += 1
                         restart = _Restart(reason="retry", error=self._death_error(trial, text))
-                        append_error_file(trial.trial_dir, trial_id, trial.num_failures, now, restart.error, None)
+                        append_error_file(trial.trial_dir, self._shown_name(trial_id), trial.num_failures, now,
+                                          restart.error, None)
                     else:
                         self._end_by_deaths(trial, self._death_error(trial, text), now, device.spec.name, events)
                         ended.append(trial)
@@ -3211,7 +3220,8 @@ class Executor:
                 continue
             trial.status, trial.error, trial.error_pickle = ERROR, error, error_pickle
             self._stopped.discard(trial_id)  # (counted as stopped by the search or a stop rule: now errored)
-            append_error_file(trial.trial_dir, trial_id, trial.num_failures + 1, now, error, trace, error_pickle)
+            append_error_file(trial.trial_dir, self._shown_name(trial_id), trial.num_failures + 1, now, error, trace,
+                              error_pickle)
             with self.store.transaction():
                 self.store.update_trial(trial_id, status=ERROR, error=error, traceback=trace, stop_reason=OUT_ERRORED)
                 self.store.add_events([(now, CALLBACK_ERROR_EVENT, trial_id, None,
@@ -3222,9 +3232,11 @@ class Executor:
     def _note_error(self, trial: Trial, trace: str | None = None) -> None:
         """Keep the run's first failure (``fail_fast`` ends the run with it), with its traceback where the trial's
         end brought one: ``fail_fast="raise"``'s error is the trial's ``Result.error`` (it had one line, and at
-        ``verbose=0`` nothing said where the trainable failed; Ray's shows the remote traceback)."""
+        ``verbose=0`` nothing said where the trainable failed; Ray's shows the remote traceback), which names it as
+        the run's lines do (:meth:`_shown_name`)."""
         if self._first_error is None:
-            self._first_error = f"Trial {trial.trial_id} failed: {trial.error}\n{trace or ''}".rstrip()
+            name = self._shown_name(trial.trial_id)
+            self._first_error = f"Trial {name} failed: {trial.error}\n{trace or ''}".rstrip()
             self._first_error_text = trial.error
             self._first_error_pickle = trial.error_pickle
             self._first_error_trial = trial.trial_id
@@ -3250,7 +3262,8 @@ class Executor:
         self._forget(trial.trial_id)
         # Ray's failure number: the retried failures, then this one (num_failures counts the retried ones, as for
         # a trial whose error ended it)
-        append_error_file(trial.trial_dir, trial.trial_id, trial.num_failures + 1, now, error, None)
+        append_error_file(trial.trial_dir, self._shown_name(trial.trial_id), trial.num_failures + 1, now, error,
+                          None)
         self.store.update_trial(trial.trial_id, status=ERROR, finished_at=now, error=error, stop_reason=OUT_ERRORED,
                                 last_iteration=trial.last_iteration, checkpoint_path=trial.checkpoint_path,
                                 num_failures=trial.num_failures)

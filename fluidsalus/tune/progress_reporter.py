@@ -370,9 +370,11 @@ def _reported_metrics(trials: Sequence[Any]) -> list[str]:
 
 
 def _column(values: Sequence[Any]) -> list[str]:
-    """A column of the table's cells: its numbers in one format (:func:`~fluidsalus.progress.format_metric_column`,
-    Ray's table's digits), a bool and another value as it is (``True``), empty for a missing one."""
-    return format_metric_column(["" if v is None else str(v) if isinstance(v, bool) else v for v in values])
+    """A column of the table's cells as Ray's table (tabulate) gives it
+    (:func:`~fluidsalus.progress.format_metric_column`): its numbers in one format, Ray's 6 significant digits (a
+    bool beside a float as its number, ``1``; a column of bools ``True``), another value as it is, empty for a
+    missing one."""
+    return format_metric_column(["" if v is None else v for v in values])
 
 
 def _cut(text: str, length: int) -> str:
