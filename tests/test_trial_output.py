@@ -231,6 +231,97 @@ def test_a_progress_bars_updates_are_written_as_they_come_with_one_name() -> Non
     assert wrapped.buffer.getvalue() == b"[train_a_00000] caf\\udce9\n"
 
 
+def test_a_trials_reconfigure_of_its_console_is_its_own(monkeypatch) -> None:
+    """``sys.stdout.reconfigure(encoding="ascii", errors="replace")`` in one trial reconfigured the device's console,
+    so every other trial's ``print("café")`` wrote ``caf?`` (or raised, under ``errors="strict"``) and read
+    ``ascii`` back; under Ray the console is the trial's process's own (h172's A2). The trial's own settings write
+    its text (``newline``, ``utf-8-sig`` without a byte order mark on a console written to already) and end with it."""
+    import types
+
+    from fluidsalus.gpu import output
+
+    console = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdout", Router(console))
+    monkeypatch.setattr(sys, "stderr", Router(io.StringIO()))
+    monkeypatch.setattr(sys, "__class__", types.ModuleType)
+    monkeypatch.setattr(output, "_TRIAL_STREAMS", {}, raising=False)
+    output.tag_trial_lines()
+    a, b, c = _session("train_a"), _session("train_b"), _session("train_c")
+    seen: dict[str, object] = {}
+
+    def in_trial(session: TrialSession, do: Callable[[], object]) -> object:
+        set_session(session)
+        try:
+            return do()
+        finally:
+            set_session(None)
+
+    in_trial(a, lambda: sys.stdout.reconfigure(encoding="ascii", errors="replace", newline="\r\n",
+                                               line_buffering=True))
+    in_trial(c, lambda: sys.stdout.reconfigure(encoding="ascii"))  # (errors: "strict", as Python's)
+    in_trial(a, lambda: print("caf\u00e9 of a"))
+    in_trial(b, lambda: print("caf\u00e9 of b"))
+    d = _session("train_d")  # (no byte order mark: the console it would have had is written to already)
+    in_trial(d, lambda: sys.stdout.reconfigure(encoding="utf-8-sig"))
+    in_trial(d, lambda: print("d"))
+    try:
+        in_trial(c, lambda: print("caf\u00e9 of c"))
+    except UnicodeEncodeError:
+        seen["c raised"] = True
+    for session in (a, b, c):
+        seen[session.output_name] = in_trial(session, lambda: (sys.stdout.encoding, sys.stdout.errors,
+                                                                sys.stdout.line_buffering))
+    a.ended = True
+    output.end_trial_output(a)  # its settings end with it
+    in_trial(b, lambda: print("caf\u00e9 of b, later"))
+    console.flush()
+    assert console.buffer.getvalue().decode() == ("[train_a] caf? of a\r\n[train_b] caf\u00e9 of b\n[train_d] d\n"
+                                                  "[train_b] caf\u00e9 of b, later\n")
+    assert seen == {"c raised": True, "train_a": ("ascii", "replace", True), "train_b": ("utf-8", "strict", False),
+                    "train_c": ("ascii", "strict", False)}
+    assert a not in sys.stdout._reconfigured
+    try:
+        in_trial(b, lambda: sys.stdout.reconfigure(encoding="no such codec"))  # refused as the console's would be
+    except LookupError:
+        pass
+    else:
+        raise AssertionError("reconfigure(encoding='no such codec') did not raise LookupError")
+    sys.stdout.reconfigure(errors="backslashreplace")  # outside any trial: the console's, for the process
+    assert console.errors == "backslashreplace"
+
+
+def test_a_line_a_thread_of_the_trial_leaves_unfinished_as_the_trial_ends_is_written() -> None:
+    """A trial's thread that wrote ``"line\\ntail"`` just as the trial ended held ``tail`` for ever: the trial's end
+    had found nothing held (h159's R4). As under Ray, where the process's exit flushes it, it is the trial's last
+    line: whether the trial's end comes while the thread writes its line, or after it saw the trial running."""
+    class SlowConsole(io.StringIO):  # its write of the thread's line lasts until the trial has ended
+        def write(self, text: str) -> int:
+            if threading.current_thread() is thread and text.endswith("line\n"):
+                writing.set()
+                deadline = time.time() + 10
+                while not a.ended and time.time() < deadline:
+                    time.sleep(0.01)
+                time.sleep(0.2)  # (the trial's end goes on meanwhile)
+            return super().write(text)
+
+    console, writing = SlowConsole(), threading.Event()
+    router = Router(console)
+    router.tags_lines = True
+    a = _session("train_a")
+    thread = threading.Thread(target=_written, args=(router, a, "line\ntail"))
+    thread.start()
+    assert writing.wait(10)
+    a.ended = True
+    router.end_trial(a)
+    thread.join()
+    b = _session("train_b")  # its thread saw the trial running and wrote once its end had passed
+    b.ended = True
+    router.end_trial(b)
+    router._write_lines(b, "b's line\nb's tail")
+    assert console.getvalue() == "[train_a] line\n[train_a] tail\n[train_b] b's line\n[train_b] b's tail\n"
+    assert not router._partial
+
+
 def _two_trials_in_one_device(f: Callable[[dict], None]) -> list:
     """Run trials ``t1`` and ``t2`` (``{"x": 1}``, ``{"x": 2}``) of ``f`` side by side, in two lanes of one device
     host in this process, to their ends; return the host's events in order."""
@@ -253,7 +344,7 @@ def _device_streams(monkeypatch) -> tuple[io.StringIO, io.StringIO]:
 
     from fluidsalus.gpu import output
 
-    console, errors = io.StringIO(), io.StringIO()
+    console, errors = _Console(), _Console()
     monkeypatch.setattr(sys, "stdout", Router(console))
     monkeypatch.setattr(sys, "stderr", Router(errors))
     monkeypatch.setattr(sys, "__class__", types.ModuleType)  # (put back first: the streams after it, plainly)
@@ -262,10 +353,48 @@ def _device_streams(monkeypatch) -> tuple[io.StringIO, io.StringIO]:
     return console, errors
 
 
+#: The driver's thread that prints the lines Ray's log forwarding brings (``ray._private.worker.connect``).
+_RAY_PRINTS_LOGS = "ray_print_logs"
+
+
+class _Console(io.StringIO):
+    """A console that keeps what this process writes but the lines Ray's log forwarding prints there for an earlier
+    test's device process (``(fluidsalus cpu:0 pid=N) ...``: the driver's :data:`_RAY_PRINTS_LOGS` thread prints them
+    to ``sys.stdout`` as they come, each in two writes, its text and then ``"\\n"``, between which a trial's whole
+    line could land: the line then began with Ray's prefix, and :func:`_own_lines` left the trial's text out)."""
+
+    def write(self, text: str) -> int:
+        if threading.current_thread().name == _RAY_PRINTS_LOGS:
+            return len(text)
+        return super().write(text)
+
+
 def _own_lines(console: io.StringIO) -> list[str]:
     """The lines of ``console`` but those Ray's log forwarding printed there for an earlier test's device process
-    (``(fluidsalus cpu:0 pid=N) ...``, coloured or not: the driver prints them to ``sys.stdout`` when they come)."""
+    (``(fluidsalus cpu:0 pid=N) ...``, coloured or not), which a :class:`_Console` never gets from Ray's thread; this
+    leaves out those the driver printed itself (what Ray's log forwarding had left when it stopped)."""
     return [line for line in console.getvalue().splitlines() if not re.match(r"(\x1b\[\d+m)?\(", line)]
+
+
+def test_a_line_ray_forwards_to_the_tests_console_does_not_take_a_trials_line_with_it(monkeypatch) -> None:
+    """``_own_lines`` of the device streams' console when Ray's log forwarding prints a line there in two writes and
+    a trial's line comes between them: the trial's line is kept."""
+    console, _ = _device_streams(monkeypatch)
+    forwarded, printed = threading.Event(), threading.Event()
+
+    def ray_prints() -> None:  # (print_worker_logs: print(line, file=sys.stdout))
+        sys.stdout.write("(fluidsalus cpu:0 pid=1) an earlier test's line")
+        forwarded.set()
+        assert printed.wait(10)
+        sys.stdout.write("\n")
+
+    thread = threading.Thread(target=ray_prints, name=_RAY_PRINTS_LOGS)
+    thread.start()
+    assert forwarded.wait(10)
+    _written(sys.stdout, _session("train_a"), "a's line\n")
+    printed.set()
+    thread.join()
+    assert _own_lines(console) == ["[train_a] a's line"]
 
 
 def test_a_trials_redirect_stdout_is_its_own_and_the_other_trials_keep_the_console(monkeypatch) -> None:

@@ -24,16 +24,20 @@ own dictionary and bypasses the properties, so that holds a :class:`_TrialStream
 trial's stream if it replaced it, else to the router. Python code never sees the ``_TrialStreams``: it reads the
 router (or its trial's own stream), so a stream that wraps the one it read (``Logger(sys.stdout)``) writes to the
 router and not back to itself, and a ``logging`` handler made before a trial's ``redirect_stderr`` keeps writing
-to the console, as under Ray. A trial's replacement ends with the trial. Simpler ways do not work: the router cannot
-tell a trial's ``print`` from that of a stream that wraps the router, and ``sys.stdout = x`` writes the module's
-dictionary, which no hook of a plain module sees (a module's ``__setattr__`` is not called). The cost: reading any
-attribute of ``sys`` from Python takes about 0.05 us more (Python's fast path for plain modules no longer applies).
+to the console, as under Ray. A trial's replacement ends with the trial, and so do the settings a trial gives the
+router (``sys.stdout.reconfigure(encoding=...)``: :class:`_OwnSettings`), which are its own as well. Simpler ways
+do not work: the router cannot tell a trial's ``print`` from that of a stream that wraps the router, and
+``sys.stdout = x`` writes the module's dictionary, which no hook of a plain module sees (a module's ``__setattr__``
+is not called). The cost: reading any attribute of ``sys`` from Python takes about 0.05 us more (Python's fast path
+for plain modules no longer applies).
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import importlib
+import io
 import logging
 import os
 import re
@@ -81,6 +85,7 @@ class Router:
         self._partial: dict[TrialSession, list[str]] = {}  # a trial's text after its last line break, in pieces
         self._lines = threading.Lock()  # a trial's lines reach the stream whole
         self._open: TrialSession | None = None  # whose unfinished line (written up to a "\r") the stream is on
+        self._reconfigured: dict[TrialSession, _OwnSettings] = {}  # sys.stdout.reconfigure(...) of a trial: its own
         _ROUTERS.add(self)
 
     def write(self, text: str) -> int:
@@ -114,7 +119,13 @@ class Router:
 
     def _write_lines(self, session: TrialSession, text: str) -> int:
         """Write the trial's text to the stream, each of its lines whole and tagged; hold what follows the last
-        line break until the trial's next write (or its end)."""
+        line break until the trial's next write (or its end; a thread's write that meets the trial's end holds
+        nothing). A trial that reconfigured the stream gets its text written as its settings write it."""
+        if self._reconfigured:  # (a trial's own reconfigure: an empty dict's truth test on every other print)
+            own = self._reconfigured.get(session)
+            if own is not None and own.converts:
+                with self._lines:
+                    text = own.as_written(text, getattr(self.stream, "encoding", None))
         # (lines end at "\n" only, as Ray's log forwarding reads them: a "\r" of a progress bar, a form feed or
         # "\u2028" inside a line got a trial's name before the rest of it)
         lines = text.split("\n")
@@ -128,6 +139,10 @@ class Router:
             tail.encode(encoding, getattr(self.stream, "errors", None) or "strict")
         with self._lines:
             held = self._partial.pop(session, [])
+            if session.ended and (tail is not None or shown is not None):  # (a thread of the trial wrote as it ended:
+                # its end_trial ran, or waits for this lock, and holds nothing of it: the rest is written as its line)
+                lines.append(f"{shown if shown is not None else tail}\n")
+                shown = tail = None
             pieces = lines + ([shown] if shown is not None else [])
             if pieces:
                 pieces[0] = "".join(held) + pieces[0]
@@ -157,10 +172,10 @@ class Router:
         return ("\n" if self._open not in (None, session) else "") + trial_tag(session)
 
     def end_trial(self, session: TrialSession) -> None:
-        """Write what the trial wrote after its last line break, if anything, as a line of its own."""
-        if session not in self._partial and self._open is not session:  # (whole lines, or nothing: no more)
-            return
-        with self._lines:
+        """Write what the trial wrote after its last line break, if anything, as a line of its own; its own settings
+        of the stream (``reconfigure``) end with it."""
+        with self._lines:  # (always: a thread of the trial may be holding its text right now, see _write_lines)
+            self._reconfigured.pop(session, None)
             held = self._partial.pop(session, None)
             if held is not None or self._open is session:
                 lead = self._lead_locked(session, held is None)
@@ -207,7 +222,30 @@ class Router:
             raise AttributeError(name)
         if name == "buffer" and self._in_trial():  # (a trial's wrapper over it must not close it when freed)
             return _SharedBuffer(self.stream.buffer)
+        if name == "reconfigure" and self._in_trial():
+            getattr(self.stream, name)  # (AttributeError where the stream has none, as before)
+            return self._reconfigure
+        if name in _OwnSettings.READ and self.__dict__.get("_reconfigured"):  # (the trial's own, if it has them)
+            own = self._reconfigured.get(current_session())  # type: ignore[arg-type]
+            if own is not None:
+                return getattr(own.wrapper, name)
         return getattr(self.stream, name)
+
+    def _reconfigure(self, **settings: Any) -> None:
+        """A trial's ``sys.stdout.reconfigure(...)``: the calling trial's own settings (its writes' ``encoding``,
+        ``errors`` and ``newline``; ``line_buffering`` and ``write_through`` read back), the console stays the
+        device's other trials' (under Ray the process, and so the console, is the trial's own). Outside any trial it
+        is the console's, for the process, as before; from a thread of a trial that has ended it is judged and kept
+        by no one (what such a thread writes passes as the device's own text)."""
+        session = current_session()
+        if session is None or not self.tags_lines:
+            return self.stream.reconfigure(**settings)  # type: ignore[no-any-return]
+        with self._lines:
+            own = self._reconfigured.get(session) or _OwnSettings(self.stream)
+            own.reconfigure(self.stream, **settings)  # (raises as the console's: LookupError, ValueError, ...)
+            if not session.ended:  # (a trial's end drops them under this lock: none kept past it)
+                self._reconfigured[session] = own
+        return None
 
 
 class _SharedBuffer:
@@ -233,6 +271,55 @@ class _SharedBuffer:
         if name.startswith("__") or name == "_buffer":
             raise AttributeError(name)
         return getattr(self._buffer, name)
+
+
+class _OwnSettings:
+    """A trial's own ``reconfigure`` of the console it shares with the device's other trials: a text stream of its
+    own, over bytes, with the console's settings and then the trial's, through which the trial's text goes before
+    the console; what the console writes is what the trial's stream would have written, as Ray's log forwarding
+    reads the trial's console (``decode(..., "replace")``): ``"café"`` under ``encoding="ascii",
+    errors="replace"`` is ``"caf?"``, and a write the trial's settings cannot encode raises their error.
+
+    Attributes:
+        wrapper: The trial's stream (Python's ``reconfigure`` judges the settings): its ``encoding``, ``errors``,
+            ``line_buffering`` and ``write_through`` are what the trial reads back.
+        converts: Whether the trial's text must go through ``wrapper``: its encoding or errors are not the
+            console's, or it gave a ``newline`` (``reconfigure(line_buffering=True)`` alone keeps a print's cost).
+    """
+
+    #: The settings a trial reads back as its own after its reconfigure (``sys.stdout.encoding``).
+    READ = frozenset({"encoding", "errors", "line_buffering", "write_through"})
+
+    #: What the bytes under ``wrapper`` always begin with: a stream past its start writes no byte order mark when
+    #: it becomes ``utf-8-sig`` or ``utf-16``, as the trial's console (a Ray worker's log file, appended to) does not.
+    BEFORE = b"\n"
+
+    def __init__(self, console: Any) -> None:
+        self._bytes = io.BytesIO(self.BEFORE)
+        self._bytes.seek(len(self.BEFORE))
+        self.wrapper = io.TextIOWrapper(self._bytes, encoding=getattr(console, "encoding", None) or "utf-8",
+                                        errors=getattr(console, "errors", None) or "strict",
+                                        newline="\n",  # (no translation of its own: the console does its own)
+                                        line_buffering=bool(getattr(console, "line_buffering", False)),
+                                        write_through=bool(getattr(console, "write_through", False)))
+        self.converts = False
+
+    def reconfigure(self, console: Any, **settings: Any) -> None:
+        self.wrapper.reconfigure(**settings)
+        encoding = getattr(console, "encoding", None) or self.wrapper.encoding
+        self.converts = (self.converts or "newline" in settings
+                         or self.wrapper.errors != (getattr(console, "errors", None) or "strict")
+                         or codecs.lookup(self.wrapper.encoding).name != codecs.lookup(encoding).name)
+
+    def as_written(self, text: str, console_encoding: str | None) -> str:
+        """``text`` as the trial's stream writes it (encoded, newlines translated), read back as the console's
+        text; the caller holds the router's lock."""
+        self.wrapper.write(text)  # (UnicodeEncodeError under the trial's errors: the write raises it)
+        self.wrapper.flush()
+        written = self._bytes.getvalue()[len(self.BEFORE):]
+        self._bytes.seek(len(self.BEFORE))
+        self._bytes.truncate()
+        return written.decode(console_encoding or self.wrapper.encoding, "replace")
 
 
 def _not_written(stream: Any, text: str, error: ValueError) -> None:
