@@ -47,6 +47,7 @@ from fluidsalus.searchers._base import WrappingSearcher
 from fluidsalus.session import DATE_FORMAT, callable_name
 from fluidsalus.store import (
     ABANDONED_CREATE_S,
+    CALLBACK_ERROR_EVENT,
     DB_FILENAME,
     ERROR,
     ERROR_FILE,
@@ -59,7 +60,13 @@ from fluidsalus.store import (
     wait_for_killed_drivers_devices,
 )
 from fluidsalus.trialgroup.dispatch import resume_from
-from fluidsalus.trialgroup.executor import WARM_DEVICES, Executor, ExecutorSettings
+from fluidsalus.trialgroup.executor import (
+    EXPERIMENT_ENDING_EVENT,
+    RAISED_TRIAL_KEY,
+    WARM_DEVICES,
+    Executor,
+    ExecutorSettings,
+)
 from fluidsalus.trialgroup.searcher_log import restore
 from fluidsalus.trialgroup.trial import Trial
 from fluidsalus.trialgroup.warm import keep_warm_s
@@ -394,6 +401,7 @@ def run(
             accepted = _ON_RESUME.get()
             if accepted is not None:  # (a front end's changes to the stored trials: Tuner.restore's flags)
                 accepted(store, searcher)
+            tell_raised_end(store, searcher)
             trials = _load_trials(store)
             _renew_object_refs(trials, space)
             store.set_experiment(status=EXP_RUNNING, error=None, finished_at=None)
@@ -589,6 +597,46 @@ def _check_searcher_kind(searcher: BaseSearcher, ran_with: str | None) -> None:
     if ran_with is not None and ran_with != type(searcher).__name__:
         raise ConfigError(f"searcher: the experiment ran with {ran_with}; resume it with that searcher (got "
                           f"{type(searcher).__name__})")
+
+
+def raised_trial(store: ExperimentStore) -> str | None:
+    """The trial whose error the session a resume continues raised (``fail_fast="raise"``): the last run's end
+    names it (:data:`~fluidsalus.trialgroup.executor.RAISED_TRIAL_KEY`) when no resume came after it. None
+    otherwise."""
+    endings = store.events(EXPERIMENT_ENDING_EVENT)
+    if not endings:
+        return None
+    resumes = store.events(RESUME_EVENT)
+    if resumes and resumes[-1].ts >= endings[-1].ts:
+        return None
+    return (endings[-1].data or {}).get(RAISED_TRIAL_KEY)
+
+
+def end_kept_from_searcher(store: ExperimentStore, trial_id: str) -> bool:
+    """Whether the end of the trial ``fail_fast="raise"`` raised was kept from the searcher
+    (``Executor._withholds_end``): not when a callback's ``on_trial_complete`` failed it (its ``callback_error``
+    event), which the searcher had been told of as completed."""
+    return not any(event.trial_id == trial_id for event in store.events(CALLBACK_ERROR_EVENT))
+
+
+def tell_raised_end(store: ExperimentStore, searcher: BaseSearcher) -> None:
+    """A resume of a run that ``fail_fast="raise"`` ended, once the front end changed its trials: the raised trial,
+    if it is still ``ERROR`` (the native API never runs an errored trial again), fails now for the searcher, which
+    the raise kept from it as Ray's does (``Executor._withholds_end``), and its state is saved. A trial the front end
+    runs on, or ended and told itself (``Tuner.restore``), is not told here.
+
+    Args:
+        store: The experiment's store, open for writing.
+        searcher: The run's searcher, restored from the store.
+    """
+    raised = raised_trial(store)
+    row = next((row for row in store.trials() if row.trial_id == raised), None)
+    if row is None or row.status != ERROR or not end_kept_from_searcher(store, row.trial_id):
+        return
+    if row.error is not None:
+        searcher.on_trial_error(row.trial_id, row.error)
+    searcher.on_trial_complete(row.trial_id, row.last_result, error=True)
+    store.set_searcher_state(searcher.state_json())  # (and the logged calls go: the state has them)
 
 
 def _restore(searcher: BaseSearcher, store: ExperimentStore) -> None:

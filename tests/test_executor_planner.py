@@ -1858,6 +1858,86 @@ def test_a_ctrl_c_while_a_fail_fast_raise_end_runs_leaves_its_trials_unfinished_
     assert ending.data == {"reason": "fail_fast", "search_ended": False, "raised": "failed"}
 
 
+class _SignalsAtFirstResult(_Ends):
+    """:class:`_Ends` that sends its own process ``signals`` SIGINTs (a user's Ctrl-C) at the first result it sees."""
+
+    def __init__(self, signals: int):
+        super().__init__()
+        self.signals = signals
+
+    def on_trial_result(self, trial_id, result):
+        import signal
+
+        super().on_trial_result(trial_id, result)
+        for _ in range(self.signals if len(self.calls) == 1 else 0):
+            os.kill(os.getpid(), signal.SIGINT)  # (its handler runs here, in the main thread, before the next line)
+
+
+def _batch_polled_once(executor: Any, monkeypatch, batch: list) -> None:
+    """Let an offline executor's ``_loop`` poll its one device: the first poll brings ``batch``, later ones nothing
+    (the executor module's ``ray`` is a stand-in that answers for the fake actor's polls)."""
+    from fluidsalus.trialgroup import executor as executor_module
+
+    polls = iter([batch])
+    device = executor._devices[0]
+    device.actor = types.SimpleNamespace(poll=types.SimpleNamespace(remote=lambda *a, **k: object()),
+                                         hold_pauses=types.SimpleNamespace(remote=lambda *a, **k: None))
+    stand_in = types.SimpleNamespace(get=lambda ref, **k: next(polls, []), wait=lambda refs, **k: (list(refs), []),
+                                     exceptions=executor_module.ray.exceptions)
+    monkeypatch.setattr(executor_module, "ray", stand_in)
+    executor._start_devices = lambda outer: None
+    executor._stop_devices = lambda keep_warm: None
+    executor._drain = lambda: None
+    executor._dispatch = lambda: None
+
+
+@pytest.mark.parametrize("signals", [1, 2])
+def test_a_ctrl_c_while_the_driver_handles_a_batch_waits_for_the_whole_batch_a_second_one_does_not(
+        tmp_path, monkeypatch, signals):
+    """A Ctrl-C that landed while the driver handled a device's batch (here in a callback's ``on_trial_result`` of
+    its first result) raised there: the rest of the batch was lost (the second result's ``on_trial_result``, a
+    logger's row, never came; h177). SIGINT is held around a batch (``executor.sigint_held``): the batch is handled
+    whole, then the ``KeyboardInterrupt`` comes, and the handler is back. A second Ctrl-C is not held: it gets out
+    at once, mid-batch."""
+    import signal
+
+    from fluidsalus.gpu.host import EV_RESULT
+
+    executor, store = _offline_executor(tmp_path, slots=2)
+    for tid in ("a", "b"):
+        _placed_trial(executor, store, tid)
+    callback = _SignalsAtFirstResult(signals)
+    executor.settings.callbacks = [callback]
+    _batch_polled_once(executor, monkeypatch, [
+        (EV_RESULT, tid, 0, 1.0, {"training_iteration": 1, "done": False, "time_this_iter_s": 0.1}, False, False)
+        for tid in ("a", "b")])
+    handler = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        executor.run()
+    assert signal.getsignal(signal.SIGINT) is handler
+    handled = [("result", "a", 1), ("result", "b", 1)]
+    assert callback.calls == (handled if signals == 1 else handled[:1])
+    assert len(store.results()) == 2  # (stored before the callbacks are told, either way)
+
+
+def test_sigint_held_gives_the_tune_front_ends_handler_every_ctrl_c():
+    """Ray Tune's front end counts the Ctrl-Cs (one: its results are returned; two: the ``KeyboardInterrupt``
+    goes through): a held one and a second one are both counted, and a held one alone once, after the block."""
+    import signal
+
+    from fluidsalus.trialgroup.executor import sigint_held
+    from fluidsalus.tune._interrupt import StopSignals
+
+    for sent in (1, 2):
+        after: list[int] = []
+        with StopSignals() as signals, pytest.raises(KeyboardInterrupt):
+            with sigint_held():
+                for _ in range(sent):
+                    os.kill(os.getpid(), signal.SIGINT)
+                after.append(signals.received)
+        assert signals.received == sent and after == ([0] if sent == 1 else [])
+
+
 def test_a_store_error_while_a_ctrl_c_ends_the_runs_end_leaves_the_ctrl_c_raised_and_the_trials_as_stored(
         tmp_path, caplog):
     """A store that cannot be written when a Ctrl-C cuts the run's end short (``Executor._end_the_ending``): its

@@ -1107,6 +1107,48 @@ def test_a_failed_trials_exception_comes_to_the_driver_as_the_errors_cause(stora
                        verbose=0)
     assert isinstance(raised.value, CodedError) and raised.value.cause.code == 8
 
+def _fails_at_2_until_marked(config):
+    for i in range(1, 4):
+        time.sleep(0.1)
+        if config["x"] == 0.2 and i == 2 and not os.path.exists(config["mark"]):
+            raise RuntimeError("x=0.2 fails")
+        fluidsalus.report({"i": i})
+
+
+def test_a_native_resume_after_fail_fast_raise_tells_the_searcher_the_raised_failure(storage, tmp_path):
+    """``fail_fast="raise"`` keeps every end from the searcher, as Ray's raise (``Executor._withholds_end``); the
+    native API never runs the raised trial again, so its resume tells the searcher that failure
+    (``fluidsalus.api.tell_raised_end``): an Optuna study held it ``RUNNING`` for ever. The others run on and are
+    told their ends."""
+    from fluidsalus.store import loads
+
+    mark = str(tmp_path / "fixed")
+
+    def searcher():
+        return OptunaSearch({"x": fluidsalus.uniform(0, 1), "mark": mark}, num_samples=3, metric="i", mode="max",
+                            seed=1, points_to_evaluate=[{"x": 0.2, "mark": mark}, {"x": 0.3, "mark": mark},
+                                                        {"x": 0.1, "mark": mark}])
+
+    def told() -> dict[float, tuple[str, float | None]]:
+        reader = ExperimentStore.open(os.path.join(storage, "raised"), readonly=True)
+        try:
+            xs = {row.trial_id: row.config["x"] for row in reader.trials()}
+            state = loads(reader.experiment()["searcher_state"])
+        finally:
+            reader.close()
+        return {xs[tid]: (r["state"], r["value"]) for tid, r in state["trials"].items() if r["state"] is not None}
+
+    kwargs = {"storage_path": storage, "name": "raised", "fail_fast": "raise", "verbose": 0,
+              "max_concurrent_trials": 3}
+    with pytest.raises(fluidsalus.TrialError, match="x=0.2 fails"):
+        fluidsalus.run(_fails_at_2_until_marked, searcher=searcher(), **kwargs)
+    assert told() == {}
+    open(mark, "w").close()
+    grid = fluidsalus.run(_fails_at_2_until_marked, searcher=searcher(), resume=True, **kwargs)
+    assert sorted((r.config["x"], r.error is None) for r in grid) == [(0.1, True), (0.2, False), (0.3, True)]
+    assert told() == {0.1: ("COMPLETE", 3.0), 0.2: ("FAIL", None), 0.3: ("COMPLETE", 3.0)}
+
+
 def keeps_checkpoints(config):
     for i, score in enumerate(config["scores"], start=1):
         d = os.path.join(fluidsalus.get_context().get_trial_dir(), f"c{i}")

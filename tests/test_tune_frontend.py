@@ -2427,6 +2427,64 @@ def test_a_restore_after_fail_fast_raise_runs_on_the_trials_it_cut_short_and_the
     assert resumed[0.2] == 1 and resumed[0.1] >= 1  # from their last checkpoints, as after a Ctrl-C
 
 
+def _fails_at_2_b_later(config, i):
+    """x=0.2 fails at its step 2, x=0.3 there too, later (within the raise's end, before its next report), until
+    the file ``config["mark"]`` exists."""
+    if i == 2 and config["x"] in (0.2, 0.3) and not os.path.exists(config["mark"]):
+        if config["x"] == 0.3:
+            time.sleep(0.5)
+        raise RuntimeError(f"x={config['x']} fails")
+
+
+def _study_told(path: str) -> dict[float, tuple[str, float | None]]:
+    """Each trial's (state, value) that the stored Optuna searcher told its study, by ``x``."""
+    from fluidsalus.store import loads
+
+    reader = ExperimentStore.open(path, readonly=True)
+    try:
+        xs = {row.trial_id: row.config["x"] for row in reader.trials()}
+        state = loads(reader.experiment()["searcher_state"])
+    finally:
+        reader.close()
+    return {xs[tid]: (r["state"], r["value"]) for tid, r in state["trials"].items() if r["state"] is not None}
+
+
+def test_fail_fast_raise_tells_the_searcher_no_end_and_leaves_a_later_failure_unfinished_as_rays(
+        ray_cluster, storage: str, tmp_path) -> None:
+    """Ray raises ``fail_fast="raise"``'s error as its event comes: its search algorithm hears of no end, that
+    failure's, a later one's or a cut-short trial's, and a trial that fails after it is unfinished in its saved
+    state; ``Tuner.restore(...).fit()`` runs them all on, and the study gets their final values (a side-by-side run,
+    /work/scratch_h183/ff2.py). fluidsalus told the searcher the failures (Optuna ``FAIL``) and the cut-short
+    trial's end with its early value, which Optuna kept after the restore (its ``_told`` skip), and the trial that
+    failed within the raise's end stayed ``ERROR``: the restore ran it not."""
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    mark = str(tmp_path / "fixed")
+    points = [{"x": 0.2}, {"x": 0.3}, {"x": 0.1}]
+    tuner = Tuner(tune.with_parameters(resumable, before_step=_fails_at_2_b_later),
+                  param_space={"x": tune.uniform(0, 1), "mark": mark},
+                  tune_config=tune.TuneConfig(search_alg=OptunaSearch(metric="i", mode="max", seed=1,
+                                                                      points_to_evaluate=points),
+                                              num_samples=3, max_concurrent_trials=3),
+                  run_config=tune.RunConfig(name="raised", storage_path=storage, verbose=0,
+                                            failure_config=tune.FailureConfig(fail_fast="raise")))
+    with pytest.raises(TrialError, match="x=0.2 fails"):
+        tuner.fit()
+    path = os.path.join(storage, "raised")
+    reader = ExperimentStore.open(path, readonly=True)
+    try:
+        stored = {row.config["x"]: row.status for row in reader.trials()}
+    finally:
+        reader.close()
+    assert stored == {0.2: "ERROR", 0.3: "PENDING", 0.1: "PENDING"}
+    assert _study_told(path) == {}
+    open(mark, "w").close()
+    grid = Tuner.restore(path, tune.with_parameters(resumable, before_step=_fails_at_2_b_later)).fit()
+    assert grid.num_errors == 0 and {r.config["x"]: r.metrics["i"] for r in grid} == {
+        x: RESUMABLE_STEPS for x in (0.1, 0.2, 0.3)}
+    assert _study_told(path) == {x: ("COMPLETE", float(RESUMABLE_STEPS)) for x in (0.1, 0.2, 0.3)}
+
+
 def _median_rule() -> dict:
     return {"scheduler": tune.schedulers.MedianStoppingRule(time_attr="training_iteration", grace_period=1,
                                                             min_samples_required=1)}

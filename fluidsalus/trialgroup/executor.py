@@ -57,14 +57,16 @@ import os
 import pickle
 import queue
 import re
+import signal
 import sys
 import threading
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 import ray
@@ -383,6 +385,59 @@ def _cluster_token() -> str | None:
         return None
 
 
+@contextlib.contextmanager
+def sigint_held() -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) back until the block is done, then give it to the handler it was for.
+
+    The driver handles a device's batch in steps that belong together (the store's transaction, the searcher's
+    decisions, the callbacks, the answers the trials wait for): a Ctrl-C that lands between them lost the rest of
+    the batch (a callback's ``on_trial_result`` of the batch's later results, say a logger's rows, and the answers)
+    before the Ctrl-C's drain ran. Held, the batch is handled whole, then the Ctrl-C goes on as before. A second
+    Ctrl-C within the block is not held: both go to the handler at once (Ray Tune's front end counts them,
+    ``fluidsalus.tune._interrupt.StopSignals``), so an insistent user still gets out at once, mid-batch.
+
+    Only in the main thread (handlers are set there alone), and only over a handler set from Python (the default
+    ``KeyboardInterrupt``, the Tune front end's): one set by the OS (ignored, or the process's end) is left alone,
+    and so is a handler the block itself sets.
+    """
+    handler = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(handler):
+        yield
+        return
+    held: list[FrameType | None] = []
+
+    def deliver(frames: list[FrameType | None]) -> None:
+        """Give the handler each signal, in order; a ``KeyboardInterrupt`` comes out after the last of them."""
+        interrupt: KeyboardInterrupt | None = None
+        for frame in frames:
+            try:
+                handler(signal.SIGINT, frame)
+            except KeyboardInterrupt as e:
+                interrupt = e
+        if interrupt is not None:
+            raise interrupt
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        if not held:
+            held.append(frame)
+            return
+        signal.signal(signal.SIGINT, handler)
+        frames = [*held, frame]
+        held.clear()
+        deliver(frames)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGINT) is hold:
+            signal.signal(signal.SIGINT, handler)
+        if held:
+            frames = list(held)
+            held.clear()
+            deliver(frames)
+
+
 #: A terminal colour code, which Ray's error texts carry (``\x1b[36m``).
 _COLOUR_CODE = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -688,6 +743,8 @@ class Executor:
         # fail_fast="raise": the trials not ended when the run began to end (_check_end), which Ray's saved state
         # holds unfinished (_leave_unfinished)
         self._caught: set[str] = set()
+        # fail_fast="raise": the trials whose end the searcher was not told (:meth:`_withholds_end`), left unfinished
+        self._withheld: set[str] = set()
         self._cluster: str | None = None  # the Ray cluster the devices started on (_cluster_token)
         self._traced_an_error = False  # the first trial that fails for good is printed with its traceback
         self._dirty = True  # something the plan depends on changed since the last plan
@@ -784,6 +841,7 @@ class Executor:
         try:
             self._start_devices(outer=[spec for specs in outer for spec in specs])
             self._loop()
+            self._tell_withheld()  # (a time budget's end came first: it ends the run, not the raise)
             self._searcher_log.save(force=True)
             ended = True
         except (KeyboardInterrupt, FluidsalusError) as e:
@@ -796,7 +854,7 @@ class Executor:
                     self._drain()  # (a second Ctrl-C cuts it short: raised from here, the devices are shut down)
                 except Exception:  # noqa: BLE001 - the user's Ctrl-C is the exception to raise
                     logger.exception("could not take the devices' last results after the Ctrl-C")
-            if isinstance(e, KeyboardInterrupt) and self._raises():
+            if self._raises():  # (its error, or a Ctrl-C or a run-level error within its end)
                 self._leave_unfinished()  # (fail_fast="raise": Ray raised before its end began, nothing of it ended)
             elif isinstance(e, KeyboardInterrupt) and self._ending is not None:
                 try:
@@ -805,6 +863,8 @@ class Executor:
                     # rolled back: the trials stay as stored, for a resume to run again)
                     logger.exception("could not end the trials the run's end was waiting for after the Ctrl-C; "
                                      "they stay unfinished in the store, and a resume runs them again")
+            if not self._raises():
+                self._tell_withheld()  # (a failure kept from the searcher for a raise that never came)
             raise
         finally:
             _THREAD_RUNS.devices = outer
@@ -1257,8 +1317,7 @@ class Executor:
             if self._finished():
                 for callback in self.settings.callbacks:  # every pass that began ends, the last one too
                     callback.on_step_end()
-                if self._raises():
-                    self._leave_unfinished()
+                if self._raises():  # (run() leaves its trials unfinished)
                     raise trial_error(self._first_error or "a trial failed (fail_fast='raise')", self._first_error_text,
                                       self._first_error_pickle)
                 return
@@ -1297,7 +1356,8 @@ class Executor:
                     continue
                 device.poll_ref = None
                 if batch:
-                    self._handle(device, batch)
+                    with sigint_held():  # (handled whole: a Ctrl-C lost the rest of it, then the drain ran)
+                        self._handle(device, batch)
             for callback in self.settings.callbacks:
                 callback.on_step_end()
 
@@ -1396,21 +1456,43 @@ class Executor:
         return self._ending == "fail_fast" and self.settings.fail_fast == "raise"
 
     def _leave_unfinished(self) -> None:
-        """Before ``fail_fast="raise"`` raises: give the store back, unfinished (``PENDING``), the trials that the
-        run's end stopped (``TERMINATED``, stopped), queued, prefetched or running, so that a resume runs them on
-        from their last checkpoint, as after a Ctrl-C. Ray raises the trial's error at once, before its end stops
-        any trial, so its saved state holds them unfinished and ``Tuner.restore`` runs them on; here they stayed
-        stopped, and a restore ran none of them (h174's B2). Those that ended otherwise meanwhile (completed,
-        failed) stay as they ended. A store that cannot be written leaves them stopped, logged: the trial's error is
-        what the run raises."""
+        """Before ``fail_fast="raise"`` raises: give the store back, unfinished (``PENDING``), the trials whose end
+        the searcher was not told (:meth:`_withholds_end`) but the raised one: those the run's end stopped
+        (queued, prefetched or running) and those that failed after the raised one (within the end's wait, or in
+        its batch), so that a resume runs them on from their last checkpoint, as after a Ctrl-C. Ray raises the
+        trial's error at once, before its end stops any trial and before it sees a later failure, so its saved
+        state holds them unfinished and ``Tuner.restore`` runs them on; here they stayed stopped or ``ERROR``, and a
+        restore ran none of them (h174's B2, h178). Those that ended otherwise meanwhile (completed, stopped by their
+        searcher or their stop rule) stay as they ended. A store that cannot be written leaves them as they ended,
+        logged: the trial's error is what the run raises."""
         try:
             with self.store.transaction():
                 for row in self.store.trials():
-                    if row.trial_id in self._caught and row.status == TERMINATED and row.stop_reason == OUT_STOPPED:
-                        self.store.update_trial(row.trial_id, status=PENDING, stop_reason=None, finished_at=None)
+                    if row.trial_id in self._withheld and row.trial_id != self._first_error_trial \
+                            and row.status in FINAL_STATUSES:
+                        self.store.update_trial(row.trial_id, status=PENDING, stop_reason=None, finished_at=None,
+                                                error=None, traceback=None)
         except Exception:  # noqa: BLE001 - the trial's error is the exception to raise
             logger.exception("could not leave the trials that fail_fast='raise' stopped unfinished in the store; "
                              "they stay stopped, and a resume runs none of them")
+
+    def _tell_withheld(self) -> None:
+        """A ``fail_fast="raise"`` run that ends otherwise than by its raise (a Ctrl-C or a run-level error before its
+        end began, a time budget's end that came first): tell the searcher the ends it was not told
+        (:meth:`_withholds_end`), which stay as they ended, so that no resume waits for them. A store that cannot be
+        written is logged: the exception on its way, if any, is the one to raise."""
+        if not self._withheld:
+            return
+        try:
+            with self.store.transaction():
+                for trial_id in sorted(self._withheld):
+                    trial = self.trials[trial_id]
+                    self._searcher_log.on_trial_complete(trial_id, trial.last_result, error=trial.status == ERROR,
+                                                         error_text=trial.error if trial.status == ERROR else None)
+                self._searcher_log.save()
+            self._withheld.clear()
+        except Exception:  # noqa: BLE001 - the exception on its way is the one to raise
+            logger.exception("could not tell the searcher the trial ends fail_fast='raise' kept from it")
 
     def _end_the_ending(self) -> None:
         """A Ctrl-C while the run ends (its time budget, ``fail_fast``, ``stop_all()``) cuts short its wait for the
@@ -1745,6 +1827,8 @@ class Executor:
                 continue
             if trial_id in self._stopping:
                 self._restarts.pop(trial_id, None)
+                if not no_verdict:  # (a decision now: the trial ends by it, whatever stop came before)
+                    self._decided_stops.add(trial_id)
                 continue
             self._restarts.pop(trial_id, None)
             if trial_id in self.pending:
@@ -1831,7 +1915,7 @@ class Executor:
         self.store.add_events([(now, "trial_end", trial.trial_id, None,
                                 {"attempt": trial.attempt, "outcome": OUT_STOPPED,
                                  **({"started": False} if queued else {})})])
-        self._tell_end(trial, error=False)
+        self._tell_end(trial, error=False, stopped=True)
 
     # ------------------------------------------------------------------ placement (the planner)
 
@@ -2390,6 +2474,8 @@ class Executor:
                     # (they come before it in ``acted``): the searcher sees the same sequence however the
                     # device happened to batch them. A stop asked for a trial that has already ended is moot
                     # (_stop_trials passes over ended trials).
+                    if self._cut_short(trial, event):  # (left unfinished: not its last result, and given as any)
+                        event[4]["done"] = False
                     iteration = event[4]["training_iteration"]
                     seen = iteration <= self._searcher_seen.get(trial.trial_id, 0)
                     if trial.trial_id in self._told_end or (seen and not stopped):
@@ -2414,7 +2500,7 @@ class Executor:
                         # and the loggers' files (the results are stored next)
                         event[4]["done"] = True
                 elif kind == EV_END:
-                    self._tell_end(trial, error=trial.status == ERROR)
+                    self._tell_end(trial, error=trial.status == ERROR, stopped=event[4] == OUT_STOPPED)
             if results:
                 self.store.add_results(results)
                 last: dict[str, Trial] = {r[0]: self.trials[r[0]] for r in results}
@@ -2506,14 +2592,43 @@ class Executor:
             return False
         return bool(event[6]) or (trial.trial_id in self._stopping and trial.trial_id not in self._restarts)
 
-    def _tell_end(self, trial: Trial, error: bool) -> None:
+    def _tell_end(self, trial: Trial, error: bool, stopped: bool = False) -> None:
         """Tell the searcher a trial ended (with its last result), unless it was told at the result that ended it
-        (:meth:`_ends_at`)."""
+        (:meth:`_ends_at`), or the end is one that ``fail_fast="raise"`` keeps from it (:meth:`_withholds_end`).
+
+        Args:
+            trial: The trial.
+            error: It failed for good.
+            stopped: It was stopped (by the run's end or a decision), not completed nor failed.
+        """
         if trial.trial_id in self._told_end:
             self._told_end.discard(trial.trial_id)
             return
+        if self._withholds_end(trial.trial_id, error, stopped):
+            self._withheld.add(trial.trial_id)
+            return
         self._searcher_log.on_trial_complete(trial.trial_id, trial.last_result, error=error,
                                              error_text=trial.error if error else None)
+
+    def _withholds_end(self, trial_id: str, error: bool, stopped: bool) -> bool:
+        """Whether the searcher is not told of a trial's end under ``fail_fast="raise"``: Ray raises the first
+        failure as its event comes, before it tells its search algorithm or scheduler of it, and before any other
+        trial ends, so neither hears of that failure, of a later one, or of a stop the raise's end brought (not a
+        stop the searcher decided). Such a trial is left unfinished (:meth:`_leave_unfinished`; the raised one stays
+        ``ERROR`` until a resume takes it up: ``fluidsalus.api.tell_raised_end``), and its end is told in the session
+        that runs it on. Told, an Optuna searcher kept a cut-short trial's early value (its ``_told`` skip) and the
+        failed ones' ``FAIL``, where Ray's study gets their values when the restore runs them to their ends."""
+        if self.settings.fail_fast != "raise":
+            return False
+        return error or (stopped and self._raises() and trial_id in self._caught
+                         and trial_id not in self._decided_stops)
+
+    def _cut_short(self, trial: Trial, event: tuple[Any, ...]) -> bool:
+        """Whether a result is one of a trial that ``fail_fast="raise"``'s end is stopping (not by its stop rule, nor
+        a stop the searcher decided): the trial is left unfinished, so the result it is stopped at is not its last
+        (``done``), and the searcher is given it as any result, not told the trial's end there (:meth:`_ends_at`)."""
+        return (self._raises() and not event[6] and trial.trial_id in self._caught
+                and trial.trial_id not in self._decided_stops)
 
     def _stopper_stops(self, trial: Trial, metrics: Mapping[str, Any]) -> bool:
         """Give the driver's copy of the run's stopper a result (it sees every one, in order: its state serves
@@ -3098,7 +3213,7 @@ class Executor:
                                             last_iteration=trial.last_iteration, checkpoint_path=trial.checkpoint_path)
                     events.append((now, "trial_end", trial_id, device.spec.name,
                                    {"attempt": trial.attempt, "outcome": OUT_STOPPED}))
-                    self._tell_end(trial, error=False)
+                    self._tell_end(trial, error=False, stopped=True)
                     ended.append(trial)
                     continue
                 self._requeue(trial, restart or _Restart(reason=RESTART_DEVICE_DIED, error=text), now,

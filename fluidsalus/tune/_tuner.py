@@ -51,10 +51,11 @@ import ray
 from ray import cloudpickle  # (Ray's: the standalone one names functions pickled by value <dynamic-code>)
 
 from fluidsalus.api import (
-    RESUME_EVENT,
     check_resume,
     check_same_run,
+    end_kept_from_searcher,
     on_resume,
+    raised_trial,
     resume_view,
     run,
     space_in_searcher,
@@ -79,7 +80,6 @@ from fluidsalus.store import (
     remove_folder,
     unused_name,
 )
-from fluidsalus.trialgroup.executor import EXPERIMENT_ENDING_EVENT, RAISED_TRIAL_KEY
 from fluidsalus.tune._config import INFINITE_SAMPLES, CheckpointConfig, FailureConfig, RunConfig, TuneConfig
 from fluidsalus.tune._custom_scheduler import ScheduledSearch
 from fluidsalus.tune._custom_search import defined_by_user, runner_of
@@ -566,7 +566,7 @@ class Tuner:
             return
         again_errored = flags["resume_errored"] or flags["restart_errored"]
         from_scratch = flags["restart_errored"] and not flags["resume_errored"]
-        raised = _raised_trial(store)
+        raised = raised_trial(store)
         if flags["resume_unfinished"] and not again_errored and raised is None:
             return
         now, done, events = time.time(), [], []
@@ -581,6 +581,8 @@ class Tuner:
                     {"status": PENDING, "finished_at": None, "stop_reason": None} if flags["resume_unfinished"]
                     else {"status": TERMINATED, "finished_at": now, "stop_reason": NOT_RESUMED}))
                 events.append((now, _RESTORE_EVENT, row.trial_id, None, {"action": action}))
+                if not flags["resume_unfinished"] and end_kept_from_searcher(store, row.trial_id):
+                    done.append(row)  # (the raise kept its end from the searcher: told now, as the others it ends)
             elif row.status == ERROR and again_errored:
                 # As Ray's restore: a resumed trial counts the failure that ended it, a restarted one is anew.
                 fields: dict[str, Any] = {"status": PENDING, "error": None, "traceback": None,
@@ -952,19 +954,6 @@ def check_same_trainable(folder: str, trainable: Any, registered_name: str | Non
     except Exception:  # noqa: BLE001 - unreadable: the resume goes on as before, unchecked
         return
     _check_same_experiment(state, registered_name or trainable_name(trainable), None)
-
-
-def _raised_trial(store: ExperimentStore) -> str | None:
-    """The trial whose error the session this restore continues raised (``fail_fast="raise"``): the last run's end
-    names it (:data:`~fluidsalus.trialgroup.executor.RAISED_TRIAL_KEY`) when no resume came after it. None
-    otherwise."""
-    endings = store.events(EXPERIMENT_ENDING_EVENT)
-    if not endings:
-        return None
-    resumes = store.events(RESUME_EVENT)
-    if resumes and resumes[-1].ts >= endings[-1].ts:
-        return None
-    return (endings[-1].data or {}).get(RAISED_TRIAL_KEY)
 
 
 def _read_state(folder: str) -> dict[str, Any]:
