@@ -211,8 +211,9 @@ def run(
         resume: Continue the experiment ``name``: finished trials are kept, unfinished ones resume from their
             last checkpoint (or restart when they have none). The searcher proposes no new trial when the
             experiment was ended by its time budget, a stopper's ``stop_all()`` or ``fail_fast`` (not ``"raise"``),
-            as Ray's restored search stays finished; ``fail_fast="raise"`` leaves the trials its end stopped
-            unfinished, so they resume (its failed trial stays errored). It needs the trainable (by name), the
+            as Ray's restored search stays finished, and the resumed run ends at once (trials left unfinished end
+            unstarted, as Ray's restored run's end stops them again); ``fail_fast="raise"`` leaves the trials its end
+            stopped unfinished, so they resume (its failed trial stays errored). It needs the trainable (by name), the
             ``config`` keys, the metric, mode and searcher kind the experiment ran with (another is a ConfigError naming
             both, and the experiment's folder is left byte for byte as it was: the checks read the store without
             writing, and only an accepted resume opens it for writing); ``config``'s values may differ (object

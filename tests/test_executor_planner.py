@@ -2322,5 +2322,5 @@ def test_a_resumed_run_whose_search_ended_says_so(tmp_path, capsys):
                         trials=[_trial("a", status="TERMINATED")])
 
     assert resumed(1)._search_ended
-    assert "the search ended with the run this resumes (time budget)" in capsys.readouterr().out
+    assert "the run this resumes ended (time budget) and its search with it" in capsys.readouterr().out
     assert resumed(0)._search_ended and capsys.readouterr().out == ""

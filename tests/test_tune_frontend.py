@@ -2485,6 +2485,69 @@ def test_fail_fast_raise_tells_the_searcher_no_end_and_leaves_a_later_failure_un
     assert _study_told(path) == {x: ("COMPLETE", float(RESUMABLE_STEPS)) for x in (0.1, 0.2, 0.3)}
 
 
+def _scored_fails_once_at_2(config):
+    """A checkpoint and ``score`` = x + i / 100 each step ``i`` (a scheduler ranks the trials without ties), the
+    trial of ``x == 0.2`` failing at its step 2 until the file ``config["mark"]`` exists."""
+    start = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder, open(os.path.join(folder, "state.json")) as f:
+            start = json.load(f)["i"]
+    for i in range(start + 1, RESUMABLE_STEPS + 1):
+        time.sleep(0.05)
+        _fails_at_2_until_marked(config, i)
+        folder = os.path.join(tune.get_context().get_trial_dir(), f"tmp_{i}")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "state.json"), "w") as f:
+            json.dump({"i": i}, f)
+        tune.report({"i": i, "score": config["x"] + i / 100}, checkpoint=tune.Checkpoint.from_directory(folder))
+
+
+@pytest.mark.parametrize(("scheduler", "flag"), [("hyperband", "resume_errored"), ("asha", "restart_errored"),
+                                                  ("fifo", "resume_errored")])
+def test_a_restore_after_the_runs_end_runs_no_errored_trial_again_as_rays(ray_cluster, storage: str, tmp_path,
+                                                                          scheduler: str, flag: str) -> None:
+    """After an end of the run's that ended its search (``fail_fast=True`` here; a time budget, ``stop_all()``),
+    Ray's restored controller finds its end condition again at its first step (``_has_errored`` under fail_fast,
+    the TimeoutStopper's spent budget, the stopper's state) and stops every trial the restore would run, before it
+    starts: the errored trial that ``resume_errored``/``restart_errored`` made ``PENDING`` ends ``TERMINATED``,
+    unstarted, with no hook (a helper's side-by-side run, HyperBand, ASHA and FIFO alike). fluidsalus ran it again,
+    and a synchronous HyperBand's trial then ended paused at its rung, its scheduler asked for no promotion."""
+    from fluidsalus.trialgroup.executor import EXPERIMENT_ENDING_EVENT
+
+    mark = str(tmp_path / "fixed")
+    schedulers = {"hyperband": lambda: tune.schedulers.HyperBandScheduler(max_t=RESUMABLE_STEPS, reduction_factor=2),
+                  "asha": lambda: tune.schedulers.ASHAScheduler(max_t=RESUMABLE_STEPS, grace_period=1,
+                                                                reduction_factor=2),
+                  "fifo": lambda: None}
+    tuner = Tuner(_scored_fails_once_at_2, param_space={"x": tune.grid_search([0.1, 0.2, 0.3, 0.4]), "mark": mark},
+                  tune_config=tune.TuneConfig(max_concurrent_trials=2, metric="score", mode="max",
+                                              scheduler=schedulers[scheduler]()),
+                  run_config=tune.RunConfig(name="failed_fast", storage_path=storage, verbose=0,
+                                            failure_config=tune.FailureConfig(fail_fast=True)))
+    assert tuner.fit().num_errors == 1
+    path = os.path.join(storage, "failed_fast")
+
+    def stored() -> tuple[dict, int, list[dict]]:
+        reader = ExperimentStore.open(path, readonly=True)
+        try:
+            rows = {row.config["x"]: (row.status, row.last_iteration, len(reader.checkpoints(row.trial_id)))
+                    for row in reader.trials()}
+            return rows, len(reader.events("trial_start")), [e.data for e in reader.events(EXPERIMENT_ENDING_EVENT)]
+        finally:
+            reader.close()
+
+    before, starts, _ = stored()
+    assert before[0.2] == ("ERROR", 1, 1)
+    open(mark, "w").close()
+    grid = Tuner.restore(path, _scored_fails_once_at_2, **{flag: True}).fit()
+    assert len(grid) == 4 and grid.num_errors == 0 and all(r.status == "TERMINATED" for r in grid)
+    after, starts_after, endings = stored()
+    assert starts_after == starts  # none started again
+    assert after == {**before, 0.2: ("TERMINATED", 1, 1)}  # (a restart's checkpoint kept: nothing replaced it)
+    assert [e["reason"] for e in endings] == ["fail_fast", "fail_fast"]  # (the restore's run ended again at once)
+
+
 def _median_rule() -> dict:
     return {"scheduler": tune.schedulers.MedianStoppingRule(time_attr="training_iteration", grace_period=1,
                                                             min_samples_required=1)}

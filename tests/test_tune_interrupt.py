@@ -74,6 +74,19 @@ def test_disabled_sigint_handler_leaves_ctrl_c_to_python(monkeypatch: pytest.Mon
     assert not signals.graceful()
 
 
+def test_a_signal_before_the_run_is_armed_raises_uncounted() -> None:
+    """Before :meth:`StopSignals.arm` (the devices' start) a stop signal raises ``KeyboardInterrupt`` without the
+    warning and is not graceful, as a Ctrl-C before Ray's handler is set; once armed, the first is graceful."""
+    signals = StopSignals(armed=False)
+    with pytest.raises(KeyboardInterrupt), signals:
+        signal.raise_signal(signal.SIGINT)
+    assert signals.received == 0 and not signals.graceful()
+    signals.arm()
+    with pytest.raises(KeyboardInterrupt), signals:
+        signal.raise_signal(signal.SIGINT)
+    assert signals.graceful()
+
+
 def test_outside_the_main_thread_no_handler_is_set() -> None:
     seen: list[object] = []
 
@@ -206,6 +219,44 @@ def test_disabled_handler_makes_ctrl_c_raise(ray_cluster, storage: str, monkeypa
     with pytest.raises(KeyboardInterrupt):
         _tuner(storage, "disabled", _signal(storage)).fit()
     assert Tuner.can_restore(os.path.join(storage, "disabled"))  # continued as after a second Ctrl-C
+
+
+def test_a_ctrl_c_during_the_devices_start_raises_as_rays_and_the_experiment_restores(
+        ray_cluster, storage: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Ray sets its SIGINT handler once its set-up is done, just before its tuning loop: a Ctrl-C before it raises
+    ``KeyboardInterrupt`` from ``fit()`` (a helper's side-by-side run: 0.05-2.5 s into a first ``fit()``; its folder
+    holds ``tuner.pkl``). fluidsalus returned an empty ``ResultGrid`` for one during its devices' start (no trial
+    made yet), after the warning that the trials were stopped. Now it raises, and the folder restores: every trial
+    runs."""
+    from fluidsalus.store import ExperimentStore
+    from fluidsalus.trialgroup.executor import Executor
+
+    start_devices = Executor._start_devices
+
+    def interrupted_start(self, *args, **kwargs):
+        monkeypatch.setattr(Executor, "_start_devices", start_devices)  # (once)
+        signal.raise_signal(signal.SIGINT)  # the user's Ctrl-C as the devices start
+        return start_devices(self, *args, **kwargs)
+
+    monkeypatch.setattr(Executor, "_start_devices", interrupted_start)
+    before = signal.getsignal(signal.SIGINT)
+    tuner = Tuner(resumable, param_space={"x": tune.uniform(0, 1)},
+                  tune_config=tune.TuneConfig(num_samples=_TRIALS, metric="i", mode="max"),
+                  run_config=tune.RunConfig(name="at_start", storage_path=storage, verbose=0))
+    with caplog.at_level(logging.WARNING, logger="fluidsalus.tune"), pytest.raises(KeyboardInterrupt):
+        tuner.fit()
+    assert not tuner.interrupted and "Stop signal received" not in caplog.text
+    assert signal.getsignal(signal.SIGINT) is before
+    path = os.path.join(storage, "at_start")
+    reader = ExperimentStore.open(path, readonly=True)
+    try:
+        assert reader.trials() == [] and reader.experiment()["status"] == "INTERRUPTED"
+    finally:
+        reader.close()
+    assert Tuner.can_restore(path)
+    grid = Tuner.restore(path, resumable).fit()
+    assert len(grid) == _TRIALS and grid.num_errors == 0
+    assert all(r.metrics["i"] == RESUMABLE_STEPS for r in grid)
 
 
 def test_tune_run_returns_its_analysis_after_ctrl_c_without_raising_for_unfinished_trials(

@@ -520,6 +520,14 @@ class _Restart:
 DIRNAME_SUFFIX_HEX = 4
 
 
+def search_ended_by(store: ExperimentStore) -> str | None:
+    """Why the last of the store's runs whose end ended the search (:data:`SEARCH_ENDED_KEY`) ended:
+    ``"time_budget"``, ``"fail_fast"`` or ``"stop_all"``; None when no run's end did."""
+    ended = [event.data["reason"] for event in store.events(EXPERIMENT_ENDING_EVENT)
+             if (event.data or {}).get(SEARCH_ENDED_KEY)]
+    return ended[-1] if ended else None
+
+
 def append_error_file(trial_dir: str, trial_name: str, number: int, ts: float, error: str | None,
                        trace: str | None, error_pickle: bytes | None = None) -> None:
     """Record a failure in the trial's folder as Ray does: append it to :data:`ERROR_FILE` (``Failure # <n>
@@ -712,14 +720,17 @@ class Executor:
         self._unlisted: dict[str, list[tuple[str, int]]] = {}
         self._exploits: list[str] = []  # exploit restarts decided, stop not yet sent
         self._ending: str | None = None  # why the experiment ends early (time budget, fail_fast, stop_all)
-        # Whether the searcher proposes no more trials for good: an earlier session's end ended the search
-        # (SEARCH_ENDED_KEY), as Ray's restored search algorithm stays finished
-        ended = [event.data["reason"] for event in (store.events(EXPERIMENT_ENDING_EVENT) if trials else ())
-                 if (event.data or {}).get(SEARCH_ENDED_KEY)]
-        self._search_ended = bool(ended)
-        if ended and settings.verbose >= 1:  # (a new time_budget_s or num_samples asks for nothing then: say why)
-            print(f"fluidsalus: the search ended with the run this resumes ({ended[-1].replace('_', ' ')}), as a "
-                  "restored Ray Tune search does: no new trial is proposed; unfinished trials run", flush=True)
+        # Why an earlier session's end ended the search (SEARCH_ENDED_KEY), when one did: the searcher proposes no
+        # more trials for good, as Ray's restored search algorithm stays finished, and the run ends again at its
+        # first check (_check_end), as Ray's restored controller finds its end condition again at its first step
+        # (its TimeoutStopper's budget spent, fail_fast's error, the stopper's state)
+        self._ended_before = search_ended_by(store) if trials else None
+        self._search_ended = self._ended_before is not None
+        if self._ended_before is not None and settings.verbose >= 1:  # (a new time_budget_s or num_samples, or
+            # errored trials a restore runs again, run nothing then: say why)
+            print(f"fluidsalus: the run this resumes ended ({self._ended_before.replace('_', ' ')}) and its search "
+                  "with it; as a restored Ray Tune run, this one ends at once: no new trial is proposed, and the "
+                  "trials it would run again end unstarted", flush=True)
         self._ending_at = 0.0  # when it began to end
         # Each trial's last finite value of the metric: the live view's best is the best of these, as the best
         # result is (a trial's last result, Ray's default scope), not the best value ever reported.
@@ -1394,7 +1405,10 @@ class Executor:
                 self._end_stragglers()
             return
         budget = self.settings.time_budget_s
-        if budget is not None and time.time() - self._started >= budget:
+        ended_before, self._ended_before = self._ended_before, None  # (judged at the first check only)
+        if ended_before is not None and any(t.status not in FINAL_STATUSES for t in self.trials.values()):
+            self._ending = ended_before  # (those a restore runs again, errored ones included, end unstarted)
+        elif budget is not None and time.time() - self._started >= budget:
             self._ending = "time_budget"
             if not any(t.last_result is not None or t.status in (RUNNING, PAUSED) for t in self.trials.values()):
                 logger.warning("time_budget_s=%g ended the run before any trial started or reported: the budget counts "
@@ -1408,7 +1422,8 @@ class Executor:
         if self._ending is None:
             return
         self._ending_at = time.time()
-        self._search_ended = self._ending != "fail_fast" or self.settings.fail_fast != "raise"
+        self._search_ended = ended_before is not None or self._ending != "fail_fast" \
+            or self.settings.fail_fast != "raise"
         data: dict[str, Any] = {"reason": self._ending, SEARCH_ENDED_KEY: self._search_ended}
         if self._raises():
             data[RAISED_TRIAL_KEY] = self._first_error_trial
@@ -1453,7 +1468,7 @@ class Executor:
 
     def _raises(self) -> bool:
         """Whether the run ends by ``fail_fast="raise"`` (it raises the first trial error at its end)."""
-        return self._ending == "fail_fast" and self.settings.fail_fast == "raise"
+        return self._ending == "fail_fast" and self.settings.fail_fast == "raise" and self._first_error is not None
 
     def _leave_unfinished(self) -> None:
         """Before ``fail_fast="raise"`` raises: give the store back, unfinished (``PENDING``), the trials whose end

@@ -7,7 +7,9 @@ raises at once). The front end keeps these rules: :class:`StopSignals` counts th
 and turns each into a ``KeyboardInterrupt``, which stops the trials and flushes the store as every interruption of
 ``fluidsalus.run`` does. :meth:`StopSignals.graceful` then says whether the front end returns the results (exactly
 one signal came) or lets the exception through (a second signal, or a ``KeyboardInterrupt`` no signal caused, such
-as one a callback raises).
+as one a callback raises). A stop signal before the run has begun (Ray's start, the devices' start: before
+:meth:`StopSignals.arm`) raises ``KeyboardInterrupt`` from ``fit()``, as Ray's, whose handler is set once its set-up
+is done.
 """
 
 from __future__ import annotations
@@ -31,11 +33,20 @@ class StopSignals:
     """Counts SIGINT and SIGUSR1 while it is entered, turning each into ``KeyboardInterrupt``.
 
     Handlers can only be set in the main thread; entered in another thread it changes nothing (as in Ray).
+
+    Args:
+        armed: Whether a signal ends the run gracefully from the start; if not, until :meth:`arm`, a signal raises
+            ``KeyboardInterrupt`` uncounted (not :meth:`graceful`), without the warning.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, armed: bool = True) -> None:
         self.received = 0
+        self.armed = armed
         self._previous: dict[int, Any] = {}
+
+    def arm(self) -> None:
+        """From now on the first stop signal ends the run gracefully (the run has begun)."""
+        self.armed = True
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is not threading.main_thread():
@@ -54,6 +65,8 @@ class StopSignals:
         self._previous.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if not self.armed:
+            raise KeyboardInterrupt
         self.received += 1
         if self.received == 1:
             logger.warning("Stop signal received (e.g. via SIGINT/Ctrl+C), ending the run. Its trials are stopped "

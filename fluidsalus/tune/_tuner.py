@@ -25,8 +25,8 @@ The experiment folder gets a ``tuner.pkl`` (param_space, TuneConfig and RunConfi
 first trial starts, so :meth:`Tuner.restore` can rebuild the same Tuner after a crash.
 
 As in Ray, the first Ctrl-C (or SIGUSR1) during :meth:`Tuner.fit` stops the trials, saves the experiment and
-returns its results so far, with a warning that says how to resume; a second Ctrl-C raises ``KeyboardInterrupt``
-(:mod:`fluidsalus.tune._interrupt`).
+returns its results so far, with a warning that says how to resume; a second Ctrl-C raises ``KeyboardInterrupt``,
+as does one during the devices' start (:mod:`fluidsalus.tune._interrupt`).
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ from fluidsalus.store import (
     remove_folder,
     unused_name,
 )
+from fluidsalus.trialgroup.executor import search_ended_by
 from fluidsalus.tune._config import INFINITE_SAMPLES, CheckpointConfig, FailureConfig, RunConfig, TuneConfig
 from fluidsalus.tune._custom_scheduler import ScheduledSearch
 from fluidsalus.tune._custom_search import defined_by_user, runner_of
@@ -340,6 +341,19 @@ class _SaveOnFirstEvent(EngineCallback):
         self._once()
 
 
+class _ArmOnFirstStep(EngineCallback):
+    """Arms the fit's :class:`~fluidsalus.tune._interrupt.StopSignals` at the driver loop's first pass, once the
+    devices are up: a Ctrl-C during their start raises ``KeyboardInterrupt`` from ``fit()`` (the experiment left
+    restorable), as Ray's before its tuning loop, whose handler is set once its set-up is done; it returned an
+    empty ``ResultGrid``."""
+
+    def __init__(self, signals: StopSignals) -> None:
+        self._signals = signals
+
+    def on_step_begin(self) -> None:
+        self._signals.arm()
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Configs given as Ray's objects (an import left unchanged)
 # ---------------------------------------------------------------------------------------------------------
@@ -490,7 +504,10 @@ class Tuner:
           replace the old ones. ``resume_errored`` wins when both are set, as in Ray;
         - after a ``fail_fast="raise"`` end, the trial whose error was raised is unfinished, as in Ray's saved state
           (Ray raises before it records the failure): it resumes from its last checkpoint (or ends, with
-          ``resume_unfinished=False``), whatever the errored-trial flags say.
+          ``resume_unfinished=False``), whatever the errored-trial flags say;
+        - after an end that ended the search (the time budget, a stopper's ``stop_all()``, ``fail_fast=True``), the
+          run ends again at once, as Ray's restored run finds its end condition again before a trial starts: the
+          errored trials the flags make ``PENDING`` end ``TERMINATED``, unstarted (a restarted one keeps what it had).
 
         The searcher is not told that an errored trial runs again (it was told that it failed), as in Ray: a
         model-based searcher keeps it as failed, and ASHA/HyperBand make no more decisions on it, so it runs
@@ -571,6 +588,9 @@ class Tuner:
             return
         now, done, events = time.time(), [], []
         folders = store.trial_dirs()
+        # The run's end ended the search (its time budget, stop_all(), fail_fast=True): the run ends again at once, and
+        # the errored trials to run again end unstarted (Executor._check_end), as in Ray; a restart keeps what they had
+        ends_at_once = search_ended_by(store) is not None
         for row in store.trials():
             if row.trial_id == raised and row.status == ERROR:
                 # Ray raised its error before it recorded the failure: its saved state holds the trial unfinished,
@@ -589,7 +609,7 @@ class Tuner:
                                           "finished_at": None, "stop_reason": None,
                                           "num_failures": 0 if from_scratch else row.num_failures + 1}
                 with store.transaction():  # (the folders and files go once the rows that stop listing them commit)
-                    if from_scratch:
+                    if from_scratch and not ends_at_once:
                         checkpoints = store.checkpoints(row.trial_id)
                         store.mark_checkpoints_deleted([c["path"] for c in checkpoints])
                         for checkpoint in checkpoints:
@@ -759,8 +779,9 @@ class Tuner:
         Raises:
             ConfigError: Bad or unsupported input, before any trial starts.
             TrialError: A trial failed under ``FailureConfig(fail_fast="raise")``.
-            KeyboardInterrupt: A second Ctrl-C, or one under ``TUNE_DISABLE_SIGINT_HANDLER=1`` (the experiment is
-                resumable all the same).
+            KeyboardInterrupt: A second Ctrl-C, one during the devices' start (before the run's loop, as Ray's
+                before its tuning loop), or one under ``TUNE_DISABLE_SIGINT_HANDLER=1`` (the experiment is resumable
+                all the same).
         """
         self.interrupted = False
         if self._trainable is None:
@@ -880,7 +901,7 @@ class Tuner:
         if unscheduled:
             warnings.warn(UNSCHEDULED_RESOURCES_WARNING.format(keys=", ".join(
                 f"{key}: {counted[key]:g}" for key in unscheduled)), UserWarning, stacklevel=2)
-        signals = StopSignals()
+        signals = StopSignals(armed=False)  # (armed once the devices are up: _ArmOnFirstStep)
         try:
             with signals, space_in_searcher(), on_resume(resume_accepted):  # (config= and num_samples= describe
                 # the plan's searcher)
@@ -903,7 +924,8 @@ class Tuner:
                     checkpoint_score_order=checkpoint.checkpoint_score_order or "max",
                     verbose=run_config.verbosity(),
                     resume=self._resume,
-                    callbacks=[saver, policies, *engine_callbacks, *([adapter] if adapter is not None else [])],
+                    callbacks=[_ArmOnFirstStep(signals), saver, policies, *engine_callbacks,
+                               *([adapter] if adapter is not None else [])],
                     gpu_per_trial=None if gpus is None else min(gpus, 1.0),  # (more than one GPU: warned above)
                     cpus_per_trial=cpu_request(counted, kept_for_tasks),
                     task_cpus_per_trial=kept_for_tasks,
