@@ -119,14 +119,14 @@ def format_metric_column(values: Sequence[Any], *, fractions: bool = False) -> l
     (``1``) as tabulate reads it; a value of another kind (a string) as it is. ``fractions``: a value that would
     round onto a whole number it is not keeps the digits that show its fraction, as :func:`format_metric` shows a
     single value (that value only: the column's other numbers keep their :data:`METRIC_DIGITS`)."""
-    real = [v for v in values if _is_number(v)]
+    real = [v for v in values if is_table_number(v)]
     if all(isinstance(v, (numbers.Integral, np.bool_)) for v in real):  # (float() lost digits above 2**53)
-        return [str(int(v)) if _is_number(v) and not isinstance(v, bool) else str(v) for v in values]
-    return [_float_text(v, _fraction_digits(v) if fractions else METRIC_DIGITS) if _is_number(v) else str(v)
+        return [str(int(v)) if is_table_number(v) and not isinstance(v, bool) else str(v) for v in values]
+    return [_float_text(v, _fraction_digits(v) if fractions else METRIC_DIGITS) if is_table_number(v) else str(v)
             for v in values]
 
 
-def _is_number(value: Any) -> bool:
+def is_table_number(value: Any) -> bool:
     """A real number a table shows as one: a NumPy bool too, which ``numbers.Real`` does not take."""
     return isinstance(value, (numbers.Real, np.bool_))
 

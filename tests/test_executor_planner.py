@@ -769,6 +769,7 @@ def test_a_trials_end_lines_name_it_as_ray_does(tmp_path, capsys):
     _placed_trial(executor, store, "bad", devices=(1,))
     _queue(executor, store, _trial("queued", seq=2))
     _queue(executor, store, _trial("plain", seq=3))
+    executor._names.update({t: f"train_{t}" for t in ("ran", "bad", "queued")})  # (as their creation keeps them)
     executor._handle(executor._devices[0], [(EV_START, "ran", 0, 1.0)])
     executor._handle(executor._devices[1], [(EV_START, "bad", 0, 1.0)])
     executor._tell_stopped(executor._stop_trials(["queued", "plain"]))
@@ -835,6 +836,7 @@ def test_the_fail_fast_raise_error_and_the_error_file_name_the_trial_as_the_runs
     executor, store = _offline_executor(tmp_path)
     executor.settings.trial_name = lambda trial_id: f"train_{trial_id}"
     _placed_trial(executor, store, "bad", devices=(0,))
+    executor._names["bad"] = "train_bad"  # (as the trial's creation keeps it: _placed_trial places it directly)
     executor._handle(executor._devices[0], [(EV_START, "bad", 0, 1.0)])
     executor._handle(executor._devices[0], [(EV_END, "bad", 0, 1.1, OUT_ERRORED, "ValueError: no", "trace")])
     assert executor._first_error == "Trial train_bad failed: ValueError: no\ntrace"
@@ -2324,3 +2326,26 @@ def test_a_resumed_run_whose_search_ended_says_so(tmp_path, capsys):
     assert resumed(1)._search_ended
     assert "the run this resumes ended (time budget) and its search with it" in capsys.readouterr().out
     assert resumed(0)._search_ended and capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("name", ["counted", ""])
+def test_a_trial_keeps_the_name_trial_name_gave_it_when_it_was_created(tmp_path, name: str):
+    """Ray asks ``trial_name_creator`` once per trial and keeps its name; fluidsalus asked ``trial_name`` again for
+    the device's spec and each failure's lines, raise and ``error.pkl``: a namer that counts its calls gave one trial
+    four names (h188's run_names.py). An empty name names no trial: its id, as ``None`` (Ray's ``str(trial)``
+    falls back so too), where ``Result.error`` said ``Trial  failed``."""
+    executor, store = _offline_executor(tmp_path)
+    calls: list[str] = []
+
+    def namer(trial_id: str) -> str:
+        calls.append(trial_id)
+        return f"{name}{len(calls)}" if name else ""
+
+    executor.settings.trial_name = namer
+    executor._take_groups()
+    (trial,) = executor.trials.values()
+    expected = f"{name}1" if name else trial.trial_id
+    assert executor._shown_name(trial.trial_id) == expected
+    assert executor._spec_for(trial).trial_name == (expected if name else f"f_{trial.trial_id}")
+    assert store.trial_names() == ({trial.trial_id: expected} if name else {})
+    assert calls == [trial.trial_id]  # asked once, at the trial's creation

@@ -202,3 +202,13 @@ def test_a_custom_reporter_is_set_up_and_called_and_verbose_0_silences_it(ray_cl
     tune.Tuner(_train, param_space={"lr": 0.1},
                run_config=tune.RunConfig(storage_path=storage, progress_reporter=silent, verbose=0)).fit()
     assert silent.calls == []
+
+
+def test_a_column_with_text_in_it_shows_each_value_as_rays_text_column():
+    """tabulate makes a column with a value that reads as no number a column of text, each value as ``str()``
+    gives it: Ray's table shows ``0.99999999`` beside ``"auto"`` (h188's str_column.py, side by side), where
+    fluidsalus formatted the numbers to 6 digits (``1``). A numeric string still counts as a number."""
+    from fluidsalus.tune.progress_reporter import _column
+
+    assert _column([0.99999999, "auto", None, 0.123456789]) == ["0.99999999", "auto", "", "0.123456789"]
+    assert _column([0.99999999, "0.5", 0.123456789]) == ["1", "0.5", "0.123457"]

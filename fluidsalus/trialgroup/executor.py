@@ -376,6 +376,15 @@ def _floats(value: Any) -> bool:
     return True
 
 
+def _digits(value: int) -> str:
+    """How many decimal digits an int has, ``about`` that many past Python's int-to-str limit (4300 digits by
+    default, where ``str()`` raises ``ValueError``)."""
+    try:
+        return str(len(str(abs(value))))
+    except ValueError:
+        return f"about {int(value.bit_length() * math.log10(2)) + 1}"
+
+
 def _cluster_token() -> str | None:
     """The connected Ray cluster and job, as :class:`WarmKey` keeps it; None where Ray cannot say."""
     try:
@@ -792,6 +801,9 @@ class Executor:
         self.warning_error: Exception | None = None
         self._readmitted_from: dict[str, int] = {}  # trial -> the iteration its out-of-memory re-admission resumes at
         self._dirnames = {os.path.basename(t.trial_dir) for t in trials or []}  # folder names in use
+        # The names trial_name gave the trials when they were created (a resumed run's from the store): a trial keeps
+        # its name, as Ray's keeps custom_trial_name, and trial_name is asked once per trial, as Ray asks its creator
+        self._names: dict[str, str] = store.trial_names() if trials else {}
         if trials:  # a resumed run goes on from the move cost it had measured, and from what its searcher saw
             self._restore_move_cost()
             self._restore_searcher_seen()
@@ -1587,7 +1599,8 @@ class Executor:
                 if self.settings.trial_name is not None:
                     shown = self.settings.trial_name(trial_id)
                     if isinstance(shown, str):
-                        names[trial_id] = shown
+                        if shown:  # ("" names no trial: its id, as None; Ray's str(trial) falls back so too)
+                            names[trial_id] = self._names[trial_id] = shown
                     elif shown is not None:
                         raise ConfigError(f"trial_name must return a str (the trial's name) or None (its id); got "
                                           f"{shown!r} for trial {trial_id}")
@@ -2220,8 +2233,7 @@ class Executor:
         until the lane would idle (``TrialSpec.prefetched``)."""
         return TrialSpec(
             trial_id=trial.trial_id,
-            trial_name=(self.settings.trial_name and self.settings.trial_name(trial.trial_id))
-            or f"{self.settings.trainable_name}_{trial.trial_id}",
+            trial_name=self._names.get(trial.trial_id) or f"{self.settings.trainable_name}_{trial.trial_id}",
             config=trial.config,
             trial_dir=trial.trial_dir,
             attempt=trial.attempt,
@@ -3141,7 +3153,7 @@ class Executor:
         if isinstance(value, numbers.Integral):  # (float() raised OverflowError; "must be a number" said of an int)
             raise ConfigError(f"metric={metric!r} must be a number a float holds (searchers and best-trial choices "
                               f"compute with floats, as Ray Tune's): trial {trial_id} reported an int of "
-                              f"{len(str(abs(int(value))))} digits, above a float's largest ({sys.float_info.max:g})")
+                              f"{_digits(int(value))} digits, above a float's largest ({sys.float_info.max:g})")
         raise ConfigError(f"metric={metric!r} must be a number: trial {trial_id} reported {value!r} "
                           f"({type(value).__name__})")
 
@@ -3405,7 +3417,7 @@ class Executor:
         """A trial as the run's lines name it, as Ray's name it (``str(trial)``): the name ``trial_name`` gives it
         (the Tune front end's ``<trainable>_<id>`` or ``trial_name_creator``'s), else its id, as the errored-trials
         table under the run's summary names it."""
-        return (self.settings.trial_name and self.settings.trial_name(trial_id)) or trial_id
+        return self._names.get(trial_id) or trial_id
 
     def _log_end(self, trial: Trial, outcome: str, trace: str | None = None) -> None:
         """Print a trial's end: a trial that failed for good at every ``verbose``, to stderr, as Ray logs it (the

@@ -934,7 +934,7 @@ class Tuner:
                     # (the creator's name, else Ray's <trainable>_<trial_id> by the registered name; stored, so a
                     # restored trial keeps it and ExperimentAnalysis shows it)
                     trial_name=lambda trial_id: trial_names[trial_id] if isinstance(trial_names.get(trial_id), str)
-                    else f"{label}_{trial_id}",
+                    and trial_names[trial_id] else f"{label}_{trial_id}",
                     result_extras=tags,
                 )
         except KeyboardInterrupt:

@@ -32,7 +32,7 @@ from collections.abc import MutableMapping, Sequence
 from typing import Any
 
 from fluidsalus.errors import ConfigError, error_summary
-from fluidsalus.progress import format_metric_column
+from fluidsalus.progress import format_metric_column, is_table_number
 from fluidsalus.result import flatten_dict
 from fluidsalus.tune.callback import Callback, _AfterTheResult
 
@@ -373,8 +373,22 @@ def _column(values: Sequence[Any]) -> list[str]:
     """A column of the table's cells as Ray's table (tabulate) gives it
     (:func:`~fluidsalus.progress.format_metric_column`): its numbers in one format, Ray's 6 significant digits (a
     bool beside a float as its number, ``1``; a column of bools ``True``), another value as it is, empty for a
-    missing one."""
+    missing one. A column with a value that is no number (a string that does not read as one, a list) is a column
+    of text in tabulate: each value as ``str()`` gives it (``0.99999999`` beside ``"auto"``, not ``1``)."""
+    if any(v is not None and not _reads_as_number(v) for v in values):
+        return ["" if v is None else str(v) for v in values]
     return format_metric_column(["" if v is None else v for v in values])
+
+
+def _reads_as_number(value: Any) -> bool:
+    """Whether tabulate's column type takes the value as a number (a NumPy scalar and a numeric string too)."""
+    if isinstance(value, (str, bytes)):
+        try:
+            float(value)
+        except ValueError:
+            return False
+        return True
+    return is_table_number(value)
 
 
 def _cut(text: str, length: int) -> str:
