@@ -29,6 +29,7 @@ from fluidsalus.errors import ConfigError, FluidsalusError
 from fluidsalus.inspect import inspect as inspect_experiment
 from fluidsalus.progress import PLAIN_PREFIX
 from fluidsalus.searchers import ASHA, BOHB, Decision, MedianStopping, OptunaSearch, RandomSearch
+from fluidsalus.searchers._random import VariantStream
 from fluidsalus.store import ABANDONED_CREATE_S, DB_FILENAME, ERROR_FILE, ERROR_PICKLE_FILE, DriverLock, ExperimentStore
 from fluidsalus.trialgroup.executor import ACTOR_START_TIMEOUT_S
 
@@ -379,6 +380,8 @@ def test_a_run_without_a_config_runs_its_samples_of_the_empty_config_as_ray_does
     (dict(space=5), "RandomSearch: space must be a dict of the search space (constants, domains such as "
                     "uniform(0, 1), grid_search([...])); got int"),
     (dict(constant_grid_search="x"), "RandomSearch: constant_grid_search must be True or False (got 'x')"),
+    (dict(max_concurrent=0), "RandomSearch: max_concurrent must be None or an int >= 1 (got 0)"),
+    (dict(max_concurrent=True), "RandomSearch: max_concurrent must be None or an int >= 1 (got True)"),
 ])
 def test_random_search_refuses_a_count_or_seed_that_cannot_run(kwargs, message):
     """A count of 0 made a run that never ended (nothing to propose, never finished); a bad seed failed in NumPy."""
@@ -1949,6 +1952,34 @@ def test_a_resume_whose_stored_searcher_state_is_not_the_searchers_own_is_refuse
     assert _files(storage) == before
 
 
+@pytest.mark.parametrize("num_samples", [4, -1])
+def test_a_random_search_under_max_concurrent_proposes_a_trial_as_one_ends_with_the_same_configurations(
+        num_samples: int) -> None:
+    """Ray 2.60's ``BasicVariantGenerator(max_concurrent=N)`` (what its Tuner makes of ``max_concurrent_trials=N``)
+    makes a trial only while fewer than N of its trials are live, one more as each ends (``next_trial``): 2 trials,
+    then one per end (Ray's hooks in a side-by-side run: add, add, complete, add, complete, add, ...). RandomSearch
+    proposed all ``num_samples`` at once. The configurations and their order stay those of the search without the
+    cap, also across a save and load of its state between any two calls (a resumed run)."""
+    space = {"x": fluidsalus.uniform(0, 1), "g": fluidsalus.grid_search([1, 2, 3])}
+    wanted = 12  # (4 samples of the grid of 3)
+    expected = VariantStream(space, num_samples, 3).take(wanted)
+    search = RandomSearch(space, num_samples, seed=3, max_concurrent=2)
+    proposed: list[dict] = []
+    live = 0
+    while len(proposed) < wanted:
+        assert not search.is_finished()
+        new = [config for group in search.next_groups() for config in group.configs]
+        assert live + len(new) == 2 and search.next_groups() == []  # (as many as the cap leaves room for)
+        proposed += new
+        live += len(new) - 1
+        search.on_trial_complete(f"t{len(proposed)}", None)  # one trial ends
+        resumed = RandomSearch(space, num_samples, seed=3, max_concurrent=2)
+        resumed.load_state_dict(search.state_dict())
+        search = resumed
+    assert proposed[:wanted] == expected
+    assert search.is_finished() == (num_samples != -1)
+
+
 def test_a_random_search_subclass_that_saves_fields_of_its_own_resumes() -> None:
     """Fields beside RandomSearch's own are a subclass's, not a foreign state (a review found the check refusing
     them: "a CountingRandom saves no 'seen'")."""
@@ -1958,8 +1989,8 @@ def test_a_random_search_subclass_that_saves_fields_of_its_own_resumes() -> None
             return {**super().state_dict(), "seen": 4}
 
     search = CountingRandom({"x": fluidsalus.uniform(0, 1)}, num_samples=3)
-    search.load_state_dict({"proposed": 2, "owed": 1, "seen": 4})
-    assert search.state_dict() == {"proposed": 2, "owed": 1, "seen": 4}
+    search.load_state_dict({"proposed": 2, "ended": 1, "owed": 1, "seen": 4})
+    assert search.state_dict() == {"proposed": 2, "ended": 1, "owed": 1, "seen": 4}
 
 
 def test_cpus_per_trial_above_every_node_warns_and_runs_on_the_largest_device(storage):

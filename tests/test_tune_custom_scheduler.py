@@ -18,6 +18,7 @@ from fluidsalus.testing.state import drive_checking_state_json
 from fluidsalus.tune import TuneConfig, Tuner
 from fluidsalus.tune._custom_scheduler import ScheduledSearch, is_custom_scheduler
 from fluidsalus.tune._translate import plan
+from fluidsalus.tune.callback import TrialInfo
 from fluidsalus.tune.schedulers import ASHAScheduler, TrialScheduler
 
 #: Seconds each iteration of the real run's trainable sleeps.
@@ -77,7 +78,10 @@ def test_the_schedulers_stop_wins_and_it_hears_of_each_trials_life() -> None:
     search.on_trial_complete("t1", {"m": 0.1, "training_iteration": 2})
     search.on_trial_complete("t0", {"m": 0.8, "training_iteration": 3}, error=True)
     search.on_trial_complete("t2", None)  # ended before it reported (stopped while queued)
-    assert scheduler.completed == [("t1", "TERMINATED", 2)]
+    # (the hook sees the trial RUNNING and live, as Ray's: its controller sets TERMINATED after the hooks; in a
+    # side-by-side run each on_trial_complete saw status RUNNING and 2 live trials under max_concurrent_trials=2,
+    # the last one 1; fluidsalus's saw TERMINATED)
+    assert scheduler.completed == [("t1", "RUNNING", 2)]
     assert scheduler.errored == ["t0"] and scheduler.removed == ["t2"]
     assert search.is_finished()
 
@@ -182,6 +186,57 @@ def test_a_tuner_run_under_a_scheduler_of_your_own(ray_cluster, storage) -> None
     assert ends[0.1] == ends[0.3] == 2
     assert sorted(scheduler.added) == sorted(r.metrics["trial_id"] for r in grid)
     assert sorted(iteration for _, _, iteration in scheduler.completed) == sorted(ends.values())
+
+
+def test_the_runs_end_tells_a_scheduler_of_your_own_nothing_of_the_trials_it_ends() -> None:
+    """Ray 2.60's controller ends a run (its time budget, ``stop_all()``, ``fail_fast``) by setting every unfinished
+    trial ``TERMINATED`` with no scheduler hook (``TuneController._stop_experiment_if_needed`` ->
+    ``_schedule_trial_stop``; in a side-by-side run, num_samples=8 under a ``stop_all()`` after 5 results: the
+    scheduler heard ``on_trial_add`` of each trial and nothing more). fluidsalus called ``on_trial_remove`` for each
+    trial the end found queued and ``on_trial_complete`` for each it stopped running."""
+    scheduler = StopBelow(threshold=-1.0, metric="m", mode="max")
+    search = _search(scheduler)
+    assert search.on_result("t0", {"m": 0.9, "training_iteration": 1}) == Decision.CONTINUE
+    search.run_ending()
+    search.on_trial_complete("t0", {"m": 0.9, "training_iteration": 1})  # stopped running
+    search.on_trial_complete("t1", None)  # ended queued
+    search.on_trial_complete("t2", None, error=True)
+    assert scheduler.added == ["t0", "t1", "t2"] and scheduler.completed == scheduler.removed == scheduler.errored == []
+    assert [trial.status for trial in search._view.get_trials()] == ["TERMINATED", "TERMINATED", "ERROR"]
+
+
+def _reports_on(config):
+    while True:
+        time.sleep(_STEP_S / 4)
+        tune.report({"value": config["x"]})
+
+
+class _StopAllAfter(tune.Stopper):
+    """Ends the run once the driver's copy has seen ``n`` results."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.seen = n, 0
+
+    def __call__(self, trial_id, result):
+        self.seen += 1
+        return False
+
+    def stop_all(self):
+        return self.seen >= self.n
+
+
+def test_a_tuner_run_ended_by_stop_all_tells_a_scheduler_of_your_own_only_of_its_trials_start(ray_cluster,
+                                                                                             storage) -> None:
+    """The run's end, in a real run: 6 trials that report until stopped, ``stop_all()`` after 5 results. Ray's
+    scheduler heard ``on_trial_add`` of every trial and no ``on_trial_complete`` or ``on_trial_remove`` (a
+    side-by-side run)."""
+    scheduler = StopBelow(threshold=-1.0)
+    grid = Tuner(_reports_on, param_space={"x": tune.uniform(0, 1)},
+                 tune_config=TuneConfig(metric="value", mode="max", scheduler=scheduler, num_samples=6),
+                 run_config=tune.RunConfig(storage_path=storage, verbose=0, stop=_StopAllAfter(5))).fit()
+    assert len(grid) == 6 and grid.num_errors == 0 and all(r.status == "TERMINATED" for r in grid)
+    assert len(scheduler.added) == 6
+    assert scheduler.completed == scheduler.removed == scheduler.errored == []
 
 
 #: What the scheduler of the test below records: a module-level variable, as a script's scheduler writes to one.
@@ -400,6 +455,19 @@ class _HyperBandSaying(tune.schedulers.HyperBandScheduler):
         super().on_trial_remove(tune_controller, trial)
 
 
+def test_a_hyperband_subclass_is_told_on_trial_remove_by_its_bases_on_trial_complete_and_on_trial_error() -> None:
+    """Ray 2.60's ``HyperBandScheduler.on_trial_complete`` and ``on_trial_error`` take the trial out of its bracket
+    with ``self.on_trial_remove`` (``ray/tune/schedulers/hyperband.py``), so a subclass that overrides
+    ``on_trial_remove`` is told of every trial that ends: in a side-by-side run under Ray, ``remove`` for all 9
+    trials (5 inside ``on_trial_complete``, 4 stopped while paused). fluidsalus's base did not call it: the
+    subclass was told only of the trials stopped while they waited."""
+    trial = TrialInfo("t1", {"x": 1})
+    mine = _HyperBandSaying(max_t=9)
+    mine.on_trial_complete(None, trial, {"m": 1.0})
+    mine.on_trial_error(None, TrialInfo("t2", {"x": 2}))
+    assert mine.removed == [1, 2]
+
+
 def test_a_hyperband_subclasss_plan_names_the_subclass_in_its_messages() -> None:
     """The plan of a HyperBandScheduler subclass that asks its base said "HyperBandScheduler needs a metric and a
     mode", "scheduler=HyperBandScheduler has no fluidsalus equivalent": the plain class it runs on, where every
@@ -452,8 +520,11 @@ def test_a_hyperband_subclass_that_calls_super_gets_hyperbands_decisions_as_in_r
     assert ends == {**_RAY_HYPERBAND_ENDS, **{x: it for x, it in stop_at.items()}}
     said = Counter(mine.said)
     assert said == (_RAY_HYPERBAND_SAID if not stop_at else {"CONTINUE": 46, "PAUSE": 7, "STOP": 3})
-    # the trials HyperBand stopped while they waited at a rung are removed, as Ray's stop_trial removes them
-    assert mine.removed and sorted(mine.removed) == sorted(x for x, last in mine.last.items() if last == "PAUSE")
+    # every trial leaves HyperBand through on_trial_remove, once, as in Ray 2.60 (9 of 9 in the side-by-side run):
+    # those it stopped while they waited at a rung as Ray's stop_trial removes them, the others through
+    # super().on_trial_complete(...), which calls self.on_trial_remove in Ray's HyperBandScheduler (only the first
+    # were told before)
+    assert sorted(mine.removed) == list(range(9))
     # as the plain class's run, decision for decision, without a STOP of the subclass's own
     if not stop_at:
         plain = plan(TuneConfig(metric="m", mode="max", scheduler=tune.schedulers.HyperBandScheduler(max_t=9)),

@@ -94,8 +94,12 @@ def test_fifo_and_basic_variant_generator_become_random_search() -> None:
     seeded = _plan(num_samples=3, search_alg=tune.search.BasicVariantGenerator(random_state=5, max_concurrent=2),
                    scheduler=tune.schedulers.FIFOScheduler())
     assert seeded.searcher.seed == 5 and seeded.max_concurrent_trials == 2
-    # an int random_state draws the configurations Ray's BasicVariantGenerator draws for it
-    assert seeded.searcher.next_groups()[0].configs == sp.generate_variants(SPACE, 3, 5)
+    # an int random_state draws the configurations Ray's BasicVariantGenerator draws for it, max_concurrent at a
+    # time (Ray's generator makes a trial only as one ends)
+    variants = sp.generate_variants(SPACE, 3, 5)
+    assert seeded.searcher.next_groups()[0].configs == variants[:2] and seeded.searcher.next_groups() == []
+    seeded.searcher.on_trial_complete("t0", None)
+    assert seeded.searcher.next_groups()[0].configs == variants[2:3]
 
 
 class _PlainFIFO(tune.schedulers.FIFOScheduler):
@@ -1881,6 +1885,21 @@ def _forever(config):
         tune.report({"x": config["x"], "i": i})
 
 
+@pytest.mark.parametrize("ending", ["stop_all", "time_budget"])
+def test_a_run_ended_early_under_max_concurrent_trials_holds_only_the_trials_its_generator_made_as_rays(
+        ray_cluster, storage: str, ending: str) -> None:
+    """Under ``max_concurrent_trials=N`` Ray 2.60's ``BasicVariantGenerator`` makes a trial only as one of its N live
+    ones ends, so a run that ``stop_all()`` or the time budget ends early holds only the trials it made: in a
+    side-by-side run (``num_samples=8``, ``max_concurrent_trials=2``, trials that report until stopped), Ray's
+    ResultGrid has 2 trials, both TERMINATED, at either end (``stop_all()`` after 3 results; ``time_budget_s``); with
+    trials of 4 reports and an 8 s budget, 4 (2 ended, 2 made as they ended). fluidsalus made all 8 up front: its
+    grid held 8, 6 of them never started."""
+    run_config: dict = {"stop": _StopAllAfter(3)} if ending == "stop_all" else {}
+    budget: dict = {"time_budget_s": 3} if ending == "time_budget" else {}
+    _, grid = _run(_forever, storage, run_config_kwargs=run_config, num_samples=8, max_concurrent_trials=2, **budget)
+    assert len(grid) == 2 and grid.num_errors == 0 and all(r.metrics["i"] >= 1 for r in grid)
+
+
 def test_stop_callable_and_stopper_with_endless_samples(ray_cluster, storage: str) -> None:
     _, grid = _run(_forever, storage, run_config_kwargs={"stop": lambda tid, r: r["i"] >= 3}, num_samples=2)
     assert [r.metrics["i"] for r in grid] == [3, 3]
@@ -2068,7 +2087,7 @@ def test_a_stoppers_stop_all_ends_the_run_at_the_result_that_ended_it_as_in_ray(
     _, grid = _run(_flat_thirty, storage, {"x": tune.grid_search([1, 2, 3])}, max_concurrent_trials=1,
                    run_config_kwargs={"stop": tune.stopper.ExperimentPlateauStopper("m", top=2, patience=0),
                                       "callbacks": [told]})
-    assert [r.metrics.get("training_iteration") for r in grid] == [2, None, None]  # (Ray: [2], never made the others)
+    assert [r.metrics.get("training_iteration") for r in grid] == [2]  # (as Ray's: it never made the others)
     assert told.stop == {}
 
 
@@ -2408,14 +2427,15 @@ def test_a_restore_after_fail_fast_raise_runs_on_the_trials_it_cut_short_and_the
         starts = len(reader.events("trial_start"))
     finally:
         reader.close()
-    assert stored == {0.1: "PENDING", 0.2: "ERROR", 0.3: "PENDING", 0.4: "PENDING"}  # (left as Ray's state has them)
+    # (left as Ray's state has them; under max_concurrent_trials=2 its generator had made only these two)
+    assert stored == {0.1: "PENDING", 0.2: "ERROR"}
     open(mark, "w").close()
     grid = Tuner.restore(path, _fails_once_at_2, **flags).fit()
     assert len(grid) == 4 and grid.num_errors == 0 and all(r.status == "TERMINATED" for r in grid)
     if flags == {"resume_unfinished": False}:  # (Ray's restore of it hangs: its grid search waits for 2 live trials)
         reader = ExperimentStore.open(path, readonly=True)
         try:
-            assert len(reader.events("trial_start")) == starts  # none ran
+            assert len(reader.events("trial_start")) == starts + 2  # none of them ran; the grid's last two did
             assert {row.config["x"]: (row.status, row.last_iteration) for row in reader.trials()}[0.2] == \
                 ("TERMINATED", 1)
         finally:
@@ -2541,7 +2561,8 @@ def test_a_restore_after_the_runs_end_runs_no_errored_trial_again_as_rays(ray_cl
     assert before[0.2] == ("ERROR", 1, 1)
     open(mark, "w").close()
     grid = Tuner.restore(path, _scored_fails_once_at_2, **{flag: True}).fit()
-    assert len(grid) == 4 and grid.num_errors == 0 and all(r.status == "TERMINATED" for r in grid)
+    # (FIFO's generator makes its trials as slots free, as Ray's: the run's end left 2 or 3 of the 4)
+    assert len(grid) == len(before) and grid.num_errors == 0 and all(r.status == "TERMINATED" for r in grid)
     after, starts_after, endings = stored()
     assert starts_after == starts  # none started again
     assert after == {**before, 0.2: ("TERMINATED", 1, 1)}  # (a restart's checkpoint kept: nothing replaced it)

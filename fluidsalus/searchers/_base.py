@@ -211,6 +211,12 @@ class BaseSearcher(abc.ABC):
         """True when the searcher will propose no more groups."""
         return False
 
+    def run_ending(self) -> None:
+        """Told once when the run begins to end early (its time budget, ``fail_fast``, a stopper's ``stop_all()``),
+        before the ends that brings: the trials it stops or ends queued are told with :meth:`on_trial_complete`
+        after it. Nothing by default (a scheduler of the user's own is told no more of its trials then, as Ray's
+        controller calls no scheduler hook for the trials its run's end stops)."""
+
     def proposes_new(self) -> bool:
         """Whether it may still propose trials of new configurations (promotions of its trials aside): a slot that
         frees then gets one. The executor holds a device's prefetched trial through a neighbour's pause only once
@@ -350,6 +356,9 @@ class WrappingSearcher(BaseSearcher):
 
     def is_finished(self) -> bool:
         return self.inner.is_finished()
+
+    def run_ending(self) -> None:
+        self.inner.run_ending()
 
     def proposes_new(self) -> bool:
         return self.inner.proposes_new()

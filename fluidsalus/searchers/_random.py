@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 import sys
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -287,6 +288,12 @@ class RandomSearch(BaseSearcher):
     :data:`ENDLESS_FIRST_BATCH`, then one new configuration per trial that ends. The run then ends by its
     time budget or a stopper's ``stop_all()``.
 
+    With ``max_concurrent``, at most that many of its trials are live (proposed and not yet ended) at once, and
+    each trial that ends makes room for the next configuration, as Ray's ``BasicVariantGenerator(max_concurrent=...)``
+    creates its trials (the Tune front end passes ``max_concurrent_trials`` as it): a run that its time budget or
+    ``stop_all()`` ends early holds only the trials it made, not every one of ``num_samples``. The configurations and
+    their order are the same as without it.
+
     Args:
         space: The search space (constants, domains such as ``uniform(0, 1)``, ``grid_search([...])``).
         num_samples: Samples per grid point, as in Ray Tune (>= 1, or -1 for endless).
@@ -295,18 +302,20 @@ class RandomSearch(BaseSearcher):
         points_to_evaluate: Configurations to run first (nested dicts, possibly partial).
         constant_grid_search: Draw the random values once per sample and keep them for every grid point (Ray's
             ``BasicVariantGenerator(constant_grid_search=True)``).
+        max_concurrent: None: every configuration goes out in the first :meth:`next_groups` (an endless search:
+            as said above). An int: at most that many trials live at once; more are proposed as others end.
 
     Raises:
         ConfigError: ``space`` is not a dict, ``num_samples`` is not an int >= 1 or -1, ``seed`` is not None or
-            an int >= 0, ``constant_grid_search`` is not a bool, or a point is not a dict or sets a key the space
-            does not have.
+            an int >= 0, ``constant_grid_search`` is not a bool, ``max_concurrent`` is not None or an int >= 1, or
+            a point is not a dict or sets a key the space does not have.
     """
 
     replayable = True  # its decisions depend on its state and the results alone (see BaseSearcher)
 
     def __init__(self, space: Mapping[str, Any], num_samples: int = 1, seed: int | None = None,
                  points_to_evaluate: Sequence[Mapping[str, Any]] | None = None,
-                 constant_grid_search: bool = False) -> None:
+                 constant_grid_search: bool = False, max_concurrent: int | None = None) -> None:
         if not isinstance(space, Mapping):  # (dict(5) raised a bare TypeError: "'int' object is not iterable")
             raise ConfigError(f"RandomSearch: space must be a dict of the search space (constants, domains such as "
                               f"uniform(0, 1), grid_search([...])); got {type(space).__name__}")
@@ -319,11 +328,16 @@ class RandomSearch(BaseSearcher):
             self.seed = sp.check_seed(seed)
         except SpaceError as e:
             raise ConfigError(f"RandomSearch: {e}") from None
+        if max_concurrent is not None and (isinstance(max_concurrent, bool)
+                                           or not isinstance(max_concurrent, numbers.Integral) or max_concurrent < 1):
+            raise ConfigError(f"RandomSearch: max_concurrent must be None or an int >= 1 (got {max_concurrent!r})")
         self.constant_grid_search = constant_grid_search
+        self.max_concurrent = None if max_concurrent is None else int(max_concurrent)
         self._points = check_points(self.space, points_to_evaluate, "RandomSearch")
         self.points_to_evaluate = [copy.deepcopy(dict(p)) for p in points_to_evaluate or []]
         self._proposed = 0  # configurations proposed so far
-        self._owed = ENDLESS_FIRST_BATCH  # endless mode: configurations to propose next
+        self._ended = 0  # of those, trials told ended (on_trial_complete)
+        self._owed = ENDLESS_FIRST_BATCH  # endless mode without max_concurrent: configurations to propose next
         self._stream: VariantStream | None = None
 
     @property
@@ -331,32 +345,40 @@ class RandomSearch(BaseSearcher):
         """How many configurations the search runs (:func:`count_trials`: None when a draw makes grids)."""
         return count_trials(self.space, self.num_samples, self._points)
 
-    def _make_stream(self) -> VariantStream:
-        return VariantStream(self.space, self.num_samples, self.seed, self._points, self.constant_grid_search)
+    def _config_stream(self) -> VariantStream:
+        """The configurations, past those proposed already (a resumed search skips them)."""
+        if self._stream is None:
+            self._stream = VariantStream(self.space, self.num_samples, self.seed, self._points,
+                                         self.constant_grid_search)
+            self._stream.restore(self._proposed)
+        return self._stream
+
+    def _room(self) -> int | None:
+        """How many new configurations may go out now (None: all that are left)."""
+        if self.max_concurrent is not None:
+            return self.max_concurrent - (self._proposed - self._ended)
+        return self._owed if self.endless else None
 
     def next_groups(self) -> list[TrialGroup]:
-        if self.num_samples != sp.INFINITE_SAMPLES:
-            if self._proposed:
-                return []
-            configs = self._make_stream().take(None)
-        else:
-            if not self._owed:
-                return []
-            if self._stream is None:  # a resumed search skips what it proposed before
-                self._stream = self._make_stream()
-                self._stream.restore(self._proposed)
-            configs = self._stream.take(self._owed)
+        room = self._room()
+        if room is not None and room <= 0:
+            return []
+        configs = self._config_stream().take(room)
+        if not configs:
+            return []
+        if self.max_concurrent is None and self.endless:
             self._owed = 0
         group = TrialGroup(group_id=f"variants-{self._proposed}", configs=configs)
         self._proposed += len(configs)
         return [group]
 
     def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
-        if self.num_samples == sp.INFINITE_SAMPLES:
+        self._ended += 1
+        if self.endless:
             self._owed += 1
 
     def is_finished(self) -> bool:
-        return self.num_samples != sp.INFINITE_SAMPLES and self._proposed > 0
+        return not self.endless and not self._config_stream().has_more()
 
     @property
     def endless(self) -> bool:
@@ -364,10 +386,13 @@ class RandomSearch(BaseSearcher):
         return self.num_samples == sp.INFINITE_SAMPLES
 
     def state_dict(self) -> dict[str, Any]:
-        return {"proposed": self._proposed, "owed": self._owed}
+        return {"proposed": self._proposed, "ended": self._ended, "owed": self._owed}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        # ("owed" came later: a state saved before it has "proposed" alone; a subclass may save more fields)
+        # ("owed" and "ended" came later: a state saved before them has "proposed" alone, and a search that
+        # proposed all its configurations at once; a subclass may save more fields)
         check_saved_state(state, type(self).__name__, required=("proposed",))
         self._proposed = int(state["proposed"])
+        self._ended = int(state.get("ended", self._proposed))
         self._owed = int(state.get("owed", ENDLESS_FIRST_BATCH))
+        self._stream = None  # (drawn again past the configurations proposed)

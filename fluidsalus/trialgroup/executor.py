@@ -1445,6 +1445,7 @@ class Executor:
             ending = getattr(callback, "on_run_ending", None)
             if callable(ending):
                 ending(self._ending)
+        self.searcher.run_ending()  # (likewise: BaseSearcher.run_ending)
         with self.store.transaction():
             self._end_queued()
             for trial in self.trials.values():  # paused off any device: nothing to stop, they end here

@@ -17,6 +17,8 @@ result:
 - ``tune_controller`` is a small view with ``get_trials()`` and ``get_live_trials()``; each ``trial`` is the same
   :class:`~fluidsalus.tune.callback.TrialInfo` view callbacks get (``trial_id``, ``config``, ``last_result``,
   ``status``, ...), one object per trial for the whole run.
+- The run's end (its time budget, ``fail_fast``, ``stop_all()``) tells the scheduler of none of the trials it ends,
+  queued or running, as Ray's controller calls no scheduler hook there (:meth:`ScheduledSearch.run_ending`).
 - The scheduler's own state is not saved with the experiment, as in Ray: a resumed run starts it from its state
   when the run began (its ``tuner.pkl`` copy) and, as Ray's resume does, tells it of every trial of the experiment
   again with ``on_trial_add`` (newest result first; an unfinished trial as ``PENDING``, a finished one as
@@ -32,7 +34,8 @@ result:
   class's search (:class:`HyperBandRule`): HyperBand's trials run to its rungs' budgets and wait there, its
   halvings stop trials, and ``super().on_trial_result(...)`` answers the decision HyperBand made on the result
   (``PAUSE`` while the trial waits at its rung). Only the subclass's ``STOP`` changes that decision; a trial
-  stopped while it waits is told with ``on_trial_remove``, as Ray tells it.
+  stopped while it waits is told with ``on_trial_remove``, as Ray tells it (and the base's ``on_trial_complete``
+  and ``on_trial_error`` call ``self.on_trial_remove``, as Ray's do).
 """
 
 from __future__ import annotations
@@ -197,6 +200,7 @@ class ScheduledSearch(WrappingSearcher):
         self._trials: dict[str, TrialInfo] = {}
         self._view = _ControllerView(self._trials)
         self._warned_pause = self._warned_rule = False
+        self._run_ended = False  # the run's end began: its trials' ends are not the scheduler's (run_ending)
         self._ended_json = KeptRecords()  # ended trials' parts of state_json, encoded once
         self._name = type(scheduler).__name__
         if defined_by_user(scheduler, "choose_trial_to_run"):
@@ -264,6 +268,14 @@ class ScheduledSearch(WrappingSearcher):
                               "TrialScheduler.CONTINUE, PAUSE or STOP")
         return decision
 
+    def run_ending(self) -> None:
+        """The run's end (its time budget, ``fail_fast``, ``stop_all()``) tells the scheduler of none of the trials it
+        ends, as Ray's controller, which sets them ``TERMINATED`` with no scheduler hook (``_schedule_trial_stop``):
+        ``on_trial_remove`` for those it ends queued or paused, ``on_trial_complete`` for those it stops running,
+        were called here before."""
+        self._run_ended = True
+        self.inner.run_ending()
+
     def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
         self.inner.on_trial_complete(trial_id, result, error)
         trial = self._trials.get(trial_id)
@@ -271,16 +283,22 @@ class ScheduledSearch(WrappingSearcher):
             return
         if result is not None:
             trial.last_result = dict(result)
-        if error:
-            trial.status = ERROR
-            self._call("on_trial_error", trial)
-        elif trial.status in (PENDING, PAUSED):  # ended before it reported (stopped while queued, say) or while it
-            # waited at a HyperBand rung: Ray removes it
-            trial.status = TERMINATED
-            self._call("on_trial_remove", trial)
-        else:
-            trial.status = TERMINATED
-            self._call("on_trial_complete", trial, None if result is None else dict(result))
+        ended = ERROR if error else TERMINATED
+        if self._run_ended:
+            trial.status = ended
+            return
+        # (the hook sees the trial as it was, RUNNING, PENDING or PAUSED, and among the live ones, as Ray's hooks
+        # see it: its controller sets the status after them)
+        try:
+            if error:
+                self._call("on_trial_error", trial)
+            elif trial.status in (PENDING, PAUSED):  # ended before it reported (stopped while queued, say) or while
+                # it waited at a HyperBand rung: Ray removes it
+                self._call("on_trial_remove", trial)
+            else:
+                self._call("on_trial_complete", trial, None if result is None else dict(result))
+        finally:
+            trial.status = ended
 
     def state_dict(self) -> dict[str, Any]:
         """The wrapped searcher's state, and each trial's config, status and last result's time (so that a

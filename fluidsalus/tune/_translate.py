@@ -748,8 +748,10 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
     points = copy.deepcopy(generator.points_to_evaluate)
     name = type(scheduler).__name__
     if isinstance(scheduler, FIFOScheduler):
+        # (the cap also paces the search, as Ray's BasicVariantGenerator(max_concurrent=...) makes a trial only as
+        # one ends: a run ended early holds only those, not all num_samples, in its ResultGrid)
         searcher: BaseSearcher = RandomSearch(space, num_samples=n, seed=seed, points_to_evaluate=points,
-                                              constant_grid_search=constant)
+                                              constant_grid_search=constant, max_concurrent=cap)
         shown = f", points_to_evaluate={len(points)}" if points else ""
         shown += ", constant_grid_search=True" if constant else ""
         return Plan(searcher, space, metric, mode, cap, tags=VARIANTS, points=points,

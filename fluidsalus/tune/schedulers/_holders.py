@@ -271,6 +271,15 @@ class HyperBandScheduler(_RuleHooks):
             _PROBE_SPACE, 1, _PROBE_METRIC, _PROBE_MODE, time_attr=time_attr, max_t=max_t,
             reduction_factor=reduction_factor, stop_last_trials=stop_last_trials, seed=0))
 
+    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict[str, Any] | None) -> None:
+        """As Ray's: the trial leaves its bracket through ``self.on_trial_remove``, so a subclass that overrides
+        that hook is told of every trial that ends, not only of those stopped while they waited."""
+        self.on_trial_remove(tune_controller, trial)
+
+    def on_trial_error(self, tune_controller: Any, trial: Any) -> None:
+        """As Ray's: through ``self.on_trial_remove`` (see :meth:`on_trial_complete`)."""
+        self.on_trial_remove(tune_controller, trial)
+
     def describe(self) -> dict[str, Any]:
         return {"time_attr": self.time_attr, **super().describe(), "max_t": self.max_t,
                 "reduction_factor": self.reduction_factor, "stop_last_trials": self.stop_last_trials}
