@@ -573,6 +573,24 @@ def _filters_mutated() -> None:
             held()
 
 
+@contextlib.contextmanager
+def _experimental_warnings_ignored() -> Iterator[None]:
+    """Ignore Optuna's ExperimentalWarning inside the block, as Optuna's ``_run_trial`` does around its stale-trial
+    check, without ``warnings.catch_warnings``: one filter is inserted first and that same object removed after (the
+    list is not saved and put back, so a thread that changes the filters meanwhile keeps its change)."""
+    entry = ("ignore", None, optuna.exceptions.ExperimentalWarning, None, 0)
+    warnings.filters.insert(0, entry)
+    _filters_mutated()
+    try:
+        yield
+    finally:
+        for i, other in enumerate(warnings.filters):
+            if other is entry:
+                del warnings.filters[i]
+                break
+        _filters_mutated()
+
+
 def _warn_again(warned: Sequence[Warning]) -> None:
     """Give the objective the warnings its call gave on the driver, as ``study.optimize`` would have given them in
     the objective's thread (``warnings.catch_warnings`` or ``pytest.warns`` around the call sees them)."""
@@ -1589,10 +1607,12 @@ class _StudyDriver(BaseSearcher):
         storage = self.study._storage
         try:
             if is_heartbeat_enabled(storage):
-                # Optuna's _run_trial ignores the ExperimentalWarning of this call under warnings.catch_warnings,
-                # which swaps the process's warning state: not thread-safe beside the call threads' sampler calls
-                # (see _WarningRecorder). The undecorated function gives no such warning.
-                inspect.unwrap(optuna.storages.fail_stale_trials)(self.study)
+                # Optuna's _run_trial ignores the ExperimentalWarnings of this call (its decorator's, and those of
+                # the storage's stale-trial callback) under warnings.catch_warnings, which swaps the process's
+                # warning state: not thread-safe beside the call threads' sampler calls (see _WarningRecorder).
+                # One filter is put first and that same one taken out: nothing of another thread is put back.
+                with _experimental_warnings_ignored():
+                    optuna.storages.fail_stale_trials(self.study)
             trial = self.study.ask()
         except Exception as e:  # noqa: BLE001 - a storage or sampler error ends the optimisation, as in Optuna
             self._fail(e)
