@@ -290,6 +290,52 @@ def test_a_trials_reconfigure_of_its_console_is_its_own(monkeypatch) -> None:
     assert console.errors == "backslashreplace"
 
 
+def test_a_trials_error_handler_that_prints_and_a_stuck_writer_hang_no_trial(monkeypatch) -> None:
+    """A trial's own error handler that prints (``codecs.register_error``) under its ``reconfigure(errors=...)``
+    deadlocked the device's console: its text was converted under the router's lock, which the handler's print
+    asked for again; Ray prints the note, then ``caf?``. And while a trial's writer is stuck holding that lock,
+    another trial that holds no text still ends (its end took the lock at every trial's end) (h189's A1, A2)."""
+    import codecs
+    import types
+
+    from fluidsalus.gpu import output
+
+    console = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdout", Router(console))
+    monkeypatch.setattr(sys, "stderr", Router(io.StringIO()))
+    monkeypatch.setattr(sys, "__class__", types.ModuleType)
+    monkeypatch.setattr(output, "_TRIAL_STREAMS", {}, raising=False)
+    output.tag_trial_lines()
+
+    def noisy(error: UnicodeError) -> tuple[str, int]:
+        print("note")
+        return "?", error.end  # type: ignore[attr-defined]
+
+    codecs.register_error("fluidsalus_test_noisy", noisy)
+    a, b = _session("train_a"), _session("train_b")
+
+    def trial_a() -> None:
+        set_session(a)
+        try:
+            sys.stdout.reconfigure(encoding="ascii", errors="fluidsalus_test_noisy")
+            print("caf\u00e9")
+        finally:
+            set_session(None)
+
+    thread = threading.Thread(target=trial_a, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), "the trial's print hung"
+    console.flush()
+    assert console.buffer.getvalue().decode() == "[train_a] note\n[train_a] caf?\n"
+    with sys.stdout._lines:  # a writer stuck holding the lock: a trial that holds no text still ends
+        ended = threading.Thread(target=output.end_trial_output, args=(b,), daemon=True)
+        b.ended = True
+        ended.start()
+        ended.join(10)
+        assert not ended.is_alive(), "the trial's end waited for another trial's writer"
+
+
 def test_a_line_a_thread_of_the_trial_leaves_unfinished_as_the_trial_ends_is_written() -> None:
     """A trial's thread that wrote ``"line\\ntail"`` just as the trial ended held ``tail`` for ever: the trial's end
     had found nothing held (h159's R4). As under Ray, where the process's exit flushes it, it is the trial's last

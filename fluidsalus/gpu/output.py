@@ -123,9 +123,9 @@ class Router:
         nothing). A trial that reconfigured the stream gets its text written as its settings write it."""
         if self._reconfigured:  # (a trial's own reconfigure: an empty dict's truth test on every other print)
             own = self._reconfigured.get(session)
-            if own is not None and own.converts:
-                with self._lines:
-                    text = own.as_written(text, getattr(self.stream, "encoding", None))
+            if own is not None and own.converts:  # (not under self._lines: the trial's codec or error handler
+                # may print, as under Ray; its own lock, re-entrant, orders its threads' conversions)
+                text = own.as_written(text, getattr(self.stream, "encoding", None))
         # (lines end at "\n" only, as Ray's log forwarding reads them: a "\r" of a progress bar, a form feed or
         # "\u2028" inside a line got a trial's name before the rest of it)
         lines = text.split("\n")
@@ -162,6 +162,10 @@ class Router:
                 held.append(tail)
             if held:
                 self._partial[session] = held
+            if session.ended and (held or self._open is session):  # (stored, then checked: the trial's end marks
+                # it ended before its look at _partial and _open, made without this lock, so one of the two writes
+                # the rest, once)
+                self._end_locked(session)
         return len(text)
 
     def _lead_locked(self, session: TrialSession, bare_end: bool) -> str:
@@ -174,19 +178,27 @@ class Router:
     def end_trial(self, session: TrialSession) -> None:
         """Write what the trial wrote after its last line break, if anything, as a line of its own; its own settings
         of the stream (``reconfigure``) end with it."""
-        with self._lines:  # (always: a thread of the trial may be holding its text right now, see _write_lines)
-            self._reconfigured.pop(session, None)
-            held = self._partial.pop(session, None)
-            if held is not None or self._open is session:
-                lead = self._lead_locked(session, held is None)
-                self._open = None
-                text = f"{lead}{''.join(held or [])}\n"
-                try:
-                    self.stream.write(text)
-                except UnicodeEncodeError:  # text the stream cannot encode (a lone surrogate): shown escaped
-                    encoding = getattr(self.stream, "encoding", None) or "utf-8"
-                    self.stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
-                self.stream.flush()
+        self._reconfigured.pop(session, None)  # (a reconfigure that stores them after this checks session.ended)
+        if session not in self._partial and self._open is not session:  # (nothing held: no lock, which a stuck
+            # writer of another trial may hold; a thread of this trial that holds text after this look sees
+            # session.ended, set before the call, and writes it itself: _write_lines)
+            return
+        with self._lines:
+            self._end_locked(session)
+
+    def _end_locked(self, session: TrialSession) -> None:
+        """:meth:`end_trial`'s write of the trial's held text, under the lock."""
+        held = self._partial.pop(session, None)
+        if held is not None or self._open is session:
+            lead = self._lead_locked(session, held is None)
+            self._open = None
+            text = f"{lead}{''.join(held or [])}\n"
+            try:
+                self.stream.write(text)
+            except UnicodeEncodeError:  # text the stream cannot encode (a lone surrogate): shown escaped
+                encoding = getattr(self.stream, "encoding", None) or "utf-8"
+                self.stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
+            self.stream.flush()
 
     def writelines(self, lines: Any) -> None:
         for line in lines:
@@ -241,10 +253,11 @@ class Router:
         if session is None or not self.tags_lines:
             return self.stream.reconfigure(**settings)  # type: ignore[no-any-return]
         with self._lines:
-            own = self._reconfigured.get(session) or _OwnSettings(self.stream)
+            own = self._reconfigured.setdefault(session, _OwnSettings(self.stream))
+        with own.lock:  # (not under self._lines: a codec's look-up may print)
             own.reconfigure(self.stream, **settings)  # (raises as the console's: LookupError, ValueError, ...)
-            if not session.ended:  # (a trial's end drops them under this lock: none kept past it)
-                self._reconfigured[session] = own
+        if session.ended:  # (stored, then checked: a trial's end drops them without the lock: none kept past it)
+            self._reconfigured.pop(session, None)
         return None
 
 
@@ -303,6 +316,7 @@ class _OwnSettings:
                                         line_buffering=bool(getattr(console, "line_buffering", False)),
                                         write_through=bool(getattr(console, "write_through", False)))
         self.converts = False
+        self.lock = threading.RLock()  # (re-entrant: an error handler of the trial's may print through it)
 
     def reconfigure(self, console: Any, **settings: Any) -> None:
         self.wrapper.reconfigure(**settings)
@@ -313,12 +327,13 @@ class _OwnSettings:
 
     def as_written(self, text: str, console_encoding: str | None) -> str:
         """``text`` as the trial's stream writes it (encoded, newlines translated), read back as the console's
-        text; the caller holds the router's lock."""
-        self.wrapper.write(text)  # (UnicodeEncodeError under the trial's errors: the write raises it)
-        self.wrapper.flush()
-        written = self._bytes.getvalue()[len(self.BEFORE):]
-        self._bytes.seek(len(self.BEFORE))
-        self._bytes.truncate()
+        text."""
+        with self.lock:
+            self.wrapper.write(text)  # (UnicodeEncodeError under the trial's errors: the write raises it)
+            self.wrapper.flush()
+            written = self._bytes.getvalue()[len(self.BEFORE):]
+            self._bytes.seek(len(self.BEFORE))
+            self._bytes.truncate()
         return written.decode(console_encoding or self.wrapper.encoding, "replace")
 
 
