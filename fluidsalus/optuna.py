@@ -7,8 +7,8 @@ that proposes empty fluidsalus trials and a call handler that owns the real stud
 The objective gets a :class:`DeviceTrial`, which has ``optuna.Trial``'s API. Each of its calls goes to the
 real ``optuna.Trial`` on the driver through :func:`fluidsalus.session.call_driver` (one round trip; a
 parameter already suggested with the same distribution is answered from a local copy, as Optuna does; a report
-goes with the next call; ``should_prune`` where Optuna's answer is
-False whatever the study holds is answered on the device: :meth:`DeviceTrial._local_should_prune`), so the
+goes with the next call; ``should_prune`` under a ``NopPruner``, or Optuna's ``MedianPruner``/``PercentilePruner``
+of an in-memory study, is answered on the device: :meth:`DeviceTrial._local_should_prune`), so the
 study's sampler, pruner and storage (in-memory, RDB/SQLite, JournalStorage, ...) see exactly what
 ``study.optimize`` would show them, define-by-run included, and the study shows up in optuna-dashboard like
 any other.
@@ -77,7 +77,7 @@ import traceback
 import uuid
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -118,11 +118,6 @@ try:  # Optuna's own heartbeat helpers (what study.optimize uses for RDBStorage(
 except ImportError as exc:  # pragma: no cover - present in every supported Optuna (>=4,<6)
     raise ImportError(f"fluidsalus.optuna needs optuna>=4,<6 (optuna.storages._heartbeat: {exc})") from exc
 
-try:  # the warm-up/interval rule of PercentilePruner (and MedianPruner), to answer its sure False on the device
-    from optuna.pruners._percentile import _is_first_in_interval_step
-except ImportError:  # pragma: no cover - then every should_prune of those pruners asks the driver
-    _is_first_in_interval_step = None
-
 __all__ = ["DeviceStorage", "DeviceStudy", "DeviceTraceback", "DeviceTrial", "optimize"]
 
 #: Prefix of the driver calls this front end makes (``fluidsalus.session.call_driver``).
@@ -156,9 +151,11 @@ M_REPORT = CALL_PREFIX + "report"
 HELD_REPORTS_MAX = 100
 
 #: ``_TrialSnapshot.prune_rule``: the study's pruner answers ``should_prune`` with False whatever the study holds
-#: (``NopPruner``), or at the steps its warm-up and interval rule skip (``MedianPruner``/``PercentilePruner``:
-#: ``(PRUNE_WARMUP, n_warmup_steps, interval_steps)``). The device then answers those calls itself.
-PRUNE_NEVER, PRUNE_WARMUP = "never", "warmup"
+#: (``NopPruner``), or reads nothing of the study but its COMPLETED trials' intermediate values
+#: (``MedianPruner``/``PercentilePruner`` on an in-memory study: ``(PRUNE_COMPLETED, pruner, view key)``, the
+#: device's copy of the pruner run on its view of those trials, :class:`_CompletedView`). The device then answers
+#: those calls itself.
+PRUNE_NEVER, PRUNE_COMPLETED = "never", "completed"
 
 #: How the objective ended (sent with ``M_FINISH``).
 OUT_RETURNED, OUT_PRUNED, OUT_FAILED = "returned", "pruned", "failed"
@@ -374,6 +371,11 @@ class _TrialSnapshot:
     start: int  # how many times the objective started on this trial (1, or more after the engine restarted it)
     #: When the device may answer ``should_prune`` itself (:func:`_prune_rule`; None: never, it asks the driver).
     prune_rule: tuple[Any, ...] | None = None
+    #: The trial's intermediate values in the study as this attempt starts (an earlier attempt's; under a
+    #: ``PRUNE_COMPLETED`` rule only, which reads them): the device's pruner sees them as the driver's would.
+    values: dict[int, float] = field(default_factory=dict)
+    #: The COMPLETED trials the device's view lacks (:data:`_CompletedUpdate`; under a ``PRUNE_COMPLETED`` rule).
+    completed: _CompletedUpdate | None = None
     #: The study's storage is Optuna's ``InMemoryStorage``, whose writes of a running trial's reports cannot
     #: fail: a report may then wait for the trial's next call to the driver (see :meth:`DeviceTrial.should_prune`);
     #: other storages (RDB, journal) can fail a write, which must raise at the call Optuna raises it at, so there
@@ -383,6 +385,79 @@ class _TrialSnapshot:
 
 #: One intermediate value on its way to the study: ``(value, step, (start, seq))`` (see :data:`KEY_REPORT`).
 _Report = tuple[float, int, tuple[int, int]]
+#: COMPLETED trials a device's view lacks: ``(view key, index of the first, their intermediate values)``, in the
+#: order the driver saw them complete (:meth:`_StudyDriver._completed_update`).
+_CompletedUpdate = tuple[str, int, list[dict[int, float]]]
+
+
+class _Completed:
+    """A COMPLETED trial as ``PercentilePruner.prune`` reads the study's: its intermediate values, nothing else."""
+
+    __slots__ = ("intermediate_values",)
+
+    def __init__(self, intermediate_values: dict[int, float]) -> None:
+        self.intermediate_values = intermediate_values
+
+
+class _NotInView(LookupError):
+    """The pruner read something of the study the device's view does not hold: the driver answers."""
+
+
+class _CompletedView:
+    """The study as ``PercentilePruner.prune`` (``MedianPruner``'s too) reads it in Optuna 5: its direction and
+    ``get_trials(deepcopy=False, states=(COMPLETE,))``, from the device's copy of the COMPLETED trials (they change
+    only as trials complete, and the driver sends the new ones with its answers: :data:`_CompletedUpdate`)."""
+
+    def __init__(self, direction: optuna.study.StudyDirection, completed: tuple[_Completed, ...]) -> None:
+        self.direction = direction
+        self._completed = completed
+
+    def get_trials(self, deepcopy: bool = True, states: Container[TrialState] | None = None) -> list[_Completed]:
+        if states is None or tuple(states) != (TrialState.COMPLETE,):
+            raise _NotInView(f"get_trials(states={states!r})")
+        return list(self._completed)
+
+
+class _TrialView:
+    """The running trial as the pruner reads it (``FrozenTrial``'s ``intermediate_values`` and ``last_step``)."""
+
+    def __init__(self, intermediate_values: dict[int, float]) -> None:
+        self.intermediate_values = intermediate_values
+
+    @property
+    def last_step(self) -> int | None:
+        return max(self.intermediate_values, default=None)
+
+
+#: Each device process's view of the COMPLETED trials of the ``optimize`` call running (by its driver's view key):
+#: a tuple, replaced as trials are added (a pruner reading it meanwhile sees one whole set). Only the newest key is
+#: kept: a process serves one ``optimize`` call at a time.
+_completed_views: dict[str, tuple[_Completed, ...]] = {}
+_completed_views_lock = threading.Lock()
+
+
+def _known_completed(key: str) -> int:
+    """How many COMPLETED trials this process's view holds for the driver of ``key`` (what it need not be sent)."""
+    with _completed_views_lock:
+        return len(_completed_views.get(key, ()))
+
+
+def _take_completed(update: _CompletedUpdate | None) -> None:
+    """Add the COMPLETED trials the driver sent to this process's view (those it holds already are skipped: another
+    trial of the process may have brought them)."""
+    if update is None:
+        return
+    key, first, values = update
+    with _completed_views_lock:
+        view = _completed_views.get(key)
+        if view is None:
+            if first != 0:  # (not this process's key any more: nothing to add to)
+                return
+            _completed_views.clear()
+            view = ()
+        if first > len(view):  # pragma: no cover - the driver sends from what it sent this trial or the process had
+            return
+        _completed_views[key] = view + tuple(_Completed(v) for v in values[len(view) - first:])
 
 
 #: Intermediate values the objective gave that the driver has not been told yet, per
@@ -465,7 +540,8 @@ def _call(method: str, *args: Any) -> Any:
         method, blob = M_AFTER_REPORTS, cloudpickle.dumps((reports, method, blob))
     ok, payload = session.call_driver(method, blob, label=label, verdict=label == M_SHOULD_PRUNE)
     if ok:
-        answer, warned = cloudpickle.loads(payload)
+        answer, warned, completed = cloudpickle.loads(payload)
+        _take_completed(completed)
         _warn_again(warned)
         return answer
     _warn_again(payload.warned)
@@ -738,7 +814,7 @@ class DeviceTrial(BaseTrial):
     Every call is one round trip to the driver, where the real ``optuna.Trial`` lives, except a parameter
     already suggested with the same distribution (answered from the local copy, as Optuna answers it from its
     cache), the read-only properties, ``report`` (its value goes with the next call), ``should_prune`` where
-    Optuna's answer cannot depend on the study (:meth:`_local_should_prune`) and, on an in-memory study,
+    the device can give Optuna's answer (:meth:`_local_should_prune`) and, on an in-memory study,
     ``set_user_attr`` (with the next call: :meth:`set_user_attr`). Any thread of the objective may call it: a
     thread the objective starts belongs to its trial, and the values it reports reach the study with the
     trial's next call, from whichever thread (before, reports were held per thread, and those of a thread that
@@ -756,6 +832,9 @@ class DeviceTrial(BaseTrial):
         self._user_attrs = dict(snapshot.user_attrs)
         self._earlier_steps = snapshot.steps  # steps an earlier attempt of this trial reported
         self._steps: set[int] = set()
+        # the trial's intermediate values as the study holds them (an earlier attempt's, then this one's new steps):
+        # what the device's pruner reads (kept under a PRUNE_COMPLETED rule only)
+        self._values: dict[int, float] = dict(snapshot.values)
         self._start = snapshot.start
         self._reports = itertools.count(1)  # numbers the reports of this start (``next`` is atomic in CPython)
         self.study = DeviceStudy(snapshot.study_name, snapshot.directions)
@@ -765,6 +844,7 @@ class DeviceTrial(BaseTrial):
         self._relative_params: dict[str, Any] | None = None  # fetched on first use, then kept (as Optuna keeps it)
         self._prune_rule = snapshot.prune_rule
         self._writes_cannot_fail = snapshot.writes_cannot_fail
+        _take_completed(snapshot.completed)
 
     # ---------------------------------------------------------------- suggestions
 
@@ -860,6 +940,8 @@ class DeviceTrial(BaseTrial):
             mark = (self._start, next(self._reports))
             _hold_report((value, step, mark))
             result[KEY_REPORT] = list(mark)
+            if self._prune_rule is not None and self._prune_rule[0] == PRUNE_COMPLETED:
+                self._values[step] = value
             self._steps.add(step)
         # The result need not wake the driver: it rides with the trial's next call (should_prune, most often).
         session.report_deferred(result)
@@ -867,11 +949,10 @@ class DeviceTrial(BaseTrial):
     def should_prune(self) -> bool:
         """Ask the study's pruner about this trial (``optuna.Trial.should_prune``).
 
-        One round trip to the driver, except where Optuna's answer is False whatever the study holds: the
-        study's pruner is ``NopPruner``, or a ``MedianPruner``/``PercentilePruner`` at a step its warm-up
-        (``n_warmup_steps``) or ``interval_steps`` skips. The device answers those itself (see
-        :meth:`_local_should_prune` for why that is Optuna's answer), and the held reports go with the trial's
-        next call instead.
+        One round trip to the driver, except where the device can give Optuna's answer: the study's pruner is
+        ``NopPruner``, or a ``MedianPruner``/``PercentilePruner`` of an in-memory study, which the device runs on
+        its copy of the study's COMPLETED trials (see :meth:`_local_should_prune`); the held reports then go with
+        the trial's next call instead.
         """
         answer = self._local_should_prune()
         if answer is not None:
@@ -886,12 +967,14 @@ class DeviceTrial(BaseTrial):
         Optuna 5's ``Trial.should_prune`` checks the study's directions, then returns
         ``study.pruner.prune(study, trial)`` with the trial's own cached copy (it reads nothing of the trial
         from the storage). ``NopPruner.prune`` returns False and reads nothing. ``PercentilePruner.prune``
-        (``MedianPruner`` is one) returns False, whatever the other trials hold, when the trial's last step is
-        below ``n_warmup_steps`` or is not the first step of its interval (its only read, the study's completed
-        trials, decides between other ways of returning False before those checks). The trial's steps are the
-        ones it reported (this attempt's and an earlier one's, as the snapshot said), so the answer here is the
-        one the driver would give. The pruner is the one the study had when this attempt started: a callback that
-        replaces ``study.pruner`` reaches this trial only at its calls that go to the driver (docs/migrating.md).
+        (``MedianPruner`` is one) reads the study's direction, its COMPLETED trials' intermediate values and the
+        trial's own: the device runs its copy of the pruner on :class:`_CompletedView` (the COMPLETED trials as the
+        driver last sent them, with an answer this process received) and the trial's values (this attempt's and an
+        earlier one's, as the snapshot said). Given the same COMPLETED trials, that is the driver's answer; the
+        trials that completed since the driver last answered this process are seen at its next answer, as
+        Optuna's ``n_jobs`` threads see another thread's completion only once it is stored (docs/migrating.md). The
+        pruner is the one the study had when this attempt started: a callback that replaces ``study.pruner``
+        reaches this trial only at its calls that go to the driver.
 
         Not waiting for the driver must not move an error either: the reports this trial
         holds for the driver are told with its next call, so where a write can fail (an RDB or journal
@@ -906,17 +989,15 @@ class DeviceTrial(BaseTrial):
             raise NotImplementedError("Trial.should_prune is not supported for multi-objective optimization.")
         if rule[0] == PRUNE_NEVER:
             return False
-        _, n_warmup_steps, interval_steps = rule
+        _, pruner, key = rule
+        with _completed_views_lock:
+            completed = _completed_views.get(key, ())
+        study = _CompletedView(self.study.directions[0], completed)
         try:
-            steps = self._earlier_steps.union(self._steps)
-        except RuntimeError:  # another thread of the trial reported meanwhile ("changed size"): ask the driver
-            return None
-        if not steps:
-            return False
-        step = max(steps)
-        if step < n_warmup_steps or not _is_first_in_interval_step(step, steps, n_warmup_steps, interval_steps):
-            return False
-        return None
+            answer: bool = pruner.prune(study, _TrialView(self._values))
+        except (_NotInView, RuntimeError):  # a read the view cannot answer; another thread of the trial reported
+            return None  # meanwhile ("changed size"): the driver answers
+        return answer
 
     # ---------------------------------------------------------------- attributes
 
@@ -1002,8 +1083,8 @@ class _ObjectivePickler(cloudpickle.Pickler):
 
 
 def _unpickle_runner(blob: bytes, catch: tuple[type[BaseException], ...], gc_after_trial: bool,
-                     name: str) -> _ObjectiveRunner:
-    runner = _ObjectiveRunner(cloudpickle.loads(blob), catch, gc_after_trial)
+                     name: str, view_key: str = "") -> _ObjectiveRunner:
+    runner = _ObjectiveRunner(cloudpickle.loads(blob), catch, gc_after_trial, view_key=view_key)
     runner.__name__ = name
     return runner
 
@@ -1019,14 +1100,16 @@ class _ObjectiveRunner:
         gc_after_trial: Run ``gc.collect()`` in the device process after each trial.
         study: The study being optimised: where the objective holds it (a script's ``study``, captured), the
             devices get the :class:`DeviceStudy` that ``trial.study`` is, which asks the real one, not a copy.
+        view_key: The driver's key of the devices' views of the COMPLETED trials (``_StudyDriver.view_key``).
     """
 
     #: The argument an error about this trainable names (``fluidsalus.run`` reads it): the user's objective.
     error_field = "objective"
 
     def __init__(self, objective: Callable[[Any], Any], catch: tuple[type[BaseException], ...],
-                 gc_after_trial: bool, study: optuna.Study | None = None) -> None:
+                 gc_after_trial: bool, study: optuna.Study | None = None, view_key: str = "") -> None:
         self.objective = objective
+        self.view_key = view_key
         self.catch = catch
         self.gc_after_trial = gc_after_trial
         self.study = study
@@ -1037,10 +1120,10 @@ class _ObjectiveRunner:
         with io.BytesIO() as file:
             _ObjectivePickler(file, self.study).dump(self.objective)
             blob = file.getvalue()
-        return _unpickle_runner, (blob, self.catch, self.gc_after_trial, self.__name__)
+        return _unpickle_runner, (blob, self.catch, self.gc_after_trial, self.__name__, self.view_key)
 
     def __call__(self, config: Mapping[str, Any]) -> dict[str, Any] | None:
-        snapshot: _TrialSnapshot | None = _call(M_START)
+        snapshot: _TrialSnapshot | None = _call(M_START, _known_completed(self.view_key))
         if snapshot is None:
             return None  # the optimisation ended (timeout, study.stop(), an error) before this trial started
         trial_session = session.current_session()
@@ -1144,6 +1227,9 @@ class _Live:
     # list per thread, from ask() to tell(), ``Study._thread_local.cached_all_trials``; a call thread serves many
     # trials, so each trial's list is kept here and put back on the thread for its next call).
     cached_trials: list[FrozenTrial] | None = None
+    # Under a PRUNE_COMPLETED rule: how many of the driver's COMPLETED trials (``_StudyDriver._completed``) the
+    # trial's device process holds, as far as this trial's calls told it (None: the device needs none).
+    completed_sent: int | None = None
 
 
 def _infeasibility(values: list[Any] | None, n_objectives: int) -> str | None:
@@ -1225,21 +1311,19 @@ def _unchecked_categorical(choices: Sequence[Any]) -> CategoricalDistribution:
     return distribution
 
 
-def _prune_rule(study: optuna.Study) -> tuple[Any, ...] | None:
+def _prune_rule(study: optuna.Study, view_key: str) -> tuple[Any, ...] | None:
     """When the device may answer ``should_prune`` without the study (:meth:`DeviceTrial._local_should_prune`).
 
     Only Optuna's own classes (a subclass may prune otherwise). ``NopPruner`` reads nothing: on any storage.
-    ``PercentilePruner`` reads the study's completed trials first, which an in-memory storage cannot fail: on that
-    storage only (elsewhere the read may raise, and must, at the call).
+    ``PercentilePruner`` (``MedianPruner``) reads the study's COMPLETED trials, which an in-memory storage cannot
+    fail to read: on that storage only (elsewhere the read may raise, and must, at the call), with a copy of the
+    pruner run on the device's view of those trials (``view_key``: :class:`_CompletedView`).
     """
     pruner = study.pruner
     if type(pruner) is optuna.pruners.NopPruner:
         return (PRUNE_NEVER,)
-    if (type(pruner) in (optuna.pruners.MedianPruner, optuna.pruners.PercentilePruner)
-            and _is_first_in_interval_step is not None and _writes_cannot_fail(study)):
-        warmup, interval = getattr(pruner, "_n_warmup_steps", None), getattr(pruner, "_interval_steps", None)
-        if isinstance(warmup, int) and isinstance(interval, int):  # (Optuna's private names: else ask the driver)
-            return (PRUNE_WARMUP, warmup, interval)
+    if type(pruner) in (optuna.pruners.MedianPruner, optuna.pruners.PercentilePruner) and _writes_cannot_fail(study):
+        return (PRUNE_COMPLETED, pruner, view_key)
     return None
 
 
@@ -1361,6 +1445,12 @@ class _StudyDriver(BaseSearcher):
         self._asked = 0
         self._calling = threading.local()  # per answering thread: ``untold`` of the call being answered
         self._log_completed = _completed_logger(study)
+        #: Names this call's COMPLETED trials in the devices' views (:class:`_CompletedView`), which hold
+        #: ``_completed`` (each one's intermediate values, in the order seen complete; ``_completed_ids``: their ids).
+        self.view_key = uuid.uuid4().hex
+        self._completed: list[dict[int, float]] = []
+        self._completed_ids: set[int] = set()
+        self._completed_lock = threading.Lock()
         self._calls: dict[str, Callable[..., Any]] = {
             M_START: self._on_start, M_SUGGEST: self._on_suggest,
             M_SHOULD_PRUNE: self._on_should_prune, M_SET_USER_ATTR: self._on_set_user_attr,
@@ -1569,11 +1659,29 @@ class _StudyDriver(BaseSearcher):
                     raise FluidsalusError(f"unknown driver call {method!r} from trial {trial_id}")
                 (blob,) = args
                 answer = self._dispatch(trial_id, method, cloudpickle.loads(blob))
-                return True, cloudpickle.dumps((answer, _caught(caught)))
+                return True, cloudpickle.dumps((answer, _caught(caught), self._completed_update(trial_id)))
             except Exception as e:  # noqa: BLE001 - the exception belongs to the calling objective
                 untold = self._calling.untold
                 return False, replace(_PackedError.of(e, bare=True), warned=_caught(caught),
                                       untold=None if untold is None else tuple(untold))
+
+    def _completed_update(self, trial_id: str, known: int | None = None) -> _CompletedUpdate | None:
+        """The study's COMPLETED trials that the device of ``trial_id`` lacks, for its view (None: none, or it
+        keeps no view), past the ``known`` ones its process holds (default: those this trial's calls sent it). The
+        study's list is read here, so a trial told by a callback (``study.tell``, ``add_trial``) is seen too."""
+        live = self._live.get(trial_id)
+        if live is None or live.completed_sent is None:
+            return None
+        with self._completed_lock:
+            for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+                if frozen._trial_id not in self._completed_ids:
+                    self._completed_ids.add(frozen._trial_id)
+                    self._completed.append(dict(frozen.intermediate_values))
+            first = live.completed_sent if known is None else min(known, len(self._completed))
+            live.completed_sent = len(self._completed)
+            if first == live.completed_sent:
+                return None
+            return self.view_key, first, self._completed[first:]
 
     def _trial(self, trial_id: str) -> optuna.Trial:
         live = self._live.get(trial_id)
@@ -1581,26 +1689,36 @@ class _StudyDriver(BaseSearcher):
             raise RuntimeError(f"fluidsalus trial {trial_id} has no running Optuna trial")
         return live.trial
 
-    def _snapshot(self, live: _Live) -> _TrialSnapshot:
+    def _snapshot(self, live: _Live, known: int) -> _TrialSnapshot:
+        """What the device needs of the started trial; ``known``: the COMPLETED trials its process's view holds."""
         trial = live.trial
+        rule = _prune_rule(self.study, self.view_key)
+        values, completed = {}, None
+        if rule is not None and rule[0] == PRUNE_COMPLETED:
+            values = dict(self.study._storage.get_trial(trial._trial_id).intermediate_values)  # (in memory)
+            live.completed_sent = known
+            completed = self._completed_update(live.trial_id, known)
         return _TrialSnapshot(
             number=trial.number, datetime_start=trial.datetime_start, params=trial.params,
             distributions=trial.distributions, user_attrs=trial.user_attrs, steps=frozenset(live.steps),
             study_name=self.study.study_name, directions=list(self.study.directions), trial_id=trial._trial_id,
-            start=live.starts, prune_rule=_prune_rule(self.study), writes_cannot_fail=_writes_cannot_fail(self.study),
+            start=live.starts, prune_rule=rule, writes_cannot_fail=_writes_cannot_fail(self.study),
+            values=values, completed=completed,
         )
 
     def started_trials(self) -> dict[str, int]:
         """The Optuna trial id (in the study's storage) of each fluidsalus trial that started one."""
         return {trial_id: live.trial._trial_id for trial_id, live in self._live.items()}
 
-    def _on_start(self, trial_id: str) -> _TrialSnapshot | None:
+    def _on_start(self, trial_id: str, known: int = 0) -> _TrialSnapshot | None:
+        """Start the trial's Optuna trial (or a new attempt of it); ``known``: how many COMPLETED trials the view of
+        its device process holds (:func:`_known_completed`)."""
         live = self._live.get(trial_id)
         if live is not None:  # the engine restarted this trial (out of memory, device lost): same Optuna trial
             if live.told:
                 return None
             live.starts += 1
-            return self._snapshot(live)
+            return self._snapshot(live, known)
         self._unstarted.discard(trial_id)
         if self.stopping():
             return None
@@ -1632,7 +1750,7 @@ class _StudyDriver(BaseSearcher):
             # ... and ERROR in the experiment's record, with this error, as the study has it (answered None, its
             # fluidsalus trial ended TERMINATED with no result: the two records disagreed)
             raise
-        return self._snapshot(live)
+        return self._snapshot(live, known)
 
     def _on_suggest(self, trial_id: str, name: str,
                     distribution: BaseDistribution) -> tuple[Any, BaseDistribution, int | None]:
@@ -2026,7 +2144,7 @@ def optimize(
     limit = None if n_trials is None or math.isinf(n_trials) else math.ceil(n_trials)  # (inf: no limit, as Optuna's)
     progress_bar = _TrialsSideBySideBar(bool(show_progress_bar), n_trials, timeout)  # (Optuna's, with its warning)
     driver = _StudyDriver(study, limit, timeout, callback_list, name, progress_bar)
-    runner = _ObjectiveRunner(objective, classes, bool(gc_after_trial), study)
+    runner = _ObjectiveRunner(objective, classes, bool(gc_after_trial), study, view_key=driver.view_key)
     study._stop_flag = False
     study._thread_local.in_optimize_loop = True  # study.stop() works in callbacks; ask() knows it is optimize
     try:

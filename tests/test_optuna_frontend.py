@@ -703,6 +703,14 @@ def _reports_three(trial: Any, call_after: bool, pruned: bool = False) -> float:
     return x
 
 
+class _NeverPrunes(optuna.pruners.BasePruner):
+    """A pruner of the user's own that never prunes: its ``should_prune`` always goes to the driver (Optuna's
+    ``MedianPruner``, the default, is answered on the device of an in-memory study)."""
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        return False
+
+
 def _refusing_trial_1s_first_report(error: Exception, step: int = 0, once: bool = False) -> optuna.Study:
     """A study whose storage refuses trial 1's report of ``step`` with ``error`` (the first time only: ``once``)."""
     study = optuna.create_study()
@@ -801,6 +809,7 @@ def test_a_report_the_storage_refused_once_is_stored_when_the_objective_reports_
     Optuna stores it then. The device had marked the step reported before the driver stored it, so the second
     report was ignored with Optuna's "already reported" warning and the value lost (h149's F1)."""
     study = _refusing_trial_1s_first_report(ConnectionError("storage down"), step=1, once=True)
+    study.pruner = _NeverPrunes()  # (asked on the driver at each step: the call that raises the refusal)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # (no "already reported" warning: Optuna gives none)
         if how == "optuna":
@@ -1577,7 +1586,7 @@ def test_each_report_travels_with_the_next_call(tmp_path, monkeypatch):
         return handle(self, trial_id, method, args)
 
     monkeypatch.setattr(fo._StudyDriver, "handle_call", counting)
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0), pruner=_NeverPrunes())
     _optimize(study, _report_steps, tmp_path, n_trials=2)
     assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
     for t in study.trials:
@@ -1630,10 +1639,11 @@ def _contents(study: optuna.Study) -> list[tuple[Any, ...]]:
 
 @pytest.mark.parametrize("pruner", ["nop", "median_warmup", "percentile_interval"])
 def test_pruner_answers_and_user_attributes_that_need_no_driver_cost_no_round_trip(tmp_path, monkeypatch, pruner):
-    """``should_prune`` under a NopPruner, or at a step a MedianPruner's warm-up skips, is False whatever the study
-    holds: the device answers it. Before, each was one round trip; ``set_user_attr`` stays one (so the study shows
-    it at once and a refused one raises at the call); the study ends with the same contents as Optuna's own run of
-    the same seeded study."""
+    """``should_prune`` under a NopPruner, or Optuna's MedianPruner/PercentilePruner of an in-memory study (run on
+    the device's view of the COMPLETED trials), is answered by the device. Before, each was one round trip (a
+    Median/PercentilePruner's past its warm-up); ``set_user_attr`` stays one (so the study shows it at once and a
+    refused one raises at the call); the study ends with the same contents as Optuna's own run of the same seeded
+    study (one trial at a time: each trial's view holds every COMPLETED trial, as the driver's study does)."""
     calls = _count_driver_calls(monkeypatch)
 
     def study_of() -> optuna.Study:
@@ -1651,13 +1661,36 @@ def test_pruner_answers_and_user_attributes_that_need_no_driver_cost_no_round_tr
     assert per_method.count(fo.M_START) == 6 and per_method.count(fo.M_SUGGEST) == 6
     attrs = sum(len(t.user_attrs) for t in ours.trials)
     assert per_method.count(fo.M_SET_USER_ATTR) == attrs  # one round trip each, as before
-    asked = per_method.count(fo.M_SHOULD_PRUNE)
-    if pruner == "nop":
-        assert asked == 0 and len(calls) == 3 * 6 + attrs  # start, suggest, finish, and the attributes
-    elif pruner == "median_warmup":  # from step 4 (the warm-up's end) to the trial's last step only
-        assert asked == sum(max(t.intermediate_values) - 3 for t in ours.trials)
-    else:  # the first step of each interval after the warm-up: 1, 3 and 5
-        assert asked == sum(sum(s <= max(t.intermediate_values) for s in (1, 3, 5)) for t in ours.trials)
+    assert per_method.count(fo.M_SHOULD_PRUNE) == 0
+    assert len(calls) == 3 * 6 + attrs  # start, suggest, finish, and the attributes
+
+
+def _converging(trial: Any) -> float:
+    x = trial.suggest_float("x", 0.0, 1.0)
+    for step in range(8):
+        trial.report(x + 1.0 / (step + 1), step)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+    return x
+
+
+@pytest.mark.parametrize("percentile", [None, 30.0])
+def test_a_median_or_percentile_pruner_prunes_on_the_device_as_optunas_run(tmp_path, monkeypatch, percentile):
+    """Past the warm-up, a MedianPruner/PercentilePruner's ``should_prune`` was one round trip each step (about
+    3 ms, ten times Optuna's own run of a cheap objective); the device now answers it from its view of the COMPLETED
+    trials, and prunes the same trials at the same steps as Optuna's run of the same seeded study."""
+    calls = _count_driver_calls(monkeypatch)
+
+    def study_of() -> optuna.Study:
+        pruner = (optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=2) if percentile is None else
+                  optuna.pruners.PercentilePruner(percentile, n_startup_trials=2, n_warmup_steps=1, interval_steps=2))
+        return optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=7), pruner=pruner)
+
+    ours, theirs = _run_both(study_of, _converging, tmp_path, n_trials=10)
+    assert _contents(ours) == _contents(theirs)
+    assert sum(t.state == TrialState.PRUNED for t in ours.trials) >= 2
+    assert [inner or m for m, inner in calls].count(fo.M_SHOULD_PRUNE) == 0
+    assert len(calls) == 3 * 10  # start, suggest and finish of each trial
 
 
 def _long_and_never_pruned(trial: Any) -> float:
@@ -2263,7 +2296,7 @@ def test_should_prune_asks_the_driver_as_a_verdict_and_other_calls_do_not(monkey
 
     def call_driver(method: str, *args: Any, label: str | None = None, verdict: bool = False) -> Any:
         calls.append((label or method, verdict))
-        return True, fo.cloudpickle.dumps((False, []))
+        return True, fo.cloudpickle.dumps((False, [], None))
 
     monkeypatch.setattr(fo.session, "call_driver", call_driver)
     assert fo._call(fo.M_SHOULD_PRUNE) is False
@@ -2292,3 +2325,27 @@ def test_in_the_runs_tail_a_prefetched_trial_waits_through_its_neighbours_should
     study = optuna.create_study(pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=5))
     _optimize(study, objective, tmp_path, n_trials=3, name="tail")
     assert began_on_the_freed_device(str(tmp_path / "fluidsalus" / "tail"))
+
+
+def _slow_and_bad_or_fast_and_good(trial: Any) -> float:
+    slow = trial.number == 0
+    for step in range(4 * fo.HELD_REPORTS_MAX):
+        if slow:
+            time.sleep(0.005)
+        trial.report(100.0 if slow else 1.0, step)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+    return 1.0
+
+
+def test_a_running_trial_hears_of_completions_with_its_devices_next_answer(tmp_path):
+    """The device's MedianPruner judges against the COMPLETED trials its process last heard of: trial 0 (slow, bad)
+    started with none; the fast, good trials completing beside it reach its view with the driver's answer to its next
+    call, the batch of its held reports (every ``HELD_REPORTS_MAX`` steps), and it is pruned at the step of that
+    call, where it kept running to its end when it never heard of them."""
+    study = optuna.create_study(pruner=optuna.pruners.MedianPruner(n_startup_trials=1))
+    _optimize(study, _slow_and_bad_or_fast_and_good, tmp_path, n_trials=3, devices=2)
+    first = study.trials[0]
+    assert first.state == TrialState.PRUNED
+    assert first.last_step is not None and (first.last_step + 1) % fo.HELD_REPORTS_MAX == 0
+    assert [t.state for t in study.trials[1:]] == [TrialState.COMPLETE] * 2

@@ -195,7 +195,7 @@ def test_a_sampler_warning_goes_to_its_own_trial(tmp_path, monkeypatch):
     def recording(self, trial_id, method, args):
         ok, payload = answer(self, trial_id, method, args)
         if method == fo.M_SUGGEST and ok:
-            _, warned = fo.cloudpickle.loads(payload)
+            _, warned, _ = fo.cloudpickle.loads(payload)
             name = fo.cloudpickle.loads(args[0])[0]
             answered.append((self._live[trial_id].trial.number, name, [str(w) for w in warned]))
         return ok, payload
