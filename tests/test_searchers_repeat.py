@@ -84,6 +84,31 @@ def test_the_state_survives_json_and_a_resumed_searcher_tells_the_mean_of_old_an
     assert frozen.value == 1.5
 
 
+def test_a_num_samples_that_is_not_a_multiple_of_repeat_runs_the_last_configuration_fewer_times() -> None:
+    """Ray 2.60's ``Repeater(OptunaSearch(...), repeat=2)`` with ``num_samples=5`` runs 5 trials: two whole
+    configurations and a third run once (``__trial_index__=0``), whose Optuna trial is never told (it stays
+    RUNNING); with ``num_samples=1, repeat=3``, one trial. fluidsalus ran ``num_samples // repeat``
+    configurations: 4 trials, and refused ``num_samples < repeat``."""
+    inner = OptunaSearch(SPACE, num_samples=3, metric="score", mode="max", seed=0)
+    searcher = RepeatSearcher(inner, 2, "score", num_samples=5)
+    result = drive(searcher, _noisy, metric="score", max_iterations=1, parallel=2)
+    indices = [trial.config[TRIAL_INDEX] for trial in result.trials.values()]
+    assert sorted(indices) == [0, 0, 0, 1, 1] and searcher.is_finished()
+    states = sorted(t.state.name for t in inner.study.trials)
+    assert states == ["COMPLETE", "COMPLETE", "RUNNING"]  # the partial configuration is never told, as in Ray
+    state = json.loads(json.dumps(searcher.state_dict()))
+    resumed = RepeatSearcher(OptunaSearch(SPACE, num_samples=3, metric="score", mode="max", seed=0), 2, "score",
+                             num_samples=5)
+    resumed.load_state_dict(state)
+    assert resumed.next_groups() == []  # all 5 were proposed
+    alone = RepeatSearcher(OptunaSearch(SPACE, num_samples=1, metric="score", mode="max", seed=0), 3, "score",
+                           num_samples=1)
+    (group,) = alone.next_groups()
+    assert [c[TRIAL_INDEX] for c in group.configs] == [0] and alone.next_groups() == []
+    with pytest.raises(ConfigError, match="^RepeatSearcher: num_samples must be None or an int >= 1"):
+        RepeatSearcher(OptunaSearch(SPACE, num_samples=1, metric="score", mode="max"), 2, "score", num_samples=0)
+
+
 def test_mean_score_and_bad_arguments() -> None:
     assert mean_score([1.0, math.nan, 3.0]) == 2.0 and mean_score([math.nan]) is None
     inner = OptunaSearch(SPACE, num_samples=1, metric="score", mode="max")
@@ -113,9 +138,12 @@ def test_repeater_maps_onto_a_repeat_searcher_with_rays_counting_and_limits() ->
     from fluidsalus.tune.search import ConcurrencyLimiter, Repeater
     from fluidsalus.tune.search.optuna import OptunaSearch as Holder
 
-    planned = _plan(Repeater(Holder(metric="score", mode="max"), repeat=3), num_samples=7)
+    with pytest.warns(UserWarning, match=r"num_samples=7 is not a multiple of Repeater\(repeat=3\): the last "
+                                         r"configuration runs 1 of its 3 repeats and OptunaSearch is never told"):
+        planned = _plan(Repeater(Holder(metric="score", mode="max"), repeat=3), num_samples=7)
     assert isinstance(planned.searcher, RepeatSearcher) and planned.searcher.repeat == 3
-    assert planned.searcher.inner.num_samples == 2  # 7 // 3: the remainder is left out, as in Ray
+    assert planned.searcher.inner.num_samples == 3  # ceil(7 / 3), for 7 trials (see the test below)
+    assert planned.searcher.num_samples == 7
     assert planned.metric == "score" and "Repeater(repeat=3" in planned.summary
     # A limiter inside caps configurations in flight; max_concurrent_trials caps trials.
     planned = _plan(Repeater(ConcurrencyLimiter(Holder(metric="score", mode="max"), 2), repeat=3),
@@ -126,13 +154,23 @@ def test_repeater_maps_onto_a_repeat_searcher_with_rays_counting_and_limits() ->
     assert planned.searcher.inner.batch_size == 3 and not planned.searcher.set_index  # ceil(5 / 2)
 
 
+def test_repeater_with_fewer_samples_than_repeats_runs_them_as_ray() -> None:
+    """Ray runs ``num_samples=2`` trials of ``Repeater(repeat=3)``: one configuration, twice; fluidsalus refused it
+    ("no configuration would run")."""
+    from fluidsalus.tune.search import Repeater
+    from fluidsalus.tune.search.optuna import OptunaSearch as Holder
+
+    with pytest.warns(UserWarning, match="num_samples=2 is not a multiple"):
+        planned = _plan(Repeater(Holder(metric="score", mode="max"), repeat=3), num_samples=2)
+    (group,) = planned.searcher.next_groups()
+    assert [c[TRIAL_INDEX] for c in group.configs] == [0, 1] and planned.searcher.inner.num_samples == 1
+
+
 def test_repeater_refuses_what_it_cannot_repeat() -> None:
     from fluidsalus.tune.schedulers import ASHAScheduler
     from fluidsalus.tune.search import BasicVariantGenerator, Repeater
     from fluidsalus.tune.search.optuna import OptunaSearch as Holder
 
-    with pytest.raises(ConfigError, match="num_samples=2 is less than Repeater\\(repeat=3\\)"):
-        _plan(Repeater(Holder(metric="score", mode="max"), repeat=3), num_samples=2)
     with pytest.raises(ConfigError, match="fluidsalus repeats an OptunaSearch .* with no scheduler"):
         _plan(Repeater(Holder(metric="score", mode="max"), repeat=2), scheduler=ASHAScheduler())
     with pytest.raises(ConfigError, match="Repeater: searcher must be a Searcher"):  # (Ray: not a Searcher either)

@@ -45,7 +45,9 @@ class HillClimber(Searcher):
 
     def set_search_properties(self, metric, mode, config, **spec):
         self.properties = (metric, mode, dict(config))
-        return super().set_search_properties(metric, mode, config, **spec)
+        # (the base takes nothing and returns False, as Ray's: a searcher of one's own takes them itself)
+        self._metric, self._mode = self._metric or metric, self._mode or mode
+        return True
 
     def set_max_concurrency(self, max_concurrent):
         self.concurrency = max_concurrent
@@ -801,3 +803,73 @@ def test_a_fluidsalus_search_algorithm_called_on_its_own_says_the_engine_runs_it
 
     with pytest.raises(NotImplementedError, match="^$"):
         Mine().suggest("t0")
+
+
+def test_a_search_algorithm_on_rays_low_level_api_is_refused_with_what_runs() -> None:
+    """Ray 2.60 runs a subclass of ``tune.search.SearchAlgorithm`` that implements ``add_configurations`` and
+    ``next_trial`` (its base has ``metric``, through ``_metric = None``, Ray's ``set_search_properties``,
+    ``is_finished``/``set_finished``, ...; no ``super().__init__()`` needed). fluidsalus does not run that API (it
+    makes Ray's ``Trial`` objects); its base lacked ``metric``, so ``fit()`` failed with a bare ``AttributeError:
+    'LowLevel' object has no attribute 'metric'``. Now the base has Ray's attributes and the refusal says what
+    runs instead."""
+
+    class LowLevel(tune.search.SearchAlgorithm):
+        def __init__(self):
+            self.added = []
+
+        def add_configurations(self, experiments):
+            self.added.append(experiments)
+
+        def next_trial(self):
+            return None
+
+    alg = LowLevel()
+    assert alg.metric is None and alg.total_samples == 0 and not alg.is_finished()
+    assert alg.set_search_properties("m", "max", {}) and alg.metric == "m"  # Ray's base rule
+    assert not alg.set_search_properties("n", None, {}) and alg.metric == "m"
+    alg.set_finished()
+    assert alg.is_finished() and not alg.has_checkpoint("anywhere")
+    refusal = (r"search_alg LowLevel subclasses SearchAlgorithm, Ray's low-level API \(add_configurations/"
+               r"next_trial.*\), which fluidsalus does not run; subclass tune.search.Searcher instead .*"
+               r"OptunaSearch, HyperOptSearch .*BayesOptSearch .*a Searcher subclass of your own$")
+    for search_alg in (LowLevel(), ConcurrencyLimiter(LowLevel(), 2), tune.search.Repeater(LowLevel(), 2)):
+        with pytest.raises(ConfigError, match=refusal):
+            plan(TuneConfig(metric="m", mode="max", num_samples=2, search_alg=search_alg), {"x": tune.uniform(0, 1)})
+    # a Searcher without suggest: the list of what runs names them all too (it named five)
+    with pytest.raises(ConfigError, match=r"search_alg Searcher is not supported \(a Searcher of your own "
+                                          r"implements suggest\(\)\); use one of .*HyperOptSearch.*"):
+        plan(TuneConfig(metric="m", mode="max", search_alg=Searcher()), {"x": tune.uniform(0, 1)})
+
+
+def test_the_base_set_search_properties_takes_nothing_as_rays() -> None:
+    """Ray 2.60's ``Searcher.set_search_properties`` returns False: a searcher that keeps it, given parameters to
+    search in ``param_space``, fails (``ValueError: You passed a param_space ... with unresolved parameters, but
+    the search algorithm was already instantiated with a search space``), and its metric and mode stay its own.
+    Given both to the searcher and to TuneConfig, Ray runs, ranking the run's results by TuneConfig's. fluidsalus's
+    base took TuneConfig's and returned True (the domain was ignored), and refused the differing pair."""
+    from fluidsalus.tune.search.bohb import TuneBOHB
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    class Plain(Searcher):
+        def suggest(self, trial_id):
+            return {"x": 0.5}
+
+        def on_trial_complete(self, trial_id, result=None, error=False):
+            pass
+
+    plain = Plain()
+    assert plain.set_search_properties("m", "max", {"x": tune.uniform(0, 1)}) is False
+    assert (plain.metric, plain.mode) == (None, None)
+    with pytest.raises(ConfigError, match=r"Plain.set_search_properties refused it \(it keeps Searcher's "
+                                          r"set_search_properties, which takes nothing and returns False"):
+        plan(TuneConfig(metric="m", mode="max", search_alg=Plain()), {"x": tune.uniform(0, 1)})
+    assert isinstance(plan(TuneConfig(metric="m", mode="max", search_alg=Plain()), {"c": 1}).searcher,
+                      CustomSearch)  # constants only: fine, as in Ray
+    own = Plain(metric="loss", mode="min")
+    with pytest.warns(UserWarning, match=r"TuneConfig.mode='max' replaces Plain.mode='min' for the run's results, "
+                                         r"as in Ray; Plain keeps its own mode"):
+        planned = plan(TuneConfig(metric="loss", mode="max", search_alg=own), {"x": 0.1})
+    assert (planned.metric, planned.mode) == ("loss", "max") and (own.metric, own.mode) == ("loss", "min")
+    # fluidsalus's own search algorithms override it and still take them
+    for built_in in (OptunaSearch(), TuneBOHB()):
+        assert built_in.set_search_properties("m", "max", {}) and (built_in.metric, built_in.mode) == ("m", "max")

@@ -249,6 +249,36 @@ def test_a_grid_search_is_refused_as_in_ray(algorithm, library) -> None:
         plan(TuneConfig(metric="m", mode="max", search_alg=algorithm(space={"a": tune.grid_search([1, 2])})), {})
 
 
+def test_optuna_search_drops_the_q_of_a_qloguniform_as_ray() -> None:
+    """Ray 2.60's ``OptunaSearch`` searches ``tune.qloguniform(1e-3, 1, 1e-3)`` as ``FloatDistribution(1e-3, 1,
+    log=True)``, logging "Optuna does not support both quantization and sampling from LogUniform. Dropped
+    quantization." (its values, 0.0178, 0.1449, ..., are not multiples of q); fluidsalus refused it with a
+    SpaceError. ``HyperOptSearch``, whose HyperOpt quantizes it, still refuses it, naming itself (documented)."""
+    with pytest.warns(UserWarning, match=r"^OptunaSearch: Optuna does not support both quantization and sampling "
+                                         r"from LogUniform; q is dropped for model/lr \(as Ray's"):
+        planned = plan(TuneConfig(metric="m", mode="max", search_alg=OptunaSearch(seed=1)),
+                       {"model": {"lr": tune.qloguniform(1e-3, 1, 1e-3), "n": 2}, "b": tune.quniform(0, 1, 0.5)})
+    assert planned.searcher._distributions == {
+        "b": optuna.distributions.FloatDistribution(0, 1, step=0.5),
+        "model/lr": optuna.distributions.FloatDistribution(1e-3, 1, log=True)}
+    assert list(planned.searcher.space) == ["model", "b"] and planned.searcher.space["model"]["n"] == 2
+    with pytest.raises(ConfigError, match=r"^HyperOptSearch: parameter 'p': qloguniform\(.*\) has no Optuna "
+                                          r"equivalent"):
+        plan(TuneConfig(metric="m", mode="max", search_alg=HyperOptSearch()), {"p": tune.qloguniform(1e-3, 1, 1e-3)})
+
+
+def test_a_bad_point_names_the_search_algorithm_built() -> None:
+    """A point outside the space given to ``HyperOptSearch`` was refused as ``OptunaSearch: points_to_evaluate[0]
+    ...`` (the engine's name; the space's errors already named the class built)."""
+    with pytest.raises(ConfigError, match=r"^HyperOptSearch: points_to_evaluate\[0\]\['c'\] = 'zz' is outside the "
+                                          r"parameter's range"):
+        plan(TuneConfig(metric="m", mode="max", search_alg=HyperOptSearch(points_to_evaluate=[{"c": "zz"}])),
+             {"c": tune.choice(["a", "b"])})
+    with pytest.raises(ConfigError, match=r"^BayesOptSearch: points_to_evaluate\[0\]\['x'\] = 2"):
+        plan(TuneConfig(metric="m", mode="max", search_alg=BayesOptSearch(points_to_evaluate=[{"x": 2}])),
+             {"x": tune.uniform(0, 1)})
+
+
 def test_utility_kwargs_are_not_used_and_a_warning_says_so() -> None:
     with pytest.warns(UserWarning, match="utility_kwargs=.* is not used: .* log expected improvement"):
         BayesOptSearch(utility_kwargs={"kind": "ucb", "kappa": 2.5, "xi": 0.0})

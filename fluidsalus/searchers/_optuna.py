@@ -195,6 +195,8 @@ class OptunaSearch(BaseSearcher):
         *,
         owner: str = "OptunaSearch",
     ) -> None:
+        #: The search algorithm its errors about the space and the points name.
+        self.owner = owner
         if callable(space) and not isinstance(space, Mapping) and define_by_run is None:
             space, define_by_run = {}, space
         if not isinstance(space, Mapping):
@@ -339,20 +341,20 @@ class OptunaSearch(BaseSearcher):
             return []
         if isinstance(points, Mapping) or not isinstance(points, Sequence):
             raise ConfigError(
-                f"OptunaSearch: points_to_evaluate must be a list of configs, got {type(points).__name__}"
+                f"{self.owner}: points_to_evaluate must be a list of configs, got {type(points).__name__}"
             )
         flat_points = []
         for index, point in enumerate(points):
             if not isinstance(point, Mapping):
                 raise ConfigError(
-                    f"OptunaSearch: points_to_evaluate[{index}] must be a dict, got {type(point).__name__}"
+                    f"{self.owner}: points_to_evaluate[{index}] must be a dict, got {type(point).__name__}"
                 )
             flat: dict[str, Any] = {}
             for key, value in self._flatten_point(index, point).items():
                 if key in self._constants:
                     if value != self._constants[key]:
                         raise ConfigError(
-                            f"OptunaSearch: points_to_evaluate[{index}]['{key}'] = {value!r} but the space fixes "
+                            f"{self.owner}: points_to_evaluate[{index}]['{key}'] = {value!r} but the space fixes "
                             f"it to the constant {self._constants[key]!r}"
                         )
                     continue
@@ -362,12 +364,12 @@ class OptunaSearch(BaseSearcher):
                 distribution = self._distributions.get(key)
                 if distribution is None:
                     raise ConfigError(
-                        f"OptunaSearch: points_to_evaluate[{index}] has '{key}', which is not a parameter of the "
+                        f"{self.owner}: points_to_evaluate[{index}] has '{key}', which is not a parameter of the "
                         f"space (parameters: {sorted(self._distributions)})"
                     )
                 if not self._contains(distribution, value):
                     raise ConfigError(
-                        f"OptunaSearch: points_to_evaluate[{index}]['{key}'] = {value!r} is outside the "
+                        f"{self.owner}: points_to_evaluate[{index}]['{key}'] = {value!r} is outside the "
                         f"parameter's range {distribution}"
                     )
                 flat[key] = value
@@ -380,19 +382,18 @@ class OptunaSearch(BaseSearcher):
         for inequality in self.parameter_constraints:
             missing = sorted(set(inequality.weights) - set(flat))
             if missing:
-                raise ConfigError(f"OptunaSearch: points_to_evaluate[{index}] leaves {missing} to the sampler, but "
+                raise ConfigError(f"{self.owner}: points_to_evaluate[{index}] leaves {missing} to the sampler, but "
                                   f"parameter_constraints {inequality.text!r} names them; give their values")
             if not inequality.holds(flat):
-                raise ConfigError(f"OptunaSearch: points_to_evaluate[{index}] = {dict(flat)!r} breaks "
+                raise ConfigError(f"{self.owner}: points_to_evaluate[{index}] = {dict(flat)!r} breaks "
                                   f"parameter_constraints {inequality.text!r}")
 
-    @staticmethod
-    def _flatten_point(index: int, point: Mapping[str, Any]) -> dict[str, Any]:
+    def _flatten_point(self, index: int, point: Mapping[str, Any]) -> dict[str, Any]:
         """A point given nested (``{"model": {"lr": 0.1}}``) or flattened (``{"model/lr": 0.1}``), flattened."""
         try:
             return sp.flatten_config(point)
         except SpaceError as exc:
-            raise ConfigError(f"OptunaSearch: points_to_evaluate[{index}]: {exc}") from exc
+            raise ConfigError(f"{self.owner}: points_to_evaluate[{index}]: {exc}") from exc
 
     @staticmethod
     def _contains(distribution: BaseDistribution, value: Any) -> bool:
@@ -403,21 +404,21 @@ class OptunaSearch(BaseSearcher):
 
     def _add_evaluated(self, rewards: Sequence[Any]) -> None:
         if not self._points:
-            raise ConfigError("OptunaSearch: evaluated_rewards needs points_to_evaluate (the points they belong to)")
+            raise ConfigError(f"{self.owner}: evaluated_rewards needs points_to_evaluate (the points they belong to)")
         if isinstance(rewards, (str, bytes)) or not isinstance(rewards, Sequence) or len(rewards) != len(
             self._points
         ):
             raise ConfigError(
-                f"OptunaSearch: evaluated_rewards must be a list with one value per point of points_to_evaluate "
+                f"{self.owner}: evaluated_rewards must be a list with one value per point of points_to_evaluate "
                 f"({len(self._points)}), got {rewards!r}"
             )
         width = len(self._metrics)
         for index, reward in enumerate(rewards):
             if width == 1 and not _is_real(reward):
-                raise ConfigError(f"OptunaSearch: evaluated_rewards[{index}] must be a number, got {reward!r}")
+                raise ConfigError(f"{self.owner}: evaluated_rewards[{index}] must be a number, got {reward!r}")
             if width > 1 and (not isinstance(reward, Sequence) or len(reward) != width
                               or not all(_is_real(v) for v in reward)):
-                raise ConfigError(f"OptunaSearch: evaluated_rewards[{index}] must be a list of {width} numbers, one "
+                raise ConfigError(f"{self.owner}: evaluated_rewards[{index}] must be a list of {width} numbers, one "
                                   f"per metric {self._metrics}, got {reward!r}")
         present = {
             ft.user_attrs[EVALUATED_POINT_ATTR] for ft in self.study.get_trials(deepcopy=False)
@@ -441,15 +442,15 @@ class OptunaSearch(BaseSearcher):
             params = self._flatten_point(index, point["parameters"])
             missing = sorted(set(self._distributions) - set(params))
             if missing:
-                raise ConfigError(f"OptunaSearch: evaluated point {index}: parameters has no value for {missing} "
+                raise ConfigError(f"{self.owner}: evaluated point {index}: parameters has no value for {missing} "
                                   "(an evaluated point gives every parameter of the space)")
             outside = [key for key, value in params.items()
                        if key in self._distributions and not self._contains(self._distributions[key], value)]
             if outside:
-                raise ConfigError(f"OptunaSearch: evaluated point {index}: {outside} outside the space "
+                raise ConfigError(f"{self.owner}: evaluated point {index}: {outside} outside the space "
                                   f"({ {key: params[key] for key in outside} })")
             if point["state"] not in ADDED_STATES:
-                raise ConfigError(f"OptunaSearch: evaluated point {index}: state must be one of {list(ADDED_STATES)}, "
+                raise ConfigError(f"{self.owner}: evaluated point {index}: state must be one of {list(ADDED_STATES)}, "
                                   f"got {point['state']!r}")
             if index in present:
                 continue

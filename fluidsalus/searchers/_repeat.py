@@ -37,9 +37,14 @@ class RepeatSearcher(WrappingSearcher):
         repeat: Runs of each configuration, ``>= 1``.
         metric: The result key whose final values are averaged.
         set_index: Put each repeat's index into its config under :data:`TRIAL_INDEX` (e.g. to seed it).
+        num_samples: The trials to make in all (None: every repeat of every configuration). As Ray's ``Repeater``
+            makes ``num_samples`` trials, a total that is not a multiple of ``repeat`` runs the last
+            configuration fewer times; the inner searcher is never told of that configuration (Ray's study
+            keeps its trial RUNNING).
 
     Raises:
-        ConfigError: ``repeat`` is not an int >= 1, or ``metric`` is not a str.
+        ConfigError: ``repeat`` is not an int >= 1, ``metric`` is not a str, or ``num_samples`` is not None nor
+            an int >= 1.
     """
 
     @property
@@ -47,16 +52,22 @@ class RepeatSearcher(WrappingSearcher):
         """As the wrapped searcher's (the means depend on the results alone)."""
         return is_replayable(self.inner)
 
-    def __init__(self, inner: BaseSearcher, repeat: int, metric: str, set_index: bool = True) -> None:
+    def __init__(self, inner: BaseSearcher, repeat: int, metric: str, set_index: bool = True,
+                 num_samples: int | None = None) -> None:
         if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
             raise ConfigError(f"RepeatSearcher: repeat must be an int >= 1 (got {repeat!r})")
+        if num_samples is not None and (isinstance(num_samples, bool) or not isinstance(num_samples, int)
+                                        or num_samples < 1):
+            raise ConfigError(f"RepeatSearcher: num_samples must be None or an int >= 1 (got {num_samples!r})")
         if not isinstance(metric, str) or not metric:
             raise ConfigError(f"RepeatSearcher: metric must be one result key, a str (got {metric!r})")
         self.inner = check_inner("RepeatSearcher", inner)
         self.repeat = repeat
         self.metric = metric
         self.set_index = set_index
+        self.num_samples = num_samples
         self.time_attr = inner.time_attr
+        self._proposed = 0  # trials proposed so far (up to num_samples)
         self._added: dict[str, int] = {}  # group id -> trials of it added so far (they come in the group's order)
         self._current: dict[str, str] = {}  # group id -> the primary of the configuration being added
         self._primary: dict[str, str] = {}  # trial id -> the primary trial id of its configuration
@@ -75,7 +86,11 @@ class RepeatSearcher(WrappingSearcher):
                                   "them; only a searcher that runs each trial to its end can be repeated")
             configs = [{**config, TRIAL_INDEX: index} if self.set_index else dict(config)
                        for config in group.configs for index in range(self.repeat)]
-            groups.append(replace(group, configs=configs))
+            if self.num_samples is not None:
+                configs = configs[:max(0, self.num_samples - self._proposed)]
+            self._proposed += len(configs)
+            if configs:
+                groups.append(replace(group, configs=configs))
         return groups
 
     def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
@@ -117,6 +132,7 @@ class RepeatSearcher(WrappingSearcher):
             "scores": {p: {t: None if math.isnan(s) else s for t, s in scores.items()}
                        for p, scores in self._scores.items()},
             "current": dict(self._current),
+            "proposed": self._proposed,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -126,3 +142,5 @@ class RepeatSearcher(WrappingSearcher):
         self._scores = {p: {t: math.nan if s is None else float(s) for t, s in scores.items()}
                         for p, scores in state["scores"].items()}
         self._current = dict(state["current"])
+        # (a state saved before the count was kept: every trial it proposed had been added)
+        self._proposed = int(state.get("proposed", sum(self._added.values())))

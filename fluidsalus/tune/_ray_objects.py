@@ -47,7 +47,7 @@ _SUPPORTED_SCHEDULERS = ("FIFOScheduler", "AsyncHyperBandScheduler/ASHAScheduler
                          "HyperBandForBOHB", "MedianStoppingRule", "PopulationBasedTraining", "PB2",
                          "PopulationBasedTrainingReplay", "ResourceChangingScheduler",
                          "a TrialScheduler subclass of your own")
-_SUPPORTED_SEARCHERS = ("BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "SearchGenerator", "TuneBOHB",
+SUPPORTED_SEARCHERS = ("BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "SearchGenerator", "TuneBOHB",
                         "OptunaSearch", "HyperOptSearch (import it from fluidsalus.tune.search.hyperopt)",
                         "BayesOptSearch (import it from fluidsalus.tune.search.bayesopt)",
                         "AxSearch (import it from fluidsalus.tune.search.ax)",
@@ -300,7 +300,7 @@ def adopt_search_alg(value: Any, warn: bool = True) -> Any:
         if build is None:
             raise ConfigError(
                 f"TuneConfig: search_alg is Ray Tune's {name}, which fluidsalus has no equivalent for; supported: "
-                f"{', '.join(_SUPPORTED_SEARCHERS)}"
+                f"{', '.join(SUPPORTED_SEARCHERS)}"
             )
         with warnings.catch_warnings():  # one warning, for the whole object
             warnings.simplefilter("ignore", UserWarning)
@@ -310,6 +310,6 @@ def adopt_search_alg(value: Any, warn: bool = True) -> Any:
             _warn("TuneConfig.search_alg", name, ours, module.get(name, "fluidsalus.tune.search"))
         return ours
     raise ConfigError(
-        f"TuneConfig: search_alg must be None, one of fluidsalus.tune.search's {', '.join(_SUPPORTED_SEARCHERS)} "
+        f"TuneConfig: search_alg must be None, one of fluidsalus.tune.search's {', '.join(SUPPORTED_SEARCHERS)} "
         f"or a fluidsalus.searchers searcher (got {type(value).__name__})"
     )

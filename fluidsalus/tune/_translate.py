@@ -88,7 +88,7 @@ from fluidsalus.tune._custom_search import (
 )
 from fluidsalus.tune._domains import translate_ray_values
 from fluidsalus.tune._optuna_hyperband import OptunaHyperBand
-from fluidsalus.tune._ray_objects import adopt_scheduler, adopt_search_alg
+from fluidsalus.tune._ray_objects import SUPPORTED_SEARCHERS, adopt_scheduler, adopt_search_alg
 from fluidsalus.tune._sample_from import SampleFromResolver
 from fluidsalus.tune._streamed import StreamedASHA, StreamedHyperBand
 from fluidsalus.tune._tags import SEARCHER, VARIANTS
@@ -104,7 +104,14 @@ from fluidsalus.tune.schedulers import (
     ResourceChangingScheduler,
     TrialScheduler,
 )
-from fluidsalus.tune.search import BasicVariantGenerator, ConcurrencyLimiter, Repeater, SearchGenerator
+from fluidsalus.tune.search import (
+    BasicVariantGenerator,
+    ConcurrencyLimiter,
+    Repeater,
+    SearchAlgorithm,
+    Searcher,
+    SearchGenerator,
+)
 from fluidsalus.tune.search.bohb import TuneBOHB
 from fluidsalus.tune.search.optuna import OptunaSearch as OptunaHolder
 
@@ -196,6 +203,25 @@ def _unwrap(search_alg: Any) -> tuple[Any, list[int]]:
             limits.append(search_alg.max_concurrent)
         search_alg = adopt_search_alg(search_alg.searcher)
     return search_alg, limits
+
+
+def _check_runnable(search_alg: Any) -> None:
+    """Refuse a search algorithm written on Ray's low-level ``SearchAlgorithm`` API (``add_configurations``,
+    ``next_trial``), which builds Ray's ``Trial`` objects itself: fluidsalus runs ``Searcher`` subclasses only.
+
+    Raises:
+        ConfigError: ``search_alg`` subclasses ``SearchAlgorithm`` but is no ``Searcher``,
+            ``BasicVariantGenerator`` nor ``Repeater`` (Ray runs it; fluidsalus's AttributeError said nothing of
+            why).
+    """
+    if isinstance(search_alg, SearchAlgorithm) and not isinstance(search_alg, (Searcher, BasicVariantGenerator,
+                                                                               Repeater)):
+        raise ConfigError(
+            f"TuneConfig: search_alg {type(search_alg).__name__} subclasses SearchAlgorithm, Ray's low-level API "
+            "(add_configurations/next_trial, which make Ray's Trial objects), which fluidsalus does not run; "
+            "subclass tune.search.Searcher instead (suggest(trial_id) -> config, on_trial_complete), or use one "
+            f"of {', '.join(SUPPORTED_SEARCHERS)}"
+        )
 
 
 def _concurrency(tune_config: TuneConfig, limits: list[int], search_alg: Any) -> int | None:
@@ -363,10 +389,13 @@ def _plan_custom(search_alg: Any, scheduler: TrialScheduler, space: dict[str, An
             "time_budget_s": tune_config.time_budget}  # (-1 is passed as sys.maxsize, as Ray passes it)
     accepted = _set_search_properties(search_alg, tune_config.metric, tune_config.mode, space, spec) if space else True
     if not accepted and sp.split_constants(space)[0]:
-        raise ConfigError(
-            f"TuneConfig: param_space has parameters to search, but {name}.set_search_properties refused it (its "
-            "own search space is set already); as in Ray, put every parameter in one place"
-        )
+        why = ("(its own search space is set already); as in Ray, put every parameter in one place"
+               if type(search_alg).set_search_properties is not Searcher.set_search_properties else
+               "(it keeps Searcher's set_search_properties, which takes nothing and returns False, as Ray's); "
+               "override set_search_properties(metric, mode, config, **spec) to search config and return True, "
+               "as in Ray")
+        raise ConfigError(f"TuneConfig: param_space has parameters to search, but {name}.set_search_properties "
+                          f"refused it {why}")
     if cap is not None:
         # Ray's ConcurrencyLimiter tells the searcher its limit, also the one Ray puts around it for
         # max_concurrent_trials (it was told only inside a limiter of the script's: a helper's side-by-side run)
@@ -691,6 +720,7 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
     if isinstance(search_alg, Repeater):  # limiters outside it cap trials, those inside it configurations
         repeater = search_alg
         search_alg, inner_limits = _unwrap(adopt_search_alg(repeater.searcher))
+    _check_runnable(search_alg)
     cap = _concurrency(tune_config, limits, search_alg)
     sources_metric = [("TuneConfig.metric", tune_config.metric), (f"{type(scheduler).__name__}.metric",
                       scheduler.metric)]
@@ -701,13 +731,17 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
         # their own when they search param_space (their set_search_properties); fluidsalus refused the pair
         overridden = isinstance(search_alg, (OptunaHolder, TuneBOHB)) and search_alg.own_space() is None \
             and bool(space) and not isinstance(search_alg.metric, list)
+        # A Searcher of the user's own keeps its metric and mode, and Ray's run ranks its trials by TuneConfig's
+        # (Ray never compares the two; fluidsalus refused a pair that differed)
+        own = defined_by_user(search_alg, "suggest")
         for what, sources, theirs, ours in (("metric", sources_metric, search_alg.metric, tune_config.metric),
                                             ("mode", sources_mode, search_alg.mode, tune_config.mode)):
-            if overridden and ours is not None:
+            if (overridden or own) and ours is not None:
                 if theirs is not None and theirs != ours:
-                    warnings.warn(f"fluidsalus.tune: TuneConfig.{what}={ours!r} replaces {name}.{what}={theirs!r}, "
-                                  f"as Ray's {name}.set_search_properties replaces it; give it once",
-                                  UserWarning, stacklevel=callers_stacklevel())
+                    why = (f", as Ray's {name}.set_search_properties replaces it" if overridden else
+                           f" for the run's results, as in Ray; {name} keeps its own {what}")
+                    warnings.warn(f"fluidsalus.tune: TuneConfig.{what}={ours!r} replaces {name}.{what}={theirs!r}"
+                                  f"{why}; give it once", UserWarning, stacklevel=callers_stacklevel())
                 continue
             sources.append((f"{name}.{what}", theirs))
     metric = _pick("metric", sources_metric)
@@ -732,8 +766,8 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
     if isinstance(scheduler, PopulationBasedTrainingReplay):
         return _plan_replay(scheduler, search_alg, space, metric, mode, n, cap, pair, class_trainable)
     if search_alg is not None and not isinstance(search_alg, BasicVariantGenerator):
-        raise ConfigError(f"TuneConfig: search_alg {type(search_alg).__name__} is not supported; use one of "
-                          "BasicVariantGenerator, ConcurrencyLimiter, Repeater, TuneBOHB, OptunaSearch")
+        raise ConfigError(f"TuneConfig: search_alg {type(search_alg).__name__} is not supported (a Searcher of "
+                          f"your own implements suggest()); use one of {', '.join(SUPPORTED_SEARCHERS)}")
 
     generator = search_alg if search_alg is not None else BasicVariantGenerator()
     seed = generator.seed()
@@ -842,8 +876,9 @@ def _plan_replay(replay: PopulationBasedTrainingReplay, search_alg: Any, space: 
 def _plan_repeated(repeater: Repeater, inner: Any, scheduler: TrialScheduler, space: dict[str, Any],
                    tune_config: TuneConfig, metric: Any, mode: Any, cap: int | None, pair: str,
                    inner_limits: list[int], stop: Any = None) -> Plan:
-    """A :class:`RepeatSearcher` around the plan of the repeated search algorithm (``num_samples // repeat``
-    configurations, ``inner_limits`` or the trial cap over ``repeat`` configurations in flight)."""
+    """A :class:`RepeatSearcher` around the plan of the repeated search algorithm: ``num_samples`` trials, as in
+    Ray (``ceil(num_samples / repeat)`` configurations, the last one run fewer times when ``num_samples`` is not a
+    multiple of ``repeat``), ``inner_limits`` or the trial cap over ``repeat`` configurations in flight."""
     custom = is_custom_searcher(inner)
     if not (isinstance(inner, OptunaHolder) or custom) or _kind(scheduler) is not FIFOScheduler:
         raise ConfigError(
@@ -860,10 +895,12 @@ def _plan_repeated(repeater: Repeater, inner: Any, scheduler: TrialScheduler, sp
     n = tune_config.num_samples
     configs = n
     if n != INFINITE_SAMPLES:
-        configs = n // repeater.repeat
-        if configs < 1:
-            raise ConfigError(f"TuneConfig: num_samples={n} is less than Repeater(repeat={repeater.repeat}): no "
-                              "configuration would run; set num_samples to a multiple of repeat, as Ray asks")
+        configs = math.ceil(n / repeater.repeat)
+        if n % repeater.repeat:
+            warnings.warn(f"fluidsalus.tune: num_samples={n} is not a multiple of Repeater(repeat={repeater.repeat})"
+                          f": the last configuration runs {n % repeater.repeat} of its {repeater.repeat} repeats and "
+                          f"{type(inner).__name__} is never told its mean, as in Ray; set num_samples to a multiple "
+                          "of repeat, as Ray asks", UserWarning, stacklevel=callers_stacklevel())
     batch = inner_limits or ([math.ceil(cap / repeater.repeat)] if cap is not None else [])
     if custom:
         planned = _plan_custom(inner, scheduler, space, tune_config, metric, mode, min(batch) if batch else None,
@@ -872,7 +909,8 @@ def _plan_repeated(repeater: Repeater, inner: Any, scheduler: TrialScheduler, sp
     else:
         planned = _plan_optuna(inner, scheduler, space, metric, mode, configs, cap, pair, batch)
     assert isinstance(planned.metric, str)
-    searcher = RepeatSearcher(planned.searcher, repeater.repeat, planned.metric, repeater.set_index)
+    searcher = RepeatSearcher(planned.searcher, repeater.repeat, planned.metric, repeater.set_index,
+                              num_samples=None if n == INFINITE_SAMPLES else n)
     return replace(planned, searcher=searcher,
                    summary=f"Repeater(repeat={repeater.repeat}, set_index={repeater.set_index}) + {planned.summary}"
                            f" ({configs} configurations)")

@@ -36,7 +36,68 @@ def _is_int(value: Any) -> bool:
 
 
 class SearchAlgorithm:
-    """Base of every search algorithm (``ray.tune.search.SearchAlgorithm``)."""
+    """Base of every search algorithm (``ray.tune.search.SearchAlgorithm``), with the attributes and hooks of
+    Ray's base: ``metric``, ``set_search_properties``, ``total_samples``, ``is_finished``/``set_finished``, ...
+
+    Ray's low-level API (a subclass of its own implementing ``add_configurations(experiments)`` and
+    ``next_trial()``, which build Ray's ``Trial`` objects) does not run in fluidsalus: ``Tuner.fit()`` refuses
+    such a search algorithm with a ``ConfigError``; subclass :class:`Searcher` (``suggest``/``on_trial_complete``)
+    instead.
+    """
+
+    _finished = False
+    _metric: str | None = None
+
+    @property
+    def metric(self) -> str | None:
+        """The metric given to this search algorithm, or None (Ray's base has it, with no ``mode``)."""
+        return self._metric
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any],
+                              **spec: Any) -> bool:
+        """Ray's base rule: take ``metric`` unless this search algorithm has its own already (then False)."""
+        if self._metric and metric:
+            return False
+        if metric:
+            self._metric = metric
+        return True
+
+    @property
+    def total_samples(self) -> int:
+        """The number of trials it will make (Ray's base: 0, unknown)."""
+        return 0
+
+    def add_configurations(self, experiments: Any) -> None:
+        """Ray's low-level hook, which fluidsalus does not call (see the class)."""
+        raise NotImplementedError
+
+    def next_trial(self) -> Any:
+        """Ray's low-level hook, which fluidsalus does not call (see the class)."""
+        raise NotImplementedError
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        """Told each result of a trial (nothing by default)."""
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+        """Told once when a trial ends (nothing by default)."""
+
+    def is_finished(self) -> bool:
+        """Whether it will make no more trials (after :meth:`set_finished`)."""
+        return self._finished
+
+    def set_finished(self) -> None:
+        """Mark it finished."""
+        self._finished = True
+
+    def has_checkpoint(self, dirpath: str) -> bool:
+        """Whether ``dirpath`` holds its saved state (Ray's base: False, nothing to restore)."""
+        return False
+
+    def save_to_dir(self, checkpoint_dir: str, session_str: str = "default") -> None:
+        """Save its state into ``checkpoint_dir`` (Ray's base: nothing)."""
+
+    def restore_from_dir(self, checkpoint_dir: str) -> None:
+        """Load what :meth:`save_to_dir` wrote (Ray's base: nothing)."""
 
     def describe(self) -> dict[str, Any]:
         """The constructor arguments (for messages)."""
@@ -235,8 +296,11 @@ class Searcher(MetricModeHolder, SearchAlgorithm):
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any],
                               **spec: Any) -> bool:
-        """Ray's hook: take ``metric``/``mode`` unless the search algorithm already has its own (then False)."""
-        return self._take_metric_mode(metric, mode)
+        """Ray's hook: told TuneConfig's ``metric``/``mode`` and ``param_space`` (``config``) when ``param_space``
+        is not empty. True if the search algorithm took them; this base takes nothing and returns False, as Ray's
+        (so a search algorithm of your own that keeps it, given parameters to search in ``param_space``, is a
+        ``ConfigError``, as Ray's ValueError; override it to search ``config``)."""
+        return False
 
     def set_max_concurrency(self, max_concurrent: int) -> bool:
         """Ray's hook; concurrency is applied by the engine, so this always returns False (use a limiter)."""
@@ -332,6 +396,12 @@ class _Wrapper(SearchAlgorithm):
                               f"your own (got a {type(searcher).__name__}{advice})")
         self.searcher = searcher
 
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any],
+                              **spec: Any) -> bool:
+        """Ray's hook, passed on to the wrapped search algorithm (as Ray's wrappers do)."""
+        hook = getattr(self.searcher, "set_search_properties", None)
+        return bool(hook(metric, mode, config, **spec)) if callable(hook) else False
+
     @property
     def metric(self) -> str | None:
         """The wrapped search algorithm's metric."""
@@ -393,7 +463,8 @@ class Repeater(_Wrapper):
 
     Maps onto :class:`fluidsalus.searchers.RepeatSearcher` around the search algorithm's own fluidsalus
     searcher. As in Ray, ``TuneConfig.num_samples`` counts every repeat (``num_samples=15, repeat=5``: three
-    configurations; a remainder is left out), the search algorithm sees one trial per configuration, no
+    configurations; ``num_samples=16``: a fourth one run once, which the search algorithm is never told of, with a
+    warning), the search algorithm sees one trial per configuration, no
     intermediate result, and the mean of the repeats' final ``metric`` values (NaN for a repeat that errored or
     did not report it, left out of the mean). A ``ConcurrencyLimiter`` inside the Repeater caps configurations
     in flight, one outside caps trials.
@@ -416,12 +487,6 @@ class Repeater(_Wrapper):
             raise ConfigError(f"{owner}: set_index must be True or False (got {set_index!r})")
         self.repeat = int(repeat)
         self.set_index = set_index
-
-    def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any],
-                              **spec: Any) -> bool:
-        """Ray's hook, passed on to the repeated search algorithm."""
-        hook = getattr(self.searcher, "set_search_properties", None)
-        return bool(hook(metric, mode, config, **spec)) if callable(hook) else False
 
     def describe(self) -> dict[str, Any]:
         return {"searcher": self.searcher, "repeat": self.repeat, "set_index": self.set_index}

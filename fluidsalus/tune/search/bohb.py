@@ -85,6 +85,12 @@ class TuneBOHB(Searcher):
     def own_space(self) -> dict[str, Any] | None:
         return self.space or None
 
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any],
+                              **spec: Any) -> bool:
+        """Ray's hook: take ``metric``/``mode`` unless it has its own (then False); ``Tuner.fit()`` gives it
+        ``param_space`` (and TuneConfig's metric and mode take the place of its own there, as in Ray)."""
+        return self._take_metric_mode(metric, mode)
+
     def model_kwargs(self) -> dict[str, Any]:
         """``bohb_config`` as fluidsalus BOHB/SyncBOHB keyword arguments."""
         return {BOHB_CONFIG_KEYS[key]: value for key, value in self.bohb_config.items()}

@@ -81,6 +81,7 @@ class HyperOptSearch(OptunaSearch):
     """
 
     _library = "HyperOpt"
+    _drops_log_step = False
 
     def __init__(
         self,

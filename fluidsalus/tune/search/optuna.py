@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fluidsalus import space as sp
-from fluidsalus.errors import ConfigError
+from fluidsalus.errors import ConfigError, SpaceError
+from fluidsalus.session import callers_stacklevel
 from fluidsalus.tune._config import MODES
 from fluidsalus.tune._domains import from_optuna_distributions, translate_ray_values
 from fluidsalus.tune.search._holders import Searcher
@@ -93,6 +94,10 @@ class OptunaSearch(Searcher):
 
     #: The library whose search space Ray's class of this name converts to (named in its errors).
     _library = "Optuna"
+    #: Whether a ``qloguniform`` parameter is searched log-uniformly without its ``q``, with a warning, as Ray's
+    #: ``OptunaSearch`` searches it (Optuna cannot step a log scale; ``HyperOptSearch``, whose HyperOpt does,
+    #: refuses it instead of dropping the step).
+    _drops_log_step = True
 
     def __init__(
         self,
@@ -159,6 +164,12 @@ class OptunaSearch(Searcher):
     def own_space(self) -> dict[str, Any] | None:
         return self.space or None
 
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any],
+                              **spec: Any) -> bool:
+        """Ray's hook: take ``metric``/``mode`` unless it has its own (then False); ``Tuner.fit()`` gives it
+        ``param_space`` (and TuneConfig's metric and mode take the place of its own there, as in Ray)."""
+        return self._take_metric_mode(metric, mode)
+
     def prepare_space(self, space: dict[str, Any]) -> dict[str, Any]:
         """The searched space (``param_space`` or :meth:`own_space`, with its constants) as this search
         algorithm searches it: unchanged here, but for a grid, which Ray's ``OptunaSearch`` (and
@@ -174,11 +185,27 @@ class OptunaSearch(Searcher):
             ConfigError: The space holds a ``grid_search`` (Ray's ``ValueError``, whose message this keeps; the
                 native ``fluidsalus.searchers.OptunaSearch`` samples a grid as a categorical).
         """
+        name = type(self).__name__
         if sp.has_grid(space):
-            raise ConfigError(f"{type(self).__name__}: Grid search parameters cannot be automatically converted to "
+            raise ConfigError(f"{name}: Grid search parameters cannot be automatically converted to "
                               f"a{'n' if self._library[0] in 'AEIOU' else ''} {self._library} search space (as in "
                               "Ray); use tune.choice")
-        return space
+        if not self._drops_log_step:
+            return space
+        try:
+            flat = sp.flatten_space(space)
+        except SpaceError:
+            return space  # (the engine's conversion of the space refuses it, naming this class)
+        stepped = [path for path, value in flat.items() if isinstance(value, sp.Float) and value.log and value.q]
+        if not stepped:
+            return space
+        warnings.warn(f"{name}: Optuna does not support both quantization and sampling from LogUniform; q is dropped "
+                      f"for {', '.join(stepped)} (as Ray's OptunaSearch drops it): their values are not rounded to q",
+                      UserWarning, stacklevel=callers_stacklevel())
+        for path in stepped:
+            domain = flat[path]
+            flat[path] = sp.loguniform(domain.lower, domain.upper, domain.base)
+        return sp.unflatten(flat)
 
     def add_evaluated_point(self, parameters: dict[str, Any], value: float, error: bool = False,
                             pruned: bool = False, intermediate_values: list[float] | None = None) -> None:
