@@ -221,24 +221,26 @@ def test_disabled_handler_makes_ctrl_c_raise(ray_cluster, storage: str, monkeypa
     assert Tuner.can_restore(os.path.join(storage, "disabled"))  # continued as after a second Ctrl-C
 
 
+@pytest.mark.parametrize("when", ["_start_devices", "_take_groups"])
 def test_a_ctrl_c_during_the_devices_start_raises_as_rays_and_the_experiment_restores(
-        ray_cluster, storage: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+        ray_cluster, storage: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        when: str) -> None:
     """Ray sets its SIGINT handler once its set-up is done, just before its tuning loop: a Ctrl-C before it raises
     ``KeyboardInterrupt`` from ``fit()`` (a helper's side-by-side run: 0.05-2.5 s into a first ``fit()``; its folder
     holds ``tuner.pkl``). fluidsalus returned an empty ``ResultGrid`` for one during its devices' start (no trial
-    made yet), after the warning that the trials were stopped. Now it raises, and the folder restores: every trial
-    runs."""
+    made yet), after the warning that the trials were stopped, and so it did for one in its loop's first pass before
+    its first trials were made (h191's F2). Now it raises, and the folder restores: every trial runs."""
     from fluidsalus.store import ExperimentStore
     from fluidsalus.trialgroup.executor import Executor
 
-    start_devices = Executor._start_devices
+    original = getattr(Executor, when)
 
-    def interrupted_start(self, *args, **kwargs):
-        monkeypatch.setattr(Executor, "_start_devices", start_devices)  # (once)
-        signal.raise_signal(signal.SIGINT)  # the user's Ctrl-C as the devices start
-        return start_devices(self, *args, **kwargs)
+    def interrupted(self, *args, **kwargs):
+        monkeypatch.setattr(Executor, when, original)  # (once)
+        signal.raise_signal(signal.SIGINT)  # the user's Ctrl-C as the devices start, or before the first trials
+        return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(Executor, "_start_devices", interrupted_start)
+    monkeypatch.setattr(Executor, when, interrupted)
     before = signal.getsignal(signal.SIGINT)
     tuner = Tuner(resumable, param_space={"x": tune.uniform(0, 1)},
                   tune_config=tune.TuneConfig(num_samples=_TRIALS, metric="i", mode="max"),
@@ -257,6 +259,30 @@ def test_a_ctrl_c_during_the_devices_start_raises_as_rays_and_the_experiment_res
     grid = Tuner.restore(path, resumable).fit()
     assert len(grid) == _TRIALS and grid.num_errors == 0
     assert all(r.metrics["i"] == RESUMABLE_STEPS for r in grid)
+
+
+def test_a_ctrl_c_during_a_restores_start_returns_its_trials_as_rays(
+        ray_cluster, storage: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restore's trials are there before its devices start: Ray's restore, in a process whose Ray is up, returns
+    them at a Ctrl-C then (h191's F1, side by side); fluidsalus raised ``KeyboardInterrupt`` as for a first
+    ``fit()``. It returns them, and the experiment restores again."""
+    from fluidsalus.trialgroup.executor import Executor
+
+    _tuner(storage, "restore_start", _signal(storage)).fit()  # (stopped by a Ctrl-C mid-run: trials unfinished)
+    path = os.path.join(storage, "restore_start")
+    start_devices = Executor._start_devices
+
+    def interrupted_start(self, *args, **kwargs):
+        monkeypatch.setattr(Executor, "_start_devices", start_devices)  # (once)
+        signal.raise_signal(signal.SIGINT)
+        return start_devices(self, *args, **kwargs)
+
+    monkeypatch.setattr(Executor, "_start_devices", interrupted_start)
+    tuner = Tuner.restore(path, resumable)
+    grid = tuner.fit()
+    assert tuner.interrupted and len(grid) == _TRIALS
+    grid = Tuner.restore(path, resumable).fit()
+    assert len(grid) == _TRIALS and all(r.metrics["i"] == RESUMABLE_STEPS for r in grid)
 
 
 def test_tune_run_returns_its_analysis_after_ctrl_c_without_raising_for_unfinished_trials(

@@ -342,15 +342,16 @@ class _SaveOnFirstEvent(EngineCallback):
 
 
 class _ArmOnFirstStep(EngineCallback):
-    """Arms the fit's :class:`~fluidsalus.tune._interrupt.StopSignals` at the driver loop's first pass, once the
-    devices are up: a Ctrl-C during their start raises ``KeyboardInterrupt`` from ``fit()`` (the experiment left
-    restorable), as Ray's before its tuning loop, whose handler is set once its set-up is done; it returned an
-    empty ``ResultGrid``."""
+    """Arms the fit's :class:`~fluidsalus.tune._interrupt.StopSignals` at the end of the driver loop's first pass,
+    once the devices are up and the first trials made: a Ctrl-C before that raises ``KeyboardInterrupt`` from
+    ``fit()`` (the experiment left restorable), as Ray's before its tuning loop, whose handler is set once its
+    set-up is done; it returned an empty ``ResultGrid`` (armed at the pass's beginning, a Ctrl-C before its trials
+    were made did still: h191's F2). A restore is armed from the start (:meth:`Tuner.fit`)."""
 
     def __init__(self, signals: StopSignals) -> None:
         self._signals = signals
 
-    def on_step_begin(self) -> None:
+    def on_step_end(self) -> None:
         self._signals.arm()
 
 
@@ -901,7 +902,9 @@ class Tuner:
         if unscheduled:
             warnings.warn(UNSCHEDULED_RESOURCES_WARNING.format(keys=", ".join(
                 f"{key}: {counted[key]:g}" for key in unscheduled)), UserWarning, stacklevel=2)
-        signals = StopSignals(armed=False)  # (armed once the devices are up: _ArmOnFirstStep)
+        # (armed once the devices are up and the first trials made, _ArmOnFirstStep; a restore at once: its trials
+        # are there, and Ray's restore in a process whose Ray is up returns them at a Ctrl-C, h191's F1)
+        signals = StopSignals(armed=self._resume)
         try:
             with signals, space_in_searcher(), on_resume(resume_accepted):  # (config= and num_samples= describe
                 # the plan's searcher)
