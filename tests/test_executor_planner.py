@@ -1922,6 +1922,38 @@ def test_a_ctrl_c_while_the_driver_handles_a_batch_waits_for_the_whole_batch_a_s
     assert len(store.results()) == 2  # (stored before the callbacks are told, either way)
 
 
+class _RaisesAtStepEnd(_Ends):
+    """:class:`_Ends` whose ``on_step_end`` raises a plain ``ValueError`` (no FluidsalusError: a Tune callback hook's
+    own exception, which the front end passes through) once a trial has ended."""
+
+    def on_step_end(self):
+        if any(call[0] == "complete" for call in self.calls):
+            raise ValueError("on_step_end's own bug")
+
+
+def test_an_error_no_fluidsalus_error_after_a_fail_fast_raise_failure_still_tells_the_searcher_its_end(
+        tmp_path, monkeypatch):
+    """``fail_fast="raise"`` keeps a failure's end from the searcher (``Executor._withholds_end``) and tells it when
+    the run ends otherwise (``_tell_withheld``); an exception that is no ``FluidsalusError`` nor ``KeyboardInterrupt``
+    (a callback hook's own, an error of Ray's) skipped that: the Optuna study held the trial ``RUNNING`` for good,
+    after a restore too (h190's F1)."""
+    from fluidsalus.gpu.host import EV_END, OUT_ERRORED
+
+    executor, store = _offline_executor(tmp_path, slots=2)
+    executor.settings.fail_fast = "raise"
+    for tid in ("a", "b"):
+        _placed_trial(executor, store, tid)
+    executor.settings.callbacks = [_RaisesAtStepEnd()]
+    told: list[tuple[str, bool]] = []
+    tell = executor._searcher_log.on_trial_complete
+    executor._searcher_log.on_trial_complete = lambda tid, result, error, error_text=None: (
+        told.append((tid, error)), tell(tid, result, error, error_text))
+    _batch_polled_once(executor, monkeypatch, [(EV_END, "a", 0, 1.0, OUT_ERRORED, "boom", "trace")])
+    with pytest.raises(ValueError, match="on_step_end's own bug"):
+        executor.run()
+    assert told == [("a", True)] and not executor._withheld
+
+
 def test_sigint_held_gives_the_tune_front_ends_handler_every_ctrl_c():
     """Ray Tune's front end counts the Ctrl-Cs (one: its results are returned; two: the ``KeyboardInterrupt``
     goes through): a held one and a second one are both counted, and a held one alone once, after the block."""
@@ -2349,3 +2381,27 @@ def test_a_trial_keeps_the_name_trial_name_gave_it_when_it_was_created(tmp_path,
     assert executor._spec_for(trial).trial_name == (expected if name else f"f_{trial.trial_id}")
     assert store.trial_names() == ({trial.trial_id: expected} if name else {})
     assert calls == [trial.trial_id]  # asked once, at the trial's creation
+
+
+def test_sigint_held_holds_the_front_ends_sigusr1_too_and_a_blocks_own_error_comes_out():
+    """The Tune front end takes SIGUSR1 as a Ctrl-C (``StopSignals``): one that landed mid-batch lost the rest of
+    the batch (a logger's rows), as a Ctrl-C did before ``sigint_held``; it is held alike. A block that raises an
+    error of its own with a signal held ends with its error (the signal counted), as Ray's first Ctrl-C only sets a
+    flag and the step's error (a callback's ``TuneError``) comes out; the ``KeyboardInterrupt`` took its place, and
+    ``fit()`` returned as after a plain Ctrl-C (h190's F2, F3)."""
+    import signal
+
+    from fluidsalus.trialgroup.executor import sigint_held
+    from fluidsalus.tune._interrupt import StopSignals
+
+    after: list[int] = []
+    with StopSignals() as signals, pytest.raises(KeyboardInterrupt):
+        with sigint_held():
+            os.kill(os.getpid(), signal.SIGUSR1)
+            after.append(signals.received)
+    assert after == [0] and signals.received == 1
+    with StopSignals() as signals, pytest.raises(ValueError, match="the batch's own"):
+        with sigint_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            raise ValueError("the batch's own error")
+    assert signals.received == 1 and signal.getsignal(signal.SIGINT) is signal.default_int_handler

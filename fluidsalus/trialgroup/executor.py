@@ -394,6 +394,11 @@ def _cluster_token() -> str | None:
         return None
 
 
+#: The signals :func:`sigint_held` holds: Ctrl-C, and SIGUSR1, which the Tune front end counts as one
+#: (``fluidsalus.tune._interrupt.StopSignals``), each where its handler is one set from Python.
+_HELD_SIGNALS = (signal.SIGINT, *((signal.SIGUSR1,) if hasattr(signal, "SIGUSR1") else ()))
+
+
 @contextlib.contextmanager
 def sigint_held() -> Iterator[None]:
     """Hold a Ctrl-C (SIGINT) back until the block is done, then give it to the handler it was for.
@@ -403,48 +408,61 @@ def sigint_held() -> Iterator[None]:
     the batch (a callback's ``on_trial_result`` of the batch's later results, say a logger's rows, and the answers)
     before the Ctrl-C's drain ran. Held, the batch is handled whole, then the Ctrl-C goes on as before. A second
     Ctrl-C within the block is not held: both go to the handler at once (Ray Tune's front end counts them,
-    ``fluidsalus.tune._interrupt.StopSignals``), so an insistent user still gets out at once, mid-batch.
+    ``fluidsalus.tune._interrupt.StopSignals``), so an insistent user still gets out at once, mid-batch. SIGUSR1,
+    which that front end takes as a Ctrl-C, is held alike. A block that raises an error of its own (a callback's
+    error that ends the run) ends with that error: the held signal is still given to its handler (counted), and its
+    ``KeyboardInterrupt`` goes, as Ray's first Ctrl-C only sets a flag and the step's error comes out.
 
     Only in the main thread (handlers are set there alone), and only over a handler set from Python (the default
     ``KeyboardInterrupt``, the Tune front end's): one set by the OS (ignored, or the process's end) is left alone,
     and so is a handler the block itself sets.
     """
-    handler = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or not callable(handler):
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held: list[FrameType | None] = []
+    handlers = {signum: handler for signum in _HELD_SIGNALS if callable(handler := signal.getsignal(signum))}
+    if not handlers:
+        yield
+        return
+    held: list[tuple[int, FrameType | None]] = []
 
-    def deliver(frames: list[FrameType | None]) -> None:
-        """Give the handler each signal, in order; a ``KeyboardInterrupt`` comes out after the last of them."""
+    def put_back() -> None:
+        for signum, handler in handlers.items():
+            if signal.getsignal(signum) is hold:
+                signal.signal(signum, handler)
+
+    def deliver(swallow: bool = False) -> None:
+        """Give each handler its signals, in order; a ``KeyboardInterrupt`` comes out after the last of them (none
+        when ``swallow``: the block's own error is on its way)."""
+        signals = list(held)
+        held.clear()
         interrupt: KeyboardInterrupt | None = None
-        for frame in frames:
+        for signum, frame in signals:
             try:
-                handler(signal.SIGINT, frame)
+                handlers[signum](signum, frame)
             except KeyboardInterrupt as e:
                 interrupt = e
-        if interrupt is not None:
+        if interrupt is not None and not swallow:
             raise interrupt
 
     def hold(signum: int, frame: FrameType | None) -> None:
-        if not held:
-            held.append(frame)
-            return
-        signal.signal(signal.SIGINT, handler)
-        frames = [*held, frame]
-        held.clear()
-        deliver(frames)
+        held.append((signum, frame))
+        if len(held) > 1:
+            put_back()
+            deliver()
 
-    signal.signal(signal.SIGINT, hold)
+    for signum in handlers:
+        signal.signal(signum, hold)
+    failed = False
     try:
         yield
+    except Exception:
+        failed = True
+        raise
     finally:
-        if signal.getsignal(signal.SIGINT) is hold:
-            signal.signal(signal.SIGINT, handler)
+        put_back()
         if held:
-            frames = list(held)
-            held.clear()
-            deliver(frames)
+            deliver(swallow=failed)
 
 
 #: A terminal colour code, which Ray's error texts carry (``\x1b[36m``).
@@ -888,6 +906,12 @@ class Executor:
                                      "they stay unfinished in the store, and a resume runs them again")
             if not self._raises():
                 self._tell_withheld()  # (a failure kept from the searcher for a raise that never came)
+            raise
+        except BaseException:  # (an error of fluidsalus's own or Ray's, a callback hook's passed through, SystemExit)
+            if self._raises():
+                self._leave_unfinished()
+            else:
+                self._tell_withheld()
             raise
         finally:
             _THREAD_RUNS.devices = outer
