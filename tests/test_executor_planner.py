@@ -611,6 +611,48 @@ def test_a_trial_stopped_for_a_move_where_it_met_the_stop_rule_ends_instead_of_m
         assert trial.status == PENDING and "a" in executor.pending and trial.attempt == 1
 
 
+@pytest.mark.parametrize("stop", ["for_good", "move", "none"])
+def test_an_error_the_drivers_stop_raised_as_it_unwound_the_trial_is_no_failure_of_it(tmp_path, stop):
+    """The device marks an error its trial raised as the driver's stop unwound it (a ``finally:`` that failed: EV_END's
+    last item). Ray Tune stops such a trial's actor and never sees that error: a stop for good (its searcher's, the
+    run's end) ends it TERMINATED, a move goes on from its checkpoint (as Ray's pause), each with a warning and an
+    ``error_after_stop`` record, where the trial ended ERROR (retried after a move). A trial the driver did not stop
+    still fails."""
+    from fluidsalus.gpu.host import EV_END, OUT_ERRORED
+    from fluidsalus.store import ERROR, TERMINATED
+    from fluidsalus.trialgroup.executor import RESTART_MOVE, _Restart
+
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    executor.settings.max_failures = 1
+    trial = _trial("a", status=RUNNING, placed_on=(0,), devices=(1,), budget=8,
+                   checkpoint_path=str(tmp_path / "a" / "checkpoint_000004"))
+    trial.trial_dir = str(tmp_path / "a")
+    _queue(executor, store, trial)
+    executor.pending.discard("a")
+    executor.searcher.on_trial_add("a", "g", {})
+    executor._devices[0].assigned.add("a")
+    if stop != "none":
+        executor._stopping.add("a")
+    if stop == "move":
+        executor._restarts["a"] = _Restart(reason=RESTART_MOVE, action=MOVE)
+    executor._handle(executor._devices[0], [(EV_END, "a", 0, 1.1, OUT_ERRORED, "RuntimeError: cleanup failed",
+                                             "Traceback ...", None, True)])
+    row = {r.trial_id: r for r in store.trials()}["a"]
+    if stop == "none":  # (the device's mark alone decides nothing: max_failures=1 retries it)
+        assert (trial.status, trial.num_failures, trial.attempt) == (PENDING, 1, 1)
+        assert not store.events("error_after_stop")
+        return
+    assert trial.num_failures == 0 and row.error is None
+    assert not os.path.exists(os.path.join(trial.trial_dir, "error.txt"))
+    if stop == "for_good":
+        assert (trial.status, row.status, row.stop_reason) == (TERMINATED, TERMINATED, "stopped")
+    else:  # the move goes on: restarted on its new device
+        assert trial.status == PENDING and "a" in executor.pending and trial.attempt == 1
+    assert trial.status != ERROR
+    (record,) = store.events("error_after_stop")
+    assert record.data["error"] == "RuntimeError: cleanup failed" and record.data["moved"] is (stop == "move")
+
+
 def _placed_with_lr_1(tmp_path, status: str) -> tuple[Any, Any, Any]:
     """An offline executor with trial ``a`` (config ``{"lr": 1}``) placed on device 0 in ``status``, added to its
     searcher: the executor, its store and the trial."""

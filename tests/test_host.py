@@ -241,6 +241,39 @@ def test_a_trial_that_raises_as_its_stop_rule_stops_it_ends_stopped_with_the_err
     assert late[5]["error"] == "RuntimeError: cleanup failed" and "cleanup failed" in late[5]["traceback"]
 
 
+@pytest.mark.parametrize("how", ["stop", "verdict"])
+def test_an_error_raised_as_the_drivers_stop_unwinds_a_trial_is_marked_for_the_driver_to_judge(tmp_path, how):
+    """A trial the driver stops (at its next report, or by its verdict on a result) whose ``finally:`` then raises:
+    only the driver knows whether that stop ended the trial for good (Ray Tune ends it ``TERMINATED``) or moved it,
+    so the device sends the error marked as raised by the stop's unwinding (EV_END's last item). A trial that fails
+    on its own is not marked."""
+    reported, go = threading.Event(), threading.Event()
+
+    def f(config):
+        if config["how"] == "fails":
+            fluidsalus.report({"v": 0})
+            raise RuntimeError("plain failure")
+        try:
+            for i in range(10):
+                fluidsalus.report({"v": i})
+                reported.set()
+                assert go.wait(WAIT_S)
+        finally:
+            raise RuntimeError("cleanup failed")
+
+    host = DeviceHost(f, _settings(max_lanes=2, verdict_from=0 if how == "verdict" else None))
+    host.submit([_spec(tmp_path, 0, how=how), _spec(tmp_path, 1, how="fails")])
+    if how == "stop":
+        assert reported.wait(WAIT_S)
+        host.stop(["t0"])
+    go.set()
+    events = _drain_answering(host, 2, lambda e: e[1] == "t0")  # (the verdict: stop t0 at its result)
+    ends = {e[1]: (e[4], e[5], e[8]) for e in events if e[0] == EV_END}
+    assert ends == {"t0": (OUT_ERRORED, "RuntimeError: cleanup failed", True),
+                    "t1": (OUT_ERRORED, "RuntimeError: plain failure", False)}
+    assert not [e for e in events if e[0] == EV_LANE and e[4] == LANE_ERROR_AFTER_STOP]  # (the driver's to judge)
+
+
 def test_stop_rule_on_a_missing_key_is_a_run_level_error(tmp_path):
     def f(config):
         fluidsalus.report({"v": 1})

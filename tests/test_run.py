@@ -2080,6 +2080,54 @@ def test_a_trial_that_met_its_stop_rule_and_then_fails_is_not_retried(storage, t
     assert [e.data["error"] for e in store.events("error_after_stop")] == ["RuntimeError: cleanup failed"]
 
 
+class _StopsAtThree(RecordingSearch):
+    """Stops each trial at its third result (as a scheduler's STOP: ASHA's at ``max_t``, a user's own), each result
+    waiting for its decision, as under the Tune front end's schedulers: the trial stops at that very result."""
+
+    verdict_from = 0.0
+
+    def on_result(self, trial_id: str, result: Mapping[str, Any]) -> Decision:
+        decision = super().on_result(trial_id, result)
+        return Decision.STOP if result["training_iteration"] >= 3 else decision
+
+
+@pytest.mark.parametrize("how", ["searcher", "run_end"])
+def test_a_trial_that_fails_as_the_drivers_stop_for_good_unwinds_it_ends_terminated(storage, tmp_path, how):
+    """A trial its searcher stops (or the run's end: its time budget), whose ``finally:`` then raises, ended ERROR
+    (not retried), where Ray Tune, which stops the trial's actor, never sees that error: the trial ends TERMINATED
+    there. As for a trial that met its stop rule (above), the error is a warning and an ``error_after_stop``
+    event."""
+    log = tmp_path / "starts.txt"
+    space = {"log": str(log), "how": "raise"}
+    if how == "searcher":
+        searcher: RecordingSearch = _StopsAtThree(space, num_samples=1)
+        grid = fluidsalus.run(_fails_on_its_way_out, searcher=searcher, storage_path=storage, name="stopped_out",
+                              verbose=0, max_failures=1)
+        assert list(searcher.calls.values()) == [[1, 2, 3, "complete"]]
+        assert grid[0].metrics["training_iteration"] == 3
+    else:
+        grid = fluidsalus.run(_waits_then_fails_on_its_way_out, space, storage_path=storage, name="budget_out",
+                              verbose=0, max_failures=1, time_budget_s=1.0)
+    assert log.read_text().count("start") == 1
+    (result,) = grid
+    assert result.error is None and grid.num_errors == 0
+    store = ExperimentStore.open(grid.experiment_path, readonly=True)
+    assert [t.status for t in store.trials()] == ["TERMINATED"]
+    assert [e.data["error"] for e in store.events("error_after_stop")] == ["RuntimeError: cleanup failed"]
+
+
+def _waits_then_fails_on_its_way_out(config):
+    """Reports each 0.1 s until the run's end stops it, then fails as the stop unwinds it."""
+    with open(config["log"], "a") as log:
+        log.write("start\n")
+    try:
+        for i in range(1000):
+            time.sleep(0.1)
+            fluidsalus.report({"loss": float(i)})
+    finally:
+        raise RuntimeError("cleanup failed")
+
+
 @pytest.mark.parametrize("max_failures", [0, 1])
 def test_a_trial_whose_process_dies_right_after_its_stop_result_ends_terminated_there(storage, tmp_path,
                                                                                       max_failures):

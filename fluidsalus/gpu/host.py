@@ -76,8 +76,12 @@ _THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 # Event kinds sent from a device to the driver. Each event is a tuple whose first item is its kind.
 EV_START = "start"  # (EV_START, trial_id, attempt, ts)
 EV_RESULT = "result"  # (EV_RESULT, trial_id, attempt, ts, metrics, paused_at_budget, stopped_by_rule)
-#: (EV_END, trial_id, attempt, ts, outcome, error, traceback[, error_pickle]): ``error_pickle`` is the exception a
-#: trial raised, pickled (:func:`~fluidsalus.errors.pickle_exception`), or None; ends from elsewhere have none.
+#: (EV_END, trial_id, attempt, ts, outcome, error, traceback[, error_pickle[, unwinding_stop]]): ``error_pickle`` is
+#: the exception a trial raised, pickled (:func:`~fluidsalus.errors.pickle_exception`), or None; ``unwinding_stop``
+#: is True when the trainable raised that error as a stop of the driver's unwound it (a ``finally:`` or an ``except``
+#: that failed on its way out): only the driver knows whether that stop ended the trial for good (then it ends
+#: stopped, as a Ray Tune trial, whose actor Ray stops unseen) or moved it, and judges (``Executor._handle``). Ends
+#: from elsewhere have neither.
 EV_END = "end"
 EV_FATAL = "fatal"  # (EV_FATAL, trial_id, attempt, ts, message): a run-level configuration error
 #: (EV_CALL, trial_id, attempt, ts, call_id, method, args, label): the trial waits for answer(); ``label`` names the
@@ -112,7 +116,9 @@ DRIVER_WAITS_HELD_S = 1.0
 LANE_RESUME_READ = "resume_read"
 #: An ``EV_LANE`` kind: the trainable raised after the result its stop rule ended it at (a ``finally:`` or an
 #: ``except`` that fails as the stop unwinds it; ``data``: ``error`` and ``traceback``). The trial ends stopped at that
-#: result (its ``EV_END`` is ``OUT_STOPPED``), as a Ray Tune trial does; the driver stores the event and warns.
+#: result (its ``EV_END`` is ``OUT_STOPPED``), as a Ray Tune trial does; the driver stores the event and warns. The
+#: driver stores one of its own, with ``moved``, for an error raised as a stop of its own unwound the trial (EV_END's
+#: ``unwinding_stop``).
 LANE_ERROR_AFTER_STOP = "error_after_stop"
 #: An ``EV_LANE`` kind: a warning for the script's author given in the trial (:func:`fluidsalus.session.warn_user`;
 #: ``data``: ``message``, ``category`` and the user's ``filename``, ``lineno`` and ``module``); the driver gives it
@@ -1380,7 +1386,7 @@ class DeviceHost:
             outcome, error, trace = ranks.finish(outcome, error, trace, peer_gone, session.peers_lost,
                                                  session.stop_requested)
             if error != own:  # a worker's error, whose exception stayed in the worker
-                error_pickle = None
+                error_pickle, unwinding_stop = None, False
         now = time.time()
         with self._lock:
             if outcome == OUT_OOM and (session.stop_requested.is_set() or self._closed):
@@ -1396,6 +1402,11 @@ class DeviceHost:
                 self._emit_locked((EV_LANE, spec.trial_id, spec.attempt, now, LANE_ERROR_AFTER_STOP,
                                    {"error": error, "traceback": trace}))
                 outcome, error, trace = OUT_STOPPED, None, None
+            # It raised as a stop of the driver's unwound it (a verdict, a stop at its next report or pause): the
+            # driver judges that error (EV_END's ``unwinding_stop``). Out of memory there is no cause to re-admit it.
+            unwinding_stop = outcome in (OUT_ERRORED, OUT_OOM) and fatal is None and unwinding_stop
+            if unwinding_stop:
+                outcome = OUT_ERRORED
             if (outcome == OUT_OOM and not refusal
                     and all(member == spec.trial_id for lane in self._lanes.lanes() for member in lane.members)):
                 # Out of the device's own memory with no other trial on it: a larger estimate frees nothing for it,
@@ -1419,7 +1430,7 @@ class DeviceHost:
                 self._emit_locked((EV_FATAL, spec.trial_id, spec.attempt, now, fatal))
             if spec.rank == 0:
                 self._emit_locked((EV_END, spec.trial_id, spec.attempt, now, outcome, error, trace,
-                                   error_pickle if outcome == OUT_ERRORED else None))
+                                   error_pickle if outcome == OUT_ERRORED else None, unwinding_stop))
             else:  # a data-parallel worker's end is not the trial's (see TrialSpec)
                 self._emit_locked((EV_LANE, spec.trial_id, spec.attempt, now, "worker_end",
                                    {"rank": spec.rank, "world_size": spec.world_size, "outcome": outcome,

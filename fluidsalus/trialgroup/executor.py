@@ -257,6 +257,17 @@ FREE_PORT_TIMEOUT_S = 30.0
 #: trial ends from 2 on.
 ERROR_VERBOSITY = 0
 
+#: The warning for a trial's ``error_after_stop`` record (``gpu.host.LANE_ERROR_AFTER_STOP``), by its ``moved``: None
+#: for the device's (the trial met its stop rule), False or True for the driver's (a stop that ended it for good, or
+#: a move, a preemption or an exploit that goes on from its checkpoint).
+_ERROR_AFTER_STOP_WARNINGS: dict[bool | None, str] = {
+    None: "trial %s raised after the result its stop rule ended it at; it ends TERMINATED there, as in Ray Tune: %s",
+    False: "trial %s raised as its stop (its scheduler's or searcher's, or the run's end) unwound it; it ends "
+           "TERMINATED, as in Ray Tune: %s",
+    True: "trial %s raised as a stop to restart it elsewhere (a move, a preemption, PBT's exploit) unwound it; it "
+          "goes on from a checkpoint, as a Ray Tune trial paused: %s",
+}
+
 # Restart reasons (``_Restart.reason``, and the ``reason`` of ``trial_restart`` events) set by the planner.
 RESTART_MOVE = "move"  # a MOVE or RESIZE: restart from its checkpoint on the planner's new devices
 RESTART_PREEMPT = "preempted"  # its memory went to another trial: checkpoint, back to the queue
@@ -2446,6 +2457,17 @@ class Executor:
                 elif kind == EV_END:
                     outcome, error, trace = event[4], event[5], event[6]
                     error_pickle = event[7] if len(event) > 7 else None
+                    if outcome == OUT_ERRORED and len(event) > 8 and event[8] and trial_id in self._stopping:
+                        # It raised as this driver's stop unwound it (a ``finally:`` that failed): as Ray Tune, which
+                        # stops the actor and never sees what the trainable does on its way out, the trial ends
+                        # stopped (or goes on with the move that stopped it), the error a warning and a record
+                        failed_after_stop.append((EV_LANE, trial_id, attempt, ts, LANE_ERROR_AFTER_STOP,
+                                                  {"error": error, "traceback": trace,
+                                                   "moved": trial_id in self._restarts}))
+                        events.append((ts, LANE_ERROR_AFTER_STOP, trial_id, name,
+                                       {**failed_after_stop[-1][5], "attempt": attempt}))
+                        outcome, error, trace, error_pickle = OUT_STOPPED, None, None, None
+                        event = (*event[:4], outcome, error, trace)
                     self._unplace(trial, ts)
                     stopped_for_good = trial_id in self._stopping and trial_id not in self._restarts
                     self._stopping.discard(trial_id)
@@ -2568,8 +2590,8 @@ class Executor:
         # Committed: the batch is acknowledged. Now act on it.
         self._warn_from_trials(warned)
         for event in failed_after_stop:
-            logger.warning("trial %s raised after the result its stop rule ended it at; it ends TERMINATED there, "
-                           "as in Ray Tune: %s", event[1], event[5].get("error"))
+            logger.warning(_ERROR_AFTER_STOP_WARNINGS[event[5].get("moved")], self._shown_name(event[1]),
+                           event[5].get("error"))
         if stopper_error is not None:
             raise stopper_error
         # Trials a stop ends at once (a trial this batch's end requeued: a move at its budget leaves it paused off
