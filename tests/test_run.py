@@ -1980,6 +1980,32 @@ def test_a_random_search_under_max_concurrent_proposes_a_trial_as_one_ends_with_
     assert search.is_finished() == (num_samples != -1)
 
 
+def test_a_random_search_state_saved_before_its_pacing_goes_on_as_it_began_and_a_resume_draws_nothing_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A state saved before ``RandomSearch`` kept its ended trials (``"ended"``) read as if every proposed trial had
+    ended: an endless search under a cap then proposed more than its logged calls replay (h192's A1: ``cannot
+    replay``, two configurations never run). It goes on unpaced, as it began, in its own format. And a resumed
+    finite search drew every configuration it had proposed again to learn it was finished (100k: 8.4 s, A2)."""
+    from fluidsalus.searchers import _random
+
+    endless = RandomSearch({"x": fluidsalus.uniform(0, 1)}, -1, seed=0, max_concurrent=2)
+    endless.load_state_dict({"proposed": 16, "owed": 1})  # (the old format: 16 out, one owed for an end)
+    assert [len(g.configs) for g in endless.next_groups()] == [1] and endless.next_groups() == []
+    endless.on_trial_complete("t", None)
+    assert [len(g.configs) for g in endless.next_groups()] == [1]
+    assert "ended" not in endless.state_dict()
+
+    class Undrawable(_random.VariantStream):
+        def __init__(self, *args, **kwargs):
+            raise AssertionError("drew the configurations again")
+
+    monkeypatch.setattr(_random, "VariantStream", Undrawable)
+    for cap in (None, 4):
+        finite = RandomSearch({"g": fluidsalus.grid_search(list(range(100)))}, 1, seed=0, max_concurrent=cap)
+        finite.load_state_dict({"proposed": 100, "ended": 100, "owed": 16})
+        assert finite.is_finished() and finite.next_groups() == []
+
+
 def test_a_random_search_subclass_that_saves_fields_of_its_own_resumes() -> None:
     """Fields beside RandomSearch's own are a subclass's, not a foreign state (a review found the check refusing
     them: "a CountingRandom saves no 'seen'")."""

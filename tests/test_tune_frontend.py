@@ -1897,7 +1897,9 @@ def test_a_run_ended_early_under_max_concurrent_trials_holds_only_the_trials_its
     run_config: dict = {"stop": _StopAllAfter(3)} if ending == "stop_all" else {}
     budget: dict = {"time_budget_s": 3} if ending == "time_budget" else {}
     _, grid = _run(_forever, storage, run_config_kwargs=run_config, num_samples=8, max_concurrent_trials=2, **budget)
-    assert len(grid) == 2 and grid.num_errors == 0 and all(r.metrics["i"] >= 1 for r in grid)
+    assert len(grid) == 2 and grid.num_errors == 0
+    # (the budget counts the devices' start, which on a loaded machine can take all of it: a trial may not report)
+    assert ending == "time_budget" or all(r.metrics["i"] >= 1 for r in grid)
 
 
 def test_stop_callable_and_stopper_with_endless_samples(ray_cluster, storage: str) -> None:

@@ -339,6 +339,7 @@ class RandomSearch(BaseSearcher):
         self._ended = 0  # of those, trials told ended (on_trial_complete)
         self._owed = ENDLESS_FIRST_BATCH  # endless mode without max_concurrent: configurations to propose next
         self._stream: VariantStream | None = None
+        self._unpaced = False  # loaded from a state saved before max_concurrent paced the search (load_state_dict)
 
     @property
     def total_samples(self) -> int | None:
@@ -355,18 +356,18 @@ class RandomSearch(BaseSearcher):
 
     def _room(self) -> int | None:
         """How many new configurations may go out now (None: all that are left)."""
-        if self.max_concurrent is not None:
+        if self.max_concurrent is not None and not self._unpaced:
             return self.max_concurrent - (self._proposed - self._ended)
         return self._owed if self.endless else None
 
     def next_groups(self) -> list[TrialGroup]:
         room = self._room()
-        if room is not None and room <= 0:
+        if (room is not None and room <= 0) or self.is_finished():
             return []
         configs = self._config_stream().take(room)
         if not configs:
             return []
-        if self.max_concurrent is None and self.endless:
+        if (self.max_concurrent is None or self._unpaced) and self.endless:
             self._owed = 0
         group = TrialGroup(group_id=f"variants-{self._proposed}", configs=configs)
         self._proposed += len(configs)
@@ -378,7 +379,16 @@ class RandomSearch(BaseSearcher):
             self._owed += 1
 
     def is_finished(self) -> bool:
-        return not self.endless and not self._config_stream().has_more()
+        if self.endless:
+            return False
+        if self._stream is None and self._proposed > 0:
+            # (without drawing every configuration proposed again, as a resumed run's first call would)
+            if self.max_concurrent is None or self._unpaced:
+                return True  # everything went out in the first next_groups
+            total = self.total_samples
+            if total is not None:
+                return self._proposed >= total
+        return not self._config_stream().has_more()
 
     @property
     def endless(self) -> bool:
@@ -386,6 +396,8 @@ class RandomSearch(BaseSearcher):
         return self.num_samples == sp.INFINITE_SAMPLES
 
     def state_dict(self) -> dict[str, Any]:
+        if self._unpaced:  # (a run saved before "ended" goes on as it began, in its format)
+            return {"proposed": self._proposed, "owed": self._owed}
         return {"proposed": self._proposed, "ended": self._ended, "owed": self._owed}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -394,5 +406,9 @@ class RandomSearch(BaseSearcher):
         check_saved_state(state, type(self).__name__, required=("proposed",))
         self._proposed = int(state["proposed"])
         self._ended = int(state.get("ended", self._proposed))
+        # A state saved before "ended" was kept comes from a search that did not pace its trials (its endless
+        # stream went out 16 first, then one per end: its logged calls replay only so, and its live trials are not
+        # known): it goes on unpaced.
+        self._unpaced = "ended" not in state
         self._owed = int(state.get("owed", ENDLESS_FIRST_BATCH))
         self._stream = None  # (drawn again past the configurations proposed)
