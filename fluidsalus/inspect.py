@@ -972,7 +972,8 @@ class Report:
         return lines
 
     def _costliest_lines(self) -> list[str]:
-        """The "costliest trials" section: the :data:`TRIALS_SHOWN` trials with the most compute, as a small table."""
+        """The "costliest trials" section: the :data:`TRIALS_SHOWN` trials with the most compute, as a small table, each
+        trial named as the report's other lines name it (:meth:`named`)."""
         top = self.costliest_trials()
         if not top:
             return []
@@ -993,7 +994,9 @@ class Report:
                 number, state = r.get(OPTUNA_NUMBER_KEY), r.get(OPTUNA_STATE_KEY)
                 optuna = ("-" if number is None else str(number),)
                 status = state or status
-            rows.append((r["trial_id"], *optuna, r["device"] or "-", f"{r['compute_s']:.2f}s",
+            # named as the errored trials and the best trial below (an Optuna study's by id: OPTUNA # has its number)
+            trial = r["trial_id"] if self.optuna is not None else self.named(r["trial_id"])
+            rows.append((trial, *optuna, r["device"] or "-", f"{r['compute_s']:.2f}s",
                          f"{r['useful_s']:.2f}s", wasted, iters, status, value))
         widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
         shown = (f"top {len(top)} of {len(self.trial_rows)}" if len(top) < len(self.trial_rows)

@@ -81,6 +81,7 @@ from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.progress_bar import _ProgressBar
@@ -2032,6 +2033,11 @@ def _record_name(name: Any, storage_path: Any, study: optuna.Study) -> Any:
     return free
 
 
+#: The n_trials and timeout Optuna's loop compares with its counts and its clock: a real number, a NumPy bool too
+#: (``numbers.Real`` takes NumPy's ints and floats, not its bool: ``n_trials=np.True_`` runs 1 trial in Optuna).
+_COMPARED = (numbers.Real, np.bool_)
+
+
 def optimize(
     study: optuna.Study,
     objective: Callable[[Any], float | Sequence[float] | None] | None = None,
@@ -2113,11 +2119,11 @@ def optimize(
     if n_jobs != -1 and not n_jobs > 0:
         raise ConfigError(f"n_jobs: must be -1 or > 0 (ignored: the lanes decide concurrency), got {n_jobs}")
     # Numbers as Optuna's loop reads them (it compares them with its counts): n_trials=2.5 runs 3 trials,
-    # n_trials=True 1 (a bool is an int), n_trials=inf has no limit, and n_trials or a timeout <= 0 runs none (a
-    # timeout computed as the time left, say)
-    if n_trials is not None and (not isinstance(n_trials, numbers.Real) or math.isnan(n_trials)):
+    # n_trials=True 1 (a bool is an int, NumPy's too), n_trials=inf has no limit, and n_trials or a timeout <= 0 runs
+    # none (a timeout computed as the time left, say)
+    if n_trials is not None and (not isinstance(n_trials, _COMPARED) or math.isnan(n_trials)):
         raise ConfigTypeError(f"n_trials: must be a number of trials (an int) or None, got {n_trials!r}")
-    if timeout is not None and (not isinstance(timeout, numbers.Real) or math.isnan(timeout)):
+    if timeout is not None and (not isinstance(timeout, _COMPARED) or math.isnan(timeout)):
         raise ConfigTypeError(f"timeout: must be a number of seconds or None, got {timeout!r}")
     classes = _check_catch(catch)
     if callbacks is not None and (isinstance(callbacks, (str, bytes)) or not isinstance(callbacks, Iterable)):
@@ -2137,6 +2143,7 @@ def optimize(
         raise RuntimeError("Nested invocation of `Study.optimize` method isn't allowed (the study is already being "
                            "optimised in this thread).")
     if (n_trials is not None and n_trials <= 0) or (timeout is not None and timeout <= 0):
+        _ProgressBar(bool(show_progress_bar), n_trials, timeout).close()  # (Optuna's empty bar, where it shows one)
         return
 
     name = _record_name(run_kwargs.pop("name", None), run_kwargs.get("storage_path"), study)

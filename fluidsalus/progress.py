@@ -108,26 +108,29 @@ def format_metric(value: Any) -> str:
     the fewest more digits that show its fraction (``0.99999999``, ``123456.7``), as Ray's best-trial line shows it.
     A NumPy value is read as its Python number (a ``float32``'s digits are its own: ``0.9999999``). A column of
     values: :func:`format_metric_column`."""
-    return format_metric_column([int(value) if isinstance(value, (bool, np.bool_)) else value], fractions=True)[0]
+    whole = isinstance(value, (numbers.Integral, np.bool_))  # (a NumPy int in full too, not as a table's float)
+    return format_metric_column([int(value) if whole else value], fractions=True)[0]
 
 
 def format_metric_column(values: Sequence[Any], *, fractions: bool = False) -> list[str]:
-    """Metric values shown in one column of a table, in one format, as Ray's table (tabulate) formats a column: all
-    integers in full, a bool as it is (``True``); with a float among them, every number as a float in
-    :data:`METRIC_DIGITS` significant digits (``0.99999999`` reads ``1``, as in Ray's table; an integer too, as
-    tabulate's: ``1.23457e+06`` for 1234567 beside 0.5; a bool as its number, ``1``); a NumPy bool is a number
-    (``1``) as tabulate reads it; a value of another kind (a string) as it is. ``fractions``: a value that would
-    round onto a whole number it is not keeps the digits that show its fraction, as :func:`format_metric` shows a
-    single value (that value only: the column's other numbers keep their :data:`METRIC_DIGITS`)."""
-    real = [v for v in values if is_table_number(v)]
-    if all(isinstance(v, (numbers.Integral, np.bool_)) for v in real):  # (float() lost digits above 2**53)
-        return [str(int(v)) if is_table_number(v) and not isinstance(v, bool) else str(v) for v in values]
-    return [_float_text(v, _fraction_digits(v) if fractions else METRIC_DIGITS) if is_table_number(v) else str(v)
-            for v in values]
+    """Metric values shown in one column of a table, in one format, as Ray's table formats a column (tabulate, given
+    each value as Ray's ``CLIReporter`` gives it): Python ints and bools alone in full (a bool as it is, ``True``);
+    with another real number among them (a float, a NumPy int: tabulate takes only Python's as ints), every number
+    as a float in :data:`METRIC_DIGITS` significant digits (``0.99999999`` reads ``1``, as in Ray's table;
+    ``1.23457e+06`` for 1234567 beside 0.5 or as an ``np.int64``; a bool as its number, ``1``); a value of another
+    kind (a string) as it is, a NumPy bool too (``True``: it is no ``numbers.Number``, and Ray's table gets its
+    text). ``fractions``: a value that would round onto a whole number it is not keeps the digits that show its
+    fraction, as :func:`format_metric` shows a single value (that value only: the column's other numbers keep
+    their :data:`METRIC_DIGITS`)."""
+    if all(type(v) in (int, bool) for v in values if isinstance(v, numbers.Real)):  # (float() lost digits > 2**53)
+        return [str(v) for v in values]
+    return [_float_text(v, _fraction_digits(v) if fractions else METRIC_DIGITS) if isinstance(v, numbers.Real)
+            else str(v) for v in values]
 
 
 def is_table_number(value: Any) -> bool:
-    """A real number a table shows as one: a NumPy bool too, which ``numbers.Real`` does not take."""
+    """A value Ray's table takes as a number or a bool in a column of numbers: a real number, a NumPy bool too
+    (which ``numbers.Real`` does not take; Ray's table gets its text, ``True``, which tabulate reads as a bool)."""
     return isinstance(value, (numbers.Real, np.bool_))
 
 
@@ -135,7 +138,7 @@ def _fraction_digits(value: Any) -> int:
     """The fewest significant digits, :data:`METRIC_DIGITS` or more, that do not round a value that is not whole
     onto a whole number (:data:`FLOAT_EXACT_DIGITS` show any fraction); a whole value (an integer) takes
     :data:`METRIC_DIGITS`."""
-    if isinstance(value, (numbers.Integral, np.bool_)) or float(value).is_integer():  # (nan and inf are not whole)
+    if isinstance(value, numbers.Integral) or float(value).is_integer():  # (nan and inf are not whole)
         return METRIC_DIGITS
     return next(d for d in range(METRIC_DIGITS, FLOAT_EXACT_DIGITS + 1)
                 if not float(f"{float(value):.{d}g}").is_integer())

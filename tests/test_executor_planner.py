@@ -867,6 +867,22 @@ def test_a_metric_too_large_for_a_float_is_refused_as_such(tmp_path):
         executor._check_metric("t", {"m": 10**400})
 
 
+def test_the_metric_refusals_name_the_trial_as_the_runs_lines(tmp_path):
+    """The refusals of a missing or non-numeric metric named the trial by id (``trial 90784_00000 reported ...``)
+    where the run's lines name it ``train_90784_00000`` (h188's F7): they use the run's name now."""
+    from fluidsalus.errors import ConfigError
+
+    executor, _ = _offline_executor(tmp_path)
+    executor.settings.metric = "m"
+    executor.trials["t"] = _trial("t")
+    executor._names["t"] = "train_t"
+    for result, refusal in (({"x": 1}, "is not in the results: trial train_t reported"),
+                            ({"m": "low"}, "must be a number: trial train_t reported 'low'"),
+                            ({"m": 10**400}, "must be a number a float holds .*: trial train_t reported an int")):
+        with pytest.raises(ConfigError, match=refusal):
+            executor._check_metric("t", result)
+
+
 def test_the_fail_fast_raise_error_and_the_error_file_name_the_trial_as_the_runs_lines(tmp_path, capsys):
     """The ``fail_fast="raise"`` error (``Trial <id> failed: ...``) and the trial's ``error.pkl`` named it by id where
     the run's lines and its errored-trials table name it ``train_<id>`` (h167's note). They use the run's name now,

@@ -1321,3 +1321,23 @@ def test_the_costliest_trials_metric_column_has_one_format(tmp_path):
     start = next(i for i, line in enumerate(lines) if line.startswith("costliest trials"))
     assert {line.split()[0]: line.split()[-1] for line in lines[start + 2:start + 5]} == {
         "t0": "1.23457e+06", "t1": "1.23457e+06", "t2": "3"}
+
+
+def test_the_costliest_trials_name_each_trial_as_the_reports_other_lines(tmp_path):
+    """The TRIAL column gave ids (``65b28_00000``) where the best trial's line and the errored trials a few lines
+    below name the same trial ``train_65b28_00000`` (h188's F8): it names each trial as they do (``Report.named``:
+    its id too where the name does not hold it)."""
+    from fluidsalus.store import TRIAL_DIRNAME_EVENT
+
+    store = _store(tmp_path)
+    store.add_trials([("t1", 1, {"x": 2})])
+    store.add_events([(10.0, TRIAL_DIRNAME_EVENT, "t0", None, {"dirname": "train_t0_0", "name": "train_t0"}),
+                      (10.0, TRIAL_DIRNAME_EVENT, "t1", None, {"dirname": "lr_1", "name": "lr=0.1"})])
+    for i, trial_id in enumerate(("t0", "t1")):
+        store.add_results([(trial_id, 0, 1, 11.0 + i, {"acc": i, "time_this_iter_s": 0.5})])
+        store.update_trial(trial_id, status="TERMINATED", last_result={"acc": i})
+    lines = inspect(store.experiment_dir).render_table().splitlines()
+    store.close()
+    start = next(i for i, line in enumerate(lines) if line.startswith("costliest trials"))
+    assert sorted(line.split("  ")[1].strip() for line in lines[start + 2:start + 4]) == ["lr=0.1 (t1)", "train_t0"]
+    assert any(line.startswith("best trial: lr=0.1 (t1) acc=1") for line in lines)

@@ -23,6 +23,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import optuna
 import pytest
 from _trials import began_on_the_freed_device
@@ -1519,6 +1520,32 @@ def test_a_bool_n_trials_or_timeout_is_read_as_optunas_loop_reads_it(tmp_path):
     theirs.optimize(_quadratic, n_trials=False)
     fo.optimize(ours, _quadratic, n_trials=False, storage_path=str(tmp_path / "none"))
     assert len(ours.trials) == len(theirs.trials) == 1 and not (tmp_path / "none").exists()
+
+
+def test_a_numpy_bool_n_trials_or_timeout_is_read_as_optunas_loop_reads_it(tmp_path):
+    """``numbers.Real`` takes NumPy's ints and floats but not its bool, which was refused (``ConfigTypeError``) where
+    Optuna's loop compares it as its number: ``n_trials=np.True_`` runs one trial (h187's F5, h195's
+    ``i2_numbers.py``)."""
+    theirs, ours = optuna.create_study(), optuna.create_study()
+    theirs.optimize(_quadratic, n_trials=np.True_, timeout=np.True_)
+    _optimize(ours, _quadratic, tmp_path, n_trials=np.True_, timeout=np.True_, name="npbool")
+    assert [t.state for t in ours.trials] == [t.state for t in theirs.trials] == [TrialState.COMPLETE]
+    theirs.optimize(_quadratic, n_trials=np.False_)
+    fo.optimize(ours, _quadratic, timeout=np.False_, storage_path=str(tmp_path / "none"))
+    assert len(ours.trials) == len(theirs.trials) == 1 and not (tmp_path / "none").exists()
+
+
+def test_a_call_of_no_trial_shows_optunas_empty_bar(tmp_path, capsys):
+    """With ``timeout<=0`` (or ``n_trials<0``) and ``show_progress_bar=True`` Optuna shows an empty bar (``0%|``)
+    and runs nothing; fluidsalus showed none (h187's F6, h195's ``i2_bar.py``). ``n_trials=0`` shows none in
+    either."""
+    for kwargs in ({"timeout": 0}, {"timeout": -1}, {"n_trials": -1}, {"n_trials": 0}):
+        optuna.create_study().optimize(_quadratic, show_progress_bar=True, **kwargs)
+        theirs = capsys.readouterr().err
+        fo.optimize(optuna.create_study(), _quadratic, show_progress_bar=True, storage_path=str(tmp_path), **kwargs)
+        assert capsys.readouterr().err == theirs, kwargs
+        assert ("0%|" in theirs) == ("timeout" in kwargs)
+    assert not os.listdir(tmp_path)
 
 
 def test_optimize_takes_optunas_func_keyword_and_catch_none_as_study_optimize_does(tmp_path):

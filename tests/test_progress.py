@@ -165,7 +165,7 @@ def test_a_column_of_metrics_is_shown_in_one_format_as_rays_table_shows_a_column
 
     assert format_metric_column([1234567.0, 1234567.5, 0.99999999, 3]) == ["1.23457e+06", "1.23457e+06", "1", "3"]
     assert format_metric_column([1234567.0, 0.5]) == ["1.23457e+06", "0.5"]  # (Ray's table: the same)
-    assert format_metric_column([3, 2**53 + 1, np.int64(7)]) == ["3", "9007199254740993", "7"]
+    assert format_metric_column([3, 2**53 + 1, 7]) == ["3", "9007199254740993", "7"]
     assert format_metric_column([0.123456789, 0.99999999]) == ["0.123457", "1"]
     assert format_metric_column(["-", float("nan"), 0.5, float("inf")]) == ["-", "nan", "0.5", "inf"]
     assert format_metric_column([]) == []
@@ -190,14 +190,30 @@ def test_a_value_that_would_round_onto_a_whole_number_does_not_widen_its_column(
 def test_a_bool_is_shown_as_rays_table_shows_it():
     """A bool beside floats printed ``True`` (Ray's table: ``1``), and ``format_metric`` showed NumPy's ``True`` as
     ``True`` where it shows Python's as ``1`` (h174's B3). As Ray's table (tabulate): beside a float a bool is its
-    number; a column of Python bools ``True``/``False``; a NumPy bool a number, alone too."""
+    number; a column of Python bools ``True``/``False``; a NumPy bool as its text (below)."""
     from fluidsalus.progress import format_metric_column
 
     assert format_metric_column([True, 0.5, False]) == ["1", "0.5", "0"]
-    assert format_metric_column([np.True_, 0.5]) == ["1", "0.5"]
     assert format_metric_column([True, False, "", None]) == ["True", "False", "", "None"]
-    assert format_metric_column([np.True_]) == ["1"] and format_metric_column([np.False_, 3]) == ["0", "3"]
     assert [format_metric(v) for v in (True, np.True_, np.False_)] == ["1", "1", "0"]
+
+
+def test_a_column_shows_numpy_values_as_rays_cli_reporter_gives_them_to_tabulate():
+    """Ray's ``CLIReporter`` hands tabulate a number as it is and a NumPy bool (no ``numbers.Number``) as its text,
+    and tabulate takes only Python's ints as ints: ``[True, np.int64(3)]`` is ``1, 3`` in Ray's table (it read
+    ``True, 3``), ``[np.True_, True]`` ``True, True`` (``1, True``), an ``np.int64`` column ``1.23457e+06``
+    (``1234567``: h188's F6, ``i1_tabulate.py`` in h195's notes). A single value (the progress line, the run's
+    summary) keeps a NumPy int in full, as Ray's best-trial line does."""
+    from fluidsalus.progress import format_metric_column
+
+    assert format_metric_column([True, np.int64(3)]) == ["1", "3"]
+    assert format_metric_column([np.True_, True]) == ["True", "True"] and format_metric_column([np.True_]) == ["True"]
+    assert format_metric_column([np.False_, 3]) == ["False", "3"]
+    assert format_metric_column([np.True_, 0.5]) == ["True", "0.5"]  # (Ray's table: a ValueError from tabulate)
+    assert format_metric_column([np.int64(1234567), 5]) == ["1.23457e+06", "5"]
+    assert format_metric_column([3, 2**53 + 1, np.int64(7)]) == ["3", "9.0072e+15", "7"]
+    assert format_metric_column([np.int32(7), np.int32(8)]) == ["7", "8"]
+    assert format_metric(np.int64(1234567)) == "1234567" and format_metric(np.int64(2**53 + 1)) == "9007199254740993"
 
 
 def test_an_integer_too_large_for_a_float_is_shown_in_full_in_a_column_with_a_float():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import datetime
 import json
+import logging
 import os
 import re
 import time
@@ -499,6 +500,29 @@ def test_rays_search_algorithms_are_translated() -> None:
         planned = _plan(metric="m", mode="max", search_alg=ConcurrencyLimiter(OptunaSearch(sampler=sampler), 2))
     assert isinstance(planned.searcher, searchers.OptunaSearch) and planned.searcher.study.sampler is sampler
     assert planned.max_concurrent_trials == 2
+
+
+def test_max_concurrent_trials_is_ignored_with_a_search_generator_object_as_ray_ignores_it(caplog) -> None:
+    """Ray wraps only a ``Searcher`` in a ``ConcurrencyLimiter`` of ``max_concurrent_trials``: beside a
+    ``BasicVariantGenerator`` or ``SearchGenerator`` object it logs its warning and ignores it (2 trials at once under
+    ``max_concurrent_trials=1``; the generator's own ``max_concurrent=1`` beside ``max_concurrent_trials=2`` caps, and
+    is no error). fluidsalus capped the first and refused the second (h184's note, h195's ``i3_bvg_cap.py``)."""
+    rays = ("You have passed a `SearchGenerator` instance as the `search_alg`, but `max_concurrent_trials` requires a "
+            "`Searcher` instance`. `max_concurrent_trials` will be ignored.")  # (ray/tune/tune.py, word for word)
+    for search_alg, cap, capped in ((tune.search.BasicVariantGenerator(), 1, None),
+                                    (tune.search.BasicVariantGenerator(max_concurrent=1), 2, 1),
+                                    (tune.search.SearchGenerator(_optuna_holder()), 2, None)):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="fluidsalus.tune._translate"):
+            planned = _plan(metric="m", mode="max", search_alg=search_alg, max_concurrent_trials=cap)
+        assert planned.max_concurrent_trials == capped
+        assert [r.getMessage() for r in caplog.records] == [rays]
+    caplog.clear()
+    for search_alg in (None, tune.search.ConcurrencyLimiter(_optuna_holder(), 2)):  # (Ray caps these, silently)
+        with caplog.at_level(logging.WARNING, logger="fluidsalus.tune._translate"):
+            planned = _plan(metric="m", mode="max", search_alg=search_alg, max_concurrent_trials=2)
+        assert planned.max_concurrent_trials == 2
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_rays_tune_bohb_is_translated() -> None:

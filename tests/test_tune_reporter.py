@@ -74,7 +74,8 @@ def test_a_value_near_a_whole_number_and_a_bool_beside_floats_are_shown_as_rays_
     """One value that would round onto a whole number (0.99999999) gave its whole column its digits (``0.33333333``
     beside it; up to 17 digits: h174's D2), and a bool beside floats printed ``True`` (h174's B3). Ray's table
     (tabulate, ``words_run.py`` in h182's notes): ``1``, ``0.333333``; a bool beside floats ``1``, a column of bools
-    ``True``/``False``, a NumPy bool ``1``."""
+    ``True``/``False``, a NumPy bool ``True`` (Ray's CLIReporter hands tabulate its text: h195's ``i1_tabulate.py``;
+    it read ``1``)."""
     import numpy as np
 
     trials = [_trial(i, "TERMINATED", lr, None) for i, lr in enumerate((0.1, 0.2, 0.3, 0.4))]
@@ -83,8 +84,9 @@ def test_a_value_near_a_whole_number_and_a_bool_beside_floats_are_shown_as_rays_
     for i, trial in enumerate(trials):
         trial.last_result = {key: values[i] for key, values in columns.items()} | {"training_iteration": 1}
     text = CLIReporter(metric_columns=list(columns), parameter_columns=[])._progress_str(trials, done=True)
-    assert [row[2:] for row in _rows(text)] == [["1", "1", "True", "1"], ["0.333333", "0.5", "False", "0"],
-                                                ["0.666667", "0", "True", "1"], ["0.123457", "0.25", "False", "0"]]
+    assert [row[2:] for row in _rows(text)] == [["1", "1", "True", "True"], ["0.333333", "0.5", "False", "False"],
+                                                ["0.666667", "0", "True", "True"],
+                                                ["0.123457", "0.25", "False", "False"]]
 
 
 def test_default_columns_infer_metrics_and_show_the_parameters_that_differ():

@@ -3174,7 +3174,8 @@ class Executor:
         searcher cannot rank a string, which failed inside it with an error naming neither trial nor metric).
 
         Raises:
-            ConfigError: It is missing, or not a number (an int too large for a float too).
+            ConfigError: It is missing, or not a number (an int too large for a float too); the trial named as the
+                run's lines name it (:meth:`_shown_name`).
         """
         metric = self.settings.metric
         if metric is None:
@@ -3191,7 +3192,8 @@ class Executor:
             if added:
                 returned += f", and the run added {sorted(added)} to its results"
             raise ConfigError(
-                f"metric={metric!r} is not in the results: trial {trial_id} reported {reported}{returned}. "
+                f"metric={metric!r} is not in the results: trial {self._shown_name(trial_id)} reported "
+                f"{reported}{returned}. "
                 f"Pass the name of a metric the trainable reports (or set {LENIENT_METRIC_ENV}=1, as in Ray Tune, "
                 "when it reports it only in some results)."
             )
@@ -3199,10 +3201,11 @@ class Executor:
             return
         if isinstance(value, numbers.Integral):  # (float() raised OverflowError; "must be a number" said of an int)
             raise ConfigError(f"metric={metric!r} must be a number a float holds (searchers and best-trial choices "
-                              f"compute with floats, as Ray Tune's): trial {trial_id} reported an int of "
-                              f"{_digits(int(value))} digits, above a float's largest ({sys.float_info.max:g})")
-        raise ConfigError(f"metric={metric!r} must be a number: trial {trial_id} reported {value!r} "
-                          f"({type(value).__name__})")
+                              f"compute with floats, as Ray Tune's): trial {self._shown_name(trial_id)} reported an "
+                              f"int of {_digits(int(value))} digits, above a float's largest "
+                              f"({sys.float_info.max:g})")
+        raise ConfigError(f"metric={metric!r} must be a number: trial {self._shown_name(trial_id)} reported "
+                          f"{value!r} ({type(value).__name__})")
 
     def _device_died(self, device: _Device, error: Exception) -> None:
         """A device actor died: its trials resume from their last checkpoints, on a replacement actor.

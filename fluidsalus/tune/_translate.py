@@ -224,11 +224,29 @@ def _check_runnable(search_alg: Any) -> None:
         )
 
 
-def _concurrency(tune_config: TuneConfig, limits: list[int], search_alg: Any) -> int | None:
+#: Ray's warning (``ray.tune.tune.run``) where it ignores ``max_concurrent_trials``: the search algorithm given is
+#: no ``Searcher`` (a ``BasicVariantGenerator`` or ``SearchGenerator`` object) for it to wrap in a
+#: ``ConcurrencyLimiter``.
+CAP_IGNORED = ("You have passed a `SearchGenerator` instance as the `search_alg`, but `max_concurrent_trials` requires "
+               "a `Searcher` instance`. `max_concurrent_trials` will be ignored.")
+
+
+def _concurrency(tune_config: TuneConfig, limits: list[int], search_alg: Any, given: Any) -> int | None:
+    """The cap on trials running at once: the least of ``max_concurrent_trials`` and the limits of the search
+    algorithm (its limiters' and its own ``max_concurrent``). As Ray's, ``max_concurrent_trials`` is ignored, with
+    Ray's warning (:data:`CAP_IGNORED`), where the search algorithm ``given`` is a ``BasicVariantGenerator`` or
+    ``SearchGenerator`` object; its own ``max_concurrent`` still caps.
+
+    Raises:
+        ConfigError: ``max_concurrent_trials`` differs from a limit of the search algorithm (Ray's ValueError).
+    """
     own = getattr(search_alg, "max_concurrent", 0) or 0
     if isinstance(search_alg, (BasicVariantGenerator, TuneBOHB)) and own:
         limits = [*limits, own]
     cap = tune_config.concurrency_cap
+    if cap is not None and isinstance(given, (BasicVariantGenerator, SearchGenerator)):
+        logger.warning(CAP_IGNORED)
+        cap = None
     if cap is not None and limits and cap != min(limits):
         raise ConfigError(
             f"TuneConfig: max_concurrent_trials={cap} but the search algorithm already limits concurrency to "
@@ -714,14 +732,14 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
     space = translate_ray_values(dict(param_space or {}), "param_space")
     sp.validate_space(space, allow_empty=True)
     sp.check_copyable(space, "param_space")
-    search_alg = adopt_search_alg(tune_config.search_alg)
-    search_alg, limits = _unwrap(search_alg)
+    given = adopt_search_alg(tune_config.search_alg)
+    search_alg, limits = _unwrap(given)
     repeater, inner_limits = None, []
     if isinstance(search_alg, Repeater):  # limiters outside it cap trials, those inside it configurations
         repeater = search_alg
         search_alg, inner_limits = _unwrap(adopt_search_alg(repeater.searcher))
     _check_runnable(search_alg)
-    cap = _concurrency(tune_config, limits, search_alg)
+    cap = _concurrency(tune_config, limits, search_alg, given)
     sources_metric = [("TuneConfig.metric", tune_config.metric), (f"{type(scheduler).__name__}.metric",
                       scheduler.metric)]
     sources_mode = [("TuneConfig.mode", tune_config.mode), (f"{type(scheduler).__name__}.mode", scheduler.mode)]
