@@ -404,7 +404,15 @@ class _NotInView(LookupError):
     """The pruner read something of the study the device's view does not hold: the driver answers."""
 
 
-class _CompletedView:
+class _ViewOnly:
+    """A stand-in the device's pruner reads: an attribute it does not hold is a read the driver must answer
+    (:class:`_NotInView`), not an ``AttributeError`` that failed the trial."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise _NotInView(name)
+
+
+class _CompletedView(_ViewOnly):
     """The study as ``PercentilePruner.prune`` (``MedianPruner``'s too) reads it in Optuna 5: its direction and
     ``get_trials(deepcopy=False, states=(COMPLETE,))``, from the device's copy of the COMPLETED trials (they change
     only as trials complete, and the driver sends the new ones with its answers: :data:`_CompletedUpdate`)."""
@@ -419,7 +427,7 @@ class _CompletedView:
         return list(self._completed)
 
 
-class _TrialView:
+class _TrialView(_ViewOnly):
     """The running trial as the pruner reads it (``FrozenTrial``'s ``intermediate_values`` and ``last_step``)."""
 
     def __init__(self, intermediate_values: dict[int, float]) -> None:
@@ -435,6 +443,13 @@ class _TrialView:
 #: kept: a process serves one ``optimize`` call at a time.
 _completed_views: dict[str, tuple[_Completed, ...]] = {}
 _completed_views_lock = threading.Lock()
+#: How old, in seconds, this process's view of the COMPLETED trials may be for its pruner to answer from it: the
+#: time since the process last got a driver answer, which brings every completion up to then. Past it the driver
+#: answers (and its answer renews the view), so a trial whose steps are slow, with no other call, still sees the
+#: trials that complete beside it within this time (it judged against those of its start for good: h197). A round
+#: trip is ~3 ms here (docs/benchmarks.md), so a trial that reports fast spends at most ~6% of its time renewing.
+VIEW_FRESH_S = 0.05
+_view_answered_at = [0.0]  # (time.monotonic() of the process's last driver answer; a list: set from any thread)
 
 
 def _known_completed(key: str) -> int:
@@ -543,6 +558,7 @@ def _call(method: str, *args: Any) -> Any:
     if ok:
         answer, warned, completed = cloudpickle.loads(payload)
         _take_completed(completed)
+        _view_answered_at[0] = time.monotonic()
         _warn_again(warned)
         return answer
     _warn_again(payload.warned)
@@ -991,6 +1007,8 @@ class DeviceTrial(BaseTrial):
         if rule[0] == PRUNE_NEVER:
             return False
         _, pruner, key = rule
+        if time.monotonic() - _view_answered_at[0] > VIEW_FRESH_S:
+            return None  # (an old view: the driver answers, and its answer brings the completions since)
         with _completed_views_lock:
             completed = _completed_views.get(key, ())
         study = _CompletedView(self.study.directions[0], completed)
@@ -1452,6 +1470,7 @@ class _StudyDriver(BaseSearcher):
         self._completed: list[dict[int, float]] = []
         self._completed_ids: set[int] = set()
         self._completed_lock = threading.Lock()
+        self._scan_from = 0  # the study's trials before it are finished and taken (_completed_update)
         self._calls: dict[str, Callable[..., Any]] = {
             M_START: self._on_start, M_SUGGEST: self._on_suggest,
             M_SHOULD_PRUNE: self._on_should_prune, M_SET_USER_ATTR: self._on_set_user_attr,
@@ -1674,15 +1693,25 @@ class _StudyDriver(BaseSearcher):
         if live is None or live.completed_sent is None:
             return None
         with self._completed_lock:
-            for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-                if frozen._trial_id not in self._completed_ids:
-                    self._completed_ids.add(frozen._trial_id)
-                    self._completed.append(dict(frozen.intermediate_values))
+            # (in memory: the storage's own list, by number. Trials before _scan_from are all finished and taken;
+            # from there on, each answer looks at the unfinished ones and those after them: not the whole study)
+            trials = self.study.get_trials(deepcopy=False)
+            while self._scan_from < len(trials) and trials[self._scan_from].state.is_finished():
+                self._take_if_completed(trials[self._scan_from])
+                self._scan_from += 1
+            for frozen in trials[self._scan_from:]:
+                self._take_if_completed(frozen)
             first = live.completed_sent if known is None else min(known, len(self._completed))
             live.completed_sent = len(self._completed)
             if first == live.completed_sent:
                 return None
             return self.view_key, first, self._completed[first:]
+
+    def _take_if_completed(self, frozen: FrozenTrial) -> None:
+        """Add a COMPLETED trial of the study to the devices' views, once (the caller holds ``_completed_lock``)."""
+        if frozen.state == TrialState.COMPLETE and frozen._trial_id not in self._completed_ids:
+            self._completed_ids.add(frozen._trial_id)
+            self._completed.append(dict(frozen.intermediate_values))
 
     def _trial(self, trial_id: str) -> optuna.Trial:
         live = self._live.get(trial_id)

@@ -2365,14 +2365,14 @@ def _slow_and_bad_or_fast_and_good(trial: Any) -> float:
     return 1.0
 
 
-def test_a_running_trial_hears_of_completions_with_its_devices_next_answer(tmp_path):
-    """The device's MedianPruner judges against the COMPLETED trials its process last heard of: trial 0 (slow, bad)
-    started with none; the fast, good trials completing beside it reach its view with the driver's answer to its next
-    call, the batch of its held reports (every ``HELD_REPORTS_MAX`` steps), and it is pruned at the step of that
-    call, where it kept running to its end when it never heard of them."""
+def test_a_running_trial_hears_of_completions_beside_it(tmp_path):
+    """The device's MedianPruner judges against the COMPLETED trials its process heard of at most
+    ``VIEW_FRESH_S`` ago: trial 0 (slow, bad) started with none; the fast, good trials completing beside it reach
+    its view with a driver answer, and it is pruned before its end, where it kept running to its end when it never
+    heard of them (``tests/test_optuna_device_pruner.py`` checks the view's age deterministically)."""
     study = optuna.create_study(pruner=optuna.pruners.MedianPruner(n_startup_trials=1))
     _optimize(study, _slow_and_bad_or_fast_and_good, tmp_path, n_trials=3, devices=2)
     first = study.trials[0]
     assert first.state == TrialState.PRUNED
-    assert first.last_step is not None and (first.last_step + 1) % fo.HELD_REPORTS_MAX == 0
+    assert first.last_step is not None and first.last_step < 4 * fo.HELD_REPORTS_MAX - 1
     assert [t.state for t in study.trials[1:]] == [TrialState.COMPLETE] * 2
