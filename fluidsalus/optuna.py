@@ -1162,11 +1162,13 @@ class _ObjectiveRunner:
         try:
             output = self.objective(trial)
         except session.StopTrial:
-            trial_session = session.current_session()
-            if trial_session is not None and _held.get(trial_session):
-                _call(M_FLUSH)  # the trial is being stopped: the study still gets every value it reported
+            self._flush_if_held()  # the trial is being stopped: the study still gets every value it reported
             raise
         except Exception as e:
+            if session.raised_as_stop_unwound(e):  # (a failing ``finally:`` as the engine's stop unwound it: the
+                # engine judges it as that stop, docs/architecture.md; the study is not told FAIL first)
+                self._flush_if_held()
+                raise
             state, failed = self._ended(e)
         except BaseException as e:  # noqa: BLE001 - KeyboardInterrupt, SystemExit, one of the user's own
             # Optuna fails the trial on a KeyboardInterrupt and raises it (any other BaseException leaves its
@@ -1194,6 +1196,13 @@ class _ObjectiveRunner:
             if len(values) == 1:
                 result[KEY_VALUE] = values[0]
         return result
+
+    @staticmethod
+    def _flush_if_held() -> None:
+        """Send the reports the stopped trial holds to the driver (:data:`M_FLUSH`)."""
+        trial_session = session.current_session()
+        if trial_session is not None and _held.get(trial_session):
+            _call(M_FLUSH)
 
     def _ended(self, e: BaseException) -> tuple[str, BaseException]:
         """Tell the driver how the objective ended with ``e``; return the trial's Optuna state and the exception

@@ -186,6 +186,19 @@ class StopTrial(BaseException):
     """
 
 
+def raised_as_stop_unwound(error: BaseException) -> bool:
+    """Whether ``error`` was raised while a :class:`StopTrial` unwound the trainable (a ``finally:`` or an ``except``
+    that failed): the stop is in its context chain."""
+    seen: set[int] = set()
+    cause = error.__context__
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, StopTrial):
+            return True
+        seen.add(id(cause))
+        cause = cause.__context__
+    return False
+
+
 #: Ray's name for each of fluidsalus's lower-case resource keys (the rest, ``memory`` and custom ones, keep theirs).
 _RAY_RESOURCE_NAMES = {"cpu": "CPU", "gpu": "GPU"}
 #: What Ray reports for a trial that requested nothing: its default request of one CPU.

@@ -2119,9 +2119,9 @@ class _StopsAtThree(RecordingSearch):
 
 @pytest.mark.parametrize("how", ["searcher", "run_end"])
 def test_a_trial_that_fails_as_the_drivers_stop_for_good_unwinds_it_ends_terminated(storage, tmp_path, how):
-    """A trial its searcher stops (or the run's end: its time budget), whose ``finally:`` then raises, ended ERROR
-    (not retried), where Ray Tune, which stops the trial's actor, never sees that error: the trial ends TERMINATED
-    there. As for a trial that met its stop rule (above), the error is a warning and an ``error_after_stop``
+    """A trial its searcher stops (or the run's end: a stopper's ``stop_all()``), whose ``finally:`` then raises,
+    ended ERROR (not retried), where Ray Tune, which stops the trial's actor, never sees that error: the trial ends
+    TERMINATED there. As for a trial that met its stop rule (above), the error is a warning and an ``error_after_stop``
     event."""
     log = tmp_path / "starts.txt"
     space = {"log": str(log), "how": "raise"}
@@ -2131,15 +2131,30 @@ def test_a_trial_that_fails_as_the_drivers_stop_for_good_unwinds_it_ends_termina
                               verbose=0, max_failures=1)
         assert list(searcher.calls.values()) == [[1, 2, 3, "complete"]]
         assert grid[0].metrics["training_iteration"] == 3
-    else:
+    else:  # (the run's end by a stopper's stop_all() once the trial reported: a 1 s time budget ran out before
+        # the trial started on a loaded machine, as test_endless_search_ends_with_its_time_budget says)
         grid = fluidsalus.run(_waits_then_fails_on_its_way_out, space, storage_path=storage, name="budget_out",
-                              verbose=0, max_failures=1, time_budget_s=1.0)
+                              verbose=0, max_failures=1, stop=_EndsTheRunAfterTwoResults())
     assert log.read_text().count("start") == 1
     (result,) = grid
     assert result.error is None and grid.num_errors == 0
     store = ExperimentStore.open(grid.experiment_path, readonly=True)
     assert [t.status for t in store.trials()] == ["TERMINATED"]
     assert [e.data["error"] for e in store.events("error_after_stop")] == ["RuntimeError: cleanup failed"]
+
+
+class _EndsTheRunAfterTwoResults:
+    """A Ray-style Stopper that stops no trial by itself and ends the run once two results were seen."""
+
+    def __init__(self):
+        self.seen = 0
+
+    def __call__(self, trial_id, result):
+        self.seen += 1
+        return False
+
+    def stop_all(self):
+        return self.seen >= 2
 
 
 def _waits_then_fails_on_its_way_out(config):

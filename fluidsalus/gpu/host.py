@@ -63,6 +63,7 @@ from fluidsalus.session import (
     TrialContext,
     TrialSession,
     inherit_sessions_in_started_threads,
+    raised_as_stop_unwound,
     set_session,
     start_outside_trials,
 )
@@ -379,19 +380,6 @@ class StorageNotSharedError(ConfigError):
 
 class _Withdrawn(Exception):
     """Ends a trial's thread that :meth:`DeviceHost.withdraw` took back before it began."""
-
-
-def _raised_as_stop_unwound(error: BaseException) -> bool:
-    """Whether ``error`` was raised while a :class:`StopTrial` unwound the trainable (a ``finally:`` or an ``except``
-    that failed): the stop is in its context chain."""
-    seen: set[int] = set()
-    cause = error.__context__
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, StopTrial):
-            return True
-        seen.add(id(cause))
-        cause = cause.__context__
-    return False
 
 
 class _Turns:
@@ -1321,7 +1309,7 @@ class DeviceHost:
         refusal = False  # the lane allocator refused an allocation at the trial's cap (its estimate)
         ranks = None
         peer_gone = False  # a data-parallel rank's failure says a peer went away (a broken collective)
-        unwinding_stop = False  # it raised while the stop at a report unwound it (_raised_as_stop_unwound)
+        unwinding_stop = False  # it raised while the stop at a report unwound it (raised_as_stop_unwound)
         try:
             self._check_storage()
             self._configure_torch()
@@ -1354,7 +1342,7 @@ class DeviceHost:
             error = _encodable(f"{type(e).__name__}: {text}" if text else type(e).__name__)
             trace = _encodable(tb.format_exc())
             error_pickle = pickle_exception(e)
-            unwinding_stop = _raised_as_stop_unwound(e)
+            unwinding_stop = raised_as_stop_unwound(e)
             if ranks is not None:
                 from fluidsalus.distributed._rendezvous import broken_by_leader_end  # (it imports this module)
 
