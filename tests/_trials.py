@@ -92,3 +92,32 @@ def began_on_the_freed_device(experiment_path: str) -> bool:
         return False
     moved = withdrawn[0]
     return moved.device != devices[moved.trial_id] == moved.data["to"][0]
+
+
+class StopAllAfter:
+    """A Ray-style Stopper (``fluidsalus.tune.Stopper``'s two methods) that stops no trial by itself and ends the run
+    once the driver's copy has seen ``n`` results."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.seen = n, 0
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        self.seen += 1
+        return False
+
+    def stop_all(self) -> bool:
+        return self.seen >= self.n
+
+
+def study_told(path: str) -> dict[float, tuple[str, float | None]]:
+    """Each trial's (state, value) that the stored Optuna searcher of the experiment at ``path`` told its study, by
+    the trial's ``config["x"]``."""
+    from fluidsalus.store import loads
+
+    reader = ExperimentStore.open(path, readonly=True)
+    try:
+        xs = {row.trial_id: row.config["x"] for row in reader.trials()}
+        state = loads(reader.experiment()["searcher_state"])
+    finally:
+        reader.close()
+    return {xs[tid]: (r["state"], r["value"]) for tid, r in state["trials"].items() if r["state"] is not None}

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import ray
 from _folders import every_file, file_times
-from _trials import cpus_free_within, restarted_after_running
+from _trials import StopAllAfter, cpus_free_within, restarted_after_running, study_told
 
 import fluidsalus
 from fluidsalus.errors import ConfigError, FluidsalusError
@@ -1123,7 +1123,6 @@ def test_a_native_resume_after_fail_fast_raise_tells_the_searcher_the_raised_fai
     native API never runs the raised trial again, so its resume tells the searcher that failure
     (``fluidsalus.api.tell_raised_end``): an Optuna study held it ``RUNNING`` for ever. The others run on and are
     told their ends."""
-    from fluidsalus.store import loads
 
     mark = str(tmp_path / "fixed")
 
@@ -1133,13 +1132,7 @@ def test_a_native_resume_after_fail_fast_raise_tells_the_searcher_the_raised_fai
                                                         {"x": 0.1, "mark": mark}])
 
     def told() -> dict[float, tuple[str, float | None]]:
-        reader = ExperimentStore.open(os.path.join(storage, "raised"), readonly=True)
-        try:
-            xs = {row.trial_id: row.config["x"] for row in reader.trials()}
-            state = loads(reader.experiment()["searcher_state"])
-        finally:
-            reader.close()
-        return {xs[tid]: (r["state"], r["value"]) for tid, r in state["trials"].items() if r["state"] is not None}
+        return study_told(os.path.join(storage, "raised"))
 
     kwargs = {"storage_path": storage, "name": "raised", "fail_fast": "raise", "verbose": 0,
               "max_concurrent_trials": 3}
@@ -2134,27 +2127,13 @@ def test_a_trial_that_fails_as_the_drivers_stop_for_good_unwinds_it_ends_termina
     else:  # (the run's end by a stopper's stop_all() once the trial reported: a 1 s time budget ran out before
         # the trial started on a loaded machine, as test_endless_search_ends_with_its_time_budget says)
         grid = fluidsalus.run(_waits_then_fails_on_its_way_out, space, storage_path=storage, name="budget_out",
-                              verbose=0, max_failures=1, stop=_EndsTheRunAfterTwoResults())
+                              verbose=0, max_failures=1, stop=StopAllAfter(2))
     assert log.read_text().count("start") == 1
     (result,) = grid
     assert result.error is None and grid.num_errors == 0
     store = ExperimentStore.open(grid.experiment_path, readonly=True)
     assert [t.status for t in store.trials()] == ["TERMINATED"]
     assert [e.data["error"] for e in store.events("error_after_stop")] == ["RuntimeError: cleanup failed"]
-
-
-class _EndsTheRunAfterTwoResults:
-    """A Ray-style Stopper that stops no trial by itself and ends the run once two results were seen."""
-
-    def __init__(self):
-        self.seen = 0
-
-    def __call__(self, trial_id, result):
-        self.seen += 1
-        return False
-
-    def stop_all(self):
-        return self.seen >= 2
 
 
 def _waits_then_fails_on_its_way_out(config):

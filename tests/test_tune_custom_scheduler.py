@@ -9,6 +9,7 @@ import time
 import warnings
 
 import pytest
+from _trials import StopAllAfter
 
 import fluidsalus.tune as tune
 from fluidsalus import searchers
@@ -211,18 +212,8 @@ def _reports_on(config):
         tune.report({"value": config["x"]})
 
 
-class _StopAllAfter(tune.Stopper):
-    """Ends the run once the driver's copy has seen ``n`` results."""
-
-    def __init__(self, n: int) -> None:
-        self.n, self.seen = n, 0
-
-    def __call__(self, trial_id, result):
-        self.seen += 1
-        return False
-
-    def stop_all(self):
-        return self.seen >= self.n
+class _StopAllAfter(StopAllAfter, tune.Stopper):
+    """:class:`StopAllAfter`, a ``tune.Stopper``."""
 
 
 def test_a_tuner_run_ended_by_stop_all_tells_a_scheduler_of_your_own_only_of_its_trials_start(ray_cluster,

@@ -23,6 +23,7 @@ import cloudpickle
 import numpy as np
 import optuna
 import pytest
+from _trials import StopAllAfter, study_told
 
 from fluidsalus import searchers
 from fluidsalus import space as sp
@@ -1887,18 +1888,8 @@ def test_ray_style_callbacks_see_every_result(ray_cluster, storage: str) -> None
     assert sorted(e[1] for e in recorder.events if e[0] == "complete") == sorted(configs)
 
 
-class _StopAllAfter(tune.Stopper):
-    """Stops nothing per trial; ends the experiment once the driver's copy has seen ``n`` results."""
-
-    def __init__(self, n: int) -> None:
-        self.n, self.seen = n, 0
-
-    def __call__(self, trial_id, result):
-        self.seen += 1
-        return False
-
-    def stop_all(self):
-        return self.seen >= self.n
+class _StopAllAfter(StopAllAfter, tune.Stopper):
+    """:class:`StopAllAfter`, a ``tune.Stopper``."""
 
 
 def _forever(config):
@@ -2482,19 +2473,6 @@ def _fails_at_2_b_later(config, i):
         raise RuntimeError(f"x={config['x']} fails")
 
 
-def _study_told(path: str) -> dict[float, tuple[str, float | None]]:
-    """Each trial's (state, value) that the stored Optuna searcher told its study, by ``x``."""
-    from fluidsalus.store import loads
-
-    reader = ExperimentStore.open(path, readonly=True)
-    try:
-        xs = {row.trial_id: row.config["x"] for row in reader.trials()}
-        state = loads(reader.experiment()["searcher_state"])
-    finally:
-        reader.close()
-    return {xs[tid]: (r["state"], r["value"]) for tid, r in state["trials"].items() if r["state"] is not None}
-
-
 def test_fail_fast_raise_tells_the_searcher_no_end_and_leaves_a_later_failure_unfinished_as_rays(
         ray_cluster, storage: str, tmp_path) -> None:
     """Ray raises ``fail_fast="raise"``'s error as its event comes: its search algorithm hears of no end, that
@@ -2523,12 +2501,12 @@ def test_fail_fast_raise_tells_the_searcher_no_end_and_leaves_a_later_failure_un
     finally:
         reader.close()
     assert stored == {0.2: "ERROR", 0.3: "PENDING", 0.1: "PENDING"}
-    assert _study_told(path) == {}
+    assert study_told(path) == {}
     open(mark, "w").close()
     grid = Tuner.restore(path, tune.with_parameters(resumable, before_step=_fails_at_2_b_later)).fit()
     assert grid.num_errors == 0 and {r.config["x"]: r.metrics["i"] for r in grid} == {
         x: RESUMABLE_STEPS for x in (0.1, 0.2, 0.3)}
-    assert _study_told(path) == {x: ("COMPLETE", float(RESUMABLE_STEPS)) for x in (0.1, 0.2, 0.3)}
+    assert study_told(path) == {x: ("COMPLETE", float(RESUMABLE_STEPS)) for x in (0.1, 0.2, 0.3)}
 
 
 def _scored_fails_once_at_2(config):
