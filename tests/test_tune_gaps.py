@@ -233,8 +233,9 @@ def test_points_run_first_and_count_toward_num_samples(ray_cluster, storage: str
 
     points = [{"x": 0.125}, {"x": 0.875, "y": 3}]
     tuner = _tuner(train, storage, {"x": tune.uniform(0, 1), "y": tune.choice([1, 2, 3])},
-                   {"callbacks": [Starts()]}, num_samples=4, max_concurrent_trials=1,
-                   search_alg=tune.search.BasicVariantGenerator(points_to_evaluate=points))
+                   {"callbacks": [Starts()]}, num_samples=4,  # (one at a time: the generator's own cap, as Ray
+                   # ignores max_concurrent_trials beside a BasicVariantGenerator object)
+                   search_alg=tune.search.BasicVariantGenerator(points_to_evaluate=points, max_concurrent=1))
     grid = tuner.fit()
     assert len(grid) == 4  # 2 points + 2 samples
     assert starts[0]["x"] == 0.125 and starts[0]["y"] in (1, 2, 3)  # the partial point is filled in
