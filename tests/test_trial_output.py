@@ -231,11 +231,9 @@ def test_a_progress_bars_updates_are_written_as_they_come_with_one_name() -> Non
     assert wrapped.buffer.getvalue() == b"[train_a_00000] caf\\udce9\n"
 
 
-def test_a_trials_reconfigure_of_its_console_is_its_own(monkeypatch) -> None:
-    """``sys.stdout.reconfigure(encoding="ascii", errors="replace")`` in one trial reconfigured the device's console,
-    so every other trial's ``print("café")`` wrote ``caf?`` (or raised, under ``errors="strict"``) and read
-    ``ascii`` back; under Ray the console is the trial's process's own (h172's A2). The trial's own settings write
-    its text (``newline``, ``utf-8-sig`` without a byte order mark on a console written to already) and end with it."""
+def _tagged_console(monkeypatch) -> io.TextIOWrapper:
+    """A device process's streams in this process, as its host sets them up: ``sys.stdout`` a router over the
+    returned console (UTF-8, bytes readable), ``sys.stderr`` one over a string, trials' lines tagged."""
     import types
 
     from fluidsalus.gpu import output
@@ -246,6 +244,17 @@ def test_a_trials_reconfigure_of_its_console_is_its_own(monkeypatch) -> None:
     monkeypatch.setattr(sys, "__class__", types.ModuleType)
     monkeypatch.setattr(output, "_TRIAL_STREAMS", {}, raising=False)
     output.tag_trial_lines()
+    return console
+
+
+def test_a_trials_reconfigure_of_its_console_is_its_own(monkeypatch) -> None:
+    """``sys.stdout.reconfigure(encoding="ascii", errors="replace")`` in one trial reconfigured the device's console,
+    so every other trial's ``print("café")`` wrote ``caf?`` (or raised, under ``errors="strict"``) and read
+    ``ascii`` back; under Ray the console is the trial's process's own (h172's A2). The trial's own settings write
+    its text (``newline``, ``utf-8-sig`` without a byte order mark on a console written to already) and end with it."""
+    from fluidsalus.gpu import output
+
+    console = _tagged_console(monkeypatch)
     a, b, c = _session("train_a"), _session("train_b"), _session("train_c")
     seen: dict[str, object] = {}
 
@@ -296,16 +305,10 @@ def test_a_trials_error_handler_that_prints_and_a_stuck_writer_hang_no_trial(mon
     asked for again; Ray prints the note, then ``caf?``. And while a trial's writer is stuck holding that lock,
     another trial that holds no text still ends (its end took the lock at every trial's end) (h189's A1, A2)."""
     import codecs
-    import types
 
     from fluidsalus.gpu import output
 
-    console = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
-    monkeypatch.setattr(sys, "stdout", Router(console))
-    monkeypatch.setattr(sys, "stderr", Router(io.StringIO()))
-    monkeypatch.setattr(sys, "__class__", types.ModuleType)
-    monkeypatch.setattr(output, "_TRIAL_STREAMS", {}, raising=False)
-    output.tag_trial_lines()
+    console = _tagged_console(monkeypatch)
 
     def noisy(error: UnicodeError) -> tuple[str, int]:
         print("note")

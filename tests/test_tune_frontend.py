@@ -2509,22 +2509,14 @@ def test_fail_fast_raise_tells_the_searcher_no_end_and_leaves_a_later_failure_un
     assert study_told(path) == {x: ("COMPLETE", float(RESUMABLE_STEPS)) for x in (0.1, 0.2, 0.3)}
 
 
-def _scored_fails_once_at_2(config):
-    """A checkpoint and ``score`` = x + i / 100 each step ``i`` (a scheduler ranks the trials without ties), the
-    trial of ``x == 0.2`` failing at its step 2 until the file ``config["mark"]`` exists."""
-    start = 0
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as folder, open(os.path.join(folder, "state.json")) as f:
-            start = json.load(f)["i"]
-    for i in range(start + 1, RESUMABLE_STEPS + 1):
-        time.sleep(0.05)
-        _fails_at_2_until_marked(config, i)
-        folder = os.path.join(tune.get_context().get_trial_dir(), f"tmp_{i}")
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "state.json"), "w") as f:
-            json.dump({"i": i}, f)
-        tune.report({"i": i, "score": config["x"] + i / 100}, checkpoint=tune.Checkpoint.from_directory(folder))
+def _score(config, i):
+    """``score`` = x + i / 100 at step ``i``: a scheduler ranks the trials without ties."""
+    return {"score": config["x"] + i / 100}
+
+
+#: A checkpoint and ``score`` each step, the trial of ``x == 0.2`` failing at its step 2 until the file
+#: ``config["mark"]`` exists.
+_scored_fails_once_at_2 = tune.with_parameters(resumable, before_step=_fails_at_2_until_marked, metrics=_score)
 
 
 @pytest.mark.parametrize(("scheduler", "flag"), [("hyperband", "resume_errored"), ("asha", "restart_errored"),

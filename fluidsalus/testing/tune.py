@@ -58,7 +58,8 @@ class SignalOnce(tune.Callback):
                 self._send(signals[1:])
 
 
-def resumable(config: dict[str, Any], before_step: Callable[[dict[str, Any], int], None] | None = None) -> None:
+def resumable(config: dict[str, Any], before_step: Callable[[dict[str, Any], int], None] | None = None,
+              metrics: Callable[[dict[str, Any], int], dict[str, Any]] | None = None) -> None:
     """Reports ``i`` = 1 .. :data:`RESUMABLE_STEPS` with a checkpoint each, continuing after the checkpoint it is
     given; ``resumed_from`` is the iteration it continued from (0 for a fresh start).
 
@@ -66,6 +67,7 @@ def resumable(config: dict[str, Any], before_step: Callable[[dict[str, Any], int
         config: The trial's configuration.
         before_step: Called as ``before_step(config, i)`` before step ``i`` is reported (a trainable built on this
             one fails there, say).
+        metrics: ``metrics(config, i)`` gives more metrics to report with step ``i`` (a score a scheduler ranks).
     """
     start = 0
     checkpoint = tune.get_checkpoint()
@@ -80,4 +82,5 @@ def resumable(config: dict[str, Any], before_step: Callable[[dict[str, Any], int
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, "state.json"), "w") as f:
             json.dump({"i": i}, f)
-        tune.report({"i": i, "resumed_from": start}, checkpoint=tune.Checkpoint.from_directory(folder))
+        tune.report({"i": i, "resumed_from": start, **(metrics(config, i) if metrics is not None else {})},
+                    checkpoint=tune.Checkpoint.from_directory(folder))
