@@ -41,7 +41,7 @@ from fluidsalus.inspect import (
     shown_status,
     trial_counts_text,
 )
-from fluidsalus.progress import format_metric_column
+from fluidsalus.progress import format_metric
 from fluidsalus.store import (
     DB_FILENAME,
     DEFAULT_STORAGE_PATH,
@@ -150,11 +150,12 @@ def _best(store: ExperimentStore, metric: str | None, mode: str | None) -> tuple
     return metric, max(values) if mode == "max" else min(values)
 
 
-def _best_column(bests: Sequence[tuple[str, Any] | None]) -> list[str]:
-    """The BEST column, ``acc=0.912346`` or ``-``: its values in one format (:func:`format_metric_column`, a value
-    that would round onto a whole number it is not with its fraction: ``0.99999999``, as the summary shows it)."""
-    values = iter(format_metric_column([best[1] for best in bests if best is not None], fractions=True))
-    return ["-" if best is None else f"{best[0]}={next(values)}" for best in bests]
+def _best_text(best: tuple[str, Any] | None) -> str:
+    """An experiment's BEST cell, ``acc=0.912346`` or ``-``: its value as the run's summary and ``inspect`` show it
+    (:func:`format_metric`: ``acc=1234567``, ``acc=0.99999999``), whatever the other rows hold. Formatted as one
+    column (until 2026-12-01), an integer read ``1.23457e+06`` beside another experiment's float and ``1234567``
+    alone: a row's value changed with what else was listed."""
+    return "-" if best is None else f"{best[0]}={format_metric(best[1])}"
 
 
 def _counts(store: ExperimentStore, exp: dict, status: str) -> str:
@@ -185,23 +186,19 @@ def _experiments(root: str) -> tuple[list[_Row], list[str], int]:
                 folders.append((e.name, e.path))
             elif e.is_dir() and written_by_ray(e.path):
                 ray_written += 1
-    rows: list[tuple[str, str, str, str]] = []  # (a row less its BEST, which is formatted as a column)
-    bests: list[tuple[str, Any] | None] = []
+    rows: list[_Row] = []
     unreadable: list[str] = []
     for name, path in folders:
         try:
             with open_readonly(path) as store:
                 exp = store.experiment()
                 status = shown_status(exp["status"], path)
-                best = _best(store, exp["metric"], exp["mode"])
-                rows.append((name, status, _counts(store, exp, status), sessions_text(store.sessions())))
+                rows.append((name, status, _counts(store, exp, status),
+                             _best_text(_best(store, exp["metric"], exp["mode"])), sessions_text(store.sessions())))
         except StoreError as e:  # (its reason under the table: in the BEST column it made the table as wide)
-            best = None
-            rows.append((name, "UNREADABLE", "-", "-"))
+            rows.append((name, "UNREADABLE", "-", "-", "-"))
             unreadable.append(f"  {name}: {e}")
-        bests.append(best)
-    return ([(name, status, trials, best, duration) for (name, status, trials, duration), best
-             in zip(rows, _best_column(bests), strict=True)], unreadable, ray_written)
+    return rows, unreadable, ray_written
 
 
 def _ray_written_line(count: int) -> str:

@@ -28,6 +28,7 @@ from fluidsalus.progress import LIVE_WORDS, counts_text, format_metric, format_m
 from fluidsalus.store import (
     DB_FILENAME,
     ERROR,
+    ERROR_AFTER_STOP_EVENT,
     FINAL_STATUSES,
     PAUSED,
     PENDING,
@@ -41,6 +42,7 @@ from fluidsalus.store import (
     default_storage_paths,
     finite,
     open_readonly,
+    restart_words,
     written_by_ray,
 )
 from fluidsalus.trialgroup.dispatch import REFUSED_MIN_DEVICES, REFUSED_NO_CHECKPOINT, REFUSED_PAUSED
@@ -78,6 +80,10 @@ STOPPED_OUTCOME = "stopped"
 #: Errored trials the table lists, one line each (the JSON lists them all): enough to see whether the trials failed
 #: for one reason or for several, without a sweep of hundreds of failures filling the screen.
 ERRORS_SHOWN = 10
+#: How an ``error_after_stop`` record's stop is named (its ``stop`` in the JSON), by the record's ``moved``: None,
+#: the device's record of a trial that met its stop rule; False, a stop of the driver's that ended the trial (its
+#: scheduler's or searcher's, the run's end); True, one that restarts it (its ``restart`` says why).
+AFTER_STOP_KINDS: dict[bool | None, str] = {None: "stop_rule", False: "stop", True: "restart"}
 #: Trials the table's "costliest trials" section lists, most compute first (the JSON's ``trials`` has every one):
 #: enough to find the trials that cost most, few enough to read at a glance.
 TRIALS_SHOWN = 5
@@ -476,8 +482,12 @@ class Report:
                  queue_waits: Mapping[str, Sequence[tuple[float, float]]] | None = None,
                  optuna: Mapping[str, OptunaTrial] | None = None,
                  sessions: Sequence[tuple[float, float]] | None = None,
-                 names: Mapping[str, str] | None = None) -> None:
+                 names: Mapping[str, str] | None = None,
+                 after_stop: Sequence[EventRow] | None = None) -> None:
         self.path = path
+        #: The store's ``error_after_stop`` events (:data:`~fluidsalus.store.ERROR_AFTER_STOP_EVENT`), in time order:
+        #: errors trials raised as a stop unwound them, which failed no trial (:attr:`errors_after_stop`).
+        self.after_stop = list(after_stop or ())
         #: The names the run gave its trials, by id (:meth:`~fluidsalus.store.ExperimentStore.trial_names`: the Tune
         #: front end's ``<trainable>_<id>`` or ``trial_name_creator``'s); a trial not in it is named by its id.
         self.names = dict(names or {})
@@ -631,6 +641,25 @@ class Report:
         return out
 
     @property
+    def errors_after_stop(self) -> list[dict[str, Any]]:
+        """Each error a trial raised as a stop unwound it (the store's ``error_after_stop`` events, in time order),
+        which failed no trial, as in Ray Tune, which stops the trial's actor and never sees it: the trial's id, when
+        (``ts``, and ``ts_s`` after the first device start), its ``attempt``, the error's type and first line
+        (``error``), the error as recorded (``text``), its ``traceback``, which ``stop`` unwound it
+        (:data:`AFTER_STOP_KINDS`: ``stop_rule``, ``stop`` or ``restart``) and the ``restart``'s reason (a
+        ``trial_restart`` reason; None for another stop, or a record from before the reason was kept)."""
+        t0 = self.activity.start or self.experiment["created_at"]
+        out = []
+        for ev in self.after_stop:
+            data = ev.data or {}
+            text = str(data.get("error") or "").strip()
+            out.append({"trial_id": ev.trial_id, "ts": ev.ts, "ts_s": _since(ev.ts, t0), "attempt": data.get("attempt"),
+                        "error": error_summary(text) or "no error text", "text": text,
+                        "traceback": data.get("traceback"), "stop": AFTER_STOP_KINDS.get(data.get("moved"), "stop"),
+                        "restart": data.get("restart")})
+        return out
+
+    @property
     def best(self) -> BestTrial | None:
         """The best trial by its last result, or None without a metric or a finite value."""
         metric, mode = self.experiment["metric"], self.experiment["mode"]
@@ -778,6 +807,7 @@ class Report:
                 {} if self.optuna is None else {OPTUNA_NUMBER_KEY: self.optuna.get(
                     best.trial_id, OptunaTrial(None, None)).number})},
             "errors": self.errors,
+            "errors_after_stop": self.errors_after_stop,
             "planner": {**asdict(self.planner),  # (each held-back change also when, as the table says it)
                         "held_back": [{**h, "ts_s": _since(h["ts"], t0)} for h in self.planner.held_back]},
             "timeline": [{**asdict(b), "start_s": _since(b.start, t0), "end_s": _since(b.end, t0)}
@@ -868,6 +898,7 @@ class Report:
             lines += [f"  {self.named(str(e['trial_id']))}: {e['error']}" for e in errors[:ERRORS_SHOWN]]
             if len(errors) > ERRORS_SHOWN:
                 lines.append(f"  ... and {len(errors) - ERRORS_SHOWN} more (--json lists them all)")
+        lines += self._after_stop_lines()
         best = self.best
         if best is None:
             lines.append("best trial: -")
@@ -878,6 +909,25 @@ class Report:
             lines.append(f"best trial: {self.named(best.trial_id)} {best.metric}={format_metric(best.value)} "
                          f"({best.mode}) at iteration {best.iteration}, {shown}, config {best.config}")
         return "\n".join(lines)
+
+    def _after_stop_lines(self) -> list[str]:
+        """The errors trials raised as a stop unwound them (:attr:`errors_after_stop`), one line each up to
+        :data:`ERRORS_SHOWN`, named as the errored trials: the error, and which stop it came in (the words of the
+        run's warning of it; a restart's reason as the warning names it, :func:`~fluidsalus.store.restart_words`).
+        The store kept them and the report showed none (a helper's review)."""
+        after = self.errors_after_stop
+        if not after:
+            return []
+        lines = [f"errors after a stop ({len(after)}; raised as the stop unwound the trial, they failed no trial, as "
+                 "in Ray Tune):"]
+        for e in after[:ERRORS_SHOWN]:
+            how = {"stop_rule": "after the result its stop rule ended it at",
+                   "stop": "as its stop (its scheduler's or searcher's, or the run's end) unwound it",
+                   "restart": f"as a stop to restart it ({restart_words(e['restart'])}) unwound it"}[e["stop"]]
+            lines.append(f"  {self.named(str(e['trial_id']))}: {e['error']} (at {e['ts_s']:.2f}s, {how})")
+        if len(after) > ERRORS_SHOWN:
+            lines.append(f"  ... and {len(after) - ERRORS_SHOWN} more (--json lists them all)")
+        return lines
 
     def _idle_line(self) -> str:
         """``idle by cause: no_trial 4.38s (cpu:1 4.32s, cpu:2 0.06s), startup 0.14s, ...``: the totals' idle split,
@@ -1094,8 +1144,9 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
             first_starts[ev.trial_id] = min(ev.ts, first_starts.get(ev.trial_id, ev.ts))
     waits = gp.queue_waits(events, {t.trial_id: t.created_at for t in trials})
     optuna = optuna_trials(trials, events) if is_optuna_experiment(exp) else None
+    after_stop = [ev for ev in events if ev.kind == ERROR_AFTER_STOP_EVENT]
     return Report(resolved, exp, trials, activity, gp.summarize(activity, absolute), bin_s, planner_summary(events),
-                  saved, first_starts, waits, optuna, sessions, names)
+                  saved, first_starts, waits, optuna, sessions, names, after_stop)
 
 
 # ---------------------------------------------------------------------------------------------- plot

@@ -222,6 +222,41 @@ TRIAL_START_EVENT = "trial_start"
 #: The event of a trial's restart on a new attempt (``data``: ``attempt``, ``reason``, ``from_iteration``, ...; for a
 #: restart with a new configuration, PBT's exploit, also ``config`` and the ``previous_config`` it replaced).
 TRIAL_RESTART_EVENT = "trial_restart"
+#: The event of an error a trial raised as a stop unwound it, which did not fail it (as in Ray Tune, which stops the
+#: trial's actor and never sees it; ``gpu.host.LANE_ERROR_AFTER_STOP``; ``data``: ``attempt``, ``error``,
+#: ``traceback``, and for a stop of the driver's ``moved``: whether the trial goes on with a restart, whose reason is
+#: ``restart``, kept since 2026-12-01); one of a trial that met its stop rule, which its device tells, has no ``moved``;
+#: ``fluidsalus inspect`` lists them.
+ERROR_AFTER_STOP_EVENT = "error_after_stop"
+# Restart reasons (the executor's ``_Restart.reason``, and the ``reason`` of ``trial_restart`` events) set by the
+# planner and the executor.
+RESTART_MOVE = "move"  # a MOVE or RESIZE: restart from its checkpoint on the planner's new devices
+RESTART_PREEMPT = "preempted"  # its memory went to another trial: checkpoint, back to the queue
+RESTART_WITHDRAWN = "withdrawn"  # its device gave it back before it began: back to the queue, nothing lost
+RESTART_TURN = "turn"  # promoted while a trial behind it waited (BaseSearcher.takes_turns): back to the queue
+RESTART_DEVICE_DIED = "device_died"  # its device actor died: from its checkpoint, where the next plan puts it
+RESTART_EXPLOIT = "exploit"  # PBT's exploit: from the source's checkpoint, with a new configuration
+#: Each restart reason in words: the driver's warning for an error a trial raised as the stop that restarts it
+#: unwound it, and ``fluidsalus inspect``'s line for its ``error_after_stop`` record, name the restart so (the warning
+#: named "a move, a preemption, PBT's exploit" whatever the restart was, a time slice's turn or a device's death too).
+RESTART_WORDS: dict[str, str] = {
+    RESTART_MOVE: "a move or resize to other devices",
+    RESTART_PREEMPT: "a preemption: its memory went to another trial",
+    RESTART_WITHDRAWN: "its device gave it back before it began",
+    RESTART_TURN: "a turn: it gave its place up to a trial behind it",
+    RESTART_DEVICE_DIED: "the death of a device it ran on",
+    RESTART_EXPLOIT: "PBT's exploit",
+}
+
+
+def restart_words(reason: str | None) -> str:
+    """A restart's reason in words (:data:`RESTART_WORDS`); one it does not know as it is, and None (a record from
+    before the reason was kept) as "a restart"."""
+    if reason is None:
+        return "a restart"
+    return RESTART_WORDS.get(reason, reason)
+
+
 #: The searcher was told a trial's end at the result a stop rule ended it at, before the trial's end reached the
 #: driver (``data``: ``attempt``): stored with that result, so that a resumed run does not tell it again.
 SEARCHER_TOLD_END_EVENT = "searcher_told_end"

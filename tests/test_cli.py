@@ -635,17 +635,22 @@ def test_ls_and_inspect_read_an_integer_best_too_large_for_a_float(tmp_path, cap
     assert f"best trial: t1 acc={10**400} (max)" in capsys.readouterr().out
 
 
-def test_ls_formats_its_best_column_as_one(tmp_path, capsys):
-    """``ls``'s BEST column was formatted value by value: an int in full beside a float in 6 digits (h167's note).
-    Now one format for the column, as a table's (``format_metric_column``), a best value that would round onto a
-    whole number it is not keeping its fraction, as the summary and ``inspect`` show it."""
-    for name, acc in (("a_int", 1234567), ("b_float", 0.123456789), ("c_almost", 0.99999999)):
+def test_ls_shows_each_best_value_the_same_whatever_else_is_listed(tmp_path, capsys):
+    """``ls``'s BEST column was formatted as one column (h182): an experiment's integer best read ``1234567`` listed
+    alone and ``1.23457e+06`` beside another's float (h202's ``t2_ls_best.py``). Each value now reads as the run's
+    summary and ``inspect`` show it (``format_metric``), whatever the other rows hold: an integer in full, a float in
+    6 digits, one that would round onto a whole number it is not with its fraction."""
+    expected = {"a_int": "acc=1234567", "b_float": "acc=0.123457", "c_almost": "acc=0.99999999"}
+    acc = {"a_int": 1234567, "b_float": 0.123456789, "c_almost": 0.99999999}
+    for name in expected:
         store = _stored(str(tmp_path), name)
-        store.update_trial("t0", last_result={"acc": acc})
+        store.update_trial("t0", last_result={"acc": acc[name]})
         store.close()
+        # (given an experiment's own folder, ls lists that one alone)
+        assert _ls_row(capsys, store.experiment_dir, name).split()[-2] == expected[name]
     assert main(["ls", str(tmp_path)]) == 0
     best = {line.split()[0]: line.split()[-2] for line in capsys.readouterr().out.splitlines()[1:]}
-    assert best == {"a_int": "acc=1.23457e+06", "b_float": "acc=0.123457", "c_almost": "acc=0.99999999"}
+    assert best == expected
 
 
 def test_inspect_names_the_errored_and_the_best_trial_as_the_run_named_them(tmp_path, capsys):

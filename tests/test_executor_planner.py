@@ -653,6 +653,39 @@ def test_an_error_the_drivers_stop_raised_as_it_unwound_the_trial_is_no_failure_
     assert record.data["error"] == "RuntimeError: cleanup failed" and record.data["moved"] is (stop == "move")
 
 
+@pytest.mark.parametrize("reason", ["move", "preempted", "turn", "device_died", "exploit"])
+def test_the_warning_for_an_error_a_restarts_stop_raised_names_that_restart(tmp_path, caplog, reason):
+    """The warning for an error a trial raised as the stop that restarts it unwound it named "a move, a preemption,
+    PBT's exploit" whatever the restart was: a time slice's turn and a device's death too (a helper's review). It
+    names the restart now (``store.restart_words``), and the ``error_after_stop`` record keeps its reason
+    (``restart``), which ``fluidsalus inspect`` shows."""
+    from fluidsalus.gpu.host import EV_END, OUT_ERRORED
+    from fluidsalus.store import RESTART_WORDS
+    from fluidsalus.trialgroup.executor import _Restart
+
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    trial = _trial("a", status=RUNNING, placed_on=(0,), devices=(1,), budget=8,
+                   checkpoint_path=str(tmp_path / "a" / "checkpoint_000004"))
+    trial.trial_dir = str(tmp_path / "a")
+    _queue(executor, store, trial)
+    executor.pending.discard("a")
+    executor.searcher.on_trial_add("a", "g", {})
+    executor._devices[0].assigned.add("a")
+    executor._stopping.add("a")
+    executor._restarts["a"] = _Restart(reason=reason, action=MOVE if reason == "move" else None,
+                                       config={"lr": 2} if reason == "exploit" else None)
+    with caplog.at_level("WARNING", logger="fluidsalus.trialgroup.executor"):
+        executor._handle(executor._devices[0], [(EV_END, "a", 0, 1.1, OUT_ERRORED, "RuntimeError: cleanup failed",
+                                                 "Traceback ...", None, True)])
+    assert trial.attempt == 1 and trial.num_failures == 0  # (it goes on with its restart)
+    (record,) = store.events("error_after_stop")
+    assert record.data["moved"] is True and record.data["restart"] == reason
+    said = [r.getMessage() for r in caplog.records if "cleanup failed" in r.getMessage()]
+    assert said == [f"trial a raised as a stop to restart it ({RESTART_WORDS[reason]}) unwound it; it goes on "
+                    "from a checkpoint, as a Ray Tune trial paused: RuntimeError: cleanup failed"]
+    assert ("preemption" in said[0]) is (reason == "preempted") and ("exploit" in said[0]) is (reason == "exploit")
+
+
 def _placed_with_lr_1(tmp_path, status: str) -> tuple[Any, Any, Any]:
     """An offline executor with trial ``a`` (config ``{"lr": 1}``) placed on device 0 in ``status``, added to its
     searcher: the executor, its store and the trial."""

@@ -352,6 +352,40 @@ def test_the_report_lists_each_errored_trials_error_up_to_a_limit(tmp_path):
     store.close()
 
 
+def test_the_report_shows_the_errors_trials_raised_as_a_stop_unwound_them(tmp_path, capsys):
+    """The store recorded each error a trial raised as a stop unwound it (``error_after_stop``: no failure of the
+    trial, as in Ray Tune), and ``inspect`` showed none of them, in its text or its JSON (a helper's review; h202's
+    ``t3_inspect.py``). They follow the errored trials now, named as those, with the stop they came in (a restart's
+    reason as the run's warning words it), and the JSON has each with its traceback."""
+    from fluidsalus.store import RESTART_WORDS
+
+    store = _store(tmp_path)
+    store.add_results([("t0", 0, 1, 11.0, {"acc": 1, "time_this_iter_s": 0.5})])
+    assert "errors after a stop" not in inspect(store.experiment_dir).render_table()
+    assert inspect(store.experiment_dir).to_dict()["errors_after_stop"] == []
+    store.add_trials([("t1", 1, {"x": 2}), ("t2", 2, {"x": 3})])
+    store.add_events([
+        (11.5, "error_after_stop", "t0", "cpu:0", {"error": "RuntimeError: cleanup failed", "traceback": "Tb 0",
+                                                   "attempt": 0}),
+        (12.0, "error_after_stop", "t1", "cpu:0", {"error": "OSError: disk", "traceback": "Tb 1", "moved": False,
+                                                   "attempt": 0}),
+        (12.5, "error_after_stop", "t2", "cpu:0", {"error": "ValueError: x\nmore", "traceback": None, "moved": True,
+                                                   "restart": "turn", "attempt": 1})])
+    store.close()
+    assert main(["inspect", store.experiment_dir]) == 0
+    out = capsys.readouterr().out
+    assert ("errors after a stop (3; raised as the stop unwound the trial, they failed no trial, as in Ray Tune):\n"
+            "  t0: RuntimeError: cleanup failed (at 1.50s, after the result its stop rule ended it at)\n"
+            "  t1: OSError: disk (at 2.00s, as its stop (its scheduler's or searcher's, or the run's end) unwound it)\n"
+            f"  t2: ValueError: x (at 2.50s, as a stop to restart it ({RESTART_WORDS['turn']}) unwound it)\n") in out
+    assert main(["inspect", store.experiment_dir, "--json"]) == 0
+    after = json.loads(capsys.readouterr().out)["errors_after_stop"]
+    assert [(e["trial_id"], e["stop"], e["restart"], e["ts_s"], e["attempt"]) for e in after] == [
+        ("t0", "stop_rule", None, 1.5, 0), ("t1", "stop", None, 2.0, 0), ("t2", "restart", "turn", 2.5, 1)]
+    assert after[0]["error"] == "RuntimeError: cleanup failed" and after[0]["traceback"] == "Tb 0"
+    assert after[2]["error"] == "ValueError: x" and after[2]["text"] == "ValueError: x\nmore"
+
+
 def _bad(path, capsys):
     code = main(["inspect", str(path)])
     captured = capsys.readouterr()

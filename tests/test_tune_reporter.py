@@ -98,6 +98,57 @@ def test_default_columns_infer_metrics_and_show_the_parameters_that_differ():
                                                                  "total time (s)", "loss", "acc"]
 
 
+def _header(text: str) -> list[str]:
+    line = next(line for line in text.splitlines() if line.startswith("| Trial name"))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+@pytest.mark.parametrize("columns", [["loss", "unreported"], {"loss": "Loss", "unreported": "U"}, None],
+                         ids=["list", "dict", "default"])
+@pytest.mark.parametrize("run_metric", [None, "acc"])
+def test_the_metric_columns_are_rays_whatever_the_runs_metric(columns, run_metric):
+    """The run's metric (``TuneConfig(metric=...)``) was added as a column of its own, beside the metric columns
+    given (a list or a dict) or inferred, and a column given that no trial reports stood empty. Ray's CLIReporter
+    (2.60, ``_get_progress_table_data``; ``t1_ray_reporter_matrix.py`` in h202's notes) shows the columns given, or
+    its defaults and those inferred, only those a trial has a value for, and the run's metric only in its
+    "Current best trial" line."""
+    trials = [_trial(0, "TERMINATED", 0.1, 0.5), _trial(1, "TERMINATED", 0.2, 0.4)]
+    reporter = CLIReporter(parameter_columns=["lr"], infer_limit=1,
+                           **({} if columns is None else {"metric_columns": columns}))
+    reporter.setup(metric=run_metric, mode=run_metric and "max")
+    text = reporter._progress_str(trials, done=True)
+    shown = {"list": ["loss"], "dict": ["Loss"], "default": ["iter", "total time (s)", "loss"]}
+    kind = "default" if columns is None else type(columns).__name__
+    assert _header(text) == ["Trial name", "status", "lr", *shown[kind]]
+    assert ("Current best trial: t1 with acc=0.6 and parameters=" in text) is (run_metric == "acc")
+
+
+def test_rays_well_known_metrics_are_default_columns_under_its_headers():
+    """Ray's default columns are six (``mean_accuracy`` as ``acc``, ``mean_loss`` as ``loss``, ``iter``, ``total time
+    (s)``, ``timesteps_total`` as ``ts``, ``episode_reward_mean`` as ``reward``), each shown once a trial reports it;
+    fluidsalus had the middle two only, so a ``mean_accuracy`` was an inferred column of that name after ``iter``
+    (h202's ``t1b_default_columns.py``, beside Ray 2.60's CLIReporter)."""
+    trials = [_trial(i, "TERMINATED", lr, None) for i, lr in enumerate((0.1, 0.2))]
+    for i, trial in enumerate(trials):
+        trial.last_result = {"mean_accuracy": 0.9 - i / 10, "mean_loss": 0.1, "timesteps_total": 10 * i,
+                             "episode_reward_mean": 3.0, "training_iteration": 1, "time_total_s": 1.0, "other": i}
+    text = CLIReporter(parameter_columns=["lr"])._progress_str(trials, done=True)
+    assert _header(text) == ["Trial name", "status", "lr", "acc", "loss", "iter", "total time (s)", "ts", "reward",
+                             "other"]
+
+
+def test_only_top_level_numbers_are_inferred_as_rays_reporter_infers_them():
+    """A nested metric (``{"eval": {"x": 1.0}}``) was inferred as an ``eval/x`` column; Ray's CLIReporter infers only
+    top-level numbers (h202's ``t1c_inference.py``): a nested one is shown when given in ``metric_columns``."""
+    trials = [_trial(i, "TERMINATED", lr, None) for i, lr in enumerate((0.1, 0.2))]
+    for i, trial in enumerate(trials):
+        trial.last_result = {"eval": {"x": 1.0 + i}, "flag": bool(i), "training_iteration": 1, "score": 0.5}
+    assert _header(CLIReporter(parameter_columns=["lr"])._progress_str(trials, done=True)) == [
+        "Trial name", "status", "lr", "iter", "score"]
+    assert _header(CLIReporter(metric_columns=["eval/x"], parameter_columns=["lr"])._progress_str(
+        trials, done=True)) == ["Trial name", "status", "lr", "eval/x"]
+
+
 def test_rows_are_cut_sorted_by_metric_and_errors_get_their_own_table():
     trials = [_trial(i, "TERMINATED", 0.1 * (i + 1), loss) for i, loss in enumerate([0.5, 0.1, 0.3, 0.2])]
     trials.append(TrialInfo(trial_id="t9", config={"lr": 9.0}, status="ERROR", trainable_name="train",

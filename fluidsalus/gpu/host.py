@@ -67,7 +67,7 @@ from fluidsalus.session import (
     set_session,
     start_outside_trials,
 )
-from fluidsalus.store import DB_FILENAME
+from fluidsalus.store import DB_FILENAME, ERROR_AFTER_STOP_EVENT
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ LANE_RESUME_READ = "resume_read"
 #: result (its ``EV_END`` is ``OUT_STOPPED``), as a Ray Tune trial does; the driver stores the event and warns. The
 #: driver stores one of its own, with ``moved``, for an error raised as a stop of its own unwound the trial (EV_END's
 #: ``unwinding_stop``).
-LANE_ERROR_AFTER_STOP = "error_after_stop"
+LANE_ERROR_AFTER_STOP = ERROR_AFTER_STOP_EVENT  # (stored under this kind: store.ERROR_AFTER_STOP_EVENT)
 #: An ``EV_LANE`` kind: a warning for the script's author given in the trial (:func:`fluidsalus.session.warn_user`;
 #: ``data``: ``message``, ``category`` and the user's ``filename``, ``lineno`` and ``module``); the driver gives it
 #: once per run and stores no event of it.

@@ -127,6 +127,12 @@ from fluidsalus.store import (
     NAME_MAX_BYTES,
     PAUSED,
     PENDING,
+    RESTART_DEVICE_DIED,
+    RESTART_EXPLOIT,
+    RESTART_MOVE,
+    RESTART_PREEMPT,
+    RESTART_TURN,
+    RESTART_WITHDRAWN,
     RUNNING,
     SEARCHER_TOLD_END_EVENT,
     TERMINATED,
@@ -135,6 +141,7 @@ from fluidsalus.store import (
     TRIAL_START_EVENT,
     ExperimentStore,
     remove_folder,
+    restart_words,
 )
 from fluidsalus.trialgroup.dispatch import (
     PREFETCH_PER_DEVICE,
@@ -259,22 +266,15 @@ ERROR_VERBOSITY = 0
 
 #: The warning for a trial's ``error_after_stop`` record (``gpu.host.LANE_ERROR_AFTER_STOP``), by its ``moved``: None
 #: for the device's (the trial met its stop rule), False or True for the driver's (a stop that ended it for good, or
-#: a move, a preemption or an exploit that goes on from its checkpoint).
+#: a restart that goes on from a checkpoint: its ``restart`` is the reason, worded by
+#: :func:`~fluidsalus.store.restart_words`).
 _ERROR_AFTER_STOP_WARNINGS: dict[bool | None, str] = {
     None: "trial %s raised after the result its stop rule ended it at; it ends TERMINATED there, as in Ray Tune: %s",
     False: "trial %s raised as its stop (its scheduler's or searcher's, or the run's end) unwound it; it ends "
            "TERMINATED, as in Ray Tune: %s",
-    True: "trial %s raised as a stop to restart it elsewhere (a move, a preemption, PBT's exploit) unwound it; it "
-          "goes on from a checkpoint, as a Ray Tune trial paused: %s",
+    True: "trial %s raised as a stop to restart it (%s) unwound it; it goes on from a checkpoint, as a Ray Tune "
+          "trial paused: %s",
 }
-
-# Restart reasons (``_Restart.reason``, and the ``reason`` of ``trial_restart`` events) set by the planner.
-RESTART_MOVE = "move"  # a MOVE or RESIZE: restart from its checkpoint on the planner's new devices
-RESTART_PREEMPT = "preempted"  # its memory went to another trial: checkpoint, back to the queue
-RESTART_WITHDRAWN = "withdrawn"  # its device gave it back before it began: back to the queue, nothing lost
-RESTART_TURN = "turn"  # promoted while a trial behind it waited (BaseSearcher.takes_turns): back to the queue
-RESTART_DEVICE_DIED = "device_died"  # its device actor died: from its checkpoint, where the next plan puts it
-RESTART_EXPLOIT = "exploit"  # PBT's exploit: from the source's checkpoint, with a new configuration
 #: The ``exploit_cancelled`` event of an exploit the executor does not apply (with its ``reason``).
 EXPLOIT_CANCELLED_EVENT = "exploit_cancelled"
 #: Ray Tune's switch for its check that every result has the run's metric: ``1`` turns it off (read at the start of
@@ -2461,9 +2461,10 @@ class Executor:
                         # It raised as this driver's stop unwound it (a ``finally:`` that failed): as Ray Tune, which
                         # stops the actor and never sees what the trainable does on its way out, the trial ends
                         # stopped (or goes on with the move that stopped it), the error a warning and a record
-                        failed_after_stop.append((EV_LANE, trial_id, attempt, ts, LANE_ERROR_AFTER_STOP,
-                                                  {"error": error, "traceback": trace,
-                                                   "moved": trial_id in self._restarts}))
+                        going_on = self._restarts.get(trial_id)  # (a restart: its reason, which the warning names)
+                        failed_after_stop.append((EV_LANE, trial_id, attempt, ts, LANE_ERROR_AFTER_STOP, {
+                            "error": error, "traceback": trace, "moved": going_on is not None,
+                            **({} if going_on is None else {"restart": going_on.reason})}))
                         events.append((ts, LANE_ERROR_AFTER_STOP, trial_id, name,
                                        {**failed_after_stop[-1][5], "attempt": attempt}))
                         outcome, error, trace, error_pickle = OUT_STOPPED, None, None, None
@@ -2590,8 +2591,10 @@ class Executor:
         # Committed: the batch is acknowledged. Now act on it.
         self._warn_from_trials(warned)
         for event in failed_after_stop:
-            logger.warning(_ERROR_AFTER_STOP_WARNINGS[event[5].get("moved")], self._shown_name(event[1]),
-                           event[5].get("error"))
+            data = event[5]
+            restarted = (restart_words(data.get("restart")),) if data.get("moved") else ()
+            logger.warning(_ERROR_AFTER_STOP_WARNINGS[data.get("moved")], self._shown_name(event[1]), *restarted,
+                           data.get("error"))
         if stopper_error is not None:
             raise stopper_error
         # Trials a stop ends at once (a trial this batch's end requeued: a move at its budget leaves it paused off

@@ -4,8 +4,11 @@
 progress_reporter=...)``) prints a status table of the trials every ``max_report_frequency`` seconds and once at
 the end, as Ray's legacy output does: the time, the trial counts by status, then one row per trial with its
 status, the parameter columns and the metric columns of its last result, and a table of the errored trials.
-With no metric columns given, the reporter shows ``training_iteration``, ``time_total_s`` and up to
-``infer_limit`` numeric metrics the trials report. With ``sort_by_metric=True`` the rows are sorted by the run's
+With no metric columns given, the reporter shows Ray's default columns (``mean_accuracy`` as ``acc``,
+``mean_loss``, ``training_iteration`` as ``iter``, ``time_total_s``, ``timesteps_total``, ``episode_reward_mean``)
+and up to ``infer_limit`` other numeric metrics the trials report. As in Ray, a metric column shows only once a
+trial has a value for it, and the run's metric is no column of its own (it is in the "Current best trial" line):
+with ``metric_columns`` given, those columns alone. With ``sort_by_metric=True`` the rows are sorted by the run's
 metric. Too many rows are cut to ``max_progress_rows``, keeping the running trials first, as Ray's fair filter
 does.
 
@@ -39,8 +42,11 @@ from fluidsalus.tune.callback import Callback, _AfterTheResult
 __all__ = ["CLIReporter", "JupyterNotebookReporter", "ProgressReporter", "ReporterCallback", "TuneReporterBase",
            "adopt_reporter"]
 
-#: Ray's default metric columns, with their headers.
-DEFAULT_COLUMNS = {"training_iteration": "iter", "time_total_s": "total time (s)"}
+#: Ray's default metric columns, with their headers, in its order (each shown once a trial reports it; the four
+#: well-known metrics were missing until 2026-12-01, and a ``mean_accuracy`` showed as an inferred ``mean_accuracy``
+#: column after ``iter``, where Ray shows ``acc`` first).
+DEFAULT_COLUMNS = {"mean_accuracy": "acc", "mean_loss": "loss", "training_iteration": "iter",
+                   "time_total_s": "total time (s)", "timesteps_total": "ts", "episode_reward_mean": "reward"}
 #: Result keys the session fills in, never inferred as user metrics.
 AUTO_FILLED = frozenset({
     "training_iteration", "time_this_iter_s", "time_total_s", "timestamp", "trial_id", "date", "done", "pid",
@@ -210,8 +216,11 @@ class TuneReporterBase(ProgressReporter):
         if not self._metrics_override:
             inferred = [key for key in _reported_metrics(trials) if key not in metrics][:self._infer_limit]
             metrics.update({key: key for key in inferred})
-        if self._metric and self._metric not in metrics:
-            metrics[self._metric] = self._metric
+        # Ray's: only the columns a trial has a value for, and never the run's metric unless it is one of them (it
+        # is in the "Current best trial" line); the run's metric was added as a column of its own until 2026-12-01
+        results = [flatten_dict(t.last_result or {}) for t in trials]
+        metrics = {key: header for key, header in metrics.items()
+                   if any(result.get(key) is not None for result in results)}
         if self._parameters_override:
             parameters = (dict(self._parameter_columns) if isinstance(self._parameter_columns, dict)
                           else {key: key for key in self._parameter_columns})
@@ -360,11 +369,13 @@ def _sort_value(trial: Any, metric: str, sign: float) -> float:
 
 
 def _reported_metrics(trials: Sequence[Any]) -> list[str]:
-    """Numeric result keys the trials report themselves, in the order first seen."""
+    """Numeric result keys the trials report themselves, in the order first seen: top-level ones only, as Ray infers
+    them (a nested metric, ``{"eval": {"acc": ...}}``, was inferred as ``eval/acc`` until 2026-12-01; Ray's
+    reporter infers none: give it in ``metric_columns``)."""
     keys: dict[str, None] = {}
     for trial in trials:
-        for key, value in flatten_dict(trial.last_result or {}).items():
-            if key not in AUTO_FILLED and not key.startswith("config/") and _is_number(value):
+        for key, value in (trial.last_result or {}).items():
+            if key not in AUTO_FILLED and _is_number(value):
                 keys.setdefault(key, None)
     return list(keys)
 
