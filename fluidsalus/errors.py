@@ -26,6 +26,11 @@ class ConfigTypeError(ConfigError, TypeError):
     (Optuna's ``Study.optimize``): ``except TypeError`` and ``except ConfigError`` both catch it."""
 
 
+class ConfigRuntimeError(ConfigError, RuntimeError):
+    """Invalid input at a public boundary that mirrors a library raising ``RuntimeError`` for it (Ray's
+    ``ConcurrencyLimiter`` given no ``Searcher``): ``except RuntimeError`` and ``except ConfigError`` both catch it."""
+
+
 class SpaceError(ConfigError):
     """Invalid search space: names the parameter path and what is allowed."""
 

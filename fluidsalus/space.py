@@ -35,9 +35,12 @@ from __future__ import annotations
 import copy
 import inspect
 import itertools
+import logging
 import math
 import numbers
 import reprlib
+import sys
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +50,8 @@ from fluidsalus.errors import SpaceError
 
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_LOG_BASE",
@@ -97,6 +102,13 @@ INFINITE_SAMPLES = -1
 #: Default ``base`` of the log-scale functions. Kept for Ray's signatures; log-uniform sampling does not
 #: depend on the base, so it is checked but not used.
 DEFAULT_LOG_BASE = 10
+#: Ray 2.60's warning where ``base`` is given to a log-scale function (``loguniform``, ``qloguniform``,
+#: ``lograndint``, ``qlograndint``) or builder (``Float.loguniform``, ``Integer.loguniform``), at construction.
+BASE_DEPRECATED = "The `base` argument is deprecated. Please remove it as it is not actually needed in this method."
+#: Ray 2.60's warning, logged at WARNING for each value drawn, where a :func:`sample_from` function works only on the
+#: spec (``spec.config.a``), not on the config itself.
+SPEC_DEPRECATED = ("sample_from functions that take a spec dict are deprecated. Please update your function to work "
+                   "with the config dict directly.")
 #: Key under which :func:`sample_from` functions find the variant in their ``spec`` argument.
 _SPEC_CONFIG_KEY = "config"
 #: A value produced by a grid, ``choice`` or ``sample_from`` may itself hold domains; this bounds how many
@@ -154,6 +166,24 @@ def _check_positive_q(call: str, value: Any, *, integer: bool) -> float | int:
     if q <= 0:
         raise SpaceError(f"{call}: q must be > 0, got {q}")
     return q
+
+
+def _deprecation_category() -> type[Warning]:
+    """Ray's ``RayDeprecationWarning`` (a ``DeprecationWarning``, which Ray shows once per module) where Ray is
+    loaded (``fluidsalus.tune`` loads it), so a filter on Ray's category catches it; a plain ``DeprecationWarning``
+    otherwise (this module imports without Ray)."""
+    annotations = sys.modules.get("ray.util.annotations")
+    category = getattr(annotations, "RayDeprecationWarning", DeprecationWarning)
+    return category if isinstance(category, type) and issubclass(category, Warning) else DeprecationWarning
+
+
+def _given_base(base: float | None) -> float:
+    """``base`` of a public log-scale function or builder: given, it raises Ray's deprecation warning
+    (:data:`BASE_DEPRECATED`) at the caller's line; not given (None), :data:`DEFAULT_LOG_BASE`."""
+    if base is None:
+        return DEFAULT_LOG_BASE
+    warnings.warn(BASE_DEPRECATED, _deprecation_category(), stacklevel=3)
+    return base
 
 
 def _check_base(call: str, base: Any) -> float:
@@ -353,9 +383,9 @@ class Float(Domain):
         """Ray's builder: the same bounds and step, drawn uniformly."""
         return Float(self.lower, self.upper, q=self.q)
 
-    def loguniform(self, base: float = DEFAULT_LOG_BASE) -> Float:
-        """Ray's builder: the same bounds and step, drawn log-uniformly."""
-        return Float(self.lower, self.upper, log=True, q=self.q, base=base)
+    def loguniform(self, base: float | None = None) -> Float:
+        """Ray's builder: the same bounds and step, drawn log-uniformly (``base`` is deprecated, as in Ray)."""
+        return Float(self.lower, self.upper, log=True, q=self.q, base=_given_base(base))
 
     def quantized(self, q: float) -> Float:
         """Ray's builder: the same bounds and scale, rounded to a multiple of ``q``."""
@@ -480,9 +510,9 @@ class Integer(Domain):
         """Ray's builder: the same bounds and step, drawn uniformly."""
         return Integer(self.lower, self.upper, q=self.q)
 
-    def loguniform(self, base: float = DEFAULT_LOG_BASE) -> Integer:
-        """Ray's builder: the same bounds and step, drawn log-uniformly."""
-        return Integer(self.lower, self.upper, log=True, q=self.q, base=base)
+    def loguniform(self, base: float | None = None) -> Integer:
+        """Ray's builder: the same bounds and step, drawn log-uniformly (``base`` is deprecated, as in Ray)."""
+        return Integer(self.lower, self.upper, log=True, q=self.q, base=_given_base(base))
 
     def quantized(self, q: int) -> Integer:
         """Ray's builder: the same bounds and scale, a multiple of ``q`` (``upper`` then included, as in Ray)."""
@@ -536,7 +566,9 @@ class Function(Domain):
 
     ``func`` takes no argument or one, the ``spec``: the variant under ``"config"`` with attribute and item
     access (``spec.config.a``, ``spec["config"]["a"]``). If ``func(spec)`` raises ``KeyError`` or
-    ``AttributeError`` it is called again with the config itself, so ``lambda config: config["a"]`` works.
+    ``AttributeError`` it is called again with the config itself, so ``lambda config: config["a"]`` works. A
+    function that works on the spec only (it reads ``spec.config``) is deprecated in Ray 2.60, which logs
+    :data:`SPEC_DEPRECATED` at WARNING for each value drawn; so does fluidsalus (logger ``fluidsalus.space``).
 
     Args:
         func: The callable.
@@ -592,9 +624,16 @@ class Function(Domain):
             except _UnresolvedDependency:
                 raise
             except (KeyError, AttributeError):
-                return to_python(self.func(view))
+                value = to_python(self.func(view))
+                logger.warning(SPEC_DEPRECATED)  # (Ray's, where only the spec works)
+                return value
         try:
-            return to_python(self.func(view))
+            view.__dict__["_fluidsalus_config_read"] = False
+            value = to_python(self.func(view))
+            if view.__dict__["_fluidsalus_config_read"]:
+                # (it read spec.config: a function on the spec, which Ray, trying the config first, warns of)
+                logger.warning(SPEC_DEPRECATED)
+            return value
         except (KeyError, AttributeError) as spec_error:
             if _SPEC_CONFIG_KEY not in view:
                 raise
@@ -631,6 +670,7 @@ class _SpecView(dict):  # type: ignore[type-arg]
         super().__init__(data)
         # None marks the spec root, whose "config" child is the root of the parameter paths.
         self.__dict__["_fluidsalus_path"] = path
+        self.__dict__["_fluidsalus_config_read"] = False
 
     def _child_path(self, key: Any) -> Path:
         path = self.__dict__["_fluidsalus_path"]
@@ -638,6 +678,8 @@ class _SpecView(dict):  # type: ignore[type-arg]
 
     def __getitem__(self, key: Any) -> Any:
         value = dict.__getitem__(self, key)
+        if key == _SPEC_CONFIG_KEY and self.__dict__["_fluidsalus_path"] is None:
+            self.__dict__["_fluidsalus_config_read"] = True  # (the spec's config was read: see Function.draw)
         if isinstance(value, Domain) or _is_grid(value):
             raise _UnresolvedDependency(self._child_path(key))
         if isinstance(value, dict):
@@ -690,33 +732,35 @@ def quniform(lower: float, upper: float, q: float) -> Float:
     return Float(lower, upper, q=q)
 
 
-def loguniform(lower: float, upper: float, base: float = DEFAULT_LOG_BASE) -> Float:
+def loguniform(lower: float, upper: float, base: float | None = None) -> Float:
     """Sample a float log-uniformly in ``[lower, upper]`` (for values over orders of magnitude).
 
     Args:
         lower: Lower bound, ``> 0``.
         upper: Upper bound, ``> lower``.
-        base: Kept for Ray's signature; log-uniform sampling does not depend on it.
+        base: Deprecated, as in Ray: given, it raises Ray's deprecation warning (:data:`BASE_DEPRECATED`);
+            checked but not used, since log-uniform sampling does not depend on it.
 
     Returns:
         A :class:`Float` domain.
     """
-    return Float(lower, upper, log=True, base=base)
+    return Float(lower, upper, log=True, base=_given_base(base))
 
 
-def qloguniform(lower: float, upper: float, q: float, base: float = DEFAULT_LOG_BASE) -> Float:
+def qloguniform(lower: float, upper: float, q: float, base: float | None = None) -> Float:
     """Sample a float log-uniformly and round it to a multiple of ``q``.
 
     Args:
         lower: Lower bound, ``> 0`` and a multiple of ``q``.
         upper: Upper bound, a multiple of ``q`` and ``> lower``.
         q: Quantization step, ``> 0``.
-        base: Kept for Ray's signature; log-uniform sampling does not depend on it.
+        base: Deprecated, as in Ray: given, it raises Ray's deprecation warning (:data:`BASE_DEPRECATED`);
+            checked but not used, since log-uniform sampling does not depend on it.
 
     Returns:
         A :class:`Float` domain.
     """
-    return Float(lower, upper, log=True, q=q, base=base)
+    return Float(lower, upper, log=True, q=q, base=_given_base(base))
 
 
 def randn(mean: float = 0.0, sd: float = 1.0) -> Normal:
@@ -775,33 +819,35 @@ def qrandint(lower: int, upper: int, q: int = 1) -> Integer:
     return Integer(lower, upper, q=q)
 
 
-def lograndint(lower: int, upper: int, base: float = DEFAULT_LOG_BASE) -> Integer:
+def lograndint(lower: int, upper: int, base: float | None = None) -> Integer:
     """Sample an integer log-uniformly in ``[lower, upper)`` (``upper`` excluded).
 
     Args:
         lower: Lower bound, ``> 0``, included.
         upper: Upper bound, excluded; ``> lower``.
-        base: Kept for Ray's signature; log-uniform sampling does not depend on it.
+        base: Deprecated, as in Ray: given, it raises Ray's deprecation warning (:data:`BASE_DEPRECATED`);
+            checked but not used, since log-uniform sampling does not depend on it.
 
     Returns:
         An :class:`Integer` domain.
     """
-    return Integer(lower, upper, log=True, base=base)
+    return Integer(lower, upper, log=True, base=_given_base(base))
 
 
-def qlograndint(lower: int, upper: int, q: int, base: float = DEFAULT_LOG_BASE) -> Integer:
+def qlograndint(lower: int, upper: int, q: int, base: float | None = None) -> Integer:
     """Sample a multiple of ``q`` log-uniformly in ``[lower, upper]`` (``upper`` excluded when ``q == 1``).
 
     Args:
         lower: Lower bound, ``> 0``.
         upper: Upper bound.
         q: Quantization step, a positive integer.
-        base: Kept for Ray's signature; log-uniform sampling does not depend on it.
+        base: Deprecated, as in Ray: given, it raises Ray's deprecation warning (:data:`BASE_DEPRECATED`);
+            checked but not used, since log-uniform sampling does not depend on it.
 
     Returns:
         An :class:`Integer` domain.
     """
-    return Integer(lower, upper, log=True, q=q, base=base)
+    return Integer(lower, upper, log=True, q=q, base=_given_base(base))
 
 
 def choice(categories: Iterable[Any]) -> Categorical:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import collections
 import itertools
 import json
+import logging
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -83,7 +85,32 @@ def test_loguniform_is_log_distributed():
 
 
 def test_loguniform_base_does_not_change_the_distribution():
-    assert draw(loguniform(1e-3, 1, base=2), n=50) == draw(loguniform(1e-3, 1), n=50)
+    with pytest.warns(DeprecationWarning):
+        base2 = loguniform(1e-3, 1, base=2)
+    assert draw(base2, n=50) == draw(loguniform(1e-3, 1), n=50)
+
+
+@pytest.mark.parametrize("build", [
+    lambda: loguniform(1e-3, 1, base=2), lambda: qloguniform(1e-3, 1, 1e-3, base=2),
+    lambda: lograndint(1, 100, base=10), lambda: qlograndint(1, 100, 2, base=10),
+    lambda: uniform(0.1, 1).loguniform(10), lambda: randint(1, 100).loguniform(base=10),
+], ids=["loguniform", "qloguniform", "lograndint", "qlograndint", "Float.loguniform", "Integer.loguniform"])
+def test_a_base_given_raises_rays_deprecation_warning_at_construction(build) -> None:
+    """Ray 2.60 warns (``RayDeprecationWarning``, a ``DeprecationWarning``) where ``base`` is given to a log-scale
+    function or builder, at construction; fluidsalus did not (a reviewer's finding, checked side by side in a
+    helper's item4.py). Where Ray is loaded (``fluidsalus.tune`` loads it) the category is Ray's, else a plain
+    ``DeprecationWarning`` (this module imports without Ray). The warning names the caller's line."""
+    message = r"^The `base` argument is deprecated\. Please remove it as it is not actually needed in this method\.$"
+    with pytest.warns(DeprecationWarning, match=message) as caught:
+        build()
+    assert [w.filename for w in caught] == [__file__]
+    ray_annotations = pytest.importorskip("ray.util.annotations")
+    with pytest.warns(ray_annotations.RayDeprecationWarning, match=message):
+        build()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loguniform(1e-3, 1), lograndint(1, 100), qloguniform(1e-3, 1, 1e-3), qlograndint(1, 100, 2)  # no base: quiet
+        uniform(1e-3, 1).quantized(1e-3), randint(1, 100).quantized(2)
 
 
 def test_qloguniform_multiples_within_bounds():
@@ -307,6 +334,28 @@ def test_sample_from_with_spec_config_access():
         assert config["c"] == config["m"]["b"] + 1
         assert config["d"] == config["a"] - 1
         assert config["e"] == 42
+
+
+def test_a_sample_from_function_on_the_spec_logs_rays_deprecation_warning_for_each_draw(caplog) -> None:
+    """Ray 2.60 logs "sample_from functions that take a spec dict are deprecated..." at WARNING each time it draws
+    a function that works on the spec only (it calls the config first), in random search and on a search
+    algorithm's suggestion; a function on the config, or of no argument, is quiet (a helper's item4.py). fluidsalus
+    logged nothing."""
+    from fluidsalus.space import SPEC_DEPRECATED
+
+    space = {"a": randint(1, 10), "b": sample_from(lambda spec: spec.config.a * 2),
+             "c": sample_from(lambda spec: spec["config"]["a"] + 1), "d": sample_from(lambda config: config["a"]),
+             "e": sample_from(lambda: 42)}
+    with caplog.at_level(logging.WARNING, logger="fluidsalus.space"):
+        configs = generate_variants(space, 3, seed=2)
+    assert all(c["b"] == 2 * c["a"] and c["c"] == c["a"] + 1 for c in configs)
+    assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records] == \
+        [("fluidsalus.space", "WARNING", SPEC_DEPRECATED)] * 6  # b and c, in each of the 3 configs
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="fluidsalus.space"):  # on a suggestion: the config is tried first
+        assert space["b"].draw(np.random.default_rng(0), {"config": {"a": 3}}, config_first=True) == 6
+        assert space["d"].draw(np.random.default_rng(0), {"config": {"a": 3}}, config_first=True) == 3
+    assert [r.getMessage() for r in caplog.records] == [SPEC_DEPRECATED]
 
 
 def test_sample_from_resolves_in_dependency_order_whatever_the_key_order():

@@ -832,9 +832,19 @@ def test_a_search_algorithm_on_rays_low_level_api_is_refused_with_what_runs() ->
     refusal = (r"search_alg LowLevel subclasses SearchAlgorithm, Ray's low-level API \(add_configurations/"
                r"next_trial.*\), which fluidsalus does not run; subclass tune.search.Searcher instead .*"
                r"OptunaSearch, HyperOptSearch .*BayesOptSearch .*a Searcher subclass of your own$")
-    for search_alg in (LowLevel(), ConcurrencyLimiter(LowLevel(), 2), tune.search.Repeater(LowLevel(), 2)):
+    for search_alg in (LowLevel(), tune.search.Repeater(LowLevel(), 2)):
         with pytest.raises(ConfigError, match=refusal):
             plan(TuneConfig(metric="m", mode="max", num_samples=2, search_alg=search_alg), {"x": tune.uniform(0, 1)})
+    # Ray's ConcurrencyLimiter refuses it at construction, with a RuntimeError (fluidsalus: only at fit())
+    for error in (RuntimeError, ConfigError):
+        with pytest.raises(error, match=r"^The `ConcurrencyLimiter` only works with `Searcher` objects \(got <class "
+                                        r"'.*LowLevel'>\)\. LowLevel subclasses SearchAlgorithm, Ray's low-level API "
+                                        r"\(add_configurations/next_trial\), which fluidsalus does not run; subclass "
+                                        r"tune.search.Searcher instead"):
+            ConcurrencyLimiter(LowLevel(), 2)
+    # (a Searcher, a limiter and a Repeater stay welcome, as in Ray)
+    for inner in (Searcher(), ConcurrencyLimiter(Searcher(), 3), tune.search.Repeater(Searcher(), 2)):
+        assert ConcurrencyLimiter(inner, 2).searcher is inner
     # a Searcher without suggest: the list of what runs names them all too (it named five)
     with pytest.raises(ConfigError, match=r"search_alg Searcher is not supported \(a Searcher of your own "
                                           r"implements suggest\(\)\); use one of .*HyperOptSearch.*"):
@@ -873,3 +883,32 @@ def test_the_base_set_search_properties_takes_nothing_as_rays() -> None:
     # fluidsalus's own search algorithms override it and still take them
     for built_in in (OptunaSearch(), TuneBOHB()):
         assert built_in.set_search_properties("m", "max", {}) and (built_in.metric, built_in.mode) == ("m", "max")
+
+
+def test_an_override_that_returns_supers_answer_is_refused_for_what_it_is() -> None:
+    """Ray 2.60 refuses a ``param_space`` with parameters beside a searcher whose ``set_search_properties`` override
+    returns ``super().set_search_properties(...)`` (the base's False), with its ``ValueError`` (a helper's run:
+    scratch item2_3.py). fluidsalus refused it too, saying "its own search space is set already", which it has
+    not; now it names the ``super()`` answer. An override that returns False itself keeps the old reason, and one
+    that returns ``super()``'s beside constants only runs, as in Ray."""
+
+    class Passing(Searcher):
+        def set_search_properties(self, metric, mode, config, **spec):
+            self.seen = config
+            return super().set_search_properties(metric, mode, config, **spec)
+
+        def suggest(self, trial_id):
+            return {"x": 0.5}
+
+    class Refusing(Passing):
+        def set_search_properties(self, metric, mode, config, **spec):
+            return False
+
+    with pytest.raises(ConfigError, match=r"Passing.set_search_properties refused it \(its override returned "
+                                          r"super\(\).set_search_properties\(...\): the base Searcher's answer, which "
+                                          r"takes nothing and returns False, as Ray's, whose run raises ValueError"):
+        plan(TuneConfig(metric="m", mode="max", search_alg=Passing()), {"x": tune.uniform(0, 1)})
+    with pytest.raises(ConfigError, match=r"Refusing.set_search_properties refused it \(its own search space is set "
+                                          r"already\)"):
+        plan(TuneConfig(metric="m", mode="max", search_alg=Refusing()), {"x": tune.uniform(0, 1)})
+    assert isinstance(plan(TuneConfig(metric="m", mode="max", search_alg=Passing()), {"c": 1}).searcher, CustomSearch)

@@ -135,3 +135,24 @@ def test_a_tuner_runs_its_solutions_under_asha(ray_cluster, storage) -> None:
     assert len(grid) == 6 and grid.num_errors == 0
     assert all(0 <= r.config["x"] <= 1 and r.config["n"] in (0, 1, 2, 3) and r.config["k"] == 7 for r in grid)
     assert search._live == {} and search._optimizer.complete_num == 6
+
+
+@pytest.mark.parametrize("own_space", [False, True], ids=["param_space", "own_space"])
+def test_tune_configs_metric_and_mode_differing_from_its_own_are_rays_choice(own_space: bool) -> None:
+    """As for NevergradSearch (Ray 2.60 runs the pair; fluidsalus refused it): searching ``param_space``, ZOOpt is
+    told TuneConfig's metric in TuneConfig's direction; with a ``dim_dict`` of its own, its own."""
+    from fluidsalus.tune._translate import plan
+
+    space = {"x": tune.uniform(0, 1)}
+    searcher = ZOOptSearch(budget=4, metric="score", mode="max", dim_dict=space if own_space else None)
+    replaced = "for the run's results, as in Ray; ZOOptSearch keeps its own metric" if own_space else \
+        "as Ray's ZOOptSearch.set_search_properties replaces it"
+    replacing = rf"TuneConfig.metric='other' replaces ZOOptSearch.metric='score',? {replaced}"
+    with pytest.warns(UserWarning, match=replacing):
+        planned = plan(tune.TuneConfig(metric="other", mode="min", num_samples=4, search_alg=searcher),
+                       {} if own_space else space)
+    assert (planned.metric, planned.mode) == ("other", "min")
+    if own_space:
+        assert (searcher.metric, searcher.mode, searcher._loss(2.0)) == ("score", "max", -2.0)
+    else:
+        assert (searcher.metric, searcher.mode, searcher._loss(2.0)) == ("other", "min", 2.0)

@@ -112,6 +112,8 @@ from fluidsalus.tune.search import (
     Searcher,
     SearchGenerator,
 )
+from fluidsalus.tune.search._holders import base_answers
+from fluidsalus.tune.search._own_suggest import OwnSuggestSearcher
 from fluidsalus.tune.search.bohb import TuneBOHB
 from fluidsalus.tune.search.optuna import OptunaSearch as OptunaHolder
 
@@ -405,13 +407,21 @@ def _plan_custom(search_alg: Any, scheduler: TrialScheduler, space: dict[str, An
     spec = {"stop": dict(stop) if isinstance(stop, Mapping) else {},
             "num_samples": sys.maxsize if tune_config.num_samples == INFINITE_SAMPLES else tune_config.num_samples,
             "time_budget_s": tune_config.time_budget}  # (-1 is passed as sys.maxsize, as Ray passes it)
+    answers = base_answers()
     accepted = _set_search_properties(search_alg, tune_config.metric, tune_config.mode, space, spec) if space else True
     if not accepted and sp.split_constants(space)[0]:
-        why = ("(its own search space is set already); as in Ray, put every parameter in one place"
-               if type(search_alg).set_search_properties is not Searcher.set_search_properties else
-               "(it keeps Searcher's set_search_properties, which takes nothing and returns False, as Ray's); "
-               "override set_search_properties(metric, mode, config, **spec) to search config and return True, "
-               "as in Ray")
+        if type(search_alg).set_search_properties is Searcher.set_search_properties:
+            why = ("(it keeps Searcher's set_search_properties, which takes nothing and returns False, as Ray's); "
+                   "override set_search_properties(metric, mode, config, **spec) to search config and return True, "
+                   "as in Ray")
+        elif base_answers() > answers:
+            # (its override returned super().set_search_properties(...): the base's False, which Ray's ValueError
+            # reads as a space of its own; fluidsalus said so too)
+            why = ("(its override returned super().set_search_properties(...): the base Searcher's answer, which "
+                   "takes nothing and returns False, as Ray's, whose run raises ValueError for it too); return True "
+                   "from the override where it searches config, as in Ray")
+        else:
+            why = "(its own search space is set already); as in Ray, put every parameter in one place"
         raise ConfigError(f"TuneConfig: param_space has parameters to search, but {name}.set_search_properties "
                           f"refused it {why}")
     if cap is not None:
@@ -745,13 +755,18 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
     sources_mode = [("TuneConfig.mode", tune_config.mode), (f"{type(scheduler).__name__}.mode", scheduler.mode)]
     if search_alg is not None and not isinstance(search_alg, (BasicVariantGenerator, BaseSearcher)):
         name = type(search_alg).__name__
-        # Ray's OptunaSearch (and the algorithms on it) and TuneBOHB take TuneConfig's metric and mode in place of
-        # their own when they search param_space (their set_search_properties); fluidsalus refused the pair
-        overridden = isinstance(search_alg, (OptunaHolder, TuneBOHB)) and search_alg.own_space() is None \
-            and bool(space) and not isinstance(search_alg.metric, list)
-        # A Searcher of the user's own keeps its metric and mode, and Ray's run ranks its trials by TuneConfig's
-        # (Ray never compares the two; fluidsalus refused a pair that differed)
-        own = defined_by_user(search_alg, "suggest")
+        # Ray's OptunaSearch (and the algorithms on it), TuneBOHB, NevergradSearch and ZOOptSearch take
+        # TuneConfig's metric and mode in place of their own when they search param_space (their
+        # set_search_properties), and optimise those; fluidsalus refused the pair
+        outside = isinstance(search_alg, OwnSuggestSearcher)
+        overridden = bool(space) and (
+            (isinstance(search_alg, (OptunaHolder, TuneBOHB)) and search_alg.own_space() is None
+             and not isinstance(search_alg.metric, list))
+            or (outside and not search_alg.has_space()))
+        # A Searcher of the user's own, and a NevergradSearch or ZOOptSearch with a space of its own, keeps its
+        # metric and mode, and Ray's run ranks its trials by TuneConfig's (Ray never compares the two; fluidsalus
+        # refused a pair that differed)
+        own = defined_by_user(search_alg, "suggest") or outside
         for what, sources, theirs, ours in (("metric", sources_metric, search_alg.metric, tune_config.metric),
                                             ("mode", sources_mode, search_alg.mode, tune_config.mode)):
             if (overridden or own) and ours is not None:

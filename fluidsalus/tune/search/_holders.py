@@ -9,6 +9,7 @@ algorithm, the scheduler, the ``param_space`` and ``metric``/``mode`` become one
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import numbers
 import os
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from fluidsalus.errors import ConfigError
+from fluidsalus.errors import ConfigError, ConfigRuntimeError
 from fluidsalus.tune._config import MetricModeHolder
 
 __all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "Repeater", "SearchAlgorithm", "SearchGenerator", "Searcher"]
@@ -300,6 +301,7 @@ class Searcher(MetricModeHolder, SearchAlgorithm):
         is not empty. True if the search algorithm took them; this base takes nothing and returns False, as Ray's
         (so a search algorithm of your own that keeps it, given parameters to search in ``param_space``, is a
         ``ConfigError``, as Ray's ValueError; override it to search ``config``)."""
+        _BASE_ANSWERS.set(_BASE_ANSWERS.get() + 1)
         return False
 
     def set_max_concurrency(self, max_concurrent: int) -> bool:
@@ -312,6 +314,17 @@ class Searcher(MetricModeHolder, SearchAlgorithm):
 
     def describe(self) -> dict[str, Any]:
         return {"metric": self._metric, "mode": self._mode}
+
+
+#: How many times :meth:`Searcher.set_search_properties` (the base, which takes nothing) has answered in this
+#: context: a False from an override is told apart from its ``super()``'s (:func:`base_answers`).
+_BASE_ANSWERS: contextvars.ContextVar[int] = contextvars.ContextVar("fluidsalus_base_search_properties", default=0)
+
+
+def base_answers() -> int:
+    """How many times the base :meth:`Searcher.set_search_properties` has answered in this context (compare the
+    count before and after a call to learn whether an override's False came from ``super()``)."""
+    return _BASE_ANSWERS.get()
 
 
 class BasicVariantGenerator(SearchAlgorithm):
@@ -430,6 +443,14 @@ class ConcurrencyLimiter(_Wrapper):
     def __init__(self, searcher: Any, max_concurrent: int, batch: bool = False) -> None:
         owner = type(self).__name__
         self._wrap(searcher)
+        if isinstance(searcher, SearchAlgorithm) and not isinstance(searcher, (Searcher, ConcurrencyLimiter,
+                                                                                Repeater)):
+            # (Ray's ConcurrencyLimiter raises here, at construction; fluidsalus refused it only at fit())
+            cls = type(searcher)
+            raise ConfigRuntimeError(
+                f"The `ConcurrencyLimiter` only works with `Searcher` objects (got {cls}). {cls.__name__} subclasses "
+                "SearchAlgorithm, Ray's low-level API (add_configurations/next_trial), which fluidsalus does not run; "
+                "subclass tune.search.Searcher instead (suggest(trial_id) -> config, on_trial_complete)")
         if not _is_int(max_concurrent) or max_concurrent < 1:
             raise ConfigError(f"{owner}: max_concurrent must be an int >= 1 (got {max_concurrent!r})")
         if not isinstance(batch, bool):

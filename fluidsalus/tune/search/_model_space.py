@@ -45,13 +45,13 @@ def model_space(owner: str, library: str, space: dict[str, Any]) -> dict[str, An
             if domain.q is not None:
                 warnings.warn(f"{owner}: {path}: {library} does not support quantization; {domain!r}'s is dropped, "
                               "as Ray drops it", UserWarning, stacklevel=4)
-                domain = (sp.loguniform(domain.lower, domain.upper, domain.base) if domain.log
+                domain = (sp.Float(domain.lower, domain.upper, log=True, base=domain.base) if domain.log
                           else sp.uniform(domain.lower, domain.upper))
         elif isinstance(domain, sp.Integer):
             if domain.q is not None and domain.q != 1:  # its upper bound is included: randint's is not
                 warnings.warn(f"{owner}: {path}: {library} does not support quantization; {domain!r}'s is dropped, "
                               "as Ray drops it", UserWarning, stacklevel=4)
-                domain = (sp.lograndint(domain.lower, domain.upper + 1, domain.base) if domain.log
+                domain = (sp.Integer(domain.lower, domain.upper + 1, log=True, base=domain.base) if domain.log
                           else sp.randint(domain.lower, domain.upper + 1))
         elif not isinstance(domain, sp.Categorical):
             raise ConfigError(f"{owner}: {path} is {a_kind(domain)} parameter, which {library} cannot search "

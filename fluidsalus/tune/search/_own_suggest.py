@@ -17,6 +17,7 @@ from ray import cloudpickle  # (Ray's: the standalone one names functions pickle
 
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError
+from fluidsalus.tune._config import check_metric, check_mode
 from fluidsalus.tune.search._holders import Searcher
 
 __all__ = ["DEFAULT_METRIC", "OwnSuggestSearcher"]
@@ -56,6 +57,19 @@ class OwnSuggestSearcher(Searcher):
         if missing:
             raise ConfigError(f"{type(self).__name__}: points_to_evaluate: {dict(point)!r} has no value for {missing}")
         return {name: flat[name] for name in names}
+
+    def has_space(self) -> bool:
+        """Whether it was given its search space itself (then, as Ray's, its ``set_search_properties`` refuses
+        ``param_space`` and keeps its own metric and mode)."""
+        raise NotImplementedError
+
+    def _take_search_properties(self, metric: str | None, mode: str | None) -> None:
+        """Ray's rule where it takes ``param_space``: ``TuneConfig``'s ``metric`` and ``mode``, where given, replace
+        its own (Ray 2.60 then optimises ``TuneConfig``'s metric in ``TuneConfig``'s direction)."""
+        if metric:
+            self._metric = check_metric(type(self).__name__, metric)
+        if mode:
+            self._mode = check_mode(type(self).__name__, mode)
 
     def _take_default_metric(self) -> None:
         """With a mode and no metric, optimize Ray's ``"_metric"``."""

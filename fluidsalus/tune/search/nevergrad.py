@@ -180,15 +180,17 @@ class NevergradSearch(OwnSuggestSearcher):
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any],
                               **spec: Any) -> bool:
-        """Take ``metric``/``mode`` (unless given here) and, unless a space was given here, search ``config`` (then
-        True: the answer says whether the space was taken; one's own metric and mode given here too answered
-        False, which read as a refused space)."""
-        self._take_metric_mode(metric, mode)
-        if self._optimizer is not None:
+        """As Ray's: with a space of its own, False (its own metric and mode are kept); else search ``config``
+        with ``TuneConfig``'s ``metric``/``mode`` in place of its own, where given, and True."""
+        if self.has_space():
             return False
+        self._take_search_properties(metric, mode)
         self._space = convert_space(config, type(self).__name__)
         self._set_up()
         return True
+
+    def has_space(self) -> bool:
+        return self._optimizer is not None or self._space is not None
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
         """Ask the optimizer for the next candidate, as a config."""

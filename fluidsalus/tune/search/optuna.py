@@ -204,7 +204,7 @@ class OptunaSearch(Searcher):
                       UserWarning, stacklevel=callers_stacklevel())
         for path in stepped:
             domain = flat[path]
-            flat[path] = sp.loguniform(domain.lower, domain.upper, domain.base)
+            flat[path] = sp.Float(domain.lower, domain.upper, log=True, base=domain.base)
         return sp.unflatten(flat)
 
     def add_evaluated_point(self, parameters: dict[str, Any], value: float, error: bool = False,

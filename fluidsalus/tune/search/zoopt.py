@@ -163,17 +163,20 @@ class ZOOptSearch(OwnSuggestSearcher):
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any],
                               **spec: Any) -> bool:
-        """Take ``metric``/``mode`` (unless given here) and, unless ``dim_dict`` was given, search ``config`` (then
-        True: the answer says whether the space was taken, as for ``NevergradSearch``)."""
-        self._take_metric_mode(metric, mode)
-        if self._optimizer is not None:
+        """As Ray's: with a ``dim_dict`` of its own, False (its own metric and mode are kept); else search
+        ``config`` with ``TuneConfig``'s ``metric``/``mode`` in place of its own, where given, and True."""
+        if self.has_space():
             return False
+        self._take_search_properties(metric, mode)
         self._dim_dict = convert_space(config, type(self).__name__)
         self._steps = _steps(config)
         if not self._dim_dict:
             return True
         self._set_up()
         return True
+
+    def has_space(self) -> bool:
+        return bool(self._dim_dict)
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         """ZOOpt's next solution as a config, None while it waits for trials to end, or ``FINISHED``."""
