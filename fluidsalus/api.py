@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any
 
 import ray
@@ -51,6 +51,7 @@ from fluidsalus.store import (
     DB_FILENAME,
     ERROR,
     ERROR_FILE,
+    TERMINATED,
     DriverLock,
     ExperimentStore,
     abandoned_create,
@@ -682,7 +683,7 @@ def _execute(spec: RunSpec, payload: bytes, searcher: BaseSearcher, store: Exper
         try:
             if spec.verbose >= 1:  # (Ray prints an interrupted run's errored trials too; the summary is a finish's)
                 with contextlib.suppress(Exception):  # (the interrupt is what the caller must get)
-                    _print_errored_table(ResultGrid.from_store(store))
+                    _print_errored_table(ResultGrid.from_store(store), ended_unstarted(store))
         finally:  # (a second Ctrl-C while it prints: the store is closed all the same)
             store.close()
         raise
@@ -703,9 +704,10 @@ def _execute(spec: RunSpec, payload: bytes, searcher: BaseSearcher, store: Exper
     assert executor is not None  # (it ran to its end)
     grid = ResultGrid.from_store(store, last_results=executor.last_results(), configs=executor.configs())
     counts = trial_counts_text(store.trials(), live=False)
+    unstarted = ended_unstarted(store) if spec.verbose >= 1 else set()
     store.close()
     if spec.verbose >= 1:
-        _print_summary(grid, exp_dir, time.time() - started, spec.metric, spec.mode, counts)
+        _print_summary(grid, exp_dir, time.time() - started, spec.metric, spec.mode, counts, unstarted)
     if executor.warning_error is not None:  # a trial's warning under an "error" filter (python -W error)
         raise executor.warning_error
     return grid
@@ -962,7 +964,7 @@ def _copy_dicts(value: Any) -> Any:
 
 
 def _print_summary(grid: ResultGrid, exp_dir: str, elapsed: float, metric: str | None, mode: str | None,
-                   counts: str) -> None:
+                   counts: str, unstarted: Collection[str] = ()) -> None:
     # (``counts``: the trials counted as ``fluidsalus ls`` counts them, "1 error, 8 terminated, 6 of them never
     # started": those a time budget left queued are terminated in Ray's status line too)
     counted = f" ({counts})" if counts else ""  # (none for a run of no trial)
@@ -974,19 +976,50 @@ def _print_summary(grid: ResultGrid, exp_dir: str, elapsed: float, metric: str |
         except RuntimeError:
             pass
     print(line, flush=True)
-    _print_errored_table(grid)
+    _print_errored_table(grid, unstarted)
 
 
 #: The header of the table of errored trials under the run's summary: Ray Tune's words for its columns.
 ERRORED_HEADER = ("Trial name", "# failures", "error file")
 
+#: The marks after a failure count in that table, for a trial that failed but is not errored now, and the note under
+#: the table for each mark used: Ray's ``*`` for one retried to its end; and, where Ray marks them ``*`` too, with
+#: its note, which is not true of them, one that ended without running again after its failure (a restore that ended
+#: at once, ``Executor._check_end``, or a run's end that met it queued for a retry) and one still unfinished (an
+#: interrupted run's: its resume runs it on).
+RETRIED_MARK, UNSTARTED_MARK, UNFINISHED_MARK = "*", "+", "~"
+ERRORED_NOTES = {RETRIED_MARK: "* The trial terminated successfully after retrying.",
+                 UNSTARTED_MARK: "+ The trial ended without running again after its failure.",
+                 UNFINISHED_MARK: "~ The trial is unfinished: a resume of the experiment runs it on."}
 
-def _print_errored_table(grid: ResultGrid) -> None:
+
+def ended_unstarted(store: ExperimentStore) -> set[str]:
+    """The trials whose last attempt ended before it began: their last ``trial_end`` event says ``started: False``
+    (``Executor._end_unstarted`` and the ends of trials prefetched onto a device that had not begun them)."""
+    last: dict[str, bool] = {}
+    for event in store.events("trial_end"):
+        if event.trial_id is not None:
+            last[event.trial_id] = (event.data or {}).get("started") is False
+    return {trial_id for trial_id, unstarted in last.items() if unstarted}
+
+
+def _failure_mark(status: str, unstarted: bool) -> str:
+    """The mark of a trial with an ``error.txt`` in the errored-trials table (:data:`ERRORED_NOTES`)."""
+    if status == ERROR:
+        return ""
+    if status == TERMINATED:
+        return UNSTARTED_MARK if unstarted else RETRIED_MARK
+    return UNFINISHED_MARK
+
+
+def _print_errored_table(grid: ResultGrid, unstarted: Collection[str] = ()) -> None:
     """Print, as Ray Tune does at a run's end (an interrupted one's too), ``Number of errored trials: N`` and a table
-    of each trial that failed (its ``error.txt`` is there: one that errored, and one that failed and was retried to
-    its end, its count marked ``*``): its name (the Tune front end's ``<trainable>_<id>`` or ``trial_name_creator``'s,
-    else its id), its failures and its ``error.txt``; nothing when none failed."""
-    rows = [(r._trial_name or r.trial_id, f"{r._num_failures}{'' if r.status == ERROR else '*'}",
+    of each trial that failed (its ``error.txt`` is there: one that errored, and one that failed since, its count
+    marked as :data:`ERRORED_NOTES` says, with the notes of the marks used under it): its name (the Tune front end's
+    ``<trainable>_<id>`` or ``trial_name_creator``'s, else its id), its failures and its ``error.txt``; nothing when
+    none failed. ``unstarted``: the trials whose last attempt ended before it began (:func:`ended_unstarted`)."""
+    rows = [(r._trial_name or r.trial_id,
+             f"{r._num_failures}{_failure_mark(str(r.status), r.trial_id in unstarted)}",
              os.path.join(r.path, ERROR_FILE))
             for r in grid if r.path and os.path.exists(os.path.join(r.path, ERROR_FILE))]
     if not rows:
@@ -995,6 +1028,5 @@ def _print_errored_table(grid: ResultGrid) -> None:
     lines = [f"Number of errored trials: {len(rows)}"]
     for name, failures, path in [ERRORED_HEADER, *rows]:  # (the count right-aligned, as Ray's)
         lines.append(f"{name.ljust(widths[0])}  {failures.rjust(widths[1])}  {path}")
-    if any(failures.endswith("*") for _, failures, _ in rows):
-        lines.append("* The trial terminated successfully after retrying.")
+    lines += [note for mark, note in ERRORED_NOTES.items() if any(failures.endswith(mark) for _, failures, _ in rows)]
     print("\n".join(lines), flush=True)

@@ -2432,7 +2432,9 @@ def test_a_stopper_that_cannot_be_pickled_since_leaves_restarted_trials_to_the_d
 
 def test_a_resumed_run_whose_search_ended_says_so(tmp_path, capsys):
     """A resume of a run whose time budget (stop_all, fail_fast) ended its search proposes no new trial, as Ray's
-    restored search: a larger time_budget_s or num_samples then asked for nothing without a word (h174's B1)."""
+    restored search: a larger time_budget_s or num_samples then asked for nothing without a word (h174's B1). It says
+    what it ends: the trials left to run end unstarted, and with none left it has nothing to run (it said trials
+    "end unstarted" on every such resume, a plain one of a finished run's store too: h201)."""
     from fluidsalus.gpu.device import DeviceSpec
     from fluidsalus.searchers import RandomSearch
     from fluidsalus.trialgroup.executor import EXPERIMENT_ENDING_EVENT, SEARCH_ENDED_KEY, Executor, ExecutorSettings
@@ -2440,14 +2442,20 @@ def test_a_resumed_run_whose_search_ended_says_so(tmp_path, capsys):
     store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, None, None)
     store.add_events([(1.0, EXPERIMENT_ENDING_EVENT, None, None, {"reason": "time_budget", SEARCH_ENDED_KEY: True})])
 
-    def resumed(verbose: int) -> Executor:
+    def resumed(verbose: int, *left: str) -> Executor:
         return Executor(cloudpickle.dumps((lambda config: None, None)), RandomSearch({"x": 1}), store,
                         [DeviceSpec("cpu:0", "cpu", 0, 1)], ExecutorSettings("exp", str(tmp_path / "exp"), "f",
                                                                             verbose=verbose),
-                        trials=[_trial("a", status="TERMINATED")])
+                        trials=[_trial("a", status="TERMINATED"), *(_trial(t, status="PENDING") for t in left)])
 
+    head = "fluidsalus: the run this resumes ended (time budget) and its search with it; as a restored Ray Tune run, "
     assert resumed(1)._search_ended
-    assert "the run this resumes ended (time budget) and its search with it" in capsys.readouterr().out
+    assert capsys.readouterr().out == head + "this one proposes no new trial, and has no trial left to run\n"
+    resumed(1, "b")
+    assert capsys.readouterr().out == head + ("this one ends at once: no new trial is proposed, and the 1 trial it "
+                                              "would run again ends unstarted\n")
+    resumed(1, "b", "c")
+    assert "and the 2 trials it would run again end unstarted\n" in capsys.readouterr().out
     assert resumed(0)._search_ended and capsys.readouterr().out == ""
 
 

@@ -1958,19 +1958,43 @@ def test_a_random_search_under_max_concurrent_proposes_a_trial_as_one_ends_with_
     expected = VariantStream(space, num_samples, 3).take(wanted)
     search = RandomSearch(space, num_samples, seed=3, max_concurrent=2)
     proposed: list[dict] = []
-    live = 0
+    live: list[str] = []
     while len(proposed) < wanted:
         assert not search.is_finished()
         new = [config for group in search.next_groups() for config in group.configs]
-        assert live + len(new) == 2 and search.next_groups() == []  # (as many as the cap leaves room for)
-        proposed += new
-        live += len(new) - 1
-        search.on_trial_complete(f"t{len(proposed)}", None)  # one trial ends
+        assert len(live) + len(new) == 2 and search.next_groups() == []  # (as many as the cap leaves room for)
+        for config in new:  # (the executor adds each trial it makes)
+            live.append(f"t{len(proposed)}")
+            search.on_trial_add(live[-1], "g", config)
+            proposed.append(config)
+        search.on_trial_complete(live.pop(0), None)  # one trial ends
         resumed = RandomSearch(space, num_samples, seed=3, max_concurrent=2)
         resumed.load_state_dict(search.state_dict())
         search = resumed
     assert proposed[:wanted] == expected
     assert search.is_finished() == (num_samples != -1)
+
+
+@pytest.mark.parametrize("num_samples", [4, -1])
+def test_a_random_search_counts_the_end_of_a_trial_a_restore_runs_again_once(num_samples: int) -> None:
+    """``Tuner.restore(restart_errored=True)`` runs an errored trial again, under its id, after the saved search
+    state counted its end: ``RandomSearch`` counted ends, not live trial ids, so its second end made room for one
+    trial more than the cap (a cap of 1: a third trial beside the second) or, endless, owed one trial more. Ray's
+    ``BasicVariantGenerator`` counts its live trial ids (``on_trial_complete`` of one no longer live changes nothing):
+    the second end is not counted, and the state says which trials are live."""
+    search = RandomSearch({"x": fluidsalus.uniform(0, 1)}, num_samples, seed=0, max_concurrent=1)
+    [first] = [c for g in search.next_groups() for c in g.configs]
+    search.on_trial_add("t0", "g", first)
+    search.on_trial_complete("t0", None, error=True)  # it errored: the run went on
+    [second] = [c for g in search.next_groups() for c in g.configs]
+    search.on_trial_add("t1", "g", second)
+    restored = RandomSearch({"x": fluidsalus.uniform(0, 1)}, num_samples, seed=0, max_concurrent=1)
+    restored.load_state_dict(search.state_dict())  # (the run was interrupted while t1 ran)
+    restored.on_trial_complete("t0", None)  # t0 restarted (restart_errored) and ended again while t1 runs
+    assert restored.next_groups() == []  # t1 still fills the cap
+    restored.on_trial_complete("t1", None)
+    assert [len(g.configs) for g in restored.next_groups()] == [1]
+    assert restored.state_dict()["ended"] == 2 and search.state_dict()["live"] == ["t1"]
 
 
 def test_a_random_search_state_saved_before_its_pacing_goes_on_as_it_began_and_a_resume_draws_nothing_again(

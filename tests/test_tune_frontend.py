@@ -99,7 +99,10 @@ def test_fifo_and_basic_variant_generator_become_random_search() -> None:
     # an int random_state draws the configurations Ray's BasicVariantGenerator draws for it, max_concurrent at a
     # time (Ray's generator makes a trial only as one ends)
     variants = sp.generate_variants(SPACE, 3, 5)
-    assert seeded.searcher.next_groups()[0].configs == variants[:2] and seeded.searcher.next_groups() == []
+    first_two = seeded.searcher.next_groups()[0].configs
+    assert first_two == variants[:2] and seeded.searcher.next_groups() == []
+    for n, config in enumerate(first_two):  # (the run adds each trial it makes: ends count for those)
+        seeded.searcher.on_trial_add(f"t{n}", "g", config)
     seeded.searcher.on_trial_complete("t0", None)
     assert seeded.searcher.next_groups()[0].configs == variants[2:3]
 

@@ -842,6 +842,41 @@ def test_restore_restart_errored_starts_from_scratch(ray_cluster, storage: str, 
     assert list(grid[0].metrics_dataframe["training_iteration"]) == [1, 2, 3, 4]
 
 
+def _fails_or_reports(config: dict[str, Any]) -> None:
+    if config["fail"]:
+        raise ValueError("bad config")
+    tune.report({"i": 1})
+
+
+def test_a_restore_that_ends_at_once_says_what_it_ends_and_never_that_the_trial_succeeded(
+        ray_cluster, storage: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """After a fail_fast end, a restore with ``restart_errored`` ends at once and the errored trial ends unstarted.
+    Its summary marked it ``0*`` with Ray's note "The trial terminated successfully after retrying." (it never ran
+    again), and every restore of the folder, a plain one with nothing left to run too, said the trials it would run
+    again "end unstarted" (h201). Now the mark and the line say what happened."""
+    tuner = Tuner(_fails_or_reports, param_space={"fail": tune.grid_search([True, False])},
+                  tune_config=tune.TuneConfig(max_concurrent_trials=1),
+                  run_config=tune.RunConfig(name="ends_at_once", storage_path=storage, verbose=1,
+                                            failure_config=tune.FailureConfig(fail_fast=True)))
+    assert tuner.fit().num_errors == 1
+    path = os.path.join(storage, "ends_at_once")
+    capsys.readouterr()
+    head = "fluidsalus: the run this resumes ended (fail fast) and its search with it; as a restored Ray Tune run, "
+    grid = Tuner.restore(path, _fails_or_reports, restart_errored=True).fit()
+    assert [r.status for r in grid] == ["TERMINATED"]
+    out = capsys.readouterr().out.splitlines()
+    assert head + ("this one ends at once: no new trial is proposed, and the 1 trial it would run again ends "
+                   "unstarted") in out
+    row = out[out.index("Number of errored trials: 1") + 2].split()
+    assert row[1:] == ["0+", os.path.join(grid[0].path, "error.txt")]
+    assert "+ The trial ended without running again after its failure." in out
+    assert "* The trial terminated successfully after retrying." not in out
+    Tuner.restore(path, _fails_or_reports).fit()  # nothing left to run
+    out = capsys.readouterr().out.splitlines()
+    assert head + "this one proposes no new trial, and has no trial left to run" in out
+    assert not any("end unstarted" in line or "ends unstarted" in line for line in out)
+
+
 def test_restore_without_resume_unfinished_ends_them(ray_cluster, storage: str, tmp_path) -> None:
     def slow(config):
         for i in range(1, 20):

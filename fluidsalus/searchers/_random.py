@@ -336,7 +336,12 @@ class RandomSearch(BaseSearcher):
         self._points = check_points(self.space, points_to_evaluate, "RandomSearch")
         self.points_to_evaluate = [copy.deepcopy(dict(p)) for p in points_to_evaluate or []]
         self._proposed = 0  # configurations proposed so far
-        self._ended = 0  # of those, trials told ended (on_trial_complete)
+        self._ended = 0  # of those, trials told ended (on_trial_complete), each once
+        # Ids of the trials added (on_trial_add) and not yet ended, while ends pace the search (_paced_by_ends): an
+        # end is counted only for one of them, as Ray's BasicVariantGenerator counts its live trial ids, so the end
+        # of a trial a restore runs again (Tuner.restore(restart_errored=True), whose first end was counted) frees
+        # no room a second time. None: loaded from a state saved before they were kept (every end counts).
+        self._live: set[str] | None = set()
         self._owed = ENDLESS_FIRST_BATCH  # endless mode without max_concurrent: configurations to propose next
         self._stream: VariantStream | None = None
         self._unpaced = False  # loaded from a state saved before max_concurrent paced the search (load_state_dict)
@@ -373,7 +378,19 @@ class RandomSearch(BaseSearcher):
         self._proposed += len(configs)
         return [group]
 
+    def _paced_by_ends(self) -> bool:
+        """Whether trial ends make room for more configurations (a cap, or an endless stream)."""
+        return self.max_concurrent is not None or self.endless
+
+    def on_trial_add(self, trial_id: str, group_id: str, config: Mapping[str, Any]) -> None:
+        if self._live is not None and self._paced_by_ends():  # (else ends change nothing: no ids kept)
+            self._live.add(trial_id)
+
     def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
+        if self._live is not None and self._paced_by_ends():
+            if trial_id not in self._live:  # (an end told again: a trial a restore runs again, or one never added)
+                return
+            self._live.discard(trial_id)
         self._ended += 1
         if self.endless:
             self._owed += 1
@@ -398,7 +415,10 @@ class RandomSearch(BaseSearcher):
     def state_dict(self) -> dict[str, Any]:
         if self._unpaced:  # (a run saved before "ended" goes on as it began, in its format)
             return {"proposed": self._proposed, "owed": self._owed}
-        return {"proposed": self._proposed, "ended": self._ended, "owed": self._owed}
+        state: dict[str, Any] = {"proposed": self._proposed, "ended": self._ended, "owed": self._owed}
+        if self._live is not None and self._paced_by_ends():
+            state["live"] = sorted(self._live)
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         # ("owed" and "ended" came later: a state saved before them has "proposed" alone, and a search that
@@ -411,4 +431,8 @@ class RandomSearch(BaseSearcher):
         # known): it goes on unpaced.
         self._unpaced = "ended" not in state
         self._owed = int(state.get("owed", ENDLESS_FIRST_BATCH))
+        # ("live" came later still: a paced state saved before it does not say which trials are live, so every end
+        # counts, as it did then)
+        live = state.get("live")
+        self._live = {str(t) for t in live} if isinstance(live, list) else None if self._paced_by_ends() else set()
         self._stream = None  # (drawn again past the configurations proposed)

@@ -566,6 +566,20 @@ def search_ended_by(store: ExperimentStore) -> str | None:
     return ended[-1] if ended else None
 
 
+def resumed_search_ended_text(reason: str, trials: Sequence[Trial]) -> str:
+    """What a resumed run whose earlier session's end (``reason``: :func:`search_ended_by`) ended the search does
+    with its ``trials``: it proposes no new trial, and those left to run (unfinished, or errored ones a
+    ``Tuner.restore`` flag made ``PENDING``) end unstarted at its first check (:meth:`Executor._check_end`); with none
+    left, it has nothing to run."""
+    left = sum(t.status not in FINAL_STATUSES for t in trials)
+    head = (f"the run this resumes ended ({reason.replace('_', ' ')}) and its search with it; as a restored Ray "
+            "Tune run, ")
+    if not left:
+        return head + "this one proposes no new trial, and has no trial left to run"
+    return (head + f"this one ends at once: no new trial is proposed, and the {plural(left, 'trial')} it would run "
+            f"again end{'s' if left == 1 else ''} unstarted")
+
+
 def append_error_file(trial_dir: str, trial_name: str, number: int, ts: float, error: str | None,
                        trace: str | None, error_pickle: bytes | None = None) -> None:
     """Record a failure in the trial's folder as Ray does: append it to :data:`ERROR_FILE` (``Failure # <n>
@@ -765,10 +779,9 @@ class Executor:
         self._ended_before = search_ended_by(store) if trials else None
         self._search_ended = self._ended_before is not None
         if self._ended_before is not None and settings.verbose >= 1:  # (a new time_budget_s or num_samples, or
-            # errored trials a restore runs again, run nothing then: say why)
-            print(f"fluidsalus: the run this resumes ended ({self._ended_before.replace('_', ' ')}) and its search "
-                  "with it; as a restored Ray Tune run, this one ends at once: no new trial is proposed, and the "
-                  "trials it would run again end unstarted", flush=True)
+            # errored trials a restore runs again, run nothing then: say why, and what it ends: _check_end ends the
+            # trials left to run, and a resume with none left simply has nothing to do)
+            print(f"fluidsalus: {resumed_search_ended_text(self._ended_before, trials)}", flush=True)
         self._ending_at = 0.0  # when it began to end
         # Each trial's last finite value of the metric: the live view's best is the best of these, as the best
         # result is (a trial's last result, Ray's default scope), not the best value ever reported.
