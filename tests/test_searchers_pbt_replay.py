@@ -63,6 +63,21 @@ def test_policy_files_follow_rays_rule_and_read_back_as_ray_reads_them(tmp_path)
     assert write_policy_files(str(tmp_path / "none"), []) == []
 
 
+def test_a_trial_that_clones_a_trial_without_a_file_keeps_its_own_lines_as_in_ray(tmp_path) -> None:
+    """Ray copies the cloned trial's policy file over the trial's only where the cloned trial has one, then appends
+    the exploit: a trial's second exploit from a trial that never exploited keeps its first line (the file held
+    the second line alone). The replay reads the same chain from either file."""
+    from ray.tune.schedulers import PopulationBasedTrainingReplay as RayReplay
+
+    log = [_entry("t3", "t1", 6, {"lr": 0.5}, {"lr": 0.6}), _entry("t3", "t1", 9, {"lr": 0.5}, {"lr": 0.4})]
+    write_policy_files(str(tmp_path), log)
+    lines = (tmp_path / "pbt_global.txt").read_text().splitlines()
+    assert (tmp_path / "pbt_policy_t3.txt").read_text().splitlines() == lines
+    path = str(tmp_path / "pbt_policy_t3.txt")
+    ray_replay = RayReplay(path)
+    assert read_policy(path) == (ray_replay.config, ray_replay._policy) == ({"lr": 0.5}, [(9, {"lr": 0.4})])
+
+
 def test_the_files_follow_the_log_while_the_run_goes_on_and_an_undone_exploit_leaves_no_file(tmp_path) -> None:
     from fluidsalus import space as sp
     from fluidsalus.searchers import PBT

@@ -70,8 +70,11 @@ def write_policy_files(experiment_dir: str, exploit_log: Sequence[Mapping[str, A
     for entry in exploit_log:
         line = json.dumps(_policy_row(entry), default=repr)
         lines.append(line)
-        # As Ray: the trial's history becomes the cloned trial's history, then this exploit.
-        per_trial[entry["trial_id"]] = [*per_trial.get(entry["source_trial_id"], []), line]
+        # As Ray: the trial's history becomes the cloned trial's history, then this exploit; Ray copies the cloned
+        # trial's file only where it has one, so a trial that clones one without a file keeps its own lines.
+        trial_id, source_id = entry["trial_id"], entry["source_trial_id"]
+        history = per_trial[source_id] if source_id in per_trial else per_trial.get(trial_id, [])
+        per_trial[trial_id] = [*history, line]
     files = {GLOBAL_POLICY_FILE: lines}
     files.update({TRIAL_POLICY_FILE.format(trial_id): rows for trial_id, rows in per_trial.items()})
     written = []
