@@ -6,6 +6,7 @@ import dataclasses
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 
 import pytest
@@ -363,6 +364,25 @@ def test_shutdown_stops_running_trials(tmp_path):
     assert host.shutdown(timeout_s=WAIT_S) == []
     with pytest.raises(RuntimeError, match="shut down"):
         host.submit([_spec(tmp_path, 9)])
+
+
+def test_a_host_that_shut_down_lets_its_trainable_go(tmp_path):
+    """Once no trial runs, a shut-down host keeps nothing of the run: a warm device process held the trainable,
+    with what it captured (the Optuna front end's view of the study's trials: 169.6 MB for 2,000 trials of 1,000
+    steps), until the next run's start reset it."""
+    class Trainable:
+        def __call__(self, config):
+            fluidsalus.report({"v": 1})
+
+    trainable = Trainable()
+    gone = weakref.ref(trainable)
+    host = DeviceHost(trainable, _settings(max_lanes=1))
+    del trainable
+    host.submit([_spec(tmp_path, 0)])
+    _drain(host, 1)
+    assert gone() is not None  # (held while the run may still submit trials)
+    assert host.shutdown(timeout_s=WAIT_S) == []
+    assert gone() is None
 
 
 def test_a_driver_call_made_after_shutdown_ends_the_trial_instead_of_waiting_for_ever(tmp_path):

@@ -145,6 +145,9 @@ class _DeviceActor:
             "capacity_bytes": settings.capacity_bytes,  # what its lanes may reserve: the planner's device capacity
         }
         self.host = DeviceHost(trainable, settings, arena=arena)
+        # (the run's objective goes with the host: a frame of this call stayed alive in the process after it
+        # returned, and held it, with the view of an Optuna study's trials, for as long: h203's real_run.py)
+        del trainable, code
         install_now_or_on_import(self._ray_session)
         # Utilisation and memory of the GPU, sampled in the background and sent with each poll (for goodput).
         self._nvml = nvml.NvmlSampler(nvml.nvml_device_for_cuda(0)) if device.kind == "cuda" else None

@@ -401,6 +401,11 @@ class _Turns:
         self._host._step(self._trial_id)
 
 
+def _shut_down(config: dict[str, Any]) -> Any:
+    """The trainable of a device host that shut down (none runs there any more: ``DeviceHost.shutdown``)."""
+    raise RuntimeError("this device host was shut down")
+
+
 class DeviceHost:
     """The lane runtime of one device: admits, time-slices and runs trials of one trainable as threads.
 
@@ -718,7 +723,9 @@ class DeviceHost:
             return self._lanes.lanes()
 
     def shutdown(self, timeout_s: float = 0.0) -> list[str]:
-        """Stop every trial at its next boundary and drop the queue.
+        """Stop every trial at its next boundary and drop the queue. Once no trial runs, the host lets its trainable
+        go, with what it captured: a warm device process (``fluidsalus.trialgroup.warm``) keeps nothing of the run
+        it served (the Optuna front end's view of the study's trials went only at the next run's start).
 
         Returns:
             The ids of trials still running after ``timeout_s`` (a trainable that never reports).
@@ -739,6 +746,8 @@ class DeviceHost:
         for thread in threads:
             thread.join(max(0.0, deadline - time.time()))
         with self._lock:
+            if not self._running:
+                self._trainable = _shut_down
             return list(self._running)
 
     # ------------------------------------------------------------------ lanes: turns
