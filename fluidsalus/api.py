@@ -41,7 +41,7 @@ from fluidsalus.gpu.device import DeviceSpec, plan_devices
 from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS, for_devices, stop_rule
 from fluidsalus.inspect import trial_counts_text
 from fluidsalus.progress import format_metric
-from fluidsalus.result import ResultGrid
+from fluidsalus.result import ResultGrid, lookup_metric
 from fluidsalus.searchers import BaseSearcher, RandomSearch
 from fluidsalus.searchers._base import WrappingSearcher
 from fluidsalus.session import DATE_FORMAT, callable_name
@@ -972,7 +972,10 @@ def _print_summary(grid: ResultGrid, exp_dir: str, elapsed: float, metric: str |
     if metric and mode:
         try:
             best = grid.get_best_result()
-            line += f"\nBest {metric}={format_metric(best.metrics[metric])} with config {best.config}"  # type: ignore[index]
+            # (a nested metric, "eval/loss", read from its nested result: ``best.metrics[metric]`` raised a KeyError
+            # there once every trial had ended, where get_best_result and Ray's best-trial line read it)
+            line += (f"\nBest {metric}={format_metric(lookup_metric(best.metrics or {}, metric))} with config "
+                     f"{best.config}")
         except RuntimeError:
             pass
     print(line, flush=True)

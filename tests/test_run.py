@@ -249,6 +249,21 @@ def test_the_live_best_is_the_best_last_result_as_the_closing_line_says(storage,
     assert "Best loss=10 with config {'x': 1}" in out.out + out.err
 
 
+def _reports_a_nested_loss(config):
+    fluidsalus.report({"eval": {"loss": 10.0 * config["x"]}})
+
+
+def test_a_nested_metric_is_the_best_in_the_closing_line(storage, capfd):
+    """A run's metric that names a nested value (``"eval/loss"``, as Ray's ``a/b``) ended every run with a
+    ``KeyError`` in the closing line, once all its trials had run (``best.metrics[metric]``; h206's
+    ``entry.py``), where Ray's best-trial line and get_best_result read it."""
+    grid = fluidsalus.run(_reports_a_nested_loss, {"x": fluidsalus.grid_search([1, 2])}, metric="eval/loss",
+                          mode="min", storage_path=storage, name="nested", verbose=1)
+    assert grid.get_best_result().config == {"x": 1}
+    out = capfd.readouterr()
+    assert "Best eval/loss=10 with config {'x': 1}" in out.out + out.err
+
+
 class _Unpicklable:
     def __reduce__(self):
         raise TypeError("cannot pickle '_thread.lock' object")

@@ -46,7 +46,7 @@ def test_the_status_text_has_counts_the_given_columns_and_the_best_trial():
     assert text.startswith("== Status ==\nCurrent time: ")
     assert re.search(r"\(running for \d\d:\d\d:\d\d\.\d\d\)", text)
     assert "Number of trials: 3/4 (1 RUNNING, 1 PENDING, 1 TERMINATED)" in text
-    assert "Current best trial: t1 with loss=0.2 and parameters={'lr': 0.01, 'opt/m': 0.9}" in text
+    assert "Current best trial: t1 with loss=0.2 and parameters={'lr': 0.01}" in text  # (its parameter columns)
     header = next(line for line in text.splitlines() if line.startswith("| Trial name"))
     assert [c.strip() for c in header.strip("|").split("|")] == ["Trial name", "status", "lr", "Loss", "iter"]
     assert _rows(text) == [["train_t1", "RUNNING", "0.01", "0.2", "2"], ["train_t2", "PENDING", "0.3", "", ""],
@@ -83,8 +83,8 @@ def test_a_value_near_a_whole_number_and_a_bool_beside_floats_are_shown_as_rays_
                "ok": (True, False, True, False), "np_ok": (np.True_, np.False_, np.True_, np.False_)}
     for i, trial in enumerate(trials):
         trial.last_result = {key: values[i] for key, values in columns.items()} | {"training_iteration": 1}
-    text = CLIReporter(metric_columns=list(columns), parameter_columns=[])._progress_str(trials, done=True)
-    assert [row[2:] for row in _rows(text)] == [["1", "1", "True", "True"], ["0.333333", "0.5", "False", "False"],
+    text = CLIReporter(metric_columns=list(columns), parameter_columns=["lr"])._progress_str(trials, done=True)
+    assert [row[3:] for row in _rows(text)] == [["1", "1", "True", "True"], ["0.333333", "0.5", "False", "False"],
                                                 ["0.666667", "0", "True", "True"],
                                                 ["0.123457", "0.25", "False", "False"]]
 
@@ -155,11 +155,67 @@ def test_rows_are_cut_sorted_by_metric_and_errors_get_their_own_table():
                             error="ValueError: lr too large\nsee the docs", num_failures=1))  # (the store's text)
     reporter = CLIReporter(metric_columns=["loss"], max_progress_rows=3, sort_by_metric=True, metric="loss",
                            mode="min")
-    text = reporter._progress_str(trials, done=True)
+    text = reporter._progress_str(trials, done=False)  # (the last table, done, has every row)
+    # (Ray's fair filter: a row for the errored trial too, h206's matrix.py)
     assert [row[0] for row in _rows(text.split("Number of errored trials")[0])] == ["train_t1", "train_t3",
-                                                                                    "train_t2"]
+                                                                                    "train_t9"]
     assert "... 2 more trials not shown" in text
     assert "Number of errored trials: 1" in text and "| train_t9   | 1          | ValueError: lr too large |" in text
+
+
+def test_sort_by_metric_sorts_the_finished_trials_below_the_running_ones_and_needs_a_mode_as_in_ray():
+    """``sort_by_metric`` sorted every trial by the metric, a running trial below a finished one, and sorted with a
+    metric and no mode. Ray's (2.60, ``_get_progress_table_data``; h206's ``matrix.py``) sorts the terminated trials
+    only, below the running and pending ones, and with no mode warns and does not sort."""
+    trials = [_trial(i, status, 0.1 * (i + 1), loss) for i, (status, loss) in enumerate(
+        [("TERMINATED", 0.5), ("RUNNING", 0.9), ("TERMINATED", 0.1), ("RUNNING", 0.05), ("TERMINATED", 0.3)])]
+    reporter = CLIReporter(metric_columns=["loss"], sort_by_metric=True)
+    reporter.setup(metric="loss", mode="min")
+    assert [row[0] for row in _rows(reporter._progress_str(trials, done=False))] == [
+        "train_t1", "train_t3", "train_t2", "train_t4", "train_t0"]
+    no_mode = CLIReporter(metric_columns=["loss"], sort_by_metric=True, metric="loss")
+    with pytest.warns(UserWarning, match="sort_by_metric needs both a metric and a mode"):
+        text = no_mode._progress_str(trials, done=False)
+    assert [row[0] for row in _rows(text)] == ["train_t1", "train_t3", "train_t0", "train_t2", "train_t4"]
+
+
+def test_rows_are_shared_between_statuses_and_the_last_table_has_them_all_as_in_ray():
+    """Too many rows were the first ``max_progress_rows`` in status order (20 pending trials hid every finished
+    one), and the table at the end was cut too, its errors to ``max_error_rows``. Ray's fair filter shares the rows
+    between the statuses and names what it left out; its last table (``done``) has every row and every error."""
+    trials = ([_trial(i, "PENDING", 0.1 * i, None) for i in range(4)]
+              + [_trial(i, "TERMINATED", 0.1 * i, 0.5) for i in range(4, 8)]
+              + [TrialInfo(trial_id=f"t{i}", config={"lr": 1.0}, status="ERROR", trainable_name="train",
+                           error="ValueError: no", num_failures=1) for i in (8, 9)])
+    reporter = CLIReporter(metric_columns=["loss"], max_progress_rows=4, max_error_rows=1)
+    text = reporter._progress_str(trials, done=False)
+    assert [row[0] for row in _rows(text.split("Number of errored trials")[0])] == [
+        "train_t0", "train_t4", "train_t8", "train_t9"]  # (one more row in turn to ERROR, PENDING, TERMINATED)
+    assert "... 6 more trials not shown (3 PENDING, 3 TERMINATED)" in text
+    assert text.count("ValueError: no") == 1
+    last = reporter._progress_str(trials, done=True)
+    assert len(_rows(last.split("Number of errored trials")[0])) == 10 and "more trials not shown" not in last
+    assert last.count("ValueError: no") == 2
+
+
+def test_empty_columns_are_rays_defaults_and_an_a_b_column_or_metric_reads_a_nested_value():
+    """An empty ``metric_columns`` or ``parameter_columns`` showed no such column; Ray reads an empty one as its
+    default (its default metric columns, nothing inferred; the default parameters). The best trial's line listed
+    the whole config flattened (``'opt/m': 0.9``), where Ray lists the parameter columns given, else the config's
+    top-level keys as they are; a run's metric ``"eval/acc"`` found no best trial and sorted nothing, where Ray
+    reads it in the nested result. Ray's own automatic ``episodes_total`` was inferred as a metric."""
+    trials = [_trial(0, "TERMINATED", 0.1, 0.5, episodes_total=3), _trial(1, "TERMINATED", 0.2, 0.4)]
+    text = CLIReporter(metric_columns=[], parameter_columns={})._progress_str(trials, done=True)
+    assert _header(text) == ["Trial name", "status", "lr", "iter", "total time (s)"]
+    for i, trial in enumerate(trials):
+        trial.last_result = {"eval": {"acc": 0.6 + i / 10}, "training_iteration": 1}
+    reporter = CLIReporter(metric_columns=["eval/acc"], sort_by_metric=True)
+    reporter.setup(metric="eval/acc", mode="max")
+    text = reporter._progress_str(trials, done=True)
+    assert "Current best trial: t1 with eval/acc=0.7 and parameters={'lr': 0.2, 'opt': {'m': 0.9}}" in text
+    assert [row[0] for row in _rows(text)] == ["train_t1", "train_t0"]
+    assert _header(CLIReporter()._progress_str(
+        [_trial(0, "TERMINATED", 0.1, 0.5, episodes_total=3)], done=True))[-1] == "acc"
 
 
 def test_columns_can_be_added_and_a_second_metric_is_refused():

@@ -8,9 +8,13 @@ With no metric columns given, the reporter shows Ray's default columns (``mean_a
 ``mean_loss``, ``training_iteration`` as ``iter``, ``time_total_s``, ``timesteps_total``, ``episode_reward_mean``)
 and up to ``infer_limit`` other numeric metrics the trials report. As in Ray, a metric column shows only once a
 trial has a value for it, and the run's metric is no column of its own (it is in the "Current best trial" line):
-with ``metric_columns`` given, those columns alone. With ``sort_by_metric=True`` the rows are sorted by the run's
-metric. Too many rows are cut to ``max_progress_rows``, keeping the running trials first, as Ray's fair filter
-does.
+with ``metric_columns`` given, those columns alone (an empty list or dict: Ray's defaults, nothing inferred; an
+empty ``parameter_columns``: the default ones). A column ``"a/b"`` reads a nested result or config (``{"a": {"b":
+...}}``), as does a run's metric ``"a/b"`` for the best trial and the sort. With ``sort_by_metric=True`` (and both
+a metric and a mode) the terminated trials are sorted by the run's metric, below the running, paused and pending
+ones, as Ray sorts them. Too many rows are cut to ``max_progress_rows``, shared fairly between the statuses as Ray's
+fair filter shares them (the overflow line counts the rows left out by status); the table at the end (``done``) has
+every row, and every errored trial, as Ray's has.
 
 A subclass of :class:`ProgressReporter` that overrides ``should_report(trials, done=False)`` and
 ``report(trials, done, *sys_info)`` is called the same way; its ``trials`` are
@@ -31,12 +35,12 @@ import numbers
 import sys
 import time
 import warnings
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
 from fluidsalus.errors import ConfigError, error_summary
 from fluidsalus.progress import format_metric_column, is_table_number
-from fluidsalus.result import flatten_dict
+from fluidsalus.result import flatten_dict, lookup_metric
 from fluidsalus.tune.callback import Callback, _AfterTheResult
 
 __all__ = ["CLIReporter", "JupyterNotebookReporter", "ProgressReporter", "ReporterCallback", "TuneReporterBase",
@@ -47,11 +51,12 @@ __all__ = ["CLIReporter", "JupyterNotebookReporter", "ProgressReporter", "Report
 #: column after ``iter``, where Ray shows ``acc`` first).
 DEFAULT_COLUMNS = {"mean_accuracy": "acc", "mean_loss": "loss", "training_iteration": "iter",
                    "time_total_s": "total time (s)", "timesteps_total": "ts", "episode_reward_mean": "reward"}
-#: Result keys the session fills in, never inferred as user metrics.
+#: Result keys the session fills in, never inferred as user metrics; with Ray's other automatic keys, which its
+#: reporter does not infer either (``episodes_total``, ``timesteps_since_restore``: inferred until 2026-12-01).
 AUTO_FILLED = frozenset({
     "training_iteration", "time_this_iter_s", "time_total_s", "timestamp", "trial_id", "date", "done", "pid",
     "hostname", "time_since_restore", "iterations_since_restore", "checkpoint_dir_name", "config", "node_ip",
-    "should_checkpoint",
+    "should_checkpoint", "episodes_total", "timesteps_since_restore",
 })
 #: Trial statuses in the order their rows come (running trials first, as Ray shows them).
 _STATUS_ORDER = ("RUNNING", "PAUSED", "PENDING", "TERMINATED", "ERROR")
@@ -106,14 +111,16 @@ class TuneReporterBase(ProgressReporter):
             raise ConfigError(f"{owner}: max_report_frequency must be >= 0 seconds (got {max_report_frequency!r})")
         if mode not in (None, "min", "max"):
             raise ConfigError(f"{owner}: mode must be None, 'min' or 'max' (got {mode!r})")
+        # (an empty list or dict of columns is Ray's default, as Ray reads it: its metric columns with nothing
+        # inferred, and the default parameter columns; both were no column at all until 2026-12-01)
         self._metrics_override = metric_columns is not None
         self._metric_columns: list[str] | dict[str, str] = (
             (dict(metric_columns) if isinstance(metric_columns, dict) else list(metric_columns))
-            if metric_columns is not None else dict(DEFAULT_COLUMNS))
+            if metric_columns else dict(DEFAULT_COLUMNS))
         self._parameter_columns: list[str] | dict[str, str] = (
             (dict(parameter_columns) if isinstance(parameter_columns, dict) else list(parameter_columns))
-            if parameter_columns is not None else [])
-        self._parameters_override = parameter_columns is not None
+            if parameter_columns else [])
+        self._parameters_override = bool(parameter_columns)
         self._total_samples = total_samples
         self._max_progress_rows = max_progress_rows
         self._max_error_rows = max_error_rows
@@ -182,7 +189,13 @@ class TuneReporterBase(ProgressReporter):
     # ------------------------------------------------------------------ the table
 
     def _progress_str(self, trials: Sequence[Any], done: bool, *sys_info: str) -> str:
-        """The status text: header lines, the trial table and the error table."""
+        """The status text: header lines, the trial table and the error table (every row of both at the end,
+        ``done``, as Ray's last table; they were cut to ``max_progress_rows`` and ``max_error_rows`` until
+        2026-12-01)."""
+        if self._sort_by_metric and not (self._metric and self._mode):
+            warnings.warn(f"{type(self).__name__}: sort_by_metric needs both a metric and a mode (the reporter's or "
+                          "TuneConfig's); the rows are not sorted", UserWarning, stacklevel=2)
+            self._sort_by_metric = False  # (once, as Ray's)
         now = time.time()
         elapsed = _duration(now - self._start_time)
         counts: dict[str, int] = {}
@@ -196,16 +209,17 @@ class TuneReporterBase(ProgressReporter):
                  *sys_info]
         best = self._best(trials)
         if best is not None:
-            value = best.last_result[self._metric]  # (in full, as Ray's line: str(value))
+            value = _lookup(best.last_result, self._metric)  # (in full, as Ray's line: str(value))
             lines.append(f"Current best trial: {best.trial_id} with {self._metric}={value} and parameters="
-                         f"{flatten_dict(best.config)}")
+                         f"{self._best_parameters(best)}")
         lines.append(f"Number of trials: {total} ({shown_counts})")
         if trials and (done or self._print_intermediate_tables is not False):
-            lines.append(self._trial_table(trials))
+            lines.append(self._trial_table(trials, done))
         errored = [t for t in trials if t.status == "ERROR"]
-        if errored and self._max_error_rows:
+        if errored and (self._max_error_rows or done):
             lines.append(f"Number of errored trials: {len(errored)}")
-            rows = [[str(t), str(t.num_failures), error_summary(t.error)] for t in errored[:self._max_error_rows]]
+            rows = [[str(t), str(t.num_failures), error_summary(t.error)]
+                    for t in (errored if done else errored[:self._max_error_rows])]
             lines.append(_table(["Trial name", "# failures", "error"], rows))
         return "\n".join(lines) + "\n"
 
@@ -218,9 +232,8 @@ class TuneReporterBase(ProgressReporter):
             metrics.update({key: key for key in inferred})
         # Ray's: only the columns a trial has a value for, and never the run's metric unless it is one of them (it
         # is in the "Current best trial" line); the run's metric was added as a column of its own until 2026-12-01
-        results = [flatten_dict(t.last_result or {}) for t in trials]
         metrics = {key: header for key, header in metrics.items()
-                   if any(result.get(key) is not None for result in results)}
+                   if any(_lookup(t.last_result, key) is not None for t in trials)}
         if self._parameters_override:
             parameters = (dict(self._parameter_columns) if isinstance(self._parameter_columns, dict)
                           else {key: key for key in self._parameter_columns})
@@ -230,36 +243,58 @@ class TuneReporterBase(ProgressReporter):
             parameters = {k: k for k in keys if len({repr(config.get(k)) for config in flat}) > 1}
         return metrics, parameters
 
-    def _trial_table(self, trials: Sequence[Any]) -> str:
+    def _trial_table(self, trials: Sequence[Any], done: bool = False) -> str:
         metrics, parameters = self._columns(trials)
-        ordered = sorted(trials, key=lambda t: _STATUS_ORDER.index(t.status) if t.status in _STATUS_ORDER else 9)
-        if self._sort_by_metric and self._metric:
-            sign = -1.0 if self._mode == "max" else 1.0
-            ordered = sorted(trials, key=lambda t: _sort_value(t, self._metric, sign))
-        shown = ordered[:self._max_progress_rows] if self._max_progress_rows else ordered
+        sort = self._sort_by_metric and self._metric and self._mode
+        sign = -1.0 if self._mode == "max" else 1.0
+
+        def order(trial: Any) -> tuple[int, float]:
+            # by status, running trials first; with sort_by_metric the terminated ones by the metric, as Ray's
+            # (every trial was sorted by it, a running one below a finished one, until 2026-12-01)
+            rank = _STATUS_ORDER.index(trial.status) if trial.status in _STATUS_ORDER else len(_STATUS_ORDER)
+            return rank, (_sort_value(trial, str(self._metric), sign) if sort and trial.status == "TERMINATED"
+                          else 0.0)
+
+        ordered = sorted(trials, key=order)
+        cut = bool(self._max_progress_rows) and not done and len(ordered) > self._max_progress_rows
+        shown = _fair_rows(ordered, self._max_progress_rows) if cut else ordered
         header = ["Trial name", "status", *[_cut(h, self._max_column_length) for h in parameters.values()],
                   *[_cut(h, self._max_column_length) for h in metrics.values()]]
         values = []
         for trial in shown:
-            config, result = flatten_dict(trial.config), flatten_dict(trial.last_result or {})
-            values.append([*[config.get(k) for k in parameters], *[result.get(k) for k in metrics]])
+            values.append([*[_lookup(trial.config, k) for k in parameters],
+                           *[_lookup(trial.last_result, k) for k in metrics]])
         # (each column in one format, as Ray's table formats a column: not 1.2346e+06 beside 1234567.5)
         columns = [_column([row[i] for row in values]) for i in range(len(parameters) + len(metrics))]
         cells = list(zip(*columns, strict=True)) if columns else [() for _ in shown]
         rows = [[str(trial), trial.status, *row] for trial, row in zip(shown, cells, strict=True)]
         table = _table(header, rows)
         if len(shown) < len(trials):
-            table += f"\n... {len(trials) - len(shown)} more trials not shown"
+            left: dict[str, int] = {}
+            for trial in ordered:
+                left[trial.status] = left.get(trial.status, 0) + 1
+            for trial in shown:
+                left[trial.status] -= 1
+            by_status = ", ".join(f"{n} {status}" for status, n in left.items() if n)
+            table += f"\n... {len(trials) - len(shown)} more trials not shown ({by_status})"
         return table
 
     def _best(self, trials: Sequence[Any]) -> Any:
         if not self._metric or self._mode not in ("min", "max"):
             return None
-        scored = [t for t in trials if _is_number((t.last_result or {}).get(self._metric))]
+        metric = self._metric
+        scored = [t for t in trials if _is_number(_lookup(t.last_result, metric))]
         if not scored:
             return None
         pick = max if self._mode == "max" else min
-        return pick(scored, key=lambda t: t.last_result[self._metric])
+        return pick(scored, key=lambda t: _lookup(t.last_result, metric))
+
+    def _best_parameters(self, trial: Any) -> dict[str, Any]:
+        """The best trial's line's parameters, as Ray's: those of the parameter columns given, else the config's
+        top-level keys, nested values as they are (the whole config, flattened, until 2026-12-01)."""
+        config = trial.config or {}
+        keys = list(self._parameter_columns) if self._parameters_override else list(config)
+        return {key: _lookup(config, key) for key in keys}
 
 
 class CLIReporter(TuneReporterBase):
@@ -364,8 +399,38 @@ def _is_number(value: Any) -> bool:
 
 
 def _sort_value(trial: Any, metric: str, sign: float) -> float:
-    value = (trial.last_result or {}).get(metric)
+    value = _lookup(trial.last_result, metric)
     return sign * float(value) if _is_number(value) and not math.isnan(value) else math.inf
+
+
+def _fair_rows(ordered: Sequence[Any], rows: int) -> list[Any]:
+    """At most ``rows`` of the trials (in the table's order), shared fairly between their statuses as Ray's fair
+    filter shares them: one more row in turn to each status, by name, that has trials left, each status keeping its
+    first trials. The rows were the first ``rows`` trials in status order until 2026-12-01, so 20 pending trials
+    hid every finished one. Unlike Ray's, the rows never pass ``rows``: Ray's finishes its last turn, so 4 rows
+    among 3 statuses with 2 trials or more each show 6 (and its overflow line counts ``len(trials) - rows``)."""
+    counts: dict[str, int] = {}
+    for trial in ordered:
+        counts[trial.status] = counts.get(trial.status, 0) + 1
+    share = dict.fromkeys(counts, 0)
+    left = rows
+    while left > 0 and any(share[status] < counts[status] for status in counts):
+        for status in sorted(counts):
+            if left > 0 and share[status] < counts[status]:
+                share[status] += 1
+                left -= 1
+    kept: list[Any] = []
+    for trial in ordered:
+        if share[trial.status] > 0:
+            share[trial.status] -= 1
+            kept.append(trial)
+    return kept
+
+
+def _lookup(mapping: Mapping[str, Any] | None, key: str) -> Any:
+    """``mapping[key]``, or for a key ``"a/b"`` that it does not hold ``mapping["a"]["b"]``, as Ray's reporter reads a
+    column or its metric (:func:`~fluidsalus.result.lookup_metric`); None where there is none."""
+    return lookup_metric(mapping or {}, key)
 
 
 def _reported_metrics(trials: Sequence[Any]) -> list[str]:
