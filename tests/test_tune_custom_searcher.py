@@ -842,6 +842,25 @@ def test_a_search_algorithm_on_rays_low_level_api_is_refused_with_what_runs() ->
                                         r"\(add_configurations/next_trial\), which fluidsalus does not run; subclass "
                                         r"tune.search.Searcher instead"):
             ConcurrencyLimiter(LowLevel(), 2)
+    # Ray's limiter raises that RuntimeError for its other search algorithms that are no Searcher too (a reviewer's
+    # side-by-side run); fluidsalus's refusal of them was a ConfigError only, a ValueError
+    for other in (tune.search.BasicVariantGenerator(), tune.search.SearchGenerator(Searcher())):
+        with pytest.raises(RuntimeError, match=rf"^ConcurrencyLimiter: searcher must be a Searcher, .*\(got a "
+                                               rf"{type(other).__name__}"):
+            ConcurrencyLimiter(other, 2)
+    # and so for Ray's own, their import left as Ray's (fluidsalus ran Ray's generator capped, and refused Ray's
+    # low-level one only at fit())
+    rays = pytest.importorskip("ray.tune.search")
+
+    class RaysLowLevel(rays.SearchAlgorithm):
+        def next_trial(self):
+            return None
+
+    for other in (rays.BasicVariantGenerator(), RaysLowLevel()):
+        with pytest.raises(RuntimeError, match=r"^The `ConcurrencyLimiter` only works with `Searcher` objects \(got "
+                                               rf"<class '.*{type(other).__name__}'>\), and .* is Ray Tune's search "
+                                               r"algorithm that is no Searcher"):
+            ConcurrencyLimiter(other, 2)
     # (a Searcher, a limiter and a Repeater stay welcome, as in Ray)
     for inner in (Searcher(), ConcurrencyLimiter(Searcher(), 3), tune.search.Repeater(Searcher(), 2)):
         assert ConcurrencyLimiter(inner, 2).searcher is inner

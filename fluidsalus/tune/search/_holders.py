@@ -13,6 +13,7 @@ import contextvars
 import logging
 import numbers
 import os
+import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -405,8 +406,10 @@ class _Wrapper(SearchAlgorithm):
             # SearchGenerator asserts. fluidsalus ran the limiter as max_concurrent_trials: a helper's finding)
             advice = " (pass max_concurrent to the BasicVariantGenerator itself)" \
                 if isinstance(searcher, BasicVariantGenerator) else ""
-            raise ConfigError(f"{type(self).__name__}: searcher must be a Searcher, such as OptunaSearch or one of "
-                              f"your own (got a {type(searcher).__name__}{advice})")
+            # (Ray's ConcurrencyLimiter raises a RuntimeError for them, as for any object that is not a Searcher)
+            error = ConfigRuntimeError if isinstance(self, ConcurrencyLimiter) else ConfigError
+            raise error(f"{type(self).__name__}: searcher must be a Searcher, such as OptunaSearch or one of "
+                        f"your own (got a {type(searcher).__name__}{advice})")
         self.searcher = searcher
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict[str, Any],
@@ -451,6 +454,13 @@ class ConcurrencyLimiter(_Wrapper):
                 f"The `ConcurrencyLimiter` only works with `Searcher` objects (got {cls}). {cls.__name__} subclasses "
                 "SearchAlgorithm, Ray's low-level API (add_configurations/next_trial), which fluidsalus does not run; "
                 "subclass tune.search.Searcher instead (suggest(trial_id) -> config, on_trial_complete)")
+        if _rays_non_searcher(searcher):
+            # (Ray's own BasicVariantGenerator, SearchGenerator or low-level SearchAlgorithm, its import left as
+            # Ray's: Ray's limiter raises here too; fluidsalus ran the generator capped, or refused at fit())
+            raise ConfigRuntimeError(
+                f"The `ConcurrencyLimiter` only works with `Searcher` objects (got {type(searcher)}), and "
+                f"{type(searcher).__name__} is Ray Tune's search algorithm that is no Searcher; pass max_concurrent to "
+                "the BasicVariantGenerator itself, or subclass tune.search.Searcher")
         if not _is_int(max_concurrent) or max_concurrent < 1:
             raise ConfigError(f"{owner}: max_concurrent must be an int >= 1 (got {max_concurrent!r})")
         if not isinstance(batch, bool):
@@ -460,6 +470,16 @@ class ConcurrencyLimiter(_Wrapper):
 
     def describe(self) -> dict[str, Any]:
         return {"searcher": self.searcher, "max_concurrent": self.max_concurrent, "batch": self.batch}
+
+
+def _rays_non_searcher(value: Any) -> bool:
+    """Whether ``value`` is one of Ray Tune's own search algorithms that is not a ``Searcher`` (its
+    ``BasicVariantGenerator``, ``SearchGenerator`` or a subclass of its low-level ``SearchAlgorithm``). Read from the
+    loaded modules: where Ray's is not loaded, ``value`` cannot be Ray's."""
+    rays = sys.modules.get("ray.tune.search")
+    algorithm, searcher = getattr(rays, "SearchAlgorithm", None), getattr(rays, "Searcher", None)
+    return (isinstance(algorithm, type) and isinstance(searcher, type) and isinstance(value, algorithm)
+            and not isinstance(value, searcher))
 
 
 class SearchGenerator(_Wrapper):
