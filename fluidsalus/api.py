@@ -82,6 +82,8 @@ ADDRESS_CONNECT_TIMEOUT_S = 5.0
 #: Held while a run checks whether this process has initialised Ray and initialises it: two runs started at once
 #: from two threads (two Optuna studies, say) both found Ray not initialised, and the second ``ray.init`` failed.
 _CONNECT_LOCK = threading.Lock()
+#: Ray's logger of the driver: ``import ray`` gives it a handler that prints its records (INFO and up) on stderr.
+RAY_LOGGER = "ray"
 #: True while a front end (the Tune front end) calls :func:`run` with a searcher that already holds the run's space:
 #: its ``config`` and ``num_samples`` then describe the run (stored with it) and are not refused as unused.
 _SPACE_IN_SEARCHER: contextvars.ContextVar[bool] = contextvars.ContextVar("fluidsalus_space_in_searcher",
@@ -822,9 +824,34 @@ def _connect_locked(address: str | None) -> None:
                 "address as `ray start --head` or `ray status` prints it."
             ) from None
     try:
-        ray.init(address=address, include_dashboard=False, configure_logging=False, log_to_driver=True)
+        init_ray(address)
     except ConnectionError as e:
         raise ConfigError(f"address: cannot connect to a Ray cluster at {address!r} ({e})") from None
+
+
+def init_ray(address: str | None = None) -> None:
+    """Start (or connect to) Ray as fluidsalus does when the script has not: no dashboard, the trials' output on
+    the driver's console, and the driver's logging left as it was.
+
+    ``configure_logging=False`` keeps Ray from setting the ``ray`` logger's level and its handlers' format (a
+    level or format the script set stays). Ray 2.60 then clears the ``ray`` logger's handlers, which include the
+    one ``import ray`` sets on it, so its start lines ("Started a local Ray instance.") stay off fluidsalus's
+    console. The handlers are put back after the call, so the ``ray.*`` records logged in the driver during the
+    run (PBT's ``[Exploit]`` and ``[Explore]`` lines) show as under Ray Tune, whose ``ray.init()`` keeps that
+    handler; unless the call set handlers of its own (Ray's ``LoggingConfig``, from
+    ``RAY_LOGGING_CONFIG_ENCODING``, replaces them under Ray Tune too).
+
+    Args:
+        address: As ``ray.init(address=...)``; None for a local Ray or ``$RAY_ADDRESS``.
+    """
+    ray_logger = logging.getLogger(RAY_LOGGER)
+    handlers = list(ray_logger.handlers)
+    try:
+        ray.init(address=address, include_dashboard=False, configure_logging=False, log_to_driver=True)
+    finally:
+        if not ray_logger.handlers:
+            for handler in handlers:
+                ray_logger.addHandler(handler)
 
 
 def _check_callbacks(callbacks: Any) -> list[Callback]:

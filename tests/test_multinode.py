@@ -8,6 +8,7 @@ nodes, runs ``fluidsalus.run(..., address=cluster.address)`` and always shuts th
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -181,6 +182,43 @@ def test_runs_started_at_once_from_two_threads_initialise_ray_once(monkeypatch):
     for thread in threads:
         thread.join()
     assert errors == [] and state["inits"] == 1
+
+
+def test_ray_init_gives_the_ray_loggers_handlers_back_also_when_it_fails(monkeypatch):
+    """Ray 2.60's ``ray.init(configure_logging=False)`` clears the ``ray`` logger's handlers, the one ``import ray``
+    set included, so no ``ray.*`` line of the run (PBT's exploit lines) was shown (h204's F3). fluidsalus keeps
+    ``configure_logging=False`` (Ray leaves the script's level and format alone) and puts the handlers back, also
+    when the connection fails and the script goes on after the ConfigError; not when the call set its own (Ray's
+    ``LoggingConfig`` replaces them under Ray Tune too)."""
+    from fluidsalus import api
+
+    ray_logger = logging.getLogger("ray")
+    scripts = logging.NullHandler()
+    ray_logger.addHandler(scripts)
+    before, calls = list(ray_logger.handlers), []
+
+    def failing_init(**kwargs):
+        calls.append(kwargs)
+        ray_logger.handlers.clear()  # (what Ray's does with configure_logging=False)
+        raise ConnectionError("nothing answers")
+
+    monkeypatch.setattr(api.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(api.ray, "init", failing_init)
+    try:
+        with pytest.raises(ConfigError, match="^address: cannot connect to a Ray cluster"):
+            api._connect(None)
+        assert ray_logger.handlers == before and calls[0]["configure_logging"] is False
+        rays = logging.NullHandler()
+
+        def init_with_a_logging_config(**kwargs):
+            ray_logger.handlers[:] = [rays]  # (what Ray's LoggingConfig does: its handler in place of the others)
+
+        monkeypatch.setattr(api.ray, "init", init_with_a_logging_config)
+        api._connect(None)
+        assert ray_logger.handlers == [rays]
+    finally:
+        ray_logger.handlers[:] = before
+        ray_logger.removeHandler(scripts)
 
 
 def _unused_port() -> int:

@@ -9,8 +9,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import random
+import re
 import statistics
+import subprocess
+import sys
+import textwrap
 from typing import Any
 
 import pytest
@@ -31,6 +36,8 @@ from fluidsalus.searchers._pbt import (
 from fluidsalus.testing import drive
 from fluidsalus.testing.pbt import ITERATIONS, PbtRun, exploit_lines, run_pbt, task_arguments
 
+#: The checkout, first on the path of the scripts the tests run.
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Perturbation interval of the tests' PBT (in iterations).
 INTERVAL = 4
 
@@ -272,6 +279,56 @@ def test_an_exploit_logs_rays_exploit_and_explore_lines() -> None:
         _population(pbt, [2.0, 3.0, 4.0, 1.0])
     assert lines[-1] == ("\n\n[MyPBT] [Explore] Perturbed the hyperparameter config of trialt3:\n"
                          "No hyperparameters mutated.")
+
+
+#: A user's PBT script under the Tune front end, with no ``ray.init`` of its own: fluidsalus starts Ray.
+_PBT_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys, tempfile
+    from fluidsalus import tune
+
+    def train(config):
+        x, checkpoint = 0.0, tune.get_checkpoint()
+        if checkpoint:
+            with checkpoint.as_directory() as folder:
+                x = json.load(open(os.path.join(folder, "x.json")))
+        while True:
+            x += config["lr"]
+            folder = tempfile.mkdtemp()
+            json.dump(x, open(os.path.join(folder, "x.json"), "w"))
+            tune.report({"x": x}, checkpoint=tune.Checkpoint.from_directory(folder))
+
+    pbt = tune.schedulers.PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2,
+                                                  hyperparam_mutations={"lr": [0.5]})
+    tune.Tuner(train, param_space={"lr": tune.grid_search([0.1, 0.2, 0.3, 0.9])},
+               tune_config=tune.TuneConfig(metric="x", mode="max", scheduler=pbt),
+               run_config=tune.RunConfig(storage_path=sys.argv[1], stop={"training_iteration": 8},
+                                         verbose=0)).fit()
+    """
+)
+#: Ray's format of its ``ray`` logger's lines (``ray._private.log``), then PBT's exploit line.
+_RAYS_EXPLOIT_LINE = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+\tINFO \S+\.py:\d+ -- \n\n"
+                                r"\[PopulationBasedTraining\] \[Exploit\] Cloning trial \w+ \(score = ", re.MULTILINE)
+#: Seconds the script may take: Ray's start (up to 30 s on a loaded 2-core machine) and 4 trials of 8 iterations
+#: (a point may skip its exploit, "no checkpoint for trial ...", by the order the trials reach it: three points).
+_PBT_SCRIPT_TIMEOUT_S = 180
+
+
+def test_an_exploit_shows_rays_lines_on_the_console_of_a_run_that_started_ray(tmp_path) -> None:
+    """The lines never reached the console when fluidsalus started Ray itself (h204's F3): its
+    ``ray.init(configure_logging=False)`` cleared the handler ``import ray`` sets on the ``ray`` logger. Ray Tune's
+    own ``ray.init()`` keeps it, so the lines show there; they now show here too, and Ray's start lines still do
+    not (a fresh process: the suite's own Ray is up already)."""
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    env["RAY_ADDRESS"] = "local"  # (a fresh Ray of its own, even beside a cluster `ray start` left running)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-c", _PBT_SCRIPT, str(tmp_path / "results")], capture_output=True,
+                          text=True, env=env, timeout=_PBT_SCRIPT_TIMEOUT_S)
+    console = done.stdout + done.stderr
+    assert done.returncode == 0, console[-3000:]
+    assert _RAYS_EXPLOIT_LINE.search(done.stderr), console[-3000:]
+    assert "[PopulationBasedTraining] [Explore] Perturbed the hyperparameter config of trial" in done.stderr
+    assert "Started a local Ray instance" not in console
 
 
 def test_trials_take_turns_by_the_time_of_their_last_point_as_in_rays_choose_trial_to_run():

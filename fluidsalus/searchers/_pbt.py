@@ -55,8 +55,8 @@ from fluidsalus.trialgroup.trial import TrialGroup
 logger = logging.getLogger(__name__)
 #: The logger of the lines Ray's PBT logs at each exploit (``[Exploit] Cloning trial ...``, ``[Explore] Perturbed
 #: ...``) and skipped exploit: Ray's PBT module's, so they show as Ray's do (the handler Ray sets on its ``ray``
-#: logger prints INFO, also at ``verbose=0``), and a level set for ``ray.tune.schedulers.pbt`` (or ``ray.tune``)
-#: applies to them as to Ray's.
+#: logger prints INFO, also at ``verbose=0``; ``fluidsalus.api.init_ray`` keeps it when fluidsalus starts Ray), and
+#: a level set for ``ray.tune.schedulers.pbt`` (or ``ray.tune``) applies to them as to Ray's.
 exploit_logger = logging.getLogger("ray.tune.schedulers.pbt")
 
 __all__ = ["CONTINUE", "EXPLOIT", "PBT", "ExploitRequest", "Perturbation", "explore", "quantiles"]
