@@ -1013,10 +1013,10 @@ def _print_summary(grid: ResultGrid, exp_dir: str, elapsed: float, metric: str |
 ERRORED_HEADER = ("Trial name", "# failures", "error file")
 
 #: The marks after a failure count in that table, for a trial that failed but is not errored now, and the note under
-#: the table for each mark used: Ray's ``*`` for one retried to its end; and, where Ray marks them ``*`` too, with
-#: its note, which is not true of them, one that ended without running again after its failure (a restore that ended
-#: at once, ``Executor._check_end``, or a run's end that met it queued for a retry) and one still unfinished (an
-#: interrupted run's: its resume runs it on).
+#: the table for each mark used: Ray's ``*`` for one retried to its end; and, where Ray marks them ``*`` too, one
+#: that ended without running again after its failure (a restore that ended at once, ``Executor._check_end``, or a
+#: run's end that met it queued for a retry: Ray's note, which is not true of it, comes with its ``*``) and one still
+#: unfinished (an interrupted run's: its resume runs it on; Ray prints no note for its ``*``).
 RETRIED_MARK, UNSTARTED_MARK, UNFINISHED_MARK = "*", "+", "~"
 ERRORED_NOTES = {RETRIED_MARK: "* The trial terminated successfully after retrying.",
                  UNSTARTED_MARK: "+ The trial ended without running again after its failure.",
@@ -1047,11 +1047,16 @@ def _print_errored_table(grid: ResultGrid, unstarted: Collection[str] = ()) -> N
     of each trial that failed (its ``error.txt`` is there: one that errored, and one that failed since, its count
     marked as :data:`ERRORED_NOTES` says, with the notes of the marks used under it): its name (the Tune front end's
     ``<trainable>_<id>`` or ``trial_name_creator``'s, else its id), its failures and its ``error.txt``; nothing when
-    none failed. ``unstarted``: the trials whose last attempt ended before it began (:func:`ended_unstarted`)."""
+    none failed. ``unstarted``: the trials whose last attempt ended before it began (:func:`ended_unstarted`).
+
+    A trial ``Tuner.restore(restart_errored=True)`` ran again anew (its failures counted from 0 again) is not listed
+    until it fails again: Ray restarts it as a new trial, with no error file, so its table never lists it (it was
+    listed with ``0*`` or ``0+`` failures)."""
     rows = [(r._trial_name or r.trial_id,
              f"{r._num_failures}{_failure_mark(str(r.status), r.trial_id in unstarted)}",
              os.path.join(r.path, ERROR_FILE))
-            for r in grid if r.path and os.path.exists(os.path.join(r.path, ERROR_FILE))]
+            for r in grid if r.path and os.path.exists(os.path.join(r.path, ERROR_FILE))
+            and (r.status == ERROR or r._num_failures > 0)]
     if not rows:
         return
     widths = [max(len(row[i]) for row in [ERRORED_HEADER, *rows]) for i in range(len(ERRORED_HEADER))]

@@ -805,6 +805,33 @@ def test_the_summary_lists_each_failed_trials_error_file_as_ray_does(storage, ca
     assert "Number of errored trials" not in capsys.readouterr().out  # (no failure: no table)
 
 
+
+def test_the_errored_table_marks_each_failed_trial_by_what_became_of_it(tmp_path, capsys) -> None:
+    """The errored-trials table: an errored trial's failures unmarked, one retried to its end ``*`` (Ray's note), one
+    that ended without running again ``+`` and an unfinished one ``~``, each note once and only for a mark shown; a
+    trial ``restart_errored`` ran again anew (0 failures) is not listed, as Ray's restarted trial, a new one with no
+    error file, is not (it was listed ``0*``, then ``0+``)."""
+    from fluidsalus.api import _print_errored_table
+
+    def trial(name: str, status: str, failures: int) -> types.SimpleNamespace:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / ERROR_FILE).write_text("Failure # 1\n")
+        return types.SimpleNamespace(_trial_name=None, trial_id=name, _num_failures=failures, status=status,
+                                     path=str(tmp_path / name))
+
+    grid = [trial("errored", "ERROR", 2), trial("retried", "TERMINATED", 1), trial("unstarted", "TERMINATED", 1),
+            trial("unfinished", "PENDING", 1), trial("restarted", "TERMINATED", 0)]
+    _print_errored_table(grid, {"unstarted", "restarted"})  # type: ignore[arg-type]
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "Number of errored trials: 4"
+    assert {line.split()[0]: line.split()[1] for line in out[2:6]} == {
+        "errored": "2", "retried": "1*", "unstarted": "1+", "unfinished": "1~"}
+    assert out[6:] == ["* The trial terminated successfully after retrying.",
+                       "+ The trial ended without running again after its failure.",
+                       "~ The trial is unfinished: a resume of the experiment runs it on."]
+    _print_errored_table(grid[-1:], {"restarted"})  # type: ignore[arg-type]
+    assert capsys.readouterr().out == ""  # (nothing failed since the restart: no table)
+
 def fails_at_once_or_runs(config):
     """Fails before its first result when ``config["fail"]``, else reports for a while (longer than a test waits)."""
     if config["fail"]:

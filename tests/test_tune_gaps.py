@@ -850,10 +850,12 @@ def _fails_or_reports(config: dict[str, Any]) -> None:
 
 def test_a_restore_that_ends_at_once_says_what_it_ends_and_never_that_the_trial_succeeded(
         ray_cluster, storage: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """After a fail_fast end, a restore with ``restart_errored`` ends at once and the errored trial ends unstarted.
-    Its summary marked it ``0*`` with Ray's note "The trial terminated successfully after retrying." (it never ran
+    """After a fail_fast end, a restore with ``resume_errored`` ends at once and the errored trial ends unstarted.
+    Its summary marked it ``*`` with Ray's note "The trial terminated successfully after retrying." (it never ran
     again), and every restore of the folder, a plain one with nothing left to run too, said the trials it would run
-    again "end unstarted" (h201). Now the mark and the line say what happened."""
+    again "end unstarted" (h201). Now the mark and the line say what happened. (``restart_errored`` ends it so too;
+    its trial, anew with 0 failures, is not listed: ``test_run.py::test_the_errored_table_marks_each_failed_trial_by_
+    what_became_of_it``.)"""
     tuner = Tuner(_fails_or_reports, param_space={"fail": tune.grid_search([True, False])},
                   tune_config=tune.TuneConfig(max_concurrent_trials=1),
                   run_config=tune.RunConfig(name="ends_at_once", storage_path=storage, verbose=1,
@@ -862,13 +864,14 @@ def test_a_restore_that_ends_at_once_says_what_it_ends_and_never_that_the_trial_
     path = os.path.join(storage, "ends_at_once")
     capsys.readouterr()
     head = "fluidsalus: the run this resumes ended (fail fast) and its search with it; as a restored Ray Tune run, "
-    grid = Tuner.restore(path, _fails_or_reports, restart_errored=True).fit()
+    grid = Tuner.restore(path, _fails_or_reports, resume_errored=True).fit()
     assert [r.status for r in grid] == ["TERMINATED"]
     out = capsys.readouterr().out.splitlines()
     assert head + ("this one ends at once: no new trial is proposed, and the 1 trial it would run again ends "
                    "unstarted") in out
     row = out[out.index("Number of errored trials: 1") + 2].split()
-    assert row[1:] == ["0+", os.path.join(grid[0].path, "error.txt")]
+    assert row[1:] == [f"{grid[0]._num_failures}+", os.path.join(grid[0].path, "error.txt")]
+    assert grid[0]._num_failures > 0
     assert "+ The trial ended without running again after its failure." in out
     assert "* The trial terminated successfully after retrying." not in out
     Tuner.restore(path, _fails_or_reports).fit()  # nothing left to run
