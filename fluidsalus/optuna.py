@@ -406,31 +406,67 @@ class _CompletedValues:
         key: The driver's key of its ``optimize`` call (``_StudyDriver.view_key``).
     """
 
-    __slots__ = ("_by_step", "count", "key")
+    __slots__ = ("_by_step", "_unreadable", "count", "key")
 
     def __init__(self, key: str) -> None:
         self.key = key
         self.count = 0
         self._by_step: dict[int, array.array[float]] = {}
+        # Steps at which a trial's value is no float as NumPy makes one (``study.add_trial`` takes any value):
+        # the pruner's own reading of them is had from the driver (see :meth:`at`).
+        self._unreadable: set[int] = set()
 
-    def add(self, trials: Iterable[Mapping[int, float]]) -> None:
-        """Add COMPLETED trials, each its intermediate values by step."""
+    def add(self, trials: Iterable[Mapping[int, Any]]) -> None:
+        """Add COMPLETED trials, each its intermediate values by step. A value is kept as the pruner reads it,
+        ``np.array(values, dtype=float)``: ``study.add_trial`` takes a trial whose values are None (NaN there) or
+        strings ("1.5"), which ``array('d')`` refused, failing the trial's call and leaving the trial half added."""
         for values in trials:
-            for step, value in values.items():
-                column = self._by_step.get(step)
-                if column is None:
-                    column = self._by_step[step] = array.array("d")
-                column.append(value)
+            try:  # (each trial's values are all checked before any is kept: floats and ints, in one call)
+                array.array("d", values.values())
+            except (TypeError, OverflowError):
+                self._add_odd(values)
+            else:
+                for step, value in values.items():
+                    column = self._by_step.get(step)
+                    if column is None:
+                        column = self._by_step[step] = array.array("d")
+                    column.append(value)
             self.count += 1
 
-    def at(self, step: int) -> np.ndarray:
-        """The values the COMPLETED trials reported at ``step`` (a copy: trials may be added meanwhile)."""
+    def _add_odd(self, values: Mapping[int, Any]) -> None:
+        """Add a trial one of whose values ``array('d')`` refuses (not counted here)."""
+        row = [(step, _as_pruner_float(value)) for step, value in values.items()]
+        for step, value in row:
+            if value is None:
+                self._unreadable.add(step)
+            else:
+                self._by_step.setdefault(step, array.array("d")).append(value)
+
+    def at(self, step: int) -> np.ndarray | None:
+        """The values the COMPLETED trials reported at ``step`` (a copy: trials may be added meanwhile), or None
+        where one of them is no float to NumPy (the driver's pruner then answers, and raises what it raises)."""
+        if step in self._unreadable:
+            return None
         column = self._by_step.get(step)
         return np.array(column if column is not None else (), dtype=float)
 
 
+def _as_pruner_float(value: Any) -> float | None:
+    """``value`` as ``PercentilePruner`` reads a COMPLETED trial's intermediate value (an element of
+    ``np.array(values, dtype=float)``: None is NaN, a numeric string its number), or None where NumPy makes no
+    single float of it."""
+    if type(value) is float:
+        return value
+    try:
+        converted = np.asarray(value, dtype=float)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return float(converted) if converted.ndim == 0 else None
+
+
 def _percentile_prune(pruner: optuna.pruners.PercentilePruner, direction: optuna.study.StudyDirection,
-                      values: Mapping[int, float], completed: Callable[[int], tuple[int, np.ndarray]]) -> bool:
+                      values: Mapping[int, float], completed: Callable[[int], tuple[int, np.ndarray | None]]
+                      ) -> bool | None:
     """``pruner.prune(study, trial)`` of Optuna's ``PercentilePruner`` (``MedianPruner`` is one) from what it depends
     on: the trial's intermediate values, and the COMPLETED trials' count and values at the trial's last step.
 
@@ -448,7 +484,11 @@ def _percentile_prune(pruner: optuna.pruners.PercentilePruner, direction: optuna
         pruner: The study's pruner (its own settings are read).
         direction: The study's direction.
         values: The trial's intermediate values (not changed meanwhile: a copy).
-        completed: ``f(step) -> (COMPLETED trials, their values at step)``, read as one whole set.
+        completed: ``f(step) -> (COMPLETED trials, their values at step)``, read as one whole set (None for the
+            values: one is no float to NumPy, see :meth:`_CompletedValues.at`).
+
+    Returns:
+        The pruner's answer, or None where only the pruner itself can give it (the driver answers).
     """
     if not values:
         return False
@@ -469,6 +509,8 @@ def _percentile_prune(pruner: optuna.pruners.PercentilePruner, direction: optuna
     best = np.nanmax(own) if maximize else np.nanmin(own)
     if math.isnan(best):
         return True
+    if at_step is None:  # (where Optuna reads the step's values: an error it raises there is raised by the driver)
+        return None
     if len(at_step) < pruner._n_min_trials:
         return False
     percentile = 100 - pruner._percentile if maximize else pruner._percentile
@@ -484,7 +526,9 @@ def _percentile_prune(pruner: optuna.pruners.PercentilePruner, direction: optuna
 #: lets that call's objective go: at the end of the run on its device (``DeviceHost.shutdown``), or at the next
 #: run's start in a warm process (see :func:`_unpickle_runner`).
 _completed_views: dict[str, _CompletedValues] = {}
-_completed_views_lock = threading.Lock()
+# (reentrant: a runner left in a garbage cycle is collected at any allocation, also while this thread holds the
+# lock, and its ``weakref.finalize`` then takes it again in :func:`_drop_view`: a plain lock hung the trial)
+_completed_views_lock = threading.RLock()
 #: How old, in seconds, this process's view of the COMPLETED trials may be for its pruner to answer from it: the
 #: time since the process last got a driver answer, which brings every completion up to then. Past it the driver
 #: answers (and its answer renews the view), so a trial whose steps are slow, with no other call, still sees the
@@ -512,9 +556,9 @@ def _view_held() -> tuple[str, int] | None:
         return None
 
 
-def _completed_at(key: str) -> Callable[[int], tuple[int, np.ndarray]]:
+def _completed_at(key: str) -> Callable[[int], tuple[int, np.ndarray | None]]:
     """``f(step)``: this process's COMPLETED trials of ``key`` and their values at ``step``, read as one set."""
-    def at(step: int) -> tuple[int, np.ndarray]:
+    def at(step: int) -> tuple[int, np.ndarray | None]:
         with _completed_views_lock:
             view = _completed_views.get(key)
             return (0, np.empty(0)) if view is None else (view.count, view.at(step))
@@ -1257,12 +1301,14 @@ class _ObjectiveRunner:
                 # log says which)
                 failed = ValueError(f"Optuna failed trial {trial.number}: the objective returned {output!r}, which "
                                     "is not a value it takes")
-        if state == TrialState.FAIL.name and failed is not None:
-            raise failed  # the study has it already: the engine records it as the trial's error
-        # (a pruned trial's exception: its traceback holds this frame, which held it, and this runner, in a cycle
-        # that only a collection ends, which an idle warm process never makes: the runner and its process's view
-        # of the COMPLETED trials stayed)
-        failed = None
+        try:
+            if state == TrialState.FAIL.name and failed is not None:
+                raise failed  # the study has it already: the engine records it as the trial's error
+        finally:
+            # (a pruned or failed trial's exception: its traceback holds this frame, which held it, and this runner,
+            # in a cycle that only a collection ends, which an idle warm process never makes: the runner and its
+            # process's view of the COMPLETED trials stayed)
+            failed = None
         result: dict[str, Any] = {KEY_NUMBER: trial.number, KEY_STATE: state}
         if state == TrialState.COMPLETE.name and values is not None:
             result[KEY_VALUES] = values

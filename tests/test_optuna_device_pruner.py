@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import math
 import random
+import threading
 import time
 import warnings
 from typing import Any
@@ -20,6 +21,8 @@ import fluidsalus.optuna as fo
 
 #: Steps a random history's trials report among.
 STEPS = 12
+#: How long a thread that should end at once is waited for, in seconds.
+JOIN_S = 10.0
 #: Random histories per seed.
 HISTORIES = 40
 
@@ -209,19 +212,25 @@ def test_the_view_goes_with_the_process_s_copy_of_the_objective() -> None:
     assert fo._known_completed("k") == 0 and fo._view_held() is None
 
 
-def test_a_pruned_trial_leaves_no_cycle_that_keeps_the_view(monkeypatch: Any) -> None:
+@pytest.mark.parametrize("state", [TrialState.PRUNED, TrialState.FAIL])
+def test_a_pruned_or_failed_trial_leaves_no_cycle_that_keeps_the_view(monkeypatch: Any, state: TrialState) -> None:
     """A pruned trial's exception held the runner's frame, which held the exception: a cycle that only a
     collection ends, which an idle warm process never makes, so the view stayed after its run (h203's
-    real_run.py)."""
+    real_run.py). A failed trial's too: the runner raises it to the engine, and its frame kept it."""
     def objective(trial: Any) -> float:
-        raise optuna.TrialPruned()
+        raise optuna.TrialPruned() if state == TrialState.PRUNED else ValueError("the objective's error")
 
-    monkeypatch.setattr(fo, "_call", lambda method, *args: TrialState.PRUNED.name)
-    on_device = fo.cloudpickle.loads(fo.cloudpickle.dumps(fo._ObjectiveRunner(objective, (), False, view_key="k")))
+    monkeypatch.setattr(fo, "_call", lambda method, *args: state.name)
+    on_device = fo.cloudpickle.loads(fo.cloudpickle.dumps(
+        fo._ObjectiveRunner(objective, (ValueError,), False, view_key="k")))
     fo._take_completed(("k", 0, [{0: 1.0}]))
     gc.disable()
     try:
-        assert on_device._run(type("Trial", (), {"number": 0})())[fo.KEY_STATE] == TrialState.PRUNED.name
+        try:
+            outcome = on_device._run(type("Trial", (), {"number": 0})())[fo.KEY_STATE]
+        except ValueError:  # (the engine's handler, which keeps no reference to it)
+            outcome = TrialState.FAIL.name
+        assert outcome == state.name
         del on_device
         assert fo._known_completed("k") == 0
     finally:
@@ -276,3 +285,59 @@ def test_other_pruners_and_storages_still_ask_the_driver():
     sqlite = optuna.create_study(storage="sqlite:///:memory:", pruner=optuna.pruners.MedianPruner())
     assert fo._prune_rule(sqlite, "k") is None
     assert fo._prune_rule(optuna.create_study(pruner=optuna.pruners.HyperbandPruner()), "k") is None
+
+
+def test_completed_values_that_are_no_floats_are_read_as_the_pruner_reads_them(on_a_device) -> None:
+    """``study.add_trial`` takes a COMPLETED trial whose intermediate values are None or strings; Optuna's pruner
+    reads them through ``np.array(..., dtype=float)`` (None: NaN, "1.5": 1.5). The device's view refused them
+    (``array('d')``): the answer that brought them raised TypeError in the trial's call, so every trial of the
+    ``optimize`` call failed at its start, and the view kept the trial's earlier steps (added again at each call).
+    A value NumPy makes no float of leaves that step's answer to the driver, whose pruner raises as Optuna's."""
+    study = optuna.create_study(pruner=optuna.pruners.MedianPruner(n_startup_trials=0))
+    study.add_trial(optuna.trial.create_trial(value=0.0, intermediate_values={0: 1.0, 1: None, 2: "1.5", 3: "x"}))
+    study.add_trial(optuna.trial.create_trial(value=0.0, intermediate_values={0: 3.0, 1: 2.0, 2: 2.5, 3: 1.0}))
+    driver = fo._StudyDriver(study, None, None, [], "unit")
+    device = _device_trial(driver, "unit-0")
+    _renew(driver, "unit-0")  # (a later call: nothing is added twice)
+    assert fo._completed_at(driver.view_key)(0)[0] == 2 and list(fo._completed_at(driver.view_key)(0)[1]) == [1., 3.]
+    real = driver._live["unit-0"].trial
+    for step, value in ((0, 2.5), (1, 2.2), (2, 1.6)):
+        real.report(value, step)
+        device.report(value, step)
+        expected = real.should_prune()
+        assert device.should_prune() == expected and type(device.should_prune()) is type(expected)
+    real.report(2.0, 3)
+    device.report(2.0, 3)
+    with pytest.raises(ValueError):
+        real.should_prune()  # (Optuna's: could not convert string to float)
+    assert device._local_should_prune() is None  # (the driver answers)
+
+
+def test_a_runner_collected_while_the_view_is_read_does_not_hang_the_trial(monkeypatch: Any) -> None:
+    """A runner left in a garbage cycle (an objective that kept an exception it caught: its traceback's frames lead
+    back to the runner) is collected at whatever allocation makes the collection, also while a trial's thread
+    holds the views' lock (a warm process's next ``optimize`` call adding to its view): the runner's
+    ``weakref.finalize`` then took that lock again, and the thread hung for ever."""
+    # (a new lock of the module's kind: a thread that hangs keeps this one, not the one the other tests take)
+    kind = threading.RLock if "RLock" in type(fo._completed_views_lock).__name__ else threading.Lock
+    monkeypatch.setattr(fo, "_completed_views_lock", kind())
+    gc.disable()
+    try:
+        old = fo.cloudpickle.loads(fo.cloudpickle.dumps(fo._ObjectiveRunner(lambda trial: 0.0, (), False,
+                                                                              view_key="the last run")))
+        old.cycle = old
+        del old  # (garbage, not yet collected)
+        add = fo._CompletedValues.add
+
+        def collected_meanwhile(self: fo._CompletedValues, trials: Any) -> None:
+            gc.collect()
+            add(self, trials)
+
+        monkeypatch.setattr(fo._CompletedValues, "add", collected_meanwhile)
+        thread = threading.Thread(target=fo._take_completed, args=(("this run", 0, [{0: 1.0}]),), daemon=True)
+        thread.start()
+        thread.join(JOIN_S)
+        assert not thread.is_alive()
+        assert fo._view_held() == ("this run", 1)
+    finally:
+        gc.enable()

@@ -725,7 +725,7 @@ class DeviceHost:
     def shutdown(self, timeout_s: float = 0.0) -> list[str]:
         """Stop every trial at its next boundary and drop the queue. Once no trial runs, the host lets its trainable
         go, with what it captured: a warm device process (``fluidsalus.trialgroup.warm``) keeps nothing of the run
-        it served (the Optuna front end's view of the study's trials went only at the next run's start).
+        it served (the Optuna front end's view of the study's trials had stayed until the next run's start).
 
         Returns:
             The ids of trials still running after ``timeout_s`` (a trainable that never reports).
