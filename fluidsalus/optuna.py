@@ -381,6 +381,51 @@ class _TrialSnapshot:
     #: other storages (RDB, journal) can fail a write, which must raise at the call Optuna raises it at, so there
     #: the device asks the driver whenever a report is held.
     writes_cannot_fail: bool = False
+    #: The driver's Optuna logging settings as the trial starts (:func:`_optuna_log_settings`): the device's Optuna
+    #: logger takes them before the objective runs (:func:`_take_optuna_log_settings`), as the script's apply to
+    #: everything Optuna logs under ``study.optimize``. None: leave the device's as they are.
+    log_settings: _LogSettings | None = None
+
+
+#: The root of Optuna's loggers, whose level, default handler and propagation ``optuna.logging`` sets.
+_OPTUNA_ROOT_LOGGER = "optuna"
+
+
+@dataclass(frozen=True)
+class _LogSettings:
+    """Optuna's logging settings of a process: ``optuna.logging.set_verbosity`` 's level,
+    ``enable_default_handler``/``disable_default_handler`` and ``enable_propagation``/``disable_propagation``."""
+
+    verbosity: int
+    default_handler: bool
+    propagate: bool
+
+
+def _optuna_log_settings() -> _LogSettings:
+    """This process's Optuna logging settings (the driver's: the script's ``optuna.logging`` calls)."""
+    verbosity = optuna.logging.get_verbosity()  # (first: it sets Optuna's logger up, with its handler, if not yet)
+    root = logging.getLogger(_OPTUNA_ROOT_LOGGER)
+    handler = getattr(optuna.logging, "_default_handler", None)  # (Optuna's own: it has no public getter)
+    return _LogSettings(verbosity=verbosity, default_handler=handler is None or handler in root.handlers,
+                        propagate=root.propagate)
+
+
+def _take_optuna_log_settings(settings: _LogSettings | None) -> None:
+    """Give this process's (a device's) Optuna logger the driver's settings, through Optuna's own calls: the
+    objective's Optuna log lines (``optuna.logging.get_logger(...).info``) then show as the script asked, as under
+    ``study.optimize``. Until 2026-12-01 a device kept Optuna's defaults (``INFO``, its handler, no propagation),
+    so ``set_verbosity(WARNING)`` in the script left an objective's ``INFO`` lines printed."""
+    if settings is None:
+        return
+    optuna.logging.set_verbosity(settings.verbosity)
+    if settings.default_handler:
+        optuna.logging.enable_default_handler()
+    else:
+        optuna.logging.disable_default_handler()
+    if settings.propagate:
+        optuna.logging.enable_propagation()
+    else:
+        optuna.logging.disable_propagation()
 
 
 #: One intermediate value on its way to the study: ``(value, step, (start, seq))`` (see :data:`KEY_REPORT`).
@@ -1258,6 +1303,9 @@ class _ObjectiveRunner:
         snapshot: _TrialSnapshot | None = _call(M_START)
         if snapshot is None:
             return None  # the optimisation ended (timeout, study.stop(), an error) before this trial started
+        # (at each trial's start: a change the script makes during the call, in a callback, reaches the trials
+        # that start after it)
+        _take_optuna_log_settings(snapshot.log_settings)
         trial_session = session.current_session()
         if trial_session is not None:  # what the objective prints names its trial as Optuna's log does
             trial_session.output_name = f"trial {snapshot.number}"
@@ -1870,7 +1918,7 @@ class _StudyDriver(BaseSearcher):
             distributions=trial.distributions, user_attrs=trial.user_attrs, steps=frozenset(live.steps),
             study_name=self.study.study_name, directions=list(self.study.directions), trial_id=trial._trial_id,
             start=live.starts, prune_rule=rule, writes_cannot_fail=_writes_cannot_fail(self.study),
-            values=values,
+            values=values, log_settings=_optuna_log_settings(),
         )
 
     def started_trials(self) -> dict[str, int]:

@@ -2376,3 +2376,43 @@ def test_a_running_trial_hears_of_completions_beside_it(tmp_path):
     assert first.state == TrialState.PRUNED
     assert first.last_step is not None and first.last_step < 4 * fo.HELD_REPORTS_MAX - 1
     assert [t.state for t in study.trials[1:]] == [TrialState.COMPLETE] * 2
+
+
+def _records_optunas_log_settings(trial: Any) -> float:
+    root = logging.getLogger("optuna")
+    handler = optuna.logging._default_handler
+    trial.set_user_attr("log", [optuna.logging.get_verbosity(), handler is not None and handler in root.handlers,
+                                root.propagate])
+    return 0.0
+
+
+@pytest.fixture
+def optunas_log_settings_put_back() -> Iterator[None]:
+    """The driver's Optuna logging settings as they were after the test (Optuna's defaults, as a fresh script's)."""
+    verbosity, propagate = optuna.logging.get_verbosity(), logging.getLogger("optuna").propagate
+    yield
+    optuna.logging.set_verbosity(verbosity)
+    optuna.logging.enable_default_handler()
+    (optuna.logging.enable_propagation if propagate else optuna.logging.disable_propagation)()
+
+
+@pytest.mark.usefixtures("optunas_log_settings_put_back")
+def test_the_objective_logs_under_the_scripts_optuna_logging_settings_as_in_optuna(tmp_path):
+    """Under ``study.optimize`` the script's ``optuna.logging`` settings apply to what the objective logs through
+    Optuna's logger. A device kept Optuna's defaults (``INFO``, its handler on, no propagation), so after
+    ``set_verbosity(WARNING)`` an objective's ``INFO`` lines were printed (h205's F3; h212's ``opt_logging.py``).
+    Each trial now takes the driver's settings as it starts: a change a callback makes reaches the next trial."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.logging.disable_default_handler()
+    optuna.logging.enable_propagation()
+
+    def back_to_the_defaults(study: optuna.Study, trial: FrozenTrial) -> None:
+        optuna.logging.set_verbosity(optuna.logging.INFO)
+        optuna.logging.enable_default_handler()
+        optuna.logging.disable_propagation()
+
+    study = optuna.create_study()
+    _optimize(study, _records_optunas_log_settings, tmp_path, n_trials=2, callbacks=[back_to_the_defaults],
+              max_concurrent_trials=1)
+    assert [t.user_attrs["log"] for t in study.trials] == [[logging.WARNING, False, True],
+                                                           [logging.INFO, True, False]]

@@ -27,8 +27,9 @@ from fluidsalus import tune  # noqa: E402
 def _trial(index: int, status: str, lr: float, loss: float | None, **extra: Any) -> TrialInfo:
     result = None if loss is None else {"loss": loss, "acc": 1 - loss, "training_iteration": index + 1,
                                         "time_total_s": 1.5, "trial_id": f"t{index}", **extra}
+    # (as a trial of the space {"lr": <a domain>, "opt": {"m": 0.9}}: lr was drawn, opt/m was not)
     return TrialInfo(trial_id=f"t{index}", config={"lr": lr, "opt": {"m": 0.9}}, last_result=result,
-                     status=status, trainable_name="train")
+                     status=status, trainable_name="train", evaluated_params={"lr": lr})
 
 
 def _rows(text: str) -> list[list[str]]:
@@ -89,11 +90,11 @@ def test_a_value_near_a_whole_number_and_a_bool_beside_floats_are_shown_as_rays_
                                                 ["0.123457", "0.25", "False", "False"]]
 
 
-def test_default_columns_infer_metrics_and_show_the_parameters_that_differ():
+def test_default_columns_infer_metrics_and_show_the_sampled_parameters():
     trials = [_trial(0, "TERMINATED", 0.1, 0.5, extra_metric=3), _trial(1, "TERMINATED", 0.2, 0.4, extra_metric=4)]
     text = CLIReporter(infer_limit=2)._progress_str(trials, done=True)
     header = next(line for line in text.splitlines() if line.startswith("| Trial name"))
-    # lr differs between the trials, opt/m does not; Ray's two default columns, then two inferred metrics.
+    # lr was drawn, opt/m was not; Ray's two default columns, then two inferred metrics.
     assert [c.strip() for c in header.strip("|").split("|")] == ["Trial name", "status", "lr", "iter",
                                                                  "total time (s)", "loss", "acc"]
 
@@ -101,6 +102,66 @@ def test_default_columns_infer_metrics_and_show_the_parameters_that_differ():
 def _header(text: str) -> list[str]:
     line = next(line for line in text.splitlines() if line.startswith("| Trial name"))
     return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_the_default_parameter_columns_are_the_values_the_search_drew_as_in_ray():
+    """With no ``parameter_columns`` the table showed the config keys whose values differed between the trials, so
+    a single trial, or a value drawn alike for every trial, had no column, and a constant of the config that differed
+    (set by the trainable's caller) had one. Ray shows the keys of the trials' ``evaluated_params``, sorted (h206's
+    ``matrix.py`` cases ``pc-none(default)``, ``pc-empty-list``, ``best-nested-config``; h212's
+    ``reporter_real.py``: a one-value grid search ``lr`` and a one-choice ``model`` have their columns, the
+    constant ``bs`` none)."""
+    one = TrialInfo(trial_id="t0", config={"opt": {"lr": 0.1}, "bs": 8, "seed": 0}, status="TERMINATED",
+                    last_result={"training_iteration": 1}, trainable_name="train",
+                    evaluated_params={"opt/lr": 0.1, "bs": 8})
+    assert _header(CLIReporter()._progress_str([one], done=True)) == ["Trial name", "status", "bs", "opt/lr", "iter"]
+    assert _rows(CLIReporter()._progress_str([one], done=True)) == [["train_t0", "TERMINATED", "8", "0.1", "1"]]
+    other = TrialInfo(trial_id="t1", config={"opt": {"lr": 0.2}, "bs": 8, "seed": 1}, status="TERMINATED",
+                      last_result={"training_iteration": 1}, trainable_name="train",
+                      evaluated_params={"opt/lr": 0.2, "bs": 8})
+    assert _header(CLIReporter(parameter_columns=[])._progress_str([one, other], done=True))[2:4] == ["bs", "opt/lr"]
+
+
+def test_a_none_takes_an_inferred_place_and_the_metrics_inferred_stay_once_at_the_limit_as_in_ray():
+    """The reporter inferred the first ``infer_limit`` numbers of each report anew. Ray's counts a ``None`` value
+    (one of its summary types) among them, its column showing once a trial has a value, and keeps its inferred
+    metrics once it has ``infer_limit`` of them, so a trial that reports another metric later adds no column
+    (h206's ``matrix.py`` cases ``infer None takes a slot`` and ``sticky inference``)."""
+    first = TrialInfo(trial_id="t0", config={"lr": 0.1}, status="TERMINATED", trainable_name="train", last_result={
+        "maybe": None, "a": 1.0, "b": 2.0, "c": 3.0, "training_iteration": 1})
+    assert _header(CLIReporter(parameter_columns=["lr"])._progress_str([first], done=True))[2:] == ["lr", "iter", "a",
+                                                                                                    "b"]
+    reporter = CLIReporter(parameter_columns=["lr"], infer_limit=1)
+    late = TrialInfo(trial_id="t0", config={"lr": 0.1}, status="PENDING", trainable_name="train")
+    early = TrialInfo(trial_id="t1", config={"lr": 0.2}, status="RUNNING", trainable_name="train",
+                      last_result={"y": 1.0, "training_iteration": 1})
+    reporter._progress_str([late, early], done=False)
+    late.status, late.last_result = "RUNNING", {"x": 1.0, "training_iteration": 1}
+    assert _header(reporter._progress_str([late, early], done=True))[2:] == ["lr", "iter", "y"]
+
+
+def test_a_long_header_keeps_its_end_over_two_lines_and_a_long_text_cell_is_shortened_as_in_ray():
+    """``max_column_length`` cut a long header to its start (``val...``) and left every cell whole. Ray keeps the
+    header's end (``...`` and its last ``2 * length - 3`` characters past ``2 * length``), wrapped over lines of
+    ``length``, and shortens a text cell longer than ``length`` to ``length - 5`` characters, ``_`` and 4 hex
+    digits of the value's address; numbers stay whole (h206's ``matrix.py`` case ``max_column_length=6 header``;
+    h212's ``reporter_real.py``)."""
+    trial = TrialInfo(trial_id="t0", config={"model": "resnet50_pretrained_imagenet", "act": "relu", "lr": 0.123456},
+                      last_result={"validation_loss_of_the_model": 0.5, "loss_long": 123456789,
+                                   "training_iteration": 1},
+                      status="TERMINATED", trainable_name="train")
+    text = CLIReporter(parameter_columns=["model", "act", "lr"], max_column_length=10, metric_columns={
+        "validation_loss_of_the_model": "validation_loss_of_the_model", "loss_long": "long loss"})._progress_str(
+        [trial], done=True)
+    head = [line for line in text.splitlines() if line.startswith("| ")][:2]
+    assert [[c.strip() for c in line.strip("|").split("|")] for line in head] == [
+        ["Trial name", "status", "model", "act", "lr", "...loss_of", "long loss"],
+        ["", "", "", "", "", "_the_model", ""]]
+    row = _rows(text)[-1]
+    assert re.fullmatch(r"resne_[0-9a-f]{4}", row[2]) and row[3:] == ["relu", "0.123456", "0.5", "123456789"]
+    six = CLIReporter(metric_columns={"loss": "validation_loss_long"}, parameter_columns=["lr"],
+                      max_column_length=6)._progress_str([_trial(0, "TERMINATED", 0.1, 0.5)], done=True)
+    assert "| ...los |" in six and "| s_long |" in six
 
 
 @pytest.mark.parametrize("columns", [["loss", "unreported"], {"loss": "Loss", "unreported": "U"}, None],

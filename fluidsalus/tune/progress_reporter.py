@@ -6,15 +6,22 @@ the end, as Ray's legacy output does: the time, the trial counts by status, then
 status, the parameter columns and the metric columns of its last result, and a table of the errored trials.
 With no metric columns given, the reporter shows Ray's default columns (``mean_accuracy`` as ``acc``,
 ``mean_loss``, ``training_iteration`` as ``iter``, ``time_total_s``, ``timesteps_total``, ``episode_reward_mean``)
-and up to ``infer_limit`` other numeric metrics the trials report. As in Ray, a metric column shows only once a
-trial has a value for it, and the run's metric is no column of its own (it is in the "Current best trial" line):
+and up to ``infer_limit`` other numeric metrics the trials report (kept once found, as Ray keeps them). As in
+Ray, a metric column shows only once a trial has a value for it, and the run's metric is no column of its own (it
+is in the "Current best trial" line):
 with ``metric_columns`` given, those columns alone (an empty list or dict: Ray's defaults, nothing inferred; an
 empty ``parameter_columns``: the default ones). A column ``"a/b"`` reads a nested result or config (``{"a": {"b":
 ...}}``), as does a run's metric ``"a/b"`` for the best trial and the sort. With ``sort_by_metric=True`` (and both
 a metric and a mode) the terminated trials are sorted by the run's metric, below the running, paused and pending
 ones, as Ray sorts them. Too many rows are cut to ``max_progress_rows``, shared fairly between the statuses as Ray's
 fair filter shares them (the overflow line counts the rows left out by status); the table at the end (``done``) has
-every row, and every errored trial, as Ray's has.
+every row, and every errored trial, as Ray's has. With no ``parameter_columns`` the parameter columns are the
+values the search drew (the keys of the trials' ``evaluated_params``, sorted), as Ray's. ``max_column_length``
+shortens as Ray's: a longer header keeps its end, wrapped over two lines; a longer text cell keeps its start and
+ends in ``_`` and 4 hex digits of the value's address.
+
+Unlike Ray 2.60, whose default ("new") output engine ignores a ``progress_reporter`` with a warning unless
+``RAY_AIR_NEW_OUTPUT=0``, fluidsalus always uses the reporter given (docs/compatibility.md).
 
 A subclass of :class:`ProgressReporter` that overrides ``should_report(trials, done=False)`` and
 ``report(trials, done, *sys_info)`` is called the same way; its ``trials`` are
@@ -33,14 +40,17 @@ import datetime
 import math
 import numbers
 import sys
+import textwrap
 import time
 import warnings
 from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from fluidsalus.errors import ConfigError, error_summary
 from fluidsalus.progress import format_metric_column, is_table_number
-from fluidsalus.result import flatten_dict, lookup_metric
+from fluidsalus.result import lookup_metric
 from fluidsalus.tune.callback import Callback, _AfterTheResult
 
 __all__ = ["CLIReporter", "JupyterNotebookReporter", "ProgressReporter", "ReporterCallback", "TuneReporterBase",
@@ -58,6 +68,9 @@ AUTO_FILLED = frozenset({
     "hostname", "time_since_restore", "iterations_since_restore", "checkpoint_dir_name", "config", "node_ip",
     "should_checkpoint", "episodes_total", "timesteps_since_restore",
 })
+#: The types of a result's value that Ray's reporter infers as a metric column (its ``VALID_SUMMARY_TYPES``: the
+#: value's exact type, so not a bool, and None too).
+INFERRED_TYPES = frozenset({int, float, np.float32, np.float64, np.int32, np.int64, type(None)})
 #: Trial statuses in the order their rows come (running trials first, as Ray shows them).
 _STATUS_ORDER = ("RUNNING", "PAUSED", "PENDING", "TERMINATED", "ERROR")
 
@@ -127,6 +140,7 @@ class TuneReporterBase(ProgressReporter):
         self._max_column_length = max_column_length
         self._max_report_frequency = float(max_report_frequency)
         self._infer_limit = infer_limit
+        self._inferred: dict[str, str] = {}  # the metrics inferred so far (kept once infer_limit is reached)
         self._print_intermediate_tables = print_intermediate_tables
         self._metric = metric
         self._mode = mode
@@ -196,6 +210,9 @@ class TuneReporterBase(ProgressReporter):
             warnings.warn(f"{type(self).__name__}: sort_by_metric needs both a metric and a mode (the reporter's or "
                           "TuneConfig's); the rows are not sorted", UserWarning, stacklevel=2)
             self._sort_by_metric = False  # (once, as Ray's)
+        if not self._metrics_override and isinstance(self._metric_columns, dict):
+            # at each report, shown or not, as Ray's; an inferred metric stays a column of this reporter, as in Ray
+            self._metric_columns.update(self._infer(trials))
         now = time.time()
         elapsed = _duration(now - self._start_time)
         counts: dict[str, int] = {}
@@ -227,9 +244,6 @@ class TuneReporterBase(ProgressReporter):
         """The (key -> header) metric and parameter columns of this report."""
         metrics = (dict(self._metric_columns) if isinstance(self._metric_columns, dict)
                    else {key: key for key in self._metric_columns})
-        if not self._metrics_override:
-            inferred = [key for key in _reported_metrics(trials) if key not in metrics][:self._infer_limit]
-            metrics.update({key: key for key in inferred})
         # Ray's: only the columns a trial has a value for, and never the run's metric unless it is one of them (it
         # is in the "Current best trial" line); the run's metric was added as a column of its own until 2026-12-01
         metrics = {key: header for key, header in metrics.items()
@@ -237,11 +251,30 @@ class TuneReporterBase(ProgressReporter):
         if self._parameters_override:
             parameters = (dict(self._parameter_columns) if isinstance(self._parameter_columns, dict)
                           else {key: key for key in self._parameter_columns})
-        else:  # the parameters that differ between trials (Ray shows the sampled ones)
-            flat = [flatten_dict(t.config) for t in trials]
-            keys = sorted({k for config in flat for k in config})
-            parameters = {k: k for k in keys if len({repr(config.get(k)) for config in flat}) > 1}
+        else:  # Ray's: the values the search drew for the trials (the config keys whose values differed between the
+            # trials until 2026-12-01, so one trial, or a value drawn the same for all, had no column)
+            keys = sorted({key for t in trials for key in (getattr(t, "evaluated_params", None) or {})})
+            parameters = {key: key for key in keys}
         return metrics, parameters
+
+    def _infer(self, trials: Sequence[Any]) -> dict[str, str]:
+        """The metrics inferred from the trials' last results, as Ray's reporter infers them: top-level keys (a
+        nested one was inferred as ``eval/acc`` until 2026-12-01: give it in ``metric_columns``), none of Ray's
+        default or automatic ones, with a value of Ray's summary types (:data:`INFERRED_TYPES`, None too, so a
+        ``None`` takes a place, and its column shows once a trial has a value), in the order the trials report
+        them, up to ``infer_limit``; once that many are found they are kept (a later report infers no other).
+        Until 2026-12-01 the first ``infer_limit`` numbers of each report were inferred anew, none being None
+        (h206's ``matrix.py`` cases ``infer None takes a slot``, ``sticky inference``)."""
+        if len(self._inferred) >= self._infer_limit:
+            return self._inferred
+        self._inferred = {}
+        for trial in trials:
+            for key, value in (trial.last_result or {}).items():
+                if key not in DEFAULT_COLUMNS and key not in AUTO_FILLED and type(value) in INFERRED_TYPES:
+                    self._inferred[key] = key
+                if len(self._inferred) >= self._infer_limit:
+                    return self._inferred
+        return self._inferred
 
     def _trial_table(self, trials: Sequence[Any], done: bool = False) -> str:
         metrics, parameters = self._columns(trials)
@@ -258,12 +291,13 @@ class TuneReporterBase(ProgressReporter):
         ordered = sorted(trials, key=order)
         cut = bool(self._max_progress_rows) and not done and len(ordered) > self._max_progress_rows
         shown = _fair_rows(ordered, self._max_progress_rows) if cut else ordered
-        header = ["Trial name", "status", *[_cut(h, self._max_column_length) for h in parameters.values()],
-                  *[_cut(h, self._max_column_length) for h in metrics.values()]]
+        length = self._max_column_length
+        header = ["Trial name", "status", *[_wrapped_header(h, length) for h in parameters.values()],
+                  *[_wrapped_header(h, length) for h in metrics.values()]]
         values = []
         for trial in shown:
-            values.append([*[_lookup(trial.config, k) for k in parameters],
-                           *[_lookup(trial.last_result, k) for k in metrics]])
+            values.append([*[_short_cell(_lookup(trial.config, k), length) for k in parameters],
+                           *[_short_cell(_lookup(trial.last_result, k), length) for k in metrics]])
         # (each column in one format, as Ray's table formats a column: not 1.2346e+06 beside 1234567.5)
         columns = [_column([row[i] for row in values]) for i in range(len(parameters) + len(metrics))]
         cells = list(zip(*columns, strict=True)) if columns else [() for _ in shown]
@@ -302,11 +336,11 @@ class CLIReporter(TuneReporterBase):
 
     Args:
         metric_columns: Result keys to show (a dict gives each a header); default: Ray's, plus inferred metrics.
-        parameter_columns: Config keys to show (``"a/b"`` for nested ones); default: those that differ.
+        parameter_columns: Config keys to show (``"a/b"`` for nested ones); default: those the search drew.
         total_samples: Trials the run will have (shown as ``n/total``).
         max_progress_rows: Most trial rows (running trials first).
         max_error_rows: Most rows of the error table.
-        max_column_length: Longest header.
+        max_column_length: Widest header line and longest text cell (0: no limit).
         max_report_frequency: Seconds between reports.
         infer_limit: Most metrics inferred when ``metric_columns`` is None.
         print_intermediate_tables: False: only the header lines until the end.
@@ -433,18 +467,6 @@ def _lookup(mapping: Mapping[str, Any] | None, key: str) -> Any:
     return lookup_metric(mapping or {}, key)
 
 
-def _reported_metrics(trials: Sequence[Any]) -> list[str]:
-    """Numeric result keys the trials report themselves, in the order first seen: top-level ones only, as Ray infers
-    them (a nested metric, ``{"eval": {"acc": ...}}``, was inferred as ``eval/acc`` until 2026-12-01; Ray's
-    reporter infers none: give it in ``metric_columns``)."""
-    keys: dict[str, None] = {}
-    for trial in trials:
-        for key, value in (trial.last_result or {}).items():
-            if key not in AUTO_FILLED and _is_number(value):
-                keys.setdefault(key, None)
-    return list(keys)
-
-
 def _column(values: Sequence[Any]) -> list[str]:
     """A column of the table's cells as Ray's table (tabulate) gives it
     (:func:`~fluidsalus.progress.format_metric_column`): its numbers in one format, Ray's 6 significant digits (a
@@ -467,19 +489,55 @@ def _reads_as_number(value: Any) -> bool:
     return is_table_number(value)
 
 
-def _cut(text: str, length: int) -> str:
-    return text if not length or len(text) <= length else text[:max(length - 3, 0)] + "..."
+#: The most lines a long header is wrapped over (Ray's): past ``2 * max_column_length`` characters its start is cut.
+HEADER_LINES = 2
+#: What stands for the cut start of a long header (Ray's).
+ELLIPSIS = "..."
+#: Hex digits of the value's ``id`` that end a shortened text cell (Ray's ``_<addr>``, telling apart objects whose
+#: text starts alike).
+ADDRESS_DIGITS = 4
+
+
+def _wrapped_header(text: str, length: int) -> str:
+    """A column's header at most ``length`` characters wide, as Ray's table has it: a longer one keeps its end
+    (its start cut to ``...`` past ``HEADER_LINES * length`` characters) and is wrapped over lines of ``length``
+    (``textwrap``, as Ray's; a header with spaces may take more lines). ``length`` 0: as it is (Ray's textwrap
+    refuses a width of 0). Until 2026-12-01 a long header kept its start, cut as ``val...``."""
+    if not length or len(text) <= length:
+        return text
+    most = HEADER_LINES * length
+    if len(text) > most:
+        text = ELLIPSIS + text[len(text) - max(most - len(ELLIPSIS), 0):]
+    return "\n".join(textwrap.wrap(text, width=length)) or text
+
+
+def _short_cell(value: Any, length: int) -> Any:
+    """A parameter or metric cell's value as Ray's table has it: a number, a bool or None as it is; the text of
+    another value longer than ``length`` shortened to its first ``length - 5`` characters and ``_`` with the last
+    ``ADDRESS_DIGITS`` hex digits of the value's ``id``, as Ray's reporter shortens it (``length`` 0: never).
+    Until 2026-12-01 a long value was shown in full."""
+    if value is None or isinstance(value, numbers.Number) or not length:
+        return value
+    text = str(value)
+    if len(text) <= length:
+        return value
+    kept = max(length - 1 - ADDRESS_DIGITS, 0)
+    return f"{text[:kept]}_{hex(id(value))[-ADDRESS_DIGITS:]}"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
-    """A plain text table with a rule under the header."""
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    """A plain text table with a rule under the header; a header cell of several lines (a wrapped header) takes
+    as many lines of the header as it has."""
+    heads = [cell.split("\n") for cell in header]
+    widths = [max(len(text) for text in [*heads[i], *(row[i] for row in rows)]) for i in range(len(header))]
     rule = "+-" + "-+-".join("-" * w for w in widths) + "-+"
 
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)) + " |"
 
-    return "\n".join([rule, line(header), rule, *[line(row) for row in rows], rule])
+    depth = max((len(lines) for lines in heads), default=1)
+    head_lines = [line([lines[k] if k < len(lines) else "" for lines in heads]) for k in range(depth)]
+    return "\n".join([rule, *head_lines, rule, *[line(row) for row in rows], rule])
 
 
 def adopt_reporter(value: Any) -> Any:
