@@ -149,6 +149,103 @@ class LaneTurns(Protocol):
         """Like ``boundary`` once the trial has computed for at least the quantum; else nothing."""
 
 
+class SharedTurn:
+    """A trial's lane turn as its threads share it (wraps the host's :class:`LaneTurns` handle; pure logic).
+
+    The turn is the trial's, not a thread's: a trainable (an Optuna objective) may start threads, and several of
+    them may wait for the driver at once (``suggest_*``, ``set_user_attr``, a ``should_prune`` the driver answers),
+    or report, while others compute. The host's handle knows one holder per trial, so each thread stepping away
+    and back on its own lost the turn: the first thread back from the driver took the turn again, and each next
+    one found the trial holding it and waited for ever for a grant (h205's F4). Here:
+
+    - :meth:`release` (a thread steps away: a driver call, a pause at the budget, a verdict) gives the turn up when
+      the first thread steps away; one stepping away while others are away only counts (``verdict`` still tells
+      the host, which holds a prefetched neighbour through a verdict wait);
+    - :meth:`acquire` (the thread is back) returns once the trial holds its turn again: the last thread back
+      takes it, once, for all; one back before the last waits for it, as a lone thread waits for its turn after
+      its call, so no thread of the trial computes outside its turn past the calls in flight;
+    - :meth:`boundary` and :meth:`step` (a ``report()``, a ``fluidsalus.step()``) first wait until the trial holds
+      its turn (another thread may be away), as a boundary waited for the turn before;
+    - :meth:`leave` (a thread that stepped away ends there: the verdict stopped the trial at its pause) counts it
+      back without taking the turn, which the next thread that needs it takes.
+
+    One lock makes the host's turn operations of the trial one at a time, held through them (an ``acquire`` or a
+    boundary waits for a neighbour's turn under it): a thread that steps away while another takes the turn back
+    gives it up only once that one has it (before, its release took the trial off the lane's ready list and the
+    other waited for a grant that never came). No host operation waits for another thread of the same trial, so
+    holding it there waits for nothing of this trial. One thread's calls cost one uncontended lock more each.
+    """
+
+    def __init__(self, turns: LaneTurns) -> None:
+        self._turns = turns
+        self._lock = threading.Lock()
+        self._back = threading.Condition(self._lock)  # notified when the turn is taken back or a thread leaves
+        self._held = True  # the trial holds its lane's turn (its trainable starts in its first turn)
+        self._away = 0  # threads that stepped away (release) and are not back yet (acquire, leave)
+        self._waiting = 0  # threads back before the last one, waiting for the turn (none: nothing to notify)
+
+    @property
+    def away(self) -> int:
+        """How many threads of the trial are away from its turn now (in a driver call, paused)."""
+        return self._away
+
+    @property
+    def held(self) -> bool:
+        """Whether the trial holds its lane's turn now (as far as its threads have given it up and taken it)."""
+        return self._held
+
+    def release(self, verdict: bool = False) -> None:
+        """This thread steps away (see :meth:`LaneTurns.release`); the first one away gives the turn up."""
+        with self._lock:
+            self._away += 1
+            if self._held or verdict:  # (not held: another thread is away; the host only notes the verdict)
+                self._held = False
+                self._turns.release(verdict)
+
+    def acquire(self) -> None:
+        """This thread is back: return once the trial holds its turn (the last thread back takes it)."""
+        with self._lock:
+            self._away -= 1
+            if not self._held:
+                self._wait_held_locked()
+
+    def leave(self) -> None:
+        """This thread stepped away and ends the trial there (a stop at its pause or verdict), without the turn."""
+        with self._lock:
+            self._away -= 1
+            if self._waiting:
+                self._back.notify_all()  # a thread waiting for the last one back takes the turn itself now
+
+    def boundary(self, may_switch: bool = True) -> None:
+        """An iteration boundary of this thread (see :meth:`LaneTurns.boundary`), once the trial holds its turn."""
+        with self._lock:
+            if not self._held:
+                self._wait_held_locked()
+            self._turns.boundary(may_switch)
+
+    def step(self) -> None:
+        """Like :meth:`boundary` for :meth:`LaneTurns.step`."""
+        with self._lock:
+            if not self._held:
+                self._wait_held_locked()
+            self._turns.step()
+
+    def _wait_held_locked(self) -> None:
+        """Under the lock: wait until the trial holds its turn, taking it back here once no thread is away."""
+        while not self._held:
+            if self._away > 0:
+                self._waiting += 1
+                try:
+                    self._back.wait()
+                finally:
+                    self._waiting -= 1
+                continue
+            self._turns.acquire()
+            self._held = True
+            if self._waiting:
+                self._back.notify_all()
+
+
 #: Decisions the ranks of a data-parallel trial agree on at each ``report()`` (see :class:`RankSync`). VERDICT: the
 #: result waits for the driver's verdict on it (``verdict_from``), which rank 0 asks for and then passes on as
 #: after a pause (go or stop), so that every rank stops at that result.
@@ -514,7 +611,8 @@ class TrialSession:
         #: the lock that makes that check and :meth:`resume`'s new budget one step each.
         self._pausing = False
         self._pause_lock = threading.Lock()
-        self._turns = turns
+        #: The trial's lane turn as its threads share it (None: the trial never waits for a turn).
+        self._turns = SharedTurn(turns) if turns is not None else None
         #: ``caller(method, args, label)``: sends a call to the driver and waits for its answer (``label``: what
         #: the device's goodput record names the wait by, None for ``method``; :meth:`call`).
         self._caller: Callable[[str, tuple[Any, ...], str | None], Any] | None = None
@@ -755,7 +853,13 @@ class TrialSession:
             if self._turns is not None:
                 self._turns.release()
             unsaved, self._unsaved_pause = self._unsaved_pause, None
-            if self._wait_resume():
+            stops = True
+            try:
+                stops = self._wait_resume()
+            finally:
+                if stops and self._turns is not None:
+                    self._turns.leave()  # it ends here, without its turn back (its other threads may take it)
+            if stops:
                 if unsaved is not None and not self.no_verdict:
                     raise unsaved  # ended at this pause: the save at its end is not implemented, as Ray's fails
                 raise self._stop()
@@ -791,7 +895,13 @@ class TrialSession:
         if self.ranks is not None and not self.ranks.leader:
             if self._turns is not None:
                 self._turns.release(verdict=True)  # (held through in a run's tail as rank 0's: hold_pauses)
-            if self.ranks.at_resume(self.iteration, False, self.stop_requested) == STOP:
+            stops = True
+            try:
+                stops = self.ranks.at_resume(self.iteration, False, self.stop_requested) == STOP
+            finally:
+                if stops and self._turns is not None:
+                    self._turns.leave()  # it ends here, without its turn back (see report's pause)
+            if stops:
                 return True
             if self._turns is not None:
                 self._turns.acquire()
@@ -833,7 +943,8 @@ class TrialSession:
             return self._caller(method, args, label)
         # Waiting for the driver computes nothing: the lane's turn goes to a ready neighbour meanwhile, as when
         # paused at a budget, and comes back once the answer is here (an Optuna objective asks the driver at
-        # every step, so its lane would otherwise idle for a round trip per step).
+        # every step, so its lane would otherwise idle for a round trip per step). Threads of the trial may be in
+        # calls at once: the first gives the turn up, the last back takes it again (SharedTurn).
         self._turns.release(verdict)
         self._switch_owed = False
         away = time.time()

@@ -1637,6 +1637,115 @@ def test_a_thread_that_reports_after_its_trial_ended_gets_a_clear_error_and_the_
                       "function had returned). Join the threads a trainable starts before it returns."]
 
 
+def _threads_of_the_trial(target, n: int, stuck: list[str]) -> None:
+    """Run ``target(k)`` in ``n`` threads of the trial at once, join each with a timeout, and note the stuck."""
+    threads = [threading.Thread(target=target, args=(k,), name=f"worker{k}", daemon=True) for k in range(n)]
+    for thread in threads:
+        thread.start()
+    deadline = time.time() + WAIT_S / 2
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.time()))
+    stuck.extend(thread.name for thread in threads if thread.is_alive())
+
+
+def _neighbour_reports_until(released: threading.Event) -> None:
+    i = 0
+    while not released.is_set():
+        time.sleep(0.002)
+        fluidsalus.report({"i": i})
+        i += 1
+
+
+@pytest.mark.parametrize("neighbour", [False, True], ids=["alone", "time_slicing"])
+def test_threads_of_a_trial_wait_for_the_driver_at_once_and_all_get_their_answers_in_any_order(tmp_path, neighbour):
+    """Threads of one trial in driver calls at once (an Optuna objective's threads that suggest or set user
+    attributes): the first gives the lane's turn up, the last one back takes it again, and every call returns,
+    answered in any order, with the trial alone in its lane or time-slicing it. Before, one turn per trial and a
+    take-back per call: each thread back after the first found the trial holding the turn and waited for ever for
+    a grant (h205's F4)."""
+    stuck: list[str] = []
+    released = threading.Event()
+
+    def f(config):
+        if config["role"] == "neighbour":
+            _neighbour_reports_until(released)
+            return
+        answers = {}
+
+        def ask(k):
+            answers[k] = fluidsalus.session.call_driver("ask", k)
+
+        _threads_of_the_trial(ask, 4, stuck)
+        fluidsalus.report({"answers": sorted(answers.items())})
+
+    host = DeviceHost(f, _settings(max_lanes=1))  # one lane: with a neighbour, the two trials take turns in it
+    host.submit([_spec(tmp_path, 0, role="caller")] + ([_spec(tmp_path, 1, role="neighbour")] if neighbour else []))
+    events, calls, deadline = [], [], time.time() + WAIT_S
+    while len(calls) < 4:  # all four threads are away at once before any answer
+        assert time.time() < deadline, f"timed out; events so far: {events}"
+        for e in host.poll(0.05):
+            events.append(e)
+            calls += [e] if e[0] == "call" else []
+    for call in reversed(calls):  # answered in another order than asked
+        host.answer(call[4], call[6][0] * 10)
+        time.sleep(0.01)
+    released.set()
+    events += _drain(host, 2 if neighbour else 1)
+    assert stuck == []
+    assert [e[4]["answers"] for e in events if e[0] == EV_RESULT and e[1] == "t0"] == [[(k, k * 10) for k in range(4)]]
+    assert {e[4] for e in events if e[0] == EV_END} == {OUT_COMPLETED}
+
+
+@pytest.mark.parametrize("callers", [False, True], ids=["all_report", "two_call_the_driver"])
+def test_threads_of_a_time_sliced_trial_report_and_call_the_driver_at_once(tmp_path, callers):
+    """A function trainable's threads that report at once (lane boundaries; ``tune.report``), or while others
+    wait for the driver, the trial time-slicing its lane with a neighbour: each boundary waits until the trial
+    holds its turn, and no thread waits for ever (Ray Tune's reports from threads each wait for the driver to take
+    their result, and all return). Before, a thread's boundary could take the trial off the lane's ready list
+    while another thread of it waited there: 2 of 4 reporting threads waited for ever."""
+    stuck: list[str] = []
+    released = threading.Event()
+
+    def f(config):
+        if config["role"] == "neighbour":
+            _neighbour_reports_until(released)
+            return
+
+        def work(k):
+            for i in range(3):
+                if callers and k % 2:
+                    fluidsalus.session.call_driver("ask", k)
+                else:
+                    time.sleep(0.001)
+                    fluidsalus.report({"k": k, "i": i})
+
+        _threads_of_the_trial(work, 4, stuck)
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    host.submit([_spec(tmp_path, 0, role="threads"), _spec(tmp_path, 1, role="neighbour")])
+    events, calls, deadline = [], [], time.time() + WAIT_S
+    try:
+        while not any(e[0] == EV_END and e[1] == "t0" for e in events):
+            assert time.time() < deadline, f"timed out; events so far: {events}"
+            for e in host.poll(0.02):
+                events.append(e)
+                calls += [(time.time(), e)] if e[0] == "call" else []
+            # Both callers wait: answered one after the other, the first one back meanwhile. A caller that waits
+            # alone (the other one, back first, waits for it) is answered too, a little later.
+            if len(calls) == 2 or (calls and time.time() - calls[0][0] > 0.05):
+                for _, call in calls:
+                    host.answer(call[4], None)
+                    time.sleep(0.02)
+                calls = []
+    finally:
+        released.set()
+    events += _drain(host, 1)
+    assert stuck == []
+    assert sorted((e[4]["k"], e[4]["i"]) for e in events if e[0] == EV_RESULT and e[1] == "t0") == [
+        (k, i) for k in ((0, 2) if callers else range(4)) for i in range(3)]
+    assert {e[4] for e in events if e[0] == EV_END} == {OUT_COMPLETED}
+
+
 def test_streams_by_handle_gives_each_cublas_handle_one_stream_for_good():
     made: list[object] = []
 

@@ -366,6 +366,59 @@ def test_should_prune_returns_what_the_pruner_returns_as_optunas_does(tmp_path):
     assert answers[1:] == ["numpy.bool"] * 2
 
 
+#: How long an objective's threads get to return before the test takes them for stuck (they take milliseconds).
+THREADS_JOIN_S = 5.0
+
+
+def _threads_call_the_trial_at_once(kind: str, n_threads: int) -> Any:
+    """An objective whose threads call the trial at once, each its own call (``kind``); it records the threads
+    still alive after ``THREADS_JOIN_S`` (h205's ``f4_threads_hang.py``)."""
+    def objective(trial: Any) -> float:
+        def work(k: int) -> None:
+            if kind == "suggest":
+                trial.suggest_float(f"p{k}", 0, 1)
+            elif kind == "user_attr":
+                trial.set_user_attr(f"k{k}", k)
+            else:  # report+prune: each thread reports its steps, then asks the pruner
+                for step in range(3):
+                    trial.report(float(k * 10 + step), k * 10 + step)
+                trial.should_prune()
+
+        threads = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(n_threads)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + THREADS_JOIN_S
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        trial.set_user_attr("stuck", sum(thread.is_alive() for thread in threads))
+        return 0.0
+
+    return objective
+
+
+@pytest.mark.parametrize(("kind", "n_threads", "sqlite"), [
+    ("suggest", 2, False), ("user_attr", 4, False), ("report+prune", 4, True)])
+def test_threads_of_an_objective_may_call_the_trial_at_once_as_in_optuna(tmp_path, kind, n_threads, sqlite):
+    """Threads of one objective that call the trial at once, with calls the driver answers (``suggest_*``,
+    ``set_user_attr``; ``should_prune`` on SQLite while reports are held): all return and the trial completes,
+    as under ``study.optimize``. Before, each thread back from the driver after the first waited for ever for its
+    lane's turn (h205's F4)."""
+    def make() -> optuna.Study:
+        url = f"sqlite:///{tmp_path}/{len(os.listdir(tmp_path))}.db" if sqlite else None
+        return optuna.create_study(storage=url, sampler=optuna.samplers.RandomSampler(seed=0))
+
+    objective = _threads_call_the_trial_at_once(kind, n_threads)
+    reference = make()
+    reference.optimize(objective, n_trials=1)
+    study = make()
+    _optimize(study, objective, tmp_path, n_trials=1)
+    for trial in (reference.trials[0], study.trials[0]):
+        assert (trial.state, trial.user_attrs["stuck"]) == (TrialState.COMPLETE, 0)
+    assert sorted(study.trials[0].params) == sorted(reference.trials[0].params)
+    assert study.trials[0].user_attrs == reference.trials[0].user_attrs
+    assert study.trials[0].intermediate_values == reference.trials[0].intermediate_values
+
+
 def _bar_descriptions(err: str) -> list[str]:
     """Optuna's bar texts ("Best trial: N. Best value: V") in the order shown, each once, and the bar's last count."""
     texts = re.findall(r"Best trial: \d+\. Best value: [^:]+", err)

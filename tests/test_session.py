@@ -5,6 +5,8 @@ from __future__ import annotations
 import fractions
 import os
 import sys
+import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import pytest
 import fluidsalus
 from fluidsalus.checkpoint import Checkpoint, persist_checkpoint, write_atomically
 from fluidsalus.errors import ConfigError, SessionError
-from fluidsalus.session import AUTO_RESULT_KEYS, StopTrial, TrialContext, TrialSession, set_session
+from fluidsalus.session import AUTO_RESULT_KEYS, SharedTurn, StopTrial, TrialContext, TrialSession, set_session
 
 
 def _session(tmp_path, **kwargs):
@@ -496,3 +498,100 @@ def test_a_checkpoint_saved_into_a_stored_checkpoints_folder_warns(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         persist_checkpoint(Checkpoint.from_directory(src), str(trial_dir), 4)  # (a folder elsewhere: no word)
+
+
+# ------------------------------------------------------------------ a trial's turn shared by its threads
+
+
+class _HostTurns:
+    """A host's turn handle that records what it was asked; ``grant`` holds an ``acquire`` until the test sets it."""
+
+    def __init__(self) -> None:
+        self.log: list[object] = []
+        self.grant = threading.Event()
+        self.grant.set()
+
+    def acquire(self) -> None:
+        self.log.append("acquire")
+        assert self.grant.wait(5.0)
+
+    def release(self, verdict: bool = False) -> None:
+        self.log.append(("release", verdict))
+
+    def boundary(self, may_switch: bool = True) -> None:
+        self.log.append("boundary")
+
+    def step(self) -> None:
+        self.log.append("step")
+
+
+def _in_thread(target) -> threading.Thread:
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread
+
+
+def _still_waits(thread: threading.Thread) -> bool:
+    thread.join(0.2)
+    return thread.is_alive()
+
+
+def test_threads_away_at_once_give_the_turn_up_once_and_the_last_one_back_takes_it_for_all():
+    """Threads of one trial in driver calls at once (h205's F4): the host sees one release and one acquire, and a
+    thread back before the last waits for the turn as a lone thread waits for it after its call."""
+    host = _HostTurns()
+    turn = SharedTurn(host)
+    turn.release()
+    turn.release(verdict=True)  # the second one away only tells the host that it waits for a verdict
+    turn.release()
+    first_back = _in_thread(turn.acquire)
+    assert _still_waits(first_back)
+    second_back = _in_thread(turn.acquire)
+    assert _still_waits(second_back) and turn.away == 1 and not turn.held
+    turn.acquire()  # the last one back takes the turn, for all
+    first_back.join(5.0)
+    second_back.join(5.0)
+    assert not first_back.is_alive() and not second_back.is_alive()
+    assert host.log == [("release", False), ("release", True), "acquire"]
+    assert turn.held and turn.away == 0
+
+
+def test_a_thread_stepping_away_while_another_takes_the_turn_back_gives_it_up_after_that():
+    """A call that begins while the last thread back waits for the turn waits for that, then gives the turn up
+    again (giving it up before would take the trial off the lane's ready list: the taker would wait for ever)."""
+    host = _HostTurns()
+    turn = SharedTurn(host)
+    turn.release()
+    host.grant.clear()  # the lane's turn is a neighbour's for a while
+    taker = _in_thread(turn.acquire)
+    deadline = time.time() + 5.0
+    while "acquire" not in host.log:
+        assert time.time() < deadline
+        time.sleep(0.01)
+    leaving = _in_thread(turn.release)
+    assert _still_waits(leaving) and host.log == [("release", False), "acquire"]
+    host.grant.set()
+    taker.join(5.0)
+    leaving.join(5.0)
+    assert not taker.is_alive() and not leaving.is_alive()
+    assert host.log == [("release", False), "acquire", ("release", False)] and turn.away == 1
+    turn.acquire()
+    assert host.log[-1] == "acquire" and turn.held
+
+
+def test_a_boundary_waits_for_the_threads_away_and_one_that_leaves_lets_another_take_the_turn():
+    """A report (boundary) or step of one thread while another waits for the driver waits until the trial holds
+    its turn again; a thread stopped where it was away (a pause the verdict ends) leaves without the turn, and the
+    next thread that needs it takes it."""
+    host = _HostTurns()
+    turn = SharedTurn(host)
+    turn.release()
+    at_boundary = _in_thread(turn.boundary)
+    at_step = _in_thread(turn.step)
+    assert _still_waits(at_boundary) and _still_waits(at_step) and host.log == [("release", False)]
+    turn.leave()  # stopped while away: it takes nothing back
+    at_boundary.join(5.0)
+    at_step.join(5.0)
+    assert not at_boundary.is_alive() and not at_step.is_alive()
+    assert host.log[:2] == [("release", False), "acquire"] and sorted(map(str, host.log[2:])) == ["boundary", "step"]
+    assert turn.held and turn.away == 0
