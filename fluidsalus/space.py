@@ -19,11 +19,13 @@ semantics of Ray's ``BasicVariantGenerator``:
   ``numpy.random.default_rng(seed)``. The random draws are made with the same NumPy calls and in the same
   order as Ray's, so for a given seed the configurations equal those of Ray's ``generate_variants`` with
   ``random_state=numpy.random.default_rng(seed)``;
-* :func:`sample_from` functions run after the other values of their variant, in repeated passes until
-  every function whose inputs are known has run. A function is called as ``func(spec)``, where ``spec``
+* :func:`sample_from` functions run once the rest of their variant is drawn (the domains inside grid values
+  and ``choice`` categories too), as Ray's Tuner computes them on each trial's configuration, in repeated
+  passes until every function whose inputs are known has run (one that reads another's value waits for it).
+  A function is called as Ray 2.60's Tuner calls it: ``func(config)``, the variant as a dict (item access,
+  ``config["a"]``); if that raises ``KeyError`` or ``AttributeError``, as ``func(spec)``, where ``spec``
   gives the variant under ``config`` with attribute or item access (``spec.config.a`` or
-  ``spec["config"]["a"]``); if that raises ``KeyError`` or ``AttributeError`` it is called again as
-  ``func(config)`` so that ``lambda config: config["a"]`` works too;
+  ``spec["config"]["a"]``), logging :data:`SPEC_DEPRECATED`; a function of no argument as ``func()``;
 * values that come out of a grid, a ``choice`` or a ``sample_from`` and hold further domains or grids are
   resolved in turn (Ray does the same);
 * constants are deep-copied into each variant; sampled values are plain Python objects (``float``,
@@ -106,7 +108,7 @@ DEFAULT_LOG_BASE = 10
 #: ``lograndint``, ``qlograndint``) or builder (``Float.loguniform``, ``Integer.loguniform``), at construction.
 BASE_DEPRECATED = "The `base` argument is deprecated. Please remove it as it is not actually needed in this method."
 #: Ray 2.60's warning, logged at WARNING for each value drawn, where a :func:`sample_from` function works only on the
-#: spec (``spec.config.a``), not on the config itself.
+#: spec (``spec.config.a``), not on the config itself (``func(config)`` raised ``KeyError`` or ``AttributeError``).
 SPEC_DEPRECATED = ("sample_from functions that take a spec dict are deprecated. Please update your function to work "
                    "with the config dict directly.")
 #: Key under which :func:`sample_from` functions find the variant in their ``spec`` argument.
@@ -206,7 +208,7 @@ def to_python(value: Any) -> Any:
     """Turn NumPy scalars into Python objects and spec views into plain dicts (configurations are JSON-stored)."""
     if isinstance(value, np.generic):
         return value.item()
-    if isinstance(value, _SpecView):
+    if isinstance(value, _ConfigView):
         return {key: to_python(item) for key, item in dict.items(value)}
     return value
 
@@ -275,7 +277,8 @@ class Domain:
         """Draw ``size`` values (Ray's ``Domain.sample``).
 
         Args:
-            config: The configuration a :class:`Function` reads (``spec.config``); the others ignore it.
+            config: The configuration a :class:`Function` is called with (and its spec's ``config``); the
+                others ignore it.
             size: How many values.
             random_state: None (NumPy's global random state), an int seed, a ``Generator`` or a ``RandomState``.
 
@@ -564,11 +567,13 @@ class Categorical(Domain):
 class Function(Domain):
     """A value computed by ``func`` (:func:`sample_from`).
 
-    ``func`` takes no argument or one, the ``spec``: the variant under ``"config"`` with attribute and item
-    access (``spec.config.a``, ``spec["config"]["a"]``). If ``func(spec)`` raises ``KeyError`` or
-    ``AttributeError`` it is called again with the config itself, so ``lambda config: config["a"]`` works. A
-    function that works on the spec only (it reads ``spec.config``) is deprecated in Ray 2.60, which logs
-    :data:`SPEC_DEPRECATED` at WARNING for each value drawn; so does fluidsalus (logger ``fluidsalus.space``).
+    ``func`` takes no argument (it is called as ``func()``) or one. As Ray 2.60's Tuner (``Function`` on the
+    placeholders it resolves on each trial), it is called with the configuration first, a dict with item access
+    (``lambda config: config["a"]``, ``config.get("a", 0)``; no attribute access, as Ray's plain dict has none),
+    and, if that raises ``KeyError`` or ``AttributeError``, again with the ``spec``: the configuration under
+    ``"config"`` with attribute and item access (``spec.config.a``, ``spec["config"]["a"]``). A function that works
+    on the spec only is deprecated in Ray 2.60, which logs :data:`SPEC_DEPRECATED` at WARNING each time it falls
+    back to the spec; so does fluidsalus (logger ``fluidsalus.space``).
 
     Args:
         func: The callable.
@@ -600,50 +605,35 @@ class Function(Domain):
                 self.pass_spec = False
         self._call = call
 
-    def draw(self, rng: np.random.Generator, spec: Mapping[str, Any] | None = None,
-             config_first: bool = False) -> Any:
+    def draw(self, rng: np.random.Generator, spec: Mapping[str, Any] | None = None) -> Any:
         """Call ``func`` (see the class docstring) and return its value with NumPy scalars made plain.
 
-        With ``config_first`` it is called as ``func(config)`` first and as ``func(spec)`` if that raises
-        ``KeyError`` or ``AttributeError``: Ray's order when its Tuner resolves a placeholder on a search
-        algorithm's suggestion (``_CallSampler`` given the config), so ``lambda c: c.get("x", 0)`` reads ``x``.
+        Args:
+            rng: Unused (a function draws from what it likes); kept for :meth:`Domain.draw`'s signature.
+            spec: ``{"config": config}``, the configuration being built (an empty one where None or without
+                ``"config"``).
 
         Raises:
-            Exception: Whatever ``func`` raises. A read of a value that is not resolved yet raises a
-                :class:`~fluidsalus.errors.SpaceError`.
+            SpaceError: ``func(config)`` and ``func(spec)`` both raised ``KeyError`` or ``AttributeError`` (the
+                message gives both). A read of a value that is not resolved yet raises a private subclass.
+            Exception: Whatever else ``func`` raises.
         """
         if not self.pass_spec:
             return to_python(self.func())
-        if isinstance(spec, _SpecView):
-            view = spec
-        else:
-            view = _SpecView(spec if spec is not None else {_SPEC_CONFIG_KEY: {}}, None)
-        if config_first and _SPEC_CONFIG_KEY in view:
-            try:
-                return to_python(self.func(view[_SPEC_CONFIG_KEY]))
-            except _UnresolvedDependency:
-                raise
-            except (KeyError, AttributeError):
-                value = to_python(self.func(view))
-                logger.warning(SPEC_DEPRECATED)  # (Ray's, where only the spec works)
-                return value
+        config = spec.get(_SPEC_CONFIG_KEY) if isinstance(spec, Mapping) else None
+        variant: Mapping[Any, Any] = config if isinstance(config, Mapping) else {}
         try:
-            view.__dict__["_fluidsalus_config_read"] = False
-            value = to_python(self.func(view))
-            if view.__dict__["_fluidsalus_config_read"]:
-                # (it read spec.config: a function on the spec, which Ray, trying the config first, warns of)
-                logger.warning(SPEC_DEPRECATED)
-            return value
-        except (KeyError, AttributeError) as spec_error:
-            if _SPEC_CONFIG_KEY not in view:
-                raise
+            return to_python(self.func(_ConfigView(variant, ())))
+        except (KeyError, AttributeError) as config_error:
             try:
-                return to_python(self.func(view[_SPEC_CONFIG_KEY]))
-            except (KeyError, AttributeError) as config_error:
+                value = to_python(self.func(_SpecView({_SPEC_CONFIG_KEY: variant}, None)))
+            except (KeyError, AttributeError) as spec_error:
                 raise SpaceError(
-                    f"func(spec) raised {type(spec_error).__name__}: {spec_error}; "
-                    f"func(config) raised {type(config_error).__name__}: {config_error}"
-                ) from config_error
+                    f"func(config) raised {type(config_error).__name__}: {config_error}; "
+                    f"func(spec) raised {type(spec_error).__name__}: {spec_error}"
+                ) from spec_error
+        logger.warning(SPEC_DEPRECATED)  # (Ray's, where the function works on the spec only)
+        return value
 
     def is_function(self) -> bool:
         """Ray's: a :func:`sample_from` is a function."""
@@ -661,16 +651,16 @@ class _UnresolvedDependency(SpaceError):
         self.path = path
 
 
-class _SpecView(dict):  # type: ignore[type-arg]
-    """A dict whose items are also attributes; reading a value that is still a domain or a grid raises
+class _ConfigView(dict):  # type: ignore[type-arg]
+    """The configuration being built, as a ``sample_from`` function is given it first: a dict (without attribute
+    access, as Ray's plain dict has none); reading a value that is still a domain or a grid raises
     :class:`_UnresolvedDependency`, so that the caller can retry once it is resolved.
     """
 
     def __init__(self, data: Mapping[Any, Any], path: Path | None) -> None:
         super().__init__(data)
-        # None marks the spec root, whose "config" child is the root of the parameter paths.
+        # None marks the spec root (a _SpecView), whose "config" child is the root of the parameter paths.
         self.__dict__["_fluidsalus_path"] = path
-        self.__dict__["_fluidsalus_config_read"] = False
 
     def _child_path(self, key: Any) -> Path:
         path = self.__dict__["_fluidsalus_path"]
@@ -678,13 +668,20 @@ class _SpecView(dict):  # type: ignore[type-arg]
 
     def __getitem__(self, key: Any) -> Any:
         value = dict.__getitem__(self, key)
-        if key == _SPEC_CONFIG_KEY and self.__dict__["_fluidsalus_path"] is None:
-            self.__dict__["_fluidsalus_config_read"] = True  # (the spec's config was read: see Function.draw)
         if isinstance(value, Domain) or _is_grid(value):
             raise _UnresolvedDependency(self._child_path(key))
         if isinstance(value, dict):
-            return _SpecView(value, self._child_path(key))
+            return type(self)(value, self._child_path(key))
         return value
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+
+class _SpecView(_ConfigView):
+    """Ray's spec, ``{"config": config}``, as a ``sample_from`` function is given it when the configuration
+    failed: items are also attributes (``spec.config.a``), at every level, as in Ray's ``_UnresolvedAccessGuard``.
+    """
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -695,9 +692,6 @@ class _SpecView(dict):  # type: ignore[type-arg]
             path = self.__dict__["_fluidsalus_path"]
             where = "the spec" if path is None else f"'{_path_text((_SPEC_CONFIG_KEY, *path))}'"
             raise AttributeError(f"{where} has no key {name!r}") from None
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        return self[key] if key in self else default
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -887,9 +881,10 @@ def sample_from(func: Callable[..., Any]) -> Function:
     """Compute a value with ``func``, for example from other values of the same configuration.
 
     Args:
-        func: Called as ``func(spec)`` with ``spec.config`` the configuration being built (``spec.config.a``
-            or ``spec["config"]["a"]``), or as ``func(config)`` when the first call raises ``KeyError`` or
-            ``AttributeError``, or as ``func()`` when it takes no argument.
+        func: Called as Ray 2.60's Tuner calls it: ``func(config)`` with the configuration being built (a dict,
+            ``config["a"]``), or as ``func(spec)`` with ``spec.config`` the configuration (``spec.config.a`` or
+            ``spec["config"]["a"]``) when the first call raises ``KeyError`` or ``AttributeError`` (logging
+            :data:`SPEC_DEPRECATED`), or as ``func()`` when it takes no argument.
 
     Returns:
         A :class:`Function` domain.
@@ -1091,13 +1086,6 @@ def _rebuild_tuple(original: tuple[Any, ...], items: list[Any]) -> tuple[Any, ..
     return make(items) if callable(make) else tuple(items)
 
 
-def _get_path(container: Any, path: Path) -> Any:
-    """The value at ``path`` below ``container``."""
-    for key in path:
-        container = container[key]
-    return container
-
-
 def _set_path(container: Any, path: Path, value: Any) -> Any:
     """Set ``value`` at ``path`` below ``container``; tuples on the way are rebuilt. Returns the container."""
     key = path[0]
@@ -1147,7 +1135,7 @@ def with_placeholders(config: Mapping[str, Any], functions: list[tuple[Path, Fun
 def put_functions_back(config: Mapping[str, Any], functions: list[tuple[Path, Function]],
                        rng: np.random.Generator) -> dict[str, Any]:
     """A configuration a search algorithm suggested over a :func:`take_functions` space, with each function computed
-    where its placeholder is (``spec.config`` is the configuration; functions may read each other, in any order).
+    where its placeholder is (called as :class:`Function` says; functions may read each other, in any order).
 
     Args:
         config: The suggested configuration.
@@ -1163,7 +1151,7 @@ def put_functions_back(config: Mapping[str, Any], functions: list[tuple[Path, Fu
     variant = copy.deepcopy(dict(config))
     for path, function in functions:
         variant = _set_path(variant, path, function)
-    _resolve_functions(variant, list(functions), rng, config_first=True)
+    _resolve_functions(variant, list(functions), rng)
     return variant
 
 
@@ -1173,10 +1161,8 @@ def _grid_points(grids: list[tuple[Path, list[Any]]]) -> Iterator[tuple[Any, ...
         yield reversed_point[::-1]
 
 
-def _resolve_functions(
-    variant: dict[str, Any], functions: list[tuple[Path, Function]], rng: np.random.Generator,
-    config_first: bool = False,
-) -> bool:
+def _resolve_functions(variant: dict[str, Any], functions: list[tuple[Path, Function]],
+                       rng: np.random.Generator) -> bool:
     """Run the ``sample_from`` functions of one variant in passes until all have run.
 
     Returns:
@@ -1190,9 +1176,8 @@ def _resolve_functions(
         waiting: list[tuple[Path, Function]] = []
         blocked_on: dict[Path, Path] = {}
         for path, function in pending:
-            spec = _SpecView({_SPEC_CONFIG_KEY: variant}, None)
             try:
-                value = function.draw(rng, spec, config_first=config_first)
+                value = function.draw(rng, {_SPEC_CONFIG_KEY: variant})
             except _UnresolvedDependency as exc:
                 waiting.append((path, function))
                 blocked_on[path] = exc.path
@@ -1200,7 +1185,7 @@ def _resolve_functions(
             except Exception as exc:
                 raise SpaceError(
                     f"parameter '{_path_text(path)}': {function!r} raised {type(exc).__name__}: {exc} "
-                    "(func is called as func(spec) with spec.config the configuration, and as func(config) "
+                    "(func is called as func(config), and as func(spec) with spec.config the configuration "
                     "if that raises KeyError or AttributeError)"
                 ) from exc
             _set_path(variant, path, value)
@@ -1223,8 +1208,10 @@ def _expand(config: dict[str, Any], rng: np.random.Generator, depth: int = 0,
             constant_grid_search: bool = False) -> Iterator[dict[str, Any]]:
     """Yield the resolved variants of ``config`` (one Ray ``_generate_variants_internal`` level).
 
-    With ``constant_grid_search`` the random domains (and the ``sample_from`` functions that do not read a grid
-    value) are drawn once, before the grid, and every grid point shares them; the rest resolve per grid point.
+    The ``sample_from`` functions wait until nothing else is left to resolve, then run on the otherwise complete
+    configuration, as Ray's Tuner computes them on each trial's configuration (its search algorithm, Ray's random
+    search too, sees a placeholder in their place). So with ``constant_grid_search``, where the random domains are
+    drawn once, before the grid, and every grid point shares them, the functions still run for each grid point.
     """
     grids: list[tuple[Path, list[Any]]] = []
     domains: list[tuple[Path, Domain]] = []
@@ -1239,23 +1226,24 @@ def _expand(config: dict[str, Any], rng: np.random.Generator, depth: int = 0,
             f"domains forever?) at: {paths}"
         )
     grids.sort(key=lambda item: item[0])
-    functions = [(path, domain) for path, domain in domains if isinstance(domain, Function)]
     random_domains = [(path, domain) for path, domain in domains if not isinstance(domain, Function)]
+    if not grids and not random_domains:  # only functions are left: their turn
+        functions = [(path, domain) for path, domain in domains if isinstance(domain, Function)]
+        variant = copy.deepcopy(config)
+        _resolve_functions(variant, functions, rng)  # (one reading another's value waits for it)
+        yield from _expand(variant, rng, depth + 1, constant_grid_search)
+        return
     if constant_grid_search and grids:  # drawn once for every grid point (Ray's constant_grid_search)
         config = copy.deepcopy(config)
         for path, domain in random_domains:
             _set_path(config, path, domain.draw(rng))
-        _resolve_functions(config, functions, rng)  # those that read a grid value wait for the grid point
         random_domains = []
-        functions = [(path, function) for path, function in functions
-                     if isinstance(_get_path(config, path), Function)]
     for point in _grid_points(grids):
         variant = copy.deepcopy(config)
         for (path, _), value in zip(grids, point, strict=True):
             _set_path(variant, path, to_python(copy.deepcopy(value)))
         for path, domain in random_domains:
             _set_path(variant, path, domain.draw(rng))
-        _resolve_functions(variant, functions, rng)
         yield from _expand(variant, rng, depth + 1, constant_grid_search)
 
 
@@ -1281,8 +1269,8 @@ def iter_variants(
         num_samples: Repetitions of the grid, ``>= 1``, or ``-1`` for an endless stream.
         seed: Seed of the ``numpy.random.default_rng`` that draws every value; ``None`` for fresh entropy.
         constant_grid_search: Draw the random values once per sample and keep them for every grid point
-            (Ray's ``BasicVariantGenerator(constant_grid_search=True)``); a ``sample_from`` that reads a grid
-            value is still called per grid point.
+            (Ray's ``BasicVariantGenerator(constant_grid_search=True)``); the ``sample_from`` functions are
+            still called at every grid point, as Ray's Tuner computes them on each trial.
 
     Returns:
         An iterator of fully resolved configurations (new dicts; constants are deep-copied).

@@ -352,10 +352,74 @@ def test_a_sample_from_function_on_the_spec_logs_rays_deprecation_warning_for_ea
     assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records] == \
         [("fluidsalus.space", "WARNING", SPEC_DEPRECATED)] * 6  # b and c, in each of the 3 configs
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="fluidsalus.space"):  # on a suggestion: the config is tried first
-        assert space["b"].draw(np.random.default_rng(0), {"config": {"a": 3}}, config_first=True) == 6
-        assert space["d"].draw(np.random.default_rng(0), {"config": {"a": 3}}, config_first=True) == 3
+    with caplog.at_level(logging.WARNING, logger="fluidsalus.space"):  # Ray's Function.sample: the same calls
+        assert space["b"].sample({"a": 3}) == 6
+        assert space["d"].sample({"a": 3}) == 3
     assert [r.getMessage() for r in caplog.records] == [SPEC_DEPRECATED]
+
+
+def test_a_sample_from_function_is_called_with_the_config_first_as_in_rays_tuner(caplog) -> None:
+    """Ray 2.60's Tuner calls a sample_from function with the configuration (a plain dict), and with the spec,
+    ``{"config": ...}``, only if that raises KeyError or AttributeError, logging its deprecation then
+    (``Function._CallSampler`` on the Tuner's placeholders). fluidsalus called the spec first, so a function that
+    works on both, differently, gave other values: ``c.get("x", 0) * 2`` 0 where Ray gives 2x, ``len(c)`` 1 where
+    Ray gives the number of keys, ``"config" in c`` True, and ``c.x`` ran where Ray raises (two reviews;
+    the helper's sf_side.py, Ray's Tuner, ``tune.run`` and fluidsalus side by side)."""
+    from fluidsalus.space import SPEC_DEPRECATED
+
+    space = {"x": uniform(1, 5), "y": sample_from(lambda c: c.get("x", 0) * 2), "n": sample_from(lambda c: len(c)),
+             "has": sample_from(lambda c: "config" in c), "no_arg": sample_from(lambda: 5)}
+    with caplog.at_level(logging.WARNING, logger="fluidsalus.space"):
+        configs = generate_variants(space, 3, seed=0)
+    assert [(c["y"], c["n"], c["has"], c["no_arg"]) for c in configs] == [(2 * c["x"], 5, False, 5) for c in configs]
+    assert caplog.records == []  # none fell back to the spec
+    # a key named config: c["config"] is its value, and a function on the spec (spec.config.x) falls back to the
+    # spec, whose config is the configuration, and logs, as in Ray
+    space = {"config": {"x": 1.5}, "x": uniform(1, 5), "item": sample_from(lambda c: c["config"]["x"]),
+             "spec": sample_from(lambda spec: spec.config.x)}
+    with caplog.at_level(logging.WARNING, logger="fluidsalus.space"):
+        configs = generate_variants(space, 3, seed=0)
+    assert [(c["item"], c["spec"]) for c in configs] == [(1.5, c["x"]) for c in configs]
+    assert [r.getMessage() for r in caplog.records] == [SPEC_DEPRECATED] * 3
+    # the configuration has no attributes, as Ray's plain dict has none: c.x fails both ways, as in Ray
+    with pytest.raises(SpaceError, match=r"'y'.*func\(config\) raised AttributeError.*func\(spec\) raised "
+                                         r"AttributeError: the spec has no key 'x'"):
+        generate_variants({"x": uniform(1, 5), "y": sample_from(lambda c: c.x * 2)}, 1)
+    # Ray's Function.sample(config) makes the same calls
+    assert sample_from(lambda c: c.get("x", 0) * 2).sample({"x": 3}) == 6
+
+
+def test_a_sample_from_function_runs_on_the_otherwise_complete_configuration_as_in_rays_tuner() -> None:
+    """Ray's Tuner computes the functions once the rest of the trial's configuration is drawn, the domains inside a
+    grid value or a choice's category too (whole_value.py: y == g and d == c for every trial). fluidsalus ran a
+    function before the draws of the next nesting level, so one reading such a value whole got its domains, which
+    were then drawn apart: y["x"] != g["x"]."""
+    import copy
+
+    space = {"g": grid_search([{"x": uniform(0, 1)}]), "c": choice([{"u": uniform(0, 1)}]),
+             "y": sample_from(lambda c: dict(c["g"])), "d": sample_from(lambda c: copy.deepcopy(c["c"]))}
+    for config in generate_variants(space, 5, seed=0):
+        assert config["y"] == config["g"] and config["d"] == config["c"]
+        assert isinstance(config["g"]["x"], float) and isinstance(config["c"]["u"], float)
+
+
+def test_with_constant_grid_search_each_sample_from_runs_at_every_grid_point_as_in_rays_tuner(caplog) -> None:
+    """Ray's Tuner computes each function on each trial's configuration, also with constant_grid_search=True: a
+    function of no argument gets a new value at each grid point, and two on the spec log 12 times for 2 samples x 3
+    points (sf_side.py cgs; a review's cgs.py). fluidsalus ran those that read no grid value once per sample:
+    the same value at each point, 8 logs."""
+    from fluidsalus.space import SPEC_DEPRECATED
+
+    counter = itertools.count()
+    space = {"x": grid_search([1, 2, 3]), "w": uniform(1, 5), "y": sample_from(lambda spec: spec.config.w * 2),
+             "z": sample_from(lambda spec: spec.config.x * 10), "r": sample_from(lambda: next(counter))}
+    with caplog.at_level(logging.WARNING, logger="fluidsalus.space"):
+        configs = list(iter_variants(space, 2, seed=0, constant_grid_search=True))
+    assert [c["x"] for c in configs] == [1, 2, 3, 1, 2, 3]
+    assert len({c["w"] for c in configs[:3]}) == len({c["w"] for c in configs[3:]}) == 1  # still drawn once
+    assert all(c["y"] == 2 * c["w"] and c["z"] == 10 * c["x"] for c in configs)
+    assert [c["r"] for c in configs] == list(range(6))
+    assert [r.getMessage() for r in caplog.records] == [SPEC_DEPRECATED] * 12
 
 
 def test_sample_from_resolves_in_dependency_order_whatever_the_key_order():

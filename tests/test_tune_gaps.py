@@ -1196,6 +1196,24 @@ def test_sample_from_in_a_search_algorithms_space_is_computed_on_each_suggestion
         assert [c["x"] for c in configs] == [1, 2, 3]
 
 
+@pytest.mark.parametrize("constant", [False, True])
+def test_random_search_calls_a_sample_from_function_with_the_config_first_as_rays_tuner(constant: bool) -> None:
+    """Ray 2.60's Tuner computes a sample_from on each trial's configuration, the config first, under its random
+    search too (BasicVariantGenerator sees a placeholder), and with constant_grid_search for each grid point.
+    fluidsalus's random search called the spec first: ``c.get("x", 0) * 2`` gave 0 where Ray's gave 2x, and a
+    function of no argument ran once per sample with constant_grid_search (sf_side.py, Ray's Tuner and
+    ``tune.run`` beside fluidsalus's)."""
+    drawn = iter(range(100))
+    space = {"x": tune.uniform(1, 5), "g": tune.grid_search([1, 2]), "y": tune.sample_from(lambda c: c.get("x", 0) * 2),
+             "n": tune.sample_from(lambda: next(drawn))}
+    generator = tune.search.BasicVariantGenerator(constant_grid_search=constant, random_state=1)
+    planned = plan(tune.TuneConfig(num_samples=2, search_alg=generator), space)
+    configs = [c for group in planned.searcher.next_groups() for c in group.configs]
+    assert len(configs) == 4 and all(c["y"] == 2 * c["x"] for c in configs)
+    assert sorted(c["n"] for c in configs) == [0, 1, 2, 3]
+    assert len({c["x"] for c in configs}) == (2 if constant else 4)
+
+
 def _reports_y(config: dict[str, Any]) -> None:
     tune.report({"loss": float(config["y"])})
 
