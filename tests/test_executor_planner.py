@@ -622,15 +622,8 @@ def test_an_error_the_drivers_stop_raised_as_it_unwound_the_trial_is_no_failure_
     from fluidsalus.store import ERROR, TERMINATED
     from fluidsalus.trialgroup.executor import RESTART_MOVE, _Restart
 
-    executor, store = _offline_executor(tmp_path, n_devices=2)
+    executor, store, trial = _running_on_device_0(tmp_path)
     executor.settings.max_failures = 1
-    trial = _trial("a", status=RUNNING, placed_on=(0,), devices=(1,), budget=8,
-                   checkpoint_path=str(tmp_path / "a" / "checkpoint_000004"))
-    trial.trial_dir = str(tmp_path / "a")
-    _queue(executor, store, trial)
-    executor.pending.discard("a")
-    executor.searcher.on_trial_add("a", "g", {})
-    executor._devices[0].assigned.add("a")
     if stop != "none":
         executor._stopping.add("a")
     if stop == "move":
@@ -663,14 +656,7 @@ def test_the_warning_for_an_error_a_restarts_stop_raised_names_that_restart(tmp_
     from fluidsalus.store import RESTART_WORDS
     from fluidsalus.trialgroup.executor import _Restart
 
-    executor, store = _offline_executor(tmp_path, n_devices=2)
-    trial = _trial("a", status=RUNNING, placed_on=(0,), devices=(1,), budget=8,
-                   checkpoint_path=str(tmp_path / "a" / "checkpoint_000004"))
-    trial.trial_dir = str(tmp_path / "a")
-    _queue(executor, store, trial)
-    executor.pending.discard("a")
-    executor.searcher.on_trial_add("a", "g", {})
-    executor._devices[0].assigned.add("a")
+    executor, store, trial = _running_on_device_0(tmp_path)
     executor._stopping.add("a")
     executor._restarts["a"] = _Restart(reason=reason, action=MOVE if reason == "move" else None,
                                        config={"lr": 2} if reason == "exploit" else None)
@@ -684,6 +670,20 @@ def test_the_warning_for_an_error_a_restarts_stop_raised_names_that_restart(tmp_
     assert said == [f"trial a raised as a stop to restart it ({RESTART_WORDS[reason]}) unwound it; it goes on "
                     "from a checkpoint, as a Ray Tune trial paused: RuntimeError: cleanup failed"]
     assert ("preemption" in said[0]) is (reason == "preempted") and ("exploit" in said[0]) is (reason == "exploit")
+
+
+def _running_on_device_0(tmp_path) -> tuple[Any, Any, Any]:
+    """An offline executor of two devices with trial ``a`` RUNNING on device 0 (planned on device 1 next), with a
+    checkpoint and its folder, added to its searcher: the executor, its store and the trial."""
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    trial = _trial("a", status=RUNNING, placed_on=(0,), devices=(1,), budget=8,
+                   checkpoint_path=str(tmp_path / "a" / "checkpoint_000004"))
+    trial.trial_dir = str(tmp_path / "a")
+    _queue(executor, store, trial)
+    executor.pending.discard("a")
+    executor.searcher.on_trial_add("a", "g", {})
+    executor._devices[0].assigned.add("a")
+    return executor, store, trial
 
 
 def _placed_with_lr_1(tmp_path, status: str) -> tuple[Any, Any, Any]:
