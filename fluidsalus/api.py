@@ -829,6 +829,16 @@ def _connect_locked(address: str | None) -> None:
         raise ConfigError(f"address: cannot connect to a Ray cluster at {address!r} ({e})") from None
 
 
+def ensure_ray() -> None:
+    """Start Ray as :func:`init_ray` does unless this process has initialised it (the Tune front end's start of
+    Ray), checked and started under the lock :func:`_connect` holds, so two ``Tuner.fit`` calls started at once from
+    two threads start Ray once (the second ``ray.init`` failed, "Perhaps you called ray.init twice by accident?",
+    until 2026-12-01)."""
+    with _CONNECT_LOCK:
+        if not ray.is_initialized():
+            init_ray()
+
+
 def init_ray(address: str | None = None) -> None:
     """Start (or connect to) Ray as fluidsalus does when the script has not: no dashboard, the trials' output on
     the driver's console, and the driver's logging left as it was.

@@ -184,6 +184,49 @@ def test_runs_started_at_once_from_two_threads_initialise_ray_once(monkeypatch):
     assert errors == [] and state["inits"] == 1
 
 
+def test_two_tuners_fitted_at_once_from_two_threads_initialise_ray_once(monkeypatch, tmp_path):
+    """``Tuner.fit`` checked ``ray.is_initialized()`` and called ``ray.init`` outside ``api._CONNECT_LOCK``, so two
+    fits started at once from two threads both started Ray and the second failed ("Perhaps you called ray.init
+    twice by accident?", h214's ``two_tuners.py``). The fit is stopped right after Ray's start (its entry)."""
+    import threading
+
+    from fluidsalus import api, tune
+    from fluidsalus.tune import _tuner
+
+    state = {"initialised": False, "inits": 0}
+
+    def slow_init(**kwargs):
+        time.sleep(0.2)  # Ray takes seconds: long enough for the other thread to look meanwhile
+        if state["initialised"]:
+            raise AssertionError("Perhaps you called ray.init twice by accident?")
+        state["initialised"], state["inits"] = True, state["inits"] + 1
+
+    class Started(Exception):
+        pass
+
+    def no_entry(*args, **kwargs):
+        raise Started
+
+    monkeypatch.setattr(api.ray, "is_initialized", lambda: state["initialised"])
+    monkeypatch.setattr(api.ray, "init", slow_init)
+    monkeypatch.setattr(_tuner, "make_entry", no_entry)
+    errors: list[BaseException] = []
+
+    def fit(index: int) -> None:
+        try:
+            tune.Tuner(lambda config: None, run_config=tune.RunConfig(storage_path=str(tmp_path), name=f"t{index}",
+                                                                      verbose=0)).fit()
+        except BaseException as e:  # noqa: BLE001 - collected for the assertion
+            errors.append(e)
+
+    threads = [threading.Thread(target=fit, args=(index,)) for index in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [type(e) for e in errors] == [Started, Started] and state["inits"] == 1
+
+
 def test_ray_init_gives_the_ray_loggers_handlers_back_also_when_it_fails(monkeypatch):
     """Ray 2.60's ``ray.init(configure_logging=False)`` clears the ``ray`` logger's handlers, the one ``import ray``
     set included, so no ``ray.*`` line of the run (PBT's exploit lines) was shown (h204's F3). fluidsalus keeps

@@ -259,6 +259,19 @@ def test_rows_are_shared_between_statuses_and_the_last_table_has_them_all_as_in_
     assert last.count("ValueError: no") == 2
 
 
+def test_the_columns_are_those_of_the_rows_shown_as_in_ray():
+    """The columns were those of every trial, so a metric or a drawn parameter that only the rows past
+    ``max_progress_rows`` had was a column of blanks. Ray picks them from the rows it shows (h214's ``matrix.py``
+    case ``h214 metric only on a hidden row``); the last table shows every row, so every column."""
+    trials = [_trial(0, "TERMINATED", 0.1, 0.5), _trial(1, "TERMINATED", 0.2, 0.4),
+              TrialInfo(trial_id="t2", config={"lr": 0.3, "wd": 0.1}, status="TERMINATED", trainable_name="train",
+                        last_result={"other": 1.0, "training_iteration": 1}, evaluated_params={"lr": 0.3, "wd": 0.1})]
+    reporter = CLIReporter(metric_columns=["loss", "other"], max_progress_rows=2)
+    assert _header(reporter._progress_str(trials, done=False)) == ["Trial name", "status", "lr", "loss"]
+    assert _header(reporter._progress_str(trials, done=True)) == ["Trial name", "status", "lr", "wd", "loss",
+                                                                   "other"]
+
+
 def test_empty_columns_are_rays_defaults_and_an_a_b_column_or_metric_reads_a_nested_value():
     """An empty ``metric_columns`` or ``parameter_columns`` showed no such column; Ray reads an empty one as its
     default (its default metric columns, nothing inferred; the default parameters). The best trial's line listed

@@ -54,7 +54,7 @@ from fluidsalus.api import (
     check_resume,
     check_same_run,
     end_kept_from_searcher,
-    init_ray,
+    ensure_ray,
     on_resume,
     raised_trial,
     resume_view,
@@ -840,8 +840,7 @@ class Tuner:
                                       lambda experiment: check_resume(experiment, metric=planned.metric,
                                                                       mode=planned.mode, searcher=planned.searcher,
                                                                       space=planned.space))
-        if not ray.is_initialized():
-            init_ray()
+        ensure_ray()  # (under the lock fluidsalus.run's start of Ray holds: two fits from two threads start it once)
         entry, refs = make_entry(trainable, options, log_files(run_config.log_to_file), chdir)
         self.request = entry.resources  # (tune.run's trials' placement_group_factory)
         # (a PlacementGroupFactory's later bundles: cores left to Ray for the tasks each trial starts; a function's,

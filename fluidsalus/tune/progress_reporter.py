@@ -241,7 +241,7 @@ class TuneReporterBase(ProgressReporter):
         return "\n".join(lines) + "\n"
 
     def _columns(self, trials: Sequence[Any]) -> tuple[dict[str, str], dict[str, str]]:
-        """The (key -> header) metric and parameter columns of this report."""
+        """The (key -> header) metric and parameter columns of a table of the rows of ``trials``."""
         metrics = (dict(self._metric_columns) if isinstance(self._metric_columns, dict)
                    else {key: key for key in self._metric_columns})
         # Ray's: only the columns a trial has a value for, and never the run's metric unless it is one of them (it
@@ -277,7 +277,6 @@ class TuneReporterBase(ProgressReporter):
         return self._inferred
 
     def _trial_table(self, trials: Sequence[Any], done: bool = False) -> str:
-        metrics, parameters = self._columns(trials)
         sort = self._sort_by_metric and self._metric and self._mode
         sign = -1.0 if self._mode == "max" else 1.0
 
@@ -291,6 +290,9 @@ class TuneReporterBase(ProgressReporter):
         ordered = sorted(trials, key=order)
         cut = bool(self._max_progress_rows) and not done and len(ordered) > self._max_progress_rows
         shown = _fair_rows(ordered, self._max_progress_rows) if cut else ordered
+        # (the columns of the rows shown, as Ray's table picks them: a metric or drawn parameter that only the rows
+        # past max_progress_rows have is no column; every trial's until 2026-12-01)
+        metrics, parameters = self._columns(shown)
         length = self._max_column_length
         header = ["Trial name", "status", *[_wrapped_header(h, length) for h in parameters.values()],
                   *[_wrapped_header(h, length) for h in metrics.values()]]
