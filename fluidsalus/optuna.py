@@ -410,13 +410,22 @@ def _optuna_log_settings() -> _LogSettings:
                         propagate=root.propagate)
 
 
+#: The driver's Optuna logging settings this process took last (:func:`_take_optuna_log_settings`; None: none yet).
+_taken_log_settings: list[_LogSettings | None] = [None]
+
+
 def _take_optuna_log_settings(settings: _LogSettings | None) -> None:
     """Give this process's (a device's) Optuna logger the driver's settings, through Optuna's own calls: the
     objective's Optuna log lines (``optuna.logging.get_logger(...).info``) then show as the script asked, as under
     ``study.optimize``. Until 2026-12-01 a device kept Optuna's defaults (``INFO``, its handler, no propagation),
-    so ``set_verbosity(WARNING)`` in the script left an objective's ``INFO`` lines printed."""
-    if settings is None:
+    so ``set_verbosity(WARNING)`` in the script left an objective's ``INFO`` lines printed.
+
+    Settings equal to those this process took last are not taken again: a ``set_verbosity`` the objective calls
+    holds for the later trials of its process, as it holds for every later trial under ``study.optimize``, until
+    the script's settings change (each trial's start put the driver's back, a review of h212)."""
+    if settings is None or settings == _taken_log_settings[0]:
         return
+    _taken_log_settings[0] = settings
     optuna.logging.set_verbosity(settings.verbosity)
     if settings.default_handler:
         optuna.logging.enable_default_handler()

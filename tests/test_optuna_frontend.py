@@ -2469,3 +2469,18 @@ def test_the_objective_logs_under_the_scripts_optuna_logging_settings_as_in_optu
               max_concurrent_trials=1)
     assert [t.user_attrs["log"] for t in study.trials] == [[logging.WARNING, False, True],
                                                            [logging.INFO, True, False]]
+
+
+@pytest.mark.usefixtures("optunas_log_settings_put_back")
+def test_a_verbosity_the_objective_sets_holds_for_the_later_trials_of_its_process(monkeypatch) -> None:
+    """Under ``study.optimize`` a ``set_verbosity`` the objective calls holds for every later trial. Each trial's
+    start put the driver's settings back on its device process, so it held until the next trial there (a review of
+    h212); the driver's settings are taken again only when they change."""
+    monkeypatch.setattr(fo, "_taken_log_settings", [None])
+    script = fo._LogSettings(verbosity=logging.INFO, default_handler=True, propagate=False)
+    fo._take_optuna_log_settings(script)  # a trial starts
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # its objective silences Optuna
+    fo._take_optuna_log_settings(script)  # the next trial of the process starts: the script's have not changed
+    assert optuna.logging.get_verbosity() == logging.ERROR
+    fo._take_optuna_log_settings(fo._LogSettings(verbosity=logging.WARNING, default_handler=True, propagate=False))
+    assert optuna.logging.get_verbosity() == logging.WARNING  # the script's changed (a callback's call): taken
