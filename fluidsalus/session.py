@@ -161,11 +161,12 @@ class SharedTurn:
     - :meth:`release` (a thread steps away: a driver call, a pause at the budget, a verdict) gives the turn up when
       the first thread steps away; one stepping away while others are away only counts (``verdict`` still tells
       the host, which holds a prefetched neighbour through a verdict wait);
-    - :meth:`acquire` (the thread is back) returns once the trial holds its turn again: the last thread back
+    - :meth:`acquire` (the thread is back) returns once the trial's turn is taken back: the last thread back
       takes it, once, for all; one back before the last waits for it, as a lone thread waits for its turn after
       its call, so no thread of the trial computes outside its turn past the calls in flight;
-    - :meth:`boundary` and :meth:`step` (a ``report()``, a ``fluidsalus.step()``) first wait until the trial holds
-      its turn (another thread may be away), as a boundary waited for the turn before;
+    - :meth:`boundary` and :meth:`step` (a ``report()``, a ``fluidsalus.step()``) first wait until the trial's turn
+      is taken back (another thread may be away), as a boundary waited for the turn before (a thread that stepped
+      away again since leaves no turn to hand on: no boundary then);
     - :meth:`leave` (a thread that stepped away ends there: the verdict stopped the trial at its pause) counts it
       back without taking the turn, which the next thread that needs it takes.
 
@@ -183,6 +184,7 @@ class SharedTurn:
         self._held = True  # the trial holds its lane's turn (its trainable starts in its first turn)
         self._away = 0  # threads that stepped away (release) and are not back yet (acquire, leave)
         self._waiting = 0  # threads back before the last one, waiting for the turn (none: nothing to notify)
+        self._taken = 0  # times a thread took the turn back (a waiter waits for the next: _wait_held_locked)
 
     @property
     def away(self) -> int:
@@ -203,7 +205,7 @@ class SharedTurn:
                 self._turns.release(verdict)
 
     def acquire(self) -> None:
-        """This thread is back: return once the trial holds its turn (the last thread back takes it)."""
+        """This thread is back: return once the trial's turn is taken back (by the last thread back)."""
         with self._lock:
             self._away -= 1
             if not self._held:
@@ -221,18 +223,26 @@ class SharedTurn:
         with self._lock:
             if not self._held:
                 self._wait_held_locked()
-            self._turns.boundary(may_switch)
+            if self._held:  # (not held: another thread stepped away again after the take-back: no turn to hand on)
+                self._turns.boundary(may_switch)
 
     def step(self) -> None:
         """Like :meth:`boundary` for :meth:`LaneTurns.step`."""
         with self._lock:
             if not self._held:
                 self._wait_held_locked()
-            self._turns.step()
+            if self._held:
+                self._turns.step()
 
     def _wait_held_locked(self) -> None:
-        """Under the lock: wait until the trial holds its turn, taking it back here once no thread is away."""
-        while not self._held:
+        """Under the lock: wait until the trial's turn is taken back, here once no thread is away.
+
+        A waiter returns once a thread has taken the turn back since it began to wait, even if another thread has
+        stepped away again since (it then computes outside the turn, as a thread that computes while another is in
+        a call does): waiting until the trial holds its turn at its wake-up starved it while another thread called
+        the driver back to back, each call given up before the waiter woke (up to 1 s for one call of 3 ms)."""
+        taken = self._taken
+        while not self._held and self._taken == taken:
             if self._away > 0:
                 self._waiting += 1
                 try:
@@ -240,8 +250,16 @@ class SharedTurn:
                 finally:
                     self._waiting -= 1
                 continue
-            self._turns.acquire()
+            try:
+                self._turns.acquire()
+            except BaseException:
+                # The host could not give the turn back (the trial ended while this thread was in its call: its
+                # function returned without joining it). Each waiter tries, and fails, itself: none waits for ever.
+                if self._waiting:
+                    self._back.notify_all()
+                raise
             self._held = True
+            self._taken += 1
             if self._waiting:
                 self._back.notify_all()
 

@@ -595,3 +595,62 @@ def test_a_boundary_waits_for_the_threads_away_and_one_that_leaves_lets_another_
     assert not at_boundary.is_alive() and not at_step.is_alive()
     assert host.log[:2] == [("release", False), "acquire"] and sorted(map(str, host.log[2:])) == ["boundary", "step"]
     assert turn.held and turn.away == 0
+
+
+def test_a_take_back_that_fails_wakes_the_threads_that_wait_for_it():
+    """The host cannot give the turn back (the trial's function returned while two of its threads were in driver
+    calls, so the trial left its lane): the last thread back gets the host's error, and the one back before it,
+    which waited for it, tries itself and gets the error too, as a lone caller does, instead of waiting for ever."""
+    host = _HostTurns()
+
+    def gone() -> None:
+        host.log.append("acquire")
+        raise KeyError("t0")
+
+    host.acquire = gone  # type: ignore[method-assign]
+    turn = SharedTurn(host)
+    turn.release()
+    turn.release()
+    errors: list[BaseException] = []
+
+    def first_back() -> None:
+        try:
+            turn.acquire()
+        except KeyError as e:
+            errors.append(e)
+
+    waiter = _in_thread(first_back)
+    assert _still_waits(waiter)
+    with pytest.raises(KeyError):
+        turn.acquire()  # the last one back
+    waiter.join(5.0)
+    assert not waiter.is_alive() and len(errors) == 1
+    assert host.log == [("release", False), "acquire", "acquire"] and not turn.held
+
+
+def test_a_thread_back_early_is_not_starved_by_another_that_calls_the_driver_back_to_back():
+    """The first thread back waits for the last one back to take the turn, not for the trial to hold it when it
+    wakes: the last one back that steps away again at once (a call right after its call) does not make it wait
+    for that call too. Before, a thread waited 300 ms (a hundred of its neighbour's calls) for one call of 3 ms."""
+    host = _HostTurns()
+    turn = SharedTurn(host)
+    turn.release()
+    turn.release()
+    first_back = _in_thread(turn.acquire)
+    assert _still_waits(first_back)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(10.0)  # (the waiter cannot run between the take-back and the next call below)
+    try:
+        turn.acquire()  # the last one back takes the turn for both ...
+        turn.release()  # ... and calls the driver again at once
+    finally:
+        sys.setswitchinterval(interval)
+    first_back.join(5.0)
+    assert not first_back.is_alive()
+    assert host.log == [("release", False), "acquire", ("release", False)]
+    assert turn.away == 1 and not turn.held
+    at_boundary = _in_thread(turn.boundary)  # a report now waits for the next take-back, as before
+    assert _still_waits(at_boundary)
+    turn.acquire()
+    at_boundary.join(5.0)
+    assert not at_boundary.is_alive() and host.log[-2:] == ["acquire", "boundary"]
