@@ -27,7 +27,8 @@ semantics of Ray's ``BasicVariantGenerator``:
   gives the variant under ``config`` with attribute or item access (``spec.config.a`` or
   ``spec["config"]["a"]``), logging :data:`SPEC_DEPRECATED`; a function of no argument as ``func()``;
 * values that come out of a grid, a ``choice`` or a ``sample_from`` and hold further domains or grids are
-  resolved in turn (Ray does the same);
+  resolved in turn (Ray's ``generate_variants`` does the same; Ray 2.60's Tuner leaves a domain or grid that a
+  ``sample_from`` returns in the trial's configuration as it is);
 * constants are deep-copied into each variant; sampled values are plain Python objects (``float``,
   ``int``, ``str``, ...), never NumPy scalars.
 """
@@ -677,6 +678,14 @@ class _ConfigView(dict):  # type: ignore[type-arg]
     def get(self, key: Any, default: Any = None) -> Any:
         return self[key] if key in self else default
 
+    def __getattr__(self, name: str) -> Any:
+        # (only for names a dict lacks: say so in the user's terms, not as "'_ConfigView' object has no attribute")
+        if name.startswith("__"):
+            raise AttributeError(name)
+        path = self.__dict__["_fluidsalus_path"]
+        where = "the config" if not path else f"the config's '{_path_text(path)}'"
+        raise AttributeError(f"{where} is a dict, without attribute access: {name!r} (read it as [{name!r}])")
+
 
 class _SpecView(_ConfigView):
     """Ray's spec, ``{"config": config}``, as a ``sample_from`` function is given it when the configuration
@@ -1146,12 +1155,22 @@ def put_functions_back(config: Mapping[str, Any], functions: list[tuple[Path, Fu
         A new configuration.
 
     Raises:
-        SpaceError: A function raised, or they read each other in a cycle (the message names them).
+        SpaceError: A function raised, they read each other in a cycle, or one reads a domain or grid another
+            returned, which nothing draws here, as in Ray's Tuner (the message names them).
     """
     variant = copy.deepcopy(dict(config))
     for path, function in functions:
         variant = _set_path(variant, path, function)
-    _resolve_functions(variant, list(functions), rng)
+    if not _resolve_functions(variant, list(functions), rng):
+        grids: list[tuple[Path, list[Any]]] = []
+        domains: list[tuple[Path, Domain]] = []
+        _find_unresolved(variant, (), grids, domains)
+        waiting = ", ".join(f"'{_path_text(path)}'" for path, domain in domains if isinstance(domain, Function))
+        raise SpaceError(
+            f"sample_from at {waiting} reads a value that is still a domain or a grid_search (one that another "
+            "sample_from returned, or the search algorithm left): nothing draws it on a search algorithm's "
+            "configuration, as in Ray's Tuner; return a value, or draw it in the function"
+        )
     return variant
 
 
@@ -1229,9 +1248,9 @@ def _expand(config: dict[str, Any], rng: np.random.Generator, depth: int = 0,
     random_domains = [(path, domain) for path, domain in domains if not isinstance(domain, Function)]
     if not grids and not random_domains:  # only functions are left: their turn
         functions = [(path, domain) for path, domain in domains if isinstance(domain, Function)]
-        variant = copy.deepcopy(config)
-        _resolve_functions(variant, functions, rng)  # (one reading another's value waits for it)
-        yield from _expand(variant, rng, depth + 1, constant_grid_search)
+        # (in place: every caller hands this level a configuration of its own, a fresh deep copy)
+        _resolve_functions(config, functions, rng)  # (one reading another's value waits for it)
+        yield from _expand(config, rng, depth + 1, constant_grid_search)
         return
     if constant_grid_search and grids:  # drawn once for every grid point (Ray's constant_grid_search)
         config = copy.deepcopy(config)

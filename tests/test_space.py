@@ -389,6 +389,33 @@ def test_a_sample_from_function_is_called_with_the_config_first_as_in_rays_tuner
     assert sample_from(lambda c: c.get("x", 0) * 2).sample({"x": 3}) == 6
 
 
+def test_attribute_access_on_the_config_a_sample_from_function_gets_says_it_is_a_dict() -> None:
+    """``c.x`` on the config fails, as on Ray's plain dict; the message said "'_ConfigView' object has no attribute
+    'x'", naming a private class. It says what the config is and how to read the key, at every level (h216's
+    side.py, case "raise both")."""
+    with pytest.raises(SpaceError, match=r"func\(config\) raised AttributeError: the config is a dict, without "
+                                         r"attribute access: 'x' \(read it as \['x'\]\); func\(spec\)"):
+        generate_variants({"x": uniform(1, 5), "y": sample_from(lambda c: c.x * 2)}, 1)
+    with pytest.raises(SpaceError, match=r"func\(config\) raised AttributeError: the config's 'm' is a dict, "
+                                         r"without attribute access: 'x'"):
+        generate_variants({"m": {"x": 1}, "y": sample_from(lambda c: c["m"].x)}, 1)
+    assert not hasattr(sample_from(lambda c: c).sample({"x": 1}), "x")  # (the value a function returns is plain)
+
+
+def test_a_function_reading_a_domain_another_returned_on_a_suggestion_is_an_error_naming_it() -> None:
+    """On a search algorithm's configuration (put_functions_back) nothing draws a domain a sample_from returns (nor
+    does Ray's Tuner: the trial gets the domain). A function that read it was left in the configuration as a
+    Function object, silently, and the trial got it (Ray's fails on the domain). It is a SpaceError naming it."""
+    from fluidsalus.space import put_functions_back, take_functions
+
+    space = {"x": uniform(0, 1), "y": sample_from(lambda c: uniform(0, 1)), "z": sample_from(lambda c: c["y"] * 2)}
+    taken, functions = take_functions(space)
+    with pytest.raises(SpaceError, match=r"sample_from at 'z' reads a value that is still a domain or a grid_search"):
+        put_functions_back({**taken, "x": 0.5}, functions, np.random.default_rng(0))
+    config = put_functions_back({**taken, "x": 0.5}, functions[:1], np.random.default_rng(0))  # none reads it
+    assert isinstance(config["y"], Float)  # (as Ray's trial gets it)
+
+
 def test_a_sample_from_function_runs_on_the_otherwise_complete_configuration_as_in_rays_tuner() -> None:
     """Ray's Tuner computes the functions once the rest of the trial's configuration is drawn, the domains inside a
     grid value or a choice's category too (whole_value.py: y == g and d == c for every trial). fluidsalus ran a
