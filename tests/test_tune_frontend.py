@@ -575,6 +575,9 @@ def test_rays_config_objects_are_translated() -> None:
     (lambda: tune.CheckpointConfig(checkpoint_score_order="best"), "checkpoint_score_order must be 'max' or"),
     (lambda: tune.RunConfig(local_dir="/tmp/x"), "RunConfig: local_dir is deprecated"),
     (lambda: tune.RunConfig(stop=3), "RunConfig: stop must be None, a dict"),
+    # (a class passed the callable check and failed the run at its first result: h217)
+    (lambda: tune.RunConfig(stop=tune.stopper.MaximumIterationStopper),
+     r"RunConfig: stop must be a Stopper instance, such as MaximumIterationStopper\(\.\.\.\), not the class"),
     # (before fit() starts Ray: an OSError "File name too long" once it was up; h83's N2)
     (lambda: tune.RunConfig(name="x" * 256), "RunConfig: name must be a folder name of at most 255 bytes"),
     (lambda: tune.RunConfig(storage_path=""), r"RunConfig: storage_path must be None or a folder path \(got ''\)"),

@@ -466,6 +466,8 @@ def test_the_analysis_and_the_grid_read_back_as_rays(ray_cluster, storage: str) 
             assert trial.evaluated_params == {"a": config["a"], "b": config["b"], "nested/d": config["nested"]["d"]}
             assert trial.relative_logdir == os.path.basename(trial.path)
             assert trial.relative_logdir.startswith("_sparse_")
+            with pytest.raises(DeprecationWarning, match="Use `local_path` instead of `logdir`"):  # Ray's (h217)
+                trial.logdir  # noqa: B018
         for frame in (each.dataframe(), each.dataframe("score", "max"), each.dataframe("extra", "min")):
             assert str(frame["extra"].dtype) == "float64" and str(frame["only2"].dtype) == "float64"
             assert frame["only2"].isna().all() and list(frame.columns)[-2:] == ["only2", "logdir"]

@@ -386,6 +386,9 @@ class RunConfig:
                 owner, "stop", "None, a dict {result_key: threshold}, a callable (trial_id, result) -> bool or "
                 "a Stopper", self.stop
             )
+        if isinstance(self.stop, type):  # a Stopper class, not an instance: Ray refuses it (a ValueError) too
+            raise _fail(owner, "stop", f"a Stopper instance, such as {self.stop.__name__}(...), not the class",
+                        self.stop)
 
     def verbosity(self) -> int:
         """The engine's verbosity (0..3) for ``verbose``."""

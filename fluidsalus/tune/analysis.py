@@ -75,6 +75,10 @@ def _has_metric(metrics: Mapping[str, Any], metric: str) -> bool:
 UNKNOWN_REQUEST: Any = object()
 
 
+#: What ``Trial.logdir`` raises, Ray 2.60's words.
+LOGDIR_REMOVED = "Use `local_path` instead of `logdir`."
+
+
 class Trial:
     """One trial of an analysed experiment: the attributes a script reads from Ray's ``Trial``.
 
@@ -179,6 +183,12 @@ class Trial:
     def has_reported_at_least_once(self) -> bool:
         """Ray's: whether the trial reported a result."""
         return bool(self._result._history)
+
+    @property
+    def logdir(self) -> str:
+        """Removed in Ray 2.x, whose ``Trial.logdir`` raises this ``DeprecationWarning``: use :attr:`local_path`
+        (or :attr:`path`). Raised here too, so an old script gets Ray's hint rather than an ``AttributeError``."""
+        raise DeprecationWarning(LOGDIR_REMOVED)
 
     @property
     def relative_logdir(self) -> str:
