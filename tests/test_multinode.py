@@ -16,6 +16,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -149,16 +150,12 @@ def test_an_address_other_than_the_connected_clusters_is_refused(ray_cluster, tm
     assert not (tmp_path / "x").exists()
 
 
-
-def test_runs_started_at_once_from_two_threads_initialise_ray_once(monkeypatch):
-    """Two runs (two Optuna studies, say) started together from two threads both found Ray not initialised, and the
-    second ``ray.init`` failed ("Perhaps you called ray.init twice by accident?"): the check and the init are one
-    step now (``api._CONNECT_LOCK``)."""
-    import threading
-
+def _slow_ray_init(monkeypatch) -> dict[str, Any]:
+    """A fake Ray start for ``fluidsalus.api``: slow enough for another thread to look meanwhile, failing as Ray's
+    second ``ray.init`` does. Returns its state: ``initialised``, and ``inits`` (how many times it started)."""
     from fluidsalus import api
 
-    state = {"initialised": False, "inits": 0}
+    state: dict[str, Any] = {"initialised": False, "inits": 0}
 
     def slow_init(**kwargs):
         time.sleep(0.2)  # Ray takes seconds: long enough for the other thread to look meanwhile
@@ -168,6 +165,18 @@ def test_runs_started_at_once_from_two_threads_initialise_ray_once(monkeypatch):
 
     monkeypatch.setattr(api.ray, "is_initialized", lambda: state["initialised"])
     monkeypatch.setattr(api.ray, "init", slow_init)
+    return state
+
+
+def test_runs_started_at_once_from_two_threads_initialise_ray_once(monkeypatch):
+    """Two runs (two Optuna studies, say) started together from two threads both found Ray not initialised, and the
+    second ``ray.init`` failed ("Perhaps you called ray.init twice by accident?"): the check and the init are one
+    step now (``api._CONNECT_LOCK``)."""
+    import threading
+
+    from fluidsalus import api
+
+    state = _slow_ray_init(monkeypatch)
     errors: list[BaseException] = []
 
     def connect() -> None:
@@ -190,16 +199,10 @@ def test_two_tuners_fitted_at_once_from_two_threads_initialise_ray_once(monkeypa
     twice by accident?", h214's ``two_tuners.py``). The fit is stopped right after Ray's start (its entry)."""
     import threading
 
-    from fluidsalus import api, tune
+    from fluidsalus import tune
     from fluidsalus.tune import _tuner
 
-    state = {"initialised": False, "inits": 0}
-
-    def slow_init(**kwargs):
-        time.sleep(0.2)  # Ray takes seconds: long enough for the other thread to look meanwhile
-        if state["initialised"]:
-            raise AssertionError("Perhaps you called ray.init twice by accident?")
-        state["initialised"], state["inits"] = True, state["inits"] + 1
+    state = _slow_ray_init(monkeypatch)
 
     class Started(Exception):
         pass
@@ -207,8 +210,6 @@ def test_two_tuners_fitted_at_once_from_two_threads_initialise_ray_once(monkeypa
     def no_entry(*args, **kwargs):
         raise Started
 
-    monkeypatch.setattr(api.ray, "is_initialized", lambda: state["initialised"])
-    monkeypatch.setattr(api.ray, "init", slow_init)
     monkeypatch.setattr(_tuner, "make_entry", no_entry)
     errors: list[BaseException] = []
 
