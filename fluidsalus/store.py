@@ -1256,15 +1256,26 @@ class ExperimentStore:
             yield
             return
         restored = self.write_back_if_removed()
-        self._conn.execute("BEGIN")
-        self._in_tx = True
+        # A Ctrl-C's KeyboardInterrupt is raised as a call returns: the BEGIN and the COMMIT are in the try, and
+        # ``committing`` tells a COMMIT that took from one that did not (a KeyboardInterrupt raised as the BEGIN
+        # returned left a transaction open that no one rolled back: the interrupted run could not be marked
+        # INTERRUPTED, every later write failing with "cannot start a transaction within a transaction").
+        committing = False
         try:
+            self._conn.execute("BEGIN")
+            self._in_tx = True
             if restored:
                 self._conn.execute("INSERT INTO events (ts, kind, trial_id, device, data_json) VALUES (?, ?, ?, ?, ?)",
                                    (time.time(), STORE_RESTORED_EVENT, None, None, dumps({"reason": "file deleted"})))
             yield
+            committing = True
             self._conn.execute("COMMIT")
         except BaseException as e:
+            if committing and not isinstance(e, sqlite3.Error) and not self._conn.in_transaction:
+                # (the COMMIT took; a Ctrl-C landed as it returned: what it removes goes, then the Ctrl-C)
+                self._in_tx = False
+                self._run_after_commits()
+                raise
             self._after_commit.clear()  # (what the rolled-back writes recorded stays: its folders too)
             with contextlib.suppress(sqlite3.Error):  # (SQLite may have rolled back already)
                 self._conn.execute("ROLLBACK")
@@ -1279,6 +1290,10 @@ class ExperimentStore:
             raise
         finally:
             self._in_tx = False
+        self._run_after_commits()
+
+    def _run_after_commits(self) -> None:
+        """Run (and forget) the actions :meth:`after_commit` queued for the transaction that committed."""
         done, self._after_commit = self._after_commit, []
         for action in done:
             _run_after_commit(action)

@@ -1625,11 +1625,11 @@ def test_an_interrupted_driver_resumes_to_the_results_of_an_uninterrupted_run(tm
         if len(acked) >= 10:
             break
     os.kill(proc.pid, signal.SIGKILL if how == "sigkill" else signal.SIGINT)
-    proc.communicate(timeout=60)
+    _, stderr = proc.communicate(timeout=60)
     exp = os.path.join(storage, name)
     before = ExperimentStore.open(exp, readonly=True)
     status = before.experiment()["status"]
-    assert status == ("RUNNING" if how == "sigkill" else "INTERRUPTED")
+    assert status == ("RUNNING" if how == "sigkill" else "INTERRUPTED"), stderr[-4000:]  # (why, where it was not)
     finished_before = {t.trial_id: len(before.results(t.trial_id)) for t in before.trials() if t.status == "TERMINATED"}
     assert set(acked) <= {(r.trial_id, r.iteration) for r in before.results(latest_attempt_only=False)}
     before.close()

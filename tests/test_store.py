@@ -686,6 +686,65 @@ def test_checkpoint_retention_removes_folders_only_once_its_rows_are_committed(t
     assert [folder.is_dir() for folder in folders] == [False, False, True]
 
 
+class _InterruptedAfter:
+    """A store connection that raises a Ctrl-C's ``KeyboardInterrupt`` as the statement ``after`` returns, once: where
+    Python raises it for a SIGINT that arrives while SQLite runs the statement."""
+
+    def __init__(self, conn: sqlite3.Connection, after: str) -> None:
+        self._conn, self._after = conn, after
+
+    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+        cursor = self._conn.execute(sql, *args)
+        if sql == self._after:
+            self._after = ""
+            raise KeyboardInterrupt
+        return cursor
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._conn, name)
+
+
+def test_a_ctrl_c_as_a_transactions_begin_returns_leaves_the_store_writable(tmp_path):
+    """A Ctrl-C whose ``KeyboardInterrupt`` was raised as the BEGIN returned left that transaction open: the run's
+    INTERRUPTED status (and every later write) then failed with SQLite's "cannot start a transaction within a
+    transaction", and the interrupted experiment stayed RUNNING (CI saw it once in
+    ``test_an_interrupted_driver_resumes_to_the_results_of_an_uninterrupted_run[ctrl_c]``). The open transaction is
+    rolled back now."""
+    store = _new(tmp_path)
+    conn = store._conn
+    store._conn = _InterruptedAfter(conn, "BEGIN")  # type: ignore[assignment]
+    with pytest.raises(KeyboardInterrupt):
+        store.add_trials([("t0", 0, {})], group_id="g")
+    store._conn = conn
+    assert not conn.in_transaction
+    store.set_experiment(status="INTERRUPTED")
+    store.close()
+    reader = ExperimentStore.open(str(tmp_path / "exp"), readonly=True)
+    assert reader.experiment()["status"] == "INTERRUPTED"
+    assert reader.trials() == []  # (the interrupted write kept nothing)
+
+
+def test_a_ctrl_c_as_a_transactions_commit_returns_keeps_the_write_and_runs_its_clean_up(tmp_path):
+    """A ``KeyboardInterrupt`` raised as the COMMIT returned: the write is committed, so what it queued to run after
+    the commit (removing folders its rows stop listing) runs before the Ctrl-C goes on (it was dropped, leaving the
+    folders on disk)."""
+    from pathlib import Path
+
+    store = _new(tmp_path)
+    gone = tmp_path / "checkpoint_000001"
+    gone.mkdir()
+    conn = store._conn
+    store._conn = _InterruptedAfter(conn, "COMMIT")  # type: ignore[assignment]
+    with pytest.raises(KeyboardInterrupt), store.transaction():
+        store.add_trials([("t0", 0, {})], group_id="g")
+        store.after_commit(Path(gone).rmdir)
+    store._conn = conn
+    assert not gone.exists()
+    assert [t.trial_id for t in store.trials()] == ["t0"]
+    store.set_experiment(status="INTERRUPTED")  # (the store is not left inside a transaction)
+    assert store.experiment()["status"] == "INTERRUPTED"
+
+
 def test_an_after_commit_action_that_fails_is_logged_and_the_others_still_run(tmp_path, caplog):
     """The actions :meth:`ExperimentStore.after_commit` queues run once the rows are committed: one that raised (a
     folder it could not remove) dropped the ones after it, leaving their folders on disk, and its error came out of
