@@ -1,7 +1,9 @@
 """Any Optuna sampler as a searcher, through ``Study.ask`` / ``Study.tell`` (Ray Tune's ``OptunaSearch``).
 
 The search space is converted with :func:`fluidsalus.space.to_optuna_distributions` (nested keys flattened
-with ``"/"``). Each new trial is ``study.ask(distributions)``; its config is the sampled values unflattened,
+with ``"/"``; with ``hyperopt_domains``, the domains Optuna has no distribution for are sampled through a transform
+of one Optuna parameter, :mod:`fluidsalus.searchers._transformed`). Each new trial is
+``study.ask(distributions)``; its config is the sampled values unflattened,
 with the space's constants merged back. Every result is reported to the Optuna trial
 (``trial.report(value, training_iteration)``), so pruners and dashboards see learning curves, and the trial is
 told its outcome when it ends:
@@ -54,6 +56,7 @@ from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError, SpaceError
 from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.searchers._constraints import FeasibleSampler, LinearInequality, parse_inequalities
+from fluidsalus.searchers._transformed import GivenValues, TransformedParam, optuna_distributions
 from fluidsalus.store import KeptRecords, dumps
 from fluidsalus.trialgroup.trial import TrialGroup
 
@@ -169,6 +172,11 @@ class OptunaSearch(BaseSearcher):
             Optuna 5.
         owner: The search algorithm that the space's errors name (the Tune front end's class the user built:
             ``HyperOptSearch``, ``AxSearch``, ... which run as this one).
+        hyperopt_domains: Sample the domains Optuna has no distribution for as HyperOpt samples them (Ray's
+            ``HyperOptSearch``): ``randn``/``qrandn`` through their quantile (an Optuna parameter
+            ``<key>:quantile``), ``qloguniform`` and ``qlograndint`` (``q > 1``) log-uniformly, then rounded to
+            ``q`` (:mod:`fluidsalus.searchers._transformed`). A trial's configuration holds the values, and
+            ``points_to_evaluate`` give values too. False (Optuna's rules): they are refused.
 
     Raises:
         ConfigError: A parameter is invalid, or the space has a parameter Optuna cannot express (the message
@@ -194,6 +202,7 @@ class OptunaSearch(BaseSearcher):
         outcome_constraints: Sequence[str] | None = None,
         *,
         owner: str = "OptunaSearch",
+        hyperopt_domains: bool = False,
     ) -> None:
         #: The search algorithm its errors about the space and the points name.
         self.owner = owner
@@ -205,6 +214,9 @@ class OptunaSearch(BaseSearcher):
             raise ConfigError(f"OptunaSearch: define_by_run must be None or a function f(trial) -> dict | None, got "
                               f"{type(define_by_run).__name__}")
         self.define_by_run = define_by_run
+        #: The parameters sampled through a transform (``hyperopt_domains``), by the configuration's key.
+        self._transformed: dict[str, TransformedParam] = {}
+        self._given = GivenValues()  # the values points_to_evaluate gave them
         try:
             domains, self._constants = sp.split_constants(dict(space))
             self._order = list(sp.flatten_space(dict(space)))  # a config's keys come in the space's order, as in Ray
@@ -215,6 +227,8 @@ class OptunaSearch(BaseSearcher):
                         f"parameters to search too ({', '.join(sorted(domains))}). Suggest them in the function"
                     )
                 self._distributions: dict[str, BaseDistribution] = {}
+            elif hyperopt_domains:
+                self._distributions, self._transformed = optuna_distributions(dict(space))
             else:
                 self._distributions = sp.to_optuna_distributions(dict(space))
         except SpaceError as exc:
@@ -324,8 +338,9 @@ class OptunaSearch(BaseSearcher):
         if texts is not None and self.define_by_run is not None:
             raise ConfigError("OptunaSearch: parameter_constraints need the space as a dict (a define-by-run "
                               "function decides its parameters itself); check them in the function instead")
-        numeric = [name for name, d in self._distributions.items()
-                   if isinstance(d, (optuna.distributions.FloatDistribution, optuna.distributions.IntDistribution))]
+        transformed = {param.optuna_name for param in self._transformed.values()}
+        numeric = [name for name, d in self._distributions.items() if name not in transformed
+                   and isinstance(d, (optuna.distributions.FloatDistribution, optuna.distributions.IntDistribution))]
         return parse_inequalities(texts, "OptunaSearch: parameter_constraints", numeric,
                                   "float or int parameter")
 
@@ -361,11 +376,19 @@ class OptunaSearch(BaseSearcher):
                 if self.define_by_run is not None:  # the function decides which parameters exist
                     flat[key] = value
                     continue
+                if key in self._transformed:
+                    transformed = self._transformed[key]
+                    try:
+                        flat[transformed.optuna_name] = self._given.param(transformed, value)
+                    except ValueError as exc:
+                        raise ConfigError(f"{self.owner}: points_to_evaluate[{index}]['{key}'] = {value!r} is outside "
+                                          f"the parameter's range ({exc})") from exc
+                    continue
                 distribution = self._distributions.get(key)
                 if distribution is None:
                     raise ConfigError(
                         f"{self.owner}: points_to_evaluate[{index}] has '{key}', which is not a parameter of the "
-                        f"space (parameters: {sorted(self._distributions)})"
+                        f"space (parameters: {self._parameter_keys()})"
                     )
                 if not self._contains(distribution, value):
                     raise ConfigError(
@@ -376,6 +399,32 @@ class OptunaSearch(BaseSearcher):
             self._check_point_constraints(index, flat)
             flat_points.append(flat)
         return flat_points
+
+    def _parameter_keys(self) -> list[str]:
+        """The configuration's keys of the space's parameters, sorted (a transformed one's, not its Optuna name)."""
+        names = {param.optuna_name: key for key, param in self._transformed.items()}
+        return sorted(names.get(name, name) for name in self._distributions)
+
+    def _encoded(self, params: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """Flat values by the configuration's keys as the study's parameters (a transformed one's Optuna
+        parameter in place of its value), and the keys whose values a transformed parameter cannot take."""
+        encoded, bad = dict(params), []
+        for key, transformed in self._transformed.items():
+            if key in encoded:
+                value = encoded.pop(key)
+                try:
+                    encoded[transformed.optuna_name] = self._given.param(transformed, value)
+                except ValueError:
+                    bad.append(key)
+        return encoded, bad
+
+    def _decoded(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The study's parameters as values by the configuration's keys (the inverse of :meth:`_encoded`)."""
+        decoded = dict(params)
+        for key, transformed in self._transformed.items():
+            if transformed.optuna_name in decoded:
+                decoded[key] = self._given.value(transformed, decoded.pop(transformed.optuna_name))
+        return decoded
 
     def _check_point_constraints(self, index: int, flat: Mapping[str, Any]) -> None:
         """A point to evaluate gives every parameter the constraints name, and satisfies them."""
@@ -439,8 +488,12 @@ class OptunaSearch(BaseSearcher):
             if ADDED_POINT_ATTR in ft.user_attrs
         }
         for index, point in enumerate(points):
-            params = self._flatten_point(index, point["parameters"])
-            missing = sorted(set(self._distributions) - set(params))
+            given = self._flatten_point(index, point["parameters"])
+            params, bad = self._encoded(given)
+            if bad:
+                raise ConfigError(f"{self.owner}: evaluated point {index}: {bad} outside the space "
+                                  f"({ {key: given[key] for key in bad} })")
+            missing = sorted(set(self._parameter_keys()) - set(self._decoded(params)))
             if missing:
                 raise ConfigError(f"{self.owner}: evaluated point {index}: parameters has no value for {missing} "
                                   "(an evaluated point gives every parameter of the space)")
@@ -513,7 +566,7 @@ class OptunaSearch(BaseSearcher):
         returned = self._returned.get(trial.number, {})
         # A function that builds the whole configuration (a HyperOpt space) says so; its parameters' names are
         # labels, not keys of the configuration.
-        params = {} if getattr(self.define_by_run, "returns_whole_config", False) else trial.params
+        params = {} if getattr(self.define_by_run, "returns_whole_config", False) else self._decoded(trial.params)
         merged = {**copy.deepcopy(self._constants), **params, **copy.deepcopy(returned)}
         ordered = {key: merged[key] for key in self._order if key in merged}
         return sp.unflatten({**ordered, **merged})

@@ -332,6 +332,7 @@ def _optuna(holder: OptunaHolder, space: dict[str, Any], num_samples: int, metri
         parameter_constraints=holder.parameter_constraints,
         outcome_constraints=holder.outcome_constraints,
         owner=type(holder).__name__,
+        hyperopt_domains=holder.samples_hyperopt_domains,
     )
 
 

@@ -11,7 +11,9 @@ The distributions map onto Optuna's: ``uniform`` and ``loguniform`` (HyperOpt's 
 ``suggest_float``, ``quniform``/``qloguniform`` to the same rounded to ``q`` as HyperOpt rounds, ``randint`` to
 ``suggest_int`` (upper bound excluded), ``choice`` and ``pchoice`` to ``suggest_categorical`` over the option
 indices (``pchoice``'s probabilities are not used, with a warning). Optuna has no normal distribution, so
-``normal``, ``qnormal``, ``lognormal`` and ``qlognormal`` are a ``ConfigError`` naming the label.
+``normal``, ``qnormal``, ``lognormal`` and ``qlognormal`` suggest the value's quantile in (0, 1) under
+``<label>:quantile`` and map it through the normal's inverse CDF (``exp`` of it for a lognormal, rounded to ``q``
+as HyperOpt rounds): :mod:`fluidsalus.searchers._transformed`.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from fluidsalus.errors import ConfigError
+from fluidsalus.searchers._transformed import GivenValues, TransformedParam, round_to
 
 __all__ = ["HyperOptSpace", "is_hyperopt_expression"]
 
-#: HyperOpt's distributions that Optuna cannot sample.
-_NORMALS = frozenset({"normal", "qnormal", "lognormal", "qlognormal"})
+#: HyperOpt's normal distributions, each sampled through its quantile, by the kind of transform they are.
+_NORMALS = {"normal": "normal", "qnormal": "normal", "lognormal": "lognormal", "qlognormal": "lognormal"}
 
 
 def is_hyperopt_expression(value: Any) -> bool:
@@ -56,8 +59,7 @@ class HyperOptSpace:
         owner: Names the caller in errors.
 
     Raises:
-        ConfigError: hyperopt is not installed, or a parameter's distribution has no Optuna equivalent (named by
-            its label).
+        ConfigError: hyperopt is not installed, or a label names two parameters.
     """
 
     #: It returns the trial's whole configuration (``fluidsalus.searchers.OptunaSearch`` adds no parameters).
@@ -68,13 +70,15 @@ class HyperOptSpace:
         self.owner = owner
         self.space = dict(space)
         self.labels: dict[str, Any] = {}  # label -> its hyperopt_param node (a label names one parameter)
+        self._given = GivenValues()  # the values points_to_evaluate gave the normal parameters
         self._collect(self.space)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"space": self.space, "owner": self.owner}
+        return {"space": self.space, "owner": self.owner, "given": self._given}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["space"], state["owner"])  # type: ignore[misc]
+        self._given = state.get("given") or GivenValues()
 
     def _collect(self, value: Any) -> None:
         """Find every parameter, check its distribution, and refuse a label used for two parameters."""
@@ -88,10 +92,7 @@ class HyperOptSpace:
             for node in self._pyll.dfs(value):
                 if node.name != "hyperopt_param":
                     continue
-                label, dist = node.pos_args[0].obj, node.pos_args[1]
-                if dist.name in _NORMALS:
-                    raise ConfigError(f"{self.owner}: hp.{dist.name}({label!r}, ...) has no Optuna equivalent (Optuna "
-                                      "has no normal distribution); use hp.uniform or hp.loguniform")
+                label = node.pos_args[0].obj
                 if label in self.labels and self.labels[label] is not node:
                     raise ConfigError(f"{self.owner}: the label {label!r} names two parameters of the space; HyperOpt "
                                       "needs every label to be unique")
@@ -126,16 +127,19 @@ class HyperOptSpace:
 
     def _suggest(self, label: str, dist: Any, trial: Any) -> Any:
         """One ``trial.suggest_*`` for HyperOpt's distribution node ``dist``, named ``label``."""
-        args = [self._node(arg, None) for arg in dist.pos_args]
-        kwargs = {name: self._node(arg, None) for name, arg in dist.named_args}
+        args, q = self._args(dist)
         name = dist.name
         if name in ("uniform", "quniform"):
             low, high = float(args[0]), float(args[1])
             value = trial.suggest_float(label, low, high)
-            return _round(value, kwargs.get("q", args[2] if len(args) > 2 else None))
+            return round_to(value, q)
         if name in ("loguniform", "qloguniform"):  # HyperOpt's bounds are of log(value)
             value = trial.suggest_float(label, math.exp(args[0]), math.exp(args[1]), log=True)
-            return _round(value, kwargs.get("q", args[2] if len(args) > 2 else None))
+            return round_to(value, q)
+        if name in _NORMALS:  # its quantile, through the inverse CDF
+            param = self._normal(label, dist)
+            bounds = param.distribution
+            return self._given.value(param, trial.suggest_float(param.optuna_name, bounds.low, bounds.high))
         if name == "randint":
             low, high = (0, int(args[0])) if len(args) == 1 else (int(args[0]), int(args[1]))
             return trial.suggest_int(label, low, high - 1)
@@ -144,6 +148,18 @@ class HyperOptSpace:
                           "probabilities", UserWarning, stacklevel=2)
             return trial.suggest_categorical(label, list(range(len(args[0]))))
         raise ConfigError(f"{self.owner}: the distribution {name!r} of parameter {label!r} has no Optuna equivalent")
+
+    def _args(self, dist: Any) -> tuple[list[Any], Any]:
+        """A distribution node's evaluated positional arguments, and its ``q`` (None if it has none)."""
+        args = [self._node(arg, None) for arg in dist.pos_args]
+        kwargs = {name: self._node(arg, None) for name, arg in dist.named_args}
+        return args, kwargs.get("q", args[2] if len(args) > 2 else None)
+
+    def _normal(self, label: str, dist: Any) -> TransformedParam:
+        """The transformed parameter of ``hp.normal``, ``qnormal``, ``lognormal`` or ``qlognormal``."""
+        args, q = self._args(dist)
+        return TransformedParam(_NORMALS[dist.name], label, float(args[0]), float(args[1]),
+                                q=None if q is None else float(q))
 
     def point_params(self, point: Mapping[str, Any]) -> dict[str, Any]:
         """A ``points_to_evaluate`` entry as the trial's parameters, by label (Ray's rule for HyperOpt spaces).
@@ -182,6 +198,13 @@ class HyperOptSpace:
                 else:
                     raise ConfigError(f"{self.owner}: points_to_evaluate: {where}={value!r} is not one of the "
                                       f"options of hp.choice({label!r}, ...)")
+            elif dist.name in _NORMALS:
+                param = self._normal(label, dist)
+                try:
+                    out[param.optuna_name] = self._given.param(param, value)
+                except ValueError as exc:
+                    raise ConfigError(f"{self.owner}: points_to_evaluate: {where}={value!r} cannot be a value of "
+                                      f"hp.{dist.name}({label!r}, ...) ({exc})") from exc
             elif dist.name in ("loguniform", "qloguniform", "uniform", "quniform"):
                 out[label] = float(value)
             else:
@@ -224,7 +247,3 @@ def _param_of(node: Any, pyll: Any) -> Any:
         node = node.pos_args[0]
     return node if node.name == "hyperopt_param" else None
 
-
-def _round(value: float, q: Any) -> float:
-    """``value`` rounded to a multiple of ``q``, as HyperOpt rounds its q-distributions (None: unchanged)."""
-    return value if q is None else float(round(value / float(q)) * float(q))

@@ -21,6 +21,11 @@ arithmetic) needs the hyperopt package, as in Ray: it is searched define-by-run,
 ``trial.suggest_*`` under its label and each trial's configuration the space evaluated as HyperOpt evaluates it
 (:mod:`fluidsalus.tune.search._hyperopt_space`). ``points_to_evaluate`` then give values by the space's keys, a
 ``hp.choice`` of plain options its option, as Ray's do.
+
+The distributions Optuna has none for run as HyperOpt runs them (:mod:`fluidsalus.searchers._transformed`): Tune's
+``qloguniform`` and ``qlograndint`` (``q > 1``) are drawn log-uniformly and rounded to ``q``, ``randn``/``qrandn``
+and HyperOpt's ``hp.normal``/``qnormal``/``lognormal``/``qlognormal`` through their quantile (the study's parameter
+``<key>:quantile``) and the normal's inverse CDF. ``OptunaSearch`` refuses them, as Ray's does.
 """
 
 from __future__ import annotations
@@ -82,6 +87,7 @@ class HyperOptSearch(OptunaSearch):
 
     _library = "HyperOpt"
     _drops_log_step = False
+    samples_hyperopt_domains = True
 
     def __init__(
         self,

@@ -96,8 +96,12 @@ class OptunaSearch(Searcher):
     _library = "Optuna"
     #: Whether a ``qloguniform`` parameter is searched log-uniformly without its ``q``, with a warning, as Ray's
     #: ``OptunaSearch`` searches it (Optuna cannot step a log scale; ``HyperOptSearch``, whose HyperOpt does,
-    #: refuses it instead of dropping the step).
+    #: rounds it to ``q`` instead: :attr:`samples_hyperopt_domains`).
     _drops_log_step = True
+    #: Whether the domains Optuna has no distribution for (``randn``, ``qrandn``, ``qloguniform``, ``qlograndint``
+    #: with ``q > 1``) are sampled as HyperOpt samples them (``HyperOptSearch``, as Ray's converts them to
+    #: HyperOpt's ``hp.normal``, ``hp.qloguniform``, ...), not refused (Ray's ``OptunaSearch`` refuses them).
+    samples_hyperopt_domains = False
 
     def __init__(
         self,

@@ -1,0 +1,188 @@
+"""``HyperOptSearch`` runs the domains Ray's ``HyperOptSearch`` runs and Optuna has no distribution for.
+
+Ray 2.60 converts Tune's ``qloguniform``, ``qlograndint`` (``q > 1``), ``randn`` and ``qrandn`` into HyperOpt's
+``hp.qloguniform``, ``hp.normal`` and ``hp.qnormal``; HyperOpt's own ``hp.normal``, ``qnormal``, ``lognormal`` and
+``qlognormal`` run in a space of ``hp.*`` expressions. fluidsalus refused them all (a ``SpaceError``, a
+``ConfigError``); they are now sampled through a transform of one Optuna parameter
+(``fluidsalus/searchers/_transformed.py``), while ``OptunaSearch`` refuses them as Ray's does.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from statistics import NormalDist
+
+import optuna
+import pytest
+
+import fluidsalus.tune as tune
+from fluidsalus.errors import ConfigError
+from fluidsalus.searchers._transformed import QUANTILE_EPS
+from fluidsalus.tune import TuneConfig, Tuner
+from fluidsalus.tune._translate import plan
+from fluidsalus.tune.search.hyperopt import HyperOptSearch
+from fluidsalus.tune.search.optuna import OptunaSearch
+
+#: Random draws per distribution check (TPE's ask scans the study's trials: 500 asks take about 1 s).
+DRAWS = 500
+#: Standard errors a sample statistic may be off by (the draws are seeded: the check is deterministic).
+STANDARD_ERRORS = 4.5
+#: Tolerance of a sample mean, in standard deviations of the distribution (its standard error is sd / sqrt(n)).
+MEAN_TOLERANCE = STANDARD_ERRORS / math.sqrt(DRAWS)
+#: Relative tolerance of a sample standard deviation (its standard error is about sd / sqrt(2 n)).
+SD_TOLERANCE = STANDARD_ERRORS / math.sqrt(2 * DRAWS)
+
+
+def _space() -> dict:
+    return {"w": tune.randn(2.0, 0.5), "b": tune.qrandn(0.0, 3.0, 0.5), "c": 7,
+            "opt": {"lr": tune.qloguniform(1e-4, 1e-1, 1e-4), "n": tune.qlograndint(1, 100, 5)}}
+
+
+def _on_grid(value: float, q: float) -> bool:
+    return math.isclose(value / q, round(value / q), abs_tol=1e-6)
+
+
+def _check(config: dict) -> None:
+    """The keys and types of Ray's HyperOptSearch's configurations, and its ranges and multiples of q."""
+    assert set(config) == {"w", "b", "c", "opt"} and set(config["opt"]) == {"lr", "n"} and config["c"] == 7
+    assert isinstance(config["w"], float) and isinstance(config["b"], float) and _on_grid(config["b"], 0.5)
+    lr, n = config["opt"]["lr"], config["opt"]["n"]
+    assert isinstance(lr, float) and 1e-4 <= lr <= 1e-1 and _on_grid(lr, 1e-4)
+    assert type(n) is int and 5 <= n <= 100 and n % 5 == 0  # (Ray's can round to 0: see docs/compatibility.md)
+
+
+def test_tune_domains_optuna_has_none_for_are_sampled_as_hyperopt_samples_them() -> None:
+    """They were a SpaceError ("has no Optuna equivalent") where Ray's HyperOptSearch runs them."""
+    searcher = plan(TuneConfig(metric="m", mode="min", num_samples=DRAWS,
+                               search_alg=HyperOptSearch(n_initial_points=DRAWS, random_state_seed=0)),
+                    _space()).searcher
+    study_sees = {name: (d.low, d.high, d.log) for name, d in searcher._distributions.items()}
+    assert study_sees == {"w:quantile": (QUANTILE_EPS, 1 - QUANTILE_EPS, False),
+                          "b:quantile": (QUANTILE_EPS, 1 - QUANTILE_EPS, False),
+                          "opt/lr": (1e-4, 1e-1, True), "opt/n": (1, 100, True)}
+    group = searcher.propose(DRAWS)  # all in TPE's random phase (n_initial_points)
+    for config in group.configs:
+        _check(config)
+    w = [config["w"] for config in group.configs]
+    assert statistics.mean(w) == pytest.approx(2.0, abs=MEAN_TOLERANCE * 0.5)
+    assert statistics.stdev(w) == pytest.approx(0.5, rel=SD_TOLERANCE)
+    b = [config["b"] for config in group.configs]
+    assert statistics.mean(b) == pytest.approx(0.0, abs=MEAN_TOLERANCE * 3.0)
+    assert statistics.stdev(b) == pytest.approx(3.0, rel=SD_TOLERANCE)  # (+q^2/12 from rounding: 0.2%)
+    # the trial's configuration holds the value; the study holds its quantile
+    trial = searcher.study.trials[0]
+    assert 0 < trial.params["w:quantile"] < 1 and "w" not in trial.params
+    assert group.configs[0]["w"] == NormalDist(2.0, 0.5).inv_cdf(trial.params["w:quantile"])
+    assert group.configs[0]["opt"]["lr"] == round(trial.params["opt/lr"] / 1e-4) * 1e-4
+    assert len({config["opt"]["n"] for config in group.configs}) == 20  # every multiple of 5 in [5, 100]
+
+
+def test_points_to_evaluate_give_their_values_exactly_and_bad_ones_are_named() -> None:
+    """As Ray takes them: in the value space (the inverse CDF of the CDF is not exact; the point's value is)."""
+    point = {"w": 7.5, "b": -1.5, "opt": {"lr": 0.0123, "n": 45}}
+    searcher = plan(TuneConfig(metric="m", mode="min", num_samples=3,
+                               search_alg=HyperOptSearch(points_to_evaluate=[point, {"w": 0.1}],
+                                                         random_state_seed=1)), _space()).searcher
+    configs = searcher.propose(3).configs
+    assert configs[0] == {**point, "c": 7} and configs[1]["w"] == 0.1
+    _check(configs[2])
+    assert searcher.study.trials[0].params["w:quantile"] == pytest.approx(NormalDist(2.0, 0.5).cdf(7.5))
+    for bad, message in [({"w": "x"}, r"\['w'\] = 'x' is outside the parameter's range \('x' is not a finite"),
+                         ({"opt": {"n": 3}}, r"\['opt/n'\] = 3 is outside the parameter's range \(3 is outside "
+                                             r"\[5, 100\]\)"),
+                         ({"opt": {"n": 7.5}}, r"\['opt/n'\] = 7.5 .*\(7.5 is not an integer\)")]:
+        with pytest.raises(ConfigError, match=r"^HyperOptSearch: points_to_evaluate\[0\]" + message):
+            plan(TuneConfig(metric="m", mode="min", search_alg=HyperOptSearch(points_to_evaluate=[bad])), _space())
+
+
+def test_an_evaluated_point_is_added_with_its_quantile() -> None:
+    search = HyperOptSearch(space={"w": tune.randn(), "n": tune.qlograndint(1, 100, 5)}, metric="m", mode="min")
+    search.add_evaluated_point({"w": 0.3, "n": 10}, 1.0)
+    study = plan(TuneConfig(num_samples=2, search_alg=search), {}).searcher.study
+    assert [(t.params, t.value) for t in study.trials] == [({"w:quantile": NormalDist().cdf(0.3), "n": 10.0}, 1.0)]
+
+
+@pytest.mark.parametrize("domain", [tune.randn(), tune.qrandn(0, 1, 0.5), tune.qlograndint(1, 100, 5)])
+def test_optuna_search_still_refuses_them_as_rays_does(domain) -> None:
+    with pytest.raises(ConfigError, match=r"^OptunaSearch: parameter 'x': .* has no Optuna equivalent"):
+        plan(TuneConfig(metric="m", mode="min", search_alg=OptunaSearch()), {"x": domain})
+
+
+def test_hyperopts_own_normals_are_sampled_through_their_quantile() -> None:
+    """``hp.normal``/``qnormal``/``lognormal``/``qlognormal`` were a ConfigError ("Optuna has no normal
+    distribution")."""
+    hp = pytest.importorskip("hyperopt").hp
+    search = HyperOptSearch(space={"a": hp.normal("a", 1, 2), "b": hp.qnormal("b", 0, 3, 0.5),
+                                   "c": {"d": hp.lognormal("logd", 0, 0.5)}, "e": hp.qlognormal("e", 1, 0.5, 1)},
+                            points_to_evaluate=[{"a": 9.25, "c": {"d": 2.5}, "e": 0.0}])
+    space = search.hyperopt_space
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    study.enqueue_trial(search.points_to_evaluate[0])
+    first = space(study.ask())
+    assert (first["a"], first["c"]["d"], first["e"]) == (9.25, 2.5, 0.0) and _on_grid(first["b"], 0.5)
+    configs, trial = [], None
+    for _ in range(DRAWS):
+        trial = study.ask()
+        configs.append(space(trial))
+    assert set(trial.params) == {"a:quantile", "b:quantile", "logd:quantile", "e:quantile"}
+    assert configs[-1]["a"] == NormalDist(1, 2).inv_cdf(trial.params["a:quantile"])
+    a, b = [c["a"] for c in configs], [c["b"] for c in configs]
+    assert statistics.mean(a) == pytest.approx(1, abs=MEAN_TOLERANCE * 2) and statistics.stdev(a) == pytest.approx(
+        2, rel=SD_TOLERANCE)
+    assert statistics.stdev(b) == pytest.approx(3, rel=SD_TOLERANCE) and all(_on_grid(x, 0.5) for x in b)
+    logs = [math.log(c["c"]["d"]) for c in configs]  # a lognormal's log is normal
+    assert statistics.mean(logs) == pytest.approx(0, abs=MEAN_TOLERANCE * 0.5)
+    assert statistics.stdev(logs) == pytest.approx(0.5, rel=SD_TOLERANCE)
+    assert all(c["e"] >= 0 and _on_grid(c["e"], 1) for c in configs)
+    with pytest.raises(ConfigError, match=r"points_to_evaluate: c/d=-1 cannot be a value of hp.lognormal\('logd'"):
+        HyperOptSearch(space={"c": {"d": hp.lognormal("logd", 0, 1)}}, points_to_evaluate=[{"c": {"d": -1}}])
+
+
+def test_a_tuner_runs_hyperopt_search_over_normals_and_rounded_log_scales(ray_cluster, storage) -> None:
+    def objective(config):
+        tune.report({"loss": (config["w"] - 2) ** 2 + config["b"] ** 2 + config["opt"]["lr"]})
+
+    point = {"w": 2.25, "b": -1.5, "opt": {"lr": 0.0123, "n": 45}}
+    search = HyperOptSearch(metric="loss", mode="min", points_to_evaluate=[point], n_initial_points=3,
+                            random_state_seed=0)
+    tuner = Tuner(objective, param_space=_space(), tune_config=TuneConfig(num_samples=6, search_alg=search),
+                  run_config=tune.RunConfig(storage_path=storage, verbose=0))
+    grid = tuner.fit()
+    assert len(grid) == 6 and grid.num_errors == 0
+    configs = [result.config for result in grid]
+    for config in configs:
+        _check(config)
+    assert {**point, "c": 7} in configs
+
+
+def test_a_resumed_search_goes_on_with_its_transformed_parameters() -> None:
+    """The saved state holds the study's parameters (the quantiles); a resumed search proposes what the
+    uninterrupted one does, values and not quantiles."""
+    import json
+
+    from fluidsalus.searchers import OptunaSearch as EngineOptunaSearch
+
+    def make() -> EngineOptunaSearch:
+        return EngineOptunaSearch(_space(), 8, "m", "min", seed=3, batch_size=1, hyperopt_domains=True,
+                                  points_to_evaluate=[{"w": 7.5}])
+
+    def configs(search: EngineOptunaSearch, first: int, count: int) -> list[dict]:
+        out = []
+        for index in range(first, first + count):
+            (group,) = search.next_groups()
+            (config,) = group.configs
+            search.on_trial_add(f"t{index}", group.group_id, config)
+            search.on_trial_complete(f"t{index}", {"m": config["w"] ** 2, "training_iteration": 1})
+            out.append(config)
+        return out
+
+    uninterrupted = make()
+    before = configs(uninterrupted, 0, 4)
+    assert before[0]["w"] == 7.5
+    resumed = make()
+    resumed.load_state_dict(json.loads(json.dumps(uninterrupted.state_dict())))
+    after = configs(resumed, 4, 4)
+    assert after == configs(uninterrupted, 4, 4)
+    for config in before + after:
+        _check(config)
