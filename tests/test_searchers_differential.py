@@ -32,6 +32,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 SPACE = {"a": sp.uniform(0.0, 1.0), "b": sp.uniform(0.0, 1.0)}
 RAY_DECISION = {Decision.STOP: TrialScheduler.STOP, Decision.CONTINUE: TrialScheduler.CONTINUE}
+#: Results between two comparisons of ``debug_string()`` with Ray's (each costs Ray a percentile per rung).
+DEBUG_STRING_EVERY = 50
 
 
 def curve(config, iteration):
@@ -135,12 +137,15 @@ def test_asha_decisions_equal_rays_with_jumps_missing_metrics_and_nan():
             ours.next_groups()  # promotions go out as they would in the executor
             ray_decision = ray.on_trial_result(None, fakes[trial_id], result)
             total += 1
+            if total % DEBUG_STRING_EVERY == 0:  # (the status report's lines: the same rungs and cutoffs)
+                assert ours.debug_string() == ray.debug_string(), (seed, setting)
             mismatches += ours_decision != ray_decision
             ends = rng.random() < 0.03 or progress[trial_id] > 80
             if ray_decision == TrialScheduler.STOP or ends:
                 ours.on_trial_complete(trial_id, result)
                 ray.on_trial_complete(None, fakes[trial_id], result)
                 live.remove(trial_id)
+        assert ours.debug_string() == ray.debug_string(), (seed, setting)
     assert total > 2000 and mismatches == 0
 
 
@@ -184,9 +189,10 @@ class _FakeController:
         trial.status = Trial.TERMINATED
 
 
-def _run_ray_hyperband(configs, max_t, eta, slots, seed, max_iterations=1000):
+def _run_ray_hyperband(configs, max_t, eta, slots, seed, max_iterations=1000, ended=None):
     """A minimal TuneController loop around HyperBandScheduler: ``slots`` trials at a time, results in a
-    seeded random order, PAUSE/STOP/CONTINUE carried out as Ray does. Returns each trial's last iteration."""
+    seeded random order, PAUSE/STOP/CONTINUE carried out as Ray does. Returns each trial's last iteration
+    (``ended``, a list: the scheduler and its trials are appended to it at the end)."""
     scheduler = HyperBandScheduler(metric="score", mode="max", max_t=max_t, reduction_factor=eta)
     controller, rng = _FakeController(scheduler), random.Random(seed)
     trials = [_FakeTrial(f"t{i:05d}", config) for i, config in enumerate(configs)]
@@ -201,6 +207,8 @@ def _run_ray_hyperband(configs, max_t, eta, slots, seed, max_iterations=1000):
             trial.status = Trial.RUNNING
             running.append(trial)
         if not running:
+            if ended is not None:
+                ended += [scheduler, trials]
             return {t.trial_id: t.iteration for t in trials}
         trial = rng.choice(running)
         trial.iteration += 1
@@ -233,16 +241,65 @@ def test_hyperband_outcomes_equal_rays_hyperband_scheduler_over_random_curves():
         ours = {trial_id: trial.iteration for trial_id, trial in result.trials.items()}
         # Trial ids follow group order, which is Ray's bracket-filling order.
         configs = [result.trials[trial_id].config for trial_id in sorted(result.trials)]
-        assert ours == _run_ray_hyperband(configs, max_t, eta, rng.choice([1, 3]), seed), (eta, max_t)
+        ended = []
+        assert ours == _run_ray_hyperband(configs, max_t, eta, rng.choice([1, 3]), seed, ended=ended), (eta, max_t)
+        # (the status report's lines at the end: the same brackets, halvings and trials, as Ray's debug_string)
+        scheduler, ray_trials = ended
+        assert searcher.debug_string({t.trial_id: t.status for t in ray_trials}) == scheduler.debug_string()
         trials_seen += len(ours)
     assert trials_seen > 1000
 
 
-def _ray_bracket_assignment(scheduler_cls, count, max_t, eta):
+def test_hyperband_debug_string_equals_rays_in_the_middle_of_a_band():
+    """The status report's scheduler lines (Ray's ``HyperBandScheduler.debug_string()``, which the reporter prints)
+    from HyperBand's own state, fed the same results as Ray's scheduler: the halvings' stopped count, each
+    bracket's size, budget, share of its work done (Ray's formula) and its trials by status, mid-band."""
+    ours = HyperBand(SPACE, 17, "score", "max", max_t=9, reduction_factor=3, seed=0)
+    ray = HyperBandScheduler(metric="score", mode="max", max_t=9, reduction_factor=3)
+    controller, fakes = _FakeController(ray), {}
+    for group in ours.next_groups():  # (brackets s=0: 3 trials, s=1: 5, s=2: 9, in Ray's order)
+        for config in group.configs:
+            trial_id = f"t{len(fakes):02d}"
+            ours.on_trial_add(trial_id, group.group_id, config)
+            fakes[trial_id] = _FakeTrial(trial_id, config)
+            fakes[trial_id].status = Trial.RUNNING
+            ray.on_trial_add(controller, fakes[trial_id])
+
+    def report(trial_id, iteration, score):
+        result = {"score": score, "training_iteration": iteration}
+        ours.on_result(trial_id, result)
+        fakes[trial_id].last_result = result
+        decision = ray.on_trial_result(controller, fakes[trial_id], result)
+        if decision == TrialScheduler.STOP:
+            controller.stop_trial(fakes[trial_id])
+            ours.on_trial_complete(trial_id, result)
+        elif decision == TrialScheduler.PAUSE:
+            fakes[trial_id].status = Trial.PAUSED
+
+    assert ours.debug_string() == ray.debug_string() == "Using HyperBand: num_stopped=0 total_brackets=3\nRound #0:" \
+        + "".join(f"\n  Bracket(Max Size (n)={n}, Milestone (r)={r}, completed=0.0%): {{RUNNING: {n}}} "
+                  for n, r in ((3, 9), (5, 3), (9, 1)))
+    # (trials the run has made and the reporter has not seen yet are PENDING, as Ray's every trial made)
+    assert "  Bracket(Max Size (n)=3, Milestone (r)=9, completed=0.0%): {PENDING: 3} " in ours.debug_string({})
+    for i in range(8, 17):  # the s=2 bracket's first rung: 3 of 9 go on
+        report(f"t{i:02d}", 1, i / 10)
+    for iteration in range(1, 5):
+        report("t00", iteration, 0.1 * iteration)
+    report("t03", 1, 0.5)
+    statuses = {trial_id: fake.status for trial_id, fake in fakes.items()}
+    assert ours.debug_string(statuses) == ray.debug_string()
+    assert ray.debug_string().splitlines()[0] == "Using HyperBand: num_stopped=6 total_brackets=3"
+    assert "completed=34.6%): {PAUSED: 2, RUNNING: 1, TERMINATED: 6} " in ray.debug_string()
+
+
+def _ray_bracket_assignment(scheduler_cls, count, max_t, eta, made=None):
+    """Each trial's (band, s, n0, r0) in Ray's scheduler (``made``, a list: the scheduler is appended to it)."""
     scheduler = scheduler_cls(metric="score", mode="max", max_t=max_t, reduction_factor=eta)
     fakes = [_FakeTrial(f"t{i}") for i in range(count)]
     for fake in fakes:
         scheduler.on_trial_add(None, fake)
+    if made is not None:
+        made.append(scheduler)
     out = []
     for fake in fakes:
         bracket, band = scheduler._trial_info[fake]
@@ -267,7 +324,10 @@ def test_bracket_sizes_and_assignment_equal_rays(searcher_cls, ray_cls, max_t, e
     for bracket in searcher.bracket_summary():
         s, (n0, r0) = bracket["s"], bracket["schedule"][0]
         ours += [(bracket["band"], s, n0, r0)] * len(bracket["members"])
-    assert ours == _ray_bracket_assignment(ray_cls, count, max_t, eta)
+    made = []
+    assert ours == _ray_bracket_assignment(ray_cls, count, max_t, eta, made)
+    # (the status report's lines of those brackets, every trial pending: Ray's count of brackets, skipped ones too)
+    assert searcher.debug_string({}) == made[0].debug_string()
 
 
 # --------------------------------------------------------------------------------------------------------

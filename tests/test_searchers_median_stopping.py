@@ -148,6 +148,8 @@ def test_the_same_decisions_as_rays_median_stopping_rule(seed: int, mode: str, t
             ended.add(trial_id)
     if seed == 0:
         assert decisions > 0  # the streams do make the rule act
+    # (the status report's scheduler line, Ray's debug_string: the trials it stopped, or paused without hard_stop)
+    assert ours.debug_string() == theirs.debug_string()
 
 
 def test_a_resumed_rule_decides_as_the_uninterrupted_one() -> None:

@@ -11,7 +11,10 @@ ProgressReporter.
 
 from __future__ import annotations
 
+import os
+import platform
 import re
+import time
 from typing import Any
 
 import pytest
@@ -32,10 +35,21 @@ def _trial(index: int, status: str, lr: float, loss: float | None, **extra: Any)
                      status=status, trainable_name="train", evaluated_params={"lr": lr})
 
 
-def _rows(text: str) -> list[list[str]]:
-    """The trial table's data rows (cells stripped)."""
-    lines = [line for line in text.splitlines() if line.startswith("| ")]
-    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:]]
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def _rows(text: str, *, loc: bool = False) -> list[list[str]]:
+    """The trial table's data rows (cells stripped), without the ``loc`` cell unless ``loc``."""
+    rows = [_cells(line) for line in [line for line in text.splitlines() if line.startswith("| ")][1:]]
+    return rows if loc else [row[:2] + row[3:] for row in rows]
+
+
+def _header(text: str) -> list[str]:
+    """The trial table's header, which has Ray's ``loc`` column third, without it."""
+    cells = _cells(next(line for line in text.splitlines() if line.startswith("| Trial name")))
+    assert cells[:3] == ["Trial name", "status", "loc"]
+    return cells[:2] + cells[3:]
 
 
 def test_the_status_text_has_counts_the_given_columns_and_the_best_trial():
@@ -48,8 +62,7 @@ def test_the_status_text_has_counts_the_given_columns_and_the_best_trial():
     assert re.search(r"\(running for \d\d:\d\d:\d\d\.\d\d\)", text)
     assert "Number of trials: 3/4 (1 RUNNING, 1 PENDING, 1 TERMINATED)" in text
     assert "Current best trial: t1 with loss=0.2 and parameters={'lr': 0.01}" in text  # (its parameter columns)
-    header = next(line for line in text.splitlines() if line.startswith("| Trial name"))
-    assert [c.strip() for c in header.strip("|").split("|")] == ["Trial name", "status", "lr", "Loss", "iter"]
+    assert _header(text) == ["Trial name", "status", "lr", "Loss", "iter"]
     assert _rows(text) == [["train_t1", "RUNNING", "0.01", "0.2", "2"], ["train_t2", "PENDING", "0.3", "", ""],
                            ["train_t0", "TERMINATED", "0.1", "0.5", "1"]]
 
@@ -93,15 +106,8 @@ def test_a_value_near_a_whole_number_and_a_bool_beside_floats_are_shown_as_rays_
 def test_default_columns_infer_metrics_and_show_the_sampled_parameters():
     trials = [_trial(0, "TERMINATED", 0.1, 0.5, extra_metric=3), _trial(1, "TERMINATED", 0.2, 0.4, extra_metric=4)]
     text = CLIReporter(infer_limit=2)._progress_str(trials, done=True)
-    header = next(line for line in text.splitlines() if line.startswith("| Trial name"))
     # lr was drawn, opt/m was not; Ray's two default columns, then two inferred metrics.
-    assert [c.strip() for c in header.strip("|").split("|")] == ["Trial name", "status", "lr", "iter",
-                                                                 "total time (s)", "loss", "acc"]
-
-
-def _header(text: str) -> list[str]:
-    line = next(line for line in text.splitlines() if line.startswith("| Trial name"))
-    return [c.strip() for c in line.strip("|").split("|")]
+    assert _header(text) == ["Trial name", "status", "lr", "iter", "total time (s)", "loss", "acc"]
 
 
 def test_the_default_parameter_columns_are_the_values_the_search_drew_as_in_ray():
@@ -155,8 +161,8 @@ def test_a_long_header_keeps_its_end_over_two_lines_and_a_long_text_cell_is_shor
         [trial], done=True)
     head = [line for line in text.splitlines() if line.startswith("| ")][:2]
     assert [[c.strip() for c in line.strip("|").split("|")] for line in head] == [
-        ["Trial name", "status", "model", "act", "lr", "...loss_of", "long loss"],
-        ["", "", "", "", "", "_the_model", ""]]
+        ["Trial name", "status", "loc", "model", "act", "lr", "...loss_of", "long loss"],
+        ["", "", "", "", "", "", "_the_model", ""]]
     row = _rows(text)[-1]
     assert re.fullmatch(r"resne_[0-9a-f]{4}", row[2]) and row[3:] == ["relu", "0.123456", "0.5", "123456789"]
     six = CLIReporter(metric_columns={"loss": "validation_loss_long"}, parameter_columns=["lr"],
@@ -331,6 +337,94 @@ def test_rays_reporter_is_translated_with_its_settings_and_other_objects_are_ref
         tune.RunConfig(progress_reporter="cli")
 
 
+def test_the_report_has_rays_lines_around_the_table_the_scheduler_resources_logdir_and_loc(capsys):
+    """The status text lacked Ray's lines around its table: the scheduler's (``scheduler.debug_string()``), the
+    run's resource usage, ``Result logdir: ...`` and the ``loc`` column (the trial's node ip:pid). Ray 2.60's legacy
+    output (``RAY_AIR_NEW_OUTPUT=0``; h221's ``side_by_side.py``) reads, around its table::
+
+        == Status ==
+        Current time: 2026-12-01 03:55:25 (running for 00:00:39.80)
+        Using AsyncHyperBand: num_stopped=4
+        Bracket: Iter 8.000: -0.125 | Iter 4.000: -0.25 | Iter 2.000: -0.5 | Iter 1.000: -2.5
+        Logical resource usage: 1.0/2 CPUs, 0/0 GPUs
+        Current best trial: ed988_00000 with loss=0.1111111111111111 and parameters={'lr': 0.1}
+        Result logdir: /tmp/ray/session_.../asha_run/driver_artifacts
+        Number of trials: 4/4 (4 TERMINATED)
+        | Trial name        | status     | loc             |   lr | ...
+
+    fluidsalus's lines come from its own state: ASHA's rungs, its devices (none in progress here: ``?``, as
+    Ray's before it knows its cluster), the experiment folder, each trial's last result."""
+    from fluidsalus.searchers import ASHA
+    from fluidsalus.tune.progress_reporter import FIFO_LINE, ReporterCallback, scheduler_lines
+
+    trials = [_trial(0, "TERMINATED", 0.1, 0.5, node_ip="192.0.2.2", pid=4242),
+              _trial(1, "RUNNING", 0.2, 0.4, node_ip=platform.node(), pid=77), _trial(2, "PENDING", 0.3, None)]
+    for trial in trials:
+        trial.path = f"/store/exp/train_{trial.trial_id}"
+    asha = ASHA({"lr": 0.1}, 3, "loss", "min", max_t=4, grace_period=1, reduction_factor=2)
+    reporter = CLIReporter(metric_columns=["loss"], parameter_columns=["lr"], max_report_frequency=0)
+    reporter.setup(metric="loss", mode="min", total_samples=3)
+    ReporterCallback(reporter, asha).on_trial_result(0, trials, trials[0], trials[0].last_result)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "== Status ==" and lines[1].startswith("Current time: ")
+    assert lines[2:8] == ["Using AsyncHyperBand: num_stopped=0",
+                          "Bracket: Iter 4.000: None | Iter 2.000: None | Iter 1.000: None",
+                          "Logical resource usage: ?",
+                          "Current best trial: t1 with loss=0.4 and parameters={'lr': 0.2}",
+                          "Result logdir: /store/exp", "Number of trials: 3/3 (1 RUNNING, 1 PENDING, 1 TERMINATED)"]
+    assert [row[:3] for row in _rows("\n".join(lines), loc=True)] == [
+        ["train_t1", "RUNNING", "pid=77"], ["train_t2", "PENDING", ""], ["train_t0", "TERMINATED", "192.0.2.2:4242"]]
+    ReporterCallback(reporter).on_trial_result(0, trials, trials[0], trials[0].last_result)  # (no scheduler)
+    assert capsys.readouterr().out.splitlines()[2] == FIFO_LINE == "Using FIFO scheduling algorithm."
+    # (a scheduler class of one's own with its lines; Ray's ResourceChangingScheduler names itself before its base's)
+    from fluidsalus.tune.schedulers import ResourceChangingScheduler, TrialScheduler
+
+    class Mine(TrialScheduler):
+        def debug_string(self) -> str:
+            return "Mine: 3 decisions"
+
+    assert scheduler_lines(asha, trials, Mine()) == "Mine: 3 decisions"
+    assert scheduler_lines(None, trials, ResourceChangingScheduler()) == f"(ResourceChangingScheduler) {FIFO_LINE}"
+    assert scheduler_lines(asha, trials, ResourceChangingScheduler()).startswith(
+        "(ResourceChangingScheduler) Using AsyncHyperBand: num_stopped=0\nBracket: Iter 4.000: None")
+
+
+def test_the_running_for_time_counts_days_as_rays():
+    """A run of a day or more showed its hours on (``26:03:04.50``); Ray's ``_get_time_str`` counts the days apart:
+    ``1 days, 02:03:04.50``."""
+    reporter = CLIReporter()
+    reporter.set_start_time(time.time() - (26 * 3600 + 3 * 60 + 4.5))
+    assert re.search(r"\(running for 1 days, 02:03:0[45]\.\d\d\)", reporter._progress_str([], done=False))
+    reporter.set_start_time(time.time() - 65)
+    assert re.search(r"\(running for 00:01:0[56]\.\d\d\)", reporter._progress_str([], done=False))
+
+
+def test_the_resource_line_is_rays_from_the_runs_devices_and_their_busy_lanes():
+    """Ray's ``Logical resource usage: <used>/<total> CPUs, <used>/<total> GPUs`` from fluidsalus's devices: the
+    cores (and GPUs) the live devices hold, and the share of them the running trials' lanes use (at most a device's
+    lanes: more trials resident than lanes use no more)."""
+    from types import SimpleNamespace
+
+    from fluidsalus.gpu.device import DeviceSpec
+    from fluidsalus.trialgroup.executor import Executor, ResourceUsage
+    from fluidsalus.tune.progress_reporter import resource_line
+
+    def device(name: str, kind: str, slots: int, cpus: int, assigned: set[str], alive: bool = True) -> Any:
+        return SimpleNamespace(spec=DeviceSpec(name, kind, 0, slots, cpus=cpus), assigned=assigned, alive=alive)
+
+    trials = {tid: SimpleNamespace(status=status) for tid, status in
+              [("a", "RUNNING"), ("b", "RUNNING"), ("c", "RUNNING"), ("d", "PAUSED"), ("e", "RUNNING")]}
+    cpu_run = SimpleNamespace(trials=trials, _devices=[device("cpu:0", "cpu", 1, 1, {"a"}),
+                                                      device("cpu:1", "cpu", 1, 1, {"d"}),
+                                                      device("cpu:2", "cpu", 1, 1, {"e"}, alive=False)])
+    assert resource_line(Executor.resource_usage(cpu_run)) == "Logical resource usage: 1.0/2 CPUs, 0/0 GPUs"
+    gpu_run = SimpleNamespace(trials=trials, _devices=[device("cuda:0", "cuda", 2, 4, {"a", "b", "c"}),
+                                                      device("cuda:1", "cuda", 2, 4, {"d"})])
+    assert resource_line(Executor.resource_usage(gpu_run)) == "Logical resource usage: 4.0/8 CPUs, 1.0/2 GPUs"
+    assert resource_line(ResourceUsage(0.0, 2.0, 0.0, 0.0)) == "Logical resource usage: 0/2 CPUs, 0/0 GPUs"
+    assert resource_line(None) == "Logical resource usage: ?"
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Real runs
 # ---------------------------------------------------------------------------------------------------------
@@ -365,6 +459,14 @@ def test_a_cli_reporter_prints_tables_of_a_real_run(ray_cluster, storage: str, c
     assert len(tables) >= 2
     last = tables[-1]
     assert "Number of trials: 2/2 (2 TERMINATED)" in last and "Current best trial: " in last
+    # Ray's lines around the table (h221): the scheduler's, the devices' resource usage, the experiment folder, and
+    # the node ip:pid of each trial's process in the loc column
+    lines = last.splitlines()
+    assert lines[2] == "Using FIFO scheduling algorithm."
+    assert re.fullmatch(r"Logical resource usage: (0|\d+\.\d+)/[1-9]\d* CPUs, 0/0 GPUs", lines[3]), lines[3]
+    logdir = next(line for line in lines if line.startswith("Result logdir: "))
+    assert os.path.dirname(logdir.removeprefix("Result logdir: ")) == os.path.abspath(storage)
+    assert all(re.fullmatch(r"\S+:\d+|pid=\d+", row[2]) for row in _rows(last, loc=True))
     rows = _rows(last)
     # (Ray's table: 6 significant digits, 0.0333333; it said 0.033333)
     assert sorted((row[1], row[2], row[3], row[4]) for row in rows) == [("TERMINATED", "0.1", "0.0333333", "3"),

@@ -296,6 +296,12 @@ class _Bracket:
             break
         return stop
 
+    def debug_str(self) -> str:
+        """Ray's ``_Bracket.debug_str()``: each rung's milestone and cutoff (the reward a trial needs there, None
+        before any is recorded), largest milestone first: ``Bracket: Iter 4.000: -0.25 | Iter 1.000: None``."""
+        return "Bracket: " + " | ".join(f"Iter {milestone:.3f}: {self.cutoff(recorded)}"
+                                        for milestone, recorded in self.rungs)
+
     def budgets(self, max_t: float) -> list[float | None]:
         """The budgets a trial of this bracket runs to, in order: milestones below ``max_t``, then
         ``max_t`` (``stop_last_trials``) or every milestone then ``None`` (run until the trainable ends)."""
@@ -563,6 +569,20 @@ class ASHA(BaseSearcher):
 
     def proposes_new(self) -> bool:
         return bool(self._pending_new) or self._configs_left()
+
+    def debug_string(self, statuses: Mapping[str, str] | None = None) -> str:
+        """The scheduler's lines of Ray's status report (``AsyncHyperBandScheduler.debug_string()``), from this
+        searcher's state: the trials it stopped (at a rung or at ``max_t``), then each bracket's rungs with their
+        cutoffs, as rewards (the metric negated for ``mode="min"``, as Ray shows them)::
+
+            Using AsyncHyperBand: num_stopped=3
+            Bracket: Iter 4.000: -0.25 | Iter 2.000: -0.5 | Iter 1.000: -2.5
+
+        Args:
+            statuses: The trials' statuses (unused here; HyperBand's lines count them).
+        """
+        return "\n".join([f"Using AsyncHyperBand: num_stopped={self._num_stopped}",
+                          *(bracket.debug_str() for bracket in self._brackets)])
 
     def is_finished(self) -> bool:
         return (

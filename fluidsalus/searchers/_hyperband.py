@@ -38,10 +38,12 @@ from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.searchers._random import VariantStream, count_trials
 from fluidsalus.trialgroup.trial import TrialGroup
 
-__all__ = ["HyperBand", "hyperband_schedule"]
+__all__ = ["HyperBand", "bracket_work", "hyperband_schedule"]
 
 #: Version of the :meth:`HyperBand.state_dict` layout.
 _STATE_VERSION = 1
+#: The status of a trial the run has made and not started (Ray's ``Trial.PENDING``).
+PENDING = "PENDING"
 #: Score of a trial with no usable metric value (NaN or never reported): it ranks last.
 _WORST_SCORE = -math.inf
 
@@ -59,6 +61,19 @@ def _n0(s: int, s_max_1: int, eta: float) -> int:
 def _r0(s: int, max_t: float, eta: float) -> int:
     """Ray's first budget of bracket ``s``: ``int(max_t * eta ** -s)``."""
     return int(max_t * eta ** (-s))
+
+
+def bracket_work(n0: int, r0: int, s: int, eta: float, max_t: float) -> int:
+    """The work (trials times budget) Ray counts for a bracket of ``n0`` trials from budget ``r0`` over ``s + 1``
+    rungs, the denominator of its ``completed=`` share (Ray's ``_Bracket._calculate_total_work``): each rung adds
+    ``int(n) * int(r)``, then ``n = ceil(n / eta)`` and ``r = int(min(r * eta, max_t - r0))`` (Ray caps the next
+    budget by ``max_t`` less the first one, so the share is Ray's, not the work the rungs' budgets add up to)."""
+    work, n, r = 0, n0, float(r0)
+    for _ in range(s + 1):
+        work += int(n) * int(r)
+        n = int(np.ceil(n / eta))
+        r = int(min(r * eta, max_t - r0))
+    return work
 
 
 def hyperband_schedule(max_t: float, reduction_factor: float) -> list[tuple[int, list[tuple[int, int]]]]:
@@ -176,6 +191,7 @@ class HyperBand(BaseSearcher):
         self._last_value: dict[str, float] = {}  # last metric value of each trial
         self._last_time: dict[str, float] = {}  # last progress of each trial
         self._stops: list[str] = []  # paused trials to stop
+        self._num_stopped = 0  # trials the halvings stopped (Ray's num_stopped: not those at the last rung)
 
     # ---- hooks for subclasses (SyncBOHB) ---------------------------------------------------------------
 
@@ -246,6 +262,7 @@ class HyperBand(BaseSearcher):
             bracket["capacity"] = keep
             good = set(ranked[max(0, len(ranked) - keep):]) if keep > 0 else set()  # (all, if fewer are left)
             stops += [tid for tid in candidates if tid not in good]
+            self._num_stopped += sum(1 for tid in candidates if tid not in good)
             bracket["rung"] += 1
             bracket["members"] = [tid for tid in candidates if tid in good]
             bracket["reached"], bracket["ended"] = {}, []
@@ -406,6 +423,59 @@ class HyperBand(BaseSearcher):
             for b in self._brackets
         ]
 
+    def debug_string(self, statuses: Mapping[str, str] | None = None) -> str:
+        """The scheduler's lines of Ray's status report (``HyperBandScheduler.debug_string()``), from this
+        searcher's state: the trials the halvings stopped, the brackets (Ray counts a band's brackets too small to
+        run, ``r0 == 0``, among them), then per band (Ray's round) each bracket's current size, budget, share of
+        its work done and its trials by status::
+
+            Using HyperBand: num_stopped=2 total_brackets=3
+            Round #0:
+              Bracket(Max Size (n)=3, Milestone (r)=9, completed=55.6%): {PAUSED: 1, TERMINATED: 2}
+
+        Args:
+            statuses: The trials' statuses by id (the run's, as the reporter has them: one it has not seen yet is
+                ``PENDING``, as in Ray, where every trial made is one); without them a trial is
+                counted as this searcher sees it: ``TERMINATED`` once it left its bracket or ended, ``PAUSED`` at
+                its rung's budget, else ``RUNNING``.
+        """
+        bands = max((b["band"] for b in self._brackets), default=0) + 1
+        last_band = sum(1 for b in self._brackets if b["band"] == bands - 1)
+        if self._largest_bracket_first and self._brackets:  # (Ray adds the skipped ones first in a band)
+            last_band += self._s_max_1 - len(self._schedules)
+        lines = [f"Using HyperBand: num_stopped={self._num_stopped} total_brackets="
+                 f"{(bands - 1) * self._s_max_1 + last_band}"]
+        by_bracket: dict[int, list[str]] = {}
+        for tid, index in self._trial_bracket.items():
+            by_bracket.setdefault(index, []).append(tid)
+        for band in range(bands):
+            lines.append(f"Round #{band}:")
+            for index, bracket in enumerate(self._brackets):
+                if bracket["band"] == band:
+                    lines.append(f"  {self._bracket_str(bracket, by_bracket.get(index, []), statuses)}")
+        return "\n".join(lines)
+
+    def _bracket_str(self, bracket: Mapping[str, Any], trial_ids: list[str],
+                     statuses: Mapping[str, str] | None) -> str:
+        """One bracket as Ray's ``_Bracket.__repr__`` (with its trailing space)."""
+        size, milestone = bracket["schedule"][bracket["rung"]]
+        n0, r0 = bracket["schedule"][0]
+        work = bracket_work(n0, r0, bracket["s"], self.reduction_factor, self.max_t)
+        done = sum(self._last_time.get(tid, 0.0) for tid in trial_ids)
+        share = 1.0 if bracket["done"] or not work else min(done / work, 1.0)
+        counts: dict[str, int] = {}
+        for tid in trial_ids:
+            status = statuses.get(tid, PENDING) if statuses is not None else self._own_status(bracket, tid)
+            counts[status] = counts.get(status, 0) + 1
+        shown = ", ".join(sorted(f"{status}: {n}" for status, n in counts.items()))
+        return f"Bracket(Max Size (n)={size}, Milestone (r)={milestone}, completed={share:.1%}): {{{shown}}} "
+
+    @staticmethod
+    def _own_status(bracket: Mapping[str, Any], trial_id: str) -> str:
+        if bracket["done"] or trial_id not in bracket["members"] or trial_id in bracket["ended"]:
+            return "TERMINATED"
+        return "PAUSED" if trial_id in bracket["reached"] else "RUNNING"
+
     # ---- state -----------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
@@ -424,6 +494,7 @@ class HyperBand(BaseSearcher):
             "last_value": dict(self._last_value),
             "last_time": dict(self._last_time),
             "stops": list(self._stops),
+            "num_stopped": self._num_stopped,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -442,3 +513,4 @@ class HyperBand(BaseSearcher):
         self._last_value = {tid: float(v) for tid, v in state["last_value"].items()}
         self._last_time = {tid: float(v) for tid, v in state["last_time"].items()}
         self._stops = list(state["stops"])
+        self._num_stopped = int(state.get("num_stopped", 0))  # (a state saved before 2026-12-01 has none)

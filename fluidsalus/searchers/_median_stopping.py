@@ -168,6 +168,12 @@ class MedianStopping(WrappingSearcher):
         """Whether the rule has stopped the trial (without ``hard_stop``: let it go on unjudged)."""
         return trial_id in self._judged
 
+    def debug_string(self, statuses: Mapping[str, str] | None = None) -> str:
+        """The scheduler's line of Ray's status report (``MedianStoppingRule.debug_string()``): the trials the rule
+        stopped (without ``hard_stop``: judged, as Ray counts the trials it paused), e.g. ``Using
+        MedianStoppingRule: num_stopped=2.`` (``statuses`` is unused.)"""
+        return f"Using MedianStoppingRule: num_stopped={len(self._judged)}."
+
     def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
         self.inner.on_trial_complete(trial_id, result, error)
         if not error:  # Ray's on_trial_complete records the last result again; its on_trial_error records nothing

@@ -512,6 +512,32 @@ def _asked_for(specs: Sequence[DeviceSpec]) -> str:
 _THREAD_RUNS = threading.local()
 
 
+@dataclass(frozen=True)
+class ResourceUsage:
+    """The cores and GPUs a run holds, and how many of them its running trials use now (Ray's "logical resource
+    usage" of a Tune run, in fluidsalus's terms).
+
+    Attributes:
+        used_cpus: The cores of the lanes that run a trial: on each device, a core share (``cpus / slots``) per
+            running trial, at most its ``slots`` of them.
+        total_cpus: The cores the run's live devices reserve.
+        used_gpus: On each GPU device, its share per running trial (``1 / slots``), at most the whole GPU.
+        total_gpus: The run's live GPU devices.
+    """
+
+    used_cpus: float
+    total_cpus: float
+    used_gpus: float
+    total_gpus: float
+
+
+def current_resource_usage() -> ResourceUsage | None:
+    """The :class:`ResourceUsage` of the innermost run in progress on this thread (a callback of the run is called
+    on it), or None when no run is."""
+    executors = getattr(_THREAD_RUNS, "executors", [])
+    return executors[-1].resource_usage() if executors else None
+
+
 def _free_after_take(parked: Sequence[WarmKey], taken: Sequence[WarmActor | None],
                      keys: Sequence[WarmKey | None]) -> dict[str, float]:
     """Ray's free resources as a run sees them once ``WARM_DEVICES.take`` ended the parked actors it did not take
@@ -903,6 +929,8 @@ class Executor:
         ended = False
         outer: list[Sequence[DeviceSpec]] = getattr(_THREAD_RUNS, "devices", [])
         _THREAD_RUNS.devices = [*outer, self.device_specs]
+        outer_runs: list[Executor] = getattr(_THREAD_RUNS, "executors", [])
+        _THREAD_RUNS.executors = [*outer_runs, self]
         try:
             self._start_devices(outer=[spec for specs in outer for spec in specs])
             self._loop()
@@ -939,6 +967,7 @@ class Executor:
             raise
         finally:
             _THREAD_RUNS.devices = outer
+            _THREAD_RUNS.executors = outer_runs
             try:
                 try:
                     self._end_calls()
@@ -1346,6 +1375,21 @@ class Executor:
             device.alive = False
 
     # ------------------------------------------------------------------ main loop
+
+    def resource_usage(self) -> ResourceUsage:
+        """The cores and GPUs of the live devices, and the share of them the running trials use now."""
+        used_cpus = total_cpus = used_gpus = total_gpus = 0.0
+        for d in self._devices:
+            if not d.alive:
+                continue
+            slots = max(d.spec.slots, 1)
+            busy = min(sum(1 for t in d.assigned if self.trials[t].status == RUNNING), slots)
+            total_cpus += d.spec.cpus
+            used_cpus += busy * d.spec.cpus / slots
+            if d.spec.kind == "cuda":
+                total_gpus += 1
+                used_gpus += busy / slots
+        return ResourceUsage(used_cpus, total_cpus, used_gpus, total_gpus)
 
     def _snapshot(self) -> dict[str, Any]:
         """What the live progress view shows (see ``fluidsalus.progress.Progress.update``)."""

@@ -87,6 +87,7 @@ from fluidsalus.tune._custom_scheduler import ScheduledSearch
 from fluidsalus.tune._custom_search import defined_by_user, runner_of
 from fluidsalus.tune._interrupt import StopSignals
 from fluidsalus.tune._output import log_files
+from fluidsalus.tune._ray_objects import adopt_scheduler
 from fluidsalus.tune._tags import PARAMS_FILE, TAG_KEY, Tagger
 from fluidsalus.tune._trainable import (
     MANY_GPUS_WARNING,
@@ -820,7 +821,10 @@ class Tuner:
             # As tune.run does: the reporter gets the run's start, samples, and TuneConfig's metric and mode.
             run_config.progress_reporter.setup(start_time=time.time(), metric=tune_config.metric,
                                                mode=tune_config.mode, total_samples=total_samples)
-            ray_callbacks.append(ReporterCallback(run_config.progress_reporter))
+            with warnings.catch_warnings():  # (Ray's own scheduler, translated: plan() warned already)
+                warnings.simplefilter("ignore", UserWarning)
+                scheduler = adopt_scheduler(tune_config.scheduler)
+            ray_callbacks.append(ReporterCallback(run_config.progress_reporter, planned.searcher, scheduler))
         if class_trainable and _may_ask_for_checkpoints(engine_callbacks, ray_callbacks):
             # Each result waits for the callbacks' answer, so a requested checkpoint is of that result, as in Ray.
             options = dataclasses.replace(options, checkpoint_verdicts=True)

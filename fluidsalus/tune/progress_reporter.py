@@ -20,6 +20,11 @@ values the search drew (the keys of the trials' ``evaluated_params``, sorted), a
 shortens as Ray's: a longer header keeps its end, wrapped over two lines; a longer text cell keeps its start and
 ends in ``_`` and 4 hex digits of the value's address.
 
+Around the table are Ray's lines: under the time the scheduler's (:func:`scheduler_lines`, as Ray's
+``scheduler.debug_string()``) and the run's resource usage (:func:`resource_line`, from its devices), given to
+``report`` as ``sys_info`` by :class:`ReporterCallback`; ``Result logdir: <experiment folder>`` before the trial
+counts; and the table's ``loc`` column, the ``<node ip>:<pid>`` of each trial's process (its last result's).
+
 Unlike Ray 2.60, whose default ("new") output engine ignores a ``progress_reporter`` with a warning unless
 ``RAY_AIR_NEW_OUTPUT=0``, fluidsalus always uses the reporter given (docs/compatibility.md).
 
@@ -39,6 +44,8 @@ from __future__ import annotations
 import datetime
 import math
 import numbers
+import os
+import platform
 import sys
 import textwrap
 import time
@@ -229,6 +236,8 @@ class TuneReporterBase(ProgressReporter):
             value = _lookup(best.last_result, self._metric)  # (in full, as Ray's line: str(value))
             lines.append(f"Current best trial: {best.trial_id} with {self._metric}={value} and parameters="
                          f"{self._best_parameters(best)}")
+        if trials:  # (Ray's: each experiment folder of the trials, before their count)
+            lines += [f"Result logdir: {folder}" for folder in _result_logdirs(trials)]
         lines.append(f"Number of trials: {total} ({shown_counts})")
         if trials and (done or self._print_intermediate_tables is not False):
             lines.append(self._trial_table(trials, done))
@@ -294,7 +303,7 @@ class TuneReporterBase(ProgressReporter):
         # past max_progress_rows have is no column; every trial's until 2026-12-01)
         metrics, parameters = self._columns(shown)
         length = self._max_column_length
-        header = ["Trial name", "status", *[_wrapped_header(h, length) for h in parameters.values()],
+        header = ["Trial name", "status", "loc", *[_wrapped_header(h, length) for h in parameters.values()],
                   *[_wrapped_header(h, length) for h in metrics.values()]]
         values = []
         for trial in shown:
@@ -303,7 +312,7 @@ class TuneReporterBase(ProgressReporter):
         # (each column in one format, as Ray's table formats a column: not 1.2346e+06 beside 1234567.5)
         columns = [_column([row[i] for row in values]) for i in range(len(parameters) + len(metrics))]
         cells = list(zip(*columns, strict=True)) if columns else [() for _ in shown]
-        rows = [[str(trial), trial.status, *row] for trial, row in zip(shown, cells, strict=True)]
+        rows = [[str(trial), trial.status, _location(trial), *row] for trial, row in zip(shown, cells, strict=True)]
         table = _table(header, rows)
         if len(shown) < len(trials):
             left: dict[str, int] = {}
@@ -388,14 +397,36 @@ class JupyterNotebookReporter(TuneReporterBase):
 
 class ReporterCallback(Callback, _AfterTheResult):
     """Runs a progress reporter on the Ray-style callback hooks: ``should_report`` after each trial event,
-    ``report`` when it says so, and a last ``report(done=True)`` at the end of the experiment."""
+    ``report`` when it says so, and a last ``report(done=True)`` at the end of the experiment.
 
-    def __init__(self, reporter: Any) -> None:
+    As Ray's, ``report`` gets two lines of system information after ``done``: the scheduler's
+    (:func:`scheduler_lines` of ``searcher``) and the run's resource usage (:func:`resource_line`, of the run in
+    progress on this thread, :func:`~fluidsalus.trialgroup.executor.current_resource_usage`; at the end, once the
+    run has let its devices go, their totals with nothing used).
+
+    Args:
+        reporter: The progress reporter.
+        searcher: The run's searcher, whose state gives the scheduler's lines.
+        scheduler: ``TuneConfig.scheduler`` as fluidsalus runs it (Ray's own translated; None: Ray's FIFO line,
+            unless the searcher has lines of its own).
+    """
+
+    def __init__(self, reporter: Any, searcher: Any = None, scheduler: Any = None) -> None:
         self.reporter = reporter
+        self.searcher = searcher
+        self.scheduler = scheduler
+        self._usage: Any = None  # the run's resource usage when last seen
 
     def _maybe_report(self, trials: list[Any], done: bool = False) -> None:
+        from fluidsalus.trialgroup.executor import ResourceUsage, current_resource_usage
+
+        usage = current_resource_usage()  # (at each event: the end's report comes once the run has ended)
+        if usage is None and self._usage is not None:  # (the run is over: its devices, none of them used)
+            usage = ResourceUsage(0.0, self._usage.total_cpus, 0.0, self._usage.total_gpus)
+        self._usage = usage
         if self.reporter.should_report(trials, done=done):
-            self.reporter.report(trials, done)
+            self.reporter.report(trials, done, scheduler_lines(self.searcher, trials, self.scheduler),
+                                 resource_line(usage))
 
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         self._maybe_report(trials)
@@ -419,11 +450,84 @@ class ReporterCallback(Callback, _AfterTheResult):
 # ---------------------------------------------------------------------------------------------------------
 
 
+#: Seconds in a day: Ray's "running for" counts whole days apart (``1 days, 02:03:04.00``).
+_DAY_S = 24 * 60 * 60
+
+
 def _duration(seconds: float) -> str:
-    """``hh:mm:ss.ss``, as Ray shows how long a run has been going."""
-    minutes, secs = divmod(max(seconds, 0.0), 60.0)
+    """``hh:mm:ss.ss``, after ``<n> days, `` from a day on, as Ray shows how long a run has been going (until
+    2026-12-01 the hours went on counting: ``26:03:04.00``)."""
+    days, rest = divmod(max(seconds, 0.0), float(_DAY_S))
+    minutes, secs = divmod(rest, 60.0)
     hours, minutes = divmod(int(minutes), 60)
-    return f"{hours:02d}:{minutes:02d}:{secs:05.2f}"
+    return (f"{days:.0f} days, " if days > 0 else "") + f"{hours:02d}:{minutes:02d}:{secs:05.2f}"
+
+
+def _location(trial: Any) -> str:
+    """The ``loc`` cell of a trial, as Ray's (``_Location``): ``<node ip>:<pid>`` of the process that ran it (its
+    device actor's), from its last result; ``pid=<pid>`` where the node's name is this machine's (Ray compares
+    the IP with ``platform.node()``); empty before the trial's first result (Ray shows a started trial's actor
+    there already)."""
+    result = getattr(trial, "last_result", None) or {}
+    node, pid = result.get("node_ip"), result.get("pid")
+    if not (node and pid):
+        return ""
+    return f"pid={pid}" if node == platform.node() else f"{node}:{pid}"
+
+
+def _result_logdirs(trials: Sequence[Any]) -> list[str]:
+    """The experiment folders of the trials (those of their own folders), sorted: Ray's "Result logdir" lines."""
+    folders = set()
+    for trial in trials:
+        path = str(getattr(trial, "path", "") or "")
+        if path:
+            folders.add(os.path.dirname(path.rstrip(os.sep)))
+    return sorted(folders)
+
+
+def resource_line(usage: Any) -> str:
+    """Ray's ``Logical resource usage: 2.0/4 CPUs, 0/0 GPUs`` line from a run's
+    :class:`~fluidsalus.trialgroup.executor.ResourceUsage` (its devices' cores and GPUs, and the share its running
+    trials' lanes use); Ray's ``Logical resource usage: ?`` while there is none yet. A used amount shows as a float
+    (``0`` when nothing is used), a total as a whole number where it is one, as Ray shows them."""
+    if usage is None:
+        return "Logical resource usage: ?"
+    return (f"Logical resource usage: {_used(usage.used_cpus)}/{_total(usage.total_cpus)} CPUs, "
+            f"{_used(usage.used_gpus)}/{_total(usage.total_gpus)} GPUs")
+
+
+def _used(amount: float) -> str:
+    return str(float(amount)) if amount else "0"
+
+
+def _total(amount: float) -> str:
+    return str(int(amount)) if float(amount).is_integer() else str(float(amount))
+
+
+#: Ray's scheduler line of a run without a scheduler (``FIFOScheduler.debug_string()``).
+FIFO_LINE = "Using FIFO scheduling algorithm."
+
+
+def scheduler_lines(searcher: Any, trials: Sequence[Any], scheduler: Any = None) -> str:
+    """The scheduler's lines of a status report, as Ray's ``scheduler.debug_string()``: a ``debug_string()`` the
+    user's scheduler class defines; else those of the run's searcher that carries the scheduler's state (ASHA's
+    rungs and cutoffs, HyperBand's brackets, the median rule's count: their ``debug_string(statuses)``, the searcher
+    itself or one it wraps, ``inner``); else the ``TuneConfig`` scheduler's own (Ray's FIFO line for none). A
+    ``ResourceChangingScheduler``'s are its base scheduler's after ``(ResourceChangingScheduler)``, as Ray's."""
+    from fluidsalus.tune.schedulers import ResourceChangingScheduler
+
+    if isinstance(scheduler, ResourceChangingScheduler):  # (Ray's: its base scheduler's lines, named)
+        return f"(ResourceChangingScheduler) {scheduler_lines(searcher, trials, scheduler.base_scheduler)}"
+    own = str(getattr(getattr(type(scheduler), "debug_string", None), "__module__", "") or "")
+    if scheduler is not None and own and not own.startswith("fluidsalus."):
+        return str(scheduler.debug_string())
+    statuses = {str(t.trial_id): str(t.status) for t in trials}
+    while searcher is not None:
+        describe = getattr(searcher, "debug_string", None)
+        if callable(describe):
+            return str(describe(statuses))
+        searcher = getattr(searcher, "inner", None)
+    return FIFO_LINE if scheduler is None else str(scheduler.debug_string())
 
 
 def _status_key(item: tuple[str, int]) -> int:

@@ -179,6 +179,10 @@ class FIFOScheduler(TrialScheduler):
     def __init__(self) -> None:
         super().__init__()
 
+    def debug_string(self) -> str:
+        """Ray's line: ``Using FIFO scheduling algorithm.``"""
+        return "Using FIFO scheduling algorithm."
+
     def describe(self) -> dict[str, Any]:
         return {}
 
