@@ -338,6 +338,22 @@ def test_a_stop_rule_that_warns_on_a_missing_key_checks_the_others_and_warns_onc
     assert len(warnings) == 1 and "Stopping criterion 'late' not found in the result of trial t" in warnings[0]
 
 
+def test_a_stop_key_that_names_a_dict_of_nested_values_is_missing_as_in_rays_flattened_result(caplog):
+    """Ray checks ``stop`` against the flattened result, which has ``val/acc`` but no ``val``: a key naming the
+    dict is "not found" (a warning; the trial runs on). The rule compared the dict with the threshold, and its
+    TypeError failed the whole run with a ConfigError."""
+    rule = stop_rule({"val": 0.5, "training_iteration": 3}, missing="warn")
+    with caplog.at_level("WARNING", logger="fluidsalus.gpu.host"):
+        assert not rule("t", {"val": {"acc": 0.9}, "training_iteration": 1})
+        assert not rule("t", {"val": {"acc": 0.9}, "training_iteration": 2})
+        assert rule("t", {"val": {"acc": 0.9}, "training_iteration": 3})  # the other key still stops it
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "Stopping criterion 'val' not found" in warnings[0]
+    assert "'val' holds nested values: name one as 'val/<name>'" in warnings[0]
+    with pytest.raises(StopRuleError, match="'val' is not in the result .* name one as 'val/<name>'"):
+        stop_rule({"val": 0.5})("t", {"val": {"acc": 0.9}})
+
+
 def test_generator_trainable_and_returned_dict(tmp_path):
     def gen(config):
         for i in range(3):

@@ -2114,6 +2114,32 @@ def test_a_stoppers_stop_all_ends_the_run_at_the_result_that_ended_it_as_in_ray(
     assert told.stop == {}
 
 
+def test_asha_under_max_concurrent_trials_makes_its_trials_as_others_end_as_in_ray(ray_cluster, storage: str) -> None:
+    """Ray's BasicVariantGenerator(max_concurrent=...) makes a trial only as one ends, under ASHA as under FIFO: a
+    stop_all() after the first trial's 2nd result leaves a grid of that one trial (Ray's, a helper's side-by-side
+    run). fluidsalus's ASHA made the whole grid at once: 2 more trials, never started, with no config."""
+    _, grid = _run(_flat_thirty, storage, {"x": tune.grid_search([1, 2, 3])}, max_concurrent_trials=1,
+                   metric="m", mode="max", scheduler=tune.schedulers.ASHAScheduler(max_t=30),
+                   run_config_kwargs={"stop": tune.stopper.ExperimentPlateauStopper("m", top=2, patience=0)})
+    assert [(r.config, r.metrics.get("training_iteration")) for r in grid] == [({"x": 1}, 2)]
+
+
+def _reports_its_x_once(config):
+    tune.report({"m": float(config["x"])})
+
+
+def test_a_stopper_gets_the_last_result_again_done_when_the_function_returns_as_in_ray(ray_cluster,
+                                                                                      storage: str) -> None:
+    """Ray's controller gives the stopper a returned function trainable's last result once more (its duplicate,
+    ``done=True``): trial 1's one value fills both of the plateau's top places, and the run ends after it (Ray's
+    grid: 1 trial, a helper's side-by-side run). The driver's copy saw each result once, and all 3 trials ran."""
+    stopper = tune.stopper.ExperimentPlateauStopper("m", std=0.001, top=2, mode="min", patience=0)
+    _, grid = _run(_reports_its_x_once, storage, {"x": tune.grid_search([1, 2, 3])}, max_concurrent_trials=1,
+                   run_config_kwargs={"stop": stopper})
+    assert [(r.config["x"], r.metrics["training_iteration"]) for r in grid] == [(1, 1)]
+    assert grid[0].metrics["done"] is True and grid.num_errors == 0
+
+
 class _StopByConfig(tune.Stopper):
     """Stops each trial at the iteration its config names; ends the run once the driver's copy saw both at theirs."""
 

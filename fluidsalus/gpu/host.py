@@ -1669,16 +1669,21 @@ def stop_rule(stop: Mapping[str, float] | Callable[[str, Mapping[str, Any]], boo
         def by_thresholds(trial_id: str, result: Mapping[str, Any]) -> bool:
             for key, threshold in criteria.items():
                 value = lookup_metric(result, key)  # result[key], else the nested value "a/b" names
-                if value is None and key not in result:
+                # a key that names a dict of nested values is not in Ray's flattened result either (only its
+                # "key/..." leaves are): missing, as in Ray, not a comparison of a dict with the threshold
+                if (value is None and key not in result) or isinstance(value, Mapping):
+                    nested = f"; {key!r} holds nested values: name one as '{key}/<name>'" \
+                        if isinstance(value, Mapping) else ""
                     if missing == "error":
                         raise StopRuleError(
                             f"stop: the stop criterion {key!r} is not in the result reported by trial {trial_id} "
-                            f"(its keys are {sorted(result)})"
+                            f"(its keys are {sorted(result)}){nested}"
                         )
                     if key not in warned:
                         warned.add(key)
                         logger.warning("Stopping criterion %r not found in the result of trial %s (its keys are "
-                                       "%s): it is checked again at each result", key, trial_id, sorted(result))
+                                       "%s)%s: it is checked again at each result", key, trial_id, sorted(result),
+                                       nested)
                     continue
                 if value >= threshold:
                     return True

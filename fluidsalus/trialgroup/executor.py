@@ -2413,6 +2413,7 @@ class Executor:
         # queued (_end_unstarted), with no end hook, whatever the planner had sent ahead (and in the "stopped" count
         # as those, if an earlier attempt began: the count takes only the trials in _began)
         unstarted: set[str] = set()
+        returned: set[str] = set()  # trials whose function returned after a result that did not end them
         verdicts: list[tuple[Any, ...]] = []  # CHECKPOINT_VERDICT_CALLs: answered once the callbacks saw the batch
         decisions: list[tuple[Any, ...]] = []  # RESULT_VERDICT_CALLs: answered once the searcher saw the batch
         warned: list[Mapping[str, Any]] = []  # LANE_WARNINGs: given once the batch is committed
@@ -2574,6 +2575,8 @@ class Executor:
                         self._take_back_start(trial_id, events)
                     if not attempt_began and self._ending is not None and trial_id not in self._decided_stops:
                         unstarted.add(trial_id)  # (the run's end stopped it before its attempt began)
+                    if outcome == OUT_COMPLETED and not ended_at_result:
+                        returned.add(trial_id)
                     trial.status = ERROR if outcome == OUT_ERRORED else TERMINATED
                     trial.error, trial.error_pickle = error, error_pickle
                     trial.devices = ()
@@ -2632,6 +2635,12 @@ class Executor:
                         # and the loggers' files (the results are stored next)
                         event[4]["done"] = True
                 elif kind == EV_END:
+                    # (not one a decision on its last result stopped, in this batch: Ray stops it there)
+                    if trial.trial_id in returned and trial.trial_id not in stops and stopper_error is None:
+                        try:
+                            self._stopper_sees_return(trial)
+                        except Exception as e:  # the run ends with it, once the batch is kept
+                            stopper_error = e
                     self._tell_end(trial, error=trial.status == ERROR, stopped=event[4] == OUT_STOPPED)
             if results:
                 self.store.add_results(results)
@@ -2784,6 +2793,22 @@ class Executor:
         says_stop = self.settings.stopper(trial.trial_id, {"config": trial.config, **metrics})
         return (bool(says_stop) and self._stop_all_verdicts and not metrics.get("done")
                 and trial.status not in FINAL_STATUSES)
+
+    def _stopper_sees_return(self, trial: Trial) -> None:
+        """Give the driver's copy of the run's stopper the last result once more, ``done``, for a trial whose
+        function returned after it, as Ray's controller does: the trainable's end reaches it as a duplicate of the
+        last result, which it hands to the stopper (``stopper(trial_id, result)``) before the trial completes. So a
+        stopper that counts results, or an ``ExperimentPlateauStopper`` (whose top values get that value twice),
+        judges ``stop_all()`` on what Ray's sees. The caller gives it only trials whose function returned after a
+        result that did not end them (a stop rule, its own ``done``, a scheduler's or searcher's stop: Ray stops the
+        trial there, with no duplicate); not a trial that reported nothing.
+
+        Raises:
+            Exception: What the stopper raised.
+        """
+        if self.settings.stopper is None or trial.last_result is None or trial.trial_id in self._told_end:
+            return
+        self.settings.stopper(trial.trial_id, {"config": trial.config, **trial.last_result, "done": True})
 
     def _lane_event(self, device: _Device, event: tuple[Any, ...]) -> None:
         """Follow a device's lanes (its mirror for the planner), the trials' memory estimates and the end of

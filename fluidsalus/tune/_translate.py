@@ -831,7 +831,9 @@ def _plan(tune_config: TuneConfig, param_space: Mapping[str, Any] | None, class_
     streamed = bool(points) or n == INFINITE_SAMPLES or constant
     extra: dict[str, Any] = {"points_to_evaluate": points, "constant_grid_search": constant} if streamed else {}
     if isinstance(scheduler, AsyncHyperBandScheduler):
-        if streamed and cap is not None:
+        if cap is not None:
+            # (the cap paces the search as under FIFO: Ray's BasicVariantGenerator(max_concurrent=...) makes a trial
+            # only as one ends, so a run ended early holds only those in its ResultGrid, not all num_samples)
             extra["max_concurrent"] = cap
         searcher = (StreamedASHA if streamed else ASHA)(
             space, n, metric, mode, time_attr=scheduler.time_attr, max_t=scheduler.max_t,
