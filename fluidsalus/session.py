@@ -629,6 +629,12 @@ class TrialSession:
         #: the lock that makes that check and :meth:`resume`'s new budget one step each.
         self._pausing = False
         self._pause_lock = threading.Lock()
+        #: Makes each report one step, from its iteration's number to its result's delivery: two threads of the trial
+        #: that report at once get an iteration each, delivered in their order (they raced on the count, and both
+        #: results could carry the same ``training_iteration``). Ray's function trainable takes one report at a time
+        #: too: each waits for the trainable's next ``train()`` call (its ``continue_lock``), which numbers its
+        #: result. Re-entrant: a save at the trial's end (``at_end``) or a stop rule that reports holds it already.
+        self._reporting = threading.RLock()
         #: The trial's lane turn as its threads share it (None: the trial never waits for a turn).
         self._turns = SharedTurn(turns) if turns is not None else None
         #: ``caller(method, args, label)``: sends a call to the driver and waits for its answer (``label``: what
@@ -799,66 +805,70 @@ class TrialSession:
             raise self._stop()
         check_sendable(metrics)
         checkpoint = _engine_checkpoint(checkpoint)
-        now = time.time()
-        self.iteration += 1
-        this_iteration = now - self._last
-        self._time_since_restore += this_iteration
-        result: dict[str, Any] = dict(metrics)
-        result.update(  # in the order of Ray's results (``config`` goes after ``node_ip``: with_config)
-            timestamp=int(now),
-            checkpoint_dir_name=None,  # the checkpoint's folder when the result carries one, as in Ray
-            done=metrics.get("done") is True,  # a trainable may end itself by reporting done=True, as in Ray
-            training_iteration=self.iteration,
-            trial_id=self.context.trial_id,
-            date=datetime.datetime.fromtimestamp(now).strftime(DATE_FORMAT),
-            time_this_iter_s=this_iteration,
-            time_total_s=self._time_total_offset + self._time_since_restore,
-            pid=os.getpid(),
-            hostname=HOSTNAME,
-            node_ip=node_ip(),
-            time_since_restore=self._time_since_restore,
-            iterations_since_restore=self.iteration - self._start_iteration,
-        )
-        self._add_totals(metrics, result)
-        self._last = now
-        self._last_time_total = result["time_total_s"]
-        if checkpoint is not None:
-            self._keep(checkpoint, result)
-        # The run's stop rule sees every result (as Ray Tune's stoppers do), even one the driver stops the trial
-        # at anyway: a trial stopped for a move that also met the rule there is finished, not moved.
-        if (self._should_stop is not None and self._should_stop(result)) or result["done"]:
-            self.stopped_by_rule = True
-        stop = self.stopped_by_rule or self.stop_requested.is_set()
-        with self._pause_lock:  # (with resume(): a new budget either comes before this check or wakes the pause)
-            paused = self._pausing = not stop and self.at_budget(result)
-        verdict = not stop and not paused and self._verdict_due(result)
-        if self.ranks is not None:  # data-parallel: rank 0 decides, the workers follow
-            decision = self.ranks.at_report(
-                self.iteration, STOP if stop else PAUSE if paused else VERDICT if verdict else GO, self.stop_requested)
-            stop, paused, verdict = decision == STOP, decision == PAUSE, decision == VERDICT
-        if stop:
-            result["done"] = True
-        if at_end is not None and checkpoint is None and (stop or paused):
-            try:
-                self._keep(at_end(), result)
-            except NotImplementedError as e:
-                unjudged = stop and self.no_verdict and not self.stopped_by_rule  # Ray saves only a trial that is done
-                if (stop and not unjudged) or not end_save_at_pause:
-                    self._sink(result, False, True)  # the result stands, as in Ray; the save's error fails the trial
+        with self._reporting:  # (one report at a time: see _reporting)
+            now = time.time()
+            self.iteration += 1
+            iteration = self.iteration  # (this result's, whatever another thread's report makes it after)
+            this_iteration = now - self._last
+            self._time_since_restore += this_iteration
+            result: dict[str, Any] = dict(metrics)
+            result.update(  # in the order of Ray's results (``config`` goes after ``node_ip``: with_config)
+                timestamp=int(now),
+                checkpoint_dir_name=None,  # the checkpoint's folder when the result carries one, as in Ray
+                done=metrics.get("done") is True,  # a trainable may end itself by reporting done=True, as in Ray
+                training_iteration=iteration,
+                trial_id=self.context.trial_id,
+                date=datetime.datetime.fromtimestamp(now).strftime(DATE_FORMAT),
+                time_this_iter_s=this_iteration,
+                time_total_s=self._time_total_offset + self._time_since_restore,
+                pid=os.getpid(),
+                hostname=HOSTNAME,
+                node_ip=node_ip(),
+                time_since_restore=self._time_since_restore,
+                iterations_since_restore=iteration - self._start_iteration,
+            )
+            self._add_totals(metrics, result)
+            self._last = now
+            self._last_time_total = result["time_total_s"]
+            if checkpoint is not None:
+                self._keep(checkpoint, result)
+            # The run's stop rule sees every result (as Ray Tune's stoppers do), even one the driver stops the trial
+            # at anyway: a trial stopped for a move that also met the rule there is finished, not moved.
+            if (self._should_stop is not None and self._should_stop(result)) or result["done"]:
+                self.stopped_by_rule = True
+            stop = self.stopped_by_rule or self.stop_requested.is_set()
+            with self._pause_lock:  # (with resume(): a new budget comes before this check or wakes the pause)
+                paused = self._pausing = not stop and self.at_budget(result)
+            verdict = not stop and not paused and self._verdict_due(result)
+            if self.ranks is not None:  # data-parallel: rank 0 decides, the workers follow
+                decision = self.ranks.at_report(
+                    iteration, STOP if stop else PAUSE if paused else VERDICT if verdict else GO, self.stop_requested)
+                stop, paused, verdict = decision == STOP, decision == PAUSE, decision == VERDICT
+            if stop:
+                result["done"] = True
+            if at_end is not None and checkpoint is None and (stop or paused):
+                try:
+                    self._keep(at_end(), result)
+                except NotImplementedError as e:
+                    # (Ray saves only a trial that is done)
+                    unjudged = stop and self.no_verdict and not self.stopped_by_rule
+                    if (stop and not unjudged) or not end_save_at_pause:
+                        self._sink(result, False, True)  # the result stands, as in Ray; the save's error fails it
+                        raise
+                    if not stop:
+                        # A pause that may not be its end: it stays resident, needs no checkpoint to go on, and
+                        # fails with this error if the verdict ends it here (below), unless a stop that is no
+                        # verdict does.
+                        self._unsaved_pause = e
+                except BaseException:
+                    self._sink(result, False, True)  # the result stands, as in Ray; the save's error then fails it
                     raise
-                if not stop:
-                    # A pause that may not be its end: it stays resident, needs no checkpoint to go on, and fails
-                    # with this error if the verdict ends it here (below), unless a stop that is no verdict does.
-                    self._unsaved_pause = e
-            except BaseException:
-                self._sink(result, False, True)  # the result stands, as in Ray; the save's error then fails the trial
-                raise
-        self._sink(result, paused, not deferred or stop or paused or checkpoint is not None)
+            self._sink(result, paused, not deferred or stop or paused or checkpoint is not None)
         if stop:
             if self.stopped_by_rule:
                 self._wait_delivered()
             raise self._stop()
-        if verdict and self._wait_verdict():
+        if verdict and self._wait_verdict(iteration):
             # The searcher (or the driver's copy of the stopper) stopped it at this result (its lane's turn went
             # away meanwhile): a class Trainable's end save goes with it, as with any stop that ends the trial
             # (the driver's stopper's stops lost theirs: a review)
@@ -873,7 +883,7 @@ class TrialSession:
             unsaved, self._unsaved_pause = self._unsaved_pause, None
             stops = True
             try:
-                stops = self._wait_resume()
+                stops = self._wait_resume(iteration)
             finally:
                 if stops and self._turns is not None:
                     self._turns.leave()  # it ends here, without its turn back (its other threads may take it)
@@ -903,7 +913,7 @@ class TrialSession:
         # at that neighbour's next boundary, a whole iteration of it later, or never before the run's end.)
         self._await_delivery()
 
-    def _wait_verdict(self) -> bool:
+    def _wait_verdict(self, iteration: int) -> bool:
         """Wait for the driver's verdict on the result just delivered (:data:`RESULT_VERDICT_CALL`): True to stop
         at it, False to run on.
 
@@ -915,7 +925,7 @@ class TrialSession:
                 self._turns.release(verdict=True)  # (held through in a run's tail as rank 0's: hold_pauses)
             stops = True
             try:
-                stops = self.ranks.at_resume(self.iteration, False, self.stop_requested) == STOP
+                stops = self.ranks.at_resume(iteration, False, self.stop_requested) == STOP
             finally:
                 if stops and self._turns is not None:
                     self._turns.leave()  # it ends here, without its turn back (see report's pause)
@@ -924,25 +934,25 @@ class TrialSession:
             if self._turns is not None:
                 self._turns.acquire()
             return False
-        stop = bool(self.call(RESULT_VERDICT_CALL, self.iteration, verdict=True))
+        stop = bool(self.call(RESULT_VERDICT_CALL, iteration, verdict=True))
         if self.ranks is not None:
-            self.ranks.at_resume(self.iteration, stop, self.stop_requested)
+            self.ranks.at_resume(iteration, stop, self.stop_requested)
         return stop
 
-    def _wait_resume(self) -> bool:
+    def _wait_resume(self, iteration: int) -> bool:
         """Wait, paused at the budget, for the verdict: True to stop, False to run on.
 
         A data-parallel worker waits for rank 0's verdict instead of the driver's.
         """
         if self.ranks is not None and not self.ranks.leader:
-            return self.ranks.at_resume(self.iteration, False, self.stop_requested) == STOP
+            return self.ranks.at_resume(iteration, False, self.stop_requested) == STOP
         self._resumed.wait()
         with self._pause_lock:
             self._resumed.clear()
             self._pausing = False
         stop = self.stop_requested.is_set()
         if self.ranks is not None:
-            self.ranks.at_resume(self.iteration, stop, self.stop_requested)
+            self.ranks.at_resume(iteration, stop, self.stop_requested)
         return stop
 
     def call(self, method: str, *args: Any, label: str | None = None, verdict: bool = False) -> Any:

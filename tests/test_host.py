@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 import fluidsalus
-from fluidsalus.errors import ConfigError
+from fluidsalus.errors import ConfigError, SessionError
 from fluidsalus.gpu.allocator import Status
 from fluidsalus.gpu.arena import ArenaOutOfMemoryError
 from fluidsalus.gpu.hints import SHARED_PROCESS_ERRORS
@@ -2187,3 +2187,71 @@ def test_wake_poll_returns_the_waiting_poll_at_once_with_the_results_held_back(t
     assert took < WAIT_S / 2 and [e[4] for e in got[0] if e[0] == EV_RESULT][-1]["step"] == 0
     _drain(host, 1)
     host.shutdown()
+
+
+def test_a_thread_left_in_a_driver_call_as_its_trials_function_returns_is_told_to_join_not_a_key_error(tmp_path):
+    """A trial's function returned while a thread it started waited for the driver (the driver's answer came after
+    the trial's end): the thread's take-back of the trial's turn raised a bare ``KeyError: 't0'``. It gets an
+    error that names the trial, says what happened and what to do; the trial itself ended as it did."""
+    returns, failures = threading.Event(), []
+
+    def f(config):
+        def asks() -> None:
+            try:
+                fluidsalus.session.call_driver("slow")
+            except BaseException as e:
+                failures.append(e)
+
+        threading.Thread(target=asks, daemon=True, name="asks").start()
+        assert returns.wait(WAIT_S)  # (the test lets it return once the call is on its way)
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    host.submit([_spec(tmp_path, 0)])
+    call = next(e for e in _poll_until(host, lambda e: e[0] == "call") if e[0] == "call")
+    returns.set()
+    end = next(e for e in _drain(host, 1) if e[0] == EV_END)
+    assert end[4] == OUT_COMPLETED
+    host.answer(call[4], "late")
+    thread = next(t for t in threading.enumerate() if t.name == "asks")
+    thread.join(WAIT_S)
+    assert not thread.is_alive() and len(failures) == 1
+    assert isinstance(failures[0], SessionError)
+    assert "trial t0 has ended" in str(failures[0]) and "Join the threads" in str(failures[0])
+
+
+def test_a_thread_waiting_for_its_trials_turn_back_as_the_trial_ends_gets_that_error_not_a_wait_for_ever(tmp_path):
+    """The driver answered a thread of t0 while t1 held their lane: the thread waited for t0's turn back, and t0's
+    function returned meanwhile. t0 left the lane and the thread waited for ever; it gets the same error."""
+    returns, t1_runs, t1_goes, failures = threading.Event(), threading.Event(), threading.Event(), []
+
+    def f(config):
+        if config["name"] == "t1":
+            t1_runs.set()
+            assert t1_goes.wait(WAIT_S)  # (holds the lane's turn meanwhile)
+            return
+
+        def asks() -> None:
+            try:
+                fluidsalus.session.call_driver("slow")
+            except BaseException as e:
+                failures.append(e)
+
+        threading.Thread(target=asks, daemon=True, name="asks-t0").start()
+        assert returns.wait(WAIT_S)
+
+    host = DeviceHost(f, _settings(max_lanes=1))
+    host.submit([_spec(tmp_path, 0, name="t0"), _spec(tmp_path, 1, name="t1")])
+    call = next(e for e in _poll_until(host, lambda e: e[0] == "call") if e[0] == "call")
+    assert t1_runs.wait(WAIT_S)  # t0's thread gave the turn up for its call: t1 has it
+    host.answer(call[4], "answer")
+    deadline = time.time() + WAIT_S
+    while not any("t0" in turn.ready for turn in host._turns.values()):  # the thread waits for t0's turn back
+        assert time.time() < deadline
+        time.sleep(0.01)
+    returns.set()
+    thread = next(t for t in threading.enumerate() if t.name == "asks-t0")
+    thread.join(WAIT_S)
+    t1_goes.set()
+    assert not thread.is_alive(), "the thread waited for ever for the turn of a trial that had ended"
+    assert len(failures) == 1 and "trial t0 has ended" in str(failures[0])
+    assert sorted(e[4] for e in _drain(host, 2) if e[0] == EV_END) == [OUT_COMPLETED, OUT_COMPLETED]

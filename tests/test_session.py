@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -654,3 +655,52 @@ def test_a_thread_back_early_is_not_starved_by_another_that_calls_the_driver_bac
     turn.acquire()
     at_boundary.join(5.0)
     assert not at_boundary.is_alive() and host.log[-2:] == ["acquire", "boundary"]
+
+
+class _MeetingMetrics(Mapping):
+    """Metrics whose copy into the result (``dict(metrics)`` reads ``keys()``) first waits, up to the barrier's
+    timeout, for the other reports made with ``meeting``: reports that run at once meet there; one at a time, the
+    first waits it out alone."""
+
+    def __init__(self, meeting: threading.Barrier, **metrics) -> None:
+        self.metrics, self.meeting = metrics, meeting
+
+    def __getitem__(self, key):
+        return self.metrics[key]
+
+    def __iter__(self):
+        return iter(self.metrics)
+
+    def __len__(self) -> int:
+        return len(self.metrics)
+
+    def keys(self):
+        try:
+            self.meeting.wait()
+        except threading.BrokenBarrierError:
+            pass
+        return self.metrics.keys()
+
+
+def test_threads_of_a_trial_that_report_at_once_get_an_iteration_each_in_order(tmp_path):
+    """Two threads of one trial reported at once: both results could carry the same ``training_iteration`` (the
+    second report counted its iteration while the first built its result from the count). Ray's function
+    trainable takes one report at a time (each waits for its result's ``train()`` call), so each gets its own
+    iteration; here too, and the driver gets them in that order, none lost."""
+    session, got = _session(tmp_path)
+    meeting = threading.Barrier(2, timeout=0.5)  # (one report at a time: the first waits it out, alone)
+
+    def reporter(name: str) -> threading.Thread:
+        def report() -> None:
+            set_session(session)
+            session.report(_MeetingMetrics(meeting, who=name))
+
+        return _in_thread(report)
+
+    threads = [reporter("a"), reporter("b")]
+    for thread in threads:
+        thread.join(10.0)
+    assert not any(thread.is_alive() for thread in threads)
+    assert [r["training_iteration"] for r in got] == [1, 2]
+    assert [r["iterations_since_restore"] for r in got] == [1, 2] and sorted(r["who"] for r in got) == ["a", "b"]
+    assert session.iteration == 2

@@ -4,6 +4,7 @@ Ray's prefix names the device, not ``_DeviceActor`` (fluidsalus/gpu/output.py, `
 
 from __future__ import annotations
 
+import gc
 import glob
 import io
 import os
@@ -784,3 +785,63 @@ def test_a_stream_a_thread_of_an_ended_trial_puts_in_place_goes_with_the_thread(
     assert own.getvalue() == "the thread's own line\n" and console.getvalue() == "the device's line\n"
     assert ended() is None
     assert not output._TRIAL_STREAMS["stdout"].replaced
+
+
+class _CollectingConsole(io.StringIO):
+    """A console whose next write first runs a garbage collection, as an allocation in the router's write may."""
+
+    collect = False
+
+    def write(self, text: str) -> int:
+        if self.collect:
+            self.collect = False
+            gc.collect()
+        return super().write(text)
+
+
+def test_a_del_that_prints_during_the_routers_own_write_is_written_after_it_not_deadlocked() -> None:
+    """An object's ``__del__`` that prints (tqdm's progress bar closes itself so), run by a garbage collection in the
+    middle of the router's write of a trial's line, asked for the router's lock its own thread held, and the trial
+    hung for ever. Its text is written right after the write in progress, in order, nothing lost; and the same at
+    the trial's end, whose held line the host writes (in no trial: its text untagged)."""
+    router, _ = _tagging_router()
+    console = router.stream = _CollectingConsole()
+    trial = _session("train_t")
+
+    class Bar:
+        def __init__(self, name: str) -> None:
+            self.me, self.name = self, name  # a cycle: only the collector frees it
+
+        def __del__(self) -> None:
+            router.write(f"{self.name} closed\n")
+
+    def in_trial() -> None:
+        set_session(trial)
+        try:
+            router.write("epoch 1 ")  # held until its line ends
+            Bar("bar 1")
+            console.collect = True
+            router.write("done\n")
+            router.write("epoch 2\ntail")
+        finally:
+            set_session(None)
+
+    enabled = gc.isenabled()
+    gc.disable()  # (only the console's collection frees a Bar)
+    try:
+        thread = threading.Thread(target=in_trial, daemon=True)
+        thread.start()
+        thread.join(10)
+        assert not thread.is_alive(), "the trial's write deadlocked on the router's lock"
+        trial.ended = True
+        Bar("bar 2")
+        console.collect = True
+        ending = threading.Thread(target=router.end_trial, args=(trial,), daemon=True)  # (the host's thread)
+        ending.start()
+        ending.join(10)
+        assert not ending.is_alive(), "the trial's end deadlocked on the router's lock"
+    finally:
+        if enabled:
+            gc.enable()
+    assert console.getvalue() == ("[train_t] epoch 1 done\n[train_t] bar 1 closed\n[train_t] epoch 2\n"
+                                  "[train_t] tail\nbar 2 closed\n")

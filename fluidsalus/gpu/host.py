@@ -45,7 +45,7 @@ from typing import Any
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.distributed._common import DEFAULT_TIMEOUT_S as DEFAULT_DISTRIBUTED_TIMEOUT_S
 from fluidsalus.distributed._common import data_parallel_timeout
-from fluidsalus.errors import ConfigError, exception_text, pickle_exception
+from fluidsalus.errors import ConfigError, SessionError, exception_text, pickle_exception
 from fluidsalus.gpu import lanes as ln
 from fluidsalus.gpu import memory as mem
 from fluidsalus.gpu import nvml
@@ -273,6 +273,7 @@ class _Running:
     readmitted: threading.Event | None = None  # set when a trial that had to wait for memory is placed again
     wait_cancelled: bool = False  # stopped while it waited for memory (readmitted set without a placement)
     began: bool = False  # it has been given its lane's turn: its code may have run
+    left: bool = False  # it ended and left its lane (_leave_locked): a thread of it still away gets no turn back
     rngs: rngs.RngState | None = None  # its global random generators, kept while another trial holds them
     withdrawn: bool = False  # taken back before it began (:meth:`DeviceHost.withdraw`): it ends without running
 
@@ -383,22 +384,38 @@ class _Withdrawn(Exception):
 
 
 class _Turns:
-    """The session's handle on its lane (see :class:`TrialSession`)."""
+    """The session's handle on its lane (see :class:`TrialSession`).
+
+    Attributes:
+        session: The trial's session, whose threads make these calls (set once it is made): a thread of an attempt
+            that ended gets no turn of the trial's next attempt on this device (an out-of-memory re-admission).
+    """
 
     def __init__(self, host: DeviceHost, trial_id: str) -> None:
         self._host, self._trial_id = host, trial_id
+        self.session: TrialSession | None = None
 
     def acquire(self) -> None:
-        self._host._acquire(self._trial_id)
+        self._host._acquire(self._trial_id, self.session)
 
     def release(self, verdict: bool = False) -> None:
-        self._host._release(self._trial_id, ready=False, verdict=verdict)
+        self._host._release(self._trial_id, ready=False, verdict=verdict, session=self.session)
 
     def boundary(self, may_switch: bool = True) -> None:
-        self._host._boundary(self._trial_id, may_switch)
+        self._host._boundary(self._trial_id, may_switch, session=self.session)
 
     def step(self) -> None:
-        self._host._step(self._trial_id)
+        self._host._step(self._trial_id, self.session)
+
+
+def trial_ended_error(trial_id: str) -> SessionError:
+    """The error a thread of a trial that has ended gets when it asks for the trial's lane turn: typically one the
+    trial's function started and left in a call to the driver (an Optuna ``suggest_*`` or ``should_prune``, a
+    ``call_driver``), or paused at a report, when it returned; the trial left its lane meanwhile."""
+    return SessionError(f"trial {trial_id} has ended (its function returned) while a thread it started was away from "
+                        "the trial's turn on its device (in a call to the driver, or paused at a report): that thread "
+                        "cannot take the turn back, and it stops here. Join the threads a trainable starts before it "
+                        "returns.")
 
 
 def _shut_down(config: dict[str, Any]) -> Any:
@@ -807,11 +824,24 @@ class DeviceHost:
         return any(o.lane_id == lane_id and not o.began and not o.spec.prefetched and not o.withdrawn
                    for o in self._running.values())
 
-    def _acquire(self, trial_id: str) -> None:
-        """Become ready and wait for the lane's turn."""
+    def _running_of(self, trial_id: str, session: TrialSession | None) -> _Running:
+        """The running trial a thread of ``session``'s trial asks about its turn (None: the host's own call).
+
+        Raises:
+            SessionError: The trial (that attempt of it) has ended: :func:`trial_ended_error` (a bare ``KeyError``
+                of its id before).
+        """
+        r = self._running.get(trial_id)
+        if r is None or r.left or (session is not None and (r.session is not session or session.ended)):
+            raise trial_ended_error(trial_id)
+        return r
+
+    def _acquire(self, trial_id: str, session: TrialSession | None = None) -> None:
+        """Become ready and wait for the lane's turn (``session``: the calling thread's trial, see
+        :meth:`_running_of`; a thread that waits as its trial leaves its lane gets that error too)."""
         with self._lock:
             self._verdict_waits.discard(trial_id)  # (answered: it takes the turn back before a prefetched trial)
-            r = self._running[trial_id]
+            r = self._running_of(trial_id, session)  # (under the lock: the trial's end is marked, then it leaves)
             if r.withdrawn:
                 return
             turn = self._turns[r.lane_id]
@@ -825,6 +855,8 @@ class DeviceHost:
         r.turn.clear()
         if r.withdrawn:  # woken by withdraw(), without a turn
             return
+        if r.left:  # woken by the trial's end (a thread of it that was away as its function returned): no turn
+            raise trial_ended_error(r.spec.trial_id)
         if self._own_rngs and self._rng_owner is not r:
             self._swap_rngs(r)
         turn = self._turns.get(r.lane_id, turn)  # the turn may have come in another lane (_spread_locked)
@@ -862,13 +894,15 @@ class DeviceHost:
             self._use_stream(r.spec.trial_id)  # a trial that moved lanes runs on its new lane's stream
         self._arenas.enter(r.spec.trial_id, r.lane_id, turn.stream)
 
-    def _release(self, trial_id: str, ready: bool, verdict: bool = False) -> None:
+    def _release(self, trial_id: str, ready: bool, verdict: bool = False, session: TrialSession | None = None) -> None:
         """Hand the lane's turn on (:meth:`_release_locked`). ``verdict``: the trial waits for the driver's verdict
-        on its result (:meth:`hold_pauses`: a prefetched trial of its lane waits through it while pauses are held)."""
+        on its result (:meth:`hold_pauses`: a prefetched trial of its lane waits through it while pauses are held).
+        ``session``: see :meth:`_running_of`."""
         with self._lock:
+            r = self._running_of(trial_id, session)
             if verdict and self._hold_pauses:
                 self._verdict_waits.add(trial_id)
-            self._release_locked(self._running[trial_id], ready)
+            self._release_locked(r, ready)
 
     @staticmethod
     def _charge_turn(r: _Running) -> float:
@@ -895,11 +929,13 @@ class DeviceHost:
         if turn.holder is None:  # nobody was ready: the lane idles, and the next start is not a switch
             turn.released_by = None
 
-    def _boundary(self, trial_id: str, may_switch: bool = True, iteration: bool = True) -> None:
+    def _boundary(self, trial_id: str, may_switch: bool = True, iteration: bool = True,
+                  session: TrialSession | None = None) -> None:
         """An iteration boundary: measure memory while profiling, then switch if another trial is ready (and
         ``may_switch``). ``iteration=False``: a ``step()`` inside an iteration, which may switch but is no
-        iteration (the ``rr`` and ``srtf`` policies count reports) and no profiling sample."""
-        r = self._running[trial_id]
+        iteration (the ``rr`` and ``srtf`` policies count reports) and no profiling sample. ``session``: see
+        :meth:`_running_of`."""
+        r = self._running_of(trial_id, session)
         if iteration:
             r.iterations += 1
         if iteration and self._profiling(r):
@@ -1078,10 +1114,10 @@ class DeviceHost:
             if r.readmitted is not None:
                 r.readmitted.set()
 
-    def _step(self, trial_id: str) -> None:
-        r = self._running[trial_id]
+    def _step(self, trial_id: str, session: TrialSession | None = None) -> None:
+        r = self._running_of(trial_id, session)
         if (time.perf_counter() - r.turn_started) * 1e3 >= self.settings.quantum_ms:
-            self._boundary(trial_id, iteration=False)
+            self._boundary(trial_id, iteration=False, session=session)
 
     # ------------------------------------------------------------------ lanes: membership
 
@@ -1163,6 +1199,8 @@ class DeviceHost:
         self._verdict_waits.discard(trial_id)  # (a verdict that stopped it)
         self._release_locked(r, ready=False)
         del self._running[trial_id]
+        r.left = True
+        r.turn.set()  # (a thread of it that waits for its turn back wakes to its end: _wait_turn)
         turn = self._turns.get(r.lane_id)
         if turn is not None:  # a prefetched trial may have waited for this one to begin
             self._grant_locked(turn)
@@ -1260,6 +1298,7 @@ class DeviceHost:
             world_size=spec.world_size,
         )
         checkpoint = Checkpoint(spec.checkpoint_path) if spec.checkpoint_path else None
+        turns = _Turns(self, trial_id)
         session = TrialSession(
             context,
             sink,
@@ -1269,7 +1308,7 @@ class DeviceHost:
             should_stop=should_stop,
             budget=None if worker else spec.budget,
             time_attr=self.settings.time_attr,
-            turns=_Turns(self, trial_id),
+            turns=turns,
             checkpoint_sink=None if worker else checkpoint_sink,
             verdict_from=None if worker else self.settings.verdict_from,
             result_totals=spec.result_totals if spec.checkpoint_path else None,
@@ -1278,6 +1317,7 @@ class DeviceHost:
             await_delivery=None if worker else await_delivery,
         )
         session._caller = lambda method, args, label=None: self._call(trial_id, attempt, method, args, label)
+        turns.session = session
         return session
 
     def _check_storage(self) -> None:
@@ -1456,6 +1496,8 @@ class DeviceHost:
             self._place_admitted_locked(decision.admitted)  # the memory it left let waiting trials in: start them
             return False
         del self._running[spec.trial_id]
+        r.left = True  # (this attempt's: a thread of it left waiting for its turn ends, as at _leave_locked)
+        r.turn.set()
         iteration, time_total = session.checkpoint_at
         # From its checkpoint if it reads one (else it would start over while its iterations went on from there)
         resume = session.checkpoint if session.resume_read else None

@@ -30,6 +30,10 @@ do not work: the router cannot tell a trial's ``print`` from that of a stream th
 ``sys.stdout = x`` writes the module's dictionary, which no hook of a plain module sees (a module's ``__setattr__``
 is not called). The cost: reading any attribute of ``sys`` from Python takes about 0.05 us more (Python's fast path
 for plain modules no longer applies).
+
+A write that comes while its own thread is in the middle of the router's write (a garbage collection that runs there
+calls an object's ``__del__`` that prints: tqdm's progress bars do) waited for the router's lock, which that thread
+held, for ever; it is written once the write in progress is done, right after it (:meth:`Router.write`).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from fluidsalus.session import TrialSession, current_session
 #: The process's streams a router replaces.
 STREAMS = ("stdout", "stderr")
 _LOCK = threading.Lock()
+_get_ident = threading.get_ident  # (only where a write is deferred: Router._defer)
 _ROUTERS: weakref.WeakSet[Router] = weakref.WeakSet()  # every router made: end_trial_output finds them all
 _log = logging.getLogger(__name__)
 
@@ -83,39 +88,87 @@ class Router:
         self.files: dict[object, TextIO] = {}
         self.tags_lines = False
         self._partial: dict[TrialSession, list[str]] = {}  # a trial's text after its last line break, in pieces
-        self._lines = threading.Lock()  # a trial's lines reach the stream whole
+        # A trial's lines reach the stream whole. Re-entrant: a write that comes from the thread that holds it (a
+        # __del__ that prints, run by a collection in the middle of its write) must not wait for it (see write).
+        self._lines = threading.RLock()
+        self._writing = False  # a thread holds _lines to write (_write_lines, _holding): its own writes are deferred
+        self._deferred: dict[int, list[str]] = {}  # by thread: what it wrote meanwhile, written next (_defer)
         self._open: TrialSession | None = None  # whose unfinished line (written up to a "\r") the stream is on
         self._reconfigured: dict[TrialSession, _OwnSettings] = {}  # sys.stdout.reconfigure(...) of a trial: its own
         _ROUTERS.add(self)
 
     def write(self, text: str) -> int:
+        """Write ``text`` as the calling thread's trial's (tagged, teed to its file), or as it is outside any trial.
+
+        A write from a thread in the middle of its own write here (a garbage collection there ran an object's
+        ``__del__`` that prints) is deferred: it is written, as any write (to the console and the trial's file), right
+        after the write in progress, in the order such writes came. It waited for ever for the router's lock, which
+        its thread held; and it may not simply go through, as the write in progress has the trial's held text in
+        hand. The cost on every write: one attribute's truth test here, and two more in the locked write."""
         if not isinstance(text, str):  # (the stream's own error: TypeError, not the router's AttributeError)
             return self.stream.write(text)
-        session = current_session()
-        file = self.files.get(owner_of(session))
+        if self._writing and self._lines._is_owned():  # type: ignore[attr-defined]  # (RLock's, as Condition uses)
+            return self._defer(text)
         try:
-            if session is None or session.ended or not self.tags_lines:  # (a thread still writing after its trial)
-                if self._open is not None and self.tags_lines:  # (a trial's line left open at a "\r": ended first)
-                    with self._lines:
-                        if self._open is not None:
-                            self.stream.write("\n")
-                            self._open = None
-                written = self.stream.write(text)
-            else:
-                written = self._write_lines(session, text)
-        except ValueError as error:  # (UnicodeEncodeError: text the console cannot take, a lone surrogate)
-            if file is None:
-                raise
-            _not_written(self.stream, text, error)  # log_to_file: Ray's Tee logs it and goes on
-            written = len(text)
-        if file is not None:  # (after the console: a line-buffered file's write may let another thread run)
+            session = current_session()
+            file = self.files.get(owner_of(session))
             try:
-                file.write(text)
-            except UnicodeError as error:
-                _not_written(file, text, error)
-            except ValueError:  # closed: a thread of the trial wrote as the trial ended
-                pass
-        return written
+                if session is None or session.ended or not self.tags_lines:  # (a thread still writing after its trial)
+                    if self._open is not None and self.tags_lines:  # (a trial's line left open at a "\r": ended first)
+                        with self._holding():
+                            if self._open is not None:
+                                self.stream.write("\n")
+                                self._open = None
+                    written = self.stream.write(text)
+                else:
+                    written = self._write_lines(session, text)
+            except ValueError as error:  # (UnicodeEncodeError: text the console cannot take, a lone surrogate)
+                if file is None:
+                    raise
+                _not_written(self.stream, text, error)  # log_to_file: Ray's Tee logs it and goes on
+                written = len(text)
+            if file is not None:  # (after the console: a line-buffered file's write may let another thread run)
+                try:
+                    file.write(text)
+                except UnicodeError as error:
+                    _not_written(file, text, error)
+                except ValueError:  # closed: a thread of the trial wrote as the trial ended
+                    pass
+            return written
+        finally:
+            if self._deferred:  # (an empty dict's truth test on every other write)
+                self._write_deferred()
+
+    def _defer(self, text: str) -> int:
+        """A write of a thread in the middle of its own write here: kept for :meth:`_write_deferred`, which that
+        thread calls once its write is done."""
+        self._deferred.setdefault(_get_ident(), []).append(text)
+        return len(text)
+
+    def _write_deferred(self) -> None:
+        """Write what the calling thread wrote while it held the lock, first come first written (one that comes
+        meanwhile, from one of these writes, goes after them)."""
+        ident = _get_ident()
+        texts = self._deferred.get(ident)
+        if texts is None:
+            return
+        try:
+            while texts:
+                self.write(texts.pop(0))
+        finally:
+            if not texts and self._deferred.get(ident) is texts:
+                del self._deferred[ident]
+
+    @contextlib.contextmanager
+    def _holding(self) -> Any:
+        """The router's lock, held to write (the calling thread's writes meanwhile are deferred: :meth:`write`). The
+        hot path, :meth:`_write_lines`, does the same inline."""
+        with self._lines:
+            self._writing = True
+            try:
+                yield
+            finally:
+                self._writing = False
 
     def _write_lines(self, session: TrialSession, text: str) -> int:
         """Write the trial's text to the stream, each of its lines whole and tagged; hold what follows the last
@@ -138,34 +191,40 @@ class Router:
         if tail is not None and encoding:  # held text the stream cannot take fails here, as the write would
             tail.encode(encoding, getattr(self.stream, "errors", None) or "strict")
         with self._lines:
-            held = self._partial.pop(session, [])
-            if session.ended and (tail is not None or shown is not None):  # (a thread of the trial wrote as it ended:
-                # its end_trial ran, or waits for this lock, and holds nothing of it: the rest is written as its line)
-                lines.append(f"{shown if shown is not None else tail}\n")
-                shown = tail = None
-            pieces = lines + ([shown] if shown is not None else [])
-            if pieces:
-                pieces[0] = "".join(held) + pieces[0]
-                tag = trial_tag(session)
-                # (each write names the trial, an open line's too: Ray's log monitor publishes each chunk it reads
-                # as a line; and each redraw after a "\r")
-                try:
-                    self.stream.write(self._lead_locked(session, pieces[0] == "\n") + _redraws_named(pieces[0], tag)
-                                      + "".join(tag + _redraws_named(piece, tag) for piece in pieces[1:]))
-                except BaseException:
-                    if held:  # the text before this write is not lost with it
-                        self._partial[session] = held
-                    raise
-                held = []
-                self._open = session if shown is not None else None
-            if tail is not None:
-                held.append(tail)
-            if held:
-                self._partial[session] = held
-            if session.ended and (held or self._open is session):  # (stored, then checked: the trial's end marks
-                # it ended before its look at _partial and _open, made without this lock, so one of the two writes
-                # the rest, once)
-                self._end_locked(session)
+            self._writing = True  # (this thread's writes meanwhile are deferred: see write)
+            try:
+                held = self._partial.pop(session, [])
+                if session.ended and (tail is not None or shown is not None):  # (a thread of the trial wrote as
+                    # it ended: its end_trial ran, or waits for this lock, and holds nothing of it: the rest is written
+                    # as its line)
+                    lines.append(f"{shown if shown is not None else tail}\n")
+                    shown = tail = None
+                pieces = lines + ([shown] if shown is not None else [])
+                if pieces:
+                    pieces[0] = "".join(held) + pieces[0]
+                    tag = trial_tag(session)
+                    # (each write names the trial, an open line's too: Ray's log monitor publishes each chunk it
+                    # reads as a line; and each redraw after a "\r")
+                    try:
+                        self.stream.write(self._lead_locked(session, pieces[0] == "\n")
+                                          + _redraws_named(pieces[0], tag)
+                                          + "".join(tag + _redraws_named(piece, tag) for piece in pieces[1:]))
+                    except BaseException:
+                        if held:  # the text before this write is not lost with it
+                            self._partial[session] = held
+                        raise
+                    held = []
+                    self._open = session if shown is not None else None
+                if tail is not None:
+                    held.append(tail)
+                if held:
+                    self._partial[session] = held
+                if session.ended and (held or self._open is session):  # (stored, then checked: the trial's end
+                    # marks it ended before its look at _partial and _open, made without this lock, so one of the two
+                    # writes the rest, once)
+                    self._end_locked(session)
+            finally:
+                self._writing = False
         return len(text)
 
     def _lead_locked(self, session: TrialSession, bare_end: bool) -> str:
@@ -183,8 +242,12 @@ class Router:
             # writer of another trial may hold; a thread of this trial that holds text after this look sees
             # session.ended, set before the call, and writes it itself: _write_lines)
             return
-        with self._lines:
-            self._end_locked(session)
+        try:
+            with self._holding():
+                self._end_locked(session)
+        finally:
+            if self._deferred:  # (what a __del__ printed during it)
+                self._write_deferred()
 
     def _end_locked(self, session: TrialSession) -> None:
         """:meth:`end_trial`'s write of the trial's held text, under the lock."""
@@ -507,7 +570,9 @@ def end_trial_output(session: TrialSession) -> None:
 def _after_fork_in_child() -> None:
     """A child forked while another thread held a router's lock (a DataLoader worker) must still print."""
     for route in list(_ROUTERS):
-        route._lines = threading.Lock()
+        route._lines = threading.RLock()
+        route._writing = False
+        route._deferred = {}
         route._partial.clear()
         route._open = None
 
