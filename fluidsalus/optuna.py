@@ -1605,6 +1605,17 @@ class _TrialsSideBySideBar(_ProgressBar):
             elapsed_seconds = min(elapsed_seconds, self._timeout)
         super().update(elapsed_seconds, study)
 
+    def fill_at_timeout(self, elapsed_seconds: float, study: optuna.Study) -> None:
+        """Fill the bar of the ``timeout`` once the run ended on it with no trial's update past it.
+
+        Optuna starts a trial whenever its loop finds time left, so its last trial ends past the ``timeout`` and its
+        update fills the bar. Here the last trial may end before the ``timeout`` and the next one's start find it
+        passed (that trial never starts): no update passed the ``timeout`` and the bar ended short (97%).
+        """
+        if (self._n_trials is None and self._timeout is not None and self._last_elapsed_seconds < self._timeout
+                <= elapsed_seconds):
+            self.update(elapsed_seconds, study)
+
 
 class _StudyDriver(BaseSearcher):
     """The searcher and call handler of one ``optimize`` call: owns the real study on the driver.
@@ -1682,6 +1693,18 @@ class _StudyDriver(BaseSearcher):
     def _fail(self, error: BaseException) -> None:
         if self.error is None:
             self.error = error
+
+    def end_the_bar(self) -> None:
+        """As the run ends: fill a ``timeout`` bar when the ``timeout`` ended it, as Optuna's ends
+        (:meth:`_TrialsSideBySideBar.fill_at_timeout`); not after an error or ``study.stop()``, after which Optuna's
+        bar stays where it was."""
+        if (self.error is not None or self.study._stop_flag or self.timeout is None or self._started is None
+                or not isinstance(self.progress_bar, _TrialsSideBySideBar)):
+            return
+        try:
+            self.progress_bar.fill_at_timeout(time.monotonic() - self._started, self.study)
+        except Exception as e:  # noqa: BLE001 - its read of the best trial failed (the storage): as in Optuna's loop
+            self._fail(e)
 
     # ---------------------------------------------------------------- searcher
 
@@ -2380,6 +2403,7 @@ def optimize(
         with driver.warnings:
             grid = run(runner, searcher=driver, call_handler=driver.handle_call, call_offload=driver.offload_call,
                        call_threads=int(sampler_threads), name=name, verbose=verbose, **run_kwargs)
+        driver.end_the_bar()
     except BaseException as e:
         # As Optuna's _run_trial, which fails a trial on an Exception or a KeyboardInterrupt only: a SystemExit (Ray's
         # SIGTERM handler raises one, a preemption's signal) leaves the running trials RUNNING, for a heartbeat

@@ -467,6 +467,22 @@ def test_a_timeout_bar_ends_full_as_optunas_does(tmp_path, capfd):
     assert len(study.trials) >= 4  # (trials side by side: several ended past the timeout)
 
 
+def _returns_at_once(trial: Any) -> float:
+    return 0.5
+
+
+def test_a_timeout_bar_ends_full_when_no_trial_ends_past_the_timeout(tmp_path, capfd):
+    """Optuna starts a trial whenever its loop finds time left, so its last trial ends past the ``timeout`` and fills
+    the bar. Here the last trial may end before the ``timeout`` and the next one's start find it passed (it never
+    starts): no update passed the timeout, and the bar ended short (97% after a helper's 1 s study of 50 ms trials
+    one at a time; h222's ``progress`` case). Quick trials one at a time make that the usual ending."""
+    for _ in range(2):
+        study = optuna.create_study()
+        _optimize(study, _returns_at_once, tmp_path, timeout=0.5, show_progress_bar=True, max_concurrent_trials=1)
+        shares = _bar_shares(capfd.readouterr().err)
+        assert shares[-1] == 100 and shares == sorted(shares), shares
+
+
 def test_a_timeout_bar_never_moves_back_past_its_timeout():
     """The updates a side-by-side run makes (several past the timeout), without timing luck (h187's f10_bar_unit.py:
     the test above passed on the old bar in 2 of 6 runs): Optuna's bar went back to 55%, this one stays full."""
