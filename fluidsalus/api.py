@@ -156,6 +156,7 @@ def run(
     task_cpus_per_trial: float = 0.0,
     trial_dirname: Callable[[str, Mapping[str, Any]], str] | None = None,
     trial_name: Callable[[str], str | None] | None = None,
+    trial_id: Callable[[], str] | None = None,
     result_extras: Callable[[int, Mapping[str, Any]], Mapping[str, Any]] | None = None,
     call_offload: Callable[[str, str, tuple[Any, ...]], Callable[[], Any] | None] | None = None,
     call_threads: int = 0,
@@ -261,6 +262,9 @@ def run(
         trial_name: ``f(trial_id) -> str | None``, asked after ``trial_dirname``: the name
             ``get_context().get_trial_name()`` gives the trial (Ray Tune's ``trial_name_creator``). None (the
             default), or a None answer: ``<trainable>_<trial_id>``.
+        trial_id: ``f() -> str``, called for each new trial: its id (Ray Tune's front end gives a search algorithm's
+            trials Ray's ``Trial.generate_id()`` form, 8 hex digits); an id the experiment already has is drawn
+            again. None (the default): ``<5 hex digits>_<its number, 5 digits>``, in creation order.
         result_extras: ``f(seq, config) -> dict``: keys added to every result of the trial created ``seq``-th
             (from 0) with ``config``, before it is stored (front ends use it for their own keys, such as Ray
             Tune's ``experiment_tag``). None (the default): none.
@@ -295,6 +299,7 @@ def run(
     trainable_name = _check_trainable(trainable)
     for field_name, value, form in (("trial_dirname", trial_dirname, "f(trial_id, config) -> str"),
                                     ("trial_name", trial_name, "f(trial_id) -> str | None"),
+                                    ("trial_id", trial_id, "f() -> str"),
                                     ("result_extras", result_extras, "f(seq, config) -> dict"),
                                     ("call_handler", call_handler, "f(trial_id, name, args) -> answer"),
                                     ("call_offload", call_offload, "f(trial_id, name, args) -> answer_fn | None")):
@@ -463,6 +468,7 @@ def run(
             cpus_per_trial=spec.cpus_per_trial,
             trial_dirname=trial_dirname,
             trial_name=trial_name,
+            trial_id=trial_id,
             result_extras=result_extras,
             call_offload=call_offload,
             call_threads=call_threads,

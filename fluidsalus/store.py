@@ -226,7 +226,8 @@ TRIAL_RESTART_EVENT = "trial_restart"
 #: trial's actor and never sees it; ``gpu.host.LANE_ERROR_AFTER_STOP``; ``data``: ``attempt``, ``error``,
 #: ``traceback``, and for a stop of the driver's ``moved``: whether the trial goes on with a restart, whose reason is
 #: ``restart``, kept since 2026-12-01); one of a trial that met its stop rule, which its device tells, has no ``moved``;
-#: ``fluidsalus inspect`` lists them.
+#: one of a trial that failed after ``fail_fast="raise"``'s failure (Ray raises that one at once and never sees a
+#: later one) has ``moved`` False and ``after_raise`` True; ``fluidsalus inspect`` lists them.
 ERROR_AFTER_STOP_EVENT = "error_after_stop"
 # Restart reasons (the executor's ``_Restart.reason``, and the ``reason`` of ``trial_restart`` events) set by the
 # planner and the executor.

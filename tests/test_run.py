@@ -1187,6 +1187,47 @@ def test_a_native_resume_after_fail_fast_raise_tells_the_searcher_the_raised_fai
     assert told() == {0.1: ("COMPLETE", 3.0), 0.2: ("FAIL", None), 0.3: ("COMPLETE", 3.0)}
 
 
+
+def _a_fails_twice_then_b(config):
+    """``a`` fails at once, both attempts (``max_failures=1``: its second failure is for good); ``b`` fails a moment
+    after ``a``'s second attempt began, before its next report: within ``fail_fast="raise"``'s end."""
+    folder = config["dir"]
+    fluidsalus.report({"i": 1})
+    if config["w"] == "a":
+        second = os.path.exists(os.path.join(folder, "a1"))
+        open(os.path.join(folder, "a2" if second else "a1"), "w").close()
+        raise RuntimeError("a fails")
+    while not os.path.exists(os.path.join(folder, "a2")):
+        time.sleep(0.01)
+    time.sleep(1.0)
+    raise RuntimeError("b fails")
+
+
+def test_a_trial_that_fails_within_fail_fast_raises_end_is_not_retried_nor_counted(storage, tmp_path):
+    """A trial that fails after ``fail_fast="raise"``'s failure, within the run's end, is no failure of it (Ray raises
+    the first failure at once and never sees a later one): not retried under ``max_failures``, no failure counted,
+    no error file; unfinished for a resume. It ended ``ERROR`` with its error file (``num_failures`` 1 in the
+    callbacks' view), and one that failed before the run's end stopped it was retried under ``max_failures``."""
+    folder = tmp_path / "marks"
+    folder.mkdir()
+    with pytest.raises(fluidsalus.TrialError, match="a fails"):
+        fluidsalus.run(_a_fails_twice_then_b, {"w": fluidsalus.grid_search(["a", "b"]), "dir": str(folder)},
+                       storage_path=storage, name="raised", fail_fast="raise", max_failures=1, verbose=0,
+                       max_concurrent_trials=2)
+    path = os.path.join(storage, "raised")
+    reader = ExperimentStore.open(path, readonly=True)
+    try:
+        rows = {row.config["w"]: row for row in reader.trials()}
+        assert {w: (row.status, row.num_failures) for w, row in rows.items()} == {"a": ("ERROR", 1),
+                                                                                 "b": ("PENDING", 0)}
+        b_starts = [e for e in reader.events("trial_start") if e.trial_id == rows["b"].trial_id]
+        assert len(b_starts) == 1
+        assert [e.data["reason"] for e in reader.events("trial_restart") if e.trial_id == rows["b"].trial_id] == []
+    finally:
+        reader.close()
+    assert os.path.exists(os.path.join(path, rows["a"].trial_id, ERROR_FILE))
+    assert not os.path.exists(os.path.join(path, rows["b"].trial_id, ERROR_FILE))
+
 def keeps_checkpoints(config):
     for i, score in enumerate(config["scores"], start=1):
         d = os.path.join(fluidsalus.get_context().get_trial_dir(), f"c{i}")
@@ -2480,3 +2521,21 @@ def test_a_store_that_cannot_record_a_ctrl_c_leaves_the_ctrl_c_raised(tmp_path, 
         assert reader.experiment()["status"] == "RUNNING"
     finally:
         reader.close()
+
+
+def test_trial_id_names_each_new_trial_and_is_drawn_again_for_an_id_taken(storage):
+    """``trial_id=f``: each new trial's id is ``f()`` (the Tune front end's: Ray's ``Trial.generate_id()`` form for a
+    search algorithm's trials), drawn again while the experiment has it; a function that gives only ids taken, or
+    no str, ends the run with a ``ConfigError``."""
+    ids = iter(["aa", "aa", "bb", "bb", "aa", "cc"])
+    kwargs = dict(storage_path=storage, name="ids", verbose=0, trial_id=lambda: next(ids))
+    grid = fluidsalus.run(objective, {"x": fluidsalus.grid_search([1, 2])}, **kwargs)
+    assert [r.trial_id for r in grid] == ["aa", "bb"]
+    assert os.path.isdir(os.path.join(storage, "ids", "bb"))  # (fluidsalus.run names folders by id)
+    with pytest.raises(ConfigError, match="trial_id gave no new trial id in 100 draws"):
+        fluidsalus.run(objective, {"x": fluidsalus.grid_search([1, 2])}, storage_path=storage, name="same",
+                       verbose=0, trial_id=lambda: "aa")
+    with pytest.raises(ConfigError, match=r"trial_id must return a non-empty str \(a new trial's id\); got 7"):
+        fluidsalus.run(objective, {"x": 1}, storage_path=storage, name="bad", verbose=0, trial_id=lambda: 7)
+    with pytest.raises(ConfigError, match=r"trial_id must be None or a callable f\(\) -> str \(got str\)"):
+        fluidsalus.run(objective, {"x": 1}, storage_path=storage, name="bad2", verbose=0, trial_id="aa")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import glob
 import json
 import logging
 import os
@@ -2539,6 +2540,70 @@ def test_fail_fast_raise_tells_the_searcher_no_end_and_leaves_a_later_failure_un
     assert grid.num_errors == 0 and {r.config["x"]: r.metrics["i"] for r in grid} == {
         x: RESUMABLE_STEPS for x in (0.1, 0.2, 0.3)}
     assert study_told(path) == {x: ("COMPLETE", float(RESUMABLE_STEPS)) for x in (0.1, 0.2, 0.3)}
+
+
+
+def _a_fails_then_b_within_the_raises_end(config):
+    """Two trials that run together (each waits for the other's file in ``config["dir"]``): ``a`` reports once and
+    fails; ``b`` reports once and fails a second later, before its next report: within ``fail_fast="raise"``'s end,
+    which waits for it to reach a report."""
+    name, other = config["w"], "b" if config["w"] == "a" else "a"
+    tune.report({"i": 1})
+    open(os.path.join(config["dir"], name), "w").close()
+    while not os.path.exists(os.path.join(config["dir"], other)):
+        time.sleep(0.01)
+    time.sleep(0.0 if name == "a" else 1.0)
+    raise RuntimeError(f"{name} fails")
+
+
+class _ErrorHooks(tune.Callback):
+    """Records the trials ``on_trial_error`` is called for, and each trial's status and ``num_failures`` as
+    ``on_experiment_end`` sees them."""
+
+    def __init__(self) -> None:
+        self.errored: list[str] = []
+        self.at_end: dict[str, tuple[str, int]] = {}
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self.errored.append(trial.config["w"])
+
+    def on_experiment_end(self, trials, **info):
+        self.at_end = {t.config["w"]: (t.status, t.num_failures) for t in trials}
+
+
+def test_a_trial_that_fails_within_fail_fast_raises_end_is_no_failure_as_ray_never_sees_it(
+        ray_cluster, storage: str, tmp_path, caplog: pytest.LogCaptureFixture) -> None:
+    """Ray raises ``fail_fast="raise"``'s failure as its event comes and its clean-up kills the other trials' actors:
+    a trial that would fail a moment later gets no ``on_trial_error``, no ``error.txt``, no failure counted, and
+    ``on_experiment_end`` sees it ``TERMINATED`` (a side-by-side run, /work/scratch_h220/ff_raise_check.py).
+    fluidsalus's end waits for its trials to reach a report, and such a trial failed meanwhile: ``ERROR`` with the
+    hook, its error file and ``num_failures`` 1. It now ends stopped by the run's end (``on_trial_complete``, as the
+    trials that end stops), with a warning and an ``error_after_stop`` record, unfinished in the store."""
+    hooks = _ErrorHooks()
+    folder = tmp_path / "started"
+    folder.mkdir()
+    tuner = Tuner(_a_fails_then_b_within_the_raises_end,
+                  param_space={"w": tune.grid_search(["a", "b"]), "dir": str(folder)},
+                  tune_config=tune.TuneConfig(max_concurrent_trials=2),
+                  run_config=tune.RunConfig(name="raised", storage_path=storage, verbose=0, callbacks=[hooks],
+                                            failure_config=tune.FailureConfig(fail_fast="raise")))
+    with caplog.at_level(logging.WARNING, logger="fluidsalus.trialgroup.executor"), \
+            pytest.raises(TrialError, match="a fails"):
+        tuner.fit()
+    assert hooks.errored == ["a"]
+    assert hooks.at_end == {"a": ("ERROR", 1), "b": ("TERMINATED", 0)}
+    path = os.path.join(storage, "raised")
+    assert [os.path.basename(os.path.dirname(f)).split("_w=")[1][0]
+            for f in glob.glob(os.path.join(path, "*", "error.txt"))] == ["a"]
+    assert any("raised after fail_fast='raise'" in r.getMessage() and "b fails" in r.getMessage()
+               for r in caplog.records)
+    reader = ExperimentStore.open(path, readonly=True)
+    try:
+        assert {row.config["w"]: (row.status, row.num_failures) for row in reader.trials()} == {
+            "a": ("ERROR", 0), "b": ("PENDING", 0)}
+        assert ["b fails" in e.data["error"] for e in reader.events("error_after_stop")] == [True]
+    finally:
+        reader.close()
 
 
 def _score(config, i):

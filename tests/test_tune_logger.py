@@ -432,3 +432,30 @@ def test_trial_folders_have_rays_default_names(ray_cluster, storage, monkeypatch
                           run_config=tune.RunConfig(storage_path=storage, name="short", verbose=0)).fit()
     assert re.fullmatch(rf"a_b__0_{stamp}", os.path.basename(short.path))  # named, cut, Ray's characters made _
     assert asked == [short.trial_id]  # called once for the trial, as Ray calls it
+
+
+def test_a_search_algorithms_trials_have_rays_search_generator_ids(ray_cluster, storage) -> None:
+    """Ray's ``SearchGenerator`` gives each trial a search algorithm makes ``Trial.generate_id()``, 8 random hex
+    digits (``train_c81718b6_1_x=0.4170_<date>``), and its default ``BasicVariantGenerator`` ``<5 hex>_<00000>``
+    (a side-by-side run, /work/scratch_h220/search_ids_check.py). fluidsalus gave every trial the second form.
+    Names, folders, ``Result.path`` and the callbacks' ids follow; the grid keeps the trials' creation order, and a
+    restore keeps the ids."""
+    import re
+
+    from fluidsalus import tune
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    stamp = r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d"
+    grid = tune.Tuner(_two_steps, param_space={"x": tune.uniform(0, 1)},
+                      tune_config=tune.TuneConfig(search_alg=OptunaSearch(seed=1), metric="score", mode="max",
+                                                  num_samples=3),
+                      run_config=tune.RunConfig(storage_path=storage, name="searched", verbose=0)).fit()
+    ids = [r.trial_id for r in grid]
+    assert len(set(ids)) == 3 and all(re.fullmatch(r"[0-9a-f]{8}", i) for i in ids), ids
+    for number, result in enumerate(grid, start=1):  # in creation order, numbered from 1 as Ray's search's
+        assert re.fullmatch(rf"_two_steps_{result.trial_id}_{number}_x=[0-9.]+_{stamp}",
+                            os.path.basename(result.path)), result.path
+    assert [r.trial_id for r in tune.Tuner.restore(os.path.join(storage, "searched"), _two_steps).fit()] == ids
+    (default,) = tune.Tuner(_two_steps, param_space={"x": 1},
+                            run_config=tune.RunConfig(storage_path=storage, name="variants", verbose=0)).fit()
+    assert re.fullmatch(r"[0-9a-f]{5}_00000", default.trial_id)

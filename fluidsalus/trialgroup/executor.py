@@ -275,6 +275,15 @@ _ERROR_AFTER_STOP_WARNINGS: dict[bool | None, str] = {
     True: "trial %s raised as a stop to restart it (%s) unwound it; it goes on from a checkpoint, as a Ray Tune "
           "trial paused: %s",
 }
+#: The warning for a trial that fails after ``fail_fast="raise"`` has a failure to raise (its ``error_after_stop``
+#: record's ``after_raise``): Ray raises the first failure as its event comes and its clean-up kills the other trials'
+#: actors, so it never sees this one.
+_FAILED_AFTER_RAISE_WARNING = ("trial %s raised after fail_fast='raise''s failure ended the run; as in Ray Tune, "
+                               "which raises the first failure at once and never sees this one, it is no failure of "
+                               "it: it ends TERMINATED, left unfinished for a resume: %s")
+#: Draws of ``ExecutorSettings.trial_id`` for one new trial before the run ends with a ``ConfigError``: a function
+#: that keeps giving ids the experiment already has gives no new ones (8 random hex digits collide once in ~4e9).
+TRIAL_ID_DRAWS = 100
 #: The ``exploit_cancelled`` event of an exploit the executor does not apply (with its ``reason``).
 EXPLOIT_CANCELLED_EVENT = "exploit_cancelled"
 #: Ray Tune's switch for its check that every result has the run's metric: ``1`` turns it off (read at the start of
@@ -331,6 +340,10 @@ class ExecutorSettings:
     #: ``f(trial_id) -> str | None``: the name a trial's context gives it (None, or a None answer:
     #: ``<trainable>_<trial_id>``).
     trial_name: Callable[[str], str | None] | None = None
+    #: ``f() -> str``: a new trial's id (the Tune front end's: Ray's ``Trial.generate_id()`` form for a search
+    #: algorithm's trials); an id the experiment already has is drawn again (:data:`TRIAL_ID_DRAWS`). None:
+    #: ``<run tag>_<seq:05d>``, the form of Ray's ``BasicVariantGenerator``.
+    trial_id: Callable[[], str] | None = None
     #: ``f(seq, config) -> dict``: keys added to each result of the trial created ``seq``-th with ``config``
     #: (a front end's own result keys, such as Ray's ``experiment_tag``), asked again when an exploit gives the
     #: trial a new config; None: none. For a new trial it is asked just before ``trial_dirname``.
@@ -1531,7 +1544,8 @@ class Executor:
         data: dict[str, Any] = {"reason": self._ending, SEARCH_ENDED_KEY: self._search_ended}
         if self._raises():
             data[RAISED_TRIAL_KEY] = self._first_error_trial
-            self._caught = {tid for tid, trial in self.trials.items() if trial.status not in FINAL_STATUSES}
+            # (|=: those whose failure came after the raised one, before this check, are in it: _fails_unseen)
+            self._caught |= {tid for tid, trial in self.trials.items() if trial.status not in FINAL_STATUSES}
         self.store.add_events([(self._ending_at, EXPERIMENT_ENDING_EVENT, None, None, data)])
         for callback in self.settings.callbacks:  # (before the ends it brings: Callback.on_run_ending)
             ending = getattr(callback, "on_run_ending", None)
@@ -1570,6 +1584,25 @@ class Executor:
                                                                                    "reason": self._ending})])
             self._handle(self._device(trial.placed_on[0]), [(EV_END, trial_id, trial.attempt, now, OUT_STOPPED,
                                                             None, None)])
+
+    def _new_trial_id(self, made: set[str]) -> str:
+        """The id of the trial made next: ``<run tag>_<seq:05d>``, or ``settings.trial_id``'s, drawn again while the
+        experiment has it (a trial of this session's or an earlier one's, or one of ``made``, those made with it).
+
+        Raises:
+            ConfigError: ``settings.trial_id`` gave no new id in :data:`TRIAL_ID_DRAWS` draws, or not a str.
+        """
+        make = self.settings.trial_id
+        if make is None:
+            return f"{self._run_tag}_{self._seq:05d}"
+        for _ in range(TRIAL_ID_DRAWS):
+            trial_id = make()
+            if not isinstance(trial_id, str) or not trial_id:
+                raise ConfigError(f"trial_id must return a non-empty str (a new trial's id); got {trial_id!r}")
+            if trial_id not in self.trials and trial_id not in made:
+                return trial_id
+        raise ConfigError(f"trial_id gave no new trial id in {TRIAL_ID_DRAWS} draws (the last: {trial_id!r}); the "
+                          f"experiment has {len(self.trials)} trials")
 
     def _raises(self) -> bool:
         """Whether the run ends by ``fail_fast="raise"`` (it raises the first trial error at its end)."""
@@ -1681,7 +1714,7 @@ class Executor:
         names: dict[str, str] = {}  # trial -> its name, when a trial_name function names it (kept for a resume)
         for group in groups:
             for config in group.configs:
-                trial_id = f"{self._run_tag}_{self._seq:05d}"
+                trial_id = self._new_trial_id({t.trial_id for t in new})
                 extras = self._extras_of(self._seq, config)  # asked before trial_dirname (a front end reads it)
                 dirname = trial_id
                 if self.settings.trial_dirname is not None:
@@ -2418,6 +2451,7 @@ class Executor:
         decisions: list[tuple[Any, ...]] = []  # RESULT_VERDICT_CALLs: answered once the searcher saw the batch
         warned: list[Mapping[str, Any]] = []  # LANE_WARNINGs: given once the batch is committed
         failed_after_stop: list[tuple[Any, ...]] = []  # LANE_ERROR_AFTER_STOPs: warned of once the batch is committed
+        failed_in_batch = False  # a trial of this batch failed for good (fail_fast="raise" raises it: _fails_unseen)
         name = device.spec.name
         received = time.time()  # the driver's clock: a move's two ends may be on nodes with different clocks
         with self.store.transaction():
@@ -2527,6 +2561,17 @@ class Executor:
                                        {**failed_after_stop[-1][5], "attempt": attempt}))
                         outcome, error, trace, error_pickle = OUT_STOPPED, None, None, None
                         event = (*event[:4], outcome, error, trace)
+                    elif outcome == OUT_ERRORED and self._fails_unseen(trial_id, failed_in_batch):
+                        # fail_fast="raise" has a failure to raise: Ray raised it as its event came and killed this
+                        # trial's actor, unseen. It ends stopped by the run's end (no error file, no failure counted,
+                        # no retry, no on_trial_error), left unfinished as the trials that end stopped
+                        self._caught.add(trial_id)
+                        failed_after_stop.append((EV_LANE, trial_id, attempt, ts, LANE_ERROR_AFTER_STOP, {
+                            "error": error, "traceback": trace, "moved": False, "after_raise": True}))
+                        events.append((ts, LANE_ERROR_AFTER_STOP, trial_id, name,
+                                       {**failed_after_stop[-1][5], "attempt": attempt}))
+                        outcome, error, trace, error_pickle = OUT_STOPPED, None, None, None
+                        event = (*event[:4], outcome, error, trace)
                     self._unplace(trial, ts)
                     stopped_for_good = trial_id in self._stopping and trial_id not in self._restarts
                     self._stopping.discard(trial_id)
@@ -2578,6 +2623,7 @@ class Executor:
                     if outcome == OUT_COMPLETED and not ended_at_result:
                         returned.add(trial_id)
                     trial.status = ERROR if outcome == OUT_ERRORED else TERMINATED
+                    failed_in_batch = failed_in_batch or trial.status == ERROR
                     trial.error, trial.error_pickle = error, error_pickle
                     trial.devices = ()
                     self._forget(trial_id)
@@ -2658,6 +2704,9 @@ class Executor:
         self._warn_from_trials(warned)
         for event in failed_after_stop:
             data = event[5]
+            if data.get("after_raise"):
+                logger.warning(_FAILED_AFTER_RAISE_WARNING, self._shown_name(event[1]), data.get("error"))
+                continue
             restarted = (restart_words(data.get("restart")),) if data.get("moved") else ()
             logger.warning(_ERROR_AFTER_STOP_WARNINGS[data.get("moved")], self._shown_name(event[1]), *restarted,
                            data.get("error"))
@@ -2763,8 +2812,21 @@ class Executor:
         failed ones' ``FAIL``, where Ray's study gets their values when the restore runs them to their ends."""
         if self.settings.fail_fast != "raise":
             return False
-        return error or (stopped and self._raises() and trial_id in self._caught
-                         and trial_id not in self._decided_stops)
+        # (_caught: the trials the raise's end found unfinished, and those that failed after the raised failure
+        # before that end began: _fails_unseen)
+        return error or (stopped and trial_id in self._caught and trial_id not in self._decided_stops)
+
+    def _fails_unseen(self, trial_id: str, failed_in_batch: bool) -> bool:
+        """Whether a trial's failure comes after ``fail_fast="raise"`` has a failure to raise: one noted already
+        (the run's end begun, or to begin at its next check), or an earlier one of the same batch. Ray raises the
+        first failure as its event comes, and its clean-up kills the other trials' actors: it never sees a later
+        failure, and the trial is unfinished in its saved state. (Not when another end came first, a time budget's:
+        the run then raises nothing, and its trials' failures are theirs.)"""
+        if self.settings.fail_fast != "raise" or trial_id == self._first_error_trial:
+            return False
+        if self._ending is not None and not self._raises():
+            return False
+        return self._first_error is not None or failed_in_batch
 
     def _cut_short(self, trial: Trial, event: tuple[Any, ...]) -> bool:
         """Whether a result is one of a trial that ``fail_fast="raise"``'s end is stopping (not by its stop rule, nor

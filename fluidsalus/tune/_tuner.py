@@ -42,6 +42,7 @@ import os
 import re
 import sys
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -88,7 +89,7 @@ from fluidsalus.tune._custom_search import defined_by_user, runner_of
 from fluidsalus.tune._interrupt import StopSignals
 from fluidsalus.tune._output import log_files
 from fluidsalus.tune._ray_objects import adopt_scheduler
-from fluidsalus.tune._tags import PARAMS_FILE, TAG_KEY, Tagger
+from fluidsalus.tune._tags import PARAMS_FILE, SEARCHER, TAG_KEY, Tagger
 from fluidsalus.tune._trainable import (
     MANY_GPUS_WARNING,
     NO_GPU_WARNING,
@@ -122,6 +123,17 @@ logger = logging.getLogger(__name__)
 TUNER_STATE_FILE = "tuner.pkl"
 #: Version of what ``tuner.pkl`` holds.
 _STATE_VERSION = 1
+#: Hex digits of the id of a trial a search algorithm makes (``OptunaSearch``, ``HyperOptSearch``, a ``Searcher`` of
+#: your own): Ray's ``SearchGenerator`` gives it ``Trial.generate_id()``, the first 8 of a random UUID's. The trials
+#: of ``BasicVariantGenerator`` (the default search) keep the engine's ``<5 hex>_<number>``, Ray's form for them.
+SEARCH_TRIAL_ID_HEX = 8
+
+
+def search_trial_id() -> str:
+    """A new id of a search algorithm's trial, as Ray's ``Trial.generate_id()`` makes it (``c81718b6``)."""
+    return uuid.uuid4().hex[:SEARCH_TRIAL_ID_HEX]
+
+
 #: Characters a default experiment name may not hold (``<lambda>`` becomes ``lambda``).
 _UNSAFE_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.=+-]+")
 #: Ray's environment variable for the length of a default trial folder name before its date, and its default.
@@ -942,6 +954,9 @@ class Tuner:
                     # restored trial keeps it and ExperimentAnalysis shows it)
                     trial_name=lambda trial_id: trial_names[trial_id] if isinstance(trial_names.get(trial_id), str)
                     and trial_names[trial_id] else f"{label}_{trial_id}",
+                    # (a search algorithm's trials: Ray's SearchGenerator's ids, c81718b6; the default search's keep
+                    # the engine's, Ray's BasicVariantGenerator's form)
+                    trial_id=search_trial_id if planned.tags == SEARCHER else None,
                     result_extras=tags,
                 )
         except KeyboardInterrupt:
