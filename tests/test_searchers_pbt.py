@@ -281,6 +281,29 @@ def test_an_exploit_logs_rays_exploit_and_explore_lines() -> None:
                          "No hyperparameters mutated.")
 
 
+
+def test_the_status_line_counts_rays_checkpoints_and_perturbs_and_survives_a_resume():
+    """The status report's scheduler line was PBT's repr (``PopulationBasedTraining(time_attr=..., metric=None,
+    ...)``); Ray's ``PopulationBasedTraining.debug_string()`` counts the points at which a trial was in the top
+    quantile (its ``_num_checkpoints``) and the exploits. Scores 2, 3, 4, 1 reach the first point in turn: t0 alone
+    has no quantile, t1 and t2 are each the top one when they arrive, t3 is the bottom one and clones t2."""
+    from fluidsalus.tune.progress_reporter import scheduler_lines
+    from fluidsalus.tune.schedulers import PopulationBasedTraining
+
+    pbt = _pbt(num_samples=4)
+    assert pbt.debug_string() == "PopulationBasedTraining: 0 checkpoints, 0 perturbs"
+    _population(pbt, [2.0, 3.0, 4.0, 1.0])
+    assert pbt.debug_string() == "PopulationBasedTraining: 2 checkpoints, 1 perturbs"
+    holder = PopulationBasedTraining(hyperparam_mutations={"lr": [0.1, 0.2]})
+    assert scheduler_lines(pbt, [], holder) == pbt.debug_string()
+    resumed = _pbt(num_samples=4)
+    resumed.load_state_dict(json.loads(json.dumps(pbt.state_dict())))
+    assert resumed.debug_string() == pbt.debug_string()
+    older = {key: value for key, value in pbt.state_dict().items() if key != "num_checkpoints"}
+    resumed.load_state_dict(older)  # (a state saved before the count: none counted)
+    assert resumed.debug_string() == "PopulationBasedTraining: 0 checkpoints, 1 perturbs"
+
+
 #: A user's PBT script under the Tune front end, with no ``ray.init`` of its own: fluidsalus starts Ray.
 _PBT_SCRIPT = textwrap.dedent(
     """

@@ -425,6 +425,108 @@ def test_the_resource_line_is_rays_from_the_runs_devices_and_their_busy_lanes():
     assert resource_line(None) == "Logical resource usage: ?"
 
 
+class _Run:
+    """A stand-in for a run in progress (an ``Executor``): its resource usage, and how often it was taken."""
+
+    def __init__(self, cpus: float) -> None:
+        self.cpus, self.looks = cpus, 0
+
+    def resource_usage(self) -> Any:
+        from fluidsalus.trialgroup.executor import ResourceUsage
+
+        self.looks += 1
+        return ResourceUsage(1.0, self.cpus, 0.0, 0.0)
+
+
+class _AtTheEnd(ProgressReporter):
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, ...]] = []
+
+    def should_report(self, trials, done=False):
+        return done
+
+    def report(self, trials, done, *sys_info):
+        self.lines.append(sys_info)
+
+
+def test_the_resource_usage_is_taken_for_a_report_and_at_a_trials_start_not_at_every_result(monkeypatch):
+    """The callback took the run's resource usage (a walk over every device's lanes) at every trial event, before
+    asking the reporter whether to report: at every result of the run. It is taken when a report is made, and at
+    a trial's start (which gives the end's report the devices' totals)."""
+    from fluidsalus.trialgroup import executor
+    from fluidsalus.tune.progress_reporter import FIFO_LINE, ReporterCallback
+
+    run, reporter = _Run(2.0), _AtTheEnd()
+    monkeypatch.setattr(executor._THREAD_RUNS, "executors", [run], raising=False)  # (the run in progress)
+    trials = [_trial(0, "RUNNING", 0.1, 0.5)]
+    callback = ReporterCallback(reporter)
+    callback.on_trial_start(0, trials, trials[0])
+    for _ in range(100):
+        callback.on_trial_result(0, trials, trials[0], trials[0].last_result)
+    assert run.looks == 1  # (the start's; it was 101)
+    monkeypatch.setattr(executor._THREAD_RUNS, "executors", [])  # (the run is over)
+    callback.on_experiment_end(trials)
+    assert reporter.lines == [(FIFO_LINE, "Logical resource usage: 0/2 CPUs, 0/0 GPUs")]
+
+
+def test_the_last_report_of_a_run_nested_in_anothers_callback_shows_its_own_devices(monkeypatch):
+    """A run started from another run's callback (on its thread) ends inside it: its last report took the usage of
+    the innermost run in progress then, the outer one's (``1.0/8 CPUs``), not its own devices'."""
+    from fluidsalus.trialgroup import executor
+    from fluidsalus.tune.progress_reporter import ReporterCallback
+
+    outer, inner, reporter = _Run(8.0), _Run(2.0), _AtTheEnd()
+    monkeypatch.setattr(executor._THREAD_RUNS, "executors", [outer, inner], raising=False)
+    trials = [_trial(0, "RUNNING", 0.1, 0.5)]
+    callback = ReporterCallback(reporter)
+    callback.on_trial_start(0, trials, trials[0])
+    monkeypatch.setattr(executor._THREAD_RUNS, "executors", [outer])  # (the inner run is over, the outer goes on)
+    callback.on_experiment_end(trials)
+    assert reporter.lines[-1][1] == "Logical resource usage: 0/2 CPUs, 0/0 GPUs"
+
+
+def test_a_reporter_whose_report_takes_no_sys_info_is_called_without_it_and_told_so():
+    """Ray calls ``report(trials, done, *sys_info)``; a reporter of one's own with ``report(self, trials, done)``
+    worked with fluidsalus until the scheduler's and resource lines came (2026-12-01), then raised a TypeError at
+    the first trial's start (and again at the end). It is called with ``trials`` and ``done``, with a warning that
+    says how to get the lines (Ray's legacy output raises there; its default output never calls a reporter)."""
+    from fluidsalus.tune.progress_reporter import ReporterCallback
+
+    calls: list[tuple[int, bool]] = []
+
+    class TwoArguments(ProgressReporter):
+        def should_report(self, trials, done=False):
+            return True
+
+        def report(self, trials, done):
+            calls.append((len(trials), done))
+
+    trials = [_trial(0, "RUNNING", 0.1, 0.5)]
+    with pytest.warns(UserWarning, match=r"TwoArguments\.report takes no \*sys_info.*report\(self, trials, done, "
+                                         r"\*sys_info\)") as warned:
+        callback = ReporterCallback(TwoArguments())
+    assert warned[0].filename == __file__  # (the user's line, past fluidsalus's frames)
+    callback.on_trial_start(0, trials, trials[0])
+    callback.on_experiment_end(trials)
+    assert calls == [(1, False), (1, True)]
+
+
+def test_a_scheduler_of_ones_own_on_rays_base_without_lines_does_not_end_the_run():
+    """Ray's base ``TrialScheduler.debug_string`` raises ``NotImplementedError``; a scheduler of one's own on it
+    without ``debug_string`` (Ray's default output never asks for its lines) ended a fluidsalus run, once all its
+    trials had run, with that error from the last report. Its lines are its repr then."""
+    from ray.tune.schedulers import TrialScheduler as RaysTrialScheduler
+
+    from fluidsalus.tune.progress_reporter import scheduler_lines
+
+    class Mine(RaysTrialScheduler):
+        def on_trial_result(self, tune_controller, trial, result):
+            return self.CONTINUE
+
+    mine = Mine()
+    assert scheduler_lines(None, [_trial(0, "RUNNING", 0.1, 0.5)], mine) == repr(mine)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Real runs
 # ---------------------------------------------------------------------------------------------------------

@@ -186,3 +186,37 @@ def test_a_resumed_search_goes_on_with_its_transformed_parameters() -> None:
     assert after == configs(uninterrupted, 4, 4)
     for config in before + after:
         _check(config)
+
+
+def test_points_far_in_the_same_tail_keep_their_own_values() -> None:
+    """Their quantiles are clipped to the same bound (7.5 and 8.0 are 11 and 12 sd above the mean): the second
+    point's value was given to both trials; Ray's HyperOptSearch runs each as given."""
+    searcher = plan(TuneConfig(metric="m", mode="min", num_samples=4,
+                               search_alg=HyperOptSearch(points_to_evaluate=[{"w": 7.5}, {"w": 8.0}, {"w": -30.0},
+                                                                             {"w": -40.0}])),
+                    {"w": tune.randn(2.0, 0.5)}).searcher
+    assert [config["w"] for config in searcher.propose(4).configs] == [7.5, 8.0, -30.0, -40.0]
+    assert all(QUANTILE_EPS <= trial.params["w:quantile"] <= 1 - QUANTILE_EPS for trial in searcher.study.trials)
+
+
+def test_a_point_choosing_a_dict_option_gives_its_normal_its_value() -> None:
+    """The option's ``hp.normal`` is suggested as its quantile: the point gave the value under the label, which
+    no suggestion reads, so the trial ran a random draw."""
+    hp = pytest.importorskip("hyperopt").hp
+    search = HyperOptSearch(space={"opt": hp.choice("opt", [{"kind": "a", "x": hp.normal("x", 0, 1)},
+                                                            {"kind": "b", "y": hp.uniform("y", 0, 1)}])},
+                            points_to_evaluate=[{"opt": {"kind": "a", "x": 0.5}}, {"opt": {"kind": "b", "y": 0.25}}])
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    configs = []
+    for point in search.points_to_evaluate:
+        study.enqueue_trial(point)
+        configs.append(search.hyperopt_space(study.ask()))
+    assert configs == [{"opt": {"kind": "a", "x": 0.5}}, {"opt": {"kind": "b", "y": 0.25}}]
+
+
+def test_a_key_named_as_a_normals_quantile_is_refused() -> None:
+    """Both were the Optuna parameter ``"w:quantile"``: one overwrote the other, and the configs lost a key."""
+    with pytest.raises(ConfigError, match=r"^HyperOptSearch: parameter 'w': randn.* Optuna parameter 'w:quantile', "
+                                          r"which is also a key of the space"):
+        plan(TuneConfig(metric="m", mode="min", search_alg=HyperOptSearch()),
+             {"w": tune.randn(), "w:quantile": tune.uniform(0, 1)})

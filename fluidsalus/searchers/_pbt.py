@@ -530,6 +530,9 @@ class PBT(BaseSearcher):
         self._exploits: dict[str, ExploitRequest] = {}  # untaken, in order
         self._undo: dict[str, _Undo] = {}  # exploits not yet confirmed by a result of the restarted trial
         self.num_perturbations = 0
+        #: Points at which a trial was in the top quantile, its state kept for others to clone (Ray's
+        #: ``_num_checkpoints``, shown in the status report's line).
+        self.num_checkpoints = 0
 
     # ------------------------------------------------------------------ pure views of the state
 
@@ -567,6 +570,8 @@ class PBT(BaseSearcher):
         state = self._trials[trial_id]
         if trial_id not in upper:  # not a top trial: nothing of this point may be cloned (Ray's last_checkpoint)
             state.point_iteration = state.point_time = None
+        else:  # (Ray counts its save here, whether or not there is a checkpoint to keep)
+            self.num_checkpoints += 1
         if trial_id not in lower or not upper:
             return Perturbation(CONTINUE)
         source_id = self._rng.choice(upper)
@@ -574,6 +579,12 @@ class PBT(BaseSearcher):
             exploit_logger.info(f"[pbt]: no checkpoint for trial {source_id}. Skip exploit for Trial {trial_id}")
             return Perturbation(CONTINUE)
         return Perturbation(EXPLOIT, source_id)
+
+    def debug_string(self, statuses: Mapping[str, str] | None = None) -> str:
+        """The scheduler's line of Ray's status report (``PopulationBasedTraining.debug_string()``, PB2's too): the
+        points at which a trial was in the top quantile and its exploits so far, e.g. ``PopulationBasedTraining: 2
+        checkpoints, 1 perturbs`` (``statuses`` is unused)."""
+        return f"PopulationBasedTraining: {self.num_checkpoints} checkpoints, {self.num_perturbations} perturbs"
 
     def turn_key(self, trial_id: str) -> float:
         """Ray's ``choose_trial_to_run`` key: the ``time_attr`` of the trial's last perturbation point (after an
@@ -839,6 +850,7 @@ class PBT(BaseSearcher):
             "group_seq": self._group_seq,
             "next_sync": self._next_sync,
             "num_perturbations": self.num_perturbations,
+            "num_checkpoints": self.num_checkpoints,
             "rng": [version, list(internal), gauss],
             "trials": {tid: asdict(s) for tid, s in self._trials.items()},
             "promotions": dict(self._promotions),
@@ -854,6 +866,7 @@ class PBT(BaseSearcher):
         self._group_seq = int(state["group_seq"])
         self._next_sync = float(state["next_sync"])
         self.num_perturbations = int(state["num_perturbations"])
+        self.num_checkpoints = int(state.get("num_checkpoints", 0))  # (a state saved before 2026-12-01 has none)
         version, internal, gauss = state["rng"]
         self._rng.setstate((version, tuple(internal), gauss))
         self._trials = {tid: _TrialState(**s) for tid, s in state["trials"].items()}

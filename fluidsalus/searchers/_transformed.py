@@ -31,6 +31,7 @@ from typing import Any
 from optuna.distributions import BaseDistribution, FloatDistribution
 
 from fluidsalus import space as sp
+from fluidsalus.errors import SpaceError
 
 __all__ = ["QUANTILE_EPS", "QUANTILE_SUFFIX", "GivenValues", "TransformedParam", "from_domain", "optuna_distributions",
            "round_to"]
@@ -141,9 +142,19 @@ class GivenValues:
         self._given: dict[tuple[str, float], Any] = {}
 
     def param(self, transformed: TransformedParam, value: Any) -> float:
-        """:meth:`TransformedParam.param`, remembered (raises its ``ValueError``)."""
+        """:meth:`TransformedParam.param`, remembered (raises its ``ValueError``).
+
+        Two values can have the same Optuna parameter (quantiles beyond the bounds' ~7 standard deviations are
+        clipped to a bound; a ``qlognormal``'s 0 and ``q / 4``): the later one's is moved by the smallest steps
+        towards the middle of the distribution until it is one of its own, so that each point keeps its value.
+        """
         param = transformed.param(value)
-        self._given[(transformed.optuna_name, param)] = int(value) if transformed.integer else float(value)
+        given = int(value) if transformed.integer else float(value)
+        bounds = transformed.distribution
+        middle = (bounds.low + bounds.high) / 2  # type: ignore[attr-defined]
+        while self._given.get((transformed.optuna_name, param), given) != given:
+            param = math.nextafter(param, middle)
+        self._given[(transformed.optuna_name, param)] = given
         return param
 
     def value(self, transformed: TransformedParam, param: float) -> Any:
@@ -190,6 +201,9 @@ def optuna_distributions(space: dict[str, Any]) -> tuple[dict[str, BaseDistribut
         if param is None:
             distributions[path] = plain[path]
         else:
+            if param.optuna_name != path and param.optuna_name in domains:
+                raise SpaceError(f"parameter '{path}': {domains[path]!r} is searched as the Optuna parameter "
+                                 f"'{param.optuna_name}', which is also a key of the space; rename that key")
             transformed[path] = param
             distributions[param.optuna_name] = param.distribution
     return distributions, transformed

@@ -544,11 +544,11 @@ class ResourceUsage:
     total_gpus: float
 
 
-def current_resource_usage() -> ResourceUsage | None:
-    """The :class:`ResourceUsage` of the innermost run in progress on this thread (a callback of the run is called
-    on it), or None when no run is."""
-    executors = getattr(_THREAD_RUNS, "executors", [])
-    return executors[-1].resource_usage() if executors else None
+def runs_in_progress() -> list[Executor]:
+    """The runs in progress on this thread, the innermost last (a callback of a run is called on it; a run started
+    from another's callback is nested in it); each gives its :class:`ResourceUsage`
+    (:meth:`Executor.resource_usage`)."""
+    return list(getattr(_THREAD_RUNS, "executors", []))
 
 
 def _free_after_take(parked: Sequence[WarmKey], taken: Sequence[WarmActor | None],

@@ -42,6 +42,7 @@ The table is fluidsalus's own text rendering of Ray's columns, not Ray's exact l
 from __future__ import annotations
 
 import datetime
+import inspect
 import math
 import numbers
 import os
@@ -58,6 +59,7 @@ import numpy as np
 from fluidsalus.errors import ConfigError, error_summary
 from fluidsalus.progress import format_metric_column, is_table_number
 from fluidsalus.result import lookup_metric
+from fluidsalus.session import callers_stacklevel
 from fluidsalus.tune.callback import Callback, _AfterTheResult
 
 __all__ = ["CLIReporter", "JupyterNotebookReporter", "ProgressReporter", "ReporterCallback", "TuneReporterBase",
@@ -401,8 +403,9 @@ class ReporterCallback(Callback, _AfterTheResult):
 
     As Ray's, ``report`` gets two lines of system information after ``done``: the scheduler's
     (:func:`scheduler_lines` of ``searcher``) and the run's resource usage (:func:`resource_line`, of the run in
-    progress on this thread, :func:`~fluidsalus.trialgroup.executor.current_resource_usage`; at the end, once the
-    run has let its devices go, their totals with nothing used).
+    progress on this thread, :func:`~fluidsalus.trialgroup.executor.runs_in_progress`, taken for each report and
+    at each trial's start; at the end, once the run has let its devices go, their totals with nothing used). A
+    reporter whose ``report`` takes no ``*sys_info`` is called ``report(trials, done)``, with a warning here.
 
     Args:
         reporter: The progress reporter.
@@ -416,20 +419,46 @@ class ReporterCallback(Callback, _AfterTheResult):
         self.searcher = searcher
         self.scheduler = scheduler
         self._usage: Any = None  # the run's resource usage when last seen
+        self._run: Any = None  # the run's executor, once seen
+        self._sys_info = _takes_sys_info(reporter)
+        if not self._sys_info:  # (it worked before 2026-12-01, when fluidsalus passed no sys_info)
+            warnings.warn(f"fluidsalus.tune: {type(reporter).__name__}.report takes no *sys_info: Ray's "
+                          "ProgressReporter is called report(trials, done, *sys_info), with the scheduler's and the "
+                          "resource usage lines (Ray's legacy output raises a TypeError here); fluidsalus calls it "
+                          "with trials and done only. Define report(self, trials, done, *sys_info) to get them.",
+                          UserWarning, stacklevel=callers_stacklevel())
 
-    def _maybe_report(self, trials: list[Any], done: bool = False) -> None:
-        from fluidsalus.trialgroup.executor import ResourceUsage, current_resource_usage
+    def _look_at_usage(self, done: bool) -> None:
+        """Take the run's resource usage now; once the run is over (its devices let go), their totals, unused. The
+        run is the innermost in progress at the first event (a run nested in another's callback ends inside it: its
+        last report showed the outer run's usage until h226)."""
+        from fluidsalus.trialgroup.executor import ResourceUsage, runs_in_progress
 
-        usage = current_resource_usage()  # (at each event: the end's report comes once the run has ended)
-        if usage is None and self._usage is not None:  # (the run is over: its devices, none of them used)
+        runs = runs_in_progress()
+        if self._run is None and runs and not done:
+            self._run = runs[-1]
+        live = self._run is not None and any(run is self._run for run in runs)
+        usage = self._run.resource_usage() if live else None
+        if usage is None and self._usage is not None:
             usage = ResourceUsage(0.0, self._usage.total_cpus, 0.0, self._usage.total_gpus)
         self._usage = usage
-        if self.reporter.should_report(trials, done=done):
+
+    def _maybe_report(self, trials: list[Any], done: bool = False, look: bool = False) -> None:
+        # The usage is taken for a report, and at a trial's start (``look``), which gives the end's report the
+        # devices' totals; not at every result: it walks every device's lanes (h226).
+        reporting = self.reporter.should_report(trials, done=done)
+        if reporting or look:
+            self._look_at_usage(done)
+        if not reporting:
+            return
+        if self._sys_info:
             self.reporter.report(trials, done, scheduler_lines(self.searcher, trials, self.scheduler),
-                                 resource_line(usage))
+                                 resource_line(self._usage))
+        else:
+            self.reporter.report(trials, done)
 
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        self._maybe_report(trials)
+        self._maybe_report(trials, look=True)
 
     def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
                         **info: Any) -> None:
@@ -520,7 +549,10 @@ def scheduler_lines(searcher: Any, trials: Sequence[Any], scheduler: Any = None)
         return f"(ResourceChangingScheduler) {scheduler_lines(searcher, trials, scheduler.base_scheduler)}"
     own = str(getattr(getattr(type(scheduler), "debug_string", None), "__module__", "") or "")
     if scheduler is not None and own and not own.startswith("fluidsalus."):
-        return str(scheduler.debug_string())
+        try:
+            return str(scheduler.debug_string())
+        except NotImplementedError:  # (Ray's base TrialScheduler's: a class of one's own without lines)
+            return repr(scheduler)
     statuses = {str(t.trial_id): str(t.status) for t in trials}
     while searcher is not None:
         describe = getattr(searcher, "debug_string", None)
@@ -528,6 +560,18 @@ def scheduler_lines(searcher: Any, trials: Sequence[Any], scheduler: Any = None)
             return str(describe(statuses))
         searcher = getattr(searcher, "inner", None)
     return FIFO_LINE if scheduler is None else str(scheduler.debug_string())
+
+
+def _takes_sys_info(reporter: Any) -> bool:
+    """Whether ``reporter.report`` takes Ray's ``(trials, done, *sys_info)`` (one of fluidsalus's own before
+    2026-12-01 could take ``(trials, done)`` only); True when its signature cannot be read."""
+    try:
+        inspect.signature(reporter.report).bind([], False, "", "")
+    except TypeError:
+        return False
+    except (ValueError, AttributeError):
+        return True
+    return True
 
 
 def _status_key(item: tuple[str, int]) -> int:

@@ -199,9 +199,8 @@ class HyperOptSpace:
                     raise ConfigError(f"{self.owner}: points_to_evaluate: {where}={value!r} is not one of the "
                                       f"options of hp.choice({label!r}, ...)")
             elif dist.name in _NORMALS:
-                param = self._normal(label, dist)
                 try:
-                    out[param.optuna_name] = self._given.param(param, value)
+                    out.update(self._normal_point(label, dist, value))
                 except ValueError as exc:
                     raise ConfigError(f"{self.owner}: points_to_evaluate: {where}={value!r} cannot be a value of "
                                       f"hp.{dist.name}({label!r}, ...) ({exc})") from exc
@@ -233,8 +232,22 @@ class HyperOptSpace:
             param = _param_of(entry, self._pyll)
             if param is None:
                 return None
-            params[param.pos_args[0].obj] = item
+            label, dist = param.pos_args[0].obj, param.pos_args[1]
+            if dist.name not in _NORMALS:
+                params[label] = item
+                continue
+            try:
+                params.update(self._normal_point(label, dist, item))
+            except ValueError:
+                return None
         return params
+
+    def _normal_point(self, label: str, dist: Any, value: Any) -> dict[str, float]:
+        """A point's ``value`` of a normal parameter as the trial's parameter: its quantile under
+        ``<label>:quantile``, the value remembered for that trial (raises :meth:`TransformedParam.param`'s
+        ``ValueError``)."""
+        param = self._normal(label, dist)
+        return {param.optuna_name: self._given.param(param, value)}
 
 
 def _param_of(node: Any, pyll: Any) -> Any:
