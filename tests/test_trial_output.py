@@ -845,3 +845,61 @@ def test_a_del_that_prints_during_the_routers_own_write_is_written_after_it_not_
             gc.enable()
     assert console.getvalue() == ("[train_t] epoch 1 done\n[train_t] bar 1 closed\n[train_t] epoch 2\n"
                                   "[train_t] tail\nbar 2 closed\n")
+
+
+class _AsciiCollectingConsole(_CollectingConsole):
+    """A collecting console that cannot take text outside ASCII (its write raises, as an ASCII terminal's does)."""
+
+    def write(self, text: str) -> int:
+        if self.collect:
+            self.collect = False
+            gc.collect()
+        text.encode("ascii")
+        return io.StringIO.write(self, text)
+
+
+def test_a_del_whose_deferred_print_fails_is_reported_not_raised_by_the_trials_own_print(caplog) -> None:
+    """A ``__del__`` whose print fails (text the console cannot encode) ran during the router's write of a trial's
+    line: its deferred write raised its error out of the trial's own print, which had gone through (a trial failed on
+    another object's ``__del__``). Python gives a ``__del__``'s error to ``sys.unraisablehook`` and goes on: here it is
+    logged, and the other deferred writes are written."""
+    router, _ = _tagging_router()
+    console = router.stream = _AsciiCollectingConsole()
+    trial = _session("train_t")
+    raised: list[BaseException] = []
+
+    class Bar:
+        def __init__(self, text: str) -> None:
+            self.me, self.text = self, text  # a cycle: only the collector frees it
+
+        def __del__(self) -> None:
+            router.write(self.text)
+
+    def in_trial() -> None:
+        set_session(trial)
+        try:
+            Bar("bar \udcff closed\n")
+            Bar("bar 2 closed\n")
+            console.collect = True
+            router.write("done\n")
+        except BaseException as e:  # noqa: BLE001 - the test looks at it
+            raised.append(e)
+        finally:
+            set_session(None)
+
+    enabled = gc.isenabled()
+    gc.disable()  # (only the console's collection frees a Bar)
+    try:
+        with caplog.at_level("WARNING", logger="fluidsalus.gpu.output"):
+            thread = threading.Thread(target=in_trial, daemon=True)
+            thread.start()
+            thread.join(10)
+    finally:
+        if enabled:
+            gc.enable()
+    assert not thread.is_alive() and raised == []
+    assert console.getvalue() == "[train_t] done\n[train_t] bar 2 closed\n"
+    logged = [r for r in caplog.records if "Exception ignored in a write made in the middle" in r.getMessage()]
+    assert len(logged) == 1 and ascii("bar \udcff closed\n") in logged[0].getMessage()
+    assert logged[0].exc_info is not None and logged[0].exc_info[0] is UnicodeEncodeError
+    assert not router._deferred

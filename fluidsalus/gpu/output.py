@@ -56,7 +56,7 @@ from fluidsalus.session import TrialSession, current_session
 #: The process's streams a router replaces.
 STREAMS = ("stdout", "stderr")
 _LOCK = threading.Lock()
-_get_ident = threading.get_ident  # (only where a write is deferred: Router._defer)
+_get_ident = threading.get_ident  # (where a write is deferred, and where deferred writes are written)
 _ROUTERS: weakref.WeakSet[Router] = weakref.WeakSet()  # every router made: end_trial_output finds them all
 _log = logging.getLogger(__name__)
 
@@ -102,9 +102,10 @@ class Router:
 
         A write from a thread in the middle of its own write here (a garbage collection there ran an object's
         ``__del__`` that prints) is deferred: it is written, as any write (to the console and the trial's file), right
-        after the write in progress, in the order such writes came. It waited for ever for the router's lock, which
-        its thread held; and it may not simply go through, as the write in progress has the trial's held text in
-        hand. The cost on every write: one attribute's truth test here, and two more in the locked write."""
+        after the write in progress, in the order such writes came (one that fails then is logged, not raised here:
+        :meth:`_write_deferred`). It waited for ever for the router's lock, which its thread held; and it may not
+        simply go through, as the write in progress has the trial's held text in hand. The cost on every write: one
+        attribute's truth test here, and two more in the locked write."""
         if not isinstance(text, str):  # (the stream's own error: TypeError, not the router's AttributeError)
             return self.stream.write(text)
         if self._writing and self._lines._is_owned():  # type: ignore[attr-defined]  # (RLock's, as Condition uses)
@@ -147,14 +148,21 @@ class Router:
 
     def _write_deferred(self) -> None:
         """Write what the calling thread wrote while it held the lock, first come first written (one that comes
-        meanwhile, from one of these writes, goes after them)."""
+        meanwhile, from one of these writes, goes after them). One that fails (text the console cannot encode) is
+        reported as Python reports an error in a ``__del__``, and the next ones are written: its error is not the
+        error of the write whose end writes it (it failed that write, of the trial's own text, which had gone
+        through)."""
         ident = _get_ident()
         texts = self._deferred.get(ident)
         if texts is None:
             return
         try:
             while texts:
-                self.write(texts.pop(0))
+                text = texts.pop(0)
+                try:
+                    self.write(text)
+                except Exception as error:  # noqa: BLE001 - reported, as a __del__'s error is (see above)
+                    _deferred_not_written(text, error)
         finally:
             if not texts and self._deferred.get(ident) is texts:
                 del self._deferred[ident]
@@ -415,6 +423,16 @@ def _not_written(stream: Any, text: str, error: ValueError) -> None:
 
 
 _warning = threading.local()  # whether this thread is logging a write that failed (see _not_written)
+
+
+def _deferred_not_written(text: str, error: Exception) -> None:
+    """A deferred write (:meth:`Router._write_deferred`) that raised: logged with its traceback, as Python gives an
+    exception raised in a ``__del__`` to ``sys.unraisablehook`` (``Exception ignored in: ...``) instead of raising
+    it in the code the garbage collection interrupted; ``ascii()`` so that the log's own write cannot fail the same
+    way."""
+    _log.warning("Exception ignored in a write made in the middle of another write of its thread (an object's "
+                 "__del__ that printed, in a garbage collection), written after it: text %s", ascii(text),
+                 exc_info=(type(error), error, error.__traceback__))
 
 
 def _redraws_named(piece: str, tag: str) -> str:
