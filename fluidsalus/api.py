@@ -38,10 +38,10 @@ from fluidsalus.gpu import nvml
 from fluidsalus.gpu.actor import cluster_nodes, pack_trainable
 from fluidsalus.gpu.arena import DEFAULT_MEMORY_MODE
 from fluidsalus.gpu.device import DeviceSpec, plan_devices
-from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS, for_devices, stop_rule
+from fluidsalus.gpu.host import DEFAULT_QUANTUM_MS, OUT_STOPPED, for_devices, stop_rule
 from fluidsalus.inspect import trial_counts_text
 from fluidsalus.progress import format_metric
-from fluidsalus.result import ResultGrid, lookup_metric
+from fluidsalus.result import ResultGrid, lookup_metric, with_flat_keys
 from fluidsalus.searchers import BaseSearcher, RandomSearch
 from fluidsalus.searchers._base import WrappingSearcher
 from fluidsalus.session import DATE_FORMAT, callable_name
@@ -51,9 +51,13 @@ from fluidsalus.store import (
     DB_FILENAME,
     ERROR,
     ERROR_FILE,
+    FINAL_STATUSES,
+    SEARCHER_STOP_EVENT,
+    SEARCHER_TOLD_END_EVENT,
     TERMINATED,
     DriverLock,
     ExperimentStore,
+    ResultRow,
     abandoned_create,
     open_untouched,
     remove_store_files,
@@ -67,6 +71,7 @@ from fluidsalus.trialgroup.executor import (
     WARM_DEVICES,
     Executor,
     ExecutorSettings,
+    lineage_starts,
 )
 from fluidsalus.trialgroup.searcher_log import restore
 from fluidsalus.trialgroup.trial import Trial
@@ -93,6 +98,9 @@ _SPACE_IN_SEARCHER: contextvars.ContextVar[bool] = contextvars.ContextVar("fluid
 #: The event a resume stores once it is accepted, after :data:`_ON_RESUME`'s hook (``data["unfinished"]``: how many
 #: trials it found unfinished).
 RESUME_EVENT = "resume"
+#: The event a resume stores for each unfinished trial it ended at the ``done`` result its interrupted run had
+#: stopped it at (:func:`end_decided_trials`; ``data``: that result's ``attempt`` and ``iteration``).
+DECIDED_END_EVENT = "decided_end"
 #: Set by a front end around :func:`run`: called as ``hook(store, searcher)`` by a resume once every check passed
 #: and the store is open for writing, before the stored trials are loaded; ``searcher`` holds the stored state
 #: then (what the hook tells it, it saves itself). The Tune front end carries out ``Tuner.restore``'s flags in it,
@@ -407,6 +415,7 @@ def run(
                 # Its driver was killed: its device actors on this machine run on until Ray ends them, and
                 # would run the same trials beside ours, writing the same folders.
                 wait_for_killed_drivers_devices(store)
+            end_decided_trials(store, searcher)  # (before the front end's flags: in Ray's state they had ended)
             accepted = _ON_RESUME.get()
             if accepted is not None:  # (a front end's changes to the stored trials: Tuner.restore's flags)
                 accepted(store, searcher)
@@ -647,6 +656,67 @@ def tell_raised_end(store: ExperimentStore, searcher: BaseSearcher) -> None:
         searcher.on_trial_error(row.trial_id, row.error)
     searcher.on_trial_complete(row.trial_id, row.last_result, error=True)
     store.set_searcher_state(searcher.state_json())  # (and the logged calls go: the state has them)
+
+
+def end_decided_trials(store: ExperimentStore, searcher: BaseSearcher) -> list[str]:
+    """A resume: end, ``TERMINATED`` (stopped), the unfinished trials whose end was decided at a stored result before
+    the run was cut short (a Ctrl-C or a kill between the commit of that result and that of the trial's end).
+
+    Such a result is stored ``done``: the searcher stopped the trial there (ASHA at a rung or at ``max_t``, the median
+    rule, HyperBand's ``on_result``), or its stop rule, its stopper or a stop for good ended it. Ray decides and stops
+    the trial in one step of its controller, so its saved state holds it ``TERMINATED`` at that result, and its
+    restore leaves it so. Here it stayed unfinished and ran again (from scratch, without a checkpoint) to where it had
+    been decided on; its searcher, given those iterations once already, decided nothing more, and a trial that
+    paused there (at its budget) waited for ever (h228's finding). It now ends at that result, as its last, and the
+    searcher is told its end unless it was at that result (:data:`SEARCHER_TOLD_END_EVENT`); its state is saved. The
+    callbacks are not told: its end belongs to the session that decided it, as in Ray's restore. A trial its searcher
+    stopped while it was paused on its device (``collect_stops``: HyperBand's rung settled) has no such result: the
+    stop's :data:`SEARCHER_STOP_EVENT`, stored with the searcher's state that no longer holds it, ends it at its last
+    result the same way. Each trial ended gets a :data:`DECIDED_END_EVENT`.
+
+    Args:
+        store: The experiment's store, open for writing.
+        searcher: The run's searcher, restored from the store.
+
+    Returns:
+        The ids of the trials ended.
+    """
+    unfinished = {row.trial_id: row for row in store.trials() if row.status not in FINAL_STATUSES}
+    if not unfinished:
+        return []
+    lineage = lineage_starts(store)  # (results of a configuration an exploit replaced are not the trial's now)
+    decided: dict[str, ResultRow] = {}
+    for result in store.results(latest_attempt_only=False):
+        if result.trial_id in unfinished and result.trial_id not in decided and result.metrics.get("done") \
+                and result.attempt >= lineage.get(result.trial_id, 0):
+            decided[result.trial_id] = result
+    for event in store.events(SEARCHER_STOP_EVENT):  # stopped paused, by its searcher, before the interrupt
+        attempt = (event.data or {}).get("attempt", 0)
+        if event.trial_id in unfinished and event.trial_id not in decided and isinstance(attempt, int) \
+                and attempt >= lineage.get(event.trial_id, 0):
+            row = unfinished[event.trial_id]  # (paused at its last result)
+            decided[event.trial_id] = ResultRow(event.trial_id, attempt, row.last_iteration, event.ts,
+                                                row.last_result or {})
+    if not decided:
+        return []
+    told = {event.trial_id for event in store.events(SEARCHER_TOLD_END_EVENT) if event.trial_id in decided
+            and (event.data or {}).get("attempt", 0) >= lineage.get(event.trial_id, 0)}
+    now = time.time()
+    with store.transaction():
+        for trial_id, result in decided.items():
+            store.update_trial(trial_id, status=TERMINATED, stop_reason=OUT_STOPPED, finished_at=now,
+                               last_iteration=result.iteration,
+                               **({"last_result": result.metrics} if result.metrics else {}))
+            if trial_id not in told:
+                searcher.on_trial_complete(trial_id, with_flat_keys(result.metrics) if result.metrics else None,
+                                           error=False)
+        store.add_events([(now, DECIDED_END_EVENT, trial_id, None, {"attempt": result.attempt,
+                                                                     "iteration": result.iteration})
+                          for trial_id, result in decided.items()])
+        store.set_searcher_state(searcher.state_json())  # (and the logged calls go: the state has them)
+    logger.info("resume: %s ended where the interrupted run had stopped them: %s", plural(len(decided), "trial"),
+                ", ".join(sorted(decided)))
+    return sorted(decided)
 
 
 def _restore(searcher: BaseSearcher, store: ExperimentStore) -> None:

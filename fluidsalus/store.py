@@ -261,6 +261,10 @@ def restart_words(reason: str | None) -> str:
 #: The searcher was told a trial's end at the result a stop rule ended it at, before the trial's end reached the
 #: driver (``data``: ``attempt``): stored with that result, so that a resumed run does not tell it again.
 SEARCHER_TOLD_END_EVENT = "searcher_told_end"
+#: The searcher stopped a trial paused on its device (``collect_stops``: HyperBand's rung settled), before the trial's
+#: end reached the driver (``data``: ``attempt``): stored with the searcher's state that no longer holds that stop, so
+#: that a resumed run ends the trial, which its searcher will not stop again (``fluidsalus.api.end_decided_trials``).
+SEARCHER_STOP_EVENT = "searcher_stop"
 #: A trial that ended ``TERMINATED`` was made ``ERROR`` because a run's callback raised at its end (Ray Tune fails
 #: such a trial; ``data``: ``attempt``, ``hook``, ``error``).
 CALLBACK_ERROR_EVENT = "callback_error"

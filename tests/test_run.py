@@ -2539,3 +2539,129 @@ def test_trial_id_names_each_new_trial_and_is_drawn_again_for_an_id_taken(storag
         fluidsalus.run(objective, {"x": 1}, storage_path=storage, name="bad", verbose=0, trial_id=lambda: 7)
     with pytest.raises(ConfigError, match=r"trial_id must be None or a callable f\(\) -> str \(got str\)"):
         fluidsalus.run(objective, {"x": 1}, storage_path=storage, name="bad2", verbose=0, trial_id="aa")
+
+
+def four_steps(config: dict[str, Any]) -> None:
+    for it in range(1, 5):
+        fluidsalus.report({"score": config["x"] * it})
+
+
+#: Seconds the resume below may run: it takes a few; without the fix it waited for ever (bounded by this budget).
+DECIDED_RESUME_BUDGET_S = 30.0
+
+
+@pytest.mark.parametrize("kind", ["asha_at_max_t", "median_rule"])
+def test_a_resume_ends_a_trial_whose_stop_was_decided_before_the_interrupt_where_it_was_decided(
+        storage, ray_cluster, monkeypatch, kind):
+    """A Ctrl-C (or a kill) after the commit of a result the searcher stopped its trial at, and before the trial's end
+    was stored, left the trial unfinished (h228's finding). Its resume ran it again from scratch; the searcher, given
+    those iterations once already, was not asked again, so an ASHA trial stopped at ``max_t`` paused there, its budget,
+    and the run waited for ever. As in Ray (whose saved state holds the trial ``TERMINATED`` at that result), the
+    resume now ends it there, stopped, without running it again, and the searcher is told its end. The interrupt is
+    made where the executor would carry out the first stop its searcher decided on a result."""
+    from fluidsalus.store import loads
+    from fluidsalus.trialgroup.executor import Executor
+
+    def searcher() -> Any:
+        if kind == "asha_at_max_t":  # (the first trial at each rung is not cut: it is stopped at max_t, its budget)
+            return ASHA({"x": fluidsalus.grid_search([1, 2, 3])}, 1, "score", "max", max_t=4, grace_period=1,
+                        reduction_factor=2, seed=0)
+        # (the third trial, worse than the first two, is stopped at its second iteration)
+        return MedianStopping(RandomSearch({"x": fluidsalus.grid_search([3, 2, 1])}, 1), "score", "max",
+                              time_attr="training_iteration", grace_period=2, min_samples_required=2)
+
+    stop_trials = Executor._stop_trials
+
+    def interrupted_at_the_first_decided_stop(self: Executor, trial_ids: list[str], no_verdict: bool = False) -> Any:
+        if trial_ids and sys._getframe(1).f_code.co_name == "_handle" and not getattr(self, "_cut", False):
+            self._cut = True  # (the Ctrl-C's drain handles the batches still out: it is cut once)
+            raise KeyboardInterrupt
+        return stop_trials(self, trial_ids, no_verdict)
+
+    kwargs: dict[str, Any] = dict(storage_path=storage, name="cut", verbose=0, max_concurrent_trials=1)
+    monkeypatch.setattr(Executor, "_stop_trials", interrupted_at_the_first_decided_stop)
+    with pytest.raises(KeyboardInterrupt):
+        fluidsalus.run(four_steps, searcher=searcher(), **kwargs)
+    monkeypatch.undo()
+    exp = os.path.join(storage, "cut")
+    before = ExperimentStore.open(exp, readonly=True)
+    cut = [t for t in before.trials() if t.status not in ("TERMINATED", "ERROR") and before.results(t.trial_id)
+           and before.results(t.trial_id)[-1].metrics["done"]]
+    assert len(cut) == 1, [(t.trial_id, t.status) for t in before.trials()]  # its stop result stored, its end not
+    stopped, at = cut[0].trial_id, before.results(cut[0].trial_id)[-1].iteration
+    assert at == (4 if kind == "asha_at_max_t" else 2)
+    before.close()
+
+    grid = fluidsalus.run(four_steps, searcher=searcher(), resume=True, time_budget_s=DECIDED_RESUME_BUDGET_S,
+                          **kwargs)
+    after = ExperimentStore.open(exp, readonly=True)
+    assert after.experiment()["status"] == "FINISHED" and not after.events("experiment_ending")  # not the budget's end
+    row = next(t for t in after.trials() if t.trial_id == stopped)
+    assert (row.status, row.stop_reason, row.last_iteration) == ("TERMINATED", "stopped", at)
+    # not run again: its one attempt's results, the last of them the one it was stopped at
+    assert [(r.attempt, r.iteration) for r in after.results(stopped, latest_attempt_only=False)] == \
+        [(0, i) for i in range(1, at + 1)]
+    assert [e.trial_id for e in after.events("decided_end")] == [stopped]
+    result = next(r for r in grid if r.metrics["trial_id"] == stopped)
+    assert result.metrics["training_iteration"] == at and result.metrics["done"] is True
+    assert len(grid) == 3 and grid.num_errors == 0 and all(t.status == "TERMINATED" for t in after.trials())
+    if kind == "asha_at_max_t":  # the searcher was told its end: it holds no live trial
+        assert not any(info["live"] for info in loads(after.experiment()["searcher_state"])["trials"].values())
+
+
+def test_a_resume_ends_a_paused_trial_its_searcher_stopped_before_the_interrupt(storage, ray_cluster, monkeypatch):
+    """HyperBand stops the losers of a settled rung that wait paused on their devices (``collect_stops``). Their ends
+    reach the driver with a later batch; a batch of another trial committed in between saved the searcher's state
+    without those stops, so a crash there left them unfinished, to run again from scratch to the rung where nothing
+    stops them any more (until the search's end). The stop is now stored as it is decided, with that state, and the
+    resume ends the trial there. Here the interrupt comes as the stop is about to be sent, after such a commit."""
+    from fluidsalus.searchers import HyperBand
+    from fluidsalus.trialgroup.executor import Executor
+
+    def searcher() -> HyperBand:
+        # (eight configurations fill a bracket of rungs 1, 2 and 4; fewer ran to max_t at once)
+        return HyperBand({"x": fluidsalus.grid_search(list(range(1, 9)))}, 1, "score", "max", max_t=4,
+                         reduction_factor=2, seed=0)
+
+    send_stop, take_groups = Executor._send_stop, Executor._take_groups
+    cut: list[str] = []
+
+    def held_back(self: Executor, trial_ids: Any, *args: Any, **kw: Any) -> Any:
+        trial_ids = list(trial_ids)
+        if trial_ids and not cut and sys._getframe(2).f_code.co_name == "_take_groups":
+            cut.extend(trial_ids)  # (the first stops of paused trials: the interrupt comes before they go out)
+            return None
+        return send_stop(self, trial_ids, *args, **kw)
+
+    def interrupted_after_the_stops(self: Executor) -> None:
+        take_groups(self)
+        if cut and not getattr(self, "_cut", False):
+            self._cut = True
+            with self.store.transaction():  # (another trial's batch, committed before the stopped trial's end)
+                self._searcher_log.save()
+            raise KeyboardInterrupt
+
+    kwargs: dict[str, Any] = dict(storage_path=storage, name="cut", verbose=0, max_concurrent_trials=1)
+    monkeypatch.setattr(Executor, "_send_stop", held_back)
+    monkeypatch.setattr(Executor, "_take_groups", interrupted_after_the_stops)
+    with pytest.raises(KeyboardInterrupt):
+        fluidsalus.run(four_steps, searcher=searcher(), **kwargs)
+    monkeypatch.undo()
+    assert cut
+    exp = os.path.join(storage, "cut")
+    before = ExperimentStore.open(exp, readonly=True)
+    paused = {t.trial_id: t.last_iteration for t in before.trials() if t.trial_id in cut}
+    assert all(t.status == "PAUSED" for t in before.trials() if t.trial_id in cut)
+    before.close()
+
+    grid = fluidsalus.run(four_steps, searcher=searcher(), resume=True, time_budget_s=DECIDED_RESUME_BUDGET_S,
+                          **kwargs)
+    after = ExperimentStore.open(exp, readonly=True)
+    assert after.experiment()["status"] == "FINISHED" and not after.events("experiment_ending")
+    for trial_id, at in paused.items():
+        row = next(t for t in after.trials() if t.trial_id == trial_id)
+        assert (row.status, row.stop_reason, row.last_iteration) == ("TERMINATED", "stopped", at)
+        assert [(r.attempt, r.iteration) for r in after.results(trial_id, latest_attempt_only=False)] == \
+            [(0, i) for i in range(1, at + 1)]  # not run again
+    assert sorted(e.trial_id for e in after.events("decided_end")) == sorted(paused)
+    assert len(grid) == 8 and grid.num_errors == 0

@@ -134,6 +134,7 @@ from fluidsalus.store import (
     RESTART_TURN,
     RESTART_WITHDRAWN,
     RUNNING,
+    SEARCHER_STOP_EVENT,
     SEARCHER_TOLD_END_EVENT,
     TERMINATED,
     TRIAL_DIRNAME_EVENT,
@@ -749,6 +750,19 @@ class _Device:
     actor_name: str = ""  # the Ray name of its current actor
     launched: float = 0.0  # when its current actor was asked for (driver clock)
     hold_pauses: bool = False  # what its actor was last told to do with pauses (``DeviceHost.hold_pauses``)
+
+
+def lineage_starts(store: ExperimentStore) -> dict[str, int]:
+    """Each exploited trial's first attempt of its current configuration (its last PBT exploit's): the stored
+    results of earlier attempts belong to another configuration, which its searcher has closed. A trial missing
+    here has one lineage, from attempt 0."""
+    lineage: dict[str, int] = {}
+    for event in store.events(TRIAL_RESTART_EVENT):
+        data = event.data or {}
+        if event.trial_id is not None and data.get("reason") == RESTART_EXPLOIT \
+                and isinstance(data.get("attempt"), int):
+            lineage[event.trial_id] = data["attempt"]
+    return lineage
 
 
 class Executor:
@@ -1701,6 +1715,15 @@ class Executor:
             if took >= DRIVER_BUSY_MIN_S:  # a device without a trial waited for it (goodput's IDLE_DRIVER)
                 self._note_busy(asked, took, "searcher", sum(len(g.configs) for g in groups))
         stops = self._searcher_log.collect_stops()
+        placed = [tid for tid in stops if tid in self.trials and self.trials[tid].placed_on
+                  and self.trials[tid].status not in FINAL_STATUSES]
+        if placed:
+            # Their ends come with a later batch, and the searcher's state that holds these stops no more may commit
+            # before (with another trial's batch): the stops are stored first, so that a resume after a crash ends
+            # those trials (fluidsalus.api.end_decided_trials; its searcher, if it still holds a stop, is told the
+            # end, which drops it). (Not saved here: the groups just taken are not registered yet.)
+            self.store.add_events([(time.time(), SEARCHER_STOP_EVENT, tid, None,
+                                    {"attempt": self.trials[tid].attempt}) for tid in placed])
         if stops:
             self._tell_stopped(self._stop_trials(stops))
         if not groups:
@@ -2954,12 +2977,7 @@ class Executor:
         """A resumed run: the stored searcher state commits with the results it was given, so it has seen every
         stored result of each trial's current configuration (from its last exploit, if any). The iterations run
         again after the resume are not given to it twice."""
-        lineage: dict[str, int] = {}  # trial -> first attempt of its current configuration
-        for event in self.store.events(TRIAL_RESTART_EVENT):
-            data = event.data or {}
-            if event.trial_id is not None and data.get("reason") == RESTART_EXPLOIT \
-                    and isinstance(data.get("attempt"), int):
-                lineage[event.trial_id] = data["attempt"]
+        lineage = lineage_starts(self.store)
         # told at the result that ended them, before a crash kept their end from the store: not told again
         unfinished = {row.trial_id for row in self.store.trials() if row.status not in FINAL_STATUSES}
         self._told_end.update(event.trial_id for event in self.store.events(SEARCHER_TOLD_END_EVENT)
