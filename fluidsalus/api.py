@@ -272,7 +272,9 @@ def run(
             default), or a None answer: ``<trainable>_<trial_id>``.
         trial_id: ``f() -> str``, called for each new trial: its id (Ray Tune's front end gives a search algorithm's
             trials Ray's ``Trial.generate_id()`` form, 8 hex digits); an id the experiment already has is drawn
-            again. None (the default): ``<5 hex digits>_<its number, 5 digits>``, in creation order.
+            again. Without ``trial_dirname`` the id names the trial's folder: one that is no folder name (``../x``,
+            longer than 255 bytes) is a ``ConfigError``, and one a file of the experiment has is drawn again. None
+            (the default): ``<5 hex digits>_<its number, 5 digits>``, in creation order.
         result_extras: ``f(seq, config) -> dict``: keys added to every result of the trial created ``seq``-th
             (from 0) with ``config``, before it is stored (front ends use it for their own keys, such as Ray
             Tune's ``experiment_tag``). None (the default): none.

@@ -84,6 +84,10 @@ ERRORS_SHOWN = 10
 #: the device's record of a trial that met its stop rule; False, a stop of the driver's that ended the trial (its
 #: scheduler's or searcher's, the run's end); True, one that restarts it (its ``restart`` says why).
 AFTER_STOP_KINDS: dict[bool | None, str] = {None: "stop_rule", False: "stop", True: "restart"}
+#: The ``stop`` of an ``error_after_stop`` record whose ``after_raise`` is true: the trial failed after
+#: ``fail_fast="raise"``'s failure ended the run, before the run's stop reached it (Ray raised that failure at once and
+#: never saw this one), whatever its ``moved`` says.
+AFTER_RAISE_KIND = "after_raise"
 #: Trials the table's "costliest trials" section lists, most compute first (the JSON's ``trials`` has every one):
 #: enough to find the trials that cost most, few enough to read at a glance.
 TRIALS_SHOWN = 5
@@ -646,7 +650,9 @@ class Report:
         which failed no trial, as in Ray Tune, which stops the trial's actor and never sees it: the trial's id, when
         (``ts``, and ``ts_s`` after the first device start), its ``attempt``, the error's type and first line
         (``error``), the error as recorded (``text``), its ``traceback``, which ``stop`` unwound it
-        (:data:`AFTER_STOP_KINDS`: ``stop_rule``, ``stop`` or ``restart``) and the ``restart``'s reason (a
+        (:data:`AFTER_STOP_KINDS`: ``stop_rule``, ``stop`` or ``restart``; :data:`AFTER_RAISE_KIND` for one that
+        came after ``fail_fast="raise"``'s failure, before the run's stop reached the trial) and the ``restart``'s
+        reason (a
         ``trial_restart`` reason; None for another stop, or a record from before the reason was kept)."""
         t0 = self.activity.start or self.experiment["created_at"]
         out = []
@@ -655,7 +661,9 @@ class Report:
             text = str(data.get("error") or "").strip()
             out.append({"trial_id": ev.trial_id, "ts": ev.ts, "ts_s": _since(ev.ts, t0), "attempt": data.get("attempt"),
                         "error": error_summary(text) or "no error text", "text": text,
-                        "traceback": data.get("traceback"), "stop": AFTER_STOP_KINDS.get(data.get("moved"), "stop"),
+                        "traceback": data.get("traceback"),
+                        "stop": AFTER_RAISE_KIND if data.get("after_raise") else AFTER_STOP_KINDS.get(data.get("moved"),
+                                                                                                      "stop"),
                         "restart": data.get("restart")})
         return out
 
@@ -918,12 +926,16 @@ class Report:
         after = self.errors_after_stop
         if not after:
             return []
-        lines = [f"errors after a stop ({len(after)}; raised as the stop unwound the trial, they failed no trial, as "
-                 "in Ray Tune):"]
+        raised = " or after fail_fast='raise''s failure," if any(e["stop"] == AFTER_RAISE_KIND for e in after) else ""
+        lines = [f"errors after a stop ({len(after)}; raised as the stop unwound the trial,{raised} they failed no "
+                 "trial, as in Ray Tune):"]
         for e in after[:ERRORS_SHOWN]:
             how = {"stop_rule": "after the result its stop rule ended it at",
                    "stop": "as its stop (its scheduler's or searcher's, or the run's end) unwound it",
-                   "restart": f"as a stop to restart it ({restart_words(e['restart'])}) unwound it"}[e["stop"]]
+                   "restart": f"as a stop to restart it ({restart_words(e['restart'])}) unwound it",
+                   AFTER_RAISE_KIND: "after fail_fast='raise''s failure ended the run, before its stop reached it: "
+                                     "as in Ray Tune, which raised that failure at once and never saw this one"
+                   }[e["stop"]]
             lines.append(f"  {self.named(str(e['trial_id']))}: {e['error']} (at {e['ts_s']:.2f}s, {how})")
         if len(after) > ERRORS_SHOWN:
             lines.append(f"  ... and {len(after) - ERRORS_SHOWN} more (--json lists them all)")

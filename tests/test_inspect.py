@@ -386,6 +386,26 @@ def test_the_report_shows_the_errors_trials_raised_as_a_stop_unwound_them(tmp_pa
     assert after[2]["error"] == "ValueError: x" and after[2]["text"] == "ValueError: x\nmore"
 
 
+def test_an_error_after_fail_fast_raises_failure_is_shown_as_that_not_as_one_a_stop_unwound(tmp_path, capsys):
+    """A trial that fails after ``fail_fast="raise"``'s failure, before the run's stop reached it, is recorded as an
+    ``error_after_stop`` with ``after_raise`` (and ``moved`` False). ``inspect`` listed it as raised "as its stop
+    (its scheduler's or searcher's, or the run's end) unwound it", ``stop: "stop"`` in the JSON: no stop had reached
+    it (a review of h220)."""
+    store = _store(tmp_path)
+    store.add_results([("t0", 0, 1, 11.0, {"acc": 1, "time_this_iter_s": 0.5})])
+    store.add_events([(11.5, "error_after_stop", "t0", "cpu:0", {"error": "RuntimeError: b fails", "traceback": "Tb",
+                                                                "moved": False, "after_raise": True, "attempt": 0})])
+    store.close()
+    assert main(["inspect", store.experiment_dir]) == 0
+    out = capsys.readouterr().out
+    assert ("errors after a stop (1; raised as the stop unwound the trial, or after fail_fast='raise''s failure, they "
+            "failed no trial, as in Ray Tune):\n  t0: RuntimeError: b fails (at 1.50s, after fail_fast='raise''s "
+            "failure ended the run, before its stop reached it: as in Ray Tune, which raised that failure at once and "
+            "never saw this one)\n") in out
+    assert main(["inspect", store.experiment_dir, "--json"]) == 0
+    assert [e["stop"] for e in json.loads(capsys.readouterr().out)["errors_after_stop"]] == ["after_raise"]
+
+
 def _bad(path, capsys):
     code = main(["inspect", str(path)])
     captured = capsys.readouterr()

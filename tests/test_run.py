@@ -2665,3 +2665,21 @@ def test_a_resume_ends_a_paused_trial_its_searcher_stopped_before_the_interrupt(
             [(0, i) for i in range(1, at + 1)]  # not run again
     assert sorted(e.trial_id for e in after.events("decided_end")) == sorted(paused)
     assert len(grid) == 8 and grid.num_errors == 0
+
+
+def test_a_trial_id_that_names_its_folder_must_be_a_folder_name_of_the_experiment(storage):
+    """``fluidsalus.run`` names a trial's folder by its id (no ``trial_dirname``): an id ``trial_id=f`` gives that
+    is no folder name (``../out``, one longer than a file system's) ends the run with a ``ConfigError``, as a
+    ``trial_dirname`` answer does, and one a file of the experiment has (``experiment.db``) is drawn again. The
+    trial ran in ``<storage>/out``, outside its experiment, or failed on a folder it could not make."""
+    with pytest.raises(ConfigError, match=r"trial_id returned '\.\./out', which names the trial's folder: it must be "
+                                          r"one folder name"):
+        fluidsalus.run(objective, {"x": 1}, storage_path=storage, name="up", verbose=0, trial_id=lambda: "../out")
+    assert not os.path.exists(os.path.join(storage, "out"))
+    with pytest.raises(ConfigError, match="trial_id returned an id of 300 bytes, which names the trial's folder: it "
+                                          "must be at most 255"):
+        fluidsalus.run(objective, {"x": 1}, storage_path=storage, name="long", verbose=0, trial_id=lambda: "x" * 300)
+    ids = iter(["experiment.db", "ok"])
+    (result,) = fluidsalus.run(objective, {"x": 1}, storage_path=storage, name="db", verbose=0,
+                               trial_id=lambda: next(ids))
+    assert (result.trial_id, result.error) == ("ok", None)

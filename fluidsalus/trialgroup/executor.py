@@ -646,6 +646,23 @@ def append_error_file(trial_dir: str, trial_name: str, number: int, ts: float, e
 MAX_DIRNAME_BYTES = NAME_MAX_BYTES - 1 - DIRNAME_SUFFIX_HEX
 
 
+def check_folder_name(name: str, what: str) -> None:
+    """Check that ``name`` is one folder name (of a trial's folder, inside the experiment's).
+
+    Args:
+        name: The name.
+        what: What gave it, for the message (``trial_dirname returned 'a/b' for trial x``).
+
+    Raises:
+        ConfigError: ``name`` is empty, ``.``/``..``, or has a path separator or a NUL byte (it named a folder
+            outside the experiment's, or none).
+    """
+    if name in ("", ".", "..") or "/" in name or "\0" in name or os.sep in name or (
+            os.altsep and os.altsep in name):
+        raise ConfigError(f"{what}: it must be one folder name (not empty, '.', '..', and without a path separator "
+                          "or a NUL byte)")
+
+
 def check_dirname(name: Any, trial_id: str, experiment_dir: str, used: set[str], field: str = "trial_dirname") -> str:
     """A new trial's folder name as a ``trial_dirname`` function gave it, checked.
 
@@ -664,13 +681,9 @@ def check_dirname(name: Any, trial_id: str, experiment_dir: str, used: set[str],
         ConfigError: ``name`` is not a str naming one folder: empty, ``.``/``..``, with a path separator or a NUL
             byte, or longer than :data:`MAX_DIRNAME_BYTES` (it failed the trial, with OSError "File name too long").
     """
-    what = f"{field} returned {name!r} for trial {trial_id}"
     if not isinstance(name, str):
         raise ConfigError(f"{field} must return a str (got {type(name).__name__} for trial {trial_id})")
-    if name in ("", ".", "..") or "/" in name or "\0" in name or os.sep in name or (
-            os.altsep and os.altsep in name):
-        raise ConfigError(f"{what}: it must be one folder name (not empty, '.', '..', and without a path separator "
-                          "or a NUL byte)")
+    check_folder_name(name, f"{field} returned {name!r} for trial {trial_id}")
     if len(name.encode("utf-8", "surrogateescape")) > MAX_DIRNAME_BYTES:
         raise ConfigError(f"{field} returned a name of {len(name.encode('utf-8', 'surrogateescape'))} bytes for "
                           f"trial {trial_id}: it must be at most {MAX_DIRNAME_BYTES} (a file system's longest "
@@ -1601,20 +1614,33 @@ class Executor:
 
     def _new_trial_id(self, made: set[str]) -> str:
         """The id of the trial made next: ``<run tag>_<seq:05d>``, or ``settings.trial_id``'s, drawn again while the
-        experiment has it (a trial of this session's or an earlier one's, or one of ``made``, those made with it).
+        experiment has it (a trial of this session's or an earlier one's, or one of ``made``, those made with it),
+        or, where it names the trial's folder, a folder or file of the experiment has that name (``experiment.db``).
 
         Raises:
-            ConfigError: ``settings.trial_id`` gave no new id in :data:`TRIAL_ID_DRAWS` draws, or not a str.
+            ConfigError: ``settings.trial_id`` gave no new id in :data:`TRIAL_ID_DRAWS` draws, or not a str; or,
+                where the id names the trial's folder (no ``settings.trial_dirname``), no folder name
+                (:func:`check_folder_name`) or one longer than a file system's.
         """
         make = self.settings.trial_id
         if make is None:
             return f"{self._run_tag}_{self._seq:05d}"
+        names_folder = self.settings.trial_dirname is None  # (then the trial's folder is named by its id)
         for _ in range(TRIAL_ID_DRAWS):
             trial_id = make()
             if not isinstance(trial_id, str) or not trial_id:
                 raise ConfigError(f"trial_id must return a non-empty str (a new trial's id); got {trial_id!r}")
-            if trial_id not in self.trials and trial_id not in made:
-                return trial_id
+            if names_folder:  # (it named a folder outside the experiment, "../x", or one it could not make)
+                check_folder_name(trial_id, f"trial_id returned {trial_id!r}, which names the trial's folder")
+                if len(trial_id.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
+                    raise ConfigError(f"trial_id returned an id of {len(trial_id.encode('utf-8', 'surrogateescape'))}"
+                                      f" bytes, which names the trial's folder: it must be at most {NAME_MAX_BYTES} "
+                                      "(a file system's longest folder name)")
+            if trial_id in self.trials or trial_id in made or names_folder and (
+                    trial_id in self._dirnames
+                    or os.path.lexists(os.path.join(self.settings.experiment_dir, trial_id))):
+                continue  # (taken: by a trial, or as a folder or file of the experiment, experiment.db)
+            return trial_id
         raise ConfigError(f"trial_id gave no new trial id in {TRIAL_ID_DRAWS} draws (the last: {trial_id!r}); the "
                           f"experiment has {len(self.trials)} trials")
 
