@@ -1632,9 +1632,10 @@ class Executor:
                 raise ConfigError(f"trial_id must return a non-empty str (a new trial's id); got {trial_id!r}")
             if names_folder:  # (it named a folder outside the experiment, "../x", or one it could not make)
                 check_folder_name(trial_id, f"trial_id returned {trial_id!r}, which names the trial's folder")
-                if len(trial_id.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
-                    raise ConfigError(f"trial_id returned an id of {len(trial_id.encode('utf-8', 'surrogateescape'))}"
-                                      f" bytes, which names the trial's folder: it must be at most {NAME_MAX_BYTES} "
+                size = len(trial_id.encode("utf-8", "surrogateescape"))
+                if size > NAME_MAX_BYTES:
+                    raise ConfigError(f"trial_id returned an id of {size} bytes, which names the trial's folder: it "
+                                      f"must be at most {NAME_MAX_BYTES} "
                                       "(a file system's longest folder name)")
             if trial_id in self.trials or trial_id in made or names_folder and (
                     trial_id in self._dirnames
