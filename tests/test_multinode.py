@@ -279,9 +279,8 @@ def _unused_port() -> int:
 #: them as ``(name, node: 0 head / 1 worker, slots)``. The GPUs are only declared to Ray (``num_gpus``), which
 #: assigns them to actors as it would real ones; torch then runs the trials on the CPU.
 LAYOUTS = {
-    # 2 cores per node: one default-sized (2-core) virtual CPU device on each node.
-    "virtual_cpu_devices": ([(2, 0), (2, 0)], [("cpu:0", 0, 1), ("cpu:1", 0, 1), ("cpu:2", 1, 1), ("cpu:3", 1, 1)]),
-    # One device per GPU of every node; a device's cores are its node's cores over its node's GPUs.
+    # One device per GPU of every node; a device's cores are its node's cores over its node's GPUs. (Virtual CPU
+    # devices on two nodes are the node-loss test's: one two-node cluster less, about 10 s of the suite.)
     "gpus": ([(2, 1), (2, 2)], [("cuda:0", 0, 2), ("cuda:1", 1, 1), ("cuda:2", 1, 1)]),
 }
 
@@ -487,6 +486,9 @@ try:
     store = ExperimentStore.open(os.path.join(STORAGE, "node_loss"), readonly=True)
     print(json.dumps({{
         "worker": worker.node_id, "new": sorted([back.node_id, more.node_id]), "errors": box["grid"].num_errors,
+        "head": ray.get_runtime_context().get_node_id(),
+        "first_starts": {{d: [e.data for e in store.events("device_start") if e.device == d][0]
+                          for d in ("cpu:0", "cpu:1", "cpu:2", "cpu:3")}},
         "moved": [[e.device, e.data["from_node"], e.data["node_id"]] for e in store.events("device_moved")],
         "added": [[e.device, e.data["node_id"]] for e in store.events("device_added")],
         "died": [[e.device, e.data.get("node_died", False)] for e in store.events("device_died")],
@@ -509,6 +511,12 @@ def test_the_devices_of_a_node_that_died_start_again_on_a_node_that_joins_and_a_
     summary = _run_script(tmp_path, textwrap.dedent(_NODE_LOSS_SCRIPT).format(
         storage=str(tmp_path / "results"), marks=str(tmp_path / "marks"), wait_s=ALL_DEVICES_WAIT_S))
     worker, new = summary["worker"], summary["new"]
+    # The run began with one 1-core virtual CPU device per core of each node, each pinned to its node, with its
+    # node's cores, and no GPU.
+    assert {device: (info["node_id"], info["assigned_resources"], info["gpu_ids"])
+            for device, info in summary["first_starts"].items()} == {
+        "cpu:0": (summary["head"], {"CPU": 1.0}, []), "cpu:1": (summary["head"], {"CPU": 1.0}, []),
+        "cpu:2": (worker, {"CPU": 1.0}, []), "cpu:3": (worker, {"CPU": 1.0}, [])}
     (moved_to,) = {node for _, _, node in summary["moved"]}
     assert sorted(summary["moved"]) == [["cpu:2", worker, moved_to], ["cpu:3", worker, moved_to]]
     (added_to,) = {node for _, node in summary["added"]}

@@ -2,10 +2,11 @@
 
 Each example is copied from the installed Ray wheel (``ray/tune/examples/``) into the test's temporary
 folder, its ``ray.tune`` imports are rewritten to ``fluidsalus.tune`` (``import ray`` and ``ray.init(...)`` are
-left alone: the scripts start Ray themselves), and it runs in a subprocess whose ``HOME`` is the temporary
-folder, so Ray's default ``~/ray_results`` lands there too. Each must finish and print its best config.
-``RAY_ADDRESS=local`` makes each script start its own Ray even when a ``ray start`` cluster runs on the
-machine (``ray.init()`` would join it, and refuse the scripts' ``num_cpus``).
+left alone), and it runs in a subprocess whose ``HOME`` is the temporary folder, so Ray's default
+``~/ray_results`` lands there too. Each must finish and print its best config. ``RAY_ADDRESS=local`` makes a
+script start its own Ray even when a ``ray start`` cluster runs on the machine (``ray.init()`` would join it, and
+refuse the scripts' ``num_cpus``); the default smoke tests of the scripts that call a plain ``ray.init()`` (or
+none) join the suite's Ray instead, as they would join a cluster started with ``ray start``.
 
 ``async_hyperband_example.py`` also runs in full (about 40 s). The full (not ``--smoke-test``) run of
 ``tune_basic_example.py`` takes minutes on 2 CPUs (100 trials of 100 steps of 0.1 s); it is marked ``slow``
@@ -66,15 +67,21 @@ def test_rewrite_imports_touches_only_tune_imports() -> None:
 
 
 def run_example(name: str, tmp_path: Path, *args: str, timeout: float = EXAMPLE_TIMEOUT_S,
-                env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Copy ``name`` from Ray's wheel into ``tmp_path``, rewrite its imports and run it (with ``env_extra`` set)."""
+                env_extra: dict[str, str] | None = None, address: str = "local") -> subprocess.CompletedProcess[str]:
+    """Copy ``name`` from Ray's wheel into ``tmp_path``, rewrite its imports and run it (with ``env_extra`` set).
+
+    ``address`` is the script's ``RAY_ADDRESS``: ``"local"`` (a Ray of its own), or the address of a running cluster
+    for a script whose ``ray.init`` (or fluidsalus's, where the script has none) may join one."""
     source = (EXAMPLES_DIR / name).read_text()
     script = tmp_path / name
     script.write_text(rewrite_imports(source))
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     env = {key: value for key, value in os.environ.items() if key not in ("RAY_ADDRESS", "RAY_STORAGE")}
-    env["RAY_ADDRESS"] = "local"
+    env["RAY_ADDRESS"] = address
+    if address != "local" and "RAY_AUTH_TOKEN" not in env:
+        # The cluster's token is where Ray keeps it under the real HOME (the script's HOME is a temporary folder).
+        env.setdefault("RAY_AUTH_TOKEN_PATH", os.path.join(os.path.expanduser("~"), ".ray", "auth_token"))
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     env["HOME"] = str(home)
     env.update(env_extra or {})
@@ -101,21 +108,26 @@ def _check(process: subprocess.CompletedProcess[str]) -> str:
     return process.stdout
 
 
-@pytest.mark.parametrize("name, label, keys", [
-    ("tune_basic_example.py", "Best hyperparameters found were: ", {"steps", "width", "height", "activation"}),
-    ("async_hyperband_example.py", "Best hyperparameters found: ", {"steps", "width", "height"}),
+@pytest.mark.parametrize("name, label, keys, joins", [
+    ("tune_basic_example.py", "Best hyperparameters found were: ", {"steps", "width", "height", "activation"}, True),
+    ("async_hyperband_example.py", "Best hyperparameters found: ", {"steps", "width", "height"}, True),
     # About 8-9 s each on a slow machine: slow-marked to keep the default suite under 10 minutes. HyperBand over a
     # function trainable with checkpoints runs quickly in test_tune_frontend.py.
-    pytest.param("hyperband_function_example.py", "Best hyperparameters found were: ", {"height"}, marks=[
+    pytest.param("hyperband_function_example.py", "Best hyperparameters found were: ", {"height"}, False, marks=[
         pytest.mark.slow, pytest.mark.skipif(not os.environ.get(SLOW_ENV), reason=f"set {SLOW_ENV}=1")]),
     # About 20-25 s; OptunaSearch through the Tuner with ASHA runs quickly in
     # test_tune_gaps.py::test_define_by_run_through_the_tuner_with_asha.
     pytest.param("optuna_example.py", "Best hyperparameters found were: ",
-                 {"steps", "width", "height", "activation"}, marks=[
+                 {"steps", "width", "height", "activation"}, True, marks=[
                      pytest.mark.slow, pytest.mark.skipif(not os.environ.get(SLOW_ENV), reason=f"set {SLOW_ENV}=1")]),
 ])
-def test_smoke_test_finishes_with_a_best_config(name: str, label: str, keys: set[str], tmp_path: Path) -> None:
-    output = _check(run_example(name, tmp_path, "--smoke-test"))
+def test_smoke_test_finishes_with_a_best_config(name: str, label: str, keys: set[str], joins: bool,
+                                                tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    # A script with a plain ray.init() (or none: fluidsalus connects) joins the suite's Ray through RAY_ADDRESS, as
+    # it would join a cluster started with `ray start`, and saves the seconds of a Ray start of its own. Starting
+    # Ray is shown by the quickstart test and by the scripts that start it with num_cpus (joins False).
+    address = request.getfixturevalue("ray_cluster").get_runtime_context().gcs_address if joins else "local"
+    output = _check(run_example(name, tmp_path, "--smoke-test", address=address))
     assert set(best_config(output, label)) == keys
     assert (tmp_path / "home" / "ray_results").is_dir()  # Ray's default storage path, under HOME
 
