@@ -23,6 +23,16 @@ class Callback:
             attempt: 0 for the first start; each retry, restore, exploit or restart of an ended trial adds one.
         """
 
+    def on_trial_placed(self, trial_id: str, node_ip: str, pid: int) -> None:
+        """Called just before :meth:`on_trial_start`, with where the attempt runs: the IP of its node and the pid
+        of the device's process that runs it (rank 0's for a trial on several devices), as Ray's trial location.
+
+        Args:
+            trial_id: The trial.
+            node_ip: Its node's IP address (Ray's ``node_ip`` result key).
+            pid: The process's id (Ray's ``pid`` result key).
+        """
+
     def on_trial_result(self, trial_id: str, result: Mapping[str, Any]) -> None:
         """Called once per acknowledged result, in order."""
 

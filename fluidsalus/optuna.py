@@ -93,6 +93,7 @@ from optuna.trial import BaseTrial, FrozenTrial, TrialState
 from ray import cloudpickle
 
 from fluidsalus import session
+from fluidsalus._warnings import filters_mutated
 from fluidsalus.api import run
 from fluidsalus.config import resolve_storage_path
 from fluidsalus.errors import (
@@ -817,23 +818,11 @@ class _WarningRecorder:
             return
         log: list[warnings.WarningMessage] = []
         self._local.log = log
-        _filters_mutated()
+        filters_mutated()
         try:
             yield log
         finally:
             self._local.log = None
-
-
-def _filters_mutated() -> None:
-    """Clear the registries of warnings shown once per place, as ``catch_warnings`` does on entry."""
-    mutated = getattr(warnings, "_filters_mutated", None)
-    if mutated is not None:
-        mutated()
-        return
-    held, lock = getattr(warnings, "_filters_mutated_lock_held", None), getattr(warnings, "_lock", None)
-    if held is not None and lock is not None:  # (the name in newer Pythons, under the module's lock)
-        with lock:
-            held()
 
 
 @contextlib.contextmanager
@@ -843,7 +832,7 @@ def _experimental_warnings_ignored() -> Iterator[None]:
     list is not saved and put back, so a thread that changes the filters meanwhile keeps its change)."""
     entry = ("ignore", None, optuna.exceptions.ExperimentalWarning, None, 0)
     warnings.filters.insert(0, entry)
-    _filters_mutated()
+    filters_mutated()
     try:
         yield
     finally:
@@ -851,7 +840,7 @@ def _experimental_warnings_ignored() -> Iterator[None]:
             if other is entry:
                 del warnings.filters[i]
                 break
-        _filters_mutated()
+        filters_mutated()
 
 
 def _warn_again(warned: Sequence[Warning]) -> None:

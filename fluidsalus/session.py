@@ -290,6 +290,87 @@ class RankSync(Protocol):
         """True once rank 0 has ended (or cannot be reached): a stopped worker need not wait for it."""
 
 
+class IterationClock:
+    """A trial's iteration clock (``time_this_iter_s``), shared by its threads (pure logic; times are passed in).
+
+    An iteration lasts from one report to the next, less the time in which the trial was away from its lane's turn:
+    a thread of it waiting for the driver (a call, a scheduler's verdict), paused at its budget, or at a boundary
+    while a neighbour had the lane, and a report's own work past its result's time (saving its checkpoint, waiting
+    for the driver to have it). While several threads are away at once, that time counts once, as the trial's turn
+    is given up by the first thread away and taken back by the last one back (:class:`SharedTurn`); a lone thread's
+    iterations are what they were. Only the part of a thread's absence since the current iteration began is
+    taken from it: an iteration another thread's report closed meanwhile already counted the rest.
+
+    Each reading and update is one step under the clock's lock. A thread back from a driver call added its time
+    away to the iteration's start unlocked while another thread's report reset that start, so one of the two was
+    lost (the next ``time_this_iter_s`` counted time the last one had counted), and a thread's whole absence came
+    off the iteration after a report made meanwhile, which had counted its part before (the next one could come
+    out negative).
+    """
+
+    def __init__(self, now: float) -> None:
+        self._lock = threading.Lock()
+        self._began = now  # when the current iteration began (the last report's time, or the start)
+        self._excluded = 0.0  # seconds of the current iteration the trial was away, in spells that ended
+        self._away = 0  # threads of the trial away now
+        self._away_since = now  # when the current spell away began (some thread stepped away while none was)
+
+    def start(self, now: float) -> None:
+        """Start over at ``now`` (the trial first holds its lane's turn: the time before is no iteration's)."""
+        with self._lock:
+            self._began, self._excluded = now, 0.0
+            if self._away:
+                self._away_since = now
+
+    def step_away(self, now: float) -> None:
+        """A thread of the trial is away from its turn from ``now`` on, until :meth:`come_back`."""
+        with self._lock:
+            self._step_away_locked(now)
+
+    def come_back(self, now: float) -> None:
+        """A thread that stepped away is back at ``now``; the last one back ends the spell away."""
+        with self._lock:
+            self._away -= 1
+            if self._away == 0:
+                self._excluded += self._spell_locked(now)
+
+    def exclude(self, start: float, end: float) -> None:
+        """A thread of the trial was away from ``start`` to ``end`` and is back, told after the fact: a
+        ``fluidsalus.step()``, which seldom waits (only when its quantum is up and a neighbour takes the lane), so
+        it costs one update where :meth:`step_away` and :meth:`come_back` cost two. What an ongoing spell of other
+        threads covers, and what fell in an iteration a report ended since, is not taken again. (While a step
+        hands the lane on, it holds the trial's turn operations, :class:`SharedTurn`: no other thread steps away
+        or comes back from a call meanwhile; a report's part of it before that report counts in the iteration it
+        ends.)"""
+        with self._lock:
+            if self._away:
+                end = min(end, self._away_since)
+            self._excluded += max(0.0, end - max(start, self._began))
+
+    def lap(self, now: float, away_after: bool = False) -> float:
+        """End the current iteration at ``now`` (a report) and return its seconds; the next one begins there.
+
+        ``away_after``: the reporting thread is away from ``now`` on (its report's work past the result, its wait
+        for a verdict, a pause or the lane's turn), until it calls :meth:`come_back`: in the same step, so that no
+        other thread's update comes between."""
+        with self._lock:
+            seconds = now - self._began - self._excluded - (self._spell_locked(now) if self._away else 0.0)
+            self._began, self._excluded = now, 0.0
+            if away_after:
+                self._step_away_locked(now)
+            return max(0.0, seconds)
+
+    def _step_away_locked(self, now: float) -> None:
+        if self._away == 0:
+            self._away_since = now
+        self._away += 1
+
+    def _spell_locked(self, now: float) -> float:
+        """The part of the spell away going on now that falls in the current iteration (never negative: a time
+        read just before the lock may precede another thread's report)."""
+        return max(0.0, now - max(self._away_since, self._began))
+
+
 class BudgetKeyError(ConfigError):
     """The searcher's ``time_attr`` is missing from a result, so the trial's budget cannot be checked."""
 
@@ -603,7 +684,8 @@ class TrialSession:
         self._start_iteration = start_iteration
         self._time_total_offset = time_total_offset
         self._should_stop = should_stop
-        self._last = time.time()  # the end of the last iteration (or the start): the next one's time counts from it
+        #: The trial's iteration clock, shared by its threads (time away from the lane's turn is in no iteration).
+        self._clock = IterationClock(time.time())
         #: Seconds of the iterations since the start or restore, as Ray sums ``time_this_iter_s`` into
         #: ``time_total_s`` and ``time_since_restore``: time paused at a budget or waiting for the lane's turn at a
         #: boundary is in no iteration, so neither counts it (a wall clock did, and budgets in ``time_total_s``
@@ -629,11 +711,18 @@ class TrialSession:
         #: the lock that makes that check and :meth:`resume`'s new budget one step each.
         self._pausing = False
         self._pause_lock = threading.Lock()
-        #: Makes each report one step, from its iteration's number to its result's delivery: two threads of the trial
-        #: that report at once get an iteration each, delivered in their order (they raced on the count, and both
-        #: results could carry the same ``training_iteration``). Ray's function trainable takes one report at a time
-        #: too: each waits for the trainable's next ``train()`` call (its ``continue_lock``), which numbers its
-        #: result. Re-entrant: a save at the trial's end (``at_end``) or a stop rule that reports holds it already.
+        #: Makes each report one step, from its iteration's number through the decision on its result: delivered,
+        #: and, where one is due, the stop, the driver's verdict, or the pause at the budget until it ends (not the
+        #: boundary where the lane may switch after). Two threads of the trial that report at once get an iteration
+        #: each, delivered in their order (they raced on the count, and both results could carry the same
+        #: ``training_iteration``); a report made while another thread's result waits for its verdict or is paused
+        #: at the budget waits for that decision, and a stop there drops it (its thread stops), so the driver gets
+        #: no result of the trial past the budget or past a result it stopped the trial at (it got one of each).
+        #: Ray's function trainable takes one report at a time too: each waits for the trainable's next
+        #: ``train()`` call (its ``continue_lock``), which numbers its result, and comes only once the scheduler
+        #: has decided on the last one (a stop or a pause ends the actor, and the waiting result with it). Only
+        #: reports wait: the trial's other threads compute, print and call the driver meanwhile. Re-entrant: a save
+        #: at the trial's end (``at_end``) or a stop rule that reports holds it already.
         self._reporting = threading.RLock()
         #: The trial's lane turn as its threads share it (None: the trial never waits for a turn).
         self._turns = SharedTurn(turns) if turns is not None else None
@@ -795,111 +884,124 @@ class TrialSession:
             raise TypeError(f"report(metrics=...): metrics must be a dict, got {type(metrics).__name__}")
         self._check_live("report")
         if self.stopped:
-            # Stopped at an earlier boundary. A report made as that stop unwinds this thread (in a ``finally:`` or
-            # an ``except``, Lightning's ``on_exception`` hooks) is no result, as in Ray, which drops it: it was
-            # one more iteration, past where the scheduler stopped the trial, and could be its best result. Any
-            # other report (the trial's own thread, after a thread it started was stopped) stops its caller: Ray
-            # ends the whole process, so nothing of a stopped trial goes on.
-            if isinstance(sys.exc_info()[1], StopTrial):
-                return
-            raise self._stop()
+            self._report_after_stop()
+            return
         check_sendable(metrics)
         checkpoint = _engine_checkpoint(checkpoint)
-        with self._reporting:  # (one report at a time: see _reporting)
-            now = time.time()
-            self.iteration += 1
-            iteration = self.iteration  # (this result's, whatever another thread's report makes it after)
-            this_iteration = now - self._last
-            self._time_since_restore += this_iteration
-            result: dict[str, Any] = dict(metrics)
-            result.update(  # in the order of Ray's results (``config`` goes after ``node_ip``: with_config)
-                timestamp=int(now),
-                checkpoint_dir_name=None,  # the checkpoint's folder when the result carries one, as in Ray
-                done=metrics.get("done") is True,  # a trainable may end itself by reporting done=True, as in Ray
-                training_iteration=iteration,
-                trial_id=self.context.trial_id,
-                date=datetime.datetime.fromtimestamp(now).strftime(DATE_FORMAT),
-                time_this_iter_s=this_iteration,
-                time_total_s=self._time_total_offset + self._time_since_restore,
-                pid=os.getpid(),
-                hostname=HOSTNAME,
-                node_ip=node_ip(),
-                time_since_restore=self._time_since_restore,
-                iterations_since_restore=iteration - self._start_iteration,
-            )
-            self._add_totals(metrics, result)
-            self._last = now
-            self._last_time_total = result["time_total_s"]
-            if checkpoint is not None:
-                self._keep(checkpoint, result)
-            # The run's stop rule sees every result (as Ray Tune's stoppers do), even one the driver stops the trial
-            # at anyway: a trial stopped for a move that also met the rule there is finished, not moved.
-            if (self._should_stop is not None and self._should_stop(result)) or result["done"]:
-                self.stopped_by_rule = True
-            stop = self.stopped_by_rule or self.stop_requested.is_set()
-            with self._pause_lock:  # (with resume(): a new budget comes before this check or wakes the pause)
-                paused = self._pausing = not stop and self.at_budget(result)
-            verdict = not stop and not paused and self._verdict_due(result)
-            if self.ranks is not None:  # data-parallel: rank 0 decides, the workers follow
-                decision = self.ranks.at_report(
-                    iteration, STOP if stop else PAUSE if paused else VERDICT if verdict else GO, self.stop_requested)
-                stop, paused, verdict = decision == STOP, decision == PAUSE, decision == VERDICT
-            if stop:
-                result["done"] = True
-            if at_end is not None and checkpoint is None and (stop or paused):
-                try:
-                    self._keep(at_end(), result)
-                except NotImplementedError as e:
-                    # (Ray saves only a trial that is done)
-                    unjudged = stop and self.no_verdict and not self.stopped_by_rule
-                    if (stop and not unjudged) or not end_save_at_pause:
-                        self._sink(result, False, True)  # the result stands, as in Ray; the save's error fails it
+        away = False  # this thread is away on the trial's clock (from its result's time until it returns)
+        try:
+            with self._reporting:  # (one report at a time, through its decision: see _reporting)
+                if self.stopped:  # another thread's result ended the trial while this report waited for it
+                    self._report_after_stop()
+                    return
+                self._check_live("report")
+                now = time.time()
+                self.iteration += 1
+                iteration = self.iteration  # (this result's, whatever another thread's report makes it after)
+                this_iteration = self._clock.lap(now, away_after=True)
+                away = True
+                self._time_since_restore += this_iteration
+                result: dict[str, Any] = dict(metrics)
+                result.update(  # in the order of Ray's results (``config`` goes after ``node_ip``: with_config)
+                    timestamp=int(now),
+                    checkpoint_dir_name=None,  # the checkpoint's folder when the result carries one, as in Ray
+                    done=metrics.get("done") is True,  # a trainable may end itself by reporting done=True, as in Ray
+                    training_iteration=iteration,
+                    trial_id=self.context.trial_id,
+                    date=datetime.datetime.fromtimestamp(now).strftime(DATE_FORMAT),
+                    time_this_iter_s=this_iteration,
+                    time_total_s=self._time_total_offset + self._time_since_restore,
+                    pid=os.getpid(),
+                    hostname=HOSTNAME,
+                    node_ip=node_ip(),
+                    time_since_restore=self._time_since_restore,
+                    iterations_since_restore=iteration - self._start_iteration,
+                )
+                self._add_totals(metrics, result)
+                self._last_time_total = result["time_total_s"]
+                if checkpoint is not None:
+                    self._keep(checkpoint, result)
+                # The run's stop rule sees every result (as Ray Tune's stoppers do), even one the driver stops the trial
+                # at anyway: a trial stopped for a move that also met the rule there is finished, not moved.
+                if (self._should_stop is not None and self._should_stop(result)) or result["done"]:
+                    self.stopped_by_rule = True
+                stop = self.stopped_by_rule or self.stop_requested.is_set()
+                with self._pause_lock:  # (with resume(): a new budget comes before this check or wakes the pause)
+                    paused = self._pausing = not stop and self.at_budget(result)
+                verdict = not stop and not paused and self._verdict_due(result)
+                if self.ranks is not None:  # data-parallel: rank 0 decides, the workers follow
+                    decision = self.ranks.at_report(iteration, STOP if stop else PAUSE if paused else VERDICT
+                                                    if verdict else GO, self.stop_requested)
+                    stop, paused, verdict = decision == STOP, decision == PAUSE, decision == VERDICT
+                if stop:
+                    result["done"] = True
+                if at_end is not None and checkpoint is None and (stop or paused):
+                    try:
+                        self._keep(at_end(), result)
+                    except NotImplementedError as e:
+                        # (Ray saves only a trial that is done)
+                        unjudged = stop and self.no_verdict and not self.stopped_by_rule
+                        if (stop and not unjudged) or not end_save_at_pause:
+                            self._sink(result, False, True)  # the result stands, as in Ray; the save's error fails it
+                            raise
+                        if not stop:
+                            # A pause that may not be its end: it stays resident, needs no checkpoint to go on, and
+                            # fails with this error if the verdict ends it here (below), unless a stop that is no
+                            # verdict does.
+                            self._unsaved_pause = e
+                    except BaseException:
+                        self._sink(result, False, True)  # the result stands, as in Ray; the save's error then fails it
                         raise
-                    if not stop:
-                        # A pause that may not be its end: it stays resident, needs no checkpoint to go on, and
-                        # fails with this error if the verdict ends it here (below), unless a stop that is no
-                        # verdict does.
-                        self._unsaved_pause = e
-                except BaseException:
-                    self._sink(result, False, True)  # the result stands, as in Ray; the save's error then fails it
-                    raise
-            self._sink(result, paused, not deferred or stop or paused or checkpoint is not None)
-        if stop:
-            if self.stopped_by_rule:
-                self._wait_delivered()
-            raise self._stop()
-        if verdict and self._wait_verdict(iteration):
-            # The searcher (or the driver's copy of the stopper) stopped it at this result (its lane's turn went
-            # away meanwhile): a class Trainable's end save goes with it, as with any stop that ends the trial
-            # (the driver's stopper's stops lost theirs: a review)
-            if at_end is not None and checkpoint is None and not self.no_verdict:
-                self.attach_checkpoint(at_end())
-            raise self._stop()
-        if paused:
-            # Salus-style fast switching: the trial's state stays resident while it waits for its verdict,
-            # and its lane's turn goes to another trial meanwhile.
-            if self._turns is not None:
-                self._turns.release()
-            unsaved, self._unsaved_pause = self._unsaved_pause, None
-            stops = True
-            try:
-                stops = self._wait_resume(iteration)
-            finally:
-                if stops and self._turns is not None:
-                    self._turns.leave()  # it ends here, without its turn back (its other threads may take it)
-            if stops:
-                if unsaved is not None and not self.no_verdict:
-                    raise unsaved  # ended at this pause: the save at its end is not implemented, as Ray's fails
-                raise self._stop()
-            if self._turns is not None:
-                self._turns.acquire()
-        elif self._turns is not None:
-            keep = deferred and not self._switch_owed
-            self._turns.boundary(may_switch=not keep)  # an iteration boundary: the lane may switch here
-            self._switch_owed = keep
-            if self.stop_requested.is_set() and self._stops_alone():
-                raise self._stop()
-        self._last = time.time()  # time spent paused or waiting for the lane is not part of an iteration
+                self._sink(result, paused, not deferred or stop or paused or checkpoint is not None)
+                if stop:
+                    if self.stopped_by_rule:
+                        self._wait_delivered()
+                    raise self._stop()
+                if verdict and self._wait_verdict(iteration):
+                    # The searcher (or the driver's copy of the stopper) stopped it at this result (its lane's turn went
+                    # away meanwhile): a class Trainable's end save goes with it, as with any stop that ends the trial
+                    # (the driver's stopper's stops lost theirs: a review)
+                    if at_end is not None and checkpoint is None and not self.no_verdict:
+                        self.attach_checkpoint(at_end())
+                    raise self._stop()
+                if paused:
+                    # Salus-style fast switching: the trial's state stays resident while it waits for its verdict,
+                    # and its lane's turn goes to another trial meanwhile.
+                    if self._turns is not None:
+                        self._turns.release()
+                    unsaved, self._unsaved_pause = self._unsaved_pause, None
+                    stops = True
+                    try:
+                        stops = self._wait_resume(iteration)
+                    finally:
+                        if stops and self._turns is not None:
+                            self._turns.leave()  # it ends here, without its turn back (its other threads may take it)
+                    if stops:
+                        if unsaved is not None and not self.no_verdict:
+                            raise unsaved  # ended at this pause: the save at its end is not implemented, as Ray's fails
+                        raise self._stop()
+                    if self._turns is not None:
+                        self._turns.acquire()
+            if not paused and self._turns is not None:
+                keep = deferred and not self._switch_owed
+                self._turns.boundary(may_switch=not keep)  # an iteration boundary: the lane may switch here
+                self._switch_owed = keep
+                if self.stop_requested.is_set() and self._stops_alone():
+                    raise self._stop()
+        finally:
+            if away:  # (its time paused, or waiting for a verdict or the lane, is in no iteration)
+                self._clock.come_back(time.time())
+
+    def _report_after_stop(self) -> None:
+        """A report of a trial already stopped (at an earlier boundary, or by another thread's result while this
+        report waited for its turn to report): no result, as in Ray, which drops it: it was one more iteration,
+        past where the scheduler stopped the trial, and could be its best result. Made as that stop unwinds this
+        thread (in a ``finally:`` or an ``except``, Lightning's ``on_exception`` hooks), it returns; any other
+        (the trial's own thread, after a thread it started was stopped) stops its caller: Ray ends the whole
+        process, so nothing of a stopped trial goes on."""
+        if isinstance(sys.exc_info()[1], StopTrial):
+            return
+        raise self._stop()
 
     def _wait_delivered(self) -> None:
         """Wait, at the result the trial's stop rule ends it at, until the driver has it (one round trip, once per
@@ -975,12 +1077,14 @@ class TrialSession:
         # calls at once: the first gives the turn up, the last back takes it again (SharedTurn).
         self._turns.release(verdict)
         self._switch_owed = False
-        away = time.time()
+        self._clock.step_away(time.time())  # waiting for the driver and the turn is no part of the iteration
         try:
             return self._caller(method, args, label)
         finally:
-            self._turns.acquire()
-            self._last += time.time() - away  # waiting for the driver and the turn is no part of the iteration
+            try:
+                self._turns.acquire()
+            finally:
+                self._clock.come_back(time.time())
 
     def _stop(self) -> StopTrial:
         """The exception that ends the trial here, noted so that a stop in a thread the trial started ends the
@@ -996,7 +1100,7 @@ class TrialSession:
 
     def start_clock(self) -> None:
         """Start the trial's clocks (called once the trial first holds its lane's turn)."""
-        self._last = time.time()
+        self._clock.start(time.time())
 
     def step(self) -> None:
         """A finer boundary than ``report()``: the lane may switch here once the quantum has passed."""
@@ -1004,7 +1108,7 @@ class TrialSession:
         if self._turns is not None:
             away = time.time()
             self._turns.step()
-            self._last += time.time() - away  # a neighbour's turn taken here is no part of this iteration
+            self._clock.exclude(away, time.time())  # a neighbour's turn taken here is no part of this iteration
             if self.stop_requested.is_set() and self._stops_alone():
                 raise self._stop()
 

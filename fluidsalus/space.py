@@ -74,6 +74,7 @@ __all__ = [
     "generate_variants",
     "grid_search",
     "has_grid",
+    "holds_domains",
     "iter_variants",
     "lograndint",
     "loguniform",
@@ -88,6 +89,7 @@ __all__ = [
     "put_functions_back",
     "split_constants",
     "take_functions",
+    "to_optuna_distribution",
     "to_optuna_distributions",
     "to_python",
     "uniform",
@@ -1448,6 +1450,11 @@ def _holds_unresolved(value: Any) -> bool:
     return any(_holds_unresolved(child) for _, child in _children(value))
 
 
+def holds_domains(value: Any) -> bool:
+    """Whether ``value`` is, or holds in its dicts, lists and tuples, a domain or a grid search."""
+    return _holds_unresolved(value)
+
+
 def split_constants(space: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Split a space into its parameters to search and its constants, both flattened with ``"/"``.
 
@@ -1520,6 +1527,16 @@ def _to_optuna(path: str, domain: Any) -> BaseDistribution:
             "function); use a searcher that samples it such as random search"
         )
     raise SpaceError(f"parameter '{path}': {domain!r} has no Optuna equivalent")
+
+
+def to_optuna_distribution(path: str, domain: Any) -> BaseDistribution:
+    """The Optuna distribution of one domain, as :func:`to_optuna_distributions` converts it (``path`` names it
+    in errors).
+
+    Raises:
+        SpaceError: The domain has no Optuna equivalent; the message names ``path``.
+    """
+    return _to_optuna(path, domain)
 
 
 def to_optuna_distributions(space: dict[str, Any]) -> dict[str, BaseDistribution]:

@@ -704,3 +704,180 @@ def test_threads_of_a_trial_that_report_at_once_get_an_iteration_each_in_order(t
     assert [r["training_iteration"] for r in got] == [1, 2]
     assert [r["iterations_since_restore"] for r in got] == [1, 2] and sorted(r["who"] for r in got) == ["a", "b"]
     assert session.iteration == 2
+
+
+class _StandInClock:
+    """Stands in for the session module's ``time``: ``time()`` returns ``now``, which the test sets. ``on_next_read``
+    runs a function once, in the thread that reads the clock next, before the reading is taken."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.on_next_read: dict[int, object] = {}
+        self.readers: list[int] = []  # the threads that read it, in order
+
+    def time(self) -> float:
+        hook = self.on_next_read.pop(threading.get_ident(), None)
+        if hook is not None:
+            hook()
+        self.readers.append(threading.get_ident())
+        return self.now
+
+
+def _until(condition) -> None:
+    deadline = time.time() + 5.0
+    while not condition():
+        assert time.time() < deadline
+        time.sleep(0.01)
+
+
+def _timed_session(tmp_path, monkeypatch, **kwargs):
+    """A session whose clock is a :class:`_StandInClock` (at 0 when the trial starts), with a lane turn that
+    threads share (the host's stand-in), so that a driver call and a step take the trial away from its turn."""
+    clock = _StandInClock()
+    monkeypatch.setattr(fluidsalus.session, "time", clock)
+    session, got = _session(tmp_path, turns=_HostTurns(), **kwargs)
+    session.start_clock()
+    return session, got, clock
+
+
+def test_a_threads_return_from_the_driver_and_anothers_report_at_once_lose_neither_update(tmp_path, monkeypatch):
+    """Thread A comes back from a driver call (away from 1 to 4) just as thread B reports (at 2): A took its time
+    away off the iteration clock unlocked, reading the clock's start before B's report reset it and writing it after,
+    so B's reset was lost and the next iteration counted time already counted (``[2, 3]``: 5 s of iterations in
+    6 s with 3 s away). Now each update is one step: 1 s (A away from 1), then 2 s (from 2 to 6 less 2 s away)."""
+    session, got, clock = _timed_session(tmp_path, monkeypatch)
+
+    def b_reports_at_2() -> None:
+        clock.now = 2.0
+        reporter = _in_thread(lambda: session.report({"who": "b"}))
+        reporter.join(5.0)
+        assert not reporter.is_alive()
+        clock.now = 4.0
+
+    def driver(method, args, label):
+        # A's next reading of the clock is the one that ends its time away: B reports just before it is taken.
+        clock.on_next_read[threading.get_ident()] = b_reports_at_2
+        return "answer"
+
+    session._caller = driver
+    clock.now = 1.0
+    assert session.call("ask") == "answer"
+    clock.now = 6.0
+    session.report({"who": "b"})
+    assert [r["time_this_iter_s"] for r in got] == [1.0, 2.0]
+    assert [r["time_total_s"] for r in got] == [1.0, 3.0]
+
+
+def test_a_report_while_another_thread_waits_for_the_driver_counts_no_time_twice_or_below_zero(tmp_path, monkeypatch):
+    """Thread A waits for the driver from 1 to 10; thread B reports at 5 and at 12. The trial was away from its turn
+    from 1 to 10, once: B's iterations are 1 s and 2 s. A's whole absence came off the iteration after B's report
+    (``time_this_iter_s`` -7, or 5 then 2 s: time away counted in the first)."""
+    session, got, clock = _timed_session(tmp_path, monkeypatch)
+    answer = threading.Event()
+
+    def driver(method, args, label):
+        assert answer.wait(5.0)
+        return "answer"
+
+    session._caller = driver
+    clock.now = 1.0
+    caller = _in_thread(lambda: session.call("ask"))
+    _until(lambda: caller.ident in clock.readers)  # (A has stepped away, reading the clock)
+    clock.now = 5.0
+    reporter = _in_thread(lambda: session.report({"who": "b"}))  # (its boundary waits for A's return)
+    _until(lambda: bool(got))
+    clock.now = 10.0
+    answer.set()
+    caller.join(5.0)
+    reporter.join(5.0)
+    assert not caller.is_alive() and not reporter.is_alive()
+    clock.now = 12.0
+    session.report({"who": "b"})
+    assert [r["time_this_iter_s"] for r in got] == [1.0, 2.0]
+    assert got[-1]["time_total_s"] == 3.0
+
+
+def test_threads_away_at_once_take_that_time_off_the_iteration_once(tmp_path, monkeypatch):
+    """Threads A and C of a trial wait for the driver at once (A from 1, C from 3; both back at 8: A's call is
+    answered at 6 but A waits for the trial's turn, which C, the last one back, takes at 8): the trial was away from
+    1 to 8, so B's report at 10 is an iteration of 3 s. Each thread took its own time away off it: 7 + 5 s, and the
+    iteration came out at -2 s."""
+    session, got, clock = _timed_session(tmp_path, monkeypatch)
+    answers = {"a": threading.Event(), "c": threading.Event()}
+    session._caller = lambda method, args, label: answers[method].wait(5.0)
+
+    def away(who: str, at: float) -> threading.Thread:
+        clock.now = at
+        thread = _in_thread(lambda: session.call(who))
+        _until(lambda: thread.ident in clock.readers)  # (it has stepped away, reading the clock)
+        return thread
+
+    a = away("a", 1.0)
+    c = away("c", 3.0)
+    clock.now = 6.0
+    answers["a"].set()
+    assert _still_waits(a)  # (for the turn, which the last one back takes)
+    clock.now = 8.0
+    answers["c"].set()
+    a.join(5.0)
+    c.join(5.0)
+    assert not a.is_alive() and not c.is_alive()
+    clock.now = 10.0
+    session.report({"who": "b"})
+    assert [r["time_this_iter_s"] for r in got] == [3.0]
+
+
+@pytest.mark.parametrize("stops", [True, False], ids=["stopped", "goes on"])
+@pytest.mark.parametrize("waits_for", ["pause", "verdict"])
+def test_a_report_while_another_threads_result_waits_for_its_decision_waits_for_it(tmp_path, waits_for, stops):
+    """Thread A's result reaches the trial's budget (a rung: it pauses) or waits for the searcher's verdict on it;
+    thread B reports meanwhile. B's result was delivered at once: past the budget the planner paused the trial at,
+    or after the result the driver stopped the trial at. Under Ray 2.60 B's report waits for the next ``train()``
+    call, which follows the scheduler's decision on A's result, and a stop or pause there ends the actor and drops
+    B's result (SD: /work/scratch_h233/sbs). Here B's report waits for the decision: a stop drops it and stops B
+    as a report of a stopped trial; a trial that goes on takes it next (iteration 2)."""
+    log: list[str] = []
+    answer = threading.Event()
+    ctx = TrialContext("t0", "f_t0", "exp", str(tmp_path / "t0"))
+    settings = {"budget": 1} if waits_for == "pause" else {"verdict_from": 1}
+    session = TrialSession(
+        ctx, lambda result, paused, prompt: log.append(f"{result['who']}{result['training_iteration']}"), **settings)
+
+    def driver(method, args, label):  # the searcher's verdict, once the test gives it
+        log.append(f"verdict asked on {args[0]}")
+        if args[0] == 1:
+            assert answer.wait(5.0)
+            return stops
+        return False
+
+    session._caller = driver
+    outcomes: dict[str, str] = {}
+
+    def reporter(who: str) -> threading.Thread:
+        def report() -> None:
+            try:
+                session.report({"who": who})
+                outcomes[who] = "returned"
+            except StopTrial:
+                outcomes[who] = "stopped"
+
+        return _in_thread(report)
+
+    a = reporter("a")
+    _until(lambda: session._pausing if waits_for == "pause" else "verdict asked on 1" in log)
+    b = reporter("b")
+    assert _still_waits(b) and log[0] == "a1" and "b2" not in log  # (delivered at once, before)
+    log.append("decided")
+    if waits_for == "verdict":
+        answer.set()
+    elif stops:
+        session.request_stop()
+    else:
+        session.resume(None)
+    a.join(5.0)
+    b.join(5.0)
+    assert not a.is_alive() and not b.is_alive()
+    if stops:
+        assert outcomes == {"a": "stopped", "b": "stopped"} and "b2" not in log and session.iteration == 1
+    else:
+        assert outcomes == {"a": "returned", "b": "returned"} and "decided" in log[:log.index("b2")]

@@ -389,6 +389,153 @@ def test_the_report_has_rays_lines_around_the_table_the_scheduler_resources_logd
         "(ResourceChangingScheduler) Using AsyncHyperBand: num_stopped=0\nBracket: Iter 4.000: None")
 
 
+def test_a_started_trial_shows_where_it_runs_before_its_first_result_as_rays():
+    """Ray's ``loc`` shows a started trial's actor (``192.0.2.2:312``) before its first result (h232's ``sbs.py
+    loc``); fluidsalus's was empty until the first result. The engine tells where the attempt was placed (its
+    device process's node ip and pid, ``on_trial_placed``) before its start; a result's location comes first, and
+    an ended trial with no result shows none (Ray forgets its location)."""
+    from fluidsalus.tune.callback import RayCallbackAdapter
+    from fluidsalus.tune.progress_reporter import _location
+
+    adapter = RayCallbackAdapter([], "/nowhere", "train")
+    adapter.on_trial_placed("t0", "192.0.2.9", 4242)
+    adapter.on_trial_start("t0", {"lr": 0.1}, 0)
+    trial = adapter.trials["t0"]
+    assert trial.status == "RUNNING" and trial.location == ("192.0.2.9", 4242)
+    assert _location(trial) == "192.0.2.9:4242"
+    trial.location = (platform.node(), 7)
+    assert _location(trial) == "pid=7"
+    trial.last_result = {"node_ip": "192.0.2.3", "pid": 55}
+    assert _location(trial) == "192.0.2.3:55"  # (the result's first, as Ray's)
+    trial.last_result, trial.status = None, "TERMINATED"
+    assert _location(trial) == ""
+    adapter.on_trial_start("t1", {"lr": 0.2}, 0)  # (not placed: an engine that does not tell)
+    assert adapter.trials["t1"].location is None and _location(adapter.trials["t1"]) == ""
+
+
+def _pruned_search(**kwargs: Any) -> Any:
+    """An OptunaSearch under Optuna's SuccessiveHalvingPruner, as a Tuner plans OptunaSearch + ASHAScheduler."""
+    import optuna
+
+    from fluidsalus import space as sp
+    from fluidsalus.searchers import OptunaSearch
+
+    pruner = optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=2, min_early_stopping_rate=0)
+    return OptunaSearch({"x": sp.uniform(0, 1)}, num_samples=4, metric="loss", mode="min", seed=1, pruner=pruner,
+                        **kwargs)
+
+
+def test_asha_with_a_search_algorithm_prints_rays_asha_lines_from_the_pruners_state():
+    """OptunaSearch (or HyperOptSearch) + ASHAScheduler, Ray's commonest set-up, runs as Optuna's
+    SuccessiveHalvingPruner, and its status block showed the scheduler's repr (``AsyncHyperBandScheduler(time_attr=
+    ..., metric=None, ...)``) where Ray's shows ``Using AsyncHyperBand: num_stopped=6`` and ``Bracket: Iter 4.000:
+    -0.51... | Iter 2.000: -1.16... | Iter 1.000: -3.02...`` (h232's ``sbs.py optuna_asha``). The lines now come
+    from the study: the trials the pruner stopped (and those stopped at ``max_t``), and at each of Ray's milestones
+    the cutoff the pruner used there (the worst value it promotes, as a reward)."""
+    from fluidsalus.searchers import Decision
+    from fluidsalus.tune.progress_reporter import FIFO_LINE, scheduler_lines
+    from fluidsalus.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+    search = _pruned_search()
+    group = search.propose(4)
+    ids = [f"t{i}" for i in range(4)]
+    for trial_id, config in zip(ids, group.configs, strict=True):
+        search.on_trial_add(trial_id, group.group_id, config)
+    asha = ASHAScheduler(max_t=5, grace_period=1, reduction_factor=2)
+    assert scheduler_lines(search, [], asha) == ("Using AsyncHyperBand: num_stopped=0\n"
+                                                "Bracket: Iter 4.000: None | Iter 2.000: None | Iter 1.000: None")
+    # rung 0 (iteration 1): 1.0 promoted, 2.0 pruned, 0.5 promoted, 3.0 pruned (the 2nd best of 4 is the cutoff)
+    decisions = [search.on_result(t, {"loss": loss, "training_iteration": 1})
+                 for t, loss in zip(ids, (1.0, 2.0, 0.5, 3.0), strict=True)]
+    assert decisions == [Decision.CONTINUE, Decision.STOP, Decision.CONTINUE, Decision.STOP]
+    assert scheduler_lines(search, [], asha) == ("Using AsyncHyperBand: num_stopped=2\n"
+                                                "Bracket: Iter 4.000: None | Iter 2.000: None | Iter 1.000: -1.0")
+    for step, loss in ((2, 0.4), (3, 0.3), (4, 0.1)):  # t0 on, past rungs 1 and 2
+        assert search.on_result("t0", {"loss": loss, "training_iteration": step}) == Decision.CONTINUE
+    # at max_t a stop rule ends t0 (the search learns only its end); Ray's ASHA counts that stop
+    last = {"loss": 0.05, "training_iteration": 5}
+    search.on_trial_complete("t0", last)
+    trials = [TrialInfo("t0", {}, last_result=last, status="TERMINATED"), _trial(1, "RUNNING", 0.2, 2.0)]
+    assert scheduler_lines(search, trials, asha) == (
+        "Using AsyncHyperBand: num_stopped=3\nBracket: Iter 4.000: -0.1 | Iter 2.000: -0.4 | Iter 1.000: -1.0")
+    # (a trial at max_t is stopped there only with stop_last_trials, as Ray counts it)
+    assert scheduler_lines(search, trials, ASHAScheduler(max_t=5, grace_period=1, reduction_factor=2,
+                                                         stop_last_trials=False)).startswith(
+        "Using AsyncHyperBand: num_stopped=2\n")
+    # the same search under no scheduler, or without the pruner, has no ASHA lines
+    assert scheduler_lines(search, [], FIFOScheduler()) == FIFO_LINE
+    import optuna
+
+    search.study.pruner = optuna.pruners.MedianPruner()
+    assert scheduler_lines(search, [], asha) == asha.debug_string()
+
+
+def test_a_tuner_of_optuna_search_and_asha_gives_its_reporter_the_pruned_search(monkeypatch):
+    """The wiring, without a run: the Tuner's reporter gets the planned search (the pruner's) and ASHA, and so
+    prints ASHA's lines (h232); the Tuner stops before Ray starts."""
+    from fluidsalus.tune import _tuner
+    from fluidsalus.tune.progress_reporter import scheduler_lines
+    from fluidsalus.tune.search.optuna import OptunaSearch
+
+    made: list[Any] = []
+    monkeypatch.setattr(_tuner, "ReporterCallback", lambda *args: made.append(args) or args[0])
+
+    class Stop(Exception):
+        pass
+
+    def stop() -> None:
+        raise Stop
+
+    monkeypatch.setattr(_tuner, "ensure_ray", stop)
+    tuner = tune.Tuner(_train, param_space={"lr": tune.uniform(0.1, 1.0)},
+                       tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=2,
+                                                   search_alg=OptunaSearch(seed=1),
+                                                   scheduler=tune.schedulers.ASHAScheduler(max_t=5)),
+                       run_config=tune.RunConfig(progress_reporter=CLIReporter(), verbose=1))
+    with pytest.raises(Stop):
+        tuner.fit()
+    (_, searcher, scheduler), = made
+    assert scheduler_lines(searcher, [], scheduler) == (  # (Ray's default reduction_factor, 4)
+        "Using AsyncHyperBand: num_stopped=0\nBracket: Iter 4.000: None | Iter 1.000: None")
+
+
+def test_a_subclass_of_asha_or_the_median_rule_with_hooks_of_its_own_prints_its_parents_lines_as_rays():
+    """A subclass of ASHAScheduler whose ``on_trial_result`` calls ``super()`` (no ``debug_string`` of its own)
+    runs as a scheduler of one's own, and printed its repr (its settings); Ray's prints the parent's line from the
+    parent's state (h232's ``sbs.py sub_asha``: ``Using AsyncHyperBand: num_stopped=4`` and the bracket). Its lines
+    are now those of the built-in rule its ``super()`` asks; a ``debug_string`` of its own still comes first."""
+    from fluidsalus.tune._custom_scheduler import BuiltInRule, ScheduledSearch
+    from fluidsalus.tune.progress_reporter import scheduler_lines
+    from fluidsalus.tune.schedulers import ASHAScheduler, MedianStoppingRule
+
+    class MyASHA(ASHAScheduler):
+        def on_trial_result(self, tune_controller, trial, result):
+            return super().on_trial_result(tune_controller, trial, result)
+
+    class MyMedian(MedianStoppingRule):
+        def on_trial_result(self, tune_controller, trial, result):
+            return super().on_trial_result(tune_controller, trial, result)
+
+    class Described(MyASHA):
+        def debug_string(self) -> str:
+            return "Described"
+
+    from fluidsalus.searchers import RandomSearch
+
+    inner = RandomSearch({"lr": 0.1}, 2)
+    rule = BuiltInRule.asha("loss", "min", 1, time_attr="training_iteration", max_t=5, grace_period=1,
+                            reduction_factor=2, brackets=1, stop_last_trials=True)
+    mine = MyASHA(max_t=5, grace_period=1, reduction_factor=2)
+    assert scheduler_lines(ScheduledSearch(inner, mine, rule=rule), [], mine) == (
+        "Using AsyncHyperBand: num_stopped=0\nBracket: Iter 4.000: None | Iter 2.000: None | Iter 1.000: None")
+    median = MyMedian()
+    assert scheduler_lines(ScheduledSearch(inner, median, rule=BuiltInRule.median(
+        "loss", "min", time_attr="training_iteration", grace_period=60.0, min_samples_required=3, hard_stop=True)),
+        [], median) == "Using MedianStoppingRule: num_stopped=0."
+    described = Described()
+    assert scheduler_lines(ScheduledSearch(inner, described, rule=rule), [], described) == "Described"
+
+
 def test_the_running_for_time_counts_days_as_rays():
     """A run of a day or more showed its hours on (``26:03:04.50``); Ray's ``_get_time_str`` counts the days apart:
     ``1 days, 02:03:04.50``."""
@@ -569,6 +716,10 @@ def test_a_cli_reporter_prints_tables_of_a_real_run(ray_cluster, storage: str, c
     logdir = next(line for line in lines if line.startswith("Result logdir: "))
     assert os.path.dirname(logdir.removeprefix("Result logdir: ")) == os.path.abspath(storage)
     assert all(re.fullmatch(r"\S+:\d+|pid=\d+", row[2]) for row in _rows(last, loc=True))
+    # (a running trial before its first result shows where it runs, as Ray's: h232)
+    started = [row for table in tables for row in _rows(table, loc=True)
+               if row[1] == "RUNNING" and not "".join(row[4:5])]  # (no loss yet)
+    assert started and all(re.fullmatch(r"\S+:\d+|pid=\d+", row[2]) for row in started), started
     rows = _rows(last)
     # (Ray's table: 6 significant digits, 0.0333333; it said 0.033333)
     assert sorted((row[1], row[2], row[3], row[4]) for row in rows) == [("TERMINATED", "0.1", "0.0333333", "3"),

@@ -17,7 +17,7 @@ import optuna
 import pytest
 
 import fluidsalus.tune as tune
-from fluidsalus.errors import ConfigError
+from fluidsalus.errors import ConfigError, SpaceError
 from fluidsalus.searchers._transformed import QUANTILE_EPS
 from fluidsalus.tune import TuneConfig, Tuner
 from fluidsalus.tune._translate import plan
@@ -220,3 +220,105 @@ def test_a_key_named_as_a_normals_quantile_is_refused() -> None:
                                           r"which is also a key of the space"):
         plan(TuneConfig(metric="m", mode="min", search_alg=HyperOptSearch()),
              {"w": tune.randn(), "w:quantile": tune.uniform(0, 1)})
+
+
+def _hyperopt_configs(space: dict, count: int, points: list[dict] | None = None) -> list[dict]:
+    """The first ``count`` configurations a seeded HyperOptSearch over HyperOpt's own ``space`` proposes."""
+    search = HyperOptSearch(space=space, metric="m", mode="min", points_to_evaluate=points, random_state_seed=0)
+    return plan(TuneConfig(num_samples=count, search_alg=search), {}).searcher.propose(count).configs
+
+
+def test_a_normal_with_sigma_0_is_always_its_mean_as_hyperopt_draws_it() -> None:
+    """They raised a StatisticsError at the first suggestion. HyperOpt's random draws (``fmin`` with
+    ``rand.suggest``, and Ray's HyperOptSearch until its TPE fails on them) are ``mu`` each time (``exp(mu)`` for
+    a lognormal), rounded to ``q``; a point's values are run as given, as Ray runs them."""
+    hp = pytest.importorskip("hyperopt").hp
+    space = {"a": hp.normal("a", 1, 0), "b": hp.lognormal("b", 0, 0), "c": hp.qnormal("c", 1.3, 0, 0.5),
+             "d": hp.qlognormal("d", 1, 0, 1)}
+    configs = _hyperopt_configs(space, 6, points=[{"a": 5.0}, {"a": 6.0, "c": 2.0}])
+    assert configs[:2] == [{"a": 5.0, "b": 1.0, "c": 1.5, "d": 3.0}, {"a": 6.0, "b": 1.0, "c": 2.0, "d": 3.0}]
+    assert configs[2:] == [{"a": 1.0, "b": 1.0, "c": 1.5, "d": 3.0}] * 4
+
+
+@pytest.mark.parametrize(("dist", "message"), [
+    (lambda hp: hp.normal("a", 1, -1), r"parameter 'a': hp.normal\('a', mu=1, sigma=-1\): sigma must be >= 0 "),
+    (lambda hp: hp.lognormal("a", 0, -0.5), r"parameter 'a': hp.lognormal\('a', mu=0, sigma=-0.5\): sigma must be "
+                                            r">= 0 "),
+    (lambda hp: hp.qnormal("a", 0, 1, 0), r"parameter 'a': hp.qnormal\('a', mu=0, sigma=1, q=0\): q must be a "
+                                          r"finite number > 0, got 0.0$"),
+    (lambda hp: hp.qlognormal("a", 0, 1, -1), r"parameter 'a': hp.qlognormal\('a', mu=0, sigma=1, q=-1\): q must"),
+    (lambda hp: hp.quniform("a", 0, 1, 0), r"parameter 'a': hp.quniform\('a', low=0, high=1, q=0\): q must"),
+    (lambda hp: hp.choice("c", [{"x": hp.qloguniform("x", 0, 1, 0.0)}, 1]),
+     r"parameter 'x': hp.qloguniform\('x', low=0, high=1, q=0.0\): q must"),
+])
+def test_a_negative_sigma_or_a_q_not_above_0_is_refused_when_the_search_is_built(dist, message) -> None:
+    """They failed at the first suggestion (StatisticsError, ZeroDivisionError), naming nothing. HyperOpt fails on
+    a negative sigma ("scale < 0") and gives NaN for q = 0; a negative q it rounds as |q|, refused here as
+    fluidsalus's quniform/qrandn refuse it."""
+    hp = pytest.importorskip("hyperopt").hp
+    with pytest.raises(ConfigError, match="^HyperOptSearch: " + message):
+        HyperOptSearch(space={"a": dist(hp)}, metric="m", mode="min")
+
+
+def test_a_hyperopt_label_named_as_a_normals_quantile_is_refused() -> None:
+    """Both were the Optuna parameter ``"a:quantile"``: the normal's value was computed from the uniform's draw."""
+    hp = pytest.importorskip("hyperopt").hp
+    with pytest.raises(ConfigError, match=r"^HyperOptSearch: hp.normal\('a', ...\) is searched as its quantile, the "
+                                          r"Optuna parameter 'a:quantile', which is also the label of another"):
+        HyperOptSearch(space={"a": hp.normal("a", 0, 1), "b": {"c": hp.uniform("a:quantile", 0, 1)}})
+
+
+def test_a_choice_whose_options_hold_parameters_is_searched_as_rays_hyperopt_search_converts_it() -> None:
+    """It was a SpaceError ("holds domains ..., which Optuna's CategoricalDistribution cannot express"). Ray's
+    HyperOptSearch converts it to ``hp.choice("x", [{"a": hp.uniform("x/a", 0, 1), "k": 1}, {"b": 2},
+    hp.normal("x/2", 2, 0.5)])``: only the chosen option's parameters are drawn, under those labels."""
+    space = {"x": tune.choice([{"a": tune.uniform(0, 1), "k": 1}, {"b": 2}, tune.randn(2.0, 0.5)]),
+             "c": tune.uniform(0, 1), "k": 3}
+    points = [{"x": {"b": 2}}, {"x": {"a": 0.25}}, {"x": 7.5, "c": 0.5}]
+    searcher = plan(TuneConfig(metric="m", mode="min", num_samples=60,
+                               search_alg=HyperOptSearch(points_to_evaluate=points, random_state_seed=0)),
+                    space).searcher
+    configs = searcher.propose(60).configs
+    assert [config["x"] for config in configs[:3]] == [{"b": 2}, {"a": 0.25, "k": 1}, 7.5] and configs[2]["c"] == 0.5
+    options = []
+    for config, trial in zip(configs, searcher.study.trials, strict=True):
+        assert list(config) == ["x", "c", "k"] and config["k"] == 3 and 0 <= config["c"] <= 1
+        x, option = config["x"], trial.params["x"]
+        options.append(option)
+        if option == 0:
+            assert set(x) == {"a", "k"} and x["k"] == 1 and x["a"] == trial.params["x/a"] and 0 <= x["a"] <= 1
+            assert set(trial.params) == {"x", "x/a", "c"}
+        elif option == 1:
+            assert x == {"b": 2} and set(trial.params) == {"x", "c"}
+        else:
+            assert isinstance(x, float) and set(trial.params) == {"x", "x/2:quantile", "c"}
+    assert set(options[3:]) == {0, 1, 2}  # each option drawn
+    with pytest.raises(ConfigError, match=r"^HyperOptSearch: points_to_evaluate\[0\]: 'x' = \{'a': 3.0\} is not a "
+                                          r"value any option of choice"):
+        plan(TuneConfig(metric="m", mode="min", search_alg=HyperOptSearch(points_to_evaluate=[{"x": {"a": 3.0}}])),
+             space)
+    with pytest.raises(SpaceError, match=r"^HyperOptSearch: parameter 'x/a': two options of a choice hold a "
+                                         r"parameter under this key"):
+        plan(TuneConfig(metric="m", mode="min", search_alg=HyperOptSearch()),
+             {"x": tune.choice([{"a": tune.uniform(0, 1)}, {"a": tune.randint(0, 5)}])})
+    search = HyperOptSearch(space=space, metric="m", mode="min")  # (Ray's HyperOptSearch takes no evaluated points)
+    search.add_evaluated_point({"x": {"b": 2}, "c": 0.5}, 1.0)
+    with pytest.raises(ConfigError, match=r"^HyperOptSearch: evaluated points cannot be added to a space with a "
+                                          r"choice whose options hold parameters"):
+        plan(TuneConfig(num_samples=2, search_alg=search), {})
+
+
+def test_a_tuner_runs_hyperopt_search_over_a_choice_whose_options_hold_parameters(ray_cluster, storage) -> None:
+    def objective(config):
+        tune.report({"loss": config["opt"]["lr"] if "lr" in config["opt"] else 1.0})
+
+    space = {"opt": tune.choice([{"name": "sgd", "lr": tune.loguniform(1e-4, 1e-1)}, {"name": "adam"}])}
+    search = HyperOptSearch(metric="loss", mode="min", points_to_evaluate=[{"opt": {"name": "adam"}}],
+                            n_initial_points=2, random_state_seed=0)
+    grid = Tuner(objective, param_space=space, tune_config=TuneConfig(num_samples=5, search_alg=search),
+                 run_config=tune.RunConfig(storage_path=storage, verbose=0)).fit()
+    assert len(grid) == 5 and grid.num_errors == 0
+    configs = [result.config for result in grid]
+    assert {"opt": {"name": "adam"}} in configs
+    assert all(c["opt"] == {"name": "adam"} or (c["opt"]["name"] == "sgd" and 1e-4 <= c["opt"]["lr"] <= 1e-1)
+               for c in configs)

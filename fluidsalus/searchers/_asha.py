@@ -21,7 +21,7 @@ import bisect
 import math
 import numbers
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,7 +32,7 @@ from fluidsalus.searchers._base import BaseSearcher, Decision
 from fluidsalus.searchers._random import VariantStream, count_trials
 from fluidsalus.trialgroup.trial import TrialGroup
 
-__all__ = ["ASHA", "asha_bracket_rng", "asha_milestones"]
+__all__ = ["ASHA", "asha_bracket_rng", "asha_lines", "asha_milestones", "bracket_line"]
 
 #: Optimisation directions.
 MODES = ("min", "max")
@@ -174,6 +174,18 @@ def asha_milestones(grace_period: float, max_t: float, reduction_factor: float, 
     return [grace_period * reduction_factor ** (k + s) for k in reversed(range(max_rungs))]
 
 
+def bracket_line(rungs: Sequence[tuple[float, float | None]]) -> str:
+    """Ray's ``_Bracket.debug_str()`` from a bracket's ``(milestone, cutoff)`` pairs, largest milestone first (the
+    cutoff as a reward, None while its rung has no value): ``Bracket: Iter 4.000: -0.25 | Iter 1.000: None``."""
+    return "Bracket: " + " | ".join(f"Iter {milestone:.3f}: {cutoff}" for milestone, cutoff in rungs)
+
+
+def asha_lines(num_stopped: int, brackets: Sequence[str]) -> str:
+    """Ray's ``AsyncHyperBandScheduler.debug_string()``: ``Using AsyncHyperBand: num_stopped=<n>`` and each
+    bracket's line (:func:`bracket_line`)."""
+    return "\n".join([f"Using AsyncHyperBand: num_stopped={num_stopped}", *brackets])
+
+
 def asha_bracket_rng(seed: int, index: int) -> np.random.RandomState:
     """The generator that draws the bracket of the ``index``-th trial (only used when ``brackets > 1``).
 
@@ -299,8 +311,7 @@ class _Bracket:
     def debug_str(self) -> str:
         """Ray's ``_Bracket.debug_str()``: each rung's milestone and cutoff (the reward a trial needs there, None
         before any is recorded), largest milestone first: ``Bracket: Iter 4.000: -0.25 | Iter 1.000: None``."""
-        return "Bracket: " + " | ".join(f"Iter {milestone:.3f}: {self.cutoff(recorded)}"
-                                        for milestone, recorded in self.rungs)
+        return bracket_line([(milestone, self.cutoff(recorded)) for milestone, recorded in self.rungs])
 
     def budgets(self, max_t: float) -> list[float | None]:
         """The budgets a trial of this bracket runs to, in order: milestones below ``max_t``, then
@@ -581,8 +592,7 @@ class ASHA(BaseSearcher):
         Args:
             statuses: The trials' statuses (unused here; HyperBand's lines count them).
         """
-        return "\n".join([f"Using AsyncHyperBand: num_stopped={self._num_stopped}",
-                          *(bracket.debug_str() for bracket in self._brackets)])
+        return asha_lines(self._num_stopped, [bracket.debug_str() for bracket in self._brackets])
 
     def is_finished(self) -> bool:
         return (

@@ -42,7 +42,7 @@ import pickle
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import optuna
@@ -55,6 +55,7 @@ from optuna.trial import TrialState
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError, SpaceError
 from fluidsalus.searchers._base import BaseSearcher, Decision
+from fluidsalus.searchers._conditional import ConditionalSpace, holds_conditional_choice
 from fluidsalus.searchers._constraints import FeasibleSampler, LinearInequality, parse_inequalities
 from fluidsalus.searchers._transformed import GivenValues, TransformedParam, optuna_distributions
 from fluidsalus.store import KeptRecords, dumps
@@ -69,6 +70,9 @@ DEFAULT_BATCH_SIZE = 4
 GROUP_ID_PREFIX = "optuna"
 #: Result key used as the ``step`` of ``trial.report`` (Ray's choice).
 STEP_KEY = "training_iteration"
+#: Prefix of the system attribute where Optuna's ``SuccessiveHalvingPruner`` keeps a trial's value at rung ``k``
+#: (``completed_rung_<k>``).
+SHA_RUNG_ATTR = "completed_rung_"
 #: User attribute of each Optuna trial holding the fluidsalus trial id (to find it again after a resume).
 TRIAL_ID_ATTR = "fluidsalus_trial_id"
 #: User attribute of the trials added from ``evaluated_rewards``: the index of their point.
@@ -176,7 +180,9 @@ class OptunaSearch(BaseSearcher):
             ``HyperOptSearch``): ``randn``/``qrandn`` through their quantile (an Optuna parameter
             ``<key>:quantile``), ``qloguniform`` and ``qlograndint`` (``q > 1``) log-uniformly, then rounded to
             ``q`` (:mod:`fluidsalus.searchers._transformed`). A trial's configuration holds the values, and
-            ``points_to_evaluate`` give values too. False (Optuna's rules): they are refused.
+            ``points_to_evaluate`` give values too. A ``choice`` whose options hold domains is searched
+            define-by-run, as the conditional space Ray's ``HyperOptSearch`` converts it to
+            (:mod:`fluidsalus.searchers._conditional`). False (Optuna's rules): they are refused.
 
     Raises:
         ConfigError: A parameter is invalid, or the space has a parameter Optuna cannot express (the message
@@ -217,7 +223,13 @@ class OptunaSearch(BaseSearcher):
         #: The parameters sampled through a transform (``hyperopt_domains``), by the configuration's key.
         self._transformed: dict[str, TransformedParam] = {}
         self._given = GivenValues()  # the values points_to_evaluate gave them
+        #: A space with a choice whose options hold parameters (``hyperopt_domains``), searched define-by-run
+        #: as Ray's HyperOptSearch searches it; None otherwise.
+        self._conditional: ConditionalSpace | None = None
         try:
+            if define_by_run is None and hyperopt_domains and holds_conditional_choice(space):
+                self._conditional = self.define_by_run = define_by_run = ConditionalSpace(space, owner)
+                space = {}  # (the function returns the whole configuration)
             domains, self._constants = sp.split_constants(dict(space))
             self._order = list(sp.flatten_space(dict(space)))  # a config's keys come in the space's order, as in Ray
             if define_by_run is not None:
@@ -284,6 +296,10 @@ class OptunaSearch(BaseSearcher):
             self._add_evaluated(evaluated_rewards)
             self._points = []
         if evaluated_points:
+            if self._conditional is not None:
+                raise ConfigError(f"{owner}: evaluated points cannot be added to a space with a choice whose options "
+                                  "hold parameters (it is searched define-by-run, and Ray's HyperOptSearch takes no "
+                                  "evaluated points)")
             if define_by_run is not None:
                 raise ConfigError("OptunaSearch: evaluated points cannot be added to a define-by-run search (as in "
                                   "Ray): give the space as a dict")
@@ -364,6 +380,8 @@ class OptunaSearch(BaseSearcher):
                 raise ConfigError(
                     f"{self.owner}: points_to_evaluate[{index}] must be a dict, got {type(point).__name__}"
                 )
+            if self._conditional is not None:
+                point = self._conditional.point_params(index, point)
             flat: dict[str, Any] = {}
             for key, value in self._flatten_point(index, point).items():
                 if key in self._constants:
@@ -649,6 +667,51 @@ class OptunaSearch(BaseSearcher):
             self._pruned.add(trial_id)
             return Decision.STOP
         return Decision.CONTINUE
+
+    def successive_halving_lines(self, grace_period: float, max_t: float, reduction_factor: float,
+                                 stopped_at_max_t: Iterable[str] = ()) -> str | None:
+        """Ray's ``AsyncHyperBandScheduler.debug_string()`` for the ASHA this search runs as Optuna's
+        ``SuccessiveHalvingPruner`` (fluidsalus.tune's ``OptunaSearch`` + ``ASHAScheduler``), from the study's true
+        state; None when the study's pruner is no ``SuccessiveHalvingPruner``::
+
+            Using AsyncHyperBand: num_stopped=6
+            Bracket: Iter 4.000: -0.51 | Iter 2.000: -1.16 | Iter 1.000: -3.02
+
+        ``num_stopped`` counts this search's trials the pruner stopped and those of ``stopped_at_max_t`` (a stop
+        rule ends them there, and this search only learns their end: Ray's ASHA counts them). Each rung is Ray's
+        milestone (:func:`~fluidsalus.searchers._asha.asha_milestones`: the pruner's rung ``k`` is reached at
+        ``grace_period * reduction_factor ** k``) with the cutoff the pruner used at its latest decision there: of
+        the values the study's trials recorded at the rung (``completed_rung_<k>``, every trial of the study, as
+        the pruner compares them), the worst that is promoted (the ``len // reduction_factor``-th best, the best
+        while there are fewer), as a reward (negated for ``minimize``, as Ray shows it); None before any value.
+
+        Args:
+            grace_period: The scheduler's ``grace_period`` (the pruner's ``min_resource``).
+            max_t: The scheduler's ``max_t``.
+            reduction_factor: The scheduler's ``reduction_factor``.
+            stopped_at_max_t: The trials stopped at ``max_t`` (with ASHA's ``stop_last_trials``).
+        """
+        from optuna.pruners import SuccessiveHalvingPruner
+
+        from fluidsalus.searchers._asha import asha_lines, asha_milestones, bracket_line
+
+        if not isinstance(self.study.pruner, SuccessiveHalvingPruner) or len(self._metrics) > 1:
+            return None
+        stopped = self._pruned | set(stopped_at_max_t)
+        milestones = asha_milestones(grace_period, max_t, reduction_factor, 0)
+        frozen = self.study.get_trials(deepcopy=False)
+        minimize = self.study.direction == StudyDirection.MINIMIZE
+        rungs: list[tuple[float, float | None]] = []
+        for index, milestone in enumerate(milestones):
+            key = f"{SHA_RUNG_ATTR}{len(milestones) - 1 - index}"
+            values = sorted(float(t.system_attrs[key]) for t in frozen if key in t.system_attrs)
+            if not values:
+                rungs.append((milestone, None))
+                continue
+            kept = max(int(len(values) // reduction_factor) - 1, 0)  # (Optuna's promotable index)
+            cutoff = values[kept] if minimize else values[-(kept + 1)]
+            rungs.append((milestone, -cutoff if minimize else cutoff))
+        return asha_lines(len(stopped), [bracket_line(rungs)])
 
     def on_trial_complete(self, trial_id: str, result: Mapping[str, Any] | None, error: bool = False) -> None:
         """Tell the study the trial's outcome (see the module docstring for the states)."""

@@ -15,6 +15,11 @@ a monotone transform of the value and a random draw has HyperOpt's distribution:
   normal value. ``qnormal`` rounds it to ``q``;
 - ``lognormal(mu, sigma)``: ``exp`` of that normal value; ``qlognormal`` rounds it to ``q``.
 
+A normal with ``sigma = 0`` takes the value ``mu`` (``exp(mu)`` for a lognormal, rounded to ``q``) whatever its
+quantile, as HyperOpt's random draws do (its TPE fails on it at its first suggestion). A negative ``sigma`` and a
+``q <= 0`` are refused when the parameter is built (HyperOpt fails on a negative sigma and gives NaN for ``q = 0``;
+a negative ``q`` rounds as ``|q|`` there, refused here as Tune's ``quniform`` refuses it).
+
 A value given by ``points_to_evaluate`` becomes its Optuna parameter through the inverse (the normal's CDF), and
 :class:`GivenValues` gives that trial the value itself (the round trip through the CDF is not exact to the bit).
 Pure logic: no Ray, no study.
@@ -33,14 +38,16 @@ from optuna.distributions import BaseDistribution, FloatDistribution
 from fluidsalus import space as sp
 from fluidsalus.errors import SpaceError
 
-__all__ = ["QUANTILE_EPS", "QUANTILE_SUFFIX", "GivenValues", "TransformedParam", "from_domain", "optuna_distributions",
-           "round_to"]
+__all__ = ["MIDDLE_QUANTILE", "QUANTILE_EPS", "QUANTILE_SUFFIX", "GivenValues", "TransformedParam",
+           "check_step", "from_domain", "optuna_distributions", "round_to"]
 
 #: Appended to a normal parameter's name to name the Optuna parameter that holds its quantile.
 QUANTILE_SUFFIX = ":quantile"
 #: A quantile lies in ``[QUANTILE_EPS, 1 - QUANTILE_EPS]``: the inverse CDF needs ``0 < u < 1``, and this keeps
 #: draws within about 7 standard deviations of the mean (HyperOpt's draws go further once in ~10^12 draws).
 QUANTILE_EPS = 1e-12
+#: The quantile a point's value of a normal with ``sigma = 0`` becomes (every quantile gives its mean).
+MIDDLE_QUANTILE = 0.5
 #: The kinds of transform: a rounded log-uniform value, a normal value, the exp of a normal value.
 KINDS = ("qloguniform", "normal", "lognormal")
 
@@ -48,6 +55,12 @@ KINDS = ("qloguniform", "normal", "lognormal")
 def round_to(value: float, q: Any) -> float:
     """``value`` rounded to a multiple of ``q``, as HyperOpt rounds its q-distributions (None: unchanged)."""
     return value if q is None else float(round(value / float(q)) * float(q))
+
+
+def check_step(q: float | None) -> None:
+    """Refuse a rounding step ``q`` that is not None or a finite number > 0 (raises ``ValueError``, naming q)."""
+    if q is not None and not (math.isfinite(q) and q > 0):
+        raise ValueError(f"q must be a finite number > 0, got {q!r}")
 
 
 def _real(value: Any) -> float:
@@ -80,8 +93,17 @@ class TransformedParam:
     values: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
+        """Raises ValueError naming the field: an unknown kind, a ``sigma`` that is not a finite number >= 0, a
+        ``q`` that is not None or a finite number > 0."""
         if self.kind not in KINDS:
             raise ValueError(f"TransformedParam: kind must be one of {KINDS}, got {self.kind!r}")
+        if self.kind != "qloguniform":
+            for field, value in (("mu", self.low), ("sigma", self.high)):
+                if not math.isfinite(value):
+                    raise ValueError(f"{field} must be a finite number, got {value!r}")
+            if self.high < 0:
+                raise ValueError(f"sigma must be >= 0 (0: no spread, every draw at mu), got {self.high!r}")
+        check_step(self.q)
 
     @property
     def optuna_name(self) -> str:
@@ -100,7 +122,7 @@ class TransformedParam:
         if self.kind == "qloguniform":
             raw = float(param)
         else:
-            raw = NormalDist(self.low, self.high).inv_cdf(float(param))
+            raw = self.low if self.high == 0 else NormalDist(self.low, self.high).inv_cdf(float(param))
             if self.kind == "lognormal":
                 raw = math.exp(raw)
         value = round_to(raw, self.q)
@@ -127,6 +149,8 @@ class TransformedParam:
                 raise ValueError(f"{value!r} is not > 0 (a lognormal value is positive)")
             # 0 is what qlognormal rounds every value below q / 2 to: take a value in the middle of those
             x = math.log(x if x > 0 else float(self.q) / 4)  # type: ignore[arg-type]
+        if self.high == 0:  # every quantile gives the mean: the middle one stands for the point's value
+            return MIDDLE_QUANTILE
         quantile = NormalDist(self.low, self.high).cdf(x)
         return min(max(quantile, QUANTILE_EPS), 1.0 - QUANTILE_EPS)
 
@@ -145,15 +169,17 @@ class GivenValues:
         """:meth:`TransformedParam.param`, remembered (raises its ``ValueError``).
 
         Two values can have the same Optuna parameter (quantiles beyond the bounds' ~7 standard deviations are
-        clipped to a bound; a ``qlognormal``'s 0 and ``q / 4``): the later one's is moved by the smallest steps
-        towards the middle of the distribution until it is one of its own, so that each point keeps its value.
+        clipped to a bound; a ``qlognormal``'s 0 and ``q / 4``; any two values of a normal with ``sigma = 0``):
+        the later one's is moved by the smallest steps towards the middle of the distribution (from the middle,
+        towards the upper bound) until it is one of its own, so that each point keeps its value.
         """
         param = transformed.param(value)
         given = int(value) if transformed.integer else float(value)
         bounds = transformed.distribution
         middle = (bounds.low + bounds.high) / 2  # type: ignore[attr-defined]
+        towards = middle if param != middle else bounds.high  # type: ignore[attr-defined]
         while self._given.get((transformed.optuna_name, param), given) != given:
-            param = math.nextafter(param, middle)
+            param = math.nextafter(param, towards)
         self._given[(transformed.optuna_name, param)] = given
         return param
 

@@ -739,6 +739,12 @@ def declared_workers(payload: bytes) -> tuple[int, int] | None:
     return workers if workers is not None and workers[1] > 1 else None
 
 
+def _process_location(info: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``{"node_ip": ..., "pid": ...}`` of a device's process, from its actor's info (what it has of them)."""
+    info = info or {}
+    return {key: info[key] for key in ("node_ip", "pid") if info.get(key)}
+
+
 @dataclass
 class _Device:
     spec: DeviceSpec
@@ -2595,7 +2601,9 @@ class Executor:
                     device.changed_at = ts
                     self.store.update_trial(trial_id, status=RUNNING, started_at=ts, attempt=attempt)
                     self._began.add(trial_id)
-                    events.append((ts, TRIAL_START_EVENT, trial_id, name, {"attempt": attempt}))
+                    # (with where it runs: the node and pid of the device's process, Ray's trial location)
+                    events.append((ts, TRIAL_START_EVENT, trial_id, name, {"attempt": attempt,
+                                                                          **_process_location(device.info)}))
                 elif kind == EV_END:
                     outcome, error, trace = event[4], event[5], event[6]
                     error_pickle = event[7] if len(event) > 7 else None
@@ -2780,8 +2788,12 @@ class Executor:
                 self._stopped.add(trial.trial_id)
         for _, what, started_id, _, info in events:  # starts of this batch first (Callback.on_trial_start)
             if what == TRIAL_START_EVENT and started_id in self.trials:
+                where = info or {}
                 for callback in self.settings.callbacks:
-                    callback.on_trial_start(started_id, self.trials[started_id].config, int((info or {})["attempt"]))
+                    placed = getattr(callback, "on_trial_placed", None)
+                    if callable(placed) and where.get("node_ip") and where.get("pid"):
+                        placed(started_id, str(where["node_ip"]), int(where["pid"]))
+                    callback.on_trial_start(started_id, self.trials[started_id].config, int(where["attempt"]))
         for kind, trial, event in acted:
             if kind == EV_RESULT:
                 for callback in self.settings.callbacks:

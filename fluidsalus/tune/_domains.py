@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fluidsalus import space as sp
-from fluidsalus.errors import ConfigError
+from fluidsalus.errors import ConfigError, SpaceError
 
 __all__ = ["from_optuna_distributions", "is_ray_domain", "translate_ray_values"]
 
@@ -58,7 +58,10 @@ def _ray_domain(value: Any, path: str) -> sp.Domain:
 def _translate(value: Any, path: str, found: list[str]) -> Any:
     if is_ray_domain(value):
         found.append(path or "<root>")
-        return _ray_domain(value, path)
+        try:
+            return _ray_domain(value, path)
+        except SpaceError as exc:  # (an argument Ray took and fluidsalus's domain refuses: qrandn's q=0)
+            raise SpaceError(f"parameter '{path or '<root>'}': Ray Tune's {exc}") from exc
     if isinstance(value, dict):
         return {k: _translate(v, f"{path}/{k}" if path else str(k), found) for k, v in value.items()}
     if isinstance(value, list):

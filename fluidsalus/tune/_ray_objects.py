@@ -171,7 +171,7 @@ def _allocation(value: Any) -> Any:
 
 
 def _resource_changing(value: Any) -> ResourceChangingScheduler:
-    return ResourceChangingScheduler(adopt_scheduler(_read(value, "_base_scheduler")),
+    return ResourceChangingScheduler(adopt_scheduler(_read(value, "_base_scheduler"), warn=False),
                                      _allocation(_read(value, "_resources_allocation_function")))
 
 
@@ -246,12 +246,15 @@ def _warn(field: str, ray_name: str, ours: Any, module: str) -> None:
     )
 
 
-def adopt_scheduler(value: Any, field: str = "TuneConfig.scheduler") -> Any:
+def adopt_scheduler(value: Any, field: str = "TuneConfig.scheduler", warn: bool = True) -> Any:
     """``TuneConfig.scheduler`` as a fluidsalus.tune scheduler (Ray's own are translated with a warning).
 
     Args:
         value: The scheduler given.
         field: Where it was given, for the messages.
+        warn: Whether to warn about a Ray object translated (or a subclass of Ray's run as it is); False for one
+            translated again, or inside another that warns for the whole object (a warning filter around the call
+            was not thread-safe: it silenced every thread's warnings of the category, h232).
 
     Raises:
         ConfigError: Not a scheduler, or a Ray scheduler with no fluidsalus equivalent.
@@ -261,17 +264,16 @@ def adopt_scheduler(value: Any, field: str = "TuneConfig.scheduler") -> Any:
     if is_ray_object(value):
         name = _ray_class_name(value)
         build = _SCHEDULERS.get(name)
-        if _users_subclass(field, value, name, warn=True):
+        if _users_subclass(field, value, name, warn=warn):
             return value
         if build is None:
             raise ConfigError(
                 f"{field} is Ray Tune's {name}, which fluidsalus has no equivalent for; supported: "
                 f"{', '.join(_SUPPORTED_SCHEDULERS)}"
             )
-        with warnings.catch_warnings():  # one warning, for the whole object
-            warnings.simplefilter("ignore", UserWarning)
-            ours = build(value)
-        _warn(field, name, ours, "fluidsalus.tune.schedulers")
+        ours = build(value)  # (one warning, for the whole object: its parts are translated with warn=False)
+        if warn:
+            _warn(field, name, ours, "fluidsalus.tune.schedulers")
         return ours
     raise ConfigError(
         f"{field} must be None or one of fluidsalus.tune.schedulers' {', '.join(_SUPPORTED_SCHEDULERS)} "
@@ -302,9 +304,7 @@ def adopt_search_alg(value: Any, warn: bool = True) -> Any:
                 f"TuneConfig: search_alg is Ray Tune's {name}, which fluidsalus has no equivalent for; supported: "
                 f"{', '.join(SUPPORTED_SEARCHERS)}"
             )
-        with warnings.catch_warnings():  # one warning, for the whole object
-            warnings.simplefilter("ignore", UserWarning)
-            ours = build(value)
+        ours = build(value)  # (one warning, for the whole object: its parts are translated with warn=False)
         if warn:
             module = {"TuneBOHB": "fluidsalus.tune.search.bohb", "OptunaSearch": "fluidsalus.tune.search.optuna"}
             _warn("TuneConfig.search_alg", name, ours, module.get(name, "fluidsalus.tune.search"))

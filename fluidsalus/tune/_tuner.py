@@ -833,9 +833,9 @@ class Tuner:
             # As tune.run does: the reporter gets the run's start, samples, and TuneConfig's metric and mode.
             run_config.progress_reporter.setup(start_time=time.time(), metric=tune_config.metric,
                                                mode=tune_config.mode, total_samples=total_samples)
-            with warnings.catch_warnings():  # (Ray's own scheduler, translated: plan() warned already)
-                warnings.simplefilter("ignore", UserWarning)
-                scheduler = adopt_scheduler(tune_config.scheduler)
+            # (Ray's own scheduler, translated again: plan() warned already; a catch_warnings that ignored UserWarning
+            # here silenced every thread's UserWarnings meanwhile, h232)
+            scheduler = adopt_scheduler(tune_config.scheduler, warn=False)
             ray_callbacks.append(ReporterCallback(run_config.progress_reporter, planned.searcher, scheduler))
         if class_trainable and _may_ask_for_checkpoints(engine_callbacks, ray_callbacks):
             # Each result waits for the callbacks' answer, so a requested checkpoint is of that result, as in Ray.

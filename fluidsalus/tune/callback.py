@@ -252,6 +252,9 @@ class TrialInfo:
             grid searches and domains, as first drawn; a PBT perturbation does not change them).
         request: The run's resource request (a dict, a function of the config, or None), for
             :attr:`placement_group_factory`.
+        location: ``(node ip, pid)`` of the process that runs its attempt, known from its start (Ray's
+            ``trial.temporary_state.location``: the progress table's ``loc`` before the trial's first result), or
+            None before it starts.
     """
 
     trial_id: str
@@ -268,6 +271,7 @@ class TrialInfo:
     tag: str | None = None
     evaluated_params: dict[str, Any] = field(default_factory=dict)
     request: Any = field(default=None, repr=False)
+    location: tuple[str, int] | None = field(default=None, repr=False)
 
     @property
     def placement_group_factory(self) -> Any:
@@ -402,6 +406,7 @@ class RayCallbackAdapter(EngineCallback):
         # A continued experiment's failures so far, by trial (read once, at the first trial seen: see _info)
         self._earlier_failures: dict[str, int] | None = None
         self._run_ending: str | None = None  # why the run ends early, once it does (on_run_ending)
+        self._placed: dict[str, tuple[str, int]] = {}  # trial -> where its starting attempt runs (on_trial_placed)
 
     def checkpoint_requests(self) -> list[str]:
         """The trials a Ray callback asked to checkpoint (``result["should_checkpoint"] = True``) since the last
@@ -665,9 +670,13 @@ class RayCallbackAdapter(EngineCallback):
         trial.status = RUNNING
         self._call_trial("on_trial_start", trial, self._after_update)  # (a reporter, after Ray's step)
 
+    def on_trial_placed(self, trial_id: str, node_ip: str, pid: int) -> None:
+        self._placed[trial_id] = (node_ip, pid)
+
     def on_trial_start(self, trial_id: str, config: Mapping[str, Any], attempt: int) -> None:
         trial, new = self._info(trial_id, config)
         trial.config = dict(config)
+        trial.location = self._placed.pop(trial_id, None)  # (as Ray's trial has it once its actor runs)
         restart = self._restart(trial_id, attempt) if attempt > 0 else None
         if not new and not trial.is_finished() and (restart or {}).get("reason") == _RETRY_REASON:
             trial.num_failures += 1

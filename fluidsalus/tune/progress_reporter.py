@@ -23,7 +23,10 @@ ends in ``_`` and 4 hex digits of the value's address.
 Around the table are Ray's lines: under the time the scheduler's (:func:`scheduler_lines`, as Ray's
 ``scheduler.debug_string()``) and the run's resource usage (:func:`resource_line`, from its devices), given to
 ``report`` as ``sys_info`` by :class:`ReporterCallback`; ``Result logdir: <experiment folder>`` before the trial
-counts; and the table's ``loc`` column, the ``<node ip>:<pid>`` of each trial's process (its last result's).
+counts; and the table's ``loc`` column, the ``<node ip>:<pid>`` of each trial's process (its last result's, or
+where its attempt was placed, from its start). Under ASHA with a search algorithm (Optuna's successive halving
+pruner runs it) the scheduler's lines are ASHA's, from the study; a subclass of ASHA or of the median rule with
+hooks of its own prints its parent's lines, as Ray's.
 
 Unlike Ray 2.60, whose default ("new") output engine ignores a ``progress_reporter`` with a warning unless
 ``RAY_AIR_NEW_OUTPUT=0``, fluidsalus always uses the reporter given (docs/compatibility.md).
@@ -82,6 +85,8 @@ AUTO_FILLED = frozenset({
 INFERRED_TYPES = frozenset({int, float, np.float32, np.float64, np.int32, np.int64, type(None)})
 #: Trial statuses in the order their rows come (running trials first, as Ray shows them).
 _STATUS_ORDER = ("RUNNING", "PAUSED", "PENDING", "TERMINATED", "ERROR")
+#: The statuses of an ended trial: Ray forgets its location (a ``loc`` from its last result only).
+_ENDED = frozenset({"TERMINATED", "ERROR"})
 
 
 class ProgressReporter:
@@ -494,11 +499,14 @@ def _duration(seconds: float) -> str:
 
 def _location(trial: Any) -> str:
     """The ``loc`` cell of a trial, as Ray's (``_Location``): ``<node ip>:<pid>`` of the process that ran it (its
-    device actor's), from its last result; ``pid=<pid>`` where the node's name is this machine's (Ray compares
-    the IP with ``platform.node()``); empty before the trial's first result (Ray shows a started trial's actor
-    there already)."""
+    device actor's), from its last result, else, for a trial that runs (not ended), where its attempt was placed
+    (:attr:`~fluidsalus.tune.callback.TrialInfo.location`, from its start, as Ray shows a started trial's actor; it
+    was empty until the first result until h232); ``pid=<pid>`` where the node's name is this machine's (Ray
+    compares the IP with ``platform.node()``); empty for a pending trial, and an ended one with no result."""
     result = getattr(trial, "last_result", None) or {}
     node, pid = result.get("node_ip"), result.get("pid")
+    if not (node and pid) and getattr(trial, "status", None) not in _ENDED:
+        node, pid = getattr(trial, "location", None) or (None, None)
     if not (node and pid):
         return ""
     return f"pid={pid}" if node == platform.node() else f"{node}:{pid}"
@@ -541,9 +549,11 @@ def scheduler_lines(searcher: Any, trials: Sequence[Any], scheduler: Any = None)
     """The scheduler's lines of a status report, as Ray's ``scheduler.debug_string()``: a ``debug_string()`` the
     user's scheduler class defines; else those of the run's searcher that carries the scheduler's state (ASHA's
     rungs and cutoffs, HyperBand's brackets, the median rule's count: their ``debug_string(statuses)``, the searcher
-    itself or one it wraps, ``inner``); else the ``TuneConfig`` scheduler's own (Ray's FIFO line for none). A
+    itself, the built-in rule a subclass's ``super()`` asks (its ``rule``), or one it wraps, ``inner``), or, under
+    ASHA, the Optuna search whose successive halving pruner runs it (its ``successive_halving_lines``); else the
+    ``TuneConfig`` scheduler's own (Ray's FIFO line for none). A
     ``ResourceChangingScheduler``'s are its base scheduler's after ``(ResourceChangingScheduler)``, as Ray's."""
-    from fluidsalus.tune.schedulers import ResourceChangingScheduler
+    from fluidsalus.tune.schedulers import AsyncHyperBandScheduler, ResourceChangingScheduler
 
     if isinstance(scheduler, ResourceChangingScheduler):  # (Ray's: its base scheduler's lines, named)
         return f"(ResourceChangingScheduler) {scheduler_lines(searcher, trials, scheduler.base_scheduler)}"
@@ -558,6 +568,22 @@ def scheduler_lines(searcher: Any, trials: Sequence[Any], scheduler: Any = None)
         describe = getattr(searcher, "debug_string", None)
         if callable(describe):
             return str(describe(statuses))
+        # (a subclass of ASHA or the median rule with hooks of its own: the built-in rule its super() asks, whose
+        # lines Ray's parent class prints; its repr until h232)
+        describe = getattr(getattr(getattr(searcher, "rule", None), "searcher", None), "debug_string", None)
+        if callable(describe):
+            return str(describe(statuses))
+        halving = getattr(searcher, "successive_halving_lines", None)
+        if callable(halving) and isinstance(scheduler, AsyncHyperBandScheduler):
+            # (ASHA with a search algorithm runs as Optuna's pruner: Ray's ASHA lines from the study; the
+            # scheduler's repr until h232)
+            # (a stop rule ends a trial at max_t, and the search only learns its end: the trials' results tell)
+            at_max_t = [str(t.trial_id) for t in trials if scheduler.stop_last_trials and _is_number(
+                _lookup(t.last_result, scheduler.time_attr)) and _lookup(t.last_result, scheduler.time_attr)
+                >= scheduler.max_t]
+            lines = halving(scheduler.grace_period, scheduler.max_t, scheduler.reduction_factor, at_max_t)
+            if lines is not None:
+                return str(lines)
         searcher = getattr(searcher, "inner", None)
     return FIFO_LINE if scheduler is None else str(scheduler.debug_string())
 

@@ -13,7 +13,9 @@ The distributions map onto Optuna's: ``uniform`` and ``loguniform`` (HyperOpt's 
 indices (``pchoice``'s probabilities are not used, with a warning). Optuna has no normal distribution, so
 ``normal``, ``qnormal``, ``lognormal`` and ``qlognormal`` suggest the value's quantile in (0, 1) under
 ``<label>:quantile`` and map it through the normal's inverse CDF (``exp`` of it for a lognormal, rounded to ``q``
-as HyperOpt rounds): :mod:`fluidsalus.searchers._transformed`.
+as HyperOpt rounds): :mod:`fluidsalus.searchers._transformed`. A ``sigma`` of 0 gives ``mu`` every time (as
+HyperOpt's random draws); a negative ``sigma``, a ``q <= 0``, and a label named as a normal's ``<label>:quantile``
+are refused when the space is built.
 """
 
 from __future__ import annotations
@@ -24,12 +26,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from fluidsalus.errors import ConfigError
-from fluidsalus.searchers._transformed import GivenValues, TransformedParam, round_to
+from fluidsalus.searchers._transformed import QUANTILE_SUFFIX, GivenValues, TransformedParam, check_step, round_to
 
 __all__ = ["HyperOptSpace", "is_hyperopt_expression"]
 
 #: HyperOpt's normal distributions, each sampled through its quantile, by the kind of transform they are.
 _NORMALS = {"normal": "normal", "qnormal": "normal", "lognormal": "lognormal", "qlognormal": "lognormal"}
+#: HyperOpt's uniform distributions rounded to ``q``.
+_ROUNDED = ("quniform", "qloguniform")
+#: The arguments of the distributions whose arguments are checked, as HyperOpt names them.
+_ARGUMENTS = {"normal": ("mu", "sigma"), "qnormal": ("mu", "sigma", "q"), "lognormal": ("mu", "sigma"),
+              "qlognormal": ("mu", "sigma", "q"), "quniform": ("low", "high", "q"), "qloguniform": ("low", "high", "q")}
 
 
 def is_hyperopt_expression(value: Any) -> bool:
@@ -72,6 +79,30 @@ class HyperOptSpace:
         self.labels: dict[str, Any] = {}  # label -> its hyperopt_param node (a label names one parameter)
         self._given = GivenValues()  # the values points_to_evaluate gave the normal parameters
         self._collect(self.space)
+        for label, node in self.labels.items():
+            self._check(label, node.pos_args[1])
+
+    def _check(self, label: str, dist: Any) -> None:
+        """Refuse, when the space is built, a distribution HyperOpt cannot draw from (a normal's ``sigma < 0``, a
+        ``q <= 0``) and a normal whose quantile's name ``<label>:quantile`` is another parameter's label."""
+        if dist.name in _NORMALS and label + QUANTILE_SUFFIX in self.labels:
+            raise ConfigError(f"{self.owner}: hp.{dist.name}({label!r}, ...) is searched as its quantile, the Optuna "
+                              f"parameter '{label}{QUANTILE_SUFFIX}', which is also the label of another parameter "
+                              "of the space; rename that label")
+        if any(node.name == "hyperopt_param" for arg in (*dist.pos_args, *(a for _, a in dist.named_args))
+               for node in self._pyll.dfs(arg)):
+            return  # its arguments are parameters themselves: nothing to check before they are drawn
+        try:
+            if dist.name in _NORMALS:
+                self._normal(label, dist)
+            elif dist.name in _ROUNDED:
+                check_step(float(self._args(dist)[1]))
+        except (TypeError, ValueError) as exc:
+            args, q = self._args(dist)
+            names = _ARGUMENTS[dist.name]
+            values = args if len(args) >= len(names) else [*args, q]  # (q given by name)
+            given = ", ".join(f"{name}={value!r}" for name, value in zip(names, values, strict=False))
+            raise ConfigError(f"{self.owner}: parameter {label!r}: hp.{dist.name}({label!r}, {given}): {exc}") from exc
 
     def __getstate__(self) -> dict[str, Any]:
         return {"space": self.space, "owner": self.owner, "given": self._given}

@@ -25,17 +25,21 @@ arithmetic) needs the hyperopt package, as in Ray: it is searched define-by-run,
 The distributions Optuna has none for run as HyperOpt runs them (:mod:`fluidsalus.searchers._transformed`): Tune's
 ``qloguniform`` and ``qlograndint`` (``q > 1``) are drawn log-uniformly and rounded to ``q``, ``randn``/``qrandn``
 and HyperOpt's ``hp.normal``/``qnormal``/``lognormal``/``qlognormal`` through their quantile (the study's parameter
-``<key>:quantile``) and the normal's inverse CDF. ``OptunaSearch`` refuses them, as Ray's does.
+``<key>:quantile``) and the normal's inverse CDF. ``OptunaSearch`` refuses them, as Ray's does. A normal with
+``sigma = 0`` is its mean every time, as HyperOpt draws it; a negative ``sigma`` or a ``q <= 0`` is a
+``ConfigError`` when the search is built. A ``tune.choice`` whose options hold domains is searched as the conditional
+space Ray's converts it to (``hp.choice`` over the options, their parameters under Ray's labels ``<key>/<name>``:
+:mod:`fluidsalus.searchers._conditional`).
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from fluidsalus._warnings import warning_ignored
 from fluidsalus.errors import ConfigError
 from fluidsalus.tune.search._hyperopt_space import HyperOptSpace, is_hyperopt_expression
 from fluidsalus.tune.search.optuna import OptunaSearch, single_objective
@@ -46,6 +50,9 @@ __all__ = ["EI_CANDIDATES", "LINEAR_FORGETTING", "HyperOptGamma", "HyperOptSearc
 LINEAR_FORGETTING = 25
 #: Candidates HyperOpt's TPE scores per suggestion (``tpe._default_n_EI_candidates``).
 EI_CANDIDATES = 24
+#: The start of Optuna 4.9's FutureWarning for ``TPESampler(gamma=...)``, which :class:`HyperOptSearch` holds back (the
+#: gamma is HyperOpt's rule, given on purpose).
+TPE_GAMMA_WARNING = r"`gamma` has been deprecated"
 
 
 class HyperOptGamma:
@@ -120,8 +127,9 @@ class HyperOptSearch(OptunaSearch):
             raise ConfigError(f"{owner}: gamma must be a number in (0, 1] (got {gamma!r})")
         from optuna.samplers import TPESampler
 
-        with warnings.catch_warnings():  # Optuna 4.9 deprecated gamma (to go in 6.0; pyproject pins optuna < 6)
-            warnings.filterwarnings("ignore", message=".*`gamma` has been deprecated", category=FutureWarning)
+        # Optuna 4.9 deprecated gamma (to go in 6.0; pyproject pins optuna < 6): that warning alone is held back (a
+        # catch_warnings here was not thread-safe: it swaps the process's warning state, h232)
+        with warning_ignored(FutureWarning, TPE_GAMMA_WARNING):
             sampler = TPESampler(n_startup_trials=int(n_initial_points), gamma=HyperOptGamma(float(gamma)),
                                  n_ei_candidates=EI_CANDIDATES, seed=random_state_seed)
         super().__init__(space=space, metric=metric, mode=mode, points_to_evaluate=points_to_evaluate,

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fluidsalus import space as sp
+from fluidsalus._warnings import warning_ignored
 from fluidsalus.errors import ConfigError, SpaceError
 from fluidsalus.session import callers_stacklevel
 from fluidsalus.tune._config import MODES
@@ -54,6 +55,11 @@ def single_objective(owner: str, algorithm: str, metric: Any, mode: Any) -> None
                           f"single-objective; got metric={metric!r}, mode={mode!r})")
 
 
+#: The start of Optuna's ExperimentalWarning for building a ``GPSampler`` (``optuna._experimental``'s text), which
+#: :func:`gp_sampler` holds back.
+GP_SAMPLER_WARNING = r"GPSampler is experimental"
+
+
 def gp_sampler(seed: int | None, n_startup_trials: int | None = None) -> Any:
     """Optuna's ``GPSampler``, which runs ``BayesOptSearch``, ``AxSearch`` and ``HEBOSearch``.
 
@@ -67,8 +73,9 @@ def gp_sampler(seed: int | None, n_startup_trials: int | None = None) -> Any:
     from optuna.samplers import GPSampler
 
     startup = {} if n_startup_trials is None else {"n_startup_trials": n_startup_trials}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ExperimentalWarning)
+    # (only GPSampler's own ExperimentalWarning is held back: a catch_warnings that ignored the category silenced
+    # every thread's ExperimentalWarnings meanwhile, and was not thread-safe, h232)
+    with warning_ignored(ExperimentalWarning, GP_SAMPLER_WARNING):
         return GPSampler(seed=seed, **startup)
 
 
