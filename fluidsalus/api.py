@@ -31,6 +31,7 @@ import ray
 from ray import cloudpickle as ray_cloudpickle
 
 from fluidsalus import space as sp
+from fluidsalus._exits import ray_started
 from fluidsalus.callbacks import Callback
 from fluidsalus.config import RunSpec, build
 from fluidsalus.errors import ConfigError, SpaceError, StoreError, plural
@@ -117,6 +118,25 @@ def on_resume(hook: Callable[[ExperimentStore, BaseSearcher], None]) -> Any:
         yield
     finally:
         _ON_RESUME.reset(token)
+
+
+#: Set by a front end around :func:`run`: called as ``hook(experiment_dir)`` once a new run's store is created and
+#: locked, before Ray's devices start (a resume does not call it). The Tune front end writes ``tuner.pkl`` in it,
+#: as Ray writes it as ``fit`` begins, so that a driver killed from then on leaves a folder ``Tuner.restore``
+#: continues. What it writes in the folder goes with it where the run removes the folder (an error before any
+#: trial was made).
+_ON_CREATED: contextvars.ContextVar[Callable[[str], None] | None] = \
+    contextvars.ContextVar("fluidsalus_on_created", default=None)
+
+
+@contextlib.contextmanager
+def on_created(hook: Callable[[str], None]) -> Any:
+    """Within it, a new run of :func:`run` calls ``hook`` once its store is created (:data:`_ON_CREATED`)."""
+    token = _ON_CREATED.set(hook)
+    try:
+        yield
+    finally:
+        _ON_CREATED.reset(token)
 
 
 @contextlib.contextmanager
@@ -752,6 +772,9 @@ def _execute(spec: RunSpec, payload: bytes, searcher: BaseSearcher, store: Exper
     executor: Executor | None = None
     started = time.time()
     try:
+        created = _ON_CREATED.get()
+        if created_here and created is not None:  # (a front end's file beside the new store: tuner.pkl)
+            created(exp_dir)
         executor = Executor(payload, searcher, store, device_specs, settings, trials=trials)
         executor.run()
     except KeyboardInterrupt:
@@ -929,13 +952,17 @@ def init_ray(address: str | None = None) -> None:
     handler; unless the call set handlers of its own (Ray's ``LoggingConfig``, from
     ``RAY_LOGGING_CONFIG_ENCODING``, replaces them under Ray Tune too).
 
+    Ray's start changes how the process ends on Ctrl-C and SIGTERM; :func:`fluidsalus._exits.ray_started` makes it
+    end as Python would (exit status 130 after a ``KeyboardInterrupt`` nothing caught, SIGTERM's handler as before).
+
     Args:
         address: As ``ray.init(address=...)``; None for a local Ray or ``$RAY_ADDRESS``.
     """
     ray_logger = logging.getLogger(RAY_LOGGER)
     handlers = list(ray_logger.handlers)
     try:
-        ray.init(address=address, include_dashboard=False, configure_logging=False, log_to_driver=True)
+        with ray_started():  # (Ctrl-C and SIGTERM end the process as Python's: fluidsalus/_exits.py)
+            ray.init(address=address, include_dashboard=False, configure_logging=False, log_to_driver=True)
     finally:
         if not ray_logger.handlers:
             for handler in handlers:

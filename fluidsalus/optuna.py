@@ -1606,6 +1606,17 @@ class _TrialsSideBySideBar(_ProgressBar):
             self.update(elapsed_seconds, study)
 
 
+def _held_distribution(trial: optuna.Trial, name: str) -> BaseDistribution:
+    """The distribution ``trial`` holds for ``name``, which it was just asked for: from the trial's own record, as
+    Optuna's ``Trial`` reads it itself. Its public ``distributions`` deep-copies every distribution of the trial at
+    each read: a read per suggest made a trial of P suggests cost P squared (400 suggests per trial: 16 of 35 s of
+    the driver's time in copying). That property where an Optuna keeps no such record."""
+    held = getattr(getattr(trial, "_cached_frozen_trial", None), "distributions", None)
+    if isinstance(held, dict) and name in held:
+        return held[name]
+    return trial.distributions[name]
+
+
 class _StudyDriver(BaseSearcher):
     """The searcher and call handler of one ``optimize`` call: owns the real study on the driver.
 
@@ -2005,10 +2016,10 @@ class _StudyDriver(BaseSearcher):
             if index is None:  # a value the storage gave back (suggested before): equal, not the same object
                 with contextlib.suppress(ValueError):
                     index = CategoricalDistribution(choices).to_internal_repr(value)
-            return value, trial.distributions[name], index
+            return value, _held_distribution(trial, name), index
         else:
             raise TypeError(f"cannot suggest {name!r} from a {type(distribution).__name__}")
-        return value, trial.distributions[name], None
+        return value, _held_distribution(trial, name), None
 
     def _tell_report(self, trial_id: str, value: float, step: int, mark: tuple[int, int]) -> None:
         """Tell the study one of a trial's reports, unless it was told already (see :data:`KEY_REPORT`)."""

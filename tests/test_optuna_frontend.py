@@ -16,6 +16,9 @@ import math
 import os
 import re
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import traceback
@@ -2500,3 +2503,124 @@ def test_a_verbosity_the_objective_sets_holds_for_the_later_trials_of_its_proces
     assert optuna.logging.get_verbosity() == logging.ERROR
     fo._take_optuna_log_settings(fo._LogSettings(verbosity=logging.WARNING, default_handler=True, propagate=False))
     assert optuna.logging.get_verbosity() == logging.WARNING  # the script's changed (a callback's call): taken
+
+
+#: Seconds the processes of an ended driver's own Ray (its device actors among them) may take to end.
+_ENDED_DRIVERS_RAY_S = 30.0
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+#: The drivers of the test below: each lets fluidsalus start its Ray and marks ``started`` once its trial runs.
+_SIGNALLED_DRIVERS = {
+    "optuna": """
+        import time, optuna
+        import fluidsalus.optuna as fo
+
+        def objective(trial):
+            x = trial.suggest_float("x", 0, 1)
+            open({started!r}, "w").close()
+            time.sleep(60)
+            return x
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        fo.optimize(optuna.create_study(), objective, n_trials=1, storage_path={storage!r}, name="signalled",
+                    verbose=0)
+        """,
+    "tune": """
+        import time
+        from fluidsalus import tune
+
+        def train(config):
+            open({started!r}, "w").close()
+            time.sleep(60)
+            tune.report({{"x": 1}})
+
+        tune.Tuner(train, run_config=tune.RunConfig(storage_path={storage!r}, name="signalled", verbose=0)).fit()
+        """,
+}
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the device processes' state from /proc")
+# (The Tune front end's driver, in _SIGNALLED_DRIVERS too, starts Ray through the same api.init_ray: it ends the
+# same way, h234; its case costs the suite 10 s more, so it is not run by default.)
+@pytest.mark.parametrize("front_end, signum", [
+    ("optuna", signal.SIGINT), ("optuna", signal.SIGTERM),
+    pytest.param("tune", signal.SIGINT, marks=[pytest.mark.slow, pytest.mark.skipif(
+        not os.environ.get("FLUIDSALUS_RUN_SLOW"), reason="set FLUIDSALUS_RUN_SLOW=1")])],
+    ids=["optuna-ctrl_c", "optuna-sigterm", "tune-ctrl_c"])
+def test_a_driver_whose_ray_fluidsalus_started_ends_on_a_signal_as_python_does(ray_cluster, tmp_path, front_end,
+                                                                             signum):
+    """A script of ``fluidsalus.optuna.optimize`` that lets fluidsalus start its Ray ends as the same script of
+    ``study.optimize`` does: a Ctrl-C propagates and the process ends by SIGINT (exit status 130), SIGTERM ends it
+    at once by SIGTERM (143), Python's default. With Ray started, a Ctrl-C ended it with status 1 (Ray's exit
+    handler) and a SIGTERM with 134 (Ray's crash handler aborted it) or 15 (Ray's ``sys.exit`` handler); so did a
+    Ctrl-C that ``Tuner.fit`` raises (here under ``TUNE_DISABLE_SIGINT_HANDLER=1``; Ray Tune's ends with 1). A
+    Ctrl-C still leaves the experiment ``INTERRUPTED`` (a SIGTERM ``RUNNING``, as a killed driver's, which a resume
+    continues), and no device process of it runs on."""
+    storage, started = str(tmp_path / "fluidsalus"), tmp_path / "started"
+    script = textwrap.dedent(_SIGNALLED_DRIVERS[front_end].format(started=str(started), storage=storage))
+    # (fluidsalus connects the driver to the suite's Ray, through RAY_ADDRESS as to a cluster of `ray start`: Ray's
+    # handlers are the same as for a Ray it starts, and the test saves the seconds of a Ray start)
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address,
+           "TUNE_DISABLE_SIGINT_HANDLER": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    try:
+        deadline = time.time() + 120
+        while not started.exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        assert started.exists(), proc.communicate(timeout=60)
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == -signum, stderr[-4000:]
+    store = ExperimentStore.open(os.path.join(storage, "signalled"), readonly=True)
+    try:
+        status = store.experiment()["status"]
+        devices = [event.data["pid"] for event in store.events("device_start")]
+    finally:
+        store.close()
+    assert status == ("INTERRUPTED" if signum == signal.SIGINT else "RUNNING")
+    deadline = time.time() + _ENDED_DRIVERS_RAY_S
+    while any(_alive(pid) for pid in devices) and time.time() < deadline:
+        time.sleep(0.2)
+    assert devices and not any(_alive(pid) for pid in devices)
+
+
+def test_fluidsalus_puts_back_the_sigterm_handler_its_ray_start_replaced_and_registers_its_exit_handler_once(
+        monkeypatch):
+    """Without Ray: :func:`fluidsalus._exits.ray_started` around a start that sets a SIGTERM handler (as
+    ``ray.init`` does) puts the one before back, and registers the exit handler once; the exit handler acts only on
+    an uncaught ``KeyboardInterrupt`` outside an interactive session."""
+    from fluidsalus import _exits
+
+    registered: list[Any] = []
+    monkeypatch.setattr(_exits.atexit, "register", registered.append)
+    monkeypatch.setattr(_exits, "_registered", False)
+    before = signal.getsignal(signal.SIGTERM)
+    for _ in range(2):
+        with _exits.ray_started():
+            signal.signal(signal.SIGTERM, lambda signum, frame: None)  # (ray.init's)
+        assert signal.getsignal(signal.SIGTERM) is before
+    assert registered == [_exits.exit_as_interrupted]
+    monkeypatch.delattr(sys, "last_exc", raising=False)
+    monkeypatch.delitem(sys.modules, "IPython", raising=False)  # (an interactive session's: imported by a test)
+    monkeypatch.setattr(sys, "last_value", KeyboardInterrupt(), raising=False)
+    assert _exits.uncaught_keyboard_interrupt()
+    monkeypatch.setattr(sys, "ps1", ">>> ", raising=False)
+    assert not _exits.uncaught_keyboard_interrupt()
+    monkeypatch.delattr(sys, "ps1")
+    monkeypatch.setattr(sys, "last_value", ValueError(), raising=False)
+    assert not _exits.uncaught_keyboard_interrupt()
+    _exits.exit_as_interrupted()  # (nothing to do: the process goes on)

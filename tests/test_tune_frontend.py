@@ -2374,8 +2374,9 @@ def _reports_once_tuner_state_is_saved(config):
 
 def test_the_tuner_state_is_saved_once_a_trial_starts_before_any_result(ray_cluster, storage: str) -> None:
     """A driver killed after its trials started but before their first result can be restored: ``tuner.pkl`` is
-    written at the first trial's start (Ray writes it as ``fit`` begins; the folder exists here only once the
-    run's store does). Before, it came with the first result."""
+    written as soon as the run's store is made, before the devices start (Ray writes it as ``fit`` begins; the
+    folder exists here only once the run's store does). Before, it came with the first result (then with the first
+    trial's start: ``tests/test_tune_interrupt.py`` kills a driver before it)."""
     _, grid = _run(_reports_once_tuner_state_is_saved, storage, {"wait_s": 10.0})
     (result,) = grid
     assert result.error is None and result.metrics["saved_before_first_result"] is True

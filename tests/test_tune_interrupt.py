@@ -8,6 +8,8 @@
   in the grid and in the callbacks' ``on_experiment_end``, as after Ray's clean-up, while the saved state keeps it
   ``RUNNING`` or ``PENDING``) and the experiment continues to the end; a second Ctrl-C,
   or one with the handler disabled, raises ``KeyboardInterrupt`` and the experiment still continues.
+- A driver SIGKILLed at a chosen point (a subprocess on the shared Ray): a paced ASHA run killed as its devices
+  start, or once its first trials are made, restores to the end an uninterrupted run has.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -301,3 +306,76 @@ def test_tune_run_returns_its_analysis_after_ctrl_c_without_raising_for_unfinish
     done = tune.run(resumable, resume=True, **kwargs)
     assert sorted(t.trial_id for t in done.trials) == sorted(t.trial_id for t in analysis.trials)
     assert all(t.last_result["i"] == RESUMABLE_STEPS for t in done.trials)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A driver killed (SIGKILL) at a chosen point
+# ---------------------------------------------------------------------------------------------------------
+
+#: Trials of the killed paced ASHA run below, and its ``max_concurrent_trials`` (its first batch).
+_PACED_TRIALS, _PACED_CAP = 4, 2
+
+
+def _paced_asha_tuner(storage: str, name: str) -> Tuner:
+    """ASHA under ``max_concurrent_trials``: its first batch is :data:`_PACED_CAP` trials, the rest come as they end."""
+    return Tuner(resumable, param_space={"x": tune.uniform(0, 1)},
+                 tune_config=tune.TuneConfig(num_samples=_PACED_TRIALS, metric="i", mode="max",
+                                             max_concurrent_trials=_PACED_CAP,
+                                             scheduler=tune.schedulers.ASHAScheduler(max_t=RESUMABLE_STEPS)),
+                 run_config=tune.RunConfig(name=name, storage_path=storage, verbose=0))
+
+
+#: Where the driver of the test below kills itself: an ``Executor`` method, and whether after it returned.
+_KILL_POINTS = {"devices_start": ("_start_devices", False), "first_trials": ("_take_groups", True)}
+
+
+# (The kill after the first trials also waits for the killed driver's device processes to end before its resume:
+# about 10 s more, so it runs with FLUIDSALUS_RUN_SLOW=1; both failed before tuner.pkl came with the store.)
+@pytest.mark.parametrize("where", [
+    "devices_start", pytest.param("first_trials", marks=[pytest.mark.slow, pytest.mark.skipif(
+        not os.environ.get("FLUIDSALUS_RUN_SLOW"), reason="set FLUIDSALUS_RUN_SLOW=1")])])
+def test_a_paced_asha_run_killed_before_its_trials_start_restores_to_an_uninterrupted_runs_end(
+        ray_cluster, storage: str, where: str) -> None:
+    """The driver is SIGKILLed as its devices start (its store made, no trial yet) or as soon as its first batch of
+    trials (and its searcher's state) committed, before any of them started. ``tuner.pkl`` was written at the first
+    trial event only, so ``Tuner.restore`` refused the folder (NotRestorableError: not restorable) and
+    ``tune.run(resume=True)`` started a new experiment of another name; it is now written as soon as the run's store
+    is made (Ray writes it as ``fit`` begins), and the restore goes on as if the run had not been interrupted."""
+    from fluidsalus.store import ExperimentStore
+
+    name = "paced_killed"
+    method, after = _KILL_POINTS[where]
+    script = textwrap.dedent(f"""
+        import os, signal, sys, ray
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        from fluidsalus.trialgroup.executor import Executor
+        from test_tune_interrupt import _paced_asha_tuner
+
+        method = getattr(Executor, {method!r})
+
+        def then_die(self, *args, **kwargs):
+            if not {after!r}:
+                os.kill(os.getpid(), signal.SIGKILL)
+            method(self, *args, **kwargs)
+            if self.trials:  # the first batch is in the store: killed before any trial starts
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        setattr(Executor, {method!r}, then_die)
+        ray.init(address={ray_cluster.get_runtime_context().gcs_address!r}, configure_logging=False)
+        _paced_asha_tuner({storage!r}, {name!r}).fit()
+        """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-4000:]
+    path = os.path.join(storage, name)
+    reader = ExperimentStore.open(path, readonly=True)
+    try:
+        made = {t.trial_id: t.status for t in reader.trials()}
+        assert reader.experiment()["status"] == "RUNNING"
+        assert bool(reader.experiment()["searcher_state"]) == bool(made)  # (saved with the first trials)
+    finally:
+        reader.close()
+    assert len(made) == (_PACED_CAP if after else 0) and set(made.values()) <= {"PENDING"}  # (none started)
+    assert Tuner.can_restore(path)
+    grid = Tuner.restore(path, resumable).fit()
+    assert len(grid) == _PACED_TRIALS and grid.num_errors == 0 and set(made) <= {r.trial_id for r in grid}
+    assert ResultGrid.read(path).num_terminated == _PACED_TRIALS

@@ -21,8 +21,9 @@ Tuner.restore(path, ...).fit()                resume=True on the same experiment
                                               applied to the store: see :meth:`Tuner.restore`)
 ============================================  ==============================================
 
-The experiment folder gets a ``tuner.pkl`` (param_space, TuneConfig and RunConfig, as Ray keeps one) once the
-first trial starts, so :meth:`Tuner.restore` can rebuild the same Tuner after a crash.
+The experiment folder gets a ``tuner.pkl`` (param_space, TuneConfig and RunConfig, as Ray keeps one) as soon as
+the run's store is created, before the devices start, so :meth:`Tuner.restore` can rebuild the same Tuner after a
+crash.
 
 As in Ray, the first Ctrl-C (or SIGUSR1) during :meth:`Tuner.fit` stops the trials, saves the experiment and
 returns its results so far, with a warning that says how to resume; a second Ctrl-C raises ``KeyboardInterrupt``,
@@ -56,6 +57,7 @@ from fluidsalus.api import (
     check_same_run,
     end_kept_from_searcher,
     ensure_ray,
+    on_created,
     on_resume,
     raised_trial,
     resume_view,
@@ -334,25 +336,33 @@ def _may_ask_for_checkpoints(engine: list[EngineCallback], ray_style: list[Any])
 
 
 class _SaveOnFirstEvent(EngineCallback):
-    """Writes ``tuner.pkl`` at the first trial's start, result or end (the experiment folder exists then; Ray
-    writes it as ``fit`` begins)."""
+    """Writes ``tuner.pkl`` once: when a new run's store is created, before the devices start
+    (:func:`fluidsalus.api.on_created` calls :meth:`save_once`; Ray writes it as ``fit`` begins), or for a resume at
+    the beginning of the driver loop's first pass, or at a trial's first event if that came first. (It was written at
+    the first trial event only: a driver killed between the commit of the first trials, with their searcher's state,
+    and their start, or during the devices' start, left a store that ``Tuner.restore`` refused and
+    ``tune.run(resume=True)`` left for a new experiment of another name.)"""
 
     def __init__(self, save: Callable[[], None]) -> None:
         self._save: Callable[[], None] | None = save
 
-    def _once(self) -> None:
+    def save_once(self) -> None:
+        """Write it, unless it was written already."""
         if self._save is not None:
             save, self._save = self._save, None
             save()
 
+    def on_step_begin(self) -> None:
+        self.save_once()
+
     def on_trial_start(self, trial_id: str, config: Mapping[str, Any], attempt: int) -> None:
-        self._once()
+        self.save_once()
 
     def on_trial_result(self, trial_id: str, result: Mapping[str, Any]) -> None:
-        self._once()
+        self.save_once()
 
     def on_trial_complete(self, trial_id: str, status: str, result: Mapping[str, Any] | None) -> None:
-        self._once()
+        self.save_once()
 
 
 class _ArmOnFirstStep(EngineCallback):
@@ -922,8 +932,10 @@ class Tuner:
         # are there, and Ray's restore in a process whose Ray is up returns them at a Ctrl-C, h191's F1)
         signals = StopSignals(armed=self._resume)
         try:
-            with signals, space_in_searcher(), on_resume(resume_accepted):  # (config= and num_samples= describe
-                # the plan's searcher)
+            # (space_in_searcher: config= and num_samples= describe the plan's searcher; on_created: tuner.pkl as
+            # soon as the new run's store is made)
+            with signals, space_in_searcher(), on_resume(resume_accepted), \
+                    on_created(lambda folder: saver.save_once()):
                 grid = run(
                     entry,
                     config=planned.space,

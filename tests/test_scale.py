@@ -1,0 +1,230 @@
+"""Costs that must not grow with the size of a sweep: what a driver does per trial, per result or per checkpoint
+reads what that one event needs from the store, not every row of the experiment (each case was quadratic in a
+sweep of thousands, docs/benchmarks.md, "Sweeps that grow"). These check the work done (rows decoded, SQLite
+steps, Python calls, memory), not the time, so they are fast and do not depend on the machine."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+
+from fluidsalus import tune
+from fluidsalus.store import ERROR, TRIAL_DIRNAME_EVENT, ExperimentStore
+from fluidsalus.tune.callback import RayCallbackAdapter
+
+#: Trials of the stores built here: enough that reading every row per trial is far from reading one.
+TRIALS = 12
+
+
+class _ErrorsSeen(tune.Callback):
+    def __init__(self) -> None:
+        self.errors: dict[str, Any] = {}
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self.errors[trial.trial_id] = trial.error
+
+
+def test_a_failed_trials_callbacks_read_that_trial_alone_from_the_store(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = str(tmp_path / "exp")
+    store = ExperimentStore.create(folder, "exp", {}, "score", "max")
+    ids = [f"t{i:02d}" for i in range(TRIALS)]
+    store.add_trials([(trial_id, seq, {"x": seq}) for seq, trial_id in enumerate(ids)])
+    for trial_id in ids:
+        store.update_trial(trial_id, status=ERROR, error=f"ValueError: boom in {trial_id}")
+    decoded = []
+    trials = ExperimentStore.trials
+
+    def counted(self: ExperimentStore, *args: Any, **kwargs: Any) -> Any:
+        rows = trials(self, *args, **kwargs)
+        decoded.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(ExperimentStore, "trials", counted)
+    seen = _ErrorsSeen()
+    adapter = RayCallbackAdapter([seen], folder, "f")
+    for trial_id in ids:
+        adapter.on_trial_start(trial_id, {"x": 0}, 0)
+        adapter.on_trial_complete(trial_id, ERROR, {"score": 1.0, "training_iteration": 1})
+    store.close()
+    # each failure's hook got its own trial's stored error...
+    assert seen.errors == {trial_id: f"ValueError: boom in {trial_id}" for trial_id in ids}
+    # ...from a read of that one row (every row each time made 1,000 failing trials spend 42 of 62 s there)
+    assert sum(decoded) == TRIALS, decoded
+
+
+def test_a_trial_met_for_the_first_time_reads_its_own_folder_and_index_alone(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = str(tmp_path / "exp")
+    store = ExperimentStore.create(folder, "exp", {}, "score", "max")
+    adapter = RayCallbackAdapter([tune.Callback()], folder, "f")
+    read: list[int] = []
+    dirs, seqs = ExperimentStore.trial_dirs, ExperimentStore.trial_seqs
+
+    def counted(method: Any) -> Any:
+        def read_rows(self: ExperimentStore, *args: Any, **kwargs: Any) -> Any:
+            rows = method(self, *args, **kwargs)
+            read.append(len(rows))
+            return rows
+        return read_rows
+
+    monkeypatch.setattr(ExperimentStore, "trial_dirs", counted(dirs))
+    monkeypatch.setattr(ExperimentStore, "trial_seqs", counted(seqs))
+    for seq in range(TRIALS):  # a searcher that creates each trial as a device frees up
+        trial_id = f"t{seq:02d}"
+        store.add_trials([(trial_id, seq, {"x": seq})])
+        adapter.on_trial_start(trial_id, {"x": seq}, 0)
+        adapter.on_trial_result(trial_id, {"score": 1.0, "training_iteration": 1})
+    store.close()
+    assert {t.trial_id: t.path for t in adapter.trials.values()} == {
+        f"t{seq:02d}": f"{folder}/t{seq:02d}" for seq in range(TRIALS)}
+    assert sum(read) == 2 * TRIALS, read  # one folder and one index per trial (all of them each time: quadratic)
+
+
+def _sqlite_steps(store: ExperimentStore, read: Any) -> int:
+    """SQLite virtual-machine steps ``read()`` takes on ``store``'s connection (counted in hundreds): the work of
+    a query, whatever the machine's speed."""
+    steps = [0]
+
+    def step() -> int:
+        steps[0] += 1
+        return 0
+
+    store._conn.set_progress_handler(step, 100)
+    try:
+        read()
+    finally:
+        store._conn.set_progress_handler(None, 0)
+    return steps[0]
+
+
+def test_a_retention_pass_does_not_go_through_the_other_trials_checkpoints(tmp_path) -> None:
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "score", "max")
+    per_trial = 20
+
+    def checkpoints_of(trial_ids: list[str]) -> None:
+        store.add_trials([(trial_id, 0, {}) for trial_id in trial_ids])
+        with store.transaction():
+            for trial_id in trial_ids:
+                for iteration in range(per_trial):
+                    store.add_checkpoint(trial_id, iteration, str(tmp_path / trial_id / f"c{iteration}"), {"s": 1})
+
+    def retention_pass(iteration: int) -> None:  # what num_to_keep does at each checkpoint of the trial
+        store.checkpoints("alone")
+        store.mark_checkpoints_deleted([str(tmp_path / "alone" / f"c{iteration}")])
+
+    checkpoints_of(["alone"])
+    alone = _sqlite_steps(store, lambda: retention_pass(0))
+    checkpoints_of([f"t{i}" for i in range(50)])  # a sweep's 1,000 more checkpoints
+    among_many = _sqlite_steps(store, lambda: retention_pass(1))
+    assert [c["iteration"] for c in store.checkpoints("alone")] == list(range(2, per_trial))
+    # (through every checkpoint of the sweep at each checkpoint of a trial, retention was quadratic)
+    assert among_many <= 2 * alone + 1, (alone, among_many)
+    store.close()
+
+
+def test_reading_a_trials_folder_does_not_go_through_the_other_trials(tmp_path) -> None:
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, "score", "max")
+
+    def named(trial_ids: list[str]) -> None:
+        store.add_trials([(trial_id, 0, {}) for trial_id in trial_ids])
+        store.add_events([(0.0, TRIAL_DIRNAME_EVENT, trial_id, None, {"dirname": f"f_{trial_id}"})
+                          for trial_id in trial_ids])
+
+    named(["alone"])
+    alone = _sqlite_steps(store, lambda: store.trial_dirs("alone"))
+    named([f"t{i}" for i in range(1000)])  # a sweep's other trials, each with its folder's name
+    among_many = _sqlite_steps(store, lambda: store.trial_dirs("alone"))
+    assert store.trial_dirs("alone") == {"alone": str(tmp_path / "exp" / "f_alone")}
+    # (the Tune front end's callbacks read each trial's folder as they first meet it: through every trial's
+    # event, 5,000 trials spent 10 s there)
+    assert among_many <= 2 * alone + 1, (alone, among_many)
+    store.close()
+
+
+def test_a_store_written_before_the_indices_by_trial_gets_them_when_opened_for_writing(tmp_path) -> None:
+    folder = str(tmp_path / "exp")
+    ExperimentStore.create(folder, "exp", {}, "score", "max").close()
+    names = {"checkpoints_by_trial", "checkpoints_by_path", "events_by_trial"}
+    indices = f"SELECT name FROM sqlite_master WHERE name IN ({', '.join(repr(name) for name in names)})"
+    with ExperimentStore.open(folder) as store:
+        assert {row[0] for row in store._conn.execute(indices)} == names
+        for name in names:  # (as an earlier version wrote the store)
+            store._conn.execute(f"DROP INDEX {name}")
+    with ExperimentStore.open(folder, readonly=True) as store:  # a reader changes nothing
+        assert not store._conn.execute(indices).fetchall()
+    with ExperimentStore.open(folder) as store:
+        assert {row[0] for row in store._conn.execute(indices)} == names
+
+
+def _python_calls(work: Any) -> int:
+    """Python function calls ``work()`` makes: its work, whatever the machine's speed."""
+    calls = [0]
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            calls[0] += 1
+
+    sys.setprofile(count)
+    try:
+        work()
+    finally:
+        sys.setprofile(None)
+    return calls[0]
+
+
+def test_a_suggest_answered_by_the_optuna_front_ends_driver_does_not_copy_the_trials_other_parameters() -> None:
+    import optuna
+    from optuna.distributions import FloatDistribution, IntDistribution
+
+    import fluidsalus.optuna as fo
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    driver = fo._StudyDriver(study, None, None, [], "unit")
+    assert driver._on_start("unit-0") is not None
+
+    def suggest(name: str) -> None:
+        value, held, _ = driver._on_suggest("unit-0", name, FloatDistribution(0.0, 1.0))
+        assert held == FloatDistribution(0.0, 1.0) and 0.0 <= value <= 1.0
+
+    second = _python_calls(lambda: suggest("x1"))  # (the first may set things up)
+    for i in range(2, 10 * TRIALS):
+        suggest(f"x{i}")
+    late = _python_calls(lambda: suggest("late"))
+    # (each answer deep-copied every distribution the trial held: a trial's suggests cost the square of their
+    # number, 400 of them 16 s of the driver's time)
+    assert late <= 1.5 * second, (second, late)
+    # the distribution answered is the one the trial holds: the first one asked for a name asked again
+    assert driver._on_suggest("unit-0", "n", IntDistribution(0, 10))[1] == IntDistribution(0, 10)
+    with pytest.warns(RuntimeWarning, match="Inconsistent parameter values"):  # (Optuna's, as in its own trial)
+        assert driver._on_suggest("unit-0", "n", IntDistribution(0, 20))[1] == IntDistribution(0, 10)
+
+
+def test_a_callback_hook_makes_nothing_the_size_of_the_sweep(tmp_path) -> None:
+    import tracemalloc
+
+    trials = 2000
+    seen: list[Any] = []
+
+    class Seeing(tune.Callback):
+        def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
+                            **info: Any) -> None:
+            seen.append(len(trials))
+
+    adapter = RayCallbackAdapter([Seeing()], str(tmp_path), "f")
+    for i in range(trials):
+        adapter.on_trial_start(f"t{i}", {"x": i}, 0)
+    adapter.on_trial_result("t0", {"score": 1.0, "training_iteration": 1})  # (its first: made once)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        adapter.on_trial_result("t0", {"score": 2.0, "training_iteration": 2})
+        grew = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert seen == [trials, trials]  # every trial, to each hook
+    # (a list of every trial was made for each hook call, 8 bytes a trial: the hooks of a sweep were quadratic)
+    assert grew < 8 * trials / 2, grew
