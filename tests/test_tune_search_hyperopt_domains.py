@@ -260,6 +260,24 @@ def test_a_negative_sigma_or_a_q_not_above_0_is_refused_when_the_search_is_built
         HyperOptSearch(space={"a": dist(hp)}, metric="m", mode="min")
 
 
+def test_hyperopt_arguments_given_by_name_are_read_as_hyperopt_reads_them() -> None:
+    """``hp.normal("a", mu=1, sigma=0.1)``, ``hp.uniformint("n", 1, high=10)`` (Ray's own style) and the like run in
+    Ray's HyperOptSearch; they raised an IndexError (at the first suggestion, and for a normal or a q-distribution
+    when the search was built), and a ``q <= 0`` given by name was shown against the wrong argument."""
+    hp = pytest.importorskip("hyperopt").hp
+    space = {"u": hp.uniform("u", low=2, high=3), "l": hp.loguniform("l", low=-3, high=0),
+             "n": hp.normal("n", mu=1, sigma=0.1), "m": hp.qlognormal("m", 0, sigma=1, q=2),
+             "i": hp.uniformint("i", 1, high=10), "r": hp.randint("r", low=2, high=5)}
+    for config in _hyperopt_configs(space, 20):
+        assert 2 <= config["u"] <= 3 and math.exp(-3) <= config["l"] <= 1 and 0 <= config["m"] and config["m"] % 2 == 0
+        assert abs(config["n"] - 1) < 0.8 and type(config["i"]) is int and 1 <= config["i"] <= 10
+        assert 2 <= config["r"] <= 4
+    with pytest.raises(ConfigError, match=r"parameter 'a': hp.quniform\('a', low=0, high=10, q=0\): q must"):
+        HyperOptSearch(space={"a": hp.quniform("a", low=0, high=10, q=0)})
+    with pytest.raises(ConfigError, match=r"parameter 'a': hp.qnormal\('a', mu=0, sigma=-1, q=1\): sigma must"):
+        HyperOptSearch(space={"a": hp.qnormal("a", mu=0, sigma=-1, q=1)})
+
+
 def test_a_hyperopt_label_named_as_a_normals_quantile_is_refused() -> None:
     """Both were the Optuna parameter ``"a:quantile"``: the normal's value was computed from the uniform's draw."""
     hp = pytest.importorskip("hyperopt").hp
@@ -306,6 +324,33 @@ def test_a_choice_whose_options_hold_parameters_is_searched_as_rays_hyperopt_sea
     with pytest.raises(ConfigError, match=r"^HyperOptSearch: evaluated points cannot be added to a space with a "
                                           r"choice whose options hold parameters"):
         plan(TuneConfig(num_samples=2, search_alg=search), {})
+
+
+def test_a_rounded_log_scale_in_a_conditional_space_is_drawn_on_its_log_scale() -> None:
+    """A ``qloguniform`` or ``qlograndint`` (``q > 1``) anywhere in a space with such a choice was asked as a uniform
+    over its bounds (a median lr of 0.49 for ``qloguniform(1e-4, 1, 1e-4)``, h236's qlog_in_conditional.py), where Ray's
+    ``hp.qloguniform`` and the flat space draw it log-uniformly."""
+    space = {"lr": tune.qloguniform(1e-4, 1, 1e-4),
+             "x": tune.choice([{"n": tune.qlograndint(1, 10000, 5)}, {"b": 2}])}
+    searcher = plan(TuneConfig(metric="m", mode="min", num_samples=40,
+                               search_alg=HyperOptSearch(random_state_seed=0)), space).searcher
+    searcher.propose(40)
+    log_scales = {name: (d.low, d.high, d.log) for t in searcher.study.trials for name, d in t.distributions.items()
+                  if name in ("lr", "x/n")}
+    assert log_scales == {"lr": (1e-4, 1.0, True), "x/n": (1.0, 10000.0, True)}
+
+
+def test_a_chosen_options_dicts_have_their_keys_sorted_as_rays_and_the_rest_keeps_the_spaces_order() -> None:
+    """Ray's Tuner gives ``{"z": 1, "x": {"b": {"c": 3, "y": 2}, "k": 1, "m": 0.38}, "o": {...}}`` for this space
+    (h236's ray_tuner_order.py): HyperOpt's ``dict`` node sorts the keys of a chosen option's dicts, and the rest
+    of the configuration is the space's, in its order. The option's dicts kept the space's order until h236."""
+    space = {"z": 1, "x": tune.choice([{"m": tune.uniform(0, 1), "k": 1, "b": {"y": 2, "c": 3}}, 5]),
+             "o": {"s": tune.uniform(0, 1), "e": 2}}
+    searcher = plan(TuneConfig(metric="m", mode="min", num_samples=12, search_alg=HyperOptSearch(random_state_seed=0)),
+                    space).searcher
+    configs = [c for c in searcher.propose(12).configs if c["x"] != 5]
+    assert configs and all(list(c) == ["z", "x", "o"] and list(c["o"]) == ["s", "e"] for c in configs)
+    assert all(list(c["x"]) == ["b", "k", "m"] and list(c["x"]["b"]) == ["c", "y"] for c in configs)
 
 
 def test_a_tuner_runs_hyperopt_search_over_a_choice_whose_options_hold_parameters(ray_cluster, storage) -> None:

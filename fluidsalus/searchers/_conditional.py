@@ -16,6 +16,9 @@ the names of the Optuna parameters:
 - any other domain, wherever it is: its key path, with the distribution it has in a space without such a choice
   (:func:`fluidsalus.space.to_optuna_distribution`, or its transform, :mod:`fluidsalus.searchers._transformed`).
 
+The configuration keeps the space's key order, except in the value of a chosen option, whose dicts have their keys
+sorted as Ray's (HyperOpt's ``dict`` node sorts them).
+
 Pure logic: no Ray, no study.
 """
 
@@ -129,12 +132,11 @@ class ConditionalSpace:
         if _is_conditional(value):
             index = trial.suggest_categorical(label, list(range(len(value.categories))))
             option = value.categories[index]
-            return self._value(option, _option_label(label, index, option), trial)
+            return _sorted_dicts(self._value(option, _option_label(label, index, option), trial))
         if isinstance(value, sp.Domain):
             transformed = self.transformed.get(label)
-            if transformed is not None:
-                bounds = transformed.distribution
-                param = trial.suggest_float(transformed.optuna_name, bounds.low, bounds.high)  # type: ignore[attr-defined]
+            if transformed is not None:  # (a rounded log scale is asked on its log scale, as the flat space asks it)
+                param = _suggest(trial, transformed.optuna_name, transformed.distribution)
                 return self._given.value(transformed, param)
             return _suggest(trial, label, self.distributions[label])
         return sp.to_python(copy.deepcopy(value))
@@ -201,6 +203,23 @@ class ConditionalSpace:
             out[label] = value
         elif value != node:
             raise ValueError(f"'{label}' = {value!r} but the space fixes it to {node!r}")
+
+
+def _sorted_dicts(value: Any) -> Any:
+    """``value`` with the keys of its dicts (at any depth) sorted, as the value of a chosen option comes from Ray's
+    ``HyperOptSearch`` (HyperOpt's ``dict`` node sorts its keys); a dict whose keys cannot be compared keeps its
+    order."""
+    if isinstance(value, dict):
+        try:
+            keys = sorted(value)
+        except TypeError:
+            keys = list(value)
+        return {key: _sorted_dicts(value[key]) for key in keys}
+    if isinstance(value, list):
+        return [_sorted_dicts(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_sorted_dicts(item) for item in value)
+    return value
 
 
 def _contains(distribution: BaseDistribution, value: Any) -> bool:

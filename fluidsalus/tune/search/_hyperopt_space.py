@@ -34,9 +34,12 @@ __all__ = ["HyperOptSpace", "is_hyperopt_expression"]
 _NORMALS = {"normal": "normal", "qnormal": "normal", "lognormal": "lognormal", "qlognormal": "lognormal"}
 #: HyperOpt's uniform distributions rounded to ``q``.
 _ROUNDED = ("quniform", "qloguniform")
-#: The arguments of the distributions whose arguments are checked, as HyperOpt names them.
-_ARGUMENTS = {"normal": ("mu", "sigma"), "qnormal": ("mu", "sigma", "q"), "lognormal": ("mu", "sigma"),
-              "qlognormal": ("mu", "sigma", "q"), "quniform": ("low", "high", "q"), "qloguniform": ("low", "high", "q")}
+#: The arguments of HyperOpt's distributions in their order, as ``hyperopt.pyll.stochastic`` names them: one given
+#: by name (``hp.normal("a", mu=0, sigma=1)``, ``hp.uniformint("n", 1, high=10)``) takes its place among them.
+_ARGUMENTS = {"uniform": ("low", "high"), "quniform": ("low", "high", "q"), "loguniform": ("low", "high"),
+              "qloguniform": ("low", "high", "q"), "normal": ("mu", "sigma"), "qnormal": ("mu", "sigma", "q"),
+              "lognormal": ("mu", "sigma"), "qlognormal": ("mu", "sigma", "q"), "randint": ("low", "high"),
+              "categorical": ("p",)}
 
 
 def is_hyperopt_expression(value: Any) -> bool:
@@ -98,10 +101,8 @@ class HyperOptSpace:
             elif dist.name in _ROUNDED:
                 check_step(float(self._args(dist)[1]))
         except (TypeError, ValueError) as exc:
-            args, q = self._args(dist)
-            names = _ARGUMENTS[dist.name]
-            values = args if len(args) >= len(names) else [*args, q]  # (q given by name)
-            given = ", ".join(f"{name}={value!r}" for name, value in zip(names, values, strict=False))
+            args, _ = self._args(dist)
+            given = ", ".join(f"{name}={value!r}" for name, value in zip(_ARGUMENTS[dist.name], args, strict=False))
             raise ConfigError(f"{self.owner}: parameter {label!r}: hp.{dist.name}({label!r}, {given}): {exc}") from exc
 
     def __getstate__(self) -> dict[str, Any]:
@@ -181,10 +182,17 @@ class HyperOptSpace:
         raise ConfigError(f"{self.owner}: the distribution {name!r} of parameter {label!r} has no Optuna equivalent")
 
     def _args(self, dist: Any) -> tuple[list[Any], Any]:
-        """A distribution node's evaluated positional arguments, and its ``q`` (None if it has none)."""
+        """A distribution node's evaluated arguments in :data:`_ARGUMENTS`'s order (those given by name in their
+        places), and its ``q`` (None if it has none)."""
         args = [self._node(arg, None) for arg in dist.pos_args]
         kwargs = {name: self._node(arg, None) for name, arg in dist.named_args}
-        return args, kwargs.get("q", args[2] if len(args) > 2 else None)
+        names = _ARGUMENTS.get(dist.name, ())
+        for name in names[len(args):]:
+            if name not in kwargs:
+                break
+            args.append(kwargs[name])
+        q = args[names.index("q")] if "q" in names and len(args) > names.index("q") else kwargs.get("q")
+        return args, q
 
     def _normal(self, label: str, dist: Any) -> TransformedParam:
         """The transformed parameter of ``hp.normal``, ``qnormal``, ``lognormal`` or ``qlognormal``."""
