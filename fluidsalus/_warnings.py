@@ -8,7 +8,9 @@ filter another thread added meanwhile is dropped, or a block's filter stays for 
 
 :func:`warning_ignored` holds back only the warning in question (its category *and* the start of its text) and
 changes nothing else: one filter is put first in the list and that same object taken out after. A warning of
-another text, from any thread, goes where it went before.
+another text, from any thread, goes where it went before. :func:`category_ignored` does the same for a whole
+category, where a library holds back a category alone (Optuna's ``ExperimentalWarning`` around its stale-trial
+check).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import contextlib
 import re
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
-__all__ = ["filters_mutated", "warning_ignored"]
+__all__ = ["category_ignored", "filters_mutated", "warning_ignored"]
 
 
 def filters_mutated() -> None:
@@ -55,7 +58,30 @@ def warning_ignored(category: type[Warning], message: str) -> Iterator[None]:
     if not message:
         raise ValueError("warning_ignored: message must name the warning held back (got an empty message, which "
                          "would hold back every warning of the category)")
-    entry = ("ignore", re.compile(message, re.IGNORECASE), category, None, 0)
+    with _held_back(("ignore", re.compile(message, re.IGNORECASE), category, None, 0)):
+        yield
+
+
+@contextlib.contextmanager
+def category_ignored(category: type[Warning]) -> Iterator[None]:
+    """Ignore every warning of ``category`` inside the block, from whichever thread gives it, as a library does
+    around a call of its own (Optuna's ``_run_trial`` ignores ``ExperimentalWarning`` around its stale-trial check):
+    only where no text names the warnings in question (else :func:`warning_ignored`). The filter goes in and out
+    as :func:`warning_ignored`'s does.
+
+    Args:
+        category: The warnings' class (its subclasses match too).
+    """
+    with _held_back(("ignore", None, category, None, 0)):
+        yield
+
+
+@contextlib.contextmanager
+def _held_back(entry: tuple[Any, ...]) -> Iterator[None]:
+    """Put ``entry`` first in the filter list inside the block and take it out after, from that list and from the
+    one in place then (another thread's ``catch_warnings`` may have swapped it meanwhile), each with one
+    ``list.remove`` (a step under the interpreter's lock: an index found first could name another thread's filter
+    by the time it is deleted)."""
     target = warnings.filters
     target.insert(0, entry)
     filters_mutated()

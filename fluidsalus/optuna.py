@@ -93,7 +93,7 @@ from optuna.trial import BaseTrial, FrozenTrial, TrialState
 from ray import cloudpickle
 
 from fluidsalus import session
-from fluidsalus._warnings import filters_mutated
+from fluidsalus._warnings import category_ignored, filters_mutated
 from fluidsalus.api import run
 from fluidsalus.config import resolve_storage_path
 from fluidsalus.errors import (
@@ -823,24 +823,6 @@ class _WarningRecorder:
             yield log
         finally:
             self._local.log = None
-
-
-@contextlib.contextmanager
-def _experimental_warnings_ignored() -> Iterator[None]:
-    """Ignore Optuna's ExperimentalWarning inside the block, as Optuna's ``_run_trial`` does around its stale-trial
-    check, without ``warnings.catch_warnings``: one filter is inserted first and that same object removed after (the
-    list is not saved and put back, so a thread that changes the filters meanwhile keeps its change)."""
-    entry = ("ignore", None, optuna.exceptions.ExperimentalWarning, None, 0)
-    warnings.filters.insert(0, entry)
-    filters_mutated()
-    try:
-        yield
-    finally:
-        for i, other in enumerate(warnings.filters):
-            if other is entry:
-                del warnings.filters[i]
-                break
-        filters_mutated()
 
 
 def _warn_again(warned: Sequence[Warning]) -> None:
@@ -1975,7 +1957,7 @@ class _StudyDriver(BaseSearcher):
                 # the storage's stale-trial callback) under warnings.catch_warnings, which swaps the process's
                 # warning state: not thread-safe beside the call threads' sampler calls (see _WarningRecorder).
                 # One filter is put first and that same one taken out: nothing of another thread is put back.
-                with _experimental_warnings_ignored():
+                with category_ignored(optuna.exceptions.ExperimentalWarning):
                     optuna.storages.fail_stale_trials(self.study)
             trial = self.study.ask()
         except Exception as e:  # noqa: BLE001 - a storage or sampler error ends the optimisation, as in Optuna

@@ -392,8 +392,7 @@ def test_the_report_has_rays_lines_around_the_table_the_scheduler_resources_logd
 def test_a_started_trial_shows_where_it_runs_before_its_first_result_as_rays():
     """Ray's ``loc`` shows a started trial's actor (``192.0.2.2:312``) before its first result (h232's ``sbs.py
     loc``); fluidsalus's was empty until the first result. The engine tells where the attempt was placed (its
-    device process's node ip and pid, ``on_trial_placed``) before its start; a result's location comes first, and
-    an ended trial with no result shows none (Ray forgets its location)."""
+    device process's node ip and pid, ``on_trial_placed``) before its start; a result's location comes first."""
     from fluidsalus.tune.callback import RayCallbackAdapter
     from fluidsalus.tune.progress_reporter import _location
 
@@ -407,10 +406,57 @@ def test_a_started_trial_shows_where_it_runs_before_its_first_result_as_rays():
     assert _location(trial) == "pid=7"
     trial.last_result = {"node_ip": "192.0.2.3", "pid": 55}
     assert _location(trial) == "192.0.2.3:55"  # (the result's first, as Ray's)
-    trial.last_result, trial.status = None, "TERMINATED"
-    assert _location(trial) == ""
     adapter.on_trial_start("t1", {"lr": 0.2}, 0)  # (not placed: an engine that does not tell)
     assert adapter.trials["t1"].location is None and _location(adapter.trials["t1"]) == ""
+
+
+@pytest.mark.parametrize("status", ["TERMINATED", "ERROR"])
+def test_an_ended_trial_with_no_result_keeps_where_it_ran_as_rays(status: str):
+    """Ray's ``trial.last_result`` before any result is its actor's auto-filled metrics (``node_ip``, ``pid``), so
+    a trial that ended (or failed) without a result keeps its ``loc`` in every later table (h237's ``sbs_loc.py
+    noreport``: ``| TERMINATED | 192.0.2.2:8433 |``; ``err``: ``| ERROR | 192.0.2.2:4442 |``); h232's reporter
+    showed an empty cell for an ended trial. A retried attempt shows where it runs now (``died``: the new pid)."""
+    from fluidsalus.tune.callback import RayCallbackAdapter
+    from fluidsalus.tune.progress_reporter import _location
+
+    adapter = RayCallbackAdapter([], "/nowhere", "train")
+    adapter.on_trial_placed("t0", "192.0.2.9", 4242)
+    adapter.on_trial_start("t0", {"lr": 0.1}, 0)
+    adapter.on_trial_placed("t0", "192.0.2.9", 4343)  # (its retry, in a new device process)
+    adapter.on_trial_start("t0", {"lr": 0.1}, 1)
+    trial = adapter.trials["t0"]
+    assert _location(trial) == "192.0.2.9:4343"
+    adapter.on_trial_complete("t0", status, None)
+    assert trial.status == status and _location(trial) == "192.0.2.9:4343"
+
+
+def test_a_retried_trials_recover_hook_sees_where_it_failed_as_rays(tmp_path):
+    """Ray calls ``on_trial_recover`` as the failed attempt ends: the trial is ``PENDING`` and its ``loc`` is still
+    the failed actor's (h237's ``sbs_loc.py died``: ``| PENDING | 192.0.2.2:3356 |``, the new pid once it runs
+    again). fluidsalus calls it as the retry starts, and h232 set the new attempt's location before it: the recover
+    hook's reporter showed the new process as the failed one's. The new location now comes after that hook."""
+    from fluidsalus.store import TRIAL_RESTART_EVENT, ExperimentStore
+    from fluidsalus.tune.callback import Callback, RayCallbackAdapter
+    from fluidsalus.tune.progress_reporter import _location
+
+    seen: list[tuple[str, str, str]] = []
+
+    class Locations(Callback):
+        def on_trial_recover(self, iteration, trials, trial, **info):
+            seen.append(("recover", trial.status, _location(trial)))
+
+        def on_trial_start(self, iteration, trials, trial, **info):
+            seen.append(("start", trial.status, _location(trial)))
+
+    ExperimentStore.create(str(tmp_path), "retried", {}, "loss", "min").add_events(
+        [(time.time(), TRIAL_RESTART_EVENT, "t0", None, {"attempt": 1, "reason": "retry"})])
+    adapter = RayCallbackAdapter([Locations()], str(tmp_path), "train")
+    adapter.on_trial_placed("t0", "192.0.2.9", 4242)
+    adapter.on_trial_start("t0", {"lr": 0.1}, 0)
+    adapter.on_trial_placed("t0", "192.0.2.9", 4343)  # (its retry, in a new device process)
+    adapter.on_trial_start("t0", {"lr": 0.1}, 1)
+    assert seen == [("start", "PENDING", "192.0.2.9:4242"), ("recover", "PENDING", "192.0.2.9:4242"),
+                    ("start", "PENDING", "192.0.2.9:4343")]
 
 
 def _pruned_search(**kwargs: Any) -> Any:

@@ -144,3 +144,32 @@ def test_the_filter_is_taken_out_of_a_list_another_thread_swapped_and_its_filter
     with pytest.raises(ValueError, match="message must name the warning"):
         with warning_ignored(UserWarning, ""):
             pass
+
+
+def test_the_stale_trial_checks_ignore_is_taken_out_of_a_list_another_thread_swapped(monkeypatch, tmp_path):
+    """``fluidsalus.optuna`` ignores Optuna's ExperimentalWarning around its stale-trial check (as Optuna's
+    ``_run_trial``), while trials run. Its filter was taken out of the list in place at the block's end only (an
+    index found, then deleted: another thread's filter inserted in between was deleted instead): another thread's
+    ``catch_warnings`` opened inside the block and closed after put back the list that still held it, and every
+    ExperimentalWarning of the process was ignored from then on (h237). It now goes out as ``warning_ignored``'s."""
+    import optuna
+    from optuna.exceptions import ExperimentalWarning
+
+    from fluidsalus.optuna import _StudyDriver, _TrialsSideBySideBar
+
+    with warnings.catch_warnings():  # (the heartbeat is Optuna's experimental feature: its warning, in the test)
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/study.db", heartbeat_interval=60)
+    study = optuna.create_study(storage=storage)
+    other = warnings.catch_warnings()  # (another thread's block: entered inside the check, left after it)
+    monkeypatch.setattr(optuna.storages, "fail_stale_trials", lambda study: other.__enter__())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        driver = _StudyDriver(study, 1, None, [], "stale", _TrialsSideBySideBar(False, 1, None))
+        try:
+            assert driver._on_start("t0") is not None
+        finally:
+            driver.close()  # (the trial's heartbeat thread)
+        other.__exit__(None, None, None)
+        warnings.warn("an experimental feature, later", ExperimentalWarning, stacklevel=1)
+    assert _seen(caught, "experimental feature") == ["an experimental feature, later"]

@@ -689,13 +689,14 @@ class RayCallbackAdapter(EngineCallback):
     def on_trial_start(self, trial_id: str, config: Mapping[str, Any], attempt: int) -> None:
         trial, new = self._info(trial_id, config)
         trial.config = dict(config)
-        trial.location = self._placed.pop(trial_id, None)  # (as Ray's trial has it once its actor runs)
+        placed = self._placed.pop(trial_id, None)
         restart = self._restart(trial_id, attempt) if attempt > 0 else None
         if not new and not trial.is_finished() and (restart or {}).get("reason") == _RETRY_REASON:
             trial.num_failures += 1
             trial.status = PENDING
             self.iteration += 1
-            self._call_trial("on_trial_recover", trial)
+            self._call_trial("on_trial_recover", trial)  # (where the failed attempt ran, as Ray's at the failure)
+        trial.location = placed  # (as Ray's trial has it once its actor runs)
         self._start(trial, attempt)
         self._restoring.discard(trial_id)
         if self._resumes_from_checkpoint(trial_id, attempt, restart):

@@ -85,8 +85,6 @@ AUTO_FILLED = frozenset({
 INFERRED_TYPES = frozenset({int, float, np.float32, np.float64, np.int32, np.int64, type(None)})
 #: Trial statuses in the order their rows come (running trials first, as Ray shows them).
 _STATUS_ORDER = ("RUNNING", "PAUSED", "PENDING", "TERMINATED", "ERROR")
-#: The statuses of an ended trial: Ray forgets its location (a ``loc`` from its last result only).
-_ENDED = frozenset({"TERMINATED", "ERROR"})
 
 
 class ProgressReporter:
@@ -499,13 +497,15 @@ def _duration(seconds: float) -> str:
 
 def _location(trial: Any) -> str:
     """The ``loc`` cell of a trial, as Ray's (``_Location``): ``<node ip>:<pid>`` of the process that ran it (its
-    device actor's), from its last result, else, for a trial that runs (not ended), where its attempt was placed
-    (:attr:`~fluidsalus.tune.callback.TrialInfo.location`, from its start, as Ray shows a started trial's actor; it
-    was empty until the first result until h232); ``pid=<pid>`` where the node's name is this machine's (Ray
-    compares the IP with ``platform.node()``); empty for a pending trial, and an ended one with no result."""
+    device actor's), from its last result, else where its latest attempt was placed
+    (:attr:`~fluidsalus.tune.callback.TrialInfo.location`, from its start, whatever its status since: Ray's
+    ``trial.last_result`` before a result is its actor's auto-filled metrics, its ``node_ip`` and ``pid``, kept
+    once the trial ends or waits for a retry; empty until the first result until h232, and for an ended trial
+    with no result until h237); ``pid=<pid>`` where the node's name is this machine's (Ray
+    compares the IP with ``platform.node()``); empty for a trial never placed."""
     result = getattr(trial, "last_result", None) or {}
     node, pid = result.get("node_ip"), result.get("pid")
-    if not (node and pid) and getattr(trial, "status", None) not in _ENDED:
+    if not (node and pid):
         node, pid = getattr(trial, "location", None) or (None, None)
     if not (node and pid):
         return ""
