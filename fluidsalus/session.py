@@ -314,6 +314,8 @@ class IterationClock:
         self._excluded = 0.0  # seconds of the current iteration the trial was away, in spells that ended
         self._away = 0  # threads of the trial away now
         self._away_since = now  # when the current spell away began (some thread stepped away while none was)
+        #: The last spell away that ended (its start and end): a step's wait told after the fact may overlap it.
+        self._last_spell_start = self._last_spell_end = now
 
     def start(self, now: float) -> None:
         """Start over at ``now`` (the trial first holds its lane's turn: the time before is no iteration's)."""
@@ -333,19 +335,27 @@ class IterationClock:
             self._away -= 1
             if self._away == 0:
                 self._excluded += self._spell_locked(now)
+                self._last_spell_start, self._last_spell_end = self._away_since, now
 
     def exclude(self, start: float, end: float) -> None:
         """A thread of the trial was away from ``start`` to ``end`` and is back, told after the fact: a
-        ``fluidsalus.step()``, which seldom waits (only when its quantum is up and a neighbour takes the lane), so
-        it costs one update where :meth:`step_away` and :meth:`come_back` cost two. What an ongoing spell of other
-        threads covers, and what fell in an iteration a report ended since, is not taken again. (While a step
-        hands the lane on, it holds the trial's turn operations, :class:`SharedTurn`: no other thread steps away
-        or comes back from a call meanwhile; a report's part of it before that report counts in the iteration it
-        ends.)"""
+        ``fluidsalus.step()``, which seldom waits (only when its quantum is up and a neighbour takes the lane, or
+        while another thread is away: it waits for the trial's turn back), so it costs one update where
+        :meth:`step_away` and :meth:`come_back` cost two. What an ongoing spell of other threads covers, what the
+        last spell that ended covers (a step that waited for a thread's call to come back is told after that
+        thread came back: the spell was taken off already), and what fell in an iteration a report ended since,
+        is not taken again. (While a step hands the lane on, it holds the trial's turn operations,
+        :class:`SharedTurn`: no other thread steps away or comes back from a call meanwhile; a report's part of
+        it before that report counts in the iteration it ends.)"""
         with self._lock:
+            start = max(start, self._began)
             if self._away:
                 end = min(end, self._away_since)
-            self._excluded += max(0.0, end - max(start, self._began))
+            seconds = end - start
+            if self._last_spell_end > start:  # (a spell ended during the wait: its part was counted already)
+                seconds -= max(0.0, min(end, self._last_spell_end) - max(start, self._last_spell_start))
+            if seconds > 0.0:
+                self._excluded += seconds
 
     def lap(self, now: float, away_after: bool = False) -> float:
         """End the current iteration at ``now`` (a report) and return its seconds; the next one begins there.
@@ -957,7 +967,14 @@ class TrialSession:
                     if self.stopped_by_rule:
                         self._wait_delivered()
                     raise self._stop()
-                if verdict and self._wait_verdict(iteration):
+                try:
+                    stopped_at_verdict = verdict and self._wait_verdict(iteration)
+                except StopTrial:
+                    # The host ended the trial during the wait (its shutdown answers the calls waiting so): a stop
+                    # as any other, so that a report of another thread waiting for this one is dropped.
+                    self.stopped = True
+                    raise
+                if stopped_at_verdict:
                     # The searcher (or the driver's copy of the stopper) stopped it at this result (its lane's turn went
                     # away meanwhile): a class Trainable's end save goes with it, as with any stop that ends the trial
                     # (the driver's stopper's stops lost theirs: a review)

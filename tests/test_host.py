@@ -2240,8 +2240,10 @@ def test_a_thread_waiting_for_its_trials_turn_back_as_the_trial_ends_gets_that_e
         assert returns.wait(WAIT_S)
 
     host = DeviceHost(f, _settings(max_lanes=1))
-    host.submit([_spec(tmp_path, 0, name="t0"), _spec(tmp_path, 1, name="t1")])
+    # t1 only once t0's thread is in its call (submitted together, t1 could take the lane's first turn and hold it)
+    host.submit([_spec(tmp_path, 0, name="t0")])
     call = next(e for e in _poll_until(host, lambda e: e[0] == "call") if e[0] == "call")
+    host.submit([_spec(tmp_path, 1, name="t1")])
     assert t1_runs.wait(WAIT_S)  # t0's thread gave the turn up for its call: t1 has it
     host.answer(call[4], "answer")
     deadline = time.time() + WAIT_S

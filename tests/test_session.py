@@ -827,6 +827,37 @@ def test_threads_away_at_once_take_that_time_off_the_iteration_once(tmp_path, mo
     assert [r["time_this_iter_s"] for r in got] == [3.0]
 
 
+@pytest.mark.parametrize("first", ["call back", "step back"])
+def test_a_step_that_waits_for_a_calls_return_takes_that_time_off_once_whichever_is_told_first(
+        tmp_path, monkeypatch, first):
+    """Thread A waits for the driver from 1 to 8; thread S reaches a ``fluidsalus.step()`` at 3, which waits for
+    the trial's turn, taken back at 8 by A. The trial was away from 1 to 8, once: the report at 10 is an iteration
+    of 3 s. A step tells the clock of its wait after the fact: told after A's return, which had taken the spell
+    off already, it took its own part of it off again (5 s more: ``time_this_iter_s`` came out at 0, -2 before
+    the clock had a lock)."""
+    session, got, clock = _timed_session(tmp_path, monkeypatch)
+    answer = threading.Event()
+    session._caller = lambda method, args, label: answer.wait(5.0)
+    clock.now = 1.0
+    a = _in_thread(lambda: session.call("ask"))
+    _until(lambda: a.ident in clock.readers)  # (A has stepped away, reading the clock)
+    clock.now = 3.0
+    s = _in_thread(session.step)
+    _until(lambda: s.ident in clock.readers)  # (S's step began, and waits for the trial's turn)
+    assert _still_waits(s)
+    clock.now = 8.0
+    # The one told second reads the clock once the other has ended (so after it told the clock).
+    later, earlier = (s, a) if first == "call back" else (a, s)
+    clock.on_next_read[later.ident] = lambda: earlier.join(5.0)
+    answer.set()
+    a.join(5.0)
+    s.join(5.0)
+    assert not a.is_alive() and not s.is_alive()
+    clock.now = 10.0
+    session.report({"who": "b"})
+    assert [r["time_this_iter_s"] for r in got] == [3.0]
+
+
 @pytest.mark.parametrize("stops", [True, False], ids=["stopped", "goes on"])
 @pytest.mark.parametrize("waits_for", ["pause", "verdict"])
 def test_a_report_while_another_threads_result_waits_for_its_decision_waits_for_it(tmp_path, waits_for, stops):
@@ -881,3 +912,45 @@ def test_a_report_while_another_threads_result_waits_for_its_decision_waits_for_
         assert outcomes == {"a": "stopped", "b": "stopped"} and "b2" not in log and session.iteration == 1
     else:
         assert outcomes == {"a": "returned", "b": "returned"} and "decided" in log[:log.index("b2")]
+
+
+def test_a_report_behind_a_verdict_wait_the_hosts_shutdown_ends_is_dropped(tmp_path):
+    """Thread A waits for the verdict on its result when the device host shuts down (the run's end, Ctrl-C): the
+    host's ``shutdown`` stops the trial and answers the calls waiting with a ``StopTrial``. Thread B's report, which
+    waited for A's, was then taken and delivered (``done=True``, a result past the trial's end) as that
+    ``StopTrial`` did not mark the trial stopped; it is dropped now, as behind any other stop."""
+    log: list[str] = []
+    answer = threading.Event()
+    ctx = TrialContext("t0", "f_t0", "exp", str(tmp_path / "t0"))
+    session = TrialSession(
+        ctx, lambda result, paused, prompt: log.append(f"{result['who']}{result['training_iteration']}"),
+        verdict_from=1)
+
+    def driver(method, args, label):  # (gpu.host.DeviceHost._call once shutdown answered it)
+        log.append("verdict asked")
+        assert answer.wait(5.0)
+        raise StopTrial()
+
+    session._caller = driver
+    outcomes: dict[str, str] = {}
+
+    def reporter(who: str) -> threading.Thread:
+        def report() -> None:
+            try:
+                session.report({"who": who})
+                outcomes[who] = "returned"
+            except StopTrial:
+                outcomes[who] = "stopped"
+
+        return _in_thread(report)
+
+    a = reporter("a")
+    _until(lambda: "verdict asked" in log)
+    b = reporter("b")
+    assert _still_waits(b)
+    session.request_stop(no_verdict=True)  # (DeviceHost.shutdown, before it answers the calls)
+    answer.set()
+    a.join(5.0)
+    b.join(5.0)
+    assert not a.is_alive() and not b.is_alive()
+    assert outcomes == {"a": "stopped", "b": "stopped"} and log == ["a1", "verdict asked"] and session.stopped
