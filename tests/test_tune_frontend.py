@@ -2493,6 +2493,9 @@ def test_a_restore_after_fail_fast_raise_runs_on_the_trials_it_cut_short_and_the
     open(mark, "w").close()
     grid = Tuner.restore(path, _fails_once_at_2, **flags).fit()
     assert len(grid) == 4 and grid.num_errors == 0 and all(r.status == "TERMINATED" for r in grid)
+    # The trials the restore made keep the experiment's id prefix, as Ray's generator keeps its uuid prefix in its
+    # saved state (they had the restore's own: fn_83b74_00000, fn_83b74_00001, fn_e1188_00002, ...)
+    assert len({r.metrics["trial_id"].split("_")[0] for r in grid}) == 1
     if flags == {"resume_unfinished": False}:  # (Ray's restore of it hangs: its grid search waits for 2 live trials)
         reader = ExperimentStore.open(path, readonly=True)
         try:

@@ -121,6 +121,11 @@ def test_a_folder_ray_tune_wrote_is_named_as_such(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="Ray Tune wrote this folder .*continue this one with Ray's "
                                                 r"Tuner\.restore\.$"):
         tune.Tuner.restore(str(tmp_path), lambda config: None)
+    # So does tune.run(resume=...) of it, before Ray starts (it failed in fluidsalus.run: "exists and is not an empty
+    # folder or an experiment; choose another name")
+    with pytest.raises(ConfigError, match=r"resume='AUTO': Ray Tune wrote .* continue this one with Ray's "
+                                          r"tune\.run\(\.\.\., resume=True\), or give this run another name$"):
+        tune.run(_noop, name=tmp_path.name, storage_path=str(tmp_path.parent), resume="AUTO")
 
 
 def test_frames_take_the_last_or_the_best_row_per_trial() -> None:
@@ -674,6 +679,31 @@ def test_resume_auto_continues_an_interrupted_run_and_starts_a_missing_one(ray_c
     assert analysis.experiment_path == os.path.join(storage, "resumable")
     fresh = tune.run(_noop, resume=True, storage_path=storage, name="never_ran", verbose=0)
     assert [t.last_result["score"] for t in fresh.trials] == [1.0]
+
+
+def test_resume_continues_an_experiment_without_tuner_pkl(ray_cluster, storage: str) -> None:
+    """A folder with experiment.db but no tuner.pkl (a native fluidsalus.run experiment of the same name, or one an
+    older fluidsalus wrote) is resumed by tune.run(resume=True/"AUTO"), whose configs are the call's own; it started a
+    new experiment under another name, with a warning to pass resume=True, which was passed."""
+    import fluidsalus
+
+    kwargs = {"config": {"x": tune.uniform(0, 1)}, "num_samples": 2, "metric": "score", "mode": "max",
+              "storage_path": storage, "name": "native", "verbose": 0}
+    ran = fluidsalus.run(_noop, kwargs["config"], num_samples=2, metric="score", mode="max", name="native",
+                         storage_path=storage, verbose=0)
+    ids = sorted(r.trial_id for r in ran)
+    folder = os.path.join(storage, "native")
+    assert not os.path.exists(os.path.join(folder, "tuner.pkl"))
+    for resume in (True, "AUTO"):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*already exists", category=UserWarning)
+            analysis = tune.run(_noop, resume=resume, **kwargs)
+        assert analysis.experiment_path == folder and os.listdir(storage) == ["native"]
+        assert sorted(t.trial_id for t in analysis.trials) == ids  # the same trials, not new ones
+        os.remove(os.path.join(folder, "tuner.pkl"))  # (the resume wrote it; the next one goes without it again)
+    # A resume fluidsalus.run would refuse is refused, with its reason, before anything runs
+    with pytest.raises(ConfigError, match=r"search space keys \['x'\]; resume it with that search space"):
+        tune.run(_noop, resume=True, **{**kwargs, "config": {"y": tune.uniform(0, 1)}})
 
 
 def test_a_moved_experiment_keeps_its_checkpoints_for_its_results_and_its_resume(ray_cluster, tmp_path) -> None:

@@ -343,7 +343,7 @@ class ExecutorSettings:
     trial_name: Callable[[str], str | None] | None = None
     #: ``f() -> str``: a new trial's id (the Tune front end's: Ray's ``Trial.generate_id()`` form for a search
     #: algorithm's trials); an id the experiment already has is drawn again (:data:`TRIAL_ID_DRAWS`). None:
-    #: ``<run tag>_<seq:05d>``, the form of Ray's ``BasicVariantGenerator``.
+    #: ``<run tag>_<seq:05d>``, the form of Ray's ``BasicVariantGenerator`` (a resumed run keeps its trials' prefix).
     trial_id: Callable[[], str] | None = None
     #: ``f(seq, config) -> dict``: keys added to each result of the trial created ``seq``-th with ``config``
     #: (a front end's own result keys, such as Ray's ``experiment_tag``), asked again when an exploit gives the
@@ -594,6 +594,9 @@ class _Restart:
     copied_metrics: dict[str, Any] | None = None  # an exploit's copy of another trial's checkpoint: its result
 
 
+#: A trial id the executor made itself (``<prefix>_<seq:05d>``, the form of Ray's ``BasicVariantGenerator``), its
+#: prefix as group 1.
+_MADE_ID = re.compile(r"([0-9a-f]{5})_\d{5}")
 #: Hex digits Ray appends to a trial folder name that is taken (``_create_unique_logdir_name``).
 DIRNAME_SUFFIX_HEX = 4
 
@@ -832,6 +835,10 @@ class Executor:
         self._start_s = 0.0
         self._seq = 0
         self._run_tag = os.urandom(3).hex()[:5]
+        # The prefix of the ids made here (<prefix>_<seq:05d>): the run's tag, or, in a resumed run, the prefix its
+        # latest such trial has, so the experiment's trials keep one, as Ray's BasicVariantGenerator keeps its uuid
+        # prefix in its saved state (a resume's new trials had this session's tag)
+        self._id_prefix = self._run_tag
         self._stopping: set[str] = set()  # stop sent, end not yet seen
         # placed trials whose stop was decided (a searcher's or scheduler's), not the run's end's: they keep their end
         # hook even when the run's end began before their device's reply (Ray's stop_trial calls it at once)
@@ -931,9 +938,13 @@ class Executor:
         #: the run then ends at the result that ended it.
         self._stop_all_verdicts = decides_stop_all(settings.stopper)
         self._stop_state_failed = False  # the stopper could not be pickled for a restarted trial (_stop_state)
+        prefixed = -1  # (the seq of the trial whose prefix _id_prefix is)
         for trial in trials or []:
             self.trials[trial.trial_id] = trial
             self._seq = max(self._seq, trial.seq + 1)
+            made_here = _MADE_ID.fullmatch(trial.trial_id)
+            if made_here is not None and trial.seq > prefixed:
+                self._id_prefix, prefixed = made_here.group(1), trial.seq
             self._set_extras(trial)
             self._note_last_value(trial.trial_id, trial.last_result)
             if trial.status not in FINAL_STATUSES:
@@ -1619,9 +1630,10 @@ class Executor:
                                                             None, None)])
 
     def _new_trial_id(self, made: set[str]) -> str:
-        """The id of the trial made next: ``<run tag>_<seq:05d>``, or ``settings.trial_id``'s, drawn again while the
-        experiment has it (a trial of this session's or an earlier one's, or one of ``made``, those made with it),
-        or, where it names the trial's folder, a folder or file of the experiment has that name (``experiment.db``).
+        """The id of the trial made next: ``<prefix>_<seq:05d>`` (the run's tag, or its stored trials' prefix), or
+        ``settings.trial_id``'s, drawn again while the experiment has it (a trial of this session's or an earlier
+        one's, or one of ``made``, those made with it), or, where it names the trial's folder, a folder or file of the
+        experiment has that name (``experiment.db``).
 
         Raises:
             ConfigError: ``settings.trial_id`` gave no new id in :data:`TRIAL_ID_DRAWS` draws, or not a str; or,
@@ -1630,7 +1642,7 @@ class Executor:
         """
         make = self.settings.trial_id
         if make is None:
-            return f"{self._run_tag}_{self._seq:05d}"
+            return f"{self._id_prefix}_{self._seq:05d}"
         names_folder = self.settings.trial_dirname is None  # (then the trial's folder is named by its id)
         for _ in range(TRIAL_ID_DRAWS):
             trial_id = make()

@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fluidsalus.errors import ConfigError, FluidsalusError, error_summary
-from fluidsalus.store import TERMINATED
+from fluidsalus.store import DB_FILENAME, TERMINATED, written_by_ray
 from fluidsalus.tune._config import (
     DEPRECATED,
     CheckpointConfig,
@@ -262,11 +262,12 @@ def run(
         max_failures: Retries of a failing trial (``-1``: no limit).
         fail_fast: Stop the experiment at the first error (``"raise"``: raise it).
         restore: Not supported (must be None).
-        resume: Continue the experiment ``<storage_path>/<name>`` if it exists: ``True``, ``"AUTO"``, with
-            ``+ERRORED``, ``+RESTART_ERRORED``, ``+ERRORED_ONLY`` or ``+RESTART_ERRORED_ONLY``.
+        resume: Continue the experiment ``<storage_path>/<name>`` if it exists (its ``experiment.db``; with or
+            without ``tuner.pkl``, as this call gives the configs): ``True``, ``"AUTO"``, with ``+ERRORED``,
+            ``+RESTART_ERRORED``, ``+ERRORED_ONLY`` or ``+RESTART_ERRORED_ONLY``.
         resume_config: A :class:`~fluidsalus.tune.ResumeConfig` (or Ray's): how to resume the trials of each
             state; it takes the place of ``resume`` and, like ``resume="AUTO"``, continues the experiment when
-            it can be restored.
+            it exists.
         reuse_actors: Accepted (device actors are always reused).
         raise_on_failed_trial: Raise ``TuneError`` after the run when a trial did not end TERMINATED (not after a
             Ctrl-C, which returns the analysis so far).
@@ -358,7 +359,15 @@ def run(
         trainable = with_resources(trainable, resources_per_trial)
     tuner = Tuner(trainable, param_space=config, tune_config=tune_config, run_config=run_config)
     folder = os.path.join(os.path.abspath(os.path.expanduser(run_config.storage_path or "")), name) if name else None
-    if flags is not None and folder is not None and Tuner.can_restore(folder):
+    if flags is not None and folder is not None and not os.path.isfile(os.path.join(folder, DB_FILENAME)) \
+            and written_by_ray(folder):
+        given = "resume_config" if resume_config is not None else f"resume={resume!r}"
+        raise ConfigError(f"tune.run: {given}: Ray Tune wrote {folder!r} (its experiment_state file is "
+                          "there); fluidsalus continues the experiments it ran itself: continue this one with Ray's "
+                          "tune.run(..., resume=True), or give this run another name")
+    # (its experiment.db is what it resumes: tune.run takes its configs from the call, so a folder without tuner.pkl,
+    # of a native fluidsalus.run or an older fluidsalus, is resumed too, or refused with fluidsalus.run's reason)
+    if flags is not None and folder is not None and os.path.isfile(os.path.join(folder, DB_FILENAME)):
         check_same_trainable(folder, tuner._trainable, registered_name)  # (its resume ran another one's trials)
         tuner._continue(folder, **flags)
     tuner._resume_hint = _resume_hint
