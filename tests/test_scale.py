@@ -159,6 +159,33 @@ def test_a_store_written_before_the_indices_by_trial_gets_them_when_opened_for_w
         assert {row[0] for row in store._conn.execute(indices)} == names
 
 
+#: What each older schema lacks, undone in a store of this schema to make one as that fluidsalus wrote it (none had
+#: the indices by trial).
+_OLDER_SCHEMAS = {
+    1: ("DROP TABLE searcher_calls", "ALTER TABLE trials DROP COLUMN config_pickle", "DROP TABLE store_info"),
+    2: ("ALTER TABLE trials DROP COLUMN config_pickle",),
+}
+
+
+@pytest.mark.parametrize("schema", sorted(_OLDER_SCHEMAS))
+def test_a_store_of_an_older_schema_gets_the_indices_by_trial_with_its_migration(tmp_path, schema: int) -> None:
+    import sqlite3
+
+    from fluidsalus.store import _INDICES, DB_FILENAME, SCHEMA_VERSION
+
+    folder = str(tmp_path / "exp")
+    ExperimentStore.create(folder, "exp", {}, "score", "max").close()
+    conn = sqlite3.connect(str(tmp_path / "exp" / DB_FILENAME), isolation_level=None)
+    for statement in (*(f"DROP INDEX {name}" for name in _INDICES), *_OLDER_SCHEMAS[schema],
+                      f"PRAGMA user_version = {schema}"):
+        conn.execute(statement)
+    conn.close()
+    with ExperimentStore.open(folder) as store:  # the first writer's open: the migration's one transaction
+        assert store._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        made = {row[0] for row in store._conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert set(_INDICES) <= made, made
+
+
 def _python_calls(work: Any) -> int:
     """Python function calls ``work()`` makes: its work, whatever the machine's speed."""
     calls = [0]
@@ -228,3 +255,27 @@ def test_a_callback_hook_makes_nothing_the_size_of_the_sweep(tmp_path) -> None:
     assert seen == [trials, trials]  # every trial, to each hook
     # (a list of every trial was made for each hook call, 8 bytes a trial: the hooks of a sweep were quadratic)
     assert grew < 8 * trials / 2, grew
+
+
+def test_a_callback_that_keeps_the_hooks_trials_list_sees_the_trials_added_later(tmp_path) -> None:
+    # Ray passes every hook its controller's one list, which it appends to: a callback that keeps it (a dashboard
+    # reading it between hooks) sees each trial added later (here a kept list stayed at the trials of its hook)
+    class Keeping(tune.Callback):
+        def __init__(self) -> None:
+            self.kept: list[Any] | None = None
+            self.lists: set[int] = set()
+
+        def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+            self.kept = trials if self.kept is None else self.kept
+            self.lists.add(id(trials))
+
+        def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+            self.lists.add(id(trials))
+
+    keeping = Keeping()
+    adapter = RayCallbackAdapter([keeping], str(tmp_path), "f")
+    for i in range(3):
+        adapter.on_trial_start(f"t{i}", {"x": i}, 0)
+    assert keeping.kept is not None and [t.trial_id for t in keeping.kept] == ["t0", "t1", "t2"]
+    adapter.experiment_end()
+    assert len(keeping.lists) == 1  # one list for the run, as Ray's

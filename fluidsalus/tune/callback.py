@@ -396,9 +396,10 @@ class RayCallbackAdapter(EngineCallback):
         self._last_save = float("-inf")  # the first event saves, as Ray's first loop step does
         self._session = datetime.datetime.now().strftime(DATE_FORMAT)  # sorts by time
         self.trials: dict[str, TrialInfo] = {}
-        # ``list(self.trials.values())``, the ``trials`` each hook gets, made again only once a trial is added or the
-        # order changes (a list made for each hook call made a sweep's hooks quadratic in its trials)
-        self._trials_list: list[TrialInfo] | None = None
+        # ``list(self.trials.values())``, the ``trials`` each hook gets: one list for the run, a trial appended to it
+        # as it is added and the list put in order in place, as Ray passes its controller's one list (a callback that
+        # keeps it sees the trials added later; a list made for each hook call made a sweep's hooks quadratic)
+        self._trials_list: list[TrialInfo] = []
         self.iteration = 0
         self._store: ExperimentStore | None = None
         self._stepping: dict[str, list[Any]] = {}  # step hook -> the callbacks that override it
@@ -463,10 +464,8 @@ class RayCallbackAdapter(EngineCallback):
                 self._run(callback, hook, getattr(callback, hook), {"iteration": self.iteration, "trials": trials})
 
     def _listed(self) -> list[TrialInfo]:
-        """Every trial's view, in order, as the hooks' ``trials`` (one list until the trials change, as Ray passes
-        its controller's one list)."""
-        if self._trials_list is None:
-            self._trials_list = list(self.trials.values())
+        """Every trial's view, in order, as the hooks' ``trials`` (one list for the run, as Ray passes its
+        controller's one list)."""
         return self._trials_list
 
     def _call_trial(self, hook: str, trial: TrialInfo, callbacks: list[Any] | None = None, **kwargs: Any) -> None:
@@ -525,7 +524,7 @@ class RayCallbackAdapter(EngineCallback):
         if rows:  # (in the order the trials were made, as Ray's list)
             order = {trial_id: row.seq for trial_id, row in rows.items()}
             self.trials = dict(sorted(self.trials.items(), key=lambda item: order.get(item[0], len(order))))
-            self._trials_list = None
+            self._trials_list[:] = self.trials.values()  # (in place: the list a callback kept is put in order too)
         for trial_id, trial in self.trials.items():
             if trial.last_result is None:  # never started: Ray's Trial.last_result is {"trial_id": ...} then
                 trial.last_result = {"trial_id": trial_id}
@@ -648,7 +647,7 @@ class RayCallbackAdapter(EngineCallback):
                                   f"for trial {trial_id})")
             info.custom_trial_name = name
         self.trials[trial_id] = info
-        self._trials_list = None
+        self._trials_list.append(info)
         return info, True
 
     def _views_of_stored_trials(self) -> None:
