@@ -22,6 +22,7 @@ import textwrap
 import threading
 import time
 import traceback
+import types
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -2521,8 +2522,14 @@ def _alive(pid: int) -> bool:
 #: The drivers of the test below: each lets fluidsalus start its Ray and marks ``started`` once its trial runs.
 _SIGNALLED_DRIVERS = {
     "optuna": """
-        import time, optuna
+        import atexit, time, optuna
         import fluidsalus.optuna as fo
+        from fluidsalus.api import init_ray
+
+        kept = open({kept!r}, "w")
+        kept.write("written, never flushed")  # (the interpreter's end flushes it, as Python's does)
+        init_ray()  # (fluidsalus starts Ray, as optimize would: the handler below comes after its exit handler)
+        atexit.register(print, "exit handler")
 
         def objective(trial):
             x = trial.suggest_float("x", 0, 1)
@@ -2564,9 +2571,12 @@ def test_a_driver_whose_ray_fluidsalus_started_ends_on_a_signal_as_python_does(r
     handler) and a SIGTERM with 134 (Ray's crash handler aborted it) or 15 (Ray's ``sys.exit`` handler); so did a
     Ctrl-C that ``Tuner.fit`` raises (here under ``TUNE_DISABLE_SIGINT_HANDLER=1``; Ray Tune's ends with 1). A
     Ctrl-C still leaves the experiment ``INTERRUPTED`` (a SIGTERM ``RUNNING``, as a killed driver's, which a resume
-    continues), and no device process of it runs on."""
+    continues), and no device process of it runs on. After the Ctrl-C every exit handler runs once and the files
+    the script left open are flushed, as Python's end does."""
     storage, started = str(tmp_path / "fluidsalus"), tmp_path / "started"
-    script = textwrap.dedent(_SIGNALLED_DRIVERS[front_end].format(started=str(started), storage=storage))
+    kept = tmp_path / "kept.txt"
+    script = textwrap.dedent(_SIGNALLED_DRIVERS[front_end].format(started=str(started), storage=storage,
+                                                                  kept=str(kept)))
     # (fluidsalus connects the driver to the suite's Ray, through RAY_ADDRESS as to a cluster of `ray start`: Ray's
     # handlers are the same as for a Ray it starts, and the test saves the seconds of a Ray start)
     env = {**os.environ, "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address,
@@ -2579,12 +2589,18 @@ def test_a_driver_whose_ray_fluidsalus_started_ends_on_a_signal_as_python_does(r
             time.sleep(0.1)
         assert started.exists(), proc.communicate(timeout=60)
         proc.send_signal(signum)
-        _, stderr = proc.communicate(timeout=120)
+        stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
     assert proc.returncode == -signum, stderr[-4000:]
+    if front_end == "optuna" and signum == signal.SIGINT:
+        # As Python ends it: each exit handler once, then the interpreter's end, which flushes the open files
+        # (the process killed itself once it ran the handlers itself: one registered after Ray's start ran twice,
+        # and the file was empty, h239)
+        assert stdout.count("exit handler") == 1, stdout
+        assert kept.read_text() == "written, never flushed"
     store = ExperimentStore.open(os.path.join(storage, "signalled"), readonly=True)
     try:
         status = store.experiment()["status"]
@@ -2621,6 +2637,13 @@ def test_fluidsalus_puts_back_the_sigterm_handler_its_ray_start_replaced_and_reg
     monkeypatch.setattr(sys, "ps1", ">>> ", raising=False)
     assert not _exits.uncaught_keyboard_interrupt()
     monkeypatch.delattr(sys, "ps1")
+    # IPython imported by a script (IPython.display, a library's import) is no IPython shell: it was taken for one
+    shell: list[Any] = []
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell[0] if shell else None))
+    assert _exits.uncaught_keyboard_interrupt()
+    shell.append(object())  # (a terminal's or a Jupyter kernel's shell)
+    assert not _exits.uncaught_keyboard_interrupt()
+    monkeypatch.delitem(sys.modules, "IPython")
     monkeypatch.setattr(sys, "last_value", ValueError(), raising=False)
     assert not _exits.uncaught_keyboard_interrupt()
     _exits.exit_as_interrupted()  # (nothing to do: the process goes on)
