@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fluidsalus.store import ExperimentStore
@@ -121,3 +122,24 @@ def study_told(path: str) -> dict[float, tuple[str, float | None]]:
     finally:
         reader.close()
     return {xs[tid]: (r["state"], r["value"]) for tid, r in state["trials"].items() if r["state"] is not None}
+
+
+def pretend_ray_is(monkeypatch: Any, initialised: Callable[[], bool]) -> None:
+    """Patch ``ray.is_initialized`` (the one module every part of fluidsalus reads) with ``initialised``, after
+    ending the device actors this process keeps warm.
+
+    While Ray looks shut down, the warm pool's watcher lets every parked actor go without killing it (its actors
+    ended with Ray, it reasons): a test that patched it with actors parked left them holding the cores of the
+    suite's Ray for good, and a later run's devices never started ("did not start within 120 s": under
+    ``pytest -n 2``, whose file order put such a test before a run that needs both cores).
+
+    Args:
+        monkeypatch: The test's ``monkeypatch`` fixture (the patch is undone with it).
+        initialised: What ``ray.is_initialized()`` returns meanwhile.
+    """
+    import ray
+
+    import fluidsalus
+
+    fluidsalus.release_devices()
+    monkeypatch.setattr(ray, "is_initialized", initialised)

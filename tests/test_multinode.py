@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _trials import pretend_ray_is
 
 import fluidsalus
 from fluidsalus.config import RunSpec, build
@@ -130,7 +131,7 @@ def test_run_with_an_unreachable_address_fails_fast_and_writes_nothing(tmp_path,
     def no_init(**kwargs):
         raise AssertionError(f"ray.init was called with {kwargs}")
 
-    monkeypatch.setattr(api.ray, "is_initialized", lambda: False)
+    pretend_ray_is(monkeypatch, lambda: False)
     monkeypatch.setattr(api.ray, "init", no_init)
     port = _unused_port()
     started = time.monotonic()
@@ -163,7 +164,7 @@ def _slow_ray_init(monkeypatch) -> dict[str, Any]:
             raise AssertionError("Perhaps you called ray.init twice by accident?")
         state["initialised"], state["inits"] = True, state["inits"] + 1
 
-    monkeypatch.setattr(api.ray, "is_initialized", lambda: state["initialised"])
+    pretend_ray_is(monkeypatch, lambda: state["initialised"])
     monkeypatch.setattr(api.ray, "init", slow_init)
     return state
 
@@ -246,7 +247,7 @@ def test_ray_init_gives_the_ray_loggers_handlers_back_also_when_it_fails(monkeyp
         ray_logger.handlers.clear()  # (what Ray's does with configure_logging=False)
         raise ConnectionError("nothing answers")
 
-    monkeypatch.setattr(api.ray, "is_initialized", lambda: False)
+    pretend_ray_is(monkeypatch, lambda: False)
     monkeypatch.setattr(api.ray, "init", failing_init)
     try:
         with pytest.raises(ConfigError, match="^address: cannot connect to a Ray cluster"):

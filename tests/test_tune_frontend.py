@@ -24,7 +24,7 @@ import cloudpickle
 import numpy as np
 import optuna
 import pytest
-from _trials import StopAllAfter, study_told
+from _trials import StopAllAfter, pretend_ray_is, study_told
 
 from fluidsalus import searchers
 from fluidsalus import space as sp
@@ -826,7 +826,7 @@ def test_a_subclass_of_rays_trainable_is_refused_before_ray_starts(storage: str,
     def started(*args, **kwargs):
         raise AssertionError("Ray was started before the trainable was checked")
 
-    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    pretend_ray_is(monkeypatch, lambda: False)
     monkeypatch.setattr(ray, "init", started)
     with pytest.raises(ConfigError, match="RayStyle \\(defined in .*test_tune_frontend\\) subclasses Ray's Trainable.*"
                                           "Make it subclass fluidsalus.tune.Trainable"):

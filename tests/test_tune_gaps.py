@@ -28,6 +28,7 @@ import numpy as np
 import optuna
 import pytest
 import ray
+from _trials import pretend_ray_is
 
 from fluidsalus import space as sp
 from fluidsalus import tune
@@ -806,7 +807,7 @@ def test_a_refused_restore_is_refused_before_ray_starts_and_another_driver_wins_
     def no_ray(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("a refused restore started Ray")
 
-    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    pretend_ray_is(monkeypatch, lambda: False)
     monkeypatch.setattr(ray, "init", no_ray)
     before = {os.path.relpath(os.path.join(root, name), path): open(os.path.join(root, name), "rb").read()
               for root, _, names in os.walk(path) for name in names if name != ".driver.lock"}

@@ -17,6 +17,7 @@ import warnings
 
 import pytest
 from _folders import every_file, file_times
+from _trials import pretend_ray_is
 
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError, FluidsalusError
@@ -925,7 +926,7 @@ def test_a_tune_run_resume_of_another_objective_or_space_is_refused_before_ray_s
     def no_ray(*args, **kwargs) -> None:
         raise AssertionError("a refused resume started Ray")
 
-    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    pretend_ray_is(monkeypatch, lambda: False)
     monkeypatch.setattr(ray, "init", no_ray)
     with pytest.raises(ConfigError, match=message):
         tune.run(_noop, resume=True, **{**kwargs, **change})

@@ -7,6 +7,7 @@ import sys
 import types
 
 import pytest
+from _trials import pretend_ray_is
 
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.actor import changed_module
@@ -168,7 +169,7 @@ def test_a_run_whose_ray_was_shut_down_under_it_calls_no_actor_at_its_end(monkey
     from fluidsalus.trialgroup import executor
 
     devices = [types.SimpleNamespace(alive=True, actor=Untouchable(), outbox=[]) for _ in range(2)]
-    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    pretend_ray_is(monkeypatch, lambda: False)
     run = _ended_run(devices)
     Executor._shut_down_devices(run, keep_warm=True)  # type: ignore[arg-type]
     assert [d.alive for d in devices] == [False, False]
@@ -176,7 +177,7 @@ def test_a_run_whose_ray_was_shut_down_under_it_calls_no_actor_at_its_end(monkey
     # that Ray is the run's doing and is shut down, and nothing is called on it
     devices = [types.SimpleNamespace(alive=True, actor=Untouchable(), outbox=[]) for _ in range(2)]
     shut: list[bool] = []
-    monkeypatch.setattr(ray, "is_initialized", lambda: not shut)
+    pretend_ray_is(monkeypatch, lambda: not shut)
     monkeypatch.setattr(ray, "shutdown", lambda: shut.append(True))
     monkeypatch.setattr(executor, "_cluster_token", lambda: "a new one")
     Executor._shut_down_devices(_ended_run(devices), keep_warm=True)  # type: ignore[arg-type]
