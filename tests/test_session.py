@@ -858,6 +858,27 @@ def test_a_step_that_waits_for_a_calls_return_takes_that_time_off_once_whichever
     assert [r["time_this_iter_s"] for r in got] == [3.0]
 
 
+def _who_session(tmp_path, **settings) -> tuple[TrialSession, list[str]]:
+    """A trial session whose sink logs each result as ``<who><training_iteration>``, and that log."""
+    log: list[str] = []
+    ctx = TrialContext("t0", "f_t0", "exp", str(tmp_path / "t0"))
+    return TrialSession(
+        ctx, lambda result, paused, prompt: log.append(f"{result['who']}{result['training_iteration']}"),
+        **settings), log
+
+
+def _reporter(session: TrialSession, outcomes: dict[str, str], who: str) -> threading.Thread:
+    """A thread that reports ``{"who": who}`` once and notes in ``outcomes`` whether it returned or was stopped."""
+    def report() -> None:
+        try:
+            session.report({"who": who})
+            outcomes[who] = "returned"
+        except StopTrial:
+            outcomes[who] = "stopped"
+
+    return _in_thread(report)
+
+
 @pytest.mark.parametrize("stops", [True, False], ids=["stopped", "goes on"])
 @pytest.mark.parametrize("waits_for", ["pause", "verdict"])
 def test_a_report_while_another_threads_result_waits_for_its_decision_waits_for_it(tmp_path, waits_for, stops):
@@ -867,12 +888,8 @@ def test_a_report_while_another_threads_result_waits_for_its_decision_waits_for_
     call, which follows the scheduler's decision on A's result, and a stop or pause there ends the actor and drops
     B's result (SD: /work/scratch_h233/sbs). Here B's report waits for the decision: a stop drops it and stops B
     as a report of a stopped trial; a trial that goes on takes it next (iteration 2)."""
-    log: list[str] = []
     answer = threading.Event()
-    ctx = TrialContext("t0", "f_t0", "exp", str(tmp_path / "t0"))
-    settings = {"budget": 1} if waits_for == "pause" else {"verdict_from": 1}
-    session = TrialSession(
-        ctx, lambda result, paused, prompt: log.append(f"{result['who']}{result['training_iteration']}"), **settings)
+    session, log = _who_session(tmp_path, **({"budget": 1} if waits_for == "pause" else {"verdict_from": 1}))
 
     def driver(method, args, label):  # the searcher's verdict, once the test gives it
         log.append(f"verdict asked on {args[0]}")
@@ -883,20 +900,9 @@ def test_a_report_while_another_threads_result_waits_for_its_decision_waits_for_
 
     session._caller = driver
     outcomes: dict[str, str] = {}
-
-    def reporter(who: str) -> threading.Thread:
-        def report() -> None:
-            try:
-                session.report({"who": who})
-                outcomes[who] = "returned"
-            except StopTrial:
-                outcomes[who] = "stopped"
-
-        return _in_thread(report)
-
-    a = reporter("a")
+    a = _reporter(session, outcomes, "a")
     _until(lambda: session._pausing if waits_for == "pause" else "verdict asked on 1" in log)
-    b = reporter("b")
+    b = _reporter(session, outcomes, "b")
     assert _still_waits(b) and log[0] == "a1" and "b2" not in log  # (delivered at once, before)
     log.append("decided")
     if waits_for == "verdict":
@@ -919,12 +925,8 @@ def test_a_report_behind_a_verdict_wait_the_hosts_shutdown_ends_is_dropped(tmp_p
     host's ``shutdown`` stops the trial and answers the calls waiting with a ``StopTrial``. Thread B's report, which
     waited for A's, was then taken and delivered (``done=True``, a result past the trial's end) as that
     ``StopTrial`` did not mark the trial stopped; it is dropped now, as behind any other stop."""
-    log: list[str] = []
     answer = threading.Event()
-    ctx = TrialContext("t0", "f_t0", "exp", str(tmp_path / "t0"))
-    session = TrialSession(
-        ctx, lambda result, paused, prompt: log.append(f"{result['who']}{result['training_iteration']}"),
-        verdict_from=1)
+    session, log = _who_session(tmp_path, verdict_from=1)
 
     def driver(method, args, label):  # (gpu.host.DeviceHost._call once shutdown answered it)
         log.append("verdict asked")
@@ -933,20 +935,9 @@ def test_a_report_behind_a_verdict_wait_the_hosts_shutdown_ends_is_dropped(tmp_p
 
     session._caller = driver
     outcomes: dict[str, str] = {}
-
-    def reporter(who: str) -> threading.Thread:
-        def report() -> None:
-            try:
-                session.report({"who": who})
-                outcomes[who] = "returned"
-            except StopTrial:
-                outcomes[who] = "stopped"
-
-        return _in_thread(report)
-
-    a = reporter("a")
+    a = _reporter(session, outcomes, "a")
     _until(lambda: "verdict asked" in log)
-    b = reporter("b")
+    b = _reporter(session, outcomes, "b")
     assert _still_waits(b)
     session.request_stop(no_verdict=True)  # (DeviceHost.shutdown, before it answers the calls)
     answer.set()
