@@ -1212,10 +1212,13 @@ def test_a_trial_that_fails_within_fail_fast_raises_end_is_not_retried_nor_count
     callbacks' view), and one that failed before the run's end stopped it was retried under ``max_failures``."""
     folder = tmp_path / "marks"
     folder.mkdir()
+    # One device of two slots: a and b compute at once. (With a slot each, a run that began on one device, the other
+    # still starting, put both in its one lane, where a trial computes only between the other's reports: b waited
+    # for a's second attempt for ever, and a's second attempt for b's next report.)
     with pytest.raises(fluidsalus.TrialError, match="a fails"):
         fluidsalus.run(_a_fails_twice_then_b, {"w": fluidsalus.grid_search(["a", "b"]), "dir": str(folder)},
                        storage_path=storage, name="raised", fail_fast="raise", max_failures=1, verbose=0,
-                       max_concurrent_trials=2)
+                       max_concurrent_trials=2, devices=1, cpus_per_trial=0.5)
     path = os.path.join(storage, "raised")
     reader = ExperimentStore.open(path, readonly=True)
     try:

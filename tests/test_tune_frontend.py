@@ -24,7 +24,7 @@ import cloudpickle
 import numpy as np
 import optuna
 import pytest
-from _trials import StopAllAfter, pretend_ray_is, study_told
+from _trials import SHARING_RESOURCES, StopAllAfter, pretend_ray_is, study_told
 
 from fluidsalus import searchers
 from fluidsalus import space as sp
@@ -2596,7 +2596,10 @@ def test_a_trial_that_fails_within_fail_fast_raises_end_is_no_failure_as_ray_nev
     hooks = _ErrorHooks()
     folder = tmp_path / "started"
     folder.mkdir()
-    tuner = Tuner(_a_fails_then_b_within_the_raises_end,
+    # Half a CPU each: two trials at once on one device. (With one each, a run that began on one device, the other
+    # still starting, put both in its one lane, where a trial computes only between the other's reports: each
+    # waited for the other's file for ever.)
+    tuner = Tuner(tune.with_resources(_a_fails_then_b_within_the_raises_end, SHARING_RESOURCES),
                   param_space={"w": tune.grid_search(["a", "b"]), "dir": str(folder)},
                   tune_config=tune.TuneConfig(max_concurrent_trials=2),
                   run_config=tune.RunConfig(name="raised", storage_path=storage, verbose=0, callbacks=[hooks],
