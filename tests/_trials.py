@@ -124,14 +124,31 @@ def study_told(path: str) -> dict[float, tuple[str, float | None]]:
     return {xs[tid]: (r["state"], r["value"]) for tid, r in state["trials"].items() if r["state"] is not None}
 
 
-def pretend_ray_is(monkeypatch: Any, initialised: Callable[[], bool]) -> None:
-    """Patch ``ray.is_initialized`` (the one module every part of fluidsalus reads) with ``initialised``, after
-    ending the device actors this process keeps warm.
+def patch_ray(monkeypatch: Any, target: Any, name: str, value: Any) -> None:
+    """``monkeypatch.setattr(target, name, value)`` on a part of Ray the warm pool uses (``ray.kill``,
+    ``ray.is_initialized``, the executor module's ``ray``), after ending the device actors this process keeps warm.
 
-    While Ray looks shut down, the warm pool's watcher lets every parked actor go without killing it (its actors
-    ended with Ray, it reasons): a test that patched it with actors parked left them holding the cores of the
-    suite's Ray for good, and a later run's devices never started ("did not start within 120 s": under
-    ``pytest -n 2``, whose file order put such a test before a run that needs both cores).
+    The pool's watcher thread calls Ray every quarter second while actors are parked, patched or not: with
+    ``ray.kill`` recording instead of killing, or a stand-in ``ray`` without ``is_initialized``, it let every parked
+    actor go without ending it, and they held the cores of the suite's Ray for good: every later run in another
+    process (``RAY_ADDRESS`` of the suite's Ray) waited 120 s for its devices and failed.
+
+    Args:
+        monkeypatch: The test's ``monkeypatch`` fixture (the patch is undone with it).
+        target: The object patched (a module, say).
+        name: Its attribute.
+        value: What it holds meanwhile.
+    """
+    import fluidsalus
+
+    fluidsalus.release_devices()
+    monkeypatch.setattr(target, name, value)
+
+
+def pretend_ray_is(monkeypatch: Any, initialised: Callable[[], bool]) -> None:
+    """Patch ``ray.is_initialized`` (the one module every part of fluidsalus reads) with ``initialised``
+    (:func:`patch_ray`: after ending the device actors this process keeps warm; while Ray looks shut down, the warm
+    pool's watcher lets every parked actor go without killing it: its actors ended with Ray, it reasons).
 
     Args:
         monkeypatch: The test's ``monkeypatch`` fixture (the patch is undone with it).
@@ -139,7 +156,4 @@ def pretend_ray_is(monkeypatch: Any, initialised: Callable[[], bool]) -> None:
     """
     import ray
 
-    import fluidsalus
-
-    fluidsalus.release_devices()
-    monkeypatch.setattr(ray, "is_initialized", initialised)
+    patch_ray(monkeypatch, ray, "is_initialized", initialised)

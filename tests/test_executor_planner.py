@@ -15,6 +15,7 @@ from typing import Any
 
 import cloudpickle
 import pytest
+from _trials import patch_ray
 
 import fluidsalus
 from fluidsalus.callbacks import Callback as EngineCallback
@@ -1977,7 +1978,7 @@ def _batch_polled_once(executor: Any, monkeypatch, batch: list) -> None:
                                          hold_pauses=types.SimpleNamespace(remote=lambda *a, **k: None))
     stand_in = types.SimpleNamespace(get=lambda ref, **k: next(polls, []), wait=lambda refs, **k: (list(refs), []),
                                      exceptions=executor_module.ray.exceptions)
-    monkeypatch.setattr(executor_module, "ray", stand_in)
+    patch_ray(monkeypatch, executor_module, "ray", stand_in)
     executor._start_devices = lambda outer: None
     executor._stop_devices = lambda keep_warm: None
     executor._drain = lambda: None
@@ -2273,7 +2274,7 @@ def test_a_second_ctrl_c_ends_the_actors_still_starting_too(tmp_path, monkeypatc
     starting = executor._devices[1]
     starting.alive, starting.start_ref = False, object()  # its replacement actor is still starting
     killed = []
-    monkeypatch.setattr(executor_module.ray, "kill", lambda actor, no_restart=True: killed.append(actor))
+    patch_ray(monkeypatch, executor_module.ray, "kill", lambda actor, no_restart=True: killed.append(actor))
 
     def interrupted(keep_warm: bool) -> None:
         raise KeyboardInterrupt

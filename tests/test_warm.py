@@ -116,6 +116,35 @@ def test_the_watcher_ends_actors_by_itself_and_stops_when_none_is_left(world):
     assert not watcher.is_alive() and world.killed == ["a"] and pool._watcher is None
 
 
+@pytest.mark.parametrize("ray_answers", [True, False])
+def test_a_kill_that_raises_spares_neither_the_other_actors_nor_the_watcher(world, ray_answers):
+    """A kill that raised took the watcher down: the other actors of its check stayed alive out of the pool, and
+    with Ray unable to say whether others wait (``release()``'s kill raised too) the thread died still set, so park()
+    started no watcher again and every later parked actor held its cores for good (the suite's Ray, after a test's
+    stand-in ``ray`` reached the watcher: every later run of another process waited 120 s for its devices)."""
+
+    def kill(actor: str) -> None:
+        world.killed.append(actor)
+        if actor == "a":
+            raise RuntimeError("the GCS did not answer")
+
+    def wanted_elsewhere() -> bool:
+        if not ray_answers:
+            raise RuntimeError("Ray cannot say")
+        return True
+
+    pool = WarmDevices(kill=kill, wanted_elsewhere=wanted_elsewhere)
+    pool.park(key(), WarmActor("a", "na", 1.0), 60)
+    pool.park(key(), WarmActor("b", "nb", 1.0), 60)
+    assert pool._watcher is not None
+    pool._watcher.join(timeout=10)
+    pool.park(key(), WarmActor("c", "nc", 1.0), 60)  # a later run's
+    watcher = pool._watcher
+    assert watcher is not None
+    watcher.join(timeout=10)
+    assert world.killed == ["a", "b", "c"] and pool._watcher is None and len(pool) == 0
+
+
 def test_keep_warm_s_reads_the_environment_and_names_the_variable_in_its_error():
     assert keep_warm_s({}) == DEFAULT_KEEP_WARM_S
     assert keep_warm_s({KEEP_WARM_ENV: " 2.5 "}) == 2.5

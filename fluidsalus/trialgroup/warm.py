@@ -19,6 +19,7 @@ This module holds the rule and the bookkeeping only; the Ray calls are the execu
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -27,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from fluidsalus.errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 #: Environment variable: seconds a finished run's device actors stay warm for the next run of the process. 0 turns
 #: keeping them off (every run starts its own actors, and they end with it).
@@ -162,8 +165,7 @@ class WarmDevices:
                 if match is not None:
                     mine.remove(match)
                 chosen.append(match)
-        for entry in mine:
-            self._kill(entry.warm.actor)
+        self._end(mine)
         return [p.warm if p is not None else None for p in chosen]
 
     def release(self) -> int:
@@ -174,8 +176,7 @@ class WarmDevices:
         """
         with self._lock:
             parked, self._parked = self._parked, []
-        for entry in parked:
-            self._kill(entry.warm.actor)
+        self._end(parked)
         return len(parked)
 
     def check(self) -> int:
@@ -192,17 +193,31 @@ class WarmDevices:
         with self._lock:
             ending = [p for p in self._parked if wanted or p.until <= now]
             self._parked = [p for p in self._parked if p not in ending]
-        for entry in ending:
-            self._kill(entry.warm.actor)
+        self._end(ending)
         return len(ending)
 
-    def _watch_loop(self) -> None:
-        while True:
-            time.sleep(WATCH_PERIOD_S)
+    def _end(self, entries: Sequence[_Parked]) -> None:
+        """Kill the actors of ``entries``, each whatever the others' kills do (they are out of the pool already)."""
+        for entry in entries:
             try:
-                self.check()
-            except Exception:  # noqa: BLE001 - a watcher that cannot tell lets the actors go rather than hold them
-                self.release()
+                self._kill(entry.warm.actor)
+            except Exception:  # noqa: BLE001 - one actor's failed kill must not keep the others alive
+                logger.warning("could not end the parked device actor %s", entry.warm.name, exc_info=True)
+
+    def _watch_loop(self) -> None:
+        # No exception ends the loop while actors are parked: a watcher that died (a kill that raised took it down
+        # once, in the middle of release()) left every actor parked after it holding its cores for good, since
+        # park() starts a watcher only where none is set.
+        while True:
+            try:
+                time.sleep(WATCH_PERIOD_S)
+                try:
+                    self.check()
+                except Exception:  # noqa: BLE001 - a watcher that cannot tell lets the actors go rather than hold them
+                    logger.debug("the warm devices' watcher could not ask Ray; it lets them go", exc_info=True)
+                    self.release()
+            except Exception:  # noqa: BLE001 - see above (release() itself failed)
+                logger.warning("the warm devices' watcher failed; it goes on", exc_info=True)
             with self._lock:
                 if not self._parked:
                     self._watcher = None  # park() starts another when it needs one
