@@ -34,9 +34,16 @@ quickstart: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# The suite runs in TEST_WORKERS pytest processes (pytest-xdist; whole files each, `--dist loadfile`, as a file's
+# tests share its module state), each with its own small Ray. Most of a serial run's time waits (device actors
+# starting, trials' reports, timeouts) rather than computes: on the 2-core CI machine two processes took 522 s
+# where one took 729 s. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
+PYTEST_WORKER_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+
 # pytest exits 5 when it collected no tests: that must fail, not pass silently.
 test: lint
-	$(BIN)/python -m pytest; rc=$$?; \
+	$(BIN)/python -m pytest $(PYTEST_WORKER_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
 
 # The suite on the newest dependency releases pyproject.toml allows, in a separate virtual environment: what a
