@@ -244,6 +244,7 @@ TRIAL_RESTART_EVENT = "trial_restart"
 ERROR_AFTER_STOP_EVENT = "error_after_stop"
 # Restart reasons (the executor's ``_Restart.reason``, and the ``reason`` of ``trial_restart`` events) set by the
 # planner and the executor.
+RESTART_RETRY = "retry"  # it failed, and max_failures allows another attempt: from its last checkpoint
 RESTART_MOVE = "move"  # a MOVE or RESIZE: restart from its checkpoint on the planner's new devices
 RESTART_PREEMPT = "preempted"  # its memory went to another trial: checkpoint, back to the queue
 RESTART_WITHDRAWN = "withdrawn"  # its device gave it back before it began: back to the queue, nothing lost

@@ -1060,6 +1060,40 @@ def test_dispatch_submits_starts_then_one_prefetch_per_full_device_and_records_p
     assert len(store.events("place")) == 4 and executor._plans == 1
 
 
+def test_a_retry_whose_slot_a_prefetched_trial_took_waits_and_goes_to_a_device_that_joins(tmp_path):
+    """Two 1-slot devices, the second still starting: ``a`` starts, ``b`` is prefetched behind it; ``a`` fails and ``b``
+    begins in its slot. The retry kept its device and began beside ``b``, past the device's one slot, where the two
+    took it in turns; when the second device joined, ``b`` (reported, no checkpoint) could not move and ``a``'s retry
+    (reported too) could not either, so the new device idled to the end (CI's hang of a fail_fast test; a run twice
+    as long). The retry now waits in the queue and is prefetched (it does not begin), and when the device joins it is
+    withdrawn to it while ``b`` runs on."""
+    from fluidsalus.gpu.host import EV_END, EV_RESULT, EV_START, OUT_ERRORED
+
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    executor.settings.max_failures = 1
+    d0, d1 = executor._devices
+    d1.alive = False  # (its actor still starting: _start_devices)
+    _queue(executor, store, _trial("a"), _trial("b", seq=1))
+    for tid in ("a", "b"):
+        executor.searcher.on_trial_add(tid, "g", {})
+    executor._dispatch()
+    assert [(e.trial_id, e.data["action"]) for e in store.events("place")] == [("a", "start"), ("b", "prefetch")]
+    metrics = {"training_iteration": 1, "time_this_iter_s": 0.2, "time_total_s": 0.2}
+    executor._handle(d0, [(EV_START, "a", 0, 0.5), (EV_END, "a", 0, 0.6, OUT_ERRORED, "boom", None),
+                          (EV_START, "b", 0, 0.6), (EV_RESULT, "b", 0, 0.8, metrics, False, False)])
+    a = executor.trials["a"]
+    assert (a.attempt, a.devices, "a" in executor.pending) == (1, (), True)  # its slot is b's: it waits
+    executor._dispatch()
+    assert [(e.trial_id, e.device, e.data["action"]) for e in store.events("place")][2:] == [("a", "cpu:0", "prefetch")]
+    (submit,) = [specs for name, (specs,) in _sent(d0) if name == "submit"][1:]
+    assert [(spec.trial_id, spec.prefetched) for spec in submit] == [("a", True)]  # it waits behind b, unbegun
+    d1.alive, executor._dirty = True, True  # the second device joins (_join)
+    executor._dispatch()
+    (withdraw,) = store.events("plan_withdraw")
+    assert (withdraw.trial_id, withdraw.data["to"]) == ("a", ["cpu:1"])
+    assert not store.events("plan_refused")  # (b, which cannot restart, keeps device 0)
+
+
 # ------------------------------------------------------------------------------------------ real runs
 
 

@@ -554,6 +554,30 @@ def test_inter_holds_a_crowded_trial_that_cannot_restart_and_says_where_it_would
     assert plan(crowd, devices(3), book).held == (("t1", (1,)),)
 
 
+def test_inter_moves_the_longest_crowded_trial_in_place_of_one_that_cannot_restart():
+    """A run of two 1-slot devices began on one (the other still starting): a failed, b (prefetched) began in its
+    slot, and a's retry was prefetched behind b. When device 1 joins, the longest trial (the retry: it may not have
+    begun, so it can be withdrawn) would stay and b, which reported without a checkpoint, would be held: the two
+    took device 0 in turns to their ends while device 1 idled. The longest moves instead, as its saving pays for its
+    restart, and the trial that cannot restart keeps its device."""
+    book = curve_book([10.0, 14.0, 19.0])
+    ts = [TrialDemand("retry", 100, GIB, GIB, devices=(0,)),
+          TrialDemand("b", 50, GIB, GIB, devices=(0,), seq=1, restartable=False)]
+    open_ended = [t._replace(remaining=None) for t in ts]  # (no budget: the arrival order ties them)
+    for trials_ in (ts, open_ended):
+        for planner in (None, Planner()):
+            if planner is not None:
+                planner.book = book
+            result = plan(trials_, devices(2), book) if planner is None else planner.plan(trials_, devices(2))
+            assert result.regime == INTER and [(a.trial_id, a.devices) for a in result.changes] == [("retry", (1,))]
+            assert placed(result)["b"] == (0,) and result.held == ()
+    # A move of the longest that does not pay (100 iterations since its checkpoint: 5 + 100 * 10 s > 1000 * 0.4 s):
+    # it stays, and b's move is held as before.
+    dear = [ts[0]._replace(since_checkpoint=100), ts[1]]
+    result = plan(dear, devices(2), book)
+    assert result.changes == () and result.held == (("b", (1,)),)
+
+
 def test_device_gone_means_moved_or_preempted():
     ts = [TrialDemand("a", 10, GIB, GIB, devices=(5,)), TrialDemand("b", 10, GIB, GIB, devices=(6,), seq=1)]
     result = plan(ts, devices(1, slots=1))

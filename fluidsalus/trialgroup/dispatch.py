@@ -105,6 +105,25 @@ def trial_demand(trial: Trial, time_attr: str, estimate: tuple[int, int],
                        turn=turn, **extra)
 
 
+def restarts_in_place(others_computing: int, slots: int) -> bool:
+    """Whether a trial that restarts on its own device (a retry after a failure, PBT's exploit) keeps it, so that
+    the next plan keeps it there (it starts at once), rather than waiting in the queue for the planner to place it.
+
+    It keeps it only while the device computes fewer other trials than it has slots. A trial prefetched there
+    (:func:`choose_prefetch`) begins as soon as the restarting one's lane would idle, and takes its slot: kept
+    there, the restart began beside it, past the device's slots, and the two took the slot in turns to their ends
+    (neither can leave once it has reported without a checkpoint), while a device that freed or joined meanwhile
+    idled (a run of two 1-slot devices that began on its warm one: twice as long). Queued, the planner places it
+    where a slot is free, or it is prefetched behind a running trial, where it waits without running and can still
+    be withdrawn to a device that frees.
+
+    Args:
+        others_computing: Trials computing on its device now besides it (prefetched ones included).
+        slots: The device's compute slots.
+    """
+    return others_computing < slots
+
+
 class TrialState(NamedTuple):
     """What :func:`plan_actions` needs to know of a trial besides the plan.
 

@@ -131,6 +131,7 @@ from fluidsalus.store import (
     RESTART_EXPLOIT,
     RESTART_MOVE,
     RESTART_PREEMPT,
+    RESTART_RETRY,
     RESTART_TURN,
     RESTART_WITHDRAWN,
     RUNNING,
@@ -159,6 +160,7 @@ from fluidsalus.trialgroup.dispatch import (
     is_stalled,
     may_not_have_begun,
     plan_actions,
+    restarts_in_place,
     resume_from,
     trial_demand,
 )
@@ -2666,7 +2668,7 @@ class Executor:
                     ended_at_result = trial_id in self._told_end or trial.finished_by_rule or stopped_for_good
                     if restart is None and outcome == OUT_ERRORED and not ended_at_result and self._may_retry(trial):
                         trial.num_failures += 1
-                        restart = _Restart(reason="retry", error=error)
+                        restart = _Restart(reason=RESTART_RETRY, error=error)
                     if restart is not None:
                         left_iteration = trial.last_iteration
                         self._requeue(trial, restart, ts, name, trace, events)
@@ -3117,11 +3119,12 @@ class Executor:
         It resumes from ``restart.checkpoint`` (another trial's, for an exploit) or its own last checkpoint,
         or from scratch when there is none; results it redoes are stored again under the new attempt. It keeps
         the devices the planner gave it (a move's destination, its device for a retry, an exploit or a replaced
-        device), so the next plan keeps it there; a preempted trial goes back to the queue. A moved or preempted
-        trial, or one whose device died, with nothing to run before its budget waits, paused off any device, for
-        its searcher to promote it (it then restarts) or stop it: one whose checkpoint already reached its budget,
-        and one without a checkpoint that had reached its budget (preempted while paused there because the run stalled:
-        :func:`~fluidsalus.trialgroup.dispatch.is_stalled`; it restarts from scratch if promoted).
+        device), so the next plan keeps it there; a preempted trial goes back to the queue, and so does a retry or
+        an exploit whose device's slots other trials now fill (:func:`.dispatch.restarts_in_place`).
+        A moved or preempted trial, or one whose device died, with nothing to run before its budget waits, paused off
+        any device, for its searcher to promote it (it then restarts) or stop it: one whose checkpoint already reached
+        its budget, and one without a checkpoint that had reached its budget (preempted while paused there because the
+        run stalled: :func:`~fluidsalus.trialgroup.dispatch.is_stalled`; it restarts from scratch if promoted).
         """
         left = remaining_budget(trial, self.searcher.time_attr)
         reached = left is not None and left <= 0  # in the attempt that ends, before a restart sets it back
@@ -3155,6 +3158,9 @@ class Executor:
         trial.placed_on = ()
         if restart.reason in (RESTART_PREEMPT, RESTART_WITHDRAWN, RESTART_TURN) or restart.queue:
             trial.devices = ()
+        elif restart.reason in (RESTART_RETRY, RESTART_EXPLOIT) and trial.devices and not restarts_in_place(
+                self._computing_load().get(trial.devices[0], 0), self._device(trial.devices[0]).spec.slots):
+            trial.devices = ()  # a trial prefetched there took its slot: it waits in the queue (a lane shared)
         remaining = remaining_budget(trial, self.searcher.time_attr)
         self._dirty = True
         if restart.reason in (RESTART_MOVE, RESTART_PREEMPT, RESTART_DEVICE_DIED) and (
@@ -3492,7 +3498,7 @@ class Executor:
                 if restart is None and not ends and trial_id in computing and charge_death(trial, len(computing)):
                     if self._may_retry(trial):
                         trial.num_failures += 1
-                        restart = _Restart(reason="retry", error=self._death_error(trial, text))
+                        restart = _Restart(reason=RESTART_RETRY, error=self._death_error(trial, text))
                         append_error_file(trial.trial_dir, self._shown_name(trial_id), trial.num_failures, now,
                                           restart.error, None)
                     else:

@@ -979,6 +979,11 @@ _DATA_PARALLEL = operator.attrgetter("data_parallel")
 _SECOND = operator.itemgetter(1)
 
 
+def _can_leave(t: TrialDemand) -> bool:
+    """False for a placed trial that cannot be restarted (it sorts first: it stays), True for the others."""
+    return not t.devices or t.restartable
+
+
 def _assignment(tid: str, devs: list[int], before: tuple[int, ...]) -> Assignment:
     """The assignment of a placed trial: its devices now and before, and what the executor must do."""
     devs_t = tuple(devs)
@@ -1881,6 +1886,9 @@ class _Planning:
         for home in sorted(homes):
             crowd = homes[home]
             crowd.sort(key=self.key)
+            if self._stuck_stays(crowd, home):
+                crowd.sort(key=_can_leave)  # (stable: each part stays longest first)
+                owner[home] = crowd[0].trial_id
             for i, t in enumerate(crowd):
                 if i and len(self.alloc[t.trial_id]) > 1:  # a data-parallel trial kept at its fewest devices
                     crowd.insert(0, crowd.pop(i))  # stays (it moves only whole): the others spread
@@ -1971,6 +1979,22 @@ class _Planning:
             self.alloc[tid] = self.alloc[tid] + [target]
             owner[target] = tid
             heapq.heappush(heap, self._grow_key(best))
+
+    def _stuck_stays(self, crowd: list[TrialDemand], home: int) -> bool:
+        """Whether a crowded device's trial that cannot restart (``TrialDemand.restartable`` False) stays in place of
+        its longest one (``crowd[0]``, the one that would stay), which then moves instead: the longest can restart
+        (one that may not have begun is withdrawn), its move pays (its saving from running alone beats its restart,
+        which costs nothing to a trial that only starts now), and a trial placed there cannot.
+        Otherwise the longest stayed, the trial that could not restart was held, and the pair took the device's
+        slot in turns to their ends while a free device idled (a retry prefetched beside a trial that had reported
+        without a checkpoint, when the run's second device joined)."""
+        first = crowd[0]
+        if not _can_leave(first) or all(map(_can_leave, crowd)) \
+                or any(len(self.alloc[t.trial_id]) > 1 for t in crowd):  # (a data-parallel trial kept whole stays)
+            return False
+        n = self.ncomp[home]
+        saving = self.rem[first.trial_id] * (self.book.slowdown(self.dev[home].curve_key, n) - 1.0)
+        return saving > (self.restart_cost_s(first, self.cfg.move_cost_s) if first.devices else 0.0)
 
     def _grow_key(self, t: TrialDemand) -> tuple[float, int, str, TrialDemand]:
         """Water-filling order: most predicted remaining time at the trial's current width first."""
