@@ -14,6 +14,28 @@ from typing import Any
 class Callback:
     """Subclass and override what you need; every hook is optional."""
 
+    def on_trial_add(self, trial_id: str, config: Mapping[str, Any]) -> None:
+        """Called when the searcher's trial has been made and stored, before it starts (it waits ``PENDING``), in
+        the order the trials are made (not for the stored trials a resumed run finds).
+
+        Args:
+            trial_id: The trial.
+            config: Its configuration.
+        """
+
+    def on_trial_status(self, trial_id: str, status: str) -> None:
+        """Called when a trial that started is paused or goes on, between its start and its end: ``PAUSED`` at
+        the result where it reached its budget (after that result's :meth:`on_trial_result`), or when a restart (a
+        move, a preemption) leaves it paused off any device; ``RUNNING`` when its searcher promotes it and it resumes
+        in place on its device; ``PENDING`` when a paused trial is to start again in a new attempt (promoted while
+        paused off any device, a PBT exploit, its turn given to a waiting trial; that attempt's
+        :meth:`on_trial_start` follows).
+
+        Args:
+            trial_id: The trial.
+            status: ``PAUSED``, ``RUNNING`` or ``PENDING``.
+        """
+
     def on_trial_start(self, trial_id: str, config: Mapping[str, Any], attempt: int) -> None:
         """Called when an attempt of a trial has started on a device, with the config it runs.
 

@@ -60,7 +60,7 @@ def test_the_status_text_has_counts_the_given_columns_and_the_best_trial():
     text = reporter._progress_str(trials, done=False)
     assert text.startswith("== Status ==\nCurrent time: ")
     assert re.search(r"\(running for \d\d:\d\d:\d\d\.\d\d\)", text)
-    assert "Number of trials: 3/4 (1 RUNNING, 1 PENDING, 1 TERMINATED)" in text
+    assert "Number of trials: 3/4 (1 PENDING, 1 RUNNING, 1 TERMINATED)" in text  # (by name, as Ray's: h242)
     assert "Current best trial: t1 with loss=0.2 and parameters={'lr': 0.01}" in text  # (its parameter columns)
     assert _header(text) == ["Trial name", "status", "lr", "Loss", "iter"]
     assert _rows(text) == [["train_t1", "RUNNING", "0.01", "0.2", "2"], ["train_t2", "PENDING", "0.3", "", ""],
@@ -371,7 +371,7 @@ def test_the_report_has_rays_lines_around_the_table_the_scheduler_resources_logd
                           "Bracket: Iter 4.000: None | Iter 2.000: None | Iter 1.000: None",
                           "Logical resource usage: ?",
                           "Current best trial: t1 with loss=0.4 and parameters={'lr': 0.2}",
-                          "Result logdir: /store/exp", "Number of trials: 3/3 (1 RUNNING, 1 PENDING, 1 TERMINATED)"]
+                          "Result logdir: /store/exp", "Number of trials: 3/3 (1 PENDING, 1 RUNNING, 1 TERMINATED)"]
     assert [row[:3] for row in _rows("\n".join(lines), loc=True)] == [
         ["train_t1", "RUNNING", "pid=77"], ["train_t2", "PENDING", ""], ["train_t0", "TERMINATED", "192.0.2.2:4242"]]
     ReporterCallback(reporter).on_trial_result(0, trials, trials[0], trials[0].last_result)  # (no scheduler)
@@ -796,3 +796,160 @@ def test_a_column_with_text_in_it_shows_each_value_as_rays_text_column():
 
     assert _column([0.99999999, "auto", None, 0.123456789]) == ["0.99999999", "auto", "", "0.123456789"]
     assert _column([0.99999999, "0.5", 0.123456789]) == ["1", "0.5", "0.123457"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# PENDING and PAUSED trials, as Ray's views show them (h242)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_a_made_trial_is_pending_until_it_starts_and_a_paused_one_paused_until_it_goes_on():
+    """The engine tells the views of each trial it makes (``on_trial_add``) and of each started trial it pauses or
+    lets go on (``on_trial_status``): the view is ``PENDING`` in ``trials`` from its making (Ray lists every trial
+    it made), ``PAUSED`` at its rung and ``RUNNING`` again, as Ray's ``Trial``; no hook is called for either. A
+    finished view, and one not started yet, keep their status. Until h242 a view came at its start, and a paused
+    trial said ``RUNNING``."""
+    from fluidsalus.tune.callback import Callback, RayCallbackAdapter
+
+    seen: list[tuple[str, str, list[str]]] = []
+
+    class Hooks(Callback):
+        def on_trial_start(self, iteration, trials, trial, **info):
+            seen.append(("start", trial.status, [t.status for t in trials]))
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            seen.append(("result", trial.status, [t.status for t in trials]))
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            seen.append(("complete", trial.status, [t.status for t in trials]))
+
+    adapter = RayCallbackAdapter([Hooks()], "/nowhere", "train")
+    adapter.on_trial_add("t0", {"lr": 0.1})
+    adapter.on_trial_add("t1", {"lr": 0.2})
+    adapter.on_trial_status("t1", "PAUSED")  # (not started: it stays PENDING)
+    assert [(t.trial_id, t.status) for t in adapter._listed()] == [("t0", "PENDING"), ("t1", "PENDING")]
+    assert seen == []  # (no hook for a trial made, as in Ray)
+    adapter.on_trial_start("t0", {"lr": 0.1}, 0)
+    adapter.on_trial_result("t0", {"loss": 1.0, "training_iteration": 1})
+    adapter.on_trial_status("t0", "PAUSED")
+    assert [t.status for t in adapter._listed()] == ["PAUSED", "PENDING"]
+    adapter.on_trial_status("t0", "RUNNING")  # (promoted: it resumes in place)
+    adapter.on_trial_result("t0", {"loss": 0.5, "training_iteration": 2})
+    adapter.on_trial_status("t0", "PAUSED")
+    adapter.on_trial_complete("t0", "TERMINATED", None)  # (stopped at its rung: Ray's hook sees it PAUSED)
+    adapter.on_trial_status("t0", "RUNNING")  # (a finished view keeps its status)
+    adapter.on_trial_result("t1", {"loss": 2.0, "training_iteration": 1})  # (its start untold: it starts here)
+    assert seen == [("start", "PENDING", ["PENDING", "PENDING"]), ("result", "RUNNING", ["RUNNING", "PENDING"]),
+                    ("result", "RUNNING", ["RUNNING", "PENDING"]), ("complete", "PAUSED", ["PAUSED", "PENDING"]),
+                    ("start", "PENDING", ["TERMINATED", "PENDING"]), ("result", "RUNNING", ["TERMINATED", "RUNNING"])]
+
+
+class _Statuses(tune.Callback):
+    """Records the trials' statuses as Ray's callbacks see them: each hook's trial, and every step's list."""
+
+    def __init__(self) -> None:
+        self.hooks: list[tuple[str, str, str]] = []  # (hook, trial, its status)
+        self.steps: list[dict[str, str]] = []  # trial -> status, at each step's end that changed them
+        self.ends: list[dict[str, str]] = []  # trial -> status, at each step's end
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.hooks.append(("start", trial.trial_id, trial.status))
+        self._step(trials)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.hooks.append(("result", trial.trial_id, trial.status))
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.hooks.append(("complete", trial.trial_id, trial.status))
+
+    def on_step_end(self, iteration, trials, **info):
+        self._step(trials)
+        self.ends.append({t.trial_id: t.status for t in trials})
+
+    def _step(self, trials):
+        now = {t.trial_id: t.status for t in trials}
+        if not self.steps or self.steps[-1] != now:
+            self.steps.append(now)
+
+
+def test_every_trial_of_a_grid_is_listed_pending_before_it_starts_as_rays(ray_cluster, storage: str, capsys):
+    """Ray lists every trial it made: a grid of 4 (2 CPUs) starts at ``Number of trials: 4/4 (4 PENDING)``, its
+    first ``on_trial_start`` sees 4 trials, and its table shows the unstarted ones ``PENDING`` (h242's ``sbs.py
+    grid0``). fluidsalus's showed the started ones only (``1/4 (1 RUNNING)``). The counts go by status name, as Ray's
+    line (``3 PENDING, 1 RUNNING``; running first until h242)."""
+    statuses = _Statuses()
+    reporter = CLIReporter(metric_columns=["loss"], parameter_columns=["lr"], max_report_frequency=0)
+    tune.run(_train, config={"lr": tune.grid_search([0.1, 0.2, 0.3, 0.4])}, metric="loss", mode="min",
+             storage_path=storage, progress_reporter=reporter, callbacks=[statuses], verbose=1)
+    first = statuses.steps[0]
+    assert len(first) == 4 and list(first.values()).count("PENDING") >= 3, statuses.steps
+    tables = capsys.readouterr().out.split("== Status ==")[1:]
+    assert re.search(r"Number of trials: 4/4 \(3 PENDING, 1 RUNNING\)", tables[0]), tables[0]
+    assert [row[1] for row in _rows(tables[0])] == ["RUNNING", "PENDING", "PENDING", "PENDING"]
+    assert "Number of trials: 4/4 (4 TERMINATED)" in tables[-1]
+
+
+def _rungs(config):
+    for step in range(1, 10):
+        tune.report({"loss": config["lr"] / step})
+
+
+def test_a_trial_hyperband_pauses_at_its_rung_is_paused_in_the_views_and_running_once_promoted(
+        ray_cluster, storage: str, capsys):
+    """Ray's HyperBand pauses a trial at its rung: it is ``PAUSED`` in the table (``(2 PAUSED, 6 PENDING)``) and in
+    every ``trial.status`` its callbacks see, the result it paused at still ``RUNNING`` in ``on_trial_result``, a
+    paused trial the rung stops ``PAUSED`` in ``on_trial_complete``, and one it promotes runs again (h242's
+    ``sbs.py hb3``). fluidsalus's views said ``RUNNING`` throughout."""
+    from fluidsalus.callbacks import Callback as EngineCallback
+
+    told: dict[str, list[str]] = {}
+
+    class Told(EngineCallback):  # (what the engine tells the views: a promoted trial's RUNNING may come and go
+        # within one step of the driver, its next results and pause in the batch after the promotion)
+        def on_trial_status(self, trial_id: str, status: str) -> None:
+            told.setdefault(trial_id, []).append(status)
+
+    statuses = _Statuses()
+    reporter = CLIReporter(metric_columns=["loss"], parameter_columns=["lr"], max_report_frequency=0)
+    tune.run(_rungs, config={"lr": tune.grid_search([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8])}, metric="loss",
+             mode="min", storage_path=storage, progress_reporter=reporter, callbacks=[statuses, Told()], verbose=1,
+             scheduler=tune.schedulers.HyperBandScheduler(time_attr="training_iteration", max_t=9,
+                                                          reduction_factor=3))
+    out = capsys.readouterr().out
+    assert re.search(r"Number of trials: 8/8 \([^)]*\d PAUSED", out)
+    assert re.search(r"\{[^}]*PAUSED: \d", out)  # (HyperBand's bracket lines count them too)
+    assert any("PAUSED" in step.values() for step in statuses.steps), statuses.steps
+    assert all(status == "RUNNING" for hook, _, status in statuses.hooks if hook == "result")
+    assert any(hook == "complete" and status == "PAUSED" for hook, _, status in statuses.hooks), statuses.hooks
+    assert any(seq[:2] == ["PAUSED", "RUNNING"] for seq in told.values()), told  # (promoted: it runs on in place)
+    assert set(statuses.steps[-1].values()) == {"TERMINATED"}
+
+
+def _checkpointed(config):
+    import tempfile
+
+    start = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as folder, open(os.path.join(folder, "step")) as f:
+            start = int(f.read())
+    for step in range(start + 1, 10):
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "step"), "w") as f:
+                f.write(str(step))
+            tune.report({"loss": config["lr"] / step}, checkpoint=tune.Checkpoint.from_directory(folder))
+
+
+def test_a_trial_pbt_pauses_is_paused_then_pending_until_its_exploit_starts_as_rays(ray_cluster, storage: str):
+    """Ray's PBT pauses a trial at its perturbation point and makes it ``PENDING`` when it goes on from a checkpoint
+    (an exploit, or its turn), ``RUNNING`` once started (h242's ``sbs.py pbt``: ``00001:PAU`` then ``00001:PEN`` at
+    the next step's end). fluidsalus's view of a trial restarted from its pause stayed ``PAUSED`` until its start
+    (``RUNNING`` at h242's first change, which told only the pause at a result)."""
+    statuses = _Statuses()
+    tune.run(_checkpointed, config={"lr": tune.grid_search([0.1, 0.2, 0.3, 0.4])}, metric="loss", mode="min",
+             storage_path=storage, callbacks=[statuses], verbose=0,
+             scheduler=tune.schedulers.PopulationBasedTraining(
+                 time_attr="training_iteration", perturbation_interval=3, hyperparam_mutations={"lr": [0.1, 0.2]}))
+    pending_again = {tid for before, after in zip(statuses.ends, statuses.ends[1:], strict=False)
+                     for tid, status in after.items() if before.get(tid) == "PAUSED" and status == "PENDING"}
+    assert pending_again, statuses.steps

@@ -852,6 +852,9 @@ class Executor:
         # folders retention removes once the new attempt has gone past them (num_to_keep: _retain_checkpoints)
         self._unlisted: dict[str, list[tuple[str, int]]] = {}
         self._exploits: list[str] = []  # exploit restarts decided, stop not yet sent
+        # (trial, status) of paused trials restarted (PENDING) and trials a restart left paused off any device (PAUSED),
+        # for the callbacks once stored (Callback.on_trial_status)
+        self._restatused: list[tuple[str, str]] = []
         self._ending: str | None = None  # why the experiment ends early (time budget, fail_fast, stop_all)
         # Why an earlier session's end ended the search (SEARCH_ENDED_KEY), when one did: the searcher proposes no
         # more trials for good, as Ray's restored search algorithm stays finished, and the run ends again at its
@@ -1489,6 +1492,7 @@ class Executor:
                 self._dispatch()
             first = False
             if self._finished():
+                self._tell_restatused()
                 for callback in self.settings.callbacks:  # every pass that began ends, the last one too
                     callback.on_step_end()
                 if self._raises():  # (run() leaves its trials unfinished)
@@ -1532,6 +1536,7 @@ class Executor:
                 if batch:
                     with sigint_held():  # (handled whole: a Ctrl-C lost the rest of it, then the drain ran)
                         self._handle(device, batch)
+            self._tell_restatused()
             for callback in self.settings.callbacks:
                 callback.on_step_end()
 
@@ -1816,6 +1821,7 @@ class Executor:
         resumes: dict[int, dict[str, float | None]] = {}
         requeued: list[Trial] = []
         turns: list[str] = []  # promoted residents that give their place to a trial behind them
+        went_on: list[tuple[str, str]] = []  # paused trials promoted: (trial, RUNNING in place or PENDING again)
         now = time.time()
         with self.store.transaction():
             for group in groups:
@@ -1841,6 +1847,7 @@ class Executor:
                         turns.append(trial_id)
                     elif trial.status == PAUSED and trial.device is not None:  # resident: resumes in place
                         trial.status = RUNNING
+                        went_on.append((trial_id, RUNNING))
                         resumes.setdefault(trial.device, {})[trial_id] = group.budget
                         self._device(trial.device).changed_at = now
                     elif trial.device is not None and (trial.status == PENDING or (trial.status == RUNNING and (
@@ -1858,6 +1865,8 @@ class Executor:
                     elif trial.status in FINAL_STATUSES or trial.status in (PENDING, PAUSED):
                         # An ended trial, or one paused off any device (preempted), restarts from its checkpoint.
                         if trial.status != PENDING:
+                            if trial.status == PAUSED:
+                                went_on.append((trial_id, PENDING))
                             trial.status, trial.attempt = PENDING, trial.attempt + 1
                             trial.devices = ()
                             requeued.append(trial)
@@ -1879,6 +1888,8 @@ class Executor:
             self._take_exploits()
             # Saved after on_trial_add, so a resumed searcher knows every trial id it has been given.
             self._searcher_log.save()
+        self._tell_added(new)
+        self._tell_statuses(went_on)
         for trial in requeued:
             self._rewind(trial)
             self.pending.add(trial)
@@ -1886,6 +1897,29 @@ class Executor:
             self._send(self._device(index), "resume", budgets)
         self._send_stop(turns, no_verdict=True)
         self._stop_exploited()
+
+    def _tell_added(self, new: Sequence[Trial]) -> None:
+        """Tell the callbacks of the trials just made, once stored (``Callback.on_trial_add``), in the order made."""
+        for callback in self.settings.callbacks:
+            added = getattr(callback, "on_trial_add", None)
+            if callable(added):
+                for trial in new:
+                    added(trial.trial_id, trial.config)
+
+    def _tell_statuses(self, changes: Sequence[tuple[str, str]]) -> None:
+        """Tell the callbacks of started trials that were paused or went on (``Callback.on_trial_status``), once
+        stored: ``(trial, PAUSED | RUNNING | PENDING)`` each."""
+        for callback in self.settings.callbacks:
+            told = getattr(callback, "on_trial_status", None)
+            if callable(told):
+                for trial_id, status in changes:
+                    told(trial_id, status)
+
+    def _tell_restatused(self) -> None:
+        """Tell the callbacks of the paused trials restarted and the trials left paused since the last call."""
+        if self._restatused:
+            changes, self._restatused = self._restatused, []
+            self._tell_statuses(changes)
 
     def _gives_way(self, trial: Trial, new: Iterable[Trial] = (), restarting: bool = False) -> bool:
         """Whether ``trial``, paused on its device and about to run on (promoted, or exploiting), gives its place
@@ -2524,6 +2558,7 @@ class Executor:
         warned: list[Mapping[str, Any]] = []  # LANE_WARNINGs: given once the batch is committed
         failed_after_stop: list[tuple[Any, ...]] = []  # LANE_ERROR_AFTER_STOPs: warned of once the batch is committed
         failed_in_batch = False  # a trial of this batch failed for good (fail_fast="raise" raises it: _fails_unseen)
+        paused_at: set[int] = set()  # (ids of) the results at which their trial paused at its budget
         name = device.spec.name
         received = time.time()  # the driver's clock: a move's two ends may be on nodes with different clocks
         with self.store.transaction():
@@ -2571,6 +2606,7 @@ class Executor:
                         # (A pause short of the trial's budget is stale: a promotion's new budget is on its way
                         # to the device, which resumes the trial when it arrives.)
                         trial.status = PAUSED
+                        paused_at.add(id(event))
                         device.changed_at = ts
                         self._dirty = True
                     if (metrics.get("done") and trial_id not in self._stopping) or event[6]:
@@ -2814,12 +2850,15 @@ class Executor:
             if kind == EV_RESULT:
                 for callback in self.settings.callbacks:
                     callback.on_trial_result(trial.trial_id, event[4])
+                if id(event) in paused_at and trial.status == PAUSED:  # (after its result's hooks, as Ray's pause)
+                    self._tell_statuses([(trial.trial_id, PAUSED)])
             elif kind == EV_CHECKPOINT:
                 for callback in self.settings.callbacks:
                     callback.on_trial_checkpoint(trial.trial_id, event[4], event[5])
             elif trial.trial_id not in unstarted:  # (the run's end ends an unstarted trial with no hook, as Ray's)
                 self._log_end(trial, event[4], event[6])
                 self._callbacks_end(trial)
+        self._tell_restatused()
         self._tell_stopped(stopped)
         if acted and self.settings.callbacks:
             requested = [tid for callback in self.settings.callbacks for tid in callback.checkpoint_requests()]
@@ -3129,6 +3168,7 @@ class Executor:
         left = remaining_budget(trial, self.searcher.time_attr)
         reached = left is not None and left <= 0  # in the attempt that ends, before a restart sets it back
         previous_config = trial.config
+        before = trial.status
         if restart.config is not None:
             trial.config = dict(restart.config)
             # a new configuration: its results are all new, and its end is yet to be told
@@ -3170,6 +3210,8 @@ class Executor:
         else:
             trial.status = PENDING
             self.pending.add(trial)
+        if trial.status != before and PAUSED in (before, trial.status):
+            self._restatused.append((trial.trial_id, trial.status))
         self.store.update_trial(trial.trial_id, status=trial.status, attempt=trial.attempt,
                                 num_failures=trial.num_failures, checkpoint_path=trial.checkpoint_path,
                                 error=restart.error)

@@ -28,13 +28,16 @@ has been stored, with Ray's argument names, in Ray's order:
 - ``on_experiment_end(trials)`` once, when ``fit()`` returns or raises.
 
 As in Ray, ``trial.status`` is still ``PENDING`` in ``on_trial_start`` and still ``RUNNING`` in
-``on_trial_complete`` (whose ``last_result`` says ``done``), and ``trial.checkpoint`` in ``on_checkpoint`` is still
-the previous one. A progress reporter, which Ray runs after its step, sees them updated.
+``on_trial_complete`` (``PAUSED`` for a trial stopped while paused at its rung; its ``last_result`` says
+``done``), and ``trial.checkpoint`` in ``on_checkpoint`` is still the previous one. A progress reporter, which Ray
+runs after its step, sees them updated.
 
 ``trial`` is a :class:`TrialInfo`: ``trial_id``, ``config``, ``last_result``, ``status``, ``path`` /
 ``local_path``, ``checkpoint``, ``num_failures``, ``trial_name``, ``error`` and ``is_finished()``, the
-attributes callbacks read most; it is not Ray's ``Trial``. ``trials`` holds every trial seen so far, in the order
-they first started. ``iteration`` counts the events the callbacks have seen.
+attributes callbacks read most; it is not Ray's ``Trial``. ``trials`` holds every trial made so far, in the order
+they were made, as Ray's: a trial the search made is there ``PENDING`` before it starts (a grid's, a HyperBand
+bracket's), and a trial its searcher pauses at a rung is ``PAUSED`` until it goes on (``RUNNING`` again).
+``iteration`` counts the events the callbacks have seen.
 
 A callback with state overrides ``get_state()`` (a dict, or None for nothing to save) and ``set_state(state)``,
 as in Ray: the states are saved in the experiment's folder (``callback-states-<session>.pkl``, Ray's file) at
@@ -237,8 +240,10 @@ class TrialInfo:
         trial_id: The trial's id.
         config: Its configuration (PBT may change it).
         last_result: Its last result (with ``config``), or None.
-        status: ``PENDING``, ``RUNNING``, ``TERMINATED`` or ``ERROR`` (``PAUSED`` in ``on_experiment_end``, for a
-            trial a Ctrl-C found paused off any device, as Ray's).
+        status: ``PENDING`` (made, not started yet; or waiting to start again), ``RUNNING``, ``PAUSED`` (paused
+            at its searcher's rung or perturbation point, as Ray's HyperBand, BOHB and PBT pause it, until it goes
+            on; in ``on_experiment_end``, a trial a Ctrl-C found paused off any device, as Ray's), ``TERMINATED``
+            or ``ERROR``.
         path: Its folder in the experiment.
         trainable_name: The trainable's name.
         checkpoint: Its latest checkpoint (a :class:`fluidsalus.tune.Checkpoint`), or None.
@@ -411,6 +416,7 @@ class RayCallbackAdapter(EngineCallback):
         self._earlier_failures: dict[str, int] | None = None
         self._run_ending: str | None = None  # why the run ends early, once it does (on_run_ending)
         self._placed: dict[str, tuple[str, int]] = {}  # trial -> where its starting attempt runs (on_trial_placed)
+        self._unstarted: set[str] = set()  # trials made (on_trial_add) that have not started yet: PENDING
 
     def checkpoint_requests(self) -> list[str]:
         """The trials a Ray callback asked to checkpoint (``result["should_checkpoint"] = True``) since the last
@@ -672,6 +678,7 @@ class RayCallbackAdapter(EngineCallback):
     def _start(self, trial: TrialInfo, attempt: int | None) -> None:
         # As in Ray, on_trial_start sees the trial still PENDING; it is RUNNING once the callbacks return
         trial.status, trial.attempt, trial.error = PENDING, attempt, None
+        self._unstarted.discard(trial.trial_id)
         if trial.last_result is None:  # Ray's trial starts with a result of its id, when and its config
             now = time.time()
             trial.last_result = {"trial_id": trial.trial_id, "date": datetime.datetime.fromtimestamp(now).strftime(
@@ -684,6 +691,23 @@ class RayCallbackAdapter(EngineCallback):
 
     def on_trial_placed(self, trial_id: str, node_ip: str, pid: int) -> None:
         self._placed[trial_id] = (node_ip, pid)
+
+    def on_trial_add(self, trial_id: str, config: Mapping[str, Any]) -> None:
+        """A trial the search made: its view is in ``trials`` from now on, ``PENDING`` until it starts, as Ray lists
+        every trial it made (a grid's, HyperBand's brackets: ``4/4 (4 PENDING)``; only the started ones, ``1/4 (1
+        RUNNING)``, until h242). No hook is called, as in Ray."""
+        trial, new = self._info(trial_id, config)
+        if new:
+            trial.status = PENDING
+            self._unstarted.add(trial_id)
+
+    def on_trial_status(self, trial_id: str, status: str) -> None:
+        """A started trial was paused (``PAUSED``: at its searcher's rung, as Ray's HyperBand pauses it) or goes on
+        (``RUNNING`` in place, or ``PENDING`` until its next attempt starts): its view says so, as Ray's ``Trial``;
+        no hook is called, as in Ray (its step hooks and the reporter see it). It said ``RUNNING`` until h242."""
+        trial = self.trials.get(trial_id)
+        if trial is not None and not trial.is_finished() and trial_id not in self._unstarted:
+            trial.status = status
 
     def on_trial_start(self, trial_id: str, config: Mapping[str, Any], attempt: int) -> None:
         trial, new = self._info(trial_id, config)
@@ -704,7 +728,7 @@ class RayCallbackAdapter(EngineCallback):
 
     def on_trial_result(self, trial_id: str, result: Mapping[str, Any]) -> None:
         trial, new = self._info(trial_id)
-        if new:  # the engine did not tell of its start: it started with this result
+        if new or trial_id in self._unstarted:  # the engine did not tell of its start: it started with this result
             self._start(trial, None)
         full = with_config(result, trial.config)
         if trial_id in self._restoring:  # started without the engine's start hook: judge from the result
@@ -764,6 +788,7 @@ class RayCallbackAdapter(EngineCallback):
     def on_trial_complete(self, trial_id: str, status: str, result: Mapping[str, Any] | None) -> None:
         trial, _ = self._info(trial_id)
         self._restoring.discard(trial_id)
+        self._unstarted.discard(trial_id)
         if result is not None:
             trial.last_result = with_config(result, trial.config)
         self.iteration += 1
