@@ -11,7 +11,16 @@ from _trials import pretend_ray_is
 
 from fluidsalus.errors import ConfigError
 from fluidsalus.gpu.actor import changed_module
-from fluidsalus.trialgroup.warm import DEFAULT_KEEP_WARM_S, KEEP_WARM_ENV, WarmActor, WarmDevices, WarmKey, keep_warm_s
+from fluidsalus.trialgroup.warm import (
+    DEFAULT_KEEP_WARM_S,
+    KEEP_WARM_ENV,
+    NodeRoom,
+    WarmActor,
+    WarmDevices,
+    WarmKey,
+    keep_warm_s,
+    waits_for_room,
+)
 
 
 class _World:
@@ -96,6 +105,25 @@ def test_every_parked_actor_goes_as_soon_as_other_work_waits_for_resources(pool,
     world.wanted = True
     assert pool.check() == 2 and sorted(world.killed) == ["a", "b"] and len(pool) == 0
     assert pool.check() == 0 and world.asked == 2  # nothing parked: Ray is not asked
+
+
+def test_only_work_that_a_node_could_hold_but_has_no_room_for_now_wants_the_parked_actors_resources():
+    """A request no node can ever hold (a GPU on CPU nodes, more cores than a node has) waits whatever the parked
+    actors free, and one that a node has the room for now is placed without them: either made the watcher let them
+    go, run after run (every run started cold)."""
+    full = NodeRoom({"CPU": 2.0, "memory": 8e9}, {"CPU": 0.0, "memory": 8e9})
+    gpu_node = NodeRoom({"CPU": 4.0, "GPU": 1.0}, {"CPU": 2.0, "GPU": 1.0})
+    assert not waits_for_room([], [full])
+    assert waits_for_room([{"CPU": 1.0}], [full])  # the parked actors' cores would do
+    assert not waits_for_room([{"CPU": 1.0, "GPU": 1.0}], [full])  # a GPU on a cluster of CPU nodes
+    assert not waits_for_room([{"CPU": 8.0}, {"custom": 1.0}], [full, gpu_node])  # more than any node has
+    assert not waits_for_room([{"CPU": 1.0}, {"CPU": 0.1 + 0.2 + 1.7}], [gpu_node])  # it has them free now
+    assert not waits_for_room([{}], [full])  # asks for nothing: never waits for resources
+    assert waits_for_room([{"CPU": 8.0}, {"CPU": 2.0}], [gpu_node, full])  # one that counts is enough
+    # a placement group counts where each bundle fits some node, free or not (together they may not fit)
+    assert waits_for_room([], [gpu_node], groups=[[{"CPU": 1.0}, {"CPU": 2.0}]])
+    assert not waits_for_room([], [gpu_node], groups=[[{"CPU": 1.0}, {"CPU": 8.0}]])
+    assert waits_for_room([{"CPU": 64.0}], []) and not waits_for_room([], [])  # nodes unknown: any request counts
 
 
 def test_keeping_for_zero_seconds_ends_the_actor_at_once_and_release_ends_every_parked_one(pool, world):

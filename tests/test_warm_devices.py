@@ -21,7 +21,7 @@ from fluidsalus.callbacks import Callback
 from fluidsalus.errors import ConfigError
 from fluidsalus.store import ExperimentStore
 from fluidsalus.trialgroup.executor import WARM_DEVICES
-from fluidsalus.trialgroup.warm import KEEP_WARM_ENV
+from fluidsalus.trialgroup.warm import KEEP_WARM_ENV, WATCH_PERIOD_S
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -315,6 +315,39 @@ def test_other_ray_work_that_waits_for_the_cores_of_parked_actors_gets_them_at_o
     began = time.time()
     assert ray.get(needs_both_cores.remote(), timeout=KEEP_FOR_LONG_S / 2)
     assert len(WARM_DEVICES) == 0 and time.time() - began < KEEP_FOR_LONG_S / 2
+
+
+@pytest.mark.parametrize("asks", [{"num_gpus": 1}, {"num_cpus": 0.5}], ids=["a GPU the cluster lacks", "room to spare"])
+def test_an_actor_the_parked_ones_hold_nothing_of_does_not_take_the_warm_devices_from_the_next_run(storage, monkeypatch,
+                                                                                                   asks):
+    """An actor asking for a GPU the cluster has none of waits for good, whatever the parked actors free; one asking
+    for less than is free is placed at once (it waits only for its process). The watcher let the parked actors go
+    within a quarter second of either, and the script's next run started cold. (Half a core of the free one: an
+    actor being given its worker process has its resources already, and with no room left beside it the watcher
+    cannot tell it from one that waits for them: docs/architecture.md, "Devices kept warm between runs".)"""
+    import ray
+
+    fluidsalus.release_devices()
+    monkeypatch.setenv(KEEP_WARM_ENV, str(KEEP_FOR_LONG_S))
+
+    @ray.remote(**asks)
+    class Other:
+        pass
+
+    def one_device_run(name: str) -> fluidsalus.ResultGrid:
+        return fluidsalus.run(reports_its_process, config={"x": fluidsalus.grid_search([1, 2])}, storage_path=storage,
+                              name=name, verbose=0, devices=1)  # (the other core of the suite's Ray stays free)
+
+    first = one_device_run("first")
+    other = Other.remote()
+    try:
+        time.sleep(3 * WATCH_PERIOD_S + 0.5)  # (Ray lists a waiting actor within 0.27 s)
+        assert len(WARM_DEVICES) == 1
+        second = one_device_run("second")
+        assert all(s.get("warm") for s in _device_starts(second)) and _pids(second) == _pids(first)
+    finally:
+        ray.kill(other)
+        fluidsalus.release_devices()
 
 
 _NEVER = threading.Event()

@@ -177,7 +177,7 @@ from fluidsalus.trialgroup.planner import (
 from fluidsalus.trialgroup.queue import PendingQueue, remaining_budget
 from fluidsalus.trialgroup.searcher_log import SearcherLog
 from fluidsalus.trialgroup.trial import Trial, TrialGroup
-from fluidsalus.trialgroup.warm import DEFAULT_KEEP_WARM_S, WarmActor, WarmDevices, WarmKey
+from fluidsalus.trialgroup.warm import DEFAULT_KEEP_WARM_S, NodeRoom, WarmActor, WarmDevices, WarmKey, waits_for_room
 
 logger = logging.getLogger(__name__)
 
@@ -371,23 +371,49 @@ def _kill_quietly(actor: Any) -> None:
 
 
 def _resources_wanted_elsewhere() -> bool:
-    """Whether anything on the connected cluster waits for resources Ray cannot give it yet: an actor still being
-    placed (any actor: the GCS lists them, device actors pinned to a node too), or a task or placement group that
-    waits (the demand ``ray status`` lists, which leaves out requests pinned to a node). True where Ray is gone or
-    cannot say: parked actors then go."""
+    """Whether anything on the connected cluster waits for resources that a node could hold but has not free now
+    (``warm.waits_for_room``): an actor still waiting to be placed (any actor: the GCS lists them, device actors
+    pinned to a node too; not one whose process is already starting), or a task or placement group that waits (the
+    demand ``ray status`` lists, which leaves out requests pinned to a node). True where Ray is gone or cannot say:
+    parked actors then go."""
     if not ray.is_initialized():
         return True
     try:
-        from ray._private.state import state as gcs_state
-
-        if gcs_state.actor_table(None, actor_state_name="PENDING_CREATION"):
-            return True
         from ray.autoscaler.v2.sdk import get_cluster_status
 
-        demands = get_cluster_status(ray.get_runtime_context().gcs_address).resource_demands
+        requests = _actors_waiting_for_resources()
+        if requests is None:  # (Ray does not say what they ask for)
+            return True
+        status = get_cluster_status(ray.get_runtime_context().gcs_address)
+        demands = status.resource_demands
+        requests += [dict(count.bundle) for demand in demands.ray_task_actor_demand
+                     for count in demand.bundles_by_count if count.count]
+        groups = [[dict(count.bundle) for count in demand.bundles_by_count]
+                  for demand in demands.placement_group_demand]
+        nodes: list[NodeRoom] = []
+        for node in [*status.active_nodes, *status.idle_nodes]:
+            if node.resource_usage is not None:
+                usage = node.resource_usage.usage
+                nodes.append(NodeRoom({u.resource_name: u.total for u in usage},
+                                      {u.resource_name: u.total - u.used for u in usage}))
     except Exception:  # noqa: BLE001 - no answer: let the actors go rather than hold resources someone may want
         return True
-    return bool(demands.ray_task_actor_demand or demands.placement_group_demand)
+    return waits_for_room(requests, nodes, groups)
+
+
+def _actors_waiting_for_resources() -> list[dict[str, float]] | None:
+    """What each actor the GCS has not placed yet asks for: those still being created and given no worker process
+    yet (one that has one is starting on resources it holds). None where this Ray does not say."""
+    from ray._private.state import state as gcs_state
+
+    accessor = getattr(gcs_state, "_connect_and_get_accessor", None)
+    if accessor is None:
+        return None
+    from ray.core.generated import gcs_pb2
+
+    actors = [gcs_pb2.ActorTableData.FromString(row)
+              for row in accessor().get_actor_table(None, "PENDING_CREATION")]
+    return [dict(actor.required_resources) for actor in actors if not actor.address.worker_id]
 
 
 #: The device actors this process keeps warm between runs (``fluidsalus.release_devices()`` ends them).

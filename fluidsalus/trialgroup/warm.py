@@ -10,8 +10,9 @@ every parked actor it does not take go, since they hold cores its new actors may
 
 A parked actor runs nothing but holds its Ray resources. So every :data:`WATCH_PERIOD_S` a watcher asks whether
 anything else on the cluster waits for resources (a task, an actor, a placement group Ray cannot place yet: another
-driver's, or this one's own Ray work), and if so lets every parked actor go. It also lets each go when its time is
-up, and :func:`fluidsalus.release_devices` lets them all go at once.
+driver's, or this one's own Ray work) that a node could hold but has not the room free for now
+(:func:`waits_for_room`), and if so lets every parked actor go. It also lets each go when its time is up, and
+:func:`fluidsalus.release_devices` lets them all go at once.
 
 This module holds the rule and the bookkeeping only; the Ray calls are the executor's (``kill`` and
 ``wanted_elsewhere`` below).
@@ -23,7 +24,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -68,6 +69,50 @@ def keep_warm_s(environ: Mapping[str, str] = os.environ) -> float:
     if not 0.0 <= value < float("inf"):
         raise ConfigError(f"{KEEP_WARM_ENV}={text!r}: expected seconds, a finite number >= 0 (0 keeps no actor)")
     return value
+
+
+#: How much more of a resource a request may ask for than a node has and still count as one the node can hold (Ray's
+#: amounts are floats: a fraction of a CPU summed up may miss by a rounding step).
+FIT_TOLERANCE = 1e-9
+
+
+class NodeRoom(NamedTuple):
+    """A node's resources as the watcher sees them, by name (``{"CPU": 2.0}``)."""
+
+    total: Mapping[str, float]
+    free: Mapping[str, float]  # what no task, actor or placement group holds now
+
+
+def _holds(resources: Mapping[str, float], request: Mapping[str, float]) -> bool:
+    return all(amount <= resources.get(name, 0.0) + FIT_TOLERANCE for name, amount in request.items())
+
+
+def waits_for_room(requests: Iterable[Mapping[str, float]], nodes: Sequence[NodeRoom],
+                   groups: Iterable[Sequence[Mapping[str, float]]] = ()) -> bool:
+    """Whether work that waits for resources may want the parked actors': the watcher's test.
+
+    A task or actor counts where some node could hold it but has not the room free now. One that no node can ever
+    hold (a GPU on a cluster of CPU nodes, more cores than any node has: what Ray calls infeasible) waits whatever
+    the parked actors free: one such actor left in the cluster made the watcher let every parked actor go at once,
+    run after run, and every run of the process started cold (2 to 5 s instead of 0.05 s). One that a node has the
+    room for now is being placed without them: a script's 1-CPU actor beside two parked actors on 4 cores made the
+    watcher let them go as well. A placement group counts where each of its bundles could be held by some
+    node, free room or not (its bundles together may not fit where each one alone does).
+
+    Args:
+        requests: What each waiting task or actor asks for. One that asks for nothing never waits for resources.
+        nodes: Each alive node's resources. With none known, any request or group counts.
+        groups: Each waiting placement group's bundles.
+
+    Returns:
+        True where some request or group counts.
+    """
+    requests, groups = list(requests), list(groups)
+    if not nodes:
+        return bool(requests or groups)
+    return (any(_holds(node.total, request) and not _holds(node.free, request)
+                for request in requests for node in nodes)
+            or any(all(any(_holds(node.total, bundle) for node in nodes) for bundle in group) for group in groups))
 
 
 class WarmKey(NamedTuple):
