@@ -1094,6 +1094,32 @@ def test_a_retry_whose_slot_a_prefetched_trial_took_waits_and_goes_to_a_device_t
     assert not store.events("plan_refused")  # (b, which cannot restart, keeps device 0)
 
 
+@pytest.mark.parametrize(("slots", "kept"), [(1, ()), (2, (0,))], ids=["slot_taken", "slot_free"])
+def test_an_exploit_whose_slot_a_prefetched_trial_took_waits_in_the_queue(tmp_path, slots, kept):
+    """PBT's exploit of ``a``, paused at its perturbation point, while ``b``, prefetched behind it on a 1-slot device,
+    began at that pause: the exploit gives the device up and waits in the queue, as a retry does (kept, it began
+    beside ``b``, past the slot). On a device of two slots, where ``b`` started beside ``a``, one slot is ``a``'s:
+    it restarts in place."""
+    from fluidsalus.gpu.host import EV_RESULT, EV_START
+    from fluidsalus.store import RESTART_EXPLOIT
+    from fluidsalus.trialgroup.executor import _Restart
+
+    executor, store = _offline_executor(tmp_path, n_devices=1, slots=slots)
+    (d0,) = executor._devices
+    _queue(executor, store, _trial("a"), _trial("b", seq=1))
+    for tid in ("a", "b"):
+        executor.searcher.on_trial_add(tid, "g", {})
+    executor._dispatch()
+    assert [e.data["action"] for e in store.events("place")] == ["start", "prefetch" if slots == 1 else "start"]
+    metrics = {"training_iteration": 1, "time_this_iter_s": 0.2, "time_total_s": 0.2}
+    executor._handle(d0, [(EV_START, "a", 0, 0.5), (EV_RESULT, "a", 0, 0.8, metrics, False, False),
+                          (EV_START, "b", 0, 0.9)])
+    a = executor.trials["a"]
+    executor._unplace(a, 1.0)  # (its attempt ends for the exploit)
+    executor._requeue(a, _Restart(reason=RESTART_EXPLOIT, iteration=1), 1.0, "cpu:0", None, [])
+    assert (a.attempt, a.devices, "a" in executor.pending) == (1, kept, True)
+
+
 # ------------------------------------------------------------------------------------------ real runs
 
 
