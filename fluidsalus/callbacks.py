@@ -24,8 +24,9 @@ class Callback:
         """
 
     def on_trial_status(self, trial_id: str, status: str) -> None:
-        """Called when a trial that started is paused or goes on, between its start and its end: ``PAUSED`` at
-        the result where it reached its budget (after that result's :meth:`on_trial_result`), or when a restart (a
+        """Called when a trial that started is paused or goes on, between its start and its end: ``PAUSED`` (only
+        for a searcher that pauses as Ray's scheduler does, ``BaseSearcher.pauses_as_ray``: not ASHA's rung) at the
+        result where it reached its budget (after that result's :meth:`on_trial_result`), or when a restart (a
         move, a preemption) leaves it paused off any device; ``RUNNING`` when its searcher promotes it and it resumes
         in place on its device; ``PENDING`` when a paused trial is to start again in a new attempt (promoted while
         paused off any device, a PBT exploit, its turn given to a waiting trial; that attempt's

@@ -2565,3 +2565,45 @@ def test_sigint_held_holds_the_front_ends_sigusr1_too_and_a_blocks_own_error_com
             os.kill(os.getpid(), signal.SIGINT)
             raise ValueError("the batch's own error")
     assert signals.received == 1 and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_paused_trial_restarted_off_any_device_is_told_pending_before_its_new_attempt_starts(tmp_path):
+    """A trial paused off any device (preempted) that PBT exploits is requeued at once (``_stop_exploited``): the
+    callbacks are told it is ``PENDING`` (``Callback.on_trial_status``) before the plan can start its new attempt.
+    h242's first version told it at the end of the next batch handled, after that batch's ``on_trial_start`` of the
+    new attempt: ``fluidsalus.tune``'s view of the running trial then said ``PENDING`` until its next result (h246)."""
+    from fluidsalus.gpu.host import EV_RESULT, EV_START
+    from fluidsalus.searchers._base import ExploitRequest
+
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    told: list[tuple[str, ...]] = []
+
+    class Told(EngineCallback):
+        def on_trial_start(self, trial_id, config, attempt):
+            told.append(("start", trial_id))
+
+        def on_trial_status(self, trial_id, status):
+            told.append(("status", trial_id, status))
+
+    executor.settings.callbacks.append(Told())
+    for index, (tid, score) in enumerate((("a", 0.9), ("b", 0.1))):
+        trial = _placed_trial(executor, store, tid, devices=(index,), seq=index, budget=4)
+        os.makedirs(os.path.join(trial.trial_dir, "checkpoint_000004"))
+        metrics = {"training_iteration": 4, "time_total_s": 4.0, "score": score,
+                   "checkpoint_dir_name": "checkpoint_000004"}
+        executor._handle(executor._devices[index], [(EV_START, tid, 0, 0.5), (EV_RESULT, tid, 0, 4.0, metrics, True,
+                                                                             False)])
+    b, device = executor.trials["b"], executor._devices[1]
+    assert b.status == PAUSED
+    b.placed_on = b.devices = ()  # (preempted: paused off any device)
+    device.assigned.discard("b")
+    requests = [ExploitRequest("b", "a", 4, 4.0, {"lr": 0.5}, 8, "pbt-exploit-0")]
+    executor.searcher.take_exploits = lambda: [requests.pop()] if requests else []
+    told.clear()
+    executor._take_groups()
+    assert b.status == PENDING
+    executor._dispatch()
+    b.placed_on = b.devices = (1,)
+    device.assigned.add("b")
+    executor._handle(device, [(EV_START, "b", 1, 5.0)])
+    assert [event for event in told if event[1] == "b"] == [("status", "b", PENDING), ("start", "b")]

@@ -925,6 +925,22 @@ def test_a_trial_hyperband_pauses_at_its_rung_is_paused_in_the_views_and_running
     assert set(statuses.steps[-1].values()) == {"TERMINATED"}
 
 
+def test_a_trial_asha_judges_at_its_rung_stays_running_in_the_views_as_rays(ray_cluster, storage: str, capsys):
+    """Ray's ASHA never pauses a trial: it decides at the result, and a trial it stops at its rung is ``RUNNING``
+    in ``on_trial_complete`` (h246's ``sbs2.py ray asha0``). fluidsalus's ASHA waits at the rung for its promotion
+    (the engine's pause), which h242 told the views: ``PAUSED`` in the table, the steps' lists and the rung's
+    ``on_trial_complete`` (``sbs2.py fs asha0``). Only the searchers that pause as Ray's scheduler does tell it."""
+    statuses = _Statuses()
+    reporter = CLIReporter(metric_columns=["loss"], parameter_columns=["lr"], max_report_frequency=0)
+    tune.run(_rungs, config={"lr": tune.grid_search([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8])}, metric="loss",
+             mode="min", storage_path=storage, progress_reporter=reporter, callbacks=[statuses], verbose=1,
+             scheduler=tune.schedulers.ASHAScheduler(time_attr="training_iteration", max_t=9, grace_period=1))
+    assert "PAUSED" not in capsys.readouterr().out
+    assert not any("PAUSED" in step.values() for step in statuses.steps), statuses.steps
+    ended = [status for hook, _, status in statuses.hooks if hook == "complete"]
+    assert len(ended) == 8 and set(ended) == {"RUNNING"}, statuses.hooks
+
+
 def _checkpointed(config):
     import tempfile
 

@@ -99,6 +99,12 @@ class BaseSearcher(abc.ABC):
     #: keeps it on its device when its last checkpoint is older than its last result). False (the default): the
     #: planner's order (longest predicted work first), and a promoted trial resumes where it is.
     takes_turns: bool = False
+    #: Whether a trial paused at its budget waits there as Ray Tune's scheduler pauses it (HyperBand and BOHB's,
+    #: PBT's perturbation points, PBT replay's changes): callbacks are told it is ``PAUSED``
+    #: (``Callback.on_trial_status``), and ``fluidsalus.tune`` shows it so. False (the default): the pause is the
+    #: engine's wait for the searcher's promotion (ASHA's rung), where Ray's asynchronous scheduler decides at the
+    #: result and its trial stays ``RUNNING``.
+    pauses_as_ray: bool = False
 
     def turn_key(self, trial_id: str) -> float:
         """Where a trial stands in the turns of :attr:`takes_turns` (Ray's ``choose_trial_to_run`` key): smaller
@@ -382,6 +388,11 @@ class WrappingSearcher(BaseSearcher):
     def takes_turns(self) -> bool:  # type: ignore[override]
         """Whether the wrapped searcher's trials take turns by progress."""
         return self.inner.takes_turns
+
+    @property
+    def pauses_as_ray(self) -> bool:  # type: ignore[override]
+        """Whether the wrapped searcher pauses its trials as Ray's scheduler does."""
+        return self.inner.pauses_as_ray
 
     def turn_key(self, trial_id: str) -> float:
         return self.inner.turn_key(trial_id)

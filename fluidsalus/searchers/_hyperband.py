@@ -141,6 +141,7 @@ class HyperBand(BaseSearcher):
     #: the nominal ``n_{k+1}`` of whatever trials are left (so such a bracket may promote all of them); the Ray
     #: Tune front end sets it so, as a drop-in ``HyperBandScheduler`` (docs/searchers.md, "Differences").
     halve_partial_brackets: bool = True
+    pauses_as_ray = True  # (Ray's scheduler pauses its trials: BaseSearcher.pauses_as_ray)
 
     _owner = "HyperBand"
     _group_prefix = "hyperband"

@@ -438,6 +438,7 @@ class PBT(BaseSearcher):
     #: The population takes turns on the devices by progress (:meth:`turn_key`), as Ray's PBT pauses a trial at a
     #: perturbation point while others wait and then runs the least advanced one.
     takes_turns = True
+    pauses_as_ray = True  # (Ray's scheduler pauses its trials: BaseSearcher.pauses_as_ray)
     #: The scheduler the exploit lines name (``[PBT] [Exploit] ...``); the Tune front end sets its scheduler's class
     #: name (``PopulationBasedTraining``, ``PB2``), as Ray's lines give ``self.__class__.__name__``.
     scheduler_name = "PBT"

@@ -163,6 +163,7 @@ class PBTReplay(BaseSearcher):
     """
 
     time_attr = ITERATION_KEY
+    pauses_as_ray = True  # (Ray's replay pauses a trial at each change: BaseSearcher.pauses_as_ray)
 
     def __init__(self, config: Mapping[str, Any], schedule: Sequence[tuple[int, Mapping[str, Any]]]) -> None:
         # (a number for either raised a bare TypeError: "'int' object is not iterable")

@@ -1934,7 +1934,14 @@ class Executor:
 
     def _tell_statuses(self, changes: Sequence[tuple[str, str]]) -> None:
         """Tell the callbacks of started trials that were paused or went on (``Callback.on_trial_status``), once
-        stored: ``(trial, PAUSED | RUNNING | PENDING)`` each."""
+        stored: ``(trial, PAUSED | RUNNING | PENDING)`` each. A pause is told only where Ray's scheduler pauses
+        (``BaseSearcher.pauses_as_ray``): ASHA's trial waits at its rung for the engine's promotion, where Ray's
+        decides at the result and its trial stays ``RUNNING`` (h242 showed it ``PAUSED``, and its rung's stop
+        ``PAUSED`` in ``on_trial_complete``: h246)."""
+        if not getattr(self.searcher, "pauses_as_ray", False):
+            changes = [(trial_id, status) for trial_id, status in changes if status != PAUSED]
+        if not changes:
+            return
         for callback in self.settings.callbacks:
             told = getattr(callback, "on_trial_status", None)
             if callable(told):
@@ -2300,6 +2307,9 @@ class Executor:
 
     def _dispatch(self) -> None:
         """Re-plan if anything the plan depends on changed, and apply the plan's changes (then prefetch)."""
+        # A paused trial restarted since the last batch (an exploit of one paused off any device, a dead device's)
+        # is told PENDING before the plan can start its new attempt, whose on_trial_start would come first (h246)
+        self._tell_restatused()
         if not self._dirty:
             return
         self._dirty = False
