@@ -745,6 +745,23 @@ class _Recorder(ProgressReporter):
         self.calls.append((done, [(str(t), t.status) for t in trials]))
 
 
+def test_a_restored_tuner_takes_the_reporter_as_the_script_built_it(ray_cluster, storage: str, capsys) -> None:
+    """tuner.pkl kept the reporter after the run's setup() had given it TuneConfig's metric and mode, so the
+    restore's setup() refused it as a reporter built with its own (a ``ConfigError``; Ray restores the same
+    script): it keeps the reporter as the script built it (h246's N2)."""
+    reporter = CLIReporter(metric_columns=["loss"], parameter_columns=["lr"], max_report_frequency=0)
+    tuner = tune.Tuner(_train, param_space={"lr": tune.grid_search([0.1])},
+                       tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                       run_config=tune.RunConfig(name="kept", storage_path=storage, progress_reporter=reporter,
+                                                 verbose=1))
+    tuner.fit()
+    restored = tune.Tuner.restore(os.path.join(storage, "kept"), _train)
+    assert restored._run_config.progress_reporter._metric is None  # (the script's reporter had none)
+    grid = restored.fit()
+    assert len(grid) == 1 and grid.get_best_result().metrics["loss"] == pytest.approx(0.1 / 3)
+    assert "Current best trial: " in capsys.readouterr().out.split("== Status ==")[-1]
+
+
 def test_a_cli_reporter_prints_tables_of_a_real_run(ray_cluster, storage: str, capsys) -> None:
     reporter = CLIReporter(metric_columns=["loss", "step"], parameter_columns=["lr"], max_report_frequency=0)
     tune.run(_train, config={"lr": tune.grid_search([0.1, 0.2])}, metric="loss", mode="min", storage_path=storage,

@@ -575,6 +575,8 @@ class Tuner:
         state = _read_state(folder)
         run_config = dataclasses.replace(state["run_config"], name=os.path.basename(folder),
                                          storage_path=os.path.dirname(folder))
+        if state.get("progress_reporter") is not None:  # (the reporter as the script built it: _save_state)
+            run_config = dataclasses.replace(run_config, progress_reporter=state["progress_reporter"])
         tuner = cls(trainable, param_space=param_space if param_space is not None else state["param_space"],
                     tune_config=state["tune_config"], run_config=run_config)
         _check_same_experiment(state, tuner._registered_name or trainable_name(tuner._trainable), param_space)
@@ -776,6 +778,9 @@ class Tuner:
                  "tune_config": getattr(self, "_pristine_tune_config", None) or self._tune_config,
                  "run_config": self._run_config,
                  "trainable_name": self._registered_name or trainable_name(self._trainable)}
+        pristine_reporter = getattr(self, "_pristine_reporter", None)
+        if pristine_reporter is not None:
+            state["progress_reporter"] = pristine_reporter
         try:
             blob = cloudpickle.dumps(state)
         except Exception as exc:  # noqa: BLE001 - any object in the configs may refuse pickling
@@ -840,6 +845,13 @@ class Tuner:
         endless = tune_config.num_samples == INFINITE_SAMPLES
         total_samples = _total_samples(planned.searcher, tune_config.num_samples, endless)
         if run_config.progress_reporter is not None and run_config.verbosity() >= 1:
+            # What tuner.pkl keeps of the reporter: the script's, before setup() gives it TuneConfig's metric and
+            # mode (the restored reporter had them, so the restore's setup() refused it as one built with its own:
+            # a ConfigError where Ray restores the script). None when it cannot be copied.
+            try:
+                self._pristine_reporter = _Pickled(cloudpickle.dumps(run_config.progress_reporter))
+            except Exception:  # noqa: BLE001 - a reporter of the script's own may refuse pickling
+                self._pristine_reporter = None
             # As tune.run does: the reporter gets the run's start, samples, and TuneConfig's metric and mode.
             run_config.progress_reporter.setup(start_time=time.time(), metric=tune_config.metric,
                                                mode=tune_config.mode, total_samples=total_samples)
