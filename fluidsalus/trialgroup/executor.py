@@ -373,9 +373,9 @@ def _kill_quietly(actor: Any) -> None:
 def _resources_wanted_elsewhere() -> bool:
     """Whether anything on the connected cluster waits for resources that a node could hold but has not free now
     (``warm.waits_for_room``): an actor still waiting to be placed (any actor: the GCS lists them, device actors
-    pinned to a node too; not one whose process is already starting), or a task or placement group that waits (the
-    demand ``ray status`` lists, which leaves out requests pinned to a node). True where Ray is gone or cannot say:
-    parked actors then go."""
+    pinned to a node too; not one whose worker process is up, running its ``__init__``), or a task or placement group
+    that waits (the demand ``ray status`` lists, which leaves out requests pinned to a node: a task pinned so is not
+    seen). True where Ray is gone or cannot say: parked actors then go."""
     if not ray.is_initialized():
         return True
     try:
@@ -403,7 +403,8 @@ def _resources_wanted_elsewhere() -> bool:
 
 def _actors_waiting_for_resources() -> list[dict[str, float]] | None:
     """What each actor the GCS has not placed yet asks for: those still being created and given no worker process
-    yet (one that has one is starting on resources it holds). None where this Ray does not say."""
+    yet (one that has one runs its ``__init__`` on resources it holds; the GCS gives it only once that process is up,
+    so one whose process still starts is listed). None where this Ray does not say."""
     from ray._private.state import state as gcs_state
 
     accessor = getattr(gcs_state, "_connect_and_get_accessor", None)
