@@ -2416,15 +2416,12 @@ def test_an_exploit_the_runs_end_cancels_leaves_the_trials_own_checkpoint_whole(
     assert [(c["iteration"], c["metrics"]["score"]) for c in store.checkpoints("b")] == [(4, 0.1)]
 
 
-def test_an_exploit_whose_source_checkpoint_is_gone_is_cancelled_with_a_warning_and_an_event(tmp_path, caplog):
-    """It was cancelled without a word: the trial went on with its own config, and nothing said why (a helper's
-    multi-node run, where the source's checkpoint was on another node's disk)."""
-    import shutil
 
+def _two_checkpointed_at_4(executor: Any, store: Any) -> None:
+    """Place trials ``a`` (score 0.9) and ``b`` (0.1) on devices 0 and 1 of an offline executor; each reports its
+    4th iteration (its budget) with a checkpoint folder on disk."""
     from fluidsalus.gpu.host import EV_RESULT, EV_START
-    from fluidsalus.searchers._base import ExploitRequest
 
-    executor, store = _offline_executor(tmp_path, n_devices=2)
     for index, (tid, score) in enumerate((("a", 0.9), ("b", 0.1))):
         trial = _placed_trial(executor, store, tid, devices=(index,), seq=index, budget=4)
         os.makedirs(os.path.join(trial.trial_dir, "checkpoint_000004"))
@@ -2432,6 +2429,16 @@ def test_an_exploit_whose_source_checkpoint_is_gone_is_cancelled_with_a_warning_
                    "checkpoint_dir_name": "checkpoint_000004"}
         executor._handle(executor._devices[index], [(EV_START, tid, 0, 0.5), (EV_RESULT, tid, 0, 4.0, metrics, True,
                                                                              False)])
+
+def test_an_exploit_whose_source_checkpoint_is_gone_is_cancelled_with_a_warning_and_an_event(tmp_path, caplog):
+    """It was cancelled without a word: the trial went on with its own config, and nothing said why (a helper's
+    multi-node run, where the source's checkpoint was on another node's disk)."""
+    import shutil
+
+    from fluidsalus.searchers._base import ExploitRequest
+
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    _two_checkpointed_at_4(executor, store)
     shutil.rmtree(os.path.join(executor.trials["a"].trial_dir, "checkpoint_000004"))
     requests = [ExploitRequest("b", "a", 4, 4.0, {"lr": 0.5}, 8, "pbt-exploit-0")]
     executor.searcher.take_exploits = lambda: [requests.pop()] if requests else []
@@ -2572,7 +2579,7 @@ def test_a_paused_trial_restarted_off_any_device_is_told_pending_before_its_new_
     callbacks are told it is ``PENDING`` (``Callback.on_trial_status``) before the plan can start its new attempt.
     h242's first version told it at the end of the next batch handled, after that batch's ``on_trial_start`` of the
     new attempt: ``fluidsalus.tune``'s view of the running trial then said ``PENDING`` until its next result (h246)."""
-    from fluidsalus.gpu.host import EV_RESULT, EV_START
+    from fluidsalus.gpu.host import EV_START
     from fluidsalus.searchers._base import ExploitRequest
 
     executor, store = _offline_executor(tmp_path, n_devices=2)
@@ -2586,13 +2593,7 @@ def test_a_paused_trial_restarted_off_any_device_is_told_pending_before_its_new_
             told.append(("status", trial_id, status))
 
     executor.settings.callbacks.append(Told())
-    for index, (tid, score) in enumerate((("a", 0.9), ("b", 0.1))):
-        trial = _placed_trial(executor, store, tid, devices=(index,), seq=index, budget=4)
-        os.makedirs(os.path.join(trial.trial_dir, "checkpoint_000004"))
-        metrics = {"training_iteration": 4, "time_total_s": 4.0, "score": score,
-                   "checkpoint_dir_name": "checkpoint_000004"}
-        executor._handle(executor._devices[index], [(EV_START, tid, 0, 0.5), (EV_RESULT, tid, 0, 4.0, metrics, True,
-                                                                             False)])
+    _two_checkpointed_at_4(executor, store)
     b, device = executor.trials["b"], executor._devices[1]
     assert b.status == PAUSED
     b.placed_on = b.devices = ()  # (preempted: paused off any device)
