@@ -36,8 +36,8 @@ lint: $(STAMP)
 
 # The suite runs in TEST_WORKERS pytest processes (pytest-xdist; whole files each, `--dist loadfile`, as a file's
 # tests share its module state), each with its own small Ray. Most of a serial run's time waits (device actors
-# starting, trials' reports, timeouts) rather than computes: on the 2-core CI machine two processes took 522 s
-# where one took 729 s. TEST_WORKERS=0 runs it in one process.
+# starting, trials' reports, timeouts) rather than computes: on the 2-core CI machine, the same morning, two
+# processes took 522 s and 605 s (a fresh-clone CI) where one took 729 s. TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 PYTEST_WORKER_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
