@@ -3236,7 +3236,7 @@ class Executor:
         if restart.reason in (RESTART_PREEMPT, RESTART_WITHDRAWN, RESTART_TURN) or restart.queue:
             trial.devices = ()
         elif restart.reason in (RESTART_RETRY, RESTART_EXPLOIT) and trial.devices and not restarts_in_place(
-                self._computing_load().get(trial.devices[0], 0), self._device(trial.devices[0]).spec.slots):
+                self._computing_on(home := self._device(trial.devices[0])), home.spec.slots):
             trial.devices = ()  # a trial prefetched there took its slot: it waits in the queue (a lane shared)
         remaining = remaining_budget(trial, self.searcher.time_attr)
         self._dirty = True
@@ -3435,14 +3435,20 @@ class Executor:
         return sum(self._computing_load().values()) < limit
 
     def _computing_load(self) -> dict[int, int]:
-        """Per device index, the trials computing there (assigned, not paused, with it as their first device)."""
+        """Per device index, the trials computing there (:meth:`_computing_on`), for the devices with any."""
         load: dict[int, int] = {}
         for device in self._devices:
-            for trial_id in device.assigned:
-                trial = self.trials[trial_id]
-                if trial.status != PAUSED and trial.placed_on and trial.placed_on[0] == device.spec.index:
-                    load[device.spec.index] = load.get(device.spec.index, 0) + 1
+            n = self._computing_on(device)
+            if n:
+                load[device.spec.index] = n
         return load
+
+    def _computing_on(self, device: _Device) -> int:
+        """The trials computing on ``device``: assigned, not paused, with it as their first device."""
+        index = device.spec.index
+        return sum(1 for trial_id in device.assigned
+                   if (trial := self.trials[trial_id]).status != PAUSED and trial.placed_on
+                   and trial.placed_on[0] == index)
 
     def _retain_checkpoints(self, trial: Trial) -> None:
         """Keep the trial's ``num_to_keep`` best checkpoints (by score, else the newest) and always its latest."""
