@@ -588,7 +588,9 @@ def test_a_device_command_that_raises_holds_back_no_command_after_it():
 @pytest.mark.parametrize("by_rule", [True, False], ids=["rule_met", "rule_not_met"])
 def test_a_trial_stopped_for_a_move_where_it_met_the_stop_rule_ends_instead_of_moving(tmp_path, by_rule):
     """The move's stop and the run's stop rule met at the same report: the trial is finished (a searcher's later
-    promotion of it is ignored), not restarted on its new device."""
+    promotion of it is ignored), not restarted on its new device. Its stored result says done only then: the device
+    marks every result its trial is stopped at done, and a move's is not the trial's last (a CI run's rows said done
+    at the move and again at the end, where Ray's say it once)."""
     from fluidsalus.gpu.host import EV_END, EV_RESULT, OUT_STOPPED
     from fluidsalus.store import TERMINATED
     from fluidsalus.trialgroup.executor import RESTART_MOVE, _Restart
@@ -606,6 +608,8 @@ def test_a_trial_stopped_for_a_move_where_it_met_the_stop_rule_ends_instead_of_m
     executor._handle(executor._devices[0], [(EV_RESULT, "a", 0, 1.0, metrics, False, by_rule),
                                             (EV_END, "a", 0, 1.1, OUT_STOPPED, None, None)])
     assert trial.finished_by_rule is by_rule
+    (row,) = store.results()
+    assert row.metrics["done"] is by_rule
     if by_rule:
         assert trial.status == TERMINATED and "a" not in executor.pending and trial.attempt == 0
     else:  # an ordinary move: it restarts on its new device

@@ -1099,11 +1099,16 @@ def test_a_data_parallel_trial_is_never_taken_below_its_fewest_devices(scenario,
     result = plan(ts, devs, book)
     assert Planner(book=book).plan(ts, devs) == result
     capacity = {d.index: d.capacity_bytes for d in devs}
+    # Held: the devices it is kept on, each large enough for it: in the intra regime its first min_devices known
+    # ones (it shrinks to those), in the inter regime all of them. (The oracle read all of them in both, and so
+    # missed the claim of an intra trial kept on its first two whose third was too small, which then won a shared
+    # device: a CI run's hypothesis example, now the plain test below.)
     held: dict[str, set[int]] = {}
     for t in ts:
         known = [d for d in t.devices if d in capacity]
+        kept = known[:t.min_devices] if result.regime == INTRA else known
         if t.computing and t.min_devices > 1 and len(known) >= t.min_devices and all(
-                t.p_bytes + t.t_bytes <= capacity[d] for d in known):
+                t.p_bytes + t.t_bytes <= capacity[d] for d in kept):
             held[t.trial_id] = set(known[:t.min_devices])
     shared = {tid for tid, ds in held.items() for other, os in held.items() if other != tid and ds & os}
     got = placed(result)
@@ -1128,6 +1133,22 @@ def test_a_data_parallel_trial_is_never_taken_below_its_fewest_devices(scenario,
                     assert claims.setdefault(d, a.trial_id) == a.trial_id, (a, claims[d])
     for a in result.assignments:
         assert all(claims.get(d, a.trial_id) == a.trial_id for d in set(a.devices) - set(a.previous)), (a, claims)
+
+
+def test_a_data_parallel_trial_whose_extra_device_is_too_small_still_claims_its_first_devices():
+    # Trials outnumber devices (intra). A on devices 0, 3 and 1 needs two: its first two hold it (3 GiB each) where
+    # the third (2 GiB) cannot, and it shrinks to those two; B, on 0 and 1 and needing two as well, asks for A's
+    # device 0: of the two claims the one made earlier (A, with the same unknown remaining time) stands, and B is
+    # placed again on two whole devices of its own (or queued), never kept on one. (The property test above drew
+    # this case in a CI run; its oracle then wrongly expected B to keep its devices.)
+    a = TrialDemand("A", None, GIB // 2, 2 * GIB, data_parallel=True, devices=(0, 3, 1), min_devices=2, seq=0)
+    b = needs_two("B", None, (0, 1), seq=1)._replace(p_bytes=0, t_bytes=0)
+    queued = [TrialDemand(f"q{i}", None, 0, 0, seq=2 + i) for i in range(5)]
+    devs = [DeviceView(i, (3 if i in (0, 3) else 2) * GIB, 1) for i in range(5)]
+    result = plans_both_ways([a, b, *queued], devs)
+    got = placed(result)
+    assert result.regime == INTRA and got["A"] == (0, 3) and got["B"] == (1, 2)
+    assert {d for tid, ds in got.items() if tid not in ("A", "B") for d in ds} == {4}
 
 
 # ------------------------------------------------------------------------------------------ incremental plans

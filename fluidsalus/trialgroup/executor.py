@@ -2637,6 +2637,12 @@ class Executor:
                     continue
                 if kind == EV_RESULT:
                     metrics = event[4]  # (with the trial's extras: see above)
+                    if metrics.get("done") and not event[6] and trial_id in self._restarts:
+                        # The stop of a restart (a move, a preemption, a turn, an exploit) reached the trial at this
+                        # result, and its device marked it done: the trial goes on from here, so it is not its last
+                        # (Ray's row where its scheduler pauses a trial says False). A stop decided on it sets it
+                        # again below. (A CI run's stored rows said done at a move and again at the trial's end.)
+                        metrics["done"] = False
                     reached = metrics.get(self.searcher.time_attr)
                     if event[5] and not (trial.budget is not None and isinstance(reached, (int, float))
                                          and reached < trial.budget):
