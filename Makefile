@@ -18,7 +18,7 @@ LATEST_VENV := .venv-latest
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.fluidsalus-installed
 
-.PHONY: quickstart test test-gpu test-latest lock lint bench-trivial bench-digits clean-venv
+.PHONY: quickstart test test-seconds test-gpu test-latest lock lint bench-trivial bench-digits clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,13 +38,25 @@ lint: $(STAMP)
 # tests share its module state), each with its own small Ray. Most of a serial run's time waits (device actors
 # starting, trials' reports, timeouts) rather than computes: on the 2-core CI machine, the same morning, two
 # processes took 522 s and 605 s (a fresh-clone CI) where one took 729 s. TEST_WORKERS=0 runs it in one process.
+# The files go out longest first, by the seconds tests/file_seconds.json holds (tests/conftest.py; xdist's own
+# order, by the number of tests per file, is turned off): `make test-seconds` measures them anew.
 TEST_WORKERS ?= 2
-PYTEST_WORKER_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+PYTEST_WORKER_ARGS := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+
+# Python's bytecode cache is written (PYTHONDONTWRITEBYTECODE emptied; __pycache__ is ignored by git): where the
+# environment sets it, as this project's CI machines do, every process the suite starts (the pytest processes, each
+# device actor, each example) compiled fluidsalus's and the tests' sources anew.
+PYTEST_ENV := PYTHONDONTWRITEBYTECODE=
 
 # pytest exits 5 when it collected no tests: that must fail, not pass silently.
 test: lint
-	$(BIN)/python -m pytest $(PYTEST_WORKER_ARGS); rc=$$?; \
+	$(PYTEST_ENV) $(BIN)/python -m pytest $(PYTEST_WORKER_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi; exit $$rc
+
+# Measures each test file's seconds (a JUnit report of one `make test` run) and writes tests/file_seconds.json.
+test-seconds: lint
+	$(PYTEST_ENV) $(BIN)/python -m pytest $(PYTEST_WORKER_ARGS) --junitxml=$(VENV)/suite-seconds.xml || true
+	$(BIN)/python tests/_file_seconds.py $(VENV)/suite-seconds.xml
 
 # The suite on the newest dependency releases pyproject.toml allows, in a separate virtual environment: what a
 # user who runs `pip install fluidsalus` today gets. It catches a breaking release before the pins are moved.

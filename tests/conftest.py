@@ -18,6 +18,14 @@ settings.register_profile("ci", derandomize=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The files in order of their measured seconds, longest first (``tests/_file_seconds.py``): pytest-xdist
+    gives each free process the next whole file, and a long one given out last kept one process busy alone."""
+    import _file_seconds
+
+    items.sort(key=_file_seconds.order_key(_file_seconds.load()))
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     import ray
