@@ -1869,6 +1869,79 @@ def test_a_trial_moved_off_its_device_while_paused_at_its_budget_then_stopped_is
     assert callback.calls == [("complete", "a", TERMINATED)]
 
 
+@pytest.mark.parametrize("restart", ["move", "retry"])
+def test_iterations_a_move_runs_again_are_not_given_to_the_callbacks_twice_as_a_retrys_are(tmp_path, restart):
+    """A move goes on from the trial's last checkpoint, older than its last result: the iterations after it run
+    again. The store keeps both attempts (the latest counts), but the callbacks got those results twice, so Ray's
+    loggers wrote a row twice in progress.csv (a CI run of
+    ``test_checkpoint_at_end_saves_a_trial_the_stop_rule_or_a_scheduler_ends``): Ray never moves a trial. Now they
+    see each iteration once; a checkpoint the redone iteration brings is told as a save. A retry after a failure
+    gives them again, as Ray's retry does."""
+    from fluidsalus.gpu.host import EV_END, EV_RESULT, EV_START, OUT_ERRORED, OUT_STOPPED
+    from fluidsalus.trialgroup.executor import RESTART_MOVE, _Restart
+
+    executor, store, trial = _running_on_device_0(tmp_path)
+    trial.checkpoint_path = None
+    executor.settings.max_failures = 1
+    callback = _Ends()
+    callback.on_trial_checkpoint = lambda trial_id, iteration, dirname: callback.calls.append(
+        ("checkpoint", trial_id, iteration))
+    executor.settings.callbacks = [callback]
+    os.makedirs(os.path.join(trial.trial_dir, "checkpoint_000002"))
+    os.makedirs(os.path.join(trial.trial_dir, "checkpoint_000004"))
+
+    def result(attempt: int, iteration: int, checkpoint: bool = False) -> tuple[Any, ...]:
+        metrics = {"training_iteration": iteration, "time_this_iter_s": 0.1,
+                   "checkpoint_dir_name": f"checkpoint_{iteration:06d}" if checkpoint else None}
+        return (EV_RESULT, "a", attempt, float(iteration), metrics, False, False)
+
+    executor._handle(executor._devices[0], [result(0, 1), result(0, 2, checkpoint=True), result(0, 3)])
+    if restart == "move":
+        executor._restarts["a"] = _Restart(reason=RESTART_MOVE, action=MOVE)
+        executor._stopping.add("a")
+        end = (EV_END, "a", 0, 3.5, OUT_STOPPED, None, None)
+    else:
+        end = (EV_END, "a", 0, 3.5, OUT_ERRORED, "RuntimeError: boom", "Traceback ...")
+    executor._handle(executor._devices[0], [end])
+    assert trial.attempt == 1 and trial.last_iteration == 2  # from its checkpoint of iteration 2
+    trial.placed_on, trial.devices = (1,), (1,)  # (where the planner starts it)
+    executor._handle(executor._devices[1], [(EV_START, "a", 1, 4.0), result(1, 3), result(1, 4, checkpoint=True),
+                                            result(1, 5)])
+    results = [call[2] for call in callback.calls if call[0] == "result"]
+    if restart == "move":
+        assert results == [1, 2, 3, 4, 5] and ("checkpoint", "a", 4) not in callback.calls
+    else:
+        assert results == [1, 2, 3, 3, 4, 5]
+    assert [(r.attempt, r.iteration) for r in store.results("a")] == [(0, 1), (0, 2), (1, 3), (1, 4), (1, 5)]
+
+
+def test_a_checkpoint_a_redone_iteration_brings_is_told_to_the_callbacks_as_a_save(tmp_path):
+    """The redone iteration's own checkpoint (one the first attempt did not save there) is the trial's newest:
+    the callbacks hear of it (``on_trial_checkpoint``), though not of the result again."""
+    from fluidsalus.gpu.host import EV_END, EV_RESULT, EV_START, OUT_STOPPED
+    from fluidsalus.trialgroup.executor import RESTART_MOVE, _Restart
+
+    executor, store, trial = _running_on_device_0(tmp_path)
+    trial.checkpoint_path = None
+    callback = _Ends()
+    callback.on_trial_checkpoint = lambda trial_id, iteration, dirname: callback.calls.append(
+        ("checkpoint", trial_id, iteration))
+    executor.settings.callbacks = [callback]
+    for name in ("checkpoint_000001", "checkpoint_000002"):
+        os.makedirs(os.path.join(trial.trial_dir, name))
+    metrics = [{"training_iteration": i, "time_this_iter_s": 0.1, "checkpoint_dir_name": name}
+               for i, name in ((1, "checkpoint_000001"), (2, None), (2, "checkpoint_000002"))]
+    executor._handle(executor._devices[0], [(EV_RESULT, "a", 0, 1.0, metrics[0], False, False),
+                                            (EV_RESULT, "a", 0, 2.0, metrics[1], False, False)])
+    executor._restarts["a"] = _Restart(reason=RESTART_MOVE, action=MOVE)
+    executor._stopping.add("a")
+    executor._handle(executor._devices[0], [(EV_END, "a", 0, 2.5, OUT_STOPPED, None, None)])
+    trial.placed_on, trial.devices = (1,), (1,)
+    executor._handle(executor._devices[1], [(EV_START, "a", 1, 3.0), (EV_RESULT, "a", 1, 4.0, metrics[2], False,
+                                                                        False)])
+    assert callback.calls == [("result", "a", 1), ("result", "a", 2), ("checkpoint", "a", 2)]
+
+
 @pytest.mark.parametrize("run_ends", [False, True], ids=["alone", "then_the_run_ends"])
 def test_a_prefetched_trial_its_searcher_stopped_keeps_its_end_hook_when_the_run_ends_before_its_reply(tmp_path,
                                                                                                        run_ends):

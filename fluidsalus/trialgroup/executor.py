@@ -943,6 +943,11 @@ class Executor:
         # runs the iterations after it again, and the searcher does not decide on them twice (_requeue resets it
         # for a new configuration, which starts a new lineage)
         self._searcher_seen: dict[str, int] = {}
+        # trial -> the last iteration its callbacks were given before the engine restarted it on its own (a move, a
+        # preemption, a time slice's turn), from a checkpoint older than that: the iterations it runs again are kept
+        # from the callbacks, which Ray's (it never restarts a trial so) would see twice (a logger's progress.csv
+        # had a row twice: a CI run). A retry, an exploit or a device's death gives them again, as Ray's retry does.
+        self._redo_unseen: dict[str, int] = {}
         # trials whose searcher was told of their end at the result a stop rule (or a stop for good) ended them at,
         # as Ray's controller tells its scheduler and search algorithm there: their end tells it nothing more
         self._told_end: set[str] = set()
@@ -2596,6 +2601,7 @@ class Executor:
         failed_after_stop: list[tuple[Any, ...]] = []  # LANE_ERROR_AFTER_STOPs: warned of once the batch is committed
         failed_in_batch = False  # a trial of this batch failed for good (fail_fast="raise" raises it: _fails_unseen)
         paused_at: set[int] = set()  # (ids of) the results at which their trial paused at its budget
+        redone_at: set[int] = set()  # (ids of) results run again after the engine's own restart (_redone)
         name = device.spec.name
         received = time.time()  # the driver's clock: a move's two ends may be on nodes with different clocks
         with self.store.transaction():
@@ -2656,6 +2662,8 @@ class Executor:
                         trial.finished_by_rule = True  # the run's stop rule ended it, not a decision
                         self._drop_exploit(trial_id)
                     results.append((trial_id, attempt, metrics["training_iteration"], ts, metrics))
+                    if self._redone(trial_id, metrics):
+                        redone_at.add(id(event))
                     trial.last_result = metrics
                     trial.last_iteration = metrics["training_iteration"]
                     if trial_id in self._suspects and trial.last_iteration > (trial.death_point or 0):
@@ -2890,7 +2898,14 @@ class Executor:
                         placed(started_id, str(where["node_ip"]), int(where["pid"]))
                     callback.on_trial_start(started_id, self.trials[started_id].config, int(where["attempt"]))
         for kind, trial, event in acted:
-            if kind == EV_RESULT:
+            if kind == EV_RESULT and id(event) in redone_at:
+                # (run again after the engine's own restart: the callbacks had this iteration; a checkpoint it
+                # brings is told as one saved after its result)
+                dirname = event[4].get("checkpoint_dir_name")
+                if dirname:
+                    for callback in self.settings.callbacks:
+                        callback.on_trial_checkpoint(trial.trial_id, event[4]["training_iteration"], dirname)
+            elif kind == EV_RESULT:
                 for callback in self.settings.callbacks:
                     callback.on_trial_result(trial.trial_id, event[4])
                 if id(event) in paused_at and trial.status == PAUSED:  # (after its result's hooks, as Ray's pause)
@@ -3154,9 +3169,21 @@ class Executor:
                 "resize_cost_s": None if resize_cost is None else round(resize_cost, 6),
                 "resize_samples": meter.resize_samples}))
 
+    def _redone(self, trial_id: str, metrics: Mapping[str, Any]) -> bool:
+        """Whether a result is of an iteration the trial runs again after the engine's own restart, which its
+        callbacks were given already (``_redo_unseen``; the first result past it ends the watch)."""
+        seen = self._redo_unseen.get(trial_id)
+        if seen is None:
+            return False
+        if metrics["training_iteration"] <= seen and not metrics.get("done"):
+            return True
+        del self._redo_unseen[trial_id]
+        return False
+
     def _forget(self, trial_id: str) -> None:
         """An ended trial's measurements go (the pooled curves keep what it taught them)."""
         self._move_costs.drop(trial_id)
+        self._redo_unseen.pop(trial_id, None)
         self._first_iter_s.pop(trial_id, None)
         self._decided_stops.discard(trial_id)
         self.planner.forget(trial_id)
@@ -3212,6 +3239,12 @@ class Executor:
         reached = left is not None and left <= 0  # in the attempt that ends, before a restart sets it back
         previous_config = trial.config
         before = trial.status
+        if restart.reason in (RESTART_MOVE, RESTART_PREEMPT, RESTART_TURN, RESTART_WITHDRAWN):
+            if trial.last_iteration:
+                self._redo_unseen[trial.trial_id] = max(trial.last_iteration,
+                                                        self._redo_unseen.get(trial.trial_id, 0))
+        else:
+            self._redo_unseen.pop(trial.trial_id, None)
         if restart.config is not None:
             trial.config = dict(restart.config)
             # a new configuration: its results are all new, and its end is yet to be told
