@@ -10,6 +10,13 @@ from hypothesis import settings
 #: CPUs of the shared test Ray: the size of this project's CI machine.
 TEST_RAY_CPUS = 2
 
+# A plain ``ray.init()`` (a script the suite runs in a subprocess, such as the quickstart; a run that starts Ray
+# itself) joins the cluster named in /tmp/ray/ray_current_cluster, which ``ray.cluster_utils.Cluster`` writes: under
+# two pytest processes, the quickstart joined another test's two-node cluster with its fake GPUs and died with it
+# when that test shut it down ("its node has died", a CI run). Every Ray the suite starts is its own unless a test
+# names another (the fixture below, a test that passes an address or sets RAY_ADDRESS for its subprocess).
+os.environ["RAY_ADDRESS"] = "local"
+
 # The property tests (hypothesis) draw new examples on every run, so that a developer's runs keep exploring; CI
 # (``.ci/run`` sets HYPOTHESIS_PROFILE=ci) draws the same ones each time, so that its verdict is the code's, not
 # the draw's (a CI run once failed on an example no earlier run had drawn). An example one run finds goes into

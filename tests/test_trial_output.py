@@ -240,6 +240,11 @@ def _tagged_console(monkeypatch) -> io.TextIOWrapper:
     from fluidsalus.gpu import output
 
     console = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    ray_worker = sys.modules.get("ray._private.worker")
+    if ray_worker is not None:
+        # (Ray's forwarded lines of an earlier test's device processes, which its log thread prints to whatever
+        # sys.stdout is when they arrive, stay out of this console: "(fluidsalus cpu:0 pid=...)" lines, a CI run)
+        monkeypatch.setattr(ray_worker, "print_to_stdstream", lambda data, ignore_prefix: None)
     monkeypatch.setattr(sys, "stdout", Router(console))
     monkeypatch.setattr(sys, "stderr", Router(io.StringIO()))
     monkeypatch.setattr(sys, "__class__", types.ModuleType)
