@@ -57,11 +57,18 @@ class Callback:
         """
 
     def on_trial_result(self, trial_id: str, result: Mapping[str, Any]) -> None:
-        """Called once per acknowledged result, in order."""
+        """Called once per acknowledged result, in order; not again for an iteration the trial runs again after the
+        engine restarted it on its own (a move, a preemption, a time slice's turn) from a checkpoint older than its
+        last result, which was given the first time (as Ray's trial, never restarted so, reports it once; a
+        checkpoint it brings goes to :meth:`on_trial_checkpoint`), nor after a device's death not charged to the trial
+        as a failure. A redone result that ends the trial is given (its last). The iterations a retry or an exploit
+        runs again are given again, as Ray's retry gives them."""
 
     def on_trial_checkpoint(self, trial_id: str, iteration: int, checkpoint_dir_name: str) -> None:
         """Called when a trial has saved a checkpoint of an iteration whose result it reported without one (a
-        class ``Trainable`` saving where :meth:`checkpoint_requests` asked), once it is stored.
+        class ``Trainable`` saving where :meth:`checkpoint_requests` asked; an iteration run again after the
+        engine's own restart that brings a checkpoint, its result kept from :meth:`on_trial_result`), once it is
+        stored.
 
         Args:
             trial_id: The trial.

@@ -1869,6 +1869,16 @@ def test_a_trial_moved_off_its_device_while_paused_at_its_budget_then_stopped_is
     assert callback.calls == [("complete", "a", TERMINATED)]
 
 
+def _result_event(attempt: int, iteration: int, *, checkpoint: bool = False, paused: bool = False, done: bool = False,
+                  by_rule: bool = False, trial_id: str = "a") -> tuple[Any, ...]:
+    """A device's EV_RESULT of ``trial_id``'s ``iteration`` (with ``checkpoint_<iteration>`` when ``checkpoint``)."""
+    from fluidsalus.gpu.host import EV_RESULT
+
+    metrics = {"training_iteration": iteration, "time_this_iter_s": 0.1, "done": done,
+               "checkpoint_dir_name": f"checkpoint_{iteration:06d}" if checkpoint else None}
+    return (EV_RESULT, trial_id, attempt, float(iteration), metrics, paused, by_rule)
+
+
 @pytest.mark.parametrize("restart", ["move", "retry"])
 def test_iterations_a_move_runs_again_are_not_given_to_the_callbacks_twice_as_a_retrys_are(tmp_path, restart):
     """A move goes on from the trial's last checkpoint, older than its last result: the iterations after it run
@@ -1877,7 +1887,7 @@ def test_iterations_a_move_runs_again_are_not_given_to_the_callbacks_twice_as_a_
     ``test_checkpoint_at_end_saves_a_trial_the_stop_rule_or_a_scheduler_ends``): Ray never moves a trial. Now they
     see each iteration once; a checkpoint the redone iteration brings is told as a save. A retry after a failure
     gives them again, as Ray's retry does."""
-    from fluidsalus.gpu.host import EV_END, EV_RESULT, EV_START, OUT_ERRORED, OUT_STOPPED
+    from fluidsalus.gpu.host import EV_END, EV_START, OUT_ERRORED, OUT_STOPPED
     from fluidsalus.trialgroup.executor import RESTART_MOVE, _Restart
 
     executor, store, trial = _running_on_device_0(tmp_path)
@@ -1889,12 +1899,7 @@ def test_iterations_a_move_runs_again_are_not_given_to_the_callbacks_twice_as_a_
     executor.settings.callbacks = [callback]
     os.makedirs(os.path.join(trial.trial_dir, "checkpoint_000002"))
     os.makedirs(os.path.join(trial.trial_dir, "checkpoint_000004"))
-
-    def result(attempt: int, iteration: int, checkpoint: bool = False) -> tuple[Any, ...]:
-        metrics = {"training_iteration": iteration, "time_this_iter_s": 0.1,
-                   "checkpoint_dir_name": f"checkpoint_{iteration:06d}" if checkpoint else None}
-        return (EV_RESULT, "a", attempt, float(iteration), metrics, False, False)
-
+    result = _result_event
     executor._handle(executor._devices[0], [result(0, 1), result(0, 2, checkpoint=True), result(0, 3)])
     if restart == "move":
         executor._restarts["a"] = _Restart(reason=RESTART_MOVE, action=MOVE)
@@ -1940,6 +1945,109 @@ def test_a_checkpoint_a_redone_iteration_brings_is_told_to_the_callbacks_as_a_sa
     executor._handle(executor._devices[1], [(EV_START, "a", 1, 3.0), (EV_RESULT, "a", 1, 4.0, metrics[2], False,
                                                                         False)])
     assert callback.calls == [("result", "a", 1), ("result", "a", 2), ("checkpoint", "a", 2)]
+
+
+@pytest.mark.parametrize("moved", ["while_paused", "at_its_budget"])
+def test_a_trial_a_move_runs_again_to_its_budget_is_told_paused_there(tmp_path, monkeypatch, moved):
+    """A trial moved while paused at its budget (HyperBand's rung), or whose move's stop reached it at the report
+    where it met its budget, restarts from an older checkpoint, runs the iterations after it again, and pauses at
+    its budget again: the callbacks are told ``PAUSED`` there (``fluidsalus.tune``'s view and reporter, as Ray's
+    paused trial). The redone result is kept from them, and its pause went with it: the view said ``RUNNING``."""
+    from fluidsalus.gpu.host import EV_END, EV_START, OUT_STOPPED
+    from fluidsalus.trialgroup.executor import RESTART_MOVE, _Restart
+
+    executor, store, trial = _running_on_device_0(tmp_path)
+    monkeypatch.setattr(executor.searcher, "pauses_as_ray", True)  # (HyperBand's, PBT's: a pause is told)
+    trial.checkpoint_path, trial.budget = None, 4
+    callback = _Ends()
+    callback.on_trial_status = lambda trial_id, status: callback.calls.append(("status", trial_id, status))
+    executor.settings.callbacks = [callback]
+    os.makedirs(os.path.join(trial.trial_dir, "checkpoint_000002"))
+
+    def result(attempt: int, iteration: int, paused: bool = False, done: bool = False) -> tuple[Any, ...]:
+        return _result_event(attempt, iteration, paused=paused, done=done, checkpoint=iteration == 2 and not attempt)
+
+    executor._handle(executor._devices[0], [result(0, 1), result(0, 2), result(0, 3)])
+    if moved == "while_paused":
+        executor._handle(executor._devices[0], [result(0, 4, paused=True)])
+    executor._restarts["a"] = _Restart(reason=RESTART_MOVE, action=MOVE)
+    executor._stopping.add("a")
+    # (the move's stop ends a paused trial with no result; one that reports at its budget ends there, done)
+    executor._handle(executor._devices[0], ([] if moved == "while_paused" else [result(0, 4, done=True)])
+                     + [(EV_END, "a", 0, 4.5, OUT_STOPPED, None, None)])
+    assert trial.status == PENDING and trial.last_iteration == 2
+    trial.placed_on, trial.devices = (1,), (1,)
+    executor._devices[1].assigned.add("a")
+    executor._handle(executor._devices[1], [(EV_START, "a", 1, 5.0), result(1, 3), result(1, 4, paused=True)])
+    assert trial.status == PAUSED
+    assert [call[2] for call in callback.calls if call[0] == "result"] == [1, 2, 3, 4]
+    assert [call for call in callback.calls if call[0] == "status"][-1] == ("status", "a", PAUSED)
+
+
+def _moved_at_5_from_checkpoint_2(tmp_path) -> tuple[Any, Any, Any, _Ends]:
+    """Trial ``a`` ran iterations 1 to 5 on device 0 (its checkpoint at 2); a move's stop reached it at 5, and its
+    next attempt began on device 1 (from 2: it runs 3 to 5 again). The executor, store, trial and a callback that
+    records each result as ``("result", "a", iteration, done)``."""
+    from fluidsalus.gpu.host import EV_END, EV_START, OUT_STOPPED
+    from fluidsalus.trialgroup.executor import RESTART_MOVE, _Restart
+
+    executor, store, trial = _running_on_device_0(tmp_path)
+    trial.checkpoint_path = None
+    callback = _Ends()
+    callback.on_trial_result = lambda trial_id, result: callback.calls.append(
+        ("result", trial_id, result["training_iteration"], bool(result.get("done"))))
+    executor.settings.callbacks = [callback]
+    os.makedirs(os.path.join(trial.trial_dir, "checkpoint_000002"))
+    executor._handle(executor._devices[0], [_result_event(0, i, checkpoint=i == 2) for i in range(1, 5)])
+    executor._restarts["a"] = _Restart(reason=RESTART_MOVE, action=MOVE)
+    executor._stopping.add("a")
+    executor._handle(executor._devices[0], [_result_event(0, 5, done=True), (EV_END, "a", 0, 5.5, OUT_STOPPED, None,
+                                                                             None)])
+    assert trial.attempt == 1 and trial.last_iteration == 2
+    trial.placed_on, trial.devices = (1,), (1,)
+    executor._devices[1].assigned.add("a")
+    executor._handle(executor._devices[1], [(EV_START, "a", 1, 6.0)])
+    return executor, store, trial, callback
+
+
+@pytest.mark.parametrize("ends_by", ["stop_rule", "drivers_stopper"])
+def test_a_redone_iteration_that_ends_the_trial_is_given_to_the_callbacks_as_its_last(tmp_path, ends_by):
+    """A trial that its stop rule (met on the device) or the driver's copy of a stopper ends at an iteration a move
+    runs again: that result is its last, and the callbacks get it, ``done``, so that its Result and a logger's last
+    row agree (h248's F3: the stopper's was kept from them, the callbacks then never saw a ``done`` row)."""
+    from fluidsalus.gpu.host import EV_END, OUT_STOPPED
+
+    executor, store, trial, callback = _moved_at_5_from_checkpoint_2(tmp_path)
+    if ends_by == "drivers_stopper":
+        executor._stop_all_verdicts = True
+        executor.settings.stopper = lambda trial_id, result: result["training_iteration"] == 4
+        last = _result_event(1, 4)
+    else:
+        last = _result_event(1, 4, done=True, by_rule=True)
+    executor._handle(executor._devices[1], [_result_event(1, 3), last])
+    executor._handle(executor._devices[1], [(EV_END, "a", 1, 9.0, OUT_STOPPED, None, None)])
+    results = [call[2:] for call in callback.calls if call[0] == "result"]
+    assert results == [(1, False), (2, False), (3, False), (4, False), (5, False), (4, True)]
+    assert [(r.attempt, r.iteration, r.metrics["done"]) for r in store.results("a")][-1] == (1, 4, True)
+
+
+def test_iterations_an_uncharged_device_death_runs_again_are_not_given_to_the_callbacks_twice(tmp_path):
+    """A device whose node died (no failure charged: no retry, no ``on_trial_recover``) restarts its trial from its
+    checkpoint, as a move does: the iterations it runs again are not given again (h248's F5: they were, after a
+    move's redo too, with no recover between, a sequence Ray never shows)."""
+    from fluidsalus.gpu.host import EV_START
+
+    executor, store, trial, callback = _moved_at_5_from_checkpoint_2(tmp_path)
+    executor._handle(executor._devices[1], [_result_event(1, 3)])
+    executor._node_gone = lambda device: True
+    executor._start_replacement = lambda device: None
+    executor._device_died(executor._devices[1], RuntimeError("node gone"))
+    assert trial.num_failures == 0 and trial.attempt == 2
+    trial.placed_on, trial.devices = (0,), (0,)
+    executor.pending.discard("a")
+    executor._devices[0].assigned.add("a")
+    executor._handle(executor._devices[0], [(EV_START, "a", 2, 10.0)] + [_result_event(2, i) for i in range(3, 7)])
+    assert [call[2] for call in callback.calls if call[0] == "result"] == [1, 2, 3, 4, 5, 6]
 
 
 @pytest.mark.parametrize("run_ends", [False, True], ids=["alone", "then_the_run_ends"])

@@ -946,7 +946,9 @@ class Executor:
         # trial -> the last iteration its callbacks were given before the engine restarted it on its own (a move, a
         # preemption, a time slice's turn), from a checkpoint older than that: the iterations it runs again are kept
         # from the callbacks, which Ray's (it never restarts a trial so) would see twice (a logger's progress.csv
-        # had a row twice: a CI run). A retry, an exploit or a device's death gives them again, as Ray's retry does.
+        # had a row twice: a CI run), and so do those a device's death runs again that is not charged as a failure
+        # (no on_trial_recover: nothing Ray would show). A retry or an exploit gives them again, as Ray's retry does;
+        # a redone result that ends the trial is given (its last).
         self._redo_unseen: dict[str, int] = {}
         # trials whose searcher was told of their end at the result a stop rule (or a stop for good) ended them at,
         # as Ray's controller tells its scheduler and search algorithm there: their end tells it nothing more
@@ -2898,17 +2900,20 @@ class Executor:
                         placed(started_id, str(where["node_ip"]), int(where["pid"]))
                     callback.on_trial_start(started_id, self.trials[started_id].config, int(where["attempt"]))
         for kind, trial, event in acted:
-            if kind == EV_RESULT and id(event) in redone_at:
-                # (run again after the engine's own restart: the callbacks had this iteration; a checkpoint it
-                # brings is told as one saved after its result)
-                dirname = event[4].get("checkpoint_dir_name")
-                if dirname:
+            if kind == EV_RESULT:
+                if id(event) not in redone_at or event[4].get("done"):
+                    # (a redone result that ends the trial, by its stop rule, the run's end or the driver's stopper,
+                    # is given all the same: the trial's last result, which its Result and a logger's last row show)
+                    for callback in self.settings.callbacks:
+                        callback.on_trial_result(trial.trial_id, event[4])
+                elif dirname := event[4].get("checkpoint_dir_name"):
+                    # (run again after the engine's own restart: the callbacks had this iteration; a checkpoint it
+                    # brings is told as one saved after its result)
                     for callback in self.settings.callbacks:
                         callback.on_trial_checkpoint(trial.trial_id, event[4]["training_iteration"], dirname)
-            elif kind == EV_RESULT:
-                for callback in self.settings.callbacks:
-                    callback.on_trial_result(trial.trial_id, event[4])
-                if id(event) in paused_at and trial.status == PAUSED:  # (after its result's hooks, as Ray's pause)
+                # (after its result's hooks, as Ray's pause; a redone result's too: a trial moved at or while paused
+                # at its budget, from an older checkpoint, pauses there again, where the callbacks saw it go on)
+                if id(event) in paused_at and trial.status == PAUSED:
                     self._tell_statuses([(trial.trial_id, PAUSED)])
             elif kind == EV_CHECKPOINT:
                 for callback in self.settings.callbacks:
@@ -3239,7 +3244,7 @@ class Executor:
         reached = left is not None and left <= 0  # in the attempt that ends, before a restart sets it back
         previous_config = trial.config
         before = trial.status
-        if restart.reason in (RESTART_MOVE, RESTART_PREEMPT, RESTART_TURN, RESTART_WITHDRAWN):
+        if restart.reason in (RESTART_MOVE, RESTART_PREEMPT, RESTART_TURN, RESTART_WITHDRAWN, RESTART_DEVICE_DIED):
             if trial.last_iteration:
                 self._redo_unseen[trial.trial_id] = max(trial.last_iteration,
                                                         self._redo_unseen.get(trial.trial_id, 0))
