@@ -156,6 +156,10 @@ def test_define_by_run_conditional_space_and_trial_api(tmp_path):
         return value
 
     study = optuna.create_study(study_name="dbr", sampler=optuna.samplers.RandomSampler(seed=1))
+    # Both branches, whatever order the parallel trials draw in: seed 1's stream is mostly "forest" (2 of 10 alone),
+    # and a CI run's interleaving drew no "svc" at all.
+    study.enqueue_trial({"kind": "svc"})
+    study.enqueue_trial({"kind": "forest"})
     _optimize(study, objective, tmp_path, n_trials=10)
 
     assert len(study.trials) == 10 and all(t.state == TrialState.COMPLETE for t in study.trials)

@@ -192,9 +192,11 @@ POLL_WAIT_S = 0.5
 #: replacement (:meth:`Executor._loop`).
 ACTOR_START_TIMEOUT_S = 120.0
 #: Longest a Ctrl-C waits for the devices' last polls before it stops their trials (:meth:`Executor._drain`): woken,
-#: a device's poll returns at once, and without the wake within :data:`POLL_WAIT_S`, well within two poll
-#: periods, as :data:`WORKER_END_GRACE_S`'s.
-INTERRUPT_DRAIN_S = 2 * POLL_WAIT_S
+#: a device's poll returns at once (a few milliseconds), and without the wake within :data:`POLL_WAIT_S`; on a loaded
+#: machine the round trip of the two polls took longer than two poll periods (a CI run on 2 cores under two pytest
+#: processes lost a trial's last result at 1 s), so six. Only a slow device makes a Ctrl-C wait that long; a second
+#: Ctrl-C cuts it short.
+INTERRUPT_DRAIN_S = 6 * POLL_WAIT_S
 #: Grace period for trials to reach a report boundary when the run ends early (Ctrl-C, fatal error).
 SHUTDOWN_GRACE_S = 2.0
 #: Seconds a trial has to reach its next report once the run begins to end (its time budget, ``stop_all()``,
