@@ -3178,11 +3178,12 @@ class Executor:
 
     def _redone(self, trial_id: str, metrics: Mapping[str, Any]) -> bool:
         """Whether a result is of an iteration the trial runs again after the engine's own restart, which its
-        callbacks were given already (``_redo_unseen``; the first result past it ends the watch)."""
+        callbacks were given already (``_redo_unseen``; the first result past it ends the watch). Whether it still
+        reaches them is the caller's rule: one that ends the trial does."""
         seen = self._redo_unseen.get(trial_id)
         if seen is None:
             return False
-        if metrics["training_iteration"] <= seen and not metrics.get("done"):
+        if metrics["training_iteration"] <= seen:
             return True
         del self._redo_unseen[trial_id]
         return False
