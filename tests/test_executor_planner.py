@@ -1886,13 +1886,17 @@ def test_iterations_a_move_runs_again_are_not_given_to_the_callbacks_twice_as_a_
     loggers wrote a row twice in progress.csv (a CI run of
     ``test_checkpoint_at_end_saves_a_trial_the_stop_rule_or_a_scheduler_ends``): Ray never moves a trial. Now they
     see each iteration once; a checkpoint the redone iteration brings is told as a save. A retry after a failure
-    gives them again, as Ray's retry does."""
+    gives them again, as Ray's retry does. So does the driver's copy of a stopper: a counting one counted the redone
+    results too, and the attempt took its count with no mark of what it saw, so a moved trial ended early (h248's F2;
+    the device's side: ``test_host.py::test_a_moved_trials_stopper_copy_is_not_given_the_iterations_it_runs_again``)."""
     from fluidsalus.gpu.host import EV_END, EV_START, OUT_ERRORED, OUT_STOPPED
     from fluidsalus.trialgroup.executor import RESTART_MOVE, _Restart
+    from fluidsalus.tune.stopper import MaximumIterationStopper
 
     executor, store, trial = _running_on_device_0(tmp_path)
     trial.checkpoint_path = None
     executor.settings.max_failures = 1
+    executor.settings.stopper = stopper = MaximumIterationStopper(100)
     callback = _Ends()
     callback.on_trial_checkpoint = lambda trial_id, iteration, dirname: callback.calls.append(
         ("checkpoint", trial_id, iteration))
@@ -1910,6 +1914,9 @@ def test_iterations_a_move_runs_again_are_not_given_to_the_callbacks_twice_as_a_
     executor._handle(executor._devices[0], [end])
     assert trial.attempt == 1 and trial.last_iteration == 2  # from its checkpoint of iteration 2
     trial.placed_on, trial.devices = (1,), (1,)  # (where the planner starts it)
+    spec = executor._spec_for(trial)
+    assert pickle.loads(spec.stop_state)._iter["a"] == 3
+    assert spec.stop_seen_through == (3 if restart == "move" else 0)
     executor._handle(executor._devices[1], [(EV_START, "a", 1, 4.0), result(1, 3), result(1, 4, checkpoint=True),
                                             result(1, 5)])
     results = [call[2] for call in callback.calls if call[0] == "result"]
@@ -1917,6 +1924,7 @@ def test_iterations_a_move_runs_again_are_not_given_to_the_callbacks_twice_as_a_
         assert results == [1, 2, 3, 4, 5] and ("checkpoint", "a", 4) not in callback.calls
     else:
         assert results == [1, 2, 3, 3, 4, 5]
+    assert stopper._iter["a"] == len(results)
     assert [(r.attempt, r.iteration) for r in store.results("a")] == [(0, 1), (0, 2), (1, 3), (1, 4), (1, 5)]
 
 
@@ -2010,18 +2018,17 @@ def _moved_at_5_from_checkpoint_2(tmp_path) -> tuple[Any, Any, Any, _Ends]:
     return executor, store, trial, callback
 
 
-@pytest.mark.parametrize("ends_by", ["stop_rule", "drivers_stopper"])
+@pytest.mark.parametrize("ends_by", ["stop_rule", "runs_end"])
 def test_a_redone_iteration_that_ends_the_trial_is_given_to_the_callbacks_as_its_last(tmp_path, ends_by):
-    """A trial that its stop rule (met on the device) or the driver's copy of a stopper ends at an iteration a move
-    runs again: that result is its last, and the callbacks get it, ``done``, so that its Result and a logger's last
-    row agree (h248's F3: the stopper's was kept from them, the callbacks then never saw a ``done`` row)."""
+    """A trial that its stop rule (met on the device) or the run's end ends at an iteration a move runs again: that
+    result is its last, and the callbacks get it, ``done``, so that its Result and a logger's last row agree (h248's
+    F3: a stopper's was kept from them, the callbacks then never saw a ``done`` row)."""
     from fluidsalus.gpu.host import EV_END, OUT_STOPPED
 
     executor, store, trial, callback = _moved_at_5_from_checkpoint_2(tmp_path)
-    if ends_by == "drivers_stopper":
-        executor._stop_all_verdicts = True
-        executor.settings.stopper = lambda trial_id, result: result["training_iteration"] == 4
-        last = _result_event(1, 4)
+    if ends_by == "runs_end":
+        executor._stopping.add("a")  # (a stop for good: the run ends)
+        last = _result_event(1, 4, done=True)
     else:
         last = _result_event(1, 4, done=True, by_rule=True)
     executor._handle(executor._devices[1], [_result_event(1, 3), last])
@@ -2029,6 +2036,28 @@ def test_a_redone_iteration_that_ends_the_trial_is_given_to_the_callbacks_as_its
     results = [call[2:] for call in callback.calls if call[0] == "result"]
     assert results == [(1, False), (2, False), (3, False), (4, False), (5, False), (4, True)]
     assert [(r.attempt, r.iteration, r.metrics["done"]) for r in store.results("a")][-1] == (1, 4, True)
+
+
+def test_the_drivers_stopper_judges_a_moved_trial_again_past_what_it_saw(tmp_path):
+    """The driver's copy of a stopper saw iterations 1 to 5 before the move; the redone 3 to 5 are not given to it
+    again (a counting stopper counted them: h248's F2), and it judges the trial again from 6 on, where its stop ends
+    the trial and reaches the callbacks, ``done``."""
+    from fluidsalus.gpu.host import EV_END, OUT_STOPPED
+
+    executor, store, trial, callback = _moved_at_5_from_checkpoint_2(tmp_path)
+    asked: list[int] = []
+
+    def stopper(trial_id: str, result: dict[str, Any]) -> bool:
+        asked.append(result["training_iteration"])
+        return result["training_iteration"] >= 4
+
+    executor._stop_all_verdicts = True
+    executor.settings.stopper = stopper
+    executor._handle(executor._devices[1], [_result_event(1, i) for i in (3, 4, 5, 6)])
+    executor._handle(executor._devices[1], [(EV_END, "a", 1, 9.0, OUT_STOPPED, None, None)])
+    assert asked == [6]
+    results = [call[2:] for call in callback.calls if call[0] == "result"]
+    assert results == [(1, False), (2, False), (3, False), (4, False), (5, False), (6, True)]
 
 
 def test_iterations_an_uncharged_device_death_runs_again_are_not_given_to_the_callbacks_twice(tmp_path):

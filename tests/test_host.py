@@ -168,6 +168,35 @@ def test_stop_rule_dict_has_ray_semantics(tmp_path):
     assert [e[4]["training_iteration"] for e in events if e[0] == EV_RESULT] == [1, 2, 3, 4, 5]
 
 
+@pytest.mark.parametrize("restart", ["move", "retry"])
+def test_a_moved_trials_stopper_copy_is_not_given_the_iterations_it_runs_again(tmp_path, restart):
+    """A move goes on from the trial's checkpoint (2 here), older than its last result (5): it runs 3 to 5 again.
+    Its attempt takes the driver's copy of the stopper, which has seen 1 to 5; a counting stopper given the redone
+    results again ended it early (``MaximumIterationStopper(8)`` at 5, not 8: h248's F2). The copy skips what it saw
+    (``TrialSpec.stop_seen_through``); a retry's mark is 0, and its stopper counts them again, as Ray's."""
+    import pickle
+
+    from fluidsalus.tune.stopper import MaximumIterationStopper
+
+    drivers = MaximumIterationStopper(8)
+    for _ in range(5):
+        assert not drivers("t0", {})
+
+    def f(config):
+        for _ in range(100):
+            fluidsalus.report({"v": 1})
+
+    checkpoint = tmp_path / "t0" / "checkpoint_000002"
+    checkpoint.mkdir(parents=True)
+    host = DeviceHost(f, _settings(max_lanes=1, stop=MaximumIterationStopper(8)))
+    host.submit([dataclasses.replace(_spec(tmp_path, 0), attempt=1, checkpoint_path=str(checkpoint),
+                                     start_iteration=2, stop_state=pickle.dumps(drivers),
+                                     stop_seen_through=5 if restart == "move" else 0)])
+    events = _drain(host, 1)
+    iterations = [e[4]["training_iteration"] for e in events if e[0] == EV_RESULT]
+    assert iterations == ([3, 4, 5, 6, 7, 8] if restart == "move" else [3, 4, 5])
+
+
 def _reports_then_sets(unwound: threading.Event) -> Callable[[dict], None]:
     """A trainable that reports ten times and sets ``unwound`` as a stop unwinds it (its ``finally:``)."""
     def f(config: dict) -> None:

@@ -2509,6 +2509,7 @@ class Executor:
     def _spec_for(self, trial: Trial, prefetched: bool = False) -> TrialSpec:
         """The spec of the trial's attempt; ``prefetched``: sent ahead to a full device, where it waits in its lane
         until the lane would idle (``TrialSpec.prefetched``)."""
+        stop_state = self._stop_state() if trial.attempt > 0 or trial.checkpoint_path else None
         return TrialSpec(
             trial_id=trial.trial_id,
             trial_name=self._names.get(trial.trial_id) or f"{self.settings.trainable_name}_{trial.trial_id}",
@@ -2521,7 +2522,9 @@ class Executor:
             result_totals=dict(trial.checkpoint_totals) if trial.checkpoint_path else {},
             budget=trial.budget,
             prefetched=prefetched,
-            stop_state=self._stop_state() if trial.attempt > 0 or trial.checkpoint_path else None,
+            stop_state=stop_state,
+            # (what the driver's copy has seen: the results a restart runs again are kept from it, _stopper_stops)
+            stop_seen_through=self._redo_unseen.get(trial.trial_id, 0) if stop_state is not None else 0,
         )
 
     def _stop_state(self) -> bytes | None:
@@ -2811,7 +2814,9 @@ class Executor:
                 if kind == EV_RESULT:
                     # As Ray's controller, the stopper is asked first; a stop of its own skips the searcher
                     stopped = False
-                    if stopper_error is None:
+                    # (not a result a restart of the engine's own runs again: the stopper had it once, as in Ray,
+                    # whose trial never moves; the devices' copies skip it too, TrialSpec.stop_seen_through)
+                    if stopper_error is None and id(event) not in redone_at:
                         try:
                             stopped = self._stopper_stops(trial, event[4])
                         except Exception as e:  # the run ends with it, once the batch is kept
@@ -3018,9 +3023,10 @@ class Executor:
                 and trial.trial_id not in self._decided_stops)
 
     def _stopper_stops(self, trial: Trial, metrics: Mapping[str, Any]) -> bool:
-        """Give the driver's copy of the run's stopper a result (it sees every one, in order: its state serves
-        ``stop_all()`` and the copy a restarted trial takes, ``_stop_state``), and say whether its answer stops the
-        trial at that result, where the device's copy did not.
+        """Give the driver's copy of the run's stopper a result (it sees every one, in order, but those a move,
+        preemption or turn runs again, which it saw once: its state serves ``stop_all()`` and the copy a restarted
+        trial takes, ``_stop_state``), and say whether its answer stops the trial at that result, where the device's
+        copy did not.
 
         It does for a stopper whose results wait for the driver (``_stop_all_verdicts``): the wait costs nothing
         more, and state the driver's copy gathered since the start (a callback's "stop now") then counts, as in
