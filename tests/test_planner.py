@@ -1099,17 +1099,17 @@ def test_a_data_parallel_trial_is_never_taken_below_its_fewest_devices(scenario,
     result = plan(ts, devs, book)
     assert Planner(book=book).plan(ts, devs) == result
     capacity = {d.index: d.capacity_bytes for d in devs}
-    # Held: the devices it is kept on, each large enough for it: in the intra regime its first min_devices known
-    # ones (it shrinks to those), in the inter regime all of them. (The oracle read all of them in both, and so
-    # missed the claim of an intra trial kept on its first two whose third was too small, which then won a shared
-    # device: a CI run's hypothesis example, now the plain test below.)
+    # Held: its first min_devices of the known devices large enough for it, in either regime (a device too small
+    # for it is left, and it is preempted only when fewer than min_devices hold it). (The oracle read all of them
+    # in both, and so missed the claim of an intra trial kept on its first two whose third was too small, which
+    # then won a shared device: a CI run's hypothesis example, now the plain test below. It then followed each
+    # regime: the intra one shrank to the first min_devices known ones and needed all of those to hold it, the
+    # inter one needed all of them to hold it, and preempted it otherwise.)
     held: dict[str, set[int]] = {}
     for t in ts:
-        known = [d for d in t.devices if d in capacity]
-        kept = known[:t.min_devices] if result.regime == INTRA else known
-        if t.computing and t.min_devices > 1 and len(known) >= t.min_devices and all(
-                t.p_bytes + t.t_bytes <= capacity[d] for d in kept):
-            held[t.trial_id] = set(known[:t.min_devices])
+        fit = [d for d in t.devices if d in capacity and t.p_bytes + t.t_bytes <= capacity[d]]
+        if t.computing and t.min_devices > 1 and len(fit) >= t.min_devices:
+            held[t.trial_id] = set(fit[:t.min_devices])
     shared = {tid for tid, ds in held.items() for other, os in held.items() if other != tid and ds & os}
     got = placed(result)
     for tid, ds in held.items():
@@ -1149,6 +1149,50 @@ def test_a_data_parallel_trial_whose_extra_device_is_too_small_still_claims_its_
     got = placed(result)
     assert result.regime == INTRA and got["A"] == (0, 3) and got["B"] == (1, 2)
     assert {d for tid, ds in got.items() if tid not in ("A", "B") for d in ds} == {4}
+
+
+def test_a_data_parallel_trial_keeps_the_devices_that_hold_it_when_one_is_too_small_in_either_regime():
+    # A runs on devices 0, 3 and 1 and needs two; device 1 (2 GiB) can no longer hold it, 0 and 3 (3 GiB) can. In
+    # the inter regime (no queued trials: as many computing trials as devices or fewer) it keeps 0 and 3 (a
+    # RESIZE), where it was preempted (checkpointed, queued, restarted later) for a device it could do without.
+    # B, needing two on 0 and 1, claims A's device 0 after A: it is placed again on two whole devices of its own.
+    # In the intra regime (five queued trials) A keeps its first two that hold it wherever the small one is (it
+    # was preempted when that one was among its first two).
+    a = TrialDemand("A", None, GIB // 2, 2 * GIB, data_parallel=True, devices=(0, 3, 1), min_devices=2, seq=0)
+    b = needs_two("B", None, (0, 1), seq=1)._replace(p_bytes=0, t_bytes=0)
+    devs = [DeviceView(i, (3 if i in (0, 3) else 2) * GIB, 1) for i in range(5)]
+    for placement in ((0, 3, 1), (0, 1, 3)):
+        for extra in (0, 1, 5):
+            queued = [TrialDemand(f"q{i}", None, 0, 0, seq=2 + i) for i in range(extra)]
+            result = plans_both_ways([a._replace(devices=placement), b, *queued], devs)
+            assert result.regime == (INTRA if extra == 5 else INTER), (placement, extra)
+            assert result.by_trial()["A"][1:] == ((0, 3), placement, RESIZE), (placement, extra, result)
+            assert result.by_trial()["B"].devices == (1, 2) and result.preempted == (), (placement, extra, result)
+    # Fewer than min_devices hold it (only device 0): it is taken off them all in both regimes, never kept on one,
+    # and waits (preempted: B keeps 0 and 1, and only device 3 of the others is large enough for it).
+    for extra in (0, 5):
+        queued = [TrialDemand(f"q{i}", None, 0, 0, seq=2 + i) for i in range(extra)]
+        result = plans_both_ways([a._replace(devices=(0, 1, 2)), b, *queued], devs)
+        assert "A" not in placed(result) and result.preempted == ("A",), (extra, result)
+    # A paused trial is never resized (the executor refuses it): one of its devices too small, it is preempted.
+    result = plans_both_ways([a._replace(paused=True), b], devs)
+    assert "A" not in placed(result) and result.preempted == ("A",)
+    # The same through a Planner's cache, which devices that report their lanes let serve the plan: A ran on 0, 3
+    # and 1 (3.5 GiB each), then its estimate grew past device 1's 3 GiB. It keeps 0 and 3 there too.
+    big = [DeviceView(i, (GIB * 7 // 2 if i in (0, 3) else 3 * GIB), 1) for i in range(4)]
+    managers = {v.index: LaneManager(v.capacity_bytes, v.slots) for v in big}
+    for d in (0, 3, 1):
+        assert managers[d].admit("A", GIB // 2, 2 * GIB) is not None
+    views = [v.__class__(v.index, v.capacity_bytes, v.slots, lanes=lanes_of(managers[v.index])) for v in big]
+    planner = Planner()
+    assert planner.plan([a], views).changes == ()
+    served = []
+    original = planner._kept.prepare
+    planner._kept.prepare = lambda *args: served.append(original(*args)) or served[-1]
+    grown = a._replace(t_bytes=GIB * 11 // 4)
+    result = planner.plan([grown], views)
+    assert served[-1] is not None and result == plan([grown], views)
+    assert [(x.trial_id, x.devices, x.action) for x in result.changes] == [("A", (0, 3), RESIZE)]
 
 
 # ------------------------------------------------------------------------------------------ incremental plans

@@ -17,9 +17,9 @@ advanced trial first. Every other searcher leaves the turns equal (0).
 number of devices.
 
 * ``C > D``, **intra-GPU**: every trial gets one device. Trials already placed keep their device (a
-  data-parallel trial shrinks to its first device, or to its first ``min_devices`` when its trainable needs more:
-  those take no other trial, and evening out leaves it there). The others (one that needs ``min_devices`` > 1 takes
-  that many whole devices, or waits), longest predicted remaining time first, go
+  data-parallel trial shrinks to its first device, or to its first ``min_devices`` that still hold its ``P + T``
+  when its trainable needs more: those take no other trial, and evening out leaves it there). The others (one
+  that needs ``min_devices`` > 1 takes that many whole devices, or waits), longest predicted remaining time first, go
   to the least-loaded device (load: the predicted remaining seconds of its computing trials; ties: fewer
   trials, then the lower index) that (1) admits the trial's memory by the Salus lane rule (the device's
   lanes with its kept residents, paused ones included: :class:`LaneMemory`, the memory side of
@@ -50,7 +50,9 @@ Moving or growing a running trial restarts it from its checkpoint, so its cost i
 its alone time per iteration, which it runs again.
 
 **Stability.** A trial whose placement is still valid (its devices exist and its ``P + T`` fits them) keeps it:
-its :class:`Assignment` is ``KEEP``. A trial changes device only as an explicit ``MOVE``/``RESIZE`` (applied
+its :class:`Assignment` is ``KEEP``. A computing data-parallel trial some of whose devices no longer hold it keeps
+those that do, in either regime, while at least ``min_devices`` do (:func:`_held_devices`); else it is placed
+again, or preempted. A trial changes device only as an explicit ``MOVE``/``RESIZE`` (applied
 at an iteration boundary, from a checkpoint), issued only by a rule above: a shrink to one device when trials
 outnumber devices, a rebalance or spread that pays for the move, a water-filling step, or an extra device
 whose measured scaling no longer pays. Re-planning an applied plan with the same profiles changes nothing
@@ -984,6 +986,21 @@ def _can_leave(t: TrialDemand) -> bool:
     return not t.devices or t.restartable
 
 
+def _held_devices(devices: list[int], capacity: dict[int, int], size: int, fewest: int,
+                  shrink: bool) -> list[int] | None:
+    """The devices that a trial placed on several devices (or needing several) keeps, in either regime: of
+    ``devices`` (those of its placement that exist, in placement order) the ones whose capacity holds its ``size``
+    (``P + T``), only the first ``fewest`` of them when it ``shrink``-s (a computing trial in the intra regime).
+    ``fewest`` is the fewest devices it may be kept on: a computing trial's ``min_devices``; all of ``devices`` for
+    one that is not computing (the executor never resizes a paused trial). None when one of them is too small for
+    it and fewer than ``fewest`` of the others hold it: it is taken off them all (placed again, or preempted).
+    (One left on fewer because devices are gone keeps them: :meth:`_Planning.settle_whole` places it again.)"""
+    held = [d for d in devices if size <= capacity[d]]
+    if len(held) < len(devices) and len(held) < fewest:
+        return None
+    return held[:fewest] if shrink else held
+
+
 def _assignment(tid: str, devs: list[int], before: tuple[int, ...]) -> Assignment:
     """The assignment of a placed trial: its devices now and before, and what the executor must do."""
     devs_t = tuple(devs)
@@ -1247,8 +1264,9 @@ class _Planning:
     def keep(self, intra: bool) -> None:
         """Keep the placed trials whose placement is still valid: their devices exist and their ``P + T`` fits
         the device. In the intra regime a computing trial keeps only its first device (it shrinks; the executor
-        resizes it); a trial that lost some devices keeps the others. The others are left unplaced (placed again
-        below, or queued and reported as preempted).
+        resizes it), or its first ``min_devices``; a trial that lost some devices keeps the others, and a computing
+        one on several devices keeps those that still hold it (:func:`_held_devices`, in either regime). The others
+        are left unplaced (placed again below, or queued and reported as preempted).
 
         Kept trials are re-admitted in arrival order to rebuild each device's lanes. A device whose replay does
         not hold all its residents (its real lanes were filled in another order, or an estimate grew) keeps them
@@ -1280,8 +1298,13 @@ class _Planning:
                     entries.append((t, [d], False))
                 continue
             devs = [d for d in dict.fromkeys(devices) if d in known]
-            if intra and tid in comp:
-                devs = devs[:t.min_devices]  # a data-parallel trial shrinks no further than its fewest devices
+            computing = tid in comp
+            shrink = intra and computing  # a data-parallel trial shrinks no further than its fewest devices
+            held = _held_devices(devs, capacity, size, t.min_devices if computing else len(devs), shrink)
+            if held is not None:
+                devs = held  # those that hold it (a device too small for it is left)
+            elif shrink:
+                devs = devs[:t.min_devices]
             if not devs:
                 continue
             self.multi.add(tid)
@@ -1289,6 +1312,8 @@ class _Planning:
                 total[d] += size
                 if d in snap:
                     staying[d].add(tid)
+            if held is None:
+                continue  # too few of its devices hold it: counted as staying, not kept (placed again, or preempted)
             entries.append((t, devs, False))
         for d, members in snap.items():  # reported lanes: trials that left (ended, shrunk) free theirs
             leaving = members - staying[d] if d in staying else members
@@ -1315,9 +1340,6 @@ class _Planning:
                     pending[d].append(t.trial_id)
                 self.place(t, devs)
                 continue
-            size = t.p_bytes + t.t_bytes
-            if any(size > capacity[d] for d in devs):
-                continue  # can never fit there: placed again below, or preempted
             recorded: list[int] = []  # devices whose lanes now hold the trial
             displaced = False
             for d in devs:
@@ -2226,11 +2248,11 @@ class _KeptCache:
     was never measured) and its devices' views, plus those admissions. The cache holds that state from the last
     plan and updates the trials whose demand object or estimate changed, the devices whose view object changed,
     and the never-measured trials when the typical time moved; the admissions are redone. A plan then costs an
-    identity check per trial plus the work of what changed. Otherwise (a resident that does not fit one of its
-    devices, devices without reported lanes, another device set, input that :func:`plan` rejects)
-    :meth:`prepare` answers None and the plan is computed from scratch. Either way it is the plan :func:`plan`
-    returns: tests/test_planner.py checks this on random sequences of plans, and tests/test_sim.py on whole
-    simulated runs.
+    identity check per trial plus the work of what changed. Otherwise (a resident that does not fit its one
+    device, or that too few of its devices hold: :func:`_held_devices`; devices without reported lanes, another
+    device set, input that :func:`plan` rejects) :meth:`prepare` answers None and the plan is computed from
+    scratch. Either way it is the plan :func:`plan` returns: tests/test_planner.py checks this on random sequences
+    of plans, and tests/test_sim.py on whole simulated runs.
     """
 
     def __init__(self) -> None:
@@ -2410,18 +2432,22 @@ class _KeptCache:
         devices = t.devices
         if not devices:
             return
-        if len(devices) == 1 or (intra and tid in self.comp and t.min_devices <= 1):
-            devs = [devices[0]] if devices[0] in self.dev else []
-        else:
-            devs = [d for d in dict.fromkeys(devices) if d in self.dev]
-            if intra and tid in self.comp:
-                devs = devs[:t.min_devices]
-        if not devs:
-            return
         size = t.p_bytes + t.t_bytes
         capacity, snap = self.capacity, self.snap
-        if any(size > capacity[d] for d in devs):
-            self.slow.add(tid)  # keep() counts it as staying but does not keep it
+        if len(devices) == 1 or (intra and tid in self.comp and t.min_devices <= 1):
+            devs = [devices[0]] if devices[0] in self.dev else []
+            if devs and size > capacity[devs[0]]:
+                self.slow.add(tid)  # keep() replays its device's lanes
+                return
+        else:
+            devs = [d for d in dict.fromkeys(devices) if d in self.dev]
+            computing = tid in self.comp
+            held = _held_devices(devs, capacity, size, t.min_devices if computing else len(devs), intra and computing)
+            if held is None:
+                self.slow.add(tid)  # keep() counts it as staying but does not keep it
+                return
+            devs = held
+        if not devs:
             return
         key = (t.seq, tid)
         if all(tid in snap[d] for d in devs):
