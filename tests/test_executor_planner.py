@@ -1064,13 +1064,10 @@ def test_dispatch_submits_starts_then_one_prefetch_per_full_device_and_records_p
     assert len(store.events("place")) == 4 and executor._plans == 1
 
 
-def test_a_retry_whose_slot_a_prefetched_trial_took_waits_and_goes_to_a_device_that_joins(tmp_path):
-    """Two 1-slot devices, the second still starting: ``a`` starts, ``b`` is prefetched behind it; ``a`` fails and ``b``
-    begins in its slot. The retry kept its device and began beside ``b``, past the device's one slot, where the two
-    took it in turns; when the second device joined, ``b`` (reported, no checkpoint) could not move and ``a``'s retry
-    (reported too) could not either, so the new device idled to the end (CI's hang of a fail_fast test; a run twice
-    as long). The retry now waits in the queue and is prefetched (it does not begin), and when the device joins it is
-    withdrawn to it while ``b`` runs on."""
+def _retry_prefetched_behind_b(tmp_path) -> tuple[Any, Any, Any, Any]:
+    """Two 1-slot devices, the second still starting: ``a`` started and failed at once (``max_failures=1``), ``b``,
+    prefetched behind it, began in its slot and reported (no checkpoint), and ``a``'s retry is queued. Returns the
+    executor, its store and the two devices."""
     from fluidsalus.gpu.host import EV_END, EV_RESULT, EV_START, OUT_ERRORED
 
     executor, store = _offline_executor(tmp_path, n_devices=2)
@@ -1085,6 +1082,17 @@ def test_a_retry_whose_slot_a_prefetched_trial_took_waits_and_goes_to_a_device_t
     metrics = {"training_iteration": 1, "time_this_iter_s": 0.2, "time_total_s": 0.2}
     executor._handle(d0, [(EV_START, "a", 0, 0.5), (EV_END, "a", 0, 0.6, OUT_ERRORED, "boom", None),
                           (EV_START, "b", 0, 0.6), (EV_RESULT, "b", 0, 0.8, metrics, False, False)])
+    return executor, store, d0, d1
+
+
+def test_a_retry_whose_slot_a_prefetched_trial_took_waits_and_goes_to_a_device_that_joins(tmp_path):
+    """Two 1-slot devices, the second still starting: ``a`` starts, ``b`` is prefetched behind it; ``a`` fails and ``b``
+    begins in its slot. The retry kept its device and began beside ``b``, past the device's one slot, where the two
+    took it in turns; when the second device joined, ``b`` (reported, no checkpoint) could not move and ``a``'s retry
+    (reported too) could not either, so the new device idled to the end (CI's hang of a fail_fast test; a run twice
+    as long). The retry now waits in the queue and is prefetched (it does not begin), and when the device joins it is
+    withdrawn to it while ``b`` runs on."""
+    executor, store, d0, d1 = _retry_prefetched_behind_b(tmp_path)
     a = executor.trials["a"]
     assert (a.attempt, a.devices, "a" in executor.pending) == (1, (), True)  # its slot is b's: it waits
     executor._dispatch()
@@ -1096,6 +1104,36 @@ def test_a_retry_whose_slot_a_prefetched_trial_took_waits_and_goes_to_a_device_t
     (withdraw,) = store.events("plan_withdraw")
     assert (withdraw.trial_id, withdraw.data["to"]) == ("a", ["cpu:1"])
     assert not store.events("plan_refused")  # (b, which cannot restart, keeps device 0)
+
+
+@pytest.mark.parametrize("answer", ["withdrawn", "declined"])
+def test_a_plan_while_a_withdrawal_is_unanswered_records_no_refusal_unless_the_device_declines_it(tmp_path, answer):
+    """h245's F2: once ``a``'s withdrawal to the device that joined is asked, its demand says it cannot restart (it
+    may have begun) while it is still on device 0, so a plan before device 0's answer (any news re-plans) held
+    ``b``'s move to the free device: a ``plan_refused`` that ``fluidsalus inspect`` counted, though device 0 then gave
+    ``a`` back, which went to the free device, and nothing was held. Such a plan records no refusal now; one whose
+    withdrawal the device declined (``a`` had begun: it reports) records the refusal that then holds."""
+    from fluidsalus.gpu.host import EV_END, EV_START, OUT_WITHDRAWN
+
+    executor, store, d0, d1 = _retry_prefetched_behind_b(tmp_path)
+    executor._dispatch()  # the retry is prefetched behind b
+    d1.alive, executor._dirty = True, True  # the second device joins (_join)
+    executor._dispatch()
+    assert [e.trial_id for e in store.events("plan_withdraw")] == ["a"]
+    executor._dirty = True  # (b's next result, say)
+    executor._dispatch()
+    assert not store.events("plan_refused")
+    if answer == "withdrawn":
+        executor._handle(d0, [(EV_END, "a", 1, 1.0, OUT_WITHDRAWN, None, None)])
+        executor._dispatch()
+        assert [(e.trial_id, e.device) for e in store.events("place")][-1] == ("a", "cpu:1")
+        assert not store.events("plan_refused")
+        return
+    executor._handle(d0, [(EV_START, "a", 1, 1.0), _result_event(1, 1)])  # it had begun: no withdrawal comes
+    executor._dirty = True
+    executor._dispatch()
+    assert [(e.data["reason"], e.data["from"], e.data["to"]) for e in store.events("plan_refused")] == [
+        ("no checkpoint", "cpu:0", ["cpu:1"])]
 
 
 @pytest.mark.parametrize(("slots", "kept"), [(1, ()), (2, (0,))], ids=["slot_taken", "slot_free"])
@@ -2582,6 +2620,80 @@ def test_a_suspect_that_died_again_waits_behind_those_that_had_no_turn(tmp_path,
     _, _, (first, _), submitted = _two_suspects(tmp_path, monkeypatch)
     first.stuck_deaths += 1  # "a" died once more on its own turn
     assert submitted() == ["b"]
+
+
+def _join_replacement(executor, device) -> None:
+    """The loop's plan while a dead device's replacement starts, then the replacement's join (``_join``)."""
+    executor._dispatch()
+    device.alive, device.start_ref, executor._dirty = True, None, True
+
+
+@pytest.mark.parametrize("running", ["a", "z"])  # its id sorts before, or after, the prefetched trial's
+def test_a_dead_devices_trials_keep_no_device_and_restart_in_the_same_order_whatever_their_ids(tmp_path,
+                                                                                            monkeypatch, running):
+    """F1 (h245): ``_device_died`` requeued a device's trials one at a time in id order, and a retry kept its
+    device only while ``_computing_load()`` counted fewer others there: the trials not yet requeued, not those
+    already requeued. One device of one slot, the running trial charged with the death (a retry) and ``b``
+    prefetched behind it: running ``a``, the retry was queued and ``b`` kept the device; running ``z``, both kept
+    it. (The next plan, made while the replacement starts, dropped it from both, so they came out the same; a held
+    suspect's was kept: the next test.) No trial keeps a device that is not up now, and the planner places them
+    afresh, in the same order whatever their ids."""
+    from fractions import Fraction
+
+    from fluidsalus.gpu.host import EV_START
+    from fluidsalus.trialgroup import executor as executor_module
+    from fluidsalus.trialgroup.dispatch import DEATHS_PER_FAILURE
+
+    executor, store = _offline_executor(tmp_path)
+    executor.settings.max_failures = 1
+    device = executor._devices[0]
+    _queue(executor, store, _trial(running), _trial("b", seq=1))
+    for tid in (running, "b"):
+        executor.searcher.on_trial_add(tid, "g", {})
+    executor._dispatch()
+    executor._handle(device, [(EV_START, running, 0, 0.5), _result_event(0, 1, trial_id=running)])
+    trial = executor.trials[running]  # it died here once before: this death is its failure (DEATHS_PER_FAILURE)
+    trial.death_point, trial.death_run = trial.last_iteration, trial.last_iteration - trial.attempt_start
+    trial.death_blame = Fraction(DEATHS_PER_FAILURE - 1)
+    monkeypatch.setattr(executor_module, "start_device_actor", lambda *args: _FakeActor())
+    before = len(store.events("place"))
+    executor._device_died(device, RuntimeError("the process died"))
+    restarts = {e.trial_id: e.data["reason"] for e in store.events("trial_restart")}
+    assert restarts == {running: "retry", "b": "device_died"}
+    assert executor.trials[running].devices == executor.trials["b"].devices == ()
+    _join_replacement(executor, device)
+    executor._dispatch()
+    placed = [(e.trial_id, e.data["action"]) for e in store.events("place")][before:]
+    assert placed == [(running, "start"), ("b", "prefetch")]
+
+
+def test_a_held_suspect_of_a_dead_device_does_not_start_past_its_replacements_slots(tmp_path, monkeypatch):
+    """A suspect held back (``_held_suspects``) is left out of the plans, so it kept the dead device past the plans
+    that drop a device that is not up (``_planned``): released once the first suspect got past its death point,
+    the planner kept it there and it started (``restart``) beside the two trials computing in the replacement's
+    two slots. It now waits as any queued trial: prefetched behind them."""
+    from fluidsalus.gpu.host import EV_START
+    from fluidsalus.trialgroup import executor as executor_module
+
+    executor, store = _offline_executor(tmp_path, slots=2)
+    device = executor._devices[0]
+    _queue(executor, store, _trial("a"), _trial("b", seq=1), _trial("c", seq=2))
+    for tid in "abc":
+        executor.searcher.on_trial_add(tid, "g", {})
+    executor._dispatch()  # a and b start, c is prefetched
+    executor._handle(device, [(EV_START, "a", 0, 0.5), (EV_START, "b", 0, 0.5), _result_event(0, 1),
+                              _result_event(0, 1, trial_id="b")])
+    monkeypatch.setattr(executor_module, "start_device_actor", lambda *args: _FakeActor())
+    executor._device_died(device, RuntimeError("the process died"))
+    assert executor._suspects == {"a", "b"}
+    _join_replacement(executor, device)
+    executor._dispatch()  # a (the first suspect) and c start; b waits
+    executor._handle(device, [(EV_START, "a", 1, 2.0), (EV_START, "c", 1, 2.0), _result_event(1, 2)])
+    assert executor._suspects == {"b"}  # a got past its death point: b is let go
+    before = len(store.events("place"))
+    executor._dirty = True
+    executor._dispatch()
+    assert [(e.trial_id, e.data["action"]) for e in store.events("place")][before:] == [("b", "prefetch")]
 
 
 def test_a_resumed_trial_paused_at_its_budget_waits_for_its_searcher(tmp_path):

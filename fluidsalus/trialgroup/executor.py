@@ -2390,9 +2390,15 @@ class Executor:
                     # unmovable, and each of its checkpoints re-planned for nothing)
                     self._awaiting_checkpoint.add(trial_id)
                 key = (trial_id, self.trials[trial_id].attempt, action)
+                on = self.trials[trial_id].placed_on  # (inspect names the device the change would have left)
+                if reason == REFUSED_NO_CHECKPOINT and on and self._withdrawal_unanswered(self._device(on[0])):
+                    # A trial of its device is on its way off it: asked back, its demand says it cannot restart
+                    # (it may have begun), so the plan held this one until the answer, which undoes that. Not
+                    # recorded (a report counted a refusal that never held: h245's F2); one that holds after a
+                    # declined withdrawal is, at the next plan once that trial reported.
+                    continue
                 if reason != REFUSED_LIMIT and key not in self._refused:
                     self._refused.add(key)
-                    on = self.trials[trial_id].placed_on  # (inspect names the device the change would have left)
                     events.append((now, "plan_refused", trial_id, None, {
                         "attempt": key[1], "action": action, "reason": reason,
                         "from": self._name(on[0]) if on else None,
@@ -2423,6 +2429,16 @@ class Executor:
 
     def _name(self, index: int) -> str:
         return self._device(index).spec.name
+
+    def _withdrawal_unanswered(self, device: _Device) -> bool:
+        """Whether ``device`` was asked to give back a trial of its own (a withdrawal, to place it elsewhere) that has
+        reported nothing since: the device may still give it back. It ends the trial when it does (``withdrawn``),
+        and says nothing when it declines (the trial had begun), so a withdrawal is known to have failed only once
+        the trial reports."""
+        index = device.spec.index
+        return any((trial := self.trials[trial_id]).placed_on[:1] == (index,)
+                   and (trial_id, trial.attempt) in self._withdraw_sent and may_not_have_begun(trial, False)
+                   for trial_id in device.assigned)
 
     def _place(self, trial: Trial, devices: tuple[int, ...], action: str, regime: str, now: float,
                events: list[tuple[float, str, str | None, str | None, Mapping[str, Any] | None]]) -> None:
@@ -3241,9 +3257,10 @@ class Executor:
 
         It resumes from ``restart.checkpoint`` (another trial's, for an exploit) or its own last checkpoint,
         or from scratch when there is none; results it redoes are stored again under the new attempt. It keeps
-        the devices the planner gave it (a move's destination, its device for a retry, an exploit or a replaced
-        device), so the next plan keeps it there; a preempted trial goes back to the queue, and so does a retry or
-        an exploit whose device's slots other trials now fill (:func:`.dispatch.restarts_in_place`).
+        the devices the planner gave it (a move's destination, its device for a retry or an exploit), so the next
+        plan keeps it there; a preempted trial goes back to the queue, and so does a retry or an exploit whose
+        device's slots other trials now fill (:func:`.dispatch.restarts_in_place`), and any trial whose devices
+        are not all up (a dead device's, while its replacement starts): the planner places it afresh.
         A moved or preempted trial, or one whose device died, with nothing to run before its budget waits, paused off
         any device, for its searcher to promote it (it then restarts) or stop it: one whose checkpoint already reached
         its budget, and one without a checkpoint that had reached its budget (preempted while paused there because the
@@ -3287,6 +3304,13 @@ class Executor:
         trial.attempt += 1
         trial.placed_on = ()
         if restart.reason in (RESTART_PREEMPT, RESTART_WITHDRAWN, RESTART_TURN) or restart.queue:
+            trial.devices = ()
+        elif trial.devices and not all(self._device(i).alive for i in trial.devices):
+            # A device that is not up (one that died, whose replacement starts: _device_died) is kept by nobody,
+            # whatever the restart: the planner places the trial afresh. Its dead device's trials were requeued
+            # one at a time, in id order, each retry judged by a load that still counted the trials not yet
+            # requeued, so which of them kept the device depended on their ids; and a held suspect kept it past the
+            # plans that drop such devices (_planned), then started on the replacement past its slots.
             trial.devices = ()
         elif restart.reason in (RESTART_RETRY, RESTART_EXPLOIT) and trial.devices and not restarts_in_place(
                 self._computing_on(home := self._device(trial.devices[0])), home.spec.slots):
