@@ -804,6 +804,9 @@ def test_plan_properties(scenario):
             assert t.data_parallel or set(a.devices) <= set(t.devices)
         assert a.action == (KEEP if a.devices == t.devices else START if not t.devices
                             else RESIZE if a.devices[0] == t.devices[0] else MOVE)
+        # Never kept on, nor put on, a device too small for its P + T (one whose estimate outgrew a device leaves
+        # it: the change that brought _held_devices kept a one-device trial there, h252)
+        assert all(t.p_bytes + t.t_bytes <= d.capacity_bytes - d.reserved_bytes for d in devs if d.index in a.devices)
     # A trial whose placement is valid and unchanged is never moved: every placed trial whose devices all exist
     # and that fits them keeps at least its first device, unless it shrank, spread or rebalanced (MOVE
     # happens only to computing trials).
@@ -1193,6 +1196,26 @@ def test_a_data_parallel_trial_keeps_the_devices_that_hold_it_when_one_is_too_sm
     result = planner.plan([grown], views)
     assert served[-1] is not None and result == plan([grown], views)
     assert [(x.trial_id, x.devices, x.action) for x in result.changes] == [("A", (0, 3), RESIZE)]
+
+
+@pytest.mark.parametrize("lanes", [False, True], ids=["replayed", "reported_lanes"])
+@pytest.mark.parametrize("queued", [0, 3], ids=["inter", "intra"])
+def test_a_one_device_trial_whose_estimate_outgrew_its_device_is_placed_again_where_it_fits(lanes, queued):
+    # t ran on device 0 (2 GiB); its estimate grew to 4 GiB. It can never run there: it goes to device 1, which
+    # holds it. The change that brought _held_devices (the devices a data-parallel trial keeps) dropped keep()'s
+    # "can never fit there" check for every trial, so a one-device trial stayed on the device too small for it, in
+    # both regimes (h252).
+    if lanes:
+        m0 = LaneManager(2 * GIB, 1)
+        assert m0.admit("t", GIB, GIB) is not None
+        devs = [DeviceView(0, 2 * GIB, 1, lanes=lanes_of(m0)),
+                DeviceView(1, 8 * GIB, 1, lanes=lanes_of(LaneManager(8 * GIB, 1)))]
+    else:
+        devs = [DeviceView(0, 2 * GIB, 1), DeviceView(1, 8 * GIB, 1)]
+    grown = TrialDemand("t", 10.0, GIB, 3 * GIB, devices=(0,), seq=0)
+    result = plans_both_ways([grown] + [TrialDemand(f"q{i}", 10.0, 0, 0, seq=1 + i) for i in range(queued)], devs)
+    assert result.regime == (INTRA if queued else INTER)
+    assert result.by_trial()["t"][1:] == ((1,), (0,), MOVE)
 
 
 # ------------------------------------------------------------------------------------------ incremental plans

@@ -1340,6 +1340,10 @@ class _Planning:
                     pending[d].append(t.trial_id)
                 self.place(t, devs)
                 continue
+            if any(t.p_bytes + t.t_bytes > capacity[d] for d in devs):
+                # A trial kept on one device (or on its first, shrinking) that can never hold it (its estimate
+                # grew): placed again below, or preempted. (Those on several keep only devices that hold them.)
+                continue
             recorded: list[int] = []  # devices whose lanes now hold the trial
             displaced = False
             for d in devs:
@@ -2437,7 +2441,7 @@ class _KeptCache:
         if len(devices) == 1 or (intra and tid in self.comp and t.min_devices <= 1):
             devs = [devices[0]] if devices[0] in self.dev else []
             if devs and size > capacity[devs[0]]:
-                self.slow.add(tid)  # keep() replays its device's lanes
+                self.slow.add(tid)  # keep() counts it as staying but does not keep it (it can never fit there)
                 return
         else:
             devs = [d for d in dict.fromkeys(devices) if d in self.dev]
