@@ -1926,7 +1926,7 @@ def test_iterations_a_move_runs_again_are_not_given_to_the_callbacks_twice_as_a_
     see each iteration once; a checkpoint the redone iteration brings is told as a save. A retry after a failure
     gives them again, as Ray's retry does. So does the driver's copy of a stopper: a counting one counted the redone
     results too, and the attempt took its count with no mark of what it saw, so a moved trial ended early (h248's F2;
-    the device's side: ``test_host.py::test_a_moved_trials_stopper_copy_is_not_given_the_iterations_it_runs_again``)."""
+    the device's side: ``test_host.py::test_a_moved_trials_stop_rule_does_not_judge_the_iterations_it_runs_again``)."""
     from fluidsalus.gpu.host import EV_END, EV_START, OUT_ERRORED, OUT_STOPPED
     from fluidsalus.trialgroup.executor import RESTART_MOVE, _Restart
     from fluidsalus.tune.stopper import MaximumIterationStopper
@@ -2056,11 +2056,12 @@ def _moved_at_5_from_checkpoint_2(tmp_path) -> tuple[Any, Any, Any, _Ends]:
     return executor, store, trial, callback
 
 
-@pytest.mark.parametrize("ends_by", ["stop_rule", "runs_end"])
+@pytest.mark.parametrize("ends_by", ["trainables_done", "runs_end"])
 def test_a_redone_iteration_that_ends_the_trial_is_given_to_the_callbacks_as_its_last(tmp_path, ends_by):
-    """A trial that its stop rule (met on the device) or the run's end ends at an iteration a move runs again: that
-    result is its last, and the callbacks get it, ``done``, so that its Result and a logger's last row agree (h248's
-    F3: a stopper's was kept from them, the callbacks then never saw a ``done`` row)."""
+    """A trial that its trainable (its own ``done=True``, which its device reports as the run's rule met) or the
+    run's end ends at an iteration a move runs again: that result is its last, and the callbacks get it, ``done``, so
+    that its Result and a logger's last row agree (h248's F3: a stopper's was kept from them, the callbacks then
+    never saw a ``done`` row). (The run's stop rule does not judge a redone iteration: it judged it once.)"""
     from fluidsalus.gpu.host import EV_END, OUT_STOPPED
 
     executor, store, trial, callback = _moved_at_5_from_checkpoint_2(tmp_path)

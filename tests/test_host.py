@@ -169,18 +169,17 @@ def test_stop_rule_dict_has_ray_semantics(tmp_path):
 
 
 @pytest.mark.parametrize("restart", ["move", "retry"])
-def test_a_moved_trials_stopper_copy_is_not_given_the_iterations_it_runs_again(tmp_path, restart):
+@pytest.mark.parametrize("rule", ["stopper", "dict"])
+def test_a_moved_trials_stop_rule_does_not_judge_the_iterations_it_runs_again(tmp_path, restart, rule):
     """A move goes on from the trial's checkpoint (2 here), older than its last result (5): it runs 3 to 5 again.
-    Its attempt takes the driver's copy of the stopper, which has seen 1 to 5; a counting stopper given the redone
-    results again ended it early (``MaximumIterationStopper(8)`` at 5, not 8: h248's F2). The copy skips what it saw
-    (``TrialSpec.stop_seen_through``); a retry's mark is 0, and its stopper counts them again, as Ray's."""
+    Its attempt takes the driver's copy of a stopper, which has seen 1 to 5; a counting stopper given the redone
+    results again ended it early (``MaximumIterationStopper(8)`` at 5, not 8: h248's F2). The rule does not judge
+    what it judged once (``TrialSpec.stop_seen_through``), whatever its kind: a dict (here met by every result, as a
+    redone value may differ from the first's) judges the trial again from 6 on, as a stopper does (h252's F3: a
+    function or dict judged them, a stopper object not). A retry's mark is 0: the rule judges them again, as Ray's."""
     import pickle
 
     from fluidsalus.tune.stopper import MaximumIterationStopper
-
-    drivers = MaximumIterationStopper(8)
-    for _ in range(5):
-        assert not drivers("t0", {})
 
     def f(config):
         for _ in range(100):
@@ -188,13 +187,23 @@ def test_a_moved_trials_stopper_copy_is_not_given_the_iterations_it_runs_again(t
 
     checkpoint = tmp_path / "t0" / "checkpoint_000002"
     checkpoint.mkdir(parents=True)
-    host = DeviceHost(f, _settings(max_lanes=1, stop=MaximumIterationStopper(8)))
-    host.submit([dataclasses.replace(_spec(tmp_path, 0), attempt=1, checkpoint_path=str(checkpoint),
-                                     start_iteration=2, stop_state=pickle.dumps(drivers),
-                                     stop_seen_through=5 if restart == "move" else 0)])
+    spec = dataclasses.replace(_spec(tmp_path, 0), attempt=1, checkpoint_path=str(checkpoint), start_iteration=2,
+                               stop_seen_through=5 if restart == "move" else 0)
+    if rule == "stopper":
+        drivers = MaximumIterationStopper(8)
+        for _ in range(5):
+            assert not drivers("t0", {})
+        host = DeviceHost(f, _settings(max_lanes=1, stop=MaximumIterationStopper(8)))
+        spec = dataclasses.replace(spec, stop_state=pickle.dumps(drivers))
+    else:
+        host = DeviceHost(f, _settings(max_lanes=1, stop=stop_rule({"v": 1})))
+    host.submit([spec])
     events = _drain(host, 1)
     iterations = [e[4]["training_iteration"] for e in events if e[0] == EV_RESULT]
-    assert iterations == ([3, 4, 5, 6, 7, 8] if restart == "move" else [3, 4, 5])
+    if rule == "stopper":
+        assert iterations == ([3, 4, 5, 6, 7, 8] if restart == "move" else [3, 4, 5])
+    else:
+        assert iterations == ([3, 4, 5, 6] if restart == "move" else [3])
 
 
 def _reports_then_sets(unwound: threading.Event) -> Callable[[dict], None]:

@@ -179,12 +179,13 @@ class TrialSpec:
             attempt is judged by it instead of the device's own copy, which saw only the trials that ran here
             (a retry on the other device counted ``MaximumIterationStopper(6)``'s results afresh and ran to 9).
             None: the device's copy (a trial's first attempt).
-        stop_seen_through: With ``stop_state``: the trial's last iteration that copy has seen. An attempt that the
-            engine itself restarted (a move, a preemption, a turn) goes on from the trial's last checkpoint, which
-            may be older than its last result, and runs the iterations after it again; the copy is not given those
-            (it judged them once, as Ray's stopper, whose trial never moves: ``MaximumIterationStopper(18)`` ended
-            a trial moved at 14 from its checkpoint of 10 at 14). 0 for a retry, whose results the stopper is given
-            again, as Ray's.
+        stop_seen_through: The trial's last iteration the run's stop rule has judged. An attempt that the engine
+            itself restarted (a move, a preemption, a turn) goes on from the trial's last checkpoint, which may be
+            older than its last result, and runs the iterations after it again; the stop rule does not judge those
+            (it judged each once, as Ray's, whose trial never moves: a counting ``MaximumIterationStopper(18)``
+            ended a trial moved at 14 from its checkpoint of 10 at 14), whatever its kind (a stopper, a function,
+            a dict: one rule, as Ray wraps a function in a ``FunctionStopper``). 0 for a retry, whose results the
+            stop rule judges again, as Ray's.
     """
 
     trial_id: str
@@ -1280,12 +1281,12 @@ class DeviceHost:
         if stop_rule is not None and spec.stop_state is not None:
             stop_rule = pickle.loads(spec.stop_state)  # the driver's, with the trial's past (TrialSpec.stop_state)
         should_stop = None
-        seen_through = spec.stop_seen_through if spec.stop_state is not None else 0
+        seen_through = spec.stop_seen_through
         if stop_rule is not None:
 
             def should_stop(result: Mapping[str, Any]) -> bool:
                 if result["training_iteration"] <= seen_through:
-                    return False  # run again after the engine's restart: the copy judged it (stop_seen_through)
+                    return False  # run again after the engine's restart: the rule judged it (stop_seen_through)
                 # with the trial's config, as Ray's stoppers see it (a key the trainable reported itself wins)
                 try:
                     return stop_rule(trial_id, {"config": spec.config, **result})

@@ -2525,7 +2525,6 @@ class Executor:
     def _spec_for(self, trial: Trial, prefetched: bool = False) -> TrialSpec:
         """The spec of the trial's attempt; ``prefetched``: sent ahead to a full device, where it waits in its lane
         until the lane would idle (``TrialSpec.prefetched``)."""
-        stop_state = self._stop_state() if trial.attempt > 0 or trial.checkpoint_path else None
         return TrialSpec(
             trial_id=trial.trial_id,
             trial_name=self._names.get(trial.trial_id) or f"{self.settings.trainable_name}_{trial.trial_id}",
@@ -2538,9 +2537,9 @@ class Executor:
             result_totals=dict(trial.checkpoint_totals) if trial.checkpoint_path else {},
             budget=trial.budget,
             prefetched=prefetched,
-            stop_state=stop_state,
-            # (what the driver's copy has seen: the results a restart runs again are kept from it, _stopper_stops)
-            stop_seen_through=self._redo_unseen.get(trial.trial_id, 0) if stop_state is not None else 0,
+            stop_state=self._stop_state() if trial.attempt > 0 or trial.checkpoint_path else None,
+            # (what the stop rule has judged: the results a restart runs again are kept from it, _stopper_stops)
+            stop_seen_through=self._redo_unseen.get(trial.trial_id, 0),
         )
 
     def _stop_state(self) -> bytes | None:
