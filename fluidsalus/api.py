@@ -46,6 +46,7 @@ from fluidsalus.result import ResultGrid, lookup_metric, with_flat_keys
 from fluidsalus.searchers import BaseSearcher, RandomSearch
 from fluidsalus.searchers._base import WrappingSearcher
 from fluidsalus.session import DATE_FORMAT, callable_name
+from fluidsalus.stopper_state import restored_stopper
 from fluidsalus.store import (
     ABANDONED_CREATE_S,
     CALLBACK_ERROR_EVENT,
@@ -407,6 +408,10 @@ def run(
                 check_resume(experiment, metric=spec.metric, mode=spec.mode, searcher=searcher, space=space,
                              trainable=trainable_name)
                 _restore(searcher, view)  # its saved state, and what it was told after it (or the refusal)
+            restored = restored_stopper(exp_dir, stop)  # (the stopper's saved state: fluidsalus.stopper_state)
+            if restored is not stop:
+                stop, rule = restored, stop_rule(restored)
+                payload = _pack(trainable, rule, {"memory_mode": spec.memory_mode})  # (the devices' copies too)
         except BaseException:
             lock.release(put_back=True)
             raise

@@ -19,8 +19,9 @@ import cloudpickle
 import pytest
 
 from fluidsalus import tune
+from fluidsalus._periodic import PERIOD_ENV
 from fluidsalus.errors import ConfigError
-from fluidsalus.tune.callback import PERIOD_ENV, STATE_FILE_PATTERN, RayCallbackAdapter
+from fluidsalus.tune.callback import STATE_FILE_PATTERN, RayCallbackAdapter
 
 rt = pytest.importorskip("ray.tune")
 

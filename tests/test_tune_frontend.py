@@ -2402,6 +2402,29 @@ def test_restore_continues_an_interrupted_experiment(ray_cluster, storage: str, 
     assert grid.get_best_result().metrics["i"] == 6
 
 
+def test_a_restored_run_goes_on_with_its_stoppers_saved_state_as_rays(ray_cluster, storage: str, tmp_path) -> None:
+    """Ray keeps its stopper in the experiment state it saves, and a restored run goes on with it. The restore took
+    the stopper from ``tuner.pkl``, as the script built it at the start, so ``MaximumIterationStopper`` counted a
+    resumed trial from 0 (h252's F2: one trial interrupted at 5 with a checkpoint at 3 ended at 11, Ray's at 6). The
+    driver's copy is saved beside the store (``fluidsalus.stopper_state``) and a resume takes it back."""
+    from fluidsalus.stopper_state import STOPPER_STATE_FILE
+    from fluidsalus.tune.stopper import MaximumIterationStopper
+
+    callback = InterruptOnce(str(tmp_path / "interrupted"), n=1)
+    tuner = Tuner(resumable, param_space={"x": 1},
+                  run_config=tune.RunConfig(name="stops", storage_path=storage, verbose=0, callbacks=[callback],
+                                            stop=MaximumIterationStopper(5)))
+    with pytest.raises(KeyboardInterrupt):
+        tuner.fit()
+    path = os.path.join(storage, "stops")
+    assert os.path.isfile(os.path.join(path, STOPPER_STATE_FILE))
+    interrupted_at = Tuner.restore(path, resumable).get_results()[0].metrics["i"]
+    assert interrupted_at < 5  # (each step has a checkpoint: the resume runs none again)
+    grid = Tuner.restore(path, resumable).fit()
+    assert grid[0].metrics["i"] == 5  # (counted afresh: interrupted_at + 5, past the trainable's 6 steps)
+    assert grid[0].metrics["resumed_from"] == interrupted_at
+
+
 @pytest.mark.parametrize("ending", ["stop_all", "time_budget", "ctrl_c"])
 def test_a_restore_after_the_runs_end_asks_its_search_for_no_more_trials_as_rays(ray_cluster, storage: str, tmp_path,
                                                                                  ending: str) -> None:

@@ -118,6 +118,7 @@ from fluidsalus.session import (
     RESULT_VERDICT_CALL,
     result_totals,
 )
+from fluidsalus.stopper_state import StopperSaves
 from fluidsalus.store import (
     CALLBACK_ERROR_EVENT,
     ERROR,
@@ -979,6 +980,8 @@ class Executor:
         #: the run then ends at the result that ended it.
         self._stop_all_verdicts = decides_stop_all(settings.stopper)
         self._stop_state_failed = False  # the stopper could not be pickled for a restarted trial (_stop_state)
+        # the driver's copy of the stopper, saved beside the store for a resume (fluidsalus.stopper_state)
+        self._stopper_saves = StopperSaves(settings.experiment_dir, settings.stopper)
         prefixed = -1  # (the seq of the trial whose prefix _id_prefix is)
         for trial in trials or []:
             self.trials[trial.trial_id] = trial
@@ -1066,6 +1069,10 @@ class Executor:
         finally:
             _THREAD_RUNS.devices = outer
             _THREAD_RUNS.executors = outer_runs
+            try:
+                self._stopper_saves.save()  # (what it saw to the end, whatever ended the run: a resume goes on)
+            except Exception:  # noqa: BLE001 - the run's own outcome is what to raise or return
+                logger.exception("could not save the stopper's state; a resumed run starts it afresh")
             try:
                 try:
                     self._end_calls()
@@ -1526,6 +1533,7 @@ class Executor:
                 if not first:
                     self._take_groups()
                 self._dispatch()
+            self._stopper_saves.maybe_save()
             first = False
             if self._finished():
                 self._tell_restatused()

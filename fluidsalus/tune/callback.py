@@ -72,6 +72,7 @@ from typing import Any
 
 from ray import cloudpickle  # (Ray's: the standalone one names functions pickled by value <dynamic-code>)
 
+from fluidsalus._periodic import SavePeriod
 from fluidsalus.callbacks import Callback as EngineCallback
 from fluidsalus.checkpoint import write_atomically
 from fluidsalus.errors import CallbackError, ConfigError, pickle_exception
@@ -110,12 +111,6 @@ _CHECKPOINT_KEY = "checkpoint_dir_name"
 _RETRY_REASON = "retry"
 #: Ray's file of the callbacks' states in the experiment's folder, one per session (the newest is restored).
 STATE_FILE_PATTERN = "callback-states-{}.pkl"
-#: Ray's environment variable for the period of experiment-state saves: seconds, or ``auto``.
-PERIOD_ENV = "TUNE_GLOBAL_CHECKPOINT_S"
-#: Ray's ``auto`` period: at least this many seconds between saves ...
-AUTO_MIN_PERIOD_S = 10.0
-#: ... and this many times the last save's duration, so that saving takes at most 1/20 of the time.
-AUTO_PERIOD_FACTOR = 19.0
 
 
 #: Hooks that Ray's controller calls in the handler of a trial's future (its training result, its save, its
@@ -151,24 +146,6 @@ def _overrides(callback: Any, hook: str) -> bool:
     (fluidsalus's or Ray's)."""
     method = getattr(type(callback), hook, None)
     return callable(method) and getattr(method, "__qualname__", "") != f"Callback.{hook}"
-
-
-def _save_period() -> float | None:
-    """The fixed period :data:`PERIOD_ENV` names, or None for ``auto``.
-
-    Raises:
-        ConfigError: If the variable is neither ``auto`` nor a number of seconds >= 0.
-    """
-    raw = os.environ.get(PERIOD_ENV, "auto").strip()
-    if raw == "auto":
-        return None
-    try:
-        period = float(raw)
-    except ValueError:
-        period = -1.0
-    if not period >= 0:
-        raise ConfigError(f"{PERIOD_ENV} must be 'auto' or a number of seconds >= 0 (got {raw!r})")
-    return period
 
 
 class Callback:
@@ -396,9 +373,7 @@ class RayCallbackAdapter(EngineCallback):
         self.request: Any = None  # the run's resource request, for the views' placement_group_factory (the Tuner's)
         self.name_creator = name_creator
         self.restore = restore
-        self._fixed_period = _save_period()
-        self._period = AUTO_MIN_PERIOD_S if self._fixed_period is None else self._fixed_period
-        self._last_save = float("-inf")  # the first event saves, as Ray's first loop step does
+        self._saves = SavePeriod()  # (the first event saves, as Ray's first loop step does)
         self._session = datetime.datetime.now().strftime(DATE_FORMAT)  # sorts by time
         self.trials: dict[str, TrialInfo] = {}
         # ``list(self.trials.values())``, the ``trials`` each hook gets: one list for the run, a trial appended to it
@@ -559,14 +534,11 @@ class RayCallbackAdapter(EngineCallback):
         started = time.monotonic()
         write_atomically(os.path.join(self.experiment_dir, STATE_FILE_PATTERN.format(self._session)),
                          cloudpickle.dumps(states))
-        self._last_save = time.monotonic()
-        if self._fixed_period is None:
-            self._period = max(AUTO_MIN_PERIOD_S, AUTO_PERIOD_FACTOR * (self._last_save - started))
+        self._saves.saved(time.monotonic() - started)
         return True
 
     def _maybe_save_states(self) -> None:
-        if time.monotonic() - self._last_save >= self._period:
-            self._last_save = time.monotonic()  # also when nothing was written: asking costs a get_state per callback
+        if self._saves.due():  # (also when nothing is written: asking costs a get_state per callback)
             self.save_states()
 
     def restore_states(self) -> bool:

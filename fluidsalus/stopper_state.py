@@ -1,0 +1,122 @@
+"""The run's stopper, saved beside the experiment's store, so that a resumed run goes on with its state.
+
+A stopper object (one with ``stop_all()``: ``MaximumIterationStopper``, ``TimeoutStopper``,
+``ExperimentPlateauStopper``, ``CombinedStopper``, a stopper of your own) keeps state across results: counts per
+trial, the budget left, the top values seen. Ray Tune keeps its stopper in the experiment state it saves, and a
+restored experiment goes on with it. Here the driver's copy, which every result reaches, is pickled to
+:data:`STOPPER_STATE_FILE` in the experiment's folder with Ray's period (:mod:`fluidsalus._periodic`) and once more
+at the run's end, whatever ends it; a resumed run (``fluidsalus.run(resume=True)``, ``Tuner.restore(...).fit()``,
+``tune.run(resume=...)``) takes that copy in place of the stopper it is given, when both are of the same kind,
+before anything reaches the devices. As in Ray, what a killed driver's stopper saw after its last save is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+from ray import cloudpickle
+
+from fluidsalus._periodic import SavePeriod
+from fluidsalus.checkpoint import write_atomically
+
+__all__ = ["STOPPER_STATE_FILE", "StopperSaves", "restored_stopper"]
+
+logger = logging.getLogger(__name__)
+
+#: The driver's copy of the run's stopper, pickled, in the experiment's folder.
+STOPPER_STATE_FILE = "stopper-state.pkl"
+
+
+def _saves_state(stopper: Any) -> bool:
+    """Whether ``stopper`` is a stopper object, whose state a resume takes back (a dict's thresholds and a plain
+    function have none the run could hand on)."""
+    return stopper is not None and hasattr(stopper, "stop_all")
+
+
+def _kind(stopper: Any) -> tuple[type, type | None]:
+    """The stopper's class, and that of the stopper a front end's wrapper holds (``.stopper``): two runs whose
+    stoppers are of different kinds do not share a state."""
+    inner = getattr(stopper, "stopper", None)
+    return type(stopper), None if inner is None else type(inner)
+
+
+class StopperSaves:
+    """Saves the driver's copy of the run's stopper to :data:`STOPPER_STATE_FILE` (nothing for a run without a
+    stopper object).
+
+    Args:
+        experiment_dir: The experiment's folder.
+        stopper: The run's stopper: the driver's copy, which the run gives every result.
+
+    Raises:
+        ConfigError: If ``TUNE_GLOBAL_CHECKPOINT_S`` is neither ``auto`` nor a number of seconds.
+    """
+
+    def __init__(self, experiment_dir: str, stopper: Any) -> None:
+        self.path = os.path.join(experiment_dir, STOPPER_STATE_FILE)
+        self.stopper = stopper
+        self._period = SavePeriod()
+        self._failed = not _saves_state(stopper)  # (also set by a state that cannot be pickled: warned of once)
+
+    def maybe_save(self) -> None:
+        """Save if the period says so."""
+        if not self._failed and self._period.due():
+            self.save()
+
+    def save(self) -> bool:
+        """Save the stopper now.
+
+        Returns:
+            Whether it was saved: not without a stopper object, nor once its state could not be pickled (a lock it
+            made since the start, say: one warning, and a resume then starts it afresh, as before the save).
+        """
+        if self._failed:
+            return False
+        started = time.monotonic()
+        try:
+            data = cloudpickle.dumps(self.stopper)
+        except Exception as e:  # noqa: BLE001 - pickling fails with any type
+            self._failed = True
+            logger.warning("the stopper's state cannot be saved (%s: %s); a resumed run starts it afresh",
+                           type(e).__name__, e)
+            return False
+        write_atomically(self.path, data)
+        self._period.saved(time.monotonic() - started)
+        return True
+
+
+def restored_stopper(experiment_dir: str, given: Any) -> Any:
+    """The stopper a resumed run goes on with: the experiment's saved one, when ``given`` is a stopper object of the
+    same kind, else ``given``.
+
+    Args:
+        experiment_dir: The experiment's folder.
+        given: The stopper the resumed run is given (``tuner.pkl``'s for ``Tuner.restore``, which holds the one the
+            script built, as it was at the start).
+
+    Returns:
+        The stopper to run with.
+    """
+    path = os.path.join(experiment_dir, STOPPER_STATE_FILE)
+    if not _saves_state(given) or not os.path.isfile(path):
+        return given
+    try:
+        with open(path, "rb") as f:
+            saved = cloudpickle.load(f)
+    except Exception as e:  # noqa: BLE001 - unpickling fails with any type (a class the script no longer has)
+        logger.warning("the experiment's saved stopper cannot be read (%s: %s); this run's starts afresh",
+                       type(e).__name__, e)
+        return given
+    if _kind(saved) != _kind(given):
+        logger.warning("the experiment ran with another stopper (%s); this run's (%s) starts afresh",
+                       _describe(saved), _describe(given))
+        return given
+    return saved
+
+
+def _describe(stopper: Any) -> str:
+    kind, inner = _kind(stopper)
+    return kind.__name__ if inner is None else f"{kind.__name__} of {inner.__name__}"
