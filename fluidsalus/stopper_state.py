@@ -71,7 +71,8 @@ class StopperSaves:
 
         Returns:
             Whether it was saved: not without a stopper object, nor once its state could not be pickled (a lock it
-            made since the start, say: one warning, and a resume then starts it afresh, as before the save).
+            made since the start, say) or written (its folder gone): one warning, and a resume then starts it
+            afresh.
         """
         if self._failed:
             return False
@@ -83,7 +84,13 @@ class StopperSaves:
             logger.warning("the stopper's state cannot be saved (%s: %s); a resumed run starts it afresh",
                            type(e).__name__, e)
             return False
-        write_atomically(self.path, data)
+        try:
+            write_atomically(self.path, data)
+        except OSError as e:  # (the folder gone or full: the run goes on, as without the save)
+            self._failed = True
+            logger.warning("the stopper's state cannot be written to %s (%s); a resumed run starts it afresh",
+                           self.path, e)
+            return False
         self._period.saved(time.monotonic() - started)
         return True
 

@@ -59,6 +59,10 @@ def test_a_stopper_that_cannot_be_pickled_or_a_file_that_cannot_be_read_is_warne
     with caplog.at_level(logging.WARNING, logger="fluidsalus.stopper_state"):
         assert restored_stopper(str(tmp_path), fresh) is fresh
     assert "the experiment's saved stopper cannot be read" in caplog.text
+    gone = StopperSaves(str(tmp_path / "gone"), MaximumIterationStopper(2))  # (its folder removed meanwhile)
+    with caplog.at_level(logging.WARNING, logger="fluidsalus.stopper_state"):
+        assert not gone.save() and not gone.save()
+    assert caplog.text.count("the stopper's state cannot be written to") == 1
 
 
 @pytest.mark.parametrize("value", ["soon", "-1"])
