@@ -367,3 +367,87 @@ def test_a_tuner_runs_hyperopt_search_over_a_choice_whose_options_hold_parameter
     assert {"opt": {"name": "adam"}} in configs
     assert all(c["opt"] == {"name": "adam"} or (c["opt"]["name"] == "sgd" and 1e-4 <= c["opt"]["lr"] <= 1e-1)
                for c in configs)
+
+
+def test_domains_inside_lists_are_searched_under_rays_labels_and_every_list_comes_back_a_tuple() -> None:
+    """Ray's HyperOptSearch runs ``{"l": [tune.choice([32, 64]), tune.uniform(0, 1), 1]}``: its conversion labels the
+    list's domains ``l/0``, ``l/1`` and HyperOpt hands back every list of the space as a tuple, constant or not,
+    nested ones too, the dicts inside them with sorted keys (``{'l': (64, 0.84, 1)}``, h253's ref.py). fluidsalus
+    refused it ("domains and grid searches inside a list cannot be flattened"); OptunaSearch still does (Ray's fails
+    on it with a TypeError)."""
+    space = {"l": [tune.choice([32, 64]), tune.uniform(0, 1), 1], "z": 0,
+             "d": {"n": [[tune.randint(0, 5), 2], {"b": tune.randn(0, 1), "a": 1}], "c": [1, 2], "e": 3}}
+    points = [{"l": [64, 0.25, 1]}, {"l/1": 0.5, "d/n/0/0": 3}]
+    searcher = plan(TuneConfig(metric="m", mode="min", num_samples=8,
+                               search_alg=HyperOptSearch(points_to_evaluate=points, random_state_seed=0)),
+                    space).searcher
+    configs = searcher.propose(8).configs
+    assert configs[0]["l"] == (64, 0.25, 1) and configs[1]["l"][1] == 0.5 and configs[1]["d"]["n"][0][0] == 3
+    for config, trial in zip(configs, searcher.study.trials, strict=True):
+        assert set(trial.params) == {"l/0", "l/1", "d/n/0/0", "d/n/1/b:quantile"}
+        assert list(config) == ["l", "z", "d"] and list(config["d"]) == ["n", "c", "e"]
+        (size, share, one), (pair, normal) = config["l"], config["d"]["n"]
+        assert size in (32, 64) and 0 <= share <= 1 and one == 1 and share == trial.params["l/1"]
+        assert type(pair) is tuple and pair[1] == 2 and pair[0] == trial.params["d/n/0/0"]
+        assert list(normal) == ["a", "b"] and isinstance(normal["b"], float) and config["d"]["c"] == (1, 2)
+    with pytest.raises(ConfigError, match=r"points_to_evaluate\[0\]: 'l/3' is not a position of the list at 'l'"):
+        plan(TuneConfig(metric="m", mode="min", search_alg=HyperOptSearch(points_to_evaluate=[{"l/3": 1}])), space)
+    with pytest.raises(SpaceError, match=r"^OptunaSearch: parameter 'l': domains and grid searches inside a list"):
+        plan(TuneConfig(metric="m", mode="min", search_alg=OptunaSearch()), {"l": [tune.uniform(0, 1)]})
+
+
+def test_a_flat_spaces_constant_lists_come_back_tuples_as_from_rays_hyperopt_search() -> None:
+    """Ray's gives ``{'c': (1, 2), 'x': 0.21, 'e': ()}`` for ``{"c": [1, 2], "x": tune.uniform(0, 1), "e": []}``
+    (HyperOpt evaluates the whole space); fluidsalus gave the lists. A point may still give the constant as a list."""
+    space = {"c": [1, 2], "x": tune.uniform(0, 1), "e": [], "d": {"k": [{"b": 1, "a": [2]}]}}
+    searcher = plan(TuneConfig(metric="m", mode="min", num_samples=2,
+                               search_alg=HyperOptSearch(points_to_evaluate=[{"c": [1, 2], "x": 0.5}])),
+                    space).searcher
+    for config in searcher.propose(2).configs:
+        assert config["c"] == (1, 2) and config["e"] == () and config["d"] == {"k": ({"a": (2,), "b": 1},)}
+        assert list(config["d"]["k"][0]) == ["a", "b"]
+
+
+def test_a_hyperopt_space_gives_tuples_for_its_lists_and_its_dicts_keys_sorted_as_ray() -> None:
+    """Ray's HyperOptSearch over ``{"l": [hp.choice("a", [32, 64]), hp.uniform("b", 0, 1), 1], "c": [1, 2],
+    "t": (hp.uniform("u", 0, 1), 3)}`` gives ``{'c': (1, 2), 'l': (32, 0.17, 1), 't': (0.76, 3)}`` (HyperOpt's
+    ``pos_args`` and ``dict`` nodes); fluidsalus gave the lists, in the space's key order. A point's values for the
+    parameters in a list were ignored (Ray's fails on them: h253's ray_points.py); they are run."""
+    hp = pytest.importorskip("hyperopt").hp
+    space = {"l": [hp.choice("a", [32, 64]), hp.uniform("b", 0, 1), 1], "c": [1, 2], "t": (hp.uniform("u", 0, 1), 3),
+             "d": {"y": 1, "x": [{"q": 2, "p": 1}]}}
+    configs = _hyperopt_configs(space, 4, points=[{"l": [64, 0.5, 1], "t": (0.25, 3)}])
+    assert configs[0]["l"] == (64, 0.5, 1) and configs[0]["t"] == (0.25, 3)  # (the point's list was ignored)
+    for config in configs:
+        assert list(config) == ["c", "d", "l", "t"] and config["c"] == (1, 2) and config["t"][1] == 3
+        assert config["l"][0] in (32, 64) and config["l"][2] == 1 and type(config["l"]) is tuple
+        assert config["d"] == {"x": ({"p": 1, "q": 2},), "y": 1} and list(config["d"]) == ["x", "y"]
+    with pytest.raises(ConfigError, match=r"points_to_evaluate: l=\[64\] is not a list of 3 values"):
+        HyperOptSearch(space=space, metric="m", mode="min", points_to_evaluate=[{"l": [64]}])
+
+
+def test_a_hyperopt_parameter_whose_arguments_are_parameters_draws_them_first() -> None:
+    """``hp.normal("a", 0, hp.uniform("s", 0.1, 1))`` raised an AttributeError at the first suggestion (its arguments
+    were evaluated without the trial). HyperOpt draws ``s`` first, then ``a`` with that sigma (Ray's HyperOptSearch
+    does so for its random trials, then its TPE fails on such a space: h253's hpnested_ray.py); here each argument is
+    suggested in the trial before the parameter, and Optuna's TPE models on (a uniform's drawn bounds are the
+    trial's own distribution; a normal's quantile keeps its bounds). A point cannot give such a normal's value."""
+    hp = pytest.importorskip("hyperopt").hp
+    space = {"a": hp.normal("a", 0, hp.uniform("s", 0.1, 1)), "b": hp.uniform("b", 0, hp.uniform("hi", 1, 2)),
+             "n": hp.randint("n", 1, hp.choice("top", [3, 10]))}
+    search = HyperOptSearch(space=space, metric="m", mode="min", n_initial_points=3, random_state_seed=0)
+    searcher = plan(TuneConfig(num_samples=12, search_alg=search), {}).searcher
+    for _ in range(12):
+        config, trial = searcher.propose(1).configs[0], searcher.study.trials[-1]
+        params = trial.params  # (the study is told each value, so TPE models from the fourth trial on)
+        assert set(params) == {"s", "a:quantile", "hi", "b", "top", "n"} and 0.1 <= params["s"] <= 1
+        assert config["a"] == pytest.approx(NormalDist(0, params["s"]).inv_cdf(params["a:quantile"]))
+        assert 0 <= config["b"] == params["b"] <= params["hi"] and trial.distributions["b"].high == params["hi"]
+        assert 1 <= config["n"] < (3, 10)[params["top"]]
+        searcher.study.tell(trial.number, config["a"] ** 2 + config["b"])
+    with pytest.raises(ConfigError, match=r"^HyperOptSearch: points_to_evaluate: a: hp.normal\('a', ...\) has "
+                                          r"arguments drawn in each trial"):
+        HyperOptSearch(space=space, metric="m", mode="min", points_to_evaluate=[{"a": 0.5}])
+    with pytest.raises(ConfigError, match=r"^HyperOptSearch: parameter 'b': hp.uniform\('b', low=0, high=-1.\d+\), "
+                                          r"with the arguments drawn in trial 0: "):
+        _hyperopt_configs({"b": hp.uniform("b", 0, hp.uniform("hi", -2, -1))}, 1)

@@ -1,5 +1,5 @@
-"""A Tune space with a ``choice`` whose options hold domains, searched define-by-run as Ray's ``HyperOptSearch``
-searches it.
+"""A Tune space with a ``choice`` whose options hold domains, or with domains inside a list, searched define-by-run
+as Ray's ``HyperOptSearch`` searches it.
 
 Ray's ``HyperOptSearch`` converts ``tune.choice([{"a": tune.uniform(0, 1)}, {"b": 2}])`` at key ``x`` into HyperOpt's
 ``hp.choice("x", [{"a": hp.uniform("x/a", 0, 1)}, {"b": 2}])``: a conditional space, in which only the chosen
@@ -13,11 +13,17 @@ the names of the Optuna parameters:
   options may not hold a parameter under the same key (HyperOpt refuses the label twice: ``DuplicateLabel``);
 - an option that is a domain (``choice([tune.uniform(0, 1), 5])``): ``p/<index>``; a list option that holds
   domains: ``p/<index>/<position>`` (its value is a list; Ray's is a dict keyed by position);
+- a domain inside a list or tuple of the space (``{"l": [tune.choice([32, 64]), tune.uniform(0, 1), 1]}``, which
+  a flat space cannot name): its key path with the position, ``l/0``, ``l/1`` (nested: ``l/0/1``), Ray's label (its
+  ``parse_spec_vars`` walks lists and tuples; Ray's ``OptunaSearch`` fails on such a space, and fluidsalus's refuses
+  it with a ``SpaceError``);
 - any other domain, wherever it is: its key path, with the distribution it has in a space without such a choice
   (:func:`fluidsalus.space.to_optuna_distribution`, or its transform, :mod:`fluidsalus.searchers._transformed`).
 
-The configuration keeps the space's key order, except in the value of a chosen option, whose dicts have their keys
-sorted as Ray's (HyperOpt's ``dict`` node sorts them).
+The configuration keeps the space's key order, except in the value of a chosen option and in lists, whose dicts
+have their keys sorted as Ray's (HyperOpt's ``dict`` node sorts them). Every list and tuple of the space, constant or
+holding domains, comes back a tuple, as from Ray's ``HyperOptSearch`` (HyperOpt's ``pos_args`` node makes a tuple of
+a list); a list option of a choice that holds domains is a tuple too, where Ray's gives a dict keyed by position.
 
 Pure logic: no Ray, no study.
 """
@@ -34,7 +40,7 @@ from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError, SpaceError
 from fluidsalus.searchers._transformed import QUANTILE_SUFFIX, GivenValues, TransformedParam, from_domain
 
-__all__ = ["ConditionalSpace", "holds_conditional_choice"]
+__all__ = ["ConditionalSpace", "holds_conditional_choice", "holds_list_domains", "hyperopt_value"]
 
 
 def _is_conditional(value: Any) -> bool:
@@ -45,6 +51,15 @@ def _is_conditional(value: Any) -> bool:
 def holds_conditional_choice(space: Mapping[str, Any]) -> bool:
     """Whether ``space`` has a ``choice`` (at any depth of its dicts) one of whose options holds a domain."""
     return any(_is_conditional(domain) for domain in sp.split_constants(dict(space))[0].values())
+
+
+def holds_list_domains(value: Any) -> bool:
+    """Whether ``value`` (a space) has, in its dicts, a list or tuple that holds a domain or a grid search."""
+    if isinstance(value, Mapping):
+        return any(holds_list_domains(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return sp.holds_domains(value)
+    return False
 
 
 def _join(label: str, key: Any) -> str:
@@ -85,8 +100,8 @@ class ConditionalSpace:
         """Find every parameter of every option, each with its distribution; refuse a name used twice."""
         if isinstance(value, Mapping):
             if sp.GRID_SEARCH_KEY in value and len(value) == 1:
-                raise SpaceError(f"parameter '{label}': a grid search in an option of a choice cannot be searched "
-                                 "(as in Ray's HyperOptSearch); use tune.choice")
+                raise SpaceError(f"parameter '{label}': a grid search in an option of a choice or in a list cannot "
+                                 "be searched (as in Ray's HyperOptSearch); use tune.choice")
             for key, item in value.items():
                 self._collect(item, _join(label, key))
         elif isinstance(value, (list, tuple)):
@@ -125,10 +140,9 @@ class ConditionalSpace:
     def _value(self, value: Any, label: str, trial: Any) -> Any:
         if isinstance(value, Mapping):
             return {key: self._value(item, _join(label, key), trial) for key, item in value.items()}
-        if isinstance(value, list):
-            return [self._value(item, _join(label, position), trial) for position, item in enumerate(value)]
-        if isinstance(value, tuple):
-            return tuple(self._value(item, _join(label, position), trial) for position, item in enumerate(value))
+        if isinstance(value, (list, tuple)):  # a tuple, its dicts' keys sorted, as HyperOpt evaluates a list
+            return tuple(_sorted_dicts(self._value(item, _join(label, position), trial))
+                         for position, item in enumerate(value))
         if _is_conditional(value):
             index = trial.suggest_categorical(label, list(range(len(value.categories))))
             option = value.categories[index]
@@ -174,6 +188,14 @@ class ConditionalSpace:
                     raise ValueError(f"'{_join(label, key)}' is not a key of the space")
                 self._point(item, node[key], _join(label, key), out)
         elif isinstance(node, (list, tuple)) and sp.holds_domains(node):
+            if isinstance(value, Mapping):  # by position, some of them: {"l/1": 0.5} (Ray's labels), unflattened
+                for key, item in value.items():
+                    position = _position(key, len(node))
+                    if position is None:
+                        raise ValueError(f"'{_join(label, key)}' is not a position of the list at '{label}' (0 to "
+                                         f"{len(node) - 1})")
+                    self._point(item, node[position], _join(label, position), out)
+                return
             if not isinstance(value, (list, tuple)) or len(value) != len(node):
                 raise ValueError(f"'{label}' = {value!r} is not a list of {len(node)} values")
             for position, (item, child) in enumerate(zip(value, node, strict=True)):
@@ -201,8 +223,37 @@ class ConditionalSpace:
             if not _contains(distribution, value):
                 raise ValueError(f"'{label}' = {value!r} is outside the parameter's range {distribution}")
             out[label] = value
-        elif value != node:
+        elif _as_lists(value) != _as_lists(node):
             raise ValueError(f"'{label}' = {value!r} but the space fixes it to {node!r}")
+
+
+def _as_lists(value: Any) -> Any:
+    """``value`` with its tuples made lists (a point may give a constant list as the tuple a config holds)."""
+    if isinstance(value, (list, tuple)):
+        return [_as_lists(item) for item in value]
+    if isinstance(value, Mapping):
+        return {key: _as_lists(item) for key, item in value.items()}
+    return value
+
+
+def hyperopt_value(value: Any) -> Any:
+    """A constant of the space as Ray's ``HyperOptSearch`` gives it: its lists and tuples tuples (HyperOpt's
+    ``pos_args``), the dicts inside them with their keys sorted (HyperOpt's ``dict`` node); other dicts keep their
+    order (Ray's Tuner merges the suggestion into the space's dicts)."""
+    if isinstance(value, Mapping):
+        return {key: hyperopt_value(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return tuple(_sorted_dicts(hyperopt_value(item)) for item in value)
+    return value
+
+
+def _position(key: Any, length: int) -> int | None:
+    """The list position a point's key names (``1`` or ``"1"``), or None if it names none of ``0 .. length - 1``."""
+    if isinstance(key, bool):
+        return None
+    if isinstance(key, str) and key.isdigit():
+        key = int(key)
+    return key if isinstance(key, int) and 0 <= key < length else None
 
 
 def _sorted_dicts(value: Any) -> Any:

@@ -55,7 +55,12 @@ from optuna.trial import TrialState
 from fluidsalus import space as sp
 from fluidsalus.errors import ConfigError, SpaceError
 from fluidsalus.searchers._base import BaseSearcher, Decision
-from fluidsalus.searchers._conditional import ConditionalSpace, holds_conditional_choice
+from fluidsalus.searchers._conditional import (
+    ConditionalSpace,
+    holds_conditional_choice,
+    holds_list_domains,
+    hyperopt_value,
+)
 from fluidsalus.searchers._constraints import FeasibleSampler, LinearInequality, parse_inequalities
 from fluidsalus.searchers._transformed import GivenValues, TransformedParam, optuna_distributions
 from fluidsalus.store import KeptRecords, dumps
@@ -180,9 +185,10 @@ class OptunaSearch(BaseSearcher):
             ``HyperOptSearch``): ``randn``/``qrandn`` through their quantile (an Optuna parameter
             ``<key>:quantile``), ``qloguniform`` and ``qlograndint`` (``q > 1``) log-uniformly, then rounded to
             ``q`` (:mod:`fluidsalus.searchers._transformed`). A trial's configuration holds the values, and
-            ``points_to_evaluate`` give values too. A ``choice`` whose options hold domains is searched
-            define-by-run, as the conditional space Ray's ``HyperOptSearch`` converts it to
-            (:mod:`fluidsalus.searchers._conditional`). False (Optuna's rules): they are refused.
+            ``points_to_evaluate`` give values too. A ``choice`` whose options hold domains, and a space with
+            domains inside a list, are searched define-by-run, as the space Ray's ``HyperOptSearch`` converts them to
+            (:mod:`fluidsalus.searchers._conditional`); the space's lists come back tuples, as from Ray's. False
+            (Optuna's rules): they are refused.
 
     Raises:
         ConfigError: A parameter is invalid, or the space has a parameter Optuna cannot express (the message
@@ -223,11 +229,14 @@ class OptunaSearch(BaseSearcher):
         #: The parameters sampled through a transform (``hyperopt_domains``), by the configuration's key.
         self._transformed: dict[str, TransformedParam] = {}
         self._given = GivenValues()  # the values points_to_evaluate gave them
-        #: A space with a choice whose options hold parameters (``hyperopt_domains``), searched define-by-run
-        #: as Ray's HyperOptSearch searches it; None otherwise.
+        # (HyperOpt's: a constant list of the space comes back a tuple, as from Ray's HyperOptSearch)
+        self._hyperopt_constants = hyperopt_domains
+        #: A space with a choice whose options hold parameters, or with domains inside a list (``hyperopt_domains``),
+        #: searched define-by-run as Ray's HyperOptSearch searches it; None otherwise.
         self._conditional: ConditionalSpace | None = None
         try:
-            if define_by_run is None and hyperopt_domains and holds_conditional_choice(space):
+            if define_by_run is None and hyperopt_domains and (holds_list_domains(space)
+                                                                or holds_conditional_choice(space)):
                 self._conditional = self.define_by_run = define_by_run = ConditionalSpace(space, owner)
                 space = {}  # (the function returns the whole configuration)
             domains, self._constants = sp.split_constants(dict(space))
@@ -298,8 +307,8 @@ class OptunaSearch(BaseSearcher):
         if evaluated_points:
             if self._conditional is not None:
                 raise ConfigError(f"{owner}: evaluated points cannot be added to a space with a choice whose options "
-                                  "hold parameters (it is searched define-by-run, and Ray's HyperOptSearch takes no "
-                                  "evaluated points)")
+                                  "hold parameters or with parameters inside a list (it is searched define-by-run, "
+                                  "and Ray's HyperOptSearch takes no evaluated points)")
             if define_by_run is not None:
                 raise ConfigError("OptunaSearch: evaluated points cannot be added to a define-by-run search (as in "
                                   "Ray): give the space as a dict")
@@ -585,7 +594,10 @@ class OptunaSearch(BaseSearcher):
         # A function that builds the whole configuration (a HyperOpt space) says so; its parameters' names are
         # labels, not keys of the configuration.
         params = {} if getattr(self.define_by_run, "returns_whole_config", False) else self._decoded(trial.params)
-        merged = {**copy.deepcopy(self._constants), **params, **copy.deepcopy(returned)}
+        constants = copy.deepcopy(self._constants)
+        if getattr(self, "_hyperopt_constants", False):  # (a searcher pickled before h253 has none)
+            constants = {key: hyperopt_value(value) for key, value in constants.items()}
+        merged = {**constants, **params, **copy.deepcopy(returned)}
         ordered = {key: merged[key] for key in self._order if key in merged}
         return sp.unflatten({**ordered, **merged})
 

@@ -5,7 +5,15 @@ node (wrapped in ``float``/``int``), ``hp.choice`` is a ``switch`` over its opti
 arithmetic are nodes too. :class:`HyperOptSpace` walks that graph on an Optuna trial, as HyperOpt's own sampler
 walks it: each ``hyperopt_param`` is one ``trial.suggest_*`` under its label, a ``switch`` suggests its index and
 walks only the chosen option (so the space is conditional), and every other node is computed by HyperOpt's own
-implementation from its evaluated arguments. The result is the configuration HyperOpt would hand the trainable.
+implementation from its evaluated arguments. The result is the configuration HyperOpt would hand the trainable: its
+dicts with their keys sorted (HyperOpt's ``dict`` node), its lists and tuples as tuples (its ``pos_args`` node).
+
+An argument of a distribution may be a parameter itself (``hp.normal("a", 0, hp.uniform("s", 0.1, 1))``): it is
+suggested in the trial first, then the distribution with the value drawn, as HyperOpt draws them. A uniform or
+randint whose bounds are drawn then has its trial's bounds as its Optuna distribution (Optuna allows a parameter's
+bounds to change between trials; TPE fits each suggestion on the current bounds); a normal's quantile keeps its
+bounds. Drawn arguments the distribution cannot take are a ``ConfigError`` at that trial's suggestion, and a point
+cannot give the value of a normal whose arguments are drawn (its quantile depends on them).
 
 The distributions map onto Optuna's: ``uniform`` and ``loguniform`` (HyperOpt's bounds are of ``log(value)``) to
 ``suggest_float``, ``quniform``/``qloguniform`` to the same rounded to ``q`` as HyperOpt rounds, ``randint`` to
@@ -84,6 +92,8 @@ class HyperOptSpace:
         self._collect(self.space)
         for label, node in self.labels.items():
             self._check(label, node.pos_args[1])
+        #: The labels of the parameters an argument of which is a parameter itself (drawn first in each trial).
+        self.drawn_arguments = {label for label, node in self.labels.items() if self._drawn_arguments(node.pos_args[1])}
 
     def _check(self, label: str, dist: Any) -> None:
         """Refuse, when the space is built, a distribution HyperOpt cannot draw from (a normal's ``sigma < 0``, a
@@ -92,9 +102,8 @@ class HyperOptSpace:
             raise ConfigError(f"{self.owner}: hp.{dist.name}({label!r}, ...) is searched as its quantile, the Optuna "
                               f"parameter '{label}{QUANTILE_SUFFIX}', which is also the label of another parameter "
                               "of the space; rename that label")
-        if any(node.name == "hyperopt_param" for arg in (*dist.pos_args, *(a for _, a in dist.named_args))
-               for node in self._pyll.dfs(arg)):
-            return  # its arguments are parameters themselves: nothing to check before they are drawn
+        if self._drawn_arguments(dist):
+            return  # its arguments are parameters themselves: checked once drawn, in each trial (_suggest)
         try:
             if dist.name in _NORMALS:
                 self._normal(label, dist)
@@ -134,11 +143,11 @@ class HyperOptSpace:
         return self._value(self.space, trial)
 
     def _value(self, value: Any, trial: Any) -> Any:
+        """``value`` evaluated as HyperOpt evaluates a space: a dict with its keys sorted (its ``dict`` node), a list
+        or tuple as a tuple (its ``pos_args`` node), as Ray's HyperOptSearch hands them to the trainable."""
         if isinstance(value, dict):
-            return {key: self._value(item, trial) for key, item in value.items()}
-        if isinstance(value, list):
-            return [self._value(item, trial) for item in value]
-        if isinstance(value, tuple):
+            return {key: self._value(value[key], trial) for key in _sorted_keys(value)}
+        if isinstance(value, (list, tuple)):
             return tuple(self._value(item, trial) for item in value)
         if isinstance(value, self._pyll.Apply):
             return self._node(value, trial)
@@ -158,8 +167,21 @@ class HyperOptSpace:
         return self._pyll.scope._impls[node.name](*args, **kwargs)
 
     def _suggest(self, label: str, dist: Any, trial: Any) -> Any:
-        """One ``trial.suggest_*`` for HyperOpt's distribution node ``dist``, named ``label``."""
-        args, q = self._args(dist)
+        """One ``trial.suggest_*`` for HyperOpt's distribution node ``dist``, named ``label``: its arguments first,
+        those that are ``hp.*`` parameters themselves suggested in the trial before it (as HyperOpt draws them)."""
+        args, q = self._args(dist, trial)
+        if label not in self.drawn_arguments:
+            return self._suggest_with(label, dist, args, q, trial)
+        try:
+            return self._suggest_with(label, dist, args, q, trial)
+        except ValueError as exc:  # (drawn arguments Optuna or the transform refuse: low > high, sigma < 0, ...)
+            given = ", ".join(f"{name}={value!r}" for name, value in zip(_ARGUMENTS.get(dist.name, ()), args,
+                                                                          strict=False))
+            raise ConfigError(f"{self.owner}: parameter {label!r}: hp.{dist.name}({label!r}, {given}), with the "
+                              f"arguments drawn in trial {trial.number}: {exc}") from exc
+
+    def _suggest_with(self, label: str, dist: Any, args: list[Any], q: Any, trial: Any) -> Any:
+        """:meth:`_suggest` once the arguments ``args`` (and ``q``) are known."""
         name = dist.name
         if name in ("uniform", "quniform"):
             low, high = float(args[0]), float(args[1])
@@ -168,8 +190,9 @@ class HyperOptSpace:
         if name in ("loguniform", "qloguniform"):  # HyperOpt's bounds are of log(value)
             value = trial.suggest_float(label, math.exp(args[0]), math.exp(args[1]), log=True)
             return round_to(value, q)
-        if name in _NORMALS:  # its quantile, through the inverse CDF
-            param = self._normal(label, dist)
+        if name in _NORMALS:  # its quantile, through the inverse CDF (the quantile's bounds are the same whatever
+            # the arguments: drawn ones change only the value it maps to)
+            param = self._transformed(label, dist, args, q)
             bounds = param.distribution
             return self._given.value(param, trial.suggest_float(param.optuna_name, bounds.low, bounds.high))
         if name == "randint":
@@ -181,11 +204,18 @@ class HyperOptSpace:
             return trial.suggest_categorical(label, list(range(len(args[0]))))
         raise ConfigError(f"{self.owner}: the distribution {name!r} of parameter {label!r} has no Optuna equivalent")
 
-    def _args(self, dist: Any) -> tuple[list[Any], Any]:
+    def _drawn_arguments(self, dist: Any) -> bool:
+        """Whether an argument of the distribution node ``dist`` is (or holds) a ``hp.*`` parameter, drawn in each
+        trial (``hp.normal("a", 0, hp.uniform("s", 0.1, 1))``)."""
+        return any(node.name == "hyperopt_param" for arg in (*dist.pos_args, *(a for _, a in dist.named_args))
+                   for node in self._pyll.dfs(arg))
+
+    def _args(self, dist: Any, trial: Any = None) -> tuple[list[Any], Any]:
         """A distribution node's evaluated arguments in :data:`_ARGUMENTS`'s order (those given by name in their
-        places), and its ``q`` (None if it has none)."""
-        args = [self._node(arg, None) for arg in dist.pos_args]
-        kwargs = {name: self._node(arg, None) for name, arg in dist.named_args}
+        places), and its ``q`` (None if it has none). Arguments that are parameters are suggested in ``trial``
+        (None: only when they are not, when the space is built)."""
+        args = [self._node(arg, trial) for arg in dist.pos_args]
+        kwargs = {name: self._node(arg, trial) for name, arg in dist.named_args}
         names = _ARGUMENTS.get(dist.name, ())
         for name in names[len(args):]:
             if name not in kwargs:
@@ -195,8 +225,13 @@ class HyperOptSpace:
         return args, q
 
     def _normal(self, label: str, dist: Any) -> TransformedParam:
-        """The transformed parameter of ``hp.normal``, ``qnormal``, ``lognormal`` or ``qlognormal``."""
+        """The transformed parameter of ``hp.normal``, ``qnormal``, ``lognormal`` or ``qlognormal`` whose arguments
+        are not drawn."""
         args, q = self._args(dist)
+        return self._transformed(label, dist, args, q)
+
+    @staticmethod
+    def _transformed(label: str, dist: Any, args: list[Any], q: Any) -> TransformedParam:
         return TransformedParam(_NORMALS[dist.name], label, float(args[0]), float(args[1]),
                                 q=None if q is None else float(q))
 
@@ -205,7 +240,9 @@ class HyperOptSpace:
 
         Each key of ``point`` is matched to the space's key of the same path; where the space holds an ``hp.*``
         parameter, the point's value becomes that parameter's: a ``hp.choice`` of plain options takes the option
-        itself (its index is what is suggested), any other parameter its value.
+        itself (its index is what is suggested), any other parameter its value. A list of the space that holds
+        parameters takes a list of as many values, position by position (Ray's HyperOptSearch fails on such a point,
+        and it was ignored until h253).
 
         Raises:
             ConfigError: A key the space does not have, or an option a choice does not offer.
@@ -219,34 +256,49 @@ class HyperOptSpace:
             where = "/".join((*path, key))
             if not isinstance(space, Mapping) or key not in space:
                 raise ConfigError(f"{self.owner}: points_to_evaluate: {where} is not a key of the space")
-            node = space[key]
-            if isinstance(value, Mapping) and isinstance(node, Mapping):
-                self._point(value, node, (*path, key), out)
-                continue
-            param = _param_of(node, self._pyll)
-            if param is None:
-                continue  # a constant of the space
-            label, dist = param.pos_args[0].obj, param.pos_args[1]
-            if node.name == "switch":
-                for index, option in enumerate(node.pos_args[1:]):
-                    matched = self._option_params(value, option)
-                    if matched is not None:
-                        out[label] = index
-                        out.update(matched)
-                        break
-                else:
-                    raise ConfigError(f"{self.owner}: points_to_evaluate: {where}={value!r} is not one of the "
-                                      f"options of hp.choice({label!r}, ...)")
-            elif dist.name in _NORMALS:
-                try:
-                    out.update(self._normal_point(label, dist, value))
-                except ValueError as exc:
-                    raise ConfigError(f"{self.owner}: points_to_evaluate: {where}={value!r} cannot be a value of "
-                                      f"hp.{dist.name}({label!r}, ...) ({exc})") from exc
-            elif dist.name in ("loguniform", "qloguniform", "uniform", "quniform"):
-                out[label] = float(value)
+            self._point_value(value, space[key], (*path, key), out)
+
+    def _point_value(self, value: Any, node: Any, path: tuple[str, ...], out: dict[str, Any]) -> None:
+        """Put in ``out`` the parameters by which the space's ``node`` (at ``path``) gives the point's ``value``."""
+        where = "/".join(path)
+        if isinstance(value, Mapping) and isinstance(node, Mapping):
+            self._point(value, node, path, out)
+            return
+        if isinstance(node, (list, tuple)) and is_hyperopt_expression(node):  # its parameters, position by position
+            if not isinstance(value, (list, tuple)) or len(value) != len(node):
+                raise ConfigError(f"{self.owner}: points_to_evaluate: {where}={value!r} is not a list of "
+                                  f"{len(node)} values, as the space's")
+            for position, (item, child) in enumerate(zip(value, node, strict=True)):
+                self._point_value(item, child, (*path, str(position)), out)
+            return
+        param = _param_of(node, self._pyll)
+        if param is None:
+            return  # a constant of the space
+        label, dist = param.pos_args[0].obj, param.pos_args[1]
+        if node.name == "switch":
+            for index, option in enumerate(node.pos_args[1:]):
+                matched = self._option_params(value, option)
+                if matched is not None:
+                    out[label] = index
+                    out.update(matched)
+                    break
             else:
-                out[label] = value
+                raise ConfigError(f"{self.owner}: points_to_evaluate: {where}={value!r} is not one of the "
+                                  f"options of hp.choice({label!r}, ...)")
+        elif dist.name in _NORMALS and self._drawn_arguments(dist):
+            raise ConfigError(f"{self.owner}: points_to_evaluate: {where}: hp.{dist.name}({label!r}, ...) has "
+                              "arguments drawn in each trial (hp.* parameters), so a value cannot be given for it "
+                              "(it is searched as its quantile, which depends on them); leave it out of the point")
+        elif dist.name in _NORMALS:
+            try:
+                out.update(self._normal_point(label, dist, value))
+            except ValueError as exc:
+                raise ConfigError(f"{self.owner}: points_to_evaluate: {where}={value!r} cannot be a value of "
+                                  f"hp.{dist.name}({label!r}, ...) ({exc})") from exc
+        elif dist.name in ("loguniform", "qloguniform", "uniform", "quniform"):
+            out[label] = float(value)
+        else:
+            out[label] = value
 
     def _option_params(self, value: Any, option: Any) -> dict[str, Any] | None:
         """The parameters that make ``hp.choice``'s ``option`` produce ``value``, or None if it cannot.
@@ -275,6 +327,8 @@ class HyperOptSpace:
             if dist.name not in _NORMALS:
                 params[label] = item
                 continue
+            if self._drawn_arguments(dist):
+                return None
             try:
                 params.update(self._normal_point(label, dist, item))
             except ValueError:
@@ -287,6 +341,14 @@ class HyperOptSpace:
         ``ValueError``)."""
         param = self._normal(label, dist)
         return {param.optuna_name: self._given.param(param, value)}
+
+
+def _sorted_keys(value: dict[Any, Any]) -> list[Any]:
+    """A dict's keys sorted, as HyperOpt's ``dict`` node sorts them (in their order if they cannot be compared)."""
+    try:
+        return sorted(value)
+    except TypeError:
+        return list(value)
 
 
 def _param_of(node: Any, pyll: Any) -> Any:

@@ -29,7 +29,9 @@ and HyperOpt's ``hp.normal``/``qnormal``/``lognormal``/``qlognormal`` through th
 ``sigma = 0`` is its mean every time, as HyperOpt draws it; a negative ``sigma`` or a ``q <= 0`` is a
 ``ConfigError`` when the search is built. A ``tune.choice`` whose options hold domains is searched as the conditional
 space Ray's converts it to (``hp.choice`` over the options, their parameters under Ray's labels ``<key>/<name>``:
-:mod:`fluidsalus.searchers._conditional`).
+:mod:`fluidsalus.searchers._conditional`), and so is a space with domains inside a list (each under Ray's label
+``<key>/<position>``). As from Ray's, whose HyperOpt evaluates the whole space, every list of the space comes back a
+tuple (constant ones too), and the dicts inside lists, chosen options and ``hp.*`` spaces have their keys sorted.
 """
 
 from __future__ import annotations
