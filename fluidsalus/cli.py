@@ -19,11 +19,13 @@ newer fluidsalus, an experiment with no results yet, an unknown example) prints 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import os
 import runpy
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -304,9 +306,24 @@ def _plot_suffixes() -> list[str]:
     return [f".{k}" for k in sorted(kinds, key=lambda k: (k != "png", k))]
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off inside, back as it was after: ``fluidsalus inspect`` makes a few hundred
+    thousand small objects that no cycle holds (the store's rows, the spans, intervals and the report's rows), which
+    reference counting frees, and the collector's passes over them, which freed nothing, were a fifth to a quarter
+    of its time (docs/benchmarks.md, "Reading a large run back"). Process-wide while inside: for a command's own
+    process, not for ``fluidsalus.inspect()`` in a user's."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from fluidsalus import goodput as gp
-    from fluidsalus.inspect import WindowError, inspect  # pandas and matplotlib load only when used
+    from fluidsalus import goodput as gp  # pandas and matplotlib load only when used
 
     if args.plot is not None:
         folder = os.path.dirname(os.path.abspath(args.plot))
@@ -331,6 +348,15 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     if args.start is not None and args.end is not None and args.end <= args.start:
         raise _UsageError(f"inspect: --end ({args.end}) must be after --start ({args.start})")
     window = None if args.start is None and args.end is None else (args.start, args.end)
+    with _collector_paused():
+        return _inspect_and_print(args, window)
+
+
+def _inspect_and_print(args: argparse.Namespace, window: tuple[float | None, float | None] | None) -> int:
+    """``fluidsalus inspect``'s report of ``args.experiment`` over ``window``: its plot written, then the table or
+    the JSON printed."""
+    from fluidsalus.inspect import WindowError, inspect
+
     try:
         report = inspect(args.experiment, window=window, bin_s=args.bin)
     except sqlite3.Error as e:

@@ -43,10 +43,12 @@ Every setting is a named constant below.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from fluidsalus.store import TRIAL_RESTART_EVENT, EventRow, ResultRow
@@ -144,6 +146,10 @@ PLANNED_RESTART_REASONS = ("move", "preempted", "withdrawn", "turn")
 
 # ---------------------------------------------------------------------------------------------- small helpers
 
+#: A pair's first and second item: an interval's start and end, a series point's time and value (sort and bisect
+#: keys, without a Python call per item).
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
+
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The ``q``-th percentile of ``values`` by linear interpolation between closest ranks (numpy's default).
@@ -178,28 +184,63 @@ def overlap(start: float, end: float, w0: float, w1: float) -> float:
 
 def covered(merged: Sequence[tuple[float, float]], w0: float, w1: float) -> float:
     """Length of the part of ``[w0, w1]`` covered by sorted disjoint intervals (as :func:`merge_intervals` gives)."""
-    i = bisect.bisect_right(merged, w0, key=lambda iv: iv[1])  # the first interval that ends after w0
+    i = bisect.bisect_right(merged, w0, key=_SECOND)  # the first interval that ends after w0
     total = 0.0
-    while i < len(merged) and merged[i][0] < w1:
-        total += overlap(merged[i][0], merged[i][1], w0, w1)
-        i += 1
+    for start, end in itertools.islice(merged, i, None):
+        if not start < w1:
+            break
+        # overlap(start, end, w0, w1) written out (a call per interval of a long list): the same operations
+        length = (w1 if w1 < end else end) - (w0 if w0 > start else start)
+        total += length if length > 0.0 else 0.0
     return total
+
+
+def covered_per_bin(lanes: Sequence[Sequence[tuple[float, float]]],
+                    edges: Sequence[tuple[float, float]]) -> list[float]:
+    """``[sum(covered(iv, b0, b1) for iv in lanes) for b0, b1 in edges]``: the length each bin's part of every
+    list of sorted disjoint intervals covers, summed over the lists (the lanes of a device), with the same
+    additions in the same order (so the same floats), reaching each interval once rather than once per bin: the
+    timeline of a sweep of a few thousand lanes spent most of ``inspect``'s time there. ``edges`` are the bins,
+    sorted, each ``(start, end)``; an interval counts in the bins it reaches into (it ends after the bin's start and
+    starts before its end, as :func:`covered` takes them)."""
+    out: list[float] = [0.0 if lanes else 0] * len(edges)  # (sum() of no lanes: the int 0)
+    ends = [b1 for _, b1 in edges]
+    for merged in lanes:
+        mine: dict[int, float] = {}  # bin -> this lane's covered length there (covered's 0.0 + each overlap)
+        for start, end in merged:
+            i = bisect.bisect_right(ends, start)  # the first bin that ends after the interval's start
+            while i < len(edges) and edges[i][0] < end:
+                b0, b1 = edges[i]
+                if start < b1:  # (overlap(start, end, b0, b1), without the calls)
+                    length = (b1 if b1 < end else end) - (b0 if b0 > start else start)
+                    mine[i] = mine.get(i, 0.0) + (length if length > 0.0 else 0.0)
+                i += 1
+        for i, length in mine.items():
+            out[i] += length
+    return out
 
 
 def subtract_intervals(intervals: Sequence[tuple[float, float]],
                        cuts: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
     """``intervals`` minus ``cuts``, both sorted and disjoint (as :func:`merge_intervals` gives); empty pieces are
     dropped."""
+    if not cuts:  # (the loop below, at once: the idle causes that took nothing cut nothing from a long list)
+        return [(start, end) for start, end in intervals if start < end]
     out: list[tuple[float, float]] = []
     j = 0
+    n = len(cuts)
     for start, end in intervals:
-        while j < len(cuts) and cuts[j][1] <= start:
+        while j < n and cuts[j][1] <= start:
             j += 1
         k, t = j, start
-        while k < len(cuts) and cuts[k][0] < end:
-            if cuts[k][0] > t:
-                out.append((t, cuts[k][0]))
-            t = max(t, cuts[k][1])
+        while k < n:
+            cut_start, cut_end = cuts[k]
+            if not cut_start < end:
+                break
+            if cut_start > t:
+                out.append((t, cut_start))
+            if cut_end > t:  # (max(t, cut_end), written out: a call per interval of a long list)
+                t = cut_end
             k += 1
         if t < end:
             out.append((t, end))
@@ -211,11 +252,14 @@ def intersect_intervals(intervals: Sequence[tuple[float, float]],
     """``intervals ∩ other``, both sorted and disjoint; empty pieces are dropped."""
     out: list[tuple[float, float]] = []
     i = j = 0
-    while i < len(intervals) and j < len(other):
-        start, end = max(intervals[i][0], other[j][0]), min(intervals[i][1], other[j][1])
+    n, m = len(intervals), len(other)
+    while i < n and j < m:
+        (a0, a1), (b0, b1) = intervals[i], other[j]
+        # max(a0, b0) and min(a1, b1) written out (calls per interval of a long list): the first of equal values
+        start, end = b0 if b0 > a0 else a0, b1 if b1 < a1 else a1
         if start < end:
             out.append((start, end))
-        if intervals[i][1] < other[j][1]:
+        if a1 < b1:
             i += 1
         else:
             j += 1
@@ -223,6 +267,10 @@ def intersect_intervals(intervals: Sequence[tuple[float, float]],
 
 
 def _number(value: Any) -> float | None:
+    if value is None:  # (the usual cases first: none, or a float, which float() gives back as it is)
+        return None
+    if type(value) is float:
+        return value if math.isfinite(value) else None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return float(value)
@@ -242,19 +290,23 @@ class StepSeries:
 
     def finish(self) -> None:
         """Sort the points by time (stable: same-time points keep their order)."""
-        self.points.sort(key=lambda p: p[0])
+        self.points.sort(key=_FIRST)
 
     def value_at(self, t: float) -> float:
         """The value in force at ``t`` (the last point at or before ``t``)."""
-        i = bisect.bisect_right(self.points, t, key=lambda p: p[0])
+        i = bisect.bisect_right(self.points, t, key=_FIRST)
         return self.points[i - 1][1] if i else 0.0
 
     def peak(self, w0: float, w1: float) -> float:
-        """Largest value in force at any time in ``[w0, w1]``."""
+        """Largest value in force at any time in ``[w0, w1]`` (the points in time order, as :meth:`finish` leaves
+        them)."""
         best = self.value_at(w0)
-        for ts, value in self.points:
-            if w0 < ts <= w1:
-                best = max(best, value)
+        lo = bisect.bisect_right(self.points, w0, key=_FIRST)  # (the points are in time order: finish())
+        hi = bisect.bisect_right(self.points, w1, key=_FIRST)
+        if lo < hi:  # (max keeps the first of equal values, as a running max(best, value) does)
+            top = max(map(_SECOND, self.points[lo:hi]))
+            if top > best:
+                best = top
         return best
 
     def integral(self, w0: float, w1: float) -> float:
@@ -274,13 +326,13 @@ class StepSeries:
     @staticmethod
     def summed(series: Sequence[StepSeries]) -> StepSeries:
         """The pointwise sum of several series (e.g. lanes open on all devices at once)."""
-        merged = sorted(((ts, i, v) for i, s in enumerate(series) for ts, v in s.points), key=lambda x: x[0])
+        merged = sorted([(ts, i, v) for i, s in enumerate(series) for ts, v in s.points], key=_FIRST)
         current = [0.0] * len(series)
-        out = StepSeries()
+        points = []
         for ts, i, v in merged:
             current[i] = v
-            out.add(ts, sum(current))
-        return out
+            points.append((ts, sum(current)))
+        return StepSeries(points)
 
 
 # ---------------------------------------------------------------------------------------------- parsed activity
@@ -441,6 +493,8 @@ class Activity:
 
 
 def _epoch_index(starts: Sequence[float], ts: float) -> int:
+    if len(starts) < 2:  # (no epoch or one: 0, whatever the time; most devices start once)
+        return 0
     return max(0, bisect.bisect_right(starts, ts) - 1)
 
 
@@ -468,6 +522,8 @@ class _LaneState:
 
 def _as_int(value: Any) -> int | None:
     """An int from an event field (ints, or floats that hold one), else None: malformed events are skipped."""
+    if type(value) is int:  # (the usual case, first: int() of an int is that int)
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return int(value)
@@ -622,13 +678,15 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
 
     def touch(device: str, ts: float) -> None:
         key = (device, epoch_of(device, ts))
-        last_ts[key] = max(last_ts.get(key, ts), ts)
+        last = last_ts.get(key)
+        if last is None or ts > last:  # (max(last, ts))
+            last_ts[key] = ts
 
     def record(device: str, ts: float, state: _LaneState) -> None:
-        lanes_open[device].add(ts, len(state.capacity))
-        reserved[device].add(ts, sum(state.capacity.values()))
-        used[device].add(ts, state.used())
-        waiting[device].add(ts, len(state.waiting))
+        lanes_open[device].points.append((ts, len(state.capacity)))
+        reserved[device].points.append((ts, sum(state.capacity.values())))
+        used[device].points.append((ts, state.used()))
+        waiting[device].points.append((ts, len(state.waiting)))
 
     for ev in events:
         data = ev.data or {}
@@ -701,11 +759,13 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
             continue
         if not ev.kind.startswith("lane_"):
             continue
-        state = lane_state.setdefault(device, _LaneState())
+        state = lane_state.get(device)
+        if state is None:  # (a lane event before any device_start; setdefault made a state at every lane event)
+            state = lane_state[device] = _LaneState()
         epoch = epoch_of(device, ev.ts)
-        detail = _detail(ev)
         lane = _as_int(data.get("lane"))
-        cap = _as_int(data.get("capacity")) or 0
+        if ev.kind in ("lane_open", "lane_resize"):
+            cap = _as_int(data.get("capacity")) or 0
         if ev.kind == "lane_open" and lane is not None:
             state.capacity[lane] = cap
             state.members.setdefault(lane, {})
@@ -723,7 +783,7 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
             if life is not None:
                 life.closed_at = ev.ts
         elif ev.kind == "lane_admit" and ev.trial_id is not None:
-            lane, p, t = (_as_int(x) for x in [*detail, None, None, None][:3])
+            lane, p, t = (_as_int(x) for x in [*_detail(ev), None, None, None][:3])
             if lane is None or p is None or t is None:
                 continue  # a malformed admission changes nothing
             state.remove_member(ev.trial_id)
@@ -738,6 +798,7 @@ def build_activity(results: Iterable[ResultRow], events: Iterable[EventRow],
             state.remove_member(ev.trial_id)
             state.waiting.add(ev.trial_id)
         elif ev.kind in ("lane_estimate", "lane_oom") and ev.trial_id is not None:
+            detail = _detail(ev)
             p_t = [_as_int(x) for x in detail[-2:]] if len(detail) >= 2 else [None]
             where = state.where.get(ev.trial_id)
             if None not in p_t and where is not None:
@@ -1375,41 +1436,53 @@ def timeline(activity: Activity, bin_s: float | None = None,
     edges = [(start + i * width, min(end, start + (i + 1) * width)) for i in range(n)]  # the last ends with the run
 
     def index(ts: float) -> int:
-        return min(n - 1, max(0, math.ceil((ts - start) / width) - 1))
+        k = math.ceil((ts - start) / width) - 1
+        k = k if k > 0 else 0  # min(n - 1, max(0, k)), without the calls (per result of the run)
+        return k if k < n - 1 else n - 1
 
     out: list[TimelineBin] = []
     totals = [[0.0, 0, 0, 0.0, 0.0, 0.0, 0.0] for _ in range(n)]
+    by_device: dict[str, list[Span]] = defaultdict(list)  # (each device's spans, in their order)
+    for s in activity.spans:
+        by_device[s.device].append(s)
     for device in activity.devices:
         counts = [[0, 0] for _ in range(n)]
         spread = [[0.0, 0.0] for _ in range(n)]  # the iterations' shares of each bin, for the rates
         eps = activity.epochs[device]
         device_s = [sum(overlap(e.start, e.end, b0, b1) for e in eps) for b0, b1 in edges]
-        for s in activity.spans:
-            if s.device != device or not s.counted:
+        # (a loop over every result of the run: the min, max and overlap calls are written out, the same operations)
+        for s in by_device.get(device, ()):
+            if s.partial or s.worker:  # (not s.counted)
                 continue
-            if window is None or start < s.end <= end or s.end == start <= activity.start:  # (as summarize's)
-                c = counts[index(s.end)]
+            s_start, s_end, useful = s.start, s.end, s.useful
+            if window is None or start < s_end <= end or s_end == start <= activity.start:  # (as summarize's)
+                c = counts[index(s_end)]
                 c[0] += 1
-                c[1] += int(s.useful)
-            length = s.end - s.start
-            if length <= 0 or s.end <= start or s.start >= end:
-                if length <= 0 and start <= s.end <= end:  # no span to spread: all of it where it was reported
-                    i = index(s.end)
-                    if not device_s[i] and s.end == edges[i][1] and i + 1 < n:
+                c[1] += int(useful)
+            length = s_end - s_start
+            if length <= 0 or s_end <= start or s_start >= end:
+                if length <= 0 and start <= s_end <= end:  # no span to spread: all of it where it was reported
+                    i = index(s_end)
+                    if not device_s[i] and s_end == edges[i][1] and i + 1 < n:
                         i += 1  # reported as its device's time begins, on a bin's end: its rate goes where that time is
                     share = spread[i]
                     share[0] += 1.0
-                    share[1] += float(s.useful)
+                    share[1] += float(useful)
                 continue
-            for i in range(index(max(s.start, start)), index(min(s.end, end)) + 1):
-                f = overlap(s.start, s.end, *edges[i]) / length
-                spread[i][0] += f
-                spread[i][1] += f * s.useful
-        lane_ivs = [iv for (d, _, _), iv in activity.lane_busy.items() if d == device]
+            # bins index(max(s_start, start)) to index(min(s_end, end))
+            for i in range(index(start if start > s_start else s_start), index(end if end < s_end else s_end) + 1):
+                b0, b1 = edges[i]
+                inside = (b1 if b1 < s_end else s_end) - (b0 if b0 > s_start else s_start)
+                f = (inside if inside > 0.0 else 0.0) / length  # overlap(s_start, s_end, b0, b1) / length
+                share = spread[i]
+                share[0] += f
+                share[1] += f * useful
+        lane_busy_per_bin = covered_per_bin([iv for (d, _, _), iv in activity.lane_busy.items() if d == device],
+                                            edges)
         busy_iv = activity.device_busy.get(device, [])
         for i, (b0, b1) in enumerate(edges):
             ds = device_s[i]
-            lane_busy = sum(covered(iv, b0, b1) for iv in lane_ivs)
+            lane_busy = lane_busy_per_bin[i]
             busy = covered(busy_iv, b0, b1)
             it, useful = counts[i]
             share_it, share_useful = spread[i]

@@ -43,6 +43,7 @@ from fluidsalus.store import (
     finite,
     open_readonly,
     restart_words,
+    trial_names_of,
     written_by_ray,
 )
 from fluidsalus.trialgroup.dispatch import REFUSED_MIN_DEVICES, REFUSED_NO_CHECKPOINT, REFUSED_PAUSED
@@ -461,6 +462,11 @@ def _short(trial_id: str) -> str:
 
 
 def _jsonable(value: Any) -> Any:
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:  # (most of a report: as they are, at once)
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else None
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
@@ -1134,7 +1140,7 @@ def inspect(path: str | os.PathLike[str], window: tuple[float | None, float | No
         events = store.events()
         activity = gp.build_activity(store.results(latest_attempt_only=False), events, exp["finished_at"])
         sessions = store.sessions()
-        names = store.trial_names()
+    names = trial_names_of(events)  # (from the events read: store.trial_names() would read them again)
     absolute = None
     if window is not None:
         t0 = activity.start or exp["created_at"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -377,6 +378,47 @@ def test_helpers():
     assert s.integral(0, 10) == pytest.approx(2 * 2 + 5 * 1)
     total = gp.StepSeries.summed([s, gp.StepSeries([(2.0, 1.0)])])
     assert total.value_at(2.5) == 3.0 and total.peak(0, 10) == 6.0
+
+
+def _random_intervals(rng: random.Random, n: int, t0: float, t1: float) -> list[tuple[float, float]]:
+    """``n`` sorted disjoint intervals in ``[t0, t1]`` (some touching, some of no length), as merge_intervals and
+    intersect_intervals give lanes' busy time."""
+    cuts = sorted(rng.uniform(t0, t1) for _ in range(2 * n))
+    if n >= 2:
+        cuts[2:4] = [cuts[2]] * 2  # (one of no length)
+    return [(cuts[2 * i], cuts[2 * i + 1]) for i in range(n)]
+
+
+def test_the_timelines_lane_seconds_per_bin_are_the_sums_they_were_to_the_last_bit() -> None:
+    # (covered_per_bin reaches each interval once, where a sum of covered() per bin and lane reached each lane's
+    # list once per bin: its floats must be those sums', added in the same order)
+    rng = random.Random(7)
+    for lanes_n, most, bins in ((0, 0, 5), (1, 30, 1), (3, 30, 7), (40, 30, 60), (300, 4, 7)):
+        lanes = [_random_intervals(rng, rng.randint(0, most), 100.0, 160.0) for _ in range(lanes_n)]
+        width = 60.0 / bins
+        edges = [(100.0 + i * width, min(160.0, 100.0 + (i + 1) * width)) for i in range(bins)]
+        expected = [sum(gp.covered(iv, b0, b1) for iv in lanes) for b0, b1 in edges]
+        got = gp.covered_per_bin(lanes, edges)
+        assert [(type(x), x.hex() if isinstance(x, float) else x) for x in got] == \
+            [(type(x), x.hex() if isinstance(x, float) else x) for x in expected]
+
+
+def test_a_series_peak_is_the_running_max_it_was() -> None:
+    rng = random.Random(3)
+    random_points = sorted((rng.choice([1.0, 2.0, 2.5, 3.0]), rng.choice([0, 1, 2, 2.0, 3, 0.0])) for _ in range(40))
+    # (equal values of two types: the first met is kept, the value in force at w0 first)
+    for points in (random_points, [(1.0, 2), (2.0, 2.0)], [(1.0, 0), (2.0, 3), (3.0, 3.0)]):
+        _check_peaks(gp.StepSeries(points))
+
+
+def _check_peaks(s: gp.StepSeries) -> None:
+    points = list(s.points)
+    for w0, w1 in ((0.0, 10.0), (1.0, 2.0), (1.0, 3.0), (2.0, 2.5), (2.5, 2.5), (3.0, 9.0), (0.0, 0.5)):
+        best = s.value_at(w0)  # (peak's definition: the value at w0, then every point inside, first of equals kept)
+        for ts, value in points:
+            if w0 < ts <= w1:
+                best = max(best, value)
+        assert (s.peak(w0, w1), type(s.peak(w0, w1))) == (best, type(best)), (w0, w1)
 
 
 def _data_parallel_start(other: str) -> list[EventRow]:

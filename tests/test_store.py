@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -24,6 +25,7 @@ from fluidsalus.store import (
     EventRow,
     ExperimentStore,
     live_device_processes,
+    loads,
 )
 
 #: sqlite3's default busy timeout, which a blocking checkpoint waited out.
@@ -32,6 +34,23 @@ BUSY_TIMEOUT_S = 5.0
 
 def _new(tmp_path, name="exp"):
     return ExperimentStore.create(str(tmp_path / name), name, {"num_samples": 2}, "acc", "max")
+
+
+@pytest.mark.parametrize("text", ['{"a": [1, 2.5, null, true], "b": {"c": "\\u00e9"}}', "7", '"x"', "null", "NaN",
+                                  ' {"a": 1}', '{"a": 1} ', "1 2", "[1, 2", "", "\ufeff{}", "\t[]\n"])
+def test_a_stored_json_text_decodes_as_json_loads_decodes_it(text: str) -> None:
+    # (loads decodes what dumps wrote with the decoder's scanner alone, and gives anything else to json.loads)
+    try:
+        expected: object = ("value", json.loads(text))
+    except ValueError as e:
+        expected = ("error", type(e), str(e))
+    try:
+        got: object = ("value", loads(text))
+    except ValueError as e:
+        got = ("error", type(e), str(e))
+    assert repr(got) == repr(expected)  # (repr: a NaN is equal to no NaN)
+    if expected[0] == "value":  # (bytes too, which json.loads decodes)
+        assert repr(loads(text.encode())) == repr(expected[1])
 
 
 def test_create_writes_schema_and_experiment_row(tmp_path):
