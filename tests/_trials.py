@@ -157,3 +157,20 @@ def pretend_ray_is(monkeypatch: Any, initialised: Callable[[], bool]) -> None:
     import ray
 
     patch_ray(monkeypatch, ray, "is_initialized", initialised)
+
+
+class LazyRayTune:
+    """``ray.tune`` for a test module's tests, imported at the first attribute read (through
+    ``pytest.importorskip``: a test that reads it is skipped where Ray Tune is missing) rather than with the module.
+
+    A device actor imports the module of every trainable it runs (cloudpickle pickles a module's functions by
+    reference), so a test module's top-level imports are paid again by each device process its runs start.
+    ``ray.tune`` brings pandas and pyarrow with it: imported at the top of ``tests/test_tune_frontend.py``, it
+    made each new device process of that module spend 3.9-4.2 CPU-s on its imports instead of 2.4-2.6
+    (``tests/test_imports.py`` checks that these modules no longer import it).
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        import pytest
+
+        return getattr(pytest.importorskip("ray.tune"), name)

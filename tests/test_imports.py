@@ -36,3 +36,21 @@ def test_a_device_process_imports_neither_pydantic_nor_the_front_ends():
               "assert fluidsalus.inspect.__name__ == 'inspect' and callable(fluidsalus.inspect)\n"
               "from fluidsalus.config import DEFAULT_STORAGE_PATH, STORAGE_PATH_ENV\n"
               "assert STORAGE_PATH_ENV == 'FLUIDSALUS_STORAGE_PATH' and 'pydantic' in sys.modules\n")
+
+
+#: Test modules whose functions run as trainables on device actors, which import them, without ``ray.tune``.
+DEVICE_IMPORTED_TEST_MODULES = ("test_tune_frontend", "test_tune_run", "test_tune_gaps", "test_tune_reporter",
+                                "test_tune_search_via_optuna")
+
+
+def test_the_tune_test_modules_that_device_actors_import_leave_ray_tune_and_pandas_out():
+    """A device actor imports the test module of each trainable it runs, so the module's top-level imports are paid
+    by every device process its runs start: ``ray.tune`` (and pandas, pyarrow with it) cost each one about 1.5
+    CPU-s. These modules read it through ``_trials.LazyRayTune``, at a test's first use, in the test's process."""
+    import os
+
+    tests = os.path.dirname(os.path.abspath(__file__))
+    run_fresh(f"import sys\nsys.path.insert(0, {tests!r})\n"
+              f"import fluidsalus.gpu.actor\nfor name in {DEVICE_IMPORTED_TEST_MODULES!r}:\n    __import__(name)\n"
+              "heavy = sorted(m for m in ('ray.tune', 'pandas', 'pyarrow') if m in sys.modules)\n"
+              "assert not heavy, heavy\n")

@@ -24,7 +24,7 @@ import cloudpickle
 import numpy as np
 import optuna
 import pytest
-from _trials import SHARING_RESOURCES, StopAllAfter, pretend_ray_is, study_told
+from _trials import SHARING_RESOURCES, LazyRayTune, StopAllAfter, pretend_ray_is, study_told
 
 from fluidsalus import searchers
 from fluidsalus import space as sp
@@ -42,7 +42,7 @@ from fluidsalus.tune._trainable import (
 from fluidsalus.tune._translate import MaxBudgetStop, plan
 from fluidsalus.tune._tuner import TUNER_STATE_FILE
 
-rt = pytest.importorskip("ray.tune")
+rt = LazyRayTune()  # imported at its first use, not by device processes
 from fluidsalus import tune  # noqa: E402
 from fluidsalus.testing.pbt import exploit_lines  # noqa: E402
 from fluidsalus.testing.tune import RESUMABLE_STEPS, InterruptOnce, resumable  # noqa: E402

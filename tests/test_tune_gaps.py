@@ -28,7 +28,7 @@ import numpy as np
 import optuna
 import pytest
 import ray
-from _trials import pretend_ray_is
+from _trials import LazyRayTune, pretend_ray_is
 
 from fluidsalus import space as sp
 from fluidsalus import tune
@@ -46,7 +46,7 @@ from fluidsalus.tune._translate import plan
 from fluidsalus.tune.search.bohb import TuneBOHB
 from fluidsalus.tune.search.optuna import OptunaSearch
 
-rt = pytest.importorskip("ray.tune")
+rt = LazyRayTune()  # imported at its first use, not by device processes
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -778,17 +778,28 @@ def _newer_read_only(path: str) -> None:
     conn.close()
 
 
+@pytest.fixture(scope="module")
+def errored_experiment_to_copy(ray_cluster, tmp_path_factory) -> str:
+    """The folder of one :func:`_errored_experiment`, which each case below copies: a run of its own per case
+    started two device processes anew (each case's ``pretend_ray_is`` ends the warm ones)."""
+    made = tmp_path_factory.mktemp("refused_restore")
+    return _errored_experiment(str(made / "results"), "refused", str(made / "flag"))
+
+
 @pytest.mark.parametrize("case", ["another-driver", "another-driver-and-a-failed-read", "newer-read-only"])
 def test_a_refused_restore_is_refused_before_ray_starts_and_another_driver_wins_over_a_failed_read(
-        ray_cluster, storage: str, tmp_path, monkeypatch, case) -> None:
+        errored_experiment_to_copy: str, storage: str, monkeypatch, case) -> None:
     """fit() read the stored trials before the driver lock was taken: beside another driver running the
     experiment, that read failed about once in 36,000 opens, a StoreError in place of the refusal (h111's a). And
     fit() started Ray before fluidsalus.run refused the resume (seconds), a store it could read but not write only
     once the writer opened it (h111's c)."""
+    import shutil
+
     from fluidsalus.errors import StoreError
     from fluidsalus.store import DriverLock
 
-    path = _errored_experiment(storage, "refused", str(tmp_path / "flag"))
+    path = os.path.join(storage, "refused")
+    shutil.copytree(errored_experiment_to_copy, path, symlinks=True)
     other = None
     if case.startswith("another-driver"):
         other = DriverLock.acquire(path)  # (a second acquire, another file description, is refused as another's)

@@ -18,12 +18,13 @@ import time
 from typing import Any
 
 import pytest
+from _trials import LazyRayTune
 
 from fluidsalus.errors import ConfigError
 from fluidsalus.tune.callback import TrialInfo
 from fluidsalus.tune.progress_reporter import CLIReporter, ProgressReporter, adopt_reporter
 
-rt = pytest.importorskip("ray.tune")
+rt = LazyRayTune()  # imported at its first use, not by device processes
 from fluidsalus import tune  # noqa: E402
 
 

@@ -17,7 +17,7 @@ import warnings
 
 import pytest
 from _folders import every_file, file_times
-from _trials import pretend_ray_is
+from _trials import LazyRayTune, pretend_ray_is
 
 from fluidsalus.checkpoint import Checkpoint
 from fluidsalus.errors import ConfigError, FluidsalusError
@@ -25,7 +25,7 @@ from fluidsalus.result import Result
 from fluidsalus.tune import analysis as an
 from fluidsalus.tune._run import _checkpoint_config, _resume_config, resume_flags
 
-rt = pytest.importorskip("ray.tune")
+rt = LazyRayTune()  # imported at its first use, not by device processes
 from fluidsalus import tune  # noqa: E402
 from fluidsalus.testing.tune import RESUMABLE_STEPS, InterruptOnce, resumable  # noqa: E402
 
@@ -893,6 +893,21 @@ def test_a_refused_tune_run_resume_leaves_the_experiment_as_it_was(ray_cluster, 
     assert every_file(folder) == before
 
 
+#: The experiment the refused resumes below start from, and the run that makes it.
+_REFUSED_RESUME_RUN = {"name": "e", "verbose": 0, "metric": "score", "mode": "max",
+                       "config": {"x": tune.grid_search([1, 2])}}
+
+
+@pytest.fixture(scope="module")
+def finished_noop_experiment(ray_cluster, tmp_path_factory) -> str:
+    """The folder of one finished ``tune.run(_noop, **_REFUSED_RESUME_RUN)``, which each case below copies: a run of
+    its own per case started two device processes anew (each case's ``pretend_ray_is`` ends the warm ones), 14 of
+    this module's 17, about a third of its CPU time."""
+    storage = str(tmp_path_factory.mktemp("refused_resume") / "results")
+    tune.run(_noop, storage_path=storage, **_REFUSED_RESUME_RUN)
+    return os.path.join(storage, _REFUSED_RESUME_RUN["name"])
+
+
 @pytest.mark.parametrize(("change", "message"), [
     ({"metric": "other"},
      r"metric: the experiment ran with metric='score'; resume it with that metric \(got 'other'\)"),
@@ -905,17 +920,18 @@ def test_a_refused_tune_run_resume_leaves_the_experiment_as_it_was(ray_cluster, 
 ], ids=["metric", "mode", "config", "searcher-kind"])
 @pytest.mark.parametrize("lock_file", [True, False], ids=["lock-file", "no-lock-file"])
 def test_a_tune_run_resume_of_another_objective_or_space_is_refused_before_ray_starts(
-        ray_cluster, storage: str, monkeypatch, change, message, lock_file) -> None:
+        finished_noop_experiment: str, storage: str, monkeypatch, change, message, lock_file) -> None:
     """These refusals came from fluidsalus.run's checks, after Tuner.fit had started Ray (seconds; h125's a), and
     the lock file they took and put back had a new mtime (or, with none, the folder had: h125's b). Ray's own
     tune.run(resume=True) takes them all: it keeps the old config and trials, and its analysis the new metric and
     mode (docs/compatibility.md: fluidsalus refuses them)."""
+    import shutil
+
     import ray
 
-    kwargs = {"storage_path": storage, "name": "e", "verbose": 0, "metric": "score", "mode": "max",
-              "config": {"x": tune.grid_search([1, 2])}}
-    tune.run(_noop, **kwargs)
-    folder = os.path.join(storage, "e")
+    kwargs = {"storage_path": storage, **_REFUSED_RESUME_RUN}
+    folder = os.path.join(storage, _REFUSED_RESUME_RUN["name"])
+    shutil.copytree(finished_noop_experiment, folder, symlinks=True)
     if not lock_file:
         os.remove(os.path.join(folder, ".driver.lock"))
     earlier = os.stat(folder).st_mtime - 5  # (a second's tick apart from the refusal's, were it to move them)

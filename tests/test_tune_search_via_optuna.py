@@ -13,7 +13,7 @@ import warnings
 
 import optuna
 import pytest
-from _trials import began_on_the_freed_device
+from _trials import LazyRayTune, began_on_the_freed_device
 
 hp = pytest.importorskip("hyperopt").hp
 import fluidsalus.tune as tune
@@ -28,7 +28,7 @@ from fluidsalus.tune.search.nevergrad import NevergradSearch
 from fluidsalus.tune.search.optuna import OptunaSearch
 from fluidsalus.tune.search.zoopt import ZOOptSearch
 
-rt = pytest.importorskip("ray.tune")
+rt = LazyRayTune()  # imported at its first use, not by device processes
 
 #: Each class with Ray's module, and the fluidsalus module to import it from.
 _RAYS = [(HyperOptSearch, "ray.tune.search.hyperopt", "hyperopt"),
