@@ -1778,6 +1778,11 @@ def _converging(trial: Any) -> float:
     return x
 
 
+#: Driver calls of ``should_prune`` a run of the test below may make because its device's view of the study aged
+#: past ``fluidsalus.optuna.VIEW_FRESH_S`` between two steps (a pause of a loaded machine), out of its tens of steps.
+_STALE_VIEWS_ALLOWED = 3
+
+
 @pytest.mark.parametrize("percentile", [None, 30.0])
 def test_a_median_or_percentile_pruner_prunes_on_the_device_as_optunas_run(tmp_path, monkeypatch, percentile):
     """Past the warm-up, a MedianPruner/PercentilePruner's ``should_prune`` was one round trip each step (about
@@ -1793,8 +1798,12 @@ def test_a_median_or_percentile_pruner_prunes_on_the_device_as_optunas_run(tmp_p
     ours, theirs = _run_both(study_of, _converging, tmp_path, n_trials=10)
     assert _contents(ours) == _contents(theirs)
     assert sum(t.state == TrialState.PRUNED for t in ours.trials) >= 2
-    assert [inner or m for m, inner in calls].count(fo.M_SHOULD_PRUNE) == 0
-    assert len(calls) == 3 * 10  # start, suggest and finish of each trial
+    # A step more than fo.VIEW_FRESH_S (50 ms) after the process's last driver answer asks the driver, whose answer
+    # renews the view: a loaded machine's pause made one such call in a run (h254). Every step past the warm-up
+    # asked before.
+    renewed = [inner or m for m, inner in calls].count(fo.M_SHOULD_PRUNE)
+    assert renewed <= _STALE_VIEWS_ALLOWED
+    assert len(calls) == 3 * 10 + renewed  # start, suggest and finish of each trial
 
 
 def _long_and_never_pruned(trial: Any) -> float:
