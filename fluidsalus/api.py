@@ -46,7 +46,7 @@ from fluidsalus.result import ResultGrid, lookup_metric, with_flat_keys
 from fluidsalus.searchers import BaseSearcher, RandomSearch
 from fluidsalus.searchers._base import WrappingSearcher
 from fluidsalus.session import DATE_FORMAT, callable_name
-from fluidsalus.stopper_state import restored_stopper
+from fluidsalus.stopper_state import forget_trials, restored_stopper
 from fluidsalus.store import (
     ABANDONED_CREATE_S,
     CALLBACK_ERROR_EVENT,
@@ -106,13 +106,14 @@ DECIDED_END_EVENT = "decided_end"
 #: Set by a front end around :func:`run`: called as ``hook(store, searcher)`` by a resume once every check passed
 #: and the store is open for writing, before the stored trials are loaded; ``searcher`` holds the stored state
 #: then (what the hook tells it, it saves itself). The Tune front end carries out ``Tuner.restore``'s flags in it,
-#: so that a refused resume has changed no trial.
-_ON_RESUME: contextvars.ContextVar[Callable[[ExperimentStore, BaseSearcher], None] | None] = \
+#: so that a refused resume has changed no trial. It returns the trials it made start again from scratch as new
+#: trials (``restart_errored``), whose restored stopper's state is forgotten (:func:`forget_trials`).
+_ON_RESUME: contextvars.ContextVar[Callable[[ExperimentStore, BaseSearcher], Collection[str]] | None] = \
     contextvars.ContextVar("fluidsalus_on_resume", default=None)
 
 
 @contextlib.contextmanager
-def on_resume(hook: Callable[[ExperimentStore, BaseSearcher], None]) -> Any:
+def on_resume(hook: Callable[[ExperimentStore, BaseSearcher], Collection[str]]) -> Any:
     """Within it, a resume by :func:`run` calls ``hook`` once it is accepted (:data:`_ON_RESUME`)."""
     token = _ON_RESUME.set(hook)
     try:
@@ -445,7 +446,8 @@ def run(
             end_decided_trials(store, searcher)  # (before the front end's flags: in Ray's state they had ended)
             accepted = _ON_RESUME.get()
             if accepted is not None:  # (a front end's changes to the stored trials: Tuner.restore's flags)
-                accepted(store, searcher)
+                if forget_trials(stop, accepted(store, searcher)):  # (restarted as new trials, as Ray's)
+                    payload = _pack(trainable, stop_rule(stop), {"memory_mode": spec.memory_mode})
             tell_raised_end(store, searcher)
             trials = _load_trials(store)
             _renew_object_refs(trials, space)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from ray import cloudpickle
@@ -22,7 +23,7 @@ from ray import cloudpickle
 from fluidsalus._periodic import SavePeriod
 from fluidsalus.checkpoint import write_atomically
 
-__all__ = ["STOPPER_STATE_FILE", "StopperSaves", "restored_stopper"]
+__all__ = ["STOPPER_STATE_FILE", "StopperSaves", "forget_trials", "restored_stopper"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,11 +37,20 @@ def _saves_state(stopper: Any) -> bool:
     return stopper is not None and hasattr(stopper, "stop_all")
 
 
-def _kind(stopper: Any) -> tuple[type, type | None]:
-    """The stopper's class, and that of the stopper a front end's wrapper holds (``.stopper``): two runs whose
-    stoppers are of different kinds do not share a state."""
-    inner = getattr(stopper, "stopper", None)
-    return type(stopper), None if inner is None else type(inner)
+def _own(stopper: Any) -> Any:
+    """The user's stopper: the one a front end's wrapper holds (``.stopper``, with the rules its translation adds:
+    ``fluidsalus.tune._tuner.AnyStopWithStopper``), or ``stopper`` itself. Only it is saved and restored: the added
+    rules are the resumed run's (ASHA's ``max_t`` under a search algorithm, say), and a wrapper of the saved run
+    and none in the resumed one, or the reverse, do not make its stopper another kind."""
+    return stopper.stopper if callable(getattr(stopper, "with_stopper", None)) else stopper
+
+
+def _kind(stopper: Any) -> str:
+    """The module and qualified name of the user's stopper's class: two runs whose stoppers are of different kinds
+    do not share a state. The name, not the class: a class of the script's own (``__main__``'s, pickled by value)
+    comes back a copy, another class object than the one the resumed script defines again."""
+    cls = type(_own(stopper))
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 class StopperSaves:
@@ -52,18 +62,20 @@ class StopperSaves:
         stopper: The run's stopper: the driver's copy, which the run gives every result.
 
     Raises:
-        ConfigError: If ``TUNE_GLOBAL_CHECKPOINT_S`` is neither ``auto`` nor a number of seconds.
+        ConfigError: If ``TUNE_GLOBAL_CHECKPOINT_S`` is neither ``auto`` nor a number of seconds (only for a stopper
+            object: nothing else is saved).
     """
 
     def __init__(self, experiment_dir: str, stopper: Any) -> None:
         self.path = os.path.join(experiment_dir, STOPPER_STATE_FILE)
         self.stopper = stopper
-        self._period = SavePeriod()
         self._failed = not _saves_state(stopper)  # (also set by a state that cannot be pickled: warned of once)
+        # (a run that saves nothing does not read the period: a plain fluidsalus.run refused a bad one it never used)
+        self._period = SavePeriod() if not self._failed else None
 
     def maybe_save(self) -> None:
         """Save if the period says so."""
-        if not self._failed and self._period.due():
+        if self._period is not None and not self._failed and self._period.due():
             self.save()
 
     def save(self) -> bool:
@@ -78,7 +90,7 @@ class StopperSaves:
             return False
         started = time.monotonic()
         try:
-            data = cloudpickle.dumps(self.stopper)
+            data = cloudpickle.dumps(_own(self.stopper))
         except Exception as e:  # noqa: BLE001 - pickling fails with any type
             self._failed = True
             logger.warning("the stopper's state cannot be saved (%s: %s); a resumed run starts it afresh",
@@ -91,7 +103,8 @@ class StopperSaves:
             logger.warning("the stopper's state cannot be written to %s (%s); a resumed run starts it afresh",
                            self.path, e)
             return False
-        self._period.saved(time.monotonic() - started)
+        if self._period is not None:
+            self._period.saved(time.monotonic() - started)
         return True
 
 
@@ -119,11 +132,30 @@ def restored_stopper(experiment_dir: str, given: Any) -> Any:
         return given
     if _kind(saved) != _kind(given):
         logger.warning("the experiment ran with another stopper (%s); this run's (%s) starts afresh",
-                       _describe(saved), _describe(given))
+                       type(_own(saved)).__name__, type(_own(given)).__name__)
         return given
-    return saved
+    saved = _own(saved)  # (a file a wrapper was saved to, before only the user's stopper was)
+    return given.with_stopper(saved) if _own(given) is not given else saved
 
 
-def _describe(stopper: Any) -> str:
-    kind, inner = _kind(stopper)
-    return kind.__name__ if inner is None else f"{kind.__name__} of {inner.__name__}"
+def forget_trials(stopper: Any, trial_ids: Iterable[str]) -> bool:
+    """Make a restored stopper forget what it saw of trials that a resume runs again from scratch as new trials
+    (``Tuner.restore(restart_errored=True)``): Ray gives such a trial a new id, which its restored stopper has not
+    seen, so ``MaximumIterationStopper`` counts it from 0; fluidsalus keeps the id. The stoppers of
+    :mod:`fluidsalus.tune.stopper` that keep state per trial (``MaximumIterationStopper``, ``TrialPlateauStopper``,
+    in a ``CombinedStopper`` too) forget it; a stopper of the user's own keeps what it saw (a difference).
+
+    Args:
+        stopper: The run's stopper (a front end's wrapper of it too).
+        trial_ids: The trials restarted from scratch.
+
+    Returns:
+        Whether the stopper forgot anything (then the devices' copies must be made again).
+    """
+    forget = getattr(_own(stopper), "_forget_trial", None)
+    ids = list(trial_ids or ())
+    if not callable(forget) or not ids:
+        return False
+    for trial_id in ids:
+        forget(trial_id)
+    return True

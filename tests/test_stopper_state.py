@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from fluidsalus._periodic import PERIOD_ENV
-from fluidsalus.stopper_state import STOPPER_STATE_FILE, StopperSaves, restored_stopper
+from fluidsalus.stopper_state import STOPPER_STATE_FILE, StopperSaves, forget_trials, restored_stopper
 from fluidsalus.tune.stopper import CombinedStopper, MaximumIterationStopper, TimeoutStopper
 
 
@@ -45,6 +45,72 @@ def test_a_stopper_of_another_kind_or_none_starts_afresh(tmp_path, caplog):
     assert not os.path.exists(tmp_path / "none" / STOPPER_STATE_FILE)
 
 
+def _script_class() -> type:
+    """A stopper class of a script's own: each call makes another class object of the same name, as a resumed run's
+    script defines it again (``__main__``'s classes are pickled by value: the saved one comes back a copy)."""
+
+    class OwnStopper(MaximumIterationStopper):
+        pass
+
+    return OwnStopper
+
+
+def test_a_stopper_class_of_the_scripts_own_defined_again_by_a_resumed_run_gets_its_saved_state(tmp_path, caplog):
+    stopper = _script_class()(3)
+    stopper("a", {})
+    stopper("a", {})
+    assert StopperSaves(str(tmp_path), stopper).save()
+    fresh = _script_class()(3)
+    assert type(fresh) is not type(stopper)
+    with caplog.at_level(logging.WARNING, logger="fluidsalus.stopper_state"):
+        back = restored_stopper(str(tmp_path), fresh)
+    assert back is not fresh and back("a", {})  # (2 saved, then 3: it stops; it was taken for another kind)
+    assert "another stopper" not in caplog.text
+
+
+def test_only_the_users_stopper_is_restored_the_rules_a_translation_adds_are_the_resumed_runs(tmp_path, caplog):
+    """``tune.run(resume=True)`` may add other rules than the run it resumes (ASHA's ``max_t`` under a search
+    algorithm, or none): the saved wrapper's rule replaced the resumed run's, and a wrapper in one run and none in the
+    other made the user's stopper another kind, started afresh."""
+    from fluidsalus.tune._translate import MaxBudgetStop
+    from fluidsalus.tune._tuner import AnyStopWithStopper
+
+    first = AnyStopWithStopper(MaximumIterationStopper(3), [MaxBudgetStop("training_iteration", 3.0)])
+    first("a", {"training_iteration": 1})
+    first("a", {"training_iteration": 2})
+    assert StopperSaves(str(tmp_path), first).save()
+    given = AnyStopWithStopper(MaximumIterationStopper(3), [MaxBudgetStop("training_iteration", 5.0)])
+    back = restored_stopper(str(tmp_path), given)
+    assert back.rules[1:] == given.rules[1:]  # (max_t 5, this run's)
+    assert back("a", {"training_iteration": 3})  # (2 saved, then 3: the saved stopper stops it)
+    plain = MaximumIterationStopper(3)
+    with caplog.at_level(logging.WARNING, logger="fluidsalus.stopper_state"):
+        assert restored_stopper(str(tmp_path), plain)("a", {})  # (saved wrapped, resumed plain: the same kind)
+        plain("b", {})
+        plain("b", {})
+        assert StopperSaves(str(tmp_path), plain).save()  # (and the reverse: saved plain, resumed wrapped)
+        back = restored_stopper(str(tmp_path), given)
+    assert back.rules[1:] == given.rules[1:] and back("b", {"training_iteration": 3})  # (2 saved, then 3)
+    assert "another stopper" not in caplog.text
+
+
+def test_a_trial_restarted_as_a_new_one_is_forgotten_by_the_per_trial_stoppers():
+    from fluidsalus.tune._translate import MaxBudgetStop
+    from fluidsalus.tune._tuner import AnyStopWithStopper
+    from fluidsalus.tune.stopper import TrialPlateauStopper
+
+    plateau = TrialPlateauStopper("m", num_results=2, grace_period=2)
+    stopper = AnyStopWithStopper(CombinedStopper(MaximumIterationStopper(3), plateau),
+                                 [MaxBudgetStop("training_iteration", 9.0)])
+    for trial_id in ("a", "b"):
+        stopper(trial_id, {"m": 1.0})
+        stopper(trial_id, {"m": 2.0})
+    assert forget_trials(stopper, ["a"])
+    assert not stopper("a", {"m": 1.0})  # (counted from 0: 1 result, within the plateau's grace period)
+    assert stopper("b", {"m": 2.0})  # (b kept its 2: its third ends it)
+    assert not forget_trials(stopper, []) and not forget_trials(TimeoutStopper(60), ["a"])
+
+
 def test_a_stopper_that_cannot_be_pickled_or_a_file_that_cannot_be_read_is_warned_of_once(tmp_path, caplog):
     stopper = MaximumIterationStopper(2)
     stopper.lock = threading.Lock()  # (state it made since the start)
@@ -72,3 +138,5 @@ def test_a_bad_save_period_is_refused_naming_the_variable(monkeypatch, value, tm
     monkeypatch.setenv(PERIOD_ENV, value)
     with pytest.raises(ConfigError, match=f"{PERIOD_ENV} must be 'auto' or a number of seconds >= 0"):
         StopperSaves(str(tmp_path), MaximumIterationStopper(2))
+    for nothing_to_save in (None, {"training_iteration": 3}, lambda trial_id, result: False):
+        StopperSaves(str(tmp_path), nothing_to_save).maybe_save()  # (a plain run without a stopper object: refused)

@@ -836,6 +836,21 @@ def test_a_refused_restore_is_refused_before_ray_starts_and_another_driver_wins_
             for root, _, names in os.walk(path) for name in names if name != ".driver.lock"} == before
 
 
+def test_a_trial_restart_errored_restarts_is_counted_afresh_by_the_restored_stopper_as_rays_new_trial(
+        ray_cluster, storage: str, tmp_path) -> None:
+    """Ray restarts an errored trial as a new trial (a new id), which its restored stopper has not seen; fluidsalus
+    keeps the id, so the restored ``MaximumIterationStopper(4)`` counted the failed attempt's 2 results and ended the
+    restarted trial at 2 (h255's F4; Ray's, and fluidsalus's before stoppers were restored, end at 4)."""
+    from fluidsalus.tune.stopper import MaximumIterationStopper
+
+    grid = _tuner(_checkpointing, storage, {"x": 1, "flag": str(tmp_path / "flag"), "iterations": 4},
+                  {"name": "restart_stopper", "stop": MaximumIterationStopper(4)}).fit()
+    assert grid.num_errors == 1 and grid[0].metrics["i"] == 2
+    path = os.path.join(storage, "restart_stopper")
+    grid = Tuner.restore(path, _checkpointing, restart_errored=True).fit()
+    assert grid.num_errors == 0 and grid[0].metrics["i"] == 4 and grid[0].metrics["resumed_from"] == 0
+
+
 def test_restore_restart_errored_starts_from_scratch(ray_cluster, storage: str, tmp_path) -> None:
     path = _errored_experiment(storage, "restart_errored", str(tmp_path / "flag"))
     grid = Tuner.restore(path, _checkpointing, restart_errored=True, resume_errored=False).fit()

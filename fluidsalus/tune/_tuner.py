@@ -189,6 +189,11 @@ class AnyStopWithStopper(AnyStop):
         """The stopper's device view (``stopper.for_devices``) with the other rules."""
         return AnyStop([for_devices(self.stopper), *self.rules[1:]])
 
+    def with_stopper(self, stopper: Any) -> AnyStopWithStopper:
+        """The same added rules around another stopper: a resumed run's saved one (``fluidsalus.stopper_state``),
+        with the rules this run's translation adds, not those of the run that saved it."""
+        return AnyStopWithStopper(stopper, self.rules[1:])
+
 
 def combine_stops(stop: Any, extra: list[Callable[[str, Mapping[str, Any]], bool]]) -> Any:
     """The user's ``stop`` with the rules a translation adds (the user's own when there are none). A dict of
@@ -593,7 +598,7 @@ class Tuner:
         self._restore_flags = {"resume_unfinished": resume_unfinished, "resume_errored": resume_errored,
                                "restart_errored": restart_errored}
 
-    def _apply_restore_flags(self, store: ExperimentStore, searcher: BaseSearcher) -> None:
+    def _apply_restore_flags(self, store: ExperimentStore, searcher: BaseSearcher) -> list[str]:
         """Carry out :meth:`restore`'s flags on the stored trials, once ``fluidsalus.run`` accepted the resume
         (its :func:`~fluidsalus.api.on_resume` hook: a refused resume changes no trial) and before it loads them.
 
@@ -604,15 +609,20 @@ class Tuner:
         Args:
             store: The experiment's store, open for writing.
             searcher: The run's searcher, restored from the store.
+
+        Returns:
+            The errored trials it made start again from scratch (``restart_errored``), which Ray restarts as new
+            trials: their restored stopper forgets them (``fluidsalus.api.on_resume``).
         """
         flags, self._restore_flags = self._restore_flags, None
+        restarted: list[str] = []
         if not flags:
-            return
+            return restarted
         again_errored = flags["resume_errored"] or flags["restart_errored"]
         from_scratch = flags["restart_errored"] and not flags["resume_errored"]
         raised = raised_trial(store)
         if flags["resume_unfinished"] and not again_errored and raised is None:
-            return
+            return restarted
         now, done, events = time.time(), [], []
         folders = store.trial_dirs()
         # The run's end ended the search (its time budget, stop_all(), fail_fast=True): the run ends again at once, and
@@ -650,6 +660,8 @@ class Tuner:
                     store.update_trial(row.trial_id, **fields)
                 events.append((now, _RESTORE_EVENT, row.trial_id, None,
                                {"action": "restart_errored" if from_scratch else "resume_errored"}))
+                if from_scratch:
+                    restarted.append(row.trial_id)
             elif row.status not in FINAL_STATUSES and not flags["resume_unfinished"]:
                 store.update_trial(row.trial_id, status=TERMINATED, stop_reason=NOT_RESUMED, finished_at=now)
                 events.append((now, _RESTORE_EVENT, row.trial_id, None, {"action": "not_resumed"}))
@@ -660,6 +672,7 @@ class Tuner:
             store.set_searcher_state(searcher.state_json())  # and the logged calls go: the state has them
         if events:
             store.add_events(events)
+        return restarted
 
     @staticmethod
     def _restore_trials_view(experiment_dir: str, tags: Tagger, names: dict[str, Any] | None,
@@ -918,7 +931,7 @@ class Tuner:
             adapter.setup(**setup)
         accepted = False
 
-        def resume_accepted(store: ExperimentStore, searcher: BaseSearcher) -> None:
+        def resume_accepted(store: ExperimentStore, searcher: BaseSearcher) -> list[str]:
             """A resume that fluidsalus.run accepted: the callbacks' setups, then the flags change the stored
             trials, and the callbacks see them as they are then. A setup that raises ends the run before the flags
             changed anything (as Ray's, whose restore changes its trials in memory only: the experiment is left
@@ -927,10 +940,11 @@ class Tuner:
             nonlocal accepted
             if adapter is not None:
                 adapter.setup(**setup)
-            self._apply_restore_flags(store, searcher)
+            restarted = self._apply_restore_flags(store, searcher)
             if adapter is not None:
                 adapter.restore_trials()
             accepted = True  # (a callback whose setup raised gets no on_experiment_end, as in Ray and a new run)
+            return restarted
         gpus = gpu_hint(counted)
         if gpus is not None and gpus > 1:
             warnings.warn(MANY_GPUS_WARNING.format(gpu=gpus), UserWarning, stacklevel=2)

@@ -89,6 +89,13 @@ class CombinedStopper(Stopper):
         """The stoppers' device views (:func:`for_devices`), combined."""
         return CombinedStopper(*(for_devices(stopper) for stopper in self._stoppers))
 
+    def _forget_trial(self, trial_id: str) -> None:
+        """Each stopper forgets the trial (:func:`fluidsalus.stopper_state.forget_trials`)."""
+        for stopper in self._stoppers:
+            forget = getattr(stopper, "_forget_trial", None)
+            if callable(forget):
+                forget(trial_id)
+
 
 class FunctionStopper(Stopper):
     """Wraps a function ``f(trial_id, result) -> bool``; never stops everything."""
@@ -120,6 +127,10 @@ class MaximumIterationStopper(Stopper):
 
     def stop_all(self) -> bool:
         return False
+
+    def _forget_trial(self, trial_id: str) -> None:
+        """Count the trial from 0 again (:func:`fluidsalus.stopper_state.forget_trials`)."""
+        self._iter.pop(trial_id, None)
 
 
 class TimeoutStopper(Stopper):
@@ -212,6 +223,11 @@ class TrialPlateauStopper(Stopper):
         except (TypeError, ValueError):
             deviation = float("inf")
         return deviation < self._std
+
+    def _forget_trial(self, trial_id: str) -> None:
+        """Count the trial and its values from none again (:func:`fluidsalus.stopper_state.forget_trials`)."""
+        self._iter.pop(trial_id, None)
+        self._trial_results.pop(trial_id, None)
 
     def stop_all(self) -> bool:
         return False
