@@ -121,7 +121,13 @@ def restored_stopper(experiment_dir: str, given: Any) -> Any:
         The stopper to run with.
     """
     path = os.path.join(experiment_dir, STOPPER_STATE_FILE)
-    if not _saves_state(given) or not os.path.isfile(path):
+    if not os.path.isfile(path):
+        return given
+    if not _saves_state(given):
+        # (Ray's restored controller goes on with its saved stopper whatever the resumed run is given; here the
+        # run's own stop rule, or none, replaces it, and says so)
+        logger.warning("the experiment ran with a stopper object, saved in %s; this run's stop (%s) replaces it",
+                       path, "none" if given is None else type(given).__name__)
         return given
     try:
         with open(path, "rb") as f:

@@ -40,7 +40,13 @@ def test_a_stopper_of_another_kind_or_none_starts_afresh(tmp_path, caplog):
     assert "the experiment ran with another stopper (CombinedStopper); this run's (MaximumIterationStopper)" \
         in caplog.text
     rule = {"training_iteration": 3}  # a dict's thresholds and a function keep no state to hand on
-    assert restored_stopper(str(tmp_path), rule) is rule
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="fluidsalus.stopper_state"):
+        assert restored_stopper(str(tmp_path), rule) is rule
+        assert restored_stopper(str(tmp_path), None) is None
+    # (said, where it was silent: h255's F6; Ray's restored controller keeps its saved stopper)
+    assert caplog.text.count("the experiment ran with a stopper object, saved in") == 2
+    assert "this run's stop (dict) replaces it" in caplog.text and "this run's stop (none)" in caplog.text
     assert not StopperSaves(str(tmp_path / "none"), rule).save()
     assert not os.path.exists(tmp_path / "none" / STOPPER_STATE_FILE)
 
