@@ -418,6 +418,39 @@ def test_a_resumed_run_goes_on_from_the_move_cost_it_measured(tmp_path):
     assert executor([_trial("a")]).planner.settings.move_cost_s == DEFAULT_MOVE_COST_S
 
 
+def test_a_resumed_run_has_the_time_budget_its_earlier_sessions_left_as_rays(tmp_path):
+    """Ray's ``time_budget_s`` is a ``TimeoutStopper`` in its saved experiment state: a restored run has what was
+    left. A resumed run here had the whole budget again (h255's F5: ``time_budget_s=20`` interrupted at 6 s, Ray's
+    restored run reported 49 more iterations, fluidsalus's 98). The time of the earlier sessions (``sessions()``:
+    from the creation to the last thing recorded, then from each resume) is spent."""
+    from fluidsalus.api import RESUME_EVENT
+    from fluidsalus.gpu.device import DeviceSpec
+    from fluidsalus.searchers import RandomSearch
+    from fluidsalus.trialgroup.executor import Executor, ExecutorSettings
+
+    store = ExperimentStore.create(str(tmp_path / "exp"), "exp", {}, None, None)
+    created = store.experiment()["created_at"]
+    store.add_events([(created + 12.0, "trial_end", "a", "cpu:0", {}),  # the first session ran 12 s
+                      (created + 100.0, RESUME_EVENT, None, None, {})])  # (resumed later)
+
+    def executor(trials: list[Any], budget: float) -> Any:
+        settings = ExecutorSettings("exp", str(tmp_path / "exp"), "f", verbose=0, time_budget_s=budget)
+        return Executor(cloudpickle.dumps((lambda config: None, None)), RandomSearch({"x": 1}), store,
+                        [DeviceSpec("cpu:0", "cpu", 0, 1)], settings, trials=trials)
+
+    resumed = executor([_trial("a", last_iteration=1)], 20.0)
+    assert resumed._budget_spent == pytest.approx(12.0, abs=0.1)
+    resumed._check_end()
+    assert resumed._ending is None  # 8 s left
+    spent = executor([_trial("a", last_iteration=1)], 11.0)
+    spent._check_end()
+    assert spent._ending == "time_budget"  # nothing left: it ends at once, as Ray's restored run
+    fresh = executor([], 11.0)  # a new run's budget is whole
+    assert fresh._budget_spent == 0.0
+    fresh._check_end()
+    assert fresh._ending is None
+
+
 def test_a_resumed_run_does_not_give_its_searcher_the_iterations_it_saw_before(tmp_path):
     """The stored searcher state commits with the results it was given: after a resume, each trial's highest
     stored iteration of its current configuration (since its last PBT exploit) is what the searcher has seen."""

@@ -912,6 +912,10 @@ class Executor:
             else set()
         self._progress = Progress(settings.verbose, settings.metric, settings.mode, None)
         self._started = time.time()
+        # The time the experiment ran in its earlier sessions (a resumed run's: store.sessions()), which its time
+        # budget spent: a restored run has what was left, as Ray's, whose budget is a TimeoutStopper in its saved
+        # experiment state (it had the whole budget again: h255's F5)
+        self._budget_spent = sum(end - start for start, end in store.sessions()[:-1]) if trials else 0.0
         self._first_error: str | None = None
         self._first_error_text: str | None = None  # that trial's own error, which names its type
         self._first_error_pickle: bytes | None = None  # and its exception, pickled (the raised error's cause)
@@ -1620,7 +1624,7 @@ class Executor:
         ended_before, self._ended_before = self._ended_before, None  # (judged at the first check only)
         if ended_before is not None and any(t.status not in FINAL_STATUSES for t in self.trials.values()):
             self._ending = ended_before  # (those a restore runs again, errored ones included, end unstarted)
-        elif budget is not None and time.time() - self._started >= budget:
+        elif budget is not None and time.time() - self._started + self._budget_spent >= budget:
             self._ending = "time_budget"
             if not any(t.last_result is not None or t.status in (RUNNING, PAUSED) for t in self.trials.values()):
                 logger.warning("time_budget_s=%g ended the run before any trial started or reported: the budget counts "
