@@ -243,8 +243,11 @@ def _tagged_console(monkeypatch) -> io.TextIOWrapper:
     ray_worker = sys.modules.get("ray._private.worker")
     if ray_worker is not None:
         # (Ray's forwarded lines of an earlier test's device processes, which its log thread prints to whatever
-        # sys.stdout is when they arrive, stay out of this console: "(fluidsalus cpu:0 pid=...)" lines, a CI run)
+        # sys.stdout is when they arrive, stay out of this console: "(fluidsalus cpu:0 pid=...)" lines, two CI runs.
+        # Its handler is a partial of print_to_stdstream made when Ray started, which then looks print_worker_logs
+        # up: patching print_to_stdstream alone left the lines in)
         monkeypatch.setattr(ray_worker, "print_to_stdstream", lambda data, ignore_prefix: None)
+        monkeypatch.setattr(ray_worker, "print_worker_logs", lambda *args, **kwargs: None)
     monkeypatch.setattr(sys, "stdout", Router(console))
     monkeypatch.setattr(sys, "stderr", Router(io.StringIO()))
     monkeypatch.setattr(sys, "__class__", types.ModuleType)
