@@ -69,13 +69,13 @@ class StopperSaves:
     def __init__(self, experiment_dir: str, stopper: Any) -> None:
         self.path = os.path.join(experiment_dir, STOPPER_STATE_FILE)
         self.stopper = stopper
-        self._failed = not _saves_state(stopper)  # (also set by a state that cannot be pickled: warned of once)
-        # (a run that saves nothing does not read the period: a plain fluidsalus.run refused a bad one it never used)
-        self._period = SavePeriod() if not self._failed else None
+        # None once nothing is to be saved: no stopper object (a run that saves nothing does not read the period: a
+        # plain fluidsalus.run refused a bad one it never used), or a state that could not be saved (warned of once)
+        self._period: SavePeriod | None = SavePeriod() if _saves_state(stopper) else None
 
     def maybe_save(self) -> None:
         """Save if the period says so."""
-        if self._period is not None and not self._failed and self._period.due():
+        if self._period is not None and self._period.due():
             self.save()
 
     def save(self) -> bool:
@@ -86,25 +86,24 @@ class StopperSaves:
             made since the start, say) or written (its folder gone): one warning, and a resume then starts it
             afresh.
         """
-        if self._failed:
+        if self._period is None:
             return False
         started = time.monotonic()
         try:
             data = cloudpickle.dumps(_own(self.stopper))
         except Exception as e:  # noqa: BLE001 - pickling fails with any type
-            self._failed = True
+            self._period = None
             logger.warning("the stopper's state cannot be saved (%s: %s); a resumed run starts it afresh",
                            type(e).__name__, e)
             return False
         try:
             write_atomically(self.path, data)
         except OSError as e:  # (the folder gone or full: the run goes on, as without the save)
-            self._failed = True
+            self._period = None
             logger.warning("the stopper's state cannot be written to %s (%s); a resumed run starts it afresh",
                            self.path, e)
             return False
-        if self._period is not None:
-            self._period.saved(time.monotonic() - started)
+        self._period.saved(time.monotonic() - started)
         return True
 
 

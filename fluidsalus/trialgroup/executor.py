@@ -2403,13 +2403,12 @@ class Executor:
                     self._awaiting_checkpoint.add(trial_id)
                 key = (trial_id, self.trials[trial_id].attempt, action)
                 on = self.trials[trial_id].placed_on  # (inspect names the device the change would have left)
-                if reason == REFUSED_NO_CHECKPOINT and on and self._withdrawal_unanswered(self._device(on[0])):
-                    # A trial of its device is on its way off it: asked back, its demand says it cannot restart
-                    # (it may have begun), so the plan held this one until the answer, which undoes that. Not
-                    # recorded (a report counted a refusal that never held: h245's F2); one that holds after a
-                    # declined withdrawal is, at the next plan once that trial reported.
-                    continue
-                if reason != REFUSED_LIMIT and key not in self._refused:
+                # Not while a trial of its device is on its way off it: asked back, its demand says it cannot
+                # restart (it may have begun), so the plan held this one until the answer, which undoes that (a
+                # report counted a refusal that never held: h245's F2); one that holds after a declined withdrawal
+                # is recorded at the next plan once that trial reported.
+                if reason != REFUSED_LIMIT and key not in self._refused and not (
+                        reason == REFUSED_NO_CHECKPOINT and on and self._withdrawal_unanswered(self._device(on[0]))):
                     self._refused.add(key)
                     events.append((now, "plan_refused", trial_id, None, {
                         "attempt": key[1], "action": action, "reason": reason,
@@ -2936,8 +2935,9 @@ class Executor:
         for kind, trial, event in acted:
             if kind == EV_RESULT:
                 if id(event) not in redone_at or event[4].get("done"):
-                    # (a redone result that ends the trial, by its stop rule, the run's end or the driver's stopper,
-                    # is given all the same: the trial's last result, which its Result and a logger's last row show)
+                    # (a redone result that ends the trial, by the trainable's own done or the run's end, is given
+                    # all the same: the trial's last result, which its Result and a logger's last row show; the stop
+                    # rule judges no redone result)
                     for callback in self.settings.callbacks:
                         callback.on_trial_result(trial.trial_id, event[4])
                 elif dirname := event[4].get("checkpoint_dir_name"):
