@@ -1653,6 +1653,21 @@ def test_the_driver_holds_pauses_on_its_devices_only_while_another_device_is_up_
     assert _sent(one._devices[0]) == []
 
 
+def test_the_driver_tells_its_devices_to_hold_pauses_before_it_sends_the_prefetched_trial_they_would_hold(tmp_path):
+    """The plan that prefetches a run's last trial empties the queue: the devices are told to hold pauses in the same
+    pass, before the submissions (``Executor._dispatch``). Told after them, the prefetched trial began at once behind
+    a neighbour that already waited for its verdict (the Optuna front end proposes the last trial once the others
+    started, so the neighbour's first ``should_prune`` may come first): the two time-sliced one device while the
+    other idled (CI's failure of ``test_optuna_frontend.py::test_in_the_runs_tail_a_prefetched_trial_waits_...``)."""
+    executor, store = _offline_executor(tmp_path, n_devices=2)
+    executor.searcher.proposes_new = lambda: False  # type: ignore[method-assign]
+    _queue(executor, store, _trial("a"), _trial("b", seq=1), _trial("c", seq=2))
+    executor._dispatch()
+    assert sorted(e.data["action"] for e in store.events("place")) == ["prefetch", "start", "start"]
+    assert [[name for name, _ in _sent(d)] for d in executor._devices] == [["hold_pauses", "submit"]] * 2
+    assert all(_sent(d)[0] == ("hold_pauses", (True,)) for d in executor._devices)
+
+
 #: Reports of :func:`_reports_slowly`, each after :data:`_REPORT_SLEEP_S`: long enough that a stop sent after the
 #: submit lands before the trial ends.
 _SLOW_REPORTS = 50

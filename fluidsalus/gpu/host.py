@@ -476,11 +476,12 @@ class DeviceHost:
         self._call_seq = 0
         self._grant_seq = 0  # counts every turn given anywhere on the device (for "ran alone" checks)
         self._hold_pauses = False  # see hold_pauses
-        # While pauses are held: trial paused at its budget -> the poll that takes that result (its batch answered
-        # once the driver polls again: _handled)
+        # Trial paused at its budget -> the poll that takes that result (its batch answered once the driver polls
+        # again: _handled). Kept whether or not pauses are held: a pause that began before the driver said to hold
+        # them holds a prefetched trial submitted after (hold_pauses)
         self._pauses: dict[str, int] = {}
-        # While pauses are held: trials waiting for the driver's verdict on a result (a verdict call: answered when
-        # they take their turn back, or end)
+        # Trials waiting for the driver's verdict on a result (a verdict call: answered when they take their turn
+        # back, or end); kept whether or not pauses are held, as _pauses
         self._verdict_waits: set[str] = set()
         self._closed = False
         self._storage_seen = False  # the experiment's store was seen from this node (_check_storage)
@@ -623,13 +624,16 @@ class DeviceHost:
         trial that has begun, without a checkpoint, cannot leave). Begun at a pause that ASHA answers with a promotion,
         it would time-slice one slot with the promoted trial to their ends while that device idled. Otherwise every
         freed slot gets a queued trial, and the prefetched trial begins at the pause, using the driver's round trip
-        (which a pause that ends in a stop would otherwise leave idle)."""
+        (which a pause that ends in a stop would otherwise leave idle).
+
+        A pause or a verdict wait that began before the driver said to hold them holds too: the driver says so
+        before it sends the first prefetched trial that would be held (``Executor._dispatch``), which may come
+        after its neighbour's first driver call (the Optuna front end proposes a run's last trial once the others
+        have started). The device keeps its pauses and verdict waits either way; this says whether they hold."""
         with self._lock:
             self._hold_pauses = hold
             if not hold:
-                waits, self._verdict_waits = self._verdict_waits, set()
-                self._answered_locked(list(self._pauses))
-                self._grant_lanes_of_locked(waits)
+                self._grant_lanes_of_locked([*self._pauses, *self._verdict_waits])
 
     def answer(self, call_id: int, value: Any, is_error: bool = False) -> None:
         """Deliver the driver's answer to a trial waiting in ``call_driver`` (an exception if ``is_error``)."""
@@ -792,8 +796,8 @@ class DeviceHost:
         eligible = [tid for tid in turn.ready if not self._held(tid)]
         if not eligible:  # only prefetched trials wait: one begins unless a trial ahead of it is still starting
             # or (pauses held) is paused at its budget until the driver answered, or waits for its verdict on a result
-            if any(self._starting_ahead(tid) for tid in turn.ready) or (
-                    (self._pauses or self._verdict_waits) and self._pause_unanswered(turn)):
+            if any(self._starting_ahead(tid) for tid in turn.ready) or (self._hold_pauses and (
+                    self._pauses or self._verdict_waits) and self._pause_unanswered(turn)):
                 return
             eligible = list(turn.ready)
         views = [self._view(tid, turn.ready[tid]) for tid in eligible]
@@ -819,8 +823,9 @@ class DeviceHost:
         return r.spec.prefetched and not r.began and not r.session.stop_requested.is_set()
 
     def _pause_unanswered(self, turn: _LaneTurn) -> bool:
-        """Whether a trial of the lane of ``turn`` is paused at its budget, or waits for its verdict on a result
-        (pauses held: :meth:`hold_pauses`), and the driver has not answered yet."""
+        """Whether a trial of the lane of ``turn`` is paused at its budget, or waits for its verdict on a result,
+        and the driver has not answered yet (while pauses are held, that holds a prefetched trial:
+        :meth:`hold_pauses`)."""
         running = self._running
         return any(tid in running and self._turns.get(running[tid].lane_id) is turn
                    for tid in (*self._pauses, *self._verdict_waits))
@@ -908,7 +913,7 @@ class DeviceHost:
         ``session``: see :meth:`_running_of`."""
         with self._lock:
             r = self._running_of(trial_id, session)
-            if verdict and self._hold_pauses:
+            if verdict:
                 self._verdict_waits.add(trial_id)
             self._release_locked(r, ready)
 
@@ -1258,7 +1263,7 @@ class DeviceHost:
                 self._emit_locked((EV_RESULT, trial_id, attempt, time.time(), result, paused,
                                    session.stopped_by_rule), wake=prompt)
                 delivered_by[0] = self._taken + 1  # (the next poll takes it)
-                if paused and self._hold_pauses:
+                if paused:
                     self._pauses[trial_id] = delivered_by[0]
 
         def await_delivery() -> None:

@@ -2432,6 +2432,9 @@ class Executor:
         self._send_stop([tid for tid, _, _ in actions.move] + actions.preempt, no_verdict=True)
         for index, attempts in withdraws.items():
             self._send(self._device(index), "withdraw", list(attempts), attempts)
+        # (before the submissions: a device that is to hold pauses holds them before its prefetched trial can begin,
+        # behind a neighbour's pause or verdict wait that may have begun already; after them it began at once)
+        self._tell_hold_pauses()
         self._submit(submits)
         for trial_id in unplaceable:  # committed: tell the callbacks
             trial = self.trials[trial_id]
