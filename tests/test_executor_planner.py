@@ -2745,6 +2745,30 @@ def test_a_held_suspect_of_a_dead_device_does_not_start_past_its_replacements_sl
     assert [(e.trial_id, e.data["action"]) for e in store.events("place")][before:] == [("b", "prefetch")]
 
 
+def test_a_held_suspect_that_names_a_dead_device_drops_it_as_any_queued_trial(tmp_path, monkeypatch):
+    """``_planned`` dropped a dead device from queued trials only after it had skipped the held suspects: one that
+    still named the device (none does since ``_requeue`` clears it, h250) kept it while held. The check now comes
+    first."""
+    from fluidsalus.gpu.host import EV_START
+    from fluidsalus.trialgroup import executor as executor_module
+
+    executor, store = _offline_executor(tmp_path, slots=2)
+    device = executor._devices[0]
+    _queue(executor, store, _trial("a"), _trial("b", seq=1))
+    for tid in "ab":
+        executor.searcher.on_trial_add(tid, "g", {})
+    executor._dispatch()
+    executor._handle(device, [(EV_START, "a", 0, 0.5), (EV_START, "b", 0, 0.5)])
+    monkeypatch.setattr(executor_module, "start_device_actor", lambda *args: _FakeActor())
+    executor._device_died(device, RuntimeError("the process died"))
+    held = executor._held_suspects()
+    assert held and not device.alive
+    for tid in held:
+        executor.trials[tid].devices = (0,)  # (as a suspect kept it before _requeue cleared it)
+    states = executor._planned()
+    assert not held & states.keys() and all(executor.trials[tid].devices == () for tid in held)
+
+
 def test_a_resumed_trial_paused_at_its_budget_waits_for_its_searcher(tmp_path):
     """A resume queued it with nothing to run before its budget: the planner never starts such a trial, so it
     waited in the queue, and the run, for ever (a helper's run ended only at its time budget)."""

@@ -2274,12 +2274,11 @@ class Executor:
         stalled = self._stalled()
         held = self._held_suspects()
         for trial_id in self.pending if queued is None else queued:
-            if trial_id in held:
-                continue
             trial = self.trials[trial_id]
             if trial.devices and not all(self._device(i).alive for i in trial.devices):
-                trial.devices = ()  # kept for a device that is gone: placed afresh
-            states[trial_id] = TrialState((), min_devices=low)
+                trial.devices = ()  # kept for a device that is gone: placed afresh (a held suspect too)
+            if trial_id not in held:
+                states[trial_id] = TrialState((), min_devices=low)
         for device in self._devices:
             for trial_id in device.assigned:
                 trial = self.trials[trial_id]
