@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -93,6 +94,49 @@ def began_on_the_freed_device(experiment_path: str) -> bool:
         return False
     moved = withdrawn[0]
     return moved.device != devices[moved.trial_id] == moved.data["to"][0]
+
+
+#: Longest a trial of :func:`start_devices_warm` waits for trials to have run in every device's process: far more
+#: than an actor's start on a loaded 2-core machine (1-5 s), less than the run's ``ACTOR_START_TIMEOUT_S``.
+DEVICES_UP_WAIT_S = 60.0
+
+
+def _waits_for_every_device(config: dict[str, Any]) -> None:
+    """Marks its process in ``config["marks"]``, then waits until ``config["devices"]`` processes have, or until
+    ``config["deadline"]``."""
+    import fluidsalus
+
+    open(os.path.join(config["marks"], str(os.getpid())), "w").close()
+    while len(os.listdir(config["marks"])) < config["devices"] and time.time() < config["deadline"]:
+        time.sleep(0.05)
+    fluidsalus.report({"pid": os.getpid()})
+
+
+def start_devices_warm(folder: str, devices: int, cpus_per_device: float) -> None:
+    """Leave this process ``devices`` warm device actors of ``cpus_per_device`` cores, each up: the next run of
+    that shape begins on all of its devices at once (``Executor._start_devices`` takes warm actors without
+    waiting), as a test of how the planner spreads trials over devices needs.
+
+    A run goes on without a new actor that has not come up within as long again as the first took (and beside a
+    warm actor within twice that one's first start), and joins it later: on a loaded 2-core machine the second
+    came up after the test's few trials had all run on the first device. Here a short run's trials each wait until
+    trials have run in every device's process, so that the run ends, and parks its actors, only once all are up.
+
+    Args:
+        folder: Where the short run keeps its experiment and marks (a test's ``tmp_path`` or storage).
+        devices: How many devices.
+        cpus_per_device: Each device's cores, as the next run asks.
+    """
+    import fluidsalus
+
+    marks = os.path.join(folder, "devices_up_marks")
+    os.makedirs(marks)
+    grid = fluidsalus.run(_waits_for_every_device, {"i": fluidsalus.grid_search(list(range(2 * devices))),
+                                                    "marks": marks, "devices": devices,
+                                                    "deadline": time.time() + DEVICES_UP_WAIT_S},
+                          devices=devices, cpus_per_device=cpus_per_device, storage_path=folder, name="devices_up",
+                          verbose=0)
+    assert grid.num_errors == 0 and len({r.metrics["pid"] for r in grid}) == devices, "a device never came up"
 
 
 class StopAllAfter:

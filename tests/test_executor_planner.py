@@ -15,7 +15,7 @@ from typing import Any
 
 import cloudpickle
 import pytest
-from _trials import patch_ray
+from _trials import patch_ray, start_devices_warm
 
 import fluidsalus
 from fluidsalus.callbacks import Callback as EngineCallback
@@ -1251,7 +1251,9 @@ def steps(config):
 @pytest.mark.usefixtures("ray_cluster")
 def test_more_trials_than_fit_wait_and_drain(storage):
     """Ten trials on two single-slot devices: each device computes one and holds at most one prefetched, and
-    every trial runs to the end."""
+    every trial runs to the end. (Both devices are up when the run begins: with the second still starting on a
+    loaded machine, the first ran every trial.)"""
+    start_devices_warm(storage, devices=2, cpus_per_device=1)
     grid = fluidsalus.run(steps, {"n": fluidsalus.grid_search([3, 5, 7, 4, 6, 8, 3, 5, 4, 6])}, devices=2,
                           cpus_per_device=1, storage_path=storage, name="drain", verbose=0)
     assert len(grid) == 10 and grid.num_errors == 0
@@ -1272,6 +1274,7 @@ def test_more_trials_than_fit_wait_and_drain(storage):
 
 @pytest.mark.usefixtures("ray_cluster")
 def test_place_events_record_the_planners_decisions(storage):
+    start_devices_warm(storage, devices=2, cpus_per_device=1)  # (both up at the start: the first two spread)
     grid = fluidsalus.run(steps, {"n": fluidsalus.grid_search([4, 4, 4])}, devices=2, cpus_per_device=1,
                           storage_path=storage, name="placed", verbose=0)
     places = _events(grid, "place")
@@ -1347,6 +1350,7 @@ def test_a_trial_moves_only_from_a_checkpoint(storage, checkpoint, reads):
     never asks for: restarted, it would start over while its iterations went on from the checkpoint's (it moved,
     and a helper's ASHA sweep judged an XGBoost trial of 4 rounds at its rung 8)."""
     space = {"n": fluidsalus.grid_search([40, 8, 40]), "checkpoint": checkpoint, "reads": reads}
+    start_devices_warm(storage, devices=2, cpus_per_device=1)  # (both up at the start: 'a' and 'short' spread)
     grid = fluidsalus.run(unevenly, space, devices=2, cpus_per_device=1, storage_path=storage,
                           name=f"move{checkpoint}{reads}", verbose=0,
                           call_handler=lambda trial_id, method, args: None)
