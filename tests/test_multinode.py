@@ -450,9 +450,8 @@ def trainable(config):
             f.write(str(i + 1))
         fluidsalus.report({{"loss": config["x"] + i, "node": node}},
                           checkpoint=fluidsalus.Checkpoint.from_directory(folder))
-        open(os.path.join(MARKS, "reported_" + node), "w").close()
-        # After its first report a trial waits until one has reported on each node that joins after the worker's
-        # death (or the deadline): so the run still has trials when their devices join.
+        # After its first report a trial waits until the driver has stored a result from each node that joins after
+        # the worker's death (or the deadline): so the run still has trials when their devices join.
         while os.path.exists(os.path.join(MARKS, "waiting")) and time.time() < DEADLINE:
             time.sleep(0.05)
 
@@ -472,16 +471,27 @@ try:
                                      metric="loss", mode="min", address=cluster.address, storage_path=STORAGE,
                                      name="node_loss", verbose=0)
 
+    # The nodes of the results the driver has stored. (A mark the trainable wrote once report() returned on a node
+    # was no proof: the result may still be on its way to the driver when the node is removed, or belong to an
+    # attempt the driver gave up on as the new devices joined, whose later events it drops by design.)
+    def stored_nodes():
+        if not os.path.exists(os.path.join(STORAGE, "node_loss", "experiment.db")):
+            return set()
+        store = ExperimentStore.open(os.path.join(STORAGE, "node_loss"), readonly=True)
+        try:
+            return {{r.metrics["node"] for r in store.results(latest_attempt_only=False)}}
+        finally:
+            store.close()
+
     thread = threading.Thread(target=sweep, daemon=True)
     thread.start()
-    while not os.path.exists(os.path.join(MARKS, "reported_" + worker.node_id)) and time.time() < DEADLINE:
-        time.sleep(0.05)
+    while worker.node_id not in stored_nodes() and time.time() < DEADLINE:
+        time.sleep(0.1)
     cluster.remove_node(worker)
     back = cluster.add_node(num_cpus=2)  # as the worker's node coming back: a new node id
     more = cluster.add_node(num_cpus=2)  # and one more
-    while not all(os.path.exists(os.path.join(MARKS, "reported_" + n.node_id)) for n in (back, more)) \
-            and time.time() < DEADLINE:
-        time.sleep(0.05)
+    while not {{back.node_id, more.node_id}} <= stored_nodes() and time.time() < DEADLINE:
+        time.sleep(0.1)
     os.remove(os.path.join(MARKS, "waiting"))
     thread.join()
     store = ExperimentStore.open(os.path.join(STORAGE, "node_loss"), readonly=True)
