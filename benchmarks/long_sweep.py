@@ -3,6 +3,7 @@
     python benchmarks/long_sweep.py                              # N = 250, 500, 1000, 2000; every tool
     python benchmarks/long_sweep.py --trials 1000 --tools fluidsalus --json-only
     python benchmarks/long_sweep.py --trials 60 --step-s 0.005 --no-pruning  # every trial's 9 steps wait 5 ms
+    python benchmarks/long_sweep.py --address auto   # on the cluster this machine belongs to (`ray start`)
 
 Each trial reports :data:`REPORTS` times and does nothing else, so the whole time is the engine's: for
 fluidsalus the driver (searcher, planner, store) and the round trips to the virtual CPU devices; for Optuna
@@ -10,7 +11,7 @@ fluidsalus the driver (searcher, planner, store) and the round trips to the virt
 :class:`~fluidsalus.searchers.ASHA` with ``grace_period=1``, ``reduction_factor=3``, ``max_t=REPORTS`` and a
 fixed seed; ``optuna`` the pruner with the same rungs and a seeded ``RandomSampler``; ``fluidsalus_optuna`` the
 same study through :func:`fluidsalus.optuna.optimize`, whose trials ask the driver for each suggestion and each
-pruning decision (a round trip per report). Ray is started once, before any
+pruning decision (a round trip per report). Ray is started once (or joined, with ``--address``), before any
 timing (``trivial`` in ``compare.py`` measures the per-trial cost of a short sweep; Ray Tune, at about 2 s per
 trial here, is left out: 2,000 trials would take more than an hour).
 
@@ -125,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-pruning", action="store_true",
                         help="every trial runs all its steps (RandomSearch; Optuna's NopPruner)")
     parser.add_argument("--json-only", action="store_true", help="print only the JSON line")
+    parser.add_argument("--address", default=None,
+                        help="join this running Ray cluster (as ray.init(address=...)) instead of starting a new "
+                             "2-CPU one; its CPUs set the fluidsalus tools' devices")
     args = parser.parse_args(argv)
     if not args.step_s >= 0:
         parser.error(f"--step-s must be >= 0, got {args.step_s}")
@@ -145,9 +149,11 @@ def main(argv: list[str] | None = None) -> int:
             import ray
 
             os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-            # a new 2-CPU cluster even where another Ray runs here (a plain ray.init would join that one)
-            ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False,
-                     logging_level=logging.WARNING)
+            if args.address:
+                ray.init(address=args.address, configure_logging=False, logging_level=logging.WARNING)
+            else:  # a new 2-CPU cluster even where another Ray runs here (a plain ray.init would join that one)
+                ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False,
+                         logging_level=logging.WARNING)
         for n in lengths:
             for tool in tools:
                 pruning = not args.no_pruning

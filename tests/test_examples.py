@@ -20,12 +20,21 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
 
 
-def test_quickstart_smoke_test_prints_best_config_and_accuracy_under_the_environments_storage_path(tmp_path):
+def test_quickstart_smoke_test_prints_best_config_and_accuracy_under_the_environments_storage_path(tmp_path,
+                                                                                                    ray_cluster):
     """Without --storage-path it wrote to ./fluidsalus_results whatever FLUIDSALUS_STORAGE_PATH said, so
     `fluidsalus ls` did not find it (one sweep checks both: each costs 20 s on 2 cores)."""
+    # The script joins the suite's Ray through RAY_ADDRESS, as it joins a cluster of `ray start` (fluidsalus connects
+    # where the script has no ray.init): a Ray start and shutdown of its own cost seconds of the suite's two cores,
+    # and the quickstart's sweep, store and printout are the same. fluidsalus starting Ray in a driver of its own is
+    # shown by test_searchers_pbt.py::test_an_exploit_shows_rays_lines_on_the_console_of_a_run_that_started_ray.
+    # --device cpu: the suite's Ray declares no GPU (conftest), so its actors see none; where torch sees none, as on
+    # CI, it is what the default (auto) picks anyway, and the usage checks of --device are the tests below.
+    env = {**_env(), "FLUIDSALUS_STORAGE_PATH": str(tmp_path / "results"),
+           "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address}
     out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "quickstart.py"), "--smoke-test",
-                          "--name", "here"], capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                         env={**_env(), "FLUIDSALUS_STORAGE_PATH": str(tmp_path / "results")})
+                          "--name", "here", "--device", "cpu"], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     accuracy = re.search(r"accuracy\D*([01]\.\d+)", out.stdout)
     assert accuracy and float(accuracy.group(1)) > ABOVE_CHANCE, out.stdout

@@ -43,14 +43,26 @@ DEVICE_IMPORTED_TEST_MODULES = ("test_tune_frontend", "test_tune_run", "test_tun
                                 "test_tune_search_via_optuna")
 
 
+#: Test modules whose trainables run on device actors, with the libraries each imports only in the tests and
+#: trainables that use them (at its top they cost each pytest-xdist process that collects it, and each device
+#: process that runs any of its trainables, 3-4 CPU-s).
+LAZY_LIBRARY_TEST_MODULES = {"test_tune_integration": ("sklearn", "lightgbm", "xgboost", "lightning")}
+
+
 def test_the_tune_test_modules_that_device_actors_import_leave_ray_tune_and_pandas_out():
     """A device actor imports the test module of each trainable it runs, so the module's top-level imports are paid
     by every device process its runs start: ``ray.tune`` (and pandas, pyarrow with it) cost each one about 1.5
-    CPU-s. These modules read it through ``_trials.LazyRayTune``, at a test's first use, in the test's process."""
+    CPU-s. These modules read it through ``_trials.LazyRayTune``, at a test's first use, in the test's process.
+    The modules of :data:`LAZY_LIBRARY_TEST_MODULES` leave the libraries listed there out: they import them in the
+    tests and trainables that use them."""
     import os
 
     tests = os.path.dirname(os.path.abspath(__file__))
     run_fresh(f"import sys\nsys.path.insert(0, {tests!r})\n"
               f"import fluidsalus.gpu.actor\nfor name in {DEVICE_IMPORTED_TEST_MODULES!r}:\n    __import__(name)\n"
               "heavy = sorted(m for m in ('ray.tune', 'pandas', 'pyarrow') if m in sys.modules)\n"
-              "assert not heavy, heavy\n")
+              "assert not heavy, heavy\n"
+              f"for name, libraries in {LAZY_LIBRARY_TEST_MODULES!r}.items():\n"
+              "    __import__(name)\n"
+              "    heavy = sorted(m for m in libraries if m in sys.modules)\n"
+              "    assert not heavy, (name, heavy)\n")

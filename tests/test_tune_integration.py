@@ -5,28 +5,39 @@ run inside trials of a real ``Tuner`` on the shared test Ray, where each round's
 experiment. Ray's own ``xgboost_example.py`` and ``lightgbm_example.py`` run in ``tests/test_tune_examples.py``.
 """
 
-# ruff: noqa: E402 - the optional library is imported through pytest.importorskip, before the modules that need it
 from __future__ import annotations
+
+import importlib
+import importlib.util
+from types import ModuleType
 
 import numpy as np
 import pytest
-import sklearn.datasets
-
-lightgbm = pytest.importorskip("lightgbm")
-xgboost = pytest.importorskip("xgboost")
-from lightgbm.callback import CallbackEnv
 
 import fluidsalus.tune as tune
 from fluidsalus.errors import ConfigError
 from fluidsalus.tune.integration import _report_callback
-from fluidsalus.tune.integration import lightgbm as tune_lightgbm
-from fluidsalus.tune.integration import xgboost as tune_xgboost
+
+# Found, not imported: scikit-learn, LightGBM and XGBoost (with fluidsalus's modules for them, which import them)
+# are imported where a test or a trainable uses them. Imported here, they cost each pytest-xdist process that
+# collects this module 3-4 CPU-s, the one that runs none of its tests too, and each device process that runs its
+# Lightning trainable, which needs none of them.
+pytestmark = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("lightgbm", "xgboost")),
+                                reason="needs lightgbm and xgboost (the test extra)")
+
+
+def _integration(library: str) -> ModuleType:
+    """``fluidsalus.tune.integration.xgboost`` or ``.lightgbm``."""
+    return importlib.import_module(f"fluidsalus.tune.integration.{library}")
+
 
 #: Rows of the breast cancer data (shipped with scikit-learn) the trials train on: enough for a real split.
 _TRAIN_ROWS = 400
 
 
 def _data() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    import sklearn.datasets
+
     x, y = sklearn.datasets.load_breast_cancer(return_X_y=True)
     return x[:_TRAIN_ROWS], y[:_TRAIN_ROWS], x[_TRAIN_ROWS:], y[_TRAIN_ROWS:]
 
@@ -60,14 +71,17 @@ def test_a_metric_the_round_did_not_evaluate_is_an_error_listing_the_ones_it_did
     ({"metrics": {"loss": 3}}, r"metrics must name metrics by str, got 'loss': 3"),
     ({"results_postprocessing_fn": "mean"}, r"results_postprocessing_fn must be None or a callable, got str"),
 ])
-@pytest.mark.parametrize("callback", [tune_xgboost.TuneReportCheckpointCallback,
-                                      tune_lightgbm.TuneReportCheckpointCallback])
-def test_bad_arguments_are_refused_naming_the_argument(callback, kwargs, message) -> None:
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm"])
+def test_bad_arguments_are_refused_naming_the_argument(library, kwargs, message) -> None:
     with pytest.raises(ConfigError, match=rf"TuneReportCheckpointCallback: {message}"):
-        callback(**kwargs)
+        _integration(library).TuneReportCheckpointCallback(**kwargs)
 
 
 def test_lightgbm_rounds_are_named_as_ray_names_them_under_train_and_cv() -> None:
+    from lightgbm.callback import CallbackEnv
+
+    from fluidsalus.tune.integration import lightgbm as tune_lightgbm
+
     def env(results: list) -> CallbackEnv:
         return CallbackEnv(model=None, params={}, iteration=0, begin_iteration=0, end_iteration=1,
                            evaluation_result_list=results)
@@ -79,13 +93,17 @@ def test_lightgbm_rounds_are_named_as_ray_names_them_under_train_and_cv() -> Non
     assert tune_lightgbm.evaluation(env([])) == {}
 
 
-@pytest.mark.parametrize("module", [tune_xgboost, tune_lightgbm])
-def test_the_removed_tune_report_callback_raises_as_in_ray(module) -> None:
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm"])
+def test_the_removed_tune_report_callback_raises_as_in_ray(library) -> None:
     with pytest.raises(DeprecationWarning, match="TuneReportCheckpointCallback"):
-        module.TuneReportCallback()
+        _integration(library).TuneReportCallback()
 
 
 def _train_xgboost(config: dict) -> None:
+    import xgboost
+
+    from fluidsalus.tune.integration import xgboost as tune_xgboost
+
     x, y, vx, vy = _data()
     xgboost.train({"objective": "binary:logistic", "eval_metric": ["logloss", "error"], "max_depth": 2},
                   xgboost.DMatrix(x, label=y), num_boost_round=config["rounds"],
@@ -95,6 +113,10 @@ def _train_xgboost(config: dict) -> None:
 
 
 def _train_xgboost_cv(config: dict) -> None:
+    import xgboost
+
+    from fluidsalus.tune.integration import xgboost as tune_xgboost
+
     x, y, _, _ = _data()
     xgboost.cv({"objective": "binary:logistic", "eval_metric": "logloss", "max_depth": 2},
                xgboost.DMatrix(x, label=y), num_boost_round=config["rounds"], nfold=3, verbose_eval=False,
@@ -113,6 +135,10 @@ def _fit(trainable, param_space: dict, storage: str, name: str, metric: str = "l
 
 def test_xgboost_reports_every_round_and_checkpoints_every_frequency_rounds_and_at_the_end(
         ray_cluster, storage) -> None:
+    import xgboost
+
+    from fluidsalus.tune.integration import xgboost as tune_xgboost
+
     grid = _fit(_train_xgboost, {"rounds": 5, "frequency": tune.grid_search([2, 5])}, storage, "xgb")
     by_frequency = {r.config["frequency"]: r for r in grid}
     every_2, every_5 = by_frequency[2], by_frequency[5]
@@ -143,6 +169,10 @@ def test_xgboost_cv_reports_the_folds_metrics_and_saves_no_checkpoint(ray_cluste
 
 
 def _train_lightgbm(config: dict) -> None:
+    import lightgbm
+
+    from fluidsalus.tune.integration import lightgbm as tune_lightgbm
+
     x, y, vx, vy = _data()
     lightgbm.train({"objective": "binary", "metric": ["binary_logloss"], "verbose": -1, "num_leaves": 4},
                    lightgbm.Dataset(x, label=y), num_boost_round=config["rounds"],
@@ -153,6 +183,8 @@ def _train_lightgbm(config: dict) -> None:
 
 def test_lightgbm_reports_every_round_and_checkpoints_every_frequency_rounds_and_at_the_last(
         ray_cluster, storage) -> None:
+    from fluidsalus.tune.integration import lightgbm as tune_lightgbm
+
     grid = _fit(_train_lightgbm, {"rounds": 4, "frequency": tune.grid_search([0, 3])}, storage, "lgb")
     by_frequency = {r.config["frequency"]: r for r in grid}
     assert list(by_frequency[0].metrics_dataframe["training_iteration"]) == [1, 2, 3, 4]
@@ -240,8 +272,10 @@ def test_lightning_reports_each_validation_with_a_checkpoint_and_a_stop_ends_it_
         ray_cluster, storage) -> None:
     import torch
 
+    # One trial at a time: both run in one device process, which imports Lightning once (about 5 CPU-s), where
+    # two at once imported it in each device's process; what the test checks is each trial's own reports.
     tuner = tune.Tuner(_train_lightning, param_space={"lr": tune.grid_search([0.05, 1e-6]), "epochs": 4},
-                       tune_config=tune.TuneConfig(metric="loss", mode="min"),
+                       tune_config=tune.TuneConfig(metric="loss", mode="min", max_concurrent_trials=1),
                        run_config=tune.RunConfig(storage_path=storage, name="ptl", verbose=0,
                                                  stop=_stop_the_slow_learner))
     grid = tuner.fit()

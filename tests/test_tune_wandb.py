@@ -24,6 +24,12 @@ FAILING_X = 3
 #: The LevelDB log format of a ``.wandb`` file: a 7-byte file header (":W&B", magic, version), then 32 KiB blocks
 #: of records, each with a 7-byte header (checksum, little-endian length, kind: 1 whole, 2 first, 3 middle, 4 last).
 WANDB_FILE_HEADER, BLOCK, RECORD_HEADER = 7, 32768, 7
+#: ``wandb.init`` settings that turn off W&B's background work which no assertion here reads: the system-metrics
+#: monitor (a process of its own sampling CPU, memory and disks), the machine, git, code and requirements
+#: metadata, and the capture of the console. The run, config, history, artifact and exit records the tests read
+#: are written the same.
+QUIET_WANDB_SETTINGS = {"x_disable_stats": True, "x_disable_meta": True, "x_disable_machine_info": True,
+                        "disable_git": True, "disable_code": True, "x_save_requirements": False, "console": "off"}
 
 
 def _records(path: str) -> list[Any]:
@@ -86,7 +92,8 @@ def test_rays_wandb_logger_callback_logs_each_trial_to_its_own_run(ray_cluster, 
 
     assert rewritten.WandbLoggerCallback is WandbLoggerCallback
     monkeypatch.setenv("WANDB_MODE", "offline")  # the driver's side needs no API key then
-    callback = WandbLoggerCallback(project="fluidsalus_test", upload_checkpoints=True, mode="offline")
+    callback = WandbLoggerCallback(project="fluidsalus_test", upload_checkpoints=True, mode="offline",
+                                   settings=QUIET_WANDB_SETTINGS)  # (passed on to wandb.init in the actor)
     grid = tune.Tuner(_steps, param_space={"x": tune.grid_search([1, FAILING_X])},  # each starts a W&B actor
                       run_config=tune.RunConfig(storage_path=storage, name="wb", verbose=0,
                                                 callbacks=[callback])).fit()
@@ -126,7 +133,7 @@ def _with_setup_wandb(config):
     # those of the trials that share the device (docs/compatibility.md, "W&B")
     os.environ["WANDB_MODE"] = "offline"  # what a user sets beside the script, here inside the device process
     run = setup_wandb(config, project="fluidsalus_setup", reinit="create_new",
-                      dir=tune.get_context().get_trial_dir())
+                      dir=tune.get_context().get_trial_dir(), settings=QUIET_WANDB_SETTINGS)
     for step in range(3):
         run.log({"loss": config["x"] * 10 + step})
         tune.report({"loss": config["x"] * 10 + step, "tie": 0.0})
