@@ -124,8 +124,10 @@ def _check(process: subprocess.CompletedProcess[str]) -> str:
 def test_smoke_test_finishes_with_a_best_config(name: str, label: str, keys: set[str], joins: bool,
                                                 tmp_path: Path, request: pytest.FixtureRequest) -> None:
     # A script with a plain ray.init() (or none: fluidsalus connects) joins the suite's Ray through RAY_ADDRESS, as
-    # it would join a cluster started with `ray start`, and saves the seconds of a Ray start of its own. Starting
-    # Ray is shown by the quickstart test and by the scripts that start it with num_cpus (joins False).
+    # it would join a cluster started with `ray start`, and saves the seconds of a Ray start of its own. A driver
+    # whose Ray fluidsalus starts is shown by tests/test_searchers_pbt.py::
+    # test_an_exploit_shows_rays_lines_on_the_console_of_a_run_that_started_ray, and by the (slow) scripts that
+    # start Ray with num_cpus (joins False).
     address = request.getfixturevalue("ray_cluster").get_runtime_context().gcs_address if joins else "local"
     output = _check(run_example(name, tmp_path, "--smoke-test", address=address))
     assert set(best_config(output, label)) == keys
