@@ -506,6 +506,9 @@ try:
         "trials": [[t.status, t.num_failures, sorted(r.iteration for r in store.results(t.trial_id))]
                    for t in store.trials()],
         "nodes": sorted({{r.metrics["node"] for r in store.results(latest_attempt_only=False)}}),
+        # (what the planner and the executor did, for the message of a failed assertion)
+        "plans": [[e.kind, e.trial_id, e.device, e.data] for kind in ("plan_move", "plan_preempt", "trial_restart")
+                  for e in store.events(kind)],
     }}), flush=True)
     store.close()
 finally:
@@ -534,6 +537,7 @@ def test_the_devices_of_a_node_that_died_start_again_on_a_node_that_joins_and_a_
     assert sorted(summary["added"]) == [["cpu:4", added_to], ["cpu:5", added_to]]
     assert sorted([moved_to, added_to]) == new
     assert sorted(summary["died"]) == [["cpu:2", True], ["cpu:3", True]]  # its node's death: no trial charged
-    assert set(new) | {worker} <= set(summary["nodes"])  # trials ran on the dead node and on both new ones
+    # trials ran on the dead node and on both new ones
+    assert set(new) | {worker} <= set(summary["nodes"]), (new, worker, summary["nodes"], summary["plans"])
     assert summary["errors"] == 0
     assert summary["trials"] == [["TERMINATED", 0, [1, 2, 3, 4]]] * 12  # no failure, no result lost
