@@ -203,18 +203,47 @@ def pretend_ray_is(monkeypatch: Any, initialised: Callable[[], bool]) -> None:
     patch_ray(monkeypatch, ray, "is_initialized", initialised)
 
 
-class LazyRayTune:
-    """``ray.tune`` for a test module's tests, imported at the first attribute read (through
-    ``pytest.importorskip``: a test that reads it is skipped where Ray Tune is missing) rather than with the module.
+class LazyModule:
+    """A module for a test module's tests, imported at the first attribute read (through ``pytest.importorskip``: a
+    test that reads it is skipped where the module is missing) rather than with the test module.
 
     A device actor imports the module of every trainable it runs (cloudpickle pickles a module's functions by
     reference), so a test module's top-level imports are paid again by each device process its runs start.
     ``ray.tune`` brings pandas and pyarrow with it: imported at the top of ``tests/test_tune_frontend.py``, it
-    made each new device process of that module spend 3.9-4.2 CPU-s on its imports instead of 2.4-2.6
-    (``tests/test_imports.py`` checks that these modules no longer import it).
+    made each new device process of that module spend 3.9-4.2 CPU-s on its imports instead of 2.4-2.6; nevergrad
+    (pandas too) cost 2-4 CPU-s more (``tests/test_imports.py`` checks that these modules no longer import them).
+    A test module whose every test needs the library calls :func:`skip_module_unless_installed` too.
     """
 
+    def __init__(self, name: str) -> None:
+        self._name = name
+
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # (copy, pickle and introspection probe dunders: not the module's attributes)
+            raise AttributeError(name)
         import pytest
 
-        return getattr(pytest.importorskip("ray.tune"), name)
+        return getattr(pytest.importorskip(self.__dict__["_name"]), name)
+
+
+class LazyRayTune(LazyModule):
+    """``ray.tune``, imported at the first attribute read (:class:`LazyModule`)."""
+
+    def __init__(self) -> None:
+        super().__init__("ray.tune")
+
+
+def skip_module_unless_installed(*names: str) -> None:
+    """Skip the calling test module, as ``pytest.importorskip`` at its top would, where any of ``names`` is not
+    installed, without importing them (their import is left to the tests: :class:`LazyModule`)."""
+    import importlib.util
+
+    import pytest
+
+    for name in names:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # (a parent package is missing)
+            found = False
+        if not found:
+            pytest.skip(f"could not import {name!r}: not installed", allow_module_level=True)

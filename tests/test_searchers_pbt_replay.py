@@ -16,12 +16,15 @@ import re
 from typing import Any
 
 import pytest
+from _trials import skip_module_unless_installed
 
 from fluidsalus.errors import ConfigError
 from fluidsalus.searchers import PBTReplay
 from fluidsalus.searchers._pbt_replay import read_policy, write_policy_files
 
-rt = pytest.importorskip("ray.tune")
+# Not imported here (the tests import Ray's classes they compare with): device processes import this module to run
+# its trainable, and ray.tune (with pandas and pyarrow) cost each about 1.5 CPU-s more.
+skip_module_unless_installed("ray.tune")
 
 
 def _entry(trial: str, source: str, step: int, source_config: dict[str, Any], new: dict[str, Any]) -> dict:

@@ -17,13 +17,18 @@ from typing import Any
 
 import cloudpickle
 import pytest
+from _trials import LazyRayTune, skip_module_unless_installed
 
 from fluidsalus import tune
 from fluidsalus._periodic import PERIOD_ENV
 from fluidsalus.errors import ConfigError
 from fluidsalus.tune.callback import STATE_FILE_PATTERN, RayCallbackAdapter
 
-rt = pytest.importorskip("ray.tune")
+skip_module_unless_installed("ray.tune")
+# Imported at a test's first use, not with the module (each test defines its subclasses of Ray's Callback): device
+# processes import this module to run its trainable, and ray.tune (with pandas and pyarrow) cost each about 1.5
+# CPU-s more.
+rt = LazyRayTune()
 
 
 class Counting(tune.Callback):
@@ -54,25 +59,6 @@ class Counting(tune.Callback):
 class Stateless(tune.Callback):
     def set_state(self, state: dict[str, Any]) -> None:  # must never be called: it saved nothing
         raise AssertionError(f"set_state({state!r}) on a callback without state")
-
-
-class RayCounting(rt.Callback):
-    """Ray's own base class, with state."""
-
-    def __init__(self) -> None:
-        self.results = 0
-        self.restored: dict[str, Any] | None = None
-
-    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
-                        **info: Any) -> None:
-        self.results += 1
-
-    def get_state(self) -> dict[str, Any] | None:
-        return {"ray_results": self.results}
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        self.restored = dict(state)
-        self.results = state["ray_results"]
 
 
 def _saved(folder: str) -> dict[int, Any]:
@@ -140,6 +126,24 @@ def _steps(config: dict[str, Any]) -> None:
 
 
 def test_a_resumed_run_gives_fresh_callbacks_the_states_the_first_run_ended_with(ray_cluster, tmp_path) -> None:
+    class RayCounting(rt.Callback):
+        """Ray's own base class, with state."""
+
+        def __init__(self) -> None:
+            self.results = 0
+            self.restored: dict[str, Any] | None = None
+
+        def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
+                            **info: Any) -> None:
+            self.results += 1
+
+        def get_state(self) -> dict[str, Any] | None:
+            return {"ray_results": self.results}
+
+        def set_state(self, state: dict[str, Any]) -> None:
+            self.restored = dict(state)
+            self.results = state["ray_results"]
+
     kwargs: dict[str, Any] = {"config": {"x": tune.grid_search([0, 1])}, "metric": "i", "mode": "max",
                               "storage_path": str(tmp_path), "name": "stateful", "verbose": 0}
     first, first_ray = Counting(), RayCounting()
@@ -151,20 +155,19 @@ def test_a_resumed_run_gives_fresh_callbacks_the_states_the_first_run_ended_with
     assert fresh_ray.restored == {"ray_results": 6}
 
 
-class EndSeen(rt.Callback):
-    """Ray's base class; records the trials its ``on_experiment_end`` is given."""
-
-    def __init__(self) -> None:
-        self.ended: list[tuple[int, str, int | None]] = []
-
-    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
-        self.ended = sorted((t.config["x"], t.status, (t.last_result or {}).get("training_iteration"))
-                            for t in trials)
-
-
 def test_a_resumed_runs_callbacks_are_given_every_trial_of_the_experiment(ray_cluster, tmp_path) -> None:
     """As Ray's restored controller holds every trial of the experiment, a resumed run's callbacks get those that
     ended before it too, with their last results; they saw only the trials this session ran (a helper's script)."""
+    class EndSeen(rt.Callback):
+        """Ray's base class; records the trials its ``on_experiment_end`` is given."""
+
+        def __init__(self) -> None:
+            self.ended: list[tuple[int, str, int | None]] = []
+
+        def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+            self.ended = sorted((t.config["x"], t.status, (t.last_result or {}).get("training_iteration"))
+                                for t in trials)
+
     kwargs: dict[str, Any] = {"config": {"x": tune.grid_search([0, 1])}, "metric": "i", "mode": "max",
                               "storage_path": str(tmp_path), "name": "all_trials", "verbose": 0}
     tune.run(_steps, **kwargs)
@@ -173,24 +176,23 @@ def test_a_resumed_runs_callbacks_are_given_every_trial_of_the_experiment(ray_cl
     assert seen.ended == [(0, "TERMINATED", 3), (1, "TERMINATED", 3)]
 
 
-class Steps(rt.Callback):
-    """Ray's base class; records its step calls and the results seen between them."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, int, int]] = []
-
-    def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
-        self.calls.append(("begin", iteration, len(trials)))
-
-    def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
-        self.calls.append(("end", iteration, len(trials)))
-
-    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
-                        **info: Any) -> None:
-        self.calls.append(("result", iteration, len(trials)))
-
-
 def test_step_hooks_wrap_each_pass_of_the_driver_loop(ray_cluster, tmp_path) -> None:
+    class Steps(rt.Callback):
+        """Ray's base class; records its step calls and the results seen between them."""
+
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, int, int]] = []
+
+        def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
+            self.calls.append(("begin", iteration, len(trials)))
+
+        def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
+            self.calls.append(("end", iteration, len(trials)))
+
+        def on_trial_result(self, iteration: int, trials: list[Any], trial: Any, result: dict[str, Any],
+                            **info: Any) -> None:
+            self.calls.append(("result", iteration, len(trials)))
+
     steps = Steps()
     tune.run(_steps, config={"x": tune.grid_search([0, 1])}, storage_path=str(tmp_path), name="steps", verbose=0,
              callbacks=[steps])

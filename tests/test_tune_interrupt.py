@@ -24,14 +24,17 @@ import threading
 import time
 
 import pytest
+from _trials import skip_module_unless_installed
 
+from fluidsalus import tune
 from fluidsalus.result import ResultGrid
+from fluidsalus.testing.tune import RESUMABLE_STEPS, SignalOnce, resumable
+from fluidsalus.tune import Tuner
 from fluidsalus.tune._interrupt import DISABLE_SIGINT_ENV, StopSignals
 
-pytest.importorskip("ray.tune")
-from fluidsalus import tune  # noqa: E402
-from fluidsalus.testing.tune import RESUMABLE_STEPS, SignalOnce, resumable  # noqa: E402
-from fluidsalus.tune import Tuner  # noqa: E402
+# Not imported here (no test reads it): the killed driver's subprocess below imports this module, and ray.tune (with
+# pandas and pyarrow) cost it about 1.5 CPU-s more.
+skip_module_unless_installed("ray.tune")
 
 #: Trials of each run below; the signal comes at a result where none of them can have finished.
 _TRIALS = 3

@@ -5,19 +5,23 @@ shared test Ray checks that its suggestions are the trials' configs and that eac
 ``nevergrad_example.py`` runs in ``tests/test_tune_examples.py``.
 """
 
-# ruff: noqa: E402 - the optional library is imported through pytest.importorskip, before the modules that need it
 from __future__ import annotations
 
 import math
 import os
 
 import pytest
+from _trials import LazyModule, skip_module_unless_installed
 
-ng = pytest.importorskip("nevergrad")
 import fluidsalus.tune as tune
 from fluidsalus.errors import ConfigError
 from fluidsalus.tune.search import ConcurrencyLimiter, create_searcher
 from fluidsalus.tune.search.nevergrad import NevergradSearch, convert_space
+
+skip_module_unless_installed("nevergrad")
+# Imported at a test's first use, not with the module: device processes import this module to run its trainable,
+# and nevergrad (with pandas) cost each about 2 CPU-s more.
+ng = LazyModule("nevergrad")
 
 SPACE = {"lr": tune.loguniform(1e-4, 1e-1), "net": {"width": tune.randint(2, 9)}, "act": tune.choice(["a", "b"]),
          "drop": tune.uniform(0.0, 0.5), "epochs": 3}
@@ -53,23 +57,32 @@ def test_a_quantization_is_dropped_with_a_warning_as_in_ray() -> None:
         convert_space({"x": tune.quniform(0, 1, 0.25)})
 
 
+#: Stand-ins in the parameters below for Nevergrad's OnePlusOne class and an instance on 2 dimensions, built in the
+#: test: at collection they would import nevergrad with the module.
+_THE_CLASS, _AN_INSTANCE = "<ng.optimizers.OnePlusOne>", "<ng.optimizers.OnePlusOne(parametrization=2)>"
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({}, r"optimizer must be a Nevergrad Optimizer class, a ConfiguredOptimizer .* got None"),
     ({"optimizer": "OnePlusOne"}, r"optimizer must be .* got 'OnePlusOne'"),
-    ({"optimizer": ng.optimizers.OnePlusOne(parametrization=2), "space": {"x": tune.uniform(0, 1)}},
+    ({"optimizer": _AN_INSTANCE, "space": {"x": tune.uniform(0, 1)}},
      r"with an optimizer instance, space must be None or the list of its parameter names, got dict"),
-    ({"optimizer": ng.optimizers.OnePlusOne(parametrization=2), "optimizer_kwargs": {"budget": 3}},
+    ({"optimizer": _AN_INSTANCE, "optimizer_kwargs": {"budget": 3}},
      r"optimizer_kwargs build an optimizer; an optimizer instance is built already"),
-    ({"optimizer": ng.optimizers.OnePlusOne(parametrization=2), "space": ["a", "b", "c"]},
+    ({"optimizer": _AN_INSTANCE, "space": ["a", "b", "c"]},
      r"space names 3 parameters, and the optimizer searches 2 dimensions"),
-    ({"optimizer": ng.optimizers.OnePlusOne, "space": 3}, r"space must be a dict of tune.\* domains, .* got int"),
-    ({"optimizer": ng.optimizers.OnePlusOne, "points_to_evaluate": {"x": 1}},
+    ({"optimizer": _THE_CLASS, "space": 3}, r"space must be a dict of tune.\* domains, .* got int"),
+    ({"optimizer": _THE_CLASS, "points_to_evaluate": {"x": 1}},
      r"points_to_evaluate must be a list of config dicts, got dict"),
-    ({"optimizer": ng.optimizers.OnePlusOne, "space": {"x": tune.uniform(0, 1), "y": tune.uniform(0, 1)},
+    ({"optimizer": _THE_CLASS, "space": {"x": tune.uniform(0, 1), "y": tune.uniform(0, 1)},
       "points_to_evaluate": [{"x": 0.5}]}, r"points_to_evaluate: \{'x': 0.5\} has no value for \['y'\]"),
-    ({"optimizer": ng.optimizers.OnePlusOne, "mode": "up"}, r"mode"),
+    ({"optimizer": _THE_CLASS, "mode": "up"}, r"mode"),
 ])
 def test_bad_arguments_are_refused_naming_the_argument(kwargs, message) -> None:
+    built = {_THE_CLASS: lambda: ng.optimizers.OnePlusOne,
+             _AN_INSTANCE: lambda: ng.optimizers.OnePlusOne(parametrization=2)}
+    if kwargs.get("optimizer") in built:
+        kwargs = {**kwargs, "optimizer": built[kwargs["optimizer"]]()}
     with pytest.raises(ConfigError, match=message):
         NevergradSearch(**kwargs)
 

@@ -4,25 +4,29 @@ The space conversion, the argument checks and the suggest/complete protocol (whi
 the trials are asked for) run without Ray; a real ``Tuner`` run checks that its solutions are the trials' configs.
 """
 
-# ruff: noqa: E402 - the optional library is imported through pytest.importorskip, before the modules that need it
 from __future__ import annotations
 
 import random
 
 import numpy as np
 import pytest
+from _trials import LazyModule, skip_module_unless_installed
 
-ValueType = pytest.importorskip("zoopt").ValueType
 import fluidsalus.tune as tune
 from fluidsalus.errors import ConfigError
 from fluidsalus.tune.search import create_searcher
 from fluidsalus.tune.search.zoopt import ZOOptSearch, convert_space
+
+skip_module_unless_installed("zoopt")
+# Imported at a test's first use, not with the module: device processes import this module to run its trainable.
+zoopt = LazyModule("zoopt")
 
 SPACE = {"x": tune.uniform(0, 1), "net": {"n": tune.randint(1, 4)}, "c": tune.choice(["a", "b"]),
          "q": tune.quniform(0, 1, 0.25), "epochs": 3}
 
 
 def test_a_tune_space_becomes_zoopts_dimensions_as_ray_converts_it() -> None:
+    ValueType = zoopt.ValueType
     assert convert_space(SPACE) == {"x": (ValueType.CONTINUOUS, [0.0, 1.0], 1e-12),
                                     "net/n": (ValueType.DISCRETE, [1, 3], True),  # upper excluded
                                     "c": (ValueType.GRID, ["a", "b"]),

@@ -16,10 +16,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from _trials import LazyModule, skip_module_unless_installed
 
-rs = pytest.importorskip("ray.tune.stopper")
+from fluidsalus.tune import stopper as fs
 
-from fluidsalus.tune import stopper as fs  # noqa: E402
+skip_module_unless_installed("ray.tune")
+# Imported at a test's first use, not with the module: device processes import this module to run its trainable,
+# and ray.tune (with pandas and pyarrow) cost each about 1.5 CPU-s more.
+rs = LazyModule("ray.tune.stopper")
 
 TRIALS = ("t0", "t1", "t2", "t3")
 
