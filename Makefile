@@ -35,9 +35,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 # The suite runs in TEST_WORKERS pytest processes (pytest-xdist; whole files each, `--dist loadfile`, as a file's
-# tests share its module state), each with its own small Ray. Most of a serial run's time waits (device actors
-# starting, trials' reports, timeouts) rather than computes: on the 2-core CI machine, the same morning, two
-# processes took 522 s and 605 s (a fresh-clone CI) where one took 729 s. TEST_WORKERS=0 runs it in one process.
+# tests share its module state), each with its own small Ray. A serial run's time partly waits (device actors
+# starting, trials' reports, timeouts): on the 2-core CI machine, the same morning, two processes took 522 s and
+# 605 s (a fresh-clone CI) where one took 729 s; three took 528 s where two took 558 s the same hour (the CPU is
+# what bounds it then) and a console test failed under the load. TEST_WORKERS=0 runs it in one process.
 # The files go out longest first, by the seconds tests/file_seconds.json holds (tests/conftest.py; xdist's own
 # order, by the number of tests per file, is turned off): `make test-seconds` measures them anew.
 TEST_WORKERS ?= 2
