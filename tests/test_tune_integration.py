@@ -7,12 +7,9 @@ experiment. Ray's own ``xgboost_example.py`` and ``lightgbm_example.py`` run in 
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-from types import ModuleType
-
 import numpy as np
 import pytest
+from _trials import LazyModule, skip_module_unless_installed
 
 import fluidsalus.tune as tune
 from fluidsalus.errors import ConfigError
@@ -22,13 +19,8 @@ from fluidsalus.tune.integration import _report_callback
 # are imported where a test or a trainable uses them. Imported here, they cost each pytest-xdist process that
 # collects this module 3-4 CPU-s, the one that runs none of its tests too, and each device process that runs its
 # Lightning trainable, which needs none of them.
-pytestmark = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("lightgbm", "xgboost")),
-                                reason="needs lightgbm and xgboost (the test extra)")
-
-
-def _integration(library: str) -> ModuleType:
-    """``fluidsalus.tune.integration.xgboost`` or ``.lightgbm``."""
-    return importlib.import_module(f"fluidsalus.tune.integration.{library}")
+skip_module_unless_installed("lightgbm", "xgboost")
+_INTEGRATION = {library: LazyModule(f"fluidsalus.tune.integration.{library}") for library in ("xgboost", "lightgbm")}
 
 
 #: Rows of the breast cancer data (shipped with scikit-learn) the trials train on: enough for a real split.
@@ -74,7 +66,7 @@ def test_a_metric_the_round_did_not_evaluate_is_an_error_listing_the_ones_it_did
 @pytest.mark.parametrize("library", ["xgboost", "lightgbm"])
 def test_bad_arguments_are_refused_naming_the_argument(library, kwargs, message) -> None:
     with pytest.raises(ConfigError, match=rf"TuneReportCheckpointCallback: {message}"):
-        _integration(library).TuneReportCheckpointCallback(**kwargs)
+        _INTEGRATION[library].TuneReportCheckpointCallback(**kwargs)
 
 
 def test_lightgbm_rounds_are_named_as_ray_names_them_under_train_and_cv() -> None:
@@ -96,7 +88,7 @@ def test_lightgbm_rounds_are_named_as_ray_names_them_under_train_and_cv() -> Non
 @pytest.mark.parametrize("library", ["xgboost", "lightgbm"])
 def test_the_removed_tune_report_callback_raises_as_in_ray(library) -> None:
     with pytest.raises(DeprecationWarning, match="TuneReportCheckpointCallback"):
-        _integration(library).TuneReportCallback()
+        _INTEGRATION[library].TuneReportCallback()
 
 
 def _train_xgboost(config: dict) -> None:
