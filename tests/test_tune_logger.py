@@ -261,6 +261,25 @@ def test_a_subclass_of_rays_own_logger_writes_each_file_once(ray_cluster, storag
         assert [json.loads(line)["score"] for line in lines] == [0, result.config["x"]]
 
 
+def test_a_trials_folder_is_there_when_a_ray_logger_is_told_of_its_start(tmp_path) -> None:
+    """Ray makes a trial's folder before it starts the trial, and its own ``JsonLoggerCallback`` writes
+    ``params.json`` there in ``on_trial_start`` before it makes the folder itself. The device makes the folder as the
+    trial starts, which the driver's news of the start could come before: the logger's ``on_trial_start`` raised
+    ``FileNotFoundError`` and ended the run (seen once in a suite run, in
+    ``test_a_subclass_of_rays_own_logger_writes_each_file_once``)."""
+    from ray.tune.logger import JsonLoggerCallback as RayJson
+
+    from fluidsalus.tune.callback import RayCallbackAdapter
+
+    logger = RayJson()
+    adapter = RayCallbackAdapter([logger], str(tmp_path / "exp"), "f")
+    adapter.on_trial_start("t0", {"x": 1}, 0)  # (no device has made tmp_path/exp/t0)
+    assert json.loads((tmp_path / "exp" / "t0" / "params.json").read_text()) == {"x": 1}
+    adapter.on_trial_result("t0", {"score": 2.0, "training_iteration": 1})
+    assert [json.loads(line)["score"] for line in (tmp_path / "exp" / "t0" / "result.json").read_text().splitlines()
+            ] == [2.0]
+
+
 class _Names:
     """Ray's callback hook that records the trials' names."""
 

@@ -654,6 +654,11 @@ class RayCallbackAdapter(EngineCallback):
     def _start(self, trial: TrialInfo, attempt: int | None) -> None:
         # As in Ray, on_trial_start sees the trial still PENDING; it is RUNNING once the callbacks return
         trial.status, trial.attempt, trial.error = PENDING, attempt, None
+        # ...and its folder is there (Ray makes it before it starts the trial's actor): Ray's own JsonLoggerCallback
+        # writes params.json in on_trial_start before it makes the folder. The device makes it as the trial starts,
+        # which the start told to the driver can precede. One that cannot be made is left to the callbacks
+        with contextlib.suppress(OSError):
+            trial.init_local_path()
         self._unstarted.discard(trial.trial_id)
         if trial.last_result is None:  # Ray's trial starts with a result of its id, when and its config
             now = time.time()
