@@ -1826,6 +1826,32 @@ def test_a_killed_driver_whose_searcher_state_was_saved_long_ago_resumes_from_th
     assert final.is_finished() and set(final.state_dict()["rungs"][0][-1]) == {t.trial_id for t in after.trials()}
 
 
+def _stored_results_of_this_trial() -> int:
+    """The results of the calling trial (all its attempts) that the driver has stored."""
+    context = fluidsalus.get_context()
+    experiment = Path(context.get_trial_dir()).parent
+    if not (experiment / DB_FILENAME).exists():
+        return 0
+    store = ExperimentStore.open(str(experiment), readonly=True)
+    try:
+        return len(store.results(context.get_trial_id(), latest_attempt_only=False))
+    finally:
+        store.close()
+
+
+#: How long a trial that is about to end its process waits for the driver to store its last result.
+STORED_RESULT_WAIT_S = 60.0
+
+
+def _wait_until_stored(count: int) -> None:
+    """Wait until the driver has stored ``count`` results of the calling trial. A process that ends before then takes
+    with it the results the driver has not fetched: on a loaded machine, the end of the trial before it on the device
+    too, which then counted as computing at the death (charged half of it: one death more, a failed run)."""
+    deadline = time.monotonic() + STORED_RESULT_WAIT_S
+    while _stored_results_of_this_trial() < count and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def ends_its_process_at_iteration_two(config: dict[str, Any]) -> None:
     """``k == 1`` ends its device process (as a segfault or the out-of-memory killer would) at the second
     iteration of each attempt, every time; the others report three iterations. With ``ckpt``, each report has a
@@ -1835,9 +1861,11 @@ def ends_its_process_at_iteration_two(config: dict[str, Any]) -> None:
     checkpoint = fluidsalus.get_checkpoint()
     if checkpoint is not None and config["k"] != 1:
         start = int(Path(checkpoint.path, "i").read_text())
+    stored_before = _stored_results_of_this_trial() if config["k"] == 1 else 0
     for i in range(start + 1, 4):
         time.sleep(0.05)
         if config["k"] == 1 and i == 2:
+            _wait_until_stored(stored_before + 1)
             os._exit(1)
         saved = None
         if config["ckpt"]:
