@@ -824,6 +824,21 @@ class _WarningRecorder:
         finally:
             self._local.log = None
 
+    @contextlib.contextmanager
+    def on_the_driver(self) -> Iterator[None]:
+        """Inside a call's :meth:`recording`: the warnings this thread gives in the block are the driver's, not the
+        calling objective's (given where a warning given outside the calls goes: a ``catch_warnings`` or
+        ``pytest.warns`` around ``optimize`` sees it), as Optuna gives those of its loop's own work in ``optimize``'s
+        thread: the study's ``ask`` and ``tell`` (a sampler's ``before_trial`` and ``after_trial``), the log lines,
+        the callbacks and the bar. They were sent to the trial with the call's answer and given there, inside the
+        objective that had already returned."""
+        log = getattr(self._local, "log", None)
+        self._local.log = None
+        try:
+            yield
+        finally:
+            self._local.log = log
+
 
 def _warn_again(warned: Sequence[Warning]) -> None:
     """Give the objective the warnings its call gave on the driver, as ``study.optimize`` would have given them in
@@ -1952,14 +1967,17 @@ class _StudyDriver(BaseSearcher):
             return None
         storage = self.study._storage
         try:
-            if is_heartbeat_enabled(storage):
-                # Optuna's _run_trial ignores the ExperimentalWarnings of this call (its decorator's, and those of
-                # the storage's stale-trial callback) under warnings.catch_warnings, which swaps the process's
-                # warning state: not thread-safe beside the call threads' sampler calls (see _WarningRecorder).
-                # One filter is put first and that same one taken out: nothing of another thread is put back.
-                with category_ignored(optuna.exceptions.ExperimentalWarning):
-                    optuna.storages.fail_stale_trials(self.study)
-            trial = self.study.ask()
+            # (the stale-trial check and the ask are Optuna's loop's, not the objective's: their warnings, the
+            # sampler's before_trial's say, are given on the driver, as Optuna gives them: not sent to the trial)
+            with self.warnings.on_the_driver():
+                if is_heartbeat_enabled(storage):
+                    # Optuna's _run_trial ignores the ExperimentalWarnings of this call (its decorator's, and those
+                    # of the storage's stale-trial callback) under warnings.catch_warnings, which swaps the process's
+                    # warning state: not thread-safe beside the call threads' sampler calls (see _WarningRecorder).
+                    # One filter is put first and that same one taken out: nothing of another thread is put back.
+                    with category_ignored(optuna.exceptions.ExperimentalWarning):
+                        optuna.storages.fail_stale_trials(self.study)
+                trial = self.study.ask()
         except Exception as e:  # noqa: BLE001 - a storage or sampler error ends the optimisation, as in Optuna
             self._fail(e)
             return None
@@ -1974,7 +1992,8 @@ class _StudyDriver(BaseSearcher):
                                           {"experiment": self.experiment, "trial_id": trial_id})
         except Exception as e:  # noqa: BLE001 - a storage error ends the optimisation; the trial is FAIL
             self._fail(e)  # (first: a tell that fails too must not make its own error the one optimize raises)
-            self._tell(live, OUT_FAILED, error=e, message=repr(e))
+            with self.warnings.on_the_driver():
+                self._tell(live, OUT_FAILED, error=e, message=repr(e))
             # ... and ERROR in the experiment's record, with this error, as the study has it (answered None, its
             # fluidsalus trial ended TERMINATED with no result: the two records disagreed)
             raise
@@ -2097,9 +2116,13 @@ class _StudyDriver(BaseSearcher):
             raise RuntimeError(f"fluidsalus trial {trial_id} has no Optuna trial to finish")
         if live.told:
             return self.study._storage.get_trial(live.trial._trial_id).state.name
-        if packed is not None:
-            return self._tell_packed(live, outcome, packed, caught)
-        return self._tell(live, outcome, values=values, shown=shown)
+        # (the study's tell, the log lines, the callbacks and the bar are Optuna's loop's work, not the objective's:
+        # their warnings are given on the driver, where Optuna gives them, not sent to the trial with the answer; the
+        # reports this call carried were told before, their warnings the objective's)
+        with self.warnings.on_the_driver():
+            if packed is not None:
+                return self._tell_packed(live, outcome, packed, caught)
+            return self._tell(live, outcome, values=values, shown=shown)
 
     # ---------------------------------------------------------------- telling
 

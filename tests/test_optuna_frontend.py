@@ -1986,6 +1986,45 @@ def test_the_studys_warnings_reach_the_objective_as_in_optuna(tmp_path):
     assert studies[1].trials[0].intermediate_values == {0: 5.0}
 
 
+class _LoopWarning(UserWarning):
+    """A warning of Optuna's loop's own work: a sampler's before_trial or after_trial, a callback."""
+
+
+class _WarningSampler(optuna.samplers.RandomSampler):
+    """Warns in ``before_trial`` (the study's ``ask``) and ``after_trial`` (its ``tell``)."""
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        warnings.warn(f"before_trial {trial.number}", _LoopWarning, stacklevel=2)
+        super().before_trial(study, trial)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Any) -> None:
+        warnings.warn(f"after_trial {trial.number}", _LoopWarning, stacklevel=2)
+        super().after_trial(study, trial, state, values)
+
+
+def _warning_callback(study: optuna.Study, trial: FrozenTrial) -> None:
+    warnings.warn(f"callback {trial.number}", _LoopWarning, stacklevel=2)
+
+
+def test_the_warnings_of_the_studys_ask_tell_and_callbacks_are_given_in_optimizes_caller_as_in_optuna(tmp_path):
+    """What Optuna's loop does itself, outside the objective (the study's ``ask`` and ``tell``, so a sampler's
+    ``before_trial`` and ``after_trial``, and the callbacks), warns in ``optimize``'s caller, where a
+    ``catch_warnings`` around the call sees it. Those warnings went with the answer to the trial's start or end,
+    to its device, and were given there, inside the trial, as the objective's; the caller saw none."""
+    seen = []
+    for use_fluidsalus in (False, True):
+        study = optuna.create_study(sampler=_WarningSampler(seed=0))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if use_fluidsalus:
+                _optimize(study, _quadratic, tmp_path, n_trials=2, callbacks=[_warning_callback])
+            else:
+                study.optimize(_quadratic, n_trials=2, callbacks=[_warning_callback])
+        seen.append(sorted(str(w.message) for w in caught if w.category is _LoopWarning))
+    assert seen[0] == sorted(f"{what} {n}" for what in ("before_trial", "after_trial", "callback") for n in (0, 1))
+    assert seen[1] == seen[0]
+
+
 def _unfit_choices_twice(trial: Any) -> float:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -2095,6 +2134,7 @@ def test_the_stale_trial_check_of_a_heartbeat_storage_leaves_the_warning_state_a
     with contextlib.closing(sqlite3.connect(path)) as db, db:  # (its last beat an hour ago)
         db.execute("UPDATE trial_heartbeats SET heartbeat = datetime('now', '-1 hour')")
     driver = fo._StudyDriver(study, None, None, [], "unit")
+    study._thread_local.in_optimize_loop = True  # (as optimize sets it: ask() gives no "used with optimize" warning)
 
     def swaps_the_process_state(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("catch_warnings on the driver")
@@ -2113,6 +2153,7 @@ def test_the_stale_trial_check_of_a_heartbeat_storage_leaves_the_warning_state_a
         assert started.number == 1 and study.trials[1].system_attrs["failed_trial"] == 0  # (the retry)
         assert not [w for w in caught if issubclass(w.category, optuna.exceptions.ExperimentalWarning)]
     finally:
+        study._thread_local.in_optimize_loop = False
         driver.close()
         storage.remove_session()
 
