@@ -465,6 +465,73 @@ def test_callbacks_get_rays_hooks_in_rays_order(ray_cluster, storage: str, tmp_p
     assert recorder.events[-1] == ("end", [1, 2])
 
 
+class _CheckpointsOnDisk(tune.Callback):
+    """Records, in each ``on_checkpoint``, whether the checkpoint it is given and the trial's previous one (Ray's
+    ``trial.checkpoint`` there) are on disk."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, bool, str | None, bool | None]] = []
+
+    def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+        previous, whole = trial.checkpoint, os.path.isfile(os.path.join(checkpoint.path, "state.json"))
+        self.seen.append((os.path.basename(checkpoint.path), whole,
+                          None if previous is None else os.path.basename(previous.path),
+                          None if previous is None else os.path.isdir(previous.path)))
+
+
+def test_on_checkpoint_finds_its_checkpoint_and_the_previous_one_on_disk_under_num_to_keep(ray_cluster,
+                                                                                          storage: str) -> None:
+    """As in Ray, whose checkpoint manager deletes past ``num_to_keep`` after ``on_checkpoint``: the checkpoint the
+    hook is given and the trial's previous one are both there (retention ran before the callbacks: the previous one
+    was always gone, and the hook's own was when two results of the trial came in one batch), and the retention
+    still leaves one checkpoint at the end."""
+    iterations = 6
+    callback = _CheckpointsOnDisk()
+    grid = _tuner(_checkpointing, storage, {"x": tune.grid_search([3, 4]), "iterations": iterations},
+                  {"callbacks": [callback], "checkpoint_config": tune.CheckpointConfig(num_to_keep=1)}).fit()
+    assert grid.num_errors == 0
+    name = [None] + [f"checkpoint_{i:06d}" for i in range(1, iterations + 1)]
+    expected = [(name[i], True, name[i - 1], None if i == 1 else True) for i in range(1, iterations + 1)]
+    assert sorted(callback.seen) == sorted(expected * 2)
+    for result in grid:
+        assert sorted(f for f in os.listdir(result.path) if f.startswith("checkpoint_")) == [name[-1]]
+
+
+def test_an_exploited_trials_view_has_the_checkpoint_its_attempt_resumes_from(tmp_path) -> None:
+    """As Ray's PBT makes the source's checkpoint the trial's latest at the exploit, the view's ``checkpoint`` in the
+    hooks of the exploit's attempt is the copy of the source's checkpoint that the attempt resumes from. It stayed the
+    trial's own one from before, a state the attempt did not resume from, which ``num_to_keep`` had deleted (h260's
+    ``race_pbt_view.py``: ``checkpoint_000012``, missing, in ``on_trial_restore``)."""
+    from fluidsalus.store import RESTART_EXPLOIT, TRIAL_RESTART_EVENT
+    from fluidsalus.tune.callback import RayCallbackAdapter
+
+    store = ExperimentStore.create(str(tmp_path), "pbt", {}, "score", "max")
+    store.add_trials([("t0", 0, {"lr": 0.1})])
+    own, copy = tmp_path / "t0" / "checkpoint_000002", tmp_path / "t0" / "exploited_checkpoint_000002"
+    own.mkdir(parents=True)
+    store.add_checkpoint("t0", 2, str(own), {"training_iteration": 2})
+    seen: list[tuple[str, str, bool]] = []
+
+    class Views(tune.Callback):
+        def on_trial_restore(self, iteration, trials, trial, **info):
+            seen.append(("restore", os.path.basename(trial.checkpoint.path), os.path.isdir(trial.checkpoint.path)))
+
+    adapter = RayCallbackAdapter([Views()], str(tmp_path), "train")
+    adapter.on_trial_start("t0", {"lr": 0.1}, 0)
+    adapter.on_trial_result("t0", {"score": 0.2, "training_iteration": 2, "checkpoint_dir_name": own.name})
+    # The exploit, as the engine stores it: the copy listed in place of the trial's own (deleted: num_to_keep=1)
+    copy.mkdir()
+    store.mark_checkpoints_deleted([str(own)])
+    own.rmdir()
+    store.add_checkpoint("t0", 2, str(copy), {"training_iteration": 2, "score": 1.8})
+    store.add_events([(time.time(), TRIAL_RESTART_EVENT, "t0", None,
+                       {"attempt": 1, "reason": RESTART_EXPLOIT, "from_iteration": 2})])
+    adapter.on_trial_start("t0", {"lr": 0.9}, 1)
+    assert seen == [("restore", copy.name, True)]
+    assert adapter.trials["t0"].checkpoint.path == str(copy)
+    store.close()
+
+
 def test_engine_callbacks_are_told_each_start_with_its_config_and_attempt(ray_cluster, storage: str,
                                                                          tmp_path) -> None:
     from fluidsalus.callbacks import Callback as EngineCallback

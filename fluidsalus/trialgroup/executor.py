@@ -2913,52 +2913,61 @@ class Executor:
         # Trials a stop ends at once (a trial this batch's end requeued: a move at its budget leaves it paused off
         # any device, a retry queued) are told to the callbacks after this batch's results
         stopped = self._stop_trials(stops) if stops else []
+        # Trials whose checkpoints this batch added: retention (num_to_keep) runs once the callbacks have heard of
+        # them, as Ray's checkpoint manager deletes after on_checkpoint: a callback's on_checkpoint (on_trial_result,
+        # on_trial_save) reads the checkpoint it is given, and the trial's previous one, on disk (retained before the
+        # callbacks, a batch of two results of a trial deleted the first's checkpoint before its on_checkpoint: h260)
+        retained: dict[str, Trial] = {}
         for kind, trial, event in acted:
             if kind == EV_CHECKPOINT:
-                if self.settings.checkpoint_num_to_keep is not None:
-                    self._retain_checkpoints(trial)
+                retained[trial.trial_id] = trial
             elif kind == EV_RESULT:
                 self._iterations += 1
                 self._note_last_value(trial.trial_id, event[4])
-                if event[4].get("checkpoint_dir_name") and self.settings.checkpoint_num_to_keep is not None:
-                    self._retain_checkpoints(trial)
+                if event[4].get("checkpoint_dir_name"):
+                    retained[trial.trial_id] = trial
             elif trial.status == ERROR:
                 self._note_error(trial, event[6] if kind == EV_END else None)
             elif kind == EV_END and event[4] == OUT_STOPPED:  # (counted if it began, as the resume's recount)
                 self._stopped.add(trial.trial_id)
-        for _, what, started_id, _, info in events:  # starts of this batch first (Callback.on_trial_start)
-            if what == TRIAL_START_EVENT and started_id in self.trials:
-                where = info or {}
-                for callback in self.settings.callbacks:
-                    placed = getattr(callback, "on_trial_placed", None)
-                    if callable(placed) and where.get("node_ip") and where.get("pid"):
-                        placed(started_id, str(where["node_ip"]), int(where["pid"]))
-                    callback.on_trial_start(started_id, self.trials[started_id].config, int(where["attempt"]))
-        for kind, trial, event in acted:
-            if kind == EV_RESULT:
-                if id(event) not in redone_at or event[4].get("done"):
-                    # (a redone result that ends the trial, by the trainable's own done or the run's end, is given
-                    # all the same: the trial's last result, which its Result and a logger's last row show; the stop
-                    # rule judges no redone result)
+        try:
+            for _, what, started_id, _, info in events:  # starts of this batch first (Callback.on_trial_start)
+                if what == TRIAL_START_EVENT and started_id in self.trials:
+                    where = info or {}
                     for callback in self.settings.callbacks:
-                        callback.on_trial_result(trial.trial_id, event[4])
-                elif dirname := event[4].get("checkpoint_dir_name"):
-                    # (run again after the engine's own restart: the callbacks had this iteration; a checkpoint it
-                    # brings is told as one saved after its result)
+                        placed = getattr(callback, "on_trial_placed", None)
+                        if callable(placed) and where.get("node_ip") and where.get("pid"):
+                            placed(started_id, str(where["node_ip"]), int(where["pid"]))
+                        callback.on_trial_start(started_id, self.trials[started_id].config, int(where["attempt"]))
+            for kind, trial, event in acted:
+                if kind == EV_RESULT:
+                    if id(event) not in redone_at or event[4].get("done"):
+                        # (a redone result that ends the trial, by the trainable's own done or the run's end, is given
+                        # all the same: the trial's last result, which its Result and a logger's last row show; the stop
+                        # rule judges no redone result)
+                        for callback in self.settings.callbacks:
+                            callback.on_trial_result(trial.trial_id, event[4])
+                    elif dirname := event[4].get("checkpoint_dir_name"):
+                        # (run again after the engine's own restart: the callbacks had this iteration; a checkpoint it
+                        # brings is told as one saved after its result)
+                        for callback in self.settings.callbacks:
+                            callback.on_trial_checkpoint(trial.trial_id, event[4]["training_iteration"], dirname)
+                    # (after its result's hooks, as Ray's pause; a redone result's too: a trial moved at or while paused
+                    # at its budget, from an older checkpoint, pauses there again, where the callbacks saw it go on)
+                    if id(event) in paused_at and trial.status == PAUSED:
+                        self._tell_statuses([(trial.trial_id, PAUSED)])
+                elif kind == EV_CHECKPOINT:
                     for callback in self.settings.callbacks:
-                        callback.on_trial_checkpoint(trial.trial_id, event[4]["training_iteration"], dirname)
-                # (after its result's hooks, as Ray's pause; a redone result's too: a trial moved at or while paused
-                # at its budget, from an older checkpoint, pauses there again, where the callbacks saw it go on)
-                if id(event) in paused_at and trial.status == PAUSED:
-                    self._tell_statuses([(trial.trial_id, PAUSED)])
-            elif kind == EV_CHECKPOINT:
-                for callback in self.settings.callbacks:
-                    callback.on_trial_checkpoint(trial.trial_id, event[4], event[5])
-            elif trial.trial_id not in unstarted:  # (the run's end ends an unstarted trial with no hook, as Ray's)
-                self._log_end(trial, event[4], event[6])
-                self._callbacks_end(trial)
-        self._tell_restatused()
-        self._tell_stopped(stopped)
+                        callback.on_trial_checkpoint(trial.trial_id, event[4], event[5])
+                elif trial.trial_id not in unstarted:  # (the run's end ends an unstarted trial with no hook, as Ray's)
+                    self._log_end(trial, event[4], event[6])
+                    self._callbacks_end(trial)
+            self._tell_restatused()
+            self._tell_stopped(stopped)
+        finally:  # (also when a callback raised: the run ends with num_to_keep's checkpoints, as before)
+            if self.settings.checkpoint_num_to_keep is not None:
+                for trial in retained.values():
+                    self._retain_checkpoints(trial)
         if acted and self.settings.callbacks:
             requested = [tid for callback in self.settings.callbacks for tid in callback.checkpoint_requests()]
             for tid in requested:

@@ -83,6 +83,7 @@ from fluidsalus.store import (
     ERROR_FILE,
     FINAL_STATUSES,
     PAUSED,
+    RESTART_EXPLOIT,
     TERMINATED,
     TRIAL_RESTART_EVENT,
     ExperimentStore,
@@ -701,11 +702,25 @@ class RayCallbackAdapter(EngineCallback):
             self.iteration += 1
             self._call_trial("on_trial_recover", trial)  # (where the failed attempt ran, as Ray's at the failure)
         trial.location = placed  # (as Ray's trial has it once its actor runs)
+        if (restart or {}).get("reason") == RESTART_EXPLOIT:
+            self._take_exploited_checkpoint(trial)
         self._start(trial, attempt)
         self._restoring.discard(trial_id)
         if self._resumes_from_checkpoint(trial_id, attempt, restart):
             self._call_trial("on_trial_restore", trial)
         self._maybe_save_states()
+
+    def _take_exploited_checkpoint(self, trial: TrialInfo) -> None:
+        """A PBT exploit's attempt starts from the copy of the source's checkpoint, which the engine lists as the
+        trial's latest: the view's ``checkpoint`` is that copy, as Ray's exploit makes the source's checkpoint the
+        trial's latest before its restart's hooks. It stayed the trial's own checkpoint from before the exploit, whose
+        state the attempt did not resume from, and which ``num_to_keep`` may have deleted already (h260)."""
+        from fluidsalus.tune import Checkpoint  # the package imports this module
+
+        store = self._open_store()
+        listed = [] if store is None else [c for c in store.checkpoints(trial.trial_id) if os.path.isdir(c["path"])]
+        if listed:
+            trial.checkpoint = Checkpoint(listed[-1]["path"])
 
     def on_trial_result(self, trial_id: str, result: Mapping[str, Any]) -> None:
         trial, new = self._info(trial_id)
