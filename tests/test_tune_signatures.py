@@ -35,7 +35,7 @@ _CALLBACK_HOOKS = ["setup", "on_trial_start", "on_trial_result", "on_trial_compl
                    "on_experiment_end", "on_step_begin", "on_step_end", "on_checkpoint", "on_trial_save",
                    "on_trial_restore", "on_trial_recover"]
 _TRAINABLE_METHODS = ["setup", "step", "save_checkpoint", "load_checkpoint", "cleanup", "reset_config", "train",
-                      "save", "restore", "stop", "get_config"]
+                      "save", "restore", "stop", "get_config", "export_model", "_export_model", "resource_help"]
 
 
 def _ray_pairs() -> list[tuple[str, object, object]]:

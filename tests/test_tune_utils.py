@@ -156,6 +156,27 @@ def test_train_fills_the_keys_rays_trainable_fills_and_calls_log_result() -> Non
     theirs.stop()
 
 
+def test_export_model_calls_the_trainables_export_hook_as_rays_does(tmp_path) -> None:
+    """Ray's ``Trainable`` has ``export_model(export_formats, export_dir=None)``, which calls the ``_export_model``
+    hook a subclass overrides (one format as a str, the folder ``logdir`` by default), and ``resource_help``;
+    fluidsalus's had neither, so a trainable that exported its model failed with an ``AttributeError``
+    (h262's side-by-side run)."""
+    from ray.tune import Trainable as RayTrainable
+
+    def hook(self, export_formats, export_dir):
+        return {fmt: os.path.join(export_dir, fmt) for fmt in export_formats}
+
+    ours = type("Exported", (_Counter,), {"_export_model": hook})({"start": 0})
+    theirs = type("RayExported", (RayTrainable,), {"_export_model": hook, "step": lambda self: {}})()
+    folder = str(tmp_path)
+    for formats in ("model", ["model", "h5"]):
+        assert ours.export_model(formats, folder) == theirs.export_model(formats, folder)
+    assert ours.export_model("model") == {"model": os.path.join(os.getcwd(), "model")}  # logdir outside a trial
+    assert _Counter({"start": 0}).export_model(["model"], folder) == RayTrainable().export_model(["model"], folder)
+    assert _Counter.resource_help({}) == RayTrainable.resource_help({}) == ""
+    theirs.stop()
+
+
 def test_a_class_trainables_checkpoint_folder_holds_only_what_save_checkpoint_wrote(tmp_path) -> None:
     """Ray's does; fluidsalus added ``_trainable_state.json`` with the counters, which a ``load_checkpoint`` that
     reads every file of its folder met (a helper's side-by-side run). As in Ray, the counters come back with the

@@ -602,6 +602,32 @@ class Trainable:
         """
         return None
 
+    @classmethod
+    def resource_help(cls, config: dict[str, Any]) -> str:
+        """A help text about this trainable's resources (Ray's hook, for a message of the trainable's own): ``""``
+        here. fluidsalus does not call it."""
+        return ""
+
+    def _export_model(self, export_formats: list[str], export_dir: str) -> dict[str, Any]:
+        """Export the model in each of ``export_formats`` into ``export_dir`` (Ray's hook: override it).
+
+        Returns:
+            Format -> what was exported (the path, say); ``{}`` here.
+        """
+        return {}
+
+    def export_model(self, export_formats: list[str] | str, export_dir: str | None = None) -> dict[str, Any]:
+        """Export the model as :meth:`_export_model` does, as Ray's ``Trainable.export_model``: one format may be
+        given as a str, and ``export_dir`` defaults to :attr:`logdir` (the trial's folder). Nothing calls it but
+        the trainable itself (Ray 2.60's Tune neither: ``export_formats`` is accepted and unused).
+
+        Returns:
+            :meth:`_export_model`'s answer.
+        """
+        if isinstance(export_formats, str):
+            export_formats = [export_formats]
+        return self._export_model(list(export_formats), export_dir or self.logdir)
+
     # ------------------------------------------------------------------ the loop's API (Ray's names)
 
     def train(self) -> dict[str, Any]:
