@@ -33,6 +33,7 @@ from ray import cloudpickle as ray_cloudpickle
 from fluidsalus import space as sp
 from fluidsalus._exits import ray_started
 from fluidsalus.callbacks import Callback
+from fluidsalus.checkpoint import remove_staging_folders
 from fluidsalus.config import RunSpec, build
 from fluidsalus.errors import ConfigError, SpaceError, StoreError, plural
 from fluidsalus.gpu import nvml
@@ -439,10 +440,13 @@ def run(
         store = None
         try:
             store = ExperimentStore.open(exp_dir)
+            still_running: list[int] = []
             if experiment.get("status") == EXP_RUNNING and lock.previous_pid not in (None, os.getpid()):
                 # Its driver was killed: its device actors on this machine run on until Ray ends them, and
                 # would run the same trials beside ours, writing the same folders.
-                wait_for_killed_drivers_devices(store)
+                still_running = wait_for_killed_drivers_devices(store)
+            if not still_running:  # (nothing copies a checkpoint in now: what a kill cut short goes)
+                remove_staging_folders(store.trial_dirs().values())
             end_decided_trials(store, searcher)  # (before the front end's flags: in Ray's state they had ended)
             accepted = _ON_RESUME.get()
             if accepted is not None:  # (a front end's changes to the stored trials: Tuner.restore's flags)

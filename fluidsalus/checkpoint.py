@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import urllib.parse
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -271,3 +271,32 @@ def persist_checkpoint(checkpoint: Checkpoint, trial_dir: str, iteration: int, p
             shutil.rmtree(final)
     os.replace(staging, final)
     return final
+
+
+def remove_staging_folders(trial_dirs: Iterable[str]) -> list[str]:
+    """Remove the staging folders (:data:`STAGING_PREFIX`) that copies cut short left in trials' folders.
+
+    A process killed while it copied a checkpoint in (a killed driver's device process, which Ray ends shortly
+    after its driver; the driver itself, copying an exploit's source) leaves its staging folder behind. No
+    checkpoint is ever taken from one, but each held up to a whole checkpoint's size for good. Call this only while
+    nothing copies checkpoints into these folders (a resume, once the killed driver's devices have ended).
+
+    Args:
+        trial_dirs: The trials' folders (one that does not exist is skipped).
+
+    Returns:
+        The staging folders removed.
+    """
+    removed: list[str] = []
+    for folder in trial_dirs:
+        try:
+            names = os.listdir(folder)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for name in names:
+            if name.startswith(STAGING_PREFIX):
+                path = os.path.join(folder, name)
+                shutil.rmtree(path, ignore_errors=True)
+                if not os.path.exists(path):
+                    removed.append(path)
+    return removed
