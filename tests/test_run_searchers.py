@@ -198,6 +198,30 @@ def test_a_trial_that_never_reads_its_checkpoints_keeps_its_place_at_its_points(
             assert result.metrics["training_iteration"] == 12
 
 
+def test_an_exploit_at_a_trials_last_iteration_leaves_a_result_whose_metrics_are_its_checkpoints(storage):
+    """Synchronous PBT exploits the bottom trial at its last iteration: its new attempt restores the copy of the top
+    trial's checkpoint and has nothing left to run. Its result kept its own last metrics beside the new config and
+    the copied checkpoint (score 0.4 against a checkpoint of 4.0: ranked by a score neither gave, h263); as Ray's
+    restore makes the checkpoint's result the trial's last, its metrics are now the checkpoint's."""
+    searcher = PBT({"lr": fluidsalus.grid_search([0.1, 1.0]), "steps": 4}, num_samples=1, metric="score",
+                   mode="max", time_attr="training_iteration", perturbation_interval=4, synch=True,
+                   hyperparam_mutations={"lr": [0.1, 1.0]}, quantile_fraction=0.5, seed=0)
+    grid = fluidsalus.run(pbt_trainable, searcher=searcher, metric="score", mode="max", storage_path=storage,
+                          name="last", verbose=0)
+    assert grid.num_errors == 0
+    reader = ExperimentStore.open(os.path.join(storage, "last"), readonly=True)
+    try:
+        assert [e.data["reason"] for e in reader.events("trial_restart")] == ["exploit"]
+    finally:
+        reader.close()
+    for result in grid:
+        with open(os.path.join(result.checkpoint.path, "state.json")) as f:
+            state = json.load(f)
+        assert (result.metrics["score"], result.metrics["training_iteration"], result.metrics["trial_id"]) == (
+            pytest.approx(state["score"]), state["step"], result.trial_id), result.trial_id
+    assert grid.get_best_result().metrics["score"] == pytest.approx(4.0)
+
+
 def test_num_to_keep_leaves_no_folder_of_a_line_an_exploit_abandoned_on_disk(storage):
     """An exploited trial's own checkpoint of the exploit's iteration, and those of later iterations its new
     attempt did not write again, were only marked deleted in the store: with num_to_keep=1 their folders stayed

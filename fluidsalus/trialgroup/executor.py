@@ -3314,6 +3314,11 @@ class Executor:
                 self._note_unlisted(trial.trial_id, [(p, restart.iteration) for p in replaced])
             self.store.add_checkpoint(trial.trial_id, restart.iteration, restart.checkpoint_path,  # type: ignore[arg-type]
                                       restart.copied_metrics)
+            # ...and its result the trial's last, as Ray's restore makes the checkpoint's result the trial's last
+            # (Trial.on_restore): an attempt that ends before it reports (an exploit at the trial's last iteration)
+            # kept the trial's own last result beside the new config and the copied checkpoint, and was ranked by a
+            # score that neither gave; one that reports replaces it
+            trial.last_result = {**restart.copied_metrics, "trial_id": trial.trial_id}
             if self.settings.checkpoint_num_to_keep is not None:  # (the attempt may end before it saves again)
                 self._retain_checkpoints(trial)
         if restart.checkpoint_path is not None:
