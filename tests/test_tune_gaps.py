@@ -511,10 +511,12 @@ def test_an_exploited_trials_view_has_the_checkpoint_its_attempt_resumes_from(tm
     own.mkdir(parents=True)
     store.add_checkpoint("t0", 2, str(own), {"training_iteration": 2})
     seen: list[tuple[str, str, bool]] = []
+    last: list[dict[str, Any]] = []
 
     class Views(tune.Callback):
         def on_trial_restore(self, iteration, trials, trial, **info):
             seen.append(("restore", os.path.basename(trial.checkpoint.path), os.path.isdir(trial.checkpoint.path)))
+            last.append(dict(trial.last_result))
 
     adapter = RayCallbackAdapter([Views()], str(tmp_path), "train")
     adapter.on_trial_start("t0", {"lr": 0.1}, 0)
@@ -529,6 +531,8 @@ def test_an_exploited_trials_view_has_the_checkpoint_its_attempt_resumes_from(tm
     adapter.on_trial_start("t0", {"lr": 0.9}, 1)
     assert seen == [("restore", copy.name, True)]
     assert adapter.trials["t0"].checkpoint.path == str(copy)
+    # ...and its last result that checkpoint's, with its own id and new config, as Ray's restore makes it
+    assert (last[0]["score"], last[0]["trial_id"], last[0]["config"]) == (1.8, "t0", {"lr": 0.9})
     store.close()
 
 

@@ -714,13 +714,17 @@ class RayCallbackAdapter(EngineCallback):
         """A PBT exploit's attempt starts from the copy of the source's checkpoint, which the engine lists as the
         trial's latest: the view's ``checkpoint`` is that copy, as Ray's exploit makes the source's checkpoint the
         trial's latest before its restart's hooks. It stayed the trial's own checkpoint from before the exploit, whose
-        state the attempt did not resume from, and which ``num_to_keep`` may have deleted already (h260)."""
+        state the attempt did not resume from, and which ``num_to_keep`` may have deleted already (h260). Its
+        ``last_result`` is that checkpoint's result (with the trial's id and new config), as Ray's restore makes it
+        (``Trial.on_restore``) and as the engine's trial has it (``Executor._requeue``)."""
         from fluidsalus.tune import Checkpoint  # the package imports this module
 
         store = self._open_store()
         listed = [] if store is None else [c for c in store.checkpoints(trial.trial_id) if os.path.isdir(c["path"])]
         if listed:
             trial.checkpoint = Checkpoint(listed[-1]["path"])
+            if listed[-1]["metrics"]:
+                trial.last_result = with_config({**listed[-1]["metrics"], "trial_id": trial.trial_id}, trial.config)
 
     def on_trial_result(self, trial_id: str, result: Mapping[str, Any]) -> None:
         trial, new = self._info(trial_id)
