@@ -592,8 +592,7 @@ class RayCallbackAdapter(EngineCallback):
             return False
         if restart is not None:
             return int(restart.get("from_iteration") or 0) > 0
-        store = self._open_store()  # a trial of a restored experiment: its latest checkpoint on disk, if any
-        return store is not None and any(os.path.isdir(c["path"]) for c in store.checkpoints(trial_id))
+        return self._latest_checkpoint(trial_id) is not None  # a trial of a restored experiment: one on disk
 
     def _info(self, trial_id: str, config: Mapping[str, Any] | None = None) -> tuple[TrialInfo, bool]:
         """The trial's view, created the first time it is seen (with ``config``, else its stored one)."""
@@ -646,9 +645,9 @@ class RayCallbackAdapter(EngineCallback):
             trial.status = row.status if row.status in FINAL_STATUSES else PENDING
             if row.last_result:
                 trial.last_result = with_config(row.last_result, trial.config)
-            checkpoints = [c for c in store.checkpoints(row.trial_id) if os.path.isdir(c["path"])]
-            if checkpoints:
-                trial.checkpoint = Checkpoint(checkpoints[-1]["path"])
+            latest = self._latest_checkpoint(row.trial_id)
+            if latest is not None:
+                trial.checkpoint = Checkpoint(latest["path"])
 
     # ------------------------------------------------------------------ engine hooks
 
@@ -719,12 +718,19 @@ class RayCallbackAdapter(EngineCallback):
         (``Trial.on_restore``) and as the engine's trial has it (``Executor._requeue``)."""
         from fluidsalus.tune import Checkpoint  # the package imports this module
 
+        latest = self._latest_checkpoint(trial.trial_id)
+        if latest is not None:
+            trial.checkpoint = Checkpoint(latest["path"])
+            if latest["metrics"]:
+                trial.last_result = with_config({**latest["metrics"], "trial_id": trial.trial_id}, trial.config)
+
+    def _latest_checkpoint(self, trial_id: str) -> dict[str, Any] | None:
+        """The store's row of the trial's latest listed checkpoint whose folder is on disk, or None."""
         store = self._open_store()
-        listed = [] if store is None else [c for c in store.checkpoints(trial.trial_id) if os.path.isdir(c["path"])]
-        if listed:
-            trial.checkpoint = Checkpoint(listed[-1]["path"])
-            if listed[-1]["metrics"]:
-                trial.last_result = with_config({**listed[-1]["metrics"], "trial_id": trial.trial_id}, trial.config)
+        if store is None:
+            return None
+        on_disk = [c for c in store.checkpoints(trial_id) if os.path.isdir(c["path"])]
+        return on_disk[-1] if on_disk else None
 
     def on_trial_result(self, trial_id: str, result: Mapping[str, Any]) -> None:
         trial, new = self._info(trial_id)
